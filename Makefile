@@ -1,0 +1,138 @@
+# ReDiLoCo: build, install dependencies, test and demo.
+#
+#   make deps    install the Debian packages we need (only those missing)
+#   make         build bin/coordinator, bin/shard-server, bin/worker (+ CUDA when nvcc exists)
+#   make test    deps + build + every test (unit tests on cmocka, integration tests on a real redis-server)
+#   make demo    deps + build + train a GPT on the King James Bible with Redis, shard-servers, workers
+#   make bench   build the benchmarks under bench/
+#
+# Sources are found by wildcard: a new .c file in a module folder is built without touching this file.
+# Each test is tests/test_*.c (a cmocka program) or tests/it_*.sh (an integration script).
+
+CC       ?= cc
+OPT      ?= -O2
+CSTD      = -std=c11 -D_GNU_SOURCE
+WARN      = -Wall -Wextra -Werror
+CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -pthread -MMD -MP -Icommon -Iworker -Ibuild/gen \
+            -I/usr/include/x86_64-linux-gnu/openblas-pthread
+# The outer step, the averaging and everything on the pseudo-gradient path must be bit-reproducible:
+# no fused multiply-add contraction anywhere but in the trainer (which has its own flags below).
+DETERMINISTIC = -ffp-contract=off
+LDLIBS    = -lhiredis -levent -levent_pthreads -lmsgpackc -lxxhash -ljansson -lm -pthread
+BLASLIBS  = -lopenblas -fopenmp
+
+DEB_PKGS  = build-essential pkg-config libhiredis-dev redis-server redis-tools libevent-dev libmsgpack-dev \
+            libopenblas-dev libxxhash-dev libjansson-dev libcmocka-dev bible-kjv bible-kjv-text \
+            python3-torch python3-numpy iproute2 procps
+
+BUILD = build
+BIN   = bin
+
+COMMON_SRC  = $(wildcard common/*.c)
+COMMON_OBJ  = $(COMMON_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_library.o
+DILOCO_SRC  = $(wildcard worker/diloco/*.c)
+DILOCO_OBJ  = $(DILOCO_SRC:%.c=$(BUILD)/%.o)
+GPT_SRC     = $(wildcard worker/gpt/*.c)
+GPT_OBJ     = $(GPT_SRC:%.c=$(BUILD)/%.o)
+WORKER_SRC  = $(wildcard worker/*.c)
+WORKER_OBJ  = $(WORKER_SRC:%.c=$(BUILD)/%.o)
+SERVER_SRC  = $(wildcard shard-server/*.c)
+SERVER_OBJ  = $(SERVER_SRC:%.c=$(BUILD)/%.o)
+COORD_SRC   = $(wildcard coordinator/*.c)
+COORD_OBJ   = $(COORD_SRC:%.c=$(BUILD)/%.o)
+TEST_SRC    = $(wildcard tests/test_*.c)
+TEST_BIN    = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
+TESTLIB_SRC = $(wildcard tests/lib/*.c)
+TESTLIB_OBJ = $(TESTLIB_SRC:%.c=$(BUILD)/%.o)
+BENCH_SRC   = $(wildcard bench/*.c)
+BENCH_BIN   = $(BENCH_SRC:bench/%.c=$(BIN)/bench-%)
+CUDA_SRC    = $(wildcard worker/cuda/*.cu)
+
+NVCC ?= $(shell command -v nvcc 2>/dev/null || (test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc))
+ifneq ($(NVCC),)
+ifneq ($(CUDA_SRC),)
+CUDA_OBJ    = $(CUDA_SRC:%.cu=$(BUILD)/%.o)
+CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -lcudart -lcublas -Wl,-rpath,$(CUDA_HOME)/lib64
+CFLAGS     += -DDILOCO_HAVE_CUDA=1
+endif
+endif
+
+LIBCOMMON = $(BUILD)/libcommon.a
+LIBDILOCO = $(BUILD)/libdiloco.a
+LIBGPT    = $(BUILD)/libgpt.a
+
+.PHONY: all deps test demo bench clean cuda-check
+all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker
+
+deps:
+	@missing=""; for p in $(DEB_PKGS); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'install ok installed' || missing="$$missing $$p"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  echo "installing:$$missing"; \
+	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
+	else echo "deps: all Debian packages present"; fi
+
+$(BUILD)/gen/lua_library.c: lua/diloco.lua tools/embed.sh
+	@mkdir -p $(dir $@)
+	sh tools/embed.sh lua_library $< > $@
+
+$(BUILD)/gen/%.o: $(BUILD)/gen/%.c
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/common/%.o $(BUILD)/worker/diloco/%.o $(BUILD)/shard-server/%.o: CFLAGS += $(DETERMINISTIC)
+$(BUILD)/worker/gpt/%.o: OPT = -O3 -march=native
+$(BUILD)/worker/gpt/%.o: CFLAGS += -fopenmp
+
+$(BUILD)/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(BUILD)/worker/cuda/%.o: worker/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) -O3 -std=c++17 -Icommon -Iworker -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -c $< -o $@
+
+$(LIBCOMMON): $(COMMON_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(LIBDILOCO): $(DILOCO_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(LIBGPT): $(GPT_OBJ) $(CUDA_OBJ)
+	@rm -f $@; ar rcs $@ $^
+
+$(BIN)/coordinator: $(COORD_OBJ) $(LIBGPT) $(LIBCOMMON)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) -o $@ $^ $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+$(BIN)/shard-server: $(SERVER_OBJ) $(LIBCOMMON)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+$(BIN)/worker: $(WORKER_OBJ) $(LIBDILOCO) $(LIBGPT) $(LIBCOMMON)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) -o $@ $^ $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+
+$(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(LIBDILOCO) $(LIBGPT) $(LIBCOMMON)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $^ -lcmocka $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+
+$(BIN)/bench-%: bench/%.c $(LIBDILOCO) $(LIBGPT) $(LIBCOMMON)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) -O3 -march=native -fopenmp -o $@ $^ $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+
+test: deps
+	$(MAKE) all tests-build
+	sh tests/run.sh
+
+tests-build: $(TEST_BIN)
+bench: all $(BENCH_BIN)
+
+cuda-check: all tests-build
+	sh tests/run.sh cuda_
+
+demo: deps
+	$(MAKE) all
+	sh deploy/local/demo.sh
+
+clean:
+	rm -rf $(BUILD) $(BIN)
+
+-include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -1,0 +1,220 @@
+/*
+ * url.c: the Redis URL parser declared in url.h. It parses by hand, left to right, copying each part
+ * into the fixed-size fields of redis_url; every rejection says which part is wrong so an operator
+ * can fix a typo in a command line without reading code.
+ */
+#include "url.h"
+#include "util.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#define DEFAULT_PORT 6379
+#define MAX_DB 2147483647LL
+
+static int hex_value(char c)
+{
+    if (c >= '0' && c <= '9')
+        return c - '0';
+    if (c >= 'a' && c <= 'f')
+        return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F')
+        return c - 'A' + 10;
+    return -1;
+}
+
+/* Percent-decode src[0..len) into dst (cap bytes incl. NUL). */
+static int percent_decode(const char *src, size_t len, char *dst, size_t cap, const char *what,
+                          char *err, size_t errlen)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len; i++) {
+        char c = src[i];
+        if (c == '%') {
+            int hi = i + 2 < len ? hex_value(src[i + 1]) : -1;
+            int lo = i + 2 < len ? hex_value(src[i + 2]) : -1;
+            if (hi < 0 || lo < 0) {
+                err_set(err, errlen, "bad percent-escape in the %s of the Redis URL", what);
+                return -1;
+            }
+            c = (char)(hi * 16 + lo);
+            i += 2;
+            if (c == '\0') {
+                err_set(err, errlen, "%%00 is not allowed in the %s of the Redis URL", what);
+                return -1;
+            }
+        }
+        if (o + 1 >= cap) {
+            err_set(err, errlen, "the %s in the Redis URL is too long (max %zu bytes)", what, cap - 1);
+            return -1;
+        }
+        dst[o++] = c;
+    }
+    dst[o] = '\0';
+    return 0;
+}
+
+static int copy_part(const char *src, size_t len, char *dst, size_t cap, const char *what, char *err,
+                     size_t errlen)
+{
+    if (len >= cap) {
+        err_set(err, errlen, "the %s in the Redis URL is too long (max %zu bytes)", what, cap - 1);
+        return -1;
+    }
+    memcpy(dst, src, len);
+    dst[len] = '\0';
+    return 0;
+}
+
+static int parse_number_part(const char *src, size_t len, long long min, long long max, long long *out)
+{
+    char tmp[32];
+    if (len == 0 || len >= sizeof tmp)
+        return -1;
+    for (size_t i = 0; i < len; i++)
+        if (src[i] < '0' || src[i] > '9')
+            return -1; /* strtoll would accept signs and spaces; a URL must not */
+    memcpy(tmp, src, len);
+    tmp[len] = '\0';
+    return parse_int(tmp, min, max, out);
+}
+
+static int parse_db(const char *src, size_t len, redis_url *out, char *err, size_t errlen)
+{
+    long long db;
+    if (parse_number_part(src, len, 0, MAX_DB, &db) != 0) {
+        err_set(err, errlen, "bad database number '%.*s' in the Redis URL (want 0, 1, 2, ...)",
+                (int)(len > 40 ? 40 : len), src);
+        return -1;
+    }
+    out->db = (int)db;
+    return 0;
+}
+
+/* user[:pass] before the '@'. */
+static int parse_userinfo(const char *s, size_t len, redis_url *out, char *err, size_t errlen)
+{
+    const char *colon = memchr(s, ':', len);
+    size_t ulen = colon ? (size_t)(colon - s) : len;
+    if (percent_decode(s, ulen, out->user, sizeof out->user, "user name", err, errlen) != 0)
+        return -1;
+    if (colon == NULL)
+        return 0;
+    return percent_decode(colon + 1, len - ulen - 1, out->pass, sizeof out->pass, "password", err, errlen);
+}
+
+/* host[:port] or [v6][:port]. */
+static int parse_hostport(const char *s, size_t len, redis_url *out, char *err, size_t errlen)
+{
+    const char *host = s;
+    size_t hlen;
+    const char *rest;
+    if (len > 0 && s[0] == '[') {
+        const char *close = memchr(s, ']', len);
+        if (close == NULL) {
+            err_set(err, errlen, "unterminated '[' in the IPv6 host of the Redis URL");
+            return -1;
+        }
+        host = s + 1;
+        hlen = (size_t)(close - host);
+        rest = close + 1;
+        if (rest < s + len && *rest != ':') {
+            err_set(err, errlen, "unexpected characters after ']' in the Redis URL");
+            return -1;
+        }
+    } else {
+        const char *colon = memchr(s, ':', len);
+        hlen = colon ? (size_t)(colon - s) : len;
+        rest = s + hlen;
+    }
+    if (hlen == 0) {
+        err_set(err, errlen, "missing host in the Redis URL (e.g. redis://127.0.0.1:6379)");
+        return -1;
+    }
+    if (copy_part(host, hlen, out->host, sizeof out->host, "host", err, errlen) != 0)
+        return -1;
+    if (rest == s + len)
+        return 0;
+    /* rest points at ':' */
+    long long port;
+    size_t plen = (size_t)(s + len - rest - 1);
+    if (parse_number_part(rest + 1, plen, 1, 65535, &port) != 0) {
+        err_set(err, errlen, "bad port '%.*s' in the Redis URL (want 1..65535)", (int)(plen > 40 ? 40 : plen),
+                rest + 1);
+        return -1;
+    }
+    out->port = (int)port;
+    return 0;
+}
+
+static int parse_tcp(const char *s, redis_url *out, char *err, size_t errlen)
+{
+    const char *slash = strchr(s, '/');
+    size_t alen = slash ? (size_t)(slash - s) : strlen(s);
+    /* The password may contain '@' when not percent-encoded: the last '@' ends the userinfo. */
+    const char *at = NULL;
+    for (const char *p = s; p < s + alen; p++)
+        if (*p == '@')
+            at = p;
+    const char *hp = s;
+    if (at != NULL) {
+        if (parse_userinfo(s, (size_t)(at - s), out, err, errlen) != 0)
+            return -1;
+        hp = at + 1;
+    }
+    if (parse_hostport(hp, (size_t)(s + alen - hp), out, err, errlen) != 0)
+        return -1;
+    if (slash == NULL || slash[1] == '\0')
+        return 0;
+    return parse_db(slash + 1, strlen(slash + 1), out, err, errlen);
+}
+
+static int parse_unix(const char *s, redis_url *out, char *err, size_t errlen)
+{
+    const char *q = strchr(s, '?');
+    size_t plen = q ? (size_t)(q - s) : strlen(s);
+    if (plen == 0) {
+        err_set(err, errlen, "missing socket path in the Redis URL (e.g. unix:///run/redis/redis.sock)");
+        return -1;
+    }
+    if (copy_part(s, plen, out->path, sizeof out->path, "socket path", err, errlen) != 0)
+        return -1;
+    if (q == NULL)
+        return 0;
+    if (strncmp(q + 1, "db=", 3) != 0) {
+        err_set(err, errlen, "unknown query '%.40s' in the Redis URL (only ?db=N is accepted)", q + 1);
+        return -1;
+    }
+    return parse_db(q + 4, strlen(q + 4), out, err, errlen);
+}
+
+int redis_url_parse(const char *s, redis_url *out, char *err, size_t errlen)
+{
+    memset(out, 0, sizeof *out);
+    out->port = DEFAULT_PORT;
+    if (s == NULL || *s == '\0') {
+        err_set(err, errlen, "empty Redis URL (e.g. redis://127.0.0.1:6379/0)");
+        return -1;
+    }
+    if (strncmp(s, "redis://", 8) == 0)
+        return parse_tcp(s + 8, out, err, errlen);
+    if (strncmp(s, "unix://", 7) == 0) {
+        out->is_unix = 1;
+        return parse_unix(s + 7, out, err, errlen);
+    }
+    err_set(err, errlen, "unsupported Redis URL '%.60s' (want redis://host:port/db or unix://path)", s);
+    return -1;
+}
+
+int redis_url_format(const redis_url *u, char *buf, size_t cap)
+{
+    int n;
+    if (u->is_unix) {
+        n = snprintf(buf, cap, "unix://%s?db=%d", u->path, u->db);
+    } else {
+        int v6 = strchr(u->host, ':') != NULL;
+        n = snprintf(buf, cap, "redis://%s%s%s%s%s:%d/%d", u->user, u->user[0] ? "@" : "", v6 ? "[" : "",
+                     u->host, v6 ? "]" : "", u->port, u->db);
+    }
+    return n < 0 || (size_t)n >= cap ? -1 : 0;
+}

@@ -1,0 +1,204 @@
+/*
+ * test_url.c: Redis URL parsing (common/url.c): every accepted form with its defaults, the
+ * password-free formatting used in logs, and every class of rejection with a helpful message.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "url.h"
+
+static void parses_host_only_with_defaults(void **state)
+{
+    (void)state;
+    redis_url u;
+    char err[256];
+    assert_int_equal(redis_url_parse("redis://127.0.0.1", &u, err, sizeof err), 0);
+    assert_int_equal(u.is_unix, 0);
+    assert_string_equal(u.host, "127.0.0.1");
+    assert_int_equal(u.port, 6379);
+    assert_int_equal(u.db, 0);
+    assert_string_equal(u.user, "");
+    assert_string_equal(u.pass, "");
+}
+
+static void parses_user_pass_port_db(void **state)
+{
+    (void)state;
+    redis_url u;
+    char err[256];
+    assert_int_equal(redis_url_parse("redis://worker:s3cret@redis.example:6380/5", &u, err, sizeof err), 0);
+    assert_string_equal(u.user, "worker");
+    assert_string_equal(u.pass, "s3cret");
+    assert_string_equal(u.host, "redis.example");
+    assert_int_equal(u.port, 6380);
+    assert_int_equal(u.db, 5);
+}
+
+static void parses_password_only(void **state)
+{
+    (void)state;
+    redis_url u;
+    char err[256];
+    assert_int_equal(redis_url_parse("redis://:pw@localhost", &u, err, sizeof err), 0);
+    assert_string_equal(u.user, "");
+    assert_string_equal(u.pass, "pw");
+    assert_string_equal(u.host, "localhost");
+    assert_int_equal(u.port, 6379);
+}
+
+static void percent_decodes_user_and_password(void **state)
+{
+    (void)state;
+    redis_url u;
+    char err[256];
+    assert_int_equal(redis_url_parse("redis://a%40b:p%3Aw%2Fd%25@h:1/", &u, err, sizeof err), 0);
+    assert_string_equal(u.user, "a@b");
+    assert_string_equal(u.pass, "p:w/d%");
+    assert_int_equal(u.port, 1);
+    assert_int_equal(u.db, 0);
+}
+
+static void parses_ipv6_in_brackets(void **state)
+{
+    (void)state;
+    redis_url u;
+    char err[256];
+    char buf[512];
+    assert_int_equal(redis_url_parse("redis://[::1]:6390/2", &u, err, sizeof err), 0);
+    assert_string_equal(u.host, "::1");
+    assert_int_equal(u.port, 6390);
+    assert_int_equal(u.db, 2);
+    assert_int_equal(redis_url_format(&u, buf, sizeof buf), 0);
+    assert_string_equal(buf, "redis://[::1]:6390/2");
+    assert_int_equal(redis_url_parse("redis://[fe80::1]", &u, err, sizeof err), 0);
+    assert_string_equal(u.host, "fe80::1");
+    assert_int_equal(u.port, 6379);
+}
+
+static void parses_unix_socket(void **state)
+{
+    (void)state;
+    redis_url u;
+    char err[256];
+    assert_int_equal(redis_url_parse("unix:///run/redis/redis.sock", &u, err, sizeof err), 0);
+    assert_int_equal(u.is_unix, 1);
+    assert_string_equal(u.path, "/run/redis/redis.sock");
+    assert_int_equal(u.db, 0);
+    assert_int_equal(redis_url_parse("unix:///tmp/r.sock?db=3", &u, err, sizeof err), 0);
+    assert_string_equal(u.path, "/tmp/r.sock");
+    assert_int_equal(u.db, 3);
+}
+
+static void format_hides_the_password(void **state)
+{
+    (void)state;
+    redis_url u;
+    char err[256];
+    char buf[512];
+    assert_int_equal(redis_url_parse("redis://op:topsecret@h:7000/1", &u, err, sizeof err), 0);
+    assert_int_equal(redis_url_format(&u, buf, sizeof buf), 0);
+    assert_string_equal(buf, "redis://op@h:7000/1");
+    assert_null(strstr(buf, "topsecret"));
+    assert_int_equal(redis_url_format(&u, buf, 5), -1);
+}
+
+/* Every rejection returns -1 and an error message containing the expected words. */
+static void expect_reject(const char *url, const char *needle)
+{
+    redis_url u;
+    char err[256] = "";
+    int rc = redis_url_parse(url, &u, err, sizeof err);
+    if (rc != -1 || strstr(err, needle) == NULL)
+        fail_msg("url '%s': rc %d err '%s', wanted '%s'", url ? url : "(null)", rc, err, needle);
+}
+
+static void rejects_empty_and_other_schemes(void **state)
+{
+    (void)state;
+    expect_reject("", "empty");
+    expect_reject(NULL, "empty");
+    expect_reject("http://h:6379", "unsupported");
+    expect_reject("rediss://h", "unsupported");
+    expect_reject("127.0.0.1:6379", "unsupported");
+}
+
+static void rejects_bad_ports(void **state)
+{
+    (void)state;
+    expect_reject("redis://h:0", "bad port");
+    expect_reject("redis://h:65536", "bad port");
+    expect_reject("redis://h:99999999999999999999", "bad port");
+    expect_reject("redis://h:abc", "bad port");
+    expect_reject("redis://h:", "bad port");
+    expect_reject("redis://h:-1", "bad port");
+    expect_reject("redis://h:+80", "bad port");
+    expect_reject("redis://[::1]:x", "bad port");
+}
+
+static void rejects_bad_db(void **state)
+{
+    (void)state;
+    expect_reject("redis://h/x", "database");
+    expect_reject("redis://h/-1", "database");
+    expect_reject("redis://h/1/2", "database");
+    expect_reject("redis://h/99999999999", "database");
+    expect_reject("unix:///s?db=", "database");
+    expect_reject("unix:///s?db=q", "database");
+    expect_reject("unix:///s?timeout=3", "unknown query");
+}
+
+static void rejects_missing_host_or_path(void **state)
+{
+    (void)state;
+    expect_reject("redis://", "missing host");
+    expect_reject("redis://:6379", "missing host");
+    expect_reject("redis://u:p@", "missing host");
+    expect_reject("redis://[]:1", "missing host");
+    expect_reject("redis://[::1", "unterminated");
+    expect_reject("redis://[::1]x", "after ']'");
+    expect_reject("unix://", "missing socket path");
+}
+
+static void rejects_overlong_parts_and_bad_escapes(void **state)
+{
+    (void)state;
+    char url[1200];
+    char longpart[600];
+    memset(longpart, 'a', sizeof longpart - 1);
+    longpart[sizeof longpart - 1] = '\0';
+    snprintf(url, sizeof url, "redis://%s:1", longpart);
+    expect_reject(url, "host");
+    snprintf(url, sizeof url, "redis://%.200s@h", longpart);
+    expect_reject(url, "user name");
+    snprintf(url, sizeof url, "redis://:%s@h", longpart);
+    expect_reject(url, "password");
+    snprintf(url, sizeof url, "unix://%s", longpart);
+    expect_reject(url, "socket path");
+    expect_reject("redis://:p%4@h", "percent");
+    expect_reject("redis://:p%zz@h", "percent");
+    expect_reject("redis://:p%00@h", "%00");
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(parses_host_only_with_defaults),
+        cmocka_unit_test(parses_user_pass_port_db),
+        cmocka_unit_test(parses_password_only),
+        cmocka_unit_test(percent_decodes_user_and_password),
+        cmocka_unit_test(parses_ipv6_in_brackets),
+        cmocka_unit_test(parses_unix_socket),
+        cmocka_unit_test(format_hides_the_password),
+        cmocka_unit_test(rejects_empty_and_other_schemes),
+        cmocka_unit_test(rejects_bad_ports),
+        cmocka_unit_test(rejects_bad_db),
+        cmocka_unit_test(rejects_missing_host_or_path),
+        cmocka_unit_test(rejects_overlong_parts_and_bad_escapes),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,696 @@
+#!lua name=diloco
+--[[
+diloco.lua: the ReDiLoCo control plane, as one Redis Functions library.
+
+Every change to coordination state (membership, heartbeats, barriers, leases, shard versions, counters,
+events) is one function here, so it is atomic and survives any client crash. Redis does not roll back
+a function that fails half-way, so every function checks ALL its preconditions before its first write
+and fails with a fixed error code (first word of the error):
+
+  NORUN           the run does not exist (run `coordinator init`)
+  EXISTS          the run already exists
+  BADARG          an argument is malformed
+  UNKNOWN_WORKER  the worker is not a live member (evicted, never registered, or an old incarnation)
+  STALE           the round is not the open round of that fragment
+  NOTCLOSED       the barrier is still open
+  FENCED          the lease is not held by the caller with that epoch (or expired)
+  VERSION         the shard is not at the version the caller expects
+  ALIVE           the worker is still a live member (it cannot be dropped from a round)
+  SHUTDOWN        the run has been shut down
+
+All keys of run R carry the hash tag {R} so a Redis Cluster keeps them on one node; KEYS[1] is always
+dl:{R}:config and the other names are derived from it. The format of every key is documented in
+docs/PROTOCOL.md. Times are Redis TIME in milliseconds, never a client's clock.
+]]
+
+local LIB_VERSION = '1'
+local EVENTS_MAXLEN = 100000
+
+-- ---------------------------------------------------------------------------------------------------
+-- small helpers
+
+local function now_ms()
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function prefix_of(config_key)
+    local p = string.match(config_key, '^(dl:{[^}]+}):config$')
+    if not p then error('BADARG the first key must be dl:{RUN}:config, got ' .. tostring(config_key)) end
+    return p
+end
+
+local function fail(msg) return redis.error_reply(msg) end
+
+local function to_int(s, what)
+    local n = tonumber(s)
+    if n == nil or n ~= math.floor(n) then error('BADARG ' .. what .. ' must be an integer, got ' .. tostring(s)) end
+    return n
+end
+
+local function to_num(s, what)
+    local n = tonumber(s)
+    if n == nil or n ~= n then error('BADARG ' .. what .. ' must be a number, got ' .. tostring(s)) end
+    return n
+end
+
+local function hget_num(key, field, default)
+    local v = redis.call('HGET', key, field)
+    if not v then return default end
+    return tonumber(v)
+end
+
+local function split_csv(s)
+    local out = {}
+    if s == nil or s == false or s == '' then return out end
+    for item in string.gmatch(s, '[^,]+') do out[#out + 1] = item end
+    return out
+end
+
+local function event(P, kind, fields)
+    local args = {P .. ':events', 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', kind}
+    for i = 1, #fields, 2 do
+        args[#args + 1] = fields[i]
+        args[#args + 1] = tostring(fields[i + 1])
+    end
+    redis.call('XADD', unpack(args))
+end
+
+local function load_run(keys)
+    local P = prefix_of(keys[1])
+    if redis.call('EXISTS', keys[1]) == 0 then error('NORUN run ' .. P .. ' does not exist; run `coordinator init` first') end
+    return P
+end
+
+local function num_fragments(P)
+    return tonumber(redis.call('HGET', P .. ':config', 'fragments')) or 1
+end
+
+-- worker records are msgpack maps: {inc, host, joined = {f -> round}, registered, speed, loss, step, tokens, h}
+local function get_worker(P, w)
+    local raw = redis.call('HGET', P .. ':workers', w)
+    if not raw then return nil end
+    return cmsgpack.unpack(raw)
+end
+
+local function put_worker(P, w, rec)
+    redis.call('HSET', P .. ':workers', w, cmsgpack.pack(rec))
+end
+
+local function barrier_key(P, f, r) return P .. ':f' .. f .. ':r' .. r end
+
+-- ---------------------------------------------------------------------------------------------------
+-- barriers
+
+-- Live members expected at round r of fragment f: joined round <= r.
+local function expected_members(P, f, r)
+    local out = {}
+    local all = redis.call('HGETALL', P .. ':workers')
+    for i = 1, #all, 2 do
+        local rec = cmsgpack.unpack(all[i + 1])
+        local j = rec.joined and rec.joined[f + 1]
+        if j ~= nil and j <= r then out[#out + 1] = all[i] end
+    end
+    return out
+end
+
+-- Close the open barrier of fragment f if every expected member arrived and at least the target number
+-- of workers did. Closing freezes the participants (sorted by id), opens round r+1 and wakes them.
+local function barrier_try_close(P, f)
+    local state = P .. ':state'
+    local r = tonumber(redis.call('HGET', state, 'round:' .. f))
+    local B = barrier_key(P, f, r)
+    local fields = redis.call('HGETALL', B)
+    local arrived, n = {}, 0
+    for i = 1, #fields, 2 do
+        local w = string.match(fields[i], '^a:(.+)$')
+        if w then arrived[w] = fields[i + 1]; n = n + 1 end
+    end
+    if n == 0 then return false end
+    for _, w in ipairs(expected_members(P, f, r)) do
+        if arrived[w] == nil then return false end
+    end
+    local target = tonumber(redis.call('HGET', state, 'target_workers')) or 1
+    if n < target then return false end
+
+    local ids = {}
+    for w, _ in pairs(arrived) do ids[#ids + 1] = w end
+    table.sort(ids)
+    local parts = {}
+    for i, w in ipairs(ids) do parts[i] = w .. ':' .. arrived[w] end
+    local t = now_ms()
+    redis.call('HSET', B, 'state', 'closed', 'participants', table.concat(parts, ','), 'closed_ms', t)
+    redis.call('EXPIRE', B, 86400)
+    redis.call('HSET', state, 'round:' .. f, r + 1)
+    redis.call('HSET', barrier_key(P, f, r + 1), 'state', 'open', 'opened_ms', t)
+    redis.call('HINCRBY', state, 'rounds_closed', 1)
+    for _, w in ipairs(ids) do
+        local wk = P .. ':wake:' .. w
+        redis.call('RPUSH', wk, f .. ':' .. r)
+        redis.call('EXPIRE', wk, 600)
+    end
+    event(P, 'close', {'frag', f, 'round', r, 'participants', n})
+    return true
+end
+
+-- Remove worker w from the open barrier of every fragment and re-evaluate them.
+local function barrier_forget(P, w)
+    for f = 0, num_fragments(P) - 1 do
+        local r = redis.call('HGET', P .. ':state', 'round:' .. f)
+        if redis.call('HDEL', barrier_key(P, f, r), 'a:' .. w) == 1 then
+            event(P, 'dropped', {'worker', w, 'frag', f, 'round', r})
+        end
+    end
+    for f = 0, num_fragments(P) - 1 do barrier_try_close(P, f) end
+end
+
+-- ---------------------------------------------------------------------------------------------------
+-- membership
+
+local function live_count(P) return redis.call('HLEN', P .. ':workers') end
+
+-- The number of arrivals a barrier needs shrinks with deaths (never below min_workers): this is
+-- Forgather's num_workers. It never grows on joins: a joiner counts through the expected set.
+local function shrink_target(P)
+    local state = P .. ':state'
+    local target = tonumber(redis.call('HGET', state, 'target_workers')) or 1
+    local minw = tonumber(redis.call('HGET', state, 'min_workers')) or 1
+    local live = live_count(P)
+    local t = math.max(minw, math.min(target, live))
+    if t < 1 then t = 1 end
+    redis.call('HSET', state, 'target_workers', t)
+end
+
+local function remove_member(P, w, why)
+    local rec = get_worker(P, w)
+    if not rec then return false end
+    redis.call('HDEL', P .. ':workers', w)
+    redis.call('ZREM', P .. ':heartbeats', w)
+    if why == 'evicted' or why == 'kicked' then redis.call('HINCRBY', P .. ':state', 'deaths', 1) end
+    shrink_target(P)
+    event(P, why, {'worker', w, 'inc', rec.inc})
+    barrier_forget(P, w)
+    return true
+end
+
+-- Evict every member whose last heartbeat is older than the timeout (0 disables eviction).
+local function reap(P, now)
+    local timeout = tonumber(redis.call('HGET', P .. ':state', 'heartbeat_timeout_ms')) or 0
+    if timeout <= 0 then return 0 end
+    local dead = redis.call('ZRANGEBYSCORE', P .. ':heartbeats', '-inf', '(' .. (now - timeout))
+    for _, w in ipairs(dead) do remove_member(P, w, 'evicted') end
+    return #dead
+end
+
+local function check_running(P)
+    if redis.call('HGET', P .. ':state', 'status') == 'shutdown' then
+        error('SHUTDOWN the run has been shut down by an operator')
+    end
+end
+
+-- Check that w is a live member with incarnation inc; returns its record.
+local function check_member(P, w, inc)
+    local rec = get_worker(P, w)
+    if not rec or tostring(rec.inc) ~= tostring(inc) then
+        error('UNKNOWN_WORKER worker ' .. w .. ' (incarnation ' .. tostring(inc) ..
+              ') is not a live member of the run; register again')
+    end
+    return rec
+end
+
+-- ---------------------------------------------------------------------------------------------------
+-- functions: run lifecycle
+
+-- dl_init KEYS[1]=config ARGV: nconfig, (field, value)*nconfig, nstate, (field, value)*nstate,
+--          nshards, digest_0 .. digest_{nshards-1}
+local function dl_init(keys, args)
+    local P = prefix_of(keys[1])
+    if redis.call('EXISTS', keys[1]) == 1 then
+        error('EXISTS run ' .. P .. ' already exists; use another --run name, or --force to replace it')
+    end
+    local i = 1
+    local nconf = to_int(args[i], 'nconfig'); i = i + 1
+    local conf = {}
+    for _ = 1, nconf do conf[#conf + 1] = args[i]; conf[#conf + 1] = args[i + 1]; i = i + 2 end
+    local nstate = to_int(args[i], 'nstate'); i = i + 1
+    local st = {}
+    for _ = 1, nstate do st[#st + 1] = args[i]; st[#st + 1] = args[i + 1]; i = i + 2 end
+    local nshards = to_int(args[i], 'nshards'); i = i + 1
+    if nshards < 1 or #args ~= i - 1 + nshards then error('BADARG expected ' .. nshards .. ' shard digests') end
+    -- all checks done: write
+    redis.call('HSET', keys[1], 'lib_version', LIB_VERSION, 'created_ms', now_ms(), unpack(conf))
+    redis.call('HSET', P .. ':state', 'status', 'running', 'rounds_closed', 0, 'commits', 0,
+               'rejections', 0, 'deaths', 0, 'joins', 0, 'incarnations', 0, unpack(st))
+    local F = tonumber(redis.call('HGET', keys[1], 'fragments')) or 1
+    for f = 0, F - 1 do
+        redis.call('HSET', P .. ':state', 'round:' .. f, 0)
+        redis.call('HSET', barrier_key(P, f, 0), 'state', 'open', 'opened_ms', now_ms())
+    end
+    for k = 0, nshards - 1 do
+        redis.call('HSET', P .. ':shards', k .. ':version', 0, k .. ':owner', '', k .. ':epoch', 0,
+                   k .. ':expiry', 0, k .. ':digest', args[i + k], k .. ':snap', '0.0', k .. ':log', '')
+    end
+    event(P, 'init', {'shards', nshards, 'fragments', F})
+    return 'OK'
+end
+
+local function dl_version(keys, args) return LIB_VERSION end
+
+-- ---------------------------------------------------------------------------------------------------
+-- functions: workers
+
+-- dl_register KEYS[1]=config ARGV: worker_id, host, sync_every
+-- -> {incarnation, lib_version, {round per fragment}, {joined round per fragment}}
+local function dl_register(keys, args)
+    local P = load_run(keys)
+    local w, host, h = args[1], args[2] or '', tonumber(args[3] or '0') or 0
+    if w == nil or w == '' or string.find(w, '[,:%s]') then
+        error('BADARG worker id must be non-empty without commas, colons or spaces')
+    end
+    check_running(P)
+    local now = now_ms()
+    reap(P, now)
+    if get_worker(P, w) then remove_member(P, w, 'replaced') end
+
+    local state = P .. ':state'
+    local target = tonumber(redis.call('HGET', state, 'target_workers')) or 1
+    local F = num_fragments(P)
+    local rounds, joined = {}, {}
+    for f = 0, F - 1 do
+        local r = tonumber(redis.call('HGET', state, 'round:' .. f))
+        rounds[f + 1] = r
+        -- a joiner fills an under-populated barrier; otherwise it never blocks the open round
+        if #expected_members(P, f, r) < target then joined[f + 1] = r else joined[f + 1] = r + 1 end
+    end
+    local inc = redis.call('HINCRBY', state, 'incarnations', 1)
+    put_worker(P, w, {inc = inc, host = host, joined = joined, registered = now, speed = 0, loss = -1,
+                      step = 0, tokens = 0, h = h, sync_every = h})
+    redis.call('ZADD', P .. ':heartbeats', now, w)
+    redis.call('HINCRBY', state, 'joins', 1)
+    event(P, 'join', {'worker', w, 'inc', inc, 'host', host, 'joined', joined[1]})
+    return {inc, LIB_VERSION, rounds, joined}
+end
+
+-- dl_deregister KEYS[1]=config ARGV: worker_id, incarnation
+local function dl_deregister(keys, args)
+    local P = load_run(keys)
+    check_member(P, args[1], args[2])
+    remove_member(P, args[1], 'left')
+    return 'OK'
+end
+
+-- dl_heartbeat KEYS[1]=config ARGV: worker_id, incarnation, steps_per_s, loss, step, tokens
+-- -> {status, H for this worker (0 = keep yours), {round per fragment}}
+local function dl_heartbeat(keys, args)
+    local P = load_run(keys)
+    local now = now_ms()
+    reap(P, now)
+    local rec = check_member(P, args[1], args[2])
+    rec.speed = to_num(args[3] or 0, 'speed')
+    rec.loss = to_num(args[4] or -1, 'loss')
+    rec.step = to_int(args[5] or 0, 'step')
+    rec.tokens = to_int(args[6] or 0, 'tokens')
+    rec.last = now
+    put_worker(P, args[1], rec)
+    redis.call('ZADD', P .. ':heartbeats', now, args[1])
+    local state = P .. ':state'
+    local h = 0
+    if redis.call('HGET', state, 'dylu') == '1' then
+        local base = tonumber(redis.call('HGET', state, 'dylu_base_sync_every')) or 500
+        local vmax = 0
+        local all = redis.call('HVALS', P .. ':workers')
+        for _, raw in ipairs(all) do
+            local o = cmsgpack.unpack(raw)
+            if (o.speed or 0) > vmax then vmax = o.speed end
+        end
+        if vmax > 0 and rec.speed > 0 then h = math.max(1, math.floor(rec.speed / vmax * base)) end
+        rec.h = h
+        put_worker(P, args[1], rec)
+    end
+    local rounds = {}
+    for f = 0, num_fragments(P) - 1 do rounds[f + 1] = tonumber(redis.call('HGET', state, 'round:' .. f)) end
+    return {redis.call('HGET', state, 'status'), h, rounds}
+end
+
+-- dl_member KEYS[1]=config ARGV: worker_id -> incarnation or nil (read-only; used by shard-servers)
+local function dl_member(keys, args)
+    local P = load_run(keys)
+    local rec = get_worker(P, args[1])
+    if not rec then return false end
+    return rec.inc
+end
+
+-- dl_reap KEYS[1]=config -> number of members evicted
+local function dl_reap(keys, args)
+    local P = load_run(keys)
+    return reap(P, now_ms())
+end
+
+-- ---------------------------------------------------------------------------------------------------
+-- functions: barriers
+
+-- dl_arrive KEYS[1]=config ARGV: worker_id, incarnation, fragment, round
+-- -> {'closed'|'open', round, arrived count}
+local function dl_arrive(keys, args)
+    local P = load_run(keys)
+    local w, inc = args[1], args[2]
+    local f, r = to_int(args[3], 'fragment'), to_int(args[4], 'round')
+    local now = now_ms()
+    reap(P, now)
+    check_running(P)
+    check_member(P, w, inc)
+    if f < 0 or f >= num_fragments(P) then error('BADARG fragment ' .. f .. ' does not exist') end
+    local cur = tonumber(redis.call('HGET', P .. ':state', 'round:' .. f))
+    if r ~= cur then
+        error('STALE round ' .. r .. ' of fragment ' .. f .. ' is not open (open round is ' .. cur ..
+              '); fetch the current parameters and start a new round')
+    end
+    local B = barrier_key(P, f, r)
+    redis.call('HSET', B, 'a:' .. w, inc)
+    redis.call('ZADD', P .. ':heartbeats', now, w)
+    local closed = barrier_try_close(P, f)
+    local n = 0
+    if not closed then
+        for _, k in ipairs(redis.call('HKEYS', B)) do if string.sub(k, 1, 2) == 'a:' then n = n + 1 end end
+    end
+    return {closed and 'closed' or 'open', r, n}
+end
+
+-- dl_barrier KEYS[1]=config ARGV: fragment, round
+-- -> {state, participants csv, dropped csv, open round of the fragment}. Reaps first, so a worker that
+-- waits on a barrier whose members died is released by its own polling.
+local function dl_barrier(keys, args)
+    local P = load_run(keys)
+    local f, r = to_int(args[1], 'fragment'), to_int(args[2], 'round')
+    reap(P, now_ms())
+    local B = barrier_key(P, f, r)
+    local st = redis.call('HMGET', B, 'state', 'participants', 'dropped')
+    local cur = tonumber(redis.call('HGET', P .. ':state', 'round:' .. f))
+    local state = st[1]
+    if not state then
+        if r < cur then state = 'expired' else state = 'none' end
+    end
+    return {state, st[2] or '', st[3] or '', cur}
+end
+
+-- dl_drop KEYS[1]=config ARGV: fragment, round, worker_id
+-- A closed round whose participant w died before a shard received its pseudo-gradient again can never
+-- commit that shard with w; drop w from the round for every shard not yet committed.
+local function dl_drop(keys, args)
+    local P = load_run(keys)
+    local f, r, w = to_int(args[1], 'fragment'), to_int(args[2], 'round'), args[3]
+    reap(P, now_ms())
+    local B = barrier_key(P, f, r)
+    local st = redis.call('HMGET', B, 'state', 'participants', 'dropped')
+    if st[1] ~= 'closed' then error('NOTCLOSED round ' .. r .. ' of fragment ' .. f .. ' is not closed') end
+    local inc = nil
+    for _, p in ipairs(split_csv(st[2])) do
+        local id, i = string.match(p, '^(.+):(%d+)$')
+        if id == w then inc = i end
+    end
+    if not inc then error('BADARG worker ' .. w .. ' is not a participant of round ' .. r) end
+    local rec = get_worker(P, w)
+    if rec and tostring(rec.inc) == inc then
+        error('ALIVE worker ' .. w .. ' is still a live member; it will resend its pseudo-gradient')
+    end
+    for _, d in ipairs(split_csv(st[3])) do if d == w then return st[3] end end
+    local dropped = (st[3] and st[3] ~= '') and (st[3] .. ',' .. w) or w
+    redis.call('HSET', B, 'dropped', dropped)
+    event(P, 'drop', {'worker', w, 'frag', f, 'round', r})
+    return dropped
+end
+
+-- ---------------------------------------------------------------------------------------------------
+-- functions: shard-servers and leases
+
+local function live_servers(P, now, ttl)
+    redis.call('ZREMRANGEBYSCORE', P .. ':server_beats', '-inf', '(' .. (now - ttl))
+    return redis.call('ZCARD', P .. ':server_beats')
+end
+
+-- dl_server_beat KEYS[1]=config ARGV: server_id, address, ttl_ms, pid
+-- Renews the caller's valid leases, takes free or expired shards up to its fair share
+-- ceil(shards/servers), and gives back shards above it so a new server gets work.
+-- -> flat {shard, epoch, shard, epoch, ...} of the leases the caller now holds.
+local function dl_server_beat(keys, args)
+    local P = load_run(keys)
+    local sid, addr = args[1], args[2]
+    local ttl = to_int(args[3], 'ttl_ms')
+    if sid == nil or sid == '' or ttl <= 0 then error('BADARG server id and a positive ttl are required') end
+    local now = now_ms()
+    local S = tonumber(redis.call('HGET', keys[1], 'shards'))
+    local shards = P .. ':shards'
+    redis.call('ZADD', P .. ':server_beats', now, sid)
+    local n = math.max(1, live_servers(P, now, ttl))
+    local fair = math.ceil(S / n)
+    local held, free = {}, {}
+    for k = 0, S - 1 do
+        local v = redis.call('HMGET', shards, k .. ':owner', k .. ':expiry')
+        local owner, expiry = v[1], tonumber(v[2]) or 0
+        if owner == sid and expiry >= now then held[#held + 1] = k
+        elseif owner == '' or expiry < now then free[#free + 1] = k end
+    end
+    -- give back the highest-numbered shards above the fair share, but only when someone lacks work
+    while #held > fair and #free == 0 do
+        local k = table.remove(held)
+        redis.call('HSET', shards, k .. ':owner', '', k .. ':expiry', 0)
+        redis.call('HINCRBY', P .. ':state', 'lease_changes', 1)
+        event(P, 'release', {'shard', k, 'server', sid})
+    end
+    for _, k in ipairs(held) do redis.call('HSET', shards, k .. ':expiry', now + ttl) end
+    for _, k in ipairs(free) do
+        if #held >= fair then break end
+        local epoch = redis.call('HINCRBY', shards, k .. ':epoch', 1)
+        redis.call('HSET', shards, k .. ':owner', sid, k .. ':expiry', now + ttl)
+        redis.call('HINCRBY', P .. ':state', 'lease_changes', 1)
+        event(P, 'lease', {'shard', k, 'server', sid, 'epoch', epoch})
+        held[#held + 1] = k
+    end
+    table.sort(held)
+    local out = {}
+    for _, k in ipairs(held) do
+        out[#out + 1] = k
+        out[#out + 1] = tonumber(redis.call('HGET', shards, k .. ':epoch'))
+    end
+    redis.call('HSET', P .. ':servers', sid, cmsgpack.pack({addr = addr, pid = args[4] or '', last = now,
+                                                           held = #held}))
+    return out
+end
+
+-- dl_server_leave KEYS[1]=config ARGV: server_id  (clean shutdown: give every lease back)
+local function dl_server_leave(keys, args)
+    local P = load_run(keys)
+    local sid = args[1]
+    local S = tonumber(redis.call('HGET', keys[1], 'shards'))
+    for k = 0, S - 1 do
+        if redis.call('HGET', P .. ':shards', k .. ':owner') == sid then
+            redis.call('HSET', P .. ':shards', k .. ':owner', '', k .. ':expiry', 0)
+            event(P, 'release', {'shard', k, 'server', sid})
+        end
+    end
+    redis.call('ZREM', P .. ':server_beats', sid)
+    redis.call('HDEL', P .. ':servers', sid)
+    return 'OK'
+end
+
+local function check_lease(P, sid, k, epoch, now)
+    local v = redis.call('HMGET', P .. ':shards', k .. ':owner', k .. ':epoch', k .. ':expiry', k .. ':version')
+    if v[1] ~= sid or tostring(v[2]) ~= tostring(epoch) or (tonumber(v[3]) or 0) < now then
+        error('FENCED shard ' .. k .. ' is not leased to ' .. sid .. ' with epoch ' .. tostring(epoch) ..
+              ' (owner ' .. tostring(v[1]) .. ', epoch ' .. tostring(v[2]) .. ')')
+    end
+    return tonumber(v[4])
+end
+
+-- dl_commit KEYS[1]=config ARGV: server_id, epoch, shard, from_version, digest, log_ref, participants, frag, round
+-- Makes version from+1 of the shard current: fenced by the lease epoch and by the version.
+local function dl_commit(keys, args)
+    local P = load_run(keys)
+    local sid, epoch, k = args[1], args[2], to_int(args[3], 'shard')
+    local from = to_int(args[4], 'from_version')
+    local digest, logref, nparts = args[5], args[6], args[7]
+    local now = now_ms()
+    local cur = check_lease(P, sid, k, epoch, now)
+    if cur ~= from then
+        error('VERSION shard ' .. k .. ' is at version ' .. cur .. ', not ' .. from)
+    end
+    local shards = P .. ':shards'
+    local log = redis.call('HGET', shards, k .. ':log')
+    if log and log ~= '' then log = log .. ',' .. logref else log = logref end
+    redis.call('HSET', shards, k .. ':version', from + 1, k .. ':digest', digest, k .. ':log', log,
+               k .. ':committed_ms', now)
+    redis.call('HINCRBY', P .. ':state', 'commits', 1)
+    event(P, 'commit', {'shard', k, 'version', from + 1, 'server', sid, 'epoch', epoch,
+                        'participants', nparts, 'frag', args[8] or 0, 'round', args[9] or from})
+    return from + 1
+end
+
+-- dl_snapshot KEYS[1]=config ARGV: server_id, epoch, shard, version, snap_ref
+-- Records a snapshot of the shard at `version` and trims the log entries it covers.
+-- -> {old snapshot ref, trimmed log refs...} so the caller can delete those blobs.
+local function dl_snapshot(keys, args)
+    local P = load_run(keys)
+    local sid, epoch, k = args[1], args[2], to_int(args[3], 'shard')
+    local v, ref = to_int(args[4], 'version'), args[5]
+    local cur = check_lease(P, sid, k, epoch, now_ms())
+    local shards = P .. ':shards'
+    local old = redis.call('HGET', shards, k .. ':snap')
+    local oldv = tonumber(string.match(old, '^(%d+)%.'))
+    if v > cur or v <= oldv then
+        error('VERSION snapshot version ' .. v .. ' must be in (' .. oldv .. ', ' .. cur .. ']')
+    end
+    local keep, trimmed = {}, {old}
+    for _, e in ipairs(split_csv(redis.call('HGET', shards, k .. ':log'))) do
+        local ev = tonumber(string.match(e, '^(%d+)%.'))
+        if ev <= v then trimmed[#trimmed + 1] = e else keep[#keep + 1] = e end
+    end
+    redis.call('HSET', shards, k .. ':snap', ref, k .. ':log', table.concat(keep, ','))
+    return trimmed
+end
+
+-- ---------------------------------------------------------------------------------------------------
+-- functions: audit and operations
+
+-- dl_reject KEYS[1]=config ARGV: reporter, worker, code, message, shard, round
+local function dl_reject(keys, args)
+    local P = load_run(keys)
+    redis.call('HINCRBY', P .. ':state', 'rejections', 1)
+    event(P, 'reject', {'by', args[1] or '', 'worker', args[2] or '', 'code', args[3] or '',
+                        'message', args[4] or '', 'shard', args[5] or -1, 'round', args[6] or -1})
+    return 'OK'
+end
+
+-- dl_kick KEYS[1]=config ARGV: worker_id
+local function dl_kick(keys, args)
+    local P = load_run(keys)
+    if not get_worker(P, args[1]) then error('UNKNOWN_WORKER no live worker ' .. tostring(args[1])) end
+    remove_member(P, args[1], 'kicked')
+    return 'OK'
+end
+
+-- dl_set KEYS[1]=config ARGV: (field, value)* among the tunables below
+local TUNABLES = {outer_lr = 'num', outer_momentum = 'num', nesterov = 'bool', min_workers = 'int',
+                  target_workers = 'int', heartbeat_timeout_ms = 'int'}
+local function dl_set(keys, args)
+    local P = load_run(keys)
+    if #args == 0 or #args % 2 ~= 0 then error('BADARG expected field value pairs') end
+    for i = 1, #args, 2 do
+        local kind = TUNABLES[args[i]]
+        if not kind then error('BADARG ' .. tostring(args[i]) .. ' is not a tunable') end
+        local v = to_num(args[i + 1], args[i])
+        if kind == 'int' and (v ~= math.floor(v) or v < 0) then error('BADARG ' .. args[i] .. ' must be a non-negative integer') end
+        if kind == 'bool' and v ~= 0 and v ~= 1 then error('BADARG ' .. args[i] .. ' must be 0 or 1') end
+        if args[i] == 'outer_lr' and v <= 0 then error('BADARG outer_lr must be positive') end
+        if args[i] == 'outer_momentum' and (v < 0 or v >= 1) then error('BADARG outer_momentum must be in [0, 1)') end
+    end
+    local fields = {}
+    for i = 1, #args, 2 do fields[#fields + 1] = args[i]; fields[#fields + 1] = args[i + 1] end
+    redis.call('HSET', P .. ':state', unpack(fields))
+    if redis.call('HEXISTS', P .. ':state', 'target_workers') == 1 then
+        for f = 0, num_fragments(P) - 1 do barrier_try_close(P, f) end
+    end
+    event(P, 'set', fields)
+    return 'OK'
+end
+
+-- dl_shutdown KEYS[1]=config: workers see status 'shutdown' in their next heartbeat and stop
+local function dl_shutdown(keys, args)
+    local P = load_run(keys)
+    redis.call('HSET', P .. ':state', 'status', 'shutdown')
+    event(P, 'shutdown', {})
+    return 'OK'
+end
+
+-- dl_status KEYS[1]=config -> JSON document of the whole run (read-only)
+local function dl_status(keys, args)
+    local P = load_run(keys)
+    local now = now_ms()
+    local function hash(key)
+        local t, all = {}, redis.call('HGETALL', key)
+        for i = 1, #all, 2 do t[all[i]] = all[i + 1] end
+        return t
+    end
+    local config = hash(P .. ':config')
+    config.secret = nil
+    local state = hash(P .. ':state')
+    local workers = {}
+    local all = redis.call('HGETALL', P .. ':workers')
+    for i = 1, #all, 2 do
+        local rec = cmsgpack.unpack(all[i + 1])
+        local hb = tonumber(redis.call('ZSCORE', P .. ':heartbeats', all[i])) or 0
+        rec.id = all[i]
+        rec.heartbeat_age_ms = now - hb
+        workers[#workers + 1] = rec
+    end
+    local servers = {}
+    all = redis.call('HGETALL', P .. ':servers')
+    for i = 1, #all, 2 do
+        local rec = cmsgpack.unpack(all[i + 1])
+        rec.id = all[i]
+        rec.age_ms = now - (rec.last or 0)
+        servers[#servers + 1] = rec
+    end
+    local sh = hash(P .. ':shards')
+    local shards = {}
+    local S = tonumber(config.shards) or 0
+    for k = 0, S - 1 do
+        shards[#shards + 1] = {shard = k, version = tonumber(sh[k .. ':version']), owner = sh[k .. ':owner'],
+            epoch = tonumber(sh[k .. ':epoch']), lease_left_ms = (tonumber(sh[k .. ':expiry']) or 0) - now,
+            digest = sh[k .. ':digest'], snap = sh[k .. ':snap'], log = sh[k .. ':log']}
+    end
+    local barriers = {}
+    for f = 0, (tonumber(config.fragments) or 1) - 1 do
+        local r = state['round:' .. f]
+        local b = hash(barrier_key(P, f, r))
+        local arrived = {}
+        for key, _ in pairs(b) do
+            local w = string.match(key, '^a:(.+)$')
+            if w then arrived[#arrived + 1] = w end
+        end
+        table.sort(arrived)
+        barriers[#barriers + 1] = {frag = f, round = tonumber(r), arrived = arrived}
+    end
+    return cjson.encode({run = P, now_ms = now, config = config, state = state, workers = workers,
+                         servers = servers, shards = shards, barriers = barriers})
+end
+
+-- ---------------------------------------------------------------------------------------------------
+-- registration. Errors raised with error('CODE ...') reach the client as '-CODE ...' replies.
+
+local function wrap(fn)
+    return function(keys, args)
+        local ok, res = pcall(fn, keys, args)
+        if ok then return res end
+        if type(res) == 'table' and res.err then return res end
+        local msg = tostring(res)
+        -- strip the "user_function:123: " position Lua prepends to error strings
+        msg = string.gsub(msg, '^[^:]*:%d+: ', '')
+        return fail(msg)
+    end
+end
+
+local function reg(name, fn, readonly)
+    local spec = {function_name = name, callback = wrap(fn)}
+    if readonly then spec.flags = {'no-writes'} end
+    redis.register_function(spec)
+end
+
+reg('dl_version', dl_version, true)
+reg('dl_init', dl_init)
+reg('dl_register', dl_register)
+reg('dl_deregister', dl_deregister)
+reg('dl_heartbeat', dl_heartbeat)
+reg('dl_member', dl_member, true)
+reg('dl_reap', dl_reap)
+reg('dl_arrive', dl_arrive)
+reg('dl_barrier', dl_barrier)
+reg('dl_drop', dl_drop)
+reg('dl_server_beat', dl_server_beat)
+reg('dl_server_leave', dl_server_leave)
+reg('dl_commit', dl_commit)
+reg('dl_snapshot', dl_snapshot)
+reg('dl_reject', dl_reject)
+reg('dl_kick', dl_kick)
+reg('dl_set', dl_set)
+reg('dl_shutdown', dl_shutdown)
+reg('dl_status', dl_status, true)

@@ -1,0 +1,36 @@
+/*
+ * outer.h: the outer-optimizer math of DiLoCo, shared by shard-servers (which apply it) and tests.
+ *
+ * Version v+1 of a shard must be a pure, bit-reproducible function of version v and the
+ * participants' pseudo-gradients, so a replacement shard-server recomputes the same bytes. Hence:
+ * fp32 throughout, a fixed accumulation order (the caller adds workers sorted by id), no FMA
+ * contraction (built with -ffp-contract=off) and no reassociation (never -ffast-math). The loops are
+ * still element-wise, so gcc vectorises them without changing any rounding.
+ */
+#ifndef DILOCO_OUTER_H
+#define DILOCO_OUTER_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+void outer_sum_zero(float *acc, size_t n);
+void outer_sum_add_f32(float *acc, const float *x, size_t n);                  /* acc[i] += x[i] */
+void outer_sum_add_bf16(float *acc, const uint16_t *x, size_t n);              /* acc[i] += bf16_to_f32(x[i]) */
+void outer_sum_add_scaled_f32(float *acc, const float *x, float w, size_t n); /* acc[i] += w*x[i] */
+/* acc[i] = acc[i] / (float)count: a true division, as torch's mean does; count 0 leaves acc as is. */
+void outer_mean_finish(float *acc, size_t n, uint32_t count);
+
+/* torch.optim.SGD(lr, momentum=mu, dampening=0, nesterov) on one tensor, g the averaged pseudo-gradient:
+ * first_step: b = g; else b = mu*b + g; d = nesterov ? g + mu*b : b; theta = theta - lr*d.
+ * With mu == 0: d = g and b is untouched (may be NULL). theta, b and g must not overlap. */
+void outer_sgd_step(float *theta, float *b, int first_step, const float *g, size_t n, float lr, float mu,
+                    int nesterov);
+
+/* 0 if every element is finite; else -1 and the index of the first NaN/Inf in *bad_index (may be NULL). */
+int outer_check_finite(const float *x, size_t n, size_t *bad_index);
+int outer_check_finite_bf16(const uint16_t *x, size_t n, size_t *bad_index);
+
+/* XXH3_64bits of the raw bytes: compares parameter versions across processes. */
+uint64_t digest_f32(const float *x, size_t n);
+
+#endif

@@ -1,0 +1,205 @@
+/*
+ * test_outer_step.c: the outer optimizer (common/outer.c): averaging of pseudo-gradients, the SGD
+ * step with and without (Nesterov) momentum against hand-computed values, the bf16 accumulation
+ * path, the finite checks, and that the vectorised kernels give the same bits as the scalar formula.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <cmocka.h>
+
+#include "bf16.h"
+#include "outer.h"
+#include "util.h"
+
+static void two_workers_averaged_with_lr1_mu0_give_exact_result(void **state)
+{
+    (void)state;
+    float acc[1];
+    float theta[1] = { 0.0f };
+    const float w1[1] = { 0.2f };
+    const float w2[1] = { 0.4f };
+    outer_sum_zero(acc, 1);
+    outer_sum_add_f32(acc, w1, 1);
+    outer_sum_add_f32(acc, w2, 1);
+    outer_mean_finish(acc, 1, 2);
+    outer_sgd_step(theta, NULL, 1, acc, 1, 1.0f, 0.0f, 1);
+    assert_true(theta[0] == -0.3f);
+}
+
+static void nesterov_three_steps_match_torch(void **state)
+{
+    (void)state;
+    float theta[3] = { 0, 0, 0 };
+    float b[3] = { 99, 99, 99 }; /* garbage: the first step must overwrite it */
+    const float g[3] = { 1, 1, 1 };
+    const double want[3] = { -0.19, -0.461, -0.8049 };
+    for (int step = 0; step < 3; step++) {
+        outer_sgd_step(theta, b, step == 0, g, 3, 0.1f, 0.9f, 1);
+        for (int i = 0; i < 3; i++)
+            assert_true(fabs(theta[i] - want[step]) < 1e-6);
+    }
+}
+
+static void plain_momentum_matches_hand_computation(void **state)
+{
+    (void)state;
+    /* lr 0.5, mu 0.5, g = 2, 4, -1:
+     * step1: b = 2,           theta = -1
+     * step2: b = 1 + 4 = 5,   theta = -1 - 2.5 = -3.5
+     * step3: b = 2.5 - 1 = 1.5, theta = -3.5 - 0.75 = -4.25   (all exact in binary) */
+    float theta[1] = { 0 };
+    float b[1] = { 0 };
+    const float gs[3] = { 2, 4, -1 };
+    const float want_theta[3] = { -1.0f, -3.5f, -4.25f };
+    const float want_b[3] = { 2.0f, 5.0f, 1.5f };
+    for (int step = 0; step < 3; step++) {
+        outer_sgd_step(theta, b, step == 0, &gs[step], 1, 0.5f, 0.5f, 0);
+        assert_true(theta[0] == want_theta[step]);
+        assert_true(b[0] == want_b[step]);
+    }
+}
+
+static void mu_zero_leaves_momentum_untouched(void **state)
+{
+    (void)state;
+    float theta[2] = { 1, 1 };
+    float b[2] = { 7, 7 };
+    const float g[2] = { 0.5f, -0.5f };
+    outer_sgd_step(theta, b, 0, g, 2, 2.0f, 0.0f, 1);
+    assert_true(theta[0] == 0.0f && theta[1] == 2.0f);
+    assert_true(b[0] == 7.0f && b[1] == 7.0f);
+}
+
+static void bf16_accumulate_path_matches_widened_f32(void **state)
+{
+    (void)state;
+    enum { N = 1000 };
+    float src[N], widened[N], acc_a[N], acc_b[N];
+    uint16_t packed[N];
+    uint64_t seed = 42;
+    for (size_t i = 0; i < N; i++)
+        src[i] = rng_uniform(&seed) * 2.0f - 1.0f;
+    bf16_encode(src, packed, N);
+    bf16_decode(packed, widened, N);
+    outer_sum_zero(acc_a, N);
+    outer_sum_zero(acc_b, N);
+    outer_sum_add_bf16(acc_a, packed, N);
+    outer_sum_add_bf16(acc_a, packed, N);
+    outer_sum_add_f32(acc_b, widened, N);
+    outer_sum_add_f32(acc_b, widened, N);
+    assert_memory_equal(acc_a, acc_b, sizeof acc_a);
+    /* A value exactly representable in bf16 accumulates exactly. */
+    uint16_t one_and_half = bf16_from_f32(1.5f);
+    float acc[1] = { 0.25f };
+    outer_sum_add_bf16(acc, &one_and_half, 1);
+    assert_true(acc[0] == 1.75f);
+}
+
+static void scaled_add_and_mean_use_the_scalar_formula(void **state)
+{
+    (void)state;
+    enum { N = 37 }; /* not a multiple of the vector width: tail included */
+    float acc[N], x[N], want[N];
+    uint64_t seed = 7;
+    for (size_t i = 0; i < N; i++) {
+        x[i] = rng_uniform(&seed);
+        acc[i] = rng_uniform(&seed);
+        volatile float prod = 0.3f * x[i];
+        volatile float sum = acc[i] + prod;
+        volatile float mean = sum / 3.0f;
+        want[i] = mean;
+    }
+    outer_sum_add_scaled_f32(acc, x, 0.3f, N);
+    outer_mean_finish(acc, N, 3);
+    assert_memory_equal(acc, want, sizeof acc);
+}
+
+static void vectorised_nesterov_is_bit_identical_to_scalar(void **state)
+{
+    (void)state;
+    enum { N = 1031 };
+    float *theta = malloc(N * sizeof *theta), *b = malloc(N * sizeof *b), *g = malloc(N * sizeof *g);
+    float *ts = malloc(N * sizeof *ts), *bs = malloc(N * sizeof *bs);
+    assert_true(theta && b && g && ts && bs);
+    uint64_t seed = 1;
+    for (size_t i = 0; i < N; i++) {
+        theta[i] = ts[i] = rng_uniform(&seed) - 0.5f;
+        b[i] = bs[i] = rng_uniform(&seed) - 0.5f;
+        g[i] = rng_uniform(&seed) - 0.5f;
+    }
+    const float lr = 0.7f, mu = 0.9f;
+    outer_sgd_step(theta, b, 0, g, N, lr, mu, 1);
+    for (size_t i = 0; i < N; i++) {
+        /* volatile forces one rounding per operation, as the formula says */
+        volatile float mb = mu * bs[i];
+        volatile float nb = mb + g[i];
+        volatile float mnb = mu * nb;
+        volatile float d = g[i] + mnb;
+        volatile float step = lr * d;
+        bs[i] = nb;
+        ts[i] = ts[i] - step;
+    }
+    assert_memory_equal(theta, ts, N * sizeof *ts);
+    assert_memory_equal(b, bs, N * sizeof *bs);
+    assert_int_equal(digest_f32(theta, N), digest_f32(ts, N));
+    theta[3] = nextafterf(theta[3], 1.0f);
+    assert_int_not_equal(digest_f32(theta, N), digest_f32(ts, N));
+    free(theta);
+    free(b);
+    free(g);
+    free(ts);
+    free(bs);
+}
+
+static void finite_checks_find_the_first_bad_index(void **state)
+{
+    (void)state;
+    enum { N = 5000 };
+    float *x = calloc(N, sizeof *x);
+    uint16_t *h = calloc(N, sizeof *h);
+    assert_true(x && h);
+    size_t bad = 12345;
+    assert_int_equal(outer_check_finite(x, N, &bad), 0);
+    assert_int_equal(outer_check_finite_bf16(h, N, &bad), 0);
+    assert_int_equal(outer_check_finite(x, 0, &bad), 0);
+    x[4097] = INFINITY;
+    x[4500] = NAN;
+    assert_int_equal(outer_check_finite(x, N, &bad), -1);
+    assert_int_equal(bad, 4097);
+    x[3] = -NAN;
+    assert_int_equal(outer_check_finite(x, N, &bad), -1);
+    assert_int_equal(bad, 3);
+    assert_int_equal(outer_check_finite(x, N, NULL), -1);
+    x[2] = 3.4e38f; /* large but finite */
+    assert_int_equal(outer_check_finite(x, 3, &bad), 0);
+    h[1500] = bf16_from_f32(-INFINITY);
+    h[4999] = bf16_from_f32(NAN);
+    assert_int_equal(outer_check_finite_bf16(h, N, &bad), -1);
+    assert_int_equal(bad, 1500);
+    assert_int_equal(outer_check_finite_bf16(h + 1501, N - 1501, &bad), -1);
+    assert_int_equal(bad, 4999 - 1501);
+    h[0] = 0x7f7f; /* largest finite bf16 */
+    assert_int_equal(outer_check_finite_bf16(h, 1500, &bad), 0);
+    free(x);
+    free(h);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(two_workers_averaged_with_lr1_mu0_give_exact_result),
+        cmocka_unit_test(nesterov_three_steps_match_torch),
+        cmocka_unit_test(plain_momentum_matches_hand_computation),
+        cmocka_unit_test(mu_zero_leaves_momentum_untouched),
+        cmocka_unit_test(bf16_accumulate_path_matches_widened_f32),
+        cmocka_unit_test(scaled_add_and_mean_use_the_scalar_formula),
+        cmocka_unit_test(vectorised_nesterov_is_bit_identical_to_scalar),
+        cmocka_unit_test(finite_checks_find_the_first_bad_index),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,143 @@
+/* gpt.h: the reference GPT trainer on the CPU (OpenBLAS + OpenMP), implementing trainer.h.
+ *
+ * Model: GPT-2 style decoder. Token + learned position embeddings, L pre-LayerNorm blocks (causal
+ * multi-head self-attention, GELU-tanh MLP 4x), final LayerNorm, output head tied to the token
+ * embedding, mean cross-entropy over all B*T positions. All parameters live in one flat fp32 buffer
+ * whose named layout (gpt_layout) is per layer contiguous, so DiLoCo fragments are layer-aligned.
+ * Linear weights use torch's nn.Linear convention: shape (out, in), y = x W^T + b.
+ *
+ * Layers of the API:
+ *   gpt_layout / gpt_init_params       the parameter layout and its deterministic initialisation
+ *   gpt_model_*                        forward + backward on a given batch (activations allocated once)
+ *   gpt_adamw_step / gpt_clip_grad_norm / gpt_lr_at   the inner optimizer, as torch.optim.AdamW
+ *   gpt_options_* / gpt_trainer_create  the trainer behind trainer.h (data, eval, telemetry, checkpoint)
+ *   gpt_prepare_data_main               `bin/worker prepare-data`
+ * See docs/trainer.md. */
+#ifndef DILOCO_GPT_H
+#define DILOCO_GPT_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "trainer.h"
+
+typedef struct gpt_config {
+    int layers, heads, dim, ctx, vocab;
+} gpt_config;
+
+/* The named flat layout, in offset order, contiguous, covering [0, *numel):
+ *   wte.weight (vocab, dim)   wpe.weight (ctx, dim)
+ *   h.<l>.ln1.weight (dim)  h.<l>.ln1.bias (dim)
+ *   h.<l>.attn.qkv.weight (3dim, dim)  h.<l>.attn.qkv.bias (3dim)
+ *   h.<l>.attn.proj.weight (dim, dim)  h.<l>.attn.proj.bias (dim)
+ *   h.<l>.ln2.weight (dim)  h.<l>.ln2.bias (dim)
+ *   h.<l>.mlp.fc.weight (4dim, dim)  h.<l>.mlp.fc.bias (4dim)
+ *   h.<l>.mlp.proj.weight (dim, 4dim)  h.<l>.mlp.proj.bias (dim)      for l = 0 .. layers-1
+ *   lnf.weight (dim)  lnf.bias (dim)
+ * No separate lm_head: logits = lnf(x) wte^T. *tensors is malloc'ed (names included, one block):
+ * release it with free(*tensors). */
+int gpt_layout(const gpt_config *c, trainer_tensor **tensors, int *ntensors, size_t *numel,
+               char *err, size_t errlen);
+/* Number of tensors per layer and tensors before layer 0 (wte, wpe). */
+enum { GPT_TENSORS_PER_LAYER = 12, GPT_TENSORS_HEAD = 2 };
+/* Checks the config (positive sizes, dim divisible by heads). */
+int gpt_config_check(const gpt_config *c, char *err, size_t errlen);
+
+/* Deterministic init from a seed (GPT-2 / nanoGPT): every weight matrix and both embeddings
+ * N(0, 0.02); attn.proj.weight and mlp.proj.weight N(0, 0.02/sqrt(2*layers)); biases 0;
+ * LayerNorm weights 1, biases 0. Same seed -> same bytes on every machine. */
+int gpt_init_params(const gpt_config *c, uint64_t seed, float *params, size_t numel,
+                    char *err, size_t errlen);
+
+/* ---- forward / backward on one batch ------------------------------------------------------- */
+typedef struct gpt_model gpt_model;
+/* Allocates every activation for batch B, sequence T (T <= ctx) once. threads <= 0: all cores. */
+gpt_model *gpt_model_create(const gpt_config *c, int B, int T, int threads, char *err, size_t errlen);
+void gpt_model_free(gpt_model *m);
+/* inputs, targets: B*T token ids in [0, vocab). Returns the mean cross-entropy (nats/token).
+ * targets may be NULL (then only the logits are computed; returns 0). */
+float gpt_forward(gpt_model *m, const float *params, const int *inputs, const int *targets);
+/* After gpt_forward with targets: writes (not accumulates) d loss / d params into grads (numel). */
+void gpt_backward(gpt_model *m, const float *params, float *grads);
+/* The logits of the last forward, (B, T, vocab) row-major (valid until gpt_backward). */
+const float *gpt_model_logits(const gpt_model *m);
+int gpt_model_threads(const gpt_model *m);
+
+/* ---- optimizer ----------------------------------------------------------------------------- */
+/* torch.nn.utils.clip_grad_norm_: norm = ||g||_2 over everything; if max_norm > 0, g *= min(1,
+ * max_norm / (norm + 1e-6)). Returns the norm before clipping. */
+double gpt_clip_grad_norm(float *grads, size_t numel, double max_norm, int threads);
+/* One torch.optim.AdamW step (decoupled weight decay, bias correction) with step count t >= 1.
+ * Weight decay applies to tensors with ndim >= 2 (all matrices, including wte and wpe, as nanoGPT
+ * and torchft do); LayerNorm parameters and biases are not decayed. m, v: numel each, start at 0. */
+void gpt_adamw_step(const trainer_tensor *tensors, int ntensors, float *params, const float *grads,
+                    float *m, float *v, long t, double lr, double beta1, double beta2, double eps,
+                    double weight_decay, int threads);
+
+/* ---- the trainer --------------------------------------------------------------------------- */
+typedef struct gpt_options {
+    gpt_config model;
+    int batch, seq;
+    double lr, beta1, beta2, eps, weight_decay, grad_clip;
+    int warmup_steps;
+    long total_steps;          /* cosine decay horizon; <= 0: constant lr after warmup */
+    double min_lr_ratio;       /* min lr = lr * min_lr_ratio at total_steps */
+    const char *data_path;     /* token file from prepare-data; NULL: synthetic uniform random tokens */
+    int num_shards, shard_index;
+    int data_sequential;       /* 0: random windows (default), 1: consecutive windows */
+    int eval_every, eval_batches;
+    int threads;               /* <= 0: all cores */
+    uint64_t seed;             /* parameter init seed (all workers must agree) */
+    uint64_t data_seed;        /* data order seed (mixed with shard_index) */
+    const char *log_path;      /* JSON-lines telemetry, appended; NULL: none */
+    const char *checkpoint_path; /* safetensors; resumed at create when it exists; NULL: none */
+    int checkpoint_every;      /* steps between checkpoints (0: only at destroy) */
+} gpt_options;
+
+void gpt_options_default(gpt_options *o);
+/* Parses the gpt flags (see gpt_usage) out of argv[0..argc-1]; both "--flag value" and
+ * "--flag=value". Recognised flags and their values are removed from argv in place; everything
+ * else (unknown flags, positional arguments) is kept, in order, at the front of argv, and
+ * argv[argc - consumed] is set to NULL. Returns the number of consumed entries (so the caller's
+ * argc becomes argc - consumed), or -1 with err for a bad value or a flag missing its value.
+ * Pass argv + 1 / argc - 1 to skip the program name. Strings point into argv. */
+int gpt_options_parse(gpt_options *o, int argc, char **argv, char *err, size_t errlen);
+void gpt_usage(FILE *f);
+/* Learning rate of step s (0-based): linear warmup over warmup_steps, then cosine decay to
+ * lr*min_lr_ratio at total_steps (constant lr if total_steps <= 0). */
+double gpt_lr_at(const gpt_options *o, long s);
+
+/* The trainer (trainer.h). t->name is "gpt". step(): one batch forward + backward, clip, AdamW;
+ * evaluates every eval_every steps (stats.eval_loss), logs to log_path, checkpoints every
+ * checkpoint_every steps and at destroy. evaluate(): mean loss over eval_batches fixed validation
+ * batches. */
+trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen);
+/* Writes the checkpoint now (to o->checkpoint_path). */
+int gpt_trainer_save(trainer *t, char *err, size_t errlen);
+/* Step count of the trainer (restored from a checkpoint). */
+long gpt_trainer_steps(const trainer *t);
+
+/* ---- data ---------------------------------------------------------------------------------- */
+/* Token file: a 64-byte little-endian header
+ *   char magic[8] = "RDLTOKEN"; uint32 version = 1; uint32 token_bytes = 2; uint64 ntokens;
+ *   uint64 ntrain; uint32 vocab; 28 bytes zero
+ * then ntokens uint16 tokens: [0, ntrain) training, [ntrain, ntokens) validation. */
+#define GPT_TOKEN_MAGIC "RDLTOKEN"
+#define GPT_TOKEN_VERSION 1
+#define GPT_TOKEN_HEADER 64
+typedef struct gpt_tokens {
+    uint16_t *tok;
+    uint64_t ntokens, ntrain;
+    uint32_t vocab;
+} gpt_tokens;
+int gpt_tokens_load(const char *path, gpt_tokens *out, char *err, size_t errlen);
+void gpt_tokens_free(gpt_tokens *t);
+/* Byte-level tokenisation of input into a token file; val_fraction of the tokens (the end) are the
+ * validation split. Prints what it wrote to stdout. */
+int gpt_prepare_data(const char *input, const char *output, double val_fraction, char *err, size_t errlen);
+/* `bin/worker prepare-data --input FILE --output FILE.tok [--val-fraction 0.05]`; argv[0] is the
+ * subcommand name. Returns a process exit code. */
+int gpt_prepare_data_main(int argc, char **argv);
+
+#endif

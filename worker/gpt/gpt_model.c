@@ -1,0 +1,665 @@
+/* gpt_model.c: layout, init, forward and backward of the GPT, AdamW and gradient clipping.
+ *
+ * Style after llm.c: one forward/backward function per layer with the tensor shapes in the
+ * signature. Matrix products go through cblas_sgemm; OpenBLAS itself runs single-threaded and we
+ * split each product between OpenMP threads (one thread pool, no oversubscription). */
+#include "gpt.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* layout                                                                                      */
+
+int gpt_config_check(const gpt_config *c, char *err, size_t errlen) {
+    if (!c || c->layers < 1 || c->heads < 1 || c->dim < 1 || c->ctx < 1 || c->vocab < 2) {
+        seterr(err, errlen, "gpt config: layers, heads, dim, ctx must be >= 1 and vocab >= 2");
+        return -1;
+    }
+    if (c->dim % c->heads) {
+        seterr(err, errlen, "gpt config: dim %d is not divisible by heads %d", c->dim, c->heads);
+        return -1;
+    }
+    if (c->layers > 1000 || c->dim > 65536 || c->ctx > 1 << 20 || c->vocab > 1 << 24) {
+        seterr(err, errlen, "gpt config: sizes out of range");
+        return -1;
+    }
+    return 0;
+}
+
+int gpt_layout(const gpt_config *c, trainer_tensor **tensors, int *ntensors, size_t *numel,
+               char *err, size_t errlen) {
+    if (gpt_config_check(c, err, errlen)) return -1;
+    int n = GPT_TENSORS_HEAD + GPT_TENSORS_PER_LAYER * c->layers + 2;
+    const size_t namelen = 40;
+    trainer_tensor *t = calloc(1, (size_t)n * (sizeof *t + namelen));
+    if (!t) { seterr(err, errlen, "gpt_layout: out of memory"); return -1; }
+    char *names = (char *)(t + n);
+    size_t C = (size_t)c->dim, off = 0;
+    int i = 0;
+#define ADD(nd, s0, s1, ...)                                                    \
+    do {                                                                        \
+        char *nm = names + (size_t)i * namelen;                                 \
+        snprintf(nm, namelen, __VA_ARGS__);                                     \
+        t[i].name = nm; t[i].ndim = nd;                                         \
+        t[i].shape[0] = s0; t[i].shape[1] = nd > 1 ? (size_t)(s1) : 0;          \
+        t[i].numel = (size_t)(s0) * (nd > 1 ? (size_t)(s1) : 1);                \
+        t[i].offset = off; off += t[i].numel; i++;                              \
+    } while (0)
+    ADD(2, (size_t)c->vocab, C, "wte.weight");
+    ADD(2, (size_t)c->ctx, C, "wpe.weight");
+    for (int l = 0; l < c->layers; l++) {
+        ADD(1, C, 0, "h.%d.ln1.weight", l);
+        ADD(1, C, 0, "h.%d.ln1.bias", l);
+        ADD(2, 3 * C, C, "h.%d.attn.qkv.weight", l);
+        ADD(1, 3 * C, 0, "h.%d.attn.qkv.bias", l);
+        ADD(2, C, C, "h.%d.attn.proj.weight", l);
+        ADD(1, C, 0, "h.%d.attn.proj.bias", l);
+        ADD(1, C, 0, "h.%d.ln2.weight", l);
+        ADD(1, C, 0, "h.%d.ln2.bias", l);
+        ADD(2, 4 * C, C, "h.%d.mlp.fc.weight", l);
+        ADD(1, 4 * C, 0, "h.%d.mlp.fc.bias", l);
+        ADD(2, C, 4 * C, "h.%d.mlp.proj.weight", l);
+        ADD(1, C, 0, "h.%d.mlp.proj.bias", l);
+    }
+    ADD(1, C, 0, "lnf.weight");
+    ADD(1, C, 0, "lnf.bias");
+#undef ADD
+    *tensors = t;
+    *ntensors = n;
+    *numel = off;
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* init                                                                                        */
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+static double u01(uint64_t *s) { return ((splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+
+int gpt_init_params(const gpt_config *c, uint64_t seed, float *params, size_t numel,
+                    char *err, size_t errlen) {
+    trainer_tensor *t;
+    int n;
+    size_t total;
+    if (gpt_layout(c, &t, &n, &total, err, errlen)) return -1;
+    if (total != numel) {
+        seterr(err, errlen, "gpt_init_params: buffer has %zu elements, layout needs %zu", numel, total);
+        free(t);
+        return -1;
+    }
+    double resid_std = 0.02 / sqrt(2.0 * c->layers);
+    for (int i = 0; i < n; i++) {
+        float *p = params + t[i].offset;
+        const char *nm = t[i].name;
+        /* one stream per tensor: the init of a tensor does not depend on the others */
+        uint64_t s = seed ^ (0x5851f42d4c957f2dULL * (uint64_t)(i + 1));
+        if (t[i].ndim >= 2) {
+            size_t len = strlen(nm);
+            int resid = len > 11 && strcmp(nm + len - 11, "proj.weight") == 0;
+            double std = resid ? resid_std : 0.02;
+            for (size_t k = 0; k < t[i].numel; k += 2) {
+                double u1 = u01(&s), u2 = u01(&s);
+                double r = sqrt(-2.0 * log(u1));
+                p[k] = (float)(std * r * cos(2.0 * M_PI * u2));
+                if (k + 1 < t[i].numel) p[k + 1] = (float)(std * r * sin(2.0 * M_PI * u2));
+            }
+        } else {
+            size_t len = strlen(nm);
+            int lnw = len > 6 && strcmp(nm + len - 6, "weight") == 0; /* 1-D weights are LayerNorm */
+            for (size_t k = 0; k < t[i].numel; k++) p[k] = lnw ? 1.0f : 0.0f;
+        }
+    }
+    free(t);
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* model                                                                                       */
+
+typedef struct {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} layer_params;
+
+typedef struct {
+    float *wte, *wpe, *lnfw, *lnfb;
+    layer_params *h;
+} params_view;
+
+typedef struct {
+    float *ln1, *ln1_mean, *ln1_rstd;   /* (N,C) (N) (N) */
+    float *qkv;                         /* (N,3C) */
+    float *att;                         /* (B,NH,T,T) softmax probabilities, 0 above the diagonal */
+    float *atty;                        /* (N,C) */
+    float *res2;                        /* (N,C) */
+    float *ln2, *ln2_mean, *ln2_rstd;
+    float *fch, *fch_gelu;              /* (N,4C) */
+    float *res3;                        /* (N,C) */
+} layer_acts;
+
+struct gpt_model {
+    gpt_config c;
+    int B, T, nthreads;
+    size_t numel;
+    trainer_tensor *tensors;
+    int ntensors;
+    params_view p, g;
+    layer_acts *a;
+    float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
+    /* backward scratch */
+    float *dres, *dln, *dqkv, *datty, *dfch, *dpatt; /* dpatt: nthreads * T*T */
+    const int *inputs, *targets;
+    float *arena;
+};
+
+static void bind(const gpt_model *m, float *base, params_view *v) {
+    const trainer_tensor *t = m->tensors;
+    v->wte = base + t[0].offset;
+    v->wpe = base + t[1].offset;
+    for (int l = 0; l < m->c.layers; l++) {
+        const trainer_tensor *u = t + GPT_TENSORS_HEAD + GPT_TENSORS_PER_LAYER * l;
+        layer_params *h = &v->h[l];
+        h->ln1w = base + u[0].offset; h->ln1b = base + u[1].offset;
+        h->qkvw = base + u[2].offset; h->qkvb = base + u[3].offset;
+        h->projw = base + u[4].offset; h->projb = base + u[5].offset;
+        h->ln2w = base + u[6].offset; h->ln2b = base + u[7].offset;
+        h->fcw = base + u[8].offset; h->fcb = base + u[9].offset;
+        h->fcprojw = base + u[10].offset; h->fcprojb = base + u[11].offset;
+    }
+    v->lnfw = base + t[m->ntensors - 2].offset;
+    v->lnfb = base + t[m->ntensors - 1].offset;
+}
+
+gpt_model *gpt_model_create(const gpt_config *c, int B, int T, int threads, char *err, size_t errlen) {
+    if (gpt_config_check(c, err, errlen)) return NULL;
+    if (B < 1 || T < 1 || T > c->ctx) {
+        seterr(err, errlen, "gpt: batch must be >= 1 and 1 <= seq <= ctx (%d), got batch %d seq %d",
+               c->ctx, B, T);
+        return NULL;
+    }
+    gpt_model *m = calloc(1, sizeof *m);
+    if (!m) { seterr(err, errlen, "gpt: out of memory"); return NULL; }
+    m->c = *c;
+    m->B = B;
+    m->T = T;
+    m->nthreads = threads > 0 ? threads : omp_get_num_procs();
+    if (gpt_layout(c, &m->tensors, &m->ntensors, &m->numel, err, errlen)) { free(m); return NULL; }
+    int L = c->layers;
+    m->p.h = calloc((size_t)L, sizeof(layer_params));
+    m->g.h = calloc((size_t)L, sizeof(layer_params));
+    m->a = calloc((size_t)L, sizeof(layer_acts));
+    size_t N = (size_t)B * T, C = (size_t)c->dim, NH = (size_t)c->heads, V = (size_t)c->vocab;
+    size_t per_layer = N * C * 6 + N * 3 * C + B * NH * T * T + N * 4 * C * 2 + N * 4;
+    size_t total = per_layer * L + N * C * 2 + N * 2 + N * V + N
+                 + N * C * 3 + N * 3 * C + N * 4 * C + (size_t)m->nthreads * T * T;
+    /* every sub-buffer is rounded to 16 floats (64-byte alignment) */
+    total += (size_t)(20 * L + 20) * 16;
+    if (!m->p.h || !m->g.h || !m->a ||
+        posix_memalign((void **)&m->arena, 64, total * sizeof(float))) {
+        seterr(err, errlen, "gpt: out of memory for activations (%zu MB)", total * 4 >> 20);
+        gpt_model_free(m);
+        return NULL;
+    }
+    memset(m->arena, 0, total * sizeof(float));
+    float *cur = m->arena;
+#define TAKE(n) (cur += (((size_t)(n)) + 15) / 16 * 16, cur - (((size_t)(n)) + 15) / 16 * 16)
+    for (int l = 0; l < L; l++) {
+        layer_acts *a = &m->a[l];
+        a->ln1 = TAKE(N * C); a->ln1_mean = TAKE(N); a->ln1_rstd = TAKE(N);
+        a->qkv = TAKE(N * 3 * C);
+        a->att = TAKE(B * NH * T * T);
+        a->atty = TAKE(N * C);
+        a->res2 = TAKE(N * C);
+        a->ln2 = TAKE(N * C); a->ln2_mean = TAKE(N); a->ln2_rstd = TAKE(N);
+        a->fch = TAKE(N * 4 * C); a->fch_gelu = TAKE(N * 4 * C);
+        a->res3 = TAKE(N * C);
+    }
+    m->encoded = TAKE(N * C);
+    m->lnf = TAKE(N * C); m->lnf_mean = TAKE(N); m->lnf_rstd = TAKE(N);
+    m->logits = TAKE(N * V);
+    m->losses = TAKE(N);
+    m->dres = TAKE(N * C);
+    m->dln = TAKE(N * C);
+    m->datty = TAKE(N * C);
+    m->dqkv = TAKE(N * 3 * C);
+    m->dfch = TAKE(N * 4 * C);
+    m->dpatt = TAKE((size_t)m->nthreads * T * T);
+#undef TAKE
+    return m;
+}
+
+void gpt_model_free(gpt_model *m) {
+    if (!m) return;
+    free(m->arena);
+    free(m->p.h);
+    free(m->g.h);
+    free(m->a);
+    free(m->tensors);
+    free(m);
+}
+
+const float *gpt_model_logits(const gpt_model *m) { return m->logits; }
+int gpt_model_threads(const gpt_model *m) { return m->nthreads; }
+
+/* ------------------------------------------------------------------------------------------- */
+/* parallel sgemm: C(MxN) = alpha op(A)(MxK) op(B)(KxN) + beta C, row-major, split over threads */
+
+static void mm(int nt, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
+               const float *B, int ldb, float beta, float *C, int ldc) {
+    enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
+    if (nt <= 1 || (double)M * N * K < 2e6) {
+        cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
+        return;
+    }
+    int splitm = M >= N;
+#pragma omp parallel num_threads(nt)
+    {
+        int n = omp_get_num_threads(), id = omp_get_thread_num();
+        int len = splitm ? M : N;
+        int chunk = ((len + n - 1) / n + 15) / 16 * 16;
+        int s = id * chunk, e = s + chunk < len ? s + chunk : len;
+        if (s < e) {
+            if (splitm) {
+                const float *a = ta ? A + s : A + (size_t)s * lda;
+                cblas_sgemm(CblasRowMajor, TA, TB, e - s, N, K, alpha, a, lda, B, ldb, beta,
+                            C + (size_t)s * ldc, ldc);
+            } else {
+                const float *b = tb ? B + (size_t)s * ldb : B + s;
+                cblas_sgemm(CblasRowMajor, TA, TB, M, e - s, K, alpha, A, lda, b, ldb, beta,
+                            C + s, ldc);
+            }
+        }
+    }
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* layers                                                                                      */
+
+static void encoder_forward(int nt, float *out /* (B,T,C) */, const int *inp /* (B,T) */,
+                            const float *wte /* (V,C) */, const float *wpe /* (maxT,C) */,
+                            int B, int T, int C) {
+#pragma omp parallel for num_threads(nt)
+    for (int n = 0; n < B * T; n++) {
+        int t = n % T;
+        const float *a = wte + (size_t)inp[n] * C, *b = wpe + (size_t)t * C;
+        float *o = out + (size_t)n * C;
+        for (int i = 0; i < C; i++) o[i] = a[i] + b[i];
+    }
+}
+
+/* dwte += scatter of dout (dwte already holds the head's gradient); dwpe = sum over batch */
+static void encoder_backward(int nt, float *dwte /* (V,C) */, float *dwpe /* (maxT,C) */,
+                             const float *dout /* (B,T,C) */, const int *inp /* (B,T) */,
+                             int B, int T, int C, int maxT) {
+    /* columns are independent: each thread owns a range of columns, no races */
+#pragma omp parallel num_threads(nt)
+    {
+        int n = omp_get_num_threads(), id = omp_get_thread_num();
+        int chunk = (C + n - 1) / n, c0 = id * chunk, c1 = c0 + chunk < C ? c0 + chunk : C;
+        for (int t = 0; t < T; t++) {
+            float *w = dwpe + (size_t)t * C;
+            for (int i = c0; i < c1; i++) w[i] = 0;
+        }
+        for (int t = T; t < maxT; t++) {
+            float *w = dwpe + (size_t)t * C;
+            for (int i = c0; i < c1; i++) w[i] = 0;
+        }
+        for (int b = 0; b < B; b++)
+            for (int t = 0; t < T; t++) {
+                const float *d = dout + ((size_t)b * T + t) * C;
+                float *we = dwte + (size_t)inp[b * T + t] * C, *wp = dwpe + (size_t)t * C;
+                for (int i = c0; i < c1; i++) { we[i] += d[i]; wp[i] += d[i]; }
+            }
+    }
+}
+
+static void layernorm_forward(int nt, float *out /* (N,C) */, float *mean /* (N) */,
+                              float *rstd /* (N) */, const float *inp /* (N,C) */,
+                              const float *w /* (C) */, const float *b /* (C) */, int N, int C) {
+#pragma omp parallel for num_threads(nt)
+    for (int n = 0; n < N; n++) {
+        const float *x = inp + (size_t)n * C;
+        float s = 0;
+        for (int i = 0; i < C; i++) s += x[i];
+        float mu = s / C, v = 0;
+        for (int i = 0; i < C; i++) { float d = x[i] - mu; v += d * d; }
+        float rs = 1.0f / sqrtf(v / C + 1e-5f);
+        float *o = out + (size_t)n * C;
+        for (int i = 0; i < C; i++) o[i] = (x[i] - mu) * rs * w[i] + b[i];
+        mean[n] = mu;
+        rstd[n] = rs;
+    }
+}
+
+/* dinp = (accumulate ? dinp + : ) LN backward; dw, db written */
+static void layernorm_backward(int nt, float *dinp /* (N,C) */, float *dw /* (C) */, float *db /* (C) */,
+                               const float *dout /* (N,C) */, const float *inp /* (N,C) */,
+                               const float *w /* (C) */, const float *mean /* (N) */,
+                               const float *rstd /* (N) */, int N, int C, int accumulate) {
+#pragma omp parallel for num_threads(nt)
+    for (int n = 0; n < N; n++) {
+        const float *d = dout + (size_t)n * C, *x = inp + (size_t)n * C;
+        float mu = mean[n], rs = rstd[n];
+        float s1 = 0, s2 = 0;
+        for (int i = 0; i < C; i++) {
+            float nx = (x[i] - mu) * rs, dn = w[i] * d[i];
+            s1 += dn;
+            s2 += dn * nx;
+        }
+        s1 /= C;
+        s2 /= C;
+        float *di = dinp + (size_t)n * C;
+        if (accumulate)
+            for (int i = 0; i < C; i++) di[i] += (w[i] * d[i] - s1 - (x[i] - mu) * rs * s2) * rs;
+        else
+            for (int i = 0; i < C; i++) di[i] = (w[i] * d[i] - s1 - (x[i] - mu) * rs * s2) * rs;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+        int n = omp_get_num_threads(), id = omp_get_thread_num();
+        int chunk = (C + n - 1) / n, c0 = id * chunk, c1 = c0 + chunk < C ? c0 + chunk : C;
+        for (int i = c0; i < c1; i++) { dw[i] = 0; db[i] = 0; }
+        for (int r = 0; r < N; r++) {
+            const float *d = dout + (size_t)r * C, *x = inp + (size_t)r * C;
+            float mu = mean[r], rs = rstd[r];
+            for (int i = c0; i < c1; i++) {
+                dw[i] += (x[i] - mu) * rs * d[i];
+                db[i] += d[i];
+            }
+        }
+    }
+}
+
+/* out = inp W^T + bias */
+static void matmul_forward(int nt, float *out /* (N,OC) */, const float *inp /* (N,C) */,
+                           const float *w /* (OC,C) */, const float *bias /* (OC) */,
+                           int N, int C, int OC) {
+#pragma omp parallel for num_threads(nt)
+    for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
+    mm(nt, 0, 1, N, OC, C, 1.0f, inp, C, w, C, 1.0f, out, OC);
+}
+
+/* dinp = dout W (written); dw = dout^T inp (written); dbias = column sums (written) */
+static void matmul_backward(int nt, float *dinp /* (N,C) */, float *dw /* (OC,C) */, float *dbias /* (OC) */,
+                            const float *dout /* (N,OC) */, const float *inp /* (N,C) */,
+                            const float *w /* (OC,C) */, int N, int C, int OC) {
+    mm(nt, 0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
+    mm(nt, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 0.0f, dw, C);
+#pragma omp parallel num_threads(nt)
+    {
+        int n = omp_get_num_threads(), id = omp_get_thread_num();
+        int chunk = ((OC + n - 1) / n + 15) / 16 * 16, c0 = id * chunk, c1 = c0 + chunk < OC ? c0 + chunk : OC;
+        for (int i = c0; i < c1; i++) dbias[i] = 0;
+        for (int r = 0; r < N; r++) {
+            const float *d = dout + (size_t)r * OC;
+            for (int i = c0; i < c1; i++) dbias[i] += d[i];
+        }
+    }
+}
+
+/* causal self-attention: qkv (B,T,3C) holding q|k|v, heads of size hs = C/NH */
+static void attention_forward(int nt, float *out /* (B,T,C) */, float *att /* (B,NH,T,T) */,
+                              const float *qkv /* (B,T,3C) */, int B, int T, int C, int NH) {
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *q = qkv + (size_t)b * T * C3 + h * hs;
+        const float *k = q + C, *v = q + 2 * C;
+        float *P = att + (size_t)bh * T * T;
+        /* S = scale Q K^T; lower triangle only, in row blocks */
+        const int RB = 64;
+        for (int r0 = 0; r0 < T; r0 += RB) {
+            int r1 = r0 + RB < T ? r0 + RB : T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale,
+                        q + (size_t)r0 * C3, C3, k, C3, 0.0f, P + (size_t)r0 * T, T);
+        }
+        for (int t = 0; t < T; t++) {
+            float *row = P + (size_t)t * T;
+            float mx = row[0];
+            for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
+            float s = 0;
+            for (int j = 0; j <= t; j++) { row[j] = expf(row[j] - mx); s += row[j]; }
+            float inv = 1.0f / s;
+            for (int j = 0; j <= t; j++) row[j] *= inv;
+            for (int j = t + 1; j < T; j++) row[j] = 0.0f;
+        }
+        /* Y = P V, written into out[:, h*hs:(h+1)*hs] */
+        for (int r0 = 0; r0 < T; r0 += RB) {
+            int r1 = r0 + RB < T ? r0 + RB : T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
+                        P + (size_t)r0 * T, T, v, C3, 0.0f, out + ((size_t)b * T + r0) * C + h * hs, C);
+        }
+    }
+}
+
+static void attention_backward(int nt, float *dqkv /* (B,T,3C) written */, float *scratch /* nt*T*T */,
+                               const float *dout /* (B,T,C) */, const float *qkv /* (B,T,3C) */,
+                               const float *att /* (B,NH,T,T) */, int B, int T, int C, int NH) {
+    int hs = C / NH, C3 = 3 * C;
+    float scale = 1.0f / sqrtf((float)hs);
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (int bh = 0; bh < B * NH; bh++) {
+        int b = bh / NH, h = bh % NH;
+        const float *q = qkv + (size_t)b * T * C3 + h * hs;
+        const float *k = q + C, *v = q + 2 * C;
+        float *dq = dqkv + (size_t)b * T * C3 + h * hs, *dk = dq + C, *dv = dq + 2 * C;
+        const float *P = att + (size_t)bh * T * T;
+        const float *dy = dout + (size_t)b * T * C + h * hs;
+        float *dP = scratch + (size_t)omp_get_thread_num() * T * T;
+        /* dP = dY V^T (lower triangle needed only) */
+        const int RB = 64;
+        for (int r0 = 0; r0 < T; r0 += RB) {
+            int r1 = r0 + RB < T ? r0 + RB : T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f,
+                        dy + (size_t)r0 * C, C, v, C3, 0.0f, dP + (size_t)r0 * T, T);
+        }
+        /* dV = P^T dY */
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, P, T, dy, C, 0.0f, dv, C3);
+        /* dS = P * (dP - sum_j P dP) (softmax backward), zero above the diagonal */
+        for (int t = 0; t < T; t++) {
+            const float *p = P + (size_t)t * T;
+            float *d = dP + (size_t)t * T;
+            float s = 0;
+            for (int j = 0; j <= t; j++) s += p[j] * d[j];
+            for (int j = 0; j <= t; j++) d[j] = p[j] * (d[j] - s);
+            for (int j = t + 1; j < T; j++) d[j] = 0.0f;
+        }
+        /* dQ = scale dS K ; dK = scale dS^T Q */
+        for (int r0 = 0; r0 < T; r0 += RB) {
+            int r1 = r0 + RB < T ? r0 + RB : T;
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, scale,
+                        dP + (size_t)r0 * T, T, k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
+        }
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, dP, T, q, C3, 0.0f, dk, C3);
+    }
+}
+
+#define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
+
+static void gelu_forward(int nt, float *out, const float *inp, size_t n) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_S * (x + 0.044715f * x * x * x);
+        out[i] = 0.5f * x * (1.0f + tanhf(u));
+    }
+}
+
+/* dinp = gelu'(inp) * dout (in place allowed: dinp == dout) */
+static void gelu_backward(int nt, float *dinp, const float *inp, const float *dout, size_t n) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++) {
+        float x = inp[i];
+        float u = GELU_S * (x + 0.044715f * x * x * x);
+        float th = tanhf(u);
+        float sech2 = 1.0f - th * th;
+        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+        dinp[i] = g * dout[i];
+    }
+}
+
+static void residual_forward(int nt, float *out, const float *a, const float *b, size_t n) {
+#pragma omp parallel for num_threads(nt) schedule(static)
+    for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
+}
+
+/* logits (N,V) -> probabilities in place; losses (N) */
+static float crossentropy_forward(int nt, float *logits, float *losses, const int *targets, int N, int V) {
+    double total = 0;
+#pragma omp parallel for num_threads(nt) reduction(+ : total)
+    for (int n = 0; n < N; n++) {
+        float *x = logits + (size_t)n * V;
+        float mx = x[0];
+        for (int i = 1; i < V; i++) mx = x[i] > mx ? x[i] : mx;
+        float s = 0;
+        for (int i = 0; i < V; i++) { x[i] = expf(x[i] - mx); s += x[i]; }
+        float inv = 1.0f / s;
+        float pt = x[targets[n]];
+        losses[n] = logf(s) - logf(pt);
+        for (int i = 0; i < V; i++) x[i] *= inv;
+        total += losses[n];
+    }
+    return (float)(total / N);
+}
+
+/* probs (N,V) -> dlogits in place: (p - onehot) / N */
+static void crossentropy_backward(int nt, float *probs, const int *targets, int N, int V) {
+    float inv = 1.0f / N;
+#pragma omp parallel for num_threads(nt)
+    for (int n = 0; n < N; n++) {
+        float *x = probs + (size_t)n * V;
+        for (int i = 0; i < V; i++) x[i] *= inv;
+        x[targets[n]] -= inv;
+    }
+}
+
+/* ------------------------------------------------------------------------------------------- */
+
+float gpt_forward(gpt_model *m, const float *params, const int *inputs, const int *targets) {
+    int B = m->B, T = m->T, C = m->c.dim, NH = m->c.heads, V = m->c.vocab, L = m->c.layers, nt = m->nthreads;
+    int N = B * T;
+    openblas_set_num_threads(1);
+    bind(m, (float *)params, &m->p);
+    m->inputs = inputs;
+    m->targets = targets;
+    encoder_forward(nt, m->encoded, inputs, m->p.wte, m->p.wpe, B, T, C);
+    const float *x = m->encoded;
+    for (int l = 0; l < L; l++) {
+        layer_params *p = &m->p.h[l];
+        layer_acts *a = &m->a[l];
+        layernorm_forward(nt, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C);
+        matmul_forward(nt, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
+        attention_forward(nt, a->atty, a->att, a->qkv, B, T, C, NH);
+        matmul_forward(nt, a->res2, a->atty, p->projw, p->projb, N, C, C);
+        residual_forward(nt, a->res2, a->res2, x, (size_t)N * C);
+        layernorm_forward(nt, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C);
+        matmul_forward(nt, a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C);
+        gelu_forward(nt, a->fch_gelu, a->fch, (size_t)N * 4 * C);
+        matmul_forward(nt, a->res3, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C);
+        residual_forward(nt, a->res3, a->res3, a->res2, (size_t)N * C);
+        x = a->res3;
+    }
+    layernorm_forward(nt, m->lnf, m->lnf_mean, m->lnf_rstd, x, m->p.lnfw, m->p.lnfb, N, C);
+    mm(nt, 0, 1, N, V, C, 1.0f, m->lnf, C, m->p.wte, C, 0.0f, m->logits, V);
+    if (!targets) return 0.0f;
+    return crossentropy_forward(nt, m->logits, m->losses, targets, N, V);
+}
+
+void gpt_backward(gpt_model *m, const float *params, float *grads) {
+    int B = m->B, T = m->T, C = m->c.dim, NH = m->c.heads, V = m->c.vocab, L = m->c.layers, nt = m->nthreads;
+    int N = B * T;
+    openblas_set_num_threads(1);
+    bind(m, (float *)params, &m->p);
+    bind(m, grads, &m->g);
+    crossentropy_backward(nt, m->logits, m->targets, N, V);
+    float *dlogits = m->logits;
+    /* head: dlnf = dlogits wte ; dwte = dlogits^T lnf (written; the embedding adds to it) */
+    mm(nt, 0, 0, N, C, V, 1.0f, dlogits, V, m->p.wte, C, 0.0f, m->dln, C);
+    mm(nt, 1, 0, V, C, N, 1.0f, dlogits, V, m->lnf, C, 0.0f, m->g.wte, C);
+    const float *xlast = L > 0 ? m->a[L - 1].res3 : m->encoded;
+    layernorm_backward(nt, m->dres, m->g.lnfw, m->g.lnfb, m->dln, xlast, m->p.lnfw, m->lnf_mean,
+                       m->lnf_rstd, N, C, 0);
+    for (int l = L - 1; l >= 0; l--) {
+        layer_params *p = &m->p.h[l], *g = &m->g.h[l];
+        layer_acts *a = &m->a[l];
+        const float *x = l > 0 ? m->a[l - 1].res3 : m->encoded;
+        /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
+        matmul_backward(nt, m->dfch, g->fcprojw, g->fcprojb, m->dres, a->fch_gelu, p->fcprojw, N, 4 * C, C);
+        gelu_backward(nt, m->dfch, a->fch, m->dfch, (size_t)N * 4 * C);
+        matmul_backward(nt, m->dln, g->fcw, g->fcb, m->dfch, a->ln2, p->fcw, N, C, 4 * C);
+        layernorm_backward(nt, m->dres, g->ln2w, g->ln2b, m->dln, a->res2, p->ln2w, a->ln2_mean,
+                           a->ln2_rstd, N, C, 1);
+        /* attention: res2 = x + proj(attn(ln1(x))) */
+        matmul_backward(nt, m->datty, g->projw, g->projb, m->dres, a->atty, p->projw, N, C, C);
+        attention_backward(nt, m->dqkv, m->dpatt, m->datty, a->qkv, a->att, B, T, C, NH);
+        matmul_backward(nt, m->dln, g->qkvw, g->qkvb, m->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
+        layernorm_backward(nt, m->dres, g->ln1w, g->ln1b, m->dln, x, p->ln1w, a->ln1_mean,
+                           a->ln1_rstd, N, C, 1);
+    }
+    encoder_backward(nt, m->g.wte, m->g.wpe, m->dres, m->inputs, B, T, C, m->c.ctx);
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* optimizer                                                                                   */
+
+double gpt_clip_grad_norm(float *grads, size_t numel, double max_norm, int threads) {
+    int nt = threads > 0 ? threads : omp_get_num_procs();
+    double ss = 0;
+#pragma omp parallel for num_threads(nt) reduction(+ : ss) schedule(static)
+    for (size_t i = 0; i < numel; i++) ss += (double)grads[i] * grads[i];
+    double norm = sqrt(ss);
+    if (max_norm > 0) {
+        double coef = max_norm / (norm + 1e-6);
+        if (coef < 1.0) {
+            float c = (float)coef;
+#pragma omp parallel for num_threads(nt) schedule(static)
+            for (size_t i = 0; i < numel; i++) grads[i] *= c;
+        }
+    }
+    return norm;
+}
+
+void gpt_adamw_step(const trainer_tensor *tensors, int ntensors, float *params, const float *grads,
+                    float *m, float *v, long t, double lr, double beta1, double beta2, double eps,
+                    double weight_decay, int threads) {
+    int nt = threads > 0 ? threads : omp_get_num_procs();
+    double bc1 = 1.0 - pow(beta1, (double)t), bc2 = 1.0 - pow(beta2, (double)t);
+    float step_size = (float)(lr / bc1), bc2s = (float)sqrt(bc2);
+    float b1 = (float)beta1, b2 = (float)beta2, e = (float)eps;
+    for (int k = 0; k < ntensors; k++) {
+        const trainer_tensor *tt = &tensors[k];
+        float decay = tt->ndim >= 2 ? (float)(1.0 - lr * weight_decay) : 1.0f;
+        float *p = params + tt->offset, *mm_ = m + tt->offset, *vv = v + tt->offset;
+        const float *g = grads + tt->offset;
+        size_t n = tt->numel;
+#pragma omp parallel for num_threads(nt) schedule(static) if (n > 32768)
+        for (size_t i = 0; i < n; i++) {
+            float gi = g[i];
+            float mi = b1 * mm_[i] + (1.0f - b1) * gi;
+            float vi = b2 * vv[i] + (1.0f - b2) * gi * gi;
+            mm_[i] = mi;
+            vv[i] = vi;
+            float denom = sqrtf(vi) / bc2s + e;
+            p[i] = p[i] * decay - step_size * mi / denom;
+        }
+    }
+}

@@ -1,0 +1,553 @@
+/* gpt_trainer.c: the "gpt" trainer behind trainer.h: options, data windows, AdamW schedule,
+ * evaluation, JSON-lines telemetry and the safetensors checkpoint. */
+#include "gpt.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+static void seterr(char *err, size_t errlen, const char *fmt, ...) {
+    if (!err || !errlen) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(err, errlen, fmt, ap);
+    va_end(ap);
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* options                                                                                     */
+
+void gpt_options_default(gpt_options *o) {
+    memset(o, 0, sizeof *o);
+    o->model = (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 256};
+    o->batch = 8;
+    o->seq = 256;
+    o->lr = 4e-4;
+    o->beta1 = 0.9;
+    o->beta2 = 0.95;
+    o->eps = 1e-8;
+    o->weight_decay = 0.1;
+    o->grad_clip = 1.0;
+    o->warmup_steps = 100;
+    o->total_steps = 0;
+    o->min_lr_ratio = 0.1;
+    o->num_shards = 1;
+    o->shard_index = 0;
+    o->eval_every = 100;
+    o->eval_batches = 8;
+    o->threads = 0;
+    o->seed = 1234;
+    o->data_seed = 1;
+    o->checkpoint_every = 0;
+}
+
+enum { F_INT, F_LONG, F_DBL, F_STR, F_U64, F_ORDER };
+typedef struct { const char *name; int type; size_t off; const char *help; } flag;
+#define OFF(f) offsetof(gpt_options, f)
+static const flag FLAGS[] = {
+    {"layers", F_INT, OFF(model.layers), "transformer blocks (4)"},
+    {"heads", F_INT, OFF(model.heads), "attention heads (4)"},
+    {"dim", F_INT, OFF(model.dim), "model width (256)"},
+    {"ctx", F_INT, OFF(model.ctx), "maximum context = position embeddings (256)"},
+    {"vocab", F_INT, OFF(model.vocab), "vocabulary size (256 = bytes)"},
+    {"batch", F_INT, OFF(batch), "sequences per step (8)"},
+    {"seq", F_INT, OFF(seq), "tokens per sequence, <= ctx (256)"},
+    {"lr", F_DBL, OFF(lr), "peak AdamW learning rate (4e-4)"},
+    {"beta1", F_DBL, OFF(beta1), "AdamW beta1 (0.9)"},
+    {"beta2", F_DBL, OFF(beta2), "AdamW beta2 (0.95)"},
+    {"eps", F_DBL, OFF(eps), "AdamW eps (1e-8)"},
+    {"weight-decay", F_DBL, OFF(weight_decay), "decoupled weight decay on matrices (0.1)"},
+    {"grad-clip", F_DBL, OFF(grad_clip), "global gradient norm clip, 0 = off (1.0)"},
+    {"warmup", F_INT, OFF(warmup_steps), "linear warmup steps (100)"},
+    {"steps", F_LONG, OFF(total_steps), "total inner steps: cosine decay horizon, 0 = constant lr (0)"},
+    {"min-lr-ratio", F_DBL, OFF(min_lr_ratio), "final lr / peak lr of the cosine (0.1)"},
+    {"data", F_STR, OFF(data_path), "token file from prepare-data (none: random tokens)"},
+    {"num-shards", F_INT, OFF(num_shards), "training data split in this many parts (1)"},
+    {"shard-index", F_INT, OFF(shard_index), "this worker's part, 0-based (0)"},
+    {"data-order", F_ORDER, OFF(data_sequential), "random | sequential windows (random)"},
+    {"eval-every", F_INT, OFF(eval_every), "validation loss every N steps, 0 = never (100)"},
+    {"eval-batches", F_INT, OFF(eval_batches), "fixed validation batches per evaluation (8)"},
+    {"threads", F_INT, OFF(threads), "compute threads, 0 = all cores (0)"},
+    {"seed", F_U64, OFF(seed), "parameter init seed (1234)"},
+    {"data-seed", F_U64, OFF(data_seed), "data order seed, mixed with the shard index (1)"},
+    {"log", F_STR, OFF(log_path), "JSON-lines telemetry file, appended (none)"},
+    {"checkpoint", F_STR, OFF(checkpoint_path), "local safetensors checkpoint, resumed if present (none)"},
+    {"checkpoint-every", F_INT, OFF(checkpoint_every), "steps between checkpoints, 0 = at exit only (0)"},
+};
+#undef OFF
+#define NFLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
+
+void gpt_usage(FILE *f) {
+    fprintf(f, "GPT trainer options (--flag VALUE or --flag=VALUE):\n");
+    for (int i = 0; i < NFLAGS; i++) {
+        char nm[40];
+        snprintf(nm, sizeof nm, "--%s", FLAGS[i].name);
+        fprintf(f, "  %-20s %s\n", nm, FLAGS[i].help);
+    }
+}
+
+static int set_flag(gpt_options *o, const flag *fl, const char *v, char *err, size_t errlen) {
+    char *p = (char *)o + fl->off, *end = NULL;
+    errno = 0;
+    switch (fl->type) {
+    case F_INT: {
+        long x = strtol(v, &end, 10);
+        if (*v == 0 || *end || errno || x < -2147483647L || x > 2147483647L) break;
+        *(int *)p = (int)x;
+        return 0;
+    }
+    case F_LONG: {
+        long x = strtol(v, &end, 10);
+        if (*v == 0 || *end || errno) break;
+        *(long *)p = x;
+        return 0;
+    }
+    case F_U64: {
+        unsigned long long x = strtoull(v, &end, 0);
+        if (*v == 0 || *end || errno) break;
+        *(uint64_t *)p = x;
+        return 0;
+    }
+    case F_DBL: {
+        double x = strtod(v, &end);
+        if (*v == 0 || *end || errno || !isfinite(x)) break;
+        *(double *)p = x;
+        return 0;
+    }
+    case F_STR:
+        *(const char **)p = v;
+        return 0;
+    case F_ORDER:
+        if (!strcmp(v, "random")) { *(int *)p = 0; return 0; }
+        if (!strcmp(v, "sequential")) { *(int *)p = 1; return 0; }
+        break;
+    }
+    seterr(err, errlen, "bad value for --%s: '%s'", fl->name, v);
+    return -1;
+}
+
+int gpt_options_parse(gpt_options *o, int argc, char **argv, char *err, size_t errlen) {
+    int keep = 0, consumed = 0;
+    for (int i = 0; i < argc; i++) {
+        char *a = argv[i];
+        const flag *fl = NULL;
+        const char *val = NULL;
+        if (a && a[0] == '-' && a[1] == '-') {
+            size_t kl = strcspn(a + 2, "=");
+            for (int k = 0; k < NFLAGS; k++)
+                if (strlen(FLAGS[k].name) == kl && !strncmp(a + 2, FLAGS[k].name, kl)) { fl = &FLAGS[k]; break; }
+            if (fl) {
+                int n = 1;
+                if (a[2 + kl] == '=') val = a + 3 + kl;
+                else if (i + 1 < argc && argv[i + 1]) { val = argv[i + 1]; n = 2; }
+                else { seterr(err, errlen, "--%s needs a value", fl->name); return -1; }
+                if (set_flag(o, fl, val, err, errlen)) return -1;
+                consumed += n;
+                i += n - 1;
+                continue;
+            }
+        }
+        argv[keep++] = a;
+    }
+    if (keep < argc) argv[keep] = NULL;
+    return consumed;
+}
+
+double gpt_lr_at(const gpt_options *o, long s) {
+    if (o->warmup_steps > 0 && s < o->warmup_steps) return o->lr * (double)(s + 1) / o->warmup_steps;
+    if (o->total_steps <= 0) return o->lr;
+    double min_lr = o->lr * o->min_lr_ratio;
+    if (s >= o->total_steps) return min_lr;
+    double span = (double)(o->total_steps - o->warmup_steps);
+    double prog = span > 0 ? (double)(s - o->warmup_steps) / span : 1.0;
+    return min_lr + 0.5 * (1.0 + cos(M_PI * prog)) * (o->lr - min_lr);
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* trainer                                                                                     */
+
+typedef struct gpt_trainer {
+    trainer t;
+    gpt_options o;
+    char *data_path, *log_path, *ckpt_path;
+    gpt_model *m;
+    float *grads, *am, *av;
+    int *inp, *tgt;
+    gpt_tokens data;        /* data.tok == NULL: synthetic random tokens */
+    uint64_t lo, hi;        /* this shard's training tokens [lo, hi) */
+    uint64_t rng, cursor;   /* data position */
+    long step;
+    uint64_t tokens;
+    double eval_loss, t0, last_norm;
+    FILE *log;
+} gpt_trainer;
+
+static void next_batch(gpt_trainer *g) {
+    int B = g->o.batch, T = g->o.seq, V = g->o.model.vocab;
+    for (int b = 0; b < B; b++) {
+        int *in = g->inp + (size_t)b * T, *tg = g->tgt + (size_t)b * T;
+        if (!g->data.tok) {
+            int prev = (int)(splitmix64(&g->rng) % (uint64_t)V);
+            for (int t = 0; t < T; t++) {
+                int nx = (int)(splitmix64(&g->rng) % (uint64_t)V);
+                in[t] = prev;
+                tg[t] = nx;
+                prev = nx;
+            }
+            continue;
+        }
+        uint64_t span = g->hi - g->lo - (uint64_t)T; /* >= 1, checked at create */
+        uint64_t s;
+        if (g->o.data_sequential) {
+            if (g->cursor < g->lo || g->cursor + T + 1 > g->hi) g->cursor = g->lo;
+            s = g->cursor;
+            g->cursor += (uint64_t)T;
+        } else {
+            s = g->lo + splitmix64(&g->rng) % span;
+        }
+        for (int t = 0; t < T; t++) {
+            in[t] = g->data.tok[s + t];
+            tg[t] = g->data.tok[s + t + 1];
+        }
+    }
+}
+
+static int gpt_evaluate(trainer *t, double *loss, char *err, size_t errlen) {
+    gpt_trainer *g = t->impl;
+    int B = g->o.batch, T = g->o.seq, V = g->o.model.vocab, nb = g->o.eval_batches > 0 ? g->o.eval_batches : 1;
+    uint64_t nval = g->data.tok ? g->data.ntokens - g->data.ntrain : 0;
+    if (g->data.tok && nval < (uint64_t)T + 1) {
+        seterr(err, errlen, "gpt evaluate: the validation split has %llu tokens, need at least seq+1 = %d",
+               (unsigned long long)nval, T + 1);
+        return -1;
+    }
+    uint64_t J = (uint64_t)nb * B, vr = 0x1234567ULL;
+    double total = 0;
+    for (int k = 0; k < nb; k++) {
+        for (int b = 0; b < B; b++) {
+            int *in = g->inp + (size_t)b * T, *tg = g->tgt + (size_t)b * T;
+            if (!g->data.tok) {
+                for (int i = 0; i <= T; i++) {
+                    int x = (int)(splitmix64(&vr) % (uint64_t)V);
+                    if (i < T) in[i] = x;
+                    if (i > 0) tg[i - 1] = x;
+                }
+                continue;
+            }
+            uint64_t j = (uint64_t)k * B + b;
+            uint64_t s = g->data.ntrain + (J > 1 ? j * (nval - T - 1) / (J - 1) : 0);
+            for (int i = 0; i < T; i++) {
+                in[i] = g->data.tok[s + i];
+                tg[i] = g->data.tok[s + i + 1];
+            }
+        }
+        total += gpt_forward(g->m, t->params, g->inp, g->tgt);
+    }
+    *loss = total / nb;
+    g->eval_loss = *loss;
+    return 0;
+}
+
+/* ---- checkpoint (safetensors) ---- */
+
+static int ckpt_save(gpt_trainer *g, char *err, size_t errlen) {
+    const char *path = g->ckpt_path;
+    if (!path) return 0;
+    trainer *t = &g->t;
+    int n = t->ntensors;
+    size_t cap = 1024 + (size_t)n * 3 * 160, len = 0;
+    char *h = malloc(cap);
+    if (!h) { seterr(err, errlen, "checkpoint: out of memory"); return -1; }
+    const gpt_config *c = &g->o.model;
+    len += (size_t)snprintf(h + len, cap - len,
+        "{\"__metadata__\":{\"format\":\"rediloco-gpt-v1\",\"layers\":\"%d\",\"heads\":\"%d\",\"dim\":\"%d\","
+        "\"ctx\":\"%d\",\"vocab\":\"%d\",\"step\":\"%ld\",\"tokens\":\"%llu\",\"data_rng\":\"%llu\","
+        "\"data_cursor\":\"%llu\",\"shard_index\":\"%d\",\"num_shards\":\"%d\"}",
+        c->layers, c->heads, c->dim, c->ctx, c->vocab, g->step, (unsigned long long)g->tokens,
+        (unsigned long long)g->rng, (unsigned long long)g->cursor, g->o.shard_index, g->o.num_shards);
+    static const char *pre[3] = {"", "adam_m.", "adam_v."};
+    size_t pos = 0;
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < n; i++) {
+            const trainer_tensor *tt = &t->tensors[i];
+            char shape[64];
+            if (tt->ndim == 2) snprintf(shape, sizeof shape, "%zu,%zu", tt->shape[0], tt->shape[1]);
+            else snprintf(shape, sizeof shape, "%zu", tt->shape[0]);
+            len += (size_t)snprintf(h + len, cap - len,
+                                    ",\"%s%s\":{\"dtype\":\"F32\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
+                                    pre[s], tt->name, shape, pos, pos + tt->numel * 4);
+            pos += tt->numel * 4;
+        }
+    len += (size_t)snprintf(h + len, cap - len, "}");
+    while (len % 8) h[len++] = ' ';
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) { free(h); seterr(err, errlen, "checkpoint %s: %s", tmp, strerror(errno)); return -1; }
+    unsigned char hl[8];
+    for (int i = 0; i < 8; i++) hl[i] = (unsigned char)((uint64_t)len >> (8 * i));
+    int ok = fwrite(hl, 1, 8, f) == 8 && fwrite(h, 1, len, f) == len;
+    free(h);
+    const float *bufs[3] = {t->params, g->am, g->av};
+    for (int s = 0; s < 3 && ok; s++) ok = fwrite(bufs[s], sizeof(float), t->numel, f) == t->numel;
+    if (fflush(f) != 0) ok = 0;
+    if (fclose(f) != 0) ok = 0;
+    if (!ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        seterr(err, errlen, "checkpoint %s: write failed", path);
+        return -1;
+    }
+    return 0;
+}
+
+static int meta_u64(const char *h, const char *key, unsigned long long *out) {
+    char pat[64];
+    snprintf(pat, sizeof pat, "\"%s\":\"", key);
+    const char *p = strstr(h, pat);
+    if (!p) return -1;
+    char *end;
+    *out = strtoull(p + strlen(pat), &end, 10);
+    return *end == '"' ? 0 : -1;
+}
+
+/* returns 1 when loaded, 0 when there is no file, -1 on error */
+static int ckpt_load(gpt_trainer *g, char *err, size_t errlen) {
+    const char *path = g->ckpt_path;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        if (errno == ENOENT) return 0;
+        seterr(err, errlen, "checkpoint %s: %s", path, strerror(errno));
+        return -1;
+    }
+    trainer *t = &g->t;
+    unsigned char hl[8];
+    char *h = NULL;
+    uint64_t len = 0;
+    int rc = -1;
+    if (fread(hl, 1, 8, f) != 8) goto bad;
+    for (int i = 7; i >= 0; i--) len = len << 8 | hl[i];
+    if (len > (64u << 20)) goto bad;
+    h = malloc(len + 1);
+    if (!h || fread(h, 1, len, f) != len) goto bad;
+    h[len] = 0;
+    unsigned long long v[10];
+    static const char *keys[10] = {"layers", "heads", "dim", "ctx", "vocab", "step", "tokens", "data_rng",
+                                   "data_cursor", "shard_index"};
+    for (int i = 0; i < 10; i++)
+        if (meta_u64(h, keys[i], &v[i])) goto bad;
+    const gpt_config *c = &g->o.model;
+    if (v[0] != (unsigned)c->layers || v[1] != (unsigned)c->heads || v[2] != (unsigned)c->dim ||
+        v[3] != (unsigned)c->ctx || v[4] != (unsigned)c->vocab) {
+        seterr(err, errlen, "checkpoint %s: model L%llu H%llu C%llu T%llu V%llu does not match the options",
+               path, v[0], v[1], v[2], v[3], v[4]);
+        goto out;
+    }
+    static const char *pre[3] = {"", "adam_m.", "adam_v."};
+    float *bufs[3] = {t->params, g->am, g->av};
+    for (int s = 0; s < 3; s++)
+        for (int i = 0; i < t->ntensors; i++) {
+            const trainer_tensor *tt = &t->tensors[i];
+            char pat[128];
+            snprintf(pat, sizeof pat, "\"%s%s\":{", pre[s], tt->name);
+            const char *p = strstr(h, pat);
+            const char *d = p ? strstr(p, "\"data_offsets\":[") : NULL;
+            unsigned long long a, b;
+            if (!d || sscanf(d, "\"data_offsets\":[%llu,%llu]", &a, &b) != 2 || b - a != tt->numel * 4) {
+                seterr(err, errlen, "checkpoint %s: tensor %s%s missing or of the wrong size", path, pre[s], tt->name);
+                goto out;
+            }
+            if (fseeko(f, (off_t)(8 + len + a), SEEK_SET) ||
+                fread(bufs[s] + tt->offset, sizeof(float), tt->numel, f) != tt->numel)
+                goto bad;
+        }
+    g->step = (long)v[5];
+    g->tokens = v[6];
+    if (v[9] == (unsigned long long)g->o.shard_index) { /* same data part: resume its position */
+        g->rng = v[7];
+        g->cursor = v[8];
+    }
+    rc = 1;
+    goto out;
+bad:
+    seterr(err, errlen, "checkpoint %s: truncated or not a checkpoint of this trainer", path);
+out:
+    free(h);
+    fclose(f);
+    return rc;
+}
+
+static void log_line(gpt_trainer *g, const char *fields) {
+    if (!g->log) return;
+    fprintf(g->log, "{\"step\":%ld,\"time\":%.3f,%s}\n", g->step, now_s() - g->t0, fields);
+    fflush(g->log);
+}
+
+static int gpt_step(trainer *t, trainer_stats *out, char *err, size_t errlen) {
+    gpt_trainer *g = t->impl;
+    next_batch(g);
+    float loss = gpt_forward(g->m, t->params, g->inp, g->tgt);
+    if (!isfinite(loss)) {
+        seterr(err, errlen, "gpt step %ld: loss is not finite (%g)", g->step, (double)loss);
+        return -1;
+    }
+    gpt_backward(g->m, t->params, g->grads);
+    g->last_norm = gpt_clip_grad_norm(g->grads, t->numel, g->o.grad_clip, g->o.threads);
+    double lr = gpt_lr_at(&g->o, g->step);
+    g->step++;
+    gpt_adamw_step(t->tensors, t->ntensors, t->params, g->grads, g->am, g->av, g->step, lr, g->o.beta1,
+                   g->o.beta2, g->o.eps, g->o.weight_decay, g->o.threads);
+    g->tokens += (uint64_t)g->o.batch * g->o.seq;
+    int evaluated = 0;
+    if (g->o.eval_every > 0 && g->step % g->o.eval_every == 0) {
+        double el;
+        if (gpt_evaluate(t, &el, err, errlen) == 0) evaluated = 1;
+    }
+    if (g->log) {
+        char f[256];
+        int n = snprintf(f, sizeof f, "\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.5g,\"tokens\":%llu", (double)loss,
+                         lr, g->last_norm, (unsigned long long)g->tokens);
+        if (evaluated) snprintf(f + n, sizeof f - (size_t)n, ",\"eval_loss\":%.6f", g->eval_loss);
+        log_line(g, f);
+    }
+    if (g->ckpt_path && g->o.checkpoint_every > 0 && g->step % g->o.checkpoint_every == 0)
+        if (ckpt_save(g, err, errlen)) return -1;
+    if (out) {
+        out->loss = loss;
+        out->eval_loss = g->eval_loss;
+        out->tokens = g->tokens;
+    }
+    return 0;
+}
+
+static int gpt_eval_public(trainer *t, double *loss, char *err, size_t errlen) {
+    gpt_trainer *g = t->impl;
+    if (gpt_evaluate(t, loss, err, errlen)) return -1;
+    char f[64];
+    snprintf(f, sizeof f, "\"eval_loss\":%.6f", *loss);
+    log_line(g, f);
+    return 0;
+}
+
+int gpt_trainer_save(trainer *t, char *err, size_t errlen) {
+    return ckpt_save(t->impl, err, errlen);
+}
+
+long gpt_trainer_steps(const trainer *t) { return ((const gpt_trainer *)t->impl)->step; }
+
+static void gpt_destroy(trainer *t) {
+    if (!t) return;
+    gpt_trainer *g = t->impl;
+    if (g->ckpt_path && g->step > 0) {
+        char err[256];
+        if (ckpt_save(g, err, sizeof err)) fprintf(stderr, "gpt: %s\n", err);
+    }
+    if (g->log) fclose(g->log);
+    gpt_model_free(g->m);
+    gpt_tokens_free(&g->data);
+    free(t->params);
+    free((void *)t->tensors);
+    free(g->grads);
+    free(g->am);
+    free(g->av);
+    free(g->inp);
+    free(g->tgt);
+    free(g->data_path);
+    free(g->log_path);
+    free(g->ckpt_path);
+    free(g);
+}
+
+static char *dupstr(const char *s) { return s ? strdup(s) : NULL; }
+
+trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen) {
+    if (gpt_config_check(&o->model, err, errlen)) return NULL;
+    if (o->batch < 1 || o->seq < 1 || o->seq > o->model.ctx) {
+        seterr(err, errlen, "gpt: need batch >= 1 and 1 <= seq <= ctx (%d)", o->model.ctx);
+        return NULL;
+    }
+    if (o->num_shards < 1 || o->shard_index < 0 || o->shard_index >= o->num_shards) {
+        seterr(err, errlen, "gpt: need 0 <= shard-index < num-shards");
+        return NULL;
+    }
+    if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) || !(o->eps > 0)) {
+        seterr(err, errlen, "gpt: bad AdamW hyperparameters");
+        return NULL;
+    }
+    gpt_trainer *g = calloc(1, sizeof *g);
+    if (!g) { seterr(err, errlen, "gpt: out of memory"); return NULL; }
+    trainer *t = &g->t;
+    g->o = *o;
+    g->data_path = dupstr(o->data_path);
+    g->log_path = dupstr(o->log_path);
+    g->ckpt_path = dupstr(o->checkpoint_path);
+    g->o.data_path = g->data_path;
+    g->o.log_path = g->log_path;
+    g->o.checkpoint_path = g->ckpt_path;
+    g->eval_loss = -1;
+    g->t0 = now_s();
+    t->name = "gpt";
+    t->impl = g;
+    t->step = gpt_step;
+    t->params_changed = NULL;
+    t->evaluate = gpt_eval_public;
+    t->destroy = gpt_destroy;
+    trainer_tensor *tens;
+    if (gpt_layout(&o->model, &tens, &t->ntensors, &t->numel, err, errlen)) goto fail;
+    t->tensors = tens;
+    size_t N = (size_t)o->batch * o->seq, bytes = t->numel * sizeof(float);
+    if (posix_memalign((void **)&t->params, 64, bytes) || posix_memalign((void **)&g->grads, 64, bytes) ||
+        posix_memalign((void **)&g->am, 64, bytes) || posix_memalign((void **)&g->av, 64, bytes) ||
+        !(g->inp = malloc(N * sizeof(int))) || !(g->tgt = malloc(N * sizeof(int)))) {
+        seterr(err, errlen, "gpt: out of memory for %zu parameters", t->numel);
+        goto fail;
+    }
+    memset(g->am, 0, bytes);
+    memset(g->av, 0, bytes);
+    memset(g->grads, 0, bytes);
+    if (gpt_init_params(&o->model, o->seed, t->params, t->numel, err, errlen)) goto fail;
+    g->m = gpt_model_create(&o->model, o->batch, o->seq, o->threads, err, errlen);
+    if (!g->m) goto fail;
+    g->o.threads = gpt_model_threads(g->m);
+    if (o->data_path) {
+        if (gpt_tokens_load(o->data_path, &g->data, err, errlen)) goto fail;
+        if (g->data.vocab > (uint32_t)o->model.vocab) {
+            seterr(err, errlen, "gpt: %s has vocab %u > model vocab %d", o->data_path, g->data.vocab, o->model.vocab);
+            goto fail;
+        }
+        g->lo = g->data.ntrain * (uint64_t)o->shard_index / (uint64_t)o->num_shards;
+        g->hi = g->data.ntrain * (uint64_t)(o->shard_index + 1) / (uint64_t)o->num_shards;
+        if (g->hi - g->lo < (uint64_t)o->seq + 2) {
+            seterr(err, errlen, "gpt: data shard %d/%d has %llu tokens, fewer than seq+2", o->shard_index,
+                   o->num_shards, (unsigned long long)(g->hi - g->lo));
+            goto fail;
+        }
+        g->cursor = g->lo;
+    }
+    g->rng = o->data_seed * 0x9e3779b97f4a7c15ULL ^ ((uint64_t)o->shard_index + 1) * 0xd1b54a32d192ed03ULL;
+    if (g->ckpt_path && ckpt_load(g, err, errlen) < 0) goto fail;
+    if (g->log_path && !(g->log = fopen(g->log_path, "a"))) {
+        seterr(err, errlen, "gpt: --log %s: %s", g->log_path, strerror(errno));
+        goto fail;
+    }
+    return t;
+fail:
+    g->step = 0; /* no checkpoint from a half-built trainer */
+    gpt_destroy(t);
+    return NULL;
+}

@@ -12,6 +12,7 @@
 
 #include <math.h>
 #include <stddef.h>
+#include <stdio.h>
 #include <msgpack.h>
 #include <stdlib.h>
 #include <string.h>

@@ -1,0 +1,32 @@
+/*
+ * frame.h: blocking, timeout-bounded framing of blobs on a stream socket (the worker side of the
+ * data plane; shard-servers speak the same bytes through libevent).
+ *
+ * A frame is a 4-byte little-endian length L followed by a blob of L bytes (blob.h): the msgpack
+ * header, then the raw payload. Payloads are sent straight from the caller's memory (no copy).
+ * Timeouts are whole-operation deadlines in milliseconds; timeout_ms <= 0 waits forever.
+ */
+#ifndef DILOCO_FRAME_H
+#define DILOCO_FRAME_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "blob.h"
+
+#define FRAME_PREFIX_LEN 4
+
+/* Encode h for payload and send the frame. Sets h->xxh. A peer that went away is an error, never SIGPIPE. */
+int frame_send(int fd, blob_header *h, const void *payload, size_t payload_len, int timeout_ms, char *err,
+               size_t errlen);
+
+/* Receive one frame into buf (cap bytes), decode its header and check its payload; *payload points
+ * into buf. A frame longer than cap is rejected without reading it (err starts with "oversize"). */
+int frame_recv(int fd, uint8_t *buf, size_t cap, blob_header *h, const uint8_t **payload, size_t *payload_len,
+               int timeout_ms, char *err, size_t errlen);
+
+/* Connect to "host:port" ("[v6]:port" for IPv6) within timeout_ms. The returned fd is blocking,
+ * has TCP_NODELAY and 4 MiB socket buffers (bulk transfers need a large window). */
+int tcp_connect(const char *host_port, int timeout_ms, char *err, size_t errlen);
+
+#endif

@@ -171,6 +171,14 @@ static int parse_tcp(const char *s, redis_url *out, char *err, size_t errlen)
 
 static int parse_unix(const char *s, redis_url *out, char *err, size_t errlen)
 {
+    /* Optional credentials before the absolute path: unix://user:pass@/run/redis.sock */
+    const char *at = strstr(s, "@/");
+    const char *slash = strchr(s, '/');
+    if (at != NULL && slash == at + 1) {
+        if (parse_userinfo(s, (size_t)(at - s), out, err, errlen) != 0)
+            return -1;
+        s = at + 1;
+    }
     const char *q = strchr(s, '?');
     size_t plen = q ? (size_t)(q - s) : strlen(s);
     if (plen == 0) {
@@ -210,7 +218,7 @@ int redis_url_format(const redis_url *u, char *buf, size_t cap)
 {
     int n;
     if (u->is_unix) {
-        n = snprintf(buf, cap, "unix://%s?db=%d", u->path, u->db);
+        n = snprintf(buf, cap, "unix://%s%s%s?db=%d", u->user, u->user[0] ? "@" : "", u->path, u->db);
     } else {
         int v6 = strchr(u->host, ':') != NULL;
         n = snprintf(buf, cap, "redis://%s%s%s%s%s:%d/%d", u->user, u->user[0] ? "@" : "", v6 ? "[" : "",

@@ -6,6 +6,7 @@
  *   redis://:pass@host                          (password only, the "default" user)
  *   redis://[::1]:6379                          (IPv6 literal in brackets)
  *   unix://path[?db=N]                          (unix socket, e.g. unix:///run/redis.sock?db=2)
+ *   unix://[user]:pass@/abs/path[?db=N]         (unix socket with credentials)
  * Defaults: port 6379, db 0. The parsed form is what rconn_connect() needs.
  */
 #ifndef DILOCO_URL_H

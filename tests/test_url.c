@@ -92,6 +92,11 @@ static void parses_unix_socket(void **state)
     assert_int_equal(redis_url_parse("unix:///tmp/r.sock?db=3", &u, err, sizeof err), 0);
     assert_string_equal(u.path, "/tmp/r.sock");
     assert_int_equal(u.db, 3);
+    assert_int_equal(redis_url_parse("unix://alice:p%40ss@/tmp/r.sock?db=1", &u, err, sizeof err), 0);
+    assert_string_equal(u.user, "alice");
+    assert_string_equal(u.pass, "p@ss");
+    assert_string_equal(u.path, "/tmp/r.sock");
+    assert_int_equal(u.db, 1);
 }
 
 static void format_hides_the_password(void **state)

@@ -32,7 +32,7 @@ COMMON_SRC  = $(wildcard common/*.c)
 COMMON_OBJ  = $(COMMON_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_library.o
 DILOCO_SRC  = $(wildcard worker/diloco/*.c)
 DILOCO_OBJ  = $(DILOCO_SRC:%.c=$(BUILD)/%.o)
-GPT_SRC     = $(wildcard worker/gpt/*.c)
+GPT_SRC     = $(wildcard worker/gpt/*.c worker/trainers/*.c)
 GPT_OBJ     = $(GPT_SRC:%.c=$(BUILD)/%.o)
 WORKER_SRC  = $(wildcard worker/*.c)
 WORKER_OBJ  = $(WORKER_SRC:%.c=$(BUILD)/%.o)
@@ -44,6 +44,8 @@ TEST_SRC    = $(wildcard tests/test_*.c)
 TEST_BIN    = $(TEST_SRC:tests/%.c=$(BUILD)/tests/%)
 TESTLIB_SRC = $(wildcard tests/lib/*.c)
 TESTLIB_OBJ = $(TESTLIB_SRC:%.c=$(BUILD)/%.o)
+TOOL_SRC    = $(wildcard tests/tools/*.c)
+TOOL_BIN    = $(TOOL_SRC:tests/tools/%.c=$(BUILD)/tests/tools/%)
 BENCH_SRC   = $(wildcard bench/*.c)
 BENCH_BIN   = $(BENCH_SRC:bench/%.c=$(BIN)/bench-%)
 CUDA_SRC    = $(wildcard worker/cuda/*.cu)
@@ -81,7 +83,7 @@ $(BUILD)/gen/lua_library.c: lua/diloco.lua tools/embed.sh
 $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/common/%.o $(BUILD)/worker/diloco/%.o $(BUILD)/shard-server/%.o: CFLAGS += $(DETERMINISTIC)
+$(BUILD)/common/%.o $(BUILD)/worker/diloco/%.o $(BUILD)/worker/trainers/%.o $(BUILD)/shard-server/%.o: CFLAGS += $(DETERMINISTIC)
 $(BUILD)/worker/gpt/%.o: OPT = -O3 -march=native
 $(BUILD)/worker/gpt/%.o: CFLAGS += -fopenmp
 
@@ -110,6 +112,10 @@ $(BIN)/worker: $(WORKER_OBJ) $(LIBDILOCO) $(LIBGPT) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $^ $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
+$(BUILD)/tests/tools/%: tests/tools/%.c $(LIBDILOCO) $(LIBGPT) $(LIBCOMMON)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $^ $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+
 $(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(LIBDILOCO) $(LIBGPT) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $^ -lcmocka $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
@@ -122,7 +128,7 @@ test: deps
 	$(MAKE) all tests-build
 	sh tests/run.sh
 
-tests-build: $(TEST_BIN)
+tests-build: $(TEST_BIN) $(TOOL_BIN)
 bench: all $(BENCH_BIN)
 
 cuda-check: all tests-build

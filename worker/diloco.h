@@ -1,0 +1,86 @@
+/* diloco.h: libdiloco, the C API a trainer embeds to take part in a ReDiLoCo run.
+ *
+ * A trainer keeps its parameters in one flat fp32 buffer. It opens a session with the Redis URL and
+ * the run name (everything else is learned from Redis), gets the current global parameters written
+ * into its buffer, and calls diloco_after_step() after every inner optimizer step. Every H steps that
+ * call runs one DiLoCo sync: it computes the pseudo-gradient (global snapshot - local parameters),
+ * sends each shard to the shard-server that owns it, waits at the round's barrier, and writes the new
+ * global parameters into the buffer. Heartbeats run on a background thread. Failures (a shard-server
+ * dying, a lost connection, eviction) are retried inside; what cannot be recovered is reported through
+ * the err buffer, never by exiting.
+ *
+ *     diloco_options o; diloco_options_default(&o);
+ *     o.redis_url = "redis://127.0.0.1:6379"; o.run = "demo"; o.sync_every = 100;
+ *     diloco *d; if (diloco_open(&o, params, numel, &d, err, sizeof err) < 0) ...
+ *     for (step...) { train_step(params); diloco_report(d, loss, tokens); diloco_after_step(d, NULL, err, sizeof err); }
+ *     diloco_close(d);
+ */
+#ifndef DILOCO_H
+#define DILOCO_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct diloco diloco;
+
+typedef struct diloco_options {
+    const char *redis_url;        /* redis://[user[:pass]@]host[:port][/db] or unix://path */
+    const char *run;              /* run name given to `coordinator init --run` */
+    const char *worker_id;        /* NULL: "<hostname>-<pid>" */
+    int sync_every;               /* H: inner steps between syncs (default 500) */
+    int bf16;                     /* send pseudo-gradients as bf16 (default 1) */
+    int heartbeat_interval_ms;    /* default 30000; 0 disables heartbeats */
+    int max_sync_retries;         /* failed syncs in a row before re-registering (default 3) */
+    int net_timeout_ms;           /* one data-plane request (default 60000) */
+    int sync_timeout_ms;          /* give up one sync attempt after this long without progress (default 120000) */
+    int wait_poll_ms;             /* BLPOP timeout while waiting at a barrier (default 1000) */
+    int dylu;                     /* follow the H the run's DyLU computes for us */
+    /* Called after the library wrote new global values into params[off, off+n) (NULL: nothing). */
+    int (*on_params)(void *ctx, size_t off, size_t n, char *err, size_t errlen);
+    void *on_params_ctx;
+} diloco_options;
+
+typedef struct diloco_sync_info {
+    int64_t round;                /* the round this sync completed (the new version is round+1) */
+    int64_t version;              /* global version now held */
+    double seconds;               /* first pseudo-gradient byte sent to last parameter byte received */
+    double wait_seconds;          /* part of it spent waiting for the barrier */
+    uint64_t bytes_up, bytes_down;
+    uint64_t digest;              /* XXH3 of the whole new global parameter vector */
+    int stale;                    /* 1 when the round was lost (STALE/evicted) and we re-fetched instead */
+} diloco_sync_info;
+
+void diloco_options_default(diloco_options *o);
+
+/* Connect, register and write the current global parameters into params (numel must match the run). */
+int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **out, char *err, size_t errlen);
+
+/* Call after each inner step. Returns 1 when a sync happened (params now hold new global values),
+ * 0 when not, -1 on an error that could not be recovered by retries. */
+int diloco_after_step(diloco *d, char *err, size_t errlen);
+
+/* Sync now, whatever the step count. Same return values. */
+int diloco_force_sync(diloco *d, char *err, size_t errlen);
+
+/* Numbers for heartbeats (loss, tokens seen so far); cheap, call as often as you like. */
+void diloco_report(diloco *d, double loss, uint64_t tokens);
+
+/* Facts about the session. */
+int diloco_last_sync(const diloco *d, diloco_sync_info *out);   /* 0 if a sync happened yet, else -1 */
+int diloco_sync_every(const diloco *d);                         /* current H (DyLU may change it) */
+int diloco_steps_to_sync(const diloco *d);
+int diloco_stop_requested(const diloco *d);                     /* the operator shut the run down */
+const char *diloco_worker_id(const diloco *d);
+int64_t diloco_version(const diloco *d);                        /* global version params started from */
+
+/* Deregister and free. Safe on NULL. */
+void diloco_close(diloco *d);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

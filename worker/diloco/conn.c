@@ -1,0 +1,209 @@
+/* conn.c: the worker's side of the data plane: connections to shard-servers and the two requests,
+ * push (our pseudo-gradient of one shard) and get (one shard's parameters at a version).
+ *
+ * One connection per server address and thread at a time (requests and replies are strictly in
+ * order on a connection). A broken connection is closed and the caller retries, usually after
+ * re-reading the owners from Redis: the server may have died and its lease moved. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "frame.h"
+#include "internal.h"
+#include "log.h"
+#include "util.h"
+
+#define SMALL_REPLY_CAP (BLOB_HEADER_MAX + 64)
+
+/* Say who we are; the server answers ack (or err for a wrong run). */
+static int hello(diloco *d, int fd, char *err, size_t errlen) {
+    blob_header h;
+    blob_header_init(&h, "hello");
+    snprintf(h.worker, sizeof h.worker, "%s", d->worker_id);
+    snprintf(h.text, sizeof h.text, "%s", d->o.run);
+    if (frame_send(fd, &h, NULL, 0, d->o.net_timeout_ms, err, errlen) < 0) return -1;
+    uint8_t buf[SMALL_REPLY_CAP];
+    const uint8_t *payload;
+    size_t plen;
+    if (frame_recv(fd, buf, sizeof buf, &h, &payload, &plen, d->o.net_timeout_ms, err, errlen) < 0) return -1;
+    if (strcmp(h.op, "ack") != 0) {
+        err_set(err, errlen, "shard-server refused hello: %s %s", h.code, h.text);
+        return -1;
+    }
+    return 0;
+}
+
+dp_conn *conn_acquire(diloco *d, const char *addr, char *err, size_t errlen) {
+    dp_conn *c = NULL;
+    pthread_mutex_lock(&d->conns_mu);
+    for (int i = 0; i < MAX_CONNS && !c; i++)
+        if (!d->conns[i].in_use && d->conns[i].fd >= 0 && strcmp(d->conns[i].addr, addr) == 0) c = &d->conns[i];
+    for (int i = 0; i < MAX_CONNS && !c; i++)
+        if (!d->conns[i].in_use && d->conns[i].fd < 0) c = &d->conns[i];
+    if (c) c->in_use = 1;
+    pthread_mutex_unlock(&d->conns_mu);
+    if (!c) {
+        err_set(err, errlen, "too many data-plane connections");
+        return NULL;
+    }
+    if (c->fd >= 0) return c;
+    int fd = tcp_connect(addr, d->o.net_timeout_ms < 5000 ? d->o.net_timeout_ms : 5000, err, errlen);
+    if (fd >= 0 && hello(d, fd, err, errlen) < 0) {
+        close(fd);
+        fd = -1;
+    }
+    if (fd < 0) {
+        conn_release(d, c, 1);
+        return NULL;
+    }
+    snprintf(c->addr, sizeof c->addr, "%s", addr);
+    c->fd = fd;
+    return c;
+}
+
+void conn_release(diloco *d, dp_conn *c, int broken) {
+    pthread_mutex_lock(&d->conns_mu);
+    if (broken && c->fd >= 0) {
+        close(c->fd);
+        c->fd = -1;
+    }
+    c->in_use = 0;
+    pthread_mutex_unlock(&d->conns_mu);
+}
+
+void conn_close_all(diloco *d) {
+    for (int i = 0; i < MAX_CONNS; i++)
+        if (d->conns[i].fd >= 0) {
+            close(d->conns[i].fd);
+            d->conns[i].fd = -1;
+        }
+}
+
+/* Map an err/moved/need/wait reply to an outcome. */
+static int reply_outcome(diloco *d, const blob_header *h, char *err, size_t errlen) {
+    if (strcmp(h->op, "moved") == 0 || strcmp(h->op, "wait") == 0) {
+        err_set(err, errlen, "%s: %s", h->op, h->text);
+        return DL_RETRY;
+    }
+    if (strcmp(h->op, "need") == 0) {
+        /* h->text is a comma list of ids; are we in it? */
+        size_t n = strlen(d->worker_id);
+        for (const char *p = h->text; *p;) {
+            const char *end = strchr(p, ',');
+            size_t len = end ? (size_t)(end - p) : strlen(p);
+            if (len == n && strncmp(p, d->worker_id, n) == 0) return DL_NEED;
+            p = end ? end + 1 : p + len;
+        }
+        err_set(err, errlen, "waiting for the pseudo-gradients of %s", h->text);
+        return DL_RETRY;
+    }
+    if (strcmp(h->op, "err") == 0) {
+        err_set(err, errlen, "shard-server: %s %s", h->code, h->text);
+        if (strcmp(h->code, "STALE") == 0) return DL_STALE;
+        if (strcmp(h->code, "UNKNOWN_WORKER") == 0) return DL_EVICTED;
+        if (strcmp(h->code, "NOTREADY") == 0 || strcmp(h->code, "REDIS") == 0 || strcmp(h->code, "BUSY") == 0)
+            return DL_RETRY;
+        return DL_FAIL;
+    }
+    err_set(err, errlen, "unexpected reply '%s' from shard-server", h->op);
+    return DL_FAIL;
+}
+
+/* Connect to the shard's owner. DL_RETRY when it has none or cannot be reached. */
+static int owner_conn(diloco *d, int shard, dp_conn **out, char *err, size_t errlen) {
+    shard_owner o;
+    owners_get(d, shard, &o);
+    if (o.addr[0] == '\0') {
+        err_set(err, errlen, "shard %d has no live owner yet", shard);
+        return DL_RETRY;
+    }
+    *out = conn_acquire(d, o.addr, err, errlen);
+    return *out ? DL_OK : DL_RETRY;
+}
+
+int conn_push(diloco *d, int shard, int64_t round, char *err, size_t errlen) {
+    dp_conn *c;
+    int rc = owner_conn(d, shard, &c, err, errlen);
+    if (rc != DL_OK) return rc;
+    size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
+    blob_header h;
+    blob_header_init(&h, "push");
+    h.shard = shard;
+    h.round = round;
+    h.frag = runconf_fragment_of_shard(&d->rc, shard);
+    h.inc = dl_inc(d);
+    snprintf(h.worker, sizeof h.worker, "%s", d->worker_id);
+    h.count = n;
+    const void *payload;
+    size_t plen;
+    if (d->o.bf16) {
+        h.dtype = BLOB_BF16;
+        payload = d->delta_bf16 + off;
+        plen = n * sizeof(uint16_t);
+    } else {
+        h.dtype = BLOB_F32;
+        payload = d->delta_f32 + off;
+        plen = n * sizeof(float);
+    }
+    uint8_t buf[SMALL_REPLY_CAP];
+    const uint8_t *rp;
+    size_t rlen;
+    if (frame_send(c->fd, &h, payload, plen, d->o.net_timeout_ms, err, errlen) < 0 ||
+        frame_recv(c->fd, buf, sizeof buf, &h, &rp, &rlen, d->o.net_timeout_ms, err, errlen) < 0) {
+        conn_release(d, c, 1);
+        return DL_RETRY;
+    }
+    conn_release(d, c, 0);
+    __atomic_add_fetch(&d->last.bytes_up, plen, __ATOMIC_RELAXED);
+    if (strcmp(h.op, "ack") == 0) return DL_OK;
+    return reply_outcome(d, &h, err, errlen);
+}
+
+/* Check a params reply and copy it into base. */
+static int take_params(diloco *d, int shard, const blob_header *h, const uint8_t *payload, size_t plen,
+                       int64_t min_version, int64_t *got, char *err, size_t errlen) {
+    size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
+    if (h->dtype != BLOB_F32 || h->count != n || plen != n * sizeof(float) || h->shard != shard ||
+        h->version < min_version) {
+        err_set(err, errlen, "bad params reply for shard %d (dtype %d, count %" PRIu64 ", version %" PRId64 ")",
+                shard, h->dtype, h->count, h->version);
+        return DL_FAIL;
+    }
+    memcpy(d->base + off, payload, plen);
+    *got = h->version;
+    __atomic_add_fetch(&d->last.bytes_down, plen, __ATOMIC_RELAXED);
+    return DL_OK;
+}
+
+int conn_get(diloco *d, int shard, int64_t min_version, int64_t *got, char *err, size_t errlen) {
+    dp_conn *c;
+    int rc = owner_conn(d, shard, &c, err, errlen);
+    if (rc != DL_OK) return rc;
+    blob_header h;
+    blob_header_init(&h, "get");
+    h.shard = shard;
+    h.version = min_version;
+    h.inc = dl_inc(d);
+    snprintf(h.worker, sizeof h.worker, "%s", d->worker_id);
+    uint8_t *buf = malloc(d->recv_cap);
+    if (!buf) {
+        conn_release(d, c, 0);
+        err_set(err, errlen, "out of memory");
+        return DL_FAIL;
+    }
+    const uint8_t *payload;
+    size_t plen;
+    if (frame_send(c->fd, &h, NULL, 0, d->o.net_timeout_ms, err, errlen) < 0 ||
+        frame_recv(c->fd, buf, d->recv_cap, &h, &payload, &plen, d->o.net_timeout_ms, err, errlen) < 0) {
+        conn_release(d, c, 1);
+        free(buf);
+        return DL_RETRY;
+    }
+    conn_release(d, c, 0);
+    if (strcmp(h.op, "params") == 0) rc = take_params(d, shard, &h, payload, plen, min_version, got, err, errlen);
+    else rc = reply_outcome(d, &h, err, errlen);
+    free(buf);
+    return rc;
+}

@@ -1,0 +1,89 @@
+/* heartbeat.c: the heartbeat thread of a libdiloco session.
+ *
+ * Every heartbeat_interval_ms it calls dl_heartbeat with our speed (inner steps per second since the
+ * last beat), loss and tokens, on its own Redis connection so a blocked training thread never delays
+ * it. The reply tells us if we were evicted (the training thread registers again at its next sync),
+ * whether the run was shut down, and the H that DyLU computed for us. */
+#include <errno.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+#include "log.h"
+#include "rconn.h"
+#include "util.h"
+
+static void beat_once(diloco *d, redisContext *c) {
+    pthread_mutex_lock(&d->hb_mu);
+    uint64_t now = now_ms(), steps = d->total_steps;
+    double dt = (double)(now - d->speed_t0_ms) / 1000.0;
+    if (dt > 0 && d->speed_t0_ms) d->speed = (double)(steps - d->speed_steps0) / dt;
+    d->speed_t0_ms = now;
+    d->speed_steps0 = steps;
+    long long inc = d->inc;
+    double speed = d->speed, loss = d->loss;
+    unsigned long long tokens = d->tokens;
+    pthread_mutex_unlock(&d->hb_mu);
+
+    redisReply *r = redisCommand(c, "FCALL dl_heartbeat 1 %s %s %lld %.6f %.6f %llu %llu", d->config_key,
+                                 d->worker_id, inc, speed, loss, (unsigned long long)steps, tokens);
+    if (!r) return;
+    pthread_mutex_lock(&d->hb_mu);
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "UNKNOWN_WORKER", 14) == 0 && d->inc == inc) {
+        if (!d->evicted) log_warn("heartbeat: %s", r->str);
+        d->evicted = 1;
+    } else if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
+        if (r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "shutdown") == 0)
+            d->stop_requested = 1;
+        if (r->element[1]->type == REDIS_REPLY_INTEGER) d->dylu_h = (int)r->element[1]->integer;
+    }
+    pthread_mutex_unlock(&d->hb_mu);
+    freeReplyObject(r);
+}
+
+static void *heartbeat_main(void *p) {
+    diloco *d = p;
+    redisContext *c = NULL;
+    pthread_mutex_lock(&d->hb_mu);
+    while (!d->hb_stop) {
+        pthread_mutex_unlock(&d->hb_mu);
+        if (!c || c->err) {
+            char err[256];
+            if (c) redisFree(c);
+            c = rconn_connect(&d->url, 5000, err, sizeof err);
+            if (!c) log_warn("heartbeat: cannot reach Redis: %s", err);
+        }
+        if (c) beat_once(d, c);
+        pthread_mutex_lock(&d->hb_mu);
+        struct timespec ts;
+        clock_gettime(CLOCK_REALTIME, &ts);
+        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)d->o.heartbeat_interval_ms * 1000000ull;
+        ts.tv_sec += (time_t)(ns / 1000000000ull);
+        ts.tv_nsec = (long)(ns % 1000000000ull);
+        while (!d->hb_stop && pthread_cond_timedwait(&d->hb_cond, &d->hb_mu, &ts) != ETIMEDOUT) {
+        }
+    }
+    pthread_mutex_unlock(&d->hb_mu);
+    if (c) redisFree(c);
+    return NULL;
+}
+
+int heartbeat_start(diloco *d, char *err, size_t errlen) {
+    if (d->o.heartbeat_interval_ms <= 0) return 0;
+    d->speed_t0_ms = now_ms();
+    if (pthread_create(&d->hb_thread, NULL, heartbeat_main, d) != 0) {
+        err_set(err, errlen, "cannot start the heartbeat thread: %s", strerror(errno));
+        return -1;
+    }
+    d->hb_running = 1;
+    return 0;
+}
+
+void heartbeat_stop(diloco *d) {
+    pthread_mutex_lock(&d->hb_mu);
+    d->hb_stop = 1;
+    pthread_cond_broadcast(&d->hb_cond);
+    pthread_mutex_unlock(&d->hb_mu);
+    if (d->hb_running) pthread_join(d->hb_thread, NULL);
+    d->hb_running = 0;
+}

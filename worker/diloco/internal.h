@@ -1,0 +1,130 @@
+/* internal.h: the state of a libdiloco session, shared by the library's files (not installed).
+ *
+ *   session.c    open/close, registration, fetching the global parameters, Redis commands
+ *   owners.c     which shard-server owns which shard (read from Redis), refreshed on redirects
+ *   conn.c       data-plane connections to shard-servers and the push/get requests
+ *   sync.c       one DiLoCo round: pseudo-gradient, push, barrier, new parameters
+ *   heartbeat.c  the heartbeat thread
+ */
+#ifndef DILOCO_INTERNAL_H
+#define DILOCO_INTERNAL_H
+
+#include <hiredis/hiredis.h>
+#include <pthread.h>
+#include <stdint.h>
+
+#include "blob.h"
+#include "diloco.h"
+#include "runconf.h"
+#include "url.h"
+
+#define OWNER_ID_MAX 64
+#define ADDR_MAX 128
+#define MAX_CONNS 64
+
+typedef struct shard_owner {
+    char server[OWNER_ID_MAX];   /* "" while the shard has no live lease */
+    char addr[ADDR_MAX];         /* host:port of that server */
+    int64_t epoch;
+} shard_owner;
+
+typedef struct dp_conn {
+    char addr[ADDR_MAX];
+    int fd;                      /* -1 when closed */
+    int in_use;
+} dp_conn;
+
+/* Outcome of a data-plane exchange or a sync step. */
+enum {
+    DL_OK = 0,
+    DL_FAIL = -1,                /* unrecoverable here: err says why */
+    DL_RETRY = 1,                /* transient: connection lost, moved, owner missing, wait */
+    DL_STALE = 2,                /* our round is over: re-fetch parameters */
+    DL_EVICTED = 3,              /* we are no longer a member: register again */
+    DL_NEED = 4,                 /* server lacks our pseudo-gradient: push again */
+};
+
+struct diloco {
+    diloco_options o;
+    char worker_id[64];
+    char host[64];
+    redis_url url;
+    runconf rc;
+    char config_key[160];
+
+    redisContext *ctl;           /* commands from the training thread (and owner refreshes) */
+    pthread_mutex_t ctl_mu;
+    redisContext *blk;           /* BLPOP on our wake list */
+
+    float *params;               /* the trainer's buffer */
+    size_t numel;
+    float *base;                 /* global parameters this round started from */
+    uint16_t *delta_bf16;        /* pseudo-gradient of the round, kept until it is committed */
+    float *delta_f32;
+    int64_t version;             /* global version of base (= the round we are in) */
+    int64_t *shard_version;      /* version of each shard of base, while fetching */
+
+    shard_owner *owners;
+    pthread_mutex_t owners_mu;
+    dp_conn conns[MAX_CONNS];
+    pthread_mutex_t conns_mu;
+    size_t recv_cap;             /* largest frame we accept */
+
+    int steps;                   /* inner steps since the last sync */
+    int sync_every;
+    int fail_streak;
+    diloco_sync_info last;
+    int have_last;
+
+    /* shared with the heartbeat thread (under hb_mu) */
+    pthread_t hb_thread;
+    int hb_running;
+    pthread_mutex_t hb_mu;
+    pthread_cond_t hb_cond;
+    int hb_stop;
+    int64_t inc;                 /* our incarnation (0 = not registered) */
+    int evicted;
+    int stop_requested;
+    int dylu_h;
+    double loss, speed;
+    uint64_t tokens, total_steps;
+    uint64_t speed_t0_ms, speed_steps0;
+};
+
+/* session.c */
+redisReply *dl_command(diloco *d, const char *fmt, ...);   /* on ctl, reconnecting as needed; caller frees */
+int dl_register(diloco *d, char *err, size_t errlen);
+int dl_fetch_params(diloco *d, int64_t min_version, char *err, size_t errlen);
+int64_t dl_inc(diloco *d);
+void dl_adopt_base(diloco *d, int first_shard, int last_shard);   /* params[shards] = base[shards] */
+int dl_params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen); /* trainer callback */
+
+/* owners.c */
+int owners_refresh(diloco *d, char *err, size_t errlen);
+void owners_get(diloco *d, int shard, shard_owner *out);
+
+/* conn.c */
+dp_conn *conn_acquire(diloco *d, const char *addr, char *err, size_t errlen);
+void conn_release(diloco *d, dp_conn *c, int broken);
+void conn_close_all(diloco *d);
+/* push our pseudo-gradient of shard k for round r; DL_OK on ack. */
+int conn_push(diloco *d, int shard, int64_t round, char *err, size_t errlen);
+/* get shard k at version >= min_version into base and params; sets *got_version. DL_NEED when the
+ * server lists us as missing, DL_RETRY for wait/moved/broken. */
+int conn_get(diloco *d, int shard, int64_t min_version, int64_t *got_version, char *err, size_t errlen);
+
+/* sync.c */
+int sync_round(diloco *d, char *err, size_t errlen);
+/* Run fn(d, shard, arg) for every shard in [first, last) with one thread per owner; returns the
+ * worst outcome. Used for pushes and gets. */
+typedef int (*shard_job_fn)(diloco *d, int shard, void *arg, char *err, size_t errlen);
+int for_shards_parallel(diloco *d, int first, int last, shard_job_fn fn, void *arg, char *err, size_t errlen);
+
+/* Get every shard at version >= min_version into base (no pseudo-gradient to offer). */
+int dl_fetch_shards(diloco *d, int64_t min_version, char *err, size_t errlen);
+
+/* heartbeat.c */
+int heartbeat_start(diloco *d, char *err, size_t errlen);
+void heartbeat_stop(diloco *d);
+
+#endif

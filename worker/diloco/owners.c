@@ -1,0 +1,74 @@
+/* owners.c: which shard-server owns which shard, as the control plane says.
+ *
+ * Leases live in dl:{R}:shards (owner id, epoch, expiry) and server addresses in dl:{R}:servers. The
+ * worker caches the map and re-reads it whenever a server redirects it or cannot be reached: the
+ * data plane is direct, but Redis is the only place that knows the truth. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "keys.h"
+#include "mpmap.h"
+#include "rconn.h"
+#include "util.h"
+
+static const char *hash_field(redisReply *r, const char *name) {
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        if (strcmp(r->element[i]->str, name) == 0) return r->element[i + 1]->str;
+    return NULL;
+}
+
+static redisReply *hash_field_reply(redisReply *r, const char *name) {
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        if (strcmp(r->element[i]->str, name) == 0) return r->element[i + 1];
+    return NULL;
+}
+
+/* Fill owners from the two hashes. A shard whose lease has expired keeps its last owner: the request
+ * to it will fail or redirect, and we will look again. */
+static void owners_fill(diloco *d, redisReply *shards, redisReply *servers) {
+    char name[48];
+    pthread_mutex_lock(&d->owners_mu);
+    for (int k = 0; k < d->rc.nshards; k++) {
+        shard_owner *o = &d->owners[k];
+        snprintf(name, sizeof name, "%d:owner", k);
+        const char *owner = hash_field(shards, name);
+        snprintf(name, sizeof name, "%d:epoch", k);
+        const char *epoch = hash_field(shards, name);
+        snprintf(o->server, sizeof o->server, "%s", owner ? owner : "");
+        o->epoch = epoch ? atoll(epoch) : 0;
+        o->addr[0] = '\0';
+        redisReply *info = o->server[0] ? hash_field_reply(servers, o->server) : NULL;
+        if (info && info->type == REDIS_REPLY_STRING)
+            mpmap_get_str(info->str, info->len, "addr", o->addr, sizeof o->addr);
+    }
+    pthread_mutex_unlock(&d->owners_mu);
+}
+
+int owners_refresh(diloco *d, char *err, size_t errlen) {
+    char k1[KEY_MAX], k2[KEY_MAX];
+    key_run(k1, sizeof k1, d->o.run, "shards");
+    key_run(k2, sizeof k2, d->o.run, "servers");
+    redisReply *shards = dl_command(d, "HGETALL %s", k1);
+    if (rconn_reply_error(d->ctl, shards, err, errlen) < 0) {
+        if (shards) freeReplyObject(shards);
+        return -1;
+    }
+    redisReply *servers = dl_command(d, "HGETALL %s", k2);
+    if (rconn_reply_error(d->ctl, servers, err, errlen) < 0) {
+        freeReplyObject(shards);
+        if (servers) freeReplyObject(servers);
+        return -1;
+    }
+    owners_fill(d, shards, servers);
+    freeReplyObject(shards);
+    freeReplyObject(servers);
+    return 0;
+}
+
+void owners_get(diloco *d, int shard, shard_owner *out) {
+    pthread_mutex_lock(&d->owners_mu);
+    *out = d->owners[shard];
+    pthread_mutex_unlock(&d->owners_mu);
+}

@@ -1,0 +1,248 @@
+/* session.c: a libdiloco session's life: open (connect, read the run, register, fetch the global
+ * parameters), the Redis command wrapper every other file uses, and close.
+ *
+ * Registration gives us an incarnation number. Everything we send (arrivals, pushes, heartbeats)
+ * carries it, so a worker that was evicted and came back can never have an old pseudo-gradient of
+ * its previous life counted. */
+#include <errno.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "keys.h"
+#include "log.h"
+#include "rconn.h"
+#include "util.h"
+
+#define REDIS_TIMEOUT_MS 10000
+
+void diloco_options_default(diloco_options *o) {
+    memset(o, 0, sizeof *o);
+    o->sync_every = 500;
+    o->bf16 = 1;
+    o->heartbeat_interval_ms = 30000;
+    o->max_sync_retries = 3;
+    o->net_timeout_ms = 60000;
+    o->sync_timeout_ms = 120000;
+    o->wait_poll_ms = 1000;
+}
+
+/* Run a command on the control connection; on a connection error reconnect (with backoff, for as
+ * long as it takes: Redis restarts are survivable) and try once more. */
+redisReply *dl_command(diloco *d, const char *fmt, ...) {
+    redisReply *r = NULL;
+    pthread_mutex_lock(&d->ctl_mu);
+    for (int attempt = 0; attempt < 2 && r == NULL; attempt++) {
+        if (d->ctl == NULL || d->ctl->err) {
+            char err[256];
+            if (d->ctl) redisFree(d->ctl);
+            d->ctl = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, 0, &d->hb_stop, err, sizeof err);
+            if (d->ctl == NULL) break;
+        }
+        va_list ap;
+        va_start(ap, fmt);
+        r = redisvCommand(d->ctl, fmt, ap);
+        va_end(ap);
+    }
+    pthread_mutex_unlock(&d->ctl_mu);
+    return r;
+}
+
+int64_t dl_inc(diloco *d) {
+    pthread_mutex_lock(&d->hb_mu);
+    int64_t inc = d->inc;
+    pthread_mutex_unlock(&d->hb_mu);
+    return inc;
+}
+
+int dl_register(diloco *d, char *err, size_t errlen) {
+    redisReply *r = dl_command(d, "FCALL dl_register 1 %s %s %s %d", d->config_key, d->worker_id, d->host,
+                               d->sync_every);
+    if (rconn_reply_error(d->ctl, r, err, errlen) < 0) {
+        if (r) freeReplyObject(r);
+        return -1;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 4 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+        r->element[2]->type != REDIS_REPLY_ARRAY || r->element[2]->elements < 1) {
+        err_set(err, errlen, "unexpected reply to dl_register");
+        freeReplyObject(r);
+        return -1;
+    }
+    pthread_mutex_lock(&d->hb_mu);
+    d->inc = r->element[0]->integer;
+    d->evicted = 0;
+    pthread_mutex_unlock(&d->hb_mu);
+    int64_t round = r->element[2]->element[0]->integer;
+    d->version = round;
+    log_info("registered as %s (incarnation %" PRId64 "), open round %" PRId64, d->worker_id, d->inc, round);
+    freeReplyObject(r);
+    return 0;
+}
+
+/* Fetch every shard at version >= min_version. Shards commit one by one, so a fetch may see some
+ * shards one version ahead: fetch again at the highest version seen until all agree. */
+int dl_fetch_params(diloco *d, int64_t min_version, char *err, size_t errlen) {
+    uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
+    for (;;) {
+        int rc = dl_fetch_shards(d, min_version, err, errlen);
+        if (rc == DL_FAIL) return -1;
+        if (rc == DL_OK) {
+            int64_t lo = d->shard_version[0], hi = lo;
+            for (int k = 1; k < d->rc.nshards; k++) {
+                if (d->shard_version[k] < lo) lo = d->shard_version[k];
+                if (d->shard_version[k] > hi) hi = d->shard_version[k];
+            }
+            if (lo == hi) {
+                d->version = hi;
+                dl_adopt_base(d, 0, d->rc.nshards);
+                return dl_params_changed(d, 0, d->numel, err, errlen);
+            }
+            min_version = hi;
+        }
+        if (now_ms() > deadline) {
+            err_set(err, errlen, "could not fetch the global parameters within %d ms (last: %s)",
+                    d->o.sync_timeout_ms, err && err[0] ? err : "no answer");
+            return -1;
+        }
+        sleep_ms(50);
+    }
+}
+
+static int alloc_buffers(diloco *d, char *err, size_t errlen) {
+    size_t n = d->numel;
+    d->base = malloc(n * sizeof(float));
+    d->delta_f32 = d->o.bf16 ? NULL : malloc(n * sizeof(float));
+    d->delta_bf16 = d->o.bf16 ? malloc(n * sizeof(uint16_t)) : NULL;
+    d->owners = calloc((size_t)d->rc.nshards, sizeof(shard_owner));
+    d->shard_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));
+    if (!d->base || (!d->delta_f32 && !d->delta_bf16) || !d->owners || !d->shard_version) {
+        err_set(err, errlen, "out of memory for %zu parameters", n);
+        return -1;
+    }
+    uint64_t largest = 0;
+    for (int k = 0; k < d->rc.nshards; k++)
+        if (runconf_shard_numel(&d->rc, k) > largest) largest = runconf_shard_numel(&d->rc, k);
+    d->recv_cap = (size_t)largest * sizeof(float) + BLOB_HEADER_MAX + 64;
+    return 0;
+}
+
+static void default_worker_id(char *out, size_t cap, const char *host) {
+    snprintf(out, cap, "%.40s-%d", host, (int)getpid());
+}
+
+static int session_init(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen) {
+    d->o = *o;
+    d->params = params;
+    d->numel = numel;
+    d->sync_every = o->sync_every > 0 ? o->sync_every : 500;
+    for (int i = 0; i < MAX_CONNS; i++) d->conns[i].fd = -1;
+    pthread_mutex_init(&d->ctl_mu, NULL);
+    pthread_mutex_init(&d->owners_mu, NULL);
+    pthread_mutex_init(&d->conns_mu, NULL);
+    pthread_mutex_init(&d->hb_mu, NULL);
+    pthread_cond_init(&d->hb_cond, NULL);
+    if (gethostname(d->host, sizeof d->host) != 0) snprintf(d->host, sizeof d->host, "unknown");
+    d->host[sizeof d->host - 1] = '\0';
+    if (o->worker_id && o->worker_id[0]) snprintf(d->worker_id, sizeof d->worker_id, "%s", o->worker_id);
+    else default_worker_id(d->worker_id, sizeof d->worker_id, d->host);
+    if (!o->redis_url || !o->run) {
+        err_set(err, errlen, "a Redis URL and a run name are required");
+        return -1;
+    }
+    if (redis_url_parse(o->redis_url, &d->url, err, errlen) < 0) return -1;
+    if (key_check_run_name(o->run, err, errlen) < 0) return -1;
+    key_run(d->config_key, sizeof d->config_key, o->run, "config");
+    d->ctl = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, 5, NULL, err, errlen);
+    if (!d->ctl) return -1;
+    if (runconf_load(d->ctl, o->run, &d->rc, err, errlen) < 0) return -1;
+    if (d->rc.numel != numel) {
+        err_set(err, errlen, "run '%s' has %" PRIu64 " parameters but this trainer has %zu: start the worker "
+                "with the model the run was initialised with (%s %s)", o->run, d->rc.numel, numel,
+                d->rc.trainer, d->rc.model);
+        return -1;
+    }
+    return alloc_buffers(d, err, errlen);
+}
+
+int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **out, char *err, size_t errlen) {
+    diloco *d = calloc(1, sizeof *d);
+    if (!d) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    if (session_init(d, o, params, numel, err, errlen) < 0) goto error;
+    if (dl_register(d, err, errlen) < 0) goto error;
+    if (owners_refresh(d, err, errlen) < 0) goto error;
+    if (dl_fetch_params(d, d->version, err, errlen) < 0) goto error;
+    if (heartbeat_start(d, err, errlen) < 0) goto error;
+    log_info("worker %s joined run %s at version %" PRId64 " (%zu parameters, %d shards, H=%d, %s)",
+             d->worker_id, o->run, d->version, numel, d->rc.nshards, d->sync_every, o->bf16 ? "bf16" : "fp32");
+    *out = d;
+    return 0;
+error:
+    diloco_close(d);
+    return -1;
+}
+
+int dl_params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen) {
+    if (!d->o.on_params) return 0;
+    return d->o.on_params(d->o.on_params_ctx, off, n, err, errlen) < 0 ? -1 : 0;
+}
+
+/* conn_get wrote each fetched shard into base; the trainer's buffer takes the same values. */
+void dl_adopt_base(diloco *d, int first_shard, int last_shard) {
+    size_t off = (size_t)d->rc.shard_bounds[first_shard];
+    size_t n = (size_t)d->rc.shard_bounds[last_shard] - off;
+    memcpy(d->params + off, d->base + off, n * sizeof(float));
+}
+
+void diloco_close(diloco *d) {
+    if (!d) return;
+    heartbeat_stop(d);
+    int64_t inc = dl_inc(d);
+    if (inc > 0 && d->ctl && !d->ctl->err) {
+        redisReply *r = redisCommand(d->ctl, "FCALL dl_deregister 1 %s %s %lld", d->config_key, d->worker_id,
+                                     (long long)inc);
+        if (r) freeReplyObject(r);
+    }
+    conn_close_all(d);
+    if (d->ctl) redisFree(d->ctl);
+    if (d->blk) redisFree(d->blk);
+    runconf_free(&d->rc);
+    free(d->base);
+    free(d->delta_bf16);
+    free(d->delta_f32);
+    free(d->owners);
+    free(d->shard_version);
+    free(d);
+}
+
+void diloco_report(diloco *d, double loss, uint64_t tokens) {
+    pthread_mutex_lock(&d->hb_mu);
+    d->loss = loss;
+    d->tokens = tokens;
+    pthread_mutex_unlock(&d->hb_mu);
+}
+
+int diloco_last_sync(const diloco *d, diloco_sync_info *out) {
+    if (!d->have_last) return -1;
+    *out = d->last;
+    return 0;
+}
+
+int diloco_sync_every(const diloco *d) { return d->sync_every; }
+int diloco_steps_to_sync(const diloco *d) { return d->sync_every - d->steps; }
+const char *diloco_worker_id(const diloco *d) { return d->worker_id; }
+int64_t diloco_version(const diloco *d) { return d->version; }
+
+int diloco_stop_requested(const diloco *d) {
+    diloco *m = (diloco *)d;
+    pthread_mutex_lock(&m->hb_mu);
+    int s = m->stop_requested;
+    pthread_mutex_unlock(&m->hb_mu);
+    return s;
+}

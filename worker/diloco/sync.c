@@ -1,0 +1,340 @@
+/* sync.c: one DiLoCo round from the worker's side (docs/PROTOCOL.md, "A sync round").
+ *
+ *   1. pseudo-gradient Δ = base - params (the global parameters we started from minus ours), bf16 or fp32
+ *   2. push every shard's Δ to its owner (one thread per shard-server, so bandwidth adds up)
+ *   3. arrive at the barrier; wait on our wake list (BLPOP, with a timeout) until it closes
+ *   4. get every shard at version round+1; resend Δ to whoever says it lacks it (a new owner)
+ *   5. the new global parameters become both base and params
+ *
+ * Δ is kept until step 4 has every shard, so a shard-server may die at any moment. If the round was
+ * lost to us (STALE: it closed without us; EVICTED: we were declared dead), Δ is dropped and we
+ * continue from the current global parameters: a pseudo-gradient is only ever sent for the round
+ * whose parameters it was computed against. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf16.h"
+#include "internal.h"
+#include "keys.h"
+#include "log.h"
+#include "outer.h"
+#include "rconn.h"
+#include "util.h"
+
+/* ---- running a job per shard, one thread per owner ------------------------------------------ */
+
+typedef struct shard_group {
+    diloco *d;
+    char addr[ADDR_MAX];
+    int shards[RUNCONF_MAX_SHARDS];
+    int nshards;
+    shard_job_fn fn;
+    void *arg;
+    int rc;
+    char err[256];
+    pthread_t thread;
+} shard_group;
+
+static void *group_main(void *p) {
+    shard_group *g = p;
+    g->rc = DL_OK;
+    for (int i = 0; i < g->nshards && g->rc == DL_OK; i++)
+        g->rc = g->fn(g->d, g->shards[i], g->arg, g->err, sizeof g->err);
+    return NULL;
+}
+
+/* Worse outcomes win: a failure beats eviction beats staleness beats a retry. */
+static int outcome_rank(int rc) {
+    switch (rc) {
+    case DL_FAIL: return 5;
+    case DL_EVICTED: return 4;
+    case DL_STALE: return 3;
+    case DL_RETRY: return 2;
+    case DL_NEED: return 1;
+    default: return 0;
+    }
+}
+
+int for_shards_parallel(diloco *d, int first, int last, shard_job_fn fn, void *arg, char *err, size_t errlen) {
+    shard_group *groups = calloc((size_t)(last - first), sizeof *groups);
+    if (!groups) {
+        err_set(err, errlen, "out of memory");
+        return DL_FAIL;
+    }
+    int ng = 0;
+    for (int k = first; k < last; k++) {
+        shard_owner o;
+        owners_get(d, k, &o);
+        int g = 0;
+        while (g < ng && strcmp(groups[g].addr, o.addr) != 0) g++;
+        if (g == ng) {
+            groups[ng] = (shard_group){.d = d, .fn = fn, .arg = arg};
+            snprintf(groups[ng].addr, sizeof groups[ng].addr, "%s", o.addr);
+            ng++;
+        }
+        groups[g].shards[groups[g].nshards++] = k;
+    }
+    for (int g = 1; g < ng; g++)
+        if (pthread_create(&groups[g].thread, NULL, group_main, &groups[g]) != 0) groups[g].thread = 0;
+    group_main(&groups[0]);
+    for (int g = 1; g < ng; g++) {
+        if (groups[g].thread) pthread_join(groups[g].thread, NULL);
+        else group_main(&groups[g]);
+    }
+    int worst = DL_OK;
+    for (int g = 0; g < ng; g++)
+        if (outcome_rank(groups[g].rc) > outcome_rank(worst)) {
+            worst = groups[g].rc;
+            err_set(err, errlen, "%s", groups[g].err);
+        }
+    free(groups);
+    return worst;
+}
+
+/* ---- per-shard jobs with their retry loops ------------------------------------------------- */
+
+/* After a transient failure: look at the owners again and back off a little. */
+static int retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
+                       size_t errlen) {
+    if (now_ms() > deadline) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", err ? err : "");
+        err_set(err, errlen, "%s of shard %d did not succeed within %d ms (last: %s)", what, shard,
+                d->o.sync_timeout_ms, why);
+        return DL_FAIL;
+    }
+    char ignore[128];
+    owners_refresh(d, ignore, sizeof ignore);
+    sleep_ms(backoff_ms((*attempt)++, 20, 1000));
+    return DL_OK;
+}
+
+static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
+    int64_t round = *(int64_t *)arg;
+    uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
+    unsigned attempt = 0;
+    for (;;) {
+        int rc = conn_push(d, shard, round, err, errlen);
+        if (rc != DL_RETRY) return rc;
+        if (retry_pause(d, &attempt, deadline, shard, "push", err, errlen) != DL_OK) return DL_FAIL;
+    }
+}
+
+typedef struct get_arg {
+    int64_t want;          /* minimum version */
+    int may_push;          /* we are a participant of round want-1 and still hold our Δ */
+} get_arg;
+
+static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
+    const get_arg *ga = arg;
+    int64_t want = ga->want;
+    uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
+    unsigned attempt = 0;
+    for (;;) {
+        int64_t got = -1;
+        int rc = conn_get(d, shard, want, &got, err, errlen);
+        if (rc == DL_OK) {
+            d->shard_version[shard] = got;
+            return DL_OK;
+        }
+        if (rc == DL_NEED && ga->may_push) {
+            /* the owner has no Δ of ours for this round (it is new, or restarted): send it again */
+            rc = conn_push(d, shard, want - 1, err, errlen);
+            if (rc == DL_OK) continue;
+        }
+        if (rc != DL_RETRY && rc != DL_NEED) return rc;
+        if (retry_pause(d, &attempt, deadline, shard, "get", err, errlen) != DL_OK) return DL_FAIL;
+    }
+}
+
+/* Registration and catching up use the same get, with no Δ to offer. */
+int dl_fetch_shards(diloco *d, int64_t min_version, char *err, size_t errlen) {
+    get_arg ga = {min_version, 0};
+    return for_shards_parallel(d, 0, d->rc.nshards, get_job, &ga, err, errlen);
+}
+
+/* ---- the round --------------------------------------------------------------------------------- */
+
+/* Δ = base - params for every parameter; -1 if our own training produced NaN/Inf. */
+static int compute_delta(diloco *d, char *err, size_t errlen) {
+    size_t n = d->numel, bad;
+    if (outer_check_finite(d->params, n, &bad) < 0) {
+        err_set(err, errlen, "local parameters are not finite (index %zu): inner training diverged", bad);
+        return -1;
+    }
+    if (d->o.bf16) {
+        for (size_t i = 0; i < n; i++) d->delta_bf16[i] = bf16_from_f32(d->base[i] - d->params[i]);
+    } else {
+        for (size_t i = 0; i < n; i++) d->delta_f32[i] = d->base[i] - d->params[i];
+    }
+    return 0;
+}
+
+static int arrive(diloco *d, int64_t round, char *err, size_t errlen) {
+    redisReply *r = dl_command(d, "FCALL dl_arrive 1 %s %s %lld 0 %lld", d->config_key, d->worker_id,
+                               (long long)dl_inc(d), (long long)round);
+    int rc = DL_OK;
+    if (rconn_reply_error(d->ctl, r, err, errlen) < 0) {
+        rc = DL_FAIL;
+        if (r && strncmp(r->str, "STALE", 5) == 0) rc = DL_STALE;
+        else if (r && strncmp(r->str, "UNKNOWN_WORKER", 14) == 0) rc = DL_EVICTED;
+        else if (!r) rc = DL_RETRY;
+    } else if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && strcmp(r->element[0]->str, "closed") == 0) {
+        rc = DL_OK;
+    } else {
+        rc = DL_RETRY; /* open: wait */
+    }
+    if (r) freeReplyObject(r);
+    return rc;
+}
+
+/* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */
+static int still_member(diloco *d) {
+    redisReply *r = dl_command(d, "FCALL dl_member 1 %s %s", d->config_key, d->worker_id);
+    int ok = !r || (r->type == REDIS_REPLY_INTEGER && r->integer == dl_inc(d)) || r->type == REDIS_REPLY_ERROR;
+    if (r) freeReplyObject(r);
+    pthread_mutex_lock(&d->hb_mu);
+    if (d->evicted) ok = 0;
+    pthread_mutex_unlock(&d->hb_mu);
+    return ok;
+}
+
+/* Block until barrier (0, round) closes: BLPOP our wake list with a timeout, then look. */
+static int wait_barrier(diloco *d, int64_t round, char *err, size_t errlen) {
+    char wake[KEY_MAX], name[96];
+    snprintf(name, sizeof name, "wake:%s", d->worker_id);
+    key_run(wake, sizeof wake, d->o.run, name);
+    for (unsigned polls = 1;; polls++) {
+        if (!d->blk || d->blk->err) {
+            if (d->blk) redisFree(d->blk);
+            d->blk = rconn_connect(&d->url, d->o.wait_poll_ms + 10000, err, errlen);
+            if (!d->blk) sleep_ms((unsigned)d->o.wait_poll_ms);
+        }
+        if (d->blk) {
+            redisReply *r = redisCommand(d->blk, "BLPOP %s %.3f", wake, d->o.wait_poll_ms / 1000.0);
+            if (r) freeReplyObject(r);
+        }
+        redisReply *b = dl_command(d, "FCALL dl_barrier 1 %s 0 %lld", d->config_key, (long long)round);
+        if (rconn_reply_error(d->ctl, b, err, errlen) == 0 && b->type == REDIS_REPLY_ARRAY && b->elements >= 1) {
+            const char *state = b->element[0]->str;
+            int rc = strcmp(state, "closed") == 0 ? DL_OK : strcmp(state, "open") == 0 ? DL_RETRY : DL_STALE;
+            freeReplyObject(b);
+            if (rc != DL_RETRY) return rc;
+        } else if (b) {
+            freeReplyObject(b);
+        }
+        if (polls % 5 == 0 && !still_member(d)) return DL_EVICTED;
+    }
+}
+
+/* Our round is gone: take the current global parameters (after registering again if evicted). */
+static int catch_up(diloco *d, int evicted, char *err, size_t errlen) {
+    int64_t want;
+    if (evicted) {
+        if (dl_register(d, err, errlen) < 0) return -1;
+        want = d->version;
+    } else {
+        char key[KEY_MAX];
+        redisReply *r = dl_command(d, "HGET %s round:0", key_run(key, sizeof key, d->o.run, "state"));
+        if (rconn_reply_error(d->ctl, r, err, errlen) < 0 || r->type != REDIS_REPLY_STRING) {
+            if (r) freeReplyObject(r);
+            return -1;
+        }
+        want = atoll(r->str);
+        freeReplyObject(r);
+    }
+    owners_refresh(d, err, errlen);
+    return dl_fetch_params(d, want, err, errlen);
+}
+
+static void record_sync(diloco *d, int64_t round, uint64_t t0, uint64_t t_wait, int stale) {
+    d->last.round = round;
+    d->last.version = d->version;
+    d->last.seconds = (double)(now_ms() - t0) / 1000.0;
+    d->last.wait_seconds = (double)t_wait / 1000.0;
+    d->last.digest = digest_f32(d->base, d->numel);
+    d->last.stale = stale;
+    d->have_last = 1;
+}
+
+/* Push, arrive, wait, get. Returns DL_OK, DL_STALE, DL_EVICTED, or DL_FAIL. */
+static int run_round(diloco *d, int64_t round, uint64_t *wait_ms, char *err, size_t errlen) {
+    int rc = for_shards_parallel(d, 0, d->rc.nshards, push_job, &round, err, errlen);
+    if (rc != DL_OK) return rc;
+    rc = arrive(d, round, err, errlen);
+    if (rc == DL_RETRY) { /* open: wait for the others */
+        uint64_t tw = now_ms();
+        rc = wait_barrier(d, round, err, errlen);
+        *wait_ms = now_ms() - tw;
+    }
+    if (rc != DL_OK) return rc;
+    get_arg ga = {round + 1, 1};
+    rc = for_shards_parallel(d, 0, d->rc.nshards, get_job, &ga, err, errlen);
+    if (rc != DL_OK) return rc;
+    for (int k = 0; k < d->rc.nshards; k++)
+        if (d->shard_version[k] != ga.want) return DL_STALE; /* the run moved on past us meanwhile */
+    return DL_OK;
+}
+
+int sync_round(diloco *d, char *err, size_t errlen) {
+    int64_t round = d->version;
+    uint64_t t0 = now_ms(), wait_ms = 0;
+    d->last.bytes_up = d->last.bytes_down = 0;
+    int rc = compute_delta(d, err, errlen);
+    if (rc < 0) {
+        log_error("%s; resetting to the global parameters", err);
+        return catch_up(d, 0, err, errlen) < 0 ? DL_FAIL : DL_STALE;
+    }
+    rc = run_round(d, round, &wait_ms, err, errlen);
+    if (rc == DL_OK) {
+        d->version = round + 1;
+        dl_adopt_base(d, 0, d->rc.nshards);
+        if (dl_params_changed(d, 0, d->numel, err, errlen) < 0) return DL_FAIL;
+        record_sync(d, round, t0, wait_ms, 0);
+        return DL_OK;
+    }
+    if (rc == DL_STALE || rc == DL_EVICTED) {
+        log_warn("round %" PRId64 " lost (%s): %s; continuing from the current global parameters", round,
+                 rc == DL_STALE ? "stale" : "evicted", err);
+        if (catch_up(d, rc == DL_EVICTED, err, errlen) < 0) return DL_FAIL;
+        record_sync(d, round, t0, wait_ms, 1);
+        return rc;
+    }
+    return DL_FAIL;
+}
+
+/* ---- public entry points ----------------------------------------------------------------------- */
+
+static int do_sync(diloco *d, char *err, size_t errlen) {
+    int rc = sync_round(d, err, errlen);
+    d->steps = 0;
+    if (rc == DL_FAIL) {
+        d->fail_streak++;
+        log_error("sync failed (%d in a row, limit %d): %s", d->fail_streak, d->o.max_sync_retries, err);
+        if (d->fail_streak > d->o.max_sync_retries) {
+            d->fail_streak = 0;
+            log_warn("registering again after %d failed syncs", d->o.max_sync_retries + 1);
+            if (catch_up(d, 1, err, errlen) < 0) return -1;
+        }
+        return 0; /* training goes on; the next sync tries again */
+    }
+    d->fail_streak = 0;
+    pthread_mutex_lock(&d->hb_mu);
+    if (d->o.dylu && d->dylu_h > 0) d->sync_every = d->dylu_h;
+    pthread_mutex_unlock(&d->hb_mu);
+    return 1;
+}
+
+int diloco_after_step(diloco *d, char *err, size_t errlen) {
+    d->steps++;
+    pthread_mutex_lock(&d->hb_mu);
+    d->total_steps++;
+    pthread_mutex_unlock(&d->hb_mu);
+    if (d->steps < d->sync_every) return 0;
+    return do_sync(d, err, errlen);
+}
+
+int diloco_force_sync(diloco *d, char *err, size_t errlen) { return do_sync(d, err, errlen); }

@@ -1,0 +1,330 @@
+/* main.c: bin/worker, a DiLoCo worker process.
+ *
+ *   bin/worker [train] --redis URL --run NAME [worker flags] [trainer flags]
+ *   bin/worker prepare-data --input FILE --output FILE.tok [--val-fraction 0.05]
+ *
+ * It reads the run from Redis (the trainer and model the coordinator initialised it with), builds
+ * that trainer (the GPT by default, or the protocol-test `quadratic`), joins the run through
+ * libdiloco and trains: one inner step at a time, a DiLoCo sync every H steps, a progress line, and
+ * JSON-lines telemetry (--log). SIGINT/SIGTERM stop it cleanly after the current step (it leaves the
+ * run, so the others are not kept waiting for it). */
+#include <inttypes.h>
+#include <jansson.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "diloco.h"
+#include "gpt/gpt.h"
+#include "log.h"
+#include "rconn.h"
+#include "runconf.h"
+#include "trainers/quadratic.h"
+#include "util.h"
+
+typedef struct worker_args {
+    diloco_options dl;
+    const char *trainer;        /* NULL: the run's */
+    long steps;                 /* total inner steps (0 = until stopped) */
+    const char *log_path;
+    int quiet;
+    unsigned step_delay_ms;
+    double quad_lr;
+} worker_args;
+
+static volatile sig_atomic_t g_stop;
+
+static void on_signal(int sig) {
+    (void)sig;
+    g_stop = 1;
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: bin/worker [train] --redis URL --run NAME [options] [trainer options]\n"
+            "       bin/worker prepare-data --input FILE --output FILE.tok [--val-fraction 0.05]\n"
+            "\n"
+            "Joins a ReDiLoCo run and trains. Everything about the run (model, shards, servers) comes from\n"
+            "Redis; start the run with `bin/coordinator init` first.\n"
+            "\n"
+            "worker options:\n"
+            "  --redis URL               redis://[user[:pass]@]host[:port][/db] or unix://path (required)\n"
+            "  --run NAME                run name (required)\n"
+            "  --worker-id ID            unique id (default: <hostname>-<pid>)\n"
+            "  --sync-every H            inner steps between syncs (default 500)\n"
+            "  --steps N                 inner steps to train, then leave (default: until stopped)\n"
+            "  --no-bf16                 send fp32 pseudo-gradients instead of bf16\n"
+            "  --heartbeat-interval S    seconds between heartbeats (default 30; 0 disables)\n"
+            "  --max-sync-retries N      failed syncs in a row before registering again (default 3)\n"
+            "  --sync-timeout S          give up one sync attempt after S seconds without progress (default 120)\n"
+            "  --dylu                    follow the sync interval the run's DyLU assigns\n"
+            "  --trainer NAME            gpt or quadratic (default: what the run was initialised for)\n"
+            "  --log FILE                JSON-lines telemetry (steps, syncs)\n"
+            "  --quiet                   no progress line\n"
+            "  --step-delay-ms MS        (quadratic) sleep per step, to simulate a slow machine\n"
+            "  --quad-lr LR              (quadratic) inner AdamW learning rate (default 0.01)\n"
+            "  -h, --help                this help\n"
+            "\n"
+            "GPT trainer options (the model flags default to the run's):\n");
+    gpt_usage(f);
+}
+
+static int need_value(int i, int argc, const char *flag) {
+    if (i + 1 >= argc) {
+        fprintf(stderr, "worker: %s needs a value (see --help)\n", flag);
+        return -1;
+    }
+    return 0;
+}
+
+/* Parse our own flags; leave the rest (trainer flags) in rest[]. */
+static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *nrest) {
+    diloco_options_default(&a->dl);
+    a->quad_lr = 0.01;
+    *nrest = 0;
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i];
+        long long v;
+        double x;
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            usage(stdout);
+            exit(0);
+        } else if (!strcmp(f, "--no-bf16")) {
+            a->dl.bf16 = 0;
+        } else if (!strcmp(f, "--dylu")) {
+            a->dl.dylu = 1;
+        } else if (!strcmp(f, "--quiet")) {
+            a->quiet = 1;
+        } else if (!strcmp(f, "--redis") || !strcmp(f, "--run") || !strcmp(f, "--worker-id") ||
+                   !strcmp(f, "--trainer") || !strcmp(f, "--log")) {
+            if (need_value(i, argc, f) < 0) return -1;
+            const char *val = argv[++i];
+            if (!strcmp(f, "--redis")) a->dl.redis_url = val;
+            else if (!strcmp(f, "--run")) a->dl.run = val;
+            else if (!strcmp(f, "--worker-id")) a->dl.worker_id = val;
+            else if (!strcmp(f, "--trainer")) a->trainer = val;
+            else a->log_path = val;
+        } else if (!strcmp(f, "--sync-every") || !strcmp(f, "--steps") || !strcmp(f, "--max-sync-retries") ||
+                   !strcmp(f, "--step-delay-ms")) {
+            if (need_value(i, argc, f) < 0) return -1;
+            if (parse_int(argv[++i], 0, 1000000000, &v) < 0 || (v == 0 && strcmp(f, "--max-sync-retries") &&
+                                                               strcmp(f, "--step-delay-ms") && strcmp(f, "--steps"))) {
+                fprintf(stderr, "worker: %s wants a positive integer, got '%s'\n", f, argv[i]);
+                return -1;
+            }
+            if (!strcmp(f, "--sync-every")) a->dl.sync_every = (int)v;
+            else if (!strcmp(f, "--steps")) a->steps = (long)v;
+            else if (!strcmp(f, "--max-sync-retries")) a->dl.max_sync_retries = (int)v;
+            else a->step_delay_ms = (unsigned)v;
+        } else if (!strcmp(f, "--heartbeat-interval") || !strcmp(f, "--sync-timeout") || !strcmp(f, "--quad-lr")) {
+            if (need_value(i, argc, f) < 0) return -1;
+            if (parse_double(argv[++i], &x) < 0 || x < 0) {
+                fprintf(stderr, "worker: %s wants a non-negative number, got '%s'\n", f, argv[i]);
+                return -1;
+            }
+            if (!strcmp(f, "--heartbeat-interval")) a->dl.heartbeat_interval_ms = (int)(x * 1000);
+            else if (!strcmp(f, "--sync-timeout")) a->dl.sync_timeout_ms = (int)(x * 1000);
+            else a->quad_lr = x;
+        } else {
+            rest[(*nrest)++] = argv[i];
+        }
+    }
+    if (!a->dl.redis_url || !a->dl.run) {
+        fprintf(stderr, "worker: --redis URL and --run NAME are required (see --help)\n");
+        return -1;
+    }
+    return 0;
+}
+
+/* Read the run's config with a short-lived connection: we need numel and the model to build the
+ * trainer before the session exists. */
+static int read_run(const worker_args *a, runconf *rc, char *err, size_t errlen) {
+    redis_url u;
+    if (redis_url_parse(a->dl.redis_url, &u, err, errlen) < 0) return -1;
+    redisContext *c = rconn_connect_retry(&u, 5000, 5, NULL, err, errlen);
+    if (!c) return -1;
+    int r = runconf_load(c, a->dl.run, rc, err, errlen);
+    redisFree(c);
+    return r;
+}
+
+/* The GPT's flags: the run's model first, then the user's (which may set data, batch, ...). */
+static trainer *make_gpt(const runconf *rc, char **rest, int nrest, char *err, size_t errlen) {
+    char model[256];
+    snprintf(model, sizeof model, "%s", rc->model);
+    char *argv[160];
+    int argc = 0;
+    for (char *tok = strtok(model, " "); tok && argc < 64; tok = strtok(NULL, " ")) argv[argc++] = tok;
+    for (int i = 0; i < nrest && argc < 158; i++) argv[argc++] = rest[i];
+    argv[argc] = NULL;
+    gpt_options o;
+    gpt_options_default(&o);
+    o.seed = rc->seed;
+    int consumed = gpt_options_parse(&o, argc, argv, err, errlen);
+    if (consumed < 0) return NULL;
+    if (argc - consumed > 0) {
+        err_set(err, errlen, "unknown option '%s' (see --help)", argv[0]);
+        return NULL;
+    }
+    return gpt_trainer_create(&o, err, errlen);
+}
+
+static trainer *make_trainer(const worker_args *a, const runconf *rc, char **rest, int nrest, char *err,
+                             size_t errlen) {
+    const char *name = a->trainer ? a->trainer : (rc->trainer[0] ? rc->trainer : "gpt");
+    if (!strcmp(name, "quadratic")) {
+        if (nrest > 0) {
+            err_set(err, errlen, "unknown option '%s' (see --help)", rest[0]);
+            return NULL;
+        }
+        quadratic_options q;
+        quadratic_options_default(&q);
+        q.numel = (size_t)rc->numel;
+        q.seed = rc->seed;
+        q.worker_id = a->dl.worker_id;
+        q.step_delay_ms = a->step_delay_ms;
+        q.lr = (float)a->quad_lr;
+        return quadratic_trainer_create(&q, err, errlen);
+    }
+    if (!strcmp(name, "gpt")) return make_gpt(rc, rest, nrest, err, errlen);
+    err_set(err, errlen, "unknown trainer '%s' (gpt or quadratic)", name);
+    return NULL;
+}
+
+/* ---- telemetry and progress ------------------------------------------------------------------- */
+
+static void log_json(FILE *f, json_t *obj) {
+    if (!f) {
+        json_decref(obj);
+        return;
+    }
+    json_object_set_new(obj, "t", json_real((double)wall_ms() / 1000.0));
+    json_dumpf(obj, f, JSON_COMPACT);
+    fputc('\n', f);
+    fflush(f);
+    json_decref(obj);
+}
+
+static void log_sync(FILE *f, diloco *d, long step) {
+    diloco_sync_info s;
+    if (diloco_last_sync(d, &s) < 0) return;
+    char digest[20];
+    snprintf(digest, sizeof digest, "%016" PRIx64, s.digest);
+    log_json(f, json_pack("{s:s, s:s, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:s, s:b}", "event", "sync", "worker",
+                          diloco_worker_id(d), "step", (json_int_t)step, "round", (json_int_t)s.round, "version",
+                          (json_int_t)s.version, "seconds", s.seconds, "wait_seconds", s.wait_seconds, "bytes_up",
+                          (json_int_t)s.bytes_up, "bytes_down", (json_int_t)s.bytes_down, "digest", digest,
+                          "stale", s.stale));
+}
+
+static void progress(const worker_args *a, diloco *d, long step, const trainer_stats *st, double tok_s, int tty) {
+    if (a->quiet) return;
+    diloco_sync_info s;
+    char last[64] = "-";
+    if (diloco_last_sync(d, &s) == 0) snprintf(last, sizeof last, "%.2fs", s.seconds);
+    char eval[32] = "";
+    if (st->eval_loss >= 0) snprintf(eval, sizeof eval, " eval %.4f", st->eval_loss);
+    fprintf(stderr, "%sstep %ld%s%ld  loss %.4f%s  %.0f tok/s  v%" PRId64 "  sync in %d  last sync %s%s",
+            tty ? "\r\033[K" : "", step, a->steps ? "/" : "", a->steps ? a->steps : 0L, st->loss, eval, tok_s,
+            diloco_version(d), diloco_steps_to_sync(d), last, tty ? "" : "\n");
+    fflush(stderr);
+}
+
+/* ---- the training loop -------------------------------------------------------------------------- */
+
+static int on_params(void *ctx, size_t off, size_t n, char *err, size_t errlen) {
+    trainer *t = ctx;
+    return t->params_changed ? t->params_changed(t, off, n, err, errlen) : 0;
+}
+
+static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf) {
+    char err[512];
+    int tty = isatty(2);
+    uint64_t t0 = now_ms(), last_print = 0, tokens0 = 0;
+    trainer_stats st = {0, -1, 0};
+    long step = 0;
+    while (!g_stop && (a->steps == 0 || step < a->steps) && !diloco_stop_requested(d)) {
+        if (t->step(t, &st, err, sizeof err) < 0) {
+            log_error("training step failed: %s", err);
+            return -1;
+        }
+        step++;
+        diloco_report(d, st.loss, st.tokens);
+        int synced = diloco_after_step(d, err, sizeof err);
+        if (synced < 0) {
+            log_error("sync failed for good: %s", err);
+            return -1;
+        }
+        if (synced) log_sync(logf, d, step);
+        uint64_t now = now_ms();
+        if (synced || now - last_print >= 1000 || (a->steps && step == a->steps)) {
+            double secs = (double)(now - (last_print ? last_print : t0)) / 1000.0;
+            double tok_s = secs > 0 ? (double)(st.tokens - tokens0) / secs : 0;
+            progress(a, d, step, &st, tok_s, tty);
+            log_json(logf, json_pack("{s:s, s:I, s:f, s:f, s:I}", "event", "step", "step", (json_int_t)step,
+                                     "loss", st.loss, "eval_loss", st.eval_loss, "tokens", (json_int_t)st.tokens));
+            last_print = now;
+            tokens0 = st.tokens;
+        }
+    }
+    if (tty && !a->quiet) fputc('\n', stderr);
+    log_info("stopped after %ld steps (%s)", step, g_stop ? "signal" : diloco_stop_requested(d) ? "run shut down" : "done");
+    return 0;
+}
+
+static int run_worker(int argc, char **argv) {
+    worker_args a;
+    char **rest = calloc((size_t)argc + 1, sizeof(char *));
+    int nrest;
+    if (!rest || parse_args(argc, argv, &a, rest, &nrest) < 0) {
+        free(rest);
+        return 2;
+    }
+    char err[512];
+    runconf rc;
+    trainer *t = NULL;
+    diloco *d = NULL;
+    FILE *logf = NULL;
+    int status = 1;
+    if (read_run(&a, &rc, err, sizeof err) < 0) {
+        log_error("%s", err);
+        free(rest);
+        return 1;
+    }
+    t = make_trainer(&a, &rc, rest, nrest, err, sizeof err);
+    if (!t) goto error;
+    if (a.log_path && !(logf = fopen(a.log_path, "a"))) {
+        err_set(err, sizeof err, "cannot open log file %s", a.log_path);
+        goto error;
+    }
+    a.dl.on_params = on_params;
+    a.dl.on_params_ctx = t;
+    if (diloco_open(&a.dl, t->params, t->numel, &d, err, sizeof err) < 0) goto error;
+    log_json(logf, json_pack("{s:s, s:s, s:I}", "event", "join", "worker", diloco_worker_id(d), "version",
+                             (json_int_t)diloco_version(d)));
+    status = train(&a, t, d, logf) < 0 ? 1 : 0;
+    goto done;
+error:
+    log_error("%s", err);
+done:
+    diloco_close(d);
+    if (t) t->destroy(t);
+    if (logf) fclose(logf);
+    runconf_free(&rc);
+    free(rest);
+    return status;
+}
+
+int main(int argc, char **argv) {
+    log_init("worker");
+    signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa = {0};
+    sa.sa_handler = on_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    if (argc >= 2 && !strcmp(argv[1], "prepare-data")) return gpt_prepare_data_main(argc - 1, argv + 1);
+    if (argc >= 2 && !strcmp(argv[1], "train")) return run_worker(argc - 2, argv + 2);
+    return run_worker(argc - 1, argv + 1);
+}

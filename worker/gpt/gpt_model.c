@@ -11,6 +11,7 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...) {
     if (!err || !errlen) return;
@@ -289,6 +290,26 @@ static void mm(int nt, int ta, int tb, int M, int N, int K, float alpha, const f
     }
 }
 
+/* exp for x <= 88.3, vectorisable (Cephes expf polynomial, relative error ~1e-7); inputs below
+ * -87.3 give ~1e-38 instead of 0 (harmless for softmax and tanh) */
+static inline float vexpf(float x) {
+    x = x < -87.3f ? -87.3f : x > 88.3f ? 88.3f : x;
+    float n = floorf(x * 1.44269504088896341f + 0.5f);
+    float r = x - n * 0.693359375f;
+    r = r + n * 2.12194440e-4f;
+    float p = 1.9875691500e-4f;
+    p = p * r + 1.3981999507e-3f;
+    p = p * r + 8.3334519073e-3f;
+    p = p * r + 4.1665795894e-2f;
+    p = p * r + 1.6666665459e-1f;
+    p = p * r + 5.0000001201e-1f;
+    p = p * r * r + r + 1.0f;
+    union { int32_t i; float f; } u;
+    u.i = ((int32_t)n + 127) << 23;
+    return p * u.f;
+}
+static inline float vtanhf(float u) { return 1.0f - 2.0f / (1.0f + vexpf(2.0f * u)); }
+
 /* ------------------------------------------------------------------------------------------- */
 /* layers                                                                                      */
 
@@ -337,8 +358,10 @@ static void layernorm_forward(int nt, float *out /* (N,C) */, float *mean /* (N)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
         float s = 0;
+#pragma omp simd reduction(+ : s)
         for (int i = 0; i < C; i++) s += x[i];
         float mu = s / C, v = 0;
+#pragma omp simd reduction(+ : v)
         for (int i = 0; i < C; i++) { float d = x[i] - mu; v += d * d; }
         float rs = 1.0f / sqrtf(v / C + 1e-5f);
         float *o = out + (size_t)n * C;
@@ -358,6 +381,7 @@ static void layernorm_backward(int nt, float *dinp /* (N,C) */, float *dw /* (C)
         const float *d = dout + (size_t)n * C, *x = inp + (size_t)n * C;
         float mu = mean[n], rs = rstd[n];
         float s1 = 0, s2 = 0;
+#pragma omp simd reduction(+ : s1, s2)
         for (int i = 0; i < C; i++) {
             float nx = (x[i] - mu) * rs, dn = w[i] * d[i];
             s1 += dn;
@@ -437,7 +461,8 @@ static void attention_forward(int nt, float *out /* (B,T,C) */, float *att /* (B
             float mx = row[0];
             for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
             float s = 0;
-            for (int j = 0; j <= t; j++) { row[j] = expf(row[j] - mx); s += row[j]; }
+#pragma omp simd reduction(+ : s)
+            for (int j = 0; j <= t; j++) { row[j] = vexpf(row[j] - mx); s += row[j]; }
             float inv = 1.0f / s;
             for (int j = 0; j <= t; j++) row[j] *= inv;
             for (int j = t + 1; j < T; j++) row[j] = 0.0f;
@@ -479,6 +504,7 @@ static void attention_backward(int nt, float *dqkv /* (B,T,3C) written */, float
             const float *p = P + (size_t)t * T;
             float *d = dP + (size_t)t * T;
             float s = 0;
+#pragma omp simd reduction(+ : s)
             for (int j = 0; j <= t; j++) s += p[j] * d[j];
             for (int j = 0; j <= t; j++) d[j] = p[j] * (d[j] - s);
             for (int j = t + 1; j < T; j++) d[j] = 0.0f;
@@ -495,12 +521,13 @@ static void attention_backward(int nt, float *dqkv /* (B,T,3C) written */, float
 
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 
+
 static void gelu_forward(int nt, float *out, const float *inp, size_t n) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = GELU_S * (x + 0.044715f * x * x * x);
-        out[i] = 0.5f * x * (1.0f + tanhf(u));
+        out[i] = 0.5f * x * (1.0f + vtanhf(u));
     }
 }
 
@@ -510,7 +537,7 @@ static void gelu_backward(int nt, float *dinp, const float *inp, const float *do
     for (size_t i = 0; i < n; i++) {
         float x = inp[i];
         float u = GELU_S * (x + 0.044715f * x * x * x);
-        float th = tanhf(u);
+        float th = vtanhf(u);
         float sech2 = 1.0f - th * th;
         float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
         dinp[i] = g * dout[i];
@@ -531,7 +558,8 @@ static float crossentropy_forward(int nt, float *logits, float *losses, const in
         float mx = x[0];
         for (int i = 1; i < V; i++) mx = x[i] > mx ? x[i] : mx;
         float s = 0;
-        for (int i = 0; i < V; i++) { x[i] = expf(x[i] - mx); s += x[i]; }
+#pragma omp simd reduction(+ : s)
+        for (int i = 0; i < V; i++) { x[i] = vexpf(x[i] - mx); s += x[i]; }
         float inv = 1.0f / s;
         float pt = x[targets[n]];
         losses[n] = logf(s) - logf(pt);
@@ -662,4 +690,31 @@ void gpt_adamw_step(const trainer_tensor *tensors, int ntensors, float *params, 
             p[i] = p[i] * decay - step_size * mi / denom;
         }
     }
+}
+
+/* ------------------------------------------------------------------------------------------- */
+/* OpenBLAS kernel selection                                                                   */
+
+#include <unistd.h>
+
+int gpt_openblas_autotune(char **argv) {
+    if (getenv("OPENBLAS_CORETYPE")) return 0;
+    const char *core = openblas_get_corename();
+    static const char *good[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", NULL};
+    for (int i = 0; good[i]; i++)
+        if (core && !strcasecmp(core, good[i])) return 0;
+    const char *want = NULL;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+        want = "SkylakeX";
+    else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
+        want = "Haswell";
+    if (!want || !argv) return 0;
+    setenv("OPENBLAS_CORETYPE", want, 1);
+    fprintf(stderr, "gpt: OpenBLAS chose the %s kernels for this CPU; restarting with OPENBLAS_CORETYPE=%s\n",
+            core ? core : "?", want);
+    fflush(NULL);
+    execv("/proc/self/exe", argv);
+    return -1; /* exec failed: carry on with the slow kernels */
 }

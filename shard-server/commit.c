@@ -1,0 +1,571 @@
+/*
+ * commit.c: the commit of a round of one shard, and snapshots (docs/PROTOCOL.md, "Commit").
+ *
+ * Driven by a `get(k, r+1)` while the shard is at version r:
+ *   dl_barrier(f, r): open -> `wait`; closed -> participants (sorted id:inc) minus dropped;
+ *   each participant without a stored Δ: dl_member; gone (or another incarnation) -> dl_drop; alive -> `need`;
+ *   all present -> g = mean of the Δ in participant order (fp32, fixed order, no FMA), outer_sgd_step
+ *   on copies of θ and momentum, SET dl:{R:k}:log:<r+1>:<epoch> (bulk), dl_commit (fenced by epoch and
+ *   version); success -> the copies become the cache and every waiting get is answered.
+ * Zero participants left: a no-op step (θ and momentum unchanged; log entry with aux 0) so the run
+ * never wedges. FENCED/VERSION/unknown outcome: the cache is rebuilt from Redis (shard_reload), which
+ * also drops the shard if the lease is gone. Only one commit per shard runs at a time.
+ * Every snapshot_every versions a snapshot blob (θ then momentum) is written from a copy, recorded with
+ * dl_snapshot, and the blobs it makes obsolete are deleted.
+ */
+#include "ss.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "keys.h"
+#include "log.h"
+#include "outer.h"
+#include "util.h"
+
+#define MAX_PARTICIPANTS 4096
+
+enum commit_outcome { OUT_DONE, OUT_WAIT, OUT_NEED, OUT_ERR };
+
+typedef struct ss_commit {
+    ss_ctx *ss;
+    int k;
+    uint64_t gen;
+    int64_t round;       /* commits version round+1 */
+    int64_t epoch;
+    uint64_t t0;
+    int np;              /* participants not dropped at barrier time */
+    char *ids[MAX_PARTICIPANTS];
+    int64_t incs[MAX_PARTICIPANTS];
+    int dropped[MAX_PARTICIPANTS];
+    int outstanding;     /* dl_member / dl_drop calls in flight */
+    int failed;
+    char need[512];
+    char errmsg[256];
+    /* after the step */
+    float *theta;
+    float *mom;
+    int has_mom;
+    int used;            /* participants averaged */
+    char digest[17];
+} ss_commit;
+
+typedef struct ss_snap {
+    ss_ctx *ss;
+    int k;
+    int64_t version;
+    int64_t epoch;
+} ss_snap;
+
+static void commit_free(ss_commit *c)
+{
+    for (int i = 0; i < c->np; i++)
+        free(c->ids[i]);
+    free(c->theta);
+    free(c->mom);
+    free(c);
+}
+
+/* Is this commit still the shard's current operation? */
+static ss_shard *commit_shard(ss_commit *c)
+{
+    ss_shard *s = &c->ss->shards[c->k];
+    if (s->gen != c->gen || s->state != SH_READY || !s->committing)
+        return NULL;
+    return s;
+}
+
+/* Answer the gets waiting for this round with the outcome; everything else is judged again. */
+static void commit_finish(ss_commit *c, int outcome)
+{
+    ss_ctx *ss = c->ss;
+    ss_shard *s = commit_shard(c);
+    if (s == NULL) {
+        commit_free(c);
+        return;
+    }
+    s->committing = 0;
+    ss_req *list = s->parked;
+    s->parked = s->parked_tail = NULL;
+    s->nparked = 0;
+    int64_t round = c->round;
+    char need[512], errmsg[256];
+    snprintf(need, sizeof need, "%s", c->need);
+    snprintf(errmsg, sizeof errmsg, "%s", c->errmsg);
+    commit_free(c);
+    while (list != NULL) {
+        ss_req *req = list;
+        list = req->next;
+        req->next = NULL;
+        int waiting_for_it = strcmp(req->h.op, "get") == 0 && req->h.version == round + 1;
+        if (outcome == OUT_DONE || !waiting_for_it || s->state != SH_READY || s->version != round)
+            ops_dispatch(ss, req);
+        else if (outcome == OUT_WAIT)
+            req_reply_simple(req, "wait", "the round's barrier is not closed yet");
+        else if (outcome == OUT_NEED)
+            req_reply_simple(req, "need", need);
+        else
+            req_reply_err(req, "REDIS", "commit of shard %d round %lld failed: %s; retry", s->k, (long long)round,
+                          errmsg);
+    }
+}
+
+static void commit_fail(ss_commit *c, const char *why, int reload)
+{
+    ss_ctx *ss = c->ss;
+    ss_shard *s = commit_shard(c);
+    log_warn("shard %d: commit of round %lld failed: %s", c->k, (long long)c->round, why);
+    snprintf(c->errmsg, sizeof c->errmsg, "%s", why);
+    if (s != NULL && reload) {
+        commit_free(c);
+        shard_reload(ss, s, why); /* parked gets wait for the reload, then are judged again */
+        return;
+    }
+    commit_finish(c, OUT_ERR);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* snapshots */
+
+static void snap_on_recorded(redisReply *r, void *priv)
+{
+    ss_snap *sn = priv;
+    ss_ctx *ss = sn->ss;
+    ss->shards[sn->k].snapshotting = 0;
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        log_warn("shard %d: dl_snapshot of version %lld failed: %s", sn->k, (long long)sn->version,
+                 r == NULL ? "connection lost" : r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+        if (r != NULL && r->type == REDIS_REPLY_ERROR)
+            ss->m.conflicts++;
+        free(sn);
+        return;
+    }
+    ss->m.snapshots++;
+    log_info("shard %d: snapshot of version %lld recorded; deleting %zu obsolete blobs", sn->k,
+             (long long)sn->version, r->elements);
+    if (r->elements > 0) {
+        store_del_refs(ss, sn->k, "snap", r->element, 1);
+        store_del_refs(ss, sn->k, "log", r->element + 1, r->elements - 1);
+    }
+    free(sn);
+}
+
+static void snap_on_written(redisReply *r, void *priv)
+{
+    ss_snap *sn = priv;
+    ss_ctx *ss = sn->ss;
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        log_warn("shard %d: writing the snapshot of version %lld failed: %s", sn->k, (long long)sn->version,
+                 r ? r->str : "connection lost");
+        ss->shards[sn->k].snapshotting = 0;
+        free(sn);
+        return;
+    }
+    char ver[24], ep[24], shard[16], ref[64];
+    snprintf(ver, sizeof ver, "%lld", (long long)sn->version);
+    snprintf(ep, sizeof ep, "%lld", (long long)sn->epoch);
+    snprintf(shard, sizeof shard, "%d", sn->k);
+    snprintf(ref, sizeof ref, "%lld.%lld", (long long)sn->version, (long long)sn->epoch);
+    const char *args[5] = { ss->id, ep, shard, ver, ref };
+    if (fcall(ss, snap_on_recorded, sn, "dl_snapshot", 5, args) != 0) {
+        ss->shards[sn->k].snapshotting = 0;
+        free(sn);
+    }
+}
+
+/* Write a snapshot of the shard's current version from a copy (the blob buffer). */
+static void snapshot_start(ss_ctx *ss, ss_shard *s)
+{
+    if (s->snapshotting)
+        return;
+    size_t n = s->n;
+    float *both = malloc(2 * n * sizeof(float));
+    ss_snap *sn = malloc(sizeof *sn);
+    if (both == NULL || sn == NULL) {
+        free(both);
+        free(sn);
+        return;
+    }
+    memcpy(both, s->theta, n * sizeof(float));
+    if (s->has_mom)
+        memcpy(both + n, s->mom, n * sizeof(float));
+    blob_header h;
+    blob_header_init(&h, "snap");
+    h.shard = s->k;
+    h.version = s->version;
+    h.epoch = s->epoch;
+    h.frag = s->frag;
+    h.dtype = BLOB_F32;
+    h.count = s->has_mom ? 2 * n : n;
+    h.flags = s->has_mom ? 1 : 0;
+    uint8_t *blob;
+    size_t len;
+    char err[256];
+    int rc = blob_encode(&h, both, h.count * sizeof(float), &blob, &len, err, sizeof err);
+    free(both);
+    if (rc != 0) {
+        log_error("shard %d: cannot encode a snapshot: %s", s->k, err);
+        free(sn);
+        return;
+    }
+    sn->ss = ss;
+    sn->k = s->k;
+    sn->version = s->version;
+    sn->epoch = s->epoch;
+    char key[KEY_MAX];
+    store_blob_key(ss, key, sizeof key, s->k, "snap", s->version, s->epoch);
+    if (store_set(ss, key, blob, len, snap_on_written, sn) != 0)
+        free(sn);
+    else
+        s->snapshotting = 1;
+    free(blob); /* hiredis copied it into its output buffer */
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* the commit proper */
+
+static void commit_on_commit(redisReply *r, void *priv)
+{
+    ss_commit *c = priv;
+    ss_ctx *ss = c->ss;
+    ss_shard *s = commit_shard(c);
+    if (s == NULL) {
+        commit_free(c);
+        return;
+    }
+    if (r == NULL) {
+        commit_fail(c, "connection lost during dl_commit (outcome unknown)", 1);
+        return;
+    }
+    if (r->type != REDIS_REPLY_INTEGER) {
+        ss->m.conflicts++;
+        commit_fail(c, r->type == REDIS_REPLY_ERROR ? r->str : "unexpected dl_commit reply", 1);
+        return;
+    }
+    free(s->theta);
+    free(s->mom);
+    s->theta = c->theta;
+    s->mom = c->mom;
+    s->has_mom = c->has_mom;
+    c->theta = c->mom = NULL;
+    s->version = c->round + 1;
+    snprintf(s->digest, sizeof s->digest, "%s", c->digest);
+    shard_free_deltas(s, s->version, 0);
+    double secs = (double)(now_ms() - c->t0) / 1000.0;
+    ss->m.rounds_committed++;
+    if (c->used == 0)
+        ss->m.noop_commits++;
+    ss->m.commit_seconds += secs;
+    if (secs > ss->m.commit_seconds_max)
+        ss->m.commit_seconds_max = secs;
+    log_info("shard %d: committed version %lld (%d participants, %.3f s, digest %s)", s->k, (long long)s->version,
+             c->used, secs, s->digest);
+    if (ss->rc.snapshot_every > 0 && s->version % ss->rc.snapshot_every == 0)
+        snapshot_start(ss, s);
+    commit_finish(c, OUT_DONE);
+}
+
+static void commit_on_log_written(redisReply *r, void *priv)
+{
+    ss_commit *c = priv;
+    ss_ctx *ss = c->ss;
+    ss_shard *s = commit_shard(c);
+    if (s == NULL) {
+        commit_free(c);
+        return;
+    }
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        commit_fail(c, r ? r->str : "connection lost writing the log blob", 0);
+        return;
+    }
+    if (!lease_valid(ss)) {
+        commit_fail(c, "the lease may have expired before dl_commit", 1);
+        return;
+    }
+    char ep[24], shard[16], from[24], ref[64], parts[16], frag[16], round[24];
+    snprintf(ep, sizeof ep, "%lld", (long long)c->epoch);
+    snprintf(shard, sizeof shard, "%d", c->k);
+    snprintf(from, sizeof from, "%lld", (long long)c->round);
+    snprintf(ref, sizeof ref, "%lld.%lld", (long long)(c->round + 1), (long long)c->epoch);
+    snprintf(parts, sizeof parts, "%d", c->used);
+    snprintf(frag, sizeof frag, "%d", s->frag);
+    snprintf(round, sizeof round, "%lld", (long long)c->round);
+    const char *args[9] = { ss->id, ep, shard, from, c->digest, ref, parts, frag, round };
+    if (fcall(ss, commit_on_commit, c, "dl_commit", 9, args) != 0)
+        commit_fail(c, "Redis is unavailable", 0);
+}
+
+/* Mean of the stored Δ in participant order into g; returns the number used, -1 if one is missing. */
+static int commit_mean(ss_commit *c, ss_shard *s, float *g)
+{
+    outer_sum_zero(g, s->n);
+    int used = 0;
+    for (int i = 0; i < c->np; i++) {
+        if (c->dropped[i])
+            continue;
+        ss_delta *d = shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
+        if (d == NULL)
+            return -1;
+        if (d->dtype == BLOB_BF16)
+            outer_sum_add_bf16(g, (const uint16_t *)d->payload, s->n);
+        else
+            outer_sum_add_f32(g, (const float *)d->payload, s->n);
+        used++;
+    }
+    outer_mean_finish(g, s->n, (uint32_t)used);
+    return used;
+}
+
+/* Every Δ is here: compute version round+1 on copies, write its log entry. */
+static void commit_compute(ss_commit *c, ss_shard *s)
+{
+    ss_ctx *ss = c->ss;
+    size_t n = s->n;
+    float *g = malloc(n * sizeof(float));
+    c->theta = malloc(n * sizeof(float));
+    c->mom = malloc(n * sizeof(float));
+    if (g == NULL || c->theta == NULL || c->mom == NULL) {
+        free(g);
+        commit_fail(c, "out of memory", 0);
+        return;
+    }
+    int used = commit_mean(c, s, g);
+    if (used < 0) {
+        free(g);
+        snprintf(c->errmsg, sizeof c->errmsg, "a pseudo-gradient went missing");
+        commit_finish(c, OUT_WAIT);
+        return;
+    }
+    c->used = used;
+    memcpy(c->theta, s->theta, n * sizeof(float));
+    memcpy(c->mom, s->mom, n * sizeof(float));
+    c->has_mom = s->has_mom;
+    ss_tunables t = ss->tun;
+    int first = !s->has_mom;
+    if (used > 0) {
+        outer_sgd_step(c->theta, c->mom, first, g, n, t.lr, t.mu, t.nesterov);
+        if (t.mu != 0.0f)
+            c->has_mom = 1;
+    }
+    snprintf(c->digest, sizeof c->digest, "%016" PRIx64, digest_f32(c->theta, n));
+    blob_header h;
+    blob_header_init(&h, "log");
+    h.shard = s->k;
+    h.version = c->round + 1;
+    h.round = c->round;
+    h.epoch = c->epoch;
+    h.frag = s->frag;
+    h.dtype = BLOB_F32;
+    h.count = n;
+    h.lr = (double)t.lr;
+    h.mu = (double)t.mu;
+    h.flags = (t.nesterov ? 1 : 0) | (first ? 2 : 0);
+    h.aux = used;
+    uint8_t *blob;
+    size_t len;
+    char err[256];
+    int rc = blob_encode(&h, g, n * sizeof(float), &blob, &len, err, sizeof err);
+    free(g);
+    if (rc != 0) {
+        commit_fail(c, err, 0);
+        return;
+    }
+    char key[KEY_MAX];
+    store_blob_key(ss, key, sizeof key, s->k, "log", c->round + 1, c->epoch);
+    rc = store_set(ss, key, blob, len, commit_on_log_written, c);
+    free(blob);
+    if (rc != 0)
+        commit_fail(c, "Redis is unavailable", 0);
+}
+
+/* All membership checks are back: need, drop or compute. */
+static void commit_after_checks(ss_commit *c)
+{
+    ss_shard *s = commit_shard(c);
+    if (s == NULL) {
+        commit_free(c);
+        return;
+    }
+    if (c->need[0] != '\0') {
+        log_debug("shard %d round %lld: waiting for the pseudo-gradients of %s", c->k, (long long)c->round, c->need);
+        commit_finish(c, OUT_NEED);
+        return;
+    }
+    if (c->failed) {
+        commit_finish(c, OUT_ERR);
+        return;
+    }
+    commit_compute(c, s);
+}
+
+static void need_add(ss_commit *c, const char *id)
+{
+    size_t used = strlen(c->need);
+    snprintf(c->need + used, sizeof c->need - used, "%s%s", used ? "," : "", id);
+}
+
+typedef struct member_q {
+    ss_commit *c;
+    int i;
+} member_q;
+
+static void commit_on_drop(redisReply *r, void *priv)
+{
+    member_q *q = priv;
+    ss_commit *c = q->c;
+    int i = q->i;
+    free(q);
+    if (r == NULL) {
+        c->failed = 1;
+        snprintf(c->errmsg, sizeof c->errmsg, "connection lost during dl_drop");
+    } else if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "ALIVE", 5) == 0) {
+        need_add(c, c->ids[i]);
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        c->failed = 1;
+        snprintf(c->errmsg, sizeof c->errmsg, "dl_drop: %s", r->str);
+    } else {
+        c->dropped[i] = 1;
+        log_info("shard %d round %lld: dropped %s:%lld (no longer a member)", c->k, (long long)c->round, c->ids[i],
+                 (long long)c->incs[i]);
+    }
+    if (--c->outstanding == 0)
+        commit_after_checks(c);
+}
+
+static void commit_on_member(redisReply *r, void *priv)
+{
+    member_q *q = priv;
+    ss_commit *c = q->c;
+    ss_ctx *ss = c->ss;
+    int i = q->i;
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        c->failed = 1;
+        snprintf(c->errmsg, sizeof c->errmsg, "dl_member: %s", r ? r->str : "connection lost");
+    } else if (r->type == REDIS_REPLY_INTEGER && r->integer == c->incs[i]) {
+        need_add(c, c->ids[i]);
+    } else {
+        char f[16], round[24];
+        snprintf(f, sizeof f, "%d", ss->shards[c->k].frag);
+        snprintf(round, sizeof round, "%lld", (long long)c->round);
+        const char *args[3] = { f, round, c->ids[i] };
+        if (fcall(ss, commit_on_drop, q, "dl_drop", 3, args) == 0)
+            return; /* still outstanding */
+        c->failed = 1;
+        snprintf(c->errmsg, sizeof c->errmsg, "Redis is unavailable");
+    }
+    free(q);
+    if (--c->outstanding == 0)
+        commit_after_checks(c);
+}
+
+/* Parse "id:inc,id:inc" (sorted by id) and the dropped ids. -1 if malformed. */
+static int parse_participants(ss_commit *c, const char *parts, const char *dropped)
+{
+    char *copy = strdup(parts);
+    if (copy == NULL)
+        return -1;
+    int rc = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
+        char *colon = strrchr(tok, ':');
+        if (colon == NULL || c->np >= MAX_PARTICIPANTS) {
+            rc = -1;
+            break;
+        }
+        *colon = '\0';
+        c->ids[c->np] = strdup(tok);
+        c->incs[c->np] = strtoll(colon + 1, NULL, 10);
+        c->dropped[c->np] = 0;
+        size_t idlen = strlen(tok);
+        for (const char *p = dropped; p != NULL && *p;) {
+            const char *end = strchr(p, ',');
+            size_t len = end ? (size_t)(end - p) : strlen(p);
+            if (len == idlen && strncmp(p, tok, len) == 0)
+                c->dropped[c->np] = 1;
+            p = end ? end + 1 : p + len;
+        }
+        c->np++;
+    }
+    free(copy);
+    return rc;
+}
+
+static void commit_on_barrier(redisReply *r, void *priv)
+{
+    ss_commit *c = priv;
+    ss_ctx *ss = c->ss;
+    ss_shard *s = commit_shard(c);
+    if (s == NULL) {
+        commit_free(c);
+        return;
+    }
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 3) {
+        snprintf(c->errmsg, sizeof c->errmsg, "dl_barrier: %s",
+                 r == NULL ? "connection lost" : r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+        commit_finish(c, OUT_ERR);
+        return;
+    }
+    const char *state = r->element[0]->str ? r->element[0]->str : "";
+    if (strcmp(state, "closed") != 0) {
+        if (strcmp(state, "expired") == 0)
+            log_warn("shard %d: the barrier of round %lld has expired; cannot commit", c->k, (long long)c->round);
+        commit_finish(c, OUT_WAIT);
+        return;
+    }
+    const char *parts = r->element[1]->type == REDIS_REPLY_STRING ? r->element[1]->str : "";
+    const char *dropped = r->element[2]->type == REDIS_REPLY_STRING ? r->element[2]->str : "";
+    if (parse_participants(c, parts, dropped) != 0) {
+        snprintf(c->errmsg, sizeof c->errmsg, "malformed participants '%s'", parts);
+        commit_finish(c, OUT_ERR);
+        return;
+    }
+    c->outstanding = 1; /* guard while issuing */
+    for (int i = 0; i < c->np; i++) {
+        if (c->dropped[i] || shard_find_delta(s, c->round, c->ids[i], c->incs[i]) != NULL)
+            continue;
+        member_q *q = malloc(sizeof *q);
+        if (q == NULL) {
+            c->failed = 1;
+            break;
+        }
+        q->c = c;
+        q->i = i;
+        const char *args[1] = { c->ids[i] };
+        c->outstanding++;
+        if (fcall(ss, commit_on_member, q, "dl_member", 1, args) != 0) {
+            c->outstanding--;
+            free(q);
+            c->failed = 1;
+            snprintf(c->errmsg, sizeof c->errmsg, "Redis is unavailable");
+            break;
+        }
+    }
+    if (--c->outstanding == 0)
+        commit_after_checks(c);
+}
+
+void commit_start(ss_ctx *ss, ss_shard *s)
+{
+    if (s->committing || s->state != SH_READY)
+        return;
+    ss_commit *c = calloc(1, sizeof *c);
+    if (c == NULL)
+        return;
+    c->ss = ss;
+    c->k = s->k;
+    c->gen = s->gen;
+    c->round = s->version;
+    c->epoch = s->epoch;
+    c->t0 = now_ms();
+    s->committing = 1;
+    char f[16], round[24];
+    snprintf(f, sizeof f, "%d", s->frag);
+    snprintf(round, sizeof round, "%lld", (long long)c->round);
+    const char *args[2] = { f, round };
+    if (fcall(ss, commit_on_barrier, c, "dl_barrier", 2, args) != 0) {
+        snprintf(c->errmsg, sizeof c->errmsg, "Redis is unavailable");
+        commit_finish(c, OUT_ERR);
+    }
+}

@@ -1,0 +1,296 @@
+/*
+ * lease.c: the lease loop.
+ *
+ * Every lease_ttl/3 the server calls dl_server_beat(id, addr, ttl, pid); the reply is the full list of
+ * (shard, epoch) it now holds. Shards no longer held are dropped at once; newly held ones are loaded.
+ * A lease is trusted only until (send time of the last answered beat) + ttl on our monotonic clock:
+ * Redis set the expiry from a later instant, so this bound is conservative. If that bound passes (the
+ * process was SIGSTOPped, Redis is unreachable) or a beat reply arrives more than a ttl after it was
+ * sent, every lease is treated as lost before anything else happens; the next beat takes them again.
+ * After each beat the server also refreshes the outer tunables (outer_lr, outer_momentum, nesterov)
+ * and the shard -> owner address map it uses for `moved` replies.
+ */
+#include "ss.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "keys.h"
+#include "log.h"
+#include "mpmap.h"
+#include "util.h"
+
+int lease_valid(ss_ctx *ss)
+{
+    return now_ms() < ss->lease_valid_until;
+}
+
+static void release_all(ss_ctx *ss, const char *why)
+{
+    for (int k = 0; k < ss->nshards; k++)
+        shard_release(ss, &ss->shards[k], why);
+}
+
+void lease_check_expiry(ss_ctx *ss)
+{
+    if (lease_valid(ss))
+        return;
+    for (int k = 0; k < ss->nshards; k++)
+        if (ss->shards[k].state != SH_FREE) {
+            release_all(ss, "no lease renewal within the ttl");
+            return;
+        }
+}
+
+const char *lease_owner_addr(ss_ctx *ss, int k)
+{
+    if (k < 0 || k >= ss->nshards)
+        return NULL;
+    return ss->owner_addr[k];
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* tunables and owner map */
+
+static void on_tunables(redisReply *r, void *priv)
+{
+    ss_ctx *ss = priv;
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3)
+        return;
+    ss_tunables t = ss->tun;
+    if (r->element[0]->type == REDIS_REPLY_STRING)
+        t.lr = strtof(r->element[0]->str, NULL);
+    if (r->element[1]->type == REDIS_REPLY_STRING)
+        t.mu = strtof(r->element[1]->str, NULL);
+    if (r->element[2]->type == REDIS_REPLY_STRING)
+        t.nesterov = atoi(r->element[2]->str) != 0;
+    if (t.lr != ss->tun.lr || t.mu != ss->tun.mu || t.nesterov != ss->tun.nesterov)
+        log_info("outer optimizer: lr %g momentum %g nesterov %d", (double)t.lr, (double)t.mu, t.nesterov);
+    ss->tun = t;
+}
+
+/* servers reply saved until the owners reply arrives */
+static redisReply *servers_copy_lookup(redisReply *servers, const char *id, char *addr, size_t cap)
+{
+    for (size_t i = 0; i + 1 < servers->elements; i += 2)
+        if (strcmp(servers->element[i]->str, id) == 0) {
+            if (mpmap_get_str(servers->element[i + 1]->str, (size_t)servers->element[i + 1]->len, "addr", addr, cap) != 0)
+                addr[0] = '\0';
+            return servers;
+        }
+    addr[0] = '\0';
+    return NULL;
+}
+
+typedef struct owners_q {
+    ss_ctx *ss;
+    char **addrs; /* per server entry: id, addr pairs */
+    int n;
+} owners_q;
+
+static void on_owners(redisReply *r, void *priv)
+{
+    owners_q *q = priv;
+    ss_ctx *ss = q->ss;
+    if (r != NULL && r->type == REDIS_REPLY_ARRAY && (int)r->elements == ss->nshards) {
+        for (int k = 0; k < ss->nshards; k++) {
+            const char *owner = r->element[k]->type == REDIS_REPLY_STRING ? r->element[k]->str : "";
+            const char *addr = "";
+            for (int i = 0; i < q->n; i++)
+                if (strcmp(q->addrs[2 * i], owner) == 0)
+                    addr = q->addrs[2 * i + 1];
+            free(ss->owner_addr[k]);
+            ss->owner_addr[k] = strdup(addr);
+        }
+    }
+    for (int i = 0; i < 2 * q->n; i++)
+        free(q->addrs[i]);
+    free(q->addrs);
+    free(q);
+}
+
+static void on_servers(redisReply *r, void *priv)
+{
+    ss_ctx *ss = priv;
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY)
+        return;
+    owners_q *q = calloc(1, sizeof *q);
+    if (q == NULL)
+        return;
+    q->ss = ss;
+    q->n = (int)(r->elements / 2);
+    q->addrs = calloc((size_t)(2 * q->n + 1), sizeof(char *));
+    for (int i = 0; q->addrs != NULL && i < q->n; i++) {
+        char addr[300];
+        servers_copy_lookup(r, r->element[2 * i]->str, addr, sizeof addr);
+        q->addrs[2 * i] = strdup(r->element[2 * i]->str);
+        q->addrs[2 * i + 1] = strdup(addr);
+    }
+    char key[KEY_MAX];
+    int argc = 2 + ss->nshards;
+    const char **argv = calloc((size_t)argc, sizeof *argv);
+    char (*fields)[24] = calloc((size_t)ss->nshards, sizeof *fields);
+    if (q->addrs == NULL || argv == NULL || fields == NULL) {
+        free(argv);
+        free(fields);
+        q->n = 0;
+        on_owners(NULL, q);
+        return;
+    }
+    argv[0] = "HMGET";
+    argv[1] = key_run(key, sizeof key, ss->opts.run, "shards");
+    for (int k = 0; k < ss->nshards; k++) {
+        snprintf(fields[k], sizeof fields[k], "%d:owner", k);
+        argv[2 + k] = fields[k];
+    }
+    if (ra_cmds(&ss->ctl, on_owners, q, argc, argv) != 0)
+        on_owners(NULL, q);
+    free(argv);
+    free(fields);
+}
+
+static void refresh_views(ss_ctx *ss)
+{
+    char key[KEY_MAX];
+    const char *tv[5] = { "HMGET", key_run(key, sizeof key, ss->opts.run, "state"), "outer_lr", "outer_momentum",
+                          "nesterov" };
+    ra_cmds(&ss->ctl, on_tunables, ss, 5, tv);
+    char skey[KEY_MAX];
+    const char *sv[2] = { "HGETALL", key_run(skey, sizeof skey, ss->opts.run, "servers") };
+    ra_cmds(&ss->ctl, on_servers, ss, 2, sv);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* the beat */
+
+static void on_beat(redisReply *r, void *priv)
+{
+    ss_ctx *ss = priv;
+    ss->beat_in_flight = 0;
+    if (ss->stopping)
+        return;
+    uint64_t now = now_ms();
+    uint64_t took = now - ss->beat_sent_ms;
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        log_warn("lease renewal failed: %s", r == NULL ? "Redis connection lost"
+                                             : r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        lease_check_expiry(ss);
+        return;
+    }
+    if (took > (uint64_t)ss->opts.lease_ttl_ms) {
+        log_warn("lease renewal answered after %llu ms (> ttl %d ms): treating every lease as lost",
+                 (unsigned long long)took, ss->opts.lease_ttl_ms);
+        ss->lease_valid_until = 0;
+        release_all(ss, "late lease renewal");
+        lease_beat_now(ss);
+        return;
+    }
+    ss->lease_valid_until = ss->beat_sent_ms + (uint64_t)ss->opts.lease_ttl_ms;
+    char *held = calloc((size_t)ss->nshards, 1);
+    int64_t *epochs = calloc((size_t)ss->nshards, sizeof *epochs);
+    if (held == NULL || epochs == NULL) {
+        free(held);
+        free(epochs);
+        return;
+    }
+    for (size_t i = 0; i + 1 < r->elements; i += 2) {
+        long long k = r->element[i]->integer, e = r->element[i + 1]->integer;
+        if (r->element[i]->type == REDIS_REPLY_INTEGER && k >= 0 && k < ss->nshards) {
+            held[k] = 1;
+            epochs[k] = e;
+        }
+    }
+    for (int k = 0; k < ss->nshards; k++) {
+        if (held[k])
+            shard_acquire(ss, &ss->shards[k], epochs[k]);
+        else
+            shard_release(ss, &ss->shards[k], "not renewed");
+    }
+    free(held);
+    free(epochs);
+    refresh_views(ss);
+}
+
+void lease_beat_now(ss_ctx *ss)
+{
+    if (ss->beat_in_flight || ss->stopping)
+        return;
+    lease_check_expiry(ss);
+    char ttl[24], pid[24];
+    snprintf(ttl, sizeof ttl, "%d", ss->opts.lease_ttl_ms);
+    snprintf(pid, sizeof pid, "%d", (int)getpid());
+    const char *args[4] = { ss->id, ss->addr, ttl, pid };
+    ss->beat_sent_ms = now_ms();
+    if (fcall(ss, on_beat, ss, "dl_server_beat", 4, args) == 0)
+        ss->beat_in_flight = 1;
+}
+
+static void on_beat_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    lease_beat_now(arg);
+}
+
+static void on_ctl_ready(void *arg)
+{
+    ss_ctx *ss = arg;
+    ss->beat_in_flight = 0;
+    lease_beat_now(ss);
+}
+
+int lease_start(ss_ctx *ss, char *err, size_t errlen)
+{
+    int period = ss->opts.lease_ttl_ms / 3;
+    if (period < 1)
+        period = 1;
+    ss->beat_timer = event_new(ss->base, -1, EV_PERSIST, on_beat_timer, ss);
+    if (ss->beat_timer == NULL) {
+        err_set(err, errlen, "cannot create the lease timer");
+        return -1;
+    }
+    struct timeval tv = { .tv_sec = period / 1000, .tv_usec = (period % 1000) * 1000 };
+    evtimer_add(ss->beat_timer, &tv);
+    ss->ctl.on_ready = on_ctl_ready;
+    ss->ctl.on_ready_arg = ss;
+    if (ss->ctl.ready)
+        lease_beat_now(ss);
+    return 0;
+}
+
+typedef struct leave_q {
+    void (*done)(void *);
+    void *arg;
+} leave_q;
+
+static void on_leave(redisReply *r, void *priv)
+{
+    leave_q *q = priv;
+    if (r == NULL || r->type == REDIS_REPLY_ERROR)
+        log_warn("dl_server_leave failed: %s (leases will expire after the ttl)", r ? r->str : "connection lost");
+    else
+        log_info("leases given back");
+    q->done(q->arg);
+    free(q);
+}
+
+void lease_leave(ss_ctx *ss, void (*done)(void *), void *arg)
+{
+    release_all(ss, "shutting down");
+    ss->lease_valid_until = 0;
+    leave_q *q = malloc(sizeof *q);
+    const char *args[1] = { ss->id };
+    if (q == NULL) {
+        done(arg);
+        return;
+    }
+    q->done = done;
+    q->arg = arg;
+    if (fcall(ss, on_leave, q, "dl_server_leave", 1, args) != 0) {
+        log_warn("cannot give leases back (Redis not connected); they expire after the ttl");
+        free(q);
+        done(arg);
+    }
+}

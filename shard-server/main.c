@@ -1,0 +1,331 @@
+/*
+ * main.c: the shard-server's command line, start-up and shutdown.
+ *
+ * Start-up: parse the options, connect to Redis (retrying with backoff until it answers or we are
+ * told to stop), check that the function library is the version this build speaks, read the run's
+ * layout (dl:{R}:config) and outer tunables (dl:{R}:state), then hand over to the event loop: the
+ * data-plane listener, two asynchronous Redis connections (control and bulk), the lease loop.
+ * SIGINT/SIGTERM: stop accepting, give the leases back (dl_server_leave), exit 0 within 2 s.
+ */
+#include "ss.h"
+
+#include <getopt.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "keys.h"
+#include "log.h"
+#include "rconn.h"
+#include "util.h"
+#include "version.h"
+
+#define REDIS_TIMEOUT_MS 5000
+#define EXIT_GRACE_MS 1500
+#define PARK_CHECK_MS 1000
+#define PARK_MAX_MS 30000
+#define BULK_STALL_MS 60000
+
+ss_ctx *g_ss;
+
+static volatile int g_startup_stop;
+
+static void usage(FILE *f)
+{
+    fprintf(f,
+            "usage: shard-server --redis URL --run NAME [options]\n"
+            "\n"
+            "A stateless outer-optimizer process of ReDiLoCo: it leases shards of the run's parameters in\n"
+            "Redis, receives pseudo-gradients from workers over TCP, commits each round's outer step to Redis\n"
+            "and serves the new parameters. Start as many as you like, any time; kill them any time.\n"
+            "\n"
+            "  --redis URL               Redis of the run: redis://[user[:pass]@]host[:port][/db] or unix://path\n"
+            "  --run NAME                run name (as given to `coordinator init`)\n"
+            "  --listen HOST:PORT        data-plane address to bind (default 127.0.0.1:0, an ephemeral port)\n"
+            "  --advertise HOST:PORT     address workers should use (default: the bound address)\n"
+            "  --id ID                   server id in Redis (default ss-<hostname>-<pid>)\n"
+            "  --lease-ttl-ms MS         lease time-to-live; renewed every ttl/3 (default 5000)\n"
+            "  --max-pending-rounds N    bounds requests parked per shard while it loads: 64*N (default 4)\n"
+            "  --log-level LEVEL         debug, info, warn or error (default info, or $LOG_LEVEL)\n"
+            "  -h, --help                this help\n");
+}
+
+static int parse_level(const char *s, int *out)
+{
+    const char *names[4] = { "debug", "info", "warn", "error" };
+    const int levels[4] = { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
+    for (int i = 0; i < 4; i++)
+        if (strcmp(s, names[i]) == 0) {
+            *out = levels[i];
+            return 0;
+        }
+    return -1;
+}
+
+static int parse_hostport(const char *s, char *host, size_t cap, int *port)
+{
+    const char *colon = strrchr(s, ':');
+    long long p;
+    if (colon == NULL || colon == s || parse_int(colon + 1, 0, 65535, &p) != 0)
+        return -1;
+    size_t hl = (size_t)(colon - s);
+    if (s[0] == '[' && hl >= 2 && s[hl - 1] == ']') { /* [v6]:port */
+        s++;
+        hl -= 2;
+    }
+    if (hl >= cap)
+        return -1;
+    memcpy(host, s, hl);
+    host[hl] = '\0';
+    *port = (int)p;
+    return 0;
+}
+
+/* 0 ok, 1 help printed, -1 error printed. */
+static int parse_args(int argc, char **argv, ss_opts *o)
+{
+    static const struct option longopts[] = {
+        { "redis", required_argument, 0, 'r' },        { "run", required_argument, 0, 'n' },
+        { "listen", required_argument, 0, 'l' },       { "advertise", required_argument, 0, 'a' },
+        { "id", required_argument, 0, 'i' },           { "lease-ttl-ms", required_argument, 0, 't' },
+        { "max-pending-rounds", required_argument, 0, 'p' }, { "log-level", required_argument, 0, 'v' },
+        { "help", no_argument, 0, 'h' },               { 0, 0, 0, 0 },
+    };
+    memset(o, 0, sizeof *o);
+    snprintf(o->listen_host, sizeof o->listen_host, "127.0.0.1");
+    o->lease_ttl_ms = 5000;
+    o->max_pending_rounds = 4;
+    o->log_level = -1;
+    int c;
+    long long v;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'r': snprintf(o->redis, sizeof o->redis, "%s", optarg); break;
+        case 'n': snprintf(o->run, sizeof o->run, "%s", optarg); break;
+        case 'l':
+            if (parse_hostport(optarg, o->listen_host, sizeof o->listen_host, &o->listen_port) != 0) {
+                fprintf(stderr, "shard-server: --listen wants HOST:PORT, got '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case 'a': snprintf(o->advertise, sizeof o->advertise, "%s", optarg); break;
+        case 'i': snprintf(o->id, sizeof o->id, "%s", optarg); break;
+        case 't':
+            if (parse_int(optarg, 300, 3600000, &v) != 0) {
+                fprintf(stderr, "shard-server: --lease-ttl-ms wants an integer in [300, 3600000], got '%s'\n", optarg);
+                return -1;
+            }
+            o->lease_ttl_ms = (int)v;
+            break;
+        case 'p':
+            if (parse_int(optarg, 1, 1000, &v) != 0) {
+                fprintf(stderr, "shard-server: --max-pending-rounds wants an integer in [1, 1000], got '%s'\n", optarg);
+                return -1;
+            }
+            o->max_pending_rounds = (int)v;
+            break;
+        case 'v':
+            if (parse_level(optarg, &o->log_level) != 0) {
+                fprintf(stderr, "shard-server: --log-level wants debug, info, warn or error, got '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case 'h': usage(stdout); return 1;
+        default: usage(stderr); return -1;
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "shard-server: unexpected argument '%s'\n", argv[optind]);
+        return -1;
+    }
+    if (o->redis[0] == '\0' || o->run[0] == '\0') {
+        fprintf(stderr, "shard-server: --redis and --run are required (try --help)\n");
+        return -1;
+    }
+    return 0;
+}
+
+static void on_startup_signal(int sig)
+{
+    (void)sig;
+    g_startup_stop = 1;
+}
+
+/* Read the outer tunables from dl:{R}:state (the lease loop keeps them fresh afterwards). */
+static void read_tunables(redisContext *c, ss_ctx *ss)
+{
+    char key[KEY_MAX];
+    ss->tun.lr = 0.7f;
+    ss->tun.mu = 0.9f;
+    ss->tun.nesterov = 1;
+    redisReply *r = redisCommand(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key,
+                                                                                      ss->opts.run, "state"));
+    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
+        if (r->element[0]->type == REDIS_REPLY_STRING)
+            ss->tun.lr = strtof(r->element[0]->str, NULL);
+        if (r->element[1]->type == REDIS_REPLY_STRING)
+            ss->tun.mu = strtof(r->element[1]->str, NULL);
+        if (r->element[2]->type == REDIS_REPLY_STRING)
+            ss->tun.nesterov = atoi(r->element[2]->str) != 0;
+    }
+    if (r != NULL)
+        freeReplyObject(r);
+}
+
+/* Synchronous start-up against Redis: 0 ok, -1 fatal (message logged). */
+static int startup_redis(ss_ctx *ss)
+{
+    char err[512];
+    if (redis_url_parse(ss->opts.redis, &ss->url, err, sizeof err) != 0) {
+        log_error("bad --redis URL: %s", err);
+        return -1;
+    }
+    if (key_check_run_name(ss->opts.run, err, sizeof err) != 0) {
+        log_error("bad --run: %s", err);
+        return -1;
+    }
+    redisContext *c = rconn_connect_retry(&ss->url, REDIS_TIMEOUT_MS, 0, &g_startup_stop,
+                                          err, sizeof err);
+    if (c == NULL) {
+        log_error("%s", err);
+        return -1;
+    }
+    if (runconf_check_library(c, ss->opts.run, err, sizeof err) != 0 ||
+        runconf_load(c, ss->opts.run, &ss->rc, err, sizeof err) != 0) {
+        log_error("%s", err);
+        redisFree(c);
+        return -1;
+    }
+    read_tunables(c, ss);
+    redisFree(c);
+    log_info("run %s: %llu parameters in %d shards, %d fragments, snapshot every %d versions; outer lr %g "
+             "momentum %g nesterov %d (library version %s)",
+             ss->opts.run, (unsigned long long)ss->rc.numel, ss->rc.nshards, ss->rc.nfragments,
+             ss->rc.snapshot_every, (double)ss->tun.lr, (double)ss->tun.mu, ss->tun.nesterov, DL_LIB_VERSION);
+    return 0;
+}
+
+static void on_exit_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ss_ctx *ss = arg;
+    event_base_loopbreak(ss->base);
+}
+
+static void on_left(void *arg)
+{
+    ss_ctx *ss = arg;
+    event_base_loopbreak(ss->base);
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
+    (void)what;
+    ss_ctx *ss = arg;
+    if (ss->stopping) {
+        log_warn("second signal: exiting now");
+        event_base_loopbreak(ss->base);
+        return;
+    }
+    log_info("signal %d: stopping (giving leases back)", (int)sig);
+    ss->stopping = 1;
+    server_stop_accepting(ss);
+    struct timeval tv = { .tv_sec = EXIT_GRACE_MS / 1000, .tv_usec = (EXIT_GRACE_MS % 1000) * 1000 };
+    ss->exit_timer = evtimer_new(ss->base, on_exit_timer, ss);
+    evtimer_add(ss->exit_timer, &tv);
+    lease_leave(ss, on_left, ss);
+}
+
+static void on_park_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ss_ctx *ss = arg;
+    lease_check_expiry(ss);
+    shard_expire_parked(ss, PARK_MAX_MS);
+}
+
+static int add_persist(ss_ctx *ss, struct event **ev, event_callback_fn fn, int ms)
+{
+    *ev = event_new(ss->base, -1, EV_PERSIST, fn, ss);
+    if (*ev == NULL)
+        return -1;
+    struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+    return evtimer_add(*ev, &tv);
+}
+
+static int run_loop(ss_ctx *ss)
+{
+    char err[512];
+    ss->base = event_base_new();
+    if (ss->base == NULL) {
+        log_error("cannot create the event loop");
+        return -1;
+    }
+    if (shards_init(ss, err, sizeof err) != 0 || server_listen(ss, err, sizeof err) != 0) {
+        log_error("%s", err);
+        return -1;
+    }
+    int stall = ss->opts.lease_ttl_ms < 2000 ? 2000 : ss->opts.lease_ttl_ms;
+    if (ra_init(&ss->ctl, "control", &ss->url, ss->base, stall) != 0 ||
+        ra_init(&ss->bulk, "bulk", &ss->url, ss->base, BULK_STALL_MS) != 0) {
+        log_error("cannot set up the Redis connections");
+        return -1;
+    }
+    struct event *park_timer;
+    if (lease_start(ss, err, sizeof err) != 0 || metrics_start(ss) != 0 ||
+        add_persist(ss, &park_timer, on_park_timer, PARK_CHECK_MS) != 0) {
+        log_error("cannot start timers: %s", err);
+        return -1;
+    }
+    ss->park_timer = park_timer;
+    struct event *sigint = evsignal_new(ss->base, SIGINT, on_signal, ss);
+    struct event *sigterm = evsignal_new(ss->base, SIGTERM, on_signal, ss);
+    if (sigint == NULL || sigterm == NULL || evsignal_add(sigint, NULL) != 0 || evsignal_add(sigterm, NULL) != 0) {
+        log_error("cannot install signal handlers");
+        return -1;
+    }
+    log_info("shard-server %s up: pid %d, data plane %s, lease ttl %d ms", ss->id, (int)getpid(), ss->addr,
+             ss->opts.lease_ttl_ms);
+    event_base_dispatch(ss->base);
+    metrics_log(ss);
+    log_info("shard-server %s stopped", ss->id);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static ss_ctx ctx;
+    ss_ctx *ss = &ctx;
+    g_ss = ss;
+    int rc = parse_args(argc, argv, &ss->opts);
+    if (rc != 0)
+        return rc > 0 ? 0 : 2;
+    log_init("shard-server");
+    if (ss->opts.log_level >= 0)
+        log_set_level(ss->opts.log_level);
+    signal(SIGPIPE, SIG_IGN);
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_handler = on_startup_signal;
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+
+    if (ss->opts.id[0] != '\0') {
+        snprintf(ss->id, sizeof ss->id, "%.120s", ss->opts.id);
+    } else {
+        char host[64] = "host";
+        gethostname(host, sizeof host - 1);
+        host[sizeof host - 1] = '\0';
+        snprintf(ss->id, sizeof ss->id, "ss-%s-%d", host, (int)getpid());
+    }
+    key_run(ss->config_key, sizeof ss->config_key, ss->opts.run, "config");
+    if (startup_redis(ss) != 0)
+        return g_startup_stop ? 0 : 1;
+    if (g_startup_stop)
+        return 0;
+    return run_loop(ss) == 0 ? 0 : 1;
+}

@@ -1,0 +1,224 @@
+/*
+ * ops.c: the data-plane operations `push` and `get` (docs/PROTOCOL.md, "Data plane").
+ *
+ * push: the shard must be ours (else `moved`) and loaded (else the request waits for the load), the
+ * round must be the shard's version (STALE), dtype, count and checksum must match (BADDTYPE, BADSIZE,
+ * CHECKSUM), every element finite (NAN), and the worker a live member with that incarnation
+ * (`dl_member`; UNKNOWN_WORKER). Accepted pseudo-gradients are kept in memory as received.
+ * get: answered with `params` when the shard is at the wanted version; one version behind drives the
+ * commit of that round (commit.c); further behind means our cache is stale: reload, then retry.
+ * Every rejection is answered with `err` and recorded with `dl_reject` (the process and the run go on).
+ */
+#include "ss.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "outer.h"
+
+typedef struct member_check {
+    ss_ctx *ss;
+    ss_req *req;
+    uint64_t gen;
+} member_check;
+
+/* Record a rejection in dl:{R}:events (fire and forget: the reply does not wait for it). */
+static void record_reject(ss_ctx *ss, const ss_req *req, const char *code, const char *msg)
+{
+    char shard[24], round[24];
+    snprintf(shard, sizeof shard, "%lld", (long long)req->h.shard);
+    snprintf(round, sizeof round, "%lld", (long long)req->h.round);
+    const char *args[6] = { ss->id, req->h.worker, code, msg, shard, round };
+    if (fcall(ss, NULL, NULL, "dl_reject", 6, args) != 0)
+        log_warn("cannot record rejection %s in Redis (not connected)", code);
+}
+
+void ops_reject(ss_ctx *ss, ss_req *req, const char *code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ss->m.rejections++;
+    log_warn("rejected %s from %s (shard %lld round %lld): %s %s", req->h.op,
+             req->h.worker[0] ? req->h.worker : "?", (long long)req->h.shard, (long long)req->h.round, code, msg);
+    record_reject(ss, req, code, msg);
+    req_reply_err(req, code, "%s", msg);
+}
+
+static void reply_moved(ss_ctx *ss, ss_req *req, int k)
+{
+    const char *addr = lease_owner_addr(ss, k);
+    req_reply_simple(req, "moved", addr ? addr : "");
+}
+
+/* The shard of a request if it is ours and loaded. NULL when the request has been answered or parked. */
+static ss_shard *own_shard(ss_ctx *ss, ss_req *req)
+{
+    lease_check_expiry(ss);
+    if (req->h.shard < 0 || req->h.shard >= ss->nshards) {
+        ops_reject(ss, req, "BADARG", "shard %lld does not exist (the run has %d shards)", (long long)req->h.shard,
+                   ss->nshards);
+        return NULL;
+    }
+    ss_shard *s = &ss->shards[req->h.shard];
+    if (s->state == SH_FREE) {
+        reply_moved(ss, req, s->k);
+        return NULL;
+    }
+    if (s->state == SH_LOADING) {
+        shard_park(ss, s, req);
+        return NULL;
+    }
+    return s;
+}
+
+/* Static checks of a push against the loaded shard; 0 if acceptable, else replied. */
+static int push_validate(ss_ctx *ss, ss_shard *s, ss_req *req)
+{
+    const blob_header *h = &req->h;
+    char err[256];
+    if (h->round != s->version) {
+        ops_reject(ss, req, "STALE", "round %lld is not the open round of shard %d (its version is %lld)",
+                   (long long)h->round, s->k, (long long)s->version);
+        return -1;
+    }
+    if (h->dtype != BLOB_F32 && h->dtype != BLOB_BF16) {
+        ops_reject(ss, req, "BADDTYPE", "pseudo-gradients must be f32 or bf16 (dtype %d)", h->dtype);
+        return -1;
+    }
+    if (h->count != s->n || req->payload_len != s->n * blob_dtype_size(h->dtype)) {
+        ops_reject(ss, req, "BADSIZE", "shard %d has %zu elements; got count %llu with %zu payload bytes", s->k, s->n,
+                   (unsigned long long)h->count, req->payload_len);
+        return -1;
+    }
+    if (blob_check_payload(h, req->payload, req->payload_len, err, sizeof err) != 0) {
+        ops_reject(ss, req, "CHECKSUM", "payload does not match its header: %s", err);
+        return -1;
+    }
+    size_t bad = 0;
+    int rc = h->dtype == BLOB_F32 ? outer_check_finite((const float *)req->payload, s->n, &bad)
+                                  : outer_check_finite_bf16((const uint16_t *)req->payload, s->n, &bad);
+    if (rc != 0) {
+        ops_reject(ss, req, "NAN", "element %zu of the pseudo-gradient is NaN or infinite", bad);
+        return -1;
+    }
+    if (h->worker[0] == '\0' || h->inc < 0) {
+        ops_reject(ss, req, "UNKNOWN_WORKER", "a push must name its worker and incarnation");
+        return -1;
+    }
+    return 0;
+}
+
+static void push_on_member(redisReply *r, void *priv)
+{
+    member_check *mc = priv;
+    ss_ctx *ss = mc->ss;
+    ss_req *req = mc->req;
+    uint64_t gen = mc->gen;
+    free(mc);
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        req_reply_err(req, "REDIS", "cannot check membership in Redis: %s", r ? r->str : "connection lost");
+        return;
+    }
+    if (r->type != REDIS_REPLY_INTEGER || r->integer != req->h.inc) {
+        ops_reject(ss, req, "UNKNOWN_WORKER", "worker %s (incarnation %lld) is not a live member of the run",
+                   req->h.worker, (long long)req->h.inc);
+        return;
+    }
+    ss_shard *s = &ss->shards[req->h.shard];
+    if (s->gen != gen || s->state != SH_READY || s->version != req->h.round) {
+        ops_dispatch(ss, req); /* the shard changed meanwhile: judge the push again */
+        return;
+    }
+    shard_store_delta(s, req);
+    ss->m.pushes++;
+    log_debug("shard %d round %lld: stored pseudo-gradient of %s:%lld (%s)", s->k, (long long)req->h.round,
+              req->h.worker, (long long)req->h.inc, req->h.dtype == BLOB_BF16 ? "bf16" : "f32");
+    req_reply_simple(req, "ack", NULL);
+}
+
+static void op_push(ss_ctx *ss, ss_req *req)
+{
+    ss_shard *s = own_shard(ss, req);
+    if (s == NULL)
+        return;
+    if (req->h.round > s->version && !s->committing && req->reloads == 0) {
+        /* the worker saw a newer version than our cache: it must be stale */
+        req->reloads++;
+        shard_reload(ss, s, "a push for a round ahead of the cached version");
+        shard_park(ss, s, req);
+        return;
+    }
+    if (push_validate(ss, s, req) != 0)
+        return;
+    member_check *mc = malloc(sizeof *mc);
+    if (mc == NULL) {
+        req_reply_err(req, "BUSY", "out of memory");
+        return;
+    }
+    mc->ss = ss;
+    mc->req = req;
+    mc->gen = s->gen;
+    const char *args[1] = { req->h.worker };
+    if (fcall(ss, push_on_member, mc, "dl_member", 1, args) != 0) {
+        free(mc);
+        req_reply_err(req, "REDIS", "Redis is unavailable; retry");
+    }
+}
+
+static void reply_params(ss_ctx *ss, ss_shard *s, ss_req *req)
+{
+    blob_header h;
+    blob_header_init(&h, "params");
+    h.shard = s->k;
+    h.version = s->version;
+    h.epoch = s->epoch;
+    h.frag = s->frag;
+    h.dtype = BLOB_F32;
+    h.count = s->n;
+    ss->m.gets++;
+    req_reply(req, &h, s->theta, s->n * sizeof(float));
+}
+
+static void op_get(ss_ctx *ss, ss_req *req)
+{
+    ss_shard *s = own_shard(ss, req);
+    if (s == NULL)
+        return;
+    int64_t v = req->h.version;
+    if (s->version >= v) {
+        reply_params(ss, s, req);
+        return;
+    }
+    if (s->committing) {
+        shard_park(ss, s, req);
+        return;
+    }
+    if (s->version == v - 1) {
+        shard_park(ss, s, req);
+        commit_start(ss, s);
+        return;
+    }
+    if (req->reloads > 0) {
+        req_reply_simple(req, "wait", "the shard is behind the version asked for");
+        return;
+    }
+    req->reloads++;
+    shard_reload(ss, s, "a get for a version more than one ahead of the cached version");
+    shard_park(ss, s, req);
+}
+
+void ops_dispatch(ss_ctx *ss, ss_req *req)
+{
+    if (strcmp(req->h.op, "push") == 0)
+        op_push(ss, req);
+    else if (strcmp(req->h.op, "get") == 0)
+        op_get(ss, req);
+    else
+        ops_reject(ss, req, "BADOP", "unknown operation '%s' (expected hello, push or get)", req->h.op);
+}

@@ -1,0 +1,375 @@
+/*
+ * server.c: the data-plane listener and its connections.
+ *
+ * A frame is a u32 little-endian length L followed by L bytes of blob (msgpack header + raw payload,
+ * common/blob.h). Requests on one connection are answered strictly in order, so a connection handles
+ * one request at a time: while a request waits (for Redis, for a shard to load, for a commit) the
+ * connection reads no further frame. A frame longer than the largest legal blob is refused from its
+ * length prefix alone (the payload is never buffered) and the connection is closed after the reply.
+ * A connection that closes while its request is parked is freed when that request is.
+ */
+#include "ss.h"
+
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <sys/socket.h>
+
+#include <event2/buffer.h>
+#include <event2/bufferevent.h>
+
+#include "log.h"
+#include "util.h"
+
+#define SOCKET_IO_CHUNK (4u << 20) /* bytes libevent may move per read/write call */
+
+typedef struct ss_conn {
+    ss_ctx *ss;
+    struct bufferevent *bev;
+    struct event *resume;      /* deferred "read the next frame" */
+    char peer[80];
+    char worker[64];           /* from hello */
+    int busy;                  /* a request is in progress */
+    int closed;                /* bev gone; freed when not busy */
+    int close_after_flush;
+} ss_conn;
+
+static void conn_process(ss_conn *c);
+
+static void conn_free(ss_conn *c)
+{
+    if (c->bev != NULL)
+        bufferevent_free(c->bev);
+    if (c->resume != NULL)
+        event_free(c->resume);
+    free(c);
+}
+
+/* Close the socket now; the struct lives on while a request references it. */
+static void conn_close(ss_conn *c, const char *why)
+{
+    if (c->closed)
+        return;
+    log_debug("connection %s (%s) closed: %s", c->peer, c->worker[0] ? c->worker : "-", why);
+    c->closed = 1;
+    if (c->bev != NULL) {
+        bufferevent_free(c->bev);
+        c->bev = NULL;
+    }
+    if (!c->busy)
+        conn_free(c);
+}
+
+int req_conn_alive(const ss_req *req)
+{
+    return req->conn != NULL && !req->conn->closed;
+}
+
+void req_free(ss_req *req)
+{
+    ss_conn *c = req->conn;
+    free(req->frame);
+    free(req);
+    if (c == NULL)
+        return;
+    c->busy = 0;
+    if (c->closed) {
+        conn_free(c);
+        return;
+    }
+    event_active(c->resume, EV_READ, 0);
+}
+
+/* Write one frame: length prefix, header, payload. Returns bytes queued, 0 on failure. */
+static size_t conn_send(ss_conn *c, blob_header *h, const void *payload, size_t len)
+{
+    uint8_t hdr[BLOB_HEADER_MAX];
+    char err[256];
+    int hlen = blob_encode_header(h, payload, len, hdr, sizeof hdr, err, sizeof err);
+    if (hlen < 0) {
+        log_error("cannot encode a '%s' reply: %s", h->op, err);
+        return 0;
+    }
+    uint32_t total = (uint32_t)((size_t)hlen + len);
+    uint8_t prefix[4] = { (uint8_t)total, (uint8_t)(total >> 8), (uint8_t)(total >> 16), (uint8_t)(total >> 24) };
+    struct evbuffer *out = bufferevent_get_output(c->bev);
+    if (evbuffer_add(out, prefix, 4) != 0 || evbuffer_add(out, hdr, (size_t)hlen) != 0 ||
+        (len > 0 && evbuffer_add(out, payload, len) != 0)) {
+        log_error("connection %s: out of memory queueing a reply", c->peer);
+        return 0;
+    }
+    return 4 + (size_t)total;
+}
+
+void req_reply(ss_req *req, blob_header *h, const void *payload, size_t len)
+{
+    ss_conn *c = req->conn;
+    if (c != NULL && !c->closed) {
+        size_t sent = conn_send(c, h, payload, len);
+        c->ss->m.bytes_out += sent;
+        if (sent == 0)
+            c->close_after_flush = 1;
+    }
+    req_free(req);
+}
+
+void req_reply_simple(ss_req *req, const char *op, const char *text)
+{
+    blob_header h;
+    blob_header_init(&h, op);
+    h.shard = req->h.shard;
+    if (text != NULL)
+        snprintf(h.text, sizeof h.text, "%s", text);
+    req_reply(req, &h, NULL, 0);
+}
+
+void req_reply_err(ss_req *req, const char *code, const char *fmt, ...)
+{
+    blob_header h;
+    blob_header_init(&h, "err");
+    h.shard = req->h.shard;
+    h.round = req->h.round;
+    snprintf(h.code, sizeof h.code, "%s", code);
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(h.text, sizeof h.text, fmt, ap);
+    va_end(ap);
+    req_reply(req, &h, NULL, 0);
+}
+
+/* hello: check the run name, remember the worker id, answer with our id. */
+static void op_hello(ss_ctx *ss, ss_req *req)
+{
+    if (strcmp(req->h.text, ss->opts.run) != 0) {
+        ops_reject(ss, req, "BADRUN", "this shard-server serves run '%s', not '%s'", ss->opts.run, req->h.text);
+        return;
+    }
+    snprintf(req->conn->worker, sizeof req->conn->worker, "%s", req->h.worker);
+    req_reply_simple(req, "ack", ss->id);
+}
+
+/* Hand a complete frame to its handler. The request owns the frame from here on. */
+static void conn_dispatch(ss_conn *c, uint8_t *frame, size_t len)
+{
+    ss_ctx *ss = c->ss;
+    ss_req *req = calloc(1, sizeof *req);
+    if (req == NULL) {
+        free(frame);
+        conn_close(c, "out of memory");
+        return;
+    }
+    req->conn = c;
+    req->frame = frame;
+    req->frame_len = len;
+    c->busy = 1;
+    char err[256];
+    size_t hlen = 0;
+    if (blob_decode_header(frame, len, &req->h, &hlen, err, sizeof err) != 0) {
+        blob_header_init(&req->h, "?");
+        snprintf(req->h.worker, sizeof req->h.worker, "%s", c->worker);
+        ops_reject(ss, req, "BADFRAME", "malformed blob header from %s: %s", c->peer, err);
+        return;
+    }
+    req->payload = frame + hlen;
+    req->payload_len = len - hlen;
+    if (strcmp(req->h.op, "hello") == 0)
+        op_hello(ss, req);
+    else
+        ops_dispatch(ss, req);
+}
+
+/* Refuse a frame whose length prefix is impossible: reply, record, close without reading it. */
+static void conn_refuse_oversize(ss_conn *c, uint32_t flen)
+{
+    ss_ctx *ss = c->ss;
+    ss_req *req = calloc(1, sizeof *req);
+    if (req == NULL) {
+        conn_close(c, "out of memory");
+        return;
+    }
+    req->conn = c;
+    c->busy = 1;
+    blob_header_init(&req->h, "?");
+    snprintf(req->h.worker, sizeof req->h.worker, "%s", c->worker);
+    c->close_after_flush = 1;
+    bufferevent_disable(c->bev, EV_READ);
+    ops_reject(ss, req, "BADSIZE", "frame of %u bytes from %s exceeds the largest legal blob (%zu bytes); closing",
+               flen, c->peer, ss->max_frame);
+}
+
+static void conn_process(ss_conn *c)
+{
+    while (!c->busy && !c->closed && !c->close_after_flush) {
+        struct evbuffer *in = bufferevent_get_input(c->bev);
+        size_t have = evbuffer_get_length(in);
+        if (have < 4)
+            return;
+        uint8_t p[4];
+        evbuffer_copyout(in, p, 4);
+        uint32_t flen = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+        if (flen == 0 || flen > c->ss->max_frame) {
+            conn_refuse_oversize(c, flen);
+            return;
+        }
+        if (have < 4 + (size_t)flen)
+            return;
+        uint8_t *frame = malloc(flen);
+        if (frame == NULL) {
+            conn_close(c, "out of memory");
+            return;
+        }
+        evbuffer_drain(in, 4);
+        evbuffer_remove(in, frame, flen);
+        c->ss->m.bytes_in += 4 + (size_t)flen;
+        conn_dispatch(c, frame, flen);
+    }
+}
+
+static void conn_on_resume(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ss_conn *c = arg;
+    if (c->closed)
+        return;
+    if (c->close_after_flush && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
+        conn_close(c, "closed after an unrecoverable request");
+        return;
+    }
+    conn_process(c);
+}
+
+static void conn_on_read(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    conn_process(arg);
+}
+
+static void conn_on_write(struct bufferevent *bev, void *arg)
+{
+    (void)bev;
+    ss_conn *c = arg;
+    if (c->close_after_flush && !c->busy)
+        conn_close(c, "closed after an unrecoverable request");
+}
+
+static void conn_on_event(struct bufferevent *bev, short what, void *arg)
+{
+    (void)bev;
+    ss_conn *c = arg;
+    if (what & BEV_EVENT_EOF)
+        conn_close(c, "peer closed");
+    else if (what & BEV_EVENT_ERROR)
+        conn_close(c, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+}
+
+static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct sockaddr *sa, int salen, void *arg)
+{
+    (void)l;
+    (void)salen;
+    ss_ctx *ss = arg;
+    if (ss->stopping) {
+        evutil_closesocket(fd);
+        return;
+    }
+    ss_conn *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        evutil_closesocket(fd);
+        return;
+    }
+    c->ss = ss;
+    if (sa->sa_family == AF_INET) {
+        struct sockaddr_in *in = (struct sockaddr_in *)sa;
+        char ip[INET_ADDRSTRLEN];
+        inet_ntop(AF_INET, &in->sin_addr, ip, sizeof ip);
+        snprintf(c->peer, sizeof c->peer, "%s:%d", ip, ntohs(in->sin_port));
+    } else {
+        snprintf(c->peer, sizeof c->peer, "fd %d", (int)fd);
+    }
+    int one = 1;
+    setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    c->bev = bufferevent_socket_new(ss->base, fd, BEV_OPT_CLOSE_ON_FREE);
+    c->resume = event_new(ss->base, -1, 0, conn_on_resume, c);
+    if (c->bev == NULL || c->resume == NULL) {
+        if (c->bev == NULL)
+            evutil_closesocket(fd);
+        conn_free(c);
+        return;
+    }
+    bufferevent_set_max_single_read(c->bev, SOCKET_IO_CHUNK);
+    bufferevent_set_max_single_write(c->bev, SOCKET_IO_CHUNK);
+    bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
+    bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    ss->m.connections++;
+    log_debug("connection from %s", c->peer);
+}
+
+static void on_listen_error(struct evconnlistener *l, void *arg)
+{
+    (void)l;
+    (void)arg;
+    int e = EVUTIL_SOCKET_ERROR();
+    log_error("accept failed: %s (continuing)", evutil_socket_error_to_string(e));
+}
+
+static int bound_port(evutil_socket_t fd)
+{
+    struct sockaddr_storage ss;
+    socklen_t len = sizeof ss;
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
+        return -1;
+    if (ss.ss_family == AF_INET)
+        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if (ss.ss_family == AF_INET6)
+        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    return -1;
+}
+
+int server_listen(ss_ctx *ss, char *err, size_t errlen)
+{
+    struct sockaddr_storage sa;
+    int salen = sizeof sa;
+    char spec[300];
+    if (strchr(ss->opts.listen_host, ':') != NULL)
+        snprintf(spec, sizeof spec, "[%s]:%d", ss->opts.listen_host, ss->opts.listen_port);
+    else
+        snprintf(spec, sizeof spec, "%s:%d", ss->opts.listen_host, ss->opts.listen_port);
+    memset(&sa, 0, sizeof sa);
+    if (evutil_parse_sockaddr_port(spec, (struct sockaddr *)&sa, &salen) != 0) {
+        err_set(err, errlen, "cannot parse listen address '%s' (use an IP address, e.g. 127.0.0.1)", spec);
+        return -1;
+    }
+    ss->listener = evconnlistener_new_bind(ss->base, on_accept, ss, LEV_OPT_CLOSE_ON_FREE | LEV_OPT_REUSEABLE, 128,
+                                           (struct sockaddr *)&sa, salen);
+    if (ss->listener == NULL) {
+        err_set(err, errlen, "cannot listen on %s: %s", spec, strerror(errno));
+        return -1;
+    }
+    evconnlistener_set_error_cb(ss->listener, on_listen_error);
+    int port = bound_port(evconnlistener_get_fd(ss->listener));
+    if (ss->opts.advertise[0] != '\0')
+        snprintf(ss->addr, sizeof ss->addr, "%s", ss->opts.advertise);
+    else if (strcmp(ss->opts.listen_host, "0.0.0.0") == 0 || strcmp(ss->opts.listen_host, "::") == 0)
+        snprintf(ss->addr, sizeof ss->addr, "127.0.0.1:%d", port);
+    else
+        snprintf(ss->addr, sizeof ss->addr, "%s:%d", ss->opts.listen_host, port);
+    log_info("listening on %s (advertised as %s)", spec, ss->addr);
+    if (strcmp(ss->opts.listen_host, "0.0.0.0") == 0 && ss->opts.advertise[0] == '\0')
+        log_warn("listening on all interfaces but advertising %s: pass --advertise host:port for remote workers",
+                 ss->addr);
+    return 0;
+}
+
+void server_stop_accepting(ss_ctx *ss)
+{
+    if (ss->listener != NULL) {
+        evconnlistener_free(ss->listener);
+        ss->listener = NULL;
+    }
+}

@@ -1,0 +1,504 @@
+/*
+ * shard.c: the per-shard cache and how it is (re)built from Redis.
+ *
+ * A shard is FREE (not ours), LOADING (ours, being rebuilt) or READY (ours and served). Loading reads
+ * k:version, k:snap, k:log and k:digest from dl:{R}:shards, GETs the snapshot blob and every log blob
+ * on the bulk connection (pipelined: replies arrive in order, so each log entry is replayed as soon as
+ * it arrives, without copying it), replays them with outer_sgd_step exactly as recorded, and checks
+ * the XXH3 digest of the result against k:digest before the shard serves anything.
+ *
+ * Every drop or reload bumps the shard's generation; callbacks of older operations see the mismatch
+ * and discard their work. Requests that need a loading or committing shard are parked on it and
+ * re-dispatched when it is ready (or answered when they have waited too long).
+ */
+#include "ss.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "keys.h"
+#include "log.h"
+#include "outer.h"
+#include "util.h"
+
+#define MAX_PARKED_PER_ROUND 64
+
+typedef struct ss_load {
+    ss_ctx *ss;
+    int k;
+    uint64_t gen;
+    int outstanding;    /* GETs not yet answered */
+    int failed;
+    int abandoned;
+    int64_t version;
+    char digest[17];
+    int nlogs;
+    int logs_done;
+    float *theta;
+    float *mom;
+    int has_mom;
+} ss_load;
+
+int shards_init(ss_ctx *ss, char *err, size_t errlen)
+{
+    ss->nshards = ss->rc.nshards;
+    ss->shards = calloc((size_t)ss->nshards, sizeof *ss->shards);
+    ss->owner_addr = calloc((size_t)ss->nshards, sizeof *ss->owner_addr);
+    if (ss->shards == NULL || ss->owner_addr == NULL) {
+        err_set(err, errlen, "out of memory for %d shards", ss->nshards);
+        return -1;
+    }
+    size_t largest = 0;
+    for (int k = 0; k < ss->nshards; k++) {
+        ss_shard *s = &ss->shards[k];
+        s->k = k;
+        s->n = (size_t)runconf_shard_numel(&ss->rc, k);
+        s->frag = runconf_fragment_of_shard(&ss->rc, k);
+        s->version = -1;
+        if (s->n > largest)
+            largest = s->n;
+    }
+    ss->max_frame = largest * sizeof(float) + BLOB_HEADER_MAX;
+    return 0;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* pseudo-gradients */
+
+ss_delta *shard_find_delta(ss_shard *s, int64_t round, const char *worker, int64_t inc)
+{
+    for (ss_delta *d = s->deltas; d != NULL; d = d->next)
+        if (d->round == round && d->inc == inc && strcmp(d->worker, worker) == 0)
+            return d;
+    return NULL;
+}
+
+/* Keep the request's payload (the frame moves into the delta); replaces an earlier push of the same key. */
+void shard_store_delta(ss_shard *s, ss_req *req)
+{
+    ss_delta *d = shard_find_delta(s, req->h.round, req->h.worker, req->h.inc);
+    if (d == NULL) {
+        d = calloc(1, sizeof *d);
+        if (d == NULL)
+            return;
+        snprintf(d->worker, sizeof d->worker, "%s", req->h.worker);
+        d->round = req->h.round;
+        d->inc = req->h.inc;
+        d->next = s->deltas;
+        s->deltas = d;
+    } else {
+        free(d->frame);
+    }
+    d->dtype = req->h.dtype;
+    d->frame = req->frame;
+    d->payload = req->payload;
+    req->frame = NULL;
+    req->payload = NULL;
+}
+
+/* Free the deltas of rounds < below_round (or all of them). */
+void shard_free_deltas(ss_shard *s, int64_t below_round, int all)
+{
+    ss_delta **pp = &s->deltas;
+    while (*pp != NULL) {
+        ss_delta *d = *pp;
+        if (all || d->round < below_round) {
+            *pp = d->next;
+            free(d->frame);
+            free(d);
+        } else {
+            pp = &d->next;
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* parked requests */
+
+void shard_park(ss_ctx *ss, ss_shard *s, ss_req *req)
+{
+    int cap = MAX_PARKED_PER_ROUND * (ss->opts.max_pending_rounds > 0 ? ss->opts.max_pending_rounds : 1);
+    if (s->nparked >= cap) {
+        req_reply_err(req, "BUSY", "shard %d has %d requests waiting; retry", s->k, s->nparked);
+        return;
+    }
+    if (req->parked_ms == 0)
+        req->parked_ms = now_ms();
+    req->next = NULL;
+    if (s->parked_tail != NULL)
+        s->parked_tail->next = req;
+    else
+        s->parked = req;
+    s->parked_tail = req;
+    s->nparked++;
+}
+
+/* Re-dispatch every parked request (each is judged again against the shard's new state). */
+void shard_unpark_all(ss_ctx *ss, ss_shard *s)
+{
+    ss_req *list = s->parked;
+    s->parked = s->parked_tail = NULL;
+    s->nparked = 0;
+    while (list != NULL) {
+        ss_req *req = list;
+        list = req->next;
+        req->next = NULL;
+        ops_dispatch(ss, req);
+    }
+}
+
+/* Answer requests that waited longer than max_age_ms: the worker will retry. */
+void shard_expire_parked(ss_ctx *ss, uint64_t max_age_ms)
+{
+    uint64_t now = now_ms();
+    for (int k = 0; k < ss->nshards; k++) {
+        ss_shard *s = &ss->shards[k];
+        ss_req **pp = &s->parked;
+        ss_req *prev = NULL;
+        while (*pp != NULL) {
+            ss_req *req = *pp;
+            if (now - req->parked_ms < max_age_ms) {
+                prev = req;
+                pp = &req->next;
+                continue;
+            }
+            *pp = req->next;
+            if (s->parked_tail == req)
+                s->parked_tail = prev;
+            s->nparked--;
+            if (strcmp(req->h.op, "get") == 0)
+                req_reply_simple(req, "wait", "the shard is still loading or committing");
+            else
+                req_reply_err(req, "NOTREADY", "shard %d is not loaded yet; retry", k);
+        }
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* loading */
+
+static void load_free(ss_load *ld)
+{
+    free(ld->theta);
+    free(ld->mom);
+    free(ld);
+}
+
+/* Account for one answered GET; frees an abandoned load once nothing refers to it any more. */
+static int load_settle(ss_load *ld)
+{
+    ld->outstanding--;
+    if (ld->abandoned && ld->outstanding <= 0) {
+        load_free(ld);
+        return 1;
+    }
+    return 0;
+}
+
+static void load_fail(ss_load *ld, const char *fmt, const char *detail)
+{
+    ss_ctx *ss = ld->ss;
+    if (!ld->failed) {
+        char msg[600];
+        snprintf(msg, sizeof msg, fmt, detail);
+        log_error("shard %d: load of version %lld failed: %s; will retry", ld->k, (long long)ld->version, msg);
+        ss->m.load_failures++;
+    }
+    ld->failed = 1;
+}
+
+/* Everything has arrived: check the digest and make the shard READY. */
+static void load_finish(ss_load *ld)
+{
+    ss_ctx *ss = ld->ss;
+    ss_shard *s = &ss->shards[ld->k];
+    if (ld->failed) {
+        s->load = NULL;
+        load_free(ld); /* state stays LOADING; the next beat retries */
+        return;
+    }
+    char digest[17];
+    snprintf(digest, sizeof digest, "%016" PRIx64, digest_f32(ld->theta, s->n));
+    if (strcmp(digest, ld->digest) != 0) {
+        load_fail(ld, "digest mismatch: replay gives %s", digest);
+        log_error("shard %d: expected digest %s at version %lld", ld->k, ld->digest, (long long)ld->version);
+        s->load = NULL;
+        load_free(ld);
+        return;
+    }
+    free(s->theta);
+    free(s->mom);
+    s->theta = ld->theta;
+    s->mom = ld->mom;
+    s->has_mom = ld->has_mom;
+    s->version = ld->version;
+    snprintf(s->digest, sizeof s->digest, "%s", digest);
+    s->state = SH_READY;
+    s->load = NULL;
+    ld->theta = ld->mom = NULL;
+    load_free(ld);
+    shard_free_deltas(s, s->version, 0);
+    ss->m.loads++;
+    log_info("shard %d: loaded version %lld (epoch %lld, digest %s), serving", s->k, (long long)s->version,
+             (long long)s->epoch, s->digest);
+    shard_unpark_all(ss, s);
+}
+
+static void load_on_snap(redisReply *r, void *priv)
+{
+    ss_load *ld = priv;
+    if (load_settle(ld))
+        return;
+    if (ld->abandoned || ld->failed)
+        goto done;
+    ss_shard *s = &ld->ss->shards[ld->k];
+    if (r == NULL || r->type != REDIS_REPLY_STRING) {
+        load_fail(ld, "cannot read the snapshot blob: %s",
+                  r == NULL ? "Redis connection lost" : r->type == REDIS_REPLY_NIL ? "missing" : "not a string");
+        goto done;
+    }
+    blob_header h;
+    const uint8_t *payload;
+    size_t plen;
+    char err[256];
+    if (blob_decode((const uint8_t *)r->str, (size_t)r->len, &h, &payload, &plen, err, sizeof err) != 0) {
+        load_fail(ld, "corrupt snapshot blob: %s", err);
+        goto done;
+    }
+    int with_mom = (h.flags & 1) != 0;
+    if (strcmp(h.op, "snap") != 0 || h.dtype != BLOB_F32 || h.count != (with_mom ? 2 : 1) * s->n) {
+        load_fail(ld, "snapshot blob has the wrong op, dtype or count (%s)", h.op);
+        goto done;
+    }
+    memcpy(ld->theta, payload, s->n * sizeof(float));
+    if (with_mom)
+        memcpy(ld->mom, payload + s->n * sizeof(float), s->n * sizeof(float));
+    ld->has_mom = with_mom;
+done:
+    if (ld->outstanding == 0)
+        load_finish(ld);
+}
+
+/* Replay one log entry: the step that turned version v-1 into v. */
+static void load_on_log(redisReply *r, void *priv)
+{
+    ss_load *ld = priv;
+    if (load_settle(ld))
+        return;
+    if (ld->abandoned || ld->failed)
+        goto done;
+    ss_shard *s = &ld->ss->shards[ld->k];
+    if (r == NULL || r->type != REDIS_REPLY_STRING) {
+        load_fail(ld, "cannot read a log blob: %s",
+                  r == NULL ? "Redis connection lost" : r->type == REDIS_REPLY_NIL ? "missing" : "not a string");
+        goto done;
+    }
+    blob_header h;
+    const uint8_t *payload;
+    size_t plen;
+    char err[256];
+    if (blob_decode((const uint8_t *)r->str, (size_t)r->len, &h, &payload, &plen, err, sizeof err) != 0) {
+        load_fail(ld, "corrupt log blob: %s", err);
+        goto done;
+    }
+    if (strcmp(h.op, "log") != 0 || h.dtype != BLOB_F32 || h.count != s->n) {
+        load_fail(ld, "log blob has the wrong op, dtype or count (%s)", h.op);
+        goto done;
+    }
+    if (h.aux != 0) { /* aux 0: a no-op round (every participant dropped) */
+        float *g = malloc(s->n * sizeof(float)); /* the payload may be unaligned */
+        if (g == NULL) {
+            load_fail(ld, "%s", "out of memory");
+            goto done;
+        }
+        memcpy(g, payload, s->n * sizeof(float));
+        float mu = (float)h.mu;
+        outer_sgd_step(ld->theta, ld->mom, (h.flags & 2) != 0, g, s->n, (float)h.lr, mu, (h.flags & 1) != 0);
+        if (mu != 0.0f)
+            ld->has_mom = 1;
+        free(g);
+    }
+    ld->logs_done++;
+done:
+    if (ld->outstanding == 0)
+        load_finish(ld);
+}
+
+static int split_refs(char *csv, char **out, int cap)
+{
+    int n = 0;
+    for (char *tok = strtok(csv, ","); tok != NULL && n < cap; tok = strtok(NULL, ","))
+        out[n++] = tok;
+    return n;
+}
+
+/* The shards hash told us what to read: issue every GET in order on the bulk connection. */
+static void load_on_meta(redisReply *r, void *priv)
+{
+    ss_load *ld = priv;
+    ss_ctx *ss = ld->ss;
+    if (load_settle(ld))
+        return;
+    ss_shard *s = &ss->shards[ld->k];
+    if (ld->abandoned)
+        return;
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
+        load_fail(ld, "cannot read dl:{R}:shards: %s", r == NULL ? "Redis connection lost" : "bad reply");
+        load_finish(ld);
+        return;
+    }
+    for (size_t i = 0; i < 6; i++)
+        if (r->element[i]->type != REDIS_REPLY_STRING) {
+            load_fail(ld, "%s", "the shard's entry in dl:{R}:shards is incomplete (was the run initialised?)");
+            load_finish(ld);
+            return;
+        }
+    const char *owner = r->element[4]->str;
+    long long epoch = strtoll(r->element[5]->str, NULL, 10);
+    if (strcmp(owner, ss->id) != 0 || epoch != s->epoch) {
+        log_info("shard %d: owned by '%s' epoch %lld now, not by us (epoch %lld): dropping", s->k, owner, epoch,
+                 (long long)s->epoch);
+        s->load = NULL;
+        load_free(ld);
+        shard_release(ss, s, "the lease moved while loading");
+        return;
+    }
+    ld->version = strtoll(r->element[0]->str, NULL, 10);
+    snprintf(ld->digest, sizeof ld->digest, "%s", r->element[3]->str);
+    char snapkey[KEY_MAX];
+    if (key_shard_ref(snapkey, sizeof snapkey, ss->opts.run, s->k, "snap", r->element[1]->str) != 0) {
+        load_fail(ld, "malformed snapshot ref '%s'", r->element[1]->str);
+        load_finish(ld);
+        return;
+    }
+    char *logs = strdup(r->element[2]->str);
+    char *refs[4096];
+    int nrefs = logs ? split_refs(logs, refs, 4096) : 0;
+    ld->outstanding++;
+    if (store_get(ss, snapkey, load_on_snap, ld) != 0) {
+        ld->outstanding--;
+        free(logs);
+        load_fail(ld, "%s", "the bulk Redis connection is down");
+        load_finish(ld);
+        return;
+    }
+    for (int i = 0; i < nrefs; i++) {
+        char logkey[KEY_MAX];
+        if (key_shard_ref(logkey, sizeof logkey, ss->opts.run, s->k, "log", refs[i]) != 0) {
+            load_fail(ld, "malformed log ref '%s'", refs[i]);
+            break;
+        }
+        ld->outstanding++;
+        if (store_get(ss, logkey, load_on_log, ld) != 0) {
+            ld->outstanding--;
+            load_fail(ld, "%s", "the bulk Redis connection is down");
+            break;
+        }
+    }
+    ld->nlogs = nrefs;
+    free(logs);
+    log_debug("shard %d: loading version %lld from snapshot %s + %d log entries", s->k, (long long)ld->version,
+              r->element[1]->str, nrefs);
+}
+
+static void load_start(ss_ctx *ss, ss_shard *s)
+{
+    ss_load *ld = calloc(1, sizeof *ld);
+    if (ld != NULL) {
+        ld->theta = malloc(s->n * sizeof(float));
+        ld->mom = calloc(s->n, sizeof(float));
+    }
+    if (ld == NULL || ld->theta == NULL || ld->mom == NULL) {
+        log_error("shard %d: out of memory loading %zu parameters", s->k, s->n);
+        if (ld != NULL)
+            load_free(ld);
+        return;
+    }
+    ld->ss = ss;
+    ld->k = s->k;
+    ld->gen = s->gen;
+    ld->version = -1;
+    char key[KEY_MAX], f[6][32];
+    const char *names[6] = { "version", "snap", "log", "digest", "owner", "epoch" };
+    const char *argv[8] = { "HMGET", key_run(key, sizeof key, ss->opts.run, "shards") };
+    for (int i = 0; i < 6; i++) {
+        snprintf(f[i], sizeof f[i], "%d:%s", s->k, names[i]);
+        argv[2 + i] = f[i];
+    }
+    ld->outstanding = 1;
+    if (ra_cmds(&ss->ctl, load_on_meta, ld, 8, argv) != 0) {
+        log_warn("shard %d: cannot load now (Redis not connected); will retry", s->k);
+        load_free(ld);
+        return;
+    }
+    s->load = ld;
+}
+
+/* Forget any in-progress load (its callbacks free it). */
+static void load_abandon(ss_shard *s)
+{
+    if (s->load != NULL) {
+        s->load->abandoned = 1;
+        if (s->load->outstanding <= 0)
+            load_free(s->load);
+        s->load = NULL;
+    }
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* lease transitions */
+
+/* We hold the lease with this epoch: (re)load unless the cache already is of this epoch. */
+void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch)
+{
+    if (s->state != SH_FREE && s->epoch == epoch) {
+        if (s->state == SH_LOADING && s->load == NULL)
+            load_start(ss, s); /* an earlier attempt failed: retry */
+        return;
+    }
+    if (s->state != SH_FREE)
+        shard_release(ss, s, "the lease epoch changed");
+    log_info("shard %d: lease acquired (epoch %lld); loading", s->k, (long long)epoch);
+    ss->m.lease_changes++;
+    s->epoch = epoch;
+    s->gen++;
+    s->state = SH_LOADING;
+    s->committing = 0;
+    load_start(ss, s);
+}
+
+/* No longer ours: free everything; parked requests get `moved`. */
+void shard_release(ss_ctx *ss, ss_shard *s, const char *why)
+{
+    if (s->state == SH_FREE)
+        return;
+    log_info("shard %d: lease lost (%s); dropping version %lld from memory", s->k, why, (long long)s->version);
+    ss->m.lease_changes++;
+    s->gen++;
+    s->state = SH_FREE;
+    s->committing = 0;
+    load_abandon(s);
+    free(s->theta);
+    free(s->mom);
+    s->theta = s->mom = NULL;
+    s->has_mom = 0;
+    s->version = -1;
+    s->digest[0] = '\0';
+    shard_free_deltas(s, 0, 1);
+    shard_unpark_all(ss, s);
+}
+
+/* Still ours but the cache may be wrong: rebuild from Redis; deltas and parked requests are kept. */
+void shard_reload(ss_ctx *ss, ss_shard *s, const char *why)
+{
+    if (s->state == SH_FREE)
+        return;
+    log_info("shard %d: reloading from Redis (%s)", s->k, why);
+    s->gen++;
+    s->state = SH_LOADING;
+    s->committing = 0;
+    load_abandon(s);
+    load_start(ss, s);
+}

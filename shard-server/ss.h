@@ -1,0 +1,242 @@
+/*
+ * ss.h: the shard-server's internal types and the functions its files share.
+ *
+ * The shard-server is one single-threaded libevent loop. Everything it knows lives in one ss_ctx:
+ * the options, the run layout, two asynchronous Redis connections (control: FCALLs; bulk: blob GET/SET,
+ * so a big write never delays a lease renewal), the listener and connections of the data plane, the
+ * per-shard cache (parameters, momentum, pending pseudo-gradients) and the metrics.
+ *
+ * Files (one concern each):
+ *   main.c     command line, start-up (library check, config), signals, the loop
+ *   rasync.c   an asynchronous hiredis connection that reconnects with backoff and detects stalls
+ *   store.c    blob I/O on the bulk connection (GET/SET/DEL of dl:{R:k}:snap|log:<v>:<e>)
+ *   lease.c    the lease loop (dl_server_beat), lease validity, owner map for redirects, tunables
+ *   shard.c    per-shard cache: load (snapshot + log replay + digest check), drop, parked requests
+ *   commit.c   the commit of a round (barrier, drops, mean, outer step, log, dl_commit) and snapshots
+ *   ops.c      the data-plane operations push and get (validation, rejections)
+ *   server.c   listener, connections, framing, replies
+ *   metrics.c  counters kept in memory, logged every 30 s
+ */
+#ifndef SHARD_SERVER_SS_H
+#define SHARD_SERVER_SS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include <event2/event.h>
+#include <event2/listener.h>
+#include <hiredis/async.h>
+
+#include "blob.h"
+#include "runconf.h"
+#include "url.h"
+
+/* ---------------------------------------------------------------------------------------------- */
+/* options (main.c) */
+
+typedef struct ss_opts {
+    char redis[512];
+    char run[80];
+    char listen_host[256];
+    int listen_port;
+    char advertise[300]; /* "" = listen host + bound port */
+    char id[128];
+    int lease_ttl_ms;
+    int max_pending_rounds;
+    int log_level;
+} ss_opts;
+
+/* ---------------------------------------------------------------------------------------------- */
+/* asynchronous Redis connection (rasync.c) */
+
+typedef void ra_cb(redisReply *reply, void *priv); /* reply NULL: connection lost, outcome unknown */
+
+typedef struct rasync {
+    const char *name;
+    const redis_url *url;
+    struct event_base *base;
+    redisAsyncContext *ac;
+    int ready;             /* connected and authenticated */
+    unsigned attempt;      /* reconnect attempts since the last success */
+    int pending;           /* commands sent, reply not yet received */
+    uint64_t last_activity; /* now_ms() of the last reply, or of the first send after idle */
+    int stall_ms;          /* no reply for this long while commands are pending: drop the connection */
+    struct event *retry_timer;
+    struct event *watch_timer;
+    void (*on_ready)(void *arg);
+    void *on_ready_arg;
+    int stopping;
+} rasync;
+
+int ra_init(rasync *ra, const char *name, const redis_url *url, struct event_base *base, int stall_ms);
+/* Send a command; cb is called exactly once (reply or NULL) unless this returns -1 (not connected). */
+int ra_cmd(rasync *ra, ra_cb *cb, void *priv, int argc, const char **argv, const size_t *argvlen);
+/* Same with printf-free string arguments only (NUL-terminated). */
+int ra_cmds(rasync *ra, ra_cb *cb, void *priv, int argc, const char **argv);
+void ra_close(rasync *ra);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* metrics (metrics.c); issue 6 exposes this struct over HTTP */
+
+typedef struct ss_metrics {
+    uint64_t rounds_committed;
+    uint64_t noop_commits;
+    uint64_t bytes_in;
+    uint64_t bytes_out;
+    double commit_seconds;   /* sum over committed rounds: first barrier read to dl_commit reply */
+    double commit_seconds_max;
+    uint64_t conflicts;      /* FENCED / VERSION replies to dl_commit or dl_snapshot */
+    uint64_t lease_changes;  /* shards gained or lost */
+    uint64_t rejections;
+    uint64_t pushes;
+    uint64_t gets;
+    uint64_t loads;
+    uint64_t load_failures;
+    uint64_t snapshots;
+    uint64_t connections;
+    uint64_t redis_reconnects;
+} ss_metrics;
+
+/* ---------------------------------------------------------------------------------------------- */
+/* data plane requests (server.c) */
+
+struct ss_conn;
+
+typedef struct ss_req {
+    struct ss_conn *conn;
+    blob_header h;
+    uint8_t *frame;          /* the whole received blob (owned) */
+    size_t frame_len;
+    const uint8_t *payload;  /* into frame */
+    size_t payload_len;
+    uint64_t parked_ms;      /* when it started waiting on a shard */
+    int reloads;             /* shard reloads this request caused (at most one) */
+    struct ss_req *next;     /* in a shard's list of parked requests */
+} ss_req;
+
+/* ---------------------------------------------------------------------------------------------- */
+/* shards (shard.c, commit.c) */
+
+typedef struct ss_delta {
+    struct ss_delta *next;
+    char worker[64];
+    int64_t inc;
+    int64_t round;
+    int dtype;               /* BLOB_F32 or BLOB_BF16: kept as received */
+    uint8_t *frame;          /* owns the bytes */
+    const uint8_t *payload;
+} ss_delta;
+
+enum ss_shard_state { SH_FREE = 0, SH_LOADING = 1, SH_READY = 2 };
+
+typedef struct ss_shard {
+    int k;
+    int frag;
+    size_t n;
+    int state;
+    int64_t epoch;           /* lease epoch this cache was loaded under */
+    uint64_t gen;            /* bumped on every drop/reload: async callbacks compare it */
+    int64_t version;
+    float *theta;
+    float *mom;
+    int has_mom;
+    char digest[17];
+    int committing;
+    int snapshotting;
+    int reload_wanted;       /* reload once the current operation finishes */
+    ss_delta *deltas;
+    ss_req *parked, *parked_tail;
+    int nparked;
+    struct ss_load *load;    /* in-progress load */
+} ss_shard;
+
+/* ---------------------------------------------------------------------------------------------- */
+/* the process */
+
+typedef struct ss_tunables {
+    float lr;
+    float mu;
+    int nesterov;
+} ss_tunables;
+
+typedef struct ss_ctx {
+    ss_opts opts;
+    redis_url url;
+    runconf rc;
+    ss_tunables tun;
+    char config_key[160];
+    char id[128];
+    char addr[300];            /* advertised host:port */
+    struct event_base *base;
+    rasync ctl;                /* FCALLs */
+    rasync bulk;               /* blobs */
+    struct evconnlistener *listener;
+    size_t max_frame;          /* largest acceptable frame */
+    ss_shard *shards;
+    int nshards;
+    /* leases */
+    uint64_t lease_valid_until; /* now_ms() bound: beyond it no held lease may be trusted */
+    int beat_in_flight;
+    uint64_t beat_sent_ms;
+    struct event *beat_timer;
+    char **owner_addr;          /* per shard: address of its owner as last read (for `moved`) */
+    /* shutdown */
+    int stopping;
+    struct event *exit_timer;
+    ss_metrics m;
+    struct event *metrics_timer;
+    struct event *park_timer;
+} ss_ctx;
+
+/* main.c */
+extern ss_ctx *g_ss;
+
+/* server.c */
+int server_listen(ss_ctx *ss, char *err, size_t errlen);
+void server_stop_accepting(ss_ctx *ss);
+/* Reply to req and free it; the connection reads its next request. */
+void req_reply(ss_req *req, blob_header *h, const void *payload, size_t len);
+void req_reply_simple(ss_req *req, const char *op, const char *text);
+void req_reply_err(ss_req *req, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void req_free(ss_req *req);
+int req_conn_alive(const ss_req *req);
+
+/* ops.c */
+void ops_dispatch(ss_ctx *ss, ss_req *req);
+void ops_reject(ss_ctx *ss, ss_req *req, const char *code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+
+/* lease.c */
+int lease_start(ss_ctx *ss, char *err, size_t errlen);
+int lease_valid(ss_ctx *ss);
+void lease_check_expiry(ss_ctx *ss);
+const char *lease_owner_addr(ss_ctx *ss, int k);
+void lease_leave(ss_ctx *ss, void (*done)(void *), void *arg);
+void lease_beat_now(ss_ctx *ss);
+
+/* shard.c */
+int shards_init(ss_ctx *ss, char *err, size_t errlen);
+void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch);
+void shard_release(ss_ctx *ss, ss_shard *s, const char *why);
+void shard_reload(ss_ctx *ss, ss_shard *s, const char *why);
+void shard_park(ss_ctx *ss, ss_shard *s, ss_req *req);
+void shard_unpark_all(ss_ctx *ss, ss_shard *s);
+void shard_expire_parked(ss_ctx *ss, uint64_t max_age_ms);
+void shard_free_deltas(ss_shard *s, int64_t below_round, int all);
+ss_delta *shard_find_delta(ss_shard *s, int64_t round, const char *worker, int64_t inc);
+void shard_store_delta(ss_shard *s, ss_req *req);
+
+/* commit.c */
+void commit_start(ss_ctx *ss, ss_shard *s);
+
+/* store.c */
+void store_blob_key(ss_ctx *ss, char *dst, size_t cap, int k, const char *kind, int64_t v, int64_t e);
+int store_get(ss_ctx *ss, const char *key, ra_cb *cb, void *priv);
+int store_set(ss_ctx *ss, const char *key, const uint8_t *blob, size_t len, ra_cb *cb, void *priv);
+int store_del_refs(ss_ctx *ss, int k, const char *kind, redisReply **refs, size_t nrefs);
+int fcall(ss_ctx *ss, ra_cb *cb, void *priv, const char *fn, int nargs, const char **args);
+
+/* metrics.c */
+int metrics_start(ss_ctx *ss);
+void metrics_log(ss_ctx *ss);
+
+#endif

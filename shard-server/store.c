@@ -1,0 +1,69 @@
+/*
+ * store.c: the shard-server's Redis I/O helpers.
+ *
+ * Durable blobs (dl:{R:k}:snap:<v>:<e>, dl:{R:k}:log:<v>:<e>) go over the bulk connection so that a
+ * multi-megabyte write never sits in front of a lease renewal; FCALLs of the control library go over
+ * the control connection. Every helper returns -1 when the connection is down (the callback is then
+ * not called) so callers handle "Redis unavailable" in one place.
+ */
+#include "ss.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "keys.h"
+#include "log.h"
+
+void store_blob_key(ss_ctx *ss, char *dst, size_t cap, int k, const char *kind, int64_t v, int64_t e)
+{
+    char suffix[96];
+    snprintf(suffix, sizeof suffix, "%s:%lld:%lld", kind, (long long)v, (long long)e);
+    key_shard(dst, cap, ss->opts.run, k, suffix);
+}
+
+int store_get(ss_ctx *ss, const char *key, ra_cb *cb, void *priv)
+{
+    const char *argv[2] = { "GET", key };
+    return ra_cmds(&ss->bulk, cb, priv, 2, argv);
+}
+
+int store_set(ss_ctx *ss, const char *key, const uint8_t *blob, size_t len, ra_cb *cb, void *priv)
+{
+    const char *argv[3] = { "SET", key, (const char *)blob };
+    size_t lens[3] = { 3, strlen(key), len };
+    return ra_cmd(&ss->bulk, cb, priv, 3, argv, lens);
+}
+
+/* DEL the blobs named by "v.e" references (a dl_snapshot reply); keys of one shard share a slot. */
+int store_del_refs(ss_ctx *ss, int k, const char *kind, redisReply **refs, size_t nrefs)
+{
+    for (size_t i = 0; i < nrefs; i++) {
+        if (refs[i]->type != REDIS_REPLY_STRING || refs[i]->len == 0)
+            continue;
+        char key[KEY_MAX];
+        if (key_shard_ref(key, sizeof key, ss->opts.run, k, kind, refs[i]->str) != 0) {
+            log_warn("shard %d: cannot delete %s blob of malformed ref '%s'", k, kind, refs[i]->str);
+            continue;
+        }
+        const char *argv[2] = { "DEL", key };
+        if (ra_cmds(&ss->bulk, NULL, NULL, 2, argv) != 0)
+            return -1;
+        log_debug("shard %d: deleted %s", k, key);
+    }
+    return 0;
+}
+
+/* FCALL fn 1 dl:{R}:config args... on the control connection. */
+int fcall(ss_ctx *ss, ra_cb *cb, void *priv, const char *fn, int nargs, const char **args)
+{
+    const char *argv[24];
+    if (nargs + 4 > (int)(sizeof argv / sizeof argv[0]))
+        return -1;
+    argv[0] = "FCALL";
+    argv[1] = fn;
+    argv[2] = "1";
+    argv[3] = ss->config_key;
+    for (int i = 0; i < nargs; i++)
+        argv[4 + i] = args[i];
+    return ra_cmds(&ss->ctl, cb, priv, nargs + 4, argv);
+}

@@ -1,0 +1,56 @@
+/* common_flags.c: what every coordinator subcommand shares: --redis/--run, connecting, the status
+ * document. */
+#include <jansson.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "coordinator.h"
+#include "keys.h"
+#include "rconn.h"
+#include "runconf.h"
+
+int coord_common_flag(coord_common *c, int argc, char **argv, int *i) {
+    const char *f = argv[*i];
+    if (strcmp(f, "--redis") && strcmp(f, "--run")) return 0;
+    if (*i + 1 >= argc) {
+        fprintf(stderr, "coordinator: %s needs a value\n", f);
+        return -1;
+    }
+    if (!strcmp(f, "--redis")) c->redis_url = argv[++*i];
+    else c->run = argv[++*i];
+    return 1;
+}
+
+redisContext *coord_connect(coord_common *c) {
+    char err[512];
+    if (!c->redis_url || !c->run) {
+        fprintf(stderr, "coordinator: --redis URL and --run NAME are required (see --help)\n");
+        return NULL;
+    }
+    if (key_check_run_name(c->run, err, sizeof err) < 0 || redis_url_parse(c->redis_url, &c->url, err, sizeof err) < 0) {
+        fprintf(stderr, "coordinator: %s\n", err);
+        return NULL;
+    }
+    redisContext *rc = rconn_connect_retry(&c->url, 10000, 5, NULL, err, sizeof err);
+    if (!rc) fprintf(stderr, "coordinator: %s\n", err);
+    return rc;
+}
+
+json_t *coord_fetch_status(redisContext *rc, const char *run) {
+    char err[512], key[KEY_MAX];
+    if (runconf_check_library(rc, run, err, sizeof err) < 0) {
+        fprintf(stderr, "coordinator: %s\n", err);
+        return NULL;
+    }
+    redisReply *r = redisCommand(rc, "FCALL dl_status 1 %s", key_run(key, sizeof key, run, "config"));
+    if (rconn_reply_error(rc, r, err, sizeof err) < 0 || r->type != REDIS_REPLY_STRING) {
+        fprintf(stderr, "coordinator: status of run '%s': %s\n", run, err);
+        if (r) freeReplyObject(r);
+        return NULL;
+    }
+    json_error_t jerr;
+    json_t *doc = json_loadb(r->str, r->len, 0, &jerr);
+    freeReplyObject(r);
+    if (!doc) fprintf(stderr, "coordinator: malformed status document: %s\n", jerr.text);
+    return doc;
+}

@@ -1,0 +1,31 @@
+/* coordinator.h: the subcommands of bin/coordinator and what they share.
+ *
+ *   init    create a run: load the function library, cut the parameters into shards, write version 0
+ *   status  print the run (rounds, workers, shards, leases) as a table or JSON
+ *   serve   the long-running operator process: reaps dead members (HTTP dashboard: later)
+ *
+ * The coordinator holds no state: everything it does is one Redis Function call or a read. */
+#ifndef DILOCO_COORDINATOR_H
+#define DILOCO_COORDINATOR_H
+
+#include <hiredis/hiredis.h>
+
+#include "url.h"
+
+typedef struct coord_common {
+    const char *redis_url;
+    const char *run;
+    redis_url url;
+} coord_common;
+
+int cmd_init(int argc, char **argv);
+int cmd_status(int argc, char **argv);
+int cmd_serve(int argc, char **argv);
+
+/* Parse --redis/--run at argv[*i] (advancing *i); 1 if consumed, 0 if not ours, -1 on error. */
+int coord_common_flag(coord_common *c, int argc, char **argv, int *i);
+/* Check both were given, parse the URL and connect (a few retries). NULL + message on stderr. */
+redisContext *coord_connect(coord_common *c);
+/* The status document (dl_status) parsed; NULL + message on stderr. */
+struct json_t *coord_fetch_status(redisContext *rc, const char *run);
+#endif

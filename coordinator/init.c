@@ -1,0 +1,381 @@
+/* init.c: `coordinator init`, which creates a run.
+ *
+ * It loads the function library (FUNCTION LOAD REPLACE), builds the initial parameters (the trainer's
+ * deterministic init from --seed), cuts them into shards, writes each shard's version 0 as a snapshot
+ * blob dl:{R:k}:snap:0:0, and finally calls dl_init, which creates the control keys atomically. The
+ * blobs are written first and are harmless if init fails: nothing references them until dl_init. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blob.h"
+#include "coordinator.h"
+#include "gpt/gpt.h"
+#include "keys.h"
+#include "layout.h"
+#include "log.h"
+#include "outer.h"
+#include "rconn.h"
+#include "runconf.h"
+#include "trainers/quadratic.h"
+#include "util.h"
+#include "version.h"
+
+extern const char lua_library[];
+extern const unsigned long lua_library_len;
+
+typedef struct init_args {
+    coord_common c;
+    long long workers, min_workers, shards, fragments, numel, seed, snapshot_every;
+    double outer_lr, outer_momentum, heartbeat_timeout;
+    int nesterov, force, async;
+    const char *trainer;
+    gpt_config gpt;
+    const char *from_checkpoint;
+} init_args;
+
+static void init_usage(FILE *f) {
+    fprintf(f,
+            "usage: bin/coordinator init --redis URL --run NAME [options]\n"
+            "\n"
+            "Creates run NAME: loads the function library, writes version 0 of the parameters.\n"
+            "\n"
+            "  -n, --workers N            workers a barrier waits for at start (default 2)\n"
+            "  --min-workers N            never wait for fewer than N workers (default 1)\n"
+            "  --shards S                 shards of the parameter vector (default 8)\n"
+            "  --fragments F              Streaming DiLoCo fragments (default 1)\n"
+            "  --trainer NAME             gpt (default) or quadratic\n"
+            "  --numel N                  (quadratic) number of parameters (default 1000000)\n"
+            "  --layers --heads --dim --ctx --vocab   (gpt) model shape (default 2 4 128 128 256)\n"
+            "  --seed S                   initial parameters seed (default 0)\n"
+            "  --outer-lr LR              outer SGD learning rate (default 0.7)\n"
+            "  --outer-momentum MU        outer momentum (default 0.9)\n"
+            "  --no-nesterov              plain momentum instead of Nesterov\n"
+            "  --heartbeat-timeout S      evict workers silent for S seconds (default 120; 0 = never)\n"
+            "  --snapshot-every K         durable snapshot every K versions, log in between (default 8)\n"
+            "  --from-checkpoint FILE     initial parameters from a checkpoint (not yet supported)\n"
+            "  --force                    replace an existing run of that name\n");
+}
+
+static int parse_init(int argc, char **argv, init_args *a) {
+    memset(a, 0, sizeof *a);
+    a->workers = 2;
+    a->min_workers = 1;
+    a->shards = 8;
+    a->fragments = 1;
+    a->numel = 1000000;
+    a->snapshot_every = 8;
+    a->outer_lr = 0.7;
+    a->outer_momentum = 0.9;
+    a->heartbeat_timeout = 120;
+    a->nesterov = 1;
+    a->trainer = "gpt";
+    a->gpt = (gpt_config){2, 4, 128, 128, 256};
+    for (int i = 0; i < argc; i++) {
+        const char *f = argv[i];
+        int rc = coord_common_flag(&a->c, argc, argv, &i);
+        if (rc < 0) return -1;
+        if (rc) continue;
+        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
+            init_usage(stdout);
+            exit(0);
+        }
+        if (!strcmp(f, "--no-nesterov")) { a->nesterov = 0; continue; }
+        if (!strcmp(f, "--force")) { a->force = 1; continue; }
+        if (i + 1 >= argc) {
+            fprintf(stderr, "coordinator init: unknown option or missing value: %s (see --help)\n", f);
+            return -1;
+        }
+        const char *v = argv[++i];
+        struct { const char *flag; long long *dst; long long min, max; } ints[] = {
+            {"-n", &a->workers, 1, 100000}, {"--workers", &a->workers, 1, 100000},
+            {"--min-workers", &a->min_workers, 1, 100000}, {"--shards", &a->shards, 1, RUNCONF_MAX_SHARDS},
+            {"--fragments", &a->fragments, 1, RUNCONF_MAX_FRAGMENTS}, {"--numel", &a->numel, 1, 4000000000LL},
+            {"--seed", &a->seed, 0, INT64_MAX}, {"--snapshot-every", &a->snapshot_every, 1, 1000000},
+        };
+        int done = 0;
+        for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !done; k++)
+            if (!strcmp(f, ints[k].flag)) {
+                if (parse_int(v, ints[k].min, ints[k].max, ints[k].dst) < 0) {
+                    fprintf(stderr, "coordinator init: %s wants an integer in [%lld, %lld], got '%s'\n", f,
+                            ints[k].min, ints[k].max, v);
+                    return -1;
+                }
+                done = 1;
+            }
+        struct { const char *flag; int *dst; } gints[] = {
+            {"--layers", &a->gpt.layers}, {"--heads", &a->gpt.heads}, {"--dim", &a->gpt.dim},
+            {"--ctx", &a->gpt.ctx}, {"--vocab", &a->gpt.vocab},
+        };
+        for (size_t k = 0; k < sizeof gints / sizeof gints[0] && !done; k++)
+            if (!strcmp(f, gints[k].flag)) {
+                long long x;
+                if (parse_int(v, 1, 1 << 24, &x) < 0) {
+                    fprintf(stderr, "coordinator init: %s wants a positive integer, got '%s'\n", f, v);
+                    return -1;
+                }
+                *gints[k].dst = (int)x;
+                done = 1;
+            }
+        struct { const char *flag; double *dst; } reals[] = {
+            {"--outer-lr", &a->outer_lr}, {"--outer-momentum", &a->outer_momentum},
+            {"--heartbeat-timeout", &a->heartbeat_timeout},
+        };
+        for (size_t k = 0; k < sizeof reals / sizeof reals[0] && !done; k++)
+            if (!strcmp(f, reals[k].flag)) {
+                if (parse_double(v, reals[k].dst) < 0 || *reals[k].dst < 0) {
+                    fprintf(stderr, "coordinator init: %s wants a non-negative number, got '%s'\n", f, v);
+                    return -1;
+                }
+                done = 1;
+            }
+        if (!done && !strcmp(f, "--trainer")) { a->trainer = v; done = 1; }
+        if (!done && !strcmp(f, "--from-checkpoint")) { a->from_checkpoint = v; done = 1; }
+        if (!done) {
+            fprintf(stderr, "coordinator init: unknown option %s (see --help)\n", f);
+            return -1;
+        }
+    }
+    if (a->outer_lr <= 0 || a->outer_momentum >= 1) {
+        fprintf(stderr, "coordinator init: --outer-lr must be > 0 and --outer-momentum in [0, 1)\n");
+        return -1;
+    }
+    if (a->min_workers > a->workers) a->workers = a->min_workers;
+    return 0;
+}
+
+/* ---- initial parameters and their layout ------------------------------------------------------ */
+
+typedef struct initial_params {
+    float *params;
+    uint64_t numel;
+    trainer_tensor *tensors;
+    int ntensors;
+    trainer_tensor single;
+    char model[256];
+} initial_params;
+
+static int make_initial(const init_args *a, initial_params *ip, char *err, size_t errlen) {
+    memset(ip, 0, sizeof *ip);
+    if (a->from_checkpoint) {
+        err_set(err, errlen, "--from-checkpoint is not supported yet (issue 6); start from --seed");
+        return -1;
+    }
+    if (!strcmp(a->trainer, "quadratic")) {
+        ip->numel = (uint64_t)a->numel;
+        ip->params = malloc(ip->numel * sizeof(float));
+        if (!ip->params) goto oom;
+        quadratic_init_params((uint64_t)a->seed, ip->params, ip->numel);
+        ip->single = (trainer_tensor){.name = "x", .ndim = 1, .shape = {ip->numel}, .offset = 0, .numel = ip->numel};
+        ip->tensors = &ip->single;
+        ip->ntensors = 1;
+        snprintf(ip->model, sizeof ip->model, "--numel %" PRIu64, ip->numel);
+        return 0;
+    }
+    if (!strcmp(a->trainer, "gpt")) {
+        size_t n;
+        trainer_tensor *t;
+        if (gpt_layout(&a->gpt, &t, &ip->ntensors, &n, err, errlen) < 0) return -1;
+        ip->tensors = t;
+        ip->numel = n;
+        ip->params = malloc(n * sizeof(float));
+        if (!ip->params) goto oom;
+        if (gpt_init_params(&a->gpt, (uint64_t)a->seed, ip->params, n, err, errlen) < 0) return -1;
+        snprintf(ip->model, sizeof ip->model, "--layers %d --heads %d --dim %d --ctx %d --vocab %d", a->gpt.layers,
+                 a->gpt.heads, a->gpt.dim, a->gpt.ctx, a->gpt.vocab);
+        return 0;
+    }
+    err_set(err, errlen, "unknown trainer '%s' (gpt or quadratic)", a->trainer);
+    return -1;
+oom:
+    err_set(err, errlen, "out of memory for the initial parameters");
+    return -1;
+}
+
+static void free_initial(initial_params *ip) {
+    free(ip->params);
+    if (ip->tensors != &ip->single) free(ip->tensors);
+}
+
+/* ---- Redis ---------------------------------------------------------------------------------------- */
+
+static int load_library(redisContext *rc, char *err, size_t errlen) {
+    redisReply *r = redisCommand(rc, "FUNCTION LOAD REPLACE %b", lua_library, (size_t)lua_library_len);
+    int ok = rconn_reply_error(rc, r, err, errlen);
+    if (r) freeReplyObject(r);
+    return ok;
+}
+
+/* Delete every key of the run (SCAN, so a large keyspace is not blocked). */
+static int delete_run(redisContext *rc, const char *run, char *err, size_t errlen) {
+    char patterns[2][160];
+    snprintf(patterns[0], sizeof patterns[0], "dl:{%s}*", run);
+    snprintf(patterns[1], sizeof patterns[1], "dl:{%s:*", run);
+    long deleted = 0;
+    for (int p = 0; p < 2; p++) {
+        char cursor[32] = "0";
+        do {
+            redisReply *r = redisCommand(rc, "SCAN %s MATCH %s COUNT 1000", cursor, patterns[p]);
+            if (rconn_reply_error(rc, r, err, errlen) < 0) {
+                if (r) freeReplyObject(r);
+                return -1;
+            }
+            snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+            for (size_t i = 0; i < r->element[1]->elements; i++) {
+                redisReply *d = redisCommand(rc, "DEL %s", r->element[1]->element[i]->str);
+                if (d) freeReplyObject(d);
+                deleted++;
+            }
+            freeReplyObject(r);
+        } while (strcmp(cursor, "0") != 0);
+    }
+    log_info("--force: deleted %ld keys of run '%s'", deleted, run);
+    return 0;
+}
+
+static int run_exists(redisContext *rc, const char *run, int *exists, char *err, size_t errlen) {
+    char key[KEY_MAX];
+    redisReply *r = redisCommand(rc, "EXISTS %s", key_run(key, sizeof key, run, "config"));
+    if (rconn_reply_error(rc, r, err, errlen) < 0) {
+        if (r) freeReplyObject(r);
+        return -1;
+    }
+    *exists = r->integer > 0;
+    freeReplyObject(r);
+    return 0;
+}
+
+/* Write version 0 of shard k and return its digest (hex) in digest. */
+static int write_shard_v0(redisContext *rc, const char *run, int k, const float *x, uint64_t n, char *digest,
+                          char *err, size_t errlen) {
+    blob_header h;
+    blob_header_init(&h, "snap");
+    h.dtype = BLOB_F32;
+    h.count = n;
+    h.shard = k;
+    h.version = 0;
+    h.epoch = 0;
+    uint8_t *blob;
+    size_t len;
+    if (blob_encode(&h, x, n * sizeof(float), &blob, &len, err, errlen) < 0) return -1;
+    char key[KEY_MAX];
+    key_shard(key, sizeof key, run, k, "snap:0:0");
+    redisReply *r = redisCommand(rc, "SET %s %b", key, blob, len);
+    free(blob);
+    int ok = rconn_reply_error(rc, r, err, errlen);
+    if (r) freeReplyObject(r);
+    snprintf(digest, 17, "%016" PRIx64, digest_f32(x, n));
+    return ok;
+}
+
+static void random_secret(char *out, size_t cap) {
+    unsigned char b[16] = {0};
+    FILE *f = fopen("/dev/urandom", "rb");
+    if (f) {
+        if (fread(b, 1, sizeof b, f) != sizeof b) memset(b, 0, sizeof b);
+        fclose(f);
+    }
+    for (size_t i = 0; i < sizeof b && 2 * i + 2 < cap; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
+}
+
+/* dl_init with the config and state fields and one digest per shard. */
+static int call_dl_init(redisContext *rc, const init_args *a, const initial_params *ip, const uint64_t *sb,
+                        const uint64_t *fb, char digests[][17], char *err, size_t errlen) {
+    static char sbuf[RUNCONF_MAX_SHARDS * 12], fbuf[RUNCONF_MAX_FRAGMENTS * 8];
+    char numel[32], shards[16], frags[16], seed[32], snap[16], secret[40] = "";
+    char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32];
+    runconf_format_bounds_u64(sb, (int)a->shards, sbuf, sizeof sbuf);
+    runconf_format_bounds_u64(fb, (int)a->fragments, fbuf, sizeof fbuf);
+    snprintf(numel, sizeof numel, "%" PRIu64, ip->numel);
+    snprintf(shards, sizeof shards, "%lld", a->shards);
+    snprintf(frags, sizeof frags, "%lld", a->fragments);
+    snprintf(seed, sizeof seed, "%lld", a->seed);
+    snprintf(snap, sizeof snap, "%lld", a->snapshot_every);
+    random_secret(secret, sizeof secret);
+    snprintf(target, sizeof target, "%lld", a->workers);
+    snprintf(minw, sizeof minw, "%lld", a->min_workers);
+    snprintf(lr, sizeof lr, "%.9g", a->outer_lr);
+    snprintf(mu, sizeof mu, "%.9g", a->outer_momentum);
+    snprintf(nest, sizeof nest, "%d", a->nesterov);
+    snprintf(hbt, sizeof hbt, "%lld", (long long)(a->heartbeat_timeout * 1000));
+    char key[KEY_MAX];
+    key_run(key, sizeof key, a->c.run, "config");
+    const char *fixed[] = {"FCALL", "dl_init", "1", key,
+                           "11", "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
+                           "shard_bounds", sbuf, "frag_bounds", fbuf, "trainer", a->trainer, "model", ip->model,
+                           "seed", seed, "snapshot_every", snap, "secret", secret,
+                           "7", "target_workers", target, "expected_workers", target, "min_workers", minw,
+                           "outer_lr", lr, "outer_momentum", mu, "nesterov", nest, "heartbeat_timeout_ms", hbt,
+                           shards};
+    size_t nfixed = sizeof fixed / sizeof fixed[0], argc = nfixed + (size_t)a->shards;
+    const char **argv = calloc(argc + 2, sizeof *argv);
+    if (!argv) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(argv, fixed, sizeof fixed);
+    for (long long k = 0; k < a->shards; k++) argv[nfixed + (size_t)k] = digests[k];
+    redisReply *r = redisCommandArgv(rc, (int)argc, argv, NULL);
+    free(argv);
+    int ok = rconn_reply_error(rc, r, err, errlen);
+    if (r) freeReplyObject(r);
+    return ok;
+}
+
+static int create_run(redisContext *rc, const init_args *a, char *err, size_t errlen) {
+    initial_params ip;
+    uint64_t *sb = calloc((size_t)a->shards + 1, sizeof *sb), fb[RUNCONF_MAX_FRAGMENTS + 1];
+    char(*digests)[17] = calloc((size_t)a->shards, sizeof *digests);
+    int rc_ = -1;
+    if (!sb || !digests) {
+        err_set(err, errlen, "out of memory");
+        goto done;
+    }
+    if (make_initial(a, &ip, err, errlen) < 0) goto done_ip;
+    if (layout_cut_shards(ip.tensors, ip.ntensors, ip.numel, (int)a->shards, sb, err, errlen) < 0) goto done_ip;
+    if (layout_cut_fragments((int)a->shards, (int)a->fragments, fb, err, errlen) < 0) goto done_ip;
+    for (int k = 0; k < a->shards; k++)
+        if (write_shard_v0(rc, a->c.run, k, ip.params + sb[k], sb[k + 1] - sb[k], digests[k], err, errlen) < 0)
+            goto done_ip;
+    if (call_dl_init(rc, a, &ip, sb, fb, digests, err, errlen) < 0) goto done_ip;
+    printf("run '%s' created: %s trainer (%s), %" PRIu64 " parameters in %lld shards, %lld fragment(s), "
+           "waiting for %lld worker(s), outer lr %g momentum %g%s\n",
+           a->c.run, a->trainer, ip.model, ip.numel, a->shards, a->fragments, a->workers, a->outer_lr,
+           a->outer_momentum, a->nesterov ? " nesterov" : "");
+    rc_ = 0;
+done_ip:
+    free_initial(&ip);
+done:
+    free(sb);
+    free(digests);
+    return rc_;
+}
+
+int cmd_init(int argc, char **argv) {
+    init_args a;
+    if (parse_init(argc, argv, &a) < 0) return 2;
+    redisContext *rc = coord_connect(&a.c);
+    if (!rc) return 1;
+    char err[512];
+    int exists = 0, status = 1;
+    if (load_library(rc, err, sizeof err) < 0) {
+        fprintf(stderr, "coordinator init: loading the function library: %s\n", err);
+        goto done;
+    }
+    if (run_exists(rc, a.c.run, &exists, err, sizeof err) < 0) goto fail;
+    if (exists && !a.force) {
+        fprintf(stderr, "coordinator init: run '%s' already exists; choose another --run or add --force to "
+                "replace it\n", a.c.run);
+        goto done;
+    }
+    if (exists && delete_run(rc, a.c.run, err, sizeof err) < 0) goto fail;
+    if (create_run(rc, &a, err, sizeof err) < 0) goto fail;
+    status = 0;
+    goto done;
+fail:
+    fprintf(stderr, "coordinator init: %s\n", err);
+done:
+    redisFree(rc);
+    return status;
+}

@@ -1,0 +1,18 @@
+/* layout.h: cutting the flat parameter vector into shards and fragments.
+ *
+ * Shards are contiguous and balanced by size; a cut snaps to the nearest tensor boundary when one is
+ * within a quarter of a shard, so shards (and so Streaming fragments, which are whole shards) follow
+ * layers whenever sizes allow. Fragments are F contiguous runs of whole shards. */
+#ifndef DILOCO_LAYOUT_H
+#define DILOCO_LAYOUT_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "trainer.h"
+
+/* bounds: nshards+1 offsets. -1 + err when nshards is 0 or larger than numel. */
+int layout_cut_shards(const trainer_tensor *tensors, int ntensors, uint64_t numel, int nshards, uint64_t *bounds,
+                      char *err, size_t errlen);
+/* frag_bounds: nfragments+1 shard indices, as even as possible. -1 when nfragments > nshards. */
+int layout_cut_fragments(int nshards, int nfragments, uint64_t *frag_bounds, char *err, size_t errlen);
+#endif

@@ -1,0 +1,32 @@
+/* main.c: bin/coordinator, dispatching to its subcommands (see coordinator.h). */
+#include <stdio.h>
+#include <string.h>
+
+#include "coordinator.h"
+#include "log.h"
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: bin/coordinator COMMAND --redis URL --run NAME [options]\n"
+            "\n"
+            "commands:\n"
+            "  init      create a run (parameters, shards, optimizer settings); see `init --help`\n"
+            "  status    show rounds, workers, shard-servers, shards and leases (--json for JSON)\n"
+            "  serve     operator process: evicts dead workers on time (several may run)\n"
+            "\n"
+            "Redis URL: redis://[user[:pass]@]host[:port][/db] or unix://path\n");
+}
+
+int main(int argc, char **argv) {
+    log_init("coordinator");
+    if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
+        usage(argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    if (!strcmp(argv[1], "init")) return cmd_init(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "status")) return cmd_status(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "serve")) return cmd_serve(argc - 2, argv + 2);
+    fprintf(stderr, "coordinator: unknown command '%s'\n\n", argv[1]);
+    usage(stderr);
+    return 2;
+}

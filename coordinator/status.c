@@ -1,0 +1,109 @@
+/* status.c: `coordinator status`, the run as a table (or JSON with --json).
+ *
+ * Everything comes from one dl_status call, so the picture is consistent: rounds and counters,
+ * every worker with its heartbeat age, every shard-server, and every shard's version, owner and
+ * lease. */
+#include <jansson.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "coordinator.h"
+
+static const char *str(json_t *o, const char *k) {
+    json_t *v = json_object_get(o, k);
+    return json_is_string(v) ? json_string_value(v) : "-";
+}
+
+static double num(json_t *o, const char *k) {
+    json_t *v = json_object_get(o, k);
+    if (json_is_number(v)) return json_number_value(v);
+    if (json_is_string(v)) return atof(json_string_value(v));
+    return 0;
+}
+
+static void print_run(json_t *doc) {
+    json_t *cfg = json_object_get(doc, "config"), *st = json_object_get(doc, "state");
+    printf("run %s  mode %s  status %s  trainer %s  %s parameters in %s shards, %s fragment(s)\n",
+           str(doc, "run"), str(cfg, "mode"), str(st, "status"), str(cfg, "trainer"), str(cfg, "numel"),
+           str(cfg, "shards"), str(cfg, "fragments"));
+    printf("open round %s  rounds closed %s  commits %s  workers needed %s (min %s)  deaths %s  rejections %s\n",
+           str(st, "round:0"), str(st, "rounds_closed"), str(st, "commits"), str(st, "target_workers"),
+           str(st, "min_workers"), str(st, "deaths"), str(st, "rejections"));
+    printf("outer lr %s  momentum %s  nesterov %s  heartbeat timeout %.0f s\n", str(st, "outer_lr"),
+           str(st, "outer_momentum"), str(st, "nesterov"), num(st, "heartbeat_timeout_ms") / 1000.0);
+}
+
+static void print_workers(json_t *doc) {
+    json_t *ws = json_object_get(doc, "workers"), *w;
+    size_t i;
+    printf("\nworkers (%zu)\n  %-28s %5s %-16s %9s %9s %9s %8s\n", json_array_size(ws), "id", "inc", "host",
+           "hb age", "steps/s", "loss", "joined");
+    json_array_foreach(ws, i, w) {
+        json_t *joined = json_object_get(w, "joined");
+        printf("  %-28s %5.0f %-16s %8.1fs %9.2f %9.4f %8.0f\n", str(w, "id"), num(w, "inc"), str(w, "host"),
+               num(w, "heartbeat_age_ms") / 1000.0, num(w, "speed"), num(w, "loss"),
+               json_is_array(joined) ? json_number_value(json_array_get(joined, 0)) : -1);
+    }
+}
+
+static void print_servers(json_t *doc) {
+    json_t *ss = json_object_get(doc, "servers"), *s;
+    size_t i;
+    printf("\nshard-servers (%zu)\n  %-28s %-22s %9s %6s\n", json_array_size(ss), "id", "address", "age", "held");
+    json_array_foreach(ss, i, s) {
+        printf("  %-28s %-22s %8.1fs %6.0f\n", str(s, "id"), str(s, "addr"), num(s, "age_ms") / 1000.0,
+               num(s, "held"));
+    }
+}
+
+static void print_shards(json_t *doc) {
+    json_t *ss = json_object_get(doc, "shards"), *s;
+    size_t i;
+    printf("\nshards (%zu)\n  %5s %8s %-28s %6s %10s %-16s %s\n", json_array_size(ss), "shard", "version", "owner",
+           "epoch", "lease", "digest", "snapshot");
+    json_array_foreach(ss, i, s) {
+        double left = num(s, "lease_left_ms");
+        char lease[32];
+        if (left > 0) snprintf(lease, sizeof lease, "%.1fs", left / 1000.0);
+        else snprintf(lease, sizeof lease, "expired");
+        const char *owner = str(s, "owner");
+        printf("  %5.0f %8.0f %-28s %6.0f %10s %-16s %s\n", num(s, "shard"), num(s, "version"),
+               owner[0] ? owner : "(none)", num(s, "epoch"), lease, str(s, "digest"), str(s, "snap"));
+    }
+}
+
+int cmd_status(int argc, char **argv) {
+    coord_common c = {0};
+    int as_json = 0;
+    for (int i = 0; i < argc; i++) {
+        int rc = coord_common_flag(&c, argc, argv, &i);
+        if (rc < 0) return 2;
+        if (rc) continue;
+        if (!strcmp(argv[i], "--json")) {
+            as_json = 1;
+        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
+            printf("usage: bin/coordinator status --redis URL --run NAME [--json]\n");
+            return 0;
+        } else {
+            fprintf(stderr, "coordinator status: unknown option %s\n", argv[i]);
+            return 2;
+        }
+    }
+    redisContext *rc = coord_connect(&c);
+    if (!rc) return 1;
+    json_t *doc = coord_fetch_status(rc, c.run);
+    redisFree(rc);
+    if (!doc) return 1;
+    if (as_json) {
+        json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_SORT_KEYS);
+        putchar('\n');
+    } else {
+        print_run(doc);
+        print_workers(doc);
+        print_servers(doc);
+        print_shards(doc);
+    }
+    json_decref(doc);
+    return 0;
+}

@@ -331,17 +331,34 @@ static int bound_port(evutil_socket_t fd)
     return -1;
 }
 
+/* Parse an IPv4 or IPv6 literal and a port (0 = ephemeral) into sa. */
+static int make_sockaddr(const char *host, int port, struct sockaddr_storage *sa, int *salen)
+{
+    memset(sa, 0, sizeof *sa);
+    struct sockaddr_in *in4 = (struct sockaddr_in *)sa;
+    struct sockaddr_in6 *in6 = (struct sockaddr_in6 *)sa;
+    if (inet_pton(AF_INET, host, &in4->sin_addr) == 1) {
+        in4->sin_family = AF_INET;
+        in4->sin_port = htons((uint16_t)port);
+        *salen = sizeof *in4;
+        return 0;
+    }
+    if (inet_pton(AF_INET6, host, &in6->sin6_addr) == 1) {
+        in6->sin6_family = AF_INET6;
+        in6->sin6_port = htons((uint16_t)port);
+        *salen = sizeof *in6;
+        return 0;
+    }
+    return -1;
+}
+
 int server_listen(ss_ctx *ss, char *err, size_t errlen)
 {
     struct sockaddr_storage sa;
-    int salen = sizeof sa;
+    int salen = 0;
     char spec[300];
-    if (strchr(ss->opts.listen_host, ':') != NULL)
-        snprintf(spec, sizeof spec, "[%s]:%d", ss->opts.listen_host, ss->opts.listen_port);
-    else
-        snprintf(spec, sizeof spec, "%s:%d", ss->opts.listen_host, ss->opts.listen_port);
-    memset(&sa, 0, sizeof sa);
-    if (evutil_parse_sockaddr_port(spec, (struct sockaddr *)&sa, &salen) != 0) {
+    snprintf(spec, sizeof spec, "%s:%d", ss->opts.listen_host, ss->opts.listen_port);
+    if (make_sockaddr(ss->opts.listen_host, ss->opts.listen_port, &sa, &salen) != 0) {
         err_set(err, errlen, "cannot parse listen address '%s' (use an IP address, e.g. 127.0.0.1)", spec);
         return -1;
     }

@@ -99,6 +99,17 @@ end
 
 local function barrier_key(P, f, r) return P .. ':f' .. f .. ':r' .. r end
 
+-- Byte-wise string order (Lua's < follows the C library's collation, which depends on the locale):
+-- participants are summed in this order, so it must be the same as C's strcmp everywhere.
+local function bytes_less(a, b)
+    local n = math.min(#a, #b)
+    for i = 1, n do
+        local x, y = string.byte(a, i), string.byte(b, i)
+        if x ~= y then return x < y end
+    end
+    return #a < #b
+end
+
 -- ---------------------------------------------------------------------------------------------------
 -- barriers
 
@@ -135,7 +146,7 @@ local function barrier_try_close(P, f)
 
     local ids = {}
     for w, _ in pairs(arrived) do ids[#ids + 1] = w end
-    table.sort(ids)
+    table.sort(ids, bytes_less)
     local parts = {}
     for i, w in ipairs(ids) do parts[i] = w .. ':' .. arrived[w] end
     local t = now_ms()

@@ -39,6 +39,8 @@ typedef struct diloco_options {
     int sync_timeout_ms;          /* give up one sync attempt after this long without progress (default 120000) */
     int wait_poll_ms;             /* BLPOP timeout while waiting at a barrier (default 1000) */
     int dylu;                     /* follow the H the run's DyLU computes for us */
+    const volatile int *stop;     /* optional: when *stop becomes non-zero, waits and retries give up
+                                     at once (point it at your SIGINT/SIGTERM flag) */
     /* Called after the library wrote new global values into params[off, off+n) (NULL: nothing). */
     int (*on_params)(void *ctx, size_t off, size_t n, char *err, size_t errlen);
     void *on_params_ctx;

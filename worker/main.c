@@ -81,6 +81,7 @@ static int need_value(int i, int argc, const char *flag) {
 
 /* Parse our own flags; leave the rest (trainer flags) in rest[]. */
 static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *nrest) {
+    memset(a, 0, sizeof *a);
     diloco_options_default(&a->dl);
     a->quad_lr = 0.01;
     *nrest = 0;
@@ -253,6 +254,7 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf) {
         step++;
         diloco_report(d, st.loss, st.tokens);
         int synced = diloco_after_step(d, err, sizeof err);
+        if (synced < 0 && g_stop) break;
         if (synced < 0) {
             log_error("sync failed for good: %s", err);
             return -1;
@@ -299,6 +301,7 @@ static int run_worker(int argc, char **argv) {
         err_set(err, sizeof err, "cannot open log file %s", a.log_path);
         goto error;
     }
+    a.dl.stop = (const volatile int *)&g_stop;
     a.dl.on_params = on_params;
     a.dl.on_params_ctx = t;
     if (diloco_open(&a.dl, t->params, t->numel, &d, err, sizeof err) < 0) goto error;

@@ -96,6 +96,7 @@ redisReply *dl_command(diloco *d, const char *fmt, ...);   /* on ctl, reconnecti
 int dl_register(diloco *d, char *err, size_t errlen);
 int dl_fetch_params(diloco *d, int64_t min_version, char *err, size_t errlen);
 int64_t dl_inc(diloco *d);
+int dl_stopping(const diloco *d);       /* the embedding program asked us to stop */
 void dl_adopt_base(diloco *d, int first_shard, int last_shard);   /* params[shards] = base[shards] */
 int dl_params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen); /* trainer callback */
 

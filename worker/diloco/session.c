@@ -40,7 +40,7 @@ redisReply *dl_command(diloco *d, const char *fmt, ...) {
         if (d->ctl == NULL || d->ctl->err) {
             char err[256];
             if (d->ctl) redisFree(d->ctl);
-            d->ctl = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, 0, &d->hb_stop, err, sizeof err);
+            d->ctl = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, 0, d->o.stop, err, sizeof err);
             if (d->ctl == NULL) break;
         }
         va_list ap;
@@ -51,6 +51,8 @@ redisReply *dl_command(diloco *d, const char *fmt, ...) {
     pthread_mutex_unlock(&d->ctl_mu);
     return r;
 }
+
+int dl_stopping(const diloco *d) { return d->o.stop && *d->o.stop; }
 
 int64_t dl_inc(diloco *d) {
     pthread_mutex_lock(&d->hb_mu);
@@ -102,6 +104,10 @@ int dl_fetch_params(diloco *d, int64_t min_version, char *err, size_t errlen) {
                 return dl_params_changed(d, 0, d->numel, err, errlen);
             }
             min_version = hi;
+        }
+        if (dl_stopping(d)) {
+            err_set(err, errlen, "stopped while fetching the global parameters");
+            return -1;
         }
         if (now_ms() > deadline) {
             err_set(err, errlen, "could not fetch the global parameters within %d ms (last: %s)",

@@ -99,6 +99,10 @@ int for_shards_parallel(diloco *d, int first, int last, shard_job_fn fn, void *a
 /* After a transient failure: look at the owners again and back off a little. */
 static int retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
                        size_t errlen) {
+    if (dl_stopping(d)) {
+        err_set(err, errlen, "stopped");
+        return DL_FAIL;
+    }
     if (now_ms() > deadline) {
         char why[256];
         snprintf(why, sizeof why, "%s", err ? err : "");
@@ -208,6 +212,10 @@ static int wait_barrier(diloco *d, int64_t round, char *err, size_t errlen) {
     snprintf(name, sizeof name, "wake:%s", d->worker_id);
     key_run(wake, sizeof wake, d->o.run, name);
     for (unsigned polls = 1;; polls++) {
+        if (dl_stopping(d)) {
+            err_set(err, errlen, "stopped while waiting for round %lld", (long long)round);
+            return DL_FAIL;
+        }
         if (!d->blk || d->blk->err) {
             if (d->blk) redisFree(d->blk);
             d->blk = rconn_connect(&d->url, d->o.wait_poll_ms + 10000, err, errlen);
@@ -311,6 +319,7 @@ int sync_round(diloco *d, char *err, size_t errlen) {
 static int do_sync(diloco *d, char *err, size_t errlen) {
     int rc = sync_round(d, err, errlen);
     d->steps = 0;
+    if (rc == DL_FAIL && dl_stopping(d)) return -1;
     if (rc == DL_FAIL) {
         d->fail_streak++;
         log_error("sync failed (%d in a row, limit %d): %s", d->fail_streak, d->o.max_sync_retries, err);

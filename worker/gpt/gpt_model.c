@@ -294,7 +294,7 @@ static void mm(int nt, int ta, int tb, int M, int N, int K, float alpha, const f
  * -87.3 give ~1e-38 instead of 0 (harmless for softmax and tanh) */
 static inline float vexpf(float x) {
     x = x < -87.3f ? -87.3f : x > 88.3f ? 88.3f : x;
-    float n = floorf(x * 1.44269504088896341f + 0.5f);
+    float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
     float r = x - n * 0.693359375f;
     r = r + n * 2.12194440e-4f;
     float p = 1.9875691500e-4f;
@@ -304,9 +304,10 @@ static inline float vexpf(float x) {
     p = p * r + 1.6666665459e-1f;
     p = p * r + 5.0000001201e-1f;
     p = p * r * r + r + 1.0f;
-    union { int32_t i; float f; } u;
-    u.i = ((int32_t)n + 127) << 23;
-    return p * u.f;
+    int32_t bits = ((int32_t)n + 127) << 23;
+    float scale;
+    memcpy(&scale, &bits, sizeof scale);
+    return p * scale;
 }
 static inline float vtanhf(float u) { return 1.0f - 2.0f / (1.0f + vexpf(2.0f * u)); }
 
@@ -459,6 +460,7 @@ static void attention_forward(int nt, float *out /* (B,T,C) */, float *att /* (B
         for (int t = 0; t < T; t++) {
             float *row = P + (size_t)t * T;
             float mx = row[0];
+#pragma omp simd reduction(max : mx)
             for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
             float s = 0;
 #pragma omp simd reduction(+ : s)
@@ -522,25 +524,37 @@ static void attention_backward(int nt, float *dqkv /* (B,T,3C) written */, float
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 
 
-static void gelu_forward(int nt, float *out, const float *inp, size_t n) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_S * (x + 0.044715f * x * x * x);
-        out[i] = 0.5f * x * (1.0f + vtanhf(u));
+/* elementwise loops: each thread takes one contiguous range and runs a plain (vectorised) loop */
+#define RANGE(n)                                                                   \
+    int nth_ = omp_get_num_threads(), id_ = omp_get_thread_num();                  \
+    long chunk_ = (((long)(n) + nth_ - 1) / nth_ + 15) / 16 * 16;                  \
+    long s_ = id_ * chunk_, e_ = s_ + chunk_ < (long)(n) ? s_ + chunk_ : (long)(n)
+
+static void gelu_forward(int nt, float *restrict out, const float *restrict inp, size_t n) {
+#pragma omp parallel num_threads(nt)
+    {
+        RANGE(n);
+        for (long i = s_; i < e_; i++) {
+            float x = inp[i];
+            float u = GELU_S * (x + 0.044715f * x * x * x);
+            out[i] = 0.5f * x * (1.0f + vtanhf(u));
+        }
     }
 }
 
 /* dinp = gelu'(inp) * dout (in place allowed: dinp == dout) */
 static void gelu_backward(int nt, float *dinp, const float *inp, const float *dout, size_t n) {
-#pragma omp parallel for num_threads(nt) schedule(static)
-    for (size_t i = 0; i < n; i++) {
-        float x = inp[i];
-        float u = GELU_S * (x + 0.044715f * x * x * x);
-        float th = vtanhf(u);
-        float sech2 = 1.0f - th * th;
-        float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
-        dinp[i] = g * dout[i];
+#pragma omp parallel num_threads(nt)
+    {
+        RANGE(n);
+        for (long i = s_; i < e_; i++) {
+            float x = inp[i];
+            float u = GELU_S * (x + 0.044715f * x * x * x);
+            float th = vtanhf(u);
+            float sech2 = 1.0f - th * th;
+            float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+            dinp[i] = g * dout[i];
+        }
     }
 }
 
@@ -556,6 +570,7 @@ static float crossentropy_forward(int nt, float *logits, float *losses, const in
     for (int n = 0; n < N; n++) {
         float *x = logits + (size_t)n * V;
         float mx = x[0];
+#pragma omp simd reduction(max : mx)
         for (int i = 1; i < V; i++) mx = x[i] > mx ? x[i] : mx;
         float s = 0;
 #pragma omp simd reduction(+ : s)

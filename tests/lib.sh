@@ -1,0 +1,99 @@
+# tests/lib.sh: shared harness of the integration tests (tests/it_*.sh), sourced, POSIX sh.
+#
+# Starts a real redis-server on a free loopback port, shard-servers and workers as background
+# processes with their logs in one temporary folder, and cleans everything up on exit (even on
+# failure or interrupt). Helpers:
+#   start_redis                          sets PORT, URL, RCLI ("redis-cli -p PORT")
+#   init_run RUN [coordinator init flags]
+#   start_server NAME [flags]            bin/shard-server; its pid in SRV_<NAME>
+#   start_worker NAME [flags]            bin/worker --worker-id NAME; pid in WRK_<NAME>, log NAME.jsonl
+#   wait_until SECONDS 'shell condition' [message]
+#   fail MESSAGE                         prints the tails of every log, exits 1
+#   shard_digests RUN                    "shard k digest" lines from dl:{RUN}:shards
+cd "$(dirname "$0")/.." || exit 1
+ROOT=$(pwd)
+TMP=$(mktemp -d /tmp/dltest.XXXXXX)
+PIDS=""
+PORT=""
+
+cleanup() {
+  for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
+  [ -n "$PORT" ] && redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1
+  if [ -n "${KEEP_TMP:-}" ]; then echo "logs kept in $TMP"; else rm -rf "$TMP"; fi
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+say() { echo "[$(date +%H:%M:%S)] $*"; }
+
+fail() {
+  echo "FAIL: $*"
+  for f in "$TMP"/*.log; do [ -f "$f" ] || continue; echo "--- $f"; tail -n 25 "$f"; done
+  exit 1
+}
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+}
+
+start_redis() {
+  PORT=$(free_port)
+  URL="redis://127.0.0.1:$PORT"
+  RCLI="redis-cli -p $PORT"
+  redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+    --logfile "$TMP/redis.log" --pidfile "$TMP/redis.pid" "$@" >/dev/null || fail "redis-server did not start"
+  for _ in $(seq 50); do $RCLI ping 2>/dev/null | grep -q PONG && return 0; sleep 0.1; done
+  fail "redis-server did not answer PING"
+}
+
+init_run() {
+  run=$1; shift
+  bin/coordinator init --redis "$URL" --run "$run" "$@" > "$TMP/init-$run.log" 2>&1 || fail "coordinator init $*"
+}
+
+start_server() {
+  name=$1; shift
+  bin/shard-server --redis "$URL" --run "$RUN" --id "$name" "$@" > "$TMP/server-$name.log" 2>&1 &
+  pid=$!
+  PIDS="$PIDS $pid"
+  eval "SRV_$name=$pid"
+}
+
+start_worker() {
+  name=$1; shift
+  bin/worker --redis "$URL" --run "$RUN" --worker-id "$name" --quiet --log "$TMP/$name.jsonl" "$@" \
+    > "$TMP/worker-$name.log" 2>&1 &
+  pid=$!
+  PIDS="$PIDS $pid"
+  eval "WRK_$name=$pid"
+}
+
+wait_until() {
+  limit=$1; cond=$2; what=${3:-$2}
+  end=$(( $(date +%s) + limit ))
+  while ! eval "$cond"; do
+    [ "$(date +%s)" -ge "$end" ] && fail "timed out after ${limit}s waiting for: $what"
+    sleep 0.2
+  done
+}
+
+# Is the process alive (and not a zombie)?
+alive() { kill -0 "$1" 2>/dev/null && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
+
+shard_digests() {
+  n=$($RCLI HGET "dl:{$1}:config" shards)
+  k=0
+  while [ "$k" -lt "$n" ]; do
+    echo "shard $k $($RCLI HGET "dl:{$1}:shards" "$k:digest")"
+    k=$((k + 1))
+  done
+}
+
+shard_versions() { # RUN -> "v v v ..."
+  n=$($RCLI HGET "dl:{$1}:config" shards)
+  k=0; out=""
+  while [ "$k" -lt "$n" ]; do out="$out $($RCLI HGET "dl:{$1}:shards" "$k:version")"; k=$((k + 1)); done
+  echo $out
+}
+
+[ -x bin/worker ] && [ -x bin/shard-server ] && [ -x bin/coordinator ] || fail "build first: make all tests-build"

@@ -166,7 +166,7 @@ static int init_run(const char *host, int port, const char *run, int S, long lon
     argv[a++] = "7";
     argv[a++] = "target_workers"; argv[a++] = "2"; argv[a++] = "min_workers"; argv[a++] = "1";
     argv[a++] = "outer_lr"; argv[a++] = "0.7"; argv[a++] = "outer_momentum"; argv[a++] = "0.9";
-    argv[a++] = "nesterov"; argv[a++] = "1"; argv[a++] = "heartbeat_timeout_ms"; argv[a++] = "3000";
+    argv[a++] = "nesterov"; argv[a++] = "1"; argv[a++] = "heartbeat_timeout_ms"; argv[a++] = "600000";
     argv[a++] = "lease_ttl_ms"; argv[a++] = "2000";
     argv[a++] = ss;
     for (int k = 0; k < S; k++) argv[a++] = dig[k];
@@ -193,6 +193,30 @@ static int roundtrip(const char *addr, blob_header *h, const void *payload, size
     return 0;
 }
 
+/* Frames frame_send would never produce: a corrupted payload, an impossible length prefix. */
+static int rawpush(const char *addr, blob_header *h, void *payload, size_t len, const char *mode) {
+    char err[256];
+    uint8_t hdr[BLOB_HEADER_MAX];
+    int fd = tcp_connect(addr, 3000, err, sizeof err);
+    if (fd < 0) return die(err);
+    int hl = blob_encode_header(h, payload, len, hdr, sizeof hdr, err, sizeof err);
+    if (hl < 0) return die(err);
+    ((uint8_t *)payload)[len / 2] ^= 0x40;
+    uint32_t L = !strcmp(mode, "oversize") ? 0x7ffffff0u : (uint32_t)(hl + len);
+    uint8_t pre[4] = { (uint8_t)L, (uint8_t)(L >> 8), (uint8_t)(L >> 16), (uint8_t)(L >> 24) };
+    if (write(fd, pre, 4) != 4 || write(fd, hdr, hl) != hl) return die("write");
+    if (strcmp(mode, "oversize") != 0 && write(fd, payload, len) != (ssize_t)len) return die("write");
+    uint8_t buf[4096]; const uint8_t *p; size_t plen; blob_header r;
+    if (frame_recv(fd, buf, sizeof buf, &r, &p, &plen, 10000, err, sizeof err) < 0) { printf("recv-failed %s\n", err); return 0; }
+    printf("%s %lld - %s %s\n", r.op, (long long)r.version, r.code[0] ? r.code : "-", r.text[0] ? r.text : "-");
+    if (!strcmp(mode, "oversize")) { /* the server must close the connection */
+        ssize_t n = read(fd, buf, 1);
+        printf("closed %s\n", n == 0 ? "yes" : "no");
+    }
+    close(fd);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     if (argc < 2) return die("usage");
     if (!strcmp(argv[1], "init") && argc >= 7)
@@ -211,6 +235,7 @@ int main(int argc, char **argv) {
         uint16_t *b = NULL;
         if (bf) { b = malloc(n * 2 + 4); bf16_encode(x, b, n); payload = b; len = n * 2; }
         if (!strcmp(mode, "short")) { h.count = n - 1; len -= bf ? 2 : 4; }
+        if (!strcmp(mode, "badsum") || !strcmp(mode, "oversize")) return rawpush(argv[2], &h, payload, len, mode);
         return roundtrip(argv[2], &h, payload, len);
     }
     if (!strcmp(argv[1], "get") && argc >= 7) {

@@ -189,6 +189,46 @@ static void test_gradcheck(void **state) {
     free(P); free(p); free(g); free(r.t);
 }
 
+
+/* The threaded paths (sgemm split by rows and by columns, attention over (batch, head) pairs) give
+ * the same results as one thread, on a shape where the head's product is split by columns
+ * (B*T < vocab) and the attention has several row blocks (T > 64). */
+static void test_threads_consistent(void **state) {
+    (void)state;
+    gpt_config c = {.layers = 1, .heads = 2, .dim = 64, .ctx = 96, .vocab = 3000};
+    int B = 2, T = 80, N = B * T;
+    trainer_tensor *t;
+    int nt;
+    size_t numel;
+    char err[256];
+    assert_int_equal(gpt_layout(&c, &t, &nt, &numel, err, sizeof err), 0);
+    float *p = malloc(numel * 4), *g1 = malloc(numel * 4), *g2 = malloc(numel * 4);
+    assert_int_equal(gpt_init_params(&c, 5, p, numel, err, sizeof err), 0);
+    int *inp = malloc(N * sizeof(int)), *tgt = malloc(N * sizeof(int));
+    for (int n = 0; n < N; n++) { inp[n] = (int)(urand() * c.vocab); tgt[n] = (int)(urand() * c.vocab); }
+    gpt_model *m1 = gpt_model_create(&c, B, T, 1, err, sizeof err), *m2 = gpt_model_create(&c, B, T, 2, err, sizeof err);
+    assert_non_null(m1);
+    assert_non_null(m2);
+    float l1 = gpt_forward(m1, p, inp, tgt);
+    gpt_backward(m1, p, g1);
+    float l2 = gpt_forward(m2, p, inp, tgt);
+    gpt_backward(m2, p, g2);
+    assert_true(fabsf(l1 - l2) <= 1e-6f * fabsf(l1));
+    for (int k = 0; k < nt; k++) {
+        double mx = 0, md = 0;
+        for (size_t i = 0; i < t[k].numel; i++) {
+            size_t j = t[k].offset + i;
+            mx = fmax(mx, fabs(g1[j]));
+            md = fmax(md, fabs(g1[j] - g2[j]));
+        }
+        if (md > 1e-5 * mx) printf("%s: 1 vs 2 threads differ by %.2e of %.2e\n", t[k].name, md, mx);
+        assert_true(md <= 1e-5 * mx);
+    }
+    gpt_model_free(m1);
+    gpt_model_free(m2);
+    free(t); free(p); free(g1); free(g2); free(inp); free(tgt);
+}
+
 static void test_layout_init(void **state) {
     (void)state;
     gpt_config c = {.layers = 3, .heads = 4, .dim = 32, .ctx = 16, .vocab = 50};
@@ -288,6 +328,7 @@ int main(void) {
         cmocka_unit_test(test_clip_and_schedule),
         cmocka_unit_test(test_options_parse),
         cmocka_unit_test(test_gradcheck),
+        cmocka_unit_test(test_threads_consistent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -499,8 +499,12 @@ static void attention_backward(int nt, float *dqkv /* (B,T,3C) written */, float
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f,
                         dy + (size_t)r0 * C, C, v, C3, 0.0f, dP + (size_t)r0 * T, T);
         }
-        /* dV = P^T dY */
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, 1.0f, P, T, dy, C, 0.0f, dv, C3);
+        /* dV = P^T dY: row block [c0, c1) of dV needs rows t >= c0 of P only (P is lower triangular) */
+        for (int c0 = 0; c0 < T; c0 += RB) {
+            int c1 = c0 + RB < T ? c0 + RB : T;
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f, P + (size_t)c0 * T + c0,
+                        T, dy + (size_t)c0 * C, C, 0.0f, dv + (size_t)c0 * C3, C3);
+        }
         /* dS = P * (dP - sum_j P dP) (softmax backward), zero above the diagonal */
         for (int t = 0; t < T; t++) {
             const float *p = P + (size_t)t * T;
@@ -517,7 +521,11 @@ static void attention_backward(int nt, float *dqkv /* (B,T,3C) written */, float
             cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, scale,
                         dP + (size_t)r0 * T, T, k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
         }
-        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, T, hs, T, scale, dP, T, q, C3, 0.0f, dk, C3);
+        for (int c0 = 0; c0 < T; c0 += RB) {
+            int c1 = c0 + RB < T ? c0 + RB : T;
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, scale, dP + (size_t)c0 * T + c0,
+                        T, q + (size_t)c0 * C3, C3, 0.0f, dk + (size_t)c0 * C3, C3);
+        }
     }
 }
 

@@ -280,6 +280,8 @@ static void commit_on_log_written(redisReply *r, void *priv)
         commit_fail(c, r ? r->str : "connection lost writing the log blob", 0);
         return;
     }
+    log_debug("shard %d round %lld: log written at +%llu ms", c->k, (long long)c->round,
+              (unsigned long long)(now_ms() - c->t0));
     if (!lease_valid(ss)) {
         commit_fail(c, "the lease may have expired before dl_commit", 1);
         return;
@@ -374,6 +376,8 @@ static void commit_compute(ss_commit *c, ss_shard *s)
     }
     char key[KEY_MAX];
     store_blob_key(ss, key, sizeof key, s->k, "log", c->round + 1, c->epoch);
+    log_debug("shard %d round %lld: step computed in %llu ms; writing %zu bytes of log", s->k, (long long)c->round,
+              (unsigned long long)(now_ms() - c->t0), len);
     rc = store_set(ss, key, blob, len, commit_on_log_written, c);
     free(blob);
     if (rc != 0)

@@ -10,6 +10,7 @@
 #include "ss.h"
 
 #include <getopt.h>
+#include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -145,6 +146,15 @@ static int parse_args(int argc, char **argv, ss_opts *o)
         return -1;
     }
     return 0;
+}
+
+/* Every round allocates and frees buffers of shard size (frames, copies, blobs). glibc serves those
+ * with mmap and gives them back on free, so each round would pay a page fault per 4 KiB (measured: most
+ * of the commit time for a 12.5M-parameter shard). Keep freed memory in the heap for reuse instead. */
+static void keep_freed_memory(void)
+{
+    mallopt(M_MMAP_MAX, 0);
+    mallopt(M_TRIM_THRESHOLD, 1 << 30);
 }
 
 static void on_startup_signal(int sig)
@@ -308,6 +318,7 @@ int main(int argc, char **argv)
     if (ss->opts.log_level >= 0)
         log_set_level(ss->opts.log_level);
     signal(SIGPIPE, SIG_IGN);
+    keep_freed_memory();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);
     sa.sa_handler = on_startup_signal;

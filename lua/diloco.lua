@@ -434,8 +434,14 @@ end
 -- ---------------------------------------------------------------------------------------------------
 -- functions: shard-servers and leases
 
+-- Forget servers silent for longer than a lease (their leases have expired too) and count the rest.
 local function live_servers(P, now, ttl)
-    redis.call('ZREMRANGEBYSCORE', P .. ':server_beats', '-inf', '(' .. (now - ttl))
+    local dead = redis.call('ZRANGEBYSCORE', P .. ':server_beats', '-inf', '(' .. (now - ttl))
+    for _, sid in ipairs(dead) do
+        redis.call('ZREM', P .. ':server_beats', sid)
+        redis.call('HDEL', P .. ':servers', sid)
+        event(P, 'server_gone', {'server', sid})
+    end
     return redis.call('ZCARD', P .. ':server_beats')
 end
 

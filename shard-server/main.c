@@ -50,6 +50,8 @@ static void usage(FILE *f)
             "  --lease-ttl-ms MS         lease time-to-live; renewed every ttl/3 (default 5000)\n"
             "  --max-pending-rounds N    bounds requests parked per shard while it loads: 64*N (default 4)\n"
             "  --log-level LEVEL         debug, info, warn or error (default info, or $LOG_LEVEL)\n"
+            "  --fault-crash-before-commit P  chaos testing: with probability P, die (exit 137) after a\n"
+            "                            round's log entry is written and before it is committed\n"
             "  -h, --help                this help\n");
 }
 
@@ -92,6 +94,7 @@ static int parse_args(int argc, char **argv, ss_opts *o)
         { "listen", required_argument, 0, 'l' },       { "advertise", required_argument, 0, 'a' },
         { "id", required_argument, 0, 'i' },           { "lease-ttl-ms", required_argument, 0, 't' },
         { "max-pending-rounds", required_argument, 0, 'p' }, { "log-level", required_argument, 0, 'v' },
+        { "fault-crash-before-commit", required_argument, 0, 'f' },
         { "help", no_argument, 0, 'h' },               { 0, 0, 0, 0 },
     };
     memset(o, 0, sizeof *o);
@@ -130,6 +133,13 @@ static int parse_args(int argc, char **argv, ss_opts *o)
         case 'v':
             if (parse_level(optarg, &o->log_level) != 0) {
                 fprintf(stderr, "shard-server: --log-level wants debug, info, warn or error, got '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case 'f':
+            if (parse_double(optarg, &o->crash_before_commit) != 0 || o->crash_before_commit < 0 ||
+                o->crash_before_commit > 1) {
+                fprintf(stderr, "shard-server: --fault-crash-before-commit wants a probability in [0, 1]\n");
                 return -1;
             }
             break;

@@ -44,6 +44,7 @@ typedef struct ss_opts {
     int lease_ttl_ms;
     int max_pending_rounds;
     int log_level;
+    double crash_before_commit; /* fault injection for crash tests: probability of _exit before dl_commit */
 } ss_opts;
 
 /* ---------------------------------------------------------------------------------------------- */

@@ -112,7 +112,7 @@ static int retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shar
     }
     char ignore[128];
     owners_refresh(d, ignore, sizeof ignore);
-    sleep_ms(backoff_ms((*attempt)++, 20, 1000));
+    sleep_ms(backoff_ms((*attempt)++, 20, 250));
     return DL_OK;
 }
 

@@ -108,11 +108,12 @@ redisContext *rconn_connect_retry(const redis_url *u, int timeout_ms, int max_at
                 log_info("connected to Redis at %s after %u failed attempts", where, attempt);
             return c;
         }
-        unsigned wait = backoff_ms(attempt, RETRY_BASE_MS, RETRY_CAP_MS);
-        log_warn("Redis at %s: %s; retrying in %u ms (is redis-server running and the URL right?)", where, why,
-                 wait);
         if (max_attempts != 0 && attempt + 1 >= (unsigned)max_attempts)
             break;
+        unsigned wait = backoff_ms(attempt, RETRY_BASE_MS, RETRY_CAP_MS);
+        /* why already names the URL (without password). */
+        log_warn("%s; retrying in %u ms (is redis-server running, and are the URL and credentials right?)", why,
+                 wait);
         /* Sleep in slices so a stop request is honoured promptly. */
         for (unsigned slept = 0; slept < wait && !(stop != NULL && *stop); slept += 50)
             sleep_ms(wait - slept < 50 ? wait - slept : 50);

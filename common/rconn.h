@@ -5,6 +5,10 @@
  * (ACL user + password, or password only), select the database, and set the command timeout so a
  * dead Redis never hangs a caller. rconn_connect_retry() is what long-running processes use at start
  * and after losing Redis.
+ *
+ * hiredis 0.14 writes with write(), so a connection the server closed raises SIGPIPE: every process
+ * using rconn must ignore SIGPIPE (signal(SIGPIPE, SIG_IGN) in main); errors then come back as
+ * a NULL reply that rconn_reply_error() explains.
  */
 #ifndef DILOCO_RCONN_H
 #define DILOCO_RCONN_H

@@ -15,6 +15,7 @@
 #include <cmocka.h>
 
 #include "blob.h"
+#include "util.h"
 
 #define SCHEMA_PATH "schemas/blob.md"
 
@@ -364,6 +365,55 @@ static void unknown_keys_are_ignored(void **state)
     msgpack_sbuffer_destroy(&sb);
 }
 
+/* Every single-byte mutation and every truncation of a valid blob is either rejected or decodes to a
+ * consistent header; nothing crashes (run under ASan/UBSan to make that a strong statement). */
+static void mutated_blobs_never_crash_or_pass_silently(void **state)
+{
+    (void)state;
+    float payload[4] = { 1, 2, 3, 4 };
+    blob_header h, d;
+    blob_header_init(&h, "push");
+    h.dtype = BLOB_F32;
+    h.count = 4;
+    h.shard = 300;
+    snprintf(h.worker, sizeof h.worker, "w-7");
+    uint8_t *buf;
+    size_t len;
+    char err[256];
+    assert_int_equal(blob_encode(&h, payload, sizeof payload, &buf, &len, err, sizeof err), 0);
+    uint8_t *copy = malloc(len);
+    assert_non_null(copy);
+    size_t accepted = 0;
+    for (size_t pos = 0; pos < len; pos++) {
+        for (int v = 0; v < 256; v++) {
+            memcpy(copy, buf, len);
+            if (copy[pos] == (uint8_t)v)
+                continue;
+            copy[pos] = (uint8_t)v;
+            const uint8_t *p;
+            size_t plen;
+            if (blob_decode(copy, len, &d, &p, &plen, err, sizeof err) == 0) {
+                /* Only header bytes that do not change the meaning of the payload may survive. */
+                assert_int_equal(plen, d.count * blob_dtype_size(d.dtype));
+                assert_memory_equal(p, payload, plen);
+                accepted++;
+            }
+        }
+    }
+    uint64_t seed = 99;
+    for (int k = 0; k < 20000; k++) {
+        size_t n = (size_t)(splitmix64(&seed) % 64);
+        for (size_t i = 0; i < n; i++)
+            copy[i % len] = (uint8_t)splitmix64(&seed);
+        size_t hl;
+        (void)blob_decode_header(copy, n < len ? n : len, &d, &hl, err, sizeof err);
+    }
+    /* e.g. a changed worker id or shard still decodes, but far fewer than all mutations. */
+    assert_true(accepted < len * 255 / 4);
+    free(copy);
+    free(buf);
+}
+
 /* ---- conformance with schemas/blob.md ---- */
 
 /* Keys in backticks in the first column of the "## Header keys" table. */
@@ -452,6 +502,7 @@ int main(void)
         cmocka_unit_test(rejects_strings_too_long),
         cmocka_unit_test(rejects_payload_length_and_checksum_errors),
         cmocka_unit_test(unknown_keys_are_ignored),
+        cmocka_unit_test(mutated_blobs_never_crash_or_pass_silently),
         cmocka_unit_test(encoded_header_has_exactly_the_documented_keys),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

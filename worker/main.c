@@ -321,6 +321,7 @@ done:
 }
 
 int main(int argc, char **argv) {
+    gpt_openblas_autotune(argv); /* may re-execute us with faster BLAS kernels: must come first */
     log_init("worker");
     signal(SIGPIPE, SIG_IGN);
     struct sigaction sa = {0};

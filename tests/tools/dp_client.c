@@ -1,0 +1,209 @@
+/* dp_client.c: a deliberately misbehaving data-plane client, for the bad-input tests.
+ *
+ * It looks up the owner of a shard in Redis like a worker would, connects, says hello, and sends one
+ * bad push: wrong size, a NaN, a corrupted payload (checksum), a push from a worker that never
+ * registered, a push for a stale round, a frame whose length prefix is huge, or garbage bytes. It
+ * prints the server's reply and exits 0 when the server answered as it must (`err` with the expected
+ * code, or closing the connection for a frame it cannot read), 1 otherwise.
+ *
+ * usage: dp_client --redis URL --run R --case badsize|nan|checksum|unknown|stale|oversize|garbage [--shard K]
+ */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "blob.h"
+#include "frame.h"
+#include "keys.h"
+#include "mpmap.h"
+#include "rconn.h"
+#include "runconf.h"
+#include "util.h"
+
+typedef struct target {
+    redisContext *c;
+    runconf rc;
+    char config_key[KEY_MAX];
+    char addr[128];
+    long long inc, round;
+    char worker[64];
+} target;
+
+static int find_owner(target *t, const char *run, int shard, char *err, size_t errlen) {
+    char key[KEY_MAX], field[32];
+    snprintf(field, sizeof field, "%d:owner", shard);
+    redisReply *r = redisCommand(t->c, "HGET %s %s", key_run(key, sizeof key, run, "shards"), field);
+    if (rconn_reply_error(t->c, r, err, errlen) < 0 || r->type != REDIS_REPLY_STRING || !r->str[0]) {
+        err_set(err, errlen, "shard %d has no owner", shard);
+        return -1;
+    }
+    char owner[128];
+    snprintf(owner, sizeof owner, "%s", r->str);
+    freeReplyObject(r);
+    r = redisCommand(t->c, "HGET %s %s", key_run(key, sizeof key, run, "servers"), owner);
+    int ok = r && r->type == REDIS_REPLY_STRING && mpmap_get_str(r->str, r->len, "addr", t->addr, sizeof t->addr) == 0;
+    if (r) freeReplyObject(r);
+    if (!ok) err_set(err, errlen, "no address for server %s", owner);
+    return ok ? 0 : -1;
+}
+
+static int register_worker(target *t, char *err, size_t errlen) {
+    redisReply *r = redisCommand(t->c, "FCALL dl_register 1 %s %s test 1", t->config_key, t->worker);
+    if (rconn_reply_error(t->c, r, err, errlen) < 0) return -1;
+    t->inc = r->element[0]->integer;
+    t->round = r->element[2]->element[0]->integer;
+    freeReplyObject(r);
+    return 0;
+}
+
+static int write_all(int fd, const void *buf, size_t len) {
+    const uint8_t *p = buf;
+    while (len > 0) {
+        ssize_t w = write(fd, p, len);
+        if (w <= 0) return -1;
+        p += w;
+        len -= (size_t)w;
+    }
+    return 0;
+}
+
+/* Send a push whose payload is altered after the checksum was computed (or not). */
+static int send_push(int fd, blob_header *h, float *payload, size_t count, int corrupt) {
+    uint8_t hdr[BLOB_HEADER_MAX];
+    char err[256];
+    int hl = blob_encode_header(h, payload, count * sizeof(float), hdr, sizeof hdr, err, sizeof err);
+    if (hl < 0) {
+        fprintf(stderr, "encode: %s\n", err);
+        return -1;
+    }
+    if (corrupt) ((uint8_t *)payload)[count * sizeof(float) / 2] ^= 0x10;
+    uint32_t len = (uint32_t)((size_t)hl + count * sizeof(float));
+    uint8_t prefix[4] = {len & 0xff, (len >> 8) & 0xff, (len >> 16) & 0xff, len >> 24};
+    return write_all(fd, prefix, 4) || write_all(fd, hdr, (size_t)hl) || write_all(fd, payload, count * sizeof(float));
+}
+
+/* Expect the connection to be closed (or an err reply) after an unreadable frame. */
+static int expect_closed_or_err(int fd) {
+    uint8_t buf[BLOB_HEADER_MAX + 64];
+    blob_header h;
+    const uint8_t *p;
+    size_t pl;
+    char err[256];
+    if (frame_recv(fd, buf, sizeof buf, &h, &p, &pl, 5000, err, sizeof err) < 0) {
+        printf("connection closed: %s\n", err);
+        return 0;
+    }
+    printf("reply %s %s %s\n", h.op, h.code, h.text);
+    return strcmp(h.op, "err") == 0 ? 0 : 1;
+}
+
+static int run_case(target *t, int fd, const char *which, int shard) {
+    size_t n = (size_t)runconf_shard_numel(&t->rc, shard);
+    float *x = calloc(n + 1, sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = 1e-3f;
+    blob_header h;
+    blob_header_init(&h, "push");
+    h.shard = shard;
+    h.round = t->round;
+    h.inc = t->inc;
+    h.frag = 0;
+    h.dtype = BLOB_F32;
+    h.count = n;
+    snprintf(h.worker, sizeof h.worker, "%s", t->worker);
+    const char *want = NULL;
+    if (!strcmp(which, "badsize")) { h.count = n - 1; want = "BADSIZE"; }
+    else if (!strcmp(which, "nan")) { x[n / 3] = NAN; want = "NAN"; }
+    else if (!strcmp(which, "checksum")) want = "CHECKSUM";
+    else if (!strcmp(which, "unknown")) want = "UNKNOWN_WORKER";
+    else if (!strcmp(which, "stale")) { h.round = t->round + 5; want = "STALE"; }
+    if (!strcmp(which, "oversize")) {
+        uint8_t prefix[4] = {0xff, 0xff, 0xff, 0x7f};
+        write_all(fd, prefix, 4);
+        free(x);
+        return expect_closed_or_err(fd);
+    }
+    if (!strcmp(which, "garbage")) {
+        uint8_t junk[68] = {64, 0, 0, 0, 0xc1, 0xc1, 0xde, 0xad, 0xbe, 0xef};
+        write_all(fd, junk, sizeof junk);
+        free(x);
+        return expect_closed_or_err(fd);
+    }
+    if (!want) {
+        fprintf(stderr, "unknown case %s\n", which);
+        return 2;
+    }
+    if (send_push(fd, &h, x, h.count, !strcmp(which, "checksum")) < 0) return 1;
+    free(x);
+    uint8_t buf[BLOB_HEADER_MAX + 64];
+    const uint8_t *p;
+    size_t pl;
+    char err[256];
+    if (frame_recv(fd, buf, sizeof buf, &h, &p, &pl, 10000, err, sizeof err) < 0) {
+        printf("no reply: %s\n", err);
+        return 1;
+    }
+    printf("reply %s %s %s\n", h.op, h.code, h.text);
+    return strcmp(h.op, "err") == 0 && strcmp(h.code, want) == 0 ? 0 : 1;
+}
+
+int main(int argc, char **argv) {
+    const char *url = NULL, *run = NULL, *which = NULL;
+    int shard = 0;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--redis")) url = argv[i + 1];
+        else if (!strcmp(argv[i], "--run")) run = argv[i + 1];
+        else if (!strcmp(argv[i], "--case")) which = argv[i + 1];
+        else if (!strcmp(argv[i], "--shard")) shard = atoi(argv[i + 1]);
+    }
+    if (!url || !run || !which) {
+        fprintf(stderr, "usage: dp_client --redis URL --run R --case NAME [--shard K]\n");
+        return 2;
+    }
+    char err[512];
+    redis_url u;
+    target t = {0};
+    if (redis_url_parse(url, &u, err, sizeof err) < 0 || !(t.c = rconn_connect(&u, 5000, err, sizeof err)) ||
+        runconf_load(t.c, run, &t.rc, err, sizeof err) < 0 || find_owner(&t, run, shard, err, sizeof err) < 0) {
+        fprintf(stderr, "dp_client: %s\n", err);
+        return 1;
+    }
+    key_run(t.config_key, sizeof t.config_key, run, "config");
+    snprintf(t.worker, sizeof t.worker, "bad-%s-%d", which, (int)getpid());
+    if (strcmp(which, "unknown") != 0 && register_worker(&t, err, sizeof err) < 0) {
+        fprintf(stderr, "dp_client: register: %s\n", err);
+        return 1;
+    }
+    if (!strcmp(which, "unknown")) {
+        t.inc = 999999;
+        redisReply *r = redisCommand(t.c, "HGET dl:{%s}:state round:0", run);
+        t.round = r && r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+        if (r) freeReplyObject(r);
+    }
+    int fd = tcp_connect(t.addr, 5000, err, sizeof err);
+    if (fd < 0) {
+        fprintf(stderr, "dp_client: %s\n", err);
+        return 1;
+    }
+    blob_header h;
+    blob_header_init(&h, "hello");
+    snprintf(h.worker, sizeof h.worker, "%s", t.worker);
+    snprintf(h.text, sizeof h.text, "%s", run);
+    uint8_t buf[BLOB_HEADER_MAX + 64];
+    const uint8_t *p;
+    size_t pl;
+    if (frame_send(fd, &h, NULL, 0, 5000, err, sizeof err) < 0 ||
+        frame_recv(fd, buf, sizeof buf, &h, &p, &pl, 5000, err, sizeof err) < 0) {
+        fprintf(stderr, "dp_client: hello: %s\n", err);
+        return 1;
+    }
+    int rc = run_case(&t, fd, which, shard);
+    close(fd);
+    if (strcmp(which, "unknown") != 0) {
+        redisReply *r = redisCommand(t.c, "FCALL dl_deregister 1 %s %s %lld", t.config_key, t.worker, t.inc);
+        if (r) freeReplyObject(r);
+    }
+    return rc;
+}

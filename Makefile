@@ -104,25 +104,26 @@ $(LIBGPT): $(GPT_OBJ) $(CUDA_OBJ)
 
 $(BIN)/coordinator: $(COORD_OBJ) $(LIBGPT) $(LIBCOMMON)
 	@mkdir -p $(BIN)
-	$(CC) $(CFLAGS) -o $@ $^ $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 $(BIN)/shard-server: $(SERVER_OBJ) $(LIBCOMMON)
 	@mkdir -p $(BIN)
-	$(CC) $(CFLAGS) -o $@ $^ $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
 $(BIN)/worker: $(WORKER_OBJ) $(LIBDILOCO) $(LIBGPT) $(LIBCOMMON)
 	@mkdir -p $(BIN)
-	$(CC) $(CFLAGS) -o $@ $^ $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
 $(BUILD)/tests/tools/%: tests/tools/%.c $(LIBDILOCO) $(LIBGPT) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $^ $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(LIBDILOCO) $(LIBGPT) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $^ -lcmocka $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $(filter-out %.h,$^) -lcmocka $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
 $(BIN)/bench-%: bench/%.c $(LIBDILOCO) $(LIBGPT) $(LIBCOMMON)
 	@mkdir -p $(BIN)
-	$(CC) $(CFLAGS) -O3 -march=native -fopenmp -o $@ $^ $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+	@mkdir -p $(BUILD)/bench
+	$(CC) $(CFLAGS) -O3 -march=native -fopenmp -MF $(BUILD)/bench/$*.d -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
 test: deps
 	$(MAKE) all tests-build

@@ -1,0 +1,56 @@
+/* replay.h: rebuilding a shard's durable state (snapshot + log replay), shared by every reader.
+ *
+ * The durable state of shard k (docs/PROTOCOL.md) is one snapshot blob (op "snap": fp32 θ, then fp32
+ * momentum when flags bit 0 is set) and the log entries committed after it (op "log": the averaged
+ * pseudo-gradient g that produced each version, with the step's lr, mu, flags (bit 0 nesterov, bit 1
+ * first step) and aux = participant count, 0 meaning a no-op round). Replaying is one outer_sgd_step
+ * per entry with its recorded settings, exactly as shard-server/shard.c does when it loads a shard;
+ * the result's XXH3 must equal k:digest.
+ *
+ * The pure part (replay_snapshot, replay_log, replay_shard) touches no Redis and is unit-tested
+ * against direct outer_sgd_step application (tests/test_replay.c). The loaders read Redis
+ * synchronously (hiredis): the coordinator's checkpoint export uses them. */
+#ifndef DILOCO_REPLAY_H
+#define DILOCO_REPLAY_H
+#include <stddef.h>
+#include <stdint.h>
+#include <hiredis/hiredis.h>
+
+#include "blob.h"
+
+/* A decoded blob: header and a pointer to its payload (may be unaligned). */
+typedef struct replay_blob {
+    blob_header h;
+    const uint8_t *payload;
+    size_t len;
+} replay_blob;
+
+/* Start from a snapshot of a shard of n elements: θ = payload[0..n); momentum = payload[n..2n) when
+ * flags bit 0 is set (*has_mom = 1), else zeros (*has_mom = 0); *version = h->version.
+ * -1 + err if op/dtype/count are wrong. */
+int replay_snapshot(const blob_header *h, const uint8_t *payload, size_t len, size_t n, float *theta, float *mom,
+                    int *has_mom, int64_t *version, char *err, size_t errlen);
+/* Apply one log entry (version v-1 -> v): aux 0 is a no-op; else outer_sgd_step(θ, mom, flags & 2, g,
+ * n, lr, mu, flags & 1), and *has_mom becomes 1 when mu != 0. ++*version either way. */
+int replay_log(const blob_header *h, const uint8_t *payload, size_t len, size_t n, float *theta, float *mom,
+               int *has_mom, int64_t *version, char *err, size_t errlen);
+/* Snapshot then every log entry in order. */
+int replay_shard(const replay_blob *snap, const replay_blob *logs, int nlogs, size_t n, float *theta, float *mom,
+                 int *has_mom, int64_t *version, char *err, size_t errlen);
+
+/* Return codes of the loaders besides 0: -1 a real error (corrupt blob, digest mismatch, ...);
+ * REPLAY_GONE (-2) a blob named by the refs is missing, which happens when a shard-server trims it
+ * (new snapshot) after the refs were read: read the refs again and retry. */
+#define REPLAY_GONE (-2)
+
+/* Rebuild shard `shard` (n elements) from explicit refs as kept in dl:{R}:shards (snap "v.e", log
+ * "v.e,v.e,..." possibly empty) and check the result against `version` and `digest` (16 hex digits). */
+int replay_load_refs(redisContext *c, const char *run, int shard, size_t n, int64_t want_version,
+                     const char *snap_ref, const char *log_refs, const char *digest, float *theta, float *mom,
+                     int *has_mom, char *err, size_t errlen);
+/* Rebuild shard `shard` of run `run` as committed now: reads the run config (for the shard's size:
+ * theta and mom must hold that many floats) and k:version, k:snap, k:log, k:digest, then
+ * replay_load_refs. */
+int replay_load_shard(redisContext *c, const char *run, int shard, float *theta, float *mom, int *has_mom,
+                      int64_t *version, char *err, size_t errlen);
+#endif

@@ -1,0 +1,178 @@
+/*
+ * test_replay.c: common/replay.c, the snapshot + log replay that restores a shard's durable state,
+ * checked bit for bit against applying outer_sgd_step directly (no Redis): first step, Nesterov and
+ * plain momentum, no-op rounds (aux 0), momentum carried by a snapshot, mu 0, and rejection of
+ * blobs of the wrong op, dtype or size.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+
+#include "blob.h"
+#include "outer.h"
+#include "replay.h"
+#include "util.h"
+
+#define N 1003 /* odd: payloads after the msgpack header are unaligned, vector loops have tails */
+
+typedef struct enc {
+    uint8_t *buf;
+    size_t len;
+    replay_blob b;
+} enc;
+
+static void fill(float *x, size_t n, uint64_t seed) {
+    for (size_t i = 0; i < n; i++) x[i] = rng_uniform(&seed) * 2.0f - 1.0f;
+}
+
+static void encode(enc *e, blob_header *h, const float *payload, size_t count) {
+    char err[256];
+    h->dtype = BLOB_F32;
+    h->count = count;
+    assert_int_equal(blob_encode(h, payload, count * sizeof(float), &e->buf, &e->len, err, sizeof err), 0);
+    assert_int_equal(blob_decode(e->buf, e->len, &e->b.h, &e->b.payload, &e->b.len, err, sizeof err), 0);
+}
+
+static void snap_blob(enc *e, const float *theta, const float *mom, int64_t version) {
+    float *both = malloc(2 * N * sizeof(float));
+    memcpy(both, theta, N * sizeof(float));
+    if (mom) memcpy(both + N, mom, N * sizeof(float));
+    blob_header h;
+    blob_header_init(&h, "snap");
+    h.shard = 3;
+    h.version = version;
+    h.flags = mom ? 1 : 0;
+    encode(e, &h, both, mom ? 2 * N : N);
+    free(both);
+}
+
+static void log_blob(enc *e, const float *g, int64_t version, float lr, float mu, int nesterov, int first, int aux) {
+    blob_header h;
+    blob_header_init(&h, "log");
+    h.shard = 3;
+    h.version = version;
+    h.lr = lr;
+    h.mu = mu;
+    h.flags = (nesterov ? 1 : 0) | (first ? 2 : 0);
+    h.aux = aux;
+    encode(e, &h, g, N);
+}
+
+typedef struct step { float lr, mu; int nesterov, aux; uint64_t seed; } step;
+
+/* Apply the steps directly (as a shard-server's commits did) and by replay; compare the bits. */
+static void check_steps(const step *steps, int nsteps, int snap_has_mom) {
+    float *theta0 = malloc(N * sizeof(float)), *mom0 = malloc(N * sizeof(float));
+    float *theta = malloc(N * sizeof(float)), *mom = calloc(N, sizeof(float));
+    float *g = malloc(N * sizeof(float));
+    fill(theta0, N, 1);
+    fill(mom0, N, 2);
+    memcpy(theta, theta0, N * sizeof(float));
+    int has_mom = snap_has_mom;
+    if (snap_has_mom) memcpy(mom, mom0, N * sizeof(float));
+    enc snap, *logs = calloc((size_t)nsteps, sizeof *logs);
+    snap_blob(&snap, theta0, snap_has_mom ? mom0 : NULL, 10);
+    for (int i = 0; i < nsteps; i++) {
+        fill(g, N, steps[i].seed);
+        int first = !has_mom;
+        if (steps[i].aux) {
+            outer_sgd_step(theta, mom, first, g, N, steps[i].lr, steps[i].mu, steps[i].nesterov);
+            if (steps[i].mu != 0.0f) has_mom = 1;
+        }
+        log_blob(&logs[i], g, 11 + i, steps[i].lr, steps[i].mu, steps[i].nesterov, first, steps[i].aux);
+    }
+    replay_blob *lb = calloc((size_t)nsteps + 1, sizeof *lb);
+    for (int i = 0; i < nsteps; i++) lb[i] = logs[i].b;
+    float *rt = malloc(N * sizeof(float)), *rm = malloc(N * sizeof(float));
+    memset(rm, 0x7f, N * sizeof(float)); /* garbage: replay must overwrite or zero it */
+    int rhas = -1;
+    int64_t v = -1;
+    char err[256];
+    assert_int_equal(replay_shard(&snap.b, lb, nsteps, N, rt, rm, &rhas, &v, err, sizeof err), 0);
+    assert_int_equal(v, 10 + nsteps);
+    assert_int_equal(rhas, has_mom);
+    assert_memory_equal(rt, theta, N * sizeof(float));
+    if (has_mom) assert_memory_equal(rm, mom, N * sizeof(float));
+    else for (size_t i = 0; i < N; i++) assert_true(rm[i] == 0.0f);
+    assert_int_equal(digest_f32(rt, N), digest_f32(theta, N));
+    free(snap.buf);
+    for (int i = 0; i < nsteps; i++) free(logs[i].buf);
+    free(logs); free(lb); free(theta0); free(mom0); free(theta); free(mom); free(g); free(rt); free(rm);
+}
+
+static void nesterov_from_fresh_snapshot(void **state) {
+    (void)state;
+    step s[] = {{0.7f, 0.9f, 1, 3, 100}, {0.7f, 0.9f, 1, 3, 101}, {0.7f, 0.9f, 1, 2, 102}, {0.7f, 0.9f, 1, 3, 103}};
+    check_steps(s, 4, 0);
+}
+
+static void plain_momentum_and_changed_tunables(void **state) {
+    (void)state;
+    step s[] = {{0.5f, 0.8f, 0, 1, 7}, {0.25f, 0.95f, 0, 2, 8}, {0.7f, 0.9f, 1, 2, 9}};
+    check_steps(s, 3, 0);
+}
+
+static void noop_rounds_change_nothing_but_the_version(void **state) {
+    (void)state;
+    step s[] = {{0.7f, 0.9f, 1, 0, 1}, {0.7f, 0.9f, 1, 3, 2}, {0.7f, 0.9f, 1, 0, 3}, {0.7f, 0.9f, 1, 3, 4}};
+    check_steps(s, 4, 0);
+    step only_noops[] = {{0.7f, 0.9f, 1, 0, 5}, {0.7f, 0.9f, 1, 0, 6}};
+    check_steps(only_noops, 2, 0); /* no momentum yet afterwards */
+}
+
+static void snapshot_with_momentum_continues_it(void **state) {
+    (void)state;
+    step s[] = {{0.7f, 0.9f, 1, 3, 11}, {0.7f, 0.9f, 1, 3, 12}};
+    check_steps(s, 2, 1);
+    check_steps(s, 0, 1); /* the snapshot alone */
+}
+
+static void zero_momentum_never_creates_a_buffer(void **state) {
+    (void)state;
+    step s[] = {{1.0f, 0.0f, 1, 2, 21}, {0.3f, 0.0f, 0, 2, 22}};
+    check_steps(s, 2, 0);
+}
+
+static void wrong_blobs_are_rejected(void **state) {
+    (void)state;
+    float *theta = malloc(2 * N * sizeof(float)), *mom = malloc(N * sizeof(float));
+    fill(theta, 2 * N, 5);
+    int has = 0;
+    int64_t v = 0;
+    char err[256];
+    enc e;
+    snap_blob(&e, theta, NULL, 0);
+    assert_int_equal(replay_snapshot(&e.b.h, e.b.payload, e.b.len, N - 1, theta, mom, &has, &v, err, sizeof err), -1);
+    assert_non_null(strstr(err, "count"));
+    assert_int_equal(replay_log(&e.b.h, e.b.payload, e.b.len, N, theta, mom, &has, &v, err, sizeof err), -1);
+    assert_non_null(strstr(err, "op"));
+    free(e.buf);
+    blob_header h;
+    blob_header_init(&h, "snap");
+    h.flags = 1; /* claims momentum but carries only θ */
+    encode(&e, &h, theta, N);
+    assert_int_equal(replay_snapshot(&e.b.h, e.b.payload, e.b.len, N, theta, mom, &has, &v, err, sizeof err), -1);
+    free(e.buf);
+    log_blob(&e, theta, 1, 0.7f, 0.9f, 1, 1, 2);
+    assert_int_equal(replay_snapshot(&e.b.h, e.b.payload, e.b.len, N, theta, mom, &has, &v, err, sizeof err), -1);
+    assert_int_equal(replay_log(&e.b.h, e.b.payload, e.b.len, N + 1, theta, mom, &has, &v, err, sizeof err), -1);
+    free(e.buf);
+    free(theta);
+    free(mom);
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(nesterov_from_fresh_snapshot),
+        cmocka_unit_test(plain_momentum_and_changed_tunables),
+        cmocka_unit_test(noop_rounds_change_nothing_but_the_version),
+        cmocka_unit_test(snapshot_with_momentum_continues_it),
+        cmocka_unit_test(zero_momentum_never_creates_a_buffer),
+        cmocka_unit_test(wrong_blobs_are_rejected),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

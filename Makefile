@@ -80,6 +80,10 @@ $(BUILD)/gen/lua_library.c: lua/diloco.lua tools/embed.sh
 	@mkdir -p $(dir $@)
 	sh tools/embed.sh lua_library $< > $@
 
+$(BUILD)/gen/dashboard_html.c: coordinator/dashboard.html tools/embed.sh
+	@mkdir -p $(dir $@)
+	sh tools/embed.sh dashboard_html $< > $@
+
 $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 	$(CC) $(CFLAGS) -c $< -o $@
 
@@ -102,7 +106,7 @@ $(LIBDILOCO): $(DILOCO_OBJ)
 $(LIBGPT): $(GPT_OBJ) $(CUDA_OBJ)
 	@rm -f $@; ar rcs $@ $^
 
-$(BIN)/coordinator: $(COORD_OBJ) $(LIBGPT) $(LIBCOMMON)
+$(BIN)/coordinator: $(COORD_OBJ) $(BUILD)/gen/dashboard_html.o $(LIBGPT) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 $(BIN)/shard-server: $(SERVER_OBJ) $(LIBCOMMON)

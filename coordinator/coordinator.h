@@ -21,6 +21,7 @@ typedef struct coord_common {
 int cmd_init(int argc, char **argv);
 int cmd_status(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
+int cmd_control(int argc, char **argv); /* control.c */
 
 /* Parse --redis/--run at argv[*i] (advancing *i); 1 if consumed, 0 if not ours, -1 on error. */
 int coord_common_flag(coord_common *c, int argc, char **argv, int *i);

@@ -12,7 +12,9 @@ static void usage(FILE *f) {
             "commands:\n"
             "  init      create a run (parameters, shards, optimizer settings); see `init --help`\n"
             "  status    show rounds, workers, shard-servers, shards and leases (--json for JSON)\n"
-            "  serve     operator process: evicts dead workers on time (several may run)\n"
+            "  serve     operator process: evicts dead workers on time (several may run);\n"
+            "            --http [HOST:]PORT adds the dashboard, /status, /metrics, /control\n"
+            "  control   kick a worker, set outer lr / momentum / expected workers, shut down\n"
             "\n"
             "Redis URL: redis://[user[:pass]@]host[:port][/db] or unix://path\n");
 }
@@ -26,6 +28,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "init")) return cmd_init(argc - 2, argv + 2);
     if (!strcmp(argv[1], "status")) return cmd_status(argc - 2, argv + 2);
     if (!strcmp(argv[1], "serve")) return cmd_serve(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "control")) return cmd_control(argc - 2, argv + 2);
     fprintf(stderr, "coordinator: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

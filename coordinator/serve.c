@@ -1,9 +1,11 @@
-/* serve.c: `coordinator serve`, the operator's long-running process.
+/* serve.c: `coordinator serve`, the operator's long-running process, on one libevent loop.
  *
  * Workers and shard-servers evict dead members themselves whenever they call the control plane,
  * but a run whose every worker is blocked still needs someone to notice a death on time: serve
- * calls dl_reap every second, and prints a one-line summary every --print-every seconds. It holds
- * no state, so several may run and any may be killed. (The HTTP dashboard comes with issue 6.) */
+ * calls dl_reap every second and prints a one-line summary every --print-every seconds. With
+ * --http it also serves the dashboard, /status, /metrics and /control (http_server.c) on the same
+ * loop. It holds no state, so several may run and any may be killed; SIGINT/SIGTERM end it cleanly. */
+#include <event2/event.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
@@ -11,76 +13,243 @@
 #include <string.h>
 
 #include "coordinator.h"
+#include "http.h"
 #include "keys.h"
 #include "log.h"
 #include "rconn.h"
 #include "util.h"
 
-static volatile sig_atomic_t g_stop;
-static void on_signal(int sig) {
-    (void)sig;
-    g_stop = 1;
+typedef struct serve_ctx {
+    coord_common c;
+    redisContext *rc;
+    char key[KEY_MAX];
+    long long print_every;
+    uint64_t last_print;
+    uint64_t last_connect_fail;
+    struct event_base *base;
+} serve_ctx;
+
+/* The shared connection, reconnected (one attempt, short timeout) when it broke, so a dead Redis
+ * costs each caller at most about a second and the loop keeps answering. */
+static redisContext *ctx_redis(void *arg, char *err, size_t errlen) {
+    serve_ctx *x = arg;
+    if (x->rc && !x->rc->err) return x->rc;
+    if (x->rc) {
+        log_warn("lost Redis: %s; reconnecting", x->rc->errstr);
+        redisFree(x->rc);
+        x->rc = NULL;
+    }
+    x->rc = rconn_connect(&x->c.url, 1000, err, errlen);
+    if (!x->rc) {
+        if (now_ms() - x->last_connect_fail > 10000) log_warn("cannot reach Redis: %s", err);
+        x->last_connect_fail = now_ms();
+        return NULL;
+    }
+    /* commands get a longer bound than the connect */
+    struct timeval tv = {5, 0};
+    redisSetTimeout(x->rc, tv);
+    log_info("connected to Redis");
+    return x->rc;
 }
 
 static void summary(redisContext *rc, const char *run) {
     json_t *doc = coord_fetch_status(rc, run);
     if (!doc) return;
     json_t *st = json_object_get(doc, "state");
-    log_info("run %s: round %s, %zu workers, %zu servers, commits %s, deaths %s, rejections %s",
-             run, json_string_value(json_object_get(st, "round:0")),
-             json_array_size(json_object_get(doc, "workers")), json_array_size(json_object_get(doc, "servers")),
+    json_t *ws = json_object_get(doc, "workers"), *ss = json_object_get(doc, "servers");
+    log_info("run %s: status %s, round %s, %zu workers, %zu servers, commits %s, deaths %s, rejections %s", run,
+             json_string_value(json_object_get(st, "status")), json_string_value(json_object_get(st, "round:0")),
+             json_is_array(ws) ? json_array_size(ws) : 0, json_is_array(ss) ? json_array_size(ss) : 0,
              json_string_value(json_object_get(st, "commits")), json_string_value(json_object_get(st, "deaths")),
              json_string_value(json_object_get(st, "rejections")));
     json_decref(doc);
 }
 
+static void on_tick(evutil_socket_t fd, short what, void *arg) {
+    (void)fd;
+    (void)what;
+    serve_ctx *x = arg;
+    char err[512];
+    redisContext *rc = ctx_redis(x, err, sizeof err);
+    if (!rc) return;
+    redisReply *r = redisCommand(rc, "FCALL dl_reap 1 %s", x->key);
+    if (r && r->type == REDIS_REPLY_INTEGER && r->integer > 0) log_warn("evicted %lld dead worker(s)", r->integer);
+    else if (r && r->type == REDIS_REPLY_ERROR) log_warn("reap: %s", r->str);
+    if (r) freeReplyObject(r);
+    if (x->print_every > 0 && now_ms() - x->last_print >= (uint64_t)x->print_every * 1000 && !rc->err) {
+        summary(rc, x->c.run);
+        x->last_print = now_ms();
+    }
+}
+
+static void on_signal(evutil_socket_t sig, short what, void *arg) {
+    (void)what;
+    serve_ctx *x = arg;
+    log_info("signal %d: stopping", (int)sig);
+    event_base_loopbreak(x->base);
+}
+
+static void usage(FILE *f) {
+    fprintf(f,
+            "usage: bin/coordinator serve --redis URL --run NAME [options]\n"
+            "\n"
+            "  --print-every S      one-line summary every S seconds (default 10, 0 = never)\n"
+            "  --http [HOST:]PORT   serve the dashboard, /status, /metrics and /control on PORT\n"
+            "                       (default host 127.0.0.1; PORT 0 = any free port)\n"
+            "  --host HOST          bind address of --http (e.g. 0.0.0.0: must be explicit)\n"
+            "  --token-file FILE    POST /control/* needs 'Authorization: Bearer <first line of FILE>'\n"
+            "  --no-dashboard       GET / and /dashboard answer 404 (status, metrics, control stay)\n");
+}
+
+/* "[HOST:]PORT", "[v6]:PORT" -> host (into buf, or untouched) and port. */
+static int parse_listen(const char *s, char *host, size_t cap, int *port) {
+    const char *p = s;
+    if (s[0] == '[') {
+        const char *e = strchr(s, ']');
+        if (!e || e[1] != ':' || (size_t)(e - s - 1) >= cap) return -1;
+        memcpy(host, s + 1, (size_t)(e - s - 1));
+        host[e - s - 1] = 0;
+        p = e + 2;
+    } else if (strrchr(s, ':')) {
+        const char *c = strrchr(s, ':');
+        if ((size_t)(c - s) >= cap || c == s) return -1;
+        memcpy(host, s, (size_t)(c - s));
+        host[c - s] = 0;
+        p = c + 1;
+    }
+    long long v;
+    if (parse_int(p, 0, 65535, &v) < 0) return -1;
+    *port = (int)v;
+    return 0;
+}
+
+static int addr_loopback_hint(const char *h) {
+    return !strncmp(h, "127.", 4) || !strcmp(h, "localhost") || !strcmp(h, "::1");
+}
+
+static char *read_token(const char *path) {
+    FILE *f = fopen(path, "r");
+    if (!f) return NULL;
+    char buf[1024];
+    char *line = fgets(buf, sizeof buf, f);
+    fclose(f);
+    if (!line) return NULL;
+    size_t n = strlen(buf);
+    while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t')) buf[--n] = 0;
+    char *s = buf;
+    while (*s == ' ' || *s == '\t') s++;
+    if (!*s) return NULL;
+    return strdup(s);
+}
+
 int cmd_serve(int argc, char **argv) {
-    coord_common c = {0};
-    long long print_every = 10;
+    serve_ctx x = {0};
+    x.print_every = 10;
+    const char *http_arg = NULL, *host_arg = NULL, *token_file = NULL;
+    int dashboard = 1;
     for (int i = 0; i < argc; i++) {
-        int r = coord_common_flag(&c, argc, argv, &i);
+        int r = coord_common_flag(&x.c, argc, argv, &i);
         if (r < 0) return 2;
         if (r) continue;
-        if (!strcmp(argv[i], "--print-every") && i + 1 < argc) {
-            if (parse_int(argv[++i], 0, 86400, &print_every) < 0) {
+        const char *a = argv[i];
+        int has = i + 1 < argc;
+        if (!strcmp(a, "--print-every") && has) {
+            if (parse_int(argv[++i], 0, 86400, &x.print_every) < 0) {
                 fprintf(stderr, "coordinator serve: --print-every wants seconds\n");
                 return 2;
             }
-        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: bin/coordinator serve --redis URL --run NAME [--print-every S]\n");
+        } else if (!strcmp(a, "--http") && has) {
+            http_arg = argv[++i];
+        } else if (!strcmp(a, "--host") && has) {
+            host_arg = argv[++i];
+        } else if (!strcmp(a, "--token-file") && has) {
+            token_file = argv[++i];
+        } else if (!strcmp(a, "--no-dashboard")) {
+            dashboard = 0;
+        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
+            usage(stdout);
             return 0;
         } else {
-            fprintf(stderr, "coordinator serve: unknown option %s\n", argv[i]);
+            fprintf(stderr, "coordinator serve: unknown option %s (or missing value)\n\n", a);
+            usage(stderr);
             return 2;
         }
     }
-    redisContext *rc = coord_connect(&c);
-    if (!rc) return 1;
-    struct sigaction sa = {0};
-    sa.sa_handler = on_signal;
-    sigaction(SIGINT, &sa, NULL);
-    sigaction(SIGTERM, &sa, NULL);
-    char key[KEY_MAX], err[512];
-    key_run(key, sizeof key, c.run, "config");
-    uint64_t last_print = 0;
-    log_info("serving run %s (reaping every second)", c.run);
-    while (!g_stop) {
-        if (!rc || rc->err) {
-            if (rc) redisFree(rc);
-            rc = rconn_connect_retry(&c.url, 5000, 0, (const volatile int *)&g_stop, err, sizeof err);
-            if (!rc) break;
-        }
-        redisReply *r = redisCommand(rc, "FCALL dl_reap 1 %s", key);
-        if (r && r->type == REDIS_REPLY_INTEGER && r->integer > 0) log_warn("evicted %lld dead worker(s)", r->integer);
-        else if (r && r->type == REDIS_REPLY_ERROR) log_warn("reap: %s", r->str);
-        if (r) freeReplyObject(r);
-        if (print_every > 0 && now_ms() - last_print >= (uint64_t)print_every * 1000) {
-            summary(rc, c.run);
-            last_print = now_ms();
-        }
-        sleep_ms(1000);
+    char host[256] = "127.0.0.1";
+    int port = 0;
+    if (http_arg && parse_listen(http_arg, host, sizeof host, &port) < 0) {
+        fprintf(stderr, "coordinator serve: --http wants [HOST:]PORT, got '%s'\n", http_arg);
+        return 2;
     }
-    if (rc) redisFree(rc);
+    if (host_arg) {
+        if (http_arg && strchr(http_arg, ':') && strcmp(host, host_arg)) {
+            fprintf(stderr, "coordinator serve: --host %s contradicts --http %s\n", host_arg, http_arg);
+            return 2;
+        }
+        snprintf(host, sizeof host, "%s", host_arg);
+    }
+    if ((host_arg || token_file || !dashboard) && !http_arg) {
+        fprintf(stderr, "coordinator serve: --host, --token-file and --no-dashboard need --http\n");
+        return 2;
+    }
+    char *token = NULL;
+    if (token_file && !(token = read_token(token_file))) {
+        fprintf(stderr, "coordinator serve: cannot read a token from %s (first line, non-empty)\n", token_file);
+        return 2;
+    }
+
+    redisContext *rc = coord_connect(&x.c);
+    if (!rc) {
+        free(token);
+        return 1;
+    }
+    x.rc = rc;
+    key_run(x.key, sizeof x.key, x.c.run, "config");
+    signal(SIGPIPE, SIG_IGN);
+
+    x.base = event_base_new();
+    if (!x.base) {
+        fprintf(stderr, "coordinator serve: event_base_new failed\n");
+        return 1;
+    }
+    struct event *sigint = evsignal_new(x.base, SIGINT, on_signal, &x);
+    struct event *sigterm = evsignal_new(x.base, SIGTERM, on_signal, &x);
+    event_add(sigint, NULL);
+    event_add(sigterm, NULL);
+    struct event *tick = event_new(x.base, -1, EV_PERSIST, on_tick, &x);
+    struct timeval one = {1, 0};
+    event_add(tick, &one);
+
+    http_server *hs = NULL;
+    if (http_arg) {
+        char err[512];
+        http_options o = {.host = host, .port = port, .run = x.c.run, .token = token, .dashboard = dashboard,
+                          .redis = ctx_redis, .redis_arg = &x};
+        hs = http_start(x.base, &o, err, sizeof err);
+        if (!hs) {
+            fprintf(stderr, "coordinator serve: %s\n", err);
+            return 1;
+        }
+        int v6 = strchr(host, ':') != NULL;
+        log_info("HTTP on %s%s%s:%d: /status, /metrics, /control/<action>, %s%s", v6 ? "[" : "", host, v6 ? "]" : "",
+                 http_port(hs), dashboard ? "dashboard at /dashboard" : "no dashboard",
+                 token ? " (control needs the bearer token)" : "");
+        printf("http://%s%s%s:%d/dashboard\n", v6 ? "[" : "", host, v6 ? "]" : "", http_port(hs));
+        fflush(stdout);
+        if (!addr_loopback_hint(host) && !token)
+            log_warn("listening on %s without --token-file: anyone who can reach it can control the run", host);
+    }
+    log_info("serving run %s (reaping every second)", x.c.run);
+    on_tick(-1, 0, &x);
+    event_base_dispatch(x.base);
+
+    http_stop(hs);
+    event_free(tick);
+    event_free(sigint);
+    event_free(sigterm);
+    event_base_free(x.base);
+    if (x.rc) redisFree(x.rc);
+    free(token);
     log_info("stopped");
     return 0;
 }

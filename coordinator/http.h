@@ -1,0 +1,65 @@
+/* http.h: the coordinator's HTTP side (docs/http.md): GET /status (JSON), GET /metrics (Prometheus
+ * text), GET / and /dashboard (one embedded, self-contained HTML page), POST /control/<action>.
+ *
+ * The server runs on the caller's libevent loop (evhttp) and holds no state of its own: every
+ * answer is built from one dl_status call (plus the tail of the events stream), and every change is
+ * one Redis Function call (dl_kick, dl_set, dl_shutdown), so several coordinators may serve the same
+ * run and any may be killed. Control actions are shared with `coordinator control` (control.c). */
+#ifndef DILOCO_COORD_HTTP_H
+#define DILOCO_COORD_HTTP_H
+
+#include <hiredis/hiredis.h>
+#include <jansson.h>
+#include <stddef.h>
+
+struct event_base;
+
+#define HTTP_MAX_BODY (64 * 1024)
+
+/* Where the HTTP side gets its Redis connection: returns a connected context (reconnecting if the
+ * last one broke) or NULL + err. Provided by the process that runs the loop (serve.c). */
+typedef redisContext *(*http_redis_fn)(void *arg, char *err, size_t errlen);
+
+typedef struct http_options {
+    const char *host;       /* bind address, default 127.0.0.1 */
+    int port;               /* 0 = any free port */
+    const char *run;        /* run name */
+    const char *token;      /* bearer token for /control (NULL = no auth) */
+    int dashboard;          /* 0: GET / and /dashboard answer 404 */
+    http_redis_fn redis;
+    void *redis_arg;
+} http_options;
+
+typedef struct http_server http_server;
+
+/* Binds and registers on base; NULL + err on failure. http_port() is the port actually bound. */
+http_server *http_start(struct event_base *base, const http_options *o, char *err, size_t errlen);
+int http_port(const http_server *s);
+void http_stop(http_server *s);
+
+/* ---- shared by the HTTP server and the CLI (http_control.c) ---- */
+
+/* The control actions, by the names of Forgather's /control/<action> endpoints. */
+extern const char *const control_actions[];
+
+/* Run one control action with a parsed JSON body (an object). Returns the HTTP status to answer
+ * with (200, 4xx, 5xx) and sets *reply to {"status":"ok",...} or {"error":"..."} (caller decrefs).
+ * Every change is exactly one FCALL; a body that fails validation changes nothing. */
+int control_run(redisContext *rc, const char *run, const char *action, json_t *body, json_t **reply);
+
+/* ---- documents built from dl_status (http_status.c) ---- */
+
+/* The /status document from the raw dl_status document and the recent events (may be NULL).
+ * New reference. */
+json_t *status_document(json_t *raw, json_t *events, int auth_required, int dashboard, double uptime_s);
+/* Read dl_status + the last n_events events: the raw pieces status_document() wants. -1 + err. */
+int status_fetch(redisContext *rc, const char *run, int n_events, json_t **raw, json_t **events, char *err,
+                 size_t errlen);
+/* Prometheus text exposition of the run (malloc'd, NUL-terminated). */
+char *metrics_text(json_t *raw, const char *run);
+
+/* The embedded dashboard page (build/gen/dashboard_html.c, from coordinator/dashboard.html). */
+extern const char dashboard_html[];
+extern const unsigned long dashboard_html_len;
+
+#endif

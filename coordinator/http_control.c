@@ -1,0 +1,216 @@
+/* http_control.c: the operator's control actions, shared by POST /control/<action> and
+ * `coordinator control`. Bodies are Forgather's:
+ *
+ *   save_state          {}                                  (not available yet: 501)
+ *   kick_worker         {"worker_id": "w1"}                 -> dl_kick
+ *   update_optimizer    {"lr": 0.5, "momentum": 0.8}        -> dl_set outer_lr .. outer_momentum ..
+ *                       (either may be omitted; also "nesterov": true/false)
+ *   update_num_workers  {"num_workers": 4}                  -> dl_set target_workers 4
+ *                       (also "min_workers": N)
+ *   shutdown            {}                                  -> dl_shutdown
+ *
+ * Everything is validated before the one FCALL that makes the change, and the Redis Function checks
+ * again (ranges) before its first write, so a rejected request changes nothing. */
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http.h"
+#include "keys.h"
+#include "log.h"
+#include "rconn.h"
+#include "util.h"
+
+const char *const control_actions[] = {"save_state", "kick_worker", "update_optimizer", "update_num_workers",
+                                       "shutdown", NULL};
+
+static int error_reply(json_t **reply, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+static int error_reply(json_t **reply, int code, const char *fmt, ...) {
+    char msg[1024];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    *reply = json_pack("{s:s}", "error", msg);
+    return code;
+}
+
+/* The shortest decimal that reads back as d, so Redis shows "0.5", not "0.50000000000000000". */
+static void fmt_double(double d, char *buf, size_t cap) {
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, cap, "%.*g", p, d);
+        if (strtod(buf, NULL) == d) return;
+    }
+}
+
+/* Only the listed fields may appear in the body: a typo ("learning_rate") is an error, not a no-op. */
+static int check_fields(json_t *body, const char *const *allowed, const char *action, json_t **reply) {
+    const char *k;
+    json_t *v;
+    json_object_foreach(body, k, v) {
+        int ok = 0;
+        for (const char *const *a = allowed; *a; a++) ok |= !strcmp(*a, k);
+        if (!ok) return error_reply(reply, 400, "%s: unknown field '%s'", action, k);
+    }
+    return 0;
+}
+
+/* HTTP status for an error reply of a Redis Function ("-CODE message"). */
+static int code_of_redis_error(const char *msg) {
+    if (!strncmp(msg, "BADARG", 6)) return 400;
+    if (!strncmp(msg, "UNKNOWN_WORKER", 14)) return 404;
+    if (!strncmp(msg, "NORUN", 5)) return 404;
+    if (!strncmp(msg, "SHUTDOWN", 8)) return 409;
+    return 502;
+}
+
+/* One FCALL with argv[0..n) after "FCALL name 1 key"; 200 + reply OK, or the error mapped. */
+static int fcall(redisContext *rc, const char *run, const char *fn, int n, const char **args, json_t **reply,
+                 const char *what) {
+    char key[KEY_MAX], err[512];
+    const char *argv[16];
+    int argc = 0;
+    argv[argc++] = "FCALL";
+    argv[argc++] = fn;
+    argv[argc++] = "1";
+    argv[argc++] = key_run(key, sizeof key, run, "config");
+    for (int i = 0; i < n && argc < 16; i++) argv[argc++] = args[i];
+    redisReply *r = redisCommandArgv(rc, argc, argv, NULL);
+    if (rconn_reply_error(rc, r, err, sizeof err) < 0) {
+        int code = r && r->type == REDIS_REPLY_ERROR ? code_of_redis_error(r->str) : 503;
+        if (r) freeReplyObject(r);
+        log_warn("control %s: %s", what, err);
+        return error_reply(reply, code, "%s", err);
+    }
+    freeReplyObject(r);
+    log_info("control: %s", what);
+    return 200;
+}
+
+static int do_kick(redisContext *rc, const char *run, json_t *body, json_t **reply) {
+    static const char *const allowed[] = {"worker_id", NULL};
+    if (check_fields(body, allowed, "kick_worker", reply)) return 400;
+    json_t *w = json_object_get(body, "worker_id");
+    if (!json_is_string(w) || !json_string_length(w))
+        return error_reply(reply, 400, "kick_worker: body must be {\"worker_id\": \"...\"}");
+    const char *id = json_string_value(w);
+    char what[300];
+    snprintf(what, sizeof what, "kick worker %.200s", id);
+    int code = fcall(rc, run, "dl_kick", 1, &id, reply, what);
+    if (code == 200) *reply = json_pack("{s:s,s:s}", "status", "ok", "worker_id", id);
+    return code;
+}
+
+static int do_optimizer(redisContext *rc, const char *run, json_t *body, json_t **reply) {
+    static const char *const allowed[] = {"lr", "momentum", "nesterov", NULL};
+    if (check_fields(body, allowed, "update_optimizer", reply)) return 400;
+    json_t *lr = json_object_get(body, "lr"), *mu = json_object_get(body, "momentum");
+    json_t *nest = json_object_get(body, "nesterov");
+    if (!lr && !mu && !nest)
+        return error_reply(reply, 400, "update_optimizer: body must set \"lr\" and/or \"momentum\" (numbers)");
+    if ((lr && !json_is_number(lr)) || (mu && !json_is_number(mu)))
+        return error_reply(reply, 400, "update_optimizer: \"lr\" and \"momentum\" must be numbers");
+    if (nest && !json_is_boolean(nest)) return error_reply(reply, 400, "update_optimizer: \"nesterov\" must be true or false");
+    if (lr && !(json_number_value(lr) > 0 && isfinite(json_number_value(lr))))
+        return error_reply(reply, 400, "update_optimizer: lr must be a positive number");
+    if (mu && !(json_number_value(mu) >= 0 && json_number_value(mu) < 1))
+        return error_reply(reply, 400, "update_optimizer: momentum must be in [0, 1)");
+    const char *args[6];
+    char lrs[32], mus[32], what[128] = "set";
+    int n = 0;
+    if (lr) {
+        fmt_double(json_number_value(lr), lrs, sizeof lrs);
+        args[n++] = "outer_lr";
+        args[n++] = lrs;
+        snprintf(what + strlen(what), sizeof what - strlen(what), " outer_lr=%s", lrs);
+    }
+    if (mu) {
+        fmt_double(json_number_value(mu), mus, sizeof mus);
+        args[n++] = "outer_momentum";
+        args[n++] = mus;
+        snprintf(what + strlen(what), sizeof what - strlen(what), " outer_momentum=%s", mus);
+    }
+    if (nest) {
+        args[n++] = "nesterov";
+        args[n++] = json_is_true(nest) ? "1" : "0";
+        snprintf(what + strlen(what), sizeof what - strlen(what), " nesterov=%s", args[n - 1]);
+    }
+    int code = fcall(rc, run, "dl_set", n, args, reply, what);
+    if (code != 200) return code;
+    *reply = json_pack("{s:s}", "status", "ok");
+    if (lr) json_object_set_new(*reply, "lr", json_real(strtod(lrs, NULL)));
+    if (mu) json_object_set_new(*reply, "momentum", json_real(strtod(mus, NULL)));
+    if (nest) json_object_set(*reply, "nesterov", nest);
+    return 200;
+}
+
+static int int_field(json_t *v, long long lo, long long hi, long long *out) {
+    if (json_is_integer(v)) *out = json_integer_value(v);
+    else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v))) *out = (long long)json_real_value(v);
+    else return -1;
+    return *out >= lo && *out <= hi ? 0 : -1;
+}
+
+static int do_num_workers(redisContext *rc, const char *run, json_t *body, json_t **reply) {
+    static const char *const allowed[] = {"num_workers", "min_workers", NULL};
+    if (check_fields(body, allowed, "update_num_workers", reply)) return 400;
+    json_t *nw = json_object_get(body, "num_workers"), *mw = json_object_get(body, "min_workers");
+    long long n = 0, m = 0;
+    if (!nw && !mw) return error_reply(reply, 400, "update_num_workers: body must be {\"num_workers\": N}");
+    if (nw && int_field(nw, 1, 1000000, &n) < 0)
+        return error_reply(reply, 400, "update_num_workers: num_workers must be an integer >= 1");
+    if (mw && int_field(mw, 1, 1000000, &m) < 0)
+        return error_reply(reply, 400, "update_num_workers: min_workers must be an integer >= 1");
+    if (nw && mw && m > n) return error_reply(reply, 400, "update_num_workers: min_workers must be <= num_workers");
+    const char *args[4];
+    char ns[32], ms[32], what[128] = "set";
+    int k = 0;
+    if (nw) {
+        snprintf(ns, sizeof ns, "%lld", n);
+        args[k++] = "target_workers";
+        args[k++] = ns;
+        snprintf(what + strlen(what), sizeof what - strlen(what), " target_workers=%s", ns);
+    }
+    if (mw) {
+        snprintf(ms, sizeof ms, "%lld", m);
+        args[k++] = "min_workers";
+        args[k++] = ms;
+        snprintf(what + strlen(what), sizeof what - strlen(what), " min_workers=%s", ms);
+    }
+    int code = fcall(rc, run, "dl_set", k, args, reply, what);
+    if (code != 200) return code;
+    *reply = json_pack("{s:s}", "status", "ok");
+    if (nw) json_object_set_new(*reply, "num_workers", json_integer(n));
+    if (mw) json_object_set_new(*reply, "min_workers", json_integer(m));
+    return 200;
+}
+
+static int do_shutdown(redisContext *rc, const char *run, json_t *body, json_t **reply) {
+    static const char *const allowed[] = {NULL};
+    if (check_fields(body, allowed, "shutdown", reply)) return 400;
+    int code = fcall(rc, run, "dl_shutdown", 0, NULL, reply, "shutdown of the run");
+    if (code == 200)
+        *reply = json_pack("{s:s,s:s}", "status", "ok", "message",
+                           "run shut down: workers stop at their next heartbeat");
+    return code;
+}
+
+int control_run(redisContext *rc, const char *run, const char *action, json_t *body, json_t **reply) {
+    *reply = NULL;
+    if (!json_is_object(body)) return error_reply(reply, 400, "the body must be a JSON object");
+    if (!strcmp(action, "kick_worker")) return do_kick(rc, run, body, reply);
+    if (!strcmp(action, "update_optimizer")) return do_optimizer(rc, run, body, reply);
+    if (!strcmp(action, "update_num_workers")) return do_num_workers(rc, run, body, reply);
+    if (!strcmp(action, "shutdown")) return do_shutdown(rc, run, body, reply);
+    if (!strcmp(action, "save_state"))
+        return error_reply(reply, 501,
+                           "save_state: checkpoint export is not available yet in this coordinator; committed "
+                           "parameters are durable in Redis at every round");
+    return error_reply(reply, 404,
+                       "unknown control action '%.100s' (known: save_state, kick_worker, update_optimizer, "
+                       "update_num_workers, shutdown)",
+                       action);
+}

@@ -1,0 +1,392 @@
+/* http_status.c: the /status JSON document and the /metrics Prometheus text, both built from one
+ * dl_status call (a consistent picture of the run) plus the tail of dl:{R}:events.
+ *
+ * dl_status returns hash fields as strings and worker/server records as msgpack-decoded objects;
+ * here they become typed fields under the names the Forgather server uses where it has one
+ * (sync_round, num_workers, total_worker_deaths, hostname, steps_per_second, ...), with every raw
+ * field still available (config, state, and unknown worker fields such as staleness are copied). */
+#include <jansson.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "http.h"
+#include "keys.h"
+#include "rconn.h"
+#include "runconf.h"
+#include "util.h"
+
+/* cjson encodes an empty Lua table as {}: treat it as an empty array. */
+static json_t *arr(json_t *v) {
+    static json_t *empty;
+    if (json_is_array(v)) return v;
+    if (!empty) empty = json_array();
+    return empty;
+}
+
+static double num(json_t *o, const char *k, double dflt) {
+    json_t *v = json_object_get(o, k);
+    if (json_is_number(v)) return json_number_value(v);
+    if (json_is_string(v)) {
+        double d;
+        if (parse_double(json_string_value(v), &d) == 0) return d;
+    }
+    return dflt;
+}
+
+static const char *str(json_t *o, const char *k, const char *dflt) {
+    json_t *v = json_object_get(o, k);
+    return json_is_string(v) ? json_string_value(v) : dflt;
+}
+
+/* A number as an integer JSON value when it is one (counters), else a real. */
+static json_t *jnum(double d) {
+    if (isfinite(d) && d == floor(d) && fabs(d) < 9e15) return json_integer((json_int_t)d);
+    return json_real(isfinite(d) ? d : 0);
+}
+
+static void setn(json_t *o, const char *k, double d) { json_object_set_new(o, k, jnum(d)); }
+
+int status_fetch(redisContext *rc, const char *run, int n_events, json_t **raw, json_t **events, char *err,
+                 size_t errlen) {
+    char key[KEY_MAX];
+    *raw = NULL;
+    if (events) *events = NULL;
+    if (runconf_check_library(rc, run, err, errlen) < 0) return -1;
+    redisReply *r = redisCommand(rc, "FCALL dl_status 1 %s", key_run(key, sizeof key, run, "config"));
+    if (rconn_reply_error(rc, r, err, errlen) < 0 || r->type != REDIS_REPLY_STRING) {
+        if (r && r->type != REDIS_REPLY_ERROR) err_set(err, errlen, "dl_status: unexpected reply type %d", r->type);
+        if (r) freeReplyObject(r);
+        return -1;
+    }
+    json_error_t jerr;
+    *raw = json_loadb(r->str, r->len, 0, &jerr);
+    freeReplyObject(r);
+    if (!*raw) {
+        err_set(err, errlen, "malformed dl_status document: %s", jerr.text);
+        return -1;
+    }
+    if (!events || n_events <= 0) return 0;
+    /* newest first: [[id, [field, value, ...]], ...] */
+    r = redisCommand(rc, "XREVRANGE %s + - COUNT %d", key_run(key, sizeof key, run, "events"), n_events);
+    if (rconn_reply_error(rc, r, err, errlen) < 0 || r->type != REDIS_REPLY_ARRAY) {
+        if (r) freeReplyObject(r);
+        return -1;
+    }
+    json_t *ev = json_array();
+    for (size_t i = 0; i < r->elements; i++) {
+        redisReply *e = r->element[i];
+        if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[0]->type != REDIS_REPLY_STRING ||
+            e->element[1]->type != REDIS_REPLY_ARRAY)
+            continue;
+        json_t *o = json_object();
+        json_object_set_new(o, "id", json_string(e->element[0]->str));
+        json_object_set_new(o, "t_ms", json_integer(strtoll(e->element[0]->str, NULL, 10)));
+        redisReply *f = e->element[1];
+        for (size_t j = 0; j + 1 < f->elements; j += 2) {
+            if (f->element[j]->type != REDIS_REPLY_STRING || f->element[j + 1]->type != REDIS_REPLY_STRING) continue;
+            if (!strcmp(f->element[j]->str, "id") || !strcmp(f->element[j]->str, "t_ms")) continue;
+            json_object_set_new(o, f->element[j]->str, json_string(f->element[j + 1]->str));
+        }
+        json_array_append_new(ev, o);
+    }
+    freeReplyObject(r);
+    *events = ev;
+    return 0;
+}
+
+static json_t *worker_doc(json_t *w, json_t *arrived0) {
+    json_t *o = json_deep_copy(w); /* keeps every field the record has (staleness, tokens, ...) */
+    const char *id = str(w, "id", "");
+    json_object_set_new(o, "worker_id", json_string(id));
+    json_object_set_new(o, "hostname", json_string(str(w, "host", "")));
+    double speed = num(w, "speed", 0);
+    json_object_set_new(o, "steps_per_second", json_real(speed));
+    json_object_set_new(o, "speed", json_real(speed));
+    double loss = num(w, "loss", -1);
+    json_object_set_new(o, "loss", loss >= 0 ? json_real(loss) : json_null());
+    double h = num(w, "h", 0), se = num(w, "sync_every", 0);
+    setn(o, "sync_every", se);
+    setn(o, "H", h > 0 ? h : se);
+    double age = num(w, "heartbeat_age_ms", 0);
+    setn(o, "heartbeat_age_ms", age);
+    json_object_set_new(o, "last_heartbeat_s", json_real(age / 1000.0));
+    setn(o, "incarnation", num(w, "inc", 0));
+    json_t *joined = json_object_get(w, "joined");
+    json_object_set_new(o, "joined", json_deep_copy(arr(joined)));
+    setn(o, "sync_round", json_is_array(joined) ? json_number_value(json_array_get(joined, 0)) : 0);
+    int here = 0;
+    size_t i;
+    json_t *a;
+    json_array_foreach(arr(arrived0), i, a) if (json_is_string(a) && !strcmp(json_string_value(a), id)) here = 1;
+    json_object_set_new(o, "submitted", json_boolean(here));
+    return o;
+}
+
+json_t *status_document(json_t *raw, json_t *events, int auth_required, int dashboard, double uptime_s) {
+    json_t *cfg = json_object_get(raw, "config"), *st = json_object_get(raw, "state");
+    json_t *d = json_object();
+    const char *run = str(raw, "run", "");
+    /* "dl:{R}" -> "R" */
+    const char *lb = strchr(run, '{'), *rb = strrchr(run, '}');
+    json_object_set_new(d, "run", lb && rb && rb > lb ? json_stringn(lb + 1, (size_t)(rb - lb - 1)) : json_string(run));
+    json_object_set_new(d, "mode", json_string(str(cfg, "mode", "sync")));
+    json_object_set_new(d, "status", json_string(str(st, "status", "unknown")));
+    setn(d, "now_ms", num(raw, "now_ms", 0));
+    json_object_set_new(d, "coordinator_uptime_s", json_real(uptime_s));
+    json_object_set_new(d, "auth_required", json_boolean(auth_required));
+    json_object_set_new(d, "dashboard", json_boolean(dashboard));
+    json_object_set_new(d, "save_state_available", json_false());
+
+    int F = (int)num(cfg, "fragments", 1);
+    json_t *rounds = json_array();
+    for (int f = 0; f < F; f++) {
+        char k[32];
+        snprintf(k, sizeof k, "round:%d", f);
+        json_array_append_new(rounds, jnum(num(st, k, 0)));
+    }
+    setn(d, "sync_round", num(st, "round:0", 0));
+    json_object_set_new(d, "rounds", rounds);
+    setn(d, "num_fragments", F);
+    setn(d, "numel", num(cfg, "numel", 0));
+    setn(d, "num_shards", num(cfg, "shards", 0));
+    json_object_set_new(d, "trainer", json_string(str(cfg, "trainer", "")));
+    static const char *counters[] = {"rounds_closed", "commits", "rejections", "deaths", "joins", "lease_changes"};
+    for (size_t i = 0; i < sizeof counters / sizeof *counters; i++) setn(d, counters[i], num(st, counters[i], 0));
+    setn(d, "total_worker_deaths", num(st, "deaths", 0));
+    setn(d, "num_workers", num(st, "target_workers", 1));
+    setn(d, "min_workers", num(st, "min_workers", 1));
+    json_object_set_new(d, "outer_lr", json_real(num(st, "outer_lr", 0.7)));
+    json_object_set_new(d, "outer_momentum", json_real(num(st, "outer_momentum", 0.9)));
+    json_object_set_new(d, "nesterov", json_boolean(num(st, "nesterov", 1) != 0));
+    setn(d, "heartbeat_timeout_ms", num(st, "heartbeat_timeout_ms", 0));
+    json_object_set_new(d, "heartbeat_timeout", json_real(num(st, "heartbeat_timeout_ms", 0) / 1000.0));
+    json_object_set_new(d, "dylu_enabled", json_boolean(num(st, "dylu", 0) != 0));
+    if (json_object_get(st, "dylu_base_sync_every")) setn(d, "dylu_base_sync_every", num(st, "dylu_base_sync_every", 0));
+    if (json_object_get(st, "dn_buffer_size")) setn(d, "dn_buffer_size", num(st, "dn_buffer_size", 0));
+    if (json_object_get(st, "dn_buffered")) setn(d, "dn_buffered", num(st, "dn_buffered", 0));
+
+    /* open barriers: who has submitted (arrived) for the open round of each fragment */
+    json_t *barriers = arr(json_object_get(raw, "barriers")), *b, *arrived0 = NULL;
+    json_t *pending = json_array();
+    size_t i;
+    json_array_foreach(barriers, i, b) {
+        json_t *p = json_object();
+        setn(p, "fragment", num(b, "frag", 0));
+        setn(p, "round", num(b, "round", 0));
+        json_object_set_new(p, "submitted", json_deep_copy(arr(json_object_get(b, "arrived"))));
+        if (num(b, "frag", 0) == 0) arrived0 = json_object_get(b, "arrived");
+        json_array_append_new(pending, p);
+    }
+    json_object_set_new(d, "pending", pending);
+    setn(d, "pending_submissions", json_array_size(arr(arrived0)));
+
+    json_t *workers = json_array(), *w;
+    json_array_foreach(arr(json_object_get(raw, "workers")), i, w) json_array_append_new(workers, worker_doc(w, arrived0));
+    json_object_set_new(d, "workers", workers);
+    setn(d, "workers_live", json_array_size(workers));
+
+    json_t *servers = json_array(), *s;
+    json_array_foreach(arr(json_object_get(raw, "servers")), i, s) {
+        json_t *o = json_object();
+        json_object_set_new(o, "id", json_string(str(s, "id", "")));
+        json_object_set_new(o, "addr", json_string(str(s, "addr", "")));
+        json_t *pid = json_object_get(s, "pid");
+        json_object_set_new(o, "pid", json_is_string(pid) ? json_copy(pid) : jnum(num(s, "pid", 0)));
+        setn(o, "last_beat_age_ms", num(s, "age_ms", 0));
+        setn(o, "shards_held", num(s, "held", 0));
+        json_array_append_new(servers, o);
+    }
+    json_object_set_new(d, "servers", servers);
+    setn(d, "servers_live", json_array_size(servers));
+
+    json_t *shards = json_array(), *sh;
+    json_array_foreach(arr(json_object_get(raw, "shards")), i, sh) {
+        json_t *o = json_object();
+        setn(o, "shard", num(sh, "shard", (double)i));
+        setn(o, "version", num(sh, "version", 0));
+        const char *owner = str(sh, "owner", "");
+        json_object_set_new(o, "owner", owner[0] ? json_string(owner) : json_null());
+        setn(o, "epoch", num(sh, "epoch", 0));
+        double left = num(sh, "lease_left_ms", 0);
+        setn(o, "lease_left_ms", left);
+        /* lease age = time since the owner last renewed it (its last beat); null when unowned/expired */
+        json_t *age = json_null(), *srv;
+        size_t j;
+        json_array_foreach(arr(json_object_get(raw, "servers")), j, srv) {
+            if (owner[0] && left > 0 && !strcmp(str(srv, "id", ""), owner)) {
+                json_decref(age);
+                age = jnum(num(srv, "age_ms", 0));
+            }
+        }
+        json_object_set_new(o, "lease_age_ms", age);
+        json_object_set_new(o, "lease_valid", json_boolean(owner[0] && left > 0));
+        json_object_set_new(o, "digest", json_string(str(sh, "digest", "")));
+        json_object_set_new(o, "snapshot", json_string(str(sh, "snap", "")));
+        json_array_append_new(shards, o);
+    }
+    json_object_set_new(d, "shards", shards);
+
+    /* events (newest first): the last 30 as they are, and the closed rounds (oldest first) for the
+     * participation chart */
+    json_t *recent = json_array(), *closes = json_array(), *e;
+    json_array_foreach(arr(events), i, e) {
+        if (json_array_size(recent) < 30) json_array_append(recent, e);
+        if (!strcmp(str(e, "type", ""), "close")) {
+            json_t *c = json_object();
+            setn(c, "t_ms", num(e, "t_ms", 0));
+            setn(c, "fragment", num(e, "frag", 0));
+            setn(c, "round", num(e, "round", 0));
+            setn(c, "participants", num(e, "participants", 0));
+            json_array_insert_new(closes, 0, c);
+        }
+    }
+    json_object_set_new(d, "events", recent);
+    json_object_set_new(d, "recent_rounds", closes);
+
+    json_object_set_new(d, "config", json_deep_copy(cfg ? cfg : json_object()));
+    json_object_set_new(d, "state", json_deep_copy(st ? st : json_object()));
+    return d;
+}
+
+/* ---- Prometheus text ---- */
+
+/* The shortest decimal that reads back as d ("0.7", not "0.69999999999999996"). */
+static const char *shortest(double d, char *buf, size_t cap) {
+    for (int p = 1; p <= 17; p++) {
+        snprintf(buf, cap, "%.*g", p, d);
+        if (strtod(buf, NULL) == d) break;
+    }
+    return buf;
+}
+
+typedef struct sbuf {
+    char *p;
+    size_t n, cap;
+} sbuf;
+
+static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void sb_printf(sbuf *b, const char *fmt, ...) {
+    for (;;) {
+        va_list ap;
+        va_start(ap, fmt);
+        int k = vsnprintf(b->p ? b->p + b->n : NULL, b->p ? b->cap - b->n : 0, fmt, ap);
+        va_end(ap);
+        if (k < 0) return;
+        if (b->p && b->n + (size_t)k < b->cap) {
+            b->n += (size_t)k;
+            return;
+        }
+        size_t cap = b->cap ? b->cap * 2 : 4096;
+        while (cap < b->n + (size_t)k + 1) cap *= 2;
+        char *np = realloc(b->p, cap);
+        if (!np) return;
+        b->p = np;
+        b->cap = cap;
+    }
+}
+
+/* label value escaping per the exposition format: \\, \" and \n */
+static const char *esc(const char *s, char *buf, size_t cap) {
+    size_t j = 0;
+    for (; *s && j + 3 < cap; s++) {
+        if (*s == '\\' || *s == '"') buf[j++] = '\\', buf[j++] = *s;
+        else if (*s == '\n') buf[j++] = '\\', buf[j++] = 'n';
+        else buf[j++] = *s;
+    }
+    buf[j] = 0;
+    return buf;
+}
+
+static void family(sbuf *b, const char *name, const char *type, const char *help) {
+    sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+char *metrics_text(json_t *raw, const char *run) {
+    sbuf b = {0};
+    char r[256], l1[512];
+    esc(run, r, sizeof r);
+    json_t *st = json_object_get(raw, "state");
+    static const struct {
+        const char *field, *name, *help;
+    } ctr[] = {
+        {"rounds_closed", "diloco_rounds_closed_total", "Barriers closed (sync rounds), all fragments."},
+        {"commits", "diloco_commits_total", "Shard versions committed."},
+        {"rejections", "diloco_rejections_total", "Submissions rejected (bad input, stale, unknown worker)."},
+        {"deaths", "diloco_worker_deaths_total", "Workers evicted (heartbeat timeout) or kicked."},
+        {"joins", "diloco_worker_joins_total", "Worker registrations."},
+        {"lease_changes", "diloco_lease_changes_total", "Shard leases taken or given back."},
+    };
+    for (size_t i = 0; i < sizeof ctr / sizeof *ctr; i++) {
+        family(&b, ctr[i].name, "counter", ctr[i].help);
+        sb_printf(&b, "%s{run=\"%s\"} %.0f\n", ctr[i].name, r, num(st, ctr[i].field, 0));
+    }
+    family(&b, "diloco_up", "gauge", "1 while the run is running, 0 once shut down.");
+    sb_printf(&b, "diloco_up{run=\"%s\"} %d\n", r, !strcmp(str(st, "status", ""), "running"));
+    json_t *workers = arr(json_object_get(raw, "workers")), *servers = arr(json_object_get(raw, "servers"));
+    family(&b, "diloco_workers_live", "gauge", "Live (registered, heartbeating) workers.");
+    sb_printf(&b, "diloco_workers_live{run=\"%s\"} %zu\n", r, json_array_size(workers));
+    family(&b, "diloco_workers_target", "gauge", "Arrivals a barrier needs (expected workers).");
+    sb_printf(&b, "diloco_workers_target{run=\"%s\"} %.0f\n", r, num(st, "target_workers", 1));
+    family(&b, "diloco_workers_min", "gauge", "Floor of the expected workers.");
+    sb_printf(&b, "diloco_workers_min{run=\"%s\"} %.0f\n", r, num(st, "min_workers", 1));
+    family(&b, "diloco_servers_live", "gauge", "Live shard-servers.");
+    sb_printf(&b, "diloco_servers_live{run=\"%s\"} %zu\n", r, json_array_size(servers));
+    family(&b, "diloco_outer_lr", "gauge", "Outer learning rate.");
+    sb_printf(&b, "diloco_outer_lr{run=\"%s\"} %s\n", r, shortest(num(st, "outer_lr", 0), l1, sizeof l1));
+    family(&b, "diloco_outer_momentum", "gauge", "Outer momentum.");
+    sb_printf(&b, "diloco_outer_momentum{run=\"%s\"} %s\n", r, shortest(num(st, "outer_momentum", 0), l1, sizeof l1));
+
+    family(&b, "diloco_round", "gauge", "Open round of each fragment.");
+    json_t *cfg = json_object_get(raw, "config");
+    int F = (int)num(cfg, "fragments", 1);
+    for (int f = 0; f < F; f++) {
+        char k[32];
+        snprintf(k, sizeof k, "round:%d", f);
+        sb_printf(&b, "diloco_round{run=\"%s\",fragment=\"%d\"} %.0f\n", r, f, num(st, k, 0));
+    }
+
+    json_t *shards = arr(json_object_get(raw, "shards")), *sh;
+    size_t i;
+    family(&b, "diloco_shard_version", "gauge", "Committed version of each shard.");
+    json_array_foreach(shards, i, sh) sb_printf(&b, "diloco_shard_version{run=\"%s\",shard=\"%.0f\"} %.0f\n", r,
+                                                num(sh, "shard", (double)i), num(sh, "version", 0));
+    family(&b, "diloco_shard_lease_epoch", "gauge", "Lease epoch (fencing token) of each shard.");
+    json_array_foreach(shards, i, sh) sb_printf(&b, "diloco_shard_lease_epoch{run=\"%s\",shard=\"%.0f\"} %.0f\n", r,
+                                                num(sh, "shard", (double)i), num(sh, "epoch", 0));
+    family(&b, "diloco_shard_lease_valid", "gauge", "1 if the shard is leased to a server now.");
+    json_array_foreach(shards, i, sh) {
+        int valid = str(sh, "owner", "")[0] && num(sh, "lease_left_ms", 0) > 0;
+        sb_printf(&b, "diloco_shard_lease_valid{run=\"%s\",shard=\"%.0f\"} %d\n", r, num(sh, "shard", (double)i), valid);
+    }
+
+    json_t *w;
+    family(&b, "diloco_worker_heartbeat_age_seconds", "gauge", "Seconds since each worker's last heartbeat.");
+    json_array_foreach(workers, i, w) sb_printf(&b, "diloco_worker_heartbeat_age_seconds{run=\"%s\",worker=\"%s\"} %.3f\n",
+                                                r, esc(str(w, "id", ""), l1, sizeof l1),
+                                                num(w, "heartbeat_age_ms", 0) / 1000.0);
+    family(&b, "diloco_worker_steps_per_second", "gauge", "Training speed each worker reports.");
+    json_array_foreach(workers, i, w) sb_printf(&b, "diloco_worker_steps_per_second{run=\"%s\",worker=\"%s\"} %.6g\n",
+                                                r, esc(str(w, "id", ""), l1, sizeof l1), num(w, "speed", 0));
+    family(&b, "diloco_worker_loss", "gauge", "Training loss each worker reports (absent before its first report).");
+    json_array_foreach(workers, i, w) {
+        double loss = num(w, "loss", -1);
+        if (loss >= 0)
+            sb_printf(&b, "diloco_worker_loss{run=\"%s\",worker=\"%s\"} %.9g\n", r, esc(str(w, "id", ""), l1, sizeof l1),
+                      loss);
+    }
+    family(&b, "diloco_worker_step", "gauge", "Inner steps each worker reports.");
+    json_array_foreach(workers, i, w) sb_printf(&b, "diloco_worker_step{run=\"%s\",worker=\"%s\"} %.0f\n", r,
+                                                esc(str(w, "id", ""), l1, sizeof l1), num(w, "step", 0));
+    json_t *s;
+    family(&b, "diloco_server_beat_age_seconds", "gauge", "Seconds since each shard-server's last lease beat.");
+    json_array_foreach(servers, i, s) sb_printf(&b, "diloco_server_beat_age_seconds{run=\"%s\",server=\"%s\"} %.3f\n",
+                                                r, esc(str(s, "id", ""), l1, sizeof l1), num(s, "age_ms", 0) / 1000.0);
+    family(&b, "diloco_server_shards_held", "gauge", "Shards each shard-server holds.");
+    json_array_foreach(servers, i, s) sb_printf(&b, "diloco_server_shards_held{run=\"%s\",server=\"%s\"} %.0f\n", r,
+                                                esc(str(s, "id", ""), l1, sizeof l1), num(s, "held", 0));
+    if (!b.p) return strdup("");
+    return b.p;
+}

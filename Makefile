@@ -55,10 +55,16 @@ ifneq ($(NVCC),)
 ifneq ($(CUDA_SRC),)
 CUDA_OBJ    = $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
-CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -lcudart -lcublas -Wl,-rpath,$(CUDA_HOME)/lib64
+# -lstdc++: the host stubs nvcc generates for kernel launches use C++ guarded statics
+CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
 CFLAGS     += -DDILOCO_HAVE_CUDA=1
 endif
+else
+$(info make: nvcc not found (PATH, /usr/local/cuda/bin): building CPU-only, the CUDA backend (worker/cuda) is left out)
 endif
+# sm_80 (A100) and sm_90 (H100) code, plus compute_90 PTX so newer GPUs can JIT it
+NVCCFLAGS ?= -O3 -std=c++17 -Xcompiler -Wall -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 \
+             -gencode arch=compute_90,code=compute_90
 
 LIBCOMMON = $(BUILD)/libcommon.a
 LIBDILOCO = $(BUILD)/libdiloco.a
@@ -97,7 +103,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/worker/cuda/%.o: worker/cuda/%.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) -O3 -std=c++17 -Icommon -Iworker -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=sm_90 -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -Icommon -Iworker -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 $(LIBCOMMON): $(COMMON_OBJ)
 	@rm -f $@; ar rcs $@ $^

@@ -100,7 +100,12 @@ typedef struct gpt_options {
     const char *log_path;      /* JSON-lines telemetry, appended; NULL: none */
     const char *checkpoint_path; /* safetensors; resumed at create when it exists; NULL: none */
     int checkpoint_every;      /* steps between checkpoints (0: only at destroy) */
+    int device;                /* GPT_DEVICE_AUTO (default): cuda when built with CUDA and a device is
+                                  present, else cpu; GPT_DEVICE_CPU; GPT_DEVICE_CUDA (docs/cuda.md) */
+    int tf32;                  /* cuda: let cuBLAS use TF32 tensor cores (default 0: fp32 products) */
 } gpt_options;
+
+enum { GPT_DEVICE_AUTO = 0, GPT_DEVICE_CPU = 1, GPT_DEVICE_CUDA = 2 };
 
 void gpt_options_default(gpt_options *o);
 /* Parses the gpt flags (see gpt_usage) out of argv[0..argc-1]; both "--flag value" and
@@ -124,6 +129,8 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen);
 int gpt_trainer_save(trainer *t, char *err, size_t errlen);
 /* Step count of the trainer (restored from a checkpoint). */
 long gpt_trainer_steps(const trainer *t);
+/* "cpu" or "cuda": the backend gpt_trainer_create picked. */
+const char *gpt_trainer_device(const trainer *t);
 
 /* ---- data ---------------------------------------------------------------------------------- */
 /* Token file: a 64-byte little-endian header

@@ -9,6 +9,10 @@
 #include <string.h>
 #include <time.h>
 
+#ifdef DILOCO_HAVE_CUDA
+#include "cuda/gpt_cuda.h" /* the CUDA backend (worker/cuda, docs/cuda.md) */
+#endif
+
 static void seterr(char *err, size_t errlen, const char *fmt, ...) {
     if (!err || !errlen) return;
     va_list ap;
@@ -57,7 +61,7 @@ void gpt_options_default(gpt_options *o) {
     o->checkpoint_every = 0;
 }
 
-enum { F_INT, F_LONG, F_DBL, F_STR, F_U64, F_ORDER };
+enum { F_INT, F_LONG, F_DBL, F_STR, F_U64, F_ORDER, F_DEVICE, F_BOOL /* --flag alone = 1, or --flag=0|1 */ };
 typedef struct { const char *name; int type; size_t off; const char *help; } flag;
 #define OFF(f) offsetof(gpt_options, f)
 static const flag FLAGS[] = {
@@ -89,6 +93,8 @@ static const flag FLAGS[] = {
     {"log", F_STR, OFF(log_path), "JSON-lines telemetry file, appended (none)"},
     {"checkpoint", F_STR, OFF(checkpoint_path), "local safetensors checkpoint, resumed if present (none)"},
     {"checkpoint-every", F_INT, OFF(checkpoint_every), "steps between checkpoints, 0 = at exit only (0)"},
+    {"device", F_DEVICE, OFF(device), "auto | cpu | cuda (auto: cuda when built with CUDA and a GPU is present)"},
+    {"tf32", F_BOOL, OFF(tf32), "cuda: let cuBLAS use TF32 tensor cores (off: fp32 products)"},
 };
 #undef OFF
 #define NFLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
@@ -137,6 +143,14 @@ static int set_flag(gpt_options *o, const flag *fl, const char *v, char *err, si
         if (!strcmp(v, "random")) { *(int *)p = 0; return 0; }
         if (!strcmp(v, "sequential")) { *(int *)p = 1; return 0; }
         break;
+    case F_DEVICE:
+        if (!strcmp(v, "auto")) { *(int *)p = GPT_DEVICE_AUTO; return 0; }
+        if (!strcmp(v, "cpu")) { *(int *)p = GPT_DEVICE_CPU; return 0; }
+        if (!strcmp(v, "cuda")) { *(int *)p = GPT_DEVICE_CUDA; return 0; }
+        break;
+    case F_BOOL:
+        if (!strcmp(v, "0") || !strcmp(v, "1")) { *(int *)p = v[0] == '1'; return 0; }
+        break;
     }
     seterr(err, errlen, "bad value for --%s: '%s'", fl->name, v);
     return -1;
@@ -155,6 +169,7 @@ int gpt_options_parse(gpt_options *o, int argc, char **argv, char *err, size_t e
             if (fl) {
                 int n = 1;
                 if (a[2 + kl] == '=') val = a + 3 + kl;
+                else if (fl->type == F_BOOL) val = "1";
                 else if (i + 1 < argc && argv[i + 1]) { val = argv[i + 1]; n = 2; }
                 else { seterr(err, errlen, "--%s needs a value", fl->name); return -1; }
                 if (set_flag(o, fl, val, err, errlen)) return -1;
@@ -196,7 +211,25 @@ typedef struct gpt_trainer {
     uint64_t tokens;
     double eval_loss, t0, last_norm;
     FILE *log;
+    struct gpt_cuda *cu;    /* the CUDA backend, NULL on the CPU (then m is used) */
+    int pinned;             /* t->params is page-locked for the CUDA copies */
 } gpt_trainer;
+
+/* forward on the trainer's backend (the device parameters mirror t->params) */
+static float backend_forward(gpt_trainer *g, const int *inp, const int *tgt) {
+#ifdef DILOCO_HAVE_CUDA
+    if (g->cu) {
+        char err[256];
+        float loss;
+        if (gpt_cuda_forward(g->cu, inp, tgt, &loss, err, sizeof err)) {
+            fprintf(stderr, "gpt: %s\n", err);
+            return NAN;
+        }
+        return loss;
+    }
+#endif
+    return gpt_forward(g->m, g->t.params, inp, tgt);
+}
 
 static void next_batch(gpt_trainer *g) {
     int B = g->o.batch, T = g->o.seq, V = g->o.model.vocab;
@@ -257,7 +290,7 @@ static int gpt_evaluate(trainer *t, double *loss, char *err, size_t errlen) {
                 tg[i] = g->data.tok[s + i + 1];
             }
         }
-        total += gpt_forward(g->m, t->params, g->inp, g->tgt);
+        total += backend_forward(g, g->inp, g->tgt);
     }
     *loss = total / nb;
     g->eval_loss = *loss;
@@ -270,6 +303,10 @@ static int ckpt_save(gpt_trainer *g, char *err, size_t errlen) {
     const char *path = g->ckpt_path;
     if (!path) return 0;
     trainer *t = &g->t;
+#ifdef DILOCO_HAVE_CUDA
+    /* the moments live on the device (the parameters are copied to t->params after every step) */
+    if (g->cu && gpt_cuda_get_moments(g->cu, g->am, g->av, err, errlen)) return -1;
+#endif
     int n = t->ntensors;
     size_t cap = 1024 + (size_t)n * 3 * 160, len = 0;
     char *h = malloc(cap);
@@ -398,20 +435,56 @@ static void log_line(gpt_trainer *g, const char *fields) {
     fflush(g->log);
 }
 
+#ifdef DILOCO_HAVE_CUDA
+/* The same step on the device. The device parameters are copied back into t->params (the DiLoCo
+ * buffer) at the end of every step, so libdiloco always computes its pseudo-gradient from current
+ * values; params_changed copies what DiLoCo wrote back to the device. */
+static int cuda_step(gpt_trainer *g, float *loss, char *err, size_t errlen) {
+    trainer *t = &g->t;
+    if (gpt_cuda_forward(g->cu, g->inp, g->tgt, loss, err, errlen)) return -1;
+    if (!isfinite(*loss)) {
+        seterr(err, errlen, "gpt step %ld: loss is not finite (%g)", g->step, (double)*loss);
+        return -1;
+    }
+    double lr = gpt_lr_at(&g->o, g->step);
+    if (gpt_cuda_backward(g->cu, err, errlen) ||
+        gpt_cuda_clip(g->cu, g->o.grad_clip, NULL, err, errlen) ||
+        gpt_cuda_adamw(g->cu, g->step + 1, lr, g->o.beta1, g->o.beta2, g->o.eps, g->o.weight_decay, err, errlen) ||
+        gpt_cuda_get_params(g->cu, t->params, err, errlen)) /* waits for the step */
+        return -1;
+    g->last_norm = gpt_cuda_last_norm(g->cu);
+    return 0;
+}
+
+static int cuda_params_changed(trainer *t, size_t off, size_t n, char *err, size_t errlen) {
+    gpt_trainer *g = t->impl;
+    return gpt_cuda_set_params(g->cu, t->params, off, n, err, errlen);
+}
+#endif
+
 static int gpt_step(trainer *t, trainer_stats *out, char *err, size_t errlen) {
     gpt_trainer *g = t->impl;
     next_batch(g);
-    float loss = gpt_forward(g->m, t->params, g->inp, g->tgt);
-    if (!isfinite(loss)) {
-        seterr(err, errlen, "gpt step %ld: loss is not finite (%g)", g->step, (double)loss);
-        return -1;
-    }
-    gpt_backward(g->m, t->params, g->grads);
-    g->last_norm = gpt_clip_grad_norm(g->grads, t->numel, g->o.grad_clip, g->o.threads);
+    float loss;
     double lr = gpt_lr_at(&g->o, g->step);
-    g->step++;
-    gpt_adamw_step(t->tensors, t->ntensors, t->params, g->grads, g->am, g->av, g->step, lr, g->o.beta1,
-                   g->o.beta2, g->o.eps, g->o.weight_decay, g->o.threads);
+#ifdef DILOCO_HAVE_CUDA
+    if (g->cu) {
+        if (cuda_step(g, &loss, err, errlen)) return -1;
+        g->step++;
+    } else
+#endif
+    {
+        loss = gpt_forward(g->m, t->params, g->inp, g->tgt);
+        if (!isfinite(loss)) {
+            seterr(err, errlen, "gpt step %ld: loss is not finite (%g)", g->step, (double)loss);
+            return -1;
+        }
+        gpt_backward(g->m, t->params, g->grads);
+        g->last_norm = gpt_clip_grad_norm(g->grads, t->numel, g->o.grad_clip, g->o.threads);
+        g->step++;
+        gpt_adamw_step(t->tensors, t->ntensors, t->params, g->grads, g->am, g->av, g->step, lr, g->o.beta1,
+                       g->o.beta2, g->o.eps, g->o.weight_decay, g->o.threads);
+    }
     g->tokens += (uint64_t)g->o.batch * g->o.seq;
     int evaluated = 0;
     if (g->o.eval_every > 0 && g->step % g->o.eval_every == 0) {
@@ -450,6 +523,35 @@ int gpt_trainer_save(trainer *t, char *err, size_t errlen) {
 
 long gpt_trainer_steps(const trainer *t) { return ((const gpt_trainer *)t->impl)->step; }
 
+const char *gpt_trainer_device(const trainer *t) { return ((const gpt_trainer *)t->impl)->cu ? "cuda" : "cpu"; }
+
+/* --device: *cuda = 1 for the CUDA backend */
+static int resolve_device(const gpt_options *o, int *cuda, char *err, size_t errlen) {
+    *cuda = 0;
+    if (o->device != GPT_DEVICE_AUTO && o->device != GPT_DEVICE_CPU && o->device != GPT_DEVICE_CUDA) {
+        seterr(err, errlen, "gpt: bad device %d", o->device);
+        return -1;
+    }
+    if (o->device == GPT_DEVICE_CPU) return 0;
+#ifdef DILOCO_HAVE_CUDA
+    char why[200] = "";
+    if (gpt_cuda_device_count(why, sizeof why) > 0) {
+        *cuda = 1;
+        return 0;
+    }
+    if (o->device == GPT_DEVICE_CUDA) {
+        seterr(err, errlen, "gpt: --device cuda: no CUDA device (%s)", why);
+        return -1;
+    }
+#else
+    if (o->device == GPT_DEVICE_CUDA) {
+        seterr(err, errlen, "gpt: --device cuda: this build has no CUDA backend (nvcc was not found at build time)");
+        return -1;
+    }
+#endif
+    return 0;
+}
+
 static void gpt_destroy(trainer *t) {
     if (!t) return;
     gpt_trainer *g = t->impl;
@@ -458,6 +560,10 @@ static void gpt_destroy(trainer *t) {
         if (ckpt_save(g, err, sizeof err)) fprintf(stderr, "gpt: %s\n", err);
     }
     if (g->log) fclose(g->log);
+#ifdef DILOCO_HAVE_CUDA
+    if (g->pinned) gpt_cuda_unpin(t->params);
+    gpt_cuda_free(g->cu);
+#endif
     gpt_model_free(g->m);
     gpt_tokens_free(&g->data);
     free(t->params);
@@ -521,9 +627,21 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen) {
     memset(g->av, 0, bytes);
     memset(g->grads, 0, bytes);
     if (gpt_init_params(&o->model, o->seed, t->params, t->numel, err, errlen)) goto fail;
-    g->m = gpt_model_create(&o->model, o->batch, o->seq, o->threads, err, errlen);
-    if (!g->m) goto fail;
-    g->o.threads = gpt_model_threads(g->m);
+    int use_cuda;
+    if (resolve_device(o, &use_cuda, err, errlen)) goto fail;
+#ifdef DILOCO_HAVE_CUDA
+    if (use_cuda) {
+        g->cu = gpt_cuda_create(&o->model, o->batch, o->seq, o->tf32, err, errlen);
+        if (!g->cu) goto fail;
+        g->pinned = gpt_cuda_pin(t->params, bytes) == 1;
+        t->params_changed = cuda_params_changed;
+    }
+#endif
+    if (!use_cuda) {
+        g->m = gpt_model_create(&o->model, o->batch, o->seq, o->threads, err, errlen);
+        if (!g->m) goto fail;
+        g->o.threads = gpt_model_threads(g->m);
+    }
     if (o->data_path) {
         if (gpt_tokens_load(o->data_path, &g->data, err, errlen)) goto fail;
         if (g->data.vocab > (uint32_t)o->model.vocab) {
@@ -540,7 +658,14 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen) {
         g->cursor = g->lo;
     }
     g->rng = o->data_seed * 0x9e3779b97f4a7c15ULL ^ ((uint64_t)o->shard_index + 1) * 0xd1b54a32d192ed03ULL;
-    if (g->ckpt_path && ckpt_load(g, err, errlen) < 0) goto fail;
+    int loaded = g->ckpt_path ? ckpt_load(g, err, errlen) : 0;
+    if (loaded < 0) goto fail;
+#ifdef DILOCO_HAVE_CUDA
+    if (g->cu && (gpt_cuda_set_params(g->cu, t->params, 0, t->numel, err, errlen) ||
+                  (loaded && gpt_cuda_set_moments(g->cu, g->am, g->av, err, errlen)) ||
+                  gpt_cuda_sync(g->cu, err, errlen)))
+        goto fail;
+#endif
     if (g->log_path && !(g->log = fopen(g->log_path, "a"))) {
         seterr(err, errlen, "gpt: --log %s: %s", g->log_path, strerror(errno));
         goto fail;

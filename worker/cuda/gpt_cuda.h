@@ -1,0 +1,129 @@
+/* gpt_cuda.h: the CUDA backend of the GPT trainer (worker/gpt), a plain C API over the .cu sources of worker/cuda.
+ *
+ * Same model, same flat parameter layout (gpt_layout), same math as the CPU backend in
+ * worker/gpt/gpt_model.c: cuBLAS sgemm for every matrix product (strided-batched for attention;
+ * TF32 only when asked), our own kernels for the embedding, LayerNorm, causal softmax, GELU,
+ * residuals, cross-entropy, gradient clipping and AdamW. Every device buffer is allocated once in
+ * gpt_cuda_create with cudaMalloc (no managed memory); a step allocates nothing.
+ *
+ * Parameters, gradients and the AdamW moments live on the device. The host buffer of the trainer
+ * (trainer.params, the DiLoCo buffer) is copied in with gpt_cuda_set_params (one async copy on the
+ * compute stream, after DiLoCo wrote new global values) and out with gpt_cuda_get_params.
+ *
+ * Every sum that decides a number is deterministic (fixed reduction trees, no atomics): the same
+ * batch on the same GPU gives the same bytes. The token-embedding gradient is a per-token sum in
+ * position order, like the CPU's.
+ *
+ * Compiled only when nvcc exists (the Makefile defines DILOCO_HAVE_CUDA=1 for C code then). Every
+ * function returns 0 / a pointer on success and -1 / NULL with a message in err on a CUDA error. */
+#ifndef DILOCO_GPT_CUDA_H
+#define DILOCO_GPT_CUDA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "gpt/gpt.h"
+
+/* Number of usable CUDA devices; 0 when there is none or the driver/runtime fails (never aborts).
+ * If why is given it receives the reason when the answer is 0. */
+int gpt_cuda_device_count(char *why, size_t whylen);
+/* "NAME, sm_XY, N SMs, M MiB" of the current device, and its fp32 / tf32 dense peaks in FLOP/s
+ * estimated from the SM count and clock (0 when the architecture is unknown). */
+int gpt_cuda_device_info(char *name, size_t namelen, double *fp32_peak, double *tf32_peak);
+
+/* Measured cublasSgemm rate (FLOP/s) for n x n x n on the current device (best of reps); 0 on error. */
+double gpt_cuda_sgemm_flops(int n, int tf32, int reps);
+
+typedef struct gpt_cuda gpt_cuda;
+
+/* Allocates parameters, gradients, AdamW moments, every activation for batch B x sequence T, and
+ * the cuBLAS handle on the current device. tf32 != 0 lets cuBLAS use TF32 tensor cores. */
+gpt_cuda *gpt_cuda_create(const gpt_config *c, int B, int T, int tf32, char *err, size_t errlen);
+void gpt_cuda_free(gpt_cuda *g);
+size_t gpt_cuda_numel(const gpt_cuda *g);
+
+/* Host <-> device copies of params[off, off+n) (host pointers are to the whole flat buffer).
+ * set: asynchronous on the compute stream when host is pinned (gpt_cuda_pin), ordered before the
+ * next step. get: waits for the step and the copy. */
+int gpt_cuda_set_params(gpt_cuda *g, const float *host, size_t off, size_t n, char *err, size_t errlen);
+int gpt_cuda_get_params(gpt_cuda *g, float *host, char *err, size_t errlen);
+/* AdamW moments (checkpoint): numel floats each; either may be NULL. */
+int gpt_cuda_set_moments(gpt_cuda *g, const float *m, const float *v, char *err, size_t errlen);
+int gpt_cuda_get_moments(gpt_cuda *g, float *m, float *v, char *err, size_t errlen);
+int gpt_cuda_get_grads(gpt_cuda *g, float *host, char *err, size_t errlen);
+/* Logits (B,T,V) of the last forward (probabilities after a forward with targets, as the CPU). */
+int gpt_cuda_get_logits(gpt_cuda *g, float *host, char *err, size_t errlen);
+/* Page-lock a host buffer so copies to/from it are asynchronous DMA (cudaHostRegister); undo with
+ * gpt_cuda_unpin. Failing to pin is not an error (copies stay correct, only slower): returns 1 when
+ * pinned, 0 when not. */
+int gpt_cuda_pin(void *host, size_t bytes);
+void gpt_cuda_unpin(void *host);
+
+/* Forward on the device parameters: inputs / targets are B*T host token ids. Returns the mean
+ * cross-entropy in *loss (0 when targets is NULL: logits only). Waits for the result. */
+int gpt_cuda_forward(gpt_cuda *g, const int *inputs, const int *targets, float *loss, char *err, size_t errlen);
+/* After a forward with targets: gradients (written, not accumulated) on the device. */
+int gpt_cuda_backward(gpt_cuda *g, char *err, size_t errlen);
+/* clip_grad_norm_ on the device gradients; *norm (may be NULL) receives the norm before clipping.
+ * The norm is computed and applied on the device; reading it waits for the stream. */
+int gpt_cuda_clip(gpt_cuda *g, double max_norm, double *norm, char *err, size_t errlen);
+/* The norm of the last gpt_cuda_clip without waiting for it: valid after the next call that waits
+ * (gpt_cuda_get_params, gpt_cuda_sync, ...). */
+double gpt_cuda_last_norm(const gpt_cuda *g);
+/* One AdamW step (t >= 1) on the device, as gpt_adamw_step. */
+int gpt_cuda_adamw(gpt_cuda *g, long t, double lr, double beta1, double beta2, double eps, double weight_decay,
+                   char *err, size_t errlen);
+/* Waits for everything queued. */
+int gpt_cuda_sync(gpt_cuda *g, char *err, size_t errlen);
+
+/* DiLoCo on the device (optional path, not used by libdiloco today, which computes the
+ * pseudo-gradient on the host): base is a device copy of the global parameters (kept by
+ * gpt_cuda_snapshot_base), and gpt_cuda_pseudograd_bf16 writes bf16(base - params) for
+ * [off, off+n) into host (pinned or not) with the rounding of common/bf16.c. */
+int gpt_cuda_snapshot_base(gpt_cuda *g, char *err, size_t errlen);
+int gpt_cuda_pseudograd_bf16(gpt_cuda *g, size_t off, size_t n, uint16_t *host, char *err, size_t errlen);
+
+/* ---- single kernels on host arrays (tests: each kernel against the CPU math) -----------------
+ * Each copies its inputs to fresh device buffers, runs the kernel(s) the model uses, copies the
+ * outputs back and frees the buffers. Shapes as in gpt_model.c. */
+int gpt_cuda_k_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C,
+                               int V, int maxT);
+/* dwte (V,C) in/out (holds the head's gradient, the scatter adds); dwpe (maxT,C) written */
+int gpt_cuda_k_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C,
+                                int V, int maxT);
+int gpt_cuda_k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
+                                 const float *b, int N, int C);
+/* dinp written (accumulate=0) or added to (1); dw, db written */
+int gpt_cuda_k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                                  const float *w, const float *mean, const float *rstd, int N, int C,
+                                  int accumulate);
+/* out = inp W^T + bias ; and the backward: dinp, dw, dbias written */
+int gpt_cuda_k_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC,
+                              int tf32);
+int gpt_cuda_k_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                               const float *w, int N, int C, int OC, int tf32);
+/* causal attention: out (B,T,C), att (B,NH,T,T) probabilities (0 above the diagonal) */
+int gpt_cuda_k_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int tf32);
+int gpt_cuda_k_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
+                                  int C, int NH, int tf32);
+/* softmax of the rows of S (rows of length T, row t keeps columns 0..t), in place */
+int gpt_cuda_k_softmax_causal(float *s, int BH, int T);
+int gpt_cuda_k_gelu_forward(float *out, const float *inp, size_t n);
+int gpt_cuda_k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
+int gpt_cuda_k_residual_forward(float *out, const float *a, const float *b, size_t n);
+/* logits -> probabilities in place, losses (N); *mean = mean loss. Then (separately) backward. */
+int gpt_cuda_k_crossentropy_forward(float *logits, float *losses, const int *targets, int N, int V, float *mean);
+int gpt_cuda_k_crossentropy_backward(float *probs, const int *targets, int N, int V);
+int gpt_cuda_k_clip(float *grads, size_t numel, double max_norm, double *norm);
+int gpt_cuda_k_adamw(const trainer_tensor *tensors, int ntensors, float *params, const float *grads, float *m,
+                     float *v, long t, double lr, double beta1, double beta2, double eps, double weight_decay);
+int gpt_cuda_k_pseudograd_bf16(const float *base, const float *params, uint16_t *out, size_t n);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "blob.h"
+#include "checkpoint.h"
 #include "coordinator.h"
 #include "gpt/gpt.h"
 #include "keys.h"
@@ -33,7 +34,17 @@ typedef struct init_args {
     const char *trainer;
     gpt_config gpt;
     const char *from_checkpoint;
+    int reset_momentum;          /* --reset-momentum: take only the parameters from the checkpoint */
+    const char *given[64];       /* the flags given on the command line (checkpoint values fill the rest) */
+    int ngiven;
+    char ck_trainer[32];
 } init_args;
+
+static int flag_given(const init_args *a, const char *flag) {
+    for (int i = 0; i < a->ngiven; i++)
+        if (!strcmp(a->given[i], flag)) return 1;
+    return 0;
+}
 
 static void init_usage(FILE *f) {
     fprintf(f,
@@ -54,8 +65,47 @@ static void init_usage(FILE *f) {
             "  --no-nesterov              plain momentum instead of Nesterov\n"
             "  --heartbeat-timeout S      evict workers silent for S seconds (default 120; 0 = never)\n"
             "  --snapshot-every K         durable snapshot every K versions, log in between (default 8)\n"
-            "  --from-checkpoint FILE     initial parameters from a checkpoint (not yet supported)\n"
+            "  --from-checkpoint FILE     start from a checkpoint (`coordinator checkpoint save`): its parameters\n"
+            "                             and outer momentum become version 0; trainer, model, shards,\n"
+            "                             fragments, seed, outer lr/momentum/nesterov and snapshot-every default\n"
+            "                             to the checkpoint's; a model that does not match it is an error\n"
+            "  --reset-momentum           (with --from-checkpoint) start the outer momentum afresh\n"
             "  --force                    replace an existing run of that name\n");
+}
+
+/* --from-checkpoint: what the command line left open comes from the checkpoint's metadata. */
+static int adopt_checkpoint(init_args *a) {
+    checkpoint ck;
+    char err[1024];
+    if (checkpoint_read(a->from_checkpoint, 0, &ck, err, sizeof err) < 0) {
+        fprintf(stderr, "coordinator init: --from-checkpoint: %s\n", err);
+        return -1;
+    }
+    if (!flag_given(a, "--trainer")) {
+        snprintf(a->ck_trainer, sizeof a->ck_trainer, "%s", ck.trainer);
+        a->trainer = a->ck_trainer;
+    }
+    const char *gflags[] = {"--layers", "--heads", "--dim", "--ctx", "--vocab"};
+    int model_given = flag_given(a, "--numel");
+    for (size_t i = 0; i < sizeof gflags / sizeof gflags[0]; i++) model_given |= flag_given(a, gflags[i]);
+    if (!model_given && !strcmp(a->trainer, ck.trainer)) {
+        unsigned long long n;
+        gpt_config g;
+        if (!strcmp(ck.trainer, "quadratic") && sscanf(ck.model, "--numel %llu", &n) == 1)
+            a->numel = (long long)n;
+        else if (!strcmp(ck.trainer, "gpt") && sscanf(ck.model, "--layers %d --heads %d --dim %d --ctx %d --vocab %d",
+                                                      &g.layers, &g.heads, &g.dim, &g.ctx, &g.vocab) == 5)
+            a->gpt = g;
+    }
+    if (!flag_given(a, "--shards")) a->shards = ck.nshards;
+    if (!flag_given(a, "--fragments")) a->fragments = ck.nfragments;
+    if (!flag_given(a, "--seed")) a->seed = (long long)ck.seed;
+    if (!flag_given(a, "--snapshot-every") && ck.snapshot_every > 0) a->snapshot_every = ck.snapshot_every;
+    if (!flag_given(a, "--outer-lr")) a->outer_lr = ck.outer_lr;
+    if (!flag_given(a, "--outer-momentum")) a->outer_momentum = ck.outer_momentum;
+    if (!flag_given(a, "--no-nesterov")) a->nesterov = ck.nesterov;
+    checkpoint_free(&ck);
+    return 0;
 }
 
 static int parse_init(int argc, char **argv, init_args *a) {
@@ -77,12 +127,14 @@ static int parse_init(int argc, char **argv, init_args *a) {
         int rc = coord_common_flag(&a->c, argc, argv, &i);
         if (rc < 0) return -1;
         if (rc) continue;
+        if (a->ngiven < (int)(sizeof a->given / sizeof a->given[0])) a->given[a->ngiven++] = f;
         if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
             init_usage(stdout);
             exit(0);
         }
         if (!strcmp(f, "--no-nesterov")) { a->nesterov = 0; continue; }
         if (!strcmp(f, "--force")) { a->force = 1; continue; }
+        if (!strcmp(f, "--reset-momentum")) { a->reset_momentum = 1; continue; }
         if (i + 1 >= argc) {
             fprintf(stderr, "coordinator init: unknown option or missing value: %s (see --help)\n", f);
             return -1;
@@ -137,6 +189,11 @@ static int parse_init(int argc, char **argv, init_args *a) {
             return -1;
         }
     }
+    if (a->reset_momentum && !a->from_checkpoint) {
+        fprintf(stderr, "coordinator init: --reset-momentum goes with --from-checkpoint\n");
+        return -1;
+    }
+    if (a->from_checkpoint && adopt_checkpoint(a) < 0) return -1;
     if (a->outer_lr <= 0 || a->outer_momentum >= 1) {
         fprintf(stderr, "coordinator init: --outer-lr must be > 0 and --outer-momentum in [0, 1)\n");
         return -1;
@@ -154,14 +211,51 @@ typedef struct initial_params {
     int ntensors;
     trainer_tensor single;
     char model[256];
+    float *mom;          /* outer momentum to start from (--from-checkpoint), or NULL */
+    int64_t ck_version;  /* the checkpoint's version, -1 without one */
+    char ck_run[80];
 } initial_params;
 
-static int make_initial(const init_args *a, initial_params *ip, char *err, size_t errlen) {
-    memset(ip, 0, sizeof *ip);
-    if (a->from_checkpoint) {
-        err_set(err, errlen, "--from-checkpoint is not supported yet (issue 6); start from --seed");
+static int make_initial_seed(const init_args *a, initial_params *ip, char *err, size_t errlen);
+
+/* The run's layout as requested, then the checkpoint's values in place of the seeded ones. */
+static int make_initial_checkpoint(const init_args *a, initial_params *ip, char *err, size_t errlen) {
+    if (make_initial_seed(a, ip, err, errlen) < 0) return -1;
+    checkpoint ck;
+    char e2[1024];
+    if (checkpoint_read(a->from_checkpoint, 1, &ck, e2, sizeof e2) < 0) {
+        err_set(err, errlen, "--from-checkpoint: %s", e2);
         return -1;
     }
+    if (strcmp(ck.trainer, a->trainer) != 0 || ck.numel != ip->numel || strcmp(ck.model, ip->model) != 0) {
+        err_set(err, errlen, "--from-checkpoint %s: layout mismatch: the checkpoint holds a %s model (%s, %" PRIu64
+                " parameters), this run asks for a %s model (%s, %" PRIu64 " parameters); drop the trainer and model flags "
+                "to take the checkpoint's, or use a checkpoint of this model", a->from_checkpoint, ck.trainer,
+                ck.model, ck.numel, a->trainer, ip->model, ip->numel);
+        checkpoint_free(&ck);
+        return -1;
+    }
+    free(ip->params);
+    ip->params = ck.params;
+    ck.params = NULL;
+    if (ck.has_mom && !a->reset_momentum) {
+        ip->mom = ck.mom;
+        ck.mom = NULL;
+    }
+    ip->ck_version = ck.version;
+    snprintf(ip->ck_run, sizeof ip->ck_run, "%s", ck.run);
+    checkpoint_free(&ck);
+    return 0;
+}
+
+static int make_initial(const init_args *a, initial_params *ip, char *err, size_t errlen) {
+    if (a->from_checkpoint) return make_initial_checkpoint(a, ip, err, errlen);
+    return make_initial_seed(a, ip, err, errlen);
+}
+
+static int make_initial_seed(const init_args *a, initial_params *ip, char *err, size_t errlen) {
+    memset(ip, 0, sizeof *ip);
+    ip->ck_version = -1;
     if (!strcmp(a->trainer, "quadratic")) {
         ip->numel = (uint64_t)a->numel;
         ip->params = malloc(ip->numel * sizeof(float));
@@ -195,6 +289,7 @@ oom:
 
 static void free_initial(initial_params *ip) {
     free(ip->params);
+    free(ip->mom);
     if (ip->tensors != &ip->single) free(ip->tensors);
 }
 
@@ -246,19 +341,34 @@ static int run_exists(redisContext *rc, const char *run, int *exists, char *err,
     return 0;
 }
 
-/* Write version 0 of shard k and return its digest (hex) in digest. */
-static int write_shard_v0(redisContext *rc, const char *run, int k, const float *x, uint64_t n, char *digest,
-                          char *err, size_t errlen) {
+/* Write version 0 of shard k and return its digest (hex) in digest. With mom (a checkpoint's outer
+ * momentum), the snapshot carries θ then the momentum and flags bit 0, exactly like the snapshots a
+ * shard-server writes, so the first outer step continues that momentum. */
+static int write_shard_v0(redisContext *rc, const char *run, int k, const float *x, const float *mom, uint64_t n,
+                          char *digest, char *err, size_t errlen) {
     blob_header h;
     blob_header_init(&h, "snap");
     h.dtype = BLOB_F32;
-    h.count = n;
+    h.count = mom ? 2 * n : n;
+    h.flags = mom ? 1 : 0;
     h.shard = k;
     h.version = 0;
     h.epoch = 0;
     uint8_t *blob;
     size_t len;
-    if (blob_encode(&h, x, n * sizeof(float), &blob, &len, err, errlen) < 0) return -1;
+    float *both = NULL;
+    if (mom) {
+        both = malloc(2 * n * sizeof(float));
+        if (!both) {
+            err_set(err, errlen, "out of memory");
+            return -1;
+        }
+        memcpy(both, x, n * sizeof(float));
+        memcpy(both + n, mom, n * sizeof(float));
+    }
+    int enc = blob_encode(&h, mom ? both : x, h.count * sizeof(float), &blob, &len, err, errlen);
+    free(both);
+    if (enc < 0) return -1;
     char key[KEY_MAX];
     key_shard(key, sizeof key, run, k, "snap:0:0");
     redisReply *r = redisCommand(rc, "SET %s %b", key, blob, len);
@@ -336,13 +446,17 @@ static int create_run(redisContext *rc, const init_args *a, char *err, size_t er
     if (layout_cut_shards(ip.tensors, ip.ntensors, ip.numel, (int)a->shards, sb, err, errlen) < 0) goto done_ip;
     if (layout_cut_fragments((int)a->shards, (int)a->fragments, fb, err, errlen) < 0) goto done_ip;
     for (int k = 0; k < a->shards; k++)
-        if (write_shard_v0(rc, a->c.run, k, ip.params + sb[k], sb[k + 1] - sb[k], digests[k], err, errlen) < 0)
+        if (write_shard_v0(rc, a->c.run, k, ip.params + sb[k], ip.mom ? ip.mom + sb[k] : NULL, sb[k + 1] - sb[k],
+                           digests[k], err, errlen) < 0)
             goto done_ip;
     if (call_dl_init(rc, a, &ip, sb, fb, digests, err, errlen) < 0) goto done_ip;
     printf("run '%s' created: %s trainer (%s), %" PRIu64 " parameters in %lld shards, %lld fragment(s), "
            "waiting for %lld worker(s), outer lr %g momentum %g%s\n",
            a->c.run, a->trainer, ip.model, ip.numel, a->shards, a->fragments, a->workers, a->outer_lr,
            a->outer_momentum, a->nesterov ? " nesterov" : "");
+    if (a->from_checkpoint)
+        printf("version 0 = checkpoint %s (run '%s' at version %" PRId64 "), %s\n", a->from_checkpoint, ip.ck_run,
+               ip.ck_version, ip.mom ? "with its outer momentum" : "outer momentum starts afresh");
     rc_ = 0;
 done_ip:
     free_initial(&ip);

@@ -2,6 +2,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "coordinator.h"
 #include "log.h"
 
@@ -15,6 +16,7 @@ static void usage(FILE *f) {
             "  serve     operator process: evicts dead workers on time (several may run);\n"
             "            --http [HOST:]PORT adds the dashboard, /status, /metrics, /control\n"
             "  control   kick a worker, set outer lr / momentum / expected workers, shut down\n"
+            "  checkpoint save|show   export the run to a safetensors file; see `checkpoint --help`\n"
             "\n"
             "Redis URL: redis://[user[:pass]@]host[:port][/db] or unix://path\n");
 }
@@ -28,6 +30,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "init")) return cmd_init(argc - 2, argv + 2);
     if (!strcmp(argv[1], "status")) return cmd_status(argc - 2, argv + 2);
     if (!strcmp(argv[1], "serve")) return cmd_serve(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "checkpoint")) return cmd_checkpoint(argc - 2, argv + 2);
     if (!strcmp(argv[1], "control")) return cmd_control(argc - 2, argv + 2);
     fprintf(stderr, "coordinator: unknown command '%s'\n\n", argv[1]);
     usage(stderr);

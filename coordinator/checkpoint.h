@@ -1,0 +1,64 @@
+/* checkpoint.h: exporting a run's global state to a safetensors file, and reading it back.
+ *
+ * A checkpoint is ONE safetensors file (docs/checkpoints.md has the exact format): two fp32 tensors,
+ * "params" [numel] (the global parameters of every shard at one common version) and "momentum"
+ * [numel] (the outer Nesterov/SGD buffer; zeros and metadata has_momentum "false" before the first
+ * outer step), and the run config in "__metadata__" (all strings, as safetensors requires). A JSON
+ * side file (same name, ".json" instead of ".safetensors") repeats the metadata for humans and tools.
+ * Both are written atomically: temp file in the same folder, fsync, rename, fsync of the folder.
+ *
+ * Export reads Redis only (dl:{R}:config, dl:{R}:state, dl:{R}:shards and the shard blobs): it
+ * rebuilds each shard with common/replay.c (snapshot + log replay + digest check) from refs read in
+ * one HMGET, so all shards come from the same instant and must all be at the same version; while
+ * they are not (a round is being committed) it waits and retries, up to a timeout.
+ *
+ * `coordinator init --from-checkpoint FILE` reads it back with checkpoint_read (coordinator/init.c). */
+#ifndef DILOCO_CHECKPOINT_H
+#define DILOCO_CHECKPOINT_H
+#include <stddef.h>
+#include <stdint.h>
+#include <hiredis/hiredis.h>
+
+#define CKPT_FORMAT "rediloco-checkpoint"
+#define CKPT_FORMAT_VERSION "1"
+#define CKPT_DEFAULT_TIMEOUT_MS 60000
+
+typedef struct checkpoint {
+    uint64_t numel;
+    float *params;            /* numel fp32 (NULL when read without data) */
+    float *mom;               /* numel fp32, zeros when !has_mom (NULL when read without data) */
+    int has_mom;
+    int64_t version;          /* the common shard version the parameters are at */
+    char run[80];             /* the run it was exported from */
+    char trainer[32];         /* "quadratic", "gpt" */
+    char model[256];          /* as in dl:{R}:config "model", e.g. "--numel 200000" */
+    char mode[16];
+    int nshards, nfragments, snapshot_every;
+    uint64_t *shard_bounds;   /* nshards+1 */
+    uint64_t seed;
+    double outer_lr, outer_momentum;
+    int nesterov;
+} checkpoint;
+
+/* Export run `run` to `path` (atomically, plus the JSON side file). Waits up to
+ * CKPT_DEFAULT_TIMEOUT_MS for every shard to be at the same version. */
+int checkpoint_export(redisContext *c, const char *run, const char *path, char *err, size_t errlen);
+/* The same with a timeout (ms) and the exported version in *version (may be NULL). */
+int checkpoint_export_ex(redisContext *c, const char *run, const char *path, int timeout_ms, int64_t *version,
+                         char *err, size_t errlen);
+/* Export to dir/checkpoint-<version>.safetensors (+ .json), then delete all but the newest `keep`
+ * checkpoint-*.safetensors of dir (keep <= 0: delete none). The written path goes to path_out (may be
+ * NULL). Exporting a version that is already there rewrites it (same bytes). This is what
+ * `coordinator serve --save-every N --save-dir DIR [--keep K]` calls every N committed rounds. */
+int checkpoint_save_dir(redisContext *c, const char *run, const char *dir, int keep, int timeout_ms,
+                        char *path_out, size_t path_cap, int64_t *version, char *err, size_t errlen);
+
+/* Read and validate a checkpoint written by checkpoint_export: our format marker, both tensors F32
+ * of shape [numel], offsets inside the file, no trailing bytes, finite values. with_data 0 reads the
+ * header only (params and mom stay NULL). Free with checkpoint_free. */
+int checkpoint_read(const char *path, int with_data, checkpoint *ck, char *err, size_t errlen);
+void checkpoint_free(checkpoint *ck);
+
+/* `coordinator checkpoint save|show ...` */
+int cmd_checkpoint(int argc, char **argv);
+#endif

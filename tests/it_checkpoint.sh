@@ -1,0 +1,114 @@
+#!/bin/sh
+# it_checkpoint.sh: checkpoint export and resume (docs/checkpoints.md).
+#
+# 3 workers, 2 shard-servers, 8 shards, 3 sync rounds of the quadratic trainer (snapshots every 2
+# versions, so the export replays snapshot + log), then `coordinator checkpoint save`. Checks:
+#  - tests/checkpoint_read.py (numpy, parses safetensors by hand) finds the XXH3 of every shard's
+#    bytes equal to dl:{R}:shards k:digest, the whole vector equal to the in-process reference
+#    (tests/tools/ref_quadratic) and to the workers' last sync digest, version 3, momentum present;
+#  - `coordinator init --run R2 --from-checkpoint` gives R2 the same shard digests as R;
+#  - one more round with fresh workers on R and on R2 ends bit-identical (so R2's version 0 carried
+#    the outer momentum), while R3 resumed with --reset-momentum ends different;
+#  - --dir/--keep writes checkpoint-<version>.safetensors and keeps the newest K;
+#  - a model that does not match, a foreign safetensors file and a corrupt checkpoint are refused
+#    with a clear message and create no run.
+. "$(dirname "$0")/lib.sh"
+/usr/bin/python3 -c 'import numpy' 2>/dev/null || { echo "SKIP: /usr/bin/python3 has no numpy (apt-get install python3-numpy)"; exit 77; }
+RUN=ck; NUMEL=200000; SEED=7; H=20; ROUNDS=3
+CK="$TMP/ck.safetensors"
+start_redis
+init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --workers 3 --seed $SEED --snapshot-every 2
+start_server s1 --lease-ttl-ms 2000
+start_server s2 --lease-ttl-ms 2000
+for w in w1 w2 w3; do start_worker $w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1; done
+for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+[ "$(shard_versions $RUN)" = "3 3 3 3 3 3 3 3" ] || fail "shard versions: $(shard_versions $RUN)"
+
+say "export"
+bin/coordinator checkpoint save --redis "$URL" --run $RUN --out "$CK" > "$TMP/save.log" 2>&1 || fail "checkpoint save: $(cat "$TMP/save.log")"
+cat "$TMP/save.log"
+[ -f "$TMP/ck.json" ] || fail "no JSON side file"
+ls "$TMP" | grep -q '\.tmp\.' && fail "a temp file was left behind"
+/usr/bin/python3 tests/checkpoint_read.py "$CK" > "$TMP/py.txt" 2>&1 || fail "checkpoint_read.py: $(cat "$TMP/py.txt")"
+cat "$TMP/py.txt"
+shard_digests $RUN > "$TMP/redis-digests.txt"
+grep '^shard' "$TMP/py.txt" | diff - "$TMP/redis-digests.txt" > "$TMP/diff.txt" || fail "python's shard digests differ from Redis: $(cat "$TMP/diff.txt")"
+grep -qx "numel $NUMEL" "$TMP/py.txt" || fail "numel"
+grep -qx "version 3" "$TMP/py.txt" || fail "version"
+grep -qx "has_momentum true" "$TMP/py.txt" || fail "has_momentum"
+nz=$(awk '/^momentum_nonzero/ {print $2}' "$TMP/py.txt")
+[ "$nz" -gt $((NUMEL / 2)) ] || fail "momentum is mostly zero ($nz non-zero)"
+build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers w1,w2,w3 --rounds $ROUNDS \
+  --sync-every $H --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" > "$TMP/ref.txt" || fail "reference"
+want=$(awk '/^all/ {print $2}' "$TMP/ref.txt")
+got=$(awk '/^all/ {print $2}' "$TMP/py.txt")
+[ "$got" = "$want" ] || fail "checkpoint params digest $got, reference $want"
+wdig=$(grep '"event":"sync"' "$TMP/w1.jsonl" | tail -n 1 | sed 's/.*"digest":"\([0-9a-f]*\)".*/\1/')
+[ "$wdig" = "$want" ] || fail "worker w1 ended with $wdig, checkpoint has $want"
+bin/coordinator checkpoint show "$CK" > "$TMP/show.txt" 2>&1 || fail "checkpoint show: $(cat "$TMP/show.txt")"
+grep '^shard [0-9]' "$TMP/show.txt" | diff - "$TMP/redis-digests.txt" > /dev/null || fail "checkpoint show digests"
+say "python and Redis agree on every shard; params = reference ($want)"
+
+say "resume"
+init_run ck2 --from-checkpoint "$CK" --workers 3
+grep -q "with its outer momentum" "$TMP/init-ck2.log" || fail "init did not take the momentum: $(cat "$TMP/init-ck2.log")"
+shard_digests ck2 | diff - "$TMP/redis-digests.txt" > "$TMP/diff.txt" || fail "R2's shard digests differ: $(cat "$TMP/diff.txt")"
+[ "$($RCLI HGET 'dl:{ck2}:config' numel)" = $NUMEL ] || fail "R2 numel"
+[ "$($RCLI HGET 'dl:{ck2}:config' shard_bounds)" = "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" ] || fail "R2 shard bounds"
+[ "$($RCLI HGET 'dl:{ck2}:config' seed)" = $SEED ] || fail "R2 seed"
+init_run ck3 --from-checkpoint "$CK" --reset-momentum --workers 3
+shard_digests ck3 | diff - "$TMP/redis-digests.txt" > /dev/null || fail "R3's shard digests differ"
+
+say "one more round on $RUN, ck2 and ck3 with fresh workers"
+for r in $RUN ck2 ck3; do # one run at a time: the worker ids (and so their problems) are the same
+  RUN0=$RUN; RUN=$r
+  # the departed workers shrank the continued run's barrier: wait for all three again, like a fresh run
+  $RCLI FCALL dl_set 1 "dl:{$r}:config" target_workers 3 > /dev/null || fail "dl_set"
+  start_server "a_$r" --lease-ttl-ms 2000
+  for w in w1 w2 w3; do start_worker "$w" --sync-every $H --steps $H --heartbeat-interval 1; done
+  for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w of $r exited with status $?"; done
+  for w in w1 w2 w3; do mv "$TMP/worker-$w.log" "$TMP/worker-$w-$r.log"; done
+  RUN=$RUN0
+done
+[ "$(shard_versions $RUN)" = "4 4 4 4 4 4 4 4" ] || fail "$RUN versions: $(shard_versions $RUN)"
+[ "$(shard_versions ck2)" = "1 1 1 1 1 1 1 1" ] || fail "ck2 versions: $(shard_versions ck2)"
+shard_digests $RUN > "$TMP/r4.txt"
+shard_digests ck2 | diff - "$TMP/r4.txt" > "$TMP/diff.txt" || fail "resumed run differs from the continued one: $(cat "$TMP/diff.txt")"
+shard_digests ck3 | diff - "$TMP/r4.txt" > /dev/null && fail "--reset-momentum made no difference: the check is blind"
+say "resumed run = continued run after one more round (momentum carried over)"
+
+say "--dir --keep"
+D="$TMP/ckdir"
+mkdir -p "$D"; : > "$D/checkpoint-1.safetensors"; : > "$D/checkpoint-2.safetensors"; : > "$D/unrelated.txt"
+bin/coordinator checkpoint save --redis "$URL" --run ck2 --dir "$D" --keep 2 > "$TMP/save2.log" 2>&1 || fail "save --dir: $(cat "$TMP/save2.log")"
+bin/coordinator checkpoint save --redis "$URL" --run $RUN --dir "$D" --keep 2 > "$TMP/save3.log" 2>&1 || fail "save --dir: $(cat "$TMP/save3.log")"
+[ "$(cd "$D" && ls | tr '\n' ' ')" = "checkpoint-2.safetensors checkpoint-4.json checkpoint-4.safetensors unrelated.txt " ] ||
+  fail "checkpoint dir holds: $(ls "$D")"
+/usr/bin/python3 tests/checkpoint_read.py "$D/checkpoint-4.safetensors" | grep '^shard' | diff - "$TMP/r4.txt" > /dev/null ||
+  fail "checkpoint-4 does not hold version 4"
+
+say "bad input"
+refuse() { # RUN what-to-grep init-flags...
+  r=$1; pat=$2; shift 2
+  bin/coordinator init --redis "$URL" --run "$r" "$@" > "$TMP/refuse-$r.log" 2>&1 && fail "init $* was accepted"
+  grep -q "$pat" "$TMP/refuse-$r.log" || fail "init $*: unclear message: $(cat "$TMP/refuse-$r.log")"
+  [ "$($RCLI EXISTS "dl:{$r}:config")" = 0 ] || fail "a refused init created run $r"
+  say "refused: $(tail -n 1 "$TMP/refuse-$r.log")"
+}
+refuse bad1 "layout mismatch" --from-checkpoint "$CK" --numel 1000
+refuse bad2 "layout mismatch" --from-checkpoint "$CK" --trainer gpt
+/usr/bin/python3 - "$TMP/foreign.safetensors" <<'PY'
+import json, struct, sys
+h = json.dumps({"__metadata__": {"format": "pt"}, "w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
+h += b" " * (-len(h) % 8)
+open(sys.argv[1], "wb").write(struct.pack("<Q", len(h)) + h + struct.pack("<2f", 1, 2))
+PY
+refuse bad3 "not a ReDiLoCo checkpoint" --from-checkpoint "$TMP/foreign.safetensors"
+cp "$CK" "$TMP/corrupt.safetensors"
+size=$(stat -c %s "$CK")
+printf 'X' | dd of="$TMP/corrupt.safetensors" bs=1 seek=$((size - NUMEL * 4 - 1000)) conv=notrunc 2>/dev/null
+refuse bad4 "corrupt" --from-checkpoint "$TMP/corrupt.safetensors"
+head -c 1000 "$CK" > "$TMP/short.safetensors"
+refuse bad5 "do not fit" --from-checkpoint "$TMP/short.safetensors"
+refuse bad6 "cannot open" --from-checkpoint "$TMP/nonexistent.safetensors"
+say "checkpoints: export, python read, resume with momentum, rotation, refusals: all good"

@@ -229,12 +229,14 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
     }
     json_object_set_new(d, "shards", shards);
 
-    /* events (newest first): the last 30 as they are, and the closed rounds (oldest first) for the
-     * participation chart */
+    /* events (newest first): the last 30 that are not routine (joins, leaves, evictions, kicks,
+     * rejections, leases, settings, ...; commits and closes are in the counters), and the closed
+     * rounds (oldest first) for the participation chart */
     json_t *recent = json_array(), *closes = json_array(), *e;
     json_array_foreach(arr(events), i, e) {
-        if (json_array_size(recent) < 30) json_array_append(recent, e);
-        if (!strcmp(str(e, "type", ""), "close")) {
+        const char *type = str(e, "type", "");
+        if (json_array_size(recent) < 30 && strcmp(type, "commit") && strcmp(type, "close")) json_array_append(recent, e);
+        if (!strcmp(type, "close")) {
             json_t *c = json_object();
             setn(c, "t_ms", num(e, "t_ms", 0));
             setn(c, "fragment", num(e, "frag", 0));

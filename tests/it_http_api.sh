@@ -1,0 +1,235 @@
+#!/bin/sh
+# it_http_api.sh: the coordinator's HTTP API against a live run (real redis-server, 2 shard-servers,
+# 2 quadratic workers training until stopped, `coordinator serve --http`).
+#
+#   GET /status, /metrics     real values: 2 workers with host and speed, 2 servers, shard versions
+#                             advancing, Prometheus text well-formed
+#   GET /, /dashboard         the embedded page, nothing referenced outside the server
+#   POST /control/*           update_optimizer -> dl:{R}:state outer_lr/outer_momentum; update_num_workers;
+#                             kick_worker -> the worker's incarnation is evicted ("kicked" event, deaths+1);
+#                             save_state -> 501; bad requests (malformed JSON, wrong types, unknown
+#                             fields/actions, oversize body, wrong method, foreign Host/Origin) -> 4xx
+#                             and the state unchanged; shutdown -> status shutdown, workers leave
+#   coordinator control       set-lr, set-momentum, set-workers, kick, errors
+#   --token-file              control needs the bearer token; status/metrics stay readable;
+#   --no-dashboard            / and /dashboard answer 404
+#   binding                   127.0.0.1 by default; --host 0.0.0.0 only when asked; SIGTERM exits 0
+. "$(dirname "$0")/lib.sh"
+command -v curl >/dev/null 2>&1 || { echo "SKIP: curl is not installed"; exit 77; }
+
+RUN=httpapi
+start_redis
+init_run $RUN --trainer quadratic --numel 10000 --shards 2 --workers 2
+start_server A
+start_server B
+for w in w1 w2; do start_worker $w --steps 0 --sync-every 20 --heartbeat-interval 0.5 --step-delay-ms 5; done
+
+start_coord() { # NAME PORT [serve flags]: pid in COORD_<NAME>
+  name=$1; port=$2; shift 2
+  bin/coordinator serve --redis "$URL" --run "$RUN" --http "127.0.0.1:$port" --print-every 0 "$@" \
+    > "$TMP/coord-$name.log" 2>&1 &
+  eval "COORD_$name=$!"
+  PIDS="$PIDS $!"
+  wait_until 10 "curl -s -o /dev/null 'http://127.0.0.1:$port/status'" "coordinator $name listening on $port"
+}
+HP=$(free_port)
+H="http://127.0.0.1:$HP"
+start_coord main "$HP"
+
+# code METHOD PATH [curl args]: print the HTTP status, body into $TMP/body
+code() { m=$1; p=$2; shift 2; curl -s -o "$TMP/body" -w '%{http_code}' -X "$m" "$@" "$H$p"; }
+post() { p=$1; b=$2; shift 2; code POST "$p" -H 'Content-Type: application/json' --data-binary "$b" "$@"; }
+expect() { # EXPECTED_CODE ACTUAL WHAT
+  [ "$2" = "$1" ] || fail "$3: HTTP $2, expected $1; body: $(head -c 400 "$TMP/body")"
+}
+jq_() { python3 -c "import json,sys; d=json.load(open('$TMP/body')); $1"; }
+state() { $RCLI HGET "dl:{$RUN}:state" "$1"; }
+inc_of() { # worker -> incarnation or "none" (from dl_status)
+  $RCLI FCALL dl_status 1 "dl:{$RUN}:config" | python3 -c "
+import json,sys; d=json.load(sys.stdin); ws=d['workers'] if isinstance(d['workers'],list) else []
+print(next((str(w['inc']) for w in ws if w['id']=='$1'), 'none'))"
+}
+n_events() { $RCLI XRANGE "dl:{$RUN}:events" - + | grep -c "^$1\$"; }
+
+say "waiting for both workers to report and rounds to commit"
+wait_until 20 "[ \"\$(curl -s $H/status | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(1 for w in d[\"workers\"] if w[\"steps_per_second\"]>0 and w[\"loss\"] is not None), min(s[\"version\"] for s in d[\"shards\"])>=2)')\" = '2 True' ]" \
+  "2 workers with speed and loss, shards at version >= 2"
+
+say "GET /status"
+expect 200 "$(code GET /status)" "GET /status"
+jq_ "
+assert d['run']=='$RUN' and d['mode']=='sync' and d['status']=='running', d
+ws={w['worker_id']:w for w in d['workers']}
+assert sorted(ws)==['w1','w2'], ws
+for w in ws.values():
+    assert w['hostname'] and w['host'] and w['speed']>0 and w['H']==20 and w['heartbeat_age_ms']<5000, w
+    assert isinstance(w['loss'], float) and w['incarnation']>=1, w
+assert d['workers_live']==2 and d['num_workers']==2 and d['servers_live']==2, d
+assert sorted(s['id'] for s in d['servers'])==['A','B'] and all(s['addr'] for s in d['servers'])
+assert len(d['shards'])==2 and all(s['owner'] in ('A','B') and s['lease_valid'] and s['lease_age_ms'] is not None for s in d['shards']), d['shards']
+assert d['commits']>=4 and d['rounds_closed']>=2 and d['deaths']==0 and 'rejections' in d, d
+assert any(r['participants']==2 for r in d['recent_rounds']), d['recent_rounds']
+assert any(e['type']=='join' for e in d['events']) and not any(e['type'] in ('commit','close') for e in d['events'])
+print('status ok: round', d['sync_round'], 'versions', [s['version'] for s in d['shards']])
+" || fail "/status content"
+v0=$(jq_ "print(min(s['version'] for s in d['shards']))")
+
+say "GET /metrics"
+expect 200 "$(code GET /metrics)" "GET /metrics"
+cp "$TMP/body" "$TMP/metrics1"
+grep -q "^diloco_workers_live{run=\"$RUN\"} 2$" "$TMP/metrics1" || fail "metrics: workers_live 2"
+grep -q "^diloco_servers_live{run=\"$RUN\"} 2$" "$TMP/metrics1" || fail "metrics: servers_live 2"
+grep -q "^diloco_worker_loss{run=\"$RUN\",worker=\"w1\"} " "$TMP/metrics1" || fail "metrics: loss of w1"
+for m in diloco_rounds_closed_total diloco_commits_total diloco_rejections_total diloco_worker_deaths_total \
+         diloco_lease_changes_total; do
+  grep -q "^$m{run=\"$RUN\"} [0-9]" "$TMP/metrics1" || fail "metrics: $m missing"
+done
+# every sample line is NAME{labels} VALUE, every family has HELP and TYPE
+python3 - "$TMP/metrics1" <<'EOF' || fail "metrics: malformed exposition"
+import re, sys
+fams, typed = set(), set()
+for line in open(sys.argv[1]):
+    line = line.rstrip('\n')
+    if line.startswith('# TYPE '): typed.add(line.split()[2]); continue
+    if line.startswith('#'): continue
+    m = re.fullmatch(r'([a-z_]+)\{([a-z_]+="[^"]*"(,[a-z_]+="[^"]*")*)\} (-?[0-9.eE+-]+)', line)
+    assert m, line
+    fams.add(m.group(1)); float(m.group(4))
+assert fams <= typed, fams - typed
+EOF
+ver() { grep "^diloco_shard_version{run=\"$RUN\",shard=\"$1\"}" "$2" | awk '{print $2}'; }
+wait_until 10 "curl -s $H/metrics > $TMP/metrics2 && [ \"\$(ver 0 $TMP/metrics2)\" -gt \"$(ver 0 "$TMP/metrics1")\" ]" \
+  "shard 0 version to advance in /metrics"
+say "metrics ok: shard 0 version $(ver 0 "$TMP/metrics1") -> $(ver 0 "$TMP/metrics2") (status said >= $v0)"
+
+say "GET / and /dashboard"
+for p in / /dashboard; do
+  expect 200 "$(code GET $p)" "GET $p"
+  grep -q '<canvas id="losschart"' "$TMP/body" || fail "$p is not the dashboard"
+  if grep -Eiq '(src|href)="(https?:)?//' "$TMP/body"; then fail "$p references an outside resource"; fi
+done
+curl -s -D - -o /dev/null "$H/dashboard" | grep -qi "^content-security-policy: default-src 'none'" || fail "dashboard CSP header"
+expect 404 "$(code GET /nope)" "unknown path"
+expect 405 "$(code POST /status)" "POST /status"
+
+say "POST /control/update_optimizer"
+expect 200 "$(post /control/update_optimizer '{"lr": 0.5, "momentum": 0.8}')" "update_optimizer"
+jq_ "assert d=={'status':'ok','lr':0.5,'momentum':0.8}, d" || fail "update_optimizer reply"
+[ "$(state outer_lr)" = 0.5 ] && [ "$(state outer_momentum)" = 0.8 ] || fail "outer_lr/momentum in Redis: $(state outer_lr) $(state outer_momentum)"
+expect 200 "$(post /control/update_optimizer '{"momentum": 0.85}')" "update_optimizer momentum only"
+[ "$(state outer_lr)" = 0.5 ] && [ "$(state outer_momentum)" = 0.85 ] || fail "momentum-only update"
+
+say "POST /control/update_num_workers"
+expect 200 "$(post /control/update_num_workers '{"num_workers": 3}')" "update_num_workers 3"
+[ "$(state target_workers)" = 3 ] || fail "target_workers 3"
+expect 200 "$(post /control/update_num_workers '{"num_workers": 2}')" "update_num_workers 2"
+[ "$(state target_workers)" = 2 ] || fail "target_workers 2"
+
+say "bad requests: 4xx and nothing changes"
+snap() { echo "$(state outer_lr) $(state outer_momentum) $(state target_workers) $(state min_workers) $(state status) $(state nesterov) $(n_events set) $(n_events shutdown) $(state deaths)"; }
+before=$(snap)
+big=$(python3 -c 'print("{\"lr\": 0.1, \"pad\": \"" + "x" * 70000 + "\"}")')
+printf '%s' "$big" > "$TMP/big.json"
+expect 400 "$(post /control/update_optimizer '{"lr": 0.3,')" "truncated JSON"
+jq_ "assert 'malformed JSON' in d['error'], d" || fail "malformed JSON error text"
+expect 400 "$(post /control/update_optimizer 'lr=0.3')" "not JSON"
+expect 400 "$(post /control/update_optimizer '[0.3]')" "JSON array body"
+expect 400 "$(post /control/update_optimizer '{"lr": "fast"}')" "lr as a string"
+expect 400 "$(post /control/update_optimizer '{"lr": -1}')" "negative lr"
+expect 400 "$(post /control/update_optimizer '{"momentum": 1.5}')" "momentum >= 1"
+expect 400 "$(post /control/update_optimizer '{"learning_rate": 0.1}')" "unknown field"
+expect 400 "$(post /control/update_optimizer '{"lr": 0.1, "lr": 0.2}')" "duplicate key"
+expect 400 "$(post /control/update_optimizer '{}')" "empty optimizer update"
+expect 400 "$(post /control/update_num_workers '{"num_workers": 0}')" "num_workers 0"
+expect 400 "$(post /control/update_num_workers '{"num_workers": 2.5}')" "num_workers 2.5"
+expect 400 "$(post /control/kick_worker '{}')" "kick without worker_id"
+expect 404 "$(post /control/kick_worker '{"worker_id": "nobody"}')" "kick unknown worker"
+expect 400 "$(post /control/shutdown '{"now": true}')" "shutdown with a field"
+expect 404 "$(post /control/delete_everything '{}')" "unknown action"
+jq_ "assert 'unknown control action' in d['error'], d" || fail "unknown action error text"
+expect 405 "$(code GET /control/shutdown)" "GET on a control endpoint"
+c=$(curl -s -o "$TMP/body" -w '%{http_code}' -X POST -H 'Content-Type: application/json' --data-binary @"$TMP/big.json" "$H/control/update_optimizer")
+expect 413 "$c" "oversize body (70 KB)"
+expect 403 "$(post /control/shutdown '{}' -H 'Host: evil.example:80')" "foreign Host (DNS rebinding)"
+expect 403 "$(code GET /status -H 'Host: evil.example')" "foreign Host on /status"
+expect 403 "$(post /control/shutdown '{}' -H 'Origin: http://evil.example')" "foreign Origin (CSRF)"
+expect 501 "$(post /control/save_state '{}')" "save_state"
+jq_ "assert 'error' in d, d" || fail "save_state reply"
+after=$(snap)
+[ "$before" = "$after" ] || fail "state changed by rejected requests: '$before' -> '$after'"
+alive "$COORD_main" || fail "coordinator died on bad input"
+
+say "POST /control/kick_worker"
+inc=$(inc_of w1)
+[ "$inc" != none ] || fail "w1 not a member before the kick"
+d0=$(state deaths)
+expect 200 "$(post /control/kick_worker '{"worker_id": "w1"}')" "kick w1"
+jq_ "assert d=={'status':'ok','worker_id':'w1'}, d" || fail "kick reply"
+now=$(inc_of w1)
+[ "$now" != "$inc" ] || fail "w1 still a member with incarnation $inc after the kick"
+[ "$(state deaths)" -eq $((d0 + 1)) ] || fail "deaths not incremented by the kick"
+$RCLI XREVRANGE "dl:{$RUN}:events" + - COUNT 100 | tr '\n' ' ' | grep -q "kicked worker w1 inc $inc " || fail "no kicked event"
+say "w1 kicked: incarnation $inc -> $now (it registers again by itself)"
+wait_until 10 "[ \"\$(inc_of w1)\" != none ]" "w1 to register again"
+
+say "coordinator control (CLI)"
+CTL="bin/coordinator control --redis $URL --run $RUN"
+$CTL set-lr 0.6 > "$TMP/ctl.out" 2>&1 || fail "control set-lr: $(cat "$TMP/ctl.out")"
+grep -q '"status":"ok"' "$TMP/ctl.out" || fail "control set-lr output: $(cat "$TMP/ctl.out")"
+$CTL set-momentum 0.9 >/dev/null 2>&1 || fail "control set-momentum"
+[ "$(state outer_lr)" = 0.6 ] && [ "$(state outer_momentum)" = 0.9 ] || fail "CLI lr/momentum in Redis"
+$CTL set-workers 2 >/dev/null 2>&1 && [ "$(state target_workers)" = 2 ] || fail "control set-workers"
+inc=$(inc_of w2)
+$CTL kick w2 >/dev/null 2>&1 || fail "control kick w2"
+[ "$(inc_of w2)" != "$inc" ] || fail "CLI kick did not evict w2"
+$CTL kick nobody >/dev/null 2>&1; [ $? -eq 1 ] || fail "control kick of an unknown worker must exit 1"
+$CTL set-lr fast >/dev/null 2>&1; [ $? -eq 2 ] || fail "control set-lr fast must exit 2"
+$CTL set-lr -- >/dev/null 2>&1; [ $? -eq 2 ] || fail "control with a bad argument must exit 2"
+$CTL set-lr 0 >/dev/null 2>&1; [ $? -eq 1 ] || fail "control set-lr 0 must be refused"
+[ "$(state outer_lr)" = 0.6 ] || fail "refused CLI call changed outer_lr"
+
+say "--token-file and --no-dashboard"
+printf 's3cret-token\n' > "$TMP/token"
+TP=$(free_port)
+start_coord tok "$TP" --token-file "$TMP/token" --no-dashboard
+H="http://127.0.0.1:$TP"
+expect 200 "$(code GET /status)" "status without token"
+jq_ "assert d['auth_required'] is True and d['dashboard'] is False" || fail "auth flags in /status"
+expect 200 "$(code GET /metrics)" "metrics without token"
+expect 404 "$(code GET /dashboard)" "--no-dashboard /dashboard"
+expect 404 "$(code GET /)" "--no-dashboard /"
+expect 401 "$(post /control/update_optimizer '{"lr": 0.2}')" "control without token"
+expect 401 "$(post /control/update_optimizer '{"lr": 0.2}' -H 'Authorization: Bearer wrong')" "control with a wrong token"
+expect 401 "$(post /control/update_optimizer '{"lr": 0.2}' -H 'Authorization: Basic czNjcmV0LXRva2Vu')" "basic auth"
+[ "$(state outer_lr)" = 0.6 ] || fail "unauthorised request changed outer_lr"
+expect 200 "$(post /control/update_optimizer '{"lr": 0.2}' -H 'Authorization: Bearer s3cret-token')" "control with the token"
+[ "$(state outer_lr)" = 0.2 ] || fail "authorised update_optimizer"
+
+say "binding: loopback by default, 0.0.0.0 only when asked"
+ss -ltnH "sport = :$HP" | grep -q "127.0.0.1:$HP" || fail "default bind is not 127.0.0.1: $(ss -ltnH "sport = :$HP")"
+AP=$(free_port)
+bin/coordinator serve --redis "$URL" --run "$RUN" --http "$AP" --host 0.0.0.0 --token-file "$TMP/token" --print-every 0 \
+  > "$TMP/coord-any.log" 2>&1 &
+COORD_any=$!; PIDS="$PIDS $!"
+wait_until 10 "ss -ltnH 'sport = :$AP' | grep -q '0.0.0.0:$AP'" "--host 0.0.0.0 listening on all interfaces"
+curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$AP/status" | grep -q 200 || fail "0.0.0.0 server answers"
+bin/coordinator serve --redis "$URL" --run "$RUN" --host 0.0.0.0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "--host without --http must be a usage error"
+
+say "POST /control/shutdown"
+H="http://127.0.0.1:$HP"
+expect 200 "$(post /control/shutdown '')" "shutdown (empty body)"
+[ "$(state status)" = shutdown ] || fail "status not shutdown"
+wait_until 15 "! alive $WRK_w1 && ! alive $WRK_w2" "workers to stop after shutdown"
+expect 200 "$(code GET /status)" "status after shutdown"
+jq_ "assert d['status']=='shutdown'" || fail "/status shows shutdown"
+grep -q "^diloco_up{run=\"$RUN\"} 0$" "$(curl -s "$H/metrics" > "$TMP/m3"; echo "$TMP/m3")" || fail "diloco_up 0 after shutdown"
+
+say "SIGTERM / SIGINT: clean exit"
+kill -TERM "$COORD_main"; kill -INT "$COORD_tok"; kill -TERM "$COORD_any"
+for p in $COORD_main $COORD_tok $COORD_any; do
+  wait_until 5 "! alive $p" "coordinator $p to exit"
+  wait "$p"; rc=$?
+  [ $rc -eq 0 ] || fail "coordinator $p exit status $rc"
+done
+grep -q stopped "$TMP/coord-main.log" || fail "no clean stop in the log"
+say "PASS"

@@ -1,0 +1,48 @@
+#!/bin/sh
+# it_http_dashboard.sh: the dashboard in a real browser. Headless Debian chromium, driven by
+# playwright-core (tests/browser/dashboard.mjs), loads the dashboard of a live run (redis-server,
+# 2 shard-servers, 2 quadratic workers, `coordinator serve --http`), sees the workers, changes the
+# outer lr and kicks a worker through the page, and the changes are checked in Redis. Saves a
+# screenshot to docs/dashboard.png (or $SCREENSHOT).
+#
+# Skips (exit 77) when node, /usr/bin/chromium or playwright-core is missing and cannot be installed
+# (`npm ci` in tests/browser, from its package-lock.json).
+cd "$(dirname "$0")/.." || exit 1
+skip() { echo "SKIP: $*"; exit 77; }
+command -v node >/dev/null 2>&1 || skip "node is not installed (Debian: nodejs npm)"
+CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
+[ -x "$CHROMIUM" ] || skip "$CHROMIUM is not installed (Debian: chromium)"
+if [ ! -f tests/browser/node_modules/playwright-core/package.json ]; then
+  command -v npm >/dev/null 2>&1 || skip "npm is not installed (Debian: npm)"
+  echo "installing playwright-core (npm ci in tests/browser)"
+  (cd tests/browser && timeout 180 npm ci --no-audit --no-fund --loglevel=error) >/dev/null 2>&1 ||
+    skip "cannot install playwright-core with npm (offline?)"
+  [ -f tests/browser/node_modules/playwright-core/package.json ] || skip "playwright-core did not install"
+fi
+
+. tests/lib.sh
+command -v curl >/dev/null 2>&1 || { echo "SKIP: curl is not installed"; exit 77; }
+RUN=httpdash
+start_redis
+init_run $RUN --trainer quadratic --numel 10000 --shards 2 --workers 2
+start_server A
+start_server B
+for w in w1 w2; do start_worker $w --steps 0 --sync-every 20 --heartbeat-interval 0.5 --step-delay-ms 5; done
+HP=$(free_port)
+bin/coordinator serve --redis "$URL" --run "$RUN" --http "127.0.0.1:$HP" --print-every 0 > "$TMP/coord.log" 2>&1 &
+COORD=$!; PIDS="$PIDS $COORD"
+wait_until 20 "[ \"\$(curl -s http://127.0.0.1:$HP/status | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(1 for w in d[\"workers\"] if w[\"loss\"] is not None), d[\"rounds_closed\"]>=2)' 2>/dev/null)\" = '2 True' ]" \
+  "2 workers reporting and 2 rounds closed"
+
+say "headless chromium on http://127.0.0.1:$HP/dashboard"
+DASH_URL="http://127.0.0.1:$HP/dashboard" REDIS_PORT=$PORT RUN=$RUN CHROMIUM=$CHROMIUM \
+  SCREENSHOT=${SCREENSHOT:-$ROOT/docs/dashboard.png} SETTLE_MS=${SETTLE_MS:-5000} \
+  timeout 90 node tests/browser/dashboard.mjs > "$TMP/browser.log" 2>&1
+rc=$?
+cat "$TMP/browser.log"
+[ $rc -eq 0 ] || fail "browser test (exit $rc)"
+[ "$($RCLI HGET "dl:{$RUN}:state" outer_lr)" = 0.45 ] || fail "outer_lr in Redis after the page changed it"
+alive "$COORD" || fail "coordinator died"
+kill -TERM "$COORD"
+wait "$COORD" || fail "coordinator did not exit cleanly on SIGTERM"
+say "PASS"

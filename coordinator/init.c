@@ -85,17 +85,19 @@ static int adopt_checkpoint(init_args *a) {
         snprintf(a->ck_trainer, sizeof a->ck_trainer, "%s", ck.trainer);
         a->trainer = a->ck_trainer;
     }
-    const char *gflags[] = {"--layers", "--heads", "--dim", "--ctx", "--vocab"};
-    int model_given = flag_given(a, "--numel");
-    for (size_t i = 0; i < sizeof gflags / sizeof gflags[0]; i++) model_given |= flag_given(a, gflags[i]);
-    if (!model_given && !strcmp(a->trainer, ck.trainer)) {
+    if (!strcmp(a->trainer, ck.trainer)) { /* each model flag not given comes from the checkpoint */
         unsigned long long n;
         gpt_config g;
-        if (!strcmp(ck.trainer, "quadratic") && sscanf(ck.model, "--numel %llu", &n) == 1)
+        if (!strcmp(ck.trainer, "quadratic") && sscanf(ck.model, "--numel %llu", &n) == 1 && !flag_given(a, "--numel"))
             a->numel = (long long)n;
-        else if (!strcmp(ck.trainer, "gpt") && sscanf(ck.model, "--layers %d --heads %d --dim %d --ctx %d --vocab %d",
-                                                      &g.layers, &g.heads, &g.dim, &g.ctx, &g.vocab) == 5)
-            a->gpt = g;
+        if (!strcmp(ck.trainer, "gpt") && sscanf(ck.model, "--layers %d --heads %d --dim %d --ctx %d --vocab %d",
+                                                 &g.layers, &g.heads, &g.dim, &g.ctx, &g.vocab) == 5) {
+            if (!flag_given(a, "--layers")) a->gpt.layers = g.layers;
+            if (!flag_given(a, "--heads")) a->gpt.heads = g.heads;
+            if (!flag_given(a, "--dim")) a->gpt.dim = g.dim;
+            if (!flag_given(a, "--ctx")) a->gpt.ctx = g.ctx;
+            if (!flag_given(a, "--vocab")) a->gpt.vocab = g.vocab;
+        }
     }
     if (!flag_given(a, "--shards")) a->shards = ck.nshards;
     if (!flag_given(a, "--fragments")) a->fragments = ck.nfragments;

@@ -87,6 +87,30 @@ bin/coordinator checkpoint save --redis "$URL" --run $RUN --dir "$D" --keep 2 > 
 /usr/bin/python3 tests/checkpoint_read.py "$D/checkpoint-4.safetensors" | grep '^shard' | diff - "$TMP/r4.txt" > /dev/null ||
   fail "checkpoint-4 does not hold version 4"
 
+say "export while a run trains: every checkpoint is one committed version"
+RUN0=$RUN; RUN=ck2
+for w in w1 w2 w3; do mv "$TMP/$w.jsonl" "$TMP/$w-before-live.jsonl"; done
+$RCLI FCALL dl_set 1 "dl:{ck2}:config" target_workers 3 > /dev/null || fail "dl_set"
+for w in w1 w2 w3; do start_worker "$w" --sync-every $H --steps $((6 * H)) --step-delay-ms 5 --heartbeat-interval 1; done
+L="$TMP/live"; mkdir -p "$L"; saves=0
+while alive "$WRK_w1" || alive "$WRK_w2" || alive "$WRK_w3"; do
+  bin/coordinator checkpoint save --redis "$URL" --run ck2 --dir "$L" --timeout 30 >> "$TMP/live-save.log" 2>&1 || fail "live save: $(tail -n 3 "$TMP/live-save.log")"
+  saves=$((saves + 1))
+done
+for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w of ck2 exited with status $?"; done
+RUN=$RUN0
+n=0
+for f in "$L"/checkpoint-*.safetensors; do
+  /usr/bin/python3 tests/checkpoint_read.py "$f" > "$TMP/live.txt" || fail "reading $f"
+  v=$(awk '/^version/ {print $2}' "$TMP/live.txt"); got=$(awk '/^all/ {print $2}' "$TMP/live.txt")
+  [ "$v" -eq 1 ] && continue # the version before these workers, logged by nobody
+  want=$(cat "$TMP"/w[123].jsonl | grep '"event":"sync"' | grep "\"version\":$v," | tail -n 1 | sed 's/.*"digest":"\([0-9a-f]*\)".*/\1/')
+  [ -n "$want" ] && [ "$got" = "$want" ] || fail "$f: version $v has params $got, the workers had $want"
+  n=$((n + 1))
+done
+[ "$n" -ge 2 ] || fail "only $n checkpoints of distinct trained versions in $saves saves: $(ls "$L")"
+say "$saves saves during training, $n distinct versions, each equal to the workers' parameters at that version"
+
 say "bad input"
 refuse() { # RUN what-to-grep init-flags...
   r=$1; pat=$2; shift 2

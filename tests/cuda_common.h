@@ -1,0 +1,79 @@
+/* cuda_common.h: helpers shared by the tests/test_cuda_*.c programs (GPU skip, random data,
+ * relative errors). Header-only: every test is one .c file. */
+#ifndef DILOCO_TEST_CUDA_COMMON_H
+#define DILOCO_TEST_CUDA_COMMON_H
+
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#ifdef DILOCO_HAVE_CUDA
+#include "cuda/gpt_cuda.h"
+#endif
+
+/* Exit 77 (skipped, tests/run.sh) when there is no backend or no device; the message is the last
+ * line of the log, which run.sh prints. */
+static inline void cuda_test_require_device(const char *prog) {
+#ifdef DILOCO_HAVE_CUDA
+    char why[256] = "";
+    if (gpt_cuda_device_count(why, sizeof why) == 0) {
+        printf("%s: no CUDA device: skipped (%s)\n", prog, why);
+        fflush(stdout);
+        exit(77);
+    }
+    char name[256];
+    double fp32 = 0, tf32 = 0;
+    if (gpt_cuda_device_info(name, sizeof name, &fp32, &tf32) == 0) printf("%s: device %s\n", prog, name);
+#else
+    printf("%s: built without CUDA (nvcc not found at build time): skipped\n", prog);
+    fflush(stdout);
+    exit(77);
+#endif
+}
+
+static inline uint64_t tc_splitmix(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+static inline double tc_u01(uint64_t *s) { return ((tc_splitmix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static inline float tc_normal(uint64_t *s) {
+    double u1 = tc_u01(s), u2 = tc_u01(s);
+    return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
+}
+static inline float *tc_randn(size_t n, float scale, uint64_t seed) {
+    float *x = malloc((n ? n : 1) * sizeof(float));
+    for (size_t i = 0; i < n; i++) x[i] = scale * tc_normal(&seed);
+    return x;
+}
+static inline int *tc_randint(size_t n, int hi, uint64_t seed) {
+    int *x = malloc((n ? n : 1) * sizeof(int));
+    for (size_t i = 0; i < n; i++) x[i] = (int)(tc_splitmix(&seed) % (uint64_t)hi);
+    return x;
+}
+
+/* max|a-b| / max|b| (0 when both are all zero) */
+static inline double tc_relerr(const float *a, const float *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]), m = fabs((double)b[i]);
+        if (!(d <= num)) num = d; /* NaN propagates */
+        if (m > den) den = m;
+    }
+    return den > 0 ? num / den : num;
+}
+static inline double tc_relerr_d(const float *a, const double *b, size_t n) {
+    double num = 0, den = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]), m = fabs(b[i]);
+        if (!(d <= num)) num = d;
+        if (m > den) den = m;
+    }
+    return den > 0 ? num / den : num;
+}
+
+#define TC_LIMIT 1e-4 /* the limit for fp32 (TF32 off) */
+
+#endif

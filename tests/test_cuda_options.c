@@ -1,0 +1,135 @@
+/* test_cuda_options: the CPU side of the CUDA backend, which runs everywhere (no GPU needed):
+ * --device / --tf32 parsing, the backend gpt_trainer_create picks (auto: cuda only when a device is
+ * present), a clear error for --device cuda without a device (or without the CUDA build), and that
+ * asking for the CUDA backend directly without a device fails cleanly instead of crashing. */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda_common.h"
+#include "gpt/gpt.h"
+
+static int have_device(void) {
+#ifdef DILOCO_HAVE_CUDA
+    return gpt_cuda_device_count(NULL, 0) > 0;
+#else
+    return 0;
+#endif
+}
+
+static void test_parse(void **state) {
+    (void)state;
+    gpt_options o;
+    gpt_options_default(&o);
+    assert_int_equal(o.device, GPT_DEVICE_AUTO);
+    assert_int_equal(o.tf32, 0);
+    char a0[] = "--device", a1[] = "cuda", a2[] = "--tf32", a3[] = "--batch", a4[] = "3", a5[] = "keep";
+    char *argv[] = {a0, a1, a2, a3, a4, a5, NULL};
+    char err[256];
+    assert_int_equal(gpt_options_parse(&o, 6, argv, err, sizeof err), 5); /* --tf32 takes no value */
+    assert_int_equal(o.device, GPT_DEVICE_CUDA);
+    assert_int_equal(o.tf32, 1);
+    assert_int_equal(o.batch, 3);
+    assert_string_equal(argv[0], "keep");
+    char b0[] = "--device=cpu", b1[] = "--tf32=0";
+    char *argv2[] = {b0, b1, NULL};
+    assert_int_equal(gpt_options_parse(&o, 2, argv2, err, sizeof err), 2);
+    assert_int_equal(o.device, GPT_DEVICE_CPU);
+    assert_int_equal(o.tf32, 0);
+    char c0[] = "--device=auto";
+    char *argv3[] = {c0, NULL};
+    assert_int_equal(gpt_options_parse(&o, 1, argv3, err, sizeof err), 1);
+    assert_int_equal(o.device, GPT_DEVICE_AUTO);
+    char d0[] = "--device", d1[] = "gpu";
+    char *argv4[] = {d0, d1, NULL};
+    assert_int_equal(gpt_options_parse(&o, 2, argv4, err, sizeof err), -1);
+    assert_non_null(strstr(err, "--device"));
+    char e0[] = "--tf32=yes";
+    char *argv5[] = {e0, NULL};
+    assert_int_equal(gpt_options_parse(&o, 1, argv5, err, sizeof err), -1);
+}
+
+static gpt_options small(int device) {
+    gpt_options o;
+    gpt_options_default(&o);
+    o.model = (gpt_config){.layers = 1, .heads = 2, .dim = 16, .ctx = 16, .vocab = 32};
+    o.batch = 2;
+    o.seq = 8;
+    o.threads = 1;
+    o.eval_every = 0;
+    o.device = device;
+    return o;
+}
+
+static void test_backend_choice(void **state) {
+    (void)state;
+    char err[256];
+    gpt_options o = small(GPT_DEVICE_CPU);
+    trainer *t = gpt_trainer_create(&o, err, sizeof err);
+    assert_non_null(t);
+    assert_string_equal(gpt_trainer_device(t), "cpu");
+    assert_null(t->params_changed);
+    trainer_stats s;
+    assert_int_equal(t->step(t, &s, err, sizeof err), 0);
+    t->destroy(t);
+
+    o = small(GPT_DEVICE_AUTO);
+    t = gpt_trainer_create(&o, err, sizeof err);
+    assert_non_null(t);
+    printf("--device auto picked %s (CUDA device present: %s)\n", gpt_trainer_device(t), have_device() ? "yes" : "no");
+    assert_string_equal(gpt_trainer_device(t), have_device() ? "cuda" : "cpu");
+    assert_int_equal(t->step(t, &s, err, sizeof err), 0);
+    t->destroy(t);
+
+    o = small(GPT_DEVICE_CUDA);
+    err[0] = 0;
+    t = gpt_trainer_create(&o, err, sizeof err);
+    if (have_device()) {
+        assert_non_null(t);
+        assert_string_equal(gpt_trainer_device(t), "cuda");
+        t->destroy(t);
+    } else {
+        assert_null(t);
+        printf("--device cuda without a device: %s\n", err);
+#ifdef DILOCO_HAVE_CUDA
+        assert_non_null(strstr(err, "no CUDA device"));
+#else
+        assert_non_null(strstr(err, "without CUDA") ? strstr(err, "without CUDA") : strstr(err, "no CUDA backend"));
+#endif
+    }
+}
+
+static void test_no_device_paths(void **state) {
+    (void)state;
+#ifdef DILOCO_HAVE_CUDA
+    if (have_device()) {
+        printf("a CUDA device is present: the no-device paths are not exercised here\n");
+        return;
+    }
+    char err[256] = "", why[256] = "";
+    assert_int_equal(gpt_cuda_device_count(why, sizeof why), 0);
+    assert_true(why[0] != 0);
+    printf("gpt_cuda_device_count: 0 (%s)\n", why);
+    gpt_config c = {.layers = 1, .heads = 2, .dim = 16, .ctx = 16, .vocab = 32};
+    assert_null(gpt_cuda_create(&c, 2, 8, 0, err, sizeof err));
+    assert_non_null(strstr(err, "no CUDA device"));
+    assert_true(gpt_cuda_sgemm_flops(64, 0, 1) == 0.0);
+#else
+    printf("built without CUDA: nothing to check\n");
+#endif
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_parse),
+        cmocka_unit_test(test_backend_choice),
+        cmocka_unit_test(test_no_device_paths),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

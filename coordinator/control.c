@@ -127,7 +127,8 @@ int cmd_control(int argc, char **argv) {
         return 1;
     }
     json_t *reply = NULL;
-    int code = control_run(rc, c.run, action, body, &reply);
+    control_env env = {.run = c.run};
+    int code = control_run(rc, &env, action, body, &reply);
     redisFree(rc);
     json_decref(body);
     json_dumpf(reply, code == 200 ? stdout : stderr, JSON_COMPACT | JSON_REAL_PRECISION(15));

@@ -25,6 +25,8 @@ typedef struct http_options {
     int port;               /* 0 = any free port */
     const char *run;        /* run name */
     const char *token;      /* bearer token for /control (NULL = no auth) */
+    const char *save_dir;   /* save_state exports checkpoints here (NULL: save_state unavailable) */
+    int keep;               /* checkpoints kept in save_dir (0 = all) */
     int dashboard;          /* 0: GET / and /dashboard answer 404 */
     http_redis_fn redis;
     void *redis_arg;
@@ -42,16 +44,23 @@ void http_stop(http_server *s);
 /* The control actions, by the names of Forgather's /control/<action> endpoints. */
 extern const char *const control_actions[];
 
+typedef struct control_env {
+    const char *run;
+    const char *save_dir; /* where save_state writes checkpoints; NULL = not configured */
+    int keep;             /* checkpoints to keep there (0 = all) */
+} control_env;
+
 /* Run one control action with a parsed JSON body (an object). Returns the HTTP status to answer
  * with (200, 4xx, 5xx) and sets *reply to {"status":"ok",...} or {"error":"..."} (caller decrefs).
- * Every change is exactly one FCALL; a body that fails validation changes nothing. */
-int control_run(redisContext *rc, const char *run, const char *action, json_t *body, json_t **reply);
+ * Every change is exactly one FCALL; a body that fails validation changes nothing. save_state
+ * changes nothing in Redis: it exports a checkpoint (coordinator/checkpoint.c) into env->save_dir. */
+int control_run(redisContext *rc, const control_env *env, const char *action, json_t *body, json_t **reply);
 
 /* ---- documents built from dl_status (http_status.c) ---- */
 
 /* The /status document from the raw dl_status document and the recent events (may be NULL).
  * New reference. */
-json_t *status_document(json_t *raw, json_t *events, int auth_required, int dashboard, double uptime_s);
+json_t *status_document(json_t *raw, json_t *events, int auth_required, int dashboard, int can_save, double uptime_s);
 /* Read dl_status + the last n_events events: the raw pieces status_document() wants. -1 + err. */
 int status_fetch(redisContext *rc, const char *run, int n_events, json_t **raw, json_t **events, char *err,
                  size_t errlen);

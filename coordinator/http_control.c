@@ -1,7 +1,7 @@
 /* http_control.c: the operator's control actions, shared by POST /control/<action> and
  * `coordinator control`. Bodies are Forgather's:
  *
- *   save_state          {}                                  (not available yet: 501)
+ *   save_state          {}                                  -> checkpoint export into serve --save-dir
  *   kick_worker         {"worker_id": "w1"}                 -> dl_kick
  *   update_optimizer    {"lr": 0.5, "momentum": 0.8}        -> dl_set outer_lr .. outer_momentum ..
  *                       (either may be omitted; also "nesterov": true/false)
@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "http.h"
 #include "keys.h"
 #include "log.h"
@@ -198,17 +199,36 @@ static int do_shutdown(redisContext *rc, const char *run, json_t *body, json_t *
     return code;
 }
 
-int control_run(redisContext *rc, const char *run, const char *action, json_t *body, json_t **reply) {
+static int do_save(redisContext *rc, const control_env *env, json_t *body, json_t **reply) {
+    static const char *const allowed[] = {NULL};
+    if (check_fields(body, allowed, "save_state", reply)) return 400;
+    if (!env->save_dir)
+        return error_reply(reply, 409,
+                           "save_state: this coordinator has no --save-dir (committed parameters are durable in "
+                           "Redis at every round; `coordinator checkpoint save` exports one from a terminal)");
+    char path[4200], err[600];
+    int64_t version = -1;
+    uint64_t t0 = now_ms();
+    if (checkpoint_save_dir(rc, env->run, env->save_dir, env->keep, 30000, path, sizeof path, &version, err,
+                            sizeof err) < 0) {
+        log_warn("control save_state: %s", err);
+        return error_reply(reply, 500, "save_state: %s", err);
+    }
+    log_info("control: save_state wrote %s (version %lld) in %llu ms", path, (long long)version,
+             (unsigned long long)(now_ms() - t0));
+    *reply = json_pack("{s:s,s:s,s:I}", "status", "ok", "path", path, "version", (json_int_t)version);
+    return 200;
+}
+
+int control_run(redisContext *rc, const control_env *env, const char *action, json_t *body, json_t **reply) {
+    const char *run = env->run;
     *reply = NULL;
     if (!json_is_object(body)) return error_reply(reply, 400, "the body must be a JSON object");
     if (!strcmp(action, "kick_worker")) return do_kick(rc, run, body, reply);
     if (!strcmp(action, "update_optimizer")) return do_optimizer(rc, run, body, reply);
     if (!strcmp(action, "update_num_workers")) return do_num_workers(rc, run, body, reply);
     if (!strcmp(action, "shutdown")) return do_shutdown(rc, run, body, reply);
-    if (!strcmp(action, "save_state"))
-        return error_reply(reply, 501,
-                           "save_state: checkpoint export is not available yet in this coordinator; committed "
-                           "parameters are durable in Redis at every round");
+    if (!strcmp(action, "save_state")) return do_save(rc, env, body, reply);
     return error_reply(reply, 404,
                        "unknown control action '%.100s' (known: save_state, kick_worker, update_optimizer, "
                        "update_num_workers, shutdown)",

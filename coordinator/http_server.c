@@ -44,7 +44,7 @@ static void reply_raw(struct evhttp_request *req, int code, const char *ctype, c
     if (body) evbuffer_add(b, body, len);
     const char *reason = code == 200 ? "OK" : code == 400 ? "Bad Request" : code == 401 ? "Unauthorized"
                         : code == 403 ? "Forbidden" : code == 404 ? "Not Found" : code == 405 ? "Method Not Allowed"
-                        : code == 409 ? "Conflict" : code == 413 ? "Payload Too Large" : code == 501 ? "Not Implemented"
+                        : code == 409 ? "Conflict" : code == 413 ? "Payload Too Large" : code == 500 ? "Internal Server Error" : code == 501 ? "Not Implemented"
                         : code == 503 ? "Service Unavailable" : "Error";
     evhttp_send_reply(req, code, reason, b);
     evbuffer_free(b);
@@ -93,7 +93,7 @@ static void serve_status(http_server *s, struct evhttp_request *req) {
         reply_error(req, strstr(err, "NORUN") ? 404 : 503, err);
         return;
     }
-    json_t *doc = status_document(raw, events, s->o.token != NULL, s->o.dashboard,
+    json_t *doc = status_document(raw, events, s->o.token != NULL, s->o.dashboard, s->o.save_dir != NULL,
                                   (double)(now_ms() - s->started_ms) / 1000.0);
     json_decref(raw);
     json_decref(events);
@@ -203,11 +203,12 @@ static void serve_control(http_server *s, struct evhttp_request *req, const char
             return;
         }
     }
+    control_env env = {.run = s->o.run, .save_dir = s->o.save_dir, .keep = s->o.keep};
     int known = 0;
     for (const char *const *a = control_actions; *a; a++) known |= !strcmp(*a, action);
     if (!known || !json_is_object(doc)) { /* answered without touching Redis */
         json_t *reply;
-        int code = control_run(NULL, s->o.run, action, doc, &reply);
+        int code = control_run(NULL, &env, action, doc, &reply);
         json_decref(doc);
         reply_json(req, code, reply);
         return;
@@ -218,7 +219,7 @@ static void serve_control(http_server *s, struct evhttp_request *req, const char
         return;
     }
     json_t *reply;
-    int code = control_run(rc, s->o.run, action, doc, &reply);
+    int code = control_run(rc, &env, action, doc, &reply);
     json_decref(doc);
     reply_json(req, code, reply);
 }

@@ -125,7 +125,7 @@ static json_t *worker_doc(json_t *w, json_t *arrived0) {
     return o;
 }
 
-json_t *status_document(json_t *raw, json_t *events, int auth_required, int dashboard, double uptime_s) {
+json_t *status_document(json_t *raw, json_t *events, int auth_required, int dashboard, int can_save, double uptime_s) {
     json_t *cfg = json_object_get(raw, "config"), *st = json_object_get(raw, "state");
     json_t *d = json_object();
     const char *run = str(raw, "run", "");
@@ -138,7 +138,7 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
     json_object_set_new(d, "coordinator_uptime_s", json_real(uptime_s));
     json_object_set_new(d, "auth_required", json_boolean(auth_required));
     json_object_set_new(d, "dashboard", json_boolean(dashboard));
-    json_object_set_new(d, "save_state_available", json_false());
+    json_object_set_new(d, "save_state_available", json_boolean(can_save));
 
     int F = (int)num(cfg, "fragments", 1);
     json_t *rounds = json_array();

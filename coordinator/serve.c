@@ -98,7 +98,9 @@ static void usage(FILE *f) {
             "                       (default host 127.0.0.1; PORT 0 = any free port)\n"
             "  --host HOST          bind address of --http (e.g. 0.0.0.0: must be explicit)\n"
             "  --token-file FILE    POST /control/* needs 'Authorization: Bearer <first line of FILE>'\n"
-            "  --no-dashboard       GET / and /dashboard answer 404 (status, metrics, control stay)\n");
+            "  --no-dashboard       GET / and /dashboard answer 404 (status, metrics, control stay)\n"
+            "  --save-dir DIR       POST /control/save_state exports a checkpoint to DIR/checkpoint-<v>.safetensors\n"
+            "  --keep K             keep the newest K checkpoints in --save-dir (default 0 = all)\n");
 }
 
 /* "[HOST:]PORT", "[v6]:PORT" -> host (into buf, or untouched) and port. */
@@ -145,7 +147,8 @@ static char *read_token(const char *path) {
 int cmd_serve(int argc, char **argv) {
     serve_ctx x = {0};
     x.print_every = 10;
-    const char *http_arg = NULL, *host_arg = NULL, *token_file = NULL;
+    const char *http_arg = NULL, *host_arg = NULL, *token_file = NULL, *save_dir = NULL;
+    long long keep = 0;
     int dashboard = 1;
     for (int i = 0; i < argc; i++) {
         int r = coord_common_flag(&x.c, argc, argv, &i);
@@ -164,6 +167,13 @@ int cmd_serve(int argc, char **argv) {
             host_arg = argv[++i];
         } else if (!strcmp(a, "--token-file") && has) {
             token_file = argv[++i];
+        } else if (!strcmp(a, "--save-dir") && has) {
+            save_dir = argv[++i];
+        } else if (!strcmp(a, "--keep") && has) {
+            if (parse_int(argv[++i], 0, 1000000, &keep) < 0) {
+                fprintf(stderr, "coordinator serve: --keep wants an integer >= 0\n");
+                return 2;
+            }
         } else if (!strcmp(a, "--no-dashboard")) {
             dashboard = 0;
         } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
@@ -224,7 +234,7 @@ int cmd_serve(int argc, char **argv) {
     if (http_arg) {
         char err[512];
         http_options o = {.host = host, .port = port, .run = x.c.run, .token = token, .dashboard = dashboard,
-                          .redis = ctx_redis, .redis_arg = &x};
+                          .save_dir = save_dir, .keep = (int)keep, .redis = ctx_redis, .redis_arg = &x};
         hs = http_start(x.base, &o, err, sizeof err);
         if (!hs) {
             fprintf(stderr, "coordinator serve: %s\n", err);

@@ -7,13 +7,14 @@
 #   GET /, /dashboard         the embedded page, nothing referenced outside the server
 #   POST /control/*           update_optimizer -> dl:{R}:state outer_lr/outer_momentum; update_num_workers;
 #                             kick_worker -> the worker's incarnation is evicted ("kicked" event, deaths+1);
-#                             save_state -> 501; bad requests (malformed JSON, wrong types, unknown
+#                             save_state -> checkpoint file with --save-dir, 409 without; bad requests (malformed JSON, wrong types, unknown
 #                             fields/actions, oversize body, wrong method, foreign Host/Origin) -> 4xx
 #                             and the state unchanged; shutdown -> status shutdown, workers leave
 #   coordinator control       set-lr, set-momentum, set-workers, kick, errors
 #   --token-file              control needs the bearer token; status/metrics stay readable;
 #   --no-dashboard            / and /dashboard answer 404
-#   binding                   127.0.0.1 by default; --host 0.0.0.0 only when asked; SIGTERM exits 0
+#   binding                   127.0.0.1 by default; --host 0.0.0.0 only when asked
+#   Redis down                /status and /control answer 503, the page still loads; SIGTERM/SIGINT exit 0
 . "$(dirname "$0")/lib.sh"
 command -v curl >/dev/null 2>&1 || { echo "SKIP: curl is not installed"; exit 77; }
 
@@ -153,8 +154,8 @@ expect 413 "$c" "oversize body (70 KB)"
 expect 403 "$(post /control/shutdown '{}' -H 'Host: evil.example:80')" "foreign Host (DNS rebinding)"
 expect 403 "$(code GET /status -H 'Host: evil.example')" "foreign Host on /status"
 expect 403 "$(post /control/shutdown '{}' -H 'Origin: http://evil.example')" "foreign Origin (CSRF)"
-expect 501 "$(post /control/save_state '{}')" "save_state"
-jq_ "assert 'error' in d, d" || fail "save_state reply"
+expect 409 "$(post /control/save_state '{}')" "save_state without --save-dir"
+jq_ "assert '--save-dir' in d['error'], d" || fail "save_state reply"
 after=$(snap)
 [ "$before" = "$after" ] || fail "state changed by rejected requests: '$before' -> '$after'"
 alive "$COORD_main" || fail "coordinator died on bad input"
@@ -191,7 +192,7 @@ $CTL set-lr 0 >/dev/null 2>&1; [ $? -eq 1 ] || fail "control set-lr 0 must be re
 say "--token-file and --no-dashboard"
 printf 's3cret-token\n' > "$TMP/token"
 TP=$(free_port)
-start_coord tok "$TP" --token-file "$TMP/token" --no-dashboard
+start_coord tok "$TP" --token-file "$TMP/token" --no-dashboard --save-dir "$TMP/ckpt" --keep 1
 H="http://127.0.0.1:$TP"
 expect 200 "$(code GET /status)" "status without token"
 jq_ "assert d['auth_required'] is True and d['dashboard'] is False" || fail "auth flags in /status"
@@ -204,6 +205,11 @@ expect 401 "$(post /control/update_optimizer '{"lr": 0.2}' -H 'Authorization: Ba
 [ "$(state outer_lr)" = 0.6 ] || fail "unauthorised request changed outer_lr"
 expect 200 "$(post /control/update_optimizer '{"lr": 0.2}' -H 'Authorization: Bearer s3cret-token')" "control with the token"
 [ "$(state outer_lr)" = 0.2 ] || fail "authorised update_optimizer"
+expect 401 "$(post /control/save_state '{}')" "save_state without token"
+expect 200 "$(post /control/save_state '{}' -H 'Authorization: Bearer s3cret-token')" "save_state with --save-dir"
+ck=$(jq_ "assert d['status']=='ok' and d['version']>=1, d; print(d['path'])") || fail "save_state reply"
+[ -s "$ck" ] && case "$ck" in "$TMP/ckpt/checkpoint-"*.safetensors) true;; *) false;; esac || fail "checkpoint file $ck"
+say "save_state wrote $(basename "$ck")"
 
 say "binding: loopback by default, 0.0.0.0 only when asked"
 ss -ltnH "sport = :$HP" | grep -q "127.0.0.1:$HP" || fail "default bind is not 127.0.0.1: $(ss -ltnH "sport = :$HP")"
@@ -223,6 +229,15 @@ wait_until 15 "! alive $WRK_w1 && ! alive $WRK_w2" "workers to stop after shutdo
 expect 200 "$(code GET /status)" "status after shutdown"
 jq_ "assert d['status']=='shutdown'" || fail "/status shows shutdown"
 grep -q "^diloco_up{run=\"$RUN\"} 0$" "$(curl -s "$H/metrics" > "$TMP/m3"; echo "$TMP/m3")" || fail "diloco_up 0 after shutdown"
+
+say "Redis gone: 503, the coordinator keeps serving"
+$RCLI shutdown nosave >/dev/null 2>&1
+wait_until 5 "! $RCLI ping >/dev/null 2>&1" "redis-server to stop"
+expect 503 "$(code GET /status)" "/status without Redis"
+jq_ "assert 'redis' in d['error'].lower(), d" || fail "503 error text"
+expect 503 "$(post /control/update_optimizer '{"lr": 0.3}')" "control without Redis"
+expect 200 "$(code GET /dashboard)" "dashboard without Redis"
+alive "$COORD_main" || fail "coordinator died when Redis went away"
 
 say "SIGTERM / SIGINT: clean exit"
 kill -TERM "$COORD_main"; kill -INT "$COORD_tok"; kill -TERM "$COORD_any"

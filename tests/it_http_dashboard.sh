@@ -29,7 +29,8 @@ start_server A
 start_server B
 for w in w1 w2; do start_worker $w --steps 0 --sync-every 20 --heartbeat-interval 0.5 --step-delay-ms 5; done
 HP=$(free_port)
-bin/coordinator serve --redis "$URL" --run "$RUN" --http "127.0.0.1:$HP" --print-every 0 > "$TMP/coord.log" 2>&1 &
+bin/coordinator serve --redis "$URL" --run "$RUN" --http "127.0.0.1:$HP" --print-every 0 \
+  --save-dir "$TMP/ckpt" --keep 2 > "$TMP/coord.log" 2>&1 &
 COORD=$!; PIDS="$PIDS $COORD"
 wait_until 20 "[ \"\$(curl -s http://127.0.0.1:$HP/status | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(1 for w in d[\"workers\"] if w[\"loss\"] is not None), d[\"rounds_closed\"]>=2)' 2>/dev/null)\" = '2 True' ]" \
   "2 workers reporting and 2 rounds closed"
@@ -42,6 +43,7 @@ rc=$?
 cat "$TMP/browser.log"
 [ $rc -eq 0 ] || fail "browser test (exit $rc)"
 [ "$($RCLI HGET "dl:{$RUN}:state" outer_lr)" = 0.45 ] || fail "outer_lr in Redis after the page changed it"
+ls "$TMP"/ckpt/checkpoint-*.safetensors >/dev/null 2>&1 || fail "the page's Save state wrote no checkpoint"
 alive "$COORD" || fail "coordinator died"
 kill -TERM "$COORD"
 wait "$COORD" || fail "coordinator did not exit cleanly on SIGTERM"

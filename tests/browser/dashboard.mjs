@@ -7,7 +7,8 @@
 // Checks: the page loads with nothing fetched from outside this server and no script error; the live
 // workers appear in the table; the outer lr set through the page lands in dl:{R}:state; a worker kicked
 // through the page (confirm dialog accepted) is evicted (its incarnation ends, a "kicked" event is
-// recorded); the charts have data; then a screenshot of the page.
+// recorded); Save state writes a checkpoint when the server has --save-dir; the charts have data; then a
+// screenshot of the page.
 import { execFileSync } from "node:child_process";
 import { chromium } from "playwright-core";
 
@@ -99,7 +100,17 @@ try {
   if (!new RegExp(`kicked\\s+worker\\s+w1\\s+inc\\s+${incBefore}\\b`).test(ev)) throw new Error("no kicked event for w1 in the stream");
   console.log(`w1 kicked: incarnation ${incBefore} -> ${incAfter ?? "gone"} (re-registers later), deaths ${deathsAfter}`);
 
-  // 4. the charts and the shard map have data; the page keeps updating
+  // 4. Save state (the server runs with --save-dir): the page reports the checkpoint it wrote
+  if (await page.isEnabled("#save-state")) {
+    await page.click("#save-state");
+    await page.waitForFunction(() => /save_state: ok \(.*checkpoint-\d+\.safetensors/.test(document.getElementById("msg").textContent),
+                               null, { timeout: 30000 }).catch(async () => {
+      throw new Error("page did not confirm save_state: " + await page.textContent("#msg"));
+    });
+    console.log("save state:", await page.textContent("#msg"));
+  } else console.log("save state: button disabled (no --save-dir)");
+
+  // 5. the charts and the shard map have data; the page keeps updating
   await page.waitForFunction(() => document.querySelectorAll("#shardmap .shard").length >= 2, null, { timeout: 5000 });
   await sleep(Number(process.env.SETTLE_MS || 4000)); // a few polls: loss history, live workers
   const metricLr = await page.textContent("#metrics");

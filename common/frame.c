@@ -163,6 +163,49 @@ int frame_recv(int fd, uint8_t *buf, size_t cap, blob_header *h, const uint8_t *
     return blob_decode(buf, total, h, payload, payload_len, err, errlen);
 }
 
+int frame_recv_place(int fd, uint8_t *buf, size_t cap, size_t max_total, frame_place_fn place, void *arg,
+                     blob_header *h, const uint8_t **payload, size_t *payload_len, int timeout_ms, char *err,
+                     size_t errlen)
+{
+    uint64_t deadline = deadline_from(timeout_ms);
+    uint8_t prefix[FRAME_PREFIX_LEN];
+    if (recv_all(fd, prefix, sizeof prefix, deadline, 0, err, errlen) != 0)
+        return -1;
+    uint32_t total = 0;
+    for (int i = 0; i < FRAME_PREFIX_LEN; i++)
+        total |= (uint32_t)prefix[i] << (8 * i);
+    if (total <= cap) {
+        if (recv_all(fd, buf, total, deadline, 1, err, errlen) != 0)
+            return -1;
+        return blob_decode(buf, total, h, payload, payload_len, err, errlen);
+    }
+    if (total > max_total || cap < BLOB_HEADER_MAX) {
+        err_set(err, errlen, "oversize frame: %u bytes, at most %zu accepted", total, max_total);
+        return -1;
+    }
+    /* the header is at most BLOB_HEADER_MAX bytes: read that much, the rest of it is payload */
+    size_t got = BLOB_HEADER_MAX;
+    if (recv_all(fd, buf, got, deadline, 1, err, errlen) != 0)
+        return -1;
+    size_t hl;
+    if (blob_decode_header(buf, got, h, &hl, err, errlen) != 0)
+        return -1;
+    size_t plen = (size_t)total - hl;
+    uint8_t *dst = place(h, plen, arg);
+    if (dst == NULL) {
+        err_set(err, errlen, "unexpected %u-byte '%s' frame", total, h->op);
+        return -1;
+    }
+    memcpy(dst, buf + hl, got - hl);
+    if (recv_all(fd, dst + (got - hl), plen - (got - hl), deadline, 1, err, errlen) != 0)
+        return -1;
+    if (blob_check_payload(h, dst, plen, err, errlen) != 0)
+        return -1;
+    *payload = dst;
+    *payload_len = plen;
+    return 0;
+}
+
 /* Split "host:port" / "[v6]:port" into host and port strings. */
 static int split_host_port(const char *s, char *host, size_t hcap, char *port, size_t pcap, char *err,
                            size_t errlen)

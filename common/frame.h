@@ -25,6 +25,18 @@ int frame_send(int fd, blob_header *h, const void *payload, size_t payload_len, 
 int frame_recv(int fd, uint8_t *buf, size_t cap, blob_header *h, const uint8_t **payload, size_t *payload_len,
                int timeout_ms, char *err, size_t errlen);
 
+/* Where a big payload goes: called with the decoded header and the payload length; returns memory of
+ * exactly payload_len bytes to receive the payload into, or NULL to refuse the frame. */
+typedef void *(*frame_place_fn)(const blob_header *h, size_t payload_len, void *arg);
+
+/* Like frame_recv, but a frame longer than cap (and at most max_total bytes) has only its header read
+ * into buf; its payload is received straight into place()'s memory (no copy), then checked against the
+ * header. On failure after place() accepted, that memory holds a partial or unchecked payload. A refused
+ * or oversize frame is an error with the rest of it unread: the connection must be closed. */
+int frame_recv_place(int fd, uint8_t *buf, size_t cap, size_t max_total, frame_place_fn place, void *arg,
+                     blob_header *h, const uint8_t **payload, size_t *payload_len, int timeout_ms, char *err,
+                     size_t errlen);
+
 /* Connect to "host:port" ("[v6]:port" for IPv6) within timeout_ms. The returned fd is blocking,
  * has TCP_NODELAY and 4 MiB socket buffers (bulk transfers need a large window). */
 int tcp_connect(const char *host_port, int timeout_ms, char *err, size_t errlen);

@@ -46,6 +46,8 @@ typedef struct ss_commit {
     char need[512];
     char errmsg[256];
     /* after the step */
+    float *g;            /* the averaged pseudo-gradient: the log entry's payload, sent from here */
+    uint8_t head[BLOB_HEADER_MAX];
     float *theta;
     float *mom;
     int has_mom;
@@ -58,12 +60,15 @@ typedef struct ss_snap {
     int k;
     int64_t version;
     int64_t epoch;
+    float *both;         /* θ then momentum: the payload, sent from here */
+    uint8_t head[BLOB_HEADER_MAX];
 } ss_snap;
 
 static void commit_free(ss_commit *c)
 {
     for (int i = 0; i < c->np; i++)
         free(c->ids[i]);
+    free(c->g);
     free(c->theta);
     free(c->mom);
     free(c);
@@ -157,6 +162,8 @@ static void snap_on_written(redisReply *r, void *priv)
 {
     ss_snap *sn = priv;
     ss_ctx *ss = sn->ss;
+    free(sn->both);
+    sn->both = NULL;
     if (r == NULL || r->type == REDIS_REPLY_ERROR) {
         log_warn("shard %d: writing the snapshot of version %lld failed: %s", sn->k, (long long)sn->version,
                  r ? r->str : "connection lost");
@@ -192,6 +199,7 @@ static void snapshot_start(ss_ctx *ss, ss_shard *s)
     memcpy(both, s->theta, n * sizeof(float));
     if (s->has_mom)
         memcpy(both + n, s->mom, n * sizeof(float));
+    sn->both = both;
     blob_header h;
     blob_header_init(&h, "snap");
     h.shard = s->k;
@@ -201,13 +209,11 @@ static void snapshot_start(ss_ctx *ss, ss_shard *s)
     h.dtype = BLOB_F32;
     h.count = s->has_mom ? 2 * n : n;
     h.flags = s->has_mom ? 1 : 0;
-    uint8_t *blob;
-    size_t len;
     char err[256];
-    int rc = blob_encode(&h, both, h.count * sizeof(float), &blob, &len, err, sizeof err);
-    free(both);
-    if (rc != 0) {
+    int hl = blob_encode_header(&h, both, h.count * sizeof(float), sn->head, sizeof sn->head, err, sizeof err);
+    if (hl < 0) {
         log_error("shard %d: cannot encode a snapshot: %s", s->k, err);
+        free(both);
         free(sn);
         return;
     }
@@ -217,11 +223,12 @@ static void snapshot_start(ss_ctx *ss, ss_shard *s)
     sn->epoch = s->epoch;
     char key[KEY_MAX];
     store_blob_key(ss, key, sizeof key, s->k, "snap", s->version, s->epoch);
-    if (store_set(ss, key, blob, len, snap_on_written, sn) != 0)
+    if (store_set(ss, key, sn->head, (size_t)hl, both, h.count * sizeof(float), snap_on_written, sn) != 0) {
+        free(both);
         free(sn);
-    else
+    } else {
         s->snapshotting = 1;
-    free(blob); /* hiredis copied it into its output buffer */
+    }
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -245,7 +252,7 @@ static void commit_on_commit(redisReply *r, void *priv)
         commit_fail(c, r->type == REDIS_REPLY_ERROR ? r->str : "unexpected dl_commit reply", 1);
         return;
     }
-    free(s->theta);
+    ss_buf_release(s->theta);
     free(s->mom);
     s->theta = c->theta;
     s->mom = c->mom;
@@ -263,9 +270,11 @@ static void commit_on_commit(redisReply *r, void *priv)
         ss->m.commit_seconds_max = secs;
     log_info("shard %d: committed version %lld (%d participants, %.3f s, digest %s)", s->k, (long long)s->version,
              c->used, secs, s->digest);
-    if (ss->rc.snapshot_every > 0 && s->version % ss->rc.snapshot_every == 0)
+    int64_t version = s->version;
+    commit_finish(c, OUT_DONE); /* answer the waiting gets first */
+    if (ss->rc.snapshot_every > 0 && version % ss->rc.snapshot_every == 0 && s->state == SH_READY &&
+        s->version == version)
         snapshot_start(ss, s);
-    commit_finish(c, OUT_DONE);
 }
 
 /* Fault injection (--fault-crash-before-commit): die in the worst place, with the pseudo-gradients
@@ -337,7 +346,8 @@ static int commit_mean(ss_commit *c, ss_shard *s, float *g)
     return used;
 }
 
-/* Every Δ is here: compute version round+1 on copies, write its log entry. */
+/* Every Δ is here: average them, start writing the log entry (g), and compute version round+1 on
+ * copies of θ and momentum while the entry streams to Redis. */
 static void commit_compute(ss_commit *c, ss_shard *s)
 {
     ss_ctx *ss = c->ss;
@@ -357,18 +367,10 @@ static void commit_compute(ss_commit *c, ss_shard *s)
         commit_finish(c, OUT_WAIT);
         return;
     }
+    c->g = g;
     c->used = used;
-    memcpy(c->theta, s->theta, n * sizeof(float));
-    memcpy(c->mom, s->mom, n * sizeof(float));
-    c->has_mom = s->has_mom;
     ss_tunables t = ss->tun;
     int first = !s->has_mom;
-    if (used > 0) {
-        outer_sgd_step(c->theta, c->mom, first, g, n, t.lr, t.mu, t.nesterov);
-        if (t.mu != 0.0f)
-            c->has_mom = 1;
-    }
-    snprintf(c->digest, sizeof c->digest, "%016" PRIx64, digest_f32(c->theta, n));
     blob_header h;
     blob_header_init(&h, "log");
     h.shard = s->k;
@@ -382,23 +384,32 @@ static void commit_compute(ss_commit *c, ss_shard *s)
     h.mu = (double)t.mu;
     h.flags = (t.nesterov ? 1 : 0) | (first ? 2 : 0);
     h.aux = used;
-    uint8_t *blob;
-    size_t len;
     char err[256];
-    int rc = blob_encode(&h, g, n * sizeof(float), &blob, &len, err, sizeof err);
-    free(g);
-    if (rc != 0) {
+    int hl = blob_encode_header(&h, g, n * sizeof(float), c->head, sizeof c->head, err, sizeof err);
+    if (hl < 0) {
         commit_fail(c, err, 0);
         return;
     }
     char key[KEY_MAX];
     store_blob_key(ss, key, sizeof key, s->k, "log", c->round + 1, c->epoch);
-    log_debug("shard %d round %lld: step computed in %llu ms; writing %zu bytes of log", s->k, (long long)c->round,
-              (unsigned long long)(now_ms() - c->t0), len);
-    rc = store_set(ss, key, blob, len, commit_on_log_written, c);
-    free(blob);
-    if (rc != 0)
+    log_debug("shard %d round %lld: mean in %llu ms; writing %zu bytes of log", s->k, (long long)c->round,
+              (unsigned long long)(now_ms() - c->t0), (size_t)hl + n * sizeof(float));
+    if (store_set(ss, key, c->head, (size_t)hl, g, n * sizeof(float), commit_on_log_written, c) != 0) {
         commit_fail(c, "Redis is unavailable", 0);
+        return;
+    }
+    /* the callback runs from the loop, after this */
+    memcpy(c->theta, s->theta, n * sizeof(float));
+    memcpy(c->mom, s->mom, n * sizeof(float));
+    c->has_mom = s->has_mom;
+    if (used > 0) {
+        outer_sgd_step(c->theta, c->mom, first, g, n, t.lr, t.mu, t.nesterov);
+        if (t.mu != 0.0f)
+            c->has_mom = 1;
+    }
+    snprintf(c->digest, sizeof c->digest, "%016" PRIx64, digest_f32(c->theta, n));
+    log_debug("shard %d round %lld: step computed at +%llu ms", s->k, (long long)c->round,
+              (unsigned long long)(now_ms() - c->t0));
 }
 
 /* All membership checks are back: need, drop or compute. */

@@ -291,7 +291,8 @@ static int run_loop(ss_ctx *ss)
     }
     int stall = ss->opts.lease_ttl_ms < 2000 ? 2000 : ss->opts.lease_ttl_ms;
     if (ra_init(&ss->ctl, "control", &ss->url, ss->base, stall) != 0 ||
-        ra_init(&ss->bulk, "bulk", &ss->url, ss->base, BULK_STALL_MS) != 0) {
+        ra_init(&ss->bulk, "bulk", &ss->url, ss->base, BULK_STALL_MS) != 0 ||
+        rs_init(&ss->bulkw, "bulk-write", &ss->url, ss->base, BULK_STALL_MS) != 0) {
         log_error("cannot set up the Redis connections");
         return -1;
     }

@@ -182,7 +182,24 @@ static void reply_params(ss_ctx *ss, ss_shard *s, ss_req *req)
     h.dtype = BLOB_F32;
     h.count = s->n;
     ss->m.gets++;
-    req_reply(req, &h, s->theta, s->n * sizeof(float));
+    req_reply_buf(req, &h, s->theta, s->n * sizeof(float));
+}
+
+/* A get for version r+1 means the barrier of round r has closed: the worker will ask for every other
+ * shard of the fragment next. Start their commits now (those that have a pushed Δ of round r), so the
+ * server computes, logs and commits them back to back instead of one per request. */
+static void commit_siblings(ss_ctx *ss, const ss_shard *s)
+{
+    for (int k = 0; k < ss->nshards; k++) {
+        ss_shard *o = &ss->shards[k];
+        if (o == s || o->state != SH_READY || o->committing || o->frag != s->frag || o->version != s->version)
+            continue;
+        int pushed = 0;
+        for (ss_delta *d = o->deltas; d != NULL && !pushed; d = d->next)
+            pushed = d->round == o->version;
+        if (pushed)
+            commit_start(ss, o);
+    }
 }
 
 static void op_get(ss_ctx *ss, ss_req *req)
@@ -202,6 +219,7 @@ static void op_get(ss_ctx *ss, ss_req *req)
     if (s->version == v - 1) {
         shard_park(ss, s, req);
         commit_start(ss, s);
+        commit_siblings(ss, s);
         return;
     }
     if (req->reloads > 0) {

@@ -86,8 +86,77 @@ void req_free(ss_req *req)
     event_active(c->resume, EV_READ, 0);
 }
 
-/* Write one frame: length prefix, header, payload. Returns bytes queued, 0 on failure. */
-static size_t conn_send(ss_conn *c, blob_header *h, const void *payload, size_t len)
+/* ---------------------------------------------------------------------------------------------- */
+/* payloads sent by reference: a buffer queued in a connection's output is freed only once every
+ * connection has sent it (parameters are never changed in place, only replaced) */
+
+typedef struct ss_pin {
+    struct ss_pin *next;
+    void *p;
+    int refs;
+    int release;            /* the owner let go: free at the last reference */
+} ss_pin;
+
+static ss_pin *g_pins;
+
+static ss_pin *pin_find(const void *p)
+{
+    for (ss_pin *pn = g_pins; pn != NULL; pn = pn->next)
+        if (pn->p == p)
+            return pn;
+    return NULL;
+}
+
+static ss_pin *pin_get(void *p)
+{
+    ss_pin *pn = pin_find(p);
+    if (pn == NULL) {
+        pn = calloc(1, sizeof *pn);
+        if (pn == NULL)
+            return NULL;
+        pn->p = p;
+        pn->next = g_pins;
+        g_pins = pn;
+    }
+    pn->refs++;
+    return pn;
+}
+
+static void pin_unlink_free(ss_pin *pn)
+{
+    for (ss_pin **pp = &g_pins; *pp != NULL; pp = &(*pp)->next)
+        if (*pp == pn) {
+            *pp = pn->next;
+            break;
+        }
+    if (pn->release)
+        free(pn->p);
+    free(pn);
+}
+
+static void pin_on_sent(const void *data, size_t len, void *extra)
+{
+    (void)data;
+    (void)len;
+    ss_pin *pn = extra;
+    if (--pn->refs == 0)
+        pin_unlink_free(pn);
+}
+
+void ss_buf_release(void *p)
+{
+    if (p == NULL)
+        return;
+    ss_pin *pn = pin_find(p);
+    if (pn == NULL)
+        free(p);
+    else
+        pn->release = 1;
+}
+
+/* Write one frame: length prefix, header, payload (copied, or by reference when byref: the payload is
+ * then a buffer released with ss_buf_release). Returns bytes queued, 0 on failure. */
+static size_t conn_send(ss_conn *c, blob_header *h, const void *payload, size_t len, int byref)
 {
     uint8_t hdr[BLOB_HEADER_MAX];
     char err[256];
@@ -99,24 +168,45 @@ static size_t conn_send(ss_conn *c, blob_header *h, const void *payload, size_t 
     uint32_t total = (uint32_t)((size_t)hlen + len);
     uint8_t prefix[4] = { (uint8_t)total, (uint8_t)(total >> 8), (uint8_t)(total >> 16), (uint8_t)(total >> 24) };
     struct evbuffer *out = bufferevent_get_output(c->bev);
-    if (evbuffer_add(out, prefix, 4) != 0 || evbuffer_add(out, hdr, (size_t)hlen) != 0 ||
-        (len > 0 && evbuffer_add(out, payload, len) != 0)) {
+    if (evbuffer_add(out, prefix, 4) != 0 || evbuffer_add(out, hdr, (size_t)hlen) != 0) {
+        log_error("connection %s: out of memory queueing a reply", c->peer);
+        return 0;
+    }
+    if (len > 0 && byref) {
+        ss_pin *pn = pin_get((void *)payload);
+        if (pn == NULL || evbuffer_add_reference(out, payload, len, pin_on_sent, pn) != 0) {
+            if (pn != NULL && --pn->refs == 0)
+                pin_unlink_free(pn);
+            log_error("connection %s: out of memory queueing a reply", c->peer);
+            return 0;
+        }
+    } else if (len > 0 && evbuffer_add(out, payload, len) != 0) {
         log_error("connection %s: out of memory queueing a reply", c->peer);
         return 0;
     }
     return 4 + (size_t)total;
 }
 
-void req_reply(ss_req *req, blob_header *h, const void *payload, size_t len)
+static void reply(ss_req *req, blob_header *h, const void *payload, size_t len, int byref)
 {
     ss_conn *c = req->conn;
     if (c != NULL && !c->closed) {
-        size_t sent = conn_send(c, h, payload, len);
+        size_t sent = conn_send(c, h, payload, len, byref);
         c->ss->m.bytes_out += sent;
         if (sent == 0)
             c->close_after_flush = 1;
     }
     req_free(req);
+}
+
+void req_reply(ss_req *req, blob_header *h, const void *payload, size_t len)
+{
+    reply(req, h, payload, len, 0);
+}
+
+void req_reply_buf(ss_req *req, blob_header *h, void *buf, size_t len)
+{
+    reply(req, h, buf, len, 1);
 }
 
 void req_reply_simple(ss_req *req, const char *op, const char *text)

@@ -228,7 +228,7 @@ static void load_finish(ss_load *ld)
         load_free(ld);
         return;
     }
-    free(s->theta);
+    ss_buf_release(s->theta); /* replies may still be sending it */
     free(s->mom);
     s->theta = ld->theta;
     s->mom = ld->mom;
@@ -480,7 +480,7 @@ void shard_release(ss_ctx *ss, ss_shard *s, const char *why)
     s->state = SH_FREE;
     s->committing = 0;
     load_abandon(s);
-    free(s->theta);
+    ss_buf_release(s->theta); /* replies may still be sending it */
     free(s->mom);
     s->theta = s->mom = NULL;
     s->has_mom = 0;

@@ -77,6 +77,37 @@ int ra_cmds(rasync *ra, ra_cb *cb, void *priv, int argc, const char **argv);
 void ra_close(rasync *ra);
 
 /* ---------------------------------------------------------------------------------------------- */
+/* write-only connection for big blob SETs, sent from the caller's memory (rawset.c) */
+
+struct rs_item;
+
+typedef struct rawset {
+    const char *name;
+    const redis_url *url;
+    struct event_base *base;
+    int fd;                /* -1 when down */
+    int connecting;
+    int ready;
+    int stopping;
+    unsigned attempt;
+    int pending;           /* commands queued, reply not yet received */
+    uint64_t last_activity;
+    int stall_ms;
+    struct rs_item *head, *tail; /* in send order; replies pop head */
+    struct rs_item *send;  /* first command with bytes left to write */
+    struct event *ev_read, *ev_write, *retry_timer, *watch_timer;
+    char rbuf[1024];
+    size_t rlen;
+} rawset;
+
+int rs_init(rawset *rs, const char *name, const redis_url *url, struct event_base *base, int stall_ms);
+/* SET key to head||payload. payload must stay valid until cb runs (exactly once, NULL reply = connection
+ * lost, outcome unknown). -1 when not connected (cb is then not called). */
+int rs_set(rawset *rs, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
+           ra_cb *cb, void *priv);
+void rs_close(rawset *rs);
+
+/* ---------------------------------------------------------------------------------------------- */
 /* metrics (metrics.c); issue 6 exposes this struct over HTTP */
 
 typedef struct ss_metrics {
@@ -170,7 +201,8 @@ typedef struct ss_ctx {
     char addr[300];            /* advertised host:port */
     struct event_base *base;
     rasync ctl;                /* FCALLs */
-    rasync bulk;               /* blobs */
+    rasync bulk;               /* blobs: GET, DEL */
+    rawset bulkw;              /* blobs: SET (log entries, snapshots) without copies */
     struct evconnlistener *listener;
     size_t max_frame;          /* largest acceptable frame */
     ss_shard *shards;
@@ -197,6 +229,10 @@ int server_listen(ss_ctx *ss, char *err, size_t errlen);
 void server_stop_accepting(ss_ctx *ss);
 /* Reply to req and free it; the connection reads its next request. */
 void req_reply(ss_req *req, blob_header *h, const void *payload, size_t len);
+/* Same, sending buf by reference (no copy): buf must be a malloc'd buffer that is never changed and is
+ * freed with ss_buf_release, which defers the free until every queued reply has been sent. */
+void req_reply_buf(ss_req *req, blob_header *h, void *buf, size_t len);
+void ss_buf_release(void *buf);
 void req_reply_simple(ss_req *req, const char *op, const char *text);
 void req_reply_err(ss_req *req, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void req_free(ss_req *req);
@@ -232,7 +268,9 @@ void commit_start(ss_ctx *ss, ss_shard *s);
 /* store.c */
 void store_blob_key(ss_ctx *ss, char *dst, size_t cap, int k, const char *kind, int64_t v, int64_t e);
 int store_get(ss_ctx *ss, const char *key, ra_cb *cb, void *priv);
-int store_set(ss_ctx *ss, const char *key, const uint8_t *blob, size_t len, ra_cb *cb, void *priv);
+/* SET key to the blob head||payload on the write connection; payload must live until cb runs. */
+int store_set(ss_ctx *ss, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
+              ra_cb *cb, void *priv);
 int store_del_refs(ss_ctx *ss, int k, const char *kind, redisReply **refs, size_t nrefs);
 int fcall(ss_ctx *ss, ra_cb *cb, void *priv, const char *fn, int nargs, const char **args);
 

@@ -27,11 +27,10 @@ int store_get(ss_ctx *ss, const char *key, ra_cb *cb, void *priv)
     return ra_cmds(&ss->bulk, cb, priv, 2, argv);
 }
 
-int store_set(ss_ctx *ss, const char *key, const uint8_t *blob, size_t len, ra_cb *cb, void *priv)
+int store_set(ss_ctx *ss, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
+              ra_cb *cb, void *priv)
 {
-    const char *argv[3] = { "SET", key, (const char *)blob };
-    size_t lens[3] = { 3, strlen(key), len };
-    return ra_cmd(&ss->bulk, cb, priv, 3, argv, lens);
+    return rs_set(&ss->bulkw, key, head, hlen, payload, plen, cb, priv);
 }
 
 /* DEL the blobs named by "v.e" references (a dl_snapshot reply); keys of one shard share a slot. */

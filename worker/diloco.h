@@ -54,6 +54,10 @@ typedef struct diloco_sync_info {
     uint64_t bytes_up, bytes_down;
     uint64_t digest;              /* XXH3 of the whole new global parameter vector */
     int stale;                    /* 1 when the round was lost (STALE/evicted) and we re-fetched instead */
+    /* Phase timestamps of the round, CLOCK_REALTIME in microseconds (comparable across processes on
+     * one machine; 0 when the phase did not happen): first pseudo-gradient byte sent, every push
+     * acknowledged, barrier closed (first get sent), last parameter byte received. */
+    uint64_t t_first_send_us, t_pushed_us, t_get_us, t_last_recv_us;
 } diloco_sync_info;
 
 void diloco_options_default(diloco_options *o);

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "frame.h"
@@ -16,6 +17,26 @@
 #include "util.h"
 
 #define SMALL_REPLY_CAP (BLOB_HEADER_MAX + 64)
+
+uint64_t dl_wall_us(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+/* *slot = t if *slot is 0 or later than t (threads of one round race here). */
+static void stamp_min(uint64_t *slot, uint64_t t) {
+    uint64_t cur = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    while ((cur == 0 || cur > t) &&
+           !__atomic_compare_exchange_n(slot, &cur, t, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
+
+static void stamp_max(uint64_t *slot, uint64_t t) {
+    uint64_t cur = __atomic_load_n(slot, __ATOMIC_RELAXED);
+    while (cur < t && !__atomic_compare_exchange_n(slot, &cur, t, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
+    }
+}
 
 /* Say who we are; the server answers ack (or err for a wrong run). */
 static int hello(diloco *d, int fd, char *err, size_t errlen) {
@@ -150,6 +171,7 @@ int conn_push(diloco *d, int shard, int64_t round, char *err, size_t errlen) {
     uint8_t buf[SMALL_REPLY_CAP];
     const uint8_t *rp;
     size_t rlen;
+    stamp_min(&d->last.t_first_send_us, dl_wall_us());
     if (frame_send(c->fd, &h, payload, plen, d->o.net_timeout_ms, err, errlen) < 0 ||
         frame_recv(c->fd, buf, sizeof buf, &h, &rp, &rlen, d->o.net_timeout_ms, err, errlen) < 0) {
         conn_release(d, c, 1);
@@ -161,7 +183,25 @@ int conn_push(diloco *d, int shard, int64_t round, char *err, size_t errlen) {
     return reply_outcome(d, &h, err, errlen);
 }
 
-/* Check a params reply and copy it into base. */
+typedef struct place_arg {
+    diloco *d;
+    int shard;
+    int64_t min_version;
+} place_arg;
+
+/* A params reply of the shard we asked for is received straight into base. If the receive then fails,
+ * base[shard] holds garbage, which is safe: the server had a version >= min_version, so the shard has
+ * moved past our round for good, and any later push of this round is STALE, which re-fetches base. */
+static void *place_params(const blob_header *h, size_t plen, void *p) {
+    place_arg *a = p;
+    size_t off = (size_t)a->d->rc.shard_bounds[a->shard], n = (size_t)runconf_shard_numel(&a->d->rc, a->shard);
+    if (strcmp(h->op, "params") != 0 || h->dtype != BLOB_F32 || h->count != n || plen != n * sizeof(float) ||
+        h->shard != a->shard || h->version < a->min_version)
+        return NULL;
+    return a->d->base + off;
+}
+
+/* Check a params reply and copy it into base (unless it was received there). */
 static int take_params(diloco *d, int shard, const blob_header *h, const uint8_t *payload, size_t plen,
                        int64_t min_version, int64_t *got, char *err, size_t errlen) {
     size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
@@ -171,7 +211,8 @@ static int take_params(diloco *d, int shard, const blob_header *h, const uint8_t
                 shard, h->dtype, h->count, h->version);
         return DL_FAIL;
     }
-    memcpy(d->base + off, payload, plen);
+    if ((const void *)payload != (const void *)(d->base + off)) memcpy(d->base + off, payload, plen);
+    stamp_max(&d->last.t_last_recv_us, dl_wall_us());
     *got = h->version;
     __atomic_add_fetch(&d->last.bytes_down, plen, __ATOMIC_RELAXED);
     return DL_OK;
@@ -187,23 +228,19 @@ int conn_get(diloco *d, int shard, int64_t min_version, int64_t *got, char *err,
     h.version = min_version;
     h.inc = dl_inc(d);
     snprintf(h.worker, sizeof h.worker, "%s", d->worker_id);
-    uint8_t *buf = malloc(d->recv_cap);
-    if (!buf) {
-        conn_release(d, c, 0);
-        err_set(err, errlen, "out of memory");
-        return DL_FAIL;
-    }
+    /* small replies land in buf, the parameters straight in base */
+    uint8_t buf[SMALL_REPLY_CAP];
+    place_arg pa = {d, shard, min_version};
     const uint8_t *payload;
     size_t plen;
     if (frame_send(c->fd, &h, NULL, 0, d->o.net_timeout_ms, err, errlen) < 0 ||
-        frame_recv(c->fd, buf, d->recv_cap, &h, &payload, &plen, d->o.net_timeout_ms, err, errlen) < 0) {
+        frame_recv_place(c->fd, buf, sizeof buf, d->recv_cap, place_params, &pa, &h, &payload, &plen,
+                         d->o.net_timeout_ms, err, errlen) < 0) {
         conn_release(d, c, 1);
-        free(buf);
         return DL_RETRY;
     }
     conn_release(d, c, 0);
     if (strcmp(h.op, "params") == 0) rc = take_params(d, shard, &h, payload, plen, min_version, got, err, errlen);
     else rc = reply_outcome(d, &h, err, errlen);
-    free(buf);
     return rc;
 }

@@ -114,6 +114,9 @@ int conn_push(diloco *d, int shard, int64_t round, char *err, size_t errlen);
  * server lists us as missing, DL_RETRY for wait/moved/broken. */
 int conn_get(diloco *d, int shard, int64_t min_version, int64_t *got_version, char *err, size_t errlen);
 
+/* CLOCK_REALTIME in microseconds (phase timestamps of diloco_sync_info). */
+uint64_t dl_wall_us(void);
+
 /* sync.c */
 int sync_round(diloco *d, char *err, size_t errlen);
 /* Run fn(d, shard, arg) for every shard in [first, last) with one thread per owner; returns the

@@ -272,6 +272,7 @@ static void record_sync(diloco *d, int64_t round, uint64_t t0, uint64_t t_wait, 
 static int run_round(diloco *d, int64_t round, uint64_t *wait_ms, char *err, size_t errlen) {
     int rc = for_shards_parallel(d, 0, d->rc.nshards, push_job, &round, err, errlen);
     if (rc != DL_OK) return rc;
+    d->last.t_pushed_us = dl_wall_us();
     rc = arrive(d, round, err, errlen);
     if (rc == DL_RETRY) { /* open: wait for the others */
         uint64_t tw = now_ms();
@@ -280,6 +281,7 @@ static int run_round(diloco *d, int64_t round, uint64_t *wait_ms, char *err, siz
     }
     if (rc != DL_OK) return rc;
     get_arg ga = {round + 1, 1};
+    d->last.t_get_us = dl_wall_us();
     rc = for_shards_parallel(d, 0, d->rc.nshards, get_job, &ga, err, errlen);
     if (rc != DL_OK) return rc;
     for (int k = 0; k < d->rc.nshards; k++)
@@ -291,6 +293,7 @@ int sync_round(diloco *d, char *err, size_t errlen) {
     int64_t round = d->version;
     uint64_t t0 = now_ms(), wait_ms = 0;
     d->last.bytes_up = d->last.bytes_down = 0;
+    d->last.t_first_send_us = d->last.t_pushed_us = d->last.t_get_us = d->last.t_last_recv_us = 0;
     int rc = compute_delta(d, err, errlen);
     if (rc < 0) {
         log_error("%s; resetting to the global parameters", err);

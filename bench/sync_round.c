@@ -1,0 +1,279 @@
+/* bench/sync_round.c -> bin/bench-sync_round: the pieces of the sync-round benchmark (bench/sync_round
+ * runs them; see docs/benchmarks.md).
+ *
+ *   bin/bench-sync_round worker --redis URL --run R --id W [--rounds 8] [--gap-ms 400] [--no-bf16]
+ *       A DiLoCo worker with no training: libdiloco on a flat buffer, one diloco_force_sync per round
+ *       (the "inner training" between rounds is a 1e-3 nudge of every parameter plus a --gap-ms sleep,
+ *       so rounds of different workers do not overlap). Prints one line per round:
+ *         round R first_send_us pushed_us get_us last_recv_us bytes_up bytes_down
+ *       (CLOCK_REALTIME microseconds, from diloco_sync_info).
+ *   bin/bench-sync_round tcp --numel N [--workers 2] [--servers 2] [--reps 5]
+ *       The same worker bytes over plain loopback TCP, same topology as the run: every worker has one
+ *       connection (and thread) per server, sends its bf16 share (2*N/servers bytes) to each server;
+ *       a server answers once it has every worker's upload, with the fp32 share (4*N/servers bytes).
+ *       Preallocated buffers, no framing, no checksums. Prints "tcp seconds S" per repetition.
+ *   bin/bench-sync_round redis --redis URL --numel N [--workers 2] [--reps 3]
+ *       The same worker bytes through one Redis connection: per worker SET of its 2*N-byte
+ *       pseudo-gradient, then per worker GET of a 4*N-byte parameter value. Prints "redis seconds S".
+ */
+#include <arpa/inet.h>
+#include <errno.h>
+#include <hiredis/hiredis.h>
+#include <netinet/in.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "diloco.h"
+#include "frame.h"
+#include "util.h"
+
+static double mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static const char *arg(int argc, char **argv, const char *name, const char *def) {
+    for (int i = 0; i + 1 < argc; i++)
+        if (!strcmp(argv[i], name)) return argv[i + 1];
+    return def;
+}
+
+static int flag(int argc, char **argv, const char *name) {
+    for (int i = 0; i < argc; i++)
+        if (!strcmp(argv[i], name)) return 1;
+    return 0;
+}
+
+/* ---- worker ---------------------------------------------------------------------------------- */
+
+static int run_worker(int argc, char **argv) {
+    const char *url = arg(argc, argv, "--redis", NULL), *run = arg(argc, argv, "--run", NULL);
+    const char *id = arg(argc, argv, "--id", NULL);
+    int rounds = atoi(arg(argc, argv, "--rounds", "8")), gap = atoi(arg(argc, argv, "--gap-ms", "400"));
+    size_t numel = (size_t)atoll(arg(argc, argv, "--numel", "0"));
+    if (!url || !run || !id || numel == 0) {
+        fprintf(stderr, "worker: --redis, --run, --id and --numel are required\n");
+        return 2;
+    }
+    diloco_options o;
+    diloco_options_default(&o);
+    o.redis_url = url;
+    o.run = run;
+    o.worker_id = id;
+    o.sync_every = 1 << 30;
+    o.bf16 = !flag(argc, argv, "--no-bf16");
+    o.heartbeat_interval_ms = 2000;
+    float *params = malloc(numel * sizeof(float));
+    if (!params) return 1;
+    char err[512];
+    diloco *d;
+    if (diloco_open(&o, params, numel, &d, err, sizeof err) < 0) {
+        fprintf(stderr, "worker %s: %s\n", id, err);
+        return 1;
+    }
+    for (int r = 0; r < rounds; r++) {
+        for (size_t i = 0; i < numel; i++) params[i] -= 1e-3f;
+        sleep_ms((unsigned)gap);
+        if (diloco_force_sync(d, err, sizeof err) != 1) {
+            fprintf(stderr, "worker %s: sync failed: %s\n", id, err);
+            diloco_close(d);
+            return 1;
+        }
+        diloco_sync_info s;
+        diloco_last_sync(d, &s);
+        printf("round %lld %llu %llu %llu %llu %llu %llu %d\n", (long long)s.round,
+               (unsigned long long)s.t_first_send_us, (unsigned long long)s.t_pushed_us,
+               (unsigned long long)s.t_get_us, (unsigned long long)s.t_last_recv_us,
+               (unsigned long long)s.bytes_up, (unsigned long long)s.bytes_down, s.stale);
+        fflush(stdout);
+    }
+    diloco_close(d);
+    free(params);
+    return 0;
+}
+
+/* ---- plain TCP ------------------------------------------------------------------------------- */
+
+typedef struct tcp_server {
+    int lfd, port;
+    int nworkers;
+    size_t up, down;             /* bytes per connection */
+    pthread_barrier_t uploaded;  /* every worker's upload is in */
+} tcp_server;
+
+typedef struct tcp_end {
+    tcp_server *srv;
+    int fd;
+    uint8_t *buf;
+    size_t up, down;
+} tcp_end;
+
+static pthread_barrier_t g_start;
+
+static int send_n(int fd, const uint8_t *p, size_t n) {
+    while (n > 0) {
+        ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static int recv_n(int fd, uint8_t *p, size_t n) {
+    while (n > 0) {
+        ssize_t k = recv(fd, p, n, 0);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        p += k;
+        n -= (size_t)k;
+    }
+    return 0;
+}
+
+static void *server_end(void *p) {
+    tcp_end *e = p;
+    if (recv_n(e->fd, e->buf, e->up) < 0) perror("server recv");
+    pthread_barrier_wait(&e->srv->uploaded);
+    if (send_n(e->fd, e->buf, e->down) < 0) perror("server send");
+    return NULL;
+}
+
+static void *client_end(void *p) {
+    tcp_end *e = p;
+    pthread_barrier_wait(&g_start);
+    if (send_n(e->fd, e->buf, e->up) < 0) perror("client send");
+    if (recv_n(e->fd, e->buf, e->down) < 0) perror("client recv");
+    return NULL;
+}
+
+static int run_tcp(int argc, char **argv) {
+    size_t numel = (size_t)atoll(arg(argc, argv, "--numel", "25000000"));
+    int nw = atoi(arg(argc, argv, "--workers", "2")), ns = atoi(arg(argc, argv, "--servers", "2"));
+    int reps = atoi(arg(argc, argv, "--reps", "5"));
+    size_t up = 2 * numel / (size_t)ns, down = 4 * numel / (size_t)ns;
+    int nc = nw * ns;
+    tcp_server *srv = calloc((size_t)ns, sizeof *srv);
+    tcp_end *cl = calloc((size_t)nc, sizeof *cl), *sv = calloc((size_t)nc, sizeof *sv);
+    for (int s = 0; s < ns; s++) {
+        srv[s].lfd = socket(AF_INET, SOCK_STREAM, 0);
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t al = sizeof a;
+        if (bind(srv[s].lfd, (struct sockaddr *)&a, sizeof a) != 0 || listen(srv[s].lfd, 16) != 0 ||
+            getsockname(srv[s].lfd, (struct sockaddr *)&a, &al) != 0) {
+            perror("listen");
+            return 1;
+        }
+        srv[s].port = ntohs(a.sin_port);
+        srv[s].nworkers = nw;
+    }
+    /* connection (w, s): the client side like libdiloco's (tcp_connect: TCP_NODELAY, 4 MiB buffers),
+     * the server side like the shard-server's (accepted socket, TCP_NODELAY) */
+    for (int w = 0; w < nw; w++)
+        for (int s = 0; s < ns; s++) {
+            int i = w * ns + s;
+            char addr[64], err[256];
+            snprintf(addr, sizeof addr, "127.0.0.1:%d", srv[s].port);
+            cl[i].fd = tcp_connect(addr, 5000, err, sizeof err);
+            if (cl[i].fd < 0) {
+                fprintf(stderr, "tcp: %s\n", err);
+                return 1;
+            }
+            sv[i].fd = accept(srv[s].lfd, NULL, NULL);
+            int one = 1;
+            setsockopt(sv[i].fd, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one, sizeof one);
+            cl[i].up = sv[i].up = up;
+            cl[i].down = sv[i].down = down;
+            cl[i].buf = malloc(down);
+            sv[i].buf = malloc(down);
+            memset(cl[i].buf, 0x3c, down);
+            memset(sv[i].buf, 0x3d, down);
+            sv[i].srv = &srv[s];
+        }
+    pthread_t *th = calloc((size_t)(2 * nc), sizeof *th);
+    for (int r = 0; r < reps; r++) {
+        for (int s = 0; s < ns; s++) pthread_barrier_init(&srv[s].uploaded, NULL, (unsigned)nw);
+        pthread_barrier_init(&g_start, NULL, (unsigned)nc + 1);
+        for (int i = 0; i < nc; i++) {
+            pthread_create(&th[i], NULL, server_end, &sv[i]);
+            pthread_create(&th[nc + i], NULL, client_end, &cl[i]);
+        }
+        usleep(20000);
+        pthread_barrier_wait(&g_start);
+        double t0 = mono();
+        for (int i = 0; i < nc; i++) pthread_join(th[nc + i], NULL);
+        double t = mono() - t0;
+        for (int i = 0; i < nc; i++) pthread_join(th[i], NULL);
+        printf("tcp seconds %.4f\n", t);
+        fflush(stdout);
+        for (int s = 0; s < ns; s++) pthread_barrier_destroy(&srv[s].uploaded);
+        pthread_barrier_destroy(&g_start);
+    }
+    return 0;
+}
+
+/* ---- one Redis connection -------------------------------------------------------------------- */
+
+static int run_redis(int argc, char **argv) {
+    const char *url = arg(argc, argv, "--redis", "redis://127.0.0.1:6379");
+    size_t numel = (size_t)atoll(arg(argc, argv, "--numel", "25000000"));
+    int nw = atoi(arg(argc, argv, "--workers", "2")), reps = atoi(arg(argc, argv, "--reps", "3"));
+    const char *hp = strstr(url, "://");
+    hp = hp ? hp + 3 : url;
+    char host[128];
+    int port = 6379;
+    snprintf(host, sizeof host, "%s", hp);
+    char *colon = strrchr(host, ':');
+    if (colon) {
+        *colon = '\0';
+        port = atoi(colon + 1);
+    }
+    redisContext *c = redisConnect(host, port);
+    if (!c || c->err) {
+        fprintf(stderr, "redis: cannot connect to %s:%d\n", host, port);
+        return 1;
+    }
+    size_t up = 2 * numel, down = 4 * numel;
+    char *buf = malloc(down);
+    memset(buf, 0x5a, down);
+    redisReply *r = redisCommand(c, "SET bench:sync_round:params %b", buf, down);
+    freeReplyObject(r);
+    for (int rep = 0; rep < reps; rep++) {
+        double t0 = mono();
+        for (int w = 0; w < nw; w++) {
+            r = redisCommand(c, "SET bench:sync_round:delta:%d %b", w, buf, up);
+            if (!r || r->type == REDIS_REPLY_ERROR) return 1;
+            freeReplyObject(r);
+        }
+        double t1 = mono();
+        for (int w = 0; w < nw; w++) {
+            r = redisCommand(c, "GET bench:sync_round:params");
+            if (!r || r->type != REDIS_REPLY_STRING || (size_t)r->len != down) return 1;
+            freeReplyObject(r);
+        }
+        double t2 = mono();
+        printf("redis seconds %.4f set %.4f get %.4f\n", t2 - t0, t1 - t0, t2 - t1);
+        fflush(stdout);
+    }
+    r = redisCommand(c, "DEL bench:sync_round:params bench:sync_round:delta:0 bench:sync_round:delta:1");
+    freeReplyObject(r);
+    redisFree(c);
+    free(buf);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && !strcmp(argv[1], "worker")) return run_worker(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "tcp")) return run_tcp(argc - 2, argv + 2);
+    if (argc >= 2 && !strcmp(argv[1], "redis")) return run_redis(argc - 2, argv + 2);
+    fprintf(stderr, "usage: bin/bench-sync_round worker|tcp|redis ... (see bench/sync_round)\n");
+    return 2;
+}

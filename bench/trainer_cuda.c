@@ -1,0 +1,136 @@
+/* bench/trainer_cuda.c -> bin/bench-trainer_cuda: GPT trainer speed on a CUDA device.
+ *
+ *   bin/bench-trainer_cuda [--tf32] [--steps N] [--no-gpt2]
+ *
+ * Prints the device, its fp32 (and TF32) peak estimated from SM count x clock x lanes, the measured
+ * cublasSgemm 4096^3 rate, then for each configuration ms/step and tokens/s of
+ *   - full trainer steps (trainer.h, --device cuda: forward, backward, clip, AdamW and the copy of the
+ *     parameters back to the host buffer that DiLoCo reads, see docs/cuda.md), and
+ *   - device-only steps (the same without the host copy),
+ * and MFU = (6*params + 6*layers*dim*seq) * tokens/s / peak, against the estimated peak and against
+ * the measured sgemm. Configurations: (a) and (b) of bench/trainer.c (the CPU benchmark), and
+ * (c) GPT-2 small (12 layers, 12 heads, 768 dim, ctx 1024, vocab 50257, batch 8, seq 1024).
+ * Exits 77 without a CUDA device or without the CUDA build. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "gpt/gpt.h"
+#ifdef DILOCO_HAVE_CUDA
+#include "cuda/gpt_cuda.h"
+#endif
+
+#ifdef DILOCO_HAVE_CUDA
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static int run(const char *label, gpt_config c, int batch, int seq, int tf32, int steps, double peak, double sgemm) {
+    gpt_options o;
+    gpt_options_default(&o);
+    o.model = c;
+    o.batch = batch;
+    o.seq = seq;
+    o.eval_every = 0;
+    o.warmup_steps = 10;
+    o.device = GPT_DEVICE_CUDA;
+    o.tf32 = tf32;
+    char err[512];
+    trainer *t = gpt_trainer_create(&o, err, sizeof err);
+    if (!t) {
+        printf("(%s) not run: %s\n", label, err);
+        return -1;
+    }
+    trainer_stats st;
+    for (int i = 0; i < 3; i++)
+        if (t->step(t, &st, err, sizeof err)) { printf("(%s) failed: %s\n", label, err); t->destroy(t); return -1; }
+    double t0 = now();
+    for (int i = 0; i < steps; i++)
+        if (t->step(t, &st, err, sizeof err)) { printf("(%s) failed: %s\n", label, err); t->destroy(t); return -1; }
+    double dt = (now() - t0) / steps;
+    size_t numel = t->numel;
+    t->destroy(t);
+
+    /* the device-only step, same shapes, random tokens */
+    double dt2 = 0;
+    gpt_cuda *g = gpt_cuda_create(&c, batch, seq, tf32, err, sizeof err);
+    if (g) {
+        int N = batch * seq;
+        int *inp = malloc((size_t)N * sizeof(int)), *tgt = malloc((size_t)N * sizeof(int));
+        for (int i = 0; i < N; i++) { inp[i] = (i * 7919) % c.vocab; tgt[i] = (i * 104729 + 1) % c.vocab; }
+        float *p = malloc(numel * sizeof(float));
+        float loss;
+        int bad = !p || gpt_init_params(&c, 1, p, numel, err, sizeof err) ||
+                  gpt_cuda_set_params(g, p, 0, numel, err, sizeof err);
+        for (int i = 0; !bad && i < steps + 3; i++) {
+            if (i == 3) t0 = now();
+            bad = gpt_cuda_forward(g, inp, tgt, &loss, err, sizeof err) || gpt_cuda_backward(g, err, sizeof err) ||
+                  gpt_cuda_clip(g, 1.0, NULL, err, sizeof err) ||
+                  gpt_cuda_adamw(g, i + 1, 1e-4, 0.9, 0.95, 1e-8, 0.1, err, sizeof err) ||
+                  gpt_cuda_sync(g, err, sizeof err);
+        }
+        if (!bad) dt2 = (now() - t0) / steps;
+        else printf("(%s) device-only step failed: %s\n", label, err);
+        free(inp); free(tgt); free(p);
+        gpt_cuda_free(g);
+    }
+    double flops_tok = 6.0 * numel + 6.0 * c.layers * c.dim * seq;
+    double tps = batch * seq / dt, tps2 = dt2 > 0 ? batch * seq / dt2 : 0;
+    printf("(%s) layers %d heads %d dim %d ctx %d vocab %d batch %d seq %d: params %zu\n", label, c.layers, c.heads,
+           c.dim, c.ctx, c.vocab, batch, seq, numel);
+    printf("    trainer step (with the host copy): %.2f ms/step, %.0f tokens/s, %.1f GFLOP/s model (loss %.3f)\n",
+           dt * 1e3, tps, flops_tok * tps / 1e9, st.loss);
+    if (tps2 > 0)
+        printf("    device-only step:                  %.2f ms/step, %.0f tokens/s, %.1f GFLOP/s model\n", dt2 * 1e3,
+               tps2, flops_tok * tps2 / 1e9);
+    if (peak > 0)
+        printf("    MFU vs estimated peak: trainer %.1f%%, device-only %.1f%%\n", 100 * flops_tok * tps / peak,
+               100 * flops_tok * tps2 / peak);
+    if (sgemm > 0)
+        printf("    MFU vs measured sgemm: trainer %.1f%%, device-only %.1f%%\n", 100 * flops_tok * tps / sgemm,
+               100 * flops_tok * tps2 / sgemm);
+    return 0;
+}
+#endif
+
+int main(int argc, char **argv) {
+    int tf32 = 0, steps = 20, gpt2 = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--tf32")) tf32 = 1;
+        else if (!strcmp(argv[i], "--no-gpt2")) gpt2 = 0;
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else { fprintf(stderr, "usage: bench-trainer_cuda [--tf32] [--steps 20] [--no-gpt2]\n"); return 2; }
+    }
+    if (steps < 1) steps = 1;
+#ifndef DILOCO_HAVE_CUDA
+    (void)tf32; (void)gpt2;
+    printf("bench-trainer_cuda: built without CUDA (nvcc not found at build time): skipped\n");
+    return 77;
+#else
+    char why[256] = "";
+    if (gpt_cuda_device_count(why, sizeof why) == 0) {
+        printf("bench-trainer_cuda: no CUDA device: skipped (%s)\n", why);
+        return 77;
+    }
+    char name[256] = "?";
+    double fp32 = 0, tf = 0;
+    gpt_cuda_device_info(name, sizeof name, &fp32, &tf);
+    double peak = tf32 ? tf : fp32;
+    printf("device: %s\n", name);
+    printf("estimated peak: fp32 %.1f TFLOP/s, tf32 %s%.1f TFLOP/s (SMs x clock x lanes; 0 = unknown)\n", fp32 / 1e12,
+           tf > 0 ? "" : "unknown ", tf / 1e12);
+    double sg = gpt_cuda_sgemm_flops(4096, tf32, 5);
+    printf("cublasSgemm 4096^3 %s: %.1f TFLOP/s measured\n", tf32 ? "TF32" : "fp32", sg / 1e12);
+    printf("products: %s\n", tf32 ? "TF32 tensor cores allowed (--tf32)" : "fp32 (TF32 off)");
+    run("a", (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 256}, 8, 256, tf32, steps, peak, sg);
+    run("b", (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 50257}, 4, 64, tf32, steps, peak,
+        sg);
+    if (gpt2)
+        run("c", (gpt_config){.layers = 12, .heads = 12, .dim = 768, .ctx = 1024, .vocab = 50257}, 8, 1024, tf32,
+            steps, peak, sg);
+    return 0;
+#endif
+}

@@ -21,7 +21,7 @@ start_redis
 init_run $RUN --trainer gpt $MODEL --shards 4 --workers 3 --seed 3
 start_server s1 --lease-ttl-ms 2000
 start_server s2 --lease-ttl-ms 2000
-start_worker g1 --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1 --device cuda --batch 4 --seq 64 --warmup 2
+start_worker g1 --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1 --device cuda --batch 4 --seq 64 --warmup 2 --shard-index 0 --num-shards 3
 start_worker g2 --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1 --device cuda --batch 4 --seq 64 --warmup 2 --shard-index 1 --num-shards 3
 start_worker c1 --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1 --device cpu --batch 4 --seq 64 --warmup 2 --threads 1 --shard-index 2 --num-shards 3
 for w in g1 g2 c1; do

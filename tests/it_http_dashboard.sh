@@ -1,8 +1,9 @@
 #!/bin/sh
 # it_http_dashboard.sh: the dashboard in a real browser. Headless Debian chromium, driven by
 # playwright-core (tests/browser/dashboard.mjs), loads the dashboard of a live run (redis-server,
-# 2 shard-servers, 2 quadratic workers, `coordinator serve --http`), sees the workers, changes the
-# outer lr and kicks a worker through the page, and the changes are checked in Redis. Saves a
+# 2 shard-servers, 2 quadratic workers, `coordinator serve --http --token-file`), sees the workers, is
+# refused a change until the token is entered, changes the outer lr, kicks a worker and saves a
+# checkpoint through the page, and the changes are checked in Redis (and on disk). Saves a
 # screenshot to docs/dashboard.png (or $SCREENSHOT).
 #
 # Skips (exit 77) when node, /usr/bin/chromium or playwright-core is missing and cannot be installed
@@ -29,14 +30,15 @@ start_server A
 start_server B
 for w in w1 w2; do start_worker $w --steps 0 --sync-every 20 --heartbeat-interval 0.5 --step-delay-ms 5; done
 HP=$(free_port)
+printf 'dash-token-%s\n' "$$" > "$TMP/token"
 bin/coordinator serve --redis "$URL" --run "$RUN" --http "127.0.0.1:$HP" --print-every 0 \
-  --save-dir "$TMP/ckpt" --keep 2 > "$TMP/coord.log" 2>&1 &
+  --save-dir "$TMP/ckpt" --keep 2 --token-file "$TMP/token" > "$TMP/coord.log" 2>&1 &
 COORD=$!; PIDS="$PIDS $COORD"
 wait_until 20 "[ \"\$(curl -s http://127.0.0.1:$HP/status | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(1 for w in d[\"workers\"] if w[\"loss\"] is not None), d[\"rounds_closed\"]>=2)' 2>/dev/null)\" = '2 True' ]" \
   "2 workers reporting and 2 rounds closed"
 
 say "headless chromium on http://127.0.0.1:$HP/dashboard"
-DASH_URL="http://127.0.0.1:$HP/dashboard" REDIS_PORT=$PORT RUN=$RUN CHROMIUM=$CHROMIUM \
+DASH_URL="http://127.0.0.1:$HP/dashboard" REDIS_PORT=$PORT RUN=$RUN CHROMIUM=$CHROMIUM TOKEN=$(cat "$TMP/token") \
   SCREENSHOT=${SCREENSHOT:-$ROOT/docs/dashboard.png} SETTLE_MS=${SETTLE_MS:-5000} \
   timeout 90 node tests/browser/dashboard.mjs > "$TMP/browser.log" 2>&1
 rc=$?

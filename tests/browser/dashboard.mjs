@@ -5,6 +5,8 @@
 //     node tests/browser/dashboard.mjs
 //
 // Checks: the page loads with nothing fetched from outside this server and no script error; the live
+// workers appear in the table; with TOKEN (server started with --token-file) a change without the token
+// is refused and shown, then the token is entered in the page;
 // workers appear in the table; the outer lr set through the page lands in dl:{R}:state; a worker kicked
 // through the page (confirm dialog accepted) is evicted (its incarnation ends, a "kicked" event is
 // recorded); Save state writes a checkpoint when the server has --save-dir; the charts have data; then a
@@ -54,7 +56,8 @@ try {
   const outside = [], errors = [];
   page.on("request", (r) => { if (!r.url().startsWith(origin) && !r.url().startsWith("data:")) outside.push(r.url()); });
   page.on("pageerror", (e) => errors.push(String(e)));
-  page.on("console", (m) => { if (m.type() === "error") errors.push(m.text()); });
+  // the browser logs the refused request of the no-token check (401) as a console error: expected
+  page.on("console", (m) => { if (m.type() === "error" && !/status of 401/.test(m.text())) errors.push(m.text()); });
   page.on("dialog", (d) => { console.log("dialog:", d.message()); d.accept(); });
 
   await page.goto(url, { waitUntil: "load" });
@@ -67,7 +70,18 @@ try {
   const hostCell = await page.textContent('#workers tr[data-worker="w1"] td:nth-child(3)');
   if (!hostCell || !hostCell.trim()) throw new Error("worker host column is empty");
 
-  if (token) await page.fill("#token", token);
+  if (token) {
+    // the server wants a token: the page shows the field, and without it a change is refused
+    if (!(await page.isVisible("#token"))) throw new Error("token field hidden although the server requires a token");
+    const lr0 = rcli("HGET", `dl:{${run}}:state`, "outer_lr");
+    await page.fill("#lr", "0.123");
+    await page.click("#apply-opt");
+    await page.waitForFunction(() => /update_optimizer failed: .*Bearer/.test(document.getElementById("msg").textContent),
+                               null, { timeout: 5000 });
+    if (rcli("HGET", `dl:{${run}}:state`, "outer_lr") !== lr0) throw new Error("outer_lr changed without the token");
+    console.log("without the token:", await page.textContent("#msg"));
+    await page.fill("#token", token);
+  }
 
   // 2. outer lr through the page -> dl:{R}:state outer_lr
   const lrBefore = rcli("HGET", `dl:{${run}}:state`, "outer_lr");

@@ -88,24 +88,24 @@ int cmd_control(int argc, char **argv) {
         if (npos == 2) json_object_set_new(body, "worker_id", json_string(pos[1]));
     } else if (!strcmp(verb, "set-lr")) {
         action = "update_optimizer";
-        if (npos == 2 && !(v = number_arg(pos[1], verb))) return 2;
+        if (npos == 2 && !(v = number_arg(pos[1], verb))) goto usage_error;
         if (v) json_object_set_new(body, "lr", v);
     } else if (!strcmp(verb, "set-momentum")) {
         action = "update_optimizer";
-        if (npos == 2 && !(v = number_arg(pos[1], verb))) return 2;
+        if (npos == 2 && !(v = number_arg(pos[1], verb))) goto usage_error;
         if (v) json_object_set_new(body, "momentum", v);
     } else if (!strcmp(verb, "set-nesterov")) {
         action = "update_optimizer";
         if (npos == 2) {
             if (strcmp(pos[1], "0") && strcmp(pos[1], "1")) {
                 fprintf(stderr, "coordinator control: set-nesterov wants 0 or 1\n");
-                return 2;
+                goto usage_error;
             }
             json_object_set_new(body, "nesterov", json_boolean(pos[1][0] == '1'));
         }
     } else if (!strcmp(verb, "set-workers") || !strcmp(verb, "set-min-workers")) {
         action = "update_num_workers";
-        if (npos == 2 && !(v = int_arg(pos[1], verb))) return 2;
+        if (npos == 2 && !(v = int_arg(pos[1], verb))) goto usage_error;
         if (v) json_object_set_new(body, verb[4] == 'w' ? "num_workers" : "min_workers", v);
     } else if (!strcmp(verb, "shutdown")) {
         action = "shutdown";
@@ -135,4 +135,7 @@ int cmd_control(int argc, char **argv) {
     fputc('\n', code == 200 ? stdout : stderr);
     json_decref(reply);
     return code == 200 ? 0 : 1;
+usage_error:
+    json_decref(body);
+    return 2;
 }

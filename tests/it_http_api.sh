@@ -16,6 +16,7 @@
 #   binding                   127.0.0.1 by default; --host 0.0.0.0 only when asked
 #   Redis down                /status and /control answer 503, the page still loads; SIGTERM/SIGINT exit 0
 . "$(dirname "$0")/lib.sh"
+COORD_BIN=${COORD_BIN:-bin/coordinator} # e.g. a sanitizer build
 command -v curl >/dev/null 2>&1 || { echo "SKIP: curl is not installed"; exit 77; }
 
 RUN=httpapi
@@ -27,7 +28,7 @@ for w in w1 w2; do start_worker $w --steps 0 --sync-every 20 --heartbeat-interva
 
 start_coord() { # NAME PORT [serve flags]: pid in COORD_<NAME>
   name=$1; port=$2; shift 2
-  bin/coordinator serve --redis "$URL" --run "$RUN" --http "127.0.0.1:$port" --print-every 0 "$@" \
+  $COORD_BIN serve --redis "$URL" --run "$RUN" --http "127.0.0.1:$port" --print-every 0 "$@" \
     > "$TMP/coord-$name.log" 2>&1 &
   eval "COORD_$name=$!"
   PIDS="$PIDS $!"
@@ -174,7 +175,7 @@ say "w1 kicked: incarnation $inc -> $now (it registers again by itself)"
 wait_until 10 "[ \"\$(inc_of w1)\" != none ]" "w1 to register again"
 
 say "coordinator control (CLI)"
-CTL="bin/coordinator control --redis $URL --run $RUN"
+CTL="$COORD_BIN control --redis $URL --run $RUN"
 $CTL set-lr 0.6 > "$TMP/ctl.out" 2>&1 || fail "control set-lr: $(cat "$TMP/ctl.out")"
 grep -q '"status":"ok"' "$TMP/ctl.out" || fail "control set-lr output: $(cat "$TMP/ctl.out")"
 $CTL set-momentum 0.9 >/dev/null 2>&1 || fail "control set-momentum"
@@ -214,12 +215,12 @@ say "save_state wrote $(basename "$ck")"
 say "binding: loopback by default, 0.0.0.0 only when asked"
 ss -ltnH "sport = :$HP" | grep -q "127.0.0.1:$HP" || fail "default bind is not 127.0.0.1: $(ss -ltnH "sport = :$HP")"
 AP=$(free_port)
-bin/coordinator serve --redis "$URL" --run "$RUN" --http "$AP" --host 0.0.0.0 --token-file "$TMP/token" --print-every 0 \
+$COORD_BIN serve --redis "$URL" --run "$RUN" --http "$AP" --host 0.0.0.0 --token-file "$TMP/token" --print-every 0 \
   > "$TMP/coord-any.log" 2>&1 &
 COORD_any=$!; PIDS="$PIDS $!"
 wait_until 10 "ss -ltnH 'sport = :$AP' | grep -q '0.0.0.0:$AP'" "--host 0.0.0.0 listening on all interfaces"
 curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$AP/status" | grep -q 200 || fail "0.0.0.0 server answers"
-bin/coordinator serve --redis "$URL" --run "$RUN" --host 0.0.0.0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "--host without --http must be a usage error"
+$COORD_BIN serve --redis "$URL" --run "$RUN" --host 0.0.0.0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "--host without --http must be a usage error"
 
 say "POST /control/shutdown"
 H="http://127.0.0.1:$HP"

@@ -23,6 +23,7 @@ fi
 
 . tests/lib.sh
 command -v curl >/dev/null 2>&1 || { echo "SKIP: curl is not installed"; exit 77; }
+COORD_BIN=${COORD_BIN:-bin/coordinator}
 RUN=httpdash
 start_redis
 init_run $RUN --trainer quadratic --numel 10000 --shards 2 --workers 2
@@ -31,7 +32,7 @@ start_server B
 for w in w1 w2; do start_worker $w --steps 0 --sync-every 20 --heartbeat-interval 0.5 --step-delay-ms 5; done
 HP=$(free_port)
 printf 'dash-token-%s\n' "$$" > "$TMP/token"
-bin/coordinator serve --redis "$URL" --run "$RUN" --http "127.0.0.1:$HP" --print-every 0 \
+$COORD_BIN serve --redis "$URL" --run "$RUN" --http "127.0.0.1:$HP" --print-every 0 \
   --save-dir "$TMP/ckpt" --keep 2 --token-file "$TMP/token" > "$TMP/coord.log" 2>&1 &
 COORD=$!; PIDS="$PIDS $COORD"
 wait_until 20 "[ \"\$(curl -s http://127.0.0.1:$HP/status | python3 -c 'import json,sys; d=json.load(sys.stdin); print(sum(1 for w in d[\"workers\"] if w[\"loss\"] is not None), d[\"rounds_closed\"]>=2)' 2>/dev/null)\" = '2 True' ]" \

@@ -1,4 +1,5 @@
 /* main.c: bin/coordinator, dispatching to its subcommands (see coordinator.h). */
+#include <signal.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -23,6 +24,7 @@ static void usage(FILE *f) {
 
 int main(int argc, char **argv) {
     log_init("coordinator");
+    signal(SIGPIPE, SIG_IGN); /* hiredis writes with write(): a closed Redis socket must not kill us */
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {
         usage(argc < 2 ? stderr : stdout);
         return argc < 2 ? 2 : 0;

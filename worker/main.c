@@ -152,7 +152,7 @@ static int read_run(const worker_args *a, runconf *rc, char *err, size_t errlen)
 }
 
 /* The GPT's flags: the run's model first, then the user's (which may set data, batch, ...). */
-static trainer *make_gpt(const runconf *rc, char **rest, int nrest, char *err, size_t errlen) {
+static trainer *make_gpt(const worker_args *a, const runconf *rc, char **rest, int nrest, char *err, size_t errlen) {
     char model[256];
     snprintf(model, sizeof model, "%s", rc->model);
     char *argv[160];
@@ -163,6 +163,7 @@ static trainer *make_gpt(const runconf *rc, char **rest, int nrest, char *err, s
     gpt_options o;
     gpt_options_default(&o);
     o.seed = rc->seed;
+    o.total_steps = a->steps; /* --steps is ours; it is also the trainer's cosine horizon */
     int consumed = gpt_options_parse(&o, argc, argv, err, errlen);
     if (consumed < 0) return NULL;
     if (argc - consumed > 0) {
@@ -189,7 +190,7 @@ static trainer *make_trainer(const worker_args *a, const runconf *rc, char **res
         q.lr = (float)a->quad_lr;
         return quadratic_trainer_create(&q, err, errlen);
     }
-    if (!strcmp(name, "gpt")) return make_gpt(rc, rest, nrest, err, errlen);
+    if (!strcmp(name, "gpt")) return make_gpt(a, rc, rest, nrest, err, errlen);
     err_set(err, errlen, "unknown trainer '%s' (gpt or quadratic)", name);
     return NULL;
 }

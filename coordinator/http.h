@@ -11,6 +11,9 @@
 #include <hiredis/hiredis.h>
 #include <jansson.h>
 #include <stddef.h>
+#include <stdint.h>
+
+#include "url.h"
 
 struct event_base;
 
@@ -19,6 +22,7 @@ struct event_base;
 /* Where the HTTP side gets its Redis connection: returns a connected context (reconnecting if the
  * last one broke) or NULL + err. Provided by the process that runs the loop (serve.c). */
 typedef redisContext *(*http_redis_fn)(void *arg, char *err, size_t errlen);
+typedef struct saver saver;
 
 typedef struct http_options {
     const char *host;       /* bind address, default 127.0.0.1 */
@@ -27,6 +31,7 @@ typedef struct http_options {
     const char *token;      /* bearer token for /control (NULL = no auth) */
     const char *save_dir;   /* save_state exports checkpoints here (NULL: save_state unavailable) */
     int keep;               /* checkpoints kept in save_dir (0 = all) */
+    saver *saver;           /* runs those exports off the loop (http_save.c); NULL = synchronously */
     int dashboard;          /* 0: GET / and /dashboard answer 404 */
     http_redis_fn redis;
     void *redis_arg;
@@ -66,6 +71,19 @@ int status_fetch(redisContext *rc, const char *run, int n_events, json_t **raw, 
                  size_t errlen);
 /* Prometheus text exposition of the run (malloc'd, NUL-terminated). */
 char *metrics_text(json_t *raw, const char *run);
+
+/* ---- checkpoint export on a thread (http_save.c) ---- */
+
+/* Called on the loop thread when the save a caller waited for is done. */
+typedef void (*saver_done_fn)(void *arg, int ok, const char *path, int64_t version, const char *err);
+saver *saver_new(struct event_base *base, const redis_url *url, const char *run, const char *dir, int keep);
+/* Start a save (0), or join the one in progress (1); fn(arg, ...) is called when it is done (fn may be
+ * NULL). -1 if it cannot start. */
+int saver_request(saver *s, saver_done_fn fn, void *arg);
+/* The waiter with this arg no longer wants its callback (its client went away). */
+void saver_cancel(saver *s, void *arg);
+int saver_busy(const saver *s);
+void saver_free(saver *s); /* waits for a save in progress */
 
 /* The embedded dashboard page (build/gen/dashboard_html.c, from coordinator/dashboard.html). */
 extern const char dashboard_html[];

@@ -167,6 +167,50 @@ static int host_is_loopback(const char *h) {
     return 0;
 }
 
+/* save_state on the saver thread: the reply goes out when the file is written. If the client goes
+ * away first, evhttp frees the request: the connection's close callback cancels the reply. */
+typedef struct save_wait {
+    http_server *s;
+    struct evhttp_request *req;
+    struct evhttp_connection *conn;
+} save_wait;
+
+static void save_conn_closed(struct evhttp_connection *conn, void *arg) {
+    save_wait *w = arg;
+    (void)conn;
+    saver_cancel(w->s->o.saver, w);
+    free(w);
+}
+
+static void save_done(void *arg, int ok, const char *path, int64_t version, const char *err) {
+    save_wait *w = arg;
+    evhttp_connection_set_closecb(w->conn, NULL, NULL);
+    if (ok) reply_json(w->req, 200, json_pack("{s:s,s:s,s:I}", "status", "ok", "path", path, "version", (json_int_t)version));
+    else {
+        char msg[700];
+        snprintf(msg, sizeof msg, "save_state: %s", err);
+        reply_error(w->req, 500, msg);
+    }
+    free(w);
+}
+
+static void save_async(http_server *s, struct evhttp_request *req) {
+    save_wait *w = calloc(1, sizeof *w);
+    if (!w) {
+        reply_error(req, 500, "out of memory");
+        return;
+    }
+    w->s = s;
+    w->req = req;
+    w->conn = evhttp_request_get_connection(req);
+    if (saver_request(s->o.saver, save_done, w) < 0) {
+        free(w);
+        reply_error(req, 503, "save_state: cannot start a save now (too many waiting)");
+        return;
+    }
+    evhttp_connection_set_closecb(w->conn, save_conn_closed, w);
+}
+
 static void serve_control(http_server *s, struct evhttp_request *req, const char *action) {
     struct evkeyvalq *in = evhttp_request_get_input_headers(req);
     /* a browser sends Origin with every POST; it must be this very server */
@@ -204,6 +248,11 @@ static void serve_control(http_server *s, struct evhttp_request *req, const char
         }
     }
     control_env env = {.run = s->o.run, .save_dir = s->o.save_dir, .keep = s->o.keep};
+    if (!strcmp(action, "save_state") && s->o.saver && json_is_object(doc) && json_object_size(doc) == 0) {
+        json_decref(doc);
+        save_async(s, req);
+        return;
+    }
     int known = 0;
     for (const char *const *a = control_actions; *a; a++) known |= !strcmp(*a, action);
     if (!known || !json_is_object(doc)) { /* answered without touching Redis */

@@ -4,7 +4,9 @@
  * but a run whose every worker is blocked still needs someone to notice a death on time: serve
  * calls dl_reap every second and prints a one-line summary every --print-every seconds. With
  * --http it also serves the dashboard, /status, /metrics and /control (http_server.c) on the same
- * loop. It holds no state, so several may run and any may be killed; SIGINT/SIGTERM end it cleanly. */
+ * loop, and with --save-dir it exports checkpoints (POST /control/save_state, and every --save-every N
+ * versions) on a thread of its own (http_save.c). It holds no state, so several may run and any may
+ * be killed; SIGINT/SIGTERM end it cleanly. */
 #include <event2/event.h>
 #include <jansson.h>
 #include <signal.h>
@@ -27,7 +29,47 @@ typedef struct serve_ctx {
     uint64_t last_print;
     uint64_t last_connect_fail;
     struct event_base *base;
+    saver *saver;
+    long long save_every;    /* versions between periodic checkpoints (0 = off) */
+    long long last_saved;    /* version the last periodic save was triggered at */
 } serve_ctx;
+
+/* The lowest committed shard version (all shards share it between rounds); -1 on error. */
+static long long min_version(redisContext *rc, const char *run) {
+    char key[KEY_MAX];
+    redisReply *r = redisCommand(rc, "HGETALL %s", key_run(key, sizeof key, run, "shards"));
+    long long m = -1;
+    if (r && r->type == REDIS_REPLY_ARRAY) {
+        for (size_t i = 0; i + 1 < r->elements; i += 2) {
+            const char *f = r->element[i]->str, *c = f ? strchr(f, ':') : NULL;
+            if (!c || strcmp(c, ":version") || !r->element[i + 1]->str) continue;
+            long long v = strtoll(r->element[i + 1]->str, NULL, 10);
+            if (m < 0 || v < m) m = v;
+        }
+    }
+    if (r) freeReplyObject(r);
+    return m;
+}
+
+static void periodic_saved(void *arg, int ok, const char *path, int64_t version, const char *err) {
+    (void)arg;
+    (void)path;
+    (void)version;
+    (void)err;
+    (void)ok; /* logged by the saver */
+}
+
+static void maybe_save(serve_ctx *x, redisContext *rc) {
+    if (!x->saver || x->save_every <= 0 || saver_busy(x->saver)) return;
+    long long v = min_version(rc, x->c.run);
+    if (v < 0) return;
+    if (x->last_saved < 0) x->last_saved = v; /* first look: count from here */
+    if (v >= x->last_saved + x->save_every) {
+        log_info("checkpoint: version %lld (every %lld): saving to %s", v, x->save_every, "--save-dir");
+        x->last_saved = v;
+        saver_request(x->saver, periodic_saved, NULL);
+    }
+}
 
 /* The shared connection, reconnected (one attempt, short timeout) when it broke, so a dead Redis
  * costs each caller at most about a second and the loop keeps answering. */
@@ -76,6 +118,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
     if (r && r->type == REDIS_REPLY_INTEGER && r->integer > 0) log_warn("evicted %lld dead worker(s)", r->integer);
     else if (r && r->type == REDIS_REPLY_ERROR) log_warn("reap: %s", r->str);
     if (r) freeReplyObject(r);
+    if (!rc->err) maybe_save(x, rc);
     if (x->print_every > 0 && now_ms() - x->last_print >= (uint64_t)x->print_every * 1000 && !rc->err) {
         summary(rc, x->c.run);
         x->last_print = now_ms();
@@ -100,6 +143,7 @@ static void usage(FILE *f) {
             "  --token-file FILE    POST /control/* needs 'Authorization: Bearer <first line of FILE>'\n"
             "  --no-dashboard       GET / and /dashboard answer 404 (status, metrics, control stay)\n"
             "  --save-dir DIR       POST /control/save_state exports a checkpoint to DIR/checkpoint-<v>.safetensors\n"
+            "  --save-every N       export a checkpoint to --save-dir every N committed versions\n"
             "  --keep K             keep the newest K checkpoints in --save-dir (default 0 = all)\n");
 }
 
@@ -149,6 +193,8 @@ int cmd_serve(int argc, char **argv) {
     x.print_every = 10;
     const char *http_arg = NULL, *host_arg = NULL, *token_file = NULL, *save_dir = NULL;
     long long keep = 0;
+    x.save_every = 0;
+    x.last_saved = -1;
     int dashboard = 1;
     for (int i = 0; i < argc; i++) {
         int r = coord_common_flag(&x.c, argc, argv, &i);
@@ -169,6 +215,11 @@ int cmd_serve(int argc, char **argv) {
             token_file = argv[++i];
         } else if (!strcmp(a, "--save-dir") && has) {
             save_dir = argv[++i];
+        } else if (!strcmp(a, "--save-every") && has) {
+            if (parse_int(argv[++i], 0, 1000000000, &x.save_every) < 0) {
+                fprintf(stderr, "coordinator serve: --save-every wants a number of rounds >= 0\n");
+                return 2;
+            }
         } else if (!strcmp(a, "--keep") && has) {
             if (parse_int(argv[++i], 0, 1000000, &keep) < 0) {
                 fprintf(stderr, "coordinator serve: --keep wants an integer >= 0\n");
@@ -197,6 +248,10 @@ int cmd_serve(int argc, char **argv) {
             return 2;
         }
         snprintf(host, sizeof host, "%s", host_arg);
+    }
+    if (x.save_every > 0 && !save_dir) {
+        fprintf(stderr, "coordinator serve: --save-every needs --save-dir DIR\n");
+        return 2;
     }
     if ((host_arg || token_file || !dashboard) && !http_arg) {
         fprintf(stderr, "coordinator serve: --host, --token-file and --no-dashboard need --http\n");
@@ -230,11 +285,17 @@ int cmd_serve(int argc, char **argv) {
     struct timeval one = {1, 0};
     event_add(tick, &one);
 
+    if (save_dir && !(x.saver = saver_new(x.base, &x.c.url, x.c.run, save_dir, (int)keep))) {
+        fprintf(stderr, "coordinator serve: cannot set up the checkpoint saver\n");
+        return 1;
+    }
+    if (x.save_every > 0) log_info("checkpoints every %lld versions into %s (keep %lld)", x.save_every, save_dir, keep);
     http_server *hs = NULL;
     if (http_arg) {
         char err[512];
         http_options o = {.host = host, .port = port, .run = x.c.run, .token = token, .dashboard = dashboard,
-                          .save_dir = save_dir, .keep = (int)keep, .redis = ctx_redis, .redis_arg = &x};
+                          .save_dir = save_dir, .keep = (int)keep, .saver = x.saver, .redis = ctx_redis,
+                          .redis_arg = &x};
         hs = http_start(x.base, &o, err, sizeof err);
         if (!hs) {
             fprintf(stderr, "coordinator serve: %s\n", err);
@@ -254,6 +315,8 @@ int cmd_serve(int argc, char **argv) {
     event_base_dispatch(x.base);
 
     http_stop(hs);
+    if (x.saver && saver_busy(x.saver)) log_info("waiting for the checkpoint in progress");
+    saver_free(x.saver);
     event_free(tick);
     event_free(sigint);
     event_free(sigterm);

@@ -7,12 +7,13 @@
 #   GET /, /dashboard         the embedded page, nothing referenced outside the server
 #   POST /control/*           update_optimizer -> dl:{R}:state outer_lr/outer_momentum; update_num_workers;
 #                             kick_worker -> the worker's incarnation is evicted ("kicked" event, deaths+1);
-#                             save_state -> checkpoint file with --save-dir, 409 without; bad requests (malformed JSON, wrong types, unknown
+#                             save_state -> checkpoint file with --save-dir (written on a thread), 409 without; bad requests (malformed JSON, wrong types, unknown
 #                             fields/actions, oversize body, wrong method, foreign Host/Origin) -> 4xx
 #                             and the state unchanged; shutdown -> status shutdown, workers leave
 #   coordinator control       set-lr, set-momentum, set-workers, kick, errors
 #   --token-file              control needs the bearer token; status/metrics stay readable;
 #   --no-dashboard            / and /dashboard answer 404
+#   --save-every N            a checkpoint every N versions, --keep K newest kept
 #   binding                   127.0.0.1 by default; --host 0.0.0.0 only when asked
 #   Redis down                /status and /control answer 503, the page still loads; SIGTERM/SIGINT exit 0
 . "$(dirname "$0")/lib.sh"
@@ -211,6 +212,17 @@ expect 200 "$(post /control/save_state '{}' -H 'Authorization: Bearer s3cret-tok
 ck=$(jq_ "assert d['status']=='ok' and d['version']>=1, d; print(d['path'])") || fail "save_state reply"
 [ -s "$ck" ] && case "$ck" in "$TMP/ckpt/checkpoint-"*.safetensors) true;; *) false;; esac || fail "checkpoint file $ck"
 say "save_state wrote $(basename "$ck")"
+
+say "serve --save-every: periodic checkpoints on the saver thread, --keep 2"
+$COORD_BIN serve --redis "$URL" --run "$RUN" --save-every 10 --save-dir "$TMP/periodic" --keep 2 --print-every 0 \
+  > "$TMP/coord-per.log" 2>&1 &
+COORD_per=$!; PIDS="$PIDS $!"
+wait_until 20 "[ \$(grep -c 'checkpoint: wrote' $TMP/coord-per.log) -ge 3 ]" "3 periodic checkpoints"
+n=$(ls "$TMP"/periodic/checkpoint-*.safetensors | wc -l)
+[ "$n" -eq 2 ] || fail "--keep 2 left $n checkpoints"
+say "periodic: $(grep -c 'checkpoint: wrote' "$TMP/coord-per.log") saves, kept $(cd "$TMP/periodic" && ls *.safetensors | tr '\n' ' ')"
+kill -TERM "$COORD_per"; wait "$COORD_per" || fail "periodic saver coordinator exit status"
+$COORD_BIN serve --redis "$URL" --run "$RUN" --save-every 10 >/dev/null 2>&1; [ $? -eq 2 ] || fail "--save-every without --save-dir must be a usage error"
 
 say "binding: loopback by default, 0.0.0.0 only when asked"
 ss -ltnH "sport = :$HP" | grep -q "127.0.0.1:$HP" || fail "default bind is not 127.0.0.1: $(ss -ltnH "sport = :$HP")"

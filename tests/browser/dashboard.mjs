@@ -4,6 +4,8 @@
 //   DASH_URL=http://127.0.0.1:PORT/dashboard REDIS_PORT=P RUN=R [TOKEN=T] [SCREENSHOT=docs/dashboard.png] \
 //     node tests/browser/dashboard.mjs
 //
+// playwright-core is pinned to 1.61 (package.json): the newest line that still runs on Debian 12's nodejs 18.
+//
 // Checks: the page loads with nothing fetched from outside this server and no script error; the live
 // workers appear in the table; with TOKEN (server started with --token-file) a change without the token
 // is refused and shown, then the token is entered in the page;

@@ -8,8 +8,7 @@
 //
 // Checks: the page loads with nothing fetched from outside this server and no script error; the live
 // workers appear in the table; with TOKEN (server started with --token-file) a change without the token
-// is refused and shown, then the token is entered in the page;
-// workers appear in the table; the outer lr set through the page lands in dl:{R}:state; a worker kicked
+// is refused and shown, then the token is entered in the page; the outer lr set through the page lands in dl:{R}:state; a worker kicked
 // through the page (confirm dialog accepted) is evicted (its incarnation ends, a "kicked" event is
 // recorded); Save state writes a checkpoint when the server has --save-dir; the charts have data; then a
 // screenshot of the page.

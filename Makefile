@@ -23,7 +23,7 @@ BLASLIBS  = -lopenblas -fopenmp
 
 DEB_PKGS  = build-essential pkg-config libhiredis-dev redis-server redis-tools libevent-dev libmsgpack-dev \
             libopenblas-dev libxxhash-dev libjansson-dev libcmocka-dev bible-kjv bible-kjv-text \
-            python3-torch python3-numpy iproute2 procps
+            python3-torch python3-numpy iproute2 procps chromium curl
 
 BUILD = build
 BIN   = bin
@@ -81,6 +81,8 @@ deps:
 	  echo "installing:$$missing"; \
 	  apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends $$missing; \
 	else echo "deps: all Debian packages present"; fi
+	@# node and npm drive the browser test; a machine may already have them from elsewhere (nodesource)
+	@command -v npm >/dev/null 2>&1 || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm; }
 
 $(BUILD)/gen/lua_library.c: lua/diloco.lua tools/embed.sh
 	@mkdir -p $(dir $@)

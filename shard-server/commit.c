@@ -21,12 +21,19 @@
 #include <unistd.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "keys.h"
 #include "log.h"
 #include "outer.h"
 #include "util.h"
 
 #define MAX_PARTICIPANTS 4096
+/* The compute of a commit runs in slices of this many elements, one slice per turn of the event loop,
+ * so a server's sockets (the log entry streaming to Redis, parameters to workers) are served while it
+ * computes the next shard. Every kernel is element-wise: slicing does not change a bit. */
+#define COMMIT_SLICE ((size_t)256 * 1024)
+#define COMMIT_BLOCK ((size_t)32 * 1024) /* mean and step of a block while it is in the L2 cache */
 
 enum commit_outcome { OUT_DONE, OUT_WAIT, OUT_NEED, OUT_ERR };
 
@@ -45,6 +52,12 @@ typedef struct ss_commit {
     int failed;
     char need[512];
     char errmsg[256];
+    /* the compute (queued, sliced) */
+    struct ss_commit *qnext;
+    size_t pos;          /* elements done */
+    int first;
+    ss_tunables t;
+    XXH3_state_t *xs;    /* digest of the new θ, streamed */
     /* after the step */
     float *g;            /* the averaged pseudo-gradient: the log entry's payload, sent from here */
     uint8_t head[BLOB_HEADER_MAX];
@@ -68,6 +81,8 @@ static void commit_free(ss_commit *c)
 {
     for (int i = 0; i < c->np; i++)
         free(c->ids[i]);
+    if (c->xs != NULL)
+        XXH3_freeState(c->xs);
     free(c->g);
     free(c->theta);
     free(c->mom);
@@ -81,6 +96,27 @@ static ss_shard *commit_shard(ss_commit *c)
     if (s->gen != c->gen || s->state != SH_READY || !s->committing)
         return NULL;
     return s;
+}
+
+static void snapshot_start(ss_ctx *ss, ss_shard *s);
+
+/* Start the snapshots commits asked for, once this server has no commit running (a snapshot is 8 bytes
+ * per parameter on the bulk connection: it must not delay the log entries of a round). */
+void commit_idle_work(ss_ctx *ss)
+{
+    if (ss->cq_head != NULL)
+        return;
+    for (int k = 0; k < ss->nshards; k++)
+        if (ss->shards[k].committing)
+            return;
+    for (int k = 0; k < ss->nshards; k++) {
+        ss_shard *s = &ss->shards[k];
+        if (s->snap_wanted == 0)
+            continue;
+        if (s->state == SH_READY && s->version == s->snap_wanted)
+            snapshot_start(ss, s);
+        s->snap_wanted = 0;
+    }
 }
 
 /* Answer the gets waiting for this round with the outcome; everything else is judged again. */
@@ -116,6 +152,7 @@ static void commit_finish(ss_commit *c, int outcome)
             req_reply_err(req, "REDIS", "commit of shard %d round %lld failed: %s; retry", s->k, (long long)round,
                           errmsg);
     }
+    commit_idle_work(ss);
 }
 
 static void commit_fail(ss_commit *c, const char *why, int reload)
@@ -270,11 +307,9 @@ static void commit_on_commit(redisReply *r, void *priv)
         ss->m.commit_seconds_max = secs;
     log_info("shard %d: committed version %lld (%d participants, %.3f s, digest %s)", s->k, (long long)s->version,
              c->used, secs, s->digest);
-    int64_t version = s->version;
-    commit_finish(c, OUT_DONE); /* answer the waiting gets first */
-    if (ss->rc.snapshot_every > 0 && version % ss->rc.snapshot_every == 0 && s->state == SH_READY &&
-        s->version == version)
-        snapshot_start(ss, s);
+    if (ss->rc.snapshot_every > 0 && s->version % ss->rc.snapshot_every == 0)
+        s->snap_wanted = s->version; /* written once no commit is running: never ahead of a log entry */
+    commit_finish(c, OUT_DONE);
 }
 
 /* Fault injection (--fault-crash-before-commit): die in the worst place, with the pseudo-gradients
@@ -325,52 +360,33 @@ static void commit_on_log_written(redisReply *r, void *priv)
         commit_fail(c, "Redis is unavailable", 0);
 }
 
-/* Mean of the stored Δ in participant order into g; returns the number used, -1 if one is missing. */
-static int commit_mean(ss_commit *c, ss_shard *s, float *g)
+/* ---------------------------------------------------------------------------------------------- */
+/* the compute queue: commits whose Δ are all here, computed one slice per loop turn, in order */
+
+static void cq_arm(ss_ctx *ss)
 {
-    outer_sum_zero(g, s->n);
-    int used = 0;
-    for (int i = 0; i < c->np; i++) {
-        if (c->dropped[i])
-            continue;
-        ss_delta *d = shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
-        if (d == NULL)
-            return -1;
-        if (d->dtype == BLOB_BF16)
-            outer_sum_add_bf16(g, (const uint16_t *)d->payload, s->n);
-        else
-            outer_sum_add_f32(g, (const float *)d->payload, s->n);
-        used++;
-    }
-    outer_mean_finish(g, s->n, (uint32_t)used);
-    return used;
+    static const struct timeval zero = { 0, 0 };
+    evtimer_add(ss->cq_ev, &zero);
 }
 
-/* Every Δ is here: average them, start writing the log entry (g), and compute version round+1 on
- * copies of θ and momentum while the entry streams to Redis. */
-static void commit_compute(ss_commit *c, ss_shard *s)
+static ss_commit *cq_pop(ss_ctx *ss)
+{
+    ss_commit *c = ss->cq_head;
+    if (c != NULL) {
+        ss->cq_head = c->qnext;
+        if (ss->cq_head == NULL)
+            ss->cq_tail = NULL;
+        c->qnext = NULL;
+    }
+    return c;
+}
+
+/* Version round+1 is computed: start writing its log entry (g) to Redis. The callback owns c now. */
+static void commit_write_log(ss_commit *c, ss_shard *s)
 {
     ss_ctx *ss = c->ss;
     size_t n = s->n;
-    float *g = malloc(n * sizeof(float));
-    c->theta = malloc(n * sizeof(float));
-    c->mom = malloc(n * sizeof(float));
-    if (g == NULL || c->theta == NULL || c->mom == NULL) {
-        free(g);
-        commit_fail(c, "out of memory", 0);
-        return;
-    }
-    int used = commit_mean(c, s, g);
-    if (used < 0) {
-        free(g);
-        snprintf(c->errmsg, sizeof c->errmsg, "a pseudo-gradient went missing");
-        commit_finish(c, OUT_WAIT);
-        return;
-    }
-    c->g = g;
-    c->used = used;
-    ss_tunables t = ss->tun;
-    int first = !s->has_mom;
+    snprintf(c->digest, sizeof c->digest, "%016" PRIx64, (uint64_t)XXH3_64bits_digest(c->xs));
     blob_header h;
     blob_header_init(&h, "log");
     h.shard = s->k;
@@ -380,36 +396,109 @@ static void commit_compute(ss_commit *c, ss_shard *s)
     h.frag = s->frag;
     h.dtype = BLOB_F32;
     h.count = n;
-    h.lr = (double)t.lr;
-    h.mu = (double)t.mu;
-    h.flags = (t.nesterov ? 1 : 0) | (first ? 2 : 0);
-    h.aux = used;
+    h.lr = (double)c->t.lr;
+    h.mu = (double)c->t.mu;
+    h.flags = (c->t.nesterov ? 1 : 0) | (c->first ? 2 : 0);
+    h.aux = c->used;
     char err[256];
-    int hl = blob_encode_header(&h, g, n * sizeof(float), c->head, sizeof c->head, err, sizeof err);
+    int hl = blob_encode_header(&h, c->g, n * sizeof(float), c->head, sizeof c->head, err, sizeof err);
     if (hl < 0) {
         commit_fail(c, err, 0);
         return;
     }
     char key[KEY_MAX];
     store_blob_key(ss, key, sizeof key, s->k, "log", c->round + 1, c->epoch);
-    log_debug("shard %d round %lld: mean in %llu ms; writing %zu bytes of log", s->k, (long long)c->round,
+    log_debug("shard %d round %lld: step computed at +%llu ms; writing %zu bytes of log", s->k, (long long)c->round,
               (unsigned long long)(now_ms() - c->t0), (size_t)hl + n * sizeof(float));
-    if (store_set(ss, key, c->head, (size_t)hl, g, n * sizeof(float), commit_on_log_written, c) != 0) {
+    if (store_set(ss, key, c->head, (size_t)hl, c->g, n * sizeof(float), commit_on_log_written, c) != 0)
         commit_fail(c, "Redis is unavailable", 0);
+}
+
+/* One slice of the head commit, in cache-sized blocks: g = mean of the Δ in participant order, then θ' and
+ * momentum' on copies (the cache keeps serving version round meanwhile), the digest of θ' streamed
+ * along. Pops c from the queue when it is done with it. */
+static void commit_slice(ss_commit *c, ss_shard *s)
+{
+    size_t n = s->n, end = n - c->pos < COMMIT_SLICE ? n : c->pos + COMMIT_SLICE;
+    for (size_t lo = c->pos; lo < end; lo += COMMIT_BLOCK) {
+        size_t len = end - lo < COMMIT_BLOCK ? end - lo : COMMIT_BLOCK;
+        float *g = c->g + lo;
+        outer_sum_zero(g, len);
+        int used = 0;
+        for (int i = 0; i < c->np; i++) {
+            if (c->dropped[i])
+                continue;
+            ss_delta *d = shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
+            if (d == NULL) {
+                snprintf(c->errmsg, sizeof c->errmsg, "a pseudo-gradient went missing");
+                cq_pop(c->ss);
+                commit_finish(c, OUT_WAIT);
+                return;
+            }
+            if (d->dtype == BLOB_BF16)
+                outer_sum_add_bf16(g, (const uint16_t *)d->payload + lo, len);
+            else
+                outer_sum_add_f32(g, (const float *)d->payload + lo, len);
+            used++;
+        }
+        outer_mean_finish(g, len, (uint32_t)used);
+        c->used = used;
+        memcpy(c->theta + lo, s->theta + lo, len * sizeof(float));
+        memcpy(c->mom + lo, s->mom + lo, len * sizeof(float));
+        if (used > 0)
+            outer_sgd_step(c->theta + lo, c->mom + lo, c->first, g, len, c->t.lr, c->t.mu, c->t.nesterov);
+        XXH3_64bits_update(c->xs, c->theta + lo, len * sizeof(float));
+    }
+    c->pos = end;
+    if (c->pos < n)
+        return;
+    c->has_mom = s->has_mom || (c->used > 0 && c->t.mu != 0.0f);
+    cq_pop(c->ss);
+    commit_write_log(c, s);
+}
+
+static void cq_on_turn(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ss_ctx *ss = arg;
+    ss_commit *c = ss->cq_head;
+    if (c == NULL)
+        return;
+    ss_shard *s = commit_shard(c);
+    if (s == NULL) {
+        cq_pop(ss);
+        commit_free(c);
+    } else {
+        commit_slice(c, s); /* pops c when it is done with it */
+    }
+    if (ss->cq_head != NULL)
+        cq_arm(ss);
+}
+
+/* Every Δ is here: queue the compute of version round+1. */
+static void commit_compute(ss_commit *c, ss_shard *s)
+{
+    ss_ctx *ss = c->ss;
+    size_t n = s->n;
+    c->g = malloc(n * sizeof(float));
+    c->theta = malloc(n * sizeof(float));
+    c->mom = malloc(n * sizeof(float));
+    c->xs = XXH3_createState();
+    if (c->g == NULL || c->theta == NULL || c->mom == NULL || c->xs == NULL) {
+        commit_fail(c, "out of memory", 0);
         return;
     }
-    /* the callback runs from the loop, after this */
-    memcpy(c->theta, s->theta, n * sizeof(float));
-    memcpy(c->mom, s->mom, n * sizeof(float));
-    c->has_mom = s->has_mom;
-    if (used > 0) {
-        outer_sgd_step(c->theta, c->mom, first, g, n, t.lr, t.mu, t.nesterov);
-        if (t.mu != 0.0f)
-            c->has_mom = 1;
-    }
-    snprintf(c->digest, sizeof c->digest, "%016" PRIx64, digest_f32(c->theta, n));
-    log_debug("shard %d round %lld: step computed at +%llu ms", s->k, (long long)c->round,
-              (unsigned long long)(now_ms() - c->t0));
+    XXH3_64bits_reset(c->xs);
+    c->t = ss->tun;
+    c->first = !s->has_mom;
+    c->pos = 0;
+    if (ss->cq_tail != NULL)
+        ss->cq_tail->qnext = c;
+    else
+        ss->cq_head = c;
+    ss->cq_tail = c;
+    cq_arm(ss);
 }
 
 /* All membership checks are back: need, drop or compute. */
@@ -576,6 +665,12 @@ static void commit_on_barrier(redisReply *r, void *priv)
     }
     if (--c->outstanding == 0)
         commit_after_checks(c);
+}
+
+int commit_init(ss_ctx *ss)
+{
+    ss->cq_ev = evtimer_new(ss->base, cq_on_turn, ss);
+    return ss->cq_ev != NULL ? 0 : -1;
 }
 
 void commit_start(ss_ctx *ss, ss_shard *s)

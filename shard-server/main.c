@@ -266,6 +266,7 @@ static void on_park_timer(evutil_socket_t fd, short what, void *arg)
     ss_ctx *ss = arg;
     lease_check_expiry(ss);
     shard_expire_parked(ss, PARK_MAX_MS);
+    commit_idle_work(ss);
 }
 
 static int add_persist(ss_ctx *ss, struct event **ev, event_callback_fn fn, int ms)
@@ -285,7 +286,8 @@ static int run_loop(ss_ctx *ss)
         log_error("cannot create the event loop");
         return -1;
     }
-    if (shards_init(ss, err, sizeof err) != 0 || server_listen(ss, err, sizeof err) != 0) {
+    if (shards_init(ss, err, sizeof err) != 0 || server_listen(ss, err, sizeof err) != 0 ||
+        (commit_init(ss) != 0 && snprintf(err, sizeof err, "cannot create the compute event") > 0)) {
         log_error("%s", err);
         return -1;
     }

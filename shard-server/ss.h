@@ -175,6 +175,7 @@ typedef struct ss_shard {
     char digest[17];
     int committing;
     int snapshotting;
+    int64_t snap_wanted;     /* version to snapshot once commits are idle (0 = none) */
     int reload_wanted;       /* reload once the current operation finishes */
     ss_delta *deltas;
     ss_req *parked, *parked_tail;
@@ -217,6 +218,8 @@ typedef struct ss_ctx {
     int stopping;
     struct event *exit_timer;
     ss_metrics m;
+    struct ss_commit *cq_head, *cq_tail; /* commits being computed, in order (commit.c) */
+    struct event *cq_ev;
     struct event *metrics_timer;
     struct event *park_timer;
 } ss_ctx;
@@ -263,7 +266,9 @@ ss_delta *shard_find_delta(ss_shard *s, int64_t round, const char *worker, int64
 void shard_store_delta(ss_shard *s, ss_req *req);
 
 /* commit.c */
+int commit_init(ss_ctx *ss);
 void commit_start(ss_ctx *ss, ss_shard *s);
+void commit_idle_work(ss_ctx *ss);  /* deferred snapshots; called when commits finish and periodically */
 
 /* store.c */
 void store_blob_key(ss_ctx *ss, char *dst, size_t cap, int k, const char *kind, int64_t v, int64_t e);

@@ -144,30 +144,76 @@ static int owner_conn(diloco *d, int shard, dp_conn **out, char *err, size_t err
     return *out ? DL_OK : DL_RETRY;
 }
 
+/* The push request of one shard: header and where its payload (our Δ) lives. */
+static void push_request(diloco *d, int shard, int64_t round, blob_header *h, const void **payload, size_t *plen) {
+    size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
+    blob_header_init(h, "push");
+    h->shard = shard;
+    h->round = round;
+    h->frag = runconf_fragment_of_shard(&d->rc, shard);
+    h->inc = dl_inc(d);
+    snprintf(h->worker, sizeof h->worker, "%s", d->worker_id);
+    h->count = n;
+    if (d->o.bf16) {
+        h->dtype = BLOB_BF16;
+        *payload = d->delta_bf16 + off;
+        *plen = n * sizeof(uint16_t);
+    } else {
+        h->dtype = BLOB_F32;
+        *payload = d->delta_f32 + off;
+        *plen = n * sizeof(float);
+    }
+}
+
+int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int *rcs, char *err, size_t errlen) {
+    for (int i = 0; i < count; i++) rcs[i] = DL_RETRY;
+    dp_conn *c;
+    int rc = owner_conn(d, shards[0], &c, err, errlen);
+    if (rc != DL_OK) return rc;
+    int sent = 0, broken = 0;
+    size_t bytes[RUNCONF_MAX_SHARDS];
+    stamp_min(&d->last.t_first_send_us, dl_wall_us());
+    for (; sent < count; sent++) {
+        blob_header h;
+        const void *payload;
+        push_request(d, shards[sent], round, &h, &payload, &bytes[sent]);
+        if (frame_send(c->fd, &h, payload, bytes[sent], d->o.net_timeout_ms, err, errlen) < 0) {
+            broken = 1;
+            break;
+        }
+    }
+    int worst = DL_OK;
+    for (int i = 0; i < sent && !broken; i++) {
+        blob_header h;
+        uint8_t buf[SMALL_REPLY_CAP];
+        const uint8_t *rp;
+        size_t rlen;
+        if (frame_recv(c->fd, buf, sizeof buf, &h, &rp, &rlen, d->o.net_timeout_ms, err, errlen) < 0) {
+            broken = 1;
+            break;
+        }
+        if (strcmp(h.op, "ack") == 0) {
+            rcs[i] = DL_OK;
+            __atomic_add_fetch(&d->last.bytes_up, bytes[i], __ATOMIC_RELAXED);
+        } else {
+            char why[256];
+            rcs[i] = reply_outcome(d, &h, why, sizeof why);
+            if (worst == DL_OK) err_set(err, errlen, "%s", why);
+            worst = DL_RETRY;
+        }
+    }
+    conn_release(d, c, broken);
+    return broken ? DL_RETRY : worst;
+}
+
 int conn_push(diloco *d, int shard, int64_t round, char *err, size_t errlen) {
     dp_conn *c;
     int rc = owner_conn(d, shard, &c, err, errlen);
     if (rc != DL_OK) return rc;
-    size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
     blob_header h;
-    blob_header_init(&h, "push");
-    h.shard = shard;
-    h.round = round;
-    h.frag = runconf_fragment_of_shard(&d->rc, shard);
-    h.inc = dl_inc(d);
-    snprintf(h.worker, sizeof h.worker, "%s", d->worker_id);
-    h.count = n;
     const void *payload;
     size_t plen;
-    if (d->o.bf16) {
-        h.dtype = BLOB_BF16;
-        payload = d->delta_bf16 + off;
-        plen = n * sizeof(uint16_t);
-    } else {
-        h.dtype = BLOB_F32;
-        payload = d->delta_f32 + off;
-        plen = n * sizeof(float);
-    }
+    push_request(d, shard, round, &h, &payload, &plen);
     uint8_t buf[SMALL_REPLY_CAP];
     const uint8_t *rp;
     size_t rlen;

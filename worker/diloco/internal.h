@@ -110,6 +110,10 @@ void conn_release(diloco *d, dp_conn *c, int broken);
 void conn_close_all(diloco *d);
 /* push our pseudo-gradient of shard k for round r; DL_OK on ack. */
 int conn_push(diloco *d, int shard, int64_t round, char *err, size_t errlen);
+/* Pipelined pushes of shards with one owner: every frame is sent before the first reply is read, so the
+ * server checks shard i while shard i+1 is on the wire. rcs[i] = each shard's outcome (DL_RETRY for
+ * those not acknowledged when the connection broke); the caller retries the ones not DL_OK. */
+int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int *rcs, char *err, size_t errlen);
 /* get shard k at version >= min_version into base and params; sets *got_version. DL_NEED when the
  * server lists us as missing, DL_RETRY for wait/moved/broken. */
 int conn_get(diloco *d, int shard, int64_t min_version, int64_t *got_version, char *err, size_t errlen);

@@ -38,11 +38,19 @@ typedef struct shard_group {
     pthread_t thread;
 } shard_group;
 
+static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen);
+
 static void *group_main(void *p) {
     shard_group *g = p;
     g->rc = DL_OK;
-    for (int i = 0; i < g->nshards && g->rc == DL_OK; i++)
-        g->rc = g->fn(g->d, g->shards[i], g->arg, g->err, sizeof g->err);
+    int rcs[RUNCONF_MAX_SHARDS];
+    for (int i = 0; i < g->nshards; i++) rcs[i] = DL_RETRY;
+    if (g->fn == push_job && g->nshards > 1) /* first try: all of this owner's shards pipelined */
+        conn_push_batch(g->d, g->shards, g->nshards, *(int64_t *)g->arg, rcs, g->err, sizeof g->err);
+    for (int i = 0; i < g->nshards && g->rc == DL_OK; i++) {
+        if (rcs[i] == DL_STALE || rcs[i] == DL_EVICTED || rcs[i] == DL_FAIL) g->rc = rcs[i];
+        else if (rcs[i] != DL_OK) g->rc = g->fn(g->d, g->shards[i], g->arg, g->err, sizeof g->err);
+    }
     return NULL;
 }
 

@@ -39,6 +39,9 @@ typedef struct diloco_options {
     int sync_timeout_ms;          /* give up one sync attempt after this long without progress (default 120000) */
     int wait_poll_ms;             /* BLPOP timeout while waiting at a barrier (default 1000) */
     int dylu;                     /* follow the H the run's DyLU computes for us */
+    int num_fragments;            /* 0: take it from the run; else it must equal the run's */
+    double fragment_alpha;        /* Streaming mixing: params = alpha*params + (1-alpha)*global (default 0) */
+    int simulate_latency_ms;      /* testing: extra delay in each background fragment sync */
     const volatile int *stop;     /* optional: when *stop becomes non-zero, waits and retries give up
                                      at once (point it at your SIGINT/SIGTERM flag) */
     /* Called after the library wrote new global values into params[off, off+n) (NULL: nothing). */
@@ -47,6 +50,7 @@ typedef struct diloco_options {
 } diloco_options;
 
 typedef struct diloco_sync_info {
+    int fragment;                 /* which fragment synced (0 without Streaming DiLoCo) */
     int64_t round;                /* the round this sync completed (the new version is round+1) */
     int64_t version;              /* global version now held */
     double seconds;               /* first pseudo-gradient byte sent to last parameter byte received */

@@ -60,6 +60,9 @@ static void usage(FILE *f) {
             "  --max-sync-retries N      failed syncs in a row before registering again (default 3)\n"
             "  --sync-timeout S          give up one sync attempt after S seconds without progress (default 120)\n"
             "  --dylu                    follow the sync interval the run's DyLU assigns\n"
+            "  --num-fragments F         Streaming DiLoCo fragments: optional, must equal the run's\n"
+            "  --fragment-alpha A        Streaming mixing: params = A*local + (1-A)*global (default 0)\n"
+            "  --simulate-latency-ms MS  testing: delay each background fragment sync by MS\n"
             "  --trainer NAME            gpt or quadratic (default: what the run was initialised for)\n"
             "  --log FILE                JSON-lines telemetry (steps, syncs)\n"
             "  --quiet                   no progress line\n"
@@ -107,6 +110,21 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
             else if (!strcmp(f, "--worker-id")) a->dl.worker_id = val;
             else if (!strcmp(f, "--trainer")) a->trainer = val;
             else a->log_path = val;
+        } else if (!strcmp(f, "--num-fragments") || !strcmp(f, "--simulate-latency-ms")) {
+            if (need_value(i, argc, f) < 0) return -1;
+            if (parse_int(argv[++i], 0, 100000, &v) < 0) {
+                fprintf(stderr, "worker: %s wants a non-negative integer, got '%s'\n", f, argv[i]);
+                return -1;
+            }
+            if (!strcmp(f, "--num-fragments")) a->dl.num_fragments = (int)v;
+            else a->dl.simulate_latency_ms = (int)v;
+        } else if (!strcmp(f, "--fragment-alpha")) {
+            if (need_value(i, argc, f) < 0) return -1;
+            if (parse_double(argv[++i], &x) < 0 || x < 0 || x >= 1) {
+                fprintf(stderr, "worker: --fragment-alpha wants a number in [0, 1), got '%s'\n", argv[i]);
+                return -1;
+            }
+            a->dl.fragment_alpha = x;
         } else if (!strcmp(f, "--sync-every") || !strcmp(f, "--steps") || !strcmp(f, "--max-sync-retries") ||
                    !strcmp(f, "--step-delay-ms")) {
             if (need_value(i, argc, f) < 0) return -1;
@@ -214,8 +232,9 @@ static void log_sync(FILE *f, diloco *d, long step) {
     if (diloco_last_sync(d, &s) < 0) return;
     char digest[20];
     snprintf(digest, sizeof digest, "%016" PRIx64, s.digest);
-    log_json(f, json_pack("{s:s, s:s, s:I, s:I, s:I, s:f, s:f, s:I, s:I, s:s, s:b}", "event", "sync", "worker",
-                          diloco_worker_id(d), "step", (json_int_t)step, "round", (json_int_t)s.round, "version",
+    log_json(f, json_pack("{s:s, s:s, s:I, s:i, s:I, s:I, s:f, s:f, s:I, s:I, s:s, s:b}", "event", "sync", "worker",
+                          diloco_worker_id(d), "step", (json_int_t)step, "fragment", s.fragment, "round",
+                          (json_int_t)s.round, "version",
                           (json_int_t)s.version, "seconds", s.seconds, "wait_seconds", s.wait_seconds, "bytes_up",
                           (json_int_t)s.bytes_up, "bytes_down", (json_int_t)s.bytes_down, "digest", digest,
                           "stale", s.stale));

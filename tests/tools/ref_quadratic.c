@@ -11,7 +11,9 @@
  *
  * usage: ref_quadratic --numel N --shards S --seed SEED --workers a,b,c --rounds R --sync-every H
  *                      [--outer-lr 0.7] [--outer-momentum 0.9] [--no-nesterov] [--no-bf16] [--quad-lr 0.01]
- *                      [--bounds b0,b1,...,bS]   (shard offsets; default: as coordinator init cuts them) */
+ *                      [--bounds b0,b1,...,bS]   (shard offsets; default: as coordinator init cuts them)
+ *                      [--frag-bounds f0,..,fF --alpha A --steps S]   Streaming DiLoCo: F fragments of whole
+ *                      shards, one sent every H/F steps and applied one interval later, S steps per worker */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,7 +33,9 @@ typedef struct ref_args {
     int nesterov, bf16;
     char *ids[MAX_WORKERS];
     int nworkers;
-    const char *bounds;
+    const char *bounds, *frag_bounds;
+    double alpha;
+    long long steps;
 } ref_args;
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -59,6 +63,9 @@ static int parse(int argc, char **argv, ref_args *a) {
         else if (!strcmp(f, "--outer-momentum")) parse_double(v, &a->outer_mu);
         else if (!strcmp(f, "--quad-lr")) parse_double(v, &a->quad_lr);
         else if (!strcmp(f, "--bounds")) a->bounds = v;
+        else if (!strcmp(f, "--frag-bounds")) a->frag_bounds = v;
+        else if (!strcmp(f, "--alpha")) parse_double(v, &a->alpha);
+        else if (!strcmp(f, "--steps")) parse_int(v, 0, 100000000, &a->steps);
         else if (!strcmp(f, "--workers")) {
             char *list = strdup(v);
             for (char *t = strtok(list, ","); t && a->nworkers < MAX_WORKERS; t = strtok(NULL, ",")) a->ids[a->nworkers++] = t;
@@ -67,6 +74,95 @@ static int parse(int argc, char **argv, ref_args *a) {
     if (a->numel <= 0 || a->nworkers == 0 || a->sync_every <= 0) return -1;
     qsort(a->ids, (size_t)a->nworkers, sizeof a->ids[0], cmp_str);
     return 0;
+}
+
+/* The simulated run's state. */
+typedef struct sim {
+    const ref_args *a;
+    size_t n;
+    uint64_t *bounds;      /* shard offsets */
+    uint64_t *fb;          /* fragment -> first shard */
+    int nfrag;
+    float *theta, *mom, *g;
+    long long *rounds;     /* per fragment: outer steps applied */
+    trainer *t[MAX_WORKERS];
+    float *base[MAX_WORKERS];
+    uint16_t *d16[MAX_WORKERS];
+    float *d32[MAX_WORKERS];
+} sim;
+
+static size_t frag_lo(const sim *s, int f) { return (size_t)s->bounds[s->fb[f]]; }
+static size_t frag_hi(const sim *s, int f) { return (size_t)s->bounds[s->fb[f + 1]]; }
+
+/* Every worker's Δ of fragment f, as it would send it now. */
+static void take_deltas(sim *s, int f) {
+    for (int w = 0; w < s->a->nworkers; w++)
+        for (size_t i = frag_lo(s, f); i < frag_hi(s, f); i++) {
+            float d = s->base[w][i] - s->t[w]->params[i];
+            if (s->a->bf16) s->d16[w][i] = bf16_from_f32(d);
+            else s->d32[w][i] = d;
+        }
+}
+
+/* The servers' outer step of fragment f from the Δ taken: mean in id order, SGD per shard. */
+static void outer_fragment(sim *s, int f) {
+    size_t lo = frag_lo(s, f), len = frag_hi(s, f) - lo;
+    outer_sum_zero(s->g + lo, len);
+    for (int w = 0; w < s->a->nworkers; w++) {
+        if (s->a->bf16) outer_sum_add_bf16(s->g + lo, s->d16[w] + lo, len);
+        else outer_sum_add_f32(s->g + lo, s->d32[w] + lo, len);
+    }
+    outer_mean_finish(s->g + lo, len, (uint32_t)s->a->nworkers);
+    for (uint64_t k = s->fb[f]; k < s->fb[f + 1]; k++) {
+        size_t off = (size_t)s->bounds[k], kl = (size_t)(s->bounds[k + 1] - s->bounds[k]);
+        outer_sgd_step(s->theta + off, s->mom + off, s->rounds[f] == 0, s->g + off, kl, (float)s->a->outer_lr,
+                       (float)s->a->outer_mu, s->a->nesterov);
+    }
+    s->rounds[f]++;
+}
+
+/* Workers take fragment f of the new global parameters (alpha mixing), and it becomes their base. */
+static void adopt_fragment(sim *s, int f, double alpha) {
+    float a = (float)alpha, b = (float)(1.0 - alpha);
+    for (int w = 0; w < s->a->nworkers; w++)
+        for (size_t i = frag_lo(s, f); i < frag_hi(s, f); i++) {
+            s->t[w]->params[i] = alpha == 0 ? s->theta[i] : a * s->t[w]->params[i] + b * s->theta[i];
+            s->base[w][i] = s->theta[i];
+        }
+}
+
+static void train_all(sim *s) {
+    char err[128];
+    trainer_stats st;
+    for (int w = 0; w < s->a->nworkers; w++) s->t[w]->step(s->t[w], &st, err, sizeof err);
+}
+
+/* Streaming DiLoCo: every interval, apply the fragment in flight, then send the next one. */
+static void run_streaming(sim *s) {
+    long long interval = s->a->sync_every / s->nfrag;
+    if (interval < 1) interval = 1;
+    int inflight = -1, next = 0;
+    for (long long step = 1; step <= s->a->steps; step++) {
+        train_all(s);
+        if (step % interval != 0) continue;
+        if (inflight >= 0) {
+            outer_fragment(s, inflight);
+            adopt_fragment(s, inflight, s->a->alpha);
+        }
+        take_deltas(s, next);
+        inflight = next;
+        next = (next + 1) % s->nfrag;
+    }
+    if (inflight >= 0) outer_fragment(s, inflight); /* the last round completes when the workers leave */
+}
+
+static void run_plain(sim *s) {
+    for (long long r = 0; r < s->a->rounds; r++) {
+        for (long long st = 0; st < s->a->sync_every; st++) train_all(s);
+        take_deltas(s, 0);
+        outer_fragment(s, 0);
+        adopt_fragment(s, 0, 0.0);
+    }
 }
 
 int main(int argc, char **argv) {
@@ -88,10 +184,22 @@ int main(int argc, char **argv) {
         bounds = calloc((size_t)a.shards + 1, sizeof *bounds);
         for (long long k = 0; k <= a.shards; k++) bounds[k] = (uint64_t)a.numel * (uint64_t)k / (uint64_t)a.shards;
     }
-    float *theta = malloc(n * sizeof(float)), *mom = calloc(n, sizeof(float)), *g = malloc(n * sizeof(float));
-    uint16_t *d16 = malloc(n * sizeof(uint16_t));
-    float *d32 = malloc(n * sizeof(float));
-    trainer *t[MAX_WORKERS];
+    sim sm = {.a = &a, .n = n, .bounds = bounds};
+    if (a.frag_bounds) {
+        if (runconf_parse_bounds_u64(a.frag_bounds, &sm.fb, &sm.nfrag, err, sizeof err) < 0) {
+            fprintf(stderr, "ref_quadratic: bad --frag-bounds\n");
+            return 2;
+        }
+    } else {
+        sm.nfrag = 1;
+        sm.fb = calloc(2, sizeof *sm.fb);
+        sm.fb[1] = (uint64_t)a.shards;
+    }
+    sm.theta = malloc(n * sizeof(float));
+    sm.mom = calloc(n, sizeof(float));
+    sm.g = malloc(n * sizeof(float));
+    sm.rounds = calloc((size_t)sm.nfrag, sizeof *sm.rounds);
+    float *theta = sm.theta;
     quadratic_init_params((uint64_t)a.seed, theta, n);
     for (int w = 0; w < a.nworkers; w++) {
         quadratic_options q;
@@ -100,34 +208,19 @@ int main(int argc, char **argv) {
         q.seed = (uint64_t)a.seed;
         q.worker_id = a.ids[w];
         q.lr = (float)a.quad_lr;
-        t[w] = quadratic_trainer_create(&q, err, sizeof err);
-        if (!t[w]) {
+        sm.t[w] = quadratic_trainer_create(&q, err, sizeof err);
+        sm.base[w] = malloc(n * sizeof(float));
+        sm.d16[w] = malloc(n * sizeof(uint16_t));
+        sm.d32[w] = malloc(n * sizeof(float));
+        if (!sm.t[w]) {
             fprintf(stderr, "ref_quadratic: %s\n", err);
             return 1;
         }
-        memcpy(t[w]->params, theta, n * sizeof(float));
+        memcpy(sm.t[w]->params, theta, n * sizeof(float));
+        memcpy(sm.base[w], theta, n * sizeof(float));
     }
-    for (long long r = 0; r < a.rounds; r++) {
-        outer_sum_zero(g, n);
-        for (int w = 0; w < a.nworkers; w++) {
-            trainer_stats st;
-            for (long long s = 0; s < a.sync_every; s++) t[w]->step(t[w], &st, err, sizeof err);
-            if (a.bf16) {
-                for (size_t i = 0; i < n; i++) d16[i] = bf16_from_f32(theta[i] - t[w]->params[i]);
-                outer_sum_add_bf16(g, d16, n);
-            } else {
-                for (size_t i = 0; i < n; i++) d32[i] = theta[i] - t[w]->params[i];
-                outer_sum_add_f32(g, d32, n);
-            }
-        }
-        outer_mean_finish(g, n, (uint32_t)a.nworkers);
-        for (long long k = 0; k < a.shards; k++) {
-            size_t off = (size_t)bounds[k], len = (size_t)(bounds[k + 1] - bounds[k]);
-            outer_sgd_step(theta + off, mom + off, r == 0, g + off, len, (float)a.outer_lr, (float)a.outer_mu,
-                           a.nesterov);
-        }
-        for (int w = 0; w < a.nworkers; w++) memcpy(t[w]->params, theta, n * sizeof(float));
-    }
+    if (sm.nfrag > 1) run_streaming(&sm);
+    else run_plain(&sm);
     for (long long k = 0; k < a.shards; k++)
         printf("shard %lld %016" PRIx64 "\n", k, digest_f32(theta + bounds[k], (size_t)(bounds[k + 1] - bounds[k])));
     printf("all %016" PRIx64 "\n", digest_f32(theta, n));

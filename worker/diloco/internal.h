@@ -61,8 +61,19 @@ struct diloco {
     float *base;                 /* global parameters this round started from */
     uint16_t *delta_bf16;        /* pseudo-gradient of the round, kept until it is committed */
     float *delta_f32;
-    int64_t version;             /* global version of base (= the round we are in) */
+    int64_t *frag_version;       /* global version of each fragment's part of base (= its open round for us) */
     int64_t *shard_version;      /* version of each shard of base, while fetching */
+
+    /* Streaming DiLoCo: at most one fragment syncs on a background thread while training goes on */
+    int frag_next;               /* the fragment the next boundary sends */
+    int inflight;                /* fragment in flight, -1 when none */
+    pthread_t inflight_thread;
+    int inflight_threaded;
+    int inflight_rc;
+    char inflight_err[256];
+    uint64_t inflight_t0;
+    int64_t inflight_round;
+    int refetch_all;             /* a background sync found us evicted: fetch everything at the boundary */
 
     shard_owner *owners;
     pthread_mutex_t owners_mu;
@@ -94,7 +105,8 @@ struct diloco {
 /* session.c */
 redisReply *dl_command(diloco *d, const char *fmt, ...);   /* on ctl, reconnecting as needed; caller frees */
 int dl_register(diloco *d, char *err, size_t errlen);
-int dl_fetch_params(diloco *d, int64_t min_version, char *err, size_t errlen);
+int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
+int dl_fetch_all(diloco *d, char *err, size_t errlen);
 int64_t dl_inc(diloco *d);
 int dl_stopping(const diloco *d);       /* the embedding program asked us to stop */
 void dl_adopt_base(diloco *d, int first_shard, int last_shard);   /* params[shards] = base[shards] */
@@ -114,6 +126,10 @@ int conn_push(diloco *d, int shard, int64_t round, char *err, size_t errlen);
  * server checks shard i while shard i+1 is on the wire. rcs[i] = each shard's outcome (DL_RETRY for
  * those not acknowledged when the connection broke); the caller retries the ones not DL_OK. */
 int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int *rcs, char *err, size_t errlen);
+/* Pipelined gets of shards with one owner (all requests sent, then the replies read in order, each
+ * parameter payload straight into base): rcs[i] and got[i] per shard, as conn_get. */
+int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version, int *rcs, int64_t *got, char *err,
+                   size_t errlen);
 /* get shard k at version >= min_version into base and params; sets *got_version. DL_NEED when the
  * server lists us as missing, DL_RETRY for wait/moved/broken. */
 int conn_get(diloco *d, int shard, int64_t min_version, int64_t *got_version, char *err, size_t errlen);
@@ -122,14 +138,24 @@ int conn_get(diloco *d, int shard, int64_t min_version, int64_t *got_version, ch
 uint64_t dl_wall_us(void);
 
 /* sync.c */
-int sync_round(diloco *d, char *err, size_t errlen);
+/* Δ of fragment f from params (on the thread that owns params). -1 if params are not finite. */
+int sync_compute_delta(diloco *d, int f, char *err, size_t errlen);
+/* The network part of fragment f's round, safe on a background thread (touches base[f] only):
+ * DL_OK: base[f] is version round+1; DL_STALE: base[f] is the current global version; DL_EVICTED:
+ * registered again, everything must be fetched (refetch_all); DL_FAIL. */
+int sync_fragment_net(diloco *d, int f, char *err, size_t errlen);
+/* Put base[f] into params[f]: copy, or params = alpha*params + (1-alpha)*base; tell the trainer. */
+int sync_apply_fragment(diloco *d, int f, double alpha, char *err, size_t errlen);
+void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale);
+/* stream.c: the schedule (public entry points diloco_after_step / diloco_force_sync live there) */
+void stream_finish_inflight(diloco *d);
 /* Run fn(d, shard, arg) for every shard in [first, last) with one thread per owner; returns the
  * worst outcome. Used for pushes and gets. */
 typedef int (*shard_job_fn)(diloco *d, int shard, void *arg, char *err, size_t errlen);
 int for_shards_parallel(diloco *d, int first, int last, shard_job_fn fn, void *arg, char *err, size_t errlen);
 
-/* Get every shard at version >= min_version into base (no pseudo-gradient to offer). */
-int dl_fetch_shards(diloco *d, int64_t min_version, char *err, size_t errlen);
+/* Get shards [first, last) at version >= min_version into base (no pseudo-gradient to offer). */
+int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *err, size_t errlen);
 
 /* heartbeat.c */
 int heartbeat_start(diloco *d, char *err, size_t errlen);

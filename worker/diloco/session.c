@@ -78,30 +78,40 @@ int dl_register(diloco *d, char *err, size_t errlen) {
     d->inc = r->element[0]->integer;
     d->evicted = 0;
     pthread_mutex_unlock(&d->hb_mu);
-    int64_t round = r->element[2]->element[0]->integer;
-    d->version = round;
-    log_info("registered as %s (incarnation %" PRId64 "), open round %" PRId64, d->worker_id, d->inc, round);
+    redisReply *rounds = r->element[2];
+    if ((int)rounds->elements != d->rc.nfragments) {
+        err_set(err, errlen, "dl_register returned %zu rounds for %d fragments", rounds->elements, d->rc.nfragments);
+        freeReplyObject(r);
+        return -1;
+    }
+    for (int f = 0; f < d->rc.nfragments; f++) d->frag_version[f] = rounds->element[f]->integer;
+    log_info("registered as %s (incarnation %" PRId64 "), open round %" PRId64, d->worker_id, d->inc,
+             d->frag_version[0]);
     freeReplyObject(r);
     return 0;
 }
 
-/* Fetch every shard at version >= min_version. Shards commit one by one, so a fetch may see some
- * shards one version ahead: fetch again at the highest version seen until all agree. */
-int dl_fetch_params(diloco *d, int64_t min_version, char *err, size_t errlen) {
+/* Fetch the shards of fragment f at version >= min_version into base (and params when adopt).
+ * Shards commit one by one, so a fetch may see some shards one version ahead: fetch again at the
+ * highest version seen until all of the fragment's shards agree. */
+int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen) {
+    int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
     uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
     for (;;) {
-        int rc = dl_fetch_shards(d, min_version, err, errlen);
+        int rc = dl_fetch_shards(d, first, last, min_version, err, errlen);
         if (rc == DL_FAIL) return -1;
         if (rc == DL_OK) {
-            int64_t lo = d->shard_version[0], hi = lo;
-            for (int k = 1; k < d->rc.nshards; k++) {
+            int64_t lo = d->shard_version[first], hi = lo;
+            for (int k = first + 1; k < last; k++) {
                 if (d->shard_version[k] < lo) lo = d->shard_version[k];
                 if (d->shard_version[k] > hi) hi = d->shard_version[k];
             }
             if (lo == hi) {
-                d->version = hi;
-                dl_adopt_base(d, 0, d->rc.nshards);
-                return dl_params_changed(d, 0, d->numel, err, errlen);
+                d->frag_version[f] = hi;
+                if (!adopt) return 0;
+                dl_adopt_base(d, first, last);
+                size_t off = (size_t)d->rc.shard_bounds[first];
+                return dl_params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen);
             }
             min_version = hi;
         }
@@ -118,6 +128,13 @@ int dl_fetch_params(diloco *d, int64_t min_version, char *err, size_t errlen) {
     }
 }
 
+/* Every fragment at the version registration gave us, into base and params. */
+int dl_fetch_all(diloco *d, char *err, size_t errlen) {
+    for (int f = 0; f < d->rc.nfragments; f++)
+        if (dl_fetch_fragment(d, f, d->frag_version[f], 1, err, errlen) < 0) return -1;
+    return 0;
+}
+
 static int alloc_buffers(diloco *d, char *err, size_t errlen) {
     size_t n = d->numel;
     d->base = malloc(n * sizeof(float));
@@ -125,7 +142,8 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen) {
     d->delta_bf16 = d->o.bf16 ? malloc(n * sizeof(uint16_t)) : NULL;
     d->owners = calloc((size_t)d->rc.nshards, sizeof(shard_owner));
     d->shard_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));
-    if (!d->base || (!d->delta_f32 && !d->delta_bf16) || !d->owners || !d->shard_version) {
+    d->frag_version = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
+    if (!d->base || (!d->delta_f32 && !d->delta_bf16) || !d->owners || !d->shard_version || !d->frag_version) {
         err_set(err, errlen, "out of memory for %zu parameters", n);
         return -1;
     }
@@ -145,6 +163,7 @@ static int session_init(diloco *d, const diloco_options *o, float *params, size_
     d->params = params;
     d->numel = numel;
     d->sync_every = o->sync_every > 0 ? o->sync_every : 500;
+    d->inflight = -1;
     for (int i = 0; i < MAX_CONNS; i++) d->conns[i].fd = -1;
     pthread_mutex_init(&d->ctl_mu, NULL);
     pthread_mutex_init(&d->owners_mu, NULL);
@@ -165,6 +184,16 @@ static int session_init(diloco *d, const diloco_options *o, float *params, size_
     d->ctl = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, 5, NULL, err, errlen);
     if (!d->ctl) return -1;
     if (runconf_load(d->ctl, o->run, &d->rc, err, errlen) < 0) return -1;
+    if (o->num_fragments > 0 && o->num_fragments != d->rc.nfragments) {
+        err_set(err, errlen, "run '%s' is cut into %d fragment(s) but this worker was started with %d: drop "
+                "--num-fragments (workers take it from the run) or re-init the run", o->run, d->rc.nfragments,
+                o->num_fragments);
+        return -1;
+    }
+    if (o->fragment_alpha < 0 || o->fragment_alpha >= 1) {
+        err_set(err, errlen, "fragment alpha must be in [0, 1), got %g", o->fragment_alpha);
+        return -1;
+    }
     if (d->rc.numel != numel) {
         err_set(err, errlen, "run '%s' has %" PRIu64 " parameters but this trainer has %zu: start the worker "
                 "with the model the run was initialised with (%s %s)", o->run, d->rc.numel, numel,
@@ -183,10 +212,11 @@ int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **o
     if (session_init(d, o, params, numel, err, errlen) < 0) goto error;
     if (dl_register(d, err, errlen) < 0) goto error;
     if (owners_refresh(d, err, errlen) < 0) goto error;
-    if (dl_fetch_params(d, d->version, err, errlen) < 0) goto error;
+    if (dl_fetch_all(d, err, errlen) < 0) goto error;
     if (heartbeat_start(d, err, errlen) < 0) goto error;
-    log_info("worker %s joined run %s at version %" PRId64 " (%zu parameters, %d shards, H=%d, %s)",
-             d->worker_id, o->run, d->version, numel, d->rc.nshards, d->sync_every, o->bf16 ? "bf16" : "fp32");
+    log_info("worker %s joined run %s at version %" PRId64 " (%zu parameters, %d shards, %d fragment(s), H=%d, %s)",
+             d->worker_id, o->run, d->frag_version[0], numel, d->rc.nshards, d->rc.nfragments, d->sync_every,
+             o->bf16 ? "bf16" : "fp32");
     *out = d;
     return 0;
 error:
@@ -208,6 +238,7 @@ void dl_adopt_base(diloco *d, int first_shard, int last_shard) {
 
 void diloco_close(diloco *d) {
     if (!d) return;
+    stream_finish_inflight(d);
     heartbeat_stop(d);
     int64_t inc = dl_inc(d);
     if (inc > 0 && d->ctl && !d->ctl->err) {
@@ -224,6 +255,7 @@ void diloco_close(diloco *d) {
     free(d->delta_f32);
     free(d->owners);
     free(d->shard_version);
+    free(d->frag_version);
     free(d);
 }
 
@@ -241,9 +273,8 @@ int diloco_last_sync(const diloco *d, diloco_sync_info *out) {
 }
 
 int diloco_sync_every(const diloco *d) { return d->sync_every; }
-int diloco_steps_to_sync(const diloco *d) { return d->sync_every - d->steps; }
 const char *diloco_worker_id(const diloco *d) { return d->worker_id; }
-int64_t diloco_version(const diloco *d) { return d->version; }
+int64_t diloco_version(const diloco *d) { return d->frag_version ? d->frag_version[0] : -1; }
 
 int diloco_stop_requested(const diloco *d) {
     diloco *m = (diloco *)d;

@@ -39,14 +39,26 @@ typedef struct shard_group {
 } shard_group;
 
 static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen);
+static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen);
+typedef struct get_arg {
+    int64_t want;          /* minimum version */
+    int may_push;          /* we are a participant of round want-1 and still hold our Δ */
+} get_arg;
 
 static void *group_main(void *p) {
     shard_group *g = p;
     g->rc = DL_OK;
     int rcs[RUNCONF_MAX_SHARDS];
+    int64_t got[RUNCONF_MAX_SHARDS];
     for (int i = 0; i < g->nshards; i++) rcs[i] = DL_RETRY;
-    if (g->fn == push_job && g->nshards > 1) /* first try: all of this owner's shards pipelined */
+    /* first try: all of this owner's shards pipelined; what did not succeed goes through the job's retries */
+    if (g->fn == push_job && g->nshards > 1)
         conn_push_batch(g->d, g->shards, g->nshards, *(int64_t *)g->arg, rcs, g->err, sizeof g->err);
+    if (g->fn == get_job && g->nshards > 1) {
+        conn_get_batch(g->d, g->shards, g->nshards, ((get_arg *)g->arg)->want, rcs, got, g->err, sizeof g->err);
+        for (int i = 0; i < g->nshards; i++)
+            if (rcs[i] == DL_OK) g->d->shard_version[g->shards[i]] = got[i];
+    }
     for (int i = 0; i < g->nshards && g->rc == DL_OK; i++) {
         if (rcs[i] == DL_STALE || rcs[i] == DL_EVICTED || rcs[i] == DL_FAIL) g->rc = rcs[i];
         else if (rcs[i] != DL_OK) g->rc = g->fn(g->d, g->shards[i], g->arg, g->err, sizeof g->err);
@@ -135,11 +147,6 @@ static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
     }
 }
 
-typedef struct get_arg {
-    int64_t want;          /* minimum version */
-    int may_push;          /* we are a participant of round want-1 and still hold our Δ */
-} get_arg;
-
 static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
     const get_arg *ga = arg;
     int64_t want = ga->want;
@@ -163,31 +170,32 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
 }
 
 /* Registration and catching up use the same get, with no Δ to offer. */
-int dl_fetch_shards(diloco *d, int64_t min_version, char *err, size_t errlen) {
+int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *err, size_t errlen) {
     get_arg ga = {min_version, 0};
-    return for_shards_parallel(d, 0, d->rc.nshards, get_job, &ga, err, errlen);
+    return for_shards_parallel(d, first, last, get_job, &ga, err, errlen);
 }
 
 /* ---- the round --------------------------------------------------------------------------------- */
 
-/* Δ = base - params for every parameter; -1 if our own training produced NaN/Inf. */
-static int compute_delta(diloco *d, char *err, size_t errlen) {
-    size_t n = d->numel, bad;
-    if (outer_check_finite(d->params, n, &bad) < 0) {
-        err_set(err, errlen, "local parameters are not finite (index %zu): inner training diverged", bad);
+/* Δ = base - params over fragment f; -1 if our own training produced NaN/Inf. */
+int sync_compute_delta(diloco *d, int f, char *err, size_t errlen) {
+    size_t lo = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f]];
+    size_t hi = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f + 1]], bad;
+    if (outer_check_finite(d->params + lo, hi - lo, &bad) < 0) {
+        err_set(err, errlen, "local parameters are not finite (index %zu): inner training diverged", lo + bad);
         return -1;
     }
     if (d->o.bf16) {
-        for (size_t i = 0; i < n; i++) d->delta_bf16[i] = bf16_from_f32(d->base[i] - d->params[i]);
+        for (size_t i = lo; i < hi; i++) d->delta_bf16[i] = bf16_from_f32(d->base[i] - d->params[i]);
     } else {
-        for (size_t i = 0; i < n; i++) d->delta_f32[i] = d->base[i] - d->params[i];
+        for (size_t i = lo; i < hi; i++) d->delta_f32[i] = d->base[i] - d->params[i];
     }
     return 0;
 }
 
-static int arrive(diloco *d, int64_t round, char *err, size_t errlen) {
-    redisReply *r = dl_command(d, "FCALL dl_arrive 1 %s %s %lld 0 %lld", d->config_key, d->worker_id,
-                               (long long)dl_inc(d), (long long)round);
+static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen) {
+    redisReply *r = dl_command(d, "FCALL dl_arrive 1 %s %s %lld %d %lld", d->config_key, d->worker_id,
+                               (long long)dl_inc(d), f, (long long)round);
     int rc = DL_OK;
     if (rconn_reply_error(d->ctl, r, err, errlen) < 0) {
         rc = DL_FAIL;
@@ -214,8 +222,8 @@ static int still_member(diloco *d) {
     return ok;
 }
 
-/* Block until barrier (0, round) closes: BLPOP our wake list with a timeout, then look. */
-static int wait_barrier(diloco *d, int64_t round, char *err, size_t errlen) {
+/* Block until barrier (f, round) closes: BLPOP our wake list with a timeout, then look. */
+static int wait_barrier(diloco *d, int f, int64_t round, char *err, size_t errlen) {
     char wake[KEY_MAX], name[96];
     snprintf(name, sizeof name, "wake:%s", d->worker_id);
     key_run(wake, sizeof wake, d->o.run, name);
@@ -233,7 +241,7 @@ static int wait_barrier(diloco *d, int64_t round, char *err, size_t errlen) {
             redisReply *r = redisCommand(d->blk, "BLPOP %s %.3f", wake, d->o.wait_poll_ms / 1000.0);
             if (r) freeReplyObject(r);
         }
-        redisReply *b = dl_command(d, "FCALL dl_barrier 1 %s 0 %lld", d->config_key, (long long)round);
+        redisReply *b = dl_command(d, "FCALL dl_barrier 1 %s %d %lld", d->config_key, f, (long long)round);
         if (rconn_reply_error(d->ctl, b, err, errlen) == 0 && b->type == REDIS_REPLY_ARRAY && b->elements >= 1) {
             const char *state = b->element[0]->str;
             int rc = strcmp(state, "closed") == 0 ? DL_OK : strcmp(state, "open") == 0 ? DL_RETRY : DL_STALE;
@@ -246,115 +254,86 @@ static int wait_barrier(diloco *d, int64_t round, char *err, size_t errlen) {
     }
 }
 
-/* Our round is gone: take the current global parameters (after registering again if evicted). */
-static int catch_up(diloco *d, int evicted, char *err, size_t errlen) {
-    int64_t want;
-    if (evicted) {
-        if (dl_register(d, err, errlen) < 0) return -1;
-        want = d->version;
-    } else {
-        char key[KEY_MAX];
-        redisReply *r = dl_command(d, "HGET %s round:0", key_run(key, sizeof key, d->o.run, "state"));
-        if (rconn_reply_error(d->ctl, r, err, errlen) < 0 || r->type != REDIS_REPLY_STRING) {
-            if (r) freeReplyObject(r);
-            return -1;
-        }
-        want = atoll(r->str);
-        freeReplyObject(r);
+/* Our round of fragment f is gone: base[f] takes the current global version (params untouched). */
+static int refetch_fragment(diloco *d, int f, char *err, size_t errlen) {
+    char key[KEY_MAX], field[32];
+    snprintf(field, sizeof field, "round:%d", f);
+    redisReply *r = dl_command(d, "HGET %s %s", key_run(key, sizeof key, d->o.run, "state"), field);
+    if (rconn_reply_error(d->ctl, r, err, errlen) < 0 || r->type != REDIS_REPLY_STRING) {
+        if (r) freeReplyObject(r);
+        return -1;
     }
+    int64_t want = atoll(r->str);
+    freeReplyObject(r);
     owners_refresh(d, err, errlen);
-    return dl_fetch_params(d, want, err, errlen);
+    return dl_fetch_fragment(d, f, want, 0, err, errlen);
 }
 
-static void record_sync(diloco *d, int64_t round, uint64_t t0, uint64_t t_wait, int stale) {
+void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale) {
+    d->last.fragment = f;
     d->last.round = round;
-    d->last.version = d->version;
+    d->last.version = d->frag_version[f];
     d->last.seconds = (double)(now_ms() - t0) / 1000.0;
-    d->last.wait_seconds = (double)t_wait / 1000.0;
     d->last.digest = digest_f32(d->base, d->numel);
     d->last.stale = stale;
     d->have_last = 1;
 }
 
-/* Push, arrive, wait, get. Returns DL_OK, DL_STALE, DL_EVICTED, or DL_FAIL. */
-static int run_round(diloco *d, int64_t round, uint64_t *wait_ms, char *err, size_t errlen) {
-    int rc = for_shards_parallel(d, 0, d->rc.nshards, push_job, &round, err, errlen);
+/* Push, arrive, wait, get, for the shards of fragment f. */
+static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen) {
+    int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
+    int rc = for_shards_parallel(d, first, last, push_job, &round, err, errlen);
     if (rc != DL_OK) return rc;
     d->last.t_pushed_us = dl_wall_us();
-    rc = arrive(d, round, err, errlen);
+    rc = arrive(d, f, round, err, errlen);
     if (rc == DL_RETRY) { /* open: wait for the others */
         uint64_t tw = now_ms();
-        rc = wait_barrier(d, round, err, errlen);
-        *wait_ms = now_ms() - tw;
+        rc = wait_barrier(d, f, round, err, errlen);
+        d->last.wait_seconds = (double)(now_ms() - tw) / 1000.0;
     }
     if (rc != DL_OK) return rc;
     get_arg ga = {round + 1, 1};
     d->last.t_get_us = dl_wall_us();
-    rc = for_shards_parallel(d, 0, d->rc.nshards, get_job, &ga, err, errlen);
+    rc = for_shards_parallel(d, first, last, get_job, &ga, err, errlen);
     if (rc != DL_OK) return rc;
-    for (int k = 0; k < d->rc.nshards; k++)
+    for (int k = first; k < last; k++)
         if (d->shard_version[k] != ga.want) return DL_STALE; /* the run moved on past us meanwhile */
     return DL_OK;
 }
 
-int sync_round(diloco *d, char *err, size_t errlen) {
-    int64_t round = d->version;
-    uint64_t t0 = now_ms(), wait_ms = 0;
+int sync_fragment_net(diloco *d, int f, char *err, size_t errlen) {
+    int64_t round = d->frag_version[f];
     d->last.bytes_up = d->last.bytes_down = 0;
+    d->last.wait_seconds = 0;
     d->last.t_first_send_us = d->last.t_pushed_us = d->last.t_get_us = d->last.t_last_recv_us = 0;
-    int rc = compute_delta(d, err, errlen);
-    if (rc < 0) {
-        log_error("%s; resetting to the global parameters", err);
-        return catch_up(d, 0, err, errlen) < 0 ? DL_FAIL : DL_STALE;
-    }
-    rc = run_round(d, round, &wait_ms, err, errlen);
+    if (d->o.simulate_latency_ms > 0) sleep_ms((unsigned)d->o.simulate_latency_ms);
+    int rc = run_round(d, f, round, err, errlen);
     if (rc == DL_OK) {
-        d->version = round + 1;
-        dl_adopt_base(d, 0, d->rc.nshards);
-        if (dl_params_changed(d, 0, d->numel, err, errlen) < 0) return DL_FAIL;
-        record_sync(d, round, t0, wait_ms, 0);
+        d->frag_version[f] = round + 1;
         return DL_OK;
     }
-    if (rc == DL_STALE || rc == DL_EVICTED) {
-        log_warn("round %" PRId64 " lost (%s): %s; continuing from the current global parameters", round,
-                 rc == DL_STALE ? "stale" : "evicted", err);
-        if (catch_up(d, rc == DL_EVICTED, err, errlen) < 0) return DL_FAIL;
-        record_sync(d, round, t0, wait_ms, 1);
-        return rc;
+    if (rc == DL_STALE) {
+        log_warn("round %" PRId64 " of fragment %d lost (stale): %s; continuing from the current global "
+                 "parameters", round, f, err);
+        return refetch_fragment(d, f, err, errlen) < 0 ? DL_FAIL : DL_STALE;
+    }
+    if (rc == DL_EVICTED) {
+        log_warn("round %" PRId64 " of fragment %d lost: we were evicted (%s); registering again", round, f, err);
+        if (dl_register(d, err, errlen) < 0) return DL_FAIL;
+        d->refetch_all = 1;
+        return DL_EVICTED;
     }
     return DL_FAIL;
 }
 
-/* ---- public entry points ----------------------------------------------------------------------- */
-
-static int do_sync(diloco *d, char *err, size_t errlen) {
-    int rc = sync_round(d, err, errlen);
-    d->steps = 0;
-    if (rc == DL_FAIL && dl_stopping(d)) return -1;
-    if (rc == DL_FAIL) {
-        d->fail_streak++;
-        log_error("sync failed (%d in a row, limit %d): %s", d->fail_streak, d->o.max_sync_retries, err);
-        if (d->fail_streak > d->o.max_sync_retries) {
-            d->fail_streak = 0;
-            log_warn("registering again after %d failed syncs", d->o.max_sync_retries + 1);
-            if (catch_up(d, 1, err, errlen) < 0) return -1;
-        }
-        return 0; /* training goes on; the next sync tries again */
+int sync_apply_fragment(diloco *d, int f, double alpha, char *err, size_t errlen) {
+    size_t lo = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f]];
+    size_t hi = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f + 1]];
+    if (alpha == 0) {
+        dl_adopt_base(d, d->rc.frag_bounds[f], d->rc.frag_bounds[f + 1]);
+    } else {
+        float a = (float)alpha, b = (float)(1.0 - alpha);
+        for (size_t i = lo; i < hi; i++) d->params[i] = a * d->params[i] + b * d->base[i];
     }
-    d->fail_streak = 0;
-    pthread_mutex_lock(&d->hb_mu);
-    if (d->o.dylu && d->dylu_h > 0) d->sync_every = d->dylu_h;
-    pthread_mutex_unlock(&d->hb_mu);
-    return 1;
+    return dl_params_changed(d, lo, hi - lo, err, errlen);
 }
-
-int diloco_after_step(diloco *d, char *err, size_t errlen) {
-    d->steps++;
-    pthread_mutex_lock(&d->hb_mu);
-    d->total_steps++;
-    pthread_mutex_unlock(&d->hb_mu);
-    if (d->steps < d->sync_every) return 0;
-    return do_sync(d, err, errlen);
-}
-
-int diloco_force_sync(diloco *d, char *err, size_t errlen) { return do_sync(d, err, errlen); }

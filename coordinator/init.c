@@ -28,9 +28,9 @@ extern const unsigned long lua_library_len;
 
 typedef struct init_args {
     coord_common c;
-    long long workers, min_workers, shards, fragments, numel, seed, snapshot_every;
+    long long workers, min_workers, shards, fragments, numel, seed, snapshot_every, dylu_base;
     double outer_lr, outer_momentum, heartbeat_timeout;
-    int nesterov, force, async;
+    int nesterov, force, async, dylu;
     const char *trainer;
     gpt_config gpt;
     const char *from_checkpoint;
@@ -64,6 +64,8 @@ static void init_usage(FILE *f) {
             "  --outer-momentum MU        outer momentum (default 0.9)\n"
             "  --no-nesterov              plain momentum instead of Nesterov\n"
             "  --heartbeat-timeout S      evict workers silent for S seconds (default 120; 0 = never)\n"
+            "  --dylu                     Dynamic Local Updates: each worker's H follows its speed\n"
+            "  --dylu-base-sync-every H   H of the fastest worker under DyLU (default 500)\n"
             "  --snapshot-every K         durable snapshot every K versions, log in between (default 8)\n"
             "  --from-checkpoint FILE     start from a checkpoint (`coordinator checkpoint save`): its parameters\n"
             "                             and outer momentum become version 0; trainer, model, shards,\n"
@@ -135,6 +137,7 @@ static int parse_init(int argc, char **argv, init_args *a) {
             exit(0);
         }
         if (!strcmp(f, "--no-nesterov")) { a->nesterov = 0; continue; }
+        if (!strcmp(f, "--dylu")) { a->dylu = 1; continue; }
         if (!strcmp(f, "--force")) { a->force = 1; continue; }
         if (!strcmp(f, "--reset-momentum")) { a->reset_momentum = 1; continue; }
         if (i + 1 >= argc) {
@@ -147,6 +150,7 @@ static int parse_init(int argc, char **argv, init_args *a) {
             {"--min-workers", &a->min_workers, 1, 100000}, {"--shards", &a->shards, 1, RUNCONF_MAX_SHARDS},
             {"--fragments", &a->fragments, 1, RUNCONF_MAX_FRAGMENTS}, {"--numel", &a->numel, 1, 4000000000LL},
             {"--seed", &a->seed, 0, INT64_MAX}, {"--snapshot-every", &a->snapshot_every, 1, 1000000},
+            {"--dylu-base-sync-every", &a->dylu_base, 1, 100000000},
         };
         int done = 0;
         for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !done; k++)
@@ -396,7 +400,7 @@ static int call_dl_init(redisContext *rc, const init_args *a, const initial_para
                         const uint64_t *fb, char digests[][17], char *err, size_t errlen) {
     static char sbuf[RUNCONF_MAX_SHARDS * 12], fbuf[RUNCONF_MAX_FRAGMENTS * 8];
     char numel[32], shards[16], frags[16], seed[32], snap[16], secret[40] = "";
-    char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32];
+    char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32], dylu[4], dbase[24];
     runconf_format_bounds_u64(sb, (int)a->shards, sbuf, sizeof sbuf);
     runconf_format_bounds_u64(fb, (int)a->fragments, fbuf, sizeof fbuf);
     snprintf(numel, sizeof numel, "%" PRIu64, ip->numel);
@@ -411,14 +415,17 @@ static int call_dl_init(redisContext *rc, const init_args *a, const initial_para
     snprintf(mu, sizeof mu, "%.9g", a->outer_momentum);
     snprintf(nest, sizeof nest, "%d", a->nesterov);
     snprintf(hbt, sizeof hbt, "%lld", (long long)(a->heartbeat_timeout * 1000));
+    snprintf(dylu, sizeof dylu, "%d", a->dylu);
+    snprintf(dbase, sizeof dbase, "%lld", a->dylu_base > 0 ? a->dylu_base : 500);
     char key[KEY_MAX];
     key_run(key, sizeof key, a->c.run, "config");
     const char *fixed[] = {"FCALL", "dl_init", "1", key,
                            "11", "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
                            "shard_bounds", sbuf, "frag_bounds", fbuf, "trainer", a->trainer, "model", ip->model,
                            "seed", seed, "snapshot_every", snap, "secret", secret,
-                           "7", "target_workers", target, "expected_workers", target, "min_workers", minw,
+                           "9", "target_workers", target, "expected_workers", target, "min_workers", minw,
                            "outer_lr", lr, "outer_momentum", mu, "nesterov", nest, "heartbeat_timeout_ms", hbt,
+                           "dylu", dylu, "dylu_base_sync_every", dbase,
                            shards};
     size_t nfixed = sizeof fixed / sizeof fixed[0], argc = nfixed + (size_t)a->shards;
     const char **argv = calloc(argc + 2, sizeof *argv);

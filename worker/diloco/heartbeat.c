@@ -1,7 +1,8 @@
 /* heartbeat.c: the heartbeat thread of a libdiloco session.
  *
- * Every heartbeat_interval_ms it calls dl_heartbeat with our speed (inner steps per second since the
- * last beat), loss and tokens, on its own Redis connection so a blocked training thread never delays
+ * Every heartbeat_interval_ms it calls dl_heartbeat with our speed (inner steps per second of
+ * training time since the last beat: time spent syncing or waiting at a barrier is not counted, so
+ * DyLU sees how fast this machine trains, not how long it waited for others), loss and tokens, on its own Redis connection so a blocked training thread never delays
  * it. The reply tells us if we were evicted (the training thread registers again at its next sync),
  * whether the run was shut down, and the H that DyLU computed for us. */
 #include <errno.h>
@@ -15,11 +16,9 @@
 
 static void beat_once(diloco *d, redisContext *c) {
     pthread_mutex_lock(&d->hb_mu);
-    uint64_t now = now_ms(), steps = d->total_steps;
-    double dt = (double)(now - d->speed_t0_ms) / 1000.0;
-    if (dt > 0 && d->speed_t0_ms) d->speed = (double)(steps - d->speed_steps0) / dt;
-    d->speed_t0_ms = now;
-    d->speed_steps0 = steps;
+    uint64_t steps = d->total_steps;
+    if (d->compute_us > 0) d->speed = (double)d->compute_steps / ((double)d->compute_us / 1e6);
+    d->compute_us = d->compute_steps = 0;
     long long inc = d->inc;
     double speed = d->speed, loss = d->loss;
     unsigned long long tokens = d->tokens;
@@ -70,7 +69,6 @@ static void *heartbeat_main(void *p) {
 
 int heartbeat_start(diloco *d, char *err, size_t errlen) {
     if (d->o.heartbeat_interval_ms <= 0) return 0;
-    d->speed_t0_ms = now_ms();
     if (pthread_create(&d->hb_thread, NULL, heartbeat_main, d) != 0) {
         err_set(err, errlen, "cannot start the heartbeat thread: %s", strerror(errno));
         return -1;

@@ -99,7 +99,8 @@ struct diloco {
     int dylu_h;
     double loss, speed;
     uint64_t tokens, total_steps;
-    uint64_t speed_t0_ms, speed_steps0;
+    uint64_t compute_us, compute_steps;  /* inner-step time and steps since the last heartbeat */
+    uint64_t step_end_us;                /* when diloco_after_step last returned (0: never) */
 };
 
 /* session.c */

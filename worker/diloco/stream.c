@@ -113,11 +113,31 @@ static int stream_interval(const diloco *d) {
     return i < 1 ? 1 : i;
 }
 
-int diloco_after_step(diloco *d, char *err, size_t errlen) {
-    d->steps++;
+/* Count the step and the time it took (since the previous call returned): DyLU's speed. */
+static void count_step(diloco *d) {
+    uint64_t now = dl_wall_us();
     pthread_mutex_lock(&d->hb_mu);
     d->total_steps++;
+    if (d->step_end_us && now > d->step_end_us) {
+        d->compute_us += now - d->step_end_us;
+        d->compute_steps++;
+    }
     pthread_mutex_unlock(&d->hb_mu);
+}
+
+static int after_step(diloco *d, char *err, size_t errlen);
+
+int diloco_after_step(diloco *d, char *err, size_t errlen) {
+    count_step(d);
+    int rc = after_step(d, err, errlen);
+    pthread_mutex_lock(&d->hb_mu);
+    d->step_end_us = dl_wall_us();
+    pthread_mutex_unlock(&d->hb_mu);
+    return rc;
+}
+
+static int after_step(diloco *d, char *err, size_t errlen) {
+    d->steps++;
     if (d->rc.nfragments == 1) {
         if (d->steps < d->sync_every) return 0;
         d->steps = 0;

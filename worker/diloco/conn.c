@@ -290,3 +290,48 @@ int conn_get(diloco *d, int shard, int64_t min_version, int64_t *got, char *err,
     else rc = reply_outcome(d, &h, err, errlen);
     return rc;
 }
+
+int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version, int *rcs, int64_t *got, char *err,
+                   size_t errlen) {
+    for (int i = 0; i < count; i++) rcs[i] = DL_RETRY;
+    dp_conn *c;
+    int rc = owner_conn(d, shards[0], &c, err, errlen);
+    if (rc != DL_OK) return rc;
+    int sent = 0, broken = 0;
+    for (; sent < count; sent++) {
+        blob_header h;
+        blob_header_init(&h, "get");
+        h.shard = shards[sent];
+        h.version = min_version;
+        h.inc = dl_inc(d);
+        snprintf(h.worker, sizeof h.worker, "%s", d->worker_id);
+        if (frame_send(c->fd, &h, NULL, 0, d->o.net_timeout_ms, err, errlen) < 0) {
+            broken = 1;
+            break;
+        }
+    }
+    int worst = DL_OK;
+    for (int i = 0; i < sent && !broken; i++) {
+        blob_header h;
+        uint8_t buf[SMALL_REPLY_CAP];
+        place_arg pa = {d, shards[i], min_version};
+        const uint8_t *payload;
+        size_t plen;
+        if (frame_recv_place(c->fd, buf, sizeof buf, d->recv_cap, place_params, &pa, &h, &payload, &plen,
+                             d->o.net_timeout_ms, err, errlen) < 0) {
+            broken = 1;
+            break;
+        }
+        char why[256];
+        if (strcmp(h.op, "params") == 0)
+            rcs[i] = take_params(d, shards[i], &h, payload, plen, min_version, &got[i], why, sizeof why);
+        else
+            rcs[i] = reply_outcome(d, &h, why, sizeof why);
+        if (rcs[i] != DL_OK && worst == DL_OK) {
+            err_set(err, errlen, "%s", why);
+            worst = DL_RETRY;
+        }
+    }
+    conn_release(d, c, broken);
+    return broken ? DL_RETRY : worst;
+}

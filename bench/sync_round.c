@@ -1,10 +1,11 @@
 /* bench/sync_round.c -> bin/bench-sync_round: the pieces of the sync-round benchmark (bench/sync_round
  * runs them; see docs/benchmarks.md).
  *
- *   bin/bench-sync_round worker --redis URL --run R --id W [--rounds 8] [--gap-ms 400] [--no-bf16]
- *       A DiLoCo worker with no training: libdiloco on a flat buffer, one diloco_force_sync per round
- *       (the "inner training" between rounds is a 1e-3 nudge of every parameter plus a --gap-ms sleep,
- *       so rounds of different workers do not overlap). Prints one line per round:
+ *   bin/bench-sync_round worker --redis URL --run R --id W [--rounds 8] [--gap-ms 1000] [--no-bf16]
+ *       A DiLoCo worker with no training: libdiloco on a flat buffer, one diloco_force_sync per round.
+ *       The "inner training" between rounds is a 1e-3 nudge of every parameter, then a sleep until the
+ *       next multiple of --gap-ms on the wall clock, so every worker starts its round at the same
+ *       instant and rounds never overlap. Prints one line per round:
  *         round R first_send_us pushed_us get_us last_recv_us bytes_up bytes_down
  *       (CLOCK_REALTIME microseconds, from diloco_sync_info).
  *   bin/bench-sync_round tcp --numel N [--workers 2] [--servers 2] [--reps 5]
@@ -56,7 +57,7 @@ static int flag(int argc, char **argv, const char *name) {
 static int run_worker(int argc, char **argv) {
     const char *url = arg(argc, argv, "--redis", NULL), *run = arg(argc, argv, "--run", NULL);
     const char *id = arg(argc, argv, "--id", NULL);
-    int rounds = atoi(arg(argc, argv, "--rounds", "8")), gap = atoi(arg(argc, argv, "--gap-ms", "400"));
+    int rounds = atoi(arg(argc, argv, "--rounds", "8")), gap = atoi(arg(argc, argv, "--gap-ms", "1000"));
     size_t numel = (size_t)atoll(arg(argc, argv, "--numel", "0"));
     if (!url || !run || !id || numel == 0) {
         fprintf(stderr, "worker: --redis, --run, --id and --numel are required\n");
@@ -80,7 +81,11 @@ static int run_worker(int argc, char **argv) {
     }
     for (int r = 0; r < rounds; r++) {
         for (size_t i = 0; i < numel; i++) params[i] -= 1e-3f;
-        sleep_ms((unsigned)gap);
+        /* start every worker's round at the same instant: the next multiple of --gap-ms on the wall
+         * clock at least 100 ms away (so the previous round's stragglers do not skew the next one) */
+        uint64_t now = wall_ms(), period = (uint64_t)(gap > 100 ? gap : 100);
+        uint64_t start = (now + 100 + period - 1) / period * period;
+        sleep_ms((unsigned)(start - now));
         if (diloco_force_sync(d, err, sizeof err) != 1) {
             fprintf(stderr, "worker %s: sync failed: %s\n", id, err);
             diloco_close(d);

@@ -316,6 +316,8 @@ static void conn_process(ss_conn *c)
         }
         evbuffer_drain(in, 4);
         evbuffer_remove(in, frame, flen);
+        if (flen > 1000000)
+            log_debug("connection %s (%s): %u-byte frame received", c->peer, c->worker, flen);
         c->ss->m.bytes_in += 4 + (size_t)flen;
         conn_dispatch(c, frame, flen);
     }

@@ -1,0 +1,243 @@
+#!/bin/sh
+# deploy/local/cluster.sh: a whole ReDiLoCo deployment on this machine, for trying things out, demos
+# and tests. Redis (with deploy/redis/redis.conf: AOF, appendfsync always), N shard-servers and the
+# coordinator (`serve --http`: reaper, dashboard, /status, /metrics, /control), all on 127.0.0.1, all
+# logs in DIR/logs/, pid files in DIR/pids/, Redis data (the AOF) in DIR/redis/.
+#
+#   cluster.sh up     [options]         start Redis; start the servers and coordinator if the run exists.
+#                                       Idempotent: starts only what is not running (so it also repairs)
+#   cluster.sh init   [options] -- [coordinator init flags]   create the run, then `up`
+#   cluster.sh status [--dir DIR]       processes, then `bin/coordinator status`
+#   cluster.sh down   [--dir DIR]       stop everything (TERM, then KILL after 10 s); data stays in DIR
+#   cluster.sh url    [--dir DIR]       print the Redis URL (for bin/worker --redis "$(cluster.sh url)")
+#
+# options (remembered in DIR/cluster.env by the first `up`; later commands need only --dir):
+#   --dir DIR          state folder (default run/cluster)
+#   --port P           Redis port (default 6390; 0 = a free port)
+#   --servers N        shard-servers (default 2)
+#   --run NAME         run name (default local)
+#   --http [HOST:]PORT coordinator HTTP (default 127.0.0.1:8512; 0 = a free port; "off" = no HTTP)
+#   --fsync MODE       Redis appendfsync: always (default, zero loss) or everysec
+#   --workers N        also start N workers (bin/worker --worker-id wI), logs in DIR/logs/worker-wI.log
+#   --worker-args "FLAGS"  extra flags of those workers (e.g. "--sync-every 20 --steps 200")
+#
+# Example:
+#   deploy/local/cluster.sh up --servers 3
+#   deploy/local/cluster.sh init -- --trainer quadratic --numel 1000000 --workers 2
+#   bin/worker --redis "$(deploy/local/cluster.sh url)" --run local --sync-every 50 --steps 500 &
+#   deploy/local/cluster.sh status; deploy/local/cluster.sh down
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+BIN=${DILOCO_BIN:-$ROOT/bin}
+
+cmd=${1:-}; [ $# -gt 0 ] && shift
+DIR=""; O_PORT=""; O_SERVERS=""; O_RUN=""; O_HTTP=""; O_FSYNC=""; O_WORKERS=""; O_WARGS=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dir) DIR=$2; shift 2;;
+    --port) O_PORT=$2; shift 2;;
+    --servers) O_SERVERS=$2; shift 2;;
+    --run) O_RUN=$2; shift 2;;
+    --http) O_HTTP=$2; shift 2;;
+    --fsync) O_FSYNC=$2; shift 2;;
+    --workers) O_WORKERS=$2; shift 2;;
+    --worker-args) O_WARGS=$2; shift 2;;
+    --) shift; break;;
+    -h|--help) cmd=help; break;;
+    *) echo "cluster.sh: unknown option $1 (see cluster.sh --help)" >&2; exit 2;;
+  esac
+done
+[ -z "$DIR" ] && DIR=$ROOT/run/cluster
+mkdir -p "$DIR" && DIR=$(cd "$DIR" && pwd) || exit 1
+LOGS=$DIR/logs; PIDS=$DIR/pids; ENVF=$DIR/cluster.env
+
+say() { echo "cluster: $*"; }
+die() { echo "cluster: $*" >&2; exit 1; }
+free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+
+# Settings: command line > DIR/cluster.env > defaults.
+PORT=""; SERVERS=""; RUN=""; HTTP=""; FSYNC=""; WORKERS=""; WARGS=""
+[ -f "$ENVF" ] && . "$ENVF"
+ENV_PORT=$PORT
+[ -n "$O_PORT" ] && PORT=$O_PORT
+[ -n "$O_SERVERS" ] && SERVERS=$O_SERVERS
+[ -n "$O_RUN" ] && RUN=$O_RUN
+[ -n "$O_HTTP" ] && HTTP=$O_HTTP
+[ -n "$O_FSYNC" ] && FSYNC=$O_FSYNC
+[ -n "$O_WORKERS" ] && WORKERS=$O_WORKERS
+[ -n "$O_WARGS" ] && WARGS=$O_WARGS
+: "${PORT:=6390}" "${SERVERS:=2}" "${RUN:=local}" "${HTTP:=127.0.0.1:8512}" "${FSYNC:=always}" "${WORKERS:=0}"
+URL=redis://127.0.0.1:$PORT
+RCLI="redis-cli -p $PORT"
+
+save_env() {
+  { echo "PORT=$PORT"; echo "SERVERS=$SERVERS"; echo "RUN='$RUN'"; echo "HTTP=$HTTP"; echo "FSYNC=$FSYNC"
+    echo "WORKERS=$WORKERS"; echo "WARGS='$WARGS'"; } > "$ENVF"
+}
+
+# pid of NAME if its pid file names a live process running PROG (guards against pid reuse).
+pid_of() { # NAME PROG
+  f=$PIDS/$1.pid
+  [ -f "$f" ] || return 1
+  p=$(cat "$f" 2>/dev/null) || return 1
+  [ -n "$p" ] && [ -r "/proc/$p/cmdline" ] || return 1
+  grep -q "^State:.*Z" "/proc/$p/status" 2>/dev/null && return 1
+  tr '\0' ' ' < "/proc/$p/cmdline" | grep -q "$2" || return 1
+  echo "$p"
+}
+redis_alive() { pid_of redis redis-server >/dev/null; }
+run_exists() { [ "$($RCLI EXISTS "dl:{$RUN}:config" 2>/dev/null)" = 1 ]; }
+
+# Start PROG ARGS... detached (own session: a Ctrl-C in this terminal does not reach it), log + pid file.
+spawn() { # NAME PROG ARGS...
+  name=$1; shift
+  setsid "$@" >> "$LOGS/$name.log" 2>&1 < /dev/null &
+  echo $! > "$PIDS/$name.pid"
+}
+
+start_redis() {
+  if redis_alive; then return 0; fi
+  [ "$PORT" = 0 ] && PORT=$(free_port) && URL=redis://127.0.0.1:$PORT && RCLI="redis-cli -p $PORT"
+  mkdir -p "$DIR/redis"
+  # deploy/redis/redis.conf with this machine's port, folders and no ACL file (loopback, one user;
+  # for ACL users see docs/deploy.md). The AOF in DIR/redis keeps the run across down/up.
+  redis-server "$ROOT/deploy/redis/redis.conf" --port "$PORT" --dir "$DIR/redis" --aclfile "" \
+    --appendfsync "$FSYNC" --daemonize yes --pidfile "$PIDS/redis.pid" --logfile "$LOGS/redis.log" \
+    >/dev/null || die "redis-server did not start (see $LOGS/redis.log)"
+  for _ in $(seq 100); do
+    $RCLI ping 2>/dev/null | grep -q PONG && { say "Redis on 127.0.0.1:$PORT (data in $DIR/redis)"; return 0; }
+    sleep 0.1
+  done
+  die "Redis did not answer on port $PORT (see $LOGS/redis.log)"
+}
+
+start_rest() {
+  if ! run_exists; then
+    say "run '$RUN' does not exist yet: shard-servers and coordinator start after \`cluster.sh init -- FLAGS\`"
+    return 0
+  fi
+  i=1
+  while [ "$i" -le "$SERVERS" ]; do
+    if ! pid_of "server$i" shard-server >/dev/null; then
+      spawn "server$i" "$BIN/shard-server" --redis "$URL" --run "$RUN" --id "server$i"
+    fi
+    i=$((i + 1))
+  done
+  if ! pid_of coordinator coordinator >/dev/null; then
+    if [ "$HTTP" = off ]; then
+      spawn coordinator "$BIN/coordinator" serve --redis "$URL" --run "$RUN" --print-every 30
+    else
+      spawn coordinator "$BIN/coordinator" serve --redis "$URL" --run "$RUN" --print-every 30 --http "$HTTP"
+    fi
+  fi
+  i=1
+  while [ "$i" -le "$WORKERS" ]; do
+    if ! pid_of "worker-w$i" worker >/dev/null; then
+      # shellcheck disable=SC2086
+      spawn "worker-w$i" "$BIN/worker" --redis "$URL" --run "$RUN" --worker-id "w$i" --quiet $WARGS
+    fi
+    i=$((i + 1))
+  done
+  # Ready when every server has beaten once (registered in dl:{R}:servers).
+  for _ in $(seq 100); do
+    n=0
+    i=1
+    while [ "$i" -le "$SERVERS" ]; do
+      [ "$($RCLI HEXISTS "dl:{$RUN}:servers" "server$i" 2>/dev/null)" = 1 ] && n=$((n + 1))
+      i=$((i + 1))
+    done
+    [ "$n" -ge "$SERVERS" ] && break
+    sleep 0.1
+  done
+  [ "$n" -ge "$SERVERS" ] || say "warning: only $n of $SERVERS shard-servers registered (see $LOGS/server*.log)"
+  say "run '$RUN': $n shard-server(s), coordinator$(dashboard_line)"
+}
+
+dashboard_line() {
+  [ "$HTTP" = off ] && return 0
+  for _ in $(seq 30); do
+    u=$(grep -o 'http://[^ ]*/dashboard' "$LOGS/coordinator.log" 2>/dev/null | tail -n 1)
+    [ -n "$u" ] && { echo " (dashboard $u)"; return 0; }
+    sleep 0.1
+  done
+}
+
+stop_one() { # NAME PROG
+  p=$(pid_of "$1" "$2") || { rm -f "$PIDS/$1.pid"; return 0; }
+  kill -TERM "$p" 2>/dev/null
+  echo "$p"
+}
+
+# Wait for the given pids to exit, KILL what is left after LIMIT seconds.
+reap() { # LIMIT PIDS...
+  limit=$1; shift
+  end=$(( $(date +%s) + limit ))
+  for p in "$@"; do
+    while [ -r "/proc/$p/status" ] && ! grep -q "^State:.*Z" "/proc/$p/status" 2>/dev/null; do
+      if [ "$(date +%s)" -ge "$end" ]; then kill -KILL "$p" 2>/dev/null; say "killed $p (did not stop in ${limit}s)"; break; fi
+      sleep 0.1
+    done
+  done
+}
+
+down() {
+  pids=""
+  for f in "$PIDS"/worker-*.pid; do
+    [ -f "$f" ] || continue
+    n=$(basename "$f" .pid); p=$(stop_one "$n" worker); pids="$pids $p"
+  done
+  # shellcheck disable=SC2086
+  [ -n "$(echo $pids)" ] && reap 10 $pids
+  pids=""
+  for f in "$PIDS"/server*.pid; do
+    [ -f "$f" ] || continue
+    n=$(basename "$f" .pid); p=$(stop_one "$n" shard-server); pids="$pids $p"
+  done
+  p=$(stop_one coordinator coordinator); pids="$pids $p"
+  # shellcheck disable=SC2086
+  [ -n "$(echo $pids)" ] && reap 10 $pids
+  if p=$(pid_of redis redis-server); then
+    # SHUTDOWN fsyncs the AOF; the run is still there at the next `up`.
+    $RCLI shutdown >/dev/null 2>&1 || kill -TERM "$p" 2>/dev/null
+    reap 20 "$p"
+  fi
+  rm -f "$PIDS"/*.pid
+  say "stopped (data and logs kept in $DIR)"
+}
+
+status() {
+  echo "cluster in $DIR: Redis $URL, run '$RUN'"
+  for f in "$PIDS"/*.pid; do
+    [ -f "$f" ] || continue
+    n=$(basename "$f" .pid)
+    case "$n" in redis) prog=redis-server;; server*) prog=shard-server;; coordinator) prog=coordinator;; *) prog=worker;; esac
+    if p=$(pid_of "$n" "$prog"); then printf '  %-14s pid %-8s running\n' "$n" "$p"
+    else printf '  %-14s %-12s dead (log: %s)\n' "$n" "" "$LOGS/$n.log"; fi
+  done
+  if ! redis_alive; then echo "  Redis is not running"; return 1; fi
+  [ "$HTTP" != off ] && d=$(dashboard_line) && [ -n "$d" ] && echo " $d"
+  echo
+  if run_exists; then "$BIN/coordinator" status --redis "$URL" --run "$RUN"
+  else echo "run '$RUN' does not exist yet (cluster.sh init -- FLAGS)"; fi
+}
+
+if [ -n "$O_PORT" ] && [ -n "$ENV_PORT" ] && [ "$O_PORT" != "$ENV_PORT" ] && redis_alive; then
+  PORT=$ENV_PORT; die "the Redis of $DIR already runs on port $ENV_PORT (cluster.sh down --dir $DIR first)"
+fi
+
+case "$cmd" in
+  up)
+    mkdir -p "$LOGS" "$PIDS"
+    start_redis; save_env; start_rest ;;
+  init)
+    mkdir -p "$LOGS" "$PIDS"
+    start_redis; save_env
+    "$BIN/coordinator" init --redis "$URL" --run "$RUN" "$@" || die "coordinator init failed"
+    start_rest ;;
+  down) down ;;
+  status) status ;;
+  url) echo "$URL" ;;
+  help|"") sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] ;;
+  *) die "unknown command '$cmd' (up, init, status, down, url)" ;;
+esac

@@ -1,0 +1,74 @@
+#!/bin/sh
+# it_deploy_cluster_sh.sh: deploy/local/cluster.sh up | init | status | down on this machine.
+#  up (Redis only, no run yet) -> init (run created, 2 shard-servers + coordinator --http start) ->
+#  a worker trains 3 rounds -> status shows processes and the run -> a kill -9'd shard-server is
+#  restarted by `up` -> down stops every process it started -> up again: the run survived in the
+#  AOF (same round, same digests) -> down: nothing left running, the port is free.
+. "$(dirname "$0")/lib.sh"
+D=$TMP/cluster
+CL="sh $ROOT/deploy/local/cluster.sh"
+cleanup() {
+  $CL down --dir "$D" >/dev/null 2>&1
+  for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
+  if [ -n "${KEEP_TMP:-}" ]; then echo "logs kept in $TMP"; else rm -rf "$TMP"; fi
+}
+pids_of_cluster() { cat "$D"/pids/*.pid 2>/dev/null | tr '\n' ' '; }
+none_alive() { for p in $1; do alive "$p" && return 1; done; return 0; }
+logs() { for f in "$D"/logs/*.log; do echo "--- $f"; tail -n 15 "$f"; done; }
+
+$CL up --dir "$D" --port 0 --servers 2 --run clt --http 127.0.0.1:0 > "$TMP/up.log" 2>&1 || fail "cluster.sh up"
+grep -q "does not exist yet" "$TMP/up.log" || fail "up without a run should start Redis only: $(cat "$TMP/up.log")"
+URL=$($CL url --dir "$D"); PORT_=${URL##*:}
+RCLI="redis-cli -p $PORT_"
+$RCLI ping | grep -q PONG || fail "Redis of cluster.sh does not answer"
+[ "$($RCLI config get appendfsync | tail -n 1)" = always ] || fail "cluster.sh Redis does not use deploy/redis/redis.conf"
+
+$CL init --dir "$D" -- --trainer quadratic --numel 20000 --shards 4 --workers 1 > "$TMP/init.log" 2>&1 || { logs; fail "cluster.sh init"; }
+grep -q "2 shard-server(s)" "$TMP/init.log" || { logs; fail "init did not bring up 2 shard-servers: $(cat "$TMP/init.log")"; }
+dash=$(grep -o 'http://[^ )]*' "$TMP/init.log" | head -n 1)
+[ -n "$dash" ] || fail "no dashboard URL in: $(cat "$TMP/init.log")"
+python3 -c "import urllib.request,sys; sys.exit(0 if b'\"servers\"' in urllib.request.urlopen('${dash%/dashboard}/status', timeout=5).read() else 1)" \
+  || fail "GET /status of the coordinator failed"
+
+RUN=clt
+bin/worker --redis "$URL" --run clt --worker-id w1 --sync-every 20 --steps 60 --quiet > "$TMP/worker.log" 2>&1 \
+  || { logs; fail "worker failed"; }
+[ "$($RCLI HGET "dl:{clt}:state" round:0)" = 3 ] || fail "expected round 3 after 60 steps at H=20"
+[ "$($RCLI HGET "dl:{clt}:state" commits)" = 12 ] || fail "expected 12 commits"
+
+$CL status --dir "$D" > "$TMP/status.log" 2>&1 || fail "cluster.sh status: $(cat "$TMP/status.log")"
+for want in "redis .*running" "server1 .*running" "server2 .*running" "coordinator .*running" "open round 3" "commits 12"; do
+  grep -q "$want" "$TMP/status.log" || fail "status does not show '$want': $(cat "$TMP/status.log")"
+done
+say "up/init/worker/status ok"
+
+# repair: a dead shard-server is restarted by `up`
+old=$(cat "$D/pids/server1.pid")
+kill -9 "$old"
+wait_until 5 '! alive $old' "server1 to die"
+$CL status --dir "$D" | grep -q "server1 .*dead" || fail "status does not show the dead server1"
+$CL up --dir "$D" > "$TMP/up2.log" 2>&1 || fail "cluster.sh up (repair)"
+new=$(cat "$D/pids/server1.pid")
+[ "$new" != "$old" ] && alive "$new" || fail "up did not restart server1"
+
+all=$(pids_of_cluster)
+[ "$(echo $all | wc -w)" -eq 4 ] || fail "expected 4 pid files (redis, 2 servers, coordinator), got: $all"
+digests=$(shard_digests clt)
+t0=$(date +%s)
+$CL down --dir "$D" > "$TMP/down.log" 2>&1 || fail "cluster.sh down"
+wait_until 3 'none_alive "$all"' "every process of the cluster to exit"
+say "down in $(( $(date +%s) - t0 ))s: nothing left running"
+grep -q killed "$TMP/down.log" && fail "down had to KILL: $(cat "$TMP/down.log")"
+$RCLI ping >/dev/null 2>&1 && fail "Redis still answers after down"
+
+# the run survives down/up (AOF)
+$CL up --dir "$D" > "$TMP/up3.log" 2>&1 || fail "cluster.sh up after down"
+grep -q "2 shard-server(s)" "$TMP/up3.log" || fail "up after down did not start the servers: $(cat "$TMP/up3.log")"
+[ "$($RCLI HGET "dl:{clt}:state" round:0)" = 3 ] || fail "the run did not survive down/up"
+[ "$(shard_digests clt)" = "$digests" ] || fail "digests changed across down/up"
+all=$(pids_of_cluster)
+$CL down --dir "$D" > "$TMP/down2.log" 2>&1 || fail "cluster.sh down (2)"
+wait_until 3 'none_alive "$all"' "every process of the cluster to exit"
+ls "$D"/pids/*.pid >/dev/null 2>&1 && fail "pid files left after down"
+say "the run survived down/up; down again: nothing left"
+echo "PASS it_deploy_cluster_sh"

@@ -28,6 +28,9 @@
 #include "util.h"
 
 #define SOCKET_IO_CHUNK (4u << 20) /* bytes libevent may move per read/write call */
+/* A frame at least this long is received straight from the socket into its own buffer (the bufferevent
+ * stops reading meanwhile), instead of through the bufferevent's input and a copy out of it. */
+#define DIRECT_MIN_FRAME (256u << 10)
 
 typedef struct ss_conn {
     ss_ctx *ss;
@@ -38,12 +41,18 @@ typedef struct ss_conn {
     int busy;                  /* a request is in progress */
     int closed;                /* bev gone; freed when not busy */
     int close_after_flush;
+    struct event *direct;      /* read event of a frame being received directly */
+    uint8_t *dbuf;             /* that frame */
+    size_t dlen, dgot;
 } ss_conn;
 
 static void conn_process(ss_conn *c);
 
 static void conn_free(ss_conn *c)
 {
+    if (c->direct != NULL)
+        event_free(c->direct);
+    free(c->dbuf);
     if (c->bev != NULL)
         bufferevent_free(c->bev);
     if (c->resume != NULL)
@@ -58,6 +67,8 @@ static void conn_close(ss_conn *c, const char *why)
         return;
     log_debug("connection %s (%s) closed: %s", c->peer, c->worker[0] ? c->worker : "-", why);
     c->closed = 1;
+    if (c->direct != NULL)
+        event_del(c->direct); /* before its fd goes away with the bufferevent */
     if (c->bev != NULL) {
         bufferevent_free(c->bev);
         c->bev = NULL;
@@ -293,9 +304,68 @@ static void conn_refuse_oversize(ss_conn *c, uint32_t flen)
                flen, c->peer, ss->max_frame);
 }
 
+static void conn_on_direct(evutil_socket_t fd, short what, void *arg);
+
+/* Receive the rest of a big frame straight into its buffer: take what the bufferevent already holds
+ * (only this frame's bytes: it is incomplete), stop the bufferevent reading, and read the socket here. */
+static void conn_start_direct(ss_conn *c, struct evbuffer *in, uint32_t flen)
+{
+    uint8_t *frame = malloc(flen);
+    if (frame == NULL) {
+        conn_close(c, "out of memory");
+        return;
+    }
+    if (c->direct == NULL)
+        c->direct = event_new(c->ss->base, bufferevent_getfd(c->bev), EV_READ | EV_PERSIST, conn_on_direct, c);
+    if (c->direct == NULL) {
+        free(frame);
+        conn_close(c, "out of memory");
+        return;
+    }
+    evbuffer_drain(in, 4);
+    c->dbuf = frame;
+    c->dlen = flen;
+    c->dgot = evbuffer_remove(in, frame, flen);
+    bufferevent_disable(c->bev, EV_READ);
+    event_add(c->direct, NULL);
+    event_active(c->direct, EV_READ, 0); /* bytes may be waiting already */
+}
+
+static void conn_on_direct(evutil_socket_t fd, short what, void *arg)
+{
+    (void)what;
+    ss_conn *c = arg;
+    if (c->closed || c->dbuf == NULL)
+        return;
+    while (c->dgot < c->dlen) {
+        size_t want = c->dlen - c->dgot;
+        ssize_t n = recv(fd, c->dbuf + c->dgot, want < SOCKET_IO_CHUNK ? want : SOCKET_IO_CHUNK, MSG_DONTWAIT);
+        if (n > 0) {
+            c->dgot += (size_t)n;
+            continue;
+        }
+        if (n < 0 && (errno == EINTR))
+            continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
+            return;
+        conn_close(c, n == 0 ? "peer closed" : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
+        return;
+    }
+    event_del(c->direct);
+    uint8_t *frame = c->dbuf;
+    size_t len = c->dlen;
+    c->dbuf = NULL;
+    c->dlen = c->dgot = 0;
+    bufferevent_enable(c->bev, EV_READ);
+    c->ss->m.bytes_in += 4 + len;
+    if (len > 1000000)
+        log_debug("connection %s (%s): %zu-byte frame received", c->peer, c->worker, len);
+    conn_dispatch(c, frame, len);
+}
+
 static void conn_process(ss_conn *c)
 {
-    while (!c->busy && !c->closed && !c->close_after_flush) {
+    while (!c->busy && !c->closed && !c->close_after_flush && c->dbuf == NULL) {
         struct evbuffer *in = bufferevent_get_input(c->bev);
         size_t have = evbuffer_get_length(in);
         if (have < 4)
@@ -307,8 +377,11 @@ static void conn_process(ss_conn *c)
             conn_refuse_oversize(c, flen);
             return;
         }
-        if (have < 4 + (size_t)flen)
+        if (have < 4 + (size_t)flen) {
+            if (flen >= DIRECT_MIN_FRAME)
+                conn_start_direct(c, in, flen);
             return;
+        }
         uint8_t *frame = malloc(flen);
         if (frame == NULL) {
             conn_close(c, "out of memory");

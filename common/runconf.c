@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "keys.h"
+#include "outer_dn.h"
 #include "rconn.h"
 #include "util.h"
 #include "version.h"
@@ -106,6 +107,9 @@ static int load_fields(redisReply *r, runconf *rc, char *err, size_t errlen) {
     }
     const char *mode = field(r, "mode"), *se = field(r, "snapshot_every"), *seed = field(r, "seed");
     rc->async = mode && strcmp(mode, "async") == 0;
+    const char *dnb = field(r, "dn_buffer"), *dnv = field(r, "dn_variant");
+    if (dnb && parse_int(dnb, 0, 1000000, &v) == 0) rc->dn_buffer = (int)v;
+    rc->dn_variant = dnv && strcmp(dnv, "forgather") == 0 ? DN_FORGATHER : DN_PAPER;
     rc->snapshot_every = 8;
     if (se && parse_int(se, 1, 1000000, &v) == 0) rc->snapshot_every = (int)v;
     if (seed && parse_int(seed, 0, INT64_MAX, &v) == 0) rc->seed = (uint64_t)v;

@@ -22,6 +22,8 @@ typedef struct runconf {
     int *frag_bounds;         /* nfragments+1 shard indices: fragment f is shards [fb[f], fb[f+1]) */
     int async;                /* mode "async" */
     int snapshot_every;       /* versions between durable snapshots (the log covers the rest) */
+    int dn_buffer;            /* async: Delayed Nesterov every dn_buffer submissions (0 = off) */
+    int dn_variant;           /* DN_PAPER or DN_FORGATHER (outer_dn.h) */
     uint64_t seed;
     char trainer[32];         /* what the layout came from: "quadratic", "gpt" */
     char model[256];          /* trainer-specific model description, e.g. "layers=2 heads=4 dim=128 ctx=128 vocab=256" */

@@ -29,6 +29,8 @@ extern const unsigned long lua_library_len;
 typedef struct init_args {
     coord_common c;
     long long workers, min_workers, shards, fragments, numel, seed, snapshot_every, dylu_base;
+    long long dn_buffer, max_staleness;
+    const char *dn_variant;
     double outer_lr, outer_momentum, heartbeat_timeout;
     int nesterov, force, async, dylu;
     const char *trainer;
@@ -64,6 +66,10 @@ static void init_usage(FILE *f) {
             "  --outer-momentum MU        outer momentum (default 0.9)\n"
             "  --no-nesterov              plain momentum instead of Nesterov\n"
             "  --heartbeat-timeout S      evict workers silent for S seconds (default 120; 0 = never)\n"
+            "  --async                    async DiLoCo: no barrier, each submission applied in its Redis order\n"
+            "  --dn-buffer-size N         (async) Delayed Nesterov every N submissions (default 0 = off)\n"
+            "  --dn-variant V             (async) paper (Async Local-SGD, default) or forgather\n"
+            "  --max-staleness K          (async) reject submissions more than K versions stale (0 = no limit)\n"
             "  --dylu                     Dynamic Local Updates: each worker's H follows its speed\n"
             "  --dylu-base-sync-every H   H of the fastest worker under DyLU (default 500)\n"
             "  --snapshot-every K         durable snapshot every K versions, log in between (default 8)\n"
@@ -138,6 +144,7 @@ static int parse_init(int argc, char **argv, init_args *a) {
         }
         if (!strcmp(f, "--no-nesterov")) { a->nesterov = 0; continue; }
         if (!strcmp(f, "--dylu")) { a->dylu = 1; continue; }
+        if (!strcmp(f, "--async")) { a->async = 1; continue; }
         if (!strcmp(f, "--force")) { a->force = 1; continue; }
         if (!strcmp(f, "--reset-momentum")) { a->reset_momentum = 1; continue; }
         if (i + 1 >= argc) {
@@ -151,6 +158,7 @@ static int parse_init(int argc, char **argv, init_args *a) {
             {"--fragments", &a->fragments, 1, RUNCONF_MAX_FRAGMENTS}, {"--numel", &a->numel, 1, 4000000000LL},
             {"--seed", &a->seed, 0, INT64_MAX}, {"--snapshot-every", &a->snapshot_every, 1, 1000000},
             {"--dylu-base-sync-every", &a->dylu_base, 1, 100000000},
+            {"--dn-buffer-size", &a->dn_buffer, 0, 1000000}, {"--max-staleness", &a->max_staleness, 0, 1000000000},
         };
         int done = 0;
         for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !done; k++)
@@ -189,6 +197,14 @@ static int parse_init(int argc, char **argv, init_args *a) {
                 done = 1;
             }
         if (!done && !strcmp(f, "--trainer")) { a->trainer = v; done = 1; }
+        if (!done && !strcmp(f, "--dn-variant")) {
+            if (strcmp(v, "paper") && strcmp(v, "forgather")) {
+                fprintf(stderr, "coordinator init: --dn-variant is paper or forgather, got '%s'\n", v);
+                return -1;
+            }
+            a->dn_variant = v;
+            done = 1;
+        }
         if (!done && !strcmp(f, "--from-checkpoint")) { a->from_checkpoint = v; done = 1; }
         if (!done) {
             fprintf(stderr, "coordinator init: unknown option %s (see --help)\n", f);
@@ -400,7 +416,7 @@ static int call_dl_init(redisContext *rc, const init_args *a, const initial_para
                         const uint64_t *fb, char digests[][17], char *err, size_t errlen) {
     static char sbuf[RUNCONF_MAX_SHARDS * 12], fbuf[RUNCONF_MAX_FRAGMENTS * 8];
     char numel[32], shards[16], frags[16], seed[32], snap[16], secret[40] = "";
-    char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32], dylu[4], dbase[24];
+    char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32], dylu[4], dbase[24], dnb[24], stale[24];
     runconf_format_bounds_u64(sb, (int)a->shards, sbuf, sizeof sbuf);
     runconf_format_bounds_u64(fb, (int)a->fragments, fbuf, sizeof fbuf);
     snprintf(numel, sizeof numel, "%" PRIu64, ip->numel);
@@ -417,15 +433,18 @@ static int call_dl_init(redisContext *rc, const init_args *a, const initial_para
     snprintf(hbt, sizeof hbt, "%lld", (long long)(a->heartbeat_timeout * 1000));
     snprintf(dylu, sizeof dylu, "%d", a->dylu);
     snprintf(dbase, sizeof dbase, "%lld", a->dylu_base > 0 ? a->dylu_base : 500);
+    snprintf(dnb, sizeof dnb, "%lld", a->dn_buffer);
+    snprintf(stale, sizeof stale, "%lld", a->max_staleness);
     char key[KEY_MAX];
     key_run(key, sizeof key, a->c.run, "config");
     const char *fixed[] = {"FCALL", "dl_init", "1", key,
-                           "11", "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
+                           "13", "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
                            "shard_bounds", sbuf, "frag_bounds", fbuf, "trainer", a->trainer, "model", ip->model,
                            "seed", seed, "snapshot_every", snap, "secret", secret,
-                           "9", "target_workers", target, "expected_workers", target, "min_workers", minw,
+                           "dn_buffer", dnb, "dn_variant", a->dn_variant ? a->dn_variant : "paper",
+                           "10", "target_workers", target, "expected_workers", target, "min_workers", minw,
                            "outer_lr", lr, "outer_momentum", mu, "nesterov", nest, "heartbeat_timeout_ms", hbt,
-                           "dylu", dylu, "dylu_base_sync_every", dbase,
+                           "dylu", dylu, "dylu_base_sync_every", dbase, "max_staleness", stale,
                            shards};
     size_t nfixed = sizeof fixed / sizeof fixed[0], argc = nfixed + (size_t)a->shards;
     const char **argv = calloc(argc + 2, sizeof *argv);

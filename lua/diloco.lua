@@ -259,7 +259,8 @@ local function dl_init(keys, args)
     end
     for k = 0, nshards - 1 do
         redis.call('HSET', P .. ':shards', k .. ':version', 0, k .. ':owner', '', k .. ':epoch', 0,
-                   k .. ':expiry', 0, k .. ':digest', args[i + k], k .. ':snap', '0.0', k .. ':log', '')
+                   k .. ':expiry', 0, k .. ':digest', args[i + k], k .. ':snap', '0.0', k .. ':log', '',
+                   k .. ':next', 0)
     end
     event(P, 'init', {'shards', nshards, 'fragments', F})
     return 'OK'
@@ -432,6 +433,62 @@ local function dl_drop(keys, args)
 end
 
 -- ---------------------------------------------------------------------------------------------------
+-- functions: async mode
+
+-- dl_submit KEYS[1]=config ARGV: worker_id, incarnation, fragment, (shard, base_version)*
+-- Gives each shard's submission its place in that shard's order: seq s means the submission turns
+-- version s into s+1 (staleness = s - base). All shards are checked before any is assigned, so a
+-- submission is all or nothing. -> {seq per shard, in the order given}
+local function dl_submit(keys, args)
+    local P = load_run(keys)
+    local w, inc, f = args[1], args[2], to_int(args[3], 'fragment')
+    if redis.call('HGET', keys[1], 'mode') ~= 'async' then
+        error('BADARG run ' .. P .. ' is in sync mode: workers arrive at barriers instead of submitting')
+    end
+    local now = now_ms()
+    reap(P, now)
+    check_running(P)
+    local rec = check_member(P, w, inc)
+    if #args < 5 or (#args - 3) % 2 ~= 0 then error('BADARG expected (shard, base_version) pairs') end
+    local shards = P .. ':shards'
+    local limit = tonumber(redis.call('HGET', P .. ':state', 'max_staleness')) or 0
+    local plan = {}
+    for i = 4, #args, 2 do
+        local k, base = to_int(args[i], 'shard'), to_int(args[i + 1], 'base_version')
+        local nxt = tonumber(redis.call('HGET', shards, k .. ':next'))
+        if not nxt then error('BADARG shard ' .. k .. ' does not exist') end
+        if base > nxt then error('BADARG base version ' .. base .. ' of shard ' .. k .. ' is in the future') end
+        if limit > 0 and nxt - base > limit then
+            -- the rejection itself is recorded (the only writes before this error), nothing else changes
+            redis.call('HINCRBY', P .. ':state', 'rejections', 1)
+            event(P, 'reject', {'worker', w, 'code', 'STALE', 'shard', k, 'staleness', nxt - base})
+            error('STALE a submission for shard ' .. k .. ' from version ' .. base .. ' would be ' .. (nxt - base) ..
+                  ' versions stale (limit ' .. limit .. '); fetch the current parameters')
+        end
+        plan[#plan + 1] = {k, base, nxt}
+    end
+    local seqs, worst, sum = {}, 0, 0
+    for i, p in ipairs(plan) do
+        local k, base, s = p[1], p[2], p[3]
+        redis.call('HSET', shards, k .. ':next', s + 1)
+        redis.call('HSET', P .. ':subs:' .. k, s, w .. ':' .. inc .. ':' .. base)
+        event(P, 'submit', {'worker', w, 'shard', k, 'seq', s, 'base', base, 'staleness', s - base, 'frag', f})
+        seqs[i] = s
+        sum = sum + (s - base)
+        if s - base > worst then worst = s - base end
+    end
+    local mean = sum / #plan
+    rec.stale_last = mean
+    rec.stale_n = (rec.stale_n or 0) + 1
+    rec.stale_sum = (rec.stale_sum or 0) + mean
+    rec.stale_mean = rec.stale_sum / rec.stale_n
+    rec.stale_max = math.max(rec.stale_max or 0, worst)
+    put_worker(P, w, rec)
+    redis.call('ZADD', P .. ':heartbeats', now, w)
+    return seqs
+end
+
+-- ---------------------------------------------------------------------------------------------------
 -- functions: shard-servers and leases
 
 -- Forget servers silent for longer than a lease (their leases have expired too) and count the rest.
@@ -537,6 +594,7 @@ local function dl_commit(keys, args)
     redis.call('HSET', shards, k .. ':version', from + 1, k .. ':digest', digest, k .. ':log', log,
                k .. ':committed_ms', now)
     redis.call('HINCRBY', P .. ':state', 'commits', 1)
+    redis.call('HDEL', P .. ':subs:' .. k, from)
     event(P, 'commit', {'shard', k, 'version', from + 1, 'server', sid, 'epoch', epoch,
                         'participants', nparts, 'frag', args[8] or 0, 'round', args[9] or from})
     return from + 1
@@ -587,7 +645,7 @@ end
 
 -- dl_set KEYS[1]=config ARGV: (field, value)* among the tunables below
 local TUNABLES = {outer_lr = 'num', outer_momentum = 'num', nesterov = 'bool', min_workers = 'int',
-                  target_workers = 'int', heartbeat_timeout_ms = 'int'}
+                  target_workers = 'int', heartbeat_timeout_ms = 'int', max_staleness = 'int'}
 local function dl_set(keys, args)
     local P = load_run(keys)
     if #args == 0 or #args % 2 ~= 0 then error('BADARG expected field value pairs') end
@@ -702,6 +760,7 @@ reg('dl_reap', dl_reap)
 reg('dl_arrive', dl_arrive)
 reg('dl_barrier', dl_barrier)
 reg('dl_drop', dl_drop)
+reg('dl_submit', dl_submit)
 reg('dl_server_beat', dl_server_beat)
 reg('dl_server_leave', dl_server_leave)
 reg('dl_commit', dl_commit)

@@ -26,6 +26,7 @@
 #include "keys.h"
 #include "log.h"
 #include "outer.h"
+#include "outer_dn.h"
 #include "util.h"
 
 #define MAX_PARTICIPANTS 4096
@@ -64,6 +65,7 @@ typedef struct ss_commit {
     float *theta;
     float *mom;
     int has_mom;
+    float *dnbuf;        /* async Delayed Nesterov buffer after the step (NULL when DN is off) */
     int used;            /* participants averaged */
     char digest[17];
 } ss_commit;
@@ -73,7 +75,7 @@ typedef struct ss_snap {
     int k;
     int64_t version;
     int64_t epoch;
-    float *both;         /* θ then momentum: the payload, sent from here */
+    float *both;         /* θ, momentum, then the DN buffer when there is one: the payload, sent from here */
     uint8_t head[BLOB_HEADER_MAX];
 } ss_snap;
 
@@ -86,6 +88,7 @@ static void commit_free(ss_commit *c)
     free(c->g);
     free(c->theta);
     free(c->mom);
+    free(c->dnbuf);
     free(c);
 }
 
@@ -141,11 +144,14 @@ static void commit_finish(ss_commit *c, int outcome)
         ss_req *req = list;
         list = req->next;
         req->next = NULL;
-        int waiting_for_it = strcmp(req->h.op, "get") == 0 && req->h.version == round + 1;
+        /* async: a get for a later version waits on this one too (re-dispatching it would spin) */
+        int waiting_for_it = strcmp(req->h.op, "get") == 0 &&
+                             (req->h.version == round + 1 || (ss->rc.async && req->h.version > round + 1));
         if (outcome == OUT_DONE || !waiting_for_it || s->state != SH_READY || s->version != round)
             ops_dispatch(ss, req);
         else if (outcome == OUT_WAIT)
-            req_reply_simple(req, "wait", "the round's barrier is not closed yet");
+            req_reply_simple(req, "wait", ss->rc.async ? "an earlier submission has not arrived yet"
+                                                       : "the round's barrier is not closed yet");
         else if (outcome == OUT_NEED)
             req_reply_simple(req, "need", need);
         else
@@ -226,7 +232,8 @@ static void snapshot_start(ss_ctx *ss, ss_shard *s)
     if (s->snapshotting)
         return;
     size_t n = s->n;
-    float *both = malloc(2 * n * sizeof(float));
+    int with_buf = s->dnbuf != NULL, with_mom = s->has_mom || with_buf;
+    float *both = malloc((size_t)(1 + with_mom + with_buf) * n * sizeof(float));
     ss_snap *sn = malloc(sizeof *sn);
     if (both == NULL || sn == NULL) {
         free(both);
@@ -234,8 +241,10 @@ static void snapshot_start(ss_ctx *ss, ss_shard *s)
         return;
     }
     memcpy(both, s->theta, n * sizeof(float));
-    if (s->has_mom)
+    if (with_mom)
         memcpy(both + n, s->mom, n * sizeof(float));
+    if (with_buf)
+        memcpy(both + 2 * n, s->dnbuf, n * sizeof(float));
     sn->both = both;
     blob_header h;
     blob_header_init(&h, "snap");
@@ -244,8 +253,8 @@ static void snapshot_start(ss_ctx *ss, ss_shard *s)
     h.epoch = s->epoch;
     h.frag = s->frag;
     h.dtype = BLOB_F32;
-    h.count = s->has_mom ? 2 * n : n;
-    h.flags = s->has_mom ? 1 : 0;
+    h.count = (size_t)(1 + with_mom + with_buf) * n;
+    h.flags = (with_mom ? 1 : 0) | (with_buf ? 2 : 0);
     char err[256];
     int hl = blob_encode_header(&h, both, h.count * sizeof(float), sn->head, sizeof sn->head, err, sizeof err);
     if (hl < 0) {
@@ -295,6 +304,11 @@ static void commit_on_commit(redisReply *r, void *priv)
     s->mom = c->mom;
     s->has_mom = c->has_mom;
     c->theta = c->mom = NULL;
+    if (c->dnbuf != NULL) {
+        free(s->dnbuf);
+        s->dnbuf = c->dnbuf;
+        c->dnbuf = NULL;
+    }
     s->version = c->round + 1;
     snprintf(s->digest, sizeof s->digest, "%s", c->digest);
     shard_free_deltas(s, s->version, 0);
@@ -398,7 +412,7 @@ static void commit_write_log(ss_commit *c, ss_shard *s)
     h.count = n;
     h.lr = (double)c->t.lr;
     h.mu = (double)c->t.mu;
-    h.flags = (c->t.nesterov ? 1 : 0) | (c->first ? 2 : 0);
+    h.flags = (c->t.nesterov ? 1 : 0) | (c->first ? 2 : 0) | (c->dnbuf != NULL ? 4 : 0);
     h.aux = c->used;
     char err[256];
     int hl = blob_encode_header(&h, c->g, n * sizeof(float), c->head, sizeof c->head, err, sizeof err);
@@ -445,14 +459,19 @@ static void commit_slice(ss_commit *c, ss_shard *s)
         c->used = used;
         memcpy(c->theta + lo, s->theta + lo, len * sizeof(float));
         memcpy(c->mom + lo, s->mom + lo, len * sizeof(float));
-        if (used > 0)
+        if (c->dnbuf != NULL)
+            memcpy(c->dnbuf + lo, s->dnbuf + lo, len * sizeof(float));
+        if (used > 0 && c->dnbuf != NULL) /* async Delayed Nesterov: submission number t = version + 1 */
+            outer_dn_step(c->ss->rc.dn_variant, c->theta + lo, c->mom + lo, c->dnbuf + lo, g, len,
+                          (uint64_t)c->round + 1, (uint32_t)c->ss->rc.dn_buffer, c->t.lr, c->t.mu, c->t.nesterov);
+        else if (used > 0)
             outer_sgd_step(c->theta + lo, c->mom + lo, c->first, g, len, c->t.lr, c->t.mu, c->t.nesterov);
         XXH3_64bits_update(c->xs, c->theta + lo, len * sizeof(float));
     }
     c->pos = end;
     if (c->pos < n)
         return;
-    c->has_mom = s->has_mom || (c->used > 0 && c->t.mu != 0.0f);
+    c->has_mom = s->has_mom || (c->used > 0 && (c->t.mu != 0.0f || c->dnbuf != NULL));
     cq_pop(c->ss);
     commit_write_log(c, s);
 }
@@ -485,7 +504,9 @@ static void commit_compute(ss_commit *c, ss_shard *s)
     c->theta = malloc(n * sizeof(float));
     c->mom = malloc(n * sizeof(float));
     c->xs = XXH3_createState();
-    if (c->g == NULL || c->theta == NULL || c->mom == NULL || c->xs == NULL) {
+    if (s->dnbuf != NULL)
+        c->dnbuf = malloc(n * sizeof(float));
+    if (c->g == NULL || c->theta == NULL || c->mom == NULL || c->xs == NULL || (s->dnbuf != NULL && c->dnbuf == NULL)) {
         commit_fail(c, "out of memory", 0);
         return;
     }
@@ -566,6 +587,12 @@ static void commit_on_member(redisReply *r, void *priv)
         snprintf(c->errmsg, sizeof c->errmsg, "dl_member: %s", r ? r->str : "connection lost");
     } else if (r->type == REDIS_REPLY_INTEGER && r->integer == c->incs[i]) {
         need_add(c, c->ids[i]);
+    } else if (ss->rc.async) {
+        /* async: the submitter of this version is gone and can never push it (its incarnation is dead):
+         * the version becomes a no-op, so the shard's order never wedges */
+        c->dropped[i] = 1;
+        log_info("shard %d: submission %lld of %s:%lld dropped (no longer a member)", c->k, (long long)c->round,
+                 c->ids[i], (long long)c->incs[i]);
     } else {
         char f[16], round[24];
         snprintf(f, sizeof f, "%d", ss->shards[c->k].frag);
@@ -613,10 +640,11 @@ static int parse_participants(ss_commit *c, const char *parts, const char *dropp
     return rc;
 }
 
+static void commit_check_deltas(ss_commit *c, ss_shard *s);
+
 static void commit_on_barrier(redisReply *r, void *priv)
 {
     ss_commit *c = priv;
-    ss_ctx *ss = c->ss;
     ss_shard *s = commit_shard(c);
     if (s == NULL) {
         commit_free(c);
@@ -642,6 +670,14 @@ static void commit_on_barrier(redisReply *r, void *priv)
         commit_finish(c, OUT_ERR);
         return;
     }
+    commit_check_deltas(c, s);
+}
+
+/* Every participant without a stored Δ: is it still a live member (then we need its Δ) or gone (then
+ * it is dropped from this round)? */
+static void commit_check_deltas(ss_commit *c, ss_shard *s)
+{
+    ss_ctx *ss = c->ss;
     c->outstanding = 1; /* guard while issuing */
     for (int i = 0; i < c->np; i++) {
         if (c->dropped[i] || shard_find_delta(s, c->round, c->ids[i], c->incs[i]) != NULL)
@@ -673,6 +709,38 @@ int commit_init(ss_ctx *ss)
     return ss->cq_ev != NULL ? 0 : -1;
 }
 
+/* Async: the submission that turns version round into round+1, as dl_submit recorded it. */
+static void commit_on_submission(redisReply *r, void *priv)
+{
+    ss_commit *c = priv;
+    ss_shard *s = commit_shard(c);
+    if (s == NULL) {
+        commit_free(c);
+        return;
+    }
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        snprintf(c->errmsg, sizeof c->errmsg, "reading submission %lld: %s", (long long)c->round,
+                 r ? r->str : "connection lost");
+        commit_finish(c, OUT_ERR);
+        return;
+    }
+    if (r->type != REDIS_REPLY_STRING) { /* nobody has been given this place in the order yet */
+        commit_finish(c, OUT_WAIT);
+        return;
+    }
+    char rec[256];
+    snprintf(rec, sizeof rec, "%s", r->str);
+    char *base = strrchr(rec, ':'); /* "worker:inc:base" -> participant "worker:inc" */
+    if (base != NULL)
+        *base = '\0';
+    if (base == NULL || parse_participants(c, rec, "") != 0 || c->np != 1) {
+        snprintf(c->errmsg, sizeof c->errmsg, "malformed submission record '%s'", r->str);
+        commit_finish(c, OUT_ERR);
+        return;
+    }
+    commit_check_deltas(c, s);
+}
+
 void commit_start(ss_ctx *ss, ss_shard *s)
 {
     if (s->committing || s->state != SH_READY)
@@ -690,6 +758,17 @@ void commit_start(ss_ctx *ss, ss_shard *s)
     char f[16], round[24];
     snprintf(f, sizeof f, "%d", s->frag);
     snprintf(round, sizeof round, "%lld", (long long)c->round);
+    if (ss->rc.async) {
+        char key[KEY_MAX], name[32];
+        snprintf(name, sizeof name, "subs:%d", s->k);
+        key_run(key, sizeof key, ss->rc.run, name);
+        const char *argv[3] = { "HGET", key, round };
+        if (ra_cmds(&ss->ctl, commit_on_submission, c, 3, argv) != 0) {
+            snprintf(c->errmsg, sizeof c->errmsg, "Redis is unavailable");
+            commit_finish(c, OUT_ERR);
+        }
+        return;
+    }
     const char *args[2] = { f, round };
     if (fcall(ss, commit_on_barrier, c, "dl_barrier", 2, args) != 0) {
         snprintf(c->errmsg, sizeof c->errmsg, "Redis is unavailable");

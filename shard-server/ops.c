@@ -82,7 +82,7 @@ static int push_validate(ss_ctx *ss, ss_shard *s, ss_req *req)
 {
     const blob_header *h = &req->h;
     char err[256];
-    if (h->round != s->version) {
+    if (h->round != s->version && !(ss->rc.async && h->round > s->version)) {
         ops_reject(ss, req, "STALE", "round %lld is not the open round of shard %d (its version is %lld)",
                    (long long)h->round, s->k, (long long)s->version);
         return -1;
@@ -131,7 +131,8 @@ static void push_on_member(redisReply *r, void *priv)
         return;
     }
     ss_shard *s = &ss->shards[req->h.shard];
-    if (s->gen != gen || s->state != SH_READY || s->version != req->h.round) {
+    int fits = ss->rc.async ? s->version <= req->h.round : s->version == req->h.round;
+    if (s->gen != gen || s->state != SH_READY || !fits) {
         ops_dispatch(ss, req); /* the shard changed meanwhile: judge the push again */
         return;
     }
@@ -147,7 +148,12 @@ static void op_push(ss_ctx *ss, ss_req *req)
     ss_shard *s = own_shard(ss, req);
     if (s == NULL)
         return;
-    if (req->h.round > s->version && !s->committing && req->reloads == 0) {
+    if (ss->rc.async && req->h.round < s->version) {
+        /* async: that submission was applied already (we are a new owner and the worker resends) */
+        req_reply_simple(req, "ack", "applied already");
+        return;
+    }
+    if (!ss->rc.async && req->h.round > s->version && !s->committing && req->reloads == 0) {
         /* the worker saw a newer version than our cache: it must be stale */
         req->reloads++;
         shard_reload(ss, s, "a push for a round ahead of the cached version");
@@ -214,6 +220,13 @@ static void op_get(ss_ctx *ss, ss_req *req)
     }
     if (s->committing) {
         shard_park(ss, s, req);
+        return;
+    }
+    if (ss->rc.async) {
+        /* async: versions are applied in submission order; drive the next one (its submitter may be
+         * another worker: then this get waits for it) */
+        shard_park(ss, s, req);
+        commit_start(ss, s);
         return;
     }
     if (s->version == v - 1) {

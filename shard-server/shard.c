@@ -21,6 +21,7 @@
 #include "keys.h"
 #include "log.h"
 #include "outer.h"
+#include "outer_dn.h"
 #include "util.h"
 
 #define MAX_PARKED_PER_ROUND 64
@@ -39,6 +40,7 @@ typedef struct ss_load {
     float *theta;
     float *mom;
     int has_mom;
+    float *dnbuf;       /* Delayed Nesterov buffer (async runs with --dn-buffer-size) */
 } ss_load;
 
 int shards_init(ss_ctx *ss, char *err, size_t errlen)
@@ -183,6 +185,7 @@ static void load_free(ss_load *ld)
 {
     free(ld->theta);
     free(ld->mom);
+    free(ld->dnbuf);
     free(ld);
 }
 
@@ -230,9 +233,12 @@ static void load_finish(ss_load *ld)
     }
     ss_buf_release(s->theta); /* replies may still be sending it */
     free(s->mom);
+    free(s->dnbuf);
     s->theta = ld->theta;
     s->mom = ld->mom;
     s->has_mom = ld->has_mom;
+    s->dnbuf = ld->dnbuf;
+    ld->dnbuf = NULL;
     s->version = ld->version;
     snprintf(s->digest, sizeof s->digest, "%s", digest);
     s->state = SH_READY;
@@ -267,14 +273,17 @@ static void load_on_snap(redisReply *r, void *priv)
         load_fail(ld, "corrupt snapshot blob: %s", err);
         goto done;
     }
-    int with_mom = (h.flags & 1) != 0;
-    if (strcmp(h.op, "snap") != 0 || h.dtype != BLOB_F32 || h.count != (with_mom ? 2 : 1) * s->n) {
+    int with_mom = (h.flags & 1) != 0, with_buf = (h.flags & 2) != 0;
+    if (strcmp(h.op, "snap") != 0 || h.dtype != BLOB_F32 || h.count != (size_t)(1 + with_mom + with_buf) * s->n ||
+        (with_buf && ld->dnbuf == NULL)) {
         load_fail(ld, "snapshot blob has the wrong op, dtype or count (%s)", h.op);
         goto done;
     }
     memcpy(ld->theta, payload, s->n * sizeof(float));
     if (with_mom)
         memcpy(ld->mom, payload + s->n * sizeof(float), s->n * sizeof(float));
+    if (with_buf) /* θ, momentum, then the Delayed Nesterov buffer */
+        memcpy(ld->dnbuf, payload + 2 * s->n * sizeof(float), s->n * sizeof(float));
     ld->has_mom = with_mom;
 done:
     if (ld->outstanding == 0)
@@ -315,9 +324,18 @@ static void load_on_log(redisReply *r, void *priv)
         }
         memcpy(g, payload, s->n * sizeof(float));
         float mu = (float)h.mu;
-        outer_sgd_step(ld->theta, ld->mom, (h.flags & 2) != 0, g, s->n, (float)h.lr, mu, (h.flags & 1) != 0);
-        if (mu != 0.0f)
+        const runconf *rc = &ld->ss->rc;
+        if ((h.flags & 4) && ld->dnbuf != NULL) { /* an async Delayed Nesterov step: submission t = version */
+            outer_dn_step(rc->dn_variant, ld->theta, ld->mom, ld->dnbuf, g, s->n, (uint64_t)h.version,
+                          (uint32_t)rc->dn_buffer, (float)h.lr, mu, (h.flags & 1) != 0);
             ld->has_mom = 1;
+        } else if (h.flags & 4) {
+            load_fail(ld, "%s", "a log entry is a Delayed Nesterov step but the run has no DN buffer");
+        } else {
+            outer_sgd_step(ld->theta, ld->mom, (h.flags & 2) != 0, g, s->n, (float)h.lr, mu, (h.flags & 1) != 0);
+            if (mu != 0.0f)
+                ld->has_mom = 1;
+        }
         free(g);
     }
     ld->logs_done++;
@@ -409,8 +427,10 @@ static void load_start(ss_ctx *ss, ss_shard *s)
     if (ld != NULL) {
         ld->theta = malloc(s->n * sizeof(float));
         ld->mom = calloc(s->n, sizeof(float));
+        if (ss->rc.dn_buffer > 0)
+            ld->dnbuf = calloc(s->n, sizeof(float));
     }
-    if (ld == NULL || ld->theta == NULL || ld->mom == NULL) {
+    if (ld == NULL || ld->theta == NULL || ld->mom == NULL || (ss->rc.dn_buffer > 0 && ld->dnbuf == NULL)) {
         log_error("shard %d: out of memory loading %zu parameters", s->k, s->n);
         if (ld != NULL)
             load_free(ld);
@@ -482,6 +502,8 @@ void shard_release(ss_ctx *ss, ss_shard *s, const char *why)
     load_abandon(s);
     ss_buf_release(s->theta); /* replies may still be sending it */
     free(s->mom);
+    free(s->dnbuf);
+    s->dnbuf = NULL;
     s->theta = s->mom = NULL;
     s->has_mom = 0;
     s->version = -1;

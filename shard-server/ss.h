@@ -172,6 +172,7 @@ typedef struct ss_shard {
     float *theta;
     float *mom;
     int has_mom;
+    float *dnbuf;            /* async Delayed Nesterov: the buffer of submissions (NULL when DN is off) */
     char digest[17];
     int committing;
     int snapshotting;

@@ -10,35 +10,8 @@ start_redis
 init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --workers 3 --seed $SEED --snapshot-every 3
 for w in w1 w2 w3; do start_worker $w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1 --step-delay-ms 25; done
 
-n=0; kills=0; seed=42
-live_servers() {
-  live=""
-  for i in $(seq 0 $((n - 1))); do eval "p=\${SRV_s$i:-}"; [ -n "$p" ] && alive "$p" && live="$live $i"; done
-  echo $live
-}
-keep_two() { # supervisor: like systemd, restart what died
-  set -- $(live_servers)
-  c=$#
-  while [ "$c" -lt 2 ]; do
-    start_server "s$n" --lease-ttl-ms 600 --fault-crash-before-commit 0.1; n=$((n + 1)); c=$((c + 1))
-  done
-}
-running() { for w in w1 w2 w3; do eval "p=\$WRK_$w"; alive "$p" && return 0; done; return 1; }
-keep_two
-end=$(( $(date +%s) + ${CRASH_LIMIT:-240} ))
-while running; do
-  [ "$(date +%s)" -ge "$end" ] && fail "run did not finish within ${CRASH_LIMIT:-240} s under kills ($kills kills)"
-  seed=$(( (seed * 1103515245 + 12345) % 2147483648 ))
-  sleep "1.$(( seed % 6 ))"
-  keep_two
-  set -- $(live_servers)
-  [ $# -ge 1 ] || continue
-  pick=$(( seed % $# + 1 ))
-  eval "victim=\${$pick}"
-  eval "p=\$SRV_s$victim"
-  kill -9 "$p" 2>/dev/null && kills=$((kills + 1))
-  keep_two
-done
+storm ${CRASH_LIMIT:-240} --lease-ttl-ms 600 --fault-crash-before-commit 0.1 -- w1 w2 w3
+kills=$KILLS; n=$NSRV
 for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
 faults=$(cat "$TMP"/server-*.log | grep -c "fault injection: exiting before dl_commit")
 say "$kills kill -9s by the harness, $faults crashes between log write and commit, $n servers started"

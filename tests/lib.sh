@@ -97,3 +97,47 @@ shard_versions() { # RUN -> "v v v ..."
 }
 
 [ -x bin/worker ] && [ -x bin/shard-server ] && [ -x bin/coordinator ] || fail "build first: make all tests-build"
+
+# ---- shard-server storms (crash tests): servers are named s0, s1, ... in start order
+NSRV=0
+live_servers() {
+  live=""
+  i=0
+  while [ "$i" -lt "$NSRV" ]; do eval "p=\${SRV_s$i:-}"; [ -n "$p" ] && alive "$p" && live="$live $i"; i=$((i + 1)); done
+  echo $live
+}
+# keep_servers N FLAGS...: like a supervisor, start new servers until N are alive
+keep_servers() {
+  want=$1; shift
+  set -- $(live_servers) -- "$@"
+  c=0; while [ "$1" != "--" ]; do c=$((c + 1)); shift; done; shift
+  while [ "$c" -lt "$want" ]; do start_server "s$NSRV" "$@"; NSRV=$((NSRV + 1)); c=$((c + 1)); done
+}
+# kill_random_server SEED: kill -9 one live server chosen by SEED; prints 1 if one was killed
+kill_random_server() {
+  set -- $(live_servers)
+  [ $# -ge 1 ] || { echo 0; return; }
+  pick=$(( $1 % $# + 1 ))
+  eval "victim=\${$pick}"
+  eval "p=\$SRV_s$victim"
+  kill -9 "$p" 2>/dev/null && echo 1 || echo 0
+}
+# workers_running NAMES...: is any of these workers still alive?
+workers_running() { for w in "$@"; do eval "p=\$WRK_$w"; alive "$p" && return 0; done; return 1; }
+# storm SECONDS_LIMIT FLAGS -- WORKERS...: while the workers run, kill a random server every 1-1.5 s and
+# keep two alive (started with FLAGS); sets KILLS
+storm() {
+  limit=$1; shift
+  flags=""; while [ "$1" != "--" ]; do flags="$flags $1"; shift; done; shift
+  KILLS=0; seed=42
+  end=$(( $(date +%s) + limit ))
+  keep_servers 2 $flags
+  while workers_running "$@"; do
+    [ "$(date +%s)" -ge "$end" ] && fail "run did not finish within $limit s under kills ($KILLS kills)"
+    seed=$(( (seed * 1103515245 + 12345) % 2147483648 ))
+    sleep "1.$(( seed % 6 ))"
+    keep_servers 2 $flags
+    KILLS=$((KILLS + $(kill_random_server $seed)))
+    keep_servers 2 $flags
+  done
+}

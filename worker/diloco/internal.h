@@ -63,6 +63,7 @@ struct diloco {
     float *delta_f32;
     int64_t *frag_version;       /* global version of each fragment's part of base (= its open round for us) */
     int64_t *shard_version;      /* version of each shard of base, while fetching */
+    int64_t *seq;                /* async: each shard's place in its order for our current submission */
 
     /* Streaming DiLoCo: at most one fragment syncs on a background thread while training goes on */
     int frag_next;               /* the fragment the next boundary sends */
@@ -148,6 +149,11 @@ int sync_fragment_net(diloco *d, int f, char *err, size_t errlen);
 /* Put base[f] into params[f]: copy, or params = alpha*params + (1-alpha)*base; tell the trainer. */
 int sync_apply_fragment(diloco *d, int f, double alpha, char *err, size_t errlen);
 void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale);
+/* After a transient failure of shard's `what`: re-read the owners, back off; DL_FAIL past deadline. */
+int sync_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
+                     size_t errlen);
+/* async.c: submit, push, get for fragment f (async mode); base[f] holds the versions we got. */
+int async_submit_net(diloco *d, int f, char *err, size_t errlen);
 /* stream.c: the schedule (public entry points diloco_after_step / diloco_force_sync live there) */
 void stream_finish_inflight(diloco *d);
 /* Run fn(d, shard, arg) for every shard in [first, last) with one thread per owner; returns the

@@ -143,7 +143,8 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen) {
     d->owners = calloc((size_t)d->rc.nshards, sizeof(shard_owner));
     d->shard_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->frag_version = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
-    if (!d->base || (!d->delta_f32 && !d->delta_bf16) || !d->owners || !d->shard_version || !d->frag_version) {
+    d->seq = calloc((size_t)d->rc.nshards, sizeof(int64_t));
+    if (!d->base || (!d->delta_f32 && !d->delta_bf16) || !d->owners || !d->shard_version || !d->frag_version || !d->seq) {
         err_set(err, errlen, "out of memory for %zu parameters", n);
         return -1;
     }
@@ -256,6 +257,7 @@ void diloco_close(diloco *d) {
     free(d->owners);
     free(d->shard_version);
     free(d->frag_version);
+    free(d->seq);
     free(d);
 }
 

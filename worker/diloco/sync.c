@@ -117,8 +117,8 @@ int for_shards_parallel(diloco *d, int first, int last, shard_job_fn fn, void *a
 /* ---- per-shard jobs with their retry loops ------------------------------------------------- */
 
 /* After a transient failure: look at the owners again and back off a little. */
-static int retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
-                       size_t errlen) {
+int sync_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
+                     size_t errlen) {
     if (dl_stopping(d)) {
         err_set(err, errlen, "stopped");
         return DL_FAIL;
@@ -143,7 +143,7 @@ static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
     for (;;) {
         int rc = conn_push(d, shard, round, err, errlen);
         if (rc != DL_RETRY) return rc;
-        if (retry_pause(d, &attempt, deadline, shard, "push", err, errlen) != DL_OK) return DL_FAIL;
+        if (sync_retry_pause(d, &attempt, deadline, shard, "push", err, errlen) != DL_OK) return DL_FAIL;
     }
 }
 
@@ -165,7 +165,7 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
             if (rc == DL_OK) continue;
         }
         if (rc != DL_RETRY && rc != DL_NEED) return rc;
-        if (retry_pause(d, &attempt, deadline, shard, "get", err, errlen) != DL_OK) return DL_FAIL;
+        if (sync_retry_pause(d, &attempt, deadline, shard, "get", err, errlen) != DL_OK) return DL_FAIL;
     }
 }
 
@@ -307,9 +307,9 @@ int sync_fragment_net(diloco *d, int f, char *err, size_t errlen) {
     d->last.wait_seconds = 0;
     d->last.t_first_send_us = d->last.t_pushed_us = d->last.t_get_us = d->last.t_last_recv_us = 0;
     if (d->o.simulate_latency_ms > 0) sleep_ms((unsigned)d->o.simulate_latency_ms);
-    int rc = run_round(d, f, round, err, errlen);
+    int rc = d->rc.async ? async_submit_net(d, f, err, errlen) : run_round(d, f, round, err, errlen);
     if (rc == DL_OK) {
-        d->frag_version[f] = round + 1;
+        if (!d->rc.async) d->frag_version[f] = round + 1; /* (async sets it from the versions it got) */
         return DL_OK;
     }
     if (rc == DL_STALE) {

@@ -1,0 +1,192 @@
+/* ref_async.c: the in-process reference of an async DiLoCo run of the quadratic trainer.
+ *
+ * Async runs are not deterministic in their order (who submits first depends on timing), but every
+ * version is a pure function of the previous one and of the submission Redis placed there. This tool
+ * reads that order from dl:{R}:events (submit events: worker, shard, seq, base version), replays it
+ * with the same trainer and the same outer math (full Nesterov per submission, or Delayed Nesterov),
+ * and prints the digests the run's shards must have:
+ *
+ *   shard <k> <digest>
+ *
+ * usage: ref_async --redis URL --run R --sync-every H [--quad-lr 0.01] [--no-bf16]
+ * (a worker's k-th submission trains H steps from the versions its previous submission got back) */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf16.h"
+#include "keys.h"
+#include "outer.h"
+#include "outer_dn.h"
+#include "rconn.h"
+#include "runconf.h"
+#include "trainers/quadratic.h"
+#include "util.h"
+
+#define MAX_WORKERS 64
+
+typedef struct submission {
+    char worker[64];
+    int64_t *base;          /* per shard */
+    int seen;               /* shards recorded */
+} submission;
+
+typedef struct ref {
+    runconf rc;
+    size_t n;
+    float lr, mu;
+    int nesterov;
+    submission *subs;       /* by seq */
+    int64_t nsubs;
+    float **theta;          /* theta[v]: the whole vector at version v (all shards move together) */
+    char *ids[MAX_WORKERS];
+    trainer *t[MAX_WORKERS];
+    int nworkers;
+} ref;
+
+static const char *field(redisReply *e, const char *name) {
+    for (size_t i = 0; i + 1 < e->elements; i += 2)
+        if (strcmp(e->element[i]->str, name) == 0) return e->element[i + 1]->str;
+    return NULL;
+}
+
+static int read_tunables(redisContext *c, const char *run, ref *r) {
+    char key[KEY_MAX];
+    redisReply *s = redisCommand(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "state"));
+    if (!s || s->type != REDIS_REPLY_ARRAY || s->elements != 3 || !s->element[0]->str) return -1;
+    r->lr = (float)atof(s->element[0]->str);
+    r->mu = (float)atof(s->element[1]->str);
+    r->nesterov = atoi(s->element[2]->str);
+    freeReplyObject(s);
+    return 0;
+}
+
+/* Every submit event, indexed by seq. */
+static int read_submissions(redisContext *c, const char *run, ref *r) {
+    char key[KEY_MAX];
+    redisReply *x = redisCommand(c, "XRANGE %s - +", key_run(key, sizeof key, run, "events"));
+    if (!x || x->type != REDIS_REPLY_ARRAY) return -1;
+    int64_t max = -1;
+    for (size_t i = 0; i < x->elements; i++) {
+        redisReply *e = x->element[i]->element[1];
+        const char *type = field(e, "type"), *seq = field(e, "seq");
+        if (type && !strcmp(type, "submit") && seq && atoll(seq) > max) max = atoll(seq);
+    }
+    r->nsubs = max + 1;
+    r->subs = calloc((size_t)r->nsubs + 1, sizeof *r->subs);
+    for (int64_t s = 0; s < r->nsubs; s++) r->subs[s].base = calloc((size_t)r->rc.nshards, sizeof(int64_t));
+    for (size_t i = 0; i < x->elements; i++) {
+        redisReply *e = x->element[i]->element[1];
+        const char *type = field(e, "type");
+        if (!type || strcmp(type, "submit") != 0) continue;
+        submission *s = &r->subs[atoll(field(e, "seq"))];
+        snprintf(s->worker, sizeof s->worker, "%s", field(e, "worker"));
+        s->base[atoi(field(e, "shard"))] = atoll(field(e, "base"));
+        s->seen++;
+    }
+    freeReplyObject(x);
+    for (int64_t s = 0; s < r->nsubs; s++)
+        if (r->subs[s].seen != r->rc.nshards) {
+            fprintf(stderr, "ref_async: submission %" PRId64 " is not recorded for every shard\n", s);
+            return -1;
+        }
+    return 0;
+}
+
+static trainer *worker_trainer(ref *r, const char *id, double qlr) {
+    for (int w = 0; w < r->nworkers; w++)
+        if (!strcmp(r->ids[w], id)) return r->t[w];
+    char err[128];
+    quadratic_options q;
+    quadratic_options_default(&q);
+    q.numel = r->n;
+    q.seed = r->rc.seed;
+    q.worker_id = r->ids[r->nworkers] = strdup(id);
+    q.lr = (float)qlr;
+    r->t[r->nworkers] = quadratic_trainer_create(&q, err, sizeof err);
+    return r->t[r->nworkers++];
+}
+
+/* Submission s: its worker trains H steps from the versions it started from; the shard-servers apply
+ * its Δ (bf16 unless told otherwise) as version s+1. */
+static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *mom, float *buf, float *g) {
+    const submission *sub = &r->subs[s];
+    trainer *t = worker_trainer(r, sub->worker, qlr);
+    float *start = malloc(r->n * sizeof(float));
+    for (int k = 0; k < r->rc.nshards; k++) {
+        size_t lo = (size_t)r->rc.shard_bounds[k], len = (size_t)runconf_shard_numel(&r->rc, k);
+        memcpy(start + lo, r->theta[sub->base[k]] + lo, len * sizeof(float));
+    }
+    memcpy(t->params, start, r->n * sizeof(float));
+    char err[128];
+    trainer_stats st;
+    for (long long i = 0; i < H; i++) t->step(t, &st, err, sizeof err);
+    float *d = malloc(r->n * sizeof(float));
+    uint16_t *d16 = malloc(r->n * sizeof(uint16_t));
+    for (size_t i = 0; i < r->n; i++) d[i] = start[i] - t->params[i];
+    outer_sum_zero(g, r->n); /* exactly the servers' mean of one submission */
+    if (bf16) {
+        bf16_encode(d, d16, r->n);
+        outer_sum_add_bf16(g, d16, r->n);
+    } else {
+        outer_sum_add_f32(g, d, r->n);
+    }
+    outer_mean_finish(g, r->n, 1);
+    free(d);
+    free(d16);
+    float *next = malloc(r->n * sizeof(float));
+    memcpy(next, r->theta[s], r->n * sizeof(float));
+    for (int k = 0; k < r->rc.nshards; k++) {
+        size_t lo = (size_t)r->rc.shard_bounds[k], len = (size_t)runconf_shard_numel(&r->rc, k);
+        if (r->rc.dn_buffer > 0)
+            outer_dn_step(r->rc.dn_variant, next + lo, mom + lo, buf + lo, g + lo, len, (uint64_t)s + 1,
+                          (uint32_t)r->rc.dn_buffer, r->lr, r->mu, r->nesterov);
+        else
+            outer_sgd_step(next + lo, mom + lo, s == 0, g + lo, len, r->lr, r->mu, r->nesterov);
+    }
+    r->theta[s + 1] = next;
+    free(start);
+}
+
+int main(int argc, char **argv) {
+    const char *url = NULL, *run = NULL;
+    long long H = 0;
+    double qlr = 0.01;
+    int bf16 = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--no-bf16")) bf16 = 0;
+        else if (i + 1 < argc && !strcmp(argv[i], "--redis")) url = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--run")) run = argv[++i];
+        else if (i + 1 < argc && !strcmp(argv[i], "--sync-every")) H = atoll(argv[++i]);
+        else if (i + 1 < argc && !strcmp(argv[i], "--quad-lr")) qlr = atof(argv[++i]);
+    }
+    if (!url || !run || H <= 0) {
+        fprintf(stderr, "usage: ref_async --redis URL --run R --sync-every H [--quad-lr LR] [--no-bf16]\n");
+        return 2;
+    }
+    char err[512];
+    redis_url u;
+    redisContext *c;
+    ref r = {0};
+    if (redis_url_parse(url, &u, err, sizeof err) < 0 || !(c = rconn_connect(&u, 5000, err, sizeof err)) ||
+        runconf_load(c, run, &r.rc, err, sizeof err) < 0) {
+        fprintf(stderr, "ref_async: %s\n", err);
+        return 1;
+    }
+    if (read_tunables(c, run, &r) < 0 || read_submissions(c, run, &r) < 0) {
+        fprintf(stderr, "ref_async: cannot read the run's state or events\n");
+        return 1;
+    }
+    r.n = (size_t)r.rc.numel;
+    r.theta = calloc((size_t)r.nsubs + 1, sizeof(float *));
+    r.theta[0] = malloc(r.n * sizeof(float));
+    quadratic_init_params(r.rc.seed, r.theta[0], r.n);
+    float *mom = calloc(r.n, sizeof(float)), *buf = calloc(r.n, sizeof(float)), *g = malloc(r.n * sizeof(float));
+    for (int64_t s = 0; s < r.nsubs; s++) apply(&r, s, H, qlr, bf16, mom, buf, g);
+    for (int k = 0; k < r.rc.nshards; k++)
+        printf("shard %d %016" PRIx64 "\n", k,
+               digest_f32(r.theta[r.nsubs] + r.rc.shard_bounds[k], (size_t)runconf_shard_numel(&r.rc, k)));
+    fprintf(stderr, "ref_async: replayed %" PRId64 " submissions of %d workers\n", r.nsubs, r.nworkers);
+    return 0;
+}

@@ -1,0 +1,111 @@
+/* async.c: one async DiLoCo submission from the worker's side (coordinator init --async).
+ *
+ * There is no barrier. For the shards of a fragment:
+ *   1. dl_submit gives our submission its place s_k in each shard's order (atomic: all shards or
+ *      none; refused with STALE when it would be older than --max-staleness);
+ *   2. the pseudo-gradient of shard k goes to its owner as a push for round s_k;
+ *   3. a get for version s_k+1 returns once the owner has applied every submission up to ours (it may
+ *      return a later version: others kept submitting);
+ * and the versions we got become our base (they may differ per shard: each shard moves on its own).
+ * As in sync mode, Δ is kept until every get returned, and resent to whoever says it lacks it. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "log.h"
+#include "rconn.h"
+#include "util.h"
+
+#define SUBMIT_ARGS_MAX (2 * RUNCONF_MAX_SHARDS + 8)
+
+/* dl_submit for shards [first, last) from their current base versions; fills d->seq. */
+static int submit(diloco *d, int f, int first, int last, char *err, size_t errlen) {
+    static const char *argv[SUBMIT_ARGS_MAX];
+    static char nums[SUBMIT_ARGS_MAX][24];
+    int argc = 0;
+    char inc[24], frag[16];
+    snprintf(inc, sizeof inc, "%" PRId64, dl_inc(d));
+    snprintf(frag, sizeof frag, "%d", f);
+    argv[argc++] = "FCALL";
+    argv[argc++] = "dl_submit";
+    argv[argc++] = "1";
+    argv[argc++] = d->config_key;
+    argv[argc++] = d->worker_id;
+    argv[argc++] = inc;
+    argv[argc++] = frag;
+    for (int k = first; k < last; k++) {
+        snprintf(nums[argc], sizeof nums[argc], "%d", k);
+        argv[argc] = nums[argc];
+        argc++;
+        snprintf(nums[argc], sizeof nums[argc], "%" PRId64, d->shard_version[k]);
+        argv[argc] = nums[argc];
+        argc++;
+    }
+    pthread_mutex_lock(&d->ctl_mu);
+    redisReply *r = d->ctl ? redisCommandArgv(d->ctl, argc, argv, NULL) : NULL;
+    pthread_mutex_unlock(&d->ctl_mu);
+    int rc = DL_OK;
+    if (rconn_reply_error(d->ctl, r, err, errlen) < 0) {
+        rc = !r ? DL_RETRY : strncmp(r->str, "STALE", 5) == 0 ? DL_STALE
+                           : strncmp(r->str, "UNKNOWN_WORKER", 14) == 0 ? DL_EVICTED : DL_FAIL;
+    } else if (r->type != REDIS_REPLY_ARRAY || (int)r->elements != last - first) {
+        err_set(err, errlen, "unexpected reply to dl_submit");
+        rc = DL_FAIL;
+    } else {
+        for (int k = first; k < last; k++) d->seq[k] = r->element[k - first]->integer;
+    }
+    if (r) freeReplyObject(r);
+    return rc;
+}
+
+/* Push our Δ of one shard for its place in the order. */
+static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
+    (void)arg;
+    uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
+    unsigned attempt = 0;
+    for (;;) {
+        int rc = conn_push(d, shard, d->seq[shard], err, errlen);
+        if (rc != DL_RETRY) return rc;
+        if (sync_retry_pause(d, &attempt, deadline, shard, "push", err, errlen) != DL_OK) return DL_FAIL;
+    }
+}
+
+/* Get a shard once our submission is applied; resend Δ to an owner that lacks it. */
+static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
+    (void)arg;
+    uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
+    unsigned attempt = 0;
+    for (;;) {
+        int64_t got = -1;
+        int rc = conn_get(d, shard, d->seq[shard] + 1, &got, err, errlen);
+        if (rc == DL_OK) {
+            d->shard_version[shard] = got;
+            return DL_OK;
+        }
+        if (rc == DL_NEED && conn_push(d, shard, d->seq[shard], err, errlen) == DL_OK) continue;
+        if (rc != DL_RETRY && rc != DL_NEED) return rc;
+        if (sync_retry_pause(d, &attempt, deadline, shard, "get", err, errlen) != DL_OK) return DL_FAIL;
+    }
+}
+
+int async_submit_net(diloco *d, int f, char *err, size_t errlen) {
+    int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
+    int rc = DL_RETRY;
+    for (unsigned attempt = 0; rc == DL_RETRY && attempt < 5; attempt++) {
+        rc = submit(d, f, first, last, err, errlen);
+        if (rc == DL_RETRY) sleep_ms(backoff_ms(attempt, 50, 1000));
+    }
+    if (rc != DL_OK) return rc == DL_RETRY ? DL_FAIL : rc;
+    rc = for_shards_parallel(d, first, last, push_job, NULL, err, errlen);
+    if (rc == DL_OK) rc = for_shards_parallel(d, first, last, get_job, NULL, err, errlen);
+    if (rc != DL_OK) return rc;
+    int64_t lo = d->shard_version[first];
+    for (int k = first + 1; k < last; k++)
+        if (d->shard_version[k] < lo) lo = d->shard_version[k];
+    d->frag_version[f] = lo;
+    log_debug("fragment %d: submission applied at version %" PRId64 " (got up to %" PRId64 ")", f,
+              d->seq[first] + 1, d->shard_version[first]);
+    return DL_OK;
+}

@@ -37,6 +37,12 @@ int replay_log(const blob_header *h, const uint8_t *payload, size_t len, size_t 
                 ", want %zu fp32)", h->op, h->dtype, h->count, n);
         return -1;
     }
+    if (h->flags & 4) {
+        err_set(err, errlen, "version %" PRId64 " is an async Delayed Nesterov step, which this reader does not "
+                "replay yet (the shard-servers do); export is not supported for runs with --dn-buffer-size",
+                h->version);
+        return -1;
+    }
     if (h->aux != 0) { /* aux 0: a no-op round (every participant dropped) */
         float *g = malloc(n * sizeof(float) + 1); /* the payload may be unaligned */
         if (!g) {

@@ -37,13 +37,16 @@ static void print_run(json_t *doc) {
 static void print_workers(json_t *doc) {
     json_t *ws = json_object_get(doc, "workers"), *w;
     size_t i;
-    printf("\nworkers (%zu)\n  %-28s %5s %-16s %9s %9s %9s %8s\n", json_array_size(ws), "id", "inc", "host",
-           "hb age", "steps/s", "loss", "joined");
+    printf("\nworkers (%zu)\n  %-28s %5s %-16s %9s %9s %9s %8s %6s %13s\n", json_array_size(ws), "id", "inc",
+           "host", "hb age", "steps/s", "loss", "joined", "H", "stale mean/max");
     json_array_foreach(ws, i, w) {
         json_t *joined = json_object_get(w, "joined");
-        printf("  %-28s %5.0f %-16s %8.1fs %9.2f %9.4f %8.0f\n", str(w, "id"), num(w, "inc"), str(w, "host"),
-               num(w, "heartbeat_age_ms") / 1000.0, num(w, "speed"), num(w, "loss"),
-               json_is_array(joined) ? json_number_value(json_array_get(joined, 0)) : -1);
+        char stale[32] = "-";
+        if (json_object_get(w, "stale_n"))
+            snprintf(stale, sizeof stale, "%.1f/%.0f", num(w, "stale_mean"), num(w, "stale_max"));
+        printf("  %-28s %5.0f %-16s %8.1fs %9.2f %9.4f %8.0f %6.0f %13s\n", str(w, "id"), num(w, "inc"),
+               str(w, "host"), num(w, "heartbeat_age_ms") / 1000.0, num(w, "speed"), num(w, "loss"),
+               json_is_array(joined) ? json_number_value(json_array_get(joined, 0)) : -1, num(w, "h"), stale);
     }
 }
 

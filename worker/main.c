@@ -30,6 +30,7 @@ typedef struct worker_args {
     long steps;                 /* total inner steps (0 = until stopped) */
     const char *log_path;
     int quiet;
+    int eval_only;
     unsigned step_delay_ms;
     double quad_lr;
 } worker_args;
@@ -66,6 +67,7 @@ static void usage(FILE *f) {
             "  --trainer NAME            gpt or quadratic (default: what the run was initialised for)\n"
             "  --log FILE                JSON-lines telemetry (steps, syncs)\n"
             "  --quiet                   no progress line\n"
+            "  --eval-only               fetch the current global parameters, print their validation loss, leave\n"
             "  --step-delay-ms MS        (quadratic) sleep per step, to simulate a slow machine\n"
             "  --quad-lr LR              (quadratic) inner AdamW learning rate (default 0.01)\n"
             "  -h, --help                this help\n"
@@ -101,6 +103,8 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
             a->dl.dylu = 1;
         } else if (!strcmp(f, "--quiet")) {
             a->quiet = 1;
+        } else if (!strcmp(f, "--eval-only")) {
+            a->eval_only = 1;
         } else if (!strcmp(f, "--redis") || !strcmp(f, "--run") || !strcmp(f, "--worker-id") ||
                    !strcmp(f, "--trainer") || !strcmp(f, "--log")) {
             if (need_value(i, argc, f) < 0) return -1;
@@ -327,6 +331,16 @@ static int run_worker(int argc, char **argv) {
     if (diloco_open(&a.dl, t->params, t->numel, &d, err, sizeof err) < 0) goto error;
     log_json(logf, json_pack("{s:s, s:s, s:I}", "event", "join", "worker", diloco_worker_id(d), "version",
                              (json_int_t)diloco_version(d)));
+    if (a.eval_only) {
+        double loss;
+        if (!t->evaluate || t->evaluate(t, &loss, err, sizeof err) < 0) {
+            if (!t->evaluate) err_set(err, sizeof err, "the %s trainer has no validation loss", t->name);
+            goto error;
+        }
+        printf("eval_loss %.6f version %" PRId64 "\n", loss, diloco_version(d));
+        status = 0;
+        goto done;
+    }
     status = train(&a, t, d, logf) < 0 ? 1 : 0;
     goto done;
 error:

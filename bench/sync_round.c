@@ -8,11 +8,13 @@
  *       instant and rounds never overlap. Prints one line per round:
  *         round R first_send_us pushed_us get_us last_recv_us bytes_up bytes_down
  *       (CLOCK_REALTIME microseconds, from diloco_sync_info).
- *   bin/bench-sync_round tcp --numel N [--workers 2] [--servers 2] [--reps 5]
+ *   bin/bench-sync_round tcp --numel N [--workers 2] [--servers 2] [--reps 5] [--tick-ms T --offset-ms O]
  *       The same worker bytes over plain loopback TCP, same topology as the run: every worker has one
  *       connection (and thread) per server, sends its bf16 share (2*N/servers bytes) to each server;
  *       a server answers once it has every worker's upload, with the fp32 share (4*N/servers bytes).
- *       Preallocated buffers, no framing, no checksums. Prints "tcp seconds S" per repetition.
+ *       Preallocated buffers, no framing, no checksums. Prints "tcp seconds S" per repetition. With
+ *       --tick-ms, each repetition starts at a wall-clock multiple of T plus O (between the rounds of a
+ *       concurrent `worker` run with --gap-ms T), so both see the same background load.
  *   bin/bench-sync_round redis --redis URL --numel N [--workers 2] [--reps 3]
  *       The same worker bytes through one Redis connection: per worker SET of its 2*N-byte
  *       pseudo-gradient, then per worker GET of a 4*N-byte parameter value. Prints "redis seconds S".
@@ -204,7 +206,14 @@ static int run_tcp(int argc, char **argv) {
             sv[i].srv = &srv[s];
         }
     pthread_t *th = calloc((size_t)(2 * nc), sizeof *th);
+    long tick = atol(arg(argc, argv, "--tick-ms", "0")), offset = atol(arg(argc, argv, "--offset-ms", "0"));
     for (int r = 0; r < reps; r++) {
+        if (tick > 0) { /* run between the rounds of a concurrent benchmark, at tick*k + offset */
+            uint64_t now = wall_ms(), t = tick;
+            uint64_t at = (now + t - (uint64_t)offset) / t * t + (uint64_t)offset;
+            if (at < now + 20) at += t;
+            sleep_ms((unsigned)(at - now - 20)); /* the start barrier below takes ~20 ms */
+        }
         for (int s = 0; s < ns; s++) pthread_barrier_init(&srv[s].uploaded, NULL, (unsigned)nw);
         pthread_barrier_init(&g_start, NULL, (unsigned)nc + 1);
         for (int i = 0; i < nc; i++) {

@@ -4,8 +4,9 @@
 #     operator user, two shard-servers run as shard-server, three quadratic workers as worker; one
 #     worker is kill -9'd mid-run (eviction paths run inside the functions the others call); the two
 #     others finish their rounds; `coordinator serve` (operator) reaps; `coordinator status` works as
-#     viewer. Redis's ACL LOG stays empty: no process ever needed a command or key it was not given.
-#  B. What each user is refused: worker SET/DEL/FUNCTION LOAD, writes to the shards hash, posing as a
+#     viewer; then an async run (dl_submit). Redis's ACL LOG stays empty: no process ever needed a
+#     command or key it was not given.
+#  B. What each user is refused: worker SET/DEL/FUNCTION LOAD, writes to the servers hash, posing as a
 #     shard-server through a function; shard-server FUNCTION FLUSH/LOAD, SET of a control key;
 #     operator FUNCTION FLUSH, FLUSHALL, CONFIG, keys outside dl:*; viewer writes; no-auth clients.
 #     Every refusal leaves the run unchanged.
@@ -60,6 +61,19 @@ denials=$(as admin ACL LOG 100 | grep -c '^reason$')
 [ "$denials" -eq 0 ] || { as admin ACL LOG 100; fail "the processes hit $denials ACL denials (see ACL LOG above)"; }
 say "A: $r rounds, one worker evicted, no ACL denial for worker, shard-server, operator or viewer"
 
+# ---- A2: an async run (dl_submit: subs keys, the shards hash) under the same users
+RUN=acla
+URL=$(url operator); init_run $RUN --trainer quadratic --numel 20000 --shards 2 --workers 2 --async
+URL=$(url shard-server); start_server a1 --lease-ttl-ms 2000
+URL=$(url worker)
+for w in v1 v2; do start_worker $w --sync-every 20 --steps 100 --heartbeat-interval 0.5 --step-delay-ms 2; done
+for w in v1 v2; do eval "pid=\$WRK_$w"; wait "$pid" || fail "async worker $w exited with status $?"; done
+[ "$(as viewer HGET "dl:{$RUN}:shards" 0:version)" -ge 8 ] || fail "async: expected 10 submissions applied to shard 0"
+denials=$(as admin ACL LOG 100 | grep -c '^reason$')
+[ "$denials" -eq 0 ] || { as admin ACL LOG 100; fail "the async run hit $denials ACL denials (see ACL LOG above)"; }
+say "A2: async run, shard 0 at version $(as viewer HGET "dl:{$RUN}:shards" 0:version), no ACL denial"
+RUN=acl
+
 # ---- B: refusals, and the run is unchanged by them (nothing else runs now: servers beat every second)
 for p in $PIDS; do kill -9 "$p" 2>/dev/null; done; PIDS=""
 snapshot() {
@@ -72,7 +86,7 @@ refused "worker DEL control key"       worker DEL "dl:{$RUN}:state"
 refused "worker FUNCTION LOAD"         worker FUNCTION LOAD REPLACE "#!lua name=evil
 redis.register_function('x', function() return 1 end)"
 refused "worker FUNCTION FLUSH"        worker FUNCTION FLUSH
-refused "worker writes shards hash"    worker HSET "dl:{$RUN}:shards" 0:version 99
+refused "worker writes servers hash"   worker HSET "dl:{$RUN}:servers" evil x
 refused "worker reads a blob"          worker GET "dl:{$RUN:0}:snap:0:0"
 refused "worker FLUSHALL"              worker FLUSHALL
 refused "worker poses as server"       worker FCALL dl_server_beat 1 "dl:{$RUN}:config" evil 127.0.0.1:1 5000 1

@@ -71,6 +71,24 @@ void outer_sum_add_scaled_f32(float *restrict acc, const float *restrict x, floa
         add_scaled_one(acc, x, w, i);
 }
 
+static inline void add_scaled_bf16_one(float *restrict acc, const uint16_t *restrict x, float w, size_t i)
+{
+    uint32_t bits = (uint32_t)x[i] << 16;
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    acc[i] = acc[i] + w * v;
+}
+
+void outer_sum_add_scaled_bf16(float *restrict acc, const uint16_t *restrict x, float w, size_t n)
+{
+    size_t i = 0;
+    for (; i + OUTER_LANES <= n; i += OUTER_LANES)
+        for (size_t j = 0; j < OUTER_LANES; j++)
+            add_scaled_bf16_one(acc, x, w, i + j);
+    for (; i < n; i++)
+        add_scaled_bf16_one(acc, x, w, i);
+}
+
 static inline void div_one(float *restrict acc, float c, size_t i)
 {
     acc[i] = acc[i] / c;

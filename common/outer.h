@@ -17,6 +17,7 @@ void outer_sum_zero(float *acc, size_t n);
 void outer_sum_add_f32(float *acc, const float *x, size_t n);                  /* acc[i] += x[i] */
 void outer_sum_add_bf16(float *acc, const uint16_t *x, size_t n);              /* acc[i] += bf16_to_f32(x[i]) */
 void outer_sum_add_scaled_f32(float *acc, const float *x, float w, size_t n); /* acc[i] += w*x[i] */
+void outer_sum_add_scaled_bf16(float *acc, const uint16_t *x, float w, size_t n); /* acc[i] += w*bf16(x[i]) */
 /* acc[i] = acc[i] / (float)count: a true division, as torch's mean does; count 0 leaves acc as is. */
 void outer_mean_finish(float *acc, size_t n, uint32_t count);
 

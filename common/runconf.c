@@ -110,6 +110,9 @@ static int load_fields(redisReply *r, runconf *rc, char *err, size_t errlen) {
     const char *dnb = field(r, "dn_buffer"), *dnv = field(r, "dn_variant");
     if (dnb && parse_int(dnb, 0, 1000000, &v) == 0) rc->dn_buffer = (int)v;
     rc->dn_variant = dnv && strcmp(dnv, "forgather") == 0 ? DN_FORGATHER : DN_PAPER;
+    const char *wb = field(r, "weight_by"), *wr = field(r, "weight_ref_tokens");
+    rc->weight_tokens = wb && strcmp(wb, "tokens") == 0;
+    if (wr && parse_int(wr, 1, INT64_MAX, &v) == 0) rc->weight_ref_tokens = (uint64_t)v;
     rc->snapshot_every = 8;
     if (se && parse_int(se, 1, 1000000, &v) == 0) rc->snapshot_every = (int)v;
     if (seed && parse_int(seed, 0, INT64_MAX, &v) == 0) rc->seed = (uint64_t)v;

@@ -24,6 +24,8 @@ typedef struct runconf {
     int snapshot_every;       /* versions between durable snapshots (the log covers the rest) */
     int dn_buffer;            /* async: Delayed Nesterov every dn_buffer submissions (0 = off) */
     int dn_variant;           /* DN_PAPER or DN_FORGATHER (outer_dn.h) */
+    int weight_tokens;        /* --weight-by tokens: pseudo-gradients weighted by the tokens behind them */
+    uint64_t weight_ref_tokens; /* async: a submission of this many tokens gets weight 1 */
     uint64_t seed;
     char trainer[32];         /* what the layout came from: "quadratic", "gpt" */
     char model[256];          /* trainer-specific model description, e.g. "layers=2 heads=4 dim=128 ctx=128 vocab=256" */

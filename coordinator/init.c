@@ -29,8 +29,8 @@ extern const unsigned long lua_library_len;
 typedef struct init_args {
     coord_common c;
     long long workers, min_workers, shards, fragments, numel, seed, snapshot_every, dylu_base;
-    long long dn_buffer, max_staleness;
-    const char *dn_variant;
+    long long dn_buffer, max_staleness, weight_ref;
+    const char *dn_variant, *weight_by;
     double outer_lr, outer_momentum, heartbeat_timeout;
     int nesterov, force, async, dylu;
     const char *trainer;
@@ -70,6 +70,8 @@ static void init_usage(FILE *f) {
             "  --dn-buffer-size N         (async) Delayed Nesterov every N submissions (default 0 = off)\n"
             "  --dn-variant V             (async) paper (Async Local-SGD, default) or forgather\n"
             "  --max-staleness K          (async) reject submissions more than K versions stale (0 = no limit)\n"
+            "  --weight-by none|tokens    weight pseudo-gradients by the tokens behind them (default none)\n"
+            "  --weight-ref-tokens N      (async, --weight-by tokens) a submission of N tokens has weight 1\n"
             "  --dylu                     Dynamic Local Updates: each worker's H follows its speed\n"
             "  --dylu-base-sync-every H   H of the fastest worker under DyLU (default 500)\n"
             "  --snapshot-every K         durable snapshot every K versions, log in between (default 8)\n"
@@ -159,6 +161,7 @@ static int parse_init(int argc, char **argv, init_args *a) {
             {"--seed", &a->seed, 0, INT64_MAX}, {"--snapshot-every", &a->snapshot_every, 1, 1000000},
             {"--dylu-base-sync-every", &a->dylu_base, 1, 100000000},
             {"--dn-buffer-size", &a->dn_buffer, 0, 1000000}, {"--max-staleness", &a->max_staleness, 0, 1000000000},
+            {"--weight-ref-tokens", &a->weight_ref, 1, INT64_MAX},
         };
         int done = 0;
         for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !done; k++)
@@ -197,6 +200,14 @@ static int parse_init(int argc, char **argv, init_args *a) {
                 done = 1;
             }
         if (!done && !strcmp(f, "--trainer")) { a->trainer = v; done = 1; }
+        if (!done && !strcmp(f, "--weight-by")) {
+            if (strcmp(v, "none") && strcmp(v, "tokens")) {
+                fprintf(stderr, "coordinator init: --weight-by is none or tokens, got '%s'\n", v);
+                return -1;
+            }
+            a->weight_by = v;
+            done = 1;
+        }
         if (!done && !strcmp(f, "--dn-variant")) {
             if (strcmp(v, "paper") && strcmp(v, "forgather")) {
                 fprintf(stderr, "coordinator init: --dn-variant is paper or forgather, got '%s'\n", v);
@@ -221,6 +232,11 @@ static int parse_init(int argc, char **argv, init_args *a) {
         return -1;
     }
     if (a->min_workers > a->workers) a->workers = a->min_workers;
+    if (a->async && a->weight_by && !strcmp(a->weight_by, "tokens") && a->weight_ref <= 0) {
+        fprintf(stderr, "coordinator init: async --weight-by tokens needs --weight-ref-tokens N (the tokens of a "
+                "normal submission, e.g. sync_every * batch * seq): each submission is scaled by tokens / N\n");
+        return -1;
+    }
     return 0;
 }
 
@@ -416,7 +432,7 @@ static int call_dl_init(redisContext *rc, const init_args *a, const initial_para
                         const uint64_t *fb, char digests[][17], char *err, size_t errlen) {
     static char sbuf[RUNCONF_MAX_SHARDS * 12], fbuf[RUNCONF_MAX_FRAGMENTS * 8];
     char numel[32], shards[16], frags[16], seed[32], snap[16], secret[40] = "";
-    char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32], dylu[4], dbase[24], dnb[24], stale[24];
+    char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32], dylu[4], dbase[24], dnb[24], stale[24], wref[24];
     runconf_format_bounds_u64(sb, (int)a->shards, sbuf, sizeof sbuf);
     runconf_format_bounds_u64(fb, (int)a->fragments, fbuf, sizeof fbuf);
     snprintf(numel, sizeof numel, "%" PRIu64, ip->numel);
@@ -435,13 +451,15 @@ static int call_dl_init(redisContext *rc, const init_args *a, const initial_para
     snprintf(dbase, sizeof dbase, "%lld", a->dylu_base > 0 ? a->dylu_base : 500);
     snprintf(dnb, sizeof dnb, "%lld", a->dn_buffer);
     snprintf(stale, sizeof stale, "%lld", a->max_staleness);
+    snprintf(wref, sizeof wref, "%lld", a->weight_ref > 0 ? a->weight_ref : 1);
     char key[KEY_MAX];
     key_run(key, sizeof key, a->c.run, "config");
     const char *fixed[] = {"FCALL", "dl_init", "1", key,
-                           "13", "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
+                           "15", "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
                            "shard_bounds", sbuf, "frag_bounds", fbuf, "trainer", a->trainer, "model", ip->model,
                            "seed", seed, "snapshot_every", snap, "secret", secret,
                            "dn_buffer", dnb, "dn_variant", a->dn_variant ? a->dn_variant : "paper",
+                           "weight_by", a->weight_by ? a->weight_by : "none", "weight_ref_tokens", wref,
                            "10", "target_workers", target, "expected_workers", target, "min_workers", minw,
                            "outer_lr", lr, "outer_momentum", mu, "nesterov", nest, "heartbeat_timeout_ms", hbt,
                            "dylu", dylu, "dylu_base_sync_every", dbase, "max_staleness", stale,

@@ -49,6 +49,7 @@ typedef struct ss_commit {
     char *ids[MAX_PARTICIPANTS];
     int64_t incs[MAX_PARTICIPANTS];
     int dropped[MAX_PARTICIPANTS];
+    float scale[MAX_PARTICIPANTS]; /* --weight-by tokens: each participant's weight (else unused) */
     int outstanding;     /* dl_member / dl_drop calls in flight */
     int failed;
     char need[512];
@@ -449,13 +450,18 @@ static void commit_slice(ss_commit *c, ss_shard *s)
                 commit_finish(c, OUT_WAIT);
                 return;
             }
-            if (d->dtype == BLOB_BF16)
+            if (c->ss->rc.weight_tokens && d->dtype == BLOB_BF16)
+                outer_sum_add_scaled_bf16(g, (const uint16_t *)d->payload + lo, c->scale[i], len);
+            else if (c->ss->rc.weight_tokens)
+                outer_sum_add_scaled_f32(g, (const float *)d->payload + lo, c->scale[i], len);
+            else if (d->dtype == BLOB_BF16)
                 outer_sum_add_bf16(g, (const uint16_t *)d->payload + lo, len);
             else
                 outer_sum_add_f32(g, (const float *)d->payload + lo, len);
             used++;
         }
-        outer_mean_finish(g, len, (uint32_t)used);
+        if (!c->ss->rc.weight_tokens)
+            outer_mean_finish(g, len, (uint32_t)used);
         c->used = used;
         memcpy(c->theta + lo, s->theta + lo, len * sizeof(float));
         memcpy(c->mom + lo, s->mom + lo, len * sizeof(float));
@@ -495,9 +501,30 @@ static void cq_on_turn(evutil_socket_t fd, short what, void *arg)
         cq_arm(ss);
 }
 
+/* --weight-by tokens: sync, each participant weighs tokens_i / sum(tokens) (a weighted mean); async,
+ * the one submission is scaled by tokens / weight_ref_tokens. Computed in double, used as fp32, in
+ * participant order: the same on every server and in replay (the log keeps the weighted g). */
+static void commit_weights(ss_commit *c, ss_shard *s)
+{
+    double total = 0;
+    for (int i = 0; i < c->np; i++) {
+        ss_delta *d = c->dropped[i] ? NULL : shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
+        if (d != NULL)
+            total += (double)d->tokens;
+    }
+    if (c->ss->rc.async)
+        total = (double)(c->ss->rc.weight_ref_tokens ? c->ss->rc.weight_ref_tokens : 1);
+    for (int i = 0; i < c->np; i++) {
+        ss_delta *d = c->dropped[i] ? NULL : shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
+        c->scale[i] = d != NULL && total > 0 ? (float)((double)d->tokens / total) : 0.0f;
+    }
+}
+
 /* Every Δ is here: queue the compute of version round+1. */
 static void commit_compute(ss_commit *c, ss_shard *s)
 {
+    if (c->ss->rc.weight_tokens)
+        commit_weights(c, s);
     ss_ctx *ss = c->ss;
     size_t n = s->n;
     c->g = malloc(n * sizeof(float));

@@ -107,6 +107,11 @@ static int push_validate(ss_ctx *ss, ss_shard *s, ss_req *req)
         ops_reject(ss, req, "NAN", "element %zu of the pseudo-gradient is NaN or infinite", bad);
         return -1;
     }
+    if (ss->rc.weight_tokens && h->aux < 1) {
+        ops_reject(ss, req, "BADARG", "this run weights pseudo-gradients by tokens: a push must say how many "
+                   "tokens it took (header aux >= 1)");
+        return -1;
+    }
     if (h->worker[0] == '\0' || h->inc < 0) {
         ops_reject(ss, req, "UNKNOWN_WORKER", "a push must name its worker and incarnation");
         return -1;

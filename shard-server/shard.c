@@ -94,6 +94,7 @@ void shard_store_delta(ss_shard *s, ss_req *req)
         free(d->frame);
     }
     d->dtype = req->h.dtype;
+    d->tokens = req->h.aux;
     d->frame = req->frame;
     d->payload = req->payload;
     req->frame = NULL;

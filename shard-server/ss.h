@@ -155,6 +155,7 @@ typedef struct ss_delta {
     int64_t inc;
     int64_t round;
     int dtype;               /* BLOB_F32 or BLOB_BF16: kept as received */
+    int64_t tokens;          /* --weight-by tokens: the tokens behind it (header aux) */
     uint8_t *frame;          /* owns the bytes */
     const uint8_t *payload;
 } ss_delta;

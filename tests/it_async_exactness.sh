@@ -2,7 +2,8 @@
 # it_async_exactness.sh: async DiLoCo with three workers of different speeds (5, 10, 20 ms per step).
 # Submissions are applied one at a time in the order Redis gave them; an in-process replay of that
 # order (tests/tools/ref_async) gives bit-identical parameters, with Delayed Nesterov off and on (N=3),
-# and again while shard-servers are killed at random (kill -9 every 1-1.5 s, and deaths between
+# with --weight-by tokens (each submission scaled by its tokens / 20), and again while shard-servers are
+# killed at random (kill -9 every 1-1.5 s, and deaths between
 # log write and commit).
 . "$(dirname "$0")/lib.sh"
 H=10; STEPS=120
@@ -31,6 +32,15 @@ for dn in 0 3; do
   for p in $(live_servers); do eval "kill \$SRV_s$p"; done
   rm -f "$TMP"/*.jsonl
 done
+RUN=async_weighted
+init_run $RUN --async --trainer quadratic --numel 40000 --shards 4 --workers 3 --weight-by tokens --weight-ref-tokens 20
+NSRV=0; keep_servers 2 --lease-ttl-ms 2000
+run_workers $RUN
+for w in fast mid slow; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+check $RUN
+for p in $(live_servers); do eval "kill \$SRV_s$p"; done
+rm -f "$TMP"/*.jsonl
+
 RUN=async_storm
 init_run $RUN --async --trainer quadratic --numel 40000 --shards 4 --workers 3 --dn-buffer-size 3 --snapshot-every 4
 NSRV=0

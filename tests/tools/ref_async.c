@@ -9,7 +9,8 @@
  *   shard <k> <digest>
  *
  * usage: ref_async --redis URL --run R --sync-every H [--quad-lr 0.01] [--no-bf16]
- * (a worker's k-th submission trains H steps from the versions its previous submission got back) */
+ * (a worker's k-th submission trains H steps from the versions its previous submission got back; with
+ * --weight-by tokens its pseudo-gradient is scaled by H / weight_ref_tokens, a quadratic step being a token) */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -125,14 +126,14 @@ static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *m
     float *d = malloc(r->n * sizeof(float));
     uint16_t *d16 = malloc(r->n * sizeof(uint16_t));
     for (size_t i = 0; i < r->n; i++) d[i] = start[i] - t->params[i];
-    outer_sum_zero(g, r->n); /* exactly the servers' mean of one submission */
-    if (bf16) {
-        bf16_encode(d, d16, r->n);
-        outer_sum_add_bf16(g, d16, r->n);
-    } else {
-        outer_sum_add_f32(g, d, r->n);
-    }
-    outer_mean_finish(g, r->n, 1);
+    outer_sum_zero(g, r->n); /* exactly the servers' mean of one submission (or its token scaling) */
+    float scale = (float)((double)H / (double)(r->rc.weight_ref_tokens ? r->rc.weight_ref_tokens : 1));
+    if (bf16) bf16_encode(d, d16, r->n);
+    if (r->rc.weight_tokens && bf16) outer_sum_add_scaled_bf16(g, d16, scale, r->n);
+    else if (r->rc.weight_tokens) outer_sum_add_scaled_f32(g, d, scale, r->n);
+    else if (bf16) outer_sum_add_bf16(g, d16, r->n);
+    else outer_sum_add_f32(g, d, r->n);
+    if (!r->rc.weight_tokens) outer_mean_finish(g, r->n, 1);
     free(d);
     free(d16);
     float *next = malloc(r->n * sizeof(float));

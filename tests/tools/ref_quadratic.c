@@ -13,7 +13,9 @@
  *                      [--outer-lr 0.7] [--outer-momentum 0.9] [--no-nesterov] [--no-bf16] [--quad-lr 0.01]
  *                      [--bounds b0,b1,...,bS]   (shard offsets; default: as coordinator init cuts them)
  *                      [--frag-bounds f0,..,fF --alpha A --steps S]   Streaming DiLoCo: F fragments of whole
- *                      shards, one sent every H/F steps and applied one interval later, S steps per worker */
+ *                      shards, one sent every H/F steps and applied one interval later, S steps per worker
+ *                      [--h-of id=H,...] [--weight-tokens]   per-worker H (plain DiLoCo) and weighting of
+ *                      each worker's pseudo-gradient by its tokens (steps) in the round */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +38,9 @@ typedef struct ref_args {
     const char *bounds, *frag_bounds;
     double alpha;
     long long steps;
+    long long h[MAX_WORKERS];   /* per worker (sorted ids), default sync_every */
+    const char *h_of;
+    int weight_tokens;
 } ref_args;
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -52,6 +57,7 @@ static int parse(int argc, char **argv, ref_args *a) {
         const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (!strcmp(f, "--no-nesterov")) { a->nesterov = 0; continue; }
         if (!strcmp(f, "--no-bf16")) { a->bf16 = 0; continue; }
+        if (!strcmp(f, "--weight-tokens")) { a->weight_tokens = 1; continue; }
         if (!v) return -1;
         i++;
         if (!strcmp(f, "--numel")) parse_int(v, 1, INT64_MAX, &a->numel);
@@ -64,6 +70,7 @@ static int parse(int argc, char **argv, ref_args *a) {
         else if (!strcmp(f, "--quad-lr")) parse_double(v, &a->quad_lr);
         else if (!strcmp(f, "--bounds")) a->bounds = v;
         else if (!strcmp(f, "--frag-bounds")) a->frag_bounds = v;
+        else if (!strcmp(f, "--h-of")) a->h_of = v;
         else if (!strcmp(f, "--alpha")) parse_double(v, &a->alpha);
         else if (!strcmp(f, "--steps")) parse_int(v, 0, 100000000, &a->steps);
         else if (!strcmp(f, "--workers")) {
@@ -73,6 +80,12 @@ static int parse(int argc, char **argv, ref_args *a) {
     }
     if (a->numel <= 0 || a->nworkers == 0 || a->sync_every <= 0) return -1;
     qsort(a->ids, (size_t)a->nworkers, sizeof a->ids[0], cmp_str);
+    for (int w = 0; w < a->nworkers; w++) {
+        a->h[w] = a->sync_every;
+        const char *p = a->h_of ? strstr(a->h_of, a->ids[w]) : NULL;
+        size_t len = strlen(a->ids[w]);
+        if (p && p[len] == '=' && (p == a->h_of || p[-1] == ',')) a->h[w] = atoll(p + len + 1);
+    }
     return 0;
 }
 
@@ -108,11 +121,16 @@ static void take_deltas(sim *s, int f) {
 static void outer_fragment(sim *s, int f) {
     size_t lo = frag_lo(s, f), len = frag_hi(s, f) - lo;
     outer_sum_zero(s->g + lo, len);
+    double total = 0;
+    for (int w = 0; w < s->a->nworkers; w++) total += (double)s->a->h[w];
     for (int w = 0; w < s->a->nworkers; w++) {
-        if (s->a->bf16) outer_sum_add_bf16(s->g + lo, s->d16[w] + lo, len);
+        float scale = (float)((double)s->a->h[w] / total); /* tokens of a quadratic round = its steps */
+        if (s->a->weight_tokens && s->a->bf16) outer_sum_add_scaled_bf16(s->g + lo, s->d16[w] + lo, scale, len);
+        else if (s->a->weight_tokens) outer_sum_add_scaled_f32(s->g + lo, s->d32[w] + lo, scale, len);
+        else if (s->a->bf16) outer_sum_add_bf16(s->g + lo, s->d16[w] + lo, len);
         else outer_sum_add_f32(s->g + lo, s->d32[w] + lo, len);
     }
-    outer_mean_finish(s->g + lo, len, (uint32_t)s->a->nworkers);
+    if (!s->a->weight_tokens) outer_mean_finish(s->g + lo, len, (uint32_t)s->a->nworkers);
     for (uint64_t k = s->fb[f]; k < s->fb[f + 1]; k++) {
         size_t off = (size_t)s->bounds[k], kl = (size_t)(s->bounds[k + 1] - s->bounds[k]);
         outer_sgd_step(s->theta + off, s->mom + off, s->rounds[f] == 0, s->g + off, kl, (float)s->a->outer_lr,
@@ -157,8 +175,11 @@ static void run_streaming(sim *s) {
 }
 
 static void run_plain(sim *s) {
+    char err[128];
+    trainer_stats st;
     for (long long r = 0; r < s->a->rounds; r++) {
-        for (long long st = 0; st < s->a->sync_every; st++) train_all(s);
+        for (int w = 0; w < s->a->nworkers; w++)
+            for (long long i = 0; i < s->a->h[w]; i++) s->t[w]->step(s->t[w], &st, err, sizeof err);
         take_deltas(s, 0);
         outer_fragment(s, 0);
         adopt_fragment(s, 0, 0.0);

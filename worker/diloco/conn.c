@@ -154,6 +154,8 @@ static void push_request(diloco *d, int shard, int64_t round, blob_header *h, co
     h->inc = dl_inc(d);
     snprintf(h->worker, sizeof h->worker, "%s", d->worker_id);
     h->count = n;
+    if (d->rc.weight_tokens) /* --weight-by tokens: the tokens behind this pseudo-gradient */
+        h->aux = (int64_t)d->push_tokens[h->frag];
     if (d->o.bf16) {
         h->dtype = BLOB_BF16;
         *payload = d->delta_bf16 + off;

@@ -64,6 +64,8 @@ struct diloco {
     int64_t *frag_version;       /* global version of each fragment's part of base (= its open round for us) */
     int64_t *shard_version;      /* version of each shard of base, while fetching */
     int64_t *seq;                /* async: each shard's place in its order for our current submission */
+    uint64_t *push_tokens;       /* per fragment: tokens trained since its previous send (--weight-by tokens) */
+    uint64_t *tokens_at_send;    /* per fragment: our token count when it was last sent */
 
     /* Streaming DiLoCo: at most one fragment syncs on a background thread while training goes on */
     int frag_next;               /* the fragment the next boundary sends */

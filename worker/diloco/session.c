@@ -144,7 +144,10 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen) {
     d->shard_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->frag_version = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
     d->seq = calloc((size_t)d->rc.nshards, sizeof(int64_t));
-    if (!d->base || (!d->delta_f32 && !d->delta_bf16) || !d->owners || !d->shard_version || !d->frag_version || !d->seq) {
+    d->push_tokens = calloc((size_t)d->rc.nfragments, sizeof(uint64_t));
+    d->tokens_at_send = calloc((size_t)d->rc.nfragments, sizeof(uint64_t));
+    if (!d->base || (!d->delta_f32 && !d->delta_bf16) || !d->owners || !d->shard_version || !d->frag_version || !d->seq ||
+        !d->push_tokens || !d->tokens_at_send) {
         err_set(err, errlen, "out of memory for %zu parameters", n);
         return -1;
     }
@@ -258,6 +261,8 @@ void diloco_close(diloco *d) {
     free(d->shard_version);
     free(d->frag_version);
     free(d->seq);
+    free(d->push_tokens);
+    free(d->tokens_at_send);
     free(d);
 }
 

@@ -185,6 +185,11 @@ int sync_compute_delta(diloco *d, int f, char *err, size_t errlen) {
         err_set(err, errlen, "local parameters are not finite (index %zu): inner training diverged", lo + bad);
         return -1;
     }
+    pthread_mutex_lock(&d->hb_mu);
+    uint64_t tokens = d->tokens;
+    pthread_mutex_unlock(&d->hb_mu);
+    d->push_tokens[f] = tokens > d->tokens_at_send[f] ? tokens - d->tokens_at_send[f] : 1;
+    d->tokens_at_send[f] = tokens;
     if (d->o.bf16) {
         for (size_t i = lo; i < hi; i++) d->delta_bf16[i] = bf16_from_f32(d->base[i] - d->params[i]);
     } else {

@@ -23,7 +23,7 @@ BLASLIBS  = -lopenblas -fopenmp
 
 DEB_PKGS  = build-essential pkg-config libhiredis-dev redis-server redis-tools libevent-dev libmsgpack-dev \
             libopenblas-dev libxxhash-dev libjansson-dev libcmocka-dev bible-kjv bible-kjv-text \
-            python3-torch python3-numpy iproute2 procps chromium curl
+            python3-torch python3-numpy python3-yaml iproute2 procps chromium curl stunnel4 openssl
 
 BUILD = build
 BIN   = bin

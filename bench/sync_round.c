@@ -1,20 +1,21 @@
 /* bench/sync_round.c -> bin/bench-sync_round: the pieces of the sync-round benchmark (bench/sync_round
  * runs them; see docs/benchmarks.md).
  *
- *   bin/bench-sync_round worker --redis URL --run R --id W [--rounds 8] [--gap-ms 1000] [--no-bf16]
+ *   bin/bench-sync_round worker --redis URL --run R --id W --numel N --start-ms T [--rounds 8] [--gap-ms 1000]
+ *                               [--no-bf16]
  *       A DiLoCo worker with no training: libdiloco on a flat buffer, one diloco_force_sync per round.
- *       The "inner training" between rounds is a 1e-3 nudge of every parameter, then a sleep until the
- *       next multiple of --gap-ms on the wall clock, so every worker starts its round at the same
- *       instant and rounds never overlap. Prints one line per round:
+ *       The "inner training" between rounds is a 1e-3 nudge of every parameter; round r starts at wall
+ *       clock T + r * gap (ms), so every worker starts its round at the same instant and rounds never
+ *       overlap. Prints one line per round:
  *         round R first_send_us pushed_us get_us last_recv_us bytes_up bytes_down
  *       (CLOCK_REALTIME microseconds, from diloco_sync_info).
- *   bin/bench-sync_round tcp --numel N [--workers 2] [--servers 2] [--reps 5] [--tick-ms T --offset-ms O]
+ *   bin/bench-sync_round tcp --numel N [--workers 2] [--servers 2] [--reps 5] [--start-ms S --tick-ms T --offset-ms O]
  *       The same worker bytes over plain loopback TCP, same topology as the run: every worker has one
  *       connection (and thread) per server, sends its bf16 share (2*N/servers bytes) to each server;
  *       a server answers once it has every worker's upload, with the fp32 share (4*N/servers bytes).
  *       Preallocated buffers, no framing, no checksums. Prints "tcp seconds S" per repetition. With
- *       --tick-ms, each repetition starts at a wall-clock multiple of T plus O (between the rounds of a
- *       concurrent `worker` run with --gap-ms T), so both see the same background load.
+ *       --tick-ms, repetition r starts at wall clock S + r * T + O (between the rounds of a concurrent
+ *       `worker` run with the same start and --gap-ms T), so both see the same background load.
  *   bin/bench-sync_round redis --redis URL --numel N [--workers 2] [--reps 3]
  *       The same worker bytes through one Redis connection: per worker SET of its 2*N-byte
  *       pseudo-gradient, then per worker GET of a 4*N-byte parameter value. Prints "redis seconds S".
@@ -61,6 +62,7 @@ static int run_worker(int argc, char **argv) {
     const char *id = arg(argc, argv, "--id", NULL);
     int rounds = atoi(arg(argc, argv, "--rounds", "8")), gap = atoi(arg(argc, argv, "--gap-ms", "1000"));
     size_t numel = (size_t)atoll(arg(argc, argv, "--numel", "0"));
+    uint64_t start_ms = (uint64_t)atoll(arg(argc, argv, "--start-ms", "0"));
     if (!url || !run || !id || numel == 0) {
         fprintf(stderr, "worker: --redis, --run, --id and --numel are required\n");
         return 2;
@@ -83,11 +85,9 @@ static int run_worker(int argc, char **argv) {
     }
     for (int r = 0; r < rounds; r++) {
         for (size_t i = 0; i < numel; i++) params[i] -= 1e-3f;
-        /* start every worker's round at the same instant: the next multiple of --gap-ms on the wall
-         * clock at least 100 ms away (so the previous round's stragglers do not skew the next one) */
-        uint64_t now = wall_ms(), period = (uint64_t)(gap > 100 ? gap : 100);
-        uint64_t start = (now + 100 + period - 1) / period * period;
-        sleep_ms((unsigned)(start - now));
+        /* every worker starts round r at the same instant, --start-ms + r * --gap-ms (wall clock) */
+        uint64_t now = wall_ms(), start = start_ms + (uint64_t)r * (uint64_t)gap;
+        if (start > now) sleep_ms((unsigned)(start - now));
         if (diloco_force_sync(d, err, sizeof err) != 1) {
             fprintf(stderr, "worker %s: sync failed: %s\n", id, err);
             diloco_close(d);
@@ -207,12 +207,11 @@ static int run_tcp(int argc, char **argv) {
         }
     pthread_t *th = calloc((size_t)(2 * nc), sizeof *th);
     long tick = atol(arg(argc, argv, "--tick-ms", "0")), offset = atol(arg(argc, argv, "--offset-ms", "0"));
+    uint64_t tstart = (uint64_t)atoll(arg(argc, argv, "--start-ms", "0"));
     for (int r = 0; r < reps; r++) {
-        if (tick > 0) { /* run between the rounds of a concurrent benchmark, at tick*k + offset */
-            uint64_t now = wall_ms(), t = tick;
-            uint64_t at = (now + t - (uint64_t)offset) / t * t + (uint64_t)offset;
-            if (at < now + 20) at += t;
-            sleep_ms((unsigned)(at - now - 20)); /* the start barrier below takes ~20 ms */
+        if (tick > 0) { /* between the rounds of a concurrent `worker` run: at start + r * tick + offset */
+            uint64_t now = wall_ms(), at = tstart + (uint64_t)r * (uint64_t)tick + (uint64_t)offset;
+            if (at > now + 20) sleep_ms((unsigned)(at - now - 20)); /* the start barrier below takes ~20 ms */
         }
         for (int s = 0; s < ns; s++) pthread_barrier_init(&srv[s].uploaded, NULL, (unsigned)nw);
         pthread_barrier_init(&g_start, NULL, (unsigned)nc + 1);

@@ -2,19 +2,23 @@
  * ss.h: the shard-server's internal types and the functions its files share.
  *
  * The shard-server is one single-threaded libevent loop. Everything it knows lives in one ss_ctx:
- * the options, the run layout, two asynchronous Redis connections (control: FCALLs; bulk: blob GET/SET,
- * so a big write never delays a lease renewal), the listener and connections of the data plane, the
- * per-shard cache (parameters, momentum, pending pseudo-gradients) and the metrics.
+ * the options, the run layout, three Redis connections (control: FCALLs; bulk: blob GET/DEL; bulk-write:
+ * blob SETs sent from our own buffers; so a big write never delays a lease renewal), the listener and
+ * connections of the data plane, the per-shard cache (parameters, momentum, pending pseudo-gradients),
+ * the queue of commits being computed and the metrics.
  *
  * Files (one concern each):
  *   main.c     command line, start-up (library check, config), signals, the loop
  *   rasync.c   an asynchronous hiredis connection that reconnects with backoff and detects stalls
- *   store.c    blob I/O on the bulk connection (GET/SET/DEL of dl:{R:k}:snap|log:<v>:<e>)
+ *   rawset.c   a write-only Redis connection: SET of big blobs with writev() from the caller's memory
+ *   store.c    blob I/O (GET/DEL on the bulk connection, SET on bulk-write) of dl:{R:k}:snap|log:<v>:<e>
  *   lease.c    the lease loop (dl_server_beat), lease validity, owner map for redirects, tunables
  *   shard.c    per-shard cache: load (snapshot + log replay + digest check), drop, parked requests
- *   commit.c   the commit of a round (barrier, drops, mean, outer step, log, dl_commit) and snapshots
+ *   commit.c   the commit of a round (barrier, drops, mean, outer step, log, dl_commit; the compute runs
+ *              in slices from a queue so I/O goes on meanwhile) and snapshots (deferred until idle)
  *   ops.c      the data-plane operations push and get (validation, rejections)
- *   server.c   listener, connections, framing, replies
+ *   server.c   listener, connections, framing (big frames read straight into their buffer), replies
+ *              (parameters sent by reference)
  *   metrics.c  counters kept in memory, logged every 30 s
  */
 #ifndef SHARD_SERVER_SS_H

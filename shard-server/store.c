@@ -1,10 +1,11 @@
 /*
  * store.c: the shard-server's Redis I/O helpers.
  *
- * Durable blobs (dl:{R:k}:snap:<v>:<e>, dl:{R:k}:log:<v>:<e>) go over the bulk connection so that a
- * multi-megabyte write never sits in front of a lease renewal; FCALLs of the control library go over
- * the control connection. Every helper returns -1 when the connection is down (the callback is then
- * not called) so callers handle "Redis unavailable" in one place.
+ * Durable blobs (dl:{R:k}:snap:<v>:<e>, dl:{R:k}:log:<v>:<e>) are written on the bulk-write connection
+ * (rawset.c: straight from the caller's buffers, no copy) and read and deleted on the bulk connection,
+ * so that a multi-megabyte write never sits in front of a lease renewal; FCALLs of the control library
+ * go over the control connection. Every helper returns -1 when the connection is down (the callback is
+ * then not called) so callers handle "Redis unavailable" in one place.
  */
 #include "ss.h"
 

@@ -16,7 +16,9 @@ for w in w1 w2; do start_worker $w --sync-every 20 --steps 0 --heartbeat-interva
 wait_until 20 '[ "$(round)" -ge 2 ]' "two rounds in run A"
 start_worker w3 --sync-every 20 --steps 0 --heartbeat-interval 0.5 --step-delay-ms 100   # 2 s per round
 wait_until 10 '$RCLI HEXISTS "dl:{$RUN}:workers" w3 | grep -q 1' "w3 to register"
-r=$(round)
+# the round that was open when w3 registered: it joined the next one (the join event says which)
+joined=$($RCLI XRANGE "dl:{$RUN}:events" - + | awk '/^join$/ {getline; getline; w = $0} w == "w3" && /^joined$/ {getline; print; exit}')
+r=$((joined - 1))
 wait_until 3 '[ "$(round)" -gt $r ]' "round $r to close without waiting for the joiner (it trains 2 s)"
 $RCLI HGET "dl:{$RUN}:f0:r$r" participants | grep -q w3 && fail "the joiner was counted in the round it joined"
 took_part() { for x in $(seq "$r" "$(round)"); do $RCLI HGET "dl:{$RUN}:f0:r$x" participants; done | grep -q "w3:"; }

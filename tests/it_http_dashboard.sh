@@ -4,7 +4,7 @@
 # 2 shard-servers, 2 quadratic workers, `coordinator serve --http --token-file`), sees the workers, is
 # refused a change until the token is entered, changes the outer lr, kicks a worker and saves a
 # checkpoint through the page, and the changes are checked in Redis (and on disk). Saves a
-# screenshot to docs/dashboard.png (or $SCREENSHOT).
+# screenshot to build/dashboard.png (or $SCREENSHOT; SCREENSHOT=docs/dashboard.png refreshes the docs).
 #
 # Skips (exit 77) when node, /usr/bin/chromium or playwright-core is missing and cannot be installed
 # (`npm ci` in tests/browser, from its package-lock.json).
@@ -40,7 +40,7 @@ wait_until 20 "[ \"\$(curl -s http://127.0.0.1:$HP/status | python3 -c 'import j
 
 say "headless chromium on http://127.0.0.1:$HP/dashboard"
 DASH_URL="http://127.0.0.1:$HP/dashboard" REDIS_PORT=$PORT RUN=$RUN CHROMIUM=$CHROMIUM TOKEN=$(cat "$TMP/token") \
-  SCREENSHOT=${SCREENSHOT:-$ROOT/docs/dashboard.png} SETTLE_MS=${SETTLE_MS:-5000} \
+  SCREENSHOT=${SCREENSHOT:-$ROOT/build/dashboard.png} SETTLE_MS=${SETTLE_MS:-5000} \
   timeout 90 node tests/browser/dashboard.mjs > "$TMP/browser.log" 2>&1
 rc=$?
 cat "$TMP/browser.log"

@@ -15,6 +15,7 @@ Invariants (each printed as ok/FAIL; exit 1 if any fails):
   rejoin       every faulted worker synced again after the fault; every killed process restarted and
                (workers) joined again; every killed server is registered at the end
   round        the run's open round, sampled each second, never goes back (Redis restarts)
+  participate  every faulted worker was a participant of a closed round again (it contributes again)
   loss         the mean worker loss at the end is below the mean at the start
   settled      the run made progress after the storm (chaos.py's settle phase)
 Also prints figures (rounds, faults, recovery latencies, participation); --json FILE writes them.
@@ -68,6 +69,7 @@ def main():
     results = []
 
     def check(name, ok, detail):
+        ok = bool(ok)
         results.append((name, ok, detail))
         print("%-9s %s  %s" % (name, "ok  " if ok else ("FAIL" if name not in skip else "fail (not enforced)"), detail))
 
@@ -151,7 +153,7 @@ def main():
     faults = [e for e in chaos if e["event"] == "fault"]
     restarts = [e for e in chaos if e["event"] == "restart"]
     bad = []
-    t_back, t_resume, t_commit = [], [], []
+    t_back, t_resume, t_commit, t_part = [], [], [], []
     for f in faults:
         tf, w = f["t"], f["target"]
         if f["role"] == "worker":
@@ -168,12 +170,22 @@ def main():
             bad.append("kill %s at %.1f: not restarted" % (w, tf))
         if f["role"] == "server" and f["kind"] == "kill" and w not in dump.get("servers", []):
             bad.append("server %s not registered at the end" % w)
+        if f["role"] == "worker":  # until the worker is a participant of a closed round again
+            pc = next((e for e in closes if e["t"] > tf and any(
+                x.rsplit(":", 1)[0] == w for x in dump["barriers"].get("%s:%s" % (e["frag"], e["round"]), {}).get("participants", "").split(","))), None)
+            if pc:
+                t_part.append(pc["t"] - tf)
         c = next((e for e in closes if e["t"] > tf), None)
         if c:
             t_resume.append(c["t"] - tf)
         m = next((e for e in ev if e.get("type") == "commit" and e["t"] > tf), None)
         if m:
             t_commit.append(m["t"] - tf)
+    never = ["%s %s at %.1f" % (f["kind"], f["target"], f["t"]) for f in faults if f["role"] == "worker"
+             and not next((e for e in closes if e["t"] > f["t"] and any(x.rsplit(":", 1)[0] == f["target"] for x in
+                          dump["barriers"].get("%s:%s" % (e["frag"], e["round"]), {}).get("participants", "").split(","))), None)]
+    check("participate", not never, ("faulted workers never a participant of a closed round again: %s" % "; ".join(never[:10]))
+          if never else "every faulted worker was a participant of a closed round again")
     check("rejoin", not bad, "; ".join(bad[:10]) or "%d faults: every faulted worker synced again, every killed process restarted (%d restarts)" % (len(faults), len(restarts)))
 
     # loss
@@ -219,6 +231,7 @@ def main():
         if samples:
             fig["storm_mean_live_workers"] = round(statistics.mean(e["live_workers"] for e in samples), 3)
     fig["t_back_worker"] = {"n": len(t_back), "median": pct(t_back, 0.5), "p90": pct(t_back, 0.9), "max": pct(t_back, 1)}
+    fig["t_back_participant"] = {"n": len(t_part), "median": pct(t_part, 0.5), "p90": pct(t_part, 0.9), "max": pct(t_part, 1)}
     fig["t_resume_next_close"] = {"n": len(t_resume), "median": pct(t_resume, 0.5), "p90": pct(t_resume, 0.9), "max": pct(t_resume, 1)}
     fig["t_next_commit"] = {"n": len(t_commit), "median": pct(t_commit, 0.5), "p90": pct(t_commit, 0.9), "max": pct(t_commit, 1)}
     print("figures: " + json.dumps(fig))

@@ -217,9 +217,18 @@ class Harness:
     def cut(self, p, on):
         i = self.netns.index(p.netns) + 1
         host, peer = "%sh%d" % (self.tag, i), "%sp%d" % (self.tag, i)
+        m = self.a.cut_method
+        if m == "down":  # the worker's end of the link goes down: sends fail at once (ENETUNREACH)
+            self.sh("ip", "-n", p.netns, "link", "set", peer, "down" if on else "up")
+            if not on:
+                self.sh("ip", "-n", p.netns, "route", "replace", "default", "via", "10.213.%d.1" % i)
+            return
+        # silent loss both ways, links stay up: netem loss 100%, or a pfifo queue of length 0 (which
+        # drops every packet; works where the netem module is missing)
+        q = ["netem", "loss", "100%"] if m == "netem" else ["pfifo", "limit", "0"]
         if on:
-            self.sh("tc", "qdisc", "add", "dev", host, "root", "netem", "loss", "100%")
-            self.sh("ip", "netns", "exec", p.netns, "tc", "qdisc", "add", "dev", peer, "root", "netem", "loss", "100%")
+            self.sh("tc", "qdisc", "add", "dev", host, "root", *q)
+            self.sh("ip", "netns", "exec", p.netns, "tc", "qdisc", "add", "dev", peer, "root", *q)
         else:
             self.sh("tc", "qdisc", "del", "dev", host, "root", check=False)
             self.sh("ip", "netns", "exec", p.netns, "tc", "qdisc", "del", "dev", peer, "root", check=False)
@@ -233,7 +242,10 @@ class Harness:
         argv = [a.redis_server, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--dir", rdir,
                 "--daemonize", "no"]
         if self.svc != "127.0.0.1":
+            # also the host end of our veth pairs; Redis refuses non-loopback clients without a password
+            # in protected mode, so it is off (only our namespaces can reach that address)
             argv[4:5] = ["127.0.0.1", self.svc]
+            argv += ["--protected-mode", "no"]
         argv += ["--appendonly", "yes", "--appendfsync", "always"] if a.aof else ["--appendonly", "no"]
         r = Proc(self, "redis", "redis", argv)
         r.start()
@@ -556,6 +568,8 @@ def main():
     ap.add_argument("--max-down-servers", type=int, default=1)
     ap.add_argument("--stop-min", type=float, default=0.5)
     ap.add_argument("--stop-max", type=float, default=5.0)
+    ap.add_argument("--cut-method", default=E("CHAOS_CUT_METHOD", "pfifo"), choices=["pfifo", "netem", "down"],
+                    help="network cut: tc pfifo limit 0 (drop all, default), tc netem loss 100%%, or link down")
     ap.add_argument("--cut-min", type=float, default=4.0)
     ap.add_argument("--cut-max", type=float, default=8.0)
     ap.add_argument("--restart-delay", type=float, default=0.5)

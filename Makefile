@@ -18,11 +18,11 @@ CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -pthread -MMD -MP -Icommon -Iworker -Ibuil
 # The outer step, the averaging and everything on the pseudo-gradient path must be bit-reproducible:
 # no fused multiply-add contraction anywhere but in the trainer (which has its own flags below).
 DETERMINISTIC = -ffp-contract=off
-LDLIBS    = -lhiredis -levent -levent_pthreads -lmsgpackc -lxxhash -ljansson -lm -pthread
+LDLIBS    = -lhiredis -levent -levent_pthreads -lmsgpackc -lxxhash -ljansson -lcrypto -lm -pthread
 BLASLIBS  = -lopenblas -fopenmp
 
 DEB_PKGS  = build-essential pkg-config libhiredis-dev redis-server redis-tools libevent-dev libmsgpack-dev \
-            libopenblas-dev libxxhash-dev libjansson-dev libcmocka-dev bible-kjv bible-kjv-text \
+            libopenblas-dev libxxhash-dev libjansson-dev libcmocka-dev libssl-dev bible-kjv bible-kjv-text \
             python3-torch python3-numpy python3-yaml iproute2 procps chromium curl stunnel4 openssl
 
 BUILD = build

@@ -116,6 +116,8 @@ static int load_fields(redisReply *r, runconf *rc, char *err, size_t errlen) {
     rc->snapshot_every = 8;
     if (se && parse_int(se, 1, 1000000, &v) == 0) rc->snapshot_every = (int)v;
     if (seed && parse_int(seed, 0, INT64_MAX, &v) == 0) rc->seed = (uint64_t)v;
+    const char *secret = field(r, "secret");
+    snprintf(rc->secret, sizeof rc->secret, "%s", secret ? secret : "");
     const char *tr = field(r, "trainer"), *model = field(r, "model");
     snprintf(rc->trainer, sizeof rc->trainer, "%s", tr ? tr : "");
     snprintf(rc->model, sizeof rc->model, "%s", model ? model : "");

@@ -28,6 +28,7 @@ typedef struct runconf {
     uint64_t weight_ref_tokens; /* async: a submission of this many tokens gets weight 1 */
     uint64_t seed;
     char trainer[32];         /* what the layout came from: "quadratic", "gpt" */
+    char secret[80];          /* the run's data-plane secret ("" for runs made without one) */
     char model[256];          /* trainer-specific model description, e.g. "layers=2 heads=4 dim=128 ctx=128 vocab=256" */
 } runconf;
 

@@ -10,6 +10,8 @@
  */
 #include "ss.h"
 
+#include "auth.h"
+
 #include <errno.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,6 +40,8 @@ typedef struct ss_conn {
     struct event *resume;      /* deferred "read the next frame" */
     char peer[80];
     char worker[64];           /* from hello */
+    char nonce[AUTH_NONCE_LEN + 1]; /* our challenge to this connection */
+    int authed;                /* proved the run secret (or the run has none) */
     int busy;                  /* a request is in progress */
     int closed;                /* bev gone; freed when not busy */
     int close_after_flush;
@@ -244,7 +248,15 @@ void req_reply_err(ss_req *req, const char *code, const char *fmt, ...)
     req_reply(req, &h, NULL, 0);
 }
 
-/* hello: check the run name, remember the worker id, answer with our id. */
+/* A connection that broke the handshake: answer, record, close. */
+static void refuse_auth(ss_ctx *ss, ss_req *req, const char *fmt, const char *detail)
+{
+    req->conn->close_after_flush = 1;
+    ops_reject(ss, req, "AUTH", fmt, detail);
+}
+
+/* hello: check the run name, remember the worker id; then challenge it to prove the run secret
+ * (auth.h), or, for a run without a secret, answer with our id at once. */
 static void op_hello(ss_ctx *ss, ss_req *req)
 {
     if (strcmp(req->h.text, ss->opts.run) != 0) {
@@ -252,6 +264,35 @@ static void op_hello(ss_ctx *ss, ss_req *req)
         return;
     }
     snprintf(req->conn->worker, sizeof req->conn->worker, "%s", req->h.worker);
+    if (ss->rc.secret[0] == '\0') {
+        req->conn->authed = 1;
+        req_reply_simple(req, "ack", ss->id);
+        return;
+    }
+    if (auth_nonce(req->conn->nonce) != 0) {
+        req_reply_err(req, "BUSY", "cannot make a challenge (no randomness)");
+        return;
+    }
+    req->conn->authed = 0;
+    req_reply_simple(req, "challenge", req->conn->nonce);
+}
+
+/* auth: the answer to our challenge. */
+static void op_auth(ss_ctx *ss, ss_req *req)
+{
+    ss_conn *c = req->conn;
+    if (c->nonce[0] == '\0') {
+        refuse_auth(ss, req, "%s", "auth without a challenge: send hello first");
+        return;
+    }
+    int ok = auth_check(ss->rc.secret, c->nonce, c->worker, ss->opts.run, req->h.text) == 0;
+    c->nonce[0] = '\0'; /* one answer per challenge */
+    if (!ok) {
+        refuse_auth(ss, req, "worker %s does not know the run's secret; read it from Redis (coordinator init "
+                    "created it) or ask the operator for access", c->worker);
+        return;
+    }
+    c->authed = 1;
     req_reply_simple(req, "ack", ss->id);
 }
 
@@ -281,6 +322,10 @@ static void conn_dispatch(ss_conn *c, uint8_t *frame, size_t len)
     req->payload_len = len - hlen;
     if (strcmp(req->h.op, "hello") == 0)
         op_hello(ss, req);
+    else if (strcmp(req->h.op, "auth") == 0)
+        op_auth(ss, req);
+    else if (!c->authed)
+        refuse_auth(ss, req, "%s", "say hello and prove the run's secret before anything else");
     else
         ops_dispatch(ss, req);
 }
@@ -449,6 +494,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
         return;
     }
     c->ss = ss;
+    c->authed = ss->rc.secret[0] == '\0'; /* a run made without a secret (by hand) has no handshake */
     if (sa->sa_family == AF_INET) {
         struct sockaddr_in *in = (struct sockaddr_in *)sa;
         char ip[INET_ADDRSTRLEN];

@@ -6,7 +6,10 @@
  * prints the server's reply and exits 0 when the server answered as it must (`err` with the expected
  * code, or closing the connection for a frame it cannot read), 1 otherwise.
  *
- * usage: dp_client --redis URL --run R --case badsize|nan|checksum|unknown|stale|oversize|garbage [--shard K]
+ * usage: dp_client --redis URL --run R --case badsize|nan|checksum|unknown|stale|oversize|garbage|
+ *                                             wrongsecret|nohello [--shard K]
+ * (wrongsecret answers the challenge with a made-up secret, nohello pushes without the handshake:
+ * both must get `err AUTH` and a closed connection)
  */
 #include <inttypes.h>
 #include <math.h>
@@ -15,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "blob.h"
 #include "frame.h"
 #include "keys.h"
@@ -98,6 +102,36 @@ static int expect_closed_or_err(int fd) {
     }
     printf("reply %s %s %s\n", h.op, h.code, h.text);
     return strcmp(h.op, "err") == 0 ? 0 : 1;
+}
+
+/* A well-formed push on a connection that skipped the handshake: err AUTH, then the server hangs up. */
+static int push_without_hello(target *t, int fd, int shard) {
+    size_t n = (size_t)runconf_shard_numel(&t->rc, shard);
+    float *x = calloc(n, sizeof(float));
+    blob_header h;
+    blob_header_init(&h, "push");
+    h.shard = shard;
+    h.round = t->round;
+    h.inc = t->inc;
+    h.dtype = BLOB_F32;
+    h.count = n;
+    snprintf(h.worker, sizeof h.worker, "%s", t->worker);
+    int sent = send_push(fd, &h, x, n, 0);
+    free(x);
+    if (sent != 0) return 1;
+    uint8_t buf[BLOB_HEADER_MAX + 64];
+    const uint8_t *p;
+    size_t pl;
+    char err[256];
+    if (frame_recv(fd, buf, sizeof buf, &h, &p, &pl, 5000, err, sizeof err) < 0) {
+        printf("no reply: %s\n", err);
+        return 1;
+    }
+    printf("reply %s %s %s\n", h.op, h.code, h.text);
+    if (strcmp(h.op, "err") != 0 || strcmp(h.code, "AUTH") != 0) return 1;
+    int closed = frame_recv(fd, buf, sizeof buf, &h, &p, &pl, 5000, err, sizeof err) < 0;
+    printf("%s\n", closed ? "connection closed" : "connection still open");
+    return closed ? 0 : 1;
 }
 
 static int run_case(target *t, int fd, const char *which, int shard) {
@@ -187,19 +221,19 @@ int main(int argc, char **argv) {
         fprintf(stderr, "dp_client: %s\n", err);
         return 1;
     }
-    blob_header h;
-    blob_header_init(&h, "hello");
-    snprintf(h.worker, sizeof h.worker, "%s", t.worker);
-    snprintf(h.text, sizeof h.text, "%s", run);
-    uint8_t buf[BLOB_HEADER_MAX + 64];
-    const uint8_t *p;
-    size_t pl;
-    if (frame_send(fd, &h, NULL, 0, 5000, err, sizeof err) < 0 ||
-        frame_recv(fd, buf, sizeof buf, &h, &p, &pl, 5000, err, sizeof err) < 0) {
+    int rc;
+    if (!strcmp(which, "wrongsecret")) {
+        rc = auth_client_hello(fd, "not-the-secret", t.worker, run, 5000, NULL, 0, err, sizeof err) == 0;
+        printf("%s\n", rc ? "accepted with a wrong secret" : err);
+        rc = rc || strstr(err, "AUTH") == NULL;
+    } else if (!strcmp(which, "nohello")) {
+        rc = push_without_hello(&t, fd, shard);
+    } else if (auth_client_hello(fd, t.rc.secret, t.worker, run, 5000, NULL, 0, err, sizeof err) < 0) {
         fprintf(stderr, "dp_client: hello: %s\n", err);
         return 1;
+    } else {
+        rc = run_case(&t, fd, which, shard);
     }
-    int rc = run_case(&t, fd, which, shard);
     close(fd);
     if (strcmp(which, "unknown") != 0) {
         redisReply *r = redisCommand(t.c, "FCALL dl_deregister 1 %s %s %lld", t.config_key, t.worker, t.inc);

@@ -11,6 +11,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "auth.h"
 #include "frame.h"
 #include "internal.h"
 #include "log.h"
@@ -38,22 +39,9 @@ static void stamp_max(uint64_t *slot, uint64_t t) {
     }
 }
 
-/* Say who we are; the server answers ack (or err for a wrong run). */
+/* Say who we are and prove we know the run's secret (auth.h). */
 static int hello(diloco *d, int fd, char *err, size_t errlen) {
-    blob_header h;
-    blob_header_init(&h, "hello");
-    snprintf(h.worker, sizeof h.worker, "%s", d->worker_id);
-    snprintf(h.text, sizeof h.text, "%s", d->o.run);
-    if (frame_send(fd, &h, NULL, 0, d->o.net_timeout_ms, err, errlen) < 0) return -1;
-    uint8_t buf[SMALL_REPLY_CAP];
-    const uint8_t *payload;
-    size_t plen;
-    if (frame_recv(fd, buf, sizeof buf, &h, &payload, &plen, d->o.net_timeout_ms, err, errlen) < 0) return -1;
-    if (strcmp(h.op, "ack") != 0) {
-        err_set(err, errlen, "shard-server refused hello: %s %s", h.code, h.text);
-        return -1;
-    }
-    return 0;
+    return auth_client_hello(fd, d->rc.secret, d->worker_id, d->o.run, d->o.net_timeout_ms, NULL, 0, err, errlen);
 }
 
 dp_conn *conn_acquire(diloco *d, const char *addr, char *err, size_t errlen) {

@@ -22,24 +22,19 @@ run_workers() { # RUN
   start_worker mid --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 10
   start_worker slow --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 20
 }
-for dn in 0 3; do
-  RUN="async_dn$dn"
-  init_run $RUN --async --trainer quadratic --numel 40000 --shards 4 --workers 3 --dn-buffer-size $dn --snapshot-every 4
+one_run() { # RUN INIT-FLAGS...: a fault-free run of the three workers, checked against the replay
+  RUN=$1; shift
+  init_run $RUN --async --trainer quadratic --numel 40000 --shards 4 --workers 3 --snapshot-every 4 "$@"
   NSRV=0; keep_servers 2 --lease-ttl-ms 2000
   run_workers $RUN
   for w in fast mid slow; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
   check $RUN
   for p in $(live_servers); do eval "kill \$SRV_s$p"; done
   rm -f "$TMP"/*.jsonl
-done
-RUN=async_weighted
-init_run $RUN --async --trainer quadratic --numel 40000 --shards 4 --workers 3 --weight-by tokens --weight-ref-tokens 20
-NSRV=0; keep_servers 2 --lease-ttl-ms 2000
-run_workers $RUN
-for w in fast mid slow; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
-check $RUN
-for p in $(live_servers); do eval "kill \$SRV_s$p"; done
-rm -f "$TMP"/*.jsonl
+}
+one_run async_dn0 --dn-buffer-size 0
+one_run async_dn3 --dn-buffer-size 3
+one_run async_weighted --weight-by tokens --weight-ref-tokens 20
 
 RUN=async_storm
 init_run $RUN --async --trainer quadratic --numel 40000 --shards 4 --workers 3 --dn-buffer-size 3 --snapshot-every 4

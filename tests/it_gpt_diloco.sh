@@ -3,12 +3,8 @@
 # Bible, each worker on its own half of the text. After every sync both workers hold the same global
 # parameters (digests in their sync logs agree round by round) and the validation loss falls.
 . "$(dirname "$0")/lib.sh"
-command -v bible >/dev/null 2>&1 || { echo "SKIP: the bible command is missing (apt-get install bible-kjv bible-kjv-text)"; exit 77; }
+prepare_bible
 TOK=build/kjv.tok
-if [ ! -s "$TOK" ]; then
-  bible 'Gen1:1-Rev22:21' > build/kjv.txt.tmp && mv build/kjv.txt.tmp build/kjv.txt || fail "bible dump"
-  bin/worker prepare-data --input build/kjv.txt --output "$TOK" > /dev/null || fail "prepare-data"
-fi
 RUN=gpt; H=25; STEPS=150
 start_redis
 init_run $RUN --trainer gpt --layers 2 --heads 4 --dim 64 --ctx 64 --shards 4 --workers 2 --seed 5

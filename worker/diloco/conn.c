@@ -4,6 +4,8 @@
  * One connection per server address and thread at a time (requests and replies are strictly in
  * order on a connection). A broken connection is closed and the caller retries, usually after
  * re-reading the owners from Redis: the server may have died and its lease moved. */
+#include <errno.h>
+#include <poll.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,7 +43,9 @@ static void stamp_max(uint64_t *slot, uint64_t t) {
 
 /* Say who we are and prove we know the run's secret (auth.h). */
 static int hello(diloco *d, int fd, char *err, size_t errlen) {
-    return auth_client_hello(fd, d->rc.secret, d->worker_id, d->o.run, d->o.net_timeout_ms, NULL, 0, err, errlen);
+    /* a short limit: a frozen server accepts connections (the kernel does) but never answers */
+    int timeout = d->o.net_timeout_ms < 5000 ? d->o.net_timeout_ms : 5000;
+    return auth_client_hello(fd, d->rc.secret, d->worker_id, d->o.run, timeout, NULL, 0, err, errlen);
 }
 
 dp_conn *conn_acquire(diloco *d, const char *addr, char *err, size_t errlen) {
@@ -120,6 +124,37 @@ static int reply_outcome(diloco *d, const blob_header *h, char *err, size_t errl
     return DL_FAIL;
 }
 
+/* Wait until a reply starts arriving on fd. While the server is silent, look at the lease every second:
+ * if the shard has another owner or epoch now (a frozen or partitioned server lost it), give up at once
+ * instead of waiting out the whole net timeout. 0: readable; -1 + err: give up (the caller retries). */
+static int await_reply(diloco *d, int fd, int shard, char *err, size_t errlen) {
+    shard_owner before, now;
+    owners_get(d, shard, &before);
+    uint64_t deadline = now_ms() + (uint64_t)d->o.net_timeout_ms;
+    for (;;) {
+        struct pollfd p = {.fd = fd, .events = POLLIN};
+        int r = poll(&p, 1, 1000);
+        if (r > 0) return 0; /* data, or EOF/error: the receive says which */
+        if (r < 0 && errno != EINTR) {
+            err_set(err, errlen, "poll: %s", strerror(errno));
+            return -1;
+        }
+        if (dl_stopping(d) || now_ms() > deadline) {
+            err_set(err, errlen, "no reply from the owner of shard %d (%s)", shard,
+                    dl_stopping(d) ? "stopping" : "timed out");
+            return -1;
+        }
+        char ignore[128];
+        owners_refresh(d, ignore, sizeof ignore);
+        owners_get(d, shard, &now);
+        if (strcmp(now.server, before.server) != 0 || now.epoch != before.epoch) {
+            err_set(err, errlen, "shard %d moved from %s to %s while we waited for a reply", shard, before.server,
+                    now.server[0] ? now.server : "(nobody yet)");
+            return -1;
+        }
+    }
+}
+
 /* Connect to the shard's owner. DL_RETRY when it has none or cannot be reached. */
 static int owner_conn(diloco *d, int shard, dp_conn **out, char *err, size_t errlen) {
     shard_owner o;
@@ -178,7 +213,8 @@ int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int 
         uint8_t buf[SMALL_REPLY_CAP];
         const uint8_t *rp;
         size_t rlen;
-        if (frame_recv(c->fd, buf, sizeof buf, &h, &rp, &rlen, d->o.net_timeout_ms, err, errlen) < 0) {
+        if (await_reply(d, c->fd, shards[i], err, errlen) < 0 ||
+            frame_recv(c->fd, buf, sizeof buf, &h, &rp, &rlen, d->o.net_timeout_ms, err, errlen) < 0) {
             broken = 1;
             break;
         }
@@ -209,6 +245,7 @@ int conn_push(diloco *d, int shard, int64_t round, char *err, size_t errlen) {
     size_t rlen;
     stamp_min(&d->last.t_first_send_us, dl_wall_us());
     if (frame_send(c->fd, &h, payload, plen, d->o.net_timeout_ms, err, errlen) < 0 ||
+        await_reply(d, c->fd, shard, err, errlen) < 0 ||
         frame_recv(c->fd, buf, sizeof buf, &h, &rp, &rlen, d->o.net_timeout_ms, err, errlen) < 0) {
         conn_release(d, c, 1);
         return DL_RETRY;
@@ -270,6 +307,7 @@ int conn_get(diloco *d, int shard, int64_t min_version, int64_t *got, char *err,
     const uint8_t *payload;
     size_t plen;
     if (frame_send(c->fd, &h, NULL, 0, d->o.net_timeout_ms, err, errlen) < 0 ||
+        await_reply(d, c->fd, shard, err, errlen) < 0 ||
         frame_recv_place(c->fd, buf, sizeof buf, d->recv_cap, place_params, &pa, &h, &payload, &plen,
                          d->o.net_timeout_ms, err, errlen) < 0) {
         conn_release(d, c, 1);
@@ -307,7 +345,8 @@ int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version,
         place_arg pa = {d, shards[i], min_version};
         const uint8_t *payload;
         size_t plen;
-        if (frame_recv_place(c->fd, buf, sizeof buf, d->recv_cap, place_params, &pa, &h, &payload, &plen,
+        if (await_reply(d, c->fd, shards[i], err, errlen) < 0 ||
+            frame_recv_place(c->fd, buf, sizeof buf, d->recv_cap, place_params, &pa, &h, &payload, &plen,
                              d->o.net_timeout_ms, err, errlen) < 0) {
             broken = 1;
             break;

@@ -306,8 +306,25 @@ static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen) 
     return DL_OK;
 }
 
+/* The heartbeat thread learnt we were evicted (a long stop, a network cut): register again before
+ * sending anything, instead of pushing as a dead incarnation. */
+static int register_if_evicted(diloco *d, char *err, size_t errlen) {
+    pthread_mutex_lock(&d->hb_mu);
+    int evicted = d->evicted;
+    pthread_mutex_unlock(&d->hb_mu);
+    if (!evicted && still_member(d)) return DL_OK;
+    log_warn("we were evicted (heartbeats missed for longer than the timeout); registering again");
+    if (dl_register(d, err, errlen) < 0) return DL_FAIL;
+    d->refetch_all = 1;
+    return DL_EVICTED;
+}
+
 int sync_fragment_net(diloco *d, int f, char *err, size_t errlen) {
     int64_t round = d->frag_version[f];
+    pthread_mutex_lock(&d->hb_mu);
+    int evicted = d->evicted;
+    pthread_mutex_unlock(&d->hb_mu);
+    if (evicted) return register_if_evicted(d, err, errlen);
     d->last.bytes_up = d->last.bytes_down = 0;
     d->last.wait_seconds = 0;
     d->last.t_first_send_us = d->last.t_pushed_us = d->last.t_get_us = d->last.t_last_recv_us = 0;
@@ -317,6 +334,8 @@ int sync_fragment_net(diloco *d, int f, char *err, size_t errlen) {
         if (!d->rc.async) d->frag_version[f] = round + 1; /* (async sets it from the versions it got) */
         return DL_OK;
     }
+    if (rc == DL_STALE && register_if_evicted(d, err, errlen) != DL_OK) /* stale because we were evicted? */
+        return d->refetch_all ? DL_EVICTED : DL_FAIL;
     if (rc == DL_STALE) {
         log_warn("round %" PRId64 " of fragment %d lost (stale): %s; continuing from the current global "
                  "parameters", round, f, err);

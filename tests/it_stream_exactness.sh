@@ -2,7 +2,8 @@
 # it_stream_exactness.sh: Streaming DiLoCo, 4 fragments of 2 shards each, 3 workers, H = 20 (a fragment
 # every 5 steps, sent on a background thread and applied 5 steps later). The final global parameters
 # are bit-identical to the in-process reference of the fragment schedule, with fragment alpha 0
-# (take the global values) and 0.5 (mix), and a worker started with the wrong --num-fragments is refused.
+# (take the global values) and 0.5 (mix; the workers end with a full sync of every fragment,
+# diloco_force_sync via --final-sync), and a worker started with the wrong --num-fragments is refused.
 . "$(dirname "$0")/lib.sh"
 NUMEL=80000; SEED=21; H=20; STEPS=100
 start_redis
@@ -11,10 +12,11 @@ for alpha in 0 0.5; do
   init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --fragments 4 --workers 3 --seed $SEED
   start_server "a$RUN" --lease-ttl-ms 2000
   start_server "b$RUN" --lease-ttl-ms 2000
-  for w in w1 w2 w3; do start_worker $w --sync-every $H --steps $STEPS --heartbeat-interval 1 --fragment-alpha $alpha; done
+  final=""; [ "$alpha" = 0.5 ] && final=--final-sync
+  for w in w1 w2 w3; do start_worker $w --sync-every $H --steps $STEPS --heartbeat-interval 1 --fragment-alpha $alpha $final; done
   for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w (alpha $alpha) exited with status $?"; done
   build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers w1,w2,w3 --sync-every $H \
-    --steps $STEPS --alpha $alpha --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" \
+    --steps $STEPS --alpha $alpha $final --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" \
     --frag-bounds "$($RCLI HGET "dl:{$RUN}:config" frag_bounds)" > "$TMP/ref-$RUN.txt" || fail "reference"
   shard_digests $RUN > "$TMP/got-$RUN.txt"
   grep '^shard' "$TMP/ref-$RUN.txt" | diff - "$TMP/got-$RUN.txt" > "$TMP/diff.txt" || \

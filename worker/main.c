@@ -31,6 +31,7 @@ typedef struct worker_args {
     const char *log_path;
     int quiet;
     int eval_only;
+    int final_sync;
     unsigned step_delay_ms;
     double quad_lr;
 } worker_args;
@@ -68,6 +69,7 @@ static void usage(FILE *f) {
             "  --log FILE                JSON-lines telemetry (steps, syncs)\n"
             "  --quiet                   no progress line\n"
             "  --eval-only               fetch the current global parameters, print their validation loss, leave\n"
+            "  --final-sync              after the last step, sync every fragment at once (diloco_force_sync)\n"
             "  --step-delay-ms MS        (quadratic) sleep per step, to simulate a slow machine\n"
             "  --quad-lr LR              (quadratic) inner AdamW learning rate (default 0.01)\n"
             "  -h, --help                this help\n"
@@ -105,6 +107,8 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
             a->quiet = 1;
         } else if (!strcmp(f, "--eval-only")) {
             a->eval_only = 1;
+        } else if (!strcmp(f, "--final-sync")) {
+            a->final_sync = 1;
         } else if (!strcmp(f, "--redis") || !strcmp(f, "--run") || !strcmp(f, "--worker-id") ||
                    !strcmp(f, "--trainer") || !strcmp(f, "--log")) {
             if (need_value(i, argc, f) < 0) return -1;
@@ -296,6 +300,13 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf) {
         }
     }
     if (tty && !a->quiet) fputc('\n', stderr);
+    if (a->final_sync && !g_stop && !diloco_stop_requested(d)) {
+        if (diloco_force_sync(d, err, sizeof err) < 0) {
+            log_error("final sync failed: %s", err);
+            return -1;
+        }
+        log_sync(logf, d, step);
+    }
     log_info("stopped after %ld steps (%s)", step, g_stop ? "signal" : diloco_stop_requested(d) ? "run shut down" : "done");
     return 0;
 }

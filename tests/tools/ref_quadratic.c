@@ -41,6 +41,7 @@ typedef struct ref_args {
     long long h[MAX_WORKERS];   /* per worker (sorted ids), default sync_every */
     const char *h_of;
     int weight_tokens;
+    int final_sync;         /* streaming: workers end with diloco_force_sync (every fragment at once) */
 } ref_args;
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -58,6 +59,7 @@ static int parse(int argc, char **argv, ref_args *a) {
         if (!strcmp(f, "--no-nesterov")) { a->nesterov = 0; continue; }
         if (!strcmp(f, "--no-bf16")) { a->bf16 = 0; continue; }
         if (!strcmp(f, "--weight-tokens")) { a->weight_tokens = 1; continue; }
+        if (!strcmp(f, "--final-sync")) { a->final_sync = 1; continue; }
         if (!v) return -1;
         i++;
         if (!strcmp(f, "--numel")) parse_int(v, 1, INT64_MAX, &a->numel);
@@ -171,7 +173,19 @@ static void run_streaming(sim *s) {
         inflight = next;
         next = (next + 1) % s->nfrag;
     }
-    if (inflight >= 0) outer_fragment(s, inflight); /* the last round completes when the workers leave */
+    if (!s->a->final_sync) {
+        if (inflight >= 0) outer_fragment(s, inflight); /* the last round completes when the workers leave */
+        return;
+    }
+    if (inflight >= 0) { /* diloco_force_sync: apply the fragment in flight, then sync every fragment */
+        outer_fragment(s, inflight);
+        adopt_fragment(s, inflight, s->a->alpha);
+    }
+    for (int f = 0; f < s->nfrag; f++) {
+        take_deltas(s, f);
+        outer_fragment(s, f);
+        adopt_fragment(s, f, 0.0);
+    }
 }
 
 static void run_plain(sim *s) {

@@ -24,8 +24,12 @@ static double num(json_t *o, const char *k) {
 
 static void print_run(json_t *doc) {
     json_t *cfg = json_object_get(doc, "config"), *st = json_object_get(doc, "state");
+    /* "dl:{NAME}" -> NAME */
+    char name[128];
+    const char *run = str(doc, "run");
+    if (sscanf(run, "dl:{%127[^}]}", name) != 1) snprintf(name, sizeof name, "%s", run);
     printf("run %s  mode %s  status %s  trainer %s  %s parameters in %s shards, %s fragment(s)\n",
-           str(doc, "run"), str(cfg, "mode"), str(st, "status"), str(cfg, "trainer"), str(cfg, "numel"),
+           name, str(cfg, "mode"), str(st, "status"), str(cfg, "trainer"), str(cfg, "numel"),
            str(cfg, "shards"), str(cfg, "fragments"));
     printf("open round %s  rounds closed %s  commits %s  workers needed %s (min %s)  deaths %s  rejections %s\n",
            str(st, "round:0"), str(st, "rounds_closed"), str(st, "commits"), str(st, "target_workers"),

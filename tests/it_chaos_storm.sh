@@ -1,6 +1,6 @@
 #!/bin/sh
-# it_chaos_storm.sh: sync mode under a fault storm. 6 quadratic workers, 3 shard-servers, one fault
-# every 2 s for 90 s (kill -9 and SIGSTOP of workers and shard-servers, seeded); a systemd-like
+# it_chaos_storm.sh: sync mode under a fault storm. 6 quadratic workers, 3 shard-servers, a coordinator
+# (serve: reaper + HTTP), one fault every 2 s for 90 s (kill -9 and SIGSTOP of all three kinds, seeded); a systemd-like
 # supervisor restarts what dies with the same ids. Afterwards (tests/chaos/audit.py): each round
 # committed exactly once per shard (no (shard, version) twice, no gap), every worker that logged a
 # version logged the same digest for it, no participant of a closed round was a dead incarnation,
@@ -13,7 +13,8 @@ say "storm: 6 workers, 3 shard-servers, a fault every 2 s for ${STORM_SECONDS:-9
 python3 tests/chaos/chaos.py --out "$OUT" --run storm --workers 6 --servers 3 --shards 6 --numel 30000 \
   --sync-every 20 --step-delay-ms 25 --heartbeat-timeout 3 --lease-ttl-ms 1500 \
   --duration "${STORM_SECONDS:-90}" --fault-every 2 --seed "${STORM_SEED:-7}" \
-  --faults kill:worker=3,stop:worker=2,kill:server=2,stop:server=2 --max-down-workers 2 --max-down-servers 1 \
+  --faults kill:worker=3,stop:worker=2,kill:server=2,stop:server=2,kill:coordinator=1,stop:coordinator=1 \
+  --coordinators 1 --max-down-workers 2 --max-down-servers 1 \
   --stop-min 0.5 --stop-max 5 > "$TMP/chaos.log" 2>&1
 rc=$?
 tail -n 1 "$TMP/chaos.log"

@@ -6,10 +6,11 @@ workers, supervises them like systemd (a process that dies is restarted after --
 the same arguments: same --worker-id, same server --id), and injects faults on a seeded schedule
 (fixed interval or Poisson):
 
-  kill:worker  kill:server  kill:redis     SIGKILL; the supervisor restarts it
-  stop:worker  stop:server                 SIGSTOP, SIGCONT after a bounded time
-  cut:worker                               (workers in their own network namespace) 100% netem loss
-                                           both ways on the worker's veth pair, healed after a bound
+  kill:worker  kill:server  kill:coordinator  kill:redis   SIGKILL; the supervisor restarts it
+  stop:worker  stop:server  stop:coordinator             SIGSTOP, SIGCONT after a bounded time
+  cut:worker      (workers in their own network namespace, --netns-workers) every packet dropped both
+                  ways on the worker's veth pair (tc pfifo limit 0, or netem loss 100%, or link down:
+                  --cut-method), healed after a bound
 
 Every fault, restart, resume and heal goes to OUT/chaos.jsonl with a wall-clock timestamp "t", plus a
 "sample" line per second (live workers / servers / members). After the storm the harness resumes and
@@ -281,6 +282,12 @@ class Harness:
             p = Proc(self, "s%d" % i, "server", argv)
             p.start()
             self.procs.append(p)
+        for i in range(1, a.coordinators + 1):
+            argv = [os.path.join(BIN, "coordinator"), "serve", "--redis", self.url, "--run", a.run, "--print-every", "5",
+                    "--http", "127.0.0.1:0"]
+            p = Proc(self, "c%d" % i, "coordinator", argv)
+            p.start()
+            self.procs.append(p)
         for i in range(1, a.workers + 1):
             ns = self.netns[i - 1] if i <= len(self.netns) else None
             argv = [os.path.join(BIN, "worker"), "--redis", self.svc_url if ns else self.url, "--run", a.run,
@@ -294,6 +301,7 @@ class Harness:
             p.start()
             self.procs.append(p)
         self.log("start", run=a.run, redis_port=self.port, aof=a.aof, workers=a.workers, servers=a.servers,
+                 coordinators=a.coordinators,
                  netns_workers=len(self.netns), trainer=a.trainer, numel=a.numel, shards=a.shards,
                  sync_every=a.sync_every, seed=a.seed,
                  pids={p.name: p.p.pid for p in self.procs})
@@ -328,7 +336,8 @@ class Harness:
         if role == "worker" and kind == "cut":
             ps = [p for p in ps if p.netns]
         faulted = [p for p in ps if not p.healthy()]
-        limit = {"worker": self.a.max_down_workers, "server": self.a.max_down_servers, "redis": 1}[role]
+        limit = {"worker": self.a.max_down_workers, "server": self.a.max_down_servers, "redis": 1,
+                 "coordinator": 1}[role]
         if role != "redis" and not self.rproc.healthy():
             return []
         if len(faulted) >= limit:
@@ -540,6 +549,8 @@ def main():
     ap.add_argument("--workers", type=int, default=int(E("CHAOS_WORKERS", "6")))
     ap.add_argument("--target-workers", type=int, default=0, help="coordinator init -n (default: --workers)")
     ap.add_argument("--servers", type=int, default=int(E("CHAOS_SERVERS", "3")))
+    ap.add_argument("--coordinators", type=int, default=0,
+                    help="coordinator serve processes (reaper + HTTP dashboard); faults kill:coordinator, stop:coordinator")
     ap.add_argument("--trainer", default=E("CHAOS_TRAINER", "quadratic"), choices=["quadratic", "gpt"])
     ap.add_argument("--numel", type=int, default=int(E("CHAOS_NUMEL", "20000")))
     ap.add_argument("--shards", type=int, default=int(E("CHAOS_SHARDS", "6")))
@@ -562,7 +573,7 @@ def main():
     ap.add_argument("--fault-every", type=float, default=float(E("CHAOS_FAULT_EVERY", "3")), help="seconds (mean)")
     ap.add_argument("--schedule", default=E("CHAOS_SCHEDULE", "fixed"), choices=["fixed", "poisson"])
     ap.add_argument("--faults", default=E("CHAOS_FAULTS", "kill:worker=3,stop:worker=2,kill:server=2,stop:server=1"),
-                    help="kind:role=weight,... kinds kill/stop/cut, roles worker/server/redis")
+                    help="kind:role=weight,... kinds kill/stop/cut, roles worker/server/coordinator/redis")
     ap.add_argument("--max-faults", type=int, default=10000)
     ap.add_argument("--max-down-workers", type=int, default=2, help="at most this many workers faulted at once")
     ap.add_argument("--max-down-servers", type=int, default=1)

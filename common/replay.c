@@ -1,5 +1,5 @@
-/* replay.c: snapshot + log replay of a shard (see replay.h). The semantics are those of
- * shard-server/shard.c (load_on_snap, load_on_log, load_finish): keep them identical. */
+/* replay.c: snapshot + log replay of a shard (see replay.h): the one implementation, used by the
+ * shard-server when it loads a shard and by the checkpoint export. */
 #include "replay.h"
 
 #include <inttypes.h>
@@ -9,38 +9,45 @@
 
 #include "keys.h"
 #include "outer.h"
+#include "outer_dn.h"
 #include "rconn.h"
 #include "runconf.h"
 #include "util.h"
 
-int replay_snapshot(const blob_header *h, const uint8_t *payload, size_t len, size_t n, float *theta, float *mom,
-                    int *has_mom, int64_t *version, char *err, size_t errlen) {
-    int with_mom = (h->flags & 1) != 0;
-    if (strcmp(h->op, "snap") != 0 || h->dtype != BLOB_F32 || h->count != (with_mom ? 2 : 1) * (uint64_t)n ||
-        len != h->count * sizeof(float)) {
+int replay_state_snapshot(replay_state *st, const blob_header *h, const uint8_t *payload, size_t len, size_t n,
+                          char *err, size_t errlen) {
+    int with_mom = (h->flags & 1) != 0, with_buf = (h->flags & 2) != 0;
+    uint64_t want = (uint64_t)(1 + with_mom + with_buf) * n;
+    if (strcmp(h->op, "snap") != 0 || h->dtype != BLOB_F32 || h->count != want || len != h->count * sizeof(float)) {
         err_set(err, errlen, "snapshot blob has the wrong op, dtype or count (op '%s', dtype %d, count %" PRIu64
-                ", want %s%zu fp32)", h->op, h->dtype, h->count, with_mom ? "2 x " : "", n);
+                ", want %" PRIu64 " fp32)", h->op, h->dtype, h->count, want);
         return -1;
     }
-    memcpy(theta, payload, n * sizeof(float));
-    if (with_mom) memcpy(mom, payload + n * sizeof(float), n * sizeof(float));
-    else memset(mom, 0, n * sizeof(float));
-    *has_mom = with_mom;
-    *version = h->version;
+    if (with_buf && st->dnbuf == NULL) {
+        err_set(err, errlen, "snapshot of version %" PRId64 " holds a Delayed Nesterov buffer but this reader has "
+                "none (the run was made with --dn-buffer-size)", h->version);
+        return -1;
+    }
+    memcpy(st->theta, payload, n * sizeof(float));
+    if (with_mom) memcpy(st->mom, payload + n * sizeof(float), n * sizeof(float));
+    else memset(st->mom, 0, n * sizeof(float));
+    if (st->dnbuf && with_buf) memcpy(st->dnbuf, payload + 2 * n * sizeof(float), n * sizeof(float));
+    else if (st->dnbuf) memset(st->dnbuf, 0, n * sizeof(float));
+    st->has_mom = with_mom;
+    st->version = h->version;
     return 0;
 }
 
-int replay_log(const blob_header *h, const uint8_t *payload, size_t len, size_t n, float *theta, float *mom,
-               int *has_mom, int64_t *version, char *err, size_t errlen) {
+int replay_state_log(replay_state *st, const blob_header *h, const uint8_t *payload, size_t len, size_t n,
+                     char *err, size_t errlen) {
     if (strcmp(h->op, "log") != 0 || h->dtype != BLOB_F32 || h->count != (uint64_t)n || len != n * sizeof(float)) {
         err_set(err, errlen, "log blob has the wrong op, dtype or count (op '%s', dtype %d, count %" PRIu64
                 ", want %zu fp32)", h->op, h->dtype, h->count, n);
         return -1;
     }
-    if (h->flags & 4) {
-        err_set(err, errlen, "version %" PRId64 " is an async Delayed Nesterov step, which this reader does not "
-                "replay yet (the shard-servers do); export is not supported for runs with --dn-buffer-size",
-                h->version);
+    if ((h->flags & 4) && (st->dnbuf == NULL || st->dn_buffer == 0)) {
+        err_set(err, errlen, "version %" PRId64 " is an async Delayed Nesterov step, but this reader has no DN "
+                "buffer (export of runs with --dn-buffer-size is not supported yet)", h->version);
         return -1;
     }
     if (h->aux != 0) { /* aux 0: a no-op round (every participant dropped) */
@@ -51,11 +58,35 @@ int replay_log(const blob_header *h, const uint8_t *payload, size_t len, size_t 
         }
         memcpy(g, payload, n * sizeof(float));
         float mu = (float)h->mu;
-        outer_sgd_step(theta, mom, (h->flags & 2) != 0, g, n, (float)h->lr, mu, (h->flags & 1) != 0);
-        if (mu != 0.0f) *has_mom = 1;
+        if (h->flags & 4) {
+            outer_dn_step(st->dn_variant, st->theta, st->mom, st->dnbuf, g, n, (uint64_t)h->version, st->dn_buffer,
+                          (float)h->lr, mu, (h->flags & 1) != 0);
+            st->has_mom = 1;
+        } else {
+            outer_sgd_step(st->theta, st->mom, (h->flags & 2) != 0, g, n, (float)h->lr, mu, (h->flags & 1) != 0);
+            if (mu != 0.0f) st->has_mom = 1;
+        }
         free(g);
     }
-    ++*version;
+    st->version++;
+    return 0;
+}
+
+int replay_snapshot(const blob_header *h, const uint8_t *payload, size_t len, size_t n, float *theta, float *mom,
+                    int *has_mom, int64_t *version, char *err, size_t errlen) {
+    replay_state st = {.theta = theta, .mom = mom};
+    if (replay_state_snapshot(&st, h, payload, len, n, err, errlen) < 0) return -1;
+    *has_mom = st.has_mom;
+    *version = st.version;
+    return 0;
+}
+
+int replay_log(const blob_header *h, const uint8_t *payload, size_t len, size_t n, float *theta, float *mom,
+               int *has_mom, int64_t *version, char *err, size_t errlen) {
+    replay_state st = {.theta = theta, .mom = mom, .has_mom = *has_mom, .version = *version};
+    if (replay_state_log(&st, h, payload, len, n, err, errlen) < 0) return -1;
+    *has_mom = st.has_mom;
+    *version = st.version;
     return 0;
 }
 
@@ -104,7 +135,7 @@ int replay_load_refs(redisContext *c, const char *run, int shard, size_t n, int6
                      const char *snap_ref, const char *log_refs, const char *digest, float *theta, float *mom,
                      int *has_mom, char *err, size_t errlen) {
     char key[KEY_MAX];
-    int64_t snapv, version;
+    int64_t snapv, version = -1;
     if (key_shard_ref(key, sizeof key, run, shard, "snap", snap_ref) != 0 || ref_version(snap_ref, &snapv) < 0) {
         err_set(err, errlen, "shard %d: malformed snapshot ref '%s'", shard, snap_ref);
         return -1;

@@ -25,7 +25,25 @@ typedef struct replay_blob {
     size_t len;
 } replay_blob;
 
-/* Start from a snapshot of a shard of n elements: θ = payload[0..n); momentum = payload[n..2n) when
+/* The state a replay rebuilds. dnbuf (n floats) is the async Delayed Nesterov buffer of runs with
+ * --dn-buffer-size (dn_buffer > 0), else NULL. The shard-server's loader and every other reader use
+ * these two functions, so there is one replay. */
+typedef struct replay_state {
+    float *theta, *mom, *dnbuf;
+    int has_mom;
+    int64_t version;
+    uint32_t dn_buffer;
+    int dn_variant;
+} replay_state;
+/* Snapshot: θ, then momentum (flags bit 0), then the DN buffer (flags bit 1; needs dnbuf). */
+int replay_state_snapshot(replay_state *st, const blob_header *h, const uint8_t *payload, size_t len, size_t n,
+                          char *err, size_t errlen);
+/* One log entry: no-op (aux 0), a Delayed Nesterov step (flags bit 2, t = the entry's version; needs
+ * dnbuf), or outer_sgd_step with the recorded lr/mu/flags. */
+int replay_state_log(replay_state *st, const blob_header *h, const uint8_t *payload, size_t len, size_t n,
+                     char *err, size_t errlen);
+
+/* The same for runs without Delayed Nesterov, field by field. Start from a snapshot of a shard of n elements: θ = payload[0..n); momentum = payload[n..2n) when
  * flags bit 0 is set (*has_mom = 1), else zeros (*has_mom = 0); *version = h->version.
  * -1 + err if op/dtype/count are wrong. */
 int replay_snapshot(const blob_header *h, const uint8_t *payload, size_t len, size_t n, float *theta, float *mom,

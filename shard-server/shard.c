@@ -21,7 +21,7 @@
 #include "keys.h"
 #include "log.h"
 #include "outer.h"
-#include "outer_dn.h"
+#include "replay.h"
 #include "util.h"
 
 #define MAX_PARKED_PER_ROUND 64
@@ -253,6 +253,33 @@ static void load_finish(ss_load *ld)
     shard_unpark_all(ss, s);
 }
 
+/* A snapshot or log blob as received: decoded, or the load failed (and the reason recorded). */
+static int load_decode(ss_load *ld, redisReply *r, const char *what, blob_header *h, const uint8_t **payload,
+                       size_t *plen)
+{
+    char err[256];
+    if (r == NULL || r->type != REDIS_REPLY_STRING) {
+        snprintf(err, sizeof err, "cannot read the %s blob: %s", what,
+                 r == NULL ? "Redis connection lost" : r->type == REDIS_REPLY_NIL ? "missing" : "not a string");
+        load_fail(ld, "%s", err);
+        return -1;
+    }
+    if (blob_decode((const uint8_t *)r->str, (size_t)r->len, h, payload, plen, err, sizeof err) != 0) {
+        load_fail(ld, "corrupt blob: %s", err);
+        return -1;
+    }
+    return 0;
+}
+
+/* The load's state as common/replay.c sees it (the one replay implementation). */
+static replay_state load_state(ss_load *ld, int64_t version)
+{
+    const runconf *rc = &ld->ss->rc;
+    replay_state st = { .theta = ld->theta, .mom = ld->mom, .dnbuf = ld->dnbuf, .has_mom = ld->has_mom,
+                        .version = version, .dn_buffer = (uint32_t)rc->dn_buffer, .dn_variant = rc->dn_variant };
+    return st;
+}
+
 static void load_on_snap(redisReply *r, void *priv)
 {
     ss_load *ld = priv;
@@ -260,32 +287,18 @@ static void load_on_snap(redisReply *r, void *priv)
         return;
     if (ld->abandoned || ld->failed)
         goto done;
-    ss_shard *s = &ld->ss->shards[ld->k];
-    if (r == NULL || r->type != REDIS_REPLY_STRING) {
-        load_fail(ld, "cannot read the snapshot blob: %s",
-                  r == NULL ? "Redis connection lost" : r->type == REDIS_REPLY_NIL ? "missing" : "not a string");
-        goto done;
-    }
     blob_header h;
     const uint8_t *payload;
     size_t plen;
     char err[256];
-    if (blob_decode((const uint8_t *)r->str, (size_t)r->len, &h, &payload, &plen, err, sizeof err) != 0) {
-        load_fail(ld, "corrupt snapshot blob: %s", err);
+    if (load_decode(ld, r, "snapshot", &h, &payload, &plen) != 0)
+        goto done;
+    replay_state st = load_state(ld, h.version);
+    if (replay_state_snapshot(&st, &h, payload, plen, ld->ss->shards[ld->k].n, err, sizeof err) != 0) {
+        load_fail(ld, "%s", err);
         goto done;
     }
-    int with_mom = (h.flags & 1) != 0, with_buf = (h.flags & 2) != 0;
-    if (strcmp(h.op, "snap") != 0 || h.dtype != BLOB_F32 || h.count != (size_t)(1 + with_mom + with_buf) * s->n ||
-        (with_buf && ld->dnbuf == NULL)) {
-        load_fail(ld, "snapshot blob has the wrong op, dtype or count (%s)", h.op);
-        goto done;
-    }
-    memcpy(ld->theta, payload, s->n * sizeof(float));
-    if (with_mom)
-        memcpy(ld->mom, payload + s->n * sizeof(float), s->n * sizeof(float));
-    if (with_buf) /* θ, momentum, then the Delayed Nesterov buffer */
-        memcpy(ld->dnbuf, payload + 2 * s->n * sizeof(float), s->n * sizeof(float));
-    ld->has_mom = with_mom;
+    ld->has_mom = st.has_mom;
 done:
     if (ld->outstanding == 0)
         load_finish(ld);
@@ -299,46 +312,18 @@ static void load_on_log(redisReply *r, void *priv)
         return;
     if (ld->abandoned || ld->failed)
         goto done;
-    ss_shard *s = &ld->ss->shards[ld->k];
-    if (r == NULL || r->type != REDIS_REPLY_STRING) {
-        load_fail(ld, "cannot read a log blob: %s",
-                  r == NULL ? "Redis connection lost" : r->type == REDIS_REPLY_NIL ? "missing" : "not a string");
-        goto done;
-    }
     blob_header h;
     const uint8_t *payload;
     size_t plen;
     char err[256];
-    if (blob_decode((const uint8_t *)r->str, (size_t)r->len, &h, &payload, &plen, err, sizeof err) != 0) {
-        load_fail(ld, "corrupt log blob: %s", err);
+    if (load_decode(ld, r, "log", &h, &payload, &plen) != 0)
+        goto done;
+    replay_state st = load_state(ld, h.version - 1);
+    if (replay_state_log(&st, &h, payload, plen, ld->ss->shards[ld->k].n, err, sizeof err) != 0) {
+        load_fail(ld, "%s", err);
         goto done;
     }
-    if (strcmp(h.op, "log") != 0 || h.dtype != BLOB_F32 || h.count != s->n) {
-        load_fail(ld, "log blob has the wrong op, dtype or count (%s)", h.op);
-        goto done;
-    }
-    if (h.aux != 0) { /* aux 0: a no-op round (every participant dropped) */
-        float *g = malloc(s->n * sizeof(float)); /* the payload may be unaligned */
-        if (g == NULL) {
-            load_fail(ld, "%s", "out of memory");
-            goto done;
-        }
-        memcpy(g, payload, s->n * sizeof(float));
-        float mu = (float)h.mu;
-        const runconf *rc = &ld->ss->rc;
-        if ((h.flags & 4) && ld->dnbuf != NULL) { /* an async Delayed Nesterov step: submission t = version */
-            outer_dn_step(rc->dn_variant, ld->theta, ld->mom, ld->dnbuf, g, s->n, (uint64_t)h.version,
-                          (uint32_t)rc->dn_buffer, (float)h.lr, mu, (h.flags & 1) != 0);
-            ld->has_mom = 1;
-        } else if (h.flags & 4) {
-            load_fail(ld, "%s", "a log entry is a Delayed Nesterov step but the run has no DN buffer");
-        } else {
-            outer_sgd_step(ld->theta, ld->mom, (h.flags & 2) != 0, g, s->n, (float)h.lr, mu, (h.flags & 1) != 0);
-            if (mu != 0.0f)
-                ld->has_mom = 1;
-        }
-        free(g);
-    }
+    ld->has_mom = st.has_mom;
     ld->logs_done++;
 done:
     if (ld->outstanding == 0)

@@ -174,6 +174,11 @@ class Harness:
         self.a = a
         self.out = os.path.abspath(a.out)
         os.makedirs(self.out, exist_ok=True)
+        # a new run in an old folder: remove what an earlier run left (logs are opened for appending)
+        for f in os.listdir(self.out):
+            if f.endswith((".jsonl", ".log", ".png")) or f in ("redis_dump.json", "summary.json", "audit.json"):
+                os.remove(os.path.join(self.out, f))
+        shutil.rmtree(os.path.join(self.out, "redis"), ignore_errors=True)
         self.rng = random.Random(a.seed)
         self.procs = []
         self.netns = []

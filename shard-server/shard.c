@@ -36,7 +36,7 @@ typedef struct ss_load {
     int64_t version;
     char digest[17];
     int nlogs;
-    int logs_done;
+    int snap_done;      /* the snapshot's reply has come (replies arrive in GET order) */
     float *theta;
     float *mom;
     int has_mom;
@@ -280,51 +280,32 @@ static replay_state load_state(ss_load *ld, int64_t version)
     return st;
 }
 
-static void load_on_snap(redisReply *r, void *priv)
+/* The snapshot, then each log entry (the step that turned version v-1 into v), in the order the GETs
+ * were issued on the bulk connection: the first reply is always the snapshot. */
+static void load_on_blob(redisReply *r, void *priv)
 {
     ss_load *ld = priv;
     if (load_settle(ld))
         return;
+    int is_snap = !ld->snap_done;
+    ld->snap_done = 1;
     if (ld->abandoned || ld->failed)
         goto done;
     blob_header h;
     const uint8_t *payload;
     size_t plen;
     char err[256];
-    if (load_decode(ld, r, "snapshot", &h, &payload, &plen) != 0)
+    if (load_decode(ld, r, is_snap ? "snapshot" : "log", &h, &payload, &plen) != 0)
         goto done;
-    replay_state st = load_state(ld, h.version);
-    if (replay_state_snapshot(&st, &h, payload, plen, ld->ss->shards[ld->k].n, err, sizeof err) != 0) {
+    replay_state st = load_state(ld, is_snap ? h.version : h.version - 1);
+    size_t n = ld->ss->shards[ld->k].n;
+    int rc = is_snap ? replay_state_snapshot(&st, &h, payload, plen, n, err, sizeof err)
+                     : replay_state_log(&st, &h, payload, plen, n, err, sizeof err);
+    if (rc != 0) {
         load_fail(ld, "%s", err);
         goto done;
     }
     ld->has_mom = st.has_mom;
-done:
-    if (ld->outstanding == 0)
-        load_finish(ld);
-}
-
-/* Replay one log entry: the step that turned version v-1 into v. */
-static void load_on_log(redisReply *r, void *priv)
-{
-    ss_load *ld = priv;
-    if (load_settle(ld))
-        return;
-    if (ld->abandoned || ld->failed)
-        goto done;
-    blob_header h;
-    const uint8_t *payload;
-    size_t plen;
-    char err[256];
-    if (load_decode(ld, r, "log", &h, &payload, &plen) != 0)
-        goto done;
-    replay_state st = load_state(ld, h.version - 1);
-    if (replay_state_log(&st, &h, payload, plen, ld->ss->shards[ld->k].n, err, sizeof err) != 0) {
-        load_fail(ld, "%s", err);
-        goto done;
-    }
-    ld->has_mom = st.has_mom;
-    ld->logs_done++;
 done:
     if (ld->outstanding == 0)
         load_finish(ld);
@@ -381,7 +362,7 @@ static void load_on_meta(redisReply *r, void *priv)
     char *refs[4096];
     int nrefs = logs ? split_refs(logs, refs, 4096) : 0;
     ld->outstanding++;
-    if (store_get(ss, snapkey, load_on_snap, ld) != 0) {
+    if (store_get(ss, snapkey, load_on_blob, ld) != 0) {
         ld->outstanding--;
         free(logs);
         load_fail(ld, "%s", "the bulk Redis connection is down");
@@ -395,7 +376,7 @@ static void load_on_meta(redisReply *r, void *priv)
             break;
         }
         ld->outstanding++;
-        if (store_get(ss, logkey, load_on_log, ld) != 0) {
+        if (store_get(ss, logkey, load_on_blob, ld) != 0) {
             ld->outstanding--;
             load_fail(ld, "%s", "the bulk Redis connection is down");
             break;

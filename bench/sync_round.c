@@ -7,13 +7,14 @@
  *       The "inner training" between rounds is a 1e-3 nudge of every parameter; round r starts at wall
  *       clock T + r * gap (ms), so every worker starts its round at the same instant and rounds never
  *       overlap. Prints one line per round:
- *         round R first_send_us pushed_us get_us last_recv_us bytes_up bytes_down
- *       (CLOCK_REALTIME microseconds, from diloco_sync_info).
+ *         round R first_send_us pushed_us get_us last_recv_us bytes_up bytes_down stale cpu_s
+ *       (CLOCK_REALTIME microseconds, from diloco_sync_info; cpu_s: this process's CPU seconds in the sync).
  *   bin/bench-sync_round tcp --numel N [--workers 2] [--servers 2] [--reps 5] [--start-ms S --tick-ms T --offset-ms O]
  *       The same worker bytes over plain loopback TCP, same topology as the run: every worker has one
  *       connection (and thread) per server, sends its bf16 share (2*N/servers bytes) to each server;
  *       a server answers once it has every worker's upload, with the fp32 share (4*N/servers bytes).
- *       Preallocated buffers, no framing, no checksums. Prints "tcp seconds S" per repetition. With
+ *       Preallocated buffers, no framing, no checksums. Prints "tcp seconds S cpu C" per repetition
+ *       (C: CPU seconds of both ends, all threads). With
  *       --tick-ms, repetition r starts at wall clock S + r * T + O (between the rounds of a concurrent
  *       `worker` run with the same start and --gap-ms T), so both see the same background load.
  *   bin/bench-sync_round redis --redis URL --numel N [--workers 2] [--reps 3]
@@ -29,6 +30,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
@@ -41,6 +43,14 @@ static double mono(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+/* CPU seconds (user + system, every thread) this process has used so far. */
+static double cpu_seconds(void) {
+    struct rusage ru;
+    getrusage(RUSAGE_SELF, &ru);
+    return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
+           (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
 static const char *arg(int argc, char **argv, const char *name, const char *def) {
@@ -88,6 +98,7 @@ static int run_worker(int argc, char **argv) {
         /* every worker starts round r at the same instant, --start-ms + r * --gap-ms (wall clock) */
         uint64_t now = wall_ms(), start = start_ms + (uint64_t)r * (uint64_t)gap;
         if (start > now) sleep_ms((unsigned)(start - now));
+        double cpu0 = cpu_seconds();
         if (diloco_force_sync(d, err, sizeof err) != 1) {
             fprintf(stderr, "worker %s: sync failed: %s\n", id, err);
             diloco_close(d);
@@ -95,10 +106,11 @@ static int run_worker(int argc, char **argv) {
         }
         diloco_sync_info s;
         diloco_last_sync(d, &s);
-        printf("round %lld %llu %llu %llu %llu %llu %llu %d\n", (long long)s.round,
+        double cpu = cpu_seconds() - cpu0;
+        printf("round %lld %llu %llu %llu %llu %llu %llu %d %.4f\n", (long long)s.round,
                (unsigned long long)s.t_first_send_us, (unsigned long long)s.t_pushed_us,
                (unsigned long long)s.t_get_us, (unsigned long long)s.t_last_recv_us,
-               (unsigned long long)s.bytes_up, (unsigned long long)s.bytes_down, s.stale);
+               (unsigned long long)s.bytes_up, (unsigned long long)s.bytes_down, s.stale, cpu);
         fflush(stdout);
     }
     diloco_close(d);
@@ -220,12 +232,13 @@ static int run_tcp(int argc, char **argv) {
             pthread_create(&th[nc + i], NULL, client_end, &cl[i]);
         }
         usleep(20000);
+        double cpu0 = cpu_seconds();
         pthread_barrier_wait(&g_start);
         double t0 = mono();
         for (int i = 0; i < nc; i++) pthread_join(th[nc + i], NULL);
         double t = mono() - t0;
         for (int i = 0; i < nc; i++) pthread_join(th[i], NULL);
-        printf("tcp seconds %.4f\n", t);
+        printf("tcp seconds %.4f cpu %.4f\n", t, cpu_seconds() - cpu0);
         fflush(stdout);
         for (int s = 0; s < ns; s++) pthread_barrier_destroy(&srv[s].uploaded);
         pthread_barrier_destroy(&g_start);

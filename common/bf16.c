@@ -62,6 +62,40 @@ void bf16_encode(const float *restrict src, uint16_t *restrict dst, size_t n)
         encode_one(src, dst, i);
 }
 
+static inline int encode_diff_one(const float *restrict a, const float *restrict b, uint16_t *restrict dst,
+                                  size_t i)
+{
+    float d = a[i] - b[i];
+    uint32_t bits;
+    memcpy(&bits, &d, sizeof bits);
+    dst[i] = bf16_from_bits(bits);
+    return (bits & 0x7f800000u) == 0x7f800000u;
+}
+
+int bf16_encode_diff(const float *restrict a, const float *restrict b, uint16_t *restrict dst, size_t n,
+                     size_t *bad_index)
+{
+    int bad = 0;
+    size_t i = 0;
+    for (; i + BF16_LANES <= n; i += BF16_LANES)
+        for (size_t j = 0; j < BF16_LANES; j++)
+            bad |= encode_diff_one(a, b, dst, i + j);
+    for (; i < n; i++)
+        bad |= encode_diff_one(a, b, dst, i);
+    if (!bad)
+        return 0;
+    for (i = 0; i < n; i++) {
+        float d = a[i] - b[i];
+        uint32_t bits;
+        memcpy(&bits, &d, sizeof bits);
+        if ((bits & 0x7f800000u) == 0x7f800000u)
+            break;
+    }
+    if (bad_index != NULL)
+        *bad_index = i;
+    return -1;
+}
+
 void bf16_decode(const uint16_t *restrict src, float *restrict dst, size_t n)
 {
     size_t i = 0;

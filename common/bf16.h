@@ -18,4 +18,9 @@ float bf16_to_f32(uint16_t h);
 void bf16_encode(const float *src, uint16_t *dst, size_t n);
 void bf16_decode(const uint16_t *src, float *dst, size_t n);
 
+/* dst[i] = bf16(a[i] - b[i]) for the n elements; returns 0, or -1 with *bad_index = the first i whose
+ * difference is NaN or infinite (dst is then fully written, but must not be used). One pass: the
+ * worker's pseudo-gradient, its finite check and its bf16 cast. */
+int bf16_encode_diff(const float *a, const float *b, uint16_t *dst, size_t n, size_t *bad_index);
+
 #endif

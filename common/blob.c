@@ -219,9 +219,17 @@ static int check_payload_shape(const blob_header *h, size_t payload_len, char *e
 int blob_encode_header(blob_header *h, const void *payload, size_t payload_len, uint8_t *buf, size_t cap,
                        char *err, size_t errlen)
 {
-    if (check_strings_terminated(h, err, errlen) != 0 || check_payload_shape(h, payload_len, err, errlen) != 0)
+    if (check_payload_shape(h, payload_len, err, errlen) != 0)
         return -1;
     h->xxh = payload_len > 0 ? XXH3_64bits(payload, payload_len) : 0;
+    return blob_encode_header_hashed(h, payload_len, buf, cap, err, errlen);
+}
+
+int blob_encode_header_hashed(blob_header *h, size_t payload_len, uint8_t *buf, size_t cap, char *err,
+                              size_t errlen)
+{
+    if (check_strings_terminated(h, err, errlen) != 0 || check_payload_shape(h, payload_len, err, errlen) != 0)
+        return -1;
     struct fixed_buf fb = { .buf = buf, .cap = cap < BLOB_HEADER_MAX ? cap : BLOB_HEADER_MAX };
     msgpack_packer pk;
     msgpack_packer_init(&pk, &fb, fixed_buf_write);
@@ -429,6 +437,11 @@ error:
 
 int blob_check_payload(const blob_header *h, const void *payload, size_t len, char *err, size_t errlen)
 {
+    return blob_check_payload_hashed(h, len, len > 0 ? XXH3_64bits(payload, len) : 0, err, errlen);
+}
+
+int blob_check_payload_hashed(const blob_header *h, size_t len, uint64_t got, char *err, size_t errlen)
+{
     size_t size = blob_dtype_size(h->dtype);
     uint64_t want = h->count * size; /* overflow already rejected by the decoder */
     if (len != want) {
@@ -436,7 +449,6 @@ int blob_check_payload(const blob_header *h, const void *payload, size_t len, ch
                 len < want ? "short" : "long", len, (unsigned long long)h->count, (unsigned long long)want);
         return -1;
     }
-    uint64_t got = len > 0 ? XXH3_64bits(payload, len) : 0;
     if (got != h->xxh) {
         err_set(err, errlen, "payload checksum mismatch (xxh3 %016llx, header says %016llx)",
                 (unsigned long long)got, (unsigned long long)h->xxh);

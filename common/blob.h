@@ -40,6 +40,11 @@ size_t blob_dtype_size(int dtype);                      /* 4, 2, or 0 */
 int blob_encode_header(blob_header *h, const void *payload, size_t payload_len, uint8_t *buf, size_t cap,
                        char *err, size_t errlen);
 
+/* The same with h->xxh already set to the payload's XXH3_64bits (a sender that keeps the checksum of a
+ * buffer it sends many times, like a shard's parameters, hashes it once). */
+int blob_encode_header_hashed(blob_header *h, size_t payload_len, uint8_t *buf, size_t cap, char *err,
+                              size_t errlen);
+
 /* Decode the header at the start of buf and set *header_len. Unknown keys are ignored (forward
  * compatibility); everything malformed is rejected with a message saying what. */
 int blob_decode_header(const uint8_t *buf, size_t len, blob_header *h, size_t *header_len, char *err,
@@ -47,6 +52,9 @@ int blob_decode_header(const uint8_t *buf, size_t len, blob_header *h, size_t *h
 
 /* Check a payload against its decoded header: exact length, then checksum. */
 int blob_check_payload(const blob_header *h, const void *payload, size_t len, char *err, size_t errlen);
+
+/* The same for a payload whose XXH3_64bits the caller computed (e.g. while receiving it). */
+int blob_check_payload_hashed(const blob_header *h, size_t len, uint64_t xxh, char *err, size_t errlen);
 
 /* Whole blob (header + payload in one malloc'd buffer the caller frees), for small values and tests. */
 int blob_encode(blob_header *h, const void *payload, size_t payload_len, uint8_t **out, size_t *outlen,

@@ -69,6 +69,7 @@ typedef struct ss_commit {
     float *dnbuf;        /* async Delayed Nesterov buffer after the step (NULL when DN is off) */
     int used;            /* participants averaged */
     char digest[17];
+    uint64_t theta_xxh;  /* the digest as a number */
 } ss_commit;
 
 typedef struct ss_snap {
@@ -312,6 +313,7 @@ static void commit_on_commit(redisReply *r, void *priv)
     }
     s->version = c->round + 1;
     snprintf(s->digest, sizeof s->digest, "%s", c->digest);
+    s->theta_xxh = c->theta_xxh;
     shard_free_deltas(s, s->version, 0);
     double secs = (double)(now_ms() - c->t0) / 1000.0;
     ss->m.rounds_committed++;
@@ -401,7 +403,8 @@ static void commit_write_log(ss_commit *c, ss_shard *s)
 {
     ss_ctx *ss = c->ss;
     size_t n = s->n;
-    snprintf(c->digest, sizeof c->digest, "%016" PRIx64, (uint64_t)XXH3_64bits_digest(c->xs));
+    c->theta_xxh = (uint64_t)XXH3_64bits_digest(c->xs);
+    snprintf(c->digest, sizeof c->digest, "%016" PRIx64, c->theta_xxh);
     blob_header h;
     blob_header_init(&h, "log");
     h.shard = s->k;

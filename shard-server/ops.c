@@ -16,6 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <xxhash.h>
+
 #include "log.h"
 #include "outer.h"
 
@@ -77,11 +79,49 @@ static ss_shard *own_shard(ss_ctx *ss, ss_req *req)
     return s;
 }
 
+/* Checksum and finite check of a pushed payload in one pass, block by block while each block is in
+ * the cache (XXH3's streaming digest equals the one-shot one). A corrupt payload is reported as
+ * CHECKSUM even if its garbage also decodes as NaN: the checksum is judged first. */
+#define PUSH_CHECK_BLOCK ((size_t)64 * 1024) /* bytes */
+
+static int push_check_payload(ss_ctx *ss, ss_req *req)
+{
+    const blob_header *h = &req->h;
+    size_t esize = blob_dtype_size(h->dtype), bad = 0, first_bad = SIZE_MAX;
+    XXH3_state_t *xs = XXH3_createState();
+    if (xs == NULL) {
+        req_reply_err(req, "BUSY", "out of memory");
+        return -1;
+    }
+    XXH3_64bits_reset(xs);
+    for (size_t off = 0; off < req->payload_len; off += PUSH_CHECK_BLOCK) {
+        size_t len = req->payload_len - off < PUSH_CHECK_BLOCK ? req->payload_len - off : PUSH_CHECK_BLOCK;
+        const uint8_t *p = req->payload + off;
+        XXH3_64bits_update(xs, p, len);
+        int rc = first_bad != SIZE_MAX ? 0
+                 : esize == 4          ? outer_check_finite((const float *)p, len / 4, &bad)
+                                       : outer_check_finite_bf16((const uint16_t *)p, len / 2, &bad);
+        if (rc != 0)
+            first_bad = off / esize + bad;
+    }
+    uint64_t sum = XXH3_64bits_digest(xs);
+    XXH3_freeState(xs);
+    if (sum != h->xxh) {
+        ops_reject(ss, req, "CHECKSUM", "payload does not match its header: xxh3 %016llx, header says %016llx",
+                   (unsigned long long)sum, (unsigned long long)h->xxh);
+        return -1;
+    }
+    if (first_bad != SIZE_MAX) {
+        ops_reject(ss, req, "NAN", "element %zu of the pseudo-gradient is NaN or infinite", first_bad);
+        return -1;
+    }
+    return 0;
+}
+
 /* Static checks of a push against the loaded shard; 0 if acceptable, else replied. */
 static int push_validate(ss_ctx *ss, ss_shard *s, ss_req *req)
 {
     const blob_header *h = &req->h;
-    char err[256];
     if (h->round != s->version && !(ss->rc.async && h->round > s->version)) {
         ops_reject(ss, req, "STALE", "round %lld is not the open round of shard %d (its version is %lld)",
                    (long long)h->round, s->k, (long long)s->version);
@@ -96,17 +136,8 @@ static int push_validate(ss_ctx *ss, ss_shard *s, ss_req *req)
                    (unsigned long long)h->count, req->payload_len);
         return -1;
     }
-    if (blob_check_payload(h, req->payload, req->payload_len, err, sizeof err) != 0) {
-        ops_reject(ss, req, "CHECKSUM", "payload does not match its header: %s", err);
+    if (push_check_payload(ss, req) != 0)
         return -1;
-    }
-    size_t bad = 0;
-    int rc = h->dtype == BLOB_F32 ? outer_check_finite((const float *)req->payload, s->n, &bad)
-                                  : outer_check_finite_bf16((const uint16_t *)req->payload, s->n, &bad);
-    if (rc != 0) {
-        ops_reject(ss, req, "NAN", "element %zu of the pseudo-gradient is NaN or infinite", bad);
-        return -1;
-    }
     if (ss->rc.weight_tokens && h->aux < 1) {
         ops_reject(ss, req, "BADARG", "this run weights pseudo-gradients by tokens: a push must say how many "
                    "tokens it took (header aux >= 1)");
@@ -192,6 +223,7 @@ static void reply_params(ss_ctx *ss, ss_shard *s, ss_req *req)
     h.frag = s->frag;
     h.dtype = BLOB_F32;
     h.count = s->n;
+    h.xxh = s->theta_xxh;
     ss->m.gets++;
     req_reply_buf(req, &h, s->theta, s->n * sizeof(float));
 }

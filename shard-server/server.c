@@ -170,12 +170,14 @@ void ss_buf_release(void *p)
 }
 
 /* Write one frame: length prefix, header, payload (copied, or by reference when byref: the payload is
- * then a buffer released with ss_buf_release). Returns bytes queued, 0 on failure. */
+ * then a buffer released with ss_buf_release, and h->xxh already holds its checksum). Returns bytes
+ * queued, 0 on failure. */
 static size_t conn_send(ss_conn *c, blob_header *h, const void *payload, size_t len, int byref)
 {
     uint8_t hdr[BLOB_HEADER_MAX];
     char err[256];
-    int hlen = blob_encode_header(h, payload, len, hdr, sizeof hdr, err, sizeof err);
+    int hlen = byref ? blob_encode_header_hashed(h, len, hdr, sizeof hdr, err, sizeof err)
+                     : blob_encode_header(h, payload, len, hdr, sizeof hdr, err, sizeof err);
     if (hlen < 0) {
         log_error("cannot encode a '%s' reply: %s", h->op, err);
         return 0;

@@ -224,7 +224,8 @@ static void load_finish(ss_load *ld)
         return;
     }
     char digest[17];
-    snprintf(digest, sizeof digest, "%016" PRIx64, digest_f32(ld->theta, s->n));
+    uint64_t theta_xxh = digest_f32(ld->theta, s->n);
+    snprintf(digest, sizeof digest, "%016" PRIx64, theta_xxh);
     if (strcmp(digest, ld->digest) != 0) {
         load_fail(ld, "digest mismatch: replay gives %s", digest);
         log_error("shard %d: expected digest %s at version %lld", ld->k, ld->digest, (long long)ld->version);
@@ -242,6 +243,7 @@ static void load_finish(ss_load *ld)
     ld->dnbuf = NULL;
     s->version = ld->version;
     snprintf(s->digest, sizeof s->digest, "%s", digest);
+    s->theta_xxh = theta_xxh;
     s->state = SH_READY;
     s->load = NULL;
     ld->theta = ld->mom = NULL;

@@ -179,6 +179,7 @@ typedef struct ss_shard {
     int has_mom;
     float *dnbuf;            /* async Delayed Nesterov: the buffer of submissions (NULL when DN is off) */
     char digest[17];
+    uint64_t theta_xxh;      /* XXH3_64bits of theta: the digest as a number, the checksum of `params` */
     int committing;
     int snapshotting;
     int64_t snap_wanted;     /* version to snapshot once commits are idle (0 = none) */
@@ -239,7 +240,8 @@ void server_stop_accepting(ss_ctx *ss);
 /* Reply to req and free it; the connection reads its next request. */
 void req_reply(ss_req *req, blob_header *h, const void *payload, size_t len);
 /* Same, sending buf by reference (no copy): buf must be a malloc'd buffer that is never changed and is
- * freed with ss_buf_release, which defers the free until every queued reply has been sent. */
+ * freed with ss_buf_release, which defers the free until every queued reply has been sent. h->xxh must
+ * hold the buffer's XXH3_64bits (kept with the buffer, so it is hashed once, not once per reply). */
 void req_reply_buf(ss_req *req, blob_header *h, void *buf, size_t len);
 void ss_buf_release(void *buf);
 void req_reply_simple(ss_req *req, const char *op, const char *text);

@@ -1,7 +1,8 @@
 /*
  * test_bf16.c: fp32 <-> bf16 conversion (common/bf16.c): exhaustive round trip of every bf16 value,
  * round-to-nearest-even ties both ways, NaN kept and made quiet, Inf, denormals, negative zero,
- * overflow to Inf, and the bulk encode/decode agreeing with the scalar functions.
+ * overflow to Inf, the bulk encode/decode agreeing with the scalar functions, and the fused
+ * difference-and-cast of the worker's pseudo-gradient.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -145,6 +146,43 @@ static void bulk_matches_scalar(void **state)
     free(dec);
 }
 
+/* The fused Δ + finite check + cast gives the same bits as the scalar cast of the difference, and finds
+ * the first non-finite difference in the vector body and in the tail. */
+static void encode_diff_matches_scalar_and_finds_first_bad(void **state)
+{
+    (void)state;
+    enum { N = 4099 };
+    float *a = malloc(N * sizeof *a), *b = malloc(N * sizeof *b);
+    uint16_t *enc = malloc(N * sizeof *enc);
+    assert_true(a && b && enc);
+    uint32_t x = 777;
+    for (size_t i = 0; i < N; i++) {
+        x = x * 1664525u + 1013904223u;
+        a[i] = (float)(x % 100000) * 1e-3f - 50.0f;
+        x = x * 1664525u + 1013904223u;
+        b[i] = (float)(x % 100000) * 1e-3f - 50.0f;
+    }
+    size_t bad = 99;
+    assert_int_equal(bf16_encode_diff(a, b, enc, N, &bad), 0);
+    for (size_t i = 0; i < N; i++)
+        assert_int_equal(enc[i], bf16_from_f32(a[i] - b[i]));
+    b[4098] = NAN; /* in the scalar tail */
+    assert_int_equal(bf16_encode_diff(a, b, enc, N, &bad), -1);
+    assert_int_equal(bad, 4098);
+    b[17] = INFINITY; /* in the vector body */
+    assert_int_equal(bf16_encode_diff(a, b, enc, N, &bad), -1);
+    assert_int_equal(bad, 17);
+    b[17] = 0.0f;
+    b[4098] = 0.0f;
+    a[5] = 3.0e38f; /* finite operands whose difference overflows */
+    b[5] = -3.0e38f;
+    assert_int_equal(bf16_encode_diff(a, b, enc, N, &bad), -1);
+    assert_int_equal(bad, 5);
+    free(a);
+    free(b);
+    free(enc);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -155,6 +193,7 @@ int main(void)
         cmocka_unit_test(overflow_rounds_to_infinity),
         cmocka_unit_test(denormals_and_zeros),
         cmocka_unit_test(bulk_matches_scalar),
+        cmocka_unit_test(encode_diff_matches_scalar_and_finds_first_bad),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

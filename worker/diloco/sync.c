@@ -180,9 +180,17 @@ int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *e
 /* Δ = base - params over fragment f; -1 if our own training produced NaN/Inf. */
 int sync_compute_delta(diloco *d, int f, char *err, size_t errlen) {
     size_t lo = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f]];
-    size_t hi = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f + 1]], bad;
-    if (outer_check_finite(d->params + lo, hi - lo, &bad) < 0) {
-        err_set(err, errlen, "local parameters are not finite (index %zu): inner training diverged", lo + bad);
+    size_t hi = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f + 1]], bad = 0;
+    /* one pass: Δ, its finite check (base is finite, so a non-finite Δ means params are not), bf16 */
+    int rc;
+    if (d->o.bf16) {
+        rc = bf16_encode_diff(d->base + lo, d->params + lo, d->delta_bf16 + lo, hi - lo, &bad);
+    } else {
+        for (size_t i = lo; i < hi; i++) d->delta_f32[i] = d->base[i] - d->params[i];
+        rc = outer_check_finite(d->delta_f32 + lo, hi - lo, &bad);
+    }
+    if (rc < 0) {
+        err_set(err, errlen, "the pseudo-gradient is not finite at index %zu (NaN or Inf in the local parameters): inner training diverged", lo + bad);
         return -1;
     }
     pthread_mutex_lock(&d->hb_mu);
@@ -190,11 +198,6 @@ int sync_compute_delta(diloco *d, int f, char *err, size_t errlen) {
     pthread_mutex_unlock(&d->hb_mu);
     d->push_tokens[f] = tokens > d->tokens_at_send[f] ? tokens - d->tokens_at_send[f] : 1;
     d->tokens_at_send[f] = tokens;
-    if (d->o.bf16) {
-        for (size_t i = lo; i < hi; i++) d->delta_bf16[i] = bf16_from_f32(d->base[i] - d->params[i]);
-    } else {
-        for (size_t i = lo; i < hi; i++) d->delta_f32[i] = d->base[i] - d->params[i];
-    }
     return 0;
 }
 

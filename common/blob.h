@@ -28,9 +28,14 @@ typedef struct blob_header {
     char code[32];   /* error code for op "err": "STALE", "BADSIZE", "NAN", "CHECKSUM", ... */
     char text[512];  /* free text: error message, redirect "host:port", list of missing workers, ... */
     double lr, mu;   /* outer step parameters recorded with log entries; NAN when absent */
-    int64_t flags;   /* bit flags (e.g. nesterov, first step); 0 when absent */
+    int64_t flags;   /* bit flags (e.g. nesterov, first step; BLOB_GET_*, BLOB_PARAMS_*); 0 when absent */
     int64_t aux;     /* spare integer (e.g. participant count); -1 when absent */
 } blob_header;
+
+/* Data-plane flags (docs/PROTOCOL.md, "Tentative parameters"): a sync `get` may accept the parameters
+ * of a version that is computed but not yet durable in Redis; such a `params` reply says so. */
+#define BLOB_GET_TENTATIVE_OK 1
+#define BLOB_PARAMS_TENTATIVE 1
 
 void blob_header_init(blob_header *h, const char *op); /* every field "absent" */
 size_t blob_dtype_size(int dtype);                      /* 4, 2, or 0 */

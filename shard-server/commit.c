@@ -83,12 +83,15 @@ typedef struct ss_snap {
 
 static void commit_free(ss_commit *c)
 {
+    ss_shard *s = &c->ss->shards[c->k];
+    if (c->theta != NULL && s->tent_theta == c->theta)
+        s->tent_theta = NULL;
     for (int i = 0; i < c->np; i++)
         free(c->ids[i]);
     if (c->xs != NULL)
         XXH3_freeState(c->xs);
     free(c->g);
-    free(c->theta);
+    ss_buf_release(c->theta); /* tentative replies may still be sending it */
     free(c->mom);
     free(c->dnbuf);
     free(c);
@@ -302,6 +305,7 @@ static void commit_on_commit(redisReply *r, void *priv)
     }
     ss_buf_release(s->theta);
     free(s->mom);
+    s->tent_theta = NULL;
     s->theta = c->theta;
     s->mom = c->mom;
     s->has_mom = c->has_mom;
@@ -398,13 +402,64 @@ static ss_commit *cq_pop(ss_ctx *ss)
     return c;
 }
 
-/* Version round+1 is computed: start writing its log entry (g) to Redis. The callback owns c now. */
+int commit_reply_tentative(ss_ctx *ss, ss_shard *s, ss_req *req)
+{
+    if (s->tent_theta == NULL || !s->committing || strcmp(req->h.op, "get") != 0 ||
+        !(req->h.flags & BLOB_GET_TENTATIVE_OK) || req->h.version != s->tent_version)
+        return 0;
+    blob_header h;
+    blob_header_init(&h, "params");
+    h.shard = s->k;
+    h.version = s->tent_version;
+    h.epoch = s->epoch;
+    h.frag = s->frag;
+    h.dtype = BLOB_F32;
+    h.count = s->n;
+    h.flags = BLOB_PARAMS_TENTATIVE;
+    h.xxh = s->tent_xxh;
+    ss->m.gets++;
+    ss->m.tentative_gets++;
+    req_reply_buf(req, &h, s->tent_theta, s->n * sizeof(float));
+    return 1;
+}
+
+/* θ' is computed: the parked gets that accept tentative parameters get them now, while the log entry
+ * goes to Redis; the others keep waiting for the commit. */
+static void commit_serve_tentative(ss_commit *c, ss_shard *s)
+{
+    s->tent_theta = c->theta;
+    s->tent_xxh = c->theta_xxh;
+    s->tent_version = c->round + 1;
+    ss_req *list = s->parked, *keep = NULL, *keep_tail = NULL;
+    s->parked = s->parked_tail = NULL;
+    s->nparked = 0;
+    while (list != NULL) {
+        ss_req *req = list;
+        list = req->next;
+        req->next = NULL;
+        if (commit_reply_tentative(c->ss, s, req))
+            continue;
+        if (keep_tail != NULL)
+            keep_tail->next = req;
+        else
+            keep = req;
+        keep_tail = req;
+        s->nparked++;
+    }
+    s->parked = keep;
+    s->parked_tail = keep_tail;
+}
+
+/* Version round+1 is computed: serve it tentatively and start writing its log entry (g) to Redis. The
+ * callback owns c now. */
 static void commit_write_log(ss_commit *c, ss_shard *s)
 {
     ss_ctx *ss = c->ss;
     size_t n = s->n;
     c->theta_xxh = (uint64_t)XXH3_64bits_digest(c->xs);
     snprintf(c->digest, sizeof c->digest, "%016" PRIx64, c->theta_xxh);
+    if (!ss->rc.async)
+        commit_serve_tentative(c, s);
     blob_header h;
     blob_header_init(&h, "log");
     h.shard = s->k;

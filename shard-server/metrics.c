@@ -18,11 +18,11 @@ void metrics_log(ss_ctx *ss)
     }
     double mean = m->rounds_committed ? m->commit_seconds / (double)m->rounds_committed : 0.0;
     log_info("metrics: shards held %d (ready %d); rounds committed %llu (no-op %llu), commit mean %.3f s max %.3f s; "
-             "pushes %llu, gets %llu; bytes in %llu out %llu; conflicts %llu; lease changes %llu; rejections %llu; "
+             "pushes %llu, gets %llu (tentative %llu); bytes in %llu out %llu; conflicts %llu; lease changes %llu; rejections %llu; "
              "loads %llu (failed %llu); snapshots %llu; connections %llu",
              held, ready, (unsigned long long)m->rounds_committed, (unsigned long long)m->noop_commits, mean,
              m->commit_seconds_max, (unsigned long long)m->pushes, (unsigned long long)m->gets,
-             (unsigned long long)m->bytes_in, (unsigned long long)m->bytes_out, (unsigned long long)m->conflicts,
+             (unsigned long long)m->tentative_gets,             (unsigned long long)m->bytes_in, (unsigned long long)m->bytes_out, (unsigned long long)m->conflicts,
              (unsigned long long)m->lease_changes, (unsigned long long)m->rejections, (unsigned long long)m->loads,
              (unsigned long long)m->load_failures, (unsigned long long)m->snapshots,
              (unsigned long long)m->connections);

@@ -172,6 +172,11 @@ static void push_on_member(redisReply *r, void *priv)
         ops_dispatch(ss, req); /* the shard changed meanwhile: judge the push again */
         return;
     }
+    if (s->committing && shard_find_delta(s, req->h.round, req->h.worker, req->h.inc) != NULL) {
+        /* a resend while the commit that uses it runs: that commit reads the one we have */
+        req_reply_simple(req, "ack", "have it");
+        return;
+    }
     shard_store_delta(s, req);
     ss->m.pushes++;
     log_debug("shard %d round %lld: stored pseudo-gradient of %s:%lld (%s)", s->k, (long long)req->h.round,
@@ -187,6 +192,11 @@ static void op_push(ss_ctx *ss, ss_req *req)
     if (ss->rc.async && req->h.round < s->version) {
         /* async: that submission was applied already (we are a new owner and the worker resends) */
         req_reply_simple(req, "ack", "applied already");
+        return;
+    }
+    if (!ss->rc.async && req->h.round == s->version + 1 && s->committing) {
+        /* the worker saw round `version` committed in Redis before our dl_commit reply came back */
+        shard_park(ss, s, req);
         return;
     }
     if (!ss->rc.async && req->h.round > s->version && !s->committing && req->reloads == 0) {
@@ -256,7 +266,8 @@ static void op_get(ss_ctx *ss, ss_req *req)
         return;
     }
     if (s->committing) {
-        shard_park(ss, s, req);
+        if (!commit_reply_tentative(ss, s, req))
+            shard_park(ss, s, req);
         return;
     }
     if (ss->rc.async) {

@@ -455,6 +455,7 @@ void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch)
     s->gen++;
     s->state = SH_LOADING;
     s->committing = 0;
+    s->tent_theta = NULL; /* the commit's buffer is its own; it frees it when its callback comes */
     load_start(ss, s);
 }
 
@@ -468,6 +469,7 @@ void shard_release(ss_ctx *ss, ss_shard *s, const char *why)
     s->gen++;
     s->state = SH_FREE;
     s->committing = 0;
+    s->tent_theta = NULL; /* the commit's buffer is its own; it frees it when its callback comes */
     load_abandon(s);
     ss_buf_release(s->theta); /* replies may still be sending it */
     free(s->mom);
@@ -490,6 +492,7 @@ void shard_reload(ss_ctx *ss, ss_shard *s, const char *why)
     s->gen++;
     s->state = SH_LOADING;
     s->committing = 0;
+    s->tent_theta = NULL; /* the commit's buffer is its own; it frees it when its callback comes */
     load_abandon(s);
     load_start(ss, s);
 }

@@ -126,6 +126,7 @@ typedef struct ss_metrics {
     uint64_t rejections;
     uint64_t pushes;
     uint64_t gets;
+    uint64_t tentative_gets; /* of which answered before the version was durable */
     uint64_t loads;
     uint64_t load_failures;
     uint64_t snapshots;
@@ -180,6 +181,11 @@ typedef struct ss_shard {
     float *dnbuf;            /* async Delayed Nesterov: the buffer of submissions (NULL when DN is off) */
     char digest[17];
     uint64_t theta_xxh;      /* XXH3_64bits of theta: the digest as a number, the checksum of `params` */
+    /* Version tent_version, computed by the running commit but not durable yet: served to the gets that
+     * accept tentative parameters (the log entry and dl_commit then run while it streams out). */
+    float *tent_theta;       /* the commit's buffer (NULL when there is none) */
+    uint64_t tent_xxh;
+    int64_t tent_version;
     int committing;
     int snapshotting;
     int64_t snap_wanted;     /* version to snapshot once commits are idle (0 = none) */
@@ -276,6 +282,9 @@ void shard_store_delta(ss_shard *s, ss_req *req);
 /* commit.c */
 int commit_init(ss_ctx *ss);
 void commit_start(ss_ctx *ss, ss_shard *s);
+/* Answer a get with the running commit's tentative parameters if it accepts them and they are the
+ * version it wants; 1 when answered. */
+int commit_reply_tentative(ss_ctx *ss, ss_shard *s, ss_req *req);
 void commit_idle_work(ss_ctx *ss);  /* deferred snapshots; called when commits finish and periodically */
 
 /* store.c */

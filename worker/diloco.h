@@ -62,6 +62,9 @@ typedef struct diloco_sync_info {
      * one machine; 0 when the phase did not happen): first pseudo-gradient byte sent, every push
      * acknowledged, barrier closed (first get sent), last parameter byte received. */
     uint64_t t_first_send_us, t_pushed_us, t_get_us, t_last_recv_us;
+    /* Before this round, confirming that the previous round's parameters (received before they were
+     * durable, docs/PROTOCOL.md "Tentative parameters") were committed: usually one Redis read. */
+    double confirm_seconds;
 } diloco_sync_info;
 
 void diloco_options_default(diloco_options *o);

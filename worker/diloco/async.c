@@ -79,7 +79,7 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
     unsigned attempt = 0;
     for (;;) {
         int64_t got = -1;
-        int rc = conn_get(d, shard, d->seq[shard] + 1, &got, err, errlen);
+        int rc = conn_get(d, shard, d->seq[shard] + 1, 0, &got, err, errlen);
         if (rc == DL_OK) {
             d->shard_version[shard] = got;
             return DL_OK;

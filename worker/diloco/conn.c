@@ -263,14 +263,16 @@ typedef struct place_arg {
 } place_arg;
 
 /* A params reply of the shard we asked for is received straight into base. If the receive then fails,
- * base[shard] holds garbage, which is safe: the server had a version >= min_version, so the shard has
- * moved past our round for good, and any later push of this round is STALE, which re-fetches base. */
+ * base[shard] holds garbage, which is safe: the get is retried (or, if the sync fails, the shard is
+ * fetched again before it is used: every failure path ends in a fetch), and nothing is sent from
+ * base[shard] meanwhile. */
 static void *place_params(const blob_header *h, size_t plen, void *p) {
     place_arg *a = p;
     size_t off = (size_t)a->d->rc.shard_bounds[a->shard], n = (size_t)runconf_shard_numel(&a->d->rc, a->shard);
     if (strcmp(h->op, "params") != 0 || h->dtype != BLOB_F32 || h->count != n || plen != n * sizeof(float) ||
         h->shard != a->shard || h->version < a->min_version)
         return NULL;
+    a->d->tent_version[a->shard] = -1; /* until take_params: a broken receive leaves garbage */
     return a->d->base + off;
 }
 
@@ -285,13 +287,15 @@ static int take_params(diloco *d, int shard, const blob_header *h, const uint8_t
         return DL_FAIL;
     }
     if ((const void *)payload != (const void *)(d->base + off)) memcpy(d->base + off, payload, plen);
+    d->tent_version[shard] = (h->flags & BLOB_PARAMS_TENTATIVE) ? h->version : 0;
+    d->tent_xxh[shard] = h->xxh;
     stamp_max(&d->last.t_last_recv_us, dl_wall_us());
     *got = h->version;
     __atomic_add_fetch(&d->last.bytes_down, plen, __ATOMIC_RELAXED);
     return DL_OK;
 }
 
-int conn_get(diloco *d, int shard, int64_t min_version, int64_t *got, char *err, size_t errlen) {
+int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got, char *err, size_t errlen) {
     dp_conn *c;
     int rc = owner_conn(d, shard, &c, err, errlen);
     if (rc != DL_OK) return rc;
@@ -299,6 +303,7 @@ int conn_get(diloco *d, int shard, int64_t min_version, int64_t *got, char *err,
     blob_header_init(&h, "get");
     h.shard = shard;
     h.version = min_version;
+    h.flags = flags;
     h.inc = dl_inc(d);
     snprintf(h.worker, sizeof h.worker, "%s", d->worker_id);
     /* small replies land in buf, the parameters straight in base */
@@ -319,8 +324,8 @@ int conn_get(diloco *d, int shard, int64_t min_version, int64_t *got, char *err,
     return rc;
 }
 
-int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version, int *rcs, int64_t *got, char *err,
-                   size_t errlen) {
+int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version, int flags, int *rcs, int64_t *got,
+                   char *err, size_t errlen) {
     for (int i = 0; i < count; i++) rcs[i] = DL_RETRY;
     dp_conn *c;
     int rc = owner_conn(d, shards[0], &c, err, errlen);
@@ -331,6 +336,7 @@ int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version,
         blob_header_init(&h, "get");
         h.shard = shards[sent];
         h.version = min_version;
+        h.flags = flags;
         h.inc = dl_inc(d);
         snprintf(h.worker, sizeof h.worker, "%s", d->worker_id);
         if (frame_send(c->fd, &h, NULL, 0, d->o.net_timeout_ms, err, errlen) < 0) {

@@ -63,6 +63,14 @@ struct diloco {
     float *delta_f32;
     int64_t *frag_version;       /* global version of each fragment's part of base (= its open round for us) */
     int64_t *shard_version;      /* version of each shard of base, while fetching */
+    /* Tentative parameters (docs/PROTOCOL.md): a sync round ends when the new parameters arrive, which
+     * the server sends before its log entry is durable. Until we have seen the commit in Redis, shard k
+     * of base holds version tent_version[k] (0: nothing pending) with checksum tent_xxh[k], and our Δ
+     * of the round before stays in delta_*; sync_confirm_durable settles it before Δ is overwritten. */
+    int64_t *tent_version;       /* per shard; -1: a receive into base broke off, the slice is garbage */
+    uint64_t *tent_xxh;
+    int64_t *tent_round;         /* per fragment: the round whose Δ delta_* holds */
+    int *frag_incomplete;        /* per fragment: that round's get phase did not finish for us */
     int64_t *seq;                /* async: each shard's place in its order for our current submission */
     uint64_t *push_tokens;       /* per fragment: tokens trained since its previous send (--weight-by tokens) */
     uint64_t *tokens_at_send;    /* per fragment: our token count when it was last sent */
@@ -132,11 +140,11 @@ int conn_push(diloco *d, int shard, int64_t round, char *err, size_t errlen);
 int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int *rcs, char *err, size_t errlen);
 /* Pipelined gets of shards with one owner (all requests sent, then the replies read in order, each
  * parameter payload straight into base): rcs[i] and got[i] per shard, as conn_get. */
-int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version, int *rcs, int64_t *got, char *err,
-                   size_t errlen);
+int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version, int flags, int *rcs, int64_t *got,
+                   char *err, size_t errlen);
 /* get shard k at version >= min_version into base and params; sets *got_version. DL_NEED when the
  * server lists us as missing, DL_RETRY for wait/moved/broken. */
-int conn_get(diloco *d, int shard, int64_t min_version, int64_t *got_version, char *err, size_t errlen);
+int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got_version, char *err, size_t errlen);
 
 /* CLOCK_REALTIME in microseconds (phase timestamps of diloco_sync_info). */
 uint64_t dl_wall_us(void);
@@ -144,6 +152,11 @@ uint64_t dl_wall_us(void);
 /* sync.c */
 /* Δ of fragment f from params (on the thread that owns params). -1 if params are not finite. */
 int sync_compute_delta(diloco *d, int f, char *err, size_t errlen);
+/* Make sure the tentative parameters fragment f continued from were committed as they are, resending
+ * our kept Δ to a new owner if they were not: DL_OK, DL_STALE (the round was committed differently,
+ * e.g. without a participant that died: base is now the committed version and our local progress on
+ * f must be dropped) or DL_FAIL (err says why; Δ is still kept, a later call tries again). */
+int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen);
 /* The network part of fragment f's round, safe on a background thread (touches base[f] only):
  * DL_OK: base[f] is version round+1; DL_STALE: base[f] is the current global version; DL_EVICTED:
  * registered again, everything must be fetched (refetch_all); DL_FAIL. */

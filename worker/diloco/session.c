@@ -108,6 +108,7 @@ int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *er
             }
             if (lo == hi) {
                 d->frag_version[f] = hi;
+                d->frag_incomplete[f] = 0; /* base is one consistent version: no earlier round to finish */
                 if (!adopt) return 0;
                 dl_adopt_base(d, first, last);
                 size_t off = (size_t)d->rc.shard_bounds[first];
@@ -146,8 +147,13 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen) {
     d->seq = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->push_tokens = calloc((size_t)d->rc.nfragments, sizeof(uint64_t));
     d->tokens_at_send = calloc((size_t)d->rc.nfragments, sizeof(uint64_t));
+    d->tent_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));
+    d->tent_xxh = calloc((size_t)d->rc.nshards, sizeof(uint64_t));
+    d->tent_round = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
+    d->frag_incomplete = calloc((size_t)d->rc.nfragments, sizeof(int));
     if (!d->base || (!d->delta_f32 && !d->delta_bf16) || !d->owners || !d->shard_version || !d->frag_version || !d->seq ||
-        !d->push_tokens || !d->tokens_at_send) {
+        !d->push_tokens || !d->tokens_at_send || !d->tent_version || !d->tent_xxh || !d->tent_round ||
+        !d->frag_incomplete) {
         err_set(err, errlen, "out of memory for %zu parameters", n);
         return -1;
     }
@@ -243,6 +249,13 @@ void dl_adopt_base(diloco *d, int first_shard, int last_shard) {
 void diloco_close(diloco *d) {
     if (!d) return;
     stream_finish_inflight(d);
+    /* our last Δ must not vanish with us while its round is not durable (a server that died before its
+     * commit needs it again); best effort, within the sync timeout */
+    for (int f = 0; !d->rc.async && d->base && f < d->rc.nfragments; f++) {
+        char err[256];
+        if (dl_inc(d) > 0 && sync_confirm_durable(d, f, err, sizeof err) == DL_FAIL)
+            log_warn("closing before fragment %d's last round was confirmed durable: %s", f, err);
+    }
     heartbeat_stop(d);
     int64_t inc = dl_inc(d);
     if (inc > 0 && d->ctl && !d->ctl->err) {
@@ -259,6 +272,10 @@ void diloco_close(diloco *d) {
     free(d->delta_f32);
     free(d->owners);
     free(d->shard_version);
+    free(d->tent_version);
+    free(d->tent_xxh);
+    free(d->tent_round);
+    free(d->frag_incomplete);
     free(d->frag_version);
     free(d->seq);
     free(d->push_tokens);

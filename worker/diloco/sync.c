@@ -43,6 +43,7 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen);
 typedef struct get_arg {
     int64_t want;          /* minimum version */
     int may_push;          /* we are a participant of round want-1 and still hold our Δ */
+    int flags;             /* BLOB_GET_TENTATIVE_OK: a version not yet durable will do */
 } get_arg;
 
 static void *group_main(void *p) {
@@ -55,7 +56,8 @@ static void *group_main(void *p) {
     if (g->fn == push_job && g->nshards > 1)
         conn_push_batch(g->d, g->shards, g->nshards, *(int64_t *)g->arg, rcs, g->err, sizeof g->err);
     if (g->fn == get_job && g->nshards > 1) {
-        conn_get_batch(g->d, g->shards, g->nshards, ((get_arg *)g->arg)->want, rcs, got, g->err, sizeof g->err);
+        conn_get_batch(g->d, g->shards, g->nshards, ((get_arg *)g->arg)->want, ((get_arg *)g->arg)->flags, rcs, got,
+                       g->err, sizeof g->err);
         for (int i = 0; i < g->nshards; i++)
             if (rcs[i] == DL_OK) g->d->shard_version[g->shards[i]] = got[i];
     }
@@ -154,7 +156,7 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
     unsigned attempt = 0;
     for (;;) {
         int64_t got = -1;
-        int rc = conn_get(d, shard, want, &got, err, errlen);
+        int rc = conn_get(d, shard, want, ga->flags, &got, err, errlen);
         if (rc == DL_OK) {
             d->shard_version[shard] = got;
             return DL_OK;
@@ -171,7 +173,7 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
 
 /* Registration and catching up use the same get, with no Δ to offer. */
 int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *err, size_t errlen) {
-    get_arg ga = {min_version, 0};
+    get_arg ga = {min_version, 0, 0};
     return for_shards_parallel(d, first, last, get_job, &ga, err, errlen);
 }
 
@@ -287,6 +289,188 @@ void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale) {
     d->have_last = 1;
 }
 
+/* ---- tentative parameters: confirming the previous round -------------------------------------- */
+
+/* Read k:version and k:digest of every shard of [first, last) from Redis (one HMGET). */
+static int read_committed(diloco *d, int first, int last, int64_t *version, char (*digest)[17], char *err,
+                          size_t errlen) {
+    int n = last - first;
+    const char **argv = calloc((size_t)(2 + 2 * n), sizeof *argv);
+    size_t *lens = calloc((size_t)(2 + 2 * n), sizeof *lens);
+    char (*fields)[40] = calloc((size_t)(2 * n), sizeof *fields);
+    char key[KEY_MAX];
+    if (!argv || !lens || !fields) {
+        free(argv);
+        free(lens);
+        free(fields);
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    argv[0] = "HMGET";
+    argv[1] = key_run(key, sizeof key, d->o.run, "shards");
+    for (int i = 0; i < n; i++) {
+        snprintf(fields[2 * i], sizeof fields[0], "%d:version", first + i);
+        snprintf(fields[2 * i + 1], sizeof fields[0], "%d:digest", first + i);
+        argv[2 + 2 * i] = fields[2 * i];
+        argv[3 + 2 * i] = fields[2 * i + 1];
+    }
+    for (int i = 0; i < 2 + 2 * n; i++) lens[i] = strlen(argv[i]);
+    pthread_mutex_lock(&d->ctl_mu);
+    redisReply *r = d->ctl ? redisCommandArgv(d->ctl, 2 + 2 * n, argv, lens) : NULL;
+    pthread_mutex_unlock(&d->ctl_mu);
+    free(argv);
+    free(lens);
+    free(fields);
+    int rc = -1;
+    if (rconn_reply_error(d->ctl, r, err, errlen) == 0 && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)(2 * n)) {
+        rc = 0;
+        for (int i = 0; i < n; i++) {
+            const redisReply *v = r->element[2 * i], *g = r->element[2 * i + 1];
+            version[i] = v->type == REDIS_REPLY_STRING ? atoll(v->str) : -1;
+            snprintf(digest[i], sizeof digest[i], "%s", g->type == REDIS_REPLY_STRING ? g->str : "");
+        }
+    } else if (r) {
+        err_set(err, errlen, "unexpected reply reading the shard versions");
+    }
+    if (r) freeReplyObject(r);
+    return rc;
+}
+
+/* Look up in Redis the commits of the shards of fragment f that hold tentative parameters: those
+ * committed with the digest we hold are confirmed (tent_version 0). Returns 1 if some are not
+ * committed yet (or Redis could not say), else 0; *conflict is set if one was committed with another
+ * digest. */
+static int confirm_from_redis(diloco *d, int f, int *conflict, char *err, size_t errlen) {
+    int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1], n = last - first, pending = 1;
+    int64_t *version = calloc((size_t)n, sizeof *version);
+    char (*digest)[17] = calloc((size_t)n, sizeof *digest);
+    if (version && digest && read_committed(d, first, last, version, digest, err, errlen) == 0) {
+        pending = 0;
+        for (int i = 0; i < n; i++) {
+            int k = first + i;
+            if (d->tent_version[k] <= 0) continue;
+            char mine[17];
+            snprintf(mine, sizeof mine, "%016" PRIx64, d->tent_xxh[k]);
+            if (version[i] > d->tent_version[k] || (version[i] == d->tent_version[k] && strcmp(digest[i], mine) == 0))
+                d->tent_version[k] = 0; /* durable (or the run moved on: our next push is STALE and re-fetches) */
+            else if (version[i] == d->tent_version[k])
+                *conflict = 1;
+            else
+                pending = 1;
+        }
+    }
+    free(version);
+    free(digest);
+    return pending;
+}
+
+/* Fragment f's previous round cannot be completed as we hold it (it was committed with other
+ * parameters, e.g. without a participant that died with the server, or closed without us): take the
+ * fragment at the run's current version and drop our local progress on it. */
+static int confirm_reset(diloco *d, int f, const char *why, char *err, size_t errlen) {
+    int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
+    log_warn("fragment %d: %s; continuing from the committed global parameters", f, why);
+    if (refetch_fragment(d, f, err, errlen) < 0) return DL_FAIL; /* state unchanged: tried again next time */
+    dl_adopt_base(d, first, last);
+    size_t off = (size_t)d->rc.shard_bounds[first];
+    if (dl_params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
+    return DL_STALE;
+}
+
+/* One attempt each, no waiting in place: a shard that needs other workers' pseudo-gradients must not
+ * hold up the pushes of our other shards (they may be exactly what those workers wait for). */
+static int push_once_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
+    int rc = conn_push(d, shard, *(int64_t *)arg, err, errlen);
+    return rc == DL_STALE ? DL_OK : rc; /* STALE: committed already, the get below tells us how */
+}
+
+static int get_once_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
+    int64_t got = -1;
+    int rc = conn_get(d, shard, *(int64_t *)arg, 0, &got, err, errlen);
+    if (rc == DL_OK) d->shard_version[shard] = got;
+    return rc;
+}
+
+/* Fragment f's shards at version want, durably, our kept Δ of round want-1 pushed to every owner
+ * first: rounds of push-all then get-all until every shard is there (or the sync timeout). */
+static int fetch_round_result(diloco *d, int f, int64_t want, char *err, size_t errlen) {
+    int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
+    int64_t round = want - 1;
+    uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
+    unsigned attempt = 0;
+    for (int k = first; k < last; k++) d->shard_version[k] = -1;
+    for (;;) {
+        int rc = DL_OK;
+        for (int k = first; k < last && rc == DL_OK; k++) {
+            if (d->shard_version[k] >= want) continue;
+            rc = push_once_job(d, k, &round, err, errlen);
+            if (rc == DL_NEED || rc == DL_RETRY) rc = DL_OK; /* the get tells */
+        }
+        if (rc == DL_STALE || rc == DL_EVICTED || rc == DL_FAIL) return rc;
+        int done = 1;
+        for (int k = first; k < last; k++) {
+            if (d->shard_version[k] >= want) continue;
+            rc = get_once_job(d, k, &want, err, errlen);
+            if (rc == DL_STALE || rc == DL_EVICTED || rc == DL_FAIL) return rc;
+            if (rc != DL_OK) done = 0;
+        }
+        if (done) return DL_OK;
+        if (sync_retry_pause(d, &attempt, deadline, first, "confirming the previous round", err, errlen) != DL_OK)
+            return DL_FAIL;
+    }
+}
+
+int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen) {
+    int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1], n = last - first;
+    int incomplete = d->frag_incomplete[f], garbage = 0, pending = 0, conflict = 0;
+    for (int k = first; k < last; k++) {
+        garbage |= d->tent_version[k] < 0;
+        pending |= d->tent_version[k] > 0;
+    }
+    if (!incomplete && !garbage && !pending) return DL_OK;
+    uint64_t t0 = now_ms();
+    if (!incomplete && !garbage) {
+        pending = confirm_from_redis(d, f, &conflict, err, errlen);
+        d->last.confirm_seconds = (double)(now_ms() - t0) / 1000.0;
+        if (conflict) return confirm_reset(d, f, "the previous round was committed with other parameters", err, errlen);
+        if (!pending) return DL_OK;
+    }
+    /* Not committed yet (a new owner must recompute it and needs our Δ again), or the round broke off:
+     * every shard of f at round+1, durably, resending our kept Δ where asked. */
+    uint64_t *held = malloc((size_t)n * sizeof *held);
+    if (!held) {
+        err_set(err, errlen, "out of memory");
+        return DL_FAIL;
+    }
+    for (int k = first; k < last; k++) held[k - first] = d->tent_xxh[k];
+    get_arg ga = {d->tent_round[f] + 1, 1, 0};
+    int rc = fetch_round_result(d, f, ga.want, err, errlen);
+    /* A slice received now that differs from the tentative one we trained from is a conflict (unless the
+     * round broke off before we took its parameters: then there is nothing to compare with). */
+    for (int k = first; !incomplete && k < last; k++)
+        if (d->tent_version[k] == 0 && d->shard_version[k] == ga.want && d->tent_xxh[k] != held[k - first])
+            conflict = 1;
+    free(held);
+    d->last.confirm_seconds = (double)(now_ms() - t0) / 1000.0;
+    if (conflict) return confirm_reset(d, f, "the previous round was committed with other parameters", err, errlen);
+    for (int k = first; rc == DL_OK && k < last; k++)
+        if (d->shard_version[k] != ga.want) rc = DL_STALE;
+    if (rc == DL_STALE || rc == DL_EVICTED)
+        return confirm_reset(d, f, "the previous round closed without our pseudo-gradient", err, errlen);
+    if (rc != DL_OK) return DL_FAIL; /* per-shard state is accurate (-1 where a receive broke): again next time */
+    if (incomplete) {
+        /* the round completed after all: take its result, as the sync would have had it not failed */
+        d->frag_version[f] = ga.want;
+        d->frag_incomplete[f] = 0;
+        dl_adopt_base(d, first, last);
+        size_t off = (size_t)d->rc.shard_bounds[first];
+        if (dl_params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
+        log_warn("fragment %d: round %" PRId64 " completed late; continuing from its parameters", f, ga.want - 1);
+        return DL_STALE;
+    }
+    return DL_OK;
+}
+
 /* Push, arrive, wait, get, for the shards of fragment f. */
 static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen) {
     int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
@@ -300,10 +484,15 @@ static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen) 
         d->last.wait_seconds = (double)(now_ms() - tw) / 1000.0;
     }
     if (rc != DL_OK) return rc;
-    get_arg ga = {round + 1, 1};
+    get_arg ga = {round + 1, 1, BLOB_GET_TENTATIVE_OK};
+    /* until every shard's parameters are in, the round is incomplete for us: sync_confirm_durable
+     * finishes it (with the Δ we keep) before fragment f computes another Δ */
+    d->frag_incomplete[f] = 1;
+    d->tent_round[f] = round;
     d->last.t_get_us = dl_wall_us();
     rc = for_shards_parallel(d, first, last, get_job, &ga, err, errlen);
     if (rc != DL_OK) return rc;
+    d->frag_incomplete[f] = 0;
     for (int k = first; k < last; k++)
         if (d->shard_version[k] != ga.want) return DL_STALE; /* the run moved on past us meanwhile */
     return DL_OK;

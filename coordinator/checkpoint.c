@@ -92,7 +92,7 @@ static void export_free(export_data *d) {
 
 static int read_state(redisContext *c, const char *run, export_data *d, char *err, size_t errlen) {
     char key[KEY_MAX];
-    redisReply *r = redisCommand(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "state"));
+    redisReply *r = redisCommand(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "tunables"));
     if (rconn_reply_error(c, r, err, errlen) < 0) {
         if (r) freeReplyObject(r);
         return -1;

@@ -3,7 +3,7 @@
  *
  * Start-up: parse the options, connect to Redis (retrying with backoff until it answers or we are
  * told to stop), check that the function library is the version this build speaks, read the run's
- * layout (dl:{R}:config) and outer tunables (dl:{R}:state), then hand over to the event loop: the
+ * layout (dl:{R}:config) and outer tunables (dl:{R}:tunables), then hand over to the event loop: the
  * data-plane listener, two asynchronous Redis connections (control and bulk), the lease loop.
  * SIGINT/SIGTERM: stop accepting, give the leases back (dl_server_leave), exit 0 within 2 s.
  */
@@ -173,7 +173,7 @@ static void on_startup_signal(int sig)
     g_startup_stop = 1;
 }
 
-/* Read the outer tunables from dl:{R}:state (the lease loop keeps them fresh afterwards). */
+/* Read the outer tunables from dl:{R}:tunables (the lease loop keeps them fresh afterwards). */
 static void read_tunables(redisContext *c, ss_ctx *ss)
 {
     char key[KEY_MAX];
@@ -181,7 +181,7 @@ static void read_tunables(redisContext *c, ss_ctx *ss)
     ss->tun.mu = 0.9f;
     ss->tun.nesterov = 1;
     redisReply *r = redisCommand(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key,
-                                                                                      ss->opts.run, "state"));
+                                                                                      ss->opts.run, "tunables"));
     if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
         if (r->element[0]->type == REDIS_REPLY_STRING)
             ss->tun.lr = strtof(r->element[0]->str, NULL);

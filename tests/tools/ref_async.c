@@ -54,7 +54,7 @@ static const char *field(redisReply *e, const char *name) {
 
 static int read_tunables(redisContext *c, const char *run, ref *r) {
     char key[KEY_MAX];
-    redisReply *s = redisCommand(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "state"));
+    redisReply *s = redisCommand(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "tunables"));
     if (!s || s->type != REDIS_REPLY_ARRAY || s->elements != 3 || !s->element[0]->str) return -1;
     r->lr = (float)atof(s->element[0]->str);
     r->mu = (float)atof(s->element[1]->str);

@@ -42,7 +42,7 @@ static void usage(FILE *f)
             "Redis, receives pseudo-gradients from workers over TCP, commits each round's outer step to Redis\n"
             "and serves the new parameters. Start as many as you like, any time; kill them any time.\n"
             "\n"
-            "  --redis URL               Redis of the run: redis://[user[:pass]@]host[:port][/db] or unix://path\n"
+            REDIS_URL_HELP
             "  --run NAME                run name (as given to `coordinator init`)\n"
             "  --listen HOST:PORT        data-plane address to bind (default 127.0.0.1:0, an ephemeral port)\n"
             "  --advertise HOST:PORT     address workers should use (default: the bound address)\n"
@@ -91,6 +91,7 @@ static int parse_args(int argc, char **argv, ss_opts *o)
 {
     static const struct option longopts[] = {
         { "redis", required_argument, 0, 'r' },        { "run", required_argument, 0, 'n' },
+        { "redis-file", required_argument, 0, 'R' },
         { "listen", required_argument, 0, 'l' },       { "advertise", required_argument, 0, 'a' },
         { "id", required_argument, 0, 'i' },           { "lease-ttl-ms", required_argument, 0, 't' },
         { "max-pending-rounds", required_argument, 0, 'p' }, { "log-level", required_argument, 0, 'v' },
@@ -104,9 +105,11 @@ static int parse_args(int argc, char **argv, ss_opts *o)
     o->log_level = -1;
     int c;
     long long v;
+    const char *redis_flag = NULL, *redis_file = NULL;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'r': snprintf(o->redis, sizeof o->redis, "%s", optarg); break;
+        case 'r': redis_flag = optarg; break;
+        case 'R': redis_file = optarg; break;
         case 'n': snprintf(o->run, sizeof o->run, "%s", optarg); break;
         case 'l':
             if (parse_hostport(optarg, o->listen_host, sizeof o->listen_host, &o->listen_port) != 0) {
@@ -151,8 +154,13 @@ static int parse_args(int argc, char **argv, ss_opts *o)
         fprintf(stderr, "shard-server: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    if (o->redis[0] == '\0' || o->run[0] == '\0') {
-        fprintf(stderr, "shard-server: --redis and --run are required (try --help)\n");
+    char err[256];
+    if (redis_url_pick(redis_flag, redis_file, o->redis, sizeof o->redis, err, sizeof err) != 0) {
+        fprintf(stderr, "shard-server: %s (try --help)\n", err);
+        return -1;
+    }
+    if (o->run[0] == '\0') {
+        fprintf(stderr, "shard-server: --run is required (try --help)\n");
         return -1;
     }
     return 0;

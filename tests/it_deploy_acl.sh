@@ -5,7 +5,9 @@
 #     worker is kill -9'd mid-run (eviction paths run inside the functions the others call); the two
 #     others finish their rounds; `coordinator serve` (operator) reaps; `coordinator status` works as
 #     viewer; then an async run (dl_submit). Redis's ACL LOG stays empty: no process ever needed a
-#     command or key it was not given.
+#     command or key it was not given. The passwords stay out of ps: s1 and w1 read the URL from
+#     --redis-file, s2, w2 and the coordinator from DL_REDIS_URL; none of their command lines
+#     (/proc/PID/cmdline) holds a password, while w3's (--redis URL) does.
 #  B. What each user is refused: worker SET/DEL/FUNCTION LOAD, writes to the servers hash, posing as a
 #     shard-server through a function; shard-server FUNCTION FLUSH/LOAD, SET of a control key;
 #     operator FUNCTION FLUSH, FLUSHALL, CONFIG, keys outside dl:*; viewer writes; no-auth clients.
@@ -46,15 +48,28 @@ redis-cli -p "$P" ping 2>&1 | grep -q NOAUTH || fail "an unauthenticated client 
 # ---- A: a run with every process under its own user
 URL=$(url operator)
 init_run $RUN --trainer quadratic --numel 40000 --shards 4 --workers 3 --heartbeat-timeout 2
-URL=$(url shard-server)
-start_server s1 --lease-ttl-ms 2000
-start_server s2 --lease-ttl-ms 2000
-URL=$(url operator)
-bin/coordinator serve --redis "$URL" --run $RUN --print-every 1 > "$TMP/coordinator.log" 2>&1 & PIDS="$PIDS $!"
+url shard-server > "$TMP/server.url"; url worker > "$TMP/worker.url"; chmod 600 "$TMP/server.url" "$TMP/worker.url"
+bin/shard-server --redis-file "$TMP/server.url" --run $RUN --id s1 --lease-ttl-ms 2000 > "$TMP/server-s1.log" 2>&1 &
+SRV_s1=$!; PIDS="$PIDS $!"
+DL_REDIS_URL=$(url shard-server) bin/shard-server --run $RUN --id s2 --lease-ttl-ms 2000 > "$TMP/server-s2.log" 2>&1 &
+SRV_s2=$!; PIDS="$PIDS $!"
+DL_REDIS_URL=$(url operator) bin/coordinator serve --run $RUN --print-every 1 > "$TMP/coordinator.log" 2>&1 &
+COORD=$!; PIDS="$PIDS $!"
+wflags="--run $RUN --sync-every 20 --steps 160 --heartbeat-interval 0.5 --step-delay-ms 5 --quiet"
+bin/worker --redis-file "$TMP/worker.url" --worker-id w1 --log "$TMP/w1.jsonl" $wflags > "$TMP/worker-w1.log" 2>&1 &
+WRK_w1=$!; PIDS="$PIDS $!"
+DL_REDIS_URL=$(url worker) bin/worker --worker-id w2 --log "$TMP/w2.jsonl" $wflags > "$TMP/worker-w2.log" 2>&1 &
+WRK_w2=$!; PIDS="$PIDS $!"
 URL=$(url worker)
-for w in w1 w2 w3; do start_worker $w --sync-every 20 --steps 160 --heartbeat-interval 0.5 --step-delay-ms 5; done
+start_worker w3 --sync-every 20 --steps 160 --heartbeat-interval 0.5 --step-delay-ms 5
 round() { as viewer HGET "dl:{$RUN}:state" round:0; }
 wait_until 25 '[ "$(round)" -ge 2 ]' "two rounds with three workers"
+cmdline() { tr '\0' ' ' < "/proc/$1/cmdline"; }
+for p in $SRV_s1 $SRV_s2 $COORD $WRK_w1 $WRK_w2; do
+  cmdline "$p" | grep -q 'test-password' && fail "a password is on a command line: $(cmdline "$p")"
+done
+cmdline "$WRK_w3" | grep -q 'worker-test-password' || fail "the ps check is blind: w3's --redis URL not seen in $(cmdline "$WRK_w3")"
+say "A: no password in ps for the servers, the coordinator and the workers given --redis-file or DL_REDIS_URL"
 kill -9 "$WRK_w3"
 for w in w1 w2; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
 r=$(round)

@@ -31,7 +31,8 @@ int replay_state_snapshot(replay_state *st, const blob_header *h, const uint8_t 
     memcpy(st->theta, payload, n * sizeof(float));
     if (with_mom) memcpy(st->mom, payload + n * sizeof(float), n * sizeof(float));
     else memset(st->mom, 0, n * sizeof(float));
-    if (st->dnbuf && with_buf) memcpy(st->dnbuf, payload + 2 * n * sizeof(float), n * sizeof(float));
+    /* the buffer follows θ and, when present, the momentum */
+    if (st->dnbuf && with_buf) memcpy(st->dnbuf, payload + (size_t)(1 + with_mom) * n * sizeof(float), n * sizeof(float));
     else if (st->dnbuf) memset(st->dnbuf, 0, n * sizeof(float));
     st->has_mom = with_mom;
     st->version = h->version;
@@ -47,7 +48,7 @@ int replay_state_log(replay_state *st, const blob_header *h, const uint8_t *payl
     }
     if ((h->flags & 4) && (st->dnbuf == NULL || st->dn_buffer == 0)) {
         err_set(err, errlen, "version %" PRId64 " is an async Delayed Nesterov step, but this reader has no DN "
-                "buffer (export of runs with --dn-buffer-size is not supported yet)", h->version);
+                "buffer (the run's config has no dn_buffer?)", h->version);
         return -1;
     }
     if (h->aux != 0) { /* aux 0: a no-op round (every participant dropped) */
@@ -59,8 +60,8 @@ int replay_state_log(replay_state *st, const blob_header *h, const uint8_t *payl
         memcpy(g, payload, n * sizeof(float));
         float mu = (float)h->mu;
         if (h->flags & 4) {
-            outer_dn_step(st->dn_variant, st->theta, st->mom, st->dnbuf, g, n, (uint64_t)h->version, st->dn_buffer,
-                          (float)h->lr, mu, (h->flags & 1) != 0);
+            outer_dn_step(st->dn_variant, st->theta, st->mom, st->dnbuf, g, n, st->dn_t0 + (uint64_t)h->version,
+                          st->dn_buffer, (float)h->lr, mu, (h->flags & 1) != 0);
             st->has_mom = 1;
         } else {
             outer_sgd_step(st->theta, st->mom, (h->flags & 2) != 0, g, n, (float)h->lr, mu, (h->flags & 1) != 0);
@@ -131,9 +132,9 @@ static int ref_version(const char *ref, int64_t *v) {
     return 0;
 }
 
-int replay_load_refs(redisContext *c, const char *run, int shard, size_t n, int64_t want_version,
-                     const char *snap_ref, const char *log_refs, const char *digest, float *theta, float *mom,
-                     int *has_mom, char *err, size_t errlen) {
+int replay_load_refs_state(redisContext *c, const char *run, int shard, size_t n, int64_t want_version,
+                           const char *snap_ref, const char *log_refs, const char *digest, replay_state *st,
+                           char *err, size_t errlen) {
     char key[KEY_MAX];
     int64_t snapv, version = -1;
     if (key_shard_ref(key, sizeof key, run, shard, "snap", snap_ref) != 0 || ref_version(snap_ref, &snapv) < 0) {
@@ -144,8 +145,9 @@ int replay_load_refs(redisContext *c, const char *run, int shard, size_t n, int6
     replay_blob b;
     int rc = get_blob(c, key, &r, &b, err, errlen);
     if (rc == 0) {
-        rc = replay_snapshot(&b.h, b.payload, b.len, n, theta, mom, has_mom, &version, err, errlen);
-        if (rc == 0 && version < 0) version = snapv; /* a writer that left out "v" */
+        rc = replay_state_snapshot(st, &b.h, b.payload, b.len, n, err, errlen);
+        version = st->version;
+        if (rc == 0 && version < 0) version = st->version = snapv; /* a writer that left out "v" */
         if (rc == 0 && version != snapv) {
             err_set(err, errlen, "shard %d: snapshot %s says version %" PRId64, shard, key, version);
             rc = -1;
@@ -172,7 +174,8 @@ int replay_load_refs(redisContext *c, const char *run, int shard, size_t n, int6
             break;
         }
         rc = get_blob(c, key, &r, &b, err, errlen);
-        if (rc == 0) rc = replay_log(&b.h, b.payload, b.len, n, theta, mom, has_mom, &version, err, errlen);
+        if (rc == 0) rc = replay_state_log(st, &b.h, b.payload, b.len, n, err, errlen);
+        version = st->version;
         if (r) freeReplyObject(r);
     }
     free(logs);
@@ -183,13 +186,22 @@ int replay_load_refs(redisContext *c, const char *run, int shard, size_t n, int6
         return -1;
     }
     char got[17];
-    snprintf(got, sizeof got, "%016" PRIx64, digest_f32(theta, n));
+    snprintf(got, sizeof got, "%016" PRIx64, digest_f32(st->theta, n));
     if (strcmp(got, digest) != 0) {
         err_set(err, errlen, "shard %d: digest mismatch at version %" PRId64 ": replay gives %s, Redis says %s",
                 shard, version, got, digest);
         return -1;
     }
     return 0;
+}
+
+int replay_load_refs(redisContext *c, const char *run, int shard, size_t n, int64_t want_version,
+                     const char *snap_ref, const char *log_refs, const char *digest, float *theta, float *mom,
+                     int *has_mom, char *err, size_t errlen) {
+    replay_state st = {.theta = theta, .mom = mom};
+    int rc = replay_load_refs_state(c, run, shard, n, want_version, snap_ref, log_refs, digest, &st, err, errlen);
+    if (rc == 0) *has_mom = st.has_mom;
+    return rc;
 }
 
 int replay_load_shard(redisContext *c, const char *run, int shard, float *theta, float *mom, int *has_mom,

@@ -26,14 +26,16 @@ typedef struct replay_blob {
 } replay_blob;
 
 /* The state a replay rebuilds. dnbuf (n floats) is the async Delayed Nesterov buffer of runs with
- * --dn-buffer-size (dn_buffer > 0), else NULL. The shard-server's loader and every other reader use
- * these two functions, so there is one replay. */
+ * --dn-buffer-size (dn_buffer > 0), else NULL; a DN log entry of version v is submission number
+ * dn_t0 + v (runconf.dn_t0: non-zero for a run resumed from a checkpoint). The shard-server's loader
+ * and every other reader use these two functions, so there is one replay. */
 typedef struct replay_state {
     float *theta, *mom, *dnbuf;
     int has_mom;
     int64_t version;
     uint32_t dn_buffer;
     int dn_variant;
+    uint64_t dn_t0;
 } replay_state;
 /* Snapshot: θ, then momentum (flags bit 0), then the DN buffer (flags bit 1; needs dnbuf). */
 int replay_state_snapshot(replay_state *st, const blob_header *h, const uint8_t *payload, size_t len, size_t n,
@@ -62,7 +64,13 @@ int replay_shard(const replay_blob *snap, const replay_blob *logs, int nlogs, si
 #define REPLAY_GONE (-2)
 
 /* Rebuild shard `shard` (n elements) from explicit refs as kept in dl:{R}:shards (snap "v.e", log
- * "v.e,v.e,..." possibly empty) and check the result against `version` and `digest` (16 hex digits). */
+ * "v.e,v.e,..." possibly empty) and check the result against `version` and `digest` (16 hex digits).
+ * st holds the buffers (theta, mom, and dnbuf with dn_buffer/dn_variant/dn_t0 for a Delayed Nesterov
+ * run) and gets has_mom and version. */
+int replay_load_refs_state(redisContext *c, const char *run, int shard, size_t n, int64_t want_version,
+                           const char *snap_ref, const char *log_refs, const char *digest, replay_state *st,
+                           char *err, size_t errlen);
+/* The same for runs without Delayed Nesterov. */
 int replay_load_refs(redisContext *c, const char *run, int shard, size_t n, int64_t want_version,
                      const char *snap_ref, const char *log_refs, const char *digest, float *theta, float *mom,
                      int *has_mom, char *err, size_t errlen);

@@ -110,6 +110,8 @@ static int load_fields(redisReply *r, runconf *rc, char *err, size_t errlen) {
     const char *dnb = field(r, "dn_buffer"), *dnv = field(r, "dn_variant");
     if (dnb && parse_int(dnb, 0, 1000000, &v) == 0) rc->dn_buffer = (int)v;
     rc->dn_variant = dnv && strcmp(dnv, "forgather") == 0 ? DN_FORGATHER : DN_PAPER;
+    const char *dt0 = field(r, "dn_t0");
+    if (dt0 && parse_int(dt0, 0, INT64_MAX, &v) == 0) rc->dn_t0 = (uint64_t)v;
     const char *wb = field(r, "weight_by"), *wr = field(r, "weight_ref_tokens");
     rc->weight_tokens = wb && strcmp(wb, "tokens") == 0;
     if (wr && parse_int(wr, 1, INT64_MAX, &v) == 0) rc->weight_ref_tokens = (uint64_t)v;

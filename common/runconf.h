@@ -24,6 +24,9 @@ typedef struct runconf {
     int snapshot_every;       /* versions between durable snapshots (the log covers the rest) */
     int dn_buffer;            /* async: Delayed Nesterov every dn_buffer submissions (0 = off) */
     int dn_variant;           /* DN_PAPER or DN_FORGATHER (outer_dn.h) */
+    uint64_t dn_t0;           /* DN submissions before version 0 (a run resumed from a checkpoint: its
+                                 count there), so the submission turning version v into v+1 is number
+                                 dn_t0 + v + 1 and the every-N schedule carries on across the resume */
     int weight_tokens;        /* --weight-by tokens: pseudo-gradients weighted by the tokens behind them */
     uint64_t weight_ref_tokens; /* async: a submission of this many tokens gets weight 1 */
     uint64_t seed;

@@ -6,7 +6,9 @@
 #include "url.h"
 #include "util.h"
 
+#include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define DEFAULT_PORT 6379
@@ -225,4 +227,57 @@ int redis_url_format(const redis_url *u, char *buf, size_t cap)
                      u->host, v6 ? "]" : "", u->port, u->db);
     }
     return n < 0 || (size_t)n >= cap ? -1 : 0;
+}
+
+/* The first line of path, without the blanks around it, into out. */
+static int read_url_file(const char *path, char *out, size_t cap, char *err, size_t errlen)
+{
+    FILE *f = fopen(path, "r");
+    if (f == NULL) {
+        err_set(err, errlen, "--redis-file %s: %s", path, strerror(errno));
+        return -1;
+    }
+    char line[REDIS_URL_MAX + 2] = "";
+    if (fgets(line, sizeof line, f) == NULL)
+        line[0] = '\0';
+    fclose(f);
+    size_t len = strlen(line);
+    if (len == sizeof line - 1 && line[len - 1] != '\n') {
+        err_set(err, errlen, "--redis-file %s: the first line is longer than %d bytes", path, REDIS_URL_MAX);
+        return -1;
+    }
+    while (len > 0 && strchr(" \t\r\n", line[len - 1]) != NULL)
+        line[--len] = '\0';
+    const char *s = line + strspn(line, " \t");
+    if (*s == '\0') {
+        err_set(err, errlen, "--redis-file %s: no Redis URL on its first line", path);
+        return -1;
+    }
+    if (strlen(s) >= cap) {
+        err_set(err, errlen, "--redis-file %s: the URL is longer than %zu bytes", path, cap - 1);
+        return -1;
+    }
+    snprintf(out, cap, "%s", s);
+    return 0;
+}
+
+int redis_url_pick(const char *flag, const char *file, char *out, size_t cap, char *err, size_t errlen)
+{
+    if (flag != NULL && file != NULL) {
+        err_set(err, errlen, "give the Redis URL once: --redis or --redis-file, not both");
+        return -1;
+    }
+    if (file != NULL)
+        return read_url_file(file, out, cap, err, errlen);
+    const char *src = flag != NULL ? flag : getenv(REDIS_URL_ENV);
+    if (src == NULL || *src == '\0') {
+        err_set(err, errlen, "no Redis URL: give --redis URL, --redis-file FILE or set %s", REDIS_URL_ENV);
+        return -1;
+    }
+    if (strlen(src) >= cap) {
+        err_set(err, errlen, "the Redis URL is longer than %zu bytes", cap - 1);
+        return -1;
+    }
+    snprintf(out, cap, "%s", src);
+    return 0;
 }

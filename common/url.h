@@ -29,4 +29,26 @@ int redis_url_parse(const char *s, redis_url *out, char *err, size_t errlen);
 /* Format u back to a URL without the password (safe for logs); 0, or -1 if it did not fit. */
 int redis_url_format(const redis_url *u, char *buf, size_t cap);
 
+/*
+ * Where a process gets its Redis URL. A command line is readable by every local user (ps,
+ * /proc/PID/cmdline), so a URL with a password should not be on it: besides `--redis URL`, every
+ * binary accepts `--redis-file FILE` (the URL on the first line of a file only its owner reads) and
+ * the environment variable DL_REDIS_URL (/proc/PID/environ is readable only by the same user and
+ * root). redis_url_pick() is the one implementation of that choice:
+ *   flag (the --redis value) if given, else the first line of `file` (--redis-file) if given, else
+ *   $DL_REDIS_URL; both flag and file given is an error (which one did the operator mean?), and so
+ *   is none of the three. Blanks around the file's first line are dropped (editors add a newline).
+ * The URL (not yet parsed: redis_url_parse does that) goes to out (cap bytes). 0, or -1 with err.
+ */
+#define REDIS_URL_ENV "DL_REDIS_URL"
+#define REDIS_URL_MAX 1024
+int redis_url_pick(const char *flag, const char *file, char *out, size_t cap, char *err, size_t errlen);
+
+/* The --help lines every binary prints about these three sources. */
+#define REDIS_URL_HELP \
+    "  --redis URL               Redis of the run: redis://[user[:pass]@]host[:port][/db] or unix://path;\n" \
+    "                            visible to other local users in ps, so prefer one of the next two\n" \
+    "  --redis-file FILE         read the URL from the first line of FILE (e.g. chmod 600)\n" \
+    "  $" REDIS_URL_ENV "             the URL, when neither --redis nor --redis-file is given\n"
+
 #endif

@@ -20,6 +20,7 @@
 #include "keys.h"
 #include "log.h"
 #include "outer.h"
+#include "outer_dn.h"
 #include "rconn.h"
 #include "replay.h"
 #include "runconf.h"
@@ -34,6 +35,7 @@
 void checkpoint_free(checkpoint *ck) {
     free(ck->params);
     free(ck->mom);
+    free(ck->dnbuf);
     free(ck->shard_bounds);
     memset(ck, 0, sizeof *ck);
 }
@@ -77,6 +79,7 @@ static char *layout_json(const char *trainer, const char *model, uint64_t numel)
 typedef struct export_data {
     runconf rc;
     float *params, *mom;
+    float *dnbuf;        /* the Delayed Nesterov buffer of a run with rc.dn_buffer > 0, else NULL */
     int has_mom;
     int64_t version;
     char (*digests)[17];
@@ -86,13 +89,14 @@ typedef struct export_data {
 static void export_free(export_data *d) {
     free(d->params);
     free(d->mom);
+    free(d->dnbuf);
     free(d->digests);
     runconf_free(&d->rc);
 }
 
 static int read_state(redisContext *c, const char *run, export_data *d, char *err, size_t errlen) {
     char key[KEY_MAX];
-    redisReply *r = redisCommand(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "state"));
+    redisReply *r = redisCommand(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "tunables"));
     if (rconn_reply_error(c, r, err, errlen) < 0) {
         if (r) freeReplyObject(r);
         return -1;
@@ -156,9 +160,13 @@ static int gather_once(redisContext *c, const char *run, export_data *d, char *w
         redisReply **e = r->element + 4 * k;
         uint64_t off = d->rc.shard_bounds[k];
         size_t n = (size_t)runconf_shard_numel(&d->rc, k);
-        int hm = 0;
-        int lrc = replay_load_refs(c, run, k, n, v0, e[1]->str, e[2]->type == REDIS_REPLY_STRING ? e[2]->str : "",
-                                   e[3]->str, d->params + off, d->mom + off, &hm, err, errlen);
+        /* the same replay as a shard-server's load, with the DN buffer and the run's DN schedule */
+        replay_state st = {.theta = d->params + off, .mom = d->mom + off, .dnbuf = d->dnbuf ? d->dnbuf + off : NULL,
+                           .dn_buffer = (uint32_t)d->rc.dn_buffer, .dn_variant = d->rc.dn_variant,
+                           .dn_t0 = d->rc.dn_t0};
+        int lrc = replay_load_refs_state(c, run, k, n, v0, e[1]->str,
+                                         e[2]->type == REDIS_REPLY_STRING ? e[2]->str : "", e[3]->str, &st, err, errlen);
+        int hm = st.has_mom;
         if (lrc == REPLAY_GONE) {
             err_set(why, whylen, "%s", err);
             ret = 1;
@@ -183,7 +191,8 @@ static int gather(redisContext *c, const char *run, int timeout_ms, export_data 
     d->params = malloc(d->rc.numel * sizeof(float) + 1);
     d->mom = calloc(d->rc.numel + 1, sizeof(float));
     d->digests = calloc((size_t)d->rc.nshards, sizeof *d->digests);
-    if (!d->params || !d->mom || !d->digests) {
+    if (d->rc.dn_buffer > 0) d->dnbuf = calloc(d->rc.numel + 1, sizeof(float));
+    if (!d->params || !d->mom || !d->digests || (d->rc.dn_buffer > 0 && !d->dnbuf)) {
         err_set(err, errlen, "out of memory for %" PRIu64 " parameters", d->rc.numel);
         return -1;
     }
@@ -315,6 +324,12 @@ static json_t *build_metadata(const char *run, const export_data *d) {
     json_object_set_new(m, "shard_digests", json_string(dg));
     meta_set(m, "params_xxh3", "%016" PRIx64, digest_f32(d->params, rc->numel));
     meta_set(m, "momentum_xxh3", "%016" PRIx64, digest_f32(d->mom, rc->numel));
+    if (d->dnbuf) {
+        meta_set(m, "dn_buffer", "%d", rc->dn_buffer);
+        meta_set(m, "dn_variant", "%s", rc->dn_variant == DN_FORGATHER ? "forgather" : "paper");
+        meta_set(m, "dn_t", "%" PRIu64, rc->dn_t0 + (uint64_t)d->version);
+        meta_set(m, "dn_buffer_xxh3", "%016" PRIx64, digest_f32(d->dnbuf, rc->numel));
+    }
     meta_set(m, "created_ms", "%" PRIu64, wall_ms());
     char *layout = layout_json(rc->trainer, rc->model, rc->numel);
     if (layout) json_object_set_new(m, "layout", json_string(layout));
@@ -336,11 +351,14 @@ static int write_checkpoint(const char *path, const char *run, const export_data
     json_object_set(root, "__metadata__", meta);
     json_object_set_new(root, "params", tensor_entry(n, 0));
     json_object_set_new(root, "momentum", tensor_entry(n, n * sizeof(float)));
+    if (d->dnbuf) json_object_set_new(root, "dn_buffer", tensor_entry(n, 2 * n * sizeof(float)));
     char *hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
     /* the side file: the same metadata and tensor table, readable */
     json_t *side = json_pack("{s:s, s:O, s:{s:O, s:O}}", "file", strrchr(path, '/') ? strrchr(path, '/') + 1 : path,
                              "metadata", meta, "tensors", "params", json_object_get(root, "params"), "momentum",
                              json_object_get(root, "momentum"));
+    if (side && d->dnbuf)
+        json_object_set(json_object_get(side, "tensors"), "dn_buffer", json_object_get(root, "dn_buffer"));
     char *side_text = side ? json_dumps(side, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
     json_decref(side);
     json_decref(root);
@@ -364,8 +382,9 @@ static int write_checkpoint(const char *path, const char *run, const export_data
     memcpy(h + 8, hdr, hlen);
     memset(h + 8 + hlen, ' ', padded - hlen);
     free(hdr);
-    chunk chunks[3] = {{h, 8 + padded}, {d->params, n * sizeof(float)}, {d->mom, n * sizeof(float)}};
-    int rc = write_atomic(path, chunks, 3, err, errlen);
+    chunk chunks[4] = {{h, 8 + padded}, {d->params, n * sizeof(float)}, {d->mom, n * sizeof(float)},
+                       {d->dnbuf, d->dnbuf ? n * sizeof(float) : 0}};
+    int rc = write_atomic(path, chunks, d->dnbuf ? 4 : 3, err, errlen);
     free(h);
     if (rc == 0) {
         char sp[4200];
@@ -541,6 +560,12 @@ static int verify_digests(const checkpoint *ck, json_t *meta, char *err, size_t 
         err_set(err, errlen, "momentum is corrupt: XXH3 %s, metadata says %s", got, mx);
         return -1;
     }
+    const char *dx = meta_get(meta, "dn_buffer_xxh3");
+    if (ck->dnbuf) snprintf(got, sizeof got, "%016" PRIx64, digest_f32(ck->dnbuf, ck->numel));
+    if (ck->dnbuf && (!dx || strcmp(dx, got))) {
+        err_set(err, errlen, "dn_buffer is corrupt: XXH3 %s, metadata says %s", got, dx ? dx : "(nothing)");
+        return -1;
+    }
     if (sd && strlen(sd) == (size_t)ck->nshards * 17 - 1) {
         for (int k = 0; k < ck->nshards; k++) {
             uint64_t b = ck->shard_bounds[k];
@@ -625,17 +650,37 @@ int checkpoint_read(const char *path, int with_data, checkpoint *ck, char *err, 
     snprintf(ck->model, sizeof ck->model, "%s", model);
     snprintf(ck->run, sizeof ck->run, "%s", meta_get(meta, "run") ? meta_get(meta, "run") : "");
     snprintf(ck->mode, sizeof ck->mode, "%s", meta_get(meta, "mode") ? meta_get(meta, "mode") : "sync");
-    uint64_t data_len = (uint64_t)st.st_size - 8 - hlen, pb, mb;
-    if (check_tensor(root, "params", ck->numel, data_len, &pb, e2, sizeof e2) < 0 ||
-        check_tensor(root, "momentum", ck->numel, data_len, &mb, e2, sizeof e2) < 0) {
+    /* Delayed Nesterov: a third tensor and where the every-N schedule stands */
+    uint64_t dnb = 0;
+    const char *dnv = meta_get(meta, "dn_variant");
+    if (meta_get(meta, "dn_buffer") && (parse_u64(meta_get(meta, "dn_buffer"), &dnb) < 0 || dnb > 1000000 ||
+                                        (dnb > 0 && (!dnv || (strcmp(dnv, "paper") && strcmp(dnv, "forgather")) ||
+                                                     parse_u64(meta_get(meta, "dn_t"), &ck->dn_t) < 0)))) {
+        err_set(err, errlen, "%s: malformed Delayed Nesterov metadata (dn_buffer, dn_variant, dn_t)", path);
+        goto done;
+    }
+    ck->dn_buffer = (int)dnb;
+    snprintf(ck->dn_variant, sizeof ck->dn_variant, "%s", dnb > 0 ? dnv : "");
+    int ntensors = dnb > 0 ? 3 : 2;
+    uint64_t data_len = (uint64_t)st.st_size - 8 - hlen, off[3] = {0, 0, 0};
+    if (check_tensor(root, "params", ck->numel, data_len, &off[0], e2, sizeof e2) < 0 ||
+        check_tensor(root, "momentum", ck->numel, data_len, &off[1], e2, sizeof e2) < 0 ||
+        (dnb > 0 && check_tensor(root, "dn_buffer", ck->numel, data_len, &off[2], e2, sizeof e2) < 0)) {
         err_set(err, errlen, "%s: %s", path, e2);
         goto done;
     }
-    if (data_len != 2 * ck->numel * sizeof(float) || json_object_size(root) != 3 ||
-        (pb < mb ? pb + ck->numel * 4 > mb : mb + ck->numel * 4 > pb)) {
-        err_set(err, errlen, "%s: the data section (%" PRIu64 " bytes) is not exactly the two tensors", path, data_len);
+    /* every tensor fits (checked above), none overlaps another and they fill the data section */
+    int overlap = 0;
+    for (int i = 0; i < ntensors; i++)
+        for (int j = i + 1; j < ntensors; j++)
+            overlap |= off[i] < off[j] ? off[i] + ck->numel * 4 > off[j] : off[j] + ck->numel * 4 > off[i];
+    if (data_len != (uint64_t)ntensors * ck->numel * sizeof(float) || json_object_size(root) != (size_t)ntensors + 1 ||
+        overlap) {
+        err_set(err, errlen, "%s: the data section (%" PRIu64 " bytes) is not exactly the %d tensors", path, data_len,
+                ntensors);
         goto done;
     }
+    uint64_t pb = off[0], mb = off[1];
     if (with_data) {
         ck->params = malloc(ck->numel * sizeof(float) + 1);
         ck->mom = malloc(ck->numel * sizeof(float) + 1);
@@ -643,13 +688,19 @@ int checkpoint_read(const char *path, int with_data, checkpoint *ck, char *err, 
             err_set(err, errlen, "out of memory for %" PRIu64 " parameters", ck->numel);
             goto done;
         }
+        if (dnb > 0 && !(ck->dnbuf = malloc(ck->numel * sizeof(float) + 1))) {
+            err_set(err, errlen, "out of memory for %" PRIu64 " parameters", ck->numel);
+            goto done;
+        }
         if (read_at(fd, ck->params, ck->numel * 4, 8 + hlen + pb) < 0 ||
-            read_at(fd, ck->mom, ck->numel * 4, 8 + hlen + mb) < 0) {
+            read_at(fd, ck->mom, ck->numel * 4, 8 + hlen + mb) < 0 ||
+            (ck->dnbuf && read_at(fd, ck->dnbuf, ck->numel * 4, 8 + hlen + off[2]) < 0)) {
             err_set(err, errlen, "%s: read error: %s", path, strerror(errno));
             goto done;
         }
         size_t bad;
-        if (outer_check_finite(ck->params, ck->numel, &bad) < 0 || outer_check_finite(ck->mom, ck->numel, &bad) < 0) {
+        if (outer_check_finite(ck->params, ck->numel, &bad) < 0 || outer_check_finite(ck->mom, ck->numel, &bad) < 0 ||
+            (ck->dnbuf && outer_check_finite(ck->dnbuf, ck->numel, &bad) < 0)) {
             err_set(err, errlen, "%s: non-finite value (NaN/Inf) at element %zu", path, bad);
             goto done;
         }
@@ -676,12 +727,14 @@ static void ck_usage(FILE *f) {
             "                                       [--timeout S]\n"
             "       bin/coordinator checkpoint show FILE\n"
             "\n"
-            "save: export the run's global parameters, outer momentum and run config, all shards at one\n"
-            "      committed version, as one safetensors file (+ a .json side file), written atomically.\n"
+            "save: export the run's global parameters, outer momentum (and an async run's Delayed Nesterov\n"
+            "      buffer) and run config, all shards at one committed version, as one safetensors file\n"
+            "      (+ a .json side file), written atomically.\n"
             "  --out FILE     write FILE (e.g. run.safetensors)\n"
             "  --dir DIR      write DIR/checkpoint-<version>.safetensors ...\n"
             "  --keep K       ... and delete all but the newest K there (default 0: keep all)\n"
             "  --timeout S    wait up to S seconds for every shard to be at the same version (default 60)\n"
+            REDIS_URL_HELP
             "show: validate FILE (format, sizes, checksums) and print its metadata.\n"
             "\n"
             "Resume with: bin/coordinator init --redis URL --run NEW --from-checkpoint FILE\n"
@@ -772,6 +825,10 @@ static int ck_show(int argc, char **argv) {
            ck.nesterov ? " nesterov" : "", ck.has_mom ? "true" : "false");
     printf("params_xxh3     %016" PRIx64 "\nmomentum_xxh3   %016" PRIx64 "\n", digest_f32(ck.params, ck.numel),
            digest_f32(ck.mom, ck.numel));
+    if (ck.dn_buffer > 0)
+        printf("delayed nesterov N %d (%s), %" PRIu64 " submissions applied, %" PRIu64 " in the buffer\n"
+               "dn_buffer_xxh3  %016" PRIx64 "\n", ck.dn_buffer, ck.dn_variant, ck.dn_t, ck.dn_t % (uint64_t)ck.dn_buffer,
+               digest_f32(ck.dnbuf, ck.numel));
     for (int k = 0; k < ck.nshards; k++) {
         uint64_t b = ck.shard_bounds[k];
         printf("shard %d %016" PRIx64 "\n", k, digest_f32(ck.params + b, ck.shard_bounds[k + 1] - b));

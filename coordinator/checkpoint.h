@@ -3,7 +3,10 @@
  * A checkpoint is ONE safetensors file (docs/checkpoints.md has the exact format): two fp32 tensors,
  * "params" [numel] (the global parameters of every shard at one common version) and "momentum"
  * [numel] (the outer Nesterov/SGD buffer; zeros and metadata has_momentum "false" before the first
- * outer step), and the run config in "__metadata__" (all strings, as safetensors requires). A JSON
+ * outer step), a third one "dn_buffer" [numel] for an async run with Delayed Nesterov (the sum of
+ * the submissions since the last momentum step; metadata dn_buffer = N, dn_variant, dn_t = the
+ * submissions applied so far, which fixes where the every-N schedule stands), and the run config in
+ * "__metadata__" (all strings, as safetensors requires). A JSON
  * side file (same name, ".json" instead of ".safetensors") repeats the metadata for humans and tools.
  * Both are written atomically: temp file in the same folder, fsync, rename, fsync of the folder.
  *
@@ -38,6 +41,11 @@ typedef struct checkpoint {
     uint64_t seed;
     double outer_lr, outer_momentum;
     int nesterov;
+    /* Delayed Nesterov (async runs with --dn-buffer-size): dn_buffer 0 = none */
+    int dn_buffer;            /* N */
+    char dn_variant[16];      /* "paper" or "forgather" */
+    uint64_t dn_t;            /* DN submissions applied up to `version` (the run's dn_t0 + version) */
+    float *dnbuf;             /* numel fp32 when dn_buffer > 0 (NULL when read without data) */
 } checkpoint;
 
 /* Export run `run` to `path` (atomically, plus the JSON side file). Waits up to
@@ -53,9 +61,10 @@ int checkpoint_export_ex(redisContext *c, const char *run, const char *path, int
 int checkpoint_save_dir(redisContext *c, const char *run, const char *dir, int keep, int timeout_ms,
                         char *path_out, size_t path_cap, int64_t *version, char *err, size_t errlen);
 
-/* Read and validate a checkpoint written by checkpoint_export: our format marker, both tensors F32
- * of shape [numel], offsets inside the file, no trailing bytes, finite values. with_data 0 reads the
- * header only (params and mom stay NULL). Free with checkpoint_free. */
+/* Read and validate a checkpoint written by checkpoint_export: our format marker, every tensor F32
+ * of shape [numel] (params, momentum, and dn_buffer when the metadata has dn_buffer > 0), offsets
+ * inside the file without overlap, no trailing bytes, finite values, the recorded XXH3 digests.
+ * with_data 0 reads the header only (params, mom and dnbuf stay NULL). Free with checkpoint_free. */
 int checkpoint_read(const char *path, int with_data, checkpoint *ck, char *err, size_t errlen);
 void checkpoint_free(checkpoint *ck);
 

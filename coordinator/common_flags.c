@@ -1,5 +1,5 @@
-/* common_flags.c: what every coordinator subcommand shares: --redis/--run, connecting, the status
- * document. */
+/* common_flags.c: what every coordinator subcommand shares: --redis/--redis-file/--run, connecting,
+ * the status document. */
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
@@ -11,23 +11,28 @@
 
 int coord_common_flag(coord_common *c, int argc, char **argv, int *i) {
     const char *f = argv[*i];
-    if (strcmp(f, "--redis") && strcmp(f, "--run")) return 0;
+    if (strcmp(f, "--redis") && strcmp(f, "--redis-file") && strcmp(f, "--run")) return 0;
     if (*i + 1 >= argc) {
         fprintf(stderr, "coordinator: %s needs a value\n", f);
         return -1;
     }
     if (!strcmp(f, "--redis")) c->redis_url = argv[++*i];
+    else if (!strcmp(f, "--redis-file")) c->redis_file = argv[++*i];
     else c->run = argv[++*i];
     return 1;
 }
 
 redisContext *coord_connect(coord_common *c) {
-    char err[512];
-    if (!c->redis_url || !c->run) {
-        fprintf(stderr, "coordinator: --redis URL and --run NAME are required (see --help)\n");
+    char err[512], text[REDIS_URL_MAX];
+    if (redis_url_pick(c->redis_url, c->redis_file, text, sizeof text, err, sizeof err) < 0) {
+        fprintf(stderr, "coordinator: %s (see --help)\n", err);
         return NULL;
     }
-    if (key_check_run_name(c->run, err, sizeof err) < 0 || redis_url_parse(c->redis_url, &c->url, err, sizeof err) < 0) {
+    if (!c->run) {
+        fprintf(stderr, "coordinator: --run NAME is required (see --help)\n");
+        return NULL;
+    }
+    if (key_check_run_name(c->run, err, sizeof err) < 0 || redis_url_parse(text, &c->url, err, sizeof err) < 0) {
         fprintf(stderr, "coordinator: %s\n", err);
         return NULL;
     }

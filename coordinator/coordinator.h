@@ -13,7 +13,8 @@
 #include "url.h"
 
 typedef struct coord_common {
-    const char *redis_url;
+    const char *redis_url;         /* --redis (NULL: --redis-file or $DL_REDIS_URL, see url.h) */
+    const char *redis_file;        /* --redis-file */
     const char *run;
     redis_url url;
 } coord_common;
@@ -23,9 +24,10 @@ int cmd_status(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_control(int argc, char **argv); /* control.c */
 
-/* Parse --redis/--run at argv[*i] (advancing *i); 1 if consumed, 0 if not ours, -1 on error. */
+/* Parse --redis/--redis-file/--run at argv[*i] (advancing *i); 1 if consumed, 0 if not ours, -1 on error. */
 int coord_common_flag(coord_common *c, int argc, char **argv, int *i);
-/* Check both were given, parse the URL and connect (a few retries). NULL + message on stderr. */
+/* Pick the URL (redis_url_pick: --redis, --redis-file or $DL_REDIS_URL), check --run was given, parse
+ * the URL and connect (a few retries). NULL + message on stderr. */
 redisContext *coord_connect(coord_common *c);
 /* The status document (dl_status) parsed; NULL + message on stderr. */
 struct json_t *coord_fetch_status(redisContext *rc, const char *run);

@@ -40,6 +40,7 @@ typedef struct init_args {
     const char *given[64];       /* the flags given on the command line (checkpoint values fill the rest) */
     int ngiven;
     char ck_trainer[32];
+    char ck_dn_variant[16];
 } init_args;
 
 static int flag_given(const init_args *a, const char *flag) {
@@ -53,7 +54,7 @@ static void init_usage(FILE *f) {
             "usage: bin/coordinator init --redis URL --run NAME [options]\n"
             "\n"
             "Creates run NAME: loads the function library, writes version 0 of the parameters.\n"
-            "\n"
+            "\n" REDIS_URL_HELP
             "  -n, --workers N            workers a barrier waits for at start (default 2)\n"
             "  --min-workers N            never wait for fewer than N workers (default 1)\n"
             "  --shards S                 shards of the parameter vector (default 8)\n"
@@ -76,10 +77,11 @@ static void init_usage(FILE *f) {
             "  --dylu-base-sync-every H   H of the fastest worker under DyLU (default 500)\n"
             "  --snapshot-every K         durable snapshot every K versions, log in between (default 8)\n"
             "  --from-checkpoint FILE     start from a checkpoint (`coordinator checkpoint save`): its parameters\n"
-            "                             and outer momentum become version 0; trainer, model, shards,\n"
-            "                             fragments, seed, outer lr/momentum/nesterov and snapshot-every default\n"
-            "                             to the checkpoint's; a model that does not match it is an error\n"
-            "  --reset-momentum           (with --from-checkpoint) start the outer momentum afresh\n"
+            "                             and outer momentum (and Delayed Nesterov buffer) become version 0;\n"
+            "                             trainer, model, shards, fragments, seed, outer lr/momentum/nesterov,\n"
+            "                             snapshot-every (and, with --async, the DN settings) default to the\n"
+            "                             checkpoint's; a model that does not match it is an error\n"
+            "  --reset-momentum           (with --from-checkpoint) start the outer momentum (and DN buffer) afresh\n"
             "  --force                    replace an existing run of that name\n");
 }
 
@@ -116,6 +118,15 @@ static int adopt_checkpoint(init_args *a) {
     if (!flag_given(a, "--outer-lr")) a->outer_lr = ck.outer_lr;
     if (!flag_given(a, "--outer-momentum")) a->outer_momentum = ck.outer_momentum;
     if (!flag_given(a, "--no-nesterov")) a->nesterov = ck.nesterov;
+    /* Delayed Nesterov is an async setting: an async run takes the checkpoint's unless told otherwise
+     * (make_initial_checkpoint refuses a DN buffer the new run could not continue) */
+    if (a->async && ck.dn_buffer > 0) {
+        if (!flag_given(a, "--dn-buffer-size")) a->dn_buffer = ck.dn_buffer;
+        if (!flag_given(a, "--dn-variant")) {
+            snprintf(a->ck_dn_variant, sizeof a->ck_dn_variant, "%s", ck.dn_variant);
+            a->dn_variant = a->ck_dn_variant;
+        }
+    }
     checkpoint_free(&ck);
     return 0;
 }
@@ -250,6 +261,8 @@ typedef struct initial_params {
     trainer_tensor single;
     char model[256];
     float *mom;          /* outer momentum to start from (--from-checkpoint), or NULL */
+    float *dnbuf;        /* Delayed Nesterov buffer to start from (--from-checkpoint of a DN run), or NULL */
+    uint64_t dn_t0;      /* ... and the DN submissions applied before it (config dn_t0) */
     int64_t ck_version;  /* the checkpoint's version, -1 without one */
     char ck_run[80];
 } initial_params;
@@ -279,6 +292,24 @@ static int make_initial_checkpoint(const init_args *a, initial_params *ip, char 
     if (ck.has_mom && !a->reset_momentum) {
         ip->mom = ck.mom;
         ck.mom = NULL;
+    }
+    /* A DN buffer holds the submissions since the last momentum step, counted against the every-N
+     * schedule that dn_t fixes: only a run with the same N and variant can continue it. */
+    const char *dnv = a->dn_variant ? a->dn_variant : "paper";
+    if (ck.dn_buffer > 0 && !a->reset_momentum) {
+        if (!a->async || a->dn_buffer != ck.dn_buffer || strcmp(dnv, ck.dn_variant) != 0) {
+            err_set(err, errlen, "--from-checkpoint %s: the checkpoint holds a Delayed Nesterov buffer (async, "
+                    "--dn-buffer-size %d --dn-variant %s, %" PRIu64 " submissions applied), which this run (%s, "
+                    "--dn-buffer-size %lld --dn-variant %s) cannot continue: add --async (the DN settings then come "
+                    "from the checkpoint), or --reset-momentum to start the outer optimizer afresh",
+                    a->from_checkpoint, ck.dn_buffer, ck.dn_variant, ck.dn_t, a->async ? "async" : "sync",
+                    a->dn_buffer, dnv);
+            checkpoint_free(&ck);
+            return -1;
+        }
+        ip->dnbuf = ck.dnbuf;
+        ck.dnbuf = NULL;
+        ip->dn_t0 = ck.dn_t;
     }
     ip->ck_version = ck.version;
     snprintf(ip->ck_run, sizeof ip->ck_run, "%s", ck.run);
@@ -328,6 +359,7 @@ oom:
 static void free_initial(initial_params *ip) {
     free(ip->params);
     free(ip->mom);
+    free(ip->dnbuf);
     if (ip->tensors != &ip->single) free(ip->tensors);
 }
 
@@ -381,30 +413,34 @@ static int run_exists(redisContext *rc, const char *run, int *exists, char *err,
 
 /* Write version 0 of shard k and return its digest (hex) in digest. With mom (a checkpoint's outer
  * momentum), the snapshot carries θ then the momentum and flags bit 0, exactly like the snapshots a
- * shard-server writes, so the first outer step continues that momentum. */
-static int write_shard_v0(redisContext *rc, const char *run, int k, const float *x, const float *mom, uint64_t n,
-                          char *digest, char *err, size_t errlen) {
+ * shard-server writes, so the first outer step continues that momentum. With dnbuf (a checkpoint's
+ * Delayed Nesterov buffer) it also carries the buffer (flags bit 1) after the momentum (zeros if none),
+ * again as a shard-server writes it. */
+static int write_shard_v0(redisContext *rc, const char *run, int k, const float *x, const float *mom,
+                          const float *dnbuf, uint64_t n, char *digest, char *err, size_t errlen) {
+    int with_mom = mom != NULL || dnbuf != NULL, with_buf = dnbuf != NULL;
     blob_header h;
     blob_header_init(&h, "snap");
     h.dtype = BLOB_F32;
-    h.count = mom ? 2 * n : n;
-    h.flags = mom ? 1 : 0;
+    h.count = (uint64_t)(1 + with_mom + with_buf) * n;
+    h.flags = (with_mom ? 1 : 0) | (with_buf ? 2 : 0);
     h.shard = k;
     h.version = 0;
     h.epoch = 0;
     uint8_t *blob;
     size_t len;
     float *both = NULL;
-    if (mom) {
-        both = malloc(2 * n * sizeof(float));
+    if (with_mom) {
+        both = calloc(h.count, sizeof(float));
         if (!both) {
             err_set(err, errlen, "out of memory");
             return -1;
         }
         memcpy(both, x, n * sizeof(float));
-        memcpy(both + n, mom, n * sizeof(float));
+        if (mom) memcpy(both + n, mom, n * sizeof(float));
+        if (dnbuf) memcpy(both + 2 * n, dnbuf, n * sizeof(float));
     }
-    int enc = blob_encode(&h, mom ? both : x, h.count * sizeof(float), &blob, &len, err, errlen);
+    int enc = blob_encode(&h, with_mom ? both : x, h.count * sizeof(float), &blob, &len, err, errlen);
     free(both);
     if (enc < 0) return -1;
     char key[KEY_MAX];
@@ -433,6 +469,7 @@ static int call_dl_init(redisContext *rc, const init_args *a, const initial_para
     static char sbuf[RUNCONF_MAX_SHARDS * 12], fbuf[RUNCONF_MAX_FRAGMENTS * 8];
     char numel[32], shards[16], frags[16], seed[32], snap[16], secret[40] = "";
     char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32], dylu[4], dbase[24], dnb[24], stale[24], wref[24];
+    char dnt0[24];
     runconf_format_bounds_u64(sb, (int)a->shards, sbuf, sizeof sbuf);
     runconf_format_bounds_u64(fb, (int)a->fragments, fbuf, sizeof fbuf);
     snprintf(numel, sizeof numel, "%" PRIu64, ip->numel);
@@ -450,15 +487,16 @@ static int call_dl_init(redisContext *rc, const init_args *a, const initial_para
     snprintf(dylu, sizeof dylu, "%d", a->dylu);
     snprintf(dbase, sizeof dbase, "%lld", a->dylu_base > 0 ? a->dylu_base : 500);
     snprintf(dnb, sizeof dnb, "%lld", a->dn_buffer);
+    snprintf(dnt0, sizeof dnt0, "%" PRIu64, ip->dn_t0);
     snprintf(stale, sizeof stale, "%lld", a->max_staleness);
     snprintf(wref, sizeof wref, "%lld", a->weight_ref > 0 ? a->weight_ref : 1);
     char key[KEY_MAX];
     key_run(key, sizeof key, a->c.run, "config");
     const char *fixed[] = {"FCALL", "dl_init", "1", key,
-                           "15", "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
+                           "16", "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
                            "shard_bounds", sbuf, "frag_bounds", fbuf, "trainer", a->trainer, "model", ip->model,
                            "seed", seed, "snapshot_every", snap, "secret", secret,
-                           "dn_buffer", dnb, "dn_variant", a->dn_variant ? a->dn_variant : "paper",
+                           "dn_buffer", dnb, "dn_variant", a->dn_variant ? a->dn_variant : "paper", "dn_t0", dnt0,
                            "weight_by", a->weight_by ? a->weight_by : "none", "weight_ref_tokens", wref,
                            "10", "target_workers", target, "expected_workers", target, "min_workers", minw,
                            "outer_lr", lr, "outer_momentum", mu, "nesterov", nest, "heartbeat_timeout_ms", hbt,
@@ -492,8 +530,8 @@ static int create_run(redisContext *rc, const init_args *a, char *err, size_t er
     if (layout_cut_shards(ip.tensors, ip.ntensors, ip.numel, (int)a->shards, sb, err, errlen) < 0) goto done_ip;
     if (layout_cut_fragments((int)a->shards, (int)a->fragments, fb, err, errlen) < 0) goto done_ip;
     for (int k = 0; k < a->shards; k++)
-        if (write_shard_v0(rc, a->c.run, k, ip.params + sb[k], ip.mom ? ip.mom + sb[k] : NULL, sb[k + 1] - sb[k],
-                           digests[k], err, errlen) < 0)
+        if (write_shard_v0(rc, a->c.run, k, ip.params + sb[k], ip.mom ? ip.mom + sb[k] : NULL,
+                           ip.dnbuf ? ip.dnbuf + sb[k] : NULL, sb[k + 1] - sb[k], digests[k], err, errlen) < 0)
             goto done_ip;
     if (call_dl_init(rc, a, &ip, sb, fb, digests, err, errlen) < 0) goto done_ip;
     printf("run '%s' created: %s trainer (%s), %" PRIu64 " parameters in %lld shards, %lld fragment(s), "
@@ -501,8 +539,9 @@ static int create_run(redisContext *rc, const init_args *a, char *err, size_t er
            a->c.run, a->trainer, ip.model, ip.numel, a->shards, a->fragments, a->workers, a->outer_lr,
            a->outer_momentum, a->nesterov ? " nesterov" : "");
     if (a->from_checkpoint)
-        printf("version 0 = checkpoint %s (run '%s' at version %" PRId64 "), %s\n", a->from_checkpoint, ip.ck_run,
-               ip.ck_version, ip.mom ? "with its outer momentum" : "outer momentum starts afresh");
+        printf("version 0 = checkpoint %s (run '%s' at version %" PRId64 "), %s%s\n", a->from_checkpoint, ip.ck_run,
+               ip.ck_version, ip.mom ? "with its outer momentum" : "outer momentum starts afresh",
+               ip.dnbuf ? ", with its Delayed Nesterov buffer" : "");
     rc_ = 0;
 done_ip:
     free_initial(&ip);

@@ -19,7 +19,7 @@ static void usage(FILE *f) {
             "  control   kick a worker, set outer lr / momentum / expected workers, shut down\n"
             "  checkpoint save|show   export the run to a safetensors file; see `checkpoint --help`\n"
             "\n"
-            "Redis URL: redis://[user[:pass]@]host[:port][/db] or unix://path\n");
+            "Every command takes the run's Redis from one of:\n" REDIS_URL_HELP);
 }
 
 int main(int argc, char **argv) {

@@ -135,7 +135,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg) {
 static void usage(FILE *f) {
     fprintf(f,
             "usage: bin/coordinator serve --redis URL --run NAME [options]\n"
-            "\n"
+            "\n" REDIS_URL_HELP
             "  --print-every S      one-line summary every S seconds (default 10, 0 = never)\n"
             "  --http [HOST:]PORT   serve the dashboard, /status, /metrics and /control on PORT\n"
             "                       (default host 127.0.0.1; PORT 0 = any free port)\n"

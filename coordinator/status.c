@@ -90,7 +90,7 @@ int cmd_status(int argc, char **argv) {
         if (!strcmp(argv[i], "--json")) {
             as_json = 1;
         } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: bin/coordinator status --redis URL --run NAME [--json]\n");
+            printf("usage: bin/coordinator status --redis URL --run NAME [--json]\n\n" REDIS_URL_HELP);
             return 0;
         } else {
             fprintf(stderr, "coordinator status: unknown option %s\n", argv[i]);

@@ -17,13 +17,24 @@ and fails with a fixed error code (first word of the error):
   VERSION         the shard is not at the version the caller expects
   ALIVE           the worker is still a live member (it cannot be dropped from a round)
   SHUTDOWN        the run has been shut down
+  OLDRUN          the run was created by another version of this library (its keys are laid out differently)
 
 All keys of run R carry the hash tag {R} so a Redis Cluster keeps them on one node; KEYS[1] is always
 dl:{R}:config and the other names are derived from it. The format of every key is documented in
 docs/PROTOCOL.md. Times are Redis TIME in milliseconds, never a client's clock.
+
+Who may write what. Redis checks the ACL of the CALLING user on every redis.call a function makes, so
+what a function may change is what its caller may change. The operator's settings (outer lr/momentum,
+Nesterov, heartbeat timeout, staleness limit, DyLU, worker counts, running/shutdown) live in their own
+hash dl:{R}:tunables, which only operator functions (dl_init, dl_set, dl_shutdown, dl_kick) write and
+which deploy/redis/users.acl gives the worker and shard-server users read-only (%R~). Every operator
+function makes its first write to that hash (operator_gate), after its checks: for any other user the
+function stops there with an ACL error, before anything changed. Worker and server functions only READ
+dl:{R}:tunables; the counters and the round state they must change stay in dl:{R}:state.
 ]]
 
-local LIB_VERSION = '1'
+-- 2: operator settings moved from dl:{R}:state to dl:{R}:tunables (version 1 kept them in state)
+local LIB_VERSION = '2'
 local EVENTS_MAXLEN = 100000
 
 -- ---------------------------------------------------------------------------------------------------
@@ -78,9 +89,36 @@ end
 
 local function load_run(keys)
     local P = prefix_of(keys[1])
-    if redis.call('EXISTS', keys[1]) == 0 then error('NORUN run ' .. P .. ' does not exist; run `coordinator init` first') end
+    local v = redis.call('HGET', keys[1], 'lib_version')
+    if not v then error('NORUN run ' .. P .. ' does not exist; run `coordinator init` first') end
+    -- a run made by another library version keeps its keys differently (version 1: the operator's
+    -- settings in dl:{R}:state): reading it with these functions would silently use defaults
+    if v ~= LIB_VERSION then
+        error('OLDRUN run ' .. P .. ' was created by function library version ' .. v .. ', this is version ' ..
+              LIB_VERSION .. '; finish it with the binaries of that release (or export a checkpoint with them ' ..
+              'and init a new run from it)')
+    end
     return P
 end
+
+-- The operator's settings of the run (see the header): read by everyone, written only by operator
+-- functions, each of which goes through operator_gate first.
+local function tunables_key(P) return P .. ':tunables' end
+local function tunable(P, field) return redis.call('HGET', P .. ':tunables', field) end
+
+-- The first write of every operator function, made after all its checks. Only the operator user may
+-- write dl:{R}:tunables, so for a worker or shard-server this HINCRBY fails with an ACL error and the
+-- function has changed nothing. operator_rev counts the operator's actions (set, shutdown, kick).
+local function operator_gate(P)
+    redis.call('HINCRBY', P .. ':tunables', 'operator_rev', 1)
+end
+
+-- Fields of dl_init's state list that are operator settings (dl:{R}:tunables); the rest go to dl:{R}:state.
+-- expected_workers is the operator's -n (and every later dl_set target_workers); state's target_workers
+-- is the live barrier target, which starts there and shrinks on deaths (worker functions write it).
+local OPERATOR_FIELDS = {status = true, outer_lr = true, outer_momentum = true, nesterov = true,
+                         min_workers = true, expected_workers = true, heartbeat_timeout_ms = true,
+                         max_staleness = true, dylu = true, dylu_base_sync_every = true}
 
 local function num_fragments(P)
     return tonumber(redis.call('HGET', P .. ':config', 'fragments')) or 1
@@ -185,7 +223,7 @@ local function live_count(P) return redis.call('HLEN', P .. ':workers') end
 local function shrink_target(P)
     local state = P .. ':state'
     local target = tonumber(redis.call('HGET', state, 'target_workers')) or 1
-    local minw = tonumber(redis.call('HGET', state, 'min_workers')) or 1
+    local minw = tonumber(tunable(P, 'min_workers')) or 1
     local live = live_count(P)
     local t = math.max(minw, math.min(target, live))
     if t < 1 then t = 1 end
@@ -206,7 +244,7 @@ end
 
 -- Evict every member whose last heartbeat is older than the timeout (0 disables eviction).
 local function reap(P, now)
-    local timeout = tonumber(redis.call('HGET', P .. ':state', 'heartbeat_timeout_ms')) or 0
+    local timeout = tonumber(tunable(P, 'heartbeat_timeout_ms')) or 0
     if timeout <= 0 then return 0 end
     local dead = redis.call('ZRANGEBYSCORE', P .. ':heartbeats', '-inf', '(' .. (now - timeout))
     for _, w in ipairs(dead) do remove_member(P, w, 'evicted') end
@@ -214,7 +252,7 @@ local function reap(P, now)
 end
 
 local function check_running(P)
-    if redis.call('HGET', P .. ':state', 'status') == 'shutdown' then
+    if tunable(P, 'status') == 'shutdown' then
         error('SHUTDOWN the run has been shut down by an operator')
     end
 end
@@ -244,13 +282,17 @@ local function dl_init(keys, args)
     local conf = {}
     for _ = 1, nconf do conf[#conf + 1] = args[i]; conf[#conf + 1] = args[i + 1]; i = i + 2 end
     local nstate = to_int(args[i], 'nstate'); i = i + 1
-    local st = {}
-    for _ = 1, nstate do st[#st + 1] = args[i]; st[#st + 1] = args[i + 1]; i = i + 2 end
+    local st, tun = {}, {}
+    for _ = 1, nstate do
+        local into = OPERATOR_FIELDS[args[i]] and tun or st
+        into[#into + 1] = args[i]; into[#into + 1] = args[i + 1]; i = i + 2
+    end
     local nshards = to_int(args[i], 'nshards'); i = i + 1
     if nshards < 1 or #args ~= i - 1 + nshards then error('BADARG expected ' .. nshards .. ' shard digests') end
     -- all checks done: write
     redis.call('HSET', keys[1], 'lib_version', LIB_VERSION, 'created_ms', now_ms(), unpack(conf))
-    redis.call('HSET', P .. ':state', 'status', 'running', 'rounds_closed', 0, 'commits', 0,
+    redis.call('HSET', tunables_key(P), 'status', 'running', 'operator_rev', 0, unpack(tun))
+    redis.call('HSET', P .. ':state', 'rounds_closed', 0, 'commits', 0,
                'rejections', 0, 'deaths', 0, 'joins', 0, 'incarnations', 0, unpack(st))
     local F = tonumber(redis.call('HGET', keys[1], 'fragments')) or 1
     for f = 0, F - 1 do
@@ -327,8 +369,8 @@ local function dl_heartbeat(keys, args)
     redis.call('ZADD', P .. ':heartbeats', now, args[1])
     local state = P .. ':state'
     local h = 0
-    if redis.call('HGET', state, 'dylu') == '1' then
-        local base = tonumber(redis.call('HGET', state, 'dylu_base_sync_every')) or 500
+    if tunable(P, 'dylu') == '1' then
+        local base = tonumber(tunable(P, 'dylu_base_sync_every')) or 500
         local vmax = 0
         local all = redis.call('HVALS', P .. ':workers')
         for _, raw in ipairs(all) do
@@ -341,7 +383,7 @@ local function dl_heartbeat(keys, args)
     end
     local rounds = {}
     for f = 0, num_fragments(P) - 1 do rounds[f + 1] = tonumber(redis.call('HGET', state, 'round:' .. f)) end
-    return {redis.call('HGET', state, 'status'), h, rounds}
+    return {tunable(P, 'status'), h, rounds}
 end
 
 -- dl_member KEYS[1]=config ARGV: worker_id -> incarnation or nil (read-only; used by shard-servers)
@@ -451,7 +493,7 @@ local function dl_submit(keys, args)
     local rec = check_member(P, w, inc)
     if #args < 5 or (#args - 3) % 2 ~= 0 then error('BADARG expected (shard, base_version) pairs') end
     local shards = P .. ':shards'
-    local limit = tonumber(redis.call('HGET', P .. ':state', 'max_staleness')) or 0
+    local limit = tonumber(tunable(P, 'max_staleness')) or 0
     local plan = {}
     for i = 4, #args, 2 do
         local k, base = to_int(args[i], 'shard'), to_int(args[i + 1], 'base_version')
@@ -639,11 +681,14 @@ end
 local function dl_kick(keys, args)
     local P = load_run(keys)
     if not get_worker(P, args[1]) then error('UNKNOWN_WORKER no live worker ' .. tostring(args[1])) end
+    operator_gate(P)
     remove_member(P, args[1], 'kicked')
     return 'OK'
 end
 
--- dl_set KEYS[1]=config ARGV: (field, value)* among the tunables below
+-- dl_set KEYS[1]=config ARGV: (field, value)* among the tunables below. Each goes to dl:{R}:tunables;
+-- target_workers (the workers a barrier waits for) is the operator's expected_workers there and also
+-- resets the live target in dl:{R}:state, which then shrinks on deaths again.
 local TUNABLES = {outer_lr = 'num', outer_momentum = 'num', nesterov = 'bool', min_workers = 'int',
                   target_workers = 'int', heartbeat_timeout_ms = 'int', max_staleness = 'int'}
 local function dl_set(keys, args)
@@ -658,12 +703,18 @@ local function dl_set(keys, args)
         if args[i] == 'outer_lr' and v <= 0 then error('BADARG outer_lr must be positive') end
         if args[i] == 'outer_momentum' and (v < 0 or v >= 1) then error('BADARG outer_momentum must be in [0, 1)') end
     end
-    local fields = {}
-    for i = 1, #args, 2 do fields[#fields + 1] = args[i]; fields[#fields + 1] = args[i + 1] end
-    redis.call('HSET', P .. ':state', unpack(fields))
-    if redis.call('HEXISTS', P .. ':state', 'target_workers') == 1 then
-        for f = 0, num_fragments(P) - 1 do barrier_try_close(P, f) end
+    local fields, tun = {}, {}
+    for i = 1, #args, 2 do
+        fields[#fields + 1] = args[i]; fields[#fields + 1] = args[i + 1]
+        tun[#tun + 1] = args[i] == 'target_workers' and 'expected_workers' or args[i]
+        tun[#tun + 1] = args[i + 1]
     end
+    operator_gate(P)
+    redis.call('HSET', tunables_key(P), unpack(tun))
+    for i = 1, #args, 2 do
+        if args[i] == 'target_workers' then redis.call('HSET', P .. ':state', 'target_workers', args[i + 1]) end
+    end
+    for f = 0, num_fragments(P) - 1 do barrier_try_close(P, f) end
     event(P, 'set', fields)
     return 'OK'
 end
@@ -671,7 +722,8 @@ end
 -- dl_shutdown KEYS[1]=config: workers see status 'shutdown' in their next heartbeat and stop
 local function dl_shutdown(keys, args)
     local P = load_run(keys)
-    redis.call('HSET', P .. ':state', 'status', 'shutdown')
+    operator_gate(P)
+    redis.call('HSET', tunables_key(P), 'status', 'shutdown')
     event(P, 'shutdown', {})
     return 'OK'
 end
@@ -687,7 +739,9 @@ local function dl_status(keys, args)
     end
     local config = hash(P .. ':config')
     config.secret = nil
+    -- 'state' shows both hashes, as it did when one held everything (the dashboard and tools read it)
     local state = hash(P .. ':state')
+    for k, v in pairs(hash(tunables_key(P))) do state[k] = v end
     local workers = {}
     local all = redis.call('HGETALL', P .. ':workers')
     for i = 1, #all, 2 do

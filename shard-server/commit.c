@@ -525,9 +525,10 @@ static void commit_slice(ss_commit *c, ss_shard *s)
         memcpy(c->mom + lo, s->mom + lo, len * sizeof(float));
         if (c->dnbuf != NULL)
             memcpy(c->dnbuf + lo, s->dnbuf + lo, len * sizeof(float));
-        if (used > 0 && c->dnbuf != NULL) /* async Delayed Nesterov: submission number t = version + 1 */
+        if (used > 0 && c->dnbuf != NULL) /* async Delayed Nesterov: submission number t = dn_t0 + version + 1 */
             outer_dn_step(c->ss->rc.dn_variant, c->theta + lo, c->mom + lo, c->dnbuf + lo, g, len,
-                          (uint64_t)c->round + 1, (uint32_t)c->ss->rc.dn_buffer, c->t.lr, c->t.mu, c->t.nesterov);
+                          c->ss->rc.dn_t0 + (uint64_t)c->round + 1, (uint32_t)c->ss->rc.dn_buffer, c->t.lr, c->t.mu,
+                          c->t.nesterov);
         else if (used > 0)
             outer_sgd_step(c->theta + lo, c->mom + lo, c->first, g, len, c->t.lr, c->t.mu, c->t.nesterov);
         XXH3_64bits_update(c->xs, c->theta + lo, len * sizeof(float));

@@ -154,7 +154,7 @@ static void on_servers(redisReply *r, void *priv)
 static void refresh_views(ss_ctx *ss)
 {
     char key[KEY_MAX];
-    const char *tv[5] = { "HMGET", key_run(key, sizeof key, ss->opts.run, "state"), "outer_lr", "outer_momentum",
+    const char *tv[5] = { "HMGET", key_run(key, sizeof key, ss->opts.run, "tunables"), "outer_lr", "outer_momentum",
                           "nesterov" };
     ra_cmds(&ss->ctl, on_tunables, ss, 5, tv);
     char skey[KEY_MAX];

@@ -3,7 +3,7 @@
  *
  * Start-up: parse the options, connect to Redis (retrying with backoff until it answers or we are
  * told to stop), check that the function library is the version this build speaks, read the run's
- * layout (dl:{R}:config) and outer tunables (dl:{R}:state), then hand over to the event loop: the
+ * layout (dl:{R}:config) and outer tunables (dl:{R}:tunables), then hand over to the event loop: the
  * data-plane listener, two asynchronous Redis connections (control and bulk), the lease loop.
  * SIGINT/SIGTERM: stop accepting, give the leases back (dl_server_leave), exit 0 within 2 s.
  */
@@ -42,7 +42,7 @@ static void usage(FILE *f)
             "Redis, receives pseudo-gradients from workers over TCP, commits each round's outer step to Redis\n"
             "and serves the new parameters. Start as many as you like, any time; kill them any time.\n"
             "\n"
-            "  --redis URL               Redis of the run: redis://[user[:pass]@]host[:port][/db] or unix://path\n"
+            REDIS_URL_HELP
             "  --run NAME                run name (as given to `coordinator init`)\n"
             "  --listen HOST:PORT        data-plane address to bind (default 127.0.0.1:0, an ephemeral port)\n"
             "  --advertise HOST:PORT     address workers should use (default: the bound address)\n"
@@ -91,6 +91,7 @@ static int parse_args(int argc, char **argv, ss_opts *o)
 {
     static const struct option longopts[] = {
         { "redis", required_argument, 0, 'r' },        { "run", required_argument, 0, 'n' },
+        { "redis-file", required_argument, 0, 'R' },
         { "listen", required_argument, 0, 'l' },       { "advertise", required_argument, 0, 'a' },
         { "id", required_argument, 0, 'i' },           { "lease-ttl-ms", required_argument, 0, 't' },
         { "max-pending-rounds", required_argument, 0, 'p' }, { "log-level", required_argument, 0, 'v' },
@@ -104,9 +105,11 @@ static int parse_args(int argc, char **argv, ss_opts *o)
     o->log_level = -1;
     int c;
     long long v;
+    const char *redis_flag = NULL, *redis_file = NULL;
     while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
         switch (c) {
-        case 'r': snprintf(o->redis, sizeof o->redis, "%s", optarg); break;
+        case 'r': redis_flag = optarg; break;
+        case 'R': redis_file = optarg; break;
         case 'n': snprintf(o->run, sizeof o->run, "%s", optarg); break;
         case 'l':
             if (parse_hostport(optarg, o->listen_host, sizeof o->listen_host, &o->listen_port) != 0) {
@@ -151,8 +154,13 @@ static int parse_args(int argc, char **argv, ss_opts *o)
         fprintf(stderr, "shard-server: unexpected argument '%s'\n", argv[optind]);
         return -1;
     }
-    if (o->redis[0] == '\0' || o->run[0] == '\0') {
-        fprintf(stderr, "shard-server: --redis and --run are required (try --help)\n");
+    char err[256];
+    if (redis_url_pick(redis_flag, redis_file, o->redis, sizeof o->redis, err, sizeof err) != 0) {
+        fprintf(stderr, "shard-server: %s (try --help)\n", err);
+        return -1;
+    }
+    if (o->run[0] == '\0') {
+        fprintf(stderr, "shard-server: --run is required (try --help)\n");
         return -1;
     }
     return 0;
@@ -173,7 +181,7 @@ static void on_startup_signal(int sig)
     g_startup_stop = 1;
 }
 
-/* Read the outer tunables from dl:{R}:state (the lease loop keeps them fresh afterwards). */
+/* Read the outer tunables from dl:{R}:tunables (the lease loop keeps them fresh afterwards). */
 static void read_tunables(redisContext *c, ss_ctx *ss)
 {
     char key[KEY_MAX];
@@ -181,7 +189,7 @@ static void read_tunables(redisContext *c, ss_ctx *ss)
     ss->tun.mu = 0.9f;
     ss->tun.nesterov = 1;
     redisReply *r = redisCommand(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key,
-                                                                                      ss->opts.run, "state"));
+                                                                                      ss->opts.run, "tunables"));
     if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
         if (r->element[0]->type == REDIS_REPLY_STRING)
             ss->tun.lr = strtof(r->element[0]->str, NULL);

@@ -278,7 +278,8 @@ static replay_state load_state(ss_load *ld, int64_t version)
 {
     const runconf *rc = &ld->ss->rc;
     replay_state st = { .theta = ld->theta, .mom = ld->mom, .dnbuf = ld->dnbuf, .has_mom = ld->has_mom,
-                        .version = version, .dn_buffer = (uint32_t)rc->dn_buffer, .dn_variant = rc->dn_variant };
+                        .version = version, .dn_buffer = (uint32_t)rc->dn_buffer, .dn_variant = rc->dn_variant,
+                        .dn_t0 = rc->dn_t0 };
     return st;
 }
 

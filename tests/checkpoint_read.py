@@ -11,6 +11,8 @@ compare against Redis and the C side:
     all <xxh3>                XXH3-64 of all parameters (as the workers' sync digest)
     momentum_all <xxh3>       XXH3-64 of the momentum tensor
     momentum_nonzero <count>  how many momentum elements are not 0
+    dn_buffer N / dn_t T / dn_all <xxh3> / dn_nonzero <count> / dn_sum <float64 sum>
+                              only for a Delayed Nesterov checkpoint (a third tensor "dn_buffer")
     params_sum <float64 sum>  params_first <first 3 values>
 
 XXH3 comes from libxxhash (the C library the project builds against) through ctypes; numpy does the
@@ -71,8 +73,10 @@ def main():
     if not all(isinstance(v, str) for v in meta.values()):
         die("safetensors metadata values must all be strings")
     numel = int(meta["numel"])
-    if sorted(header) != ["momentum", "params"]:
-        die("tensors are %s, want params and momentum" % sorted(header))
+    dn = int(meta.get("dn_buffer", "0"))
+    want = ["momentum", "params"] + (["dn_buffer"] if dn > 0 else [])
+    if sorted(header) != sorted(want):
+        die("tensors are %s, want %s" % (sorted(header), sorted(want)))
     arrays, spans = {}, []
     for name, t in header.items():
         if t["dtype"] != "F32" or t["shape"] != [numel]:
@@ -83,10 +87,11 @@ def main():
         spans.append((b, e))
         arrays[name] = np.frombuffer(body, dtype="<f4", count=numel, offset=b)
     spans.sort()
-    if spans[0][0] != 0 or spans[0][1] != spans[1][0] or spans[1][1] != len(body):
+    if spans[0][0] != 0 or any(spans[i][1] != spans[i + 1][0] for i in range(len(spans) - 1)) or \
+            spans[-1][1] != len(body):
         die("the tensors do not cover the data section exactly: %s for %d bytes" % (spans, len(body)))
     params, mom = arrays["params"], arrays["momentum"]
-    if not (np.isfinite(params).all() and np.isfinite(mom).all()):
+    if not all(np.isfinite(a).all() for a in arrays.values()):
         die("non-finite values")
     bounds = [int(x) for x in meta["shard_bounds"].split(",")]
     if bounds[0] != 0 or bounds[-1] != numel or len(bounds) != int(meta["shards"]) + 1:
@@ -106,6 +111,16 @@ def main():
     print("momentum_nonzero %d" % int(np.count_nonzero(mom)))
     print("params_sum %.17g" % math.fsum(params.astype(np.float64)))
     print("params_first %s" % " ".join("%.9g" % v for v in params[:3]))
+    if dn > 0:
+        buf = arrays["dn_buffer"]
+        if xxh3(buf.tobytes()) != meta.get("dn_buffer_xxh3"):
+            die("dn_buffer XXH3 %s, metadata says %s" % (xxh3(buf.tobytes()), meta.get("dn_buffer_xxh3")))
+        print("dn_buffer %d" % dn)
+        print("dn_variant %s" % meta["dn_variant"])
+        print("dn_t %s" % meta["dn_t"])
+        print("dn_all %s" % xxh3(buf.tobytes()))
+        print("dn_nonzero %d" % int(np.count_nonzero(buf)))
+        print("dn_sum %.17g" % math.fsum(buf.astype(np.float64)))
     if meta.get("layout"):
         layout = json.loads(meta["layout"])
         covered = sum(int(np.prod(shape)) for _, shape, _ in layout)

@@ -11,7 +11,14 @@
 #    the outer momentum), while R3 resumed with --reset-momentum ends different;
 #  - --dir/--keep writes checkpoint-<version>.safetensors and keeps the newest K;
 #  - a model that does not match, a foreign safetensors file and a corrupt checkpoint are refused
-#    with a clear message and create no run.
+#    with a clear message and create no run;
+#  - Delayed Nesterov (async, N=3): 8 submissions, so the buffer holds 2 (t = 8), exported with
+#    `checkpoint save --dir` (what `serve --save-every` calls) as a third tensor; the file's params
+#    equal Redis's digests and its buffer is non-zero; `init --async --from-checkpoint` restores it
+#    (config dn_t0 = 8); two more submissions of one fresh worker (t = 9: a momentum step, and 10) on
+#    the original and on the resumed run end bit-identical, while a resume without the buffer
+#    (--reset-momentum) and one with the buffer but the schedule restarted (dn_t0 forced to 0) end
+#    different; the resumed run exports the same buffer again; a sync resume of it is refused.
 . "$(dirname "$0")/lib.sh"
 /usr/bin/python3 -c 'import numpy' 2>/dev/null || { echo "SKIP: /usr/bin/python3 has no numpy (apt-get install python3-numpy)"; exit 77; }
 RUN=ck; NUMEL=200000; SEED=7; H=20; ROUNDS=3
@@ -135,4 +142,58 @@ refuse bad4 "corrupt" --from-checkpoint "$TMP/corrupt.safetensors"
 head -c 1000 "$CK" > "$TMP/short.safetensors"
 refuse bad5 "do not fit" --from-checkpoint "$TMP/short.safetensors"
 refuse bad6 "cannot open" --from-checkpoint "$TMP/nonexistent.safetensors"
-say "checkpoints: export, python read, resume with momentum, rotation, refusals: all good"
+
+say "Delayed Nesterov: export, resume, continue"
+RUN=ckdn; DNUM=40000
+init_run $RUN --async --trainer quadratic --numel $DNUM --shards 4 --workers 2 --seed 5 --snapshot-every 3 \
+  --dn-buffer-size 3
+start_server "d_$RUN" --lease-ttl-ms 2000
+for w in u1 u2; do start_worker "$w" --sync-every 10 --steps 40 --heartbeat-interval 1; done
+for w in u1 u2; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w of $RUN exited with status $?"; done
+[ "$(shard_versions $RUN)" = "8 8 8 8" ] || fail "$RUN versions: $(shard_versions $RUN)"
+DD="$TMP/dnck"
+bin/coordinator checkpoint save --redis "$URL" --run $RUN --dir "$DD" > "$TMP/save-dn.log" 2>&1 || fail "DN save: $(cat "$TMP/save-dn.log")"
+CKD="$DD/checkpoint-8.safetensors"
+/usr/bin/python3 tests/checkpoint_read.py "$CKD" > "$TMP/py-dn.txt" 2>&1 || fail "checkpoint_read.py (DN): $(cat "$TMP/py-dn.txt")"
+shard_digests $RUN > "$TMP/dn-digests.txt"
+grep '^shard' "$TMP/py-dn.txt" | diff - "$TMP/dn-digests.txt" > /dev/null || fail "DN checkpoint params differ from Redis"
+grep -qx "dn_buffer 3" "$TMP/py-dn.txt" && grep -qx "dn_t 8" "$TMP/py-dn.txt" || fail "DN metadata: $(grep ^dn "$TMP/py-dn.txt")"
+nz=$(awk '/^dn_nonzero/ {print $2}' "$TMP/py-dn.txt")
+[ "$nz" -gt $((DNUM / 2)) ] || fail "the exported DN buffer is mostly zero ($nz non-zero): 2 submissions should be in it"
+bin/coordinator checkpoint show "$CKD" | grep -q "delayed nesterov N 3 (paper), 8 submissions applied, 2 in the buffer" ||
+  fail "checkpoint show: $(bin/coordinator checkpoint show "$CKD" 2>&1)"
+say "exported at t = 8 with 2 submissions in the DN buffer ($(awk '/^dn_all/ {print $2}' "$TMP/py-dn.txt"))"
+
+init_run ckdn2 --async --from-checkpoint "$CKD" --workers 1
+grep -q "with its Delayed Nesterov buffer" "$TMP/init-ckdn2.log" || fail "init did not take the DN buffer: $(cat "$TMP/init-ckdn2.log")"
+[ "$($RCLI HGET 'dl:{ckdn2}:config' dn_t0)" = 8 ] && [ "$($RCLI HGET 'dl:{ckdn2}:config' dn_buffer)" = 3 ] ||
+  fail "ckdn2 config: dn_t0 $($RCLI HGET 'dl:{ckdn2}:config' dn_t0), dn_buffer $($RCLI HGET 'dl:{ckdn2}:config' dn_buffer)"
+shard_digests ckdn2 | diff - "$TMP/dn-digests.txt" > /dev/null || fail "ckdn2's shard digests differ"
+# the restored buffer is what was exported: export the resumed run at version 0 and compare
+bin/coordinator checkpoint save --redis "$URL" --run ckdn2 --out "$TMP/ckdn2-v0.safetensors" > /dev/null 2>&1 || fail "save ckdn2"
+/usr/bin/python3 tests/checkpoint_read.py "$TMP/ckdn2-v0.safetensors" > "$TMP/py-dn2.txt" 2>&1 || fail "read ckdn2 export"
+[ "$(grep '^dn_all\|^momentum_all\|^all' "$TMP/py-dn2.txt")" = "$(grep '^dn_all\|^momentum_all\|^all' "$TMP/py-dn.txt")" ] ||
+  fail "ckdn2 at version 0 does not hold the exported params/momentum/buffer"
+grep -qx "dn_t 8" "$TMP/py-dn2.txt" || fail "ckdn2 export: $(grep ^dn_t "$TMP/py-dn2.txt")"
+init_run ckdn3 --async --from-checkpoint "$CKD" --workers 1 --reset-momentum
+init_run ckdn4 --async --from-checkpoint "$CKD" --workers 1
+$RCLI HSET 'dl:{ckdn4}:config' dn_t0 0 > /dev/null   # the buffer, but the every-3 schedule restarted
+refuse ckdnbad "cannot continue" --from-checkpoint "$CKD"
+say "two more submissions of one fresh worker on $RUN, ckdn2, ckdn3 (no buffer), ckdn4 (schedule restarted)"
+for r in $RUN ckdn2 ckdn3 ckdn4; do
+  RUN0=$RUN; RUN=$r
+  start_server "e_$r" --lease-ttl-ms 2000
+  start_worker u1 --sync-every 10 --steps 20 --heartbeat-interval 1
+  wait "$WRK_u1" || fail "worker u1 of $r exited with status $?"
+  mv "$TMP/worker-u1.log" "$TMP/worker-u1-$r.log"
+  RUN=$RUN0
+done
+[ "$(shard_versions $RUN)" = "10 10 10 10" ] && [ "$(shard_versions ckdn2)" = "2 2 2 2" ] ||
+  fail "versions: $RUN $(shard_versions $RUN), ckdn2 $(shard_versions ckdn2)"
+shard_digests $RUN > "$TMP/dn10.txt"
+shard_digests ckdn2 | diff - "$TMP/dn10.txt" > "$TMP/diff.txt" || fail "the resumed DN run differs from the continued one: $(cat "$TMP/diff.txt")"
+shard_digests ckdn3 | diff - "$TMP/dn10.txt" > /dev/null && fail "ckdn3 (no DN buffer) equals the continued run: the check is blind"
+shard_digests ckdn4 | diff - "$TMP/dn10.txt" > /dev/null && fail "ckdn4 (schedule restarted) equals the continued run: the check is blind"
+say "resumed DN run = continued run after a momentum step (buffer and schedule carried over); without either it differs"
+
+say "checkpoints: export, python read, resume with momentum and DN buffer, rotation, refusals: all good"

@@ -5,11 +5,20 @@
 #     worker is kill -9'd mid-run (eviction paths run inside the functions the others call); the two
 #     others finish their rounds; `coordinator serve` (operator) reaps; `coordinator status` works as
 #     viewer; then an async run (dl_submit). Redis's ACL LOG stays empty: no process ever needed a
-#     command or key it was not given.
+#     command or key it was not given. The passwords stay out of ps: s1 and w1 read the URL from
+#     --redis-file, s2, w2 and the coordinator from DL_REDIS_URL; none of their command lines
+#     (/proc/PID/cmdline) holds a password, while w3's (--redis URL) does.
 #  B. What each user is refused: worker SET/DEL/FUNCTION LOAD, writes to the servers hash, posing as a
 #     shard-server through a function; shard-server FUNCTION FLUSH/LOAD, SET of a control key;
 #     operator FUNCTION FLUSH, FLUSHALL, CONFIG, keys outside dl:*; viewer writes; no-auth clients.
-#     Every refusal leaves the run unchanged.
+#     The operator's functions: a worker's or shard-server's FCALL dl_set (outer_lr, target_workers),
+#     dl_shutdown, dl_kick (of a live member) and dl_init (a new run) fail inside the function with an ACL
+#     error (Redis checks the caller's ACL on every redis.call; dl:{R}:tunables and dl:{R}:config are
+#     read-only for them), and so do their direct writes to those hashes. Every refusal leaves the run
+#     unchanged (DUMP of every control key before and after, the event count); ACL LOG shows the
+#     refusals happened in Lua, on dl:{R}:tunables and dl:{R}:config.
+#  C. The operator can: dl_set outer_lr, dl_kick, dl_shutdown take effect, and a worker then sees the
+#     shutdown.
 . "$(dirname "$0")/lib.sh"
 RUN=acl
 ACL="$ROOT/deploy/redis/users.acl"
@@ -39,15 +48,28 @@ redis-cli -p "$P" ping 2>&1 | grep -q NOAUTH || fail "an unauthenticated client 
 # ---- A: a run with every process under its own user
 URL=$(url operator)
 init_run $RUN --trainer quadratic --numel 40000 --shards 4 --workers 3 --heartbeat-timeout 2
-URL=$(url shard-server)
-start_server s1 --lease-ttl-ms 2000
-start_server s2 --lease-ttl-ms 2000
-URL=$(url operator)
-bin/coordinator serve --redis "$URL" --run $RUN --print-every 1 > "$TMP/coordinator.log" 2>&1 & PIDS="$PIDS $!"
+url shard-server > "$TMP/server.url"; url worker > "$TMP/worker.url"; chmod 600 "$TMP/server.url" "$TMP/worker.url"
+bin/shard-server --redis-file "$TMP/server.url" --run $RUN --id s1 --lease-ttl-ms 2000 > "$TMP/server-s1.log" 2>&1 &
+SRV_s1=$!; PIDS="$PIDS $!"
+DL_REDIS_URL=$(url shard-server) bin/shard-server --run $RUN --id s2 --lease-ttl-ms 2000 > "$TMP/server-s2.log" 2>&1 &
+SRV_s2=$!; PIDS="$PIDS $!"
+DL_REDIS_URL=$(url operator) bin/coordinator serve --run $RUN --print-every 1 > "$TMP/coordinator.log" 2>&1 &
+COORD=$!; PIDS="$PIDS $!"
+wflags="--run $RUN --sync-every 20 --steps 160 --heartbeat-interval 0.5 --step-delay-ms 5 --quiet"
+bin/worker --redis-file "$TMP/worker.url" --worker-id w1 --log "$TMP/w1.jsonl" $wflags > "$TMP/worker-w1.log" 2>&1 &
+WRK_w1=$!; PIDS="$PIDS $!"
+DL_REDIS_URL=$(url worker) bin/worker --worker-id w2 --log "$TMP/w2.jsonl" $wflags > "$TMP/worker-w2.log" 2>&1 &
+WRK_w2=$!; PIDS="$PIDS $!"
 URL=$(url worker)
-for w in w1 w2 w3; do start_worker $w --sync-every 20 --steps 160 --heartbeat-interval 0.5 --step-delay-ms 5; done
+start_worker w3 --sync-every 20 --steps 160 --heartbeat-interval 0.5 --step-delay-ms 5
 round() { as viewer HGET "dl:{$RUN}:state" round:0; }
 wait_until 25 '[ "$(round)" -ge 2 ]' "two rounds with three workers"
+cmdline() { tr '\0' ' ' < "/proc/$1/cmdline"; }
+for p in $SRV_s1 $SRV_s2 $COORD $WRK_w1 $WRK_w2; do
+  cmdline "$p" | grep -q 'test-password' && fail "a password is on a command line: $(cmdline "$p")"
+done
+cmdline "$WRK_w3" | grep -q 'worker-test-password' || fail "the ps check is blind: w3's --redis URL not seen in $(cmdline "$WRK_w3")"
+say "A: no password in ps for the servers, the coordinator and the workers given --redis-file or DL_REDIS_URL"
 kill -9 "$WRK_w3"
 for w in w1 w2; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
 r=$(round)
@@ -76,11 +98,18 @@ RUN=acl
 
 # ---- B: refusals, and the run is unchanged by them (nothing else runs now: servers beat every second)
 for p in $PIDS; do kill -9 "$p" 2>/dev/null; done; PIDS=""
+CONF="dl:{$RUN}:config"
+# a live member to try to kick: registered by the worker user (allowed), never evicted (operator's
+# dl_set heartbeat_timeout_ms 0: the operator may change the run's settings)
+[ "$(as operator FCALL dl_set 1 "$CONF" heartbeat_timeout_ms 0)" = OK ] || fail "operator dl_set heartbeat_timeout_ms"
+as worker FCALL dl_register 1 "$CONF" victim host 20 | head -n 1 | grep -q '^[0-9]' || fail "worker dl_register"
+as admin ACL LOG RESET > /dev/null
 snapshot() {
-  for k in state shards servers server_beats workers heartbeats config; do echo "$k: $(as viewer DUMP "dl:{$RUN}:$k" | od -An -tx1 | tr -d ' \n')"; done
+  for k in state tunables shards servers server_beats workers heartbeats config; do echo "$k: $(as viewer DUMP "dl:{$RUN}:$k" | od -An -tx1 | tr -d ' \n')"; done
   echo "events: $(as viewer XLEN "dl:{$RUN}:events")"
 }
 before=$(snapshot)
+lr0=$(as viewer HGET "dl:{$RUN}:tunables" outer_lr)
 refused "worker SET control key"       worker SET "dl:{$RUN}:state" x
 refused "worker DEL control key"       worker DEL "dl:{$RUN}:state"
 refused "worker FUNCTION LOAD"         worker FUNCTION LOAD REPLACE "#!lua name=evil
@@ -107,10 +136,43 @@ refused "viewer KEYS"                  viewer KEYS "*"
 refused "viewer HSET"                  viewer HSET "dl:{$RUN}:state" outer_lr 9
 refused "viewer dl_set via FCALL"      viewer FCALL dl_set 1 "dl:{$RUN}:config" outer_lr 9
 refused "viewer dl_shutdown via FCALL" viewer FCALL dl_shutdown 1 "dl:{$RUN}:config"
+# the operator's functions and settings, as worker and as shard-server
+for u in worker shard-server; do
+  refused "$u dl_set outer_lr"         $u FCALL dl_set 1 "$CONF" outer_lr 9
+  refused "$u dl_set target_workers"   $u FCALL dl_set 1 "$CONF" target_workers 1
+  refused "$u dl_shutdown"             $u FCALL dl_shutdown 1 "$CONF"
+  refused "$u dl_kick"                 $u FCALL dl_kick 1 "$CONF" victim
+  refused "$u dl_init of a new run"    $u FCALL dl_init 1 "dl:{evil}:config" 0 0 1 0000000000000000
+  refused "$u HSET tunables"           $u HSET "dl:{$RUN}:tunables" outer_lr 9
+  refused "$u HSET tunables status"    $u HSET "dl:{$RUN}:tunables" status shutdown
+  refused "$u HSET config"             $u HSET "$CONF" dn_buffer 7
+  refused "$u HDEL config"             $u HDEL "$CONF" secret
+done
 after=$(snapshot)
 [ "$before" = "$after" ] || { echo "$before" > "$TMP/before.log"; echo "$after" > "$TMP/after.log"; fail "a refused command changed the run"; }
 as viewer HEXISTS "dl:{$RUN}:servers" evil | grep -q 0 || fail "the worker registered a fake shard-server"
 as admin FUNCTION LIST | grep -q diloco || fail "the function library is gone"
-[ "$(as operator HGET "dl:{$RUN}:state" status)" = running ] || fail "operator cannot read the run"
-say "B: every refusal refused, run unchanged"
+[ "$(as operator HGET "dl:{$RUN}:tunables" status)" = running ] || fail "operator cannot read the run, or it was shut down"
+[ "$(as viewer HGET "dl:{$RUN}:tunables" outer_lr)" = "$lr0" ] || fail "outer_lr changed"
+[ "$(as viewer HEXISTS "dl:{$RUN}:workers" victim)" = 1 ] || fail "the victim was kicked"
+[ "$(as viewer EXISTS "dl:{evil}:config")" = 0 ] || fail "a worker created a run"
+# the function refusals happened inside Lua, at the first write (the operator gate on dl:{R}:tunables,
+# dl_init's write of its config key), not at the FCALL's declared key
+as admin ACL LOG 200 > "$TMP/acllog.txt"
+lua_denials=$(awk '/^context$/ {getline; c=$0} /^object$/ {getline; if (c == "lua") print $0}' "$TMP/acllog.txt" | sort | uniq -c)
+echo "$lua_denials" | grep -q "dl:{$RUN}:tunables" || fail "no ACL denial on dl:{$RUN}:tunables inside a function: $lua_denials"
+echo "$lua_denials" | grep -q "dl:{evil}:config" || fail "no ACL denial on dl:{evil}:config inside dl_init: $lua_denials"
+say "B: every refusal refused, run unchanged; denials inside functions: $(echo $lua_denials)"
+
+# ---- C: what the operator may do
+[ "$(as operator FCALL dl_set 1 "$CONF" outer_lr 0.5)" = OK ] || fail "operator dl_set outer_lr"
+[ "$(as viewer HGET "dl:{$RUN}:tunables" outer_lr)" = 0.5 ] || fail "operator's outer_lr did not take"
+as operator FCALL dl_status 1 "$CONF" | python3 -c 'import json,sys; d=json.load(sys.stdin); assert d["state"]["outer_lr"]=="0.5", d["state"]' ||
+  fail "dl_status does not show the operator's outer_lr in state"
+[ "$(as operator FCALL dl_kick 1 "$CONF" victim)" = OK ] || fail "operator dl_kick"
+[ "$(as viewer HEXISTS "dl:{$RUN}:workers" victim)" = 0 ] || fail "operator's kick did not take"
+[ "$(as operator FCALL dl_shutdown 1 "$CONF")" = OK ] || fail "operator dl_shutdown"
+[ "$(as viewer HGET "dl:{$RUN}:tunables" status)" = shutdown ] || fail "operator's shutdown did not take"
+as worker FCALL dl_register 1 "$CONF" late host 20 | grep -q SHUTDOWN || fail "a worker could join a shut-down run"
+say "C: the operator set outer_lr, kicked, shut down; a worker then gets SHUTDOWN"
 echo "PASS it_deploy_acl"

@@ -3,7 +3,9 @@
 #  up (Redis only, no run yet) -> init (run created, 2 shard-servers + coordinator --http start) ->
 #  a worker trains 3 rounds -> status shows processes and the run -> a kill -9'd shard-server is
 #  restarted by `up` -> down stops every process it started -> up again: the run survived in the
-#  AOF (same round, same digests) -> down: nothing left running, the port is free.
+#  AOF (same round, same digests) -> down: nothing left running, the port is free. No process it
+#  starts has the Redis URL on its command line (it passes DL_REDIS_URL), and a worker started the
+#  way the docs say (DL_REDIS_URL=$(cluster.sh url) bin/worker ...) trains.
 . "$(dirname "$0")/lib.sh"
 D=$TMP/cluster
 CL="sh $ROOT/deploy/local/cluster.sh"
@@ -30,8 +32,11 @@ dash=$(grep -o 'http://[^ )]*' "$TMP/init.log" | head -n 1)
 python3 -c "import urllib.request,sys; sys.exit(0 if b'\"servers\"' in urllib.request.urlopen('${dash%/dashboard}/status', timeout=5).read() else 1)" \
   || fail "GET /status of the coordinator failed"
 
+for p in $(pids_of_cluster); do
+  tr '\0' ' ' < "/proc/$p/cmdline" | grep -q 'redis://' && fail "a Redis URL on a command line: $(tr '\0' ' ' < "/proc/$p/cmdline")"
+done
 RUN=clt
-bin/worker --redis "$URL" --run clt --worker-id w1 --sync-every 20 --steps 60 --quiet > "$TMP/worker.log" 2>&1 \
+DL_REDIS_URL=$($CL url --dir "$D") bin/worker --run clt --worker-id w1 --sync-every 20 --steps 60 --quiet > "$TMP/worker.log" 2>&1 \
   || { logs; fail "worker failed"; }
 [ "$($RCLI HGET "dl:{clt}:state" round:0)" = 3 ] || fail "expected round 3 after 60 steps at H=20"
 [ "$($RCLI HGET "dl:{clt}:state" commits)" = 12 ] || fail "expected 12 commits"

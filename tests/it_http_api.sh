@@ -5,7 +5,7 @@
 #   GET /status, /metrics     real values: 2 workers with host and speed, 2 servers, shard versions
 #                             advancing, Prometheus text well-formed
 #   GET /, /dashboard         the embedded page, nothing referenced outside the server
-#   POST /control/*           update_optimizer -> dl:{R}:state outer_lr/outer_momentum; update_num_workers;
+#   POST /control/*           update_optimizer -> dl:{R}:tunables outer_lr/outer_momentum; update_num_workers;
 #                             kick_worker -> the worker's incarnation is evicted ("kicked" event, deaths+1);
 #                             save_state -> checkpoint file with --save-dir (written on a thread), 409 without; bad requests (malformed JSON, wrong types, unknown
 #                             fields/actions, oversize body, wrong method, foreign Host/Origin) -> 4xx
@@ -47,6 +47,7 @@ expect() { # EXPECTED_CODE ACTUAL WHAT
 }
 jq_() { python3 -c "import json,sys; d=json.load(open('$TMP/body')); $1"; }
 state() { $RCLI HGET "dl:{$RUN}:state" "$1"; }
+tun() { $RCLI HGET "dl:{$RUN}:tunables" "$1"; }   # the operator's settings (dl_set, dl_shutdown)
 inc_of() { # worker -> incarnation or "none" (from dl_status)
   $RCLI FCALL dl_status 1 "dl:{$RUN}:config" | python3 -c "
 import json,sys; d=json.load(sys.stdin); ws=d['workers'] if isinstance(d['workers'],list) else []
@@ -118,9 +119,9 @@ expect 405 "$(code POST /status)" "POST /status"
 say "POST /control/update_optimizer"
 expect 200 "$(post /control/update_optimizer '{"lr": 0.5, "momentum": 0.8}')" "update_optimizer"
 jq_ "assert d=={'status':'ok','lr':0.5,'momentum':0.8}, d" || fail "update_optimizer reply"
-[ "$(state outer_lr)" = 0.5 ] && [ "$(state outer_momentum)" = 0.8 ] || fail "outer_lr/momentum in Redis: $(state outer_lr) $(state outer_momentum)"
+[ "$(tun outer_lr)" = 0.5 ] && [ "$(tun outer_momentum)" = 0.8 ] || fail "outer_lr/momentum in Redis: $(tun outer_lr) $(tun outer_momentum)"
 expect 200 "$(post /control/update_optimizer '{"momentum": 0.85}')" "update_optimizer momentum only"
-[ "$(state outer_lr)" = 0.5 ] && [ "$(state outer_momentum)" = 0.85 ] || fail "momentum-only update"
+[ "$(tun outer_lr)" = 0.5 ] && [ "$(tun outer_momentum)" = 0.85 ] || fail "momentum-only update"
 
 say "POST /control/update_num_workers"
 expect 200 "$(post /control/update_num_workers '{"num_workers": 3}')" "update_num_workers 3"
@@ -129,7 +130,7 @@ expect 200 "$(post /control/update_num_workers '{"num_workers": 2}')" "update_nu
 [ "$(state target_workers)" = 2 ] || fail "target_workers 2"
 
 say "bad requests: 4xx and nothing changes"
-snap() { echo "$(state outer_lr) $(state outer_momentum) $(state target_workers) $(state min_workers) $(state status) $(state nesterov) $(n_events set) $(n_events shutdown) $(state deaths)"; }
+snap() { echo "$(tun outer_lr) $(tun outer_momentum) $(state target_workers) $(tun min_workers) $(tun status) $(tun nesterov) $(n_events set) $(n_events shutdown) $(state deaths)"; }
 before=$(snap)
 big=$(python3 -c 'print("{\"lr\": 0.1, \"pad\": \"" + "x" * 70000 + "\"}")')
 printf '%s' "$big" > "$TMP/big.json"
@@ -180,7 +181,7 @@ CTL="$COORD_BIN control --redis $URL --run $RUN"
 $CTL set-lr 0.6 > "$TMP/ctl.out" 2>&1 || fail "control set-lr: $(cat "$TMP/ctl.out")"
 grep -q '"status":"ok"' "$TMP/ctl.out" || fail "control set-lr output: $(cat "$TMP/ctl.out")"
 $CTL set-momentum 0.9 >/dev/null 2>&1 || fail "control set-momentum"
-[ "$(state outer_lr)" = 0.6 ] && [ "$(state outer_momentum)" = 0.9 ] || fail "CLI lr/momentum in Redis"
+[ "$(tun outer_lr)" = 0.6 ] && [ "$(tun outer_momentum)" = 0.9 ] || fail "CLI lr/momentum in Redis"
 $CTL set-workers 2 >/dev/null 2>&1 && [ "$(state target_workers)" = 2 ] || fail "control set-workers"
 inc=$(inc_of w2)
 $CTL kick w2 >/dev/null 2>&1 || fail "control kick w2"
@@ -189,7 +190,7 @@ $CTL kick nobody >/dev/null 2>&1; [ $? -eq 1 ] || fail "control kick of an unkno
 $CTL set-lr fast >/dev/null 2>&1; [ $? -eq 2 ] || fail "control set-lr fast must exit 2"
 $CTL set-lr -- >/dev/null 2>&1; [ $? -eq 2 ] || fail "control with a bad argument must exit 2"
 $CTL set-lr 0 >/dev/null 2>&1; [ $? -eq 1 ] || fail "control set-lr 0 must be refused"
-[ "$(state outer_lr)" = 0.6 ] || fail "refused CLI call changed outer_lr"
+[ "$(tun outer_lr)" = 0.6 ] || fail "refused CLI call changed outer_lr"
 
 say "--token-file and --no-dashboard"
 printf 's3cret-token\n' > "$TMP/token"
@@ -204,9 +205,9 @@ expect 404 "$(code GET /)" "--no-dashboard /"
 expect 401 "$(post /control/update_optimizer '{"lr": 0.2}')" "control without token"
 expect 401 "$(post /control/update_optimizer '{"lr": 0.2}' -H 'Authorization: Bearer wrong')" "control with a wrong token"
 expect 401 "$(post /control/update_optimizer '{"lr": 0.2}' -H 'Authorization: Basic czNjcmV0LXRva2Vu')" "basic auth"
-[ "$(state outer_lr)" = 0.6 ] || fail "unauthorised request changed outer_lr"
+[ "$(tun outer_lr)" = 0.6 ] || fail "unauthorised request changed outer_lr"
 expect 200 "$(post /control/update_optimizer '{"lr": 0.2}' -H 'Authorization: Bearer s3cret-token')" "control with the token"
-[ "$(state outer_lr)" = 0.2 ] || fail "authorised update_optimizer"
+[ "$(tun outer_lr)" = 0.2 ] || fail "authorised update_optimizer"
 expect 401 "$(post /control/save_state '{}')" "save_state without token"
 expect 200 "$(post /control/save_state '{}' -H 'Authorization: Bearer s3cret-token')" "save_state with --save-dir"
 ck=$(jq_ "assert d['status']=='ok' and d['version']>=1, d; print(d['path'])") || fail "save_state reply"
@@ -237,7 +238,7 @@ $COORD_BIN serve --redis "$URL" --run "$RUN" --host 0.0.0.0 >/dev/null 2>&1; [ $
 say "POST /control/shutdown"
 H="http://127.0.0.1:$HP"
 expect 200 "$(post /control/shutdown '')" "shutdown (empty body)"
-[ "$(state status)" = shutdown ] || fail "status not shutdown"
+[ "$(tun status)" = shutdown ] || fail "status not shutdown"
 wait_until 15 "! alive $WRK_w1 && ! alive $WRK_w2" "workers to stop after shutdown"
 expect 200 "$(code GET /status)" "status after shutdown"
 jq_ "assert d['status']=='shutdown'" || fail "/status shows shutdown"

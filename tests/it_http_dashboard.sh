@@ -45,7 +45,7 @@ DASH_URL="http://127.0.0.1:$HP/dashboard" REDIS_PORT=$PORT RUN=$RUN CHROMIUM=$CH
 rc=$?
 cat "$TMP/browser.log"
 [ $rc -eq 0 ] || fail "browser test (exit $rc)"
-[ "$($RCLI HGET "dl:{$RUN}:state" outer_lr)" = 0.45 ] || fail "outer_lr in Redis after the page changed it"
+[ "$($RCLI HGET "dl:{$RUN}:tunables" outer_lr)" = 0.45 ] || fail "outer_lr in Redis after the page changed it"
 ls "$TMP"/ckpt/checkpoint-*.safetensors >/dev/null 2>&1 || fail "the page's Save state wrote no checkpoint"
 alive "$COORD" || fail "coordinator died"
 kill -TERM "$COORD"

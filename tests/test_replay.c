@@ -1,8 +1,9 @@
 /*
  * test_replay.c: common/replay.c, the snapshot + log replay that restores a shard's durable state,
  * checked bit for bit against applying outer_sgd_step directly (no Redis): first step, Nesterov and
- * plain momentum, no-op rounds (aux 0), momentum carried by a snapshot, mu 0, and rejection of
- * blobs of the wrong op, dtype or size.
+ * plain momentum, no-op rounds (aux 0), momentum carried by a snapshot, mu 0, Delayed Nesterov
+ * steps counted from a run's dn_t0 (a run resumed from a checkpoint), and rejection of blobs of the
+ * wrong op, dtype or size.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +15,7 @@
 
 #include "blob.h"
 #include "outer.h"
+#include "outer_dn.h"
 #include "replay.h"
 #include "util.h"
 
@@ -165,6 +167,86 @@ static void wrong_blobs_are_rejected(void **state) {
     free(mom);
 }
 
+/* A DN snapshot (θ, m, buf) at version 5 of a run with dn_t0 = 7 and N = 3, then DN log entries for
+ * versions 6..10: the replay applies submission t = dn_t0 + version (13, 14, 15 = a momentum step,
+ * 16, 17), exactly as the shard-server's commits did. A snapshot with the buffer but no momentum
+ * carries the buffer right after θ. */
+static void delayed_nesterov_counts_from_dn_t0(void **state) {
+    (void)state;
+    const uint64_t t0 = 7;
+    const uint32_t NB = 3;
+    float *theta = malloc(N * sizeof(float)), *m = malloc(N * sizeof(float)), *buf = malloc(N * sizeof(float));
+    float *g = malloc(N * sizeof(float)), *three = malloc(3 * N * sizeof(float));
+    fill(theta, N, 21);
+    fill(m, N, 22);
+    fill(buf, N, 23);
+    memcpy(three, theta, N * sizeof(float));
+    memcpy(three + N, m, N * sizeof(float));
+    memcpy(three + 2 * N, buf, N * sizeof(float));
+    enc snap;
+    blob_header h;
+    blob_header_init(&h, "snap");
+    h.version = 5;
+    h.flags = 1 | 2;
+    encode(&snap, &h, three, 3 * N);
+    float *rt = malloc(N * sizeof(float)), *rm = malloc(N * sizeof(float)), *rb = malloc(N * sizeof(float));
+    replay_state st = {.theta = rt, .mom = rm, .dnbuf = rb, .dn_buffer = NB, .dn_variant = DN_PAPER, .dn_t0 = t0};
+    char err[256];
+    assert_int_equal(replay_state_snapshot(&st, &snap.b.h, snap.b.payload, snap.b.len, N, err, sizeof err), 0);
+    for (int64_t v = 6; v <= 10; v++) {
+        fill(g, N, 300 + (uint64_t)v);
+        outer_dn_step(DN_PAPER, theta, m, buf, g, N, t0 + (uint64_t)v, NB, 0.7f, 0.9f, 1);
+        enc e;
+        blob_header lh;
+        blob_header_init(&lh, "log");
+        lh.version = v;
+        lh.lr = 0.7f;
+        lh.mu = 0.9f;
+        lh.flags = 1 | 4;
+        lh.aux = 1;
+        encode(&e, &lh, g, N);
+        assert_int_equal(replay_state_log(&st, &e.b.h, e.b.payload, e.b.len, N, err, sizeof err), 0);
+        free(e.buf);
+    }
+    assert_int_equal(st.version, 10);
+    assert_memory_equal(rt, theta, N * sizeof(float));
+    assert_memory_equal(rm, m, N * sizeof(float));
+    assert_memory_equal(rb, buf, N * sizeof(float));
+    /* the same entries counted from 0 would flush at other submissions: the offset matters */
+    replay_state st0 = st;
+    float *zt = malloc(N * sizeof(float)), *zm = malloc(N * sizeof(float)), *zb = malloc(N * sizeof(float));
+    st0.theta = zt, st0.mom = zm, st0.dnbuf = zb, st0.dn_t0 = 0;
+    assert_int_equal(replay_state_snapshot(&st0, &snap.b.h, snap.b.payload, snap.b.len, N, err, sizeof err), 0);
+    for (int64_t v = 6; v <= 10; v++) {
+        fill(g, N, 300 + (uint64_t)v);
+        enc e;
+        blob_header lh;
+        blob_header_init(&lh, "log");
+        lh.version = v;
+        lh.lr = 0.7f;
+        lh.mu = 0.9f;
+        lh.flags = 1 | 4;
+        lh.aux = 1;
+        encode(&e, &lh, g, N);
+        assert_int_equal(replay_state_log(&st0, &e.b.h, e.b.payload, e.b.len, N, err, sizeof err), 0);
+        free(e.buf);
+    }
+    assert_true(memcmp(zt, theta, N * sizeof(float)) != 0);
+    free(snap.buf);
+    /* buffer without momentum: θ then the buffer */
+    memcpy(three + N, buf, N * sizeof(float));
+    blob_header_init(&h, "snap");
+    h.version = 5;
+    h.flags = 2;
+    encode(&snap, &h, three, 2 * N);
+    memset(rb, 0, N * sizeof(float));
+    assert_int_equal(replay_state_snapshot(&st, &snap.b.h, snap.b.payload, snap.b.len, N, err, sizeof err), 0);
+    assert_memory_equal(rb, buf, N * sizeof(float));
+    assert_int_equal(st.has_mom, 0);
+    free(snap.buf);
+    free(theta); free(m); free(buf); free(g); free(three); free(rt); free(rm); free(rb); free(zt); free(zm); free(zb);
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(nesterov_from_fresh_snapshot),
@@ -173,6 +255,7 @@ int main(void) {
         cmocka_unit_test(snapshot_with_momentum_continues_it),
         cmocka_unit_test(zero_momentum_never_creates_a_buffer),
         cmocka_unit_test(wrong_blobs_are_rejected),
+        cmocka_unit_test(delayed_nesterov_counts_from_dn_t0),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

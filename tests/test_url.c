@@ -1,13 +1,16 @@
 /*
  * test_url.c: Redis URL parsing (common/url.c): every accepted form with its defaults, the
- * password-free formatting used in logs, and every class of rejection with a helpful message.
+ * password-free formatting used in logs, every class of rejection with a helpful message, and
+ * redis_url_pick: where a process takes its URL from (--redis, --redis-file, $DL_REDIS_URL).
  */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 #include <cmocka.h>
 
 #include "url.h"
@@ -189,6 +192,74 @@ static void rejects_overlong_parts_and_bad_escapes(void **state)
     expect_reject("redis://:p%00@h", "%00");
 }
 
+/* A temporary file holding `content`; its path goes to path (unlinked by the caller). */
+static void temp_file(char *path, size_t cap, const char *content)
+{
+    snprintf(path, cap, "/tmp/test_url.XXXXXX");
+    int fd = mkstemp(path);
+    assert_true(fd >= 0);
+    size_t n = strlen(content);
+    assert_int_equal(write(fd, content, n), (ssize_t)n);
+    close(fd);
+}
+
+static void pick_prefers_the_flag_then_the_file_then_the_environment(void **state)
+{
+    (void)state;
+    char out[REDIS_URL_MAX], err[256], path[64];
+    setenv(REDIS_URL_ENV, "redis://env:pw@h:1", 1);
+    assert_int_equal(redis_url_pick("redis://flag@h:2", NULL, out, sizeof out, err, sizeof err), 0);
+    assert_string_equal(out, "redis://flag@h:2");
+    temp_file(path, sizeof path, "  redis://worker:s3cret@10.0.0.1:6379/2 \r\nsecond line\n");
+    assert_int_equal(redis_url_pick(NULL, path, out, sizeof out, err, sizeof err), 0);
+    assert_string_equal(out, "redis://worker:s3cret@10.0.0.1:6379/2"); /* blanks and newline dropped */
+    assert_int_equal(redis_url_pick(NULL, NULL, out, sizeof out, err, sizeof err), 0);
+    assert_string_equal(out, "redis://env:pw@h:1");
+    /* a file without a final newline is fine too */
+    unlink(path);
+    temp_file(path, sizeof path, "unix:///run/redis.sock");
+    assert_int_equal(redis_url_pick(NULL, path, out, sizeof out, err, sizeof err), 0);
+    assert_string_equal(out, "unix:///run/redis.sock");
+    unlink(path);
+    unsetenv(REDIS_URL_ENV);
+}
+
+static void pick_refuses_ambiguity_absence_and_bad_files(void **state)
+{
+    (void)state;
+    char out[REDIS_URL_MAX], err[256], path[64];
+    unsetenv(REDIS_URL_ENV);
+    assert_int_equal(redis_url_pick(NULL, NULL, out, sizeof out, err, sizeof err), -1);
+    assert_non_null(strstr(err, "--redis-file"));
+    assert_non_null(strstr(err, REDIS_URL_ENV));
+    setenv(REDIS_URL_ENV, "", 1);
+    assert_int_equal(redis_url_pick(NULL, NULL, out, sizeof out, err, sizeof err), -1);
+    unsetenv(REDIS_URL_ENV);
+    temp_file(path, sizeof path, "redis://h\n");
+    assert_int_equal(redis_url_pick("redis://h", path, out, sizeof out, err, sizeof err), -1);
+    assert_non_null(strstr(err, "not both"));
+    unlink(path);
+    assert_int_equal(redis_url_pick(NULL, "/nonexistent/url", out, sizeof out, err, sizeof err), -1);
+    assert_non_null(strstr(err, "/nonexistent/url"));
+    temp_file(path, sizeof path, "  \n");
+    assert_int_equal(redis_url_pick(NULL, path, out, sizeof out, err, sizeof err), -1);
+    assert_non_null(strstr(err, "no Redis URL"));
+    unlink(path);
+    temp_file(path, sizeof path, "");
+    assert_int_equal(redis_url_pick(NULL, path, out, sizeof out, err, sizeof err), -1);
+    unlink(path);
+    char big[REDIS_URL_MAX + 100];
+    memset(big, 'a', sizeof big - 1);
+    big[sizeof big - 1] = '\0';
+    temp_file(path, sizeof path, big);
+    assert_int_equal(redis_url_pick(NULL, path, out, sizeof out, err, sizeof err), -1);
+    assert_non_null(strstr(err, "longer"));
+    unlink(path);
+    char small[8];
+    assert_int_equal(redis_url_pick("redis://host:6379", NULL, small, sizeof small, err, sizeof err), -1);
+    assert_non_null(strstr(err, "longer"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -204,6 +275,8 @@ int main(void)
         cmocka_unit_test(rejects_bad_db),
         cmocka_unit_test(rejects_missing_host_or_path),
         cmocka_unit_test(rejects_overlong_parts_and_bad_escapes),
+        cmocka_unit_test(pick_prefers_the_flag_then_the_file_then_the_environment),
+        cmocka_unit_test(pick_refuses_ambiguity_absence_and_bad_files),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -34,6 +34,8 @@ typedef struct worker_args {
     int final_sync;
     unsigned step_delay_ms;
     double quad_lr;
+    const char *redis_file;          /* --redis-file */
+    char redis_text[REDIS_URL_MAX];  /* the URL picked (dl.redis_url points here) */
 } worker_args;
 
 static volatile sig_atomic_t g_stop;
@@ -52,7 +54,7 @@ static void usage(FILE *f) {
             "Redis; start the run with `bin/coordinator init` first.\n"
             "\n"
             "worker options:\n"
-            "  --redis URL               redis://[user[:pass]@]host[:port][/db] or unix://path (required)\n"
+            REDIS_URL_HELP
             "  --run NAME                run name (required)\n"
             "  --worker-id ID            unique id (default: <hostname>-<pid>)\n"
             "  --sync-every H            inner steps between syncs (default 500)\n"
@@ -109,11 +111,12 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
             a->eval_only = 1;
         } else if (!strcmp(f, "--final-sync")) {
             a->final_sync = 1;
-        } else if (!strcmp(f, "--redis") || !strcmp(f, "--run") || !strcmp(f, "--worker-id") ||
-                   !strcmp(f, "--trainer") || !strcmp(f, "--log")) {
+        } else if (!strcmp(f, "--redis") || !strcmp(f, "--redis-file") || !strcmp(f, "--run") ||
+                   !strcmp(f, "--worker-id") || !strcmp(f, "--trainer") || !strcmp(f, "--log")) {
             if (need_value(i, argc, f) < 0) return -1;
             const char *val = argv[++i];
             if (!strcmp(f, "--redis")) a->dl.redis_url = val;
+            else if (!strcmp(f, "--redis-file")) a->redis_file = val;
             else if (!strcmp(f, "--run")) a->dl.run = val;
             else if (!strcmp(f, "--worker-id")) a->dl.worker_id = val;
             else if (!strcmp(f, "--trainer")) a->trainer = val;
@@ -158,8 +161,14 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
             rest[(*nrest)++] = argv[i];
         }
     }
-    if (!a->dl.redis_url || !a->dl.run) {
-        fprintf(stderr, "worker: --redis URL and --run NAME are required (see --help)\n");
+    char err[256];
+    if (redis_url_pick(a->dl.redis_url, a->redis_file, a->redis_text, sizeof a->redis_text, err, sizeof err) < 0) {
+        fprintf(stderr, "worker: %s (see --help)\n", err);
+        return -1;
+    }
+    a->dl.redis_url = a->redis_text;
+    if (!a->dl.run) {
+        fprintf(stderr, "worker: --run NAME is required (see --help)\n");
         return -1;
     }
     return 0;

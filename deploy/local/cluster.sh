@@ -9,7 +9,7 @@
 #   cluster.sh init   [options] -- [coordinator init flags]   create the run, then `up`
 #   cluster.sh status [--dir DIR]       processes, then `bin/coordinator status`
 #   cluster.sh down   [--dir DIR]       stop everything (TERM, then KILL after 10 s); data stays in DIR
-#   cluster.sh url    [--dir DIR]       print the Redis URL (for bin/worker --redis "$(cluster.sh url)")
+#   cluster.sh url    [--dir DIR]       print the Redis URL (DL_REDIS_URL=$(cluster.sh url) bin/worker ...)
 #
 # options (remembered in DIR/cluster.env by the first `up`; later commands need only --dir):
 #   --dir DIR          state folder (default run/cluster)
@@ -24,7 +24,7 @@
 # Example:
 #   deploy/local/cluster.sh up --servers 3
 #   deploy/local/cluster.sh init -- --trainer quadratic --numel 1000000 --workers 2
-#   bin/worker --redis "$(deploy/local/cluster.sh url)" --run local --sync-every 50 --steps 500 &
+#   DL_REDIS_URL=$(deploy/local/cluster.sh url) bin/worker --run local --sync-every 50 --steps 500 &
 #   deploy/local/cluster.sh status; deploy/local/cluster.sh down
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
@@ -90,9 +90,11 @@ redis_alive() { pid_of redis redis-server >/dev/null; }
 run_exists() { [ "$($RCLI EXISTS "dl:{$RUN}:config" 2>/dev/null)" = 1 ]; }
 
 # Start PROG ARGS... detached (own session: a Ctrl-C in this terminal does not reach it), log + pid file.
+# The Redis URL goes in the environment (DL_REDIS_URL), never on a command line: with an ACL user it
+# holds a password, and command lines are visible to every local user in ps.
 spawn() { # NAME PROG ARGS...
   name=$1; shift
-  setsid "$@" >> "$LOGS/$name.log" 2>&1 < /dev/null &
+  DL_REDIS_URL=$URL setsid "$@" >> "$LOGS/$name.log" 2>&1 < /dev/null &
   echo $! > "$PIDS/$name.pid"
 }
 
@@ -120,22 +122,22 @@ start_rest() {
   i=1
   while [ "$i" -le "$SERVERS" ]; do
     if ! pid_of "server$i" shard-server >/dev/null; then
-      spawn "server$i" "$BIN/shard-server" --redis "$URL" --run "$RUN" --id "server$i"
+      spawn "server$i" "$BIN/shard-server" --run "$RUN" --id "server$i"
     fi
     i=$((i + 1))
   done
   if ! pid_of coordinator coordinator >/dev/null; then
     if [ "$HTTP" = off ]; then
-      spawn coordinator "$BIN/coordinator" serve --redis "$URL" --run "$RUN" --print-every 30
+      spawn coordinator "$BIN/coordinator" serve --run "$RUN" --print-every 30
     else
-      spawn coordinator "$BIN/coordinator" serve --redis "$URL" --run "$RUN" --print-every 30 --http "$HTTP"
+      spawn coordinator "$BIN/coordinator" serve --run "$RUN" --print-every 30 --http "$HTTP"
     fi
   fi
   i=1
   while [ "$i" -le "$WORKERS" ]; do
     if ! pid_of "worker-w$i" worker >/dev/null; then
       # shellcheck disable=SC2086
-      spawn "worker-w$i" "$BIN/worker" --redis "$URL" --run "$RUN" --worker-id "w$i" --quiet $WARGS
+      spawn "worker-w$i" "$BIN/worker" --run "$RUN" --worker-id "w$i" --quiet $WARGS
     fi
     i=$((i + 1))
   done
@@ -218,7 +220,7 @@ status() {
   if ! redis_alive; then echo "  Redis is not running"; return 1; fi
   [ "$HTTP" != off ] && d=$(dashboard_line) && [ -n "$d" ] && echo " $d"
   echo
-  if run_exists; then "$BIN/coordinator" status --redis "$URL" --run "$RUN"
+  if run_exists; then DL_REDIS_URL=$URL "$BIN/coordinator" status --run "$RUN"
   else echo "run '$RUN' does not exist yet (cluster.sh init -- FLAGS)"; fi
 }
 
@@ -233,7 +235,7 @@ case "$cmd" in
   init)
     mkdir -p "$LOGS" "$PIDS"
     start_redis; save_env
-    "$BIN/coordinator" init --redis "$URL" --run "$RUN" "$@" || die "coordinator init failed"
+    DL_REDIS_URL=$URL "$BIN/coordinator" init --run "$RUN" "$@" || die "coordinator init failed"
     start_rest ;;
   down) down ;;
   status) status ;;

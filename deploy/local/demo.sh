@@ -33,11 +33,12 @@ PORT=${DEMO_PORT:-0}
 echo "== Redis, 2 shard-servers and the coordinator (deploy/local/cluster.sh, state in $DIR)"
 $CL up --dir "$DIR" --port "$PORT" --servers 2 --run demo --http 127.0.0.1:0 || exit 1
 URL=$($CL url --dir "$DIR")
+export DL_REDIS_URL="$URL"   # every binary below takes the Redis URL from here (not from ps-visible flags)
 echo "== coordinator init: GPT 2 layers x 128 dims, 8 shards, $NW workers, sync every $H steps"
 $CL init --dir "$DIR" -- --trainer gpt --layers 2 --heads 4 --dim 128 --ctx 128 \
   --workers "$NW" --shards 8 --seed 0 --force || exit 1
 
-common="--redis $URL --run demo --sync-every $H --steps $STEPS --heartbeat-interval 2 --data $DATA/kjv.tok \
+common="--run demo --sync-every $H --steps $STEPS --heartbeat-interval 2 --data $DATA/kjv.tok \
   --num-shards $NW --batch 8 --seq 128 --lr 2e-3 --warmup 50 --eval-every $H --threads 1"
 WPIDS=""
 i=1
@@ -46,12 +47,12 @@ while [ "$i" -lt "$NW" ]; do
     > "$DIR/logs/worker-w$((i + 1)).log" 2>&1 & PIDS="$PIDS $!"; WPIDS="$WPIDS $!"
   i=$((i + 1))
 done
-echo "== training ($STEPS steps per worker); watch with: bin/coordinator status --redis $URL --run demo"
+echo "== training ($STEPS steps per worker); watch with: DL_REDIS_URL=$URL bin/coordinator status --run demo"
 bin/worker $common --worker-id w1 --shard-index 0 --log "$DIR/w1.jsonl"
 rc=$?
 for p in $WPIDS; do wait "$p"; done
 echo
-bin/coordinator status --redis "$URL" --run demo | head -12
+bin/coordinator status --run demo | head -12
 echo
 echo "== validation loss of w1 (nats/byte; ln 256 = 5.55 at the start):"
 grep '"event":"step"' "$DIR/w1.jsonl" | sed -n 's/.*"step":\([0-9]*\).*"eval_loss":\([0-9.]*\).*/\1 \2/p' | \

@@ -8,7 +8,7 @@
 //
 // Checks: the page loads with nothing fetched from outside this server and no script error; the live
 // workers appear in the table; with TOKEN (server started with --token-file) a change without the token
-// is refused and shown, then the token is entered in the page; the outer lr set through the page lands in dl:{R}:state; a worker kicked
+// is refused and shown, then the token is entered in the page; the outer lr set through the page lands in dl:{R}:tunables; a worker kicked
 // through the page (confirm dialog accepted) is evicted (its incarnation ends, a "kicked" event is
 // recorded); Save state writes a checkpoint when the server has --save-dir; the charts have data; then a
 // screenshot of the page.
@@ -74,18 +74,18 @@ try {
   if (token) {
     // the server wants a token: the page shows the field, and without it a change is refused
     if (!(await page.isVisible("#token"))) throw new Error("token field hidden although the server requires a token");
-    const lr0 = rcli("HGET", `dl:{${run}}:state`, "outer_lr");
+    const lr0 = rcli("HGET", `dl:{${run}}:tunables`, "outer_lr");
     await page.fill("#lr", "0.123");
     await page.click("#apply-opt");
     await page.waitForFunction(() => /update_optimizer failed: .*Bearer/.test(document.getElementById("msg").textContent),
                                null, { timeout: 5000 });
-    if (rcli("HGET", `dl:{${run}}:state`, "outer_lr") !== lr0) throw new Error("outer_lr changed without the token");
+    if (rcli("HGET", `dl:{${run}}:tunables`, "outer_lr") !== lr0) throw new Error("outer_lr changed without the token");
     console.log("without the token:", await page.textContent("#msg"));
     await page.fill("#token", token);
   }
 
-  // 2. outer lr through the page -> dl:{R}:state outer_lr
-  const lrBefore = rcli("HGET", `dl:{${run}}:state`, "outer_lr");
+  // 2. outer lr through the page -> dl:{R}:tunables outer_lr
+  const lrBefore = rcli("HGET", `dl:{${run}}:tunables`, "outer_lr");
   await page.fill("#lr", lrWanted);
   await page.click("#apply-opt");
   await page.waitForFunction(() => /update_optimizer: ok/.test(document.getElementById("msg").textContent),
@@ -93,7 +93,7 @@ try {
     throw new Error("page did not confirm update_optimizer: " + await page.textContent("#msg"));
   });
   const lrAfter = await until("outer_lr in Redis", () => {
-    const v = rcli("HGET", `dl:{${run}}:state`, "outer_lr");
+    const v = rcli("HGET", `dl:{${run}}:tunables`, "outer_lr");
     return Number(v) === Number(lrWanted) ? v : null;
   });
   console.log(`outer_lr ${lrBefore} -> ${lrAfter} (Redis)`);

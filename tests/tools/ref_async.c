@@ -54,7 +54,7 @@ static const char *field(redisReply *e, const char *name) {
 
 static int read_tunables(redisContext *c, const char *run, ref *r) {
     char key[KEY_MAX];
-    redisReply *s = redisCommand(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "state"));
+    redisReply *s = redisCommand(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "tunables"));
     if (!s || s->type != REDIS_REPLY_ARRAY || s->elements != 3 || !s->element[0]->str) return -1;
     r->lr = (float)atof(s->element[0]->str);
     r->mu = (float)atof(s->element[1]->str);
@@ -141,7 +141,7 @@ static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *m
     for (int k = 0; k < r->rc.nshards; k++) {
         size_t lo = (size_t)r->rc.shard_bounds[k], len = (size_t)runconf_shard_numel(&r->rc, k);
         if (r->rc.dn_buffer > 0)
-            outer_dn_step(r->rc.dn_variant, next + lo, mom + lo, buf + lo, g + lo, len, (uint64_t)s + 1,
+            outer_dn_step(r->rc.dn_variant, next + lo, mom + lo, buf + lo, g + lo, len, r->rc.dn_t0 + (uint64_t)s + 1,
                           (uint32_t)r->rc.dn_buffer, r->lr, r->mu, r->nesterov);
         else
             outer_sgd_step(next + lo, mom + lo, s == 0, g + lo, len, r->lr, r->mu, r->nesterov);

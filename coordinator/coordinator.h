@@ -10,6 +10,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "rconn.h"
+
 #include "url.h"
 
 typedef struct coord_common {
@@ -26,7 +28,7 @@ int cmd_control(int argc, char **argv); /* control.c */
 /* Parse --redis/--run at argv[*i] (advancing *i); 1 if consumed, 0 if not ours, -1 on error. */
 int coord_common_flag(coord_common *c, int argc, char **argv, int *i);
 /* Check both were given, parse the URL and connect (a few retries). NULL + message on stderr. */
-redisContext *coord_connect(coord_common *c);
+rconn *coord_connect(coord_common *c);
 /* The status document (dl_status) parsed; NULL + message on stderr. */
-struct json_t *coord_fetch_status(redisContext *rc, const char *run);
+struct json_t *coord_fetch_status(rconn *rc, const char *run);
 #endif

@@ -298,6 +298,7 @@ static int run_loop(ss_ctx *ss)
         log_error("cannot set up the Redis connections");
         return -1;
     }
+    route_attach(ss);
     struct event *park_timer;
     if (lease_start(ss, err, sizeof err) != 0 || metrics_start(ss) != 0 ||
         add_persist(ss, &park_timer, on_park_timer, PARK_CHECK_MS) != 0) {

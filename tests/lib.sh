@@ -4,6 +4,8 @@
 # processes with their logs in one temporary folder, and cleans everything up on exit (even on
 # failure or interrupt). Helpers:
 #   start_redis                          sets PORT, URL, RCLI ("redis-cli -p PORT")
+#   start_redis_cluster                  a 3-master Redis Cluster instead: CLUSTER_PORTS, PORT (the first),
+#                                        URL (its node), RCLI ("redis-cli -c -p PORT": follows redirections)
 #   init_run RUN [coordinator init flags]
 #   start_server NAME [flags]            bin/shard-server; its pid in SRV_<NAME>
 #   start_worker NAME [flags]            bin/worker --worker-id NAME; pid in WRK_<NAME>, log NAME.jsonl
@@ -15,10 +17,11 @@ ROOT=$(pwd)
 TMP=$(mktemp -d /tmp/dltest.XXXXXX)
 PIDS=""
 PORT=""
+CLUSTER_PORTS=""
 
 cleanup() {
   for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
-  [ -n "$PORT" ] && redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1
+  for p in ${CLUSTER_PORTS:-$PORT}; do redis-cli -p "$p" shutdown nosave >/dev/null 2>&1; done
   if [ -n "${KEEP_TMP:-}" ]; then echo "logs kept in $TMP"; else rm -rf "$TMP"; fi
 }
 trap cleanup EXIT
@@ -44,6 +47,42 @@ start_redis() {
     --logfile "$TMP/redis.log" --pidfile "$TMP/redis.pid" "$@" >/dev/null || fail "redis-server did not start"
   for _ in $(seq 50); do $RCLI ping 2>/dev/null | grep -q PONG && return 0; sleep 0.1; done
   fail "redis-server did not answer PING"
+}
+
+start_redis_cluster() {
+  ports=$(python3 -c '
+import socket
+ss = [socket.socket() for _ in range(6)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))')
+  set -- $ports
+  CLUSTER_PORTS="$1 $2 $3"; PORT=$1
+  URL="redis://127.0.0.1:$PORT"
+  RCLI="redis-cli -c -p $PORT"
+  addrs=""
+  for p in $CLUSTER_PORTS; do
+    bus=$4; shift
+    mkdir -p "$TMP/node-$p"
+    redis-server --port "$p" --cluster-port "$bus" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+      --cluster-enabled yes --cluster-config-file "$TMP/node-$p/nodes.conf" --dir "$TMP/node-$p" \
+      --logfile "$TMP/redis-$p.log" --pidfile "$TMP/node-$p/redis.pid" >/dev/null || fail "redis-server $p did not start"
+    addrs="$addrs 127.0.0.1:$p"
+  done
+  for p in $CLUSTER_PORTS; do
+    for _ in $(seq 50); do redis-cli -p "$p" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+  done
+  redis-cli --cluster create $addrs --cluster-replicas 0 --cluster-yes > "$TMP/cluster-create.txt" 2>&1 \
+    || fail "redis-cli --cluster create: $(tail -n 5 "$TMP/cluster-create.txt")"
+  for p in $CLUSTER_PORTS; do
+    wait_until 30 "redis-cli -p $p cluster info | grep -q '^cluster_state:ok'" "cluster_state:ok on node $p"
+  done
+}
+
+# cluster_nodes_with PATTERN: how many masters hold a key matching PATTERN
+cluster_nodes_with() {
+  n=0
+  for p in $CLUSTER_PORTS; do [ -n "$(redis-cli -p "$p" --scan --pattern "$1" | head -n 1)" ] && n=$((n + 1)); done
+  echo $n
 }
 
 init_run() {

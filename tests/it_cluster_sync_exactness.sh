@@ -5,6 +5,10 @@
 # every master. 3 workers, 2 shard-servers, 8 shards, 5 sync rounds of the quadratic trainer: the
 # final parameters are bit-identical to the in-process reference (the same digests the non-cluster
 # test gets), every shard committed exactly once per round.
+# Meanwhile the slot of shard 0 migrates to another master: from the start of training the source
+# answers ASK for the keys it no longer (or not yet) has, and after round 2 the slot moves for good
+# (MOVED). After the run the keys of shard 1 move while the source still owns the slot: `coordinator checkpoint save`
+# (the synchronous client) reads every shard through ASK redirections.
 . "$(dirname "$0")/lib.sh"
 RUN=exact; NUMEL=200000; SEED=7; ROUNDS=5; H=20
 start_redis_cluster
@@ -21,7 +25,12 @@ done
 say "control keys on one master, snapshots on $(cluster_nodes_with "dl:{$RUN:*}:snap:*"); processes use $URL"
 start_server s1 --lease-ttl-ms 2000
 start_server s2 --lease-ttl-ms 2000
-for w in w1 w2 w3; do start_worker $w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1; done
+cluster_migrate_start "{$RUN:0}"
+slot0=$MIG_SLOT; src0=$MIG_SRC; dst0=$MIG_DST
+for w in w1 w2 w3; do start_worker $w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1 --step-delay-ms 5; done
+wait_until 60 '[ "$($RCLI HGET "dl:{$RUN}:shards" 0:version)" -ge 2 ]' "shard 0 at version 2"
+cluster_migrate_finish
+say "slot $slot0 of shard 0 moved from $src0 to $dst0 (ASK, then MOVED) at version $($RCLI HGET "dl:{$RUN}:shards" 0:version)"
 for w in w1 w2 w3; do
   eval "pid=\$WRK_$w"
   wait "$pid" || fail "worker $w exited with status $?"
@@ -38,6 +47,15 @@ for w in w1 w2 w3; do
 done
 commits=$($RCLI XRANGE "dl:{$RUN}:events" - + | grep -c '^commit$')
 [ "$commits" -eq $((8 * ROUNDS)) ] || fail "expected $((8 * ROUNDS)) commits in the events stream, saw $commits"
+[ -n "$(redis-cli -p "$dst0" --scan --pattern "dl:{$RUN:0}:*")" ] && [ -z "$(redis-cli -p "$src0" --scan --pattern "dl:{$RUN:0}:*")" ] \
+  || fail "shard 0's blobs did not end on node $dst0 only"
+cluster_migrate_start "{$RUN:1}"
+cluster_migrate_keys
+bin/coordinator checkpoint save --redis "$URL" --run $RUN --out "$TMP/ck.bin" > "$TMP/save.log" 2>&1 \
+  || fail "checkpoint save while shard 1's slot migrates: $(cat "$TMP/save.log")"
+bin/coordinator checkpoint show "$TMP/ck.bin" > "$TMP/show.txt" 2>&1 || fail "checkpoint show: $(cat "$TMP/show.txt")"
+grep '^shard [0-9]' "$TMP/show.txt" | diff - "$TMP/got.txt" > "$TMP/diff.txt" || fail "checkpoint digests: $(cat "$TMP/diff.txt")"
+cluster_migrate_finish
 logs=$(cluster_nodes_with "dl:{$RUN:*}:log:*")
 [ "$logs" -ge 2 ] || fail "the shard-servers' log entries are on $logs master(s), expected at least 2"
 say "bit-identical to the reference after $ROUNDS rounds: $want (log entries on $logs masters)"

@@ -85,6 +85,41 @@ cluster_nodes_with() {
   echo $n
 }
 
+# Slot migration by hand (what redis-cli --cluster reshard does), to test MOVED and ASK:
+#   cluster_migrate_start KEY   the slot of KEY from its master to the next one: sets MIG_SLOT MIG_SRC MIG_DST;
+#                               from now on the source answers ASK for keys it does not have
+#   cluster_migrate_keys [N]    move N (default all) of the slot's keys to the destination
+#   cluster_migrate_finish      move the rest, assign the slot to the destination (MOVED from then on)
+cluster_slot_port() { # SLOT -> port of the master that serves it
+  for p in $CLUSTER_PORTS; do
+    redis-cli -p "$p" cluster nodes | awk -v s="$1" '/myself/ {for (i = 9; i <= NF; i++) if ($i !~ /^\[/) {
+      if (split($i, r, "-") == 1) r[2] = r[1]; if (s + 0 >= r[1] + 0 && s + 0 <= r[2] + 0) f = 1 }} END {exit !f}' \
+      && { echo "$p"; return 0; }
+  done
+  fail "no master serves slot $1"
+}
+cluster_migrate_start() {
+  MIG_SLOT=$(redis-cli -p "$PORT" cluster keyslot "$1")
+  MIG_SRC=$(cluster_slot_port "$MIG_SLOT") || fail "no master serves slot $MIG_SLOT"
+  set -- $CLUSTER_PORTS $CLUSTER_PORTS
+  while [ "$1" != "$MIG_SRC" ]; do shift; done
+  MIG_DST=$2
+  redis-cli -p "$MIG_DST" cluster setslot "$MIG_SLOT" importing "$(redis-cli -p "$MIG_SRC" cluster myid)" | grep -q OK \
+    || fail "setslot importing"
+  redis-cli -p "$MIG_SRC" cluster setslot "$MIG_SLOT" migrating "$(redis-cli -p "$MIG_DST" cluster myid)" | grep -q OK \
+    || fail "setslot migrating"
+}
+cluster_migrate_keys() {
+  for k in $(redis-cli -p "$MIG_SRC" cluster getkeysinslot "$MIG_SLOT" "${1:-100000}"); do
+    redis-cli -p "$MIG_SRC" migrate 127.0.0.1 "$MIG_DST" "$k" 0 10000 | grep -q 'OK\|NOKEY' || fail "migrate $k"
+  done
+}
+cluster_migrate_finish() {
+  cluster_migrate_keys
+  id=$(redis-cli -p "$MIG_DST" cluster myid)
+  for p in $MIG_DST $MIG_SRC $CLUSTER_PORTS; do redis-cli -p "$p" cluster setslot "$MIG_SLOT" node "$id" > /dev/null; done
+}
+
 init_run() {
   run=$1; shift
   bin/coordinator init --redis "$URL" --run "$run" "$@" > "$TMP/init-$run.log" 2>&1 || fail "coordinator init $*"

@@ -50,11 +50,13 @@ case "$FSYNC" in always|everysec) ;; *) die "--fsync must be always or everysec"
 
 ports() { i=0; while [ $i -lt $NODES ]; do echo $((BASE + i)); i=$((i + 1)); done; }
 cli() { p=$1; shift; redis-cli -h 127.0.0.1 -p "$p" "$@"; }
+# A live redis-server (a zombie has an empty cmdline: exited, not yet reaped).
+alive() { kill -0 "$1" 2>/dev/null && grep -q redis-server "/proc/$1/cmdline" 2>/dev/null; }
 node_pid() { # PORT -> pid of a live redis-server of that node, or fail
   f=$DIR/node-$1/redis.pid
   [ -f "$f" ] || return 1
   pid=$(cat "$f")
-  kill -0 "$pid" 2>/dev/null && grep -q redis-server "/proc/$pid/cmdline" 2>/dev/null && echo "$pid"
+  alive "$pid" && echo "$pid"
 }
 wait_ping() { # PORT
   n=0
@@ -116,8 +118,8 @@ down() {
   for p in $(ports); do
     if pid=$(node_pid "$p"); then
       cli "$p" shutdown >/dev/null 2>&1 || kill -TERM "$pid" 2>/dev/null
-      n=0; while kill -0 "$pid" 2>/dev/null && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
-      kill -0 "$pid" 2>/dev/null && kill -KILL "$pid"
+      n=0; while alive "$pid" && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+      alive "$pid" && kill -KILL "$pid"
       say "node 127.0.0.1:$p stopped"
     fi
   done

@@ -262,26 +262,26 @@ static int run_redis(int argc, char **argv) {
         *colon = '\0';
         port = atoi(colon + 1);
     }
-    rconn *c = redisConnect(host, port);
-    if (!c || rconn_broken(c)) {
+    redisContext *c = redisConnect(host, port);
+    if (!c || c->err) {
         fprintf(stderr, "redis: cannot connect to %s:%d\n", host, port);
         return 1;
     }
     size_t up = 2 * numel, down = 4 * numel;
     char *buf = malloc(down);
     memset(buf, 0x5a, down);
-    redisReply *r = rconn_command(c, "SET bench:sync_round:params %b", buf, down);
+    redisReply *r = redisCommand(c, "SET bench:sync_round:params %b", buf, down);
     freeReplyObject(r);
     for (int rep = 0; rep < reps; rep++) {
         double t0 = mono();
         for (int w = 0; w < nw; w++) {
-            r = rconn_command(c, "SET bench:sync_round:delta:%d %b", w, buf, up);
+            r = redisCommand(c, "SET bench:sync_round:delta:%d %b", w, buf, up);
             if (!r || r->type == REDIS_REPLY_ERROR) return 1;
             freeReplyObject(r);
         }
         double t1 = mono();
         for (int w = 0; w < nw; w++) {
-            r = rconn_command(c, "GET bench:sync_round:params");
+            r = redisCommand(c, "GET bench:sync_round:params");
             if (!r || r->type != REDIS_REPLY_STRING || (size_t)r->len != down) return 1;
             freeReplyObject(r);
         }
@@ -289,9 +289,9 @@ static int run_redis(int argc, char **argv) {
         printf("redis seconds %.4f set %.4f get %.4f\n", t2 - t0, t1 - t0, t2 - t1);
         fflush(stdout);
     }
-    r = rconn_command(c, "DEL bench:sync_round:params bench:sync_round:delta:0 bench:sync_round:delta:1");
+    r = redisCommand(c, "DEL bench:sync_round:params bench:sync_round:delta:0 bench:sync_round:delta:1");
     freeReplyObject(r);
-    rconn_free(c);
+    redisFree(c);
     free(buf);
     return 0;
 }

@@ -1,14 +1,30 @@
 /*
- * rconn.c: the connection helpers declared in rconn.h, on the hiredis 0.14 blocking API.
+ * rconn.c: the connections declared in rconn.h, on the hiredis 0.14 blocking API. Every command is
+ * formatted once (RESP), its key's slot read from that (cluster.c), and sent by route(): the single
+ * place where MOVED and ASK are followed.
  */
 #include "rconn.h"
+#include "cluster.h"
 #include "log.h"
 #include "util.h"
 
+#include <stdlib.h>
+#include <string.h>
 #include <sys/time.h>
 
 #define RETRY_BASE_MS 100
 #define RETRY_CAP_MS 5000
+
+struct rconn {
+    redis_url url;      /* the URL's server (its credentials are used on every node) */
+    int timeout_ms;
+    redisContext *seed; /* connection to the URL's server: keyless commands, and everything until a
+                           redirection says this is a cluster */
+    cluster_map *map;   /* NULL: a single server */
+    redisContext *node[CLUSTER_MAX_NODES]; /* per map node, opened on first use; may be seed */
+    int broken;
+    char errstr[256];
+};
 
 static struct timeval timeval_from_ms(int ms)
 {
@@ -18,7 +34,7 @@ static struct timeval timeval_from_ms(int ms)
     return tv;
 }
 
-int rconn_reply_error(redisContext *c, redisReply *r, char *err, size_t errlen)
+int rconn_reply_error(const rconn *c, redisReply *r, char *err, size_t errlen)
 {
     if (r == NULL) {
         err_set(err, errlen, "Redis connection error: %s", c && c->errstr[0] ? c->errstr : "no reply");
@@ -34,10 +50,11 @@ int rconn_reply_error(redisContext *c, redisReply *r, char *err, size_t errlen)
 /* Run one command whose only interesting outcome is error or not. */
 static int run_simple(redisContext *c, const char *what, char *err, size_t errlen, redisReply *r)
 {
-    char why[512];
-    int rc = rconn_reply_error(c, r, why, sizeof why);
-    if (rc != 0)
-        err_set(err, errlen, "%s failed: %s", what, why);
+    int rc = 0;
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        err_set(err, errlen, "%s failed: %s", what, r ? r->str : c->errstr[0] ? c->errstr : "no reply");
+        rc = -1;
+    }
     if (r != NULL)
         freeReplyObject(r);
     return rc;
@@ -54,17 +71,22 @@ static int authenticate(redisContext *c, const redis_url *u, char *err, size_t e
     return 0;
 }
 
-redisContext *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_t errlen)
+/* Open, authenticate and configure one connection: to the URL's server (host NULL) or to host:port
+ * with the URL's credentials (a cluster node). */
+static redisContext *open_node(const redis_url *u, const char *host, int port, int timeout_ms, char *err,
+                               size_t errlen)
 {
     struct timeval tv = timeval_from_ms(timeout_ms);
     char where[600];
     redisContext *c;
-    if (redis_url_format(u, where, sizeof where) != 0)
+    if (host != NULL)
+        snprintf(where, sizeof where, "cluster node %s:%d", host, port);
+    else if (redis_url_format(u, where, sizeof where) != 0)
         where[0] = '\0';
-    if (u->is_unix)
+    if (host == NULL && u->is_unix)
         c = redisConnectUnixWithTimeout(u->path, tv);
     else
-        c = redisConnectWithTimeout(u->host, u->port, tv);
+        c = redisConnectWithTimeout(host ? host : u->host, host ? port : u->port, tv);
     if (c == NULL) {
         err_set(err, errlen, "cannot connect to %s: out of memory", where);
         return NULL;
@@ -80,8 +102,9 @@ redisContext *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_
     if (authenticate(c, u, err, errlen) != 0)
         goto error;
     /* SELECT 0 is skipped so the same URL also works against a Redis Cluster node. */
-    if (u->db != 0 && run_simple(c, "SELECT (check the database number in the Redis URL)", err, errlen,
-                                 redisCommand(c, "SELECT %d", u->db)) != 0)
+    if (host == NULL && u->db != 0 &&
+        run_simple(c, "SELECT (check the database number in the Redis URL)", err, errlen,
+                   redisCommand(c, "SELECT %d", u->db)) != 0)
         goto error;
     return c;
 
@@ -90,8 +113,25 @@ error:
     return NULL;
 }
 
-redisContext *rconn_connect_retry(const redis_url *u, int timeout_ms, int max_attempts, const volatile int *stop,
-                                  char *err, size_t errlen)
+rconn *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_t errlen)
+{
+    rconn *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        err_set(err, errlen, "out of memory");
+        return NULL;
+    }
+    c->url = *u;
+    c->timeout_ms = timeout_ms;
+    c->seed = open_node(u, NULL, 0, timeout_ms, err, errlen);
+    if (c->seed == NULL) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int max_attempts, const volatile int *stop,
+                           char *err, size_t errlen)
 {
     char where[600];
     char why[512] = "";
@@ -102,7 +142,7 @@ redisContext *rconn_connect_retry(const redis_url *u, int timeout_ms, int max_at
             err_set(err, errlen, "stopped while connecting to %s (last error: %s)", where, why);
             return NULL;
         }
-        redisContext *c = rconn_connect(u, timeout_ms, why, sizeof why);
+        rconn *c = rconn_connect(u, timeout_ms, why, sizeof why);
         if (c != NULL) {
             if (attempt > 0)
                 log_info("connected to Redis at %s after %u failed attempts", where, attempt);
@@ -120,4 +160,231 @@ redisContext *rconn_connect_retry(const redis_url *u, int timeout_ms, int max_at
     }
     err_set(err, errlen, "cannot connect to Redis at %s after %d attempts: %s", where, max_attempts, why);
     return NULL;
+}
+
+void rconn_free(rconn *c)
+{
+    if (c == NULL)
+        return;
+    for (int i = 0; i < CLUSTER_MAX_NODES; i++)
+        if (c->node[i] != NULL && c->node[i] != c->seed)
+            redisFree(c->node[i]);
+    if (c->seed != NULL)
+        redisFree(c->seed);
+    free(c->map);
+    free(c);
+}
+
+int rconn_set_timeout(rconn *c, int timeout_ms)
+{
+    struct timeval tv = timeval_from_ms(timeout_ms);
+    c->timeout_ms = timeout_ms;
+    int rc = redisSetTimeout(c->seed, tv) == REDIS_OK ? 0 : -1;
+    for (int i = 0; i < CLUSTER_MAX_NODES; i++)
+        if (c->node[i] != NULL && c->node[i] != c->seed && redisSetTimeout(c->node[i], tv) != REDIS_OK)
+            rc = -1;
+    return rc;
+}
+
+int rconn_broken(const rconn *c) { return c->broken; }
+const char *rconn_errstr(const rconn *c) { return c->errstr; }
+int rconn_is_cluster(const rconn *c) { return c->map != NULL; }
+
+static void set_broken(rconn *c, const char *why)
+{
+    c->broken = 1;
+    snprintf(c->errstr, sizeof c->errstr, "%.250s", why);
+}
+
+/* The connection to map node i (opened now if needed); NULL and broken if it cannot be opened. */
+static redisContext *node_ctx(rconn *c, int i)
+{
+    if (c->node[i] != NULL)
+        return c->node[i];
+    const cluster_node *n = &c->map->node[i];
+    if (!c->url.is_unix && n->port == c->url.port && strcmp(n->host, c->url.host) == 0)
+        return c->node[i] = c->seed;
+    char err[300];
+    c->node[i] = open_node(&c->url, n->host, n->port, c->timeout_ms, err, sizeof err);
+    if (c->node[i] == NULL)
+        set_broken(c, err);
+    return c->node[i];
+}
+
+static const char *node_host(const rconn *c, int i) { return i < 0 ? c->url.host : c->map->node[i].host; }
+
+/* Send one formatted command (after ASKING when asking) and read its reply; NULL = broken. */
+static redisReply *execute(rconn *c, redisContext *ctx, const char *cmd, size_t len, int asking)
+{
+    void *reply = NULL;
+    if ((asking && redisAppendCommand(ctx, "ASKING") != REDIS_OK) ||
+        redisAppendFormattedCommand(ctx, cmd, len) != REDIS_OK)
+        goto io_error;
+    if (asking) {
+        if (redisGetReply(ctx, &reply) != REDIS_OK)
+            goto io_error;
+        freeReplyObject(reply);
+        reply = NULL;
+    }
+    if (redisGetReply(ctx, &reply) != REDIS_OK)
+        goto io_error;
+    return reply;
+io_error:
+    set_broken(c, ctx->errstr[0] ? ctx->errstr : "connection error");
+    return NULL;
+}
+
+static int enter_cluster(rconn *c)
+{
+    if (c->map != NULL)
+        return 0;
+    c->map = malloc(sizeof *c->map);
+    if (c->map == NULL) {
+        set_broken(c, "out of memory for the cluster slot map");
+        return -1;
+    }
+    cluster_map_init(c->map);
+    log_debug("Redis at %s:%d is a cluster node: routing by hash slot", c->url.host, c->url.port);
+    return 0;
+}
+
+/* Re-read the slot map from node i. A refused CLUSTER SLOTS (an ACL without it) keeps what MOVED
+ * replies taught us; -1 only when the connection broke. */
+static int refresh(rconn *c, int i)
+{
+    redisContext *ctx = node_ctx(c, i);
+    if (ctx == NULL)
+        return -1;
+    redisReply *r = redisCommand(ctx, "CLUSTER SLOTS");
+    if (r == NULL) {
+        set_broken(c, ctx->errstr[0] ? ctx->errstr : "connection error");
+        return -1;
+    }
+    char err[256];
+    if (cluster_map_load(c->map, r, node_host(c, i), err, sizeof err) != 0)
+        log_debug("keeping the slot map learnt from redirections: %s", err);
+    freeReplyObject(r);
+    return 0;
+}
+
+/* Send cmd to the node that serves its key, following redirections. */
+static redisReply *route(rconn *c, const char *cmd, size_t len)
+{
+    if (c->broken)
+        return NULL;
+    int node = c->map ? cluster_map_owner(c->map, cluster_resp_slot(cmd, len)) : -1;
+    int asking = 0;
+    for (int hop = 0;; hop++) {
+        redisContext *ctx = node < 0 ? c->seed : node_ctx(c, node);
+        if (ctx == NULL)
+            return NULL;
+        redisReply *r = execute(c, ctx, cmd, len, asking);
+        cluster_redirect rd;
+        if (r == NULL || hop == CLUSTER_MAX_HOPS || !cluster_reply_redirect(r, node_host(c, node), &rd))
+            return r;
+        freeReplyObject(r);
+        if (enter_cluster(c) != 0)
+            return NULL;
+        node = cluster_map_node(c->map, rd.host, rd.port);
+        if (node < 0) {
+            set_broken(c, "too many cluster nodes");
+            return NULL;
+        }
+        asking = rd.ask;
+        if (!rd.ask) {
+            c->map->owner[rd.slot] = (int16_t)node;
+            if (refresh(c, node) != 0)
+                return NULL;
+        }
+    }
+}
+
+redisReply *rconn_vcommand(rconn *c, const char *fmt, va_list ap)
+{
+    char *cmd = NULL;
+    int len = redisvFormatCommand(&cmd, fmt, ap);
+    if (len < 0) {
+        set_broken(c, "cannot format the command");
+        return NULL;
+    }
+    redisReply *r = route(c, cmd, (size_t)len);
+    redisFreeCommand(cmd);
+    return r;
+}
+
+redisReply *rconn_command(rconn *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = rconn_vcommand(c, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+redisReply *rconn_command_argv(rconn *c, int argc, const char **argv, const size_t *argvlen)
+{
+    char *cmd = NULL;
+    int len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
+    if (len < 0) {
+        set_broken(c, "cannot format the command");
+        return NULL;
+    }
+    redisReply *r = route(c, cmd, (size_t)len);
+    redisFreeCommand(cmd);
+    return r;
+}
+
+int rconn_each_master(rconn *c, rconn_node_fn *fn, void *arg, char *err, size_t errlen)
+{
+    if (c->broken) {
+        err_set(err, errlen, "Redis connection error: %s", c->errstr);
+        return -1;
+    }
+    if (c->map == NULL) {
+        redisReply *r = redisCommand(c->seed, "CLUSTER SLOTS");
+        if (r == NULL) {
+            set_broken(c, c->seed->errstr[0] ? c->seed->errstr : "connection error");
+            err_set(err, errlen, "Redis connection error: %s", c->errstr);
+            return -1;
+        }
+        /* "ERR This instance has cluster support disabled" (or a refusal): one server. */
+        int cluster = r->type == REDIS_REPLY_ARRAY;
+        if (cluster && (enter_cluster(c) != 0 || cluster_map_load(c->map, r, c->url.host, err, errlen) != 0)) {
+            if (c->broken)
+                err_set(err, errlen, "%s", c->errstr);
+            freeReplyObject(r);
+            return -1;
+        }
+        freeReplyObject(r);
+        if (!cluster) {
+            char where[600];
+            if (redis_url_format(&c->url, where, sizeof where) != 0)
+                where[0] = '\0';
+            return fn(c->seed, where, arg, err, errlen);
+        }
+    } else {
+        int any = cluster_map_owner(c->map, 0) >= 0 ? cluster_map_owner(c->map, 0) : 0;
+        if (refresh(c, any) != 0) {
+            err_set(err, errlen, "Redis connection error: %s", c->errstr);
+            return -1;
+        }
+    }
+    char owns[CLUSTER_MAX_NODES] = { 0 };
+    for (int s = 0; s < CLUSTER_SLOTS; s++)
+        if (c->map->owner[s] >= 0)
+            owns[c->map->owner[s]] = 1;
+    for (int i = 0; i < c->map->nnodes; i++) {
+        if (!owns[i])
+            continue;
+        char where[300];
+        snprintf(where, sizeof where, "%s:%d", c->map->node[i].host, c->map->node[i].port);
+        redisContext *ctx = node_ctx(c, i);
+        if (ctx == NULL) {
+            err_set(err, errlen, "%s", c->errstr);
+            return -1;
+        }
+        if (fn(ctx, where, arg, err, errlen) != 0)
+            return -1;
+    }
+    return 0;
 }

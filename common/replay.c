@@ -104,8 +104,8 @@ int replay_shard(const replay_blob *snap, const replay_blob *logs, int nlogs, si
 /* ---- Redis -------------------------------------------------------------------------------------- */
 
 /* GET a blob and decode it; REPLAY_GONE when the key does not exist. *r holds the bytes. */
-static int get_blob(redisContext *c, const char *key, redisReply **r, replay_blob *b, char *err, size_t errlen) {
-    *r = redisCommand(c, "GET %s", key);
+static int get_blob(rconn *c, const char *key, redisReply **r, replay_blob *b, char *err, size_t errlen) {
+    *r = rconn_command(c, "GET %s", key);
     if (rconn_reply_error(c, *r, err, errlen) < 0) return -1;
     if ((*r)->type == REDIS_REPLY_NIL) {
         err_set(err, errlen, "%s is missing (trimmed by a newer snapshot?)", key);
@@ -132,7 +132,7 @@ static int ref_version(const char *ref, int64_t *v) {
     return 0;
 }
 
-int replay_load_refs_state(redisContext *c, const char *run, int shard, size_t n, int64_t want_version,
+int replay_load_refs_state(rconn *c, const char *run, int shard, size_t n, int64_t want_version,
                            const char *snap_ref, const char *log_refs, const char *digest, replay_state *st,
                            char *err, size_t errlen) {
     char key[KEY_MAX];
@@ -195,7 +195,7 @@ int replay_load_refs_state(redisContext *c, const char *run, int shard, size_t n
     return 0;
 }
 
-int replay_load_refs(redisContext *c, const char *run, int shard, size_t n, int64_t want_version,
+int replay_load_refs(rconn *c, const char *run, int shard, size_t n, int64_t want_version,
                      const char *snap_ref, const char *log_refs, const char *digest, float *theta, float *mom,
                      int *has_mom, char *err, size_t errlen) {
     replay_state st = {.theta = theta, .mom = mom};
@@ -204,7 +204,7 @@ int replay_load_refs(redisContext *c, const char *run, int shard, size_t n, int6
     return rc;
 }
 
-int replay_load_shard(redisContext *c, const char *run, int shard, float *theta, float *mom, int *has_mom,
+int replay_load_shard(rconn *c, const char *run, int shard, float *theta, float *mom, int *has_mom,
                       int64_t *version, char *err, size_t errlen) {
     runconf rc;
     if (runconf_load(c, run, &rc, err, errlen) < 0) return -1;
@@ -220,7 +220,7 @@ int replay_load_shard(redisContext *c, const char *run, int shard, float *theta,
         snprintf(f[1], sizeof f[1], "%d:snap", shard);
         snprintf(f[2], sizeof f[2], "%d:log", shard);
         snprintf(f[3], sizeof f[3], "%d:digest", shard);
-        redisReply *r = redisCommand(c, "HMGET %s %s %s %s %s", key_run(key, sizeof key, run, "shards"), f[0], f[1],
+        redisReply *r = rconn_command(c, "HMGET %s %s %s %s %s", key_run(key, sizeof key, run, "shards"), f[0], f[1],
                                      f[2], f[3]);
         if (rconn_reply_error(c, r, err, errlen) < 0) {
             if (r) freeReplyObject(r);

@@ -16,6 +16,8 @@
 #include <stdint.h>
 #include <hiredis/hiredis.h>
 
+#include "rconn.h"
+
 #include "blob.h"
 
 /* A decoded blob: header and a pointer to its payload (may be unaligned). */
@@ -67,16 +69,16 @@ int replay_shard(const replay_blob *snap, const replay_blob *logs, int nlogs, si
  * "v.e,v.e,..." possibly empty) and check the result against `version` and `digest` (16 hex digits).
  * st holds the buffers (theta, mom, and dnbuf with dn_buffer/dn_variant/dn_t0 for a Delayed Nesterov
  * run) and gets has_mom and version. */
-int replay_load_refs_state(redisContext *c, const char *run, int shard, size_t n, int64_t want_version,
+int replay_load_refs_state(rconn *c, const char *run, int shard, size_t n, int64_t want_version,
                            const char *snap_ref, const char *log_refs, const char *digest, replay_state *st,
                            char *err, size_t errlen);
 /* The same for runs without Delayed Nesterov. */
-int replay_load_refs(redisContext *c, const char *run, int shard, size_t n, int64_t want_version,
+int replay_load_refs(rconn *c, const char *run, int shard, size_t n, int64_t want_version,
                      const char *snap_ref, const char *log_refs, const char *digest, float *theta, float *mom,
                      int *has_mom, char *err, size_t errlen);
 /* Rebuild shard `shard` of run `run` as committed now: reads the run config (for the shard's size:
  * theta and mom must hold that many floats) and k:version, k:snap, k:log, k:digest, then
  * replay_load_refs. */
-int replay_load_shard(redisContext *c, const char *run, int shard, float *theta, float *mom, int *has_mom,
+int replay_load_shard(rconn *c, const char *run, int shard, float *theta, float *mom, int *has_mom,
                       int64_t *version, char *err, size_t errlen);
 #endif

@@ -12,12 +12,12 @@
 #include "util.h"
 #include "version.h"
 
-int runconf_check_library(redisContext *c, const char *run, char *err, size_t errlen) {
+int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen) {
     char key[KEY_MAX];
     key_run(key, sizeof key, run, "config");
-    redisReply *r = redisCommand(c, "FCALL dl_version 1 %s", key);
+    redisReply *r = rconn_command(c, "FCALL dl_version 1 %s", key);
     if (r == NULL) {
-        err_set(err, errlen, "redis: %s", c->errstr);
+        err_set(err, errlen, "redis: %s", rconn_errstr(c));
         return -1;
     }
     int rc = -1;
@@ -126,13 +126,13 @@ static int load_fields(redisReply *r, runconf *rc, char *err, size_t errlen) {
     return 0;
 }
 
-int runconf_load(redisContext *c, const char *run, runconf *rc, char *err, size_t errlen) {
+int runconf_load(rconn *c, const char *run, runconf *rc, char *err, size_t errlen) {
     memset(rc, 0, sizeof *rc);
     if (key_check_run_name(run, err, errlen) < 0) return -1;
     snprintf(rc->run, sizeof rc->run, "%s", run);
     if (runconf_check_library(c, run, err, errlen) < 0) return -1;
     char key[KEY_MAX];
-    redisReply *r = redisCommand(c, "HGETALL %s", key_run(key, sizeof key, run, "config"));
+    redisReply *r = rconn_command(c, "HGETALL %s", key_run(key, sizeof key, run, "config"));
     if (rconn_reply_error(c, r, err, errlen) < 0) goto error;
     if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
         err_set(err, errlen, "run '%s' does not exist in this Redis; run `coordinator init --run %s` first", run, run);

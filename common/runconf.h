@@ -10,6 +10,8 @@
 #include <stdint.h>
 #include <hiredis/hiredis.h>
 
+#include "rconn.h"
+
 #define RUNCONF_MAX_SHARDS 4096
 #define RUNCONF_MAX_FRAGMENTS 256
 
@@ -36,9 +38,9 @@ typedef struct runconf {
 } runconf;
 
 /* Check `FCALL dl_version` against DL_LIB_VERSION: -1 with a message that says what to do otherwise. */
-int runconf_check_library(redisContext *c, const char *run, char *err, size_t errlen);
+int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen);
 /* Read and validate dl:{run}:config (after checking the library). Free with runconf_free. */
-int runconf_load(redisContext *c, const char *run, runconf *out, char *err, size_t errlen);
+int runconf_load(rconn *c, const char *run, runconf *out, char *err, size_t errlen);
 void runconf_free(runconf *rc);
 /* Numbers of one shard / fragment. */
 uint64_t runconf_shard_numel(const runconf *rc, int shard);

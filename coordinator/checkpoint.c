@@ -94,9 +94,9 @@ static void export_free(export_data *d) {
     runconf_free(&d->rc);
 }
 
-static int read_state(redisContext *c, const char *run, export_data *d, char *err, size_t errlen) {
+static int read_state(rconn *c, const char *run, export_data *d, char *err, size_t errlen) {
     char key[KEY_MAX];
-    redisReply *r = redisCommand(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "tunables"));
+    redisReply *r = rconn_command(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "tunables"));
     if (rconn_reply_error(c, r, err, errlen) < 0) {
         if (r) freeReplyObject(r);
         return -1;
@@ -112,7 +112,7 @@ static int read_state(redisContext *c, const char *run, export_data *d, char *er
 
 /* One atomic read of every shard's refs, and a replay of each. 1 = try again (versions differ or a
  * blob was trimmed under us; *why says which), 0 = done, -1 = error. */
-static int gather_once(redisContext *c, const char *run, export_data *d, char *why, size_t whylen, char *err,
+static int gather_once(rconn *c, const char *run, export_data *d, char *why, size_t whylen, char *err,
                        size_t errlen) {
     int S = d->rc.nshards;
     size_t argc = 2 + 4 * (size_t)S;
@@ -133,7 +133,7 @@ static int gather_once(redisContext *c, const char *run, export_data *d, char *w
             snprintf(fields[4 * k + j], sizeof fields[0], "%d:%s", k, names[j]);
             argv[2 + 4 * k + j] = fields[4 * k + j];
         }
-    r = redisCommandArgv(c, (int)argc, argv, NULL);
+    r = rconn_command_argv(c, (int)argc, argv, NULL);
     if (rconn_reply_error(c, r, err, errlen) < 0) goto done;
     if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 * (size_t)S) {
         err_set(err, errlen, "unexpected reply to HMGET %s", key);
@@ -185,7 +185,7 @@ done:
     return ret;
 }
 
-static int gather(redisContext *c, const char *run, int timeout_ms, export_data *d, char *err, size_t errlen) {
+static int gather(rconn *c, const char *run, int timeout_ms, export_data *d, char *err, size_t errlen) {
     memset(d, 0, sizeof *d);
     if (runconf_load(c, run, &d->rc, err, errlen) < 0) return -1;
     d->params = malloc(d->rc.numel * sizeof(float) + 1);
@@ -398,7 +398,7 @@ static int write_checkpoint(const char *path, const char *run, const export_data
     return rc;
 }
 
-int checkpoint_export_ex(redisContext *c, const char *run, const char *path, int timeout_ms, int64_t *version,
+int checkpoint_export_ex(rconn *c, const char *run, const char *path, int timeout_ms, int64_t *version,
                          char *err, size_t errlen) {
     export_data d;
     int rc = -1;
@@ -410,7 +410,7 @@ int checkpoint_export_ex(redisContext *c, const char *run, const char *path, int
     return rc;
 }
 
-int checkpoint_export(redisContext *c, const char *run, const char *path, char *err, size_t errlen) {
+int checkpoint_export(rconn *c, const char *run, const char *path, char *err, size_t errlen) {
     return checkpoint_export_ex(c, run, path, CKPT_DEFAULT_TIMEOUT_MS, NULL, err, errlen);
 }
 
@@ -462,7 +462,7 @@ static void prune_dir(const char *dir, int keep) {
     free(vs);
 }
 
-int checkpoint_save_dir(redisContext *c, const char *run, const char *dir, int keep, int timeout_ms,
+int checkpoint_save_dir(rconn *c, const char *run, const char *dir, int keep, int timeout_ms,
                         char *path_out, size_t path_cap, int64_t *version, char *err, size_t errlen) {
     if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
         err_set(err, errlen, "cannot create %s: %s", dir, strerror(errno));
@@ -782,7 +782,7 @@ static int ck_save(int argc, char **argv) {
         fprintf(stderr, "coordinator checkpoint save: give exactly one of --out FILE or --dir DIR (see --help)\n");
         return 2;
     }
-    redisContext *rc = coord_connect(&cc);
+    rconn *rc = coord_connect(&cc);
     if (!rc) return 1;
     char err[1024], path[4200];
     int64_t version = -1;
@@ -790,7 +790,7 @@ static int ck_save(int argc, char **argv) {
     int ok = dir ? checkpoint_save_dir(rc, cc.run, dir, (int)keep, (int)(timeout * 1000), path, sizeof path, &version,
                                        err, sizeof err)
                  : checkpoint_export_ex(rc, cc.run, out, (int)(timeout * 1000), &version, err, sizeof err);
-    redisFree(rc);
+    rconn_free(rc);
     if (ok < 0) {
         fprintf(stderr, "coordinator checkpoint save: %s\n", err);
         return 1;

@@ -22,6 +22,8 @@
 #include <stdint.h>
 #include <hiredis/hiredis.h>
 
+#include "rconn.h"
+
 #define CKPT_FORMAT "rediloco-checkpoint"
 #define CKPT_FORMAT_VERSION "1"
 #define CKPT_DEFAULT_TIMEOUT_MS 60000
@@ -50,15 +52,15 @@ typedef struct checkpoint {
 
 /* Export run `run` to `path` (atomically, plus the JSON side file). Waits up to
  * CKPT_DEFAULT_TIMEOUT_MS for every shard to be at the same version. */
-int checkpoint_export(redisContext *c, const char *run, const char *path, char *err, size_t errlen);
+int checkpoint_export(rconn *c, const char *run, const char *path, char *err, size_t errlen);
 /* The same with a timeout (ms) and the exported version in *version (may be NULL). */
-int checkpoint_export_ex(redisContext *c, const char *run, const char *path, int timeout_ms, int64_t *version,
+int checkpoint_export_ex(rconn *c, const char *run, const char *path, int timeout_ms, int64_t *version,
                          char *err, size_t errlen);
 /* Export to dir/checkpoint-<version>.safetensors (+ .json), then delete all but the newest `keep`
  * checkpoint-*.safetensors of dir (keep <= 0: delete none). The written path goes to path_out (may be
  * NULL). Exporting a version that is already there rewrites it (same bytes). This is what
  * `coordinator serve --save-every N --save-dir DIR [--keep K]` calls every N committed rounds. */
-int checkpoint_save_dir(redisContext *c, const char *run, const char *dir, int keep, int timeout_ms,
+int checkpoint_save_dir(rconn *c, const char *run, const char *dir, int keep, int timeout_ms,
                         char *path_out, size_t path_cap, int64_t *version, char *err, size_t errlen);
 
 /* Read and validate a checkpoint written by checkpoint_export: our format marker, every tensor F32

@@ -22,7 +22,7 @@ int coord_common_flag(coord_common *c, int argc, char **argv, int *i) {
     return 1;
 }
 
-redisContext *coord_connect(coord_common *c) {
+rconn *coord_connect(coord_common *c) {
     char err[512], text[REDIS_URL_MAX];
     if (redis_url_pick(c->redis_url, c->redis_file, text, sizeof text, err, sizeof err) < 0) {
         fprintf(stderr, "coordinator: %s (see --help)\n", err);
@@ -36,18 +36,18 @@ redisContext *coord_connect(coord_common *c) {
         fprintf(stderr, "coordinator: %s\n", err);
         return NULL;
     }
-    redisContext *rc = rconn_connect_retry(&c->url, 10000, 5, NULL, err, sizeof err);
+    rconn *rc = rconn_connect_retry(&c->url, 10000, 5, NULL, err, sizeof err);
     if (!rc) fprintf(stderr, "coordinator: %s\n", err);
     return rc;
 }
 
-json_t *coord_fetch_status(redisContext *rc, const char *run) {
+json_t *coord_fetch_status(rconn *rc, const char *run) {
     char err[512], key[KEY_MAX];
     if (runconf_check_library(rc, run, err, sizeof err) < 0) {
         fprintf(stderr, "coordinator: %s\n", err);
         return NULL;
     }
-    redisReply *r = redisCommand(rc, "FCALL dl_status 1 %s", key_run(key, sizeof key, run, "config"));
+    redisReply *r = rconn_command(rc, "FCALL dl_status 1 %s", key_run(key, sizeof key, run, "config"));
     if (rconn_reply_error(rc, r, err, sizeof err) < 0 || r->type != REDIS_REPLY_STRING) {
         fprintf(stderr, "coordinator: status of run '%s': %s\n", run, err);
         if (r) freeReplyObject(r);

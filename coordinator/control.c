@@ -121,7 +121,7 @@ int cmd_control(int argc, char **argv) {
         json_decref(body);
         return 2;
     }
-    redisContext *rc = coord_connect(&c);
+    rconn *rc = coord_connect(&c);
     if (!rc) {
         json_decref(body);
         return 1;
@@ -129,7 +129,7 @@ int cmd_control(int argc, char **argv) {
     json_t *reply = NULL;
     control_env env = {.run = c.run};
     int code = control_run(rc, &env, action, body, &reply);
-    redisFree(rc);
+    rconn_free(rc);
     json_decref(body);
     json_dumpf(reply, code == 200 ? stdout : stderr, JSON_COMPACT | JSON_REAL_PRECISION(15));
     fputc('\n', code == 200 ? stdout : stderr);

@@ -10,6 +10,8 @@
 
 #include <hiredis/hiredis.h>
 
+#include "rconn.h"
+
 #include "url.h"
 
 typedef struct coord_common {
@@ -28,7 +30,7 @@ int cmd_control(int argc, char **argv); /* control.c */
 int coord_common_flag(coord_common *c, int argc, char **argv, int *i);
 /* Pick the URL (redis_url_pick: --redis, --redis-file or $DL_REDIS_URL), check --run was given, parse
  * the URL and connect (a few retries). NULL + message on stderr. */
-redisContext *coord_connect(coord_common *c);
+rconn *coord_connect(coord_common *c);
 /* The status document (dl_status) parsed; NULL + message on stderr. */
-struct json_t *coord_fetch_status(redisContext *rc, const char *run);
+struct json_t *coord_fetch_status(rconn *rc, const char *run);
 #endif

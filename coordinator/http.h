@@ -9,6 +9,8 @@
 #define DILOCO_COORD_HTTP_H
 
 #include <hiredis/hiredis.h>
+
+#include "rconn.h"
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -21,7 +23,7 @@ struct event_base;
 
 /* Where the HTTP side gets its Redis connection: returns a connected context (reconnecting if the
  * last one broke) or NULL + err. Provided by the process that runs the loop (serve.c). */
-typedef redisContext *(*http_redis_fn)(void *arg, char *err, size_t errlen);
+typedef rconn *(*http_redis_fn)(void *arg, char *err, size_t errlen);
 typedef struct saver saver;
 
 typedef struct http_options {
@@ -59,7 +61,7 @@ typedef struct control_env {
  * with (200, 4xx, 5xx) and sets *reply to {"status":"ok",...} or {"error":"..."} (caller decrefs).
  * Every change is exactly one FCALL; a body that fails validation changes nothing. save_state
  * changes nothing in Redis: it exports a checkpoint (coordinator/checkpoint.c) into env->save_dir. */
-int control_run(redisContext *rc, const control_env *env, const char *action, json_t *body, json_t **reply);
+int control_run(rconn *rc, const control_env *env, const char *action, json_t *body, json_t **reply);
 
 /* ---- documents built from dl_status (http_status.c) ---- */
 
@@ -67,7 +69,7 @@ int control_run(redisContext *rc, const control_env *env, const char *action, js
  * New reference. */
 json_t *status_document(json_t *raw, json_t *events, int auth_required, int dashboard, int can_save, double uptime_s);
 /* Read dl_status + the last n_events events: the raw pieces status_document() wants. -1 + err. */
-int status_fetch(redisContext *rc, const char *run, int n_events, json_t **raw, json_t **events, char *err,
+int status_fetch(rconn *rc, const char *run, int n_events, json_t **raw, json_t **events, char *err,
                  size_t errlen);
 /* Prometheus text exposition of the run (malloc'd, NUL-terminated). */
 char *metrics_text(json_t *raw, const char *run);

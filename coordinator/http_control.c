@@ -69,7 +69,7 @@ static int code_of_redis_error(const char *msg) {
 }
 
 /* One FCALL with argv[0..n) after "FCALL name 1 key"; 200 + reply OK, or the error mapped. */
-static int fcall(redisContext *rc, const char *run, const char *fn, int n, const char **args, json_t **reply,
+static int fcall(rconn *rc, const char *run, const char *fn, int n, const char **args, json_t **reply,
                  const char *what) {
     char key[KEY_MAX], err[512];
     const char *argv[16];
@@ -79,7 +79,7 @@ static int fcall(redisContext *rc, const char *run, const char *fn, int n, const
     argv[argc++] = "1";
     argv[argc++] = key_run(key, sizeof key, run, "config");
     for (int i = 0; i < n && argc < 16; i++) argv[argc++] = args[i];
-    redisReply *r = redisCommandArgv(rc, argc, argv, NULL);
+    redisReply *r = rconn_command_argv(rc, argc, argv, NULL);
     if (rconn_reply_error(rc, r, err, sizeof err) < 0) {
         int code = r && r->type == REDIS_REPLY_ERROR ? code_of_redis_error(r->str) : 503;
         if (r) freeReplyObject(r);
@@ -91,7 +91,7 @@ static int fcall(redisContext *rc, const char *run, const char *fn, int n, const
     return 200;
 }
 
-static int do_kick(redisContext *rc, const char *run, json_t *body, json_t **reply) {
+static int do_kick(rconn *rc, const char *run, json_t *body, json_t **reply) {
     static const char *const allowed[] = {"worker_id", NULL};
     if (check_fields(body, allowed, "kick_worker", reply)) return 400;
     json_t *w = json_object_get(body, "worker_id");
@@ -105,7 +105,7 @@ static int do_kick(redisContext *rc, const char *run, json_t *body, json_t **rep
     return code;
 }
 
-static int do_optimizer(redisContext *rc, const char *run, json_t *body, json_t **reply) {
+static int do_optimizer(rconn *rc, const char *run, json_t *body, json_t **reply) {
     static const char *const allowed[] = {"lr", "momentum", "nesterov", NULL};
     if (check_fields(body, allowed, "update_optimizer", reply)) return 400;
     json_t *lr = json_object_get(body, "lr"), *mu = json_object_get(body, "momentum");
@@ -155,7 +155,7 @@ static int int_field(json_t *v, long long lo, long long hi, long long *out) {
     return *out >= lo && *out <= hi ? 0 : -1;
 }
 
-static int do_num_workers(redisContext *rc, const char *run, json_t *body, json_t **reply) {
+static int do_num_workers(rconn *rc, const char *run, json_t *body, json_t **reply) {
     static const char *const allowed[] = {"num_workers", "min_workers", NULL};
     if (check_fields(body, allowed, "update_num_workers", reply)) return 400;
     json_t *nw = json_object_get(body, "num_workers"), *mw = json_object_get(body, "min_workers");
@@ -189,7 +189,7 @@ static int do_num_workers(redisContext *rc, const char *run, json_t *body, json_
     return 200;
 }
 
-static int do_shutdown(redisContext *rc, const char *run, json_t *body, json_t **reply) {
+static int do_shutdown(rconn *rc, const char *run, json_t *body, json_t **reply) {
     static const char *const allowed[] = {NULL};
     if (check_fields(body, allowed, "shutdown", reply)) return 400;
     int code = fcall(rc, run, "dl_shutdown", 0, NULL, reply, "shutdown of the run");
@@ -199,7 +199,7 @@ static int do_shutdown(redisContext *rc, const char *run, json_t *body, json_t *
     return code;
 }
 
-static int do_save(redisContext *rc, const control_env *env, json_t *body, json_t **reply) {
+static int do_save(rconn *rc, const control_env *env, json_t *body, json_t **reply) {
     static const char *const allowed[] = {NULL};
     if (check_fields(body, allowed, "save_state", reply)) return 400;
     if (!env->save_dir)
@@ -220,7 +220,7 @@ static int do_save(redisContext *rc, const control_env *env, json_t *body, json_
     return 200;
 }
 
-int control_run(redisContext *rc, const control_env *env, const char *action, json_t *body, json_t **reply) {
+int control_run(rconn *rc, const control_env *env, const char *action, json_t *body, json_t **reply) {
     const char *run = env->run;
     *reply = NULL;
     if (!json_is_object(body)) return error_reply(reply, 400, "the body must be a JSON object");

@@ -51,11 +51,11 @@ static void *save_thread(void *arg) {
     s->ok = 0;
     s->version = -1;
     s->path[0] = s->err[0] = 0;
-    redisContext *rc = rconn_connect(&s->url, 5000, s->err, sizeof s->err);
+    rconn *rc = rconn_connect(&s->url, 5000, s->err, sizeof s->err);
     if (rc) {
         s->ok = checkpoint_save_dir(rc, s->run, s->dir, s->keep, 60000, s->path, sizeof s->path, &s->version, s->err,
                                     sizeof s->err) == 0;
-        redisFree(rc);
+        rconn_free(rc);
     }
     s->ms = now_ms() - t0;
     char b = 1;

@@ -73,9 +73,9 @@ static void reply_error(struct evhttp_request *req, int code, const char *msg) {
     reply_json(req, code, json_pack("{s:s}", "error", msg));
 }
 
-static redisContext *redis_or_503(http_server *s, struct evhttp_request *req) {
+static rconn *redis_or_503(http_server *s, struct evhttp_request *req) {
     char err[512] = "";
-    redisContext *rc = s->o.redis(s->o.redis_arg, err, sizeof err);
+    rconn *rc = s->o.redis(s->o.redis_arg, err, sizeof err);
     if (!rc) {
         char msg[700];
         snprintf(msg, sizeof msg, "redis unavailable: %s", err);
@@ -85,7 +85,7 @@ static redisContext *redis_or_503(http_server *s, struct evhttp_request *req) {
 }
 
 static void serve_status(http_server *s, struct evhttp_request *req) {
-    redisContext *rc = redis_or_503(s, req);
+    rconn *rc = redis_or_503(s, req);
     if (!rc) return;
     json_t *raw = NULL, *events = NULL;
     char err[512];
@@ -101,7 +101,7 @@ static void serve_status(http_server *s, struct evhttp_request *req) {
 }
 
 static void serve_metrics(http_server *s, struct evhttp_request *req) {
-    redisContext *rc = redis_or_503(s, req);
+    rconn *rc = redis_or_503(s, req);
     if (!rc) return;
     json_t *raw = NULL;
     char err[512];
@@ -262,7 +262,7 @@ static void serve_control(http_server *s, struct evhttp_request *req, const char
         reply_json(req, code, reply);
         return;
     }
-    redisContext *rc = redis_or_503(s, req);
+    rconn *rc = redis_or_503(s, req);
     if (!rc) {
         json_decref(doc);
         return;

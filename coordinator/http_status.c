@@ -49,13 +49,13 @@ static json_t *jnum(double d) {
 
 static void setn(json_t *o, const char *k, double d) { json_object_set_new(o, k, jnum(d)); }
 
-int status_fetch(redisContext *rc, const char *run, int n_events, json_t **raw, json_t **events, char *err,
+int status_fetch(rconn *rc, const char *run, int n_events, json_t **raw, json_t **events, char *err,
                  size_t errlen) {
     char key[KEY_MAX];
     *raw = NULL;
     if (events) *events = NULL;
     if (runconf_check_library(rc, run, err, errlen) < 0) return -1;
-    redisReply *r = redisCommand(rc, "FCALL dl_status 1 %s", key_run(key, sizeof key, run, "config"));
+    redisReply *r = rconn_command(rc, "FCALL dl_status 1 %s", key_run(key, sizeof key, run, "config"));
     if (rconn_reply_error(rc, r, err, errlen) < 0 || r->type != REDIS_REPLY_STRING) {
         if (r && r->type != REDIS_REPLY_ERROR) err_set(err, errlen, "dl_status: unexpected reply type %d", r->type);
         if (r) freeReplyObject(r);
@@ -70,7 +70,7 @@ int status_fetch(redisContext *rc, const char *run, int n_events, json_t **raw, 
     }
     if (!events || n_events <= 0) return 0;
     /* newest first: [[id, [field, value, ...]], ...] */
-    r = redisCommand(rc, "XREVRANGE %s + - COUNT %d", key_run(key, sizeof key, run, "events"), n_events);
+    r = rconn_command(rc, "XREVRANGE %s + - COUNT %d", key_run(key, sizeof key, run, "events"), n_events);
     if (rconn_reply_error(rc, r, err, errlen) < 0 || r->type != REDIS_REPLY_ARRAY) {
         if (r) freeReplyObject(r);
         return -1;

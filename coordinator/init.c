@@ -365,43 +365,60 @@ static void free_initial(initial_params *ip) {
 
 /* ---- Redis ---------------------------------------------------------------------------------------- */
 
-static int load_library(redisContext *rc, char *err, size_t errlen) {
-    redisReply *r = redisCommand(rc, "FUNCTION LOAD REPLACE %b", lua_library, (size_t)lua_library_len);
-    int ok = rconn_reply_error(rc, r, err, errlen);
+/* FUNCTION LOAD REPLACE on one server (every master of a cluster: a function runs where its keys are). */
+static int load_on_node(redisContext *node, const char *addr, void *arg, char *err, size_t errlen) {
+    (void)arg;
+    redisReply *r = redisCommand(node, "FUNCTION LOAD REPLACE %b", lua_library, (size_t)lua_library_len);
+    int ok = r && r->type != REDIS_REPLY_ERROR ? 0 : -1;
+    if (ok < 0) err_set(err, errlen, "%s: %s", addr, r ? r->str : node->errstr);
     if (r) freeReplyObject(r);
     return ok;
 }
 
-/* Delete every key of the run (SCAN, so a large keyspace is not blocked). */
-static int delete_run(redisContext *rc, const char *run, char *err, size_t errlen) {
+static int load_library(rconn *rc, char *err, size_t errlen) {
+    return rconn_each_master(rc, load_on_node, NULL, err, errlen);
+}
+
+/* Delete every key of the run on one node (SCAN, so a large keyspace is not blocked; a cluster's
+ * keys are on the node that SCAN found them on). */
+static int delete_on_node(redisContext *node, const char *addr, void *arg, char *err, size_t errlen) {
+    const char *run = ((const char **)arg)[0];
+    long *deleted = (long *)((const char **)arg)[1];
     char patterns[2][160];
     snprintf(patterns[0], sizeof patterns[0], "dl:{%s}*", run);
     snprintf(patterns[1], sizeof patterns[1], "dl:{%s:*", run);
-    long deleted = 0;
     for (int p = 0; p < 2; p++) {
         char cursor[32] = "0";
         do {
-            redisReply *r = redisCommand(rc, "SCAN %s MATCH %s COUNT 1000", cursor, patterns[p]);
-            if (rconn_reply_error(rc, r, err, errlen) < 0) {
+            redisReply *r = redisCommand(node, "SCAN %s MATCH %s COUNT 1000", cursor, patterns[p]);
+            if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+                err_set(err, errlen, "%s: SCAN: %s", addr, r && r->type == REDIS_REPLY_ERROR ? r->str : node->errstr);
                 if (r) freeReplyObject(r);
                 return -1;
             }
             snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
             for (size_t i = 0; i < r->element[1]->elements; i++) {
-                redisReply *d = redisCommand(rc, "DEL %s", r->element[1]->element[i]->str);
+                redisReply *d = redisCommand(node, "DEL %s", r->element[1]->element[i]->str);
                 if (d) freeReplyObject(d);
-                deleted++;
+                (*deleted)++;
             }
             freeReplyObject(r);
         } while (strcmp(cursor, "0") != 0);
     }
+    return 0;
+}
+
+static int delete_run(rconn *rc, const char *run, char *err, size_t errlen) {
+    long deleted = 0;
+    const void *arg[2] = {run, &deleted};
+    if (rconn_each_master(rc, delete_on_node, arg, err, errlen) < 0) return -1;
     log_info("--force: deleted %ld keys of run '%s'", deleted, run);
     return 0;
 }
 
-static int run_exists(redisContext *rc, const char *run, int *exists, char *err, size_t errlen) {
+static int run_exists(rconn *rc, const char *run, int *exists, char *err, size_t errlen) {
     char key[KEY_MAX];
-    redisReply *r = redisCommand(rc, "EXISTS %s", key_run(key, sizeof key, run, "config"));
+    redisReply *r = rconn_command(rc, "EXISTS %s", key_run(key, sizeof key, run, "config"));
     if (rconn_reply_error(rc, r, err, errlen) < 0) {
         if (r) freeReplyObject(r);
         return -1;
@@ -416,7 +433,7 @@ static int run_exists(redisContext *rc, const char *run, int *exists, char *err,
  * shard-server writes, so the first outer step continues that momentum. With dnbuf (a checkpoint's
  * Delayed Nesterov buffer) it also carries the buffer (flags bit 1) after the momentum (zeros if none),
  * again as a shard-server writes it. */
-static int write_shard_v0(redisContext *rc, const char *run, int k, const float *x, const float *mom,
+static int write_shard_v0(rconn *rc, const char *run, int k, const float *x, const float *mom,
                           const float *dnbuf, uint64_t n, char *digest, char *err, size_t errlen) {
     int with_mom = mom != NULL || dnbuf != NULL, with_buf = dnbuf != NULL;
     blob_header h;
@@ -445,7 +462,7 @@ static int write_shard_v0(redisContext *rc, const char *run, int k, const float 
     if (enc < 0) return -1;
     char key[KEY_MAX];
     key_shard(key, sizeof key, run, k, "snap:0:0");
-    redisReply *r = redisCommand(rc, "SET %s %b", key, blob, len);
+    redisReply *r = rconn_command(rc, "SET %s %b", key, blob, len);
     free(blob);
     int ok = rconn_reply_error(rc, r, err, errlen);
     if (r) freeReplyObject(r);
@@ -464,7 +481,7 @@ static void random_secret(char *out, size_t cap) {
 }
 
 /* dl_init with the config and state fields and one digest per shard. */
-static int call_dl_init(redisContext *rc, const init_args *a, const initial_params *ip, const uint64_t *sb,
+static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip, const uint64_t *sb,
                         const uint64_t *fb, char digests[][17], char *err, size_t errlen) {
     static char sbuf[RUNCONF_MAX_SHARDS * 12], fbuf[RUNCONF_MAX_FRAGMENTS * 8];
     char numel[32], shards[16], frags[16], seed[32], snap[16], secret[40] = "";
@@ -510,14 +527,14 @@ static int call_dl_init(redisContext *rc, const init_args *a, const initial_para
     }
     memcpy(argv, fixed, sizeof fixed);
     for (long long k = 0; k < a->shards; k++) argv[nfixed + (size_t)k] = digests[k];
-    redisReply *r = redisCommandArgv(rc, (int)argc, argv, NULL);
+    redisReply *r = rconn_command_argv(rc, (int)argc, argv, NULL);
     free(argv);
     int ok = rconn_reply_error(rc, r, err, errlen);
     if (r) freeReplyObject(r);
     return ok;
 }
 
-static int create_run(redisContext *rc, const init_args *a, char *err, size_t errlen) {
+static int create_run(rconn *rc, const init_args *a, char *err, size_t errlen) {
     initial_params ip;
     uint64_t *sb = calloc((size_t)a->shards + 1, sizeof *sb), fb[RUNCONF_MAX_FRAGMENTS + 1];
     char(*digests)[17] = calloc((size_t)a->shards, sizeof *digests);
@@ -554,7 +571,7 @@ done:
 int cmd_init(int argc, char **argv) {
     init_args a;
     if (parse_init(argc, argv, &a) < 0) return 2;
-    redisContext *rc = coord_connect(&a.c);
+    rconn *rc = coord_connect(&a.c);
     if (!rc) return 1;
     char err[512];
     int exists = 0, status = 1;
@@ -575,6 +592,6 @@ int cmd_init(int argc, char **argv) {
 fail:
     fprintf(stderr, "coordinator init: %s\n", err);
 done:
-    redisFree(rc);
+    rconn_free(rc);
     return status;
 }

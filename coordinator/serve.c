@@ -23,7 +23,7 @@
 
 typedef struct serve_ctx {
     coord_common c;
-    redisContext *rc;
+    rconn *rc;
     char key[KEY_MAX];
     long long print_every;
     uint64_t last_print;
@@ -35,9 +35,9 @@ typedef struct serve_ctx {
 } serve_ctx;
 
 /* The lowest committed shard version (all shards share it between rounds); -1 on error. */
-static long long min_version(redisContext *rc, const char *run) {
+static long long min_version(rconn *rc, const char *run) {
     char key[KEY_MAX];
-    redisReply *r = redisCommand(rc, "HGETALL %s", key_run(key, sizeof key, run, "shards"));
+    redisReply *r = rconn_command(rc, "HGETALL %s", key_run(key, sizeof key, run, "shards"));
     long long m = -1;
     if (r && r->type == REDIS_REPLY_ARRAY) {
         for (size_t i = 0; i + 1 < r->elements; i += 2) {
@@ -59,7 +59,7 @@ static void periodic_saved(void *arg, int ok, const char *path, int64_t version,
     (void)ok; /* logged by the saver */
 }
 
-static void maybe_save(serve_ctx *x, redisContext *rc) {
+static void maybe_save(serve_ctx *x, rconn *rc) {
     if (!x->saver || x->save_every <= 0 || saver_busy(x->saver)) return;
     long long v = min_version(rc, x->c.run);
     if (v < 0) return;
@@ -73,12 +73,12 @@ static void maybe_save(serve_ctx *x, redisContext *rc) {
 
 /* The shared connection, reconnected (one attempt, short timeout) when it broke, so a dead Redis
  * costs each caller at most about a second and the loop keeps answering. */
-static redisContext *ctx_redis(void *arg, char *err, size_t errlen) {
+static rconn *ctx_redis(void *arg, char *err, size_t errlen) {
     serve_ctx *x = arg;
-    if (x->rc && !x->rc->err) return x->rc;
+    if (x->rc && !rconn_broken(x->rc)) return x->rc;
     if (x->rc) {
-        log_warn("lost Redis: %s; reconnecting", x->rc->errstr);
-        redisFree(x->rc);
+        log_warn("lost Redis: %s; reconnecting", rconn_errstr(x->rc));
+        rconn_free(x->rc);
         x->rc = NULL;
     }
     x->rc = rconn_connect(&x->c.url, 1000, err, errlen);
@@ -88,13 +88,12 @@ static redisContext *ctx_redis(void *arg, char *err, size_t errlen) {
         return NULL;
     }
     /* commands get a longer bound than the connect */
-    struct timeval tv = {5, 0};
-    redisSetTimeout(x->rc, tv);
+    rconn_set_timeout(x->rc, 5000);
     log_info("connected to Redis");
     return x->rc;
 }
 
-static void summary(redisContext *rc, const char *run) {
+static void summary(rconn *rc, const char *run) {
     json_t *doc = coord_fetch_status(rc, run);
     if (!doc) return;
     json_t *st = json_object_get(doc, "state");
@@ -112,14 +111,14 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
     (void)what;
     serve_ctx *x = arg;
     char err[512];
-    redisContext *rc = ctx_redis(x, err, sizeof err);
+    rconn *rc = ctx_redis(x, err, sizeof err);
     if (!rc) return;
-    redisReply *r = redisCommand(rc, "FCALL dl_reap 1 %s", x->key);
+    redisReply *r = rconn_command(rc, "FCALL dl_reap 1 %s", x->key);
     if (r && r->type == REDIS_REPLY_INTEGER && r->integer > 0) log_warn("evicted %lld dead worker(s)", r->integer);
     else if (r && r->type == REDIS_REPLY_ERROR) log_warn("reap: %s", r->str);
     if (r) freeReplyObject(r);
-    if (!rc->err) maybe_save(x, rc);
-    if (x->print_every > 0 && now_ms() - x->last_print >= (uint64_t)x->print_every * 1000 && !rc->err) {
+    if (!rconn_broken(rc)) maybe_save(x, rc);
+    if (x->print_every > 0 && now_ms() - x->last_print >= (uint64_t)x->print_every * 1000 && !rconn_broken(rc)) {
         summary(rc, x->c.run);
         x->last_print = now_ms();
     }
@@ -263,7 +262,7 @@ int cmd_serve(int argc, char **argv) {
         return 2;
     }
 
-    redisContext *rc = coord_connect(&x.c);
+    rconn *rc = coord_connect(&x.c);
     if (!rc) {
         free(token);
         return 1;
@@ -321,7 +320,7 @@ int cmd_serve(int argc, char **argv) {
     event_free(sigint);
     event_free(sigterm);
     event_base_free(x.base);
-    if (x.rc) redisFree(x.rc);
+    if (x.rc) rconn_free(x.rc);
     free(token);
     log_info("stopped");
     return 0;

@@ -97,10 +97,10 @@ int cmd_status(int argc, char **argv) {
             return 2;
         }
     }
-    redisContext *rc = coord_connect(&c);
+    rconn *rc = coord_connect(&c);
     if (!rc) return 1;
     json_t *doc = coord_fetch_status(rc, c.run);
-    redisFree(rc);
+    rconn_free(rc);
     if (!doc) return 1;
     if (as_json) {
         json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_SORT_KEYS);

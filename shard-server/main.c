@@ -182,13 +182,13 @@ static void on_startup_signal(int sig)
 }
 
 /* Read the outer tunables from dl:{R}:tunables (the lease loop keeps them fresh afterwards). */
-static void read_tunables(redisContext *c, ss_ctx *ss)
+static void read_tunables(rconn *c, ss_ctx *ss)
 {
     char key[KEY_MAX];
     ss->tun.lr = 0.7f;
     ss->tun.mu = 0.9f;
     ss->tun.nesterov = 1;
-    redisReply *r = redisCommand(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key,
+    redisReply *r = rconn_command(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key,
                                                                                       ss->opts.run, "tunables"));
     if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
         if (r->element[0]->type == REDIS_REPLY_STRING)
@@ -214,7 +214,7 @@ static int startup_redis(ss_ctx *ss)
         log_error("bad --run: %s", err);
         return -1;
     }
-    redisContext *c = rconn_connect_retry(&ss->url, REDIS_TIMEOUT_MS, 0, &g_startup_stop,
+    rconn *c = rconn_connect_retry(&ss->url, REDIS_TIMEOUT_MS, 0, &g_startup_stop,
                                           err, sizeof err);
     if (c == NULL) {
         log_error("%s", err);
@@ -223,11 +223,11 @@ static int startup_redis(ss_ctx *ss)
     if (runconf_check_library(c, ss->opts.run, err, sizeof err) != 0 ||
         runconf_load(c, ss->opts.run, &ss->rc, err, sizeof err) != 0) {
         log_error("%s", err);
-        redisFree(c);
+        rconn_free(c);
         return -1;
     }
     read_tunables(c, ss);
-    redisFree(c);
+    rconn_free(c);
     log_info("run %s: %llu parameters in %d shards, %d fragments, snapshot every %d versions; outer lr %g "
              "momentum %g nesterov %d (library version %s)",
              ss->opts.run, (unsigned long long)ss->rc.numel, ss->rc.nshards, ss->rc.nfragments,
@@ -306,6 +306,7 @@ static int run_loop(ss_ctx *ss)
         log_error("cannot set up the Redis connections");
         return -1;
     }
+    route_attach(ss);
     struct event *park_timer;
     if (lease_start(ss, err, sizeof err) != 0 || metrics_start(ss) != 0 ||
         add_persist(ss, &park_timer, on_park_timer, PARK_CHECK_MS) != 0) {

@@ -6,6 +6,11 @@
  * reply so its owner treats the outcome as unknown. hiredis 0.14 has no command timeout, so a watchdog
  * drops the connection when commands are pending and nothing has come back for stall_ms (a Redis that
  * is SIGSTOPped or a silent network partition). AUTH and SELECT are sent first on every connection.
+ *
+ * Redis Cluster (route.c): once the cluster's slot map is known, ra_cmd sends a command to this
+ * connection's twin on the master of its key (a connection like this one, opened on first use and
+ * accepting commands while it connects); a MOVED or ASK reply is followed here, so callers only ever
+ * see the final reply. Each command's arguments are kept until its reply for that.
  */
 #include "ss.h"
 
@@ -22,9 +27,14 @@
 #define RA_WATCH_MS 500
 
 typedef struct ra_call {
-    rasync *ra;
+    rasync *owner; /* the connection the caller used */
+    rasync *conn;  /* the one it was sent on (owner or one of its twins) */
     ra_cb *cb;
     void *priv;
+    int hops;      /* redirections followed */
+    int argc;
+    const char **argv; /* copies, after the struct, to resend after a redirection */
+    size_t *argvlen;
 } ra_call;
 
 static void ra_connect(rasync *ra);
@@ -60,8 +70,7 @@ static void ra_on_connect(const redisAsyncContext *ac, int status)
     log_info("redis %s connection established", ra->name);
     ra->ready = 1;
     ra->attempt = 0;
-    ra->pending = 0;
-    ra->last_activity = now_ms();
+    ra->last_activity = now_ms(); /* pending: a twin may have commands queued while connecting */
     if (ra->on_ready != NULL)
         ra->on_ready(ra->on_ready_arg);
 }
@@ -170,13 +179,79 @@ int ra_init(rasync *ra, const char *name, const redis_url *url, struct event_bas
     return 0;
 }
 
+static void ra_on_reply(redisAsyncContext *ac, void *reply, void *privdata);
+
+/* May commands be queued on ra now? A twin queues them while it connects (hiredis sends them once
+ * connected, after AUTH, or fails them with NULL replies). */
+static int ra_accepting(const rasync *ra)
+{
+    return ra->ac != NULL && !(ra->ac->c.flags & REDIS_DISCONNECTING) && (ra->ready || ra->is_twin);
+}
+
+static int ra_send(rasync *conn, ra_call *call, int asking)
+{
+    if (!ra_accepting(conn))
+        return -1;
+    if (asking && redisAsyncCommand(conn->ac, NULL, NULL, "ASKING") != REDIS_OK)
+        return -1;
+    if (redisAsyncCommandArgv(conn->ac, ra_on_reply, call, call->argc, call->argv, call->argvlen) != REDIS_OK)
+        return -1;
+    call->conn = conn;
+    if (conn->pending == 0)
+        conn->last_activity = now_ms();
+    conn->pending++;
+    return 0;
+}
+
+/* A twin owns its URL and name. */
+typedef struct ra_twin_conn {
+    rasync ra; /* first: a twin is freed through its rasync pointer */
+    redis_url url;
+    char name[300];
+} ra_twin_conn;
+
+/* This connection's twin on cluster node `node` (-1: itself), opened now if needed; NULL if it cannot be. */
+static rasync *ra_twin(rasync *ra, int node)
+{
+    if (node < 0)
+        return ra;
+    if (ra->twin[node] != NULL)
+        return ra->twin[node];
+    ra_twin_conn *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return NULL;
+    if (route_node_url(ra->route, node, ra->url, &t->url)) {
+        free(t);
+        return ra->twin[node] = ra;
+    }
+    snprintf(t->name, sizeof t->name, "%s@%s:%d", ra->name, t->url.host, t->url.port);
+    if (ra_init(&t->ra, t->name, &t->url, ra->base, ra->stall_ms) != 0) {
+        free(t);
+        return NULL;
+    }
+    t->ra.is_twin = 1;
+    t->ra.route = ra->route;
+    return ra->twin[node] = &t->ra;
+}
+
 static void ra_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     ra_call *call = privdata;
-    rasync *ra = call->ra;
-    if (ra->ac == ac && reply != NULL) {
-        ra->pending--;
-        ra->last_activity = now_ms();
+    rasync *conn = call->conn;
+    if (conn->ac == ac && reply != NULL) {
+        conn->pending--;
+        conn->last_activity = now_ms();
+    }
+    cluster_redirect rd;
+    if (call->owner->route != NULL && call->hops < CLUSTER_MAX_HOPS &&
+        cluster_reply_redirect(reply, conn->url->host, &rd)) {
+        int node = route_learn(call->owner->route, &rd);
+        rasync *to = node >= 0 ? ra_twin(call->owner, node) : NULL;
+        call->hops++;
+        if (to != NULL && ra_send(to, call, rd.ask) == 0)
+            return;
+        log_warn("redis %s connection: cannot follow %s", call->owner->name, ((redisReply *)reply)->str);
+        reply = NULL; /* not executed; the caller retries as after a lost connection */
     }
     ra_cb *cb = call->cb;
     void *priv = call->priv;
@@ -187,21 +262,34 @@ static void ra_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 
 int ra_cmd(rasync *ra, ra_cb *cb, void *priv, int argc, const char **argv, const size_t *argvlen)
 {
-    if (ra->ac == NULL || !ra->ready || (ra->ac->c.flags & REDIS_DISCONNECTING))
+    size_t bytes = sizeof(ra_call) + (size_t)argc * (sizeof(char *) + sizeof(size_t));
+    size_t lens[64];
+    if (argc <= 0 || argc > 64)
         return -1;
-    ra_call *call = malloc(sizeof *call);
+    for (int i = 0; i < argc; i++) {
+        lens[i] = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
+        bytes += lens[i];
+    }
+    rasync *conn = ra_twin(ra, route_node(ra->route, cluster_command_slot(argc, argv, lens)));
+    if (conn == NULL || !ra_accepting(conn))
+        return -1;
+    ra_call *call = malloc(bytes);
     if (call == NULL)
         return -1;
-    call->ra = ra;
-    call->cb = cb;
-    call->priv = priv;
-    if (redisAsyncCommandArgv(ra->ac, ra_on_reply, call, argc, argv, argvlen) != REDIS_OK) {
+    *call = (ra_call){ .owner = ra, .cb = cb, .priv = priv, .argc = argc };
+    call->argv = (const char **)(call + 1);
+    call->argvlen = (size_t *)(call->argv + argc);
+    char *data = (char *)(call->argvlen + argc);
+    for (int i = 0; i < argc; i++) {
+        memcpy(data, argv[i], lens[i]);
+        call->argv[i] = data;
+        call->argvlen[i] = lens[i];
+        data += lens[i];
+    }
+    if (ra_send(conn, call, 0) != 0) {
         free(call);
         return -1;
     }
-    if (ra->pending == 0)
-        ra->last_activity = now_ms();
-    ra->pending++;
     return 0;
 }
 
@@ -212,6 +300,12 @@ int ra_cmds(rasync *ra, ra_cb *cb, void *priv, int argc, const char **argv)
 
 void ra_close(rasync *ra)
 {
+    for (int i = 0; i < CLUSTER_MAX_NODES; i++)
+        if (ra->twin[i] != NULL && ra->twin[i] != ra) {
+            ra_close(ra->twin[i]);
+            free(ra->twin[i]);
+            ra->twin[i] = NULL;
+        }
     ra->stopping = 1;
     if (ra->ac != NULL) {
         redisAsyncContext *ac = ra->ac;

@@ -12,6 +12,10 @@
  * the callback is called exactly once, with NULL if the connection is lost before the reply (outcome
  * unknown); the caller keeps the payload alive until then. The connection reconnects with jittered
  * backoff and is dropped when commands are pending and nothing came back for stall_ms.
+ *
+ * Redis Cluster (route.c): as in rasync.c, a SET goes to this connection's twin on the master of its
+ * key once the slot map is known, and a MOVED or ASK reply is followed here (the caller's payload is
+ * still alive: its callback has not run), so callers only see the final reply.
  */
 #include "ss.h"
 
@@ -48,9 +52,16 @@ typedef struct rs_item {
     int login;            /* AUTH/SELECT: an error drops the connection */
     char prefix[600];     /* RESP up to the payload length line */
     uint8_t head[BLOB_HEADER_MAX];
+    /* to resend after a redirection */
+    rawset *owner;        /* the connection the caller used */
+    int hops;
+    size_t key_off, key_len; /* the key, in prefix */
+    size_t hlen, plen;
+    const void *payload;
 } rs_item;
 
 static void rs_connect(rawset *rs);
+static int rs_follow(rs_item *it, const cluster_redirect *rd);
 
 static void rs_set_events(rawset *rs)
 {
@@ -113,8 +124,8 @@ static void rs_enqueue(rawset *rs, rs_item *it)
     rs->pending++;
 }
 
-/* A small command of string arguments (AUTH, SELECT). */
-static void rs_enqueue_small(rawset *rs, int argc, const char **argv)
+/* A small command of string arguments (AUTH, SELECT, ASKING). */
+static void rs_enqueue_small(rawset *rs, int argc, const char **argv, int login)
 {
     rs_item *it = calloc(1, sizeof *it);
     if (it == NULL)
@@ -128,8 +139,27 @@ static void rs_enqueue_small(rawset *rs, int argc, const char **argv)
     }
     it->iov[0] = (struct iovec){ it->prefix, off };
     it->niov = 1;
-    it->login = 1;
+    it->login = login;
     rs_enqueue(rs, it);
+}
+
+/* AUTH and SELECT, queued first on a new socket (a twin may queue SETs behind them while connecting). */
+static void rs_enqueue_login(rawset *rs)
+{
+    const redis_url *u = rs->url;
+    if (u->user[0] != '\0') {
+        const char *argv[3] = { "AUTH", u->user, u->pass };
+        rs_enqueue_small(rs, 3, argv, 1);
+    } else if (u->pass[0] != '\0') {
+        const char *argv[2] = { "AUTH", u->pass };
+        rs_enqueue_small(rs, 2, argv, 1);
+    }
+    if (u->db != 0) {
+        char db[16];
+        snprintf(db, sizeof db, "%d", u->db);
+        const char *argv[2] = { "SELECT", db };
+        rs_enqueue_small(rs, 2, argv, 1);
+    }
 }
 
 static void rs_on_connected(rawset *rs)
@@ -138,20 +168,6 @@ static void rs_on_connected(rawset *rs)
     rs->ready = 1;
     rs->attempt = 0;
     log_info("redis %s connection established", rs->name);
-    const redis_url *u = rs->url;
-    if (u->user[0] != '\0') {
-        const char *argv[3] = { "AUTH", u->user, u->pass };
-        rs_enqueue_small(rs, 3, argv);
-    } else if (u->pass[0] != '\0') {
-        const char *argv[2] = { "AUTH", u->pass };
-        rs_enqueue_small(rs, 2, argv);
-    }
-    if (u->db != 0) {
-        char db[16];
-        snprintf(db, sizeof db, "%d", u->db);
-        const char *argv[2] = { "SELECT", db };
-        rs_enqueue_small(rs, 2, argv);
-    }
     event_add(rs->ev_read, NULL);
     rs_set_events(rs);
 }
@@ -203,12 +219,9 @@ static void rs_on_write(evutil_socket_t fd, short what, void *arg)
         int soerr = 0;
         socklen_t sl = sizeof soerr;
         if (getsockopt(rs->fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0 || soerr != 0) {
-            log_warn("redis %s connection: connect failed: %s; retrying", rs->name, strerror(soerr ? soerr : errno));
-            event_del(rs->ev_write);
-            close(rs->fd);
-            rs->fd = -1;
-            rs->connecting = 0;
-            rs_schedule_retry(rs);
+            char why[160];
+            snprintf(why, sizeof why, "connect failed: %s", strerror(soerr ? soerr : errno));
+            rs_drop(rs, why); /* fails what was queued meanwhile, retries later */
             return;
         }
         rs_on_connected(rs);
@@ -238,6 +251,19 @@ static int rs_reply(rawset *rs, char *line, size_t len)
     if (it->login && r.type == REDIS_REPLY_ERROR) {
         log_error("redis %s connection: login failed: %s (check the Redis URL)", rs->name, r.str);
         drop = 1;
+    }
+    cluster_redirect rd;
+    if (it->owner != NULL && it->owner->route != NULL && it->hops < CLUSTER_MAX_HOPS &&
+        cluster_reply_redirect(&r, rs->url->host, &rd)) {
+        if (rs_follow(it, &rd) == 0) {
+            free(it);
+            return 0;
+        }
+        log_warn("redis %s connection: cannot follow %s", it->owner->name, r.str);
+        if (it->cb != NULL)
+            it->cb(NULL, it->priv); /* not executed; the caller retries as after a lost connection */
+        free(it);
+        return 0;
     }
     if (it->cb != NULL)
         it->cb(&r, it->priv);
@@ -336,6 +362,7 @@ static void rs_connect(rawset *rs)
     rs->fd = fd;
     event_assign(rs->ev_read, rs->base, fd, EV_READ | EV_PERSIST, rs_on_read, rs);
     event_assign(rs->ev_write, rs->base, fd, EV_WRITE | EV_PERSIST, rs_on_write, rs);
+    rs_enqueue_login(rs);
     if (rc == 0) {
         rs_on_connected(rs);
     } else {
@@ -393,20 +420,25 @@ int rs_init(rawset *rs, const char *name, const redis_url *url, struct event_bas
     return 0;
 }
 
-int rs_set(rawset *rs, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
-           ra_cb *cb, void *priv)
+/* Queue SET key head||payload on rs (a twin accepts while it connects; else rs must be ready). */
+static int rs_send(rawset *rs, rawset *owner, const char *key, size_t klen, const uint8_t *head, size_t hlen,
+                   const void *payload, size_t plen, ra_cb *cb, void *priv, int asking, int hops)
 {
-    if (rs->fd < 0 || !rs->ready || hlen > BLOB_HEADER_MAX)
+    if (rs->fd < 0 || !(rs->ready || rs->is_twin) || hlen > BLOB_HEADER_MAX)
         return -1;
     rs_item *it = calloc(1, sizeof *it);
     if (it == NULL)
         return -1;
-    int off = snprintf(it->prefix, sizeof it->prefix, "*3\r\n$3\r\nSET\r\n$%zu\r\n%s\r\n$%zu\r\n", strlen(key), key,
-                       hlen + plen);
-    if (off < 0 || (size_t)off >= sizeof it->prefix) {
+    int off = snprintf(it->prefix, sizeof it->prefix, "*3\r\n$3\r\nSET\r\n$%zu\r\n", klen);
+    if (off < 0 || (size_t)off + klen + 40 >= sizeof it->prefix) {
         free(it);
         return -1;
     }
+    it->key_off = (size_t)off;
+    it->key_len = klen;
+    memcpy(it->prefix + off, key, klen);
+    off += (int)klen;
+    off += snprintf(it->prefix + off, sizeof it->prefix - (size_t)off, "\r\n$%zu\r\n", hlen + plen);
     memcpy(it->head, head, hlen);
     it->iov[0] = (struct iovec){ it->prefix, (size_t)off };
     it->iov[1] = (struct iovec){ it->head, hlen };
@@ -416,6 +448,15 @@ int rs_set(rawset *rs, const char *key, const uint8_t *head, size_t hlen, const 
     it->iov[it->niov++] = (struct iovec){ (void *)"\r\n", 2 };
     it->cb = cb;
     it->priv = priv;
+    it->owner = owner;
+    it->hops = hops;
+    it->hlen = hlen;
+    it->plen = plen;
+    it->payload = payload;
+    if (asking) {
+        const char *argv[1] = { "ASKING" };
+        rs_enqueue_small(rs, 1, argv, 0);
+    }
     rs_enqueue(rs, it);
     if (!rs->connecting)
         rs_write(rs, 1); /* start at once; the rest goes out from the loop as the socket drains */
@@ -423,8 +464,63 @@ int rs_set(rawset *rs, const char *key, const uint8_t *head, size_t hlen, const 
     return 0;
 }
 
+/* A twin owns its URL and name. */
+typedef struct rs_twin_conn {
+    rawset rs; /* first: a twin is freed through its rawset pointer */
+    redis_url url;
+    char name[300];
+} rs_twin_conn;
+
+/* This connection's twin on cluster node `node` (-1: itself), opened now if needed; NULL if it cannot be. */
+static rawset *rs_twin(rawset *rs, int node)
+{
+    if (node < 0)
+        return rs;
+    if (rs->twin[node] != NULL)
+        return rs->twin[node];
+    rs_twin_conn *t = calloc(1, sizeof *t);
+    if (t == NULL)
+        return NULL;
+    if (route_node_url(rs->route, node, rs->url, &t->url)) {
+        free(t);
+        return rs->twin[node] = rs;
+    }
+    snprintf(t->name, sizeof t->name, "%s@%s:%d", rs->name, t->url.host, t->url.port);
+    if (rs_init(&t->rs, t->name, &t->url, rs->base, rs->stall_ms) != 0) {
+        free(t);
+        return NULL;
+    }
+    t->rs.is_twin = 1;
+    t->rs.route = rs->route;
+    return rs->twin[node] = &t->rs;
+}
+
+/* Resend the SET of `it` where a MOVED/ASK reply says; 0 if queued there. */
+static int rs_follow(rs_item *it, const cluster_redirect *rd)
+{
+    int node = route_learn(it->owner->route, rd);
+    rawset *to = node >= 0 ? rs_twin(it->owner, node) : NULL;
+    return to == NULL ? -1
+                      : rs_send(to, it->owner, it->prefix + it->key_off, it->key_len, it->head, it->hlen, it->payload,
+                                it->plen, it->cb, it->priv, rd->ask, it->hops + 1);
+}
+
+int rs_set(rawset *rs, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
+           ra_cb *cb, void *priv)
+{
+    size_t klen = strlen(key);
+    rawset *to = rs_twin(rs, route_node(rs->route, cluster_key_slot(key, klen)));
+    return to == NULL ? -1 : rs_send(to, rs, key, klen, head, hlen, payload, plen, cb, priv, 0, 0);
+}
+
 void rs_close(rawset *rs)
 {
+    for (int i = 0; i < CLUSTER_MAX_NODES; i++)
+        if (rs->twin[i] != NULL && rs->twin[i] != rs) {
+            rs_close(rs->twin[i]);
+            free(rs->twin[i]);
+            rs->twin[i] = NULL;
+        }
     rs->stopping = 1;
     if (rs->fd >= 0 || rs->head != NULL)
         rs_drop(rs, "closing");

@@ -284,7 +284,9 @@ static replay_state load_state(ss_load *ld, int64_t version)
 }
 
 /* The snapshot, then each log entry (the step that turned version v-1 into v), in the order the GETs
- * were issued on the bulk connection: the first reply is always the snapshot. */
+ * were issued on the bulk connection: the first reply is always the snapshot. (On a Redis Cluster, a
+ * reply redirected by a slot migration comes after the ones that were not: replayed out of order, the
+ * result fails the op or digest check and the load is retried.) */
 static void load_on_blob(redisReply *r, void *priv)
 {
     ss_load *ld = priv;

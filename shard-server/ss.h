@@ -11,6 +11,7 @@
  *   main.c     command line, start-up (library check, config), signals, the loop
  *   rasync.c   an asynchronous hiredis connection that reconnects with backoff and detects stalls
  *   rawset.c   a write-only Redis connection: SET of big blobs with writev() from the caller's memory
+ *   route.c    Redis Cluster: the slot map those connections route by (a plain Redis never uses it)
  *   store.c    blob I/O (GET/DEL on the bulk connection, SET on bulk-write) of dl:{R:k}:snap|log:<v>:<e>
  *   lease.c    the lease loop (dl_server_beat), lease validity, owner map for redirects, tunables
  *   shard.c    per-shard cache: load (snapshot + log replay + digest check), drop, parked requests
@@ -32,6 +33,7 @@
 #include <hiredis/async.h>
 
 #include "blob.h"
+#include "cluster.h"
 #include "runconf.h"
 #include "url.h"
 
@@ -56,6 +58,8 @@ typedef struct ss_opts {
 
 typedef void ra_cb(redisReply *reply, void *priv); /* reply NULL: connection lost, outcome unknown */
 
+struct ss_route;
+
 typedef struct rasync {
     const char *name;
     const redis_url *url;
@@ -71,6 +75,10 @@ typedef struct rasync {
     void (*on_ready)(void *arg);
     void *on_ready_arg;
     int stopping;
+    /* Redis Cluster (route.c): a command goes to this connection's twin on its key's master */
+    struct ss_route *route;
+    struct rasync *twin[CLUSTER_MAX_NODES]; /* opened on first use; may be this connection */
+    int is_twin;
 } rasync;
 
 int ra_init(rasync *ra, const char *name, const redis_url *url, struct event_base *base, int stall_ms);
@@ -102,6 +110,10 @@ typedef struct rawset {
     struct event *ev_read, *ev_write, *retry_timer, *watch_timer;
     char rbuf[1024];
     size_t rlen;
+    /* Redis Cluster (route.c), as in rasync */
+    struct ss_route *route;
+    struct rawset *twin[CLUSTER_MAX_NODES];
+    int is_twin;
 } rawset;
 
 int rs_init(rawset *rs, const char *name, const redis_url *url, struct event_base *base, int stall_ms);
@@ -110,6 +122,23 @@ int rs_init(rawset *rs, const char *name, const redis_url *url, struct event_bas
 int rs_set(rawset *rs, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
            ra_cb *cb, void *priv);
 void rs_close(rawset *rs);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Redis Cluster routing of those connections (route.c) */
+
+typedef struct ss_route {
+    cluster_map *map;     /* NULL until a MOVED/ASK reply shows Redis is a cluster */
+    rasync *via;          /* where CLUSTER SLOTS is sent */
+    int refreshing;
+    uint64_t refreshed_ms;
+} ss_route;
+
+/* Node index of the master of slot, or -1: the URL's server (no cluster, unknown slot, no key). */
+int route_node(const ss_route *rt, int slot);
+/* Record a redirection; the node to send the command to, or -1. MOVED also re-reads the map. */
+int route_learn(ss_route *rt, const cluster_redirect *rd);
+/* 1 if node is the URL's server itself, else 0 and *out = the URL with the node's address. */
+int route_node_url(const ss_route *rt, int node, const redis_url *seed, redis_url *out);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* metrics (metrics.c); issue 6 exposes this struct over HTTP */
@@ -217,6 +246,7 @@ typedef struct ss_ctx {
     rasync ctl;                /* FCALLs */
     rasync bulk;               /* blobs: GET, DEL */
     rawset bulkw;              /* blobs: SET (log entries, snapshots) without copies */
+    ss_route route;            /* Redis Cluster slot map of those three (route.c) */
     struct evconnlistener *listener;
     size_t max_frame;          /* largest acceptable frame */
     ss_shard *shards;
@@ -295,6 +325,9 @@ int store_set(ss_ctx *ss, const char *key, const uint8_t *head, size_t hlen, con
               ra_cb *cb, void *priv);
 int store_del_refs(ss_ctx *ss, int k, const char *kind, redisReply **refs, size_t nrefs);
 int fcall(ss_ctx *ss, ra_cb *cb, void *priv, const char *fn, int nargs, const char **args);
+
+/* route.c: point the three Redis connections at ss->route (after ra_init/rs_init) */
+void route_attach(ss_ctx *ss);
 
 /* metrics.c */
 int metrics_start(ss_ctx *ss);

@@ -4,6 +4,8 @@
 # processes with their logs in one temporary folder, and cleans everything up on exit (even on
 # failure or interrupt). Helpers:
 #   start_redis                          sets PORT, URL, RCLI ("redis-cli -p PORT")
+#   start_redis_cluster                  a 3-master Redis Cluster instead: CLUSTER_PORTS, PORT (the first),
+#                                        URL (its node), RCLI ("redis-cli -c -p PORT": follows redirections)
 #   init_run RUN [coordinator init flags]
 #   start_server NAME [flags]            bin/shard-server; its pid in SRV_<NAME>
 #   start_worker NAME [flags]            bin/worker --worker-id NAME; pid in WRK_<NAME>, log NAME.jsonl
@@ -15,10 +17,11 @@ ROOT=$(pwd)
 TMP=$(mktemp -d /tmp/dltest.XXXXXX)
 PIDS=""
 PORT=""
+CLUSTER_PORTS=""
 
 cleanup() {
   for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
-  [ -n "$PORT" ] && redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1
+  for p in ${CLUSTER_PORTS:-$PORT}; do redis-cli -p "$p" shutdown nosave >/dev/null 2>&1; done
   if [ -n "${KEEP_TMP:-}" ]; then echo "logs kept in $TMP"; else rm -rf "$TMP"; fi
 }
 trap cleanup EXIT
@@ -44,6 +47,77 @@ start_redis() {
     --logfile "$TMP/redis.log" --pidfile "$TMP/redis.pid" "$@" >/dev/null || fail "redis-server did not start"
   for _ in $(seq 50); do $RCLI ping 2>/dev/null | grep -q PONG && return 0; sleep 0.1; done
   fail "redis-server did not answer PING"
+}
+
+start_redis_cluster() {
+  ports=$(python3 -c '
+import socket
+ss = [socket.socket() for _ in range(6)]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))')
+  set -- $ports
+  CLUSTER_PORTS="$1 $2 $3"; PORT=$1
+  URL="redis://127.0.0.1:$PORT"
+  RCLI="redis-cli -c -p $PORT"
+  addrs=""
+  for p in $CLUSTER_PORTS; do
+    bus=$4; shift
+    mkdir -p "$TMP/node-$p"
+    redis-server --port "$p" --cluster-port "$bus" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+      --cluster-enabled yes --cluster-config-file "$TMP/node-$p/nodes.conf" --dir "$TMP/node-$p" \
+      --logfile "$TMP/redis-$p.log" --pidfile "$TMP/node-$p/redis.pid" >/dev/null || fail "redis-server $p did not start"
+    addrs="$addrs 127.0.0.1:$p"
+  done
+  for p in $CLUSTER_PORTS; do
+    for _ in $(seq 50); do redis-cli -p "$p" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+  done
+  redis-cli --cluster create $addrs --cluster-replicas 0 --cluster-yes > "$TMP/cluster-create.txt" 2>&1 \
+    || fail "redis-cli --cluster create: $(tail -n 5 "$TMP/cluster-create.txt")"
+  for p in $CLUSTER_PORTS; do
+    wait_until 30 "redis-cli -p $p cluster info | grep -q '^cluster_state:ok'" "cluster_state:ok on node $p"
+  done
+}
+
+# cluster_nodes_with PATTERN: how many masters hold a key matching PATTERN
+cluster_nodes_with() {
+  n=0
+  for p in $CLUSTER_PORTS; do [ -n "$(redis-cli -p "$p" --scan --pattern "$1" | head -n 1)" ] && n=$((n + 1)); done
+  echo $n
+}
+
+# Slot migration by hand (what redis-cli --cluster reshard does), to test MOVED and ASK:
+#   cluster_migrate_start KEY   the slot of KEY from its master to the next one: sets MIG_SLOT MIG_SRC MIG_DST;
+#                               from now on the source answers ASK for keys it does not have
+#   cluster_migrate_keys [N]    move N (default all) of the slot's keys to the destination
+#   cluster_migrate_finish      move the rest, assign the slot to the destination (MOVED from then on)
+cluster_slot_port() { # SLOT -> port of the master that serves it
+  for p in $CLUSTER_PORTS; do
+    redis-cli -p "$p" cluster nodes | awk -v s="$1" '/myself/ {for (i = 9; i <= NF; i++) if ($i !~ /^\[/) {
+      if (split($i, r, "-") == 1) r[2] = r[1]; if (s + 0 >= r[1] + 0 && s + 0 <= r[2] + 0) f = 1 }} END {exit !f}' \
+      && { echo "$p"; return 0; }
+  done
+  fail "no master serves slot $1"
+}
+cluster_migrate_start() {
+  MIG_SLOT=$(redis-cli -p "$PORT" cluster keyslot "$1")
+  MIG_SRC=$(cluster_slot_port "$MIG_SLOT") || fail "no master serves slot $MIG_SLOT"
+  set -- $CLUSTER_PORTS $CLUSTER_PORTS
+  while [ "$1" != "$MIG_SRC" ]; do shift; done
+  MIG_DST=$2
+  redis-cli -p "$MIG_DST" cluster setslot "$MIG_SLOT" importing "$(redis-cli -p "$MIG_SRC" cluster myid)" | grep -q OK \
+    || fail "setslot importing"
+  redis-cli -p "$MIG_SRC" cluster setslot "$MIG_SLOT" migrating "$(redis-cli -p "$MIG_DST" cluster myid)" | grep -q OK \
+    || fail "setslot migrating"
+}
+cluster_migrate_keys() {
+  for k in $(redis-cli -p "$MIG_SRC" cluster getkeysinslot "$MIG_SLOT" "${1:-100000}"); do
+    redis-cli -p "$MIG_SRC" migrate 127.0.0.1 "$MIG_DST" "$k" 0 10000 | grep -q 'OK\|NOKEY' || fail "migrate $k"
+  done
+}
+cluster_migrate_finish() {
+  cluster_migrate_keys
+  id=$(redis-cli -p "$MIG_DST" cluster myid)
+  for p in $MIG_DST $MIG_SRC $CLUSTER_PORTS; do redis-cli -p "$p" cluster setslot "$MIG_SLOT" node "$id" > /dev/null; done
 }
 
 init_run() {

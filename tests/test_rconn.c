@@ -44,9 +44,9 @@ static int start_redis(void **state)
     if (redis_url_parse(url, &u, err, sizeof err) != 0)
         return -1;
     for (int i = 0; i < 100; i++) {
-        redisContext *c = rconn_connect(&u, 500, err, sizeof err);
+        rconn *c = rconn_connect(&u, 500, err, sizeof err);
         if (c != NULL) {
-            redisFree(c);
+            rconn_free(c);
             return 0;
         }
         sleep_ms(50);
@@ -67,7 +67,7 @@ static int stop_redis(void **state)
     return 0;
 }
 
-static redisContext *connect_url(const char *fmt, char *err, size_t errlen)
+static rconn *connect_url(const char *fmt, char *err, size_t errlen)
 {
     char url[400];
     redis_url u;
@@ -80,43 +80,43 @@ static void password_auth_and_db_selection(void **state)
 {
     (void)state;
     char err[512] = "";
-    redisContext *c3 = connect_url("unix://:pw@%s?db=3", err, sizeof err);
+    rconn *c3 = connect_url("unix://:pw@%s?db=3", err, sizeof err);
     if (c3 == NULL)
         fail_msg("connect: %s", err);
-    redisReply *r = redisCommand(c3, "SET only_in_db3 yes");
+    redisReply *r = rconn_command(c3, "SET only_in_db3 yes");
     assert_int_equal(rconn_reply_error(c3, r, err, sizeof err), 0);
     freeReplyObject(r);
-    redisContext *c0 = connect_url("unix://:pw@%s", err, sizeof err);
+    rconn *c0 = connect_url("unix://:pw@%s", err, sizeof err);
     assert_non_null(c0);
-    r = redisCommand(c0, "EXISTS only_in_db3");
+    r = rconn_command(c0, "EXISTS only_in_db3");
     assert_int_equal(rconn_reply_error(c0, r, err, sizeof err), 0);
     assert_int_equal(r->integer, 0);
     freeReplyObject(r);
-    r = redisCommand(c3, "EXISTS only_in_db3");
+    r = rconn_command(c3, "EXISTS only_in_db3");
     assert_int_equal(r->integer, 1);
     freeReplyObject(r);
-    redisFree(c0);
-    redisFree(c3);
+    rconn_free(c0);
+    rconn_free(c3);
 }
 
 static void acl_user_auth(void **state)
 {
     (void)state;
     char err[512] = "";
-    redisContext *admin = connect_url("unix://:pw@%s", err, sizeof err);
+    rconn *admin = connect_url("unix://:pw@%s", err, sizeof err);
     assert_non_null(admin);
-    redisReply *r = redisCommand(admin, "ACL SETUSER alice on >s3cret ~* &* +@all");
+    redisReply *r = rconn_command(admin, "ACL SETUSER alice on >s3cret ~* &* +@all");
     assert_int_equal(rconn_reply_error(admin, r, err, sizeof err), 0);
     freeReplyObject(r);
-    redisFree(admin);
-    redisContext *c = connect_url("unix://alice:s3cret@%s", err, sizeof err);
+    rconn_free(admin);
+    rconn *c = connect_url("unix://alice:s3cret@%s", err, sizeof err);
     if (c == NULL)
         fail_msg("alice: %s", err);
-    r = redisCommand(c, "ACL WHOAMI");
+    r = rconn_command(c, "ACL WHOAMI");
     assert_int_equal(rconn_reply_error(c, r, err, sizeof err), 0);
     assert_string_equal(r->str, "alice");
     freeReplyObject(r);
-    redisFree(c);
+    rconn_free(c);
 }
 
 static void wrong_credentials_and_bad_db_fail_clearly(void **state)
@@ -130,28 +130,28 @@ static void wrong_credentials_and_bad_db_fail_clearly(void **state)
     assert_null(connect_url("unix://:pw@%s?db=100000", err, sizeof err));
     assert_non_null(strstr(err, "SELECT"));
     /* No password at all: the first real command is refused. */
-    redisContext *c = connect_url("unix://%s", err, sizeof err);
+    rconn *c = connect_url("unix://%s", err, sizeof err);
     assert_non_null(c);
-    redisReply *r = redisCommand(c, "GET x");
+    redisReply *r = rconn_command(c, "GET x");
     assert_int_equal(rconn_reply_error(c, r, err, sizeof err), -1);
     assert_non_null(strstr(err, "NOAUTH"));
     freeReplyObject(r);
-    redisFree(c);
+    rconn_free(c);
 }
 
 static void reply_error_reports_connection_loss(void **state)
 {
     (void)state;
     char err[512] = "";
-    redisContext *c = connect_url("unix://:pw@%s", err, sizeof err);
+    rconn *c = connect_url("unix://:pw@%s", err, sizeof err);
     assert_non_null(c);
-    redisReply *r = redisCommand(c, "QUIT"); /* the server closes the connection after replying */
+    redisReply *r = rconn_command(c, "QUIT"); /* the server closes the connection after replying */
     freeReplyObject(r);
-    r = redisCommand(c, "PING");
+    r = rconn_command(c, "PING");
     assert_null(r);
     assert_int_equal(rconn_reply_error(c, r, err, sizeof err), -1);
     assert_non_null(strstr(err, "connection"));
-    redisFree(c);
+    rconn_free(c);
 }
 
 static void retry_gives_up_after_max_attempts(void **state)

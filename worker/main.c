@@ -179,10 +179,10 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
 static int read_run(const worker_args *a, runconf *rc, char *err, size_t errlen) {
     redis_url u;
     if (redis_url_parse(a->dl.redis_url, &u, err, errlen) < 0) return -1;
-    redisContext *c = rconn_connect_retry(&u, 5000, 5, NULL, err, errlen);
+    rconn *c = rconn_connect_retry(&u, 5000, 5, NULL, err, errlen);
     if (!c) return -1;
     int r = runconf_load(c, a->dl.run, rc, err, errlen);
-    redisFree(c);
+    rconn_free(c);
     return r;
 }
 

@@ -28,7 +28,7 @@
 #include "util.h"
 
 typedef struct target {
-    redisContext *c;
+    rconn *c;
     runconf rc;
     char config_key[KEY_MAX];
     char addr[128];
@@ -39,7 +39,7 @@ typedef struct target {
 static int find_owner(target *t, const char *run, int shard, char *err, size_t errlen) {
     char key[KEY_MAX], field[32];
     snprintf(field, sizeof field, "%d:owner", shard);
-    redisReply *r = redisCommand(t->c, "HGET %s %s", key_run(key, sizeof key, run, "shards"), field);
+    redisReply *r = rconn_command(t->c, "HGET %s %s", key_run(key, sizeof key, run, "shards"), field);
     if (rconn_reply_error(t->c, r, err, errlen) < 0 || r->type != REDIS_REPLY_STRING || !r->str[0]) {
         err_set(err, errlen, "shard %d has no owner", shard);
         return -1;
@@ -47,7 +47,7 @@ static int find_owner(target *t, const char *run, int shard, char *err, size_t e
     char owner[128];
     snprintf(owner, sizeof owner, "%s", r->str);
     freeReplyObject(r);
-    r = redisCommand(t->c, "HGET %s %s", key_run(key, sizeof key, run, "servers"), owner);
+    r = rconn_command(t->c, "HGET %s %s", key_run(key, sizeof key, run, "servers"), owner);
     int ok = r && r->type == REDIS_REPLY_STRING && mpmap_get_str(r->str, r->len, "addr", t->addr, sizeof t->addr) == 0;
     if (r) freeReplyObject(r);
     if (!ok) err_set(err, errlen, "no address for server %s", owner);
@@ -55,7 +55,7 @@ static int find_owner(target *t, const char *run, int shard, char *err, size_t e
 }
 
 static int register_worker(target *t, char *err, size_t errlen) {
-    redisReply *r = redisCommand(t->c, "FCALL dl_register 1 %s %s test 1", t->config_key, t->worker);
+    redisReply *r = rconn_command(t->c, "FCALL dl_register 1 %s %s test 1", t->config_key, t->worker);
     if (rconn_reply_error(t->c, r, err, errlen) < 0) return -1;
     t->inc = r->element[0]->integer;
     t->round = r->element[2]->element[0]->integer;
@@ -212,7 +212,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(which, "unknown")) {
         t.inc = 999999;
-        redisReply *r = redisCommand(t.c, "HGET dl:{%s}:state round:0", run);
+        redisReply *r = rconn_command(t.c, "HGET dl:{%s}:state round:0", run);
         t.round = r && r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
         if (r) freeReplyObject(r);
     }
@@ -236,7 +236,7 @@ int main(int argc, char **argv) {
     }
     close(fd);
     if (strcmp(which, "unknown") != 0) {
-        redisReply *r = redisCommand(t.c, "FCALL dl_deregister 1 %s %s %lld", t.config_key, t.worker, t.inc);
+        redisReply *r = rconn_command(t.c, "FCALL dl_deregister 1 %s %s %lld", t.config_key, t.worker, t.inc);
         if (r) freeReplyObject(r);
     }
     return rc;

@@ -52,9 +52,9 @@ static const char *field(redisReply *e, const char *name) {
     return NULL;
 }
 
-static int read_tunables(redisContext *c, const char *run, ref *r) {
+static int read_tunables(rconn *c, const char *run, ref *r) {
     char key[KEY_MAX];
-    redisReply *s = redisCommand(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "tunables"));
+    redisReply *s = rconn_command(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "tunables"));
     if (!s || s->type != REDIS_REPLY_ARRAY || s->elements != 3 || !s->element[0]->str) return -1;
     r->lr = (float)atof(s->element[0]->str);
     r->mu = (float)atof(s->element[1]->str);
@@ -64,9 +64,9 @@ static int read_tunables(redisContext *c, const char *run, ref *r) {
 }
 
 /* Every submit event, indexed by seq. */
-static int read_submissions(redisContext *c, const char *run, ref *r) {
+static int read_submissions(rconn *c, const char *run, ref *r) {
     char key[KEY_MAX];
-    redisReply *x = redisCommand(c, "XRANGE %s - +", key_run(key, sizeof key, run, "events"));
+    redisReply *x = rconn_command(c, "XRANGE %s - +", key_run(key, sizeof key, run, "events"));
     if (!x || x->type != REDIS_REPLY_ARRAY) return -1;
     int64_t max = -1;
     for (size_t i = 0; i < x->elements; i++) {
@@ -168,7 +168,7 @@ int main(int argc, char **argv) {
     }
     char err[512];
     redis_url u;
-    redisContext *c;
+    rconn *c;
     ref r = {0};
     if (redis_url_parse(url, &u, err, sizeof err) < 0 || !(c = rconn_connect(&u, 5000, err, sizeof err)) ||
         runconf_load(c, run, &r.rc, err, sizeof err) < 0) {

@@ -44,7 +44,7 @@ static int submit(diloco *d, int f, int first, int last, char *err, size_t errle
         argc++;
     }
     pthread_mutex_lock(&d->ctl_mu);
-    redisReply *r = d->ctl ? redisCommandArgv(d->ctl, argc, argv, NULL) : NULL;
+    redisReply *r = d->ctl ? rconn_command_argv(d->ctl, argc, argv, NULL) : NULL;
     pthread_mutex_unlock(&d->ctl_mu);
     int rc = DL_OK;
     if (rconn_reply_error(d->ctl, r, err, errlen) < 0) {

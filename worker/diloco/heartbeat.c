@@ -14,7 +14,7 @@
 #include "rconn.h"
 #include "util.h"
 
-static void beat_once(diloco *d, redisContext *c) {
+static void beat_once(diloco *d, rconn *c) {
     pthread_mutex_lock(&d->hb_mu);
     uint64_t steps = d->total_steps;
     if (d->compute_us > 0) d->speed = (double)d->compute_steps / ((double)d->compute_us / 1e6);
@@ -24,7 +24,7 @@ static void beat_once(diloco *d, redisContext *c) {
     unsigned long long tokens = d->tokens;
     pthread_mutex_unlock(&d->hb_mu);
 
-    redisReply *r = redisCommand(c, "FCALL dl_heartbeat 1 %s %s %lld %.6f %.6f %llu %llu", d->config_key,
+    redisReply *r = rconn_command(c, "FCALL dl_heartbeat 1 %s %s %lld %.6f %.6f %llu %llu", d->config_key,
                                  d->worker_id, inc, speed, loss, (unsigned long long)steps, tokens);
     if (!r) return;
     pthread_mutex_lock(&d->hb_mu);
@@ -42,13 +42,13 @@ static void beat_once(diloco *d, redisContext *c) {
 
 static void *heartbeat_main(void *p) {
     diloco *d = p;
-    redisContext *c = NULL;
+    rconn *c = NULL;
     pthread_mutex_lock(&d->hb_mu);
     while (!d->hb_stop) {
         pthread_mutex_unlock(&d->hb_mu);
-        if (!c || c->err) {
+        if (!c || rconn_broken(c)) {
             char err[256];
-            if (c) redisFree(c);
+            if (c) rconn_free(c);
             c = rconn_connect(&d->url, 5000, err, sizeof err);
             if (!c) log_warn("heartbeat: cannot reach Redis: %s", err);
         }
@@ -63,7 +63,7 @@ static void *heartbeat_main(void *p) {
         }
     }
     pthread_mutex_unlock(&d->hb_mu);
-    if (c) redisFree(c);
+    if (c) rconn_free(c);
     return NULL;
 }
 

@@ -10,6 +10,8 @@
 #define DILOCO_INTERNAL_H
 
 #include <hiredis/hiredis.h>
+
+#include "rconn.h"
 #include <pthread.h>
 #include <stdint.h>
 
@@ -52,9 +54,9 @@ struct diloco {
     runconf rc;
     char config_key[160];
 
-    redisContext *ctl;           /* commands from the training thread (and owner refreshes) */
+    rconn *ctl;           /* commands from the training thread (and owner refreshes) */
     pthread_mutex_t ctl_mu;
-    redisContext *blk;           /* BLPOP on our wake list */
+    rconn *blk;           /* BLPOP on our wake list */
 
     float *params;               /* the trainer's buffer */
     size_t numel;

@@ -37,15 +37,15 @@ redisReply *dl_command(diloco *d, const char *fmt, ...) {
     redisReply *r = NULL;
     pthread_mutex_lock(&d->ctl_mu);
     for (int attempt = 0; attempt < 2 && r == NULL; attempt++) {
-        if (d->ctl == NULL || d->ctl->err) {
+        if (d->ctl == NULL || rconn_broken(d->ctl)) {
             char err[256];
-            if (d->ctl) redisFree(d->ctl);
+            if (d->ctl) rconn_free(d->ctl);
             d->ctl = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, 0, d->o.stop, err, sizeof err);
             if (d->ctl == NULL) break;
         }
         va_list ap;
         va_start(ap, fmt);
-        r = redisvCommand(d->ctl, fmt, ap);
+        r = rconn_vcommand(d->ctl, fmt, ap);
         va_end(ap);
     }
     pthread_mutex_unlock(&d->ctl_mu);
@@ -258,14 +258,14 @@ void diloco_close(diloco *d) {
     }
     heartbeat_stop(d);
     int64_t inc = dl_inc(d);
-    if (inc > 0 && d->ctl && !d->ctl->err) {
-        redisReply *r = redisCommand(d->ctl, "FCALL dl_deregister 1 %s %s %lld", d->config_key, d->worker_id,
+    if (inc > 0 && d->ctl && !rconn_broken(d->ctl)) {
+        redisReply *r = rconn_command(d->ctl, "FCALL dl_deregister 1 %s %s %lld", d->config_key, d->worker_id,
                                      (long long)inc);
         if (r) freeReplyObject(r);
     }
     conn_close_all(d);
-    if (d->ctl) redisFree(d->ctl);
-    if (d->blk) redisFree(d->blk);
+    if (d->ctl) rconn_free(d->ctl);
+    if (d->blk) rconn_free(d->blk);
     runconf_free(&d->rc);
     free(d->base);
     free(d->delta_bf16);

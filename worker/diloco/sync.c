@@ -242,13 +242,13 @@ static int wait_barrier(diloco *d, int f, int64_t round, char *err, size_t errle
             err_set(err, errlen, "stopped while waiting for round %lld", (long long)round);
             return DL_FAIL;
         }
-        if (!d->blk || d->blk->err) {
-            if (d->blk) redisFree(d->blk);
+        if (!d->blk || rconn_broken(d->blk)) {
+            if (d->blk) rconn_free(d->blk);
             d->blk = rconn_connect(&d->url, d->o.wait_poll_ms + 10000, err, errlen);
             if (!d->blk) sleep_ms((unsigned)d->o.wait_poll_ms);
         }
         if (d->blk) {
-            redisReply *r = redisCommand(d->blk, "BLPOP %s %.3f", wake, d->o.wait_poll_ms / 1000.0);
+            redisReply *r = rconn_command(d->blk, "BLPOP %s %.3f", wake, d->o.wait_poll_ms / 1000.0);
             if (r) freeReplyObject(r);
         }
         redisReply *b = dl_command(d, "FCALL dl_barrier 1 %s %d %lld", d->config_key, f, (long long)round);
@@ -316,7 +316,7 @@ static int read_committed(diloco *d, int first, int last, int64_t *version, char
     }
     for (int i = 0; i < 2 + 2 * n; i++) lens[i] = strlen(argv[i]);
     pthread_mutex_lock(&d->ctl_mu);
-    redisReply *r = d->ctl ? redisCommandArgv(d->ctl, 2 + 2 * n, argv, lens) : NULL;
+    redisReply *r = d->ctl && !rconn_broken(d->ctl) ? rconn_command_argv(d->ctl, 2 + 2 * n, argv, lens) : NULL;
     pthread_mutex_unlock(&d->ctl_mu);
     free(argv);
     free(lens);

@@ -1,0 +1,135 @@
+#!/bin/sh
+# deploy/redis-cluster/cluster.sh: a 3-master Redis Cluster on this machine (127.0.0.1 only), for
+# running ReDiLoCo against a real cluster: the control keys of a run (tag {R}) live on one master, the
+# shard blobs (tags {R:k}) spread over all three. Each node runs Debian's redis-server 7.0 with
+# deploy/redis/redis.conf (AOF, appendfsync always), `cluster-enabled yes`, no ACL file, its data and
+# nodes.conf in DIR/node-PORT/. The first `up` creates the cluster with
+# `redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`; later `up`s restart the nodes,
+# which find each other again from their nodes.conf.
+#
+#   cluster.sh up     [--dir D] [--base-port P] [--fsync always|everysec]
+#                     start the nodes that are not running (ports P, P+1, P+2; bus ports +10000),
+#                     create the cluster if new, wait until cluster_state is ok. Idempotent.
+#   cluster.sh status [--dir D]   per node: pid, cluster state, slots, keys
+#   cluster.sh down   [--dir D]   SHUTDOWN every node (AOF fsynced); data stays in DIR
+#   cluster.sh url    [--dir D]   a URL for --redis (any node will do: our processes follow MOVED)
+#
+# Defaults: --dir run/redis-cluster, --base-port 6400, --fsync always (remembered in DIR/cluster.env).
+# Then, e.g.:
+#   bin/coordinator init --redis "$(deploy/redis-cluster/cluster.sh url)" --run demo ...   (loads the
+#   Redis Functions on every master), and start shard-servers and workers with the same URL.
+set -u
+HERE=$(cd "$(dirname "$0")" && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
+NODES=3
+
+cmd=${1:-}; [ $# -gt 0 ] && shift
+DIR=""; O_BASE=""; O_FSYNC=""
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --dir) DIR=$2; shift 2;;
+    --base-port) O_BASE=$2; shift 2;;
+    --fsync) O_FSYNC=$2; shift 2;;
+    -h|--help) cmd=help; break;;
+    *) echo "redis-cluster: unknown option $1 (see cluster.sh --help)" >&2; exit 2;;
+  esac
+done
+[ -z "$DIR" ] && DIR=$ROOT/run/redis-cluster
+mkdir -p "$DIR" && DIR=$(cd "$DIR" && pwd) || exit 1
+ENVF=$DIR/cluster.env
+
+say() { echo "redis-cluster: $*"; }
+die() { echo "redis-cluster: $*" >&2; exit 1; }
+
+BASE=""; FSYNC=""
+[ -f "$ENVF" ] && . "$ENVF"
+[ -n "$O_BASE" ] && BASE=$O_BASE
+[ -n "$O_FSYNC" ] && FSYNC=$O_FSYNC
+: "${BASE:=6400}" "${FSYNC:=always}"
+case "$FSYNC" in always|everysec) ;; *) die "--fsync must be always or everysec";; esac
+
+ports() { i=0; while [ $i -lt $NODES ]; do echo $((BASE + i)); i=$((i + 1)); done; }
+cli() { p=$1; shift; redis-cli -h 127.0.0.1 -p "$p" "$@"; }
+# A live redis-server (a zombie has an empty cmdline: exited, not yet reaped).
+alive() { kill -0 "$1" 2>/dev/null && grep -q redis-server "/proc/$1/cmdline" 2>/dev/null; }
+node_pid() { # PORT -> pid of a live redis-server of that node, or fail
+  f=$DIR/node-$1/redis.pid
+  [ -f "$f" ] || return 1
+  pid=$(cat "$f")
+  alive "$pid" && echo "$pid"
+}
+wait_ping() { # PORT
+  n=0
+  until cli "$1" ping 2>/dev/null | grep -q PONG; do
+    n=$((n + 1)); [ $n -ge 100 ] && die "node $1 does not answer PING (see $DIR/node-$1/redis.log)"
+    sleep 0.1
+  done
+}
+state_ok() { cli "$1" cluster info 2>/dev/null | grep -q '^cluster_state:ok'; }
+
+up() {
+  { echo "BASE=$BASE"; echo "FSYNC=$FSYNC"; } > "$ENVF"
+  for p in $(ports); do
+    d=$DIR/node-$p
+    mkdir -p "$d"
+    if node_pid "$p" >/dev/null; then continue; fi
+    redis-server "$ROOT/deploy/redis/redis.conf" --port "$p" --bind 127.0.0.1 --dir "$d" --aclfile "" \
+      --appendfsync "$FSYNC" --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000 \
+      --daemonize yes --pidfile "$d/redis.pid" --logfile "$d/redis.log" >/dev/null \
+      || die "redis-server on port $p did not start (see $d/redis.log)"
+    say "node 127.0.0.1:$p started"
+  done
+  for p in $(ports); do wait_ping "$p"; done
+  # A node that owns no slot and knows no other node is new: create the cluster.
+  first=$(ports | head -n 1)
+  if cli "$first" cluster info | grep -q '^cluster_known_nodes:1\b' && \
+     cli "$first" cluster info | grep -q '^cluster_slots_assigned:0\b'; then
+    addrs=""; for p in $(ports); do addrs="$addrs 127.0.0.1:$p"; done
+    # shellcheck disable=SC2086
+    redis-cli --cluster create $addrs --cluster-replicas 0 --cluster-yes > "$DIR/create.log" 2>&1 \
+      || die "redis-cli --cluster create failed (see $DIR/create.log)"
+    say "cluster created:$addrs"
+  fi
+  n=0
+  for p in $(ports); do
+    until state_ok "$p"; do
+      n=$((n + 1)); [ $n -ge 300 ] && die "cluster_state is not ok on node $p after 30 s (see $DIR/node-$p/redis.log)"
+      sleep 0.1
+    done
+  done
+  say "cluster ok; use --redis $(url)"
+}
+
+url() { echo "redis://127.0.0.1:$(ports | head -n 1)"; }
+
+status() {
+  for p in $(ports); do
+    if pid=$(node_pid "$p"); then
+      st=$(cli "$p" cluster info | sed -n 's/^cluster_state:\(.*\)\r*$/\1/p' | tr -d '\r')
+      slots=$(cli "$p" cluster nodes | awk '/myself/ {s=""; for (i = 9; i <= NF; i++) s = s " " $i; print s}')
+      echo "node 127.0.0.1:$p pid $pid state $st keys $(cli "$p" dbsize) slots$slots"
+    else
+      echo "node 127.0.0.1:$p down"
+    fi
+  done
+}
+
+down() {
+  for p in $(ports); do
+    if pid=$(node_pid "$p"); then
+      cli "$p" shutdown >/dev/null 2>&1 || kill -TERM "$pid" 2>/dev/null
+      n=0; while alive "$pid" && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
+      alive "$pid" && kill -KILL "$pid"
+      say "node 127.0.0.1:$p stopped"
+    fi
+  done
+}
+
+case "$cmd" in
+  up) up;;
+  status) status;;
+  down) down;;
+  url) url;;
+  help|"") sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//';;
+  *) die "unknown command $cmd (up, status, down, url)";;
+esac

@@ -7,8 +7,9 @@
  *       The "inner training" between rounds is a 1e-3 nudge of every parameter; round r starts at wall
  *       clock T + r * gap (ms), so every worker starts its round at the same instant and rounds never
  *       overlap. Prints one line per round:
- *         round R first_send_us pushed_us get_us last_recv_us bytes_up bytes_down stale cpu_s
- *       (CLOCK_REALTIME microseconds, from diloco_sync_info; cpu_s: this process's CPU seconds in the sync).
+ *         round R first_send_us pushed_us get_us last_recv_us bytes_up bytes_down stale cpu_s confirm_s
+ *       (CLOCK_REALTIME microseconds, from diloco_sync_info; cpu_s: this process's CPU seconds in the sync;
+ *       confirm_s: time this sync spent, before its first byte, confirming the previous round durable).
  *   bin/bench-sync_round tcp --numel N [--workers 2] [--servers 2] [--reps 5] [--start-ms S --tick-ms T --offset-ms O]
  *       The same worker bytes over plain loopback TCP, same topology as the run: every worker has one
  *       connection (and thread) per server, sends its bf16 share (2*N/servers bytes) to each server;
@@ -107,10 +108,10 @@ static int run_worker(int argc, char **argv) {
         diloco_sync_info s;
         diloco_last_sync(d, &s);
         double cpu = cpu_seconds() - cpu0;
-        printf("round %lld %llu %llu %llu %llu %llu %llu %d %.4f\n", (long long)s.round,
+        printf("round %lld %llu %llu %llu %llu %llu %llu %d %.4f %.4f\n", (long long)s.round,
                (unsigned long long)s.t_first_send_us, (unsigned long long)s.t_pushed_us,
                (unsigned long long)s.t_get_us, (unsigned long long)s.t_last_recv_us,
-               (unsigned long long)s.bytes_up, (unsigned long long)s.bytes_down, s.stale, cpu);
+               (unsigned long long)s.bytes_up, (unsigned long long)s.bytes_down, s.stale, cpu, s.confirm_seconds);
         fflush(stdout);
     }
     diloco_close(d);

@@ -62,15 +62,20 @@ static int settle(diloco *d, int f, int64_t round, int rc, const char *why, uint
  * first settles the previous round (whose parameters we took before they were durable), because Δ is
  * about to overwrite the pseudo-gradient kept for it. 0: send Δ; 1: params reset instead; -1: error. */
 static int prepare_delta(diloco *d, int f, char *err, size_t errlen) {
+    uint64_t t0 = now_ms();
     d->last.confirm_seconds = 0;
     if (!d->rc.async) {
         int c = sync_confirm_durable(d, f, err, errlen);
-        if (c == DL_STALE) return 1;
+        if (c == DL_STALE) {
+            sync_record(d, f, d->frag_version[f] - 1, t0, 1); /* params changed: report the version taken */
+            return 1;
+        }
         if (c != DL_OK) return -1;
     }
     if (sync_compute_delta(d, f, err, errlen) == 0) return 0;
     log_error("%s; resetting to the global parameters", err);
     if (dl_fetch_fragment(d, f, d->frag_version[f], 1, err, errlen) < 0) return -1;
+    sync_record(d, f, d->frag_version[f] - 1, t0, 1);
     return 1;
 }
 

@@ -44,26 +44,48 @@ typedef struct get_arg {
     int64_t want;          /* minimum version */
     int may_push;          /* we are a participant of round want-1 and still hold our Δ */
     int flags;             /* BLOB_GET_TENTATIVE_OK: a version not yet durable will do */
+    int once;              /* one attempt per shard (resending Δ if asked), no waiting in place: the
+                              caller loops over the whole fragment (see get_round) */
 } get_arg;
+
+static int outcome_rank(int rc);
+
+#define NOT_TRIED 100 /* a shard the pipelined first try did not cover */
 
 static void *group_main(void *p) {
     shard_group *g = p;
     g->rc = DL_OK;
     int rcs[RUNCONF_MAX_SHARDS];
-    int64_t got[RUNCONF_MAX_SHARDS];
-    for (int i = 0; i < g->nshards; i++) rcs[i] = DL_RETRY;
+    int once = g->fn == get_job && ((const get_arg *)g->arg)->once;
+    for (int i = 0; i < g->nshards; i++) rcs[i] = NOT_TRIED;
     /* first try: all of this owner's shards pipelined; what did not succeed goes through the job's retries */
     if (g->fn == push_job && g->nshards > 1)
         conn_push_batch(g->d, g->shards, g->nshards, *(int64_t *)g->arg, rcs, g->err, sizeof g->err);
-    if (g->fn == get_job && g->nshards > 1) {
-        conn_get_batch(g->d, g->shards, g->nshards, ((get_arg *)g->arg)->want, ((get_arg *)g->arg)->flags, rcs, got,
-                       g->err, sizeof g->err);
-        for (int i = 0; i < g->nshards; i++)
-            if (rcs[i] == DL_OK) g->d->shard_version[g->shards[i]] = got[i];
+    if (g->fn == get_job) {
+        /* shards we already have (an earlier pass of get_round) are done; the rest are asked pipelined */
+        const get_arg *ga = g->arg;
+        int todo[RUNCONF_MAX_SHARDS], idx[RUNCONF_MAX_SHARDS], nt = 0, trc[RUNCONF_MAX_SHARDS];
+        int64_t tgot[RUNCONF_MAX_SHARDS];
+        for (int i = 0; i < g->nshards; i++) {
+            if (ga->once && g->d->shard_version[g->shards[i]] >= ga->want) rcs[i] = DL_OK;
+            else { todo[nt] = g->shards[i]; idx[nt++] = i; }
+        }
+        if (nt > 1) {
+            conn_get_batch(g->d, todo, nt, ga->want, ga->flags, trc, tgot, g->err, sizeof g->err);
+            for (int j = 0; j < nt; j++) {
+                if (trc[j] == DL_OK) g->d->shard_version[todo[j]] = tgot[j];
+                rcs[idx[j]] = trc[j];
+            }
+        }
     }
-    for (int i = 0; i < g->nshards && g->rc == DL_OK; i++) {
-        if (rcs[i] == DL_STALE || rcs[i] == DL_EVICTED || rcs[i] == DL_FAIL) g->rc = rcs[i];
-        else if (rcs[i] != DL_OK) g->rc = g->fn(g->d, g->shards[i], g->arg, g->err, sizeof g->err);
+    /* then each shard's job (with its retries, or once: after a pass, only where our Δ is asked for);
+     * a blocking job stops the group at the first failure, a pass goes over every shard */
+    for (int i = 0; i < g->nshards; i++) {
+        int rc = rcs[i];
+        int run_job = rc == NOT_TRIED || rc == DL_NEED || (rc == DL_RETRY && !once);
+        if (run_job) rc = g->fn(g->d, g->shards[i], g->arg, g->err, sizeof g->err);
+        if (outcome_rank(rc) > outcome_rank(g->rc)) g->rc = rc;
+        if (!once && g->rc != DL_OK) break;
     }
     return NULL;
 }
@@ -164,8 +186,10 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
         if (rc == DL_NEED && ga->may_push) {
             /* the owner has no Δ of ours for this round (it is new, or restarted): send it again */
             rc = conn_push(d, shard, want - 1, err, errlen);
+            if (rc == DL_OK && ga->once) return DL_RETRY; /* the next pass asks again */
             if (rc == DL_OK) continue;
         }
+        if (ga->once && (rc == DL_RETRY || rc == DL_NEED)) return DL_RETRY;
         if (rc != DL_RETRY && rc != DL_NEED) return rc;
         if (sync_retry_pause(d, &attempt, deadline, shard, "get", err, errlen) != DL_OK) return DL_FAIL;
     }
@@ -173,7 +197,7 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
 
 /* Registration and catching up use the same get, with no Δ to offer. */
 int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *err, size_t errlen) {
-    get_arg ga = {min_version, 0, 0};
+    get_arg ga = {min_version, 0, 0, 0};
     return for_shards_parallel(d, first, last, get_job, &ga, err, errlen);
 }
 
@@ -443,7 +467,7 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen) {
         return DL_FAIL;
     }
     for (int k = first; k < last; k++) held[k - first] = d->tent_xxh[k];
-    get_arg ga = {d->tent_round[f] + 1, 1, 0};
+    get_arg ga = {d->tent_round[f] + 1, 1, 0, 0};
     int rc = fetch_round_result(d, f, ga.want, err, errlen);
     /* A slice received now that differs from the tentative one we trained from is a conflict (unless the
      * round broke off before we took its parameters: then there is nothing to compare with). */
@@ -471,6 +495,22 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen) {
     return DL_OK;
 }
 
+/* Every shard of [first, last) at version ga->want: passes over all the shards still missing, each
+ * asked once (and sent our Δ again where an owner asks for it), until none is missing or the sync
+ * timeout. Never waiting on one shard while others are missing matters after an owner changed: other
+ * workers may be waiting for our Δ of a shard later in our list before they can send theirs of this
+ * one. */
+static int get_round(diloco *d, int first, int last, const get_arg *ga, char *err, size_t errlen) {
+    uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
+    unsigned attempt = 0;
+    for (int k = first; k < last; k++) d->shard_version[k] = -1;
+    for (;;) {
+        int rc = for_shards_parallel(d, first, last, get_job, (void *)ga, err, errlen);
+        if (rc != DL_RETRY && rc != DL_NEED) return rc;
+        if (sync_retry_pause(d, &attempt, deadline, first, "get", err, errlen) != DL_OK) return DL_FAIL;
+    }
+}
+
 /* Push, arrive, wait, get, for the shards of fragment f. */
 static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen) {
     int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
@@ -484,13 +524,13 @@ static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen) 
         d->last.wait_seconds = (double)(now_ms() - tw) / 1000.0;
     }
     if (rc != DL_OK) return rc;
-    get_arg ga = {round + 1, 1, BLOB_GET_TENTATIVE_OK};
+    get_arg ga = {round + 1, 1, BLOB_GET_TENTATIVE_OK, 1};
     /* until every shard's parameters are in, the round is incomplete for us: sync_confirm_durable
      * finishes it (with the Δ we keep) before fragment f computes another Δ */
     d->frag_incomplete[f] = 1;
     d->tent_round[f] = round;
     d->last.t_get_us = dl_wall_us();
-    rc = for_shards_parallel(d, first, last, get_job, &ga, err, errlen);
+    rc = get_round(d, first, last, &ga, err, errlen);
     if (rc != DL_OK) return rc;
     d->frag_incomplete[f] = 0;
     for (int k = first; k < last; k++)

@@ -27,6 +27,36 @@ extern "C" {
 
 typedef struct diloco diloco;
 
+/* Device-resident parameters (optional). A trainer whose parameters live on an accelerator fills
+ * these hooks, and libdiloco then never reads or writes the params buffer given to diloco_open
+ * (which may be NULL): the device keeps its own copy of the global parameters (the "snapshot" a
+ * round's pseudo-gradient is taken against) and does the two things libdiloco would otherwise do on
+ * the host. Every call is made on the thread that called diloco_open / diloco_after_step (the one
+ * that owns the parameters), and the host buffers passed are used only during the call. Without
+ * hooks (delta == NULL) libdiloco works on params itself, as always. docs/cuda.md has the CUDA one. */
+enum {
+    DILOCO_LOAD_SNAPSHOT = 0,     /* snapshot = base; params untouched */
+    DILOCO_LOAD_COPY = 1,         /* snapshot = base; params = base */
+    DILOCO_LOAD_MIX = 2,          /* snapshot = base; params = (float)alpha*params + (float)(1-alpha)*base,
+                                     each product and the sum rounded to fp32 separately (no FMA) */
+};
+typedef struct diloco_device_ops {
+    void *ctx;                    /* passed back to every hook */
+    /* The pseudo-gradient of [off, off+n): d = snapshot - params, one fp32 subtraction per element,
+     * written to out as n bf16 values (bf16 != 0; round to nearest even, NaN made quiet, exactly as
+     * common/bf16.c) or n floats. Returns 0 when every d is finite; 1 when one is NaN or Inf, with
+     * *bad = the smallest such i (relative to off; out is then not used); -1 on a device error. */
+    int (*delta)(void *ctx, size_t off, size_t n, int bf16, void *out, size_t *bad, char *err, size_t errlen);
+    /* New global parameters base[0, n) (host) for [off, off+n): snapshot = base, and params as mode
+     * says (DILOCO_LOAD_*). 0, or -1 on a device error. */
+    int (*load)(void *ctx, const float *base, size_t off, size_t n, int mode, double alpha, char *err,
+                size_t errlen);
+    /* Optional: allocator of libdiloco's large host buffers (the global parameters, the pseudo-gradient),
+     * e.g. page-locked memory so the copies above are DMA; NULL: malloc/free. */
+    void *(*host_alloc)(void *ctx, size_t bytes);
+    void (*host_free)(void *ctx, void *p);
+} diloco_device_ops;
+
 typedef struct diloco_options {
     const char *redis_url;        /* redis://[user[:pass]@]host[:port][/db] or unix://path */
     const char *run;              /* run name given to `coordinator init --run` */
@@ -44,9 +74,11 @@ typedef struct diloco_options {
     int simulate_latency_ms;      /* testing: extra delay in each background fragment sync */
     const volatile int *stop;     /* optional: when *stop becomes non-zero, waits and retries give up
                                      at once (point it at your SIGINT/SIGTERM flag) */
-    /* Called after the library wrote new global values into params[off, off+n) (NULL: nothing). */
+    /* Called after the library wrote new global values into params[off, off+n) (NULL: nothing).
+     * Not called with device hooks: their load is the notification. */
     int (*on_params)(void *ctx, size_t off, size_t n, char *err, size_t errlen);
     void *on_params_ctx;
+    diloco_device_ops device;     /* device-resident parameters (see above); all NULL: off */
 } diloco_options;
 
 typedef struct diloco_sync_info {
@@ -69,7 +101,8 @@ typedef struct diloco_sync_info {
 
 void diloco_options_default(diloco_options *o);
 
-/* Connect, register and write the current global parameters into params (numel must match the run). */
+/* Connect, register and write the current global parameters into params (numel must match the run;
+ * with device hooks params may be NULL and the parameters are loaded through o->device.load). */
 int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **out, char *err, size_t errlen);
 
 /* Call after each inner step. Returns 1 when a sync happened (params now hold new global values),

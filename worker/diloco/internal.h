@@ -5,6 +5,7 @@
  *   conn.c       data-plane connections to shard-servers and the push/get requests
  *   sync.c       one DiLoCo round: pseudo-gradient, push, barrier, new parameters
  *   heartbeat.c  the heartbeat thread
+ *   device.c     device-resident parameters (diloco_device_ops): the hooks that replace params
  */
 #ifndef DILOCO_INTERNAL_H
 #define DILOCO_INTERNAL_H
@@ -114,6 +115,13 @@ struct diloco {
     uint64_t tokens, total_steps;
     uint64_t compute_us, compute_steps;  /* inner-step time and steps since the last heartbeat */
     uint64_t step_end_us;                /* when diloco_after_step last returned (0: never) */
+
+    /* device hooks (device.c); used on the training thread only */
+    int dev;                     /* o.device is set: params is never touched, the hooks are called */
+    uint64_t *dev_snap_xxh;      /* per fragment: XXH3 of the base the device snapshot was loaded from */
+    int *dev_snap_ok;            /* per fragment: dev_snap_xxh is valid */
+    int dev_failed;              /* a load in dl_adopt_base failed: dl_params_changed reports dev_err */
+    char dev_err[256];
 };
 
 /* session.c */
@@ -123,8 +131,21 @@ int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *er
 int dl_fetch_all(diloco *d, char *err, size_t errlen);
 int64_t dl_inc(diloco *d);
 int dl_stopping(const diloco *d);       /* the embedding program asked us to stop */
-void dl_adopt_base(diloco *d, int first_shard, int last_shard);   /* params[shards] = base[shards] */
+/* params[shards] = base[shards] (with device hooks: a DILOCO_LOAD_COPY load, whose error, if any, the
+ * dl_params_changed that always follows returns) */
+void dl_adopt_base(diloco *d, int first_shard, int last_shard);
 int dl_params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen); /* trainer callback */
+
+/* device.c */
+int dl_dev_init(diloco *d, const float *params, char *err, size_t errlen);  /* checks o.device, sets dev */
+void dl_dev_free(diloco *d);
+void *dl_host_alloc(diloco *d, size_t bytes);   /* o.device.host_alloc, or malloc */
+void dl_host_free(diloco *d, void *p);
+/* o.device.load of base[off, off+n) with mode DILOCO_LOAD_*. */
+int dl_dev_load(diloco *d, size_t off, size_t n, int mode, double alpha, char *err, size_t errlen);
+/* o.device.delta of fragment f into delta_bf16 / delta_f32 (reloading the snapshot first if base[f]
+ * changed since it was loaded). 0; 1: not finite, *bad = offset in f; -1: device error (err). */
+int dl_dev_delta(diloco *d, int f, size_t *bad, char *err, size_t errlen);
 
 /* owners.c */
 int owners_refresh(diloco *d, char *err, size_t errlen);

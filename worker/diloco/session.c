@@ -138,9 +138,9 @@ int dl_fetch_all(diloco *d, char *err, size_t errlen) {
 
 static int alloc_buffers(diloco *d, char *err, size_t errlen) {
     size_t n = d->numel;
-    d->base = malloc(n * sizeof(float));
-    d->delta_f32 = d->o.bf16 ? NULL : malloc(n * sizeof(float));
-    d->delta_bf16 = d->o.bf16 ? malloc(n * sizeof(uint16_t)) : NULL;
+    d->base = dl_host_alloc(d, n * sizeof(float));
+    d->delta_f32 = d->o.bf16 ? NULL : dl_host_alloc(d, n * sizeof(float));
+    d->delta_bf16 = d->o.bf16 ? dl_host_alloc(d, n * sizeof(uint16_t)) : NULL;
     d->owners = calloc((size_t)d->rc.nshards, sizeof(shard_owner));
     d->shard_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->frag_version = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
@@ -210,6 +210,7 @@ static int session_init(diloco *d, const diloco_options *o, float *params, size_
                 d->rc.trainer, d->rc.model);
         return -1;
     }
+    if (dl_dev_init(d, params, err, errlen) < 0) return -1;
     return alloc_buffers(d, err, errlen);
 }
 
@@ -235,6 +236,12 @@ error:
 }
 
 int dl_params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen) {
+    if (d->dev) { /* the load in dl_adopt_base (or the mix) was the change and its notification */
+        if (!d->dev_failed) return 0;
+        d->dev_failed = 0;
+        err_set(err, errlen, "%s", d->dev_err);
+        return -1;
+    }
     if (!d->o.on_params) return 0;
     return d->o.on_params(d->o.on_params_ctx, off, n, err, errlen) < 0 ? -1 : 0;
 }
@@ -243,7 +250,11 @@ int dl_params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen)
 void dl_adopt_base(diloco *d, int first_shard, int last_shard) {
     size_t off = (size_t)d->rc.shard_bounds[first_shard];
     size_t n = (size_t)d->rc.shard_bounds[last_shard] - off;
-    memcpy(d->params + off, d->base + off, n * sizeof(float));
+    if (!d->dev) {
+        memcpy(d->params + off, d->base + off, n * sizeof(float));
+    } else if (dl_dev_load(d, off, n, DILOCO_LOAD_COPY, 0.0, d->dev_err, sizeof d->dev_err) < 0) {
+        d->dev_failed = 1;
+    }
 }
 
 void diloco_close(diloco *d) {
@@ -267,9 +278,10 @@ void diloco_close(diloco *d) {
     if (d->ctl) rconn_free(d->ctl);
     if (d->blk) rconn_free(d->blk);
     runconf_free(&d->rc);
-    free(d->base);
-    free(d->delta_bf16);
-    free(d->delta_f32);
+    dl_host_free(d, d->base);
+    dl_host_free(d, d->delta_bf16);
+    dl_host_free(d, d->delta_f32);
+    dl_dev_free(d);
     free(d->owners);
     free(d->shard_version);
     free(d->tent_version);

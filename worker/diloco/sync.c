@@ -1,6 +1,7 @@
 /* sync.c: one DiLoCo round from the worker's side (docs/PROTOCOL.md, "A sync round").
  *
  *   1. pseudo-gradient Δ = base - params (the global parameters we started from minus ours), bf16 or fp32
+ *      (with device hooks the trainer's device computes it, device.c)
  *   2. push every shard's Δ to its owner (one thread per shard-server, so bandwidth adds up)
  *   3. arrive at the barrier; wait on our wake list (BLPOP, with a timeout) until it closes
  *   4. get every shard at version round+1; resend Δ to whoever says it lacks it (a new owner)
@@ -209,7 +210,10 @@ int sync_compute_delta(diloco *d, int f, char *err, size_t errlen) {
     size_t hi = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f + 1]], bad = 0;
     /* one pass: Δ, its finite check (base is finite, so a non-finite Δ means params are not), bf16 */
     int rc;
-    if (d->o.bf16) {
+    if (d->dev) { /* the device computes it against its snapshot (device.c); -1 here: a device error */
+        if ((rc = dl_dev_delta(d, f, &bad, err, errlen)) < 0) return -1;
+        rc = -rc;
+    } else if (d->o.bf16) {
         rc = bf16_encode_diff(d->base + lo, d->params + lo, d->delta_bf16 + lo, hi - lo, &bad);
     } else {
         for (size_t i = lo; i < hi; i++) d->delta_f32[i] = d->base[i] - d->params[i];
@@ -587,6 +591,8 @@ int sync_apply_fragment(diloco *d, int f, double alpha, char *err, size_t errlen
     size_t hi = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f + 1]];
     if (alpha == 0) {
         dl_adopt_base(d, d->rc.frag_bounds[f], d->rc.frag_bounds[f + 1]);
+    } else if (d->dev) {
+        if (dl_dev_load(d, lo, hi - lo, DILOCO_LOAD_MIX, alpha, err, errlen) < 0) return -1;
     } else {
         float a = (float)alpha, b = (float)(1.0 - alpha);
         for (size_t i = lo; i < hi; i++) d->params[i] = a * d->params[i] + b * d->base[i];

@@ -1,0 +1,94 @@
+/* device.c: device-resident parameters, libdiloco's side of diloco_device_ops (diloco.h).
+ *
+ * Without hooks libdiloco touches the trainer's params buffer in exactly three ways: the pseudo-
+ * gradient reads it (sync.c, sync_compute_delta), taking the global parameters writes base into it
+ * (session.c, dl_adopt_base, always followed by dl_params_changed), and Streaming's mixing reads and
+ * writes it (sync.c, sync_apply_fragment). With hooks each of them becomes one hook call at the same
+ * place, through the functions below, and nothing else changes: the same bytes go on the wire.
+ *
+ * The device keeps its own copy of the global parameters (the snapshot). Every load puts base into it,
+ * and libdiloco's base normally changes only just before a load. It can also change without one (a
+ * stale round re-fetched into base before the trainer takes it, a sync that failed half-way through
+ * its gets): so that the device never takes Δ against other values than the host path would, each
+ * fragment remembers the XXH3 of the base it last loaded, and the pseudo-gradient first reloads the
+ * snapshot if base[f] hashes differently now. That costs one pass over base[f] per load and per Δ
+ * (memory bandwidth; libdiloco hashes the whole of base after every sync anyway, for the digest). */
+#include <stdlib.h>
+#include <string.h>
+#include <xxhash.h>
+
+#include "internal.h"
+#include "util.h"
+
+int dl_dev_init(diloco *d, const float *params, char *err, size_t errlen) {
+    const diloco_device_ops *o = &d->o.device;
+    d->dev = o->delta != NULL;
+    if ((o->delta == NULL) != (o->load == NULL) || (o->host_alloc == NULL) != (o->host_free == NULL)) {
+        err_set(err, errlen, "device hooks: set delta and load together (and host_alloc with host_free)");
+        return -1;
+    }
+    if (!d->dev && o->host_alloc) {
+        err_set(err, errlen, "device hooks: host_alloc without delta and load");
+        return -1;
+    }
+    if (!d->dev && !params) {
+        err_set(err, errlen, "no parameter buffer (params is NULL and there are no device hooks)");
+        return -1;
+    }
+    if (!d->dev) return 0;
+    d->dev_snap_xxh = calloc((size_t)d->rc.nfragments, sizeof *d->dev_snap_xxh);
+    d->dev_snap_ok = calloc((size_t)d->rc.nfragments, sizeof *d->dev_snap_ok);
+    if (!d->dev_snap_xxh || !d->dev_snap_ok) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    return 0;
+}
+
+void dl_dev_free(diloco *d) {
+    free(d->dev_snap_xxh);
+    free(d->dev_snap_ok);
+    d->dev_snap_xxh = NULL;
+    d->dev_snap_ok = NULL;
+}
+
+void *dl_host_alloc(diloco *d, size_t bytes) {
+    const diloco_device_ops *o = &d->o.device;
+    return o->host_alloc ? o->host_alloc(o->ctx, bytes) : malloc(bytes);
+}
+
+void dl_host_free(diloco *d, void *p) {
+    const diloco_device_ops *o = &d->o.device;
+    if (!p) return;
+    if (o->host_free) o->host_free(o->ctx, p);
+    else free(p);
+}
+
+static size_t frag_lo(const diloco *d, int f) { return (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f]]; }
+
+int dl_dev_load(diloco *d, size_t off, size_t n, int mode, double alpha, char *err, size_t errlen) {
+    const diloco_device_ops *o = &d->o.device;
+    int rc = o->load(o->ctx, d->base + off, off, n, mode, alpha, err, errlen) < 0 ? -1 : 0;
+    /* which fragments' snapshots now hold a base we know (a load of exactly one fragment, the only
+     * kind libdiloco makes) and which are unknown (a partial or failed load: reloaded before their Δ) */
+    for (int f = 0; f < d->rc.nfragments; f++) {
+        size_t lo = frag_lo(d, f), hi = frag_lo(d, f + 1);
+        if (hi <= off || lo >= off + n) continue;
+        d->dev_snap_ok[f] = rc == 0 && lo == off && hi == off + n;
+        if (d->dev_snap_ok[f]) d->dev_snap_xxh[f] = XXH3_64bits(d->base + lo, (hi - lo) * sizeof(float));
+    }
+    return rc;
+}
+
+int dl_dev_delta(diloco *d, int f, size_t *bad, char *err, size_t errlen) {
+    const diloco_device_ops *o = &d->o.device;
+    size_t lo = frag_lo(d, f), hi = frag_lo(d, f + 1);
+    if (!d->dev_snap_ok[f] || XXH3_64bits(d->base + lo, (hi - lo) * sizeof(float)) != d->dev_snap_xxh[f])
+        if (dl_dev_load(d, lo, hi - lo, DILOCO_LOAD_SNAPSHOT, 0.0, err, errlen) < 0) return -1;
+    void *out = d->o.bf16 ? (void *)(d->delta_bf16 + lo) : (void *)(d->delta_f32 + lo);
+    *bad = 0;
+    int rc = o->delta(o->ctx, lo, hi - lo, d->o.bf16, out, bad, err, errlen);
+    if (rc < 0) return -1;
+    if (rc > 0 && *bad >= hi - lo) *bad = 0; /* a hook that did not say where: report the fragment's start */
+    return rc > 0 ? 1 : 0;
+}

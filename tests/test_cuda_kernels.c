@@ -2,8 +2,8 @@
  * worker/gpt/gpt_model.c on the same inputs: embedding forward/backward, LayerNorm forward/backward,
  * linear forward/backward (cuBLAS, with and without TF32), causal attention forward/backward
  * (strided-batched cuBLAS + softmax kernels), causal softmax, GELU forward/backward, residual,
- * cross-entropy forward/backward (both block sizes), gradient clipping, AdamW and the bf16
- * pseudo-gradient. References are computed here in double precision (the CPU layer functions are
+ * cross-entropy forward/backward (both block sizes), gradient clipping and AdamW (the DiLoCo
+ * kernels, pseudo-gradient and loads, are in test_cuda_diloco). References are computed here in double precision (the CPU layer functions are
  * static in gpt_model.c), except AdamW and clipping which use the CPU backend's public functions.
  * Limit: relative error (max|gpu-ref| / max|ref|) 1e-4 with TF32 off.
  *
@@ -382,22 +382,6 @@ static void test_adamw(void **state) {
     free(t); free(p); free(g); free(m); free(v); free(p2); free(m2); free(v2); free(p0); free(u1); free(u2);
 }
 
-static void test_pseudograd_bf16(void **state) {
-    (void)state;
-    size_t n = 70001;
-    float *base = tc_randn(n, 1.0f, 120), *params = tc_randn(n, 1.0f, 121);
-    base[0] = NAN; base[1] = INFINITY; params[2] = -INFINITY; base[3] = 1.0f; params[3] = 1.0f;
-    base[4] = 1.00390625f; params[4] = 0.0f; /* a tie: 1 + 2^-8 rounds to even */
-    uint16_t *out = malloc(n * 2);
-    assert_int_equal(gpt_cuda_k_pseudograd_bf16(base, params, out, n), 0);
-    size_t bad = 0;
-    for (size_t i = 0; i < n; i++)
-        if (out[i] != bf16_from_f32(base[i] - params[i])) bad++;
-    printf("  %-40s %zu of %zu differ from bf16_from_f32 (limit 0)\n", "pseudograd_bf16", bad, n);
-    assert_int_equal(bad, 0);
-    free(base); free(params); free(out);
-}
-
 #endif
 
 int main(void) {
@@ -407,7 +391,6 @@ int main(void) {
         cmocka_unit_test(test_encoder),       cmocka_unit_test(test_layernorm),    cmocka_unit_test(test_linear),
         cmocka_unit_test(test_attention),     cmocka_unit_test(test_softmax),      cmocka_unit_test(test_gelu_residual),
         cmocka_unit_test(test_crossentropy),  cmocka_unit_test(test_clip),         cmocka_unit_test(test_adamw),
-        cmocka_unit_test(test_pseudograd_bf16),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 #else

@@ -7,7 +7,9 @@
  * that trainer (the GPT by default, or the protocol-test `quadratic`), joins the run through
  * libdiloco and trains: one inner step at a time, a DiLoCo sync every H steps, a progress line, and
  * JSON-lines telemetry (--log). SIGINT/SIGTERM stop it cleanly after the current step (it leaves the
- * run, so the others are not kept waiting for it). */
+ * run, so the others are not kept waiting for it). A trainer on a GPU gives libdiloco its device hooks
+ * (--device-hooks auto): the pseudo-gradient and the new global parameters then go through the device
+ * and the parameters never come back to the host (docs/cuda.md). */
 #include <inttypes.h>
 #include <jansson.h>
 #include <signal.h>
@@ -21,6 +23,7 @@
 #include "log.h"
 #include "rconn.h"
 #include "runconf.h"
+#include "trainers/host_device.h"
 #include "trainers/quadratic.h"
 #include "util.h"
 
@@ -34,6 +37,7 @@ typedef struct worker_args {
     int final_sync;
     unsigned step_delay_ms;
     double quad_lr;
+    const char *device_hooks;        /* --device-hooks auto|off|host */
     const char *redis_file;          /* --redis-file */
     char redis_text[REDIS_URL_MAX];  /* the URL picked (dl.redis_url points here) */
 } worker_args;
@@ -74,6 +78,9 @@ static void usage(FILE *f) {
             "  --final-sync              after the last step, sync every fragment at once (diloco_force_sync)\n"
             "  --step-delay-ms MS        (quadratic) sleep per step, to simulate a slow machine\n"
             "  --quad-lr LR              (quadratic) inner AdamW learning rate (default 0.01)\n"
+            "  --device-hooks MODE       auto: DiLoCo on the device when the trainer runs on a GPU (default);\n"
+            "                            off: through the host buffer; host: testing, a host-memory stand-in\n"
+            "                            for a device (tests/it_device_hooks.sh)\n"
             "  -h, --help                this help\n"
             "\n"
             "GPT trainer options (the model flags default to the run's):\n");
@@ -93,6 +100,7 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
     memset(a, 0, sizeof *a);
     diloco_options_default(&a->dl);
     a->quad_lr = 0.01;
+    a->device_hooks = "auto";
     *nrest = 0;
     for (int i = 0; i < argc; i++) {
         const char *f = argv[i];
@@ -112,9 +120,18 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
         } else if (!strcmp(f, "--final-sync")) {
             a->final_sync = 1;
         } else if (!strcmp(f, "--redis") || !strcmp(f, "--redis-file") || !strcmp(f, "--run") ||
-                   !strcmp(f, "--worker-id") || !strcmp(f, "--trainer") || !strcmp(f, "--log")) {
+                   !strcmp(f, "--worker-id") || !strcmp(f, "--trainer") || !strcmp(f, "--log") ||
+                   !strcmp(f, "--device-hooks")) {
             if (need_value(i, argc, f) < 0) return -1;
             const char *val = argv[++i];
+            if (!strcmp(f, "--device-hooks")) {
+                if (strcmp(val, "auto") && strcmp(val, "off") && strcmp(val, "host")) {
+                    fprintf(stderr, "worker: --device-hooks wants auto, off or host, got '%s'\n", val);
+                    return -1;
+                }
+                a->device_hooks = val;
+                continue;
+            }
             if (!strcmp(f, "--redis")) a->dl.redis_url = val;
             else if (!strcmp(f, "--redis-file")) a->redis_file = val;
             else if (!strcmp(f, "--run")) a->dl.run = val;
@@ -320,6 +337,24 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf) {
     return 0;
 }
 
+/* libdiloco's device hooks for this trainer (--device-hooks): 1 when set (params then stay away from
+ * libdiloco), 0 when the host buffer is used, -1 on error. */
+static int device_hooks(const worker_args *a, trainer *t, diloco_device_ops *ops, host_device **hd, char *err,
+                        size_t errlen) {
+    memset(ops, 0, sizeof *ops);
+    if (!strcmp(a->device_hooks, "off")) return 0;
+    if (!strcmp(a->device_hooks, "host")) {
+        if (!(*hd = host_device_create(t->params, t->numel, err, errlen))) return -1;
+        host_device_ops(*hd, ops);
+        log_info("device hooks: host-memory stand-in (testing)");
+        return 1;
+    }
+    if (strcmp(t->name, "gpt") != 0) return 0;
+    int rc = gpt_trainer_device_ops(t, ops, err, errlen);
+    if (rc == 1) log_info("device hooks: DiLoCo on the %s device", gpt_trainer_device(t));
+    return rc;
+}
+
 static int run_worker(int argc, char **argv) {
     worker_args a;
     char **rest = calloc((size_t)argc + 1, sizeof(char *));
@@ -332,6 +367,7 @@ static int run_worker(int argc, char **argv) {
     runconf rc;
     trainer *t = NULL;
     diloco *d = NULL;
+    host_device *hd = NULL;
     FILE *logf = NULL;
     int status = 1;
     if (read_run(&a, &rc, err, sizeof err) < 0) {
@@ -348,7 +384,10 @@ static int run_worker(int argc, char **argv) {
     a.dl.stop = (const volatile int *)&g_stop;
     a.dl.on_params = on_params;
     a.dl.on_params_ctx = t;
-    if (diloco_open(&a.dl, t->params, t->numel, &d, err, sizeof err) < 0) goto error;
+    int hooks = device_hooks(&a, t, &a.dl.device, &hd, err, sizeof err);
+    if (hooks < 0) goto error;
+    /* with hooks libdiloco gets no host buffer: it must go through them */
+    if (diloco_open(&a.dl, hooks ? NULL : t->params, t->numel, &d, err, sizeof err) < 0) goto error;
     log_json(logf, json_pack("{s:s, s:s, s:I}", "event", "join", "worker", diloco_worker_id(d), "version",
                              (json_int_t)diloco_version(d)));
     if (a.eval_only) {
@@ -366,7 +405,13 @@ static int run_worker(int argc, char **argv) {
 error:
     log_error("%s", err);
 done:
-    diloco_close(d);
+    diloco_close(d); /* before the trainer: it may free host buffers through the device hooks */
+    if (hd) {
+        unsigned long nd, nl[3];
+        host_device_counts(hd, &nd, nl);
+        log_info("device hooks: %lu delta, %lu load snapshot, %lu load copy, %lu load mix", nd, nl[0], nl[1], nl[2]);
+        host_device_free(hd);
+    }
     if (t) t->destroy(t);
     if (logf) fclose(logf);
     runconf_free(&rc);

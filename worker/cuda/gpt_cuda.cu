@@ -426,16 +426,6 @@ __global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, 
     p[i] = __fsub_rn(__fmul_rn(p[i], decay), __fdiv_rn(__fmul_rn(step_size, mi), denom));
 }
 
-/* bf16(base - params), round to nearest even, NaN kept quiet (common/bf16.c) */
-__global__ void pseudograd_bf16_k(uint16_t *out, const float *base, const float *params, size_t n) {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    unsigned b = __float_as_uint(__fsub_rn(base[i], params[i]));
-    unsigned rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
-    unsigned quiet = (b >> 16) | 0x0040u;
-    out[i] = (uint16_t)((b & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
-}
-
 /* ------------------------------------------------------------------------------------------- */
 /* launches (shared by the model and the single-kernel entry points)                           */
 
@@ -668,8 +658,7 @@ struct gpt_cuda {
     int ntensors;
     cudaStream_t st;
     cublasHandle_t h;
-    float *params, *grads, *m, *v, *base; /* base: lazily, for the device pseudo-gradient */
-    uint16_t *bf16;                       /* lazily: numel bf16 staging */
+    float *params, *grads, *m, *v;
     layer_params *p, *g;
     float *wte, *wpe, *lnfw, *lnfb, *gwte, *gwpe, *glnfw, *glnfb;
     layer_acts *a;
@@ -711,8 +700,6 @@ extern "C" void gpt_cuda_free(gpt_cuda *g) {
     if (g->st) cudaStreamDestroy(g->st);
     cudaFree(g->arena);
     cudaFree(g->params);
-    cudaFree(g->base);
-    cudaFree(g->bf16);
     cudaFree(g->dtok);
     cudaFree(g->red);
     if (g->htok) cudaFreeHost(g->htok);
@@ -1003,27 +990,8 @@ extern "C" int gpt_cuda_adamw(gpt_cuda *g, long t, double lr, double beta1, doub
                    weight_decay);
 }
 
-extern "C" int gpt_cuda_snapshot_base(gpt_cuda *g, char *err, size_t errlen) {
-    if (!g->base) CK(cudaMalloc((void **)&g->base, g->numel * sizeof(float)));
-    CK(cudaMemcpyAsync(g->base, g->params, g->numel * sizeof(float), cudaMemcpyDeviceToDevice, g->st));
-    return 0;
-}
-
-extern "C" int gpt_cuda_pseudograd_bf16(gpt_cuda *g, size_t off, size_t n, uint16_t *host, char *err,
-                                        size_t errlen) {
-    if (!g->base) {
-        seterr(err, errlen, "gpt cuda: no base snapshot (call gpt_cuda_snapshot_base first)");
-        return -1;
-    }
-    if (off > g->numel || n > g->numel - off) {
-        seterr(err, errlen, "gpt cuda: range [%zu, %zu) outside [0, %zu)", off, off + n, g->numel);
-        return -1;
-    }
-    if (!g->bf16) CK(cudaMalloc((void **)&g->bf16, g->numel * sizeof(uint16_t)));
-    pseudograd_bf16_k<<<nblocks(n, BS), BS, 0, g->st>>>(g->bf16 + off, g->base + off, g->params + off, n);
-    CKL();
-    return copy(host, g->bf16 + off, n * sizeof(uint16_t), cudaMemcpyDeviceToHost, g->st, 1, err, errlen);
-}
+extern "C" float *gpt_cuda_params_device(gpt_cuda *g) { return g->params; }
+extern "C" void *gpt_cuda_stream(gpt_cuda *g) { return (void *)g->st; }
 
 extern "C" double gpt_cuda_sgemm_flops(int n, int tf32, int reps) {
     char err[256];
@@ -1296,16 +1264,4 @@ extern "C" int gpt_cuda_k_adamw(const trainer_tensor *tensors, int ntensors, flo
     if (!pl.fail) rc = l_adamw(&x, tensors, ntensors, dp, dg, dm, dv, t, lr, beta1, beta2, eps, weight_decay);
     if (!rc) rc = back(&pl, params, dp, F(n)) || back(&pl, m, dm, F(n)) || back(&pl, v, dv, F(n));
     return done(&pl, rc, "adamw", kerr);
-}
-
-extern "C" int gpt_cuda_k_pseudograd_bf16(const float *base, const float *params, uint16_t *out, size_t n) {
-    KBEGIN(0);
-    float *db = (float *)dup_to_dev(&pl, base, F(n)), *dp = (float *)dup_to_dev(&pl, params, F(n));
-    uint16_t *d_o = (uint16_t *)dup_to_dev(&pl, NULL, n * sizeof(uint16_t));
-    if (!pl.fail) {
-        pseudograd_bf16_k<<<nblocks(n, BS), BS>>>(d_o, db, dp, n);
-        if (cudaGetLastError() != cudaSuccess) rc = -1;
-    }
-    if (!rc) rc = back(&pl, out, d_o, n * sizeof(uint16_t));
-    return done(&pl, rc, "pseudograd_bf16", kerr);
 }

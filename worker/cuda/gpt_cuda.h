@@ -6,9 +6,12 @@
  * residuals, cross-entropy, gradient clipping and AdamW. Every device buffer is allocated once in
  * gpt_cuda_create with cudaMalloc (no managed memory); a step allocates nothing.
  *
- * Parameters, gradients and the AdamW moments live on the device. The host buffer of the trainer
- * (trainer.params, the DiLoCo buffer) is copied in with gpt_cuda_set_params (one async copy on the
- * compute stream, after DiLoCo wrote new global values) and out with gpt_cuda_get_params.
+ * Parameters, gradients and the AdamW moments live on the device. In a DiLoCo run the worker hands
+ * libdiloco the device hooks of worker/cuda/diloco_cuda.h over gpt_cuda_params_device (the
+ * pseudo-gradient and the new global parameters go through the device, gpt_trainer_device_ops);
+ * otherwise the host buffer of the trainer (trainer.params) is copied in with gpt_cuda_set_params
+ * (one async copy on the compute stream, after DiLoCo wrote new global values) and out with
+ * gpt_cuda_get_params.
  *
  * Every sum that decides a number is deterministic (fixed reduction trees, no atomics): the same
  * batch on the same GPU gives the same bytes. The token-embedding gradient is a per-token sum in
@@ -80,12 +83,10 @@ int gpt_cuda_adamw(gpt_cuda *g, long t, double lr, double beta1, double beta2, d
 /* Waits for everything queued. */
 int gpt_cuda_sync(gpt_cuda *g, char *err, size_t errlen);
 
-/* DiLoCo on the device (optional path, not used by libdiloco today, which computes the
- * pseudo-gradient on the host): base is a device copy of the global parameters (kept by
- * gpt_cuda_snapshot_base), and gpt_cuda_pseudograd_bf16 writes bf16(base - params) for
- * [off, off+n) into host (pinned or not) with the rounding of common/bf16.c. */
-int gpt_cuda_snapshot_base(gpt_cuda *g, char *err, size_t errlen);
-int gpt_cuda_pseudograd_bf16(gpt_cuda *g, size_t off, size_t n, uint16_t *host, char *err, size_t errlen);
+/* DiLoCo on the device (worker/cuda/diloco_cuda.h works on these): the flat device parameter
+ * buffer (numel floats) and the cudaStream_t every step runs on. */
+float *gpt_cuda_params_device(gpt_cuda *g);
+void *gpt_cuda_stream(gpt_cuda *g);
 
 /* ---- single kernels on host arrays (tests: each kernel against the CPU math) -----------------
  * Each copies its inputs to fresh device buffers, runs the kernel(s) the model uses, copies the
@@ -121,7 +122,6 @@ int gpt_cuda_k_crossentropy_backward(float *probs, const int *targets, int N, in
 int gpt_cuda_k_clip(float *grads, size_t numel, double max_norm, double *norm);
 int gpt_cuda_k_adamw(const trainer_tensor *tensors, int ntensors, float *params, const float *grads, float *m,
                      float *v, long t, double lr, double beta1, double beta2, double eps, double weight_decay);
-int gpt_cuda_k_pseudograd_bf16(const float *base, const float *params, uint16_t *out, size_t n);
 
 #ifdef __cplusplus
 }

@@ -131,6 +131,14 @@ int gpt_trainer_save(trainer *t, char *err, size_t errlen);
 long gpt_trainer_steps(const trainer *t);
 /* "cpu" or "cuda": the backend gpt_trainer_create picked. */
 const char *gpt_trainer_device(const trainer *t);
+/* DiLoCo on the device: on the CUDA backend, fill ops with libdiloco's device hooks over the device
+ * parameters (worker/cuda/diloco_cuda.h) and return 1; from then on the trainer keeps its parameters
+ * on the device only (no copy to t->params after each step; a checkpoint copies them first) and
+ * libdiloco must be opened with these hooks. 0 (ops zeroed) on the CPU backend, -1 on error. */
+struct diloco_device_ops;
+int gpt_trainer_device_ops(trainer *t, struct diloco_device_ops *ops, char *err, size_t errlen);
+/* Copy the current parameters into t->params (needed only after gpt_trainer_device_ops). */
+int gpt_trainer_params_to_host(trainer *t, char *err, size_t errlen);
 
 /* ---- data ---------------------------------------------------------------------------------- */
 /* Token file: a 64-byte little-endian header

@@ -9,8 +9,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "diloco.h"
+
 #ifdef DILOCO_HAVE_CUDA
-#include "cuda/gpt_cuda.h" /* the CUDA backend (worker/cuda, docs/cuda.md) */
+#include "cuda/diloco_cuda.h" /* DiLoCo on the device */
+#include "cuda/gpt_cuda.h"    /* the CUDA backend (worker/cuda, docs/cuda.md) */
 #endif
 
 static void seterr(char *err, size_t errlen, const char *fmt, ...) {
@@ -213,6 +216,7 @@ typedef struct gpt_trainer {
     FILE *log;
     struct gpt_cuda *cu;    /* the CUDA backend, NULL on the CPU (then m is used) */
     int pinned;             /* t->params is page-locked for the CUDA copies */
+    struct dl_cuda *dl;     /* DiLoCo on the device (gpt_trainer_device_ops): params stay on the device */
 } gpt_trainer;
 
 /* forward on the trainer's backend (the device parameters mirror t->params) */
@@ -304,9 +308,11 @@ static int ckpt_save(gpt_trainer *g, char *err, size_t errlen) {
     if (!path) return 0;
     trainer *t = &g->t;
 #ifdef DILOCO_HAVE_CUDA
-    /* the moments live on the device (the parameters are copied to t->params after every step) */
+    /* the moments live on the device (the parameters are copied to t->params after every step,
+     * unless DiLoCo runs on the device) */
     if (g->cu && gpt_cuda_get_moments(g->cu, g->am, g->av, err, errlen)) return -1;
 #endif
+    if (gpt_trainer_params_to_host(t, err, errlen)) return -1;
     int n = t->ntensors;
     size_t cap = 1024 + (size_t)n * 3 * 160, len = 0;
     char *h = malloc(cap);
@@ -436,9 +442,11 @@ static void log_line(gpt_trainer *g, const char *fields) {
 }
 
 #ifdef DILOCO_HAVE_CUDA
-/* The same step on the device. The device parameters are copied back into t->params (the DiLoCo
- * buffer) at the end of every step, so libdiloco always computes its pseudo-gradient from current
- * values; params_changed copies what DiLoCo wrote back to the device. */
+/* The same step on the device. With DiLoCo on the device (g->dl) the step ends with its kernels
+ * queued (the sync stream of diloco_cuda orders itself after them); otherwise the device parameters
+ * are copied back into t->params (the DiLoCo buffer) at the end of every step, so libdiloco always
+ * computes its pseudo-gradient from current values, and params_changed copies what DiLoCo wrote back
+ * to the device. */
 static int cuda_step(gpt_trainer *g, float *loss, char *err, size_t errlen) {
     trainer *t = &g->t;
     if (gpt_cuda_forward(g->cu, g->inp, g->tgt, loss, err, errlen)) return -1;
@@ -449,10 +457,15 @@ static int cuda_step(gpt_trainer *g, float *loss, char *err, size_t errlen) {
     double lr = gpt_lr_at(&g->o, g->step);
     if (gpt_cuda_backward(g->cu, err, errlen) ||
         gpt_cuda_clip(g->cu, g->o.grad_clip, NULL, err, errlen) ||
-        gpt_cuda_adamw(g->cu, g->step + 1, lr, g->o.beta1, g->o.beta2, g->o.eps, g->o.weight_decay, err, errlen) ||
-        gpt_cuda_get_params(g->cu, t->params, err, errlen)) /* waits for the step */
+        gpt_cuda_adamw(g->cu, g->step + 1, lr, g->o.beta1, g->o.beta2, g->o.eps, g->o.weight_decay, err, errlen))
         return -1;
-    g->last_norm = gpt_cuda_last_norm(g->cu);
+    if (!g->dl) {
+        if (gpt_cuda_get_params(g->cu, t->params, err, errlen)) return -1; /* waits for the step */
+        g->last_norm = gpt_cuda_last_norm(g->cu);
+    } else if (g->log) { /* the telemetry line wants this step's norm: wait for it */
+        if (gpt_cuda_sync(g->cu, err, errlen)) return -1;
+        g->last_norm = gpt_cuda_last_norm(g->cu);
+    }
     return 0;
 }
 
@@ -525,6 +538,39 @@ long gpt_trainer_steps(const trainer *t) { return ((const gpt_trainer *)t->impl)
 
 const char *gpt_trainer_device(const trainer *t) { return ((const gpt_trainer *)t->impl)->cu ? "cuda" : "cpu"; }
 
+int gpt_trainer_device_ops(trainer *t, struct diloco_device_ops *ops, char *err, size_t errlen) {
+    gpt_trainer *g = t->impl;
+    memset(ops, 0, sizeof *ops);
+#ifdef DILOCO_HAVE_CUDA
+    if (g->cu) {
+        if (!g->dl) {
+            if (gpt_cuda_sync(g->cu, err, errlen)) return -1;
+            g->dl = dl_cuda_create(gpt_cuda_params_device(g->cu), t->numel, gpt_cuda_stream(g->cu), err, errlen);
+            if (!g->dl) return -1;
+        }
+        dl_cuda_ops(g->dl, ops);
+        return 1;
+    }
+#else
+    (void)err;
+    (void)errlen;
+#endif
+    (void)g;
+    return 0;
+}
+
+int gpt_trainer_params_to_host(trainer *t, char *err, size_t errlen) {
+    gpt_trainer *g = t->impl;
+#ifdef DILOCO_HAVE_CUDA
+    if (g->dl) return gpt_cuda_get_params(g->cu, t->params, err, errlen);
+#else
+    (void)err;
+    (void)errlen;
+#endif
+    (void)g;
+    return 0;
+}
+
 /* --device: *cuda = 1 for the CUDA backend */
 static int resolve_device(const gpt_options *o, int *cuda, char *err, size_t errlen) {
     *cuda = 0;
@@ -562,6 +608,7 @@ static void gpt_destroy(trainer *t) {
     if (g->log) fclose(g->log);
 #ifdef DILOCO_HAVE_CUDA
     if (g->pinned) gpt_cuda_unpin(t->params);
+    dl_cuda_free(g->dl);
     gpt_cuda_free(g->cu);
 #endif
     gpt_model_free(g->m);

@@ -49,6 +49,8 @@ static void usage(FILE *f)
             "  --id ID                   server id in Redis (default ss-<hostname>-<pid>)\n"
             "  --lease-ttl-ms MS         lease time-to-live; renewed every ttl/3 (default 5000)\n"
             "  --max-pending-rounds N    bounds requests parked per shard while it loads: 64*N (default 4)\n"
+            "  --metrics HOST:PORT       serve Prometheus metrics at http://HOST:PORT/metrics (default off;\n"
+            "                            bind 127.0.0.1 unless scrapers elsewhere need it)\n"
             "  --log-level LEVEL         debug, info, warn or error (default info, or $LOG_LEVEL)\n"
             "  --fault-crash-before-commit P  chaos testing: with probability P, die (exit 137) after a\n"
             "                            round's log entry is written and before it is committed\n"
@@ -95,7 +97,7 @@ static int parse_args(int argc, char **argv, ss_opts *o)
         { "listen", required_argument, 0, 'l' },       { "advertise", required_argument, 0, 'a' },
         { "id", required_argument, 0, 'i' },           { "lease-ttl-ms", required_argument, 0, 't' },
         { "max-pending-rounds", required_argument, 0, 'p' }, { "log-level", required_argument, 0, 'v' },
-        { "fault-crash-before-commit", required_argument, 0, 'f' },
+        { "fault-crash-before-commit", required_argument, 0, 'f' }, { "metrics", required_argument, 0, 'm' },
         { "help", no_argument, 0, 'h' },               { 0, 0, 0, 0 },
     };
     memset(o, 0, sizeof *o);
@@ -114,6 +116,12 @@ static int parse_args(int argc, char **argv, ss_opts *o)
         case 'l':
             if (parse_hostport(optarg, o->listen_host, sizeof o->listen_host, &o->listen_port) != 0) {
                 fprintf(stderr, "shard-server: --listen wants HOST:PORT, got '%s'\n", optarg);
+                return -1;
+            }
+            break;
+        case 'm':
+            if (parse_hostport(optarg, o->metrics_host, sizeof o->metrics_host, &o->metrics_port) != 0) {
+                fprintf(stderr, "shard-server: --metrics wants HOST:PORT, got '%s'\n", optarg);
                 return -1;
             }
             break;
@@ -308,7 +316,7 @@ static int run_loop(ss_ctx *ss)
     }
     route_attach(ss);
     struct event *park_timer;
-    if (lease_start(ss, err, sizeof err) != 0 || metrics_start(ss) != 0 ||
+    if (metrics_start(ss, err, sizeof err) != 0 || lease_start(ss, err, sizeof err) != 0 ||
         add_persist(ss, &park_timer, on_park_timer, PARK_CHECK_MS) != 0) {
         log_error("cannot start timers: %s", err);
         return -1;

@@ -1,8 +1,17 @@
 /*
- * metrics.c: the shard-server's counters (ss_metrics in ss.h), kept in memory and logged every 30 s
- * at INFO. Issue 6 exposes the same struct over HTTP; nothing else needs to change for that.
+ * metrics.c: the shard-server's counters (ss_metrics in ss.h), kept in memory, logged every 30 s at
+ * INFO, and, with --metrics HOST:PORT, served as Prometheus text (format 0.0.4) at GET /metrics by a
+ * libevent evhttp on the server's own event loop (a scrape is a few hundred bytes formatted in place:
+ * it never waits on anything). Every sample carries run="R" and server="<id>"; the coordinator's
+ * /metrics has the run-wide view (docs/http.md), these are the data-plane numbers of one process.
  */
 #include "ss.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include <event2/buffer.h>
+#include <event2/http.h>
 
 #include "log.h"
 
@@ -35,11 +44,108 @@ static void on_metrics_timer(evutil_socket_t fd, short what, void *arg)
     metrics_log(arg);
 }
 
-int metrics_start(ss_ctx *ss)
+/* One metric: HELP, TYPE and its sample with the process's labels. */
+static void prom_metric(struct evbuffer *out, const ss_ctx *ss, const char *name, const char *type, const char *help,
+                        double value)
+{
+    evbuffer_add_printf(out, "# HELP diloco_shardserver_%s %s\n# TYPE diloco_shardserver_%s %s\n", name, help, name,
+                        type);
+    evbuffer_add_printf(out, "diloco_shardserver_%s{run=\"%s\",server=\"%s\"} %.17g\n", name, ss->opts.run, ss->id,
+                        value);
+}
+
+static void prom_counter(struct evbuffer *out, const ss_ctx *ss, const char *name, const char *help, uint64_t v)
+{
+    prom_metric(out, ss, name, "counter", help, (double)v);
+}
+
+static void metrics_format(struct evbuffer *out, const ss_ctx *ss)
+{
+    const ss_metrics *m = &ss->m;
+    int held = 0, ready = 0;
+    for (int k = 0; k < ss->nshards; k++) {
+        held += ss->shards[k].state != SH_FREE;
+        ready += ss->shards[k].state == SH_READY;
+    }
+    prom_metric(out, ss, "shards_held", "gauge", "Shards this server holds a lease on.", held);
+    prom_metric(out, ss, "shards_ready", "gauge", "Held shards loaded and serving.", ready);
+    prom_counter(out, ss, "rounds_committed_total", "Versions committed (outer steps made durable).",
+                 m->rounds_committed);
+    prom_counter(out, ss, "noop_commits_total", "Committed versions with no participant left.", m->noop_commits);
+    prom_metric(out, ss, "commit_seconds_total", "counter",
+                "Seconds from the first barrier read to the dl_commit reply, summed over commits.", m->commit_seconds);
+    prom_metric(out, ss, "commit_seconds_max", "gauge", "Longest commit so far, seconds.", m->commit_seconds_max);
+    prom_counter(out, ss, "commit_conflicts_total", "FENCED or VERSION replies to dl_commit or dl_snapshot.",
+                 m->conflicts);
+    prom_counter(out, ss, "lease_changes_total", "Shards gained or lost.", m->lease_changes);
+    prom_counter(out, ss, "bytes_in_total", "Data-plane bytes received.", m->bytes_in);
+    prom_counter(out, ss, "bytes_out_total", "Data-plane bytes sent.", m->bytes_out);
+    prom_counter(out, ss, "pushes_total", "Pseudo-gradients accepted.", m->pushes);
+    prom_counter(out, ss, "gets_total", "Parameter replies sent.", m->gets);
+    prom_counter(out, ss, "tentative_gets_total", "Parameter replies sent before the version was durable.",
+                 m->tentative_gets);
+    prom_counter(out, ss, "rejections_total", "Requests rejected (recorded in dl:{R}:events).", m->rejections);
+    prom_counter(out, ss, "loads_total", "Shard loads (snapshot + log replay) completed.", m->loads);
+    prom_counter(out, ss, "load_failures_total", "Shard loads that failed and were retried.", m->load_failures);
+    prom_counter(out, ss, "snapshots_total", "Snapshots written and recorded.", m->snapshots);
+    prom_counter(out, ss, "connections_total", "Data-plane connections accepted.", m->connections);
+    prom_counter(out, ss, "redis_reconnects_total", "Reconnections to Redis.", m->redis_reconnects);
+}
+
+static void on_metrics_request(struct evhttp_request *req, void *arg)
+{
+    ss_ctx *ss = arg;
+    if (evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
+        evhttp_send_error(req, 405, "only GET /metrics");
+        return;
+    }
+    struct evbuffer *out = evbuffer_new();
+    if (out == NULL) {
+        evhttp_send_error(req, 500, "out of memory");
+        return;
+    }
+    metrics_format(out, ss);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Content-Type", "text/plain; version=0.0.4");
+    evhttp_send_reply(req, 200, "OK", out);
+    evbuffer_free(out);
+}
+
+static void on_other_request(struct evhttp_request *req, void *arg)
+{
+    (void)arg;
+    evhttp_send_error(req, 404, "this server only has /metrics");
+}
+
+static int metrics_listen(ss_ctx *ss, char *err, size_t errlen)
+{
+    ss->metrics_http = evhttp_new(ss->base);
+    if (ss->metrics_http == NULL) {
+        snprintf(err, errlen, "cannot create the metrics HTTP server");
+        return -1;
+    }
+    evhttp_set_allowed_methods(ss->metrics_http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST);
+    evhttp_set_cb(ss->metrics_http, "/metrics", on_metrics_request, ss);
+    evhttp_set_gencb(ss->metrics_http, on_other_request, ss);
+    if (evhttp_bind_socket(ss->metrics_http, ss->opts.metrics_host, (ev_uint16_t)ss->opts.metrics_port) != 0) {
+        snprintf(err, errlen, "cannot listen for metrics on %s:%d (in use? try another --metrics port)",
+                 ss->opts.metrics_host, ss->opts.metrics_port);
+        return -1;
+    }
+    log_info("metrics at http://%s:%d/metrics", ss->opts.metrics_host, ss->opts.metrics_port);
+    return 0;
+}
+
+int metrics_start(ss_ctx *ss, char *err, size_t errlen)
 {
     ss->metrics_timer = event_new(ss->base, -1, EV_PERSIST, on_metrics_timer, ss);
-    if (ss->metrics_timer == NULL)
+    if (ss->metrics_timer == NULL) {
+        snprintf(err, errlen, "cannot create the metrics timer");
         return -1;
+    }
     struct timeval tv = { .tv_sec = METRICS_PERIOD_S, .tv_usec = 0 };
-    return evtimer_add(ss->metrics_timer, &tv);
+    if (evtimer_add(ss->metrics_timer, &tv) != 0) {
+        snprintf(err, errlen, "cannot start the metrics timer");
+        return -1;
+    }
+    return ss->opts.metrics_host[0] != '\0' ? metrics_listen(ss, err, errlen) : 0;
 }

@@ -51,6 +51,8 @@ typedef struct ss_opts {
     int max_pending_rounds;
     int log_level;
     double crash_before_commit; /* fault injection for crash tests: probability of _exit before dl_commit */
+    char metrics_host[256];      /* --metrics HOST:PORT: Prometheus /metrics over HTTP ("" = off) */
+    int metrics_port;
 } ss_opts;
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -141,7 +143,7 @@ int route_learn(ss_route *rt, const cluster_redirect *rd);
 int route_node_url(const ss_route *rt, int node, const redis_url *seed, redis_url *out);
 
 /* ---------------------------------------------------------------------------------------------- */
-/* metrics (metrics.c); issue 6 exposes this struct over HTTP */
+/* metrics (metrics.c): logged every 30 s and served as Prometheus text on --metrics HOST:PORT */
 
 typedef struct ss_metrics {
     uint64_t rounds_committed;
@@ -264,6 +266,7 @@ typedef struct ss_ctx {
     struct ss_commit *cq_head, *cq_tail; /* commits being computed, in order (commit.c) */
     struct event *cq_ev;
     struct event *metrics_timer;
+    struct evhttp *metrics_http;
     struct event *park_timer;
 } ss_ctx;
 
@@ -330,7 +333,7 @@ int fcall(ss_ctx *ss, ra_cb *cb, void *priv, const char *fn, int nargs, const ch
 void route_attach(ss_ctx *ss);
 
 /* metrics.c */
-int metrics_start(ss_ctx *ss);
+int metrics_start(ss_ctx *ss, char *err, size_t errlen); /* the log timer, and the HTTP endpoint if asked */
 void metrics_log(ss_ctx *ss);
 
 #endif

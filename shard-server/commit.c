@@ -70,6 +70,7 @@ typedef struct ss_commit {
     int used;            /* participants averaged */
     char digest[17];
     uint64_t theta_xxh;  /* the digest as a number */
+    uint64_t t_computed; /* now_ms() when θ' was ready (its log entry waits at most LOG_DEFER_MAX_MS) */
 } ss_commit;
 
 typedef struct ss_snap {
@@ -450,16 +451,11 @@ static void commit_serve_tentative(ss_commit *c, ss_shard *s)
     s->parked_tail = keep_tail;
 }
 
-/* Version round+1 is computed: serve it tentatively and start writing its log entry (g) to Redis. The
- * callback owns c now. */
-static void commit_write_log(ss_commit *c, ss_shard *s)
+/* Write the log entry (g) of version round+1 to Redis. The callback owns c now. */
+static void commit_start_log(ss_commit *c, ss_shard *s)
 {
     ss_ctx *ss = c->ss;
     size_t n = s->n;
-    c->theta_xxh = (uint64_t)XXH3_64bits_digest(c->xs);
-    snprintf(c->digest, sizeof c->digest, "%016" PRIx64, c->theta_xxh);
-    if (!ss->rc.async)
-        commit_serve_tentative(c, s);
     blob_header h;
     blob_header_init(&h, "log");
     h.shard = s->k;
@@ -485,6 +481,67 @@ static void commit_write_log(ss_commit *c, ss_shard *s)
               (unsigned long long)(now_ms() - c->t0), (size_t)hl + n * sizeof(float));
     if (store_set(ss, key, c->head, (size_t)hl, c->g, n * sizeof(float), commit_on_log_written, c) != 0)
         commit_fail(c, "Redis is unavailable", 0);
+}
+
+/* Sync rounds: the log entry waits while parameters are still streaming out to workers (at most
+ * LOG_DEFER_MAX_MS). Since workers continue from tentative parameters, durability is off the round's
+ * critical path; what matters on a machine with few cores is that hashing the entry and Redis taking
+ * it in (fresh memory, page faults) do not compete with the parameters going out. */
+#define LOG_DEFER_CHECK_MS 2
+#define LOG_DEFER_MAX_MS 300
+
+static void lq_arm(ss_ctx *ss)
+{
+    struct timeval tv = { 0, LOG_DEFER_CHECK_MS * 1000 };
+    evtimer_add(ss->lq_ev, &tv);
+}
+
+static void lq_on_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ss_ctx *ss = arg;
+    while (ss->lq_head != NULL) {
+        ss_commit *c = ss->lq_head;
+        ss_shard *s = commit_shard(c);
+        if (s != NULL && ss_bufs_in_flight() > 0 && now_ms() - c->t_computed < LOG_DEFER_MAX_MS) {
+            lq_arm(ss);
+            return;
+        }
+        ss->lq_head = c->qnext;
+        if (ss->lq_head == NULL)
+            ss->lq_tail = NULL;
+        c->qnext = NULL;
+        if (s == NULL)
+            commit_free(c);
+        else
+            commit_start_log(c, s);
+    }
+}
+
+/* Version round+1 is computed: serve it tentatively, then write its log entry (now, or once the
+ * parameters are out). */
+static void commit_write_log(ss_commit *c, ss_shard *s)
+{
+    ss_ctx *ss = c->ss;
+    c->theta_xxh = (uint64_t)XXH3_64bits_digest(c->xs);
+    snprintf(c->digest, sizeof c->digest, "%016" PRIx64, c->theta_xxh);
+    c->t_computed = now_ms();
+    if (ss->rc.async) {
+        commit_start_log(c, s);
+        return;
+    }
+    commit_serve_tentative(c, s);
+    if (ss->lq_head == NULL && ss_bufs_in_flight() == 0) {
+        commit_start_log(c, s);
+        return;
+    }
+    if (ss->lq_tail != NULL)
+        ss->lq_tail->qnext = c;
+    else
+        ss->lq_head = c;
+    ss->lq_tail = c;
+    lq_arm(ss);
 }
 
 /* One slice of the head commit, in cache-sized blocks: g = mean of the Δ in participant order, then θ' and
@@ -792,7 +849,8 @@ static void commit_check_deltas(ss_commit *c, ss_shard *s)
 int commit_init(ss_ctx *ss)
 {
     ss->cq_ev = evtimer_new(ss->base, cq_on_turn, ss);
-    return ss->cq_ev != NULL ? 0 : -1;
+    ss->lq_ev = evtimer_new(ss->base, lq_on_timer, ss);
+    return ss->cq_ev != NULL && ss->lq_ev != NULL ? 0 : -1;
 }
 
 /* Async: the submission that turns version round into round+1, as dl_submit recorded it. */

@@ -158,6 +158,14 @@ static void pin_on_sent(const void *data, size_t len, void *extra)
         pin_unlink_free(pn);
 }
 
+int ss_bufs_in_flight(void)
+{
+    int n = 0;
+    for (ss_pin *pn = g_pins; pn != NULL; pn = pn->next)
+        n += pn->refs > 0;
+    return n;
+}
+
 void ss_buf_release(void *p)
 {
     if (p == NULL)

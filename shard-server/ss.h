@@ -265,6 +265,8 @@ typedef struct ss_ctx {
     ss_metrics m;
     struct ss_commit *cq_head, *cq_tail; /* commits being computed, in order (commit.c) */
     struct event *cq_ev;
+    struct ss_commit *lq_head, *lq_tail; /* computed and served, log entry not started yet (commit.c) */
+    struct event *lq_ev;
     struct event *metrics_timer;
     struct evhttp *metrics_http;
     struct event *park_timer;
@@ -283,6 +285,8 @@ void req_reply(ss_req *req, blob_header *h, const void *payload, size_t len);
  * hold the buffer's XXH3_64bits (kept with the buffer, so it is hashed once, not once per reply). */
 void req_reply_buf(ss_req *req, blob_header *h, void *buf, size_t len);
 void ss_buf_release(void *buf);
+/* Buffers sent by reference that some connection has not finished sending (parameters on the wire). */
+int ss_bufs_in_flight(void);
 void req_reply_simple(ss_req *req, const char *op, const char *text);
 void req_reply_err(ss_req *req, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void req_free(ss_req *req);

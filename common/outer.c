@@ -13,6 +13,16 @@
 
 #define OUTER_LANES 16
 
+/* The hot kernels of the shard-server's commit and of the checks are compiled twice, for the x86-64
+ * baseline and for AVX2, and the loader picks one (gcc function multiversioning). Every kernel is
+ * element-wise with the same scalar formula and no contraction (-ffp-contract=off; AVX2 alone has no
+ * FMA), so both give the same bits; test_outer_step compares them with scalar code either way. */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define OUTER_HOT __attribute__((target_clones("avx2", "default")))
+#else
+#define OUTER_HOT
+#endif
+
 /* Finite checks scan in blocks: a branch-free OR over a block vectorises, and only a block that
  * contains a bad value is rescanned to find the first index. */
 #define FINITE_BLOCK 1024
@@ -27,7 +37,7 @@ static inline void add_one(float *restrict acc, const float *restrict x, size_t 
     acc[i] = acc[i] + x[i];
 }
 
-void outer_sum_add_f32(float *restrict acc, const float *restrict x, size_t n)
+OUTER_HOT void outer_sum_add_f32(float *restrict acc, const float *restrict x, size_t n)
 {
     size_t i = 0;
     for (; i + OUTER_LANES <= n; i += OUTER_LANES)
@@ -46,7 +56,7 @@ static inline void add_bf16_one(float *restrict acc, const uint16_t *restrict x,
     acc[i] = acc[i] + v;
 }
 
-void outer_sum_add_bf16(float *restrict acc, const uint16_t *restrict x, size_t n)
+OUTER_HOT void outer_sum_add_bf16(float *restrict acc, const uint16_t *restrict x, size_t n)
 {
     size_t i = 0;
     for (; i + OUTER_LANES <= n; i += OUTER_LANES)
@@ -94,7 +104,7 @@ static inline void div_one(float *restrict acc, float c, size_t i)
     acc[i] = acc[i] / c;
 }
 
-void outer_mean_finish(float *restrict acc, size_t n, uint32_t count)
+OUTER_HOT void outer_mean_finish(float *restrict acc, size_t n, uint32_t count)
 {
     if (count == 0)
         return;
@@ -162,7 +172,7 @@ static void apply_nesterov(float *restrict theta, const float *restrict b, const
         nesterov_one(theta, b, g, lr, mu, i);
 }
 
-void outer_sgd_step(float *restrict theta, float *restrict b, int first_step, const float *restrict g, size_t n,
+OUTER_HOT void outer_sgd_step(float *restrict theta, float *restrict b, int first_step, const float *restrict g, size_t n,
                     float lr, float mu, int nesterov)
 {
     if (mu == 0.0f) {
@@ -174,6 +184,66 @@ void outer_sgd_step(float *restrict theta, float *restrict b, int first_step, co
         apply_nesterov(theta, b, g, n, lr, mu);
     else
         descend(theta, b, n, lr);
+}
+
+/* Out of place: the same *_one formulas, reading the old values from the *_in arrays. */
+static inline void descend_to_one(float *restrict out, const float *restrict in, const float *restrict d, float lr,
+                                  size_t i)
+{
+    out[i] = in[i] - lr * d[i];
+}
+
+static inline void momentum_to_one(float *restrict out, const float *restrict in, const float *restrict g, float mu,
+                                   size_t i)
+{
+    out[i] = mu * in[i] + g[i];
+}
+
+static inline void nesterov_to_one(float *restrict out, const float *restrict in, const float *restrict b,
+                                   const float *restrict g, float lr, float mu, size_t i)
+{
+    float d = g[i] + mu * b[i];
+    out[i] = in[i] - lr * d;
+}
+
+OUTER_HOT void outer_sgd_step_to(float *restrict theta_out, float *restrict b_out, const float *restrict theta_in,
+                                 const float *restrict b_in, int first_step, const float *restrict g, size_t n,
+                                 float lr, float mu, int nesterov)
+{
+    size_t i = 0;
+    if (mu == 0.0f) {
+        for (; i + OUTER_LANES <= n; i += OUTER_LANES)
+            for (size_t j = 0; j < OUTER_LANES; j++)
+                descend_to_one(theta_out, theta_in, g, lr, i + j);
+        for (; i < n; i++)
+            descend_to_one(theta_out, theta_in, g, lr, i);
+        if (b_out != NULL && b_in != NULL)
+            memcpy(b_out, b_in, n * sizeof *b_out);
+        return;
+    }
+    if (first_step)
+        memcpy(b_out, g, n * sizeof *b_out);
+    else {
+        for (; i + OUTER_LANES <= n; i += OUTER_LANES)
+            for (size_t j = 0; j < OUTER_LANES; j++)
+                momentum_to_one(b_out, b_in, g, mu, i + j);
+        for (; i < n; i++)
+            momentum_to_one(b_out, b_in, g, mu, i);
+    }
+    i = 0;
+    if (nesterov) {
+        for (; i + OUTER_LANES <= n; i += OUTER_LANES)
+            for (size_t j = 0; j < OUTER_LANES; j++)
+                nesterov_to_one(theta_out, theta_in, b_out, g, lr, mu, i + j);
+        for (; i < n; i++)
+            nesterov_to_one(theta_out, theta_in, b_out, g, lr, mu, i);
+    } else {
+        for (; i + OUTER_LANES <= n; i += OUTER_LANES)
+            for (size_t j = 0; j < OUTER_LANES; j++)
+                descend_to_one(theta_out, theta_in, b_out, lr, i + j);
+        for (; i < n; i++)
+            descend_to_one(theta_out, theta_in, b_out, lr, i);
+    }
 }
 
 static inline int f32_nonfinite(const float *x, size_t i)
@@ -190,7 +260,7 @@ static inline int bf16_nonfinite(const uint16_t *x, size_t i)
 
 /* 1 if any of the FINITE_BLOCK elements at x is NaN or infinite. The trip count is a constant so gcc
  * vectorises the OR at -O2; the caller rescans a bad block element by element for the index. */
-static int f32_block_bad(const float *x)
+static inline int f32_block_bad(const float *x)
 {
     int bad = 0;
     for (size_t i = 0; i < FINITE_BLOCK; i++)
@@ -198,7 +268,7 @@ static int f32_block_bad(const float *x)
     return bad;
 }
 
-static int bf16_block_bad(const uint16_t *x)
+static inline int bf16_block_bad(const uint16_t *x)
 {
     int bad = 0;
     for (size_t i = 0; i < FINITE_BLOCK; i++)
@@ -206,7 +276,7 @@ static int bf16_block_bad(const uint16_t *x)
     return bad;
 }
 
-int outer_check_finite(const float *x, size_t n, size_t *bad_index)
+OUTER_HOT int outer_check_finite(const float *x, size_t n, size_t *bad_index)
 {
     size_t start = 0;
     while (start + FINITE_BLOCK <= n && !f32_block_bad(x + start))
@@ -221,7 +291,7 @@ int outer_check_finite(const float *x, size_t n, size_t *bad_index)
     return 0;
 }
 
-int outer_check_finite_bf16(const uint16_t *x, size_t n, size_t *bad_index)
+OUTER_HOT int outer_check_finite_bf16(const uint16_t *x, size_t n, size_t *bad_index)
 {
     size_t start = 0;
     while (start + FINITE_BLOCK <= n && !bf16_block_bad(x + start))

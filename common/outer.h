@@ -26,6 +26,11 @@ void outer_mean_finish(float *acc, size_t n, uint32_t count);
  * With mu == 0: d = g and b is untouched (may be NULL). theta, b and g must not overlap. */
 void outer_sgd_step(float *theta, float *b, int first_step, const float *g, size_t n, float lr, float mu,
                     int nesterov);
+/* The same step, out of place: theta_out/b_out get what outer_sgd_step would leave in theta_in/b_in
+ * (bit for bit; with mu == 0, b_out is a copy of b_in). One pass instead of a copy and a step: the
+ * shard-server's commit keeps the old version intact while it computes the new one. No overlaps. */
+void outer_sgd_step_to(float *theta_out, float *b_out, const float *theta_in, const float *b_in, int first_step,
+                       const float *g, size_t n, float lr, float mu, int nesterov);
 
 /* 0 if every element is finite; else -1 and the index of the first NaN/Inf in *bad_index (may be NULL). */
 int outer_check_finite(const float *x, size_t n, size_t *bad_index);

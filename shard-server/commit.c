@@ -532,6 +532,7 @@ static void commit_write_log(ss_commit *c, ss_shard *s)
         return;
     }
     commit_serve_tentative(c, s);
+    log_debug("shard %d round %lld: %d buffers in flight after serving", s->k, (long long)c->round, ss_bufs_in_flight());
     if (ss->lq_head == NULL && ss_bufs_in_flight() == 0) {
         commit_start_log(c, s);
         return;
@@ -578,6 +579,12 @@ static void commit_slice(ss_commit *c, ss_shard *s)
         if (!c->ss->rc.weight_tokens)
             outer_mean_finish(g, len, (uint32_t)used);
         c->used = used;
+        if (used > 0 && c->dnbuf == NULL) { /* the usual case: copy and step in one pass */
+            outer_sgd_step_to(c->theta + lo, c->mom + lo, s->theta + lo, s->mom + lo, c->first, g, len, c->t.lr,
+                              c->t.mu, c->t.nesterov);
+            XXH3_64bits_update(c->xs, c->theta + lo, len * sizeof(float));
+            continue;
+        }
         memcpy(c->theta + lo, s->theta + lo, len * sizeof(float));
         memcpy(c->mom + lo, s->mom + lo, len * sizeof(float));
         if (c->dnbuf != NULL)

@@ -156,6 +156,41 @@ static void vectorised_nesterov_is_bit_identical_to_scalar(void **state)
     free(bs);
 }
 
+/* The out-of-place step (the shard-server's commit) leaves exactly what copy + in-place step leaves, for
+ * every variant: first step, Nesterov, plain momentum, mu 0. */
+static void out_of_place_step_matches_in_place(void **state)
+{
+    (void)state;
+    enum { N = 1037 };
+    float *t0 = malloc(N * sizeof *t0), *b0 = malloc(N * sizeof *b0), *g = malloc(N * sizeof *g);
+    float *ti = malloc(N * sizeof *ti), *bi = malloc(N * sizeof *bi), *to = malloc(N * sizeof *to),
+          *bo = malloc(N * sizeof *bo);
+    assert_true(t0 && b0 && g && ti && bi && to && bo);
+    uint64_t seed = 5;
+    for (size_t i = 0; i < N; i++) {
+        t0[i] = rng_uniform(&seed) - 0.5f;
+        b0[i] = rng_uniform(&seed) - 0.5f;
+        g[i] = rng_uniform(&seed) - 0.5f;
+    }
+    const struct { int first; float mu; int nesterov; } cases[] = { { 1, 0.9f, 1 }, { 0, 0.9f, 1 }, { 0, 0.8f, 0 },
+                                                                    { 1, 0.8f, 0 }, { 0, 0.0f, 1 } };
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+        memcpy(ti, t0, N * sizeof *ti);
+        memcpy(bi, b0, N * sizeof *bi);
+        outer_sgd_step(ti, bi, cases[c].first, g, N, 0.7f, cases[c].mu, cases[c].nesterov);
+        outer_sgd_step_to(to, bo, t0, b0, cases[c].first, g, N, 0.7f, cases[c].mu, cases[c].nesterov);
+        assert_memory_equal(to, ti, N * sizeof *ti);
+        assert_memory_equal(bo, bi, N * sizeof *bi);
+    }
+    free(t0);
+    free(b0);
+    free(g);
+    free(ti);
+    free(bi);
+    free(to);
+    free(bo);
+}
+
 static void finite_checks_find_the_first_bad_index(void **state)
 {
     (void)state;
@@ -200,6 +235,7 @@ int main(void)
         cmocka_unit_test(scaled_add_and_mean_use_the_scalar_formula),
         cmocka_unit_test(vectorised_nesterov_is_bit_identical_to_scalar),
         cmocka_unit_test(finite_checks_find_the_first_bad_index),
+        cmocka_unit_test(out_of_place_step_matches_in_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

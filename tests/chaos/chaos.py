@@ -469,6 +469,12 @@ class Harness:
             time.sleep(0.1)
         self.log("settled" if settled else "settle_timeout", target_version=want,
                  last=dict((k, v) for k, (v, _) in self.last_syncs().items()))
+        # like systemd, every process killed during the storm comes back, even if the workers finished
+        # their steps before its restart was due
+        back_deadline = time.time() + self.a.restart_delay + 5.0
+        while any(p.state == "dead" for p in self.procs) and time.time() < back_deadline:
+            self.supervise(time.time())
+            time.sleep(0.05)
         self.dump()
         self.finish(settled, t0, start, end, v_end)
         return settled

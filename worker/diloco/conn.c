@@ -289,6 +289,7 @@ static int take_params(diloco *d, int shard, const blob_header *h, const uint8_t
     if ((const void *)payload != (const void *)(d->base + off)) memcpy(d->base + off, payload, plen);
     d->tent_version[shard] = (h->flags & BLOB_PARAMS_TENTATIVE) ? h->version : 0;
     d->tent_xxh[shard] = h->xxh;
+    d->tent_epoch[shard] = h->epoch;
     stamp_max(&d->last.t_last_recv_us, dl_wall_us());
     *got = h->version;
     __atomic_add_fetch(&d->last.bytes_down, plen, __ATOMIC_RELAXED);

@@ -72,6 +72,7 @@ struct diloco {
      * of the round before stays in delta_*; sync_confirm_durable settles it before Δ is overwritten. */
     int64_t *tent_version;       /* per shard; -1: a receive into base broke off, the slice is garbage */
     uint64_t *tent_xxh;
+    int64_t *tent_epoch;         /* lease epoch of the server that sent them: while it holds, wait */
     int64_t *tent_round;         /* per fragment: the round whose Δ delta_* holds */
     int *frag_incomplete;        /* per fragment: that round's get phase did not finish for us */
     int64_t *seq;                /* async: each shard's place in its order for our current submission */

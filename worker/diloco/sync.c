@@ -319,13 +319,16 @@ void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale) {
 
 /* ---- tentative parameters: confirming the previous round -------------------------------------- */
 
-/* Read k:version and k:digest of every shard of [first, last) from Redis (one HMGET). */
-static int read_committed(diloco *d, int first, int last, int64_t *version, char (*digest)[17], char *err,
-                          size_t errlen) {
-    int n = last - first;
-    const char **argv = calloc((size_t)(2 + 2 * n), sizeof *argv);
-    size_t *lens = calloc((size_t)(2 + 2 * n), sizeof *lens);
-    char (*fields)[40] = calloc((size_t)(2 * n), sizeof *fields);
+/* Read k:version, k:digest and k:epoch (the lease) of every shard of [first, last) from Redis (one
+ * HMGET). */
+#define COMMIT_FIELDS 3
+
+static int read_committed(diloco *d, int first, int last, int64_t *version, char (*digest)[17], int64_t *epoch,
+                          char *err, size_t errlen) {
+    int n = last - first, nf = COMMIT_FIELDS * n;
+    const char **argv = calloc((size_t)(2 + nf), sizeof *argv);
+    size_t *lens = calloc((size_t)(2 + nf), sizeof *lens);
+    char (*fields)[40] = calloc((size_t)nf, sizeof *fields);
     char key[KEY_MAX];
     if (!argv || !lens || !fields) {
         free(argv);
@@ -336,26 +339,26 @@ static int read_committed(diloco *d, int first, int last, int64_t *version, char
     }
     argv[0] = "HMGET";
     argv[1] = key_run(key, sizeof key, d->o.run, "shards");
-    for (int i = 0; i < n; i++) {
-        snprintf(fields[2 * i], sizeof fields[0], "%d:version", first + i);
-        snprintf(fields[2 * i + 1], sizeof fields[0], "%d:digest", first + i);
-        argv[2 + 2 * i] = fields[2 * i];
-        argv[3 + 2 * i] = fields[2 * i + 1];
+    const char *names[COMMIT_FIELDS] = {"version", "digest", "epoch"};
+    for (int i = 0; i < nf; i++) {
+        snprintf(fields[i], sizeof fields[0], "%d:%s", first + i / COMMIT_FIELDS, names[i % COMMIT_FIELDS]);
+        argv[2 + i] = fields[i];
     }
-    for (int i = 0; i < 2 + 2 * n; i++) lens[i] = strlen(argv[i]);
+    for (int i = 0; i < 2 + nf; i++) lens[i] = strlen(argv[i]);
     pthread_mutex_lock(&d->ctl_mu);
-    redisReply *r = d->ctl && !rconn_broken(d->ctl) ? rconn_command_argv(d->ctl, 2 + 2 * n, argv, lens) : NULL;
+    redisReply *r = d->ctl && !rconn_broken(d->ctl) ? rconn_command_argv(d->ctl, 2 + nf, argv, lens) : NULL;
     pthread_mutex_unlock(&d->ctl_mu);
     free(argv);
     free(lens);
     free(fields);
     int rc = -1;
-    if (rconn_reply_error(d->ctl, r, err, errlen) == 0 && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)(2 * n)) {
+    if (rconn_reply_error(d->ctl, r, err, errlen) == 0 && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)nf) {
         rc = 0;
         for (int i = 0; i < n; i++) {
-            const redisReply *v = r->element[2 * i], *g = r->element[2 * i + 1];
-            version[i] = v->type == REDIS_REPLY_STRING ? atoll(v->str) : -1;
-            snprintf(digest[i], sizeof digest[i], "%s", g->type == REDIS_REPLY_STRING ? g->str : "");
+            redisReply **e = r->element + COMMIT_FIELDS * i;
+            version[i] = e[0]->type == REDIS_REPLY_STRING ? atoll(e[0]->str) : -1;
+            snprintf(digest[i], sizeof digest[i], "%s", e[1]->type == REDIS_REPLY_STRING ? e[1]->str : "");
+            epoch[i] = e[2]->type == REDIS_REPLY_STRING ? atoll(e[2]->str) : -1;
         }
     } else if (r) {
         err_set(err, errlen, "unexpected reply reading the shard versions");
@@ -365,14 +368,15 @@ static int read_committed(diloco *d, int first, int last, int64_t *version, char
 }
 
 /* Look up in Redis the commits of the shards of fragment f that hold tentative parameters: those
- * committed with the digest we hold are confirmed (tent_version 0). Returns 1 if some are not
- * committed yet (or Redis could not say), else 0; *conflict is set if one was committed with another
- * digest. */
+ * committed with the digest we hold are confirmed (tent_version 0). Returns 0 when none is left, 1 when
+ * the rest are not committed yet but still leased to the server that sent them (its commit is on the
+ * way), 2 when some lease moved (or Redis could not say): a new owner needs our Δ again. *conflict is
+ * set if one was committed with another digest. */
 static int confirm_from_redis(diloco *d, int f, int *conflict, char *err, size_t errlen) {
-    int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1], n = last - first, pending = 1;
-    int64_t *version = calloc((size_t)n, sizeof *version);
+    int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1], n = last - first, pending = 2;
+    int64_t *version = calloc((size_t)n, sizeof *version), *epoch = calloc((size_t)n, sizeof *epoch);
     char (*digest)[17] = calloc((size_t)n, sizeof *digest);
-    if (version && digest && read_committed(d, first, last, version, digest, err, errlen) == 0) {
+    if (version && digest && epoch && read_committed(d, first, last, version, digest, epoch, err, errlen) == 0) {
         pending = 0;
         for (int i = 0; i < n; i++) {
             int k = first + i;
@@ -383,12 +387,15 @@ static int confirm_from_redis(diloco *d, int f, int *conflict, char *err, size_t
                 d->tent_version[k] = 0; /* durable (or the run moved on: our next push is STALE and re-fetches) */
             else if (version[i] == d->tent_version[k])
                 *conflict = 1;
-            else
+            else if (epoch[i] == d->tent_epoch[k] && pending < 2)
                 pending = 1;
+            else
+                pending = 2;
         }
     }
     free(version);
     free(digest);
+    free(epoch);
     return pending;
 }
 
@@ -458,7 +465,14 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen) {
     if (!incomplete && !garbage && !pending) return DL_OK;
     uint64_t t0 = now_ms();
     if (!incomplete && !garbage) {
-        pending = confirm_from_redis(d, f, &conflict, err, errlen);
+        /* while the server that sent them still holds the lease, its commit is on its way: wait for it
+         * (its lease expires if it is frozen or dead, and then the owner changes) */
+        uint64_t deadline = t0 + (uint64_t)d->o.sync_timeout_ms;
+        for (unsigned attempt = 0;; attempt++) {
+            pending = confirm_from_redis(d, f, &conflict, err, errlen);
+            if (conflict || pending != 1 || now_ms() > deadline || dl_stopping(d)) break;
+            sleep_ms(backoff_ms(attempt, 2, 100));
+        }
         d->last.confirm_seconds = (double)(now_ms() - t0) / 1000.0;
         if (conflict) return confirm_reset(d, f, "the previous round was committed with other parameters", err, errlen);
         if (!pending) return DL_OK;

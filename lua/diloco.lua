@@ -198,6 +198,18 @@ local function barrier_try_close(P, f)
         redis.call('RPUSH', wk, f .. ':' .. r)
         redis.call('EXPIRE', wk, 600)
     end
+    -- also wake the joiners of round r+1 that did not volunteer at r: they wait for this close to start
+    -- the next round from its result, together with everyone (a wake token is only a hint: whoever
+    -- pops one reads dl_barrier, so a token nobody waits for is harmless)
+    local all = redis.call('HGETALL', P .. ':workers')
+    for i = 1, #all, 2 do
+        local rec = cmsgpack.unpack(all[i + 1])
+        if arrived[all[i]] == nil and rec.joined and rec.joined[f + 1] == r + 1 then
+            local wk = P .. ':wake:' .. all[i]
+            redis.call('RPUSH', wk, f .. ':' .. r)
+            redis.call('EXPIRE', wk, 600)
+        end
+    end
     event(P, 'close', {'frag', f, 'round', r, 'participants', n})
     return true
 end

@@ -65,6 +65,7 @@ struct diloco {
     uint16_t *delta_bf16;        /* pseudo-gradient of the round, kept until it is committed */
     float *delta_f32;
     int64_t *frag_version;       /* global version of each fragment's part of base (= its open round for us) */
+    int64_t *frag_joined;        /* per fragment: the first round the barrier expects us at (dl_register) */
     int64_t *shard_version;      /* version of each shard of base, while fetching */
     /* Tentative parameters (docs/PROTOCOL.md): a sync round ends when the new parameters arrive, which
      * the server sends before its log entry is durable. Until we have seen the commit in Redis, shard k
@@ -188,6 +189,9 @@ int sync_fragment_net(diloco *d, int f, char *err, size_t errlen);
 /* Put base[f] into params[f]: copy, or params = alpha*params + (1-alpha)*base; tell the trainer. */
 int sync_apply_fragment(diloco *d, int f, double alpha, char *err, size_t errlen);
 void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale);
+/* Block until round `round` of fragment f is no longer open (woken by its close): DL_OK closed,
+ * DL_STALE gone already, DL_EVICTED, DL_FAIL. */
+int sync_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errlen);
 /* After a transient failure of shard's `what`: re-read the owners, back off; DL_FAIL past deadline. */
 int sync_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
                      size_t errlen);

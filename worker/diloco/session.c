@@ -78,13 +78,19 @@ int dl_register(diloco *d, char *err, size_t errlen) {
     d->inc = r->element[0]->integer;
     d->evicted = 0;
     pthread_mutex_unlock(&d->hb_mu);
-    redisReply *rounds = r->element[2];
+    redisReply *rounds = r->element[2], *joined = r->element[3];
     if ((int)rounds->elements != d->rc.nfragments) {
         err_set(err, errlen, "dl_register returned %zu rounds for %d fragments", rounds->elements, d->rc.nfragments);
         freeReplyObject(r);
         return -1;
     }
-    for (int f = 0; f < d->rc.nfragments; f++) d->frag_version[f] = rounds->element[f]->integer;
+    for (int f = 0; f < d->rc.nfragments; f++) {
+        d->frag_version[f] = rounds->element[f]->integer;
+        d->frag_joined[f] = joined->type == REDIS_REPLY_ARRAY && (int)joined->elements == d->rc.nfragments &&
+                                    joined->element[f]->type == REDIS_REPLY_INTEGER
+                                ? joined->element[f]->integer
+                                : d->frag_version[f];
+    }
     log_info("registered as %s (incarnation %" PRId64 "), open round %" PRId64, d->worker_id, d->inc,
              d->frag_version[0]);
     freeReplyObject(r);
@@ -129,10 +135,29 @@ int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *er
     }
 }
 
-/* Every fragment at the version registration gave us, into base and params. */
+/* A sync-mode joiner the open round does not wait for (dl_register put it at the next one) waits for
+ * that round to close and starts from its result, together with the workers that close it. Training
+ * from the open round's parameters instead would almost never make it in time (the others are already
+ * part-way through the round): that work is lost as STALE, and the joiner then starts the next round,
+ * where the barrier does wait for it, late by the same amount, stalling every worker. Idling costs this
+ * worker alone. One fragment only: Streaming DiLoCo's schedule is a function of the step count. */
+static int wait_for_joined_round(diloco *d, int f, char *err, size_t errlen) {
+    if (d->rc.async || d->rc.nfragments != 1 || d->frag_joined[f] <= d->frag_version[f]) return 0;
+    int rc = sync_wait_closed(d, f, d->frag_version[f], err, errlen);
+    if (rc == DL_FAIL) return -1;
+    if (rc == DL_OK) d->frag_version[f] = d->frag_joined[f];
+    /* DL_STALE, DL_EVICTED: the fetch below takes the version registration gave us, as before (an
+     * eviction shows at the first arrival, which registers again) */
+    return 0;
+}
+
+/* Every fragment at the version registration gave us (or, for a joiner of the next round, at that
+ * round's start), into base and params. */
 int dl_fetch_all(diloco *d, char *err, size_t errlen) {
-    for (int f = 0; f < d->rc.nfragments; f++)
+    for (int f = 0; f < d->rc.nfragments; f++) {
+        if (wait_for_joined_round(d, f, err, errlen) < 0) return -1;
         if (dl_fetch_fragment(d, f, d->frag_version[f], 1, err, errlen) < 0) return -1;
+    }
     return 0;
 }
 
@@ -144,6 +169,7 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen) {
     d->owners = calloc((size_t)d->rc.nshards, sizeof(shard_owner));
     d->shard_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->frag_version = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
+    d->frag_joined = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
     d->seq = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->push_tokens = calloc((size_t)d->rc.nfragments, sizeof(uint64_t));
     d->tokens_at_send = calloc((size_t)d->rc.nfragments, sizeof(uint64_t));
@@ -152,8 +178,9 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen) {
     d->tent_epoch = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->tent_round = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
     d->frag_incomplete = calloc((size_t)d->rc.nfragments, sizeof(int));
-    if (!d->base || (!d->delta_f32 && !d->delta_bf16) || !d->owners || !d->shard_version || !d->frag_version || !d->seq ||
-        !d->push_tokens || !d->tokens_at_send || !d->tent_version || !d->tent_xxh || !d->tent_epoch || !d->tent_round ||
+    if (!d->base || (!d->delta_f32 && !d->delta_bf16) || !d->owners || !d->shard_version || !d->frag_version ||
+        !d->frag_joined || !d->seq || !d->push_tokens || !d->tokens_at_send || !d->tent_version || !d->tent_xxh ||
+        !d->tent_epoch || !d->tent_round ||
         !d->frag_incomplete) {
         err_set(err, errlen, "out of memory for %zu parameters", n);
         return -1;
@@ -224,8 +251,10 @@ int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **o
     if (session_init(d, o, params, numel, err, errlen) < 0) goto error;
     if (dl_register(d, err, errlen) < 0) goto error;
     if (owners_refresh(d, err, errlen) < 0) goto error;
-    if (dl_fetch_all(d, err, errlen) < 0) goto error;
+    /* beating before the first fetch: with a short heartbeat timeout, a fetch that waits for a round to
+     * close or for a shard-server to come back would otherwise get us evicted before we trained */
     if (heartbeat_start(d, err, errlen) < 0) goto error;
+    if (dl_fetch_all(d, err, errlen) < 0) goto error;
     log_info("worker %s joined run %s at version %" PRId64 " (%zu parameters, %d shards, %d fragment(s), H=%d, %s)",
              d->worker_id, o->run, d->frag_version[0], numel, d->rc.nshards, d->rc.nfragments, d->sync_every,
              o->bf16 ? "bf16" : "fp32");
@@ -291,6 +320,7 @@ void diloco_close(diloco *d) {
     free(d->tent_round);
     free(d->frag_incomplete);
     free(d->frag_version);
+    free(d->frag_joined);
     free(d->seq);
     free(d->push_tokens);
     free(d->tokens_at_send);

@@ -292,6 +292,10 @@ static int wait_barrier(diloco *d, int f, int64_t round, char *err, size_t errle
     }
 }
 
+int sync_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errlen) {
+    return wait_barrier(d, f, round, err, errlen);
+}
+
 /* Our round of fragment f is gone: base[f] takes the current global version (params untouched). */
 static int refetch_fragment(diloco *d, int f, char *err, size_t errlen) {
     char key[KEY_MAX], field[32];

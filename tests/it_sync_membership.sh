@@ -1,7 +1,7 @@
 #!/bin/sh
 # it_sync_membership.sh: elastic membership in sync mode.
-#  A. a worker that joins mid-run never blocks the open round (it joins at the next one) and then
-#     takes part in later rounds;
+#  A. a worker that joins mid-run never blocks the open round (it joins at the next one), starts from
+#     that round's result, and then takes part in later rounds;
 #  B. min_workers is respected: with --min-workers 2, when one of two workers dies the survivor waits
 #     (no round closes with one worker) until a new worker joins, then the run goes on.
 . "$(dirname "$0")/lib.sh"
@@ -21,6 +21,11 @@ joined=$($RCLI XRANGE "dl:{$RUN}:events" - + | awk '/^join$/ {getline; getline; 
 r=$((joined - 1))
 wait_until 3 '[ "$(round)" -gt $r ]' "round $r to close without waiting for the joiner (it trains 2 s)"
 $RCLI HGET "dl:{$RUN}:f0:r$r" participants | grep -q w3 && fail "the joiner was counted in the round it joined"
+# it waited for that round to close and started from its result, with the others (training from round
+# r's parameters would miss round r and then make round r+1 wait for it)
+wait_until 5 'grep -q "joined run" "$TMP/worker-w3.log"' "w3 to fetch its parameters"
+grep -q "joined run $RUN at version $joined " "$TMP/worker-w3.log" ||
+  fail "the joiner did not start from version $joined: $(grep 'joined run' "$TMP/worker-w3.log")"
 took_part() { for x in $(seq "$r" "$(round)"); do $RCLI HGET "dl:{$RUN}:f0:r$x" participants; done | grep -q "w3:"; }
 wait_until 30 took_part "w3 to take part in a round"
 say "A: round $r closed without the joiner; it took part later"

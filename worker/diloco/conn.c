@@ -124,16 +124,20 @@ static int reply_outcome(diloco *d, const blob_header *h, char *err, size_t errl
     return DL_FAIL;
 }
 
-/* Wait until a reply starts arriving on fd. While the server is silent, look at the lease every second:
- * if the shard has another owner or epoch now (a frozen or partitioned server lost it), give up at once
- * instead of waiting out the whole net timeout. 0: readable; -1 + err: give up (the caller retries). */
+/* Wait until a reply starts arriving on fd. While the server is silent, look at the lease every
+ * AWAIT_LEASE_POLL_MS: if the shard has another owner or epoch now (a frozen or partitioned server lost
+ * it), give up at once instead of waiting out the whole net timeout. Every worker waits on the same
+ * frozen owner, so each poll interval added to the lease ttl is a stall of the whole run; a healthy
+ * server answers within it (it answers `wait` rather than holding a request), so polls only happen
+ * while an owner is silent. 0: readable; -1 + err: give up (the caller retries). */
+#define AWAIT_LEASE_POLL_MS 250
 static int await_reply(diloco *d, int fd, int shard, char *err, size_t errlen) {
     shard_owner before, now;
     owners_get(d, shard, &before);
     uint64_t deadline = now_ms() + (uint64_t)d->o.net_timeout_ms;
     for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        int r = poll(&p, 1, 1000);
+        int r = poll(&p, 1, AWAIT_LEASE_POLL_MS);
         if (r > 0) return 0; /* data, or EOF/error: the receive says which */
         if (r < 0 && errno != EINTR) {
             err_set(err, errlen, "poll: %s", strerror(errno));

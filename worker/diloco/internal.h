@@ -189,8 +189,9 @@ int sync_fragment_net(diloco *d, int f, char *err, size_t errlen);
 /* Put base[f] into params[f]: copy, or params = alpha*params + (1-alpha)*base; tell the trainer. */
 int sync_apply_fragment(diloco *d, int f, double alpha, char *err, size_t errlen);
 void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale);
-/* Block until round `round` of fragment f is no longer open (woken by its close): DL_OK closed,
- * DL_STALE gone already, DL_EVICTED, DL_FAIL. */
+/* A joiner of the round after `round`: block until round `round` of fragment f is no longer open (woken
+ * by its close): DL_OK closed, DL_STALE gone already, DL_NEED it waits for nobody but a new arrival
+ * (ours), DL_EVICTED, DL_FAIL. */
 int sync_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errlen);
 /* After a transient failure of shard's `what`: re-read the owners, back off; DL_FAIL past deadline. */
 int sync_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,

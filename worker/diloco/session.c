@@ -146,8 +146,9 @@ static int wait_for_joined_round(diloco *d, int f, char *err, size_t errlen) {
     int rc = sync_wait_closed(d, f, d->frag_version[f], err, errlen);
     if (rc == DL_FAIL) return -1;
     if (rc == DL_OK) d->frag_version[f] = d->frag_joined[f];
-    /* DL_STALE, DL_EVICTED: the fetch below takes the version registration gave us, as before (an
-     * eviction shows at the first arrival, which registers again) */
+    /* DL_NEED (every member it waited for is gone: it needs our arrival to close), DL_STALE,
+     * DL_EVICTED: the fetch below takes the version registration gave us and we train for the open
+     * round, as before (an eviction shows at the first arrival, which registers again) */
     return 0;
 }
 

@@ -260,8 +260,10 @@ static int still_member(diloco *d) {
     return ok;
 }
 
-/* Block until barrier (f, round) closes: BLPOP our wake list with a timeout, then look. */
-static int wait_barrier(diloco *d, int f, int64_t round, char *err, size_t errlen) {
+/* Block until barrier (f, round) closes: BLPOP our wake list with a timeout, then look. A joiner (not
+ * expected at round, not arrived) stops waiting with DL_NEED when the barrier waits for nobody else:
+ * it needs an arrival to close (at least target_workers), and only we can bring one. */
+static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *err, size_t errlen) {
     char wake[KEY_MAX], name[96];
     snprintf(name, sizeof name, "wake:%s", d->worker_id);
     key_run(wake, sizeof wake, d->o.run, name);
@@ -279,10 +281,14 @@ static int wait_barrier(diloco *d, int f, int64_t round, char *err, size_t errle
             redisReply *r = rconn_command(d->blk, "BLPOP %s %.3f", wake, d->o.wait_poll_ms / 1000.0);
             if (r) freeReplyObject(r);
         }
-        redisReply *b = dl_command(d, "FCALL dl_barrier 1 %s %d %lld", d->config_key, f, (long long)round);
+        redisReply *b = dl_command(d, "FCALL dl_barrier 1 %s %d %lld %d", d->config_key, f, (long long)round, joiner);
         if (rconn_reply_error(d->ctl, b, err, errlen) == 0 && b->type == REDIS_REPLY_ARRAY && b->elements >= 1) {
             const char *state = b->element[0]->str;
             int rc = strcmp(state, "closed") == 0 ? DL_OK : strcmp(state, "open") == 0 ? DL_RETRY : DL_STALE;
+            /* a library without the count (older than this worker): do not wait, as before */
+            if (joiner && rc == DL_RETRY &&
+                (b->elements < 5 || b->element[4]->type != REDIS_REPLY_INTEGER || b->element[4]->integer == 0))
+                rc = DL_NEED;
             freeReplyObject(b);
             if (rc != DL_RETRY) return rc;
         } else if (b) {
@@ -292,8 +298,12 @@ static int wait_barrier(diloco *d, int f, int64_t round, char *err, size_t errle
     }
 }
 
+static int wait_barrier(diloco *d, int f, int64_t round, char *err, size_t errlen) {
+    return wait_barrier_as(d, f, round, 0, err, errlen);
+}
+
 int sync_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errlen) {
-    return wait_barrier(d, f, round, err, errlen);
+    return wait_barrier_as(d, f, round, 1, err, errlen);
 }
 
 /* Our round of fragment f is gone: base[f] takes the current global version (params untouched). */

@@ -141,7 +141,10 @@ int for_shards_parallel(diloco *d, int first, int last, shard_job_fn fn, void *a
 
 /* ---- per-shard jobs with their retry loops ------------------------------------------------- */
 
-/* After a transient failure: look at the owners again and back off a little. */
+/* After a transient failure: look at the owners again and back off a little. The cap is short: what we
+ * wait for (a restarted or new owner that has loaded its shards, a commit in progress) is what every
+ * worker waits for, so each ms between its arrival and our next look is a stall of the whole run,
+ * and a look is one read of the owners plus a request. */
 int sync_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
                      size_t errlen) {
     if (dl_stopping(d)) {
@@ -157,7 +160,7 @@ int sync_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard,
     }
     char ignore[128];
     owners_refresh(d, ignore, sizeof ignore);
-    sleep_ms(backoff_ms((*attempt)++, 20, 250));
+    sleep_ms(backoff_ms((*attempt)++, 20, 100));
     return DL_OK;
 }
 

@@ -19,10 +19,5 @@ say "$kills kill -9s by the harness, $faults crashes between log write and commi
 [ "$faults" -ge 1 ] || fail "no server died between receiving pseudo-gradients and committing"
 v="$ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS"
 [ "$(shard_versions $RUN)" = "$v" ] || fail "versions: $(shard_versions $RUN)"
-build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers w1,w2,w3 --rounds $ROUNDS \
-  --sync-every $H --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" > "$TMP/ref.txt" || fail "reference"
-shard_digests $RUN > "$TMP/got.txt"
-grep '^shard' "$TMP/ref.txt" | diff - "$TMP/got.txt" > "$TMP/diff.txt" || fail "shard digests differ: $(cat "$TMP/diff.txt")"
-commits=$($RCLI XRANGE "dl:{$RUN}:events" - + | grep -c '^commit$')
-[ "$commits" -eq $((8 * ROUNDS)) ] || fail "expected $((8 * ROUNDS)) commits (each round once per shard), saw $commits"
+assert_matches_reference
 say "bit-identical to the fault-free reference after $ROUNDS rounds"

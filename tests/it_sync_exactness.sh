@@ -15,15 +15,7 @@ for w in w1 w2 w3; do
   wait "$pid" || fail "worker $w exited with status $?"
 done
 [ "$(shard_versions $RUN)" = "5 5 5 5 5 5 5 5" ] || fail "shard versions: $(shard_versions $RUN)"
-build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers w1,w2,w3 --rounds $ROUNDS \
-  --sync-every $H --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" > "$TMP/ref.txt" || fail "reference"
-shard_digests $RUN > "$TMP/got.txt"
-grep '^shard' "$TMP/ref.txt" | diff - "$TMP/got.txt" > "$TMP/diff.txt" || fail "shard digests differ: $(cat "$TMP/diff.txt")"
-want=$(awk '/^all/ {print $2}' "$TMP/ref.txt")
-for w in w1 w2 w3; do
-  got=$(grep '"event":"sync"' "$TMP/$w.jsonl" | tail -n 1 | sed 's/.*"digest":"\([0-9a-f]*\)".*/\1/')
-  [ "$got" = "$want" ] || fail "worker $w ends with digest $got, reference $want"
-done
-commits=$($RCLI XRANGE "dl:{$RUN}:events" - + | grep -c '^commit$')
-[ "$commits" -eq $((8 * ROUNDS)) ] || fail "expected $((8 * ROUNDS)) commits in the events stream, saw $commits"
+assert_matches_reference
+want=$REF_DIGEST
+assert_workers_end_at "$want"
 say "bit-identical to the reference after $ROUNDS rounds: $want"

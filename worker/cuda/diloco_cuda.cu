@@ -21,22 +21,8 @@
 #include <string.h>
 #include <pthread.h>
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#include "cuda_check.h"
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            seterr(err, errlen, "cuda: %s: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
-            return -1;                                                                             \
-        }                                                                                          \
-    } while (0)
 
 #define BS 256
 #define NO_BAD 0xffffffffffffffffULL

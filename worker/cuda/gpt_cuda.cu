@@ -19,23 +19,9 @@
 #include <string.h>
 #include <time.h>
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
+#include "cuda_check.h"
 
 /* CUDA / cuBLAS call checks inside functions that take (err, errlen) and return int */
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
-            seterr(err, errlen, "cuda: %s: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
-            return -1;                                                                             \
-        }                                                                                          \
-    } while (0)
 #define CKB(call)                                                                                  \
     do {                                                                                           \
         cublasStatus_t s_ = (call);                                                                \

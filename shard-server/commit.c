@@ -408,19 +408,7 @@ int commit_reply_tentative(ss_ctx *ss, ss_shard *s, ss_req *req)
     if (s->tent_theta == NULL || !s->committing || strcmp(req->h.op, "get") != 0 ||
         !(req->h.flags & BLOB_GET_TENTATIVE_OK) || req->h.version != s->tent_version)
         return 0;
-    blob_header h;
-    blob_header_init(&h, "params");
-    h.shard = s->k;
-    h.version = s->tent_version;
-    h.epoch = s->epoch;
-    h.frag = s->frag;
-    h.dtype = BLOB_F32;
-    h.count = s->n;
-    h.flags = BLOB_PARAMS_TENTATIVE;
-    h.xxh = s->tent_xxh;
-    ss->m.gets++;
-    ss->m.tentative_gets++;
-    req_reply_buf(req, &h, s->tent_theta, s->n * sizeof(float));
+    ops_reply_params(ss, s, req, s->tent_theta, s->tent_version, s->tent_xxh, 1);
     return 1;
 }
 
@@ -431,24 +419,15 @@ static void commit_serve_tentative(ss_commit *c, ss_shard *s)
     s->tent_theta = c->theta;
     s->tent_xxh = c->theta_xxh;
     s->tent_version = c->round + 1;
-    ss_req *list = s->parked, *keep = NULL, *keep_tail = NULL;
+    ss_req *list = s->parked;
     s->parked = s->parked_tail = NULL;
     s->nparked = 0;
     while (list != NULL) {
         ss_req *req = list;
         list = req->next;
-        req->next = NULL;
-        if (commit_reply_tentative(c->ss, s, req))
-            continue;
-        if (keep_tail != NULL)
-            keep_tail->next = req;
-        else
-            keep = req;
-        keep_tail = req;
-        s->nparked++;
+        if (!commit_reply_tentative(c->ss, s, req))
+            shard_park(c->ss, s, req); /* back in the list, in order (it keeps its parked_ms) */
     }
-    s->parked = keep;
-    s->parked_tail = keep_tail;
 }
 
 /* Write the log entry (g) of version round+1 to Redis. The callback owns c now. */
@@ -532,7 +511,6 @@ static void commit_write_log(ss_commit *c, ss_shard *s)
         return;
     }
     commit_serve_tentative(c, s);
-    log_debug("shard %d round %lld: %d buffers in flight after serving", s->k, (long long)c->round, ss_bufs_in_flight());
     if (ss->lq_head == NULL && ss_bufs_in_flight() == 0) {
         commit_start_log(c, s);
         return;

@@ -223,19 +223,27 @@ static void op_push(ss_ctx *ss, ss_req *req)
     }
 }
 
-static void reply_params(ss_ctx *ss, ss_shard *s, ss_req *req)
+void ops_reply_params(ss_ctx *ss, ss_shard *s, ss_req *req, float *theta, int64_t version, uint64_t xxh,
+                      int tentative)
 {
     blob_header h;
     blob_header_init(&h, "params");
     h.shard = s->k;
-    h.version = s->version;
+    h.version = version;
     h.epoch = s->epoch;
     h.frag = s->frag;
     h.dtype = BLOB_F32;
     h.count = s->n;
-    h.xxh = s->theta_xxh;
+    h.flags = tentative ? BLOB_PARAMS_TENTATIVE : 0;
+    h.xxh = xxh;
     ss->m.gets++;
-    req_reply_buf(req, &h, s->theta, s->n * sizeof(float));
+    ss->m.tentative_gets += tentative != 0;
+    req_reply_buf(req, &h, theta, s->n * sizeof(float));
+}
+
+static void reply_params(ss_ctx *ss, ss_shard *s, ss_req *req)
+{
+    ops_reply_params(ss, s, req, s->theta, s->version, s->theta_xxh, 0);
 }
 
 /* A get for version r+1 means the barrier of round r has closed: the worker will ask for every other

@@ -294,6 +294,10 @@ int req_conn_alive(const ss_req *req);
 
 /* ops.c */
 void ops_dispatch(ss_ctx *ss, ss_req *req);
+/* Answer a get with a shard's parameters (its current θ, or a running commit's tentative one), sent by
+ * reference with the checksum computed when they were. */
+void ops_reply_params(ss_ctx *ss, ss_shard *s, ss_req *req, float *theta, int64_t version, uint64_t xxh,
+                      int tentative);
 void ops_reject(ss_ctx *ss, ss_req *req, const char *code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* lease.c */

@@ -2,7 +2,7 @@
 # it_shard_server_metrics.sh: a shard-server started with --metrics HOST:PORT serves its data-plane
 # counters as Prometheus text at GET /metrics. One server (it holds every shard), two workers, 3 rounds
 # over 4 shards: the scrape must say 4 shards held, 12 versions committed, 2 x 4 x 3 pushes, bytes in at
-# least the pushed bf16 payloads, and carry the run and server labels; other paths are 404, POST is 405;
+# least the pushed bf16 payloads, some gets answered tentatively, and carry the run and server labels; other paths are 404, POST is 405;
 # a second server asked for the same port refuses to start with a message that says so.
 . "$(dirname "$0")/lib.sh"
 RUN=metrics; NUMEL=40000; SHARDS=4; ROUNDS=3; H=10
@@ -24,6 +24,9 @@ in=$(metric bytes_in_total)
 [ "$(awk -v a="$in" -v b=$((2 * 2 * NUMEL * ROUNDS)) 'BEGIN { print (a >= b) }')" = 1 ] ||
   fail "bytes_in_total $in is less than the $((2 * 2 * NUMEL * ROUNDS)) bytes of bf16 pseudo-gradients pushed"
 [ "$(metric commit_conflicts_total)" = 0 ] || fail "commit conflicts without any fault"
+# each commit is started by a worker's get that accepts tentative parameters, so that get at least is
+# answered before the log entry is durable (docs/PROTOCOL.md, "Tentative parameters")
+[ "$(metric tentative_gets_total)" -ge 1 ] || fail "no get was answered with tentative parameters"
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$MPORT/other")
 [ "$code" = 404 ] || fail "GET /other answered $code, want 404"
 code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$MPORT/metrics")

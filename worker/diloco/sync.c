@@ -429,47 +429,19 @@ static int confirm_reset(diloco *d, int f, const char *why, char *err, size_t er
     return DL_STALE;
 }
 
-/* One attempt each, no waiting in place: a shard that needs other workers' pseudo-gradients must not
- * hold up the pushes of our other shards (they may be exactly what those workers wait for). */
-static int push_once_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
-    int rc = conn_push(d, shard, *(int64_t *)arg, err, errlen);
-    return rc == DL_STALE ? DL_OK : rc; /* STALE: committed already, the get below tells us how */
-}
+static int get_round(diloco *d, int first, int last, const get_arg *ga, char *err, size_t errlen);
 
-static int get_once_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
-    int64_t got = -1;
-    int rc = conn_get(d, shard, *(int64_t *)arg, 0, &got, err, errlen);
-    if (rc == DL_OK) d->shard_version[shard] = got;
-    return rc;
-}
-
-/* Fragment f's shards at version want, durably, our kept Δ of round want-1 pushed to every owner
- * first: rounds of push-all then get-all until every shard is there (or the sync timeout). */
+/* Fragment f's shards at version want, durably. Our kept Δ of round want-1 goes to every owner first
+ * (a new owner needs it; one push saves the round trip of a `need`), then get_round's passes, which
+ * resend it wherever an owner still asks and never wait on one shard while others are missing. */
 static int fetch_round_result(diloco *d, int f, int64_t want, char *err, size_t errlen) {
     int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
-    int64_t round = want - 1;
-    uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
-    unsigned attempt = 0;
-    for (int k = first; k < last; k++) d->shard_version[k] = -1;
-    for (;;) {
-        int rc = DL_OK;
-        for (int k = first; k < last && rc == DL_OK; k++) {
-            if (d->shard_version[k] >= want) continue;
-            rc = push_once_job(d, k, &round, err, errlen);
-            if (rc == DL_NEED || rc == DL_RETRY) rc = DL_OK; /* the get tells */
-        }
-        if (rc == DL_STALE || rc == DL_EVICTED || rc == DL_FAIL) return rc;
-        int done = 1;
-        for (int k = first; k < last; k++) {
-            if (d->shard_version[k] >= want) continue;
-            rc = get_once_job(d, k, &want, err, errlen);
-            if (rc == DL_STALE || rc == DL_EVICTED || rc == DL_FAIL) return rc;
-            if (rc != DL_OK) done = 0;
-        }
-        if (done) return DL_OK;
-        if (sync_retry_pause(d, &attempt, deadline, first, "confirming the previous round", err, errlen) != DL_OK)
-            return DL_FAIL;
+    for (int k = first; k < last; k++) {
+        int rc = conn_push(d, k, want - 1, err, errlen);
+        if (rc == DL_EVICTED || rc == DL_FAIL) return rc; /* STALE: committed already; the get tells how */
     }
+    get_arg ga = {want, 1, 0, 1};
+    return get_round(d, first, last, &ga, err, errlen);
 }
 
 int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen) {
@@ -502,29 +474,29 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen) {
         return DL_FAIL;
     }
     for (int k = first; k < last; k++) held[k - first] = d->tent_xxh[k];
-    get_arg ga = {d->tent_round[f] + 1, 1, 0, 0};
-    int rc = fetch_round_result(d, f, ga.want, err, errlen);
+    int64_t want = d->tent_round[f] + 1;
+    int rc = fetch_round_result(d, f, want, err, errlen);
     /* A slice received now that differs from the tentative one we trained from is a conflict (unless the
      * round broke off before we took its parameters: then there is nothing to compare with). */
     for (int k = first; !incomplete && k < last; k++)
-        if (d->tent_version[k] == 0 && d->shard_version[k] == ga.want && d->tent_xxh[k] != held[k - first])
+        if (d->tent_version[k] == 0 && d->shard_version[k] == want && d->tent_xxh[k] != held[k - first])
             conflict = 1;
     free(held);
     d->last.confirm_seconds = (double)(now_ms() - t0) / 1000.0;
     if (conflict) return confirm_reset(d, f, "the previous round was committed with other parameters", err, errlen);
     for (int k = first; rc == DL_OK && k < last; k++)
-        if (d->shard_version[k] != ga.want) rc = DL_STALE;
+        if (d->shard_version[k] != want) rc = DL_STALE;
     if (rc == DL_STALE || rc == DL_EVICTED)
         return confirm_reset(d, f, "the previous round closed without our pseudo-gradient", err, errlen);
     if (rc != DL_OK) return DL_FAIL; /* per-shard state is accurate (-1 where a receive broke): again next time */
     if (incomplete) {
         /* the round completed after all: take its result, as the sync would have had it not failed */
-        d->frag_version[f] = ga.want;
+        d->frag_version[f] = want;
         d->frag_incomplete[f] = 0;
         dl_adopt_base(d, first, last);
         size_t off = (size_t)d->rc.shard_bounds[first];
         if (dl_params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
-        log_warn("fragment %d: round %" PRId64 " completed late; continuing from its parameters", f, ga.want - 1);
+        log_warn("fragment %d: round %" PRId64 " completed late; continuing from its parameters", f, want - 1);
         return DL_STALE;
     }
     return DL_OK;

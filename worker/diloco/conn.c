@@ -277,6 +277,7 @@ static void *place_params(const blob_header *h, size_t plen, void *p) {
         h->shard != a->shard || h->version < a->min_version)
         return NULL;
     a->d->tent_version[a->shard] = -1; /* until take_params: a broken receive leaves garbage */
+    dl_dev_base_written(a->d, a->shard);
     return a->d->base + off;
 }
 
@@ -290,7 +291,10 @@ static int take_params(diloco *d, int shard, const blob_header *h, const uint8_t
                 shard, h->dtype, h->count, h->version);
         return DL_FAIL;
     }
-    if ((const void *)payload != (const void *)(d->base + off)) memcpy(d->base + off, payload, plen);
+    if ((const void *)payload != (const void *)(d->base + off)) {
+        dl_dev_base_written(d, shard);
+        memcpy(d->base + off, payload, plen);
+    }
     d->tent_version[shard] = (h->flags & BLOB_PARAMS_TENTATIVE) ? h->version : 0;
     d->tent_xxh[shard] = h->xxh;
     d->tent_epoch[shard] = h->epoch;

@@ -9,13 +9,11 @@
  * The device keeps its own copy of the global parameters (the snapshot). Every load puts base into it,
  * and libdiloco's base normally changes only just before a load. It can also change without one (a
  * stale round re-fetched into base before the trainer takes it, a sync that failed half-way through
- * its gets): so that the device never takes Δ against other values than the host path would, each
- * fragment remembers the XXH3 of the base it last loaded, and the pseudo-gradient first reloads the
- * snapshot if base[f] hashes differently now. That costs one pass over base[f] per load and per Δ
- * (memory bandwidth; libdiloco hashes the whole of base after every sync anyway, for the digest). */
+ * its gets): so that the device never takes Δ against other values than the host path would, every
+ * write into base (conn.c, one place) marks its fragment's snapshot out of date, a load of the whole
+ * fragment marks it current, and the pseudo-gradient first reloads a snapshot that is out of date. */
 #include <stdlib.h>
 #include <string.h>
-#include <xxhash.h>
 
 #include "internal.h"
 #include "util.h"
@@ -36,9 +34,8 @@ int dl_dev_init(diloco *d, const float *params, char *err, size_t errlen) {
         return -1;
     }
     if (!d->dev) return 0;
-    d->dev_snap_xxh = calloc((size_t)d->rc.nfragments, sizeof *d->dev_snap_xxh);
     d->dev_snap_ok = calloc((size_t)d->rc.nfragments, sizeof *d->dev_snap_ok);
-    if (!d->dev_snap_xxh || !d->dev_snap_ok) {
+    if (!d->dev_snap_ok) {
         err_set(err, errlen, "out of memory");
         return -1;
     }
@@ -46,9 +43,7 @@ int dl_dev_init(diloco *d, const float *params, char *err, size_t errlen) {
 }
 
 void dl_dev_free(diloco *d) {
-    free(d->dev_snap_xxh);
     free(d->dev_snap_ok);
-    d->dev_snap_xxh = NULL;
     d->dev_snap_ok = NULL;
 }
 
@@ -75,15 +70,20 @@ int dl_dev_load(diloco *d, size_t off, size_t n, int mode, double alpha, char *e
         size_t lo = frag_lo(d, f), hi = frag_lo(d, f + 1);
         if (hi <= off || lo >= off + n) continue;
         d->dev_snap_ok[f] = rc == 0 && lo == off && hi == off + n;
-        if (d->dev_snap_ok[f]) d->dev_snap_xxh[f] = XXH3_64bits(d->base + lo, (hi - lo) * sizeof(float));
     }
     return rc;
+}
+
+void dl_dev_base_written(diloco *d, int shard) {
+    if (!d->dev) return;
+    for (int f = 0; f < d->rc.nfragments; f++)
+        if (shard >= d->rc.frag_bounds[f] && shard < d->rc.frag_bounds[f + 1]) d->dev_snap_ok[f] = 0;
 }
 
 int dl_dev_delta(diloco *d, int f, size_t *bad, char *err, size_t errlen) {
     const diloco_device_ops *o = &d->o.device;
     size_t lo = frag_lo(d, f), hi = frag_lo(d, f + 1);
-    if (!d->dev_snap_ok[f] || XXH3_64bits(d->base + lo, (hi - lo) * sizeof(float)) != d->dev_snap_xxh[f])
+    if (!d->dev_snap_ok[f])
         if (dl_dev_load(d, lo, hi - lo, DILOCO_LOAD_SNAPSHOT, 0.0, err, errlen) < 0) return -1;
     void *out = d->o.bf16 ? (void *)(d->delta_bf16 + lo) : (void *)(d->delta_f32 + lo);
     *bad = 0;

@@ -118,10 +118,10 @@ struct diloco {
     uint64_t compute_us, compute_steps;  /* inner-step time and steps since the last heartbeat */
     uint64_t step_end_us;                /* when diloco_after_step last returned (0: never) */
 
-    /* device hooks (device.c); used on the training thread only */
+    /* device hooks (device.c); used on the training thread, except dev_snap_ok[f], which the thread
+     * receiving fragment f's parameters clears */
     int dev;                     /* o.device is set: params is never touched, the hooks are called */
-    uint64_t *dev_snap_xxh;      /* per fragment: XXH3 of the base the device snapshot was loaded from */
-    int *dev_snap_ok;            /* per fragment: dev_snap_xxh is valid */
+    int *dev_snap_ok;            /* per fragment: the device snapshot holds base[f] as it is now */
     int dev_failed;              /* a load in dl_adopt_base failed: dl_params_changed reports dev_err */
     char dev_err[256];
 };
@@ -148,6 +148,8 @@ int dl_dev_load(diloco *d, size_t off, size_t n, int mode, double alpha, char *e
 /* o.device.delta of fragment f into delta_bf16 / delta_f32 (reloading the snapshot first if base[f]
  * changed since it was loaded). 0; 1: not finite, *bad = offset in f; -1: device error (err). */
 int dl_dev_delta(diloco *d, int f, size_t *bad, char *err, size_t errlen);
+/* base[shard] is being written (a params reply): its fragment's device snapshot is out of date. */
+void dl_dev_base_written(diloco *d, int shard);
 
 /* owners.c */
 int owners_refresh(diloco *d, char *err, size_t errlen);

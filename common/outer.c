@@ -246,6 +246,132 @@ OUTER_HOT void outer_sgd_step_to(float *restrict theta_out, float *restrict b_ou
     }
 }
 
+/* The sync commit in one pass (outer.h): per block of lanes, the mean of the k bf16 pseudo-gradients
+ * in registers, then the step, with the same *_one formulas as the multi-pass kernels above, in the
+ * same order, so the bits are the same. The step variant is a compile-time constant of each call of
+ * mean_step_block, so every variant gets its own branch-free loop. */
+enum { MS_PLAIN, MS_FIRST_NESTEROV, MS_FIRST, MS_NESTEROV, MS_MOMENTUM };
+
+static inline float bf16_widen(uint16_t x)
+{
+    uint32_t bits = (uint32_t)x << 16;
+    float v;
+    memcpy(&v, &bits, sizeof v);
+    return v;
+}
+
+static inline void mean_lanes(float *restrict g, const uint16_t *const *deltas, uint32_t k, float c, size_t i)
+{
+    for (size_t j = 0; j < OUTER_LANES; j++)
+        g[j] = 0.0f;
+    for (uint32_t p = 0; p < k; p++) {
+        const uint16_t *restrict x = deltas[p] + i;
+        for (size_t j = 0; j < OUTER_LANES; j++)
+            g[j] = g[j] + bf16_widen(x[j]);
+    }
+    for (size_t j = 0; j < OUTER_LANES; j++)
+        g[j] = g[j] / c;
+}
+
+static inline void step_lanes(int variant, float *restrict theta_out, float *restrict b_out,
+                              const float *restrict theta_in, const float *restrict b_in, const float *restrict g,
+                              float lr, float mu)
+{
+    for (size_t j = 0; j < OUTER_LANES; j++) {
+        float b = 0.0f, d;
+        switch (variant) {
+        case MS_PLAIN: d = g[j]; break;
+        case MS_FIRST_NESTEROV: b = g[j]; d = g[j] + mu * b; break;
+        case MS_FIRST: b = g[j]; d = b; break;
+        case MS_NESTEROV: b = mu * b_in[j] + g[j]; d = g[j] + mu * b; break;
+        default: b = mu * b_in[j] + g[j]; d = b; break;
+        }
+        if (variant != MS_PLAIN)
+            b_out[j] = b;
+        theta_out[j] = theta_in[j] - lr * d;
+    }
+}
+
+static inline void mean_step_block(int variant, float *restrict theta_out, float *restrict b_out,
+                                   const float *restrict theta_in, const float *restrict b_in,
+                                   const uint16_t *const *deltas, uint32_t k, size_t i, float lr, float mu)
+{
+    float g[OUTER_LANES];
+    mean_lanes(g, deltas, k, (float)k, i);
+    step_lanes(variant, theta_out + i, variant == MS_PLAIN ? NULL : b_out + i, theta_in + i,
+               variant >= MS_NESTEROV ? b_in + i : NULL, g, lr, mu);
+}
+
+static void mean_step_scalar(int variant, float *theta_out, float *b_out, const float *theta_in, const float *b_in,
+                             const uint16_t *const *deltas, uint32_t k, size_t i, float lr, float mu)
+{
+    float acc = 0.0f;
+    for (uint32_t p = 0; p < k; p++)
+        acc = acc + bf16_widen(deltas[p][i]);
+    float g = acc / (float)k, b = 0.0f, d;
+    switch (variant) {
+    case MS_PLAIN: d = g; break;
+    case MS_FIRST_NESTEROV: b = g; d = g + mu * b; break;
+    case MS_FIRST: b = g; d = b; break;
+    case MS_NESTEROV: b = mu * b_in[i] + g; d = g + mu * b; break;
+    default: b = mu * b_in[i] + g; d = b; break;
+    }
+    if (variant != MS_PLAIN)
+        b_out[i] = b;
+    theta_out[i] = theta_in[i] - lr * d;
+}
+
+OUTER_HOT void outer_mean_step_bf16_to(float *restrict theta_out, float *restrict b_out,
+                                       const float *restrict theta_in, const float *restrict b_in, int first_step,
+                                       const uint16_t *const *deltas, uint32_t k, size_t n, float lr, float mu,
+                                       int nesterov)
+{
+    int variant = mu == 0.0f ? MS_PLAIN
+                  : first_step ? (nesterov ? MS_FIRST_NESTEROV : MS_FIRST)
+                               : (nesterov ? MS_NESTEROV : MS_MOMENTUM);
+    size_t i = 0;
+    switch (variant) {
+    case MS_PLAIN:
+        for (; i + OUTER_LANES <= n; i += OUTER_LANES)
+            mean_step_block(MS_PLAIN, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
+        break;
+    case MS_FIRST_NESTEROV:
+        for (; i + OUTER_LANES <= n; i += OUTER_LANES)
+            mean_step_block(MS_FIRST_NESTEROV, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
+        break;
+    case MS_FIRST:
+        for (; i + OUTER_LANES <= n; i += OUTER_LANES)
+            mean_step_block(MS_FIRST, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
+        break;
+    case MS_NESTEROV:
+        for (; i + OUTER_LANES <= n; i += OUTER_LANES)
+            mean_step_block(MS_NESTEROV, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
+        break;
+    default:
+        for (; i + OUTER_LANES <= n; i += OUTER_LANES)
+            mean_step_block(MS_MOMENTUM, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
+        break;
+    }
+    for (; i < n; i++)
+        mean_step_scalar(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
+    if (variant == MS_PLAIN && b_out != NULL && b_in != NULL)
+        memcpy(b_out, b_in, n * sizeof *b_out);
+}
+
+OUTER_HOT void outer_mean_bf16(float *restrict g, const uint16_t *const *deltas, uint32_t k, size_t n)
+{
+    float c = (float)k;
+    size_t i = 0;
+    for (; i + OUTER_LANES <= n; i += OUTER_LANES)
+        mean_lanes(g + i, deltas, k, c, i);
+    for (; i < n; i++) {
+        float acc = 0.0f;
+        for (uint32_t p = 0; p < k; p++)
+            acc = acc + bf16_widen(deltas[p][i]);
+        g[i] = acc / c;
+    }
+}
+
 static inline int f32_nonfinite(const float *x, size_t i)
 {
     uint32_t bits;

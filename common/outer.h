@@ -32,6 +32,14 @@ void outer_sgd_step(float *theta, float *b, int first_step, const float *g, size
 void outer_sgd_step_to(float *theta_out, float *b_out, const float *theta_in, const float *b_in, int first_step,
                        const float *g, size_t n, float lr, float mu, int nesterov);
 
+/* The sync commit's usual case in one pass: g = the mean of k >= 1 bf16 pseudo-gradients (deltas[0..k-1],
+ * added in that order), then outer_sgd_step_to with it, g kept in registers. Bit for bit what
+ * outer_sum_zero, outer_sum_add_bf16 for each delta in order, outer_mean_finish and outer_sgd_step_to
+ * give; outer_mean_bf16 gives that g alone (the log entry, written after the parameters are out). */
+void outer_mean_step_bf16_to(float *theta_out, float *b_out, const float *theta_in, const float *b_in, int first_step,
+                             const uint16_t *const *deltas, uint32_t k, size_t n, float lr, float mu, int nesterov);
+void outer_mean_bf16(float *g, const uint16_t *const *deltas, uint32_t k, size_t n);
+
 /* 0 if every element is finite; else -1 and the index of the first NaN/Inf in *bad_index (may be NULL). */
 int outer_check_finite(const float *x, size_t n, size_t *bad_index);
 int outer_check_finite_bf16(const uint16_t *x, size_t n, size_t *bad_index);

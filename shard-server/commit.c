@@ -68,6 +68,7 @@ typedef struct ss_commit {
     int has_mom;
     float *dnbuf;        /* async Delayed Nesterov buffer after the step (NULL when DN is off) */
     int used;            /* participants averaged */
+    int g_deferred;      /* g not computed yet: the fast path computes it for the log entry (commit_fill_g) */
     char digest[17];
     uint64_t theta_xxh;  /* the digest as a number */
     uint64_t t_computed; /* now_ms() when θ' was ready (its log entry waits at most LOG_DEFER_MAX_MS) */
@@ -430,11 +431,17 @@ static void commit_serve_tentative(ss_commit *c, ss_shard *s)
     }
 }
 
+static int commit_fill_g(ss_commit *c, ss_shard *s);
+
 /* Write the log entry (g) of version round+1 to Redis. The callback owns c now. */
 static void commit_start_log(ss_commit *c, ss_shard *s)
 {
     ss_ctx *ss = c->ss;
     size_t n = s->n;
+    if (c->g_deferred && commit_fill_g(c, s) != 0) {
+        commit_fail(c, "a pseudo-gradient went missing before the log entry was written", 0);
+        return;
+    }
     blob_header h;
     blob_header_init(&h, "log");
     h.shard = s->k;
@@ -456,8 +463,8 @@ static void commit_start_log(ss_commit *c, ss_shard *s)
     }
     char key[KEY_MAX];
     store_blob_key(ss, key, sizeof key, s->k, "log", c->round + 1, c->epoch);
-    log_debug("shard %d round %lld: step computed at +%llu ms; writing %zu bytes of log", s->k, (long long)c->round,
-              (unsigned long long)(now_ms() - c->t0), (size_t)hl + n * sizeof(float));
+    log_debug("shard %d round %lld: writing %zu bytes of log at +%llu ms", s->k, (long long)c->round,
+              (size_t)hl + n * sizeof(float), (unsigned long long)(now_ms() - c->t0));
     if (store_set(ss, key, c->head, (size_t)hl, c->g, n * sizeof(float), commit_on_log_written, c) != 0)
         commit_fail(c, "Redis is unavailable", 0);
 }
@@ -475,6 +482,13 @@ static void lq_arm(ss_ctx *ss)
     evtimer_add(ss->lq_ev, &tv);
 }
 
+/* Whether a computed version's log entry should wait: parameters are still going out, or another shard's
+ * step is still to be computed (its parameters will go out next). */
+static int log_should_wait(const ss_ctx *ss, const ss_commit *c)
+{
+    return (ss_bufs_in_flight() > 0 || ss->cq_head != NULL) && now_ms() - c->t_computed < LOG_DEFER_MAX_MS;
+}
+
 static void lq_on_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -483,7 +497,7 @@ static void lq_on_timer(evutil_socket_t fd, short what, void *arg)
     while (ss->lq_head != NULL) {
         ss_commit *c = ss->lq_head;
         ss_shard *s = commit_shard(c);
-        if (s != NULL && ss_bufs_in_flight() > 0 && now_ms() - c->t_computed < LOG_DEFER_MAX_MS) {
+        if (s != NULL && log_should_wait(ss, c)) {
             lq_arm(ss);
             return;
         }
@@ -506,12 +520,14 @@ static void commit_write_log(ss_commit *c, ss_shard *s)
     c->theta_xxh = (uint64_t)XXH3_64bits_digest(c->xs);
     snprintf(c->digest, sizeof c->digest, "%016" PRIx64, c->theta_xxh);
     c->t_computed = now_ms();
+    log_debug("shard %d round %lld: step computed at +%llu ms", s->k, (long long)c->round,
+              (unsigned long long)(c->t_computed - c->t0));
     if (ss->rc.async) {
         commit_start_log(c, s);
         return;
     }
     commit_serve_tentative(c, s);
-    if (ss->lq_head == NULL && ss_bufs_in_flight() == 0) {
+    if (ss->lq_head == NULL && !log_should_wait(ss, c)) {
         commit_start_log(c, s);
         return;
     }
@@ -523,56 +539,100 @@ static void commit_write_log(ss_commit *c, ss_shard *s)
     lq_arm(ss);
 }
 
-/* One slice of the head commit, in cache-sized blocks: g = mean of the Δ in participant order, then θ' and
- * momentum' on copies (the cache keeps serving version round meanwhile), the digest of θ' streamed
- * along. Pops c from the queue when it is done with it. */
+/* The participants' Δ of this commit, in participant order, dropped ones left out. Returns how many,
+ * or -1 if one went missing; *all_bf16 tells whether every one is bf16. */
+static int commit_gather_deltas(ss_commit *c, ss_shard *s, ss_delta **out, int *all_bf16)
+{
+    int k = 0;
+    *all_bf16 = 1;
+    for (int i = 0; i < c->np; i++) {
+        if (c->dropped[i])
+            continue;
+        ss_delta *d = shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
+        if (d == NULL)
+            return -1;
+        *all_bf16 &= d->dtype == BLOB_BF16;
+        out[k++] = d;
+    }
+    return k;
+}
+
+/* The usual sync commit (unweighted bf16 Δ, no Delayed Nesterov): the mean and the step in one pass per
+ * block, g kept in registers; g itself is computed for the log entry once the parameters are out
+ * (commit_fill_g), with the same formula, so the bits agree. */
+static int commit_fast(const ss_commit *c, int used, int all_bf16)
+{
+    return used > 0 && all_bf16 && c->dnbuf == NULL && !c->ss->rc.weight_tokens;
+}
+
+static void commit_block_fast(ss_commit *c, ss_shard *s, ss_delta **ds, int used, size_t lo, size_t len)
+{
+    const uint16_t *x[MAX_PARTICIPANTS];
+    for (int i = 0; i < used; i++)
+        x[i] = (const uint16_t *)ds[i]->payload + lo;
+    outer_mean_step_bf16_to(c->theta + lo, c->mom + lo, s->theta + lo, s->mom + lo, c->first, x, (uint32_t)used, len,
+                            c->t.lr, c->t.mu, c->t.nesterov);
+}
+
+/* Any other commit: g = the (weighted) mean into c->g, then the step (plain, or Delayed Nesterov). */
+static void commit_block_general(ss_commit *c, ss_shard *s, ss_delta **ds, int used, size_t lo, size_t len)
+{
+    float *g = c->g + lo;
+    outer_sum_zero(g, len);
+    for (int i = 0, p = 0; i < c->np; i++) {
+        if (c->dropped[i])
+            continue;
+        ss_delta *d = ds[p++];
+        if (c->ss->rc.weight_tokens && d->dtype == BLOB_BF16)
+            outer_sum_add_scaled_bf16(g, (const uint16_t *)d->payload + lo, c->scale[i], len);
+        else if (c->ss->rc.weight_tokens)
+            outer_sum_add_scaled_f32(g, (const float *)d->payload + lo, c->scale[i], len);
+        else if (d->dtype == BLOB_BF16)
+            outer_sum_add_bf16(g, (const uint16_t *)d->payload + lo, len);
+        else
+            outer_sum_add_f32(g, (const float *)d->payload + lo, len);
+    }
+    if (!c->ss->rc.weight_tokens)
+        outer_mean_finish(g, len, (uint32_t)used);
+    if (used > 0 && c->dnbuf == NULL) {
+        outer_sgd_step_to(c->theta + lo, c->mom + lo, s->theta + lo, s->mom + lo, c->first, g, len, c->t.lr, c->t.mu,
+                          c->t.nesterov);
+        return;
+    }
+    memcpy(c->theta + lo, s->theta + lo, len * sizeof(float));
+    memcpy(c->mom + lo, s->mom + lo, len * sizeof(float));
+    if (c->dnbuf != NULL)
+        memcpy(c->dnbuf + lo, s->dnbuf + lo, len * sizeof(float));
+    if (used > 0 && c->dnbuf != NULL) /* async Delayed Nesterov: submission number t = dn_t0 + version + 1 */
+        outer_dn_step(c->ss->rc.dn_variant, c->theta + lo, c->mom + lo, c->dnbuf + lo, g, len,
+                      c->ss->rc.dn_t0 + (uint64_t)c->round + 1, (uint32_t)c->ss->rc.dn_buffer, c->t.lr, c->t.mu,
+                      c->t.nesterov);
+    else if (used > 0)
+        outer_sgd_step(c->theta + lo, c->mom + lo, c->first, g, len, c->t.lr, c->t.mu, c->t.nesterov);
+}
+
+/* One slice of the head commit, in cache-sized blocks: θ' and momentum' on copies (the cache keeps
+ * serving version round meanwhile), the digest of θ' streamed along. Pops c from the queue when it is
+ * done with it. */
 static void commit_slice(ss_commit *c, ss_shard *s)
 {
+    ss_delta *ds[MAX_PARTICIPANTS];
+    int all_bf16, used = commit_gather_deltas(c, s, ds, &all_bf16);
+    if (used < 0) {
+        snprintf(c->errmsg, sizeof c->errmsg, "a pseudo-gradient went missing");
+        cq_pop(c->ss);
+        commit_finish(c, OUT_WAIT);
+        return;
+    }
+    c->used = used;
+    c->g_deferred = commit_fast(c, used, all_bf16);
     size_t n = s->n, end = n - c->pos < COMMIT_SLICE ? n : c->pos + COMMIT_SLICE;
     for (size_t lo = c->pos; lo < end; lo += COMMIT_BLOCK) {
         size_t len = end - lo < COMMIT_BLOCK ? end - lo : COMMIT_BLOCK;
-        float *g = c->g + lo;
-        outer_sum_zero(g, len);
-        int used = 0;
-        for (int i = 0; i < c->np; i++) {
-            if (c->dropped[i])
-                continue;
-            ss_delta *d = shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
-            if (d == NULL) {
-                snprintf(c->errmsg, sizeof c->errmsg, "a pseudo-gradient went missing");
-                cq_pop(c->ss);
-                commit_finish(c, OUT_WAIT);
-                return;
-            }
-            if (c->ss->rc.weight_tokens && d->dtype == BLOB_BF16)
-                outer_sum_add_scaled_bf16(g, (const uint16_t *)d->payload + lo, c->scale[i], len);
-            else if (c->ss->rc.weight_tokens)
-                outer_sum_add_scaled_f32(g, (const float *)d->payload + lo, c->scale[i], len);
-            else if (d->dtype == BLOB_BF16)
-                outer_sum_add_bf16(g, (const uint16_t *)d->payload + lo, len);
-            else
-                outer_sum_add_f32(g, (const float *)d->payload + lo, len);
-            used++;
-        }
-        if (!c->ss->rc.weight_tokens)
-            outer_mean_finish(g, len, (uint32_t)used);
-        c->used = used;
-        if (used > 0 && c->dnbuf == NULL) { /* the usual case: copy and step in one pass */
-            outer_sgd_step_to(c->theta + lo, c->mom + lo, s->theta + lo, s->mom + lo, c->first, g, len, c->t.lr,
-                              c->t.mu, c->t.nesterov);
-            XXH3_64bits_update(c->xs, c->theta + lo, len * sizeof(float));
-            continue;
-        }
-        memcpy(c->theta + lo, s->theta + lo, len * sizeof(float));
-        memcpy(c->mom + lo, s->mom + lo, len * sizeof(float));
-        if (c->dnbuf != NULL)
-            memcpy(c->dnbuf + lo, s->dnbuf + lo, len * sizeof(float));
-        if (used > 0 && c->dnbuf != NULL) /* async Delayed Nesterov: submission number t = dn_t0 + version + 1 */
-            outer_dn_step(c->ss->rc.dn_variant, c->theta + lo, c->mom + lo, c->dnbuf + lo, g, len,
-                          c->ss->rc.dn_t0 + (uint64_t)c->round + 1, (uint32_t)c->ss->rc.dn_buffer, c->t.lr, c->t.mu,
-                          c->t.nesterov);
-        else if (used > 0)
-            outer_sgd_step(c->theta + lo, c->mom + lo, c->first, g, len, c->t.lr, c->t.mu, c->t.nesterov);
+        if (c->g_deferred)
+            commit_block_fast(c, s, ds, used, lo, len);
+        else
+            commit_block_general(c, s, ds, used, lo, len);
         XXH3_64bits_update(c->xs, c->theta + lo, len * sizeof(float));
     }
     c->pos = end;
@@ -581,6 +641,22 @@ static void commit_slice(ss_commit *c, ss_shard *s)
     c->has_mom = s->has_mom || (c->used > 0 && (c->t.mu != 0.0f || c->dnbuf != NULL));
     cq_pop(c->ss);
     commit_write_log(c, s);
+}
+
+/* The log entry's g of a fast commit, computed once the parameters are out. 0, or -1 if a Δ went
+ * missing meanwhile (the commit is then given up like any other that lost a Δ). */
+static int commit_fill_g(ss_commit *c, ss_shard *s)
+{
+    ss_delta *ds[MAX_PARTICIPANTS];
+    const uint16_t *x[MAX_PARTICIPANTS];
+    int all_bf16, used = commit_gather_deltas(c, s, ds, &all_bf16);
+    if (used != c->used || !all_bf16)
+        return -1;
+    for (int i = 0; i < used; i++)
+        x[i] = (const uint16_t *)ds[i]->payload;
+    outer_mean_bf16(c->g, x, (uint32_t)used, s->n);
+    c->g_deferred = 0;
+    return 0;
 }
 
 static void cq_on_turn(evutil_socket_t fd, short what, void *arg)
@@ -642,6 +718,8 @@ static void commit_compute(ss_commit *c, ss_shard *s)
     c->t = ss->tun;
     c->first = !s->has_mom;
     c->pos = 0;
+    log_debug("shard %d round %lld: every pseudo-gradient here at +%llu ms; step queued", s->k, (long long)c->round,
+              (unsigned long long)(now_ms() - c->t0));
     if (ss->cq_tail != NULL)
         ss->cq_tail->qnext = c;
     else

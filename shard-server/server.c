@@ -154,8 +154,10 @@ static void pin_on_sent(const void *data, size_t len, void *extra)
     (void)data;
     (void)len;
     ss_pin *pn = extra;
-    if (--pn->refs == 0)
+    if (--pn->refs == 0) {
+        log_debug("a parameter buffer is sent");
         pin_unlink_free(pn);
+    }
 }
 
 int ss_bufs_in_flight(void)

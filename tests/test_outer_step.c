@@ -191,6 +191,65 @@ static void out_of_place_step_matches_in_place(void **state)
     free(bo);
 }
 
+/* The commit's one-pass kernel (mean of k bf16 Δ in registers, then the out-of-place step) and the
+ * g it recomputes for the log entry give exactly what the multi-pass kernels give: every variant,
+ * 1 to 5 participants, a length with a scalar tail, and signed zeros (+0 + -0 is +0 either way). */
+static void one_pass_mean_and_step_match_the_multi_pass_kernels(void **state)
+{
+    (void)state;
+    enum { N = 1037, K = 5 };
+    float *t0 = malloc(N * sizeof *t0), *b0 = malloc(N * sizeof *b0), *g = malloc(N * sizeof *g);
+    float *tm = malloc(N * sizeof *tm), *bm = malloc(N * sizeof *bm), *to = malloc(N * sizeof *to),
+          *bo = malloc(N * sizeof *bo), *g1 = malloc(N * sizeof *g1);
+    uint16_t *d[K];
+    for (int p = 0; p < K; p++)
+        d[p] = malloc(N * sizeof *d[p]);
+    assert_true(t0 && b0 && g && tm && bm && to && bo && g1 && d[K - 1]);
+    uint64_t seed = 11;
+    for (size_t i = 0; i < N; i++) {
+        t0[i] = rng_uniform(&seed) - 0.5f;
+        b0[i] = rng_uniform(&seed) - 0.5f;
+        for (int p = 0; p < K; p++)
+            d[p][i] = bf16_from_f32((rng_uniform(&seed) - 0.5f) * 1e-3f);
+    }
+    d[0][7] = bf16_from_f32(-0.0f); /* a lone -0 */
+    d[0][8] = bf16_from_f32(-0.0f);
+    d[1][8] = bf16_from_f32(-0.0f);
+    const struct { int first; float mu; int nesterov; } cases[] = { { 1, 0.9f, 1 }, { 0, 0.9f, 1 }, { 0, 0.8f, 0 },
+                                                                    { 1, 0.8f, 0 }, { 0, 0.0f, 1 } };
+    for (uint32_t k = 1; k <= K; k++) {
+        outer_sum_zero(g, N);
+        for (uint32_t p = 0; p < k; p++)
+            outer_sum_add_bf16(g, d[p], N);
+        outer_mean_finish(g, N, k);
+        outer_mean_bf16(g1, (const uint16_t *const *)d, k, N);
+        assert_memory_equal(g1, g, N * sizeof *g);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            outer_sgd_step_to(tm, bm, t0, b0, cases[c].first, g, N, 0.7f, cases[c].mu, cases[c].nesterov);
+            memset(to, 0xff, N * sizeof *to);
+            memset(bo, 0xff, N * sizeof *bo);
+            outer_mean_step_bf16_to(to, bo, t0, b0, cases[c].first, (const uint16_t *const *)d, k, N, 0.7f,
+                                    cases[c].mu, cases[c].nesterov);
+            assert_memory_equal(to, tm, N * sizeof *to);
+            assert_memory_equal(bo, bm, N * sizeof *bo);
+        }
+    }
+    /* and it is not vacuous: another participant order or count changes the bits */
+    outer_mean_bf16(g1, (const uint16_t *const *)d, 2, N);
+    outer_mean_bf16(g, (const uint16_t *const *)d, 3, N);
+    assert_int_not_equal(digest_f32(g1, N), digest_f32(g, N));
+    for (int p = 0; p < K; p++)
+        free(d[p]);
+    free(t0);
+    free(b0);
+    free(g);
+    free(tm);
+    free(bm);
+    free(to);
+    free(bo);
+    free(g1);
+}
+
 static void finite_checks_find_the_first_bad_index(void **state)
 {
     (void)state;
@@ -236,6 +295,7 @@ int main(void)
         cmocka_unit_test(vectorised_nesterov_is_bit_identical_to_scalar),
         cmocka_unit_test(finite_checks_find_the_first_bad_index),
         cmocka_unit_test(out_of_place_step_matches_in_place),
+        cmocka_unit_test(one_pass_mean_and_step_match_the_multi_pass_kernels),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -6,6 +6,7 @@
  * copies each known key into the C struct, checking its type and size; unknown keys are skipped so
  * that a newer peer can add keys without breaking an older one.
  */
+#include "hash.h"
 #include "blob.h"
 #include "mpscan.h"
 #include "util.h"
@@ -221,7 +222,7 @@ int blob_encode_header(blob_header *h, const void *payload, size_t payload_len, 
 {
     if (check_payload_shape(h, payload_len, err, errlen) != 0)
         return -1;
-    h->xxh = payload_len > 0 ? XXH3_64bits(payload, payload_len) : 0;
+    h->xxh = payload_len > 0 ? hash64(payload, payload_len) : 0;
     return blob_encode_header_hashed(h, payload_len, buf, cap, err, errlen);
 }
 
@@ -437,7 +438,7 @@ error:
 
 int blob_check_payload(const blob_header *h, const void *payload, size_t len, char *err, size_t errlen)
 {
-    return blob_check_payload_hashed(h, len, len > 0 ? XXH3_64bits(payload, len) : 0, err, errlen);
+    return blob_check_payload_hashed(h, len, len > 0 ? hash64(payload, len) : 0, err, errlen);
 }
 
 int blob_check_payload_hashed(const blob_header *h, size_t len, uint64_t got, char *err, size_t errlen)

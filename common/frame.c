@@ -3,6 +3,7 @@
  * poll() against one deadline, so a stalled peer costs at most the timeout, whether the fd itself is
  * blocking or not.
  */
+#include "hash.h"
 #include "frame.h"
 #include "util.h"
 
@@ -136,13 +137,13 @@ static int recv_all_hashed(int fd, uint8_t *buf, size_t have, size_t len, uint64
         return -1;
     }
     XXH3_64bits_reset(xs);
-    XXH3_64bits_update(xs, buf, have);
+    hash_update(xs, buf, have);
     int rc = 0;
     for (size_t off = have; off < len && rc == 0; off += RECV_HASH_CHUNK) {
         size_t n = len - off < RECV_HASH_CHUNK ? len - off : RECV_HASH_CHUNK;
         rc = recv_all(fd, buf + off, n, deadline, 1, err, errlen);
         if (rc == 0)
-            XXH3_64bits_update(xs, buf + off, n);
+            hash_update(xs, buf + off, n);
     }
     *sum = len > 0 ? XXH3_64bits_digest(xs) : 0; /* the blob convention for an empty payload */
     XXH3_freeState(xs);

@@ -6,6 +6,7 @@
  * Loops run in blocks of OUTER_LANES elements plus a scalar tail: at -O2, gcc 12 vectorises only
  * loops whose trip count is known (its "very cheap" cost model), and the fixed-size inner loop is one.
  */
+#include "hash.h"
 #include "outer.h"
 
 #include <string.h>
@@ -434,5 +435,5 @@ OUTER_HOT int outer_check_finite_bf16(const uint16_t *x, size_t n, size_t *bad_i
 
 uint64_t digest_f32(const float *x, size_t n)
 {
-    return XXH3_64bits(x, n * sizeof *x);
+    return hash64(x, n * sizeof *x);
 }

@@ -13,6 +13,7 @@
  * Every snapshot_every versions a snapshot blob (θ then momentum) is written from a copy, recorded with
  * dl_snapshot, and the blobs it makes obsolete are deleted.
  */
+#include "hash.h"
 #include "ss.h"
 
 #include <inttypes.h>
@@ -633,7 +634,7 @@ static void commit_slice(ss_commit *c, ss_shard *s)
             commit_block_fast(c, s, ds, used, lo, len);
         else
             commit_block_general(c, s, ds, used, lo, len);
-        XXH3_64bits_update(c->xs, c->theta + lo, len * sizeof(float));
+        hash_update(c->xs, c->theta + lo, len * sizeof(float));
     }
     c->pos = end;
     if (c->pos < n)

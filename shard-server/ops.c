@@ -9,6 +9,7 @@
  * commit of that round (commit.c); further behind means our cache is stale: reload, then retry.
  * Every rejection is answered with `err` and recorded with `dl_reject` (the process and the run go on).
  */
+#include "hash.h"
 #include "ss.h"
 
 #include <stdarg.h>
@@ -97,7 +98,7 @@ static int push_check_payload(ss_ctx *ss, ss_req *req)
     for (size_t off = 0; off < req->payload_len; off += PUSH_CHECK_BLOCK) {
         size_t len = req->payload_len - off < PUSH_CHECK_BLOCK ? req->payload_len - off : PUSH_CHECK_BLOCK;
         const uint8_t *p = req->payload + off;
-        XXH3_64bits_update(xs, p, len);
+        hash_update(xs, p, len);
         int rc = first_bad != SIZE_MAX ? 0
                  : esize == 4          ? outer_check_finite((const float *)p, len / 4, &bad)
                                        : outer_check_finite_bf16((const uint16_t *)p, len / 2, &bad);

@@ -97,9 +97,9 @@ $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 
 $(BUILD)/common/%.o $(BUILD)/worker/diloco/%.o $(BUILD)/worker/trainers/%.o $(BUILD)/shard-server/%.o: CFLAGS += $(DETERMINISTIC)
 $(BUILD)/worker/gpt/%.o: OPT = -O3 -march=native
-# xxhash's AVX2 code path (common/hash.h): only called when the CPU has AVX2
+# AVX2 builds (xxhash's AVX2 code path, the commit's kernel): only called when the CPU has AVX2
 ifeq ($(shell uname -m),x86_64)
-$(BUILD)/common/hash_avx2.o: CFLAGS += -mavx2
+$(BUILD)/common/hash_avx2.o $(BUILD)/common/outer_avx2.o: CFLAGS += -mavx2
 endif
 $(BUILD)/worker/gpt/%.o: CFLAGS += -fopenmp
 

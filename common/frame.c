@@ -150,12 +150,13 @@ static int recv_all_hashed(int fd, uint8_t *buf, size_t have, size_t len, uint64
     return rc;
 }
 
-int frame_send(int fd, blob_header *h, const void *payload, size_t payload_len, int timeout_ms, char *err,
-               size_t errlen)
+static int send_frame(int fd, blob_header *h, const void *payload, size_t payload_len, int hashed, int timeout_ms,
+                      char *err, size_t errlen)
 {
     uint8_t prefix[FRAME_PREFIX_LEN];
     uint8_t head[BLOB_HEADER_MAX];
-    int hl = blob_encode_header(h, payload, payload_len, head, sizeof head, err, errlen);
+    int hl = hashed ? blob_encode_header_hashed(h, payload_len, head, sizeof head, err, errlen)
+                    : blob_encode_header(h, payload, payload_len, head, sizeof head, err, errlen);
     if (hl < 0)
         return -1;
     if (payload_len > UINT32_MAX - (size_t)hl) {
@@ -171,6 +172,18 @@ int frame_send(int fd, blob_header *h, const void *payload, size_t payload_len, 
         { .iov_base = (void *)payload, .iov_len = payload_len },
     };
     return send_all(fd, iov, payload_len > 0 ? 3 : 2, deadline_from(timeout_ms), err, errlen);
+}
+
+int frame_send(int fd, blob_header *h, const void *payload, size_t payload_len, int timeout_ms, char *err,
+               size_t errlen)
+{
+    return send_frame(fd, h, payload, payload_len, 0, timeout_ms, err, errlen);
+}
+
+int frame_send_hashed(int fd, blob_header *h, const void *payload, size_t payload_len, int timeout_ms, char *err,
+                      size_t errlen)
+{
+    return send_frame(fd, h, payload, payload_len, 1, timeout_ms, err, errlen);
 }
 
 int frame_recv(int fd, uint8_t *buf, size_t cap, blob_header *h, const uint8_t **payload, size_t *payload_len,

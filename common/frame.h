@@ -19,6 +19,9 @@
 /* Encode h for payload and send the frame. Sets h->xxh. A peer that went away is an error, never SIGPIPE. */
 int frame_send(int fd, blob_header *h, const void *payload, size_t payload_len, int timeout_ms, char *err,
                size_t errlen);
+/* The same with h->xxh already set to the payload's checksum (hash64), computed where the payload was made. */
+int frame_send_hashed(int fd, blob_header *h, const void *payload, size_t payload_len, int timeout_ms, char *err,
+                      size_t errlen);
 
 /* Receive one frame into buf (cap bytes), decode its header and check its payload; *payload points
  * into buf. A frame longer than cap is rejected without reading it (err starts with "oversize"). */

@@ -5,26 +5,18 @@
 #include "hash.h"
 
 #include "hash_avx2.h"
-
-static int have_avx2(void)
-{
-#if defined(__x86_64__) && defined(__GNUC__)
-    return __builtin_cpu_supports("avx2");
-#else
-    return 0;
-#endif
-}
+#include "util.h"
 
 uint64_t hash64(const void *p, size_t n)
 {
-    if (have_avx2())
+    if (cpu_has_avx2())
         return hash_avx2_64(p, n);
     return XXH3_64bits(p, n);
 }
 
 void hash_update(XXH3_state_t *s, const void *p, size_t n)
 {
-    if (have_avx2())
+    if (cpu_has_avx2())
         hash_avx2_update(s, p, n);
     else
         (void)XXH3_64bits_update(s, p, n);

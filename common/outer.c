@@ -7,6 +7,8 @@
  * loops whose trip count is known (its "very cheap" cost model), and the fixed-size inner loop is one.
  */
 #include "hash.h"
+#include "outer_avx2.h"
+#include "util.h"
 #include "outer.h"
 
 #include <string.h>
@@ -322,7 +324,7 @@ static void mean_step_scalar(int variant, float *theta_out, float *b_out, const 
     theta_out[i] = theta_in[i] - lr * d;
 }
 
-OUTER_HOT void outer_mean_step_bf16_to(float *restrict theta_out, float *restrict b_out,
+OUTER_HOT void outer_mean_step_bf16_to_generic(float *restrict theta_out, float *restrict b_out,
                                        const float *restrict theta_in, const float *restrict b_in, int first_step,
                                        const uint16_t *const *deltas, uint32_t k, size_t n, float lr, float mu,
                                        int nesterov)
@@ -357,6 +359,16 @@ OUTER_HOT void outer_mean_step_bf16_to(float *restrict theta_out, float *restric
         mean_step_scalar(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
     if (variant == MS_PLAIN && b_out != NULL && b_in != NULL)
         memcpy(b_out, b_in, n * sizeof *b_out);
+}
+
+void outer_mean_step_bf16_to(float *theta_out, float *b_out, const float *theta_in, const float *b_in, int first_step,
+                             const uint16_t *const *deltas, uint32_t k, size_t n, float lr, float mu, int nesterov)
+{
+    if (cpu_has_avx2())
+        outer_mean_step_bf16_to_avx2(theta_out, b_out, theta_in, b_in, first_step, deltas, k, n, lr, mu, nesterov);
+    else
+        outer_mean_step_bf16_to_generic(theta_out, b_out, theta_in, b_in, first_step, deltas, k, n, lr, mu,
+                                        nesterov);
 }
 
 OUTER_HOT void outer_mean_bf16(float *restrict g, const uint16_t *const *deltas, uint32_t k, size_t n)

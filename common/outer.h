@@ -39,6 +39,11 @@ void outer_sgd_step_to(float *theta_out, float *b_out, const float *theta_in, co
 void outer_mean_step_bf16_to(float *theta_out, float *b_out, const float *theta_in, const float *b_in, int first_step,
                              const uint16_t *const *deltas, uint32_t k, size_t n, float lr, float mu, int nesterov);
 void outer_mean_bf16(float *g, const uint16_t *const *deltas, uint32_t k, size_t n);
+/* outer_mean_step_bf16_to without its AVX2 build (outer_avx2.c, used when the CPU has AVX2): tests
+ * compare the two. */
+void outer_mean_step_bf16_to_generic(float *theta_out, float *b_out, const float *theta_in, const float *b_in,
+                                     int first_step, const uint16_t *const *deltas, uint32_t k, size_t n, float lr,
+                                     float mu, int nesterov);
 
 /* 0 if every element is finite; else -1 and the index of the first NaN/Inf in *bad_index (may be NULL). */
 int outer_check_finite(const float *x, size_t n, size_t *bad_index);

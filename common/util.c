@@ -108,3 +108,12 @@ float rng_uniform(uint64_t *state)
     /* The top 24 bits fit a float mantissa exactly, so the result is < 1 and uniform on a 2^-24 grid. */
     return (float)(splitmix64(state) >> 40) * (1.0f / 16777216.0f);
 }
+
+int cpu_has_avx2(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    return __builtin_cpu_supports("avx2");
+#else
+    return 0;
+#endif
+}

@@ -25,6 +25,9 @@ unsigned backoff_ms(unsigned attempt, unsigned base_ms, unsigned cap_ms);
 int parse_int(const char *s, long long min, long long max, long long *out);
 int parse_double(const char *s, double *out);
 
+/* Whether the CPU runs AVX2 code (the AVX2 builds of hash.c and outer.c are used only then). */
+int cpu_has_avx2(void);
+
 /* Deterministic PRNG (SplitMix64): the same seed gives the same sequence on every machine. */
 uint64_t splitmix64(uint64_t *state);
 float rng_uniform(uint64_t *state); /* in [0,1) */

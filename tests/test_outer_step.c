@@ -217,6 +217,9 @@ static void one_pass_mean_and_step_match_the_multi_pass_kernels(void **state)
     d[1][8] = bf16_from_f32(-0.0f);
     const struct { int first; float mu; int nesterov; } cases[] = { { 1, 0.9f, 1 }, { 0, 0.9f, 1 }, { 0, 0.8f, 0 },
                                                                     { 1, 0.8f, 0 }, { 0, 0.0f, 1 } };
+    const uint16_t *dplus1[K];
+    for (int p = 0; p < K; p++)
+        dplus1[p] = d[p] + 1;
     for (uint32_t k = 1; k <= K; k++) {
         outer_sum_zero(g, N);
         for (uint32_t p = 0; p < k; p++)
@@ -232,6 +235,17 @@ static void one_pass_mean_and_step_match_the_multi_pass_kernels(void **state)
                                     cases[c].mu, cases[c].nesterov);
             assert_memory_equal(to, tm, N * sizeof *to);
             assert_memory_equal(bo, bm, N * sizeof *bo);
+            /* the other build (AVX2 on this CPU or not) and an unaligned momentum (its scalar head) */
+            memset(to, 0xff, N * sizeof *to);
+            memset(bo, 0xff, N * sizeof *bo);
+            outer_mean_step_bf16_to_generic(to, bo, t0, b0, cases[c].first, (const uint16_t *const *)d, k, N, 0.7f,
+                                            cases[c].mu, cases[c].nesterov);
+            assert_memory_equal(to, tm, N * sizeof *to);
+            assert_memory_equal(bo, bm, N * sizeof *bo);
+            outer_mean_step_bf16_to(to + 1, bo + 1, t0 + 1, b0 + 1, cases[c].first,
+                                    (const uint16_t *const *)dplus1, k, N - 1, 0.7f, cases[c].mu, cases[c].nesterov);
+            assert_memory_equal(to + 1, tm + 1, (N - 1) * sizeof *to);
+            assert_memory_equal(bo + 1, bm + 1, (N - 1) * sizeof *bo);
         }
     }
     /* and it is not vacuous: another participant order or count changes the bits */

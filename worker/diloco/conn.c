@@ -183,6 +183,7 @@ static void push_request(diloco *d, int shard, int64_t round, blob_header *h, co
     h->count = n;
     if (d->rc.weight_tokens) /* --weight-by tokens: the tokens behind this pseudo-gradient */
         h->aux = (int64_t)d->push_tokens[h->frag];
+    h->xxh = d->delta_xxh[shard]; /* computed with Δ (sync_compute_delta) */
     if (d->o.bf16) {
         h->dtype = BLOB_BF16;
         *payload = d->delta_bf16 + off;
@@ -206,7 +207,7 @@ int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int 
         blob_header h;
         const void *payload;
         push_request(d, shards[sent], round, &h, &payload, &bytes[sent]);
-        if (frame_send(c->fd, &h, payload, bytes[sent], d->o.net_timeout_ms, err, errlen) < 0) {
+        if (frame_send_hashed(c->fd, &h, payload, bytes[sent], d->o.net_timeout_ms, err, errlen) < 0) {
             broken = 1;
             break;
         }
@@ -248,7 +249,7 @@ int conn_push(diloco *d, int shard, int64_t round, char *err, size_t errlen) {
     const uint8_t *rp;
     size_t rlen;
     stamp_min(&d->last.t_first_send_us, dl_wall_us());
-    if (frame_send(c->fd, &h, payload, plen, d->o.net_timeout_ms, err, errlen) < 0 ||
+    if (frame_send_hashed(c->fd, &h, payload, plen, d->o.net_timeout_ms, err, errlen) < 0 ||
         await_reply(d, c->fd, shard, err, errlen) < 0 ||
         frame_recv(c->fd, buf, sizeof buf, &h, &rp, &rlen, d->o.net_timeout_ms, err, errlen) < 0) {
         conn_release(d, c, 1);

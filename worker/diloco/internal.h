@@ -64,6 +64,7 @@ struct diloco {
     float *base;                 /* global parameters this round started from */
     uint16_t *delta_bf16;        /* pseudo-gradient of the round, kept until it is committed */
     float *delta_f32;
+    uint64_t *delta_xxh;         /* per shard: the checksum of its part of delta_* (computed with it) */
     int64_t *frag_version;       /* global version of each fragment's part of base (= its open round for us) */
     int64_t *frag_joined;        /* per fragment: the first round the barrier expects us at (dl_register) */
     int64_t *shard_version;      /* version of each shard of base, while fetching */

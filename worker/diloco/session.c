@@ -176,11 +176,12 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen) {
     d->tokens_at_send = calloc((size_t)d->rc.nfragments, sizeof(uint64_t));
     d->tent_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->tent_xxh = calloc((size_t)d->rc.nshards, sizeof(uint64_t));
+    d->delta_xxh = calloc((size_t)d->rc.nshards, sizeof(uint64_t));
     d->tent_epoch = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->tent_round = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
     d->frag_incomplete = calloc((size_t)d->rc.nfragments, sizeof(int));
     if (!d->base || (!d->delta_f32 && !d->delta_bf16) || !d->owners || !d->shard_version || !d->frag_version ||
-        !d->frag_joined || !d->seq || !d->push_tokens || !d->tokens_at_send || !d->tent_version || !d->tent_xxh ||
+        !d->frag_joined || !d->seq || !d->push_tokens || !d->tokens_at_send || !d->tent_version || !d->tent_xxh || !d->delta_xxh ||
         !d->tent_epoch || !d->tent_round ||
         !d->frag_incomplete) {
         err_set(err, errlen, "out of memory for %zu parameters", n);
@@ -317,6 +318,7 @@ void diloco_close(diloco *d) {
     free(d->shard_version);
     free(d->tent_version);
     free(d->tent_xxh);
+    free(d->delta_xxh);
     free(d->tent_epoch);
     free(d->tent_round);
     free(d->frag_incomplete);

@@ -104,6 +104,7 @@ start_redis() {
   mkdir -p "$DIR/redis"
   # deploy/redis/redis.conf with this machine's port, folders and no ACL file (loopback, one user;
   # for ACL users see docs/deploy.md). The AOF in DIR/redis keeps the run across down/up.
+  MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
   redis-server "$ROOT/deploy/redis/redis.conf" --port "$PORT" --dir "$DIR/redis" --aclfile "" \
     --appendfsync "$FSYNC" --daemonize yes --pidfile "$PIDS/redis.pid" --logfile "$LOGS/redis.log" \
     >/dev/null || die "redis-server did not start (see $LOGS/redis.log)"

@@ -73,6 +73,7 @@ up() {
     d=$DIR/node-$p
     mkdir -p "$d"
     if node_pid "$p" >/dev/null; then continue; fi
+    MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
     redis-server "$ROOT/deploy/redis/redis.conf" --port "$p" --bind 127.0.0.1 --dir "$d" --aclfile "" \
       --appendfsync "$FSYNC" --cluster-enabled yes --cluster-config-file nodes.conf --cluster-node-timeout 5000 \
       --daemonize yes --pidfile "$d/redis.pid" --logfile "$d/redis.log" >/dev/null \

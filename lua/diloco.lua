@@ -565,15 +565,24 @@ local function live_servers(P, now, ttl)
     return redis.call('ZCARD', P .. ':server_beats')
 end
 
--- dl_server_beat KEYS[1]=config ARGV: server_id, address, ttl_ms, pid
+-- dl_server_beat KEYS[1]=config ARGV: server_id, address, ttl_ms, pid[, loaded]
 -- Renews the caller's valid leases, takes free or expired shards up to its fair share
 -- ceil(shards/servers), and gives back shards above it so a new server gets work.
+-- loaded (comma-separated shard numbers, possibly empty) are the shards the caller has in memory: a
+-- valid lease of its id on a shard not among them is taken anew with a new epoch (the process restarted
+-- with the same id, or dropped the shard): what the old epoch promised (parameters sent but not yet
+-- committed, docs/PROTOCOL.md) died with that memory, and workers learn it from the epoch.
 -- -> flat {shard, epoch, shard, epoch, ...} of the leases the caller now holds.
 local function dl_server_beat(keys, args)
     local P = load_run(keys)
     local sid, addr = args[1], args[2]
     local ttl = to_int(args[3], 'ttl_ms')
     if sid == nil or sid == '' or ttl <= 0 then error('BADARG server id and a positive ttl are required') end
+    local loaded = nil
+    if args[5] ~= nil then
+        loaded = {}
+        for k in string.gmatch(args[5], '%d+') do loaded[tonumber(k)] = true end
+    end
     local now = now_ms()
     local S = tonumber(redis.call('HGET', keys[1], 'shards'))
     local shards = P .. ':shards'
@@ -584,7 +593,13 @@ local function dl_server_beat(keys, args)
     for k = 0, S - 1 do
         local v = redis.call('HMGET', shards, k .. ':owner', k .. ':expiry')
         local owner, expiry = v[1], tonumber(v[2]) or 0
-        if owner == sid and expiry >= now then held[#held + 1] = k
+        if owner == sid and expiry >= now then
+            if loaded ~= nil and not loaded[k] then
+                local epoch = redis.call('HINCRBY', shards, k .. ':epoch', 1)
+                redis.call('HINCRBY', P .. ':state', 'lease_changes', 1)
+                event(P, 'lease', {'shard', k, 'server', sid, 'epoch', epoch})
+            end
+            held[#held + 1] = k
         elseif owner == '' or expiry < now then free[#free + 1] = k end
     end
     -- give back the highest-numbered shards above the fair share, but only when someone lacks work

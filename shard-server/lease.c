@@ -1,8 +1,10 @@
 /*
  * lease.c: the lease loop.
  *
- * Every lease_ttl/3 the server calls dl_server_beat(id, addr, ttl, pid); the reply is the full list of
- * (shard, epoch) it now holds. Shards no longer held are dropped at once; newly held ones are loaded.
+ * Every lease_ttl/3 the server calls dl_server_beat(id, addr, ttl, pid, loaded); the reply is the full
+ * list of (shard, epoch) it now holds. `loaded` lists the shards this process has in memory: a lease of
+ * our id on any other shard (we restarted, or dropped it) comes back with a new epoch, so workers holding
+ * parameters we sent but had not committed know those are gone. Shards no longer held are dropped at once; newly held ones are loaded.
  * A lease is trusted only until (send time of the last answered beat) + ttl on our monotonic clock:
  * Redis set the expiry from a later instant, so this bound is conservative. If that bound passes (the
  * process was SIGSTOPped, Redis is unreachable) or a beat reply arrives more than a ttl after it was
@@ -213,6 +215,20 @@ static void on_beat(redisReply *r, void *priv)
     refresh_views(ss);
 }
 
+/* "k,k,..." of the shards this process holds in memory (loading or ready); NULL if out of memory. */
+static char *loaded_shards(const ss_ctx *ss)
+{
+    size_t cap = (size_t)ss->nshards * 12 + 1, len = 0;
+    char *s = malloc(cap);
+    if (s == NULL)
+        return NULL;
+    s[0] = '\0';
+    for (int k = 0; k < ss->nshards; k++)
+        if (ss->shards[k].state != SH_FREE)
+            len += (size_t)snprintf(s + len, cap - len, "%s%d", len ? "," : "", k);
+    return s;
+}
+
 void lease_beat_now(ss_ctx *ss)
 {
     if (ss->beat_in_flight || ss->stopping)
@@ -221,10 +237,16 @@ void lease_beat_now(ss_ctx *ss)
     char ttl[24], pid[24];
     snprintf(ttl, sizeof ttl, "%d", ss->opts.lease_ttl_ms);
     snprintf(pid, sizeof pid, "%d", (int)getpid());
-    const char *args[4] = { ss->id, ss->addr, ttl, pid };
+    char *loaded = loaded_shards(ss);
+    if (loaded == NULL) {
+        log_warn("lease renewal skipped: out of memory");
+        return;
+    }
+    const char *args[5] = { ss->id, ss->addr, ttl, pid, loaded };
     ss->beat_sent_ms = now_ms();
-    if (fcall(ss, on_beat, ss, "dl_server_beat", 4, args) == 0)
+    if (fcall(ss, on_beat, ss, "dl_server_beat", 5, args) == 0)
         ss->beat_in_flight = 1;
+    free(loaded);
 }
 
 static void on_beat_timer(evutil_socket_t fd, short what, void *arg)

@@ -8,7 +8,7 @@
 . "$(dirname "$0")/lib.sh"
 OUT="$TMP/sstorm"; NUMEL=60000; SHARDS=6; SEED=21; H=20; ROUNDS=25
 python3 tests/chaos/chaos.py --out "$OUT" --run sstorm --workers 3 --servers 3 --shards $SHARDS --numel $NUMEL \
-  --seed $SEED --sync-every $H --steps $((ROUNDS * H)) --step-delay-ms 20 --heartbeat-timeout 30 --lease-ttl-ms 1000 \
+  --seed $SEED --sync-every $H --steps $((ROUNDS * H)) --step-delay-ms 50 --heartbeat-timeout 30 --lease-ttl-ms 1000 \
   --faults kill:server=2,stop:server=1 --stop-min 0.3 --stop-max 1.5 --max-down-servers 1 --fault-every 1.5 \
   --duration 150 --settle-timeout 60 --server-arg=--fault-crash-before-commit --server-arg=0.1 > "$TMP/chaos.log" 2>&1
 rc=$?

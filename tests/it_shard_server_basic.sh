@@ -100,6 +100,29 @@ for i in $(seq 50); do
 done
 [ $ok = 1 ] || fail "shard 1 not served by $o0 after takeover: $out"
 
+# kill -9 the server holding both shards and start it again at once with the same id: it takes its own
+# leases back before they expire, but with new epochs (the promises of the old process died with it:
+# workers holding parameters it sent but had not committed must see the lease change)
+epoch() { $R HGET "dl:{$RUN}:shards" "$1:epoch"; }
+e0=$(epoch 0); e1=$(epoch 1)
+eval "victim=\$PID_$o0"
+kill -9 "$victim"
+wait "$victim" 2>/dev/null
+start_server "$o0"
+ok=0
+for i in $(seq 50); do
+  out=$("$TMP/sstool" get "$(addr $o0)" 0 0 w 1)
+  case "$out" in params\ 0\ *) ok=1; break;; esac
+  sleep 0.1
+done
+[ $ok = 1 ] || fail "$o0 restarted does not serve shard 0: $out"
+[ "$(owner 0)" = "$o0" ] && [ "$(owner 1)" = "$o0" ] || fail "restarted $o0 should hold both: '$(owner 0)' '$(owner 1)'"
+[ "$(epoch 0)" -gt "$e0" ] && [ "$(epoch 1)" -gt "$e1" ] ||
+  fail "restarted with the same id, $o0 kept the old epochs: shard 0 $e0 -> $(epoch 0), shard 1 $e1 -> $(epoch 1)"
+echo "restarted $o0 holds its shards again with new epochs (0: $e0 -> $(epoch 0), 1: $e1 -> $(epoch 1))"
+# and a running server keeps its epochs (renewals do not bump them)
+e0=$(epoch 0); sleep 1; [ "$(epoch 0)" = "$e0" ] || fail "a renewal changed the epoch of shard 0: $e0 -> $(epoch 0)"
+
 # SIGTERM: leases given back, exit 0 within 2 s
 eval "survivor=\$PID_$o0"
 kill -TERM "$survivor"

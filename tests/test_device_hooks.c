@@ -23,6 +23,7 @@
 
 #include "diloco/internal.h"
 #include "trainers/host_device.h"
+#include "hash.h"
 #include "util.h"
 
 #define N 1000
@@ -57,7 +58,8 @@ static diloco *session(float *params, const diloco_device_ops *ops, int bf16) {
     d->delta_f32 = dl_host_alloc(d, N * sizeof(float));
     d->push_tokens = calloc(2, sizeof(uint64_t));
     d->tokens_at_send = calloc(2, sizeof(uint64_t));
-    assert_true(d->base && d->delta_bf16 && d->delta_f32 && d->push_tokens && d->tokens_at_send);
+    d->delta_xxh = calloc(4, sizeof(uint64_t));
+    assert_true(d->base && d->delta_bf16 && d->delta_f32 && d->push_tokens && d->tokens_at_send && d->delta_xxh);
     return d;
 }
 
@@ -68,6 +70,7 @@ static void session_free(diloco *d) {
     dl_dev_free(d);
     free(d->push_tokens);
     free(d->tokens_at_send);
+    free(d->delta_xxh);
     pthread_mutex_destroy(&d->hb_mu);
     free(d);
 }
@@ -138,6 +141,15 @@ static void compare_delta(pair *p, int bf16) {
         assert_memory_equal(p->host->delta_bf16, p->dev->delta_bf16, N * sizeof(uint16_t));
     } else {
         assert_memory_equal(p->host->delta_f32, p->dev->delta_f32, N * sizeof(float));
+    }
+    /* each shard's push checksum, made with Δ on the host path and after the device's Δ, is the
+     * checksum of the bytes that are sent */
+    for (int k = 0; k < 4; k++) {
+        size_t off = shard_bounds[k], n = shard_bounds[k + 1] - shard_bounds[k];
+        uint64_t want = bf16 ? hash64(p->host->delta_bf16 + off, n * sizeof(uint16_t))
+                             : hash64(p->host->delta_f32 + off, n * sizeof(float));
+        assert_int_equal(p->host->delta_xxh[k], want);
+        assert_int_equal(p->dev->delta_xxh[k], want);
     }
 }
 

@@ -477,6 +477,10 @@ static int confirm_reset(diloco *d, int f, const char *why, char *err, size_t er
 
 static int get_round(diloco *d, int first, int last, const get_arg *ga, char *err, size_t errlen);
 
+/* How long sync_confirm_durable waits for a commit that the lease says is on its way before it sends
+ * its Δ again and asks (a commit takes milliseconds to ~1 s, a few s when Redis is slow). */
+#define CONFIRM_PATIENCE_MS 5000
+
 /* Fragment f's shards at version want, durably. Our kept Δ of round want-1 goes to every owner first
  * (a new owner needs it; one push saves the round trip of a `need`), then get_round's passes, which
  * resend it wherever an owner still asks and never wait on one shard while others are missing. */
@@ -500,9 +504,13 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen) {
     if (!incomplete && !garbage && !pending) return DL_OK;
     uint64_t t0 = now_ms();
     if (!incomplete && !garbage) {
-        /* while the server that sent them still holds the lease, its commit is on its way: wait for it
-         * (its lease expires if it is frozen or dead, and then the owner changes) */
-        uint64_t deadline = t0 + (uint64_t)d->o.sync_timeout_ms;
+        /* while the server that sent them still holds the lease with the same epoch, its commit is on
+         * its way: wait for it (its lease expires if it is frozen or dead, and a restarted server takes
+         * it with a new epoch). Patience is bounded all the same: a server whose commit failed keeps its
+         * lease, and then only our Δ and a get make it commit again. */
+        uint64_t patience = d->o.sync_timeout_ms < CONFIRM_PATIENCE_MS ? (uint64_t)d->o.sync_timeout_ms
+                                                                      : CONFIRM_PATIENCE_MS;
+        uint64_t deadline = t0 + patience;
         for (unsigned attempt = 0;; attempt++) {
             pending = confirm_from_redis(d, f, &conflict, err, errlen);
             if (conflict || pending != 1 || now_ms() > deadline || dl_stopping(d)) break;

@@ -8,6 +8,7 @@
  */
 #include "hash.h"
 #include "outer_avx2.h"
+#include "outer_step_one.h"
 #include "util.h"
 #include "outer.h"
 
@@ -250,19 +251,9 @@ OUTER_HOT void outer_sgd_step_to(float *restrict theta_out, float *restrict b_ou
 }
 
 /* The sync commit in one pass (outer.h): per block of lanes, the mean of the k bf16 pseudo-gradients
- * in registers, then the step, with the same *_one formulas as the multi-pass kernels above, in the
- * same order, so the bits are the same. The step variant is a compile-time constant of each call of
- * mean_step_block, so every variant gets its own branch-free loop. */
-enum { MS_PLAIN, MS_FIRST_NESTEROV, MS_FIRST, MS_NESTEROV, MS_MOMENTUM };
-
-static inline float bf16_widen(uint16_t x)
-{
-    uint32_t bits = (uint32_t)x << 16;
-    float v;
-    memcpy(&v, &bits, sizeof v);
-    return v;
-}
-
+ * in registers, then the step: the formula of outer_step_one.h, lane by lane (the scalar tail runs it
+ * as is). The variant is a compile-time constant of each mean_step_run call, so every variant gets its
+ * own branch-free loop. */
 static inline void mean_lanes(float *restrict g, const uint16_t *const *deltas, uint32_t k, float c, size_t i)
 {
     for (size_t j = 0; j < OUTER_LANES; j++)
@@ -283,82 +274,52 @@ static inline void step_lanes(int variant, float *restrict theta_out, float *res
     for (size_t j = 0; j < OUTER_LANES; j++) {
         float b = 0.0f, d;
         switch (variant) {
-        case MS_PLAIN: d = g[j]; break;
-        case MS_FIRST_NESTEROV: b = g[j]; d = g[j] + mu * b; break;
-        case MS_FIRST: b = g[j]; d = b; break;
-        case MS_NESTEROV: b = mu * b_in[j] + g[j]; d = g[j] + mu * b; break;
+        case STEP_PLAIN: d = g[j]; break;
+        case STEP_FIRST_NESTEROV: b = g[j]; d = g[j] + mu * b; break;
+        case STEP_FIRST: b = g[j]; d = b; break;
+        case STEP_NESTEROV: b = mu * b_in[j] + g[j]; d = g[j] + mu * b; break;
         default: b = mu * b_in[j] + g[j]; d = b; break;
         }
-        if (variant != MS_PLAIN)
+        if (variant != STEP_PLAIN)
             b_out[j] = b;
         theta_out[j] = theta_in[j] - lr * d;
     }
 }
 
-static inline void mean_step_block(int variant, float *restrict theta_out, float *restrict b_out,
-                                   const float *restrict theta_in, const float *restrict b_in,
-                                   const uint16_t *const *deltas, uint32_t k, size_t i, float lr, float mu)
+static inline void mean_step_run(int variant, float *restrict theta_out, float *restrict b_out,
+                                 const float *restrict theta_in, const float *restrict b_in,
+                                 const uint16_t *const *deltas, uint32_t k, size_t n, float lr, float mu)
 {
-    float g[OUTER_LANES];
-    mean_lanes(g, deltas, k, (float)k, i);
-    step_lanes(variant, theta_out + i, variant == MS_PLAIN ? NULL : b_out + i, theta_in + i,
-               variant >= MS_NESTEROV ? b_in + i : NULL, g, lr, mu);
-}
-
-static void mean_step_scalar(int variant, float *theta_out, float *b_out, const float *theta_in, const float *b_in,
-                             const uint16_t *const *deltas, uint32_t k, size_t i, float lr, float mu)
-{
-    float acc = 0.0f;
-    for (uint32_t p = 0; p < k; p++)
-        acc = acc + bf16_widen(deltas[p][i]);
-    float g = acc / (float)k, b = 0.0f, d;
-    switch (variant) {
-    case MS_PLAIN: d = g; break;
-    case MS_FIRST_NESTEROV: b = g; d = g + mu * b; break;
-    case MS_FIRST: b = g; d = b; break;
-    case MS_NESTEROV: b = mu * b_in[i] + g; d = g + mu * b; break;
-    default: b = mu * b_in[i] + g; d = b; break;
+    size_t i = 0;
+    for (; i + OUTER_LANES <= n; i += OUTER_LANES) {
+        float g[OUTER_LANES];
+        mean_lanes(g, deltas, k, (float)k, i);
+        step_lanes(variant, theta_out + i, variant == STEP_PLAIN ? NULL : b_out + i, theta_in + i,
+                   variant >= STEP_NESTEROV ? b_in + i : NULL, g, lr, mu);
     }
-    if (variant != MS_PLAIN)
-        b_out[i] = b;
-    theta_out[i] = theta_in[i] - lr * d;
+    for (; i < n; i++)
+        mean_step_one(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
 }
 
 OUTER_HOT void outer_mean_step_bf16_to_generic(float *restrict theta_out, float *restrict b_out,
-                                       const float *restrict theta_in, const float *restrict b_in, int first_step,
-                                       const uint16_t *const *deltas, uint32_t k, size_t n, float lr, float mu,
-                                       int nesterov)
+                                               const float *restrict theta_in, const float *restrict b_in,
+                                               int first_step, const uint16_t *const *deltas, uint32_t k, size_t n,
+                                               float lr, float mu, int nesterov)
 {
-    int variant = mu == 0.0f ? MS_PLAIN
-                  : first_step ? (nesterov ? MS_FIRST_NESTEROV : MS_FIRST)
-                               : (nesterov ? MS_NESTEROV : MS_MOMENTUM);
-    size_t i = 0;
-    switch (variant) {
-    case MS_PLAIN:
-        for (; i + OUTER_LANES <= n; i += OUTER_LANES)
-            mean_step_block(MS_PLAIN, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
-        break;
-    case MS_FIRST_NESTEROV:
-        for (; i + OUTER_LANES <= n; i += OUTER_LANES)
-            mean_step_block(MS_FIRST_NESTEROV, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
-        break;
-    case MS_FIRST:
-        for (; i + OUTER_LANES <= n; i += OUTER_LANES)
-            mean_step_block(MS_FIRST, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
-        break;
-    case MS_NESTEROV:
-        for (; i + OUTER_LANES <= n; i += OUTER_LANES)
-            mean_step_block(MS_NESTEROV, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
-        break;
-    default:
-        for (; i + OUTER_LANES <= n; i += OUTER_LANES)
-            mean_step_block(MS_MOMENTUM, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
-        break;
+    int v = step_variant(first_step, mu, nesterov);
+    if (v == STEP_PLAIN) {
+        mean_step_run(STEP_PLAIN, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
+        if (b_out != NULL && b_in != NULL)
+            memcpy(b_out, b_in, n * sizeof *b_out);
+    } else if (v == STEP_FIRST_NESTEROV) {
+        mean_step_run(STEP_FIRST_NESTEROV, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
+    } else if (v == STEP_FIRST) {
+        mean_step_run(STEP_FIRST, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
+    } else if (v == STEP_NESTEROV) {
+        mean_step_run(STEP_NESTEROV, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
+    } else {
+        mean_step_run(STEP_MOMENTUM, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
     }
-    for (; i < n; i++)
-        mean_step_scalar(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
-    if (variant == MS_PLAIN && b_out != NULL && b_in != NULL)
-        memcpy(b_out, b_in, n * sizeof *b_out);
 }
 
 void outer_mean_step_bf16_to(float *theta_out, float *b_out, const float *theta_in, const float *b_in, int first_step,
@@ -377,12 +338,8 @@ OUTER_HOT void outer_mean_bf16(float *restrict g, const uint16_t *const *deltas,
     size_t i = 0;
     for (; i + OUTER_LANES <= n; i += OUTER_LANES)
         mean_lanes(g + i, deltas, k, c, i);
-    for (; i < n; i++) {
-        float acc = 0.0f;
-        for (uint32_t p = 0; p < k; p++)
-            acc = acc + bf16_widen(deltas[p][i]);
-        g[i] = acc / c;
-    }
+    for (; i < n; i++)
+        g[i] = mean_one(deltas, k, i);
 }
 
 static inline int f32_nonfinite(const float *x, size_t i)

@@ -5,7 +5,7 @@
  * The new momentum is read again only by the next round's commit, so it is written around the cache:
  * an ordinary store first reads every destination line, a quarter of the kernel's memory traffic
  * (measured here: 6.2 -> 4.7 ms per 3.1M-element shard). θ' is stored normally: it is hashed and sent
- * right after. The arithmetic is the scalar formula of outer.c, one IEEE operation per intrinsic in the
+ * right after. The arithmetic is the formula of outer_step_one.h, one IEEE operation per intrinsic in the
  * same order (no FMA: this file is compiled with -mavx2 only, and -ffp-contract=off), so the bits are
  * those of every other kernel; test_outer_step compares them. This file alone is compiled with -mavx2
  * (Makefile); outer.c calls it only when the CPU has AVX2.
@@ -14,35 +14,7 @@
 
 #include <string.h>
 
-enum { V_PLAIN, V_FIRST_NESTEROV, V_FIRST, V_NESTEROV, V_MOMENTUM };
-
-static inline float widen(uint16_t x)
-{
-    uint32_t bits = (uint32_t)x << 16;
-    float v;
-    memcpy(&v, &bits, sizeof v);
-    return v;
-}
-
-/* One element, the formula of outer.c: for the unaligned head and the tail. */
-static inline void step_one(int variant, float *theta_out, float *b_out, const float *theta_in, const float *b_in,
-                            const uint16_t *const *deltas, uint32_t k, size_t i, float lr, float mu)
-{
-    float acc = 0.0f;
-    for (uint32_t p = 0; p < k; p++)
-        acc = acc + widen(deltas[p][i]);
-    float g = acc / (float)k, b = 0.0f, d;
-    switch (variant) {
-    case V_PLAIN: d = g; break;
-    case V_FIRST_NESTEROV: b = g; d = g + mu * b; break;
-    case V_FIRST: b = g; d = b; break;
-    case V_NESTEROV: b = mu * b_in[i] + g; d = g + mu * b; break;
-    default: b = mu * b_in[i] + g; d = b; break;
-    }
-    if (variant != V_PLAIN)
-        b_out[i] = b;
-    theta_out[i] = theta_in[i] - lr * d;
-}
+#include "outer_step_one.h"
 
 #if defined(__AVX2__)
 #include <immintrin.h>
@@ -63,10 +35,10 @@ static inline void step_eight(int variant, float *theta_out, float *b_out, const
         acc = _mm256_add_ps(acc, widen8(deltas[p] + i));
     __m256 g = _mm256_div_ps(acc, count), b = _mm256_setzero_ps(), d;
     switch (variant) {
-    case V_PLAIN: d = g; break;
-    case V_FIRST_NESTEROV: b = g; d = _mm256_add_ps(g, _mm256_mul_ps(mu, b)); break;
-    case V_FIRST: b = g; d = b; break;
-    case V_NESTEROV:
+    case STEP_PLAIN: d = g; break;
+    case STEP_FIRST_NESTEROV: b = g; d = _mm256_add_ps(g, _mm256_mul_ps(mu, b)); break;
+    case STEP_FIRST: b = g; d = b; break;
+    case STEP_NESTEROV:
         b = _mm256_add_ps(_mm256_mul_ps(mu, _mm256_loadu_ps(b_in + i)), g);
         d = _mm256_add_ps(g, _mm256_mul_ps(mu, b));
         break;
@@ -75,7 +47,7 @@ static inline void step_eight(int variant, float *theta_out, float *b_out, const
         d = b;
         break;
     }
-    if (variant != V_PLAIN)
+    if (variant != STEP_PLAIN)
         _mm256_stream_ps(b_out + i, b);
     _mm256_storeu_ps(theta_out + i, _mm256_sub_ps(_mm256_loadu_ps(theta_in + i), _mm256_mul_ps(lr, d)));
 }
@@ -85,14 +57,14 @@ static inline void run(int variant, float *theta_out, float *b_out, const float 
 {
     size_t i = 0;
     /* scalar up to the first 32-byte boundary of the momentum (non-temporal stores need it) */
-    if (variant != V_PLAIN)
+    if (variant != STEP_PLAIN)
         for (; i < n && ((uintptr_t)(b_out + i) & 31u) != 0; i++)
-            step_one(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
+            mean_step_one(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
     __m256 vlr = _mm256_set1_ps(lr), vmu = _mm256_set1_ps(mu), vk = _mm256_set1_ps((float)k);
     for (; i + 8 <= n; i += 8)
         step_eight(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, vlr, vmu, vk);
     for (; i < n; i++)
-        step_one(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
+        mean_step_one(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
     _mm_sfence(); /* the streamed stores are visible before anyone reads the momentum */
 }
 
@@ -100,18 +72,19 @@ void outer_mean_step_bf16_to_avx2(float *theta_out, float *b_out, const float *t
                                   int first_step, const uint16_t *const *deltas, uint32_t k, size_t n, float lr,
                                   float mu, int nesterov)
 {
-    if (mu == 0.0f) {
-        run(V_PLAIN, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
+    int v = step_variant(first_step, mu, nesterov);
+    if (v == STEP_PLAIN) {
+        run(STEP_PLAIN, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
         if (b_out != NULL && b_in != NULL)
             memcpy(b_out, b_in, n * sizeof *b_out);
-    } else if (first_step && nesterov) {
-        run(V_FIRST_NESTEROV, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
-    } else if (first_step) {
-        run(V_FIRST, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
-    } else if (nesterov) {
-        run(V_NESTEROV, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
+    } else if (v == STEP_FIRST_NESTEROV) {
+        run(STEP_FIRST_NESTEROV, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
+    } else if (v == STEP_FIRST) {
+        run(STEP_FIRST, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
+    } else if (v == STEP_NESTEROV) {
+        run(STEP_NESTEROV, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
     } else {
-        run(V_MOMENTUM, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
+        run(STEP_MOMENTUM, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
     }
 }
 
@@ -121,12 +94,10 @@ void outer_mean_step_bf16_to_avx2(float *theta_out, float *b_out, const float *t
                                   int first_step, const uint16_t *const *deltas, uint32_t k, size_t n, float lr,
                                   float mu, int nesterov)
 {
-    int variant = mu == 0.0f ? V_PLAIN
-                  : first_step ? (nesterov ? V_FIRST_NESTEROV : V_FIRST)
-                               : (nesterov ? V_NESTEROV : V_MOMENTUM);
+    int variant = step_variant(first_step, mu, nesterov);
     for (size_t i = 0; i < n; i++)
-        step_one(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
-    if (variant == V_PLAIN && b_out != NULL && b_in != NULL)
+        mean_step_one(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
+    if (variant == STEP_PLAIN && b_out != NULL && b_in != NULL)
         memcpy(b_out, b_in, n * sizeof *b_out);
 }
 

@@ -619,14 +619,16 @@ static void commit_slice(ss_commit *c, ss_shard *s)
 {
     ss_delta *ds[MAX_PARTICIPANTS];
     int all_bf16, used = commit_gather_deltas(c, s, ds, &all_bf16);
-    if (used < 0) {
+    if (c->pos == 0) { /* the path is chosen once: the fast one leaves g to commit_fill_g for every block */
+        c->used = used;
+        c->g_deferred = used >= 0 && commit_fast(c, used, all_bf16);
+    }
+    if (used < 0 || used != c->used || (c->g_deferred && !all_bf16)) {
         snprintf(c->errmsg, sizeof c->errmsg, "a pseudo-gradient went missing");
         cq_pop(c->ss);
         commit_finish(c, OUT_WAIT);
         return;
     }
-    c->used = used;
-    c->g_deferred = commit_fast(c, used, all_bf16);
     size_t n = s->n, end = n - c->pos < COMMIT_SLICE ? n : c->pos + COMMIT_SLICE;
     for (size_t lo = c->pos; lo < end; lo += COMMIT_BLOCK) {
         size_t len = end - lo < COMMIT_BLOCK ? end - lo : COMMIT_BLOCK;

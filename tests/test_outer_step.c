@@ -229,19 +229,16 @@ static void one_pass_mean_and_step_match_the_multi_pass_kernels(void **state)
         assert_memory_equal(g1, g, N * sizeof *g);
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
             outer_sgd_step_to(tm, bm, t0, b0, cases[c].first, g, N, 0.7f, cases[c].mu, cases[c].nesterov);
-            memset(to, 0xff, N * sizeof *to);
-            memset(bo, 0xff, N * sizeof *bo);
-            outer_mean_step_bf16_to(to, bo, t0, b0, cases[c].first, (const uint16_t *const *)d, k, N, 0.7f,
-                                    cases[c].mu, cases[c].nesterov);
-            assert_memory_equal(to, tm, N * sizeof *to);
-            assert_memory_equal(bo, bm, N * sizeof *bo);
-            /* the other build (AVX2 on this CPU or not) and an unaligned momentum (its scalar head) */
-            memset(to, 0xff, N * sizeof *to);
-            memset(bo, 0xff, N * sizeof *bo);
-            outer_mean_step_bf16_to_generic(to, bo, t0, b0, cases[c].first, (const uint16_t *const *)d, k, N, 0.7f,
-                                            cases[c].mu, cases[c].nesterov);
-            assert_memory_equal(to, tm, N * sizeof *to);
-            assert_memory_equal(bo, bm, N * sizeof *bo);
+            for (int build = 0; build < 2; build++) { /* the dispatched build (AVX2 here or not), the portable one */
+                memset(to, 0xff, N * sizeof *to);
+                memset(bo, 0xff, N * sizeof *bo);
+                (build ? outer_mean_step_bf16_to_generic : outer_mean_step_bf16_to)(
+                    to, bo, t0, b0, cases[c].first, (const uint16_t *const *)d, k, N, 0.7f, cases[c].mu,
+                    cases[c].nesterov);
+                assert_memory_equal(to, tm, N * sizeof *to);
+                assert_memory_equal(bo, bm, N * sizeof *bo);
+            }
+            /* an unaligned momentum (the scalar head of the AVX2 build) */
             outer_mean_step_bf16_to(to + 1, bo + 1, t0 + 1, b0 + 1, cases[c].first,
                                     (const uint16_t *const *)dplus1, k, N - 1, 0.7f, cases[c].mu, cases[c].nesterov);
             assert_memory_equal(to + 1, tm + 1, (N - 1) * sizeof *to);

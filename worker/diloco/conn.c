@@ -173,7 +173,7 @@ static int owner_conn(diloco *d, int shard, dp_conn **out, char *err, size_t err
 
 /* The push request of one shard: header and where its payload (our Δ) lives. */
 static void push_request(diloco *d, int shard, int64_t round, blob_header *h, const void **payload, size_t *plen) {
-    size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
+    size_t n = (size_t)runconf_shard_numel(&d->rc, shard);
     blob_header_init(h, "push");
     h->shard = shard;
     h->round = round;
@@ -184,15 +184,8 @@ static void push_request(diloco *d, int shard, int64_t round, blob_header *h, co
     if (d->rc.weight_tokens) /* --weight-by tokens: the tokens behind this pseudo-gradient */
         h->aux = (int64_t)d->push_tokens[h->frag];
     h->xxh = d->delta_xxh[shard]; /* computed with Δ (sync_compute_delta) */
-    if (d->o.bf16) {
-        h->dtype = BLOB_BF16;
-        *payload = d->delta_bf16 + off;
-        *plen = n * sizeof(uint16_t);
-    } else {
-        h->dtype = BLOB_F32;
-        *payload = d->delta_f32 + off;
-        *plen = n * sizeof(float);
-    }
+    h->dtype = d->o.bf16 ? BLOB_BF16 : BLOB_F32;
+    *payload = dl_shard_delta(d, shard, plen);
 }
 
 int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int *rcs, char *err, size_t errlen) {

@@ -180,6 +180,8 @@ uint64_t dl_wall_us(void);
 /* sync.c */
 /* Δ of fragment f from params (on the thread that owns params). -1 if params are not finite. */
 int sync_compute_delta(diloco *d, int f, char *err, size_t errlen);
+/* Shard k's part of delta_* (bf16 or f32, as pushed) and its size in *bytes. */
+const void *dl_shard_delta(const diloco *d, int k, size_t *bytes);
 /* Make sure the tentative parameters fragment f continued from were committed as they are, resending
  * our kept Δ to a new owner if they were not: DL_OK, DL_STALE (the round was committed differently,
  * e.g. without a participant that died: base is now the committed version and our local progress on

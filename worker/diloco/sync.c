@@ -212,8 +212,7 @@ int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *e
  * checksum) while it is still in the cache, instead of in a second pass over memory as it is sent. */
 #define DELTA_CHUNK 16384
 
-/* The bytes of shard k's part of delta_*. */
-static const void *shard_delta(const diloco *d, int k, size_t *bytes) {
+const void *dl_shard_delta(const diloco *d, int k, size_t *bytes) {
     size_t off = (size_t)d->rc.shard_bounds[k], n = (size_t)runconf_shard_numel(&d->rc, k);
     *bytes = n * (d->o.bf16 ? sizeof(uint16_t) : sizeof(float));
     return d->o.bf16 ? (const void *)(d->delta_bf16 + off) : (const void *)(d->delta_f32 + off);
@@ -254,7 +253,7 @@ int sync_compute_delta(diloco *d, int f, char *err, size_t errlen) {
         rc = -rc;
         for (int k = d->rc.frag_bounds[f]; k < d->rc.frag_bounds[f + 1] && rc == 0; k++) {
             size_t bytes;
-            const void *p = shard_delta(d, k, &bytes);
+            const void *p = dl_shard_delta(d, k, &bytes);
             d->delta_xxh[k] = hash64(p, bytes);
         }
     } else {

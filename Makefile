@@ -32,8 +32,8 @@ COMMON_SRC  = $(wildcard common/*.c)
 COMMON_OBJ  = $(COMMON_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_library.o
 DILOCO_SRC  = $(wildcard worker/diloco/*.c)
 DILOCO_OBJ  = $(DILOCO_SRC:%.c=$(BUILD)/%.o)
-GPT_SRC     = $(wildcard worker/gpt/*.c worker/trainers/*.c)
-GPT_OBJ     = $(GPT_SRC:%.c=$(BUILD)/%.o)
+TRAINERS_SRC = $(wildcard worker/gpt/*.c worker/trainers/*.c)
+TRAINERS_OBJ = $(TRAINERS_SRC:%.c=$(BUILD)/%.o)
 WORKER_SRC  = $(wildcard worker/*.c)
 WORKER_OBJ  = $(WORKER_SRC:%.c=$(BUILD)/%.o)
 SERVER_SRC  = $(wildcard shard-server/*.c)
@@ -68,7 +68,7 @@ NVCCFLAGS ?= -O3 -std=c++17 -Xcompiler -Wall -gencode arch=compute_80,code=sm_80
 
 LIBCOMMON = $(BUILD)/libcommon.a
 LIBDILOCO = $(BUILD)/libdiloco.a
-LIBGPT    = $(BUILD)/libgpt.a
+LIBTRAINERS = $(BUILD)/libtrainers.a
 
 .PHONY: all deps test demo bench clean cuda-check
 all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker
@@ -115,28 +115,28 @@ $(LIBCOMMON): $(COMMON_OBJ)
 	@rm -f $@; ar rcs $@ $^
 $(LIBDILOCO): $(DILOCO_OBJ)
 	@rm -f $@; ar rcs $@ $^
-$(LIBGPT): $(GPT_OBJ) $(CUDA_OBJ)
+$(LIBTRAINERS): $(TRAINERS_OBJ) $(CUDA_OBJ)
 	@rm -f $@; ar rcs $@ $^
 
-$(BIN)/coordinator: $(COORD_OBJ) $(BUILD)/gen/dashboard_html.o $(LIBGPT) $(LIBCOMMON)
+$(BIN)/coordinator: $(COORD_OBJ) $(BUILD)/gen/dashboard_html.o $(LIBTRAINERS) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 $(BIN)/shard-server: $(SERVER_OBJ) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
-$(BIN)/worker: $(WORKER_OBJ) $(LIBDILOCO) $(LIBGPT) $(LIBCOMMON)
+$(BIN)/worker: $(WORKER_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
-$(BUILD)/tests/tools/%: tests/tools/%.c $(LIBDILOCO) $(LIBGPT) $(LIBCOMMON)
+$(BUILD)/tests/tools/%: tests/tools/%.c $(LIBDILOCO) $(LIBTRAINERS) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(LIBDILOCO) $(LIBGPT) $(LIBCOMMON)
+$(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $(filter-out %.h,$^) -lcmocka $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
-$(BIN)/bench-%: bench/%.c $(LIBDILOCO) $(LIBGPT) $(LIBCOMMON)
+$(BIN)/bench-%: bench/%.c $(LIBDILOCO) $(LIBTRAINERS) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	@mkdir -p $(BUILD)/bench
 	$(CC) $(CFLAGS) -O3 -march=native -fopenmp -MF $(BUILD)/bench/$*.d -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)

@@ -13,7 +13,7 @@ CC       ?= cc
 OPT      ?= -O2
 CSTD      = -std=c11 -D_GNU_SOURCE
 WARN      = -Wall -Wextra -Werror
-CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -pthread -MMD -MP -Icommon -Iworker -Ibuild/gen \
+CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -pthread -MMD -MP -Icommon -Imodel -Iworker -Ibuild/gen \
             -I/usr/include/x86_64-linux-gnu/openblas-pthread
 # The outer step, the averaging and everything on the pseudo-gradient path must be bit-reproducible:
 # no fused multiply-add contraction anywhere but in the trainer (which has its own flags below).
@@ -30,6 +30,8 @@ BIN   = bin
 
 COMMON_SRC  = $(wildcard common/*.c)
 COMMON_OBJ  = $(COMMON_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_library.o
+MODEL_SRC   = $(wildcard model/*.c)
+MODEL_OBJ   = $(MODEL_SRC:%.c=$(BUILD)/%.o)
 DILOCO_SRC  = $(wildcard worker/diloco/*.c)
 DILOCO_OBJ  = $(DILOCO_SRC:%.c=$(BUILD)/%.o)
 TRAINERS_SRC = $(wildcard worker/gpt/*.c worker/trainers/*.c)
@@ -67,6 +69,7 @@ NVCCFLAGS ?= -O3 -std=c++17 -Xcompiler -Wall -gencode arch=compute_80,code=sm_80
              -gencode arch=compute_90,code=compute_90
 
 LIBCOMMON = $(BUILD)/libcommon.a
+LIBMODEL  = $(BUILD)/libmodel.a
 LIBDILOCO = $(BUILD)/libdiloco.a
 LIBTRAINERS = $(BUILD)/libtrainers.a
 
@@ -95,7 +98,7 @@ $(BUILD)/gen/dashboard_html.c: coordinator/dashboard.html tools/embed.sh
 $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/common/%.o $(BUILD)/worker/diloco/%.o $(BUILD)/worker/trainers/%.o $(BUILD)/shard-server/%.o: CFLAGS += $(DETERMINISTIC)
+$(BUILD)/common/%.o $(BUILD)/model/%.o $(BUILD)/worker/diloco/%.o $(BUILD)/worker/trainers/%.o $(BUILD)/shard-server/%.o: CFLAGS += $(DETERMINISTIC)
 $(BUILD)/worker/gpt/%.o: OPT = -O3 -march=native
 # AVX2 builds (xxhash's AVX2 code path, the commit's kernel): only called when the CPU has AVX2
 ifeq ($(shell uname -m),x86_64)
@@ -109,34 +112,36 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/worker/cuda/%.o: worker/cuda/%.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -Icommon -Iworker -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -Icommon -Imodel -Iworker -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 $(LIBCOMMON): $(COMMON_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(LIBMODEL): $(MODEL_OBJ)
 	@rm -f $@; ar rcs $@ $^
 $(LIBDILOCO): $(DILOCO_OBJ)
 	@rm -f $@; ar rcs $@ $^
 $(LIBTRAINERS): $(TRAINERS_OBJ) $(CUDA_OBJ)
 	@rm -f $@; ar rcs $@ $^
 
-$(BIN)/coordinator: $(COORD_OBJ) $(BUILD)/gen/dashboard_html.o $(LIBTRAINERS) $(LIBCOMMON)
+$(BIN)/coordinator: $(COORD_OBJ) $(BUILD)/gen/dashboard_html.o $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 $(BIN)/shard-server: $(SERVER_OBJ) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
-$(BIN)/worker: $(WORKER_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBCOMMON)
+$(BIN)/worker: $(WORKER_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
-$(BUILD)/tests/tools/%: tests/tools/%.c $(LIBDILOCO) $(LIBTRAINERS) $(LIBCOMMON)
+$(BUILD)/tests/tools/%: tests/tools/%.c $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBCOMMON)
+$(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $(filter-out %.h,$^) -lcmocka $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
-$(BIN)/bench-%: bench/%.c $(LIBDILOCO) $(LIBTRAINERS) $(LIBCOMMON)
+$(BIN)/bench-%: bench/%.c $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	@mkdir -p $(BUILD)/bench
 	$(CC) $(CFLAGS) -O3 -march=native -fopenmp -MF $(BUILD)/bench/$*.d -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)

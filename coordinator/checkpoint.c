@@ -50,7 +50,7 @@ static char *layout_json(const char *trainer, const char *model, uint64_t numel)
         json_array_append_new(arr, json_pack("[s,[I],I]", "x", (json_int_t)numel, (json_int_t)0));
     } else if (!strcmp(trainer, "gpt")) {
         gpt_config g;
-        trainer_tensor *t;
+        model_tensor *t;
         int nt;
         size_t n;
         char err[256];

@@ -256,9 +256,9 @@ static int parse_init(int argc, char **argv, init_args *a) {
 typedef struct initial_params {
     float *params;
     uint64_t numel;
-    trainer_tensor *tensors;
+    model_tensor *tensors;
     int ntensors;
-    trainer_tensor single;
+    model_tensor single;
     char model[256];
     float *mom;          /* outer momentum to start from (--from-checkpoint), or NULL */
     float *dnbuf;        /* Delayed Nesterov buffer to start from (--from-checkpoint of a DN run), or NULL */
@@ -330,7 +330,7 @@ static int make_initial_seed(const init_args *a, initial_params *ip, char *err, 
         ip->params = malloc(ip->numel * sizeof(float));
         if (!ip->params) goto oom;
         quadratic_init_params((uint64_t)a->seed, ip->params, ip->numel);
-        ip->single = (trainer_tensor){.name = "x", .ndim = 1, .shape = {ip->numel}, .offset = 0, .numel = ip->numel};
+        ip->single = (model_tensor){.name = "x", .ndim = 1, .shape = {ip->numel}, .offset = 0, .numel = ip->numel};
         ip->tensors = &ip->single;
         ip->ntensors = 1;
         snprintf(ip->model, sizeof ip->model, "--numel %" PRIu64, ip->numel);
@@ -338,7 +338,7 @@ static int make_initial_seed(const init_args *a, initial_params *ip, char *err, 
     }
     if (!strcmp(a->trainer, "gpt")) {
         size_t n;
-        trainer_tensor *t;
+        model_tensor *t;
         if (gpt_layout(&a->gpt, &t, &ip->ntensors, &n, err, errlen) < 0) return -1;
         ip->tensors = t;
         ip->numel = n;

@@ -605,7 +605,7 @@ static int l_clip(ctx *x, float *g, size_t n, double max_norm, double *red) {
 }
 
 /* AdamW over tensors, one launch per run of consecutive tensors with the same decay */
-static int l_adamw(ctx *x, const trainer_tensor *tensors, int ntensors, float *p, const float *g, float *m, float *v,
+static int l_adamw(ctx *x, const model_tensor *tensors, int ntensors, float *p, const float *g, float *m, float *v,
                    long t, double lr, double beta1, double beta2, double eps, double weight_decay) {
     char *err = x->err;
     size_t errlen = x->errlen;
@@ -640,7 +640,7 @@ struct gpt_cuda {
     gpt_config c;
     int B, T, tf32;
     size_t numel;
-    trainer_tensor *tensors;
+    model_tensor *tensors;
     int ntensors;
     cudaStream_t st;
     cublasHandle_t h;
@@ -662,11 +662,11 @@ struct gpt_cuda {
 extern "C" size_t gpt_cuda_numel(const gpt_cuda *g) { return g ? g->numel : 0; }
 
 static void bind(gpt_cuda *g, float *base, layer_params *lp, float **wte, float **wpe, float **lnfw, float **lnfb) {
-    const trainer_tensor *t = g->tensors;
+    const model_tensor *t = g->tensors;
     *wte = base + t[0].offset;
     *wpe = base + t[1].offset;
     for (int l = 0; l < g->c.layers; l++) {
-        const trainer_tensor *u = t + GPT_TENSORS_HEAD + GPT_TENSORS_PER_LAYER * l;
+        const model_tensor *u = t + GPT_TENSORS_HEAD + GPT_TENSORS_PER_LAYER * l;
         layer_params *h = &lp[l];
         h->ln1w = base + u[0].offset; h->ln1b = base + u[1].offset;
         h->qkvw = base + u[2].offset; h->qkvb = base + u[3].offset;
@@ -1240,7 +1240,7 @@ extern "C" int gpt_cuda_k_clip(float *grads, size_t numel, double max_norm, doub
     return done(&pl, rc, "clip", kerr);
 }
 
-extern "C" int gpt_cuda_k_adamw(const trainer_tensor *tensors, int ntensors, float *params, const float *grads,
+extern "C" int gpt_cuda_k_adamw(const model_tensor *tensors, int ntensors, float *params, const float *grads,
                                 float *m, float *v, long t, double lr, double beta1, double beta2, double eps,
                                 double weight_decay) {
     KBEGIN(0);

@@ -123,9 +123,10 @@ $(LIBDILOCO): $(DILOCO_OBJ)
 $(LIBTRAINERS): $(TRAINERS_OBJ) $(CUDA_OBJ)
 	@rm -f $@; ar rcs $@ $^
 
-$(BIN)/coordinator: $(COORD_OBJ) $(BUILD)/gen/dashboard_html.o $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
+# The coordinator knows models through model/ only: no trainer, so no BLAS, OpenMP or CUDA (it_link_deps)
+$(BIN)/coordinator: $(COORD_OBJ) $(BUILD)/gen/dashboard_html.o $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(BIN)
-	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
 $(BIN)/shard-server: $(SERVER_OBJ) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)

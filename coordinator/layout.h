@@ -8,7 +8,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "trainer.h"
+#include "model.h"
 
 /* bounds: nshards+1 offsets. -1 + err when nshards is 0 or larger than numel. */
 int layout_cut_shards(const model_tensor *tensors, int ntensors, uint64_t numel, int nshards, uint64_t *bounds,

@@ -9,8 +9,9 @@
  * values from here too, so a run's version 0 and a worker's own start are the same bytes.
  *
  * Two kinds exist, one file each: "gpt" (gpt_layout.c, the reference GPT) and "quadratic"
- * (quadratic.c, the protocol-test problem). Every function returning int returns 0 on success or
- * -1 with a message in err. */
+ * (quadratic.c, the protocol-test problem); model.c dispatches on the kind for callers that only
+ * hold a run's (trainer, model) strings. Every function returning int returns 0 on success or -1
+ * with a message in err. */
 #ifndef DILOCO_MODEL_H
 #define DILOCO_MODEL_H
 
@@ -67,6 +68,30 @@ int gpt_init_params(const gpt_config *c, uint64_t seed, float *params, size_t nu
 model_tensor quadratic_tensor(size_t numel);
 /* The initial global parameters of a quadratic run: U(-1, 1) from the seed. */
 void quadratic_init_params(uint64_t seed, float *params, size_t n);
+
+/* ---- any kind, as a run records it ------------------------------------------------------------ */
+
+/* A run's model: its kind (the run config's "trainer" field) and that kind's settings. The config's
+ * "model" field is model_spec_format's string of it, e.g. "--layers 2 --heads 4 --dim 128 --ctx 128
+ * --vocab 256" or "--numel 1000". */
+typedef struct model_spec {
+    const char *kind;     /* "gpt" or "quadratic"; not owned */
+    gpt_config gpt;       /* kind "gpt" */
+    size_t numel;         /* kind "quadratic" */
+} model_spec;
+
+/* The "model" string of s (flags a worker passes on to its trainer). */
+void model_spec_format(const model_spec *s, char *out, size_t cap);
+/* Parses a run's (trainer, model) strings back into s (s->kind then points to a static string).
+ * -1 + err when the kind is unknown or the model string is not that kind's. */
+int model_spec_parse(const char *kind, const char *model, model_spec *s, char *err, size_t errlen);
+/* The layout of s: *tensors malloc'ed (release with free(*tensors)), in offset order, covering
+ * [0, *numel). -1 + err for an unknown kind or an invalid configuration. */
+int model_layout(const model_spec *s, model_tensor **tensors, int *ntensors, size_t *numel, char *err,
+                 size_t errlen);
+/* The deterministic initial parameters of s from seed; numel is model_layout's. */
+int model_init_params(const model_spec *s, uint64_t seed, float *params, size_t numel, char *err,
+                      size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -1,4 +1,5 @@
-/* gpt_layout.c: the GPT's configuration check, parameter layout and initialisation (see model.h). */
+/* gpt_layout.c: the GPT's configuration check, parameter layout, initialisation and the map of its
+ * tensors by role (see model.h). */
 #include "model.h"
 
 #include <math.h>
@@ -109,4 +110,24 @@ int gpt_init_params(const gpt_config *c, uint64_t seed, float *params, size_t nu
     }
     free(t);
     return 0;
+}
+
+/* ---- the tensors by role ------------------------------------------------------------------- */
+
+void gpt_params_bind(const model_tensor *t, int ntensors, float *base, gpt_params *v) {
+    int layers = (ntensors - GPT_TENSORS_HEAD - 2) / GPT_TENSORS_PER_LAYER;
+    v->wte = base + t[0].offset;
+    v->wpe = base + t[1].offset;
+    for (int l = 0; l < layers; l++) {
+        const model_tensor *u = t + GPT_TENSORS_HEAD + GPT_TENSORS_PER_LAYER * l;
+        gpt_layer_params *h = &v->h[l];
+        h->ln1w = base + u[0].offset; h->ln1b = base + u[1].offset;
+        h->qkvw = base + u[2].offset; h->qkvb = base + u[3].offset;
+        h->projw = base + u[4].offset; h->projb = base + u[5].offset;
+        h->ln2w = base + u[6].offset; h->ln2b = base + u[7].offset;
+        h->fcw = base + u[8].offset; h->fcb = base + u[9].offset;
+        h->fcprojw = base + u[10].offset; h->fcprojb = base + u[11].offset;
+    }
+    v->lnfw = base + t[ntensors - 2].offset;
+    v->lnfb = base + t[ntensors - 1].offset;
 }

@@ -62,6 +62,19 @@ enum { GPT_TENSORS_PER_LAYER = 12, GPT_TENSORS_HEAD = 2 };
 int gpt_init_params(const gpt_config *c, uint64_t seed, float *params, size_t numel,
                     char *err, size_t errlen);
 
+/* The tensors of a flat buffer (parameters or their gradients) laid out by gpt_layout, by role:
+ * the CPU and the CUDA backends address their weights through this one map. */
+typedef struct gpt_layer_params {
+    float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
+} gpt_layer_params;
+typedef struct gpt_params {
+    float *wte, *wpe, *lnfw, *lnfb;
+    gpt_layer_params *h;  /* one entry per layer, allocated by the caller */
+} gpt_params;
+/* Points v's fields into base (a buffer of gpt_layout's numel) for the layout tensors/ntensors of
+ * gpt_layout. base may be a device address: only offsets are added to it. */
+void gpt_params_bind(const model_tensor *tensors, int ntensors, float *base, gpt_params *v);
+
 /* ---- quadratic: the protocol-test problem (worker/trainers/quadratic.h) ---------------------- */
 
 /* Its layout: one tensor "x" of numel parameters. */

@@ -26,15 +26,6 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...) {
 /* model                                                                                       */
 
 typedef struct {
-    float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-} layer_params;
-
-typedef struct {
-    float *wte, *wpe, *lnfw, *lnfb;
-    layer_params *h;
-} params_view;
-
-typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd;   /* (N,C) (N) (N) */
     float *qkv;                         /* (N,3C) */
     float *att;                         /* (B,NH,T,T) softmax probabilities, 0 above the diagonal */
@@ -51,7 +42,7 @@ struct gpt_model {
     size_t numel;
     model_tensor *tensors;
     int ntensors;
-    params_view p, g;
+    gpt_params p, g; /* the parameters and the gradients by role (gpt_params_bind) */
     layer_acts *a;
     float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     /* backward scratch */
@@ -59,24 +50,6 @@ struct gpt_model {
     const int *inputs, *targets;
     float *arena;
 };
-
-static void bind(const gpt_model *m, float *base, params_view *v) {
-    const model_tensor *t = m->tensors;
-    v->wte = base + t[0].offset;
-    v->wpe = base + t[1].offset;
-    for (int l = 0; l < m->c.layers; l++) {
-        const model_tensor *u = t + GPT_TENSORS_HEAD + GPT_TENSORS_PER_LAYER * l;
-        layer_params *h = &v->h[l];
-        h->ln1w = base + u[0].offset; h->ln1b = base + u[1].offset;
-        h->qkvw = base + u[2].offset; h->qkvb = base + u[3].offset;
-        h->projw = base + u[4].offset; h->projb = base + u[5].offset;
-        h->ln2w = base + u[6].offset; h->ln2b = base + u[7].offset;
-        h->fcw = base + u[8].offset; h->fcb = base + u[9].offset;
-        h->fcprojw = base + u[10].offset; h->fcprojb = base + u[11].offset;
-    }
-    v->lnfw = base + t[m->ntensors - 2].offset;
-    v->lnfb = base + t[m->ntensors - 1].offset;
-}
 
 gpt_model *gpt_model_create(const gpt_config *c, int B, int T, int threads, char *err, size_t errlen) {
     if (gpt_config_check(c, err, errlen)) return NULL;
@@ -93,8 +66,8 @@ gpt_model *gpt_model_create(const gpt_config *c, int B, int T, int threads, char
     m->nthreads = threads > 0 ? threads : omp_get_num_procs();
     if (gpt_layout(c, &m->tensors, &m->ntensors, &m->numel, err, errlen)) { free(m); return NULL; }
     int L = c->layers;
-    m->p.h = calloc((size_t)L, sizeof(layer_params));
-    m->g.h = calloc((size_t)L, sizeof(layer_params));
+    m->p.h = calloc((size_t)L, sizeof(gpt_layer_params));
+    m->g.h = calloc((size_t)L, sizeof(gpt_layer_params));
     m->a = calloc((size_t)L, sizeof(layer_acts));
     size_t N = (size_t)B * T, C = (size_t)c->dim, NH = (size_t)c->heads, V = (size_t)c->vocab;
     size_t per_layer = N * C * 6 + N * 3 * C + B * NH * T * T + N * 4 * C * 2 + N * 4;
@@ -499,13 +472,13 @@ float gpt_forward(gpt_model *m, const float *params, const int *inputs, const in
     int B = m->B, T = m->T, C = m->c.dim, NH = m->c.heads, V = m->c.vocab, L = m->c.layers, nt = m->nthreads;
     int N = B * T;
     openblas_set_num_threads(1);
-    bind(m, (float *)params, &m->p);
+    gpt_params_bind(m->tensors, m->ntensors, (float *)params, &m->p);
     m->inputs = inputs;
     m->targets = targets;
     encoder_forward(nt, m->encoded, inputs, m->p.wte, m->p.wpe, B, T, C);
     const float *x = m->encoded;
     for (int l = 0; l < L; l++) {
-        layer_params *p = &m->p.h[l];
+        gpt_layer_params *p = &m->p.h[l];
         layer_acts *a = &m->a[l];
         layernorm_forward(nt, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C);
         matmul_forward(nt, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
@@ -529,8 +502,8 @@ void gpt_backward(gpt_model *m, const float *params, float *grads) {
     int B = m->B, T = m->T, C = m->c.dim, NH = m->c.heads, V = m->c.vocab, L = m->c.layers, nt = m->nthreads;
     int N = B * T;
     openblas_set_num_threads(1);
-    bind(m, (float *)params, &m->p);
-    bind(m, grads, &m->g);
+    gpt_params_bind(m->tensors, m->ntensors, (float *)params, &m->p);
+    gpt_params_bind(m->tensors, m->ntensors, grads, &m->g);
     crossentropy_backward(nt, m->logits, m->targets, N, V);
     float *dlogits = m->logits;
     /* head: dlnf = dlogits wte ; dwte = dlogits^T lnf (written; the embedding adds to it) */
@@ -540,7 +513,7 @@ void gpt_backward(gpt_model *m, const float *params, float *grads) {
     layernorm_backward(nt, m->dres, m->g.lnfw, m->g.lnfb, m->dln, xlast, m->p.lnfw, m->lnf_mean,
                        m->lnf_rstd, N, C, 0);
     for (int l = L - 1; l >= 0; l--) {
-        layer_params *p = &m->p.h[l], *g = &m->g.h[l];
+        gpt_layer_params *p = &m->p.h[l], *g = &m->g.h[l];
         layer_acts *a = &m->a[l];
         const float *x = l > 0 ? m->a[l - 1].res3 : m->encoded;
         /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))) */

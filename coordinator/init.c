@@ -1,9 +1,10 @@
 /* init.c: `coordinator init`, which creates a run.
  *
- * It loads the function library (FUNCTION LOAD REPLACE), builds the initial parameters (the trainer's
- * deterministic init from --seed), cuts them into shards, writes each shard's version 0 as a snapshot
- * blob dl:{R:k}:snap:0:0, and finally calls dl_init, which creates the control keys atomically. The
- * blobs are written first and are harmless if init fails: nothing references them until dl_init. */
+ * It loads the function library (FUNCTION LOAD REPLACE), builds the initial parameters (the model's
+ * deterministic init from --seed, model/model.h: the same bytes a worker's trainer starts from), cuts
+ * them into shards, writes each shard's version 0 as a snapshot blob dl:{R:k}:snap:0:0, and finally
+ * calls dl_init, which creates the control keys atomically. The blobs are written first and are
+ * harmless if init fails: nothing references them until dl_init. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>

@@ -15,15 +15,14 @@ rounds) and no no-op round.
 
 torch runs the operations it fuses on this machine's kernels: the caller sets ATEN_CPU_CAPABILITY
 (tests/it_torch_sgd_exactness.sh uses avx2); docs/PROTOCOL.md, "Bit-identical to torch", says which."""
-import ctypes
-import json
-import math
 import socket
 import struct
 import sys
 
 import numpy as np
 import torch
+
+import checkpoint_read  # tests/checkpoint_read.py: the checkpoint reader and libxxhash's XXH3
 
 
 def die(msg):
@@ -104,20 +103,7 @@ def msgpack_map(b, i, n):
     return m, i
 
 
-def xxh3_fn():
-    for name in ("libxxhash.so.0", "libxxhash.so"):
-        try:
-            lib = ctypes.CDLL(name)
-        except OSError:
-            continue
-        f = lib.XXH3_64bits
-        f.restype = ctypes.c_uint64
-        f.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-        return lambda b: f(b, len(b))
-    die("libxxhash is not installed (Debian libxxhash0)")
-
-
-XXH3 = xxh3_fn()
+XXH3 = checkpoint_read.xxh3_fn()  # bytes -> 16 hex digits
 
 
 def blob(r, key, op, n):
@@ -129,23 +115,9 @@ def blob(r, key, op, n):
     if h.get("m") != "DLB" or h.get("f") != 1 or h.get("op") != op:
         die("%s: not a format-1 '%s' blob: %s" % (key, op, h))
     body = raw[off:]
-    if h.get("dt") != 1 or h.get("n") % n or len(body) != 4 * h["n"] or XXH3(body) != h.get("x"):
+    if h.get("dt") != 1 or h.get("n") % n or len(body) != 4 * h["n"] or XXH3(body) != "%016x" % h.get("x", -1):
         die("%s: wrong dtype, count, length or checksum (%s, %d payload bytes)" % (key, h, len(body)))
     return h, np.frombuffer(body, dtype="<f4")
-
-
-def read_checkpoint(path):
-    """params and momentum of a safetensors checkpoint (docs/checkpoints.md)."""
-    data = open(path, "rb").read()
-    (hlen,) = struct.unpack("<Q", data[:8])
-    header = json.loads(data[8:8 + hlen])
-    body = data[8 + hlen:]
-
-    def tensor(name):
-        b, e = header[name]["data_offsets"]
-        return np.frombuffer(body[b:e], dtype="<f4")
-
-    return header["__metadata__"], tensor("params"), tensor("momentum")
 
 
 def load_run(r, run):
@@ -224,11 +196,12 @@ def main():
     theta, mom = torch_replay(theta0, rounds)
     ok = True
     for k in range(len(digests)):
-        got = "%016x" % XXH3(theta[bounds[k]:bounds[k + 1]].tobytes())
+        got = XXH3(theta[bounds[k]:bounds[k + 1]].tobytes())
         same = got == digests[k]
         ok &= same
         print("shard %d   torch %s, committed %s%s" % (k, got, digests[k], "" if same else "  DIFFERENT"))
-    meta, ck_theta, ck_mom = read_checkpoint(ck)
+    meta, arrays = checkpoint_read.load(ck)
+    ck_theta, ck_mom = arrays["params"], arrays["momentum"]
     if int(meta["version"]) != len(rounds) or ck_theta.size != theta.size:
         die("%s is version %s of %d parameters, want %d of %d" % (ck, meta["version"], ck_theta.size, len(rounds),
                                                                  theta.size))

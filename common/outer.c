@@ -163,7 +163,7 @@ static inline void nesterov_one(float *restrict theta, const float *restrict b, 
 }
 
 OUTER_INLINE void apply_nesterov(float *restrict theta, const float *restrict b, const float *restrict g, size_t n,
-                           float lr, float mu)
+                                 float lr, float mu)
 {
     size_t i = 0;
     for (; i + OUTER_LANES <= n; i += OUTER_LANES)
@@ -265,8 +265,8 @@ OUTER_INLINE void mean_lanes(float *restrict g, const uint16_t *const *deltas, u
 }
 
 OUTER_INLINE void step_lanes(int variant, float *restrict theta_out, float *restrict b_out,
-                              const float *restrict theta_in, const float *restrict b_in, const float *restrict g,
-                              float lr, float mu)
+                             const float *restrict theta_in, const float *restrict b_in, const float *restrict g,
+                             float lr, float mu)
 {
     for (size_t j = 0; j < OUTER_LANES; j++) {
         float b = 0.0f, d;
@@ -284,8 +284,8 @@ OUTER_INLINE void step_lanes(int variant, float *restrict theta_out, float *rest
 }
 
 OUTER_INLINE void mean_step_run(int variant, float *restrict theta_out, float *restrict b_out,
-                                 const float *restrict theta_in, const float *restrict b_in,
-                                 const uint16_t *const *deltas, uint32_t k, size_t n, float lr, float mu)
+                                const float *restrict theta_in, const float *restrict b_in,
+                                const uint16_t *const *deltas, uint32_t k, size_t n, float lr, float mu)
 {
     size_t i = 0;
     for (; i + OUTER_LANES <= n; i += OUTER_LANES) {

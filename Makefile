@@ -16,14 +16,16 @@ WARN      = -Wall -Wextra -Werror
 CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -pthread -MMD -MP -Icommon -Imodel -Iworker -Ibuild/gen \
             -I/usr/include/x86_64-linux-gnu/openblas-pthread
 # The outer step, the averaging and everything on the pseudo-gradient path must be bit-reproducible:
-# no fused multiply-add contraction anywhere but in the trainer (which has its own flags below).
+# no fused multiply-add contraction anywhere but in the trainer (which has its own flags below); the
+# outer step's explicit fmaf calls (common/outer_fma.h) are exactly rounded, so they are no exception.
 DETERMINISTIC = -ffp-contract=off
 LDLIBS    = -lhiredis -levent -levent_pthreads -lmsgpackc -lxxhash -ljansson -lcrypto -lm -pthread
 BLASLIBS  = -lopenblas -fopenmp
 
 DEB_PKGS  = build-essential pkg-config libhiredis-dev redis-server redis-tools libevent-dev libmsgpack-dev \
             libopenblas-dev libxxhash-dev libjansson-dev libcmocka-dev libssl-dev bible-kjv bible-kjv-text \
-            python3-torch python3-numpy python3-yaml iproute2 procps chromium curl stunnel4 openssl gnuplot-nox
+            python3-torch python3-numpy python3-yaml iproute2 procps chromium curl stunnel4 openssl gnuplot-nox \
+            qemu-user
 
 BUILD = build
 BIN   = bin
@@ -100,9 +102,10 @@ $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 
 $(BUILD)/common/%.o $(BUILD)/model/%.o $(BUILD)/worker/diloco/%.o $(BUILD)/worker/trainers/%.o $(BUILD)/shard-server/%.o: CFLAGS += $(DETERMINISTIC)
 $(BUILD)/worker/gpt/%.o: OPT = -O3 -march=native
-# AVX2 builds (xxhash's AVX2 code path, the commit's kernel): only called when the CPU has AVX2
+# AVX2 builds (xxhash's AVX2 code path; the commit's kernel, with FMA): only called when the CPU has them
 ifeq ($(shell uname -m),x86_64)
-$(BUILD)/common/hash_avx2.o $(BUILD)/common/outer_avx2.o: CFLAGS += -mavx2
+$(BUILD)/common/hash_avx2.o: CFLAGS += -mavx2
+$(BUILD)/common/outer_avx2.o: CFLAGS += -mavx2 -mfma
 endif
 $(BUILD)/worker/gpt/%.o: CFLAGS += -fopenmp
 

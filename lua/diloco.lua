@@ -115,7 +115,8 @@ end
 
 -- Fields of dl_init's state list that are operator settings (dl:{R}:tunables); the rest go to dl:{R}:state.
 -- expected_workers is the operator's -n (and every later dl_set target_workers); state's target_workers
--- is the live barrier target, which starts there and shrinks on deaths (worker functions write it).
+-- is the live barrier target, which starts there and follows the membership (fit_target_*; worker
+-- functions write it).
 local OPERATOR_FIELDS = {status = true, outer_lr = true, outer_momentum = true, nesterov = true,
                          min_workers = true, expected_workers = true, heartbeat_timeout_ms = true,
                          max_staleness = true, dylu = true, dylu_base_sync_every = true}
@@ -163,6 +164,54 @@ local function expected_members(P, f, r)
     return out
 end
 
+local function live_count(P) return redis.call('HLEN', P .. ':workers') end
+
+-- The number of arrivals a barrier needs (state target_workers: Forgather's num_workers) follows the
+-- membership between min_workers and the operator's expected_workers (docs/PROTOCOL.md, "Barrier
+-- target"). A run left by every member is a fresh run again: the barrier waits for the operator's
+-- number. While members remain, a departure shrinks the target to the members left, so the survivors
+-- go on, and a member the open barrier of every fragment waits for grows it back (fit_target_to_joins).
+local function bounded_target(P, t)
+    local minw = tonumber(tunable(P, 'min_workers')) or 1
+    local expected = tonumber(tunable(P, 'expected_workers'))
+    if expected and t > expected then t = expected end
+    if t < minw then t = minw end
+    if t < 1 then t = 1 end
+    return t
+end
+
+local function current_target(P)
+    return tonumber(redis.call('HGET', P .. ':state', 'target_workers')) or 1
+end
+
+-- A replaced member (dl_register of a live id) comes back in the same call: the run was never empty.
+local function fit_target_to_departure(P, why)
+    local live = live_count(P)
+    local t
+    if live == 0 and why ~= 'replaced' then
+        t = tonumber(tunable(P, 'expected_workers')) or current_target(P)
+    else
+        t = math.min(current_target(P), live)
+    end
+    redis.call('HSET', P .. ':state', 'target_workers', bounded_target(P, t))
+end
+
+-- Growth counts only members that every open barrier waits for: a joiner of the next round raises the
+-- target when that round opens, never while the open round (which does not expect it) is still
+-- waiting, so a join never blocks the open round.
+local function fit_target_to_joins(P)
+    local fewest = nil
+    for f = 0, num_fragments(P) - 1 do
+        local r = tonumber(redis.call('HGET', P .. ':state', 'round:' .. f))
+        local n = #expected_members(P, f, r)
+        if fewest == nil or n < fewest then fewest = n end
+    end
+    local t = current_target(P)
+    if fewest and fewest > t then
+        redis.call('HSET', P .. ':state', 'target_workers', bounded_target(P, fewest))
+    end
+end
+
 -- Close the open barrier of fragment f if every expected member arrived and at least the target number
 -- of workers did. Closing freezes the participants (sorted by id), opens round r+1 and wakes them.
 local function barrier_try_close(P, f)
@@ -193,6 +242,7 @@ local function barrier_try_close(P, f)
     redis.call('HSET', state, 'round:' .. f, r + 1)
     redis.call('HSET', barrier_key(P, f, r + 1), 'state', 'open', 'opened_ms', t)
     redis.call('HINCRBY', state, 'rounds_closed', 1)
+    fit_target_to_joins(P)
     for _, w in ipairs(ids) do
         local wk = P .. ':wake:' .. w
         redis.call('RPUSH', wk, f .. ':' .. r)
@@ -228,27 +278,13 @@ end
 -- ---------------------------------------------------------------------------------------------------
 -- membership
 
-local function live_count(P) return redis.call('HLEN', P .. ':workers') end
-
--- The number of arrivals a barrier needs shrinks with deaths (never below min_workers): this is
--- Forgather's num_workers. It never grows on joins: a joiner counts through the expected set.
-local function shrink_target(P)
-    local state = P .. ':state'
-    local target = tonumber(redis.call('HGET', state, 'target_workers')) or 1
-    local minw = tonumber(tunable(P, 'min_workers')) or 1
-    local live = live_count(P)
-    local t = math.max(minw, math.min(target, live))
-    if t < 1 then t = 1 end
-    redis.call('HSET', state, 'target_workers', t)
-end
-
 local function remove_member(P, w, why)
     local rec = get_worker(P, w)
     if not rec then return false end
     redis.call('HDEL', P .. ':workers', w)
     redis.call('ZREM', P .. ':heartbeats', w)
     if why == 'evicted' or why == 'kicked' then redis.call('HINCRBY', P .. ':state', 'deaths', 1) end
-    shrink_target(P)
+    fit_target_to_departure(P, why)
     event(P, why, {'worker', w, 'inc', rec.inc})
     barrier_forget(P, w)
     return true
@@ -724,7 +760,7 @@ end
 
 -- dl_set KEYS[1]=config ARGV: (field, value)* among the tunables below. Each goes to dl:{R}:tunables;
 -- target_workers (the workers a barrier waits for) is the operator's expected_workers there and also
--- resets the live target in dl:{R}:state, which then shrinks on deaths again.
+-- resets the live target in dl:{R}:state, which then follows the membership again.
 local TUNABLES = {outer_lr = 'num', outer_momentum = 'num', nesterov = 'bool', min_workers = 'int',
                   target_workers = 'int', heartbeat_timeout_ms = 'int', max_staleness = 'int'}
 local function dl_set(keys, args)

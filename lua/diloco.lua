@@ -305,14 +305,34 @@ local function check_running(P)
     end
 end
 
--- Check that w is a live member with incarnation inc; returns its record.
-local function check_member(P, w, inc)
+-- A value a client chose, cut to a size fit for an event or an error message.
+local function clip(v)
+    local s = tostring(v)
+    if #s > 200 then return string.sub(s, 1, 200) .. '...' end
+    return s
+end
+
+-- Count a rejection in dl:{R}:state and record it in dl:{R}:events (capped at EVENTS_MAXLEN entries, as
+-- every event). Data-plane rejections come through dl_reject; control-plane ones are recorded by the
+-- function that refuses the call.
+local function record_reject(P, fields)
+    redis.call('HINCRBY', P .. ':state', 'rejections', 1)
+    event(P, 'reject', fields)
+end
+
+-- Check that w is a live member with incarnation inc; returns its record. Otherwise the call (`by`, the
+-- function's name, with `extra` event fields) is refused with UNKNOWN_WORKER and recorded as a rejection,
+-- so an operator sees a stale or misconfigured worker. Redis keeps a function's writes when it then
+-- returns an error: the record is this function's deliberate last write before the error, and callers
+-- check the caller's membership after every other precondition whose failure must leave no trace.
+local function check_member(P, w, inc, by, extra)
     local rec = get_worker(P, w)
-    if not rec or tostring(rec.inc) ~= tostring(inc) then
-        error('UNKNOWN_WORKER worker ' .. w .. ' (incarnation ' .. tostring(inc) ..
-              ') is not a live member of the run; register again')
-    end
-    return rec
+    if rec and tostring(rec.inc) == tostring(inc) then return rec end
+    local msg = 'worker ' .. clip(w) .. ' (incarnation ' .. clip(inc) .. ') is not a live member of the run; register again'
+    local fields = {'by', by, 'worker', clip(w), 'inc', clip(inc), 'code', 'UNKNOWN_WORKER', 'message', msg}
+    for _, v in ipairs(extra or {}) do fields[#fields + 1] = clip(v) end
+    record_reject(P, fields)
+    error('UNKNOWN_WORKER ' .. msg)
 end
 
 -- ---------------------------------------------------------------------------------------------------
@@ -396,7 +416,7 @@ end
 -- dl_deregister KEYS[1]=config ARGV: worker_id, incarnation
 local function dl_deregister(keys, args)
     local P = load_run(keys)
-    check_member(P, args[1], args[2])
+    check_member(P, args[1], args[2], 'dl_deregister')
     remove_member(P, args[1], 'left')
     return 'OK'
 end
@@ -407,7 +427,7 @@ local function dl_heartbeat(keys, args)
     local P = load_run(keys)
     local now = now_ms()
     reap(P, now)
-    local rec = check_member(P, args[1], args[2])
+    local rec = check_member(P, args[1], args[2], 'dl_heartbeat')
     rec.speed = to_num(args[3] or 0, 'speed')
     rec.loss = to_num(args[4] or -1, 'loss')
     rec.step = to_int(args[5] or 0, 'step')
@@ -460,7 +480,7 @@ local function dl_arrive(keys, args)
     local now = now_ms()
     reap(P, now)
     check_running(P)
-    check_member(P, w, inc)
+    check_member(P, w, inc, 'dl_arrive', {'frag', f, 'round', r})
     if f < 0 or f >= num_fragments(P) then error('BADARG fragment ' .. f .. ' does not exist') end
     local cur = tonumber(redis.call('HGET', P .. ':state', 'round:' .. f))
     if r ~= cur then
@@ -547,7 +567,7 @@ local function dl_submit(keys, args)
     local now = now_ms()
     reap(P, now)
     check_running(P)
-    local rec = check_member(P, w, inc)
+    local rec = check_member(P, w, inc, 'dl_submit', {'frag', f})
     if #args < 5 or (#args - 3) % 2 ~= 0 then error('BADARG expected (shard, base_version) pairs') end
     local shards = P .. ':shards'
     local limit = tonumber(tunable(P, 'max_staleness')) or 0
@@ -559,8 +579,7 @@ local function dl_submit(keys, args)
         if base > nxt then error('BADARG base version ' .. base .. ' of shard ' .. k .. ' is in the future') end
         if limit > 0 and nxt - base > limit then
             -- the rejection itself is recorded (the only writes before this error), nothing else changes
-            redis.call('HINCRBY', P .. ':state', 'rejections', 1)
-            event(P, 'reject', {'worker', w, 'code', 'STALE', 'shard', k, 'staleness', nxt - base})
+            record_reject(P, {'by', 'dl_submit', 'worker', w, 'code', 'STALE', 'shard', k, 'staleness', nxt - base})
             error('STALE a submission for shard ' .. k .. ' from version ' .. base .. ' would be ' .. (nxt - base) ..
                   ' versions stale (limit ' .. limit .. '); fetch the current parameters')
         end
@@ -743,9 +762,8 @@ end
 -- dl_reject KEYS[1]=config ARGV: reporter, worker, code, message, shard, round
 local function dl_reject(keys, args)
     local P = load_run(keys)
-    redis.call('HINCRBY', P .. ':state', 'rejections', 1)
-    event(P, 'reject', {'by', args[1] or '', 'worker', args[2] or '', 'code', args[3] or '',
-                        'message', args[4] or '', 'shard', args[5] or -1, 'round', args[6] or -1})
+    record_reject(P, {'by', args[1] or '', 'worker', args[2] or '', 'code', args[3] or '',
+                      'message', args[4] or '', 'shard', args[5] or -1, 'round', args[6] or -1})
     return 'OK'
 end
 

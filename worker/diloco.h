@@ -87,6 +87,8 @@ typedef struct diloco_sync_info {
     int64_t version;              /* global version now held */
     double seconds;               /* first pseudo-gradient byte sent to last parameter byte received */
     double wait_seconds;          /* part of it spent waiting for the barrier */
+    /* Payload bytes this sync sent (pseudo-gradients, resends included: every frame that went out,
+     * whatever its reply) and received (parameters). A lost round that sent nothing reports 0 up. */
     uint64_t bytes_up, bytes_down;
     uint64_t digest;              /* XXH3 of the whole new global parameter vector */
     int stale;                    /* 1 when the round was lost (STALE/evicted) and we re-fetched instead */

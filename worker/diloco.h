@@ -68,6 +68,9 @@ typedef struct diloco_options {
     int net_timeout_ms;           /* one data-plane request (default 60000) */
     int sync_timeout_ms;          /* give up one sync attempt after this long without progress (default 120000) */
     int wait_poll_ms;             /* BLPOP timeout while waiting at a barrier (default 1000) */
+    int connect_timeout_ms;       /* diloco_open waits this long for an unreachable Redis, retrying with
+                                     backoff (default 60000; 0: one attempt); a login Redis refuses (wrong
+                                     password or user) fails at once */
     int dylu;                     /* follow the H the run's DyLU computes for us */
     int num_fragments;            /* 0: take it from the run; else it must equal the run's */
     double fragment_alpha;        /* Streaming mixing: params = alpha*params + (1-alpha)*global (default 0) */

@@ -55,7 +55,7 @@ static void init_usage(FILE *f) {
             "\n"
             "Creates run NAME: loads the function library, writes version 0 of the parameters.\n"
             "\n" REDIS_URL_HELP
-            "  -n, --workers N            workers a barrier waits for at start (default 2)\n"
+            "  -n, --workers N            workers a barrier waits for at start and when every worker left (default 2)\n"
             "  --min-workers N            never wait for fewer than N workers (default 1)\n"
             "  --shards S                 shards of the parameter vector (default 8)\n"
             "  --fragments F              Streaming DiLoCo fragments (default 1)\n"

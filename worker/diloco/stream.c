@@ -63,7 +63,6 @@ static int settle(diloco *d, int f, int64_t round, int rc, const char *why, uint
  * about to overwrite the pseudo-gradient kept for it. 0: send Δ; 1: params reset instead; -1: error. */
 static int prepare_delta(diloco *d, int f, char *err, size_t errlen) {
     uint64_t t0 = now_ms();
-    d->last.confirm_seconds = 0;
     if (!d->rc.async) {
         int c = sync_confirm_durable(d, f, err, errlen);
         if (c == DL_STALE) {
@@ -81,6 +80,7 @@ static int prepare_delta(diloco *d, int f, char *err, size_t errlen) {
 
 /* One fragment, blocking. */
 static int sync_now(diloco *d, int f, double alpha, char *err, size_t errlen) {
+    sync_begin(d);
     uint64_t t0 = now_ms();
     int64_t round = d->frag_version[f];
     int p = prepare_delta(d, f, err, errlen);
@@ -96,6 +96,7 @@ static void *inflight_main(void *p) {
 }
 
 static void begin_fragment(diloco *d, int f, char *err, size_t errlen) {
+    sync_begin(d);
     int p = prepare_delta(d, f, err, errlen);
     if (p != 0) return; /* reset to global (or failed to): nothing to send this time */
     d->inflight = f;

@@ -29,7 +29,7 @@ static void adopt_dylu(diloco *d) {
 /* A sync failed for good: count it; too many in a row and we register again from scratch. */
 static int on_failure(diloco *d, const char *why, char *err, size_t errlen) {
     if (dl_stopping(d)) {
-        err_set(err, errlen, "%s", why);
+        if (why != err) err_set(err, errlen, "%s", why); /* callers often pass err itself as why */
         return -1;
     }
     d->fail_streak++;

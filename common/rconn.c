@@ -6,6 +6,7 @@
 #include "rconn.h"
 #include "cluster.h"
 #include "log.h"
+#include "sigpipe.h"
 #include "util.h"
 
 #include <stdlib.h>
@@ -145,7 +146,10 @@ static rconn *connect_once(const redis_url *u, int timeout_ms, int *final, char 
     }
     c->url = *u;
     c->timeout_ms = timeout_ms;
+    sigpipe_guard g;
+    sigpipe_hold(&g);
     c->seed = open_node(u, NULL, 0, timeout_ms, final, err, errlen);
+    sigpipe_release(&g);
     if (c->seed == NULL) {
         free(c);
         return NULL;
@@ -328,7 +332,7 @@ static int refresh(rconn *c, int i)
 }
 
 /* Send cmd to the node that serves its key, following redirections. */
-static redisReply *route(rconn *c, const char *cmd, size_t len)
+static redisReply *route_unguarded(rconn *c, const char *cmd, size_t len)
 {
     if (c->broken)
         return NULL;
@@ -357,6 +361,16 @@ static redisReply *route(rconn *c, const char *cmd, size_t len)
                 return NULL;
         }
     }
+}
+
+/* route() with SIGPIPE held off (sigpipe.h): hiredis writes with write(). */
+static redisReply *route(rconn *c, const char *cmd, size_t len)
+{
+    sigpipe_guard g;
+    sigpipe_hold(&g);
+    redisReply *r = route_unguarded(c, cmd, len);
+    sigpipe_release(&g);
+    return r;
 }
 
 redisReply *rconn_vcommand(rconn *c, const char *fmt, va_list ap)
@@ -394,7 +408,7 @@ redisReply *rconn_command_argv(rconn *c, int argc, const char **argv, const size
     return r;
 }
 
-int rconn_each_master(rconn *c, rconn_node_fn *fn, void *arg, char *err, size_t errlen)
+static int each_master(rconn *c, rconn_node_fn *fn, void *arg, char *err, size_t errlen)
 {
     if (c->broken) {
         err_set(err, errlen, "Redis connection error: %s", c->errstr);
@@ -447,4 +461,13 @@ int rconn_each_master(rconn *c, rconn_node_fn *fn, void *arg, char *err, size_t 
             return -1;
     }
     return 0;
+}
+
+int rconn_each_master(rconn *c, rconn_node_fn *fn, void *arg, char *err, size_t errlen)
+{
+    sigpipe_guard g;
+    sigpipe_hold(&g);
+    int rc = each_master(c, fn, arg, err, errlen);
+    sigpipe_release(&g);
+    return rc;
 }

@@ -16,9 +16,10 @@
  * node. rconn_each_master() asks CLUSTER SLOTS itself, for work that every master must do
  * (FUNCTION LOAD, SCAN).
  *
- * hiredis 0.14 writes with write(), so a connection the server closed raises SIGPIPE: every process
- * using rconn must ignore SIGPIPE (signal(SIGPIPE, SIG_IGN) in main); errors then come back as
- * a NULL reply that rconn_reply_error() explains, and rconn_broken() becomes true.
+ * hiredis 0.14 writes with write(), so a connection the server closed would raise SIGPIPE: every
+ * call here that can write holds SIGPIPE off in the calling thread (sigpipe.h), so rconn works in a
+ * program that left SIGPIPE at its default (libdiloco's host). Errors come back as a NULL reply
+ * that rconn_reply_error() explains, and rconn_broken() becomes true.
  */
 #ifndef DILOCO_RCONN_H
 #define DILOCO_RCONN_H

@@ -1,6 +1,9 @@
 /*
  * test_log.c: the logger (common/log.c): the exact line format, level filtering (also from the
- * LOG_LEVEL environment variable), and that lines written by many threads at once never interleave.
+ * LOG_LEVEL environment variable), that lines written by many threads at once never interleave, and
+ * per-thread sinks (log_use_sink, what a libdiloco session's log_callback rides on): each thread's
+ * messages reach its own sink and only that one, filtered at the sink's level, and putting the previous
+ * sink back restores stderr.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -137,12 +140,114 @@ static void lines_from_threads_never_interleave(void **state)
     free(text);
 }
 
+/* A sink that keeps what it got as "LEVEL:message\n" lines. */
+typedef struct kept {
+    char text[8192];
+    size_t len;
+} kept;
+
+static void keep_message(void *ctx, int level, const char *message)
+{
+    kept *k = ctx;
+    k->len += (size_t)snprintf(k->text + k->len, sizeof k->text - k->len, "%d:%s\n", level, message);
+}
+
+typedef struct sink_thread {
+    log_sink *sink;
+    const char *name;
+} sink_thread;
+
+static void *log_to_own_sink(void *arg)
+{
+    sink_thread *t = arg;
+    log_sink *before = log_use_sink(t->sink);
+    for (int i = 0; i < 100; i++)
+        log_info("%s says %d", t->name, i);
+    log_debug("%s debug", t->name);
+    log_use_sink(before);
+    return NULL;
+}
+
+static void sinks_of_two_threads(void)
+{
+    static kept a, b;
+    log_sink sa, sb;
+    log_sink_init(&sa, keep_message, &a, LOG_INFO);
+    log_sink_init(&sb, keep_message, &b, LOG_DEBUG);
+    sink_thread ta = { &sa, "alpha" }, tb = { &sb, "beta" };
+    pthread_t t[2];
+    pthread_create(&t[0], NULL, log_to_own_sink, &ta);
+    pthread_create(&t[1], NULL, log_to_own_sink, &tb);
+    pthread_join(t[0], NULL);
+    pthread_join(t[1], NULL);
+    log_info("main thread to stderr"); /* the main thread never had a sink */
+    assert_int_equal(count_lines(a.text), 100);
+    assert_int_equal(count_lines(b.text), 101);
+    assert_non_null(strstr(a.text, "1:alpha says 0\n"));
+    assert_non_null(strstr(a.text, "1:alpha says 99\n"));
+    assert_null(strstr(a.text, "beta"));
+    assert_null(strstr(a.text, "alpha debug")); /* below sa's level */
+    assert_non_null(strstr(b.text, "0:beta debug\n"));
+    assert_null(strstr(b.text, "alpha"));
+    log_sink_destroy(&sa);
+    log_sink_destroy(&sb);
+}
+
+static void sinks_route_per_thread(void **state)
+{
+    (void)state;
+    log_set_level(LOG_INFO);
+    char *text = capture_stderr(sinks_of_two_threads);
+    assert_int_equal(count_lines(text), 1);
+    assert_non_null(strstr(text, "INFO main thread to stderr"));
+    free(text);
+}
+
+static void nested_sinks(void)
+{
+    static kept outer, inner;
+    log_sink so, si, quiet;
+    log_sink_init(&so, keep_message, &outer, -1); /* the process's level */
+    log_sink_init(&si, keep_message, &inner, LOG_WARN);
+    log_sink_init(&quiet, NULL, NULL, LOG_ERROR); /* stderr, but only errors */
+    log_set_level(LOG_DEBUG);
+    assert_null(log_use_sink(&so));
+    log_debug("to outer");
+    assert_ptr_equal(log_use_sink(&si), &so);
+    log_info("dropped by inner");
+    log_warn("to inner");
+    assert_ptr_equal(log_use_sink(&so), &si);
+    log_error("outer again");
+    assert_ptr_equal(log_use_sink(&quiet), &so);
+    log_warn("below the quiet sink's level");
+    log_error("error to stderr");
+    assert_ptr_equal(log_use_sink(NULL), &quiet);
+    log_info("stderr again");
+    assert_string_equal(outer.text, "0:to outer\n3:outer again\n");
+    assert_string_equal(inner.text, "2:to inner\n");
+    log_sink_destroy(&so);
+    log_sink_destroy(&si);
+    log_sink_destroy(&quiet);
+}
+
+static void sinks_nest_and_restore(void **state)
+{
+    (void)state;
+    char *text = capture_stderr(nested_sinks);
+    assert_int_equal(count_lines(text), 2);
+    assert_non_null(strstr(text, "ERROR error to stderr\n"));
+    assert_non_null(strstr(text, "INFO stderr again\n"));
+    free(text);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(line_format_and_level_filter),
         cmocka_unit_test(level_from_environment),
         cmocka_unit_test(lines_from_threads_never_interleave),
+        cmocka_unit_test(sinks_route_per_thread),
+        cmocka_unit_test(sinks_nest_and_restore),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -9,11 +9,68 @@
  * dying, a lost connection, eviction) are retried inside; what cannot be recovered is reported through
  * the err buffer, never by exiting.
  *
- *     diloco_options o; diloco_options_default(&o);
- *     o.redis_url = "redis://127.0.0.1:6379"; o.run = "demo"; o.sync_every = 100;
- *     diloco *d; if (diloco_open(&o, params, numel, &d, err, sizeof err) < 0) ...
- *     for (step...) { train_step(params); diloco_report(d, loss, tokens); diloco_after_step(d, NULL, err, sizeof err); }
+ * Building against it: `make install PREFIX=...` installs this header as <diloco.h>, libdiloco.so,
+ * libdiloco.a and libdiloco.pc; then `cc prog.c $(pkg-config --cflags --libs libdiloco)` (docs/library.md).
+ * The library exports the diloco_* names below and nothing else.
+ *
+ * In a host process:
+ *   - Strings in diloco_options (redis_url, run, worker_id) are copied by diloco_open; the other
+ *     pointers (stop, the callbacks' ctx, device ops) must stay valid until diloco_close.
+ *   - SIGPIPE: the library never raises it (its sockets send with MSG_NOSIGNAL, and Redis commands
+ *     hold SIGPIPE blocked in the calling thread while they run), so the host may keep the default.
+ *   - Threads: a session is used from one thread at a time (the one that owns params); several
+ *     sessions may live in one process. The library starts its own threads (heartbeats, background
+ *     fragment syncs, one per shard-server during a sync) and joins them before diloco_close returns.
+ *   - Logging: per session, through log_callback (stderr by default).
+ *
+ * A complete program (tests/it_lib_installed.sh extracts it from the installed header, builds it
+ * with pkg-config and runs it against a real run):
+ * ---- example.c
+ * #include <diloco.h>
+ * #include <stdio.h>
+ * #include <stdlib.h>
+ *
+ * // usage: example REDIS_URL RUN NUMEL STEPS: trains every parameter toward 0.5, syncing every 10 steps
+ * int main(int argc, char **argv) {
+ *     if (argc != 5) {
+ *         fprintf(stderr, "usage: %s REDIS_URL RUN NUMEL STEPS\n", argv[0]);
+ *         return 2;
+ *     }
+ *     size_t numel = strtoull(argv[3], NULL, 10);
+ *     long steps = atol(argv[4]);
+ *     float *params = calloc(numel, sizeof *params);
+ *     char err[512];
+ *     diloco_options o;
+ *     diloco_options_default(&o);
+ *     o.redis_url = argv[1];
+ *     o.run = argv[2];
+ *     o.sync_every = 10;
+ *     diloco *d;
+ *     if (!params || diloco_open(&o, params, numel, &d, err, sizeof err) < 0) { // params = the run's now
+ *         fprintf(stderr, "cannot join the run: %s\n", err);
+ *         return 1;
+ *     }
+ *     int status = 0;
+ *     for (long step = 1; step <= steps && !diloco_stop_requested(d); step++) {
+ *         double loss = 0;
+ *         for (size_t i = 0; i < numel; i++) { // the inner step: gradient descent on (x - 0.5)^2 / 2
+ *             float diff = params[i] - 0.5f;
+ *             loss += 0.5 * diff * diff;
+ *             params[i] -= 0.1f * diff;
+ *         }
+ *         diloco_report(d, loss / (double)numel, (uint64_t)step);
+ *         if (diloco_after_step(d, err, sizeof err) < 0) { // 1: a sync wrote new global parameters
+ *             fprintf(stderr, "sync failed: %s\n", err);
+ *             status = 1;
+ *             break;
+ *         }
+ *     }
+ *     printf("worker %s at version %lld\n", diloco_worker_id(d), (long long)diloco_version(d));
  *     diloco_close(d);
+ *     free(params);
+ *     return status;
+ * }
+ * ----
  */
 #ifndef DILOCO_H
 #define DILOCO_H
@@ -25,7 +82,33 @@
 extern "C" {
 #endif
 
+#if defined(__GNUC__)
+#define DILOCO_API __attribute__((visibility("default")))
+#else
+#define DILOCO_API
+#endif
+
+/* This header's version. The soname is libdiloco.so.DILOCO_ABI_VERSION; the ABI version changes with
+ * any change to a struct below or to a function's signature. */
+#define DILOCO_VERSION_STRING "0.1.0"
+#define DILOCO_ABI_VERSION 0
+
+/* The library actually loaded (a binding compares them with what it was written for). */
+DILOCO_API const char *diloco_version_string(void);   /* DILOCO_VERSION_STRING */
+DILOCO_API int diloco_abi_version(void);               /* DILOCO_ABI_VERSION */
+DILOCO_API size_t diloco_options_size(void);           /* sizeof(diloco_options) */
+DILOCO_API size_t diloco_sync_info_size(void);         /* sizeof(diloco_sync_info) */
+
 typedef struct diloco diloco;
+
+/* Log levels of log_callback and log_level. */
+enum {
+    DILOCO_LOG_DEFAULT = -1,      /* log_level: the LOG_LEVEL environment variable (debug|info|warn|error), else info */
+    DILOCO_LOG_DEBUG = 0,
+    DILOCO_LOG_INFO = 1,
+    DILOCO_LOG_WARN = 2,
+    DILOCO_LOG_ERROR = 3,
+};
 
 /* Device-resident parameters (optional). A trainer whose parameters live on an accelerator fills
  * these hooks, and libdiloco then never reads or writes the params buffer given to diloco_open
@@ -76,12 +159,21 @@ typedef struct diloco_options {
     double fragment_alpha;        /* Streaming mixing: params = alpha*params + (1-alpha)*global (default 0) */
     int simulate_latency_ms;      /* testing: extra delay in each background fragment sync */
     const volatile int *stop;     /* optional: when *stop becomes non-zero, waits and retries give up
-                                     at once (point it at your SIGINT/SIGTERM flag) */
+                                     at once (point it at your SIGINT/SIGTERM flag; without it,
+                                     diloco_request_stop does the same) */
     /* Called after the library wrote new global values into params[off, off+n) (NULL: nothing).
      * Not called with device hooks: their load is the notification. */
     int (*on_params)(void *ctx, size_t off, size_t n, char *err, size_t errlen);
     void *on_params_ctx;
     diloco_device_ops device;     /* device-resident parameters (see above); all NULL: off */
+    /* Where this session's messages go. NULL: stderr, one line each ("<time> <name>[pid] INFO ...",
+     * as the project's programs log). Else log_callback(log_ctx, level, message) for every message at
+     * level >= log_level: the text alone (no time, level or newline). It is called from the thread
+     * inside a diloco_* call and from the session's own threads, one call at a time, and must not call
+     * back into libdiloco. */
+    void (*log_callback)(void *ctx, int level, const char *message);
+    void *log_ctx;
+    int log_level;                /* DILOCO_LOG_*; default DILOCO_LOG_DEFAULT */
 } diloco_options;
 
 typedef struct diloco_sync_info {
@@ -104,32 +196,43 @@ typedef struct diloco_sync_info {
     double confirm_seconds;
 } diloco_sync_info;
 
-void diloco_options_default(diloco_options *o);
+DILOCO_API void diloco_options_default(diloco_options *o);
 
 /* Connect, register and write the current global parameters into params (numel must match the run;
  * with device hooks params may be NULL and the parameters are loaded through o->device.load). */
-int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **out, char *err, size_t errlen);
+DILOCO_API int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **out, char *err,
+                           size_t errlen);
 
 /* Call after each inner step. Returns 1 when a sync happened (params now hold new global values),
  * 0 when not, -1 on an error that could not be recovered by retries. */
-int diloco_after_step(diloco *d, char *err, size_t errlen);
+DILOCO_API int diloco_after_step(diloco *d, char *err, size_t errlen);
 
 /* Sync now, whatever the step count. Same return values. */
-int diloco_force_sync(diloco *d, char *err, size_t errlen);
+DILOCO_API int diloco_force_sync(diloco *d, char *err, size_t errlen);
 
 /* Numbers for heartbeats (loss, tokens seen so far); cheap, call as often as you like. */
-void diloco_report(diloco *d, double loss, uint64_t tokens);
+DILOCO_API void diloco_report(diloco *d, double loss, uint64_t tokens);
+
+/* Give up waits and retries at once, as *o.stop becoming non-zero does: from any thread, or from a
+ * signal handler (it only stores a flag). The diloco_* call in progress then returns -1. */
+DILOCO_API void diloco_request_stop(diloco *d);
 
 /* Facts about the session. */
-int diloco_last_sync(const diloco *d, diloco_sync_info *out);   /* 0 if a sync happened yet, else -1 */
-int diloco_sync_every(const diloco *d);                         /* current H (DyLU may change it) */
-int diloco_steps_to_sync(const diloco *d);
-int diloco_stop_requested(const diloco *d);                     /* the operator shut the run down */
-const char *diloco_worker_id(const diloco *d);
-int64_t diloco_version(const diloco *d);                        /* global version params started from */
+DILOCO_API int diloco_last_sync(const diloco *d, diloco_sync_info *out); /* 0 if a sync happened yet, else -1 */
+DILOCO_API int diloco_sync_every(const diloco *d);                       /* current H (DyLU may change it) */
+DILOCO_API int diloco_steps_to_sync(const diloco *d);
+DILOCO_API int diloco_stop_requested(const diloco *d);                   /* the operator shut the run down */
+DILOCO_API const char *diloco_worker_id(const diloco *d);
+DILOCO_API int64_t diloco_version(const diloco *d);                      /* global version params started from */
+/* The run as this session sees it. */
+DILOCO_API size_t diloco_numel(const diloco *d);
+DILOCO_API int diloco_is_async(const diloco *d);        /* 1: an asynchronous run (coordinator init --async) */
+DILOCO_API int diloco_num_fragments(const diloco *d);   /* Streaming DiLoCo fragments (1: plain DiLoCo) */
+/* Fragment f is params[*offset, *offset + *count): 0, or -1 when there is no fragment f. */
+DILOCO_API int diloco_fragment_range(const diloco *d, int fragment, size_t *offset, size_t *count);
 
 /* Deregister and free. Safe on NULL. */
-void diloco_close(diloco *d);
+DILOCO_API void diloco_close(diloco *d);
 
 #ifdef __cplusplus
 }

@@ -32,9 +32,10 @@ static void beat_once(diloco *d, rconn *c) {
     redisReply *r = rconn_command(c, "FCALL dl_heartbeat 1 %s %s %lld %.6f %.6f %llu %llu", d->config_key,
                                  d->worker_id, inc, speed, loss, (unsigned long long)steps, tokens);
     if (!r) return;
+    int newly_evicted = 0;
     pthread_mutex_lock(&d->hb_mu);
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "UNKNOWN_WORKER", 14) == 0 && d->inc == inc) {
-        if (!d->evicted) log_warn("heartbeat: %s", r->str);
+        newly_evicted = !d->evicted;
         d->evicted = 1;
     } else if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
         if (r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "shutdown") == 0)
@@ -42,11 +43,14 @@ static void beat_once(diloco *d, rconn *c) {
         if (r->element[1]->type == REDIS_REPLY_INTEGER) d->dylu_h = (int)r->element[1]->integer;
     }
     pthread_mutex_unlock(&d->hb_mu);
+    /* not under hb_mu: the host's log callback must never hold up the training thread's calls */
+    if (newly_evicted) log_warn("heartbeat: %s", r->str);
     freeReplyObject(r);
 }
 
 static void *heartbeat_main(void *p) {
     diloco *d = p;
+    log_use_sink(&d->log);
     rconn *c = NULL;
     pthread_mutex_lock(&d->hb_mu);
     while (!d->hb_stop) {

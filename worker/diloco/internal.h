@@ -6,6 +6,11 @@
  *   sync.c       one DiLoCo round: pseudo-gradient, push, barrier, new parameters
  *   heartbeat.c  the heartbeat thread
  *   device.c     device-resident parameters (diloco_device_ops): the hooks that replace params
+ *   info.c       the library's version and the facts about a session (accessors)
+ *
+ * Logging: every function that enters the library on the host's thread, and every thread the session
+ * starts, first points the thread at the session's sink (log_use_sink(&d->log), log.h) and puts the
+ * previous one back when done, so messages reach that session's log_callback.
  */
 #ifndef DILOCO_INTERNAL_H
 #define DILOCO_INTERNAL_H
@@ -18,6 +23,7 @@
 
 #include "blob.h"
 #include "diloco.h"
+#include "log.h"
 #include "runconf.h"
 #include "url.h"
 
@@ -48,8 +54,11 @@ enum {
 };
 
 struct diloco {
-    diloco_options o;
+    diloco_options o;            /* the caller's, with the strings pointing at our copies below */
+    char run[65];                /* a run name is at most 64 characters (key_check_run_name) */
     char worker_id[64];
+    log_sink log;                /* o.log_callback; every thread working for the session logs here */
+    volatile int stop_flag;      /* diloco_request_stop */
     char host[64];
     redis_url url;
     runconf rc;
@@ -135,7 +144,7 @@ int dl_register(diloco *d, char *err, size_t errlen);
 int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
 int dl_fetch_all(diloco *d, char *err, size_t errlen);
 int64_t dl_inc(diloco *d);
-int dl_stopping(const diloco *d);       /* the embedding program asked us to stop */
+int dl_stopping(const diloco *d);       /* the embedding program asked us to stop (o.stop, diloco_request_stop) */
 /* params[shards] = base[shards] (with device hooks: a DILOCO_LOAD_COPY load, whose error, if any, the
  * dl_params_changed that always follows returns) */
 void dl_adopt_base(diloco *d, int first_shard, int last_shard);

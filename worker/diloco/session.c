@@ -30,6 +30,7 @@ void diloco_options_default(diloco_options *o) {
     o->sync_timeout_ms = 120000;
     o->wait_poll_ms = 1000;
     o->connect_timeout_ms = 60000;
+    o->log_level = DILOCO_LOG_DEFAULT;
 }
 
 /* Run a command on the control connection; on a connection error reconnect (with backoff, for as
@@ -55,7 +56,9 @@ redisReply *dl_command(diloco *d, const char *fmt, ...) {
     return r;
 }
 
-int dl_stopping(const diloco *d) { return d->o.stop && *d->o.stop; }
+int dl_stopping(const diloco *d) { return d->stop_flag || (d->o.stop && *d->o.stop); }
+
+void diloco_request_stop(diloco *d) { d->stop_flag = 1; }
 
 int64_t dl_inc(diloco *d) {
     pthread_mutex_lock(&d->hb_mu);
@@ -201,8 +204,31 @@ static void default_worker_id(char *out, size_t cap, const char *host) {
     snprintf(out, cap, "%.40s-%d", host, (int)getpid());
 }
 
-static int session_init(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen) {
+/* Our own copies of the strings in o (the caller's may go away after diloco_open) and the checks of
+ * what the options say about this worker. */
+static int keep_options(diloco *d, const diloco_options *o, char *err, size_t errlen) {
     d->o = *o;
+    d->o.redis_url = NULL; /* parsed into d->url */
+    if (!o->redis_url || !o->run) {
+        err_set(err, errlen, "a Redis URL and a run name are required");
+        return -1;
+    }
+    if (key_check_run_name(o->run, err, errlen) < 0) return -1;
+    snprintf(d->run, sizeof d->run, "%s", o->run);
+    d->o.run = d->run;
+    if (o->worker_id && strlen(o->worker_id) >= sizeof d->worker_id) {
+        err_set(err, errlen, "worker id '%.20s...' is %zu characters long: at most %zu", o->worker_id,
+                strlen(o->worker_id), sizeof d->worker_id - 1);
+        return -1;
+    }
+    if (o->worker_id && o->worker_id[0]) snprintf(d->worker_id, sizeof d->worker_id, "%s", o->worker_id);
+    else default_worker_id(d->worker_id, sizeof d->worker_id, d->host);
+    d->o.worker_id = d->worker_id;
+    if (!o->stop) d->o.stop = &d->stop_flag; /* what the Redis reconnects watch */
+    return redis_url_parse(o->redis_url, &d->url, err, errlen);
+}
+
+static int session_init(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen) {
     d->params = params;
     d->numel = numel;
     d->sync_every = o->sync_every > 0 ? o->sync_every : 500;
@@ -215,14 +241,7 @@ static int session_init(diloco *d, const diloco_options *o, float *params, size_
     pthread_cond_init(&d->hb_cond, NULL);
     if (gethostname(d->host, sizeof d->host) != 0) snprintf(d->host, sizeof d->host, "unknown");
     d->host[sizeof d->host - 1] = '\0';
-    if (o->worker_id && o->worker_id[0]) snprintf(d->worker_id, sizeof d->worker_id, "%s", o->worker_id);
-    else default_worker_id(d->worker_id, sizeof d->worker_id, d->host);
-    if (!o->redis_url || !o->run) {
-        err_set(err, errlen, "a Redis URL and a run name are required");
-        return -1;
-    }
-    if (redis_url_parse(o->redis_url, &d->url, err, errlen) < 0) return -1;
-    if (key_check_run_name(o->run, err, errlen) < 0) return -1;
+    if (keep_options(d, o, err, errlen) < 0) return -1;
     key_run(d->config_key, sizeof d->config_key, o->run, "config");
     d->ctl = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, o->connect_timeout_ms, o->stop, NULL, err, errlen);
     if (!d->ctl) return -1;
@@ -247,27 +266,36 @@ static int session_init(diloco *d, const diloco_options *o, float *params, size_
     return alloc_buffers(d, err, errlen);
 }
 
+static int session_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen) {
+    if (session_init(d, o, params, numel, err, errlen) < 0) return -1;
+    if (dl_register(d, err, errlen) < 0) return -1;
+    if (owners_refresh(d, err, errlen) < 0) return -1;
+    /* beating before the first fetch: with a short heartbeat timeout, a fetch that waits for a round to
+     * close or for a shard-server to come back would otherwise get us evicted before we trained */
+    if (heartbeat_start(d, err, errlen) < 0) return -1;
+    if (dl_fetch_all(d, err, errlen) < 0) return -1;
+    log_info("worker %s joined run %s at version %" PRId64 " (%zu parameters, %d shards, %d fragment(s), H=%d, %s)",
+             d->worker_id, d->run, d->frag_version[0], numel, d->rc.nshards, d->rc.nfragments, d->sync_every,
+             o->bf16 ? "bf16" : "fp32");
+    return 0;
+}
+
 int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **out, char *err, size_t errlen) {
     diloco *d = calloc(1, sizeof *d);
     if (!d) {
         err_set(err, errlen, "out of memory");
         return -1;
     }
-    if (session_init(d, o, params, numel, err, errlen) < 0) goto error;
-    if (dl_register(d, err, errlen) < 0) goto error;
-    if (owners_refresh(d, err, errlen) < 0) goto error;
-    /* beating before the first fetch: with a short heartbeat timeout, a fetch that waits for a round to
-     * close or for a shard-server to come back would otherwise get us evicted before we trained */
-    if (heartbeat_start(d, err, errlen) < 0) goto error;
-    if (dl_fetch_all(d, err, errlen) < 0) goto error;
-    log_info("worker %s joined run %s at version %" PRId64 " (%zu parameters, %d shards, %d fragment(s), H=%d, %s)",
-             d->worker_id, o->run, d->frag_version[0], numel, d->rc.nshards, d->rc.nfragments, d->sync_every,
-             o->bf16 ? "bf16" : "fp32");
+    log_sink_init(&d->log, o->log_callback, o->log_ctx, o->log_level);
+    log_sink *prev = log_use_sink(&d->log);
+    int rc = session_open(d, o, params, numel, err, errlen);
+    log_use_sink(prev);
+    if (rc < 0) {
+        diloco_close(d);
+        return -1;
+    }
     *out = d;
     return 0;
-error:
-    diloco_close(d);
-    return -1;
 }
 
 int dl_params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen) {
@@ -292,8 +320,7 @@ void dl_adopt_base(diloco *d, int first_shard, int last_shard) {
     }
 }
 
-void diloco_close(diloco *d) {
-    if (!d) return;
+static void session_close(diloco *d) {
     stream_finish_inflight(d);
     /* our last Δ must not vanish with us while its round is not durable (a server that died before its
      * commit needs it again); best effort, within the sync timeout */
@@ -330,6 +357,14 @@ void diloco_close(diloco *d) {
     free(d->seq);
     free(d->push_tokens);
     free(d->tokens_at_send);
+}
+
+void diloco_close(diloco *d) {
+    if (!d) return;
+    log_sink *prev = log_use_sink(&d->log);
+    session_close(d);
+    log_use_sink(prev);
+    log_sink_destroy(&d->log);
     free(d);
 }
 
@@ -338,22 +373,4 @@ void diloco_report(diloco *d, double loss, uint64_t tokens) {
     d->loss = loss;
     d->tokens = tokens;
     pthread_mutex_unlock(&d->hb_mu);
-}
-
-int diloco_last_sync(const diloco *d, diloco_sync_info *out) {
-    if (!d->have_last) return -1;
-    *out = d->last;
-    return 0;
-}
-
-int diloco_sync_every(const diloco *d) { return d->sync_every; }
-const char *diloco_worker_id(const diloco *d) { return d->worker_id; }
-int64_t diloco_version(const diloco *d) { return d->frag_version ? d->frag_version[0] : -1; }
-
-int diloco_stop_requested(const diloco *d) {
-    diloco *m = (diloco *)d;
-    pthread_mutex_lock(&m->hb_mu);
-    int s = m->stop_requested;
-    pthread_mutex_unlock(&m->hb_mu);
-    return s;
 }

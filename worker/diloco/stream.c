@@ -91,7 +91,9 @@ static int sync_now(diloco *d, int f, double alpha, char *err, size_t errlen) {
 
 static void *inflight_main(void *p) {
     diloco *d = p;
+    log_sink *prev = log_use_sink(&d->log); /* also run in line, on the caller's thread */
     d->inflight_rc = sync_fragment_net(d, d->inflight, d->inflight_err, sizeof d->inflight_err);
+    log_use_sink(prev);
     return NULL;
 }
 
@@ -143,7 +145,9 @@ static int after_step(diloco *d, char *err, size_t errlen);
 
 int diloco_after_step(diloco *d, char *err, size_t errlen) {
     count_step(d);
+    log_sink *prev = log_use_sink(&d->log);
     int rc = after_step(d, err, errlen);
+    log_use_sink(prev);
     pthread_mutex_lock(&d->hb_mu);
     d->step_end_us = dl_wall_us();
     pthread_mutex_unlock(&d->hb_mu);
@@ -165,7 +169,16 @@ static int after_step(diloco *d, char *err, size_t errlen) {
     return changed;
 }
 
+static int force_sync(diloco *d, char *err, size_t errlen);
+
 int diloco_force_sync(diloco *d, char *err, size_t errlen) {
+    log_sink *prev = log_use_sink(&d->log);
+    int rc = force_sync(d, err, errlen);
+    log_use_sink(prev);
+    return rc;
+}
+
+static int force_sync(diloco *d, char *err, size_t errlen) {
     int changed = finish_fragment(d, err, errlen);
     if (changed < 0) return -1;
     for (int f = 0; f < d->rc.nfragments; f++) {

@@ -56,6 +56,7 @@ static int outcome_rank(int rc);
 
 static void *group_main(void *p) {
     shard_group *g = p;
+    log_sink *prev = log_use_sink(&g->d->log); /* also run on the caller's thread */
     g->rc = DL_OK;
     int rcs[RUNCONF_MAX_SHARDS];
     int once = g->fn == get_job && ((const get_arg *)g->arg)->once;
@@ -89,6 +90,7 @@ static void *group_main(void *p) {
         if (outcome_rank(rc) > outcome_rank(g->rc)) g->rc = rc;
         if (!once && g->rc != DL_OK) break;
     }
+    log_use_sink(prev);
     return NULL;
 }
 

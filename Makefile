@@ -1,7 +1,9 @@
 # ReDiLoCo: build, install dependencies, test and demo.
 #
 #   make deps    install the Debian packages we need (only those missing)
-#   make         build bin/coordinator, bin/shard-server, bin/worker (+ CUDA when nvcc exists)
+#   make         build bin/coordinator, bin/shard-server, bin/worker (+ CUDA when nvcc exists) and
+#                build/libdiloco.so, build/libdiloco.a (the worker library for other programs)
+#   make install PREFIX=/usr/local   diloco.h, libdiloco.so/.a and libdiloco.pc (DESTDIR honoured)
 #   make test    deps + build + every test (unit tests on cmocka, integration tests on a real redis-server)
 #   make demo    deps + build + train a GPT on the King James Bible with Redis, shard-servers, workers
 #   make bench   build the benchmarks under bench/
@@ -72,11 +74,11 @@ NVCCFLAGS ?= -O3 -std=c++17 -Xcompiler -Wall -gencode arch=compute_80,code=sm_80
 
 LIBCOMMON = $(BUILD)/libcommon.a
 LIBMODEL  = $(BUILD)/libmodel.a
-LIBDILOCO = $(BUILD)/libdiloco.a
+LIBDILOCO = $(BUILD)/worker/libdiloco-objs.a
 LIBTRAINERS = $(BUILD)/libtrainers.a
 
 .PHONY: all deps test demo bench clean cuda-check
-all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker
+all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker lib
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -166,5 +168,69 @@ demo: deps
 
 clean:
 	rm -rf $(BUILD) $(BIN)
+
+# ---- libdiloco for other programs: build/libdiloco.so and .a, libdiloco.pc, make install -----------
+#
+# The library is worker/diloco/ plus the parts of common/ it uses, partially linked into one object
+# (build/libdiloco.o) whose only global symbols are the diloco_* functions of worker/diloco.h (marked
+# DILOCO_API there): everything else is compiled -fvisibility=hidden and made local, so names
+# such as log_init, now_ms or conn_get never meet a host program's own. The same objects, PIC, go into
+# bin/worker through $(LIBDILOCO) and $(LIBCOMMON) as before (hidden visibility changes nothing in a
+# static link). tests/it_lib_symbols.sh checks the exported names, tests/it_lib_installed.sh the install.
+#
+#   make lib                               build/libdiloco.so (soname libdiloco.so.ABI) and build/libdiloco.a
+#   make install PREFIX=/usr/local         include/diloco.h, lib/libdiloco.{so*,a}, lib/pkgconfig/libdiloco.pc
+#   make uninstall PREFIX=/usr/local       (both honour DESTDIR)
+PREFIX ?= /usr/local
+LIBDIR  = $(PREFIX)/lib
+INCDIR  = $(PREFIX)/include
+DILOCO_VERSION := $(shell sed -n 's/^\#define DILOCO_VERSION_STRING "\(.*\)"/\1/p' worker/diloco.h)
+DILOCO_ABI     := $(shell sed -n 's/^\#define DILOCO_ABI_VERSION \([0-9]*\).*/\1/p' worker/diloco.h)
+DILOCO_SONAME   = libdiloco.so.$(DILOCO_ABI)
+# what the library's objects call (dropped by --as-needed when unused)
+DILOCO_LIBS     = -lhiredis -lmsgpackc -lxxhash -lcrypto -lm -pthread
+LIBDILOCO_OBJ   = $(BUILD)/libdiloco.o
+LIBDILOCO_SO    = $(BUILD)/libdiloco.so
+LIBDILOCO_A     = $(BUILD)/libdiloco.a
+
+LIB_CFLAGS = -fPIC -fvisibility=hidden
+$(BUILD)/common/%.o $(BUILD)/worker/diloco/%.o: CFLAGS += $(LIB_CFLAGS)
+# objects built before with other flags (a build dir from before these lines) are rebuilt: a stamp
+# that changes only when LIB_CFLAGS does
+$(BUILD)/lib-cflags.stamp: FORCE
+	@mkdir -p $(BUILD); echo '$(LIB_CFLAGS)' | cmp -s - $@ || echo '$(LIB_CFLAGS)' > $@
+$(COMMON_SRC:%.c=$(BUILD)/%.o) $(DILOCO_OBJ): $(BUILD)/lib-cflags.stamp
+.PHONY: FORCE
+
+.PHONY: lib install uninstall
+lib: $(LIBDILOCO_SO) $(LIBDILOCO_A)
+
+# ld -r takes from libcommon.a only the members the library's objects need; objcopy then makes every
+# symbol but diloco_* local (hidden ones, and the target_clones dispatchers of common/outer.c, which
+# GCC makes global whatever the visibility)
+$(LIBDILOCO_OBJ): $(DILOCO_OBJ) $(LIBCOMMON)
+	$(CC) -r -nostdlib -o $@.tmp $(DILOCO_OBJ) $(LIBCOMMON)
+	objcopy --localize-hidden --wildcard --keep-global-symbol='diloco_*' $@.tmp $@
+	@rm -f $@.tmp
+$(LIBDILOCO_SO): $(LIBDILOCO_OBJ)
+	$(CC) -shared -o $@ -Wl,-soname,$(DILOCO_SONAME) -Wl,-z,defs -Wl,--as-needed $< $(DILOCO_LIBS)
+$(LIBDILOCO_A): $(LIBDILOCO_OBJ)
+	@rm -f $@; ar rcs $@ $<
+
+install: lib
+	install -d $(DESTDIR)$(INCDIR) $(DESTDIR)$(LIBDIR)/pkgconfig
+	install -m 644 worker/diloco.h $(DESTDIR)$(INCDIR)/diloco.h
+	install -m 755 $(LIBDILOCO_SO) $(DESTDIR)$(LIBDIR)/libdiloco.so.$(DILOCO_VERSION)
+	ln -sf libdiloco.so.$(DILOCO_VERSION) $(DESTDIR)$(LIBDIR)/$(DILOCO_SONAME)
+	ln -sf $(DILOCO_SONAME) $(DESTDIR)$(LIBDIR)/libdiloco.so
+	install -m 644 $(LIBDILOCO_A) $(DESTDIR)$(LIBDIR)/libdiloco.a
+	sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@LIBDIR@|$(LIBDIR)|' -e 's|@INCDIR@|$(INCDIR)|' \
+	    -e 's|@VERSION@|$(DILOCO_VERSION)|' -e 's|@LIBS@|$(DILOCO_LIBS)|' worker/libdiloco.pc.in \
+	    > $(DESTDIR)$(LIBDIR)/pkgconfig/libdiloco.pc
+
+uninstall:
+	rm -f $(DESTDIR)$(INCDIR)/diloco.h $(DESTDIR)$(LIBDIR)/libdiloco.so.$(DILOCO_VERSION) \
+	      $(DESTDIR)$(LIBDIR)/$(DILOCO_SONAME) $(DESTDIR)$(LIBDIR)/libdiloco.so $(DESTDIR)$(LIBDIR)/libdiloco.a \
+	      $(DESTDIR)$(LIBDIR)/pkgconfig/libdiloco.pc
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)

@@ -13,6 +13,8 @@
 #      right after it; SIGPIPE keeps its default action (death) while the test kills the program's Redis
 #      connections mid-run; each session's log_callback gets that session's messages and nothing of the
 #      library reaches the program's stderr.
+#   5. diloco_request_stop from another thread ends a sync waiting at a barrier nobody else will reach
+#      (the wait would last the 120 s sync timeout) within seconds, with an error saying so.
 . "$(dirname "$0")/lib.sh"
 MAKE=${MAKE:-make}
 command -v pkg-config > /dev/null || fail "pkg-config is missing (make deps)"
@@ -236,3 +238,63 @@ for w in w2 w3; do
 done
 [ -s "$TMP/quad2.log" ] && fail "the library wrote to quad2's stderr despite the log callbacks: $(head -n 5 "$TMP/quad2.log")"
 say "each session's messages went to its own log callback ($(cat "$TMP/w2.cblog" "$TMP/w3.cblog" | wc -l) lines), none to stderr"
+
+# ---- 5. diloco_request_stop
+cat > "$TMP/stopper.c" <<'EOF'
+/* stopper URL RUN NUMEL: joins, asks for a sync at once (the run expects a second worker that never
+ * comes) and has another thread call diloco_request_stop after 300 ms; prints how the sync ended. */
+#define _POSIX_C_SOURCE 200809L
+#include <diloco.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <time.h>
+
+static void *stop_later(void *d) {
+    struct timespec t = {0, 300 * 1000 * 1000};
+    nanosleep(&t, NULL);
+    diloco_request_stop(d);
+    return NULL;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) return 2;
+    size_t numel = strtoull(argv[3], NULL, 10);
+    float *x = calloc(numel, sizeof *x);
+    char err[512];
+    diloco_options o;
+    diloco_options_default(&o);
+    o.redis_url = argv[1];
+    o.run = argv[2];
+    o.sync_every = 1;
+    diloco *d;
+    if (!x || diloco_open(&o, x, numel, &d, err, sizeof err) < 0) {
+        fprintf(stderr, "diloco_open: %s\n", err);
+        return 1;
+    }
+    pthread_t t;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    pthread_create(&t, NULL, stop_later, d);
+    int rc = diloco_after_step(d, err, sizeof err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    pthread_join(t, NULL);
+    printf("rc %d after %.1f s: %s\n", rc, (double)(t1.tv_sec - t0.tv_sec) + (double)(t1.tv_nsec - t0.tv_nsec) / 1e9,
+           rc < 0 ? err : "");
+    diloco_close(d);
+    return 0;
+}
+EOF
+cc -std=c11 -Wall -Wextra -Werror -pthread -o "$TMP/stopper" "$TMP/stopper.c" $CFLAGS_LIB $LIBS_LIB 2> "$TMP/cc-stopper.log" \
+  || fail "stopper does not build: $(head -n 20 "$TMP/cc-stopper.log")"
+RUN=stop
+init_run $RUN --trainer quadratic --numel 1000 --shards 2 --workers 2 --seed 1
+start_server stops --lease-ttl-ms 2000
+LD_LIBRARY_PATH="$P/lib" timeout 60 "$TMP/stopper" "$URL" $RUN 1000 > "$TMP/stopper.out" 2> "$TMP/stopper.log" \
+  || fail "stopper exited with $?: $(tail -n 5 "$TMP/stopper.log")"
+out=$(cat "$TMP/stopper.out")
+case "$out" in
+  "rc -1 after "[0-4].*"stop"*) ;;
+  *) fail "diloco_request_stop did not end the waiting sync within 5 s: $out" ;;
+esac
+say "diloco_request_stop from another thread: $out"

@@ -214,7 +214,7 @@ DILOCO_API int diloco_force_sync(diloco *d, char *err, size_t errlen);
 DILOCO_API void diloco_report(diloco *d, double loss, uint64_t tokens);
 
 /* Give up waits and retries at once, as *o.stop becoming non-zero does: from any thread, or from a
- * signal handler (it only stores a flag). The diloco_* call in progress then returns -1. */
+ * signal handler (it only stores a flag). A sync waiting then returns -1, err saying it stopped. */
 DILOCO_API void diloco_request_stop(diloco *d);
 
 /* Facts about the session. */

@@ -133,8 +133,10 @@ int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *er
             return -1;
         }
         if (now_ms() > deadline) {
+            char last[256];
+            snprintf(last, sizeof last, "%s", err && err[0] ? err : "no answer"); /* err is written below */
             err_set(err, errlen, "could not fetch the global parameters within %d ms (last: %s)",
-                    d->o.sync_timeout_ms, err && err[0] ? err : "no answer");
+                    d->o.sync_timeout_ms, last);
             return -1;
         }
         sleep_ms(50);

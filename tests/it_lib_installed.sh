@@ -14,7 +14,8 @@
 #      connections mid-run; each session's log_callback gets that session's messages and nothing of the
 #      library reaches the program's stderr.
 #   5. diloco_request_stop from another thread ends a sync waiting at a barrier nobody else will reach
-#      (the wait would last the 120 s sync timeout) within seconds, with an error saying so.
+#      (the wait would last the 120 s sync timeout) within seconds, with an error saying so; a worker id
+#      longer than a session keeps is refused by diloco_open with a message that says so.
 . "$(dirname "$0")/lib.sh"
 MAKE=${MAKE:-make}
 command -v pkg-config > /dev/null || fail "pkg-config is missing (make deps)"
@@ -241,8 +242,9 @@ say "each session's messages went to its own log callback ($(cat "$TMP/w2.cblog"
 
 # ---- 5. diloco_request_stop
 cat > "$TMP/stopper.c" <<'EOF'
-/* stopper URL RUN NUMEL: joins, asks for a sync at once (the run expects a second worker that never
- * comes) and has another thread call diloco_request_stop after 300 ms; prints how the sync ended. */
+/* stopper URL RUN NUMEL [WORKER_ID]: joins, asks for a sync at once (the run expects a second worker
+ * that never comes) and has another thread call diloco_request_stop after 300 ms; prints how the sync
+ * ended (or why diloco_open refused). */
 #define _POSIX_C_SOURCE 200809L
 #include <diloco.h>
 #include <pthread.h>
@@ -258,7 +260,7 @@ static void *stop_later(void *d) {
 }
 
 int main(int argc, char **argv) {
-    if (argc != 4) return 2;
+    if (argc != 4 && argc != 5) return 2;
     size_t numel = strtoull(argv[3], NULL, 10);
     float *x = calloc(numel, sizeof *x);
     char err[512];
@@ -267,9 +269,10 @@ int main(int argc, char **argv) {
     o.redis_url = argv[1];
     o.run = argv[2];
     o.sync_every = 1;
+    o.worker_id = argc == 5 ? argv[4] : NULL;
     diloco *d;
     if (!x || diloco_open(&o, x, numel, &d, err, sizeof err) < 0) {
-        fprintf(stderr, "diloco_open: %s\n", err);
+        printf("diloco_open: %s\n", err);
         return 1;
     }
     pthread_t t;
@@ -298,3 +301,9 @@ case "$out" in
   *) fail "diloco_request_stop did not end the waiting sync within 5 s: $out" ;;
 esac
 say "diloco_request_stop from another thread: $out"
+long=$(printf 'w%.0s' $(seq 70))
+LD_LIBRARY_PATH="$P/lib" "$TMP/stopper" "$URL" $RUN 1000 "$long" > "$TMP/stopper-long.out" 2>&1 \
+  && fail "diloco_open took a 70-character worker id: $(cat "$TMP/stopper-long.out")"
+grep -q "^diloco_open: worker id 'wwww.*' is 70 characters long: at most 63$" "$TMP/stopper-long.out" \
+  || fail "a too long worker id: $(cat "$TMP/stopper-long.out")"
+say "$(cat "$TMP/stopper-long.out")"

@@ -89,7 +89,7 @@ extern "C" {
 #endif
 
 /* This header's version. The soname is libdiloco.so.DILOCO_ABI_VERSION; the ABI version changes with
- * any change to a struct below or to a function's signature. */
+ * any change to a struct below or to a function's signature (0: not yet stable, it may change without). */
 #define DILOCO_VERSION_STRING "0.1.0"
 #define DILOCO_ABI_VERSION 0
 

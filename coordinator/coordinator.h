@@ -31,6 +31,9 @@ int coord_common_flag(coord_common *c, int argc, char **argv, int *i);
 /* Pick the URL (redis_url_pick: --redis, --redis-file or $DL_REDIS_URL), check --run was given, parse
  * the URL and connect (a few retries). NULL + message on stderr. */
 rconn *coord_connect(coord_common *c);
+/* FUNCTION LOAD REPLACE of lua/diloco.lua on every master (init.c). */
+int coord_load_library(rconn *rc, char *err, size_t errlen);
+int cmd_repair(int argc, char **argv); /* repair.c */
 /* The status document (dl_status) parsed; NULL + message on stderr. */
 struct json_t *coord_fetch_status(rconn *rc, const char *run);
 #endif

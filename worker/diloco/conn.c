@@ -116,6 +116,10 @@ static int reply_outcome(diloco *d, const blob_header *h, char *err, size_t errl
         err_set(err, errlen, "shard-server: %s %s", h->code, h->text);
         if (strcmp(h->code, "STALE") == 0) return DL_STALE;
         if (strcmp(h->code, "UNKNOWN_WORKER") == 0) return DL_EVICTED;
+        if (strcmp(h->code, "CORRUPT") == 0) { /* the message names the shard and key: it is what we say */
+            err_set(err, errlen, "%s", h->text);
+            return DL_CORRUPT;
+        }
         if (strcmp(h->code, "NOTREADY") == 0 || strcmp(h->code, "REDIS") == 0 || strcmp(h->code, "BUSY") == 0)
             return DL_RETRY;
         return DL_FAIL;

@@ -576,9 +576,8 @@ static int restore(rconn *c, repair *rp, const checkpoint *ck, const char *sourc
         return 1;
     }
     delete_old(c, rp);
-    printf("repaired run '%s': every shard now holds the %s as version %" PRId64 " (open round %" PRId64 "); "
-           "leases revoked; 'repair' event in dl:{%s}:events\n", rp->run,
-           ck ? "checkpoint's parameters" : "parameters of the rollback version", rp->version, rp->version, rp->run);
+    printf("repaired run '%s': every shard now holds the parameters of %s as version %" PRId64 " (the open round of "
+           "every fragment); leases revoked; 'repair' event in dl:{%s}:events\n", rp->run, source, rp->version, rp->run);
     if (wait_s > 0) {
         int missing = wait_leased(c, rp, wait_s);
         if (missing) printf("%d shard(s) have no shard-server yet after %d s: are shard-servers running?\n", missing, wait_s);

@@ -863,7 +863,7 @@ local function dl_repair(keys, args)
     end
     redis.call('HINCRBY', state, 'repairs', 1)
     event(P, 'repair', {'how', how, 'source', source, 'version', V, 'from_round', from,
-                        'corrupt', table.concat(corrupt, ',')})
+                        'corrupt_shards', table.concat(corrupt, ',')})
     return V
 end
 

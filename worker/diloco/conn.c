@@ -224,9 +224,9 @@ int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int 
             rcs[i] = DL_OK;
             __atomic_add_fetch(&d->last.bytes_up, bytes[i], __ATOMIC_RELAXED);
         } else {
-            char why[256];
+            char why[256] = "";
             rcs[i] = reply_outcome(d, &h, why, sizeof why);
-            if (worst == DL_OK) err_set(err, errlen, "%s", why);
+            if (worst == DL_OK || rcs[i] == DL_CORRUPT) err_set(err, errlen, "%s", why); /* corrupt: an operator's job */
             worst = DL_RETRY;
         }
     }
@@ -364,12 +364,12 @@ int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version,
             broken = 1;
             break;
         }
-        char why[256];
+        char why[256] = "";
         if (strcmp(h.op, "params") == 0)
             rcs[i] = take_params(d, shards[i], &h, payload, plen, min_version, &got[i], why, sizeof why);
         else
             rcs[i] = reply_outcome(d, &h, why, sizeof why);
-        if (rcs[i] != DL_OK && worst == DL_OK) {
+        if (rcs[i] != DL_OK && (worst == DL_OK || rcs[i] == DL_CORRUPT)) { /* corrupt: an operator's job */
             err_set(err, errlen, "%s", why);
             worst = DL_RETRY;
         }

@@ -80,6 +80,13 @@ static void *group_main(void *p) {
             }
         }
     }
+    /* a corrupt shard stops the group: nothing completes before coordinator repair, and its message
+     * (which the pipelined try kept) is the one to report */
+    for (int i = 0; i < g->nshards; i++)
+        if (rcs[i] == DL_CORRUPT) {
+            g->rc = DL_CORRUPT;
+            return NULL;
+        }
     /* then each shard's job (with its retries, or once: after a pass, only where our Δ is asked for);
      * a blocking job stops the group at the first failure, a pass goes over every shard */
     for (int i = 0; i < g->nshards; i++) {
@@ -87,7 +94,7 @@ static void *group_main(void *p) {
         int run_job = rc == NOT_TRIED || rc == DL_NEED || (rc == DL_RETRY && !once);
         if (run_job) rc = g->fn(g->d, g->shards[i], g->arg, g->err, sizeof g->err);
         if (outcome_rank(rc) > outcome_rank(g->rc)) g->rc = rc;
-        if (!once && g->rc != DL_OK) break;
+        if ((!once && g->rc != DL_OK) || rc == DL_CORRUPT) break;
     }
     return NULL;
 }

@@ -44,6 +44,7 @@ typedef struct ss_load {
     int nlogs;
     int next_blob;      /* index in keys of the next reply (replies arrive in GET order) */
     char (*keys)[KEY_MAX]; /* the blobs in GET order: the snapshot, then each log entry */
+    int64_t *vers;      /* the version each of them names */
     int nkeys;
     int corrupt;        /* the failure is in the durable state, not in reaching it: no retry helps */
     char bad_key[256];
@@ -196,6 +197,7 @@ void shard_expire_parked(ss_ctx *ss, uint64_t max_age_ms)
 static void load_free(ss_load *ld)
 {
     free(ld->keys);
+    free(ld->vers);
     free(ld->theta);
     free(ld->mom);
     free(ld->dnbuf);
@@ -328,8 +330,8 @@ static replay_state load_state(ss_load *ld, int64_t version)
 
 /* The snapshot, then each log entry (the step that turned version v-1 into v), in the order the GETs
  * were issued on the bulk connection: the first reply is always the snapshot. (On a Redis Cluster, a
- * reply redirected by a slot migration comes after the ones that were not: replayed out of order, the
- * result fails the op or digest check and the load is retried.) */
+ * reply redirected by a slot migration comes after the ones that were not: a blob whose op or version
+ * is not the one expected next is taken for that, not for corruption, and the load is retried.) */
 static void load_on_blob(redisReply *r, void *priv)
 {
     ss_load *ld = priv;
@@ -345,6 +347,12 @@ static void load_on_blob(redisReply *r, void *priv)
     const char *key = idx < ld->nkeys ? ld->keys[idx] : "";
     if (load_decode(ld, r, key, is_snap ? "snapshot" : "log", &h, &payload, &plen) != 0)
         goto done;
+    if (strcmp(h.op, is_snap ? "snap" : "log") != 0 || (h.version >= 0 && idx < ld->nkeys && h.version != ld->vers[idx])) {
+        snprintf(err, sizeof err, "reply %d is %s of version %lld, not %s (out of order: a Redis Cluster redirect?)",
+                 idx, h.op, (long long)h.version, key);
+        load_fail(ld, "%s", err);
+        goto done;
+    }
     replay_state st = load_state(ld, is_snap ? h.version : h.version - 1);
     size_t n = ld->ss->shards[ld->k].n;
     int rc = is_snap ? replay_state_snapshot(&st, &h, payload, plen, n, err, sizeof err)
@@ -415,13 +423,15 @@ static void load_on_meta(redisReply *r, void *priv)
     int nrefs = logs ? split_refs(logs, refs, 4096) : 0;
     char field[256];
     ld->keys = calloc((size_t)nrefs + 1, sizeof *ld->keys);
-    if (ld->keys == NULL) {
+    ld->vers = calloc((size_t)nrefs + 1, sizeof *ld->vers);
+    if (ld->keys == NULL || ld->vers == NULL) {
         free(logs);
         load_fail(ld, "%s", "out of memory");
         load_finish(ld);
         return;
     }
     ld->nkeys = 1;
+    ld->vers[0] = strtoll(r->element[1]->str, NULL, 10);
     if (key_shard_ref(ld->keys[0], sizeof ld->keys[0], ss->opts.run, s->k, "snap", r->element[1]->str) != 0) {
         free(logs);
         load_corrupt(ld, shards_field(ss, s->k, "snap", field, sizeof field), "malformed snapshot ref");
@@ -442,7 +452,7 @@ static void load_on_meta(redisReply *r, void *priv)
             load_corrupt(ld, shards_field(ss, s->k, "log", field, sizeof field), "malformed log ref");
             break;
         }
-        ld->nkeys++;
+        ld->vers[ld->nkeys++] = strtoll(refs[i], NULL, 10);
         ld->outstanding++;
         if (store_get(ss, logkey, load_on_blob, ld) != 0) {
             ld->outstanding--;

@@ -17,7 +17,11 @@
 #     rollback version (their sync log);
 #  4. shard 2's snapshot corrupted: reported the same way; repair without a checkpoint refuses with a
 #     message that says to use one; `repair --from-checkpoint` restores the checkpoint of step 1 (shard
-#     digests equal), deletes the old blobs, and two workers train from it to one digest.
+#     digests equal), deletes the old blobs, and two workers train from it to one digest;
+#  5. a mark that no longer holds (the state verifies) is cleared and its lease revoked;
+#  6. Streaming DiLoCo: the repair moves every fragment's open round to the one new version and workers
+#     train on from it to one digest;
+#  7. an async run is refused with a message that says what to do instead.
 . "$(dirname "$0")/lib.sh"
 RUN=cr; H=5
 start_redis
@@ -144,4 +148,37 @@ for k in $OLD; do [ "$($RCLI EXISTS "$k")" = 0 ] || fail "old blob $k was not de
 for w in w1 w2; do mv "$TMP/$w.jsonl" "$TMP/$w-2.jsonl"; mv "$TMP/worker-$w.log" "$TMP/worker-$w-2.log"; done
 run_workers $((2 * H))
 join_workers
+
+say "5. a mark that no longer holds (the blob was restored by hand): repair clears it"
+e0=$($RCLI HGET "$SH" 0:epoch)
+$RCLI HSET "$SH" 0:corrupt "dl:{$RUN:0}:log:1:1" 0:corrupt_reason "restored by hand" > /dev/null
+repair > "$TMP/repair5.txt" 2>&1 || fail "repair: $(cat "$TMP/repair5.txt")"
+grep -q "cleared 1 corrupt mark" "$TMP/repair5.txt" || fail "repair says: $(cat "$TMP/repair5.txt")"
+[ -z "$($RCLI HGET "$SH" 0:corrupt)" ] && [ "$($RCLI HGET "$SH" 0:epoch)" -gt "$e0" ] || fail "mark kept or lease not revoked"
+$RCLI XRANGE "dl:{$RUN}:events" - + | grep -A 4 '^repair$' | grep -qx verified || fail "no repair event"
+
+say "6. Streaming DiLoCo (2 fragments): every fragment goes to the new version"
+RUN=crs; SH="dl:{$RUN}:shards"
+init_run $RUN --trainer quadratic --numel 20000 --shards 4 --fragments 2 --workers 2 --snapshot-every 100
+start_server t1 $TTL
+for w in w1 w2; do mv "$TMP/$w.jsonl" "$TMP/$w-3.jsonl"; mv "$TMP/worker-$w.log" "$TMP/worker-$w-3.log"; done
+run_workers $((4 * H))
+join_workers
+BAD=$(last_ref 3 log)
+corrupt_blob "$BAD"
+repair > "$TMP/repair6.txt" 2>&1 || fail "repair: $(cat "$TMP/repair6.txt")"
+V=$($RCLI HGET "$SH" 0:version)
+[ "$(shard_versions $RUN)" = "$V $V $V $V" ] && [ "$($RCLI HGET "dl:{$RUN}:state" round:0)" = "$V" ] &&
+  [ "$($RCLI HGET "dl:{$RUN}:state" round:1)" = "$V" ] || fail "Streaming run not at one version $V"
+for w in w1 w2; do mv "$TMP/$w.jsonl" "$TMP/$w-4.jsonl"; mv "$TMP/worker-$w.log" "$TMP/worker-$w-4.log"; done
+run_workers $((2 * H))
+join_workers
+
+say "7. an async run: refused with what to do instead"
+RUN=cra
+init_run $RUN --trainer quadratic --numel 20000 --shards 2 --async
+corrupt_blob "dl:{$RUN:0}:snap:0:0"
+repair > "$TMP/repair7.txt" 2>&1 && fail "repair of an async run succeeded"
+grep -q "is async.*coordinator init --run NEW --from-checkpoint FILE" "$TMP/repair7.txt" ||
+  fail "repair of an async run says: $(cat "$TMP/repair7.txt")"
 say "OK"

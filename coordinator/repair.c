@@ -119,72 +119,70 @@ static int ref_version(const char *ref, int64_t *v) {
     return 0;
 }
 
-#define SHARD_FIELDS 6
-
-/* Every shard's entry of dl:{R}:shards in one HMGET (one instant), and the open rounds. */
-static int read_shards(rconn *c, repair *rp, char *err, size_t errlen) {
-    int S = rp->rc.nshards, nf = SHARD_FIELDS * S;
-    static const char *names[SHARD_FIELDS] = {"version", "snap", "log", "digest", "corrupt", "corrupt_reason"};
-    const char **argv = calloc((size_t)nf + 2, sizeof *argv);
-    char (*fields)[40] = calloc((size_t)nf, sizeof *fields);
-    char key[KEY_MAX];
-    int ret = -1;
-    redisReply *r = NULL;
-    if (!argv || !fields) {
-        err_set(err, errlen, "out of memory");
-        goto done;
-    }
-    argv[0] = "HMGET";
-    argv[1] = key_run(key, sizeof key, rp->run, "shards");
-    for (int i = 0; i < nf; i++) {
-        snprintf(fields[i], sizeof fields[i], "%d:%s", i / SHARD_FIELDS, names[i % SHARD_FIELDS]);
-        argv[2 + i] = fields[i];
-    }
-    r = rconn_command_argv(c, nf + 2, argv, NULL);
-    if (rconn_reply_error(c, r, err, errlen) < 0) goto done;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)nf) {
-        err_set(err, errlen, "unexpected reply to HMGET %s", key);
-        goto done;
-    }
-    rp->max_version = 0;
-    for (int k = 0; k < S; k++) {
-        redisReply **e = r->element + SHARD_FIELDS * k;
-        shard_state *s = &rp->sh[k];
-        long long v;
-        if (e[0]->type != REDIS_REPLY_STRING || parse_int(e[0]->str, 0, INT64_MAX, &v) < 0 ||
-            e[1]->type != REDIS_REPLY_STRING || e[3]->type != REDIS_REPLY_STRING) {
-            err_set(err, errlen, "shard %d: its entry in %s is incomplete (was the run initialised?)", k, key);
-            goto done;
-        }
-        s->version = v;
-        snprintf(s->snap, sizeof s->snap, "%s", e[1]->str);
+/* One field "k:name" of dl:{R}:shards into shard k's state; 1 if it is one of ours. */
+static int take_field(repair *rp, const char *field, const char *value) {
+    char *end;
+    long k = strtol(field, &end, 10);
+    if (end == field || *end != ':' || k < 0 || k >= rp->rc.nshards) return 0;
+    shard_state *s = &rp->sh[k];
+    const char *name = end + 1;
+    if (!strcmp(name, "version")) s->version = strtoll(value, NULL, 10);
+    else if (!strcmp(name, "snap")) snprintf(s->snap, sizeof s->snap, "%s", value);
+    else if (!strcmp(name, "digest")) snprintf(s->digest, sizeof s->digest, "%s", value);
+    else if (!strcmp(name, "corrupt")) snprintf(s->mark, sizeof s->mark, "%s", value);
+    else if (!strcmp(name, "corrupt_reason")) snprintf(s->mark_reason, sizeof s->mark_reason, "%s", value);
+    else if (!strcmp(name, "log")) {
         free(s->log);
-        s->log = strdup(reply_str(e[2]));
-        snprintf(s->digest, sizeof s->digest, "%s", e[3]->str);
-        snprintf(s->mark, sizeof s->mark, "%s", reply_str(e[4]));
-        snprintf(s->mark_reason, sizeof s->mark_reason, "%s", reply_str(e[5]));
-        if (!s->log) {
+        s->log = strdup(value);
+    } else return 0;
+    return 1;
+}
+
+/* The whole of dl:{R}:shards in one HGETALL (one instant), and the highest open round. */
+static int read_shards(rconn *c, repair *rp, char *err, size_t errlen) {
+    char key[KEY_MAX];
+    for (int k = 0; k < rp->rc.nshards; k++) {
+        shard_state *s = &rp->sh[k];
+        free(s->log);
+        memset(s, 0, sizeof *s);
+        s->version = -1;
+    }
+    redisReply *r = rconn_command(c, "HGETALL %s", key_run(key, sizeof key, rp->run, "shards"));
+    if (rconn_reply_error(c, r, err, errlen) < 0 || r->type != REDIS_REPLY_ARRAY) {
+        if (r && r->type != REDIS_REPLY_ERROR) err_set(err, errlen, "unexpected reply to HGETALL %s", key);
+        if (r) freeReplyObject(r);
+        return -1;
+    }
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        take_field(rp, reply_str(r->element[i]), reply_str(r->element[i + 1]));
+    freeReplyObject(r);
+    rp->max_version = 0;
+    for (int k = 0; k < rp->rc.nshards; k++) {
+        shard_state *s = &rp->sh[k];
+        if (s->version < 0 || !s->snap[0] || !s->digest[0]) {
+            err_set(err, errlen, "shard %d: its entry in %s is incomplete (was the run initialised?)", k, key);
+            return -1;
+        }
+        if (!s->log && !(s->log = strdup(""))) {
             err_set(err, errlen, "out of memory");
-            goto done;
+            return -1;
         }
         if (ref_version(s->snap, &s->snapv) < 0) s->snapv = -1; /* verification reports it */
         if (s->version > rp->max_version) rp->max_version = s->version;
     }
-    freeReplyObject(r);
     r = rconn_command(c, "HGETALL %s", key_run(key, sizeof key, rp->run, "state"));
-    if (rconn_reply_error(c, r, err, errlen) < 0 || r->type != REDIS_REPLY_ARRAY) goto done;
+    if (rconn_reply_error(c, r, err, errlen) < 0 || r->type != REDIS_REPLY_ARRAY) {
+        if (r) freeReplyObject(r);
+        return -1;
+    }
     rp->max_round = 0;
     for (size_t i = 0; i + 1 < r->elements; i += 2)
         if (!strncmp(reply_str(r->element[i]), "round:", 6)) {
             long long x = strtoll(reply_str(r->element[i + 1]), NULL, 10);
             if (x > rp->max_round) rp->max_round = x;
         }
-    ret = 0;
-done:
-    if (r) freeReplyObject(r);
-    free(argv);
-    free(fields);
-    return ret;
+    freeReplyObject(r);
+    return 0;
 }
 
 /* The refs of s->log whose version is <= upto (a comma list; "" when none). */

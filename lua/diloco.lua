@@ -830,7 +830,8 @@ local function dl_repair(keys, args)
         local cur = redis.call('HMGET', shards, k .. ':version', k .. ':snap', k .. ':log', k .. ':corrupt')
         if cur[1] ~= args[a + 1] or cur[2] ~= args[a + 2] or (cur[3] or '') ~= args[a + 3] then
             error('VERSION shard ' .. k .. ' changed while it was being verified (version ' .. tostring(cur[1]) ..
-                  ', expected ' .. args[a + 1] .. '); run coordinator repair again')
+                  ', expected ' .. args[a + 1] .. '); run coordinator repair again (a run that keeps committing ' ..
+                  'is served from memory: stop its workers first, or let the next snapshot replace the bad entry)')
         end
         if tonumber(cur[1]) >= V then error('BADARG version ' .. V .. ' is not above shard ' .. k .. "'s " .. cur[1]) end
         if cur[4] then corrupt[#corrupt + 1] = k end

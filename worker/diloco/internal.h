@@ -128,7 +128,7 @@ struct diloco {
     int dev_failed;              /* a load in dl_adopt_base failed: dl_params_changed reports dev_err */
     char dev_err[256];
 
-    uint64_t corrupt_told_ms;    /* repair.c: when we last said a shard is corrupt (said once a minute) */
+    uint64_t corrupt_told_ms;    /* repair.c, under hb_mu: when we last said a shard is corrupt (once a minute) */
 };
 
 /* session.c */

@@ -7,7 +7,6 @@
  * meanwhile) and looks at the marks every REPAIR_POLL_MS. The repair installs the parameters as a new
  * version above every version anyone holds, so the caller then simply fetches again. */
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
 #include "internal.h"
@@ -19,31 +18,20 @@
 #define REPAIR_POLL_MS 2000
 #define REPAIR_TELL_MS 60000
 
-/* Shards still marked corrupt in dl:{R}:shards; -1 if Redis could not say. */
+/* Shards still marked corrupt in dl:{R}:shards (fields "k:corrupt"); -1 if Redis could not say. */
 static int count_marked(diloco *d) {
-    int S = d->rc.nshards;
-    const char **argv = calloc((size_t)S + 2, sizeof *argv);
-    char (*fields)[32] = calloc((size_t)S, sizeof *fields);
     char key[KEY_MAX];
+    redisReply *r = dl_command(d, "HKEYS %s", key_run(key, sizeof key, d->o.run, "shards"));
     int marked = -1;
-    if (argv && fields) {
-        argv[0] = "HMGET";
-        argv[1] = key_run(key, sizeof key, d->o.run, "shards");
-        for (int k = 0; k < S; k++) {
-            snprintf(fields[k], sizeof fields[k], "%d:corrupt", k);
-            argv[2 + k] = fields[k];
+    if (r && r->type == REDIS_REPLY_ARRAY) {
+        marked = 0;
+        for (size_t i = 0; i < r->elements; i++) {
+            const char *f = r->element[i]->type == REDIS_REPLY_STRING ? r->element[i]->str : "";
+            const char *colon = strchr(f, ':');
+            marked += colon && !strcmp(colon + 1, "corrupt");
         }
-        pthread_mutex_lock(&d->ctl_mu);
-        redisReply *r = d->ctl && !rconn_broken(d->ctl) ? rconn_command_argv(d->ctl, S + 2, argv, NULL) : NULL;
-        pthread_mutex_unlock(&d->ctl_mu);
-        if (r && r->type == REDIS_REPLY_ARRAY && (int)r->elements == S) {
-            marked = 0;
-            for (int k = 0; k < S; k++) marked += r->element[k]->type == REDIS_REPLY_STRING;
-        }
-        if (r) freeReplyObject(r);
     }
-    free(argv);
-    free(fields);
+    if (r) freeReplyObject(r);
     return marked;
 }
 
@@ -52,10 +40,11 @@ int dl_wait_repaired(diloco *d, const char *why, char *err, size_t errlen) {
     snprintf(said, sizeof said, "%s", why); /* why may be err itself */
     for (;;) {
         uint64_t now = now_ms();
-        if (d->corrupt_told_ms == 0 || now - d->corrupt_told_ms >= REPAIR_TELL_MS) {
-            log_error("%s; waiting for it (checking every %d s)", said, REPAIR_POLL_MS / 1000);
-            d->corrupt_told_ms = now;
-        }
+        pthread_mutex_lock(&d->hb_mu); /* a Streaming fragment's thread may wait too */
+        int tell = d->corrupt_told_ms == 0 || now - d->corrupt_told_ms >= REPAIR_TELL_MS;
+        if (tell) d->corrupt_told_ms = now;
+        pthread_mutex_unlock(&d->hb_mu);
+        if (tell) log_error("%s; waiting for it (checking every %d s)", said, REPAIR_POLL_MS / 1000);
         /* the pause comes first: a server's mark may still be on its way to Redis, and a fetch right
          * after an unmarked look would only meet the same CORRUPT again */
         for (int slept = 0; slept < REPAIR_POLL_MS; slept += 100) {
@@ -69,7 +58,9 @@ int dl_wait_repaired(diloco *d, const char *why, char *err, size_t errlen) {
         if (count_marked(d) == 0) {
             log_info("no shard of the run is marked corrupt any more (coordinator repair); fetching the global "
                      "parameters again");
+            pthread_mutex_lock(&d->hb_mu);
             d->corrupt_told_ms = 0;
+            pthread_mutex_unlock(&d->hb_mu);
             char ignore[128];
             owners_refresh(d, ignore, sizeof ignore); /* the repair revoked every lease */
             return 0;

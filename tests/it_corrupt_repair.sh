@@ -97,6 +97,14 @@ grep -qx "diloco_shard_corrupt{run=\"$RUN\",shard=\"1\"} 1" "$TMP/metrics.txt" &
 curl -s "http://127.0.0.1:$HP/status" | python3 -c "
 import json, sys; d = json.load(sys.stdin); assert d['corrupt_shards'] == 1 and d['shards'][1]['corrupt'] == '$BAD', d" ||
   fail "/status does not show it"
+if [ -x /usr/bin/chromium ]; then # the dashboard as a browser renders it (no playwright needed)
+  timeout 60 /usr/bin/chromium --headless --no-sandbox --disable-gpu --virtual-time-budget=3000 --dump-dom \
+    "http://127.0.0.1:$HP/dashboard" > "$TMP/dom.html" 2> "$TMP/chromium.log" || fail "chromium --dump-dom"
+  grep -q 'class="shard corrupt" data-shard="1"' "$TMP/dom.html" && grep -q "<b>CORRUPT: shard 1</b>'s durable state" "$TMP/dom.html" ||
+    fail "the dashboard does not show shard 1 corrupt"
+else
+  say "no /usr/bin/chromium: dashboard not checked"
+fi
 sleep 4 # servers beat every 0.33 s, workers look every 2 s: nothing may be reported again
 [ "$(n_events corrupt)" = 1 ] || fail "$(n_events corrupt) corrupt events for one corrupt entry"
 [ "$(cat "$TMP"/server-s[34].log | grep -c 'load of version')" = 1 ] || fail "the load was retried"

@@ -89,7 +89,7 @@ import json, sys; d = json.load(sys.stdin); s = d['shards'][1]
 assert s['corrupt'] == '$BAD' and 'checksum' in s['corrupt_reason'], s
 assert all('corrupt' not in d['shards'][k] for k in (0, 2, 3)), d['shards']" || fail "status --json"
 HP=$(free_port)
-bin/coordinator serve --redis "$URL" --run $RUN --http "127.0.0.1:$HP" --print-every 0 > "$TMP/coord.log" 2>&1 &
+bin/coordinator serve --redis "$URL" --run $RUN --http "127.0.0.1:$HP" --print-every 1 > "$TMP/coord.log" 2>&1 &
 PIDS="$PIDS $!"
 wait_until 10 "curl -s -o $TMP/metrics.txt http://127.0.0.1:$HP/metrics" "coordinator serve"
 grep -qx "diloco_shard_corrupt{run=\"$RUN\",shard=\"1\"} 1" "$TMP/metrics.txt" &&
@@ -107,6 +107,7 @@ else
 fi
 sleep 4 # servers beat every 0.33 s, workers look every 2 s: nothing may be reported again
 [ "$(n_events corrupt)" = 1 ] || fail "$(n_events corrupt) corrupt events for one corrupt entry"
+grep -q "ERROR shard 1's durable state is corrupt (key $BAD: " "$TMP/coord.log" || fail "coordinator serve does not say it"
 [ "$(cat "$TMP"/server-s[34].log | grep -c 'load of version')" = 1 ] || fail "the load was retried"
 alive "$WRK_w1" && alive "$WRK_w2" || fail "a worker gave up"
 repair --dry-run > "$TMP/dry.txt" 2>&1 || fail "repair --dry-run: $(cat "$TMP/dry.txt")"

@@ -44,7 +44,8 @@ static int on_failure(diloco *d, const char *why, char *err, size_t errlen) {
 /* A shard's durable state is corrupt: wait for `coordinator repair`, then continue from the repaired
  * global parameters (a version above every one we hold), dropping the local progress of every fragment. */
 static int after_repair(diloco *d, int f, int64_t round, const char *why, uint64_t t0, char *err, size_t errlen) {
-    if (dl_wait_repaired(d, why, err, errlen) < 0) return -1;
+    if (dl_wait_repaired(d, why, err, errlen) < 0)
+        return dl_stopping(d) ? -1 : 0; /* shut down meanwhile: the trainer sees diloco_stop_requested */
     d->fail_streak = 0;
     d->refetch_all = 0;
     if (dl_fetch_all(d, err, errlen) < 0) return on_failure(d, err, err, errlen);

@@ -13,27 +13,31 @@ CC       ?= cc
 OPT      ?= -O2
 CSTD      = -std=c11 -D_GNU_SOURCE
 WARN      = -Wall -Wextra -Werror
-CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -pthread -MMD -MP -Icommon -Iworker -Ibuild/gen \
+CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -pthread -MMD -MP -Icommon -Imodel -Iworker -Ibuild/gen \
             -I/usr/include/x86_64-linux-gnu/openblas-pthread
 # The outer step, the averaging and everything on the pseudo-gradient path must be bit-reproducible:
-# no fused multiply-add contraction anywhere but in the trainer (which has its own flags below).
+# no fused multiply-add contraction anywhere but in the trainer (which has its own flags below); the
+# outer step's explicit fmaf calls (common/outer_fma.h) are exactly rounded, so they are no exception.
 DETERMINISTIC = -ffp-contract=off
 LDLIBS    = -lhiredis -levent -levent_pthreads -lmsgpackc -lxxhash -ljansson -lcrypto -lm -pthread
 BLASLIBS  = -lopenblas -fopenmp
 
 DEB_PKGS  = build-essential pkg-config libhiredis-dev redis-server redis-tools libevent-dev libmsgpack-dev \
             libopenblas-dev libxxhash-dev libjansson-dev libcmocka-dev libssl-dev bible-kjv bible-kjv-text \
-            python3-torch python3-numpy python3-yaml iproute2 procps chromium curl stunnel4 openssl gnuplot-nox
+            python3-torch python3-numpy python3-yaml iproute2 procps chromium curl stunnel4 openssl gnuplot-nox \
+            qemu-user
 
 BUILD = build
 BIN   = bin
 
 COMMON_SRC  = $(wildcard common/*.c)
 COMMON_OBJ  = $(COMMON_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_library.o
+MODEL_SRC   = $(wildcard model/*.c)
+MODEL_OBJ   = $(MODEL_SRC:%.c=$(BUILD)/%.o)
 DILOCO_SRC  = $(wildcard worker/diloco/*.c)
 DILOCO_OBJ  = $(DILOCO_SRC:%.c=$(BUILD)/%.o)
-GPT_SRC     = $(wildcard worker/gpt/*.c worker/trainers/*.c)
-GPT_OBJ     = $(GPT_SRC:%.c=$(BUILD)/%.o)
+TRAINERS_SRC = $(wildcard worker/gpt/*.c worker/trainers/*.c)
+TRAINERS_OBJ = $(TRAINERS_SRC:%.c=$(BUILD)/%.o)
 WORKER_SRC  = $(wildcard worker/*.c)
 WORKER_OBJ  = $(WORKER_SRC:%.c=$(BUILD)/%.o)
 SERVER_SRC  = $(wildcard shard-server/*.c)
@@ -67,8 +71,9 @@ NVCCFLAGS ?= -O3 -std=c++17 -Xcompiler -Wall -gencode arch=compute_80,code=sm_80
              -gencode arch=compute_90,code=compute_90
 
 LIBCOMMON = $(BUILD)/libcommon.a
+LIBMODEL  = $(BUILD)/libmodel.a
 LIBDILOCO = $(BUILD)/libdiloco.a
-LIBGPT    = $(BUILD)/libgpt.a
+LIBTRAINERS = $(BUILD)/libtrainers.a
 
 .PHONY: all deps test demo bench clean cuda-check
 all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker
@@ -95,11 +100,12 @@ $(BUILD)/gen/dashboard_html.c: coordinator/dashboard.html tools/embed.sh
 $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/common/%.o $(BUILD)/worker/diloco/%.o $(BUILD)/worker/trainers/%.o $(BUILD)/shard-server/%.o: CFLAGS += $(DETERMINISTIC)
+$(BUILD)/common/%.o $(BUILD)/model/%.o $(BUILD)/worker/diloco/%.o $(BUILD)/worker/trainers/%.o $(BUILD)/shard-server/%.o: CFLAGS += $(DETERMINISTIC)
 $(BUILD)/worker/gpt/%.o: OPT = -O3 -march=native
-# AVX2 builds (xxhash's AVX2 code path, the commit's kernel): only called when the CPU has AVX2
+# AVX2 builds (xxhash's AVX2 code path; the commit's kernel, with FMA): only called when the CPU has them
 ifeq ($(shell uname -m),x86_64)
-$(BUILD)/common/hash_avx2.o $(BUILD)/common/outer_avx2.o: CFLAGS += -mavx2
+$(BUILD)/common/hash_avx2.o: CFLAGS += -mavx2
+$(BUILD)/common/outer_avx2.o: CFLAGS += -mavx2 -mfma
 endif
 $(BUILD)/worker/gpt/%.o: CFLAGS += -fopenmp
 
@@ -109,34 +115,37 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/worker/cuda/%.o: worker/cuda/%.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -Icommon -Iworker -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) -Icommon -Imodel -Iworker -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 $(LIBCOMMON): $(COMMON_OBJ)
 	@rm -f $@; ar rcs $@ $^
+$(LIBMODEL): $(MODEL_OBJ)
+	@rm -f $@; ar rcs $@ $^
 $(LIBDILOCO): $(DILOCO_OBJ)
 	@rm -f $@; ar rcs $@ $^
-$(LIBGPT): $(GPT_OBJ) $(CUDA_OBJ)
+$(LIBTRAINERS): $(TRAINERS_OBJ) $(CUDA_OBJ)
 	@rm -f $@; ar rcs $@ $^
 
-$(BIN)/coordinator: $(COORD_OBJ) $(BUILD)/gen/dashboard_html.o $(LIBGPT) $(LIBCOMMON)
+# The coordinator knows models through model/ only: no trainer, so no BLAS, OpenMP or CUDA (it_link_deps)
+$(BIN)/coordinator: $(COORD_OBJ) $(BUILD)/gen/dashboard_html.o $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(BIN)
-	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
 $(BIN)/shard-server: $(SERVER_OBJ) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
-$(BIN)/worker: $(WORKER_OBJ) $(LIBDILOCO) $(LIBGPT) $(LIBCOMMON)
+$(BIN)/worker: $(WORKER_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
-$(BUILD)/tests/tools/%: tests/tools/%.c $(LIBDILOCO) $(LIBGPT) $(LIBCOMMON)
+$(BUILD)/tests/tools/%: tests/tools/%.c $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(LIBDILOCO) $(LIBGPT) $(LIBCOMMON)
+$(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $(filter-out %.h,$^) -lcmocka $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
-$(BIN)/bench-%: bench/%.c $(LIBDILOCO) $(LIBGPT) $(LIBCOMMON)
+$(BIN)/bench-%: bench/%.c $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	@mkdir -p $(BUILD)/bench
 	$(CC) $(CFLAGS) -O3 -march=native -fopenmp -MF $(BUILD)/bench/$*.d -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)

@@ -1,13 +1,15 @@
 /*
  * outer.c: the outer-optimizer kernels of outer.h. Each kernel is one element-wise formula (a static
  * inline *_one function) applied over restrict pointers; the expression is exactly the documented
- * scalar formula, so vectorised and scalar code give identical bits.
+ * scalar formula, each operation rounded once (add_alpha, outer_fma.h, where torch fuses a + alpha*b),
+ * so vectorised and scalar code give identical bits.
  *
  * Loops run in blocks of OUTER_LANES elements plus a scalar tail: at -O2, gcc 12 vectorises only
  * loops whose trip count is known (its "very cheap" cost model), and the fixed-size inner loop is one.
  */
 #include "hash.h"
 #include "outer_avx2.h"
+#include "outer_fma.h"
 #include "outer_step_one.h"
 #include "util.h"
 #include "outer.h"
@@ -17,15 +19,10 @@
 
 #define OUTER_LANES 16
 
-/* The hot kernels of the shard-server's commit and of the checks are compiled twice, for the x86-64
- * baseline and for AVX2, and the loader picks one (gcc function multiversioning). Every kernel is
- * element-wise with the same scalar formula and no contraction (-ffp-contract=off; AVX2 alone has no
- * FMA), so both give the same bits; test_outer_step compares them with scalar code either way. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define OUTER_HOT __attribute__((target_clones("avx2", "default")))
-#else
-#define OUTER_HOT
-#endif
+/* The hot kernels of the shard-server's commit and of the checks are OUTER_HOT (outer_fma.h): compiled
+ * for x86-64-v3 and for the baseline. Every kernel is element-wise with the same scalar formula, no
+ * contraction (-ffp-contract=off) and fmaf only where written, so both give the same bits;
+ * test_outer_step compares them with scalar code. */
 
 /* Finite checks scan in blocks: a branch-free OR over a block vectorises, and only a block that
  * contains a bad value is rescanned to find the first index. */
@@ -121,13 +118,13 @@ OUTER_HOT void outer_mean_finish(float *restrict acc, size_t n, uint32_t count)
         div_one(acc, c, i);
 }
 
-/* theta = theta - lr*d */
+/* theta = theta - lr*d (one rounding: torch's theta.add_(d, alpha=-lr)) */
 static inline void descend_one(float *restrict theta, const float *restrict d, float lr, size_t i)
 {
-    theta[i] = theta[i] - lr * d[i];
+    theta[i] = add_alpha(theta[i], d[i], -lr);
 }
 
-static void descend(float *restrict theta, const float *restrict d, size_t n, float lr)
+OUTER_INLINE void descend(float *restrict theta, const float *restrict d, size_t n, float lr)
 {
     size_t i = 0;
     for (; i + OUTER_LANES <= n; i += OUTER_LANES)
@@ -137,13 +134,13 @@ static void descend(float *restrict theta, const float *restrict d, size_t n, fl
         descend_one(theta, d, lr, i);
 }
 
-/* b = mu*b + g */
+/* b = mu*b + g (two roundings: torch's b.mul_(mu).add_(g)) */
 static inline void momentum_one(float *restrict b, const float *restrict g, float mu, size_t i)
 {
     b[i] = mu * b[i] + g[i];
 }
 
-static void momentum_update(float *restrict b, int first_step, const float *restrict g, size_t n, float mu)
+OUTER_INLINE void momentum_update(float *restrict b, int first_step, const float *restrict g, size_t n, float mu)
 {
     if (first_step) {
         memcpy(b, g, n * sizeof *b);
@@ -157,16 +154,16 @@ static void momentum_update(float *restrict b, int first_step, const float *rest
         momentum_one(b, g, mu, i);
 }
 
-/* d = g + mu*b; theta = theta - lr*d */
+/* d = g + mu*b; theta = theta - lr*d (one rounding each: torch's g.add(b, alpha=mu), theta.add_(d, alpha=-lr)) */
 static inline void nesterov_one(float *restrict theta, const float *restrict b, const float *restrict g, float lr,
                                 float mu, size_t i)
 {
-    float d = g[i] + mu * b[i];
-    theta[i] = theta[i] - lr * d;
+    float d = add_alpha(g[i], b[i], mu);
+    theta[i] = add_alpha(theta[i], d, -lr);
 }
 
-static void apply_nesterov(float *restrict theta, const float *restrict b, const float *restrict g, size_t n,
-                           float lr, float mu)
+OUTER_INLINE void apply_nesterov(float *restrict theta, const float *restrict b, const float *restrict g, size_t n,
+                                 float lr, float mu)
 {
     size_t i = 0;
     for (; i + OUTER_LANES <= n; i += OUTER_LANES)
@@ -194,7 +191,7 @@ OUTER_HOT void outer_sgd_step(float *restrict theta, float *restrict b, int firs
 static inline void descend_to_one(float *restrict out, const float *restrict in, const float *restrict d, float lr,
                                   size_t i)
 {
-    out[i] = in[i] - lr * d[i];
+    out[i] = add_alpha(in[i], d[i], -lr);
 }
 
 static inline void momentum_to_one(float *restrict out, const float *restrict in, const float *restrict g, float mu,
@@ -206,8 +203,8 @@ static inline void momentum_to_one(float *restrict out, const float *restrict in
 static inline void nesterov_to_one(float *restrict out, const float *restrict in, const float *restrict b,
                                    const float *restrict g, float lr, float mu, size_t i)
 {
-    float d = g[i] + mu * b[i];
-    out[i] = in[i] - lr * d;
+    float d = add_alpha(g[i], b[i], mu);
+    out[i] = add_alpha(in[i], d, -lr);
 }
 
 OUTER_HOT void outer_sgd_step_to(float *restrict theta_out, float *restrict b_out, const float *restrict theta_in,
@@ -254,7 +251,7 @@ OUTER_HOT void outer_sgd_step_to(float *restrict theta_out, float *restrict b_ou
  * in registers, then the step: the formula of outer_step_one.h, lane by lane (the scalar tail runs it
  * as is). The variant is a compile-time constant of each mean_step_run call, so every variant gets its
  * own branch-free loop. */
-static inline void mean_lanes(float *restrict g, const uint16_t *const *deltas, uint32_t k, float c, size_t i)
+OUTER_INLINE void mean_lanes(float *restrict g, const uint16_t *const *deltas, uint32_t k, float c, size_t i)
 {
     for (size_t j = 0; j < OUTER_LANES; j++)
         g[j] = 0.0f;
@@ -267,28 +264,28 @@ static inline void mean_lanes(float *restrict g, const uint16_t *const *deltas, 
         g[j] = g[j] / c;
 }
 
-static inline void step_lanes(int variant, float *restrict theta_out, float *restrict b_out,
-                              const float *restrict theta_in, const float *restrict b_in, const float *restrict g,
-                              float lr, float mu)
+OUTER_INLINE void step_lanes(int variant, float *restrict theta_out, float *restrict b_out,
+                             const float *restrict theta_in, const float *restrict b_in, const float *restrict g,
+                             float lr, float mu)
 {
     for (size_t j = 0; j < OUTER_LANES; j++) {
         float b = 0.0f, d;
         switch (variant) {
         case STEP_PLAIN: d = g[j]; break;
-        case STEP_FIRST_NESTEROV: b = g[j]; d = g[j] + mu * b; break;
+        case STEP_FIRST_NESTEROV: b = g[j]; d = add_alpha(g[j], b, mu); break;
         case STEP_FIRST: b = g[j]; d = b; break;
-        case STEP_NESTEROV: b = mu * b_in[j] + g[j]; d = g[j] + mu * b; break;
+        case STEP_NESTEROV: b = mu * b_in[j] + g[j]; d = add_alpha(g[j], b, mu); break;
         default: b = mu * b_in[j] + g[j]; d = b; break;
         }
         if (variant != STEP_PLAIN)
             b_out[j] = b;
-        theta_out[j] = theta_in[j] - lr * d;
+        theta_out[j] = add_alpha(theta_in[j], d, -lr);
     }
 }
 
-static inline void mean_step_run(int variant, float *restrict theta_out, float *restrict b_out,
-                                 const float *restrict theta_in, const float *restrict b_in,
-                                 const uint16_t *const *deltas, uint32_t k, size_t n, float lr, float mu)
+OUTER_INLINE void mean_step_run(int variant, float *restrict theta_out, float *restrict b_out,
+                                const float *restrict theta_in, const float *restrict b_in,
+                                const uint16_t *const *deltas, uint32_t k, size_t n, float lr, float mu)
 {
     size_t i = 0;
     for (; i + OUTER_LANES <= n; i += OUTER_LANES) {
@@ -325,7 +322,7 @@ OUTER_HOT void outer_mean_step_bf16_to_generic(float *restrict theta_out, float 
 void outer_mean_step_bf16_to(float *theta_out, float *b_out, const float *theta_in, const float *b_in, int first_step,
                              const uint16_t *const *deltas, uint32_t k, size_t n, float lr, float mu, int nesterov)
 {
-    if (cpu_has_avx2())
+    if (cpu_has_avx2_fma())
         outer_mean_step_bf16_to_avx2(theta_out, b_out, theta_in, b_in, first_step, deltas, k, n, lr, mu, nesterov);
     else
         outer_mean_step_bf16_to_generic(theta_out, b_out, theta_in, b_in, first_step, deltas, k, n, lr, mu,

@@ -4,8 +4,10 @@
  * Version v+1 of a shard must be a pure, bit-reproducible function of version v and the
  * participants' pseudo-gradients, so a replacement shard-server recomputes the same bytes. Hence:
  * fp32 throughout, a fixed accumulation order (the caller adds workers sorted by id), no FMA
- * contraction (built with -ffp-contract=off) and no reassociation (never -ffast-math). The loops are
- * still element-wise, so gcc vectorises them without changing any rounding.
+ * contraction by the compiler (built with -ffp-contract=off) and no reassociation (never -ffast-math).
+ * The step rounds as torch.optim.SGD does on its AVX2/AVX-512 and CUDA kernels: g + mu*b and
+ * theta - lr*d once each (an explicit, exactly rounded fmaf: outer_fma.h), everything else once per
+ * operation. The loops are element-wise, so gcc vectorises them without changing any rounding.
  */
 #ifndef DILOCO_OUTER_H
 #define DILOCO_OUTER_H
@@ -16,13 +18,15 @@
 void outer_sum_zero(float *acc, size_t n);
 void outer_sum_add_f32(float *acc, const float *x, size_t n);                  /* acc[i] += x[i] */
 void outer_sum_add_bf16(float *acc, const uint16_t *x, size_t n);              /* acc[i] += bf16_to_f32(x[i]) */
-void outer_sum_add_scaled_f32(float *acc, const float *x, float w, size_t n); /* acc[i] += w*x[i] */
+/* acc[i] += w*x[i], the product rounded, then the sum (no torch counterpart: the weighted mean is ours) */
+void outer_sum_add_scaled_f32(float *acc, const float *x, float w, size_t n);
 void outer_sum_add_scaled_bf16(float *acc, const uint16_t *x, float w, size_t n); /* acc[i] += w*bf16(x[i]) */
 /* acc[i] = acc[i] / (float)count: a true division, as torch's mean does; count 0 leaves acc as is. */
 void outer_mean_finish(float *acc, size_t n, uint32_t count);
 
 /* torch.optim.SGD(lr, momentum=mu, dampening=0, nesterov) on one tensor, g the averaged pseudo-gradient:
- * first_step: b = g; else b = mu*b + g; d = nesterov ? g + mu*b : b; theta = theta - lr*d.
+ * first_step: b = g; else b = mu*b + g; d = nesterov ? g + mu*b : b; theta = theta - lr*d, with torch's
+ * roundings (mu*b + g twice, g + mu*b and theta - lr*d once: docs/PROTOCOL.md, "Bit-identical to torch").
  * With mu == 0: d = g and b is untouched (may be NULL). theta, b and g must not overlap. */
 void outer_sgd_step(float *theta, float *b, int first_step, const float *g, size_t n, float lr, float mu,
                     int nesterov);
@@ -39,8 +43,8 @@ void outer_sgd_step_to(float *theta_out, float *b_out, const float *theta_in, co
 void outer_mean_step_bf16_to(float *theta_out, float *b_out, const float *theta_in, const float *b_in, int first_step,
                              const uint16_t *const *deltas, uint32_t k, size_t n, float lr, float mu, int nesterov);
 void outer_mean_bf16(float *g, const uint16_t *const *deltas, uint32_t k, size_t n);
-/* outer_mean_step_bf16_to without its AVX2 build (outer_avx2.c, used when the CPU has AVX2): tests
- * compare the two. */
+/* outer_mean_step_bf16_to without its AVX2 build (outer_avx2.c, used when the CPU has AVX2 and FMA):
+ * tests compare the two. */
 void outer_mean_step_bf16_to_generic(float *theta_out, float *b_out, const float *theta_in, const float *b_in,
                                      int first_step, const uint16_t *const *deltas, uint32_t k, size_t n, float lr,
                                      float mu, int nesterov);

@@ -1,14 +1,15 @@
 /*
- * outer_avx2.c: the sync commit's one-pass kernel (outer.h, outer_mean_step_bf16_to) in AVX2, with the
- * new momentum written by non-temporal stores.
+ * outer_avx2.c: the sync commit's one-pass kernel (outer.h, outer_mean_step_bf16_to) in AVX2 and FMA,
+ * with the new momentum written by non-temporal stores.
  *
  * The new momentum is read again only by the next round's commit, so it is written around the cache:
  * an ordinary store first reads every destination line, a quarter of the kernel's memory traffic
  * (measured here: 6.2 -> 4.7 ms per 3.1M-element shard). θ' is stored normally: it is hashed and sent
  * right after. The arithmetic is the formula of outer_step_one.h, one IEEE operation per intrinsic in the
- * same order (no FMA: this file is compiled with -mavx2 only, and -ffp-contract=off), so the bits are
+ * same order: a fused multiply-add (_mm256_fmadd_ps) exactly where the formula has add_alpha
+ * (outer_fma.h), a multiply and an add elsewhere (-ffp-contract=off keeps them apart), so the bits are
  * those of every other kernel; test_outer_step compares them. This file alone is compiled with -mavx2
- * (Makefile); outer.c calls it only when the CPU has AVX2.
+ * -mfma (Makefile); outer.c calls it only when the CPU has both.
  */
 #include "outer_avx2.h"
 
@@ -16,7 +17,7 @@
 
 #include "outer_step_one.h"
 
-#if defined(__AVX2__)
+#if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 
 static inline __m256 widen8(const uint16_t *x)
@@ -27,7 +28,7 @@ static inline __m256 widen8(const uint16_t *x)
 
 /* Eight elements from i (b_out + i 32-byte aligned when the momentum is written). */
 static inline void step_eight(int variant, float *theta_out, float *b_out, const float *theta_in, const float *b_in,
-                              const uint16_t *const *deltas, uint32_t k, size_t i, __m256 lr, __m256 mu,
+                              const uint16_t *const *deltas, uint32_t k, size_t i, __m256 neg_lr, __m256 mu,
                               __m256 count)
 {
     __m256 acc = _mm256_setzero_ps();
@@ -36,11 +37,11 @@ static inline void step_eight(int variant, float *theta_out, float *b_out, const
     __m256 g = _mm256_div_ps(acc, count), b = _mm256_setzero_ps(), d;
     switch (variant) {
     case STEP_PLAIN: d = g; break;
-    case STEP_FIRST_NESTEROV: b = g; d = _mm256_add_ps(g, _mm256_mul_ps(mu, b)); break;
+    case STEP_FIRST_NESTEROV: b = g; d = _mm256_fmadd_ps(mu, b, g); break;
     case STEP_FIRST: b = g; d = b; break;
     case STEP_NESTEROV:
         b = _mm256_add_ps(_mm256_mul_ps(mu, _mm256_loadu_ps(b_in + i)), g);
-        d = _mm256_add_ps(g, _mm256_mul_ps(mu, b));
+        d = _mm256_fmadd_ps(mu, b, g);
         break;
     default:
         b = _mm256_add_ps(_mm256_mul_ps(mu, _mm256_loadu_ps(b_in + i)), g);
@@ -49,7 +50,7 @@ static inline void step_eight(int variant, float *theta_out, float *b_out, const
     }
     if (variant != STEP_PLAIN)
         _mm256_stream_ps(b_out + i, b);
-    _mm256_storeu_ps(theta_out + i, _mm256_sub_ps(_mm256_loadu_ps(theta_in + i), _mm256_mul_ps(lr, d)));
+    _mm256_storeu_ps(theta_out + i, _mm256_fmadd_ps(neg_lr, d, _mm256_loadu_ps(theta_in + i)));
 }
 
 static inline void run(int variant, float *theta_out, float *b_out, const float *theta_in, const float *b_in,
@@ -60,9 +61,9 @@ static inline void run(int variant, float *theta_out, float *b_out, const float 
     if (variant != STEP_PLAIN)
         for (; i < n && ((uintptr_t)(b_out + i) & 31u) != 0; i++)
             mean_step_one(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
-    __m256 vlr = _mm256_set1_ps(lr), vmu = _mm256_set1_ps(mu), vk = _mm256_set1_ps((float)k);
+    __m256 vneg_lr = _mm256_set1_ps(-lr), vmu = _mm256_set1_ps(mu), vk = _mm256_set1_ps((float)k);
     for (; i + 8 <= n; i += 8)
-        step_eight(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, vlr, vmu, vk);
+        step_eight(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, vneg_lr, vmu, vk);
     for (; i < n; i++)
         mean_step_one(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
     _mm_sfence(); /* the streamed stores are visible before anyone reads the momentum */
@@ -88,7 +89,7 @@ void outer_mean_step_bf16_to_avx2(float *theta_out, float *b_out, const float *t
     }
 }
 
-#else /* not built with -mavx2 (another architecture; outer.c does not call it there): plain scalar */
+#else /* not built with -mavx2 -mfma (another architecture; outer.c does not call it there): plain scalar */
 
 void outer_mean_step_bf16_to_avx2(float *theta_out, float *b_out, const float *theta_in, const float *b_in,
                                   int first_step, const uint16_t *const *deltas, uint32_t k, size_t n, float lr,

@@ -1,34 +1,36 @@
 /* outer_dn.c: Delayed Nesterov kernels (see outer_dn.h). Plain element-wise loops: every expression
- * is the documented formula, rounded once per operation (built with -ffp-contract=off). */
+ * is the documented formula, each operation rounded once (built with -ffp-contract=off), a + alpha*b
+ * included where torch's SGD has that form (add_alpha, outer_fma.h; outer_dn.h lists them). */
 #include "outer_dn.h"
 
 #include <string.h>
 
 #include "outer.h"
+#include "outer_fma.h"
 
-static void paper_step(float *restrict theta, float *restrict m, float *restrict buf, const float *restrict g,
-                       size_t n, int flush, float N, float lr, float mu) {
+OUTER_INLINE void paper_step(float *restrict theta, float *restrict m, float *restrict buf, const float *restrict g,
+                             size_t n, int flush, float N, float lr, float mu) {
     if (!flush) {
         for (size_t i = 0; i < n; i++) {
             buf[i] = buf[i] + g[i];
-            theta[i] = theta[i] - lr * (g[i] / N);
+            theta[i] = add_alpha(theta[i], g[i] / N, -lr);
         }
         return;
     }
     for (size_t i = 0; i < n; i++) {
         float b = buf[i] + g[i];
         m[i] = mu * m[i] + b / N;
-        theta[i] = theta[i] - lr * (g[i] / N + mu * m[i]);
+        theta[i] = add_alpha(theta[i], add_alpha(g[i] / N, m[i], mu), -lr);
         buf[i] = 0.0f;
     }
 }
 
-static void forgather_step(float *restrict theta, float *restrict m, float *restrict buf, const float *restrict g,
-                           size_t n, int flush, uint64_t t, uint32_t N, float lr, float mu, int nesterov) {
+OUTER_INLINE void forgather_step(float *restrict theta, float *restrict m, float *restrict buf, const float *restrict g,
+                                 size_t n, int flush, uint64_t t, uint32_t N, float lr, float mu, int nesterov) {
     if (!flush) {
         for (size_t i = 0; i < n; i++) {
             buf[i] = buf[i] + g[i];
-            theta[i] = theta[i] - lr * g[i];
+            theta[i] = add_alpha(theta[i], g[i], -lr);
         }
         return;
     }
@@ -38,8 +40,8 @@ static void forgather_step(float *restrict theta, float *restrict m, float *rest
     memset(buf, 0, n * sizeof *buf);
 }
 
-void outer_dn_step(int variant, float *theta, float *m, float *buf, const float *g, size_t n, uint64_t t,
-                   uint32_t N, float lr, float mu, int nesterov) {
+OUTER_HOT void outer_dn_step(int variant, float *theta, float *m, float *buf, const float *g, size_t n, uint64_t t,
+                             uint32_t N, float lr, float mu, int nesterov) {
     int flush = t % N == 0;
     if (variant == DN_FORGATHER) forgather_step(theta, m, buf, g, n, flush, t, N, lr, mu, nesterov);
     else paper_step(theta, m, buf, g, n, flush, (float)N, lr, mu);

@@ -2,7 +2,10 @@
  *
  * Applying full Nesterov momentum to every single, possibly stale submission amplifies staleness.
  * Delayed Nesterov keeps a buffer of the last N submissions and only moves the momentum every N-th.
- * Two forms, both element-wise and bit-reproducible like outer.h (fp32, no FMA contraction):
+ * Two forms, both element-wise and bit-reproducible like outer.h (fp32, no FMA contraction). Each
+ * operation rounds once, and so does each a + alpha*b written below as torch's SGD computes it
+ * (outer_fma.h): theta - lr*x (theta.add_(x, alpha=-lr)) and g/N + mu*m (torch's Nesterov
+ * g.add(m, alpha=mu)); mu*m + x rounds twice (torch's m.mul_(mu).add_(x)):
  *
  *  paper (default; Async Local-SGD, arXiv 2401.09135, Algorithm 3), t = 1-based submission count:
  *      buf += g

@@ -11,6 +11,8 @@
 #include <stdint.h>
 #include <string.h>
 
+#include "outer_fma.h"
+
 /* The step variants; each build compiles one branch-free loop per variant. */
 enum { STEP_PLAIN, STEP_FIRST_NESTEROV, STEP_FIRST, STEP_NESTEROV, STEP_MOMENTUM };
 
@@ -41,7 +43,8 @@ static inline float mean_one(const uint16_t *const *deltas, uint32_t k, size_t i
     return acc / (float)k;
 }
 
-/* b' = first ? g : mu*b + g; d = nesterov ? g + mu*b' : b'; θ' = θ - lr*d (mu 0: d = g, b untouched) */
+/* b' = first ? g : mu*b + g; d = nesterov ? g + mu*b' : b'; θ' = θ - lr*d (mu 0: d = g, b untouched).
+ * mu*b + g rounds twice, g + mu*b' and θ - lr*d once (outer_fma.h: as torch's SGD). */
 static inline void mean_step_one(int variant, float *theta_out, float *b_out, const float *theta_in,
                                  const float *b_in, const uint16_t *const *deltas, uint32_t k, size_t i, float lr,
                                  float mu)
@@ -49,14 +52,14 @@ static inline void mean_step_one(int variant, float *theta_out, float *b_out, co
     float g = mean_one(deltas, k, i), b = 0.0f, d;
     switch (variant) {
     case STEP_PLAIN: d = g; break;
-    case STEP_FIRST_NESTEROV: b = g; d = g + mu * b; break;
+    case STEP_FIRST_NESTEROV: b = g; d = add_alpha(g, b, mu); break;
     case STEP_FIRST: b = g; d = b; break;
-    case STEP_NESTEROV: b = mu * b_in[i] + g; d = g + mu * b; break;
+    case STEP_NESTEROV: b = mu * b_in[i] + g; d = add_alpha(g, b, mu); break;
     default: b = mu * b_in[i] + g; d = b; break;
     }
     if (variant != STEP_PLAIN)
         b_out[i] = b;
-    theta_out[i] = theta_in[i] - lr * d;
+    theta_out[i] = add_alpha(theta_in[i], d, -lr);
 }
 
 #endif

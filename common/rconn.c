@@ -14,6 +14,7 @@
 
 #define RETRY_BASE_MS 100
 #define RETRY_CAP_MS 5000
+#define RETRY_LOG_EVERY_MS 5000
 
 struct rconn {
     redis_url url;      /* the URL's server (its credentials are used on every node) */
@@ -47,12 +48,32 @@ int rconn_reply_error(const rconn *c, redisReply *r, char *err, size_t errlen)
     return 0;
 }
 
-/* Run one command whose only interesting outcome is error or not. */
-static int run_simple(redisContext *c, const char *what, char *err, size_t errlen, redisReply *r)
+int rconn_error_final(const char *e)
+{
+    static const char *const final[] = {
+        "WRONGPASS",                  /* Redis 6+: unknown user, wrong password or disabled user */
+        "NOAUTH",                     /* a password is required and the URL has none */
+        "NOPERM",                     /* the ACL user may not run this command or touch this key */
+        "ERR invalid password",       /* Redis < 6 */
+        "ERR AUTH",                   /* a password given to a server that has none */
+        "ERR Client sent AUTH",       /* the same, Redis < 6 */
+        "ERR DB index is out of range",
+    };
+    if (e == NULL)
+        return 0;
+    for (size_t i = 0; i < sizeof final / sizeof final[0]; i++)
+        if (strncmp(e, final[i], strlen(final[i])) == 0)
+            return 1;
+    return 0;
+}
+
+/* Run one command whose only interesting outcome is error or not; *final when Redis refused it for good. */
+static int run_simple(redisContext *c, const char *what, int *final, char *err, size_t errlen, redisReply *r)
 {
     int rc = 0;
     if (r == NULL || r->type == REDIS_REPLY_ERROR) {
         err_set(err, errlen, "%s failed: %s", what, r ? r->str : c->errstr[0] ? c->errstr : "no reply");
+        *final = r != NULL && rconn_error_final(r->str);
         rc = -1;
     }
     if (r != NULL)
@@ -60,21 +81,21 @@ static int run_simple(redisContext *c, const char *what, char *err, size_t errle
     return rc;
 }
 
-static int authenticate(redisContext *c, const redis_url *u, char *err, size_t errlen)
+static int authenticate(redisContext *c, const redis_url *u, int *final, char *err, size_t errlen)
 {
     if (u->user[0] != '\0')
-        return run_simple(c, "AUTH (check the user and password in the Redis URL)", err, errlen,
+        return run_simple(c, "AUTH (check the user and password in the Redis URL)", final, err, errlen,
                           redisCommand(c, "AUTH %s %s", u->user, u->pass));
     if (u->pass[0] != '\0')
-        return run_simple(c, "AUTH (check the password in the Redis URL)", err, errlen,
+        return run_simple(c, "AUTH (check the password in the Redis URL)", final, err, errlen,
                           redisCommand(c, "AUTH %s", u->pass));
     return 0;
 }
 
 /* Open, authenticate and configure one connection: to the URL's server (host NULL) or to host:port
- * with the URL's credentials (a cluster node). */
-static redisContext *open_node(const redis_url *u, const char *host, int port, int timeout_ms, char *err,
-                               size_t errlen)
+ * with the URL's credentials (a cluster node). *final: Redis refused the credentials or the database. */
+static redisContext *open_node(const redis_url *u, const char *host, int port, int timeout_ms, int *final,
+                               char *err, size_t errlen)
 {
     struct timeval tv = timeval_from_ms(timeout_ms);
     char where[600];
@@ -99,11 +120,11 @@ static redisContext *open_node(const redis_url *u, const char *host, int port, i
         err_set(err, errlen, "cannot set the command timeout on %s: %s", where, c->errstr);
         goto error;
     }
-    if (authenticate(c, u, err, errlen) != 0)
+    if (authenticate(c, u, final, err, errlen) != 0)
         goto error;
     /* SELECT 0 is skipped so the same URL also works against a Redis Cluster node. */
     if (host == NULL && u->db != 0 &&
-        run_simple(c, "SELECT (check the database number in the Redis URL)", err, errlen,
+        run_simple(c, "SELECT (check the database number in the Redis URL)", final, err, errlen,
                    redisCommand(c, "SELECT %d", u->db)) != 0)
         goto error;
     return c;
@@ -113,8 +134,10 @@ error:
     return NULL;
 }
 
-rconn *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_t errlen)
+/* One attempt; *final as open_node. */
+static rconn *connect_once(const redis_url *u, int timeout_ms, int *final, char *err, size_t errlen)
 {
+    *final = 0;
     rconn *c = calloc(1, sizeof *c);
     if (c == NULL) {
         err_set(err, errlen, "out of memory");
@@ -122,7 +145,7 @@ rconn *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_t errle
     }
     c->url = *u;
     c->timeout_ms = timeout_ms;
-    c->seed = open_node(u, NULL, 0, timeout_ms, err, errlen);
+    c->seed = open_node(u, NULL, 0, timeout_ms, final, err, errlen);
     if (c->seed == NULL) {
         free(c);
         return NULL;
@@ -130,35 +153,71 @@ rconn *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_t errle
     return c;
 }
 
-rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int max_attempts, const volatile int *stop,
+rconn *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_t errlen)
+{
+    int final;
+    return connect_once(u, timeout_ms, &final, err, errlen);
+}
+
+/* Sleep ms in slices so a stop request is honoured promptly. */
+static void sleep_unless_stopped(unsigned ms, const volatile int *stop)
+{
+    for (unsigned slept = 0; slept < ms && !(stop != NULL && *stop); slept += 50)
+        sleep_ms(ms - slept < 50 ? ms - slept : 50);
+}
+
+rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int wait_ms, const volatile int *stop, int *refused,
                            char *err, size_t errlen)
 {
     char where[600];
     char why[512] = "";
     if (redis_url_format(u, where, sizeof where) != 0)
         where[0] = '\0';
-    for (unsigned attempt = 0; max_attempts == 0 || attempt < (unsigned)max_attempts; attempt++) {
+    if (refused != NULL)
+        *refused = 0;
+    uint64_t t0 = now_ms(), logged = 0;
+    unsigned attempt = 0;
+    for (;; attempt++) {
         if (stop != NULL && *stop) {
             err_set(err, errlen, "stopped while connecting to %s (last error: %s)", where, why);
             return NULL;
         }
-        rconn *c = rconn_connect(u, timeout_ms, why, sizeof why);
+        int final;
+        rconn *c = connect_once(u, timeout_ms, &final, why, sizeof why);
         if (c != NULL) {
             if (attempt > 0)
-                log_info("connected to Redis at %s after %u failed attempts", where, attempt);
+                log_info("connected to Redis at %s after %u failed attempts (%.1f s)", where, attempt,
+                         (double)(now_ms() - t0) / 1000.0);
             return c;
         }
-        if (max_attempts != 0 && attempt + 1 >= (unsigned)max_attempts)
+        if (final) { /* why names the refusal (AUTH or SELECT and Redis's reply) */
+            if (refused != NULL)
+                *refused = 1;
+            err_set(err, errlen, "%s", why);
+            return NULL;
+        }
+        uint64_t elapsed = now_ms() - t0;
+        if (wait_ms >= 0 && elapsed >= (uint64_t)wait_ms)
             break;
-        unsigned wait = backoff_ms(attempt, RETRY_BASE_MS, RETRY_CAP_MS);
-        /* why already names the URL (without password). */
-        log_warn("%s; retrying in %u ms (is redis-server running, and are the URL and credentials right?)", why,
-                 wait);
-        /* Sleep in slices so a stop request is honoured promptly. */
-        for (unsigned slept = 0; slept < wait && !(stop != NULL && *stop); slept += 50)
-            sleep_ms(wait - slept < 50 ? wait - slept : 50);
+        unsigned pause = backoff_ms(attempt, RETRY_BASE_MS, RETRY_CAP_MS);
+        if (wait_ms >= 0 && elapsed + pause > (uint64_t)wait_ms)
+            pause = (unsigned)((uint64_t)wait_ms - elapsed); /* the last attempt at the deadline */
+        if (logged == 0 || now_ms() - logged >= RETRY_LOG_EVERY_MS) {
+            /* why already names the URL (without password) */
+            if (wait_ms < 0)
+                log_warn("%s; retrying until it answers (is redis-server running, and is the URL right?)", why);
+            else
+                log_warn("%s; retrying for up to %.1f s more (is redis-server running, and is the URL right?)", why,
+                         (double)((uint64_t)wait_ms - elapsed) / 1000.0);
+            logged = now_ms();
+        }
+        sleep_unless_stopped(pause, stop);
     }
-    err_set(err, errlen, "cannot connect to Redis at %s after %d attempts: %s", where, max_attempts, why);
+    if (attempt == 0)
+        err_set(err, errlen, "%s", why);
+    else
+        err_set(err, errlen, "%s (gave up after %.1f s and %u attempts)", why, (double)(now_ms() - t0) / 1000.0,
+                attempt + 1);
     return NULL;
 }
 
@@ -205,7 +264,8 @@ static redisContext *node_ctx(rconn *c, int i)
     if (!c->url.is_unix && n->port == c->url.port && strcmp(n->host, c->url.host) == 0)
         return c->node[i] = c->seed;
     char err[300];
-    c->node[i] = open_node(&c->url, n->host, n->port, c->timeout_ms, err, sizeof err);
+    int final;
+    c->node[i] = open_node(&c->url, n->host, n->port, c->timeout_ms, &final, err, sizeof err);
     if (c->node[i] == NULL)
         set_broken(c, err);
     return c->node[i];

@@ -34,9 +34,17 @@ typedef struct rconn rconn;
 /* NULL + err on failure. timeout_ms bounds the connect and, afterwards, every command. */
 rconn *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_t errlen);
 
-/* Retries with exponential backoff (100 ms .. 5 s, jittered) until connected, max_attempts tries
- * (0 = forever) or *stop becomes non-zero (stop may be NULL). Logs each failure at WARN. */
-rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int max_attempts, const volatile int *stop,
+/* Whether a Redis error reply (its text, starting with the error code) is final for a client: the
+ * server refuses what the URL asks for (a wrong password or user: WRONGPASS, NOAUTH, the pre-6
+ * "ERR invalid password"; a user without the permission: NOPERM; a database it does not have), so
+ * trying again cannot help. The one place that decides it, for every binary. */
+int rconn_error_final(const char *redis_error);
+
+/* Connect, retrying with exponential backoff (100 ms .. 5 s, jittered) while Redis cannot be reached,
+ * for up to wait_ms (0: one attempt; negative: until connected) or until *stop becomes non-zero (stop
+ * may be NULL). A final refusal (rconn_error_final) ends it at once and sets *refused (may be NULL).
+ * While it retries it logs one WARN line at the first failure, then at most one every 5 s. */
+rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int wait_ms, const volatile int *stop, int *refused,
                            char *err, size_t errlen);
 
 void rconn_free(rconn *c);

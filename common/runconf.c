@@ -21,7 +21,10 @@ int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen) {
         return -1;
     }
     int rc = -1;
-    if (r->type == REDIS_REPLY_ERROR) {
+    if (r->type == REDIS_REPLY_ERROR && rconn_error_final(r->str)) {
+        err_set(err, errlen, "Redis refuses this user: %s (check the user and password in the Redis URL and the "
+                "user's ACL, e.g. deploy/redis/users.acl)", r->str);
+    } else if (r->type == REDIS_REPLY_ERROR) {
         err_set(err, errlen, "the ReDiLoCo function library is not loaded in this Redis (%s); "
                 "run `coordinator init` first", r->str);
     } else if (r->type != REDIS_REPLY_STRING || strcmp(r->str, DL_LIB_VERSION) != 0) {

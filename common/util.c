@@ -117,3 +117,12 @@ int cpu_has_avx2(void)
     return 0;
 #endif
 }
+
+int cpu_has_avx2_fma(void)
+{
+#if defined(__x86_64__) && defined(__GNUC__)
+    return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#else
+    return 0;
+#endif
+}

@@ -25,8 +25,10 @@ unsigned backoff_ms(unsigned attempt, unsigned base_ms, unsigned cap_ms);
 int parse_int(const char *s, long long min, long long max, long long *out);
 int parse_double(const char *s, double *out);
 
-/* Whether the CPU runs AVX2 code (the AVX2 builds of hash.c and outer.c are used only then). */
+/* Whether the CPU runs AVX2 code (the AVX2 build of hash.c is used only then), and AVX2 with FMA
+ * (the AVX2 build of outer.c's commit kernel, common/outer_fma.h). */
 int cpu_has_avx2(void);
+int cpu_has_avx2_fma(void);
 
 /* Deterministic PRNG (SplitMix64): the same seed gives the same sequence on every machine. */
 uint64_t splitmix64(uint64_t *state);

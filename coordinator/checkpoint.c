@@ -16,9 +16,9 @@
 #include <unistd.h>
 
 #include "coordinator.h"
-#include "gpt/gpt.h"
 #include "keys.h"
 #include "log.h"
+#include "model.h"
 #include "outer.h"
 #include "outer_dn.h"
 #include "rconn.h"
@@ -45,31 +45,22 @@ void checkpoint_free(checkpoint *ck) {
 /* [[name, [shape...], offset], ...] of the trainer's tensors, or NULL when the model string is not
  * one we can parse (the checkpoint is then still valid, only without the per-tensor map). */
 static char *layout_json(const char *trainer, const char *model, uint64_t numel) {
-    json_t *arr = json_array();
-    if (!strcmp(trainer, "quadratic")) {
-        json_array_append_new(arr, json_pack("[s,[I],I]", "x", (json_int_t)numel, (json_int_t)0));
-    } else if (!strcmp(trainer, "gpt")) {
-        gpt_config g;
-        trainer_tensor *t;
-        int nt;
-        size_t n;
-        char err[256];
-        if (sscanf(model, "--layers %d --heads %d --dim %d --ctx %d --vocab %d", &g.layers, &g.heads, &g.dim,
-                   &g.ctx, &g.vocab) != 5 || gpt_layout(&g, &t, &nt, &n, err, sizeof err) < 0 || n != numel) {
-            json_decref(arr);
-            return NULL;
-        }
+    model_spec ms;
+    model_tensor *t;
+    int nt;
+    size_t n;
+    if (model_spec_parse(trainer, model, &ms, NULL, 0) < 0 || model_layout(&ms, &t, &nt, &n, NULL, 0) < 0) return NULL;
+    json_t *arr = NULL;
+    if (n == numel) {
+        arr = json_array();
         for (int i = 0; i < nt; i++) {
             json_t *shape = json_array();
             for (int d = 0; d < t[i].ndim; d++) json_array_append_new(shape, json_integer((json_int_t)t[i].shape[d]));
             json_array_append_new(arr, json_pack("[s,o,I]", t[i].name, shape, (json_int_t)t[i].offset));
         }
-        free(t);
-    } else {
-        json_decref(arr);
-        return NULL;
     }
-    char *s = json_dumps(arr, JSON_COMPACT);
+    free(t);
+    char *s = arr ? json_dumps(arr, JSON_COMPACT) : NULL;
     json_decref(arr);
     return s;
 }

@@ -36,7 +36,7 @@ rconn *coord_connect(coord_common *c) {
         fprintf(stderr, "coordinator: %s\n", err);
         return NULL;
     }
-    rconn *rc = rconn_connect_retry(&c->url, 10000, 5, NULL, err, sizeof err);
+    rconn *rc = rconn_connect_retry(&c->url, 10000, c->connect_timeout_ms, NULL, NULL, err, sizeof err);
     if (!rc) fprintf(stderr, "coordinator: %s\n", err);
     return rc;
 }

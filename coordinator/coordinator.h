@@ -19,6 +19,8 @@ typedef struct coord_common {
     const char *redis_file;        /* --redis-file */
     const char *run;
     redis_url url;
+    int connect_timeout_ms;        /* how long coord_connect waits for an unreachable Redis: serve's
+                                      --connect-timeout; 0 (the one-shot commands): one attempt */
 } coord_common;
 
 int cmd_init(int argc, char **argv);
@@ -29,7 +31,8 @@ int cmd_control(int argc, char **argv); /* control.c */
 /* Parse --redis/--redis-file/--run at argv[*i] (advancing *i); 1 if consumed, 0 if not ours, -1 on error. */
 int coord_common_flag(coord_common *c, int argc, char **argv, int *i);
 /* Pick the URL (redis_url_pick: --redis, --redis-file or $DL_REDIS_URL), check --run was given, parse
- * the URL and connect (a few retries). NULL + message on stderr. */
+ * the URL and connect (retrying for up to connect_timeout_ms; a refused password fails at once). NULL +
+ * message on stderr. */
 rconn *coord_connect(coord_common *c);
 /* FUNCTION LOAD REPLACE of lua/diloco.lua on every master (init.c). */
 int coord_load_library(rconn *rc, char *err, size_t errlen);

@@ -1,9 +1,10 @@
 /* init.c: `coordinator init`, which creates a run.
  *
- * It loads the function library (FUNCTION LOAD REPLACE), builds the initial parameters (the trainer's
- * deterministic init from --seed), cuts them into shards, writes each shard's version 0 as a snapshot
- * blob dl:{R:k}:snap:0:0, and finally calls dl_init, which creates the control keys atomically. The
- * blobs are written first and are harmless if init fails: nothing references them until dl_init. */
+ * It loads the function library (FUNCTION LOAD REPLACE), builds the initial parameters (the model's
+ * deterministic init from --seed, model/model.h: the same bytes a worker's trainer starts from), cuts
+ * them into shards, writes each shard's version 0 as a snapshot blob dl:{R:k}:snap:0:0, and finally
+ * calls dl_init, which creates the control keys atomically. The blobs are written first and are
+ * harmless if init fails: nothing references them until dl_init. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -12,15 +13,14 @@
 #include "blob.h"
 #include "checkpoint.h"
 #include "coordinator.h"
-#include "gpt/gpt.h"
 #include "keys.h"
 #include "layout.h"
 #include "log.h"
+#include "model.h"
 #include "outer.h"
 #include "rconn.h"
 #include "runconf.h"
 #include "snapshot.h"
-#include "trainers/quadratic.h"
 #include "util.h"
 #include "version.h"
 
@@ -56,7 +56,7 @@ static void init_usage(FILE *f) {
             "\n"
             "Creates run NAME: loads the function library, writes version 0 of the parameters.\n"
             "\n" REDIS_URL_HELP
-            "  -n, --workers N            workers a barrier waits for at start (default 2)\n"
+            "  -n, --workers N            workers a barrier waits for at start and when every worker left (default 2)\n"
             "  --min-workers N            never wait for fewer than N workers (default 1)\n"
             "  --shards S                 shards of the parameter vector (default 8)\n"
             "  --fragments F              Streaming DiLoCo fragments (default 1)\n"
@@ -98,18 +98,15 @@ static int adopt_checkpoint(init_args *a) {
         snprintf(a->ck_trainer, sizeof a->ck_trainer, "%s", ck.trainer);
         a->trainer = a->ck_trainer;
     }
-    if (!strcmp(a->trainer, ck.trainer)) { /* each model flag not given comes from the checkpoint */
-        unsigned long long n;
-        gpt_config g;
-        if (!strcmp(ck.trainer, "quadratic") && sscanf(ck.model, "--numel %llu", &n) == 1 && !flag_given(a, "--numel"))
-            a->numel = (long long)n;
-        if (!strcmp(ck.trainer, "gpt") && sscanf(ck.model, "--layers %d --heads %d --dim %d --ctx %d --vocab %d",
-                                                 &g.layers, &g.heads, &g.dim, &g.ctx, &g.vocab) == 5) {
-            if (!flag_given(a, "--layers")) a->gpt.layers = g.layers;
-            if (!flag_given(a, "--heads")) a->gpt.heads = g.heads;
-            if (!flag_given(a, "--dim")) a->gpt.dim = g.dim;
-            if (!flag_given(a, "--ctx")) a->gpt.ctx = g.ctx;
-            if (!flag_given(a, "--vocab")) a->gpt.vocab = g.vocab;
+    model_spec ms; /* each model flag not given comes from the checkpoint */
+    if (!strcmp(a->trainer, ck.trainer) && model_spec_parse(ck.trainer, ck.model, &ms, NULL, 0) == 0) {
+        if (!strcmp(ms.kind, "quadratic") && !flag_given(a, "--numel")) a->numel = (long long)ms.numel;
+        if (!strcmp(ms.kind, "gpt")) {
+            if (!flag_given(a, "--layers")) a->gpt.layers = ms.gpt.layers;
+            if (!flag_given(a, "--heads")) a->gpt.heads = ms.gpt.heads;
+            if (!flag_given(a, "--dim")) a->gpt.dim = ms.gpt.dim;
+            if (!flag_given(a, "--ctx")) a->gpt.ctx = ms.gpt.ctx;
+            if (!flag_given(a, "--vocab")) a->gpt.vocab = ms.gpt.vocab;
         }
     }
     if (!flag_given(a, "--shards")) a->shards = ck.nshards;
@@ -257,9 +254,8 @@ static int parse_init(int argc, char **argv, init_args *a) {
 typedef struct initial_params {
     float *params;
     uint64_t numel;
-    trainer_tensor *tensors;
+    model_tensor *tensors;
     int ntensors;
-    trainer_tensor single;
     char model[256];
     float *mom;          /* outer momentum to start from (--from-checkpoint), or NULL */
     float *dnbuf;        /* Delayed Nesterov buffer to start from (--from-checkpoint of a DN run), or NULL */
@@ -326,42 +322,24 @@ static int make_initial(const init_args *a, initial_params *ip, char *err, size_
 static int make_initial_seed(const init_args *a, initial_params *ip, char *err, size_t errlen) {
     memset(ip, 0, sizeof *ip);
     ip->ck_version = -1;
-    if (!strcmp(a->trainer, "quadratic")) {
-        ip->numel = (uint64_t)a->numel;
-        ip->params = malloc(ip->numel * sizeof(float));
-        if (!ip->params) goto oom;
-        quadratic_init_params((uint64_t)a->seed, ip->params, ip->numel);
-        ip->single = (trainer_tensor){.name = "x", .ndim = 1, .shape = {ip->numel}, .offset = 0, .numel = ip->numel};
-        ip->tensors = &ip->single;
-        ip->ntensors = 1;
-        snprintf(ip->model, sizeof ip->model, "--numel %" PRIu64, ip->numel);
-        return 0;
+    model_spec ms = {.kind = a->trainer, .gpt = a->gpt, .numel = (size_t)a->numel};
+    size_t n;
+    if (model_layout(&ms, &ip->tensors, &ip->ntensors, &n, err, errlen) < 0) return -1;
+    ip->numel = n;
+    if (!(ip->params = malloc(n * sizeof(float)))) {
+        err_set(err, errlen, "out of memory for the initial parameters");
+        return -1;
     }
-    if (!strcmp(a->trainer, "gpt")) {
-        size_t n;
-        trainer_tensor *t;
-        if (gpt_layout(&a->gpt, &t, &ip->ntensors, &n, err, errlen) < 0) return -1;
-        ip->tensors = t;
-        ip->numel = n;
-        ip->params = malloc(n * sizeof(float));
-        if (!ip->params) goto oom;
-        if (gpt_init_params(&a->gpt, (uint64_t)a->seed, ip->params, n, err, errlen) < 0) return -1;
-        snprintf(ip->model, sizeof ip->model, "--layers %d --heads %d --dim %d --ctx %d --vocab %d", a->gpt.layers,
-                 a->gpt.heads, a->gpt.dim, a->gpt.ctx, a->gpt.vocab);
-        return 0;
-    }
-    err_set(err, errlen, "unknown trainer '%s' (gpt or quadratic)", a->trainer);
-    return -1;
-oom:
-    err_set(err, errlen, "out of memory for the initial parameters");
-    return -1;
+    if (model_init_params(&ms, (uint64_t)a->seed, ip->params, n, err, errlen) < 0) return -1;
+    model_spec_format(&ms, ip->model, sizeof ip->model);
+    return 0;
 }
 
 static void free_initial(initial_params *ip) {
     free(ip->params);
     free(ip->mom);
     free(ip->dnbuf);
-    if (ip->tensors != &ip->single) free(ip->tensors);
+    free(ip->tensors);
 }
 
 /* ---- Redis ---------------------------------------------------------------------------------------- */

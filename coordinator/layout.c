@@ -6,7 +6,7 @@
 #include "util.h"
 
 /* The tensor boundary nearest to x (tensor offsets and numel itself are boundaries). */
-static uint64_t nearest_boundary(const trainer_tensor *t, int nt, uint64_t numel, uint64_t x) {
+static uint64_t nearest_boundary(const model_tensor *t, int nt, uint64_t numel, uint64_t x) {
     uint64_t best = numel, bestd = numel > x ? numel - x : x - numel;
     for (int i = 0; i < nt; i++) {
         uint64_t b = t[i].offset, d = b > x ? b - x : x - b;
@@ -18,7 +18,7 @@ static uint64_t nearest_boundary(const trainer_tensor *t, int nt, uint64_t numel
     return best;
 }
 
-int layout_cut_shards(const trainer_tensor *tensors, int ntensors, uint64_t numel, int nshards, uint64_t *bounds,
+int layout_cut_shards(const model_tensor *tensors, int ntensors, uint64_t numel, int nshards, uint64_t *bounds,
                       char *err, size_t errlen) {
     if (nshards < 1 || (uint64_t)nshards > numel) {
         err_set(err, errlen, "cannot cut %" PRIu64 " parameters into %d shards", numel, nshards);

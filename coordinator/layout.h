@@ -8,10 +8,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "trainer.h"
+#include "model.h"
 
 /* bounds: nshards+1 offsets. -1 + err when nshards is 0 or larger than numel. */
-int layout_cut_shards(const trainer_tensor *tensors, int ntensors, uint64_t numel, int nshards, uint64_t *bounds,
+int layout_cut_shards(const model_tensor *tensors, int ntensors, uint64_t numel, int nshards, uint64_t *bounds,
                       char *err, size_t errlen);
 /* frag_bounds: nfragments+1 shard indices, as even as possible. -1 when nfragments > nshards. */
 int layout_cut_fragments(int nshards, int nfragments, uint64_t *frag_bounds, char *err, size_t errlen);

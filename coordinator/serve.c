@@ -32,6 +32,7 @@ typedef struct serve_ctx {
     saver *saver;
     long long save_every;    /* versions between periodic checkpoints (0 = off) */
     long long last_saved;    /* version the last periodic save was triggered at */
+    int refused;             /* Redis refused our credentials or permissions: stop, exit 1 */
 } serve_ctx;
 
 /* The lowest committed shard version (all shards share it between rounds); -1 on error. */
@@ -71,6 +72,14 @@ static void maybe_save(serve_ctx *x, rconn *rc) {
     }
 }
 
+/* A refusal by Redis (rconn_error_final: a wrong password, a user without the permission) is final: no
+ * reap or save can succeed, so serve stops (exit status 1) instead of retrying forever. */
+static void refused(serve_ctx *x, const char *why) {
+    if (!x->refused) log_error("Redis refuses us: %s; stopping (check the user, password and ACL in the Redis URL)", why);
+    x->refused = 1;
+    event_base_loopbreak(x->base);
+}
+
 /* The shared connection, reconnected (one attempt, short timeout) when it broke, so a dead Redis
  * costs each caller at most about a second and the loop keeps answering. */
 static rconn *ctx_redis(void *arg, char *err, size_t errlen) {
@@ -81,7 +90,9 @@ static rconn *ctx_redis(void *arg, char *err, size_t errlen) {
         rconn_free(x->rc);
         x->rc = NULL;
     }
-    x->rc = rconn_connect(&x->c.url, 1000, err, errlen);
+    int final = 0;
+    x->rc = rconn_connect_retry(&x->c.url, 1000, 0, NULL, &final, err, errlen);
+    if (!x->rc && final) refused(x, err);
     if (!x->rc) {
         if (now_ms() - x->last_connect_fail > 10000) log_warn("cannot reach Redis: %s", err);
         x->last_connect_fail = now_ms();
@@ -122,6 +133,7 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
     if (!rc) return;
     redisReply *r = rconn_command(rc, "FCALL dl_reap 1 %s", x->key);
     if (r && r->type == REDIS_REPLY_INTEGER && r->integer > 0) log_warn("evicted %lld dead worker(s)", r->integer);
+    else if (r && r->type == REDIS_REPLY_ERROR && rconn_error_final(r->str)) refused(x, r->str);
     else if (r && r->type == REDIS_REPLY_ERROR) log_warn("reap: %s", r->str);
     if (r) freeReplyObject(r);
     if (!rconn_broken(rc)) maybe_save(x, rc);
@@ -143,6 +155,8 @@ static void usage(FILE *f) {
             "usage: bin/coordinator serve --redis URL --run NAME [options]\n"
             "\n" REDIS_URL_HELP
             "  --print-every S      one-line summary every S seconds (default 10, 0 = never)\n"
+            "  --connect-timeout S  at start, wait up to S seconds for an unreachable Redis (default 60;\n"
+            "                       0: try once); a refused password or user fails at once\n"
             "  --http [HOST:]PORT   serve the dashboard, /status, /metrics and /control on PORT\n"
             "                       (default host 127.0.0.1; PORT 0 = any free port)\n"
             "  --host HOST          bind address of --http (e.g. 0.0.0.0: must be explicit)\n"
@@ -197,6 +211,7 @@ static char *read_token(const char *path) {
 int cmd_serve(int argc, char **argv) {
     serve_ctx x = {0};
     x.print_every = 10;
+    x.c.connect_timeout_ms = 60000;
     const char *http_arg = NULL, *host_arg = NULL, *token_file = NULL, *save_dir = NULL;
     long long keep = 0;
     x.save_every = 0;
@@ -213,6 +228,13 @@ int cmd_serve(int argc, char **argv) {
                 fprintf(stderr, "coordinator serve: --print-every wants seconds\n");
                 return 2;
             }
+        } else if (!strcmp(a, "--connect-timeout") && has) {
+            double s;
+            if (parse_double(argv[++i], &s) < 0 || s < 0 || s > 86400 * 365) {
+                fprintf(stderr, "coordinator serve: --connect-timeout wants seconds >= 0\n");
+                return 2;
+            }
+            x.c.connect_timeout_ms = (int)(s * 1000);
         } else if (!strcmp(a, "--http") && has) {
             http_arg = argv[++i];
         } else if (!strcmp(a, "--host") && has) {
@@ -318,7 +340,7 @@ int cmd_serve(int argc, char **argv) {
     }
     log_info("serving run %s (reaping every second)", x.c.run);
     on_tick(-1, 0, &x);
-    event_base_dispatch(x.base);
+    if (!x.refused) event_base_dispatch(x.base);
 
     http_stop(hs);
     if (x.saver && saver_busy(x.saver)) log_info("waiting for the checkpoint in progress");
@@ -330,5 +352,5 @@ int cmd_serve(int argc, char **argv) {
     if (x.rc) rconn_free(x.rc);
     free(token);
     log_info("stopped");
-    return 0;
+    return x.refused ? 1 : 0;
 }

@@ -115,7 +115,8 @@ end
 
 -- Fields of dl_init's state list that are operator settings (dl:{R}:tunables); the rest go to dl:{R}:state.
 -- expected_workers is the operator's -n (and every later dl_set target_workers); state's target_workers
--- is the live barrier target, which starts there and shrinks on deaths (worker functions write it).
+-- is the live barrier target, which starts there and follows the membership (fit_target_*; worker
+-- functions write it).
 local OPERATOR_FIELDS = {status = true, outer_lr = true, outer_momentum = true, nesterov = true,
                          min_workers = true, expected_workers = true, heartbeat_timeout_ms = true,
                          max_staleness = true, dylu = true, dylu_base_sync_every = true}
@@ -163,6 +164,54 @@ local function expected_members(P, f, r)
     return out
 end
 
+local function live_count(P) return redis.call('HLEN', P .. ':workers') end
+
+-- The number of arrivals a barrier needs (state target_workers: Forgather's num_workers) follows the
+-- membership between min_workers and the operator's expected_workers (docs/PROTOCOL.md, "Barrier
+-- target"). A run left by every member is a fresh run again: the barrier waits for the operator's
+-- number. While members remain, a departure shrinks the target to the members left, so the survivors
+-- go on, and a member the open barrier of every fragment waits for grows it back (fit_target_to_joins).
+local function bounded_target(P, t)
+    local minw = tonumber(tunable(P, 'min_workers')) or 1
+    local expected = tonumber(tunable(P, 'expected_workers'))
+    if expected and t > expected then t = expected end
+    if t < minw then t = minw end
+    if t < 1 then t = 1 end
+    return t
+end
+
+local function current_target(P)
+    return tonumber(redis.call('HGET', P .. ':state', 'target_workers')) or 1
+end
+
+-- A replaced member (dl_register of a live id) comes back in the same call: the run was never empty.
+local function fit_target_to_departure(P, why)
+    local live = live_count(P)
+    local t
+    if live == 0 and why ~= 'replaced' then
+        t = tonumber(tunable(P, 'expected_workers')) or current_target(P)
+    else
+        t = math.min(current_target(P), live)
+    end
+    redis.call('HSET', P .. ':state', 'target_workers', bounded_target(P, t))
+end
+
+-- Growth counts only members that every open barrier waits for: a joiner of the next round raises the
+-- target when that round opens, never while the open round (which does not expect it) is still
+-- waiting, so a join never blocks the open round.
+local function fit_target_to_joins(P)
+    local fewest = nil
+    for f = 0, num_fragments(P) - 1 do
+        local r = tonumber(redis.call('HGET', P .. ':state', 'round:' .. f))
+        local n = #expected_members(P, f, r)
+        if fewest == nil or n < fewest then fewest = n end
+    end
+    local t = current_target(P)
+    if fewest and fewest > t then
+        redis.call('HSET', P .. ':state', 'target_workers', bounded_target(P, fewest))
+    end
+end
+
 -- Close the open barrier of fragment f if every expected member arrived and at least the target number
 -- of workers did. Closing freezes the participants (sorted by id), opens round r+1 and wakes them.
 local function barrier_try_close(P, f)
@@ -193,6 +242,7 @@ local function barrier_try_close(P, f)
     redis.call('HSET', state, 'round:' .. f, r + 1)
     redis.call('HSET', barrier_key(P, f, r + 1), 'state', 'open', 'opened_ms', t)
     redis.call('HINCRBY', state, 'rounds_closed', 1)
+    fit_target_to_joins(P)
     for _, w in ipairs(ids) do
         local wk = P .. ':wake:' .. w
         redis.call('RPUSH', wk, f .. ':' .. r)
@@ -228,27 +278,13 @@ end
 -- ---------------------------------------------------------------------------------------------------
 -- membership
 
-local function live_count(P) return redis.call('HLEN', P .. ':workers') end
-
--- The number of arrivals a barrier needs shrinks with deaths (never below min_workers): this is
--- Forgather's num_workers. It never grows on joins: a joiner counts through the expected set.
-local function shrink_target(P)
-    local state = P .. ':state'
-    local target = tonumber(redis.call('HGET', state, 'target_workers')) or 1
-    local minw = tonumber(tunable(P, 'min_workers')) or 1
-    local live = live_count(P)
-    local t = math.max(minw, math.min(target, live))
-    if t < 1 then t = 1 end
-    redis.call('HSET', state, 'target_workers', t)
-end
-
 local function remove_member(P, w, why)
     local rec = get_worker(P, w)
     if not rec then return false end
     redis.call('HDEL', P .. ':workers', w)
     redis.call('ZREM', P .. ':heartbeats', w)
     if why == 'evicted' or why == 'kicked' then redis.call('HINCRBY', P .. ':state', 'deaths', 1) end
-    shrink_target(P)
+    fit_target_to_departure(P, why)
     event(P, why, {'worker', w, 'inc', rec.inc})
     barrier_forget(P, w)
     return true
@@ -269,14 +305,34 @@ local function check_running(P)
     end
 end
 
--- Check that w is a live member with incarnation inc; returns its record.
-local function check_member(P, w, inc)
+-- A value a client chose, cut to a size fit for an event or an error message.
+local function clip(v)
+    local s = tostring(v)
+    if #s > 200 then return string.sub(s, 1, 200) .. '...' end
+    return s
+end
+
+-- Count a rejection in dl:{R}:state and record it in dl:{R}:events (capped at EVENTS_MAXLEN entries, as
+-- every event). Data-plane rejections come through dl_reject; control-plane ones are recorded by the
+-- function that refuses the call.
+local function record_reject(P, fields)
+    redis.call('HINCRBY', P .. ':state', 'rejections', 1)
+    event(P, 'reject', fields)
+end
+
+-- Check that w is a live member with incarnation inc; returns its record. Otherwise the call (`by`, the
+-- function's name, with `extra` event fields) is refused with UNKNOWN_WORKER and recorded as a rejection,
+-- so an operator sees a stale or misconfigured worker. Redis keeps a function's writes when it then
+-- returns an error: the record is this function's deliberate last write before the error, and callers
+-- check the caller's membership after every other precondition whose failure must leave no trace.
+local function check_member(P, w, inc, by, extra)
     local rec = get_worker(P, w)
-    if not rec or tostring(rec.inc) ~= tostring(inc) then
-        error('UNKNOWN_WORKER worker ' .. w .. ' (incarnation ' .. tostring(inc) ..
-              ') is not a live member of the run; register again')
-    end
-    return rec
+    if rec and tostring(rec.inc) == tostring(inc) then return rec end
+    local msg = 'worker ' .. clip(w) .. ' (incarnation ' .. clip(inc) .. ') is not a live member of the run; register again'
+    local fields = {'by', by, 'worker', clip(w), 'inc', clip(inc), 'code', 'UNKNOWN_WORKER', 'message', msg}
+    for _, v in ipairs(extra or {}) do fields[#fields + 1] = clip(v) end
+    record_reject(P, fields)
+    error('UNKNOWN_WORKER ' .. msg)
 end
 
 -- ---------------------------------------------------------------------------------------------------
@@ -360,7 +416,7 @@ end
 -- dl_deregister KEYS[1]=config ARGV: worker_id, incarnation
 local function dl_deregister(keys, args)
     local P = load_run(keys)
-    check_member(P, args[1], args[2])
+    check_member(P, args[1], args[2], 'dl_deregister')
     remove_member(P, args[1], 'left')
     return 'OK'
 end
@@ -371,7 +427,7 @@ local function dl_heartbeat(keys, args)
     local P = load_run(keys)
     local now = now_ms()
     reap(P, now)
-    local rec = check_member(P, args[1], args[2])
+    local rec = check_member(P, args[1], args[2], 'dl_heartbeat')
     rec.speed = to_num(args[3] or 0, 'speed')
     rec.loss = to_num(args[4] or -1, 'loss')
     rec.step = to_int(args[5] or 0, 'step')
@@ -424,7 +480,7 @@ local function dl_arrive(keys, args)
     local now = now_ms()
     reap(P, now)
     check_running(P)
-    check_member(P, w, inc)
+    check_member(P, w, inc, 'dl_arrive', {'frag', f, 'round', r})
     if f < 0 or f >= num_fragments(P) then error('BADARG fragment ' .. f .. ' does not exist') end
     local cur = tonumber(redis.call('HGET', P .. ':state', 'round:' .. f))
     if r ~= cur then
@@ -511,7 +567,7 @@ local function dl_submit(keys, args)
     local now = now_ms()
     reap(P, now)
     check_running(P)
-    local rec = check_member(P, w, inc)
+    local rec = check_member(P, w, inc, 'dl_submit', {'frag', f})
     if #args < 5 or (#args - 3) % 2 ~= 0 then error('BADARG expected (shard, base_version) pairs') end
     local shards = P .. ':shards'
     local limit = tonumber(tunable(P, 'max_staleness')) or 0
@@ -523,8 +579,7 @@ local function dl_submit(keys, args)
         if base > nxt then error('BADARG base version ' .. base .. ' of shard ' .. k .. ' is in the future') end
         if limit > 0 and nxt - base > limit then
             -- the rejection itself is recorded (the only writes before this error), nothing else changes
-            redis.call('HINCRBY', P .. ':state', 'rejections', 1)
-            event(P, 'reject', {'worker', w, 'code', 'STALE', 'shard', k, 'staleness', nxt - base})
+            record_reject(P, {'by', 'dl_submit', 'worker', w, 'code', 'STALE', 'shard', k, 'staleness', nxt - base})
             error('STALE a submission for shard ' .. k .. ' from version ' .. base .. ' would be ' .. (nxt - base) ..
                   ' versions stale (limit ' .. limit .. '); fetch the current parameters')
         end
@@ -730,9 +785,8 @@ end
 -- dl_reject KEYS[1]=config ARGV: reporter, worker, code, message, shard, round
 local function dl_reject(keys, args)
     local P = load_run(keys)
-    redis.call('HINCRBY', P .. ':state', 'rejections', 1)
-    event(P, 'reject', {'by', args[1] or '', 'worker', args[2] or '', 'code', args[3] or '',
-                        'message', args[4] or '', 'shard', args[5] or -1, 'round', args[6] or -1})
+    record_reject(P, {'by', args[1] or '', 'worker', args[2] or '', 'code', args[3] or '',
+                      'message', args[4] or '', 'shard', args[5] or -1, 'round', args[6] or -1})
     return 'OK'
 end
 
@@ -747,7 +801,7 @@ end
 
 -- dl_set KEYS[1]=config ARGV: (field, value)* among the tunables below. Each goes to dl:{R}:tunables;
 -- target_workers (the workers a barrier waits for) is the operator's expected_workers there and also
--- resets the live target in dl:{R}:state, which then shrinks on deaths again.
+-- resets the live target in dl:{R}:state, which then follows the membership again.
 local TUNABLES = {outer_lr = 'num', outer_momentum = 'num', nesterov = 'bool', min_workers = 'int',
                   target_workers = 'int', heartbeat_timeout_ms = 'int', max_staleness = 'int'}
 local function dl_set(keys, args)

@@ -1,10 +1,11 @@
 /*
  * main.c: the shard-server's command line, start-up and shutdown.
  *
- * Start-up: parse the options, connect to Redis (retrying with backoff until it answers or we are
- * told to stop), check that the function library is the version this build speaks, read the run's
- * layout (dl:{R}:config) and outer tunables (dl:{R}:tunables), then hand over to the event loop: the
- * data-plane listener, two asynchronous Redis connections (control and bulk), the lease loop.
+ * Start-up: parse the options, connect to Redis (retrying with backoff for up to --connect-timeout or
+ * until we are told to stop; a refused password fails at once), check that the function library is the
+ * version this build speaks, read the run's layout (dl:{R}:config) and outer tunables
+ * (dl:{R}:tunables), then hand over to the event loop: the data-plane listener, two asynchronous Redis
+ * connections (control and bulk), the lease loop.
  * SIGINT/SIGTERM: stop accepting, give the leases back (dl_server_leave), exit 0 within 2 s.
  */
 #include "ss.h"
@@ -48,6 +49,8 @@ static void usage(FILE *f)
             "  --advertise HOST:PORT     address workers should use (default: the bound address)\n"
             "  --id ID                   server id in Redis (default ss-<hostname>-<pid>)\n"
             "  --lease-ttl-ms MS         lease time-to-live; renewed every ttl/3 (default 5000)\n"
+            "  --connect-timeout S       at start, wait up to S seconds for an unreachable Redis (default 60;\n"
+            "                            0: try once); a refused password or user fails at once\n"
             "  --max-pending-rounds N    bounds requests parked per shard while it loads: 64*N (default 4)\n"
             "  --metrics HOST:PORT       serve Prometheus metrics at http://HOST:PORT/metrics (default off;\n"
             "                            bind 127.0.0.1 unless scrapers elsewhere need it)\n"
@@ -98,6 +101,7 @@ static int parse_args(int argc, char **argv, ss_opts *o)
         { "id", required_argument, 0, 'i' },           { "lease-ttl-ms", required_argument, 0, 't' },
         { "max-pending-rounds", required_argument, 0, 'p' }, { "log-level", required_argument, 0, 'v' },
         { "fault-crash-before-commit", required_argument, 0, 'f' }, { "metrics", required_argument, 0, 'm' },
+        { "connect-timeout", required_argument, 0, 'c' },
         { "help", no_argument, 0, 'h' },               { 0, 0, 0, 0 },
     };
     memset(o, 0, sizeof *o);
@@ -105,6 +109,7 @@ static int parse_args(int argc, char **argv, ss_opts *o)
     o->lease_ttl_ms = 5000;
     o->max_pending_rounds = 4;
     o->log_level = -1;
+    o->connect_timeout_ms = 60000;
     int c;
     long long v;
     const char *redis_flag = NULL, *redis_file = NULL;
@@ -147,6 +152,15 @@ static int parse_args(int argc, char **argv, ss_opts *o)
                 return -1;
             }
             break;
+        case 'c': {
+            double s;
+            if (parse_double(optarg, &s) != 0 || s < 0 || s > 86400 * 365) {
+                fprintf(stderr, "shard-server: --connect-timeout wants seconds >= 0, got '%s'\n", optarg);
+                return -1;
+            }
+            o->connect_timeout_ms = (int)(s * 1000);
+            break;
+        }
         case 'f':
             if (parse_double(optarg, &o->crash_before_commit) != 0 || o->crash_before_commit < 0 ||
                 o->crash_before_commit > 1) {
@@ -222,8 +236,8 @@ static int startup_redis(ss_ctx *ss)
         log_error("bad --run: %s", err);
         return -1;
     }
-    rconn *c = rconn_connect_retry(&ss->url, REDIS_TIMEOUT_MS, 0, &g_startup_stop,
-                                          err, sizeof err);
+    rconn *c = rconn_connect_retry(&ss->url, REDIS_TIMEOUT_MS, ss->opts.connect_timeout_ms, &g_startup_stop, NULL,
+                                   err, sizeof err);
     if (c == NULL) {
         log_error("%s", err);
         return -1;
@@ -241,6 +255,15 @@ static int startup_redis(ss_ctx *ss)
              ss->opts.run, (unsigned long long)ss->rc.numel, ss->rc.nshards, ss->rc.nfragments,
              ss->rc.snapshot_every, (double)ss->tun.lr, (double)ss->tun.mu, ss->tun.nesterov, DL_LIB_VERSION);
     return 0;
+}
+
+void ss_refused(const char *conn, const char *why)
+{
+    log_error("redis %s connection: Redis refuses this user: %s; stopping (check the user, password and ACL in "
+              "the Redis URL)", conn, why);
+    g_ss->refused = 1;
+    if (g_ss->base != NULL)
+        event_base_loopbreak(g_ss->base);
 }
 
 static void on_exit_timer(evutil_socket_t fd, short what, void *arg)
@@ -333,7 +356,7 @@ static int run_loop(ss_ctx *ss)
     event_base_dispatch(ss->base);
     metrics_log(ss);
     log_info("shard-server %s stopped", ss->id);
-    return 0;
+    return ss->refused ? -1 : 0;
 }
 
 int main(int argc, char **argv)

@@ -5,7 +5,8 @@
  * exponential backoff (100 ms .. 5 s, jittered), and every command that was in flight gets a NULL
  * reply so its owner treats the outcome as unknown. hiredis 0.14 has no command timeout, so a watchdog
  * drops the connection when commands are pending and nothing has come back for stall_ms (a Redis that
- * is SIGSTOPped or a silent network partition). AUTH and SELECT are sent first on every connection.
+ * is SIGSTOPped or a silent network partition). AUTH and SELECT are sent first on every connection; a
+ * final refusal of them (rconn_error_final: the password or user changed under us) stops the process.
  *
  * Redis Cluster (route.c): once the cluster's slot map is known, ra_cmd sends a command to this
  * connection's twin on the master of its key (a connection like this one, opened on first use and
@@ -20,6 +21,7 @@
 #include <hiredis/adapters/libevent.h>
 
 #include "log.h"
+#include "rconn.h"
 #include "util.h"
 
 #define RA_BACKOFF_BASE_MS 100
@@ -95,8 +97,11 @@ static void ra_on_auth(redisAsyncContext *ac, void *reply, void *priv)
     redisReply *r = reply;
     rasync *ra = ac->data;
     if (r != NULL && r->type == REDIS_REPLY_ERROR) {
-        log_error("redis %s connection: %s failed: %s (check the Redis URL)", ra ? ra->name : "?",
-                  priv ? (const char *)priv : "AUTH", r->str);
+        if (rconn_error_final(r->str))
+            ss_refused(ra ? ra->name : "?", r->str);
+        else
+            log_error("redis %s connection: %s failed: %s (check the Redis URL)", ra ? ra->name : "?",
+                      priv ? (const char *)priv : "AUTH", r->str);
         redisAsyncDisconnect(ac);
     }
 }

@@ -11,7 +11,8 @@
  * Same contract as rasync: commands are only accepted while connected (else -1, callback not called);
  * the callback is called exactly once, with NULL if the connection is lost before the reply (outcome
  * unknown); the caller keeps the payload alive until then. The connection reconnects with jittered
- * backoff and is dropped when commands are pending and nothing came back for stall_ms.
+ * backoff and is dropped when commands are pending and nothing came back for stall_ms. A final refusal
+ * of its login (rconn_error_final) stops the process, as in rasync.c.
  *
  * Redis Cluster (route.c): as in rasync.c, a SET goes to this connection's twin on the master of its
  * key once the slot map is known, and a MOVED or ASK reply is followed here (the caller's payload is
@@ -34,6 +35,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "rconn.h"
 #include "util.h"
 
 #define RS_BACKOFF_BASE_MS 100
@@ -249,7 +251,10 @@ static int rs_reply(rawset *rs, char *line, size_t len)
     r.len = len - 1;
     int drop = 0;
     if (it->login && r.type == REDIS_REPLY_ERROR) {
-        log_error("redis %s connection: login failed: %s (check the Redis URL)", rs->name, r.str);
+        if (rconn_error_final(r.str))
+            ss_refused(rs->name, r.str);
+        else
+            log_error("redis %s connection: login failed: %s (check the Redis URL)", rs->name, r.str);
         drop = 1;
     }
     cluster_redirect rd;

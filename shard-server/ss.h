@@ -48,6 +48,7 @@ typedef struct ss_opts {
     char advertise[300]; /* "" = listen host + bound port */
     char id[128];
     int lease_ttl_ms;
+    int connect_timeout_ms;      /* start-up wait for an unreachable Redis (--connect-timeout) */
     int max_pending_rounds;
     int log_level;
     double crash_before_commit; /* fault injection for crash tests: probability of _exit before dl_commit */
@@ -268,6 +269,7 @@ typedef struct ss_ctx {
     char **owner_addr;          /* per shard: address of its owner as last read (for `moved`) */
     /* shutdown */
     int stopping;
+    int refused;               /* Redis refused one of our logins for good (ss_refused): exit status 1 */
     struct event *exit_timer;
     ss_metrics m;
     struct ss_commit *cq_head, *cq_tail; /* commits being computed, in order (commit.c) */
@@ -281,6 +283,9 @@ typedef struct ss_ctx {
 
 /* main.c */
 extern ss_ctx *g_ss;
+/* Redis refused a login of connection `conn` for good (rconn_error_final: the password or user was
+ * changed under us): nothing can work any more, so the loop stops and the process exits with status 1. */
+void ss_refused(const char *conn, const char *why);
 
 /* server.c */
 int server_listen(ss_ctx *ss, char *err, size_t errlen);

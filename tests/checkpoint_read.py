@@ -46,17 +46,8 @@ def xxh3_fn():
     die("libxxhash is not installed (Debian libxxhash0)")
 
 
-def main():
-    args = sys.argv[1:]
-    if not args or args[0] in ("-h", "--help"):
-        print(__doc__)
-        sys.exit(0 if args else 2)
-    path, outdir = args[0], None
-    if len(args) == 3 and args[1] == "--write-shards":
-        outdir = args[2]
-    elif len(args) != 1:
-        die("usage: checkpoint_read.py FILE [--write-shards DIR]")
-    xxh3 = xxh3_fn()
+def load(path):
+    """(metadata, {tensor name: fp32 array}) of the checkpoint at path, validated; exits 1 if malformed."""
     data = open(path, "rb").read()
     if len(data) < 8:
         die("shorter than 8 bytes")
@@ -90,9 +81,25 @@ def main():
     if spans[0][0] != 0 or any(spans[i][1] != spans[i + 1][0] for i in range(len(spans) - 1)) or \
             spans[-1][1] != len(body):
         die("the tensors do not cover the data section exactly: %s for %d bytes" % (spans, len(body)))
-    params, mom = arrays["params"], arrays["momentum"]
     if not all(np.isfinite(a).all() for a in arrays.values()):
         die("non-finite values")
+    return meta, arrays
+
+
+def main():
+    args = sys.argv[1:]
+    if not args or args[0] in ("-h", "--help"):
+        print(__doc__)
+        sys.exit(0 if args else 2)
+    path, outdir = args[0], None
+    if len(args) == 3 and args[1] == "--write-shards":
+        outdir = args[2]
+    elif len(args) != 1:
+        die("usage: checkpoint_read.py FILE [--write-shards DIR]")
+    xxh3 = xxh3_fn()
+    meta, arrays = load(path)
+    numel, dn = int(meta["numel"]), int(meta.get("dn_buffer", "0"))
+    params, mom = arrays["params"], arrays["momentum"]
     bounds = [int(x) for x in meta["shard_bounds"].split(",")]
     if bounds[0] != 0 or bounds[-1] != numel or len(bounds) != int(meta["shards"]) + 1:
         die("shard_bounds %s do not cover %d parameters" % (meta["shard_bounds"], numel))
@@ -129,4 +136,5 @@ def main():
         print("tensors %d" % len(layout))
 
 
-main()
+if __name__ == "__main__":
+    main()

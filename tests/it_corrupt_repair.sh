@@ -38,8 +38,6 @@ corrupt_blob() { [ "$($RCLI EXISTS "$1")" = 1 ] || fail "no blob $1"; $RCLI SETR
 last_sync() { grep '"event":"sync"' "$TMP/$1.jsonl" | tail -n 1 | sed 's/.*"version":\([0-9]*\),.*"digest":"\([0-9a-f]*\)".*/\1 \2/'; }
 run_workers() { # STEPS [flags]: w1 and w2 train, both must exit 0 and end on one version and digest
   steps=$1; shift
-  # the workers that left shrank the barrier's target: wait for both again, like a fresh run
-  $RCLI FCALL dl_set 1 "dl:{$RUN}:config" target_workers 2 > /dev/null || fail "dl_set"
   for w in w1 w2; do start_worker $w --sync-every $H --steps "$steps" --heartbeat-interval 1 "$@"; done
 }
 join_workers() {

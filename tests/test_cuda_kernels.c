@@ -359,7 +359,7 @@ static void test_clip(void **state) {
 static void test_adamw(void **state) {
     (void)state;
     gpt_config c = {.layers = 2, .heads = 4, .dim = 32, .ctx = 16, .vocab = 50};
-    trainer_tensor *t;
+    model_tensor *t;
     int nt;
     size_t n;
     assert_int_equal(gpt_layout(&c, &t, &nt, &n, NULL, 0), 0);

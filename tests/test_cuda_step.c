@@ -45,7 +45,7 @@ static double update_err(const float *p_gpu, const float *p_cpu, const float *p0
 
 static void model_case(const gpt_config *c, int B, int T) {
     char err[512];
-    trainer_tensor *t;
+    model_tensor *t;
     int nt;
     size_t n;
     assert_int_equal(gpt_layout(c, &t, &nt, &n, err, sizeof err), 0);

@@ -1,14 +1,19 @@
 /* test_dn_math.c: Delayed Nesterov (common/outer_dn.h) on one parameter against hand-computed values:
  * theta0 = 0, submissions g_t = t for t = 1..7, N = 3, lr 0.1, mu 0.9 (expected values computed by
- * hand from the formulas in outer_dn.h, double precision). */
+ * hand from the formulas in outer_dn.h, double precision); and bit for bit, on many random elements,
+ * against the documented formulas written out here in C with their roundings: theta - lr*x and
+ * g/N + mu*m once (fmaf, the C library's correctly rounded fused multiply-add), every other operation
+ * once each. */
 #include <math.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 #include <cmocka.h>
 
 #include "outer_dn.h"
+#include "util.h"
 
 static void run(int variant, const double *want_theta, const double *want_m) {
     float theta = 0, m = 0, buf = 0;
@@ -53,11 +58,74 @@ static void test_elementwise(void **state) {
     }
 }
 
+/* One submission t of the documented formulas (docs/async.md) on one element. fused = 0 rounds every
+ * product on its own (what the kernels did before they matched torch): the test checks it differs. */
+static void dn_reference(int variant, float *theta, float *m, float *buf, float g, uint64_t t, uint32_t N, float lr,
+                         float mu, int fused) {
+    volatile float fN = (float)N;
+#define ADD_ALPHA(a, b, alpha) (fused ? fmaf((alpha), (b), (a)) : (a) + (volatile float){(alpha) * (b)})
+    volatile float sum = *buf + g;
+    int flush = t % N == 0;
+    if (variant == DN_PAPER) {
+        volatile float gN = g / fN;
+        if (flush) {
+            volatile float mm = mu * *m, bN = sum / fN;
+            *m = mm + bN;
+            *theta = ADD_ALPHA(*theta, ADD_ALPHA(gN, *m, mu), -lr);
+            *buf = 0.0f;
+        } else {
+            *buf = sum;
+            *theta = ADD_ALPHA(*theta, gN, -lr);
+        }
+    } else if (!flush) { /* forgather */
+        *buf = sum;
+        *theta = ADD_ALPHA(*theta, g, -lr);
+    } else { /* forgather: torch's SGD(nesterov) step with the window mean; the first one starts m */
+        volatile float gbar = sum / fN, mm = mu * *m;
+        *m = t == N ? gbar : mm + gbar;
+        *theta = ADD_ALPHA(*theta, ADD_ALPHA(gbar, *m, mu), -lr);
+        *buf = 0.0f;
+    }
+#undef ADD_ALPHA
+}
+
+/* Both variants, 3 windows of N = 3, 1031 random elements (vector body and tail): every bit of theta,
+ * m and buf after every submission equals the formula's. */
+static void test_bitwise_against_the_documented_formula(void **state) {
+    (void)state;
+    enum { E = 1031, N = 3, T = 9 };
+    static float th[E], m[E], buf[E], g[E], rth[E], rm[E], rbuf[E], uth[E], um[E], ubuf[E];
+    const float lr = 0.7f, mu = 0.9f;
+    for (int variant = DN_PAPER; variant <= DN_FORGATHER; variant++) {
+        uint64_t seed = 23;
+        for (size_t i = 0; i < E; i++) {
+            th[i] = rth[i] = uth[i] = rng_uniform(&seed) - 0.5f;
+            m[i] = rm[i] = um[i] = buf[i] = rbuf[i] = ubuf[i] = 0.0f;
+        }
+        size_t differ = 0;
+        for (uint64_t t = 1; t <= T; t++) {
+            for (size_t i = 0; i < E; i++) g[i] = rng_uniform(&seed) - 0.5f;
+            outer_dn_step(variant, th, m, buf, g, E, t, N, lr, mu, 1);
+            for (size_t i = 0; i < E; i++) {
+                dn_reference(variant, &rth[i], &rm[i], &rbuf[i], g[i], t, N, lr, mu, 1);
+                dn_reference(variant, &uth[i], &um[i], &ubuf[i], g[i], t, N, lr, mu, 0);
+            }
+            assert_memory_equal(th, rth, sizeof th);
+            assert_memory_equal(m, rm, sizeof m);
+            assert_memory_equal(buf, rbuf, sizeof buf);
+        }
+        for (size_t i = 0; i < E; i++) differ += memcmp(&rth[i], &uth[i], sizeof(float)) != 0;
+        print_message("variant %d: %zu of %d elements differ when rounded twice\n", variant, differ, E);
+        assert_true(differ > E / 10);
+    }
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paper_algorithm3),
         cmocka_unit_test(test_forgather_variant),
         cmocka_unit_test(test_elementwise),
+        cmocka_unit_test(test_bitwise_against_the_documented_formula),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -18,7 +18,7 @@
 
 typedef struct {
     gpt_config c;
-    trainer_tensor *t;
+    model_tensor *t;
     int nt;
     size_t numel;
     int B, T;
@@ -50,7 +50,7 @@ static void ref_linear(double *out, const double *x, const double *w, const doub
 static double ref_loss(const ref_ctx *r, const double *P) {
     int B = r->B, T = r->T, C = r->c.dim, NH = r->c.heads, V = r->c.vocab, L = r->c.layers, N = B * T;
     int hs = C / NH;
-    const trainer_tensor *t = r->t;
+    const model_tensor *t = r->t;
     double *x = calloc((size_t)N * C, 8), *ln = calloc((size_t)N * C, 8), *qkv = calloc((size_t)N * 3 * C, 8);
     double *y = calloc((size_t)N * C, 8), *tmp = calloc((size_t)N * 4 * C, 8), *h = calloc((size_t)N * 4 * C, 8);
     double *sc = calloc((size_t)T, 8);
@@ -58,7 +58,7 @@ static double ref_loss(const ref_ctx *r, const double *P) {
     for (int n = 0; n < N; n++)
         for (int i = 0; i < C; i++) x[(size_t)n * C + i] = wte[(size_t)r->inp[n] * C + i] + wpe[(size_t)(n % T) * C + i];
     for (int l = 0; l < L; l++) {
-        const trainer_tensor *u = t + 2 + 12 * l;
+        const model_tensor *u = t + 2 + 12 * l;
 #define W(k) (P + u[k].offset)
         ref_ln(ln, x, W(0), W(1), N, C);
         ref_linear(qkv, ln, W(2), W(3), N, C, 3 * C);
@@ -197,7 +197,7 @@ static void test_threads_consistent(void **state) {
     (void)state;
     gpt_config c = {.layers = 1, .heads = 2, .dim = 64, .ctx = 96, .vocab = 3000};
     int B = 2, T = 80, N = B * T;
-    trainer_tensor *t;
+    model_tensor *t;
     int nt;
     size_t numel;
     char err[256];
@@ -232,7 +232,7 @@ static void test_threads_consistent(void **state) {
 static void test_layout_init(void **state) {
     (void)state;
     gpt_config c = {.layers = 3, .heads = 4, .dim = 32, .ctx = 16, .vocab = 50};
-    trainer_tensor *t;
+    model_tensor *t;
     int n;
     size_t numel;
     char err[256];

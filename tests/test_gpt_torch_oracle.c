@@ -32,7 +32,7 @@ static void test_oracle(void **state) {
     gpt_config c = {.layers = 2, .heads = 4, .dim = 64, .ctx = 128, .vocab = 97};
     int B = 3, T = 100, N = B * T, nsteps = 2;
     double lr = 1e-2, b1 = 0.9, b2 = 0.95, eps = 1e-8, wd = 0.1, clip = 1.0;
-    trainer_tensor *t;
+    model_tensor *t;
     int nt;
     size_t numel;
     char err[256];

@@ -1,7 +1,9 @@
 /*
  * test_outer_step.c: the outer optimizer (common/outer.c): averaging of pseudo-gradients, the SGD
  * step with and without (Nesterov) momentum against hand-computed values, the bf16 accumulation
- * path, the finite checks, and that the vectorised kernels give the same bits as the scalar formula.
+ * path, the finite checks, that the vectorised kernels give the same bits as the scalar formula, and
+ * that every build of the step rounds exactly where torch's SGD does (common/outer_fma.h): once for
+ * g + mu*b and theta - lr*d, twice for mu*b + g.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -135,14 +137,12 @@ static void vectorised_nesterov_is_bit_identical_to_scalar(void **state)
     const float lr = 0.7f, mu = 0.9f;
     outer_sgd_step(theta, b, 0, g, N, lr, mu, 1);
     for (size_t i = 0; i < N; i++) {
-        /* volatile forces one rounding per operation, as the formula says */
+        /* volatile forces one rounding per operation in the momentum; fmaf rounds d and theta once */
         volatile float mb = mu * bs[i];
         volatile float nb = mb + g[i];
-        volatile float mnb = mu * nb;
-        volatile float d = g[i] + mnb;
-        volatile float step = lr * d;
+        float d = fmaf(mu, nb, g[i]);
         bs[i] = nb;
-        ts[i] = ts[i] - step;
+        ts[i] = fmaf(-lr, d, ts[i]);
     }
     assert_memory_equal(theta, ts, N * sizeof *ts);
     assert_memory_equal(b, bs, N * sizeof *bs);
@@ -154,6 +154,92 @@ static void vectorised_nesterov_is_bit_identical_to_scalar(void **state)
     free(g);
     free(ts);
     free(bs);
+}
+
+/* Where the step rounds, on numbers whose exact result is known: x = 1 + 2^-12, so x*x = 1 + 2^-11 +
+ * 2^-24, which rounds (a tie, to even) to 1 + 2^-11. theta - lr*d rounds once (torch's
+ * theta.add_(d, alpha=-lr)): -1 + x*x is exactly 2^-11 + 2^-24, where rounding x*x first would give
+ * 2^-11. The momentum mu*b + g rounds twice (torch's b.mul_(mu).add_(g)): 2^-11, not 2^-11 + 2^-24. */
+static void single_rounding_exactly_where_torch_has_one(void **state)
+{
+    (void)state;
+    const float x = 1.0f + 0x1p-12f;
+    float theta[1] = { -1.0f }, g[1] = { -x };
+    outer_sgd_step(theta, NULL, 0, g, 1, x, 0.0f, 1);
+    assert_true(theta[0] == 0x1p-11f + 0x1p-24f);
+    float theta2[1] = { 0.0f }, b[1] = { x }, g2[1] = { -1.0f };
+    outer_sgd_step(theta2, b, 0, g2, 1, 1.0f, x, 0);
+    assert_true(b[0] == 0x1p-11f);
+    assert_true(theta2[0] == -0x1p-11f);
+}
+
+/* torch.optim.SGD's step on one element, the fused operations computed exactly in double and rounded
+ * once (inputs in [0.5, 1) and mu, lr in [0.5, 1): every product and sum below fits 53 bits), the
+ * momentum with one rounding per operation. fused = 0 rounds everything twice (the baseline build of
+ * torch): the test checks it is a different answer. */
+static void torch_sgd_one(float *theta, float *b, float theta_in, float b_in, float g, int first, float lr, float mu,
+                          int nesterov, int fused)
+{
+    float d = g;
+    if (mu != 0.0f) {
+        volatile float mb = mu * b_in;
+        *b = first ? g : mb + g;
+        volatile float mnb = mu * *b;
+        d = !nesterov ? *b : fused ? (float)((double)g + (double)mu * (double)*b) : g + mnb;
+    }
+    volatile float step = lr * d;
+    *theta = fused ? (float)((double)theta_in - (double)lr * (double)d) : theta_in - step;
+}
+
+/* Every build of the step (in place, out of place, the one-pass commit kernel dispatched to AVX2 and FMA
+ * here and its portable build) gives torch's bits on random inputs, every variant, 1 to 3 bf16
+ * participants, a length with a scalar tail; and the check is not vacuous: rounding everything twice
+ * gives other bits. */
+static void every_build_rounds_where_torch_does(void **state)
+{
+    (void)state;
+    enum { N = 1037, K = 3 };
+    static float t0[N], b0[N], g[N], want_t[N], want_b[N], two_t[N], two_b[N], got_t[N], got_b[N];
+    static uint16_t d[K][N];
+    const uint16_t *dp[K] = { d[0], d[1], d[2] };
+    const float lr = 0.7f;
+    uint64_t seed = 17;
+    for (size_t i = 0; i < N; i++) {
+        t0[i] = (0.5f + 0.5f * rng_uniform(&seed)) * (i % 3 == 0 ? -1.0f : 1.0f);
+        b0[i] = 0.5f + 0.5f * rng_uniform(&seed);
+        for (int p = 0; p < K; p++)
+            d[p][i] = bf16_from_f32(0.5f + 0.5f * rng_uniform(&seed)); /* the mean stays in [0.5, 1) */
+    }
+    const struct { int first; float mu; int nesterov; } cases[] = { { 1, 0.9f, 1 }, { 0, 0.9f, 1 }, { 0, 0.8f, 0 },
+                                                                    { 1, 0.8f, 0 }, { 0, 0.0f, 1 } };
+    for (uint32_t k = 1; k <= K; k++) {
+        outer_mean_bf16(g, dp, k, N);
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            const int first = cases[c].first, nesterov = cases[c].nesterov;
+            const float mu = cases[c].mu;
+            size_t differ = 0;
+            for (size_t i = 0; i < N; i++) {
+                want_b[i] = two_b[i] = b0[i];
+                torch_sgd_one(&want_t[i], &want_b[i], t0[i], b0[i], g[i], first, lr, mu, nesterov, 1);
+                torch_sgd_one(&two_t[i], &two_b[i], t0[i], b0[i], g[i], first, lr, mu, nesterov, 0);
+                differ += memcmp(&want_t[i], &two_t[i], sizeof(float)) != 0;
+            }
+            assert_true(differ > N / 20);
+            for (int build = 0; build < 4; build++) {
+                memcpy(got_t, t0, sizeof got_t);
+                memcpy(got_b, b0, sizeof got_b);
+                if (build == 0)
+                    outer_sgd_step(got_t, got_b, first, g, N, lr, mu, nesterov);
+                else if (build == 1)
+                    outer_sgd_step_to(got_t, got_b, t0, b0, first, g, N, lr, mu, nesterov);
+                else
+                    (build == 2 ? outer_mean_step_bf16_to : outer_mean_step_bf16_to_generic)(
+                        got_t, got_b, t0, b0, first, dp, k, N, lr, mu, nesterov);
+                assert_memory_equal(got_t, want_t, sizeof got_t);
+                assert_memory_equal(got_b, want_b, sizeof got_b);
+            }
+        }
+    }
 }
 
 /* The out-of-place step (the shard-server's commit) leaves exactly what copy + in-place step leaves, for
@@ -304,6 +390,8 @@ int main(void)
         cmocka_unit_test(bf16_accumulate_path_matches_widened_f32),
         cmocka_unit_test(scaled_add_and_mean_use_the_scalar_formula),
         cmocka_unit_test(vectorised_nesterov_is_bit_identical_to_scalar),
+        cmocka_unit_test(single_rounding_exactly_where_torch_has_one),
+        cmocka_unit_test(every_build_rounds_where_torch_does),
         cmocka_unit_test(finite_checks_find_the_first_bad_index),
         cmocka_unit_test(out_of_place_step_matches_in_place),
         cmocka_unit_test(one_pass_mean_and_step_match_the_multi_pass_kernels),

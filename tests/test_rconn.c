@@ -1,7 +1,8 @@
 /*
  * test_rconn.c: Redis connections (common/rconn.c) against a private redis-server started on a unix
  * socket in a temporary directory: password and ACL-user authentication, wrong credentials, database
- * selection, error replies, and bounded/stoppable retries to an address where nothing listens.
+ * selection, error replies, bounded/stoppable retries to an address where nothing listens, and a refused
+ * password or database ending the retries at once.
  * Exits 77 (skipped) when redis-server is not installed.
  */
 #include <stdarg.h>
@@ -154,7 +155,7 @@ static void reply_error_reports_connection_loss(void **state)
     rconn_free(c);
 }
 
-static void retry_gives_up_after_max_attempts(void **state)
+static void retry_gives_up_after_its_wait(void **state)
 {
     (void)state;
     char err[512] = "";
@@ -162,17 +163,56 @@ static void retry_gives_up_after_max_attempts(void **state)
     char url[400];
     snprintf(url, sizeof url, "unix://%s/nobody-here.sock", tmpdir);
     assert_int_equal(redis_url_parse(url, &u, err, sizeof err), 0);
+    int refused = -1;
     uint64_t t0 = now_ms();
-    assert_null(rconn_connect_retry(&u, 200, 3, NULL, err, sizeof err));
+    assert_null(rconn_connect_retry(&u, 200, 1500, NULL, &refused, err, sizeof err));
     uint64_t took = now_ms() - t0;
-    assert_non_null(strstr(err, "after 3 attempts"));
-    /* Two waits between three attempts: at least 75 + 150 ms, well under the 5 s cap. */
-    assert_true(took >= 200 && took < 3000);
+    assert_non_null(strstr(err, "gave up after"));
+    assert_int_equal(refused, 0); /* nobody there: not a refusal */
+    /* retried until the wait was over (the last attempt at the deadline), not a moment longer */
+    assert_true(took >= 1500 && took < 2500);
+    t0 = now_ms();
+    assert_null(rconn_connect_retry(&u, 200, 0, NULL, NULL, err, sizeof err)); /* one attempt */
+    assert_true(now_ms() - t0 < 500);
     volatile int stop = 1;
     t0 = now_ms();
-    assert_null(rconn_connect_retry(&u, 200, 0, &stop, err, sizeof err));
+    assert_null(rconn_connect_retry(&u, 200, -1, &stop, NULL, err, sizeof err));
     assert_non_null(strstr(err, "stopped"));
     assert_true(now_ms() - t0 < 500);
+}
+
+/* A wrong password, user or database is final: no retry for the whole wait. */
+static void refusal_ends_retries_at_once(void **state)
+{
+    (void)state;
+    const char *urls[] = { "unix://:wrong@%s", "unix://nobody:pw@%s", "unix://:pw@%s?db=100000" };
+    for (size_t i = 0; i < sizeof urls / sizeof urls[0]; i++) {
+        char url[400], err[512] = "";
+        redis_url u;
+        snprintf(url, sizeof url, urls[i], sock_path);
+        assert_int_equal(redis_url_parse(url, &u, err, sizeof err), 0);
+        int refused = 0;
+        uint64_t t0 = now_ms();
+        assert_null(rconn_connect_retry(&u, 1000, 30000, NULL, &refused, err, sizeof err));
+        if (now_ms() - t0 > 1000)
+            fail_msg("%s: retried for %llu ms: %s", urls[i], (unsigned long long)(now_ms() - t0), err);
+        assert_int_equal(refused, 1);
+        assert_non_null(strstr(err, i < 2 ? "WRONGPASS" : "SELECT"));
+    }
+}
+
+static void final_errors(void **state)
+{
+    (void)state;
+    assert_true(rconn_error_final("WRONGPASS invalid username-password pair or user is disabled."));
+    assert_true(rconn_error_final("NOAUTH Authentication required."));
+    assert_true(rconn_error_final("NOPERM this user has no permissions to run the 'fcall' command"));
+    assert_true(rconn_error_final("ERR invalid password"));
+    assert_true(rconn_error_final("ERR AUTH <password> called without any password configured for the default user."));
+    assert_false(rconn_error_final("LOADING Redis is loading the dataset in memory"));
+    assert_false(rconn_error_final("ERR Function not found"));
+    assert_false(rconn_error_final("MOVED 3999 127.0.0.1:6381"));
+    assert_false(rconn_error_final(NULL));
 }
 
 int main(void)
@@ -188,7 +228,9 @@ int main(void)
         cmocka_unit_test(acl_user_auth),
         cmocka_unit_test(wrong_credentials_and_bad_db_fail_clearly),
         cmocka_unit_test(reply_error_reports_connection_loss),
-        cmocka_unit_test(retry_gives_up_after_max_attempts),
+        cmocka_unit_test(retry_gives_up_after_its_wait),
+        cmocka_unit_test(refusal_ends_retries_at_once),
+        cmocka_unit_test(final_errors),
     };
     return cmocka_run_group_tests(tests, start_redis, stop_redis);
 }

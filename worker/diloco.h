@@ -68,6 +68,9 @@ typedef struct diloco_options {
     int net_timeout_ms;           /* one data-plane request (default 60000) */
     int sync_timeout_ms;          /* give up one sync attempt after this long without progress (default 120000) */
     int wait_poll_ms;             /* BLPOP timeout while waiting at a barrier (default 1000) */
+    int connect_timeout_ms;       /* diloco_open waits this long for an unreachable Redis, retrying with
+                                     backoff (default 60000; 0: one attempt); a login Redis refuses (wrong
+                                     password or user) fails at once */
     int dylu;                     /* follow the H the run's DyLU computes for us */
     int num_fragments;            /* 0: take it from the run; else it must equal the run's */
     double fragment_alpha;        /* Streaming mixing: params = alpha*params + (1-alpha)*global (default 0) */
@@ -87,6 +90,8 @@ typedef struct diloco_sync_info {
     int64_t version;              /* global version now held */
     double seconds;               /* first pseudo-gradient byte sent to last parameter byte received */
     double wait_seconds;          /* part of it spent waiting for the barrier */
+    /* Payload bytes this sync sent (pseudo-gradients, resends included: every frame that went out,
+     * whatever its reply) and received (parameters). A lost round that sent nothing reports 0 up. */
     uint64_t bytes_up, bytes_down;
     uint64_t digest;              /* XXH3 of the whole new global parameter vector */
     int stale;                    /* 1 when the round was lost (STALE/evicted) and we re-fetched instead */

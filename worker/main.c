@@ -67,6 +67,8 @@ static void usage(FILE *f) {
             "  --heartbeat-interval S    seconds between heartbeats (default 30; 0 disables)\n"
             "  --max-sync-retries N      failed syncs in a row before registering again (default 3)\n"
             "  --sync-timeout S          give up one sync attempt after S seconds without progress (default 120)\n"
+            "  --connect-timeout S       at start, wait up to S seconds for an unreachable Redis (default 60;\n"
+            "                            0: try once); a refused password or user fails at once\n"
             "  --dylu                    follow the sync interval the run's DyLU assigns\n"
             "  --num-fragments F         Streaming DiLoCo fragments: optional, must equal the run's\n"
             "  --fragment-alpha A        Streaming mixing: params = A*local + (1-A)*global (default 0)\n"
@@ -165,7 +167,8 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
             else if (!strcmp(f, "--steps")) a->steps = (long)v;
             else if (!strcmp(f, "--max-sync-retries")) a->dl.max_sync_retries = (int)v;
             else a->step_delay_ms = (unsigned)v;
-        } else if (!strcmp(f, "--heartbeat-interval") || !strcmp(f, "--sync-timeout") || !strcmp(f, "--quad-lr")) {
+        } else if (!strcmp(f, "--heartbeat-interval") || !strcmp(f, "--sync-timeout") || !strcmp(f, "--quad-lr") ||
+                   !strcmp(f, "--connect-timeout")) {
             if (need_value(i, argc, f) < 0) return -1;
             if (parse_double(argv[++i], &x) < 0 || x < 0) {
                 fprintf(stderr, "worker: %s wants a non-negative number, got '%s'\n", f, argv[i]);
@@ -173,6 +176,7 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
             }
             if (!strcmp(f, "--heartbeat-interval")) a->dl.heartbeat_interval_ms = (int)(x * 1000);
             else if (!strcmp(f, "--sync-timeout")) a->dl.sync_timeout_ms = (int)(x * 1000);
+            else if (!strcmp(f, "--connect-timeout")) a->dl.connect_timeout_ms = (int)(x * 1000);
             else a->quad_lr = x;
         } else {
             rest[(*nrest)++] = argv[i];
@@ -196,7 +200,8 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
 static int read_run(const worker_args *a, runconf *rc, char *err, size_t errlen) {
     redis_url u;
     if (redis_url_parse(a->dl.redis_url, &u, err, errlen) < 0) return -1;
-    rconn *c = rconn_connect_retry(&u, 5000, 5, NULL, err, errlen);
+    rconn *c = rconn_connect_retry(&u, 5000, a->dl.connect_timeout_ms, (const volatile int *)&g_stop, NULL, err,
+                                   errlen);
     if (!c) return -1;
     int r = runconf_load(c, a->dl.run, rc, err, errlen);
     rconn_free(c);

@@ -2,7 +2,8 @@
  *
  * bin/worker owns the DiLoCo session (libdiloco, diloco.h) and drives a trainer through this table.
  * A trainer keeps its model parameters in ONE flat fp32 buffer (so DiLoCo can shard and fragment it
- * by offset) and exposes its tensor layout so shards and Streaming fragments can be cut at tensor
+ * by offset) and exposes its tensor layout (model_tensor of model/model.h, where each model kind's
+ * layout and initialisation live) so shards and Streaming fragments can be cut at tensor
  * boundaries. Two trainers exist: "quadratic" (protocol tests) and "gpt" (the reference GPT, CPU or
  * CUDA). Every function returns 0 on success or -1 with a message in err. */
 #ifndef DILOCO_TRAINER_H
@@ -11,13 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-typedef struct trainer_tensor {
-    const char *name;     /* e.g. "h.0.attn.qkv.weight" */
-    int ndim;
-    size_t shape[4];
-    size_t offset;        /* in elements, into the flat parameter buffer */
-    size_t numel;
-} trainer_tensor;
+#include "model.h"
 
 typedef struct trainer_stats {
     double loss;          /* training loss of the last step (nats per token for the GPT) */
@@ -30,7 +25,7 @@ struct trainer {
     const char *name;
     size_t numel;                   /* parameters in the flat buffer */
     float *params;                  /* the flat buffer (owned by the trainer; host memory) */
-    const trainer_tensor *tensors;  /* layout, ntensors entries, in offset order, covering [0, numel) */
+    const model_tensor *tensors;  /* layout, ntensors entries, in offset order, covering [0, numel) */
     int ntensors;
     /* One inner optimisation step (forward, backward, inner optimizer) on params, in place. */
     int (*step)(trainer *t, trainer_stats *out, char *err, size_t errlen);

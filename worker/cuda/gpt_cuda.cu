@@ -605,7 +605,7 @@ static int l_clip(ctx *x, float *g, size_t n, double max_norm, double *red) {
 }
 
 /* AdamW over tensors, one launch per run of consecutive tensors with the same decay */
-static int l_adamw(ctx *x, const trainer_tensor *tensors, int ntensors, float *p, const float *g, float *m, float *v,
+static int l_adamw(ctx *x, const model_tensor *tensors, int ntensors, float *p, const float *g, float *m, float *v,
                    long t, double lr, double beta1, double beta2, double eps, double weight_decay) {
     char *err = x->err;
     size_t errlen = x->errlen;
@@ -629,10 +629,6 @@ static int l_adamw(ctx *x, const trainer_tensor *tensors, int ntensors, float *p
 /* the model                                                                                   */
 
 typedef struct {
-    float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-} layer_params;
-
-typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
 } layer_acts;
 
@@ -640,13 +636,12 @@ struct gpt_cuda {
     gpt_config c;
     int B, T, tf32;
     size_t numel;
-    trainer_tensor *tensors;
+    model_tensor *tensors;
     int ntensors;
     cudaStream_t st;
     cublasHandle_t h;
     float *params, *grads, *m, *v;
-    layer_params *p, *g;
-    float *wte, *wpe, *lnfw, *lnfb, *gwte, *gwpe, *glnfw, *glnfb;
+    gpt_params p, g;  /* the device parameters and gradients by role (gpt_params_bind) */
     layer_acts *a;
     float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     float *dres, *dln, *datty, *dqkv, *dfch;
@@ -661,24 +656,6 @@ struct gpt_cuda {
 
 extern "C" size_t gpt_cuda_numel(const gpt_cuda *g) { return g ? g->numel : 0; }
 
-static void bind(gpt_cuda *g, float *base, layer_params *lp, float **wte, float **wpe, float **lnfw, float **lnfb) {
-    const trainer_tensor *t = g->tensors;
-    *wte = base + t[0].offset;
-    *wpe = base + t[1].offset;
-    for (int l = 0; l < g->c.layers; l++) {
-        const trainer_tensor *u = t + GPT_TENSORS_HEAD + GPT_TENSORS_PER_LAYER * l;
-        layer_params *h = &lp[l];
-        h->ln1w = base + u[0].offset; h->ln1b = base + u[1].offset;
-        h->qkvw = base + u[2].offset; h->qkvb = base + u[3].offset;
-        h->projw = base + u[4].offset; h->projb = base + u[5].offset;
-        h->ln2w = base + u[6].offset; h->ln2b = base + u[7].offset;
-        h->fcw = base + u[8].offset; h->fcb = base + u[9].offset;
-        h->fcprojw = base + u[10].offset; h->fcprojb = base + u[11].offset;
-    }
-    *lnfw = base + t[g->ntensors - 2].offset;
-    *lnfb = base + t[g->ntensors - 1].offset;
-}
-
 extern "C" void gpt_cuda_free(gpt_cuda *g) {
     if (!g) return;
     if (g->st) cudaStreamSynchronize(g->st);
@@ -692,8 +669,8 @@ extern "C" void gpt_cuda_free(gpt_cuda *g) {
     if (g->hred) cudaFreeHost(g->hred);
     free(g->slot);
     free(g->cnt);
-    free(g->p);
-    free(g->g);
+    free(g->p.h);
+    free(g->g.h);
     free(g->a);
     free(g->tensors);
     free(g);
@@ -763,8 +740,8 @@ static int create_inner(gpt_cuda *g, char *err, size_t errlen) {
     g->slot = (int *)calloc(V, sizeof(int));
     g->cnt = (int *)calloc(N + 1, sizeof(int));
     if (!g->slot || !g->cnt) { seterr(err, errlen, "gpt_cuda: out of memory"); return -1; }
-    bind(g, g->params, g->p, &g->wte, &g->wpe, &g->lnfw, &g->lnfb);
-    bind(g, g->grads, g->g, &g->gwte, &g->gwpe, &g->glnfw, &g->glnfb);
+    gpt_params_bind(g->tensors, g->ntensors, g->params, &g->p);
+    gpt_params_bind(g->tensors, g->ntensors, g->grads, &g->g);
     CK(cudaStreamSynchronize(g->st));
     return 0;
 }
@@ -788,10 +765,10 @@ extern "C" gpt_cuda *gpt_cuda_create(const gpt_config *c, int B, int T, int tf32
     g->T = T;
     g->tf32 = tf32;
     if (gpt_layout(c, &g->tensors, &g->ntensors, &g->numel, err, errlen)) { free(g); return NULL; }
-    g->p = (layer_params *)calloc((size_t)c->layers, sizeof(layer_params));
-    g->g = (layer_params *)calloc((size_t)c->layers, sizeof(layer_params));
+    g->p.h = (gpt_layer_params *)calloc((size_t)c->layers, sizeof(gpt_layer_params));
+    g->g.h = (gpt_layer_params *)calloc((size_t)c->layers, sizeof(gpt_layer_params));
     g->a = (layer_acts *)calloc((size_t)c->layers, sizeof(layer_acts));
-    if (!g->p || !g->g || !g->a) {
+    if (!g->p.h || !g->g.h || !g->a) {
         seterr(err, errlen, "gpt cuda: out of memory");
         gpt_cuda_free(g);
         return NULL;
@@ -888,10 +865,10 @@ extern "C" int gpt_cuda_forward(gpt_cuda *g, const int *inputs, const int *targe
     g->have_targets = targets != NULL;
     CK(cudaMemcpyAsync(g->dtok, g->htok, (5 * (size_t)N + 1) * sizeof(int), cudaMemcpyHostToDevice, g->st));
     const int *din = g->dtok, *dtg = g->dtok + N;
-    if (l_encoder_forward(&x, g->encoded, din, g->wte, g->wpe, B, T, C)) return -1;
+    if (l_encoder_forward(&x, g->encoded, din, g->p.wte, g->p.wpe, B, T, C)) return -1;
     const float *xin = g->encoded;
     for (int l = 0; l < L; l++) {
-        layer_params *p = &g->p[l];
+        gpt_layer_params *p = &g->p.h[l];
         layer_acts *a = &g->a[l];
         if (l_layernorm_forward(&x, a->ln1, a->ln1_mean, a->ln1_rstd, xin, p->ln1w, p->ln1b, N, C) ||
             l_matmul_forward(&x, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C) ||
@@ -906,8 +883,8 @@ extern "C" int gpt_cuda_forward(gpt_cuda *g, const int *inputs, const int *targe
             return -1;
         xin = a->res3;
     }
-    if (l_layernorm_forward(&x, g->lnf, g->lnf_mean, g->lnf_rstd, xin, g->lnfw, g->lnfb, N, C)) return -1;
-    CKB(mm(g->h, 0, 1, N, V, C, 1.0f, g->lnf, C, g->wte, C, 0.0f, g->logits, V));
+    if (l_layernorm_forward(&x, g->lnf, g->lnf_mean, g->lnf_rstd, xin, g->p.lnfw, g->p.lnfb, N, C)) return -1;
+    CKB(mm(g->h, 0, 1, N, V, C, 1.0f, g->lnf, C, g->p.wte, C, 0.0f, g->logits, V));
     if (!targets) {
         if (loss) *loss = 0.0f;
         CK(cudaStreamSynchronize(g->st));
@@ -930,14 +907,14 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, char *err, size_t errlen) {
     const int *dtg = g->dtok + N, *order = g->dtok + 2 * N, *uniq = g->dtok + 3 * N, *ustart = g->dtok + 4 * N;
     if (l_crossentropy_backward(&x, g->logits, dtg, N, V)) return -1;
     float *dlogits = g->logits;
-    CKB(mm(g->h, 0, 0, N, C, V, 1.0f, dlogits, V, g->wte, C, 0.0f, g->dln, C));
-    CKB(mm(g->h, 1, 0, V, C, N, 1.0f, dlogits, V, g->lnf, C, 0.0f, g->gwte, C));
+    CKB(mm(g->h, 0, 0, N, C, V, 1.0f, dlogits, V, g->p.wte, C, 0.0f, g->dln, C));
+    CKB(mm(g->h, 1, 0, V, C, N, 1.0f, dlogits, V, g->lnf, C, 0.0f, g->g.wte, C));
     const float *xlast = L > 0 ? g->a[L - 1].res3 : g->encoded;
-    if (l_layernorm_backward(&x, g->dres, g->glnfw, g->glnfb, g->dln, xlast, g->lnfw, g->lnf_mean, g->lnf_rstd, N, C,
+    if (l_layernorm_backward(&x, g->dres, g->g.lnfw, g->g.lnfb, g->dln, xlast, g->p.lnfw, g->lnf_mean, g->lnf_rstd, N, C,
                              0))
         return -1;
     for (int l = L - 1; l >= 0; l--) {
-        layer_params *p = &g->p[l], *gg = &g->g[l];
+        gpt_layer_params *p = &g->p.h[l], *gg = &g->g.h[l];
         layer_acts *a = &g->a[l];
         const float *xin = l > 0 ? g->a[l - 1].res3 : g->encoded;
         if (l_matmul_backward(&x, g->dfch, gg->fcprojw, gg->fcprojb, g->dres, a->fch_gelu, p->fcprojw, N, 4 * C, C) ||
@@ -953,7 +930,7 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, char *err, size_t errlen) {
                                  C, 1))
             return -1;
     }
-    return l_encoder_backward(&x, g->gwte, g->gwpe, g->dres, order, uniq, ustart, g->nuniq, B, T, C, g->c.ctx);
+    return l_encoder_backward(&x, g->g.wte, g->g.wpe, g->dres, order, uniq, ustart, g->nuniq, B, T, C, g->c.ctx);
 }
 
 extern "C" int gpt_cuda_clip(gpt_cuda *g, double max_norm, double *norm, char *err, size_t errlen) {
@@ -1240,7 +1217,7 @@ extern "C" int gpt_cuda_k_clip(float *grads, size_t numel, double max_norm, doub
     return done(&pl, rc, "clip", kerr);
 }
 
-extern "C" int gpt_cuda_k_adamw(const trainer_tensor *tensors, int ntensors, float *params, const float *grads,
+extern "C" int gpt_cuda_k_adamw(const model_tensor *tensors, int ntensors, float *params, const float *grads,
                                 float *m, float *v, long t, double lr, double beta1, double beta2, double eps,
                                 double weight_decay) {
     KBEGIN(0);

@@ -120,7 +120,7 @@ int gpt_cuda_k_residual_forward(float *out, const float *a, const float *b, size
 int gpt_cuda_k_crossentropy_forward(float *logits, float *losses, const int *targets, int N, int V, float *mean);
 int gpt_cuda_k_crossentropy_backward(float *probs, const int *targets, int N, int V);
 int gpt_cuda_k_clip(float *grads, size_t numel, double max_norm, double *norm);
-int gpt_cuda_k_adamw(const trainer_tensor *tensors, int ntensors, float *params, const float *grads, float *m,
+int gpt_cuda_k_adamw(const model_tensor *tensors, int ntensors, float *params, const float *grads, float *m,
                      float *v, long t, double lr, double beta1, double beta2, double eps, double weight_decay);
 
 #ifdef __cplusplus

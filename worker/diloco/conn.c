@@ -199,7 +199,7 @@ int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int 
     if (rc != DL_OK) return rc;
     int sent = 0, broken = 0;
     size_t bytes[RUNCONF_MAX_SHARDS];
-    stamp_min(&d->last.t_first_send_us, dl_wall_us());
+    stamp_min(&d->cur.t_first_send_us, dl_wall_us());
     for (; sent < count; sent++) {
         blob_header h;
         const void *payload;
@@ -208,6 +208,7 @@ int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int 
             broken = 1;
             break;
         }
+        __atomic_add_fetch(&d->cur.bytes_up, bytes[sent], __ATOMIC_RELAXED);
     }
     int worst = DL_OK;
     for (int i = 0; i < sent && !broken; i++) {
@@ -222,7 +223,6 @@ int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int 
         }
         if (strcmp(h.op, "ack") == 0) {
             rcs[i] = DL_OK;
-            __atomic_add_fetch(&d->last.bytes_up, bytes[i], __ATOMIC_RELAXED);
         } else {
             char why[256] = "";
             rcs[i] = reply_outcome(d, &h, why, sizeof why);
@@ -245,15 +245,18 @@ int conn_push(diloco *d, int shard, int64_t round, char *err, size_t errlen) {
     uint8_t buf[SMALL_REPLY_CAP];
     const uint8_t *rp;
     size_t rlen;
-    stamp_min(&d->last.t_first_send_us, dl_wall_us());
-    if (frame_send_hashed(c->fd, &h, payload, plen, d->o.net_timeout_ms, err, errlen) < 0 ||
-        await_reply(d, c->fd, shard, err, errlen) < 0 ||
+    stamp_min(&d->cur.t_first_send_us, dl_wall_us());
+    if (frame_send_hashed(c->fd, &h, payload, plen, d->o.net_timeout_ms, err, errlen) < 0) {
+        conn_release(d, c, 1);
+        return DL_RETRY;
+    }
+    __atomic_add_fetch(&d->cur.bytes_up, plen, __ATOMIC_RELAXED); /* sent, whatever the reply says */
+    if (await_reply(d, c->fd, shard, err, errlen) < 0 ||
         frame_recv(c->fd, buf, sizeof buf, &h, &rp, &rlen, d->o.net_timeout_ms, err, errlen) < 0) {
         conn_release(d, c, 1);
         return DL_RETRY;
     }
     conn_release(d, c, 0);
-    __atomic_add_fetch(&d->last.bytes_up, plen, __ATOMIC_RELAXED);
     if (strcmp(h.op, "ack") == 0) return DL_OK;
     return reply_outcome(d, &h, err, errlen);
 }
@@ -296,9 +299,9 @@ static int take_params(diloco *d, int shard, const blob_header *h, const uint8_t
     d->tent_version[shard] = (h->flags & BLOB_PARAMS_TENTATIVE) ? h->version : 0;
     d->tent_xxh[shard] = h->xxh;
     d->tent_epoch[shard] = h->epoch;
-    stamp_max(&d->last.t_last_recv_us, dl_wall_us());
+    stamp_max(&d->cur.t_last_recv_us, dl_wall_us());
     *got = h->version;
-    __atomic_add_fetch(&d->last.bytes_down, plen, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&d->cur.bytes_down, plen, __ATOMIC_RELAXED);
     return DL_OK;
 }
 

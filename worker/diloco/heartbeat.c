@@ -3,8 +3,8 @@
  * Every heartbeat_interval_ms it calls dl_heartbeat with our speed (inner steps per second of
  * training time since the last beat: time spent syncing or waiting at a barrier is not counted, so
  * DyLU sees how fast this machine trains, not how long it waited for others), loss and tokens, on its own Redis connection so a blocked training thread never delays
- * it. The reply tells us if we were evicted (the training thread registers again at its next sync),
- * whether the run was shut down, and the H that DyLU computed for us. */
+ * it. The reply tells us if we were evicted (the training thread registers again at its next sync;
+ * no beats until then), whether the run was shut down, and the H that DyLU computed for us. */
 #include <errno.h>
 #include <string.h>
 #include <time.h>
@@ -16,6 +16,11 @@
 
 static void beat_once(diloco *d, rconn *c) {
     pthread_mutex_lock(&d->hb_mu);
+    if (d->evicted) { /* until the training thread registers again, a beat would only be refused (and
+                         recorded as a rejection of a stale worker) */
+        pthread_mutex_unlock(&d->hb_mu);
+        return;
+    }
     uint64_t steps = d->total_steps;
     if (d->compute_us > 0) d->speed = (double)d->compute_steps / ((double)d->compute_us / 1e6);
     d->compute_us = d->compute_steps = 0;

@@ -103,6 +103,8 @@ struct diloco {
     int steps;                   /* inner steps since the last sync */
     int sync_every;
     int fail_streak;
+    diloco_sync_info cur;        /* the sync in progress: bytes and phase stamps, counted by conn.c as
+                                    they happen (sync_begin clears it, sync_record copies it to last) */
     diloco_sync_info last;
     int have_last;
 
@@ -198,6 +200,8 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen);
 int sync_fragment_net(diloco *d, int f, char *err, size_t errlen);
 /* Put base[f] into params[f]: copy, or params = alpha*params + (1-alpha)*base; tell the trainer. */
 int sync_apply_fragment(diloco *d, int f, double alpha, char *err, size_t errlen);
+/* A sync starts: its counters (cur) start from zero, so it reports only what it sent and received. */
+void sync_begin(diloco *d);
 void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale);
 /* A joiner of the round after `round`: block until round `round` of fragment f is no longer open (woken
  * by its close): DL_OK closed, DL_STALE gone already, DL_NEED it waits for nobody but a new arrival

@@ -29,10 +29,12 @@ void diloco_options_default(diloco_options *o) {
     o->net_timeout_ms = 60000;
     o->sync_timeout_ms = 120000;
     o->wait_poll_ms = 1000;
+    o->connect_timeout_ms = 60000;
 }
 
 /* Run a command on the control connection; on a connection error reconnect (with backoff, for as
- * long as it takes: Redis restarts are survivable) and try once more. */
+ * long as it takes: Redis restarts are survivable; a refusal of our credentials ends it at once) and
+ * try once more. */
 redisReply *dl_command(diloco *d, const char *fmt, ...) {
     redisReply *r = NULL;
     pthread_mutex_lock(&d->ctl_mu);
@@ -40,7 +42,8 @@ redisReply *dl_command(diloco *d, const char *fmt, ...) {
         if (d->ctl == NULL || rconn_broken(d->ctl)) {
             char err[256];
             if (d->ctl) rconn_free(d->ctl);
-            d->ctl = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, 0, d->o.stop, err, sizeof err);
+            d->ctl = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, -1, d->o.stop, NULL, err, sizeof err);
+            if (d->ctl == NULL && !dl_stopping(d)) log_error("%s", err);
             if (d->ctl == NULL) break;
         }
         va_list ap;
@@ -226,7 +229,7 @@ static int session_init(diloco *d, const diloco_options *o, float *params, size_
     if (redis_url_parse(o->redis_url, &d->url, err, errlen) < 0) return -1;
     if (key_check_run_name(o->run, err, errlen) < 0) return -1;
     key_run(d->config_key, sizeof d->config_key, o->run, "config");
-    d->ctl = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, 5, NULL, err, errlen);
+    d->ctl = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, o->connect_timeout_ms, o->stop, NULL, err, errlen);
     if (!d->ctl) return -1;
     if (runconf_load(d->ctl, o->run, &d->rc, err, errlen) < 0) return -1;
     if (o->num_fragments > 0 && o->num_fragments != d->rc.nfragments) {

@@ -29,7 +29,7 @@ static void adopt_dylu(diloco *d) {
 /* A sync failed for good: count it; too many in a row and we register again from scratch. */
 static int on_failure(diloco *d, const char *why, char *err, size_t errlen) {
     if (dl_stopping(d)) {
-        err_set(err, errlen, "%s", why);
+        if (why != err) err_set(err, errlen, "%s", why); /* callers often pass err itself as why */
         return -1;
     }
     d->fail_streak++;
@@ -77,7 +77,6 @@ static int settle(diloco *d, int f, int64_t round, int rc, const char *why, uint
  * DL_CORRUPT: a shard's durable state is corrupt (err says which). */
 static int prepare_delta(diloco *d, int f, char *err, size_t errlen) {
     uint64_t t0 = now_ms();
-    d->last.confirm_seconds = 0;
     if (!d->rc.async) {
         int c = sync_confirm_durable(d, f, err, errlen);
         if (c == DL_STALE) {
@@ -96,6 +95,7 @@ static int prepare_delta(diloco *d, int f, char *err, size_t errlen) {
 
 /* One fragment, blocking. */
 static int sync_now(diloco *d, int f, double alpha, char *err, size_t errlen) {
+    sync_begin(d);
     uint64_t t0 = now_ms();
     int64_t round = d->frag_version[f];
     int p = prepare_delta(d, f, err, errlen);
@@ -114,6 +114,7 @@ static void *inflight_main(void *p) {
 /* 1 when params changed (a repair was waited for), -1 unrecoverable, else 0. */
 static int begin_fragment(diloco *d, int f, char *err, size_t errlen) {
     uint64_t t0 = now_ms();
+    sync_begin(d);
     int p = prepare_delta(d, f, err, errlen);
     if (p == DL_CORRUPT) return after_repair(d, f, d->frag_version[f], err, t0, err, errlen);
     if (p != 0) return 0; /* reset to global (or failed to): nothing to send this time */

@@ -378,13 +378,17 @@ static int refetch_fragment(diloco *d, int f, char *err, size_t errlen) {
     return dl_fetch_fragment(d, f, want, 0, err, errlen);
 }
 
+void sync_begin(diloco *d) { memset(&d->cur, 0, sizeof d->cur); }
+
 void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale) {
-    d->last.fragment = f;
-    d->last.round = round;
-    d->last.version = d->frag_version[f];
-    d->last.seconds = (double)(now_ms() - t0) / 1000.0;
-    d->last.digest = digest_f32(d->base, d->numel);
-    d->last.stale = stale;
+    diloco_sync_info s = d->cur; /* what this sync sent and received, and when */
+    s.fragment = f;
+    s.round = round;
+    s.version = d->frag_version[f];
+    s.seconds = (double)(now_ms() - t0) / 1000.0;
+    s.digest = digest_f32(d->base, d->numel);
+    s.stale = stale;
+    d->last = s;
     d->have_last = 1;
 }
 
@@ -524,7 +528,7 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen) {
             if (conflict || pending != 1 || now_ms() > deadline || dl_stopping(d)) break;
             sleep_ms(backoff_ms(attempt, 2, 100));
         }
-        d->last.confirm_seconds = (double)(now_ms() - t0) / 1000.0;
+        d->cur.confirm_seconds = (double)(now_ms() - t0) / 1000.0;
         if (conflict) return confirm_reset(d, f, "the previous round was committed with other parameters", err, errlen);
         if (!pending) return DL_OK;
     }
@@ -544,7 +548,7 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen) {
         if (d->tent_version[k] == 0 && d->shard_version[k] == want && d->tent_xxh[k] != held[k - first])
             conflict = 1;
     free(held);
-    d->last.confirm_seconds = (double)(now_ms() - t0) / 1000.0;
+    d->cur.confirm_seconds = (double)(now_ms() - t0) / 1000.0;
     if (conflict) return confirm_reset(d, f, "the previous round was committed with other parameters", err, errlen);
     for (int k = first; rc == DL_OK && k < last; k++)
         if (d->shard_version[k] != want) rc = DL_STALE;
@@ -586,12 +590,12 @@ static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen) 
     int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
     int rc = for_shards_parallel(d, first, last, push_job, &round, err, errlen);
     if (rc != DL_OK) return rc;
-    d->last.t_pushed_us = dl_wall_us();
+    d->cur.t_pushed_us = dl_wall_us();
     rc = arrive(d, f, round, err, errlen);
     if (rc == DL_RETRY) { /* open: wait for the others */
         uint64_t tw = now_ms();
         rc = wait_barrier(d, f, round, err, errlen);
-        d->last.wait_seconds = (double)(now_ms() - tw) / 1000.0;
+        d->cur.wait_seconds = (double)(now_ms() - tw) / 1000.0;
     }
     if (rc != DL_OK) return rc;
     get_arg ga = {round + 1, 1, BLOB_GET_TENTATIVE_OK, 1};
@@ -599,7 +603,7 @@ static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen) 
      * finishes it (with the Δ we keep) before fragment f computes another Δ */
     d->frag_incomplete[f] = 1;
     d->tent_round[f] = round;
-    d->last.t_get_us = dl_wall_us();
+    d->cur.t_get_us = dl_wall_us();
     rc = get_round(d, first, last, &ga, err, errlen);
     if (rc != DL_OK) return rc;
     d->frag_incomplete[f] = 0;
@@ -627,9 +631,6 @@ int sync_fragment_net(diloco *d, int f, char *err, size_t errlen) {
     int evicted = d->evicted;
     pthread_mutex_unlock(&d->hb_mu);
     if (evicted) return register_if_evicted(d, err, errlen);
-    d->last.bytes_up = d->last.bytes_down = 0;
-    d->last.wait_seconds = 0;
-    d->last.t_first_send_us = d->last.t_pushed_us = d->last.t_get_us = d->last.t_last_recv_us = 0;
     if (d->o.simulate_latency_ms > 0) sleep_ms((unsigned)d->o.simulate_latency_ms);
     int rc = d->rc.async ? async_submit_net(d, f, err, errlen) : run_round(d, f, round, err, errlen);
     if (rc == DL_OK) {

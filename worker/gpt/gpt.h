@@ -7,7 +7,8 @@
  * Linear weights use torch's nn.Linear convention: shape (out, in), y = x W^T + b.
  *
  * Layers of the API:
- *   gpt_layout / gpt_init_params       the parameter layout and its deterministic initialisation
+ *   gpt_config / gpt_layout / gpt_init_params   model/model.h: the configuration, the parameter
+ *                                      layout and its deterministic initialisation (no BLAS there)
  *   gpt_model_*                        forward + backward on a given batch (activations allocated once)
  *   gpt_adamw_step / gpt_clip_grad_norm / gpt_lr_at   the inner optimizer, as torch.optim.AdamW
  *   gpt_options_* / gpt_trainer_create  the trainer behind trainer.h (data, eval, telemetry, checkpoint)
@@ -20,35 +21,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
+#include "model.h"
 #include "trainer.h"
-
-typedef struct gpt_config {
-    int layers, heads, dim, ctx, vocab;
-} gpt_config;
-
-/* The named flat layout, in offset order, contiguous, covering [0, *numel):
- *   wte.weight (vocab, dim)   wpe.weight (ctx, dim)
- *   h.<l>.ln1.weight (dim)  h.<l>.ln1.bias (dim)
- *   h.<l>.attn.qkv.weight (3dim, dim)  h.<l>.attn.qkv.bias (3dim)
- *   h.<l>.attn.proj.weight (dim, dim)  h.<l>.attn.proj.bias (dim)
- *   h.<l>.ln2.weight (dim)  h.<l>.ln2.bias (dim)
- *   h.<l>.mlp.fc.weight (4dim, dim)  h.<l>.mlp.fc.bias (4dim)
- *   h.<l>.mlp.proj.weight (dim, 4dim)  h.<l>.mlp.proj.bias (dim)      for l = 0 .. layers-1
- *   lnf.weight (dim)  lnf.bias (dim)
- * No separate lm_head: logits = lnf(x) wte^T. *tensors is malloc'ed (names included, one block):
- * release it with free(*tensors). */
-int gpt_layout(const gpt_config *c, trainer_tensor **tensors, int *ntensors, size_t *numel,
-               char *err, size_t errlen);
-/* Number of tensors per layer and tensors before layer 0 (wte, wpe). */
-enum { GPT_TENSORS_PER_LAYER = 12, GPT_TENSORS_HEAD = 2 };
-/* Checks the config (positive sizes, dim divisible by heads). */
-int gpt_config_check(const gpt_config *c, char *err, size_t errlen);
-
-/* Deterministic init from a seed (GPT-2 / nanoGPT): every weight matrix and both embeddings
- * N(0, 0.02); attn.proj.weight and mlp.proj.weight N(0, 0.02/sqrt(2*layers)); biases 0;
- * LayerNorm weights 1, biases 0. Same seed -> same bytes on every machine. */
-int gpt_init_params(const gpt_config *c, uint64_t seed, float *params, size_t numel,
-                    char *err, size_t errlen);
 
 /* ---- forward / backward on one batch ------------------------------------------------------- */
 typedef struct gpt_model gpt_model;
@@ -78,7 +52,7 @@ double gpt_clip_grad_norm(float *grads, size_t numel, double max_norm, int threa
 /* One torch.optim.AdamW step (decoupled weight decay, bias correction) with step count t >= 1.
  * Weight decay applies to tensors with ndim >= 2 (all matrices, including wte and wpe, as nanoGPT
  * and torchft do); LayerNorm parameters and biases are not decayed. m, v: numel each, start at 0. */
-void gpt_adamw_step(const trainer_tensor *tensors, int ntensors, float *params, const float *grads,
+void gpt_adamw_step(const model_tensor *tensors, int ntensors, float *params, const float *grads,
                     float *m, float *v, long t, double lr, double beta1, double beta2, double eps,
                     double weight_decay, int threads);
 

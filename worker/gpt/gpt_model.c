@@ -1,4 +1,5 @@
-/* gpt_model.c: layout, init, forward and backward of the GPT, AdamW and gradient clipping.
+/* gpt_model.c: forward and backward of the GPT, AdamW and gradient clipping (its layout and
+ * initialisation are model/gpt_layout.c).
  *
  * Style after llm.c: one forward/backward function per layer with the tensor shapes in the
  * signature. Matrix products go through cblas_sgemm; OpenBLAS itself runs single-threaded and we
@@ -22,127 +23,7 @@ static void seterr(char *err, size_t errlen, const char *fmt, ...) {
 }
 
 /* ------------------------------------------------------------------------------------------- */
-/* layout                                                                                      */
-
-int gpt_config_check(const gpt_config *c, char *err, size_t errlen) {
-    if (!c || c->layers < 1 || c->heads < 1 || c->dim < 1 || c->ctx < 1 || c->vocab < 2) {
-        seterr(err, errlen, "gpt config: layers, heads, dim, ctx must be >= 1 and vocab >= 2");
-        return -1;
-    }
-    if (c->dim % c->heads) {
-        seterr(err, errlen, "gpt config: dim %d is not divisible by heads %d", c->dim, c->heads);
-        return -1;
-    }
-    if (c->layers > 1000 || c->dim > 65536 || c->ctx > 1 << 20 || c->vocab > 1 << 24) {
-        seterr(err, errlen, "gpt config: sizes out of range");
-        return -1;
-    }
-    return 0;
-}
-
-int gpt_layout(const gpt_config *c, trainer_tensor **tensors, int *ntensors, size_t *numel,
-               char *err, size_t errlen) {
-    if (gpt_config_check(c, err, errlen)) return -1;
-    int n = GPT_TENSORS_HEAD + GPT_TENSORS_PER_LAYER * c->layers + 2;
-    const size_t namelen = 40;
-    trainer_tensor *t = calloc(1, (size_t)n * (sizeof *t + namelen));
-    if (!t) { seterr(err, errlen, "gpt_layout: out of memory"); return -1; }
-    char *names = (char *)(t + n);
-    size_t C = (size_t)c->dim, off = 0;
-    int i = 0;
-#define ADD(nd, s0, s1, ...)                                                    \
-    do {                                                                        \
-        char *nm = names + (size_t)i * namelen;                                 \
-        snprintf(nm, namelen, __VA_ARGS__);                                     \
-        t[i].name = nm; t[i].ndim = nd;                                         \
-        t[i].shape[0] = s0; t[i].shape[1] = nd > 1 ? (size_t)(s1) : 0;          \
-        t[i].numel = (size_t)(s0) * (nd > 1 ? (size_t)(s1) : 1);                \
-        t[i].offset = off; off += t[i].numel; i++;                              \
-    } while (0)
-    ADD(2, (size_t)c->vocab, C, "wte.weight");
-    ADD(2, (size_t)c->ctx, C, "wpe.weight");
-    for (int l = 0; l < c->layers; l++) {
-        ADD(1, C, 0, "h.%d.ln1.weight", l);
-        ADD(1, C, 0, "h.%d.ln1.bias", l);
-        ADD(2, 3 * C, C, "h.%d.attn.qkv.weight", l);
-        ADD(1, 3 * C, 0, "h.%d.attn.qkv.bias", l);
-        ADD(2, C, C, "h.%d.attn.proj.weight", l);
-        ADD(1, C, 0, "h.%d.attn.proj.bias", l);
-        ADD(1, C, 0, "h.%d.ln2.weight", l);
-        ADD(1, C, 0, "h.%d.ln2.bias", l);
-        ADD(2, 4 * C, C, "h.%d.mlp.fc.weight", l);
-        ADD(1, 4 * C, 0, "h.%d.mlp.fc.bias", l);
-        ADD(2, C, 4 * C, "h.%d.mlp.proj.weight", l);
-        ADD(1, C, 0, "h.%d.mlp.proj.bias", l);
-    }
-    ADD(1, C, 0, "lnf.weight");
-    ADD(1, C, 0, "lnf.bias");
-#undef ADD
-    *tensors = t;
-    *ntensors = n;
-    *numel = off;
-    return 0;
-}
-
-/* ------------------------------------------------------------------------------------------- */
-/* init                                                                                        */
-
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-static double u01(uint64_t *s) { return ((splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
-
-int gpt_init_params(const gpt_config *c, uint64_t seed, float *params, size_t numel,
-                    char *err, size_t errlen) {
-    trainer_tensor *t;
-    int n;
-    size_t total;
-    if (gpt_layout(c, &t, &n, &total, err, errlen)) return -1;
-    if (total != numel) {
-        seterr(err, errlen, "gpt_init_params: buffer has %zu elements, layout needs %zu", numel, total);
-        free(t);
-        return -1;
-    }
-    double resid_std = 0.02 / sqrt(2.0 * c->layers);
-    for (int i = 0; i < n; i++) {
-        float *p = params + t[i].offset;
-        const char *nm = t[i].name;
-        /* one stream per tensor: the init of a tensor does not depend on the others */
-        uint64_t s = seed ^ (0x5851f42d4c957f2dULL * (uint64_t)(i + 1));
-        if (t[i].ndim >= 2) {
-            size_t len = strlen(nm);
-            int resid = len > 11 && strcmp(nm + len - 11, "proj.weight") == 0;
-            double std = resid ? resid_std : 0.02;
-            for (size_t k = 0; k < t[i].numel; k += 2) {
-                double u1 = u01(&s), u2 = u01(&s);
-                double r = sqrt(-2.0 * log(u1));
-                p[k] = (float)(std * r * cos(2.0 * M_PI * u2));
-                if (k + 1 < t[i].numel) p[k + 1] = (float)(std * r * sin(2.0 * M_PI * u2));
-            }
-        } else {
-            size_t len = strlen(nm);
-            int lnw = len > 6 && strcmp(nm + len - 6, "weight") == 0; /* 1-D weights are LayerNorm */
-            for (size_t k = 0; k < t[i].numel; k++) p[k] = lnw ? 1.0f : 0.0f;
-        }
-    }
-    free(t);
-    return 0;
-}
-
-/* ------------------------------------------------------------------------------------------- */
 /* model                                                                                       */
-
-typedef struct {
-    float *ln1w, *ln1b, *qkvw, *qkvb, *projw, *projb, *ln2w, *ln2b, *fcw, *fcb, *fcprojw, *fcprojb;
-} layer_params;
-
-typedef struct {
-    float *wte, *wpe, *lnfw, *lnfb;
-    layer_params *h;
-} params_view;
 
 typedef struct {
     float *ln1, *ln1_mean, *ln1_rstd;   /* (N,C) (N) (N) */
@@ -159,9 +40,9 @@ struct gpt_model {
     gpt_config c;
     int B, T, nthreads;
     size_t numel;
-    trainer_tensor *tensors;
+    model_tensor *tensors;
     int ntensors;
-    params_view p, g;
+    gpt_params p, g; /* the parameters and the gradients by role (gpt_params_bind) */
     layer_acts *a;
     float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
     /* backward scratch */
@@ -169,24 +50,6 @@ struct gpt_model {
     const int *inputs, *targets;
     float *arena;
 };
-
-static void bind(const gpt_model *m, float *base, params_view *v) {
-    const trainer_tensor *t = m->tensors;
-    v->wte = base + t[0].offset;
-    v->wpe = base + t[1].offset;
-    for (int l = 0; l < m->c.layers; l++) {
-        const trainer_tensor *u = t + GPT_TENSORS_HEAD + GPT_TENSORS_PER_LAYER * l;
-        layer_params *h = &v->h[l];
-        h->ln1w = base + u[0].offset; h->ln1b = base + u[1].offset;
-        h->qkvw = base + u[2].offset; h->qkvb = base + u[3].offset;
-        h->projw = base + u[4].offset; h->projb = base + u[5].offset;
-        h->ln2w = base + u[6].offset; h->ln2b = base + u[7].offset;
-        h->fcw = base + u[8].offset; h->fcb = base + u[9].offset;
-        h->fcprojw = base + u[10].offset; h->fcprojb = base + u[11].offset;
-    }
-    v->lnfw = base + t[m->ntensors - 2].offset;
-    v->lnfb = base + t[m->ntensors - 1].offset;
-}
 
 gpt_model *gpt_model_create(const gpt_config *c, int B, int T, int threads, char *err, size_t errlen) {
     if (gpt_config_check(c, err, errlen)) return NULL;
@@ -203,8 +66,8 @@ gpt_model *gpt_model_create(const gpt_config *c, int B, int T, int threads, char
     m->nthreads = threads > 0 ? threads : omp_get_num_procs();
     if (gpt_layout(c, &m->tensors, &m->ntensors, &m->numel, err, errlen)) { free(m); return NULL; }
     int L = c->layers;
-    m->p.h = calloc((size_t)L, sizeof(layer_params));
-    m->g.h = calloc((size_t)L, sizeof(layer_params));
+    m->p.h = calloc((size_t)L, sizeof(gpt_layer_params));
+    m->g.h = calloc((size_t)L, sizeof(gpt_layer_params));
     m->a = calloc((size_t)L, sizeof(layer_acts));
     size_t N = (size_t)B * T, C = (size_t)c->dim, NH = (size_t)c->heads, V = (size_t)c->vocab;
     size_t per_layer = N * C * 6 + N * 3 * C + B * NH * T * T + N * 4 * C * 2 + N * 4;
@@ -609,13 +472,13 @@ float gpt_forward(gpt_model *m, const float *params, const int *inputs, const in
     int B = m->B, T = m->T, C = m->c.dim, NH = m->c.heads, V = m->c.vocab, L = m->c.layers, nt = m->nthreads;
     int N = B * T;
     openblas_set_num_threads(1);
-    bind(m, (float *)params, &m->p);
+    gpt_params_bind(m->tensors, m->ntensors, (float *)params, &m->p);
     m->inputs = inputs;
     m->targets = targets;
     encoder_forward(nt, m->encoded, inputs, m->p.wte, m->p.wpe, B, T, C);
     const float *x = m->encoded;
     for (int l = 0; l < L; l++) {
-        layer_params *p = &m->p.h[l];
+        gpt_layer_params *p = &m->p.h[l];
         layer_acts *a = &m->a[l];
         layernorm_forward(nt, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C);
         matmul_forward(nt, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
@@ -639,8 +502,8 @@ void gpt_backward(gpt_model *m, const float *params, float *grads) {
     int B = m->B, T = m->T, C = m->c.dim, NH = m->c.heads, V = m->c.vocab, L = m->c.layers, nt = m->nthreads;
     int N = B * T;
     openblas_set_num_threads(1);
-    bind(m, (float *)params, &m->p);
-    bind(m, grads, &m->g);
+    gpt_params_bind(m->tensors, m->ntensors, (float *)params, &m->p);
+    gpt_params_bind(m->tensors, m->ntensors, grads, &m->g);
     crossentropy_backward(nt, m->logits, m->targets, N, V);
     float *dlogits = m->logits;
     /* head: dlnf = dlogits wte ; dwte = dlogits^T lnf (written; the embedding adds to it) */
@@ -650,7 +513,7 @@ void gpt_backward(gpt_model *m, const float *params, float *grads) {
     layernorm_backward(nt, m->dres, m->g.lnfw, m->g.lnfb, m->dln, xlast, m->p.lnfw, m->lnf_mean,
                        m->lnf_rstd, N, C, 0);
     for (int l = L - 1; l >= 0; l--) {
-        layer_params *p = &m->p.h[l], *g = &m->g.h[l];
+        gpt_layer_params *p = &m->p.h[l], *g = &m->g.h[l];
         layer_acts *a = &m->a[l];
         const float *x = l > 0 ? m->a[l - 1].res3 : m->encoded;
         /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
@@ -689,7 +552,7 @@ double gpt_clip_grad_norm(float *grads, size_t numel, double max_norm, int threa
     return norm;
 }
 
-void gpt_adamw_step(const trainer_tensor *tensors, int ntensors, float *params, const float *grads,
+void gpt_adamw_step(const model_tensor *tensors, int ntensors, float *params, const float *grads,
                     float *m, float *v, long t, double lr, double beta1, double beta2, double eps,
                     double weight_decay, int threads) {
     int nt = threads > 0 ? threads : omp_get_num_procs();
@@ -697,7 +560,7 @@ void gpt_adamw_step(const trainer_tensor *tensors, int ntensors, float *params, 
     float step_size = (float)(lr / bc1), bc2s = (float)sqrt(bc2);
     float b1 = (float)beta1, b2 = (float)beta2, e = (float)eps;
     for (int k = 0; k < ntensors; k++) {
-        const trainer_tensor *tt = &tensors[k];
+        const model_tensor *tt = &tensors[k];
         float decay = tt->ndim >= 2 ? (float)(1.0 - lr * weight_decay) : 1.0f;
         float *p = params + tt->offset, *mm_ = m + tt->offset, *vv = v + tt->offset;
         const float *g = grads + tt->offset;

@@ -328,7 +328,7 @@ static int ckpt_save(gpt_trainer *g, char *err, size_t errlen) {
     size_t pos = 0;
     for (int s = 0; s < 3; s++)
         for (int i = 0; i < n; i++) {
-            const trainer_tensor *tt = &t->tensors[i];
+            const model_tensor *tt = &t->tensors[i];
             char shape[64];
             if (tt->ndim == 2) snprintf(shape, sizeof shape, "%zu,%zu", tt->shape[0], tt->shape[1]);
             else snprintf(shape, sizeof shape, "%zu", tt->shape[0]);
@@ -405,7 +405,7 @@ static int ckpt_load(gpt_trainer *g, char *err, size_t errlen) {
     float *bufs[3] = {t->params, g->am, g->av};
     for (int s = 0; s < 3; s++)
         for (int i = 0; i < t->ntensors; i++) {
-            const trainer_tensor *tt = &t->tensors[i];
+            const model_tensor *tt = &t->tensors[i];
             char pat[128];
             snprintf(pat, sizeof pat, "\"%s%s\":{", pre[s], tt->name);
             const char *p = strstr(h, pat);
@@ -660,7 +660,7 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen) {
     t->params_changed = NULL;
     t->evaluate = gpt_eval_public;
     t->destroy = gpt_destroy;
-    trainer_tensor *tens;
+    model_tensor *tens;
     if (gpt_layout(&o->model, &tens, &t->ntensors, &t->numel, err, errlen)) goto fail;
     t->tensors = tens;
     size_t N = (size_t)o->batch * o->seq, bytes = t->numel * sizeof(float);

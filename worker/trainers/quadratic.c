@@ -14,7 +14,7 @@ typedef struct quadratic {
     float *a, *c;            /* curvature and target of this worker's problem */
     float *m, *v;            /* AdamW moments */
     uint64_t step;
-    trainer_tensor tensor;
+    model_tensor tensor;
 } quadratic;
 
 void quadratic_options_default(quadratic_options *o) {
@@ -24,11 +24,6 @@ void quadratic_options_default(quadratic_options *o) {
     o->beta2 = 0.999f;
     o->eps = 1e-8f;
     o->weight_decay = 0.0f;
-}
-
-void quadratic_init_params(uint64_t seed, float *params, size_t n) {
-    uint64_t s = seed ^ 0x9e3779b97f4a7c15ull;
-    for (size_t i = 0; i < n; i++) params[i] = 2.0f * rng_uniform(&s) - 1.0f;
 }
 
 /* One AdamW step (torch.optim.AdamW semantics) on the gradient of f_w. */
@@ -95,7 +90,7 @@ trainer *quadratic_trainer_create(const quadratic_options *o, char *err, size_t 
     q->t.params = calloc(o->numel, sizeof(float));
     if (!q->a || !q->c || !q->m || !q->v || !q->t.params) goto oom;
     make_problem(q);
-    q->tensor = (trainer_tensor){.name = "x", .ndim = 1, .shape = {o->numel}, .offset = 0, .numel = o->numel};
+    q->tensor = quadratic_tensor(o->numel);
     q->t.name = "quadratic";
     q->t.numel = o->numel;
     q->t.tensors = &q->tensor;

@@ -21,7 +21,7 @@ typedef struct quadratic_options {
 } quadratic_options;
 
 void quadratic_options_default(quadratic_options *o);
+/* Its layout and a run's initial parameters are model/model.h's (quadratic_tensor,
+ * quadratic_init_params). */
 trainer *quadratic_trainer_create(const quadratic_options *o, char *err, size_t errlen);
-/* The initial global parameters of a quadratic run: U(-1, 1) from the seed. */
-void quadratic_init_params(uint64_t seed, float *params, size_t n);
 #endif

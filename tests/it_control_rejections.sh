@@ -1,0 +1,52 @@
+#!/bin/sh
+# it_control_rejections.sh: control-plane calls from an id that is not a live member (a misconfigured or
+# stale worker) are refused with UNKNOWN_WORKER and recorded like data-plane rejections: a `reject` event
+# in dl:{R}:events naming the function, the worker and the code, and one more in the state's
+# `rejections` counter. The refusal changes nothing else: the real worker trains on.
+. "$(dirname "$0")/lib.sh"
+RUN=ctlrej
+CFG="dl:{$RUN}:config"
+rejections() { $RCLI HGET "dl:{$RUN}:state" rejections; }
+round() { $RCLI HGET "dl:{$RUN}:state" round:0; }
+start_redis
+init_run $RUN --trainer quadratic --numel 20000 --shards 2 --workers 1
+start_server s1 --lease-ttl-ms 2000
+start_worker w1 --sync-every 20 --steps 0 --heartbeat-interval 0.5 --step-delay-ms 10
+wait_until 20 '[ "$(round)" -ge 2 ]' "two rounds"
+inc=$($RCLI FCALL dl_member 1 "$CFG" w1)
+before=$(rejections)
+
+# a worker that never registered, and the live worker's id with a wrong incarnation
+for call in "dl_heartbeat 1 $CFG ghost 7 0 0 0 0" "dl_arrive 1 $CFG ghost 7 0 $(round)" "dl_deregister 1 $CFG ghost 7" \
+            "dl_heartbeat 1 $CFG w1 $((inc + 100)) 0 0 0 0"; do
+  out=$($RCLI FCALL $call 2>&1)
+  case "$out" in *UNKNOWN_WORKER*) ;; *) fail "FCALL $call was not refused with UNKNOWN_WORKER: $out";; esac
+done
+[ "$(rejections)" -eq $((before + 4)) ] || fail "rejections went from $before to $(rejections), expected +4"
+
+# the events: one reject per call, with the function, the worker and the code
+$RCLI XRANGE "dl:{$RUN}:events" - + > "$TMP/events.txt"
+python3 - "$TMP/events.txt" <<'EOF' || fail "reject events missing: $(tail -n 40 "$TMP/events.txt")"
+import sys
+lines = [l.rstrip("\n") for l in open(sys.argv[1])]
+events, cur = [], None
+for i, l in enumerate(lines):
+    if l == "type":
+        cur = {}
+        events.append(cur)
+    if cur is not None and i + 1 < len(lines):
+        cur.setdefault(l, lines[i + 1])
+rej = [e for e in events if e.get("type") == "reject" and e.get("code") == "UNKNOWN_WORKER"]
+want = {("dl_heartbeat", "ghost"), ("dl_arrive", "ghost"), ("dl_deregister", "ghost"), ("dl_heartbeat", "w1")}
+got = {(e.get("by"), e.get("worker")) for e in rej}
+missing = want - got
+if missing:
+    print("missing", missing, "got", got)
+    sys.exit(1)
+EOF
+# nothing else changed: w1 is still the member it was and the run goes on
+[ "$($RCLI FCALL dl_member 1 "$CFG" w1)" = "$inc" ] || fail "w1 lost its membership"
+[ "$($RCLI HEXISTS "dl:{$RUN}:workers" ghost)" -eq 0 ] || fail "ghost became a member"
+r=$(round)
+wait_until 10 '[ "$(round)" -ge $((r + 2)) ]' "the run to go on"
+say "4 refused control-plane calls recorded (rejections $before -> $(rejections)); the run went on"

@@ -132,11 +132,11 @@ static int ref_version(const char *ref, int64_t *v) {
     return 0;
 }
 
-int replay_load_refs_state(rconn *c, const char *run, int shard, size_t n, int64_t want_version,
-                           const char *snap_ref, const char *log_refs, const char *digest, replay_state *st,
-                           char *err, size_t errlen) {
+int replay_refs_state(rconn *c, const char *run, int shard, size_t n, const char *snap_ref, const char *log_refs,
+                      replay_state *st, char *err, size_t errlen) {
     char key[KEY_MAX];
     int64_t snapv, version = -1;
+    st->version = -1;
     if (key_shard_ref(key, sizeof key, run, shard, "snap", snap_ref) != 0 || ref_version(snap_ref, &snapv) < 0) {
         err_set(err, errlen, "shard %d: malformed snapshot ref '%s'", shard, snap_ref);
         return -1;
@@ -150,6 +150,7 @@ int replay_load_refs_state(rconn *c, const char *run, int shard, size_t n, int64
         if (rc == 0 && version < 0) version = st->version = snapv; /* a writer that left out "v" */
         if (rc == 0 && version != snapv) {
             err_set(err, errlen, "shard %d: snapshot %s says version %" PRId64, shard, key, version);
+            st->version = -1;
             rc = -1;
         }
     }
@@ -179,7 +180,15 @@ int replay_load_refs_state(rconn *c, const char *run, int shard, size_t n, int64
         if (r) freeReplyObject(r);
     }
     free(logs);
+    return rc;
+}
+
+int replay_load_refs_state(rconn *c, const char *run, int shard, size_t n, int64_t want_version,
+                           const char *snap_ref, const char *log_refs, const char *digest, replay_state *st,
+                           char *err, size_t errlen) {
+    int rc = replay_refs_state(c, run, shard, n, snap_ref, log_refs, st, err, errlen);
     if (rc < 0) return rc;
+    int64_t version = st->version;
     if (version != want_version) {
         err_set(err, errlen, "shard %d: snapshot + log give version %" PRId64 ", the shards hash says %" PRId64,
                 shard, version, want_version);

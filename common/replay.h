@@ -65,6 +65,12 @@ int replay_shard(const replay_blob *snap, const replay_blob *logs, int nlogs, si
  * (new snapshot) after the refs were read: read the refs again and retry. */
 #define REPLAY_GONE (-2)
 
+/* Replay shard `shard` (n elements) from refs as kept in dl:{R}:shards (snap "v.e", log "v.e,v.e,..."
+ * possibly empty), each blob checked by blob_decode (its checksum) and applied in order; no digest
+ * check. On failure st->version is the last version replayed (-1: the snapshot failed) and st's buffers
+ * hold that version, so a caller can tell how far the durable state verifies; err names the key. */
+int replay_refs_state(rconn *c, const char *run, int shard, size_t n, const char *snap_ref, const char *log_refs,
+                      replay_state *st, char *err, size_t errlen);
 /* Rebuild shard `shard` (n elements) from explicit refs as kept in dl:{R}:shards (snap "v.e", log
  * "v.e,v.e,..." possibly empty) and check the result against `version` and `digest` (16 hex digits).
  * st holds the buffers (theta, mom, and dnbuf with dn_buffer/dn_variant/dn_t0 for a Delayed Nesterov

@@ -153,7 +153,8 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
     setn(d, "numel", num(cfg, "numel", 0));
     setn(d, "num_shards", num(cfg, "shards", 0));
     json_object_set_new(d, "trainer", json_string(str(cfg, "trainer", "")));
-    static const char *counters[] = {"rounds_closed", "commits", "rejections", "deaths", "joins", "lease_changes"};
+    static const char *counters[] = {"rounds_closed", "commits", "rejections", "deaths", "joins", "lease_changes",
+                                     "corruptions", "repairs"};
     for (size_t i = 0; i < sizeof counters / sizeof *counters; i++) setn(d, counters[i], num(st, counters[i], 0));
     setn(d, "total_worker_deaths", num(st, "deaths", 0));
     setn(d, "num_workers", num(st, "target_workers", 1));
@@ -203,8 +204,14 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
     setn(d, "servers_live", json_array_size(servers));
 
     json_t *shards = json_array(), *sh;
+    int corrupt = 0;
     json_array_foreach(arr(json_object_get(raw, "shards")), i, sh) {
         json_t *o = json_object();
+        /* the key at fault and why, while the shard is marked corrupt (until coordinator repair) */
+        json_t *ck = json_object_get(sh, "corrupt");
+        json_object_set_new(o, "corrupt", json_is_string(ck) ? json_copy(ck) : json_null());
+        json_object_set_new(o, "corrupt_reason", json_is_string(ck) ? json_string(str(sh, "corrupt_reason", "")) : json_null());
+        corrupt += json_is_string(ck);
         setn(o, "shard", num(sh, "shard", (double)i));
         setn(o, "version", num(sh, "version", 0));
         const char *owner = str(sh, "owner", "");
@@ -228,6 +235,7 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
         json_array_append_new(shards, o);
     }
     json_object_set_new(d, "shards", shards);
+    setn(d, "corrupt_shards", corrupt);
 
     /* events (newest first): the last 30 that are not routine (joins, leaves, evictions, kicks,
      * rejections, leases, settings, ...; commits and closes are in the counters), and the closed
@@ -320,6 +328,8 @@ char *metrics_text(json_t *raw, const char *run) {
         {"deaths", "diloco_worker_deaths_total", "Workers evicted (heartbeat timeout) or kicked."},
         {"joins", "diloco_worker_joins_total", "Worker registrations."},
         {"lease_changes", "diloco_lease_changes_total", "Shard leases taken or given back."},
+        {"corruptions", "diloco_corruptions_total", "Shards found with corrupt durable state (dl_mark_corrupt)."},
+        {"repairs", "diloco_repairs_total", "Runs of coordinator repair that installed a restored state."},
     };
     for (size_t i = 0; i < sizeof ctr / sizeof *ctr; i++) {
         family(&b, ctr[i].name, "counter", ctr[i].help);
@@ -358,6 +368,15 @@ char *metrics_text(json_t *raw, const char *run) {
     family(&b, "diloco_shard_lease_epoch", "gauge", "Lease epoch (fencing token) of each shard.");
     json_array_foreach(shards, i, sh) sb_printf(&b, "diloco_shard_lease_epoch{run=\"%s\",shard=\"%.0f\"} %.0f\n", r,
                                                 num(sh, "shard", (double)i), num(sh, "epoch", 0));
+    family(&b, "diloco_shard_corrupt", "gauge", "1 while the shard's durable state is marked corrupt (see coordinator repair).");
+    int ncorrupt = 0;
+    json_array_foreach(shards, i, sh) {
+        int c = json_is_string(json_object_get(sh, "corrupt"));
+        ncorrupt += c;
+        sb_printf(&b, "diloco_shard_corrupt{run=\"%s\",shard=\"%.0f\"} %d\n", r, num(sh, "shard", (double)i), c);
+    }
+    family(&b, "diloco_shards_corrupt", "gauge", "Shards marked corrupt: the run cannot go on until coordinator repair.");
+    sb_printf(&b, "diloco_shards_corrupt{run=\"%s\"} %d\n", r, ncorrupt);
     family(&b, "diloco_shard_lease_valid", "gauge", "1 if the shard is leased to a server now.");
     json_array_foreach(shards, i, sh) {
         int valid = str(sh, "owner", "")[0] && num(sh, "lease_left_ms", 0) > 0;

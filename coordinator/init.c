@@ -20,6 +20,7 @@
 #include "outer.h"
 #include "rconn.h"
 #include "runconf.h"
+#include "snapshot.h"
 #include "util.h"
 #include "version.h"
 
@@ -353,7 +354,7 @@ static int load_on_node(redisContext *node, const char *addr, void *arg, char *e
     return ok;
 }
 
-static int load_library(rconn *rc, char *err, size_t errlen) {
+int coord_load_library(rconn *rc, char *err, size_t errlen) {
     return rconn_each_master(rc, load_on_node, NULL, err, errlen);
 }
 
@@ -404,48 +405,6 @@ static int run_exists(rconn *rc, const char *run, int *exists, char *err, size_t
     *exists = r->integer > 0;
     freeReplyObject(r);
     return 0;
-}
-
-/* Write version 0 of shard k and return its digest (hex) in digest. With mom (a checkpoint's outer
- * momentum), the snapshot carries θ then the momentum and flags bit 0, exactly like the snapshots a
- * shard-server writes, so the first outer step continues that momentum. With dnbuf (a checkpoint's
- * Delayed Nesterov buffer) it also carries the buffer (flags bit 1) after the momentum (zeros if none),
- * again as a shard-server writes it. */
-static int write_shard_v0(rconn *rc, const char *run, int k, const float *x, const float *mom,
-                          const float *dnbuf, uint64_t n, char *digest, char *err, size_t errlen) {
-    int with_mom = mom != NULL || dnbuf != NULL, with_buf = dnbuf != NULL;
-    blob_header h;
-    blob_header_init(&h, "snap");
-    h.dtype = BLOB_F32;
-    h.count = (uint64_t)(1 + with_mom + with_buf) * n;
-    h.flags = (with_mom ? 1 : 0) | (with_buf ? 2 : 0);
-    h.shard = k;
-    h.version = 0;
-    h.epoch = 0;
-    uint8_t *blob;
-    size_t len;
-    float *both = NULL;
-    if (with_mom) {
-        both = calloc(h.count, sizeof(float));
-        if (!both) {
-            err_set(err, errlen, "out of memory");
-            return -1;
-        }
-        memcpy(both, x, n * sizeof(float));
-        if (mom) memcpy(both + n, mom, n * sizeof(float));
-        if (dnbuf) memcpy(both + 2 * n, dnbuf, n * sizeof(float));
-    }
-    int enc = blob_encode(&h, with_mom ? both : x, h.count * sizeof(float), &blob, &len, err, errlen);
-    free(both);
-    if (enc < 0) return -1;
-    char key[KEY_MAX];
-    key_shard(key, sizeof key, run, k, "snap:0:0");
-    redisReply *r = rconn_command(rc, "SET %s %b", key, blob, len);
-    free(blob);
-    int ok = rconn_reply_error(rc, r, err, errlen);
-    if (r) freeReplyObject(r);
-    snprintf(digest, 17, "%016" PRIx64, digest_f32(x, n));
-    return ok;
 }
 
 static void random_secret(char *out, size_t cap) {
@@ -525,8 +484,8 @@ static int create_run(rconn *rc, const init_args *a, char *err, size_t errlen) {
     if (layout_cut_shards(ip.tensors, ip.ntensors, ip.numel, (int)a->shards, sb, err, errlen) < 0) goto done_ip;
     if (layout_cut_fragments((int)a->shards, (int)a->fragments, fb, err, errlen) < 0) goto done_ip;
     for (int k = 0; k < a->shards; k++)
-        if (write_shard_v0(rc, a->c.run, k, ip.params + sb[k], ip.mom ? ip.mom + sb[k] : NULL,
-                           ip.dnbuf ? ip.dnbuf + sb[k] : NULL, sb[k + 1] - sb[k], digests[k], err, errlen) < 0)
+        if (coord_write_snapshot(rc, a->c.run, k, 0, 0, ip.params + sb[k], ip.mom ? ip.mom + sb[k] : NULL,
+                                 ip.dnbuf ? ip.dnbuf + sb[k] : NULL, sb[k + 1] - sb[k], 0, digests[k], err, errlen) < 0)
             goto done_ip;
     if (call_dl_init(rc, a, &ip, sb, fb, digests, err, errlen) < 0) goto done_ip;
     printf("run '%s' created: %s trainer (%s), %" PRIu64 " parameters in %lld shards, %lld fragment(s), "
@@ -553,7 +512,7 @@ int cmd_init(int argc, char **argv) {
     if (!rc) return 1;
     char err[512];
     int exists = 0, status = 1;
-    if (load_library(rc, err, sizeof err) < 0) {
+    if (coord_load_library(rc, err, sizeof err) < 0) {
         fprintf(stderr, "coordinator init: loading the function library: %s\n", err);
         goto done;
     }

@@ -18,6 +18,8 @@ static void usage(FILE *f) {
             "            --http [HOST:]PORT adds the dashboard, /status, /metrics, /control\n"
             "  control   kick a worker, set outer lr / momentum / expected workers, shut down\n"
             "  checkpoint save|show   export the run to a safetensors file; see `checkpoint --help`\n"
+            "  repair    bring back a run whose durable state is corrupt (roll back, or restore a checkpoint);\n"
+            "            see `repair --help`\n"
             "\n"
             "Every command takes the run's Redis from one of:\n" REDIS_URL_HELP);
 }
@@ -34,6 +36,7 @@ int main(int argc, char **argv) {
     if (!strcmp(argv[1], "serve")) return cmd_serve(argc - 2, argv + 2);
     if (!strcmp(argv[1], "checkpoint")) return cmd_checkpoint(argc - 2, argv + 2);
     if (!strcmp(argv[1], "control")) return cmd_control(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "repair")) return cmd_repair(argc - 2, argv + 2);
     fprintf(stderr, "coordinator: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;

@@ -114,6 +114,13 @@ static void summary(rconn *rc, const char *run) {
              json_is_array(ws) ? json_array_size(ws) : 0, json_is_array(ss) ? json_array_size(ss) : 0,
              json_string_value(json_object_get(st, "commits")), json_string_value(json_object_get(st, "deaths")),
              json_string_value(json_object_get(st, "rejections")));
+    json_t *shards = json_object_get(doc, "shards"), *sh;
+    size_t i;
+    json_array_foreach(shards, i, sh) { /* the run cannot go on: say it every time */
+        const char *key = json_string_value(json_object_get(sh, "corrupt"));
+        const char *why = json_string_value(json_object_get(sh, "corrupt_reason"));
+        if (key) log_error("shard %zu's durable state is corrupt (key %s: %s); see coordinator repair", i, key, why ? why : "");
+    }
     json_decref(doc);
 }
 

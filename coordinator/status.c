@@ -2,11 +2,13 @@
  *
  * Everything comes from one dl_status call, so the picture is consistent: rounds and counters,
  * every worker with its heartbeat age, every shard-server, and every shard's version, owner and
- * lease. */
+ * lease, and whether its durable state was found corrupt (first line and shard table, in red on a
+ * terminal; `corrupt`/`corrupt_reason` in the JSON). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "coordinator.h"
 
@@ -20,6 +22,21 @@ static double num(json_t *o, const char *k) {
     if (json_is_number(v)) return json_number_value(v);
     if (json_is_string(v)) return atof(json_string_value(v));
     return 0;
+}
+
+/* Red on a terminal, plain in a pipe or file. */
+static const char *red(void) { return isatty(STDOUT_FILENO) ? "\033[1;31m" : ""; }
+static const char *plain(void) { return isatty(STDOUT_FILENO) ? "\033[0m" : ""; }
+
+/* One line per shard marked corrupt in dl:{R}:shards, before everything else. */
+static void print_corrupt(json_t *doc) {
+    json_t *ss = json_object_get(doc, "shards"), *s;
+    size_t i;
+    json_array_foreach(ss, i, s) {
+        if (!json_is_string(json_object_get(s, "corrupt"))) continue;
+        printf("%sCORRUPT: shard %.0f's durable state (key %s: %s); the run cannot go on: see `coordinator repair "
+               "--help`%s\n", red(), num(s, "shard"), str(s, "corrupt"), str(s, "corrupt_reason"), plain());
+    }
 }
 
 static void print_run(json_t *doc) {
@@ -67,16 +84,18 @@ static void print_servers(json_t *doc) {
 static void print_shards(json_t *doc) {
     json_t *ss = json_object_get(doc, "shards"), *s;
     size_t i;
-    printf("\nshards (%zu)\n  %5s %8s %-28s %6s %10s %-16s %s\n", json_array_size(ss), "shard", "version", "owner",
-           "epoch", "lease", "digest", "snapshot");
+    printf("\nshards (%zu)\n  %5s %8s %-28s %6s %10s %-16s %-12s %s\n", json_array_size(ss), "shard", "version",
+           "owner", "epoch", "lease", "digest", "snapshot", "state");
     json_array_foreach(ss, i, s) {
         double left = num(s, "lease_left_ms");
         char lease[32];
         if (left > 0) snprintf(lease, sizeof lease, "%.1fs", left / 1000.0);
         else snprintf(lease, sizeof lease, "expired");
         const char *owner = str(s, "owner");
-        printf("  %5.0f %8.0f %-28s %6.0f %10s %-16s %s\n", num(s, "shard"), num(s, "version"),
-               owner[0] ? owner : "(none)", num(s, "epoch"), lease, str(s, "digest"), str(s, "snap"));
+        int corrupt = json_is_string(json_object_get(s, "corrupt"));
+        printf("  %5.0f %8.0f %-28s %6.0f %10s %-16s %-12s %s%s%s\n", num(s, "shard"), num(s, "version"),
+               owner[0] ? owner : "(none)", num(s, "epoch"), lease, str(s, "digest"), str(s, "snap"),
+               corrupt ? red() : "", corrupt ? "CORRUPT" : "ok", corrupt ? plain() : "");
     }
 }
 
@@ -106,6 +125,7 @@ int cmd_status(int argc, char **argv) {
         json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_SORT_KEYS);
         putchar('\n');
     } else {
+        print_corrupt(doc);
         print_run(doc);
         print_workers(doc);
         print_servers(doc);

@@ -756,6 +756,29 @@ local function dl_snapshot(keys, args)
     return trimmed
 end
 
+-- dl_mark_corrupt KEYS[1]=config ARGV: server_id, epoch, shard, version, key, reason
+-- The lease holder found the shard's durable state unusable (a blob fails its checksum or is missing,
+-- or the replay does not give k:digest): marks it in dl:{R}:shards (k:corrupt = the key, k:corrupt_reason,
+-- k:corrupt_ms) and records one 'corrupt' event. Fenced like every server write. Marking the same key
+-- again changes nothing and records nothing (a restarted server finds the mark and does not retry).
+-- -> 1 when newly marked, 0 when it already was.
+local function dl_mark_corrupt(keys, args)
+    local P = load_run(keys)
+    local sid, epoch, k = args[1], args[2], to_int(args[3], 'shard')
+    local v, key, reason = to_int(args[4], 'version'), args[5] or '', args[6] or ''
+    if key == '' then error('BADARG the corrupt key is required') end
+    local cur = check_lease(P, sid, k, epoch, now_ms())
+    if cur ~= v then
+        error('VERSION shard ' .. k .. ' is at version ' .. cur .. ', not ' .. v .. ': load it again')
+    end
+    local shards = P .. ':shards'
+    if redis.call('HGET', shards, k .. ':corrupt') == key then return 0 end
+    redis.call('HSET', shards, k .. ':corrupt', key, k .. ':corrupt_reason', reason, k .. ':corrupt_ms', now_ms())
+    redis.call('HINCRBY', P .. ':state', 'corruptions', 1)
+    event(P, 'corrupt', {'shard', k, 'version', v, 'key', key, 'reason', reason, 'server', sid})
+    return 1
+end
+
 -- ---------------------------------------------------------------------------------------------------
 -- functions: audit and operations
 
@@ -818,6 +841,111 @@ local function dl_shutdown(keys, args)
     return 'OK'
 end
 
+-- Take shard k's lease away (new epoch, no owner): its holder drops its cache at its next beat and
+-- whoever takes the shard next loads it from Redis as it is now.
+local function revoke_lease(P, k)
+    local shards = P .. ':shards'
+    redis.call('HINCRBY', shards, k .. ':epoch', 1)
+    redis.call('HSET', shards, k .. ':owner', '', k .. ':expiry', 0)
+    redis.call('HINCRBY', P .. ':state', 'lease_changes', 1)
+end
+
+local function clear_corrupt(P, k)
+    redis.call('HDEL', P .. ':shards', k .. ':corrupt', k .. ':corrupt_reason', k .. ':corrupt_ms')
+end
+
+-- dl_repair KEYS[1]=config ARGV: how, source, version, nshards, then per shard k in order:
+--   expect_version, expect_snap, expect_log, snap_ref, digest
+-- Installs new durable state for every shard (coordinator repair): shard k becomes version `version`,
+-- the snapshot blob snap_ref (written by the caller) with no log entries, and digest. `version` must be
+-- above every shard's version and every open round: versions never go backwards, so whatever a worker
+-- or server holds is older than the new state and the usual checks send them to it (STALE, a new lease
+-- epoch). Every fragment's open round becomes `version` (the old open barrier is deleted: its waiters
+-- read `expired` and fetch again), every lease is revoked, the corrupt marks are cleared. Refused with
+-- VERSION when a shard changed since the caller read it (expect_*), and for async runs (submissions in
+-- flight are numbered by version). -> the new version.
+local function dl_repair(keys, args)
+    local P = load_run(keys)
+    local how, source = args[1] or '', args[2] or ''
+    local V, S = to_int(args[3], 'version'), to_int(args[4], 'nshards')
+    if redis.call('HGET', keys[1], 'mode') == 'async' then
+        error('BADARG run ' .. P .. ' is async: submissions in flight are numbered by version and cannot be ' ..
+              'renumbered; export it with `coordinator checkpoint save` (or take a saved checkpoint) and ' ..
+              '`coordinator init --run NEW --from-checkpoint FILE`')
+    end
+    if S ~= tonumber(redis.call('HGET', keys[1], 'shards')) or #args ~= 4 + 5 * S then
+        error('BADARG expected 5 values for each of the run\'s ' .. tostring(redis.call('HGET', keys[1], 'shards')) ..
+              ' shards')
+    end
+    local shards, state = P .. ':shards', P .. ':state'
+    local corrupt = {}
+    for k = 0, S - 1 do
+        local a = 4 + 5 * k
+        local cur = redis.call('HMGET', shards, k .. ':version', k .. ':snap', k .. ':log', k .. ':corrupt')
+        if cur[1] ~= args[a + 1] or cur[2] ~= args[a + 2] or (cur[3] or '') ~= args[a + 3] then
+            error('VERSION shard ' .. k .. ' changed while it was being verified (version ' .. tostring(cur[1]) ..
+                  ', expected ' .. args[a + 1] .. '); run coordinator repair again (a run that keeps committing ' ..
+                  'is served from memory: stop its workers first, or let the next snapshot replace the bad entry)')
+        end
+        if tonumber(cur[1]) >= V then error('BADARG version ' .. V .. ' is not above shard ' .. k .. "'s " .. cur[1]) end
+        if cur[4] then corrupt[#corrupt + 1] = k end
+    end
+    local F = num_fragments(P)
+    local from = 0
+    for f = 0, F - 1 do
+        local r = tonumber(redis.call('HGET', state, 'round:' .. f))
+        if r >= V then error('BADARG version ' .. V .. ' is not above the open round ' .. r .. ' of fragment ' .. f) end
+        if r > from then from = r end
+    end
+    operator_gate(P)
+    local now = now_ms()
+    for k = 0, S - 1 do
+        local a = 4 + 5 * k
+        redis.call('HSET', shards, k .. ':version', V, k .. ':snap', args[a + 4], k .. ':log', '',
+                   k .. ':digest', args[a + 5], k .. ':committed_ms', now)
+        clear_corrupt(P, k)
+        revoke_lease(P, k)
+    end
+    for f = 0, F - 1 do
+        redis.call('DEL', barrier_key(P, f, redis.call('HGET', state, 'round:' .. f)), barrier_key(P, f, V))
+        redis.call('HSET', state, 'round:' .. f, V)
+        redis.call('HSET', barrier_key(P, f, V), 'state', 'open', 'opened_ms', now)
+    end
+    -- waiters look at their barrier now instead of at their next poll
+    for _, w in ipairs(redis.call('HKEYS', P .. ':workers')) do
+        redis.call('RPUSH', P .. ':wake:' .. w, 'repair')
+        redis.call('EXPIRE', P .. ':wake:' .. w, 600)
+    end
+    redis.call('HINCRBY', state, 'repairs', 1)
+    event(P, 'repair', {'how', how, 'source', source, 'version', V, 'from_round', from,
+                        'corrupt_shards', table.concat(corrupt, ',')})
+    return V
+end
+
+-- dl_unmark_corrupt KEYS[1]=config ARGV: (shard, expected corrupt key)*
+-- coordinator repair found these marked shards' durable state sound after all (restored by hand, or
+-- a transient read failure): clears the marks and revokes the leases, so the shards load again.
+local function dl_unmark_corrupt(keys, args)
+    local P = load_run(keys)
+    if #args == 0 or #args % 2 ~= 0 then error('BADARG expected shard, key pairs') end
+    for i = 1, #args, 2 do
+        local k = to_int(args[i], 'shard')
+        local cur = redis.call('HGET', P .. ':shards', k .. ':corrupt')
+        if cur ~= args[i + 1] then
+            error('VERSION shard ' .. k .. ' is marked ' .. tostring(cur) .. ', not ' .. args[i + 1] ..
+                  '; run coordinator repair again')
+        end
+    end
+    operator_gate(P)
+    for i = 1, #args, 2 do
+        local k = tonumber(args[i])
+        clear_corrupt(P, k)
+        revoke_lease(P, k)
+        event(P, 'repair', {'how', 'verified', 'shard', k, 'key', args[i + 1]})
+    end
+    return 'OK'
+end
+
 -- dl_status KEYS[1]=config -> JSON document of the whole run (read-only)
 local function dl_status(keys, args)
     local P = load_run(keys)
@@ -855,7 +983,8 @@ local function dl_status(keys, args)
     for k = 0, S - 1 do
         shards[#shards + 1] = {shard = k, version = tonumber(sh[k .. ':version']), owner = sh[k .. ':owner'],
             epoch = tonumber(sh[k .. ':epoch']), lease_left_ms = (tonumber(sh[k .. ':expiry']) or 0) - now,
-            digest = sh[k .. ':digest'], snap = sh[k .. ':snap'], log = sh[k .. ':log']}
+            digest = sh[k .. ':digest'], snap = sh[k .. ':snap'], log = sh[k .. ':log'],
+            corrupt = sh[k .. ':corrupt'], corrupt_reason = sh[k .. ':corrupt_reason']}
     end
     local barriers = {}
     for f = 0, (tonumber(config.fragments) or 1) - 1 do
@@ -909,8 +1038,11 @@ reg('dl_server_beat', dl_server_beat)
 reg('dl_server_leave', dl_server_leave)
 reg('dl_commit', dl_commit)
 reg('dl_snapshot', dl_snapshot)
+reg('dl_mark_corrupt', dl_mark_corrupt)
 reg('dl_reject', dl_reject)
 reg('dl_kick', dl_kick)
 reg('dl_set', dl_set)
 reg('dl_shutdown', dl_shutdown)
+reg('dl_repair', dl_repair)
+reg('dl_unmark_corrupt', dl_unmark_corrupt)
 reg('dl_status', dl_status, true)

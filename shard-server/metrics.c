@@ -20,16 +20,17 @@
 void metrics_log(ss_ctx *ss)
 {
     const ss_metrics *m = &ss->m;
-    int held = 0, ready = 0;
+    int held = 0, ready = 0, corrupt = 0;
     for (int k = 0; k < ss->nshards; k++) {
         held += ss->shards[k].state != SH_FREE;
         ready += ss->shards[k].state == SH_READY;
+        corrupt += ss->shards[k].state == SH_CORRUPT;
     }
     double mean = m->rounds_committed ? m->commit_seconds / (double)m->rounds_committed : 0.0;
-    log_info("metrics: shards held %d (ready %d); rounds committed %llu (no-op %llu), commit mean %.3f s max %.3f s; "
+    log_info("metrics: shards held %d (ready %d, corrupt %d); rounds committed %llu (no-op %llu), commit mean %.3f s max %.3f s; "
              "pushes %llu, gets %llu (tentative %llu); bytes in %llu out %llu; conflicts %llu; lease changes %llu; rejections %llu; "
              "loads %llu (failed %llu); snapshots %llu; connections %llu",
-             held, ready, (unsigned long long)m->rounds_committed, (unsigned long long)m->noop_commits, mean,
+             held, ready, corrupt, (unsigned long long)m->rounds_committed, (unsigned long long)m->noop_commits, mean,
              m->commit_seconds_max, (unsigned long long)m->pushes, (unsigned long long)m->gets,
              (unsigned long long)m->tentative_gets,             (unsigned long long)m->bytes_in, (unsigned long long)m->bytes_out, (unsigned long long)m->conflicts,
              (unsigned long long)m->lease_changes, (unsigned long long)m->rejections, (unsigned long long)m->loads,
@@ -62,13 +63,16 @@ static void prom_counter(struct evbuffer *out, const ss_ctx *ss, const char *nam
 static void metrics_format(struct evbuffer *out, const ss_ctx *ss)
 {
     const ss_metrics *m = &ss->m;
-    int held = 0, ready = 0;
+    int held = 0, ready = 0, corrupt = 0;
     for (int k = 0; k < ss->nshards; k++) {
         held += ss->shards[k].state != SH_FREE;
         ready += ss->shards[k].state == SH_READY;
+        corrupt += ss->shards[k].state == SH_CORRUPT;
     }
     prom_metric(out, ss, "shards_held", "gauge", "Shards this server holds a lease on.", held);
     prom_metric(out, ss, "shards_ready", "gauge", "Held shards loaded and serving.", ready);
+    prom_metric(out, ss, "shards_corrupt", "gauge",
+                "Held shards whose durable state is corrupt (answering CORRUPT until coordinator repair).", corrupt);
     prom_counter(out, ss, "rounds_committed_total", "Versions committed (outer steps made durable).",
                  m->rounds_committed);
     prom_counter(out, ss, "noop_commits_total", "Committed versions with no participant left.", m->noop_commits);
@@ -86,7 +90,10 @@ static void metrics_format(struct evbuffer *out, const ss_ctx *ss)
                  m->tentative_gets);
     prom_counter(out, ss, "rejections_total", "Requests rejected (recorded in dl:{R}:events).", m->rejections);
     prom_counter(out, ss, "loads_total", "Shard loads (snapshot + log replay) completed.", m->loads);
-    prom_counter(out, ss, "load_failures_total", "Shard loads that failed and were retried.", m->load_failures);
+    prom_counter(out, ss, "load_failures_total", "Shard loads that failed (retried unless the state is corrupt).",
+                 m->load_failures);
+    prom_counter(out, ss, "corrupt_loads_total", "Shard loads that found the durable state corrupt.",
+                 m->corrupt_loads);
     prom_counter(out, ss, "snapshots_total", "Snapshots written and recorded.", m->snapshots);
     prom_counter(out, ss, "connections_total", "Data-plane connections accepted.", m->connections);
     prom_counter(out, ss, "redis_reconnects_total", "Reconnections to Redis.", m->redis_reconnects);

@@ -1,7 +1,8 @@
 /*
  * ops.c: the data-plane operations `push` and `get` (docs/PROTOCOL.md, "Data plane").
  *
- * push: the shard must be ours (else `moved`) and loaded (else the request waits for the load), the
+ * push: the shard must be ours (else `moved`), not corrupt (`CORRUPT`, until `coordinator repair`) and
+ * loaded (else the request waits for the load), the
  * round must be the shard's version (STALE), dtype, count and checksum must match (BADDTYPE, BADSIZE,
  * CHECKSUM), every element finite (NAN), and the worker a live member with that incarnation
  * (`dl_member`; UNKNOWN_WORKER). Accepted pseudo-gradients are kept in memory as received.
@@ -75,6 +76,11 @@ static ss_shard *own_shard(ss_ctx *ss, ss_req *req)
     }
     if (s->state == SH_LOADING) {
         shard_park(ss, s, req);
+        return NULL;
+    }
+    if (s->state == SH_CORRUPT) { /* not the worker's fault: answered, not recorded as a rejection */
+        req_reply_err(req, "CORRUPT", "shard %d's durable state is corrupt (key %s: %s); see coordinator repair", s->k,
+                      s->corrupt_key, s->corrupt_reason);
         return NULL;
     }
     return s;

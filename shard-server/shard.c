@@ -7,6 +7,12 @@
  * it arrives, without copying it), replays them with outer_sgd_step exactly as recorded, and checks
  * the XXH3 digest of the result against k:digest before the shard serves anything.
  *
+ * A load that fails because the durable state itself is bad (a blob fails its checksum, is missing or
+ * malformed, or the replay does not give k:digest) is not retried: the shard becomes CORRUPT, is marked
+ * in dl:{R}:shards with dl_mark_corrupt (one 'corrupt' event with the key and the reason) and answers
+ * `err CORRUPT` until `coordinator repair` revokes the lease. A shard found already marked is not
+ * loaded at all. Failures to reach the state (Redis down, the lease moved) are retried at the next beat.
+ *
  * Every drop or reload bumps the shard's generation; callbacks of older operations see the mismatch
  * and discard their work. Requests that need a loading or committing shard are parked on it and
  * re-dispatched when it is ready (or answered when they have waited too long).
@@ -36,7 +42,13 @@ typedef struct ss_load {
     int64_t version;
     char digest[17];
     int nlogs;
-    int snap_done;      /* the snapshot's reply has come (replies arrive in GET order) */
+    int next_blob;      /* index in keys of the next reply (replies arrive in GET order) */
+    char (*keys)[KEY_MAX]; /* the blobs in GET order: the snapshot, then each log entry */
+    int64_t *vers;      /* the version each of them names */
+    int nkeys;
+    int corrupt;        /* the failure is in the durable state, not in reaching it: no retry helps */
+    char bad_key[256];
+    char reason[512];
     float *theta;
     float *mom;
     int has_mom;
@@ -184,6 +196,8 @@ void shard_expire_parked(ss_ctx *ss, uint64_t max_age_ms)
 
 static void load_free(ss_load *ld)
 {
+    free(ld->keys);
+    free(ld->vers);
     free(ld->theta);
     free(ld->mom);
     free(ld->dnbuf);
@@ -207,10 +221,33 @@ static void load_fail(ss_load *ld, const char *fmt, const char *detail)
     if (!ld->failed) {
         char msg[600];
         snprintf(msg, sizeof msg, fmt, detail);
-        log_error("shard %d: load of version %lld failed: %s; will retry", ld->k, (long long)ld->version, msg);
+        log_error("shard %d: load of version %lld failed: %s%s", ld->k, (long long)ld->version, msg,
+                  ld->corrupt ? "" : "; will retry");
         ss->m.load_failures++;
     }
     ld->failed = 1;
+}
+
+/* The durable state itself is bad (key names the blob, or the shards hash field, at fault). */
+static void load_corrupt(ss_load *ld, const char *key, const char *reason)
+{
+    if (!ld->failed) {
+        ld->corrupt = 1;
+        snprintf(ld->bad_key, sizeof ld->bad_key, "%s", key);
+        snprintf(ld->reason, sizeof ld->reason, "%s", reason);
+    }
+    load_fail(ld, "%s", reason);
+}
+
+static void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const char *key, const char *reason,
+                              int record);
+
+/* "dl:{R}:shards k:<field>": where a malformed entry of the shards hash is reported. */
+static const char *shards_field(const ss_ctx *ss, int k, const char *field, char *buf, size_t cap)
+{
+    char key[KEY_MAX];
+    snprintf(buf, cap, "%s %d:%s", key_run(key, sizeof key, ss->opts.run, "shards"), k, field);
+    return buf;
 }
 
 /* Everything has arrived: check the digest and make the shard READY. */
@@ -218,19 +255,20 @@ static void load_finish(ss_load *ld)
 {
     ss_ctx *ss = ld->ss;
     ss_shard *s = &ss->shards[ld->k];
+    char digest[17];
+    uint64_t theta_xxh = ld->failed ? 0 : digest_f32(ld->theta, s->n);
+    snprintf(digest, sizeof digest, "%016" PRIx64, theta_xxh);
+    if (!ld->failed && strcmp(digest, ld->digest) != 0) {
+        char reason[256];
+        snprintf(reason, sizeof reason, "digest mismatch: the snapshot and %d log entries replay to %s, "
+                 "dl:{R}:shards says %s", ld->nlogs, digest, ld->digest);
+        load_corrupt(ld, ld->nkeys > 0 ? ld->keys[ld->nkeys - 1] : "", reason);
+    }
     if (ld->failed) {
         s->load = NULL;
-        load_free(ld); /* state stays LOADING; the next beat retries */
-        return;
-    }
-    char digest[17];
-    uint64_t theta_xxh = digest_f32(ld->theta, s->n);
-    snprintf(digest, sizeof digest, "%016" PRIx64, theta_xxh);
-    if (strcmp(digest, ld->digest) != 0) {
-        load_fail(ld, "digest mismatch: replay gives %s", digest);
-        log_error("shard %d: expected digest %s at version %lld", ld->k, ld->digest, (long long)ld->version);
-        s->load = NULL;
-        load_free(ld);
+        if (ld->corrupt)
+            shard_set_corrupt(ss, s, ld->version, ld->bad_key, ld->reason, 1);
+        load_free(ld); /* otherwise the state stays LOADING; the next beat retries */
         return;
     }
     ss_buf_release(s->theta); /* replies may still be sending it */
@@ -256,18 +294,25 @@ static void load_finish(ss_load *ld)
 }
 
 /* A snapshot or log blob as received: decoded, or the load failed (and the reason recorded). */
-static int load_decode(ss_load *ld, redisReply *r, const char *what, blob_header *h, const uint8_t **payload,
-                       size_t *plen)
+static int load_decode(ss_load *ld, redisReply *r, const char *key, const char *what, blob_header *h,
+                       const uint8_t **payload, size_t *plen)
 {
     char err[256];
+    if (r != NULL && r->type == REDIS_REPLY_NIL) {
+        snprintf(err, sizeof err, "the %s blob is missing (dl:{R}:shards names it)", what);
+        load_corrupt(ld, key, err);
+        return -1;
+    }
     if (r == NULL || r->type != REDIS_REPLY_STRING) {
         snprintf(err, sizeof err, "cannot read the %s blob: %s", what,
-                 r == NULL ? "Redis connection lost" : r->type == REDIS_REPLY_NIL ? "missing" : "not a string");
+                 r == NULL ? "Redis connection lost" : r->type == REDIS_REPLY_ERROR ? r->str : "not a string");
         load_fail(ld, "%s", err);
         return -1;
     }
     if (blob_decode((const uint8_t *)r->str, (size_t)r->len, h, payload, plen, err, sizeof err) != 0) {
-        load_fail(ld, "corrupt blob: %s", err);
+        char reason[300];
+        snprintf(reason, sizeof reason, "corrupt %s blob: %s", what, err);
+        load_corrupt(ld, key, reason);
         return -1;
     }
     return 0;
@@ -285,29 +330,35 @@ static replay_state load_state(ss_load *ld, int64_t version)
 
 /* The snapshot, then each log entry (the step that turned version v-1 into v), in the order the GETs
  * were issued on the bulk connection: the first reply is always the snapshot. (On a Redis Cluster, a
- * reply redirected by a slot migration comes after the ones that were not: replayed out of order, the
- * result fails the op or digest check and the load is retried.) */
+ * reply redirected by a slot migration comes after the ones that were not: a blob whose op or version
+ * is not the one expected next is taken for that, not for corruption, and the load is retried.) */
 static void load_on_blob(redisReply *r, void *priv)
 {
     ss_load *ld = priv;
     if (load_settle(ld))
         return;
-    int is_snap = !ld->snap_done;
-    ld->snap_done = 1;
+    int idx = ld->next_blob++, is_snap = idx == 0;
     if (ld->abandoned || ld->failed)
         goto done;
     blob_header h;
     const uint8_t *payload;
     size_t plen;
     char err[256];
-    if (load_decode(ld, r, is_snap ? "snapshot" : "log", &h, &payload, &plen) != 0)
+    const char *key = idx < ld->nkeys ? ld->keys[idx] : "";
+    if (load_decode(ld, r, key, is_snap ? "snapshot" : "log", &h, &payload, &plen) != 0)
         goto done;
+    if (strcmp(h.op, is_snap ? "snap" : "log") != 0 || (h.version >= 0 && idx < ld->nkeys && h.version != ld->vers[idx])) {
+        snprintf(err, sizeof err, "reply %d is %s of version %lld, not %s (out of order: a Redis Cluster redirect?)",
+                 idx, h.op, (long long)h.version, key);
+        load_fail(ld, "%s", err);
+        goto done;
+    }
     replay_state st = load_state(ld, is_snap ? h.version : h.version - 1);
     size_t n = ld->ss->shards[ld->k].n;
     int rc = is_snap ? replay_state_snapshot(&st, &h, payload, plen, n, err, sizeof err)
                      : replay_state_log(&st, &h, payload, plen, n, err, sizeof err);
     if (rc != 0) {
-        load_fail(ld, "%s", err);
+        load_corrupt(ld, key, err);
         goto done;
     }
     ld->has_mom = st.has_mom;
@@ -334,7 +385,7 @@ static void load_on_meta(redisReply *r, void *priv)
     ss_shard *s = &ss->shards[ld->k];
     if (ld->abandoned)
         return;
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 6) {
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 8) {
         load_fail(ld, "cannot read dl:{R}:shards: %s", r == NULL ? "Redis connection lost" : "bad reply");
         load_finish(ld);
         return;
@@ -357,17 +408,38 @@ static void load_on_meta(redisReply *r, void *priv)
     }
     ld->version = strtoll(r->element[0]->str, NULL, 10);
     snprintf(ld->digest, sizeof ld->digest, "%s", r->element[3]->str);
-    char snapkey[KEY_MAX];
-    if (key_shard_ref(snapkey, sizeof snapkey, ss->opts.run, s->k, "snap", r->element[1]->str) != 0) {
-        load_fail(ld, "malformed snapshot ref '%s'", r->element[1]->str);
-        load_finish(ld);
+    if (r->element[6]->type == REDIS_REPLY_STRING) {
+        const char *reason = r->element[7]->type == REDIS_REPLY_STRING ? r->element[7]->str : "";
+        log_error("shard %d: marked corrupt in Redis (key %s: %s); not loading it (see coordinator repair)", s->k,
+                  r->element[6]->str, reason);
+        int64_t version = ld->version;
+        s->load = NULL;
+        load_free(ld);
+        shard_set_corrupt(ss, s, version, r->element[6]->str, reason, 0);
         return;
     }
     char *logs = strdup(r->element[2]->str);
     char *refs[4096];
     int nrefs = logs ? split_refs(logs, refs, 4096) : 0;
+    char field[256];
+    ld->keys = calloc((size_t)nrefs + 1, sizeof *ld->keys);
+    ld->vers = calloc((size_t)nrefs + 1, sizeof *ld->vers);
+    if (ld->keys == NULL || ld->vers == NULL) {
+        free(logs);
+        load_fail(ld, "%s", "out of memory");
+        load_finish(ld);
+        return;
+    }
+    ld->nkeys = 1;
+    ld->vers[0] = strtoll(r->element[1]->str, NULL, 10);
+    if (key_shard_ref(ld->keys[0], sizeof ld->keys[0], ss->opts.run, s->k, "snap", r->element[1]->str) != 0) {
+        free(logs);
+        load_corrupt(ld, shards_field(ss, s->k, "snap", field, sizeof field), "malformed snapshot ref");
+        load_finish(ld);
+        return;
+    }
     ld->outstanding++;
-    if (store_get(ss, snapkey, load_on_blob, ld) != 0) {
+    if (store_get(ss, ld->keys[0], load_on_blob, ld) != 0) {
         ld->outstanding--;
         free(logs);
         load_fail(ld, "%s", "the bulk Redis connection is down");
@@ -375,11 +447,12 @@ static void load_on_meta(redisReply *r, void *priv)
         return;
     }
     for (int i = 0; i < nrefs; i++) {
-        char logkey[KEY_MAX];
-        if (key_shard_ref(logkey, sizeof logkey, ss->opts.run, s->k, "log", refs[i]) != 0) {
-            load_fail(ld, "malformed log ref '%s'", refs[i]);
+        char *logkey = ld->keys[1 + i];
+        if (key_shard_ref(logkey, sizeof ld->keys[0], ss->opts.run, s->k, "log", refs[i]) != 0) {
+            load_corrupt(ld, shards_field(ss, s->k, "log", field, sizeof field), "malformed log ref");
             break;
         }
+        ld->vers[ld->nkeys++] = strtoll(refs[i], NULL, 10);
         ld->outstanding++;
         if (store_get(ss, logkey, load_on_blob, ld) != 0) {
             ld->outstanding--;
@@ -412,15 +485,15 @@ static void load_start(ss_ctx *ss, ss_shard *s)
     ld->k = s->k;
     ld->gen = s->gen;
     ld->version = -1;
-    char key[KEY_MAX], f[6][32];
-    const char *names[6] = { "version", "snap", "log", "digest", "owner", "epoch" };
-    const char *argv[8] = { "HMGET", key_run(key, sizeof key, ss->opts.run, "shards") };
-    for (int i = 0; i < 6; i++) {
+    char key[KEY_MAX], f[8][32];
+    const char *names[8] = { "version", "snap", "log", "digest", "owner", "epoch", "corrupt", "corrupt_reason" };
+    const char *argv[10] = { "HMGET", key_run(key, sizeof key, ss->opts.run, "shards") };
+    for (int i = 0; i < 8; i++) {
         snprintf(f[i], sizeof f[i], "%d:%s", s->k, names[i]);
         argv[2 + i] = f[i];
     }
     ld->outstanding = 1;
-    if (ra_cmds(&ss->ctl, load_on_meta, ld, 8, argv) != 0) {
+    if (ra_cmds(&ss->ctl, load_on_meta, ld, 10, argv) != 0) {
         log_warn("shard %d: cannot load now (Redis not connected); will retry", s->k);
         load_free(ld);
         return;
@@ -440,6 +513,77 @@ static void load_abandon(ss_shard *s)
 }
 
 /* ---------------------------------------------------------------------------------------------- */
+/* corrupt durable state */
+
+typedef struct mark_q {
+    ss_ctx *ss;
+    int k;
+    uint64_t gen;
+} mark_q;
+
+static void mark_on_reply(redisReply *r, void *priv)
+{
+    mark_q *q = priv;
+    ss_shard *s = &q->ss->shards[q->k];
+    int current = s->gen == q->gen && s->state == SH_CORRUPT;
+    free(q);
+    if (r == NULL) {
+        log_warn("shard %d: recording the corrupt state failed (connection lost); the next beat tries again", s->k);
+        return;
+    }
+    if (current)
+        s->corrupt_recorded = 1; /* an error (FENCED: the lease moved) is settled by the next beat too */
+    if (r->type == REDIS_REPLY_ERROR)
+        log_warn("shard %d: dl_mark_corrupt: %s", s->k, r->str);
+    else if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)
+        log_info("shard %d: marked corrupt in dl:{R}:shards (a 'corrupt' event is in dl:{R}:events)", s->k);
+}
+
+/* dl_mark_corrupt with the shard's version, key and reason (fenced by our lease epoch). */
+static void mark_send(ss_ctx *ss, ss_shard *s)
+{
+    mark_q *q = malloc(sizeof *q);
+    if (q == NULL)
+        return;
+    *q = (mark_q){ ss, s->k, s->gen };
+    char ep[24], shard[16], version[24];
+    snprintf(ep, sizeof ep, "%lld", (long long)s->epoch);
+    snprintf(shard, sizeof shard, "%d", s->k);
+    snprintf(version, sizeof version, "%lld", (long long)s->version);
+    const char *args[6] = { ss->id, ep, shard, version, s->corrupt_key, s->corrupt_reason };
+    if (fcall(ss, mark_on_reply, q, "dl_mark_corrupt", 6, args) != 0)
+        free(q); /* not connected: the next beat tries again */
+}
+
+/* Nothing can be served from this shard and no load will succeed until an operator repairs it: drop the
+ * cache, answer every waiting request (`err CORRUPT`) and, unless Redis has the mark already, record it. */
+static void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const char *key, const char *reason,
+                              int record)
+{
+    ss->m.corrupt_loads += record;
+    s->gen++;
+    s->state = SH_CORRUPT;
+    s->committing = 0;
+    s->tent_theta = NULL;
+    ss_buf_release(s->theta); /* replies may still be sending it */
+    free(s->mom);
+    free(s->dnbuf);
+    s->theta = s->mom = s->dnbuf = NULL;
+    s->has_mom = 0;
+    s->version = version;
+    s->digest[0] = '\0';
+    snprintf(s->corrupt_key, sizeof s->corrupt_key, "%s", key);
+    snprintf(s->corrupt_reason, sizeof s->corrupt_reason, "%s", reason);
+    s->corrupt_recorded = !record;
+    shard_free_deltas(s, 0, 1);
+    log_error("shard %d: durable state of version %lld is corrupt (key %s: %s); serving `err CORRUPT` until "
+              "`coordinator repair`", s->k, (long long)version, key, reason);
+    if (record)
+        mark_send(ss, s);
+    shard_unpark_all(ss, s);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
 /* lease transitions */
 
 /* We hold the lease with this epoch: (re)load unless the cache already is of this epoch. */
@@ -448,6 +592,8 @@ void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch)
     if (s->state != SH_FREE && s->epoch == epoch) {
         if (s->state == SH_LOADING && s->load == NULL)
             load_start(ss, s); /* an earlier attempt failed: retry */
+        if (s->state == SH_CORRUPT && !s->corrupt_recorded)
+            mark_send(ss, s);
         return;
     }
     if (s->state != SH_FREE)
@@ -482,6 +628,7 @@ void shard_release(ss_ctx *ss, ss_shard *s, const char *why)
     s->has_mom = 0;
     s->version = -1;
     s->digest[0] = '\0';
+    s->corrupt_key[0] = s->corrupt_reason[0] = '\0';
     shard_free_deltas(s, 0, 1);
     shard_unpark_all(ss, s);
 }
@@ -489,7 +636,7 @@ void shard_release(ss_ctx *ss, ss_shard *s, const char *why)
 /* Still ours but the cache may be wrong: rebuild from Redis; deltas and parked requests are kept. */
 void shard_reload(ss_ctx *ss, ss_shard *s, const char *why)
 {
-    if (s->state == SH_FREE)
+    if (s->state == SH_FREE || s->state == SH_CORRUPT) /* a corrupt shard loads again after a repair only */
         return;
     log_info("shard %d: reloading from Redis (%s)", s->k, why);
     s->gen++;

@@ -161,6 +161,7 @@ typedef struct ss_metrics {
     uint64_t tentative_gets; /* of which answered before the version was durable */
     uint64_t loads;
     uint64_t load_failures;
+    uint64_t corrupt_loads;  /* loads that found the durable state corrupt (counted in load_failures too) */
     uint64_t snapshots;
     uint64_t connections;
     uint64_t redis_reconnects;
@@ -197,7 +198,10 @@ typedef struct ss_delta {
     const uint8_t *payload;
 } ss_delta;
 
-enum ss_shard_state { SH_FREE = 0, SH_LOADING = 1, SH_READY = 2 };
+/* SH_CORRUPT: ours, but its durable state cannot be loaded (a blob fails its checksum or is missing, or
+ * the replay does not give k:digest); requests get `err CORRUPT` until `coordinator repair` revokes the
+ * lease. */
+enum ss_shard_state { SH_FREE = 0, SH_LOADING = 1, SH_READY = 2, SH_CORRUPT = 3 };
 
 typedef struct ss_shard {
     int k;
@@ -222,6 +226,9 @@ typedef struct ss_shard {
     int snapshotting;
     int64_t snap_wanted;     /* version to snapshot once commits are idle (0 = none) */
     int reload_wanted;       /* reload once the current operation finishes */
+    char corrupt_key[256];   /* SH_CORRUPT: the blob (or shards hash field) at fault, and why */
+    char corrupt_reason[512];
+    int corrupt_recorded;    /* dl_mark_corrupt has answered (else the next beat sends it again) */
     ss_delta *deltas;
     ss_req *parked, *parked_tail;
     int nparked;

@@ -12,13 +12,14 @@
 #     shard-server through a function; shard-server FUNCTION FLUSH/LOAD, SET of a control key;
 #     operator FUNCTION FLUSH, FLUSHALL, CONFIG, keys outside dl:*; viewer writes; no-auth clients.
 #     The operator's functions: a worker's or shard-server's FCALL dl_set (outer_lr, target_workers),
-#     dl_shutdown, dl_kick (of a live member) and dl_init (a new run) fail inside the function with an ACL
+#     dl_shutdown, dl_kick (of a live member), dl_init (a new run), dl_repair and dl_unmark_corrupt (with
+#     arguments that pass their checks) fail inside the function with an ACL
 #     error (Redis checks the caller's ACL on every redis.call; dl:{R}:tunables and dl:{R}:config are
 #     read-only for them), and so do their direct writes to those hashes. Every refusal leaves the run
 #     unchanged (DUMP of every control key before and after, the event count); ACL LOG shows the
 #     refusals happened in Lua, on dl:{R}:tunables and dl:{R}:config.
 #  C. The operator can: dl_set outer_lr, dl_kick, dl_shutdown take effect, and a worker then sees the
-#     shutdown.
+#     shutdown; `coordinator repair` (function library load, verification, dl_unmark_corrupt) runs.
 . "$(dirname "$0")/lib.sh"
 RUN=acl
 ACL="$ROOT/deploy/redis/users.acl"
@@ -103,6 +104,14 @@ CONF="dl:{$RUN}:config"
 # dl_set heartbeat_timeout_ms 0: the operator may change the run's settings)
 [ "$(as operator FCALL dl_set 1 "$CONF" heartbeat_timeout_ms 0)" = OK ] || fail "operator dl_set heartbeat_timeout_ms"
 as worker FCALL dl_register 1 "$CONF" victim host 20 | head -n 1 | grep -q '^[0-9]' || fail "worker dl_register"
+# a corrupt mark to try to clear (as `coordinator repair` would, with dl_unmark_corrupt), and the
+# arguments of a dl_repair that would pass its checks (every shard as it is now, a version above them)
+as admin HSET "dl:{$RUN}:shards" 0:corrupt "dl:{$RUN:0}:log:1:1" 0:corrupt_reason test > /dev/null
+repair_args="rollback test 1000000 4" # (quoted for eval: a shard's log may be empty)
+for k in 0 1 2 3; do
+  for f in version snap log; do repair_args="$repair_args '$(as viewer HGET "dl:{$RUN}:shards" $k:$f)'"; done
+  repair_args="$repair_args 999.0 0000000000000000"
+done
 as admin ACL LOG RESET > /dev/null
 snapshot() {
   for k in state tunables shards servers server_beats workers heartbeats config; do echo "$k: $(as viewer DUMP "dl:{$RUN}:$k" | od -An -tx1 | tr -d ' \n')"; done
@@ -143,6 +152,8 @@ for u in worker shard-server; do
   refused "$u dl_shutdown"             $u FCALL dl_shutdown 1 "$CONF"
   refused "$u dl_kick"                 $u FCALL dl_kick 1 "$CONF" victim
   refused "$u dl_init of a new run"    $u FCALL dl_init 1 "dl:{evil}:config" 0 0 1 0000000000000000
+  eval "refused '$u dl_repair' $u FCALL dl_repair 1 '$CONF' $repair_args"
+  refused "$u dl_unmark_corrupt"       $u FCALL dl_unmark_corrupt 1 "$CONF" 0 "dl:{$RUN:0}:log:1:1"
   refused "$u HSET tunables"           $u HSET "dl:{$RUN}:tunables" outer_lr 9
   refused "$u HSET tunables status"    $u HSET "dl:{$RUN}:tunables" status shutdown
   refused "$u HSET config"             $u HSET "$CONF" dn_buffer 7
@@ -174,5 +185,9 @@ as operator FCALL dl_status 1 "$CONF" | python3 -c 'import json,sys; d=json.load
 [ "$(as operator FCALL dl_shutdown 1 "$CONF")" = OK ] || fail "operator dl_shutdown"
 [ "$(as viewer HGET "dl:{$RUN}:tunables" status)" = shutdown ] || fail "operator's shutdown did not take"
 as worker FCALL dl_register 1 "$CONF" late host 20 | grep -q SHUTDOWN || fail "a worker could join a shut-down run"
-say "C: the operator set outer_lr, kicked, shut down; a worker then gets SHUTDOWN"
+bin/coordinator repair --redis "$(url operator)" --run $RUN --wait 0 > "$TMP/repair.log" 2>&1 ||
+  fail "operator coordinator repair: $(cat "$TMP/repair.log")"
+grep -q "cleared 1 corrupt mark" "$TMP/repair.log" && [ -z "$(as viewer HGET "dl:{$RUN}:shards" 0:corrupt)" ] ||
+  fail "operator coordinator repair did not clear the mark: $(cat "$TMP/repair.log")"
+say "C: the operator set outer_lr, kicked, shut down; a worker then gets SHUTDOWN; coordinator repair runs as operator"
 echo "PASS it_deploy_acl"

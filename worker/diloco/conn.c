@@ -116,6 +116,10 @@ static int reply_outcome(diloco *d, const blob_header *h, char *err, size_t errl
         err_set(err, errlen, "shard-server: %s %s", h->code, h->text);
         if (strcmp(h->code, "STALE") == 0) return DL_STALE;
         if (strcmp(h->code, "UNKNOWN_WORKER") == 0) return DL_EVICTED;
+        if (strcmp(h->code, "CORRUPT") == 0) { /* the message names the shard and key: it is what we say */
+            err_set(err, errlen, "%s", h->text);
+            return DL_CORRUPT;
+        }
         if (strcmp(h->code, "NOTREADY") == 0 || strcmp(h->code, "REDIS") == 0 || strcmp(h->code, "BUSY") == 0)
             return DL_RETRY;
         return DL_FAIL;
@@ -220,9 +224,9 @@ int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int 
         if (strcmp(h.op, "ack") == 0) {
             rcs[i] = DL_OK;
         } else {
-            char why[256];
+            char why[256] = "";
             rcs[i] = reply_outcome(d, &h, why, sizeof why);
-            if (worst == DL_OK) err_set(err, errlen, "%s", why);
+            if (worst == DL_OK || rcs[i] == DL_CORRUPT) err_set(err, errlen, "%s", why); /* corrupt: an operator's job */
             worst = DL_RETRY;
         }
     }
@@ -363,12 +367,12 @@ int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version,
             broken = 1;
             break;
         }
-        char why[256];
+        char why[256] = "";
         if (strcmp(h.op, "params") == 0)
             rcs[i] = take_params(d, shards[i], &h, payload, plen, min_version, &got[i], why, sizeof why);
         else
             rcs[i] = reply_outcome(d, &h, why, sizeof why);
-        if (rcs[i] != DL_OK && worst == DL_OK) {
+        if (rcs[i] != DL_OK && (worst == DL_OK || rcs[i] == DL_CORRUPT)) { /* corrupt: an operator's job */
             err_set(err, errlen, "%s", why);
             worst = DL_RETRY;
         }

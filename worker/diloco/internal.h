@@ -5,6 +5,7 @@
  *   conn.c       data-plane connections to shard-servers and the push/get requests
  *   sync.c       one DiLoCo round: pseudo-gradient, push, barrier, new parameters
  *   heartbeat.c  the heartbeat thread
+ *   repair.c     waiting out a shard whose durable state is corrupt, until `coordinator repair`
  *   device.c     device-resident parameters (diloco_device_ops): the hooks that replace params
  *   info.c       the library's version and the facts about a session (accessors)
  *
@@ -51,6 +52,7 @@ enum {
     DL_STALE = 2,                /* our round is over: re-fetch parameters */
     DL_EVICTED = 3,              /* we are no longer a member: register again */
     DL_NEED = 4,                 /* server lacks our pseudo-gradient: push again */
+    DL_CORRUPT = 5,              /* a shard's durable state is corrupt: nothing syncs until coordinator repair */
 };
 
 struct diloco {
@@ -136,6 +138,8 @@ struct diloco {
     int *dev_snap_ok;            /* per fragment: the device snapshot holds base[f] as it is now */
     int dev_failed;              /* a load in dl_adopt_base failed: dl_params_changed reports dev_err */
     char dev_err[256];
+
+    uint64_t corrupt_told_ms;    /* repair.c, under hb_mu: when we last said a shard is corrupt (once a minute) */
 };
 
 /* session.c */
@@ -196,11 +200,12 @@ const void *dl_shard_delta(const diloco *d, int k, size_t *bytes);
 /* Make sure the tentative parameters fragment f continued from were committed as they are, resending
  * our kept Δ to a new owner if they were not: DL_OK, DL_STALE (the round was committed differently,
  * e.g. without a participant that died: base is now the committed version and our local progress on
- * f must be dropped) or DL_FAIL (err says why; Δ is still kept, a later call tries again). */
+ * f must be dropped), DL_CORRUPT (a shard's durable state is corrupt: dl_wait_repaired) or DL_FAIL (err
+ * says why; Δ is still kept, a later call tries again). */
 int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen);
 /* The network part of fragment f's round, safe on a background thread (touches base[f] only):
  * DL_OK: base[f] is version round+1; DL_STALE: base[f] is the current global version; DL_EVICTED:
- * registered again, everything must be fetched (refetch_all); DL_FAIL. */
+ * registered again, everything must be fetched (refetch_all); DL_CORRUPT (dl_wait_repaired); DL_FAIL. */
 int sync_fragment_net(diloco *d, int f, char *err, size_t errlen);
 /* Put base[f] into params[f]: copy, or params = alpha*params + (1-alpha)*base; tell the trainer. */
 int sync_apply_fragment(diloco *d, int f, double alpha, char *err, size_t errlen);
@@ -229,5 +234,11 @@ int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *e
 /* heartbeat.c */
 int heartbeat_start(diloco *d, char *err, size_t errlen);
 void heartbeat_stop(diloco *d);
+
+/* repair.c: a shard-server answered CORRUPT (why = its message). Block until no shard of the run is
+ * marked corrupt any more (`coordinator repair` ran), heartbeats going on meanwhile. 0, or -1 when we
+ * are stopping or the run was shut down (err says which). The repaired parameters are a version above
+ * any we hold: fetching at our versions gets them. */
+int dl_wait_repaired(diloco *d, const char *why, char *err, size_t errlen);
 
 #endif

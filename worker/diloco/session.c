@@ -111,6 +111,11 @@ int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *er
     uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
     for (;;) {
         int rc = dl_fetch_shards(d, first, last, min_version, err, errlen);
+        if (rc == DL_CORRUPT) { /* the repaired version is above min_version: the same fetch gets it */
+            if (dl_wait_repaired(d, err, err, errlen) < 0) return -1;
+            deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
+            continue;
+        }
         if (rc == DL_FAIL) return -1;
         if (rc == DL_OK) {
             int64_t lo = d->shard_version[first], hi = lo;

@@ -41,9 +41,22 @@ static int on_failure(diloco *d, const char *why, char *err, size_t errlen) {
     return 1;
 }
 
+/* A shard's durable state is corrupt: wait for `coordinator repair`, then continue from the repaired
+ * global parameters (a version above every one we hold), dropping the local progress of every fragment. */
+static int after_repair(diloco *d, int f, int64_t round, const char *why, uint64_t t0, char *err, size_t errlen) {
+    if (dl_wait_repaired(d, why, err, errlen) < 0)
+        return dl_stopping(d) ? -1 : 0; /* shut down meanwhile: the trainer sees diloco_stop_requested */
+    d->fail_streak = 0;
+    d->refetch_all = 0;
+    if (dl_fetch_all(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
+    sync_record(d, f, round, t0, 1);
+    return 1;
+}
+
 /* Apply the outcome of fragment f's round. 1: params changed; 0: not; -1: unrecoverable. */
 static int settle(diloco *d, int f, int64_t round, int rc, const char *why, uint64_t t0, double alpha, char *err,
                   size_t errlen) {
+    if (rc == DL_CORRUPT) return after_repair(d, f, round, why, t0, err, errlen);
     if (rc == DL_FAIL) return on_failure(d, why, err, errlen);
     d->fail_streak = 0;
     if (d->refetch_all) { /* evicted: everything comes from the run again */
@@ -60,7 +73,8 @@ static int settle(diloco *d, int f, int64_t round, int rc, const char *why, uint
 
 /* Fragment f's Δ from params; if our own parameters diverged, take the global ones instead. Sync mode
  * first settles the previous round (whose parameters we took before they were durable), because Δ is
- * about to overwrite the pseudo-gradient kept for it. 0: send Δ; 1: params reset instead; -1: error. */
+ * about to overwrite the pseudo-gradient kept for it. 0: send Δ; 1: params reset instead; -1: error;
+ * DL_CORRUPT: a shard's durable state is corrupt (err says which). */
 static int prepare_delta(diloco *d, int f, char *err, size_t errlen) {
     uint64_t t0 = now_ms();
     if (!d->rc.async) {
@@ -69,6 +83,7 @@ static int prepare_delta(diloco *d, int f, char *err, size_t errlen) {
             sync_record(d, f, d->frag_version[f] - 1, t0, 1); /* params changed: report the version taken */
             return 1;
         }
+        if (c == DL_CORRUPT) return DL_CORRUPT;
         if (c != DL_OK) return -1;
     }
     if (sync_compute_delta(d, f, err, errlen) == 0) return 0;
@@ -84,6 +99,7 @@ static int sync_now(diloco *d, int f, double alpha, char *err, size_t errlen) {
     uint64_t t0 = now_ms();
     int64_t round = d->frag_version[f];
     int p = prepare_delta(d, f, err, errlen);
+    if (p == DL_CORRUPT) return after_repair(d, f, round, err, t0, err, errlen);
     if (p != 0) return p < 0 ? on_failure(d, err, err, errlen) : 1;
     int rc = sync_fragment_net(d, f, err, errlen);
     return settle(d, f, round, rc, err, t0, alpha, err, errlen);
@@ -97,16 +113,20 @@ static void *inflight_main(void *p) {
     return NULL;
 }
 
-static void begin_fragment(diloco *d, int f, char *err, size_t errlen) {
+/* 1 when params changed (a repair was waited for), -1 unrecoverable, else 0. */
+static int begin_fragment(diloco *d, int f, char *err, size_t errlen) {
+    uint64_t t0 = now_ms();
     sync_begin(d);
     int p = prepare_delta(d, f, err, errlen);
-    if (p != 0) return; /* reset to global (or failed to): nothing to send this time */
+    if (p == DL_CORRUPT) return after_repair(d, f, d->frag_version[f], err, t0, err, errlen);
+    if (p != 0) return 0; /* reset to global (or failed to): nothing to send this time */
     d->inflight = f;
     d->inflight_t0 = now_ms();
     d->inflight_round = d->frag_version[f];
     d->inflight_err[0] = '\0';
     d->inflight_threaded = pthread_create(&d->inflight_thread, NULL, inflight_main, d) == 0;
     if (!d->inflight_threaded) inflight_main(d); /* no thread: sync in line, correct but not overlapped */
+    return 0;
 }
 
 /* Wait for the fragment in flight and apply it. */
@@ -164,9 +184,10 @@ static int after_step(diloco *d, char *err, size_t errlen) {
     if (d->steps % stream_interval(d) != 0) return 0;
     int changed = finish_fragment(d, err, errlen);
     if (changed < 0) return -1;
-    begin_fragment(d, d->frag_next, err, errlen);
+    int began = begin_fragment(d, d->frag_next, err, errlen);
+    if (began < 0) return -1;
     d->frag_next = (d->frag_next + 1) % d->rc.nfragments;
-    return changed;
+    return changed | began;
 }
 
 static int force_sync(diloco *d, char *err, size_t errlen);

@@ -81,6 +81,13 @@ static void *group_main(void *p) {
             }
         }
     }
+    /* a corrupt shard stops the group: nothing completes before coordinator repair, and its message
+     * (which the pipelined try kept) is the one to report */
+    for (int i = 0; i < g->nshards; i++)
+        if (rcs[i] == DL_CORRUPT) {
+            g->rc = DL_CORRUPT;
+            return NULL;
+        }
     /* then each shard's job (with its retries, or once: after a pass, only where our Δ is asked for);
      * a blocking job stops the group at the first failure, a pass goes over every shard */
     for (int i = 0; i < g->nshards; i++) {
@@ -88,15 +95,17 @@ static void *group_main(void *p) {
         int run_job = rc == NOT_TRIED || rc == DL_NEED || (rc == DL_RETRY && !once);
         if (run_job) rc = g->fn(g->d, g->shards[i], g->arg, g->err, sizeof g->err);
         if (outcome_rank(rc) > outcome_rank(g->rc)) g->rc = rc;
-        if (!once && g->rc != DL_OK) break;
+        if ((!once && g->rc != DL_OK) || rc == DL_CORRUPT) break;
     }
     log_use_sink(prev);
     return NULL;
 }
 
-/* Worse outcomes win: a failure beats eviction beats staleness beats a retry. */
+/* Worse outcomes win: corrupt state (nothing syncs until a repair) beats a failure beats eviction beats
+ * staleness beats a retry. */
 static int outcome_rank(int rc) {
     switch (rc) {
+    case DL_CORRUPT: return 6;
     case DL_FAIL: return 5;
     case DL_EVICTED: return 4;
     case DL_STALE: return 3;
@@ -493,7 +502,7 @@ static int fetch_round_result(diloco *d, int f, int64_t want, char *err, size_t 
     int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
     for (int k = first; k < last; k++) {
         int rc = conn_push(d, k, want - 1, err, errlen);
-        if (rc == DL_EVICTED || rc == DL_FAIL) return rc; /* STALE: committed already; the get tells how */
+        if (rc == DL_EVICTED || rc == DL_FAIL || rc == DL_CORRUPT) return rc; /* STALE: committed already; the get tells how */
     }
     get_arg ga = {want, 1, 0, 1};
     return get_round(d, first, last, &ga, err, errlen);
@@ -547,6 +556,7 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen) {
         if (d->shard_version[k] != want) rc = DL_STALE;
     if (rc == DL_STALE || rc == DL_EVICTED)
         return confirm_reset(d, f, "the previous round closed without our pseudo-gradient", err, errlen);
+    if (rc == DL_CORRUPT) return rc;
     if (rc != DL_OK) return DL_FAIL; /* per-shard state is accurate (-1 where a receive broke): again next time */
     if (incomplete) {
         /* the round completed after all: take its result, as the sync would have had it not failed */
@@ -642,7 +652,7 @@ int sync_fragment_net(diloco *d, int f, char *err, size_t errlen) {
         d->refetch_all = 1;
         return DL_EVICTED;
     }
-    return DL_FAIL;
+    return rc == DL_CORRUPT ? rc : DL_FAIL;
 }
 
 int sync_apply_fragment(diloco *d, int f, double alpha, char *err, size_t errlen) {

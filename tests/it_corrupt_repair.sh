@@ -1,0 +1,191 @@
+#!/bin/sh
+# it_corrupt_repair.sh: corrupt durable state is reported and `coordinator repair` brings the run back.
+#
+# 2 quadratic workers, 2 shard-servers, 4 shards, snapshots every 100 versions (so each shard is its
+# version-0 snapshot plus a log entry per round).
+#  1. healthy run: `coordinator repair` changes nothing (dl:{R}:shards and the events identical) and says
+#     so; a checkpoint is saved for later;
+#  2. while the workers train, both servers are killed, a few payload bytes of shard 1's latest log entry
+#     are overwritten (SETRANGE) and two new servers start: exactly one 'corrupt' event with the key and
+#     the reason (also after several more seconds: no retry storm), the mark in dl:{R}:shards, `status`
+#     (table and --json) and /metrics show it, the workers say "shard 1's durable state is corrupt (key
+#     ...); see coordinator repair" and wait; `repair --dry-run` changes nothing; `repair` rolls every
+#     shard back to the newest common version that verifies, installed as a new version above every
+#     round; the workers resume and both end on one digest;
+#  3. with the workers stopped: shard 0's latest log entry corrupted, nobody has noticed yet: repair finds
+#     it itself, and a checkpoint of the result holds exactly the parameters the workers had at the
+#     rollback version (their sync log);
+#  4. shard 2's snapshot corrupted: reported the same way; repair without a checkpoint refuses with a
+#     message that says to use one; `repair --from-checkpoint` restores the checkpoint of step 1 (shard
+#     digests equal), deletes the old blobs, and two workers train from it to one digest;
+#  5. a mark that no longer holds (the state verifies) is cleared and its lease revoked;
+#  6. Streaming DiLoCo: the repair moves every fragment's open round to the one new version and workers
+#     train on from it to one digest;
+#  7. an async run is refused with a message that says what to do instead.
+. "$(dirname "$0")/lib.sh"
+RUN=cr; H=5
+start_redis
+init_run $RUN --trainer quadratic --numel 20000 --shards 4 --workers 2 --snapshot-every 100 --heartbeat-timeout 30
+TTL="--lease-ttl-ms 1000"
+start_server s1 $TTL
+start_server s2 $TTL
+SH="dl:{$RUN}:shards"
+n_events() { $RCLI XRANGE "dl:{$RUN}:events" - + | awk -v t="$1" 'p == "type" && $0 == t {n++} {p = $0} END {print n + 0}'; }
+repair() { bin/coordinator repair --redis "$URL" --run $RUN "$@"; }
+last_ref() { r=$($RCLI HGET "$SH" "$1:$2"); r=${r##*,}; echo "dl:{$RUN:$1}:$2:${r%.*}:${r#*.}"; }
+# overwrite 8 payload bytes of a blob (its header is ~100 bytes): the checksum must catch it
+corrupt_blob() { [ "$($RCLI EXISTS "$1")" = 1 ] || fail "no blob $1"; $RCLI SETRANGE "$1" 400 XXXXXXXX > /dev/null; }
+last_sync() { grep '"event":"sync"' "$TMP/$1.jsonl" | tail -n 1 | sed 's/.*"version":\([0-9]*\),.*"digest":"\([0-9a-f]*\)".*/\1 \2/'; }
+run_workers() { # STEPS [flags]: w1 and w2 train, both must exit 0 and end on one version and digest
+  steps=$1; shift
+  for w in w1 w2; do start_worker $w --sync-every $H --steps "$steps" --heartbeat-interval 1 "$@"; done
+}
+join_workers() {
+  for w in w1 w2; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+  [ "$(last_sync w1)" = "$(last_sync w2)" ] || fail "workers end apart: w1 $(last_sync w1), w2 $(last_sync w2)"
+  say "both workers end at version/digest $(last_sync w1)"
+}
+
+say "1. a healthy run: repair changes nothing"
+run_workers $((3 * H))
+join_workers
+# the durable state (leases move on their own: the second server takes its share)
+shards_now() { $RCLI HGETALL "$SH" | paste - - | grep -E ':(version|snap|log|digest|corrupt)\s' | sort; }
+shards_now > "$TMP/shards-before.txt"
+repair > "$TMP/repair0.txt" 2>&1 || fail "repair of a healthy run failed: $(cat "$TMP/repair0.txt")"
+grep -q "nothing to repair" "$TMP/repair0.txt" || fail "repair of a healthy run says: $(cat "$TMP/repair0.txt")"
+shards_now | diff "$TMP/shards-before.txt" - > /dev/null || fail "repair of a healthy run changed dl:{R}:shards"
+[ "$(n_events repair)" = 0 ] || fail "repair of a healthy run recorded a repair"
+CK="$TMP/ck.safetensors"
+bin/coordinator checkpoint save --redis "$URL" --run $RUN --out "$CK" > "$TMP/save.log" 2>&1 || fail "checkpoint save"
+
+say "2. a corrupt log entry while the workers train"
+for w in w1 w2; do mv "$TMP/$w.jsonl" "$TMP/$w-1.jsonl"; mv "$TMP/worker-$w.log" "$TMP/worker-$w-1.log"; done
+run_workers $((14 * H)) --step-delay-ms 20
+wait_until 30 "[ \"\$($RCLI HGET $SH 1:version)\" -ge 6 ]" "version 6"
+kill -9 "$SRV_s1" "$SRV_s2"
+BAD=$(last_ref 1 log)
+corrupt_blob "$BAD"
+say "corrupted $BAD"
+start_server s3 $TTL
+start_server s4 $TTL
+wait_until 20 "[ \"\$(n_events corrupt)\" -ge 1 ]" "a corrupt event"
+wait_until 20 "grep -q \"shard 1's durable state is corrupt (key $BAD: .*); see coordinator repair\" $TMP/worker-w1.log" \
+  "w1 says shard 1 is corrupt"
+wait_until 10 "grep -q 'waiting for it' $TMP/worker-w2.log" "w2 waits too"
+grep -h 'waiting for it' "$TMP"/worker-w[12].log | grep -v "shard 1's durable state is corrupt (key $BAD: " &&
+  fail "a worker waits for something else"
+[ "$($RCLI HGET "$SH" 1:corrupt)" = "$BAD" ] || fail "shard 1 is not marked with its key: $($RCLI HGET "$SH" 1:corrupt)"
+$RCLI XRANGE "dl:{$RUN}:events" - + | grep -A 12 '^corrupt$' > "$TMP/corrupt-event.txt"
+grep -qx "$BAD" "$TMP/corrupt-event.txt" && grep -q 'checksum' "$TMP/corrupt-event.txt" ||
+  fail "the corrupt event lacks the key or the reason: $(cat "$TMP/corrupt-event.txt")"
+bin/coordinator status --redis "$URL" --run $RUN > "$TMP/status.txt" 2>&1 || fail "status"
+grep -q "^CORRUPT: shard 1's durable state (key $BAD" "$TMP/status.txt" || fail "status does not say it: $(head -n 3 "$TMP/status.txt")"
+grep -q "^ *1 .*CORRUPT$" "$TMP/status.txt" || fail "the shard table does not say it"
+bin/coordinator status --redis "$URL" --run $RUN --json | python3 -c "
+import json, sys; d = json.load(sys.stdin); s = d['shards'][1]
+assert s['corrupt'] == '$BAD' and 'checksum' in s['corrupt_reason'], s
+assert all('corrupt' not in d['shards'][k] for k in (0, 2, 3)), d['shards']" || fail "status --json"
+HP=$(free_port)
+bin/coordinator serve --redis "$URL" --run $RUN --http "127.0.0.1:$HP" --print-every 1 > "$TMP/coord.log" 2>&1 &
+PIDS="$PIDS $!"
+wait_until 10 "curl -s -o $TMP/metrics.txt http://127.0.0.1:$HP/metrics" "coordinator serve"
+grep -qx "diloco_shard_corrupt{run=\"$RUN\",shard=\"1\"} 1" "$TMP/metrics.txt" &&
+  grep -qx "diloco_shards_corrupt{run=\"$RUN\"} 1" "$TMP/metrics.txt" || fail "/metrics does not show it"
+curl -s "http://127.0.0.1:$HP/status" | python3 -c "
+import json, sys; d = json.load(sys.stdin); assert d['corrupt_shards'] == 1 and d['shards'][1]['corrupt'] == '$BAD', d" ||
+  fail "/status does not show it"
+if [ -x /usr/bin/chromium ]; then # the dashboard as a browser renders it (no playwright needed)
+  timeout 60 /usr/bin/chromium --headless --no-sandbox --disable-gpu --virtual-time-budget=3000 --dump-dom \
+    "http://127.0.0.1:$HP/dashboard" > "$TMP/dom.html" 2> "$TMP/chromium.log" || fail "chromium --dump-dom"
+  grep -q 'class="shard corrupt" data-shard="1"' "$TMP/dom.html" && grep -q "<b>CORRUPT: shard 1</b>'s durable state" "$TMP/dom.html" ||
+    fail "the dashboard does not show shard 1 corrupt"
+else
+  say "no /usr/bin/chromium: dashboard not checked"
+fi
+sleep 4 # servers beat every 0.33 s, workers look every 2 s: nothing may be reported again
+[ "$(n_events corrupt)" = 1 ] || fail "$(n_events corrupt) corrupt events for one corrupt entry"
+grep -q "ERROR shard 1's durable state is corrupt (key $BAD: " "$TMP/coord.log" || fail "coordinator serve does not say it"
+[ "$(cat "$TMP"/server-s[34].log | grep -c 'load of version')" = 1 ] || fail "the load was retried"
+alive "$WRK_w1" && alive "$WRK_w2" || fail "a worker gave up"
+repair --dry-run > "$TMP/dry.txt" 2>&1 || fail "repair --dry-run: $(cat "$TMP/dry.txt")"
+grep -q "plan: roll every shard back" "$TMP/dry.txt" || fail "dry run: $(cat "$TMP/dry.txt")"
+[ "$($RCLI HGET "$SH" 1:corrupt)" = "$BAD" ] || fail "the dry run changed something"
+V0=$(shard_versions $RUN)
+repair > "$TMP/repair1.txt" 2>&1 || fail "repair: $(cat "$TMP/repair1.txt")"
+cat "$TMP/repair1.txt"
+set -- $V0; max=$1; for v; do [ "$v" -gt "$max" ] && max=$v; done
+V=$($RCLI HGET "$SH" 0:version)
+[ "$V" -gt "$max" ] && [ "$(shard_versions $RUN)" = "$V $V $V $V" ] || fail "versions $V0 -> $(shard_versions $RUN)"
+[ -z "$($RCLI HGET "$SH" 1:corrupt)" ] || fail "still marked"
+[ "$($RCLI EXISTS "$BAD")" = 0 ] || fail "the corrupt blob was not deleted"
+$RCLI XRANGE "dl:{$RUN}:events" - + | grep -A 12 '^repair$' | grep -qx rollback || fail "no repair event"
+join_workers
+[ "$(n_events corrupt)" = 1 ] || fail "corrupt events after the repair"
+
+say "3. a corrupt log entry nobody has read yet: repair finds it"
+W=$($RCLI HGET "$SH" 0:version)
+BAD=$(last_ref 0 log)
+corrupt_blob "$BAD"
+repair > "$TMP/repair2.txt" 2>&1 || fail "repair: $(cat "$TMP/repair2.txt")"
+grep -q "shard 0: CORRUPT at version $W: .*$BAD.*verifies up to version $((W - 1))" "$TMP/repair2.txt" ||
+  fail "repair did not find it: $(cat "$TMP/repair2.txt")"
+bin/coordinator checkpoint save --redis "$URL" --run $RUN --out "$TMP/after.safetensors" > /dev/null 2>&1 || fail "save"
+got=$(bin/coordinator checkpoint show "$TMP/after.safetensors" | awk '/^params_xxh3/ {print $2}')
+want=$(grep '"event":"sync"' "$TMP/w1.jsonl" | grep "\"version\":$((W - 1))," | tail -n 1 | sed 's/.*"digest":"\([0-9a-f]*\)".*/\1/')
+[ -n "$want" ] && [ "$got" = "$want" ] || fail "rolled back to $got, the workers had $want at version $((W - 1))"
+say "rolled back to the parameters the workers had at version $((W - 1)) ($got)"
+
+say "4. a corrupt snapshot: only a checkpoint can help"
+kill -9 "$SRV_s3" "$SRV_s4"
+BAD=$(last_ref 2 snap)
+corrupt_blob "$BAD"
+start_server s5 $TTL
+wait_until 20 "[ \"\$($RCLI HGET $SH 2:corrupt)\" = '$BAD' ]" "shard 2 marked corrupt"
+[ "$(n_events corrupt)" = 2 ] || fail "$(n_events corrupt) corrupt events"
+repair > "$TMP/repair3.txt" 2>&1 && fail "repair without a checkpoint succeeded: $(cat "$TMP/repair3.txt")"
+grep -q "shard 2 has no version that verifies.*--from-checkpoint FILE" "$TMP/repair3.txt" ||
+  fail "repair does not say what to do: $(cat "$TMP/repair3.txt")"
+OLD=$($RCLI --scan --pattern "dl:{$RUN:*" | sort)
+repair --from-checkpoint "$CK" > "$TMP/repair4.txt" 2>&1 || fail "repair --from-checkpoint: $(cat "$TMP/repair4.txt")"
+bin/coordinator checkpoint show "$CK" | grep '^shard [0-9]' > "$TMP/ck-digests.txt"
+shard_digests $RUN | diff "$TMP/ck-digests.txt" - > "$TMP/diff.txt" || fail "not the checkpoint: $(cat "$TMP/diff.txt")"
+for k in $OLD; do [ "$($RCLI EXISTS "$k")" = 0 ] || fail "old blob $k was not deleted"; done
+[ -z "$($RCLI HGET "$SH" 2:corrupt)" ] || fail "still marked"
+for w in w1 w2; do mv "$TMP/$w.jsonl" "$TMP/$w-2.jsonl"; mv "$TMP/worker-$w.log" "$TMP/worker-$w-2.log"; done
+run_workers $((2 * H))
+join_workers
+
+say "5. a mark that no longer holds (the blob was restored by hand): repair clears it"
+e0=$($RCLI HGET "$SH" 0:epoch)
+$RCLI HSET "$SH" 0:corrupt "dl:{$RUN:0}:log:1:1" 0:corrupt_reason "restored by hand" > /dev/null
+repair > "$TMP/repair5.txt" 2>&1 || fail "repair: $(cat "$TMP/repair5.txt")"
+grep -q "cleared 1 corrupt mark" "$TMP/repair5.txt" || fail "repair says: $(cat "$TMP/repair5.txt")"
+[ -z "$($RCLI HGET "$SH" 0:corrupt)" ] && [ "$($RCLI HGET "$SH" 0:epoch)" -gt "$e0" ] || fail "mark kept or lease not revoked"
+$RCLI XRANGE "dl:{$RUN}:events" - + | grep -A 4 '^repair$' | grep -qx verified || fail "no repair event"
+
+say "6. Streaming DiLoCo (2 fragments): every fragment goes to the new version"
+RUN=crs; SH="dl:{$RUN}:shards"
+init_run $RUN --trainer quadratic --numel 20000 --shards 4 --fragments 2 --workers 2 --snapshot-every 100
+start_server t1 $TTL
+for w in w1 w2; do mv "$TMP/$w.jsonl" "$TMP/$w-3.jsonl"; mv "$TMP/worker-$w.log" "$TMP/worker-$w-3.log"; done
+run_workers $((4 * H))
+join_workers
+BAD=$(last_ref 3 log)
+corrupt_blob "$BAD"
+repair > "$TMP/repair6.txt" 2>&1 || fail "repair: $(cat "$TMP/repair6.txt")"
+V=$($RCLI HGET "$SH" 0:version)
+[ "$(shard_versions $RUN)" = "$V $V $V $V" ] && [ "$($RCLI HGET "dl:{$RUN}:state" round:0)" = "$V" ] &&
+  [ "$($RCLI HGET "dl:{$RUN}:state" round:1)" = "$V" ] || fail "Streaming run not at one version $V"
+for w in w1 w2; do mv "$TMP/$w.jsonl" "$TMP/$w-4.jsonl"; mv "$TMP/worker-$w.log" "$TMP/worker-$w-4.log"; done
+run_workers $((2 * H))
+join_workers
+
+say "7. an async run: refused with what to do instead"
+RUN=cra
+init_run $RUN --trainer quadratic --numel 20000 --shards 2 --async
+corrupt_blob "dl:{$RUN:0}:snap:0:0"
+repair > "$TMP/repair7.txt" 2>&1 && fail "repair of an async run succeeded"
+grep -q "is async.*coordinator init --run NEW --from-checkpoint FILE" "$TMP/repair7.txt" ||
+  fail "repair of an async run says: $(cat "$TMP/repair7.txt")"
+say "OK"

@@ -494,11 +494,11 @@ local function dl_arrive(keys, args)
     local P = load_run(keys)
     local w, inc = args[1], args[2]
     local f, r = to_int(args[3], 'fragment'), to_int(args[4], 'round')
+    if f < 0 or f >= num_fragments(P) then error('BADARG fragment ' .. f .. ' does not exist') end
     local now = now_ms()
     reap(P, now)
     check_running(P)
     check_member(P, w, inc, 'dl_arrive', {'frag', f, 'round', r})
-    if f < 0 or f >= num_fragments(P) then error('BADARG fragment ' .. f .. ' does not exist') end
     local cur = tonumber(redis.call('HGET', P .. ':state', 'round:' .. f))
     if r ~= cur then
         error('STALE round ' .. r .. ' of fragment ' .. f .. ' is not open (open round is ' .. cur ..
@@ -581,11 +581,11 @@ local function dl_submit(keys, args)
     if redis.call('HGET', keys[1], 'mode') ~= 'async' then
         error('BADARG run ' .. P .. ' is in sync mode: workers arrive at barriers instead of submitting')
     end
+    if #args < 5 or (#args - 3) % 2 ~= 0 then error('BADARG expected (shard, base_version) pairs') end
     local now = now_ms()
     reap(P, now)
     check_running(P)
     local rec = check_member(P, w, inc, 'dl_submit', {'frag', f})
-    if #args < 5 or (#args - 3) % 2 ~= 0 then error('BADARG expected (shard, base_version) pairs') end
     local shards = P .. ':shards'
     local limit = tonumber(tunable(P, 'max_staleness')) or 0
     local plan = {}

@@ -128,9 +128,13 @@ static int parse_tensor(const char *name, json_t *e, uint64_t data_len, safetens
         }
     uint64_t bytes;
     if (json_array_size(offs) != 2 || get_u64(json_array_get(offs, 0), &t->begin) < 0 ||
-        get_u64(json_array_get(offs, 1), &t->end) < 0 || t->begin > t->end || t->end > data_len) {
-        err_set(err, errlen, "tensor \"%.64s\": data_offsets are not [begin, end] with begin <= end <= %" PRIu64
-                " (the data section)", name, data_len);
+        get_u64(json_array_get(offs, 1), &t->end) < 0 || t->begin > t->end) {
+        err_set(err, errlen, "tensor \"%.64s\": data_offsets are not [begin, end] with 0 <= begin <= end", name);
+        return -1;
+    }
+    if (t->end > data_len) {
+        err_set(err, errlen, "tensor \"%.64s\": data_offsets [%" PRIu64 ", %" PRIu64 "] do not fit in the %" PRIu64
+                "-byte data section", name, t->begin, t->end, data_len);
         return -1;
     }
     if (__builtin_mul_overflow(t->numel, (uint64_t)dtypes[t->dtype].size, &bytes) || bytes != t->end - t->begin) {

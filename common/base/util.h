@@ -26,7 +26,7 @@ int parse_int(const char *s, long long min, long long max, long long *out);
 int parse_double(const char *s, double *out);
 
 /* Whether the CPU runs AVX2 code (the AVX2 build of hash.c is used only then), and AVX2 with FMA
- * (the AVX2 build of outer.c's commit kernel, common/outer_fma.h). */
+ * (the AVX2 build of outer.c's commit kernel, common/math/outer_fma.h). */
 int cpu_has_avx2(void);
 int cpu_has_avx2_fma(void);
 

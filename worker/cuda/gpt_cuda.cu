@@ -26,7 +26,7 @@
     do {                                                                                           \
         cublasStatus_t s_ = (call);                                                                \
         if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
-            seterr(err, errlen, "cublas: %s: status %d (%s:%d)", #call, (int)s_, __FILE__, __LINE__); \
+            err_set(err, errlen, "cublas: %s: status %d (%s:%d)", #call, (int)s_, __FILE__, __LINE__); \
             return -1;                                                                             \
         }                                                                                          \
     } while (0)
@@ -41,11 +41,11 @@ extern "C" int gpt_cuda_device_count(char *why, size_t whylen) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
-        seterr(why, whylen, "%s", cudaGetErrorString(e));
+        err_set(why, whylen, "%s", cudaGetErrorString(e));
         cudaGetLastError(); /* clear the sticky-free error state */
         return 0;
     }
-    if (n <= 0) seterr(why, whylen, "cudaGetDeviceCount returned 0 devices");
+    if (n <= 0) err_set(why, whylen, "cudaGetDeviceCount returned 0 devices");
     return n > 0 ? n : 0;
 }
 
@@ -730,7 +730,7 @@ static int create_inner(gpt_cuda *g, char *err, size_t errlen) {
     g->dp = TAKE(B * NH * T * T);
 #undef TAKE
     if ((size_t)(cur - g->arena) > total) {
-        seterr(err, errlen, "gpt_cuda: arena overflow (internal error)");
+        err_set(err, errlen, "gpt_cuda: arena overflow (internal error)");
         return -1;
     }
     CK(cudaMalloc((void **)&g->dtok, (5 * N + 1) * sizeof(int)));
@@ -739,7 +739,7 @@ static int create_inner(gpt_cuda *g, char *err, size_t errlen) {
     CK(cudaMallocHost((void **)&g->hred, 2 * sizeof(double)));
     g->slot = (int *)calloc(V, sizeof(int));
     g->cnt = (int *)calloc(N + 1, sizeof(int));
-    if (!g->slot || !g->cnt) { seterr(err, errlen, "gpt_cuda: out of memory"); return -1; }
+    if (!g->slot || !g->cnt) { err_set(err, errlen, "gpt_cuda: out of memory"); return -1; }
     gpt_params_bind(g->tensors, g->ntensors, g->params, &g->p);
     gpt_params_bind(g->tensors, g->ntensors, g->grads, &g->g);
     CK(cudaStreamSynchronize(g->st));
@@ -749,17 +749,17 @@ static int create_inner(gpt_cuda *g, char *err, size_t errlen) {
 extern "C" gpt_cuda *gpt_cuda_create(const gpt_config *c, int B, int T, int tf32, char *err, size_t errlen) {
     if (gpt_config_check(c, err, errlen)) return NULL;
     if (B < 1 || T < 1 || T > c->ctx) {
-        seterr(err, errlen, "gpt cuda: batch must be >= 1 and 1 <= seq <= ctx (%d), got batch %d seq %d", c->ctx, B,
+        err_set(err, errlen, "gpt cuda: batch must be >= 1 and 1 <= seq <= ctx (%d), got batch %d seq %d", c->ctx, B,
                T);
         return NULL;
     }
     char why[256] = "";
     if (gpt_cuda_device_count(why, sizeof why) == 0) {
-        seterr(err, errlen, "gpt cuda: no CUDA device (%s)", why);
+        err_set(err, errlen, "gpt cuda: no CUDA device (%s)", why);
         return NULL;
     }
     gpt_cuda *g = (gpt_cuda *)calloc(1, sizeof *g);
-    if (!g) { seterr(err, errlen, "gpt cuda: out of memory"); return NULL; }
+    if (!g) { err_set(err, errlen, "gpt cuda: out of memory"); return NULL; }
     g->c = *c;
     g->B = B;
     g->T = T;
@@ -769,7 +769,7 @@ extern "C" gpt_cuda *gpt_cuda_create(const gpt_config *c, int B, int T, int tf32
     g->g.h = (gpt_layer_params *)calloc((size_t)c->layers, sizeof(gpt_layer_params));
     g->a = (layer_acts *)calloc((size_t)c->layers, sizeof(layer_acts));
     if (!g->p.h || !g->g.h || !g->a) {
-        seterr(err, errlen, "gpt cuda: out of memory");
+        err_set(err, errlen, "gpt cuda: out of memory");
         gpt_cuda_free(g);
         return NULL;
     }
@@ -789,7 +789,7 @@ static int copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, c
 
 extern "C" int gpt_cuda_set_params(gpt_cuda *g, const float *host, size_t off, size_t n, char *err, size_t errlen) {
     if (off > g->numel || n > g->numel - off) {
-        seterr(err, errlen, "gpt cuda: params range [%zu, %zu) outside [0, %zu)", off, off + n, g->numel);
+        err_set(err, errlen, "gpt cuda: params range [%zu, %zu) outside [0, %zu)", off, off + n, g->numel);
         return -1;
     }
     return copy(g->params + off, host + off, n * sizeof(float), cudaMemcpyHostToDevice, g->st, 0, err, errlen);
@@ -855,7 +855,7 @@ extern "C" int gpt_cuda_forward(gpt_cuda *g, const int *inputs, const int *targe
     int B = g->B, T = g->T, C = g->c.dim, NH = g->c.heads, V = g->c.vocab, L = g->c.layers, N = B * T;
     for (int n = 0; n < N; n++)
         if (inputs[n] < 0 || inputs[n] >= V || (targets && (targets[n] < 0 || targets[n] >= V))) {
-            seterr(err, errlen, "gpt cuda: token id out of range at position %d", n);
+            err_set(err, errlen, "gpt cuda: token id out of range at position %d", n);
             return -1;
         }
     ctx x = {g->st, g->h, err, errlen};
@@ -900,7 +900,7 @@ extern "C" int gpt_cuda_forward(gpt_cuda *g, const int *inputs, const int *targe
 extern "C" int gpt_cuda_backward(gpt_cuda *g, char *err, size_t errlen) {
     int B = g->B, T = g->T, C = g->c.dim, NH = g->c.heads, V = g->c.vocab, L = g->c.layers, N = B * T;
     if (!g->have_targets) {
-        seterr(err, errlen, "gpt cuda: backward needs a forward with targets");
+        err_set(err, errlen, "gpt cuda: backward needs a forward with targets");
         return -1;
     }
     ctx x = {g->st, g->h, err, errlen};

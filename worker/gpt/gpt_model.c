@@ -5,22 +5,14 @@
  * signature. Matrix products go through cblas_sgemm; OpenBLAS itself runs single-threaded and we
  * split each product between OpenMP threads (one thread pool, no oversubscription). */
 #include "gpt.h"
+#include "util.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 /* ------------------------------------------------------------------------------------------- */
 /* model                                                                                       */
@@ -54,12 +46,12 @@ struct gpt_model {
 gpt_model *gpt_model_create(const gpt_config *c, int B, int T, int threads, char *err, size_t errlen) {
     if (gpt_config_check(c, err, errlen)) return NULL;
     if (B < 1 || T < 1 || T > c->ctx) {
-        seterr(err, errlen, "gpt: batch must be >= 1 and 1 <= seq <= ctx (%d), got batch %d seq %d",
+        err_set(err, errlen, "gpt: batch must be >= 1 and 1 <= seq <= ctx (%d), got batch %d seq %d",
                c->ctx, B, T);
         return NULL;
     }
     gpt_model *m = calloc(1, sizeof *m);
-    if (!m) { seterr(err, errlen, "gpt: out of memory"); return NULL; }
+    if (!m) { err_set(err, errlen, "gpt: out of memory"); return NULL; }
     m->c = *c;
     m->B = B;
     m->T = T;
@@ -77,7 +69,7 @@ gpt_model *gpt_model_create(const gpt_config *c, int B, int T, int threads, char
     total += (size_t)(20 * L + 20) * 16;
     if (!m->p.h || !m->g.h || !m->a ||
         posix_memalign((void **)&m->arena, 64, total * sizeof(float))) {
-        seterr(err, errlen, "gpt: out of memory for activations (%zu MB)", total * 4 >> 20);
+        err_set(err, errlen, "gpt: out of memory for activations (%zu MB)", total * 4 >> 20);
         gpt_model_free(m);
         return NULL;
     }

@@ -1,4 +1,4 @@
-/* cuda_check.h: the error check shared by the CUDA sources (gpt_cuda.cu, diloco_cuda.cu). Their
+/* cuda_check.h: the error check shared by the CUDA sources (gpt_cuda_*.cu, diloco_cuda.cu). Their
  * functions take (char *err, size_t errlen) and return int; CK(call) turns a failed CUDA runtime call
  * into a message naming the call and its place, and returns -1 (a library never exits). */
 #ifndef DILOCO_CUDA_CHECK_H

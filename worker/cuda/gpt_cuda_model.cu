@@ -2,16 +2,13 @@
  * device copies, forward, backward, gradient clipping and AdamW, each layer through the launchers of
  * gpt_cuda_kernels.cu in the order of worker/gpt/gpt_model.c. */
 #include "gpt_cuda_internal.h"
+#include "gpt/gpt_acts.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 /* ------------------------------------------------------------------------------------------- */
 /* the model                                                                                   */
-
-typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd, *qkv, *att, *atty, *res2, *ln2, *ln2_mean, *ln2_rstd, *fch, *fch_gelu, *res3;
-} layer_acts;
 
 struct gpt_cuda {
     gpt_config c;
@@ -23,10 +20,8 @@ struct gpt_cuda {
     cublasHandle_t h;
     float *params, *grads, *m, *v;
     gpt_params p, g;  /* the device parameters and gradients by role (gpt_params_bind) */
-    layer_acts *a;
-    float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
-    float *dres, *dln, *datty, *dqkv, *dfch;
-    float *q, *k, *vv, *y, *dq, *dk, *dv, *dp;
+    gpt_acts a;       /* the activations (worker/gpt/gpt_acts.h), on the device */
+    float *q, *k, *vv, *y, *dq, *dk, *dv, *dp; /* attention scratch (l_attention_forward/backward) */
     int *dtok;        /* inputs N | targets N | order N | uniq N | ustart N+1 */
     int *htok;        /* pinned staging of the same */
     int *slot, *cnt;  /* host: V (token -> bucket+1), N */
@@ -52,7 +47,7 @@ extern "C" void gpt_cuda_free(gpt_cuda *g) {
     free(g->cnt);
     free(g->p.h);
     free(g->g.h);
-    free(g->a);
+    free(g->a.h);
     free(g->tensors);
     free(g);
     cudaGetLastError();
@@ -60,7 +55,7 @@ extern "C" void gpt_cuda_free(gpt_cuda *g) {
 
 static int create_inner(gpt_cuda *g, char *err, size_t errlen) {
     const gpt_config *c = &g->c;
-    int B = g->B, T = g->T, L = c->layers;
+    int B = g->B, T = g->T;
     size_t N = (size_t)B * T, C = (size_t)c->dim, NH = (size_t)c->heads, V = (size_t)c->vocab;
     CK(cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking));
     CKB(cublasCreate(&g->h));
@@ -72,43 +67,20 @@ static int create_inner(gpt_cuda *g, char *err, size_t errlen) {
     g->m = g->grads + g->numel;
     g->v = g->m + g->numel;
     CK(cudaMemsetAsync(g->params, 0, 4 * g->numel * sizeof(float), g->st));
-    /* activations */
-    size_t per_layer = N * C * 6 + N * 3 * C + B * NH * T * T + N * 4 * C * 2 + N * 4;
-    size_t total = per_layer * L + N * C * 2 + N * 2 + N * V + N + N * C * 3 + N * 3 * C + N * 4 * C +
-                   N * C * 7 + (size_t)B * NH * T * T;
-    total += (size_t)(20 * L + 40) * 64; /* every sub-buffer rounded to 64 floats (256 bytes) */
+    /* activations, then the attention's scratch; every sub-buffer starts on 64 floats (256 bytes) */
+    size_t scratch = gpt_arena_round(N * C, 64) * 7 + gpt_arena_round((size_t)B * NH * T * T, 64);
+    size_t total = gpt_acts_size(c, B, T, 64) + scratch;
     CK(cudaMalloc((void **)&g->arena, total * sizeof(float)));
     CK(cudaMemsetAsync(g->arena, 0, total * sizeof(float), g->st));
-    float *cur = g->arena;
-#define TAKE(n) (cur += (((size_t)(n)) + 63) / 64 * 64, cur - (((size_t)(n)) + 63) / 64 * 64)
-    for (int l = 0; l < L; l++) {
-        layer_acts *a = &g->a[l];
-        a->ln1 = TAKE(N * C); a->ln1_mean = TAKE(N); a->ln1_rstd = TAKE(N);
-        a->qkv = TAKE(N * 3 * C);
-        a->att = TAKE(B * NH * T * T);
-        a->atty = TAKE(N * C);
-        a->res2 = TAKE(N * C);
-        a->ln2 = TAKE(N * C); a->ln2_mean = TAKE(N); a->ln2_rstd = TAKE(N);
-        a->fch = TAKE(N * 4 * C); a->fch_gelu = TAKE(N * 4 * C);
-        a->res3 = TAKE(N * C);
-    }
-    g->encoded = TAKE(N * C);
-    g->lnf = TAKE(N * C); g->lnf_mean = TAKE(N); g->lnf_rstd = TAKE(N);
-    g->logits = TAKE(N * V);
-    g->losses = TAKE(N);
-    g->dres = TAKE(N * C);
-    g->dln = TAKE(N * C);
-    g->datty = TAKE(N * C);
-    g->dqkv = TAKE(N * 3 * C);
-    g->dfch = TAKE(N * 4 * C);
-    g->q = TAKE(N * C); g->k = TAKE(N * C); g->vv = TAKE(N * C); g->y = TAKE(N * C);
-    g->dq = TAKE(N * C); g->dk = TAKE(N * C); g->dv = TAKE(N * C);
-    g->dp = TAKE(B * NH * T * T);
-#undef TAKE
-    if ((size_t)(cur - g->arena) > total) {
-        err_set(err, errlen, "gpt_cuda: arena overflow (internal error)");
-        return -1;
-    }
+    float *cur = g->arena + gpt_acts_bind(c, B, T, 64, g->arena, &g->a);
+    g->q = gpt_arena_take(&cur, N * C, 64);
+    g->k = gpt_arena_take(&cur, N * C, 64);
+    g->vv = gpt_arena_take(&cur, N * C, 64);
+    g->y = gpt_arena_take(&cur, N * C, 64);
+    g->dq = gpt_arena_take(&cur, N * C, 64);
+    g->dk = gpt_arena_take(&cur, N * C, 64);
+    g->dv = gpt_arena_take(&cur, N * C, 64);
+    g->dp = gpt_arena_take(&cur, (size_t)B * NH * T * T, 64);
     CK(cudaMalloc((void **)&g->dtok, (5 * N + 1) * sizeof(int)));
     CK(cudaMallocHost((void **)&g->htok, (5 * N + 1) * sizeof(int)));
     CK(cudaMalloc((void **)&g->red, (RED_BLOCKS + 2) * sizeof(double)));
@@ -143,8 +115,8 @@ extern "C" gpt_cuda *gpt_cuda_create(const gpt_config *c, int B, int T, int tf32
     if (gpt_layout(c, &g->tensors, &g->ntensors, &g->numel, err, errlen)) { free(g); return NULL; }
     g->p.h = (gpt_layer_params *)calloc((size_t)c->layers, sizeof(gpt_layer_params));
     g->g.h = (gpt_layer_params *)calloc((size_t)c->layers, sizeof(gpt_layer_params));
-    g->a = (layer_acts *)calloc((size_t)c->layers, sizeof(layer_acts));
-    if (!g->p.h || !g->g.h || !g->a) {
+    g->a.h = (gpt_layer_acts *)calloc((size_t)c->layers, sizeof(gpt_layer_acts));
+    if (!g->p.h || !g->g.h || !g->a.h) {
         err_set(err, errlen, "gpt cuda: out of memory");
         gpt_cuda_free(g);
         return NULL;
@@ -181,7 +153,7 @@ extern "C" int gpt_cuda_get_grads(gpt_cuda *g, float *host, char *err, size_t er
 
 extern "C" int gpt_cuda_get_logits(gpt_cuda *g, float *host, char *err, size_t errlen) {
     size_t n = (size_t)g->B * g->T * g->c.vocab;
-    return copy(host, g->logits, n * sizeof(float), cudaMemcpyDeviceToHost, g->st, 1, err, errlen);
+    return copy(host, g->a.logits, n * sizeof(float), cudaMemcpyDeviceToHost, g->st, 1, err, errlen);
 }
 
 extern "C" int gpt_cuda_set_moments(gpt_cuda *g, const float *m, const float *v, char *err, size_t errlen) {
@@ -220,11 +192,11 @@ extern "C" int gpt_cuda_forward(gpt_cuda *g, const int *inputs, const int *targe
     g->have_targets = targets != NULL;
     CK(cudaMemcpyAsync(g->dtok, g->htok, (5 * (size_t)N + 1) * sizeof(int), cudaMemcpyHostToDevice, g->st));
     const int *din = g->dtok, *dtg = g->dtok + N;
-    if (l_encoder_forward(&x, g->encoded, din, g->p.wte, g->p.wpe, B, T, C)) return -1;
-    const float *xin = g->encoded;
+    if (l_encoder_forward(&x, g->a.encoded, din, g->p.wte, g->p.wpe, B, T, C)) return -1;
+    const float *xin = g->a.encoded;
     for (int l = 0; l < L; l++) {
         gpt_layer_params *p = &g->p.h[l];
-        layer_acts *a = &g->a[l];
+        gpt_layer_acts *a = &g->a.h[l];
         if (l_layernorm_forward(&x, a->ln1, a->ln1_mean, a->ln1_rstd, xin, p->ln1w, p->ln1b, N, C) ||
             l_matmul_forward(&x, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C) ||
             l_attention_forward(&x, a->atty, a->att, a->qkv, g->q, g->k, g->vv, g->y, B, T, C, NH) ||
@@ -238,14 +210,14 @@ extern "C" int gpt_cuda_forward(gpt_cuda *g, const int *inputs, const int *targe
             return -1;
         xin = a->res3;
     }
-    if (l_layernorm_forward(&x, g->lnf, g->lnf_mean, g->lnf_rstd, xin, g->p.lnfw, g->p.lnfb, N, C)) return -1;
-    CKB(mm(g->h, 0, 1, N, V, C, 1.0f, g->lnf, C, g->p.wte, C, 0.0f, g->logits, V));
+    if (l_layernorm_forward(&x, g->a.lnf, g->a.lnf_mean, g->a.lnf_rstd, xin, g->p.lnfw, g->p.lnfb, N, C)) return -1;
+    CKB(mm(g->h, 0, 1, N, V, C, 1.0f, g->a.lnf, C, g->p.wte, C, 0.0f, g->a.logits, V));
     if (!targets) {
         if (loss) *loss = 0.0f;
         CK(cudaStreamSynchronize(g->st));
         return 0;
     }
-    if (l_crossentropy_forward(&x, g->logits, g->losses, dtg, N, V, g->red)) return -1;
+    if (l_crossentropy_forward(&x, g->a.logits, g->a.losses, dtg, N, V, g->red)) return -1;
     CK(cudaMemcpyAsync(g->hred, g->red + RED_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, g->st));
     CK(cudaStreamSynchronize(g->st));
     if (loss) *loss = (float)g->hred[0];
@@ -260,32 +232,33 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, char *err, size_t errlen) {
     }
     ctx x = {g->st, g->h, err, errlen};
     const int *dtg = g->dtok + N, *order = g->dtok + 2 * N, *uniq = g->dtok + 3 * N, *ustart = g->dtok + 4 * N;
-    if (l_crossentropy_backward(&x, g->logits, dtg, N, V)) return -1;
-    float *dlogits = g->logits;
-    CKB(mm(g->h, 0, 0, N, C, V, 1.0f, dlogits, V, g->p.wte, C, 0.0f, g->dln, C));
-    CKB(mm(g->h, 1, 0, V, C, N, 1.0f, dlogits, V, g->lnf, C, 0.0f, g->g.wte, C));
-    const float *xlast = L > 0 ? g->a[L - 1].res3 : g->encoded;
-    if (l_layernorm_backward(&x, g->dres, g->g.lnfw, g->g.lnfb, g->dln, xlast, g->p.lnfw, g->lnf_mean, g->lnf_rstd, N, C,
-                             0))
+    if (l_crossentropy_backward(&x, g->a.logits, dtg, N, V)) return -1;
+    float *dlogits = g->a.logits;
+    CKB(mm(g->h, 0, 0, N, C, V, 1.0f, dlogits, V, g->p.wte, C, 0.0f, g->a.dln, C));
+    CKB(mm(g->h, 1, 0, V, C, N, 1.0f, dlogits, V, g->a.lnf, C, 0.0f, g->g.wte, C));
+    const float *xlast = L > 0 ? g->a.h[L - 1].res3 : g->a.encoded;
+    if (l_layernorm_backward(&x, g->a.dres, g->g.lnfw, g->g.lnfb, g->a.dln, xlast, g->p.lnfw, g->a.lnf_mean,
+                             g->a.lnf_rstd, N, C, 0))
         return -1;
     for (int l = L - 1; l >= 0; l--) {
         gpt_layer_params *p = &g->p.h[l], *gg = &g->g.h[l];
-        layer_acts *a = &g->a[l];
-        const float *xin = l > 0 ? g->a[l - 1].res3 : g->encoded;
-        if (l_matmul_backward(&x, g->dfch, gg->fcprojw, gg->fcprojb, g->dres, a->fch_gelu, p->fcprojw, N, 4 * C, C) ||
-            l_gelu_backward(&x, g->dfch, a->fch, g->dfch, (size_t)N * 4 * C) ||
-            l_matmul_backward(&x, g->dln, gg->fcw, gg->fcb, g->dfch, a->ln2, p->fcw, N, C, 4 * C) ||
-            l_layernorm_backward(&x, g->dres, gg->ln2w, gg->ln2b, g->dln, a->res2, p->ln2w, a->ln2_mean, a->ln2_rstd,
-                                 N, C, 1) ||
-            l_matmul_backward(&x, g->datty, gg->projw, gg->projb, g->dres, a->atty, p->projw, N, C, C) ||
-            l_attention_backward(&x, g->dqkv, g->datty, a->qkv, a->att, g->q, g->k, g->vv, g->y, g->dq, g->dk, g->dv,
-                                 g->dp, B, T, C, NH) ||
-            l_matmul_backward(&x, g->dln, gg->qkvw, gg->qkvb, g->dqkv, a->ln1, p->qkvw, N, C, 3 * C) ||
-            l_layernorm_backward(&x, g->dres, gg->ln1w, gg->ln1b, g->dln, xin, p->ln1w, a->ln1_mean, a->ln1_rstd, N,
+        gpt_layer_acts *a = &g->a.h[l];
+        const float *xin = l > 0 ? g->a.h[l - 1].res3 : g->a.encoded;
+        if (l_matmul_backward(&x, g->a.dfch, gg->fcprojw, gg->fcprojb, g->a.dres, a->fch_gelu, p->fcprojw, N, 4 * C,
+                              C) ||
+            l_gelu_backward(&x, g->a.dfch, a->fch, g->a.dfch, (size_t)N * 4 * C) ||
+            l_matmul_backward(&x, g->a.dln, gg->fcw, gg->fcb, g->a.dfch, a->ln2, p->fcw, N, C, 4 * C) ||
+            l_layernorm_backward(&x, g->a.dres, gg->ln2w, gg->ln2b, g->a.dln, a->res2, p->ln2w, a->ln2_mean,
+                                 a->ln2_rstd, N, C, 1) ||
+            l_matmul_backward(&x, g->a.datty, gg->projw, gg->projb, g->a.dres, a->atty, p->projw, N, C, C) ||
+            l_attention_backward(&x, g->a.dqkv, g->a.datty, a->qkv, a->att, g->q, g->k, g->vv, g->y, g->dq, g->dk,
+                                 g->dv, g->dp, B, T, C, NH) ||
+            l_matmul_backward(&x, g->a.dln, gg->qkvw, gg->qkvb, g->a.dqkv, a->ln1, p->qkvw, N, C, 3 * C) ||
+            l_layernorm_backward(&x, g->a.dres, gg->ln1w, gg->ln1b, g->a.dln, xin, p->ln1w, a->ln1_mean, a->ln1_rstd, N,
                                  C, 1))
             return -1;
     }
-    return l_encoder_backward(&x, g->g.wte, g->g.wpe, g->dres, order, uniq, ustart, g->nuniq, B, T, C, g->c.ctx);
+    return l_encoder_backward(&x, g->g.wte, g->g.wpe, g->a.dres, order, uniq, ustart, g->nuniq, B, T, C, g->c.ctx);
 }
 
 extern "C" int gpt_cuda_clip(gpt_cuda *g, double max_norm, double *norm, char *err, size_t errlen) {

@@ -11,6 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* printf into err (truncating); does nothing when err is NULL or errlen is 0. */
 void err_set(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -34,4 +38,7 @@ int cpu_has_avx2_fma(void);
 uint64_t splitmix64(uint64_t *state);
 float rng_uniform(uint64_t *state); /* in [0,1) */
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -144,12 +144,12 @@ static int create_inner(dl_cuda *c, char *err, size_t errlen) {
 
 extern "C" dl_cuda *dl_cuda_create(float *params, size_t numel, void *stream, char *err, size_t errlen) {
     if ((params == NULL) != (stream == NULL)) {
-        seterr(err, errlen, "dl_cuda: give both the device parameters and their stream, or neither");
+        err_set(err, errlen, "dl_cuda: give both the device parameters and their stream, or neither");
         return NULL;
     }
     dl_cuda *c = (dl_cuda *)calloc(1, sizeof *c);
     if (!c) {
-        seterr(err, errlen, "dl_cuda: out of memory");
+        err_set(err, errlen, "dl_cuda: out of memory");
         return NULL;
     }
     c->params = params;
@@ -173,7 +173,7 @@ extern "C" void dl_cuda_ops(dl_cuda *c, diloco_device_ops *ops) {
 
 static int check_range(const dl_cuda *c, size_t off, size_t n, char *err, size_t errlen) {
     if (off > c->numel || n > c->numel - off) {
-        seterr(err, errlen, "dl_cuda: range [%zu, %zu) outside [0, %zu)", off, off + n, c->numel);
+        err_set(err, errlen, "dl_cuda: range [%zu, %zu) outside [0, %zu)", off, off + n, c->numel);
         return -1;
     }
     return 0;
@@ -221,7 +221,7 @@ extern "C" int dl_cuda_load(void *ctx, const float *base, size_t off, size_t n, 
     dl_cuda *c = (dl_cuda *)ctx;
     if (check_range(c, off, n, err, errlen)) return -1;
     if (mode != DILOCO_LOAD_SNAPSHOT && mode != DILOCO_LOAD_COPY && mode != DILOCO_LOAD_MIX) {
-        seterr(err, errlen, "dl_cuda: bad load mode %d", mode);
+        err_set(err, errlen, "dl_cuda: bad load mode %d", mode);
         return -1;
     }
     if (n == 0) return 0;

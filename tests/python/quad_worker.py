@@ -13,6 +13,7 @@ import ctypes
 import math
 import os
 import sys
+import time
 
 import numpy as np
 import torch
@@ -85,7 +86,8 @@ def main():
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--no-bf16", action="store_true")
     ap.add_argument("--digests", default=None)
-    ap.add_argument("--step-delay", type=float, default=0.0)
+    ap.add_argument("--step-delay", type=float, default=0.0, help="seconds to sleep per step (a slower machine)")
+    ap.add_argument("--heartbeat", type=float, default=1.0, help="heartbeat interval in seconds")
     args = ap.parse_args()
 
     model = torch.nn.Module()
@@ -94,7 +96,7 @@ def main():
     inner = QuadAdamW(model.parameters())
     out = open(args.digests, "w") if args.digests else None
     with rediloco.DiLoCo(args.url, args.run, model, inner, sync_every=args.h, worker_id=args.worker_id,
-                         bf16=not args.no_bf16, heartbeat_interval=1) as dl:
+                         bf16=not args.no_bf16, heartbeat_interval=args.heartbeat) as dl:
         for step in range(1, args.steps + 1):
             with torch.no_grad():
                 diff = model.x - c
@@ -107,7 +109,6 @@ def main():
                 out.write("%d %s\n" % (info.round, info.digest))
                 out.flush()
             if args.step_delay:
-                import time
                 time.sleep(args.step_delay)
         print("worker %s done at step %d, %s" % (dl.worker_id, step, dl.last_sync))
     return 0

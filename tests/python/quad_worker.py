@@ -12,6 +12,7 @@ import argparse
 import ctypes
 import math
 import os
+import signal
 import sys
 import time
 
@@ -95,8 +96,10 @@ def main():
     a, c = problem(args.seed, args.worker_id, args.numel)
     inner = QuadAdamW(model.parameters())
     out = open(args.digests, "w") if args.digests else None
+    before = signal.getsignal(signal.SIGINT)
     with rediloco.DiLoCo(args.url, args.run, model, inner, sync_every=args.h, worker_id=args.worker_id,
                          bf16=not args.no_bf16, heartbeat_interval=args.heartbeat) as dl:
+        step = 0
         for step in range(1, args.steps + 1):
             with torch.no_grad():
                 diff = model.x - c
@@ -111,6 +114,9 @@ def main():
             if args.step_delay:
                 time.sleep(args.step_delay)
         print("worker %s done at step %d, %s" % (dl.worker_id, step, dl.last_sync))
+    # reached after a stop too: the block swallows rediloco.Stopped
+    print("left the run at step %d (%s); SIGINT handler restored: %s" % (
+        step, dl._stop_reason or "all steps done", signal.getsignal(signal.SIGINT) == before))
     return 0
 
 

@@ -85,6 +85,7 @@ _SIGNATURES = {
     "diloco_num_fragments": (ctypes.c_int, [ctypes.c_void_p]),
     "diloco_fragment_range": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t),
                                              ctypes.POINTER(ctypes.c_size_t)]),
+    "diloco_run_layout": (ctypes.c_char_p, [ctypes.c_void_p]),
     "diloco_close": (None, [ctypes.c_void_p]),
 }
 

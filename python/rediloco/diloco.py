@@ -239,7 +239,7 @@ class DiLoCo:
             if self._lib.diloco_stop_requested(self._d):
                 self._stop_reason = "the operator shut run %r down" % self.run
                 raise Stopped(self._stop_reason)
-            raise DiLoCoError("sync failed: %s" % self._message())
+            raise DiLoCoError("sync failed: %s" % self._flat.name_index(self._message()))
         if self._lib.diloco_stop_requested(self._d):
             self._stop_reason = "the operator shut run %r down" % self.run
         return rc == 1
@@ -335,10 +335,7 @@ class DiLoCo:
         return self._flat.flat
 
     def _layout_json(self):
-        f = getattr(self._lib, "diloco_run_layout", None)
-        if f is None:
-            return None
-        raw = f(self._d)
+        raw = self._lib.diloco_run_layout(self._d)
         return raw.decode() if raw else None
 
     def _require_open(self):

@@ -7,8 +7,10 @@ on its device and a page-locked host mirror for libdiloco: device -> host before
 host -> device for each range the library wrote (on_params). check_layout compares the model with the
 run's tensor layout (names, shapes, order) when the run records one.
 """
+import bisect
 import ctypes
 import json
+import re
 
 import torch
 
@@ -49,6 +51,15 @@ class FlatParams:
                 raise DiLoCoError("parameter %r is %s: ReDiLoCo runs hold fp32 parameters; call model.float() "
                                   "before joining (mixed precision belongs in autocast, not in the weights)"
                                   % (name, str(p.dtype).replace("torch.", "")))
+
+    def name_index(self, message):
+        """message with "at index N" of the flat vector followed by the tensor and element it is."""
+        m = re.search(r"at index (\d+)", message)
+        if not m or int(m.group(1)) >= self.numel:
+            return message
+        i = int(m.group(1))
+        t = bisect.bisect_right(self.offsets, i) - 1
+        return "%s [parameter %r, element %d]" % (message, self.names[t], i - self.offsets[t])
 
     def host_pointer(self):
         return ctypes.cast(self.host.data_ptr(), ctypes.POINTER(ctypes.c_float))

@@ -3,7 +3,9 @@
 init_run writes the model's parameters (named_parameters() order: the run's layout) to a safetensors
 file and calls `coordinator init --from-state FILE` with the other settings, named as that command's
 flags (workers=2 is --workers 2, async_=True is --async, nesterov=False is --no-nesterov). The run's
-version 0 is then exactly the model's values, and its checkpoints carry the model's tensor names."""
+version 0 is then exactly the model's values, and its checkpoints carry the model's tensor names. With
+trainer="gpt" and the model flags the model must be exactly that GPT (the coordinator checks), and C GPT
+workers can join the run too."""
 import os
 import shutil
 import subprocess
@@ -13,7 +15,7 @@ from . import safetensors
 from .errors import DiLoCoError
 from .params import FlatParams
 
-_FLAGS = ("workers", "min_workers", "shards", "fragments", "seed", "outer_lr", "outer_momentum",
+_FLAGS = ("trainer", "layers", "heads", "dim", "ctx", "vocab", "numel", "workers", "min_workers", "shards", "fragments", "seed", "outer_lr", "outer_momentum",
           "heartbeat_timeout", "dn_buffer_size", "dn_variant", "max_staleness", "weight_by", "weight_ref_tokens",
           "dylu_base_sync_every", "snapshot_every")
 _SWITCHES = ("async_", "dylu", "force")

@@ -10,6 +10,8 @@ sync's digest is written to --digests (one "round digest" line each); the tests 
 run's shard digests, with tests/tools/ref_quadratic."""
 import argparse
 import ctypes
+import dataclasses
+import json
 import math
 import os
 import signal
@@ -86,7 +88,8 @@ def main():
     ap.add_argument("--numel", type=int, required=True)
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--no-bf16", action="store_true")
-    ap.add_argument("--digests", default=None)
+    ap.add_argument("--digests", default=None, help="write \"round digest\" per sync here")
+    ap.add_argument("--sync-log", default=None, help="write each sync's SyncInfo as a JSON line here")
     ap.add_argument("--step-delay", type=float, default=0.0, help="seconds to sleep per step (a slower machine)")
     ap.add_argument("--heartbeat", type=float, default=1.0, help="heartbeat interval in seconds")
     args = ap.parse_args()
@@ -96,6 +99,7 @@ def main():
     a, c = problem(args.seed, args.worker_id, args.numel)
     inner = QuadAdamW(model.parameters())
     out = open(args.digests, "w") if args.digests else None
+    synclog = open(args.sync_log, "w") if args.sync_log else None
     before = signal.getsignal(signal.SIGINT)
     with rediloco.DiLoCo(args.url, args.run, model, inner, sync_every=args.h, worker_id=args.worker_id,
                          bf16=not args.no_bf16, heartbeat_interval=args.heartbeat) as dl:
@@ -108,9 +112,13 @@ def main():
             inner.step()  # the sync runs in here every H steps
             dl.report(loss, tokens=1)
             info = dl.last_sync
-            if out and info and info.round >= 0 and step % args.h == 0:
-                out.write("%d %s\n" % (info.round, info.digest))
-                out.flush()
+            if info and info.round >= 0 and step % args.h == 0:
+                if out:
+                    out.write("%d %s\n" % (info.round, info.digest))
+                    out.flush()
+                if synclog:
+                    synclog.write(json.dumps(dataclasses.asdict(info)) + "\n")
+                    synclog.flush()
             if args.step_delay:
                 time.sleep(args.step_delay)
         print("worker %s done at step %d, %s" % (dl.worker_id, step, dl.last_sync))

@@ -239,3 +239,29 @@ uninstall:
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/libdiloco.pc
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# ---- the Python package (python/rediloco, docs/python.md) -------------------------------------------
+#
+#   make python                           build/libdiloco.so, the package byte-compiled, its import checked
+#   make install-python PREFIX=/usr/local the package into PREFIX's dist-packages for Debian's python3,
+#                                         with libdiloco.so.0 beside it (DESTDIR honoured)
+#   make demo-torch                       a PyTorch GPT worker and a C GPT worker train one run
+PYTHON    ?= /usr/bin/python3
+PY_SRC     = $(shell find python/rediloco -name '*.py')
+PY_SITE   ?= $(shell $(PYTHON) -c 'import sys; print("lib/python3/dist-packages" if "$(PREFIX)" == "/usr" else "lib/python%d.%d/dist-packages" % sys.version_info[:2])')
+.PHONY: python install-python uninstall-python demo-torch
+python: $(LIBDILOCO_SO)
+	$(PYTHON) -m compileall -q python/rediloco
+	cd python && $(PYTHON) -c 'import rediloco; print("rediloco", rediloco.__version__, "on libdiloco", rediloco.library_version())'
+
+install-python: python
+	for f in $(PY_SRC); do install -D -m 644 $$f $(DESTDIR)$(PREFIX)/$(PY_SITE)/$${f#python/}; done
+	install -m 755 $(LIBDILOCO_SO) $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco/$(DILOCO_SONAME)
+	$(PYTHON) -m compileall -q $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco
+
+uninstall-python:
+	rm -rf $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco
+
+demo-torch: deps
+	$(MAKE) all python
+	sh deploy/local/demo_torch.sh

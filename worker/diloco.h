@@ -230,6 +230,10 @@ DILOCO_API int diloco_is_async(const diloco *d);        /* 1: an asynchronous ru
 DILOCO_API int diloco_num_fragments(const diloco *d);   /* Streaming DiLoCo fragments (1: plain DiLoCo) */
 /* Fragment f is params[*offset, *offset + *count): 0, or -1 when there is no fragment f. */
 DILOCO_API int diloco_fragment_range(const diloco *d, int fragment, size_t *offset, size_t *count);
+/* The run's tensors as `coordinator init` recorded them: JSON [[name, [shape...], offset], ...] in offset
+ * order (for a --from-state run, the state file's tensors), or NULL for a run made before layouts were
+ * recorded. Valid until diloco_close. A trainer compares it with its own to refuse a different model. */
+DILOCO_API const char *diloco_run_layout(const diloco *d);
 
 /* Deregister and free. Safe on NULL. */
 DILOCO_API void diloco_close(diloco *d);

@@ -104,10 +104,12 @@ $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 
 $(BUILD)/common/%.o $(BUILD)/model/%.o $(BUILD)/worker/diloco/%.o $(BUILD)/worker/trainers/%.o $(BUILD)/shard-server/%.o: CFLAGS += $(DETERMINISTIC)
 $(BUILD)/worker/gpt/%.o: OPT = -O3 -march=native
-# AVX2 builds (xxhash's AVX2 code path; the commit's kernel, with FMA): only called when the CPU has them
+# AVX2 builds (xxhash's AVX2 code path; the commit's kernel, with FMA; the codec's block kernels, no FMA):
+# only called when the CPU has them
 ifeq ($(shell uname -m),x86_64)
 $(BUILD)/common/hash_avx2.o: CFLAGS += -mavx2
 $(BUILD)/common/outer_avx2.o: CFLAGS += -mavx2 -mfma
+$(BUILD)/common/codec_avx2.o: CFLAGS += -mavx2
 endif
 $(BUILD)/worker/gpt/%.o: CFLAGS += -fopenmp
 

@@ -16,6 +16,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "blob.h" /* the dtypes */
+
 #define CODEC_BLOCK 256
 
 /* The run setting `compress`: a blob dtype (BLOB_F32, BLOB_BF16, BLOB_I8, BLOB_I4), or 0 if unknown. */

@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "blob.h"
+#include "codec.h"
 #include "checkpoint.h"
 #include "coordinator.h"
 #include "from_state.h"
@@ -32,7 +33,7 @@ typedef struct init_args {
     coord_common c;
     long long workers, min_workers, shards, fragments, numel, seed, snapshot_every, dylu_base;
     long long dn_buffer, max_staleness, weight_ref;
-    const char *dn_variant, *weight_by;
+    const char *dn_variant, *weight_by, *compress;
     double outer_lr, outer_momentum, heartbeat_timeout;
     int nesterov, force, async, dylu;
     const char *trainer;
@@ -76,6 +77,8 @@ static void init_usage(FILE *f) {
             "  --max-staleness K          (async) reject submissions more than K versions stale (0 = no limit)\n"
             "  --weight-by none|tokens    weight pseudo-gradients by the tokens behind them (default none)\n"
             "  --weight-ref-tokens N      (async, --weight-by tokens) a submission of N tokens has weight 1\n"
+            "  --compress C               codec of pseudo-gradients on the wire: bf16 (default; workers may send\n"
+            "                             fp32), fp32, int8 or int4 (blocks of 256 with a scale; docs/compression.md)\n"
             "  --dylu                     Dynamic Local Updates: each worker's H follows its speed\n"
             "  --dylu-base-sync-every H   H of the fastest worker under DyLU (default 500)\n"
             "  --snapshot-every K         durable snapshot every K versions, log in between (default 8)\n"
@@ -221,6 +224,14 @@ static int parse_init(int argc, char **argv, init_args *a) {
                 return -1;
             }
             a->weight_by = v;
+            done = 1;
+        }
+        if (!done && !strcmp(f, "--compress")) {
+            if (!codec_parse(v)) {
+                fprintf(stderr, "coordinator init: --compress is bf16, fp32, int8 or int4, got '%s'\n", v);
+                return -1;
+            }
+            a->compress = v;
             done = 1;
         }
         if (!done && !strcmp(f, "--dn-variant")) {
@@ -493,11 +504,12 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     char key[KEY_MAX];
     key_run(key, sizeof key, a->c.run, "config");
     const char *fixed[] = {"FCALL", "dl_init", "1", key,
-                           "17", "layout", layout, "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
+                           "18", "layout", layout, "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
                            "shard_bounds", sbuf, "frag_bounds", fbuf, "trainer", a->trainer, "model", ip->model,
                            "seed", seed, "snapshot_every", snap, "secret", secret,
                            "dn_buffer", dnb, "dn_variant", a->dn_variant ? a->dn_variant : "paper", "dn_t0", dnt0,
                            "weight_by", a->weight_by ? a->weight_by : "none", "weight_ref_tokens", wref,
+                           "compress", a->compress ? a->compress : "bf16",
                            "10", "target_workers", target, "expected_workers", target, "min_workers", minw,
                            "outer_lr", lr, "outer_momentum", mu, "nesterov", nest, "heartbeat_timeout_ms", hbt,
                            "dylu", dylu, "dylu_base_sync_every", dbase, "max_staleness", stale,

@@ -973,7 +973,7 @@ void commit_start(ss_ctx *ss, ss_shard *s)
         snprintf(name, sizeof name, "subs:%d", s->k);
         key_run(key, sizeof key, ss->rc.run, name);
         const char *argv[3] = { "HGET", key, round };
-        if (ra_cmds(&ss->ctl, commit_on_submission, c, 3, argv) != 0) {
+        if (rlink_cmds(&ss->ctl, commit_on_submission, c, 3, argv) != 0) {
             snprintf(c->errmsg, sizeof c->errmsg, "Redis is unavailable");
             commit_finish(c, OUT_ERR);
         }

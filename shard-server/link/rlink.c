@@ -1,0 +1,155 @@
+/*
+ * rlink.c: the life of a Redis link, whatever its transport (rlink.h): start, reconnect with jittered
+ * backoff, the stall watchdog, the bookkeeping of commands in flight, the login commands, close.
+ * The transports (cmd.c, set.c) only open, drop and carry bytes; they call back here on every change.
+ */
+#include "internal.h"
+
+#include <stdio.h>
+#include <string.h>
+
+#include "log.h"
+#include "rconn.h"
+#include "util.h"
+
+#define RL_BACKOFF_BASE_MS 100
+#define RL_BACKOFF_CAP_MS 5000
+#define RL_WATCH_MS 500
+
+static const rlink_transport *transport(const rlink *l)
+{
+    return l->kind == RLINK_SET ? &rl_set_transport : &rl_cmd_transport;
+}
+
+static void schedule_retry(rlink *l)
+{
+    if (l->stopping)
+        return;
+    unsigned wait = backoff_ms(l->attempt++, RL_BACKOFF_BASE_MS, RL_BACKOFF_CAP_MS);
+    struct timeval tv = { .tv_sec = wait / 1000, .tv_usec = (wait % 1000) * 1000 };
+    evtimer_add(l->retry_timer, &tv);
+}
+
+static void on_retry(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    rlink *l = arg;
+    if (!l->stopping && !transport(l)->is_open(l))
+        transport(l)->open(l);
+}
+
+/* Drop a connection that stopped answering (commands pending, no reply for stall_ms). */
+static void on_watch(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    rlink *l = arg;
+    if (!transport(l)->is_open(l) || l->pending <= 0)
+        return;
+    uint64_t idle = now_ms() - l->last_activity;
+    if (idle < (uint64_t)l->stall_ms)
+        return;
+    char why[96];
+    snprintf(why, sizeof why, "no reply for %llu ms with %d commands pending", (unsigned long long)idle,
+             l->pending);
+    transport(l)->drop(l, why);
+}
+
+void rl_connected(rlink *l)
+{
+    log_info("redis %s connection established", l->name);
+    l->ready = 1;
+    l->attempt = 0;
+    l->last_activity = now_ms(); /* a twin may have commands queued while connecting */
+    if (l->on_ready != NULL)
+        l->on_ready(l->on_ready_arg);
+}
+
+void rl_lost(rlink *l)
+{
+    l->ready = 0;
+    l->pending = 0;
+    schedule_retry(l);
+}
+
+void rl_sent(rlink *l)
+{
+    if (l->pending == 0)
+        l->last_activity = now_ms();
+    l->pending++;
+}
+
+void rl_replied(rlink *l)
+{
+    l->pending--;
+    l->last_activity = now_ms();
+}
+
+void rl_login_failed(rlink *l, const char *what, const char *reply)
+{
+    if (rconn_error_final(reply)) {
+        if (l->on_refused != NULL)
+            l->on_refused(l->name, reply);
+    } else {
+        log_error("redis %s connection: %s failed: %s (check the Redis URL)", l->name, what, reply);
+    }
+}
+
+void rl_login_commands(const redis_url *u, rl_login *out)
+{
+    memset(out, 0, sizeof *out);
+    if (u->user[0] != '\0') {
+        out->argc[out->n] = 3;
+        out->argv[out->n][0] = "AUTH";
+        out->argv[out->n][1] = u->user;
+        out->argv[out->n][2] = u->pass;
+        out->what[out->n++] = "AUTH";
+    } else if (u->pass[0] != '\0') {
+        out->argc[out->n] = 2;
+        out->argv[out->n][0] = "AUTH";
+        out->argv[out->n][1] = u->pass;
+        out->what[out->n++] = "AUTH";
+    }
+    if (u->db != 0) {
+        snprintf(out->db, sizeof out->db, "%d", u->db);
+        out->argc[out->n] = 2;
+        out->argv[out->n][0] = "SELECT";
+        out->argv[out->n][1] = out->db;
+        out->what[out->n++] = "SELECT";
+    }
+}
+
+int rlink_init(rlink *l, const char *name, int kind, const redis_url *url, struct event_base *base, int stall_ms,
+               rlink_refused_fn *on_refused)
+{
+    memset(l, 0, sizeof *l);
+    l->name = name;
+    l->kind = kind;
+    l->url = url;
+    l->base = base;
+    l->stall_ms = stall_ms;
+    l->on_refused = on_refused;
+    l->fd = -1;
+    l->retry_timer = evtimer_new(base, on_retry, l);
+    l->watch_timer = event_new(base, -1, EV_PERSIST, on_watch, l);
+    if (l->retry_timer == NULL || l->watch_timer == NULL)
+        return -1;
+    if (kind == RLINK_SET) {
+        l->ev_read = event_new(base, -1, 0, NULL, NULL);
+        l->ev_write = event_new(base, -1, 0, NULL, NULL);
+        if (l->ev_read == NULL || l->ev_write == NULL)
+            return -1;
+    }
+    struct timeval tv = { .tv_sec = 0, .tv_usec = RL_WATCH_MS * 1000 };
+    evtimer_add(l->watch_timer, &tv);
+    transport(l)->open(l);
+    return 0;
+}
+
+void rlink_close(rlink *l)
+{
+    rl_close_twins(l);
+    l->stopping = 1;
+    transport(l)->drop(l, "closing");
+}

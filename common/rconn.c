@@ -6,6 +6,7 @@
 #include "rconn.h"
 #include "cluster.h"
 #include "log.h"
+#include "sentinel.h"
 #include "sigpipe.h"
 #include "util.h"
 
@@ -64,6 +65,23 @@ int rconn_error_final(const char *e)
         return 0;
     for (size_t i = 0; i < sizeof final / sizeof final[0]; i++)
         if (strncmp(e, final[i], strlen(final[i])) == 0)
+            return 1;
+    return 0;
+}
+
+int rconn_error_failover(const char *e)
+{
+    static const char *const failover[] = {
+        "READONLY",    /* the node was demoted: it is a replica now */
+        "MASTERDOWN",  /* a replica that lost its master (replica-serve-stale-data no) */
+        "NOREPLICAS",  /* an old master cut off from its replicas (min-replicas-to-write) */
+        "CLUSTERDOWN", /* a cluster master failed and no replica took over yet */
+        "TRYAGAIN",    /* a cluster slot in the middle of a failover or migration */
+    };
+    if (e == NULL)
+        return 0;
+    for (size_t i = 0; i < sizeof failover / sizeof failover[0]; i++)
+        if (strncmp(e, failover[i], strlen(failover[i])) == 0)
             return 1;
     return 0;
 }
@@ -144,11 +162,14 @@ static rconn *connect_once(const redis_url *u, int timeout_ms, int *final, char 
         err_set(err, errlen, "out of memory");
         return NULL;
     }
-    c->url = *u;
     c->timeout_ms = timeout_ms;
+    if (redis_url_resolve(u, timeout_ms, &c->url, err, errlen) != 0) {
+        free(c);
+        return NULL;
+    }
     sigpipe_guard g;
     sigpipe_hold(&g);
-    c->seed = open_node(u, NULL, 0, timeout_ms, final, err, errlen);
+    c->seed = open_node(&c->url, NULL, 0, timeout_ms, final, err, errlen);
     sigpipe_release(&g);
     if (c->seed == NULL) {
         free(c);
@@ -343,6 +364,11 @@ static redisReply *route_unguarded(rconn *c, const char *cmd, size_t len)
         if (ctx == NULL)
             return NULL;
         redisReply *r = execute(c, ctx, cmd, len, asking);
+        if (r != NULL && r->type == REDIS_REPLY_ERROR && rconn_error_failover(r->str)) {
+            set_broken(c, r->str); /* the caller reconnects, which finds the master again */
+            freeReplyObject(r);
+            return NULL;
+        }
         cluster_redirect rd;
         if (r == NULL || hop == CLUSTER_MAX_HOPS || !cluster_reply_redirect(r, node_host(c, node), &rd))
             return r;

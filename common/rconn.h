@@ -16,6 +16,9 @@
  * node. rconn_each_master() asks CLUSTER SLOTS itself, for work that every master must do
  * (FUNCTION LOAD, SCAN).
  *
+ * A URL naming several servers (Sentinels, cluster seeds) is resolved to one at every connect
+ * (sentinel.h), so reconnecting after a failover finds the new master.
+ *
  * hiredis 0.14 writes with write(), so a connection the server closed would raise SIGPIPE: every
  * call here that can write holds SIGPIPE off in the calling thread (sigpipe.h), so rconn works in a
  * program that left SIGPIPE at its default (libdiloco's host). Errors come back as a NULL reply
@@ -40,6 +43,12 @@ rconn *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_t errle
  * "ERR invalid password"; a user without the permission: NOPERM; a database it does not have), so
  * trying again cannot help. The one place that decides it, for every binary. */
 int rconn_error_final(const char *redis_error);
+
+/* Whether a Redis error reply means the node is no longer the master we want (a failover happened or
+ * is under way: READONLY, MASTERDOWN, NOREPLICAS, CLUSTERDOWN, TRYAGAIN). Such a reply breaks the
+ * connection (NULL reply, rconn_broken) like an I/O error: the caller reconnects, and the reconnect
+ * finds the master again (redis_url_resolve, sentinel.h). The shard-server's links use it too. */
+int rconn_error_failover(const char *redis_error);
 
 /* Connect, retrying with exponential backoff (100 ms .. 5 s, jittered) while Redis cannot be reached,
  * for up to wait_ms (0: one attempt; negative: until connected) or until *stop becomes non-zero (stop

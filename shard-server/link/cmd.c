@@ -70,8 +70,12 @@ static void cmd_open(rlink *l)
 {
     if (l->stopping || l->ac != NULL)
         return;
-    redisAsyncContext *ac = l->url->is_unix ? redisAsyncConnectUnix(l->url->path)
-                                            : redisAsyncConnect(l->url->host, l->url->port);
+    if (rl_resolve(l) != 0) {
+        rl_lost(l);
+        return;
+    }
+    const redis_url *u = &l->target;
+    redisAsyncContext *ac = u->is_unix ? redisAsyncConnectUnix(u->path) : redisAsyncConnect(u->host, u->port);
     if (ac == NULL || ac->err) {
         log_warn("redis %s connection: %s; retrying", l->name, ac ? ac->errstr : "out of memory");
         if (ac != NULL)
@@ -86,7 +90,7 @@ static void cmd_open(rlink *l)
     redisAsyncSetConnectCallback(ac, cmd_on_connect);
     redisAsyncSetDisconnectCallback(ac, cmd_on_disconnect);
     rl_login login;
-    rl_login_commands(l->url, &login);
+    rl_login_commands(u, &login);
     for (int i = 0; i < login.n; i++)
         redisAsyncCommandArgv(ac, cmd_on_login, (void *)login.what[i], login.argc[i], login.argv[i], NULL);
 }
@@ -140,9 +144,14 @@ static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     rlink *conn = call->conn;
     if (conn->ac == ac && reply != NULL)
         rl_replied(conn);
+    if (rl_failover_reply(conn, reply)) {
+        if (conn->ac == ac)
+            redisAsyncDisconnect(ac); /* the reconnect finds the master again */
+        reply = NULL;                 /* not executed; the caller retries as after a lost connection */
+    }
     rlink *to;
     int ask;
-    if (rl_redirect(call->owner, reply, conn->url->host, call->hops, &to, &ask)) {
+    if (reply != NULL && rl_redirect(call->owner, reply, conn->target.host, call->hops, &to, &ask)) {
         call->hops++;
         if (to != NULL && cmd_send(to, call, ask) == 0)
             return;

@@ -23,6 +23,12 @@ extern const rlink_transport rl_cmd_transport;
 extern const rlink_transport rl_set_transport;
 
 /* rlink.c: bookkeeping every transport calls */
+/* Set l->target to the server to connect to now (the master behind Sentinels, a live seed); -1 when
+ * none can be found (the transport then calls rl_lost and tries again after backoff). */
+int rl_resolve(rlink *l);
+/* Whether an error reply means the node is no longer the master: the transport drops the connection
+ * and hands NULL to the caller (outcome unknown). Logs it. */
+int rl_failover_reply(rlink *l, const redisReply *r);
 void rl_connected(rlink *l);            /* the connection is up (login queued first) */
 void rl_lost(rlink *l);                 /* it is gone: reset, retry after backoff */
 void rl_sent(rlink *l);                 /* one more command awaits its reply */
@@ -49,6 +55,9 @@ rlink *rl_twin(rlink *l, int node);
 /* If reply is a MOVED/ASK redirection to follow (owner routes, fewer than CLUSTER_MAX_HOPS hops), 1
  * with *to = the twin to resend on (NULL: cannot follow) and *ask; else 0. MOVED re-reads the map. */
 int rl_redirect(rlink *owner, const redisReply *reply, const char *host_asked, int hops, rlink **to, int *ask);
+/* The cluster's slot owners are unknown again (a node went away): commands go to the seed link until
+ * MOVED replies and CLUSTER SLOTS teach the new masters. */
+void rl_route_forget(rlink_route *rt);
 /* Close and free l's twins. */
 void rl_close_twins(rlink *l);
 

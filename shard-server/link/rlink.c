@@ -10,11 +10,13 @@
 
 #include "log.h"
 #include "rconn.h"
+#include "sentinel.h"
 #include "util.h"
 
 #define RL_BACKOFF_BASE_MS 100
 #define RL_BACKOFF_CAP_MS 5000
 #define RL_WATCH_MS 500
+#define RL_RESOLVE_TIMEOUT_MS 500 /* per Sentinel or seed asked, while the loop waits */
 
 static const rlink_transport *transport(const rlink *l)
 {
@@ -66,8 +68,37 @@ void rl_connected(rlink *l)
         l->on_ready(l->on_ready_arg);
 }
 
+int rl_resolve(rlink *l)
+{
+    if (!redis_url_needs_resolve(l->url)) {
+        l->target = *l->url;
+        return 0;
+    }
+    char err[600];
+    redis_url found;
+    if (redis_url_resolve(l->url, RL_RESOLVE_TIMEOUT_MS, &found, err, sizeof err) != 0) {
+        log_warn("redis %s connection: %s; retrying", l->name, err);
+        return -1;
+    }
+    if (strcmp(found.host, l->target.host) != 0 || found.port != l->target.port)
+        log_info("redis %s connection: %s %s:%d", l->name,
+                 l->url->sentinel_master[0] ? "the master is" : "using node", found.host, found.port);
+    l->target = found;
+    return 0;
+}
+
+int rl_failover_reply(rlink *l, const redisReply *r)
+{
+    if (r == NULL || r->type != REDIS_REPLY_ERROR || !rconn_error_failover(r->str))
+        return 0;
+    log_warn("redis %s connection: %s; finding the master again", l->name, r->str);
+    return 1;
+}
+
 void rl_lost(rlink *l)
 {
+    if (l->ready && l->route != NULL)
+        rl_route_forget(l->route);
     l->ready = 0;
     l->pending = 0;
     schedule_retry(l);

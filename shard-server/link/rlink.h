@@ -12,6 +12,10 @@
  *     in flight gets a NULL reply, so its owner treats the outcome as unknown;
  *   - a stall watchdog drops the connection when commands are pending and nothing has come back for
  *     stall_ms (a SIGSTOPped Redis, a silent partition: hiredis 0.14 has no command timeout);
+ *   - a URL that names several servers (Sentinels, cluster seeds: common/sentinel.h) is resolved to the
+ *     current master at every (re)connect, and a reply saying the node is no longer that master
+ *     (rconn_error_failover: READONLY, CLUSTERDOWN, ...) drops the connection like an I/O error, so
+ *     following a failover is reconnecting;
  *   - AUTH and SELECT go first on every connection; a final refusal (rconn_error_final: the password
  *     or user changed under us) is reported to on_refused;
  *   - Redis Cluster (route.c): once a MOVED or ASK reply shows Redis is a cluster, a command goes to
@@ -45,7 +49,8 @@ struct rlink_item;
 
 typedef struct rlink {
     const char *name;
-    const redis_url *url;
+    const redis_url *url;        /* as given (may name Sentinels or several seeds) */
+    redis_url target;            /* the one server of the current connection (rlink.c) */
     struct event_base *base;
     int kind;                    /* enum rlink_kind */
     int stall_ms;                /* no reply for this long while commands are pending: drop the connection */

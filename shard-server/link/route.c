@@ -40,7 +40,7 @@ static void on_slots(redisReply *r, void *priv)
     char err[256];
     if (r == NULL)
         return;
-    if (cluster_map_load(rt->map, r, rt->via->url->host, err, sizeof err) != 0)
+    if (cluster_map_load(rt->map, r, rt->via->target.host, err, sizeof err) != 0)
         log_warn("redis cluster: %s; routing by the redirections seen so far", err);
     else
         log_info("redis cluster: slot map read, %d masters", rt->map->nnodes);
@@ -70,6 +70,14 @@ static int route_learn(rlink_route *rt, const cluster_redirect *rd)
         }
     }
     return node;
+}
+
+void rl_route_forget(rlink_route *rt)
+{
+    if (rt->map == NULL)
+        return;
+    for (int i = 0; i < CLUSTER_SLOTS; i++)
+        rt->map->owner[i] = -1;
 }
 
 /* 1 if node is the URL's server itself, else 0 and *out = the URL with the node's address. */
@@ -102,7 +110,7 @@ rlink *rl_twin(rlink *l, int node)
     rl_twin_link *t = calloc(1, sizeof *t);
     if (t == NULL)
         return NULL;
-    if (route_node_url(l->route, node, l->url, &t->url)) {
+    if (route_node_url(l->route, node, &l->target, &t->url)) {
         free(t);
         return l->twin[node] = l;
     }

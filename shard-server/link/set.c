@@ -123,7 +123,7 @@ static void rs_enqueue_small(rlink *rs, int argc, const char **argv, int login)
 static void rs_enqueue_login(rlink *rs)
 {
     rl_login login;
-    rl_login_commands(rs->url, &login);
+    rl_login_commands(&rs->target, &login);
     for (int i = 0; i < login.n; i++)
         rs_enqueue_small(rs, login.argc[i], login.argv[i], 1);
 }
@@ -215,9 +215,15 @@ static int rs_reply(rlink *rs, char *line, size_t len)
         rl_login_failed(rs, "login", r.str);
         drop = 1;
     }
+    if (rl_failover_reply(rs, &r)) {
+        if (it->cb != NULL)
+            it->cb(NULL, it->priv); /* not executed; the caller retries as after a lost connection */
+        free(it);
+        return -1;                  /* drop: the reconnect finds the master again */
+    }
     rlink *to;
     int ask;
-    if (it->owner != NULL && rl_redirect(it->owner, &r, rs->url->host, it->hops, &to, &ask)) {
+    if (it->owner != NULL && rl_redirect(it->owner, &r, rs->target.host, it->hops, &to, &ask)) {
         if (to != NULL && rs_follow(it, to, ask) == 0) {
             free(it);
             return 0;
@@ -288,7 +294,11 @@ static void rs_connect(rlink *rs)
 {
     if (rs->stopping || rs->fd >= 0)
         return;
-    const redis_url *u = rs->url;
+    if (rl_resolve(rs) != 0) {
+        rl_lost(rs);
+        return;
+    }
+    const redis_url *u = &rs->target;
     int fd = -1;
     int rc;
     if (u->is_unix) {

@@ -352,12 +352,12 @@ static int refresh(rconn *c, int i)
     return 0;
 }
 
-/* Send cmd to the node that serves its key, following redirections. */
-static redisReply *route_unguarded(rconn *c, const char *cmd, size_t len)
+/* Send cmd to the node that serves slot (-1: the URL's node), following redirections. */
+static redisReply *route_unguarded(rconn *c, const char *cmd, size_t len, int slot)
 {
     if (c->broken)
         return NULL;
-    int node = c->map ? cluster_map_owner(c->map, cluster_resp_slot(cmd, len)) : -1;
+    int node = c->map ? cluster_map_owner(c->map, slot) : -1;
     int asking = 0;
     for (int hop = 0;; hop++) {
         redisContext *ctx = node < 0 ? c->seed : node_ctx(c, node);
@@ -390,13 +390,34 @@ static redisReply *route_unguarded(rconn *c, const char *cmd, size_t len)
 }
 
 /* route() with SIGPIPE held off (sigpipe.h): hiredis writes with write(). */
-static redisReply *route(rconn *c, const char *cmd, size_t len)
+static redisReply *route_to(rconn *c, const char *cmd, size_t len, int slot)
 {
     sigpipe_guard g;
     sigpipe_hold(&g);
-    redisReply *r = route_unguarded(c, cmd, len);
+    redisReply *r = route_unguarded(c, cmd, len, slot);
     sigpipe_release(&g);
     return r;
+}
+
+static redisReply *route(rconn *c, const char *cmd, size_t len)
+{
+    return route_to(c, cmd, len, cluster_resp_slot(cmd, len));
+}
+
+int rconn_wait_replicas(rconn *c, const char *key, int replicas, int timeout_ms)
+{
+    char *cmd = NULL;
+    int len = redisFormatCommand(&cmd, "WAIT %d %d", replicas, timeout_ms);
+    if (len < 0) {
+        set_broken(c, "cannot format the command");
+        return -1;
+    }
+    redisReply *r = route_to(c, cmd, (size_t)len, cluster_key_slot(key, strlen(key)));
+    redisFreeCommand(cmd);
+    int n = r != NULL && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : -1;
+    if (r != NULL)
+        freeReplyObject(r);
+    return n;
 }
 
 redisReply *rconn_vcommand(rconn *c, const char *fmt, va_list ap)

@@ -68,6 +68,11 @@ redisReply *rconn_command(rconn *c, const char *fmt, ...);
 redisReply *rconn_vcommand(rconn *c, const char *fmt, va_list ap);
 redisReply *rconn_command_argv(rconn *c, int argc, const char **argv, const size_t *argvlen);
 
+/* WAIT replicas timeout_ms on the connection to the master of key's slot (the one that ran this
+ * thread's last write to key): how many replicas have every write sent on it so far, or -1 (an error
+ * reply, or the connection broke). The command timeout must exceed timeout_ms. */
+int rconn_wait_replicas(rconn *c, const char *key, int replicas, int timeout_ms);
+
 int rconn_broken(const rconn *c);
 const char *rconn_errstr(const rconn *c); /* why it broke ("" while fine) */
 int rconn_is_cluster(const rconn *c);

@@ -14,6 +14,7 @@
 
 #define RUNCONF_MAX_SHARDS 4096
 #define RUNCONF_MAX_FRAGMENTS 256
+#define RUNCONF_MAX_REPLICAS 64
 
 typedef struct runconf {
     char run[80];
@@ -31,6 +32,7 @@ typedef struct runconf {
                                  dn_t0 + v + 1 and the every-N schedule carries on across the resume */
     int weight_tokens;        /* --weight-by tokens: pseudo-gradients weighted by the tokens behind them */
     uint64_t weight_ref_tokens; /* async: a submission of this many tokens gets weight 1 */
+    int min_replicas;         /* a commit is durable once WAIT says this many replicas have it (0 = at once) */
     uint64_t seed;
     char trainer[32];         /* what the layout came from: "quadratic", "gpt" */
     char secret[80];          /* the run's data-plane secret ("" for runs made without one) */

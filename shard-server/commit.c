@@ -333,6 +333,7 @@ static void commit_on_commit(redisReply *r, void *priv)
              c->used, secs, s->digest);
     if (ss->rc.snapshot_every > 0 && s->version % ss->rc.snapshot_every == 0)
         s->snap_wanted = s->version; /* written once no commit is running: never ahead of a log entry */
+    store_mark_replicated(ss, s->k, c->epoch, s->version);
     commit_finish(c, OUT_DONE);
 }
 
@@ -380,7 +381,7 @@ static void commit_on_log_written(redisReply *r, void *priv)
     snprintf(frag, sizeof frag, "%d", s->frag);
     snprintf(round, sizeof round, "%lld", (long long)c->round);
     const char *args[9] = { ss->id, ep, shard, from, c->digest, ref, parts, frag, round };
-    if (fcall(ss, commit_on_commit, c, "dl_commit", 9, args) != 0)
+    if (fcall_durable(ss, commit_on_commit, c, "dl_commit", 9, args) != 0)
         commit_fail(c, "Redis is unavailable", 0);
 }
 

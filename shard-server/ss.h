@@ -261,6 +261,12 @@ int store_set(ss_ctx *ss, const char *key, const uint8_t *head, size_t hlen, con
               rlink_cb *cb, void *priv);
 int store_del_refs(ss_ctx *ss, int k, const char *kind, redisReply **refs, size_t nrefs);
 int fcall(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args);
+/* fcall whose reply comes only once the run's min_replicas replicas have the call (a commit: see
+ * docs/PROTOCOL.md, "Durable means replicated"); the same as fcall when min_replicas is 0. */
+int fcall_durable(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args);
+/* With min_replicas > 0: record with dl_replicated that version of shard k is on enough replicas (after
+ * fcall_durable's dl_commit), so workers can confirm tentative parameters; best effort. */
+void store_mark_replicated(ss_ctx *ss, int k, int64_t epoch, int64_t version);
 
 /* metrics.c */
 int metrics_start(ss_ctx *ss, char *err, size_t errlen); /* the log timer, and the HTTP endpoint if asked */

@@ -53,8 +53,10 @@ int store_del_refs(ss_ctx *ss, int k, const char *kind, redisReply **refs, size_
     return 0;
 }
 
-/* FCALL fn 1 dl:{R}:config args... on the control connection. */
-int fcall(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args)
+/* FCALL fn 1 dl:{R}:config args... on the control connection; with replicas > 0 the reply comes once
+ * WAIT says that many replicas have the call. */
+static int fcall_send(ss_ctx *ss, int replicas, rlink_cb *cb, void *priv, const char *fn, int nargs,
+                      const char **args)
 {
     const char *argv[24];
     if (nargs + 4 > (int)(sizeof argv / sizeof argv[0]))
@@ -65,5 +67,35 @@ int fcall(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const
     argv[3] = ss->config_key;
     for (int i = 0; i < nargs; i++)
         argv[4 + i] = args[i];
-    return rlink_cmds(&ss->ctl, cb, priv, nargs + 4, argv);
+    return rlink_cmd_replicated(&ss->ctl, replicas, cb, priv, nargs + 4, argv, NULL);
+}
+
+int fcall(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args)
+{
+    return fcall_send(ss, 0, cb, priv, fn, nargs, args);
+}
+
+int fcall_durable(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args)
+{
+    return fcall_send(ss, ss->rc.min_replicas, cb, priv, fn, nargs, args);
+}
+
+static void on_marked(redisReply *r, void *priv)
+{
+    (void)priv;
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) /* the workers then ask this server for the version */
+        log_debug("dl_replicated: %s", r ? r->str : "connection lost");
+}
+
+void store_mark_replicated(ss_ctx *ss, int k, int64_t epoch, int64_t version)
+{
+    if (ss->rc.min_replicas <= 0)
+        return;
+    char ep[24], shard[16], v[24];
+    snprintf(ep, sizeof ep, "%lld", (long long)epoch);
+    snprintf(shard, sizeof shard, "%d", k);
+    snprintf(v, sizeof v, "%lld", (long long)version);
+    const char *args[4] = { ss->id, ep, shard, v };
+    if (fcall(ss, on_marked, NULL, "dl_replicated", 4, args) != 0)
+        log_debug("dl_replicated: Redis is unavailable");
 }

@@ -25,6 +25,7 @@ typedef struct cmd_call {
     rlink_cb *cb;
     void *priv;
     int hops;     /* redirections followed */
+    int replicas; /* > 0: WAIT for that many replicas before cb (wait.c) */
     int argc;
     const char **argv; /* copies, after the struct, to resend after a redirection */
     size_t *argvlen;
@@ -160,28 +161,24 @@ static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     }
     rlink_cb *cb = call->cb;
     void *priv = call->priv;
+    int replicas = call->replicas;
     free(call);
-    if (cb != NULL)
+    if (replicas > 0 && reply != NULL && ((redisReply *)reply)->type != REDIS_REPLY_ERROR)
+        rl_wait_replicas(conn, replicas, reply, cb, priv);
+    else if (cb != NULL)
         cb(reply, priv);
 }
 
-int rlink_cmd(rlink *l, rlink_cb *cb, void *priv, int argc, const char **argv, const size_t *argvlen)
+/* A call with copies of the arguments (NULL: out of memory or too many arguments). */
+static cmd_call *cmd_new(rlink *owner, rlink_cb *cb, void *priv, int argc, const char **argv, const size_t *lens)
 {
     size_t bytes = sizeof(cmd_call) + (size_t)argc * (sizeof(char *) + sizeof(size_t));
-    size_t lens[CMD_MAX_ARGS];
-    if (l->kind != RLINK_CMD || argc <= 0 || argc > CMD_MAX_ARGS)
-        return -1;
-    for (int i = 0; i < argc; i++) {
-        lens[i] = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
+    for (int i = 0; i < argc; i++)
         bytes += lens[i];
-    }
-    rlink *conn = rl_twin(l, rl_route_node(l->route, cluster_command_slot(argc, argv, lens)));
-    if (conn == NULL || !cmd_accepting(conn))
-        return -1;
     cmd_call *call = malloc(bytes);
     if (call == NULL)
-        return -1;
-    *call = (cmd_call){ .owner = l, .cb = cb, .priv = priv, .argc = argc };
+        return NULL;
+    *call = (cmd_call){ .owner = owner, .cb = cb, .priv = priv, .argc = argc };
     call->argv = (const char **)(call + 1);
     call->argvlen = (size_t *)(call->argv + argc);
     char *data = (char *)(call->argvlen + argc);
@@ -191,6 +188,24 @@ int rlink_cmd(rlink *l, rlink_cb *cb, void *priv, int argc, const char **argv, c
         call->argvlen[i] = lens[i];
         data += lens[i];
     }
+    return call;
+}
+
+static int cmd_route_send(rlink *l, int replicas, rlink_cb *cb, void *priv, int argc, const char **argv,
+                          const size_t *argvlen)
+{
+    size_t lens[CMD_MAX_ARGS];
+    if (l->kind != RLINK_CMD || argc <= 0 || argc > CMD_MAX_ARGS)
+        return -1;
+    for (int i = 0; i < argc; i++)
+        lens[i] = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
+    rlink *conn = rl_twin(l, rl_route_node(l->route, cluster_command_slot(argc, argv, lens)));
+    if (conn == NULL || !cmd_accepting(conn))
+        return -1;
+    cmd_call *call = cmd_new(l, cb, priv, argc, argv, lens);
+    if (call == NULL)
+        return -1;
+    call->replicas = replicas;
     if (cmd_send(conn, call, 0) != 0) {
         free(call);
         return -1;
@@ -198,7 +213,35 @@ int rlink_cmd(rlink *l, rlink_cb *cb, void *priv, int argc, const char **argv, c
     return 0;
 }
 
+int rlink_cmd(rlink *l, rlink_cb *cb, void *priv, int argc, const char **argv, const size_t *argvlen)
+{
+    return cmd_route_send(l, 0, cb, priv, argc, argv, argvlen);
+}
+
 int rlink_cmds(rlink *l, rlink_cb *cb, void *priv, int argc, const char **argv)
 {
     return rlink_cmd(l, cb, priv, argc, argv, NULL);
+}
+
+int rlink_cmd_replicated(rlink *l, int replicas, rlink_cb *cb, void *priv, int argc, const char **argv,
+                         const size_t *argvlen)
+{
+    return cmd_route_send(l, replicas, cb, priv, argc, argv, argvlen);
+}
+
+int rl_cmd_here(rlink *conn, rlink_cb *cb, void *priv, int argc, const char **argv)
+{
+    size_t lens[CMD_MAX_ARGS];
+    if (argc <= 0 || argc > CMD_MAX_ARGS)
+        return -1;
+    for (int i = 0; i < argc; i++)
+        lens[i] = strlen(argv[i]);
+    cmd_call *call = cmd_new(conn, cb, priv, argc, argv, lens);
+    if (call == NULL)
+        return -1;
+    if (cmd_send(conn, call, 0) != 0) {
+        free(call);
+        return -1;
+    }
+    return 0;
 }

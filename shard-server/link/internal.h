@@ -5,6 +5,7 @@
  *   route.c   Redis Cluster: the slot map, twins, following MOVED/ASK
  *   cmd.c     RLINK_CMD transport: hiredis asynchronous connection
  *   set.c     RLINK_SET transport: writev() of SET commands from the caller's memory
+ *   wait.c    replies held back until WAIT says enough replicas have the command
  * A transport opens and drops its connection; rlink.c decides when.
  */
 #ifndef SHARD_SERVER_LINK_INTERNAL_H
@@ -46,6 +47,12 @@ typedef struct rl_login {
     char db[16];
 } rl_login;
 void rl_login_commands(const redis_url *u, rl_login *out);
+
+/* cmd.c: send on this very connection (no routing: WAIT must follow its command) */
+int rl_cmd_here(rlink *conn, rlink_cb *cb, void *priv, int argc, const char **argv);
+
+/* wait.c: reply (a copy is kept) goes to cb once WAIT on conn says `replicas` replicas have it */
+void rl_wait_replicas(rlink *conn, int replicas, const redisReply *reply, rlink_cb *cb, void *priv);
 
 /* route.c */
 /* Node index of the master of slot, or -1: the URL's server (no cluster, unknown slot, no key). */

@@ -85,6 +85,11 @@ int rlink_init(rlink *l, const char *name, int kind, const redis_url *url, struc
 /* RLINK_CMD: send a command; argvlen NULL = NUL-terminated arguments. */
 int rlink_cmd(rlink *l, rlink_cb *cb, void *priv, int argc, const char **argv, const size_t *argvlen);
 int rlink_cmds(rlink *l, rlink_cb *cb, void *priv, int argc, const char **argv);
+/* RLINK_CMD: the same, but cb gets the reply only once WAIT (on the connection that ran the command)
+ * says `replicas` replicas have it, and everything written before it (wait.c). An error reply comes at
+ * once; a connection lost first gives NULL (outcome unknown, as always). */
+int rlink_cmd_replicated(rlink *l, int replicas, rlink_cb *cb, void *priv, int argc, const char **argv,
+                         const size_t *argvlen);
 /* RLINK_SET: SET key to head||payload; payload must stay valid until cb runs. */
 int rlink_set(rlink *l, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
               rlink_cb *cb, void *priv);

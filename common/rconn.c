@@ -74,7 +74,6 @@ int rconn_error_failover(const char *e)
     static const char *const failover[] = {
         "READONLY",    /* the node was demoted: it is a replica now */
         "MASTERDOWN",  /* a replica that lost its master (replica-serve-stale-data no) */
-        "NOREPLICAS",  /* an old master cut off from its replicas (min-replicas-to-write) */
         "CLUSTERDOWN", /* a cluster master failed and no replica took over yet */
         "TRYAGAIN",    /* a cluster slot in the middle of a failover or migration */
     };

@@ -45,9 +45,13 @@ rconn *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_t errle
 int rconn_error_final(const char *redis_error);
 
 /* Whether a Redis error reply means the node is no longer the master we want (a failover happened or
- * is under way: READONLY, MASTERDOWN, NOREPLICAS, CLUSTERDOWN, TRYAGAIN). Such a reply breaks the
- * connection (NULL reply, rconn_broken) like an I/O error: the caller reconnects, and the reconnect
- * finds the master again (redis_url_resolve, sentinel.h). The shard-server's links use it too. */
+ * is under way: READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN). Such a reply breaks the connection
+ * (NULL reply, rconn_broken) like an I/O error: the caller reconnects, and the reconnect finds the
+ * master again (redis_url_resolve, sentinel.h). The shard-server's links use it too. NOREPLICAS (a
+ * master without the replicas min-replicas-to-write asks for: a new master whose replicas are still
+ * being pointed at it, or an old one cut off from them) is not one of them: it is an error reply the
+ * caller retries on the same connection, as a reconnect at that moment finds the same master, and a
+ * burst of them from every process would load the Sentinels during a failover. */
 int rconn_error_failover(const char *redis_error);
 
 /* Connect, retrying with exponential backoff (100 ms .. 5 s, jittered) while Redis cannot be reached,

@@ -113,13 +113,15 @@ up() {
   for p in $(seq3 "$BASE"); do wait_ping "$p"; done
   for s in $(seq3 "$SBASE"); do pid_of "$DIR/sentinel-$s/sentinel.pid" >/dev/null || start_sentinel "$s"; done
   for s in $(seq3 "$SBASE"); do wait_ping "$s"; done
-  # Ready: every Sentinel names the same master, which has 2 replicas online.
+  # Ready: every Sentinel names the same master, which has 2 replicas online, and knows both replicas
+  # (a Sentinel learns of them from the master's INFO, every 10 s; until then it could promote none).
   n=0
   while :; do
     a=$(master_addr); port=${a#* }; port=${port%% *}
     same=1
     for s in $(seq3 "$SBASE"); do
       [ "$(cli "$s" sentinel get-master-addr-by-name "$NAME" 2>/dev/null | tr '\n' ' ')" = "$a" ] || same=0
+      [ "$(cli "$s" sentinel replicas "$NAME" 2>/dev/null | paste - - | grep -c '^master-link-status.ok$')" -ge 2 ] || same=0
     done
     if [ $same -eq 1 ] && [ -n "$port" ] && \
        [ "$(cli "$port" info replication 2>/dev/null | grep -c '^slave[0-9]*:.*state=online')" -ge 2 ]; then

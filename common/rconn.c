@@ -17,9 +17,14 @@
 #define RETRY_BASE_MS 100
 #define RETRY_CAP_MS 5000
 #define RETRY_LOG_EVERY_MS 5000
+#define RESOLVE_RETRY_CAP_MS 500
+/* A new master has no replica for a second or two, until the Sentinels point the others at it. */
+#define NOREPLICAS_PATIENCE_MS 10000
 
 struct rconn {
-    redis_url url;      /* the URL's server (its credentials are used on every node) */
+    redis_url given;    /* as given (may name Sentinels or several seeds) */
+    redis_url url;      /* the server it resolved to (its credentials are used on every node) */
+    uint64_t moved_checked_ms;
     int timeout_ms;
     redisContext *seed; /* connection to the URL's server: keyless commands, and everything until a
                            redirection says this is a cluster */
@@ -162,6 +167,7 @@ static rconn *connect_once(const redis_url *u, int timeout_ms, int *final, char 
         return NULL;
     }
     c->timeout_ms = timeout_ms;
+    c->given = *u;
     if (redis_url_resolve(u, timeout_ms, &c->url, err, errlen) != 0) {
         free(c);
         return NULL;
@@ -223,7 +229,9 @@ rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int wait_ms, cons
         uint64_t elapsed = now_ms() - t0;
         if (wait_ms >= 0 && elapsed >= (uint64_t)wait_ms)
             break;
-        unsigned pause = backoff_ms(attempt, RETRY_BASE_MS, RETRY_CAP_MS);
+        /* Sentinels in the middle of a failover: ask again soon (cheap), to use the new master at once */
+        unsigned pause = backoff_ms(attempt, RETRY_BASE_MS,
+                                    redis_url_needs_resolve(u) ? RESOLVE_RETRY_CAP_MS : RETRY_CAP_MS);
         if (wait_ms >= 0 && elapsed + pause > (uint64_t)wait_ms)
             pause = (unsigned)((uint64_t)wait_ms - elapsed); /* the last attempt at the deadline */
         if (logged == 0 || now_ms() - logged >= RETRY_LOG_EVERY_MS) {
@@ -273,6 +281,15 @@ int rconn_broken(const rconn *c) { return c->broken; }
 const char *rconn_errstr(const rconn *c) { return c->errstr; }
 int rconn_is_cluster(const rconn *c) { return c->map != NULL; }
 
+const char *rconn_server(const rconn *c, char *buf, size_t cap)
+{
+    if (c->url.is_unix)
+        snprintf(buf, cap, "%s", c->url.path);
+    else
+        snprintf(buf, cap, strchr(c->url.host, ':') ? "[%s]:%d" : "%s:%d", c->url.host, c->url.port);
+    return buf;
+}
+
 static void set_broken(rconn *c, const char *why)
 {
     c->broken = 1;
@@ -297,8 +314,50 @@ static redisContext *node_ctx(rconn *c, int i)
 
 static const char *node_host(const rconn *c, int i) { return i < 0 ? c->url.host : c->map->node[i].host; }
 
-/* Send one formatted command (after ASKING when asking) and read its reply; NULL = broken. */
+int rconn_error_noreplicas(const char *e)
+{
+    return e != NULL && strncmp(e, "NOREPLICAS", 10) == 0;
+}
+
+static redisReply *execute_once(rconn *c, redisContext *ctx, const char *cmd, size_t len, int asking);
+
+/* After NOREPLICAS: do the Sentinels name another master now (we talk to an old one cut off from its
+ * replicas)? Asked at most twice a second. */
+static int master_moved(rconn *c)
+{
+    uint64_t now = now_ms();
+    if (!redis_url_needs_resolve(&c->given) || now - c->moved_checked_ms < 500)
+        return 0;
+    c->moved_checked_ms = now;
+    char err[600];
+    redis_url found;
+    if (redis_url_resolve(&c->given, c->timeout_ms < 1000 ? c->timeout_ms : 1000, &found, err, sizeof err) != 0)
+        return 0;
+    return strcmp(found.host, c->url.host) != 0 || found.port != c->url.port;
+}
+
+/* execute_once, sent again while the master refuses writes for want of replicas (NOREPLICAS: the
+ * command did not run), up to NOREPLICAS_PATIENCE_MS. */
 static redisReply *execute(rconn *c, redisContext *ctx, const char *cmd, size_t len, int asking)
+{
+    uint64_t t0 = now_ms();
+    for (unsigned attempt = 0;; attempt++) {
+        redisReply *r = execute_once(c, ctx, cmd, len, asking);
+        if (r == NULL || r->type != REDIS_REPLY_ERROR || !rconn_error_noreplicas(r->str) ||
+            now_ms() - t0 >= NOREPLICAS_PATIENCE_MS)
+            return r;
+        if (master_moved(c)) {
+            set_broken(c, r->str); /* the caller reconnects, to the new master */
+            freeReplyObject(r);
+            return NULL;
+        }
+        freeReplyObject(r);
+        sleep_ms(backoff_ms(attempt, 20, 500));
+    }
+}
+
+/* Send one formatted command (after ASKING when asking) and read its reply; NULL = broken. */
+static redisReply *execute_once(rconn *c, redisContext *ctx, const char *cmd, size_t len, int asking)
 {
     void *reply = NULL;
     if ((asking && redisAppendCommand(ctx, "ASKING") != REDIS_OK) ||

@@ -49,10 +49,12 @@ int rconn_error_final(const char *redis_error);
  * (NULL reply, rconn_broken) like an I/O error: the caller reconnects, and the reconnect finds the
  * master again (redis_url_resolve, sentinel.h). The shard-server's links use it too. NOREPLICAS (a
  * master without the replicas min-replicas-to-write asks for: a new master whose replicas are still
- * being pointed at it, or an old one cut off from them) is not one of them: it is an error reply the
- * caller retries on the same connection, as a reconnect at that moment finds the same master, and a
- * burst of them from every process would load the Sentinels during a failover. */
+ * being pointed at it, or an old one cut off from them) is not one of them: the command did not run,
+ * and rconn sends it again on the same connection with a short backoff for up to 10 s before it
+ * returns the error (a reconnect at that moment would find the same master, and a burst of them from
+ * every process would load the Sentinels during a failover). */
 int rconn_error_failover(const char *redis_error);
+int rconn_error_noreplicas(const char *redis_error);
 
 /* Connect, retrying with exponential backoff (100 ms .. 5 s, jittered) while Redis cannot be reached,
  * for up to wait_ms (0: one attempt; negative: until connected) or until *stop becomes non-zero (stop
@@ -80,6 +82,8 @@ int rconn_wait_replicas(rconn *c, const char *key, int replicas, int timeout_ms)
 int rconn_broken(const rconn *c);
 const char *rconn_errstr(const rconn *c); /* why it broke ("" while fine) */
 int rconn_is_cluster(const rconn *c);
+/* "host:port" (or the socket path) of the server the URL led to (the master, behind Sentinel). */
+const char *rconn_server(const rconn *c, char *buf, size_t cap);
 
 /* -1 + err if r is NULL (connection error, explained from c) or a Redis error reply; else 0. */
 int rconn_reply_error(const rconn *c, redisReply *r, char *err, size_t errlen);

@@ -4,6 +4,7 @@
  */
 #include "sentinel.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -162,4 +163,27 @@ int redis_url_resolve(const redis_url *u, int timeout_ms, redis_url *out, char *
                                            : resolve_seeds(u, timeout_ms, out, err, errlen);
     sigpipe_release(&g);
     return rc;
+}
+
+redisReply *sentinel_command(const redis_url *u, int timeout_ms, char *err, size_t errlen, const char *fmt, ...)
+{
+    err_set(err, errlen, "no Sentinel in the URL");
+    sigpipe_guard g;
+    sigpipe_hold(&g);
+    redisReply *r = NULL;
+    for (int i = 0; i < u->nhosts && r == NULL; i++) {
+        redisContext *c = open_login(u->hosts[i].host, u->hosts[i].port, u->sentinel_user, u->sentinel_pass,
+                                     timeout_ms, err, errlen);
+        if (c == NULL)
+            continue;
+        va_list ap;
+        va_start(ap, fmt);
+        r = redisvCommand(c, fmt, ap);
+        va_end(ap);
+        if (r == NULL)
+            err_set(err, errlen, "Sentinel %s:%d: %s", u->hosts[i].host, u->hosts[i].port, c->errstr);
+        redisFree(c);
+    }
+    sigpipe_release(&g);
+    return r;
 }

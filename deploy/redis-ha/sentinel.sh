@@ -90,7 +90,15 @@ start_node() { # PORT
       [ "$p" -ne "$BASE" ] && echo "replicaof 127.0.0.1 $BASE"
     } > "$d/node.conf"
   fi
-  MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 redis-server "$d/node.conf" --daemonize yes >/dev/null \
+  # A node coming back after a failover starts as a replica of the master the Sentinels name (else it
+  # would run as a stale master until a Sentinel demotes it, up to 10 s later).
+  join=""
+  if a=$(master_addr); then
+    mport=${a#* }; mport=${mport%% *}
+    [ "$mport" != "$p" ] && join="--replicaof 127.0.0.1 $mport"
+  fi
+  # shellcheck disable=SC2086
+  MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 redis-server "$d/node.conf" --daemonize yes $join >/dev/null \
     || die "redis-server on port $p did not start (see $d/redis.log)"
   say "node 127.0.0.1:$p started"
 }

@@ -16,8 +16,11 @@
 #include <hiredis/adapters/libevent.h>
 
 #include "log.h"
+#include "rconn.h"
+#include "util.h"
 
 #define CMD_MAX_ARGS 64
+#define NOREPLICAS_PATIENCE_MS 10000
 
 typedef struct cmd_call {
     rlink *owner; /* the link the caller used */
@@ -26,6 +29,8 @@ typedef struct cmd_call {
     void *priv;
     int hops;     /* redirections followed */
     int replicas; /* > 0: WAIT for that many replicas before cb (wait.c) */
+    unsigned refused;  /* NOREPLICAS replies so far (the command did not run: sent again) */
+    uint64_t first_refused_ms;
     int argc;
     const char **argv; /* copies, after the struct, to resend after a redirection */
     size_t *argvlen;
@@ -139,12 +144,50 @@ static int cmd_send(rlink *conn, cmd_call *call, int asking)
     return 0;
 }
 
+static void cmd_on_resend(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    cmd_call *call = arg;
+    if (cmd_send(call->conn, call, 0) != 0) {
+        rlink_cb *cb = call->cb;
+        void *priv = call->priv;
+        free(call);
+        if (cb != NULL)
+            cb(NULL, priv); /* the connection went away meanwhile: as if lost in flight */
+    }
+}
+
+/* A master without enough replicas refused the command (NOREPLICAS: it did not run): send it again on
+ * the same connection after a backoff, for up to NOREPLICAS_PATIENCE_MS (a new master gets its
+ * replicas within a second or two of a failover). 1 if it will be. */
+static int cmd_retry_refused(cmd_call *call, const redisReply *r)
+{
+    if (r == NULL || r->type != REDIS_REPLY_ERROR || !rconn_error_noreplicas(r->str))
+        return 0;
+    uint64_t now = now_ms();
+    if (call->refused++ == 0)
+        call->first_refused_ms = now;
+    if (now - call->first_refused_ms >= NOREPLICAS_PATIENCE_MS)
+        return 0;
+    if (rl_master_moved(call->conn)) {
+        if (call->conn->ac != NULL)
+            redisAsyncDisconnect(call->conn->ac); /* the reconnect finds the new master */
+        return 0;
+    }
+    unsigned wait = backoff_ms(call->refused - 1, 20, 500);
+    struct timeval tv = { .tv_sec = wait / 1000, .tv_usec = (wait % 1000) * 1000 };
+    return event_base_once(call->conn->base, -1, EV_TIMEOUT, cmd_on_resend, call, &tv) == 0;
+}
+
 static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     cmd_call *call = privdata;
     rlink *conn = call->conn;
     if (conn->ac == ac && reply != NULL)
         rl_replied(conn);
+    if (cmd_retry_refused(call, reply))
+        return;
     if (rl_failover_reply(conn, reply)) {
         if (conn->ac == ac)
             redisAsyncDisconnect(ac); /* the reconnect finds the master again */

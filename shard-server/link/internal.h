@@ -27,6 +27,9 @@ extern const rlink_transport rl_set_transport;
 /* Set l->target to the server to connect to now (the master behind Sentinels, a live seed); -1 when
  * none can be found (the transport then calls rl_lost and tries again after backoff). */
 int rl_resolve(rlink *l);
+/* After a NOREPLICAS reply: do the Sentinels name another master now (an old master cut off from its
+ * replicas, while a new one took over)? Asks at most twice a second; 0 for a URL naming one server. */
+int rl_master_moved(rlink *l);
 /* Whether an error reply means the node is no longer the master: the transport drops the connection
  * and hands NULL to the caller (outcome unknown). Logs it. */
 int rl_failover_reply(rlink *l, const redisReply *r);

@@ -16,6 +16,7 @@
 #define RL_BACKOFF_BASE_MS 100
 #define RL_BACKOFF_CAP_MS 5000
 #define RL_WATCH_MS 500
+#define RL_RESOLVE_RETRY_CAP_MS 500
 #define RL_RESOLVE_TIMEOUT_MS 500 /* per Sentinel or seed asked, while the loop waits */
 
 static const rlink_transport *transport(const rlink *l)
@@ -23,11 +24,16 @@ static const rlink_transport *transport(const rlink *l)
     return l->kind == RLINK_SET ? &rl_set_transport : &rl_cmd_transport;
 }
 
+static int left_behind(rlink *l);
+
 static void schedule_retry(rlink *l)
 {
     if (l->stopping)
         return;
-    unsigned wait = backoff_ms(l->attempt++, RL_BACKOFF_BASE_MS, RL_BACKOFF_CAP_MS);
+    /* Sentinels that still name a dead master are in the middle of a failover: ask them again soon
+     * (a question to a Sentinel is cheap), so the new master is used within a fraction of a second */
+    unsigned cap = redis_url_needs_resolve(l->url) ? RL_RESOLVE_RETRY_CAP_MS : RL_BACKOFF_CAP_MS;
+    unsigned wait = backoff_ms(l->attempt++, RL_BACKOFF_BASE_MS, cap);
     struct timeval tv = { .tv_sec = wait / 1000, .tv_usec = (wait % 1000) * 1000 };
     evtimer_add(l->retry_timer, &tv);
 }
@@ -47,6 +53,12 @@ static void on_watch(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     rlink *l = arg;
+    if (transport(l)->is_open(l) && left_behind(l)) {
+        char why[320];
+        snprintf(why, sizeof why, "the master is now %s:%d", l->route->master_host, l->route->master_port);
+        transport(l)->drop(l, why);
+        return;
+    }
     if (!transport(l)->is_open(l) || l->pending <= 0)
         return;
     uint64_t idle = now_ms() - l->last_activity;
@@ -77,14 +89,52 @@ int rl_resolve(rlink *l)
     char err[600];
     redis_url found;
     if (redis_url_resolve(l->url, RL_RESOLVE_TIMEOUT_MS, &found, err, sizeof err) != 0) {
-        log_warn("redis %s connection: %s; retrying", l->name, err);
+        if (now_ms() - l->resolve_logged_ms >= 5000) {
+            log_warn("redis %s connection: %s; retrying", l->name, err);
+            l->resolve_logged_ms = now_ms();
+        }
         return -1;
     }
+    l->resolve_logged_ms = 0;
     if (strcmp(found.host, l->target.host) != 0 || found.port != l->target.port)
         log_info("redis %s connection: %s %s:%d", l->name,
                  l->url->sentinel_master[0] ? "the master is" : "using node", found.host, found.port);
     l->target = found;
+    rlink_route *rt = l->route;
+    if (rt != NULL && (strcmp(rt->master_host, found.host) != 0 || rt->master_port != found.port)) {
+        snprintf(rt->master_host, sizeof rt->master_host, "%s", found.host);
+        rt->master_port = found.port;
+        rt->master_gen++;
+    }
+    l->master_seen = rt != NULL ? rt->master_gen : 0;
     return 0;
+}
+
+/* Another link of the group found a new master: is this one still on the old? */
+static int left_behind(rlink *l)
+{
+    rlink_route *rt = l->route;
+    if (rt == NULL || rt->master_gen == l->master_seen || !redis_url_needs_resolve(l->url))
+        return 0;
+    l->master_seen = rt->master_gen;
+    return strcmp(rt->master_host, l->target.host) != 0 || rt->master_port != l->target.port;
+}
+
+int rl_master_moved(rlink *l)
+{
+    uint64_t now = now_ms();
+    if (!redis_url_needs_resolve(l->url) || now - l->moved_checked_ms < 500)
+        return 0;
+    l->moved_checked_ms = now;
+    char err[600];
+    redis_url found;
+    if (redis_url_resolve(l->url, RL_RESOLVE_TIMEOUT_MS, &found, err, sizeof err) != 0)
+        return 0;
+    if (strcmp(found.host, l->target.host) == 0 && found.port == l->target.port)
+        return 0;
+    log_warn("redis %s connection: %s:%d refuses writes (NOREPLICAS) and the master is now %s:%d; reconnecting",
+             l->name, l->target.host, l->target.port, found.host, found.port);
+    return 1;
 }
 
 int rl_failover_reply(rlink *l, const redisReply *r)

@@ -51,6 +51,9 @@ typedef struct rlink {
     const char *name;
     const redis_url *url;        /* as given (may name Sentinels or several seeds) */
     redis_url target;            /* the one server of the current connection (rlink.c) */
+    uint64_t moved_checked_ms;   /* last time a NOREPLICAS reply made us ask where the master is */
+    uint64_t resolve_logged_ms;  /* last "no master found" warning (one every 5 s at most) */
+    unsigned master_seen;        /* the route's master_gen this link last compared its target with */
     struct event_base *base;
     int kind;                    /* enum rlink_kind */
     int stall_ms;                /* no reply for this long while commands are pending: drop the connection */
@@ -104,6 +107,12 @@ typedef struct rlink_route {
     rlink *via;           /* an RLINK_CMD link: where CLUSTER SLOTS is sent */
     int refreshing;
     uint64_t refreshed_ms;
+    /* the master a link of the group last resolved (Sentinel URLs): when one link finds a new master,
+     * the others leave the old one at their next watchdog tick (a stopped old master would otherwise
+     * hold their pending commands until the stall watchdog, a minute for the bulk links) */
+    char master_host[256];
+    int master_port;
+    unsigned master_gen;
 } rlink_route;
 
 /* Route the links (of any kind) by rt; CLUSTER SLOTS goes on `via`. */

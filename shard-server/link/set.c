@@ -27,6 +27,7 @@
 
 #include "blob.h"
 #include "log.h"
+#include "rconn.h"
 #include "util.h"
 
 #define RS_SOCKET_BUFFER (4 * 1024 * 1024)
@@ -215,7 +216,8 @@ static int rs_reply(rlink *rs, char *line, size_t len)
         rl_login_failed(rs, "login", r.str);
         drop = 1;
     }
-    if (rl_failover_reply(rs, &r)) {
+    if (rl_failover_reply(rs, &r) ||
+        (r.type == REDIS_REPLY_ERROR && rconn_error_noreplicas(r.str) && rl_master_moved(rs))) {
         if (it->cb != NULL)
             it->cb(NULL, it->priv); /* not executed; the caller retries as after a lost connection */
         free(it);

@@ -615,7 +615,7 @@ def main():
     ap.add_argument("--redis-server", default="redis-server")
     ap.add_argument("--redis-ha", action="store_true",
                     help="Redis as a master, 2 replicas and 3 Sentinels (redis_ha.py); URL redis+sentinel://")
-    ap.add_argument("--sentinel-down-after-ms", type=int, default=1000,
+    ap.add_argument("--sentinel-down-after-ms", type=int, default=2000,
                     help="--redis-ha: how long a silent master takes to be declared down")
     ap.add_argument("--fault-plan", default="",
                     help="comma list of kind:role faults injected in this order (instead of --faults)")

@@ -119,6 +119,15 @@ up() {
   { echo "BASE=$BASE"; echo "SBASE=$SBASE"; echo "NAME=$NAME"; echo "DOWN=$DOWN"; } > "$ENVF"
   for p in $(seq3 "$BASE"); do pid_of "$DIR/node-$p/redis.pid" >/dev/null || start_node "$p"; done
   for p in $(seq3 "$BASE"); do wait_ping "$p"; done
+  # Sentinels learn of the replicas from the master's INFO, at once when they connect and then every
+  # 10 s: start them once the replicas are in sync, so the first INFO already lists both.
+  if ! pid_of "$DIR/sentinel-$SBASE/sentinel.pid" >/dev/null; then
+    n=0
+    until [ "$(cli "$BASE" info replication 2>/dev/null | grep -c '^slave[0-9]*:.*state=online')" -ge 2 ]; do
+      n=$((n + 1)); [ $n -ge 100 ] && break   # not the master any more (a failover happened): go on
+      sleep 0.1
+    done
+  fi
   for s in $(seq3 "$SBASE"); do pid_of "$DIR/sentinel-$s/sentinel.pid" >/dev/null || start_sentinel "$s"; done
   for s in $(seq3 "$SBASE"); do wait_ping "$s"; done
   # Ready: every Sentinel names the same master, which has 2 replicas online, and knows both replicas

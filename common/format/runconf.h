@@ -14,6 +14,7 @@
 
 #define RUNCONF_MAX_SHARDS 4096
 #define RUNCONF_MAX_FRAGMENTS 256
+#define RUNCONF_MAX_REPLICAS 64
 
 typedef struct runconf {
     char run[80];
@@ -33,6 +34,7 @@ typedef struct runconf {
     uint64_t weight_ref_tokens; /* async: a submission of this many tokens gets weight 1 */
     int compress;             /* codec of pseudo-gradients (coordinator init --compress): a blob dtype,
                                  BLOB_BF16 by default (codec.h) */
+    int min_replicas;         /* a commit is durable once WAIT says this many replicas have it (0 = at once) */
     uint64_t seed;
     char trainer[32];         /* what the layout came from: "quadratic", "gpt" */
     char secret[80];          /* the run's data-plane secret ("" for runs made without one) */

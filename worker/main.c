@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "diloco.h"
+#include "evaluator.h"
 #include "gpt/gpt.h"
 #include "log.h"
 #include "rconn.h"
@@ -34,6 +35,7 @@ typedef struct worker_args {
     const char *log_path;
     int quiet;
     int eval_only;
+    int evaluate_every;         /* > 0: the evaluator role (evaluator.h) instead of training */
     int final_sync;
     unsigned step_delay_ms;
     double quad_lr;
@@ -77,6 +79,8 @@ static void usage(FILE *f) {
             "  --log FILE                JSON-lines telemetry (steps, syncs)\n"
             "  --quiet                   no progress line\n"
             "  --eval-only               fetch the current global parameters, print their validation loss, leave\n"
+            "  --evaluate-every N        evaluator: do not train; publish the validation loss of every N-th\n"
+            "                            committed version to the stream dl:{R}:evals (see docs/quality.md)\n"
             "  --final-sync              after the last step, sync every fragment at once (diloco_force_sync)\n"
             "  --step-delay-ms MS        (quadratic) sleep per step, to simulate a slow machine\n"
             "  --quad-lr LR              (quadratic) inner AdamW learning rate (default 0.01)\n"
@@ -156,7 +160,7 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
             }
             a->dl.fragment_alpha = x;
         } else if (!strcmp(f, "--sync-every") || !strcmp(f, "--steps") || !strcmp(f, "--max-sync-retries") ||
-                   !strcmp(f, "--step-delay-ms")) {
+                   !strcmp(f, "--step-delay-ms") || !strcmp(f, "--evaluate-every")) {
             if (need_value(i, argc, f) < 0) return -1;
             if (parse_int(argv[++i], 0, 1000000000, &v) < 0 || (v == 0 && strcmp(f, "--max-sync-retries") &&
                                                                strcmp(f, "--step-delay-ms") && strcmp(f, "--steps"))) {
@@ -166,6 +170,7 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
             if (!strcmp(f, "--sync-every")) a->dl.sync_every = (int)v;
             else if (!strcmp(f, "--steps")) a->steps = (long)v;
             else if (!strcmp(f, "--max-sync-retries")) a->dl.max_sync_retries = (int)v;
+            else if (!strcmp(f, "--evaluate-every")) a->evaluate_every = (int)v;
             else a->step_delay_ms = (unsigned)v;
         } else if (!strcmp(f, "--heartbeat-interval") || !strcmp(f, "--sync-timeout") || !strcmp(f, "--quad-lr") ||
                    !strcmp(f, "--connect-timeout")) {
@@ -382,6 +387,14 @@ static int run_worker(int argc, char **argv) {
     }
     t = make_trainer(&a, &rc, rest, nrest, err, sizeof err);
     if (!t) goto error;
+    if (a.evaluate_every) {
+        evaluator_options eo = {.redis_url = a.dl.redis_url, .run = a.dl.run, .every = a.evaluate_every,
+                                .poll_ms = 200, .connect_timeout_ms = a.dl.connect_timeout_ms,
+                                .stop = (const volatile int *)&g_stop};
+        if (evaluator_run(&eo, &rc, t, err, sizeof err) < 0) goto error;
+        status = 0;
+        goto done;
+    }
     if (a.log_path && !(logf = fopen(a.log_path, "a"))) {
         err_set(err, sizeof err, "cannot open log file %s", a.log_path);
         goto error;

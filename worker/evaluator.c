@@ -94,6 +94,10 @@ static int poll_once(rconn *c, const runconf *rc, run_state *st, trainer *t, int
     int64_t lo, hi;
     if (run_state_versions(c, rc, &lo, &hi, err, errlen) < 0) return -1;
     if (lo < *next) return 0;
+    long long last; /* another evaluator may have published since */
+    if (last_evaluated(c, rc->run, &last, err, errlen) < 0) return -1;
+    if (last >= 0 && (last / every + 1) * every > *next) *next = (last / every + 1) * every;
+    if (lo < *next) return 0;
     int64_t v;
     double loss;
     int r = evaluate_now(c, rc, st, t, &v, &loss, err, errlen);

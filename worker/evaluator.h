@@ -2,7 +2,8 @@
  *
  * An evaluator is not a member of the run: it never registers, arrives at a barrier or sends a
  * pseudo-gradient, so it cannot slow a round. It polls the shard versions in dl:{R}:shards, and each
- * time the global model reaches the next multiple of N committed versions it rebuilds the parameters
+ * time the global model reaches the next multiple of N committed versions (or passed it: only the
+ * current version can be read, so a busy evaluator takes the first one it sees) it rebuilds the parameters
  * from Redis (common/run_state.c: snapshot + log replay, digest-checked, as a shard-server loads them),
  * computes the trainer's validation loss on them and appends it to the stream dl:{R}:evals with the
  * entry ID "<version>-1": fields loss, version, tokens (the tokens the live workers reported so far) and
@@ -21,7 +22,7 @@
 typedef struct evaluator_options {
     const char *redis_url;
     const char *run;
-    int every;                 /* evaluate each N-th version (N >= 1) */
+    int every;                 /* evaluate once per N versions (N >= 1) */
     int poll_ms;               /* between looks at the shard versions */
     int connect_timeout_ms;
     const volatile int *stop;  /* set by a signal handler: leave after the current evaluation */

@@ -2,8 +2,8 @@
  *
  * Each worker minimises its own separable least-squares problem
  *     f_w(x) = 1/(2n) * sum_i a_wi (x_i - c_wi)^2,   a_wi in [0.5, 1.5), c_wi in [-1, 1)
- * drawn from (run seed, worker id), with AdamW (validation loss: f on a problem drawn from the run seed
- * alone). It is cheap (O(n) per step), deterministic, and its
+ * drawn from (run seed, worker id), with AdamW (validation loss: the expected f of a worker not seen
+ * yet). It is cheap (O(n) per step), deterministic, and its
  * optimum differs per worker, so averaging pseudo-gradients really matters. The exactness tests
  * replay it in-process (tests/tools/ref_quadratic.c) to check the distributed run bit for bit. */
 #ifndef DILOCO_QUADRATIC_H

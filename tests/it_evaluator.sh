@@ -5,6 +5,7 @@
 #     evaluator racing it: the stream's versions are strictly increasing (no duplicate), the restarted
 #     ones continued after the last entry, and the final version's loss equals
 #     what `bin/worker --eval-only` prints for the same parameters.
+#     `coordinator status`, /status and /metrics show the newest evaluation.
 #  2. a tiny GPT on the Bible: the loss published for the final version equals --eval-only's, and falls.
 . "$(dirname "$0")/lib.sh"
 start_redis
@@ -46,13 +47,29 @@ evals $RUN > "$TMP/quad.evals"
 say "quadratic: $(wc -l < "$TMP/quad.evals") evaluations: $(cut -d' ' -f1 "$TMP/quad.evals" | tr '\n' ' ')"
 awk 'NR > 1 && $1 <= last {exit 1} {last = $1}' "$TMP/quad.evals" \
   || fail "versions not strictly increasing: $(cat "$TMP/quad.evals")"
-grep -q "next at version $((before + 2))" "$TMP/evaluator-b.log" "$TMP/evaluator-c.log" \
+grep -q "next at version $(((before / 2 + 1) * 2))" "$TMP/evaluator-b.log" "$TMP/evaluator-c.log" \
   || fail "the restarted evaluator did not continue after version $before"
 [ "$(awk -v b="$before" '$1 > b' "$TMP/quad.evals" | wc -l)" -ge 2 ] || fail "no evaluations after the restart"
 got=$(tail -n 1 "$TMP/quad.evals" | cut -d' ' -f2)
 want=$(eval_only $RUN)
 [ "$got" = "$want" ] || fail "published loss $got for version $final, --eval-only prints $want"
 say "quadratic: version $final loss $got = --eval-only"
+short=$(printf '%.4f' "$got")
+bin/coordinator status --redis "$URL" --run $RUN > "$TMP/status.txt" || fail "coordinator status"
+grep -q "^validation loss $short at version $final " "$TMP/status.txt" || fail "status: $(grep -i validation "$TMP/status.txt")"
+HP=$(free_port)
+bin/coordinator serve --redis "$URL" --run $RUN --http "127.0.0.1:$HP" --print-every 0 > "$TMP/coord.log" 2>&1 &
+PIDS="$PIDS $!"
+wait_until 10 "curl -s http://127.0.0.1:$HP/metrics > $TMP/metrics.txt" "GET /metrics"
+grep -q "^diloco_eval_version{run=\"$RUN\"} $final\$" "$TMP/metrics.txt" || fail "metrics: $(grep eval "$TMP/metrics.txt")"
+grep -q "^diloco_eval_loss{run=\"$RUN\"} $short" "$TMP/metrics.txt" || fail "metrics: $(grep eval "$TMP/metrics.txt")"
+curl -s "http://127.0.0.1:$HP/status" | python3 -c '
+import json, sys
+d = json.load(sys.stdin); n = int(sys.argv[1]); final = int(sys.argv[2])
+assert len(d["evals"]) == n and d["eval_version"] == final and d["evals"][-1]["version"] == final, d["evals"]
+assert abs(d["eval_loss"] - float(sys.argv[3])) < 1e-6' "$(wc -l < "$TMP/quad.evals")" $final "$got" \
+  || fail "/status evals"
+say "status, /status and /metrics show version $final at $short"
 
 # ---- 2. tiny GPT
 prepare_bible

@@ -10,7 +10,9 @@ OUT=$TMP/quality
 /usr/bin/python3 bench/quality --smoke --out "$OUT" > "$TMP/bench.log" 2>&1 || fail "bench/quality --smoke: $(tail -n 5 "$TMP/bench.log")"
 for f in result.json table.md; do [ -s "$OUT/$f" ] || fail "no $f"; done
 if command -v gnuplot >/dev/null 2>&1; then
-  for f in loss_vs_tokens.svg final_vs_h.svg; do grep -q '<svg' "$OUT/$f" || fail "no plot $f"; done
+  for f in loss_vs_tokens.png final_vs_h.png; do
+    [ "$(head -c 4 "$OUT/$f" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "no plot $f"
+  done
 fi
 python3 - "$OUT/result.json" <<'PY' || fail "result.json: $(cat "$OUT/result.json" | head -c 2000)"
 import json, math, sys

@@ -82,7 +82,7 @@ static void usage(FILE *f) {
             "  --evaluate-every N        evaluator: do not train; publish the validation loss of every N-th\n"
             "                            committed version to the stream dl:{R}:evals (see docs/quality.md)\n"
             "  --final-sync              after the last step, sync every fragment at once (diloco_force_sync)\n"
-            "  --step-delay-ms MS        (quadratic) sleep per step, to simulate a slow machine\n"
+            "  --step-delay-ms MS        sleep after each step, to simulate a slower machine (tests)\n"
             "  --quad-lr LR              (quadratic) inner AdamW learning rate (default 0.01)\n"
             "  --device-hooks MODE       auto: DiLoCo on the device when the trainer runs on a GPU (default);\n"
             "                            off: through the host buffer; host: testing, a host-memory stand-in\n"
@@ -248,7 +248,6 @@ static trainer *make_trainer(const worker_args *a, const runconf *rc, char **res
         q.numel = (size_t)rc->numel;
         q.seed = rc->seed;
         q.worker_id = a->dl.worker_id;
-        q.step_delay_ms = a->step_delay_ms;
         q.lr = (float)a->quad_lr;
         return quadratic_trainer_create(&q, err, errlen);
     }
@@ -315,6 +314,7 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf) {
             log_error("training step failed: %s", err);
             return -1;
         }
+        if (a->step_delay_ms) sleep_ms(a->step_delay_ms); /* counts as training time, as a slow machine's would */
         step++;
         diloco_report(d, st.loss, st.tokens);
         int synced = diloco_after_step(d, err, sizeof err);

@@ -47,7 +47,6 @@ static int quadratic_step(trainer *t, trainer_stats *out, char *err, size_t errl
         float mhat = q->m[i] / bc1, vhat = q->v[i] / bc2;
         x[i] -= o->lr * mhat / (sqrtf(vhat) + o->eps);
     }
-    if (o->step_delay_ms) sleep_ms(o->step_delay_ms);
     out->loss = loss / (double)o->numel;
     out->eval_loss = -1;
     out->tokens = q->step;

@@ -18,7 +18,6 @@ typedef struct quadratic_options {
     uint64_t seed;          /* the run's seed */
     const char *worker_id;  /* mixes into the problem: every worker has its own */
     float lr, beta1, beta2, eps, weight_decay;
-    unsigned step_delay_ms; /* sleep per step: simulates a slower machine in tests */
 } quadratic_options;
 
 void quadratic_options_default(quadratic_options *o);

@@ -83,7 +83,7 @@ LIBDILOCO = $(BUILD)/worker/libdiloco-objs.a
 LIBTRAINERS = $(BUILD)/libtrainers.a
 
 .PHONY: all deps test demo bench clean cuda-check format
-all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker lib
+all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker lib $(BUILD)/diloco.lua
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -96,7 +96,14 @@ deps:
 	@# node and npm drive the browser test; a machine may already have them from elsewhere (nodesource)
 	@command -v npm >/dev/null 2>&1 || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm; }
 
-$(BUILD)/gen/lua_library.c: lua/diloco.lua tools/embed.sh
+# The Functions library is one file for Redis (FUNCTION LOAD takes one script) but several in lua/,
+# one concern each, joined in name order.
+LUA_SRC = $(sort $(wildcard lua/[0-9]*.lua))
+$(BUILD)/diloco.lua: $(LUA_SRC)
+	@mkdir -p $(dir $@)
+	cat $(LUA_SRC) > $@
+
+$(BUILD)/gen/lua_library.c: $(BUILD)/diloco.lua tools/embed.sh
 	@mkdir -p $(dir $@)
 	sh tools/embed.sh lua_library $< > $@
 

@@ -71,6 +71,7 @@ def main():
         (st, "crafted-shape-overflow.safetensors"): safetensors(
             {"x": {"dtype": "U8", "shape": [1 << 32, 1 << 32], "data_offsets": [0, 0]}}),
     }
+    files[(st, "checkpoint.safetensors")] = files[(ck, "valid-dn.safetensors")]
     for (folder, name), data in files.items():
         with open(os.path.join(folder, name), "wb") as f:
             f.write(data)

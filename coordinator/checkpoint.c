@@ -18,6 +18,7 @@
 
 #include "coordinator.h"
 #include "keys.h"
+#include "layout.h"
 #include "log.h"
 #include "model.h"
 #include "outer.h"
@@ -33,26 +34,20 @@
 
 /* ---- the trainer layout, as metadata ------------------------------------------------------------- */
 
-/* [[name, [shape...], offset], ...] of the trainer's tensors, or NULL when the model string is not
- * one we can parse (the checkpoint is then still valid, only without the per-tensor map). */
-static char *layout_json(const char *trainer, const char *model, uint64_t numel) {
+/* [[name, [shape...], offset], ...] of the run's tensors: the layout its config records (every run made
+ * since layouts are recorded, and the only source for a --from-state run), else the trainer's computed
+ * from the model string; NULL when neither is known (the checkpoint is then still valid, only without
+ * the per-tensor map). */
+static char *checkpoint_layout(const runconf *rc) {
+    if (rc->layout) return strdup(rc->layout);
     model_spec ms;
     model_tensor *t;
     int nt;
     size_t n;
-    if (model_spec_parse(trainer, model, &ms, NULL, 0) < 0 || model_layout(&ms, &t, &nt, &n, NULL, 0) < 0) return NULL;
-    json_t *arr = NULL;
-    if (n == numel) {
-        arr = json_array();
-        for (int i = 0; i < nt; i++) {
-            json_t *shape = json_array();
-            for (int d = 0; d < t[i].ndim; d++) json_array_append_new(shape, json_integer((json_int_t)t[i].shape[d]));
-            json_array_append_new(arr, json_pack("[s,o,I]", t[i].name, shape, (json_int_t)t[i].offset));
-        }
-    }
+    if (model_spec_parse(rc->trainer, rc->model, &ms, NULL, 0) < 0 || model_layout(&ms, &t, &nt, &n, NULL, 0) < 0)
+        return NULL;
+    char *s = n == rc->numel ? layout_json(t, nt) : NULL;
     free(t);
-    char *s = arr ? json_dumps(arr, JSON_COMPACT) : NULL;
-    json_decref(arr);
     return s;
 }
 
@@ -313,7 +308,7 @@ static json_t *build_metadata(const char *run, const export_data *d) {
         meta_set(m, "dn_buffer_xxh3", "%016" PRIx64, digest_f32(d->dnbuf, rc->numel));
     }
     meta_set(m, "created_ms", "%" PRIu64, wall_ms());
-    char *layout = layout_json(rc->trainer, rc->model, rc->numel);
+    char *layout = checkpoint_layout(rc);
     if (layout) json_object_set_new(m, "layout", json_string(layout));
     free(layout);
     free(buf);

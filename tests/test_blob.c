@@ -1,5 +1,5 @@
 /*
- * test_blob.c: the blob format (common/blob.c): round trips, rejection of every kind of corruption,
+ * test_blob.c: the blob format (common/format/blob.c): round trips, rejection of every kind of corruption,
  * forward compatibility (unknown keys ignored), the rules on which keys come together (dt, n, x; no key
  * twice; a non-empty op), and conformance with schemas/blob.md: an encoded
  * header with every field set carries exactly the keys that the schema's "Header keys" table lists.

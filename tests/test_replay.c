@@ -1,5 +1,5 @@
 /*
- * test_replay.c: common/replay.c, the snapshot + log replay that restores a shard's durable state,
+ * test_replay.c: common/math/replay.c, the snapshot + log replay that restores a shard's durable state,
  * checked bit for bit against applying outer_sgd_step directly (no Redis): first step, Nesterov and
  * plain momentum, no-op rounds (aux 0), momentum carried by a snapshot, mu 0, Delayed Nesterov
  * steps counted from a run's dn_t0 (a run resumed from a checkpoint), and rejection of blobs of the

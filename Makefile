@@ -190,9 +190,9 @@ FUZZ_SECONDS ?= 300
 FUZZ_ALL     = $(patsubst fuzz/fuzz_%.c,%,$(wildcard fuzz/fuzz_*.c))
 FUZZ_TARGETS ?= $(FUZZ_ALL)
 FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
-FUZZ_CFLAGS  = $(CSTD) -O1 -g $(WARN) $(DETERMINISTIC) $(FUZZ_SAN) -MMD -MP -Icommon -Imodel -Icoordinator -Ibuild/gen
-# what the targets call: common/ and the checkpoint reader (the coordinator's other files need a Redis)
-FUZZ_SRC     = $(COMMON_SRC) coordinator/checkpoint_read.c
+FUZZ_CFLAGS  = $(CSTD) -O1 -g $(WARN) $(DETERMINISTIC) $(FUZZ_SAN) -MMD -MP $(COMMON_INC) -Imodel -Icoordinator -Ibuild/gen
+# what the targets call: common/ and the file readers of the coordinator (its other files need a Redis)
+FUZZ_SRC     = $(COMMON_SRC) coordinator/checkpoint_read.c coordinator/from_state.c
 FUZZ_OBJ     = $(FUZZ_SRC:%.c=$(BUILD)/fuzz/obj/%.o) $(BUILD)/fuzz/obj/gen/lua_library.o
 ifneq ($(FUZZ_CC),)
 FUZZ_BIN     = $(FUZZ_ALL:%=$(BUILD)/fuzz/fuzz_%)
@@ -207,8 +207,8 @@ $(BUILD)/fuzz/obj/gen/%.o: $(BUILD)/gen/%.c
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
 ifeq ($(shell uname -m),x86_64)
-$(BUILD)/fuzz/obj/common/hash_avx2.o: FUZZ_CFLAGS += -mavx2
-$(BUILD)/fuzz/obj/common/outer_avx2.o: FUZZ_CFLAGS += -mavx2 -mfma
+$(BUILD)/fuzz/obj/common/math/hash_avx2.o: FUZZ_CFLAGS += -mavx2
+$(BUILD)/fuzz/obj/common/math/outer_avx2.o: FUZZ_CFLAGS += -mavx2 -mfma
 endif
 $(BUILD)/fuzz/libfuzzcommon.a: $(FUZZ_OBJ)
 	@rm -f $@; ar rcs $@ $^

@@ -1,4 +1,4 @@
-/* fuzz_blob.c: libFuzzer target of blob_decode (common/blob.c): header, payload length and checksum
+/* fuzz_blob.c: libFuzzer target of blob_decode (common/format/blob.c): header, payload length and checksum
  * of a whole blob, as a shard-server reads snapshots and log entries from Redis.
  * Checks besides the sanitizers: an accepted payload lies inside the input, has exactly count
  * elements, and passes blob_check_payload again. */

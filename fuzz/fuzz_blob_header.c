@@ -1,4 +1,4 @@
-/* fuzz_blob_header.c: libFuzzer target of blob_decode_header (common/blob.c), the first decoder every
+/* fuzz_blob_header.c: libFuzzer target of blob_decode_header (common/format/blob.c), the first decoder every
  * frame from a peer and every durable blob from Redis meets.
  * Checks besides the sanitizers: an accepted header lies inside the input, its strings are
  * terminated, and encoding it again gives a header that decodes to the same fields. */

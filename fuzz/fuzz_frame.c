@@ -1,4 +1,4 @@
-/* fuzz_frame.c: libFuzzer target of frame_recv and frame_recv_place (common/frame.c): the bytes a
+/* fuzz_frame.c: libFuzzer target of frame_recv and frame_recv_place (common/net/frame.c): the bytes a
  * peer sends on a data-plane connection, written into a socket pair whose far end is then closed,
  * read frame after frame until the first error (as a worker reads a shard-server's replies).
  * Byte 0 picks the reader: frame_recv into a small buffer, or frame_recv_place, whose big payloads go

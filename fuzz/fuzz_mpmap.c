@@ -1,4 +1,4 @@
-/* fuzz_mpmap.c: libFuzzer target of mpmap_get_str and mpmap_get_num (common/mpmap.c), which read the
+/* fuzz_mpmap.c: libFuzzer target of mpmap_get_str and mpmap_get_num (common/format/mpmap.c), which read the
  * msgpack records of dl:{R}:workers and dl:{R}:servers (a shard-server's address, a worker's speed).
  * Checks besides the sanitizers: a string found is terminated within the buffer given. */
 #include <stdint.h>

@@ -1,4 +1,4 @@
-/* fuzz_mpscan.c: libFuzzer target of mpscan_object (common/mpscan.c), the bounds check that runs on
+/* fuzz_mpscan.c: libFuzzer target of mpscan_object (common/format/mpscan.c), the bounds check that runs on
  * untrusted msgpack before msgpack-c allocates anything.
  * Checks besides the sanitizers: an object mpscan accepts lies inside the input, and msgpack-c never
  * finds it incomplete nor parses a different length: the scan and msgpack-c agree on where the

@@ -1,4 +1,4 @@
-/* fuzz_replay.c: libFuzzer target of the log replay (common/replay.c): a shard's durable state as
+/* fuzz_replay.c: libFuzzer target of the log replay (common/math/replay.c): a shard's durable state as
  * blobs read from Redis, a snapshot then log entries, decoded with blob_decode and applied with
  * replay_state_snapshot / replay_state_log as a shard-server does when it loads a shard.
  * Input: byte 0 = the shard's element count n (1..16) and whether the run has a Delayed Nesterov

@@ -1,4 +1,4 @@
-/* fuzz_safetensors.c: libFuzzer target of the safetensors reader (common/safetensors.c) on a file held
+/* fuzz_safetensors.c: libFuzzer target of the safetensors reader (common/format/safetensors.c) on a file held
  * in memory: header, tensor table, metadata, and the fp32 conversion of every float tensor.
  * Checks besides the sanitizers: every tensor the parser accepts lies inside the data section and
  * its byte length is numel times its dtype's size. */

@@ -1,4 +1,4 @@
-/* fuzz_url.c: libFuzzer target of redis_url_parse and redis_url_format (common/url.c): the URL of
+/* fuzz_url.c: libFuzzer target of redis_url_parse and redis_url_format (common/net/url.c): the URL of
  * --redis, --redis-file and $DL_REDIS_URL.
  * Checks besides the sanitizers: what is accepted is in range (port 1..65535, db >= 0, terminated
  * fields), and a URL without credentials formats to one that parses back to the same place. */

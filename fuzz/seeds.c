@@ -2,7 +2,7 @@
  * (fuzz/corpus/NAME/, see docs/fuzzing.md); fuzz/seeds_checkpoint.py writes those of safetensors and
  * checkpoint. `make fuzz-seeds` runs both.
  *
- * The seeds are what the real encoders produce (common/blob.c for every op of schemas/blob.md, the
+ * The seeds are what the real encoders produce (common/format/blob.c for every op of schemas/blob.md, the
  * Lua library's msgpack records, a Redis Cluster's replies), plus the crafted headers of issue 17
  * (a dtype of 2^32 + 1, a checksum without a dtype) and a key given twice, so the fuzzer starts from
  * deep inside each decoder and a regression on any of them fails `make test` at once. */
@@ -90,7 +90,9 @@ static void blobs(void) {
 /* the crafted headers of issue 17 and a repeated key, packed by hand: no encoder writes them */
 static void crafted_headers(void) {
     struct { const char *name; int wide_dt, x_only, twice; } c[] = {
-        {"crafted-dtype-2p32-plus-1.bin", 1, 0, 0}, {"crafted-x-without-dt.bin", 0, 1, 0}, {"crafted-key-twice.bin", 0, 0, 1}};
+        {"crafted-dtype-2p32-plus-1.bin", 1, 0, 0},
+        {"crafted-x-without-dt.bin", 0, 1, 0},
+        {"crafted-key-twice.bin", 0, 0, 1}};
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         msgpack_sbuffer sb;
         msgpack_packer pk;
@@ -244,7 +246,8 @@ static void resp(void) {
             "*3\r\n:10923\r\n:16383\r\n*3\r\n$0\r\n\r\n:7002\r\n$3\r\nid3\r\n");
     put_str("cluster", "moved.resp", "-MOVED 3999 127.0.0.1:6381\r\n-ASK 12182 [::1]:7002\r\n-MOVED 5 :6380\r\n");
     put_str("cluster", "bad-port.resp", "*1\r\n*3\r\n:0\r\n:16383\r\n*2\r\n$1\r\nh\r\n:70000\r\n");
-    put_str("cluster", "fcall.resp", "*5\r\n$5\r\nFCALL\r\n$9\r\ndl_arrive\r\n$1\r\n1\r\n$9\r\ndl:{r}:st\r\n$1\r\nx\r\n");
+    put_str("cluster", "fcall.resp",
+            "*5\r\n$5\r\nFCALL\r\n$9\r\ndl_arrive\r\n$1\r\n1\r\n$9\r\ndl:{r}:st\r\n$1\r\nx\r\n");
     put_str("cluster", "get.resp", "*2\r\n$3\r\nGET\r\n$14\r\ndl:{r:3}:snap:1\r\n");
 }
 

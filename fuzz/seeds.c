@@ -3,7 +3,7 @@
  * checkpoint. `make fuzz-seeds` runs both.
  *
  * The seeds are what the real encoders produce (common/format/blob.c for every op of schemas/blob.md, the
- * Lua library's msgpack records, a Redis Cluster's replies), plus the crafted headers of issue 17
+ * Lua library's msgpack records, a Redis Cluster's replies, a run's config hash), plus the crafted headers of issue 17
  * (a dtype of 2^32 + 1, a checksum without a dtype) and a key given twice, so the fuzzer starts from
  * deep inside each decoder and a regression on any of them fails `make test` at once. */
 #include <msgpack.h>
@@ -251,6 +251,30 @@ static void resp(void) {
     put_str("cluster", "get.resp", "*2\r\n$3\r\nGET\r\n$14\r\ndl:{r:3}:snap:1\r\n");
 }
 
+/* HGETALL dl:{R}:config as a Redis answers it, from name/value pairs */
+static void config_reply(const char *name, const char *const *kv, size_t n) {
+    char buf[4096];
+    size_t used = (size_t)snprintf(buf, sizeof buf, "*%zu\r\n", n);
+    for (size_t i = 0; i < n; i++)
+        used += (size_t)snprintf(buf + used, sizeof buf - used, "$%zu\r\n%s\r\n", strlen(kv[i]), kv[i]);
+    put("runconf", name, buf, used);
+}
+
+static void configs(void) {
+    static const char *const sync_run[] = {
+        "numel", "200000", "shard_bounds", "0,25000,50000,75000,100000,125000,150000,175000,200000",
+        "frag_bounds", "0,8", "mode", "sync", "snapshot_every", "2", "seed", "7", "trainer", "quadratic",
+        "model", "--numel 200000", "secret", "0123456789abcdef0123456789abcdef", "weight_by", "examples",
+        "layout", "[[\"x\",[200000],0]]"};
+    static const char *const async_dn[] = {
+        "numel", "40000", "shard_bounds", "0,10000,20000,30000,40000", "frag_bounds", "0,2,4", "mode", "async",
+        "dn_buffer", "3", "dn_variant", "forgather", "dn_t0", "8", "weight_by", "tokens",
+        "weight_ref_tokens", "4096"};
+    config_reply("sync.resp", sync_run, sizeof sync_run / sizeof sync_run[0]);
+    config_reply("async-dn.resp", async_dn, sizeof async_dn / sizeof async_dn[0]);
+    put_str("runconf", "not-a-hash.resp", "-ERR wrong kind\r\n:7\r\n*2\r\n$5\r\nnumel\r\n:5\r\n");
+}
+
 int main(int argc, char **argv) {
     if (argc != 2) {
         fprintf(stderr, "usage: %s DIR   (writes DIR/<target>/ seed files; make fuzz-seeds)\n", argv[0]);
@@ -266,5 +290,6 @@ int main(int argc, char **argv) {
     replays();
     urls();
     resp();
+    configs();
     return 0;
 }

@@ -7,6 +7,7 @@
 #   make test    deps + build + every test (unit tests on cmocka, integration tests on a real redis-server)
 #   make demo    deps + build + train a GPT on the King James Bible with Redis, shard-servers, workers
 #   make bench   build the benchmarks under bench/
+#   make fuzz    build the libFuzzer targets (clang-14) and run each for FUZZ_SECONDS (docs/fuzzing.md)
 #
 # Sources are found by wildcard: a new .c file in a module folder is built without touching this file.
 # Each test is tests/test_*.c (a cmocka program) or tests/it_*.sh (an integration script).
@@ -32,7 +33,7 @@ BLASLIBS  = -lopenblas -fopenmp
 DEB_PKGS  = build-essential pkg-config libhiredis-dev redis-server redis-tools libevent-dev libmsgpack-dev \
             libopenblas-dev libxxhash-dev libjansson-dev libcmocka-dev libssl-dev bible-kjv bible-kjv-text \
             python3-torch python3-numpy python3-yaml iproute2 procps chromium curl stunnel4 openssl gnuplot-nox \
-            qemu-user
+            qemu-user clang-14 libclang-rt-14-dev
 
 BUILD = build
 BIN   = bin
@@ -186,6 +187,58 @@ format:
 
 clean:
 	rm -rf $(BUILD) $(BIN)
+
+# ---- fuzzing: libFuzzer targets of every decoder of untrusted bytes (docs/fuzzing.md) ----------------
+#
+# fuzz/fuzz_NAME.c is a target (found by wildcard, like the tests); fuzz/corpus/NAME/ its committed
+# seeds. Everything it calls is compiled again with clang and AddressSanitizer + UBSan into
+# build/fuzz/, so a sanitizer finding is a crash with the input that caused it.
+#   make fuzz-build                       build/fuzz/fuzz_NAME for every target (part of tests-build)
+#   make fuzz [FUZZ_SECONDS=300] [FUZZ_TARGETS="blob url"]   run each target that long (new inputs go
+#                                         to build/fuzz/corpus/NAME, crashes to build/fuzz/artifacts/)
+#   make fuzz-seeds                       write the seed corpora again (fuzz/seeds.c, fuzz/seeds_checkpoint.py)
+# tests/it_fuzz.sh (make test) replays every seed and fuzzes each target for a few seconds.
+FUZZ_CC     ?= $(shell command -v clang-14 2>/dev/null || command -v clang 2>/dev/null)
+FUZZ_SECONDS ?= 300
+FUZZ_ALL     = $(patsubst fuzz/fuzz_%.c,%,$(wildcard fuzz/fuzz_*.c))
+FUZZ_TARGETS ?= $(FUZZ_ALL)
+FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_CFLAGS  = $(CSTD) -O1 -g $(WARN) $(DETERMINISTIC) $(FUZZ_SAN) -MMD -MP $(COMMON_INC) -Imodel -Icoordinator -Ibuild/gen
+# what the targets call: common/ and the file readers of the coordinator (its other files need a Redis)
+FUZZ_SRC     = $(COMMON_SRC) coordinator/checkpoint_read.c coordinator/from_state.c
+FUZZ_OBJ     = $(FUZZ_SRC:%.c=$(BUILD)/fuzz/obj/%.o) $(BUILD)/fuzz/obj/gen/lua_library.o
+ifneq ($(FUZZ_CC),)
+FUZZ_BIN     = $(FUZZ_ALL:%=$(BUILD)/fuzz/fuzz_%)
+else
+$(info make: clang not found (apt-get install clang-14 libclang-rt-14-dev): the fuzz targets are left out)
+endif
+
+$(BUILD)/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+$(BUILD)/fuzz/obj/gen/%.o: $(BUILD)/gen/%.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+ifeq ($(shell uname -m),x86_64)
+$(BUILD)/fuzz/obj/common/math/hash_avx2.o: FUZZ_CFLAGS += -mavx2
+$(BUILD)/fuzz/obj/common/math/outer_avx2.o: FUZZ_CFLAGS += -mavx2 -mfma
+endif
+$(BUILD)/fuzz/libfuzzcommon.a: $(FUZZ_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(BUILD)/fuzz/fuzz_%: fuzz/fuzz_%.c $(BUILD)/fuzz/libfuzzcommon.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/fuzz/libfuzzcommon.a $(LDLIBS)
+$(BUILD)/fuzz/seeds: fuzz/seeds.c $(LIBCOMMON)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIBCOMMON) $(LDLIBS)
+
+.PHONY: fuzz fuzz-build fuzz-seeds
+fuzz-build: $(FUZZ_BIN)
+tests-build: fuzz-build
+fuzz: fuzz-build
+	sh fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+fuzz-seeds: $(BUILD)/fuzz/seeds
+	$(BUILD)/fuzz/seeds fuzz/corpus
+	python3 fuzz/seeds_checkpoint.py fuzz/corpus
 
 # ---- libdiloco for other programs: build/libdiloco.so and .a, libdiloco.pc, make install -----------
 #

@@ -111,7 +111,7 @@ $(BUILD)/common/%.o $(BUILD)/model/%.o $(BUILD)/worker/diloco/%.o $(BUILD)/worke
 GPT_OPT = -O3
 $(BUILD)/worker/gpt/%.o: OPT = $(GPT_OPT)
 $(BUILD)/worker/gpt/%.o: CFLAGS += $(DETERMINISTIC)
-# objects built with other flags (-march=native before) are rebuilt: a stamp that changes with them
+# objects built with other flags are rebuilt: a stamp that changes with them
 $(BUILD)/gpt-cflags.stamp: FORCE
 	@mkdir -p $(BUILD); echo '$(GPT_OPT) $(DETERMINISTIC)' | cmp -s - $@ || echo '$(GPT_OPT) $(DETERMINISTIC)' > $@
 $(TRAINERS_SRC:%.c=$(BUILD)/%.o): $(BUILD)/gpt-cflags.stamp

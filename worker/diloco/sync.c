@@ -344,7 +344,7 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
         if (rconn_reply_error(d->ctl, b, err, errlen) == 0 && b->type == REDIS_REPLY_ARRAY && b->elements >= 1) {
             const char *state = b->element[0]->str;
             int rc = strcmp(state, "closed") == 0 ? DL_OK : strcmp(state, "open") == 0 ? DL_RETRY : DL_STALE;
-            /* a library without the count (older than this worker): do not wait, as before */
+            /* a Redis library older than this worker sends no count: do not wait */
             if (joiner && rc == DL_RETRY &&
                 (b->elements < 5 || b->element[4]->type != REDIS_REPLY_INTEGER || b->element[4]->integer == 0))
                 rc = DL_NEED;

@@ -1,5 +1,5 @@
 /* diloco_cuda.cu: libdiloco's device hooks on CUDA (see diloco_cuda.h): the pseudo-gradient kernel
- * against a device snapshot of the global parameters, with the bf16 rounding of common/bf16.c and a
+ * against a device snapshot of the global parameters, with the bf16 rounding of common/math/bf16.c and a
  * finite check, and the loads of new global parameters on a sync stream of their own, ordered with
  * the training stream by events.
  *
@@ -44,7 +44,7 @@ struct dl_cuda {
 
 /* ---- kernels -------------------------------------------------------------------------------- */
 
-/* common/bf16.c's bf16_from_bits: add 0x7fff plus the lowest kept bit (nearest, ties to even; a carry
+/* common/math/bf16.c's bf16_from_bits: add 0x7fff plus the lowest kept bit (nearest, ties to even; a carry
  * bumps the exponent, up to Inf), and a NaN keeps its sign and top mantissa bits with the quiet bit
  * forced so truncation cannot turn it into Inf. */
 __device__ __forceinline__ uint16_t bf16_bits(unsigned b) {

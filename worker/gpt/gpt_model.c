@@ -131,7 +131,7 @@ static inline float vexpf(float x) {
 static inline float vtanhf(float u) { return 1.0f - 2.0f / (1.0f + vexpf(2.0f * u)); }
 
 /* ---- sums with the same bits on every CPU ---------------------------------------------------
- * The kernels below are HOT_CLONES (common/clones.h): an x86-64-v3 build and a baseline build, picked
+ * The kernels below are HOT_CLONES (common/base/clones.h): an x86-64-v3 build and a baseline build, picked
  * at load time. `omp simd reduction` would split a sum into as many partial sums as the vector has
  * lanes, so the two builds would round differently. LANE_SUM keeps SUM_LANES interleaved partial sums
  * instead (lane k takes elements k, k + SUM_LANES, ...), which a vector of 4, 8 or 16 floats computes

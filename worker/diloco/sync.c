@@ -420,7 +420,7 @@ static int confirm_reset(diloco *d, int f, const char *why, char *err, size_t er
 static int get_round(diloco *d, int first, int last, const get_arg *ga, char *err, size_t errlen);
 
 /* How long sync_confirm_durable waits for a commit that the lease says is on its way before it sends
- * its Δ again and asks (a commit takes milliseconds to ~1 s, a few s when Redis is slow). */
+ * its Δ again and asks: longer than a commit takes, even when Redis is slow. */
 #define CONFIRM_PATIENCE_MS 5000
 
 /* Fragment f's shards at version want, durably. Our kept Δ of round want-1 goes to every owner first

@@ -21,14 +21,16 @@ WARN      = -Wall -Wextra -Werror
 # codes), math/ (the outer step, hashing, bf16, codecs, log replay) and base/ (logging, time, errors, signals).
 # Headers are included by name ("blob.h"), so a module can move between folders without touching callers.
 COMMON_INC = -Icommon/net -Icommon/format -Icommon/math -Icommon/base -Icommon
-CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -pthread -MMD -MP $(COMMON_INC) -Imodel -Iworker -Ibuild/gen \
-            -I/usr/include/x86_64-linux-gnu/openblas-pthread
+# OpenBLAS's header and library as the distribution installs them (Debian: openblas-pthread/)
+OPENBLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+OPENBLAS_LIBS   := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
+CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -pthread -MMD -MP $(COMMON_INC) -Imodel -Iworker -Ibuild/gen $(OPENBLAS_CFLAGS)
 # The outer step, the averaging and everything on the pseudo-gradient path must be bit-reproducible:
 # no fused multiply-add contraction anywhere but in the trainer (which has its own flags below); the
 # outer step's explicit fmaf calls (common/math/outer_fma.h) are exactly rounded, so they are no exception.
 DETERMINISTIC = -ffp-contract=off
 LDLIBS    = -lhiredis -levent -levent_pthreads -lmsgpackc -lxxhash -ljansson -lcrypto -lm -pthread
-BLASLIBS  = -lopenblas -fopenmp
+BLASLIBS  = $(OPENBLAS_LIBS) -fopenmp
 
 DEB_PKGS  = build-essential pkg-config libhiredis-dev redis-server redis-tools libevent-dev libmsgpack-dev \
             libopenblas-dev libxxhash-dev libjansson-dev libcmocka-dev libssl-dev bible-kjv bible-kjv-text \
@@ -116,7 +118,16 @@ $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/common/%.o $(BUILD)/model/%.o $(BUILD)/worker/diloco/%.o $(BUILD)/worker/trainers/%.o $(BUILD)/shard-server/%.o: CFLAGS += $(DETERMINISTIC)
-$(BUILD)/worker/gpt/%.o: OPT = -O3 -march=native
+# No -march=native anywhere: a binary must run on every x86-64 of a scattered fleet. The hot kernels
+# carry their own x86-64-v3 build, picked at load time (HOT_CLONES, common/base/clones.h), and give the
+# same bits in both builds (tests/it_portable_gpt_bits.sh).
+GPT_OPT = -O3
+$(BUILD)/worker/gpt/%.o: OPT = $(GPT_OPT)
+$(BUILD)/worker/gpt/%.o: CFLAGS += $(DETERMINISTIC)
+# objects built with other flags are rebuilt: a stamp that changes with them
+$(BUILD)/gpt-cflags.stamp: FORCE
+	@mkdir -p $(BUILD); echo '$(GPT_OPT) $(DETERMINISTIC)' | cmp -s - $@ || echo '$(GPT_OPT) $(DETERMINISTIC)' > $@
+$(TRAINERS_SRC:%.c=$(BUILD)/%.o): $(BUILD)/gpt-cflags.stamp
 # AVX2 builds (xxhash's AVX2 code path; the commit's kernel, with FMA; the codec's block kernels, no FMA):
 # only called when the CPU has them
 ifeq ($(shell uname -m),x86_64)
@@ -165,7 +176,7 @@ $(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODE
 $(BIN)/bench-%: bench/%.c $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	@mkdir -p $(BUILD)/bench
-	$(CC) $(CFLAGS) -O3 -march=native -fopenmp -MF $(BUILD)/bench/$*.d -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -O3 -fopenmp -MF $(BUILD)/bench/$*.d -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
 test: deps
 	$(MAKE) all tests-build

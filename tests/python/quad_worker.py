@@ -88,6 +88,7 @@ def main():
     ap.add_argument("--numel", type=int, required=True)
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--no-bf16", action="store_true")
+    ap.add_argument("--fragment-alpha", type=float, default=0.0, help="Streaming DiLoCo's fragment_update_alpha")
     ap.add_argument("--digests", default=None, help="write \"round digest\" per sync here")
     ap.add_argument("--sync-log", default=None, help="write each sync's SyncInfo as a JSON line here")
     ap.add_argument("--step-delay", type=float, default=0.0, help="seconds to sleep per step (a slower machine)")
@@ -102,7 +103,8 @@ def main():
     synclog = open(args.sync_log, "w") if args.sync_log else None
     before = signal.getsignal(signal.SIGINT)
     with rediloco.DiLoCo(args.url, args.run, model, inner, sync_every=args.h, worker_id=args.worker_id,
-                         bf16=not args.no_bf16, heartbeat_interval=args.heartbeat) as dl:
+                         bf16=not args.no_bf16, heartbeat_interval=args.heartbeat,
+                         fragment_update_alpha=args.fragment_alpha) as dl:
         step = 0
         for step in range(1, args.steps + 1):
             with torch.no_grad():

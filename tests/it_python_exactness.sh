@@ -7,24 +7,29 @@
 # three C trainers in-process); in the plain runs every worker's last sync also reports the reference's
 # digest of the whole vector, and the PyTorch workers saw the same digest every round.
 . "$(dirname "$0")/lib.sh"
-NUMEL=100000; SEED=11; ROUNDS=4; H=10
+NUMEL=50000; SEED=11; ROUNDS=4; H=10
 start_redis
+flags_of() { case $1 in fp32) echo --no-bf16;; stream) echo --fragment-alpha 0.5;; esac; }
+# the three runs train at the same time (each its own run, servers and workers); then each is checked
 for mode in bf16 fp32 stream; do
-  RUN=py$mode
-  flag=""; [ $mode = fp32 ] && flag=--no-bf16
-  [ $mode = stream ] && flag="--fragment-alpha 0.5"
+  RUN=py$mode; flag=$(flags_of $mode)
   frags=1; [ $mode = stream ] && frags=4
   init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --fragments $frags --workers 3 --seed $SEED
   start_server a$mode --lease-ttl-ms 2000
   start_server b$mode --lease-ttl-ms 2000
-  start_worker w1 --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1 $flag
+  bin/worker --redis "$URL" --run $RUN --worker-id w1 --quiet --log "$TMP/w1-$mode.jsonl" --sync-every $H \
+    --steps $((ROUNDS * H)) --heartbeat-interval 1 $flag > "$TMP/worker-w1-$mode.log" 2>&1 &
+  eval "C_$mode=$!"; PIDS="$PIDS $!"
   for w in w2 w3; do
     /usr/bin/python3 tests/python/quad_worker.py "$URL" $RUN $w $((ROUNDS * H)) $H --numel $NUMEL --seed $SEED \
       $flag --digests "$TMP/$w-$mode.digests" > "$TMP/py-$w-$mode.log" 2>&1 &
-    eval "PY_$w=$!"; PIDS="$PIDS $!"
+    eval "PY_${w}_$mode=$!"; PIDS="$PIDS $!"
   done
-  wait "$WRK_w1" || fail "C worker w1 ($mode) exited with status $?"
-  for w in w2 w3; do eval "pid=\$PY_$w"; wait "$pid" || fail "PyTorch worker $w ($mode) exited with status $?"; done
+done
+for mode in bf16 fp32 stream; do
+  RUN=py$mode; flag=$(flags_of $mode)
+  eval "pid=\$C_$mode"; wait "$pid" || fail "C worker w1 ($mode) exited with status $?"
+  for w in w2 w3; do eval "pid=\$PY_${w}_$mode"; wait "$pid" || fail "PyTorch worker $w ($mode) exited with status $?"; done
   if [ $mode = stream ]; then
     build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers w1,w2,w3 --sync-every $H \
       --steps $((ROUNDS * H)) --alpha 0.5 --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" \
@@ -44,12 +49,11 @@ for mode in bf16 fp32 stream; do
     continue
   fi
   want=$(awk '/^all/ {print $2}' "$TMP/ref-$mode.txt")
-  c=$(grep '"event":"sync"' "$TMP/w1.jsonl" | tail -n 1 | sed 's/.*"digest":"\([0-9a-f]*\)".*/\1/')
+  c=$(grep '"event":"sync"' "$TMP/w1-$mode.jsonl" | tail -n 1 | sed 's/.*"digest":"\([0-9a-f]*\)".*/\1/')
   [ "$c" = "$want" ] || fail "$mode: C worker ends at $c, reference $want"
   [ "$(wc -l < "$TMP/w2-$mode.digests")" -eq $ROUNDS ] || fail "$mode: w2 logged $(wc -l < "$TMP/w2-$mode.digests") syncs"
   cmp -s "$TMP/w2-$mode.digests" "$TMP/w3-$mode.digests" || fail "$mode: the PyTorch workers' digests differ"
   py=$(tail -n 1 "$TMP/w2-$mode.digests" | cut -d' ' -f2)
   [ "$py" = "$want" ] || fail "$mode: PyTorch workers end at $py, reference $want"
   say "$mode: C + 2 PyTorch workers bit-identical to the reference after $ROUNDS rounds: $want"
-  rm -f "$TMP/w1.jsonl"
 done

@@ -104,18 +104,12 @@ int from_state_read(const char *path, from_state *fs, char *err, size_t errlen) 
     return rc;
 }
 
-static void shape_str(const model_tensor *t, char *out, size_t cap) {
-    size_t n = (size_t)snprintf(out, cap, "[");
-    for (int d = 0; d < t->ndim && n < cap; d++) n += (size_t)snprintf(out + n, cap - n, d ? ", %zu" : "%zu", t->shape[d]);
-    if (n < cap) snprintf(out + n, cap - n, "]");
-}
-
 int from_state_match(const from_state *fs, const model_tensor *t, int nt, const char *what, char *err,
                      size_t errlen) {
     for (int i = 0; i < fs->ntensors || i < nt; i++) {
         char a[96] = "", b[96] = "";
-        if (i < fs->ntensors) shape_str(&fs->tensors[i], a, sizeof a);
-        if (i < nt) shape_str(&t[i], b, sizeof b);
+        if (i < fs->ntensors) model_tensor_shape_str(&fs->tensors[i], a, sizeof a);
+        if (i < nt) model_tensor_shape_str(&t[i], b, sizeof b);
         const char *fa = i < fs->ntensors ? fs->tensors[i].name : "(none)", *fb = i < nt ? t[i].name : "(none)";
         if (strcmp(fa, fb) != 0 || strcmp(a, b) != 0) {
             err_set(err, errlen, "tensor %d of the file is '%s' %s, of %s '%s' %s: the file is not that model's "

@@ -11,12 +11,12 @@
  * Both are written atomically: temp file in the same folder, fsync, rename, fsync of the folder.
  *
  * Export reads Redis only (dl:{R}:config, dl:{R}:state, dl:{R}:shards and the shard blobs): it
- * rebuilds each shard with common/replay.c (snapshot + log replay + digest check) from refs read in
+ * rebuilds each shard with common/math/replay.c (snapshot + log replay + digest check) from refs read in
  * one HMGET, so all shards come from the same instant and must all be at the same version; while
  * they are not (a round is being committed) it waits and retries, up to a timeout.
  *
  * `coordinator init --from-checkpoint FILE` reads it back with checkpoint_read (coordinator/init.c).
- * Files: checkpoint.c (export), checkpoint_read.c (reading, on common/safetensors.c, which checks
+ * Files: checkpoint.c (export), checkpoint_read.c (reading, on common/format/safetensors.c, which checks
  * every size in the untrusted file), checkpoint_cmd.c (`coordinator checkpoint save|show`). */
 #ifndef DILOCO_CHECKPOINT_H
 #define DILOCO_CHECKPOINT_H

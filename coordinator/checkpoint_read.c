@@ -1,7 +1,7 @@
 /* checkpoint_read.c: reading a checkpoint back (checkpoint_read of checkpoint.h), for
  * `coordinator checkpoint show`, `init --from-checkpoint` and `repair --from-checkpoint`.
  *
- * common/safetensors.c parses the file and checks every size in it (no overflow, tensors inside the
+ * common/format/safetensors.c parses the file and checks every size in it (no overflow, tensors inside the
  * data section, no overlap or gap), so this file only checks that the tensors and the metadata are
  * the ones a ReDiLoCo checkpoint has, then reads the values and verifies their digests. */
 #include "checkpoint.h"

@@ -2,7 +2,7 @@
  * server.c: the data-plane listener and its connections.
  *
  * A frame is a u32 little-endian length L followed by L bytes of blob (msgpack header + raw payload,
- * common/blob.h). Requests on one connection are answered strictly in order, so a connection handles
+ * common/format/blob.h). Requests on one connection are answered strictly in order, so a connection handles
  * one request at a time: while a request waits (for Redis, for a shard to load, for a commit) the
  * connection reads no further frame. A frame longer than the largest legal blob is refused from its
  * length prefix alone (the payload is never buffered) and the connection is closed after the reply.

@@ -318,7 +318,7 @@ static int load_decode(ss_load *ld, redisReply *r, const char *key, const char *
     return 0;
 }
 
-/* The load's state as common/replay.c sees it (the one replay implementation). */
+/* The load's state as common/math/replay.c sees it (the one replay implementation). */
 static replay_state load_state(ss_load *ld, int64_t version)
 {
     const runconf *rc = &ld->ss->rc;

@@ -1,5 +1,5 @@
 /*
- * test_dp_error.c: the data-plane error table (common/dp_error.c) is whole and consistent: every code
+ * test_dp_error.c: the data-plane error table (common/format/dp_error.c) is whole and consistent: every code
  * fits the header's `c` field, codes are unique, lookup finds each row and nothing else, the worker's
  * actions are the ones the protocol promises for the codes it names, and docs/PROTOCOL.md and
  * schemas/blob.md each list exactly the codes of the table (run from the repository root, as
@@ -95,7 +95,7 @@ static void check_doc(const char *path, const char *heading)
         fail_msg("%s lists %d codes under '%s', the table has %d", path, n, heading, DP_ERR_COUNT);
     for (int i = 0; i < n; i++)
         if (dp_err_lookup(codes[i]) == NULL)
-            fail_msg("%s lists %s, which is not in common/dp_error.c", path, codes[i]);
+            fail_msg("%s lists %s, which is not in common/format/dp_error.c", path, codes[i]);
     for (int i = 0; i < DP_ERR_COUNT; i++) {
         int found = 0;
         for (int j = 0; j < n; j++)

@@ -1,5 +1,5 @@
 /*
- * test_safetensors.c: the safetensors reader (common/safetensors.c): a valid file's tensors,
+ * test_safetensors.c: the safetensors reader (common/format/safetensors.c): a valid file's tensors,
  * metadata and order; conversion of every float dtype to fp32; and a refusal, with its message, of
  * each malformed header the reader promises to catch, including the element count of 2^62 whose
  * byte size wraps around to a few bytes (the crafted checkpoint that crashed the coordinator).

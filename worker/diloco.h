@@ -127,7 +127,7 @@ typedef struct diloco_device_ops {
     void *ctx;                    /* passed back to every hook */
     /* The pseudo-gradient of [off, off+n): d = snapshot - params, one fp32 subtraction per element,
      * written to out as n bf16 values (bf16 != 0; round to nearest even, NaN made quiet, exactly as
-     * common/bf16.c) or n floats. Returns 0 when every d is finite; 1 when one is NaN or Inf, with
+     * common/math/bf16.c) or n floats. Returns 0 when every d is finite; 1 when one is NaN or Inf, with
      * *bad = the smallest such i (relative to off; out is then not used); -1 on a device error. */
     int (*delta)(void *ctx, size_t off, size_t n, int bf16, void *out, size_t *bad, char *err, size_t errlen);
     /* New global parameters base[0, n) (host) for [off, off+n): snapshot = base, and params as mode

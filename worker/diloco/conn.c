@@ -95,7 +95,7 @@ void conn_close_all(diloco *d) {
         }
 }
 
-/* An `err` reply: what the worker does follows the data-plane error table (common/dp_error.h). A code
+/* An `err` reply: what the worker does follows the data-plane error table (common/format/dp_error.h). A code
  * the table does not know (a newer server) fails the sync with the server's message. */
 static int reply_err_status(const blob_header *h, char *err, size_t errlen)
 {

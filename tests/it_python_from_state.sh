@@ -9,7 +9,8 @@
 #     the model's names; loading into another model is refused; bin/worker refuses a model of the same
 #     size whose tensors differ, naming them;
 #   - `python3 -m rediloco init --from-state`: a truncated file and an integer tensor get one clear error
-#     each and create nothing; a BF16 file becomes its values widened to fp32.
+#     each and create nothing; a BF16 file becomes its values widened to fp32;
+#   - `coordinator init --from-checkpoint` of the state run's checkpoint: same trainer, layout and values.
 . "$(dirname "$0")/lib.sh"
 PY="/usr/bin/python3 tests/python/from_state.py"
 start_redis
@@ -50,3 +51,11 @@ diff "$TMP/odd/want.txt" "$TMP/got.txt" > "$TMP/diff.txt" || fail "Redis's shard
 say "run from the model's state: 4 shard digests = XXH3 of the torch values; layout recorded"
 grep '^ok' "$TMP/check.txt"
 [ "$(grep -c '^ok' "$TMP/check.txt")" -eq 5 ] || fail "check: $(cat "$TMP/check.txt")"
+
+# a state run resumes from its checkpoint: same trainer, layout and values
+bin/coordinator init --redis "$URL" --run fs2 --from-checkpoint "$TMP/odd/ck.safetensors" > "$TMP/resume.txt" 2>&1 \
+  || fail "init --from-checkpoint of a state run: $(cat "$TMP/resume.txt")"
+[ "$($RCLI HGET "dl:{fs2}:config" trainer)" = state ] && [ "$($RCLI HGET "dl:{fs2}:config" layout)" = "$layout" ] \
+  || fail "the resumed run's trainer/layout: $($RCLI HGET "dl:{fs2}:config" trainer) $($RCLI HGET "dl:{fs2}:config" layout)"
+shard_digests fs2 | diff "$TMP/got.txt" - > /dev/null || fail "the resumed run's values differ from the checkpoint's"
+say "a checkpoint of the state run starts a new run with the same layout and values"

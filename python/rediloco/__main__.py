@@ -25,9 +25,14 @@ def main(argv):
     if argv[0] == "init":
         try:
             path = coordinator_path()
-            os.execv(path, [path, "init"] + argv[1:])
-        except (DiLoCoError, OSError) as e:
+        except DiLoCoError as e:
             print("python3 -m rediloco init: %s" % e, file=sys.stderr)
+            return 1
+        try:
+            os.execv(path, [path, "init"] + argv[1:])
+        except OSError as e:
+            print("python3 -m rediloco init: cannot run %s (%s): build ReDiLoCo (make) or set REDILOCO_COORDINATOR"
+                  % (path, e.strerror), file=sys.stderr)
             return 1
     if argv[0] == "version":
         from . import __version__, library_version

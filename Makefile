@@ -82,7 +82,7 @@ LIBMODEL  = $(BUILD)/libmodel.a
 LIBDILOCO = $(BUILD)/worker/libdiloco-objs.a
 LIBTRAINERS = $(BUILD)/libtrainers.a
 
-.PHONY: all deps test demo bench clean cuda-check
+.PHONY: all deps test demo bench clean cuda-check format
 all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker lib
 
 deps:
@@ -172,6 +172,10 @@ cuda-check: all tests-build
 demo: deps
 	$(MAKE) all
 	sh deploy/local/demo.sh
+
+# Reformat every C, header and CUDA file with .clang-format (Debian's clang-format).
+format:
+	git ls-files '*.c' '*.h' '*.cu' | xargs clang-format -i
 
 clean:
 	rm -rf $(BUILD) $(BIN)

@@ -292,13 +292,32 @@ typedef struct initial_params {
 
 static int make_initial_seed(const init_args *a, initial_params *ip, char *err, size_t errlen);
 
+/* A run from a model's state (trainer "state") has no model to rebuild its layout from: it is the
+ * checkpoint's own (its metadata). */
+static int layout_of_checkpoint(const checkpoint *ck, initial_params *ip, char *err, size_t errlen) {
+    char e2[512];
+    if (!ck->layout || layout_parse_json(ck->layout, ck->numel, &ip->tensors, &ip->ntensors, e2, sizeof e2) < 0) {
+        err_set(err, errlen, "--from-checkpoint: a run from a model's state takes its layout from the checkpoint: %s",
+                ck->layout ? e2 : "this one has none");
+        return -1;
+    }
+    ip->numel = ck->numel;
+    snprintf(ip->model, sizeof ip->model, "%s", ck->model);
+    return 0;
+}
+
 /* The run's layout as requested, then the checkpoint's values in place of the seeded ones. */
 static int make_initial_checkpoint(const init_args *a, initial_params *ip, char *err, size_t errlen) {
-    if (make_initial_seed(a, ip, err, errlen) < 0) return -1;
+    memset(ip, 0, sizeof *ip); /* create_run frees it whatever happens */
+    ip->ck_version = -1;
     checkpoint ck;
     char e2[1024];
     if (checkpoint_read(a->from_checkpoint, 1, &ck, e2, sizeof e2) < 0) {
         err_set(err, errlen, "--from-checkpoint: %s", e2);
+        return -1;
+    }
+    if ((!strcmp(a->trainer, "state") ? layout_of_checkpoint(&ck, ip, err, errlen) : make_initial_seed(a, ip, err, errlen)) < 0) {
+        checkpoint_free(&ck);
         return -1;
     }
     if (strcmp(ck.trainer, a->trainer) != 0 || ck.numel != ip->numel || strcmp(ck.model, ip->model) != 0) {

@@ -127,6 +127,8 @@ static int load_fields(redisReply *r, runconf *rc, char *err, size_t errlen) {
                 "upgrade this program", cz);
         return -1;
     }
+    const char *dl = field(r, "download");
+    rc->download_update = dl && strcmp(dl, "update") == 0;
     rc->snapshot_every = 8;
     if (se && parse_int(se, 1, 1000000, &v) == 0) rc->snapshot_every = (int)v;
     if (seed && parse_int(seed, 0, INT64_MAX, &v) == 0) rc->seed = (uint64_t)v;

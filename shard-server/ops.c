@@ -284,6 +284,14 @@ static void op_get(ss_ctx *ss, ss_req *req)
     if (s == NULL)
         return;
     int64_t v = req->h.version;
+    if (s->version == v && ops_wants_update(ss, req, &s->upd)) {
+        ops_reply_update(ss, s, req, &s->upd, 0);
+        return;
+    }
+    if (s->version >= v && ss->rc.download_update) { /* (we have no update for it: a new owner, a gap) */
+        ops_reply_params_momentum(ss, s, req);
+        return;
+    }
     if (s->version >= v) {
         reply_params(ss, s, req);
         return;

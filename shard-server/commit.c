@@ -82,7 +82,7 @@ void commit_finish(ss_commit *c, int outcome)
         else if (outcome == OUT_NEED)
             req_reply_simple(req, "need", need);
         else
-            req_reply_err(req, "REDIS", "commit of shard %d round %lld failed: %s; retry", s->k, (long long)round,
+            req_reply_err(req, DP_REDIS, "commit of shard %d round %lld failed: %s; retry", s->k, (long long)round,
                           errmsg);
     }
     commit_idle_work(ss);

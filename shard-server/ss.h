@@ -38,6 +38,7 @@
 
 #include "blob.h"
 #include "cluster.h"
+#include "dp_error.h"
 #include "runconf.h"
 #include "url.h"
 
@@ -320,7 +321,7 @@ void ss_buf_release(void *buf);
 /* Buffers sent by reference that some connection has not finished sending (parameters on the wire). */
 int ss_bufs_in_flight(void);
 void req_reply_simple(ss_req *req, const char *op, const char *text);
-void req_reply_err(ss_req *req, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void req_reply_err(ss_req *req, dp_err code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void req_free(ss_req *req);
 int req_conn_alive(const ss_req *req);
 
@@ -330,7 +331,7 @@ void ops_dispatch(ss_ctx *ss, ss_req *req);
  * reference with the checksum computed when they were. */
 void ops_reply_params(ss_ctx *ss, ss_shard *s, ss_req *req, float *theta, int64_t version, uint64_t xxh,
                       int tentative);
-void ops_reject(ss_ctx *ss, ss_req *req, const char *code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void ops_reject(ss_ctx *ss, ss_req *req, dp_err code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* --download update: answer a get that holds version u->version - 1 with the update u (sent by reference). */
 void ops_reply_update(ss_ctx *ss, ss_shard *s, ss_req *req, const ss_update *u, int tentative);
 /* Whether a get takes the update u instead of parameters. */

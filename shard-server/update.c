@@ -56,7 +56,7 @@ void ops_reply_params_momentum(ss_ctx *ss, ss_shard *s, ss_req *req)
     size_t n = s->n;
     float *both = malloc(2 * n * sizeof(float) + 1);
     if (both == NULL) {
-        req_reply_err(req, "BUSY", "out of memory for the parameters and momentum of shard %d; retry", s->k);
+        req_reply_err(req, DP_BUSY, "out of memory for the parameters and momentum of shard %d; retry", s->k);
         return;
     }
     memcpy(both, s->theta, n * sizeof(float));

@@ -127,7 +127,7 @@ typedef struct diloco_device_ops {
     void *ctx;                    /* passed back to every hook */
     /* The pseudo-gradient of [off, off+n): d = snapshot - params, one fp32 subtraction per element,
      * written to out as n bf16 values (bf16 != 0; round to nearest even, NaN made quiet, exactly as
-     * common/bf16.c) or n floats. Returns 0 when every d is finite; 1 when one is NaN or Inf, with
+     * common/math/bf16.c) or n floats. Returns 0 when every d is finite; 1 when one is NaN or Inf, with
      * *bad = the smallest such i (relative to off; out is then not used); -1 on a device error. */
     int (*delta)(void *ctx, size_t off, size_t n, int bf16, void *out, size_t *bad, char *err, size_t errlen);
     /* New global parameters base[0, n) (host) for [off, off+n): snapshot = base, and params as mode
@@ -234,6 +234,10 @@ DILOCO_API int diloco_is_async(const diloco *d);        /* 1: an asynchronous ru
 DILOCO_API int diloco_num_fragments(const diloco *d);   /* Streaming DiLoCo fragments (1: plain DiLoCo) */
 /* Fragment f is params[*offset, *offset + *count): 0, or -1 when there is no fragment f. */
 DILOCO_API int diloco_fragment_range(const diloco *d, int fragment, size_t *offset, size_t *count);
+/* The run's tensors as `coordinator init` recorded them: JSON [[name, [shape...], offset], ...] in offset
+ * order (for a --from-state run, the state file's tensors), or NULL for a run made before layouts were
+ * recorded. Valid until diloco_close. A trainer compares it with its own to refuse a different model. */
+DILOCO_API const char *diloco_run_layout(const diloco *d);
 
 /* Deregister and free. Safe on NULL. */
 DILOCO_API void diloco_close(diloco *d);

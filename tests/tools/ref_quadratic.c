@@ -1,7 +1,7 @@
 /* ref_quadratic.c: the in-process reference of a sync DiLoCo run of the quadratic trainer.
  *
  * It applies exactly the math the distributed system must apply (the same trainer, the same bf16
- * cast, the same fixed-order mean and outer step from common/outer.h) to the same workers, with no
+ * cast, the same fixed-order mean and outer step from common/math/outer.h) to the same workers, with no
  * Redis, no network and no shard-servers, and prints the digests of the final global parameters:
  *
  *   shard <k> <digest>      one line per shard (as dl:{R}:shards k:digest)

@@ -3,9 +3,13 @@
  *   session.c    open/close, registration, fetching the global parameters, Redis commands
  *   owners.c     which shard-server owns which shard (read from Redis), refreshed on redirects
  *   conn.c       data-plane connections to shard-servers and the push/get requests
- *   sync.c       one DiLoCo round: pseudo-gradient, push, barrier, new parameters
+ *   after_step.c when a worker syncs (diloco_after_step, diloco_force_sync): dispatch by mode
+ *   round.c      one fragment's round as the schedule sees it: Δ, blocking round, settling the outcome
+ *   streaming.c  Streaming DiLoCo: one fragment in flight on a thread while training goes on
+ *   sync.c       the network part of a sync-mode round: pseudo-gradient, push, barrier, new parameters
  *   delta.c      the pseudo-gradient in the run's codec (bf16, fp32, int8, int4) and error feedback
  *   update.c     --download update: applying the round's update ourselves, with our copy of the momentum
+ *   async.c      the network part of an async-mode round: submit, push, get (no barrier)
  *   heartbeat.c  the heartbeat thread
  *   repair.c     waiting out a shard whose durable state is corrupt, until `coordinator repair`
  *   device.c     device-resident parameters (diloco_device_ops): the hooks that replace params
@@ -254,7 +258,29 @@ int sync_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard,
                      size_t errlen);
 /* async.c: submit, push, get for fragment f (async mode); base[f] holds the versions we got. */
 int async_submit_net(diloco *d, int f, char *err, size_t errlen);
-/* stream.c: the schedule (public entry points diloco_after_step / diloco_force_sync live there) */
+/* round.c: one fragment's round as the schedule sees it (after_step.c: when; streaming.c: in flight).
+ * Each returns 1 when params changed, 0 when not, -1 when unrecoverable (err says why). */
+/* Fragment f, blocking: Δ, the network round (sync.c or async.c), then round_settle. */
+int round_blocking(diloco *d, int f, double alpha, char *err, size_t errlen);
+/* Fragment f's Δ from params; if our own parameters diverged, take the global ones instead.
+ * 0: send Δ; 1: params reset instead; -1: error; DL_CORRUPT: a shard's durable state is corrupt (err
+ * says which). */
+int round_prepare_delta(diloco *d, int f, char *err, size_t errlen);
+/* Apply the outcome rc of fragment f's network round (why: its error): the new global parameters
+ * (mixed with ours by alpha), or the failure streak, or a repair wait. */
+int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint64_t t0, double alpha, char *err,
+                 size_t errlen);
+/* A shard's durable state is corrupt: wait for `coordinator repair`, then continue from the repaired
+ * global parameters (a version above every one we hold), dropping the local progress of every fragment. */
+int round_after_repair(diloco *d, int f, int64_t round, const char *why, uint64_t t0, char *err, size_t errlen);
+/* streaming.c: Streaming DiLoCo's fragment in flight. */
+/* Steps between two fragment boundaries (H/F, at least 1). */
+int stream_interval(const diloco *d);
+/* A fragment boundary: settle the fragment in flight, start the next one. */
+int stream_step(diloco *d, char *err, size_t errlen);
+/* Wait for the fragment in flight, if any, and settle it. */
+int stream_finish_fragment(diloco *d, char *err, size_t errlen);
+/* The same at close, its outcome dropped. */
 void stream_finish_inflight(diloco *d);
 /* Run fn(d, shard, arg) for every shard in [first, last) with one thread per owner; returns the
  * worst outcome. Used for pushes and gets. */

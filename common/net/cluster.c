@@ -160,6 +160,12 @@ int cluster_map_load(cluster_map *m, const redisReply *r, const char *default_ho
             err_set(err, errlen, "CLUSTER SLOTS: malformed range %zu", i);
             return -1;
         }
+        const redisReply *host = e->element[2]->element[0], *port = e->element[2]->element[1];
+        if (port->integer < 1 || port->integer > 65535 || strlen(host->str) >= sizeof m->node[0].host) {
+            err_set(err, errlen, "CLUSTER SLOTS: range %zu has a bad master (port %lld, host of %zu bytes)", i,
+                    port->integer, strlen(host->str));
+            return -1;
+        }
     }
     for (int s = 0; s < CLUSTER_SLOTS; s++)
         m->owner[s] = -1;
@@ -190,15 +196,18 @@ int cluster_parse_redirect(const char *msg, const char *default_host, cluster_re
         return 0;
     const char *p = msg + (ask ? 4 : 6);
     char *end;
+    /* digits only: strtol would also take blanks and signs */
+    if (*p < '0' || *p > '9')
+        return 0;
     long slot = strtol(p, &end, 10);
-    if (end == p || *end != ' ' || slot < 0 || slot >= CLUSTER_SLOTS)
+    if (*end != ' ' || slot < 0 || slot >= CLUSTER_SLOTS)
         return 0;
     const char *ep = end + 1;
     const char *colon = strrchr(ep, ':'); /* the last one: an IPv6 address has colons too */
-    if (colon == NULL)
+    if (colon == NULL || colon[1] < '0' || colon[1] > '9')
         return 0;
     long port = strtol(colon + 1, &end, 10);
-    if (end == colon + 1 || *end != '\0' || port <= 0 || port > 65535)
+    if (*end != '\0' || port <= 0 || port > 65535)
         return 0;
     size_t hl = (size_t)(colon - ep);
     if (hl == 0) {

@@ -2,6 +2,7 @@
  * shard-server when it loads a shard and by the checkpoint export. */
 #include "replay.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -51,6 +52,10 @@ int replay_state_log(replay_state *st, const blob_header *h, const uint8_t *payl
     if ((h->flags & 4) && (st->dnbuf == NULL || st->dn_buffer == 0)) {
         err_set(err, errlen, "version %" PRId64 " is an async Delayed Nesterov step, but this reader has no DN "
                 "buffer (the run's config has no dn_buffer?)", h->version);
+        return -1;
+    }
+    if (st->version == INT64_MAX) {
+        err_set(err, errlen, "log entry after version %" PRId64 ": the version would overflow", st->version);
         return -1;
     }
     if (h->aux != 0) { /* aux 0: a no-op round (every participant dropped) */
@@ -126,10 +131,13 @@ static int get_blob(rconn *c, const char *key, redisReply **r, replay_blob *b, c
     return 0;
 }
 
+/* the version v of a ref "v.e"; below INT64_MAX, so that v + 1 (the next entry) exists */
 static int ref_version(const char *ref, int64_t *v) {
     char *end;
+    if (*ref < '0' || *ref > '9') return -1;
+    errno = 0;
     long long x = strtoll(ref, &end, 10);
-    if (end == ref || *end != '.' || x < 0) return -1;
+    if (*end != '.' || errno == ERANGE || x == INT64_MAX) return -1;
     *v = x;
     return 0;
 }

@@ -38,6 +38,8 @@ typedef struct runconf {
     uint64_t seed;
     char trainer[32];         /* what the layout came from: "quadratic", "gpt" */
     char secret[80];          /* the run's data-plane secret ("" for runs made without one) */
+    char *layout;             /* the run's tensors, JSON [[name, [shape], offset], ...] (malloc'ed; NULL for a
+                                 run made before layouts were recorded) */
     char model[256];          /* trainer-specific model description, e.g. "layers=2 heads=4 dim=128 ctx=128 vocab=256" */
 } runconf;
 

@@ -137,6 +137,11 @@ static int load_fields(redisReply *r, runconf *rc, char *err, size_t errlen) {
     const char *tr = field(r, "trainer"), *model = field(r, "model");
     snprintf(rc->trainer, sizeof rc->trainer, "%s", tr ? tr : "");
     snprintf(rc->model, sizeof rc->model, "%s", model ? model : "");
+    const char *layout = field(r, "layout");
+    if (layout && !(rc->layout = strdup(layout))) {
+        err_set(err, errlen, "out of memory for the run's layout");
+        return -1;
+    }
     return 0;
 }
 
@@ -164,8 +169,10 @@ error:
 void runconf_free(runconf *rc) {
     free(rc->shard_bounds);
     free(rc->frag_bounds);
+    free(rc->layout);
     rc->shard_bounds = NULL;
     rc->frag_bounds = NULL;
+    rc->layout = NULL;
 }
 
 uint64_t runconf_shard_numel(const runconf *rc, int shard) {

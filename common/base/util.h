@@ -11,6 +11,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* printf into err (truncating); does nothing when err is NULL or errlen is 0. */
 void err_set(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
@@ -26,7 +30,7 @@ int parse_int(const char *s, long long min, long long max, long long *out);
 int parse_double(const char *s, double *out);
 
 /* Whether the CPU runs AVX2 code (the AVX2 build of hash.c is used only then), and AVX2 with FMA
- * (the AVX2 build of outer.c's commit kernel, common/outer_fma.h). */
+ * (the AVX2 build of outer.c's commit kernel, common/math/outer_fma.h). */
 int cpu_has_avx2(void);
 int cpu_has_avx2_fma(void);
 
@@ -34,4 +38,7 @@ int cpu_has_avx2_fma(void);
 uint64_t splitmix64(uint64_t *state);
 float rng_uniform(uint64_t *state); /* in [0,1) */
 
+#ifdef __cplusplus
+}
+#endif
 #endif

@@ -312,8 +312,9 @@ static int get_double(const msgpack_object *v, const char *key, double *out, cha
     return 0;
 }
 
+/* which of the keys with rules on their presence were in the map */
 struct required_seen {
-    int magic, format, op;
+    int magic, format, op, dtype, count, xxh;
 };
 
 static int decode_field(blob_header *h, const msgpack_object *k, const msgpack_object *v,
@@ -348,19 +349,25 @@ static int decode_field(blob_header *h, const msgpack_object *k, const msgpack_o
         return get_str(v, K_OP, h->op, sizeof h->op, err, errlen);
     }
     if (key_is(k, K_DTYPE)) {
+        /* checked as int64, before narrowing: 0x100000001 must not pass as F32 */
+        seen->dtype = 1;
         if (get_int(v, K_DTYPE, &i, err, errlen) != 0)
             return -1;
-        if (i != BLOB_NONE && (i < 0 || i > BLOB_I4 || codec_bytes((int)i, 1) == 0)) {
-            err_set(err, errlen, "unknown blob dtype %lld", (long long)i);
+        if (i < BLOB_F32 || i > BLOB_I4) {
+            err_set(err, errlen, "unknown blob dtype %lld (1 = fp32, 2 = bf16, 3 = int8, 4 = int4)", (long long)i);
             return -1;
         }
         h->dtype = (int)i;
         return 0;
     }
-    if (key_is(k, K_COUNT))
+    if (key_is(k, K_COUNT)) {
+        seen->count = 1;
         return get_uint(v, K_COUNT, &h->count, err, errlen);
-    if (key_is(k, K_XXH))
+    }
+    if (key_is(k, K_XXH)) {
+        seen->xxh = 1;
         return get_uint(v, K_XXH, &h->xxh, err, errlen);
+    }
     if (key_is(k, K_WORKER))
         return get_str(v, K_WORKER, h->worker, sizeof h->worker, err, errlen);
     if (key_is(k, K_CODE))
@@ -374,9 +381,22 @@ static int decode_field(blob_header *h, const msgpack_object *k, const msgpack_o
     return 0; /* unknown key: ignored for forward compatibility */
 }
 
+/* whether the j-th key of the map (a string) is one of the keys before it */
+static int key_repeats(const msgpack_object *root, uint32_t j)
+{
+    const msgpack_object *k = &root->via.map.ptr[j].key;
+    for (uint32_t i = 0; i < j; i++) {
+        const msgpack_object *o = &root->via.map.ptr[i].key;
+        if (o->via.str.size == k->via.str.size &&
+            (k->via.str.size == 0 || memcmp(o->via.str.ptr, k->via.str.ptr, k->via.str.size) == 0))
+            return 1;
+    }
+    return 0;
+}
+
 static int decode_map(const msgpack_object *root, blob_header *h, char *err, size_t errlen)
 {
-    struct required_seen seen = { 0, 0, 0 };
+    struct required_seen seen = { 0 };
     if (root->type != MSGPACK_OBJECT_MAP) {
         err_set(err, errlen, "not a blob: the header is not a msgpack map");
         return -1;
@@ -385,6 +405,11 @@ static int decode_map(const msgpack_object *root, blob_header *h, char *err, siz
         const msgpack_object_kv *kv = &root->via.map.ptr[j];
         if (kv->key.type != MSGPACK_OBJECT_STR) {
             err_set(err, errlen, "blob header has a non-string key");
+            return -1;
+        }
+        if (key_repeats(root, j)) {
+            err_set(err, errlen, "blob header has the key '%.*s' twice", (int)(kv->key.via.str.size < 16 ?
+                    kv->key.via.str.size : 16), kv->key.via.str.ptr);
             return -1;
         }
         if (decode_field(h, &kv->key, &kv->val, &seen, err, errlen) != 0)
@@ -398,8 +423,15 @@ static int decode_map(const msgpack_object *root, blob_header *h, char *err, siz
         err_set(err, errlen, "blob header misses the %s", seen.format ? "op" : "format version");
         return -1;
     }
-    if (h->dtype == BLOB_NONE && h->count != 0) {
-        err_set(err, errlen, "blob header has a count but no dtype");
+    if (h->op[0] == '\0') {
+        err_set(err, errlen, "blob header has an empty op");
+        return -1;
+    }
+    if (seen.dtype + seen.count + seen.xxh != 0 && seen.dtype + seen.count + seen.xxh != 3) {
+        char has[16] = "";
+        snprintf(has, sizeof has, "%s%s%s", seen.dtype ? " dt" : "", seen.count ? " n" : "", seen.xxh ? " x" : "");
+        err_set(err, errlen, "blob header has%s but not all of dt, n and x (all three with a payload, none without)",
+                has);
         return -1;
     }
     if (h->dtype != BLOB_NONE && h->count != 0 && codec_bytes(h->dtype, h->count) == 0) {

@@ -29,6 +29,8 @@ key=$($RCLI --scan --pattern "dl:{$RUN:3}:log:*" | head -n 1)
 [ -n "$key" ] || fail "no log entry of shard 3 in Redis"
 len=$($RCLI STRLEN "$key")
 [ "$len" -lt $((NUMEL / 8)) ] || fail "log entry $key is $len bytes: not int4"
+bin/coordinator status --redis "$URL" --run $RUN > "$TMP/status.txt" 2>&1 || fail "coordinator status: $(cat "$TMP/status.txt")"
+grep -q 'pseudo-gradients int4  download update' "$TMP/status.txt" || fail "status does not show the codec: $(cat "$TMP/status.txt")"
 say "update run bit-identical to the reference: $REF_DIGEST; a log entry of 1/8 of the parameters is $len bytes"
 
 RUN=updjoin; R2=8

@@ -122,7 +122,11 @@ static int push_check_payload(ss_ctx *ss, ss_req *req)
         return -1;
     }
     if (first_bad != SIZE_MAX) {
-        ops_reject(ss, req, DP_NAN, "element %zu of the pseudo-gradient is NaN or infinite", first_bad);
+        if (codec_is_block(h->dtype))
+            ops_reject(ss, req, DP_NAN, "the scale of the %s block at element %zu is NaN, infinite or negative",
+                       codec_name(h->dtype), first_bad);
+        else
+            ops_reject(ss, req, DP_NAN, "element %zu of the pseudo-gradient is NaN or infinite", first_bad);
         return -1;
     }
     return 0;

@@ -17,7 +17,7 @@ CSTD      = -std=c11 -D_GNU_SOURCE
 WARN      = -Wall -Wextra -Werror
 # common/ holds four kinds of module, one folder each: net/ (Redis connections, Cluster routing, URLs,
 # frames, the handshake), format/ (blobs, msgpack readers, key names, run config, safetensors, error
-# codes), math/ (the outer step, hashing, bf16, log replay) and base/ (logging, time, errors, signals).
+# codes), math/ (the outer step, hashing, bf16, codecs, log replay) and base/ (logging, time, errors, signals).
 # Headers are included by name ("blob.h"), so a module can move between folders without touching callers.
 COMMON_INC = -Icommon/net -Icommon/format -Icommon/math -Icommon/base -Icommon
 CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -pthread -MMD -MP $(COMMON_INC) -Imodel -Iworker -Ibuild/gen \
@@ -47,7 +47,7 @@ TRAINERS_SRC = $(wildcard worker/gpt/*.c worker/trainers/*.c)
 TRAINERS_OBJ = $(TRAINERS_SRC:%.c=$(BUILD)/%.o)
 WORKER_SRC  = $(wildcard worker/*.c)
 WORKER_OBJ  = $(WORKER_SRC:%.c=$(BUILD)/%.o)
-SERVER_SRC  = $(wildcard shard-server/*.c)
+SERVER_SRC  = $(wildcard shard-server/*.c shard-server/link/*.c)
 SERVER_OBJ  = $(SERVER_SRC:%.c=$(BUILD)/%.o)
 COORD_SRC   = $(wildcard coordinator/*.c)
 COORD_OBJ   = $(COORD_SRC:%.c=$(BUILD)/%.o)

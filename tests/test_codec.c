@@ -1,5 +1,5 @@
 /*
- * test_codec.c: the int8/int4 block codecs (common/codec.c): sizes, known vectors (zeros, exact
+ * test_codec.c: the int8/int4 block codecs (common/math/codec.c): sizes, known vectors (zeros, exact
  * scales, ties to even, one huge value in a block, denormals, -0, a shorter last block), NaN and Inf
  * rejected before encoding with their index, the decoding error bound, the check of received scales,
  * blobs carrying a codec, and the portable and AVX2 builds giving the same bits.

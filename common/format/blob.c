@@ -353,8 +353,8 @@ static int decode_field(blob_header *h, const msgpack_object *k, const msgpack_o
         seen->dtype = 1;
         if (get_int(v, K_DTYPE, &i, err, errlen) != 0)
             return -1;
-        if (i < BLOB_F32 || i > BLOB_I4) {
-            err_set(err, errlen, "unknown blob dtype %lld (1 = fp32, 2 = bf16, 3 = int8, 4 = int4)", (long long)i);
+        if (i <= BLOB_NONE || i > BLOB_I4 || codec_bytes((int)i, 1) == 0) {
+            err_set(err, errlen, "unknown blob dtype %lld", (long long)i);
             return -1;
         }
         h->dtype = (int)i;

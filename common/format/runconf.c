@@ -129,6 +129,8 @@ static int load_fields(redisReply *r, runconf *rc, char *err, size_t errlen) {
     }
     const char *dl = field(r, "download");
     rc->download_update = dl && strcmp(dl, "update") == 0;
+    const char *mr = field(r, "min_replicas");
+    if (mr && parse_int(mr, 0, RUNCONF_MAX_REPLICAS, &v) == 0) rc->min_replicas = (int)v;
     rc->snapshot_every = 8;
     if (se && parse_int(se, 1, 1000000, &v) == 0) rc->snapshot_every = (int)v;
     if (seed && parse_int(seed, 0, INT64_MAX, &v) == 0) rc->seed = (uint64_t)v;

@@ -14,6 +14,7 @@
 
 #define RUNCONF_MAX_SHARDS 4096
 #define RUNCONF_MAX_FRAGMENTS 256
+#define RUNCONF_MAX_REPLICAS 64
 
 typedef struct runconf {
     char run[80];
@@ -35,6 +36,7 @@ typedef struct runconf {
                                  BLOB_BF16 by default (codec.h) */
     int download_update;      /* --download update: gets are answered with the round's averaged
                                  pseudo-gradient in the codec, workers apply the outer step themselves */
+    int min_replicas;         /* a commit is durable once WAIT says this many replicas have it (0 = at once) */
     uint64_t seed;
     char trainer[32];         /* what the layout came from: "quadratic", "gpt" */
     char secret[80];          /* the run's data-plane secret ("" for runs made without one) */

@@ -161,6 +161,9 @@ struct diloco {
 
 /* session.c */
 redisReply *dl_command(diloco *d, const char *fmt, ...);   /* on ctl, reconnecting as needed; caller frees */
+/* With the run's min_replicas > 0: wait until that many Redis replicas have our writes on ctl so far
+ * (WAIT, again while fewer do); 0 at once when min_replicas is 0, -1 + err when ctl broke or we stop. */
+int dl_wait_replicas(diloco *d, char *err, size_t errlen);
 int dl_register(diloco *d, char *err, size_t errlen);
 int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
 int dl_fetch_all(diloco *d, char *err, size_t errlen);

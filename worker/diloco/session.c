@@ -57,6 +57,31 @@ redisReply *dl_command(diloco *d, const char *fmt, ...) {
     return r;
 }
 
+#define WAIT_REPLICAS_MS 500
+
+int dl_wait_replicas(diloco *d, char *err, size_t errlen) {
+    if (d->rc.min_replicas <= 0) return 0;
+    uint64_t t0 = now_ms(), logged = t0;
+    for (;;) {
+        pthread_mutex_lock(&d->ctl_mu);
+        int n = d->ctl && !rconn_broken(d->ctl)
+                    ? rconn_wait_replicas(d->ctl, d->config_key, d->rc.min_replicas, WAIT_REPLICAS_MS)
+                    : -1;
+        pthread_mutex_unlock(&d->ctl_mu);
+        if (n >= d->rc.min_replicas) return 0;
+        if (n < 0 || dl_stopping(d)) {
+            err_set(err, errlen, "waiting for %d Redis replica(s) to have our write: %s", d->rc.min_replicas,
+                    n < 0 ? "the connection broke (a failover?)" : "stopping");
+            return -1;
+        }
+        if (now_ms() - logged >= 5000) {
+            log_warn("%d of %d Redis replica(s) have our write after %.1f s; waiting (are the replicas up?)", n,
+                     d->rc.min_replicas, (double)(now_ms() - t0) / 1000.0);
+            logged = now_ms();
+        }
+    }
+}
+
 int dl_stopping(const diloco *d) { return d->stop_flag || (d->o.stop && *d->o.stop); }
 
 void diloco_request_stop(diloco *d) { d->stop_flag = 1; }

@@ -221,7 +221,7 @@ int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *e
 static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen) {
     redisReply *r = dl_command(d, "FCALL dl_arrive 1 %s %s %lld %d %lld", d->config_key, d->worker_id,
                                (long long)dl_inc(d), f, (long long)round);
-    int rc = DL_OK;
+    int rc = DL_OK, written = r != NULL && r->type != REDIS_REPLY_ERROR;
     if (rconn_reply_error(d->ctl, r, err, errlen) < 0) {
         rc = DL_FAIL;
         if (r && strncmp(r->str, "STALE", 5) == 0) rc = DL_STALE;
@@ -233,6 +233,8 @@ static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen) {
         rc = DL_RETRY; /* open: wait */
     }
     if (r) freeReplyObject(r);
+    /* an arrival lost in a failover would leave the barrier waiting for us: make it durable first */
+    if (written && dl_wait_replicas(d, err, errlen) != 0) rc = DL_FAIL;
     return rc;
 }
 
@@ -326,10 +328,10 @@ void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale) {
 
 /* Read k:version, k:digest and k:epoch (the lease) of every shard of [first, last) from Redis (one
  * HMGET). */
-#define COMMIT_FIELDS 3
+#define COMMIT_FIELDS 4
 
 static int read_committed(diloco *d, int first, int last, int64_t *version, char (*digest)[17], int64_t *epoch,
-                          char *err, size_t errlen) {
+                          int64_t *replicated, char *err, size_t errlen) {
     int n = last - first, nf = COMMIT_FIELDS * n;
     const char **argv = calloc((size_t)(2 + nf), sizeof *argv);
     size_t *lens = calloc((size_t)(2 + nf), sizeof *lens);
@@ -344,7 +346,7 @@ static int read_committed(diloco *d, int first, int last, int64_t *version, char
     }
     argv[0] = "HMGET";
     argv[1] = key_run(key, sizeof key, d->o.run, "shards");
-    const char *names[COMMIT_FIELDS] = {"version", "digest", "epoch"};
+    const char *names[COMMIT_FIELDS] = {"version", "digest", "epoch", "replicated"};
     for (int i = 0; i < nf; i++) {
         snprintf(fields[i], sizeof fields[0], "%d:%s", first + i / COMMIT_FIELDS, names[i % COMMIT_FIELDS]);
         argv[2 + i] = fields[i];
@@ -364,6 +366,7 @@ static int read_committed(diloco *d, int first, int last, int64_t *version, char
             version[i] = e[0]->type == REDIS_REPLY_STRING ? atoll(e[0]->str) : -1;
             snprintf(digest[i], sizeof digest[i], "%s", e[1]->type == REDIS_REPLY_STRING ? e[1]->str : "");
             epoch[i] = e[2]->type == REDIS_REPLY_STRING ? atoll(e[2]->str) : -1;
+            replicated[i] = e[3]->type == REDIS_REPLY_STRING ? atoll(e[3]->str) : 0;
         }
     } else if (r) {
         err_set(err, errlen, "unexpected reply reading the shard versions");
@@ -380,16 +383,24 @@ static int read_committed(diloco *d, int first, int last, int64_t *version, char
 static int confirm_from_redis(diloco *d, int f, int *conflict, char *err, size_t errlen) {
     int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1], n = last - first, pending = 2;
     int64_t *version = calloc((size_t)n, sizeof *version), *epoch = calloc((size_t)n, sizeof *epoch);
+    int64_t *replicated = calloc((size_t)n, sizeof *replicated);
     char (*digest)[17] = calloc((size_t)n, sizeof *digest);
-    if (version && digest && epoch && read_committed(d, first, last, version, digest, epoch, err, errlen) == 0) {
+    if (version && digest && epoch && replicated &&
+        read_committed(d, first, last, version, digest, epoch, replicated, err, errlen) == 0) {
         pending = 0;
         for (int i = 0; i < n; i++) {
             int k = first + i;
             if (d->tent_version[k] <= 0) continue;
             char mine[17];
             snprintf(mine, sizeof mine, "%016" PRIx64, d->tent_xxh[k]);
-            if (version[i] > d->tent_version[k] || (version[i] == d->tent_version[k] && strcmp(digest[i], mine) == 0))
+            /* with min_replicas, our version counts once dl_replicated recorded it (the commit is on that
+             * many replicas); until then it is on its way, like an uncommitted one */
+            int on_replicas = d->rc.min_replicas <= 0 || replicated[i] >= d->tent_version[k];
+            if (version[i] > d->tent_version[k] ||
+                (version[i] == d->tent_version[k] && strcmp(digest[i], mine) == 0 && on_replicas))
                 d->tent_version[k] = 0; /* durable (or the run moved on: our next push is STALE and re-fetches) */
+            else if (version[i] == d->tent_version[k] && strcmp(digest[i], mine) == 0)
+                pending = epoch[i] == d->tent_epoch[k] && pending < 2 ? 1 : 2;
             else if (version[i] == d->tent_version[k])
                 *conflict = 1;
             else if (epoch[i] == d->tent_epoch[k] && pending < 2)
@@ -401,6 +412,7 @@ static int confirm_from_redis(diloco *d, int f, int *conflict, char *err, size_t
     free(version);
     free(digest);
     free(epoch);
+    free(replicated);
     return pending;
 }
 

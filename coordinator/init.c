@@ -33,7 +33,7 @@ typedef struct init_args {
     coord_common c;
     long long workers, min_workers, shards, fragments, numel, seed, snapshot_every, dylu_base, min_replicas;
     long long dn_buffer, max_staleness, weight_ref;
-    const char *dn_variant, *weight_by, *compress;
+    const char *dn_variant, *weight_by, *compress, *download;
     double outer_lr, outer_momentum, heartbeat_timeout;
     int nesterov, force, async, dylu;
     const char *trainer;
@@ -79,6 +79,9 @@ static void init_usage(FILE *f) {
             "  --weight-ref-tokens N      (async, --weight-by tokens) a submission of N tokens has weight 1\n"
             "  --compress C               codec of pseudo-gradients on the wire: bf16 (default; workers may send\n"
             "                             fp32), fp32, int8 or int4 (blocks of 256 with a scale; docs/compression.md)\n"
+            "  --download params|update   what a sync round sends back: the new parameters in fp32 (default) or\n"
+            "                             the averaged pseudo-gradient in the --compress codec, which workers\n"
+            "                             apply with their own copy of the outer momentum (sync, 1 fragment)\n"
             "  --dylu                     Dynamic Local Updates: each worker's H follows its speed\n"
             "  --dylu-base-sync-every H   H of the fastest worker under DyLU (default 500)\n"
             "  --snapshot-every K         durable snapshot every K versions, log in between (default 8)\n"
@@ -237,6 +240,14 @@ static int parse_init(int argc, char **argv, init_args *a) {
             a->compress = v;
             done = 1;
         }
+        if (!done && !strcmp(f, "--download")) {
+            if (strcmp(v, "params") && strcmp(v, "update")) {
+                fprintf(stderr, "coordinator init: --download is params or update, got '%s'\n", v);
+                return -1;
+            }
+            a->download = v;
+            done = 1;
+        }
         if (!done && !strcmp(f, "--dn-variant")) {
             if (strcmp(v, "paper") && strcmp(v, "forgather")) {
                 fprintf(stderr, "coordinator init: --dn-variant is paper or forgather, got '%s'\n", v);
@@ -264,6 +275,11 @@ static int parse_init(int argc, char **argv, init_args *a) {
     if (a->from_checkpoint && adopt_checkpoint(a) < 0) return -1;
     if (a->outer_lr <= 0 || a->outer_momentum >= 1) {
         fprintf(stderr, "coordinator init: --outer-lr must be > 0 and --outer-momentum in [0, 1)\n");
+        return -1;
+    }
+    if (a->download && !strcmp(a->download, "update") && (a->async || a->fragments > 1)) {
+        fprintf(stderr, "coordinator init: --download update is for sync runs of one fragment (an async run or "
+                "Streaming DiLoCo downloads parameters: leave --download at params)\n");
         return -1;
     }
     if (a->min_workers > a->workers) a->workers = a->min_workers;
@@ -527,12 +543,13 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     char key[KEY_MAX];
     key_run(key, sizeof key, a->c.run, "config");
     const char *fixed[] = {"FCALL", "dl_init", "1", key,
-                           "19", "layout", layout, "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
+                           "20", "layout", layout, "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
                            "shard_bounds", sbuf, "frag_bounds", fbuf, "trainer", a->trainer, "model", ip->model,
                            "seed", seed, "snapshot_every", snap, "secret", secret,
                            "dn_buffer", dnb, "dn_variant", a->dn_variant ? a->dn_variant : "paper", "dn_t0", dnt0,
                            "weight_by", a->weight_by ? a->weight_by : "none", "weight_ref_tokens", wref,
                            "compress", a->compress ? a->compress : "bf16", "min_replicas", minrep,
+                           "download", a->download ? a->download : "params",
                            "10", "target_workers", target, "expected_workers", target, "min_workers", minw,
                            "outer_lr", lr, "outer_momentum", mu, "nesterov", nest, "heartbeat_timeout_ms", hbt,
                            "dylu", dylu, "dylu_base_sync_every", dbase, "max_staleness", stale,

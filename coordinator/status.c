@@ -53,6 +53,9 @@ static void print_run(json_t *doc) {
            str(st, "min_workers"), str(st, "deaths"), str(st, "rejections"));
     printf("outer lr %s  momentum %s  nesterov %s  heartbeat timeout %.0f s\n", str(st, "outer_lr"),
            str(st, "outer_momentum"), str(st, "nesterov"), num(st, "heartbeat_timeout_ms") / 1000.0);
+    /* runs made before these settings have neither field: bf16 and params */
+    const char *cz = str(cfg, "compress"), *dl = str(cfg, "download");
+    printf("pseudo-gradients %s  download %s\n", strcmp(cz, "-") ? cz : "bf16", strcmp(dl, "-") ? dl : "params");
 }
 
 /* The evaluator's newest validation losses (worker --evaluate-every), or how to get them. */

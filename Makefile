@@ -15,11 +15,16 @@ CC       ?= cc
 OPT      ?= -O2
 CSTD      = -std=c11 -D_GNU_SOURCE
 WARN      = -Wall -Wextra -Werror
-CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -pthread -MMD -MP -Icommon -Imodel -Iworker -Ibuild/gen \
+# common/ holds four kinds of module, one folder each: net/ (Redis connections, Cluster routing, URLs,
+# frames, the handshake), format/ (blobs, msgpack readers, key names, run config, safetensors, error
+# codes), math/ (the outer step, hashing, bf16, codecs, log replay) and base/ (logging, time, errors, signals).
+# Headers are included by name ("blob.h"), so a module can move between folders without touching callers.
+COMMON_INC = -Icommon/net -Icommon/format -Icommon/math -Icommon/base -Icommon
+CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -pthread -MMD -MP $(COMMON_INC) -Imodel -Iworker -Ibuild/gen \
             -I/usr/include/x86_64-linux-gnu/openblas-pthread
 # The outer step, the averaging and everything on the pseudo-gradient path must be bit-reproducible:
 # no fused multiply-add contraction anywhere but in the trainer (which has its own flags below); the
-# outer step's explicit fmaf calls (common/outer_fma.h) are exactly rounded, so they are no exception.
+# outer step's explicit fmaf calls (common/math/outer_fma.h) are exactly rounded, so they are no exception.
 DETERMINISTIC = -ffp-contract=off
 LDLIBS    = -lhiredis -levent -levent_pthreads -lmsgpackc -lxxhash -ljansson -lcrypto -lm -pthread
 BLASLIBS  = -lopenblas -fopenmp
@@ -32,7 +37,7 @@ DEB_PKGS  = build-essential pkg-config libhiredis-dev redis-server redis-tools l
 BUILD = build
 BIN   = bin
 
-COMMON_SRC  = $(wildcard common/*.c)
+COMMON_SRC  = $(wildcard common/*/*.c common/*.c)
 COMMON_OBJ  = $(COMMON_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_library.o
 MODEL_SRC   = $(wildcard model/*.c)
 MODEL_OBJ   = $(MODEL_SRC:%.c=$(BUILD)/%.o)
@@ -104,10 +109,12 @@ $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 
 $(BUILD)/common/%.o $(BUILD)/model/%.o $(BUILD)/worker/diloco/%.o $(BUILD)/worker/trainers/%.o $(BUILD)/shard-server/%.o: CFLAGS += $(DETERMINISTIC)
 $(BUILD)/worker/gpt/%.o: OPT = -O3 -march=native
-# AVX2 builds (xxhash's AVX2 code path; the commit's kernel, with FMA): only called when the CPU has them
+# AVX2 builds (xxhash's AVX2 code path; the commit's kernel, with FMA; the codec's block kernels, no FMA):
+# only called when the CPU has them
 ifeq ($(shell uname -m),x86_64)
-$(BUILD)/common/hash_avx2.o: CFLAGS += -mavx2
-$(BUILD)/common/outer_avx2.o: CFLAGS += -mavx2 -mfma
+$(BUILD)/common/math/hash_avx2.o: CFLAGS += -mavx2
+$(BUILD)/common/math/outer_avx2.o: CFLAGS += -mavx2 -mfma
+$(BUILD)/common/math/codec_avx2.o: CFLAGS += -mavx2
 endif
 $(BUILD)/worker/gpt/%.o: CFLAGS += -fopenmp
 
@@ -117,7 +124,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/worker/cuda/%.o: worker/cuda/%.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -Icommon -Imodel -Iworker -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(COMMON_INC) -Imodel -Iworker -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 $(LIBCOMMON): $(COMMON_OBJ)
 	@rm -f $@; ar rcs $@ $^
@@ -206,7 +213,7 @@ $(COMMON_SRC:%.c=$(BUILD)/%.o) $(DILOCO_OBJ): $(BUILD)/lib-cflags.stamp
 lib: $(LIBDILOCO_SO) $(LIBDILOCO_A)
 
 # ld -r takes from libcommon.a only the members the library's objects need; objcopy then makes every
-# symbol but diloco_* local (hidden ones, and the target_clones dispatchers of common/outer.c, which
+# symbol but diloco_* local (hidden ones, and the target_clones dispatchers of common/math/outer.c, which
 # GCC makes global whatever the visibility)
 $(LIBDILOCO_OBJ): $(DILOCO_OBJ) $(LIBCOMMON)
 	$(CC) -r -nostdlib -o $@.tmp $(DILOCO_OBJ) $(LIBCOMMON)
@@ -234,3 +241,29 @@ uninstall:
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/libdiloco.pc
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# ---- the Python package (python/rediloco, docs/python.md) -------------------------------------------
+#
+#   make python                           build/libdiloco.so, the package byte-compiled, its import checked
+#   make install-python PREFIX=/usr/local the package into PREFIX's dist-packages for Debian's python3,
+#                                         with libdiloco.so.0 beside it (DESTDIR honoured)
+#   make demo-torch                       a PyTorch GPT worker and a C GPT worker train one run
+PYTHON    ?= /usr/bin/python3
+PY_SRC     = $(shell find python/rediloco -name '*.py')
+PY_SITE   ?= $(shell $(PYTHON) -c 'import sys; print("lib/python3/dist-packages" if "$(PREFIX)" == "/usr" else "lib/python%d.%d/dist-packages" % sys.version_info[:2])')
+.PHONY: python install-python uninstall-python demo-torch
+python: $(LIBDILOCO_SO)
+	$(PYTHON) -m compileall -q python/rediloco
+	cd python && $(PYTHON) -c 'import rediloco; print("rediloco", rediloco.__version__, "on libdiloco", rediloco.library_version())'
+
+install-python: python
+	for f in $(PY_SRC); do install -D -m 644 $$f $(DESTDIR)$(PREFIX)/$(PY_SITE)/$${f#python/}; done
+	install -m 755 $(LIBDILOCO_SO) $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco/$(DILOCO_SONAME)
+	$(PYTHON) -m compileall -q $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco
+
+uninstall-python:
+	rm -rf $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco
+
+demo-torch: deps
+	$(MAKE) all python
+	sh deploy/local/demo_torch.sh

@@ -1,10 +1,18 @@
-/* coordinator.h: the subcommands of bin/coordinator and what they share.
+/* coordinator.h: the subcommands of bin/coordinator and what they share; a map of the process.
  *
- *   init    create a run: load the function library, cut the parameters into shards, write version 0
- *   status  print the run (rounds, workers, shards, leases) as a table or JSON
- *   serve   the long-running operator process: reaps dead members (HTTP dashboard: later)
+ *   init        init.c, layout.c, snapshot.c   create a run: load the function library, cut the
+ *                                              parameters into shards and fragments, write version 0
+ *   status      status.c                       the run (rounds, workers, shards, leases) as a table or JSON
+ *   serve       serve.c, http_*.c              the operator's long-running process: reaps dead members on
+ *                                              time; --http adds the dashboard, /status, /metrics, /control
+ *   control     control.c, http_control.c      kick a worker, set outer lr/momentum/workers, shut down
+ *   checkpoint  checkpoint*.c                  export the run to a safetensors file, show one
+ *   repair      repair.c                       bring back a run whose durable state is corrupt
  *
- * The coordinator holds no state: everything it does is one Redis Function call or a read. */
+ * main.c dispatches; common_flags.c has what every subcommand shares (--redis/--redis-file/--run,
+ * connecting, the status document). The coordinator holds no state: everything it does is one Redis
+ * Function call or a read, so several may run and any may be killed. It links no trainer: what a run
+ * needs to know about a model comes from model/. */
 #ifndef DILOCO_COORDINATOR_H
 #define DILOCO_COORDINATOR_H
 

@@ -11,8 +11,10 @@
 #include <string.h>
 
 #include "blob.h"
+#include "codec.h"
 #include "checkpoint.h"
 #include "coordinator.h"
+#include "from_state.h"
 #include "keys.h"
 #include "layout.h"
 #include "log.h"
@@ -31,12 +33,13 @@ typedef struct init_args {
     coord_common c;
     long long workers, min_workers, shards, fragments, numel, seed, snapshot_every, dylu_base, min_replicas;
     long long dn_buffer, max_staleness, weight_ref;
-    const char *dn_variant, *weight_by;
+    const char *dn_variant, *weight_by, *compress;
     double outer_lr, outer_momentum, heartbeat_timeout;
     int nesterov, force, async, dylu;
     const char *trainer;
     gpt_config gpt;
     const char *from_checkpoint;
+    const char *from_state;      /* --from-state: version 0 and the layout are this safetensors file's */
     int reset_momentum;          /* --reset-momentum: take only the parameters from the checkpoint */
     const char *given[64];       /* the flags given on the command line (checkpoint values fill the rest) */
     int ngiven;
@@ -74,6 +77,8 @@ static void init_usage(FILE *f) {
             "  --max-staleness K          (async) reject submissions more than K versions stale (0 = no limit)\n"
             "  --weight-by none|tokens    weight pseudo-gradients by the tokens behind them (default none)\n"
             "  --weight-ref-tokens N      (async, --weight-by tokens) a submission of N tokens has weight 1\n"
+            "  --compress C               codec of pseudo-gradients on the wire: bf16 (default; workers may send\n"
+            "                             fp32), fp32, int8 or int4 (blocks of 256 with a scale; docs/compression.md)\n"
             "  --dylu                     Dynamic Local Updates: each worker's H follows its speed\n"
             "  --dylu-base-sync-every H   H of the fastest worker under DyLU (default 500)\n"
             "  --snapshot-every K         durable snapshot every K versions, log in between (default 8)\n"
@@ -85,6 +90,10 @@ static void init_usage(FILE *f) {
             "                             snapshot-every (and, with --async, the DN settings) default to the\n"
             "                             checkpoint's; a model that does not match it is an error\n"
             "  --reset-momentum           (with --from-checkpoint) start the outer momentum (and DN buffer) afresh\n"
+            "  --from-state FILE          start from a model's own weights: the floating-point tensors of a safetensors\n"
+            "                             file (e.g. rediloco.save_state(model, FILE)), in file order, are the run's\n"
+            "                             parameters and layout (trainer \"state\", for PyTorch workers); with --trainer\n"
+            "                             and model flags, the file must hold exactly that model's tensors\n"
             "  --force                    replace an existing run of that name\n");
 }
 
@@ -220,6 +229,14 @@ static int parse_init(int argc, char **argv, init_args *a) {
             a->weight_by = v;
             done = 1;
         }
+        if (!done && !strcmp(f, "--compress")) {
+            if (!codec_parse(v)) {
+                fprintf(stderr, "coordinator init: --compress is bf16, fp32, int8 or int4, got '%s'\n", v);
+                return -1;
+            }
+            a->compress = v;
+            done = 1;
+        }
         if (!done && !strcmp(f, "--dn-variant")) {
             if (strcmp(v, "paper") && strcmp(v, "forgather")) {
                 fprintf(stderr, "coordinator init: --dn-variant is paper or forgather, got '%s'\n", v);
@@ -229,6 +246,7 @@ static int parse_init(int argc, char **argv, init_args *a) {
             done = 1;
         }
         if (!done && !strcmp(f, "--from-checkpoint")) { a->from_checkpoint = v; done = 1; }
+        if (!done && !strcmp(f, "--from-state")) { a->from_state = v; done = 1; }
         if (!done) {
             fprintf(stderr, "coordinator init: unknown option %s (see --help)\n", f);
             return -1;
@@ -238,6 +256,11 @@ static int parse_init(int argc, char **argv, init_args *a) {
         fprintf(stderr, "coordinator init: --reset-momentum goes with --from-checkpoint\n");
         return -1;
     }
+    if (a->from_checkpoint && a->from_state) {
+        fprintf(stderr, "coordinator init: --from-checkpoint and --from-state exclude each other\n");
+        return -1;
+    }
+    if (a->from_state && !flag_given(a, "--trainer")) a->trainer = "state";
     if (a->from_checkpoint && adopt_checkpoint(a) < 0) return -1;
     if (a->outer_lr <= 0 || a->outer_momentum >= 1) {
         fprintf(stderr, "coordinator init: --outer-lr must be > 0 and --outer-momentum in [0, 1)\n");
@@ -317,8 +340,37 @@ static int make_initial_checkpoint(const init_args *a, initial_params *ip, char 
     return 0;
 }
 
+/* --from-state: the file's values; its layout, or the requested model's when it is exactly that. */
+static int make_initial_state(const init_args *a, initial_params *ip, char *err, size_t errlen) {
+    from_state fs;
+    memset(ip, 0, sizeof *ip); /* create_run frees it whatever happens */
+    if (from_state_read(a->from_state, &fs, err, errlen) < 0) return -1;
+    if (strcmp(a->trainer, "state") != 0) {
+        char what[300];
+        if (make_initial_seed(a, ip, err, errlen) < 0) goto fail;
+        snprintf(what, sizeof what, "the %s model %s", a->trainer, ip->model);
+        if (from_state_match(&fs, ip->tensors, ip->ntensors, what, err, errlen) < 0) goto fail;
+        free(ip->params);
+        ip->params = fs.params;
+        fs.params = NULL;
+        from_state_free(&fs);
+        return 0;
+    }
+    ip->ck_version = -1;
+    ip->params = fs.params;
+    ip->numel = fs.numel;
+    ip->tensors = fs.tensors;
+    ip->ntensors = fs.ntensors;
+    snprintf(ip->model, sizeof ip->model, "--tensors %d", fs.ntensors);
+    return 0;
+fail:
+    from_state_free(&fs);
+    return -1;
+}
+
 static int make_initial(const init_args *a, initial_params *ip, char *err, size_t errlen) {
     if (a->from_checkpoint) return make_initial_checkpoint(a, ip, err, errlen);
+    if (a->from_state) return make_initial_state(a, ip, err, errlen);
     return make_initial_seed(a, ip, err, errlen);
 }
 
@@ -427,6 +479,11 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     char numel[32], shards[16], frags[16], seed[32], snap[16], secret[40] = "";
     char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32], dylu[4], dbase[24], dnb[24], stale[24], wref[24];
     char dnt0[24], minrep[16];
+    char *layout = layout_json(ip->tensors, ip->ntensors);
+    if (!layout) {
+        err_set(err, errlen, "out of memory for the layout");
+        return -1;
+    }
     runconf_format_bounds_u64(sb, (int)a->shards, sbuf, sizeof sbuf);
     runconf_format_bounds_u64(fb, (int)a->fragments, fbuf, sizeof fbuf);
     snprintf(numel, sizeof numel, "%" PRIu64, ip->numel);
@@ -451,18 +508,20 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     char key[KEY_MAX];
     key_run(key, sizeof key, a->c.run, "config");
     const char *fixed[] = {"FCALL", "dl_init", "1", key,
-                           "17", "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
+                           "19", "layout", layout, "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
                            "shard_bounds", sbuf, "frag_bounds", fbuf, "trainer", a->trainer, "model", ip->model,
                            "seed", seed, "snapshot_every", snap, "secret", secret,
                            "dn_buffer", dnb, "dn_variant", a->dn_variant ? a->dn_variant : "paper", "dn_t0", dnt0,
                            "weight_by", a->weight_by ? a->weight_by : "none", "weight_ref_tokens", wref,
-                           "min_replicas", minrep, "10", "target_workers", target, "expected_workers", target, "min_workers", minw,
+                           "compress", a->compress ? a->compress : "bf16", "min_replicas", minrep,
+                           "10", "target_workers", target, "expected_workers", target, "min_workers", minw,
                            "outer_lr", lr, "outer_momentum", mu, "nesterov", nest, "heartbeat_timeout_ms", hbt,
                            "dylu", dylu, "dylu_base_sync_every", dbase, "max_staleness", stale,
                            shards};
     size_t nfixed = sizeof fixed / sizeof fixed[0], argc = nfixed + (size_t)a->shards;
     const char **argv = calloc(argc + 2, sizeof *argv);
     if (!argv) {
+        free(layout);
         err_set(err, errlen, "out of memory");
         return -1;
     }
@@ -470,6 +529,7 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     for (long long k = 0; k < a->shards; k++) argv[nfixed + (size_t)k] = digests[k];
     redisReply *r = rconn_command_argv(rc, (int)argc, argv, NULL);
     free(argv);
+    free(layout);
     int ok = rconn_reply_error(rc, r, err, errlen);
     if (r) freeReplyObject(r);
     return ok;
@@ -500,6 +560,8 @@ static int create_run(rconn *rc, const init_args *a, char *err, size_t errlen) {
         printf("version 0 = checkpoint %s (run '%s' at version %" PRId64 "), %s%s\n", a->from_checkpoint, ip.ck_run,
                ip.ck_version, ip.mom ? "with its outer momentum" : "outer momentum starts afresh",
                ip.dnbuf ? ", with its Delayed Nesterov buffer" : "");
+    if (a->from_state)
+        printf("version 0 = the %d tensors of %s (layout stored in the run's config)\n", ip.ntensors, a->from_state);
     rc_ = 0;
 done_ip:
     free_initial(&ip);

@@ -2,6 +2,7 @@
 #include "layout.h"
 
 #include <inttypes.h>
+#include <jansson.h>
 
 #include "util.h"
 
@@ -46,4 +47,16 @@ int layout_cut_fragments(int nshards, int nfragments, uint64_t *frag_bounds, cha
     }
     for (int f = 0; f <= nfragments; f++) frag_bounds[f] = (uint64_t)nshards * (uint64_t)f / (uint64_t)nfragments;
     return 0;
+}
+
+char *layout_json(const model_tensor *t, int nt) {
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < nt; i++) {
+        json_t *shape = json_array();
+        for (int d = 0; d < t[i].ndim; d++) json_array_append_new(shape, json_integer((json_int_t)t[i].shape[d]));
+        json_array_append_new(arr, json_pack("[s,o,I]", t[i].name, shape, (json_int_t)t[i].offset));
+    }
+    char *s = arr ? json_dumps(arr, JSON_COMPACT) : NULL;
+    json_decref(arr);
+    return s;
 }

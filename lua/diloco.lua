@@ -421,37 +421,54 @@ local function dl_deregister(keys, args)
     return 'OK'
 end
 
--- dl_heartbeat KEYS[1]=config ARGV: worker_id, incarnation, steps_per_s, loss, step, tokens
--- -> {status, H for this worker (0 = keep yours), {round per fragment}}
-local function dl_heartbeat(keys, args)
-    local P = load_run(keys)
-    local now = now_ms()
-    reap(P, now)
-    local rec = check_member(P, args[1], args[2], 'dl_heartbeat')
-    rec.speed = to_num(args[3] or 0, 'speed')
-    rec.loss = to_num(args[4] or -1, 'loss')
-    rec.step = to_int(args[5] or 0, 'step')
-    rec.tokens = to_int(args[6] or 0, 'tokens')
-    rec.last = now
-    put_worker(P, args[1], rec)
-    redis.call('ZADD', P .. ':heartbeats', now, args[1])
-    local state = P .. ':state'
-    local h = 0
-    if tunable(P, 'dylu') == '1' then
-        local base = tonumber(tunable(P, 'dylu_base_sync_every')) or 500
-        local vmax = 0
-        local all = redis.call('HVALS', P .. ':workers')
-        for _, raw in ipairs(all) do
-            local o = cmsgpack.unpack(raw)
+-- The progress a worker reports with its heartbeat, checked before the heartbeat writes anything.
+local function parse_beat(args)
+    return {speed = to_num(args[3] or 0, 'speed'), loss = to_num(args[4] or -1, 'loss'),
+            step = to_int(args[5] or 0, 'step'), tokens = to_int(args[6] or 0, 'tokens')}
+end
+
+-- DyLU: worker w's H in proportion to its speed against the fastest live member's, counting w at
+-- the speed it reports now. nil when DyLU is off (the worker keeps its own H).
+local function dylu_h(P, w, speed)
+    if tunable(P, 'dylu') ~= '1' then return nil end
+    local base = tonumber(tunable(P, 'dylu_base_sync_every')) or 500
+    local vmax = speed
+    local all = redis.call('HGETALL', P .. ':workers')
+    for i = 1, #all, 2 do
+        if all[i] ~= w then
+            local o = cmsgpack.unpack(all[i + 1])
             if (o.speed or 0) > vmax then vmax = o.speed end
         end
-        if vmax > 0 and rec.speed > 0 then h = math.max(1, math.floor(rec.speed / vmax * base)) end
-        rec.h = h
-        put_worker(P, args[1], rec)
     end
+    if vmax > 0 and speed > 0 then return math.max(1, math.floor(speed / vmax * base)) end
+    return 0
+end
+
+local function fragment_rounds(P)
     local rounds = {}
-    for f = 0, num_fragments(P) - 1 do rounds[f + 1] = tonumber(redis.call('HGET', state, 'round:' .. f)) end
-    return {tunable(P, 'status'), h, rounds}
+    for f = 0, num_fragments(P) - 1 do
+        rounds[f + 1] = tonumber(redis.call('HGET', P .. ':state', 'round:' .. f))
+    end
+    return rounds
+end
+
+-- dl_heartbeat KEYS[1]=config ARGV: worker_id, incarnation, steps_per_s, loss, step, tokens
+-- -> {status, H for this worker (0 = keep yours), {round per fragment}}
+-- Checks the arguments, then applies the membership rule (reap, then is the caller a member), then
+-- writes the caller's one record.
+local function dl_heartbeat(keys, args)
+    local P = load_run(keys)
+    local w, inc = args[1], args[2]
+    local beat = parse_beat(args)
+    local now = now_ms()
+    reap(P, now)
+    local rec = check_member(P, w, inc, 'dl_heartbeat')
+    local h = dylu_h(P, w, beat.speed)
+    rec.speed, rec.loss, rec.step, rec.tokens, rec.last = beat.speed, beat.loss, beat.step, beat.tokens, now
+    if h then rec.h = h end
+    put_worker(P, w, rec)
+    redis.call('ZADD', P .. ':heartbeats', now, w)
+    return {tunable(P, 'status'), h or 0, fragment_rounds(P)}
 end
 
 -- dl_member KEYS[1]=config ARGV: worker_id -> incarnation or nil (read-only; used by shard-servers)
@@ -477,11 +494,11 @@ local function dl_arrive(keys, args)
     local P = load_run(keys)
     local w, inc = args[1], args[2]
     local f, r = to_int(args[3], 'fragment'), to_int(args[4], 'round')
+    if f < 0 or f >= num_fragments(P) then error('BADARG fragment ' .. f .. ' does not exist') end
     local now = now_ms()
     reap(P, now)
     check_running(P)
     check_member(P, w, inc, 'dl_arrive', {'frag', f, 'round', r})
-    if f < 0 or f >= num_fragments(P) then error('BADARG fragment ' .. f .. ' does not exist') end
     local cur = tonumber(redis.call('HGET', P .. ':state', 'round:' .. f))
     if r ~= cur then
         error('STALE round ' .. r .. ' of fragment ' .. f .. ' is not open (open round is ' .. cur ..
@@ -564,11 +581,11 @@ local function dl_submit(keys, args)
     if redis.call('HGET', keys[1], 'mode') ~= 'async' then
         error('BADARG run ' .. P .. ' is in sync mode: workers arrive at barriers instead of submitting')
     end
+    if #args < 5 or (#args - 3) % 2 ~= 0 then error('BADARG expected (shard, base_version) pairs') end
     local now = now_ms()
     reap(P, now)
     check_running(P)
     local rec = check_member(P, w, inc, 'dl_submit', {'frag', f})
-    if #args < 5 or (#args - 3) % 2 ~= 0 then error('BADARG expected (shard, base_version) pairs') end
     local shards = P .. ':shards'
     local limit = tonumber(tunable(P, 'max_staleness')) or 0
     local plan = {}

@@ -4,7 +4,7 @@
  * tensors (the layout: names, shapes, offsets), how it is initialised from a seed, and which
  * configurations are valid. The coordinator (init, checkpoints, shard cuts at tensor boundaries)
  * needs exactly this and nothing of the training, so it lives here, apart from the trainers:
- * plain C on libc/libm and common/util (build/libmodel.a), no BLAS, no OpenMP, no CUDA. The
+ * plain C on libc/libm and common/base/util (build/libmodel.a), no BLAS, no OpenMP, no CUDA. The
  * trainers (worker/gpt, worker/cuda, worker/trainers/quadratic.c) take their layout and initial
  * values from here too, so a run's version 0 and a worker's own start are the same bytes.
  *

@@ -14,8 +14,11 @@
  *   store.c    blob I/O (GET/DEL on the bulk connection, SET on bulk-write) of dl:{R:k}:snap|log:<v>:<e>
  *   lease.c    the lease loop (dl_server_beat), lease validity, owner map for redirects, tunables
  *   shard.c    per-shard cache: load (snapshot + log replay + digest check), drop, parked requests
- *   commit.c   the commit of a round (barrier, drops, mean, outer step, log, dl_commit; the compute runs
- *              in slices from a queue so I/O goes on meanwhile) and snapshots (deferred until idle)
+ *   commit.c   the commit chain of a round (barrier, drops, membership checks, dl_commit); commit.h
+ *              holds what the commit files share
+ *   commit_compute.c  the compute queue and kernels (mean, outer step), in slices so I/O goes on meanwhile
+ *   commit_log.c      tentative serving and the log entry, deferred while parameters stream out
+ *   snapshot.c the snapshots (deferred until no commit runs)
  *   ops.c      the data-plane operations push and get (validation, rejections)
  *   server.c   listener, connections, framing (big frames read straight into their buffer), replies
  *              (parameters sent by reference)
@@ -33,6 +36,7 @@
 
 #include "blob.h"
 #include "cluster.h"
+#include "dp_error.h"
 #include "runconf.h"
 #include "url.h"
 #include "link/rlink.h"
@@ -98,7 +102,7 @@ typedef struct ss_req {
 } ss_req;
 
 /* ---------------------------------------------------------------------------------------------- */
-/* shards (shard.c, commit.c) */
+/* shards (shard.c, commit*.c, snapshot.c) */
 
 typedef struct ss_delta {
     struct ss_delta *next;
@@ -185,9 +189,9 @@ typedef struct ss_ctx {
     int refused;               /* Redis refused one of our logins for good (ss_refused): exit status 1 */
     struct event *exit_timer;
     ss_metrics m;
-    struct ss_commit *cq_head, *cq_tail; /* commits being computed, in order (commit.c) */
+    struct ss_commit *cq_head, *cq_tail; /* commits being computed, in order (commit_compute.c) */
     struct event *cq_ev;
-    struct ss_commit *lq_head, *lq_tail; /* computed and served, log entry not started yet (commit.c) */
+    struct ss_commit *lq_head, *lq_tail; /* computed and served, log entry not started yet (commit_log.c) */
     struct event *lq_ev;
     struct event *metrics_timer;
     struct evhttp *metrics_http;
@@ -213,7 +217,7 @@ void ss_buf_release(void *buf);
 /* Buffers sent by reference that some connection has not finished sending (parameters on the wire). */
 int ss_bufs_in_flight(void);
 void req_reply_simple(ss_req *req, const char *op, const char *text);
-void req_reply_err(ss_req *req, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void req_reply_err(ss_req *req, dp_err code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void req_free(ss_req *req);
 int req_conn_alive(const ss_req *req);
 
@@ -223,7 +227,7 @@ void ops_dispatch(ss_ctx *ss, ss_req *req);
  * reference with the checksum computed when they were. */
 void ops_reply_params(ss_ctx *ss, ss_shard *s, ss_req *req, float *theta, int64_t version, uint64_t xxh,
                       int tentative);
-void ops_reject(ss_ctx *ss, ss_req *req, const char *code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void ops_reject(ss_ctx *ss, ss_req *req, dp_err code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* lease.c */
 int lease_start(ss_ctx *ss, char *err, size_t errlen);
@@ -245,7 +249,7 @@ void shard_free_deltas(ss_shard *s, int64_t below_round, int all);
 ss_delta *shard_find_delta(ss_shard *s, int64_t round, const char *worker, int64_t inc);
 void shard_store_delta(ss_shard *s, ss_req *req);
 
-/* commit.c */
+/* commit.c, commit_log.c, snapshot.c */
 int commit_init(ss_ctx *ss);
 void commit_start(ss_ctx *ss, ss_shard *s);
 /* Answer a get with the running commit's tentative parameters if it accepts them and they are the

@@ -168,10 +168,11 @@ prepare_bible() {
 
 # assert_matches_reference: the run's shard digests equal those of tests/tools/ref_quadratic for workers
 # w1,w2,w3 (RUN, NUMEL, SEED, ROUNDS, H; 8 shards), and dl:{R}:events shows every shard committed exactly
-# once per round. Sets REF_DIGEST, the reference's digest of the whole parameter vector.
+# once per round. Sets REF_DIGEST, the reference's digest of the whole parameter vector. REF_ARGS: more
+# reference flags (e.g. --codec int8).
 assert_matches_reference() {
   build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers w1,w2,w3 --rounds $ROUNDS \
-    --sync-every $H --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" > "$TMP/ref.txt" || fail "reference"
+    --sync-every $H ${REF_ARGS:-} --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" > "$TMP/ref.txt" || fail "reference"
   shard_digests $RUN > "$TMP/got.txt"
   grep '^shard' "$TMP/ref.txt" | diff - "$TMP/got.txt" > "$TMP/diff.txt" || fail "shard digests differ: $(cat "$TMP/diff.txt")"
   REF_DIGEST=$(awk '/^all/ {print $2}' "$TMP/ref.txt")

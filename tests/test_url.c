@@ -1,5 +1,5 @@
 /*
- * test_url.c: Redis URL parsing (common/url.c): every accepted form with its defaults, the
+ * test_url.c: Redis URL parsing (common/net/url.c): every accepted form with its defaults, the
  * password-free formatting used in logs, every class of rejection with a helpful message, and
  * redis_url_pick: where a process takes its URL from (--redis, --redis-file, $DL_REDIS_URL).
  */

@@ -12,7 +12,7 @@
  *     in flight gets a NULL reply, so its owner treats the outcome as unknown;
  *   - a stall watchdog drops the connection when commands are pending and nothing has come back for
  *     stall_ms (a SIGSTOPped Redis, a silent partition: hiredis 0.14 has no command timeout);
- *   - a URL that names several servers (Sentinels, cluster seeds: common/sentinel.h) is resolved to the
+ *   - a URL that names several servers (Sentinels, cluster seeds: common/net/sentinel.h) is resolved to the
  *     current master at every (re)connect, and a reply saying the node is no longer that master
  *     (rconn_error_failover: READONLY, CLUSTERDOWN, ...) drops the connection like an I/O error, so
  *     following a failover is reconnecting;

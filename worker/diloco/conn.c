@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "dp_error.h"
 #include "frame.h"
 #include "internal.h"
 #include "log.h"
@@ -94,6 +95,24 @@ void conn_close_all(diloco *d) {
         }
 }
 
+/* An `err` reply: what the worker does follows the data-plane error table (common/format/dp_error.h). A code
+ * the table does not know (a newer server) fails the sync with the server's message. */
+static int reply_err_status(const blob_header *h, char *err, size_t errlen)
+{
+    err_set(err, errlen, "shard-server: %s %s", h->code, h->text);
+    const dp_err_info *row = dp_err_lookup(h->code);
+    switch (row ? row->action : DP_ACT_FAIL) {
+    case DP_ACT_RETRY: return DL_RETRY;
+    case DP_ACT_REFETCH: return DL_STALE;
+    case DP_ACT_REREGISTER: return DL_EVICTED;
+    case DP_ACT_REPAIR: /* the message names the shard and key: it is what we say */
+        err_set(err, errlen, "%s", h->text);
+        return DL_CORRUPT;
+    case DP_ACT_FAIL: break;
+    }
+    return DL_FAIL;
+}
+
 /* Map an err/moved/need/wait reply to an outcome. */
 static int reply_outcome(diloco *d, const blob_header *h, char *err, size_t errlen) {
     if (strcmp(h->op, "moved") == 0 || strcmp(h->op, "wait") == 0) {
@@ -113,16 +132,7 @@ static int reply_outcome(diloco *d, const blob_header *h, char *err, size_t errl
         return DL_RETRY;
     }
     if (strcmp(h->op, "err") == 0) {
-        err_set(err, errlen, "shard-server: %s %s", h->code, h->text);
-        if (strcmp(h->code, "STALE") == 0) return DL_STALE;
-        if (strcmp(h->code, "UNKNOWN_WORKER") == 0) return DL_EVICTED;
-        if (strcmp(h->code, "CORRUPT") == 0) { /* the message names the shard and key: it is what we say */
-            err_set(err, errlen, "%s", h->text);
-            return DL_CORRUPT;
-        }
-        if (strcmp(h->code, "NOTREADY") == 0 || strcmp(h->code, "REDIS") == 0 || strcmp(h->code, "BUSY") == 0)
-            return DL_RETRY;
-        return DL_FAIL;
+        return reply_err_status(h, err, errlen);
     }
     err_set(err, errlen, "unexpected reply '%s' from shard-server", h->op);
     return DL_FAIL;
@@ -188,7 +198,7 @@ static void push_request(diloco *d, int shard, int64_t round, blob_header *h, co
     if (d->rc.weight_tokens) /* --weight-by tokens: the tokens behind this pseudo-gradient */
         h->aux = (int64_t)d->push_tokens[h->frag];
     h->xxh = d->delta_xxh[shard]; /* computed with Δ (sync_compute_delta) */
-    h->dtype = d->o.bf16 ? BLOB_BF16 : BLOB_F32;
+    h->dtype = d->push_dtype;
     *payload = dl_shard_delta(d, shard, plen);
 }
 

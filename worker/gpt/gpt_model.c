@@ -5,36 +5,18 @@
  * signature. Matrix products go through cblas_sgemm; OpenBLAS itself runs single-threaded and we
  * split each product between OpenMP threads (one thread pool, no oversubscription). */
 #include "gpt.h"
+#include "gpt_acts.h"
+#include "util.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* ------------------------------------------------------------------------------------------- */
 /* model                                                                                       */
-
-typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd;   /* (N,C) (N) (N) */
-    float *qkv;                         /* (N,3C) */
-    float *att;                         /* (B,NH,T,T) softmax probabilities, 0 above the diagonal */
-    float *atty;                        /* (N,C) */
-    float *res2;                        /* (N,C) */
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu;              /* (N,4C) */
-    float *res3;                        /* (N,C) */
-} layer_acts;
 
 struct gpt_model {
     gpt_config c;
@@ -43,10 +25,8 @@ struct gpt_model {
     model_tensor *tensors;
     int ntensors;
     gpt_params p, g; /* the parameters and the gradients by role (gpt_params_bind) */
-    layer_acts *a;
-    float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
-    /* backward scratch */
-    float *dres, *dln, *dqkv, *datty, *dfch, *dpatt; /* dpatt: nthreads * T*T */
+    gpt_acts a;      /* the activations (gpt_acts.h) */
+    float *dpatt;    /* backward scratch of the attention: nthreads * T*T */
     const int *inputs, *targets;
     float *arena;
 };
@@ -54,12 +34,12 @@ struct gpt_model {
 gpt_model *gpt_model_create(const gpt_config *c, int B, int T, int threads, char *err, size_t errlen) {
     if (gpt_config_check(c, err, errlen)) return NULL;
     if (B < 1 || T < 1 || T > c->ctx) {
-        seterr(err, errlen, "gpt: batch must be >= 1 and 1 <= seq <= ctx (%d), got batch %d seq %d",
+        err_set(err, errlen, "gpt: batch must be >= 1 and 1 <= seq <= ctx (%d), got batch %d seq %d",
                c->ctx, B, T);
         return NULL;
     }
     gpt_model *m = calloc(1, sizeof *m);
-    if (!m) { seterr(err, errlen, "gpt: out of memory"); return NULL; }
+    if (!m) { err_set(err, errlen, "gpt: out of memory"); return NULL; }
     m->c = *c;
     m->B = B;
     m->T = T;
@@ -68,44 +48,19 @@ gpt_model *gpt_model_create(const gpt_config *c, int B, int T, int threads, char
     int L = c->layers;
     m->p.h = calloc((size_t)L, sizeof(gpt_layer_params));
     m->g.h = calloc((size_t)L, sizeof(gpt_layer_params));
-    m->a = calloc((size_t)L, sizeof(layer_acts));
-    size_t N = (size_t)B * T, C = (size_t)c->dim, NH = (size_t)c->heads, V = (size_t)c->vocab;
-    size_t per_layer = N * C * 6 + N * 3 * C + B * NH * T * T + N * 4 * C * 2 + N * 4;
-    size_t total = per_layer * L + N * C * 2 + N * 2 + N * V + N
-                 + N * C * 3 + N * 3 * C + N * 4 * C + (size_t)m->nthreads * T * T;
-    /* every sub-buffer is rounded to 16 floats (64-byte alignment) */
-    total += (size_t)(20 * L + 20) * 16;
-    if (!m->p.h || !m->g.h || !m->a ||
+    m->a.h = calloc((size_t)L, sizeof(gpt_layer_acts));
+    /* every sub-buffer starts on 16 floats (64-byte alignment) */
+    size_t T2 = (size_t)m->nthreads * T * T;
+    size_t total = gpt_acts_size(c, B, T, 16) + gpt_arena_round(T2, 16);
+    if (!m->p.h || !m->g.h || !m->a.h ||
         posix_memalign((void **)&m->arena, 64, total * sizeof(float))) {
-        seterr(err, errlen, "gpt: out of memory for activations (%zu MB)", total * 4 >> 20);
+        err_set(err, errlen, "gpt: out of memory for activations (%zu MB)", total * 4 >> 20);
         gpt_model_free(m);
         return NULL;
     }
     memset(m->arena, 0, total * sizeof(float));
-    float *cur = m->arena;
-#define TAKE(n) (cur += (((size_t)(n)) + 15) / 16 * 16, cur - (((size_t)(n)) + 15) / 16 * 16)
-    for (int l = 0; l < L; l++) {
-        layer_acts *a = &m->a[l];
-        a->ln1 = TAKE(N * C); a->ln1_mean = TAKE(N); a->ln1_rstd = TAKE(N);
-        a->qkv = TAKE(N * 3 * C);
-        a->att = TAKE(B * NH * T * T);
-        a->atty = TAKE(N * C);
-        a->res2 = TAKE(N * C);
-        a->ln2 = TAKE(N * C); a->ln2_mean = TAKE(N); a->ln2_rstd = TAKE(N);
-        a->fch = TAKE(N * 4 * C); a->fch_gelu = TAKE(N * 4 * C);
-        a->res3 = TAKE(N * C);
-    }
-    m->encoded = TAKE(N * C);
-    m->lnf = TAKE(N * C); m->lnf_mean = TAKE(N); m->lnf_rstd = TAKE(N);
-    m->logits = TAKE(N * V);
-    m->losses = TAKE(N);
-    m->dres = TAKE(N * C);
-    m->dln = TAKE(N * C);
-    m->datty = TAKE(N * C);
-    m->dqkv = TAKE(N * 3 * C);
-    m->dfch = TAKE(N * 4 * C);
-    m->dpatt = TAKE((size_t)m->nthreads * T * T);
-#undef TAKE
+    float *cur = m->arena + gpt_acts_bind(c, B, T, 16, m->arena, &m->a);
+    m->dpatt = gpt_arena_take(&cur, T2, 16);
     return m;
 }
 
@@ -114,12 +69,12 @@ void gpt_model_free(gpt_model *m) {
     free(m->arena);
     free(m->p.h);
     free(m->g.h);
-    free(m->a);
+    free(m->a.h);
     free(m->tensors);
     free(m);
 }
 
-const float *gpt_model_logits(const gpt_model *m) { return m->logits; }
+const float *gpt_model_logits(const gpt_model *m) { return m->a.logits; }
 int gpt_model_threads(const gpt_model *m) { return m->nthreads; }
 
 /* ------------------------------------------------------------------------------------------- */
@@ -475,11 +430,11 @@ float gpt_forward(gpt_model *m, const float *params, const int *inputs, const in
     gpt_params_bind(m->tensors, m->ntensors, (float *)params, &m->p);
     m->inputs = inputs;
     m->targets = targets;
-    encoder_forward(nt, m->encoded, inputs, m->p.wte, m->p.wpe, B, T, C);
-    const float *x = m->encoded;
+    encoder_forward(nt, m->a.encoded, inputs, m->p.wte, m->p.wpe, B, T, C);
+    const float *x = m->a.encoded;
     for (int l = 0; l < L; l++) {
         gpt_layer_params *p = &m->p.h[l];
-        layer_acts *a = &m->a[l];
+        gpt_layer_acts *a = &m->a.h[l];
         layernorm_forward(nt, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C);
         matmul_forward(nt, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
         attention_forward(nt, a->atty, a->att, a->qkv, B, T, C, NH);
@@ -492,10 +447,10 @@ float gpt_forward(gpt_model *m, const float *params, const int *inputs, const in
         residual_forward(nt, a->res3, a->res3, a->res2, (size_t)N * C);
         x = a->res3;
     }
-    layernorm_forward(nt, m->lnf, m->lnf_mean, m->lnf_rstd, x, m->p.lnfw, m->p.lnfb, N, C);
-    mm(nt, 0, 1, N, V, C, 1.0f, m->lnf, C, m->p.wte, C, 0.0f, m->logits, V);
+    layernorm_forward(nt, m->a.lnf, m->a.lnf_mean, m->a.lnf_rstd, x, m->p.lnfw, m->p.lnfb, N, C);
+    mm(nt, 0, 1, N, V, C, 1.0f, m->a.lnf, C, m->p.wte, C, 0.0f, m->a.logits, V);
     if (!targets) return 0.0f;
-    return crossentropy_forward(nt, m->logits, m->losses, targets, N, V);
+    return crossentropy_forward(nt, m->a.logits, m->a.losses, targets, N, V);
 }
 
 void gpt_backward(gpt_model *m, const float *params, float *grads) {
@@ -504,32 +459,32 @@ void gpt_backward(gpt_model *m, const float *params, float *grads) {
     openblas_set_num_threads(1);
     gpt_params_bind(m->tensors, m->ntensors, (float *)params, &m->p);
     gpt_params_bind(m->tensors, m->ntensors, grads, &m->g);
-    crossentropy_backward(nt, m->logits, m->targets, N, V);
-    float *dlogits = m->logits;
+    crossentropy_backward(nt, m->a.logits, m->targets, N, V);
+    float *dlogits = m->a.logits;
     /* head: dlnf = dlogits wte ; dwte = dlogits^T lnf (written; the embedding adds to it) */
-    mm(nt, 0, 0, N, C, V, 1.0f, dlogits, V, m->p.wte, C, 0.0f, m->dln, C);
-    mm(nt, 1, 0, V, C, N, 1.0f, dlogits, V, m->lnf, C, 0.0f, m->g.wte, C);
-    const float *xlast = L > 0 ? m->a[L - 1].res3 : m->encoded;
-    layernorm_backward(nt, m->dres, m->g.lnfw, m->g.lnfb, m->dln, xlast, m->p.lnfw, m->lnf_mean,
-                       m->lnf_rstd, N, C, 0);
+    mm(nt, 0, 0, N, C, V, 1.0f, dlogits, V, m->p.wte, C, 0.0f, m->a.dln, C);
+    mm(nt, 1, 0, V, C, N, 1.0f, dlogits, V, m->a.lnf, C, 0.0f, m->g.wte, C);
+    const float *xlast = L > 0 ? m->a.h[L - 1].res3 : m->a.encoded;
+    layernorm_backward(nt, m->a.dres, m->g.lnfw, m->g.lnfb, m->a.dln, xlast, m->p.lnfw, m->a.lnf_mean,
+                       m->a.lnf_rstd, N, C, 0);
     for (int l = L - 1; l >= 0; l--) {
         gpt_layer_params *p = &m->p.h[l], *g = &m->g.h[l];
-        layer_acts *a = &m->a[l];
-        const float *x = l > 0 ? m->a[l - 1].res3 : m->encoded;
+        gpt_layer_acts *a = &m->a.h[l];
+        const float *x = l > 0 ? m->a.h[l - 1].res3 : m->a.encoded;
         /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
-        matmul_backward(nt, m->dfch, g->fcprojw, g->fcprojb, m->dres, a->fch_gelu, p->fcprojw, N, 4 * C, C);
-        gelu_backward(nt, m->dfch, a->fch, m->dfch, (size_t)N * 4 * C);
-        matmul_backward(nt, m->dln, g->fcw, g->fcb, m->dfch, a->ln2, p->fcw, N, C, 4 * C);
-        layernorm_backward(nt, m->dres, g->ln2w, g->ln2b, m->dln, a->res2, p->ln2w, a->ln2_mean,
+        matmul_backward(nt, m->a.dfch, g->fcprojw, g->fcprojb, m->a.dres, a->fch_gelu, p->fcprojw, N, 4 * C, C);
+        gelu_backward(nt, m->a.dfch, a->fch, m->a.dfch, (size_t)N * 4 * C);
+        matmul_backward(nt, m->a.dln, g->fcw, g->fcb, m->a.dfch, a->ln2, p->fcw, N, C, 4 * C);
+        layernorm_backward(nt, m->a.dres, g->ln2w, g->ln2b, m->a.dln, a->res2, p->ln2w, a->ln2_mean,
                            a->ln2_rstd, N, C, 1);
         /* attention: res2 = x + proj(attn(ln1(x))) */
-        matmul_backward(nt, m->datty, g->projw, g->projb, m->dres, a->atty, p->projw, N, C, C);
-        attention_backward(nt, m->dqkv, m->dpatt, m->datty, a->qkv, a->att, B, T, C, NH);
-        matmul_backward(nt, m->dln, g->qkvw, g->qkvb, m->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
-        layernorm_backward(nt, m->dres, g->ln1w, g->ln1b, m->dln, x, p->ln1w, a->ln1_mean,
+        matmul_backward(nt, m->a.datty, g->projw, g->projb, m->a.dres, a->atty, p->projw, N, C, C);
+        attention_backward(nt, m->a.dqkv, m->dpatt, m->a.datty, a->qkv, a->att, B, T, C, NH);
+        matmul_backward(nt, m->a.dln, g->qkvw, g->qkvb, m->a.dqkv, a->ln1, p->qkvw, N, C, 3 * C);
+        layernorm_backward(nt, m->a.dres, g->ln1w, g->ln1b, m->a.dln, x, p->ln1w, a->ln1_mean,
                            a->ln1_rstd, N, C, 1);
     }
-    encoder_backward(nt, m->g.wte, m->g.wpe, m->dres, m->inputs, B, T, C, m->c.ctx);
+    encoder_backward(nt, m->g.wte, m->g.wpe, m->a.dres, m->inputs, B, T, C, m->c.ctx);
 }
 
 /* ------------------------------------------------------------------------------------------- */

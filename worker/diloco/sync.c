@@ -218,10 +218,11 @@ int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *e
 
 /* ---- the round --------------------------------------------------------------------------------- */
 
-static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen) {
+static int arrive_once(diloco *d, int f, int64_t round, int *written, char *err, size_t errlen) {
     redisReply *r = dl_command(d, "FCALL dl_arrive 1 %s %s %lld %d %lld", d->config_key, d->worker_id,
                                (long long)dl_inc(d), f, (long long)round);
-    int rc = DL_OK, written = r != NULL && r->type != REDIS_REPLY_ERROR;
+    int rc = DL_OK;
+    *written = r != NULL && r->type != REDIS_REPLY_ERROR;
     if (rconn_reply_error(d->ctl, r, err, errlen) < 0) {
         rc = DL_FAIL;
         if (r && strncmp(r->str, "STALE", 5) == 0) rc = DL_STALE;
@@ -233,9 +234,23 @@ static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen) {
         rc = DL_RETRY; /* open: wait */
     }
     if (r) freeReplyObject(r);
-    /* an arrival lost in a failover would leave the barrier waiting for us: make it durable first */
-    if (written && dl_wait_replicas(d, err, errlen) != 0) rc = DL_FAIL;
     return rc;
+}
+
+/* dl_arrive; with min_replicas, only once our arrival is on that many replicas: an arrival lost in a
+ * failover would leave the barrier waiting for us. If the connection breaks during that WAIT (the
+ * failover itself), we arrive again on the new master: STALE then means the round closed meanwhile
+ * (with our first arrival, or without it: the barrier and the get tell which), so we go and wait on
+ * the barrier rather than drop our pseudo-gradient. */
+#define ARRIVE_ATTEMPTS 3
+static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen) {
+    for (int attempt = 0; attempt < ARRIVE_ATTEMPTS; attempt++) {
+        int written, rc = arrive_once(d, f, round, &written, err, errlen);
+        if (attempt > 0 && rc == DL_STALE) return DL_RETRY;
+        if (!written || dl_wait_replicas(d, err, errlen) == 0) return rc;
+        log_warn("round %lld of fragment %d: %s; arriving again", (long long)round, f, err);
+    }
+    return DL_RETRY;
 }
 
 /* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */

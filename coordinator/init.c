@@ -47,6 +47,8 @@ typedef struct init_args {
     char ck_dn_variant[16];
 } init_args;
 
+#define ASYNC_OUTER_MOMENTUM 0.5 /* the default outer momentum of an async run */
+
 static int flag_given(const init_args *a, const char *flag) {
     for (int i = 0; i < a->ngiven; i++)
         if (!strcmp(a->given[i], flag)) return 1;
@@ -68,7 +70,7 @@ static void init_usage(FILE *f) {
             "  --layers --heads --dim --ctx --vocab   (gpt) model shape (default 2 4 128 128 256)\n"
             "  --seed S                   initial parameters seed (default 0)\n"
             "  --outer-lr LR              outer SGD learning rate (default 0.7)\n"
-            "  --outer-momentum MU        outer momentum (default 0.9)\n"
+            "  --outer-momentum MU        outer momentum (default 0.9; 0.5 with --async)\n"
             "  --no-nesterov              plain momentum instead of Nesterov\n"
             "  --heartbeat-timeout S      evict workers silent for S seconds (default 120; 0 = never)\n"
             "  --async                    async DiLoCo: no barrier, each submission applied in its Redis order\n"
@@ -272,6 +274,9 @@ static int parse_init(int argc, char **argv, init_args *a) {
         return -1;
     }
     if (a->from_state && !flag_given(a, "--trainer")) a->trainer = "state";
+    /* async applies each submission on its own, one round stale: that staleness already acts as momentum,
+     * and 0.9 on top overshoots (docs/quality.md measures it) */
+    if (a->async && !a->from_checkpoint && !flag_given(a, "--outer-momentum")) a->outer_momentum = ASYNC_OUTER_MOMENTUM;
     if (a->from_checkpoint && adopt_checkpoint(a) < 0) return -1;
     if (a->outer_lr <= 0 || a->outer_momentum >= 1) {
         fprintf(stderr, "coordinator init: --outer-lr must be > 0 and --outer-momentum in [0, 1)\n");
@@ -308,13 +313,32 @@ typedef struct initial_params {
 
 static int make_initial_seed(const init_args *a, initial_params *ip, char *err, size_t errlen);
 
+/* A run from a model's state (trainer "state") has no model to rebuild its layout from: it is the
+ * checkpoint's own (its metadata). */
+static int layout_of_checkpoint(const checkpoint *ck, initial_params *ip, char *err, size_t errlen) {
+    char e2[512];
+    if (!ck->layout || layout_parse_json(ck->layout, ck->numel, &ip->tensors, &ip->ntensors, e2, sizeof e2) < 0) {
+        err_set(err, errlen, "--from-checkpoint: a run from a model's state takes its layout from the checkpoint: %s",
+                ck->layout ? e2 : "this one has none");
+        return -1;
+    }
+    ip->numel = ck->numel;
+    snprintf(ip->model, sizeof ip->model, "%s", ck->model);
+    return 0;
+}
+
 /* The run's layout as requested, then the checkpoint's values in place of the seeded ones. */
 static int make_initial_checkpoint(const init_args *a, initial_params *ip, char *err, size_t errlen) {
-    if (make_initial_seed(a, ip, err, errlen) < 0) return -1;
+    memset(ip, 0, sizeof *ip); /* create_run frees it whatever happens */
+    ip->ck_version = -1;
     checkpoint ck;
     char e2[1024];
     if (checkpoint_read(a->from_checkpoint, 1, &ck, e2, sizeof e2) < 0) {
         err_set(err, errlen, "--from-checkpoint: %s", e2);
+        return -1;
+    }
+    if ((!strcmp(a->trainer, "state") ? layout_of_checkpoint(&ck, ip, err, errlen) : make_initial_seed(a, ip, err, errlen)) < 0) {
+        checkpoint_free(&ck);
         return -1;
     }
     if (strcmp(ck.trainer, a->trainer) != 0 || ck.numel != ip->numel || strcmp(ck.model, ip->model) != 0) {

@@ -11,9 +11,7 @@ import shutil
 import subprocess
 import tempfile
 
-from . import safetensors
 from .errors import DiLoCoError
-from .params import FlatParams
 
 _FLAGS = ("trainer", "layers", "heads", "dim", "ctx", "vocab", "numel", "workers", "min_workers", "shards", "fragments", "seed", "outer_lr", "outer_momentum",
           "heartbeat_timeout", "dn_buffer_size", "dn_variant", "max_staleness", "weight_by", "weight_ref_tokens",
@@ -40,6 +38,8 @@ def coordinator_path():
 def save_state(model, path):
     """The model's parameters, fp32, in named_parameters() order, as a safetensors file (what
     `coordinator init --from-state` reads)."""
+    from . import safetensors
+    from .params import FlatParams
     FlatParams.check_dtypes(model)
     safetensors.write(path, {n: p.detach() for n, p in model.named_parameters()})
 

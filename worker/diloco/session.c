@@ -187,7 +187,7 @@ static int wait_for_joined_round(diloco *d, int f, char *err, size_t errlen) {
     if (rc == DL_OK) d->frag_version[f] = d->frag_joined[f];
     /* DL_NEED (every member it waited for is gone: it needs our arrival to close), DL_STALE,
      * DL_EVICTED: the fetch below takes the version registration gave us and we train for the open
-     * round, as before (an eviction shows at the first arrival, which registers again) */
+     * round (an eviction shows at the first arrival, which registers again) */
     return 0;
 }
 

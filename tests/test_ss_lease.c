@@ -22,7 +22,7 @@
 #include "util.h"
 
 #define RUN "sslease"
-#define TTL_MS 600
+#define TTL_MS 1000
 #define NUMEL 256
 
 static struct event_base *g_base;

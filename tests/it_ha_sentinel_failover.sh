@@ -8,10 +8,10 @@
 # commit a shard-server acknowledged is in the final stream (audit "acks"), and the final parameters are
 # bit-identical to the fault-free reference.
 . "$(dirname "$0")/lib.sh"
-OUT="$TMP/ha"; NUMEL=60000; SHARDS=4; SEED=5; H=20; ROUNDS=70
+OUT="$TMP/ha"; NUMEL=60000; SHARDS=4; SEED=5; H=20; ROUNDS=60
 python3 tests/chaos/chaos.py --out "$OUT" --run ha --redis-ha --aof --workers 3 --servers 2 --shards $SHARDS \
   --numel $NUMEL --seed $SEED --sync-every $H --steps $((ROUNDS * H)) --step-delay-ms 5 --heartbeat-timeout 10 \
-  --lease-ttl-ms 3000 --duration 90 --fault-every 4 --redis-down 2 --stop-min 6 --stop-max 7 --settle-timeout 60 \
+  --lease-ttl-ms 3000 --duration 90 --fault-every 4 --redis-down 2 --stop-min 5 --stop-max 6 --settle-timeout 60 \
   --fault-plan kill:redis-master,kill:redis-master,kill:redis-master,stop:redis-master \
   --init-arg=--min-replicas --init-arg=1 > "$TMP/chaos.log" 2>&1
 rc=$?

@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""fuzz/seeds_checkpoint.py DIR: write the seed corpus of the safetensors and checkpoint fuzz targets.
+"""fuzz/seeds_checkpoint.py DIR: write the seed corpora of the safetensors, checkpoint and from_state
+fuzz targets.
 
 Small valid files (a ReDiLoCo checkpoint of 4 parameters on 2 shards, with and without a Delayed
 Nesterov buffer; a PyTorch-style file of F16/BF16/F64 tensors) and the crafted files of issue 17:
@@ -46,9 +47,9 @@ def floats(*v):
 
 def main():
     out = sys.argv[1]
-    ck, st = os.path.join(out, "checkpoint"), os.path.join(out, "safetensors")
-    os.makedirs(ck, exist_ok=True)
-    os.makedirs(st, exist_ok=True)
+    ck, st, fs = (os.path.join(out, d) for d in ("checkpoint", "safetensors", "from_state"))
+    for d in (ck, st, fs):
+        os.makedirs(d, exist_ok=True)
     p, m, d = floats(1, 2, 3, 4), floats(0.5, 0, -0.5, 1), floats(0.25, 0.25, 0, 0)
     files = {
         (ck, "valid.safetensors"): checkpoint(4, 4, [(0, 16), (16, 32)], p + m, [0, 2, 4]),
@@ -71,6 +72,14 @@ def main():
         (st, "crafted-shape-overflow.safetensors"): safetensors(
             {"x": {"dtype": "U8", "shape": [1 << 32, 1 << 32], "data_offsets": [0, 0]}}),
     }
+    files[(st, "checkpoint.safetensors")] = files[(ck, "valid-dn.safetensors")]
+    # a model's weights as rediloco.save_state writes them (named_parameters in order), one with NaN
+    state = {"__metadata__": {"format": "pt"},
+             "wte.weight": {"dtype": "F32", "shape": [2, 2], "data_offsets": [0, 16]},
+             "ln.bias": {"dtype": "BF16", "shape": [2], "data_offsets": [16, 20]}}
+    files[(fs, "state.safetensors")] = safetensors(state, floats(1, 2, 3, 4) + struct.pack("<2H", 0x3f80, 0xbf80))
+    files[(fs, "state-nan.safetensors")] = safetensors(state, floats(1, 2, 3, 4) + struct.pack("<2H", 0x7fc0, 0))
+    files[(fs, "crafted-numel-2p62.safetensors")] = files[(st, "crafted-numel-2p62.safetensors")]
     for (folder, name), data in files.items():
         with open(os.path.join(folder, name), "wb") as f:
             f.write(data)

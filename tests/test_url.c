@@ -227,6 +227,15 @@ static void rejects_missing_host_or_path(void **state)
     expect_reject("redis://[::1", "unterminated");
     expect_reject("redis://[::1]x", "after ']'");
     expect_reject("unix://", "missing socket path");
+    /* found by fuzz/fuzz_url.c: "[[]" parsed to the host "[", which no resolver knows and which
+     * redis_url_format wrote back as an unterminated bracket */
+    expect_reject("redis://[[]", "not an IPv6 address");
+    expect_reject("redis://[[:]", "bad character '['");
+    expect_reject("redis://a]b:1", "bad character ']'");
+    expect_reject("redis://ho st", "bad character (byte 0x20)");
+    expect_reject("redis://h?x:1", "bad character '?'");
+    expect_reject("redis://h:p@h%41", "bad character '%'");
+    expect_reject("redis://[5%25_0]", "not an IPv6 address"); /* formatted back without brackets: "5%25_0" */
 }
 
 static void rejects_overlong_parts_and_bad_escapes(void **state)

@@ -263,6 +263,10 @@ static int get_str(const msgpack_object *v, const char *key, char *dst, size_t c
         err_set(err, errlen, "blob header key '%s' is too long (%u bytes, max %zu)", key, v->via.str.size, cap - 1);
         return -1;
     }
+    if (v->via.str.size == 0) { /* msgpack-c's pointer is then NULL, which memchr and memcpy must not see */
+        dst[0] = '\0';
+        return 0;
+    }
     if (memchr(v->via.str.ptr, '\0', v->via.str.size) != NULL) {
         err_set(err, errlen, "blob header key '%s' contains a NUL byte", key);
         return -1;

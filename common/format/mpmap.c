@@ -18,7 +18,9 @@ static int find(msgpack_unpacked *u, const void *buf, size_t len, const char *ke
     msgpack_object_map *m = &u->data.via.map;
     for (uint32_t i = 0; i < m->size; i++) {
         msgpack_object *k = &m->ptr[i].key;
-        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen && memcmp(k->via.str.ptr, key, klen) == 0) {
+        /* msgpack-c gives an empty string a NULL pointer, which memcmp must not see */
+        if (k->type == MSGPACK_OBJECT_STR && k->via.str.size == klen &&
+            (klen == 0 || memcmp(k->via.str.ptr, key, klen) == 0)) {
             *val = &m->ptr[i].val;
             return 0;
         }
@@ -32,7 +34,7 @@ int mpmap_get_str(const void *buf, size_t len, const char *key, char *out, size_
     int rc = -1;
     if (find(&u, buf, len, key, &v) == 0 && v->type == MSGPACK_OBJECT_STR && cap > 0) {
         size_t n = v->via.str.size < cap - 1 ? v->via.str.size : cap - 1;
-        memcpy(out, v->via.str.ptr, n);
+        if (n > 0) memcpy(out, v->via.str.ptr, n);
         out[n] = '\0';
         rc = 0;
     }

@@ -1,6 +1,7 @@
 /* runconf.c: reads a run's configuration from Redis and checks it is one this build understands. */
 #include "runconf.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -50,9 +51,12 @@ int runconf_parse_bounds_u64(const char *s, uint64_t **out, int *n, char *err, s
     }
     const char *p = s;
     for (int i = 0; i < count; i++) {
-        char *end;
-        unsigned long long v = strtoull(p, &end, 10);
-        if (end == p || (*end != ',' && *end != '\0') || (i > 0 && v < b[i - 1])) {
+        char *end = (char *)p;
+        unsigned long long v = 0;
+        errno = 0;
+        /* digits only: strtoull would also take blanks, '+' and a '-' that wraps around */
+        if (*p >= '0' && *p <= '9') v = strtoull(p, &end, 10);
+        if (end == p || errno == ERANGE || (*end != ',' && *end != '\0') || (i > 0 && v < b[i - 1])) {
             err_set(err, errlen, "malformed bounds list '%s'", s);
             free(b);
             return -1;
@@ -75,13 +79,20 @@ int runconf_format_bounds_u64(const uint64_t *b, int n, char *buf, size_t cap) {
     return 0;
 }
 
-static const char *field(redisReply *r, const char *name) {
+/* the value of field name in an HGETALL reply, when both are strings */
+static const char *field(const redisReply *r, const char *name) {
     for (size_t i = 0; i + 1 < r->elements; i += 2)
-        if (strcmp(r->element[i]->str, name) == 0) return r->element[i + 1]->str;
+        if (r->element[i]->type == REDIS_REPLY_STRING && r->element[i + 1]->type == REDIS_REPLY_STRING &&
+            strcmp(r->element[i]->str, name) == 0)
+            return r->element[i + 1]->str;
     return NULL;
 }
 
-static int load_fields(redisReply *r, runconf *rc, char *err, size_t errlen) {
+int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errlen) {
+    if (r->type != REDIS_REPLY_ARRAY) {
+        err_set(err, errlen, "run config is not a hash");
+        return -1;
+    }
     const char *numel = field(r, "numel"), *sb = field(r, "shard_bounds"), *fb = field(r, "frag_bounds");
     if (!numel || !sb || !fb) {
         err_set(err, errlen, "run config lacks numel/shard_bounds/frag_bounds: not a run made by `coordinator init`");
@@ -127,6 +138,8 @@ static int load_fields(redisReply *r, runconf *rc, char *err, size_t errlen) {
                 "upgrade this program", cz);
         return -1;
     }
+    const char *dl = field(r, "download");
+    rc->download_update = dl && strcmp(dl, "update") == 0;
     const char *mr = field(r, "min_replicas");
     if (mr && parse_int(mr, 0, RUNCONF_MAX_REPLICAS, &v) == 0) rc->min_replicas = (int)v;
     rc->snapshot_every = 8;
@@ -157,7 +170,7 @@ int runconf_load(rconn *c, const char *run, runconf *rc, char *err, size_t errle
         err_set(err, errlen, "run '%s' does not exist in this Redis; run `coordinator init --run %s` first", run, run);
         goto error;
     }
-    if (load_fields(r, rc, err, errlen) < 0) goto error;
+    if (runconf_from_reply(r, rc, err, errlen) < 0) goto error;
     freeReplyObject(r);
     return 0;
 error:

@@ -34,6 +34,8 @@ typedef struct runconf {
     uint64_t weight_ref_tokens; /* async: a submission of this many tokens gets weight 1 */
     int compress;             /* codec of pseudo-gradients (coordinator init --compress): a blob dtype,
                                  BLOB_BF16 by default (codec.h) */
+    int download_update;      /* --download update: gets are answered with the round's averaged
+                                 pseudo-gradient in the codec, workers apply the outer step themselves */
     int min_replicas;         /* a commit is durable once WAIT says this many replicas have it (0 = at once) */
     uint64_t seed;
     char trainer[32];         /* what the layout came from: "quadratic", "gpt" */
@@ -50,6 +52,10 @@ int runconf_load(rconn *c, const char *run, runconf *out, char *err, size_t errl
 void runconf_free(runconf *rc);
 /* Whether a push in this dtype is the run's codec: a bf16 run also takes fp32 (worker --no-bf16). */
 int runconf_accepts_dtype(const runconf *rc, int dtype);
+/* The parsing half of runconf_load: rc's fields from an HGETALL reply of dl:{R}:config (rc->run is left
+ * as it is). Every value is checked (bounds that cover numel in order, counts in range); optional
+ * fields that do not parse keep their defaults. On error rc may hold allocations: runconf_free. */
+int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errlen);
 /* Numbers of one shard / fragment. */
 uint64_t runconf_shard_numel(const runconf *rc, int shard);
 int runconf_fragment_of_shard(const runconf *rc, int shard);

@@ -106,6 +106,25 @@ static int parse_userinfo(const char *s, size_t len, redis_url *out, char *err, 
     return percent_decode(colon + 1, len - ulen - 1, out->pass, sizeof out->pass, "password", err, errlen);
 }
 
+/* A host name or IPv4 address: letters, digits, '.', '-', '_'; inside brackets an IPv6 address, which
+ * adds ':' and a zone after '%'. Anything else ('[', '/', blanks, ...) cannot name a host, and would
+ * not survive redis_url_format either. */
+static int check_host(const char *h, size_t len, int bracketed, char *err, size_t errlen)
+{
+    for (size_t i = 0; i < len; i++) {
+        char c = h[i];
+        if ((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '.' || c == '-' ||
+            c == '_' || (bracketed && (c == ':' || c == '%')))
+            continue;
+        if (c > ' ' && c < 127)
+            err_set(err, errlen, "bad character '%c' in the host of the Redis URL", c);
+        else
+            err_set(err, errlen, "bad character (byte 0x%02x) in the host of the Redis URL", (unsigned char)c);
+        return -1;
+    }
+    return 0;
+}
+
 /* host[:port] or [v6][:port]. */
 static int parse_hostport(const char *s, size_t len, redis_url *out, char *err, size_t errlen)
 {
@@ -134,7 +153,13 @@ static int parse_hostport(const char *s, size_t len, redis_url *out, char *err, 
         err_set(err, errlen, "missing host in the Redis URL (e.g. redis://127.0.0.1:6379)");
         return -1;
     }
-    if (copy_part(host, hlen, out->host, sizeof out->host, "host", err, errlen) != 0)
+    if (host != s && memchr(host, ':', hlen) == NULL) {
+        err_set(err, errlen, "the host in brackets is not an IPv6 address in the Redis URL (write a host name or "
+                "IPv4 address without brackets)");
+        return -1;
+    }
+    if (check_host(host, hlen, host != s, err, errlen) != 0 ||
+        copy_part(host, hlen, out->host, sizeof out->host, "host", err, errlen) != 0)
         return -1;
     if (rest == s + len)
         return 0;

@@ -289,7 +289,7 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
         if (rconn_reply_error(d->ctl, b, err, errlen) == 0 && b->type == REDIS_REPLY_ARRAY && b->elements >= 1) {
             const char *state = b->element[0]->str;
             int rc = strcmp(state, "closed") == 0 ? DL_OK : strcmp(state, "open") == 0 ? DL_RETRY : DL_STALE;
-            /* a library without the count (older than this worker): do not wait, as before */
+            /* a Redis library older than this worker sends no count: do not wait */
             if (joiner && rc == DL_RETRY &&
                 (b->elements < 5 || b->element[4]->type != REDIS_REPLY_INTEGER || b->element[4]->integer == 0))
                 rc = DL_NEED;
@@ -447,7 +447,7 @@ static int confirm_reset(diloco *d, int f, const char *why, char *err, size_t er
 static int get_round(diloco *d, int first, int last, const get_arg *ga, char *err, size_t errlen);
 
 /* How long sync_confirm_durable waits for a commit that the lease says is on its way before it sends
- * its Δ again and asks (a commit takes milliseconds to ~1 s, a few s when Redis is slow). */
+ * its Δ again and asks: longer than a commit takes, even when Redis is slow. */
 #define CONFIRM_PATIENCE_MS 5000
 
 /* Fragment f's shards at version want, durably. Our kept Δ of round want-1 goes to every owner first

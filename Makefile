@@ -216,7 +216,7 @@ FUZZ_TARGETS ?= $(FUZZ_ALL)
 FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS  = $(CSTD) -O1 -g $(WARN) $(DETERMINISTIC) $(FUZZ_SAN) -MMD -MP $(COMMON_INC) -Imodel -Icoordinator -Ibuild/gen
 # what the targets call: common/ and the file readers of the coordinator (its other files need a Redis)
-FUZZ_SRC     = $(COMMON_SRC) coordinator/checkpoint_read.c coordinator/from_state.c
+FUZZ_SRC     = $(COMMON_SRC) $(MODEL_SRC) coordinator/checkpoint_read.c coordinator/from_state.c
 FUZZ_OBJ     = $(FUZZ_SRC:%.c=$(BUILD)/fuzz/obj/%.o) $(BUILD)/fuzz/obj/gen/lua_library.o
 ifneq ($(FUZZ_CC),)
 FUZZ_BIN     = $(FUZZ_ALL:%=$(BUILD)/fuzz/fuzz_%)
@@ -233,6 +233,7 @@ $(BUILD)/fuzz/obj/gen/%.o: $(BUILD)/gen/%.c
 ifeq ($(shell uname -m),x86_64)
 $(BUILD)/fuzz/obj/common/math/hash_avx2.o: FUZZ_CFLAGS += -mavx2
 $(BUILD)/fuzz/obj/common/math/outer_avx2.o: FUZZ_CFLAGS += -mavx2 -mfma
+$(BUILD)/fuzz/obj/common/math/codec_avx2.o: FUZZ_CFLAGS += -mavx2
 endif
 $(BUILD)/fuzz/libfuzzcommon.a: $(FUZZ_OBJ)
 	@rm -f $@; ar rcs $@ $^

@@ -32,7 +32,7 @@ DETERMINISTIC = -ffp-contract=off
 LDLIBS    = -lhiredis -levent -levent_pthreads -lmsgpackc -lxxhash -ljansson -lcrypto -lm -pthread
 BLASLIBS  = $(OPENBLAS_LIBS) -fopenmp
 
-DEB_PKGS  = build-essential pkg-config libhiredis-dev redis-server redis-tools libevent-dev libmsgpack-dev \
+DEB_PKGS  = build-essential pkg-config libhiredis-dev redis-server redis-sentinel redis-tools libevent-dev libmsgpack-dev \
             libopenblas-dev libxxhash-dev libjansson-dev libcmocka-dev libssl-dev bible-kjv bible-kjv-text \
             python3-torch python3-numpy python3-yaml iproute2 procps chromium curl stunnel4 openssl gnuplot-nox \
             qemu-user clang-14 libclang-rt-14-dev

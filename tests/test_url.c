@@ -188,7 +188,7 @@ static void rejects_bad_sentinel_and_seed_urls(void **state)
     expect_reject("redis+sentinel://127.0.0.1/m?foo=1", "unknown query");
     expect_reject("redis+sentinel://127.0.0.1/m/x", "bad database");
     expect_reject("redis://h1,,h3", "missing host");
-    expect_reject("redis://h1?db=2", "unknown query");
+    expect_reject("redis://h1?db=2", "bad character '?'");
     expect_reject("redis://a,b,c,d,e,f,g,h,i", "too many hosts");
 }
 

@@ -200,13 +200,12 @@ static int parse_hostlist(const char *s, size_t len, int default_port, redis_url
     return 0;
 }
 
-/* [user[:pass]@]hosts, up to the first '/' (the password may contain '@' when not percent-encoded:
+/* [user[:pass]@]hosts, up to the first of the `stop` characters (the password may contain '@' when not percent-encoded:
  * the last '@' ends the userinfo); *rest = what follows the hosts. */
-static int parse_authority(const char *s, int default_port, redis_url *out, const char **rest, char *err,
-                           size_t errlen)
+static int parse_authority(const char *s, int default_port, const char *stop, redis_url *out, const char **rest,
+                           char *err, size_t errlen)
 {
-    const char *slash = strchr(s, '/');
-    size_t alen = slash ? (size_t)(slash - s) : strcspn(s, "?");
+    size_t alen = strcspn(s, stop);
     const char *at = NULL;
     for (const char *p = s; p < s + alen; p++)
         if (*p == '@')
@@ -224,12 +223,8 @@ static int parse_authority(const char *s, int default_port, redis_url *out, cons
 static int parse_tcp(const char *s, redis_url *out, char *err, size_t errlen)
 {
     const char *slash;
-    if (parse_authority(s, DEFAULT_PORT, out, &slash, err, errlen) != 0)
+    if (parse_authority(s, DEFAULT_PORT, "/", out, &slash, err, errlen) != 0)
         return -1;
-    if (*slash == '?') {
-        err_set(err, errlen, "unknown query '%.40s' in the Redis URL (redis:// takes none)", slash + 1);
-        return -1;
-    }
     if (*slash != '/' || slash[1] == '\0')
         return 0;
     return parse_db(slash + 1, strlen(slash + 1), out, err, errlen);
@@ -266,7 +261,7 @@ static int parse_sentinel_query(const char *q, redis_url *out, char *err, size_t
 static int parse_sentinel(const char *s, redis_url *out, char *err, size_t errlen)
 {
     const char *rest;
-    if (parse_authority(s, DEFAULT_SENTINEL_PORT, out, &rest, err, errlen) != 0)
+    if (parse_authority(s, DEFAULT_SENTINEL_PORT, "/?", out, &rest, err, errlen) != 0)
         return -1;
     const char *q = strchr(rest, '?');
     size_t plen = q ? (size_t)(q - rest) : strlen(rest);

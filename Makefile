@@ -18,7 +18,7 @@ CSTD      = -std=c11 -D_GNU_SOURCE
 WARN      = -Wall -Wextra -Werror
 # common/ holds four kinds of module, one folder each: net/ (Redis connections, Cluster routing, URLs,
 # frames, the handshake), format/ (blobs, msgpack readers, key names, run config, safetensors, error
-# codes), math/ (the outer step, hashing, bf16, log replay) and base/ (logging, time, errors, signals).
+# codes), math/ (the outer step, hashing, bf16, codecs, log replay) and base/ (logging, time, errors, signals).
 # Headers are included by name ("blob.h"), so a module can move between folders without touching callers.
 COMMON_INC = -Icommon/net -Icommon/format -Icommon/math -Icommon/base -Icommon
 CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -pthread -MMD -MP $(COMMON_INC) -Imodel -Iworker -Ibuild/gen \
@@ -48,7 +48,7 @@ TRAINERS_SRC = $(wildcard worker/gpt/*.c worker/trainers/*.c)
 TRAINERS_OBJ = $(TRAINERS_SRC:%.c=$(BUILD)/%.o)
 WORKER_SRC  = $(wildcard worker/*.c)
 WORKER_OBJ  = $(WORKER_SRC:%.c=$(BUILD)/%.o)
-SERVER_SRC  = $(wildcard shard-server/*.c)
+SERVER_SRC  = $(wildcard shard-server/*.c shard-server/link/*.c)
 SERVER_OBJ  = $(SERVER_SRC:%.c=$(BUILD)/%.o)
 COORD_SRC   = $(wildcard coordinator/*.c)
 COORD_OBJ   = $(COORD_SRC:%.c=$(BUILD)/%.o)
@@ -110,10 +110,12 @@ $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 
 $(BUILD)/common/%.o $(BUILD)/model/%.o $(BUILD)/worker/diloco/%.o $(BUILD)/worker/trainers/%.o $(BUILD)/shard-server/%.o: CFLAGS += $(DETERMINISTIC)
 $(BUILD)/worker/gpt/%.o: OPT = -O3 -march=native
-# AVX2 builds (xxhash's AVX2 code path; the commit's kernel, with FMA): only called when the CPU has them
+# AVX2 builds (xxhash's AVX2 code path; the commit's kernel, with FMA; the codec's block kernels, no FMA):
+# only called when the CPU has them
 ifeq ($(shell uname -m),x86_64)
 $(BUILD)/common/math/hash_avx2.o: CFLAGS += -mavx2
 $(BUILD)/common/math/outer_avx2.o: CFLAGS += -mavx2 -mfma
+$(BUILD)/common/math/codec_avx2.o: CFLAGS += -mavx2
 endif
 $(BUILD)/worker/gpt/%.o: CFLAGS += -fopenmp
 
@@ -209,6 +211,7 @@ $(BUILD)/fuzz/obj/gen/%.o: $(BUILD)/gen/%.c
 ifeq ($(shell uname -m),x86_64)
 $(BUILD)/fuzz/obj/common/math/hash_avx2.o: FUZZ_CFLAGS += -mavx2
 $(BUILD)/fuzz/obj/common/math/outer_avx2.o: FUZZ_CFLAGS += -mavx2 -mfma
+$(BUILD)/fuzz/obj/common/math/codec_avx2.o: FUZZ_CFLAGS += -mavx2
 endif
 $(BUILD)/fuzz/libfuzzcommon.a: $(FUZZ_OBJ)
 	@rm -f $@; ar rcs $@ $^

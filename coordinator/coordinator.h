@@ -17,6 +17,7 @@
 #define DILOCO_COORDINATOR_H
 
 #include <hiredis/hiredis.h>
+#include <stdint.h>
 
 #include "rconn.h"
 
@@ -47,4 +48,17 @@ int coord_load_library(rconn *rc, char *err, size_t errlen);
 int cmd_repair(int argc, char **argv); /* repair.c */
 /* The status document (dl_status) parsed; NULL + message on stderr. */
 struct json_t *coord_fetch_status(rconn *rc, const char *run);
+
+/* topology.c: Redis itself (master, replicas, lag; failovers behind Sentinel). A watch (serve) also
+ * remembers the master it last saw, so a change is logged and reported as the last failover. */
+typedef struct topology_watch {
+    char master[300];
+    char last_from[300], last_to[300];
+    uint64_t last_ms;   /* wall clock */
+    int seen;           /* failovers seen by this process */
+} topology_watch;
+struct json_t *topology_read(rconn *rc, const redis_url *url, topology_watch *w); /* w may be NULL */
+void topology_print(struct json_t *topology);
+/* Note the master a connection leads to now; a change is logged and kept as the last failover. */
+void topology_watch_master(topology_watch *w, const char *master);
 #endif

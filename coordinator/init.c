@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "blob.h"
+#include "codec.h"
 #include "checkpoint.h"
 #include "coordinator.h"
 #include "from_state.h"
@@ -30,9 +31,9 @@ extern const unsigned long lua_library_len;
 
 typedef struct init_args {
     coord_common c;
-    long long workers, min_workers, shards, fragments, numel, seed, snapshot_every, dylu_base;
+    long long workers, min_workers, shards, fragments, numel, seed, snapshot_every, dylu_base, min_replicas;
     long long dn_buffer, max_staleness, weight_ref;
-    const char *dn_variant, *weight_by;
+    const char *dn_variant, *weight_by, *compress;
     double outer_lr, outer_momentum, heartbeat_timeout;
     int nesterov, force, async, dylu;
     const char *trainer;
@@ -76,9 +77,13 @@ static void init_usage(FILE *f) {
             "  --max-staleness K          (async) reject submissions more than K versions stale (0 = no limit)\n"
             "  --weight-by none|tokens    weight pseudo-gradients by the tokens behind them (default none)\n"
             "  --weight-ref-tokens N      (async, --weight-by tokens) a submission of N tokens has weight 1\n"
+            "  --compress C               codec of pseudo-gradients on the wire: bf16 (default; workers may send\n"
+            "                             fp32), fp32, int8 or int4 (blocks of 256 with a scale; docs/compression.md)\n"
             "  --dylu                     Dynamic Local Updates: each worker's H follows its speed\n"
             "  --dylu-base-sync-every H   H of the fastest worker under DyLU (default 500)\n"
             "  --snapshot-every K         durable snapshot every K versions, log in between (default 8)\n"
+            "  --min-replicas N           a commit counts as durable once N Redis replicas have it (WAIT);\n"
+            "                             for Redis with replicas and failover (docs/deploy.md; default 0)\n"
             "  --from-checkpoint FILE     start from a checkpoint (`coordinator checkpoint save`): its parameters\n"
             "                             and outer momentum (and Delayed Nesterov buffer) become version 0;\n"
             "                             trainer, model, shards, fragments, seed, outer lr/momentum/nesterov,\n"
@@ -177,6 +182,7 @@ static int parse_init(int argc, char **argv, init_args *a) {
             {"--dylu-base-sync-every", &a->dylu_base, 1, 100000000},
             {"--dn-buffer-size", &a->dn_buffer, 0, 1000000}, {"--max-staleness", &a->max_staleness, 0, 1000000000},
             {"--weight-ref-tokens", &a->weight_ref, 1, INT64_MAX},
+            {"--min-replicas", &a->min_replicas, 0, RUNCONF_MAX_REPLICAS},
         };
         int done = 0;
         for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !done; k++)
@@ -221,6 +227,14 @@ static int parse_init(int argc, char **argv, init_args *a) {
                 return -1;
             }
             a->weight_by = v;
+            done = 1;
+        }
+        if (!done && !strcmp(f, "--compress")) {
+            if (!codec_parse(v)) {
+                fprintf(stderr, "coordinator init: --compress is bf16, fp32, int8 or int4, got '%s'\n", v);
+                return -1;
+            }
+            a->compress = v;
             done = 1;
         }
         if (!done && !strcmp(f, "--dn-variant")) {
@@ -464,7 +478,7 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     static char sbuf[RUNCONF_MAX_SHARDS * 12], fbuf[RUNCONF_MAX_FRAGMENTS * 8];
     char numel[32], shards[16], frags[16], seed[32], snap[16], secret[40] = "";
     char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32], dylu[4], dbase[24], dnb[24], stale[24], wref[24];
-    char dnt0[24];
+    char dnt0[24], minrep[16];
     char *layout = layout_json(ip->tensors, ip->ntensors);
     if (!layout) {
         err_set(err, errlen, "out of memory for the layout");
@@ -490,14 +504,16 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     snprintf(dnt0, sizeof dnt0, "%" PRIu64, ip->dn_t0);
     snprintf(stale, sizeof stale, "%lld", a->max_staleness);
     snprintf(wref, sizeof wref, "%lld", a->weight_ref > 0 ? a->weight_ref : 1);
+    snprintf(minrep, sizeof minrep, "%lld", a->min_replicas);
     char key[KEY_MAX];
     key_run(key, sizeof key, a->c.run, "config");
     const char *fixed[] = {"FCALL", "dl_init", "1", key,
-                           "17", "layout", layout, "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
+                           "19", "layout", layout, "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
                            "shard_bounds", sbuf, "frag_bounds", fbuf, "trainer", a->trainer, "model", ip->model,
                            "seed", seed, "snapshot_every", snap, "secret", secret,
                            "dn_buffer", dnb, "dn_variant", a->dn_variant ? a->dn_variant : "paper", "dn_t0", dnt0,
                            "weight_by", a->weight_by ? a->weight_by : "none", "weight_ref_tokens", wref,
+                           "compress", a->compress ? a->compress : "bf16", "min_replicas", minrep,
                            "10", "target_workers", target, "expected_workers", target, "min_workers", minw,
                            "outer_lr", lr, "outer_momentum", mu, "nesterov", nest, "heartbeat_timeout_ms", hbt,
                            "dylu", dylu, "dylu_base_sync_every", dbase, "max_staleness", stale,

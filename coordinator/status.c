@@ -119,6 +119,7 @@ int cmd_status(int argc, char **argv) {
     rconn *rc = coord_connect(&c);
     if (!rc) return 1;
     json_t *doc = coord_fetch_status(rc, c.run);
+    if (doc) json_object_set_new(doc, "redis", topology_read(rc, &c.url, NULL));
     rconn_free(rc);
     if (!doc) return 1;
     if (as_json) {
@@ -130,6 +131,7 @@ int cmd_status(int argc, char **argv) {
         print_workers(doc);
         print_servers(doc);
         print_shards(doc);
+        topology_print(json_object_get(doc, "redis"));
     }
     json_decref(doc);
     return 0;

@@ -750,6 +750,24 @@ local function dl_commit(keys, args)
     return from + 1
 end
 
+-- dl_replicated KEYS[1]=config ARGV: server_id, epoch, shard, version
+-- A run with min_replicas > 0: the lease holder's WAIT said that many replicas have the commit of
+-- `version` (and so everything written before it). Records k:replicated = version, which the workers'
+-- confirmation of tentative parameters requires (docs/PROTOCOL.md, "Durable means replicated"). The mark
+-- itself may be lost in a failover; the commit it names may not. -> the version now recorded.
+local function dl_replicated(keys, args)
+    local P = load_run(keys)
+    local sid, epoch, k = args[1], args[2], to_int(args[3], 'shard')
+    local v = to_int(args[4], 'version')
+    local cur = check_lease(P, sid, k, epoch, now_ms())
+    if v > cur then error('VERSION shard ' .. k .. ' is at version ' .. cur .. ', not ' .. v) end
+    local shards = P .. ':shards'
+    local was = tonumber(redis.call('HGET', shards, k .. ':replicated')) or 0
+    if v <= was then return was end
+    redis.call('HSET', shards, k .. ':replicated', v)
+    return v
+end
+
 -- dl_snapshot KEYS[1]=config ARGV: server_id, epoch, shard, version, snap_ref
 -- Records a snapshot of the shard at `version` and trims the log entries it covers.
 -- -> {old snapshot ref, trimmed log refs...} so the caller can delete those blobs.
@@ -1054,6 +1072,7 @@ reg('dl_submit', dl_submit)
 reg('dl_server_beat', dl_server_beat)
 reg('dl_server_leave', dl_server_leave)
 reg('dl_commit', dl_commit)
+reg('dl_replicated', dl_replicated)
 reg('dl_snapshot', dl_snapshot)
 reg('dl_mark_corrupt', dl_mark_corrupt)
 reg('dl_reject', dl_reject)

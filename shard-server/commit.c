@@ -146,6 +146,7 @@ static void commit_on_commit(redisReply *r, void *priv)
              c->used, secs, s->digest);
     if (ss->rc.snapshot_every > 0 && s->version % ss->rc.snapshot_every == 0)
         s->snap_wanted = s->version; /* written once no commit is running: never ahead of a log entry */
+    store_mark_replicated(ss, s->k, c->epoch, s->version);
     commit_finish(c, OUT_DONE);
 }
 
@@ -193,7 +194,7 @@ void commit_on_log_written(redisReply *r, void *priv)
     snprintf(frag, sizeof frag, "%d", s->frag);
     snprintf(round, sizeof round, "%lld", (long long)c->round);
     const char *args[9] = { ss->id, ep, shard, from, c->digest, ref, parts, frag, round };
-    if (fcall(ss, commit_on_commit, c, "dl_commit", 9, args) != 0)
+    if (fcall_durable(ss, commit_on_commit, c, "dl_commit", 9, args) != 0)
         commit_fail(c, "Redis is unavailable", 0);
 }
 
@@ -439,7 +440,7 @@ void commit_start(ss_ctx *ss, ss_shard *s)
         snprintf(name, sizeof name, "subs:%d", s->k);
         key_run(key, sizeof key, ss->rc.run, name);
         const char *argv[3] = { "HGET", key, round };
-        if (ra_cmds(&ss->ctl, commit_on_submission, c, 3, argv) != 0) {
+        if (rlink_cmds(&ss->ctl, commit_on_submission, c, 3, argv) != 0) {
             snprintf(c->errmsg, sizeof c->errmsg, "Redis is unavailable");
             commit_finish(c, OUT_ERR);
         }

@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec.h"
 #include "hash.h"
 #include "log.h"
 #include "outer.h"
@@ -78,6 +79,10 @@ static void commit_block_fast(ss_commit *c, ss_shard *s, ss_delta **ds, int used
                             c->t.lr, c->t.mu, c->t.nesterov);
 }
 
+/* One block of an int8/int4 Δ, decoded (the server is single-threaded). */
+static float decoded[COMMIT_BLOCK];
+_Static_assert(COMMIT_BLOCK % CODEC_BLOCK == 0, "a compute block holds whole codec blocks");
+
 /* Any other commit: g = the (weighted) mean into c->g, then the step (plain, or Delayed Nesterov). */
 static void commit_block_general(ss_commit *c, ss_shard *s, ss_delta **ds, int used, size_t lo, size_t len)
 {
@@ -87,7 +92,13 @@ static void commit_block_general(ss_commit *c, ss_shard *s, ss_delta **ds, int u
         if (c->dropped[i])
             continue;
         ss_delta *d = ds[p++];
-        if (c->ss->rc.weight_tokens && d->dtype == BLOB_BF16)
+        if (codec_is_block(d->dtype)) { /* int8/int4: decoded, then summed as fp32 */
+            codec_decode(d->dtype, d->payload + codec_offset(d->dtype, lo), len, decoded);
+            if (c->ss->rc.weight_tokens)
+                outer_sum_add_scaled_f32(g, decoded, c->scale[i], len);
+            else
+                outer_sum_add_f32(g, decoded, len);
+        } else if (c->ss->rc.weight_tokens && d->dtype == BLOB_BF16)
             outer_sum_add_scaled_bf16(g, (const uint16_t *)d->payload + lo, c->scale[i], len);
         else if (c->ss->rc.weight_tokens)
             outer_sum_add_scaled_f32(g, (const float *)d->payload + lo, c->scale[i], len);

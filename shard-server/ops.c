@@ -3,8 +3,8 @@
  *
  * push: the shard must be ours (else `moved`), not corrupt (`CORRUPT`, until `coordinator repair`) and
  * loaded (else the request waits for the load), the
- * round must be the shard's version (STALE), dtype, count and checksum must match (BADDTYPE, BADSIZE,
- * CHECKSUM), every element finite (NAN), and the worker a live member with that incarnation
+ * round must be the shard's version (STALE), the dtype the run's codec (BADDTYPE, BADCODEC), count and
+ * checksum must match (BADSIZE, CHECKSUM), every element (of int8/int4, every block scale) finite (NAN), and the worker a live member with that incarnation
  * (`dl_member`; UNKNOWN_WORKER). Accepted pseudo-gradients are kept in memory as received.
  * get: answered with `params` when the shard is at the wanted version; one version behind drives the
  * commit of that round (commit.c); further behind means our cache is stale: reload, then retry.
@@ -20,6 +20,7 @@
 
 #include <xxhash.h>
 
+#include "codec.h"
 #include "log.h"
 #include "outer.h"
 
@@ -95,6 +96,8 @@ static int push_check_payload(ss_ctx *ss, ss_req *req)
 {
     const blob_header *h = &req->h;
     size_t esize = blob_dtype_size(h->dtype), bad = 0, first_bad = SIZE_MAX;
+    if (codec_is_block(h->dtype) && codec_check(h->dtype, req->payload, h->count, &bad) != 0)
+        first_bad = bad; /* the scales: every code of a finite scale is finite */
     XXH3_state_t *xs = XXH3_createState();
     if (xs == NULL) {
         req_reply_err(req, DP_BUSY, "out of memory");
@@ -105,9 +108,9 @@ static int push_check_payload(ss_ctx *ss, ss_req *req)
         size_t len = req->payload_len - off < PUSH_CHECK_BLOCK ? req->payload_len - off : PUSH_CHECK_BLOCK;
         const uint8_t *p = req->payload + off;
         hash_update(xs, p, len);
-        int rc = first_bad != SIZE_MAX ? 0
-                 : esize == 4          ? outer_check_finite((const float *)p, len / 4, &bad)
-                                       : outer_check_finite_bf16((const uint16_t *)p, len / 2, &bad);
+        int rc = first_bad != SIZE_MAX || esize == 0 ? 0
+                 : esize == 4                         ? outer_check_finite((const float *)p, len / 4, &bad)
+                                                      : outer_check_finite_bf16((const uint16_t *)p, len / 2, &bad);
         if (rc != 0)
             first_bad = off / esize + bad;
     }
@@ -134,11 +137,16 @@ static int push_validate(ss_ctx *ss, ss_shard *s, ss_req *req)
                    (long long)h->round, s->k, (long long)s->version);
         return -1;
     }
-    if (h->dtype != BLOB_F32 && h->dtype != BLOB_BF16) {
-        ops_reject(ss, req, DP_BADDTYPE, "pseudo-gradients must be f32 or bf16 (dtype %d)", h->dtype);
+    if (h->dtype != BLOB_F32 && h->dtype != BLOB_BF16 && !codec_is_block(h->dtype)) {
+        ops_reject(ss, req, DP_BADDTYPE, "pseudo-gradients must be fp32, bf16, int8 or int4 (dtype %d)", h->dtype);
         return -1;
     }
-    if (h->count != s->n || req->payload_len != s->n * blob_dtype_size(h->dtype)) {
+    if (!runconf_accepts_dtype(&ss->rc, h->dtype)) {
+        ops_reject(ss, req, DP_BADCODEC, "this run's pseudo-gradients are %s (coordinator init --compress), got %s: "
+                   "run a worker that knows the codec", codec_name(ss->rc.compress), codec_name(h->dtype));
+        return -1;
+    }
+    if (h->count != s->n || req->payload_len != blob_payload_bytes(h->dtype, s->n)) {
         ops_reject(ss, req, DP_BADSIZE, "shard %d has %zu elements; got count %llu with %zu payload bytes", s->k, s->n,
                    (unsigned long long)h->count, req->payload_len);
         return -1;
@@ -187,7 +195,7 @@ static void push_on_member(redisReply *r, void *priv)
     shard_store_delta(s, req);
     ss->m.pushes++;
     log_debug("shard %d round %lld: stored pseudo-gradient of %s:%lld (%s)", s->k, (long long)req->h.round,
-              req->h.worker, (long long)req->h.inc, req->h.dtype == BLOB_BF16 ? "bf16" : "f32");
+              req->h.worker, (long long)req->h.inc, codec_name(req->h.dtype));
     req_reply_simple(req, "ack", NULL);
 }
 

@@ -493,7 +493,7 @@ static void load_start(ss_ctx *ss, ss_shard *s)
         argv[2 + i] = f[i];
     }
     ld->outstanding = 1;
-    if (ra_cmds(&ss->ctl, load_on_meta, ld, 10, argv) != 0) {
+    if (rlink_cmds(&ss->ctl, load_on_meta, ld, 10, argv) != 0) {
         log_warn("shard %d: cannot load now (Redis not connected); will retry", s->k);
         load_free(ld);
         return;

@@ -9,9 +9,8 @@
  *
  * Files (one concern each):
  *   main.c     command line, start-up (library check, config), signals, the loop
- *   rasync.c   an asynchronous hiredis connection that reconnects with backoff and detects stalls
- *   rawset.c   a write-only Redis connection: SET of big blobs with writev() from the caller's memory
- *   route.c    Redis Cluster: the slot map those connections route by (a plain Redis never uses it)
+ *   link/      the link to Redis (link/rlink.h): reconnects with backoff, detects stalls, routes by
+ *              hash slot in a Redis Cluster; carries commands (hiredis) or big blob SETs (writev)
  *   store.c    blob I/O (GET/DEL on the bulk connection, SET on bulk-write) of dl:{R:k}:snap|log:<v>:<e>
  *   lease.c    the lease loop (dl_server_beat), lease validity, owner map for redirects, tunables
  *   shard.c    per-shard cache: load (snapshot + log replay + digest check), drop, parked requests
@@ -40,6 +39,7 @@
 #include "dp_error.h"
 #include "runconf.h"
 #include "url.h"
+#include "link/rlink.h"
 
 /* ---------------------------------------------------------------------------------------------- */
 /* options (main.c) */
@@ -59,93 +59,6 @@ typedef struct ss_opts {
     char metrics_host[256];      /* --metrics HOST:PORT: Prometheus /metrics over HTTP ("" = off) */
     int metrics_port;
 } ss_opts;
-
-/* ---------------------------------------------------------------------------------------------- */
-/* asynchronous Redis connection (rasync.c) */
-
-typedef void ra_cb(redisReply *reply, void *priv); /* reply NULL: connection lost, outcome unknown */
-
-struct ss_route;
-
-typedef struct rasync {
-    const char *name;
-    const redis_url *url;
-    struct event_base *base;
-    redisAsyncContext *ac;
-    int ready;             /* connected and authenticated */
-    unsigned attempt;      /* reconnect attempts since the last success */
-    int pending;           /* commands sent, reply not yet received */
-    uint64_t last_activity; /* now_ms() of the last reply, or of the first send after idle */
-    int stall_ms;          /* no reply for this long while commands are pending: drop the connection */
-    struct event *retry_timer;
-    struct event *watch_timer;
-    void (*on_ready)(void *arg);
-    void *on_ready_arg;
-    int stopping;
-    /* Redis Cluster (route.c): a command goes to this connection's twin on its key's master */
-    struct ss_route *route;
-    struct rasync *twin[CLUSTER_MAX_NODES]; /* opened on first use; may be this connection */
-    int is_twin;
-} rasync;
-
-int ra_init(rasync *ra, const char *name, const redis_url *url, struct event_base *base, int stall_ms);
-/* Send a command; cb is called exactly once (reply or NULL) unless this returns -1 (not connected). */
-int ra_cmd(rasync *ra, ra_cb *cb, void *priv, int argc, const char **argv, const size_t *argvlen);
-/* Same with printf-free string arguments only (NUL-terminated). */
-int ra_cmds(rasync *ra, ra_cb *cb, void *priv, int argc, const char **argv);
-void ra_close(rasync *ra);
-
-/* ---------------------------------------------------------------------------------------------- */
-/* write-only connection for big blob SETs, sent from the caller's memory (rawset.c) */
-
-struct rs_item;
-
-typedef struct rawset {
-    const char *name;
-    const redis_url *url;
-    struct event_base *base;
-    int fd;                /* -1 when down */
-    int connecting;
-    int ready;
-    int stopping;
-    unsigned attempt;
-    int pending;           /* commands queued, reply not yet received */
-    uint64_t last_activity;
-    int stall_ms;
-    struct rs_item *head, *tail; /* in send order; replies pop head */
-    struct rs_item *send;  /* first command with bytes left to write */
-    struct event *ev_read, *ev_write, *retry_timer, *watch_timer;
-    char rbuf[1024];
-    size_t rlen;
-    /* Redis Cluster (route.c), as in rasync */
-    struct ss_route *route;
-    struct rawset *twin[CLUSTER_MAX_NODES];
-    int is_twin;
-} rawset;
-
-int rs_init(rawset *rs, const char *name, const redis_url *url, struct event_base *base, int stall_ms);
-/* SET key to head||payload. payload must stay valid until cb runs (exactly once, NULL reply = connection
- * lost, outcome unknown). -1 when not connected (cb is then not called). */
-int rs_set(rawset *rs, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
-           ra_cb *cb, void *priv);
-void rs_close(rawset *rs);
-
-/* ---------------------------------------------------------------------------------------------- */
-/* Redis Cluster routing of those connections (route.c) */
-
-typedef struct ss_route {
-    cluster_map *map;     /* NULL until a MOVED/ASK reply shows Redis is a cluster */
-    rasync *via;          /* where CLUSTER SLOTS is sent */
-    int refreshing;
-    uint64_t refreshed_ms;
-} ss_route;
-
-/* Node index of the master of slot, or -1: the URL's server (no cluster, unknown slot, no key). */
-int route_node(const ss_route *rt, int slot);
-/* Record a redirection; the node to send the command to, or -1. MOVED also re-reads the map. */
-int route_learn(ss_route *rt, const cluster_redirect *rd);
-/* 1 if node is the URL's server itself, else 0 and *out = the URL with the node's address. */
-int route_node_url(const ss_route *rt, int node, const redis_url *seed, redis_url *out);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* metrics (metrics.c): logged every 30 s and served as Prometheus text on --metrics HOST:PORT */
@@ -257,10 +170,10 @@ typedef struct ss_ctx {
     char id[128];
     char addr[300];            /* advertised host:port */
     struct event_base *base;
-    rasync ctl;                /* FCALLs */
-    rasync bulk;               /* blobs: GET, DEL */
-    rawset bulkw;              /* blobs: SET (log entries, snapshots) without copies */
-    ss_route route;            /* Redis Cluster slot map of those three (route.c) */
+    rlink ctl;                 /* FCALLs */
+    rlink bulk;                /* blobs: GET, DEL */
+    rlink bulkw;               /* blobs: SET (log entries, snapshots) without copies (RLINK_SET) */
+    rlink_route route;         /* Redis Cluster slot map of those three */
     struct evconnlistener *listener;
     size_t max_frame;          /* largest acceptable frame */
     ss_shard *shards;
@@ -346,15 +259,18 @@ void commit_idle_work(ss_ctx *ss);  /* deferred snapshots; called when commits f
 
 /* store.c */
 void store_blob_key(ss_ctx *ss, char *dst, size_t cap, int k, const char *kind, int64_t v, int64_t e);
-int store_get(ss_ctx *ss, const char *key, ra_cb *cb, void *priv);
+int store_get(ss_ctx *ss, const char *key, rlink_cb *cb, void *priv);
 /* SET key to the blob head||payload on the write connection; payload must live until cb runs. */
 int store_set(ss_ctx *ss, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
-              ra_cb *cb, void *priv);
+              rlink_cb *cb, void *priv);
 int store_del_refs(ss_ctx *ss, int k, const char *kind, redisReply **refs, size_t nrefs);
-int fcall(ss_ctx *ss, ra_cb *cb, void *priv, const char *fn, int nargs, const char **args);
-
-/* route.c: point the three Redis connections at ss->route (after ra_init/rs_init) */
-void route_attach(ss_ctx *ss);
+int fcall(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args);
+/* fcall whose reply comes only once the run's min_replicas replicas have the call (a commit: see
+ * docs/PROTOCOL.md, "Durable means replicated"); the same as fcall when min_replicas is 0. */
+int fcall_durable(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args);
+/* With min_replicas > 0: record with dl_replicated that version of shard k is on enough replicas (after
+ * fcall_durable's dl_commit), so workers can confirm tentative parameters; best effort. */
+void store_mark_replicated(ss_ctx *ss, int k, int64_t epoch, int64_t version);
 
 /* metrics.c */
 int metrics_start(ss_ctx *ss, char *err, size_t errlen); /* the log timer, and the HTTP endpoint if asked */

@@ -145,7 +145,8 @@ typedef struct diloco_options {
     const char *run;              /* run name given to `coordinator init --run` */
     const char *worker_id;        /* NULL: "<hostname>-<pid>" */
     int sync_every;               /* H: inner steps between syncs (default 500) */
-    int bf16;                     /* send pseudo-gradients as bf16 (default 1) */
+    int bf16;                     /* send pseudo-gradients as bf16 (default 1); 0: fp32. Only in runs
+                                     whose codec is bf16 (coordinator init --compress): others use theirs */
     int heartbeat_interval_ms;    /* default 30000; 0 disables heartbeats */
     int max_sync_retries;         /* failed syncs in a row before re-registering (default 3) */
     int net_timeout_ms;           /* one data-plane request (default 60000) */
@@ -174,6 +175,9 @@ typedef struct diloco_options {
     void (*log_callback)(void *ctx, int level, const char *message);
     void *log_ctx;
     int log_level;                /* DILOCO_LOG_*; default DILOCO_LOG_DEFAULT */
+    /* int8/int4 runs (coordinator init --compress): keep what quantization dropped from each
+     * pseudo-gradient and add it to the next one (default 0; in this process only) */
+    int error_feedback;
 } diloco_options;
 
 typedef struct diloco_sync_info {

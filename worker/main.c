@@ -64,7 +64,9 @@ static void usage(FILE *f) {
             "  --worker-id ID            unique id (default: <hostname>-<pid>)\n"
             "  --sync-every H            inner steps between syncs (default 500)\n"
             "  --steps N                 inner steps to train, then leave (default: until stopped)\n"
-            "  --no-bf16                 send fp32 pseudo-gradients instead of bf16\n"
+            "  --no-bf16                 send fp32 pseudo-gradients instead of bf16 (in a bf16 run)\n"
+            "  --error-feedback          (int8/int4 runs) add what quantization dropped to the next round's\n"
+            "                            pseudo-gradient (kept in this process only)\n"
             "  --heartbeat-interval S    seconds between heartbeats (default 30; 0 disables)\n"
             "  --max-sync-retries N      failed syncs in a row before registering again (default 3)\n"
             "  --sync-timeout S          give up one sync attempt after S seconds without progress (default 120)\n"
@@ -114,6 +116,8 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
             exit(0);
         } else if (!strcmp(f, "--no-bf16")) {
             a->dl.bf16 = 0;
+        } else if (!strcmp(f, "--error-feedback")) {
+            a->dl.error_feedback = 1;
         } else if (!strcmp(f, "--dylu")) {
             a->dl.dylu = 1;
         } else if (!strcmp(f, "--quiet")) {

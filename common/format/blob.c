@@ -8,6 +8,7 @@
  */
 #include "hash.h"
 #include "blob.h"
+#include "codec.h"
 #include "mpscan.h"
 #include "util.h"
 
@@ -60,6 +61,8 @@ size_t blob_dtype_size(int dtype)
     default: return 0;
     }
 }
+
+size_t blob_payload_bytes(int dtype, uint64_t count) { return codec_bytes(dtype, count); }
 
 /* ---- encoding ---- */
 
@@ -204,14 +207,14 @@ static int check_payload_shape(const blob_header *h, size_t payload_len, char *e
         }
         return 0;
     }
-    size_t size = blob_dtype_size(h->dtype);
-    if (size == 0) {
+    if (codec_bytes(h->dtype, 1) == 0) {
         err_set(err, errlen, "unknown blob dtype %d", h->dtype);
         return -1;
     }
-    if (h->count > SIZE_MAX / size || h->count * size != payload_len) {
-        err_set(err, errlen, "payload is %zu bytes but the header says %llu elements of %zu bytes", payload_len,
-                (unsigned long long)h->count, size);
+    size_t want = codec_bytes(h->dtype, h->count);
+    if ((want == 0 && h->count != 0) || want != payload_len) {
+        err_set(err, errlen, "payload is %zu bytes but the header says %llu elements of %s (%zu bytes)", payload_len,
+                (unsigned long long)h->count, codec_name(h->dtype), want);
         return -1;
     }
     return 0;
@@ -354,8 +357,8 @@ static int decode_field(blob_header *h, const msgpack_object *k, const msgpack_o
         seen->dtype = 1;
         if (get_int(v, K_DTYPE, &i, err, errlen) != 0)
             return -1;
-        if (i != BLOB_F32 && i != BLOB_BF16) {
-            err_set(err, errlen, "unknown blob dtype %lld (1 = fp32, 2 = bf16)", (long long)i);
+        if (i <= BLOB_NONE || i > BLOB_I4 || codec_bytes((int)i, 1) == 0) {
+            err_set(err, errlen, "unknown blob dtype %lld", (long long)i);
             return -1;
         }
         h->dtype = (int)i;
@@ -435,7 +438,7 @@ static int decode_map(const msgpack_object *root, blob_header *h, char *err, siz
                 has);
         return -1;
     }
-    if (h->dtype != BLOB_NONE && h->count > SIZE_MAX / blob_dtype_size(h->dtype)) {
+    if (h->dtype != BLOB_NONE && h->count != 0 && codec_bytes(h->dtype, h->count) == 0) {
         err_set(err, errlen, "blob element count %llu overflows", (unsigned long long)h->count);
         return -1;
     }
@@ -479,8 +482,7 @@ int blob_check_payload(const blob_header *h, const void *payload, size_t len, ch
 
 int blob_check_payload_hashed(const blob_header *h, size_t len, uint64_t got, char *err, size_t errlen)
 {
-    size_t size = blob_dtype_size(h->dtype);
-    uint64_t want = h->count * size; /* overflow already rejected by the decoder */
+    uint64_t want = codec_bytes(h->dtype, h->count); /* overflow already rejected by the decoder */
     if (len != want) {
         err_set(err, errlen, "payload length mismatch: %s (%zu bytes, header says %llu elements = %llu bytes)",
                 len < want ? "short" : "long", len, (unsigned long long)h->count, (unsigned long long)want);

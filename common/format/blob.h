@@ -16,11 +16,12 @@
 #define BLOB_FORMAT 1
 #define BLOB_HEADER_MAX 1024 /* an encoded header never exceeds this */
 
-enum blob_dtype { BLOB_NONE = 0, BLOB_F32 = 1, BLOB_BF16 = 2 };
+/* BLOB_I8, BLOB_I4: block-quantized pseudo-gradients (codec.h), whose size is not count * element size */
+enum blob_dtype { BLOB_NONE = 0, BLOB_F32 = 1, BLOB_BF16 = 2, BLOB_I8 = 3, BLOB_I4 = 4 };
 
 typedef struct blob_header {
     char op[16];     /* "push","pull","get","params","ack","err","moved","need","hello","snap","log",... */
-    int dtype;       /* enum blob_dtype; BLOB_NONE when there is no payload */
+    int dtype;       /* enum blob_dtype: the payload's codec; BLOB_NONE when there is no payload */
     uint64_t count;  /* elements in the payload */
     uint64_t xxh;    /* XXH3_64bits of the payload bytes (0 when no payload) */
     int64_t shard, version, round, epoch, inc, frag; /* -1 when absent */
@@ -38,7 +39,9 @@ typedef struct blob_header {
 #define BLOB_PARAMS_TENTATIVE 1
 
 void blob_header_init(blob_header *h, const char *op); /* every field "absent" */
-size_t blob_dtype_size(int dtype);                      /* 4, 2, or 0 */
+size_t blob_dtype_size(int dtype);                      /* 4, 2, or 0 (none, unknown, block-quantized) */
+/* Payload bytes of count elements of dtype (codec_bytes); 0 for an unknown dtype or an overflow. */
+size_t blob_payload_bytes(int dtype, uint64_t count);
 
 /* Encode the header for this payload into buf (cap >= BLOB_HEADER_MAX is always enough). Sets h->xxh
  * from the payload and checks payload_len == count * dtype size. Returns the header length or -1. */

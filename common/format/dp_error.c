@@ -9,7 +9,9 @@ static const dp_err_info table[DP_ERR_COUNT] = {
     [DP_BADRUN] = {"BADRUN", DP_ACT_FAIL, 1, "hello names a run this server does not serve"},
     [DP_BADFRAME] = {"BADFRAME", DP_ACT_FAIL, 1, "the blob header does not decode"},
     [DP_BADSIZE] = {"BADSIZE", DP_ACT_FAIL, 1, "element count or frame size does not fit the shard"},
-    [DP_BADDTYPE] = {"BADDTYPE", DP_ACT_FAIL, 1, "a pseudo-gradient in a dtype the run does not take"},
+    [DP_BADDTYPE] = {"BADDTYPE", DP_ACT_FAIL, 1, "a pseudo-gradient in a dtype no codec knows"},
+    [DP_BADCODEC] = {"BADCODEC", DP_ACT_FAIL, 1,
+                     "a pseudo-gradient in another codec than the run's (coordinator init --compress)"},
     [DP_CHECKSUM] = {"CHECKSUM", DP_ACT_FAIL, 1, "the payload does not match its header's xxh3"},
     [DP_NAN] = {"NAN", DP_ACT_FAIL, 1, "an element is NaN or infinite"},
     [DP_AUTH] = {"AUTH", DP_ACT_FAIL, 1, "the handshake failed (wrong run secret, request before the handshake); "

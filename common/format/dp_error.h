@@ -15,7 +15,8 @@ typedef enum {
     DP_BADRUN,          /* hello for another run */
     DP_BADFRAME,        /* the blob header does not decode */
     DP_BADSIZE,         /* element count or frame size does not fit the shard */
-    DP_BADDTYPE,        /* a pseudo-gradient in a dtype the run does not take */
+    DP_BADDTYPE,        /* a pseudo-gradient in a dtype no codec knows */
+    DP_BADCODEC,        /* a pseudo-gradient in another codec than the run's */
     DP_CHECKSUM,        /* payload differs from its header's xxh3 */
     DP_NAN,             /* a NaN or infinite element */
     DP_AUTH,            /* the handshake failed (closed after the reply) */

@@ -7,6 +7,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blob.h"
+#include "codec.h"
 #include "keys.h"
 #include "outer_dn.h"
 #include "rconn.h"
@@ -129,6 +131,15 @@ int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errle
     const char *wb = field(r, "weight_by"), *wr = field(r, "weight_ref_tokens");
     rc->weight_tokens = wb && strcmp(wb, "tokens") == 0;
     if (wr && parse_int(wr, 1, INT64_MAX, &v) == 0) rc->weight_ref_tokens = (uint64_t)v;
+    const char *cz = field(r, "compress");
+    rc->compress = cz ? codec_parse(cz) : BLOB_BF16; /* runs made before the setting existed: bf16 */
+    if (rc->compress == 0) {
+        err_set(err, errlen, "the run's pseudo-gradients use codec '%s', which this build does not know: "
+                "upgrade this program", cz);
+        return -1;
+    }
+    const char *mr = field(r, "min_replicas");
+    if (mr && parse_int(mr, 0, RUNCONF_MAX_REPLICAS, &v) == 0) rc->min_replicas = (int)v;
     rc->snapshot_every = 8;
     if (se && parse_int(se, 1, 1000000, &v) == 0) rc->snapshot_every = (int)v;
     if (seed && parse_int(seed, 0, INT64_MAX, &v) == 0) rc->seed = (uint64_t)v;
@@ -183,4 +194,8 @@ int runconf_fragment_of_shard(const runconf *rc, int shard) {
     for (int f = 0; f < rc->nfragments; f++)
         if (shard < rc->frag_bounds[f + 1]) return f;
     return rc->nfragments - 1;
+}
+
+int runconf_accepts_dtype(const runconf *rc, int dtype) {
+    return dtype == rc->compress || (rc->compress == BLOB_BF16 && dtype == BLOB_F32);
 }

@@ -14,6 +14,7 @@
 
 #define RUNCONF_MAX_SHARDS 4096
 #define RUNCONF_MAX_FRAGMENTS 256
+#define RUNCONF_MAX_REPLICAS 64
 
 typedef struct runconf {
     char run[80];
@@ -31,6 +32,9 @@ typedef struct runconf {
                                  dn_t0 + v + 1 and the every-N schedule carries on across the resume */
     int weight_tokens;        /* --weight-by tokens: pseudo-gradients weighted by the tokens behind them */
     uint64_t weight_ref_tokens; /* async: a submission of this many tokens gets weight 1 */
+    int compress;             /* codec of pseudo-gradients (coordinator init --compress): a blob dtype,
+                                 BLOB_BF16 by default (codec.h) */
+    int min_replicas;         /* a commit is durable once WAIT says this many replicas have it (0 = at once) */
     uint64_t seed;
     char trainer[32];         /* what the layout came from: "quadratic", "gpt" */
     char secret[80];          /* the run's data-plane secret ("" for runs made without one) */
@@ -48,6 +52,8 @@ void runconf_free(runconf *rc);
  * as it is). Every value is checked (bounds that cover numel in order, counts in range); optional
  * fields that do not parse keep their defaults. On error rc may hold allocations: runconf_free. */
 int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errlen);
+/* Whether a push in this dtype is the run's codec: a bf16 run also takes fp32 (worker --no-bf16). */
+int runconf_accepts_dtype(const runconf *rc, int dtype);
 /* Numbers of one shard / fragment. */
 uint64_t runconf_shard_numel(const runconf *rc, int shard);
 int runconf_fragment_of_shard(const runconf *rc, int shard);

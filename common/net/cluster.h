@@ -3,7 +3,7 @@
  *
  * hiredis 0.14 knows nothing of Redis Cluster, so our two client paths route themselves: the
  * synchronous one (common/net/rconn.c: workers, coordinator, tools) and the asynchronous one of the
- * shard-server (shard-server/rasync.c, rawset.c). Both use this file to
+ * shard-server (shard-server/link/). Both use this file to
  *   - find the key of a command and its hash slot (CRC16/XMODEM of the key, or of its hash tag: the
  *     part between the first '{' and the next '}' when non-empty, mod 16384);
  *   - keep a map slot -> master, filled from a CLUSTER SLOTS reply and patched by MOVED replies;

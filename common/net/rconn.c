@@ -6,6 +6,7 @@
 #include "rconn.h"
 #include "cluster.h"
 #include "log.h"
+#include "sentinel.h"
 #include "sigpipe.h"
 #include "util.h"
 
@@ -16,9 +17,14 @@
 #define RETRY_BASE_MS 100
 #define RETRY_CAP_MS 5000
 #define RETRY_LOG_EVERY_MS 5000
+#define RESOLVE_RETRY_CAP_MS 500
+/* A new master has no replica for a second or two, until the Sentinels point the others at it. */
+#define NOREPLICAS_PATIENCE_MS 10000
 
 struct rconn {
-    redis_url url;      /* the URL's server (its credentials are used on every node) */
+    redis_url given;    /* as given (may name Sentinels or several seeds) */
+    redis_url url;      /* the server it resolved to (its credentials are used on every node) */
+    uint64_t moved_checked_ms;
     int timeout_ms;
     redisContext *seed; /* connection to the URL's server: keyless commands, and everything until a
                            redirection says this is a cluster */
@@ -64,6 +70,22 @@ int rconn_error_final(const char *e)
         return 0;
     for (size_t i = 0; i < sizeof final / sizeof final[0]; i++)
         if (strncmp(e, final[i], strlen(final[i])) == 0)
+            return 1;
+    return 0;
+}
+
+int rconn_error_failover(const char *e)
+{
+    static const char *const failover[] = {
+        "READONLY",    /* the node was demoted: it is a replica now */
+        "MASTERDOWN",  /* a replica that lost its master (replica-serve-stale-data no) */
+        "CLUSTERDOWN", /* a cluster master failed and no replica took over yet */
+        "TRYAGAIN",    /* a cluster slot in the middle of a failover or migration */
+    };
+    if (e == NULL)
+        return 0;
+    for (size_t i = 0; i < sizeof failover / sizeof failover[0]; i++)
+        if (strncmp(e, failover[i], strlen(failover[i])) == 0)
             return 1;
     return 0;
 }
@@ -144,11 +166,15 @@ static rconn *connect_once(const redis_url *u, int timeout_ms, int *final, char 
         err_set(err, errlen, "out of memory");
         return NULL;
     }
-    c->url = *u;
     c->timeout_ms = timeout_ms;
+    c->given = *u;
+    if (redis_url_resolve(u, timeout_ms, &c->url, err, errlen) != 0) {
+        free(c);
+        return NULL;
+    }
     sigpipe_guard g;
     sigpipe_hold(&g);
-    c->seed = open_node(u, NULL, 0, timeout_ms, final, err, errlen);
+    c->seed = open_node(&c->url, NULL, 0, timeout_ms, final, err, errlen);
     sigpipe_release(&g);
     if (c->seed == NULL) {
         free(c);
@@ -203,7 +229,9 @@ rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int wait_ms, cons
         uint64_t elapsed = now_ms() - t0;
         if (wait_ms >= 0 && elapsed >= (uint64_t)wait_ms)
             break;
-        unsigned pause = backoff_ms(attempt, RETRY_BASE_MS, RETRY_CAP_MS);
+        /* Sentinels in the middle of a failover: ask again soon (cheap), to use the new master at once */
+        unsigned pause = backoff_ms(attempt, RETRY_BASE_MS,
+                                    redis_url_needs_resolve(u) ? RESOLVE_RETRY_CAP_MS : RETRY_CAP_MS);
         if (wait_ms >= 0 && elapsed + pause > (uint64_t)wait_ms)
             pause = (unsigned)((uint64_t)wait_ms - elapsed); /* the last attempt at the deadline */
         if (logged == 0 || now_ms() - logged >= RETRY_LOG_EVERY_MS) {
@@ -253,6 +281,15 @@ int rconn_broken(const rconn *c) { return c->broken; }
 const char *rconn_errstr(const rconn *c) { return c->errstr; }
 int rconn_is_cluster(const rconn *c) { return c->map != NULL; }
 
+const char *rconn_server(const rconn *c, char *buf, size_t cap)
+{
+    if (c->url.is_unix)
+        snprintf(buf, cap, "%s", c->url.path);
+    else
+        snprintf(buf, cap, strchr(c->url.host, ':') ? "[%s]:%d" : "%s:%d", c->url.host, c->url.port);
+    return buf;
+}
+
 static void set_broken(rconn *c, const char *why)
 {
     c->broken = 1;
@@ -277,8 +314,50 @@ static redisContext *node_ctx(rconn *c, int i)
 
 static const char *node_host(const rconn *c, int i) { return i < 0 ? c->url.host : c->map->node[i].host; }
 
-/* Send one formatted command (after ASKING when asking) and read its reply; NULL = broken. */
+int rconn_error_noreplicas(const char *e)
+{
+    return e != NULL && strncmp(e, "NOREPLICAS", 10) == 0;
+}
+
+static redisReply *execute_once(rconn *c, redisContext *ctx, const char *cmd, size_t len, int asking);
+
+/* After NOREPLICAS: do the Sentinels name another master now (we talk to an old one cut off from its
+ * replicas)? Asked at most twice a second. */
+static int master_moved(rconn *c)
+{
+    uint64_t now = now_ms();
+    if (!redis_url_needs_resolve(&c->given) || now - c->moved_checked_ms < 500)
+        return 0;
+    c->moved_checked_ms = now;
+    char err[600];
+    redis_url found;
+    if (redis_url_resolve(&c->given, c->timeout_ms < 1000 ? c->timeout_ms : 1000, &found, err, sizeof err) != 0)
+        return 0;
+    return strcmp(found.host, c->url.host) != 0 || found.port != c->url.port;
+}
+
+/* execute_once, sent again while the master refuses writes for want of replicas (NOREPLICAS: the
+ * command did not run), up to NOREPLICAS_PATIENCE_MS. */
 static redisReply *execute(rconn *c, redisContext *ctx, const char *cmd, size_t len, int asking)
+{
+    uint64_t t0 = now_ms();
+    for (unsigned attempt = 0;; attempt++) {
+        redisReply *r = execute_once(c, ctx, cmd, len, asking);
+        if (r == NULL || r->type != REDIS_REPLY_ERROR || !rconn_error_noreplicas(r->str) ||
+            now_ms() - t0 >= NOREPLICAS_PATIENCE_MS)
+            return r;
+        if (master_moved(c)) {
+            set_broken(c, r->str); /* the caller reconnects, to the new master */
+            freeReplyObject(r);
+            return NULL;
+        }
+        freeReplyObject(r);
+        sleep_ms(backoff_ms(attempt, 20, 500));
+    }
+}
+
+/* Send one formatted command (after ASKING when asking) and read its reply; NULL = broken. */
+static redisReply *execute_once(rconn *c, redisContext *ctx, const char *cmd, size_t len, int asking)
 {
     void *reply = NULL;
     if ((asking && redisAppendCommand(ctx, "ASKING") != REDIS_OK) ||
@@ -331,18 +410,23 @@ static int refresh(rconn *c, int i)
     return 0;
 }
 
-/* Send cmd to the node that serves its key, following redirections. */
-static redisReply *route_unguarded(rconn *c, const char *cmd, size_t len)
+/* Send cmd to the node that serves slot (-1: the URL's node), following redirections. */
+static redisReply *route_unguarded(rconn *c, const char *cmd, size_t len, int slot)
 {
     if (c->broken)
         return NULL;
-    int node = c->map ? cluster_map_owner(c->map, cluster_resp_slot(cmd, len)) : -1;
+    int node = c->map ? cluster_map_owner(c->map, slot) : -1;
     int asking = 0;
     for (int hop = 0;; hop++) {
         redisContext *ctx = node < 0 ? c->seed : node_ctx(c, node);
         if (ctx == NULL)
             return NULL;
         redisReply *r = execute(c, ctx, cmd, len, asking);
+        if (r != NULL && r->type == REDIS_REPLY_ERROR && rconn_error_failover(r->str)) {
+            set_broken(c, r->str); /* the caller reconnects, which finds the master again */
+            freeReplyObject(r);
+            return NULL;
+        }
         cluster_redirect rd;
         if (r == NULL || hop == CLUSTER_MAX_HOPS || !cluster_reply_redirect(r, node_host(c, node), &rd))
             return r;
@@ -364,13 +448,34 @@ static redisReply *route_unguarded(rconn *c, const char *cmd, size_t len)
 }
 
 /* route() with SIGPIPE held off (sigpipe.h): hiredis writes with write(). */
-static redisReply *route(rconn *c, const char *cmd, size_t len)
+static redisReply *route_to(rconn *c, const char *cmd, size_t len, int slot)
 {
     sigpipe_guard g;
     sigpipe_hold(&g);
-    redisReply *r = route_unguarded(c, cmd, len);
+    redisReply *r = route_unguarded(c, cmd, len, slot);
     sigpipe_release(&g);
     return r;
+}
+
+static redisReply *route(rconn *c, const char *cmd, size_t len)
+{
+    return route_to(c, cmd, len, cluster_resp_slot(cmd, len));
+}
+
+int rconn_wait_replicas(rconn *c, const char *key, int replicas, int timeout_ms)
+{
+    char *cmd = NULL;
+    int len = redisFormatCommand(&cmd, "WAIT %d %d", replicas, timeout_ms);
+    if (len < 0) {
+        set_broken(c, "cannot format the command");
+        return -1;
+    }
+    redisReply *r = route_to(c, cmd, (size_t)len, cluster_key_slot(key, strlen(key)));
+    redisFreeCommand(cmd);
+    int n = r != NULL && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : -1;
+    if (r != NULL)
+        freeReplyObject(r);
+    return n;
 }
 
 redisReply *rconn_vcommand(rconn *c, const char *fmt, va_list ap)

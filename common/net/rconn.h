@@ -16,6 +16,9 @@
  * node. rconn_each_master() asks CLUSTER SLOTS itself, for work that every master must do
  * (FUNCTION LOAD, SCAN).
  *
+ * A URL naming several servers (Sentinels, cluster seeds) is resolved to one at every connect
+ * (sentinel.h), so reconnecting after a failover finds the new master.
+ *
  * hiredis 0.14 writes with write(), so a connection the server closed would raise SIGPIPE: every
  * call here that can write holds SIGPIPE off in the calling thread (sigpipe.h), so rconn works in a
  * program that left SIGPIPE at its default (libdiloco's host). Errors come back as a NULL reply
@@ -41,6 +44,18 @@ rconn *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_t errle
  * trying again cannot help. The one place that decides it, for every binary. */
 int rconn_error_final(const char *redis_error);
 
+/* Whether a Redis error reply means the node is no longer the master we want (a failover happened or
+ * is under way: READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN). Such a reply breaks the connection
+ * (NULL reply, rconn_broken) like an I/O error: the caller reconnects, and the reconnect finds the
+ * master again (redis_url_resolve, sentinel.h). The shard-server's links use it too. NOREPLICAS (a
+ * master without the replicas min-replicas-to-write asks for: a new master whose replicas are still
+ * being pointed at it, or an old one cut off from them) is not one of them: the command did not run,
+ * and rconn sends it again on the same connection with a short backoff for up to 10 s before it
+ * returns the error (a reconnect at that moment would find the same master, and a burst of them from
+ * every process would load the Sentinels during a failover). */
+int rconn_error_failover(const char *redis_error);
+int rconn_error_noreplicas(const char *redis_error);
+
 /* Connect, retrying with exponential backoff (100 ms .. 5 s, jittered) while Redis cannot be reached,
  * for up to wait_ms (0: one attempt; negative: until connected) or until *stop becomes non-zero (stop
  * may be NULL). A final refusal (rconn_error_final) ends it at once and sets *refused (may be NULL).
@@ -59,9 +74,16 @@ redisReply *rconn_command(rconn *c, const char *fmt, ...);
 redisReply *rconn_vcommand(rconn *c, const char *fmt, va_list ap);
 redisReply *rconn_command_argv(rconn *c, int argc, const char **argv, const size_t *argvlen);
 
+/* WAIT replicas timeout_ms on the connection to the master of key's slot (the one that ran this
+ * thread's last write to key): how many replicas have every write sent on it so far, or -1 (an error
+ * reply, or the connection broke). The command timeout must exceed timeout_ms. */
+int rconn_wait_replicas(rconn *c, const char *key, int replicas, int timeout_ms);
+
 int rconn_broken(const rconn *c);
 const char *rconn_errstr(const rconn *c); /* why it broke ("" while fine) */
 int rconn_is_cluster(const rconn *c);
+/* "host:port" (or the socket path) of the server the URL led to (the master, behind Sentinel). */
+const char *rconn_server(const rconn *c, char *buf, size_t cap);
 
 /* -1 + err if r is NULL (connection error, explained from c) or a Redis error reply; else 0. */
 int rconn_reply_error(const rconn *c, redisReply *r, char *err, size_t errlen);

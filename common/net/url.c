@@ -12,6 +12,7 @@
 #include <string.h>
 
 #define DEFAULT_PORT 6379
+#define DEFAULT_SENTINEL_PORT 26379
 #define MAX_DB 2147483647LL
 
 static int hex_value(char c)
@@ -174,11 +175,38 @@ static int parse_hostport(const char *s, size_t len, redis_url *out, char *err, 
     return 0;
 }
 
-static int parse_tcp(const char *s, redis_url *out, char *err, size_t errlen)
+/* h1[:p1],h2[:p2],...: every address into out->hosts, the first also into host/port. */
+static int parse_hostlist(const char *s, size_t len, int default_port, redis_url *out, char *err, size_t errlen)
+{
+    const char *end = s + len;
+    out->nhosts = 0;
+    for (const char *p = s; p <= end;) {
+        const char *comma = memchr(p, ',', (size_t)(end - p));
+        const char *stop = comma ? comma : end;
+        if (out->nhosts == REDIS_URL_MAX_HOSTS) {
+            err_set(err, errlen, "too many hosts in the Redis URL (at most %d)", REDIS_URL_MAX_HOSTS);
+            return -1;
+        }
+        out->port = default_port;
+        if (parse_hostport(p, (size_t)(stop - p), out, err, errlen) != 0)
+            return -1;
+        redis_host *h = &out->hosts[out->nhosts++];
+        snprintf(h->host, sizeof h->host, "%s", out->host);
+        h->port = out->port;
+        p = stop + 1;
+    }
+    snprintf(out->host, sizeof out->host, "%s", out->hosts[0].host);
+    out->port = out->hosts[0].port;
+    return 0;
+}
+
+/* [user[:pass]@]hosts, up to the first '/' (the password may contain '@' when not percent-encoded:
+ * the last '@' ends the userinfo); *rest = what follows the hosts. */
+static int parse_authority(const char *s, int default_port, redis_url *out, const char **rest, char *err,
+                           size_t errlen)
 {
     const char *slash = strchr(s, '/');
-    size_t alen = slash ? (size_t)(slash - s) : strlen(s);
-    /* The password may contain '@' when not percent-encoded: the last '@' ends the userinfo. */
+    size_t alen = slash ? (size_t)(slash - s) : strcspn(s, "?");
     const char *at = NULL;
     for (const char *p = s; p < s + alen; p++)
         if (*p == '@')
@@ -189,11 +217,76 @@ static int parse_tcp(const char *s, redis_url *out, char *err, size_t errlen)
             return -1;
         hp = at + 1;
     }
-    if (parse_hostport(hp, (size_t)(s + alen - hp), out, err, errlen) != 0)
+    *rest = s + alen;
+    return parse_hostlist(hp, (size_t)(s + alen - hp), default_port, out, err, errlen);
+}
+
+static int parse_tcp(const char *s, redis_url *out, char *err, size_t errlen)
+{
+    const char *slash;
+    if (parse_authority(s, DEFAULT_PORT, out, &slash, err, errlen) != 0)
         return -1;
-    if (slash == NULL || slash[1] == '\0')
+    if (*slash == '?') {
+        err_set(err, errlen, "unknown query '%.40s' in the Redis URL (redis:// takes none)", slash + 1);
+        return -1;
+    }
+    if (*slash != '/' || slash[1] == '\0')
         return 0;
     return parse_db(slash + 1, strlen(slash + 1), out, err, errlen);
+}
+
+/* ?sentinel_username=U&sentinel_password=P (either, percent-encoded). */
+static int parse_sentinel_query(const char *q, redis_url *out, char *err, size_t errlen)
+{
+    while (*q != '\0') {
+        size_t len = strcspn(q, "&");
+        const char *eq = memchr(q, '=', len);
+        size_t klen = eq ? (size_t)(eq - q) : len;
+        const char *v = eq ? eq + 1 : q + len;
+        size_t vlen = (size_t)(q + len - v);
+        if (eq != NULL && klen == 17 && strncmp(q, "sentinel_username", klen) == 0) {
+            if (percent_decode(v, vlen, out->sentinel_user, sizeof out->sentinel_user, "Sentinel user name", err,
+                               errlen) != 0)
+                return -1;
+        } else if (eq != NULL && klen == 17 && strncmp(q, "sentinel_password", klen) == 0) {
+            if (percent_decode(v, vlen, out->sentinel_pass, sizeof out->sentinel_pass, "Sentinel password", err,
+                               errlen) != 0)
+                return -1;
+        } else {
+            err_set(err, errlen, "unknown query '%.*s' in the Redis URL (accepted: sentinel_username, "
+                    "sentinel_password)", (int)(len > 40 ? 40 : len), q);
+            return -1;
+        }
+        q += len + (q[len] == '&');
+    }
+    return 0;
+}
+
+/* s1[:p1],s2[:p2],.../master[/db][?query] */
+static int parse_sentinel(const char *s, redis_url *out, char *err, size_t errlen)
+{
+    const char *rest;
+    if (parse_authority(s, DEFAULT_SENTINEL_PORT, out, &rest, err, errlen) != 0)
+        return -1;
+    const char *q = strchr(rest, '?');
+    size_t plen = q ? (size_t)(q - rest) : strlen(rest);
+    if (plen < 2 || rest[0] != '/') {
+        err_set(err, errlen, "missing master name in the Sentinel URL (e.g. redis+sentinel://127.0.0.1:26379/mymaster)");
+        return -1;
+    }
+    const char *name = rest + 1;
+    const char *dbs = memchr(name, '/', plen - 1);
+    size_t nlen = dbs ? (size_t)(dbs - name) : plen - 1;
+    if (nlen == 0) {
+        err_set(err, errlen, "missing master name in the Sentinel URL (e.g. redis+sentinel://127.0.0.1:26379/mymaster)");
+        return -1;
+    }
+    if (percent_decode(name, nlen, out->sentinel_master, sizeof out->sentinel_master, "master name", err, errlen) != 0)
+        return -1;
+    if (dbs != NULL && (size_t)(dbs + 1 - rest) < plen &&
+        parse_db(dbs + 1, plen - (size_t)(dbs + 1 - rest), out, err, errlen) != 0)
+        return -1;
+    return q != NULL ? parse_sentinel_query(q + 1, out, err, errlen) : 0;
 }
 
 static int parse_unix(const char *s, redis_url *out, char *err, size_t errlen)
@@ -233,12 +326,42 @@ int redis_url_parse(const char *s, redis_url *out, char *err, size_t errlen)
     }
     if (strncmp(s, "redis://", 8) == 0)
         return parse_tcp(s + 8, out, err, errlen);
+    if (strncmp(s, "redis+sentinel://", 17) == 0)
+        return parse_sentinel(s + 17, out, err, errlen);
+    if (strncmp(s, "redis-sentinel://", 17) == 0)
+        return parse_sentinel(s + 17, out, err, errlen);
     if (strncmp(s, "unix://", 7) == 0) {
         out->is_unix = 1;
         return parse_unix(s + 7, out, err, errlen);
     }
-    err_set(err, errlen, "unsupported Redis URL '%.60s' (want redis://host:port/db or unix://path)", s);
+    err_set(err, errlen, "unsupported Redis URL '%.60s' (want redis://host:port/db, redis+sentinel://host:port/master or "
+            "unix://path)", s);
     return -1;
+}
+
+/* "h1:p1,[v6]:p2,..." (every host of u, IPv6 in brackets) appended at buf + n; the new length, or
+ * a length >= cap when it did not fit */
+static int append_hosts(const redis_url *u, char *buf, size_t cap, int n)
+{
+    int count = u->nhosts > 0 ? u->nhosts : 1;
+    for (int i = 0; i < count && n >= 0 && (size_t)n < cap; i++) {
+        const char *h = u->nhosts > 0 ? u->hosts[i].host : u->host;
+        int v6 = strchr(h, ':') != NULL;
+        n += snprintf(buf + n, cap - (size_t)n, "%s%s%s%s:%d", i ? "," : "", v6 ? "[" : "", h, v6 ? "]" : "",
+                      u->nhosts > 0 ? u->hosts[i].port : u->port);
+    }
+    return n;
+}
+
+/* s percent-encoded (all but letters, digits and "-._~") appended at buf + n, as append_hosts */
+static int append_escaped(const char *s, char *buf, size_t cap, int n)
+{
+    for (; *s && n >= 0 && (size_t)n < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        int plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || strchr("-._~", c);
+        n += plain ? snprintf(buf + n, cap - (size_t)n, "%c", c) : snprintf(buf + n, cap - (size_t)n, "%%%02X", c);
+    }
+    return n;
 }
 
 int redis_url_format(const redis_url *u, char *buf, size_t cap)
@@ -246,11 +369,17 @@ int redis_url_format(const redis_url *u, char *buf, size_t cap)
     int n;
     if (u->is_unix) {
         n = snprintf(buf, cap, "unix://%s%s%s?db=%d", u->user, u->user[0] ? "@" : "", u->path, u->db);
-    } else {
-        int v6 = strchr(u->host, ':') != NULL;
-        n = snprintf(buf, cap, "redis://%s%s%s%s%s:%d/%d", u->user, u->user[0] ? "@" : "", v6 ? "[" : "",
-                     u->host, v6 ? "]" : "", u->port, u->db);
+        return n < 0 || (size_t)n >= cap ? -1 : 0;
     }
+    int sentinel = u->sentinel_master[0] != '\0';
+    n = snprintf(buf, cap, "%s%s%s", sentinel ? "redis+sentinel://" : "redis://", u->user, u->user[0] ? "@" : "");
+    n = append_hosts(u, buf, cap, n);
+    if (n >= 0 && (size_t)n < cap && sentinel) {
+        n += snprintf(buf + n, cap - (size_t)n, "/");
+        n = append_escaped(u->sentinel_master, buf, cap, n);
+    }
+    if (n >= 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, "/%d", u->db);
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 

@@ -7,21 +7,41 @@
  *   redis://[::1]:6379                          (IPv6 literal in brackets)
  *   unix://path[?db=N]                          (unix socket, e.g. unix:///run/redis.sock?db=2)
  *   unix://[user]:pass@/abs/path[?db=N]         (unix socket with credentials)
- * Defaults: port 6379, db 0. The parsed form is what rconn_connect() needs.
+ *   redis://[user[:pass]@]h1[:p1],h2[:p2],...    (several nodes of one Redis Cluster: the seeds; the
+ *                                                first that answers is used, so one dead node is fine)
+ *   redis+sentinel://[user[:pass]@]s1[:p1],s2[:p2],.../master[/db][?sentinel_username=U&sentinel_password=P]
+ *                                               (also redis-sentinel://: the Sentinels, default port
+ *                                                26379, and the name of the master they watch; user and
+ *                                                pass log in to the master and its replicas, the query
+ *                                                gives the Sentinels' own login when they have one)
+ * Defaults: port 6379, db 0. The parsed form is what rconn_connect() needs; a URL with several hosts
+ * or Sentinels is turned into the address of one server by redis_url_resolve() (common/net/sentinel.h).
  */
 #ifndef DILOCO_URL_H
 #define DILOCO_URL_H
 
 #include <stddef.h>
 
+#define REDIS_URL_MAX_HOSTS 8
+
+typedef struct redis_host {
+    char host[256];
+    int port;
+} redis_host;
+
 typedef struct redis_url {
     int is_unix;
-    char host[256];
+    char host[256];              /* the server; for a list of hosts, the first one */
     int port;
     char path[256];
     char user[128];
     char pass[256];
     int db;
+    int nhosts;                  /* > 1: cluster seeds, or the Sentinels when sentinel_master is set */
+    redis_host hosts[REDIS_URL_MAX_HOSTS]; /* in URL order (hosts[0] = host:port) */
+    char sentinel_master[128];   /* "" = not through Sentinel */
+    char sentinel_user[128];
+    char sentinel_pass[256];
 } redis_url;
 
 int redis_url_parse(const char *s, redis_url *out, char *err, size_t errlen);
@@ -47,6 +67,7 @@ int redis_url_pick(const char *flag, const char *file, char *out, size_t cap, ch
 /* The --help lines every binary prints about these three sources. */
 #define REDIS_URL_HELP \
     "  --redis URL               Redis of the run: redis://[user[:pass]@]host[:port][/db] or unix://path;\n" \
+    "                            redis://h1:p1,h2:p2 (Cluster seeds), redis+sentinel://s1,s2,s3/master\n" \
     "                            visible to other local users in ps, so prefer one of the next two\n" \
     "  --redis-file FILE         read the URL from the first line of FILE (e.g. chmod 600)\n" \
     "  $" REDIS_URL_ENV "             the URL, when neither --redis nor --redis-file is given\n"

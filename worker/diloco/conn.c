@@ -198,7 +198,7 @@ static void push_request(diloco *d, int shard, int64_t round, blob_header *h, co
     if (d->rc.weight_tokens) /* --weight-by tokens: the tokens behind this pseudo-gradient */
         h->aux = (int64_t)d->push_tokens[h->frag];
     h->xxh = d->delta_xxh[shard]; /* computed with Δ (sync_compute_delta) */
-    h->dtype = d->o.bf16 ? BLOB_BF16 : BLOB_F32;
+    h->dtype = d->push_dtype;
     *payload = dl_shard_delta(d, shard, plen);
 }
 

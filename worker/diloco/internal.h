@@ -8,6 +8,7 @@
  *   streaming.c  Streaming DiLoCo: one fragment in flight on a thread while training goes on
  *   sync.c       the network part of a sync-mode round: pseudo-gradient, push, barrier, new parameters
  *   async.c      the network part of an async-mode round: submit, push, get (no barrier)
+ *   delta.c      the pseudo-gradient in the run's codec (bf16, fp32, int8, int4) and error feedback
  *   heartbeat.c  the heartbeat thread
  *   repair.c     waiting out a shard whose durable state is corrupt, until `coordinator repair`
  *   device.c     device-resident parameters (diloco_device_ops): the hooks that replace params
@@ -77,8 +78,12 @@ struct diloco {
     float *params;               /* the trainer's buffer */
     size_t numel;
     float *base;                 /* global parameters this round started from */
+    int push_dtype;              /* our pushes' codec: the run's (fp32 in a bf16 run with o.bf16 = 0) */
     uint16_t *delta_bf16;        /* pseudo-gradient of the round, kept until it is committed */
-    float *delta_f32;
+    float *delta_f32;            /* (int8/int4: the fp32 Δ before quantization) */
+    uint8_t *delta_q;            /* int8/int4: the encoded Δ, shard after shard (delta.c) */
+    size_t *delta_qoff;          /* int8/int4: nshards+1 offsets of each shard's part in delta_q */
+    float *ef;                   /* --error-feedback: what quantization dropped, added to the next Δ */
     uint64_t *delta_xxh;         /* per shard: the checksum of its part of delta_* (computed with it) */
     int64_t *frag_version;       /* global version of each fragment's part of base (= its open round for us) */
     int64_t *frag_joined;        /* per fragment: the first round the barrier expects us at (dl_register) */
@@ -148,6 +153,9 @@ struct diloco {
 
 /* session.c */
 redisReply *dl_command(diloco *d, const char *fmt, ...);   /* on ctl, reconnecting as needed; caller frees */
+/* With the run's min_replicas > 0: wait until that many Redis replicas have our writes on ctl so far
+ * (WAIT, again while fewer do); 0 at once when min_replicas is 0, -1 + err when ctl broke or we stop. */
+int dl_wait_replicas(diloco *d, char *err, size_t errlen);
 int dl_register(diloco *d, char *err, size_t errlen);
 int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
 int dl_fetch_all(diloco *d, char *err, size_t errlen);
@@ -165,7 +173,7 @@ void *dl_host_alloc(diloco *d, size_t bytes);   /* o.device.host_alloc, or mallo
 void dl_host_free(diloco *d, void *p);
 /* o.device.load of base[off, off+n) with mode DILOCO_LOAD_*. */
 int dl_dev_load(diloco *d, size_t off, size_t n, int mode, double alpha, char *err, size_t errlen);
-/* o.device.delta of fragment f into delta_bf16 / delta_f32 (reloading the snapshot first if base[f]
+/* o.device.delta of fragment f into delta_bf16 / delta_f32 (int8/int4: fp32, quantized by delta.c) (reloading the snapshot first if base[f]
  * changed since it was loaded). 0; 1: not finite, *bad = offset in f; -1: device error (err). */
 int dl_dev_delta(diloco *d, int f, size_t *bad, char *err, size_t errlen);
 /* base[shard] is being written (a params reply): its fragment's device snapshot is out of date. */
@@ -196,11 +204,16 @@ int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got_
 /* CLOCK_REALTIME in microseconds (phase timestamps of diloco_sync_info). */
 uint64_t dl_wall_us(void);
 
-/* sync.c */
+/* delta.c */
+/* The Δ buffers of push_dtype (and the error feedback's). */
+int dl_delta_alloc(diloco *d, char *err, size_t errlen);
+void dl_delta_free(diloco *d);
 /* Δ of fragment f from params (on the thread that owns params). -1 if params are not finite. */
 int sync_compute_delta(diloco *d, int f, char *err, size_t errlen);
-/* Shard k's part of delta_* (bf16 or f32, as pushed) and its size in *bytes. */
+/* Shard k's part of delta_* (as pushed, in push_dtype) and its size in *bytes. */
 const void *dl_shard_delta(const diloco *d, int k, size_t *bytes);
+
+/* sync.c */
 /* Make sure the tentative parameters fragment f continued from were committed as they are, resending
  * our kept Δ to a new owner if they were not: DL_OK, DL_STALE (the round was committed differently,
  * e.g. without a participant that died: base is now the committed version and our local progress on

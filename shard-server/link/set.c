@@ -1,24 +1,15 @@
 /*
- * rawset.c: a write-only Redis connection for big blob SETs, without copies.
+ * set.c: the RLINK_SET transport (rlink.h): SET of big blobs, written without copies.
  *
  * hiredis 0.14 copies a command into its output buffer (sds) and, after every partial write(), moves
- * the unsent rest to the front of that buffer: a 12.5 MB SET on a non-blocking socket costs hundreds of
- * memmoves of megabytes (measured: ~200 ms per 12.5 MB log entry, 60 MB/s). This connection instead
- * sends the RESP command straight from the caller's memory with writev() (RESP prefix, blob header,
- * payload, CRLF: the payload is never copied in user space) and parses the only replies SET, AUTH and
- * SELECT give (+status / -error lines), in order.
- *
- * Same contract as rasync: commands are only accepted while connected (else -1, callback not called);
- * the callback is called exactly once, with NULL if the connection is lost before the reply (outcome
- * unknown); the caller keeps the payload alive until then. The connection reconnects with jittered
- * backoff and is dropped when commands are pending and nothing came back for stall_ms. A final refusal
- * of its login (rconn_error_final) stops the process, as in rasync.c.
- *
- * Redis Cluster (route.c): as in rasync.c, a SET goes to this connection's twin on the master of its
- * key once the slot map is known, and a MOVED or ASK reply is followed here (the caller's payload is
- * still alive: its callback has not run), so callers only see the final reply.
+ * the unsent rest to the front of that buffer: a big SET on a non-blocking socket costs hundreds of
+ * memmoves of megabytes. This transport instead sends the RESP command straight from the caller's
+ * memory with writev() (RESP prefix, blob header, payload, CRLF: the payload is never copied in user
+ * space) and parses the only replies SET, AUTH and SELECT give (+status / -error lines), in order.
+ * The caller keeps the payload alive until its callback runs, so a MOVED or ASK reply can resend the
+ * SET on the right twin (route.c).
  */
-#include "ss.h"
+#include "internal.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -34,38 +25,35 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include "blob.h"
 #include "log.h"
 #include "rconn.h"
 #include "util.h"
 
-#define RS_BACKOFF_BASE_MS 100
-#define RS_BACKOFF_CAP_MS 5000
-#define RS_WATCH_MS 500
 #define RS_SOCKET_BUFFER (4 * 1024 * 1024)
 #define RS_MAX_IOV 64
 
-typedef struct rs_item {
-    struct rs_item *next;
+typedef struct rlink_item {
+    struct rlink_item *next;
     struct iovec iov[4];
     int niov;
     int first;            /* first iovec with bytes left */
-    ra_cb *cb;
+    rlink_cb *cb;
     void *priv;
     int login;            /* AUTH/SELECT: an error drops the connection */
     char prefix[600];     /* RESP up to the payload length line */
     uint8_t head[BLOB_HEADER_MAX];
     /* to resend after a redirection */
-    rawset *owner;        /* the connection the caller used */
+    rlink *owner;        /* the connection the caller used */
     int hops;
     size_t key_off, key_len; /* the key, in prefix */
     size_t hlen, plen;
     const void *payload;
-} rs_item;
+} rl_item;
 
-static void rs_connect(rawset *rs);
-static int rs_follow(rs_item *it, const cluster_redirect *rd);
+static int rs_follow(rl_item *it, rlink *to, int ask);
 
-static void rs_set_events(rawset *rs)
+static void rs_set_events(rlink *rs)
 {
     if (rs->fd < 0)
         return;
@@ -75,17 +63,8 @@ static void rs_set_events(rawset *rs)
         event_del(rs->ev_write);
 }
 
-static void rs_schedule_retry(rawset *rs)
-{
-    if (rs->stopping)
-        return;
-    unsigned wait = backoff_ms(rs->attempt++, RS_BACKOFF_BASE_MS, RS_BACKOFF_CAP_MS);
-    struct timeval tv = { .tv_sec = wait / 1000, .tv_usec = (wait % 1000) * 1000 };
-    evtimer_add(rs->retry_timer, &tv);
-}
-
 /* Close the socket, fail every pending command (callbacks after the state is clean: they may send). */
-static void rs_drop(rawset *rs, const char *why)
+static void rs_drop(rlink *rs, const char *why)
 {
     if (rs->fd >= 0) {
         if (!rs->stopping)
@@ -95,23 +74,21 @@ static void rs_drop(rawset *rs, const char *why)
         close(rs->fd);
         rs->fd = -1;
     }
-    rs->ready = 0;
     rs->connecting = 0;
-    rs_item *list = rs->head;
+    rl_item *list = rs->head;
     rs->head = rs->tail = rs->send = NULL;
-    rs->pending = 0;
     rs->rlen = 0;
+    rl_lost(rs);
     while (list != NULL) {
-        rs_item *it = list;
+        rl_item *it = list;
         list = it->next;
         if (it->cb != NULL)
             it->cb(NULL, it->priv);
         free(it);
     }
-    rs_schedule_retry(rs);
 }
 
-static void rs_enqueue(rawset *rs, rs_item *it)
+static void rs_enqueue(rlink *rs, rl_item *it)
 {
     it->next = NULL;
     if (rs->tail != NULL)
@@ -121,15 +98,13 @@ static void rs_enqueue(rawset *rs, rs_item *it)
     rs->tail = it;
     if (rs->send == NULL)
         rs->send = it;
-    if (rs->pending == 0)
-        rs->last_activity = now_ms();
-    rs->pending++;
+    rl_sent(rs);
 }
 
 /* A small command of string arguments (AUTH, SELECT, ASKING). */
-static void rs_enqueue_small(rawset *rs, int argc, const char **argv, int login)
+static void rs_enqueue_small(rlink *rs, int argc, const char **argv, int login)
 {
-    rs_item *it = calloc(1, sizeof *it);
+    rl_item *it = calloc(1, sizeof *it);
     if (it == NULL)
         return;
     size_t off = (size_t)snprintf(it->prefix, sizeof it->prefix, "*%d\r\n", argc);
@@ -146,42 +121,30 @@ static void rs_enqueue_small(rawset *rs, int argc, const char **argv, int login)
 }
 
 /* AUTH and SELECT, queued first on a new socket (a twin may queue SETs behind them while connecting). */
-static void rs_enqueue_login(rawset *rs)
+static void rs_enqueue_login(rlink *rs)
 {
-    const redis_url *u = rs->url;
-    if (u->user[0] != '\0') {
-        const char *argv[3] = { "AUTH", u->user, u->pass };
-        rs_enqueue_small(rs, 3, argv, 1);
-    } else if (u->pass[0] != '\0') {
-        const char *argv[2] = { "AUTH", u->pass };
-        rs_enqueue_small(rs, 2, argv, 1);
-    }
-    if (u->db != 0) {
-        char db[16];
-        snprintf(db, sizeof db, "%d", u->db);
-        const char *argv[2] = { "SELECT", db };
-        rs_enqueue_small(rs, 2, argv, 1);
-    }
+    rl_login login;
+    rl_login_commands(&rs->target, &login);
+    for (int i = 0; i < login.n; i++)
+        rs_enqueue_small(rs, login.argc[i], login.argv[i], 1);
 }
 
-static void rs_on_connected(rawset *rs)
+static void rs_on_connected(rlink *rs)
 {
     rs->connecting = 0;
-    rs->ready = 1;
-    rs->attempt = 0;
-    log_info("redis %s connection established", rs->name);
     event_add(rs->ev_read, NULL);
     rs_set_events(rs);
+    rl_connected(rs);
 }
 
 /* Write what the socket takes now. soft: a failure only leaves the write event armed (the loop's
  * next attempt fails again and drops the connection), so callbacks never run inside rs_set. */
-static void rs_write(rawset *rs, int soft)
+static void rs_write(rlink *rs, int soft)
 {
     while (rs->send != NULL) {
         struct iovec iov[RS_MAX_IOV];
         int n = 0;
-        for (rs_item *it = rs->send; it != NULL && n < RS_MAX_IOV; it = it->next)
+        for (rl_item *it = rs->send; it != NULL && n < RS_MAX_IOV; it = it->next)
             for (int i = it->first; i < it->niov && n < RS_MAX_IOV; i++)
                 iov[n++] = it->iov[i];
         ssize_t w = writev(rs->fd, iov, n);
@@ -195,7 +158,7 @@ static void rs_write(rawset *rs, int soft)
         }
         size_t left = (size_t)w;
         while (rs->send != NULL) {
-            rs_item *it = rs->send;
+            rl_item *it = rs->send;
             while (it->first < it->niov && left >= it->iov[it->first].iov_len) {
                 left -= it->iov[it->first].iov_len;
                 it->iov[it->first].iov_len = 0;
@@ -216,7 +179,7 @@ static void rs_on_write(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    rawset *rs = arg;
+    rlink *rs = arg;
     if (rs->connecting) {
         int soerr = 0;
         socklen_t sl = sizeof soerr;
@@ -232,9 +195,9 @@ static void rs_on_write(evutil_socket_t fd, short what, void *arg)
 }
 
 /* One reply line: hand it to the oldest pending command. */
-static int rs_reply(rawset *rs, char *line, size_t len)
+static int rs_reply(rlink *rs, char *line, size_t len)
 {
-    rs_item *it = rs->head;
+    rl_item *it = rs->head;
     if (it == NULL || it == rs->send) /* a reply to something not (fully) sent */
         return -1;
     if (line[0] != '+' && line[0] != '-')
@@ -242,8 +205,7 @@ static int rs_reply(rawset *rs, char *line, size_t len)
     rs->head = it->next;
     if (rs->head == NULL)
         rs->tail = NULL;
-    rs->pending--;
-    rs->last_activity = now_ms();
+    rl_replied(rs);
     redisReply r;
     memset(&r, 0, sizeof r);
     r.type = line[0] == '+' ? REDIS_REPLY_STATUS : REDIS_REPLY_ERROR;
@@ -251,16 +213,20 @@ static int rs_reply(rawset *rs, char *line, size_t len)
     r.len = len - 1;
     int drop = 0;
     if (it->login && r.type == REDIS_REPLY_ERROR) {
-        if (rconn_error_final(r.str))
-            ss_refused(rs->name, r.str);
-        else
-            log_error("redis %s connection: login failed: %s (check the Redis URL)", rs->name, r.str);
+        rl_login_failed(rs, "login", r.str);
         drop = 1;
     }
-    cluster_redirect rd;
-    if (it->owner != NULL && it->owner->route != NULL && it->hops < CLUSTER_MAX_HOPS &&
-        cluster_reply_redirect(&r, rs->url->host, &rd)) {
-        if (rs_follow(it, &rd) == 0) {
+    if (rl_failover_reply(rs, &r) ||
+        (r.type == REDIS_REPLY_ERROR && rconn_error_noreplicas(r.str) && rl_master_moved(rs))) {
+        if (it->cb != NULL)
+            it->cb(NULL, it->priv); /* not executed; the caller retries as after a lost connection */
+        free(it);
+        return -1;                  /* drop: the reconnect finds the master again */
+    }
+    rlink *to;
+    int ask;
+    if (it->owner != NULL && rl_redirect(it->owner, &r, rs->target.host, it->hops, &to, &ask)) {
+        if (to != NULL && rs_follow(it, to, ask) == 0) {
             free(it);
             return 0;
         }
@@ -280,7 +246,7 @@ static void rs_on_read(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
-    rawset *rs = arg;
+    rlink *rs = arg;
     for (;;) {
         if (rs->rlen == sizeof rs->rbuf) {
             rs_drop(rs, "reply line too long");
@@ -326,11 +292,15 @@ static void rs_on_read(evutil_socket_t fd, short what, void *arg)
     }
 }
 
-static void rs_connect(rawset *rs)
+static void rs_connect(rlink *rs)
 {
     if (rs->stopping || rs->fd >= 0)
         return;
-    const redis_url *u = rs->url;
+    if (rl_resolve(rs) != 0) {
+        rl_lost(rs);
+        return;
+    }
+    const redis_url *u = &rs->target;
     int fd = -1;
     int rc;
     if (u->is_unix) {
@@ -379,59 +349,36 @@ fail:
     log_warn("redis %s connection: cannot connect: %s; retrying", rs->name, strerror(errno));
     if (fd >= 0)
         close(fd);
-    rs_schedule_retry(rs);
+    rl_lost(rs);
 }
 
-static void rs_on_retry(evutil_socket_t fd, short what, void *arg)
+static int rs_is_open(const rlink *rs)
 {
-    (void)fd;
-    (void)what;
-    rs_connect(arg);
+    return rs->fd >= 0;
 }
 
-static void rs_on_watch(evutil_socket_t fd, short what, void *arg)
+/* A twin accepts while it connects; else the socket must be up. */
+static int rs_accepting(const rlink *rs)
 {
-    (void)fd;
-    (void)what;
-    rawset *rs = arg;
-    if (rs->fd < 0 || rs->pending <= 0)
-        return;
-    uint64_t idle = now_ms() - rs->last_activity;
-    if (idle >= (uint64_t)rs->stall_ms) {
-        char why[96];
-        snprintf(why, sizeof why, "no reply for %llu ms with %d commands pending", (unsigned long long)idle,
-                 rs->pending);
+    return rs->fd >= 0 && (rs->ready || rs->is_twin);
+}
+
+/* drop also fails what a twin queued before its socket could be opened */
+static void rs_close_or_drop(rlink *rs, const char *why)
+{
+    if (rs->fd >= 0 || rs->head != NULL || !rs->stopping)
         rs_drop(rs, why);
-    }
 }
 
-int rs_init(rawset *rs, const char *name, const redis_url *url, struct event_base *base, int stall_ms)
-{
-    memset(rs, 0, sizeof *rs);
-    rs->name = name;
-    rs->url = url;
-    rs->base = base;
-    rs->stall_ms = stall_ms;
-    rs->fd = -1;
-    rs->retry_timer = evtimer_new(base, rs_on_retry, rs);
-    rs->watch_timer = event_new(base, -1, EV_PERSIST, rs_on_watch, rs);
-    rs->ev_read = event_new(base, -1, 0, rs_on_read, rs);
-    rs->ev_write = event_new(base, -1, 0, rs_on_write, rs);
-    if (rs->retry_timer == NULL || rs->watch_timer == NULL || rs->ev_read == NULL || rs->ev_write == NULL)
-        return -1;
-    struct timeval tv = { .tv_sec = 0, .tv_usec = RS_WATCH_MS * 1000 };
-    evtimer_add(rs->watch_timer, &tv);
-    rs_connect(rs);
-    return 0;
-}
+const rlink_transport rl_set_transport = { rs_connect, rs_close_or_drop, rs_is_open, rs_accepting };
 
 /* Queue SET key head||payload on rs (a twin accepts while it connects; else rs must be ready). */
-static int rs_send(rawset *rs, rawset *owner, const char *key, size_t klen, const uint8_t *head, size_t hlen,
-                   const void *payload, size_t plen, ra_cb *cb, void *priv, int asking, int hops)
+static int rs_send(rlink *rs, rlink *owner, const char *key, size_t klen, const uint8_t *head, size_t hlen,
+                   const void *payload, size_t plen, rlink_cb *cb, void *priv, int asking, int hops)
 {
-    if (rs->fd < 0 || !(rs->ready || rs->is_twin) || hlen > BLOB_HEADER_MAX)
+    if (!rs_accepting(rs) || hlen > BLOB_HEADER_MAX)
         return -1;
-    rs_item *it = calloc(1, sizeof *it);
+    rl_item *it = calloc(1, sizeof *it);
     if (it == NULL)
         return -1;
     int off = snprintf(it->prefix, sizeof it->prefix, "*3\r\n$3\r\nSET\r\n$%zu\r\n", klen);
@@ -469,64 +416,19 @@ static int rs_send(rawset *rs, rawset *owner, const char *key, size_t klen, cons
     return 0;
 }
 
-/* A twin owns its URL and name. */
-typedef struct rs_twin_conn {
-    rawset rs; /* first: a twin is freed through its rawset pointer */
-    redis_url url;
-    char name[300];
-} rs_twin_conn;
-
-/* This connection's twin on cluster node `node` (-1: itself), opened now if needed; NULL if it cannot be. */
-static rawset *rs_twin(rawset *rs, int node)
+/* Resend the SET of `it` on `to`, where a MOVED/ASK reply says; 0 if queued there. */
+static int rs_follow(rl_item *it, rlink *to, int ask)
 {
-    if (node < 0)
-        return rs;
-    if (rs->twin[node] != NULL)
-        return rs->twin[node];
-    rs_twin_conn *t = calloc(1, sizeof *t);
-    if (t == NULL)
-        return NULL;
-    if (route_node_url(rs->route, node, rs->url, &t->url)) {
-        free(t);
-        return rs->twin[node] = rs;
-    }
-    snprintf(t->name, sizeof t->name, "%s@%s:%d", rs->name, t->url.host, t->url.port);
-    if (rs_init(&t->rs, t->name, &t->url, rs->base, rs->stall_ms) != 0) {
-        free(t);
-        return NULL;
-    }
-    t->rs.is_twin = 1;
-    t->rs.route = rs->route;
-    return rs->twin[node] = &t->rs;
+    return rs_send(to, it->owner, it->prefix + it->key_off, it->key_len, it->head, it->hlen, it->payload, it->plen,
+                   it->cb, it->priv, ask, it->hops + 1);
 }
 
-/* Resend the SET of `it` where a MOVED/ASK reply says; 0 if queued there. */
-static int rs_follow(rs_item *it, const cluster_redirect *rd)
+int rlink_set(rlink *l, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
+              rlink_cb *cb, void *priv)
 {
-    int node = route_learn(it->owner->route, rd);
-    rawset *to = node >= 0 ? rs_twin(it->owner, node) : NULL;
-    return to == NULL ? -1
-                      : rs_send(to, it->owner, it->prefix + it->key_off, it->key_len, it->head, it->hlen, it->payload,
-                                it->plen, it->cb, it->priv, rd->ask, it->hops + 1);
-}
-
-int rs_set(rawset *rs, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
-           ra_cb *cb, void *priv)
-{
+    if (l->kind != RLINK_SET)
+        return -1;
     size_t klen = strlen(key);
-    rawset *to = rs_twin(rs, route_node(rs->route, cluster_key_slot(key, klen)));
-    return to == NULL ? -1 : rs_send(to, rs, key, klen, head, hlen, payload, plen, cb, priv, 0, 0);
-}
-
-void rs_close(rawset *rs)
-{
-    for (int i = 0; i < CLUSTER_MAX_NODES; i++)
-        if (rs->twin[i] != NULL && rs->twin[i] != rs) {
-            rs_close(rs->twin[i]);
-            free(rs->twin[i]);
-            rs->twin[i] = NULL;
-        }
-    rs->stopping = 1;
-    if (rs->fd >= 0 || rs->head != NULL)
-        rs_drop(rs, "closing");
+    rlink *to = rl_twin(l, rl_route_node(l->route, cluster_key_slot(key, klen)));
+    return to == NULL ? -1 : rs_send(to, l, key, klen, head, hlen, payload, plen, cb, priv, 0, 0);
 }

@@ -21,14 +21,16 @@ WARN      = -Wall -Wextra -Werror
 # codes), math/ (the outer step, hashing, bf16, codecs, log replay) and base/ (logging, time, errors, signals).
 # Headers are included by name ("blob.h"), so a module can move between folders without touching callers.
 COMMON_INC = -Icommon/net -Icommon/format -Icommon/math -Icommon/base -Icommon
-CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -pthread -MMD -MP $(COMMON_INC) -Imodel -Iworker -Ibuild/gen \
-            -I/usr/include/x86_64-linux-gnu/openblas-pthread
+# OpenBLAS's header and library as the distribution installs them (Debian: openblas-pthread/)
+OPENBLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+OPENBLAS_LIBS   := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
+CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -pthread -MMD -MP $(COMMON_INC) -Imodel -Iworker -Ibuild/gen $(OPENBLAS_CFLAGS)
 # The outer step, the averaging and everything on the pseudo-gradient path must be bit-reproducible:
 # no fused multiply-add contraction anywhere but in the trainer (which has its own flags below); the
 # outer step's explicit fmaf calls (common/math/outer_fma.h) are exactly rounded, so they are no exception.
 DETERMINISTIC = -ffp-contract=off
 LDLIBS    = -lhiredis -levent -levent_pthreads -lmsgpackc -lxxhash -ljansson -lcrypto -lm -pthread
-BLASLIBS  = -lopenblas -fopenmp
+BLASLIBS  = $(OPENBLAS_LIBS) -fopenmp
 
 DEB_PKGS  = build-essential pkg-config libhiredis-dev redis-server redis-tools libevent-dev libmsgpack-dev \
             libopenblas-dev libxxhash-dev libjansson-dev libcmocka-dev libssl-dev bible-kjv bible-kjv-text \
@@ -83,8 +85,8 @@ LIBMODEL  = $(BUILD)/libmodel.a
 LIBDILOCO = $(BUILD)/worker/libdiloco-objs.a
 LIBTRAINERS = $(BUILD)/libtrainers.a
 
-.PHONY: all deps test demo bench clean cuda-check
-all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker lib
+.PHONY: all deps test demo bench clean cuda-check format
+all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker lib $(BUILD)/diloco.lua
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -97,7 +99,14 @@ deps:
 	@# node and npm drive the browser test; a machine may already have them from elsewhere (nodesource)
 	@command -v npm >/dev/null 2>&1 || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm; }
 
-$(BUILD)/gen/lua_library.c: lua/diloco.lua tools/embed.sh
+# The Functions library is one file for Redis (FUNCTION LOAD takes one script) but several in lua/,
+# one concern each, joined in name order.
+LUA_SRC = $(sort $(wildcard lua/[0-9]*.lua))
+$(BUILD)/diloco.lua: $(LUA_SRC)
+	@mkdir -p $(dir $@)
+	cat $(LUA_SRC) > $@
+
+$(BUILD)/gen/lua_library.c: $(BUILD)/diloco.lua tools/embed.sh
 	@mkdir -p $(dir $@)
 	sh tools/embed.sh lua_library $< > $@
 
@@ -109,7 +118,16 @@ $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/common/%.o $(BUILD)/model/%.o $(BUILD)/worker/diloco/%.o $(BUILD)/worker/trainers/%.o $(BUILD)/shard-server/%.o: CFLAGS += $(DETERMINISTIC)
-$(BUILD)/worker/gpt/%.o: OPT = -O3 -march=native
+# No -march=native anywhere: a binary must run on every x86-64 of a scattered fleet. The hot kernels
+# carry their own x86-64-v3 build, picked at load time (HOT_CLONES, common/base/clones.h), and give the
+# same bits in both builds (tests/it_portable_gpt_bits.sh).
+GPT_OPT = -O3
+$(BUILD)/worker/gpt/%.o: OPT = $(GPT_OPT)
+$(BUILD)/worker/gpt/%.o: CFLAGS += $(DETERMINISTIC)
+# objects built with other flags are rebuilt: a stamp that changes with them
+$(BUILD)/gpt-cflags.stamp: FORCE
+	@mkdir -p $(BUILD); echo '$(GPT_OPT) $(DETERMINISTIC)' | cmp -s - $@ || echo '$(GPT_OPT) $(DETERMINISTIC)' > $@
+$(TRAINERS_SRC:%.c=$(BUILD)/%.o): $(BUILD)/gpt-cflags.stamp
 # AVX2 builds (xxhash's AVX2 code path; the commit's kernel, with FMA; the codec's block kernels, no FMA):
 # only called when the CPU has them
 ifeq ($(shell uname -m),x86_64)
@@ -158,7 +176,7 @@ $(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODE
 $(BIN)/bench-%: bench/%.c $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	@mkdir -p $(BUILD)/bench
-	$(CC) $(CFLAGS) -O3 -march=native -fopenmp -MF $(BUILD)/bench/$*.d -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -O3 -fopenmp -MF $(BUILD)/bench/$*.d -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
 test: deps
 	$(MAKE) all tests-build
@@ -173,6 +191,10 @@ cuda-check: all tests-build
 demo: deps
 	$(MAKE) all
 	sh deploy/local/demo.sh
+
+# Reformat every C, header and CUDA file with .clang-format (Debian's clang-format).
+format:
+	git ls-files '*.c' '*.h' '*.cu' | xargs clang-format -i
 
 clean:
 	rm -rf $(BUILD) $(BIN)
@@ -194,7 +216,7 @@ FUZZ_TARGETS ?= $(FUZZ_ALL)
 FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
 FUZZ_CFLAGS  = $(CSTD) -O1 -g $(WARN) $(DETERMINISTIC) $(FUZZ_SAN) -MMD -MP $(COMMON_INC) -Imodel -Icoordinator -Ibuild/gen
 # what the targets call: common/ and the file readers of the coordinator (its other files need a Redis)
-FUZZ_SRC     = $(COMMON_SRC) coordinator/checkpoint_read.c coordinator/from_state.c
+FUZZ_SRC     = $(COMMON_SRC) $(MODEL_SRC) coordinator/checkpoint_read.c coordinator/from_state.c
 FUZZ_OBJ     = $(FUZZ_SRC:%.c=$(BUILD)/fuzz/obj/%.o) $(BUILD)/fuzz/obj/gen/lua_library.o
 ifneq ($(FUZZ_CC),)
 FUZZ_BIN     = $(FUZZ_ALL:%=$(BUILD)/fuzz/fuzz_%)
@@ -310,7 +332,7 @@ python: $(LIBDILOCO_SO)
 	$(PYTHON) -m compileall -q python/rediloco
 	cd python && $(PYTHON) -c 'import rediloco; print("rediloco", rediloco.__version__, "on libdiloco", rediloco.library_version())'
 
-install-python: python
+install-python: $(LIBDILOCO_SO)
 	for f in $(PY_SRC); do install -D -m 644 $$f $(DESTDIR)$(PREFIX)/$(PY_SITE)/$${f#python/}; done
 	install -m 755 $(LIBDILOCO_SO) $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco/$(DILOCO_SONAME)
 	$(PYTHON) -m compileall -q $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco

@@ -25,6 +25,7 @@
 #include "outer_dn.h"
 #include "rconn.h"
 #include "replay.h"
+#include "run_state.h"
 #include "runconf.h"
 #include "util.h"
 
@@ -87,106 +88,20 @@ static int read_state(rconn *c, const char *run, export_data *d, char *err, size
     return 0;
 }
 
-/* One atomic read of every shard's refs, and a replay of each. 1 = try again (versions differ or a
- * blob was trimmed under us; *why says which), 0 = done, -1 = error. */
-static int gather_once(rconn *c, const char *run, export_data *d, char *why, size_t whylen, char *err,
-                       size_t errlen) {
-    int S = d->rc.nshards;
-    size_t argc = 2 + 4 * (size_t)S;
-    const char **argv = calloc(argc, sizeof *argv);
-    char (*fields)[32] = calloc(4 * (size_t)S, sizeof *fields);
-    char key[KEY_MAX];
-    int ret = -1;
-    redisReply *r = NULL;
-    if (!argv || !fields) {
-        err_set(err, errlen, "out of memory");
-        goto done;
-    }
-    argv[0] = "HMGET";
-    argv[1] = key_run(key, sizeof key, run, "shards");
-    static const char *names[4] = {"version", "snap", "log", "digest"};
-    for (int k = 0; k < S; k++)
-        for (int j = 0; j < 4; j++) {
-            snprintf(fields[4 * k + j], sizeof fields[0], "%d:%s", k, names[j]);
-            argv[2 + 4 * k + j] = fields[4 * k + j];
-        }
-    r = rconn_command_argv(c, (int)argc, argv, NULL);
-    if (rconn_reply_error(c, r, err, errlen) < 0) goto done;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 4 * (size_t)S) {
-        err_set(err, errlen, "unexpected reply to HMGET %s", key);
-        goto done;
-    }
-    long long v0 = -1;
-    for (int k = 0; k < S; k++) {
-        redisReply **e = r->element + 4 * k;
-        long long v;
-        if (e[0]->type != REDIS_REPLY_STRING || e[1]->type != REDIS_REPLY_STRING || e[3]->type != REDIS_REPLY_STRING ||
-            parse_int(e[0]->str, 0, INT64_MAX, &v) < 0) {
-            err_set(err, errlen, "shard %d: its entry in %s is incomplete (was the run initialised?)", k, key);
-            goto done;
-        }
-        if (k == 0) v0 = v;
-        if (v != v0) {
-            err_set(why, whylen, "shard 0 is at version %lld, shard %d at %lld", v0, k, v);
-            ret = 1;
-            goto done;
-        }
-    }
-    d->has_mom = 0;
-    for (int k = 0; k < S; k++) {
-        redisReply **e = r->element + 4 * k;
-        uint64_t off = d->rc.shard_bounds[k];
-        size_t n = (size_t)runconf_shard_numel(&d->rc, k);
-        /* the same replay as a shard-server's load, with the DN buffer and the run's DN schedule */
-        replay_state st = {.theta = d->params + off, .mom = d->mom + off, .dnbuf = d->dnbuf ? d->dnbuf + off : NULL,
-                           .dn_buffer = (uint32_t)d->rc.dn_buffer, .dn_variant = d->rc.dn_variant,
-                           .dn_t0 = d->rc.dn_t0};
-        int lrc = replay_load_refs_state(c, run, k, n, v0, e[1]->str,
-                                         e[2]->type == REDIS_REPLY_STRING ? e[2]->str : "", e[3]->str, &st, err, errlen);
-        int hm = st.has_mom;
-        if (lrc == REPLAY_GONE) {
-            err_set(why, whylen, "%s", err);
-            ret = 1;
-            goto done;
-        }
-        if (lrc < 0) goto done;
-        d->has_mom |= hm;
-        snprintf(d->digests[k], sizeof d->digests[k], "%s", e[3]->str);
-    }
-    d->version = v0;
-    ret = 0;
-done:
-    if (r) freeReplyObject(r);
-    free(argv);
-    free(fields);
-    return ret;
-}
-
 static int gather(rconn *c, const char *run, int timeout_ms, export_data *d, char *err, size_t errlen) {
     memset(d, 0, sizeof *d);
     if (runconf_load(c, run, &d->rc, err, errlen) < 0) return -1;
-    d->params = malloc(d->rc.numel * sizeof(float) + 1);
-    d->mom = calloc(d->rc.numel + 1, sizeof(float));
-    d->digests = calloc((size_t)d->rc.nshards, sizeof *d->digests);
-    if (d->rc.dn_buffer > 0) d->dnbuf = calloc(d->rc.numel + 1, sizeof(float));
-    if (!d->params || !d->mom || !d->digests || (d->rc.dn_buffer > 0 && !d->dnbuf)) {
-        err_set(err, errlen, "out of memory for %" PRIu64 " parameters", d->rc.numel);
-        return -1;
-    }
     if (read_state(c, run, d, err, errlen) < 0) return -1;
-    uint64_t deadline = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
-    char why[512] = "";
-    for (unsigned attempt = 0;; attempt++) {
-        int rc = gather_once(c, run, d, why, sizeof why, err, errlen);
-        if (rc <= 0) return rc;
-        if (now_ms() >= deadline) {
-            err_set(err, errlen, "no consistent version of run '%s' after %d ms (%s): a round is being committed "
-                    "or a fragment lags behind; try again or give a longer --timeout", run, timeout_ms, why);
-            return -1;
-        }
-        if (attempt == 0) log_info("checkpoint: waiting for one consistent version (%s)", why);
-        sleep_ms(attempt < 10 ? 50 : 200);
-    }
+    run_state st;
+    if (run_state_alloc(&st, &d->rc, err, errlen) < 0) return -1;
+    d->params = st.params; /* export_free frees them from here on */
+    d->mom = st.mom;
+    d->dnbuf = st.dnbuf;
+    d->digests = st.digests;
+    if (run_state_read(c, &d->rc, 0, timeout_ms, &st, err, errlen) < 0) return -1;
+    d->has_mom = st.has_mom;
+    d->version = st.version;
+    return 0;
 }
 
 /* ---- export: write the file ---------------------------------------------------------------------- */

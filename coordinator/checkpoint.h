@@ -39,6 +39,7 @@ typedef struct checkpoint {
     char run[80];             /* the run it was exported from */
     char trainer[32];         /* "quadratic", "gpt" */
     char model[256];          /* as in dl:{R}:config "model", e.g. "--numel 200000" */
+    char *layout;             /* metadata "layout" (JSON [[name, [shape], offset], ...]) or NULL; malloc'ed */
     char mode[16];
     int nshards, nfragments, snapshot_every;
     uint64_t *shard_bounds;   /* nshards+1 */

@@ -83,6 +83,11 @@ static int read_config(const safetensors *st, checkpoint *ck, char *err, size_t 
     snprintf(ck->model, sizeof ck->model, "%s", model);
     snprintf(ck->run, sizeof ck->run, "%s", run ? run : "");
     snprintf(ck->mode, sizeof ck->mode, "%s", mode ? mode : "sync");
+    const char *layout = safetensors_meta(st, "layout");
+    if (layout && !(ck->layout = strdup(layout))) {
+        err_set(err, errlen, "out of memory for the layout");
+        return -1;
+    }
     return 0;
 }
 

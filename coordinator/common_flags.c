@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "coordinator.h"
+#include "evals.h"
 #include "keys.h"
 #include "rconn.h"
 #include "runconf.h"
@@ -56,6 +57,14 @@ json_t *coord_fetch_status(rconn *rc, const char *run) {
     json_error_t jerr;
     json_t *doc = json_loadb(r->str, r->len, 0, &jerr);
     freeReplyObject(r);
-    if (!doc) fprintf(stderr, "coordinator: malformed status document: %s\n", jerr.text);
+    if (!doc) {
+        fprintf(stderr, "coordinator: malformed status document: %s\n", jerr.text);
+        return NULL;
+    }
+    if (evals_attach(rc, run, doc, err, sizeof err) < 0) {
+        fprintf(stderr, "coordinator: validation losses of run '%s': %s\n", run, err);
+        json_decref(doc);
+        return NULL;
+    }
     return doc;
 }

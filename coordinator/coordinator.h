@@ -43,7 +43,7 @@ int coord_common_flag(coord_common *c, int argc, char **argv, int *i);
  * the URL and connect (retrying for up to connect_timeout_ms; a refused password fails at once). NULL +
  * message on stderr. */
 rconn *coord_connect(coord_common *c);
-/* FUNCTION LOAD REPLACE of lua/diloco.lua on every master (init.c). */
+/* FUNCTION LOAD REPLACE of the Functions library (lua/, joined into build/diloco.lua) on every master (init.c). */
 int coord_load_library(rconn *rc, char *err, size_t errlen);
 int cmd_repair(int argc, char **argv); /* repair.c */
 /* The status document (dl_status) parsed; NULL + message on stderr. */

@@ -12,14 +12,16 @@
 
 #define MAX_TENSORS 1000000
 
-void from_state_free(from_state *fs) {
+void from_state_free(from_state *fs)
+{
     free(fs->params);
     free(fs->tensors);
     memset(fs, 0, sizeof *fs);
 }
 
 /* The tensor table, names copied behind it in the same block. */
-static int make_table(const safetensors *st, from_state *fs, char *err, size_t errlen) {
+static int make_table(const safetensors *st, from_state *fs, char *err, size_t errlen)
+{
     size_t names = 0;
     for (size_t i = 0; i < st->ntensors; i++) names += strlen(st->tensors[i].name) + 1;
     fs->tensors = malloc(st->ntensors * sizeof *fs->tensors + names);
@@ -32,9 +34,10 @@ static int make_table(const safetensors *st, from_state *fs, char *err, size_t e
     for (size_t i = 0; i < st->ntensors; i++) {
         const safetensors_tensor *t = &st->tensors[i];
         if (!safetensors_is_float(t->dtype)) {
-            err_set(err, errlen, "tensor '%s' is %s: only floating-point tensors (F32, F16, BF16, F64) can be "
-                    "parameters; write the model's parameters alone (rediloco.save_state)", t->name,
-                    safetensors_dtype_name(t->dtype));
+            err_set(err, errlen,
+                    "tensor '%s' is %s: only floating-point tensors (F32, F16, BF16, F64) can be "
+                    "parameters; write the model's parameters alone (rediloco.save_state)",
+                    t->name, safetensors_dtype_name(t->dtype));
             return -1;
         }
         if (t->ndim > 4) {
@@ -63,7 +66,8 @@ static int make_table(const safetensors *st, from_state *fs, char *err, size_t e
     return 0;
 }
 
-static int read_values(const safetensors *st, from_state *fs, char *err, size_t errlen) {
+static int read_values(const safetensors *st, from_state *fs, char *err, size_t errlen)
+{
     if (fs->numel > SIZE_MAX / sizeof(float) || !(fs->params = malloc((size_t)fs->numel * sizeof(float)))) {
         err_set(err, errlen, "out of memory for %" PRIu64 " parameters", fs->numel);
         return -1;
@@ -73,15 +77,18 @@ static int read_values(const safetensors *st, from_state *fs, char *err, size_t 
         if (safetensors_read_f32(st, &st->tensors[i], dst, err, errlen) < 0) return -1;
         for (size_t j = 0; j < fs->tensors[i].numel; j++)
             if (!isfinite(dst[j])) {
-                err_set(err, errlen, "tensor '%s' holds a non-finite value (%g at element %zu): a run starts "
-                        "from finite parameters", fs->tensors[i].name, (double)dst[j], j);
+                err_set(err, errlen,
+                        "tensor '%s' holds a non-finite value (%g at element %zu): a run starts "
+                        "from finite parameters",
+                        fs->tensors[i].name, (double)dst[j], j);
                 return -1;
             }
     }
     return 0;
 }
 
-int from_state_read(const char *path, from_state *fs, char *err, size_t errlen) {
+int from_state_read(const char *path, from_state *fs, char *err, size_t errlen)
+{
     memset(fs, 0, sizeof *fs);
     safetensors st;
     char e[768];
@@ -104,22 +111,18 @@ int from_state_read(const char *path, from_state *fs, char *err, size_t errlen) 
     return rc;
 }
 
-static void shape_str(const model_tensor *t, char *out, size_t cap) {
-    size_t n = (size_t)snprintf(out, cap, "[");
-    for (int d = 0; d < t->ndim && n < cap; d++) n += (size_t)snprintf(out + n, cap - n, d ? ", %zu" : "%zu", t->shape[d]);
-    if (n < cap) snprintf(out + n, cap - n, "]");
-}
-
-int from_state_match(const from_state *fs, const model_tensor *t, int nt, const char *what, char *err,
-                     size_t errlen) {
+int from_state_match(const from_state *fs, const model_tensor *t, int nt, const char *what, char *err, size_t errlen)
+{
     for (int i = 0; i < fs->ntensors || i < nt; i++) {
         char a[96] = "", b[96] = "";
-        if (i < fs->ntensors) shape_str(&fs->tensors[i], a, sizeof a);
-        if (i < nt) shape_str(&t[i], b, sizeof b);
+        if (i < fs->ntensors) model_tensor_shape_str(&fs->tensors[i], a, sizeof a);
+        if (i < nt) model_tensor_shape_str(&t[i], b, sizeof b);
         const char *fa = i < fs->ntensors ? fs->tensors[i].name : "(none)", *fb = i < nt ? t[i].name : "(none)";
         if (strcmp(fa, fb) != 0 || strcmp(a, b) != 0) {
-            err_set(err, errlen, "tensor %d of the file is '%s' %s, of %s '%s' %s: the file is not that model's "
-                    "state (drop --trainer and the model flags to take the file's own layout)", i, fa, a, what, fb, b);
+            err_set(err, errlen,
+                    "tensor %d of the file is '%s' %s, of %s '%s' %s: the file is not that model's "
+                    "state (drop --trainer and the model flags to take the file's own layout)",
+                    i, fa, a, what, fb, b);
             return -1;
         }
     }

@@ -12,9 +12,9 @@
 #include "model.h"
 
 typedef struct from_state {
-    float *params;              /* numel values, file order */
+    float *params; /* numel values, file order */
     uint64_t numel;
-    model_tensor *tensors;      /* one malloc'ed block with the names: free(tensors) */
+    model_tensor *tensors; /* one malloc'ed block with the names: free(tensors) */
     int ntensors;
 } from_state;
 
@@ -24,6 +24,5 @@ int from_state_read(const char *path, from_state *fs, char *err, size_t errlen);
 void from_state_free(from_state *fs);
 /* 0 when the file's tensors are exactly t[0..nt) (names, shapes, order); else -1 + err naming the first
  * tensor that differs, `what` naming the model in the message. */
-int from_state_match(const from_state *fs, const model_tensor *t, int nt, const char *what, char *err,
-                     size_t errlen);
+int from_state_match(const from_state *fs, const model_tensor *t, int nt, const char *what, char *err, size_t errlen);
 #endif

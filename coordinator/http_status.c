@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "evals.h"
 #include "http.h"
 #include "keys.h"
 #include "rconn.h"
@@ -68,6 +69,7 @@ int status_fetch(rconn *rc, const char *run, int n_events, json_t **raw, json_t 
         err_set(err, errlen, "malformed dl_status document: %s", jerr.text);
         return -1;
     }
+    if (evals_attach(rc, run, *raw, err, errlen) < 0) return -1;
     if (!events || n_events <= 0) return 0;
     /* newest first: [[id, [field, value, ...]], ...] */
     r = rconn_command(rc, "XREVRANGE %s + - COUNT %d", key_run(key, sizeof key, run, "events"), n_events);
@@ -256,6 +258,13 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
     json_object_set_new(d, "events", recent);
     json_object_set_new(d, "recent_rounds", closes);
 
+    /* the evaluator's validation loss of the global model (oldest first) and the newest one */
+    json_t *evals = arr(json_object_get(raw, "evals"));
+    json_object_set_new(d, "evals", json_deep_copy(evals));
+    json_t *last = json_array_get(evals, json_array_size(evals) - 1);
+    json_object_set_new(d, "eval_loss", last ? json_real(num(last, "loss", 0)) : json_null());
+    json_object_set_new(d, "eval_version", last ? jnum(num(last, "version", 0)) : json_null());
+
     json_object_set_new(d, "config", json_deep_copy(cfg ? cfg : json_object()));
     json_object_set_new(d, "state", json_deep_copy(st ? st : json_object()));
     return d;
@@ -401,6 +410,12 @@ char *metrics_text(json_t *raw, const char *run) {
     family(&b, "diloco_worker_step", "gauge", "Inner steps each worker reports.");
     json_array_foreach(workers, i, w) sb_printf(&b, "diloco_worker_step{run=\"%s\",worker=\"%s\"} %.0f\n", r,
                                                 esc(str(w, "id", ""), l1, sizeof l1), num(w, "step", 0));
+    json_t *evals = arr(json_object_get(raw, "evals"));
+    json_t *last = json_array_get(evals, json_array_size(evals) - 1);
+    family(&b, "diloco_eval_loss", "gauge", "Validation loss of the global model at its last evaluated version (absent before the first evaluation).");
+    if (last) sb_printf(&b, "diloco_eval_loss{run=\"%s\"} %.9g\n", r, num(last, "loss", 0));
+    family(&b, "diloco_eval_version", "gauge", "The version the last validation loss is of.");
+    if (last) sb_printf(&b, "diloco_eval_version{run=\"%s\"} %.0f\n", r, num(last, "version", 0));
     json_t *s;
     family(&b, "diloco_server_beat_age_seconds", "gauge", "Seconds since each shard-server's last lease beat.");
     json_array_foreach(servers, i, s) sb_printf(&b, "diloco_server_beat_age_seconds{run=\"%s\",server=\"%s\"} %.3f\n",

@@ -33,7 +33,7 @@ typedef struct init_args {
     coord_common c;
     long long workers, min_workers, shards, fragments, numel, seed, snapshot_every, dylu_base, min_replicas;
     long long dn_buffer, max_staleness, weight_ref;
-    const char *dn_variant, *weight_by, *compress;
+    const char *dn_variant, *weight_by, *compress, *download;
     double outer_lr, outer_momentum, heartbeat_timeout;
     int nesterov, force, async, dylu;
     const char *trainer;
@@ -46,6 +46,8 @@ typedef struct init_args {
     char ck_trainer[32];
     char ck_dn_variant[16];
 } init_args;
+
+#define ASYNC_OUTER_MOMENTUM 0.5 /* the default outer momentum of an async run */
 
 static int flag_given(const init_args *a, const char *flag) {
     for (int i = 0; i < a->ngiven; i++)
@@ -68,7 +70,7 @@ static void init_usage(FILE *f) {
             "  --layers --heads --dim --ctx --vocab   (gpt) model shape (default 2 4 128 128 256)\n"
             "  --seed S                   initial parameters seed (default 0)\n"
             "  --outer-lr LR              outer SGD learning rate (default 0.7)\n"
-            "  --outer-momentum MU        outer momentum (default 0.9)\n"
+            "  --outer-momentum MU        outer momentum (default 0.9; 0.5 with --async)\n"
             "  --no-nesterov              plain momentum instead of Nesterov\n"
             "  --heartbeat-timeout S      evict workers silent for S seconds (default 120; 0 = never)\n"
             "  --async                    async DiLoCo: no barrier, each submission applied in its Redis order\n"
@@ -79,6 +81,9 @@ static void init_usage(FILE *f) {
             "  --weight-ref-tokens N      (async, --weight-by tokens) a submission of N tokens has weight 1\n"
             "  --compress C               codec of pseudo-gradients on the wire: bf16 (default; workers may send\n"
             "                             fp32), fp32, int8 or int4 (blocks of 256 with a scale; docs/compression.md)\n"
+            "  --download params|update   what a sync round sends back: the new parameters in fp32 (default) or\n"
+            "                             the averaged pseudo-gradient in the --compress codec, which workers\n"
+            "                             apply with their own copy of the outer momentum (sync, 1 fragment)\n"
             "  --dylu                     Dynamic Local Updates: each worker's H follows its speed\n"
             "  --dylu-base-sync-every H   H of the fastest worker under DyLU (default 500)\n"
             "  --snapshot-every K         durable snapshot every K versions, log in between (default 8)\n"
@@ -237,6 +242,14 @@ static int parse_init(int argc, char **argv, init_args *a) {
             a->compress = v;
             done = 1;
         }
+        if (!done && !strcmp(f, "--download")) {
+            if (strcmp(v, "params") && strcmp(v, "update")) {
+                fprintf(stderr, "coordinator init: --download is params or update, got '%s'\n", v);
+                return -1;
+            }
+            a->download = v;
+            done = 1;
+        }
         if (!done && !strcmp(f, "--dn-variant")) {
             if (strcmp(v, "paper") && strcmp(v, "forgather")) {
                 fprintf(stderr, "coordinator init: --dn-variant is paper or forgather, got '%s'\n", v);
@@ -261,9 +274,17 @@ static int parse_init(int argc, char **argv, init_args *a) {
         return -1;
     }
     if (a->from_state && !flag_given(a, "--trainer")) a->trainer = "state";
+    /* async applies each submission on its own, one round stale: that staleness already acts as momentum,
+     * and 0.9 on top overshoots (docs/quality.md measures it) */
+    if (a->async && !a->from_checkpoint && !flag_given(a, "--outer-momentum")) a->outer_momentum = ASYNC_OUTER_MOMENTUM;
     if (a->from_checkpoint && adopt_checkpoint(a) < 0) return -1;
     if (a->outer_lr <= 0 || a->outer_momentum >= 1) {
         fprintf(stderr, "coordinator init: --outer-lr must be > 0 and --outer-momentum in [0, 1)\n");
+        return -1;
+    }
+    if (a->download && !strcmp(a->download, "update") && (a->async || a->fragments > 1)) {
+        fprintf(stderr, "coordinator init: --download update is for sync runs of one fragment (an async run or "
+                "Streaming DiLoCo downloads parameters: leave --download at params)\n");
         return -1;
     }
     if (a->min_workers > a->workers) a->workers = a->min_workers;
@@ -292,13 +313,32 @@ typedef struct initial_params {
 
 static int make_initial_seed(const init_args *a, initial_params *ip, char *err, size_t errlen);
 
+/* A run from a model's state (trainer "state") has no model to rebuild its layout from: it is the
+ * checkpoint's own (its metadata). */
+static int layout_of_checkpoint(const checkpoint *ck, initial_params *ip, char *err, size_t errlen) {
+    char e2[512];
+    if (!ck->layout || layout_parse_json(ck->layout, ck->numel, &ip->tensors, &ip->ntensors, e2, sizeof e2) < 0) {
+        err_set(err, errlen, "--from-checkpoint: a run from a model's state takes its layout from the checkpoint: %s",
+                ck->layout ? e2 : "this one has none");
+        return -1;
+    }
+    ip->numel = ck->numel;
+    snprintf(ip->model, sizeof ip->model, "%s", ck->model);
+    return 0;
+}
+
 /* The run's layout as requested, then the checkpoint's values in place of the seeded ones. */
 static int make_initial_checkpoint(const init_args *a, initial_params *ip, char *err, size_t errlen) {
-    if (make_initial_seed(a, ip, err, errlen) < 0) return -1;
+    memset(ip, 0, sizeof *ip); /* create_run frees it whatever happens */
+    ip->ck_version = -1;
     checkpoint ck;
     char e2[1024];
     if (checkpoint_read(a->from_checkpoint, 1, &ck, e2, sizeof e2) < 0) {
         err_set(err, errlen, "--from-checkpoint: %s", e2);
+        return -1;
+    }
+    if ((!strcmp(a->trainer, "state") ? layout_of_checkpoint(&ck, ip, err, errlen) : make_initial_seed(a, ip, err, errlen)) < 0) {
+        checkpoint_free(&ck);
         return -1;
     }
     if (strcmp(ck.trainer, a->trainer) != 0 || ck.numel != ip->numel || strcmp(ck.model, ip->model) != 0) {
@@ -508,12 +548,13 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     char key[KEY_MAX];
     key_run(key, sizeof key, a->c.run, "config");
     const char *fixed[] = {"FCALL", "dl_init", "1", key,
-                           "19", "layout", layout, "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
+                           "20", "layout", layout, "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
                            "shard_bounds", sbuf, "frag_bounds", fbuf, "trainer", a->trainer, "model", ip->model,
                            "seed", seed, "snapshot_every", snap, "secret", secret,
                            "dn_buffer", dnb, "dn_variant", a->dn_variant ? a->dn_variant : "paper", "dn_t0", dnt0,
                            "weight_by", a->weight_by ? a->weight_by : "none", "weight_ref_tokens", wref,
                            "compress", a->compress ? a->compress : "bf16", "min_replicas", minrep,
+                           "download", a->download ? a->download : "params",
                            "10", "target_workers", target, "expected_workers", target, "min_workers", minw,
                            "outer_lr", lr, "outer_momentum", mu, "nesterov", nest, "heartbeat_timeout_ms", hbt,
                            "dylu", dylu, "dylu_base_sync_every", dbase, "max_staleness", stale,

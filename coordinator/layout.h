@@ -18,4 +18,8 @@ int layout_cut_fragments(int nshards, int nfragments, uint64_t *frag_bounds, cha
 /* [[name, [shape...], offset], ...] of the tensors as compact JSON (malloc'ed; NULL when out of memory):
  * the `layout` field of dl:{R}:config and of checkpoint metadata. */
 char *layout_json(const model_tensor *tensors, int ntensors);
+/* The reverse: *tensors one malloc'ed block with the names (free(*tensors)); -1 + err unless json lists
+ * tensors of at most 4 dimensions, contiguous from offset 0, covering exactly numel parameters. */
+int layout_parse_json(const char *json, uint64_t numel, model_tensor **tensors, int *ntensors, char *err,
+                      size_t errlen);
 #endif

@@ -3,7 +3,7 @@
  * Everything comes from one dl_status call, so the picture is consistent: rounds and counters,
  * every worker with its heartbeat age, every shard-server, and every shard's version, owner and
  * lease, and whether its durable state was found corrupt (first line and shard table, in red on a
- * terminal; `corrupt`/`corrupt_reason` in the JSON). */
+ * terminal; `corrupt`/`corrupt_reason` in the JSON), and the evaluator's validation losses (`evals`). */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +53,26 @@ static void print_run(json_t *doc) {
            str(st, "min_workers"), str(st, "deaths"), str(st, "rejections"));
     printf("outer lr %s  momentum %s  nesterov %s  heartbeat timeout %.0f s\n", str(st, "outer_lr"),
            str(st, "outer_momentum"), str(st, "nesterov"), num(st, "heartbeat_timeout_ms") / 1000.0);
+    /* runs made before these settings have neither field: bf16 and params */
+    const char *cz = str(cfg, "compress"), *dl = str(cfg, "download");
+    printf("pseudo-gradients %s  download %s\n", strcmp(cz, "-") ? cz : "bf16", strcmp(dl, "-") ? dl : "params");
+}
+
+/* The evaluator's newest validation losses (worker --evaluate-every), or how to get them. */
+static void print_evals(json_t *doc) {
+    json_t *ev = json_object_get(doc, "evals");
+    size_t n = json_array_size(ev);
+    if (n == 0) {
+        printf("validation loss: none yet (start an evaluator: bin/worker --evaluate-every N)\n");
+        return;
+    }
+    json_t *last = json_array_get(ev, n - 1);
+    printf("validation loss %.4f at version %.0f", num(last, "loss"), num(last, "version"));
+    for (size_t i = n > 4 ? n - 4 : 0; i + 1 < n; i++) {
+        json_t *e = json_array_get(ev, i);
+        printf("%s v%.0f %.4f", i == (n > 4 ? n - 4 : 0) ? "  (before:" : ",", num(e, "version"), num(e, "loss"));
+    }
+    printf("%s\n", n > 1 ? ")" : "");
 }
 
 static void print_workers(json_t *doc) {
@@ -128,6 +148,7 @@ int cmd_status(int argc, char **argv) {
     } else {
         print_corrupt(doc);
         print_run(doc);
+        print_evals(doc);
         print_workers(doc);
         print_servers(doc);
         print_shards(doc);

@@ -102,6 +102,8 @@ int model_spec_parse(const char *kind, const char *model, model_spec *s, char *e
  * [0, *numel). -1 + err for an unknown kind or an invalid configuration. */
 int model_layout(const model_spec *s, model_tensor **tensors, int *ntensors, size_t *numel, char *err,
                  size_t errlen);
+/* t's shape as text, e.g. "[32, 16]" (messages that compare layouts). */
+void model_tensor_shape_str(const model_tensor *t, char *out, size_t cap);
 /* The deterministic initial parameters of s from seed; numel is model_layout's. */
 int model_init_params(const model_spec *s, uint64_t seed, float *params, size_t numel, char *err,
                       size_t errlen);

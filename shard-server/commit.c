@@ -33,6 +33,7 @@ void commit_free(ss_commit *c)
     if (c->xs != NULL)
         XXH3_freeState(c->xs);
     free(c->g);
+    ss_buf_release(c->gq);    /* update replies may still be sending it */
     ss_buf_release(c->theta); /* tentative replies may still be sending it */
     free(c->mom);
     free(c->dnbuf);
@@ -130,6 +131,11 @@ static void commit_on_commit(redisReply *r, void *priv)
         free(s->dnbuf);
         s->dnbuf = c->dnbuf;
         c->dnbuf = NULL;
+    }
+    if (c->gq != NULL) { /* --download update: the update of the new version, for the gets that follow */
+        update_clear(&s->upd);
+        commit_update_of(c, &s->upd);
+        c->gq = NULL;
     }
     s->version = c->round + 1;
     snprintf(s->digest, sizeof s->digest, "%s", c->digest);

@@ -42,6 +42,11 @@ typedef struct ss_commit {
     XXH3_state_t *xs;    /* digest of the new θ, streamed */
     /* after the step */
     float *g;            /* the averaged pseudo-gradient: the log entry's payload, sent from here */
+    uint8_t *gq;         /* --download update: g in the run's codec (g holds its decoded values): the log
+                            entry's payload and the update sent to workers (then the shard's upd.buf) */
+    size_t gq_len;
+    uint64_t gq_xxh;
+    int g_bad;           /* g is not finite: the commit fails */
     uint8_t head[BLOB_HEADER_MAX];
     float *theta;
     float *mom;
@@ -79,5 +84,7 @@ int commit_fill_g(ss_commit *c, ss_shard *s);
 void commit_write_log(ss_commit *c, ss_shard *s);
 /* The timer that starts deferred log entries (ss->lq_ev). */
 void lq_on_timer(evutil_socket_t fd, short what, void *arg);
+/* --download update: the update this computed commit makes (u->buf = c->gq, not a copy). */
+void commit_update_of(const ss_commit *c, ss_update *u);
 
 #endif

@@ -67,7 +67,7 @@ static int commit_gather_deltas(ss_commit *c, ss_shard *s, ss_delta **out, int *
  * (commit_fill_g), with the same formula, so the bits agree. */
 static int commit_fast(const ss_commit *c, int used, int all_bf16)
 {
-    return used > 0 && all_bf16 && c->dnbuf == NULL && !c->ss->rc.weight_tokens;
+    return used > 0 && all_bf16 && c->dnbuf == NULL && !c->ss->rc.weight_tokens && c->gq == NULL;
 }
 
 static void commit_block_fast(ss_commit *c, ss_shard *s, ss_delta **ds, int used, size_t lo, size_t len)
@@ -109,6 +109,10 @@ static void commit_block_general(ss_commit *c, ss_shard *s, ss_delta **ds, int u
     }
     if (!c->ss->rc.weight_tokens)
         outer_mean_finish(g, len, (uint32_t)used);
+    size_t bad;
+    int dt = c->ss->rc.compress;
+    if (c->gq != NULL && codec_round_trip(dt, g, len, c->gq + codec_offset(dt, lo), &bad) != 0)
+        c->g_bad = 1; /* --download update: the step takes exactly what the workers will decode */
     if (used > 0 && c->dnbuf == NULL) {
         outer_sgd_step_to(c->theta + lo, c->mom + lo, s->theta + lo, s->mom + lo, c->first, g, len, c->t.lr, c->t.mu,
                           c->t.nesterov);
@@ -153,6 +157,11 @@ static void commit_slice(ss_commit *c, ss_shard *s)
         hash_update(c->xs, c->theta + lo, len * sizeof(float));
     }
     c->pos = end;
+    if (c->g_bad) {
+        cq_pop(c->ss);
+        commit_fail(c, "the averaged pseudo-gradient is not finite", 0);
+        return;
+    }
     if (c->pos < n)
         return;
     c->has_mom = s->has_mom || (c->used > 0 && (c->t.mu != 0.0f || c->dnbuf != NULL));
@@ -226,7 +235,12 @@ void commit_compute(ss_commit *c, ss_shard *s)
     c->xs = XXH3_createState();
     if (s->dnbuf != NULL)
         c->dnbuf = malloc(n * sizeof(float));
-    if (c->g == NULL || c->theta == NULL || c->mom == NULL || c->xs == NULL || (s->dnbuf != NULL && c->dnbuf == NULL)) {
+    if (ss->rc.download_update) {
+        c->gq_len = codec_bytes(ss->rc.compress, n);
+        c->gq = malloc(c->gq_len + 1);
+    }
+    if (c->g == NULL || c->theta == NULL || c->mom == NULL || c->xs == NULL || (s->dnbuf != NULL && c->dnbuf == NULL) ||
+        (ss->rc.download_update && c->gq == NULL)) {
         commit_fail(c, "out of memory", 0);
         return;
     }

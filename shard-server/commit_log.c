@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "hash.h"
 #include "keys.h"
 #include "log.h"
 #include "util.h"
@@ -21,8 +22,26 @@ int commit_reply_tentative(ss_ctx *ss, ss_shard *s, ss_req *req)
     if (s->tent_theta == NULL || !s->committing || strcmp(req->h.op, "get") != 0 ||
         !(req->h.flags & BLOB_GET_TENTATIVE_OK) || req->h.version != s->tent_version)
         return 0;
-    ops_reply_params(ss, s, req, s->tent_theta, s->tent_version, s->tent_xxh, 1);
+    if (ops_wants_update(ss, req, &s->tent_upd))
+        ops_reply_update(ss, s, req, &s->tent_upd, 1);
+    else if (ss->rc.download_update)
+        return 0; /* parameters with momentum: the cache's, once the commit is done */
+    else
+        ops_reply_params(ss, s, req, s->tent_theta, s->tent_version, s->tent_xxh, 1);
     return 1;
+}
+
+void commit_update_of(const ss_commit *c, ss_update *u)
+{
+    u->buf = c->gq;
+    u->len = c->gq_len;
+    u->xxh = c->gq_xxh;
+    u->version = c->round + 1;
+    u->lr = c->t.lr;
+    u->mu = c->t.mu;
+    u->flags = (c->t.nesterov ? 1 : 0) | (c->first ? 2 : 0);
+    u->aux = c->used;
+    snprintf(u->digest, sizeof u->digest, "%s", c->digest);
 }
 
 /* θ' is computed: the parked gets that accept tentative parameters get them now, while the log entry
@@ -32,6 +51,9 @@ static void commit_serve_tentative(ss_commit *c, ss_shard *s)
     s->tent_theta = c->theta;
     s->tent_xxh = c->theta_xxh;
     s->tent_version = c->round + 1;
+    memset(&s->tent_upd, 0, sizeof s->tent_upd);
+    if (c->gq != NULL)
+        commit_update_of(c, &s->tent_upd);
     ss_req *list = s->parked;
     s->parked = s->parked_tail = NULL;
     s->nparked = 0;
@@ -59,14 +81,18 @@ static void commit_start_log(ss_commit *c, ss_shard *s)
     h.round = c->round;
     h.epoch = c->epoch;
     h.frag = s->frag;
-    h.dtype = BLOB_F32;
+    h.dtype = c->gq != NULL ? ss->rc.compress : BLOB_F32; /* --download update: the update as sent */
     h.count = n;
     h.lr = (double)c->t.lr;
     h.mu = (double)c->t.mu;
     h.flags = (c->t.nesterov ? 1 : 0) | (c->first ? 2 : 0) | (c->dnbuf != NULL ? 4 : 0);
     h.aux = c->used;
     char err[256];
-    int hl = blob_encode_header(&h, c->g, n * sizeof(float), c->head, sizeof c->head, err, sizeof err);
+    const void *payload = c->gq != NULL ? (const void *)c->gq : (const void *)c->g;
+    size_t plen = c->gq != NULL ? c->gq_len : n * sizeof(float);
+    h.xxh = c->gq != NULL ? c->gq_xxh : 0;
+    int hl = c->gq != NULL ? blob_encode_header_hashed(&h, plen, c->head, sizeof c->head, err, sizeof err)
+                           : blob_encode_header(&h, payload, plen, c->head, sizeof c->head, err, sizeof err);
     if (hl < 0) {
         commit_fail(c, err, 0);
         return;
@@ -74,8 +100,8 @@ static void commit_start_log(ss_commit *c, ss_shard *s)
     char key[KEY_MAX];
     store_blob_key(ss, key, sizeof key, s->k, "log", c->round + 1, c->epoch);
     log_debug("shard %d round %lld: writing %zu bytes of log at +%llu ms", s->k, (long long)c->round,
-              (size_t)hl + n * sizeof(float), (unsigned long long)(now_ms() - c->t0));
-    if (store_set(ss, key, c->head, (size_t)hl, c->g, n * sizeof(float), commit_on_log_written, c) != 0)
+              (size_t)hl + plen, (unsigned long long)(now_ms() - c->t0));
+    if (store_set(ss, key, c->head, (size_t)hl, payload, plen, commit_on_log_written, c) != 0)
         commit_fail(c, "Redis is unavailable", 0);
 }
 
@@ -128,6 +154,8 @@ void commit_write_log(ss_commit *c, ss_shard *s)
 {
     ss_ctx *ss = c->ss;
     c->theta_xxh = (uint64_t)XXH3_64bits_digest(c->xs);
+    if (c->gq != NULL)
+        c->gq_xxh = hash64(c->gq, c->gq_len);
     snprintf(c->digest, sizeof c->digest, "%016" PRIx64, c->theta_xxh);
     c->t_computed = now_ms();
     log_debug("shard %d round %lld: step computed at +%llu ms", s->k, (long long)c->round,

@@ -122,7 +122,11 @@ static int push_check_payload(ss_ctx *ss, ss_req *req)
         return -1;
     }
     if (first_bad != SIZE_MAX) {
-        ops_reject(ss, req, DP_NAN, "element %zu of the pseudo-gradient is NaN or infinite", first_bad);
+        if (codec_is_block(h->dtype))
+            ops_reject(ss, req, DP_NAN, "the scale of the %s block at element %zu is NaN, infinite or negative",
+                       codec_name(h->dtype), first_bad);
+        else
+            ops_reject(ss, req, DP_NAN, "element %zu of the pseudo-gradient is NaN or infinite", first_bad);
         return -1;
     }
     return 0;
@@ -284,6 +288,14 @@ static void op_get(ss_ctx *ss, ss_req *req)
     if (s == NULL)
         return;
     int64_t v = req->h.version;
+    if (s->version == v && ops_wants_update(ss, req, &s->upd)) {
+        ops_reply_update(ss, s, req, &s->upd, 0);
+        return;
+    }
+    if (s->version >= v && ss->rc.download_update) { /* (we have no update for it: a new owner, a gap) */
+        ops_reply_params_momentum(ss, s, req);
+        return;
+    }
     if (s->version >= v) {
         reply_params(ss, s, req);
         return;

@@ -569,6 +569,7 @@ static void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const ch
     free(s->mom);
     free(s->dnbuf);
     s->theta = s->mom = s->dnbuf = NULL;
+    update_clear(&s->upd);
     s->has_mom = 0;
     s->version = version;
     s->digest[0] = '\0';
@@ -625,6 +626,7 @@ void shard_release(ss_ctx *ss, ss_shard *s, const char *why)
     free(s->dnbuf);
     s->dnbuf = NULL;
     s->theta = s->mom = NULL;
+    update_clear(&s->upd);
     s->has_mom = 0;
     s->version = -1;
     s->digest[0] = '\0';

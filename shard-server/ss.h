@@ -20,6 +20,7 @@
  *   commit_log.c      tentative serving and the log entry, deferred while parameters stream out
  *   snapshot.c the snapshots (deferred until no commit runs)
  *   ops.c      the data-plane operations push and get (validation, rejections)
+ *   update.c   --download update: the round's update (or parameters with momentum) as a get's reply
  *   server.c   listener, connections, framing (big frames read straight into their buffer), replies
  *              (parameters sent by reference)
  *   metrics.c  counters kept in memory, logged every 30 s
@@ -115,6 +116,20 @@ typedef struct ss_delta {
     const uint8_t *payload;
 } ss_delta;
 
+/* --download update: the update that produced a version (the averaged pseudo-gradient in the run's
+ * codec, as logged), sent to the gets that hold the version before. buf is sent by reference
+ * (ss_buf_release). */
+typedef struct ss_update {
+    uint8_t *buf;            /* NULL: none */
+    size_t len;
+    uint64_t xxh;            /* of buf */
+    int64_t version;         /* the version it produces */
+    float lr, mu;
+    int64_t flags;           /* BLOB_UPDATE_* and the step's (bit 0 nesterov, bit 1 first step) */
+    int64_t aux;             /* participants; 0: no-op */
+    char digest[17];         /* θ of that version */
+} ss_update;
+
 /* SH_CORRUPT: ours, but its durable state cannot be loaded (a blob fails its checksum or is missing, or
  * the replay does not give k:digest); requests get `err CORRUPT` until `coordinator repair` revokes the
  * lease. */
@@ -139,6 +154,8 @@ typedef struct ss_shard {
     float *tent_theta;       /* the commit's buffer (NULL when there is none) */
     uint64_t tent_xxh;
     int64_t tent_version;
+    ss_update upd;           /* --download update: the update of version `version` (upd.version) */
+    ss_update tent_upd;      /* and the running commit's, of tent_version (buf is the commit's) */
     int committing;
     int snapshotting;
     int64_t snap_wanted;     /* version to snapshot once commits are idle (0 = none) */
@@ -221,13 +238,21 @@ void req_reply_err(ss_req *req, dp_err code, const char *fmt, ...) __attribute__
 void req_free(ss_req *req);
 int req_conn_alive(const ss_req *req);
 
-/* ops.c */
+/* ops.c, update.c */
 void ops_dispatch(ss_ctx *ss, ss_req *req);
 /* Answer a get with a shard's parameters (its current θ, or a running commit's tentative one), sent by
  * reference with the checksum computed when they were. */
 void ops_reply_params(ss_ctx *ss, ss_shard *s, ss_req *req, float *theta, int64_t version, uint64_t xxh,
                       int tentative);
 void ops_reject(ss_ctx *ss, ss_req *req, dp_err code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* --download update: answer a get that holds version u->version - 1 with the update u (sent by reference). */
+void ops_reply_update(ss_ctx *ss, ss_shard *s, ss_req *req, const ss_update *u, int tentative);
+/* Whether a get takes the update u instead of parameters. */
+int ops_wants_update(const ss_ctx *ss, const ss_req *req, const ss_update *u);
+/* Answer a get of a --download update run that asked for the momentum with the parameters. */
+void ops_reply_params_momentum(ss_ctx *ss, ss_shard *s, ss_req *req);
+/* Release an update's buffer and empty it. */
+void update_clear(ss_update *u);
 
 /* lease.c */
 int lease_start(ss_ctx *ss, char *err, size_t errlen);

@@ -4,7 +4,8 @@
 #     operator user, two shard-servers run as shard-server, three quadratic workers as worker; one
 #     worker is kill -9'd mid-run (eviction paths run inside the functions the others call); the two
 #     others finish their rounds; `coordinator serve` (operator) reaps; `coordinator status` works as
-#     viewer; then an async run (dl_submit). Redis's ACL LOG stays empty: no process ever needed a
+#     viewer; an evaluator runs as evaluator (snapshot and log blobs read, dl:{R}:evals written);
+#     then an async run (dl_submit). Redis's ACL LOG stays empty: no process ever needed a
 #     command or key it was not given. The passwords stay out of ps: s1 and w1 read the URL from
 #     --redis-file, s2, w2 and the coordinator from DL_REDIS_URL; none of their command lines
 #     (/proc/PID/cmdline) holds a password, while w3's (--redis URL) does.
@@ -63,6 +64,8 @@ DL_REDIS_URL=$(url worker) bin/worker --worker-id w2 --log "$TMP/w2.jsonl" $wfla
 WRK_w2=$!; PIDS="$PIDS $!"
 URL=$(url worker)
 start_worker w3 --sync-every 20 --steps 160 --heartbeat-interval 0.5 --step-delay-ms 5
+DL_REDIS_URL=$(url evaluator) bin/worker --run $RUN --evaluate-every 2 > "$TMP/evaluator.log" 2>&1 &
+EVAL=$!; PIDS="$PIDS $!"
 round() { as viewer HGET "dl:{$RUN}:state" round:0; }
 wait_until 25 '[ "$(round)" -ge 2 ]' "two rounds with three workers"
 cmdline() { tr '\0' ' ' < "/proc/$1/cmdline"; }
@@ -80,9 +83,12 @@ r=$(round)
 as viewer XRANGE "dl:{$RUN}:events" - + | grep -q '^evicted$' || fail "no eviction event"
 bin/coordinator status --redis "$(url viewer)" --run $RUN > "$TMP/status.log" 2>&1 || fail "coordinator status as viewer"
 grep -q s1 "$TMP/status.log" || fail "coordinator status as viewer does not show the shard-servers"
+v=$(as viewer HGET "dl:{$RUN}:shards" 0:version)
+wait_until 20 "as viewer XREVRANGE 'dl:{$RUN}:evals' + - COUNT 1 | grep -q '^$v-1\$'" "the evaluator's entry for version $v"
+kill "$EVAL"
 denials=$(as admin ACL LOG 100 | grep -c '^reason$')
 [ "$denials" -eq 0 ] || { as admin ACL LOG 100; fail "the processes hit $denials ACL denials (see ACL LOG above)"; }
-say "A: $r rounds, one worker evicted, no ACL denial for worker, shard-server, operator or viewer"
+say "A: $r rounds, one worker evicted, $(as viewer XLEN "dl:{$RUN}:evals") evaluations, no ACL denial for worker, shard-server, operator, evaluator or viewer"
 
 # ---- A2: an async run (dl_submit: subs keys, the shards hash) under the same users
 RUN=acla
@@ -143,6 +149,10 @@ refused "operator SET outside dl:"     operator SET foo bar
 refused "operator SHUTDOWN"            operator SHUTDOWN NOSAVE
 refused "viewer KEYS"                  viewer KEYS "*"
 refused "viewer HSET"                  viewer HSET "dl:{$RUN}:state" outer_lr 9
+refused "evaluator HSET tunables"       evaluator HSET "dl:{$RUN}:tunables" outer_lr 9
+refused "evaluator XADD events"         evaluator XADD "dl:{$RUN}:events" '*' type fake
+refused "evaluator SET snapshot"        evaluator SET "dl:{$RUN:0}:snap:0:1" x
+refused "evaluator dl_set via FCALL"    evaluator FCALL dl_set 1 "dl:{$RUN}:config" outer_lr 9
 refused "viewer dl_set via FCALL"      viewer FCALL dl_set 1 "dl:{$RUN}:config" outer_lr 9
 refused "viewer dl_shutdown via FCALL" viewer FCALL dl_shutdown 1 "dl:{$RUN}:config"
 # the operator's functions and settings, as worker and as shard-server

@@ -3,7 +3,8 @@
 # playwright-core (tests/browser/dashboard.mjs), loads the dashboard of a live run (redis-server,
 # 2 shard-servers, 2 quadratic workers, `coordinator serve --http --token-file`), sees the workers, is
 # refused a change until the token is entered, changes the outer lr, kicks a worker and saves a
-# checkpoint through the page, and the changes are checked in Redis (and on disk). Saves a
+# checkpoint through the page, and the changes are checked in Redis (and on disk); an evaluator
+# (bin/worker --evaluate-every 1) runs too and the validation-loss chart has points. Saves a
 # screenshot to build/dashboard.png (or $SCREENSHOT; SCREENSHOT=docs/dashboard.png refreshes the docs).
 #
 # Skips (exit 77) when node, /usr/bin/chromium or playwright-core is missing and cannot be installed
@@ -30,6 +31,8 @@ init_run $RUN --trainer quadratic --numel 10000 --shards 2 --workers 2
 start_server A
 start_server B
 for w in w1 w2; do start_worker $w --steps 0 --sync-every 20 --heartbeat-interval 0.5 --step-delay-ms 5; done
+bin/worker --redis "$URL" --run $RUN --evaluate-every 1 > "$TMP/evaluator.log" 2>&1 &
+PIDS="$PIDS $!"
 HP=$(free_port)
 printf 'dash-token-%s\n' "$$" > "$TMP/token"
 $COORD_BIN serve --redis "$URL" --run "$RUN" --http "127.0.0.1:$HP" --print-every 0 \

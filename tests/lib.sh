@@ -180,6 +180,22 @@ assert_matches_reference() {
   [ "$commits" -eq $((8 * ROUNDS)) ] || fail "expected $((8 * ROUNDS)) commits (each round once per shard), saw $commits"
 }
 
+# assert_dump_matches_reference OUT: the shard digests in a chaos harness dump (OUT/redis_dump.json)
+# equal those of tests/tools/ref_quadratic for workers w1,w2,w3 (NUMEL, SHARDS, SEED, ROUNDS, H).
+assert_dump_matches_reference() {
+  python3 - "$1" > "$TMP/got.txt" <<'PY' || fail "reading $1/redis_dump.json"
+import json, sys
+d = json.load(open(sys.argv[1] + "/redis_dump.json"))
+for k in range(int(d["config"]["shards"])):
+    print("shard %d %s" % (k, d["shards"]["%d:digest" % k]))
+PY
+  bounds=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["shard_bounds"])' "$1/redis_dump.json")
+  build/tests/tools/ref_quadratic --numel $NUMEL --shards $SHARDS --seed $SEED --workers w1,w2,w3 --rounds $ROUNDS \
+    --sync-every $H --bounds "$bounds" > "$TMP/ref.txt" || fail "reference"
+  grep '^shard' "$TMP/ref.txt" | diff - "$TMP/got.txt" > "$TMP/diff.txt" ||
+    fail "shard digests differ from the fault-free reference: $(cat "$TMP/diff.txt")"
+}
+
 # assert_workers_end_at DIGEST: the last sync of w1, w2 and w3 reported that digest of the whole vector.
 assert_workers_end_at() {
   for w in w1 w2 w3; do

@@ -116,7 +116,7 @@ enum {
  * round's pseudo-gradient is taken against) and does the two things libdiloco would otherwise do on
  * the host. Every call is made on the thread that called diloco_open / diloco_after_step (the one
  * that owns the parameters), and the host buffers passed are used only during the call. Without
- * hooks (delta == NULL) libdiloco works on params itself, as always. docs/cuda.md has the CUDA one. */
+ * hooks (delta == NULL) libdiloco works on params itself. docs/cuda.md has the CUDA one. */
 enum {
     DILOCO_LOAD_SNAPSHOT = 0,     /* snapshot = base; params untouched */
     DILOCO_LOAD_COPY = 1,         /* snapshot = base; params = base */

@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "diloco.h"
+#include "evaluator.h"
 #include "gpt/gpt.h"
 #include "log.h"
 #include "rconn.h"
@@ -35,6 +36,7 @@ typedef struct worker_args {
     const char *log_path;
     int quiet;
     int eval_only;
+    int evaluate_every;         /* > 0: the evaluator role (evaluator.h) instead of training */
     int final_sync;
     unsigned step_delay_ms;
     double quad_lr;
@@ -80,8 +82,10 @@ static void usage(FILE *f) {
             "  --log FILE                JSON-lines telemetry (steps, syncs)\n"
             "  --quiet                   no progress line\n"
             "  --eval-only               fetch the current global parameters, print their validation loss, leave\n"
+            "  --evaluate-every N        evaluator: do not train; publish the validation loss of every N-th\n"
+            "                            committed version to the stream dl:{R}:evals (see docs/quality.md)\n"
             "  --final-sync              after the last step, sync every fragment at once (diloco_force_sync)\n"
-            "  --step-delay-ms MS        (quadratic) sleep per step, to simulate a slow machine\n"
+            "  --step-delay-ms MS        sleep after each step, to simulate a slower machine (tests)\n"
             "  --quad-lr LR              (quadratic) inner AdamW learning rate (default 0.01)\n"
             "  --device-hooks MODE       auto: DiLoCo on the device when the trainer runs on a GPU (default);\n"
             "                            off: through the host buffer; host: testing, a host-memory stand-in\n"
@@ -161,7 +165,7 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
             }
             a->dl.fragment_alpha = x;
         } else if (!strcmp(f, "--sync-every") || !strcmp(f, "--steps") || !strcmp(f, "--max-sync-retries") ||
-                   !strcmp(f, "--step-delay-ms")) {
+                   !strcmp(f, "--step-delay-ms") || !strcmp(f, "--evaluate-every")) {
             if (need_value(i, argc, f) < 0) return -1;
             if (parse_int(argv[++i], 0, 1000000000, &v) < 0 || (v == 0 && strcmp(f, "--max-sync-retries") &&
                                                                strcmp(f, "--step-delay-ms") && strcmp(f, "--steps"))) {
@@ -171,6 +175,7 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
             if (!strcmp(f, "--sync-every")) a->dl.sync_every = (int)v;
             else if (!strcmp(f, "--steps")) a->steps = (long)v;
             else if (!strcmp(f, "--max-sync-retries")) a->dl.max_sync_retries = (int)v;
+            else if (!strcmp(f, "--evaluate-every")) a->evaluate_every = (int)v;
             else a->step_delay_ms = (unsigned)v;
         } else if (!strcmp(f, "--heartbeat-interval") || !strcmp(f, "--sync-timeout") || !strcmp(f, "--quad-lr") ||
                    !strcmp(f, "--connect-timeout")) {
@@ -248,7 +253,6 @@ static trainer *make_trainer(const worker_args *a, const runconf *rc, char **res
         q.numel = (size_t)rc->numel;
         q.seed = rc->seed;
         q.worker_id = a->dl.worker_id;
-        q.step_delay_ms = a->step_delay_ms;
         q.lr = (float)a->quad_lr;
         return quadratic_trainer_create(&q, err, errlen);
     }
@@ -320,6 +324,7 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf) {
             log_error("training step failed: %s", err);
             return -1;
         }
+        if (a->step_delay_ms) sleep_ms(a->step_delay_ms); /* counts as training time, as a slow machine's would */
         step++;
         diloco_report(d, st.loss, st.tokens);
         int synced = diloco_after_step(d, err, sizeof err);
@@ -392,6 +397,14 @@ static int run_worker(int argc, char **argv) {
     }
     t = make_trainer(&a, &rc, rest, nrest, err, sizeof err);
     if (!t || layout_check(rc.layout, t->tensors, t->ntensors, t->name, err, sizeof err) < 0) goto error;
+    if (a.evaluate_every) {
+        evaluator_options eo = {.redis_url = a.dl.redis_url, .run = a.dl.run, .every = a.evaluate_every,
+                                .poll_ms = 200, .connect_timeout_ms = a.dl.connect_timeout_ms,
+                                .stop = (const volatile int *)&g_stop};
+        if (evaluator_run(&eo, &rc, t, err, sizeof err) < 0) goto error;
+        status = 0;
+        goto done;
+    }
     if (a.log_path && !(logf = fopen(a.log_path, "a"))) {
         err_set(err, sizeof err, "cannot open log file %s", a.log_path);
         goto error;

@@ -37,6 +37,14 @@ typedef struct blob_header {
  * of a version that is computed but not yet durable in Redis; such a `params` reply says so. */
 #define BLOB_GET_TENTATIVE_OK 1
 #define BLOB_PARAMS_TENTATIVE 1
+/* --download update (docs/compression.md): a get may take the round's update instead of parameters (the
+ * worker holds version v-1 and its momentum), or asks for the momentum with the parameters (payload θ
+ * then momentum, count 2n). An `update` reply's flags: bit 0 nesterov, bit 1 first step (as a log
+ * entry's), bit 3 tentative; aux the participants (0: a no-op round); text the digest of θ after it. */
+#define BLOB_GET_UPDATE_OK 2
+#define BLOB_GET_MOMENTUM 4
+#define BLOB_PARAMS_MOMENTUM 2
+#define BLOB_UPDATE_TENTATIVE 8
 
 void blob_header_init(blob_header *h, const char *op); /* every field "absent" */
 size_t blob_dtype_size(int dtype);                      /* 4, 2, or 0 (none, unknown, block-quantized) */

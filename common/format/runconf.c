@@ -138,6 +138,8 @@ int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errle
                 "upgrade this program", cz);
         return -1;
     }
+    const char *dl = field(r, "download");
+    rc->download_update = dl && strcmp(dl, "update") == 0;
     const char *mr = field(r, "min_replicas");
     if (mr && parse_int(mr, 0, RUNCONF_MAX_REPLICAS, &v) == 0) rc->min_replicas = (int)v;
     rc->snapshot_every = 8;

@@ -34,6 +34,8 @@ typedef struct runconf {
     uint64_t weight_ref_tokens; /* async: a submission of this many tokens gets weight 1 */
     int compress;             /* codec of pseudo-gradients (coordinator init --compress): a blob dtype,
                                  BLOB_BF16 by default (codec.h) */
+    int download_update;      /* --download update: gets are answered with the round's averaged
+                                 pseudo-gradient in the codec, workers apply the outer step themselves */
     int min_replicas;         /* a commit is durable once WAIT says this many replicas have it (0 = at once) */
     uint64_t seed;
     char trainer[32];         /* what the layout came from: "quadratic", "gpt" */

@@ -27,14 +27,17 @@ int codec_is_block(int dtype);            /* int8 or int4 */
 
 /* Payload bytes of n elements in this dtype (0 for an unknown dtype or an overflowing n). */
 size_t codec_bytes(int dtype, uint64_t n);
-/* Byte offset of element lo (a multiple of CODEC_BLOCK) in a block-quantized payload. */
+/* Byte offset of element lo (for int8/int4 a multiple of CODEC_BLOCK) in a payload. */
 size_t codec_offset(int dtype, size_t lo);
 
 /* Encode x[0..n) (n elements at a block boundary of the shard) into out (codec_bytes(dtype, n) bytes).
- * 0, or -1 with *bad = the first index whose value is NaN or infinite (out then must not be used). */
+ * 0, or -1 with *bad = the first index whose value is NaN or infinite (out then must not be used).
+ * Every dtype: fp32 and bf16 (little-endian, no alignment needed) as well. */
 int codec_encode(int dtype, const float *x, size_t n, uint8_t *out, size_t *bad);
 /* Decode n elements from in (starting at a block boundary) into out. */
 void codec_decode(int dtype, const uint8_t *in, size_t n, float *out);
+/* Encode x into out, then replace x by its decoded value (what a receiver of out will see). */
+int codec_round_trip(int dtype, float *x, size_t n, uint8_t *out, size_t *bad);
 /* The largest scale a received block may have (bf16 bits): below 2^121, so that every code, even a
  * crafted -128, times it is a finite fp32. Larger finite scales passed codec_check and decoded to +-Inf
  * (found by fuzz/fuzz_codec.c); an honest encoder only makes one for values beyond ~3.36e38. */

@@ -19,6 +19,8 @@
 
 #include <math.h>
 
+#include "clones.h"
+
 /* torch's a.add(b, alpha=alpha) on its AVX2/AVX-512/CUDA kernels: a + alpha*b rounded once */
 static inline float add_alpha(float a, float b, float alpha)
 {
@@ -27,12 +29,8 @@ static inline float add_alpha(float a, float b, float alpha)
 
 /* The hot kernels are compiled twice, for x86-64-v3 (AVX2 and FMA: fmaf becomes one instruction and
  * vectorises) and for the x86-64 baseline (fmaf calls the C library), and the loader picks one (gcc
- * function multiversioning). fmaf is exactly rounded, so both give the same bits. */
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
-#define OUTER_HOT __attribute__((target_clones("arch=x86-64-v3", "default")))
-#else
-#define OUTER_HOT
-#endif
+ * function multiversioning, common/base/clones.h). fmaf is exactly rounded, so both give the same bits. */
+#define OUTER_HOT HOT_CLONES
 /* The loops an OUTER_HOT kernel runs are inlined into each of its builds: called, they would run their
  * own baseline build (fmaf through the C library, one element at a time). */
 #define OUTER_INLINE static inline __attribute__((always_inline))

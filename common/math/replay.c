@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "codec.h"
 #include "keys.h"
 #include "outer.h"
 #include "outer_dn.h"
@@ -42,9 +43,10 @@ int replay_state_snapshot(replay_state *st, const blob_header *h, const uint8_t 
 
 int replay_state_log(replay_state *st, const blob_header *h, const uint8_t *payload, size_t len, size_t n,
                      char *err, size_t errlen) {
-    if (strcmp(h->op, "log") != 0 || h->dtype != BLOB_F32 || h->count != (uint64_t)n || len != n * sizeof(float)) {
+    size_t want = codec_bytes(h->dtype, n); /* fp32, or the run's codec with --download update */
+    if (strcmp(h->op, "log") != 0 || want == 0 || h->count != (uint64_t)n || len != want) {
         err_set(err, errlen, "log blob has the wrong op, dtype or count (op '%s', dtype %d, count %" PRIu64
-                ", want %zu fp32)", h->op, h->dtype, h->count, n);
+                ", want %zu elements)", h->op, h->dtype, h->count, n);
         return -1;
     }
     if ((h->flags & 4) && (st->dnbuf == NULL || st->dn_buffer == 0)) {
@@ -62,7 +64,7 @@ int replay_state_log(replay_state *st, const blob_header *h, const uint8_t *payl
             err_set(err, errlen, "out of memory replaying %zu parameters", n);
             return -1;
         }
-        memcpy(g, payload, n * sizeof(float));
+        codec_decode(h->dtype, payload, n, g);
         float mu = (float)h->mu;
         if (h->flags & 4) {
             outer_dn_step(st->dn_variant, st->theta, st->mom, st->dnbuf, g, n, st->dn_t0 + (uint64_t)h->version,

@@ -2,7 +2,7 @@
  *
  * The durable state of shard k (docs/PROTOCOL.md) is one snapshot blob (op "snap": fp32 θ, then fp32
  * momentum when flags bit 0 is set) and the log entries committed after it (op "log": the averaged
- * pseudo-gradient g that produced each version, with the step's lr, mu, flags (bit 0 nesterov, bit 1
+ * pseudo-gradient g that produced each version, fp32, or in the run's codec with --download update, with the step's lr, mu, flags (bit 0 nesterov, bit 1
  * first step) and aux = participant count, 0 meaning a no-op round). Replaying is one outer_sgd_step
  * per entry with its recorded settings, exactly as shard-server/shard.c does when it loads a shard;
  * the result's XXH3 must equal k:digest.

@@ -8,13 +8,21 @@
 
 Pure Python over libdiloco.so through ctypes; PyTorch is the only other dependency.
 """
-from .checkpoint import load_checkpoint, read_checkpoint
-from .diloco import DiLoCo
 from .errors import DiLoCoError, Stopped
-from .run import init_run, save_state
 from .syncinfo import SyncInfo
 
 __version__ = "0.1.0"
+
+# What needs torch is imported on first use, so `python3 -m rediloco init` starts at once.
+_LAZY = {"DiLoCo": "diloco", "init_run": "run", "save_state": "run", "load_checkpoint": "checkpoint",
+         "read_checkpoint": "checkpoint"}
+
+
+def __getattr__(name):
+    if name in _LAZY:
+        import importlib
+        return getattr(importlib.import_module("." + _LAZY[name], __name__), name)
+    raise AttributeError("module 'rediloco' has no attribute %r" % name)
 
 
 def library_version():

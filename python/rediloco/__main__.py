@@ -6,6 +6,7 @@
 import os
 import sys
 
+from .errors import DiLoCoError
 from .run import coordinator_path
 
 USAGE = """usage: python3 -m rediloco COMMAND ...
@@ -22,8 +23,17 @@ def main(argv):
         print(USAGE, end="")
         return 0 if argv else 2
     if argv[0] == "init":
-        path = coordinator_path()
-        os.execv(path, [path, "init"] + argv[1:])
+        try:
+            path = coordinator_path()
+        except DiLoCoError as e:
+            print("python3 -m rediloco init: %s" % e, file=sys.stderr)
+            return 1
+        try:
+            os.execv(path, [path, "init"] + argv[1:])
+        except OSError as e:
+            print("python3 -m rediloco init: cannot run %s (%s): build ReDiLoCo (make) or set REDILOCO_COORDINATOR"
+                  % (path, e.strerror), file=sys.stderr)
+            return 1
     if argv[0] == "version":
         from . import __version__, library_version
         print("rediloco %s, libdiloco %s" % (__version__, library_version()))

@@ -89,12 +89,12 @@ class DiLoCo:
 
     The outer optimizer runs on the shard-servers and is the run's (init_run's outer_lr, outer_momentum,
     nesterov); outer_optimizer exists for torchft's signature and must be None. Everything else is the
-    worker's: sync_every (H), bf16 pseudo-gradients, dylu, fragment_update_alpha (Streaming DiLoCo's
+    worker's: sync_every (H), bf16 pseudo-gradients, error_feedback (int8/int4 runs), dylu, fragment_update_alpha (Streaming DiLoCo's
     mixing of the local and global values), worker_id, heartbeat_interval, timeouts in seconds."""
 
     def __init__(self, url, run, model, inner_optimizer, outer_optimizer=None, sync_every=500,
                  fragment_sync_delay=None, fragment_update_alpha=0.0, worker_id=None, bf16=True, dylu=False,
-                 heartbeat_interval=30.0, max_sync_retries=3, connect_timeout=60.0, net_timeout=60.0,
+                 error_feedback=False, heartbeat_interval=30.0, max_sync_retries=3, connect_timeout=60.0, net_timeout=60.0,
                  sync_timeout=120.0, handle_signals=True, log=None, log_level=None):
         if outer_optimizer is not None:
             raise TypeError("outer_optimizer must be None: the outer optimizer runs on the shard-servers; set it "
@@ -112,7 +112,7 @@ class DiLoCo:
         self.fragment_sync_delay = fragment_sync_delay
         self.fragment_update_alpha = float(fragment_update_alpha)
         self.worker_id_requested = worker_id
-        self.bf16, self.dylu = bool(bf16), bool(dylu)
+        self.bf16, self.dylu, self.error_feedback = bool(bf16), bool(dylu), bool(error_feedback)
         self.timeouts = {"heartbeat_interval_ms": _ms(heartbeat_interval, "heartbeat_interval"),
                          "connect_timeout_ms": _ms(connect_timeout, "connect_timeout"),
                          "net_timeout_ms": _ms(net_timeout, "net_timeout"),
@@ -170,6 +170,7 @@ class DiLoCo:
         o.sync_every = self.sync_every_requested
         o.bf16 = int(self.bf16)
         o.dylu = int(self.dylu)
+        o.error_feedback = int(self.error_feedback)
         o.fragment_alpha = self.fragment_update_alpha
         o.max_sync_retries = self.max_sync_retries
         for field, ms in self.timeouts.items():

@@ -11,13 +11,11 @@ import shutil
 import subprocess
 import tempfile
 
-from . import safetensors
 from .errors import DiLoCoError
-from .params import FlatParams
 
 _FLAGS = ("trainer", "layers", "heads", "dim", "ctx", "vocab", "numel", "workers", "min_workers", "shards", "fragments", "seed", "outer_lr", "outer_momentum",
           "heartbeat_timeout", "dn_buffer_size", "dn_variant", "max_staleness", "weight_by", "weight_ref_tokens",
-          "dylu_base_sync_every", "snapshot_every")
+          "dylu_base_sync_every", "snapshot_every", "compress", "download")
 _SWITCHES = ("async_", "dylu", "force")
 
 
@@ -40,6 +38,8 @@ def coordinator_path():
 def save_state(model, path):
     """The model's parameters, fp32, in named_parameters() order, as a safetensors file (what
     `coordinator init --from-state` reads)."""
+    from . import safetensors
+    from .params import FlatParams
     FlatParams.check_dtypes(model)
     safetensors.write(path, {n: p.detach() for n, p in model.named_parameters()})
 
@@ -68,7 +68,7 @@ def init_run(url, run, model, workers=2, shards=8, **settings):
     """Create run `run` at Redis `url` whose version 0 is `model`'s parameters. Keyword arguments are the
     flags of `coordinator init` (min_workers, fragments, outer_lr, outer_momentum, nesterov,
     heartbeat_timeout, async_, dn_buffer_size, dn_variant, max_staleness, weight_by, weight_ref_tokens,
-    dylu, dylu_base_sync_every, snapshot_every, force). Returns the coordinator's summary line;
+    dylu, dylu_base_sync_every, snapshot_every, compress, download, force). Returns the coordinator's summary line;
     DiLoCoError with its message when it refuses."""
     flags = init_flags(workers=workers, shards=shards, **settings)
     with tempfile.TemporaryDirectory(prefix="rediloco-") as tmp:

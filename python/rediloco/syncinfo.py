@@ -13,8 +13,16 @@ class SyncInfo:
     bytes_down: int      # parameter bytes received
     digest: str          # XXH3-64 of the whole new global parameter vector, 16 hex digits
     stale: bool          # the round was lost and the parameters were fetched again instead
+    # phase timestamps, CLOCK_REALTIME microseconds (0: the phase did not happen): first pseudo-gradient
+    # byte sent, every push acknowledged, barrier closed (first get sent), last parameter byte received
+    t_first_send_us: int = 0
+    t_pushed_us: int = 0
+    t_get_us: int = 0
+    t_last_recv_us: int = 0
+    confirm_seconds: float = 0.0  # before the round: confirming the previous round's parameters durable
 
     @classmethod
     def from_c(cls, c):
         return cls(c.fragment, c.round, c.version, c.seconds, c.wait_seconds, c.bytes_up, c.bytes_down,
-                   "%016x" % c.digest, bool(c.stale))
+                   "%016x" % c.digest, bool(c.stale), c.t_first_send_us, c.t_pushed_us, c.t_get_us,
+                   c.t_last_recv_us, c.confirm_seconds)

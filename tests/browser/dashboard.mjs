@@ -10,8 +10,8 @@
 // workers appear in the table; with TOKEN (server started with --token-file) a change without the token
 // is refused and shown, then the token is entered in the page; the outer lr set through the page lands in dl:{R}:tunables; a worker kicked
 // through the page (confirm dialog accepted) is evicted (its incarnation ends, a "kicked" event is
-// recorded); Save state writes a checkpoint when the server has --save-dir; the charts have data; then a
-// screenshot of the page.
+// recorded); Save state writes a checkpoint when the server has --save-dir; the charts have data (the
+// validation-loss chart draws at least 2 evaluations of the run's evaluator); then a screenshot of the page.
 import { execFileSync } from "node:child_process";
 import { chromium } from "playwright-core";
 
@@ -128,6 +128,16 @@ try {
   // 5. the charts and the shard map have data; the page keeps updating
   await page.waitForFunction(() => document.querySelectorAll("#shardmap .shard").length >= 2, null, { timeout: 5000 });
   await sleep(Number(process.env.SETTLE_MS || 4000)); // a few polls: loss history, live workers
+  // the validation-loss chart: the document has evaluations and the canvas has pixels of its colour
+  const evalChart = await page.evaluate(() => {
+    const c = document.getElementById("evalchart"), g = c.getContext("2d");
+    const px = g.getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 0; i < px.length; i += 4) if (px[i] === 0xd2 && px[i + 1] === 0xa8 && px[i + 2] === 0xff) n++;
+    return { evals: S.doc.evals.length, pixels: n };
+  });
+  console.log(`validation-loss chart: ${evalChart.evals} evaluations, ${evalChart.pixels} pixels drawn`);
+  if (evalChart.evals < 2 || evalChart.pixels < 20) throw new Error("the validation-loss chart has no points");
   const metricLr = await page.textContent("#metrics");
   if (!metricLr.includes(String(Number(lrWanted)))) throw new Error("metrics panel does not show the new lr: " + metricLr);
 

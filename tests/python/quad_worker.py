@@ -88,6 +88,8 @@ def main():
     ap.add_argument("--numel", type=int, required=True)
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--no-bf16", action="store_true")
+    ap.add_argument("--dylu", action="store_true", help="take the H the run's DyLU assigns")
+    ap.add_argument("--fragment-alpha", type=float, default=0.0, help="Streaming DiLoCo's fragment_update_alpha")
     ap.add_argument("--digests", default=None, help="write \"round digest\" per sync here")
     ap.add_argument("--sync-log", default=None, help="write each sync's SyncInfo as a JSON line here")
     ap.add_argument("--step-delay", type=float, default=0.0, help="seconds to sleep per step (a slower machine)")
@@ -102,8 +104,9 @@ def main():
     synclog = open(args.sync_log, "w") if args.sync_log else None
     before = signal.getsignal(signal.SIGINT)
     with rediloco.DiLoCo(args.url, args.run, model, inner, sync_every=args.h, worker_id=args.worker_id,
-                         bf16=not args.no_bf16, heartbeat_interval=args.heartbeat) as dl:
-        step = 0
+                         bf16=not args.no_bf16, heartbeat_interval=args.heartbeat,
+                         fragment_update_alpha=args.fragment_alpha, dylu=args.dylu) as dl:
+        step, last = 0, None
         for step in range(1, args.steps + 1):
             with torch.no_grad():
                 diff = model.x - c
@@ -112,12 +115,13 @@ def main():
             inner.step()  # the sync runs in here every H steps
             dl.report(loss, tokens=1)
             info = dl.last_sync
-            if info and info.round >= 0 and step % args.h == 0:
+            if info and info != last:  # a sync happened in this step
+                last = info
                 if out:
                     out.write("%d %s\n" % (info.round, info.digest))
                     out.flush()
                 if synclog:
-                    synclog.write(json.dumps(dataclasses.asdict(info)) + "\n")
+                    synclog.write(json.dumps(dict(dataclasses.asdict(info), step=step, h=dl.sync_every)) + "\n")
                     synclog.flush()
             if args.step_delay:
                 time.sleep(args.step_delay)

@@ -17,7 +17,9 @@
  *                      [--h-of id=H,...] [--weight-tokens]   per-worker H (plain DiLoCo) and weighting of
  *                      each worker's pseudo-gradient by its tokens (steps) in the round
  *                      [--codec int8|int4 [--error-feedback]]   block-quantized pseudo-gradients (blocks from
- *                      each shard's start), decoded and summed in fp32, as the shard-servers do */
+ *                      each shard's start), decoded and summed in fp32, as the shard-servers do
+ *                      [--download update]   the mean is put through the codec (bf16 without --codec) per
+ *                      shard before the step, as a run with coordinator init --download update does */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -47,6 +49,7 @@ typedef struct ref_args {
     int final_sync;         /* streaming: workers end with diloco_force_sync (every fragment at once) */
     int codec;              /* BLOB_I8 / BLOB_I4, or 0 */
     int error_feedback;
+    int download_update;
 } ref_args;
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -77,6 +80,7 @@ static int parse(int argc, char **argv, ref_args *a) {
         else if (!strcmp(f, "--outer-momentum")) parse_double(v, &a->outer_mu);
         else if (!strcmp(f, "--quad-lr")) parse_double(v, &a->quad_lr);
         else if (!strcmp(f, "--bounds")) a->bounds = v;
+        else if (!strcmp(f, "--download")) a->download_update = !strcmp(v, "update");
         else if (!strcmp(f, "--codec")) {
             a->codec = codec_parse(v);
             if (!codec_is_block(a->codec)) return -1;
@@ -169,8 +173,13 @@ static void outer_fragment(sim *s, int f) {
         else outer_sum_add_f32(s->g + lo, s->d32[w] + lo, len);
     }
     if (!s->a->weight_tokens) outer_mean_finish(s->g + lo, len, (uint32_t)s->a->nworkers);
+    int codec = s->a->codec ? s->a->codec : s->a->bf16 ? BLOB_BF16 : BLOB_F32;
     for (uint64_t k = s->fb[f]; k < s->fb[f + 1]; k++) {
-        size_t off = (size_t)s->bounds[k], kl = (size_t)(s->bounds[k + 1] - s->bounds[k]);
+        size_t off = (size_t)s->bounds[k], kl = (size_t)(s->bounds[k + 1] - s->bounds[k]), bad;
+        if (s->a->download_update && codec_round_trip(codec, s->g + off, kl, s->q, &bad) != 0) {
+            fprintf(stderr, "ref_quadratic: the mean is not finite\n");
+            exit(1);
+        }
         outer_sgd_step(s->theta + off, s->mom + off, s->rounds[f] == 0, s->g + off, kl, (float)s->a->outer_lr,
                        (float)s->a->outer_mu, s->a->nesterov);
     }
@@ -271,7 +280,7 @@ int main(int argc, char **argv) {
     sm.g = malloc(n * sizeof(float));
     sm.rounds = calloc((size_t)sm.nfrag, sizeof *sm.rounds);
     sm.x = malloc(n * sizeof(float));
-    sm.q = malloc(codec_bytes(BLOB_I8, n) + 1);
+    sm.q = malloc(codec_bytes(BLOB_F32, n) + 1);
     float *theta = sm.theta;
     quadratic_init_params((uint64_t)a.seed, theta, n);
     for (int w = 0; w < a.nworkers; w++) {

@@ -7,8 +7,9 @@
  *   round.c      one fragment's round as the schedule sees it: Δ, blocking round, settling the outcome
  *   streaming.c  Streaming DiLoCo: one fragment in flight on a thread while training goes on
  *   sync.c       the network part of a sync-mode round: pseudo-gradient, push, barrier, new parameters
- *   async.c      the network part of an async-mode round: submit, push, get (no barrier)
  *   delta.c      the pseudo-gradient in the run's codec (bf16, fp32, int8, int4) and error feedback
+ *   update.c     --download update: applying the round's update ourselves, with our copy of the momentum
+ *   async.c      the network part of an async-mode round: submit, push, get (no barrier)
  *   heartbeat.c  the heartbeat thread
  *   repair.c     waiting out a shard whose durable state is corrupt, until `coordinator repair`
  *   device.c     device-resident parameters (diloco_device_ops): the hooks that replace params
@@ -84,6 +85,13 @@ struct diloco {
     uint8_t *delta_q;            /* int8/int4: the encoded Δ, shard after shard (delta.c) */
     size_t *delta_qoff;          /* int8/int4: nshards+1 offsets of each shard's part in delta_q */
     float *ef;                   /* --error-feedback: what quantization dropped, added to the next Δ */
+    /* --download update (update.c) */
+    float *mom;                  /* our copy of the outer momentum */
+    int64_t *mom_version;        /* per shard: the version base and mom hold together (-1: unknown) */
+    uint8_t *upd_q;              /* received updates, shard after shard (upd_off) */
+    size_t *upd_off;
+    float *upd_g;                /* a received update, decoded */
+    float *upd_both;             /* parameters with momentum as received (2 floats per parameter) */
     uint64_t *delta_xxh;         /* per shard: the checksum of its part of delta_* (computed with it) */
     int64_t *frag_version;       /* global version of each fragment's part of base (= its open round for us) */
     int64_t *frag_joined;        /* per fragment: the first round the barrier expects us at (dl_register) */
@@ -212,6 +220,21 @@ void dl_delta_free(diloco *d);
 int sync_compute_delta(diloco *d, int f, char *err, size_t errlen);
 /* Shard k's part of delta_* (as pushed, in push_dtype) and its size in *bytes. */
 const void *dl_shard_delta(const diloco *d, int k, size_t *bytes);
+
+/* update.c (--download update) */
+int dl_update_alloc(diloco *d, char *err, size_t errlen);
+void dl_update_free(diloco *d);
+/* The flags of a get of shard at min_version: BLOB_GET_UPDATE_OK when we hold min_version-1 with its
+ * momentum, else BLOB_GET_MOMENTUM (in runs with --download update). */
+int dl_get_flags(const diloco *d, int shard, int64_t min_version, int flags);
+/* Where an update, or parameters with momentum, of shard are received; NULL for any other reply. */
+void *dl_update_place(diloco *d, int shard, const blob_header *h, size_t plen);
+/* Parameters then momentum (2n floats) of version into base and mom. */
+void dl_update_take_momentum(diloco *d, int shard, int64_t version, const uint8_t *payload);
+/* Apply a checked update reply to base and mom; *digest = XXH3 of the result. DL_OK when it is the
+ * committed digest (h->text), DL_RETRY otherwise (the next get asks for the momentum). */
+int dl_update_apply(diloco *d, int shard, const blob_header *h, const uint8_t *payload, uint64_t *digest,
+                    char *err, size_t errlen);
 
 /* sync.c */
 /* Make sure the tentative parameters fragment f continued from were committed as they are, resending

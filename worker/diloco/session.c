@@ -187,7 +187,7 @@ static int wait_for_joined_round(diloco *d, int f, char *err, size_t errlen) {
     if (rc == DL_OK) d->frag_version[f] = d->frag_joined[f];
     /* DL_NEED (every member it waited for is gone: it needs our arrival to close), DL_STALE,
      * DL_EVICTED: the fetch below takes the version registration gave us and we train for the open
-     * round, as before (an eviction shows at the first arrival, which registers again) */
+     * round (an eviction shows at the first arrival, which registers again) */
     return 0;
 }
 
@@ -208,7 +208,7 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen) {
     if (d->o.error_feedback && !codec_is_block(d->push_dtype))
         log_warn("--error-feedback applies to int8/int4 runs; this run's pseudo-gradients are %s: ignored",
                  codec_name(d->push_dtype));
-    if (dl_delta_alloc(d, err, errlen) < 0) return -1;
+    if (dl_delta_alloc(d, err, errlen) < 0 || dl_update_alloc(d, err, errlen) < 0) return -1;
     d->owners = calloc((size_t)d->rc.nshards, sizeof(shard_owner));
     d->shard_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->frag_version = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
@@ -232,7 +232,8 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen) {
     uint64_t largest = 0;
     for (int k = 0; k < d->rc.nshards; k++)
         if (runconf_shard_numel(&d->rc, k) > largest) largest = runconf_shard_numel(&d->rc, k);
-    d->recv_cap = (size_t)largest * sizeof(float) + BLOB_HEADER_MAX + 64;
+    /* --download update: parameters come with their momentum */
+    d->recv_cap = (size_t)largest * sizeof(float) * (d->rc.download_update ? 2 : 1) + BLOB_HEADER_MAX + 64;
     return 0;
 }
 
@@ -378,6 +379,7 @@ static void session_close(diloco *d) {
     runconf_free(&d->rc);
     dl_host_free(d, d->base);
     dl_delta_free(d);
+    dl_update_free(d);
     dl_dev_free(d);
     free(d->owners);
     free(d->shard_version);

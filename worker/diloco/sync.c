@@ -218,10 +218,11 @@ int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *e
 
 /* ---- the round --------------------------------------------------------------------------------- */
 
-static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen) {
+static int arrive_once(diloco *d, int f, int64_t round, int *written, char *err, size_t errlen) {
     redisReply *r = dl_command(d, "FCALL dl_arrive 1 %s %s %lld %d %lld", d->config_key, d->worker_id,
                                (long long)dl_inc(d), f, (long long)round);
-    int rc = DL_OK, written = r != NULL && r->type != REDIS_REPLY_ERROR;
+    int rc = DL_OK;
+    *written = r != NULL && r->type != REDIS_REPLY_ERROR;
     if (rconn_reply_error(d->ctl, r, err, errlen) < 0) {
         rc = DL_FAIL;
         if (r && strncmp(r->str, "STALE", 5) == 0) rc = DL_STALE;
@@ -233,9 +234,23 @@ static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen) {
         rc = DL_RETRY; /* open: wait */
     }
     if (r) freeReplyObject(r);
-    /* an arrival lost in a failover would leave the barrier waiting for us: make it durable first */
-    if (written && dl_wait_replicas(d, err, errlen) != 0) rc = DL_FAIL;
     return rc;
+}
+
+/* dl_arrive; with min_replicas, only once our arrival is on that many replicas: an arrival lost in a
+ * failover would leave the barrier waiting for us. If the connection breaks during that WAIT (the
+ * failover itself), we arrive again on the new master: STALE then means the round closed meanwhile
+ * (with our first arrival, or without it: the barrier and the get tell which), so we go and wait on
+ * the barrier rather than drop our pseudo-gradient. */
+#define ARRIVE_ATTEMPTS 3
+static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen) {
+    for (int attempt = 0; attempt < ARRIVE_ATTEMPTS; attempt++) {
+        int written, rc = arrive_once(d, f, round, &written, err, errlen);
+        if (attempt > 0 && rc == DL_STALE) return DL_RETRY;
+        if (!written || dl_wait_replicas(d, err, errlen) == 0) return rc;
+        log_warn("round %lld of fragment %d: %s; arriving again", (long long)round, f, err);
+    }
+    return DL_RETRY;
 }
 
 /* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */
@@ -274,7 +289,7 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
         if (rconn_reply_error(d->ctl, b, err, errlen) == 0 && b->type == REDIS_REPLY_ARRAY && b->elements >= 1) {
             const char *state = b->element[0]->str;
             int rc = strcmp(state, "closed") == 0 ? DL_OK : strcmp(state, "open") == 0 ? DL_RETRY : DL_STALE;
-            /* a library without the count (older than this worker): do not wait, as before */
+            /* a Redis library older than this worker sends no count: do not wait */
             if (joiner && rc == DL_RETRY &&
                 (b->elements < 5 || b->element[4]->type != REDIS_REPLY_INTEGER || b->element[4]->integer == 0))
                 rc = DL_NEED;
@@ -432,7 +447,7 @@ static int confirm_reset(diloco *d, int f, const char *why, char *err, size_t er
 static int get_round(diloco *d, int first, int last, const get_arg *ga, char *err, size_t errlen);
 
 /* How long sync_confirm_durable waits for a commit that the lease says is on its way before it sends
- * its Δ again and asks (a commit takes milliseconds to ~1 s, a few s when Redis is slow). */
+ * its Δ again and asks: longer than a commit takes, even when Redis is slow. */
 #define CONFIRM_PATIENCE_MS 5000
 
 /* Fragment f's shards at version want, durably. Our kept Δ of round want-1 goes to every owner first

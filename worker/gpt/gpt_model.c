@@ -6,6 +6,7 @@
  * split each product between OpenMP threads (one thread pool, no oversubscription). */
 #include "gpt.h"
 #include "gpt_acts.h"
+#include "clones.h"
 #include "util.h"
 
 #include <cblas.h>
@@ -129,10 +130,46 @@ static inline float vexpf(float x) {
 }
 static inline float vtanhf(float u) { return 1.0f - 2.0f / (1.0f + vexpf(2.0f * u)); }
 
+/* ---- sums with the same bits on every CPU ---------------------------------------------------
+ * The kernels below are HOT_CLONES (common/base/clones.h): an x86-64-v3 build and a baseline build, picked
+ * at load time. `omp simd reduction` would split a sum into as many partial sums as the vector has
+ * lanes, so the two builds would round differently. LANE_SUM keeps SUM_LANES interleaved partial sums
+ * instead (lane k takes elements k, k + SUM_LANES, ...), which a vector of 4, 8 or 16 floats computes
+ * exactly, and lanes_total combines them in a fixed tree. */
+#define SUM_LANES 16
+#define GPT_INLINE static inline __attribute__((always_inline))
+
+/* acc[k] += expr for every i in [0, n), where expr is an expression of i */
+#define LANE_SUM(acc, n, i, expr)                                                   \
+    do {                                                                            \
+        int i0_ = 0;                                                                \
+        for (; i0_ + SUM_LANES <= (n); i0_ += SUM_LANES)                            \
+            for (int k_ = 0; k_ < SUM_LANES; k_++) {                                \
+                int i = i0_ + k_;                                                   \
+                (acc)[k_] += (expr);                                                \
+            }                                                                       \
+        for (int k_ = 0; i0_ + k_ < (n); k_++) {                                    \
+            int i = i0_ + k_;                                                       \
+            (acc)[k_] += (expr);                                                    \
+        }                                                                           \
+    } while (0)
+
+GPT_INLINE float lanes_total(float *acc) {
+    for (int w = SUM_LANES / 2; w > 0; w /= 2)
+        for (int k = 0; k < w; k++) acc[k] += acc[k + w];
+    return acc[0];
+}
+
+GPT_INLINE float sum_f(const float *x, int n) {
+    float acc[SUM_LANES] = {0};
+    LANE_SUM(acc, n, i, x[i]);
+    return lanes_total(acc);
+}
+
 /* ------------------------------------------------------------------------------------------- */
 /* layers                                                                                      */
 
-static void encoder_forward(int nt, float *out /* (B,T,C) */, const int *inp /* (B,T) */,
+HOT_CLONES static void encoder_forward(int nt, float *out /* (B,T,C) */, const int *inp /* (B,T) */,
                             const float *wte /* (V,C) */, const float *wpe /* (maxT,C) */,
                             int B, int T, int C) {
 #pragma omp parallel for num_threads(nt)
@@ -145,7 +182,7 @@ static void encoder_forward(int nt, float *out /* (B,T,C) */, const int *inp /* 
 }
 
 /* dwte += scatter of dout (dwte already holds the head's gradient); dwpe = sum over batch */
-static void encoder_backward(int nt, float *dwte /* (V,C) */, float *dwpe /* (maxT,C) */,
+HOT_CLONES static void encoder_backward(int nt, float *dwte /* (V,C) */, float *dwpe /* (maxT,C) */,
                              const float *dout /* (B,T,C) */, const int *inp /* (B,T) */,
                              int B, int T, int C, int maxT) {
     /* columns are independent: each thread owns a range of columns, no races */
@@ -170,18 +207,15 @@ static void encoder_backward(int nt, float *dwte /* (V,C) */, float *dwpe /* (ma
     }
 }
 
-static void layernorm_forward(int nt, float *out /* (N,C) */, float *mean /* (N) */,
+HOT_CLONES static void layernorm_forward(int nt, float *out /* (N,C) */, float *mean /* (N) */,
                               float *rstd /* (N) */, const float *inp /* (N,C) */,
                               const float *w /* (C) */, const float *b /* (C) */, int N, int C) {
 #pragma omp parallel for num_threads(nt)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
-        float s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int i = 0; i < C; i++) s += x[i];
-        float mu = s / C, v = 0;
-#pragma omp simd reduction(+ : v)
-        for (int i = 0; i < C; i++) { float d = x[i] - mu; v += d * d; }
+        float mu = sum_f(x, C) / C, acc[SUM_LANES] = {0};
+        LANE_SUM(acc, C, i, (x[i] - mu) * (x[i] - mu));
+        float v = lanes_total(acc);
         float rs = 1.0f / sqrtf(v / C + 1e-5f);
         float *o = out + (size_t)n * C;
         for (int i = 0; i < C; i++) o[i] = (x[i] - mu) * rs * w[i] + b[i];
@@ -191,7 +225,7 @@ static void layernorm_forward(int nt, float *out /* (N,C) */, float *mean /* (N)
 }
 
 /* dinp = (accumulate ? dinp + : ) LN backward; dw, db written */
-static void layernorm_backward(int nt, float *dinp /* (N,C) */, float *dw /* (C) */, float *db /* (C) */,
+HOT_CLONES static void layernorm_backward(int nt, float *dinp /* (N,C) */, float *dw /* (C) */, float *db /* (C) */,
                                const float *dout /* (N,C) */, const float *inp /* (N,C) */,
                                const float *w /* (C) */, const float *mean /* (N) */,
                                const float *rstd /* (N) */, int N, int C, int accumulate) {
@@ -199,15 +233,10 @@ static void layernorm_backward(int nt, float *dinp /* (N,C) */, float *dw /* (C)
     for (int n = 0; n < N; n++) {
         const float *d = dout + (size_t)n * C, *x = inp + (size_t)n * C;
         float mu = mean[n], rs = rstd[n];
-        float s1 = 0, s2 = 0;
-#pragma omp simd reduction(+ : s1, s2)
-        for (int i = 0; i < C; i++) {
-            float nx = (x[i] - mu) * rs, dn = w[i] * d[i];
-            s1 += dn;
-            s2 += dn * nx;
-        }
-        s1 /= C;
-        s2 /= C;
+        float acc1[SUM_LANES] = {0}, acc2[SUM_LANES] = {0};
+        LANE_SUM(acc1, C, i, w[i] * d[i]);
+        LANE_SUM(acc2, C, i, (w[i] * d[i]) * ((x[i] - mu) * rs));
+        float s1 = lanes_total(acc1) / C, s2 = lanes_total(acc2) / C;
         float *di = dinp + (size_t)n * C;
         if (accumulate)
             for (int i = 0; i < C; i++) di[i] += (w[i] * d[i] - s1 - (x[i] - mu) * rs * s2) * rs;
@@ -240,7 +269,7 @@ static void matmul_forward(int nt, float *out /* (N,OC) */, const float *inp /* 
 }
 
 /* dinp = dout W (written); dw = dout^T inp (written); dbias = column sums (written) */
-static void matmul_backward(int nt, float *dinp /* (N,C) */, float *dw /* (OC,C) */, float *dbias /* (OC) */,
+HOT_CLONES static void matmul_backward(int nt, float *dinp /* (N,C) */, float *dw /* (OC,C) */, float *dbias /* (OC) */,
                             const float *dout /* (N,OC) */, const float *inp /* (N,C) */,
                             const float *w /* (OC,C) */, int N, int C, int OC) {
     mm(nt, 0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
@@ -258,7 +287,7 @@ static void matmul_backward(int nt, float *dinp /* (N,C) */, float *dw /* (OC,C)
 }
 
 /* causal self-attention: qkv (B,T,3C) holding q|k|v, heads of size hs = C/NH */
-static void attention_forward(int nt, float *out /* (B,T,C) */, float *att /* (B,NH,T,T) */,
+HOT_CLONES static void attention_forward(int nt, float *out /* (B,T,C) */, float *att /* (B,NH,T,T) */,
                               const float *qkv /* (B,T,3C) */, int B, int T, int C, int NH) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
@@ -280,10 +309,8 @@ static void attention_forward(int nt, float *out /* (B,T,C) */, float *att /* (B
             float mx = row[0];
 #pragma omp simd reduction(max : mx)
             for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-            float s = 0;
-#pragma omp simd reduction(+ : s)
-            for (int j = 0; j <= t; j++) { row[j] = vexpf(row[j] - mx); s += row[j]; }
-            float inv = 1.0f / s;
+            for (int j = 0; j <= t; j++) row[j] = vexpf(row[j] - mx);
+            float inv = 1.0f / sum_f(row, t + 1);
             for (int j = 0; j <= t; j++) row[j] *= inv;
             for (int j = t + 1; j < T; j++) row[j] = 0.0f;
         }
@@ -296,7 +323,7 @@ static void attention_forward(int nt, float *out /* (B,T,C) */, float *att /* (B
     }
 }
 
-static void attention_backward(int nt, float *dqkv /* (B,T,3C) written */, float *scratch /* nt*T*T */,
+HOT_CLONES static void attention_backward(int nt, float *dqkv /* (B,T,3C) written */, float *scratch /* nt*T*T */,
                                const float *dout /* (B,T,C) */, const float *qkv /* (B,T,3C) */,
                                const float *att /* (B,NH,T,T) */, int B, int T, int C, int NH) {
     int hs = C / NH, C3 = 3 * C;
@@ -327,9 +354,9 @@ static void attention_backward(int nt, float *dqkv /* (B,T,3C) written */, float
         for (int t = 0; t < T; t++) {
             const float *p = P + (size_t)t * T;
             float *d = dP + (size_t)t * T;
-            float s = 0;
-#pragma omp simd reduction(+ : s)
-            for (int j = 0; j <= t; j++) s += p[j] * d[j];
+            float acc[SUM_LANES] = {0};
+            LANE_SUM(acc, t + 1, j, p[j] * d[j]);
+            float s = lanes_total(acc);
             for (int j = 0; j <= t; j++) d[j] = p[j] * (d[j] - s);
             for (int j = t + 1; j < T; j++) d[j] = 0.0f;
         }
@@ -356,7 +383,7 @@ static void attention_backward(int nt, float *dqkv /* (B,T,3C) written */, float
     long chunk_ = (((long)(n) + nth_ - 1) / nth_ + 15) / 16 * 16;                  \
     long s_ = id_ * chunk_, e_ = s_ + chunk_ < (long)(n) ? s_ + chunk_ : (long)(n)
 
-static void gelu_forward(int nt, float *restrict out, const float *restrict inp, size_t n) {
+HOT_CLONES static void gelu_forward(int nt, float *restrict out, const float *restrict inp, size_t n) {
 #pragma omp parallel num_threads(nt)
     {
         RANGE(n);
@@ -369,7 +396,7 @@ static void gelu_forward(int nt, float *restrict out, const float *restrict inp,
 }
 
 /* dinp = gelu'(inp) * dout (in place allowed: dinp == dout) */
-static void gelu_backward(int nt, float *dinp, const float *inp, const float *dout, size_t n) {
+HOT_CLONES static void gelu_backward(int nt, float *dinp, const float *inp, const float *dout, size_t n) {
 #pragma omp parallel num_threads(nt)
     {
         RANGE(n);
@@ -384,13 +411,13 @@ static void gelu_backward(int nt, float *dinp, const float *inp, const float *do
     }
 }
 
-static void residual_forward(int nt, float *out, const float *a, const float *b, size_t n) {
+HOT_CLONES static void residual_forward(int nt, float *out, const float *a, const float *b, size_t n) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 /* logits (N,V) -> probabilities in place; losses (N) */
-static float crossentropy_forward(int nt, float *logits, float *losses, const int *targets, int N, int V) {
+HOT_CLONES static float crossentropy_forward(int nt, float *logits, float *losses, const int *targets, int N, int V) {
     double total = 0;
 #pragma omp parallel for num_threads(nt) reduction(+ : total)
     for (int n = 0; n < N; n++) {
@@ -398,9 +425,8 @@ static float crossentropy_forward(int nt, float *logits, float *losses, const in
         float mx = x[0];
 #pragma omp simd reduction(max : mx)
         for (int i = 1; i < V; i++) mx = x[i] > mx ? x[i] : mx;
-        float s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int i = 0; i < V; i++) { x[i] = vexpf(x[i] - mx); s += x[i]; }
+        for (int i = 0; i < V; i++) x[i] = vexpf(x[i] - mx);
+        float s = sum_f(x, V);
         float inv = 1.0f / s;
         float pt = x[targets[n]];
         losses[n] = logf(s) - logf(pt);
@@ -411,7 +437,7 @@ static float crossentropy_forward(int nt, float *logits, float *losses, const in
 }
 
 /* probs (N,V) -> dlogits in place: (p - onehot) / N */
-static void crossentropy_backward(int nt, float *probs, const int *targets, int N, int V) {
+HOT_CLONES static void crossentropy_backward(int nt, float *probs, const int *targets, int N, int V) {
     float inv = 1.0f / N;
 #pragma omp parallel for num_threads(nt)
     for (int n = 0; n < N; n++) {
@@ -490,7 +516,7 @@ void gpt_backward(gpt_model *m, const float *params, float *grads) {
 /* ------------------------------------------------------------------------------------------- */
 /* optimizer                                                                                   */
 
-double gpt_clip_grad_norm(float *grads, size_t numel, double max_norm, int threads) {
+HOT_CLONES double gpt_clip_grad_norm(float *grads, size_t numel, double max_norm, int threads) {
     int nt = threads > 0 ? threads : omp_get_num_procs();
     double ss = 0;
 #pragma omp parallel for num_threads(nt) reduction(+ : ss) schedule(static)
@@ -507,7 +533,7 @@ double gpt_clip_grad_norm(float *grads, size_t numel, double max_norm, int threa
     return norm;
 }
 
-void gpt_adamw_step(const model_tensor *tensors, int ntensors, float *params, const float *grads,
+HOT_CLONES void gpt_adamw_step(const model_tensor *tensors, int ntensors, float *params, const float *grads,
                     float *m, float *v, long t, double lr, double beta1, double beta2, double eps,
                     double weight_decay, int threads) {
     int nt = threads > 0 ? threads : omp_get_num_procs();

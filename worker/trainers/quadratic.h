@@ -2,7 +2,8 @@
  *
  * Each worker minimises its own separable least-squares problem
  *     f_w(x) = 1/(2n) * sum_i a_wi (x_i - c_wi)^2,   a_wi in [0.5, 1.5), c_wi in [-1, 1)
- * drawn from (run seed, worker id), with AdamW. It is cheap (O(n) per step), deterministic, and its
+ * drawn from (run seed, worker id), with AdamW (validation loss: the expected f of a worker not seen
+ * yet). It is cheap (O(n) per step), deterministic, and its
  * optimum differs per worker, so averaging pseudo-gradients really matters. The exactness tests
  * replay it in-process (tests/tools/ref_quadratic.c) to check the distributed run bit for bit. */
 #ifndef DILOCO_QUADRATIC_H
@@ -17,7 +18,6 @@ typedef struct quadratic_options {
     uint64_t seed;          /* the run's seed */
     const char *worker_id;  /* mixes into the problem: every worker has its own */
     float lr, beta1, beta2, eps, weight_decay;
-    unsigned step_delay_ms; /* sleep per step: simulates a slower machine in tests */
 } quadratic_options;
 
 void quadratic_options_default(quadratic_options *o);

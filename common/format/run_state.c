@@ -1,0 +1,167 @@
+/* run_state.c: a run's committed global state read from Redis (see run_state.h). */
+#include "run_state.h"
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "keys.h"
+#include "log.h"
+#include "replay.h"
+#include "util.h"
+
+static const char *const REF_FIELDS[4] = {"version", "snap", "log", "digest"};
+
+int run_state_alloc(run_state *st, const runconf *rc, char *err, size_t errlen) {
+    memset(st, 0, sizeof *st);
+    st->params = malloc(rc->numel * sizeof(float) + 1);
+    st->mom = calloc(rc->numel + 1, sizeof(float));
+    st->digests = calloc((size_t)rc->nshards, sizeof *st->digests);
+    if (rc->dn_buffer > 0) st->dnbuf = calloc(rc->numel + 1, sizeof(float));
+    if (!st->params || !st->mom || !st->digests || (rc->dn_buffer > 0 && !st->dnbuf)) {
+        run_state_free(st);
+        err_set(err, errlen, "out of memory for %" PRIu64 " parameters", rc->numel);
+        return -1;
+    }
+    return 0;
+}
+
+void run_state_free(run_state *st) {
+    free(st->params);
+    free(st->mom);
+    free(st->dnbuf);
+    free(st->digests);
+    memset(st, 0, sizeof *st);
+}
+
+/* HMGET dl:{R}:shards with `nf` fields of REF_FIELDS per shard; the reply has nf*S elements. */
+static redisReply *shard_refs(rconn *c, const runconf *rc, int nf, char *err, size_t errlen) {
+    int S = rc->nshards;
+    size_t argc = 2 + (size_t)nf * (size_t)S;
+    const char **argv = calloc(argc, sizeof *argv);
+    char (*fields)[32] = calloc((size_t)nf * (size_t)S, sizeof *fields);
+    char key[KEY_MAX];
+    redisReply *r = NULL;
+    if (!argv || !fields) {
+        err_set(err, errlen, "out of memory");
+        goto done;
+    }
+    argv[0] = "HMGET";
+    argv[1] = key_run(key, sizeof key, rc->run, "shards");
+    for (int k = 0; k < S; k++)
+        for (int j = 0; j < nf; j++) {
+            snprintf(fields[nf * k + j], sizeof fields[0], "%d:%s", k, REF_FIELDS[j]);
+            argv[2 + nf * k + j] = fields[nf * k + j];
+        }
+    r = rconn_command_argv(c, (int)argc, argv, NULL);
+    if (rconn_reply_error(c, r, err, errlen) < 0) {
+        if (r) freeReplyObject(r);
+        r = NULL;
+    } else if (r->type != REDIS_REPLY_ARRAY || r->elements != (size_t)nf * (size_t)S) {
+        err_set(err, errlen, "unexpected reply to HMGET %s", key);
+        freeReplyObject(r);
+        r = NULL;
+    }
+done:
+    free(argv);
+    free(fields);
+    return r;
+}
+
+/* Shard k's version from its refs, or -1 with err when the entry is incomplete. */
+static long long ref_version(const runconf *rc, redisReply **e, int nf, int k, char *err, size_t errlen) {
+    long long v;
+    int ok = e[0]->type == REDIS_REPLY_STRING && parse_int(e[0]->str, 0, INT64_MAX, &v) == 0;
+    for (int j = 1; j < nf; j++)
+        if (j != 2 && e[j]->type != REDIS_REPLY_STRING) ok = 0; /* the log may be empty */
+    if (!ok) {
+        err_set(err, errlen, "shard %d: its entry in dl:{%s}:shards is incomplete (was the run initialised?)", k,
+                rc->run);
+        return -1;
+    }
+    return v;
+}
+
+int run_state_versions(rconn *c, const runconf *rc, int64_t *min_version, int64_t *max_version, char *err,
+                       size_t errlen) {
+    redisReply *r = shard_refs(c, rc, 1, err, errlen);
+    if (!r) return -1;
+    int64_t lo = INT64_MAX, hi = -1;
+    for (int k = 0; k < rc->nshards; k++) {
+        long long v = ref_version(rc, r->element + k, 1, k, err, errlen);
+        if (v < 0) {
+            freeReplyObject(r);
+            return -1;
+        }
+        if (v < lo) lo = v;
+        if (v > hi) hi = v;
+    }
+    freeReplyObject(r);
+    *min_version = lo;
+    *max_version = hi;
+    return 0;
+}
+
+int run_state_read_once(rconn *c, const runconf *rc, int allow_mixed, run_state *st, char *why, size_t whylen,
+                        char *err, size_t errlen) {
+    redisReply *r = shard_refs(c, rc, 4, err, errlen);
+    if (!r) return -1;
+    int ret = -1;
+    int64_t lo = INT64_MAX, hi = -1;
+    for (int k = 0; k < rc->nshards; k++) {
+        long long v = ref_version(rc, r->element + 4 * k, 4, k, err, errlen);
+        if (v < 0) goto done;
+        if (v < lo) lo = v;
+        if (v > hi) hi = v;
+    }
+    if (lo != hi && !allow_mixed) {
+        err_set(why, whylen, "the shards are at versions %" PRId64 " to %" PRId64, lo, hi);
+        ret = 1;
+        goto done;
+    }
+    st->has_mom = 0;
+    for (int k = 0; k < rc->nshards; k++) {
+        redisReply **e = r->element + 4 * k;
+        uint64_t off = rc->shard_bounds[k];
+        size_t n = (size_t)runconf_shard_numel(rc, k);
+        /* the same replay as a shard-server's load, with the DN buffer and the run's DN schedule */
+        replay_state rs = {.theta = st->params + off, .mom = st->mom + off,
+                           .dnbuf = st->dnbuf ? st->dnbuf + off : NULL, .dn_buffer = (uint32_t)rc->dn_buffer,
+                           .dn_variant = rc->dn_variant, .dn_t0 = rc->dn_t0};
+        long long v = atoll(e[0]->str);
+        int lrc = replay_load_refs_state(c, rc->run, k, n, v, e[1]->str,
+                                         e[2]->type == REDIS_REPLY_STRING ? e[2]->str : "", e[3]->str, &rs, err, errlen);
+        if (lrc == REPLAY_GONE) {
+            err_set(why, whylen, "%s", err);
+            ret = 1;
+            goto done;
+        }
+        if (lrc < 0) goto done;
+        st->has_mom |= rs.has_mom;
+        snprintf(st->digests[k], sizeof st->digests[k], "%s", e[3]->str);
+    }
+    st->version = lo;
+    st->max_version = hi;
+    ret = 0;
+done:
+    freeReplyObject(r);
+    return ret;
+}
+
+int run_state_read(rconn *c, const runconf *conf, int allow_mixed, int timeout_ms, run_state *st, char *err,
+                   size_t errlen) {
+    uint64_t deadline = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+    char why[512] = "";
+    for (unsigned attempt = 0;; attempt++) {
+        int rc = run_state_read_once(c, conf, allow_mixed, st, why, sizeof why, err, errlen);
+        if (rc <= 0) return rc;
+        if (now_ms() >= deadline) {
+            err_set(err, errlen, "no consistent version of run '%s' after %d ms (%s): a round is being committed "
+                    "or a fragment lags behind; try again or give a longer --timeout", conf->run, timeout_ms, why);
+            return -1;
+        }
+        if (attempt == 0) log_info("waiting for one consistent version of run '%s' (%s)", conf->run, why);
+        sleep_ms(attempt < 10 ? 50 : 200);
+    }
+}

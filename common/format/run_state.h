@@ -1,0 +1,43 @@
+/* run_state.h: reading a run's committed global state (parameters, outer momentum, Delayed Nesterov
+ * buffer) out of Redis, without a shard-server.
+ *
+ * One HMGET of every shard's refs (version, snapshot, log, digest) in dl:{R}:shards, so all shards come
+ * from the same instant, then common/replay.c rebuilds each shard (snapshot + log replay + digest
+ * check). The checkpoint export needs every shard at one common version; the evaluator
+ * (worker/evaluator.c) also accepts a Streaming run's fragments at different versions, since they
+ * never line up while it trains. */
+#ifndef DILOCO_RUN_STATE_H
+#define DILOCO_RUN_STATE_H
+#include <stddef.h>
+#include <stdint.h>
+
+#include "rconn.h"
+#include "runconf.h"
+
+typedef struct run_state {
+    float *params, *mom;   /* numel fp32 each */
+    float *dnbuf;          /* numel fp32 when the run has a Delayed Nesterov buffer, else NULL */
+    int has_mom;
+    int64_t version;       /* the common version (the lowest shard version with allow_mixed) */
+    int64_t max_version;   /* the highest shard version */
+    char (*digests)[17];   /* per shard */
+} run_state;
+
+/* Allocate the buffers for run `rc` (free with run_state_free). */
+int run_state_alloc(run_state *st, const runconf *rc, char *err, size_t errlen);
+void run_state_free(run_state *st);
+
+/* The shard versions now: lowest and highest (one HMGET). */
+int run_state_versions(rconn *c, const runconf *rc, int64_t *min_version, int64_t *max_version, char *err,
+                       size_t errlen);
+
+/* One attempt at reading the state: 0 done, 1 try again (the shards are at different versions and
+ * !allow_mixed, or a blob was trimmed while we read; *why says which), -1 error. */
+int run_state_read_once(rconn *c, const runconf *rc, int allow_mixed, run_state *st, char *why, size_t whylen,
+                        char *err, size_t errlen);
+
+/* run_state_read_once until it succeeds or timeout_ms passes (then -1, with a message that says what to
+ * do). */
+int run_state_read(rconn *c, const runconf *rc, int allow_mixed, int timeout_ms, run_state *st, char *err,
+                   size_t errlen);
+#endif

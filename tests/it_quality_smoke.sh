@@ -1,0 +1,31 @@
+#!/bin/sh
+# it_quality_smoke.sh: bench/quality --smoke (a tiny GPT on the Bible: the data-parallel baseline and
+# DiLoCo with 4 workers at H=10, through redis-server, shard-servers, workers and the evaluator) writes
+# result.json, table.md and the two plots; both runs' validation losses are finite and fall, and the
+# table has the H=10 row with its signed gap to data-parallel. The figures themselves come from the full
+# benchmark (docs/quality.md), never from this test.
+. "$(dirname "$0")/lib.sh"
+prepare_bible
+OUT=$TMP/quality
+/usr/bin/python3 bench/quality --smoke --out "$OUT" > "$TMP/bench.log" 2>&1 || fail "bench/quality --smoke: $(tail -n 5 "$TMP/bench.log")"
+for f in result.json table.md; do [ -s "$OUT/$f" ] || fail "no $f"; done
+if command -v gnuplot >/dev/null 2>&1; then
+  for f in loss_vs_tokens.png final_vs_h.png; do
+    [ "$(head -c 4 "$OUT/$f" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "no plot $f"
+  done
+fi
+python3 - "$OUT/result.json" <<'PY' || fail "result.json: $(cat "$OUT/result.json" | head -c 2000)"
+import json, math, sys
+r = json.load(open(sys.argv[1]))
+runs = {x["name"]: x for x in r["runs"]}
+assert set(runs) == {"dp", "h10"}, runs.keys()
+for n, x in runs.items():
+    c = x["curve"]
+    assert len(c) >= 2 and c[0]["version"] == 0 and c[-1]["version"] == x["final_version"], (n, c)
+    assert all(math.isfinite(e["loss"]) for e in c), (n, c)
+    assert c[-1]["loss"] < c[0]["loss"] - 0.5, (n, "did not fall", c[0]["loss"], c[-1]["loss"])
+    assert c[-1]["tokens"] == x["tokens"] == 4 * 40 * 4 * 32, (n, x["tokens"])
+print("dp %.4f, h10 %.4f" % (runs["dp"]["final_loss"], runs["h10"]["final_loss"]))
+PY
+grep -Eq '^\| 10 \| 0\.7 \| 0\.9 \| [0-9.]+ \| [+-][0-9.]+% \|' "$OUT/table.md" || fail "table: $(cat "$OUT/table.md")"
+say "$(grep '^| 10 ' "$OUT/table.md")"

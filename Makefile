@@ -353,6 +353,7 @@ python: $(LIBDILOCO_SO) $(LIBDILOCO_CUDA_SO)
 	@test -n "$(LIBDILOCO_CUDA_SO)" || echo "make python: nvcc not found (PATH, /usr/local/cuda/bin): build/libdiloco_cuda.so skipped; CUDA models will copy through pinned host memory"
 	$(PYTHON) -m compileall -q python/rediloco
 	cd python && $(PYTHON) -c 'import rediloco; print("rediloco", rediloco.__version__, "on libdiloco", rediloco.library_version())'
+	cd python && $(PYTHON) -c 'from rediloco import devicehooks; print("CUDA device hooks:", devicehooks.cuda_library_status())'
 
 install-python: $(LIBDILOCO_SO) $(LIBDILOCO_CUDA_SO)
 	for f in $(PY_SRC); do install -D -m 644 $$f $(DESTDIR)$(PREFIX)/$(PY_SITE)/$${f#python/}; done

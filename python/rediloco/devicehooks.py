@@ -104,7 +104,8 @@ class CudaHooks:
                                           ctypes.c_void_p(stream_ptr or None), device_index, ctypes.byref(self.ops),
                                           ctypes.byref(self.handle), err, _ERRLEN)
         if rc < 0:
-            raise DiLoCoError("CUDA device hooks (%s): %s" % (self.lib.path, err.value.decode(errors="replace")))
+            raise DiLoCoError("CUDA device hooks (%s): %s; set REDILOCO_CUDA_LIB=\"\" to copy through pinned host "
+                              "memory instead" % (self.lib.path, err.value.decode(errors="replace")))
 
     def release(self):
         if self.handle:

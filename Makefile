@@ -50,7 +50,7 @@ TRAINERS_SRC = $(wildcard worker/gpt/*.c worker/trainers/*.c)
 TRAINERS_OBJ = $(TRAINERS_SRC:%.c=$(BUILD)/%.o)
 WORKER_SRC  = $(wildcard worker/*.c)
 WORKER_OBJ  = $(WORKER_SRC:%.c=$(BUILD)/%.o)
-SERVER_SRC  = $(wildcard shard-server/*.c shard-server/link/*.c)
+SERVER_SRC  = $(filter-out shard-server/main.c,$(wildcard shard-server/*.c shard-server/link/*.c))
 SERVER_OBJ  = $(SERVER_SRC:%.c=$(BUILD)/%.o)
 COORD_SRC   = $(wildcard coordinator/*.c)
 COORD_OBJ   = $(COORD_SRC:%.c=$(BUILD)/%.o)
@@ -84,6 +84,8 @@ LIBCOMMON = $(BUILD)/libcommon.a
 LIBMODEL  = $(BUILD)/libmodel.a
 LIBDILOCO = $(BUILD)/worker/libdiloco-objs.a
 LIBTRAINERS = $(BUILD)/libtrainers.a
+# the shard-server but its main.c: bin/shard-server and its unit tests (tests/test_ss_*.c) link it
+LIBSERVER = $(BUILD)/libshardserver.a
 
 .PHONY: all deps test demo bench clean cuda-check format
 all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker lib $(BUILD)/diloco.lua
@@ -153,12 +155,14 @@ $(LIBDILOCO): $(DILOCO_OBJ)
 	@rm -f $@; ar rcs $@ $^
 $(LIBTRAINERS): $(TRAINERS_OBJ) $(CUDA_OBJ)
 	@rm -f $@; ar rcs $@ $^
+$(LIBSERVER): $(SERVER_OBJ)
+	@rm -f $@; ar rcs $@ $^
 
 # The coordinator knows models through model/ only: no trainer, so no BLAS, OpenMP or CUDA (it_link_deps)
 $(BIN)/coordinator: $(COORD_OBJ) $(BUILD)/gen/dashboard_html.o $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
-$(BIN)/shard-server: $(SERVER_OBJ) $(LIBCOMMON)
+$(BIN)/shard-server: $(BUILD)/shard-server/main.o $(LIBSERVER) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
 $(BIN)/worker: $(WORKER_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
@@ -168,6 +172,11 @@ $(BIN)/worker: $(WORKER_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON
 $(BUILD)/tests/tools/%: tests/tools/%.c $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+
+# the shard-server's unit tests: its library and the harness they share (tests/ss_harness.c)
+$(BUILD)/tests/test_ss_%: tests/test_ss_%.c tests/ss_harness.c $(LIBSERVER) $(LIBCOMMON)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -Ishard-server -o $@ $(filter-out %.h,$^) -lcmocka $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(dir $@)

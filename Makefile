@@ -325,6 +325,27 @@ uninstall:
 	      $(DESTDIR)$(LIBDIR)/$(DILOCO_SONAME) $(DESTDIR)$(LIBDIR)/libdiloco.so $(DESTDIR)$(LIBDIR)/libdiloco.a \
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/libdiloco.pc
 
+# ---- build/libdiloco_cuda.so: libdiloco's CUDA device hooks for the Python package (docs/python.md) ---
+# The hooks (worker/cuda/diloco_cuda.cu) and their exported entry (diloco_cuda_so.cu) built again as PIC,
+# with err_set from libcommon.a; as for libdiloco.so, every symbol but diloco_cuda_* is made local
+# (tests/it_python_cuda_so.sh checks with nm -D). Built with the library when nvcc exists.
+ifneq ($(CUDA_OBJ),)
+LIBDILOCO_CUDA_SO  = $(BUILD)/libdiloco_cuda.so
+DILOCO_CUDA_SONAME = libdiloco_cuda.so.$(DILOCO_ABI)
+PIC_CUDA_OBJ       = $(BUILD)/pic/worker/cuda/diloco_cuda.o $(BUILD)/pic/worker/cuda/diloco_cuda_so.o
+lib: $(LIBDILOCO_CUDA_SO)
+$(BUILD)/pic/worker/cuda/%.o: worker/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Xcompiler -fPIC,-fvisibility=hidden $(COMMON_INC) -Imodel -Iworker -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+$(BUILD)/libdiloco_cuda.o: $(PIC_CUDA_OBJ) $(LIBCOMMON)
+	$(CC) -r -nostdlib -o $@.tmp $(PIC_CUDA_OBJ) $(LIBCOMMON)
+	objcopy --localize-hidden --wildcard --keep-global-symbol='diloco_cuda_*' $@.tmp $@
+	@rm -f $@.tmp
+$(LIBDILOCO_CUDA_SO): $(BUILD)/libdiloco_cuda.o
+	$(CC) -shared -o $@ -Wl,-soname,$(DILOCO_CUDA_SONAME) -Wl,-z,defs -Wl,--as-needed $< \
+	    -L$(CUDA_HOME)/lib64 -lcudart -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64 -lm -pthread
+endif
+
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # ---- the Python package (python/rediloco, docs/python.md) -------------------------------------------
@@ -337,13 +358,16 @@ PYTHON    ?= /usr/bin/python3
 PY_SRC     = $(shell find python/rediloco -name '*.py')
 PY_SITE   ?= $(shell $(PYTHON) -c 'import sys; print("lib/python3/dist-packages" if "$(PREFIX)" == "/usr" else "lib/python%d.%d/dist-packages" % sys.version_info[:2])')
 .PHONY: python install-python uninstall-python demo-torch
-python: $(LIBDILOCO_SO)
+python: $(LIBDILOCO_SO) $(LIBDILOCO_CUDA_SO)
+	@test -n "$(LIBDILOCO_CUDA_SO)" || echo "make python: nvcc not found (PATH, /usr/local/cuda/bin): build/libdiloco_cuda.so skipped; CUDA models will copy through pinned host memory"
 	$(PYTHON) -m compileall -q python/rediloco
 	cd python && $(PYTHON) -c 'import rediloco; print("rediloco", rediloco.__version__, "on libdiloco", rediloco.library_version())'
+	cd python && $(PYTHON) -c 'from rediloco import devicehooks; print("CUDA device hooks:", devicehooks.cuda_library_status())'
 
-install-python: $(LIBDILOCO_SO)
+install-python: $(LIBDILOCO_SO) $(LIBDILOCO_CUDA_SO)
 	for f in $(PY_SRC); do install -D -m 644 $$f $(DESTDIR)$(PREFIX)/$(PY_SITE)/$${f#python/}; done
 	install -m 755 $(LIBDILOCO_SO) $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco/$(DILOCO_SONAME)
+	$(if $(LIBDILOCO_CUDA_SO),install -m 755 $(LIBDILOCO_CUDA_SO) $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco/$(DILOCO_CUDA_SONAME))
 	$(PYTHON) -m compileall -q $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco
 
 uninstall-python:

@@ -7,6 +7,7 @@
 #   make test    deps + build + every test (unit tests on cmocka, integration tests on a real redis-server)
 #   make demo    deps + build + train a GPT on the King James Bible with Redis, shard-servers, workers
 #   make bench   build the benchmarks under bench/
+#   make fuzz    build the libFuzzer targets (clang-14) and run each for FUZZ_SECONDS (docs/fuzzing.md)
 #
 # Sources are found by wildcard: a new .c file in a module folder is built without touching this file.
 # Each test is tests/test_*.c (a cmocka program) or tests/it_*.sh (an integration script).
@@ -15,24 +16,31 @@ CC       ?= cc
 OPT      ?= -O2
 CSTD      = -std=c11 -D_GNU_SOURCE
 WARN      = -Wall -Wextra -Werror
-CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -pthread -MMD -MP -Icommon -Imodel -Iworker -Ibuild/gen \
-            -I/usr/include/x86_64-linux-gnu/openblas-pthread
+# common/ holds four kinds of module, one folder each: net/ (Redis connections, Cluster routing, URLs,
+# frames, the handshake), format/ (blobs, msgpack readers, key names, run config, safetensors, error
+# codes), math/ (the outer step, hashing, bf16, codecs, log replay) and base/ (logging, time, errors, signals).
+# Headers are included by name ("blob.h"), so a module can move between folders without touching callers.
+COMMON_INC = -Icommon/net -Icommon/format -Icommon/math -Icommon/base -Icommon
+# OpenBLAS's header and library as the distribution installs them (Debian: openblas-pthread/)
+OPENBLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
+OPENBLAS_LIBS   := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
+CFLAGS   += $(CSTD) $(OPT) -g $(WARN) -pthread -MMD -MP $(COMMON_INC) -Imodel -Iworker -Ibuild/gen $(OPENBLAS_CFLAGS)
 # The outer step, the averaging and everything on the pseudo-gradient path must be bit-reproducible:
 # no fused multiply-add contraction anywhere but in the trainer (which has its own flags below); the
-# outer step's explicit fmaf calls (common/outer_fma.h) are exactly rounded, so they are no exception.
+# outer step's explicit fmaf calls (common/math/outer_fma.h) are exactly rounded, so they are no exception.
 DETERMINISTIC = -ffp-contract=off
 LDLIBS    = -lhiredis -levent -levent_pthreads -lmsgpackc -lxxhash -ljansson -lcrypto -lm -pthread
-BLASLIBS  = -lopenblas -fopenmp
+BLASLIBS  = $(OPENBLAS_LIBS) -fopenmp
 
 DEB_PKGS  = build-essential pkg-config libhiredis-dev redis-server redis-tools libevent-dev libmsgpack-dev \
             libopenblas-dev libxxhash-dev libjansson-dev libcmocka-dev libssl-dev bible-kjv bible-kjv-text \
             python3-torch python3-numpy python3-yaml iproute2 procps chromium curl stunnel4 openssl gnuplot-nox \
-            qemu-user
+            qemu-user clang-14 libclang-rt-14-dev
 
 BUILD = build
 BIN   = bin
 
-COMMON_SRC  = $(wildcard common/*.c)
+COMMON_SRC  = $(wildcard common/*/*.c common/*.c)
 COMMON_OBJ  = $(COMMON_SRC:%.c=$(BUILD)/%.o) $(BUILD)/gen/lua_library.o
 MODEL_SRC   = $(wildcard model/*.c)
 MODEL_OBJ   = $(MODEL_SRC:%.c=$(BUILD)/%.o)
@@ -42,7 +50,7 @@ TRAINERS_SRC = $(wildcard worker/gpt/*.c worker/trainers/*.c)
 TRAINERS_OBJ = $(TRAINERS_SRC:%.c=$(BUILD)/%.o)
 WORKER_SRC  = $(wildcard worker/*.c)
 WORKER_OBJ  = $(WORKER_SRC:%.c=$(BUILD)/%.o)
-SERVER_SRC  = $(wildcard shard-server/*.c)
+SERVER_SRC  = $(wildcard shard-server/*.c shard-server/link/*.c)
 SERVER_OBJ  = $(SERVER_SRC:%.c=$(BUILD)/%.o)
 COORD_SRC   = $(wildcard coordinator/*.c)
 COORD_OBJ   = $(COORD_SRC:%.c=$(BUILD)/%.o)
@@ -77,8 +85,8 @@ LIBMODEL  = $(BUILD)/libmodel.a
 LIBDILOCO = $(BUILD)/worker/libdiloco-objs.a
 LIBTRAINERS = $(BUILD)/libtrainers.a
 
-.PHONY: all deps test demo bench clean cuda-check
-all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker lib
+.PHONY: all deps test demo bench clean cuda-check format
+all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker lib $(BUILD)/diloco.lua
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -91,7 +99,14 @@ deps:
 	@# node and npm drive the browser test; a machine may already have them from elsewhere (nodesource)
 	@command -v npm >/dev/null 2>&1 || { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q nodejs npm; }
 
-$(BUILD)/gen/lua_library.c: lua/diloco.lua tools/embed.sh
+# The Functions library is one file for Redis (FUNCTION LOAD takes one script) but several in lua/,
+# one concern each, joined in name order.
+LUA_SRC = $(sort $(wildcard lua/[0-9]*.lua))
+$(BUILD)/diloco.lua: $(LUA_SRC)
+	@mkdir -p $(dir $@)
+	cat $(LUA_SRC) > $@
+
+$(BUILD)/gen/lua_library.c: $(BUILD)/diloco.lua tools/embed.sh
 	@mkdir -p $(dir $@)
 	sh tools/embed.sh lua_library $< > $@
 
@@ -103,11 +118,22 @@ $(BUILD)/gen/%.o: $(BUILD)/gen/%.c
 	$(CC) $(CFLAGS) -c $< -o $@
 
 $(BUILD)/common/%.o $(BUILD)/model/%.o $(BUILD)/worker/diloco/%.o $(BUILD)/worker/trainers/%.o $(BUILD)/shard-server/%.o: CFLAGS += $(DETERMINISTIC)
-$(BUILD)/worker/gpt/%.o: OPT = -O3 -march=native
-# AVX2 builds (xxhash's AVX2 code path; the commit's kernel, with FMA): only called when the CPU has them
+# No -march=native anywhere: a binary must run on every x86-64 of a scattered fleet. The hot kernels
+# carry their own x86-64-v3 build, picked at load time (HOT_CLONES, common/base/clones.h), and give the
+# same bits in both builds (tests/it_portable_gpt_bits.sh).
+GPT_OPT = -O3
+$(BUILD)/worker/gpt/%.o: OPT = $(GPT_OPT)
+$(BUILD)/worker/gpt/%.o: CFLAGS += $(DETERMINISTIC)
+# objects built with other flags are rebuilt: a stamp that changes with them
+$(BUILD)/gpt-cflags.stamp: FORCE
+	@mkdir -p $(BUILD); echo '$(GPT_OPT) $(DETERMINISTIC)' | cmp -s - $@ || echo '$(GPT_OPT) $(DETERMINISTIC)' > $@
+$(TRAINERS_SRC:%.c=$(BUILD)/%.o): $(BUILD)/gpt-cflags.stamp
+# AVX2 builds (xxhash's AVX2 code path; the commit's kernel, with FMA; the codec's block kernels, no FMA):
+# only called when the CPU has them
 ifeq ($(shell uname -m),x86_64)
-$(BUILD)/common/hash_avx2.o: CFLAGS += -mavx2
-$(BUILD)/common/outer_avx2.o: CFLAGS += -mavx2 -mfma
+$(BUILD)/common/math/hash_avx2.o: CFLAGS += -mavx2
+$(BUILD)/common/math/outer_avx2.o: CFLAGS += -mavx2 -mfma
+$(BUILD)/common/math/codec_avx2.o: CFLAGS += -mavx2
 endif
 $(BUILD)/worker/gpt/%.o: CFLAGS += -fopenmp
 
@@ -117,7 +143,7 @@ $(BUILD)/%.o: %.c
 
 $(BUILD)/worker/cuda/%.o: worker/cuda/%.cu
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -Icommon -Imodel -Iworker -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+	$(NVCC) $(NVCCFLAGS) $(COMMON_INC) -Imodel -Iworker -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 $(LIBCOMMON): $(COMMON_OBJ)
 	@rm -f $@; ar rcs $@ $^
@@ -150,7 +176,7 @@ $(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODE
 $(BIN)/bench-%: bench/%.c $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	@mkdir -p $(BUILD)/bench
-	$(CC) $(CFLAGS) -O3 -march=native -fopenmp -MF $(BUILD)/bench/$*.d -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -O3 -fopenmp -MF $(BUILD)/bench/$*.d -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
 test: deps
 	$(MAKE) all tests-build
@@ -166,8 +192,65 @@ demo: deps
 	$(MAKE) all
 	sh deploy/local/demo.sh
 
+# Reformat every C, header and CUDA file with .clang-format (Debian's clang-format).
+format:
+	git ls-files '*.c' '*.h' '*.cu' | xargs clang-format -i
+
 clean:
 	rm -rf $(BUILD) $(BIN)
+
+# ---- fuzzing: libFuzzer targets of every decoder of untrusted bytes (docs/fuzzing.md) ----------------
+#
+# fuzz/fuzz_NAME.c is a target (found by wildcard, like the tests); fuzz/corpus/NAME/ its committed
+# seeds. Everything it calls is compiled again with clang and AddressSanitizer + UBSan into
+# build/fuzz/, so a sanitizer finding is a crash with the input that caused it.
+#   make fuzz-build                       build/fuzz/fuzz_NAME for every target (part of tests-build)
+#   make fuzz [FUZZ_SECONDS=300] [FUZZ_TARGETS="blob url"]   run each target that long (new inputs go
+#                                         to build/fuzz/corpus/NAME, crashes to build/fuzz/artifacts/)
+#   make fuzz-seeds                       write the seed corpora again (fuzz/seeds.c, fuzz/seeds_checkpoint.py)
+# tests/it_fuzz.sh (make test) replays every seed and fuzzes each target for a few seconds.
+FUZZ_CC     ?= $(shell command -v clang-14 2>/dev/null || command -v clang 2>/dev/null)
+FUZZ_SECONDS ?= 300
+FUZZ_ALL     = $(patsubst fuzz/fuzz_%.c,%,$(wildcard fuzz/fuzz_*.c))
+FUZZ_TARGETS ?= $(FUZZ_ALL)
+FUZZ_SAN     = -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer
+FUZZ_CFLAGS  = $(CSTD) -O1 -g $(WARN) $(DETERMINISTIC) $(FUZZ_SAN) -MMD -MP $(COMMON_INC) -Imodel -Icoordinator -Ibuild/gen
+# what the targets call: common/ and the file readers of the coordinator (its other files need a Redis)
+FUZZ_SRC     = $(COMMON_SRC) $(MODEL_SRC) coordinator/checkpoint_read.c coordinator/from_state.c
+FUZZ_OBJ     = $(FUZZ_SRC:%.c=$(BUILD)/fuzz/obj/%.o) $(BUILD)/fuzz/obj/gen/lua_library.o
+ifneq ($(FUZZ_CC),)
+FUZZ_BIN     = $(FUZZ_ALL:%=$(BUILD)/fuzz/fuzz_%)
+else
+$(info make: clang not found (apt-get install clang-14 libclang-rt-14-dev): the fuzz targets are left out)
+endif
+
+$(BUILD)/fuzz/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer-no-link -c $< -o $@
+$(BUILD)/fuzz/obj/gen/%.o: $(BUILD)/gen/%.c
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+ifeq ($(shell uname -m),x86_64)
+$(BUILD)/fuzz/obj/common/math/hash_avx2.o: FUZZ_CFLAGS += -mavx2
+$(BUILD)/fuzz/obj/common/math/outer_avx2.o: FUZZ_CFLAGS += -mavx2 -mfma
+$(BUILD)/fuzz/obj/common/math/codec_avx2.o: FUZZ_CFLAGS += -mavx2
+endif
+$(BUILD)/fuzz/libfuzzcommon.a: $(FUZZ_OBJ)
+	@rm -f $@; ar rcs $@ $^
+$(BUILD)/fuzz/fuzz_%: fuzz/fuzz_%.c $(BUILD)/fuzz/libfuzzcommon.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -fsanitize=fuzzer -o $@ $< $(BUILD)/fuzz/libfuzzcommon.a $(LDLIBS)
+$(BUILD)/fuzz/seeds: fuzz/seeds.c $(LIBCOMMON)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -o $@ $< $(LIBCOMMON) $(LDLIBS)
+
+.PHONY: fuzz fuzz-build fuzz-seeds
+fuzz-build: $(FUZZ_BIN)
+tests-build: fuzz-build
+fuzz: fuzz-build
+	sh fuzz/run.sh $(FUZZ_SECONDS) $(FUZZ_TARGETS)
+fuzz-seeds: $(BUILD)/fuzz/seeds
+	$(BUILD)/fuzz/seeds fuzz/corpus
+	python3 fuzz/seeds_checkpoint.py fuzz/corpus
 
 # ---- libdiloco for other programs: build/libdiloco.so and .a, libdiloco.pc, make install -----------
 #
@@ -206,7 +289,7 @@ $(COMMON_SRC:%.c=$(BUILD)/%.o) $(DILOCO_OBJ): $(BUILD)/lib-cflags.stamp
 lib: $(LIBDILOCO_SO) $(LIBDILOCO_A)
 
 # ld -r takes from libcommon.a only the members the library's objects need; objcopy then makes every
-# symbol but diloco_* local (hidden ones, and the target_clones dispatchers of common/outer.c, which
+# symbol but diloco_* local (hidden ones, and the target_clones dispatchers of common/math/outer.c, which
 # GCC makes global whatever the visibility)
 $(LIBDILOCO_OBJ): $(DILOCO_OBJ) $(LIBCOMMON)
 	$(CC) -r -nostdlib -o $@.tmp $(DILOCO_OBJ) $(LIBCOMMON)
@@ -234,3 +317,29 @@ uninstall:
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/libdiloco.pc
 
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
+
+# ---- the Python package (python/rediloco, docs/python.md) -------------------------------------------
+#
+#   make python                           build/libdiloco.so, the package byte-compiled, its import checked
+#   make install-python PREFIX=/usr/local the package into PREFIX's dist-packages for Debian's python3,
+#                                         with libdiloco.so.0 beside it (DESTDIR honoured)
+#   make demo-torch                       a PyTorch GPT worker and a C GPT worker train one run
+PYTHON    ?= /usr/bin/python3
+PY_SRC     = $(shell find python/rediloco -name '*.py')
+PY_SITE   ?= $(shell $(PYTHON) -c 'import sys; print("lib/python3/dist-packages" if "$(PREFIX)" == "/usr" else "lib/python%d.%d/dist-packages" % sys.version_info[:2])')
+.PHONY: python install-python uninstall-python demo-torch
+python: $(LIBDILOCO_SO)
+	$(PYTHON) -m compileall -q python/rediloco
+	cd python && $(PYTHON) -c 'import rediloco; print("rediloco", rediloco.__version__, "on libdiloco", rediloco.library_version())'
+
+install-python: $(LIBDILOCO_SO)
+	for f in $(PY_SRC); do install -D -m 644 $$f $(DESTDIR)$(PREFIX)/$(PY_SITE)/$${f#python/}; done
+	install -m 755 $(LIBDILOCO_SO) $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco/$(DILOCO_SONAME)
+	$(PYTHON) -m compileall -q $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco
+
+uninstall-python:
+	rm -rf $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco
+
+demo-torch: deps
+	$(MAKE) all python
+	sh deploy/local/demo_torch.sh

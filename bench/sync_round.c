@@ -2,7 +2,7 @@
  * runs them; see docs/benchmarks.md).
  *
  *   bin/bench-sync_round worker --redis URL --run R --id W --numel N --start-ms T [--rounds 8] [--gap-ms 1000]
- *                               [--no-bf16]
+ *                               [--no-bf16] [--error-feedback]
  *       A DiLoCo worker with no training: libdiloco on a flat buffer, one diloco_force_sync per round.
  *       The "inner training" between rounds is a 1e-3 nudge of every parameter; round r starts at wall
  *       clock T + r * gap (ms), so every worker starts its round at the same instant and rounds never
@@ -11,14 +11,16 @@
  *       (CLOCK_REALTIME microseconds, from diloco_sync_info; cpu_s: this process's CPU seconds in the sync;
  *       confirm_s: time this sync spent, before its first byte, confirming the previous round durable).
  *   bin/bench-sync_round tcp --numel N [--workers 2] [--servers 2] [--reps 5] [--start-ms S --tick-ms T --offset-ms O]
+ *                            [--up-bpp 2 --down-bpp 4]
  *       The same worker bytes over plain loopback TCP, same topology as the run: every worker has one
  *       connection (and thread) per server, sends its bf16 share (2*N/servers bytes) to each server;
- *       a server answers once it has every worker's upload, with the fp32 share (4*N/servers bytes).
+ *       a server answers once it has every worker's upload, with the fp32 share (4*N/servers bytes); with
+ *       --up-bpp/--down-bpp, that many bytes per parameter instead (the sizes of another codec).
  *       Preallocated buffers, no framing, no checksums. Prints "tcp seconds S cpu C" per repetition
  *       (C: CPU seconds of both ends, all threads). With
  *       --tick-ms, repetition r starts at wall clock S + r * T + O (between the rounds of a concurrent
  *       `worker` run with the same start and --gap-ms T), so both see the same background load.
- *   bin/bench-sync_round redis --redis URL --numel N [--workers 2] [--reps 3]
+ *   bin/bench-sync_round redis --redis URL --numel N [--workers 2] [--reps 3] [--up-bpp 2 --down-bpp 4]
  *       The same worker bytes through one Redis connection: per worker SET of its 2*N-byte
  *       pseudo-gradient, then per worker GET of a 4*N-byte parameter value. Prints "redis seconds S".
  */
@@ -85,6 +87,7 @@ static int run_worker(int argc, char **argv) {
     o.worker_id = id;
     o.sync_every = 1 << 30;
     o.bf16 = !flag(argc, argv, "--no-bf16");
+    o.error_feedback = flag(argc, argv, "--error-feedback");
     o.heartbeat_interval_ms = 2000;
     float *params = malloc(numel * sizeof(float));
     if (!params) return 1;
@@ -179,7 +182,8 @@ static int run_tcp(int argc, char **argv) {
     size_t numel = (size_t)atoll(arg(argc, argv, "--numel", "25000000"));
     int nw = atoi(arg(argc, argv, "--workers", "2")), ns = atoi(arg(argc, argv, "--servers", "2"));
     int reps = atoi(arg(argc, argv, "--reps", "5"));
-    size_t up = 2 * numel / (size_t)ns, down = 4 * numel / (size_t)ns;
+    size_t up = (size_t)(atof(arg(argc, argv, "--up-bpp", "2")) * (double)numel) / (size_t)ns,
+           down = (size_t)(atof(arg(argc, argv, "--down-bpp", "4")) * (double)numel) / (size_t)ns;
     int nc = nw * ns;
     tcp_server *srv = calloc((size_t)ns, sizeof *srv);
     tcp_end *cl = calloc((size_t)nc, sizeof *cl), *sv = calloc((size_t)nc, sizeof *sv);
@@ -268,7 +272,8 @@ static int run_redis(int argc, char **argv) {
         fprintf(stderr, "redis: cannot connect to %s:%d\n", host, port);
         return 1;
     }
-    size_t up = 2 * numel, down = 4 * numel;
+    size_t up = (size_t)(atof(arg(argc, argv, "--up-bpp", "2")) * (double)numel),
+           down = (size_t)(atof(arg(argc, argv, "--down-bpp", "4")) * (double)numel);
     char *buf = malloc(down);
     memset(buf, 0x5a, down);
     redisReply *r = redisCommand(c, "SET bench:sync_round:params %b", buf, down);

@@ -11,11 +11,13 @@
  * Both are written atomically: temp file in the same folder, fsync, rename, fsync of the folder.
  *
  * Export reads Redis only (dl:{R}:config, dl:{R}:state, dl:{R}:shards and the shard blobs): it
- * rebuilds each shard with common/replay.c (snapshot + log replay + digest check) from refs read in
+ * rebuilds each shard with common/math/replay.c (snapshot + log replay + digest check) from refs read in
  * one HMGET, so all shards come from the same instant and must all be at the same version; while
  * they are not (a round is being committed) it waits and retries, up to a timeout.
  *
- * `coordinator init --from-checkpoint FILE` reads it back with checkpoint_read (coordinator/init.c). */
+ * `coordinator init --from-checkpoint FILE` reads it back with checkpoint_read (coordinator/init.c).
+ * Files: checkpoint.c (export), checkpoint_read.c (reading, on common/format/safetensors.c, which checks
+ * every size in the untrusted file), checkpoint_cmd.c (`coordinator checkpoint save|show`). */
 #ifndef DILOCO_CHECKPOINT_H
 #define DILOCO_CHECKPOINT_H
 #include <stddef.h>
@@ -37,6 +39,7 @@ typedef struct checkpoint {
     char run[80];             /* the run it was exported from */
     char trainer[32];         /* "quadratic", "gpt" */
     char model[256];          /* as in dl:{R}:config "model", e.g. "--numel 200000" */
+    char *layout;             /* metadata "layout" (JSON [[name, [shape], offset], ...]) or NULL; malloc'ed */
     char mode[16];
     int nshards, nfragments, snapshot_every;
     uint64_t *shard_bounds;   /* nshards+1 */
@@ -63,9 +66,14 @@ int checkpoint_export_ex(rconn *c, const char *run, const char *path, int timeou
 int checkpoint_save_dir(rconn *c, const char *run, const char *dir, int keep, int timeout_ms,
                         char *path_out, size_t path_cap, int64_t *version, char *err, size_t errlen);
 
+/* The JSON side file of path: "x.safetensors" -> "x.json", any other name -> name + ".json". */
+void checkpoint_side_path(const char *path, char *out, size_t cap);
+
 /* Read and validate a checkpoint written by checkpoint_export: our format marker, every tensor F32
  * of shape [numel] (params, momentum, and dn_buffer when the metadata has dn_buffer > 0), offsets
  * inside the file without overlap, no trailing bytes, finite values, the recorded XXH3 digests.
+ * Any file is safe to give: a malformed one (sizes that overflow, tensors outside the data) is an
+ * error with a message, never a crash.
  * with_data 0 reads the header only (params, mom and dnbuf stay NULL). Free with checkpoint_free. */
 int checkpoint_read(const char *path, int with_data, checkpoint *ck, char *err, size_t errlen);
 void checkpoint_free(checkpoint *ck);

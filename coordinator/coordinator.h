@@ -1,14 +1,23 @@
-/* coordinator.h: the subcommands of bin/coordinator and what they share.
+/* coordinator.h: the subcommands of bin/coordinator and what they share; a map of the process.
  *
- *   init    create a run: load the function library, cut the parameters into shards, write version 0
- *   status  print the run (rounds, workers, shards, leases) as a table or JSON
- *   serve   the long-running operator process: reaps dead members (HTTP dashboard: later)
+ *   init        init.c, layout.c, snapshot.c   create a run: load the function library, cut the
+ *                                              parameters into shards and fragments, write version 0
+ *   status      status.c                       the run (rounds, workers, shards, leases) as a table or JSON
+ *   serve       serve.c, http_*.c              the operator's long-running process: reaps dead members on
+ *                                              time; --http adds the dashboard, /status, /metrics, /control
+ *   control     control.c, http_control.c      kick a worker, set outer lr/momentum/workers, shut down
+ *   checkpoint  checkpoint*.c                  export the run to a safetensors file, show one
+ *   repair      repair.c                       bring back a run whose durable state is corrupt
  *
- * The coordinator holds no state: everything it does is one Redis Function call or a read. */
+ * main.c dispatches; common_flags.c has what every subcommand shares (--redis/--redis-file/--run,
+ * connecting, the status document). The coordinator holds no state: everything it does is one Redis
+ * Function call or a read, so several may run and any may be killed. It links no trainer: what a run
+ * needs to know about a model comes from model/. */
 #ifndef DILOCO_COORDINATOR_H
 #define DILOCO_COORDINATOR_H
 
 #include <hiredis/hiredis.h>
+#include <stdint.h>
 
 #include "rconn.h"
 
@@ -34,9 +43,22 @@ int coord_common_flag(coord_common *c, int argc, char **argv, int *i);
  * the URL and connect (retrying for up to connect_timeout_ms; a refused password fails at once). NULL +
  * message on stderr. */
 rconn *coord_connect(coord_common *c);
-/* FUNCTION LOAD REPLACE of lua/diloco.lua on every master (init.c). */
+/* FUNCTION LOAD REPLACE of the Functions library (lua/, joined into build/diloco.lua) on every master (init.c). */
 int coord_load_library(rconn *rc, char *err, size_t errlen);
 int cmd_repair(int argc, char **argv); /* repair.c */
 /* The status document (dl_status) parsed; NULL + message on stderr. */
 struct json_t *coord_fetch_status(rconn *rc, const char *run);
+
+/* topology.c: Redis itself (master, replicas, lag; failovers behind Sentinel). A watch (serve) also
+ * remembers the master it last saw, so a change is logged and reported as the last failover. */
+typedef struct topology_watch {
+    char master[300];
+    char last_from[300], last_to[300];
+    uint64_t last_ms;   /* wall clock */
+    int seen;           /* failovers seen by this process */
+} topology_watch;
+struct json_t *topology_read(rconn *rc, const redis_url *url, topology_watch *w); /* w may be NULL */
+void topology_print(struct json_t *topology);
+/* Note the master a connection leads to now; a change is logged and kept as the last failover. */
+void topology_watch_master(topology_watch *w, const char *master);
 #endif

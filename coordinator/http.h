@@ -37,6 +37,8 @@ typedef struct http_options {
     int dashboard;          /* 0: GET / and /dashboard answer 404 */
     http_redis_fn redis;
     void *redis_arg;
+    const redis_url *url;   /* for the Redis topology in /status (NULL: left out) */
+    struct topology_watch *topology; /* the last failover serve saw (coordinator.h) */
 } http_options;
 
 typedef struct http_server http_server;

@@ -23,6 +23,7 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include "coordinator.h"
 #include "http.h"
 #include "log.h"
 #include "util.h"
@@ -95,6 +96,7 @@ static void serve_status(http_server *s, struct evhttp_request *req) {
     }
     json_t *doc = status_document(raw, events, s->o.token != NULL, s->o.dashboard, s->o.save_dir != NULL,
                                   (double)(now_ms() - s->started_ms) / 1000.0);
+    if (s->o.url) json_object_set_new(doc, "redis", topology_read(rc, s->o.url, s->o.topology));
     json_decref(raw);
     json_decref(events);
     reply_json(req, 200, doc);

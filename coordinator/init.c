@@ -11,8 +11,10 @@
 #include <string.h>
 
 #include "blob.h"
+#include "codec.h"
 #include "checkpoint.h"
 #include "coordinator.h"
+#include "from_state.h"
 #include "keys.h"
 #include "layout.h"
 #include "log.h"
@@ -29,14 +31,15 @@ extern const unsigned long lua_library_len;
 
 typedef struct init_args {
     coord_common c;
-    long long workers, min_workers, shards, fragments, numel, seed, snapshot_every, dylu_base;
+    long long workers, min_workers, shards, fragments, numel, seed, snapshot_every, dylu_base, min_replicas;
     long long dn_buffer, max_staleness, weight_ref;
-    const char *dn_variant, *weight_by;
+    const char *dn_variant, *weight_by, *compress, *download;
     double outer_lr, outer_momentum, heartbeat_timeout;
     int nesterov, force, async, dylu;
     const char *trainer;
     gpt_config gpt;
     const char *from_checkpoint;
+    const char *from_state;      /* --from-state: version 0 and the layout are this safetensors file's */
     int reset_momentum;          /* --reset-momentum: take only the parameters from the checkpoint */
     const char *given[64];       /* the flags given on the command line (checkpoint values fill the rest) */
     int ngiven;
@@ -76,15 +79,26 @@ static void init_usage(FILE *f) {
             "  --max-staleness K          (async) reject submissions more than K versions stale (0 = no limit)\n"
             "  --weight-by none|tokens    weight pseudo-gradients by the tokens behind them (default none)\n"
             "  --weight-ref-tokens N      (async, --weight-by tokens) a submission of N tokens has weight 1\n"
+            "  --compress C               codec of pseudo-gradients on the wire: bf16 (default; workers may send\n"
+            "                             fp32), fp32, int8 or int4 (blocks of 256 with a scale; docs/compression.md)\n"
+            "  --download params|update   what a sync round sends back: the new parameters in fp32 (default) or\n"
+            "                             the averaged pseudo-gradient in the --compress codec, which workers\n"
+            "                             apply with their own copy of the outer momentum (sync, 1 fragment)\n"
             "  --dylu                     Dynamic Local Updates: each worker's H follows its speed\n"
             "  --dylu-base-sync-every H   H of the fastest worker under DyLU (default 500)\n"
             "  --snapshot-every K         durable snapshot every K versions, log in between (default 8)\n"
+            "  --min-replicas N           a commit counts as durable once N Redis replicas have it (WAIT);\n"
+            "                             for Redis with replicas and failover (docs/deploy.md; default 0)\n"
             "  --from-checkpoint FILE     start from a checkpoint (`coordinator checkpoint save`): its parameters\n"
             "                             and outer momentum (and Delayed Nesterov buffer) become version 0;\n"
             "                             trainer, model, shards, fragments, seed, outer lr/momentum/nesterov,\n"
             "                             snapshot-every (and, with --async, the DN settings) default to the\n"
             "                             checkpoint's; a model that does not match it is an error\n"
             "  --reset-momentum           (with --from-checkpoint) start the outer momentum (and DN buffer) afresh\n"
+            "  --from-state FILE          start from a model's own weights: the floating-point tensors of a safetensors\n"
+            "                             file (e.g. rediloco.save_state(model, FILE)), in file order, are the run's\n"
+            "                             parameters and layout (trainer \"state\", for PyTorch workers); with --trainer\n"
+            "                             and model flags, the file must hold exactly that model's tensors\n"
             "  --force                    replace an existing run of that name\n");
 }
 
@@ -173,6 +187,7 @@ static int parse_init(int argc, char **argv, init_args *a) {
             {"--dylu-base-sync-every", &a->dylu_base, 1, 100000000},
             {"--dn-buffer-size", &a->dn_buffer, 0, 1000000}, {"--max-staleness", &a->max_staleness, 0, 1000000000},
             {"--weight-ref-tokens", &a->weight_ref, 1, INT64_MAX},
+            {"--min-replicas", &a->min_replicas, 0, RUNCONF_MAX_REPLICAS},
         };
         int done = 0;
         for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !done; k++)
@@ -219,6 +234,22 @@ static int parse_init(int argc, char **argv, init_args *a) {
             a->weight_by = v;
             done = 1;
         }
+        if (!done && !strcmp(f, "--compress")) {
+            if (!codec_parse(v)) {
+                fprintf(stderr, "coordinator init: --compress is bf16, fp32, int8 or int4, got '%s'\n", v);
+                return -1;
+            }
+            a->compress = v;
+            done = 1;
+        }
+        if (!done && !strcmp(f, "--download")) {
+            if (strcmp(v, "params") && strcmp(v, "update")) {
+                fprintf(stderr, "coordinator init: --download is params or update, got '%s'\n", v);
+                return -1;
+            }
+            a->download = v;
+            done = 1;
+        }
         if (!done && !strcmp(f, "--dn-variant")) {
             if (strcmp(v, "paper") && strcmp(v, "forgather")) {
                 fprintf(stderr, "coordinator init: --dn-variant is paper or forgather, got '%s'\n", v);
@@ -228,6 +259,7 @@ static int parse_init(int argc, char **argv, init_args *a) {
             done = 1;
         }
         if (!done && !strcmp(f, "--from-checkpoint")) { a->from_checkpoint = v; done = 1; }
+        if (!done && !strcmp(f, "--from-state")) { a->from_state = v; done = 1; }
         if (!done) {
             fprintf(stderr, "coordinator init: unknown option %s (see --help)\n", f);
             return -1;
@@ -237,12 +269,22 @@ static int parse_init(int argc, char **argv, init_args *a) {
         fprintf(stderr, "coordinator init: --reset-momentum goes with --from-checkpoint\n");
         return -1;
     }
+    if (a->from_checkpoint && a->from_state) {
+        fprintf(stderr, "coordinator init: --from-checkpoint and --from-state exclude each other\n");
+        return -1;
+    }
+    if (a->from_state && !flag_given(a, "--trainer")) a->trainer = "state";
     /* async applies each submission on its own, one round stale: that staleness already acts as momentum,
      * and 0.9 on top overshoots (docs/quality.md measures it) */
     if (a->async && !a->from_checkpoint && !flag_given(a, "--outer-momentum")) a->outer_momentum = ASYNC_OUTER_MOMENTUM;
     if (a->from_checkpoint && adopt_checkpoint(a) < 0) return -1;
     if (a->outer_lr <= 0 || a->outer_momentum >= 1) {
         fprintf(stderr, "coordinator init: --outer-lr must be > 0 and --outer-momentum in [0, 1)\n");
+        return -1;
+    }
+    if (a->download && !strcmp(a->download, "update") && (a->async || a->fragments > 1)) {
+        fprintf(stderr, "coordinator init: --download update is for sync runs of one fragment (an async run or "
+                "Streaming DiLoCo downloads parameters: leave --download at params)\n");
         return -1;
     }
     if (a->min_workers > a->workers) a->workers = a->min_workers;
@@ -271,13 +313,32 @@ typedef struct initial_params {
 
 static int make_initial_seed(const init_args *a, initial_params *ip, char *err, size_t errlen);
 
+/* A run from a model's state (trainer "state") has no model to rebuild its layout from: it is the
+ * checkpoint's own (its metadata). */
+static int layout_of_checkpoint(const checkpoint *ck, initial_params *ip, char *err, size_t errlen) {
+    char e2[512];
+    if (!ck->layout || layout_parse_json(ck->layout, ck->numel, &ip->tensors, &ip->ntensors, e2, sizeof e2) < 0) {
+        err_set(err, errlen, "--from-checkpoint: a run from a model's state takes its layout from the checkpoint: %s",
+                ck->layout ? e2 : "this one has none");
+        return -1;
+    }
+    ip->numel = ck->numel;
+    snprintf(ip->model, sizeof ip->model, "%s", ck->model);
+    return 0;
+}
+
 /* The run's layout as requested, then the checkpoint's values in place of the seeded ones. */
 static int make_initial_checkpoint(const init_args *a, initial_params *ip, char *err, size_t errlen) {
-    if (make_initial_seed(a, ip, err, errlen) < 0) return -1;
+    memset(ip, 0, sizeof *ip); /* create_run frees it whatever happens */
+    ip->ck_version = -1;
     checkpoint ck;
     char e2[1024];
     if (checkpoint_read(a->from_checkpoint, 1, &ck, e2, sizeof e2) < 0) {
         err_set(err, errlen, "--from-checkpoint: %s", e2);
+        return -1;
+    }
+    if ((!strcmp(a->trainer, "state") ? layout_of_checkpoint(&ck, ip, err, errlen) : make_initial_seed(a, ip, err, errlen)) < 0) {
+        checkpoint_free(&ck);
         return -1;
     }
     if (strcmp(ck.trainer, a->trainer) != 0 || ck.numel != ip->numel || strcmp(ck.model, ip->model) != 0) {
@@ -319,8 +380,37 @@ static int make_initial_checkpoint(const init_args *a, initial_params *ip, char 
     return 0;
 }
 
+/* --from-state: the file's values; its layout, or the requested model's when it is exactly that. */
+static int make_initial_state(const init_args *a, initial_params *ip, char *err, size_t errlen) {
+    from_state fs;
+    memset(ip, 0, sizeof *ip); /* create_run frees it whatever happens */
+    if (from_state_read(a->from_state, &fs, err, errlen) < 0) return -1;
+    if (strcmp(a->trainer, "state") != 0) {
+        char what[300];
+        if (make_initial_seed(a, ip, err, errlen) < 0) goto fail;
+        snprintf(what, sizeof what, "the %s model %s", a->trainer, ip->model);
+        if (from_state_match(&fs, ip->tensors, ip->ntensors, what, err, errlen) < 0) goto fail;
+        free(ip->params);
+        ip->params = fs.params;
+        fs.params = NULL;
+        from_state_free(&fs);
+        return 0;
+    }
+    ip->ck_version = -1;
+    ip->params = fs.params;
+    ip->numel = fs.numel;
+    ip->tensors = fs.tensors;
+    ip->ntensors = fs.ntensors;
+    snprintf(ip->model, sizeof ip->model, "--tensors %d", fs.ntensors);
+    return 0;
+fail:
+    from_state_free(&fs);
+    return -1;
+}
+
 static int make_initial(const init_args *a, initial_params *ip, char *err, size_t errlen) {
     if (a->from_checkpoint) return make_initial_checkpoint(a, ip, err, errlen);
+    if (a->from_state) return make_initial_state(a, ip, err, errlen);
     return make_initial_seed(a, ip, err, errlen);
 }
 
@@ -428,7 +518,12 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     static char sbuf[RUNCONF_MAX_SHARDS * 12], fbuf[RUNCONF_MAX_FRAGMENTS * 8];
     char numel[32], shards[16], frags[16], seed[32], snap[16], secret[40] = "";
     char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32], dylu[4], dbase[24], dnb[24], stale[24], wref[24];
-    char dnt0[24];
+    char dnt0[24], minrep[16];
+    char *layout = layout_json(ip->tensors, ip->ntensors);
+    if (!layout) {
+        err_set(err, errlen, "out of memory for the layout");
+        return -1;
+    }
     runconf_format_bounds_u64(sb, (int)a->shards, sbuf, sizeof sbuf);
     runconf_format_bounds_u64(fb, (int)a->fragments, fbuf, sizeof fbuf);
     snprintf(numel, sizeof numel, "%" PRIu64, ip->numel);
@@ -449,14 +544,17 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     snprintf(dnt0, sizeof dnt0, "%" PRIu64, ip->dn_t0);
     snprintf(stale, sizeof stale, "%lld", a->max_staleness);
     snprintf(wref, sizeof wref, "%lld", a->weight_ref > 0 ? a->weight_ref : 1);
+    snprintf(minrep, sizeof minrep, "%lld", a->min_replicas);
     char key[KEY_MAX];
     key_run(key, sizeof key, a->c.run, "config");
     const char *fixed[] = {"FCALL", "dl_init", "1", key,
-                           "16", "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
+                           "20", "layout", layout, "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
                            "shard_bounds", sbuf, "frag_bounds", fbuf, "trainer", a->trainer, "model", ip->model,
                            "seed", seed, "snapshot_every", snap, "secret", secret,
                            "dn_buffer", dnb, "dn_variant", a->dn_variant ? a->dn_variant : "paper", "dn_t0", dnt0,
                            "weight_by", a->weight_by ? a->weight_by : "none", "weight_ref_tokens", wref,
+                           "compress", a->compress ? a->compress : "bf16", "min_replicas", minrep,
+                           "download", a->download ? a->download : "params",
                            "10", "target_workers", target, "expected_workers", target, "min_workers", minw,
                            "outer_lr", lr, "outer_momentum", mu, "nesterov", nest, "heartbeat_timeout_ms", hbt,
                            "dylu", dylu, "dylu_base_sync_every", dbase, "max_staleness", stale,
@@ -464,6 +562,7 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     size_t nfixed = sizeof fixed / sizeof fixed[0], argc = nfixed + (size_t)a->shards;
     const char **argv = calloc(argc + 2, sizeof *argv);
     if (!argv) {
+        free(layout);
         err_set(err, errlen, "out of memory");
         return -1;
     }
@@ -471,6 +570,7 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     for (long long k = 0; k < a->shards; k++) argv[nfixed + (size_t)k] = digests[k];
     redisReply *r = rconn_command_argv(rc, (int)argc, argv, NULL);
     free(argv);
+    free(layout);
     int ok = rconn_reply_error(rc, r, err, errlen);
     if (r) freeReplyObject(r);
     return ok;
@@ -501,6 +601,8 @@ static int create_run(rconn *rc, const init_args *a, char *err, size_t errlen) {
         printf("version 0 = checkpoint %s (run '%s' at version %" PRId64 "), %s%s\n", a->from_checkpoint, ip.ck_run,
                ip.ck_version, ip.mom ? "with its outer momentum" : "outer momentum starts afresh",
                ip.dnbuf ? ", with its Delayed Nesterov buffer" : "");
+    if (a->from_state)
+        printf("version 0 = the %d tensors of %s (layout stored in the run's config)\n", ip.ntensors, a->from_state);
     rc_ = 0;
 done_ip:
     free_initial(&ip);

@@ -2,6 +2,9 @@
 #include "layout.h"
 
 #include <inttypes.h>
+#include <jansson.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "util.h"
 
@@ -46,4 +49,85 @@ int layout_cut_fragments(int nshards, int nfragments, uint64_t *frag_bounds, cha
     }
     for (int f = 0; f <= nfragments; f++) frag_bounds[f] = (uint64_t)nshards * (uint64_t)f / (uint64_t)nfragments;
     return 0;
+}
+
+char *layout_json(const model_tensor *t, int nt) {
+    json_t *arr = json_array();
+    for (int i = 0; arr && i < nt; i++) {
+        json_t *shape = json_array();
+        for (int d = 0; d < t[i].ndim; d++) json_array_append_new(shape, json_integer((json_int_t)t[i].shape[d]));
+        json_array_append_new(arr, json_pack("[s,o,I]", t[i].name, shape, (json_int_t)t[i].offset));
+    }
+    char *s = arr ? json_dumps(arr, JSON_COMPACT) : NULL;
+    json_decref(arr);
+    return s;
+}
+
+/* One entry [name, [shape...], offset] into t (name not copied yet); its length in *namelen. */
+static int parse_entry(json_t *e, uint64_t expect_off, model_tensor *t, size_t *namelen, char *err, size_t errlen) {
+    const char *name = NULL;
+    json_t *shape = NULL;
+    json_int_t off = -1;
+    if (json_unpack(e, "[s,o,I]", &name, &shape, &off) < 0 || !json_is_array(shape) || json_array_size(shape) > 4) {
+        err_set(err, errlen, "a layout entry is not [name, [shape of at most 4 dims], offset]");
+        return -1;
+    }
+    memset(t, 0, sizeof *t);
+    t->name = name;
+    t->ndim = (int)json_array_size(shape);
+    t->numel = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        json_int_t x = json_integer_value(json_array_get(shape, (size_t)d));
+        if (!json_is_integer(json_array_get(shape, (size_t)d)) || x < 0 || (x > 0 && t->numel > UINT32_MAX * 65536ull / (uint64_t)x)) {
+            err_set(err, errlen, "tensor '%s': bad shape", name);
+            return -1;
+        }
+        t->shape[d] = (size_t)x;
+        t->numel *= (size_t)x;
+    }
+    if ((uint64_t)off != expect_off) {
+        err_set(err, errlen, "tensor '%s' at offset %lld, expected %" PRIu64 " (tensors must be contiguous)", name,
+                (long long)off, expect_off);
+        return -1;
+    }
+    t->offset = (size_t)off;
+    *namelen = strlen(name) + 1;
+    return 0;
+}
+
+int layout_parse_json(const char *json, uint64_t numel, model_tensor **tensors, int *ntensors, char *err,
+                      size_t errlen) {
+    json_error_t je;
+    json_t *arr = json_loads(json, 0, &je);
+    size_t n = json_array_size(arr), names = 0, len;
+    model_tensor *t = n && n < 1000000 ? calloc(n, sizeof *t) : NULL;
+    uint64_t off = 0;
+    int rc = -1;
+    if (!t) err_set(err, errlen, "the layout is not a non-empty JSON array");
+    for (size_t i = 0; t && i < n; i++, names += len) {
+        if (parse_entry(json_array_get(arr, i), off, &t[i], &len, err, errlen) < 0) goto done;
+        off += t[i].numel;
+    }
+    if (t && off != numel) {
+        err_set(err, errlen, "the layout covers %" PRIu64 " parameters, not %" PRIu64, off, numel);
+        goto done;
+    }
+    model_tensor *block = t ? malloc(n * sizeof *block + names) : NULL;
+    if (t && !block) err_set(err, errlen, "out of memory for the layout");
+    if (block) { /* names copied behind the table: one free() releases everything */
+        char *p = (char *)(block + n);
+        for (size_t i = 0; i < n; i++) {
+            block[i] = t[i];
+            strcpy(p, t[i].name);
+            block[i].name = p;
+            p += strlen(p) + 1;
+        }
+        *tensors = block;
+        *ntensors = (int)n;
+        rc = 0;
+    }
+done:
+    free(t);
+    json_decref(arr);
+    return rc;
 }

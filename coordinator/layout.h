@@ -15,4 +15,11 @@ int layout_cut_shards(const model_tensor *tensors, int ntensors, uint64_t numel,
                       char *err, size_t errlen);
 /* frag_bounds: nfragments+1 shard indices, as even as possible. -1 when nfragments > nshards. */
 int layout_cut_fragments(int nshards, int nfragments, uint64_t *frag_bounds, char *err, size_t errlen);
+/* [[name, [shape...], offset], ...] of the tensors as compact JSON (malloc'ed; NULL when out of memory):
+ * the `layout` field of dl:{R}:config and of checkpoint metadata. */
+char *layout_json(const model_tensor *tensors, int ntensors);
+/* The reverse: *tensors one malloc'ed block with the names (free(*tensors)); -1 + err unless json lists
+ * tensors of at most 4 dimensions, contiguous from offset 0, covering exactly numel parameters. */
+int layout_parse_json(const char *json, uint64_t numel, model_tensor **tensors, int *ntensors, char *err,
+                      size_t errlen);
 #endif

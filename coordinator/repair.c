@@ -3,7 +3,7 @@
  * A shard-server that cannot load a shard (a snapshot or log entry fails its checksum, is missing or
  * malformed, or the replay does not give k:digest) marks it corrupt in dl:{R}:shards and answers
  * `err CORRUPT`; workers wait, and no round closes. repair:
- *   1. verifies every shard the way a load does (common/replay.c: each blob's checksum, the replay in
+ *   1. verifies every shard the way a load does (common/math/replay.c: each blob's checksum, the replay in
  *      order, k:digest at the end) and finds each shard's newest version that verifies; a shard cannot
  *      go back past its snapshot (the log entries before it are trimmed);
  *   2. picks what to restore: every shard's parameters and outer momentum at the newest version t that

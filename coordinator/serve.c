@@ -33,6 +33,7 @@ typedef struct serve_ctx {
     long long save_every;    /* versions between periodic checkpoints (0 = off) */
     long long last_saved;    /* version the last periodic save was triggered at */
     int refused;             /* Redis refused our credentials or permissions: stop, exit 1 */
+    topology_watch topo;     /* the Redis master last seen, and the last failover (topology.c) */
 } serve_ctx;
 
 /* The lowest committed shard version (all shards share it between rounds); -1 on error. */
@@ -137,6 +138,8 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
     else if (r && r->type == REDIS_REPLY_ERROR) log_warn("reap: %s", r->str);
     if (r) freeReplyObject(r);
     if (!rconn_broken(rc)) maybe_save(x, rc);
+    char master[300];
+    if (!rconn_broken(rc)) topology_watch_master(&x->topo, rconn_server(rc, master, sizeof master));
     if (x->print_every > 0 && now_ms() - x->last_print >= (uint64_t)x->print_every * 1000 && !rconn_broken(rc)) {
         summary(rc, x->c.run);
         x->last_print = now_ms();
@@ -323,7 +326,7 @@ int cmd_serve(int argc, char **argv) {
         char err[512];
         http_options o = {.host = host, .port = port, .run = x.c.run, .token = token, .dashboard = dashboard,
                           .save_dir = save_dir, .keep = (int)keep, .saver = x.saver, .redis = ctx_redis,
-                          .redis_arg = &x};
+                          .redis_arg = &x, .url = &x.c.url, .topology = &x.topo};
         hs = http_start(x.base, &o, err, sizeof err);
         if (!hs) {
             fprintf(stderr, "coordinator serve: %s\n", err);

@@ -53,6 +53,9 @@ static void print_run(json_t *doc) {
            str(st, "min_workers"), str(st, "deaths"), str(st, "rejections"));
     printf("outer lr %s  momentum %s  nesterov %s  heartbeat timeout %.0f s\n", str(st, "outer_lr"),
            str(st, "outer_momentum"), str(st, "nesterov"), num(st, "heartbeat_timeout_ms") / 1000.0);
+    /* runs made before these settings have neither field: bf16 and params */
+    const char *cz = str(cfg, "compress"), *dl = str(cfg, "download");
+    printf("pseudo-gradients %s  download %s\n", strcmp(cz, "-") ? cz : "bf16", strcmp(dl, "-") ? dl : "params");
 }
 
 /* The evaluator's newest validation losses (worker --evaluate-every), or how to get them. */
@@ -136,6 +139,7 @@ int cmd_status(int argc, char **argv) {
     rconn *rc = coord_connect(&c);
     if (!rc) return 1;
     json_t *doc = coord_fetch_status(rc, c.run);
+    if (doc) json_object_set_new(doc, "redis", topology_read(rc, &c.url, NULL));
     rconn_free(rc);
     if (!doc) return 1;
     if (as_json) {
@@ -148,6 +152,7 @@ int cmd_status(int argc, char **argv) {
         print_workers(doc);
         print_servers(doc);
         print_shards(doc);
+        topology_print(json_object_get(doc, "redis"));
     }
     json_decref(doc);
     return 0;

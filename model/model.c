@@ -78,3 +78,9 @@ int model_init_params(const model_spec *s, uint64_t seed, float *params, size_t 
     quadratic_init_params(seed, params, numel);
     return 0;
 }
+
+void model_tensor_shape_str(const model_tensor *t, char *out, size_t cap) {
+    size_t n = (size_t)snprintf(out, cap, "[");
+    for (int d = 0; d < t->ndim && n < cap; d++) n += (size_t)snprintf(out + n, cap - n, d ? ", %zu" : "%zu", t->shape[d]);
+    if (n < cap) snprintf(out + n, cap - n, "]");
+}

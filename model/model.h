@@ -4,7 +4,7 @@
  * tensors (the layout: names, shapes, offsets), how it is initialised from a seed, and which
  * configurations are valid. The coordinator (init, checkpoints, shard cuts at tensor boundaries)
  * needs exactly this and nothing of the training, so it lives here, apart from the trainers:
- * plain C on libc/libm and common/util (build/libmodel.a), no BLAS, no OpenMP, no CUDA. The
+ * plain C on libc/libm and common/base/util (build/libmodel.a), no BLAS, no OpenMP, no CUDA. The
  * trainers (worker/gpt, worker/cuda, worker/trainers/quadratic.c) take their layout and initial
  * values from here too, so a run's version 0 and a worker's own start are the same bytes.
  *
@@ -102,6 +102,8 @@ int model_spec_parse(const char *kind, const char *model, model_spec *s, char *e
  * [0, *numel). -1 + err for an unknown kind or an invalid configuration. */
 int model_layout(const model_spec *s, model_tensor **tensors, int *ntensors, size_t *numel, char *err,
                  size_t errlen);
+/* t's shape as text, e.g. "[32, 16]" (messages that compare layouts). */
+void model_tensor_shape_str(const model_tensor *t, char *out, size_t cap);
 /* The deterministic initial parameters of s from seed; numel is model_layout's. */
 int model_init_params(const model_spec *s, uint64_t seed, float *params, size_t numel, char *err,
                       size_t errlen);

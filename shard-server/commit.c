@@ -1,5 +1,5 @@
 /*
- * commit.c: the commit of a round of one shard, and snapshots (docs/PROTOCOL.md, "Commit").
+ * commit.c: the commit chain of a round of one shard (docs/PROTOCOL.md, "Commit").
  *
  * Driven by a `get(k, r+1)` while the shard is at version r:
  *   dl_barrier(f, r): open -> `wait`; closed -> participants (sorted id:inc) minus dropped;
@@ -10,81 +10,20 @@
  * Zero participants left: a no-op step (θ and momentum unchanged; log entry with aux 0) so the run
  * never wedges. FENCED/VERSION/unknown outcome: the cache is rebuilt from Redis (shard_reload), which
  * also drops the shard if the lease is gone. Only one commit per shard runs at a time.
- * Every snapshot_every versions a snapshot blob (θ then momentum) is written from a copy, recorded with
- * dl_snapshot, and the blobs it makes obsolete are deleted.
+ * The compute runs in commit_compute.c, the log entry in commit_log.c, snapshots in snapshot.c.
  */
-#include "hash.h"
-#include "ss.h"
+#include "commit.h"
 
-#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
-#include <unistd.h>
 #include <string.h>
-
-#include <xxhash.h>
+#include <unistd.h>
 
 #include "keys.h"
 #include "log.h"
-#include "outer.h"
-#include "outer_dn.h"
 #include "util.h"
 
-#define MAX_PARTICIPANTS 4096
-/* The compute of a commit runs in slices of this many elements, one slice per turn of the event loop,
- * so a server's sockets (the log entry streaming to Redis, parameters to workers) are served while it
- * computes the next shard. Every kernel is element-wise: slicing does not change a bit. */
-#define COMMIT_SLICE ((size_t)256 * 1024)
-#define COMMIT_BLOCK ((size_t)32 * 1024) /* mean and step of a block while it is in the L2 cache */
-
-enum commit_outcome { OUT_DONE, OUT_WAIT, OUT_NEED, OUT_ERR };
-
-typedef struct ss_commit {
-    ss_ctx *ss;
-    int k;
-    uint64_t gen;
-    int64_t round;       /* commits version round+1 */
-    int64_t epoch;
-    uint64_t t0;
-    int np;              /* participants not dropped at barrier time */
-    char *ids[MAX_PARTICIPANTS];
-    int64_t incs[MAX_PARTICIPANTS];
-    int dropped[MAX_PARTICIPANTS];
-    float scale[MAX_PARTICIPANTS]; /* --weight-by tokens: each participant's weight (else unused) */
-    int outstanding;     /* dl_member / dl_drop calls in flight */
-    int failed;
-    char need[512];
-    char errmsg[256];
-    /* the compute (queued, sliced) */
-    struct ss_commit *qnext;
-    size_t pos;          /* elements done */
-    int first;
-    ss_tunables t;
-    XXH3_state_t *xs;    /* digest of the new θ, streamed */
-    /* after the step */
-    float *g;            /* the averaged pseudo-gradient: the log entry's payload, sent from here */
-    uint8_t head[BLOB_HEADER_MAX];
-    float *theta;
-    float *mom;
-    int has_mom;
-    float *dnbuf;        /* async Delayed Nesterov buffer after the step (NULL when DN is off) */
-    int used;            /* participants averaged */
-    int g_deferred;      /* g not computed yet: the fast path computes it for the log entry (commit_fill_g) */
-    char digest[17];
-    uint64_t theta_xxh;  /* the digest as a number */
-    uint64_t t_computed; /* now_ms() when θ' was ready (its log entry waits at most LOG_DEFER_MAX_MS) */
-} ss_commit;
-
-typedef struct ss_snap {
-    ss_ctx *ss;
-    int k;
-    int64_t version;
-    int64_t epoch;
-    float *both;         /* θ, momentum, then the DN buffer when there is one: the payload, sent from here */
-    uint8_t head[BLOB_HEADER_MAX];
-} ss_snap;
-
-static void commit_free(ss_commit *c)
+void commit_free(ss_commit *c)
 {
     ss_shard *s = &c->ss->shards[c->k];
     if (c->theta != NULL && s->tent_theta == c->theta)
@@ -94,6 +33,7 @@ static void commit_free(ss_commit *c)
     if (c->xs != NULL)
         XXH3_freeState(c->xs);
     free(c->g);
+    ss_buf_release(c->gq);    /* update replies may still be sending it */
     ss_buf_release(c->theta); /* tentative replies may still be sending it */
     free(c->mom);
     free(c->dnbuf);
@@ -101,7 +41,7 @@ static void commit_free(ss_commit *c)
 }
 
 /* Is this commit still the shard's current operation? */
-static ss_shard *commit_shard(ss_commit *c)
+ss_shard *commit_shard(ss_commit *c)
 {
     ss_shard *s = &c->ss->shards[c->k];
     if (s->gen != c->gen || s->state != SH_READY || !s->committing)
@@ -109,29 +49,8 @@ static ss_shard *commit_shard(ss_commit *c)
     return s;
 }
 
-static void snapshot_start(ss_ctx *ss, ss_shard *s);
-
-/* Start the snapshots commits asked for, once this server has no commit running (a snapshot is 8 bytes
- * per parameter on the bulk connection: it must not delay the log entries of a round). */
-void commit_idle_work(ss_ctx *ss)
-{
-    if (ss->cq_head != NULL)
-        return;
-    for (int k = 0; k < ss->nshards; k++)
-        if (ss->shards[k].committing)
-            return;
-    for (int k = 0; k < ss->nshards; k++) {
-        ss_shard *s = &ss->shards[k];
-        if (s->snap_wanted == 0)
-            continue;
-        if (s->state == SH_READY && s->version == s->snap_wanted)
-            snapshot_start(ss, s);
-        s->snap_wanted = 0;
-    }
-}
-
 /* Answer the gets waiting for this round with the outcome; everything else is judged again. */
-static void commit_finish(ss_commit *c, int outcome)
+void commit_finish(ss_commit *c, int outcome)
 {
     ss_ctx *ss = c->ss;
     ss_shard *s = commit_shard(c);
@@ -163,13 +82,13 @@ static void commit_finish(ss_commit *c, int outcome)
         else if (outcome == OUT_NEED)
             req_reply_simple(req, "need", need);
         else
-            req_reply_err(req, "REDIS", "commit of shard %d round %lld failed: %s; retry", s->k, (long long)round,
+            req_reply_err(req, DP_REDIS, "commit of shard %d round %lld failed: %s; retry", s->k, (long long)round,
                           errmsg);
     }
     commit_idle_work(ss);
 }
 
-static void commit_fail(ss_commit *c, const char *why, int reload)
+void commit_fail(ss_commit *c, const char *why, int reload)
 {
     ss_ctx *ss = c->ss;
     ss_shard *s = commit_shard(c);
@@ -182,111 +101,6 @@ static void commit_fail(ss_commit *c, const char *why, int reload)
     }
     commit_finish(c, OUT_ERR);
 }
-
-/* ---------------------------------------------------------------------------------------------- */
-/* snapshots */
-
-static void snap_on_recorded(redisReply *r, void *priv)
-{
-    ss_snap *sn = priv;
-    ss_ctx *ss = sn->ss;
-    ss->shards[sn->k].snapshotting = 0;
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-        log_warn("shard %d: dl_snapshot of version %lld failed: %s", sn->k, (long long)sn->version,
-                 r == NULL ? "connection lost" : r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
-        if (r != NULL && r->type == REDIS_REPLY_ERROR)
-            ss->m.conflicts++;
-        free(sn);
-        return;
-    }
-    ss->m.snapshots++;
-    log_info("shard %d: snapshot of version %lld recorded; deleting %zu obsolete blobs", sn->k,
-             (long long)sn->version, r->elements);
-    if (r->elements > 0) {
-        store_del_refs(ss, sn->k, "snap", r->element, 1);
-        store_del_refs(ss, sn->k, "log", r->element + 1, r->elements - 1);
-    }
-    free(sn);
-}
-
-static void snap_on_written(redisReply *r, void *priv)
-{
-    ss_snap *sn = priv;
-    ss_ctx *ss = sn->ss;
-    free(sn->both);
-    sn->both = NULL;
-    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-        log_warn("shard %d: writing the snapshot of version %lld failed: %s", sn->k, (long long)sn->version,
-                 r ? r->str : "connection lost");
-        ss->shards[sn->k].snapshotting = 0;
-        free(sn);
-        return;
-    }
-    char ver[24], ep[24], shard[16], ref[64];
-    snprintf(ver, sizeof ver, "%lld", (long long)sn->version);
-    snprintf(ep, sizeof ep, "%lld", (long long)sn->epoch);
-    snprintf(shard, sizeof shard, "%d", sn->k);
-    snprintf(ref, sizeof ref, "%lld.%lld", (long long)sn->version, (long long)sn->epoch);
-    const char *args[5] = { ss->id, ep, shard, ver, ref };
-    if (fcall(ss, snap_on_recorded, sn, "dl_snapshot", 5, args) != 0) {
-        ss->shards[sn->k].snapshotting = 0;
-        free(sn);
-    }
-}
-
-/* Write a snapshot of the shard's current version from a copy (the blob buffer). */
-static void snapshot_start(ss_ctx *ss, ss_shard *s)
-{
-    if (s->snapshotting)
-        return;
-    size_t n = s->n;
-    int with_buf = s->dnbuf != NULL, with_mom = s->has_mom || with_buf;
-    float *both = malloc((size_t)(1 + with_mom + with_buf) * n * sizeof(float));
-    ss_snap *sn = malloc(sizeof *sn);
-    if (both == NULL || sn == NULL) {
-        free(both);
-        free(sn);
-        return;
-    }
-    memcpy(both, s->theta, n * sizeof(float));
-    if (with_mom)
-        memcpy(both + n, s->mom, n * sizeof(float));
-    if (with_buf)
-        memcpy(both + 2 * n, s->dnbuf, n * sizeof(float));
-    sn->both = both;
-    blob_header h;
-    blob_header_init(&h, "snap");
-    h.shard = s->k;
-    h.version = s->version;
-    h.epoch = s->epoch;
-    h.frag = s->frag;
-    h.dtype = BLOB_F32;
-    h.count = (size_t)(1 + with_mom + with_buf) * n;
-    h.flags = (with_mom ? 1 : 0) | (with_buf ? 2 : 0);
-    char err[256];
-    int hl = blob_encode_header(&h, both, h.count * sizeof(float), sn->head, sizeof sn->head, err, sizeof err);
-    if (hl < 0) {
-        log_error("shard %d: cannot encode a snapshot: %s", s->k, err);
-        free(both);
-        free(sn);
-        return;
-    }
-    sn->ss = ss;
-    sn->k = s->k;
-    sn->version = s->version;
-    sn->epoch = s->epoch;
-    char key[KEY_MAX];
-    store_blob_key(ss, key, sizeof key, s->k, "snap", s->version, s->epoch);
-    if (store_set(ss, key, sn->head, (size_t)hl, both, h.count * sizeof(float), snap_on_written, sn) != 0) {
-        free(both);
-        free(sn);
-    } else {
-        s->snapshotting = 1;
-    }
-}
-
-/* ---------------------------------------------------------------------------------------------- */
-/* the commit proper */
 
 static void commit_on_commit(redisReply *r, void *priv)
 {
@@ -318,6 +132,11 @@ static void commit_on_commit(redisReply *r, void *priv)
         s->dnbuf = c->dnbuf;
         c->dnbuf = NULL;
     }
+    if (c->gq != NULL) { /* --download update: the update of the new version, for the gets that follow */
+        update_clear(&s->upd);
+        commit_update_of(c, &s->upd);
+        c->gq = NULL;
+    }
     s->version = c->round + 1;
     snprintf(s->digest, sizeof s->digest, "%s", c->digest);
     s->theta_xxh = c->theta_xxh;
@@ -333,6 +152,7 @@ static void commit_on_commit(redisReply *r, void *priv)
              c->used, secs, s->digest);
     if (ss->rc.snapshot_every > 0 && s->version % ss->rc.snapshot_every == 0)
         s->snap_wanted = s->version; /* written once no commit is running: never ahead of a log entry */
+    store_mark_replicated(ss, s->k, c->epoch, s->version);
     commit_finish(c, OUT_DONE);
 }
 
@@ -351,7 +171,7 @@ static void crash_if_asked(ss_ctx *ss, const ss_commit *c)
     }
 }
 
-static void commit_on_log_written(redisReply *r, void *priv)
+void commit_on_log_written(redisReply *r, void *priv)
 {
     ss_commit *c = priv;
     ss_ctx *ss = c->ss;
@@ -380,355 +200,8 @@ static void commit_on_log_written(redisReply *r, void *priv)
     snprintf(frag, sizeof frag, "%d", s->frag);
     snprintf(round, sizeof round, "%lld", (long long)c->round);
     const char *args[9] = { ss->id, ep, shard, from, c->digest, ref, parts, frag, round };
-    if (fcall(ss, commit_on_commit, c, "dl_commit", 9, args) != 0)
+    if (fcall_durable(ss, commit_on_commit, c, "dl_commit", 9, args) != 0)
         commit_fail(c, "Redis is unavailable", 0);
-}
-
-/* ---------------------------------------------------------------------------------------------- */
-/* the compute queue: commits whose Δ are all here, computed one slice per loop turn, in order */
-
-static void cq_arm(ss_ctx *ss)
-{
-    static const struct timeval zero = { 0, 0 };
-    evtimer_add(ss->cq_ev, &zero);
-}
-
-static ss_commit *cq_pop(ss_ctx *ss)
-{
-    ss_commit *c = ss->cq_head;
-    if (c != NULL) {
-        ss->cq_head = c->qnext;
-        if (ss->cq_head == NULL)
-            ss->cq_tail = NULL;
-        c->qnext = NULL;
-    }
-    return c;
-}
-
-int commit_reply_tentative(ss_ctx *ss, ss_shard *s, ss_req *req)
-{
-    if (s->tent_theta == NULL || !s->committing || strcmp(req->h.op, "get") != 0 ||
-        !(req->h.flags & BLOB_GET_TENTATIVE_OK) || req->h.version != s->tent_version)
-        return 0;
-    ops_reply_params(ss, s, req, s->tent_theta, s->tent_version, s->tent_xxh, 1);
-    return 1;
-}
-
-/* θ' is computed: the parked gets that accept tentative parameters get them now, while the log entry
- * goes to Redis; the others keep waiting for the commit. */
-static void commit_serve_tentative(ss_commit *c, ss_shard *s)
-{
-    s->tent_theta = c->theta;
-    s->tent_xxh = c->theta_xxh;
-    s->tent_version = c->round + 1;
-    ss_req *list = s->parked;
-    s->parked = s->parked_tail = NULL;
-    s->nparked = 0;
-    while (list != NULL) {
-        ss_req *req = list;
-        list = req->next;
-        if (!commit_reply_tentative(c->ss, s, req))
-            shard_park(c->ss, s, req); /* back in the list, in order (it keeps its parked_ms) */
-    }
-}
-
-static int commit_fill_g(ss_commit *c, ss_shard *s);
-
-/* Write the log entry (g) of version round+1 to Redis. The callback owns c now. */
-static void commit_start_log(ss_commit *c, ss_shard *s)
-{
-    ss_ctx *ss = c->ss;
-    size_t n = s->n;
-    if (c->g_deferred && commit_fill_g(c, s) != 0) {
-        commit_fail(c, "a pseudo-gradient went missing before the log entry was written", 0);
-        return;
-    }
-    blob_header h;
-    blob_header_init(&h, "log");
-    h.shard = s->k;
-    h.version = c->round + 1;
-    h.round = c->round;
-    h.epoch = c->epoch;
-    h.frag = s->frag;
-    h.dtype = BLOB_F32;
-    h.count = n;
-    h.lr = (double)c->t.lr;
-    h.mu = (double)c->t.mu;
-    h.flags = (c->t.nesterov ? 1 : 0) | (c->first ? 2 : 0) | (c->dnbuf != NULL ? 4 : 0);
-    h.aux = c->used;
-    char err[256];
-    int hl = blob_encode_header(&h, c->g, n * sizeof(float), c->head, sizeof c->head, err, sizeof err);
-    if (hl < 0) {
-        commit_fail(c, err, 0);
-        return;
-    }
-    char key[KEY_MAX];
-    store_blob_key(ss, key, sizeof key, s->k, "log", c->round + 1, c->epoch);
-    log_debug("shard %d round %lld: writing %zu bytes of log at +%llu ms", s->k, (long long)c->round,
-              (size_t)hl + n * sizeof(float), (unsigned long long)(now_ms() - c->t0));
-    if (store_set(ss, key, c->head, (size_t)hl, c->g, n * sizeof(float), commit_on_log_written, c) != 0)
-        commit_fail(c, "Redis is unavailable", 0);
-}
-
-/* Sync rounds: the log entry waits while parameters are still streaming out to workers (at most
- * LOG_DEFER_MAX_MS). Since workers continue from tentative parameters, durability is off the round's
- * critical path; what matters on a machine with few cores is that hashing the entry and Redis taking
- * it in (fresh memory, page faults) do not compete with the parameters going out. */
-#define LOG_DEFER_CHECK_MS 2
-#define LOG_DEFER_MAX_MS 300
-
-static void lq_arm(ss_ctx *ss)
-{
-    struct timeval tv = { 0, LOG_DEFER_CHECK_MS * 1000 };
-    evtimer_add(ss->lq_ev, &tv);
-}
-
-/* Whether a computed version's log entry should wait: parameters are still going out, or another shard's
- * step is still to be computed (its parameters will go out next). */
-static int log_should_wait(const ss_ctx *ss, const ss_commit *c)
-{
-    return (ss_bufs_in_flight() > 0 || ss->cq_head != NULL) && now_ms() - c->t_computed < LOG_DEFER_MAX_MS;
-}
-
-static void lq_on_timer(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    ss_ctx *ss = arg;
-    while (ss->lq_head != NULL) {
-        ss_commit *c = ss->lq_head;
-        ss_shard *s = commit_shard(c);
-        if (s != NULL && log_should_wait(ss, c)) {
-            lq_arm(ss);
-            return;
-        }
-        ss->lq_head = c->qnext;
-        if (ss->lq_head == NULL)
-            ss->lq_tail = NULL;
-        c->qnext = NULL;
-        if (s == NULL)
-            commit_free(c);
-        else
-            commit_start_log(c, s);
-    }
-}
-
-/* Version round+1 is computed: serve it tentatively, then write its log entry (now, or once the
- * parameters are out). */
-static void commit_write_log(ss_commit *c, ss_shard *s)
-{
-    ss_ctx *ss = c->ss;
-    c->theta_xxh = (uint64_t)XXH3_64bits_digest(c->xs);
-    snprintf(c->digest, sizeof c->digest, "%016" PRIx64, c->theta_xxh);
-    c->t_computed = now_ms();
-    log_debug("shard %d round %lld: step computed at +%llu ms", s->k, (long long)c->round,
-              (unsigned long long)(c->t_computed - c->t0));
-    if (ss->rc.async) {
-        commit_start_log(c, s);
-        return;
-    }
-    commit_serve_tentative(c, s);
-    if (ss->lq_head == NULL && !log_should_wait(ss, c)) {
-        commit_start_log(c, s);
-        return;
-    }
-    if (ss->lq_tail != NULL)
-        ss->lq_tail->qnext = c;
-    else
-        ss->lq_head = c;
-    ss->lq_tail = c;
-    lq_arm(ss);
-}
-
-/* The participants' Δ of this commit, in participant order, dropped ones left out. Returns how many,
- * or -1 if one went missing; *all_bf16 tells whether every one is bf16. */
-static int commit_gather_deltas(ss_commit *c, ss_shard *s, ss_delta **out, int *all_bf16)
-{
-    int k = 0;
-    *all_bf16 = 1;
-    for (int i = 0; i < c->np; i++) {
-        if (c->dropped[i])
-            continue;
-        ss_delta *d = shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
-        if (d == NULL)
-            return -1;
-        *all_bf16 &= d->dtype == BLOB_BF16;
-        out[k++] = d;
-    }
-    return k;
-}
-
-/* The usual sync commit (unweighted bf16 Δ, no Delayed Nesterov): the mean and the step in one pass per
- * block, g kept in registers; g itself is computed for the log entry once the parameters are out
- * (commit_fill_g), with the same formula, so the bits agree. */
-static int commit_fast(const ss_commit *c, int used, int all_bf16)
-{
-    return used > 0 && all_bf16 && c->dnbuf == NULL && !c->ss->rc.weight_tokens;
-}
-
-static void commit_block_fast(ss_commit *c, ss_shard *s, ss_delta **ds, int used, size_t lo, size_t len)
-{
-    const uint16_t *x[MAX_PARTICIPANTS];
-    for (int i = 0; i < used; i++)
-        x[i] = (const uint16_t *)ds[i]->payload + lo;
-    outer_mean_step_bf16_to(c->theta + lo, c->mom + lo, s->theta + lo, s->mom + lo, c->first, x, (uint32_t)used, len,
-                            c->t.lr, c->t.mu, c->t.nesterov);
-}
-
-/* Any other commit: g = the (weighted) mean into c->g, then the step (plain, or Delayed Nesterov). */
-static void commit_block_general(ss_commit *c, ss_shard *s, ss_delta **ds, int used, size_t lo, size_t len)
-{
-    float *g = c->g + lo;
-    outer_sum_zero(g, len);
-    for (int i = 0, p = 0; i < c->np; i++) {
-        if (c->dropped[i])
-            continue;
-        ss_delta *d = ds[p++];
-        if (c->ss->rc.weight_tokens && d->dtype == BLOB_BF16)
-            outer_sum_add_scaled_bf16(g, (const uint16_t *)d->payload + lo, c->scale[i], len);
-        else if (c->ss->rc.weight_tokens)
-            outer_sum_add_scaled_f32(g, (const float *)d->payload + lo, c->scale[i], len);
-        else if (d->dtype == BLOB_BF16)
-            outer_sum_add_bf16(g, (const uint16_t *)d->payload + lo, len);
-        else
-            outer_sum_add_f32(g, (const float *)d->payload + lo, len);
-    }
-    if (!c->ss->rc.weight_tokens)
-        outer_mean_finish(g, len, (uint32_t)used);
-    if (used > 0 && c->dnbuf == NULL) {
-        outer_sgd_step_to(c->theta + lo, c->mom + lo, s->theta + lo, s->mom + lo, c->first, g, len, c->t.lr, c->t.mu,
-                          c->t.nesterov);
-        return;
-    }
-    memcpy(c->theta + lo, s->theta + lo, len * sizeof(float));
-    memcpy(c->mom + lo, s->mom + lo, len * sizeof(float));
-    if (c->dnbuf != NULL)
-        memcpy(c->dnbuf + lo, s->dnbuf + lo, len * sizeof(float));
-    if (used > 0 && c->dnbuf != NULL) /* async Delayed Nesterov: submission number t = dn_t0 + version + 1 */
-        outer_dn_step(c->ss->rc.dn_variant, c->theta + lo, c->mom + lo, c->dnbuf + lo, g, len,
-                      c->ss->rc.dn_t0 + (uint64_t)c->round + 1, (uint32_t)c->ss->rc.dn_buffer, c->t.lr, c->t.mu,
-                      c->t.nesterov);
-    else if (used > 0)
-        outer_sgd_step(c->theta + lo, c->mom + lo, c->first, g, len, c->t.lr, c->t.mu, c->t.nesterov);
-}
-
-/* One slice of the head commit, in cache-sized blocks: θ' and momentum' on copies (the cache keeps
- * serving version round meanwhile), the digest of θ' streamed along. Pops c from the queue when it is
- * done with it. */
-static void commit_slice(ss_commit *c, ss_shard *s)
-{
-    ss_delta *ds[MAX_PARTICIPANTS];
-    int all_bf16, used = commit_gather_deltas(c, s, ds, &all_bf16);
-    if (c->pos == 0) { /* the path is chosen once: the fast one leaves g to commit_fill_g for every block */
-        c->used = used;
-        c->g_deferred = used >= 0 && commit_fast(c, used, all_bf16);
-    }
-    if (used < 0 || used != c->used || (c->g_deferred && !all_bf16)) {
-        snprintf(c->errmsg, sizeof c->errmsg, "a pseudo-gradient went missing");
-        cq_pop(c->ss);
-        commit_finish(c, OUT_WAIT);
-        return;
-    }
-    size_t n = s->n, end = n - c->pos < COMMIT_SLICE ? n : c->pos + COMMIT_SLICE;
-    for (size_t lo = c->pos; lo < end; lo += COMMIT_BLOCK) {
-        size_t len = end - lo < COMMIT_BLOCK ? end - lo : COMMIT_BLOCK;
-        if (c->g_deferred)
-            commit_block_fast(c, s, ds, used, lo, len);
-        else
-            commit_block_general(c, s, ds, used, lo, len);
-        hash_update(c->xs, c->theta + lo, len * sizeof(float));
-    }
-    c->pos = end;
-    if (c->pos < n)
-        return;
-    c->has_mom = s->has_mom || (c->used > 0 && (c->t.mu != 0.0f || c->dnbuf != NULL));
-    cq_pop(c->ss);
-    commit_write_log(c, s);
-}
-
-/* The log entry's g of a fast commit, computed once the parameters are out. 0, or -1 if a Δ went
- * missing meanwhile (the commit is then given up like any other that lost a Δ). */
-static int commit_fill_g(ss_commit *c, ss_shard *s)
-{
-    ss_delta *ds[MAX_PARTICIPANTS];
-    const uint16_t *x[MAX_PARTICIPANTS];
-    int all_bf16, used = commit_gather_deltas(c, s, ds, &all_bf16);
-    if (used != c->used || !all_bf16)
-        return -1;
-    for (int i = 0; i < used; i++)
-        x[i] = (const uint16_t *)ds[i]->payload;
-    outer_mean_bf16(c->g, x, (uint32_t)used, s->n);
-    c->g_deferred = 0;
-    return 0;
-}
-
-static void cq_on_turn(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    ss_ctx *ss = arg;
-    ss_commit *c = ss->cq_head;
-    if (c == NULL)
-        return;
-    ss_shard *s = commit_shard(c);
-    if (s == NULL) {
-        cq_pop(ss);
-        commit_free(c);
-    } else {
-        commit_slice(c, s); /* pops c when it is done with it */
-    }
-    if (ss->cq_head != NULL)
-        cq_arm(ss);
-}
-
-/* --weight-by tokens: sync, each participant weighs tokens_i / sum(tokens) (a weighted mean); async,
- * the one submission is scaled by tokens / weight_ref_tokens. Computed in double, used as fp32, in
- * participant order: the same on every server and in replay (the log keeps the weighted g). */
-static void commit_weights(ss_commit *c, ss_shard *s)
-{
-    double total = 0;
-    for (int i = 0; i < c->np; i++) {
-        ss_delta *d = c->dropped[i] ? NULL : shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
-        if (d != NULL)
-            total += (double)d->tokens;
-    }
-    if (c->ss->rc.async)
-        total = (double)(c->ss->rc.weight_ref_tokens ? c->ss->rc.weight_ref_tokens : 1);
-    for (int i = 0; i < c->np; i++) {
-        ss_delta *d = c->dropped[i] ? NULL : shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
-        c->scale[i] = d != NULL && total > 0 ? (float)((double)d->tokens / total) : 0.0f;
-    }
-}
-
-/* Every Δ is here: queue the compute of version round+1. */
-static void commit_compute(ss_commit *c, ss_shard *s)
-{
-    if (c->ss->rc.weight_tokens)
-        commit_weights(c, s);
-    ss_ctx *ss = c->ss;
-    size_t n = s->n;
-    c->g = malloc(n * sizeof(float));
-    c->theta = malloc(n * sizeof(float));
-    c->mom = malloc(n * sizeof(float));
-    c->xs = XXH3_createState();
-    if (s->dnbuf != NULL)
-        c->dnbuf = malloc(n * sizeof(float));
-    if (c->g == NULL || c->theta == NULL || c->mom == NULL || c->xs == NULL || (s->dnbuf != NULL && c->dnbuf == NULL)) {
-        commit_fail(c, "out of memory", 0);
-        return;
-    }
-    XXH3_64bits_reset(c->xs);
-    c->t = ss->tun;
-    c->first = !s->has_mom;
-    c->pos = 0;
-    log_debug("shard %d round %lld: every pseudo-gradient here at +%llu ms; step queued", s->k, (long long)c->round,
-              (unsigned long long)(now_ms() - c->t0));
-    if (ss->cq_tail != NULL)
-        ss->cq_tail->qnext = c;
-    else
-        ss->cq_head = c;
-    ss->cq_tail = c;
-    cq_arm(ss);
 }
 
 /* All membership checks are back: need, drop or compute. */
@@ -973,7 +446,7 @@ void commit_start(ss_ctx *ss, ss_shard *s)
         snprintf(name, sizeof name, "subs:%d", s->k);
         key_run(key, sizeof key, ss->rc.run, name);
         const char *argv[3] = { "HGET", key, round };
-        if (ra_cmds(&ss->ctl, commit_on_submission, c, 3, argv) != 0) {
+        if (rlink_cmds(&ss->ctl, commit_on_submission, c, 3, argv) != 0) {
             snprintf(c->errmsg, sizeof c->errmsg, "Redis is unavailable");
             commit_finish(c, OUT_ERR);
         }

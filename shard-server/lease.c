@@ -147,7 +147,7 @@ static void on_servers(redisReply *r, void *priv)
         snprintf(fields[k], sizeof fields[k], "%d:owner", k);
         argv[2 + k] = fields[k];
     }
-    if (ra_cmds(&ss->ctl, on_owners, q, argc, argv) != 0)
+    if (rlink_cmds(&ss->ctl, on_owners, q, argc, argv) != 0)
         on_owners(NULL, q);
     free(argv);
     free(fields);
@@ -158,10 +158,10 @@ static void refresh_views(ss_ctx *ss)
     char key[KEY_MAX];
     const char *tv[5] = { "HMGET", key_run(key, sizeof key, ss->opts.run, "tunables"), "outer_lr", "outer_momentum",
                           "nesterov" };
-    ra_cmds(&ss->ctl, on_tunables, ss, 5, tv);
+    rlink_cmds(&ss->ctl, on_tunables, ss, 5, tv);
     char skey[KEY_MAX];
     const char *sv[2] = { "HGETALL", key_run(skey, sizeof skey, ss->opts.run, "servers") };
-    ra_cmds(&ss->ctl, on_servers, ss, 2, sv);
+    rlink_cmds(&ss->ctl, on_servers, ss, 2, sv);
 }
 
 /* ---------------------------------------------------------------------------------------------- */

@@ -331,13 +331,14 @@ static int run_loop(ss_ctx *ss)
         return -1;
     }
     int stall = ss->opts.lease_ttl_ms < 2000 ? 2000 : ss->opts.lease_ttl_ms;
-    if (ra_init(&ss->ctl, "control", &ss->url, ss->base, stall) != 0 ||
-        ra_init(&ss->bulk, "bulk", &ss->url, ss->base, BULK_STALL_MS) != 0 ||
-        rs_init(&ss->bulkw, "bulk-write", &ss->url, ss->base, BULK_STALL_MS) != 0) {
+    if (rlink_init(&ss->ctl, "control", RLINK_CMD, &ss->url, ss->base, stall, ss_refused) != 0 ||
+        rlink_init(&ss->bulk, "bulk", RLINK_CMD, &ss->url, ss->base, BULK_STALL_MS, ss_refused) != 0 ||
+        rlink_init(&ss->bulkw, "bulk-write", RLINK_SET, &ss->url, ss->base, BULK_STALL_MS, ss_refused) != 0) {
         log_error("cannot set up the Redis connections");
         return -1;
     }
-    route_attach(ss);
+    rlink *links[3] = { &ss->ctl, &ss->bulk, &ss->bulkw };
+    rlink_route_attach(&ss->route, &ss->bulk, links, 3);
     struct event *park_timer;
     if (metrics_start(ss, err, sizeof err) != 0 || lease_start(ss, err, sizeof err) != 0 ||
         add_persist(ss, &park_timer, on_park_timer, PARK_CHECK_MS) != 0) {

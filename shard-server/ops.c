@@ -3,8 +3,8 @@
  *
  * push: the shard must be ours (else `moved`), not corrupt (`CORRUPT`, until `coordinator repair`) and
  * loaded (else the request waits for the load), the
- * round must be the shard's version (STALE), dtype, count and checksum must match (BADDTYPE, BADSIZE,
- * CHECKSUM), every element finite (NAN), and the worker a live member with that incarnation
+ * round must be the shard's version (STALE), the dtype the run's codec (BADDTYPE, BADCODEC), count and
+ * checksum must match (BADSIZE, CHECKSUM), every element (of int8/int4, every block scale) finite (NAN), and the worker a live member with that incarnation
  * (`dl_member`; UNKNOWN_WORKER). Accepted pseudo-gradients are kept in memory as received.
  * get: answered with `params` when the shard is at the wanted version; one version behind drives the
  * commit of that round (commit.c); further behind means our cache is stale: reload, then retry.
@@ -20,6 +20,7 @@
 
 #include <xxhash.h>
 
+#include "codec.h"
 #include "log.h"
 #include "outer.h"
 
@@ -40,7 +41,7 @@ static void record_reject(ss_ctx *ss, const ss_req *req, const char *code, const
         log_warn("cannot record rejection %s in Redis (not connected)", code);
 }
 
-void ops_reject(ss_ctx *ss, ss_req *req, const char *code, const char *fmt, ...)
+void ops_reject(ss_ctx *ss, ss_req *req, dp_err code, const char *fmt, ...)
 {
     char msg[512];
     va_list ap;
@@ -49,8 +50,8 @@ void ops_reject(ss_ctx *ss, ss_req *req, const char *code, const char *fmt, ...)
     va_end(ap);
     ss->m.rejections++;
     log_warn("rejected %s from %s (shard %lld round %lld): %s %s", req->h.op,
-             req->h.worker[0] ? req->h.worker : "?", (long long)req->h.shard, (long long)req->h.round, code, msg);
-    record_reject(ss, req, code, msg);
+             req->h.worker[0] ? req->h.worker : "?", (long long)req->h.shard, (long long)req->h.round, dp_err_code(code), msg);
+    record_reject(ss, req, dp_err_code(code), msg);
     req_reply_err(req, code, "%s", msg);
 }
 
@@ -65,7 +66,7 @@ static ss_shard *own_shard(ss_ctx *ss, ss_req *req)
 {
     lease_check_expiry(ss);
     if (req->h.shard < 0 || req->h.shard >= ss->nshards) {
-        ops_reject(ss, req, "BADARG", "shard %lld does not exist (the run has %d shards)", (long long)req->h.shard,
+        ops_reject(ss, req, DP_BADARG, "shard %lld does not exist (the run has %d shards)", (long long)req->h.shard,
                    ss->nshards);
         return NULL;
     }
@@ -79,7 +80,7 @@ static ss_shard *own_shard(ss_ctx *ss, ss_req *req)
         return NULL;
     }
     if (s->state == SH_CORRUPT) { /* not the worker's fault: answered, not recorded as a rejection */
-        req_reply_err(req, "CORRUPT", "shard %d's durable state is corrupt (key %s: %s); see coordinator repair", s->k,
+        req_reply_err(req, DP_CORRUPT, "shard %d's durable state is corrupt (key %s: %s); see coordinator repair", s->k,
                       s->corrupt_key, s->corrupt_reason);
         return NULL;
     }
@@ -95,9 +96,11 @@ static int push_check_payload(ss_ctx *ss, ss_req *req)
 {
     const blob_header *h = &req->h;
     size_t esize = blob_dtype_size(h->dtype), bad = 0, first_bad = SIZE_MAX;
+    if (codec_is_block(h->dtype) && codec_check(h->dtype, req->payload, h->count, &bad) != 0)
+        first_bad = bad; /* the scales: every code of a finite scale is finite */
     XXH3_state_t *xs = XXH3_createState();
     if (xs == NULL) {
-        req_reply_err(req, "BUSY", "out of memory");
+        req_reply_err(req, DP_BUSY, "out of memory");
         return -1;
     }
     XXH3_64bits_reset(xs);
@@ -105,21 +108,25 @@ static int push_check_payload(ss_ctx *ss, ss_req *req)
         size_t len = req->payload_len - off < PUSH_CHECK_BLOCK ? req->payload_len - off : PUSH_CHECK_BLOCK;
         const uint8_t *p = req->payload + off;
         hash_update(xs, p, len);
-        int rc = first_bad != SIZE_MAX ? 0
-                 : esize == 4          ? outer_check_finite((const float *)p, len / 4, &bad)
-                                       : outer_check_finite_bf16((const uint16_t *)p, len / 2, &bad);
+        int rc = first_bad != SIZE_MAX || esize == 0 ? 0
+                 : esize == 4                         ? outer_check_finite((const float *)p, len / 4, &bad)
+                                                      : outer_check_finite_bf16((const uint16_t *)p, len / 2, &bad);
         if (rc != 0)
             first_bad = off / esize + bad;
     }
     uint64_t sum = XXH3_64bits_digest(xs);
     XXH3_freeState(xs);
     if (sum != h->xxh) {
-        ops_reject(ss, req, "CHECKSUM", "payload does not match its header: xxh3 %016llx, header says %016llx",
+        ops_reject(ss, req, DP_CHECKSUM, "payload does not match its header: xxh3 %016llx, header says %016llx",
                    (unsigned long long)sum, (unsigned long long)h->xxh);
         return -1;
     }
     if (first_bad != SIZE_MAX) {
-        ops_reject(ss, req, "NAN", "element %zu of the pseudo-gradient is NaN or infinite", first_bad);
+        if (codec_is_block(h->dtype))
+            ops_reject(ss, req, DP_NAN, "the scale of the %s block at element %zu is NaN, infinite or negative",
+                       codec_name(h->dtype), first_bad);
+        else
+            ops_reject(ss, req, DP_NAN, "element %zu of the pseudo-gradient is NaN or infinite", first_bad);
         return -1;
     }
     return 0;
@@ -130,28 +137,33 @@ static int push_validate(ss_ctx *ss, ss_shard *s, ss_req *req)
 {
     const blob_header *h = &req->h;
     if (h->round != s->version && !(ss->rc.async && h->round > s->version)) {
-        ops_reject(ss, req, "STALE", "round %lld is not the open round of shard %d (its version is %lld)",
+        ops_reject(ss, req, DP_STALE, "round %lld is not the open round of shard %d (its version is %lld)",
                    (long long)h->round, s->k, (long long)s->version);
         return -1;
     }
-    if (h->dtype != BLOB_F32 && h->dtype != BLOB_BF16) {
-        ops_reject(ss, req, "BADDTYPE", "pseudo-gradients must be f32 or bf16 (dtype %d)", h->dtype);
+    if (h->dtype != BLOB_F32 && h->dtype != BLOB_BF16 && !codec_is_block(h->dtype)) {
+        ops_reject(ss, req, DP_BADDTYPE, "pseudo-gradients must be fp32, bf16, int8 or int4 (dtype %d)", h->dtype);
         return -1;
     }
-    if (h->count != s->n || req->payload_len != s->n * blob_dtype_size(h->dtype)) {
-        ops_reject(ss, req, "BADSIZE", "shard %d has %zu elements; got count %llu with %zu payload bytes", s->k, s->n,
+    if (!runconf_accepts_dtype(&ss->rc, h->dtype)) {
+        ops_reject(ss, req, DP_BADCODEC, "this run's pseudo-gradients are %s (coordinator init --compress), got %s: "
+                   "run a worker that knows the codec", codec_name(ss->rc.compress), codec_name(h->dtype));
+        return -1;
+    }
+    if (h->count != s->n || req->payload_len != blob_payload_bytes(h->dtype, s->n)) {
+        ops_reject(ss, req, DP_BADSIZE, "shard %d has %zu elements; got count %llu with %zu payload bytes", s->k, s->n,
                    (unsigned long long)h->count, req->payload_len);
         return -1;
     }
     if (push_check_payload(ss, req) != 0)
         return -1;
     if (ss->rc.weight_tokens && h->aux < 1) {
-        ops_reject(ss, req, "BADARG", "this run weights pseudo-gradients by tokens: a push must say how many "
+        ops_reject(ss, req, DP_BADARG, "this run weights pseudo-gradients by tokens: a push must say how many "
                    "tokens it took (header aux >= 1)");
         return -1;
     }
     if (h->worker[0] == '\0' || h->inc < 0) {
-        ops_reject(ss, req, "UNKNOWN_WORKER", "a push must name its worker and incarnation");
+        ops_reject(ss, req, DP_UNKNOWN_WORKER, "a push must name its worker and incarnation");
         return -1;
     }
     return 0;
@@ -165,11 +177,11 @@ static void push_on_member(redisReply *r, void *priv)
     uint64_t gen = mc->gen;
     free(mc);
     if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-        req_reply_err(req, "REDIS", "cannot check membership in Redis: %s", r ? r->str : "connection lost");
+        req_reply_err(req, DP_REDIS, "cannot check membership in Redis: %s", r ? r->str : "connection lost");
         return;
     }
     if (r->type != REDIS_REPLY_INTEGER || r->integer != req->h.inc) {
-        ops_reject(ss, req, "UNKNOWN_WORKER", "worker %s (incarnation %lld) is not a live member of the run",
+        ops_reject(ss, req, DP_UNKNOWN_WORKER, "worker %s (incarnation %lld) is not a live member of the run",
                    req->h.worker, (long long)req->h.inc);
         return;
     }
@@ -187,7 +199,7 @@ static void push_on_member(redisReply *r, void *priv)
     shard_store_delta(s, req);
     ss->m.pushes++;
     log_debug("shard %d round %lld: stored pseudo-gradient of %s:%lld (%s)", s->k, (long long)req->h.round,
-              req->h.worker, (long long)req->h.inc, req->h.dtype == BLOB_BF16 ? "bf16" : "f32");
+              req->h.worker, (long long)req->h.inc, codec_name(req->h.dtype));
     req_reply_simple(req, "ack", NULL);
 }
 
@@ -217,7 +229,7 @@ static void op_push(ss_ctx *ss, ss_req *req)
         return;
     member_check *mc = malloc(sizeof *mc);
     if (mc == NULL) {
-        req_reply_err(req, "BUSY", "out of memory");
+        req_reply_err(req, DP_BUSY, "out of memory");
         return;
     }
     mc->ss = ss;
@@ -226,7 +238,7 @@ static void op_push(ss_ctx *ss, ss_req *req)
     const char *args[1] = { req->h.worker };
     if (fcall(ss, push_on_member, mc, "dl_member", 1, args) != 0) {
         free(mc);
-        req_reply_err(req, "REDIS", "Redis is unavailable; retry");
+        req_reply_err(req, DP_REDIS, "Redis is unavailable; retry");
     }
 }
 
@@ -276,6 +288,14 @@ static void op_get(ss_ctx *ss, ss_req *req)
     if (s == NULL)
         return;
     int64_t v = req->h.version;
+    if (s->version == v && ops_wants_update(ss, req, &s->upd)) {
+        ops_reply_update(ss, s, req, &s->upd, 0);
+        return;
+    }
+    if (s->version >= v && ss->rc.download_update) { /* (we have no update for it: a new owner, a gap) */
+        ops_reply_params_momentum(ss, s, req);
+        return;
+    }
     if (s->version >= v) {
         reply_params(ss, s, req);
         return;
@@ -314,5 +334,5 @@ void ops_dispatch(ss_ctx *ss, ss_req *req)
     else if (strcmp(req->h.op, "get") == 0)
         op_get(ss, req);
     else
-        ops_reject(ss, req, "BADOP", "unknown operation '%s' (expected hello, push or get)", req->h.op);
+        ops_reject(ss, req, DP_BADOP, "unknown operation '%s' (expected hello, push or get)", req->h.op);
 }

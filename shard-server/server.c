@@ -2,7 +2,7 @@
  * server.c: the data-plane listener and its connections.
  *
  * A frame is a u32 little-endian length L followed by L bytes of blob (msgpack header + raw payload,
- * common/blob.h). Requests on one connection are answered strictly in order, so a connection handles
+ * common/format/blob.h). Requests on one connection are answered strictly in order, so a connection handles
  * one request at a time: while a request waits (for Redis, for a shard to load, for a commit) the
  * connection reads no further frame. A frame longer than the largest legal blob is refused from its
  * length prefix alone (the payload is never buffered) and the connection is closed after the reply.
@@ -246,13 +246,13 @@ void req_reply_simple(ss_req *req, const char *op, const char *text)
     req_reply(req, &h, NULL, 0);
 }
 
-void req_reply_err(ss_req *req, const char *code, const char *fmt, ...)
+void req_reply_err(ss_req *req, dp_err code, const char *fmt, ...)
 {
     blob_header h;
     blob_header_init(&h, "err");
     h.shard = req->h.shard;
     h.round = req->h.round;
-    snprintf(h.code, sizeof h.code, "%s", code);
+    snprintf(h.code, sizeof h.code, "%s", dp_err_code(code));
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(h.text, sizeof h.text, fmt, ap);
@@ -264,7 +264,7 @@ void req_reply_err(ss_req *req, const char *code, const char *fmt, ...)
 static void refuse_auth(ss_ctx *ss, ss_req *req, const char *fmt, const char *detail)
 {
     req->conn->close_after_flush = 1;
-    ops_reject(ss, req, "AUTH", fmt, detail);
+    ops_reject(ss, req, DP_AUTH, fmt, detail);
 }
 
 /* hello: check the run name, remember the worker id; then challenge it to prove the run secret
@@ -272,7 +272,7 @@ static void refuse_auth(ss_ctx *ss, ss_req *req, const char *fmt, const char *de
 static void op_hello(ss_ctx *ss, ss_req *req)
 {
     if (strcmp(req->h.text, ss->opts.run) != 0) {
-        ops_reject(ss, req, "BADRUN", "this shard-server serves run '%s', not '%s'", ss->opts.run, req->h.text);
+        ops_reject(ss, req, DP_BADRUN, "this shard-server serves run '%s', not '%s'", ss->opts.run, req->h.text);
         return;
     }
     snprintf(req->conn->worker, sizeof req->conn->worker, "%s", req->h.worker);
@@ -282,7 +282,7 @@ static void op_hello(ss_ctx *ss, ss_req *req)
         return;
     }
     if (auth_nonce(req->conn->nonce) != 0) {
-        req_reply_err(req, "BUSY", "cannot make a challenge (no randomness)");
+        req_reply_err(req, DP_BUSY, "cannot make a challenge (no randomness)");
         return;
     }
     req->conn->authed = 0;
@@ -327,7 +327,7 @@ static void conn_dispatch(ss_conn *c, uint8_t *frame, size_t len)
     if (blob_decode_header(frame, len, &req->h, &hlen, err, sizeof err) != 0) {
         blob_header_init(&req->h, "?");
         snprintf(req->h.worker, sizeof req->h.worker, "%s", c->worker);
-        ops_reject(ss, req, "BADFRAME", "malformed blob header from %s: %s", c->peer, err);
+        ops_reject(ss, req, DP_BADFRAME, "malformed blob header from %s: %s", c->peer, err);
         return;
     }
     req->payload = frame + hlen;
@@ -357,7 +357,7 @@ static void conn_refuse_oversize(ss_conn *c, uint32_t flen)
     snprintf(req->h.worker, sizeof req->h.worker, "%s", c->worker);
     c->close_after_flush = 1;
     bufferevent_disable(c->bev, EV_READ);
-    ops_reject(ss, req, "BADSIZE", "frame of %u bytes from %s exceeds the largest legal blob (%zu bytes); closing",
+    ops_reject(ss, req, DP_BADSIZE, "frame of %u bytes from %s exceeds the largest legal blob (%zu bytes); closing",
                flen, c->peer, ss->max_frame);
 }
 

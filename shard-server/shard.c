@@ -136,7 +136,7 @@ void shard_park(ss_ctx *ss, ss_shard *s, ss_req *req)
 {
     int cap = MAX_PARKED_PER_ROUND * (ss->opts.max_pending_rounds > 0 ? ss->opts.max_pending_rounds : 1);
     if (s->nparked >= cap) {
-        req_reply_err(req, "BUSY", "shard %d has %d requests waiting; retry", s->k, s->nparked);
+        req_reply_err(req, DP_BUSY, "shard %d has %d requests waiting; retry", s->k, s->nparked);
         return;
     }
     if (req->parked_ms == 0)
@@ -186,7 +186,7 @@ void shard_expire_parked(ss_ctx *ss, uint64_t max_age_ms)
             if (strcmp(req->h.op, "get") == 0)
                 req_reply_simple(req, "wait", "the shard is still loading or committing");
             else
-                req_reply_err(req, "NOTREADY", "shard %d is not loaded yet; retry", k);
+                req_reply_err(req, DP_NOTREADY, "shard %d is not loaded yet; retry", k);
         }
     }
 }
@@ -318,7 +318,7 @@ static int load_decode(ss_load *ld, redisReply *r, const char *key, const char *
     return 0;
 }
 
-/* The load's state as common/replay.c sees it (the one replay implementation). */
+/* The load's state as common/math/replay.c sees it (the one replay implementation). */
 static replay_state load_state(ss_load *ld, int64_t version)
 {
     const runconf *rc = &ld->ss->rc;
@@ -493,7 +493,7 @@ static void load_start(ss_ctx *ss, ss_shard *s)
         argv[2 + i] = f[i];
     }
     ld->outstanding = 1;
-    if (ra_cmds(&ss->ctl, load_on_meta, ld, 10, argv) != 0) {
+    if (rlink_cmds(&ss->ctl, load_on_meta, ld, 10, argv) != 0) {
         log_warn("shard %d: cannot load now (Redis not connected); will retry", s->k);
         load_free(ld);
         return;
@@ -569,6 +569,7 @@ static void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const ch
     free(s->mom);
     free(s->dnbuf);
     s->theta = s->mom = s->dnbuf = NULL;
+    update_clear(&s->upd);
     s->has_mom = 0;
     s->version = version;
     s->digest[0] = '\0';
@@ -625,6 +626,7 @@ void shard_release(ss_ctx *ss, ss_shard *s, const char *why)
     free(s->dnbuf);
     s->dnbuf = NULL;
     s->theta = s->mom = NULL;
+    update_clear(&s->upd);
     s->has_mom = 0;
     s->version = -1;
     s->digest[0] = '\0';

@@ -9,15 +9,18 @@
  *
  * Files (one concern each):
  *   main.c     command line, start-up (library check, config), signals, the loop
- *   rasync.c   an asynchronous hiredis connection that reconnects with backoff and detects stalls
- *   rawset.c   a write-only Redis connection: SET of big blobs with writev() from the caller's memory
- *   route.c    Redis Cluster: the slot map those connections route by (a plain Redis never uses it)
+ *   link/      the link to Redis (link/rlink.h): reconnects with backoff, detects stalls, routes by
+ *              hash slot in a Redis Cluster; carries commands (hiredis) or big blob SETs (writev)
  *   store.c    blob I/O (GET/DEL on the bulk connection, SET on bulk-write) of dl:{R:k}:snap|log:<v>:<e>
  *   lease.c    the lease loop (dl_server_beat), lease validity, owner map for redirects, tunables
  *   shard.c    per-shard cache: load (snapshot + log replay + digest check), drop, parked requests
- *   commit.c   the commit of a round (barrier, drops, mean, outer step, log, dl_commit; the compute runs
- *              in slices from a queue so I/O goes on meanwhile) and snapshots (deferred until idle)
+ *   commit.c   the commit chain of a round (barrier, drops, membership checks, dl_commit); commit.h
+ *              holds what the commit files share
+ *   commit_compute.c  the compute queue and kernels (mean, outer step), in slices so I/O goes on meanwhile
+ *   commit_log.c      tentative serving and the log entry, deferred while parameters stream out
+ *   snapshot.c the snapshots (deferred until no commit runs)
  *   ops.c      the data-plane operations push and get (validation, rejections)
+ *   update.c   --download update: the round's update (or parameters with momentum) as a get's reply
  *   server.c   listener, connections, framing (big frames read straight into their buffer), replies
  *              (parameters sent by reference)
  *   metrics.c  counters kept in memory, logged every 30 s
@@ -34,8 +37,10 @@
 
 #include "blob.h"
 #include "cluster.h"
+#include "dp_error.h"
 #include "runconf.h"
 #include "url.h"
+#include "link/rlink.h"
 
 /* ---------------------------------------------------------------------------------------------- */
 /* options (main.c) */
@@ -55,93 +60,6 @@ typedef struct ss_opts {
     char metrics_host[256];      /* --metrics HOST:PORT: Prometheus /metrics over HTTP ("" = off) */
     int metrics_port;
 } ss_opts;
-
-/* ---------------------------------------------------------------------------------------------- */
-/* asynchronous Redis connection (rasync.c) */
-
-typedef void ra_cb(redisReply *reply, void *priv); /* reply NULL: connection lost, outcome unknown */
-
-struct ss_route;
-
-typedef struct rasync {
-    const char *name;
-    const redis_url *url;
-    struct event_base *base;
-    redisAsyncContext *ac;
-    int ready;             /* connected and authenticated */
-    unsigned attempt;      /* reconnect attempts since the last success */
-    int pending;           /* commands sent, reply not yet received */
-    uint64_t last_activity; /* now_ms() of the last reply, or of the first send after idle */
-    int stall_ms;          /* no reply for this long while commands are pending: drop the connection */
-    struct event *retry_timer;
-    struct event *watch_timer;
-    void (*on_ready)(void *arg);
-    void *on_ready_arg;
-    int stopping;
-    /* Redis Cluster (route.c): a command goes to this connection's twin on its key's master */
-    struct ss_route *route;
-    struct rasync *twin[CLUSTER_MAX_NODES]; /* opened on first use; may be this connection */
-    int is_twin;
-} rasync;
-
-int ra_init(rasync *ra, const char *name, const redis_url *url, struct event_base *base, int stall_ms);
-/* Send a command; cb is called exactly once (reply or NULL) unless this returns -1 (not connected). */
-int ra_cmd(rasync *ra, ra_cb *cb, void *priv, int argc, const char **argv, const size_t *argvlen);
-/* Same with printf-free string arguments only (NUL-terminated). */
-int ra_cmds(rasync *ra, ra_cb *cb, void *priv, int argc, const char **argv);
-void ra_close(rasync *ra);
-
-/* ---------------------------------------------------------------------------------------------- */
-/* write-only connection for big blob SETs, sent from the caller's memory (rawset.c) */
-
-struct rs_item;
-
-typedef struct rawset {
-    const char *name;
-    const redis_url *url;
-    struct event_base *base;
-    int fd;                /* -1 when down */
-    int connecting;
-    int ready;
-    int stopping;
-    unsigned attempt;
-    int pending;           /* commands queued, reply not yet received */
-    uint64_t last_activity;
-    int stall_ms;
-    struct rs_item *head, *tail; /* in send order; replies pop head */
-    struct rs_item *send;  /* first command with bytes left to write */
-    struct event *ev_read, *ev_write, *retry_timer, *watch_timer;
-    char rbuf[1024];
-    size_t rlen;
-    /* Redis Cluster (route.c), as in rasync */
-    struct ss_route *route;
-    struct rawset *twin[CLUSTER_MAX_NODES];
-    int is_twin;
-} rawset;
-
-int rs_init(rawset *rs, const char *name, const redis_url *url, struct event_base *base, int stall_ms);
-/* SET key to head||payload. payload must stay valid until cb runs (exactly once, NULL reply = connection
- * lost, outcome unknown). -1 when not connected (cb is then not called). */
-int rs_set(rawset *rs, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
-           ra_cb *cb, void *priv);
-void rs_close(rawset *rs);
-
-/* ---------------------------------------------------------------------------------------------- */
-/* Redis Cluster routing of those connections (route.c) */
-
-typedef struct ss_route {
-    cluster_map *map;     /* NULL until a MOVED/ASK reply shows Redis is a cluster */
-    rasync *via;          /* where CLUSTER SLOTS is sent */
-    int refreshing;
-    uint64_t refreshed_ms;
-} ss_route;
-
-/* Node index of the master of slot, or -1: the URL's server (no cluster, unknown slot, no key). */
-int route_node(const ss_route *rt, int slot);
-/* Record a redirection; the node to send the command to, or -1. MOVED also re-reads the map. */
-int route_learn(ss_route *rt, const cluster_redirect *rd);
-/* 1 if node is the URL's server itself, else 0 and *out = the URL with the node's address. */
-int route_node_url(const ss_route *rt, int node, const redis_url *seed, redis_url *out);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* metrics (metrics.c): logged every 30 s and served as Prometheus text on --metrics HOST:PORT */
@@ -185,7 +103,7 @@ typedef struct ss_req {
 } ss_req;
 
 /* ---------------------------------------------------------------------------------------------- */
-/* shards (shard.c, commit.c) */
+/* shards (shard.c, commit*.c, snapshot.c) */
 
 typedef struct ss_delta {
     struct ss_delta *next;
@@ -197,6 +115,20 @@ typedef struct ss_delta {
     uint8_t *frame;          /* owns the bytes */
     const uint8_t *payload;
 } ss_delta;
+
+/* --download update: the update that produced a version (the averaged pseudo-gradient in the run's
+ * codec, as logged), sent to the gets that hold the version before. buf is sent by reference
+ * (ss_buf_release). */
+typedef struct ss_update {
+    uint8_t *buf;            /* NULL: none */
+    size_t len;
+    uint64_t xxh;            /* of buf */
+    int64_t version;         /* the version it produces */
+    float lr, mu;
+    int64_t flags;           /* BLOB_UPDATE_* and the step's (bit 0 nesterov, bit 1 first step) */
+    int64_t aux;             /* participants; 0: no-op */
+    char digest[17];         /* θ of that version */
+} ss_update;
 
 /* SH_CORRUPT: ours, but its durable state cannot be loaded (a blob fails its checksum or is missing, or
  * the replay does not give k:digest); requests get `err CORRUPT` until `coordinator repair` revokes the
@@ -222,6 +154,8 @@ typedef struct ss_shard {
     float *tent_theta;       /* the commit's buffer (NULL when there is none) */
     uint64_t tent_xxh;
     int64_t tent_version;
+    ss_update upd;           /* --download update: the update of version `version` (upd.version) */
+    ss_update tent_upd;      /* and the running commit's, of tent_version (buf is the commit's) */
     int committing;
     int snapshotting;
     int64_t snap_wanted;     /* version to snapshot once commits are idle (0 = none) */
@@ -253,10 +187,10 @@ typedef struct ss_ctx {
     char id[128];
     char addr[300];            /* advertised host:port */
     struct event_base *base;
-    rasync ctl;                /* FCALLs */
-    rasync bulk;               /* blobs: GET, DEL */
-    rawset bulkw;              /* blobs: SET (log entries, snapshots) without copies */
-    ss_route route;            /* Redis Cluster slot map of those three (route.c) */
+    rlink ctl;                 /* FCALLs */
+    rlink bulk;                /* blobs: GET, DEL */
+    rlink bulkw;               /* blobs: SET (log entries, snapshots) without copies (RLINK_SET) */
+    rlink_route route;         /* Redis Cluster slot map of those three */
     struct evconnlistener *listener;
     size_t max_frame;          /* largest acceptable frame */
     ss_shard *shards;
@@ -272,9 +206,9 @@ typedef struct ss_ctx {
     int refused;               /* Redis refused one of our logins for good (ss_refused): exit status 1 */
     struct event *exit_timer;
     ss_metrics m;
-    struct ss_commit *cq_head, *cq_tail; /* commits being computed, in order (commit.c) */
+    struct ss_commit *cq_head, *cq_tail; /* commits being computed, in order (commit_compute.c) */
     struct event *cq_ev;
-    struct ss_commit *lq_head, *lq_tail; /* computed and served, log entry not started yet (commit.c) */
+    struct ss_commit *lq_head, *lq_tail; /* computed and served, log entry not started yet (commit_log.c) */
     struct event *lq_ev;
     struct event *metrics_timer;
     struct evhttp *metrics_http;
@@ -300,17 +234,25 @@ void ss_buf_release(void *buf);
 /* Buffers sent by reference that some connection has not finished sending (parameters on the wire). */
 int ss_bufs_in_flight(void);
 void req_reply_simple(ss_req *req, const char *op, const char *text);
-void req_reply_err(ss_req *req, const char *code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+void req_reply_err(ss_req *req, dp_err code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void req_free(ss_req *req);
 int req_conn_alive(const ss_req *req);
 
-/* ops.c */
+/* ops.c, update.c */
 void ops_dispatch(ss_ctx *ss, ss_req *req);
 /* Answer a get with a shard's parameters (its current θ, or a running commit's tentative one), sent by
  * reference with the checksum computed when they were. */
 void ops_reply_params(ss_ctx *ss, ss_shard *s, ss_req *req, float *theta, int64_t version, uint64_t xxh,
                       int tentative);
-void ops_reject(ss_ctx *ss, ss_req *req, const char *code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+void ops_reject(ss_ctx *ss, ss_req *req, dp_err code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* --download update: answer a get that holds version u->version - 1 with the update u (sent by reference). */
+void ops_reply_update(ss_ctx *ss, ss_shard *s, ss_req *req, const ss_update *u, int tentative);
+/* Whether a get takes the update u instead of parameters. */
+int ops_wants_update(const ss_ctx *ss, const ss_req *req, const ss_update *u);
+/* Answer a get of a --download update run that asked for the momentum with the parameters. */
+void ops_reply_params_momentum(ss_ctx *ss, ss_shard *s, ss_req *req);
+/* Release an update's buffer and empty it. */
+void update_clear(ss_update *u);
 
 /* lease.c */
 int lease_start(ss_ctx *ss, char *err, size_t errlen);
@@ -332,7 +274,7 @@ void shard_free_deltas(ss_shard *s, int64_t below_round, int all);
 ss_delta *shard_find_delta(ss_shard *s, int64_t round, const char *worker, int64_t inc);
 void shard_store_delta(ss_shard *s, ss_req *req);
 
-/* commit.c */
+/* commit.c, commit_log.c, snapshot.c */
 int commit_init(ss_ctx *ss);
 void commit_start(ss_ctx *ss, ss_shard *s);
 /* Answer a get with the running commit's tentative parameters if it accepts them and they are the
@@ -342,15 +284,18 @@ void commit_idle_work(ss_ctx *ss);  /* deferred snapshots; called when commits f
 
 /* store.c */
 void store_blob_key(ss_ctx *ss, char *dst, size_t cap, int k, const char *kind, int64_t v, int64_t e);
-int store_get(ss_ctx *ss, const char *key, ra_cb *cb, void *priv);
+int store_get(ss_ctx *ss, const char *key, rlink_cb *cb, void *priv);
 /* SET key to the blob head||payload on the write connection; payload must live until cb runs. */
 int store_set(ss_ctx *ss, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
-              ra_cb *cb, void *priv);
+              rlink_cb *cb, void *priv);
 int store_del_refs(ss_ctx *ss, int k, const char *kind, redisReply **refs, size_t nrefs);
-int fcall(ss_ctx *ss, ra_cb *cb, void *priv, const char *fn, int nargs, const char **args);
-
-/* route.c: point the three Redis connections at ss->route (after ra_init/rs_init) */
-void route_attach(ss_ctx *ss);
+int fcall(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args);
+/* fcall whose reply comes only once the run's min_replicas replicas have the call (a commit: see
+ * docs/PROTOCOL.md, "Durable means replicated"); the same as fcall when min_replicas is 0. */
+int fcall_durable(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args);
+/* With min_replicas > 0: record with dl_replicated that version of shard k is on enough replicas (after
+ * fcall_durable's dl_commit), so workers can confirm tentative parameters; best effort. */
+void store_mark_replicated(ss_ctx *ss, int k, int64_t epoch, int64_t version);
 
 /* metrics.c */
 int metrics_start(ss_ctx *ss, char *err, size_t errlen); /* the log timer, and the HTTP endpoint if asked */

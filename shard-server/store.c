@@ -2,7 +2,7 @@
  * store.c: the shard-server's Redis I/O helpers.
  *
  * Durable blobs (dl:{R:k}:snap:<v>:<e>, dl:{R:k}:log:<v>:<e>) are written on the bulk-write connection
- * (rawset.c: straight from the caller's buffers, no copy) and read and deleted on the bulk connection,
+ * (link/set.c: straight from the caller's buffers, no copy) and read and deleted on the bulk connection,
  * so that a multi-megabyte write never sits in front of a lease renewal; FCALLs of the control library
  * go over the control connection. Every helper returns -1 when the connection is down (the callback is
  * then not called) so callers handle "Redis unavailable" in one place.
@@ -22,16 +22,16 @@ void store_blob_key(ss_ctx *ss, char *dst, size_t cap, int k, const char *kind, 
     key_shard(dst, cap, ss->opts.run, k, suffix);
 }
 
-int store_get(ss_ctx *ss, const char *key, ra_cb *cb, void *priv)
+int store_get(ss_ctx *ss, const char *key, rlink_cb *cb, void *priv)
 {
     const char *argv[2] = { "GET", key };
-    return ra_cmds(&ss->bulk, cb, priv, 2, argv);
+    return rlink_cmds(&ss->bulk, cb, priv, 2, argv);
 }
 
 int store_set(ss_ctx *ss, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
-              ra_cb *cb, void *priv)
+              rlink_cb *cb, void *priv)
 {
-    return rs_set(&ss->bulkw, key, head, hlen, payload, plen, cb, priv);
+    return rlink_set(&ss->bulkw, key, head, hlen, payload, plen, cb, priv);
 }
 
 /* DEL the blobs named by "v.e" references (a dl_snapshot reply); keys of one shard share a slot. */
@@ -46,15 +46,17 @@ int store_del_refs(ss_ctx *ss, int k, const char *kind, redisReply **refs, size_
             continue;
         }
         const char *argv[2] = { "DEL", key };
-        if (ra_cmds(&ss->bulk, NULL, NULL, 2, argv) != 0)
+        if (rlink_cmds(&ss->bulk, NULL, NULL, 2, argv) != 0)
             return -1;
         log_debug("shard %d: deleted %s", k, key);
     }
     return 0;
 }
 
-/* FCALL fn 1 dl:{R}:config args... on the control connection. */
-int fcall(ss_ctx *ss, ra_cb *cb, void *priv, const char *fn, int nargs, const char **args)
+/* FCALL fn 1 dl:{R}:config args... on the control connection; with replicas > 0 the reply comes once
+ * WAIT says that many replicas have the call. */
+static int fcall_send(ss_ctx *ss, int replicas, rlink_cb *cb, void *priv, const char *fn, int nargs,
+                      const char **args)
 {
     const char *argv[24];
     if (nargs + 4 > (int)(sizeof argv / sizeof argv[0]))
@@ -65,5 +67,35 @@ int fcall(ss_ctx *ss, ra_cb *cb, void *priv, const char *fn, int nargs, const ch
     argv[3] = ss->config_key;
     for (int i = 0; i < nargs; i++)
         argv[4 + i] = args[i];
-    return ra_cmds(&ss->ctl, cb, priv, nargs + 4, argv);
+    return rlink_cmd_replicated(&ss->ctl, replicas, cb, priv, nargs + 4, argv, NULL);
+}
+
+int fcall(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args)
+{
+    return fcall_send(ss, 0, cb, priv, fn, nargs, args);
+}
+
+int fcall_durable(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args)
+{
+    return fcall_send(ss, ss->rc.min_replicas, cb, priv, fn, nargs, args);
+}
+
+static void on_marked(redisReply *r, void *priv)
+{
+    (void)priv;
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) /* the workers then ask this server for the version */
+        log_debug("dl_replicated: %s", r ? r->str : "connection lost");
+}
+
+void store_mark_replicated(ss_ctx *ss, int k, int64_t epoch, int64_t version)
+{
+    if (ss->rc.min_replicas <= 0)
+        return;
+    char ep[24], shard[16], v[24];
+    snprintf(ep, sizeof ep, "%lld", (long long)epoch);
+    snprintf(shard, sizeof shard, "%d", k);
+    snprintf(v, sizeof v, "%lld", (long long)version);
+    const char *args[4] = { ss->id, ep, shard, v };
+    if (fcall(ss, on_marked, NULL, "dl_replicated", 4, args) != 0)
+        log_debug("dl_replicated: Redis is unavailable");
 }

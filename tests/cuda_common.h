@@ -8,6 +8,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "util.h" /* splitmix64 */
+
 #ifdef DILOCO_HAVE_CUDA
 #include "cuda/gpt_cuda.h"
 #endif
@@ -32,13 +34,7 @@ static inline void cuda_test_require_device(const char *prog) {
 #endif
 }
 
-static inline uint64_t tc_splitmix(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-static inline double tc_u01(uint64_t *s) { return ((tc_splitmix(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static inline double tc_u01(uint64_t *s) { return ((splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
 static inline float tc_normal(uint64_t *s) {
     double u1 = tc_u01(s), u2 = tc_u01(s);
     return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
@@ -50,7 +46,7 @@ static inline float *tc_randn(size_t n, float scale, uint64_t seed) {
 }
 static inline int *tc_randint(size_t n, int hi, uint64_t seed) {
     int *x = malloc((n ? n : 1) * sizeof(int));
-    for (size_t i = 0; i < n; i++) x[i] = (int)(tc_splitmix(&seed) % (uint64_t)hi);
+    for (size_t i = 0; i < n; i++) x[i] = (int)(splitmix64(&seed) % (uint64_t)hi);
     return x;
 }
 

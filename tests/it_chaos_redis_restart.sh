@@ -43,14 +43,5 @@ print("%d Redis kill -9s; every worker finished %d steps in one incarnation; %d 
 PY
 cat "$TMP/check.log"
 # the final state equals the fault-free reference
-python3 - "$OUT" <<'PY' > "$TMP/got.txt"
-import json, sys
-d = json.load(open(sys.argv[1] + "/redis_dump.json"))
-for k in range(int(d["config"]["shards"])):
-    print("shard %d %s" % (k, d["shards"]["%d:digest" % k]))
-PY
-BOUNDS=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["shard_bounds"])' "$OUT/redis_dump.json")
-build/tests/tools/ref_quadratic --numel $NUMEL --shards $SHARDS --seed $SEED --workers w1,w2,w3 --rounds $ROUNDS \
-  --sync-every $H --bounds "$BOUNDS" > "$TMP/ref.txt" || fail "reference"
-grep '^shard' "$TMP/ref.txt" | diff - "$TMP/got.txt" > "$TMP/diff.txt" || fail "shard digests differ from the fault-free reference: $(cat "$TMP/diff.txt")"
+assert_dump_matches_reference "$OUT"
 say "bit-identical to the fault-free reference after $ROUNDS rounds and the Redis restarts"

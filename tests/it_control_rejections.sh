@@ -47,6 +47,20 @@ EOF
 # nothing else changed: w1 is still the member it was and the run goes on
 [ "$($RCLI FCALL dl_member 1 "$CFG" w1)" = "$inc" ] || fail "w1 lost its membership"
 [ "$($RCLI HEXISTS "dl:{$RUN}:workers" ghost)" -eq 0 ] || fail "ghost became a member"
+
+# a heartbeat whose arguments are malformed is refused before it writes anything: not even the eviction
+# of another member whose heartbeat is overdue (the reaper runs after the argument checks). w1 is paused
+# so that nothing else reaps meanwhile.
+kill -STOP $WRK_w1
+$RCLI FCALL dl_register 1 "$CFG" overdue test-host 20 >/dev/null || fail "could not register 'overdue'"
+$RCLI ZADD "dl:{$RUN}:heartbeats" 1 overdue >/dev/null
+out=$($RCLI FCALL dl_heartbeat 1 "$CFG" w1 "$inc" not-a-number 0 0 0 2>&1)
+case "$out" in *BADARG*speed*) ;; *) kill -CONT $WRK_w1; fail "a malformed heartbeat was not refused with BADARG: $out";; esac
+[ "$($RCLI HEXISTS "dl:{$RUN}:workers" overdue)" -eq 1 ] || { kill -CONT $WRK_w1; fail "a refused heartbeat evicted 'overdue'"; }
+oinc=$($RCLI FCALL dl_member 1 "$CFG" overdue)
+$RCLI FCALL dl_deregister 1 "$CFG" overdue "$oinc" >/dev/null || fail "could not deregister 'overdue'"
+kill -CONT $WRK_w1
+
 r=$(round)
 wait_until 10 '[ "$(round)" -ge $((r + 2)) ]' "the run to go on"
 say "4 refused control-plane calls recorded (rejections $before -> $(rejections)); the run went on"

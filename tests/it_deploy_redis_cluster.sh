@@ -20,7 +20,7 @@ for _ in range(200):
 CLUSTER_PORTS="$BASE $((BASE + 1)) $((BASE + 2))"   # lib.sh shuts them down on exit
 sh $S up --dir "$D" --base-port "$BASE" --fsync everysec > "$TMP/up.log" 2>&1 || fail "up: $(cat "$TMP/up.log")"
 URL=$(sh $S url --dir "$D")
-[ "$URL" = "redis://127.0.0.1:$BASE" ] || fail "url: $URL"
+[ "$URL" = "redis://127.0.0.1:$BASE,127.0.0.1:$((BASE + 1)),127.0.0.1:$((BASE + 2))" ] || fail "url: $URL"
 RCLI="redis-cli -c -p $BASE"
 init_run demo --trainer quadratic --numel 40000 --shards 6 --workers 1
 [ "$(cluster_nodes_with 'dl:{demo:*}:snap:*')" -ge 2 ] || fail "the snapshots are not spread over the masters"

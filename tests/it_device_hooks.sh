@@ -8,7 +8,8 @@
 # same runs give without hooks (it_sync_exactness, it_stream_exactness):
 #   1. plain DiLoCo, bf16, 3 workers with hooks, 5 rounds: every shard's digest and every worker's last
 #      digest; each worker called delta 5 times and load-copy 6 times (join + 5 rounds);
-#   2. plain DiLoCo, fp32 (--no-bf16), two workers with hooks and one without, in the same run;
+#   2. plain DiLoCo, fp32 (--no-bf16), two workers with hooks and one without, in the same run; and
+#      the same with int4, error feedback and --download update;
 #   3. Streaming DiLoCo, 4 fragments, alpha 0.5 and --final-sync: the mixing goes through load-mix;
 #   4. the GPT trainer: the same run with and without hooks, the same digest after every sync.
 . "$(dirname "$0")/lib.sh"
@@ -22,7 +23,7 @@ hook_counts() { # WORKER -> "delta snapshot copy mix" from its log line
 
 run_sync() { # RUN BF16FLAG HOOKS_W1 HOOKS_W2 HOOKS_W3
   run=$1; bf=$2; RUN=$run
-  init_run $RUN --trainer quadratic --numel 200000 --shards 8 --workers 3 --seed $SEED
+  init_run $RUN --trainer quadratic --numel 200000 --shards 8 --workers 3 --seed $SEED ${INIT_EXTRA:-}
   start_server "a$RUN" --lease-ttl-ms 2000
   start_server "b$RUN" --lease-ttl-ms 2000
   start_worker w1 --sync-every $H --steps 100 --heartbeat-interval 1 $bf --device-hooks "$3"
@@ -31,7 +32,7 @@ run_sync() { # RUN BF16FLAG HOOKS_W1 HOOKS_W2 HOOKS_W3
   for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "$RUN: worker $w exited with status $?"; done
   [ "$(shard_versions $RUN)" = "5 5 5 5 5 5 5 5" ] || fail "$RUN: shard versions: $(shard_versions $RUN)"
   build/tests/tools/ref_quadratic --numel 200000 --shards 8 --seed $SEED --workers w1,w2,w3 --rounds 5 \
-    --sync-every $H $bf --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" > "$TMP/ref-$RUN.txt" \
+    --sync-every $H $bf ${REF_EXTRA:-} --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" > "$TMP/ref-$RUN.txt" \
     || fail "reference"
   shard_digests $RUN > "$TMP/got-$RUN.txt"
   grep '^shard' "$TMP/ref-$RUN.txt" | diff - "$TMP/got-$RUN.txt" > "$TMP/diff.txt" || \
@@ -55,6 +56,14 @@ rm -f "$TMP"/w*.jsonl "$TMP"/worker-w*.log
 run_sync hooks32 --no-bf16 host host off
 [ "$(hook_counts w1)" = "5 0 6 0" ] || fail "hooks32: w1 hook calls '$(hook_counts w1)'"
 [ -z "$(hook_counts w3)" ] || fail "hooks32: w3 ran with --device-hooks off but reports hook calls"
+rm -f "$TMP"/w*.jsonl "$TMP"/worker-w*.log
+
+# 2b. int4 with error feedback and --download update: the device gives an fp32 Δ that libdiloco
+# quantizes, and the updates applied to base reach the device through load-copy; w3 without hooks
+INIT_EXTRA="--compress int4 --download update" REF_EXTRA="--codec int4 --download update" \
+  run_sync hooks4 --error-feedback host host off
+[ "$(hook_counts w1 | cut -d' ' -f1)" = 5 ] || fail "hooks4: w1 hook calls '$(hook_counts w1)'"
+unset INIT_EXTRA REF_EXTRA
 rm -f "$TMP"/w*.jsonl "$TMP"/worker-w*.log
 
 # 3. Streaming, alpha 0.5, final full sync

@@ -1,6 +1,6 @@
 #!/bin/sh
 # it_portable_outer_bits.sh: the outer step gives the same bits on a CPU without AVX2 and FMA.
-# On such a CPU the kernels run their baseline builds (common/outer_fma.h): the default clones of
+# On such a CPU the kernels run their baseline builds (common/math/outer_fma.h): the default clones of
 # the OUTER_HOT kernels, the portable one-pass commit kernel instead of outer_avx2.c, and the C
 # library's software fmaf instead of the FMA instruction. qemu-x86_64 -cpu Nehalem (SSE4.2: no AVX,
 # no FMA, as gcc's dispatch and glibc's see it) runs them here:

@@ -15,7 +15,7 @@ build_helper() {
   out=$1
   mkdir -p "$(dirname "$out")"
   sed -n '/^\/\* SSTOOL-BEGIN/,/^\/\* SSTOOL-END/p' "$ROOT/tests/it_shard_server_basic.sh" > "$out.c"
-  cc -std=c11 -D_GNU_SOURCE -O1 -Wall -Icommon -o "$out" "$out.c" build/libcommon.a \
+  cc -std=c11 -D_GNU_SOURCE -O1 -Wall -Icommon/net -Icommon/format -Icommon/math -Icommon/base -o "$out" "$out.c" build/libcommon.a \
      -lhiredis -lmsgpackc -lxxhash -lm || { echo "cannot build the test helper"; exit 1; }
 }
 
@@ -41,7 +41,7 @@ redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --daemoni
 for i in $(seq 50); do redis-cli -p "$PORT" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
 R="redis-cli -p $PORT"
 RUN=itbasic
-$R FUNCTION LOAD REPLACE "$(cat lua/diloco.lua)" >/dev/null || fail "FUNCTION LOAD"
+$R FUNCTION LOAD REPLACE "$(cat build/diloco.lua)" >/dev/null || fail "FUNCTION LOAD"
 "$TMP/sstool" init 127.0.0.1 "$PORT" "$RUN" 2 1000 4 >/dev/null || fail "init"
 
 TTL=1500

@@ -38,7 +38,7 @@ for i in $(seq 50); do redis-cli -p "$PORT" ping 2>/dev/null | grep -q PONG && b
 R="redis-cli -p $PORT"
 RUN=itops
 C="dl:{$RUN}:config"
-$R FUNCTION LOAD REPLACE "$(cat lua/diloco.lua)" >/dev/null || fail "FUNCTION LOAD"
+$R FUNCTION LOAD REPLACE "$(cat build/diloco.lua)" >/dev/null || fail "FUNCTION LOAD"
 "$T" init 127.0.0.1 "$PORT" "$RUN" 2 1000 2 >/dev/null || fail "init"
 $R FCALL dl_register 1 "$C" w1 h 10 >/dev/null
 $R FCALL dl_register 1 "$C" w2 h 10 >/dev/null

@@ -4,8 +4,9 @@
 # processes with their logs in one temporary folder, and cleans everything up on exit (even on
 # failure or interrupt). Helpers:
 #   start_redis                          sets PORT, URL, RCLI ("redis-cli -p PORT")
-#   start_redis_cluster                  a 3-master Redis Cluster instead: CLUSTER_PORTS, PORT (the first),
-#                                        URL (its node), RCLI ("redis-cli -c -p PORT": follows redirections)
+#   start_redis_cluster [REPLICAS]       a 3-master Redis Cluster instead (REPLICAS per master, default 0;
+#                                        with replicas, node timeout 2 s): CLUSTER_PORTS (every node), PORT
+#                                        (the first), URL (its node), RCLI ("redis-cli -c -p PORT")
 #   init_run RUN [coordinator init flags]
 #   start_server NAME [flags]            bin/shard-server; its pid in SRV_<NAME>
 #   start_worker NAME [flags]            bin/worker --worker-id NAME; pid in WRK_<NAME>, log NAME.jsonl
@@ -50,28 +51,31 @@ start_redis() {
 }
 
 start_redis_cluster() {
+  replicas=${1:-0}; nodes=$((3 * (1 + replicas)))
   ports=$(python3 -c '
-import socket
-ss = [socket.socket() for _ in range(6)]
+import socket, sys
+ss = [socket.socket() for _ in range(2 * int(sys.argv[1]))]
 for s in ss: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))')
+print(" ".join(str(s.getsockname()[1]) for s in ss))' $nodes)
   set -- $ports
-  CLUSTER_PORTS="$1 $2 $3"; PORT=$1
+  CLUSTER_PORTS=""; i=0
+  while [ $i -lt $nodes ]; do CLUSTER_PORTS="$CLUSTER_PORTS $1"; shift; i=$((i + 1)); done
+  CLUSTER_PORTS=${CLUSTER_PORTS# }; PORT=${CLUSTER_PORTS%% *}
   URL="redis://127.0.0.1:$PORT"
   RCLI="redis-cli -c -p $PORT"
+  timeout_ms=15000; [ "$replicas" -gt 0 ] && timeout_ms=2000
   addrs=""
   for p in $CLUSTER_PORTS; do
-    bus=$4; shift
+    bus=$1; shift
     mkdir -p "$TMP/node-$p"
-    redis-server --port "$p" --cluster-port "$bus" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
-      --cluster-enabled yes --cluster-config-file "$TMP/node-$p/nodes.conf" --dir "$TMP/node-$p" \
-      --logfile "$TMP/redis-$p.log" --pidfile "$TMP/node-$p/redis.pid" >/dev/null || fail "redis-server $p did not start"
+    echo "--port $p --cluster-port $bus --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --cluster-enabled yes --cluster-config-file $TMP/node-$p/nodes.conf --cluster-node-timeout $timeout_ms --dir $TMP/node-$p --logfile $TMP/redis-$p.log --pidfile $TMP/node-$p/redis.pid" > "$TMP/node-$p/args"
+    eval redis-server $(cat "$TMP/node-$p/args") >/dev/null || fail "redis-server $p did not start"
     addrs="$addrs 127.0.0.1:$p"
   done
   for p in $CLUSTER_PORTS; do
     for _ in $(seq 50); do redis-cli -p "$p" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
   done
-  redis-cli --cluster create $addrs --cluster-replicas 0 --cluster-yes > "$TMP/cluster-create.txt" 2>&1 \
+  redis-cli --cluster create $addrs --cluster-replicas "$replicas" --cluster-yes > "$TMP/cluster-create.txt" 2>&1 \
     || fail "redis-cli --cluster create: $(tail -n 5 "$TMP/cluster-create.txt")"
   for p in $CLUSTER_PORTS; do
     wait_until 30 "redis-cli -p $p cluster info | grep -q '^cluster_state:ok'" "cluster_state:ok on node $p"
@@ -164,15 +168,32 @@ prepare_bible() {
 
 # assert_matches_reference: the run's shard digests equal those of tests/tools/ref_quadratic for workers
 # w1,w2,w3 (RUN, NUMEL, SEED, ROUNDS, H; 8 shards), and dl:{R}:events shows every shard committed exactly
-# once per round. Sets REF_DIGEST, the reference's digest of the whole parameter vector.
+# once per round. Sets REF_DIGEST, the reference's digest of the whole parameter vector. REF_ARGS: more
+# reference flags (e.g. --codec int8).
 assert_matches_reference() {
   build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers w1,w2,w3 --rounds $ROUNDS \
-    --sync-every $H --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" > "$TMP/ref.txt" || fail "reference"
+    --sync-every $H ${REF_ARGS:-} --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" > "$TMP/ref.txt" || fail "reference"
   shard_digests $RUN > "$TMP/got.txt"
   grep '^shard' "$TMP/ref.txt" | diff - "$TMP/got.txt" > "$TMP/diff.txt" || fail "shard digests differ: $(cat "$TMP/diff.txt")"
   REF_DIGEST=$(awk '/^all/ {print $2}' "$TMP/ref.txt")
   commits=$($RCLI XRANGE "dl:{$RUN}:events" - + | grep -c '^commit$')
   [ "$commits" -eq $((8 * ROUNDS)) ] || fail "expected $((8 * ROUNDS)) commits (each round once per shard), saw $commits"
+}
+
+# assert_dump_matches_reference OUT: the shard digests in a chaos harness dump (OUT/redis_dump.json)
+# equal those of tests/tools/ref_quadratic for workers w1,w2,w3 (NUMEL, SHARDS, SEED, ROUNDS, H).
+assert_dump_matches_reference() {
+  python3 - "$1" > "$TMP/got.txt" <<'PY' || fail "reading $1/redis_dump.json"
+import json, sys
+d = json.load(open(sys.argv[1] + "/redis_dump.json"))
+for k in range(int(d["config"]["shards"])):
+    print("shard %d %s" % (k, d["shards"]["%d:digest" % k]))
+PY
+  bounds=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["shard_bounds"])' "$1/redis_dump.json")
+  build/tests/tools/ref_quadratic --numel $NUMEL --shards $SHARDS --seed $SEED --workers w1,w2,w3 --rounds $ROUNDS \
+    --sync-every $H --bounds "$bounds" > "$TMP/ref.txt" || fail "reference"
+  grep '^shard' "$TMP/ref.txt" | diff - "$TMP/got.txt" > "$TMP/diff.txt" ||
+    fail "shard digests differ from the fault-free reference: $(cat "$TMP/diff.txt")"
 }
 
 # assert_workers_end_at DIGEST: the last sync of w1, w2 and w3 reported that digest of the whole vector.

@@ -1,4 +1,4 @@
-/* test_auth.c: the run-secret challenge (common/auth.h): the answer is HMAC-SHA256 of the documented
+/* test_auth.c: the run-secret challenge (common/net/auth.h): the answer is HMAC-SHA256 of the documented
  * message (checked against a value computed independently with `openssl dgst -sha256 -hmac`), a wrong
  * secret, nonce, worker or run is refused, and nonces are fresh hex strings. */
 #include <setjmp.h>

@@ -1,5 +1,5 @@
 /*
- * test_bf16.c: fp32 <-> bf16 conversion (common/bf16.c): exhaustive round trip of every bf16 value,
+ * test_bf16.c: fp32 <-> bf16 conversion (common/math/bf16.c): exhaustive round trip of every bf16 value,
  * round-to-nearest-even ties both ways, NaN kept and made quiet, Inf, denormals, negative zero,
  * overflow to Inf, the bulk encode/decode agreeing with the scalar functions, and the fused
  * difference-and-cast of the worker's pseudo-gradient.

@@ -1,6 +1,7 @@
 /*
- * test_blob.c: the blob format (common/blob.c): round trips, rejection of every kind of corruption,
- * forward compatibility (unknown keys ignored), and conformance with schemas/blob.md: an encoded
+ * test_blob.c: the blob format (common/format/blob.c): round trips, rejection of every kind of corruption,
+ * forward compatibility (unknown keys ignored), the rules on which keys come together (dt, n, x; no key
+ * twice; a non-empty op), and conformance with schemas/blob.md: an encoded
  * header with every field set carries exactly the keys that the schema's "Header keys" table lists.
  */
 #include <stdarg.h>
@@ -278,11 +279,46 @@ static void rejects_wrong_types_dtype_and_overflow(void **state)
                                     { "dt", 'i', NULL, 1, 0 }, { "n", 'i', NULL, -4, 0 } };
     expect_map_error(count_neg, 5, "'n' must be a non-negative integer");
     const struct kv overflow[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "push", 0, 0 },
-                                   { "dt", 'i', NULL, 1, 0 }, { "n", 'u', NULL, 0, UINT64_MAX / 2 } };
-    expect_map_error(overflow, 5, "overflows");
+                                   { "dt", 'i', NULL, 1, 0 }, { "n", 'u', NULL, 0, UINT64_MAX / 2 },
+                                   { "x", 'u', NULL, 0, 0 } };
+    expect_map_error(overflow, 6, "overflows");
     const struct kv count_no_dtype[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "a", 0, 0 },
                                          { "n", 'u', NULL, 0, 10 } };
-    expect_map_error(count_no_dtype, 4, "count but no dtype");
+    expect_map_error(count_no_dtype, 4, "has n but not all of dt, n and x");
+}
+
+/* issue 17: the dtype is range-checked as the 64-bit integer on the wire, before it is narrowed to an
+ * int (0x100000001 is not fp32); dt, n and x come all three or not at all (schemas/blob.md) */
+static void rejects_wide_dtype_and_partial_payload_keys(void **state)
+{
+    (void)state;
+    const struct kv wide_dtype[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "push", 0, 0 },
+                                     { "dt", 'i', NULL, 0x100000001LL, 0 }, { "n", 'u', NULL, 0, 0 },
+                                     { "x", 'u', NULL, 0, 0 } };
+    expect_map_error(wide_dtype, 6, "unknown blob dtype 4294967297");
+    const struct kv zero_dtype[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "push", 0, 0 },
+                                     { "dt", 'i', NULL, 0, 0 }, { "n", 'u', NULL, 0, 0 }, { "x", 'u', NULL, 0, 0 } };
+    expect_map_error(zero_dtype, 6, "unknown blob dtype 0");
+    const struct kv x_only[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "push", 0, 0 },
+                                 { "x", 'u', NULL, 0, 1234 } };
+    expect_map_error(x_only, 4, "has x but not all of dt, n and x");
+    const struct kv no_x[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "push", 0, 0 },
+                               { "dt", 'i', NULL, 1, 0 }, { "n", 'u', NULL, 0, 0 } };
+    expect_map_error(no_x, 5, "has dt n but not all");
+}
+
+static void rejects_duplicate_keys_and_empty_op(void **state)
+{
+    (void)state;
+    const struct kv twice[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "push", 0, 0 },
+                                { "s", 'i', NULL, 1, 0 }, { "s", 'i', NULL, 2, 0 } };
+    expect_map_error(twice, 5, "the key 's' twice");
+    const struct kv unknown_twice[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 },
+                                        { "op", 's', "push", 0, 0 }, { "zz", 'i', NULL, 1, 0 },
+                                        { "zz", 'i', NULL, 1, 0 } };
+    expect_map_error(unknown_twice, 5, "the key 'zz' twice");
+    const struct kv empty_op[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "", 0, 0 } };
+    expect_map_error(empty_op, 3, "empty op");
 }
 
 static void rejects_strings_too_long(void **state)
@@ -499,6 +535,8 @@ int main(void)
         cmocka_unit_test(rejects_truncated_header_and_garbage),
         cmocka_unit_test(rejects_wrong_magic_and_format),
         cmocka_unit_test(rejects_wrong_types_dtype_and_overflow),
+        cmocka_unit_test(rejects_wide_dtype_and_partial_payload_keys),
+        cmocka_unit_test(rejects_duplicate_keys_and_empty_op),
         cmocka_unit_test(rejects_strings_too_long),
         cmocka_unit_test(rejects_payload_length_and_checksum_errors),
         cmocka_unit_test(unknown_keys_are_ignored),

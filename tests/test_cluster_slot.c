@@ -1,5 +1,5 @@
 /*
- * test_cluster_slot.c: Redis Cluster routing without a server (common/cluster.c): CRC16/XMODEM and
+ * test_cluster_slot.c: Redis Cluster routing without a server (common/net/cluster.c): CRC16/XMODEM and
  * hash slots against the values of the Redis Cluster specification, hash tags, the key of each kind
  * of command we send (plain and RESP-encoded), MOVED/ASK parsing, and the slot map built from a
  * CLUSTER SLOTS reply.
@@ -109,6 +109,15 @@ static void redirections(void **state)
     assert_int_equal(cluster_parse_redirect("MOVED 99999 h:1", "seed", &r), 0);
     assert_int_equal(cluster_parse_redirect("MOVED 5 h", "seed", &r), 0);
     assert_int_equal(cluster_parse_redirect("MOVEDX 5 h:1", "seed", &r), 0);
+    /* numbers are digits only: no sign, no blank, no port out of range */
+    assert_int_equal(cluster_parse_redirect("MOVED -5 h:1", "seed", &r), 0);
+    assert_int_equal(cluster_parse_redirect("MOVED  5 h:1", "seed", &r), 0);
+    assert_int_equal(cluster_parse_redirect("MOVED +5 h:1", "seed", &r), 0);
+    assert_int_equal(cluster_parse_redirect("MOVED 5 h:+1", "seed", &r), 0);
+    assert_int_equal(cluster_parse_redirect("MOVED 5 h: 1", "seed", &r), 0);
+    assert_int_equal(cluster_parse_redirect("MOVED 5 h:65536", "seed", &r), 0);
+    assert_int_equal(cluster_parse_redirect("MOVED 5 h:0", "seed", &r), 0);
+    assert_int_equal(cluster_parse_redirect("MOVED 5 h:99999999999999999999", "seed", &r), 0);
 }
 
 /* A hand-built CLUSTER SLOTS reply of three masters (one with a replica and an unknown endpoint). */
@@ -176,6 +185,15 @@ static void slot_map_from_cluster_slots(void **state)
     assert_int_equal(cluster_map_load(&m, bad, "h", err, sizeof err), -1);
     assert_non_null(strstr(err, "cluster support disabled"));
     assert_int_equal(m.node[cluster_map_owner(&m, 12182)].port, 7002); /* unchanged */
+
+    /* a master's port outside 1..65535 (as a peer could send) is refused, the map unchanged */
+    long long ports[] = { 0, -1, 65536, 4294967296LL + 7000 };
+    for (size_t i = 0; i < sizeof ports / sizeof ports[0]; i++) {
+        m3[1] = num(ports[i]);
+        assert_int_equal(cluster_map_load(&m, slots, "localhost", err, sizeof err), -1);
+        assert_non_null(strstr(err, "bad master"));
+        assert_int_equal(m.node[cluster_map_owner(&m, 12182)].port, 7002);
+    }
 }
 
 int main(void)

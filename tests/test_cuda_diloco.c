@@ -1,6 +1,6 @@
 /* test_cuda_diloco: DiLoCo on the device (worker/cuda/diloco_cuda.cu, libdiloco's device hooks)
  * against the host code libdiloco runs without them, on the same inputs:
- *   - the pseudo-gradient kernel, bf16: bit for bit equal to common/bf16.c's bf16_encode_diff
+ *   - the pseudo-gradient kernel, bf16: bit for bit equal to common/math/bf16.c's bf16_encode_diff
  *     (snapshot - params, round to nearest even) on random values and on NaN (quiet and signalling
  *     payloads, one whose truncation would be Inf, in either operand or both: the GPU's canonical NaN
  *     must come out as x86's), Inf - Inf, +-Inf, ties both ways, denormals, values that round up to

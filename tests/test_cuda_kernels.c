@@ -24,6 +24,7 @@
 #include "gpt/gpt.h"
 
 #ifdef DILOCO_HAVE_CUDA
+#include "cuda/gpt_cuda_test.h" /* the single-kernel entry points */
 
 static void report(const char *what, double rel, double limit) {
     printf("  %-40s rel err %.3g (limit %.0e)\n", what, rel, limit);

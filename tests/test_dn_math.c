@@ -1,4 +1,4 @@
-/* test_dn_math.c: Delayed Nesterov (common/outer_dn.h) on one parameter against hand-computed values:
+/* test_dn_math.c: Delayed Nesterov (common/math/outer_dn.h) on one parameter against hand-computed values:
  * theta0 = 0, submissions g_t = t for t = 1..7, N = 3, lr 0.1, mu 0.9 (expected values computed by
  * hand from the formulas in outer_dn.h, double precision); and bit for bit, on many random elements,
  * against the documented formulas written out here in C with their roundings: theta - lr*x and

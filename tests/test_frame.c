@@ -1,5 +1,5 @@
 /*
- * test_frame.c: socket framing (common/frame.c) over socketpairs and loopback TCP: a small and a
+ * test_frame.c: socket framing (common/net/frame.c) over socketpairs and loopback TCP: a small and a
  * multi-megabyte frame arrive intact, an oversize frame is refused without being read, a stream cut
  * mid-frame and a corrupted payload are errors, and both directions honour their timeouts.
  */

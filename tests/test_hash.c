@@ -1,5 +1,5 @@
 /*
- * test_hash.c: common/hash.c gives exactly XXH3_64bits (the library's value) on this CPU's code path,
+ * test_hash.c: common/math/hash.c gives exactly XXH3_64bits (the library's value) on this CPU's code path,
  * one-shot and streamed in uneven pieces, for every size class of XXH3 (0, 1-16, 17-128, 129-240,
  * longer) and for unaligned data.
  */

@@ -1,5 +1,5 @@
 /*
- * test_log.c: the logger (common/log.c): the exact line format, level filtering (also from the
+ * test_log.c: the logger (common/base/log.c): the exact line format, level filtering (also from the
  * LOG_LEVEL environment variable), that lines written by many threads at once never interleave, and
  * per-thread sinks (log_use_sink, what a libdiloco session's log_callback rides on): each thread's
  * messages reach its own sink and only that one, filtered at the sink's level, and putting the previous

@@ -1,8 +1,8 @@
 /*
- * test_outer_step.c: the outer optimizer (common/outer.c): averaging of pseudo-gradients, the SGD
+ * test_outer_step.c: the outer optimizer (common/math/outer.c): averaging of pseudo-gradients, the SGD
  * step with and without (Nesterov) momentum against hand-computed values, the bf16 accumulation
  * path, the finite checks, that the vectorised kernels give the same bits as the scalar formula, and
- * that every build of the step rounds exactly where torch's SGD does (common/outer_fma.h): once for
+ * that every build of the step rounds exactly where torch's SGD does (common/math/outer_fma.h): once for
  * g + mu*b and theta - lr*d, twice for mu*b + g.
  */
 #include <stdarg.h>

@@ -1,5 +1,5 @@
 /*
- * test_rconn.c: Redis connections (common/rconn.c) against a private redis-server started on a unix
+ * test_rconn.c: Redis connections (common/net/rconn.c) against a private redis-server started on a unix
  * socket in a temporary directory: password and ACL-user authentication, wrong credentials, database
  * selection, error replies, bounded/stoppable retries to an address where nothing listens, and a refused
  * password or database ending the retries at once.

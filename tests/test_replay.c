@@ -1,5 +1,5 @@
 /*
- * test_replay.c: common/replay.c, the snapshot + log replay that restores a shard's durable state,
+ * test_replay.c: common/math/replay.c, the snapshot + log replay that restores a shard's durable state,
  * checked bit for bit against applying outer_sgd_step directly (no Redis): first step, Nesterov and
  * plain momentum, no-op rounds (aux 0), momentum carried by a snapshot, mu 0, Delayed Nesterov
  * steps counted from a run's dn_t0 (a run resumed from a checkpoint), and rejection of blobs of the
@@ -167,6 +167,29 @@ static void wrong_blobs_are_rejected(void **state) {
     free(mom);
 }
 
+/* A snapshot that claims version INT64_MAX: the next log entry is refused (its version would
+ * overflow), not replayed into a negative version. */
+static void version_overflow_is_refused(void **state) {
+    (void)state;
+    float *theta = malloc(N * sizeof(float)), *mom = malloc(N * sizeof(float));
+    fill(theta, N, 9);
+    int has = 0;
+    int64_t v = 0;
+    char err[256];
+    enc e;
+    snap_blob(&e, theta, NULL, INT64_MAX);
+    assert_int_equal(replay_snapshot(&e.b.h, e.b.payload, e.b.len, N, theta, mom, &has, &v, err, sizeof err), 0);
+    assert_true(v == INT64_MAX);
+    free(e.buf);
+    log_blob(&e, theta, INT64_MAX, 0.7f, 0.9f, 1, 1, 2);
+    assert_int_equal(replay_log(&e.b.h, e.b.payload, e.b.len, N, theta, mom, &has, &v, err, sizeof err), -1);
+    assert_non_null(strstr(err, "overflow"));
+    assert_true(v == INT64_MAX);
+    free(e.buf);
+    free(theta);
+    free(mom);
+}
+
 /* A DN snapshot (θ, m, buf) at version 5 of a run with dn_t0 = 7 and N = 3, then DN log entries for
  * versions 6..10: the replay applies submission t = dn_t0 + version (13, 14, 15 = a momentum step,
  * 16, 17), exactly as the shard-server's commits did. A snapshot with the buffer but no momentum
@@ -255,6 +278,7 @@ int main(void) {
         cmocka_unit_test(snapshot_with_momentum_continues_it),
         cmocka_unit_test(zero_momentum_never_creates_a_buffer),
         cmocka_unit_test(wrong_blobs_are_rejected),
+        cmocka_unit_test(version_overflow_is_refused),
         cmocka_unit_test(delayed_nesterov_counts_from_dn_t0),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -1,9 +1,9 @@
 /*
  * test_sigpipe.c: no SIGPIPE out of our code in a process that keeps SIGPIPE's default action (which
- * ends the process), as a program embedding libdiloco may: the guard of common/sigpipe.c itself (the
+ * ends the process), as a program embedding libdiloco may: the guard of common/base/sigpipe.c itself (the
  * write fails with EPIPE, nothing is left pending, the mask is restored, a SIGPIPE pending before is
- * left alone), a Redis connection (common/rconn.c) whose server closed it, and a log line to a closed
- * stderr pipe (common/log.c). Without the guard the test process dies of SIGPIPE.
+ * left alone), a Redis connection (common/net/rconn.c) whose server closed it, and a log line to a closed
+ * stderr pipe (common/base/log.c). Without the guard the test process dies of SIGPIPE.
  */
 #include <stdarg.h>
 #include <stddef.h>

@@ -1,5 +1,5 @@
 /*
- * test_url.c: Redis URL parsing (common/url.c): every accepted form with its defaults, the
+ * test_url.c: Redis URL parsing (common/net/url.c): every accepted form with its defaults, the
  * password-free formatting used in logs, every class of rejection with a helpful message, and
  * redis_url_pick: where a process takes its URL from (--redis, --redis-file, $DL_REDIS_URL).
  */
@@ -102,6 +102,51 @@ static void parses_unix_socket(void **state)
     assert_int_equal(u.db, 1);
 }
 
+static void parses_cluster_seeds(void **state)
+{
+    (void)state;
+    redis_url u;
+    char err[256];
+    assert_int_equal(redis_url_parse("redis://op:pw@10.0.0.1:7000,10.0.0.2,[::1]:7002/0", &u, err, sizeof err), 0);
+    assert_int_equal(u.nhosts, 3);
+    assert_string_equal(u.host, "10.0.0.1");
+    assert_int_equal(u.port, 7000);
+    assert_string_equal(u.hosts[1].host, "10.0.0.2");
+    assert_int_equal(u.hosts[1].port, 6379);
+    assert_string_equal(u.hosts[2].host, "::1");
+    assert_int_equal(u.hosts[2].port, 7002);
+    assert_string_equal(u.user, "op");
+    assert_string_equal(u.sentinel_master, "");
+}
+
+static void parses_sentinel_urls(void **state)
+{
+    (void)state;
+    redis_url u;
+    char err[256];
+    assert_int_equal(redis_url_parse("redis+sentinel://w:p%40ss@127.0.0.1:26379,127.0.0.1:26380,h3/diloco/2"
+                                     "?sentinel_username=sen&sentinel_password=s%3Acret",
+                                     &u, err, sizeof err),
+                     0);
+    assert_int_equal(u.nhosts, 3);
+    assert_int_equal(u.hosts[1].port, 26380);
+    assert_string_equal(u.hosts[2].host, "h3");
+    assert_int_equal(u.hosts[2].port, 26379); /* Sentinel's default port */
+    assert_string_equal(u.sentinel_master, "diloco");
+    assert_int_equal(u.db, 2);
+    assert_string_equal(u.user, "w");
+    assert_string_equal(u.pass, "p@ss");
+    assert_string_equal(u.sentinel_user, "sen");
+    assert_string_equal(u.sentinel_pass, "s:cret");
+    assert_int_equal(redis_url_parse("redis-sentinel://10.1.1.1/mymaster", &u, err, sizeof err), 0);
+    assert_int_equal(u.nhosts, 1);
+    assert_string_equal(u.sentinel_master, "mymaster");
+    assert_int_equal(u.db, 0);
+    char buf[600];
+    assert_int_equal(redis_url_format(&u, buf, sizeof buf), 0);
+    assert_string_equal(buf, "redis+sentinel://10.1.1.1:26379/mymaster/0");
+}
+
 static void format_hides_the_password(void **state)
 {
     (void)state;
@@ -133,6 +178,18 @@ static void rejects_empty_and_other_schemes(void **state)
     expect_reject("http://h:6379", "unsupported");
     expect_reject("rediss://h", "unsupported");
     expect_reject("127.0.0.1:6379", "unsupported");
+}
+
+static void rejects_bad_sentinel_and_seed_urls(void **state)
+{
+    (void)state;
+    expect_reject("redis+sentinel://127.0.0.1:26379", "missing master name");
+    expect_reject("redis+sentinel://127.0.0.1:26379/", "missing master name");
+    expect_reject("redis+sentinel://127.0.0.1/m?foo=1", "unknown query");
+    expect_reject("redis+sentinel://127.0.0.1/m/x", "bad database");
+    expect_reject("redis://h1,,h3", "missing host");
+    expect_reject("redis://h1?db=2", "unknown query");
+    expect_reject("redis://a,b,c,d,e,f,g,h,i", "too many hosts");
 }
 
 static void rejects_bad_ports(void **state)
@@ -170,6 +227,15 @@ static void rejects_missing_host_or_path(void **state)
     expect_reject("redis://[::1", "unterminated");
     expect_reject("redis://[::1]x", "after ']'");
     expect_reject("unix://", "missing socket path");
+    /* found by fuzz/fuzz_url.c: "[[]" parsed to the host "[", which no resolver knows and which
+     * redis_url_format wrote back as an unterminated bracket */
+    expect_reject("redis://[[]", "not an IPv6 address");
+    expect_reject("redis://[[:]", "bad character '['");
+    expect_reject("redis://a]b:1", "bad character ']'");
+    expect_reject("redis://ho st", "bad character (byte 0x20)");
+    expect_reject("redis://h?x:1", "bad character '?'");
+    expect_reject("redis://h:p@h%41", "bad character '%'");
+    expect_reject("redis://[5%25_0]", "not an IPv6 address"); /* formatted back without brackets: "5%25_0" */
 }
 
 static void rejects_overlong_parts_and_bad_escapes(void **state)
@@ -269,6 +335,9 @@ int main(void)
         cmocka_unit_test(percent_decodes_user_and_password),
         cmocka_unit_test(parses_ipv6_in_brackets),
         cmocka_unit_test(parses_unix_socket),
+        cmocka_unit_test(parses_cluster_seeds),
+        cmocka_unit_test(parses_sentinel_urls),
+        cmocka_unit_test(rejects_bad_sentinel_and_seed_urls),
         cmocka_unit_test(format_hides_the_password),
         cmocka_unit_test(rejects_empty_and_other_schemes),
         cmocka_unit_test(rejects_bad_ports),

@@ -1,5 +1,5 @@
 /*
- * test_util.c: the helpers of common/util.c: strict number parsing, backoff bounds and jitter,
+ * test_util.c: the helpers of common/base/util.c: strict number parsing, backoff bounds and jitter,
  * the deterministic PRNG, clocks, and err_set's truncation and NULL safety.
  */
 #include <stdarg.h>

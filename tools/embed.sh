@@ -1,6 +1,6 @@
 #!/bin/sh
 # embed.sh NAME FILE: print a C file that defines `const char NAME[]` holding FILE's bytes (NUL-terminated)
-# and `const unsigned long NAME_len`. Used to compile lua/diloco.lua into every binary, so a process
+# and `const unsigned long NAME_len`. Used to compile the Functions library (build/diloco.lua, joined from lua/) into every binary, so a process
 # always loads exactly the function library it was built with.
 set -e
 name=$1; file=$2

@@ -116,7 +116,7 @@ enum {
  * round's pseudo-gradient is taken against) and does the two things libdiloco would otherwise do on
  * the host. Every call is made on the thread that called diloco_open / diloco_after_step (the one
  * that owns the parameters), and the host buffers passed are used only during the call. Without
- * hooks (delta == NULL) libdiloco works on params itself, as always. docs/cuda.md has the CUDA one. */
+ * hooks (delta == NULL) libdiloco works on params itself. docs/cuda.md has the CUDA one. */
 enum {
     DILOCO_LOAD_SNAPSHOT = 0,     /* snapshot = base; params untouched */
     DILOCO_LOAD_COPY = 1,         /* snapshot = base; params = base */
@@ -127,7 +127,7 @@ typedef struct diloco_device_ops {
     void *ctx;                    /* passed back to every hook */
     /* The pseudo-gradient of [off, off+n): d = snapshot - params, one fp32 subtraction per element,
      * written to out as n bf16 values (bf16 != 0; round to nearest even, NaN made quiet, exactly as
-     * common/bf16.c) or n floats. Returns 0 when every d is finite; 1 when one is NaN or Inf, with
+     * common/math/bf16.c) or n floats. Returns 0 when every d is finite; 1 when one is NaN or Inf, with
      * *bad = the smallest such i (relative to off; out is then not used); -1 on a device error. */
     int (*delta)(void *ctx, size_t off, size_t n, int bf16, void *out, size_t *bad, char *err, size_t errlen);
     /* New global parameters base[0, n) (host) for [off, off+n): snapshot = base, and params as mode
@@ -145,7 +145,8 @@ typedef struct diloco_options {
     const char *run;              /* run name given to `coordinator init --run` */
     const char *worker_id;        /* NULL: "<hostname>-<pid>" */
     int sync_every;               /* H: inner steps between syncs (default 500) */
-    int bf16;                     /* send pseudo-gradients as bf16 (default 1) */
+    int bf16;                     /* send pseudo-gradients as bf16 (default 1); 0: fp32. Only in runs
+                                     whose codec is bf16 (coordinator init --compress): others use theirs */
     int heartbeat_interval_ms;    /* default 30000; 0 disables heartbeats */
     int max_sync_retries;         /* failed syncs in a row before re-registering (default 3) */
     int net_timeout_ms;           /* one data-plane request (default 60000) */
@@ -174,6 +175,9 @@ typedef struct diloco_options {
     void (*log_callback)(void *ctx, int level, const char *message);
     void *log_ctx;
     int log_level;                /* DILOCO_LOG_*; default DILOCO_LOG_DEFAULT */
+    /* int8/int4 runs (coordinator init --compress): keep what quantization dropped from each
+     * pseudo-gradient and add it to the next one (default 0; in this process only) */
+    int error_feedback;
 } diloco_options;
 
 typedef struct diloco_sync_info {
@@ -230,6 +234,10 @@ DILOCO_API int diloco_is_async(const diloco *d);        /* 1: an asynchronous ru
 DILOCO_API int diloco_num_fragments(const diloco *d);   /* Streaming DiLoCo fragments (1: plain DiLoCo) */
 /* Fragment f is params[*offset, *offset + *count): 0, or -1 when there is no fragment f. */
 DILOCO_API int diloco_fragment_range(const diloco *d, int fragment, size_t *offset, size_t *count);
+/* The run's tensors as `coordinator init` recorded them: JSON [[name, [shape...], offset], ...] in offset
+ * order (for a --from-state run, the state file's tensors), or NULL for a run made before layouts were
+ * recorded. Valid until diloco_close. A trainer compares it with its own to refuse a different model. */
+DILOCO_API const char *diloco_run_layout(const diloco *d);
 
 /* Deregister and free. Safe on NULL. */
 DILOCO_API void diloco_close(diloco *d);

@@ -24,6 +24,7 @@
 #include "log.h"
 #include "rconn.h"
 #include "runconf.h"
+#include "layout_check.h"
 #include "trainers/host_device.h"
 #include "trainers/quadratic.h"
 #include "util.h"
@@ -65,7 +66,9 @@ static void usage(FILE *f) {
             "  --worker-id ID            unique id (default: <hostname>-<pid>)\n"
             "  --sync-every H            inner steps between syncs (default 500)\n"
             "  --steps N                 inner steps to train, then leave (default: until stopped)\n"
-            "  --no-bf16                 send fp32 pseudo-gradients instead of bf16\n"
+            "  --no-bf16                 send fp32 pseudo-gradients instead of bf16 (in a bf16 run)\n"
+            "  --error-feedback          (int8/int4 runs) add what quantization dropped to the next round's\n"
+            "                            pseudo-gradient (kept in this process only)\n"
             "  --heartbeat-interval S    seconds between heartbeats (default 30; 0 disables)\n"
             "  --max-sync-retries N      failed syncs in a row before registering again (default 3)\n"
             "  --sync-timeout S          give up one sync attempt after S seconds without progress (default 120)\n"
@@ -117,6 +120,8 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
             exit(0);
         } else if (!strcmp(f, "--no-bf16")) {
             a->dl.bf16 = 0;
+        } else if (!strcmp(f, "--error-feedback")) {
+            a->dl.error_feedback = 1;
         } else if (!strcmp(f, "--dylu")) {
             a->dl.dylu = 1;
         } else if (!strcmp(f, "--quiet")) {
@@ -216,7 +221,7 @@ static int read_run(const worker_args *a, runconf *rc, char *err, size_t errlen)
 /* The GPT's flags: the run's model first, then the user's (which may set data, batch, ...). */
 static trainer *make_gpt(const worker_args *a, const runconf *rc, char **rest, int nrest, char *err, size_t errlen) {
     char model[256];
-    snprintf(model, sizeof model, "%s", rc->model);
+    snprintf(model, sizeof model, "%s", strcmp(rc->trainer, "gpt") == 0 ? rc->model : ""); /* a state run's is not flags */
     char *argv[160];
     int argc = 0;
     for (char *tok = strtok(model, " "); tok && argc < 64; tok = strtok(NULL, " ")) argv[argc++] = tok;
@@ -252,7 +257,12 @@ static trainer *make_trainer(const worker_args *a, const runconf *rc, char **res
         return quadratic_trainer_create(&q, err, errlen);
     }
     if (!strcmp(name, "gpt")) return make_gpt(a, rc, rest, nrest, err, errlen);
-    err_set(err, errlen, "unknown trainer '%s' (gpt or quadratic)", name);
+    if (!strcmp(name, "state"))
+        err_set(err, errlen, "run '%s' was created from a model's own weights (coordinator init --from-state): join "
+                "it with a PyTorch training loop through the rediloco package (docs/python.md), or, if its tensors "
+                "are the GPT's, with --trainer gpt and the model flags", rc->run);
+    else
+        err_set(err, errlen, "unknown trainer '%s' (gpt or quadratic)", name);
     return NULL;
 }
 
@@ -386,7 +396,7 @@ static int run_worker(int argc, char **argv) {
         return 1;
     }
     t = make_trainer(&a, &rc, rest, nrest, err, sizeof err);
-    if (!t) goto error;
+    if (!t || layout_check(rc.layout, t->tensors, t->ntensors, t->name, err, sizeof err) < 0) goto error;
     if (a.evaluate_every) {
         evaluator_options eo = {.redis_url = a.dl.redis_url, .run = a.dl.run, .every = a.evaluate_every,
                                 .poll_ms = 200, .connect_timeout_ms = a.dl.connect_timeout_ms,

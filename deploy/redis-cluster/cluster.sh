@@ -1,5 +1,6 @@
 #!/bin/sh
-# deploy/redis-cluster/cluster.sh: a 3-master Redis Cluster on this machine (127.0.0.1 only), for
+# deploy/redis-cluster/cluster.sh: a 3-master Redis Cluster on this machine (127.0.0.1 only), optionally
+# with replicas (--replicas 1: each master has a replica that takes over its slots if it dies), for
 # running ReDiLoCo against a real cluster: the control keys of a run (tag {R}) live on one master, the
 # shard blobs (tags {R:k}) spread over all three. Each node runs Debian's redis-server 7.0 with
 # deploy/redis/redis.conf (AOF, appendfsync always), `cluster-enabled yes`, no ACL file, its data and
@@ -7,29 +8,31 @@
 # `redis-cli --cluster create ... --cluster-replicas 0 --cluster-yes`; later `up`s restart the nodes,
 # which find each other again from their nodes.conf.
 #
-#   cluster.sh up     [--dir D] [--base-port P] [--fsync always|everysec]
-#                     start the nodes that are not running (ports P, P+1, P+2; bus ports +10000),
-#                     create the cluster if new, wait until cluster_state is ok. Idempotent.
+#   cluster.sh up     [--dir D] [--base-port P] [--fsync always|everysec] [--replicas N]
+#                     start the nodes that are not running (ports P .. P+3*(1+N)-1; bus ports +10000),
+#                     create the cluster if new (N replicas per master), wait until cluster_state is ok.
+#                     Idempotent. A node that died comes back as a replica of the one that took over.
 #   cluster.sh status [--dir D]   per node: pid, cluster state, slots, keys
 #   cluster.sh down   [--dir D]   SHUTDOWN every node (AOF fsynced); data stays in DIR
 #   cluster.sh url    [--dir D]   a URL for --redis (any node will do: our processes follow MOVED)
 #
-# Defaults: --dir run/redis-cluster, --base-port 6400, --fsync always (remembered in DIR/cluster.env).
+# Defaults: --dir run/redis-cluster, --base-port 6400, --fsync always, --replicas 0 (remembered in
+# DIR/cluster.env). With replicas the nodes detect a dead master after 5 s (cluster-node-timeout).
 # Then, e.g.:
 #   bin/coordinator init --redis "$(deploy/redis-cluster/cluster.sh url)" --run demo ...   (loads the
 #   Redis Functions on every master), and start shard-servers and workers with the same URL.
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
-NODES=3
 
 cmd=${1:-}; [ $# -gt 0 ] && shift
-DIR=""; O_BASE=""; O_FSYNC=""
+DIR=""; O_BASE=""; O_FSYNC=""; O_REPLICAS=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --dir) DIR=$2; shift 2;;
     --base-port) O_BASE=$2; shift 2;;
     --fsync) O_FSYNC=$2; shift 2;;
+    --replicas) O_REPLICAS=$2; shift 2;;
     -h|--help) cmd=help; break;;
     *) echo "redis-cluster: unknown option $1 (see cluster.sh --help)" >&2; exit 2;;
   esac
@@ -41,11 +44,14 @@ ENVF=$DIR/cluster.env
 say() { echo "redis-cluster: $*"; }
 die() { echo "redis-cluster: $*" >&2; exit 1; }
 
-BASE=""; FSYNC=""
+BASE=""; FSYNC=""; REPLICAS=""
 [ -f "$ENVF" ] && . "$ENVF"
 [ -n "$O_BASE" ] && BASE=$O_BASE
 [ -n "$O_FSYNC" ] && FSYNC=$O_FSYNC
-: "${BASE:=6400}" "${FSYNC:=always}"
+[ -n "$O_REPLICAS" ] && REPLICAS=$O_REPLICAS
+: "${BASE:=6400}" "${FSYNC:=always}" "${REPLICAS:=0}"
+case "$REPLICAS" in 0|1|2) ;; *) die "--replicas must be 0, 1 or 2";; esac
+NODES=$((3 * (1 + REPLICAS)))
 case "$FSYNC" in always|everysec) ;; *) die "--fsync must be always or everysec";; esac
 
 ports() { i=0; while [ $i -lt $NODES ]; do echo $((BASE + i)); i=$((i + 1)); done; }
@@ -68,7 +74,7 @@ wait_ping() { # PORT
 state_ok() { cli "$1" cluster info 2>/dev/null | grep -q '^cluster_state:ok'; }
 
 up() {
-  { echo "BASE=$BASE"; echo "FSYNC=$FSYNC"; } > "$ENVF"
+  { echo "BASE=$BASE"; echo "FSYNC=$FSYNC"; echo "REPLICAS=$REPLICAS"; } > "$ENVF"
   for p in $(ports); do
     d=$DIR/node-$p
     mkdir -p "$d"
@@ -87,7 +93,7 @@ up() {
      cli "$first" cluster info | grep -q '^cluster_slots_assigned:0\b'; then
     addrs=""; for p in $(ports); do addrs="$addrs 127.0.0.1:$p"; done
     # shellcheck disable=SC2086
-    redis-cli --cluster create $addrs --cluster-replicas 0 --cluster-yes > "$DIR/create.log" 2>&1 \
+    redis-cli --cluster create $addrs --cluster-replicas "$REPLICAS" --cluster-yes > "$DIR/create.log" 2>&1 \
       || die "redis-cli --cluster create failed (see $DIR/create.log)"
     say "cluster created:$addrs"
   fi
@@ -101,7 +107,8 @@ up() {
   say "cluster ok; use --redis $(url)"
 }
 
-url() { echo "redis://127.0.0.1:$(ports | head -n 1)"; }
+# Every node as a seed: any one that is alive will do (our processes follow MOVED to the masters).
+url() { echo "redis://$(ports | sed 's/^/127.0.0.1:/' | paste -sd, -)"; }
 
 status() {
   for p in $(ports); do

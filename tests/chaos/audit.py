@@ -5,6 +5,9 @@
 Invariants (each printed as ok/FAIL; exit 1 if any fails):
   commits      every shard committed versions 1..V exactly once each (no (shard, version) twice, no gap),
                and the shards hash holds V
+  acks         (runs with min_replicas > 0) every commit a shard-server acknowledged (its log line
+               "shard K: committed version V") is in the final events stream as committed by that
+               server: no acknowledged commit was lost in a Redis failover
   rounds       every round of every fragment closed exactly once, rounds contiguous from 0
   coverage     every shard committed every closed round but at most the last
   digests      for every version, every worker that logged a sync at it logged the same digest
@@ -88,6 +91,29 @@ def main():
             bad.append("shard %d: twice %s, missing %s, hash version %d, max commit %s" % (k, dup, gap, hv, max(vs) if vs else 0))
     total_commits = sum(len(v) for v in per.values())
     check("commits", not bad, "; ".join(bad) or "%d commits over %d shards, each (shard, version) once, no gap" % (total_commits, nshards))
+
+    # acks: an acknowledged commit survives failovers (only promised with min_replicas)
+    final = {(int(e["shard"]), int(e["version"])): e.get("server") for e in ev if e.get("type") == "commit"}
+    acked, lost = 0, []
+    for path in sorted(glob.glob(os.path.join(a.out, "server-*.log"))):
+        sid = os.path.basename(path)[len("server-"):-len(".log")]
+        for line in open(path, errors="replace"):
+            i = line.find(": committed version ")
+            if i < 0 or " shard " not in line[:i + 1]:
+                continue
+            k = int(line[:i].rsplit(" ", 1)[1])
+            v = int(line[i + len(": committed version "):].split(" ", 1)[0])
+            if v > int(dump["shards"].get("%d:version" % k, 0)):
+                continue  # acknowledged after the dump was taken (the run goes on until its shutdown)
+            acked += 1
+            if final.get((k, v)) != sid:
+                lost.append("%s shard %d v%d (final: %s)" % (sid, k, v, final.get((k, v), "missing")))
+    minrep = int(dump["config"].get("min_replicas", 0) or 0)
+    if minrep > 0:
+        check("acks", not lost and acked > 0, ("acknowledged commits lost: %s" % lost[:20]) if lost else
+              "%d commits acknowledged by the servers, all in the final stream (min_replicas %d)" % (acked, minrep))
+    else:
+        print("%-9s n/a   min_replicas 0: %d acknowledged commits not in the final stream (allowed)" % ("acks", len(lost)))
 
     # rounds
     closes = [e for e in ev if e.get("type") == "close"]

@@ -8,6 +8,8 @@ the same arguments: same --worker-id, same server --id), and injects faults on a
 
   kill:worker  kill:server  kill:coordinator  kill:redis   SIGKILL; the supervisor restarts it
   stop:worker  stop:server  stop:coordinator             SIGSTOP, SIGCONT after a bounded time
+  kill:redis-master  stop:redis-master   (--redis-ha: master + 2 replicas + 3 Sentinels, redis_ha.py) the
+                  node that is master now; Sentinel promotes a replica, the node comes back as a replica
   cut:worker      (workers in their own network namespace, --netns-workers) every packet dropped both
                   ways on the worker's veth pair (tc pfifo limit 0, or netem loss 100%, or link down:
                   --cut-method), healed after a bound
@@ -34,6 +36,9 @@ import socket
 import subprocess
 import sys
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from redis_ha import RedisHA  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(ROOT, "bin")
@@ -144,10 +149,12 @@ class Proc:
         self.heal_at = 0.0        # > 0 while cut
         self.died_at = 0.0
         self.starts = 0
+        self.argv_fn = None       # argv computed at each start (a Redis node joins the current master)
+        self.can_start = None     # a restart also waits for this to say yes (a failover to finish)
         self.log = os.path.join(h.out, "%s-%s.log" % (role, name))
 
     def start(self):
-        argv = self.argv
+        argv = self.argv_fn() if self.argv_fn else self.argv
         if self.netns:
             argv = ["ip", "netns", "exec", self.netns] + argv
         with open(self.log, "a") as lf:
@@ -240,7 +247,16 @@ class Harness:
             self.sh("ip", "netns", "exec", p.netns, "tc", "qdisc", "del", "dev", peer, "root", check=False)
 
     # -- start-up
-    def start_all(self):
+    def start_redis_ha(self):
+        self.ha = RedisHA(self, Proc, Redis, free_port, ROOT)
+        self.ha.start()
+        self.procs += self.ha.procs()
+        self.rproc = self.ha
+        self.redis = self.ha.client
+        self.port = self.ha.ports[0]
+        self.url = self.svc_url = self.ha.url
+
+    def start_redis(self):
         a = self.a
         self.port = a.redis_port or free_port()
         rdir = os.path.join(self.out, "redis")
@@ -266,6 +282,10 @@ class Harness:
             raise RuntimeError("redis-server did not answer PING (see %s)" % r.log)
         self.url = "redis://127.0.0.1:%d" % self.port
         self.svc_url = "redis://%s:%d" % (self.svc, self.port)
+
+    def start_all(self):
+        a = self.a
+        self.start_redis_ha() if a.redis_ha else self.start_redis()
         init = [os.path.join(BIN, "coordinator"), "init", "--redis", self.url, "--run", a.run, "--force",
                 "--trainer", a.trainer, "--shards", str(a.shards), "--workers", str(a.target_workers or a.workers),
                 "--heartbeat-timeout", str(a.heartbeat_timeout), "--seed", str(a.seed),
@@ -323,7 +343,7 @@ class Harness:
                 p.state, p.died_at = "dead", now
                 p.restart_at = now + (self.a.redis_down if p.role == "redis" else self.a.restart_delay)
                 self.log("exit", target=p.name, role=p.role, pid=p.p.pid, rc=rc)
-            if p.state == "dead" and restarting and now >= p.restart_at:
+            if p.state == "dead" and restarting and now >= p.restart_at and (p.can_start is None or p.can_start()):
                 p.start()
                 self.log("restart", target=p.name, role=p.role, pid=p.p.pid, down_seconds=round(now - p.died_at, 3),
                          start=p.starts)
@@ -340,9 +360,11 @@ class Harness:
         ps = [p for p in self.procs if p.role == role and p.state != "done"]
         if role == "worker" and kind == "cut":
             ps = [p for p in ps if p.netns]
+        if role == "redis-master":
+            return self.ha.eligible_master() if self.a.redis_ha else []
         faulted = [p for p in ps if not p.healthy()]
         limit = {"worker": self.a.max_down_workers, "server": self.a.max_down_servers, "redis": 1,
-                 "coordinator": 1}[role]
+                 "coordinator": 1, "sentinel": 1}[role]
         if role != "redis" and not self.rproc.healthy():
             return []
         if len(faulted) >= limit:
@@ -350,6 +372,13 @@ class Harness:
         return [p for p in ps if p.healthy()]
 
     def inject(self, now):
+        if self.a.fault_plan:
+            kind, role = self.a.fault_plan.split(",")[len(self.faults)].split(":")
+            cands = self.eligible(kind, role)
+            if not cands:
+                self.log("fault_skipped", reason="no eligible target for the planned %s:%s" % (kind, role))
+                return False
+            return self.do_fault(now, kind, role, self.rng.choice(cands))
         menu = []
         for item in self.a.faults.split(","):
             k, w = item.split("=") if "=" in item else (item, "1")
@@ -364,7 +393,9 @@ class Harness:
         else:
             self.log("fault_skipped", reason="no eligible target")
             return
-        p = self.rng.choice(cands)
+        return self.do_fault(now, kind, role, self.rng.choice(cands))
+
+    def do_fault(self, now, kind, role, p):
         rec = {"kind": kind, "target": p.name, "role": role, "pid": p.p.pid}
         if kind == "kill":
             p.signal(signal.SIGKILL)
@@ -380,6 +411,7 @@ class Harness:
             rec["seconds"] = round(d, 3)
         self.faults.append(rec)
         self.log("fault", **rec)
+        return True
 
     def sample(self):
         w = [p for p in self.procs if p.role == "worker"]
@@ -436,7 +468,9 @@ class Harness:
                 break
             self.supervise(now)
             if now >= nxt and len(self.faults) < a.max_faults:
-                self.inject(now)
+                if self.inject(now) is False:  # a planned fault waits for its target (a failover under way)
+                    nxt = now + 0.2
+                    continue
                 nxt += a.fault_every if a.schedule == "fixed" else self.rng.expovariate(1.0 / a.fault_every)
                 nxt = max(nxt, now + 0.2)
             if now - last_sample >= 1.0:
@@ -579,6 +613,12 @@ def main():
                     help="Redis with --appendonly yes --appendfsync always (required for kill:redis)")
     ap.add_argument("--redis-port", type=int, default=0)
     ap.add_argument("--redis-server", default="redis-server")
+    ap.add_argument("--redis-ha", action="store_true",
+                    help="Redis as a master, 2 replicas and 3 Sentinels (redis_ha.py); URL redis+sentinel://")
+    ap.add_argument("--sentinel-down-after-ms", type=int, default=2000,
+                    help="--redis-ha: how long a silent master takes to be declared down")
+    ap.add_argument("--fault-plan", default="",
+                    help="comma list of kind:role faults injected in this order (instead of --faults)")
     ap.add_argument("--redis-down", type=float, default=1.0, help="seconds before a killed Redis restarts")
     ap.add_argument("--netns-workers", type=int, default=0, help="the first K workers get their own netns")
     ap.add_argument("--duration", type=float, default=float(E("CHAOS_DURATION", "60")), help="storm seconds")
@@ -610,6 +650,8 @@ def main():
         ap.error("bad bounds")
     if a.netns_workers > a.workers:
         ap.error("--netns-workers > --workers")
+    if a.fault_plan:
+        a.max_faults = min(a.max_faults, len(a.fault_plan.split(",")))
 
     def bye(sig, _frm):
         raise SystemExit(128 + sig)

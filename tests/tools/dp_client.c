@@ -7,9 +7,10 @@
  * code, or closing the connection for a frame it cannot read), 1 otherwise.
  *
  * usage: dp_client --redis URL --run R --case badsize|nan|checksum|unknown|stale|oversize|garbage|
- *                                             wrongsecret|nohello [--shard K]
+ *                                             wrongsecret|nohello|badcodec|nanscale [--shard K]
  * (wrongsecret answers the challenge with a made-up secret, nohello pushes without the handshake:
- * both must get `err AUTH` and a closed connection)
+ * both must get `err AUTH` and a closed connection; badcodec pushes int8 or int4 against the run's codec
+ * (`err BADCODEC`), nanscale an int8/int4 payload of the run's codec whose second block has a NaN scale)
  */
 #include <inttypes.h>
 #include <math.h>
@@ -20,6 +21,7 @@
 
 #include "auth.h"
 #include "blob.h"
+#include "codec.h"
 #include "frame.h"
 #include "keys.h"
 #include "mpmap.h"
@@ -78,15 +80,29 @@ static int write_all(int fd, const void *buf, size_t len) {
 static int send_push(int fd, blob_header *h, float *payload, size_t count, int corrupt) {
     uint8_t hdr[BLOB_HEADER_MAX];
     char err[256];
-    int hl = blob_encode_header(h, payload, count * sizeof(float), hdr, sizeof hdr, err, sizeof err);
+    size_t bytes = blob_payload_bytes(h->dtype, count);
+    int hl = blob_encode_header(h, payload, bytes, hdr, sizeof hdr, err, sizeof err);
     if (hl < 0) {
         fprintf(stderr, "encode: %s\n", err);
         return -1;
     }
-    if (corrupt) ((uint8_t *)payload)[count * sizeof(float) / 2] ^= 0x10;
-    uint32_t len = (uint32_t)((size_t)hl + count * sizeof(float));
+    if (corrupt) ((uint8_t *)payload)[bytes / 2] ^= 0x10;
+    uint32_t len = (uint32_t)((size_t)hl + bytes);
     uint8_t prefix[4] = {len & 0xff, (len >> 8) & 0xff, (len >> 16) & 0xff, len >> 24};
-    return write_all(fd, prefix, 4) || write_all(fd, hdr, (size_t)hl) || write_all(fd, payload, count * sizeof(float));
+    return write_all(fd, prefix, 4) || write_all(fd, hdr, (size_t)hl) || write_all(fd, payload, bytes);
+}
+
+/* An int8/int4 push (the run's codec) whose second block's scale is NaN. */
+static void make_nan_scale(target *t, blob_header *h, float *x, size_t n) {
+    size_t bad;
+    uint8_t *q = malloc(codec_bytes(t->rc.compress, n));
+    codec_encode(t->rc.compress, x, n, q, &bad);
+    uint8_t *scale = q + codec_offset(t->rc.compress, n > CODEC_BLOCK ? CODEC_BLOCK : 0);
+    scale[0] = 0xc0;
+    scale[1] = 0x7f;
+    memcpy(x, q, codec_bytes(t->rc.compress, n)); /* fits: at most 2 + n bytes per 256 */
+    free(q);
+    h->dtype = t->rc.compress;
 }
 
 /* Expect the connection to be closed (or an err reply) after an unreadable frame. */
@@ -153,6 +169,8 @@ static int run_case(target *t, int fd, const char *which, int shard) {
     else if (!strcmp(which, "checksum")) want = "CHECKSUM";
     else if (!strcmp(which, "unknown")) want = "UNKNOWN_WORKER";
     else if (!strcmp(which, "stale")) { h.round = t->round + 5; want = "STALE"; }
+    else if (!strcmp(which, "badcodec")) { h.dtype = t->rc.compress == BLOB_I4 ? BLOB_I8 : BLOB_I4; want = "BADCODEC"; }
+    else if (!strcmp(which, "nanscale") && codec_is_block(t->rc.compress)) { make_nan_scale(t, &h, x, n); want = "NAN"; }
     if (!strcmp(which, "oversize")) {
         uint8_t prefix[4] = {0xff, 0xff, 0xff, 0x7f};
         write_all(fd, prefix, 4);

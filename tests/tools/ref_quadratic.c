@@ -1,7 +1,7 @@
 /* ref_quadratic.c: the in-process reference of a sync DiLoCo run of the quadratic trainer.
  *
  * It applies exactly the math the distributed system must apply (the same trainer, the same bf16
- * cast, the same fixed-order mean and outer step from common/outer.h) to the same workers, with no
+ * cast, the same fixed-order mean and outer step from common/math/outer.h) to the same workers, with no
  * Redis, no network and no shard-servers, and prints the digests of the final global parameters:
  *
  *   shard <k> <digest>      one line per shard (as dl:{R}:shards k:digest)
@@ -15,13 +15,18 @@
  *                      [--frag-bounds f0,..,fF --alpha A --steps S]   Streaming DiLoCo: F fragments of whole
  *                      shards, one sent every H/F steps and applied one interval later, S steps per worker
  *                      [--h-of id=H,...] [--weight-tokens]   per-worker H (plain DiLoCo) and weighting of
- *                      each worker's pseudo-gradient by its tokens (steps) in the round */
+ *                      each worker's pseudo-gradient by its tokens (steps) in the round
+ *                      [--codec int8|int4 [--error-feedback]]   block-quantized pseudo-gradients (blocks from
+ *                      each shard's start), decoded and summed in fp32, as the shard-servers do
+ *                      [--download update]   the mean is put through the codec (bf16 without --codec) per
+ *                      shard before the step, as a run with coordinator init --download update does */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bf16.h"
+#include "codec.h"
 #include "outer.h"
 #include "runconf.h"
 #include "trainers/quadratic.h"
@@ -42,6 +47,9 @@ typedef struct ref_args {
     const char *h_of;
     int weight_tokens;
     int final_sync;         /* streaming: workers end with diloco_force_sync (every fragment at once) */
+    int codec;              /* BLOB_I8 / BLOB_I4, or 0 */
+    int error_feedback;
+    int download_update;
 } ref_args;
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -60,6 +68,7 @@ static int parse(int argc, char **argv, ref_args *a) {
         if (!strcmp(f, "--no-bf16")) { a->bf16 = 0; continue; }
         if (!strcmp(f, "--weight-tokens")) { a->weight_tokens = 1; continue; }
         if (!strcmp(f, "--final-sync")) { a->final_sync = 1; continue; }
+        if (!strcmp(f, "--error-feedback")) { a->error_feedback = 1; continue; }
         if (!v) return -1;
         i++;
         if (!strcmp(f, "--numel")) parse_int(v, 1, INT64_MAX, &a->numel);
@@ -71,6 +80,12 @@ static int parse(int argc, char **argv, ref_args *a) {
         else if (!strcmp(f, "--outer-momentum")) parse_double(v, &a->outer_mu);
         else if (!strcmp(f, "--quad-lr")) parse_double(v, &a->quad_lr);
         else if (!strcmp(f, "--bounds")) a->bounds = v;
+        else if (!strcmp(f, "--download")) a->download_update = !strcmp(v, "update");
+        else if (!strcmp(f, "--codec")) {
+            a->codec = codec_parse(v);
+            if (!codec_is_block(a->codec)) return -1;
+            a->bf16 = 0;
+        }
         else if (!strcmp(f, "--frag-bounds")) a->frag_bounds = v;
         else if (!strcmp(f, "--h-of")) a->h_of = v;
         else if (!strcmp(f, "--alpha")) parse_double(v, &a->alpha);
@@ -104,13 +119,38 @@ typedef struct sim {
     float *base[MAX_WORKERS];
     uint16_t *d16[MAX_WORKERS];
     float *d32[MAX_WORKERS];
+    float *ef[MAX_WORKERS];    /* --error-feedback: each worker's kept quantization error */
+    float *x;                  /* one shard's Δ before quantization */
+    uint8_t *q;                /* and encoded */
 } sim;
 
 static size_t frag_lo(const sim *s, int f) { return (size_t)s->bounds[s->fb[f]]; }
 static size_t frag_hi(const sim *s, int f) { return (size_t)s->bounds[s->fb[f + 1]]; }
 
+/* Worker w's Δ of shard k quantized (plus its kept error), and decoded into d32. */
+static void take_shard_quantized(sim *s, int w, uint64_t k) {
+    size_t lo = (size_t)s->bounds[k], n = (size_t)(s->bounds[k + 1] - lo), bad;
+    float *e = s->ef[w] + lo;
+    for (size_t i = 0; i < n; i++) {
+        s->x[i] = s->base[w][lo + i] - s->t[w]->params[lo + i];
+        if (s->a->error_feedback) s->x[i] = s->x[i] + e[i];
+    }
+    if (codec_encode(s->a->codec, s->x, n, s->q, &bad) < 0) {
+        fprintf(stderr, "ref_quadratic: worker %s diverged\n", s->a->ids[w]);
+        exit(1);
+    }
+    codec_decode(s->a->codec, s->q, n, s->d32[w] + lo);
+    if (s->a->error_feedback)
+        for (size_t i = 0; i < n; i++) e[i] = s->x[i] - s->d32[w][lo + i];
+}
+
 /* Every worker's Δ of fragment f, as it would send it now. */
 static void take_deltas(sim *s, int f) {
+    if (s->a->codec) {
+        for (int w = 0; w < s->a->nworkers; w++)
+            for (uint64_t k = s->fb[f]; k < s->fb[f + 1]; k++) take_shard_quantized(s, w, k);
+        return;
+    }
     for (int w = 0; w < s->a->nworkers; w++)
         for (size_t i = frag_lo(s, f); i < frag_hi(s, f); i++) {
             float d = s->base[w][i] - s->t[w]->params[i];
@@ -133,8 +173,13 @@ static void outer_fragment(sim *s, int f) {
         else outer_sum_add_f32(s->g + lo, s->d32[w] + lo, len);
     }
     if (!s->a->weight_tokens) outer_mean_finish(s->g + lo, len, (uint32_t)s->a->nworkers);
+    int codec = s->a->codec ? s->a->codec : s->a->bf16 ? BLOB_BF16 : BLOB_F32;
     for (uint64_t k = s->fb[f]; k < s->fb[f + 1]; k++) {
-        size_t off = (size_t)s->bounds[k], kl = (size_t)(s->bounds[k + 1] - s->bounds[k]);
+        size_t off = (size_t)s->bounds[k], kl = (size_t)(s->bounds[k + 1] - s->bounds[k]), bad;
+        if (s->a->download_update && codec_round_trip(codec, s->g + off, kl, s->q, &bad) != 0) {
+            fprintf(stderr, "ref_quadratic: the mean is not finite\n");
+            exit(1);
+        }
         outer_sgd_step(s->theta + off, s->mom + off, s->rounds[f] == 0, s->g + off, kl, (float)s->a->outer_lr,
                        (float)s->a->outer_mu, s->a->nesterov);
     }
@@ -234,6 +279,8 @@ int main(int argc, char **argv) {
     sm.mom = calloc(n, sizeof(float));
     sm.g = malloc(n * sizeof(float));
     sm.rounds = calloc((size_t)sm.nfrag, sizeof *sm.rounds);
+    sm.x = malloc(n * sizeof(float));
+    sm.q = malloc(codec_bytes(BLOB_F32, n) + 1);
     float *theta = sm.theta;
     quadratic_init_params((uint64_t)a.seed, theta, n);
     for (int w = 0; w < a.nworkers; w++) {
@@ -247,6 +294,7 @@ int main(int argc, char **argv) {
         sm.base[w] = malloc(n * sizeof(float));
         sm.d16[w] = malloc(n * sizeof(uint16_t));
         sm.d32[w] = malloc(n * sizeof(float));
+        sm.ef[w] = calloc(n, sizeof(float));
         if (!sm.t[w]) {
             fprintf(stderr, "ref_quadratic: %s\n", err);
             return 1;

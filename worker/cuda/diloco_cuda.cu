@@ -1,5 +1,5 @@
 /* diloco_cuda.cu: libdiloco's device hooks on CUDA (see diloco_cuda.h): the pseudo-gradient kernel
- * against a device snapshot of the global parameters, with the bf16 rounding of common/bf16.c and a
+ * against a device snapshot of the global parameters, with the bf16 rounding of common/math/bf16.c and a
  * finite check, and the loads of new global parameters on a sync stream of their own, ordered with
  * the training stream by events.
  *
@@ -44,7 +44,7 @@ struct dl_cuda {
 
 /* ---- kernels -------------------------------------------------------------------------------- */
 
-/* common/bf16.c's bf16_from_bits: add 0x7fff plus the lowest kept bit (nearest, ties to even; a carry
+/* common/math/bf16.c's bf16_from_bits: add 0x7fff plus the lowest kept bit (nearest, ties to even; a carry
  * bumps the exponent, up to Inf), and a NaN keeps its sign and top mantissa bits with the quiet bit
  * forced so truncation cannot turn it into Inf. */
 __device__ __forceinline__ uint16_t bf16_bits(unsigned b) {
@@ -144,12 +144,12 @@ static int create_inner(dl_cuda *c, char *err, size_t errlen) {
 
 extern "C" dl_cuda *dl_cuda_create(float *params, size_t numel, void *stream, char *err, size_t errlen) {
     if ((params == NULL) != (stream == NULL)) {
-        seterr(err, errlen, "dl_cuda: give both the device parameters and their stream, or neither");
+        err_set(err, errlen, "dl_cuda: give both the device parameters and their stream, or neither");
         return NULL;
     }
     dl_cuda *c = (dl_cuda *)calloc(1, sizeof *c);
     if (!c) {
-        seterr(err, errlen, "dl_cuda: out of memory");
+        err_set(err, errlen, "dl_cuda: out of memory");
         return NULL;
     }
     c->params = params;
@@ -173,7 +173,7 @@ extern "C" void dl_cuda_ops(dl_cuda *c, diloco_device_ops *ops) {
 
 static int check_range(const dl_cuda *c, size_t off, size_t n, char *err, size_t errlen) {
     if (off > c->numel || n > c->numel - off) {
-        seterr(err, errlen, "dl_cuda: range [%zu, %zu) outside [0, %zu)", off, off + n, c->numel);
+        err_set(err, errlen, "dl_cuda: range [%zu, %zu) outside [0, %zu)", off, off + n, c->numel);
         return -1;
     }
     return 0;
@@ -221,7 +221,7 @@ extern "C" int dl_cuda_load(void *ctx, const float *base, size_t off, size_t n, 
     dl_cuda *c = (dl_cuda *)ctx;
     if (check_range(c, off, n, err, errlen)) return -1;
     if (mode != DILOCO_LOAD_SNAPSHOT && mode != DILOCO_LOAD_COPY && mode != DILOCO_LOAD_MIX) {
-        seterr(err, errlen, "dl_cuda: bad load mode %d", mode);
+        err_set(err, errlen, "dl_cuda: bad load mode %d", mode);
         return -1;
     }
     if (n == 0) return 0;

@@ -5,7 +5,7 @@
  * gpt_cuda_params_device) and train on one stream, it keeps:
  *   - the global snapshot on the device (the parameters the round started from);
  *   - the pseudo-gradient kernel: d = snapshot - params (one fp32 subtraction, like the host) and its
- *     bf16 cast with round-to-nearest-even and quiet NaN bit for bit as common/bf16.c, plus the index
+ *     bf16 cast with round-to-nearest-even and quiet NaN bit for bit as common/math/bf16.c, plus the index
  *     of the first non-finite d; only those bytes (2 per parameter, or 4 with --no-bf16) cross PCIe,
  *     into libdiloco's page-locked buffers (host_alloc: cudaMallocHost, allocated once per session);
  *   - loads of new global parameters: one cudaMemcpyAsync host->snapshot per range on its own sync

@@ -88,41 +88,6 @@ int gpt_cuda_sync(gpt_cuda *g, char *err, size_t errlen);
 float *gpt_cuda_params_device(gpt_cuda *g);
 void *gpt_cuda_stream(gpt_cuda *g);
 
-/* ---- single kernels on host arrays (tests: each kernel against the CPU math) -----------------
- * Each copies its inputs to fresh device buffers, runs the kernel(s) the model uses, copies the
- * outputs back and frees the buffers. Shapes as in gpt_model.c. */
-int gpt_cuda_k_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C,
-                               int V, int maxT);
-/* dwte (V,C) in/out (holds the head's gradient, the scatter adds); dwpe (maxT,C) written */
-int gpt_cuda_k_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C,
-                                int V, int maxT);
-int gpt_cuda_k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                                 const float *b, int N, int C);
-/* dinp written (accumulate=0) or added to (1); dw, db written */
-int gpt_cuda_k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                                  const float *w, const float *mean, const float *rstd, int N, int C,
-                                  int accumulate);
-/* out = inp W^T + bias ; and the backward: dinp, dw, dbias written */
-int gpt_cuda_k_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC,
-                              int tf32);
-int gpt_cuda_k_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                               const float *w, int N, int C, int OC, int tf32);
-/* causal attention: out (B,T,C), att (B,NH,T,T) probabilities (0 above the diagonal) */
-int gpt_cuda_k_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH, int tf32);
-int gpt_cuda_k_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
-                                  int C, int NH, int tf32);
-/* softmax of the rows of S (rows of length T, row t keeps columns 0..t), in place */
-int gpt_cuda_k_softmax_causal(float *s, int BH, int T);
-int gpt_cuda_k_gelu_forward(float *out, const float *inp, size_t n);
-int gpt_cuda_k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n);
-int gpt_cuda_k_residual_forward(float *out, const float *a, const float *b, size_t n);
-/* logits -> probabilities in place, losses (N); *mean = mean loss. Then (separately) backward. */
-int gpt_cuda_k_crossentropy_forward(float *logits, float *losses, const int *targets, int N, int V, float *mean);
-int gpt_cuda_k_crossentropy_backward(float *probs, const int *targets, int N, int V);
-int gpt_cuda_k_clip(float *grads, size_t numel, double max_norm, double *norm);
-int gpt_cuda_k_adamw(const model_tensor *tensors, int ntensors, float *params, const float *grads, float *m,
-                     float *v, long t, double lr, double beta1, double beta2, double eps, double weight_decay);
-
 #ifdef __cplusplus
 }
 #endif

@@ -14,7 +14,9 @@
 #include <unistd.h>
 
 #include "auth.h"
+#include "dp_error.h"
 #include "frame.h"
+#include "codec.h"
 #include "internal.h"
 #include "log.h"
 #include "util.h"
@@ -94,6 +96,24 @@ void conn_close_all(diloco *d) {
         }
 }
 
+/* An `err` reply: what the worker does follows the data-plane error table (common/format/dp_error.h). A code
+ * the table does not know (a newer server) fails the sync with the server's message. */
+static int reply_err_status(const blob_header *h, char *err, size_t errlen)
+{
+    err_set(err, errlen, "shard-server: %s %s", h->code, h->text);
+    const dp_err_info *row = dp_err_lookup(h->code);
+    switch (row ? row->action : DP_ACT_FAIL) {
+    case DP_ACT_RETRY: return DL_RETRY;
+    case DP_ACT_REFETCH: return DL_STALE;
+    case DP_ACT_REREGISTER: return DL_EVICTED;
+    case DP_ACT_REPAIR: /* the message names the shard and key: it is what we say */
+        err_set(err, errlen, "%s", h->text);
+        return DL_CORRUPT;
+    case DP_ACT_FAIL: break;
+    }
+    return DL_FAIL;
+}
+
 /* Map an err/moved/need/wait reply to an outcome. */
 static int reply_outcome(diloco *d, const blob_header *h, char *err, size_t errlen) {
     if (strcmp(h->op, "moved") == 0 || strcmp(h->op, "wait") == 0) {
@@ -113,16 +133,7 @@ static int reply_outcome(diloco *d, const blob_header *h, char *err, size_t errl
         return DL_RETRY;
     }
     if (strcmp(h->op, "err") == 0) {
-        err_set(err, errlen, "shard-server: %s %s", h->code, h->text);
-        if (strcmp(h->code, "STALE") == 0) return DL_STALE;
-        if (strcmp(h->code, "UNKNOWN_WORKER") == 0) return DL_EVICTED;
-        if (strcmp(h->code, "CORRUPT") == 0) { /* the message names the shard and key: it is what we say */
-            err_set(err, errlen, "%s", h->text);
-            return DL_CORRUPT;
-        }
-        if (strcmp(h->code, "NOTREADY") == 0 || strcmp(h->code, "REDIS") == 0 || strcmp(h->code, "BUSY") == 0)
-            return DL_RETRY;
-        return DL_FAIL;
+        return reply_err_status(h, err, errlen);
     }
     err_set(err, errlen, "unexpected reply '%s' from shard-server", h->op);
     return DL_FAIL;
@@ -188,7 +199,7 @@ static void push_request(diloco *d, int shard, int64_t round, blob_header *h, co
     if (d->rc.weight_tokens) /* --weight-by tokens: the tokens behind this pseudo-gradient */
         h->aux = (int64_t)d->push_tokens[h->frag];
     h->xxh = d->delta_xxh[shard]; /* computed with Δ (sync_compute_delta) */
-    h->dtype = d->o.bf16 ? BLOB_BF16 : BLOB_F32;
+    h->dtype = d->push_dtype;
     *payload = dl_shard_delta(d, shard, plen);
 }
 
@@ -273,6 +284,8 @@ typedef struct place_arg {
  * base[shard] meanwhile. */
 static void *place_params(const blob_header *h, size_t plen, void *p) {
     place_arg *a = p;
+    void *upd = dl_update_place(a->d, a->shard, h, plen); /* --download update: elsewhere */
+    if (upd) return upd;
     size_t off = (size_t)a->d->rc.shard_bounds[a->shard], n = (size_t)runconf_shard_numel(&a->d->rc, a->shard);
     if (strcmp(h->op, "params") != 0 || h->dtype != BLOB_F32 || h->count != n || plen != n * sizeof(float) ||
         h->shard != a->shard || h->version < a->min_version)
@@ -282,27 +295,58 @@ static void *place_params(const blob_header *h, size_t plen, void *p) {
     return a->d->base + off;
 }
 
-/* Check a params reply and copy it into base (unless it was received there). */
-static int take_params(diloco *d, int shard, const blob_header *h, const uint8_t *payload, size_t plen,
-                       int64_t min_version, int64_t *got, char *err, size_t errlen) {
-    size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
-    if (h->dtype != BLOB_F32 || h->count != n || plen != n * sizeof(float) || h->shard != shard ||
-        h->version < min_version) {
-        err_set(err, errlen, "bad params reply for shard %d (dtype %d, count %" PRIu64 ", version %" PRId64 ")",
-                shard, h->dtype, h->count, h->version);
-        return DL_FAIL;
-    }
-    if ((const void *)payload != (const void *)(d->base + off)) {
-        dl_dev_base_written(d, shard);
-        memcpy(d->base + off, payload, plen);
-    }
-    d->tent_version[shard] = (h->flags & BLOB_PARAMS_TENTATIVE) ? h->version : 0;
-    d->tent_xxh[shard] = h->xxh;
+/* A received shard of version h->version with the digest xxh is in base: remember whether it is durable
+ * yet, and account for it. */
+static int took_version(diloco *d, int shard, const blob_header *h, int tentative, uint64_t xxh, size_t plen,
+                        int64_t *got) {
+    d->tent_version[shard] = tentative ? h->version : 0;
+    d->tent_xxh[shard] = xxh;
     d->tent_epoch[shard] = h->epoch;
     stamp_max(&d->cur.t_last_recv_us, dl_wall_us());
     *got = h->version;
     __atomic_add_fetch(&d->cur.bytes_down, plen, __ATOMIC_RELAXED);
     return DL_OK;
+}
+
+/* --download update: apply an update reply (the round's averaged pseudo-gradient) ourselves. */
+static int take_update(diloco *d, int shard, const blob_header *h, const uint8_t *payload, size_t plen,
+                       int64_t min_version, int64_t *got, char *err, size_t errlen) {
+    size_t n = (size_t)runconf_shard_numel(&d->rc, shard);
+    if (!d->rc.download_update || h->dtype != d->rc.compress || h->count != n || plen != codec_bytes(h->dtype, n) ||
+        h->shard != shard || h->version != min_version) {
+        err_set(err, errlen, "bad update reply for shard %d (dtype %d, count %" PRIu64 ", version %" PRId64 ")",
+                shard, h->dtype, h->count, h->version);
+        return DL_FAIL;
+    }
+    uint64_t digest;
+    int rc = dl_update_apply(d, shard, h, payload, &digest, err, errlen);
+    if (rc != DL_OK) return rc;
+    return took_version(d, shard, h, (h->flags & BLOB_UPDATE_TENTATIVE) != 0, digest, plen, got);
+}
+
+/* Check a params reply and copy it into base (unless it was received there); with --download update,
+ * parameters then momentum. */
+static int take_params(diloco *d, int shard, const blob_header *h, const uint8_t *payload, size_t plen,
+                       int64_t min_version, int64_t *got, char *err, size_t errlen) {
+    size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
+    int with_mom = d->rc.download_update && (h->flags & BLOB_PARAMS_MOMENTUM);
+    size_t count = with_mom ? 2 * n : n;
+    if (h->dtype != BLOB_F32 || h->count != count || plen != count * sizeof(float) || h->shard != shard ||
+        h->version < min_version) {
+        err_set(err, errlen, "bad params reply for shard %d (dtype %d, count %" PRIu64 ", version %" PRId64 ")",
+                shard, h->dtype, h->count, h->version);
+        return DL_FAIL;
+    }
+    if (with_mom) {
+        dl_update_take_momentum(d, shard, h->version, payload);
+        return took_version(d, shard, h, 0, strtoull(h->text, NULL, 16), plen, got);
+    }
+    if ((const void *)payload != (const void *)(d->base + off)) {
+        dl_dev_base_written(d, shard);
+        memcpy(d->base + off, payload, plen);
+    }
+    if (d->rc.download_update) d->mom_version[shard] = -1; /* parameters without momentum */
+    return took_version(d, shard, h, (h->flags & BLOB_PARAMS_TENTATIVE) != 0, h->xxh, plen, got);
 }
 
 int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got, char *err, size_t errlen) {
@@ -313,7 +357,7 @@ int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got,
     blob_header_init(&h, "get");
     h.shard = shard;
     h.version = min_version;
-    h.flags = flags;
+    h.flags = dl_get_flags(d, shard, min_version, flags);
     h.inc = dl_inc(d);
     snprintf(h.worker, sizeof h.worker, "%s", d->worker_id);
     /* small replies land in buf, the parameters straight in base */
@@ -330,6 +374,7 @@ int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got,
     }
     conn_release(d, c, 0);
     if (strcmp(h.op, "params") == 0) rc = take_params(d, shard, &h, payload, plen, min_version, got, err, errlen);
+    else if (strcmp(h.op, "update") == 0) rc = take_update(d, shard, &h, payload, plen, min_version, got, err, errlen);
     else rc = reply_outcome(d, &h, err, errlen);
     return rc;
 }
@@ -346,7 +391,7 @@ int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version,
         blob_header_init(&h, "get");
         h.shard = shards[sent];
         h.version = min_version;
-        h.flags = flags;
+        h.flags = dl_get_flags(d, shards[sent], min_version, flags);
         h.inc = dl_inc(d);
         snprintf(h.worker, sizeof h.worker, "%s", d->worker_id);
         if (frame_send(c->fd, &h, NULL, 0, d->o.net_timeout_ms, err, errlen) < 0) {
@@ -370,6 +415,8 @@ int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version,
         char why[256] = "";
         if (strcmp(h.op, "params") == 0)
             rcs[i] = take_params(d, shards[i], &h, payload, plen, min_version, &got[i], why, sizeof why);
+        else if (strcmp(h.op, "update") == 0)
+            rcs[i] = take_update(d, shards[i], &h, payload, plen, min_version, &got[i], why, sizeof why);
         else
             rcs[i] = reply_outcome(d, &h, why, sizeof why);
         if (rcs[i] != DL_OK && (worst == DL_OK || rcs[i] == DL_CORRUPT)) { /* corrupt: an operator's job */

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blob.h"
 #include "internal.h"
 #include "util.h"
 
@@ -85,9 +86,10 @@ int dl_dev_delta(diloco *d, int f, size_t *bad, char *err, size_t errlen) {
     size_t lo = frag_lo(d, f), hi = frag_lo(d, f + 1);
     if (!d->dev_snap_ok[f])
         if (dl_dev_load(d, lo, hi - lo, DILOCO_LOAD_SNAPSHOT, 0.0, err, errlen) < 0) return -1;
-    void *out = d->o.bf16 ? (void *)(d->delta_bf16 + lo) : (void *)(d->delta_f32 + lo);
+    int bf16 = d->push_dtype == BLOB_BF16;
+    void *out = bf16 ? (void *)(d->delta_bf16 + lo) : (void *)(d->delta_f32 + lo);
     *bad = 0;
-    int rc = o->delta(o->ctx, lo, hi - lo, d->o.bf16, out, bad, err, errlen);
+    int rc = o->delta(o->ctx, lo, hi - lo, bf16, out, bad, err, errlen);
     if (rc < 0) return -1;
     if (rc > 0 && *bad >= hi - lo) *bad = 0; /* a hook that did not say where: report the fragment's start */
     return rc > 0 ? 1 : 0;

@@ -34,6 +34,7 @@ int diloco_stop_requested(const diloco *d) {
 size_t diloco_numel(const diloco *d) { return d->numel; }
 int diloco_is_async(const diloco *d) { return d->rc.async; }
 int diloco_num_fragments(const diloco *d) { return d->rc.nfragments; }
+const char *diloco_run_layout(const diloco *d) { return d->rc.layout; }
 
 int diloco_fragment_range(const diloco *d, int fragment, size_t *offset, size_t *count) {
     if (fragment < 0 || fragment >= d->rc.nfragments) return -1;

@@ -3,7 +3,13 @@
  *   session.c    open/close, registration, fetching the global parameters, Redis commands
  *   owners.c     which shard-server owns which shard (read from Redis), refreshed on redirects
  *   conn.c       data-plane connections to shard-servers and the push/get requests
- *   sync.c       one DiLoCo round: pseudo-gradient, push, barrier, new parameters
+ *   after_step.c when a worker syncs (diloco_after_step, diloco_force_sync): dispatch by mode
+ *   round.c      one fragment's round as the schedule sees it: Δ, blocking round, settling the outcome
+ *   streaming.c  Streaming DiLoCo: one fragment in flight on a thread while training goes on
+ *   sync.c       the network part of a sync-mode round: pseudo-gradient, push, barrier, new parameters
+ *   delta.c      the pseudo-gradient in the run's codec (bf16, fp32, int8, int4) and error feedback
+ *   update.c     --download update: applying the round's update ourselves, with our copy of the momentum
+ *   async.c      the network part of an async-mode round: submit, push, get (no barrier)
  *   heartbeat.c  the heartbeat thread
  *   repair.c     waiting out a shard whose durable state is corrupt, until `coordinator repair`
  *   device.c     device-resident parameters (diloco_device_ops): the hooks that replace params
@@ -73,8 +79,19 @@ struct diloco {
     float *params;               /* the trainer's buffer */
     size_t numel;
     float *base;                 /* global parameters this round started from */
+    int push_dtype;              /* our pushes' codec: the run's (fp32 in a bf16 run with o.bf16 = 0) */
     uint16_t *delta_bf16;        /* pseudo-gradient of the round, kept until it is committed */
-    float *delta_f32;
+    float *delta_f32;            /* (int8/int4: the fp32 Δ before quantization) */
+    uint8_t *delta_q;            /* int8/int4: the encoded Δ, shard after shard (delta.c) */
+    size_t *delta_qoff;          /* int8/int4: nshards+1 offsets of each shard's part in delta_q */
+    float *ef;                   /* --error-feedback: what quantization dropped, added to the next Δ */
+    /* --download update (update.c) */
+    float *mom;                  /* our copy of the outer momentum */
+    int64_t *mom_version;        /* per shard: the version base and mom hold together (-1: unknown) */
+    uint8_t *upd_q;              /* received updates, shard after shard (upd_off) */
+    size_t *upd_off;
+    float *upd_g;                /* a received update, decoded */
+    float *upd_both;             /* parameters with momentum as received (2 floats per parameter) */
     uint64_t *delta_xxh;         /* per shard: the checksum of its part of delta_* (computed with it) */
     int64_t *frag_version;       /* global version of each fragment's part of base (= its open round for us) */
     int64_t *frag_joined;        /* per fragment: the first round the barrier expects us at (dl_register) */
@@ -144,6 +161,9 @@ struct diloco {
 
 /* session.c */
 redisReply *dl_command(diloco *d, const char *fmt, ...);   /* on ctl, reconnecting as needed; caller frees */
+/* With the run's min_replicas > 0: wait until that many Redis replicas have our writes on ctl so far
+ * (WAIT, again while fewer do); 0 at once when min_replicas is 0, -1 + err when ctl broke or we stop. */
+int dl_wait_replicas(diloco *d, char *err, size_t errlen);
 int dl_register(diloco *d, char *err, size_t errlen);
 int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
 int dl_fetch_all(diloco *d, char *err, size_t errlen);
@@ -161,7 +181,7 @@ void *dl_host_alloc(diloco *d, size_t bytes);   /* o.device.host_alloc, or mallo
 void dl_host_free(diloco *d, void *p);
 /* o.device.load of base[off, off+n) with mode DILOCO_LOAD_*. */
 int dl_dev_load(diloco *d, size_t off, size_t n, int mode, double alpha, char *err, size_t errlen);
-/* o.device.delta of fragment f into delta_bf16 / delta_f32 (reloading the snapshot first if base[f]
+/* o.device.delta of fragment f into delta_bf16 / delta_f32 (int8/int4: fp32, quantized by delta.c) (reloading the snapshot first if base[f]
  * changed since it was loaded). 0; 1: not finite, *bad = offset in f; -1: device error (err). */
 int dl_dev_delta(diloco *d, int f, size_t *bad, char *err, size_t errlen);
 /* base[shard] is being written (a params reply): its fragment's device snapshot is out of date. */
@@ -192,11 +212,31 @@ int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got_
 /* CLOCK_REALTIME in microseconds (phase timestamps of diloco_sync_info). */
 uint64_t dl_wall_us(void);
 
-/* sync.c */
+/* delta.c */
+/* The Δ buffers of push_dtype (and the error feedback's). */
+int dl_delta_alloc(diloco *d, char *err, size_t errlen);
+void dl_delta_free(diloco *d);
 /* Δ of fragment f from params (on the thread that owns params). -1 if params are not finite. */
 int sync_compute_delta(diloco *d, int f, char *err, size_t errlen);
-/* Shard k's part of delta_* (bf16 or f32, as pushed) and its size in *bytes. */
+/* Shard k's part of delta_* (as pushed, in push_dtype) and its size in *bytes. */
 const void *dl_shard_delta(const diloco *d, int k, size_t *bytes);
+
+/* update.c (--download update) */
+int dl_update_alloc(diloco *d, char *err, size_t errlen);
+void dl_update_free(diloco *d);
+/* The flags of a get of shard at min_version: BLOB_GET_UPDATE_OK when we hold min_version-1 with its
+ * momentum, else BLOB_GET_MOMENTUM (in runs with --download update). */
+int dl_get_flags(const diloco *d, int shard, int64_t min_version, int flags);
+/* Where an update, or parameters with momentum, of shard are received; NULL for any other reply. */
+void *dl_update_place(diloco *d, int shard, const blob_header *h, size_t plen);
+/* Parameters then momentum (2n floats) of version into base and mom. */
+void dl_update_take_momentum(diloco *d, int shard, int64_t version, const uint8_t *payload);
+/* Apply a checked update reply to base and mom; *digest = XXH3 of the result. DL_OK when it is the
+ * committed digest (h->text), DL_RETRY otherwise (the next get asks for the momentum). */
+int dl_update_apply(diloco *d, int shard, const blob_header *h, const uint8_t *payload, uint64_t *digest,
+                    char *err, size_t errlen);
+
+/* sync.c */
 /* Make sure the tentative parameters fragment f continued from were committed as they are, resending
  * our kept Δ to a new owner if they were not: DL_OK, DL_STALE (the round was committed differently,
  * e.g. without a participant that died: base is now the committed version and our local progress on
@@ -221,7 +261,29 @@ int sync_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard,
                      size_t errlen);
 /* async.c: submit, push, get for fragment f (async mode); base[f] holds the versions we got. */
 int async_submit_net(diloco *d, int f, char *err, size_t errlen);
-/* stream.c: the schedule (public entry points diloco_after_step / diloco_force_sync live there) */
+/* round.c: one fragment's round as the schedule sees it (after_step.c: when; streaming.c: in flight).
+ * Each returns 1 when params changed, 0 when not, -1 when unrecoverable (err says why). */
+/* Fragment f, blocking: Δ, the network round (sync.c or async.c), then round_settle. */
+int round_blocking(diloco *d, int f, double alpha, char *err, size_t errlen);
+/* Fragment f's Δ from params; if our own parameters diverged, take the global ones instead.
+ * 0: send Δ; 1: params reset instead; -1: error; DL_CORRUPT: a shard's durable state is corrupt (err
+ * says which). */
+int round_prepare_delta(diloco *d, int f, char *err, size_t errlen);
+/* Apply the outcome rc of fragment f's network round (why: its error): the new global parameters
+ * (mixed with ours by alpha), or the failure streak, or a repair wait. */
+int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint64_t t0, double alpha, char *err,
+                 size_t errlen);
+/* A shard's durable state is corrupt: wait for `coordinator repair`, then continue from the repaired
+ * global parameters (a version above every one we hold), dropping the local progress of every fragment. */
+int round_after_repair(diloco *d, int f, int64_t round, const char *why, uint64_t t0, char *err, size_t errlen);
+/* streaming.c: Streaming DiLoCo's fragment in flight. */
+/* Steps between two fragment boundaries (H/F, at least 1). */
+int stream_interval(const diloco *d);
+/* A fragment boundary: settle the fragment in flight, start the next one. */
+int stream_step(diloco *d, char *err, size_t errlen);
+/* Wait for the fragment in flight, if any, and settle it. */
+int stream_finish_fragment(diloco *d, char *err, size_t errlen);
+/* The same at close, its outcome dropped. */
 void stream_finish_inflight(diloco *d);
 /* Run fn(d, shard, arg) for every shard in [first, last) with one thread per owner; returns the
  * worst outcome. Used for pushes and gets. */

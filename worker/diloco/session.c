@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "codec.h"
 #include "internal.h"
 #include "keys.h"
 #include "log.h"
@@ -54,6 +55,31 @@ redisReply *dl_command(diloco *d, const char *fmt, ...) {
     }
     pthread_mutex_unlock(&d->ctl_mu);
     return r;
+}
+
+#define WAIT_REPLICAS_MS 500
+
+int dl_wait_replicas(diloco *d, char *err, size_t errlen) {
+    if (d->rc.min_replicas <= 0) return 0;
+    uint64_t t0 = now_ms(), logged = t0;
+    for (;;) {
+        pthread_mutex_lock(&d->ctl_mu);
+        int n = d->ctl && !rconn_broken(d->ctl)
+                    ? rconn_wait_replicas(d->ctl, d->config_key, d->rc.min_replicas, WAIT_REPLICAS_MS)
+                    : -1;
+        pthread_mutex_unlock(&d->ctl_mu);
+        if (n >= d->rc.min_replicas) return 0;
+        if (n < 0 || dl_stopping(d)) {
+            err_set(err, errlen, "waiting for %d Redis replica(s) to have our write: %s", d->rc.min_replicas,
+                    n < 0 ? "the connection broke (a failover?)" : "stopping");
+            return -1;
+        }
+        if (now_ms() - logged >= 5000) {
+            log_warn("%d of %d Redis replica(s) have our write after %.1f s; waiting (are the replicas up?)", n,
+                     d->rc.min_replicas, (double)(now_ms() - t0) / 1000.0);
+            logged = now_ms();
+        }
+    }
 }
 
 int dl_stopping(const diloco *d) { return d->stop_flag || (d->o.stop && *d->o.stop); }
@@ -161,7 +187,7 @@ static int wait_for_joined_round(diloco *d, int f, char *err, size_t errlen) {
     if (rc == DL_OK) d->frag_version[f] = d->frag_joined[f];
     /* DL_NEED (every member it waited for is gone: it needs our arrival to close), DL_STALE,
      * DL_EVICTED: the fetch below takes the version registration gave us and we train for the open
-     * round, as before (an eviction shows at the first arrival, which registers again) */
+     * round (an eviction shows at the first arrival, which registers again) */
     return 0;
 }
 
@@ -178,8 +204,11 @@ int dl_fetch_all(diloco *d, char *err, size_t errlen) {
 static int alloc_buffers(diloco *d, char *err, size_t errlen) {
     size_t n = d->numel;
     d->base = dl_host_alloc(d, n * sizeof(float));
-    d->delta_f32 = d->o.bf16 ? NULL : dl_host_alloc(d, n * sizeof(float));
-    d->delta_bf16 = d->o.bf16 ? dl_host_alloc(d, n * sizeof(uint16_t)) : NULL;
+    d->push_dtype = d->rc.compress == BLOB_BF16 && !d->o.bf16 ? BLOB_F32 : d->rc.compress;
+    if (d->o.error_feedback && !codec_is_block(d->push_dtype))
+        log_warn("--error-feedback applies to int8/int4 runs; this run's pseudo-gradients are %s: ignored",
+                 codec_name(d->push_dtype));
+    if (dl_delta_alloc(d, err, errlen) < 0 || dl_update_alloc(d, err, errlen) < 0) return -1;
     d->owners = calloc((size_t)d->rc.nshards, sizeof(shard_owner));
     d->shard_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->frag_version = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
@@ -193,7 +222,7 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen) {
     d->tent_epoch = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->tent_round = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
     d->frag_incomplete = calloc((size_t)d->rc.nfragments, sizeof(int));
-    if (!d->base || (!d->delta_f32 && !d->delta_bf16) || !d->owners || !d->shard_version || !d->frag_version ||
+    if (!d->base || !d->owners || !d->shard_version || !d->frag_version ||
         !d->frag_joined || !d->seq || !d->push_tokens || !d->tokens_at_send || !d->tent_version || !d->tent_xxh || !d->delta_xxh ||
         !d->tent_epoch || !d->tent_round ||
         !d->frag_incomplete) {
@@ -203,7 +232,8 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen) {
     uint64_t largest = 0;
     for (int k = 0; k < d->rc.nshards; k++)
         if (runconf_shard_numel(&d->rc, k) > largest) largest = runconf_shard_numel(&d->rc, k);
-    d->recv_cap = (size_t)largest * sizeof(float) + BLOB_HEADER_MAX + 64;
+    /* --download update: parameters come with their momentum */
+    d->recv_cap = (size_t)largest * sizeof(float) * (d->rc.download_update ? 2 : 1) + BLOB_HEADER_MAX + 64;
     return 0;
 }
 
@@ -281,9 +311,9 @@ static int session_open(diloco *d, const diloco_options *o, float *params, size_
      * close or for a shard-server to come back would otherwise get us evicted before we trained */
     if (heartbeat_start(d, err, errlen) < 0) return -1;
     if (dl_fetch_all(d, err, errlen) < 0) return -1;
-    log_info("worker %s joined run %s at version %" PRId64 " (%zu parameters, %d shards, %d fragment(s), H=%d, %s)",
+    log_info("worker %s joined run %s at version %" PRId64 " (%zu parameters, %d shards, %d fragment(s), H=%d, %s%s)",
              d->worker_id, d->run, d->frag_version[0], numel, d->rc.nshards, d->rc.nfragments, d->sync_every,
-             o->bf16 ? "bf16" : "fp32");
+             codec_name(d->push_dtype), d->ef ? " with error feedback" : "");
     return 0;
 }
 
@@ -348,8 +378,8 @@ static void session_close(diloco *d) {
     if (d->blk) rconn_free(d->blk);
     runconf_free(&d->rc);
     dl_host_free(d, d->base);
-    dl_host_free(d, d->delta_bf16);
-    dl_host_free(d, d->delta_f32);
+    dl_delta_free(d);
+    dl_update_free(d);
     dl_dev_free(d);
     free(d->owners);
     free(d->shard_version);

@@ -1,7 +1,7 @@
 /* sync.c: one DiLoCo round from the worker's side (docs/PROTOCOL.md, "A sync round").
  *
- *   1. pseudo-gradient Δ = base - params (the global parameters we started from minus ours), bf16 or fp32
- *      (with device hooks the trainer's device computes it, device.c)
+ *   1. pseudo-gradient Δ = base - params (the global parameters we started from minus ours), in the run's codec
+ *      (delta.c; with device hooks the trainer's device computes it, device.c)
  *   2. push every shard's Δ to its owner (one thread per shard-server, so bandwidth adds up)
  *   3. arrive at the barrier; wait on our wake list (BLPOP, with a timeout) until it closes
  *   4. get every shard at version round+1; resend Δ to whoever says it lacks it (a new owner)
@@ -17,7 +17,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bf16.h"
 #include "hash.h"
 #include "internal.h"
 #include "keys.h"
@@ -219,81 +218,11 @@ int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *e
 
 /* ---- the round --------------------------------------------------------------------------------- */
 
-/* Δ is made and hashed in chunks of this many elements: each chunk is hashed (the push frame's
- * checksum) while it is still in the cache, instead of in a second pass over memory as it is sent. */
-#define DELTA_CHUNK 16384
-
-const void *dl_shard_delta(const diloco *d, int k, size_t *bytes) {
-    size_t off = (size_t)d->rc.shard_bounds[k], n = (size_t)runconf_shard_numel(&d->rc, k);
-    *bytes = n * (d->o.bf16 ? sizeof(uint16_t) : sizeof(float));
-    return d->o.bf16 ? (const void *)(d->delta_bf16 + off) : (const void *)(d->delta_f32 + off);
-}
-
-/* Δ = base - params of shard k on the host, its finite check (base is finite, so a non-finite Δ means
- * params are not), its bf16 cast and its checksum, in one pass. 0, or -1 with *bad its first bad index. */
-static int shard_delta_host(diloco *d, int k, XXH3_state_t *xs, size_t *bad) {
-    size_t lo = (size_t)d->rc.shard_bounds[k], hi = (size_t)d->rc.shard_bounds[k + 1];
-    XXH3_64bits_reset(xs);
-    for (size_t c = lo; c < hi; c += DELTA_CHUNK) {
-        size_t len = hi - c < DELTA_CHUNK ? hi - c : DELTA_CHUNK, b = 0;
-        int rc;
-        if (d->o.bf16) {
-            rc = bf16_encode_diff(d->base + c, d->params + c, d->delta_bf16 + c, len, &b);
-            hash_update(xs, d->delta_bf16 + c, len * sizeof(uint16_t));
-        } else {
-            for (size_t i = c; i < c + len; i++) d->delta_f32[i] = d->base[i] - d->params[i];
-            rc = outer_check_finite(d->delta_f32 + c, len, &b);
-            hash_update(xs, d->delta_f32 + c, len * sizeof(float));
-        }
-        if (rc < 0) {
-            *bad = c + b;
-            return -1;
-        }
-    }
-    d->delta_xxh[k] = hi > lo ? XXH3_64bits_digest(xs) : 0; /* (0 is the checksum of no bytes) */
-    return 0;
-}
-
-/* Δ of fragment f into delta_*, each shard's checksum into delta_xxh; -1 if our own training produced
- * NaN/Inf (or the device failed). */
-int sync_compute_delta(diloco *d, int f, char *err, size_t errlen) {
-    size_t lo = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f]], bad = 0;
-    int rc = 0;
-    if (d->dev) { /* the device computes it against its snapshot (device.c); -1 here: a device error */
-        if ((rc = dl_dev_delta(d, f, &bad, err, errlen)) < 0) return -1;
-        rc = -rc;
-        for (int k = d->rc.frag_bounds[f]; k < d->rc.frag_bounds[f + 1] && rc == 0; k++) {
-            size_t bytes;
-            const void *p = dl_shard_delta(d, k, &bytes);
-            d->delta_xxh[k] = hash64(p, bytes);
-        }
-    } else {
-        XXH3_state_t *xs = XXH3_createState();
-        if (!xs) {
-            err_set(err, errlen, "out of memory");
-            return -1;
-        }
-        for (int k = d->rc.frag_bounds[f]; k < d->rc.frag_bounds[f + 1] && rc == 0; k++)
-            rc = shard_delta_host(d, k, xs, &bad);
-        XXH3_freeState(xs);
-        if (rc < 0) bad -= lo;
-    }
-    if (rc < 0) {
-        err_set(err, errlen, "the pseudo-gradient is not finite at index %zu (NaN or Inf in the local parameters): inner training diverged", lo + bad);
-        return -1;
-    }
-    pthread_mutex_lock(&d->hb_mu);
-    uint64_t tokens = d->tokens;
-    pthread_mutex_unlock(&d->hb_mu);
-    d->push_tokens[f] = tokens > d->tokens_at_send[f] ? tokens - d->tokens_at_send[f] : 1;
-    d->tokens_at_send[f] = tokens;
-    return 0;
-}
-
-static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen) {
+static int arrive_once(diloco *d, int f, int64_t round, int *written, char *err, size_t errlen) {
     redisReply *r = dl_command(d, "FCALL dl_arrive 1 %s %s %lld %d %lld", d->config_key, d->worker_id,
                                (long long)dl_inc(d), f, (long long)round);
     int rc = DL_OK;
+    *written = r != NULL && r->type != REDIS_REPLY_ERROR;
     if (rconn_reply_error(d->ctl, r, err, errlen) < 0) {
         rc = DL_FAIL;
         if (r && strncmp(r->str, "STALE", 5) == 0) rc = DL_STALE;
@@ -306,6 +235,22 @@ static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen) {
     }
     if (r) freeReplyObject(r);
     return rc;
+}
+
+/* dl_arrive; with min_replicas, only once our arrival is on that many replicas: an arrival lost in a
+ * failover would leave the barrier waiting for us. If the connection breaks during that WAIT (the
+ * failover itself), we arrive again on the new master: STALE then means the round closed meanwhile
+ * (with our first arrival, or without it: the barrier and the get tell which), so we go and wait on
+ * the barrier rather than drop our pseudo-gradient. */
+#define ARRIVE_ATTEMPTS 3
+static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen) {
+    for (int attempt = 0; attempt < ARRIVE_ATTEMPTS; attempt++) {
+        int written, rc = arrive_once(d, f, round, &written, err, errlen);
+        if (attempt > 0 && rc == DL_STALE) return DL_RETRY;
+        if (!written || dl_wait_replicas(d, err, errlen) == 0) return rc;
+        log_warn("round %lld of fragment %d: %s; arriving again", (long long)round, f, err);
+    }
+    return DL_RETRY;
 }
 
 /* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */
@@ -344,7 +289,7 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
         if (rconn_reply_error(d->ctl, b, err, errlen) == 0 && b->type == REDIS_REPLY_ARRAY && b->elements >= 1) {
             const char *state = b->element[0]->str;
             int rc = strcmp(state, "closed") == 0 ? DL_OK : strcmp(state, "open") == 0 ? DL_RETRY : DL_STALE;
-            /* a library without the count (older than this worker): do not wait, as before */
+            /* a Redis library older than this worker sends no count: do not wait */
             if (joiner && rc == DL_RETRY &&
                 (b->elements < 5 || b->element[4]->type != REDIS_REPLY_INTEGER || b->element[4]->integer == 0))
                 rc = DL_NEED;
@@ -398,10 +343,10 @@ void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale) {
 
 /* Read k:version, k:digest and k:epoch (the lease) of every shard of [first, last) from Redis (one
  * HMGET). */
-#define COMMIT_FIELDS 3
+#define COMMIT_FIELDS 4
 
 static int read_committed(diloco *d, int first, int last, int64_t *version, char (*digest)[17], int64_t *epoch,
-                          char *err, size_t errlen) {
+                          int64_t *replicated, char *err, size_t errlen) {
     int n = last - first, nf = COMMIT_FIELDS * n;
     const char **argv = calloc((size_t)(2 + nf), sizeof *argv);
     size_t *lens = calloc((size_t)(2 + nf), sizeof *lens);
@@ -416,7 +361,7 @@ static int read_committed(diloco *d, int first, int last, int64_t *version, char
     }
     argv[0] = "HMGET";
     argv[1] = key_run(key, sizeof key, d->o.run, "shards");
-    const char *names[COMMIT_FIELDS] = {"version", "digest", "epoch"};
+    const char *names[COMMIT_FIELDS] = {"version", "digest", "epoch", "replicated"};
     for (int i = 0; i < nf; i++) {
         snprintf(fields[i], sizeof fields[0], "%d:%s", first + i / COMMIT_FIELDS, names[i % COMMIT_FIELDS]);
         argv[2 + i] = fields[i];
@@ -436,6 +381,7 @@ static int read_committed(diloco *d, int first, int last, int64_t *version, char
             version[i] = e[0]->type == REDIS_REPLY_STRING ? atoll(e[0]->str) : -1;
             snprintf(digest[i], sizeof digest[i], "%s", e[1]->type == REDIS_REPLY_STRING ? e[1]->str : "");
             epoch[i] = e[2]->type == REDIS_REPLY_STRING ? atoll(e[2]->str) : -1;
+            replicated[i] = e[3]->type == REDIS_REPLY_STRING ? atoll(e[3]->str) : 0;
         }
     } else if (r) {
         err_set(err, errlen, "unexpected reply reading the shard versions");
@@ -452,16 +398,24 @@ static int read_committed(diloco *d, int first, int last, int64_t *version, char
 static int confirm_from_redis(diloco *d, int f, int *conflict, char *err, size_t errlen) {
     int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1], n = last - first, pending = 2;
     int64_t *version = calloc((size_t)n, sizeof *version), *epoch = calloc((size_t)n, sizeof *epoch);
+    int64_t *replicated = calloc((size_t)n, sizeof *replicated);
     char (*digest)[17] = calloc((size_t)n, sizeof *digest);
-    if (version && digest && epoch && read_committed(d, first, last, version, digest, epoch, err, errlen) == 0) {
+    if (version && digest && epoch && replicated &&
+        read_committed(d, first, last, version, digest, epoch, replicated, err, errlen) == 0) {
         pending = 0;
         for (int i = 0; i < n; i++) {
             int k = first + i;
             if (d->tent_version[k] <= 0) continue;
             char mine[17];
             snprintf(mine, sizeof mine, "%016" PRIx64, d->tent_xxh[k]);
-            if (version[i] > d->tent_version[k] || (version[i] == d->tent_version[k] && strcmp(digest[i], mine) == 0))
+            /* with min_replicas, our version counts once dl_replicated recorded it (the commit is on that
+             * many replicas); until then it is on its way, like an uncommitted one */
+            int on_replicas = d->rc.min_replicas <= 0 || replicated[i] >= d->tent_version[k];
+            if (version[i] > d->tent_version[k] ||
+                (version[i] == d->tent_version[k] && strcmp(digest[i], mine) == 0 && on_replicas))
                 d->tent_version[k] = 0; /* durable (or the run moved on: our next push is STALE and re-fetches) */
+            else if (version[i] == d->tent_version[k] && strcmp(digest[i], mine) == 0)
+                pending = epoch[i] == d->tent_epoch[k] && pending < 2 ? 1 : 2;
             else if (version[i] == d->tent_version[k])
                 *conflict = 1;
             else if (epoch[i] == d->tent_epoch[k] && pending < 2)
@@ -473,6 +427,7 @@ static int confirm_from_redis(diloco *d, int f, int *conflict, char *err, size_t
     free(version);
     free(digest);
     free(epoch);
+    free(replicated);
     return pending;
 }
 
@@ -492,7 +447,7 @@ static int confirm_reset(diloco *d, int f, const char *why, char *err, size_t er
 static int get_round(diloco *d, int first, int last, const get_arg *ga, char *err, size_t errlen);
 
 /* How long sync_confirm_durable waits for a commit that the lease says is on its way before it sends
- * its Δ again and asks (a commit takes milliseconds to ~1 s, a few s when Redis is slow). */
+ * its Δ again and asks: longer than a commit takes, even when Redis is slow. */
 #define CONFIRM_PATIENCE_MS 5000
 
 /* Fragment f's shards at version want, durably. Our kept Δ of round want-1 goes to every owner first

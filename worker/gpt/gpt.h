@@ -38,8 +38,8 @@ void gpt_backward(gpt_model *m, const float *params, float *grads);
 const float *gpt_model_logits(const gpt_model *m);
 int gpt_model_threads(const gpt_model *m);
 
-/* OpenBLAS 0.3.21 (Debian 12) does not recognise recent Xeons and falls back to its SSE3 "Prescott"
- * kernels (3-4x slower). Call first thing in main(argc, argv): when OPENBLAS_CORETYPE is unset and
+/* OpenBLAS 0.3.21 (Debian 12) does not recognise recent Xeons and falls back to its slow SSE3
+ * "Prescott" kernels (docs/trainer.md). Call first thing in main(argc, argv): when OPENBLAS_CORETYPE is unset and
  * OpenBLAS picked a generic core on a CPU with AVX-512 (AVX2), it sets OPENBLAS_CORETYPE=SkylakeX
  * (Haswell) and re-executes the program (/proc/self/exe, same argv). Returns 0 when nothing had to
  * be done, -1 if the re-exec failed (the program can carry on, slowly). */

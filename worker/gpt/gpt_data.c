@@ -1,18 +1,10 @@
 /* gpt_data.c: the token file (prepare-data) and its loader. */
 #include "gpt.h"
+#include "util.h"
 
 #include <errno.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
-
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
 
 static void put32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i)); }
 static void put64(unsigned char *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i)); }
@@ -22,10 +14,10 @@ static uint64_t get64(const unsigned char *p) { uint64_t v = 0; for (int i = 7; 
 int gpt_tokens_load(const char *path, gpt_tokens *out, char *err, size_t errlen) {
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
-    if (!f) { seterr(err, errlen, "token file %s: %s", path, strerror(errno)); return -1; }
+    if (!f) { err_set(err, errlen, "token file %s: %s", path, strerror(errno)); return -1; }
     unsigned char h[GPT_TOKEN_HEADER];
     if (fread(h, 1, sizeof h, f) != sizeof h || memcmp(h, GPT_TOKEN_MAGIC, 8) != 0) {
-        seterr(err, errlen, "token file %s: not a token file (bad magic; make it with prepare-data)", path);
+        err_set(err, errlen, "token file %s: not a token file (bad magic; make it with prepare-data)", path);
         fclose(f);
         return -1;
     }
@@ -33,15 +25,15 @@ int gpt_tokens_load(const char *path, gpt_tokens *out, char *err, size_t errlen)
     uint64_t n = get64(h + 16), ntrain = get64(h + 24);
     uint32_t vocab = get32(h + 32);
     if (ver != GPT_TOKEN_VERSION || tb != 2 || ntrain > n || n > (1ULL << 40)) {
-        seterr(err, errlen, "token file %s: unsupported version %u / token size %u or bad counts", path, ver, tb);
+        err_set(err, errlen, "token file %s: unsupported version %u / token size %u or bad counts", path, ver, tb);
         fclose(f);
         return -1;
     }
     out->tok = malloc(n ? n * 2 : 2);
-    if (!out->tok) { seterr(err, errlen, "token file %s: out of memory", path); fclose(f); return -1; }
+    if (!out->tok) { err_set(err, errlen, "token file %s: out of memory", path); fclose(f); return -1; }
     unsigned char *raw = (unsigned char *)out->tok;
     if (fread(raw, 2, n, f) != n) {
-        seterr(err, errlen, "token file %s: truncated (expected %llu tokens)", path, (unsigned long long)n);
+        err_set(err, errlen, "token file %s: truncated (expected %llu tokens)", path, (unsigned long long)n);
         fclose(f);
         gpt_tokens_free(out);
         return -1;
@@ -50,7 +42,7 @@ int gpt_tokens_load(const char *path, gpt_tokens *out, char *err, size_t errlen)
     for (uint64_t i = 0; i < n; i++) {
         out->tok[i] = (uint16_t)(raw[2 * i] | raw[2 * i + 1] << 8); /* little-endian on any host */
         if (out->tok[i] >= vocab) {
-            seterr(err, errlen, "token file %s: token %u at %llu >= vocab %u", path, out->tok[i],
+            err_set(err, errlen, "token file %s: token %u at %llu >= vocab %u", path, out->tok[i],
                    (unsigned long long)i, vocab);
             gpt_tokens_free(out);
             return -1;
@@ -69,15 +61,15 @@ void gpt_tokens_free(gpt_tokens *t) {
 
 int gpt_prepare_data(const char *input, const char *output, double val_fraction, char *err, size_t errlen) {
     if (!(val_fraction >= 0 && val_fraction < 1)) {
-        seterr(err, errlen, "--val-fraction must be in [0, 1)");
+        err_set(err, errlen, "--val-fraction must be in [0, 1)");
         return -1;
     }
     FILE *f = fopen(input, "rb");
-    if (!f) { seterr(err, errlen, "%s: %s", input, strerror(errno)); return -1; }
+    if (!f) { err_set(err, errlen, "%s: %s", input, strerror(errno)); return -1; }
     size_t cap = 1 << 20, n = 0;
     unsigned char *buf = malloc(cap);
     for (;;) {
-        if (!buf) { fclose(f); seterr(err, errlen, "out of memory"); return -1; }
+        if (!buf) { fclose(f); err_set(err, errlen, "out of memory"); return -1; }
         size_t r = fread(buf + n, 1, cap - n, f);
         n += r;
         if (n < cap) break;
@@ -88,13 +80,13 @@ int gpt_prepare_data(const char *input, const char *output, double val_fraction,
     }
     int rerr = ferror(f);
     fclose(f);
-    if (rerr) { free(buf); seterr(err, errlen, "%s: read error", input); return -1; }
-    if (n < 2) { free(buf); seterr(err, errlen, "%s: too short (%zu bytes)", input, n); return -1; }
+    if (rerr) { free(buf); err_set(err, errlen, "%s: read error", input); return -1; }
+    if (n < 2) { free(buf); err_set(err, errlen, "%s: too short (%zu bytes)", input, n); return -1; }
     uint64_t nval = (uint64_t)(n * val_fraction), ntrain = n - nval;
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", output);
     FILE *o = fopen(tmp, "wb");
-    if (!o) { free(buf); seterr(err, errlen, "%s: %s", tmp, strerror(errno)); return -1; }
+    if (!o) { free(buf); err_set(err, errlen, "%s: %s", tmp, strerror(errno)); return -1; }
     unsigned char h[GPT_TOKEN_HEADER] = {0};
     memcpy(h, GPT_TOKEN_MAGIC, 8);
     put32(h + 8, GPT_TOKEN_VERSION);
@@ -113,7 +105,7 @@ int gpt_prepare_data(const char *input, const char *output, double val_fraction,
     if (fclose(o) != 0) ok = 0;
     if (!ok || rename(tmp, output) != 0) {
         remove(tmp);
-        seterr(err, errlen, "%s: write failed: %s", output, strerror(errno));
+        err_set(err, errlen, "%s: write failed: %s", output, strerror(errno));
         return -1;
     }
     printf("prepare-data: wrote %s: %zu byte-level tokens (vocab 256): train %llu, validation %llu (%.1f%%)\n",

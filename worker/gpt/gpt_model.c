@@ -5,36 +5,19 @@
  * signature. Matrix products go through cblas_sgemm; OpenBLAS itself runs single-threaded and we
  * split each product between OpenMP threads (one thread pool, no oversubscription). */
 #include "gpt.h"
+#include "gpt_acts.h"
+#include "clones.h"
+#include "util.h"
 
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 /* ------------------------------------------------------------------------------------------- */
 /* model                                                                                       */
-
-typedef struct {
-    float *ln1, *ln1_mean, *ln1_rstd;   /* (N,C) (N) (N) */
-    float *qkv;                         /* (N,3C) */
-    float *att;                         /* (B,NH,T,T) softmax probabilities, 0 above the diagonal */
-    float *atty;                        /* (N,C) */
-    float *res2;                        /* (N,C) */
-    float *ln2, *ln2_mean, *ln2_rstd;
-    float *fch, *fch_gelu;              /* (N,4C) */
-    float *res3;                        /* (N,C) */
-} layer_acts;
 
 struct gpt_model {
     gpt_config c;
@@ -43,10 +26,8 @@ struct gpt_model {
     model_tensor *tensors;
     int ntensors;
     gpt_params p, g; /* the parameters and the gradients by role (gpt_params_bind) */
-    layer_acts *a;
-    float *encoded, *lnf, *lnf_mean, *lnf_rstd, *logits, *losses;
-    /* backward scratch */
-    float *dres, *dln, *dqkv, *datty, *dfch, *dpatt; /* dpatt: nthreads * T*T */
+    gpt_acts a;      /* the activations (gpt_acts.h) */
+    float *dpatt;    /* backward scratch of the attention: nthreads * T*T */
     const int *inputs, *targets;
     float *arena;
 };
@@ -54,12 +35,12 @@ struct gpt_model {
 gpt_model *gpt_model_create(const gpt_config *c, int B, int T, int threads, char *err, size_t errlen) {
     if (gpt_config_check(c, err, errlen)) return NULL;
     if (B < 1 || T < 1 || T > c->ctx) {
-        seterr(err, errlen, "gpt: batch must be >= 1 and 1 <= seq <= ctx (%d), got batch %d seq %d",
+        err_set(err, errlen, "gpt: batch must be >= 1 and 1 <= seq <= ctx (%d), got batch %d seq %d",
                c->ctx, B, T);
         return NULL;
     }
     gpt_model *m = calloc(1, sizeof *m);
-    if (!m) { seterr(err, errlen, "gpt: out of memory"); return NULL; }
+    if (!m) { err_set(err, errlen, "gpt: out of memory"); return NULL; }
     m->c = *c;
     m->B = B;
     m->T = T;
@@ -68,44 +49,19 @@ gpt_model *gpt_model_create(const gpt_config *c, int B, int T, int threads, char
     int L = c->layers;
     m->p.h = calloc((size_t)L, sizeof(gpt_layer_params));
     m->g.h = calloc((size_t)L, sizeof(gpt_layer_params));
-    m->a = calloc((size_t)L, sizeof(layer_acts));
-    size_t N = (size_t)B * T, C = (size_t)c->dim, NH = (size_t)c->heads, V = (size_t)c->vocab;
-    size_t per_layer = N * C * 6 + N * 3 * C + B * NH * T * T + N * 4 * C * 2 + N * 4;
-    size_t total = per_layer * L + N * C * 2 + N * 2 + N * V + N
-                 + N * C * 3 + N * 3 * C + N * 4 * C + (size_t)m->nthreads * T * T;
-    /* every sub-buffer is rounded to 16 floats (64-byte alignment) */
-    total += (size_t)(20 * L + 20) * 16;
-    if (!m->p.h || !m->g.h || !m->a ||
+    m->a.h = calloc((size_t)L, sizeof(gpt_layer_acts));
+    /* every sub-buffer starts on 16 floats (64-byte alignment) */
+    size_t T2 = (size_t)m->nthreads * T * T;
+    size_t total = gpt_acts_size(c, B, T, 16) + gpt_arena_round(T2, 16);
+    if (!m->p.h || !m->g.h || !m->a.h ||
         posix_memalign((void **)&m->arena, 64, total * sizeof(float))) {
-        seterr(err, errlen, "gpt: out of memory for activations (%zu MB)", total * 4 >> 20);
+        err_set(err, errlen, "gpt: out of memory for activations (%zu MB)", total * 4 >> 20);
         gpt_model_free(m);
         return NULL;
     }
     memset(m->arena, 0, total * sizeof(float));
-    float *cur = m->arena;
-#define TAKE(n) (cur += (((size_t)(n)) + 15) / 16 * 16, cur - (((size_t)(n)) + 15) / 16 * 16)
-    for (int l = 0; l < L; l++) {
-        layer_acts *a = &m->a[l];
-        a->ln1 = TAKE(N * C); a->ln1_mean = TAKE(N); a->ln1_rstd = TAKE(N);
-        a->qkv = TAKE(N * 3 * C);
-        a->att = TAKE(B * NH * T * T);
-        a->atty = TAKE(N * C);
-        a->res2 = TAKE(N * C);
-        a->ln2 = TAKE(N * C); a->ln2_mean = TAKE(N); a->ln2_rstd = TAKE(N);
-        a->fch = TAKE(N * 4 * C); a->fch_gelu = TAKE(N * 4 * C);
-        a->res3 = TAKE(N * C);
-    }
-    m->encoded = TAKE(N * C);
-    m->lnf = TAKE(N * C); m->lnf_mean = TAKE(N); m->lnf_rstd = TAKE(N);
-    m->logits = TAKE(N * V);
-    m->losses = TAKE(N);
-    m->dres = TAKE(N * C);
-    m->dln = TAKE(N * C);
-    m->datty = TAKE(N * C);
-    m->dqkv = TAKE(N * 3 * C);
-    m->dfch = TAKE(N * 4 * C);
-    m->dpatt = TAKE((size_t)m->nthreads * T * T);
-#undef TAKE
+    float *cur = m->arena + gpt_acts_bind(c, B, T, 16, m->arena, &m->a);
+    m->dpatt = gpt_arena_take(&cur, T2, 16);
     return m;
 }
 
@@ -114,12 +70,12 @@ void gpt_model_free(gpt_model *m) {
     free(m->arena);
     free(m->p.h);
     free(m->g.h);
-    free(m->a);
+    free(m->a.h);
     free(m->tensors);
     free(m);
 }
 
-const float *gpt_model_logits(const gpt_model *m) { return m->logits; }
+const float *gpt_model_logits(const gpt_model *m) { return m->a.logits; }
 int gpt_model_threads(const gpt_model *m) { return m->nthreads; }
 
 /* ------------------------------------------------------------------------------------------- */
@@ -174,10 +130,46 @@ static inline float vexpf(float x) {
 }
 static inline float vtanhf(float u) { return 1.0f - 2.0f / (1.0f + vexpf(2.0f * u)); }
 
+/* ---- sums with the same bits on every CPU ---------------------------------------------------
+ * The kernels below are HOT_CLONES (common/base/clones.h): an x86-64-v3 build and a baseline build, picked
+ * at load time. `omp simd reduction` would split a sum into as many partial sums as the vector has
+ * lanes, so the two builds would round differently. LANE_SUM keeps SUM_LANES interleaved partial sums
+ * instead (lane k takes elements k, k + SUM_LANES, ...), which a vector of 4, 8 or 16 floats computes
+ * exactly, and lanes_total combines them in a fixed tree. */
+#define SUM_LANES 16
+#define GPT_INLINE static inline __attribute__((always_inline))
+
+/* acc[k] += expr for every i in [0, n), where expr is an expression of i */
+#define LANE_SUM(acc, n, i, expr)                                                   \
+    do {                                                                            \
+        int i0_ = 0;                                                                \
+        for (; i0_ + SUM_LANES <= (n); i0_ += SUM_LANES)                            \
+            for (int k_ = 0; k_ < SUM_LANES; k_++) {                                \
+                int i = i0_ + k_;                                                   \
+                (acc)[k_] += (expr);                                                \
+            }                                                                       \
+        for (int k_ = 0; i0_ + k_ < (n); k_++) {                                    \
+            int i = i0_ + k_;                                                       \
+            (acc)[k_] += (expr);                                                    \
+        }                                                                           \
+    } while (0)
+
+GPT_INLINE float lanes_total(float *acc) {
+    for (int w = SUM_LANES / 2; w > 0; w /= 2)
+        for (int k = 0; k < w; k++) acc[k] += acc[k + w];
+    return acc[0];
+}
+
+GPT_INLINE float sum_f(const float *x, int n) {
+    float acc[SUM_LANES] = {0};
+    LANE_SUM(acc, n, i, x[i]);
+    return lanes_total(acc);
+}
+
 /* ------------------------------------------------------------------------------------------- */
 /* layers                                                                                      */
 
-static void encoder_forward(int nt, float *out /* (B,T,C) */, const int *inp /* (B,T) */,
+HOT_CLONES static void encoder_forward(int nt, float *out /* (B,T,C) */, const int *inp /* (B,T) */,
                             const float *wte /* (V,C) */, const float *wpe /* (maxT,C) */,
                             int B, int T, int C) {
 #pragma omp parallel for num_threads(nt)
@@ -190,7 +182,7 @@ static void encoder_forward(int nt, float *out /* (B,T,C) */, const int *inp /* 
 }
 
 /* dwte += scatter of dout (dwte already holds the head's gradient); dwpe = sum over batch */
-static void encoder_backward(int nt, float *dwte /* (V,C) */, float *dwpe /* (maxT,C) */,
+HOT_CLONES static void encoder_backward(int nt, float *dwte /* (V,C) */, float *dwpe /* (maxT,C) */,
                              const float *dout /* (B,T,C) */, const int *inp /* (B,T) */,
                              int B, int T, int C, int maxT) {
     /* columns are independent: each thread owns a range of columns, no races */
@@ -215,18 +207,15 @@ static void encoder_backward(int nt, float *dwte /* (V,C) */, float *dwpe /* (ma
     }
 }
 
-static void layernorm_forward(int nt, float *out /* (N,C) */, float *mean /* (N) */,
+HOT_CLONES static void layernorm_forward(int nt, float *out /* (N,C) */, float *mean /* (N) */,
                               float *rstd /* (N) */, const float *inp /* (N,C) */,
                               const float *w /* (C) */, const float *b /* (C) */, int N, int C) {
 #pragma omp parallel for num_threads(nt)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
-        float s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int i = 0; i < C; i++) s += x[i];
-        float mu = s / C, v = 0;
-#pragma omp simd reduction(+ : v)
-        for (int i = 0; i < C; i++) { float d = x[i] - mu; v += d * d; }
+        float mu = sum_f(x, C) / C, acc[SUM_LANES] = {0};
+        LANE_SUM(acc, C, i, (x[i] - mu) * (x[i] - mu));
+        float v = lanes_total(acc);
         float rs = 1.0f / sqrtf(v / C + 1e-5f);
         float *o = out + (size_t)n * C;
         for (int i = 0; i < C; i++) o[i] = (x[i] - mu) * rs * w[i] + b[i];
@@ -236,7 +225,7 @@ static void layernorm_forward(int nt, float *out /* (N,C) */, float *mean /* (N)
 }
 
 /* dinp = (accumulate ? dinp + : ) LN backward; dw, db written */
-static void layernorm_backward(int nt, float *dinp /* (N,C) */, float *dw /* (C) */, float *db /* (C) */,
+HOT_CLONES static void layernorm_backward(int nt, float *dinp /* (N,C) */, float *dw /* (C) */, float *db /* (C) */,
                                const float *dout /* (N,C) */, const float *inp /* (N,C) */,
                                const float *w /* (C) */, const float *mean /* (N) */,
                                const float *rstd /* (N) */, int N, int C, int accumulate) {
@@ -244,15 +233,10 @@ static void layernorm_backward(int nt, float *dinp /* (N,C) */, float *dw /* (C)
     for (int n = 0; n < N; n++) {
         const float *d = dout + (size_t)n * C, *x = inp + (size_t)n * C;
         float mu = mean[n], rs = rstd[n];
-        float s1 = 0, s2 = 0;
-#pragma omp simd reduction(+ : s1, s2)
-        for (int i = 0; i < C; i++) {
-            float nx = (x[i] - mu) * rs, dn = w[i] * d[i];
-            s1 += dn;
-            s2 += dn * nx;
-        }
-        s1 /= C;
-        s2 /= C;
+        float acc1[SUM_LANES] = {0}, acc2[SUM_LANES] = {0};
+        LANE_SUM(acc1, C, i, w[i] * d[i]);
+        LANE_SUM(acc2, C, i, (w[i] * d[i]) * ((x[i] - mu) * rs));
+        float s1 = lanes_total(acc1) / C, s2 = lanes_total(acc2) / C;
         float *di = dinp + (size_t)n * C;
         if (accumulate)
             for (int i = 0; i < C; i++) di[i] += (w[i] * d[i] - s1 - (x[i] - mu) * rs * s2) * rs;
@@ -285,7 +269,7 @@ static void matmul_forward(int nt, float *out /* (N,OC) */, const float *inp /* 
 }
 
 /* dinp = dout W (written); dw = dout^T inp (written); dbias = column sums (written) */
-static void matmul_backward(int nt, float *dinp /* (N,C) */, float *dw /* (OC,C) */, float *dbias /* (OC) */,
+HOT_CLONES static void matmul_backward(int nt, float *dinp /* (N,C) */, float *dw /* (OC,C) */, float *dbias /* (OC) */,
                             const float *dout /* (N,OC) */, const float *inp /* (N,C) */,
                             const float *w /* (OC,C) */, int N, int C, int OC) {
     mm(nt, 0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
@@ -303,7 +287,7 @@ static void matmul_backward(int nt, float *dinp /* (N,C) */, float *dw /* (OC,C)
 }
 
 /* causal self-attention: qkv (B,T,3C) holding q|k|v, heads of size hs = C/NH */
-static void attention_forward(int nt, float *out /* (B,T,C) */, float *att /* (B,NH,T,T) */,
+HOT_CLONES static void attention_forward(int nt, float *out /* (B,T,C) */, float *att /* (B,NH,T,T) */,
                               const float *qkv /* (B,T,3C) */, int B, int T, int C, int NH) {
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
@@ -325,10 +309,8 @@ static void attention_forward(int nt, float *out /* (B,T,C) */, float *att /* (B
             float mx = row[0];
 #pragma omp simd reduction(max : mx)
             for (int j = 1; j <= t; j++) mx = row[j] > mx ? row[j] : mx;
-            float s = 0;
-#pragma omp simd reduction(+ : s)
-            for (int j = 0; j <= t; j++) { row[j] = vexpf(row[j] - mx); s += row[j]; }
-            float inv = 1.0f / s;
+            for (int j = 0; j <= t; j++) row[j] = vexpf(row[j] - mx);
+            float inv = 1.0f / sum_f(row, t + 1);
             for (int j = 0; j <= t; j++) row[j] *= inv;
             for (int j = t + 1; j < T; j++) row[j] = 0.0f;
         }
@@ -341,7 +323,7 @@ static void attention_forward(int nt, float *out /* (B,T,C) */, float *att /* (B
     }
 }
 
-static void attention_backward(int nt, float *dqkv /* (B,T,3C) written */, float *scratch /* nt*T*T */,
+HOT_CLONES static void attention_backward(int nt, float *dqkv /* (B,T,3C) written */, float *scratch /* nt*T*T */,
                                const float *dout /* (B,T,C) */, const float *qkv /* (B,T,3C) */,
                                const float *att /* (B,NH,T,T) */, int B, int T, int C, int NH) {
     int hs = C / NH, C3 = 3 * C;
@@ -372,9 +354,9 @@ static void attention_backward(int nt, float *dqkv /* (B,T,3C) written */, float
         for (int t = 0; t < T; t++) {
             const float *p = P + (size_t)t * T;
             float *d = dP + (size_t)t * T;
-            float s = 0;
-#pragma omp simd reduction(+ : s)
-            for (int j = 0; j <= t; j++) s += p[j] * d[j];
+            float acc[SUM_LANES] = {0};
+            LANE_SUM(acc, t + 1, j, p[j] * d[j]);
+            float s = lanes_total(acc);
             for (int j = 0; j <= t; j++) d[j] = p[j] * (d[j] - s);
             for (int j = t + 1; j < T; j++) d[j] = 0.0f;
         }
@@ -401,7 +383,7 @@ static void attention_backward(int nt, float *dqkv /* (B,T,3C) written */, float
     long chunk_ = (((long)(n) + nth_ - 1) / nth_ + 15) / 16 * 16;                  \
     long s_ = id_ * chunk_, e_ = s_ + chunk_ < (long)(n) ? s_ + chunk_ : (long)(n)
 
-static void gelu_forward(int nt, float *restrict out, const float *restrict inp, size_t n) {
+HOT_CLONES static void gelu_forward(int nt, float *restrict out, const float *restrict inp, size_t n) {
 #pragma omp parallel num_threads(nt)
     {
         RANGE(n);
@@ -414,7 +396,7 @@ static void gelu_forward(int nt, float *restrict out, const float *restrict inp,
 }
 
 /* dinp = gelu'(inp) * dout (in place allowed: dinp == dout) */
-static void gelu_backward(int nt, float *dinp, const float *inp, const float *dout, size_t n) {
+HOT_CLONES static void gelu_backward(int nt, float *dinp, const float *inp, const float *dout, size_t n) {
 #pragma omp parallel num_threads(nt)
     {
         RANGE(n);
@@ -429,13 +411,13 @@ static void gelu_backward(int nt, float *dinp, const float *inp, const float *do
     }
 }
 
-static void residual_forward(int nt, float *out, const float *a, const float *b, size_t n) {
+HOT_CLONES static void residual_forward(int nt, float *out, const float *a, const float *b, size_t n) {
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 /* logits (N,V) -> probabilities in place; losses (N) */
-static float crossentropy_forward(int nt, float *logits, float *losses, const int *targets, int N, int V) {
+HOT_CLONES static float crossentropy_forward(int nt, float *logits, float *losses, const int *targets, int N, int V) {
     double total = 0;
 #pragma omp parallel for num_threads(nt) reduction(+ : total)
     for (int n = 0; n < N; n++) {
@@ -443,9 +425,8 @@ static float crossentropy_forward(int nt, float *logits, float *losses, const in
         float mx = x[0];
 #pragma omp simd reduction(max : mx)
         for (int i = 1; i < V; i++) mx = x[i] > mx ? x[i] : mx;
-        float s = 0;
-#pragma omp simd reduction(+ : s)
-        for (int i = 0; i < V; i++) { x[i] = vexpf(x[i] - mx); s += x[i]; }
+        for (int i = 0; i < V; i++) x[i] = vexpf(x[i] - mx);
+        float s = sum_f(x, V);
         float inv = 1.0f / s;
         float pt = x[targets[n]];
         losses[n] = logf(s) - logf(pt);
@@ -456,7 +437,7 @@ static float crossentropy_forward(int nt, float *logits, float *losses, const in
 }
 
 /* probs (N,V) -> dlogits in place: (p - onehot) / N */
-static void crossentropy_backward(int nt, float *probs, const int *targets, int N, int V) {
+HOT_CLONES static void crossentropy_backward(int nt, float *probs, const int *targets, int N, int V) {
     float inv = 1.0f / N;
 #pragma omp parallel for num_threads(nt)
     for (int n = 0; n < N; n++) {
@@ -475,11 +456,11 @@ float gpt_forward(gpt_model *m, const float *params, const int *inputs, const in
     gpt_params_bind(m->tensors, m->ntensors, (float *)params, &m->p);
     m->inputs = inputs;
     m->targets = targets;
-    encoder_forward(nt, m->encoded, inputs, m->p.wte, m->p.wpe, B, T, C);
-    const float *x = m->encoded;
+    encoder_forward(nt, m->a.encoded, inputs, m->p.wte, m->p.wpe, B, T, C);
+    const float *x = m->a.encoded;
     for (int l = 0; l < L; l++) {
         gpt_layer_params *p = &m->p.h[l];
-        layer_acts *a = &m->a[l];
+        gpt_layer_acts *a = &m->a.h[l];
         layernorm_forward(nt, a->ln1, a->ln1_mean, a->ln1_rstd, x, p->ln1w, p->ln1b, N, C);
         matmul_forward(nt, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C);
         attention_forward(nt, a->atty, a->att, a->qkv, B, T, C, NH);
@@ -492,10 +473,10 @@ float gpt_forward(gpt_model *m, const float *params, const int *inputs, const in
         residual_forward(nt, a->res3, a->res3, a->res2, (size_t)N * C);
         x = a->res3;
     }
-    layernorm_forward(nt, m->lnf, m->lnf_mean, m->lnf_rstd, x, m->p.lnfw, m->p.lnfb, N, C);
-    mm(nt, 0, 1, N, V, C, 1.0f, m->lnf, C, m->p.wte, C, 0.0f, m->logits, V);
+    layernorm_forward(nt, m->a.lnf, m->a.lnf_mean, m->a.lnf_rstd, x, m->p.lnfw, m->p.lnfb, N, C);
+    mm(nt, 0, 1, N, V, C, 1.0f, m->a.lnf, C, m->p.wte, C, 0.0f, m->a.logits, V);
     if (!targets) return 0.0f;
-    return crossentropy_forward(nt, m->logits, m->losses, targets, N, V);
+    return crossentropy_forward(nt, m->a.logits, m->a.losses, targets, N, V);
 }
 
 void gpt_backward(gpt_model *m, const float *params, float *grads) {
@@ -504,38 +485,38 @@ void gpt_backward(gpt_model *m, const float *params, float *grads) {
     openblas_set_num_threads(1);
     gpt_params_bind(m->tensors, m->ntensors, (float *)params, &m->p);
     gpt_params_bind(m->tensors, m->ntensors, grads, &m->g);
-    crossentropy_backward(nt, m->logits, m->targets, N, V);
-    float *dlogits = m->logits;
+    crossentropy_backward(nt, m->a.logits, m->targets, N, V);
+    float *dlogits = m->a.logits;
     /* head: dlnf = dlogits wte ; dwte = dlogits^T lnf (written; the embedding adds to it) */
-    mm(nt, 0, 0, N, C, V, 1.0f, dlogits, V, m->p.wte, C, 0.0f, m->dln, C);
-    mm(nt, 1, 0, V, C, N, 1.0f, dlogits, V, m->lnf, C, 0.0f, m->g.wte, C);
-    const float *xlast = L > 0 ? m->a[L - 1].res3 : m->encoded;
-    layernorm_backward(nt, m->dres, m->g.lnfw, m->g.lnfb, m->dln, xlast, m->p.lnfw, m->lnf_mean,
-                       m->lnf_rstd, N, C, 0);
+    mm(nt, 0, 0, N, C, V, 1.0f, dlogits, V, m->p.wte, C, 0.0f, m->a.dln, C);
+    mm(nt, 1, 0, V, C, N, 1.0f, dlogits, V, m->a.lnf, C, 0.0f, m->g.wte, C);
+    const float *xlast = L > 0 ? m->a.h[L - 1].res3 : m->a.encoded;
+    layernorm_backward(nt, m->a.dres, m->g.lnfw, m->g.lnfb, m->a.dln, xlast, m->p.lnfw, m->a.lnf_mean,
+                       m->a.lnf_rstd, N, C, 0);
     for (int l = L - 1; l >= 0; l--) {
         gpt_layer_params *p = &m->p.h[l], *g = &m->g.h[l];
-        layer_acts *a = &m->a[l];
-        const float *x = l > 0 ? m->a[l - 1].res3 : m->encoded;
+        gpt_layer_acts *a = &m->a.h[l];
+        const float *x = l > 0 ? m->a.h[l - 1].res3 : m->a.encoded;
         /* MLP: res3 = res2 + proj(gelu(fc(ln2(res2)))) */
-        matmul_backward(nt, m->dfch, g->fcprojw, g->fcprojb, m->dres, a->fch_gelu, p->fcprojw, N, 4 * C, C);
-        gelu_backward(nt, m->dfch, a->fch, m->dfch, (size_t)N * 4 * C);
-        matmul_backward(nt, m->dln, g->fcw, g->fcb, m->dfch, a->ln2, p->fcw, N, C, 4 * C);
-        layernorm_backward(nt, m->dres, g->ln2w, g->ln2b, m->dln, a->res2, p->ln2w, a->ln2_mean,
+        matmul_backward(nt, m->a.dfch, g->fcprojw, g->fcprojb, m->a.dres, a->fch_gelu, p->fcprojw, N, 4 * C, C);
+        gelu_backward(nt, m->a.dfch, a->fch, m->a.dfch, (size_t)N * 4 * C);
+        matmul_backward(nt, m->a.dln, g->fcw, g->fcb, m->a.dfch, a->ln2, p->fcw, N, C, 4 * C);
+        layernorm_backward(nt, m->a.dres, g->ln2w, g->ln2b, m->a.dln, a->res2, p->ln2w, a->ln2_mean,
                            a->ln2_rstd, N, C, 1);
         /* attention: res2 = x + proj(attn(ln1(x))) */
-        matmul_backward(nt, m->datty, g->projw, g->projb, m->dres, a->atty, p->projw, N, C, C);
-        attention_backward(nt, m->dqkv, m->dpatt, m->datty, a->qkv, a->att, B, T, C, NH);
-        matmul_backward(nt, m->dln, g->qkvw, g->qkvb, m->dqkv, a->ln1, p->qkvw, N, C, 3 * C);
-        layernorm_backward(nt, m->dres, g->ln1w, g->ln1b, m->dln, x, p->ln1w, a->ln1_mean,
+        matmul_backward(nt, m->a.datty, g->projw, g->projb, m->a.dres, a->atty, p->projw, N, C, C);
+        attention_backward(nt, m->a.dqkv, m->dpatt, m->a.datty, a->qkv, a->att, B, T, C, NH);
+        matmul_backward(nt, m->a.dln, g->qkvw, g->qkvb, m->a.dqkv, a->ln1, p->qkvw, N, C, 3 * C);
+        layernorm_backward(nt, m->a.dres, g->ln1w, g->ln1b, m->a.dln, x, p->ln1w, a->ln1_mean,
                            a->ln1_rstd, N, C, 1);
     }
-    encoder_backward(nt, m->g.wte, m->g.wpe, m->dres, m->inputs, B, T, C, m->c.ctx);
+    encoder_backward(nt, m->g.wte, m->g.wpe, m->a.dres, m->inputs, B, T, C, m->c.ctx);
 }
 
 /* ------------------------------------------------------------------------------------------- */
 /* optimizer                                                                                   */
 
-double gpt_clip_grad_norm(float *grads, size_t numel, double max_norm, int threads) {
+HOT_CLONES double gpt_clip_grad_norm(float *grads, size_t numel, double max_norm, int threads) {
     int nt = threads > 0 ? threads : omp_get_num_procs();
     double ss = 0;
 #pragma omp parallel for num_threads(nt) reduction(+ : ss) schedule(static)
@@ -552,7 +533,7 @@ double gpt_clip_grad_norm(float *grads, size_t numel, double max_norm, int threa
     return norm;
 }
 
-void gpt_adamw_step(const model_tensor *tensors, int ntensors, float *params, const float *grads,
+HOT_CLONES void gpt_adamw_step(const model_tensor *tensors, int ntensors, float *params, const float *grads,
                     float *m, float *v, long t, double lr, double beta1, double beta2, double eps,
                     double weight_decay, int threads) {
     int nt = threads > 0 ? threads : omp_get_num_procs();

@@ -1,10 +1,10 @@
-/* gpt_trainer.c: the "gpt" trainer behind trainer.h: options, data windows, AdamW schedule,
- * evaluation, JSON-lines telemetry and the safetensors checkpoint. */
+/* gpt_trainer.c: the "gpt" trainer behind trainer.h: data windows, AdamW schedule, evaluation,
+ * JSON-lines telemetry and the safetensors checkpoint (its options: gpt_options.c). */
 #include "gpt.h"
+#include "util.h"
 
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -16,185 +16,10 @@
 #include "cuda/gpt_cuda.h"    /* the CUDA backend (worker/cuda, docs/cuda.md) */
 #endif
 
-static void seterr(char *err, size_t errlen, const char *fmt, ...) {
-    if (!err || !errlen) return;
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(err, errlen, fmt, ap);
-    va_end(ap);
-}
-
 static double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-
-static uint64_t splitmix64(uint64_t *s) {
-    uint64_t z = (*s += 0x9e3779b97f4a7c15ULL);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
-    return z ^ (z >> 31);
-}
-
-/* ------------------------------------------------------------------------------------------- */
-/* options                                                                                     */
-
-void gpt_options_default(gpt_options *o) {
-    memset(o, 0, sizeof *o);
-    o->model = (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 256};
-    o->batch = 8;
-    o->seq = 256;
-    o->lr = 4e-4;
-    o->beta1 = 0.9;
-    o->beta2 = 0.95;
-    o->eps = 1e-8;
-    o->weight_decay = 0.1;
-    o->grad_clip = 1.0;
-    o->warmup_steps = 100;
-    o->total_steps = 0;
-    o->min_lr_ratio = 0.1;
-    o->num_shards = 1;
-    o->shard_index = 0;
-    o->eval_every = 100;
-    o->eval_batches = 8;
-    o->threads = 0;
-    o->seed = 1234;
-    o->data_seed = 1;
-    o->checkpoint_every = 0;
-}
-
-enum { F_INT, F_LONG, F_DBL, F_STR, F_U64, F_ORDER, F_DEVICE, F_BOOL /* --flag alone = 1, or --flag=0|1 */ };
-typedef struct { const char *name; int type; size_t off; const char *help; } flag;
-#define OFF(f) offsetof(gpt_options, f)
-static const flag FLAGS[] = {
-    {"layers", F_INT, OFF(model.layers), "transformer blocks (4)"},
-    {"heads", F_INT, OFF(model.heads), "attention heads (4)"},
-    {"dim", F_INT, OFF(model.dim), "model width (256)"},
-    {"ctx", F_INT, OFF(model.ctx), "maximum context = position embeddings (256)"},
-    {"vocab", F_INT, OFF(model.vocab), "vocabulary size (256 = bytes)"},
-    {"batch", F_INT, OFF(batch), "sequences per step (8)"},
-    {"seq", F_INT, OFF(seq), "tokens per sequence, <= ctx (256)"},
-    {"lr", F_DBL, OFF(lr), "peak AdamW learning rate (4e-4)"},
-    {"beta1", F_DBL, OFF(beta1), "AdamW beta1 (0.9)"},
-    {"beta2", F_DBL, OFF(beta2), "AdamW beta2 (0.95)"},
-    {"eps", F_DBL, OFF(eps), "AdamW eps (1e-8)"},
-    {"weight-decay", F_DBL, OFF(weight_decay), "decoupled weight decay on matrices (0.1)"},
-    {"grad-clip", F_DBL, OFF(grad_clip), "global gradient norm clip, 0 = off (1.0)"},
-    {"warmup", F_INT, OFF(warmup_steps), "linear warmup steps (100)"},
-    {"steps", F_LONG, OFF(total_steps), "total inner steps: cosine decay horizon, 0 = constant lr (0)"},
-    {"min-lr-ratio", F_DBL, OFF(min_lr_ratio), "final lr / peak lr of the cosine (0.1)"},
-    {"data", F_STR, OFF(data_path), "token file from prepare-data (none: random tokens)"},
-    {"num-shards", F_INT, OFF(num_shards), "training data split in this many parts (1)"},
-    {"shard-index", F_INT, OFF(shard_index), "this worker's part, 0-based (0)"},
-    {"data-order", F_ORDER, OFF(data_sequential), "random | sequential windows (random)"},
-    {"eval-every", F_INT, OFF(eval_every), "validation loss every N steps, 0 = never (100)"},
-    {"eval-batches", F_INT, OFF(eval_batches), "fixed validation batches per evaluation (8)"},
-    {"threads", F_INT, OFF(threads), "compute threads, 0 = all cores (0)"},
-    {"seed", F_U64, OFF(seed), "parameter init seed (1234)"},
-    {"data-seed", F_U64, OFF(data_seed), "data order seed, mixed with the shard index (1)"},
-    {"log", F_STR, OFF(log_path), "JSON-lines telemetry file, appended (none)"},
-    {"checkpoint", F_STR, OFF(checkpoint_path), "local safetensors checkpoint, resumed if present (none)"},
-    {"checkpoint-every", F_INT, OFF(checkpoint_every), "steps between checkpoints, 0 = at exit only (0)"},
-    {"device", F_DEVICE, OFF(device), "auto | cpu | cuda (auto: cuda when built with CUDA and a GPU is present)"},
-    {"tf32", F_BOOL, OFF(tf32), "cuda: let cuBLAS use TF32 tensor cores (off: fp32 products)"},
-};
-#undef OFF
-#define NFLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
-
-void gpt_usage(FILE *f) {
-    fprintf(f, "GPT trainer options (--flag VALUE or --flag=VALUE):\n");
-    for (int i = 0; i < NFLAGS; i++) {
-        char nm[40];
-        snprintf(nm, sizeof nm, "--%s", FLAGS[i].name);
-        fprintf(f, "  %-20s %s\n", nm, FLAGS[i].help);
-    }
-}
-
-static int set_flag(gpt_options *o, const flag *fl, const char *v, char *err, size_t errlen) {
-    char *p = (char *)o + fl->off, *end = NULL;
-    errno = 0;
-    switch (fl->type) {
-    case F_INT: {
-        long x = strtol(v, &end, 10);
-        if (*v == 0 || *end || errno || x < -2147483647L || x > 2147483647L) break;
-        *(int *)p = (int)x;
-        return 0;
-    }
-    case F_LONG: {
-        long x = strtol(v, &end, 10);
-        if (*v == 0 || *end || errno) break;
-        *(long *)p = x;
-        return 0;
-    }
-    case F_U64: {
-        unsigned long long x = strtoull(v, &end, 0);
-        if (*v == 0 || *end || errno) break;
-        *(uint64_t *)p = x;
-        return 0;
-    }
-    case F_DBL: {
-        double x = strtod(v, &end);
-        if (*v == 0 || *end || errno || !isfinite(x)) break;
-        *(double *)p = x;
-        return 0;
-    }
-    case F_STR:
-        *(const char **)p = v;
-        return 0;
-    case F_ORDER:
-        if (!strcmp(v, "random")) { *(int *)p = 0; return 0; }
-        if (!strcmp(v, "sequential")) { *(int *)p = 1; return 0; }
-        break;
-    case F_DEVICE:
-        if (!strcmp(v, "auto")) { *(int *)p = GPT_DEVICE_AUTO; return 0; }
-        if (!strcmp(v, "cpu")) { *(int *)p = GPT_DEVICE_CPU; return 0; }
-        if (!strcmp(v, "cuda")) { *(int *)p = GPT_DEVICE_CUDA; return 0; }
-        break;
-    case F_BOOL:
-        if (!strcmp(v, "0") || !strcmp(v, "1")) { *(int *)p = v[0] == '1'; return 0; }
-        break;
-    }
-    seterr(err, errlen, "bad value for --%s: '%s'", fl->name, v);
-    return -1;
-}
-
-int gpt_options_parse(gpt_options *o, int argc, char **argv, char *err, size_t errlen) {
-    int keep = 0, consumed = 0;
-    for (int i = 0; i < argc; i++) {
-        char *a = argv[i];
-        const flag *fl = NULL;
-        const char *val = NULL;
-        if (a && a[0] == '-' && a[1] == '-') {
-            size_t kl = strcspn(a + 2, "=");
-            for (int k = 0; k < NFLAGS; k++)
-                if (strlen(FLAGS[k].name) == kl && !strncmp(a + 2, FLAGS[k].name, kl)) { fl = &FLAGS[k]; break; }
-            if (fl) {
-                int n = 1;
-                if (a[2 + kl] == '=') val = a + 3 + kl;
-                else if (fl->type == F_BOOL) val = "1";
-                else if (i + 1 < argc && argv[i + 1]) { val = argv[i + 1]; n = 2; }
-                else { seterr(err, errlen, "--%s needs a value", fl->name); return -1; }
-                if (set_flag(o, fl, val, err, errlen)) return -1;
-                consumed += n;
-                i += n - 1;
-                continue;
-            }
-        }
-        argv[keep++] = a;
-    }
-    if (keep < argc) argv[keep] = NULL;
-    return consumed;
-}
-
-double gpt_lr_at(const gpt_options *o, long s) {
-    if (o->warmup_steps > 0 && s < o->warmup_steps) return o->lr * (double)(s + 1) / o->warmup_steps;
-    if (o->total_steps <= 0) return o->lr;
-    double min_lr = o->lr * o->min_lr_ratio;
-    if (s >= o->total_steps) return min_lr;
-    double span = (double)(o->total_steps - o->warmup_steps);
-    double prog = span > 0 ? (double)(s - o->warmup_steps) / span : 1.0;
-    return min_lr + 0.5 * (1.0 + cos(M_PI * prog)) * (o->lr - min_lr);
 }
 
 /* ------------------------------------------------------------------------------------------- */
@@ -270,7 +95,7 @@ static int gpt_evaluate(trainer *t, double *loss, char *err, size_t errlen) {
     int B = g->o.batch, T = g->o.seq, V = g->o.model.vocab, nb = g->o.eval_batches > 0 ? g->o.eval_batches : 1;
     uint64_t nval = g->data.tok ? g->data.ntokens - g->data.ntrain : 0;
     if (g->data.tok && nval < (uint64_t)T + 1) {
-        seterr(err, errlen, "gpt evaluate: the validation split has %llu tokens, need at least seq+1 = %d",
+        err_set(err, errlen, "gpt evaluate: the validation split has %llu tokens, need at least seq+1 = %d",
                (unsigned long long)nval, T + 1);
         return -1;
     }
@@ -316,7 +141,7 @@ static int ckpt_save(gpt_trainer *g, char *err, size_t errlen) {
     int n = t->ntensors;
     size_t cap = 1024 + (size_t)n * 3 * 160, len = 0;
     char *h = malloc(cap);
-    if (!h) { seterr(err, errlen, "checkpoint: out of memory"); return -1; }
+    if (!h) { err_set(err, errlen, "checkpoint: out of memory"); return -1; }
     const gpt_config *c = &g->o.model;
     len += (size_t)snprintf(h + len, cap - len,
         "{\"__metadata__\":{\"format\":\"rediloco-gpt-v1\",\"layers\":\"%d\",\"heads\":\"%d\",\"dim\":\"%d\","
@@ -342,7 +167,7 @@ static int ckpt_save(gpt_trainer *g, char *err, size_t errlen) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
-    if (!f) { free(h); seterr(err, errlen, "checkpoint %s: %s", tmp, strerror(errno)); return -1; }
+    if (!f) { free(h); err_set(err, errlen, "checkpoint %s: %s", tmp, strerror(errno)); return -1; }
     unsigned char hl[8];
     for (int i = 0; i < 8; i++) hl[i] = (unsigned char)((uint64_t)len >> (8 * i));
     int ok = fwrite(hl, 1, 8, f) == 8 && fwrite(h, 1, len, f) == len;
@@ -353,7 +178,7 @@ static int ckpt_save(gpt_trainer *g, char *err, size_t errlen) {
     if (fclose(f) != 0) ok = 0;
     if (!ok || rename(tmp, path) != 0) {
         remove(tmp);
-        seterr(err, errlen, "checkpoint %s: write failed", path);
+        err_set(err, errlen, "checkpoint %s: write failed", path);
         return -1;
     }
     return 0;
@@ -375,7 +200,7 @@ static int ckpt_load(gpt_trainer *g, char *err, size_t errlen) {
     FILE *f = fopen(path, "rb");
     if (!f) {
         if (errno == ENOENT) return 0;
-        seterr(err, errlen, "checkpoint %s: %s", path, strerror(errno));
+        err_set(err, errlen, "checkpoint %s: %s", path, strerror(errno));
         return -1;
     }
     trainer *t = &g->t;
@@ -397,7 +222,7 @@ static int ckpt_load(gpt_trainer *g, char *err, size_t errlen) {
     const gpt_config *c = &g->o.model;
     if (v[0] != (unsigned)c->layers || v[1] != (unsigned)c->heads || v[2] != (unsigned)c->dim ||
         v[3] != (unsigned)c->ctx || v[4] != (unsigned)c->vocab) {
-        seterr(err, errlen, "checkpoint %s: model L%llu H%llu C%llu T%llu V%llu does not match the options",
+        err_set(err, errlen, "checkpoint %s: model L%llu H%llu C%llu T%llu V%llu does not match the options",
                path, v[0], v[1], v[2], v[3], v[4]);
         goto out;
     }
@@ -412,7 +237,7 @@ static int ckpt_load(gpt_trainer *g, char *err, size_t errlen) {
             const char *d = p ? strstr(p, "\"data_offsets\":[") : NULL;
             unsigned long long a, b;
             if (!d || sscanf(d, "\"data_offsets\":[%llu,%llu]", &a, &b) != 2 || b - a != tt->numel * 4) {
-                seterr(err, errlen, "checkpoint %s: tensor %s%s missing or of the wrong size", path, pre[s], tt->name);
+                err_set(err, errlen, "checkpoint %s: tensor %s%s missing or of the wrong size", path, pre[s], tt->name);
                 goto out;
             }
             if (fseeko(f, (off_t)(8 + len + a), SEEK_SET) ||
@@ -428,7 +253,7 @@ static int ckpt_load(gpt_trainer *g, char *err, size_t errlen) {
     rc = 1;
     goto out;
 bad:
-    seterr(err, errlen, "checkpoint %s: truncated or not a checkpoint of this trainer", path);
+    err_set(err, errlen, "checkpoint %s: truncated or not a checkpoint of this trainer", path);
 out:
     free(h);
     fclose(f);
@@ -451,7 +276,7 @@ static int cuda_step(gpt_trainer *g, float *loss, char *err, size_t errlen) {
     trainer *t = &g->t;
     if (gpt_cuda_forward(g->cu, g->inp, g->tgt, loss, err, errlen)) return -1;
     if (!isfinite(*loss)) {
-        seterr(err, errlen, "gpt step %ld: loss is not finite (%g)", g->step, (double)*loss);
+        err_set(err, errlen, "gpt step %ld: loss is not finite (%g)", g->step, (double)*loss);
         return -1;
     }
     double lr = gpt_lr_at(&g->o, g->step);
@@ -489,7 +314,7 @@ static int gpt_step(trainer *t, trainer_stats *out, char *err, size_t errlen) {
     {
         loss = gpt_forward(g->m, t->params, g->inp, g->tgt);
         if (!isfinite(loss)) {
-            seterr(err, errlen, "gpt step %ld: loss is not finite (%g)", g->step, (double)loss);
+            err_set(err, errlen, "gpt step %ld: loss is not finite (%g)", g->step, (double)loss);
             return -1;
         }
         gpt_backward(g->m, t->params, g->grads);
@@ -575,7 +400,7 @@ int gpt_trainer_params_to_host(trainer *t, char *err, size_t errlen) {
 static int resolve_device(const gpt_options *o, int *cuda, char *err, size_t errlen) {
     *cuda = 0;
     if (o->device != GPT_DEVICE_AUTO && o->device != GPT_DEVICE_CPU && o->device != GPT_DEVICE_CUDA) {
-        seterr(err, errlen, "gpt: bad device %d", o->device);
+        err_set(err, errlen, "gpt: bad device %d", o->device);
         return -1;
     }
     if (o->device == GPT_DEVICE_CPU) return 0;
@@ -586,12 +411,12 @@ static int resolve_device(const gpt_options *o, int *cuda, char *err, size_t err
         return 0;
     }
     if (o->device == GPT_DEVICE_CUDA) {
-        seterr(err, errlen, "gpt: --device cuda: no CUDA device (%s)", why);
+        err_set(err, errlen, "gpt: --device cuda: no CUDA device (%s)", why);
         return -1;
     }
 #else
     if (o->device == GPT_DEVICE_CUDA) {
-        seterr(err, errlen, "gpt: --device cuda: this build has no CUDA backend (nvcc was not found at build time)");
+        err_set(err, errlen, "gpt: --device cuda: this build has no CUDA backend (nvcc was not found at build time)");
         return -1;
     }
 #endif
@@ -631,19 +456,19 @@ static char *dupstr(const char *s) { return s ? strdup(s) : NULL; }
 trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen) {
     if (gpt_config_check(&o->model, err, errlen)) return NULL;
     if (o->batch < 1 || o->seq < 1 || o->seq > o->model.ctx) {
-        seterr(err, errlen, "gpt: need batch >= 1 and 1 <= seq <= ctx (%d)", o->model.ctx);
+        err_set(err, errlen, "gpt: need batch >= 1 and 1 <= seq <= ctx (%d)", o->model.ctx);
         return NULL;
     }
     if (o->num_shards < 1 || o->shard_index < 0 || o->shard_index >= o->num_shards) {
-        seterr(err, errlen, "gpt: need 0 <= shard-index < num-shards");
+        err_set(err, errlen, "gpt: need 0 <= shard-index < num-shards");
         return NULL;
     }
     if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) || !(o->eps > 0)) {
-        seterr(err, errlen, "gpt: bad AdamW hyperparameters");
+        err_set(err, errlen, "gpt: bad AdamW hyperparameters");
         return NULL;
     }
     gpt_trainer *g = calloc(1, sizeof *g);
-    if (!g) { seterr(err, errlen, "gpt: out of memory"); return NULL; }
+    if (!g) { err_set(err, errlen, "gpt: out of memory"); return NULL; }
     trainer *t = &g->t;
     g->o = *o;
     g->data_path = dupstr(o->data_path);
@@ -667,7 +492,7 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen) {
     if (posix_memalign((void **)&t->params, 64, bytes) || posix_memalign((void **)&g->grads, 64, bytes) ||
         posix_memalign((void **)&g->am, 64, bytes) || posix_memalign((void **)&g->av, 64, bytes) ||
         !(g->inp = malloc(N * sizeof(int))) || !(g->tgt = malloc(N * sizeof(int)))) {
-        seterr(err, errlen, "gpt: out of memory for %zu parameters", t->numel);
+        err_set(err, errlen, "gpt: out of memory for %zu parameters", t->numel);
         goto fail;
     }
     memset(g->am, 0, bytes);
@@ -692,13 +517,13 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen) {
     if (o->data_path) {
         if (gpt_tokens_load(o->data_path, &g->data, err, errlen)) goto fail;
         if (g->data.vocab > (uint32_t)o->model.vocab) {
-            seterr(err, errlen, "gpt: %s has vocab %u > model vocab %d", o->data_path, g->data.vocab, o->model.vocab);
+            err_set(err, errlen, "gpt: %s has vocab %u > model vocab %d", o->data_path, g->data.vocab, o->model.vocab);
             goto fail;
         }
         g->lo = g->data.ntrain * (uint64_t)o->shard_index / (uint64_t)o->num_shards;
         g->hi = g->data.ntrain * (uint64_t)(o->shard_index + 1) / (uint64_t)o->num_shards;
         if (g->hi - g->lo < (uint64_t)o->seq + 2) {
-            seterr(err, errlen, "gpt: data shard %d/%d has %llu tokens, fewer than seq+2", o->shard_index,
+            err_set(err, errlen, "gpt: data shard %d/%d has %llu tokens, fewer than seq+2", o->shard_index,
                    o->num_shards, (unsigned long long)(g->hi - g->lo));
             goto fail;
         }
@@ -714,7 +539,7 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen) {
         goto fail;
 #endif
     if (g->log_path && !(g->log = fopen(g->log_path, "a"))) {
-        seterr(err, errlen, "gpt: --log %s: %s", g->log_path, strerror(errno));
+        err_set(err, errlen, "gpt: --log %s: %s", g->log_path, strerror(errno));
         goto fail;
     }
     return t;

@@ -6,7 +6,7 @@
  * cast with a finite check, and loads new global parameters into the snapshot and the trainer's
  * buffer. bin/worker --device-hooks host uses it with the trainer's host buffer as the "device"
  * parameters and gives libdiloco no params pointer at all, so a run proves that libdiloco's device
- * path reaches every place it used to touch params, with the same bytes (tests/it_device_hooks.sh). */
+ * path reaches every place that touches params when there are no hooks, with the same bytes (tests/it_device_hooks.sh). */
 #ifndef DILOCO_HOST_DEVICE_H
 #define DILOCO_HOST_DEVICE_H
 

@@ -1,0 +1,93 @@
+/* bench/codec.c -> bin/bench-codec: encode and decode throughput of the pseudo-gradient codecs
+ * (common/math/codec.c), the portable build and the AVX2 one side by side in one run, plus the bf16 cast
+ * and a memcpy of the fp32 input for scale (docs/compression.md).
+ *
+ *   bin/bench-codec [--numel 4000000] [--reps 9]
+ *
+ * Prints per codec and build the median seconds of one pass over numel elements and the rate in
+ * millions of elements per second, and the AVX2/portable ratio. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "bf16.h"
+#include "codec.h"
+#include "util.h"
+
+static double mono(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+typedef struct job {
+    int dtype, decode;
+    const float *x;
+    float *y;
+    uint8_t *q;
+    size_t n;
+} job;
+
+static void run(const job *j) {
+    size_t bad;
+    if (j->decode) codec_decode(j->dtype, j->q, j->n, j->y);
+    else if (codec_encode(j->dtype, j->x, j->n, j->q, &bad) != 0) abort();
+}
+
+static double median_seconds(const job *j, int reps) {
+    double t[64];
+    if (reps > 64) reps = 64;
+    run(j); /* warm */
+    for (int r = 0; r < reps; r++) {
+        double t0 = mono();
+        run(j);
+        t[r] = mono() - t0;
+    }
+    qsort(t, (size_t)reps, sizeof t[0], cmp_d);
+    return t[reps / 2];
+}
+
+int main(int argc, char **argv) {
+    size_t n = 4000000;
+    int reps = 9;
+    for (int i = 1; i + 1 < argc; i += 2) {
+        if (!strcmp(argv[i], "--numel")) n = (size_t)atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
+        else {
+            fprintf(stderr, "usage: bin/bench-codec [--numel N] [--reps R]\n");
+            return 2;
+        }
+    }
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    uint8_t *q = malloc(codec_bytes(BLOB_F32, n));
+    if (!x || !y || !q) return 1;
+    uint64_t st = 1;
+    for (size_t i = 0; i < n; i++) x[i] = (rng_uniform(&st) - 0.5f) * 1e-3f;
+    printf("codec throughput, %zu elements, median of %d passes%s\n", n, reps, cpu_has_avx2() ? "" : " (no AVX2 on this CPU)");
+    printf("%-5s %-7s %11s %11s %11s %11s %7s\n", "codec", "op", "portable_s", "Melem/s", "avx2_s", "Melem/s", "ratio");
+    int codecs[] = {BLOB_I8, BLOB_I4, BLOB_BF16};
+    for (int c = 0; c < 3; c++)
+        for (int dec = 0; dec < 2; dec++) {
+            job j = {codecs[c], dec, x, y, q, n};
+            codec_force_portable(1);
+            double tp = median_seconds(&j, reps);
+            codec_force_portable(0);
+            double ta = cpu_has_avx2() ? median_seconds(&j, reps) : tp;
+            printf("%-5s %-7s %11.4f %11.1f %11.4f %11.1f %7.2f\n", codec_name(codecs[c]), dec ? "decode" : "encode", tp,
+                   (double)n / tp / 1e6, ta, (double)n / ta / 1e6, tp / ta);
+        }
+    double t0 = mono();
+    memcpy(y, x, n * sizeof *x);
+    double tm = mono() - t0;
+    printf("memcpy of the fp32 input: %.4f s (%.1f Melem/s)\n", tm, (double)n / tm / 1e6);
+    free(x);
+    free(y);
+    free(q);
+    return 0;
+}

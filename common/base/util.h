@@ -1,0 +1,44 @@
+/*
+ * util.h: small helpers shared by every ReDiLoCo binary: error strings, clocks, retry backoff,
+ * strict number parsing and the deterministic PRNG used by trainers and tests.
+ *
+ * Convention used across the project: functions return 0 on success and -1 on error, and describe
+ * the error in a caller-supplied buffer (char *err, size_t errlen) filled with err_set().
+ */
+#ifndef DILOCO_UTIL_H
+#define DILOCO_UTIL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* printf into err (truncating); does nothing when err is NULL or errlen is 0. */
+void err_set(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+
+uint64_t now_ms(void);  /* CLOCK_MONOTONIC: for timeouts and durations */
+uint64_t wall_ms(void); /* CLOCK_REALTIME: for timestamps shown to humans */
+void sleep_ms(unsigned ms);
+
+/* base*2^attempt capped at cap_ms, with +-25% jitter so that many clients do not retry in lockstep. */
+unsigned backoff_ms(unsigned attempt, unsigned base_ms, unsigned cap_ms);
+
+/* Strict parsers: the whole string must be a number (no trailing junk, no empty string). */
+int parse_int(const char *s, long long min, long long max, long long *out);
+int parse_double(const char *s, double *out);
+
+/* Whether the CPU runs AVX2 code (the AVX2 build of hash.c is used only then), and AVX2 with FMA
+ * (the AVX2 build of outer.c's commit kernel, common/math/outer_fma.h). */
+int cpu_has_avx2(void);
+int cpu_has_avx2_fma(void);
+
+/* Deterministic PRNG (SplitMix64): the same seed gives the same sequence on every machine. */
+uint64_t splitmix64(uint64_t *state);
+float rng_uniform(uint64_t *state); /* in [0,1) */
+
+#ifdef __cplusplus
+}
+#endif
+#endif

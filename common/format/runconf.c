@@ -1,0 +1,203 @@
+/* runconf.c: reads a run's configuration from Redis and checks it is one this build understands. */
+#include "runconf.h"
+
+#include <errno.h>
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blob.h"
+#include "codec.h"
+#include "keys.h"
+#include "outer_dn.h"
+#include "rconn.h"
+#include "util.h"
+#include "version.h"
+
+int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen) {
+    char key[KEY_MAX];
+    key_run(key, sizeof key, run, "config");
+    redisReply *r = rconn_command(c, "FCALL dl_version 1 %s", key);
+    if (r == NULL) {
+        err_set(err, errlen, "redis: %s", rconn_errstr(c));
+        return -1;
+    }
+    int rc = -1;
+    if (r->type == REDIS_REPLY_ERROR && rconn_error_final(r->str)) {
+        err_set(err, errlen, "Redis refuses this user: %s (check the user and password in the Redis URL and the "
+                "user's ACL, e.g. deploy/redis/users.acl)", r->str);
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        err_set(err, errlen, "the ReDiLoCo function library is not loaded in this Redis (%s); "
+                "run `coordinator init` first", r->str);
+    } else if (r->type != REDIS_REPLY_STRING || strcmp(r->str, DL_LIB_VERSION) != 0) {
+        err_set(err, errlen, "Redis has function library version '%s' but this build speaks version '%s'; "
+                "use binaries of the same release as the coordinator that ran init",
+                r->type == REDIS_REPLY_STRING ? r->str : "?", DL_LIB_VERSION);
+    } else {
+        rc = 0;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+int runconf_parse_bounds_u64(const char *s, uint64_t **out, int *n, char *err, size_t errlen) {
+    int count = 1;
+    for (const char *p = s; *p; p++) count += (*p == ',');
+    uint64_t *b = calloc((size_t)count, sizeof *b);
+    if (!b) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    const char *p = s;
+    for (int i = 0; i < count; i++) {
+        char *end = (char *)p;
+        unsigned long long v = 0;
+        errno = 0;
+        /* digits only: strtoull would also take blanks, '+' and a '-' that wraps around */
+        if (*p >= '0' && *p <= '9') v = strtoull(p, &end, 10);
+        if (end == p || errno == ERANGE || (*end != ',' && *end != '\0') || (i > 0 && v < b[i - 1])) {
+            err_set(err, errlen, "malformed bounds list '%s'", s);
+            free(b);
+            return -1;
+        }
+        b[i] = v;
+        p = end + (*end == ',');
+    }
+    *out = b;
+    *n = count - 1;
+    return 0;
+}
+
+int runconf_format_bounds_u64(const uint64_t *b, int n, char *buf, size_t cap) {
+    size_t used = 0;
+    for (int i = 0; i <= n; i++) {
+        int w = snprintf(buf + used, cap - used, "%s%" PRIu64, i ? "," : "", b[i]);
+        if (w < 0 || (size_t)w >= cap - used) return -1;
+        used += (size_t)w;
+    }
+    return 0;
+}
+
+/* the value of field name in an HGETALL reply, when both are strings */
+static const char *field(const redisReply *r, const char *name) {
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        if (r->element[i]->type == REDIS_REPLY_STRING && r->element[i + 1]->type == REDIS_REPLY_STRING &&
+            strcmp(r->element[i]->str, name) == 0)
+            return r->element[i + 1]->str;
+    return NULL;
+}
+
+int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errlen) {
+    if (r->type != REDIS_REPLY_ARRAY) {
+        err_set(err, errlen, "run config is not a hash");
+        return -1;
+    }
+    const char *numel = field(r, "numel"), *sb = field(r, "shard_bounds"), *fb = field(r, "frag_bounds");
+    if (!numel || !sb || !fb) {
+        err_set(err, errlen, "run config lacks numel/shard_bounds/frag_bounds: not a run made by `coordinator init`");
+        return -1;
+    }
+    long long v;
+    if (parse_int(numel, 1, INT64_MAX, &v) < 0) {
+        err_set(err, errlen, "bad numel '%s' in run config", numel);
+        return -1;
+    }
+    rc->numel = (uint64_t)v;
+    if (runconf_parse_bounds_u64(sb, &rc->shard_bounds, &rc->nshards, err, errlen) < 0) return -1;
+    if (rc->nshards < 1 || rc->nshards > RUNCONF_MAX_SHARDS || rc->shard_bounds[0] != 0 ||
+        rc->shard_bounds[rc->nshards] != rc->numel) {
+        err_set(err, errlen, "shard bounds '%s' do not cover [0, %" PRIu64 ")", sb, rc->numel);
+        return -1;
+    }
+    uint64_t *f64;
+    if (runconf_parse_bounds_u64(fb, &f64, &rc->nfragments, err, errlen) < 0) return -1;
+    int bad = rc->nfragments < 1 || rc->nfragments > RUNCONF_MAX_FRAGMENTS || f64[0] != 0 ||
+              f64[rc->nfragments] != (uint64_t)rc->nshards;
+    rc->frag_bounds = calloc((size_t)rc->nfragments + 1, sizeof(int));
+    for (int i = 0; !bad && rc->frag_bounds && i <= rc->nfragments; i++) rc->frag_bounds[i] = (int)f64[i];
+    free(f64);
+    if (bad || !rc->frag_bounds) {
+        err_set(err, errlen, "fragment bounds '%s' do not cover the %d shards", fb, rc->nshards);
+        return -1;
+    }
+    const char *mode = field(r, "mode"), *se = field(r, "snapshot_every"), *seed = field(r, "seed");
+    rc->async = mode && strcmp(mode, "async") == 0;
+    const char *dnb = field(r, "dn_buffer"), *dnv = field(r, "dn_variant");
+    if (dnb && parse_int(dnb, 0, 1000000, &v) == 0) rc->dn_buffer = (int)v;
+    rc->dn_variant = dnv && strcmp(dnv, "forgather") == 0 ? DN_FORGATHER : DN_PAPER;
+    const char *dt0 = field(r, "dn_t0");
+    if (dt0 && parse_int(dt0, 0, INT64_MAX, &v) == 0) rc->dn_t0 = (uint64_t)v;
+    const char *wb = field(r, "weight_by"), *wr = field(r, "weight_ref_tokens");
+    rc->weight_tokens = wb && strcmp(wb, "tokens") == 0;
+    if (wr && parse_int(wr, 1, INT64_MAX, &v) == 0) rc->weight_ref_tokens = (uint64_t)v;
+    const char *cz = field(r, "compress");
+    rc->compress = cz ? codec_parse(cz) : BLOB_BF16; /* runs made before the setting existed: bf16 */
+    if (rc->compress == 0) {
+        err_set(err, errlen, "the run's pseudo-gradients use codec '%s', which this build does not know: "
+                "upgrade this program", cz);
+        return -1;
+    }
+    const char *dl = field(r, "download");
+    rc->download_update = dl && strcmp(dl, "update") == 0;
+    const char *mr = field(r, "min_replicas");
+    if (mr && parse_int(mr, 0, RUNCONF_MAX_REPLICAS, &v) == 0) rc->min_replicas = (int)v;
+    rc->snapshot_every = 8;
+    if (se && parse_int(se, 1, 1000000, &v) == 0) rc->snapshot_every = (int)v;
+    if (seed && parse_int(seed, 0, INT64_MAX, &v) == 0) rc->seed = (uint64_t)v;
+    const char *secret = field(r, "secret");
+    snprintf(rc->secret, sizeof rc->secret, "%s", secret ? secret : "");
+    const char *tr = field(r, "trainer"), *model = field(r, "model");
+    snprintf(rc->trainer, sizeof rc->trainer, "%s", tr ? tr : "");
+    snprintf(rc->model, sizeof rc->model, "%s", model ? model : "");
+    const char *layout = field(r, "layout");
+    if (layout && !(rc->layout = strdup(layout))) {
+        err_set(err, errlen, "out of memory for the run's layout");
+        return -1;
+    }
+    return 0;
+}
+
+int runconf_load(rconn *c, const char *run, runconf *rc, char *err, size_t errlen) {
+    memset(rc, 0, sizeof *rc);
+    if (key_check_run_name(run, err, errlen) < 0) return -1;
+    snprintf(rc->run, sizeof rc->run, "%s", run);
+    if (runconf_check_library(c, run, err, errlen) < 0) return -1;
+    char key[KEY_MAX];
+    redisReply *r = rconn_command(c, "HGETALL %s", key_run(key, sizeof key, run, "config"));
+    if (rconn_reply_error(c, r, err, errlen) < 0) goto error;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
+        err_set(err, errlen, "run '%s' does not exist in this Redis; run `coordinator init --run %s` first", run, run);
+        goto error;
+    }
+    if (runconf_from_reply(r, rc, err, errlen) < 0) goto error;
+    freeReplyObject(r);
+    return 0;
+error:
+    if (r) freeReplyObject(r);
+    runconf_free(rc);
+    return -1;
+}
+
+void runconf_free(runconf *rc) {
+    free(rc->shard_bounds);
+    free(rc->frag_bounds);
+    free(rc->layout);
+    rc->shard_bounds = NULL;
+    rc->frag_bounds = NULL;
+    rc->layout = NULL;
+}
+
+uint64_t runconf_shard_numel(const runconf *rc, int shard) {
+    return rc->shard_bounds[shard + 1] - rc->shard_bounds[shard];
+}
+
+int runconf_fragment_of_shard(const runconf *rc, int shard) {
+    for (int f = 0; f < rc->nfragments; f++)
+        if (shard < rc->frag_bounds[f + 1]) return f;
+    return rc->nfragments - 1;
+}
+
+int runconf_accepts_dtype(const runconf *rc, int dtype) {
+    return dtype == rc->compress || (rc->compress == BLOB_BF16 && dtype == BLOB_F32);
+}

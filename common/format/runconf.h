@@ -1,0 +1,65 @@
+/* runconf.h: a run's immutable configuration as read from dl:{R}:config.
+ *
+ * Workers, shard-servers and the coordinator all need the same facts about a run: how many
+ * parameters, how they are cut into shards and fragments, the mode. The coordinator writes them once
+ * at init (runconf_to_fields); everyone else reads them with runconf_load and checks the library
+ * version on the way. */
+#ifndef DILOCO_RUNCONF_H
+#define DILOCO_RUNCONF_H
+#include <stddef.h>
+#include <stdint.h>
+#include <hiredis/hiredis.h>
+
+#include "rconn.h"
+
+#define RUNCONF_MAX_SHARDS 4096
+#define RUNCONF_MAX_FRAGMENTS 256
+#define RUNCONF_MAX_REPLICAS 64
+
+typedef struct runconf {
+    char run[80];
+    uint64_t numel;
+    int nshards;
+    uint64_t *shard_bounds;   /* nshards+1 element offsets: shard k is [bounds[k], bounds[k+1]) */
+    int nfragments;
+    int *frag_bounds;         /* nfragments+1 shard indices: fragment f is shards [fb[f], fb[f+1]) */
+    int async;                /* mode "async" */
+    int snapshot_every;       /* versions between durable snapshots (the log covers the rest) */
+    int dn_buffer;            /* async: Delayed Nesterov every dn_buffer submissions (0 = off) */
+    int dn_variant;           /* DN_PAPER or DN_FORGATHER (outer_dn.h) */
+    uint64_t dn_t0;           /* DN submissions before version 0 (a run resumed from a checkpoint: its
+                                 count there), so the submission turning version v into v+1 is number
+                                 dn_t0 + v + 1 and the every-N schedule carries on across the resume */
+    int weight_tokens;        /* --weight-by tokens: pseudo-gradients weighted by the tokens behind them */
+    uint64_t weight_ref_tokens; /* async: a submission of this many tokens gets weight 1 */
+    int compress;             /* codec of pseudo-gradients (coordinator init --compress): a blob dtype,
+                                 BLOB_BF16 by default (codec.h) */
+    int download_update;      /* --download update: gets are answered with the round's averaged
+                                 pseudo-gradient in the codec, workers apply the outer step themselves */
+    int min_replicas;         /* a commit is durable once WAIT says this many replicas have it (0 = at once) */
+    uint64_t seed;
+    char trainer[32];         /* what the layout came from: "quadratic", "gpt" */
+    char secret[80];          /* the run's data-plane secret ("" for runs made without one) */
+    char *layout;             /* the run's tensors, JSON [[name, [shape], offset], ...] (malloc'ed; NULL for a
+                                 run made before layouts were recorded) */
+    char model[256];          /* trainer-specific model description, e.g. "layers=2 heads=4 dim=128 ctx=128 vocab=256" */
+} runconf;
+
+/* Check `FCALL dl_version` against DL_LIB_VERSION: -1 with a message that says what to do otherwise. */
+int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen);
+/* Read and validate dl:{run}:config (after checking the library). Free with runconf_free. */
+int runconf_load(rconn *c, const char *run, runconf *out, char *err, size_t errlen);
+void runconf_free(runconf *rc);
+/* Whether a push in this dtype is the run's codec: a bf16 run also takes fp32 (worker --no-bf16). */
+int runconf_accepts_dtype(const runconf *rc, int dtype);
+/* The parsing half of runconf_load: rc's fields from an HGETALL reply of dl:{R}:config (rc->run is left
+ * as it is). Every value is checked (bounds that cover numel in order, counts in range); optional
+ * fields that do not parse keep their defaults. On error rc may hold allocations: runconf_free. */
+int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errlen);
+/* Numbers of one shard / fragment. */
+uint64_t runconf_shard_numel(const runconf *rc, int shard);
+int runconf_fragment_of_shard(const runconf *rc, int shard);
+/* Comma list "a,b,c" of n+1 integers, as stored in the config hash. */
+int runconf_format_bounds_u64(const uint64_t *b, int n, char *buf, size_t cap);
+int runconf_parse_bounds_u64(const char *s, uint64_t **out, int *n, char *err, size_t errlen);
+#endif

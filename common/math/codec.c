@@ -1,0 +1,198 @@
+/*
+ * codec.c: the codecs of codec.h: names, sizes, and the block loop around the kernels of
+ * codec_kernels.h (the portable build here, the AVX2 one in codec_avx2.c, chosen at run time). A
+ * shorter last block is padded with zeros into a full one, which changes neither its scale nor its
+ * codes.
+ */
+#include "codec.h"
+
+#include <stdatomic.h>
+#include <string.h>
+
+#include "blob.h"
+#include "codec_avx2.h"
+#include "outer.h"
+#include "util.h"
+
+#define CK(name) name##_portable
+#define CK_LINKAGE static
+#include "codec_kernels.h"
+
+static atomic_int force_portable;
+
+void codec_force_portable(int on) { atomic_store(&force_portable, on); }
+
+static int use_avx2(void)
+{
+#if defined(__x86_64__)
+    return !atomic_load(&force_portable) && cpu_has_avx2();
+#else
+    return 0;
+#endif
+}
+
+static int encode_block(const float *x, uint8_t *out, int bits)
+{
+#if defined(__x86_64__)
+    if (use_avx2())
+        return codec_encode_block_avx2(x, out, bits);
+#endif
+    return codec_encode_block_portable(x, out, bits);
+}
+
+static void decode_block(const uint8_t *in, float *out, int bits)
+{
+#if defined(__x86_64__)
+    /* int4: the portable build unpacks nibbles faster than gcc's AVX2 code (bin/bench-codec); same bits */
+    if (use_avx2() && bits == 8) {
+        codec_decode_block_avx2(in, out, bits);
+        return;
+    }
+#endif
+    codec_decode_block_portable(in, out, bits);
+}
+
+static const struct {
+    const char *name;
+    int dtype;
+} codecs[] = { { "fp32", BLOB_F32 }, { "bf16", BLOB_BF16 }, { "int8", BLOB_I8 }, { "int4", BLOB_I4 } };
+
+int codec_parse(const char *name)
+{
+    for (size_t i = 0; i < sizeof codecs / sizeof codecs[0]; i++)
+        if (strcmp(name, codecs[i].name) == 0)
+            return codecs[i].dtype;
+    return 0;
+}
+
+const char *codec_name(int dtype)
+{
+    for (size_t i = 0; i < sizeof codecs / sizeof codecs[0]; i++)
+        if (codecs[i].dtype == dtype)
+            return codecs[i].name;
+    return "?";
+}
+
+int codec_is_block(int dtype) { return dtype == BLOB_I8 || dtype == BLOB_I4; }
+
+static int codec_bits(int dtype) { return dtype == BLOB_I8 ? 8 : 4; }
+
+/* Bytes of one full block. */
+static size_t block_bytes(int dtype) { return 2 + (size_t)CODEC_BLOCK * (size_t)codec_bits(dtype) / 8; }
+
+/* Bytes of a block of m <= CODEC_BLOCK elements. */
+static size_t part_bytes(int dtype, size_t m) { return 2 + (m * (size_t)codec_bits(dtype) + 7) / 8; }
+
+size_t codec_bytes(int dtype, uint64_t n)
+{
+    if (dtype == BLOB_F32 || dtype == BLOB_BF16)
+        return n > SIZE_MAX / 4 ? 0 : (size_t)n * (dtype == BLOB_F32 ? 4 : 2);
+    if (!codec_is_block(dtype) || n > SIZE_MAX / 4)
+        return 0;
+    size_t full = (size_t)n / CODEC_BLOCK, rest = (size_t)n % CODEC_BLOCK;
+    return full * block_bytes(dtype) + (rest ? part_bytes(dtype, rest) : 0);
+}
+
+size_t codec_offset(int dtype, size_t lo)
+{
+    return codec_is_block(dtype) ? lo / CODEC_BLOCK * block_bytes(dtype) : codec_bytes(dtype, lo);
+}
+
+int codec_round_trip(int dtype, float *x, size_t n, uint8_t *out, size_t *bad)
+{
+    if (codec_encode(dtype, x, n, out, bad) != 0)
+        return -1;
+    codec_decode(dtype, out, n, x);
+    return 0;
+}
+
+/* fp32 and bf16, for the callers that handle every codec alike (the update a shard-server sends). */
+static int encode_plain(int dtype, const float *x, size_t n, uint8_t *out, size_t *bad)
+{
+    if (outer_check_finite(x, n, bad) != 0)
+        return -1;
+    if (dtype == BLOB_F32) {
+        memcpy(out, x, n * sizeof(float));
+        return 0;
+    }
+    for (size_t i = 0; i < n; i++) {
+        uint16_t h = bf16_from_f32(x[i]);
+        out[2 * i] = (uint8_t)(h & 0xff);
+        out[2 * i + 1] = (uint8_t)(h >> 8);
+    }
+    return 0;
+}
+
+static void decode_plain(int dtype, const uint8_t *in, size_t n, float *out)
+{
+    if (dtype == BLOB_F32) {
+        memcpy(out, in, n * sizeof(float));
+        return;
+    }
+    for (size_t i = 0; i < n; i++)
+        out[i] = bf16_to_f32((uint16_t)(in[2 * i] | in[2 * i + 1] << 8));
+}
+
+int codec_encode(int dtype, const float *x, size_t n, uint8_t *out, size_t *bad)
+{
+    if (!codec_is_block(dtype))
+        return encode_plain(dtype, x, n, out, bad);
+    int bits = codec_bits(dtype);
+    size_t bb = block_bytes(dtype);
+    for (size_t lo = 0; lo < n; lo += CODEC_BLOCK, out += bb) {
+        size_t m = n - lo < CODEC_BLOCK ? n - lo : CODEC_BLOCK;
+        float pad[CODEC_BLOCK];
+        uint8_t tail[2 + CODEC_BLOCK];
+        int rc;
+        if (m == CODEC_BLOCK) {
+            rc = encode_block(x + lo, out, bits);
+        } else {
+            memset(pad, 0, sizeof pad);
+            memcpy(pad, x + lo, m * sizeof(float));
+            rc = encode_block(pad, tail, bits);
+            memcpy(out, tail, part_bytes(dtype, m));
+        }
+        if (rc != 0) {
+            size_t b = 0;
+            outer_check_finite(x + lo, m, &b);
+            *bad = lo + b;
+            return -1;
+        }
+    }
+    return 0;
+}
+
+void codec_decode(int dtype, const uint8_t *in, size_t n, float *out)
+{
+    if (!codec_is_block(dtype)) {
+        decode_plain(dtype, in, n, out);
+        return;
+    }
+    int bits = codec_bits(dtype);
+    size_t bb = block_bytes(dtype);
+    for (size_t lo = 0; lo < n; lo += CODEC_BLOCK, in += bb) {
+        size_t m = n - lo < CODEC_BLOCK ? n - lo : CODEC_BLOCK;
+        if (m == CODEC_BLOCK) {
+            decode_block(in, out + lo, bits);
+            continue;
+        }
+        uint8_t padin[2 + CODEC_BLOCK] = { 0 };
+        float tail[CODEC_BLOCK];
+        memcpy(padin, in, part_bytes(dtype, m));
+        decode_block(padin, tail, bits);
+        memcpy(out + lo, tail, m * sizeof(float));
+    }
+}
+
+int codec_check(int dtype, const uint8_t *in, size_t n, size_t *bad)
+{
+    size_t bb = block_bytes(dtype);
+    for (size_t lo = 0; lo < n; lo += CODEC_BLOCK, in += bb) {
+        unsigned sb = (unsigned)in[0] | (unsigned)in[1] << 8;
+        if (sb >= 0x7f80u) { /* Inf, NaN, or a sign bit */
+            *bad = lo;
+            return -1;
+        }
+    }
+    return 0;
+}

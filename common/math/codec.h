@@ -1,0 +1,48 @@
+/*
+ * codec.h: the codecs of pseudo-gradients on the wire and in the log (docs/compression.md).
+ *
+ * A run sends pseudo-gradients as fp32, bf16 (blob.h dtypes 1 and 2) or as block-quantized integers:
+ * int8 (dtype 3) or int4 (dtype 4). A quantized payload of n elements is a sequence of blocks of
+ * CODEC_BLOCK elements (the last one may be shorter), each a little-endian bf16 scale followed by its
+ * codes: one signed byte per element (int8), or two signed 4-bit codes per byte, the lower element in
+ * the low nibble (int4). An element is code * scale; the scale is the block's largest magnitude divided
+ * by the largest code (127 or 7), rounded to bf16; codes are x / scale rounded to nearest, ties to even,
+ * clamped. Everything is exact IEEE arithmetic without contraction, so the portable and the AVX2 build
+ * give the same bits (tests/test_codec.c). Blocks count from the start of one shard's payload.
+ */
+#ifndef DILOCO_CODEC_H
+#define DILOCO_CODEC_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "blob.h" /* the dtypes */
+
+#define CODEC_BLOCK 256
+
+/* The run setting `compress`: a blob dtype (BLOB_F32, BLOB_BF16, BLOB_I8, BLOB_I4), or 0 if unknown. */
+int codec_parse(const char *name);
+const char *codec_name(int dtype);        /* "fp32", "bf16", "int8", "int4", or "?" */
+int codec_is_block(int dtype);            /* int8 or int4 */
+
+/* Payload bytes of n elements in this dtype (0 for an unknown dtype or an overflowing n). */
+size_t codec_bytes(int dtype, uint64_t n);
+/* Byte offset of element lo (for int8/int4 a multiple of CODEC_BLOCK) in a payload. */
+size_t codec_offset(int dtype, size_t lo);
+
+/* Encode x[0..n) (n elements at a block boundary of the shard) into out (codec_bytes(dtype, n) bytes).
+ * 0, or -1 with *bad = the first index whose value is NaN or infinite (out then must not be used).
+ * Every dtype: fp32 and bf16 (little-endian, no alignment needed) as well. */
+int codec_encode(int dtype, const float *x, size_t n, uint8_t *out, size_t *bad);
+/* Decode n elements from in (starting at a block boundary) into out. */
+void codec_decode(int dtype, const uint8_t *in, size_t n, float *out);
+/* Encode x into out, then replace x by its decoded value (what a receiver of out will see). */
+int codec_round_trip(int dtype, float *x, size_t n, uint8_t *out, size_t *bad);
+/* A received payload's scales are finite and not negative: 0, or -1 with *bad = the first element of the
+ * first bad block. */
+int codec_check(int dtype, const uint8_t *in, size_t n, size_t *bad);
+
+/* Which build runs (tests and bin/bench-codec): 1 forces the portable code, 0 lets the CPU decide. */
+void codec_force_portable(int on);
+
+#endif

@@ -1,0 +1,11 @@
+/* codec_avx2.h: the AVX2 build of the codec's block kernels (codec_avx2.c); only codec.c calls them, on a
+ * CPU with AVX2. */
+#ifndef DILOCO_CODEC_AVX2_H
+#define DILOCO_CODEC_AVX2_H
+
+#include <stdint.h>
+
+int codec_encode_block_avx2(const float *x, uint8_t *out, int bits);
+void codec_decode_block_avx2(const uint8_t *in, float *out, int bits);
+
+#endif

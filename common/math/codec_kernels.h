@@ -1,0 +1,75 @@
+/*
+ * codec_kernels.h: the block kernels of the int8/int4 codecs (codec.h), written once and compiled
+ * twice: by codec.c for any x86-64 (or other) CPU and by codec_avx2.c with -mavx2. Each loop has a
+ * fixed trip count (one block), so gcc vectorises it at -O2. Only exactly rounded operations are used
+ * (integer max, IEEE division and multiplication, an add-subtract round to nearest even), so both
+ * builds give the same bits.
+ *
+ * The includer defines CK(name) (the suffixed name) and CK_LINKAGE (static or nothing).
+ */
+#include <string.h>
+
+#include "bf16.h"
+#include "codec.h"
+
+/* v rounded to the nearest integer, ties to even, for |v| < 2^22 (the default rounding mode). */
+#define CODEC_RNE_MAGIC 12582912.0f
+
+/* Encode one full block x[0..CODEC_BLOCK) into out (bf16 scale, then codes of `bits` bits). 0, or -1 if
+ * a value is NaN or infinite. */
+CK_LINKAGE int CK(codec_encode_block)(const float *restrict x, uint8_t *restrict out, int bits)
+{
+    uint32_t amax = 0, bad = 0;
+    for (int i = 0; i < CODEC_BLOCK; i++) {
+        uint32_t b;
+        memcpy(&b, &x[i], sizeof b);
+        b &= 0x7fffffffu;
+        bad |= b >= 0x7f800000u ? 1u : 0u;
+        amax = b > amax ? b : amax; /* finite magnitudes order as their bits do */
+    }
+    if (bad)
+        return -1;
+    float qmax = bits == 8 ? 127.0f : 7.0f, famax;
+    memcpy(&famax, &amax, sizeof famax);
+    uint16_t sb = bf16_from_f32(famax / qmax);
+    out[0] = (uint8_t)(sb & 0xff);
+    out[1] = (uint8_t)(sb >> 8);
+    float s = bf16_to_f32(sb);
+    int8_t q[CODEC_BLOCK];
+    if (s == 0.0f) {
+        memset(q, 0, sizeof q);
+    } else {
+        for (int i = 0; i < CODEC_BLOCK; i++) {
+            float v = x[i] / s;
+            v = v > qmax ? qmax : v;
+            v = v < -qmax ? -qmax : v;
+            v = (v + CODEC_RNE_MAGIC) - CODEC_RNE_MAGIC;
+            q[i] = (int8_t)(int32_t)v;
+        }
+    }
+    if (bits == 8) {
+        memcpy(out + 2, q, sizeof q);
+        return 0;
+    }
+    for (int j = 0; j < CODEC_BLOCK / 2; j++)
+        out[2 + j] = (uint8_t)(((uint8_t)q[2 * j] & 0x0fu) | ((uint8_t)q[2 * j + 1] << 4));
+    return 0;
+}
+
+/* Decode one full block. */
+CK_LINKAGE void CK(codec_decode_block)(const uint8_t *restrict in, float *restrict out, int bits)
+{
+    float s = bf16_to_f32((uint16_t)(in[0] | (in[1] << 8)));
+    int8_t q[CODEC_BLOCK];
+    if (bits == 8) {
+        memcpy(q, in + 2, sizeof q);
+    } else {
+        for (int j = 0; j < CODEC_BLOCK / 2; j++) {
+            uint8_t b = in[2 + j]; /* two's complement nibbles, sign-extended by arithmetic shifts */
+            q[2 * j] = (int8_t)((int8_t)(uint8_t)(b << 4) >> 4);
+            q[2 * j + 1] = (int8_t)((int8_t)b >> 4);
+        }
+    }
+    for (int i = 0; i < CODEC_BLOCK; i++)
+        out[i] = (float)q[i] * s;
+}

@@ -1,0 +1,578 @@
+/*
+ * rconn.c: the connections declared in rconn.h, on the hiredis 0.14 blocking API. Every command is
+ * formatted once (RESP), its key's slot read from that (cluster.c), and sent by route(): the single
+ * place where MOVED and ASK are followed.
+ */
+#include "rconn.h"
+#include "cluster.h"
+#include "log.h"
+#include "sentinel.h"
+#include "sigpipe.h"
+#include "util.h"
+
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+
+#define RETRY_BASE_MS 100
+#define RETRY_CAP_MS 5000
+#define RETRY_LOG_EVERY_MS 5000
+#define RESOLVE_RETRY_CAP_MS 500
+/* A new master has no replica for a second or two, until the Sentinels point the others at it. */
+#define NOREPLICAS_PATIENCE_MS 10000
+
+struct rconn {
+    redis_url given;    /* as given (may name Sentinels or several seeds) */
+    redis_url url;      /* the server it resolved to (its credentials are used on every node) */
+    uint64_t moved_checked_ms;
+    int timeout_ms;
+    redisContext *seed; /* connection to the URL's server: keyless commands, and everything until a
+                           redirection says this is a cluster */
+    cluster_map *map;   /* NULL: a single server */
+    redisContext *node[CLUSTER_MAX_NODES]; /* per map node, opened on first use; may be seed */
+    int broken;
+    char errstr[256];
+};
+
+static struct timeval timeval_from_ms(int ms)
+{
+    if (ms <= 0)
+        ms = 1;
+    struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+    return tv;
+}
+
+int rconn_reply_error(const rconn *c, redisReply *r, char *err, size_t errlen)
+{
+    if (r == NULL) {
+        err_set(err, errlen, "Redis connection error: %s", c && c->errstr[0] ? c->errstr : "no reply");
+        return -1;
+    }
+    if (r->type == REDIS_REPLY_ERROR) {
+        err_set(err, errlen, "%s", r->str ? r->str : "Redis error");
+        return -1;
+    }
+    return 0;
+}
+
+int rconn_error_final(const char *e)
+{
+    static const char *const final[] = {
+        "WRONGPASS",                  /* Redis 6+: unknown user, wrong password or disabled user */
+        "NOAUTH",                     /* a password is required and the URL has none */
+        "NOPERM",                     /* the ACL user may not run this command or touch this key */
+        "ERR invalid password",       /* Redis < 6 */
+        "ERR AUTH",                   /* a password given to a server that has none */
+        "ERR Client sent AUTH",       /* the same, Redis < 6 */
+        "ERR DB index is out of range",
+    };
+    if (e == NULL)
+        return 0;
+    for (size_t i = 0; i < sizeof final / sizeof final[0]; i++)
+        if (strncmp(e, final[i], strlen(final[i])) == 0)
+            return 1;
+    return 0;
+}
+
+int rconn_error_failover(const char *e)
+{
+    static const char *const failover[] = {
+        "READONLY",    /* the node was demoted: it is a replica now */
+        "MASTERDOWN",  /* a replica that lost its master (replica-serve-stale-data no) */
+        "CLUSTERDOWN", /* a cluster master failed and no replica took over yet */
+        "TRYAGAIN",    /* a cluster slot in the middle of a failover or migration */
+    };
+    if (e == NULL)
+        return 0;
+    for (size_t i = 0; i < sizeof failover / sizeof failover[0]; i++)
+        if (strncmp(e, failover[i], strlen(failover[i])) == 0)
+            return 1;
+    return 0;
+}
+
+/* Run one command whose only interesting outcome is error or not; *final when Redis refused it for good. */
+static int run_simple(redisContext *c, const char *what, int *final, char *err, size_t errlen, redisReply *r)
+{
+    int rc = 0;
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        err_set(err, errlen, "%s failed: %s", what, r ? r->str : c->errstr[0] ? c->errstr : "no reply");
+        *final = r != NULL && rconn_error_final(r->str);
+        rc = -1;
+    }
+    if (r != NULL)
+        freeReplyObject(r);
+    return rc;
+}
+
+static int authenticate(redisContext *c, const redis_url *u, int *final, char *err, size_t errlen)
+{
+    if (u->user[0] != '\0')
+        return run_simple(c, "AUTH (check the user and password in the Redis URL)", final, err, errlen,
+                          redisCommand(c, "AUTH %s %s", u->user, u->pass));
+    if (u->pass[0] != '\0')
+        return run_simple(c, "AUTH (check the password in the Redis URL)", final, err, errlen,
+                          redisCommand(c, "AUTH %s", u->pass));
+    return 0;
+}
+
+/* Open, authenticate and configure one connection: to the URL's server (host NULL) or to host:port
+ * with the URL's credentials (a cluster node). *final: Redis refused the credentials or the database. */
+static redisContext *open_node(const redis_url *u, const char *host, int port, int timeout_ms, int *final,
+                               char *err, size_t errlen)
+{
+    struct timeval tv = timeval_from_ms(timeout_ms);
+    char where[600];
+    redisContext *c;
+    if (host != NULL)
+        snprintf(where, sizeof where, "cluster node %s:%d", host, port);
+    else if (redis_url_format(u, where, sizeof where) != 0)
+        where[0] = '\0';
+    if (host == NULL && u->is_unix)
+        c = redisConnectUnixWithTimeout(u->path, tv);
+    else
+        c = redisConnectWithTimeout(host ? host : u->host, host ? port : u->port, tv);
+    if (c == NULL) {
+        err_set(err, errlen, "cannot connect to %s: out of memory", where);
+        return NULL;
+    }
+    if (c->err) {
+        err_set(err, errlen, "cannot connect to %s: %s", where, c->errstr);
+        goto error;
+    }
+    if (redisSetTimeout(c, tv) != REDIS_OK) {
+        err_set(err, errlen, "cannot set the command timeout on %s: %s", where, c->errstr);
+        goto error;
+    }
+    if (authenticate(c, u, final, err, errlen) != 0)
+        goto error;
+    /* SELECT 0 is skipped so the same URL also works against a Redis Cluster node. */
+    if (host == NULL && u->db != 0 &&
+        run_simple(c, "SELECT (check the database number in the Redis URL)", final, err, errlen,
+                   redisCommand(c, "SELECT %d", u->db)) != 0)
+        goto error;
+    return c;
+
+error:
+    redisFree(c);
+    return NULL;
+}
+
+/* One attempt; *final as open_node. */
+static rconn *connect_once(const redis_url *u, int timeout_ms, int *final, char *err, size_t errlen)
+{
+    *final = 0;
+    rconn *c = calloc(1, sizeof *c);
+    if (c == NULL) {
+        err_set(err, errlen, "out of memory");
+        return NULL;
+    }
+    c->timeout_ms = timeout_ms;
+    c->given = *u;
+    if (redis_url_resolve(u, timeout_ms, &c->url, err, errlen) != 0) {
+        free(c);
+        return NULL;
+    }
+    sigpipe_guard g;
+    sigpipe_hold(&g);
+    c->seed = open_node(&c->url, NULL, 0, timeout_ms, final, err, errlen);
+    sigpipe_release(&g);
+    if (c->seed == NULL) {
+        free(c);
+        return NULL;
+    }
+    return c;
+}
+
+rconn *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_t errlen)
+{
+    int final;
+    return connect_once(u, timeout_ms, &final, err, errlen);
+}
+
+/* Sleep ms in slices so a stop request is honoured promptly. */
+static void sleep_unless_stopped(unsigned ms, const volatile int *stop)
+{
+    for (unsigned slept = 0; slept < ms && !(stop != NULL && *stop); slept += 50)
+        sleep_ms(ms - slept < 50 ? ms - slept : 50);
+}
+
+rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int wait_ms, const volatile int *stop, int *refused,
+                           char *err, size_t errlen)
+{
+    char where[600];
+    char why[512] = "";
+    if (redis_url_format(u, where, sizeof where) != 0)
+        where[0] = '\0';
+    if (refused != NULL)
+        *refused = 0;
+    uint64_t t0 = now_ms(), logged = 0;
+    unsigned attempt = 0;
+    for (;; attempt++) {
+        if (stop != NULL && *stop) {
+            err_set(err, errlen, "stopped while connecting to %s (last error: %s)", where, why);
+            return NULL;
+        }
+        int final;
+        rconn *c = connect_once(u, timeout_ms, &final, why, sizeof why);
+        if (c != NULL) {
+            if (attempt > 0)
+                log_info("connected to Redis at %s after %u failed attempts (%.1f s)", where, attempt,
+                         (double)(now_ms() - t0) / 1000.0);
+            return c;
+        }
+        if (final) { /* why names the refusal (AUTH or SELECT and Redis's reply) */
+            if (refused != NULL)
+                *refused = 1;
+            err_set(err, errlen, "%s", why);
+            return NULL;
+        }
+        uint64_t elapsed = now_ms() - t0;
+        if (wait_ms >= 0 && elapsed >= (uint64_t)wait_ms)
+            break;
+        /* Sentinels in the middle of a failover: ask again soon (cheap), to use the new master at once */
+        unsigned pause = backoff_ms(attempt, RETRY_BASE_MS,
+                                    redis_url_needs_resolve(u) ? RESOLVE_RETRY_CAP_MS : RETRY_CAP_MS);
+        if (wait_ms >= 0 && elapsed + pause > (uint64_t)wait_ms)
+            pause = (unsigned)((uint64_t)wait_ms - elapsed); /* the last attempt at the deadline */
+        if (logged == 0 || now_ms() - logged >= RETRY_LOG_EVERY_MS) {
+            /* why already names the URL (without password) */
+            if (wait_ms < 0)
+                log_warn("%s; retrying until it answers (is redis-server running, and is the URL right?)", why);
+            else
+                log_warn("%s; retrying for up to %.1f s more (is redis-server running, and is the URL right?)", why,
+                         (double)((uint64_t)wait_ms - elapsed) / 1000.0);
+            logged = now_ms();
+        }
+        sleep_unless_stopped(pause, stop);
+    }
+    if (attempt == 0)
+        err_set(err, errlen, "%s", why);
+    else
+        err_set(err, errlen, "%s (gave up after %.1f s and %u attempts)", why, (double)(now_ms() - t0) / 1000.0,
+                attempt + 1);
+    return NULL;
+}
+
+void rconn_free(rconn *c)
+{
+    if (c == NULL)
+        return;
+    for (int i = 0; i < CLUSTER_MAX_NODES; i++)
+        if (c->node[i] != NULL && c->node[i] != c->seed)
+            redisFree(c->node[i]);
+    if (c->seed != NULL)
+        redisFree(c->seed);
+    free(c->map);
+    free(c);
+}
+
+int rconn_set_timeout(rconn *c, int timeout_ms)
+{
+    struct timeval tv = timeval_from_ms(timeout_ms);
+    c->timeout_ms = timeout_ms;
+    int rc = redisSetTimeout(c->seed, tv) == REDIS_OK ? 0 : -1;
+    for (int i = 0; i < CLUSTER_MAX_NODES; i++)
+        if (c->node[i] != NULL && c->node[i] != c->seed && redisSetTimeout(c->node[i], tv) != REDIS_OK)
+            rc = -1;
+    return rc;
+}
+
+int rconn_broken(const rconn *c) { return c->broken; }
+const char *rconn_errstr(const rconn *c) { return c->errstr; }
+int rconn_is_cluster(const rconn *c) { return c->map != NULL; }
+
+const char *rconn_server(const rconn *c, char *buf, size_t cap)
+{
+    if (c->url.is_unix)
+        snprintf(buf, cap, "%s", c->url.path);
+    else
+        snprintf(buf, cap, strchr(c->url.host, ':') ? "[%s]:%d" : "%s:%d", c->url.host, c->url.port);
+    return buf;
+}
+
+static void set_broken(rconn *c, const char *why)
+{
+    c->broken = 1;
+    snprintf(c->errstr, sizeof c->errstr, "%.250s", why);
+}
+
+/* The connection to map node i (opened now if needed); NULL and broken if it cannot be opened. */
+static redisContext *node_ctx(rconn *c, int i)
+{
+    if (c->node[i] != NULL)
+        return c->node[i];
+    const cluster_node *n = &c->map->node[i];
+    if (!c->url.is_unix && n->port == c->url.port && strcmp(n->host, c->url.host) == 0)
+        return c->node[i] = c->seed;
+    char err[300];
+    int final;
+    c->node[i] = open_node(&c->url, n->host, n->port, c->timeout_ms, &final, err, sizeof err);
+    if (c->node[i] == NULL)
+        set_broken(c, err);
+    return c->node[i];
+}
+
+static const char *node_host(const rconn *c, int i) { return i < 0 ? c->url.host : c->map->node[i].host; }
+
+int rconn_error_noreplicas(const char *e)
+{
+    return e != NULL && strncmp(e, "NOREPLICAS", 10) == 0;
+}
+
+static redisReply *execute_once(rconn *c, redisContext *ctx, const char *cmd, size_t len, int asking);
+
+/* After NOREPLICAS: do the Sentinels name another master now (we talk to an old one cut off from its
+ * replicas)? Asked at most twice a second. */
+static int master_moved(rconn *c)
+{
+    uint64_t now = now_ms();
+    if (!redis_url_needs_resolve(&c->given) || now - c->moved_checked_ms < 500)
+        return 0;
+    c->moved_checked_ms = now;
+    char err[600];
+    redis_url found;
+    if (redis_url_resolve(&c->given, c->timeout_ms < 1000 ? c->timeout_ms : 1000, &found, err, sizeof err) != 0)
+        return 0;
+    return strcmp(found.host, c->url.host) != 0 || found.port != c->url.port;
+}
+
+/* execute_once, sent again while the master refuses writes for want of replicas (NOREPLICAS: the
+ * command did not run), up to NOREPLICAS_PATIENCE_MS. */
+static redisReply *execute(rconn *c, redisContext *ctx, const char *cmd, size_t len, int asking)
+{
+    uint64_t t0 = now_ms();
+    for (unsigned attempt = 0;; attempt++) {
+        redisReply *r = execute_once(c, ctx, cmd, len, asking);
+        if (r == NULL || r->type != REDIS_REPLY_ERROR || !rconn_error_noreplicas(r->str) ||
+            now_ms() - t0 >= NOREPLICAS_PATIENCE_MS)
+            return r;
+        if (master_moved(c)) {
+            set_broken(c, r->str); /* the caller reconnects, to the new master */
+            freeReplyObject(r);
+            return NULL;
+        }
+        freeReplyObject(r);
+        sleep_ms(backoff_ms(attempt, 20, 500));
+    }
+}
+
+/* Send one formatted command (after ASKING when asking) and read its reply; NULL = broken. */
+static redisReply *execute_once(rconn *c, redisContext *ctx, const char *cmd, size_t len, int asking)
+{
+    void *reply = NULL;
+    if ((asking && redisAppendCommand(ctx, "ASKING") != REDIS_OK) ||
+        redisAppendFormattedCommand(ctx, cmd, len) != REDIS_OK)
+        goto io_error;
+    if (asking) {
+        if (redisGetReply(ctx, &reply) != REDIS_OK)
+            goto io_error;
+        freeReplyObject(reply);
+        reply = NULL;
+    }
+    if (redisGetReply(ctx, &reply) != REDIS_OK)
+        goto io_error;
+    return reply;
+io_error:
+    set_broken(c, ctx->errstr[0] ? ctx->errstr : "connection error");
+    return NULL;
+}
+
+static int enter_cluster(rconn *c)
+{
+    if (c->map != NULL)
+        return 0;
+    c->map = malloc(sizeof *c->map);
+    if (c->map == NULL) {
+        set_broken(c, "out of memory for the cluster slot map");
+        return -1;
+    }
+    cluster_map_init(c->map);
+    log_debug("Redis at %s:%d is a cluster node: routing by hash slot", c->url.host, c->url.port);
+    return 0;
+}
+
+/* Re-read the slot map from node i. A refused CLUSTER SLOTS (an ACL without it) keeps what MOVED
+ * replies taught us; -1 only when the connection broke. */
+static int refresh(rconn *c, int i)
+{
+    redisContext *ctx = node_ctx(c, i);
+    if (ctx == NULL)
+        return -1;
+    redisReply *r = redisCommand(ctx, "CLUSTER SLOTS");
+    if (r == NULL) {
+        set_broken(c, ctx->errstr[0] ? ctx->errstr : "connection error");
+        return -1;
+    }
+    char err[256];
+    if (cluster_map_load(c->map, r, node_host(c, i), err, sizeof err) != 0)
+        log_debug("keeping the slot map learnt from redirections: %s", err);
+    freeReplyObject(r);
+    return 0;
+}
+
+/* Send cmd to the node that serves slot (-1: the URL's node), following redirections. */
+static redisReply *route_unguarded(rconn *c, const char *cmd, size_t len, int slot)
+{
+    if (c->broken)
+        return NULL;
+    int node = c->map ? cluster_map_owner(c->map, slot) : -1;
+    int asking = 0;
+    for (int hop = 0;; hop++) {
+        redisContext *ctx = node < 0 ? c->seed : node_ctx(c, node);
+        if (ctx == NULL)
+            return NULL;
+        redisReply *r = execute(c, ctx, cmd, len, asking);
+        if (r != NULL && r->type == REDIS_REPLY_ERROR && rconn_error_failover(r->str)) {
+            set_broken(c, r->str); /* the caller reconnects, which finds the master again */
+            freeReplyObject(r);
+            return NULL;
+        }
+        cluster_redirect rd;
+        if (r == NULL || hop == CLUSTER_MAX_HOPS || !cluster_reply_redirect(r, node_host(c, node), &rd))
+            return r;
+        freeReplyObject(r);
+        if (enter_cluster(c) != 0)
+            return NULL;
+        node = cluster_map_node(c->map, rd.host, rd.port);
+        if (node < 0) {
+            set_broken(c, "too many cluster nodes");
+            return NULL;
+        }
+        asking = rd.ask;
+        if (!rd.ask) {
+            c->map->owner[rd.slot] = (int16_t)node;
+            if (refresh(c, node) != 0)
+                return NULL;
+        }
+    }
+}
+
+/* route() with SIGPIPE held off (sigpipe.h): hiredis writes with write(). */
+static redisReply *route_to(rconn *c, const char *cmd, size_t len, int slot)
+{
+    sigpipe_guard g;
+    sigpipe_hold(&g);
+    redisReply *r = route_unguarded(c, cmd, len, slot);
+    sigpipe_release(&g);
+    return r;
+}
+
+static redisReply *route(rconn *c, const char *cmd, size_t len)
+{
+    return route_to(c, cmd, len, cluster_resp_slot(cmd, len));
+}
+
+int rconn_wait_replicas(rconn *c, const char *key, int replicas, int timeout_ms)
+{
+    char *cmd = NULL;
+    int len = redisFormatCommand(&cmd, "WAIT %d %d", replicas, timeout_ms);
+    if (len < 0) {
+        set_broken(c, "cannot format the command");
+        return -1;
+    }
+    redisReply *r = route_to(c, cmd, (size_t)len, cluster_key_slot(key, strlen(key)));
+    redisFreeCommand(cmd);
+    int n = r != NULL && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : -1;
+    if (r != NULL)
+        freeReplyObject(r);
+    return n;
+}
+
+redisReply *rconn_vcommand(rconn *c, const char *fmt, va_list ap)
+{
+    char *cmd = NULL;
+    int len = redisvFormatCommand(&cmd, fmt, ap);
+    if (len < 0) {
+        set_broken(c, "cannot format the command");
+        return NULL;
+    }
+    redisReply *r = route(c, cmd, (size_t)len);
+    redisFreeCommand(cmd);
+    return r;
+}
+
+redisReply *rconn_command(rconn *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = rconn_vcommand(c, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+redisReply *rconn_command_argv(rconn *c, int argc, const char **argv, const size_t *argvlen)
+{
+    char *cmd = NULL;
+    int len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
+    if (len < 0) {
+        set_broken(c, "cannot format the command");
+        return NULL;
+    }
+    redisReply *r = route(c, cmd, (size_t)len);
+    redisFreeCommand(cmd);
+    return r;
+}
+
+static int each_master(rconn *c, rconn_node_fn *fn, void *arg, char *err, size_t errlen)
+{
+    if (c->broken) {
+        err_set(err, errlen, "Redis connection error: %s", c->errstr);
+        return -1;
+    }
+    if (c->map == NULL) {
+        redisReply *r = redisCommand(c->seed, "CLUSTER SLOTS");
+        if (r == NULL) {
+            set_broken(c, c->seed->errstr[0] ? c->seed->errstr : "connection error");
+            err_set(err, errlen, "Redis connection error: %s", c->errstr);
+            return -1;
+        }
+        /* "ERR This instance has cluster support disabled" (or a refusal): one server. */
+        int cluster = r->type == REDIS_REPLY_ARRAY;
+        if (cluster && (enter_cluster(c) != 0 || cluster_map_load(c->map, r, c->url.host, err, errlen) != 0)) {
+            if (c->broken)
+                err_set(err, errlen, "%s", c->errstr);
+            freeReplyObject(r);
+            return -1;
+        }
+        freeReplyObject(r);
+        if (!cluster) {
+            char where[600];
+            if (redis_url_format(&c->url, where, sizeof where) != 0)
+                where[0] = '\0';
+            return fn(c->seed, where, arg, err, errlen);
+        }
+    } else {
+        int any = cluster_map_owner(c->map, 0) >= 0 ? cluster_map_owner(c->map, 0) : 0;
+        if (refresh(c, any) != 0) {
+            err_set(err, errlen, "Redis connection error: %s", c->errstr);
+            return -1;
+        }
+    }
+    char owns[CLUSTER_MAX_NODES] = { 0 };
+    for (int s = 0; s < CLUSTER_SLOTS; s++)
+        if (c->map->owner[s] >= 0)
+            owns[c->map->owner[s]] = 1;
+    for (int i = 0; i < c->map->nnodes; i++) {
+        if (!owns[i])
+            continue;
+        char where[300];
+        snprintf(where, sizeof where, "%s:%d", c->map->node[i].host, c->map->node[i].port);
+        redisContext *ctx = node_ctx(c, i);
+        if (ctx == NULL) {
+            err_set(err, errlen, "%s", c->errstr);
+            return -1;
+        }
+        if (fn(ctx, where, arg, err, errlen) != 0)
+            return -1;
+    }
+    return 0;
+}
+
+int rconn_each_master(rconn *c, rconn_node_fn *fn, void *arg, char *err, size_t errlen)
+{
+    sigpipe_guard g;
+    sigpipe_hold(&g);
+    int rc = each_master(c, fn, arg, err, errlen);
+    sigpipe_release(&g);
+    return rc;
+}

@@ -1,0 +1,97 @@
+/*
+ * rconn.h: synchronous Redis connections, opened from a parsed redis_url, that route by hash slot
+ * when the server is a Redis Cluster.
+ *
+ * Every binary talks to Redis through these: connect with a timeout, authenticate (ACL user +
+ * password, or password only), select the database, and set the command timeout so a dead Redis
+ * never hangs a caller. rconn_connect_retry() is what long-running processes use at start and after
+ * losing Redis.
+ *
+ * Redis Cluster (common/net/cluster.h): an rconn starts as a connection to the URL's server. The first
+ * MOVED or ASK reply tells it the server is a cluster node: it then reads the slot map (CLUSTER
+ * SLOTS), opens a connection per master as needed (same credentials) and sends each command to the
+ * master of its key's slot; MOVED patches the map, re-reads it and retries there, ASK sends ASKING
+ * and the command to the named node once. So a plain Redis sees exactly the commands it saw before
+ * (no probing), and any node of a cluster will do as the URL. Commands without a key go to the URL's
+ * node. rconn_each_master() asks CLUSTER SLOTS itself, for work that every master must do
+ * (FUNCTION LOAD, SCAN).
+ *
+ * A URL naming several servers (Sentinels, cluster seeds) is resolved to one at every connect
+ * (sentinel.h), so reconnecting after a failover finds the new master.
+ *
+ * hiredis 0.14 writes with write(), so a connection the server closed would raise SIGPIPE: every
+ * call here that can write holds SIGPIPE off in the calling thread (sigpipe.h), so rconn works in a
+ * program that left SIGPIPE at its default (libdiloco's host). Errors come back as a NULL reply
+ * that rconn_reply_error() explains, and rconn_broken() becomes true.
+ */
+#ifndef DILOCO_RCONN_H
+#define DILOCO_RCONN_H
+
+#include <stdarg.h>
+#include <stddef.h>
+#include <hiredis/hiredis.h>
+
+#include "url.h"
+
+typedef struct rconn rconn;
+
+/* NULL + err on failure. timeout_ms bounds the connect and, afterwards, every command. */
+rconn *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_t errlen);
+
+/* Whether a Redis error reply (its text, starting with the error code) is final for a client: the
+ * server refuses what the URL asks for (a wrong password or user: WRONGPASS, NOAUTH, the pre-6
+ * "ERR invalid password"; a user without the permission: NOPERM; a database it does not have), so
+ * trying again cannot help. The one place that decides it, for every binary. */
+int rconn_error_final(const char *redis_error);
+
+/* Whether a Redis error reply means the node is no longer the master we want (a failover happened or
+ * is under way: READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN). Such a reply breaks the connection
+ * (NULL reply, rconn_broken) like an I/O error: the caller reconnects, and the reconnect finds the
+ * master again (redis_url_resolve, sentinel.h). The shard-server's links use it too. NOREPLICAS (a
+ * master without the replicas min-replicas-to-write asks for: a new master whose replicas are still
+ * being pointed at it, or an old one cut off from them) is not one of them: the command did not run,
+ * and rconn sends it again on the same connection with a short backoff for up to 10 s before it
+ * returns the error (a reconnect at that moment would find the same master, and a burst of them from
+ * every process would load the Sentinels during a failover). */
+int rconn_error_failover(const char *redis_error);
+int rconn_error_noreplicas(const char *redis_error);
+
+/* Connect, retrying with exponential backoff (100 ms .. 5 s, jittered) while Redis cannot be reached,
+ * for up to wait_ms (0: one attempt; negative: until connected) or until *stop becomes non-zero (stop
+ * may be NULL). A final refusal (rconn_error_final) ends it at once and sets *refused (may be NULL).
+ * While it retries it logs one WARN line at the first failure, then at most one every 5 s. */
+rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int wait_ms, const volatile int *stop, int *refused,
+                           char *err, size_t errlen);
+
+void rconn_free(rconn *c);
+
+/* Change the command timeout (of every connection, and of those opened later); -1 on failure. */
+int rconn_set_timeout(rconn *c, int timeout_ms);
+
+/* Like redisCommand / redisvCommand / redisCommandArgv, routed (see above). NULL: I/O error or
+ * timeout, after which rconn_broken(c) is true: free c and connect again. */
+redisReply *rconn_command(rconn *c, const char *fmt, ...);
+redisReply *rconn_vcommand(rconn *c, const char *fmt, va_list ap);
+redisReply *rconn_command_argv(rconn *c, int argc, const char **argv, const size_t *argvlen);
+
+/* WAIT replicas timeout_ms on the connection to the master of key's slot (the one that ran this
+ * thread's last write to key): how many replicas have every write sent on it so far, or -1 (an error
+ * reply, or the connection broke). The command timeout must exceed timeout_ms. */
+int rconn_wait_replicas(rconn *c, const char *key, int replicas, int timeout_ms);
+
+int rconn_broken(const rconn *c);
+const char *rconn_errstr(const rconn *c); /* why it broke ("" while fine) */
+int rconn_is_cluster(const rconn *c);
+/* "host:port" (or the socket path) of the server the URL led to (the master, behind Sentinel). */
+const char *rconn_server(const rconn *c, char *buf, size_t cap);
+
+/* -1 + err if r is NULL (connection error, explained from c) or a Redis error reply; else 0. */
+int rconn_reply_error(const rconn *c, redisReply *r, char *err, size_t errlen);
+
+/* Call fn with the raw connection of the one server, or of every master of a cluster (the slot map
+ * is read first), for keyless work each of them must do. addr names the node for messages. Stops at
+ * the first failure: its -1 (err filled by fn or by the connect). */
+typedef int rconn_node_fn(redisContext *node, const char *addr, void *arg, char *err, size_t errlen);
+int rconn_each_master(rconn *c, rconn_node_fn *fn, void *arg, char *err, size_t errlen);
+
+#endif

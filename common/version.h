@@ -1,7 +1,0 @@
-/* version.h: the version of the Redis Functions library (lua/diloco.lua, LIB_VERSION) this build speaks.
- * Every process checks `FCALL dl_version` against it and refuses to run against another one. */
-#ifndef DILOCO_VERSION_H
-#define DILOCO_VERSION_H
-#define DL_LIB_VERSION "2"
-#define DL_LIBRARY_NAME "diloco"
-#endif

@@ -1,0 +1,46 @@
+#!lua name=diloco
+--[[
+diloco.lua: the ReDiLoCo control plane, as one Redis Functions library.
+
+It is written as several files, one concern each, that the Makefile joins in name order into
+build/diloco.lua (what every binary embeds and `coordinator init` loads): 00_header.lua (these rules),
+10_helpers.lua, 20_membership.lua (barrier target, membership changes, the reaper), 30_workers.lua,
+40_barriers.lua (sync barriers, async submissions), 50_servers.lua (leases, commits, snapshots),
+60_operations.lua (rejections, operator actions, corrupt marks, repair, status), 90_register.lua.
+A file may use what an earlier one defines (they are one Lua chunk).
+
+Every change to coordination state (membership, heartbeats, barriers, leases, shard versions, counters,
+events) is one function here, so it is atomic and survives any client crash. Redis does not roll back
+a function that fails half-way, so every function checks ALL its preconditions before its first write
+and fails with a fixed error code (first word of the error):
+
+  NORUN           the run does not exist (run `coordinator init`)
+  EXISTS          the run already exists
+  BADARG          an argument is malformed
+  UNKNOWN_WORKER  the worker is not a live member (evicted, never registered, or an old incarnation)
+  STALE           the round is not the open round of that fragment
+  NOTCLOSED       the barrier is still open
+  FENCED          the lease is not held by the caller with that epoch (or expired)
+  VERSION         the shard is not at the version the caller expects
+  ALIVE           the worker is still a live member (it cannot be dropped from a round)
+  SHUTDOWN        the run has been shut down
+  OLDRUN          the run was created by another version of this library (its keys are laid out differently)
+
+All keys of run R carry the hash tag {R} so a Redis Cluster keeps them on one node; KEYS[1] is always
+dl:{R}:config and the other names are derived from it. The format of every key is documented in
+docs/PROTOCOL.md. Times are Redis TIME in milliseconds, never a client's clock.
+
+Who may write what. Redis checks the ACL of the CALLING user on every redis.call a function makes, so
+what a function may change is what its caller may change. The operator's settings (outer lr/momentum,
+Nesterov, heartbeat timeout, staleness limit, DyLU, worker counts, running/shutdown) live in their own
+hash dl:{R}:tunables, which only operator functions (dl_init, dl_set, dl_shutdown, dl_kick) write and
+which deploy/redis/users.acl gives the worker and shard-server users read-only (%R~). Every operator
+function makes its first write to that hash (operator_gate), after its checks: for any other user the
+function stops there with an ACL error, before anything changed. Worker and server functions only READ
+dl:{R}:tunables; the counters and the round state they must change stay in dl:{R}:state.
+]]
+
+-- 2: operator settings moved from dl:{R}:state to dl:{R}:tunables (version 1 kept them in state)
+local LIB_VERSION = '2'
+local EVENTS_MAXLEN = 100000
+

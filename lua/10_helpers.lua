@@ -1,0 +1,116 @@
+-- lua/10_helpers.lua: small helpers: arguments, events, the run, tunables, worker records (used by every other file).
+-- Part of the diloco Functions library: the Makefile joins lua/*.lua in name order into
+-- build/diloco.lua, which every binary embeds (lua/00_header.lua has the library's rules).
+
+-- ---------------------------------------------------------------------------------------------------
+-- small helpers
+
+local function now_ms()
+    local t = redis.call('TIME')
+    return tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+end
+
+local function prefix_of(config_key)
+    local p = string.match(config_key, '^(dl:{[^}]+}):config$')
+    if not p then error('BADARG the first key must be dl:{RUN}:config, got ' .. tostring(config_key)) end
+    return p
+end
+
+local function fail(msg) return redis.error_reply(msg) end
+
+local function to_int(s, what)
+    local n = tonumber(s)
+    if n == nil or n ~= math.floor(n) then error('BADARG ' .. what .. ' must be an integer, got ' .. tostring(s)) end
+    return n
+end
+
+local function to_num(s, what)
+    local n = tonumber(s)
+    if n == nil or n ~= n then error('BADARG ' .. what .. ' must be a number, got ' .. tostring(s)) end
+    return n
+end
+
+local function hget_num(key, field, default)
+    local v = redis.call('HGET', key, field)
+    if not v then return default end
+    return tonumber(v)
+end
+
+local function split_csv(s)
+    local out = {}
+    if s == nil or s == false or s == '' then return out end
+    for item in string.gmatch(s, '[^,]+') do out[#out + 1] = item end
+    return out
+end
+
+local function event(P, kind, fields)
+    local args = {P .. ':events', 'MAXLEN', '~', EVENTS_MAXLEN, '*', 'type', kind}
+    for i = 1, #fields, 2 do
+        args[#args + 1] = fields[i]
+        args[#args + 1] = tostring(fields[i + 1])
+    end
+    redis.call('XADD', unpack(args))
+end
+
+local function load_run(keys)
+    local P = prefix_of(keys[1])
+    local v = redis.call('HGET', keys[1], 'lib_version')
+    if not v then error('NORUN run ' .. P .. ' does not exist; run `coordinator init` first') end
+    -- a run made by another library version keeps its keys differently (version 1: the operator's
+    -- settings in dl:{R}:state): reading it with these functions would silently use defaults
+    if v ~= LIB_VERSION then
+        error('OLDRUN run ' .. P .. ' was created by function library version ' .. v .. ', this is version ' ..
+              LIB_VERSION .. '; finish it with the binaries of that release (or export a checkpoint with them ' ..
+              'and init a new run from it)')
+    end
+    return P
+end
+
+-- The operator's settings of the run (see the header): read by everyone, written only by operator
+-- functions, each of which goes through operator_gate first.
+local function tunables_key(P) return P .. ':tunables' end
+local function tunable(P, field) return redis.call('HGET', P .. ':tunables', field) end
+
+-- The first write of every operator function, made after all its checks. Only the operator user may
+-- write dl:{R}:tunables, so for a worker or shard-server this HINCRBY fails with an ACL error and the
+-- function has changed nothing. operator_rev counts the operator's actions (set, shutdown, kick).
+local function operator_gate(P)
+    redis.call('HINCRBY', P .. ':tunables', 'operator_rev', 1)
+end
+
+-- Fields of dl_init's state list that are operator settings (dl:{R}:tunables); the rest go to dl:{R}:state.
+-- expected_workers is the operator's -n (and every later dl_set target_workers); state's target_workers
+-- is the live barrier target, which starts there and follows the membership (fit_target_*; worker
+-- functions write it).
+local OPERATOR_FIELDS = {status = true, outer_lr = true, outer_momentum = true, nesterov = true,
+                         min_workers = true, expected_workers = true, heartbeat_timeout_ms = true,
+                         max_staleness = true, dylu = true, dylu_base_sync_every = true}
+
+local function num_fragments(P)
+    return tonumber(redis.call('HGET', P .. ':config', 'fragments')) or 1
+end
+
+-- worker records are msgpack maps: {inc, host, joined = {f -> round}, registered, speed, loss, step, tokens, h}
+local function get_worker(P, w)
+    local raw = redis.call('HGET', P .. ':workers', w)
+    if not raw then return nil end
+    return cmsgpack.unpack(raw)
+end
+
+local function put_worker(P, w, rec)
+    redis.call('HSET', P .. ':workers', w, cmsgpack.pack(rec))
+end
+
+local function barrier_key(P, f, r) return P .. ':f' .. f .. ':r' .. r end
+
+-- Byte-wise string order (Lua's < follows the C library's collation, which depends on the locale):
+-- participants are summed in this order, so it must be the same as C's strcmp everywhere.
+local function bytes_less(a, b)
+    local n = math.min(#a, #b)
+    for i = 1, n do
+        local x, y = string.byte(a, i), string.byte(b, i)
+        if x ~= y then return x < y end
+    end
+    return #a < #b
+end
+

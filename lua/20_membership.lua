@@ -1,0 +1,190 @@
+-- lua/20_membership.lua: barrier helpers, the barrier target, membership changes and the reaper.
+-- Part of the diloco Functions library: the Makefile joins lua/*.lua in name order into
+-- build/diloco.lua, which every binary embeds (lua/00_header.lua has the library's rules).
+
+-- ---------------------------------------------------------------------------------------------------
+-- barriers
+
+-- Live members expected at round r of fragment f: joined round <= r.
+local function expected_members(P, f, r)
+    local out = {}
+    local all = redis.call('HGETALL', P .. ':workers')
+    for i = 1, #all, 2 do
+        local rec = cmsgpack.unpack(all[i + 1])
+        local j = rec.joined and rec.joined[f + 1]
+        if j ~= nil and j <= r then out[#out + 1] = all[i] end
+    end
+    return out
+end
+
+local function live_count(P) return redis.call('HLEN', P .. ':workers') end
+
+-- The number of arrivals a barrier needs (state target_workers: Forgather's num_workers) follows the
+-- membership between min_workers and the operator's expected_workers (docs/PROTOCOL.md, "Barrier
+-- target"). A run left by every member is a fresh run again: the barrier waits for the operator's
+-- number. While members remain, a departure shrinks the target to the members left, so the survivors
+-- go on, and a member the open barrier of every fragment waits for grows it back (fit_target_to_joins).
+local function bounded_target(P, t)
+    local minw = tonumber(tunable(P, 'min_workers')) or 1
+    local expected = tonumber(tunable(P, 'expected_workers'))
+    if expected and t > expected then t = expected end
+    if t < minw then t = minw end
+    if t < 1 then t = 1 end
+    return t
+end
+
+local function current_target(P)
+    return tonumber(redis.call('HGET', P .. ':state', 'target_workers')) or 1
+end
+
+-- A replaced member (dl_register of a live id) comes back in the same call: the run was never empty.
+local function fit_target_to_departure(P, why)
+    local live = live_count(P)
+    local t
+    if live == 0 and why ~= 'replaced' then
+        t = tonumber(tunable(P, 'expected_workers')) or current_target(P)
+    else
+        t = math.min(current_target(P), live)
+    end
+    redis.call('HSET', P .. ':state', 'target_workers', bounded_target(P, t))
+end
+
+-- Growth counts only members that every open barrier waits for: a joiner of the next round raises the
+-- target when that round opens, never while the open round (which does not expect it) is still
+-- waiting, so a join never blocks the open round.
+local function fit_target_to_joins(P)
+    local fewest = nil
+    for f = 0, num_fragments(P) - 1 do
+        local r = tonumber(redis.call('HGET', P .. ':state', 'round:' .. f))
+        local n = #expected_members(P, f, r)
+        if fewest == nil or n < fewest then fewest = n end
+    end
+    local t = current_target(P)
+    if fewest and fewest > t then
+        redis.call('HSET', P .. ':state', 'target_workers', bounded_target(P, fewest))
+    end
+end
+
+-- Close the open barrier of fragment f if every expected member arrived and at least the target number
+-- of workers did. Closing freezes the participants (sorted by id), opens round r+1 and wakes them.
+local function barrier_try_close(P, f)
+    local state = P .. ':state'
+    local r = tonumber(redis.call('HGET', state, 'round:' .. f))
+    local B = barrier_key(P, f, r)
+    local fields = redis.call('HGETALL', B)
+    local arrived, n = {}, 0
+    for i = 1, #fields, 2 do
+        local w = string.match(fields[i], '^a:(.+)$')
+        if w then arrived[w] = fields[i + 1]; n = n + 1 end
+    end
+    if n == 0 then return false end
+    for _, w in ipairs(expected_members(P, f, r)) do
+        if arrived[w] == nil then return false end
+    end
+    local target = tonumber(redis.call('HGET', state, 'target_workers')) or 1
+    if n < target then return false end
+
+    local ids = {}
+    for w, _ in pairs(arrived) do ids[#ids + 1] = w end
+    table.sort(ids, bytes_less)
+    local parts = {}
+    for i, w in ipairs(ids) do parts[i] = w .. ':' .. arrived[w] end
+    local t = now_ms()
+    redis.call('HSET', B, 'state', 'closed', 'participants', table.concat(parts, ','), 'closed_ms', t)
+    redis.call('EXPIRE', B, 86400)
+    redis.call('HSET', state, 'round:' .. f, r + 1)
+    redis.call('HSET', barrier_key(P, f, r + 1), 'state', 'open', 'opened_ms', t)
+    redis.call('HINCRBY', state, 'rounds_closed', 1)
+    fit_target_to_joins(P)
+    for _, w in ipairs(ids) do
+        local wk = P .. ':wake:' .. w
+        redis.call('RPUSH', wk, f .. ':' .. r)
+        redis.call('EXPIRE', wk, 600)
+    end
+    -- also wake the joiners of round r+1 that did not volunteer at r: they wait for this close to start
+    -- the next round from its result, together with everyone (a wake token is only a hint: whoever
+    -- pops one reads dl_barrier, so a token nobody waits for is harmless)
+    local all = redis.call('HGETALL', P .. ':workers')
+    for i = 1, #all, 2 do
+        local rec = cmsgpack.unpack(all[i + 1])
+        if arrived[all[i]] == nil and rec.joined and rec.joined[f + 1] == r + 1 then
+            local wk = P .. ':wake:' .. all[i]
+            redis.call('RPUSH', wk, f .. ':' .. r)
+            redis.call('EXPIRE', wk, 600)
+        end
+    end
+    event(P, 'close', {'frag', f, 'round', r, 'participants', n})
+    return true
+end
+
+-- Remove worker w from the open barrier of every fragment and re-evaluate them.
+local function barrier_forget(P, w)
+    for f = 0, num_fragments(P) - 1 do
+        local r = redis.call('HGET', P .. ':state', 'round:' .. f)
+        if redis.call('HDEL', barrier_key(P, f, r), 'a:' .. w) == 1 then
+            event(P, 'dropped', {'worker', w, 'frag', f, 'round', r})
+        end
+    end
+    for f = 0, num_fragments(P) - 1 do barrier_try_close(P, f) end
+end
+
+-- ---------------------------------------------------------------------------------------------------
+-- membership
+
+local function remove_member(P, w, why)
+    local rec = get_worker(P, w)
+    if not rec then return false end
+    redis.call('HDEL', P .. ':workers', w)
+    redis.call('ZREM', P .. ':heartbeats', w)
+    if why == 'evicted' or why == 'kicked' then redis.call('HINCRBY', P .. ':state', 'deaths', 1) end
+    fit_target_to_departure(P, why)
+    event(P, why, {'worker', w, 'inc', rec.inc})
+    barrier_forget(P, w)
+    return true
+end
+
+-- Evict every member whose last heartbeat is older than the timeout (0 disables eviction).
+local function reap(P, now)
+    local timeout = tonumber(tunable(P, 'heartbeat_timeout_ms')) or 0
+    if timeout <= 0 then return 0 end
+    local dead = redis.call('ZRANGEBYSCORE', P .. ':heartbeats', '-inf', '(' .. (now - timeout))
+    for _, w in ipairs(dead) do remove_member(P, w, 'evicted') end
+    return #dead
+end
+
+local function check_running(P)
+    if tunable(P, 'status') == 'shutdown' then
+        error('SHUTDOWN the run has been shut down by an operator')
+    end
+end
+
+-- A value a client chose, cut to a size fit for an event or an error message.
+local function clip(v)
+    local s = tostring(v)
+    if #s > 200 then return string.sub(s, 1, 200) .. '...' end
+    return s
+end
+
+-- Count a rejection in dl:{R}:state and record it in dl:{R}:events (capped at EVENTS_MAXLEN entries, as
+-- every event). Data-plane rejections come through dl_reject; control-plane ones are recorded by the
+-- function that refuses the call.
+local function record_reject(P, fields)
+    redis.call('HINCRBY', P .. ':state', 'rejections', 1)
+    event(P, 'reject', fields)
+end
+
+-- Check that w is a live member with incarnation inc; returns its record. Otherwise the call (`by`, the
+-- function's name, with `extra` event fields) is refused with UNKNOWN_WORKER and recorded as a rejection,
+-- so an operator sees a stale or misconfigured worker. Redis keeps a function's writes when it then
+-- returns an error: the record is this function's deliberate last write before the error, and callers
+-- check the caller's membership after every other precondition whose failure must leave no trace.
+local function check_member(P, w, inc, by, extra)
+    local rec = get_worker(P, w)
+    if rec and tostring(rec.inc) == tostring(inc) then return rec end
+    local msg = 'worker ' .. clip(w) .. ' (incarnation ' .. clip(inc) .. ') is not a live member of the run; register again'
+    local fields = {'by', by, 'worker', clip(w), 'inc', clip(inc), 'code', 'UNKNOWN_WORKER', 'message', msg}
+    for _, v in ipairs(extra or {}) do fields[#fields + 1] = clip(v) end
+    record_reject(P, fields)
+    error('UNKNOWN_WORKER ' .. msg)
+end
+

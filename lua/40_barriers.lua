@@ -1,0 +1,142 @@
+-- lua/40_barriers.lua: functions: sync barriers (dl_arrive, dl_barrier, dl_drop) and async submissions (dl_submit).
+-- Part of the diloco Functions library: the Makefile joins lua/*.lua in name order into
+-- build/diloco.lua, which every binary embeds (lua/00_header.lua has the library's rules).
+
+-- ---------------------------------------------------------------------------------------------------
+-- functions: barriers
+
+-- dl_arrive KEYS[1]=config ARGV: worker_id, incarnation, fragment, round
+-- -> {'closed'|'open', round, arrived count}
+local function dl_arrive(keys, args)
+    local P = load_run(keys)
+    local w, inc = args[1], args[2]
+    local f, r = to_int(args[3], 'fragment'), to_int(args[4], 'round')
+    if f < 0 or f >= num_fragments(P) then error('BADARG fragment ' .. f .. ' does not exist') end
+    local now = now_ms()
+    reap(P, now)
+    check_running(P)
+    check_member(P, w, inc, 'dl_arrive', {'frag', f, 'round', r})
+    local cur = tonumber(redis.call('HGET', P .. ':state', 'round:' .. f))
+    if r ~= cur then
+        error('STALE round ' .. r .. ' of fragment ' .. f .. ' is not open (open round is ' .. cur ..
+              '); fetch the current parameters and start a new round')
+    end
+    local B = barrier_key(P, f, r)
+    redis.call('HSET', B, 'a:' .. w, inc)
+    redis.call('ZADD', P .. ':heartbeats', now, w)
+    local closed = barrier_try_close(P, f)
+    local n = 0
+    if not closed then
+        for _, k in ipairs(redis.call('HKEYS', B)) do if string.sub(k, 1, 2) == 'a:' then n = n + 1 end end
+    end
+    return {closed and 'closed' or 'open', r, n}
+end
+
+-- dl_barrier KEYS[1]=config ARGV: fragment, round [, missing]
+-- -> {state, participants csv, dropped csv, open round of the fragment [, missing]}. Reaps first, so a
+-- worker that waits on a barrier whose members died is released by its own polling. With a third
+-- argument 1, also the number of live members the open barrier still waits for (joined <= round, not
+-- arrived): a joiner waiting for the round to close learns that nobody is left to close it.
+local function dl_barrier(keys, args)
+    local P = load_run(keys)
+    local f, r = to_int(args[1], 'fragment'), to_int(args[2], 'round')
+    reap(P, now_ms())
+    local B = barrier_key(P, f, r)
+    local st = redis.call('HMGET', B, 'state', 'participants', 'dropped')
+    local cur = tonumber(redis.call('HGET', P .. ':state', 'round:' .. f))
+    local state = st[1]
+    if not state then
+        if r < cur then state = 'expired' else state = 'none' end
+    end
+    if args[3] ~= '1' then return {state, st[2] or '', st[3] or '', cur} end
+    local missing = 0
+    if state == 'open' then
+        for _, w in ipairs(expected_members(P, f, r)) do
+            if redis.call('HEXISTS', B, 'a:' .. w) == 0 then missing = missing + 1 end
+        end
+    end
+    return {state, st[2] or '', st[3] or '', cur, missing}
+end
+
+-- dl_drop KEYS[1]=config ARGV: fragment, round, worker_id
+-- A closed round whose participant w died before a shard received its pseudo-gradient again can never
+-- commit that shard with w; drop w from the round for every shard not yet committed.
+local function dl_drop(keys, args)
+    local P = load_run(keys)
+    local f, r, w = to_int(args[1], 'fragment'), to_int(args[2], 'round'), args[3]
+    reap(P, now_ms())
+    local B = barrier_key(P, f, r)
+    local st = redis.call('HMGET', B, 'state', 'participants', 'dropped')
+    if st[1] ~= 'closed' then error('NOTCLOSED round ' .. r .. ' of fragment ' .. f .. ' is not closed') end
+    local inc = nil
+    for _, p in ipairs(split_csv(st[2])) do
+        local id, i = string.match(p, '^(.+):(%d+)$')
+        if id == w then inc = i end
+    end
+    if not inc then error('BADARG worker ' .. w .. ' is not a participant of round ' .. r) end
+    local rec = get_worker(P, w)
+    if rec and tostring(rec.inc) == inc then
+        error('ALIVE worker ' .. w .. ' is still a live member; it will resend its pseudo-gradient')
+    end
+    for _, d in ipairs(split_csv(st[3])) do if d == w then return st[3] end end
+    local dropped = (st[3] and st[3] ~= '') and (st[3] .. ',' .. w) or w
+    redis.call('HSET', B, 'dropped', dropped)
+    event(P, 'drop', {'worker', w, 'frag', f, 'round', r})
+    return dropped
+end
+
+-- ---------------------------------------------------------------------------------------------------
+-- functions: async mode
+
+-- dl_submit KEYS[1]=config ARGV: worker_id, incarnation, fragment, (shard, base_version)*
+-- Gives each shard's submission its place in that shard's order: seq s means the submission turns
+-- version s into s+1 (staleness = s - base). All shards are checked before any is assigned, so a
+-- submission is all or nothing. -> {seq per shard, in the order given}
+local function dl_submit(keys, args)
+    local P = load_run(keys)
+    local w, inc, f = args[1], args[2], to_int(args[3], 'fragment')
+    if redis.call('HGET', keys[1], 'mode') ~= 'async' then
+        error('BADARG run ' .. P .. ' is in sync mode: workers arrive at barriers instead of submitting')
+    end
+    if #args < 5 or (#args - 3) % 2 ~= 0 then error('BADARG expected (shard, base_version) pairs') end
+    local now = now_ms()
+    reap(P, now)
+    check_running(P)
+    local rec = check_member(P, w, inc, 'dl_submit', {'frag', f})
+    local shards = P .. ':shards'
+    local limit = tonumber(tunable(P, 'max_staleness')) or 0
+    local plan = {}
+    for i = 4, #args, 2 do
+        local k, base = to_int(args[i], 'shard'), to_int(args[i + 1], 'base_version')
+        local nxt = tonumber(redis.call('HGET', shards, k .. ':next'))
+        if not nxt then error('BADARG shard ' .. k .. ' does not exist') end
+        if base > nxt then error('BADARG base version ' .. base .. ' of shard ' .. k .. ' is in the future') end
+        if limit > 0 and nxt - base > limit then
+            -- the rejection itself is recorded (the only writes before this error), nothing else changes
+            record_reject(P, {'by', 'dl_submit', 'worker', w, 'code', 'STALE', 'shard', k, 'staleness', nxt - base})
+            error('STALE a submission for shard ' .. k .. ' from version ' .. base .. ' would be ' .. (nxt - base) ..
+                  ' versions stale (limit ' .. limit .. '); fetch the current parameters')
+        end
+        plan[#plan + 1] = {k, base, nxt}
+    end
+    local seqs, worst, sum = {}, 0, 0
+    for i, p in ipairs(plan) do
+        local k, base, s = p[1], p[2], p[3]
+        redis.call('HSET', shards, k .. ':next', s + 1)
+        redis.call('HSET', P .. ':subs:' .. k, s, w .. ':' .. inc .. ':' .. base)
+        event(P, 'submit', {'worker', w, 'shard', k, 'seq', s, 'base', base, 'staleness', s - base, 'frag', f})
+        seqs[i] = s
+        sum = sum + (s - base)
+        if s - base > worst then worst = s - base end
+    end
+    local mean = sum / #plan
+    rec.stale_last = mean
+    rec.stale_n = (rec.stale_n or 0) + 1
+    rec.stale_sum = (rec.stale_sum or 0) + mean
+    rec.stale_mean = rec.stale_sum / rec.stale_n
+    rec.stale_max = math.max(rec.stale_max or 0, worst)
+    put_worker(P, w, rec)
+    redis.call('ZADD', P .. ':heartbeats', now, w)
+    return seqs
+end
+

@@ -1,0 +1,195 @@
+-- lua/50_servers.lua: functions: shard-servers, leases, commits and snapshots.
+-- Part of the diloco Functions library: the Makefile joins lua/*.lua in name order into
+-- build/diloco.lua, which every binary embeds (lua/00_header.lua has the library's rules).
+
+-- ---------------------------------------------------------------------------------------------------
+-- functions: shard-servers and leases
+
+-- Forget servers silent for longer than a lease (their leases have expired too) and count the rest.
+local function live_servers(P, now, ttl)
+    local dead = redis.call('ZRANGEBYSCORE', P .. ':server_beats', '-inf', '(' .. (now - ttl))
+    for _, sid in ipairs(dead) do
+        redis.call('ZREM', P .. ':server_beats', sid)
+        redis.call('HDEL', P .. ':servers', sid)
+        event(P, 'server_gone', {'server', sid})
+    end
+    return redis.call('ZCARD', P .. ':server_beats')
+end
+
+-- dl_server_beat KEYS[1]=config ARGV: server_id, address, ttl_ms, pid[, loaded]
+-- Renews the caller's valid leases, takes free or expired shards up to its fair share
+-- ceil(shards/servers), and gives back shards above it so a new server gets work.
+-- loaded (comma-separated shard numbers, possibly empty) are the shards the caller has in memory: a
+-- valid lease of its id on a shard not among them is taken anew with a new epoch (the process restarted
+-- with the same id, or dropped the shard): what the old epoch promised (parameters sent but not yet
+-- committed, docs/PROTOCOL.md) died with that memory, and workers learn it from the epoch.
+-- -> flat {shard, epoch, shard, epoch, ...} of the leases the caller now holds.
+local function dl_server_beat(keys, args)
+    local P = load_run(keys)
+    local sid, addr = args[1], args[2]
+    local ttl = to_int(args[3], 'ttl_ms')
+    if sid == nil or sid == '' or ttl <= 0 then error('BADARG server id and a positive ttl are required') end
+    local loaded = nil
+    if args[5] ~= nil then
+        loaded = {}
+        for k in string.gmatch(args[5], '%d+') do loaded[tonumber(k)] = true end
+    end
+    local now = now_ms()
+    local S = tonumber(redis.call('HGET', keys[1], 'shards'))
+    local shards = P .. ':shards'
+    redis.call('ZADD', P .. ':server_beats', now, sid)
+    local n = math.max(1, live_servers(P, now, ttl))
+    local fair = math.ceil(S / n)
+    local held, free = {}, {}
+    for k = 0, S - 1 do
+        local v = redis.call('HMGET', shards, k .. ':owner', k .. ':expiry')
+        local owner, expiry = v[1], tonumber(v[2]) or 0
+        if owner == sid and expiry >= now then
+            if loaded ~= nil and not loaded[k] then
+                local epoch = redis.call('HINCRBY', shards, k .. ':epoch', 1)
+                redis.call('HINCRBY', P .. ':state', 'lease_changes', 1)
+                event(P, 'lease', {'shard', k, 'server', sid, 'epoch', epoch})
+            end
+            held[#held + 1] = k
+        elseif owner == '' or expiry < now then free[#free + 1] = k end
+    end
+    -- give back the highest-numbered shards above the fair share, but only when someone lacks work
+    while #held > fair and #free == 0 do
+        local k = table.remove(held)
+        redis.call('HSET', shards, k .. ':owner', '', k .. ':expiry', 0)
+        redis.call('HINCRBY', P .. ':state', 'lease_changes', 1)
+        event(P, 'release', {'shard', k, 'server', sid})
+    end
+    for _, k in ipairs(held) do redis.call('HSET', shards, k .. ':expiry', now + ttl) end
+    for _, k in ipairs(free) do
+        if #held >= fair then break end
+        local epoch = redis.call('HINCRBY', shards, k .. ':epoch', 1)
+        redis.call('HSET', shards, k .. ':owner', sid, k .. ':expiry', now + ttl)
+        redis.call('HINCRBY', P .. ':state', 'lease_changes', 1)
+        event(P, 'lease', {'shard', k, 'server', sid, 'epoch', epoch})
+        held[#held + 1] = k
+    end
+    table.sort(held)
+    local out = {}
+    for _, k in ipairs(held) do
+        out[#out + 1] = k
+        out[#out + 1] = tonumber(redis.call('HGET', shards, k .. ':epoch'))
+    end
+    redis.call('HSET', P .. ':servers', sid, cmsgpack.pack({addr = addr, pid = args[4] or '', last = now,
+                                                           held = #held}))
+    return out
+end
+
+-- dl_server_leave KEYS[1]=config ARGV: server_id  (clean shutdown: give every lease back)
+local function dl_server_leave(keys, args)
+    local P = load_run(keys)
+    local sid = args[1]
+    local S = tonumber(redis.call('HGET', keys[1], 'shards'))
+    for k = 0, S - 1 do
+        if redis.call('HGET', P .. ':shards', k .. ':owner') == sid then
+            redis.call('HSET', P .. ':shards', k .. ':owner', '', k .. ':expiry', 0)
+            event(P, 'release', {'shard', k, 'server', sid})
+        end
+    end
+    redis.call('ZREM', P .. ':server_beats', sid)
+    redis.call('HDEL', P .. ':servers', sid)
+    return 'OK'
+end
+
+local function check_lease(P, sid, k, epoch, now)
+    local v = redis.call('HMGET', P .. ':shards', k .. ':owner', k .. ':epoch', k .. ':expiry', k .. ':version')
+    if v[1] ~= sid or tostring(v[2]) ~= tostring(epoch) or (tonumber(v[3]) or 0) < now then
+        error('FENCED shard ' .. k .. ' is not leased to ' .. sid .. ' with epoch ' .. tostring(epoch) ..
+              ' (owner ' .. tostring(v[1]) .. ', epoch ' .. tostring(v[2]) .. ')')
+    end
+    return tonumber(v[4])
+end
+
+-- dl_commit KEYS[1]=config ARGV: server_id, epoch, shard, from_version, digest, log_ref, participants, frag, round
+-- Makes version from+1 of the shard current: fenced by the lease epoch and by the version.
+local function dl_commit(keys, args)
+    local P = load_run(keys)
+    local sid, epoch, k = args[1], args[2], to_int(args[3], 'shard')
+    local from = to_int(args[4], 'from_version')
+    local digest, logref, nparts = args[5], args[6], args[7]
+    local now = now_ms()
+    local cur = check_lease(P, sid, k, epoch, now)
+    if cur ~= from then
+        error('VERSION shard ' .. k .. ' is at version ' .. cur .. ', not ' .. from)
+    end
+    local shards = P .. ':shards'
+    local log = redis.call('HGET', shards, k .. ':log')
+    if log and log ~= '' then log = log .. ',' .. logref else log = logref end
+    redis.call('HSET', shards, k .. ':version', from + 1, k .. ':digest', digest, k .. ':log', log,
+               k .. ':committed_ms', now)
+    redis.call('HINCRBY', P .. ':state', 'commits', 1)
+    redis.call('HDEL', P .. ':subs:' .. k, from)
+    event(P, 'commit', {'shard', k, 'version', from + 1, 'server', sid, 'epoch', epoch,
+                        'participants', nparts, 'frag', args[8] or 0, 'round', args[9] or from})
+    return from + 1
+end
+
+-- dl_replicated KEYS[1]=config ARGV: server_id, epoch, shard, version
+-- A run with min_replicas > 0: the lease holder's WAIT said that many replicas have the commit of
+-- `version` (and so everything written before it). Records k:replicated = version, which the workers'
+-- confirmation of tentative parameters requires (docs/PROTOCOL.md, "Durable means replicated"). The mark
+-- itself may be lost in a failover; the commit it names may not. -> the version now recorded.
+local function dl_replicated(keys, args)
+    local P = load_run(keys)
+    local sid, epoch, k = args[1], args[2], to_int(args[3], 'shard')
+    local v = to_int(args[4], 'version')
+    local cur = check_lease(P, sid, k, epoch, now_ms())
+    if v > cur then error('VERSION shard ' .. k .. ' is at version ' .. cur .. ', not ' .. v) end
+    local shards = P .. ':shards'
+    local was = tonumber(redis.call('HGET', shards, k .. ':replicated')) or 0
+    if v <= was then return was end
+    redis.call('HSET', shards, k .. ':replicated', v)
+    return v
+end
+
+-- dl_snapshot KEYS[1]=config ARGV: server_id, epoch, shard, version, snap_ref
+-- Records a snapshot of the shard at `version` and trims the log entries it covers.
+-- -> {old snapshot ref, trimmed log refs...} so the caller can delete those blobs.
+local function dl_snapshot(keys, args)
+    local P = load_run(keys)
+    local sid, epoch, k = args[1], args[2], to_int(args[3], 'shard')
+    local v, ref = to_int(args[4], 'version'), args[5]
+    local cur = check_lease(P, sid, k, epoch, now_ms())
+    local shards = P .. ':shards'
+    local old = redis.call('HGET', shards, k .. ':snap')
+    local oldv = tonumber(string.match(old, '^(%d+)%.'))
+    if v > cur or v <= oldv then
+        error('VERSION snapshot version ' .. v .. ' must be in (' .. oldv .. ', ' .. cur .. ']')
+    end
+    local keep, trimmed = {}, {old}
+    for _, e in ipairs(split_csv(redis.call('HGET', shards, k .. ':log'))) do
+        local ev = tonumber(string.match(e, '^(%d+)%.'))
+        if ev <= v then trimmed[#trimmed + 1] = e else keep[#keep + 1] = e end
+    end
+    redis.call('HSET', shards, k .. ':snap', ref, k .. ':log', table.concat(keep, ','))
+    return trimmed
+end
+
+-- dl_mark_corrupt KEYS[1]=config ARGV: server_id, epoch, shard, version, key, reason
+-- The lease holder found the shard's durable state unusable (a blob fails its checksum or is missing,
+-- or the replay does not give k:digest): marks it in dl:{R}:shards (k:corrupt = the key, k:corrupt_reason,
+-- k:corrupt_ms) and records one 'corrupt' event. Fenced like every server write. Marking the same key
+-- again changes nothing and records nothing (a restarted server finds the mark and does not retry).
+-- -> 1 when newly marked, 0 when it already was.
+local function dl_mark_corrupt(keys, args)
+    local P = load_run(keys)
+    local sid, epoch, k = args[1], args[2], to_int(args[3], 'shard')
+    local v, key, reason = to_int(args[4], 'version'), args[5] or '', args[6] or ''
+    if key == '' then error('BADARG the corrupt key is required') end
+    local cur = check_lease(P, sid, k, epoch, now_ms())
+    if cur ~= v then
+        error('VERSION shard ' .. k .. ' is at version ' .. cur .. ', not ' .. v .. ': load it again')
+    end
+    local shards = P .. ':shards'
+    if redis.call('HGET', shards, k .. ':corrupt') == key then return 0 end
+    redis.call('HSET', shards, k .. ':corrupt', key, k .. ':corrupt_reason', reason, k .. ':corrupt_ms', now_ms())
+    redis.call('HINCRBY', P .. ':state', 'corruptions', 1)
+    event(P, 'corrupt', {'shard', k, 'version', v, 'key', key, 'reason', reason, 'server', sid})
+    return 1
+end
+

@@ -1,0 +1,139 @@
+"""_lib.py: libdiloco through ctypes (the structs and functions of worker/diloco.h, mirrored).
+
+The package talks to a run only through libdiloco.so: ctypes needs no compiler and no Python headers,
+and the library already does everything that matters (sockets, threads, retries) in C, so a call
+costs one foreign-function hop. The mirrors below must match diloco.h; load() compares the sizes the
+library reports (diloco_options_size, diloco_sync_info_size) with ctypes' and refuses a mismatch
+rather than corrupt memory.
+
+Where the library is looked for, first found wins:
+    $REDILOCO_LIB                         an explicit path
+    <package>/../../build/libdiloco.so    the source tree this package lives in (make python)
+    <package>/libdiloco.so.0              installed next to the package (make install-python)
+    libdiloco.so.0                        the dynamic loader's search path (make install + ldconfig)
+"""
+import ctypes
+import os
+
+ABI_VERSION = 0  # the DILOCO_ABI_VERSION these mirrors were written for
+
+LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR = 0, 1, 2, 3
+LOG_DEFAULT = -1
+
+c_float_p = ctypes.POINTER(ctypes.c_float)
+DELTA_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int,
+                            ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_char_p, ctypes.c_size_t)
+LOAD_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, c_float_p, ctypes.c_size_t, ctypes.c_size_t,
+                           ctypes.c_int, ctypes.c_double, ctypes.c_char_p, ctypes.c_size_t)
+HOST_ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
+HOST_FREE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
+ON_PARAMS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
+                                ctypes.c_void_p, ctypes.c_size_t)
+LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
+
+
+class DeviceOps(ctypes.Structure):
+    _fields_ = [("ctx", ctypes.c_void_p), ("delta", DELTA_FN), ("load", LOAD_FN),
+                ("host_alloc", HOST_ALLOC_FN), ("host_free", HOST_FREE_FN)]
+
+
+class Options(ctypes.Structure):
+    _fields_ = [
+        ("redis_url", ctypes.c_char_p), ("run", ctypes.c_char_p), ("worker_id", ctypes.c_char_p),
+        ("sync_every", ctypes.c_int), ("bf16", ctypes.c_int), ("heartbeat_interval_ms", ctypes.c_int),
+        ("max_sync_retries", ctypes.c_int), ("net_timeout_ms", ctypes.c_int), ("sync_timeout_ms", ctypes.c_int),
+        ("wait_poll_ms", ctypes.c_int), ("connect_timeout_ms", ctypes.c_int), ("dylu", ctypes.c_int),
+        ("num_fragments", ctypes.c_int), ("fragment_alpha", ctypes.c_double),
+        ("simulate_latency_ms", ctypes.c_int), ("stop", ctypes.POINTER(ctypes.c_int)),
+        ("on_params", ON_PARAMS_FN), ("on_params_ctx", ctypes.c_void_p), ("device", DeviceOps),
+        ("log_callback", LOG_FN), ("log_ctx", ctypes.c_void_p), ("log_level", ctypes.c_int),
+        ("error_feedback", ctypes.c_int),
+    ]
+
+
+class SyncInfoC(ctypes.Structure):
+    _fields_ = [
+        ("fragment", ctypes.c_int), ("round", ctypes.c_int64), ("version", ctypes.c_int64),
+        ("seconds", ctypes.c_double), ("wait_seconds", ctypes.c_double),
+        ("bytes_up", ctypes.c_uint64), ("bytes_down", ctypes.c_uint64), ("digest", ctypes.c_uint64),
+        ("stale", ctypes.c_int),
+        ("t_first_send_us", ctypes.c_uint64), ("t_pushed_us", ctypes.c_uint64), ("t_get_us", ctypes.c_uint64),
+        ("t_last_recv_us", ctypes.c_uint64), ("confirm_seconds", ctypes.c_double),
+    ]
+
+
+_SIGNATURES = {
+    # name: (restype, argtypes)
+    "diloco_version_string": (ctypes.c_char_p, []),
+    "diloco_abi_version": (ctypes.c_int, []),
+    "diloco_options_size": (ctypes.c_size_t, []),
+    "diloco_sync_info_size": (ctypes.c_size_t, []),
+    "diloco_options_default": (None, [ctypes.POINTER(Options)]),
+    "diloco_open": (ctypes.c_int, [ctypes.POINTER(Options), c_float_p, ctypes.c_size_t,
+                                   ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p, ctypes.c_size_t]),
+    "diloco_after_step": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]),
+    "diloco_force_sync": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]),
+    "diloco_report": (None, [ctypes.c_void_p, ctypes.c_double, ctypes.c_uint64]),
+    "diloco_request_stop": (None, [ctypes.c_void_p]),
+    "diloco_last_sync": (ctypes.c_int, [ctypes.c_void_p, ctypes.POINTER(SyncInfoC)]),
+    "diloco_sync_every": (ctypes.c_int, [ctypes.c_void_p]),
+    "diloco_steps_to_sync": (ctypes.c_int, [ctypes.c_void_p]),
+    "diloco_stop_requested": (ctypes.c_int, [ctypes.c_void_p]),
+    "diloco_worker_id": (ctypes.c_char_p, [ctypes.c_void_p]),
+    "diloco_version": (ctypes.c_int64, [ctypes.c_void_p]),
+    "diloco_numel": (ctypes.c_size_t, [ctypes.c_void_p]),
+    "diloco_is_async": (ctypes.c_int, [ctypes.c_void_p]),
+    "diloco_num_fragments": (ctypes.c_int, [ctypes.c_void_p]),
+    "diloco_fragment_range": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t),
+                                             ctypes.POINTER(ctypes.c_size_t)]),
+    "diloco_run_layout": (ctypes.c_char_p, [ctypes.c_void_p]),
+    "diloco_close": (None, [ctypes.c_void_p]),
+}
+
+_lib = None
+
+
+def _candidates():
+    env = os.environ.get("REDILOCO_LIB")
+    if env:
+        return [env]
+    here = os.path.dirname(os.path.abspath(__file__))
+    return [os.path.join(here, "..", "..", "build", "libdiloco.so"), os.path.join(here, "libdiloco.so.0"),
+            "libdiloco.so.0"]
+
+
+def _open_first():
+    tried = []
+    for path in _candidates():
+        if os.sep in path and not os.path.exists(path):
+            tried.append(path + " (missing)")
+            continue
+        try:
+            return ctypes.CDLL(path), path
+        except OSError as e:
+            tried.append("%s (%s)" % (path, e))
+    raise OSError("libdiloco not found; build it with `make python` in the ReDiLoCo tree, install it with "
+                  "`make install`, or set REDILOCO_LIB to its path. Tried: " + "; ".join(tried))
+
+
+def load():
+    """The loaded libdiloco with its functions typed; checked against the mirrors above once."""
+    global _lib
+    if _lib is not None:
+        return _lib
+    lib, path = _open_first()
+    for name, (restype, argtypes) in _SIGNATURES.items():
+        f = getattr(lib, name)
+        f.restype = restype
+        f.argtypes = argtypes
+    if lib.diloco_abi_version() != ABI_VERSION:
+        raise OSError("%s has ABI version %d, this package was written for %d: rebuild the package with the "
+                      "library (make python)" % (path, lib.diloco_abi_version(), ABI_VERSION))
+    for what, got, want in (("diloco_options", lib.diloco_options_size(), ctypes.sizeof(Options)),
+                            ("diloco_sync_info", lib.diloco_sync_info_size(), ctypes.sizeof(SyncInfoC))):
+        if got != want:
+            raise OSError("%s: sizeof(%s) is %d in the library but %d in rediloco/_lib.py: the package and "
+                          "the library do not match (make python)" % (path, what, got, want))
+    lib.path = path
+    _lib = lib
+    return lib

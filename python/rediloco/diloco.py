@@ -1,0 +1,382 @@
+"""diloco.py: rediloco.DiLoCo, a PyTorch training loop's session in a ReDiLoCo run.
+
+    with rediloco.DiLoCo(url, run, model, inner_optimizer, sync_every=100) as dl:
+        for batch in data:
+            loss = ...; loss.backward(); inner_optimizer.step(); inner_optimizer.zero_grad()
+            dl.report(loss.item(), tokens=batch.numel())
+
+Entering the block moves the model's parameters into one flat fp32 buffer (params.FlatParams), opens a
+libdiloco session on it (which writes the run's current global parameters into it) and hooks the inner
+optimizer's step: after every step the hook calls diloco_after_step, which every H steps runs a sync and
+writes the new global parameters into the same buffer, so the model sees them with no copy through
+Python. Leaving the block deregisters the worker.
+
+SIGINT and SIGTERM while the block runs stop the session (diloco_request_stop: a sync waiting gives up at
+once); the next hook raises Stopped, which the block swallows, so the code after it runs. The previous
+handlers come back when the block ends. The names of the arguments follow torchft's local_sgd.DiLoCo
+where they mean the same thing (sync_every, fragment_sync_delay, fragment_update_alpha).
+"""
+import ctypes
+import os
+import signal
+import threading
+
+from . import _lib
+from .errors import DiLoCoError, Stopped
+from .params import FlatParams, check_layout
+from .syncinfo import SyncInfo
+
+_LEVELS = {"debug": _lib.LOG_DEBUG, "info": _lib.LOG_INFO, "warn": _lib.LOG_WARN, "error": _lib.LOG_ERROR}
+_ERRLEN = 1024
+
+
+def _ms(seconds, what):
+    if seconds is None or seconds < 0:
+        raise ValueError("%s must be a number of seconds >= 0, got %r" % (what, seconds))
+    return int(round(seconds * 1000))
+
+
+class _SignalWatch:
+    """SIGINT/SIGTERM turned into a stop request, even while the main thread waits inside libdiloco.
+
+    A Python signal handler runs only when the main thread executes bytecode, which it does not while a
+    sync waits at a barrier in C. So the C-level handler's wakeup byte (signal.set_wakeup_fd) is read by
+    a thread that calls on_signal at once; the Python handlers only keep the default KeyboardInterrupt
+    away. Whatever was there before (handlers, wakeup fd) comes back on close()."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
+
+    def __init__(self, on_signal):
+        self.on_signal = on_signal
+        self.rfd, self.wfd = os.pipe()
+        os.set_blocking(self.wfd, False)
+        self.old_handlers = {s: signal.signal(s, self._python_handler) for s in self.SIGNALS}
+        self.old_wakeup = signal.set_wakeup_fd(self.wfd)
+        self.thread = threading.Thread(target=self._read, name="rediloco-signals", daemon=True)
+        self.thread.start()
+
+    def _python_handler(self, signum, frame):
+        self.on_signal(signum)
+
+    def _read(self):
+        while True:
+            try:
+                data = os.read(self.rfd, 64)
+            except OSError:
+                return
+            if not data:
+                return
+            if self.old_wakeup >= 0:  # whoever had the wakeup fd before still hears of every signal
+                try:
+                    os.write(self.old_wakeup, data)
+                except OSError:
+                    pass
+            for b in data:
+                if b in self.SIGNALS:
+                    self.on_signal(b)
+
+    def close(self):
+        signal.set_wakeup_fd(self.old_wakeup)
+        for s, h in self.old_handlers.items():
+            signal.signal(s, h)
+        os.close(self.wfd)  # the reader sees end of file and leaves
+        self.thread.join(timeout=5)
+        os.close(self.rfd)
+
+
+class DiLoCo:
+    """A worker of ReDiLoCo run `run` at Redis `url`, training `model` with `inner_optimizer`.
+
+    The outer optimizer runs on the shard-servers and is the run's (init_run's outer_lr, outer_momentum,
+    nesterov); outer_optimizer exists for torchft's signature and must be None. Everything else is the
+    worker's: sync_every (H), bf16 pseudo-gradients, error_feedback (int8/int4 runs), dylu, fragment_update_alpha (Streaming DiLoCo's
+    mixing of the local and global values), worker_id, heartbeat_interval, timeouts in seconds."""
+
+    def __init__(self, url, run, model, inner_optimizer, outer_optimizer=None, sync_every=500,
+                 fragment_sync_delay=None, fragment_update_alpha=0.0, worker_id=None, bf16=True, dylu=False,
+                 error_feedback=False, heartbeat_interval=30.0, max_sync_retries=3, connect_timeout=60.0, net_timeout=60.0,
+                 sync_timeout=120.0, handle_signals=True, log=None, log_level=None):
+        if outer_optimizer is not None:
+            raise TypeError("outer_optimizer must be None: the outer optimizer runs on the shard-servers; set it "
+                            "when the run is created (init_run(..., outer_lr=, outer_momentum=, nesterov=))")
+        if not isinstance(sync_every, int) or sync_every < 1:
+            raise ValueError("sync_every must be a positive integer, got %r" % (sync_every,))
+        if not 0 <= fragment_update_alpha < 1:
+            raise ValueError("fragment_update_alpha must be in [0, 1), got %r" % (fragment_update_alpha,))
+        if log_level is not None and log_level not in _LEVELS:
+            raise ValueError("log_level is one of %s, got %r" % (", ".join(_LEVELS), log_level))
+        if log is not None and not callable(log):
+            raise TypeError("log must be a callable log(level, message), got %r" % (log,))
+        self.url, self.run, self.model, self.inner_optimizer = url, run, model, inner_optimizer
+        self.sync_every_requested = sync_every
+        self.fragment_sync_delay = fragment_sync_delay
+        self.fragment_update_alpha = float(fragment_update_alpha)
+        self.worker_id_requested = worker_id
+        self.bf16, self.dylu, self.error_feedback = bool(bf16), bool(dylu), bool(error_feedback)
+        self.timeouts = {"heartbeat_interval_ms": _ms(heartbeat_interval, "heartbeat_interval"),
+                         "connect_timeout_ms": _ms(connect_timeout, "connect_timeout"),
+                         "net_timeout_ms": _ms(net_timeout, "net_timeout"),
+                         "sync_timeout_ms": _ms(sync_timeout, "sync_timeout")}
+        self.max_sync_retries = int(max_sync_retries)
+        self.handle_signals = handle_signals
+        self.log, self.log_level = log, log_level
+        self._d = None
+        self._lib = None
+        self._flat = None
+        self._signals = None
+        self._hook = None
+        self._stop = ctypes.c_int(0)
+        self._stop_reason = None
+        self._tokens = 0
+        self._err = ctypes.create_string_buffer(_ERRLEN)
+        self._callbacks = []  # ctypes callbacks the library holds: alive until close
+
+    # ---- opening and closing ------------------------------------------------------------------------
+
+    def __enter__(self):
+        self.open()
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        self.close()
+        return exc_type is not None and issubclass(exc_type, Stopped)
+
+    def open(self):
+        """Join the run: the model's parameters become the run's current global ones."""
+        if self._d is not None:
+            return self
+        self._lib = _lib.load()
+        self._flat = FlatParams(self.model)
+        try:
+            if self.handle_signals and threading.current_thread() is threading.main_thread():
+                self._signals = _SignalWatch(self._on_signal)
+            self._open_session()
+            check_layout(self._layout_json(), self._flat)
+            self._check_fragments()
+            self._hook = _install_step_hook(self.inner_optimizer, self._after_step)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _options(self):
+        o = _lib.Options()
+        self._lib.diloco_options_default(ctypes.byref(o))
+        self._keep = [self.url.encode(), self.run.encode()]
+        o.redis_url, o.run = self._keep[0], self._keep[1]
+        if self.worker_id_requested is not None:
+            self._keep.append(str(self.worker_id_requested).encode())
+            o.worker_id = self._keep[-1]
+        o.sync_every = self.sync_every_requested
+        o.bf16 = int(self.bf16)
+        o.dylu = int(self.dylu)
+        o.error_feedback = int(self.error_feedback)
+        o.fragment_alpha = self.fragment_update_alpha
+        o.max_sync_retries = self.max_sync_retries
+        for field, ms in self.timeouts.items():
+            setattr(o, field, ms)
+        o.stop = ctypes.pointer(self._stop)
+        if self.log_level is not None:
+            o.log_level = _LEVELS[self.log_level]
+        if self.log is not None:
+            cb = _lib.LOG_FN(lambda ctx, level, msg: self.log(level, msg.decode(errors="replace")))
+            self._callbacks.append(cb)
+            o.log_callback = cb
+        if self._flat.device_copy:
+            cb = _lib.ON_PARAMS_FN(self._flat.on_params)
+            self._callbacks.append(cb)
+            o.on_params = cb
+        return o
+
+    def _open_session(self):
+        o = self._options()
+        d = ctypes.c_void_p()
+        rc = self._lib.diloco_open(ctypes.byref(o), self._flat.host_pointer(), self._flat.numel, ctypes.byref(d),
+                                   self._err, _ERRLEN)
+        if rc < 0:
+            raise DiLoCoError("cannot join run %r at %s: %s" % (self.run, _redact(self.url), self._message()))
+        self._d = d
+        self._flat.loaded_all()
+
+    def _check_fragments(self):
+        nf = self.num_fragments
+        if self._flat.device_copy and nf > 1:
+            raise DiLoCoError("run %r has %d Streaming fragments: a model off the CPU is supported for plain "
+                              "DiLoCo only (move it to the CPU or use a run without --fragments)" % (self.run, nf))
+        if self.fragment_sync_delay is not None:
+            want = max(1, self.sync_every // nf) if nf > 1 else 0
+            if self.fragment_sync_delay != want:
+                raise ValueError("fragment_sync_delay=%r: in ReDiLoCo a fragment's new values are applied one "
+                                 "fragment interval after it was sent (sync_every / fragments = %d steps here); "
+                                 "leave it None" % (self.fragment_sync_delay, want))
+
+    def close(self):
+        """Deregister from the run and give the inner optimizer its own step back. Safe to call twice."""
+        if self._hook is not None:
+            self._hook.remove()
+            self._hook = None
+        if self._d is not None:
+            self._lib.diloco_close(self._d)
+            self._d = None
+        if self._signals is not None:
+            self._signals.close()
+            self._signals = None
+
+    # ---- the training loop's calls ------------------------------------------------------------------
+
+    def _after_step(self):
+        if self._d is None:
+            return
+        if self._stop_reason is not None:
+            raise Stopped(self._stop_reason)
+        self._flat.before_step(self)
+        rc = self._lib.diloco_after_step(self._d, self._err, _ERRLEN)
+        self._finish_call(rc)
+
+    def _finish_call(self, rc):
+        if rc < 0:
+            if self._stop_reason is not None:
+                raise Stopped(self._stop_reason)
+            if self._lib.diloco_stop_requested(self._d):
+                self._stop_reason = "the operator shut run %r down" % self.run
+                raise Stopped(self._stop_reason)
+            raise DiLoCoError("sync failed: %s" % self._flat.name_index(self._message()))
+        if self._lib.diloco_stop_requested(self._d):
+            self._stop_reason = "the operator shut run %r down" % self.run
+        return rc == 1
+
+    def sync(self):
+        """Sync now, whatever the step count (e.g. once more before leaving). True when a sync ran."""
+        self._require_open()
+        self._flat.before_sync()
+        return self._finish_call(self._lib.diloco_force_sync(self._d, self._err, _ERRLEN))
+
+    def report(self, loss, tokens=0):
+        """This step's loss and tokens (summed here) for the worker's heartbeats and the dashboard."""
+        self._require_open()
+        self._tokens += int(tokens)
+        self._lib.diloco_report(self._d, float(loss), self._tokens)
+
+    def stop(self, reason="stop requested"):
+        """Give up waits and retries at once (any thread); the next optimizer step raises Stopped."""
+        if self._stop_reason is None:
+            self._stop_reason = reason
+        self._stop.value = 1
+        if self._d is not None:
+            self._lib.diloco_request_stop(self._d)
+
+    def _on_signal(self, signum):
+        self.stop("stopped by %s" % signal.Signals(signum).name)
+
+    # ---- facts --------------------------------------------------------------------------------------
+
+    @property
+    def stopping(self):
+        """True once a stop was asked for (signal, stop()) or the operator shut the run down."""
+        if self._stop_reason is None and self._d is not None and self._lib.diloco_stop_requested(self._d):
+            self._stop_reason = "the operator shut run %r down" % self.run
+        return self._stop_reason is not None
+
+    @property
+    def last_sync(self):
+        """SyncInfo of the last sync, or None before the first."""
+        self._require_open()
+        info = _lib.SyncInfoC()
+        if self._lib.diloco_last_sync(self._d, ctypes.byref(info)) < 0:
+            return None
+        return SyncInfo.from_c(info)
+
+    @property
+    def worker_id(self):
+        self._require_open()
+        return self._lib.diloco_worker_id(self._d).decode()
+
+    @property
+    def version(self):
+        """Global version the parameters started from at open."""
+        self._require_open()
+        return self._lib.diloco_version(self._d)
+
+    @property
+    def sync_every(self):
+        """Current H (DyLU may change it)."""
+        self._require_open()
+        return self._lib.diloco_sync_every(self._d)
+
+    @property
+    def steps_to_sync(self):
+        self._require_open()
+        return self._lib.diloco_steps_to_sync(self._d)
+
+    @property
+    def numel(self):
+        return self._flat.numel if self._flat else 0
+
+    @property
+    def is_async(self):
+        self._require_open()
+        return bool(self._lib.diloco_is_async(self._d))
+
+    @property
+    def num_fragments(self):
+        self._require_open()
+        return self._lib.diloco_num_fragments(self._d)
+
+    def fragment_range(self, fragment):
+        """(offset, count) of Streaming fragment `fragment` in the flat parameter vector."""
+        self._require_open()
+        off, n = ctypes.c_size_t(), ctypes.c_size_t()
+        if self._lib.diloco_fragment_range(self._d, fragment, ctypes.byref(off), ctypes.byref(n)) < 0:
+            raise IndexError("run %r has no fragment %d" % (self.run, fragment))
+        return off.value, n.value
+
+    @property
+    def flat_params(self):
+        """The one fp32 tensor every parameter is a view of (in the run's order)."""
+        return self._flat.flat
+
+    def _layout_json(self):
+        raw = self._lib.diloco_run_layout(self._d)
+        return raw.decode() if raw else None
+
+    def _require_open(self):
+        if self._d is None:
+            raise DiLoCoError("the session is not open: use `with rediloco.DiLoCo(...) as dl:` or dl.open()")
+
+    def _message(self):
+        return self._err.value.decode(errors="replace") or "(no message)"
+
+
+def _redact(url):
+    """The URL without a password, for messages."""
+    if "@" in url and "://" in url:
+        scheme, rest = url.split("://", 1)
+        return scheme + "://***@" + rest.split("@", 1)[1]
+    return url
+
+
+class _WrappedStep:
+    """The hook on an optimizer without register_step_post_hook (torch < 2.0): step wrapped in place."""
+
+    def __init__(self, optimizer, hook):
+        self.optimizer = optimizer
+        self.had_own = "step" in optimizer.__dict__
+        self.original = optimizer.step
+
+        def step(*args, **kwargs):
+            out = self.original(*args, **kwargs)
+            hook()
+            return out
+        optimizer.step = step
+
+    def remove(self):
+        if self.had_own:
+            self.optimizer.step = self.original
+        else:
+            del self.optimizer.step
+
+
+def _install_step_hook(optimizer, hook):
+    if hasattr(optimizer, "register_step_post_hook"):
+        return optimizer.register_step_post_hook(lambda opt, args, kwargs: hook())
+    return _WrappedStep(optimizer, hook)

@@ -1,0 +1,1 @@
+"""rediloco.examples: runnable training scripts (python3 -m rediloco.examples.gpt)."""

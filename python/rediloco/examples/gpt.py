@@ -1,0 +1,270 @@
+"""python3 -m rediloco.examples.gpt: a small PyTorch GPT trained on a token file as a ReDiLoCo worker.
+
+The model is the reference GPT of the C trainer (worker/gpt, docs/trainer.md) written in torch: the same
+parameter names, shapes and order (wte, wpe, h.<l>.{ln1, attn.qkv, attn.proj, ln2, mlp.fc, mlp.proj},
+lnf; the output head tied to wte), so PyTorch workers and `bin/worker` GPT workers can train one run
+together. The inner optimizer is the C trainer's too: AdamW (betas 0.9/0.95, weight decay on matrices
+only), gradient clipping at 1.0, linear warmup then cosine decay. Data: a `bin/worker prepare-data` token
+file, each worker on its own slice of the training split (--num-shards/--shard-index), random windows.
+
+    python3 -m rediloco.examples.gpt --redis redis://127.0.0.1:6390 --run demo --data data/kjv.tok \\
+        --layers 2 --heads 4 --dim 128 --ctx 128 --sync-every 100 --steps 600 [--init-run]
+
+--init-run creates the run from this model's own initial weights first (rediloco.init_run with
+--trainer gpt and the model flags, so C GPT workers can join it too). The model flags must be the run's:
+the package checks the model against the run's layout and refuses another one, naming the tensor.
+"""
+import argparse
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.nn.functional as F
+
+import rediloco
+
+TOKEN_MAGIC = b"RDLTOKEN"
+TOKEN_HEADER = 64
+
+
+class Attention(torch.nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = torch.nn.Linear(dim, 3 * dim)
+        self.proj = torch.nn.Linear(dim, dim)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.qkv(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
+        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.heads)
+        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
+        return self.proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))
+
+
+class MLP(torch.nn.Module):
+    def __init__(self, dim):
+        super().__init__()
+        self.fc = torch.nn.Linear(dim, 4 * dim)
+        self.proj = torch.nn.Linear(4 * dim, dim)
+
+    def forward(self, x):
+        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+
+
+class Block(torch.nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.ln1 = torch.nn.LayerNorm(dim)
+        self.attn = Attention(dim, heads)
+        self.ln2 = torch.nn.LayerNorm(dim)
+        self.mlp = MLP(dim)
+
+    def forward(self, x):
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
+
+
+class GPT(torch.nn.Module):
+    """model/model.h's gpt_layout, parameter for parameter; GPT-2 init (gpt_init_params' distribution)."""
+
+    def __init__(self, layers=2, heads=4, dim=128, ctx=128, vocab=256):
+        super().__init__()
+        self.ctx = ctx
+        self.wte = torch.nn.Embedding(vocab, dim)
+        self.wpe = torch.nn.Embedding(ctx, dim)
+        self.h = torch.nn.ModuleList(Block(dim, heads) for _ in range(layers))
+        self.lnf = torch.nn.LayerNorm(dim)
+        for name, p in self.named_parameters():
+            if name.endswith(".bias"):
+                torch.nn.init.zeros_(p)
+            elif ".ln" in name or name.startswith("lnf"):
+                torch.nn.init.ones_(p)
+            else:
+                std = 0.02 / math.sqrt(2 * layers) if name.endswith("proj.weight") else 0.02
+                torch.nn.init.normal_(p, 0.0, std)
+
+    def forward(self, idx, targets=None):
+        T = idx.shape[1]
+        x = self.wte(idx) + self.wpe.weight[:T].unsqueeze(0)
+        for block in self.h:
+            x = block(x)
+        logits = self.lnf(x) @ self.wte.weight.t()
+        if targets is None:
+            return logits, None
+        return logits, F.cross_entropy(logits.reshape(-1, logits.shape[-1]), targets.reshape(-1))
+
+
+class Tokens:
+    """A prepare-data token file: uint16 little-endian tokens, the first ntrain of them for training."""
+
+    def __init__(self, path):
+        with open(path, "rb") as f:
+            head = f.read(TOKEN_HEADER)
+            if len(head) != TOKEN_HEADER or head[:8] != TOKEN_MAGIC:
+                raise SystemExit("%s: not a token file (make one with `bin/worker prepare-data`)" % path)
+            n = int.from_bytes(head[16:24], "little")
+            self.ntrain = int.from_bytes(head[24:32], "little")
+            self.vocab = int.from_bytes(head[32:36], "little")
+            raw = f.read(2 * n)
+        if len(raw) != 2 * n:
+            raise SystemExit("%s: truncated (expected %d tokens)" % (path, n))
+        self.tok = torch.frombuffer(bytearray(raw), dtype=torch.int16).to(torch.int64) & 0xFFFF
+        self.n = n
+
+    def train_batch(self, gen, lo, hi, B, T):
+        starts = torch.randint(lo, hi - T - 1, (B,), generator=gen)
+        idx = torch.stack([self.tok[s:s + T + 1] for s in starts.tolist()])
+        return idx[:, :-1], idx[:, 1:]
+
+    def val_batches(self, nb, B, T):
+        """The C trainer's fixed validation windows, evenly spread over the validation split."""
+        nval, J = self.n - self.ntrain, nb * B
+        for k in range(nb):
+            idx = torch.stack([self.tok[s:s + T + 1] for s in
+                               (self.ntrain + (j * (nval - T - 1) // (J - 1) if J > 1 else 0)
+                                for j in range(k * B, k * B + B))])
+            yield idx[:, :-1], idx[:, 1:]
+
+
+def lr_at(a, step):
+    """gpt_lr_at: linear warmup, then cosine to min_lr_ratio * lr at --steps (constant when 0)."""
+    if a.warmup > 0 and step < a.warmup:
+        return a.lr * (step + 1) / a.warmup
+    if a.steps <= 0:
+        return a.lr
+    lo = a.lr * a.min_lr_ratio
+    if step >= a.steps:
+        return lo
+    span = a.steps - a.warmup
+    prog = (step - a.warmup) / span if span > 0 else 1.0
+    return lo + 0.5 * (1.0 + math.cos(math.pi * prog)) * (a.lr - lo)
+
+
+def parse(argv):
+    ap = argparse.ArgumentParser(prog="python3 -m rediloco.examples.gpt", description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog="The Redis URL may also come from DL_REDIS_URL (keeps a password out of ps).")
+    ap.add_argument("--redis", default=os.environ.get("DL_REDIS_URL"), help="Redis URL of the run")
+    ap.add_argument("--run", required=True)
+    ap.add_argument("--worker-id", default=None, help="default <host>-<pid>")
+    ap.add_argument("--data", required=True, help="token file from `bin/worker prepare-data`")
+    ap.add_argument("--num-shards", type=int, default=1, help="workers splitting the training text")
+    ap.add_argument("--shard-index", type=int, default=0)
+    for flag, default in (("layers", 2), ("heads", 4), ("dim", 128), ("ctx", 128), ("vocab", 256)):
+        ap.add_argument("--" + flag, type=int, default=default, help="model shape: the run's (%d)" % default)
+    ap.add_argument("--batch", type=int, default=8)
+    ap.add_argument("--seq", type=int, default=128)
+    ap.add_argument("--lr", type=float, default=4e-4)
+    ap.add_argument("--warmup", type=int, default=100)
+    ap.add_argument("--min-lr-ratio", type=float, default=0.1)
+    ap.add_argument("--steps", type=int, default=600, help="inner steps (also the cosine horizon)")
+    ap.add_argument("--sync-every", type=int, default=100)
+    ap.add_argument("--no-bf16", action="store_true", help="send fp32 pseudo-gradients")
+    ap.add_argument("--eval-every", type=int, default=100, help="validation loss every N steps (0: never)")
+    ap.add_argument("--eval-batches", type=int, default=8)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    ap.add_argument("--seed", type=int, default=1234, help="initial weights (used by --init-run)")
+    ap.add_argument("--data-seed", type=int, default=1)
+    ap.add_argument("--init-run", action="store_true", help="create the run from this model's weights first")
+    ap.add_argument("--workers", type=int, default=2, help="(--init-run) workers the run waits for")
+    ap.add_argument("--shards", type=int, default=8, help="(--init-run) shards")
+    ap.add_argument("--log", default=None, help="append JSON lines (steps, syncs) to this file")
+    ap.add_argument("--quiet", action="store_true", help="no progress line")
+    a = ap.parse_args(argv)
+    if not a.redis:
+        ap.error("--redis URL (or DL_REDIS_URL) is required")
+    if a.seq > a.ctx:
+        ap.error("--seq %d is longer than the model's --ctx %d" % (a.seq, a.ctx))
+    return a
+
+
+def make_inner(model, a):
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    other = [p for p in model.parameters() if p.dim() < 2]
+    return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
+                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+
+
+def evaluate(model, data, a):
+    with torch.no_grad():
+        losses = [model(x, y)[1].item() for x, y in data.val_batches(a.eval_batches, a.batch, a.seq)]
+    return sum(losses) / len(losses)
+
+
+def progress(a, dl, step, loss, ev, tok_s, tty):
+    if a.quiet:
+        return
+    info = dl.last_sync
+    last = "%.2fs" % info.seconds if info else "-"
+    sys.stderr.write("%sstep %d/%d  loss %.4f%s  %.0f tok/s  v%d  sync in %d  last sync %s%s" % (
+        "\r\033[K" if tty else "", step, a.steps, loss, " eval %.4f" % ev if ev is not None else "", tok_s,
+        info.version if info else dl.version, dl.steps_to_sync, last, "" if tty else "\n"))
+    sys.stderr.flush()
+
+
+def train(a, model, data, dl, inner, log):
+    span = data.ntrain
+    lo, hi = span * a.shard_index // a.num_shards, span * (a.shard_index + 1) // a.num_shards
+    gen = torch.Generator().manual_seed(a.data_seed * 1000003 + a.shard_index)
+    tty = sys.stderr.isatty()
+    t0, synced = time.time(), None
+    for step in range(1, a.steps + 1):
+        for g in inner.param_groups:
+            g["lr"] = lr_at(a, step - 1)
+        x, y = data.train_batch(gen, lo, hi, a.batch, a.seq)
+        _, loss = model(x, y)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        inner.step()  # DiLoCo's sync happens in here every --sync-every steps
+        inner.zero_grad(set_to_none=True)
+        dl.report(loss.item(), tokens=x.numel())
+        ev = evaluate(model, data, a) if a.eval_every and step % a.eval_every == 0 else None
+        info = dl.last_sync
+        if log and info and info != synced:
+            synced = info
+            log.write(json.dumps({"event": "sync", "worker": dl.worker_id, "step": step, "round": info.round,
+                                  "version": info.version, "seconds": info.seconds, "digest": info.digest,
+                                  "stale": info.stale}) + "\n")
+        if log:
+            rec = {"event": "step", "step": step, "loss": round(loss.item(), 6)}
+            if ev is not None:
+                rec["eval_loss"] = round(ev, 6)
+            log.write(json.dumps(rec) + "\n")
+            log.flush()
+        if not a.quiet and (tty or step % 10 == 0 or ev is not None or step == a.steps):
+            progress(a, dl, step, loss.item(), ev, step * x.numel() / (time.time() - t0), tty)
+    if tty and not a.quiet:
+        sys.stderr.write("\n")
+
+
+def main(argv=None):
+    a = parse(sys.argv[1:] if argv is None else argv)
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    data = Tokens(a.data)
+    if data.vocab > a.vocab:
+        raise SystemExit("%s has vocab %d, the model %d" % (a.data, data.vocab, a.vocab))
+    torch.manual_seed(a.seed)
+    model = GPT(a.layers, a.heads, a.dim, a.ctx, a.vocab)
+    if a.init_run:
+        print(rediloco.init_run(a.redis, a.run, model, workers=a.workers, shards=a.shards, trainer="gpt",
+                                layers=a.layers, heads=a.heads, dim=a.dim, ctx=a.ctx, vocab=a.vocab, force=True))
+    inner = make_inner(model, a)
+    log = open(a.log, "a") if a.log else None
+    with rediloco.DiLoCo(a.redis, a.run, model, inner, sync_every=a.sync_every, worker_id=a.worker_id,
+                         bf16=not a.no_bf16) as dl:
+        train(a, model, data, dl, inner, log)
+        if not dl.stopping:
+            print("worker %s: %d steps, version %s, validation loss %.4f" % (
+                dl.worker_id, a.steps, dl.last_sync.version if dl.last_sync else dl.version, evaluate(model, data, a)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,90 @@
+/*
+ * commit.h: what the files of a shard's commit share (commit.c, commit_compute.c, commit_log.c).
+ *
+ * A commit (ss_commit) goes through: the barrier and membership checks (commit.c), the compute of the
+ * mean and the outer step in slices from a queue (commit_compute.c), tentative serving and the log
+ * entry, deferred while parameters stream out (commit_log.c), then dl_commit (commit.c). Snapshots
+ * (snapshot.c) are written once no commit is running. The surface the other files of the
+ * shard-server use is in ss.h.
+ */
+#ifndef SHARD_SERVER_COMMIT_H
+#define SHARD_SERVER_COMMIT_H
+
+#include <xxhash.h>
+
+#include "ss.h"
+
+#define MAX_PARTICIPANTS 4096
+
+enum commit_outcome { OUT_DONE, OUT_WAIT, OUT_NEED, OUT_ERR };
+
+typedef struct ss_commit {
+    ss_ctx *ss;
+    int k;
+    uint64_t gen;
+    int64_t round;       /* commits version round+1 */
+    int64_t epoch;
+    uint64_t t0;
+    int np;              /* participants not dropped at barrier time */
+    char *ids[MAX_PARTICIPANTS];
+    int64_t incs[MAX_PARTICIPANTS];
+    int dropped[MAX_PARTICIPANTS];
+    float scale[MAX_PARTICIPANTS]; /* --weight-by tokens: each participant's weight (else unused) */
+    int outstanding;     /* dl_member / dl_drop calls in flight */
+    int failed;
+    char need[512];
+    char errmsg[256];
+    /* the compute (queued, sliced) */
+    struct ss_commit *qnext;
+    size_t pos;          /* elements done */
+    int first;
+    ss_tunables t;
+    XXH3_state_t *xs;    /* digest of the new θ, streamed */
+    /* after the step */
+    float *g;            /* the averaged pseudo-gradient: the log entry's payload, sent from here */
+    uint8_t *gq;         /* --download update: g in the run's codec (g holds its decoded values): the log
+                            entry's payload and the update sent to workers (then the shard's upd.buf) */
+    size_t gq_len;
+    uint64_t gq_xxh;
+    int g_bad;           /* g is not finite: the commit fails */
+    uint8_t head[BLOB_HEADER_MAX];
+    float *theta;
+    float *mom;
+    int has_mom;
+    float *dnbuf;        /* async Delayed Nesterov buffer after the step (NULL when DN is off) */
+    int used;            /* participants averaged */
+    int g_deferred;      /* g not computed yet: the fast path computes it for the log entry (commit_fill_g) */
+    char digest[17];
+    uint64_t theta_xxh;  /* the digest as a number */
+    uint64_t t_computed; /* now_ms() when θ' was ready (its log entry waits at most LOG_DEFER_MAX_MS) */
+} ss_commit;
+
+/* commit.c */
+void commit_free(ss_commit *c);
+/* The shard if this commit is still its current operation, else NULL. */
+ss_shard *commit_shard(ss_commit *c);
+/* Answer the gets waiting for this round with the outcome (enum commit_outcome); frees c. */
+void commit_finish(ss_commit *c, int outcome);
+/* Give up: reload the shard from Redis (reload) or answer the waiting gets with an error. */
+void commit_fail(ss_commit *c, const char *why, int reload);
+/* The log entry is written (or not): dl_commit. */
+void commit_on_log_written(redisReply *r, void *priv);
+
+/* commit_compute.c */
+/* Every Δ is here: queue the compute of version round+1. */
+void commit_compute(ss_commit *c, ss_shard *s);
+/* The loop turn that computes one slice of the queue's head commit (ss->cq_ev). */
+void cq_on_turn(evutil_socket_t fd, short what, void *arg);
+/* The log entry's g of a fast commit, computed once the parameters are out. 0, or -1 if a Δ went
+ * missing meanwhile. */
+int commit_fill_g(ss_commit *c, ss_shard *s);
+
+/* commit_log.c */
+/* Version round+1 is computed: serve it tentatively, then write its log entry (now, or deferred). */
+void commit_write_log(ss_commit *c, ss_shard *s);
+/* The timer that starts deferred log entries (ss->lq_ev). */
+void lq_on_timer(evutil_socket_t fd, short what, void *arg);
+/* --download update: the update this computed commit makes (u->buf = c->gq, not a copy). */
+void commit_update_of(const ss_commit *c, ss_update *u);
+
+#endif

@@ -1,0 +1,259 @@
+/*
+ * commit_compute.c: the compute of a commit (the mean of the Δ and the outer step), from a queue.
+ *
+ * Commits whose Δ are all here are queued in order and computed one slice per turn of the event loop,
+ * in cache-sized blocks, on copies of θ and momentum (the cache keeps serving the current version
+ * meanwhile); the digest of θ' is streamed along. The usual sync commit (unweighted bf16 Δ, no Delayed
+ * Nesterov) fuses the mean and the step; any other computes g first. The mean is in fp32, in
+ * participant order, without FMA: the same bits on every server and in replay.
+ */
+#include "commit.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "hash.h"
+#include "log.h"
+#include "outer.h"
+#include "outer_dn.h"
+#include "util.h"
+
+/* The compute of a commit runs in slices of this many elements, one slice per turn of the event loop,
+ * so a server's sockets (the log entry streaming to Redis, parameters to workers) are served while it
+ * computes the next shard. Every kernel is element-wise: slicing does not change a bit. */
+#define COMMIT_SLICE ((size_t)256 * 1024)
+#define COMMIT_BLOCK ((size_t)32 * 1024) /* mean and step of a block while it is in the L2 cache */
+
+static void cq_arm(ss_ctx *ss)
+{
+    static const struct timeval zero = { 0, 0 };
+    evtimer_add(ss->cq_ev, &zero);
+}
+
+static ss_commit *cq_pop(ss_ctx *ss)
+{
+    ss_commit *c = ss->cq_head;
+    if (c != NULL) {
+        ss->cq_head = c->qnext;
+        if (ss->cq_head == NULL)
+            ss->cq_tail = NULL;
+        c->qnext = NULL;
+    }
+    return c;
+}
+
+/* The participants' Δ of this commit, in participant order, dropped ones left out. Returns how many,
+ * or -1 if one went missing; *all_bf16 tells whether every one is bf16. */
+static int commit_gather_deltas(ss_commit *c, ss_shard *s, ss_delta **out, int *all_bf16)
+{
+    int k = 0;
+    *all_bf16 = 1;
+    for (int i = 0; i < c->np; i++) {
+        if (c->dropped[i])
+            continue;
+        ss_delta *d = shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
+        if (d == NULL)
+            return -1;
+        *all_bf16 &= d->dtype == BLOB_BF16;
+        out[k++] = d;
+    }
+    return k;
+}
+
+/* The usual sync commit (unweighted bf16 Δ, no Delayed Nesterov): the mean and the step in one pass per
+ * block, g kept in registers; g itself is computed for the log entry once the parameters are out
+ * (commit_fill_g), with the same formula, so the bits agree. */
+static int commit_fast(const ss_commit *c, int used, int all_bf16)
+{
+    return used > 0 && all_bf16 && c->dnbuf == NULL && !c->ss->rc.weight_tokens && c->gq == NULL;
+}
+
+static void commit_block_fast(ss_commit *c, ss_shard *s, ss_delta **ds, int used, size_t lo, size_t len)
+{
+    const uint16_t *x[MAX_PARTICIPANTS];
+    for (int i = 0; i < used; i++)
+        x[i] = (const uint16_t *)ds[i]->payload + lo;
+    outer_mean_step_bf16_to(c->theta + lo, c->mom + lo, s->theta + lo, s->mom + lo, c->first, x, (uint32_t)used, len,
+                            c->t.lr, c->t.mu, c->t.nesterov);
+}
+
+/* One block of an int8/int4 Δ, decoded (the server is single-threaded). */
+static float decoded[COMMIT_BLOCK];
+_Static_assert(COMMIT_BLOCK % CODEC_BLOCK == 0, "a compute block holds whole codec blocks");
+
+/* Any other commit: g = the (weighted) mean into c->g, then the step (plain, or Delayed Nesterov). */
+static void commit_block_general(ss_commit *c, ss_shard *s, ss_delta **ds, int used, size_t lo, size_t len)
+{
+    float *g = c->g + lo;
+    outer_sum_zero(g, len);
+    for (int i = 0, p = 0; i < c->np; i++) {
+        if (c->dropped[i])
+            continue;
+        ss_delta *d = ds[p++];
+        if (codec_is_block(d->dtype)) { /* int8/int4: decoded, then summed as fp32 */
+            codec_decode(d->dtype, d->payload + codec_offset(d->dtype, lo), len, decoded);
+            if (c->ss->rc.weight_tokens)
+                outer_sum_add_scaled_f32(g, decoded, c->scale[i], len);
+            else
+                outer_sum_add_f32(g, decoded, len);
+        } else if (c->ss->rc.weight_tokens && d->dtype == BLOB_BF16)
+            outer_sum_add_scaled_bf16(g, (const uint16_t *)d->payload + lo, c->scale[i], len);
+        else if (c->ss->rc.weight_tokens)
+            outer_sum_add_scaled_f32(g, (const float *)d->payload + lo, c->scale[i], len);
+        else if (d->dtype == BLOB_BF16)
+            outer_sum_add_bf16(g, (const uint16_t *)d->payload + lo, len);
+        else
+            outer_sum_add_f32(g, (const float *)d->payload + lo, len);
+    }
+    if (!c->ss->rc.weight_tokens)
+        outer_mean_finish(g, len, (uint32_t)used);
+    size_t bad;
+    int dt = c->ss->rc.compress;
+    if (c->gq != NULL && codec_round_trip(dt, g, len, c->gq + codec_offset(dt, lo), &bad) != 0)
+        c->g_bad = 1; /* --download update: the step takes exactly what the workers will decode */
+    if (used > 0 && c->dnbuf == NULL) {
+        outer_sgd_step_to(c->theta + lo, c->mom + lo, s->theta + lo, s->mom + lo, c->first, g, len, c->t.lr, c->t.mu,
+                          c->t.nesterov);
+        return;
+    }
+    memcpy(c->theta + lo, s->theta + lo, len * sizeof(float));
+    memcpy(c->mom + lo, s->mom + lo, len * sizeof(float));
+    if (c->dnbuf != NULL)
+        memcpy(c->dnbuf + lo, s->dnbuf + lo, len * sizeof(float));
+    if (used > 0 && c->dnbuf != NULL) /* async Delayed Nesterov: submission number t = dn_t0 + version + 1 */
+        outer_dn_step(c->ss->rc.dn_variant, c->theta + lo, c->mom + lo, c->dnbuf + lo, g, len,
+                      c->ss->rc.dn_t0 + (uint64_t)c->round + 1, (uint32_t)c->ss->rc.dn_buffer, c->t.lr, c->t.mu,
+                      c->t.nesterov);
+    else if (used > 0)
+        outer_sgd_step(c->theta + lo, c->mom + lo, c->first, g, len, c->t.lr, c->t.mu, c->t.nesterov);
+}
+
+/* One slice of the head commit, in cache-sized blocks: θ' and momentum' on copies (the cache keeps
+ * serving version round meanwhile), the digest of θ' streamed along. Pops c from the queue when it is
+ * done with it. */
+static void commit_slice(ss_commit *c, ss_shard *s)
+{
+    ss_delta *ds[MAX_PARTICIPANTS];
+    int all_bf16, used = commit_gather_deltas(c, s, ds, &all_bf16);
+    if (c->pos == 0) { /* the path is chosen once: the fast one leaves g to commit_fill_g for every block */
+        c->used = used;
+        c->g_deferred = used >= 0 && commit_fast(c, used, all_bf16);
+    }
+    if (used < 0 || used != c->used || (c->g_deferred && !all_bf16)) {
+        snprintf(c->errmsg, sizeof c->errmsg, "a pseudo-gradient went missing");
+        cq_pop(c->ss);
+        commit_finish(c, OUT_WAIT);
+        return;
+    }
+    size_t n = s->n, end = n - c->pos < COMMIT_SLICE ? n : c->pos + COMMIT_SLICE;
+    for (size_t lo = c->pos; lo < end; lo += COMMIT_BLOCK) {
+        size_t len = end - lo < COMMIT_BLOCK ? end - lo : COMMIT_BLOCK;
+        if (c->g_deferred)
+            commit_block_fast(c, s, ds, used, lo, len);
+        else
+            commit_block_general(c, s, ds, used, lo, len);
+        hash_update(c->xs, c->theta + lo, len * sizeof(float));
+    }
+    c->pos = end;
+    if (c->g_bad) {
+        cq_pop(c->ss);
+        commit_fail(c, "the averaged pseudo-gradient is not finite", 0);
+        return;
+    }
+    if (c->pos < n)
+        return;
+    c->has_mom = s->has_mom || (c->used > 0 && (c->t.mu != 0.0f || c->dnbuf != NULL));
+    cq_pop(c->ss);
+    commit_write_log(c, s);
+}
+
+/* The commit is then given up like any other that lost a Δ. */
+int commit_fill_g(ss_commit *c, ss_shard *s)
+{
+    ss_delta *ds[MAX_PARTICIPANTS];
+    const uint16_t *x[MAX_PARTICIPANTS];
+    int all_bf16, used = commit_gather_deltas(c, s, ds, &all_bf16);
+    if (used != c->used || !all_bf16)
+        return -1;
+    for (int i = 0; i < used; i++)
+        x[i] = (const uint16_t *)ds[i]->payload;
+    outer_mean_bf16(c->g, x, (uint32_t)used, s->n);
+    c->g_deferred = 0;
+    return 0;
+}
+
+void cq_on_turn(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ss_ctx *ss = arg;
+    ss_commit *c = ss->cq_head;
+    if (c == NULL)
+        return;
+    ss_shard *s = commit_shard(c);
+    if (s == NULL) {
+        cq_pop(ss);
+        commit_free(c);
+    } else {
+        commit_slice(c, s); /* pops c when it is done with it */
+    }
+    if (ss->cq_head != NULL)
+        cq_arm(ss);
+}
+
+/* --weight-by tokens: sync, each participant weighs tokens_i / sum(tokens) (a weighted mean); async,
+ * the one submission is scaled by tokens / weight_ref_tokens. Computed in double, used as fp32, in
+ * participant order: the same on every server and in replay (the log keeps the weighted g). */
+static void commit_weights(ss_commit *c, ss_shard *s)
+{
+    double total = 0;
+    for (int i = 0; i < c->np; i++) {
+        ss_delta *d = c->dropped[i] ? NULL : shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
+        if (d != NULL)
+            total += (double)d->tokens;
+    }
+    if (c->ss->rc.async)
+        total = (double)(c->ss->rc.weight_ref_tokens ? c->ss->rc.weight_ref_tokens : 1);
+    for (int i = 0; i < c->np; i++) {
+        ss_delta *d = c->dropped[i] ? NULL : shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
+        c->scale[i] = d != NULL && total > 0 ? (float)((double)d->tokens / total) : 0.0f;
+    }
+}
+
+/* Every Δ is here: queue the compute of version round+1. */
+void commit_compute(ss_commit *c, ss_shard *s)
+{
+    if (c->ss->rc.weight_tokens)
+        commit_weights(c, s);
+    ss_ctx *ss = c->ss;
+    size_t n = s->n;
+    c->g = malloc(n * sizeof(float));
+    c->theta = malloc(n * sizeof(float));
+    c->mom = malloc(n * sizeof(float));
+    c->xs = XXH3_createState();
+    if (s->dnbuf != NULL)
+        c->dnbuf = malloc(n * sizeof(float));
+    if (ss->rc.download_update) {
+        c->gq_len = codec_bytes(ss->rc.compress, n);
+        c->gq = malloc(c->gq_len + 1);
+    }
+    if (c->g == NULL || c->theta == NULL || c->mom == NULL || c->xs == NULL || (s->dnbuf != NULL && c->dnbuf == NULL) ||
+        (ss->rc.download_update && c->gq == NULL)) {
+        commit_fail(c, "out of memory", 0);
+        return;
+    }
+    XXH3_64bits_reset(c->xs);
+    c->t = ss->tun;
+    c->first = !s->has_mom;
+    c->pos = 0;
+    log_debug("shard %d round %lld: every pseudo-gradient here at +%llu ms; step queued", s->k, (long long)c->round,
+              (unsigned long long)(now_ms() - c->t0));
+    if (ss->cq_tail != NULL)
+        ss->cq_tail->qnext = c;
+    else
+        ss->cq_head = c;
+    ss->cq_tail = c;
+    cq_arm(ss);
+}

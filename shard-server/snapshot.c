@@ -1,0 +1,142 @@
+/*
+ * snapshot.c: snapshots of a shard (docs/PROTOCOL.md, "Snapshots").
+ *
+ * Every snapshot_every versions a snapshot blob (θ then momentum, then the Delayed Nesterov buffer when
+ * there is one) is written from a copy, once this server has no commit running, recorded with
+ * dl_snapshot, and the blobs it makes obsolete are deleted.
+ */
+#include "ss.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "keys.h"
+#include "log.h"
+
+typedef struct ss_snap {
+    ss_ctx *ss;
+    int k;
+    int64_t version;
+    int64_t epoch;
+    float *both;         /* θ, momentum, then the DN buffer when there is one: the payload, sent from here */
+    uint8_t head[BLOB_HEADER_MAX];
+} ss_snap;
+
+static void snap_on_recorded(redisReply *r, void *priv)
+{
+    ss_snap *sn = priv;
+    ss_ctx *ss = sn->ss;
+    ss->shards[sn->k].snapshotting = 0;
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
+        log_warn("shard %d: dl_snapshot of version %lld failed: %s", sn->k, (long long)sn->version,
+                 r == NULL ? "connection lost" : r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+        if (r != NULL && r->type == REDIS_REPLY_ERROR)
+            ss->m.conflicts++;
+        free(sn);
+        return;
+    }
+    ss->m.snapshots++;
+    log_info("shard %d: snapshot of version %lld recorded; deleting %zu obsolete blobs", sn->k,
+             (long long)sn->version, r->elements);
+    if (r->elements > 0) {
+        store_del_refs(ss, sn->k, "snap", r->element, 1);
+        store_del_refs(ss, sn->k, "log", r->element + 1, r->elements - 1);
+    }
+    free(sn);
+}
+
+static void snap_on_written(redisReply *r, void *priv)
+{
+    ss_snap *sn = priv;
+    ss_ctx *ss = sn->ss;
+    free(sn->both);
+    sn->both = NULL;
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
+        log_warn("shard %d: writing the snapshot of version %lld failed: %s", sn->k, (long long)sn->version,
+                 r ? r->str : "connection lost");
+        ss->shards[sn->k].snapshotting = 0;
+        free(sn);
+        return;
+    }
+    char ver[24], ep[24], shard[16], ref[64];
+    snprintf(ver, sizeof ver, "%lld", (long long)sn->version);
+    snprintf(ep, sizeof ep, "%lld", (long long)sn->epoch);
+    snprintf(shard, sizeof shard, "%d", sn->k);
+    snprintf(ref, sizeof ref, "%lld.%lld", (long long)sn->version, (long long)sn->epoch);
+    const char *args[5] = { ss->id, ep, shard, ver, ref };
+    if (fcall(ss, snap_on_recorded, sn, "dl_snapshot", 5, args) != 0) {
+        ss->shards[sn->k].snapshotting = 0;
+        free(sn);
+    }
+}
+
+/* Write a snapshot of the shard's current version from a copy (the blob buffer). */
+static void snapshot_start(ss_ctx *ss, ss_shard *s)
+{
+    if (s->snapshotting)
+        return;
+    size_t n = s->n;
+    int with_buf = s->dnbuf != NULL, with_mom = s->has_mom || with_buf;
+    float *both = malloc((size_t)(1 + with_mom + with_buf) * n * sizeof(float));
+    ss_snap *sn = malloc(sizeof *sn);
+    if (both == NULL || sn == NULL) {
+        free(both);
+        free(sn);
+        return;
+    }
+    memcpy(both, s->theta, n * sizeof(float));
+    if (with_mom)
+        memcpy(both + n, s->mom, n * sizeof(float));
+    if (with_buf)
+        memcpy(both + 2 * n, s->dnbuf, n * sizeof(float));
+    sn->both = both;
+    blob_header h;
+    blob_header_init(&h, "snap");
+    h.shard = s->k;
+    h.version = s->version;
+    h.epoch = s->epoch;
+    h.frag = s->frag;
+    h.dtype = BLOB_F32;
+    h.count = (size_t)(1 + with_mom + with_buf) * n;
+    h.flags = (with_mom ? 1 : 0) | (with_buf ? 2 : 0);
+    char err[256];
+    int hl = blob_encode_header(&h, both, h.count * sizeof(float), sn->head, sizeof sn->head, err, sizeof err);
+    if (hl < 0) {
+        log_error("shard %d: cannot encode a snapshot: %s", s->k, err);
+        free(both);
+        free(sn);
+        return;
+    }
+    sn->ss = ss;
+    sn->k = s->k;
+    sn->version = s->version;
+    sn->epoch = s->epoch;
+    char key[KEY_MAX];
+    store_blob_key(ss, key, sizeof key, s->k, "snap", s->version, s->epoch);
+    if (store_set(ss, key, sn->head, (size_t)hl, both, h.count * sizeof(float), snap_on_written, sn) != 0) {
+        free(both);
+        free(sn);
+    } else {
+        s->snapshotting = 1;
+    }
+}
+
+/* Start the snapshots commits asked for, once this server has no commit running (a snapshot is 8 bytes
+ * per parameter on the bulk connection: it must not delay the log entries of a round). */
+void commit_idle_work(ss_ctx *ss)
+{
+    if (ss->cq_head != NULL)
+        return;
+    for (int k = 0; k < ss->nshards; k++)
+        if (ss->shards[k].committing)
+            return;
+    for (int k = 0; k < ss->nshards; k++) {
+        ss_shard *s = &ss->shards[k];
+        if (s->snap_wanted == 0)
+            continue;
+        if (s->state == SH_READY && s->version == s->snap_wanted)
+            snapshot_start(ss, s);
+        s->snap_wanted = 0;
+    }
+}

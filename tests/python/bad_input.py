@@ -1,0 +1,96 @@
+#!/usr/bin/python3
+"""bad_input.py URL RUN NUMEL DEAD_URL: every bad input a PyTorch worker can bring raises one clear
+exception with the library's message, the interpreter carries on, and nothing reaches the run; then a
+good worker still syncs one round. Prints one "ok <case>: <message>" line per case; exits 1 on the first
+case that does not behave."""
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import rediloco  # noqa: E402
+
+URL, RUN, NUMEL, DEAD = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+
+
+def model_of(n, dtype=torch.float32):
+    m = torch.nn.Module()
+    m.x = torch.nn.Parameter(torch.zeros(n, dtype=dtype))
+    return m
+
+
+def expect(case, exc_type, words, fn):
+    try:
+        fn()
+    except exc_type as e:
+        msg = str(e)
+        missing = [w for w in words if w not in msg]
+        if missing:
+            print("FAIL %s: message lacks %s: %s" % (case, missing, msg))
+            sys.exit(1)
+        print("ok %s: %s" % (case, msg))
+        return
+    except Exception as e:  # noqa: BLE001 - the wrong kind of exception is the failure reported
+        print("FAIL %s: raised %s: %s" % (case, type(e).__name__, e))
+        sys.exit(1)
+    print("FAIL %s: no exception" % case)
+    sys.exit(1)
+
+
+def join(model, url=URL, run=RUN, **kw):
+    inner = torch.optim.SGD(model.parameters(), lr=0.1)
+    kw.setdefault("connect_timeout", 0)
+    with rediloco.DiLoCo(url, run, model, inner, sync_every=2, worker_id="bad", **kw):
+        pass
+
+
+expect("wrong parameter count", rediloco.DiLoCoError, [str(NUMEL), str(NUMEL + 1)], lambda: join(model_of(NUMEL + 1)))
+expect("fp64 parameter", rediloco.DiLoCoError, ["'x'", "float64", "fp32"], lambda: join(model_of(NUMEL, torch.float64)))
+expect("unknown run", rediloco.DiLoCoError, ["no-such-run"], lambda: join(model_of(NUMEL), run="no-such-run"))
+expect("dead Redis", rediloco.DiLoCoError, [DEAD.split("//")[1]], lambda: join(model_of(NUMEL), url=DEAD))
+expect("bad URL", rediloco.DiLoCoError, ["http://"], lambda: join(model_of(NUMEL), url="http://127.0.0.1:1"))
+expect("outer optimizer", TypeError, ["shard-servers"],
+       lambda: rediloco.DiLoCo(URL, RUN, model_of(NUMEL), None, outer_optimizer=torch.optim.SGD([torch.zeros(1)], lr=1)))
+expect("bad sync_every", ValueError, ["sync_every"], lambda: rediloco.DiLoCo(URL, RUN, model_of(NUMEL), None, sync_every=0))
+
+
+def diverge():
+    """NaN at a sync: libdiloco refuses to send it, logs why and resets the worker to the global values."""
+    m = model_of(NUMEL)
+    inner = torch.optim.SGD(m.parameters(), lr=0.1)
+    logged = []
+    with rediloco.DiLoCo(URL, RUN, m, inner, sync_every=2, worker_id="nan", heartbeat_interval=1,
+                         log=lambda level, msg: logged.append((level, msg))) as dl:
+        start = m.x.detach().clone()
+        for step in range(2):
+            m.x.grad = torch.zeros(NUMEL)
+            if step == 1:
+                m.x.grad[NUMEL - 3] = float("nan")
+            inner.step()
+            dl.report(0.0, tokens=1)
+        errors = [msg for level, msg in logged if level == 3]
+        info = dl.last_sync
+        if not torch.equal(m.x.detach(), start) or info is None or not info.stale or info.version != 0:
+            raise rediloco.DiLoCoError("parameters not reset to the global ones of version 0: %s" % (info,))
+        if not errors:
+            raise rediloco.DiLoCoError("no ERROR reached the log callback: %s" % logged)
+        raise rediloco.DiLoCoError("reset to the global parameters; the log says: " + errors[-1])
+
+
+expect("NaN in the parameters", rediloco.DiLoCoError, ["reset to the global", "not finite at index %d" % (NUMEL - 3)],
+       diverge)
+
+# nothing reached the run, and a good worker syncs one round
+m = model_of(NUMEL)
+inner = torch.optim.SGD(m.parameters(), lr=0.01)
+with rediloco.DiLoCo(URL, RUN, m, inner, sync_every=2, worker_id="good", heartbeat_interval=1) as dl:
+    v0 = dl.version
+    for _ in range(2):
+        m.x.grad = torch.ones(NUMEL)
+        inner.step()
+    info = dl.last_sync
+    if v0 != 0 or info is None or info.version != 1:
+        print("FAIL good worker: started at version %s, last sync %s" % (v0, info))
+        sys.exit(1)
+print("ok good worker after the bad ones: version 0 -> %d, digest %s" % (info.version, info.digest))

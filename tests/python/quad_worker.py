@@ -1,0 +1,136 @@
+#!/usr/bin/python3
+"""quad_worker.py URL RUN WORKER_ID STEPS H [--no-bf16] [--digests FILE]: the quadratic test trainer
+(worker/trainers/quadratic.c) as a PyTorch training loop joined through the rediloco package.
+
+The model is one parameter "x"; each worker's problem (a, c) comes from the run's seed and its id exactly
+as the C trainer draws it (splitmix64, XXH3 of the id through libxxhash), the gradient a*(x - c) is set
+by hand, and QuadAdamW is a torch.optim.Optimizer doing the C trainer's AdamW with the same fp32 operations
+in the same order, so a PyTorch worker and a C worker given the same inputs make the same bytes. Every
+sync's digest is written to --digests (one "round digest" line each); the tests compare them, and the
+run's shard digests, with tests/tools/ref_quadratic."""
+import argparse
+import ctypes
+import dataclasses
+import json
+import math
+import os
+import signal
+import sys
+import time
+
+import numpy as np
+import torch
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+import rediloco  # noqa: E402
+
+GOLDEN = 0x9E3779B97F4A7C15
+
+
+def xxh3(data):
+    f = ctypes.CDLL("libxxhash.so.0").XXH3_64bits
+    f.restype = ctypes.c_uint64
+    f.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
+    return f(data, len(data))
+
+
+def splitmix_uniform(state, count):
+    """count draws of common/util.c rng_uniform from state (vectorised: the k-th state is state + k*G)."""
+    with np.errstate(over="ignore"):
+        k = np.arange(1, count + 1, dtype=np.uint64)
+        z = np.uint64(state) + k * np.uint64(GOLDEN)
+        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+        z = z ^ (z >> np.uint64(31))
+    return (z >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / 16777216.0)
+
+
+def problem(seed, worker_id, numel):
+    u = splitmix_uniform(seed ^ xxh3(worker_id.encode()), 2 * numel)
+    a = np.float32(0.5) + u[0::2]
+    c = np.float32(2.0) * u[1::2] - np.float32(1.0)
+    return torch.from_numpy(a.astype(np.float32)), torch.from_numpy(c.astype(np.float32))
+
+
+class QuadAdamW(torch.optim.Optimizer):
+    """quadratic.c's AdamW step, op for op in fp32 (no fused multiply-add: each torch op rounds once)."""
+
+    def __init__(self, params, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-8):
+        super().__init__(params, dict(lr=lr))
+        f = np.float32
+        self.k = dict(lr=f(lr), b1=f(beta1), b2=f(beta2), eps=f(eps), one_b1=f(1) - f(beta1), one_b2=f(1) - f(beta2))
+
+    @torch.no_grad()
+    def step(self, closure=None):
+        k = self.k
+        for group in self.param_groups:
+            for x in group["params"]:
+                st = self.state[x]
+                if not st:
+                    st["step"], st["m"], st["v"] = 0, torch.zeros_like(x), torch.zeros_like(x)
+                st["step"] += 1
+                g, m, v = x.grad, st["m"], st["v"]
+                bc1 = float(np.float32(1.0 - math.pow(float(k["b1"]), st["step"])))
+                bc2 = float(np.float32(1.0 - math.pow(float(k["b2"]), st["step"])))
+                m.mul_(float(k["b1"])).add_(g * float(k["one_b1"]))
+                v.mul_(float(k["b2"])).add_((g * float(k["one_b2"])) * g)
+                upd = (m / bc1) * float(k["lr"])
+                x.sub_(upd / ((v / bc2).sqrt_() + float(k["eps"])))
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("url")
+    ap.add_argument("run")
+    ap.add_argument("worker_id")
+    ap.add_argument("steps", type=int)
+    ap.add_argument("h", type=int)
+    ap.add_argument("--numel", type=int, required=True)
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--no-bf16", action="store_true")
+    ap.add_argument("--dylu", action="store_true", help="take the H the run's DyLU assigns")
+    ap.add_argument("--fragment-alpha", type=float, default=0.0, help="Streaming DiLoCo's fragment_update_alpha")
+    ap.add_argument("--digests", default=None, help="write \"round digest\" per sync here")
+    ap.add_argument("--sync-log", default=None, help="write each sync's SyncInfo as a JSON line here")
+    ap.add_argument("--step-delay", type=float, default=0.0, help="seconds to sleep per step (a slower machine)")
+    ap.add_argument("--heartbeat", type=float, default=1.0, help="heartbeat interval in seconds")
+    args = ap.parse_args()
+
+    model = torch.nn.Module()
+    model.x = torch.nn.Parameter(torch.zeros(args.numel))
+    a, c = problem(args.seed, args.worker_id, args.numel)
+    inner = QuadAdamW(model.parameters())
+    out = open(args.digests, "w") if args.digests else None
+    synclog = open(args.sync_log, "w") if args.sync_log else None
+    before = signal.getsignal(signal.SIGINT)
+    with rediloco.DiLoCo(args.url, args.run, model, inner, sync_every=args.h, worker_id=args.worker_id,
+                         bf16=not args.no_bf16, heartbeat_interval=args.heartbeat,
+                         fragment_update_alpha=args.fragment_alpha, dylu=args.dylu) as dl:
+        step, last = 0, None
+        for step in range(1, args.steps + 1):
+            with torch.no_grad():
+                diff = model.x - c
+                model.x.grad = a * diff
+                loss = float((0.5 * a.double() * diff.double() * diff.double()).mean())
+            inner.step()  # the sync runs in here every H steps
+            dl.report(loss, tokens=1)
+            info = dl.last_sync
+            if info and info != last:  # a sync happened in this step
+                last = info
+                if out:
+                    out.write("%d %s\n" % (info.round, info.digest))
+                    out.flush()
+                if synclog:
+                    synclog.write(json.dumps(dict(dataclasses.asdict(info), step=step, h=dl.sync_every)) + "\n")
+                    synclog.flush()
+            if args.step_delay:
+                time.sleep(args.step_delay)
+        print("worker %s done at step %d, %s" % (dl.worker_id, step, dl.last_sync))
+    # reached after a stop too: the block swallows rediloco.Stopped
+    print("left the run at step %d (%s); SIGINT handler restored: %s" % (
+        step, dl._stop_reason or "all steps done", signal.getsignal(signal.SIGINT) == before))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

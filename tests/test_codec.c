@@ -1,0 +1,274 @@
+/*
+ * test_codec.c: the int8/int4 block codecs (common/math/codec.c): sizes, known vectors (zeros, exact
+ * scales, ties to even, one huge value in a block, denormals, -0, a shorter last block), NaN and Inf
+ * rejected before encoding with their index, the decoding error bound, the check of received scales,
+ * blobs carrying a codec, and the portable and AVX2 builds giving the same bits.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <cmocka.h>
+
+#include "bf16.h"
+#include "blob.h"
+#include "codec.h"
+#include "util.h"
+
+static float scale_of(const uint8_t *block) { return bf16_to_f32((uint16_t)(block[0] | block[1] << 8)); }
+
+static void names_and_sizes(void **state)
+{
+    (void)state;
+    assert_int_equal(codec_parse("int8"), BLOB_I8);
+    assert_int_equal(codec_parse("int4"), BLOB_I4);
+    assert_int_equal(codec_parse("bf16"), BLOB_BF16);
+    assert_int_equal(codec_parse("fp32"), BLOB_F32);
+    assert_int_equal(codec_parse("int3"), 0);
+    assert_string_equal(codec_name(BLOB_I4), "int4");
+    assert_int_equal(codec_bytes(BLOB_I8, 256), 258);
+    assert_int_equal(codec_bytes(BLOB_I4, 256), 130);
+    assert_int_equal(codec_bytes(BLOB_I8, 300), 258 + 2 + 44);
+    assert_int_equal(codec_bytes(BLOB_I4, 300), 130 + 2 + 22);
+    assert_int_equal(codec_bytes(BLOB_I4, 257), 130 + 2 + 1);
+    assert_int_equal(codec_bytes(BLOB_BF16, 10), 20);
+    assert_int_equal(codec_bytes(7, 10), 0);
+    assert_int_equal(codec_offset(BLOB_I4, 512), 260);
+}
+
+static void zeros_encode_to_zero_scale(void **state)
+{
+    (void)state;
+    float x[256] = { 0 }, y[256];
+    uint8_t out[258];
+    size_t bad = 0;
+    assert_int_equal(codec_encode(BLOB_I8, x, 256, out, &bad), 0);
+    for (int i = 0; i < 258; i++)
+        assert_int_equal(out[i], 0);
+    codec_decode(BLOB_I8, out, 256, y);
+    for (int i = 0; i < 256; i++)
+        assert_true(y[i] == 0.0f);
+}
+
+static void exact_scales_give_exact_codes(void **state)
+{
+    (void)state;
+    float x[256], y[256];
+    uint8_t out8[258], out4[130];
+    size_t bad;
+    for (int i = 0; i < 256; i++)
+        x[i] = (float)(i % 255 - 127) * 0.5f; /* amax 63.5: scale 0.5, codes -127..127 */
+    assert_int_equal(codec_encode(BLOB_I8, x, 256, out8, &bad), 0);
+    assert_true(scale_of(out8) == 0.5f);
+    for (int i = 0; i < 256; i++)
+        assert_int_equal((int8_t)out8[2 + i], i % 255 - 127);
+    codec_decode(BLOB_I8, out8, 256, y);
+    assert_memory_equal(x, y, sizeof x);
+    for (int i = 0; i < 256; i++)
+        x[i] = (float)(i % 15 - 7) * 0.25f; /* amax 1.75: scale 0.25, codes -7..7 */
+    assert_int_equal(codec_encode(BLOB_I4, x, 256, out4, &bad), 0);
+    assert_true(scale_of(out4) == 0.25f);
+    assert_int_equal(out4[2], 0x9u | 0xau << 4); /* -7 and -6 as nibbles, the first element low */
+    codec_decode(BLOB_I4, out4, 256, y);
+    assert_memory_equal(x, y, sizeof x);
+}
+
+static void ties_round_to_even(void **state)
+{
+    (void)state;
+    float x[256] = { 127.0f, 0.5f, 1.5f, 2.5f, -2.5f, -0.5f, 126.5f }; /* scale 1 */
+    uint8_t out[258];
+    size_t bad;
+    assert_int_equal(codec_encode(BLOB_I8, x, 256, out, &bad), 0);
+    assert_true(scale_of(out) == 1.0f);
+    int8_t want[7] = { 127, 0, 2, 2, -2, 0, 126 };
+    for (int i = 0; i < 7; i++)
+        assert_int_equal((int8_t)out[2 + i], want[i]);
+}
+
+static void one_huge_value_in_a_block(void **state)
+{
+    (void)state;
+    float x[256], y[256];
+    uint8_t out[258];
+    size_t bad;
+    for (int i = 0; i < 256; i++)
+        x[i] = 1e-3f * (float)(i - 128);
+    x[77] = 3.0e38f;
+    assert_int_equal(codec_encode(BLOB_I8, x, 256, out, &bad), 0);
+    codec_decode(BLOB_I8, out, 256, y);
+    for (int i = 0; i < 256; i++) {
+        assert_true(isfinite(y[i]));
+        if (i != 77)
+            assert_true(y[i] == 0.0f); /* drowned by the block's scale: error feedback keeps them */
+    }
+    assert_true(fabsf(y[77] - x[77]) <= scale_of(out) * 0.5f);
+}
+
+static void denormals_and_negative_zero(void **state)
+{
+    (void)state;
+    float x[256], y[256];
+    uint8_t out[130];
+    size_t bad;
+    for (int i = 0; i < 256; i++)
+        x[i] = (float)(i - 128) * 1e-40f; /* denormal (or zero) */
+    x[0] = 5e-38f;                       /* the scale, 5e-38 / 7, is a denormal too */
+    x[5] = -0.0f;
+    assert_int_equal(codec_encode(BLOB_I4, x, 256, out, &bad), 0);
+    codec_decode(BLOB_I4, out, 256, y);
+    float s = scale_of(out);
+    assert_true(s > 0.0f && s < 1.17e-38f);
+    for (int i = 0; i < 256; i++)
+        assert_true(fabsf(y[i] - x[i]) <= s * 0.5f * 1.01f);
+    assert_true(y[5] == 0.0f && !signbit(y[5]));
+    /* a block so small that its scale is below bf16's smallest denormal is flushed to zero (error
+     * feedback carries it into the next round) */
+    for (int i = 0; i < 256; i++)
+        x[i] = (float)(i - 128) * 1e-43f;
+    assert_int_equal(codec_encode(BLOB_I4, x, 256, out, &bad), 0);
+    codec_decode(BLOB_I4, out, 256, y);
+    assert_true(scale_of(out) == 0.0f);
+    for (int i = 0; i < 256; i++)
+        assert_true(y[i] == 0.0f);
+}
+
+static void non_finite_is_rejected_with_its_index(void **state)
+{
+    (void)state;
+    size_t n = 1000, bad = 0;
+    float *x = calloc(n, sizeof *x);
+    uint8_t *out = malloc(codec_bytes(BLOB_I8, n));
+    x[700] = NAN;
+    assert_int_equal(codec_encode(BLOB_I8, x, n, out, &bad), -1);
+    assert_int_equal(bad, 700);
+    x[700] = 0;
+    x[999] = -INFINITY; /* in the shorter last block */
+    assert_int_equal(codec_encode(BLOB_I4, x, n, out, &bad), -1);
+    assert_int_equal(bad, 999);
+    free(x);
+    free(out);
+}
+
+static void error_is_at_most_half_a_step(void **state)
+{
+    (void)state;
+    size_t n = 4096 + 77, bad;
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
+    uint8_t *out = malloc(codec_bytes(BLOB_I4, n) + codec_bytes(BLOB_I8, n));
+    uint64_t st = 42;
+    for (size_t i = 0; i < n; i++)
+        x[i] = (float)((rng_uniform(&st) - 0.5) * pow(10.0, (double)(i / 256 % 9) - 4));
+    for (int dt = BLOB_I8; dt <= BLOB_I4; dt++) {
+        assert_int_equal(codec_encode(dt, x, n, out, &bad), 0);
+        codec_decode(dt, out, n, y);
+        for (size_t i = 0; i < n; i++) {
+            float s = scale_of(out + codec_offset(dt, i / 256 * 256));
+            assert_true(fabsf(y[i] - x[i]) <= s * 0.5f * 1.0001f || fabsf(x[i]) > s * (dt == BLOB_I8 ? 127 : 7));
+            assert_true(fabsf(y[i] - x[i]) <= s * 1.01f); /* clamping at the largest code costs at most a step */
+        }
+    }
+    free(x);
+    free(y);
+    free(out);
+}
+
+static void received_scales_are_checked(void **state)
+{
+    (void)state;
+    float x[600] = { 1.0f };
+    uint8_t out[1024];
+    size_t bad = 0;
+    assert_int_equal(codec_encode(BLOB_I8, x, 600, out, &bad), 0);
+    assert_int_equal(codec_check(BLOB_I8, out, 600, &bad), 0);
+    out[258 * 2] = 0xc0;
+    out[258 * 2 + 1] = 0x7f; /* NaN scale in the third (last, shorter) block */
+    assert_int_equal(codec_check(BLOB_I8, out, 600, &bad), -1);
+    assert_int_equal(bad, 512);
+    out[258 * 2 + 1] = 0xbf; /* negative */
+    assert_int_equal(codec_check(BLOB_I8, out, 600, &bad), -1);
+}
+
+static void blobs_carry_the_codec(void **state)
+{
+    (void)state;
+    float x[300] = { 0.25f, -3.0f };
+    uint8_t payload[200];
+    size_t bad, plen = codec_bytes(BLOB_I4, 300);
+    char err[256];
+    assert_int_equal(codec_encode(BLOB_I4, x, 300, payload, &bad), 0);
+    blob_header h, back;
+    blob_header_init(&h, "push");
+    h.dtype = BLOB_I4;
+    h.count = 300;
+    uint8_t *buf;
+    size_t len;
+    assert_int_equal(blob_encode(&h, payload, plen, &buf, &len, err, sizeof err), 0);
+    const uint8_t *p;
+    size_t pl;
+    assert_int_equal(blob_decode(buf, len, &back, &p, &pl, err, sizeof err), 0);
+    assert_int_equal(back.dtype, BLOB_I4);
+    assert_int_equal(pl, plen);
+    assert_int_equal(blob_decode(buf, len - 1, &back, &p, &pl, err, sizeof err), -1); /* short */
+    free(buf);
+    h.count = 301;
+    assert_int_equal(blob_encode(&h, payload, plen, &buf, &len, err, sizeof err), -1);
+}
+
+static void portable_and_avx2_agree(void **state)
+{
+    (void)state;
+    if (!cpu_has_avx2()) {
+        print_message("no AVX2 on this CPU: only the portable build runs\n");
+        return;
+    }
+    size_t n = 64 * 256 + 100, bad;
+    float *x = malloc(n * sizeof *x), *ya = malloc(n * sizeof *ya), *yp = malloc(n * sizeof *yp);
+    size_t cap = codec_bytes(BLOB_I8, n);
+    uint8_t *a = malloc(cap), *p = malloc(cap);
+    uint64_t st = 7;
+    for (size_t i = 0; i < n; i++) {
+        double u = rng_uniform(&st) - 0.5;
+        x[i] = (float)(u * pow(2.0, (double)(i % 97) - 60)); /* wide exponents, denormals included */
+        if (i % 31 == 0)
+            x[i] = (float)((int)(u * 20)) * 0.5f; /* exact halves: ties */
+    }
+    for (int dt = BLOB_I8; dt <= BLOB_I4; dt++) {
+        size_t nb = codec_bytes(dt, n);
+        codec_force_portable(0);
+        assert_int_equal(codec_encode(dt, x, n, a, &bad), 0);
+        codec_decode(dt, a, n, ya);
+        codec_force_portable(1);
+        assert_int_equal(codec_encode(dt, x, n, p, &bad), 0);
+        codec_decode(dt, p, n, yp);
+        assert_memory_equal(a, p, nb);
+        assert_memory_equal(ya, yp, n * sizeof(float));
+    }
+    codec_force_portable(0);
+    free(x);
+    free(ya);
+    free(yp);
+    free(a);
+    free(p);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(names_and_sizes),
+        cmocka_unit_test(zeros_encode_to_zero_scale),
+        cmocka_unit_test(exact_scales_give_exact_codes),
+        cmocka_unit_test(ties_round_to_even),
+        cmocka_unit_test(one_huge_value_in_a_block),
+        cmocka_unit_test(denormals_and_negative_zero),
+        cmocka_unit_test(non_finite_is_rejected_with_its_index),
+        cmocka_unit_test(error_is_at_most_half_a_step),
+        cmocka_unit_test(received_scales_are_checked),
+        cmocka_unit_test(blobs_carry_the_codec),
+        cmocka_unit_test(portable_and_avx2_agree),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

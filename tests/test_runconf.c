@@ -1,0 +1,98 @@
+/*
+ * test_runconf.c: the parsing half of a run's configuration (common/format/runconf.c): the bounds lists
+ * of dl:{R}:config (digits only, in order, no overflow) and runconf_from_reply on HGETALL replies as a
+ * Redis sends them (RESP read with hiredis' own reader), including fields that are not strings.
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <cmocka.h>
+#include <hiredis/hiredis.h>
+
+#include "runconf.h"
+
+static void bounds_lists(void **state) {
+    (void)state;
+    uint64_t *b;
+    int n;
+    char err[256];
+    assert_int_equal(runconf_parse_bounds_u64("0,5,10", &b, &n, err, sizeof err), 0);
+    assert_int_equal(n, 2);
+    assert_true(b[0] == 0 && b[1] == 5 && b[2] == 10);
+    free(b);
+    assert_int_equal(runconf_parse_bounds_u64("0,18446744073709551615", &b, &n, err, sizeof err), 0);
+    free(b);
+    static const char *const bad[] = {"", "0,", ",1", "0,,1", "-1", "0,-1", " 1", "0, 1", "+1", "0,5,3",
+                                      "0,18446744073709551616", "0,1x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        if (runconf_parse_bounds_u64(bad[i], &b, &n, err, sizeof err) == 0) fail_msg("accepted '%s'", bad[i]);
+        assert_non_null(strstr(err, "malformed bounds"));
+    }
+}
+
+/* the reply hiredis makes of resp (one complete reply) */
+static redisReply *reply(const char *resp) {
+    redisReader *rd = redisReaderCreate();
+    void *r = NULL;
+    redisReaderFeed(rd, resp, strlen(resp));
+    assert_int_equal(redisReaderGetReply(rd, &r), REDIS_OK);
+    assert_non_null(r);
+    redisReaderFree(rd);
+    return r;
+}
+
+static int from(const char *resp, runconf *rc, char *err, size_t errlen) {
+    redisReply *r = reply(resp);
+    memset(rc, 0, sizeof *rc);
+    int ret = runconf_from_reply(r, rc, err, errlen);
+    freeReplyObject(r);
+    return ret;
+}
+
+static void config_from_hgetall(void **state) {
+    (void)state;
+    runconf rc;
+    char err[256];
+    assert_int_equal(from("*10\r\n$5\r\nnumel\r\n$2\r\n10\r\n$12\r\nshard_bounds\r\n$6\r\n0,4,10\r\n"
+                          "$11\r\nfrag_bounds\r\n$3\r\n0,2\r\n$4\r\nmode\r\n$5\r\nasync\r\n"
+                          "$9\r\ndn_buffer\r\n$1\r\n3\r\n", &rc, err, sizeof err), 0);
+    assert_int_equal(rc.numel, 10);
+    assert_int_equal(rc.nshards, 2);
+    assert_int_equal(runconf_shard_numel(&rc, 1), 6);
+    assert_int_equal(rc.nfragments, 1);
+    assert_int_equal(rc.async, 1);
+    assert_int_equal(rc.dn_buffer, 3);
+    assert_int_equal(rc.snapshot_every, 8);
+    runconf_free(&rc);
+    /* a field whose value is not a string (an integer reply) counts as absent, not as a NULL string */
+    assert_int_equal(from("*6\r\n$5\r\nnumel\r\n:10\r\n$12\r\nshard_bounds\r\n$4\r\n0,10\r\n"
+                          "$11\r\nfrag_bounds\r\n$3\r\n0,1\r\n", &rc, err, sizeof err), -1);
+    assert_non_null(strstr(err, "lacks numel"));
+    runconf_free(&rc);
+    assert_int_equal(from("*6\r\n$5\r\nnumel\r\n$2\r\n10\r\n$12\r\nshard_bounds\r\n$3\r\n0,9\r\n"
+                          "$11\r\nfrag_bounds\r\n$3\r\n0,1\r\n", &rc, err, sizeof err), -1);
+    assert_non_null(strstr(err, "do not cover"));
+    runconf_free(&rc);
+    assert_int_equal(from("*6\r\n$5\r\nnumel\r\n$2\r\n10\r\n$12\r\nshard_bounds\r\n$4\r\n0,10\r\n"
+                          "$11\r\nfrag_bounds\r\n$3\r\n0,2\r\n", &rc, err, sizeof err), -1);
+    assert_non_null(strstr(err, "fragment bounds"));
+    runconf_free(&rc);
+    /* an integer where a field name goes: strcmp on its NULL string was a crash */
+    assert_int_equal(from("*4\r\n:1\r\n$1\r\nx\r\n$5\r\nnumel\r\n$2\r\n10\r\n", &rc, err, sizeof err), -1);
+    assert_non_null(strstr(err, "lacks numel"));
+    runconf_free(&rc);
+    assert_int_equal(from(":5\r\n", &rc, err, sizeof err), -1);
+    assert_non_null(strstr(err, "not a hash"));
+}
+
+int main(void) {
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(bounds_lists),
+        cmocka_unit_test(config_from_hgetall),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

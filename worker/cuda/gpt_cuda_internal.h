@@ -1,0 +1,106 @@
+/* gpt_cuda_internal.h: what the CUDA sources of the GPT backend share (not part of the C API).
+ *
+ *   gpt_cuda_kernels.cu  the kernels and one launch function per layer (l_*), shared by the model and
+ *                        by the single-kernel test entry points, so the tests run the trainer's code
+ *   gpt_cuda_model.cu    the model: buffers, forward, backward, clipping, AdamW (gpt_cuda.h)
+ *   gpt_cuda_device.cu   device count and description, pinned host memory, the sgemm rate
+ *   gpt_cuda_test.cu     the single-kernel entry points on host arrays (gpt_cuda_test.h)
+ *
+ * A kernel is launched only from the file that defines it (no relocatable device code): the other
+ * files call the launchers declared here. */
+#ifndef DILOCO_GPT_CUDA_INTERNAL_H
+#define DILOCO_GPT_CUDA_INTERNAL_H
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include "cuda_check.h"
+#include "gpt_cuda.h"
+
+/* CUDA / cuBLAS call checks inside functions that take (err, errlen) and return int */
+#define CKB(call)                                                                                  \
+    do {                                                                                           \
+        cublasStatus_t s_ = (call);                                                                \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+            err_set(err, errlen, "cublas: %s: status %d (%s:%d)", #call, (int)s_, __FILE__, __LINE__); \
+            return -1;                                                                             \
+        }                                                                                          \
+    } while (0)
+#define CKL() CK(cudaGetLastError())
+
+static inline unsigned nblocks(size_t n, int bs) { return (unsigned)((n + bs - 1) / bs); }
+
+#define BS 256                  /* threads per block of the elementwise kernels */
+#define ROWS_PER_BLOCK (BS / 32) /* one warp per row */
+/* deterministic double sums: RED_BLOCKS partial sums (grid-stride, fixed tree), then one block */
+#define RED_BLOCKS 256
+#define RED_THREADS 256
+
+/* ------------------------------------------------------------------------------------------- */
+/* products: row-major C(MxN) = alpha op(A) op(B) + beta C, as cblas_sgemm(CblasRowMajor, ...)   */
+/* A row-major matrix is its transpose in column-major, so C^T = op(B)^T op(A)^T: swap operands.  */
+
+static inline cublasStatus_t mm(cublasHandle_t h, int ta, int tb, int M, int N, int K, float alpha,
+                                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
+    return cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb,
+                       A, lda, &beta, C, ldc);
+}
+
+static inline cublasStatus_t mmb(cublasHandle_t h, int ta, int tb, int M, int N, int K, float alpha,
+                                 const float *A, int lda, long long sA, const float *B, int ldb, long long sB,
+                                 float beta, float *C, int ldc, long long sC, int batch) {
+    return cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+                                     &alpha, B, ldb, sB, A, lda, sA, &beta, C, ldc, sC, batch);
+}
+
+static inline int set_math(cublasHandle_t h, int tf32, char *err, size_t errlen) {
+    CKB(cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
+    return 0;
+}
+
+/* where a launch goes: the stream, the cuBLAS handle bound to it, and the error buffer */
+typedef struct {
+    cudaStream_t st;
+    cublasHandle_t h;
+    char *err;
+    size_t errlen;
+} ctx;
+
+/* ---- launches (gpt_cuda_kernels.cu): shapes as in worker/gpt/gpt_model.c; 0 or -1 with x->err ---- */
+int l_encoder_forward(ctx *x, float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C);
+/* order, uniq, ustart: the positions of each distinct token (U of them), bucketed on the host */
+int l_encoder_backward(ctx *x, float *dwte, float *dwpe, const float *dout, const int *order, const int *uniq,
+                       const int *ustart, int U, int B, int T, int C, int maxT);
+/* Stage inputs | targets | order | uniq | ustart (5N+1 ints at h) for l_encoder_backward: the positions
+ * of each distinct input token in increasing order (the deterministic embedding scatter). slot: V ints,
+ * zero on entry and on return; cnt: N+1 ints of scratch. Returns the distinct token count. */
+int bucket_tokens(int *h, const int *inputs, const int *targets, int N, int *slot, int *cnt);
+int l_layernorm_forward(ctx *x, float *out, float *mean, float *rstd, const float *inp, const float *w,
+                        const float *b, int N, int C);
+int l_layernorm_backward(ctx *x, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                         const float *w, const float *mean, const float *rstd, int N, int C, int accumulate);
+int l_matmul_forward(ctx *x, float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC);
+int l_matmul_backward(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                      const float *w, int N, int C, int OC);
+/* scratch: q, k, v, y each B*T*C */
+int l_attention_forward(ctx *x, float *out, float *att, const float *qkv, float *q, float *k, float *v, float *y,
+                        int B, int T, int C, int NH);
+/* scratch: q, k, v, dy, dq, dk, dv each B*T*C; dp B*NH*T*T */
+int l_attention_backward(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *att, float *q,
+                         float *k, float *v, float *dy, float *dq, float *dk, float *dv, float *dp, int B, int T,
+                         int C, int NH);
+/* rows of length T, row index % T = t: softmax over columns 0..t, zero above, in place */
+int l_softmax_causal(ctx *x, float *s, int rows, int T);
+int l_gelu_forward(ctx *x, float *out, const float *inp, size_t n);
+int l_gelu_backward(ctx *x, float *dinp, const float *inp, const float *dout, size_t n);
+int l_residual(ctx *x, float *out, const float *a, const float *b, size_t n);
+/* red: RED_BLOCKS + 2 doubles; the mean loss ends up in red[RED_BLOCKS] */
+int l_crossentropy_forward(ctx *x, float *logits, float *losses, const int *targets, int N, int V, double *red);
+int l_crossentropy_backward(ctx *x, float *probs, const int *targets, int N, int V);
+/* norm in red[RED_BLOCKS], coefficient in red[RED_BLOCKS+1] */
+int l_clip(ctx *x, float *g, size_t n, double max_norm, double *red);
+/* AdamW over tensors, one launch per run of consecutive tensors with the same decay */
+int l_adamw(ctx *x, const model_tensor *tensors, int ntensors, float *p, const float *g, float *m, float *v, long t,
+            double lr, double beta1, double beta2, double eps, double weight_decay);
+
+#endif

@@ -1,0 +1,285 @@
+/* gpt_cuda_model.cu: the CUDA GPT model behind gpt_cuda.h: every buffer allocated once, host <->
+ * device copies, forward, backward, gradient clipping and AdamW, each layer through the launchers of
+ * gpt_cuda_kernels.cu in the order of worker/gpt/gpt_model.c. */
+#include "gpt_cuda_internal.h"
+#include "gpt/gpt_acts.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* ------------------------------------------------------------------------------------------- */
+/* the model                                                                                   */
+
+struct gpt_cuda {
+    gpt_config c;
+    int B, T, tf32;
+    size_t numel;
+    model_tensor *tensors;
+    int ntensors;
+    cudaStream_t st;
+    cublasHandle_t h;
+    float *params, *grads, *m, *v;
+    gpt_params p, g;  /* the device parameters and gradients by role (gpt_params_bind) */
+    gpt_acts a;       /* the activations (worker/gpt/gpt_acts.h), on the device */
+    float *q, *k, *vv, *y, *dq, *dk, *dv, *dp; /* attention scratch (l_attention_forward/backward) */
+    int *dtok;        /* inputs N | targets N | order N | uniq N | ustart N+1 */
+    int *htok;        /* pinned staging of the same */
+    int *slot, *cnt;  /* host: V (token -> bucket+1), N */
+    int nuniq, have_targets;
+    double *red, *hred; /* device reduction scratch, pinned host copy of the results */
+    float *arena;
+};
+
+extern "C" size_t gpt_cuda_numel(const gpt_cuda *g) { return g ? g->numel : 0; }
+
+extern "C" void gpt_cuda_free(gpt_cuda *g) {
+    if (!g) return;
+    if (g->st) cudaStreamSynchronize(g->st);
+    if (g->h) cublasDestroy(g->h);
+    if (g->st) cudaStreamDestroy(g->st);
+    cudaFree(g->arena);
+    cudaFree(g->params);
+    cudaFree(g->dtok);
+    cudaFree(g->red);
+    if (g->htok) cudaFreeHost(g->htok);
+    if (g->hred) cudaFreeHost(g->hred);
+    free(g->slot);
+    free(g->cnt);
+    free(g->p.h);
+    free(g->g.h);
+    free(g->a.h);
+    free(g->tensors);
+    free(g);
+    cudaGetLastError();
+}
+
+static int create_inner(gpt_cuda *g, char *err, size_t errlen) {
+    const gpt_config *c = &g->c;
+    int B = g->B, T = g->T;
+    size_t N = (size_t)B * T, C = (size_t)c->dim, NH = (size_t)c->heads, V = (size_t)c->vocab;
+    CK(cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking));
+    CKB(cublasCreate(&g->h));
+    CKB(cublasSetStream(g->h, g->st));
+    if (set_math(g->h, g->tf32, err, errlen)) return -1;
+    /* params, grads, m, v in one allocation */
+    CK(cudaMalloc((void **)&g->params, 4 * g->numel * sizeof(float)));
+    g->grads = g->params + g->numel;
+    g->m = g->grads + g->numel;
+    g->v = g->m + g->numel;
+    CK(cudaMemsetAsync(g->params, 0, 4 * g->numel * sizeof(float), g->st));
+    /* activations, then the attention's scratch; every sub-buffer starts on 64 floats (256 bytes) */
+    size_t scratch = gpt_arena_round(N * C, 64) * 7 + gpt_arena_round((size_t)B * NH * T * T, 64);
+    size_t total = gpt_acts_size(c, B, T, 64) + scratch;
+    CK(cudaMalloc((void **)&g->arena, total * sizeof(float)));
+    CK(cudaMemsetAsync(g->arena, 0, total * sizeof(float), g->st));
+    float *cur = g->arena + gpt_acts_bind(c, B, T, 64, g->arena, &g->a);
+    g->q = gpt_arena_take(&cur, N * C, 64);
+    g->k = gpt_arena_take(&cur, N * C, 64);
+    g->vv = gpt_arena_take(&cur, N * C, 64);
+    g->y = gpt_arena_take(&cur, N * C, 64);
+    g->dq = gpt_arena_take(&cur, N * C, 64);
+    g->dk = gpt_arena_take(&cur, N * C, 64);
+    g->dv = gpt_arena_take(&cur, N * C, 64);
+    g->dp = gpt_arena_take(&cur, (size_t)B * NH * T * T, 64);
+    CK(cudaMalloc((void **)&g->dtok, (5 * N + 1) * sizeof(int)));
+    CK(cudaMallocHost((void **)&g->htok, (5 * N + 1) * sizeof(int)));
+    CK(cudaMalloc((void **)&g->red, (RED_BLOCKS + 2) * sizeof(double)));
+    CK(cudaMallocHost((void **)&g->hred, 2 * sizeof(double)));
+    g->slot = (int *)calloc(V, sizeof(int));
+    g->cnt = (int *)calloc(N + 1, sizeof(int));
+    if (!g->slot || !g->cnt) { err_set(err, errlen, "gpt_cuda: out of memory"); return -1; }
+    gpt_params_bind(g->tensors, g->ntensors, g->params, &g->p);
+    gpt_params_bind(g->tensors, g->ntensors, g->grads, &g->g);
+    CK(cudaStreamSynchronize(g->st));
+    return 0;
+}
+
+extern "C" gpt_cuda *gpt_cuda_create(const gpt_config *c, int B, int T, int tf32, char *err, size_t errlen) {
+    if (gpt_config_check(c, err, errlen)) return NULL;
+    if (B < 1 || T < 1 || T > c->ctx) {
+        err_set(err, errlen, "gpt cuda: batch must be >= 1 and 1 <= seq <= ctx (%d), got batch %d seq %d", c->ctx, B,
+               T);
+        return NULL;
+    }
+    char why[256] = "";
+    if (gpt_cuda_device_count(why, sizeof why) == 0) {
+        err_set(err, errlen, "gpt cuda: no CUDA device (%s)", why);
+        return NULL;
+    }
+    gpt_cuda *g = (gpt_cuda *)calloc(1, sizeof *g);
+    if (!g) { err_set(err, errlen, "gpt cuda: out of memory"); return NULL; }
+    g->c = *c;
+    g->B = B;
+    g->T = T;
+    g->tf32 = tf32;
+    if (gpt_layout(c, &g->tensors, &g->ntensors, &g->numel, err, errlen)) { free(g); return NULL; }
+    g->p.h = (gpt_layer_params *)calloc((size_t)c->layers, sizeof(gpt_layer_params));
+    g->g.h = (gpt_layer_params *)calloc((size_t)c->layers, sizeof(gpt_layer_params));
+    g->a.h = (gpt_layer_acts *)calloc((size_t)c->layers, sizeof(gpt_layer_acts));
+    if (!g->p.h || !g->g.h || !g->a.h) {
+        err_set(err, errlen, "gpt cuda: out of memory");
+        gpt_cuda_free(g);
+        return NULL;
+    }
+    if (create_inner(g, err, errlen)) {
+        gpt_cuda_free(g);
+        return NULL;
+    }
+    return g;
+}
+
+static int copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t st, int wait, char *err,
+                size_t errlen) {
+    CK(cudaMemcpyAsync(dst, src, bytes, kind, st));
+    if (wait) CK(cudaStreamSynchronize(st));
+    return 0;
+}
+
+extern "C" int gpt_cuda_set_params(gpt_cuda *g, const float *host, size_t off, size_t n, char *err, size_t errlen) {
+    if (off > g->numel || n > g->numel - off) {
+        err_set(err, errlen, "gpt cuda: params range [%zu, %zu) outside [0, %zu)", off, off + n, g->numel);
+        return -1;
+    }
+    return copy(g->params + off, host + off, n * sizeof(float), cudaMemcpyHostToDevice, g->st, 0, err, errlen);
+}
+
+extern "C" int gpt_cuda_get_params(gpt_cuda *g, float *host, char *err, size_t errlen) {
+    return copy(host, g->params, g->numel * sizeof(float), cudaMemcpyDeviceToHost, g->st, 1, err, errlen);
+}
+
+extern "C" int gpt_cuda_get_grads(gpt_cuda *g, float *host, char *err, size_t errlen) {
+    return copy(host, g->grads, g->numel * sizeof(float), cudaMemcpyDeviceToHost, g->st, 1, err, errlen);
+}
+
+extern "C" int gpt_cuda_get_logits(gpt_cuda *g, float *host, char *err, size_t errlen) {
+    size_t n = (size_t)g->B * g->T * g->c.vocab;
+    return copy(host, g->a.logits, n * sizeof(float), cudaMemcpyDeviceToHost, g->st, 1, err, errlen);
+}
+
+extern "C" int gpt_cuda_set_moments(gpt_cuda *g, const float *m, const float *v, char *err, size_t errlen) {
+    size_t b = g->numel * sizeof(float);
+    if (m && copy(g->m, m, b, cudaMemcpyHostToDevice, g->st, 0, err, errlen)) return -1;
+    if (v && copy(g->v, v, b, cudaMemcpyHostToDevice, g->st, 0, err, errlen)) return -1;
+    CK(cudaStreamSynchronize(g->st));
+    return 0;
+}
+
+extern "C" int gpt_cuda_get_moments(gpt_cuda *g, float *m, float *v, char *err, size_t errlen) {
+    size_t b = g->numel * sizeof(float);
+    if (m && copy(m, g->m, b, cudaMemcpyDeviceToHost, g->st, 0, err, errlen)) return -1;
+    if (v && copy(v, g->v, b, cudaMemcpyDeviceToHost, g->st, 0, err, errlen)) return -1;
+    CK(cudaStreamSynchronize(g->st));
+    return 0;
+}
+
+extern "C" int gpt_cuda_sync(gpt_cuda *g, char *err, size_t errlen) {
+    CK(cudaStreamSynchronize(g->st));
+    return 0;
+}
+
+extern "C" int gpt_cuda_forward(gpt_cuda *g, const int *inputs, const int *targets, float *loss, char *err,
+                                size_t errlen) {
+    int B = g->B, T = g->T, C = g->c.dim, NH = g->c.heads, V = g->c.vocab, L = g->c.layers, N = B * T;
+    for (int n = 0; n < N; n++)
+        if (inputs[n] < 0 || inputs[n] >= V || (targets && (targets[n] < 0 || targets[n] >= V))) {
+            err_set(err, errlen, "gpt cuda: token id out of range at position %d", n);
+            return -1;
+        }
+    ctx x = {g->st, g->h, err, errlen};
+    /* the staging buffer may still be read by the copy of the previous batch */
+    CK(cudaStreamSynchronize(g->st));
+    g->nuniq = bucket_tokens(g->htok, inputs, targets, N, g->slot, g->cnt);
+    g->have_targets = targets != NULL;
+    CK(cudaMemcpyAsync(g->dtok, g->htok, (5 * (size_t)N + 1) * sizeof(int), cudaMemcpyHostToDevice, g->st));
+    const int *din = g->dtok, *dtg = g->dtok + N;
+    if (l_encoder_forward(&x, g->a.encoded, din, g->p.wte, g->p.wpe, B, T, C)) return -1;
+    const float *xin = g->a.encoded;
+    for (int l = 0; l < L; l++) {
+        gpt_layer_params *p = &g->p.h[l];
+        gpt_layer_acts *a = &g->a.h[l];
+        if (l_layernorm_forward(&x, a->ln1, a->ln1_mean, a->ln1_rstd, xin, p->ln1w, p->ln1b, N, C) ||
+            l_matmul_forward(&x, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C) ||
+            l_attention_forward(&x, a->atty, a->att, a->qkv, g->q, g->k, g->vv, g->y, B, T, C, NH) ||
+            l_matmul_forward(&x, a->res2, a->atty, p->projw, p->projb, N, C, C) ||
+            l_residual(&x, a->res2, a->res2, xin, (size_t)N * C) ||
+            l_layernorm_forward(&x, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C) ||
+            l_matmul_forward(&x, a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C) ||
+            l_gelu_forward(&x, a->fch_gelu, a->fch, (size_t)N * 4 * C) ||
+            l_matmul_forward(&x, a->res3, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C) ||
+            l_residual(&x, a->res3, a->res3, a->res2, (size_t)N * C))
+            return -1;
+        xin = a->res3;
+    }
+    if (l_layernorm_forward(&x, g->a.lnf, g->a.lnf_mean, g->a.lnf_rstd, xin, g->p.lnfw, g->p.lnfb, N, C)) return -1;
+    CKB(mm(g->h, 0, 1, N, V, C, 1.0f, g->a.lnf, C, g->p.wte, C, 0.0f, g->a.logits, V));
+    if (!targets) {
+        if (loss) *loss = 0.0f;
+        CK(cudaStreamSynchronize(g->st));
+        return 0;
+    }
+    if (l_crossentropy_forward(&x, g->a.logits, g->a.losses, dtg, N, V, g->red)) return -1;
+    CK(cudaMemcpyAsync(g->hred, g->red + RED_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, g->st));
+    CK(cudaStreamSynchronize(g->st));
+    if (loss) *loss = (float)g->hred[0];
+    return 0;
+}
+
+extern "C" int gpt_cuda_backward(gpt_cuda *g, char *err, size_t errlen) {
+    int B = g->B, T = g->T, C = g->c.dim, NH = g->c.heads, V = g->c.vocab, L = g->c.layers, N = B * T;
+    if (!g->have_targets) {
+        err_set(err, errlen, "gpt cuda: backward needs a forward with targets");
+        return -1;
+    }
+    ctx x = {g->st, g->h, err, errlen};
+    const int *dtg = g->dtok + N, *order = g->dtok + 2 * N, *uniq = g->dtok + 3 * N, *ustart = g->dtok + 4 * N;
+    if (l_crossentropy_backward(&x, g->a.logits, dtg, N, V)) return -1;
+    float *dlogits = g->a.logits;
+    CKB(mm(g->h, 0, 0, N, C, V, 1.0f, dlogits, V, g->p.wte, C, 0.0f, g->a.dln, C));
+    CKB(mm(g->h, 1, 0, V, C, N, 1.0f, dlogits, V, g->a.lnf, C, 0.0f, g->g.wte, C));
+    const float *xlast = L > 0 ? g->a.h[L - 1].res3 : g->a.encoded;
+    if (l_layernorm_backward(&x, g->a.dres, g->g.lnfw, g->g.lnfb, g->a.dln, xlast, g->p.lnfw, g->a.lnf_mean,
+                             g->a.lnf_rstd, N, C, 0))
+        return -1;
+    for (int l = L - 1; l >= 0; l--) {
+        gpt_layer_params *p = &g->p.h[l], *gg = &g->g.h[l];
+        gpt_layer_acts *a = &g->a.h[l];
+        const float *xin = l > 0 ? g->a.h[l - 1].res3 : g->a.encoded;
+        if (l_matmul_backward(&x, g->a.dfch, gg->fcprojw, gg->fcprojb, g->a.dres, a->fch_gelu, p->fcprojw, N, 4 * C,
+                              C) ||
+            l_gelu_backward(&x, g->a.dfch, a->fch, g->a.dfch, (size_t)N * 4 * C) ||
+            l_matmul_backward(&x, g->a.dln, gg->fcw, gg->fcb, g->a.dfch, a->ln2, p->fcw, N, C, 4 * C) ||
+            l_layernorm_backward(&x, g->a.dres, gg->ln2w, gg->ln2b, g->a.dln, a->res2, p->ln2w, a->ln2_mean,
+                                 a->ln2_rstd, N, C, 1) ||
+            l_matmul_backward(&x, g->a.datty, gg->projw, gg->projb, g->a.dres, a->atty, p->projw, N, C, C) ||
+            l_attention_backward(&x, g->a.dqkv, g->a.datty, a->qkv, a->att, g->q, g->k, g->vv, g->y, g->dq, g->dk,
+                                 g->dv, g->dp, B, T, C, NH) ||
+            l_matmul_backward(&x, g->a.dln, gg->qkvw, gg->qkvb, g->a.dqkv, a->ln1, p->qkvw, N, C, 3 * C) ||
+            l_layernorm_backward(&x, g->a.dres, gg->ln1w, gg->ln1b, g->a.dln, xin, p->ln1w, a->ln1_mean, a->ln1_rstd, N,
+                                 C, 1))
+            return -1;
+    }
+    return l_encoder_backward(&x, g->g.wte, g->g.wpe, g->a.dres, order, uniq, ustart, g->nuniq, B, T, C, g->c.ctx);
+}
+
+extern "C" int gpt_cuda_clip(gpt_cuda *g, double max_norm, double *norm, char *err, size_t errlen) {
+    ctx x = {g->st, g->h, err, errlen};
+    if (l_clip(&x, g->grads, g->numel, max_norm, g->red)) return -1;
+    CK(cudaMemcpyAsync(g->hred + 1, g->red + RED_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, g->st));
+    if (norm) {
+        CK(cudaStreamSynchronize(g->st));
+        *norm = g->hred[1];
+    }
+    return 0;
+}
+
+extern "C" double gpt_cuda_last_norm(const gpt_cuda *g) { return g->hred[1]; }
+
+extern "C" int gpt_cuda_adamw(gpt_cuda *g, long t, double lr, double beta1, double beta2, double eps,
+                              double weight_decay, char *err, size_t errlen) {
+    ctx x = {g->st, g->h, err, errlen};
+    return l_adamw(&x, g->tensors, g->ntensors, g->params, g->grads, g->m, g->v, t, lr, beta1, beta2, eps,
+                   weight_decay);
+}
+
+extern "C" float *gpt_cuda_params_device(gpt_cuda *g) { return g->params; }
+extern "C" void *gpt_cuda_stream(gpt_cuda *g) { return (void *)g->st; }

@@ -1,0 +1,75 @@
+/* after_step.c: when a worker syncs: the public entry points diloco_after_step, diloco_force_sync and
+ * diloco_steps_to_sync, dispatching by the run's mode.
+ *
+ *   plain DiLoCo (one fragment): every H inner steps the whole parameter vector syncs, blocking
+ *     (round_blocking, round.c);
+ *   Streaming DiLoCo (F fragments): every H/F steps one fragment is sent while training goes on
+ *     (streaming.c);
+ *   async DiLoCo (either of the above in an async run): the same schedule; the network part of a round
+ *     is async.c's submission instead of sync.c's barrier round. */
+
+#include "internal.h"
+#include "log.h"
+#include "util.h"
+
+/* Count the step and the time it took (since the previous call returned): DyLU's speed. */
+static void count_step(diloco *d) {
+    uint64_t now = dl_wall_us();
+    pthread_mutex_lock(&d->hb_mu);
+    d->total_steps++;
+    if (d->step_end_us && now > d->step_end_us) {
+        d->compute_us += now - d->step_end_us;
+        d->compute_steps++;
+    }
+    pthread_mutex_unlock(&d->hb_mu);
+}
+
+static int after_step(diloco *d, char *err, size_t errlen);
+
+int diloco_after_step(diloco *d, char *err, size_t errlen) {
+    count_step(d);
+    log_sink *prev = log_use_sink(&d->log);
+    int rc = after_step(d, err, errlen);
+    log_use_sink(prev);
+    pthread_mutex_lock(&d->hb_mu);
+    d->step_end_us = dl_wall_us();
+    pthread_mutex_unlock(&d->hb_mu);
+    return rc;
+}
+
+static int after_step(diloco *d, char *err, size_t errlen) {
+    d->steps++;
+    if (d->rc.nfragments == 1) {
+        if (d->steps < d->sync_every) return 0;
+        d->steps = 0;
+        return round_blocking(d, 0, 0.0, err, errlen);
+    }
+    if (d->steps % stream_interval(d) != 0) return 0;
+    return stream_step(d, err, errlen);
+}
+
+static int force_sync(diloco *d, char *err, size_t errlen);
+
+int diloco_force_sync(diloco *d, char *err, size_t errlen) {
+    log_sink *prev = log_use_sink(&d->log);
+    int rc = force_sync(d, err, errlen);
+    log_use_sink(prev);
+    return rc;
+}
+
+static int force_sync(diloco *d, char *err, size_t errlen) {
+    int changed = stream_finish_fragment(d, err, errlen);
+    if (changed < 0) return -1;
+    for (int f = 0; f < d->rc.nfragments; f++) {
+        int rc = round_blocking(d, f, 0.0, err, errlen);
+        if (rc < 0) return -1;
+        changed |= rc;
+    }
+    d->steps = 0;
+    return changed;
+}
+
+int diloco_steps_to_sync(const diloco *d) {
+    if (d->rc.nfragments == 1) return d->sync_every - d->steps;
+    return stream_interval(d) - d->steps % stream_interval(d);
+}

@@ -1,0 +1,153 @@
+/* delta.c: the worker's pseudo-gradient of a round, as it goes on the wire (docs/compression.md).
+ *
+ * Δ = base - params, in the run's codec (sync.c sends it): bf16 or fp32 in one pass with its finite
+ * check and checksum; int8/int4 from an fp32 Δ, block-quantized per shard (blocks count from each
+ * shard's first element, as the shard-server decodes them). With --error-feedback, what quantization
+ * dropped (Δ + e minus its decoded value) is kept in e and added to the next round's Δ; e lives only in
+ * this process (a restarted worker starts again from zero). With device hooks the device computes Δ
+ * (device.c); an int8/int4 run takes it in fp32 and quantizes it here. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf16.h"
+#include "codec.h"
+#include "hash.h"
+#include "internal.h"
+#include "outer.h"
+#include "util.h"
+
+/* Δ is made and hashed in chunks of this many elements: each chunk is hashed (the push frame's
+ * checksum) while it is still in the cache, instead of in a second pass over memory as it is sent. */
+#define DELTA_CHUNK 16384
+_Static_assert(DELTA_CHUNK % CODEC_BLOCK == 0, "a chunk holds whole codec blocks");
+
+int dl_delta_alloc(diloco *d, char *err, size_t errlen) {
+    size_t n = d->numel;
+    int block = codec_is_block(d->push_dtype);
+    d->delta_f32 = d->push_dtype == BLOB_BF16 ? NULL : dl_host_alloc(d, n * sizeof(float));
+    d->delta_bf16 = d->push_dtype == BLOB_BF16 ? dl_host_alloc(d, n * sizeof(uint16_t)) : NULL;
+    if (!d->delta_f32 && !d->delta_bf16) goto oom;
+    if (!block) return 0;
+    d->delta_qoff = calloc((size_t)d->rc.nshards + 1, sizeof(size_t));
+    if (!d->delta_qoff) goto oom;
+    for (int k = 0; k < d->rc.nshards; k++)
+        d->delta_qoff[k + 1] = d->delta_qoff[k] + codec_bytes(d->push_dtype, runconf_shard_numel(&d->rc, k));
+    d->delta_q = malloc(d->delta_qoff[d->rc.nshards] ? d->delta_qoff[d->rc.nshards] : 1);
+    if (!d->delta_q) goto oom;
+    if (d->o.error_feedback && !(d->ef = calloc(n, sizeof(float)))) goto oom;
+    return 0;
+oom:
+    err_set(err, errlen, "out of memory for the pseudo-gradient of %zu parameters", n);
+    return -1;
+}
+
+void dl_delta_free(diloco *d) {
+    dl_host_free(d, d->delta_bf16);
+    dl_host_free(d, d->delta_f32);
+    free(d->delta_q);
+    free(d->delta_qoff);
+    free(d->ef);
+}
+
+const void *dl_shard_delta(const diloco *d, int k, size_t *bytes) {
+    size_t off = (size_t)d->rc.shard_bounds[k], n = (size_t)runconf_shard_numel(&d->rc, k);
+    if (codec_is_block(d->push_dtype)) {
+        *bytes = d->delta_qoff[k + 1] - d->delta_qoff[k];
+        return d->delta_q + d->delta_qoff[k];
+    }
+    *bytes = n * (d->push_dtype == BLOB_BF16 ? sizeof(uint16_t) : sizeof(float));
+    return d->push_dtype == BLOB_BF16 ? (const void *)(d->delta_bf16 + off) : (const void *)(d->delta_f32 + off);
+}
+
+/* Elements [c, c+len) of shard k (c - lo a multiple of CODEC_BLOCK) from the fp32 Δ in delta_f32: add
+ * the kept error, quantize, keep the new error. Returns the encoded bytes (in delta_q), or NULL with
+ * *bad set when Δ is not finite. */
+static const uint8_t *encode_chunk(diloco *d, int k, size_t c, size_t len, size_t *bad, size_t *qlen) {
+    size_t lo = (size_t)d->rc.shard_bounds[k];
+    float *x = d->delta_f32 + c;
+    if (d->ef) /* a non-finite Δ stays non-finite: the encoder finds it */
+        for (size_t i = 0; i < len; i++) x[i] = x[i] + d->ef[c + i];
+    uint8_t *q = d->delta_q + d->delta_qoff[k] + codec_offset(d->push_dtype, c - lo);
+    if (codec_encode(d->push_dtype, x, len, q, bad) < 0) return NULL;
+    *qlen = codec_bytes(d->push_dtype, len);
+    if (d->ef) {
+        float dec[CODEC_BLOCK];
+        for (size_t b = 0; b < len; b += CODEC_BLOCK) {
+            size_t m = len - b < CODEC_BLOCK ? len - b : CODEC_BLOCK;
+            codec_decode(d->push_dtype, q + codec_offset(d->push_dtype, b), m, dec);
+            for (size_t i = 0; i < m; i++) d->ef[c + b + i] = x[b + i] - dec[i];
+        }
+    }
+    return q;
+}
+
+/* Δ = base - params of shard k on the host (or, from_device, already in delta_f32), its finite check
+ * (base is finite, so a non-finite Δ means params are not), its encoding and its checksum, in one pass.
+ * 0, or -1 with *bad its first bad index. */
+static int shard_delta(diloco *d, int k, int from_device, XXH3_state_t *xs, size_t *bad) {
+    size_t lo = (size_t)d->rc.shard_bounds[k], hi = (size_t)d->rc.shard_bounds[k + 1];
+    int block = codec_is_block(d->push_dtype);
+    XXH3_64bits_reset(xs);
+    for (size_t c = lo; c < hi; c += DELTA_CHUNK) {
+        size_t len = hi - c < DELTA_CHUNK ? hi - c : DELTA_CHUNK, b = 0, qlen = 0;
+        int rc;
+        if (d->push_dtype == BLOB_BF16) {
+            rc = bf16_encode_diff(d->base + c, d->params + c, d->delta_bf16 + c, len, &b);
+            hash_update(xs, d->delta_bf16 + c, len * sizeof(uint16_t));
+        } else if (!block) {
+            for (size_t i = c; i < c + len; i++) d->delta_f32[i] = d->base[i] - d->params[i];
+            rc = outer_check_finite(d->delta_f32 + c, len, &b);
+            hash_update(xs, d->delta_f32 + c, len * sizeof(float));
+        } else {
+            if (!from_device)
+                for (size_t i = c; i < c + len; i++) d->delta_f32[i] = d->base[i] - d->params[i];
+            const uint8_t *q = encode_chunk(d, k, c, len, &b, &qlen);
+            rc = q ? 0 : -1;
+            if (q) hash_update(xs, q, qlen);
+        }
+        if (rc < 0) {
+            *bad = c + b;
+            return -1;
+        }
+    }
+    d->delta_xxh[k] = hi > lo ? XXH3_64bits_digest(xs) : 0; /* (0 is the checksum of no bytes) */
+    return 0;
+}
+
+/* Δ of fragment f into delta_*, each shard's checksum into delta_xxh; -1 if our own training produced
+ * NaN/Inf (or the device failed). */
+int sync_compute_delta(diloco *d, int f, char *err, size_t errlen) {
+    size_t lo = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f]], bad = 0;
+    int rc = 0, block = codec_is_block(d->push_dtype);
+    if (d->dev) { /* the device computes it against its snapshot (device.c); -1 here: a device error */
+        if ((rc = dl_dev_delta(d, f, &bad, err, errlen)) < 0) return -1;
+        rc = -rc;
+        for (int k = d->rc.frag_bounds[f]; k < d->rc.frag_bounds[f + 1] && rc == 0 && !block; k++) {
+            size_t bytes;
+            const void *p = dl_shard_delta(d, k, &bytes);
+            d->delta_xxh[k] = hash64(p, bytes);
+        }
+        if (rc < 0) bad += lo;
+    }
+    if (rc == 0 && (!d->dev || block)) {
+        XXH3_state_t *xs = XXH3_createState();
+        if (!xs) {
+            err_set(err, errlen, "out of memory");
+            return -1;
+        }
+        for (int k = d->rc.frag_bounds[f]; k < d->rc.frag_bounds[f + 1] && rc == 0; k++)
+            rc = shard_delta(d, k, d->dev, xs, &bad);
+        XXH3_freeState(xs);
+    }
+    if (rc < 0) {
+        err_set(err, errlen, "the pseudo-gradient is not finite at index %zu (NaN or Inf in the local parameters): inner training diverged", bad);
+        return -1;
+    }
+    pthread_mutex_lock(&d->hb_mu);
+    uint64_t tokens = d->tokens;
+    pthread_mutex_unlock(&d->hb_mu);
+    d->push_tokens[f] = tokens > d->tokens_at_send[f] ? tokens - d->tokens_at_send[f] : 1;
+    d->tokens_at_send[f] = tokens;
+    return 0;
+}

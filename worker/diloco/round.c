@@ -1,0 +1,92 @@
+/* round.c: one fragment's round as the schedule sees it, whatever the mode: compute Δ (or reset to the
+ * global parameters when ours diverged), run the round blocking, and settle its outcome (apply the new
+ * global parameters, count failures and register again after too many, wait for a repair of corrupt
+ * durable state, adopt the H that DyLU assigned).
+ *
+ * after_step.c decides when a fragment syncs; plain DiLoCo runs round_blocking there, Streaming DiLoCo
+ * (streaming.c) runs round_prepare_delta, the network part on a thread, then round_settle. The network
+ * part itself is sync.c (sync mode) or async.c (async mode). */
+
+#include "internal.h"
+#include "log.h"
+#include "util.h"
+
+/* DyLU: take the H the run assigned us, at a sync boundary. */
+static void adopt_dylu(diloco *d) {
+    pthread_mutex_lock(&d->hb_mu);
+    if (d->o.dylu && d->dylu_h > 0) d->sync_every = d->dylu_h;
+    pthread_mutex_unlock(&d->hb_mu);
+}
+
+/* A sync failed for good: count it; too many in a row and we register again from scratch. */
+static int on_failure(diloco *d, const char *why, char *err, size_t errlen) {
+    if (dl_stopping(d)) {
+        if (why != err) err_set(err, errlen, "%s", why); /* callers often pass err itself as why */
+        return -1;
+    }
+    d->fail_streak++;
+    log_error("sync failed (%d in a row, limit %d): %s", d->fail_streak, d->o.max_sync_retries, why);
+    if (d->fail_streak <= d->o.max_sync_retries) return 0; /* training goes on; the next sync tries again */
+    d->fail_streak = 0;
+    log_warn("registering again after %d failed syncs", d->o.max_sync_retries + 1);
+    if (dl_register(d, err, errlen) < 0 || dl_fetch_all(d, err, errlen) < 0) return -1;
+    return 1;
+}
+
+int round_after_repair(diloco *d, int f, int64_t round, const char *why, uint64_t t0, char *err, size_t errlen) {
+    if (dl_wait_repaired(d, why, err, errlen) < 0)
+        return dl_stopping(d) ? -1 : 0; /* shut down meanwhile: the trainer sees diloco_stop_requested */
+    d->fail_streak = 0;
+    d->refetch_all = 0;
+    if (dl_fetch_all(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
+    sync_record(d, f, round, t0, 1);
+    return 1;
+}
+
+int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint64_t t0, double alpha, char *err,
+                 size_t errlen) {
+    if (rc == DL_CORRUPT) return round_after_repair(d, f, round, why, t0, err, errlen);
+    if (rc == DL_FAIL) return on_failure(d, why, err, errlen);
+    d->fail_streak = 0;
+    if (d->refetch_all) { /* evicted: everything comes from the run again */
+        d->refetch_all = 0;
+        if (dl_fetch_all(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
+        sync_record(d, f, round, t0, 1);
+        return 1;
+    }
+    if (sync_apply_fragment(d, f, rc == DL_OK ? alpha : 0.0, err, errlen) < 0) return -1;
+    sync_record(d, f, round, t0, rc != DL_OK);
+    adopt_dylu(d);
+    return 1;
+}
+
+/* Sync mode first settles the previous round (whose parameters we took before they were durable),
+ * because Δ is about to overwrite the pseudo-gradient kept for it. */
+int round_prepare_delta(diloco *d, int f, char *err, size_t errlen) {
+    uint64_t t0 = now_ms();
+    if (!d->rc.async) {
+        int c = sync_confirm_durable(d, f, err, errlen);
+        if (c == DL_STALE) {
+            sync_record(d, f, d->frag_version[f] - 1, t0, 1); /* params changed: report the version taken */
+            return 1;
+        }
+        if (c == DL_CORRUPT) return DL_CORRUPT;
+        if (c != DL_OK) return -1;
+    }
+    if (sync_compute_delta(d, f, err, errlen) == 0) return 0;
+    log_error("%s; resetting to the global parameters", err);
+    if (dl_fetch_fragment(d, f, d->frag_version[f], 1, err, errlen) < 0) return -1;
+    sync_record(d, f, d->frag_version[f] - 1, t0, 1);
+    return 1;
+}
+
+int round_blocking(diloco *d, int f, double alpha, char *err, size_t errlen) {
+    sync_begin(d);
+    uint64_t t0 = now_ms();
+    int64_t round = d->frag_version[f];
+    int p = round_prepare_delta(d, f, err, errlen);
+    if (p == DL_CORRUPT) return round_after_repair(d, f, round, err, t0, err, errlen);
+    if (p != 0) return p < 0 ? on_failure(d, err, err, errlen) : 1;
+    int rc = sync_fragment_net(d, f, err, errlen);
+    return round_settle(d, f, round, rc, err, t0, alpha, err, errlen);
+}

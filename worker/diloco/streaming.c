@@ -1,0 +1,67 @@
+/* streaming.c: Streaming DiLoCo's schedule (F fragments, from the run): every H/F steps one fragment,
+ * in turn, is sent while training goes on. At each fragment boundary:
+ *   1. the fragment in flight (sent one interval ago) is waited for and applied:
+ *      params[f] = alpha*params[f] + (1-alpha)*global[f]  (alpha 0: take the global values);
+ *   2. the next fragment's pseudo-gradient is computed here (we own params) and its network round
+ *      (push, barrier, get) runs on a background thread that touches only base[f].
+ * So at most one fragment is in flight, its result is applied after one interval (torchft's
+ * fragment_sync_delay = H/F), and compute waits only if a transfer takes longer than an interval.
+ * The schedule is a pure function of the step count, which is what makes a Streaming run exactly
+ * reproducible (tests/it_stream_*.sh). after_step.c calls stream_step at each interval; the round's
+ * preparation and settling are round.c's. */
+
+#include "internal.h"
+#include "log.h"
+#include "util.h"
+
+static void *inflight_main(void *p) {
+    diloco *d = p;
+    log_sink *prev = log_use_sink(&d->log); /* also run in line, on the caller's thread */
+    d->inflight_rc = sync_fragment_net(d, d->inflight, d->inflight_err, sizeof d->inflight_err);
+    log_use_sink(prev);
+    return NULL;
+}
+
+/* 1 when params changed (a repair was waited for), -1 unrecoverable, else 0. */
+static int begin_fragment(diloco *d, int f, char *err, size_t errlen) {
+    uint64_t t0 = now_ms();
+    sync_begin(d);
+    int p = round_prepare_delta(d, f, err, errlen);
+    if (p == DL_CORRUPT) return round_after_repair(d, f, d->frag_version[f], err, t0, err, errlen);
+    if (p != 0) return 0; /* reset to global (or failed to): nothing to send this time */
+    d->inflight = f;
+    d->inflight_t0 = now_ms();
+    d->inflight_round = d->frag_version[f];
+    d->inflight_err[0] = '\0';
+    d->inflight_threaded = pthread_create(&d->inflight_thread, NULL, inflight_main, d) == 0;
+    if (!d->inflight_threaded) inflight_main(d); /* no thread: sync in line, correct but not overlapped */
+    return 0;
+}
+
+int stream_finish_fragment(diloco *d, char *err, size_t errlen) {
+    if (d->inflight < 0) return 0;
+    if (d->inflight_threaded) pthread_join(d->inflight_thread, NULL);
+    int f = d->inflight;
+    d->inflight = -1;
+    return round_settle(d, f, d->inflight_round, d->inflight_rc, d->inflight_err, d->inflight_t0,
+                        d->o.fragment_alpha, err, errlen);
+}
+
+void stream_finish_inflight(diloco *d) {
+    char err[256];
+    if (d->inflight >= 0) stream_finish_fragment(d, err, sizeof err);
+}
+
+int stream_interval(const diloco *d) {
+    int i = d->sync_every / d->rc.nfragments;
+    return i < 1 ? 1 : i;
+}
+
+int stream_step(diloco *d, char *err, size_t errlen) {
+    int changed = stream_finish_fragment(d, err, errlen);
+    if (changed < 0) return -1;
+    int began = begin_fragment(d, d->frag_next, err, errlen);
+    if (began < 0) return -1;
+    d->frag_next = (d->frag_next + 1) % d->rc.nfragments;
+    return changed | began;
+}

@@ -1,0 +1,108 @@
+/* update.c: --download update on the worker (docs/compression.md).
+ *
+ * In a run with --download update a shard-server answers the get of version v from a worker that holds
+ * version v-1 with the update of v: the round's averaged pseudo-gradient in the run's codec and the
+ * outer step's settings. We keep our own copy of the outer momentum, apply the same step
+ * (outer_sgd_step, as the server and the replay of its log do) to base and momentum, and check the
+ * digest of the result against the committed one. Whenever we do not hold v-1 with its momentum (we
+ * joined, restarted, missed a round, or a digest differed), the get asks for the parameters with the
+ * momentum instead (BLOB_GET_MOMENTUM), which puts us back in step. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "codec.h"
+#include "hash.h"
+#include "internal.h"
+#include "log.h"
+#include "outer.h"
+#include "util.h"
+
+int dl_update_alloc(diloco *d, char *err, size_t errlen) {
+    if (!d->rc.download_update) return 0;
+    size_t n = d->numel;
+    int ns = d->rc.nshards;
+    d->mom = calloc(n, sizeof(float));
+    d->mom_version = malloc((size_t)ns * sizeof(int64_t));
+    d->upd_off = calloc((size_t)ns + 1, sizeof(size_t));
+    d->upd_g = malloc(n * sizeof(float) + 1);
+    d->upd_both = malloc(2 * n * sizeof(float) + 1);
+    if (!d->mom || !d->mom_version || !d->upd_off || !d->upd_g || !d->upd_both) goto oom;
+    for (int k = 0; k < ns; k++) {
+        d->mom_version[k] = -1;
+        d->upd_off[k + 1] = d->upd_off[k] + codec_bytes(d->rc.compress, runconf_shard_numel(&d->rc, k));
+    }
+    if (!(d->upd_q = malloc(d->upd_off[ns] + 1))) goto oom;
+    return 0;
+oom:
+    err_set(err, errlen, "out of memory for the outer momentum of %zu parameters (--download update)", n);
+    return -1;
+}
+
+void dl_update_free(diloco *d) {
+    free(d->mom);
+    free(d->mom_version);
+    free(d->upd_off);
+    free(d->upd_g);
+    free(d->upd_both);
+    free(d->upd_q);
+}
+
+int dl_get_flags(const diloco *d, int shard, int64_t min_version, int flags) {
+    if (!d->rc.download_update) return flags;
+    if (d->mom_version[shard] >= 0 && d->mom_version[shard] == min_version - 1 && d->tent_version[shard] >= 0)
+        return flags | BLOB_GET_UPDATE_OK;
+    return flags | BLOB_GET_MOMENTUM;
+}
+
+void *dl_update_place(diloco *d, int shard, const blob_header *h, size_t plen) {
+    size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
+    if (!d->rc.download_update || h->shard != shard) return NULL;
+    if (strcmp(h->op, "update") == 0 && h->dtype == d->rc.compress && h->count == n &&
+        plen == d->upd_off[shard + 1] - d->upd_off[shard])
+        return d->upd_q + d->upd_off[shard];
+    if (strcmp(h->op, "params") == 0 && (h->flags & BLOB_PARAMS_MOMENTUM) && h->dtype == BLOB_F32 &&
+        h->count == 2 * n && plen == 2 * n * sizeof(float)) {
+        d->mom_version[shard] = -1; /* until dl_update_take_momentum */
+        return d->upd_both + 2 * off;
+    }
+    return NULL;
+}
+
+void dl_update_take_momentum(diloco *d, int shard, int64_t version, const uint8_t *payload) {
+    size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
+    dl_dev_base_written(d, shard);
+    memcpy(d->base + off, payload, n * sizeof(float));
+    memcpy(d->mom + off, payload + n * sizeof(float), n * sizeof(float));
+    d->mom_version[shard] = version;
+}
+
+int dl_update_apply(diloco *d, int shard, const blob_header *h, const uint8_t *payload, uint64_t *digest,
+                    char *err, size_t errlen) {
+    size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
+    char *end = NULL;
+    uint64_t want = strtoull(h->text, &end, 16);
+    if (d->mom_version[shard] != h->version - 1 || end == h->text) {
+        d->mom_version[shard] = -1;
+        err_set(err, errlen, "update of shard %d to version %" PRId64 " does not follow what we hold", shard, h->version);
+        return DL_RETRY;
+    }
+    dl_dev_base_written(d, shard);
+    if (h->aux != 0) { /* aux 0: a no-op round, nothing changes */
+        codec_decode(h->dtype, payload, n, d->upd_g + off);
+        outer_sgd_step(d->base + off, d->mom + off, (h->flags & 2) != 0, d->upd_g + off, n, (float)h->lr,
+                       (float)h->mu, (h->flags & 1) != 0);
+    }
+    *digest = hash64(d->base + off, n * sizeof(float));
+    if (*digest != want) {
+        d->mom_version[shard] = -1;
+        d->tent_version[shard] = -1; /* base[shard] is wrong: fetched again before it is used */
+        log_warn("shard %d: our parameters after the update to version %" PRId64 " have digest %016" PRIx64
+                 ", the committed ones %s: fetching parameters and momentum", shard, h->version, *digest, h->text);
+        err_set(err, errlen, "digest mismatch after the update of shard %d", shard);
+        return DL_RETRY;
+    }
+    d->mom_version[shard] = h->version;
+    return DL_OK;
+}

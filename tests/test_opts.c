@@ -38,9 +38,9 @@ static void table(vals *v, opt_spec *s)
     const opt_spec t[] = {
         { .name = "flag", .alias = 'f', .kind = OPT_FLAG, .dest = &v->flag },
         { .name = "no-on", .kind = OPT_CLEAR, .dest = &v->on },
-        { .name = "count", .alias = 'n', .kind = OPT_INT, .dest = &v->count, .min = 1, .max = 10,
+        { .name = "count", .alias = 'n', .kind = OPT_INT, .dest = &v->count, .lo = 1, .hi = 10,
           .given = &v->count_given },
-        { .name = "big", .kind = OPT_LLONG, .dest = &v->big, .min = 0, .max = 1e15 },
+        { .name = "big", .kind = OPT_LLONG, .dest = &v->big, .lo = 0, .hi = INT64_MAX },
         { .name = "rate", .kind = OPT_DOUBLE, .dest = &v->rate, .min = 0, .max = 1 },
         { .name = "name", .kind = OPT_STRING, .dest = &v->name },
         { .name = "buf", .kind = OPT_STRING, .dest = v->buf, .cap = sizeof v->buf },
@@ -109,7 +109,7 @@ static void bad_values_name_the_option(void **state)
     expect_error(3, (char *[]){ "p", "--count", "11" }, "--count wants an integer in [1, 10], got '11'");
     expect_error(2, (char *[]){ "p", "--count=0" }, "--count wants an integer in [1, 10], got '0'");
     expect_error(2, (char *[]){ "p", "--count=3x" }, "got '3x'");
-    expect_error(2, (char *[]){ "p", "--big=-1" }, "--big wants an integer in [0, 1000000000000000]");
+    expect_error(2, (char *[]){ "p", "--big=-1" }, "--big wants an integer in [0, 9223372036854775807]");
     expect_error(2, (char *[]){ "p", "--rate=1.5" }, "--rate wants a number in [0, 1], got '1.5'");
     expect_error(2, (char *[]){ "p", "--rate=" }, "--rate wants a number in [0, 1], got ''");
     expect_error(2, (char *[]){ "p", "--level=loud" }, "--level wants debug, info or warn, got 'loud'");

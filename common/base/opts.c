@@ -75,7 +75,7 @@ static void wants_text(const opt_spec *s, char *out, size_t cap)
     }
     switch (s->kind) {
     case OPT_INT:
-    case OPT_LLONG: snprintf(out, cap, "an integer in [%.0f, %.0f]", s->min, s->max); break;
+    case OPT_LLONG: snprintf(out, cap, "an integer in [%lld, %lld]", s->lo, s->hi); break;
     case OPT_DOUBLE: snprintf(out, cap, "a number in [%g, %g]", s->min, s->max); break;
     case OPT_CHOICE: {
         char list[256];
@@ -104,7 +104,7 @@ static int store(const opt_spec *s, const char *v, char *err, size_t errlen)
     case OPT_CLEAR: *(int *)s->dest = 0; break;
     case OPT_INT:
     case OPT_LLONG:
-        ok = parse_int(v, (long long)s->min, (long long)s->max, &ll) == 0;
+        ok = parse_int(v, s->lo, s->hi, &ll) == 0;
         if (ok && s->kind == OPT_INT)
             *(int *)s->dest = (int)ll;
         else if (ok)

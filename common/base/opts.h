@@ -20,8 +20,8 @@ extern "C" {
 typedef enum {
     OPT_FLAG,   /* no value; dest int set to 1 */
     OPT_CLEAR,  /* no value; dest int set to 0 (--no-x) */
-    OPT_INT,    /* dest int, value in [min, max] */
-    OPT_LLONG,  /* dest long long, value in [min, max] */
+    OPT_INT,    /* dest int, value in [lo, hi] */
+    OPT_LLONG,  /* dest long long, value in [lo, hi] */
     OPT_DOUBLE, /* dest double, value in [min, max] */
     OPT_STRING, /* cap 0: dest const char * (points into argv); cap > 0: dest char[cap], copied */
     OPT_CHOICE, /* dest int: the index of the value in choices ("a|b|c") */
@@ -33,7 +33,8 @@ typedef struct {
     char alias;        /* short alias (-x), 0 for none */
     opt_kind kind;
     void *dest;
-    double min, max;     /* OPT_INT, OPT_LLONG, OPT_DOUBLE bounds */
+    long long lo, hi;    /* OPT_INT, OPT_LLONG bounds */
+    double min, max;     /* OPT_DOUBLE bounds */
     const char *choices; /* OPT_CHOICE */
     size_t cap;          /* OPT_STRING */
     int (*parse)(const char *value, void *dest); /* OPT_CUSTOM */

@@ -37,8 +37,6 @@ int cmd_status(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_control(int argc, char **argv); /* control.c */
 
-/* Parse --redis/--redis-file/--run at argv[*i] (advancing *i); 1 if consumed, 0 if not ours, -1 on error. */
-int coord_common_flag(coord_common *c, int argc, char **argv, int *i);
 /* The entries of an option table (opts.h) for --redis, --redis-file and --run, filling *c. */
 #define COORD_COMMON_OPTS(c)                                                   \
     {.name = "redis", .kind = OPT_STRING, .dest = &(c)->redis_url},           \

@@ -115,7 +115,19 @@ static void bad_values_name_the_option(void **state)
     expect_error(2, (char *[]){ "p", "--level=loud" }, "--level wants debug, info or warn, got 'loud'");
     expect_error(2, (char *[]){ "p", "--buf=abcdefgh" }, "--buf wants a value of at most 7 characters");
     expect_error(2, (char *[]){ "p", "--port=ftp" }, "--port wants a port name, got 'ftp'");
-    expect_error(2, (char *[]){ "p", "--flag=1" }, "--flag takes no value, got '1'");
+    expect_error(2, (char *[]){ "p", "--flag=yes" }, "--flag wants nothing, 0 or 1, got 'yes'");
+    expect_error(2, (char *[]){ "p", "--no-on=1" }, "--no-on takes no value, got '1'");
+}
+
+static void a_flag_takes_an_optional_0_or_1(void **state)
+{
+    (void)state;
+    vals v;
+    char err[256];
+    assert_int_equal(run(&v, err, 2, (char *[]){ "p", "--flag=1" }), 0);
+    assert_int_equal(v.flag, 1);
+    assert_int_equal(run(&v, err, 3, (char *[]){ "p", "--flag", "--flag=0" }), 0);
+    assert_int_equal(v.flag, 0);
 }
 
 static void a_bad_value_leaves_the_default(void **state)
@@ -180,6 +192,7 @@ int main(void)
         cmocka_unit_test(every_kind_both_spellings),
         cmocka_unit_test(defaults_stay_when_absent),
         cmocka_unit_test(bad_values_name_the_option),
+        cmocka_unit_test(a_flag_takes_an_optional_0_or_1),
         cmocka_unit_test(a_bad_value_leaves_the_default),
         cmocka_unit_test(missing_values),
         cmocka_unit_test(unknown_and_positional_fail_without_rest),

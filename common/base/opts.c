@@ -192,11 +192,15 @@ int opts_parse(const opt_spec *specs, int argc, char **argv, int first, char **r
             continue;
         }
         if (!takes_value(s)) {
-            if (inline_value != NULL) {
-                err_set(err, errlen, "--%s takes no value, got '%s' (see --help)", s->name, inline_value);
+            int on = inline_value != NULL && strcmp(inline_value, "0") == 0 ? 0 : 1;
+            if (inline_value != NULL && (s->kind != OPT_FLAG || (strcmp(inline_value, "0") && strcmp(inline_value, "1")))) {
+                err_set(err, errlen, "--%s %s, got '%s' (see --help)", s->name,
+                        s->kind == OPT_FLAG ? "wants nothing, 0 or 1" : "takes no value", inline_value);
                 return -1;
             }
             store(s, NULL, err, errlen);
+            if (!on)
+                *(int *)s->dest = 0;
             continue;
         }
         if (inline_value == NULL) {

@@ -18,7 +18,7 @@ extern "C" {
 #endif
 
 typedef enum {
-    OPT_FLAG,   /* no value; dest int set to 1 */
+    OPT_FLAG,   /* no value; dest int set to 1 (--name=0 and --name=1 also accepted) */
     OPT_CLEAR,  /* no value; dest int set to 0 (--no-x) */
     OPT_INT,    /* dest int, value in [lo, hi] */
     OPT_LLONG,  /* dest long long, value in [lo, hi] */

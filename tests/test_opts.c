@@ -7,6 +7,7 @@
 #include <stddef.h>
 #include <setjmp.h>
 #include <stdint.h>
+#include <math.h>
 #include <string.h>
 #include <cmocka.h>
 
@@ -44,6 +45,7 @@ static void table(vals *v, opt_spec *s)
         { .name = "rate", .kind = OPT_DOUBLE, .dest = &v->rate, .min = 0, .max = 1 },
         { .name = "name", .kind = OPT_STRING, .dest = &v->name },
         { .name = "buf", .kind = OPT_STRING, .dest = v->buf, .cap = sizeof v->buf },
+        { .name = "gain", .kind = OPT_DOUBLE, .dest = &v->rate, .min = 0.5, .max = HUGE_VAL },
         { .name = "level", .kind = OPT_CHOICE, .dest = &v->level, .choices = "debug|info|warn" },
         { .name = "port", .kind = OPT_CUSTOM, .dest = &v->port, .parse = parse_port, .wants = "a port name" },
         { 0 },
@@ -51,7 +53,7 @@ static void table(vals *v, opt_spec *s)
     memcpy(s, t, sizeof t);
 }
 
-#define NSPEC 10
+#define NSPEC 11
 
 static int run(vals *v, char *err, int argc, char **argv)
 {
@@ -112,6 +114,7 @@ static void bad_values_name_the_option(void **state)
     expect_error(2, (char *[]){ "p", "--big=-1" }, "--big wants an integer in [0, 9223372036854775807]");
     expect_error(2, (char *[]){ "p", "--rate=1.5" }, "--rate wants a number in [0, 1], got '1.5'");
     expect_error(2, (char *[]){ "p", "--rate=" }, "--rate wants a number in [0, 1], got ''");
+    expect_error(2, (char *[]){ "p", "--gain=0.25" }, "--gain wants a number >= 0.5, got '0.25'");
     expect_error(2, (char *[]){ "p", "--level=loud" }, "--level wants debug, info or warn, got 'loud'");
     expect_error(2, (char *[]){ "p", "--buf=abcdefgh" }, "--buf wants a value of at most 7 characters");
     expect_error(2, (char *[]){ "p", "--port=ftp" }, "--port wants a port name, got 'ftp'");

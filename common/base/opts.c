@@ -6,6 +6,7 @@
  */
 #include "opts.h"
 
+#include <float.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -76,7 +77,14 @@ static void wants_text(const opt_spec *s, char *out, size_t cap)
     switch (s->kind) {
     case OPT_INT:
     case OPT_LLONG: snprintf(out, cap, "an integer in [%lld, %lld]", s->lo, s->hi); break;
-    case OPT_DOUBLE: snprintf(out, cap, "a number in [%g, %g]", s->min, s->max); break;
+    case OPT_DOUBLE:
+        if (s->max >= DBL_MAX && s->min <= -DBL_MAX)
+            snprintf(out, cap, "a number");
+        else if (s->max >= DBL_MAX)
+            snprintf(out, cap, "a number >= %g", s->min);
+        else
+            snprintf(out, cap, "a number in [%g, %g]", s->min, s->max);
+        break;
     case OPT_CHOICE: {
         char list[256];
         choices_text(s->choices, list, sizeof list);

@@ -149,6 +149,22 @@ static int store(const opt_spec *s, const char *v, char *err, size_t errlen)
     return 0;
 }
 
+/* A flag or a clear: no value, except that a flag takes `--name=0` or `--name=1`. */
+static int store_switch(const opt_spec *s, const char *inline_value, char *err, size_t errlen)
+{
+    int zero = inline_value != NULL && strcmp(inline_value, "0") == 0;
+    int one = inline_value != NULL && strcmp(inline_value, "1") == 0;
+    if (inline_value != NULL && (s->kind != OPT_FLAG || (!zero && !one))) {
+        err_set(err, errlen, "--%s %s, got '%s' (see --help)", s->name,
+                s->kind == OPT_FLAG ? "wants nothing, 0 or 1" : "takes no value", inline_value);
+        return -1;
+    }
+    store(s, NULL, err, errlen);
+    if (zero)
+        *(int *)s->dest = 0;
+    return 0;
+}
+
 /* Keep an unknown token (and its value when it is a separate token) for a second parser. */
 static int keep_rest(int argc, char **argv, int *i, char **rest, int *nrest, char *err, size_t errlen)
 {
@@ -200,15 +216,8 @@ int opts_parse(const opt_spec *specs, int argc, char **argv, int first, char **r
             continue;
         }
         if (!takes_value(s)) {
-            int on = inline_value != NULL && strcmp(inline_value, "0") == 0 ? 0 : 1;
-            if (inline_value != NULL && (s->kind != OPT_FLAG || (strcmp(inline_value, "0") && strcmp(inline_value, "1")))) {
-                err_set(err, errlen, "--%s %s, got '%s' (see --help)", s->name,
-                        s->kind == OPT_FLAG ? "wants nothing, 0 or 1" : "takes no value", inline_value);
+            if (store_switch(s, inline_value, err, errlen) != 0)
                 return -1;
-            }
-            store(s, NULL, err, errlen);
-            if (!on)
-                *(int *)s->dest = 0;
             continue;
         }
         if (inline_value == NULL) {

@@ -32,7 +32,7 @@ DETERMINISTIC = -ffp-contract=off
 LDLIBS    = -lhiredis -levent -levent_pthreads -lmsgpackc -lxxhash -ljansson -lcrypto -lm -pthread
 BLASLIBS  = $(OPENBLAS_LIBS) -fopenmp
 
-DEB_PKGS  = build-essential pkg-config libhiredis-dev redis-server redis-tools libevent-dev libmsgpack-dev \
+DEB_PKGS  = build-essential pkg-config libhiredis-dev redis-server redis-sentinel redis-tools libevent-dev libmsgpack-dev \
             libopenblas-dev libxxhash-dev libjansson-dev libcmocka-dev libssl-dev bible-kjv bible-kjv-text \
             python3-torch python3-numpy python3-yaml iproute2 procps chromium curl stunnel4 openssl gnuplot-nox \
             qemu-user clang-14 libclang-rt-14-dev
@@ -50,7 +50,7 @@ TRAINERS_SRC = $(wildcard worker/gpt/*.c worker/trainers/*.c)
 TRAINERS_OBJ = $(TRAINERS_SRC:%.c=$(BUILD)/%.o)
 WORKER_SRC  = $(wildcard worker/*.c)
 WORKER_OBJ  = $(WORKER_SRC:%.c=$(BUILD)/%.o)
-SERVER_SRC  = $(wildcard shard-server/*.c shard-server/link/*.c)
+SERVER_SRC  = $(filter-out shard-server/main.c,$(wildcard shard-server/*.c shard-server/link/*.c))
 SERVER_OBJ  = $(SERVER_SRC:%.c=$(BUILD)/%.o)
 COORD_SRC   = $(wildcard coordinator/*.c)
 COORD_OBJ   = $(COORD_SRC:%.c=$(BUILD)/%.o)
@@ -84,6 +84,8 @@ LIBCOMMON = $(BUILD)/libcommon.a
 LIBMODEL  = $(BUILD)/libmodel.a
 LIBDILOCO = $(BUILD)/worker/libdiloco-objs.a
 LIBTRAINERS = $(BUILD)/libtrainers.a
+# the shard-server but its main.c: bin/shard-server and its unit tests (tests/test_ss_*.c) link it
+LIBSERVER = $(BUILD)/libshardserver.a
 
 .PHONY: all deps test demo bench clean cuda-check format
 all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker lib $(BUILD)/diloco.lua
@@ -153,12 +155,14 @@ $(LIBDILOCO): $(DILOCO_OBJ)
 	@rm -f $@; ar rcs $@ $^
 $(LIBTRAINERS): $(TRAINERS_OBJ) $(CUDA_OBJ)
 	@rm -f $@; ar rcs $@ $^
+$(LIBSERVER): $(SERVER_OBJ)
+	@rm -f $@; ar rcs $@ $^
 
 # The coordinator knows models through model/ only: no trainer, so no BLAS, OpenMP or CUDA (it_link_deps)
 $(BIN)/coordinator: $(COORD_OBJ) $(BUILD)/gen/dashboard_html.o $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
-$(BIN)/shard-server: $(SERVER_OBJ) $(LIBCOMMON)
+$(BIN)/shard-server: $(BUILD)/shard-server/main.o $(LIBSERVER) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
 $(BIN)/worker: $(WORKER_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
@@ -168,6 +172,11 @@ $(BIN)/worker: $(WORKER_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON
 $(BUILD)/tests/tools/%: tests/tools/%.c $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+
+# the shard-server's unit tests: its library and the harness they share (tests/ss_harness.c)
+$(BUILD)/tests/test_ss_%: tests/test_ss_%.c tests/ss_harness.c $(LIBSERVER) $(LIBCOMMON)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -Ishard-server -o $@ $(filter-out %.h,$^) -lcmocka $(LDLIBS)
 
 $(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
@@ -316,6 +325,27 @@ uninstall:
 	      $(DESTDIR)$(LIBDIR)/$(DILOCO_SONAME) $(DESTDIR)$(LIBDIR)/libdiloco.so $(DESTDIR)$(LIBDIR)/libdiloco.a \
 	      $(DESTDIR)$(LIBDIR)/pkgconfig/libdiloco.pc
 
+# ---- build/libdiloco_cuda.so: libdiloco's CUDA device hooks for the Python package (docs/python.md) ---
+# The hooks (worker/cuda/diloco_cuda.cu) and their exported entry (diloco_cuda_so.cu) built again as PIC,
+# with err_set from libcommon.a; as for libdiloco.so, every symbol but diloco_cuda_* is made local
+# (tests/it_python_cuda_so.sh checks with nm -D). Built with the library when nvcc exists.
+ifneq ($(CUDA_OBJ),)
+LIBDILOCO_CUDA_SO  = $(BUILD)/libdiloco_cuda.so
+DILOCO_CUDA_SONAME = libdiloco_cuda.so.$(DILOCO_ABI)
+PIC_CUDA_OBJ       = $(BUILD)/pic/worker/cuda/diloco_cuda.o $(BUILD)/pic/worker/cuda/diloco_cuda_so.o
+lib: $(LIBDILOCO_CUDA_SO)
+$(BUILD)/pic/worker/cuda/%.o: worker/cuda/%.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVCCFLAGS) -Xcompiler -fPIC,-fvisibility=hidden $(COMMON_INC) -Imodel -Iworker -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+$(BUILD)/libdiloco_cuda.o: $(PIC_CUDA_OBJ) $(LIBCOMMON)
+	$(CC) -r -nostdlib -o $@.tmp $(PIC_CUDA_OBJ) $(LIBCOMMON)
+	objcopy --localize-hidden --wildcard --keep-global-symbol='diloco_cuda_*' $@.tmp $@
+	@rm -f $@.tmp
+$(LIBDILOCO_CUDA_SO): $(BUILD)/libdiloco_cuda.o
+	$(CC) -shared -o $@ -Wl,-soname,$(DILOCO_CUDA_SONAME) -Wl,-z,defs -Wl,--as-needed $< \
+	    -L$(CUDA_HOME)/lib64 -lcudart -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64 -lm -pthread
+endif
+
 -include $(shell find $(BUILD) -name '*.d' 2>/dev/null)
 
 # ---- the Python package (python/rediloco, docs/python.md) -------------------------------------------
@@ -328,13 +358,16 @@ PYTHON    ?= /usr/bin/python3
 PY_SRC     = $(shell find python/rediloco -name '*.py')
 PY_SITE   ?= $(shell $(PYTHON) -c 'import sys; print("lib/python3/dist-packages" if "$(PREFIX)" == "/usr" else "lib/python%d.%d/dist-packages" % sys.version_info[:2])')
 .PHONY: python install-python uninstall-python demo-torch
-python: $(LIBDILOCO_SO)
+python: $(LIBDILOCO_SO) $(LIBDILOCO_CUDA_SO)
+	@test -n "$(LIBDILOCO_CUDA_SO)" || echo "make python: nvcc not found (PATH, /usr/local/cuda/bin): build/libdiloco_cuda.so skipped; CUDA models will copy through pinned host memory"
 	$(PYTHON) -m compileall -q python/rediloco
 	cd python && $(PYTHON) -c 'import rediloco; print("rediloco", rediloco.__version__, "on libdiloco", rediloco.library_version())'
+	cd python && $(PYTHON) -c 'from rediloco import devicehooks; print("CUDA device hooks:", devicehooks.cuda_library_status())'
 
-install-python: $(LIBDILOCO_SO)
+install-python: $(LIBDILOCO_SO) $(LIBDILOCO_CUDA_SO)
 	for f in $(PY_SRC); do install -D -m 644 $$f $(DESTDIR)$(PREFIX)/$(PY_SITE)/$${f#python/}; done
 	install -m 755 $(LIBDILOCO_SO) $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco/$(DILOCO_SONAME)
+	$(if $(LIBDILOCO_CUDA_SO),install -m 755 $(LIBDILOCO_CUDA_SO) $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco/$(DILOCO_CUDA_SONAME))
 	$(PYTHON) -m compileall -q $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco
 
 uninstall-python:

@@ -13,7 +13,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t plen;
     char err[256];
     if (blob_decode(data, size, &h, &payload, &plen, err, sizeof err) != 0) return 0;
-    if (payload < data || payload + plen != data + size || plen != h.count * blob_dtype_size(h.dtype) ||
+    if (payload < data || payload + plen != data + size || plen != blob_payload_bytes(h.dtype, h.count) ||
         blob_check_payload(&h, payload, plen, err, sizeof err) != 0)
         abort();
     return 0;

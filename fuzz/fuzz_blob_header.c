@@ -29,7 +29,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         abort();
     /* a NaN lr or mu reads back as "absent": the encoder leaves such a field out */
     uint8_t buf[BLOB_HEADER_MAX];
-    size_t plen = (size_t)h.count * blob_dtype_size(h.dtype);
+    size_t plen = blob_payload_bytes(h.dtype, h.count);
     int n = blob_encode_header_hashed(&h, plen, buf, sizeof buf, err, sizeof err);
     if (n < 0) abort(); /* every header we accept can be written back */
     if (blob_decode_header(buf, (size_t)n, &again, &hl2, err, sizeof err) != 0 || hl2 != (size_t)n) abort();

@@ -229,7 +229,9 @@ static void replays(void) {
 static void urls(void) {
     static const char *const u[] = {"redis://127.0.0.1", "redis://worker:s3cret@redis.example:6380/5",
                                     "redis://:p%40ss@h/0", "redis://[::1]:6379/2", "unix:///run/redis.sock?db=2",
-                                    "unix://user:pass@/tmp/r.sock", "redis://h:65535", "redis://h:0"};
+                                    "unix://user:pass@/tmp/r.sock", "redis://h:65535", "redis://h:0",
+                                    "redis://n1:7000,n2:7001,[::1]:7002", "redis+sentinel://s1,s2:26380/mymaster/1",
+                                    "redis+sentinel://u:p@s1/m?sentinel_username=a&sentinel_password=b"};
     for (size_t i = 0; i < sizeof u / sizeof u[0]; i++) {
         char name[32];
         snprintf(name, sizeof name, "url-%zu.txt", i);

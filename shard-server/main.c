@@ -1,7 +1,7 @@
 /*
  * main.c: the shard-server's command line, start-up and shutdown.
  *
- * Start-up: parse the options, connect to Redis (retrying with backoff for up to --connect-timeout or
+ * Start-up: parse the options, then (ctx.c) connect to Redis (retrying with backoff for up to --connect-timeout or
  * until we are told to stop; a refused password fails at once), check that the function library is the
  * version this build speaks, read the run's layout (dl:{R}:config) and outer tunables
  * (dl:{R}:tunables), then hand over to the event loop: the data-plane listener, two asynchronous Redis
@@ -17,20 +17,11 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "keys.h"
 #include "log.h"
 #include "opts.h"
-#include "rconn.h"
 #include "util.h"
-#include "version.h"
 
-#define REDIS_TIMEOUT_MS 5000
 #define EXIT_GRACE_MS 1500
-#define PARK_CHECK_MS 1000
-#define PARK_MAX_MS 30000
-#define BULK_STALL_MS 60000
-
-ss_ctx *g_ss;
 
 static volatile int g_startup_stop;
 
@@ -160,69 +151,6 @@ static void on_startup_signal(int sig)
     g_startup_stop = 1;
 }
 
-/* Read the outer tunables from dl:{R}:tunables (the lease loop keeps them fresh afterwards). */
-static void read_tunables(rconn *c, ss_ctx *ss)
-{
-    char key[KEY_MAX];
-    ss->tun.lr = 0.7f;
-    ss->tun.mu = 0.9f;
-    ss->tun.nesterov = 1;
-    redisReply *r = rconn_command(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key,
-                                                                                      ss->opts.run, "tunables"));
-    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
-        if (r->element[0]->type == REDIS_REPLY_STRING)
-            ss->tun.lr = strtof(r->element[0]->str, NULL);
-        if (r->element[1]->type == REDIS_REPLY_STRING)
-            ss->tun.mu = strtof(r->element[1]->str, NULL);
-        if (r->element[2]->type == REDIS_REPLY_STRING)
-            ss->tun.nesterov = atoi(r->element[2]->str) != 0;
-    }
-    if (r != NULL)
-        freeReplyObject(r);
-}
-
-/* Synchronous start-up against Redis: 0 ok, -1 fatal (message logged). */
-static int startup_redis(ss_ctx *ss)
-{
-    char err[512];
-    if (redis_url_parse(ss->opts.redis, &ss->url, err, sizeof err) != 0) {
-        log_error("bad --redis URL: %s", err);
-        return -1;
-    }
-    if (key_check_run_name(ss->opts.run, err, sizeof err) != 0) {
-        log_error("bad --run: %s", err);
-        return -1;
-    }
-    rconn *c = rconn_connect_retry(&ss->url, REDIS_TIMEOUT_MS, ss->opts.connect_timeout_ms, &g_startup_stop, NULL,
-                                   err, sizeof err);
-    if (c == NULL) {
-        log_error("%s", err);
-        return -1;
-    }
-    if (runconf_check_library(c, ss->opts.run, err, sizeof err) != 0 ||
-        runconf_load(c, ss->opts.run, &ss->rc, err, sizeof err) != 0) {
-        log_error("%s", err);
-        rconn_free(c);
-        return -1;
-    }
-    read_tunables(c, ss);
-    rconn_free(c);
-    log_info("run %s: %llu parameters in %d shards, %d fragments, snapshot every %d versions; outer lr %g "
-             "momentum %g nesterov %d (library version %s)",
-             ss->opts.run, (unsigned long long)ss->rc.numel, ss->rc.nshards, ss->rc.nfragments,
-             ss->rc.snapshot_every, (double)ss->tun.lr, (double)ss->tun.mu, ss->tun.nesterov, DL_LIB_VERSION);
-    return 0;
-}
-
-void ss_refused(const char *conn, const char *why)
-{
-    log_error("redis %s connection: Redis refuses this user: %s; stopping (check the user, password and ACL in "
-              "the Redis URL)", conn, why);
-    g_ss->refused = 1;
-    if (g_ss->base != NULL)
-        event_base_loopbreak(g_ss->base);
-}
-
 static void on_exit_timer(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -255,54 +183,18 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     lease_leave(ss, on_left, ss);
 }
 
-static void on_park_timer(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    ss_ctx *ss = arg;
-    lease_check_expiry(ss);
-    shard_expire_parked(ss, PARK_MAX_MS);
-    commit_idle_work(ss);
-}
-
-static int add_persist(ss_ctx *ss, struct event **ev, event_callback_fn fn, int ms)
-{
-    *ev = event_new(ss->base, -1, EV_PERSIST, fn, ss);
-    if (*ev == NULL)
-        return -1;
-    struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
-    return evtimer_add(*ev, &tv);
-}
-
 static int run_loop(ss_ctx *ss)
 {
     char err[512];
-    ss->base = event_base_new();
-    if (ss->base == NULL) {
+    struct event_base *base = event_base_new();
+    if (base == NULL) {
         log_error("cannot create the event loop");
         return -1;
     }
-    if (shards_init(ss, err, sizeof err) != 0 || server_listen(ss, err, sizeof err) != 0 ||
-        (commit_init(ss) != 0 && snprintf(err, sizeof err, "cannot create the compute event") > 0)) {
+    if (ss_ctx_start(ss, base, err, sizeof err) != 0) {
         log_error("%s", err);
         return -1;
     }
-    int stall = ss->opts.lease_ttl_ms < 2000 ? 2000 : ss->opts.lease_ttl_ms;
-    if (rlink_init(&ss->ctl, "control", RLINK_CMD, &ss->url, ss->base, stall, ss_refused) != 0 ||
-        rlink_init(&ss->bulk, "bulk", RLINK_CMD, &ss->url, ss->base, BULK_STALL_MS, ss_refused) != 0 ||
-        rlink_init(&ss->bulkw, "bulk-write", RLINK_SET, &ss->url, ss->base, BULK_STALL_MS, ss_refused) != 0) {
-        log_error("cannot set up the Redis connections");
-        return -1;
-    }
-    rlink *links[3] = { &ss->ctl, &ss->bulk, &ss->bulkw };
-    rlink_route_attach(&ss->route, &ss->bulk, links, 3);
-    struct event *park_timer;
-    if (metrics_start(ss, err, sizeof err) != 0 || lease_start(ss, err, sizeof err) != 0 ||
-        add_persist(ss, &park_timer, on_park_timer, PARK_CHECK_MS) != 0) {
-        log_error("cannot start timers: %s", err);
-        return -1;
-    }
-    ss->park_timer = park_timer;
     struct event *sigint = evsignal_new(ss->base, SIGINT, on_signal, ss);
     struct event *sigterm = evsignal_new(ss->base, SIGTERM, on_signal, ss);
     if (sigint == NULL || sigterm == NULL || evsignal_add(sigint, NULL) != 0 || evsignal_add(sigterm, NULL) != 0) {
@@ -344,8 +236,7 @@ int main(int argc, char **argv)
         host[sizeof host - 1] = '\0';
         snprintf(ss->id, sizeof ss->id, "ss-%s-%d", host, (int)getpid());
     }
-    key_run(ss->config_key, sizeof ss->config_key, ss->opts.run, "config");
-    if (startup_redis(ss) != 0)
+    if (ss_ctx_load_run(ss, &g_startup_stop) != 0)
         return g_startup_stop ? 0 : 1;
     if (g_startup_stop)
         return 0;

@@ -223,6 +223,8 @@ static void reply(ss_req *req, blob_header *h, const void *payload, size_t len, 
         if (sent == 0)
             c->close_after_flush = 1;
     }
+    if (req->on_reply != NULL)
+        req->on_reply(req, h, payload, len);
     req_free(req);
 }
 

@@ -8,7 +8,10 @@
  * the queue of commits being computed and the metrics.
  *
  * Files (one concern each):
- *   main.c     command line, start-up (library check, config), signals, the loop
+ *   main.c     command line, signals, the loop (the only file not in build/libshardserver.a)
+ *   ctx.c      start-up: the run read from Redis (library check, config, tunables), then the listener,
+ *              the Redis links, the lease loop and the timers on an event base; the unit tests
+ *              (tests/test_ss_*.c) start a server with it and drive its loop themselves
  *   link/      the link to Redis (link/rlink.h): reconnects with backoff, detects stalls, routes by
  *              hash slot in a Redis Cluster; carries commands (hiredis) or big blob SETs (writev)
  *   store.c    blob I/O (GET/DEL on the bulk connection, SET on bulk-write) of dl:{R:k}:snap|log:<v>:<e>
@@ -100,6 +103,10 @@ typedef struct ss_req {
     uint64_t parked_ms;      /* when it started waiting on a shard */
     int reloads;             /* shard reloads this request caused (at most one) */
     struct ss_req *next;     /* in a shard's list of parked requests */
+    /* Called with the reply just before the request is freed (NULL: none). A request without a
+     * connection (conn NULL) is answered only here: the unit tests feed requests to ops_dispatch so. */
+    void (*on_reply)(struct ss_req *req, const blob_header *h, const void *payload, size_t len);
+    void *reply_arg;
 } ss_req;
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -215,8 +222,14 @@ typedef struct ss_ctx {
     struct event *park_timer;
 } ss_ctx;
 
-/* main.c */
-extern ss_ctx *g_ss;
+/* ctx.c */
+extern ss_ctx *g_ss; /* the process's server, for ss_refused */
+/* Read the run from Redis (opts.redis, opts.run): library version, layout, tunables. Retries an
+ * unreachable Redis for opts.connect_timeout_ms or until *stop is set. 0 ok, -1 (logged) fatal. */
+int ss_ctx_load_run(ss_ctx *ss, volatile int *stop);
+/* Start the server on base: shards, listener, commit events, the three Redis links, metrics, the lease
+ * loop, the park timer. The caller runs the loop. */
+int ss_ctx_start(ss_ctx *ss, struct event_base *base, char *err, size_t errlen);
 /* Redis refused a login of connection `conn` for good (rconn_error_final: the password or user was
  * changed under us): nothing can work any more, so the loop stops and the process exits with status 1. */
 void ss_refused(const char *conn, const char *why);

@@ -7,7 +7,7 @@
 # restarted. Every worker finishes, every round commits exactly once per shard, and the final
 # parameters are bit-identical to the fault-free reference.
 . "$(dirname "$0")/lib.sh"
-RUN=hac; NUMEL=200000; SEED=13; ROUNDS=30; H=20
+RUN=hac; NUMEL=200000; SEED=13; ROUNDS=22; H=20
 start_redis_cluster 1
 URL="redis://$(echo $CLUSTER_PORTS | sed 's/\([0-9][0-9]*\)/127.0.0.1:\1/g; s/ /,/g')"
 init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --workers 3 --seed $SEED --min-replicas 1

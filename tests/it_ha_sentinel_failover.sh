@@ -8,10 +8,10 @@
 # commit a shard-server acknowledged is in the final stream (audit "acks"), and the final parameters are
 # bit-identical to the fault-free reference.
 . "$(dirname "$0")/lib.sh"
-OUT="$TMP/ha"; NUMEL=60000; SHARDS=4; SEED=5; H=20; ROUNDS=70
+OUT="$TMP/ha"; NUMEL=60000; SHARDS=4; SEED=5; H=20; ROUNDS=60
 python3 tests/chaos/chaos.py --out "$OUT" --run ha --redis-ha --aof --workers 3 --servers 2 --shards $SHARDS \
   --numel $NUMEL --seed $SEED --sync-every $H --steps $((ROUNDS * H)) --step-delay-ms 5 --heartbeat-timeout 10 \
-  --lease-ttl-ms 3000 --duration 90 --fault-every 4 --redis-down 2 --stop-min 6 --stop-max 7 --settle-timeout 60 \
+  --lease-ttl-ms 3000 --duration 90 --fault-every 4 --redis-down 2 --stop-min 5 --stop-max 6 --settle-timeout 60 \
   --fault-plan kill:redis-master,kill:redis-master,kill:redis-master,stop:redis-master \
   --init-arg=--min-replicas --init-arg=1 > "$TMP/chaos.log" 2>&1
 rc=$?
@@ -27,6 +27,9 @@ ch = [json.loads(l) for l in open(out + "/chaos.jsonl")]
 faults = [e for e in ch if e["event"] == "fault"]
 assert [f["kind"] + ":" + f["role"] for f in faults] == ["kill:redis-master"] * 3 + ["stop:redis-master"], faults
 assert len({f["target"] for f in faults[:3]}) >= 2, "the kills did not hit different nodes: no failover happened"
+import glob
+switches = max(open(f, errors="replace").read().count("+switch-master") for f in glob.glob(out + "/sentinel-*.log"))
+assert switches >= 4, "%d failovers for 3 kills and a stop (the stop did not outlast the failover?)" % switches
 bad = [e for e in ch if e["event"] in ("restart", "exit") and e["role"] not in ("redis", "sentinel")]
 assert not bad, "a worker or server died or was restarted: %s" % bad
 assert sorted(e["target"] for e in ch if e["event"] == "done") == ["w1", "w2", "w3"]
@@ -35,8 +38,8 @@ for w in ("w1", "w2", "w3"):
     assert len([e for e in es if e["event"] == "join"]) == 1, "%s joined more than once" % w
     assert [e for e in es if e["event"] == "step"][-1]["step"] == steps
     assert not [e for e in es if e["event"] == "sync" and e.get("stale")], "%s lost a round" % w
-print("3 master kills on %d nodes and a stopped master; every worker finished %d steps in one incarnation" %
-      (len({f["target"] for f in faults[:3]}), steps))
+print("3 master kills on %d nodes and a stopped master, %d failovers; every worker finished %d steps in one "
+      "incarnation" % (len({f["target"] for f in faults[:3]}), switches, steps))
 PY
 cat "$TMP/check.log"
 assert_dump_matches_reference "$OUT"

@@ -190,6 +190,19 @@ static void received_scales_are_checked(void **state)
     assert_int_equal(bad, 512);
     out[258 * 2 + 1] = 0xbf; /* negative */
     assert_int_equal(codec_check(BLOB_I8, out, 600, &bad), -1);
+    /* finite but so large that code 127 decodes to +Inf (found by fuzz/fuzz_codec.c); the largest
+     * scale allowed keeps even a crafted code -128 finite */
+    out[258 * 2] = 0x7f;
+    out[258 * 2 + 1] = 0x7f;
+    assert_int_equal(codec_check(BLOB_I8, out, 600, &bad), -1);
+    assert_int_equal(bad, 512);
+    out[258 * 2] = 0xff;
+    out[258 * 2 + 1] = 0x7b;
+    out[258 * 2 + 2] = 0x80; /* code -128 */
+    assert_int_equal(codec_check(BLOB_I8, out, 600, &bad), 0);
+    float y[600];
+    codec_decode(BLOB_I8, out, 600, y);
+    assert_true(isfinite(y[512]) && y[512] < -1e38f);
 }
 
 static void blobs_carry_the_codec(void **state)

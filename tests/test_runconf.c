@@ -1,7 +1,8 @@
 /*
  * test_runconf.c: the parsing half of a run's configuration (common/format/runconf.c): the bounds lists
  * of dl:{R}:config (digits only, in order, no overflow) and runconf_from_reply on HGETALL replies as a
- * Redis sends them (RESP read with hiredis' own reader), including fields that are not strings.
+ * Redis sends them (RESP read with hiredis' own reader), including fields that are not strings, and the
+ * codec settings (compress, download).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +14,7 @@
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
+#include "blob.h"
 #include "runconf.h"
 
 static void bounds_lists(void **state) {
@@ -89,10 +91,39 @@ static void config_from_hgetall(void **state) {
     assert_non_null(strstr(err, "not a hash"));
 }
 
+/* the codec and download settings: defaults of runs made before them, and the combinations refused */
+static void codec_settings(void **state) {
+    (void)state;
+    runconf rc;
+    char err[256];
+#define BASE "$5\r\nnumel\r\n$2\r\n10\r\n$12\r\nshard_bounds\r\n$4\r\n0,10\r\n$11\r\nfrag_bounds\r\n$3\r\n0,1\r\n"
+    assert_int_equal(from("*6\r\n" BASE, &rc, err, sizeof err), 0);
+    assert_int_equal(rc.compress, BLOB_BF16);
+    assert_int_equal(rc.download_update, 0);
+    runconf_free(&rc);
+    assert_int_equal(from("*10\r\n" BASE "$8\r\ncompress\r\n$4\r\nint4\r\n$8\r\ndownload\r\n$6\r\nupdate\r\n", &rc,
+                          err, sizeof err), 0);
+    assert_int_equal(rc.compress, BLOB_I4);
+    assert_int_equal(rc.download_update, 1);
+    assert_true(runconf_accepts_dtype(&rc, BLOB_I4) && !runconf_accepts_dtype(&rc, BLOB_BF16));
+    runconf_free(&rc);
+    assert_int_equal(from("*8\r\n" BASE "$8\r\ncompress\r\n$4\r\nint3\r\n", &rc, err, sizeof err), -1);
+    assert_non_null(strstr(err, "codec 'int3'"));
+    runconf_free(&rc);
+    assert_int_equal(from("*10\r\n" BASE "$4\r\nmode\r\n$5\r\nasync\r\n$8\r\ndownload\r\n$6\r\nupdate\r\n", &rc,
+                          err, sizeof err), -1);
+    assert_non_null(strstr(err, "not for async runs"));
+    runconf_free(&rc);
+    assert_int_equal(from("*8\r\n" BASE "$8\r\ndownload\r\n$4\r\nsome\r\n", &rc, err, sizeof err), -1);
+    runconf_free(&rc);
+#undef BASE
+}
+
 int main(void) {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bounds_lists),
         cmocka_unit_test(config_from_hgetall),
+        cmocka_unit_test(codec_settings),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -140,6 +140,12 @@ int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errle
     }
     const char *dl = field(r, "download");
     rc->download_update = dl && strcmp(dl, "update") == 0;
+    if ((dl && !rc->download_update && strcmp(dl, "params") != 0) ||
+        (rc->download_update && (rc->async || rc->nfragments > 1))) {
+        err_set(err, errlen, "the run's download mode '%s' is unknown or not for %s runs: upgrade this program, "
+                "or make the run again (coordinator init --download params)", dl, rc->async ? "async" : "Streaming DiLoCo");
+        return -1;
+    }
     const char *mr = field(r, "min_replicas");
     if (mr && parse_int(mr, 0, RUNCONF_MAX_REPLICAS, &v) == 0) rc->min_replicas = (int)v;
     rc->snapshot_every = 8;

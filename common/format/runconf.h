@@ -50,12 +50,12 @@ int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen);
 /* Read and validate dl:{run}:config (after checking the library). Free with runconf_free. */
 int runconf_load(rconn *c, const char *run, runconf *out, char *err, size_t errlen);
 void runconf_free(runconf *rc);
-/* Whether a push in this dtype is the run's codec: a bf16 run also takes fp32 (worker --no-bf16). */
-int runconf_accepts_dtype(const runconf *rc, int dtype);
 /* The parsing half of runconf_load: rc's fields from an HGETALL reply of dl:{R}:config (rc->run is left
  * as it is). Every value is checked (bounds that cover numel in order, counts in range); optional
  * fields that do not parse keep their defaults. On error rc may hold allocations: runconf_free. */
 int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errlen);
+/* Whether a push in this dtype is the run's codec: a bf16 run also takes fp32 (worker --no-bf16). */
+int runconf_accepts_dtype(const runconf *rc, int dtype);
 /* Numbers of one shard / fragment. */
 uint64_t runconf_shard_numel(const runconf *rc, int shard);
 int runconf_fragment_of_shard(const runconf *rc, int shard);

@@ -189,7 +189,7 @@ int codec_check(int dtype, const uint8_t *in, size_t n, size_t *bad)
     size_t bb = block_bytes(dtype);
     for (size_t lo = 0; lo < n; lo += CODEC_BLOCK, in += bb) {
         unsigned sb = (unsigned)in[0] | (unsigned)in[1] << 8;
-        if (sb >= 0x7f80u) { /* Inf, NaN, or a sign bit */
+        if (sb > CODEC_SCALE_MAX_BITS) { /* too large (its codes overflow), Inf, NaN, or a sign bit */
             *bad = lo;
             return -1;
         }

@@ -38,8 +38,12 @@ int codec_encode(int dtype, const float *x, size_t n, uint8_t *out, size_t *bad)
 void codec_decode(int dtype, const uint8_t *in, size_t n, float *out);
 /* Encode x into out, then replace x by its decoded value (what a receiver of out will see). */
 int codec_round_trip(int dtype, float *x, size_t n, uint8_t *out, size_t *bad);
-/* A received payload's scales are finite and not negative: 0, or -1 with *bad = the first element of the
- * first bad block. */
+/* The largest scale a received block may have (bf16 bits): below 2^121, so that every code, even a
+ * crafted -128, times it is a finite fp32. Larger finite scales passed codec_check and decoded to +-Inf
+ * (found by fuzz/fuzz_codec.c); an honest encoder only makes one for values beyond ~3.36e38. */
+#define CODEC_SCALE_MAX_BITS 0x7BFFu
+/* A received payload's scales are finite, not negative and at most CODEC_SCALE_MAX_BITS: 0, or -1 with
+ * *bad = the first element of the first bad block. */
 int codec_check(int dtype, const uint8_t *in, size_t n, size_t *bad);
 
 /* Which build runs (tests and bin/bench-codec): 1 forces the portable code, 0 lets the CPU decide. */

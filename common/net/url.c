@@ -200,13 +200,12 @@ static int parse_hostlist(const char *s, size_t len, int default_port, redis_url
     return 0;
 }
 
-/* [user[:pass]@]hosts, up to the first '/' (the password may contain '@' when not percent-encoded:
+/* [user[:pass]@]hosts, up to the first of the `stop` characters (the password may contain '@' when not percent-encoded:
  * the last '@' ends the userinfo); *rest = what follows the hosts. */
-static int parse_authority(const char *s, int default_port, redis_url *out, const char **rest, char *err,
-                           size_t errlen)
+static int parse_authority(const char *s, int default_port, const char *stop, redis_url *out, const char **rest,
+                           char *err, size_t errlen)
 {
-    const char *slash = strchr(s, '/');
-    size_t alen = slash ? (size_t)(slash - s) : strcspn(s, "?");
+    size_t alen = strcspn(s, stop);
     const char *at = NULL;
     for (const char *p = s; p < s + alen; p++)
         if (*p == '@')
@@ -224,12 +223,8 @@ static int parse_authority(const char *s, int default_port, redis_url *out, cons
 static int parse_tcp(const char *s, redis_url *out, char *err, size_t errlen)
 {
     const char *slash;
-    if (parse_authority(s, DEFAULT_PORT, out, &slash, err, errlen) != 0)
+    if (parse_authority(s, DEFAULT_PORT, "/", out, &slash, err, errlen) != 0)
         return -1;
-    if (*slash == '?') {
-        err_set(err, errlen, "unknown query '%.40s' in the Redis URL (redis:// takes none)", slash + 1);
-        return -1;
-    }
     if (*slash != '/' || slash[1] == '\0')
         return 0;
     return parse_db(slash + 1, strlen(slash + 1), out, err, errlen);
@@ -266,7 +261,7 @@ static int parse_sentinel_query(const char *q, redis_url *out, char *err, size_t
 static int parse_sentinel(const char *s, redis_url *out, char *err, size_t errlen)
 {
     const char *rest;
-    if (parse_authority(s, DEFAULT_SENTINEL_PORT, out, &rest, err, errlen) != 0)
+    if (parse_authority(s, DEFAULT_SENTINEL_PORT, "/?", out, &rest, err, errlen) != 0)
         return -1;
     const char *q = strchr(rest, '?');
     size_t plen = q ? (size_t)(q - rest) : strlen(rest);
@@ -339,22 +334,47 @@ int redis_url_parse(const char *s, redis_url *out, char *err, size_t errlen)
     return -1;
 }
 
+/* "h1:p1,[v6]:p2,..." (every host of u, IPv6 in brackets) appended at buf + n; the new length, or
+ * a length >= cap when it did not fit */
+static int append_hosts(const redis_url *u, char *buf, size_t cap, int n)
+{
+    int count = u->nhosts > 0 ? u->nhosts : 1;
+    for (int i = 0; i < count && n >= 0 && (size_t)n < cap; i++) {
+        const char *h = u->nhosts > 0 ? u->hosts[i].host : u->host;
+        int v6 = strchr(h, ':') != NULL;
+        n += snprintf(buf + n, cap - (size_t)n, "%s%s%s%s:%d", i ? "," : "", v6 ? "[" : "", h, v6 ? "]" : "",
+                      u->nhosts > 0 ? u->hosts[i].port : u->port);
+    }
+    return n;
+}
+
+/* s percent-encoded (all but letters, digits and "-._~") appended at buf + n, as append_hosts */
+static int append_escaped(const char *s, char *buf, size_t cap, int n)
+{
+    for (; *s && n >= 0 && (size_t)n < cap; s++) {
+        unsigned char c = (unsigned char)*s;
+        int plain = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || strchr("-._~", c);
+        n += plain ? snprintf(buf + n, cap - (size_t)n, "%c", c) : snprintf(buf + n, cap - (size_t)n, "%%%02X", c);
+    }
+    return n;
+}
+
 int redis_url_format(const redis_url *u, char *buf, size_t cap)
 {
     int n;
-    if (u->sentinel_master[0] != '\0') {
-        n = snprintf(buf, cap, "redis+sentinel://%s%s", u->user, u->user[0] ? "@" : "");
-        for (int i = 0; i < u->nhosts && n >= 0 && (size_t)n < cap; i++)
-            n += snprintf(buf + n, cap - (size_t)n, "%s%s:%d", i ? "," : "", u->hosts[i].host, u->hosts[i].port);
-        if (n >= 0 && (size_t)n < cap)
-            n += snprintf(buf + n, cap - (size_t)n, "/%s/%d", u->sentinel_master, u->db);
-    } else if (u->is_unix) {
+    if (u->is_unix) {
         n = snprintf(buf, cap, "unix://%s%s%s?db=%d", u->user, u->user[0] ? "@" : "", u->path, u->db);
-    } else {
-        int v6 = strchr(u->host, ':') != NULL;
-        n = snprintf(buf, cap, "redis://%s%s%s%s%s:%d/%d", u->user, u->user[0] ? "@" : "", v6 ? "[" : "",
-                     u->host, v6 ? "]" : "", u->port, u->db);
+        return n < 0 || (size_t)n >= cap ? -1 : 0;
     }
+    int sentinel = u->sentinel_master[0] != '\0';
+    n = snprintf(buf, cap, "%s%s%s", sentinel ? "redis+sentinel://" : "redis://", u->user, u->user[0] ? "@" : "");
+    n = append_hosts(u, buf, cap, n);
+    if (n >= 0 && (size_t)n < cap && sentinel) {
+        n += snprintf(buf + n, cap - (size_t)n, "/");
+        n = append_escaped(u->sentinel_master, buf, cap, n);
+    }
+    if (n >= 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, "/%d", u->db);
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 

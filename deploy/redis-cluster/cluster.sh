@@ -104,6 +104,14 @@ up() {
       sleep 0.1
     done
   done
+  # replicas are attached by gossip after `create` returns: wait until every node knows them all
+  n=0
+  for p in $(ports); do
+    until [ "$(cli "$p" cluster nodes 2>/dev/null | awk '$3 ~ /slave/' | grep -c .)" -ge $((3 * REPLICAS)) ]; do
+      n=$((n + 1)); [ $n -ge 600 ] && die "the replicas are not attached after 60 s (see $DIR/node-$p/redis.log)"
+      sleep 0.1
+    done
+  done
   say "cluster ok; use --redis $(url)"
 }
 

@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 # What needs torch is imported on first use, so `python3 -m rediloco init` starts at once.
 _LAZY = {"DiLoCo": "diloco", "init_run": "run", "save_state": "run", "load_checkpoint": "checkpoint",
-         "read_checkpoint": "checkpoint"}
+         "read_checkpoint": "checkpoint", "transfer_path": "devicehooks"}
 
 
 def __getattr__(name):
@@ -32,4 +32,4 @@ def library_version():
 
 
 __all__ = ["DiLoCo", "DiLoCoError", "Stopped", "SyncInfo", "init_run", "save_state", "load_checkpoint",
-           "read_checkpoint", "library_version", "__version__"]
+           "read_checkpoint", "transfer_path", "library_version", "__version__"]

@@ -21,7 +21,7 @@ import os
 import signal
 import threading
 
-from . import _lib
+from . import _lib, devicehooks
 from .errors import DiLoCoError, Stopped
 from .params import FlatParams, check_layout
 from .syncinfo import SyncInfo
@@ -123,6 +123,7 @@ class DiLoCo:
         self._d = None
         self._lib = None
         self._flat = None
+        self._device_hooks = None
         self._signals = None
         self._hook = None
         self._stop = ctypes.c_int(0)
@@ -186,6 +187,9 @@ class DiLoCo:
             cb = _lib.ON_PARAMS_FN(self._flat.on_params)
             self._callbacks.append(cb)
             o.on_params = cb
+        if self._flat.path == devicehooks.DEVICE_HOOKS:
+            self._device_hooks = self._flat.device_hooks()
+            o.device = self._device_hooks.ops
         return o
 
     def _open_session(self):
@@ -218,6 +222,9 @@ class DiLoCo:
         if self._d is not None:
             self._lib.diloco_close(self._d)
             self._d = None
+        if self._device_hooks is not None:
+            self._device_hooks.release()
+            self._device_hooks = None
         if self._signals is not None:
             self._signals.close()
             self._signals = None
@@ -329,6 +336,12 @@ class DiLoCo:
         if self._lib.diloco_fragment_range(self._d, fragment, ctypes.byref(off), ctypes.byref(n)) < 0:
             raise IndexError("run %r has no fragment %d" % (self.run, fragment))
         return off.value, n.value
+
+    @property
+    def transfer_path(self):
+        """How this session moves the parameters: "cpu", "device hooks" or "pinned host copy" (devicehooks.py)."""
+        self._require_open()
+        return self._flat.path
 
     @property
     def flat_params(self):

@@ -3,8 +3,10 @@
 FlatParams copies every parameter (model.named_parameters() order, shared ones once) into one contiguous
 fp32 tensor and makes each p.data a view of its slice, so the optimizer, autograd and libdiloco all see
 the same memory and a sync's new global values need no copy. A model off the CPU keeps its flat buffer
-on its device and a page-locked host mirror for libdiloco: device -> host before a step that syncs,
-host -> device for each range the library wrote (on_params). check_layout compares the model with the
+on its device; how libdiloco reaches it is its transfer path (devicehooks.py): on CUDA with
+libdiloco_cuda.so, libdiloco's device hooks work on the device buffer itself (no host buffer here);
+otherwise a page-locked host mirror: device -> host before a step that syncs, host -> device for each
+range the library wrote (on_params). check_layout compares the model with the
 run's tensor layout (names, shapes, order) when the run records one.
 """
 import bisect
@@ -14,6 +16,7 @@ import re
 
 import torch
 
+from . import devicehooks
 from .errors import DiLoCoError
 
 
@@ -31,7 +34,8 @@ class FlatParams:
         self.shapes = [tuple(p.shape) for _, p in named]
         self.numel = sum(p.numel() for _, p in named)
         self.device = devices.pop()
-        self.device_copy = self.device.type != "cpu"
+        self.path = devicehooks.path_for_device(self.device)
+        self.device_copy = self.path == devicehooks.PINNED_HOST_COPY
         self.flat = torch.empty(self.numel, dtype=torch.float32, device=self.device)
         self.offsets = []
         off = 0
@@ -42,7 +46,12 @@ class FlatParams:
                 p.data = self.flat[off:off + n].view(p.shape)
                 self.offsets.append(off)
                 off += n
-        self.host = torch.empty(self.numel, dtype=torch.float32, pin_memory=True) if self.device_copy else self.flat
+        if self.path == devicehooks.DEVICE_HOOKS:
+            self.host = None  # diloco_open gets NULL: the hooks load the parameters
+        elif self.device_copy:
+            self.host = torch.empty(self.numel, dtype=torch.float32, pin_memory=True)
+        else:
+            self.host = self.flat
 
     @staticmethod
     def check_dtypes(model):
@@ -62,7 +71,14 @@ class FlatParams:
         return "%s [parameter %r, element %d]" % (message, self.names[t], i - self.offsets[t])
 
     def host_pointer(self):
+        if self.host is None:
+            return None
         return ctypes.cast(self.host.data_ptr(), ctypes.POINTER(ctypes.c_float))
+
+    def device_hooks(self):
+        """devicehooks.CudaHooks over the flat buffer, trained on the device's current stream (device hooks path)."""
+        index = self.device.index if self.device.index is not None else torch.cuda.current_device()
+        return devicehooks.CudaHooks(self.flat, index, torch.cuda.current_stream(self.device).cuda_stream)
 
     def loaded_all(self):
         """diloco_open wrote the global parameters into the host buffer."""

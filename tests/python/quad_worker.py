@@ -94,11 +94,12 @@ def main():
     ap.add_argument("--sync-log", default=None, help="write each sync's SyncInfo as a JSON line here")
     ap.add_argument("--step-delay", type=float, default=0.0, help="seconds to sleep per step (a slower machine)")
     ap.add_argument("--heartbeat", type=float, default=1.0, help="heartbeat interval in seconds")
+    ap.add_argument("--device", default="cpu", help="torch device of the model (cuda: tests/it_cuda_python_hooks.sh)")
     args = ap.parse_args()
 
     model = torch.nn.Module()
-    model.x = torch.nn.Parameter(torch.zeros(args.numel))
-    a, c = problem(args.seed, args.worker_id, args.numel)
+    model.x = torch.nn.Parameter(torch.zeros(args.numel, device=args.device))
+    a, c = (t.to(args.device) for t in problem(args.seed, args.worker_id, args.numel))
     inner = QuadAdamW(model.parameters())
     out = open(args.digests, "w") if args.digests else None
     synclog = open(args.sync_log, "w") if args.sync_log else None
@@ -125,7 +126,7 @@ def main():
                     synclog.flush()
             if args.step_delay:
                 time.sleep(args.step_delay)
-        print("worker %s done at step %d, %s" % (dl.worker_id, step, dl.last_sync))
+        print("worker %s done at step %d over %s, %s" % (dl.worker_id, step, dl.transfer_path, dl.last_sync))
     # reached after a stop too: the block swallows rediloco.Stopped
     print("left the run at step %d (%s); SIGINT handler restored: %s" % (
         step, dl._stop_reason or "all steps done", signal.getsignal(signal.SIGINT) == before))

@@ -56,6 +56,14 @@ int dl_cuda_snapshot_download(dl_cuda *c, float *host, size_t off, size_t n, cha
 /* Tests: 1 if p is page-locked host memory from dl_cuda_host_alloc's cudaMallocHost, else 0. */
 int dl_cuda_is_pinned(const void *p);
 
+/* The only symbols of build/libdiloco_cuda.so (diloco_cuda_so.cu), for callers through a foreign-function
+ * interface. diloco_cuda_ops_for: makes device `device` current and a dl_cuda over the caller's n device
+ * floats dev_params, trained on `stream` (a cudaStream_t; NULL: the legacy default stream), fills *out
+ * and *handle. 0, or -1 with err. diloco_cuda_release frees the handle after diloco_close. */
+int diloco_cuda_ops_for(float *dev_params, size_t n, void *stream, int device, diloco_device_ops *out, void **handle,
+                        char *err, size_t errlen);
+void diloco_cuda_release(void *handle);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,133 @@
+/*
+ * ctx.c: bringing an ss_ctx up: the run read from Redis, then everything that runs on the event loop.
+ *
+ * main.c calls ss_ctx_load_run and ss_ctx_start with the options it parsed, installs the signal
+ * handlers and runs the loop; the unit tests (tests/test_ss_*.c) call the same two on an event base
+ * of their own and drive the loop themselves, so what they test is the server as it starts.
+ */
+#include "ss.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "keys.h"
+#include "log.h"
+#include "rconn.h"
+#include "version.h"
+
+#define REDIS_TIMEOUT_MS 5000
+#define PARK_CHECK_MS 1000
+#define PARK_MAX_MS 30000
+#define BULK_STALL_MS 60000
+
+ss_ctx *g_ss;
+
+/* Read the outer tunables from dl:{R}:tunables (the lease loop keeps them fresh afterwards). */
+static void read_tunables(rconn *c, ss_ctx *ss)
+{
+    char key[KEY_MAX];
+    ss->tun.lr = 0.7f;
+    ss->tun.mu = 0.9f;
+    ss->tun.nesterov = 1;
+    redisReply *r = rconn_command(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key,
+                                                                                      ss->opts.run, "tunables"));
+    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
+        if (r->element[0]->type == REDIS_REPLY_STRING)
+            ss->tun.lr = strtof(r->element[0]->str, NULL);
+        if (r->element[1]->type == REDIS_REPLY_STRING)
+            ss->tun.mu = strtof(r->element[1]->str, NULL);
+        if (r->element[2]->type == REDIS_REPLY_STRING)
+            ss->tun.nesterov = atoi(r->element[2]->str) != 0;
+    }
+    if (r != NULL)
+        freeReplyObject(r);
+}
+
+int ss_ctx_load_run(ss_ctx *ss, volatile int *stop)
+{
+    char err[512];
+    key_run(ss->config_key, sizeof ss->config_key, ss->opts.run, "config");
+    if (redis_url_parse(ss->opts.redis, &ss->url, err, sizeof err) != 0) {
+        log_error("bad --redis URL: %s", err);
+        return -1;
+    }
+    if (key_check_run_name(ss->opts.run, err, sizeof err) != 0) {
+        log_error("bad --run: %s", err);
+        return -1;
+    }
+    rconn *c = rconn_connect_retry(&ss->url, REDIS_TIMEOUT_MS, ss->opts.connect_timeout_ms, stop, NULL, err,
+                                   sizeof err);
+    if (c == NULL) {
+        log_error("%s", err);
+        return -1;
+    }
+    if (runconf_check_library(c, ss->opts.run, err, sizeof err) != 0 ||
+        runconf_load(c, ss->opts.run, &ss->rc, err, sizeof err) != 0) {
+        log_error("%s", err);
+        rconn_free(c);
+        return -1;
+    }
+    read_tunables(c, ss);
+    rconn_free(c);
+    log_info("run %s: %llu parameters in %d shards, %d fragments, snapshot every %d versions; outer lr %g "
+             "momentum %g nesterov %d (library version %s)",
+             ss->opts.run, (unsigned long long)ss->rc.numel, ss->rc.nshards, ss->rc.nfragments,
+             ss->rc.snapshot_every, (double)ss->tun.lr, (double)ss->tun.mu, ss->tun.nesterov, DL_LIB_VERSION);
+    return 0;
+}
+
+void ss_refused(const char *conn, const char *why)
+{
+    log_error("redis %s connection: Redis refuses this user: %s; stopping (check the user, password and ACL in "
+              "the Redis URL)", conn, why);
+    g_ss->refused = 1;
+    if (g_ss->base != NULL)
+        event_base_loopbreak(g_ss->base);
+}
+
+static void on_park_timer(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ss_ctx *ss = arg;
+    lease_check_expiry(ss);
+    shard_expire_parked(ss, PARK_MAX_MS);
+    commit_idle_work(ss);
+}
+
+static int add_persist(ss_ctx *ss, struct event **ev, event_callback_fn fn, int ms)
+{
+    *ev = event_new(ss->base, -1, EV_PERSIST, fn, ss);
+    if (*ev == NULL)
+        return -1;
+    struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+    return evtimer_add(*ev, &tv);
+}
+
+int ss_ctx_start(ss_ctx *ss, struct event_base *base, char *err, size_t errlen)
+{
+    ss->base = base;
+    if (shards_init(ss, err, errlen) != 0 || server_listen(ss, err, errlen) != 0)
+        return -1;
+    if (commit_init(ss) != 0) {
+        snprintf(err, errlen, "cannot create the compute event");
+        return -1;
+    }
+    int stall = ss->opts.lease_ttl_ms < 2000 ? 2000 : ss->opts.lease_ttl_ms;
+    if (rlink_init(&ss->ctl, "control", RLINK_CMD, &ss->url, ss->base, stall, ss_refused) != 0 ||
+        rlink_init(&ss->bulk, "bulk", RLINK_CMD, &ss->url, ss->base, BULK_STALL_MS, ss_refused) != 0 ||
+        rlink_init(&ss->bulkw, "bulk-write", RLINK_SET, &ss->url, ss->base, BULK_STALL_MS, ss_refused) != 0) {
+        snprintf(err, errlen, "cannot set up the Redis connections");
+        return -1;
+    }
+    rlink *links[3] = { &ss->ctl, &ss->bulk, &ss->bulkw };
+    rlink_route_attach(&ss->route, &ss->bulk, links, 3);
+    if (metrics_start(ss, err, errlen) != 0 || lease_start(ss, err, errlen) != 0)
+        return -1;
+    if (add_persist(ss, &ss->park_timer, on_park_timer, PARK_CHECK_MS) != 0) {
+        snprintf(err, errlen, "cannot start the park timer");
+        return -1;
+    }
+    return 0;
+}

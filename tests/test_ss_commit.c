@@ -1,0 +1,175 @@
+/*
+ * test_ss_commit.c: the commit state machine of one shard (shard-server/commit*.c, ops.c) against a real
+ * redis-server.
+ *
+ * One shard-server holds the run's only shard; two workers are members. Round 0: a get of version 1
+ * while the barrier is open is answered `wait`; closed with w2's Δ missing, `need w2`; with both Δ,
+ * the commit is computed, its log entry written and dl_commit applied: the reply, the shard's version
+ * and digest in Redis are version 1 with the bits that common/math/outer.c gives from the v0 snapshot.
+ * Round 1: w2 dies (deregisters) without pushing: it is dropped and version 2 is w1's step alone, its
+ * momentum carried from round 0, again checked bit for bit.
+ * Exits 77 (skipped) when redis-server is not installed.
+ */
+#include <inttypes.h>
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <cmocka.h>
+
+#include "keys.h"
+#include "outer.h"
+#include "ss_harness.h"
+
+#define RUN "sscommit"
+#define NUMEL 300
+#define LR 0.7f
+#define MU 0.9f
+
+static struct event_base *g_base;
+static ss_ctx *g_server;
+
+static int setup(void **state)
+{
+    (void)state;
+    if (ssh_setup(RUN, "-n 2 --shards 1 --trainer quadratic --numel 300 --compress fp32 --outer-lr 0.7 "
+                       "--outer-momentum 0.9 --seed 3", &g_base) != 0)
+        return -1;
+    g_server = ssh_server(g_base, RUN, "S", 3000);
+    return g_server != NULL && ssh_pump_until(g_base, ssh_shard_ready, &g_server->shards[0], 5000) == 0 ? 0 : -1;
+}
+
+static int teardown(void **state)
+{
+    (void)state;
+    ssh_redis_stop();
+    return 0;
+}
+
+static void do_push(const char *w, long long inc, int round, const float *d)
+{
+    ssh_reply rep;
+    assert_int_equal(ssh_push(g_server, 0, round, w, inc, d, NUMEL, &rep), 0);
+    assert_string_equal(rep.h.op, "ack");
+}
+
+static void fill_delta(float *d, int seed)
+{
+    for (int i = 0; i < NUMEL; i++)
+        d[i] = 0.001f * (float)((i * 37 + seed * 11) % 23) - 0.011f;
+}
+
+/* The v0 parameters as coordinator init wrote them, checked against the shard's digest. */
+static void read_v0(float *theta)
+{
+    char key[KEY_MAX], digest[32], want[32];
+    key_shard(key, sizeof key, RUN, 0, "snap:0:0");
+    redisReply *r = ssh_cmd("GET %s", key);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    blob_header h;
+    const uint8_t *payload;
+    size_t len;
+    char err[256];
+    assert_int_equal(blob_decode((const uint8_t *)r->str, r->len, &h, &payload, &len, err, sizeof err), 0);
+    assert_int_equal(h.dtype, BLOB_F32);
+    assert_int_equal(len, NUMEL * sizeof(float));
+    memcpy(theta, payload, len);
+    freeReplyObject(r);
+    snprintf(digest, sizeof digest, "%016" PRIx64, digest_f32(theta, NUMEL));
+    ssh_shard_str(RUN, 0, "digest", want, sizeof want);
+    assert_string_equal(digest, want);
+}
+
+/* The commit's reply, the shard in Redis and the log entry are version v with parameters theta. */
+static void check_committed(const ssh_reply *rep, long long v, const float *theta)
+{
+    char digest[32], got[32], key[KEY_MAX], suffix[64];
+    assert_string_equal(rep->h.op, "params");
+    assert_int_equal(rep->h.version, v);
+    assert_int_equal(rep->n, NUMEL);
+    assert_memory_equal(rep->params, theta, NUMEL * sizeof(float));
+    assert_int_equal(ssh_shard_int(RUN, 0, "version"), v);
+    snprintf(digest, sizeof digest, "%016" PRIx64, digest_f32(theta, NUMEL));
+    ssh_shard_str(RUN, 0, "digest", got, sizeof got);
+    assert_string_equal(got, digest);
+    snprintf(suffix, sizeof suffix, "log:%lld:%lld", v, (long long)g_server->shards[0].epoch);
+    redisReply *r = ssh_cmd("EXISTS %s", key_shard(key, sizeof key, RUN, 0, suffix));
+    assert_non_null(r);
+    assert_int_equal(r->integer, 1);
+    freeReplyObject(r);
+}
+
+static void test_commit_rounds(void **state)
+{
+    (void)state;
+    static float theta[NUMEL], mom[NUMEL], g[NUMEL], d1[NUMEL], d2[NUMEL], d3[NUMEL];
+    read_v0(theta);
+    fill_delta(d1, 1);
+    fill_delta(d2, 2);
+    fill_delta(d3, 3);
+    long long i1 = ssh_register(RUN, "w1"), i2 = ssh_register(RUN, "w2");
+    ssh_reply rep;
+
+    /* round 0, barrier open: wait */
+    ssh_arrive(RUN, "w1", i1, 0, "open");
+    do_push("w1", i1, 0, d1);
+    assert_int_equal(ssh_get(g_server, 0, 1, &rep), 0);
+    assert_string_equal(rep.h.op, "wait");
+    /* closed, w2's Δ missing: need w2 */
+    ssh_arrive(RUN, "w2", i2, 0, "closed");
+    assert_int_equal(ssh_get(g_server, 0, 1, &rep), 0);
+    assert_string_equal(rep.h.op, "need");
+    assert_string_equal(rep.h.text, "w2");
+    assert_int_equal(ssh_shard_int(RUN, 0, "version"), 0);
+    /* every Δ present: version 1 = outer step of the mean (w1, w2 in that order) */
+    do_push("w2", i2, 0, d2);
+    assert_int_equal(ssh_get(g_server, 0, 1, &rep), 0);
+    outer_sum_zero(g, NUMEL);
+    outer_sum_add_f32(g, d1, NUMEL);
+    outer_sum_add_f32(g, d2, NUMEL);
+    outer_mean_finish(g, NUMEL, 2);
+    outer_sgd_step(theta, mom, 1, g, NUMEL, LR, MU, 1);
+    check_committed(&rep, 1, theta);
+    free(rep.params);
+
+    /* round 1: w2 dies before pushing: dropped, version 2 is w1's Δ alone */
+    ssh_arrive(RUN, "w1", i1, 1, "open");
+    ssh_arrive(RUN, "w2", i2, 1, "closed");
+    do_push("w1", i1, 1, d3);
+    char incs[24];
+    snprintf(incs, sizeof incs, "%lld", i2);
+    const char *args[2] = { "w2", incs };
+    redisReply *r = ssh_fcall(RUN, "dl_deregister", 2, args);
+    assert_non_null(r);
+    assert_int_not_equal(r->type, REDIS_REPLY_ERROR);
+    freeReplyObject(r);
+    assert_int_equal(ssh_get(g_server, 0, 2, &rep), 0);
+    outer_sum_zero(g, NUMEL);
+    outer_sum_add_f32(g, d3, NUMEL);
+    outer_mean_finish(g, NUMEL, 1);
+    outer_sgd_step(theta, mom, 0, g, NUMEL, LR, MU, 1);
+    check_committed(&rep, 2, theta);
+    free(rep.params);
+    const char *bargs[2] = { "0", "1" };
+    r = ssh_fcall(RUN, "dl_barrier", 2, bargs);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_ARRAY);
+    assert_string_equal(r->element[2]->str, "w2"); /* the round's dropped participants */
+    freeReplyObject(r);
+    assert_int_equal(g_server->m.rounds_committed, 2);
+}
+
+int main(void)
+{
+    if (system("command -v redis-server >/dev/null 2>&1") != 0)
+        return 77;
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_commit_rounds),
+    };
+    return cmocka_run_group_tests(tests, setup, teardown);
+}

@@ -13,6 +13,7 @@
 
 #include "bf16.h"
 #include "codec.h"
+#include "opts.h"
 #include "util.h"
 
 static double mono(void) {
@@ -54,16 +55,21 @@ static double median_seconds(const job *j, int reps) {
 }
 
 int main(int argc, char **argv) {
-    size_t n = 4000000;
+    long long numel = 4000000;
     int reps = 9;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--numel")) n = (size_t)atoll(argv[i + 1]);
-        else if (!strcmp(argv[i], "--reps")) reps = atoi(argv[i + 1]);
-        else {
-            fprintf(stderr, "usage: bin/bench-codec [--numel N] [--reps R]\n");
-            return 2;
-        }
+    const opt_spec specs[] = {
+        {.name = "numel", .kind = OPT_LLONG, .dest = &numel, .lo = 1, .hi = 1LL << 34},
+        {.name = "reps", .kind = OPT_INT, .dest = &reps, .lo = 1, .hi = 100000},
+        {0},
+    };
+    char err[256];
+    int rc = opts_parse(specs, argc, argv, 1, NULL, NULL, err, sizeof err);
+    if (rc != 0) {
+        if (rc < 0) fprintf(stderr, "bench-codec: %s\n", err);
+        fprintf(rc < 0 ? stderr : stdout, "usage: bin/bench-codec [--numel N] [--reps R]\n");
+        return rc < 0 ? 2 : 0;
     }
+    size_t n = (size_t)numel;
     float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
     uint8_t *q = malloc(codec_bytes(BLOB_F32, n));
     if (!x || !y || !q) return 1;

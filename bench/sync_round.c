@@ -40,6 +40,7 @@
 
 #include "diloco.h"
 #include "frame.h"
+#include "opts.h"
 #include "util.h"
 
 static double mono(void) {
@@ -56,26 +57,36 @@ static double cpu_seconds(void) {
            (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
-static const char *arg(int argc, char **argv, const char *name, const char *def) {
-    for (int i = 0; i + 1 < argc; i++)
-        if (!strcmp(argv[i], name)) return argv[i + 1];
-    return def;
-}
-
-static int flag(int argc, char **argv, const char *name) {
-    for (int i = 0; i < argc; i++)
-        if (!strcmp(argv[i], name)) return 1;
-    return 0;
+/* Parse a subcommand's options: 0, or -1 after saying what is wrong. */
+static int parse_opts(const opt_spec *specs, int argc, char **argv, const char *what) {
+    char err[256];
+    int rc = opts_parse(specs, argc, argv, 0, NULL, NULL, err, sizeof err);
+    if (rc == 1) err_set(err, sizeof err, "options: see the comment at the top of bench/sync_round.c");
+    if (rc != 0) fprintf(stderr, "bench-sync_round %s: %s\n", what, err);
+    return rc == 0 ? 0 : -1;
 }
 
 /* ---- worker ---------------------------------------------------------------------------------- */
 
 static int run_worker(int argc, char **argv) {
-    const char *url = arg(argc, argv, "--redis", NULL), *run = arg(argc, argv, "--run", NULL);
-    const char *id = arg(argc, argv, "--id", NULL);
-    int rounds = atoi(arg(argc, argv, "--rounds", "8")), gap = atoi(arg(argc, argv, "--gap-ms", "1000"));
-    size_t numel = (size_t)atoll(arg(argc, argv, "--numel", "0"));
-    uint64_t start_ms = (uint64_t)atoll(arg(argc, argv, "--start-ms", "0"));
+    const char *url = NULL, *run = NULL, *id = NULL;
+    int rounds = 8, gap = 1000, no_bf16 = 0, error_feedback = 0;
+    long long numel_ll = 0, start_ll = 0;
+    const opt_spec specs[] = {
+        {.name = "redis", .kind = OPT_STRING, .dest = &url},
+        {.name = "run", .kind = OPT_STRING, .dest = &run},
+        {.name = "id", .kind = OPT_STRING, .dest = &id},
+        {.name = "rounds", .kind = OPT_INT, .dest = &rounds, .lo = 0, .hi = 1000000},
+        {.name = "gap-ms", .kind = OPT_INT, .dest = &gap, .lo = 0, .hi = 86400000},
+        {.name = "numel", .kind = OPT_LLONG, .dest = &numel_ll, .lo = 0, .hi = 1LL << 34},
+        {.name = "start-ms", .kind = OPT_LLONG, .dest = &start_ll, .lo = 0, .hi = INT64_MAX},
+        {.name = "no-bf16", .kind = OPT_FLAG, .dest = &no_bf16},
+        {.name = "error-feedback", .kind = OPT_FLAG, .dest = &error_feedback},
+        {0},
+    };
+    if (parse_opts(specs, argc, argv, "worker") < 0) return 2;
+    size_t numel = (size_t)numel_ll;
+    uint64_t start_ms = (uint64_t)start_ll;
     if (!url || !run || !id || numel == 0) {
         fprintf(stderr, "worker: --redis, --run, --id and --numel are required\n");
         return 2;
@@ -86,8 +97,8 @@ static int run_worker(int argc, char **argv) {
     o.run = run;
     o.worker_id = id;
     o.sync_every = 1 << 30;
-    o.bf16 = !flag(argc, argv, "--no-bf16");
-    o.error_feedback = flag(argc, argv, "--error-feedback");
+    o.bf16 = !no_bf16;
+    o.error_feedback = error_feedback;
     o.heartbeat_interval_ms = 2000;
     float *params = malloc(numel * sizeof(float));
     if (!params) return 1;
@@ -179,11 +190,25 @@ static void *client_end(void *p) {
 }
 
 static int run_tcp(int argc, char **argv) {
-    size_t numel = (size_t)atoll(arg(argc, argv, "--numel", "25000000"));
-    int nw = atoi(arg(argc, argv, "--workers", "2")), ns = atoi(arg(argc, argv, "--servers", "2"));
-    int reps = atoi(arg(argc, argv, "--reps", "5"));
-    size_t up = (size_t)(atof(arg(argc, argv, "--up-bpp", "2")) * (double)numel) / (size_t)ns,
-           down = (size_t)(atof(arg(argc, argv, "--down-bpp", "4")) * (double)numel) / (size_t)ns;
+    long long numel_ll = 25000000, tstart_ll = 0;
+    int nw = 2, ns = 2, reps = 5;
+    double up_bpp = 2, down_bpp = 4;
+    long long tick = 0, offset = 0;
+    const opt_spec specs[] = {
+        {.name = "numel", .kind = OPT_LLONG, .dest = &numel_ll, .lo = 1, .hi = 1LL << 34},
+        {.name = "workers", .kind = OPT_INT, .dest = &nw, .lo = 1, .hi = 1024},
+        {.name = "servers", .kind = OPT_INT, .dest = &ns, .lo = 1, .hi = 1024},
+        {.name = "reps", .kind = OPT_INT, .dest = &reps, .lo = 0, .hi = 1000000},
+        {.name = "up-bpp", .kind = OPT_DOUBLE, .dest = &up_bpp, .min = 0, .max = 64},
+        {.name = "down-bpp", .kind = OPT_DOUBLE, .dest = &down_bpp, .min = 0, .max = 64},
+        {.name = "tick-ms", .kind = OPT_LLONG, .dest = &tick, .lo = 0, .hi = 86400000},
+        {.name = "offset-ms", .kind = OPT_LLONG, .dest = &offset, .lo = 0, .hi = 86400000},
+        {.name = "start-ms", .kind = OPT_LLONG, .dest = &tstart_ll, .lo = 0, .hi = INT64_MAX},
+        {0},
+    };
+    if (parse_opts(specs, argc, argv, "tcp") < 0) return 2;
+    size_t numel = (size_t)numel_ll;
+    size_t up = (size_t)(up_bpp * (double)numel) / (size_t)ns, down = (size_t)(down_bpp * (double)numel) / (size_t)ns;
     int nc = nw * ns;
     tcp_server *srv = calloc((size_t)ns, sizeof *srv);
     tcp_end *cl = calloc((size_t)nc, sizeof *cl), *sv = calloc((size_t)nc, sizeof *sv);
@@ -223,8 +248,7 @@ static int run_tcp(int argc, char **argv) {
             sv[i].srv = &srv[s];
         }
     pthread_t *th = calloc((size_t)(2 * nc), sizeof *th);
-    long tick = atol(arg(argc, argv, "--tick-ms", "0")), offset = atol(arg(argc, argv, "--offset-ms", "0"));
-    uint64_t tstart = (uint64_t)atoll(arg(argc, argv, "--start-ms", "0"));
+    uint64_t tstart = (uint64_t)tstart_ll;
     for (int r = 0; r < reps; r++) {
         if (tick > 0) { /* between the rounds of a concurrent `worker` run: at start + r * tick + offset */
             uint64_t now = wall_ms(), at = tstart + (uint64_t)r * (uint64_t)tick + (uint64_t)offset;
@@ -254,9 +278,21 @@ static int run_tcp(int argc, char **argv) {
 /* ---- one Redis connection -------------------------------------------------------------------- */
 
 static int run_redis(int argc, char **argv) {
-    const char *url = arg(argc, argv, "--redis", "redis://127.0.0.1:6379");
-    size_t numel = (size_t)atoll(arg(argc, argv, "--numel", "25000000"));
-    int nw = atoi(arg(argc, argv, "--workers", "2")), reps = atoi(arg(argc, argv, "--reps", "3"));
+    const char *url = "redis://127.0.0.1:6379";
+    long long numel_ll = 25000000;
+    int nw = 2, reps = 3;
+    double up_bpp = 2, down_bpp = 4;
+    const opt_spec specs[] = {
+        {.name = "redis", .kind = OPT_STRING, .dest = &url},
+        {.name = "numel", .kind = OPT_LLONG, .dest = &numel_ll, .lo = 1, .hi = 1LL << 34},
+        {.name = "workers", .kind = OPT_INT, .dest = &nw, .lo = 1, .hi = 1024},
+        {.name = "reps", .kind = OPT_INT, .dest = &reps, .lo = 0, .hi = 1000000},
+        {.name = "up-bpp", .kind = OPT_DOUBLE, .dest = &up_bpp, .min = 0, .max = 64},
+        {.name = "down-bpp", .kind = OPT_DOUBLE, .dest = &down_bpp, .min = 0, .max = 64},
+        {0},
+    };
+    if (parse_opts(specs, argc, argv, "redis") < 0) return 2;
+    size_t numel = (size_t)numel_ll;
     const char *hp = strstr(url, "://");
     hp = hp ? hp + 3 : url;
     char host[128];
@@ -272,8 +308,7 @@ static int run_redis(int argc, char **argv) {
         fprintf(stderr, "redis: cannot connect to %s:%d\n", host, port);
         return 1;
     }
-    size_t up = (size_t)(atof(arg(argc, argv, "--up-bpp", "2")) * (double)numel),
-           down = (size_t)(atof(arg(argc, argv, "--down-bpp", "4")) * (double)numel);
+    size_t up = (size_t)(up_bpp * (double)numel), down = (size_t)(down_bpp * (double)numel);
     char *buf = malloc(down);
     memset(buf, 0x5a, down);
     redisReply *r = redisCommand(c, "SET bench:sync_round:params %b", buf, down);

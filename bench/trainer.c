@@ -16,6 +16,7 @@
 #include <time.h>
 
 #include "gpt/gpt.h"
+#include "opts.h"
 
 static double now(void) {
     struct timespec ts;
@@ -82,11 +83,18 @@ static int run(const char *label, int vocab, int batch, int seq, int threads, in
 int main(int argc, char **argv) {
     gpt_openblas_autotune(argv); /* re-executes with OPENBLAS_CORETYPE set when OpenBLAS fell back to SSE3 */
     int threads = 2, sa = 10, sb = 20;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--threads")) threads = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--steps-a")) sa = atoi(argv[i + 1]);
-        else if (!strcmp(argv[i], "--steps-b")) sb = atoi(argv[i + 1]);
-        else { fprintf(stderr, "usage: bench-trainer [--threads 2] [--steps-a 10] [--steps-b 20]\n"); return 2; }
+    const opt_spec specs[] = {
+        {.name = "threads", .kind = OPT_INT, .dest = &threads, .lo = 1, .hi = 4096},
+        {.name = "steps-a", .kind = OPT_INT, .dest = &sa, .lo = 1, .hi = 1000000},
+        {.name = "steps-b", .kind = OPT_INT, .dest = &sb, .lo = 1, .hi = 1000000},
+        {0},
+    };
+    char err[256];
+    int rc = opts_parse(specs, argc, argv, 1, NULL, NULL, err, sizeof err);
+    if (rc != 0) {
+        if (rc < 0) fprintf(stderr, "bench-trainer: %s\n", err);
+        fprintf(rc < 0 ? stderr : stdout, "usage: bench-trainer [--threads 2] [--steps-a 10] [--steps-b 20]\n");
+        return rc < 0 ? 2 : 0;
     }
     double p1 = peak_gflops(threads, 0), p2 = peak_gflops(threads, 1);
     double peak = p1 > p2 ? p1 : p2;

@@ -17,6 +17,7 @@
 #include <time.h>
 
 #include "gpt/gpt.h"
+#include "opts.h"
 #ifdef DILOCO_HAVE_CUDA
 #include "cuda/gpt_cuda.h"
 #endif
@@ -98,13 +99,19 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
 
 int main(int argc, char **argv) {
     int tf32 = 0, steps = 20, gpt2 = 1;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--tf32")) tf32 = 1;
-        else if (!strcmp(argv[i], "--no-gpt2")) gpt2 = 0;
-        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
-        else { fprintf(stderr, "usage: bench-trainer_cuda [--tf32] [--steps 20] [--no-gpt2]\n"); return 2; }
+    const opt_spec specs[] = {
+        {.name = "tf32", .kind = OPT_FLAG, .dest = &tf32},
+        {.name = "no-gpt2", .kind = OPT_CLEAR, .dest = &gpt2},
+        {.name = "steps", .kind = OPT_INT, .dest = &steps, .lo = 1, .hi = 1000000},
+        {0},
+    };
+    char err[256];
+    int rc = opts_parse(specs, argc, argv, 1, NULL, NULL, err, sizeof err);
+    if (rc != 0) {
+        if (rc < 0) fprintf(stderr, "bench-trainer_cuda: %s\n", err);
+        fprintf(rc < 0 ? stderr : stdout, "usage: bench-trainer_cuda [--tf32] [--steps 20] [--no-gpt2]\n");
+        return rc < 0 ? 2 : 0;
     }
-    if (steps < 1) steps = 1;
 #ifndef DILOCO_HAVE_CUDA
     (void)tf32; (void)gpt2;
     printf("bench-trainer_cuda: built without CUDA (nvcc not found at build time): skipped\n");

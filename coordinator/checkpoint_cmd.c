@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "coordinator.h"
+#include "opts.h"
 #include "outer.h"
 #include "util.h"
 
@@ -37,36 +38,23 @@ static int ck_save(int argc, char **argv) {
     const char *out = NULL, *dir = NULL;
     long long keep = 0;
     double timeout = CKPT_DEFAULT_TIMEOUT_MS / 1000.0;
-    for (int i = 0; i < argc; i++) {
-        const char *f = argv[i];
-        int rc = coord_common_flag(&cc, argc, argv, &i);
-        if (rc < 0) return 2;
-        if (rc) continue;
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
-            ck_usage(stdout);
-            return 0;
-        }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "coordinator checkpoint save: unknown option or missing value: %s (see --help)\n", f);
-            return 2;
-        }
-        const char *v = argv[++i];
-        if (!strcmp(f, "--out")) out = v;
-        else if (!strcmp(f, "--dir")) dir = v;
-        else if (!strcmp(f, "--keep")) {
-            if (parse_int(v, 0, 1000000, &keep) < 0) {
-                fprintf(stderr, "coordinator checkpoint save: --keep wants an integer >= 0, got '%s'\n", v);
-                return 2;
-            }
-        } else if (!strcmp(f, "--timeout")) {
-            if (parse_double(v, &timeout) < 0 || timeout < 0 || timeout > 86400) {
-                fprintf(stderr, "coordinator checkpoint save: --timeout wants seconds, got '%s'\n", v);
-                return 2;
-            }
-        } else {
-            fprintf(stderr, "coordinator checkpoint save: unknown option %s (see --help)\n", f);
-            return 2;
-        }
+    const opt_spec specs[] = {
+        COORD_COMMON_OPTS(&cc),
+        {.name = "out", .kind = OPT_STRING, .dest = &out},
+        {.name = "dir", .kind = OPT_STRING, .dest = &dir},
+        {.name = "keep", .kind = OPT_LLONG, .dest = &keep, .lo = 0, .hi = 1000000, .wants = "an integer >= 0"},
+        {.name = "timeout", .kind = OPT_DOUBLE, .dest = &timeout, .min = 0, .max = 86400, .wants = "seconds"},
+        {0},
+    };
+    char perr[256];
+    int prc = opts_parse(specs, argc, argv, 0, NULL, NULL, perr, sizeof perr);
+    if (prc == 1) {
+        ck_usage(stdout);
+        return 0;
+    }
+    if (prc < 0) {
+        fprintf(stderr, "coordinator checkpoint save: %s\n", perr);
+        return 2;
     }
     if (!out == !dir) {
         fprintf(stderr, "coordinator checkpoint save: give exactly one of --out FILE or --dir DIR (see --help)\n");

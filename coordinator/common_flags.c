@@ -1,5 +1,5 @@
-/* common_flags.c: what every coordinator subcommand shares: --redis/--redis-file/--run, connecting,
- * the status document. */
+/* common_flags.c: what every coordinator subcommand shares: connecting (the --redis/--redis-file/--run
+ * values, parsed through COORD_COMMON_OPTS in coordinator.h) and the status document. */
 #include <jansson.h>
 #include <stdio.h>
 #include <string.h>
@@ -9,19 +9,6 @@
 #include "keys.h"
 #include "rconn.h"
 #include "runconf.h"
-
-int coord_common_flag(coord_common *c, int argc, char **argv, int *i) {
-    const char *f = argv[*i];
-    if (strcmp(f, "--redis") && strcmp(f, "--redis-file") && strcmp(f, "--run")) return 0;
-    if (*i + 1 >= argc) {
-        fprintf(stderr, "coordinator: %s needs a value\n", f);
-        return -1;
-    }
-    if (!strcmp(f, "--redis")) c->redis_url = argv[++*i];
-    else if (!strcmp(f, "--redis-file")) c->redis_file = argv[++*i];
-    else c->run = argv[++*i];
-    return 1;
-}
 
 rconn *coord_connect(coord_common *c) {
     char err[512], text[REDIS_URL_MAX];

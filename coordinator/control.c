@@ -16,6 +16,7 @@
 
 #include "coordinator.h"
 #include "http.h"
+#include "opts.h"
 #include "util.h"
 
 static void usage(FILE *f) {
@@ -54,27 +55,23 @@ static json_t *int_arg(const char *s, const char *what) {
 
 int cmd_control(int argc, char **argv) {
     coord_common c = {0};
-    const char *pos[3];
-    int npos = 0;
-    for (int i = 0; i < argc; i++) {
-        int r = coord_common_flag(&c, argc, argv, &i);
-        if (r < 0) return 2;
-        if (r) continue;
-        if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            usage(stdout);
-            return 0;
+    const opt_spec specs[] = {COORD_COMMON_OPTS(&c), {0}};
+    char err[256], *pos[16]; /* the positional arguments (and unknown options, refused below) */
+    int npos = 0, prc = argc > 16 ? -2 : opts_parse(specs, argc, argv, 0, pos, &npos, err, sizeof err);
+    if (prc == 1) {
+        usage(stdout);
+        return 0;
+    }
+    for (int k = 0; prc == 0 && k < npos; k++)
+        if (pos[k][0] == '-' && pos[k][1] == '-') {
+            snprintf(err, sizeof err, "unknown option %s", pos[k]);
+            prc = -1;
         }
-        if (argv[i][0] == '-' && argv[i][1] == '-') {
-            fprintf(stderr, "coordinator control: unknown option %s\n\n", argv[i]);
-            usage(stderr);
-            return 2;
-        }
-        if (npos == 3) {
-            fprintf(stderr, "coordinator control: too many arguments\n\n");
-            usage(stderr);
-            return 2;
-        }
-        pos[npos++] = argv[i];
+    if (prc < 0 || npos > 3) {
+        if (prc == -1) fprintf(stderr, "coordinator control: %s\n\n", err);
+        else fprintf(stderr, "coordinator control: too many arguments\n\n");
+        usage(stderr);
+        return 2;
     }
     if (npos == 0) {
         usage(stderr);

@@ -37,8 +37,11 @@ int cmd_status(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_control(int argc, char **argv); /* control.c */
 
-/* Parse --redis/--redis-file/--run at argv[*i] (advancing *i); 1 if consumed, 0 if not ours, -1 on error. */
-int coord_common_flag(coord_common *c, int argc, char **argv, int *i);
+/* The entries of an option table (opts.h) for --redis, --redis-file and --run, filling *c. */
+#define COORD_COMMON_OPTS(c)                                                   \
+    {.name = "redis", .kind = OPT_STRING, .dest = &(c)->redis_url},           \
+    {.name = "redis-file", .kind = OPT_STRING, .dest = &(c)->redis_file},     \
+    {.name = "run", .kind = OPT_STRING, .dest = &(c)->run}
 /* Pick the URL (redis_url_pick: --redis, --redis-file or $DL_REDIS_URL), check --run was given, parse
  * the URL and connect (retrying for up to connect_timeout_ms; a refused password fails at once). NULL +
  * message on stderr. */

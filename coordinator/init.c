@@ -6,6 +6,7 @@
  * calls dl_init, which creates the control keys atomically. The blobs are written first and are
  * harmless if init fails: nothing references them until dl_init. */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,7 @@
 #include "layout.h"
 #include "log.h"
 #include "model.h"
+#include "opts.h"
 #include "outer.h"
 #include "rconn.h"
 #include "runconf.h"
@@ -41,8 +43,8 @@ typedef struct init_args {
     const char *from_checkpoint;
     const char *from_state;      /* --from-state: version 0 and the layout are this safetensors file's */
     int reset_momentum;          /* --reset-momentum: take only the parameters from the checkpoint */
-    const char *given[64];       /* the flags given on the command line (checkpoint values fill the rest) */
-    int ngiven;
+    int given[64];               /* given[k]: option k of the table was on the command line (checkpoint */
+    const char *given_names[64]; /* values fill the rest); given_names[k] is its long name */
     char ck_trainer[32];
     char ck_dn_variant[16];
 } init_args;
@@ -50,8 +52,8 @@ typedef struct init_args {
 #define ASYNC_OUTER_MOMENTUM 0.5 /* the default outer momentum of an async run */
 
 static int flag_given(const init_args *a, const char *flag) {
-    for (int i = 0; i < a->ngiven; i++)
-        if (!strcmp(a->given[i], flag)) return 1;
+    for (int i = 0; i < 64 && a->given_names[i]; i++)
+        if (!strcmp(a->given_names[i], flag + 2)) return a->given[i];
     return 0;
 }
 
@@ -145,6 +147,83 @@ static int adopt_checkpoint(init_args *a) {
     return 0;
 }
 
+static int parse_compress(const char *v, void *dest) {
+    if (!codec_parse(v)) return -1;
+    *(const char **)dest = v;
+    return 0;
+}
+
+/* The option table of `init`; entry k records in a->given[k] whether it was on the command line. */
+static int parse_init_flags(int argc, char **argv, init_args *a) {
+    static const char *weight_by[] = {"none", "tokens"}, *download[] = {"params", "update"},
+                      *dn_variant[] = {"paper", "forgather"};
+    int weight_idx = -1, download_idx = -1, dn_idx = -1;
+    opt_spec specs[] = {
+        {.name = "redis", .kind = OPT_STRING, .dest = &a->c.redis_url},
+        {.name = "redis-file", .kind = OPT_STRING, .dest = &a->c.redis_file},
+        {.name = "run", .kind = OPT_STRING, .dest = &a->c.run},
+        {.name = "no-nesterov", .kind = OPT_CLEAR, .dest = &a->nesterov},
+        {.name = "dylu", .kind = OPT_FLAG, .dest = &a->dylu},
+        {.name = "async", .kind = OPT_FLAG, .dest = &a->async},
+        {.name = "force", .kind = OPT_FLAG, .dest = &a->force},
+        {.name = "reset-momentum", .kind = OPT_FLAG, .dest = &a->reset_momentum},
+        {.name = "workers", .alias = 'n', .kind = OPT_LLONG, .dest = &a->workers, .lo = 1, .hi = 100000},
+        {.name = "min-workers", .kind = OPT_LLONG, .dest = &a->min_workers, .lo = 1, .hi = 100000},
+        {.name = "shards", .kind = OPT_LLONG, .dest = &a->shards, .lo = 1, .hi = RUNCONF_MAX_SHARDS},
+        {.name = "fragments", .kind = OPT_LLONG, .dest = &a->fragments, .lo = 1, .hi = RUNCONF_MAX_FRAGMENTS},
+        {.name = "numel", .kind = OPT_LLONG, .dest = &a->numel, .lo = 1, .hi = 4000000000LL},
+        {.name = "seed", .kind = OPT_LLONG, .dest = &a->seed, .lo = 0, .hi = INT64_MAX},
+        {.name = "snapshot-every", .kind = OPT_LLONG, .dest = &a->snapshot_every, .lo = 1, .hi = 1000000},
+        {.name = "dylu-base-sync-every", .kind = OPT_LLONG, .dest = &a->dylu_base, .lo = 1, .hi = 100000000},
+        {.name = "dn-buffer-size", .kind = OPT_LLONG, .dest = &a->dn_buffer, .lo = 0, .hi = 1000000},
+        {.name = "max-staleness", .kind = OPT_LLONG, .dest = &a->max_staleness, .lo = 0, .hi = 1000000000},
+        {.name = "weight-ref-tokens", .kind = OPT_LLONG, .dest = &a->weight_ref, .lo = 1, .hi = INT64_MAX},
+        {.name = "min-replicas", .kind = OPT_LLONG, .dest = &a->min_replicas, .lo = 0, .hi = RUNCONF_MAX_REPLICAS},
+        {.name = "layers", .kind = OPT_INT, .dest = &a->gpt.layers, .lo = 1, .hi = 1 << 24,
+         .wants = "a positive integer"},
+        {.name = "heads", .kind = OPT_INT, .dest = &a->gpt.heads, .lo = 1, .hi = 1 << 24,
+         .wants = "a positive integer"},
+        {.name = "dim", .kind = OPT_INT, .dest = &a->gpt.dim, .lo = 1, .hi = 1 << 24,
+         .wants = "a positive integer"},
+        {.name = "ctx", .kind = OPT_INT, .dest = &a->gpt.ctx, .lo = 1, .hi = 1 << 24,
+         .wants = "a positive integer"},
+        {.name = "vocab", .kind = OPT_INT, .dest = &a->gpt.vocab, .lo = 1, .hi = 1 << 24,
+         .wants = "a positive integer"},
+        {.name = "outer-lr", .kind = OPT_DOUBLE, .dest = &a->outer_lr, .min = 0, .max = HUGE_VAL,
+         .wants = "a non-negative number"},
+        {.name = "outer-momentum", .kind = OPT_DOUBLE, .dest = &a->outer_momentum, .min = 0, .max = HUGE_VAL,
+         .wants = "a non-negative number"},
+        {.name = "heartbeat-timeout", .kind = OPT_DOUBLE, .dest = &a->heartbeat_timeout, .min = 0, .max = HUGE_VAL,
+         .wants = "a non-negative number"},
+        {.name = "trainer", .kind = OPT_STRING, .dest = &a->trainer},
+        {.name = "weight-by", .kind = OPT_CHOICE, .dest = &weight_idx, .choices = "none|tokens"},
+        {.name = "compress", .kind = OPT_CUSTOM, .dest = &a->compress, .parse = parse_compress,
+         .wants = "bf16, fp32, int8 or int4"},
+        {.name = "download", .kind = OPT_CHOICE, .dest = &download_idx, .choices = "params|update"},
+        {.name = "dn-variant", .kind = OPT_CHOICE, .dest = &dn_idx, .choices = "paper|forgather"},
+        {.name = "from-checkpoint", .kind = OPT_STRING, .dest = &a->from_checkpoint},
+        {.name = "from-state", .kind = OPT_STRING, .dest = &a->from_state},
+        {0},
+    };
+    _Static_assert(sizeof specs / sizeof specs[0] <= sizeof a->given / sizeof a->given[0], "init: given[] too small");
+    for (size_t k = 0; specs[k].name; k++) specs[k].given = &a->given[k];
+    char err[512];
+    int rc = opts_parse(specs, argc, argv, 0, NULL, NULL, err, sizeof err);
+    if (rc == 1) {
+        init_usage(stdout);
+        exit(0);
+    }
+    if (rc < 0) {
+        fprintf(stderr, "coordinator init: %s\n", err);
+        return -1;
+    }
+    for (size_t k = 0; specs[k].name; k++) a->given_names[k] = specs[k].name;
+    if (weight_idx >= 0) a->weight_by = weight_by[weight_idx];
+    if (download_idx >= 0) a->download = download[download_idx];
+    if (dn_idx >= 0) a->dn_variant = dn_variant[dn_idx];
+    return 0;
+}
+
 static int parse_init(int argc, char **argv, init_args *a) {
     memset(a, 0, sizeof *a);
     a->workers = 2;
@@ -159,112 +238,7 @@ static int parse_init(int argc, char **argv, init_args *a) {
     a->nesterov = 1;
     a->trainer = "gpt";
     a->gpt = (gpt_config){2, 4, 128, 128, 256};
-    for (int i = 0; i < argc; i++) {
-        const char *f = argv[i];
-        int rc = coord_common_flag(&a->c, argc, argv, &i);
-        if (rc < 0) return -1;
-        if (rc) continue;
-        if (a->ngiven < (int)(sizeof a->given / sizeof a->given[0])) a->given[a->ngiven++] = f;
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
-            init_usage(stdout);
-            exit(0);
-        }
-        if (!strcmp(f, "--no-nesterov")) { a->nesterov = 0; continue; }
-        if (!strcmp(f, "--dylu")) { a->dylu = 1; continue; }
-        if (!strcmp(f, "--async")) { a->async = 1; continue; }
-        if (!strcmp(f, "--force")) { a->force = 1; continue; }
-        if (!strcmp(f, "--reset-momentum")) { a->reset_momentum = 1; continue; }
-        if (i + 1 >= argc) {
-            fprintf(stderr, "coordinator init: unknown option or missing value: %s (see --help)\n", f);
-            return -1;
-        }
-        const char *v = argv[++i];
-        struct { const char *flag; long long *dst; long long min, max; } ints[] = {
-            {"-n", &a->workers, 1, 100000}, {"--workers", &a->workers, 1, 100000},
-            {"--min-workers", &a->min_workers, 1, 100000}, {"--shards", &a->shards, 1, RUNCONF_MAX_SHARDS},
-            {"--fragments", &a->fragments, 1, RUNCONF_MAX_FRAGMENTS}, {"--numel", &a->numel, 1, 4000000000LL},
-            {"--seed", &a->seed, 0, INT64_MAX}, {"--snapshot-every", &a->snapshot_every, 1, 1000000},
-            {"--dylu-base-sync-every", &a->dylu_base, 1, 100000000},
-            {"--dn-buffer-size", &a->dn_buffer, 0, 1000000}, {"--max-staleness", &a->max_staleness, 0, 1000000000},
-            {"--weight-ref-tokens", &a->weight_ref, 1, INT64_MAX},
-            {"--min-replicas", &a->min_replicas, 0, RUNCONF_MAX_REPLICAS},
-        };
-        int done = 0;
-        for (size_t k = 0; k < sizeof ints / sizeof ints[0] && !done; k++)
-            if (!strcmp(f, ints[k].flag)) {
-                if (parse_int(v, ints[k].min, ints[k].max, ints[k].dst) < 0) {
-                    fprintf(stderr, "coordinator init: %s wants an integer in [%lld, %lld], got '%s'\n", f,
-                            ints[k].min, ints[k].max, v);
-                    return -1;
-                }
-                done = 1;
-            }
-        struct { const char *flag; int *dst; } gints[] = {
-            {"--layers", &a->gpt.layers}, {"--heads", &a->gpt.heads}, {"--dim", &a->gpt.dim},
-            {"--ctx", &a->gpt.ctx}, {"--vocab", &a->gpt.vocab},
-        };
-        for (size_t k = 0; k < sizeof gints / sizeof gints[0] && !done; k++)
-            if (!strcmp(f, gints[k].flag)) {
-                long long x;
-                if (parse_int(v, 1, 1 << 24, &x) < 0) {
-                    fprintf(stderr, "coordinator init: %s wants a positive integer, got '%s'\n", f, v);
-                    return -1;
-                }
-                *gints[k].dst = (int)x;
-                done = 1;
-            }
-        struct { const char *flag; double *dst; } reals[] = {
-            {"--outer-lr", &a->outer_lr}, {"--outer-momentum", &a->outer_momentum},
-            {"--heartbeat-timeout", &a->heartbeat_timeout},
-        };
-        for (size_t k = 0; k < sizeof reals / sizeof reals[0] && !done; k++)
-            if (!strcmp(f, reals[k].flag)) {
-                if (parse_double(v, reals[k].dst) < 0 || *reals[k].dst < 0) {
-                    fprintf(stderr, "coordinator init: %s wants a non-negative number, got '%s'\n", f, v);
-                    return -1;
-                }
-                done = 1;
-            }
-        if (!done && !strcmp(f, "--trainer")) { a->trainer = v; done = 1; }
-        if (!done && !strcmp(f, "--weight-by")) {
-            if (strcmp(v, "none") && strcmp(v, "tokens")) {
-                fprintf(stderr, "coordinator init: --weight-by is none or tokens, got '%s'\n", v);
-                return -1;
-            }
-            a->weight_by = v;
-            done = 1;
-        }
-        if (!done && !strcmp(f, "--compress")) {
-            if (!codec_parse(v)) {
-                fprintf(stderr, "coordinator init: --compress is bf16, fp32, int8 or int4, got '%s'\n", v);
-                return -1;
-            }
-            a->compress = v;
-            done = 1;
-        }
-        if (!done && !strcmp(f, "--download")) {
-            if (strcmp(v, "params") && strcmp(v, "update")) {
-                fprintf(stderr, "coordinator init: --download is params or update, got '%s'\n", v);
-                return -1;
-            }
-            a->download = v;
-            done = 1;
-        }
-        if (!done && !strcmp(f, "--dn-variant")) {
-            if (strcmp(v, "paper") && strcmp(v, "forgather")) {
-                fprintf(stderr, "coordinator init: --dn-variant is paper or forgather, got '%s'\n", v);
-                return -1;
-            }
-            a->dn_variant = v;
-            done = 1;
-        }
-        if (!done && !strcmp(f, "--from-checkpoint")) { a->from_checkpoint = v; done = 1; }
-        if (!done && !strcmp(f, "--from-state")) { a->from_state = v; done = 1; }
-        if (!done) {
-            fprintf(stderr, "coordinator init: unknown option %s (see --help)\n", f);
-            return -1;
-        }
-    }
+    if (parse_init_flags(argc, argv, a) < 0) return -1;
     if (a->reset_momentum && !a->from_checkpoint) {
         fprintf(stderr, "coordinator init: --reset-momentum goes with --from-checkpoint\n");
         return -1;

@@ -29,6 +29,7 @@
 #include "checkpoint.h"
 #include "coordinator.h"
 #include "keys.h"
+#include "opts.h"
 #include "outer.h"
 #include "rconn.h"
 #include "replay.h"
@@ -499,30 +500,21 @@ typedef struct repair_args {
 static int parse_args(int argc, char **argv, repair_args *a) {
     memset(a, 0, sizeof *a);
     a->wait_s = WAIT_DEFAULT_S;
-    for (int i = 0; i < argc; i++) {
-        const char *f = argv[i];
-        int rc = coord_common_flag(&a->c, argc, argv, &i);
-        if (rc < 0) return -1;
-        if (rc) continue;
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
-            usage(stdout);
-            exit(0);
-        }
-        if (!strcmp(f, "--dry-run")) {
-            a->dry_run = 1;
-        } else if (!strcmp(f, "--from-checkpoint") && i + 1 < argc) {
-            a->checkpoint = argv[++i];
-        } else if (!strcmp(f, "--wait") && i + 1 < argc) {
-            if (parse_int(argv[++i], 0, 86400, &a->wait_s) < 0) {
-                fprintf(stderr, "coordinator repair: --wait wants seconds in [0, 86400], got '%s'\n", argv[i]);
-                return -1;
-            }
-        } else {
-            fprintf(stderr, "coordinator repair: unknown option or missing value: %s (see --help)\n", f);
-            return -1;
-        }
+    const opt_spec specs[] = {
+        COORD_COMMON_OPTS(&a->c),
+        {.name = "dry-run", .kind = OPT_FLAG, .dest = &a->dry_run},
+        {.name = "from-checkpoint", .kind = OPT_STRING, .dest = &a->checkpoint},
+        {.name = "wait", .kind = OPT_LLONG, .dest = &a->wait_s, .lo = 0, .hi = 86400, .wants = "seconds in [0, 86400]"},
+        {0},
+    };
+    char err[256];
+    int rc = opts_parse(specs, argc, argv, 0, NULL, NULL, err, sizeof err);
+    if (rc == 1) {
+        usage(stdout);
+        exit(0);
     }
-    return 0;
+    if (rc < 0) fprintf(stderr, "coordinator repair: %s\n", err);
+    return rc;
 }
 
 static int open_run(rconn *c, repair *rp, char *err, size_t errlen) {

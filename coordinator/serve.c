@@ -18,6 +18,7 @@
 #include "http.h"
 #include "keys.h"
 #include "log.h"
+#include "opts.h"
 #include "rconn.h"
 #include "util.h"
 
@@ -220,53 +221,36 @@ int cmd_serve(int argc, char **argv) {
     x.save_every = 0;
     x.last_saved = -1;
     int dashboard = 1;
-    for (int i = 0; i < argc; i++) {
-        int r = coord_common_flag(&x.c, argc, argv, &i);
-        if (r < 0) return 2;
-        if (r) continue;
-        const char *a = argv[i];
-        int has = i + 1 < argc;
-        if (!strcmp(a, "--print-every") && has) {
-            if (parse_int(argv[++i], 0, 86400, &x.print_every) < 0) {
-                fprintf(stderr, "coordinator serve: --print-every wants seconds\n");
-                return 2;
-            }
-        } else if (!strcmp(a, "--connect-timeout") && has) {
-            double s;
-            if (parse_double(argv[++i], &s) < 0 || s < 0 || s > 86400 * 365) {
-                fprintf(stderr, "coordinator serve: --connect-timeout wants seconds >= 0\n");
-                return 2;
-            }
-            x.c.connect_timeout_ms = (int)(s * 1000);
-        } else if (!strcmp(a, "--http") && has) {
-            http_arg = argv[++i];
-        } else if (!strcmp(a, "--host") && has) {
-            host_arg = argv[++i];
-        } else if (!strcmp(a, "--token-file") && has) {
-            token_file = argv[++i];
-        } else if (!strcmp(a, "--save-dir") && has) {
-            save_dir = argv[++i];
-        } else if (!strcmp(a, "--save-every") && has) {
-            if (parse_int(argv[++i], 0, 1000000000, &x.save_every) < 0) {
-                fprintf(stderr, "coordinator serve: --save-every wants a number of rounds >= 0\n");
-                return 2;
-            }
-        } else if (!strcmp(a, "--keep") && has) {
-            if (parse_int(argv[++i], 0, 1000000, &keep) < 0) {
-                fprintf(stderr, "coordinator serve: --keep wants an integer >= 0\n");
-                return 2;
-            }
-        } else if (!strcmp(a, "--no-dashboard")) {
-            dashboard = 0;
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            usage(stdout);
-            return 0;
-        } else {
-            fprintf(stderr, "coordinator serve: unknown option %s (or missing value)\n\n", a);
-            usage(stderr);
-            return 2;
-        }
+    int no_dashboard = 0;
+    double connect_s = 60;
+    const opt_spec specs[] = {
+        COORD_COMMON_OPTS(&x.c),
+        {.name = "print-every", .kind = OPT_LLONG, .dest = &x.print_every, .lo = 0, .hi = 86400, .wants = "seconds"},
+        {.name = "connect-timeout", .kind = OPT_DOUBLE, .dest = &connect_s, .min = 0, .max = 86400 * 365,
+         .wants = "seconds >= 0"},
+        {.name = "http", .kind = OPT_STRING, .dest = &http_arg},
+        {.name = "host", .kind = OPT_STRING, .dest = &host_arg},
+        {.name = "token-file", .kind = OPT_STRING, .dest = &token_file},
+        {.name = "save-dir", .kind = OPT_STRING, .dest = &save_dir},
+        {.name = "save-every", .kind = OPT_LLONG, .dest = &x.save_every, .lo = 0, .hi = 1000000000,
+         .wants = "a number of rounds >= 0"},
+        {.name = "keep", .kind = OPT_LLONG, .dest = &keep, .lo = 0, .hi = 1000000, .wants = "an integer >= 0"},
+        {.name = "no-dashboard", .kind = OPT_FLAG, .dest = &no_dashboard},
+        {0},
+    };
+    char perr[256];
+    int prc = opts_parse(specs, argc, argv, 0, NULL, NULL, perr, sizeof perr);
+    if (prc == 1) {
+        usage(stdout);
+        return 0;
     }
+    if (prc < 0) {
+        fprintf(stderr, "coordinator serve: %s\n\n", perr);
+        usage(stderr);
+        return 2;
+    }
+    x.c.connect_timeout_ms = (int)(connect_s * 1000);
+    dashboard = !no_dashboard;
     char host[256] = "127.0.0.1";
     int port = 0;
     if (http_arg && parse_listen(http_arg, host, sizeof host, &port) < 0) {

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "coordinator.h"
+#include "opts.h"
 
 static const char *str(json_t *o, const char *k) {
     json_t *v = json_object_get(o, k);
@@ -122,19 +123,20 @@ static void print_shards(json_t *doc) {
 int cmd_status(int argc, char **argv) {
     coord_common c = {0};
     int as_json = 0;
-    for (int i = 0; i < argc; i++) {
-        int rc = coord_common_flag(&c, argc, argv, &i);
-        if (rc < 0) return 2;
-        if (rc) continue;
-        if (!strcmp(argv[i], "--json")) {
-            as_json = 1;
-        } else if (!strcmp(argv[i], "-h") || !strcmp(argv[i], "--help")) {
-            printf("usage: bin/coordinator status --redis URL --run NAME [--json]\n\n" REDIS_URL_HELP);
-            return 0;
-        } else {
-            fprintf(stderr, "coordinator status: unknown option %s\n", argv[i]);
-            return 2;
-        }
+    const opt_spec specs[] = {
+        COORD_COMMON_OPTS(&c),
+        {.name = "json", .kind = OPT_FLAG, .dest = &as_json},
+        {0},
+    };
+    char err[256];
+    int prc = opts_parse(specs, argc, argv, 0, NULL, NULL, err, sizeof err);
+    if (prc == 1) {
+        printf("usage: bin/coordinator status --redis URL --run NAME [--json]\n\n" REDIS_URL_HELP);
+        return 0;
+    }
+    if (prc < 0) {
+        fprintf(stderr, "coordinator status: %s\n", err);
+        return 2;
     }
     rconn *rc = coord_connect(&c);
     if (!rc) return 1;

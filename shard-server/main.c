@@ -10,7 +10,6 @@
  */
 #include "ss.h"
 
-#include <getopt.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -19,6 +18,7 @@
 #include <unistd.h>
 
 #include "log.h"
+#include "opts.h"
 #include "util.h"
 
 #define EXIT_GRACE_MS 1500
@@ -51,18 +51,6 @@ static void usage(FILE *f)
             "  -h, --help                this help\n");
 }
 
-static int parse_level(const char *s, int *out)
-{
-    const char *names[4] = { "debug", "info", "warn", "error" };
-    const int levels[4] = { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
-    for (int i = 0; i < 4; i++)
-        if (strcmp(s, names[i]) == 0) {
-            *out = levels[i];
-            return 0;
-        }
-    return -1;
-}
-
 static int parse_hostport(const char *s, char *host, size_t cap, int *port)
 {
     const char *colon = strrchr(s, ':');
@@ -82,92 +70,61 @@ static int parse_hostport(const char *s, char *host, size_t cap, int *port)
     return 0;
 }
 
+static int parse_listen(const char *v, void *dest)
+{
+    ss_opts *o = dest;
+    return parse_hostport(v, o->listen_host, sizeof o->listen_host, &o->listen_port);
+}
+
+static int parse_metrics(const char *v, void *dest)
+{
+    ss_opts *o = dest;
+    return parse_hostport(v, o->metrics_host, sizeof o->metrics_host, &o->metrics_port);
+}
+
 /* 0 ok, 1 help printed, -1 error printed. */
 static int parse_args(int argc, char **argv, ss_opts *o)
 {
-    static const struct option longopts[] = {
-        { "redis", required_argument, 0, 'r' },        { "run", required_argument, 0, 'n' },
-        { "redis-file", required_argument, 0, 'R' },
-        { "listen", required_argument, 0, 'l' },       { "advertise", required_argument, 0, 'a' },
-        { "id", required_argument, 0, 'i' },           { "lease-ttl-ms", required_argument, 0, 't' },
-        { "max-pending-rounds", required_argument, 0, 'p' }, { "log-level", required_argument, 0, 'v' },
-        { "fault-crash-before-commit", required_argument, 0, 'f' }, { "metrics", required_argument, 0, 'm' },
-        { "connect-timeout", required_argument, 0, 'c' },
-        { "help", no_argument, 0, 'h' },               { 0, 0, 0, 0 },
-    };
+    static const int levels[4] = { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
+    const char *redis_flag = NULL, *redis_file = NULL, *run = NULL, *advertise = NULL, *id = NULL;
+    int level = -1;
+    double connect_s = 60;
     memset(o, 0, sizeof *o);
     snprintf(o->listen_host, sizeof o->listen_host, "127.0.0.1");
     o->lease_ttl_ms = 5000;
     o->max_pending_rounds = 4;
-    o->log_level = -1;
-    o->connect_timeout_ms = 60000;
-    int c;
-    long long v;
-    const char *redis_flag = NULL, *redis_file = NULL;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
-        switch (c) {
-        case 'r': redis_flag = optarg; break;
-        case 'R': redis_file = optarg; break;
-        case 'n': snprintf(o->run, sizeof o->run, "%s", optarg); break;
-        case 'l':
-            if (parse_hostport(optarg, o->listen_host, sizeof o->listen_host, &o->listen_port) != 0) {
-                fprintf(stderr, "shard-server: --listen wants HOST:PORT, got '%s'\n", optarg);
-                return -1;
-            }
-            break;
-        case 'm':
-            if (parse_hostport(optarg, o->metrics_host, sizeof o->metrics_host, &o->metrics_port) != 0) {
-                fprintf(stderr, "shard-server: --metrics wants HOST:PORT, got '%s'\n", optarg);
-                return -1;
-            }
-            break;
-        case 'a': snprintf(o->advertise, sizeof o->advertise, "%s", optarg); break;
-        case 'i': snprintf(o->id, sizeof o->id, "%s", optarg); break;
-        case 't':
-            if (parse_int(optarg, 300, 3600000, &v) != 0) {
-                fprintf(stderr, "shard-server: --lease-ttl-ms wants an integer in [300, 3600000], got '%s'\n", optarg);
-                return -1;
-            }
-            o->lease_ttl_ms = (int)v;
-            break;
-        case 'p':
-            if (parse_int(optarg, 1, 1000, &v) != 0) {
-                fprintf(stderr, "shard-server: --max-pending-rounds wants an integer in [1, 1000], got '%s'\n", optarg);
-                return -1;
-            }
-            o->max_pending_rounds = (int)v;
-            break;
-        case 'v':
-            if (parse_level(optarg, &o->log_level) != 0) {
-                fprintf(stderr, "shard-server: --log-level wants debug, info, warn or error, got '%s'\n", optarg);
-                return -1;
-            }
-            break;
-        case 'c': {
-            double s;
-            if (parse_double(optarg, &s) != 0 || s < 0 || s > 86400 * 365) {
-                fprintf(stderr, "shard-server: --connect-timeout wants seconds >= 0, got '%s'\n", optarg);
-                return -1;
-            }
-            o->connect_timeout_ms = (int)(s * 1000);
-            break;
-        }
-        case 'f':
-            if (parse_double(optarg, &o->crash_before_commit) != 0 || o->crash_before_commit < 0 ||
-                o->crash_before_commit > 1) {
-                fprintf(stderr, "shard-server: --fault-crash-before-commit wants a probability in [0, 1]\n");
-                return -1;
-            }
-            break;
-        case 'h': usage(stdout); return 1;
-        default: usage(stderr); return -1;
-        }
+    const opt_spec specs[] = {
+        { .name = "redis", .kind = OPT_STRING, .dest = &redis_flag },
+        { .name = "redis-file", .kind = OPT_STRING, .dest = &redis_file },
+        { .name = "run", .kind = OPT_STRING, .dest = &run },
+        { .name = "listen", .kind = OPT_CUSTOM, .dest = o, .parse = parse_listen, .wants = "HOST:PORT" },
+        { .name = "metrics", .kind = OPT_CUSTOM, .dest = o, .parse = parse_metrics, .wants = "HOST:PORT" },
+        { .name = "advertise", .kind = OPT_STRING, .dest = &advertise },
+        { .name = "id", .kind = OPT_STRING, .dest = &id },
+        { .name = "lease-ttl-ms", .kind = OPT_INT, .dest = &o->lease_ttl_ms, .lo = 300, .hi = 3600000 },
+        { .name = "max-pending-rounds", .kind = OPT_INT, .dest = &o->max_pending_rounds, .lo = 1, .hi = 1000 },
+        { .name = "log-level", .kind = OPT_CHOICE, .dest = &level, .choices = "debug|info|warn|error" },
+        { .name = "connect-timeout", .kind = OPT_DOUBLE, .dest = &connect_s, .min = 0, .max = 86400 * 365,
+          .wants = "seconds >= 0" },
+        { .name = "fault-crash-before-commit", .kind = OPT_DOUBLE, .dest = &o->crash_before_commit, .min = 0,
+          .max = 1, .wants = "a probability in [0, 1]" },
+        { 0 },
+    };
+    char err[256];
+    int rc = opts_parse(specs, argc, argv, 1, NULL, NULL, err, sizeof err);
+    if (rc == 1) {
+        usage(stdout);
+        return 1;
     }
-    if (optind < argc) {
-        fprintf(stderr, "shard-server: unexpected argument '%s'\n", argv[optind]);
+    if (rc != 0) {
+        fprintf(stderr, "shard-server: %s\n", err);
         return -1;
     }
-    char err[256];
+    o->log_level = level < 0 ? -1 : levels[level];
+    o->connect_timeout_ms = (int)(connect_s * 1000);
+    snprintf(o->run, sizeof o->run, "%s", run ? run : "");
+    snprintf(o->advertise, sizeof o->advertise, "%s", advertise ? advertise : "");
+    snprintf(o->id, sizeof o->id, "%s", id ? id : "");
     if (redis_url_pick(redis_flag, redis_file, o->redis, sizeof o->redis, err, sizeof err) != 0) {
         fprintf(stderr, "shard-server: %s (try --help)\n", err);
         return -1;

@@ -12,6 +12,7 @@
  * and the parameters never come back to the host (docs/cuda.md). */
 #include <inttypes.h>
 #include <jansson.h>
+#include <math.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -22,6 +23,7 @@
 #include "evaluator.h"
 #include "gpt/gpt.h"
 #include "log.h"
+#include "opts.h"
 #include "rconn.h"
 #include "runconf.h"
 #include "layout_check.h"
@@ -96,12 +98,16 @@ static void usage(FILE *f) {
     gpt_usage(f);
 }
 
-static int need_value(int i, int argc, const char *flag) {
-    if (i + 1 >= argc) {
-        fprintf(stderr, "worker: %s needs a value (see --help)\n", flag);
-        return -1;
-    }
+static int parse_alpha(const char *v, void *dest) {
+    double x;
+    if (parse_double(v, &x) < 0 || x < 0 || x >= 1) return -1;
+    *(double *)dest = x;
     return 0;
+}
+
+/* Seconds given on the command line into the milliseconds the library wants (left alone when absent). */
+static void seconds_to_ms(int given, double s, int *ms) {
+    if (given) *ms = (int)(s * 1000);
 }
 
 /* Parse our own flags; leave the rest (trainer flags) in rest[]. */
@@ -109,89 +115,66 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
     memset(a, 0, sizeof *a);
     diloco_options_default(&a->dl);
     a->quad_lr = 0.01;
-    a->device_hooks = "auto";
-    *nrest = 0;
-    for (int i = 0; i < argc; i++) {
-        const char *f = argv[i];
-        long long v;
-        double x;
-        if (!strcmp(f, "-h") || !strcmp(f, "--help")) {
-            usage(stdout);
-            exit(0);
-        } else if (!strcmp(f, "--no-bf16")) {
-            a->dl.bf16 = 0;
-        } else if (!strcmp(f, "--error-feedback")) {
-            a->dl.error_feedback = 1;
-        } else if (!strcmp(f, "--dylu")) {
-            a->dl.dylu = 1;
-        } else if (!strcmp(f, "--quiet")) {
-            a->quiet = 1;
-        } else if (!strcmp(f, "--eval-only")) {
-            a->eval_only = 1;
-        } else if (!strcmp(f, "--final-sync")) {
-            a->final_sync = 1;
-        } else if (!strcmp(f, "--redis") || !strcmp(f, "--redis-file") || !strcmp(f, "--run") ||
-                   !strcmp(f, "--worker-id") || !strcmp(f, "--trainer") || !strcmp(f, "--log") ||
-                   !strcmp(f, "--device-hooks")) {
-            if (need_value(i, argc, f) < 0) return -1;
-            const char *val = argv[++i];
-            if (!strcmp(f, "--device-hooks")) {
-                if (strcmp(val, "auto") && strcmp(val, "off") && strcmp(val, "host")) {
-                    fprintf(stderr, "worker: --device-hooks wants auto, off or host, got '%s'\n", val);
-                    return -1;
-                }
-                a->device_hooks = val;
-                continue;
-            }
-            if (!strcmp(f, "--redis")) a->dl.redis_url = val;
-            else if (!strcmp(f, "--redis-file")) a->redis_file = val;
-            else if (!strcmp(f, "--run")) a->dl.run = val;
-            else if (!strcmp(f, "--worker-id")) a->dl.worker_id = val;
-            else if (!strcmp(f, "--trainer")) a->trainer = val;
-            else a->log_path = val;
-        } else if (!strcmp(f, "--num-fragments") || !strcmp(f, "--simulate-latency-ms")) {
-            if (need_value(i, argc, f) < 0) return -1;
-            if (parse_int(argv[++i], 0, 100000, &v) < 0) {
-                fprintf(stderr, "worker: %s wants a non-negative integer, got '%s'\n", f, argv[i]);
-                return -1;
-            }
-            if (!strcmp(f, "--num-fragments")) a->dl.num_fragments = (int)v;
-            else a->dl.simulate_latency_ms = (int)v;
-        } else if (!strcmp(f, "--fragment-alpha")) {
-            if (need_value(i, argc, f) < 0) return -1;
-            if (parse_double(argv[++i], &x) < 0 || x < 0 || x >= 1) {
-                fprintf(stderr, "worker: --fragment-alpha wants a number in [0, 1), got '%s'\n", argv[i]);
-                return -1;
-            }
-            a->dl.fragment_alpha = x;
-        } else if (!strcmp(f, "--sync-every") || !strcmp(f, "--steps") || !strcmp(f, "--max-sync-retries") ||
-                   !strcmp(f, "--step-delay-ms") || !strcmp(f, "--evaluate-every")) {
-            if (need_value(i, argc, f) < 0) return -1;
-            if (parse_int(argv[++i], 0, 1000000000, &v) < 0 || (v == 0 && strcmp(f, "--max-sync-retries") &&
-                                                               strcmp(f, "--step-delay-ms") && strcmp(f, "--steps"))) {
-                fprintf(stderr, "worker: %s wants a positive integer, got '%s'\n", f, argv[i]);
-                return -1;
-            }
-            if (!strcmp(f, "--sync-every")) a->dl.sync_every = (int)v;
-            else if (!strcmp(f, "--steps")) a->steps = (long)v;
-            else if (!strcmp(f, "--max-sync-retries")) a->dl.max_sync_retries = (int)v;
-            else if (!strcmp(f, "--evaluate-every")) a->evaluate_every = (int)v;
-            else a->step_delay_ms = (unsigned)v;
-        } else if (!strcmp(f, "--heartbeat-interval") || !strcmp(f, "--sync-timeout") || !strcmp(f, "--quad-lr") ||
-                   !strcmp(f, "--connect-timeout")) {
-            if (need_value(i, argc, f) < 0) return -1;
-            if (parse_double(argv[++i], &x) < 0 || x < 0) {
-                fprintf(stderr, "worker: %s wants a non-negative number, got '%s'\n", f, argv[i]);
-                return -1;
-            }
-            if (!strcmp(f, "--heartbeat-interval")) a->dl.heartbeat_interval_ms = (int)(x * 1000);
-            else if (!strcmp(f, "--sync-timeout")) a->dl.sync_timeout_ms = (int)(x * 1000);
-            else if (!strcmp(f, "--connect-timeout")) a->dl.connect_timeout_ms = (int)(x * 1000);
-            else a->quad_lr = x;
-        } else {
-            rest[(*nrest)++] = argv[i];
-        }
+    int hooks = 0, hb_given = 0, st_given = 0, ct_given = 0;
+    double hb_s = 0, st_s = 0, ct_s = 0;
+    long long steps = 0, delay = 0; /* a->steps and a->step_delay_ms are 0 by default too */
+    const opt_spec specs[] = {
+        {.name = "redis", .kind = OPT_STRING, .dest = &a->dl.redis_url},
+        {.name = "redis-file", .kind = OPT_STRING, .dest = &a->redis_file},
+        {.name = "run", .kind = OPT_STRING, .dest = &a->dl.run},
+        {.name = "worker-id", .kind = OPT_STRING, .dest = &a->dl.worker_id},
+        {.name = "trainer", .kind = OPT_STRING, .dest = &a->trainer},
+        {.name = "log", .kind = OPT_STRING, .dest = &a->log_path},
+        {.name = "device-hooks", .kind = OPT_CHOICE, .dest = &hooks, .choices = "auto|off|host"},
+        {.name = "no-bf16", .kind = OPT_CLEAR, .dest = &a->dl.bf16},
+        {.name = "error-feedback", .kind = OPT_FLAG, .dest = &a->dl.error_feedback},
+        {.name = "dylu", .kind = OPT_FLAG, .dest = &a->dl.dylu},
+        {.name = "quiet", .kind = OPT_FLAG, .dest = &a->quiet},
+        {.name = "eval-only", .kind = OPT_FLAG, .dest = &a->eval_only},
+        {.name = "final-sync", .kind = OPT_FLAG, .dest = &a->final_sync},
+        {.name = "num-fragments", .kind = OPT_INT, .dest = &a->dl.num_fragments, .lo = 0, .hi = 100000,
+         .wants = "a non-negative integer"},
+        {.name = "simulate-latency-ms", .kind = OPT_INT, .dest = &a->dl.simulate_latency_ms, .lo = 0, .hi = 100000,
+         .wants = "a non-negative integer"},
+        {.name = "fragment-alpha", .kind = OPT_CUSTOM, .dest = &a->dl.fragment_alpha, .parse = parse_alpha,
+         .wants = "a number in [0, 1)"},
+        {.name = "sync-every", .kind = OPT_INT, .dest = &a->dl.sync_every, .lo = 1, .hi = 1000000000,
+         .wants = "a positive integer"},
+        {.name = "evaluate-every", .kind = OPT_INT, .dest = &a->evaluate_every, .lo = 1, .hi = 1000000000,
+         .wants = "a positive integer"},
+        {.name = "steps", .kind = OPT_LLONG, .dest = &steps, .lo = 0, .hi = 1000000000,
+         .wants = "a non-negative integer"},
+        {.name = "max-sync-retries", .kind = OPT_INT, .dest = &a->dl.max_sync_retries, .lo = 0, .hi = 1000000000,
+         .wants = "a non-negative integer"},
+        {.name = "step-delay-ms", .kind = OPT_LLONG, .dest = &delay, .lo = 0, .hi = 1000000000,
+         .wants = "a non-negative integer"},
+        {.name = "heartbeat-interval", .kind = OPT_DOUBLE, .dest = &hb_s, .min = 0, .max = HUGE_VAL,
+         .given = &hb_given, .wants = "a non-negative number"},
+        {.name = "sync-timeout", .kind = OPT_DOUBLE, .dest = &st_s, .min = 0, .max = HUGE_VAL, .given = &st_given,
+         .wants = "a non-negative number"},
+        {.name = "connect-timeout", .kind = OPT_DOUBLE, .dest = &ct_s, .min = 0, .max = HUGE_VAL, .given = &ct_given,
+         .wants = "a non-negative number"},
+        {.name = "quad-lr", .kind = OPT_DOUBLE, .dest = &a->quad_lr, .min = 0, .max = HUGE_VAL,
+         .wants = "a non-negative number"},
+        {0},
+    };
+    static const char *hook_modes[] = {"auto", "off", "host"};
+    char perr[256];
+    int prc = opts_parse(specs, argc, argv, 0, rest, nrest, perr, sizeof perr);
+    if (prc == 1) {
+        usage(stdout);
+        exit(0);
     }
+    if (prc < 0) {
+        fprintf(stderr, "worker: %s\n", perr);
+        return -1;
+    }
+    a->device_hooks = hook_modes[hooks];
+    a->steps = (long)steps;
+    a->step_delay_ms = (unsigned)delay;
+    seconds_to_ms(hb_given, hb_s, &a->dl.heartbeat_interval_ms);
+    seconds_to_ms(st_given, st_s, &a->dl.sync_timeout_ms);
+    seconds_to_ms(ct_given, ct_s, &a->dl.connect_timeout_ms);
     char err[256];
     if (redis_url_pick(a->dl.redis_url, a->redis_file, a->redis_text, sizeof a->redis_text, err, sizeof err) < 0) {
         fprintf(stderr, "worker: %s (see --help)\n", err);

@@ -25,6 +25,7 @@
 #include "frame.h"
 #include "keys.h"
 #include "mpmap.h"
+#include "opts.h"
 #include "rconn.h"
 #include "runconf.h"
 #include "util.h"
@@ -204,13 +205,17 @@ static int run_case(target *t, int fd, const char *which, int shard) {
 int main(int argc, char **argv) {
     const char *url = NULL, *run = NULL, *which = NULL;
     int shard = 0;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--redis")) url = argv[i + 1];
-        else if (!strcmp(argv[i], "--run")) run = argv[i + 1];
-        else if (!strcmp(argv[i], "--case")) which = argv[i + 1];
-        else if (!strcmp(argv[i], "--shard")) shard = atoi(argv[i + 1]);
-    }
-    if (!url || !run || !which) {
+    const opt_spec specs[] = {
+        {.name = "redis", .kind = OPT_STRING, .dest = &url},
+        {.name = "run", .kind = OPT_STRING, .dest = &run},
+        {.name = "case", .kind = OPT_STRING, .dest = &which},
+        {.name = "shard", .kind = OPT_INT, .dest = &shard, .lo = 0, .hi = 1 << 20},
+        {0},
+    };
+    char perr[256];
+    int prc = opts_parse(specs, argc, argv, 1, NULL, NULL, perr, sizeof perr);
+    if (prc < 0) fprintf(stderr, "dp_client: %s\n", perr);
+    if (prc != 0 || !url || !run || !which) {
         fprintf(stderr, "usage: dp_client --redis URL --run R --case NAME [--shard K]\n");
         return 2;
     }

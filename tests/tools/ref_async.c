@@ -11,6 +11,7 @@
  * usage: ref_async --redis URL --run R --sync-every H [--quad-lr 0.01] [--no-bf16]
  * (a worker's k-th submission trains H steps from the versions its previous submission got back; with
  * --weight-by tokens its pseudo-gradient is scaled by H / weight_ref_tokens, a quadratic step being a token) */
+#include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -18,6 +19,7 @@
 
 #include "bf16.h"
 #include "keys.h"
+#include "opts.h"
 #include "outer.h"
 #include "outer_dn.h"
 #include "rconn.h"
@@ -155,14 +157,18 @@ int main(int argc, char **argv) {
     long long H = 0;
     double qlr = 0.01;
     int bf16 = 1;
-    for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--no-bf16")) bf16 = 0;
-        else if (i + 1 < argc && !strcmp(argv[i], "--redis")) url = argv[++i];
-        else if (i + 1 < argc && !strcmp(argv[i], "--run")) run = argv[++i];
-        else if (i + 1 < argc && !strcmp(argv[i], "--sync-every")) H = atoll(argv[++i]);
-        else if (i + 1 < argc && !strcmp(argv[i], "--quad-lr")) qlr = atof(argv[++i]);
-    }
-    if (!url || !run || H <= 0) {
+    const opt_spec specs[] = {
+        {.name = "no-bf16", .kind = OPT_CLEAR, .dest = &bf16},
+        {.name = "redis", .kind = OPT_STRING, .dest = &url},
+        {.name = "run", .kind = OPT_STRING, .dest = &run},
+        {.name = "sync-every", .kind = OPT_LLONG, .dest = &H, .lo = 1, .hi = INT64_MAX},
+        {.name = "quad-lr", .kind = OPT_DOUBLE, .dest = &qlr, .min = -DBL_MAX, .max = DBL_MAX},
+        {0},
+    };
+    char perr[256];
+    int prc = opts_parse(specs, argc, argv, 1, NULL, NULL, perr, sizeof perr);
+    if (prc < 0) fprintf(stderr, "ref_async: %s\n", perr);
+    if (prc != 0 || !url || !run || H <= 0) {
         fprintf(stderr, "usage: ref_async --redis URL --run R --sync-every H [--quad-lr LR] [--no-bf16]\n");
         return 2;
     }

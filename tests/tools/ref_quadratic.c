@@ -20,6 +20,7 @@
  *                      each shard's start), decoded and summed in fp32, as the shard-servers do
  *                      [--download update]   the mean is put through the codec (bf16 without --codec) per
  *                      shard before the step, as a run with coordinator init --download update does */
+#include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +28,7 @@
 
 #include "bf16.h"
 #include "codec.h"
+#include "opts.h"
 #include "outer.h"
 #include "runconf.h"
 #include "trainers/quadratic.h"
@@ -54,6 +56,20 @@ typedef struct ref_args {
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
+static int parse_codec(const char *v, void *dest) {
+    ref_args *a = dest;
+    a->codec = codec_parse(v);
+    a->bf16 = 0;
+    return codec_is_block(a->codec) ? 0 : -1;
+}
+
+static int parse_workers(const char *v, void *dest) {
+    ref_args *a = dest;
+    char *list = strdup(v);
+    for (char *t = strtok(list, ","); t && a->nworkers < MAX_WORKERS; t = strtok(NULL, ",")) a->ids[a->nworkers++] = t;
+    return list ? 0 : -1;
+}
+
 static int parse(int argc, char **argv, ref_args *a) {
     memset(a, 0, sizeof *a);
     a->shards = 1;
@@ -62,38 +78,34 @@ static int parse(int argc, char **argv, ref_args *a) {
     a->quad_lr = 0.01;
     a->nesterov = 1;
     a->bf16 = 1;
-    for (int i = 1; i < argc; i++) {
-        const char *f = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
-        if (!strcmp(f, "--no-nesterov")) { a->nesterov = 0; continue; }
-        if (!strcmp(f, "--no-bf16")) { a->bf16 = 0; continue; }
-        if (!strcmp(f, "--weight-tokens")) { a->weight_tokens = 1; continue; }
-        if (!strcmp(f, "--final-sync")) { a->final_sync = 1; continue; }
-        if (!strcmp(f, "--error-feedback")) { a->error_feedback = 1; continue; }
-        if (!v) return -1;
-        i++;
-        if (!strcmp(f, "--numel")) parse_int(v, 1, INT64_MAX, &a->numel);
-        else if (!strcmp(f, "--shards")) parse_int(v, 1, 4096, &a->shards);
-        else if (!strcmp(f, "--seed")) parse_int(v, 0, INT64_MAX, &a->seed);
-        else if (!strcmp(f, "--rounds")) parse_int(v, 0, 1000000, &a->rounds);
-        else if (!strcmp(f, "--sync-every")) parse_int(v, 1, 1000000, &a->sync_every);
-        else if (!strcmp(f, "--outer-lr")) parse_double(v, &a->outer_lr);
-        else if (!strcmp(f, "--outer-momentum")) parse_double(v, &a->outer_mu);
-        else if (!strcmp(f, "--quad-lr")) parse_double(v, &a->quad_lr);
-        else if (!strcmp(f, "--bounds")) a->bounds = v;
-        else if (!strcmp(f, "--download")) a->download_update = !strcmp(v, "update");
-        else if (!strcmp(f, "--codec")) {
-            a->codec = codec_parse(v);
-            if (!codec_is_block(a->codec)) return -1;
-            a->bf16 = 0;
-        }
-        else if (!strcmp(f, "--frag-bounds")) a->frag_bounds = v;
-        else if (!strcmp(f, "--h-of")) a->h_of = v;
-        else if (!strcmp(f, "--alpha")) parse_double(v, &a->alpha);
-        else if (!strcmp(f, "--steps")) parse_int(v, 0, 100000000, &a->steps);
-        else if (!strcmp(f, "--workers")) {
-            char *list = strdup(v);
-            for (char *t = strtok(list, ","); t && a->nworkers < MAX_WORKERS; t = strtok(NULL, ",")) a->ids[a->nworkers++] = t;
-        } else return -1;
+    const opt_spec specs[] = {
+        {.name = "no-nesterov", .kind = OPT_CLEAR, .dest = &a->nesterov},
+        {.name = "no-bf16", .kind = OPT_CLEAR, .dest = &a->bf16},
+        {.name = "weight-tokens", .kind = OPT_FLAG, .dest = &a->weight_tokens},
+        {.name = "final-sync", .kind = OPT_FLAG, .dest = &a->final_sync},
+        {.name = "error-feedback", .kind = OPT_FLAG, .dest = &a->error_feedback},
+        {.name = "numel", .kind = OPT_LLONG, .dest = &a->numel, .lo = 1, .hi = INT64_MAX},
+        {.name = "shards", .kind = OPT_LLONG, .dest = &a->shards, .lo = 1, .hi = 4096},
+        {.name = "seed", .kind = OPT_LLONG, .dest = &a->seed, .lo = 0, .hi = INT64_MAX},
+        {.name = "rounds", .kind = OPT_LLONG, .dest = &a->rounds, .lo = 0, .hi = 1000000},
+        {.name = "sync-every", .kind = OPT_LLONG, .dest = &a->sync_every, .lo = 1, .hi = 1000000},
+        {.name = "steps", .kind = OPT_LLONG, .dest = &a->steps, .lo = 0, .hi = 100000000},
+        {.name = "outer-lr", .kind = OPT_DOUBLE, .dest = &a->outer_lr, .min = -DBL_MAX, .max = DBL_MAX},
+        {.name = "outer-momentum", .kind = OPT_DOUBLE, .dest = &a->outer_mu, .min = -DBL_MAX, .max = DBL_MAX},
+        {.name = "quad-lr", .kind = OPT_DOUBLE, .dest = &a->quad_lr, .min = -DBL_MAX, .max = DBL_MAX},
+        {.name = "alpha", .kind = OPT_DOUBLE, .dest = &a->alpha, .min = -DBL_MAX, .max = DBL_MAX},
+        {.name = "bounds", .kind = OPT_STRING, .dest = &a->bounds},
+        {.name = "frag-bounds", .kind = OPT_STRING, .dest = &a->frag_bounds},
+        {.name = "h-of", .kind = OPT_STRING, .dest = &a->h_of},
+        {.name = "download", .kind = OPT_CHOICE, .dest = &a->download_update, .choices = "params|update"},
+        {.name = "codec", .kind = OPT_CUSTOM, .dest = a, .parse = parse_codec, .wants = "int8 or int4"},
+        {.name = "workers", .kind = OPT_CUSTOM, .dest = a, .parse = parse_workers, .wants = "a list of worker ids"},
+        {0},
+    };
+    char err[256];
+    if (opts_parse(specs, argc, argv, 1, NULL, NULL, err, sizeof err) != 0) {
+        fprintf(stderr, "ref_quadratic: %s\n", err);
+        return -1;
     }
     if (a->numel <= 0 || a->nworkers == 0 || a->sync_every <= 0) return -1;
     qsort(a->ids, (size_t)a->nworkers, sizeof a->ids[0], cmp_str);

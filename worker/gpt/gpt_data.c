@@ -1,5 +1,6 @@
 /* gpt_data.c: the token file (prepare-data) and its loader. */
 #include "gpt.h"
+#include "opts.h"
 #include "util.h"
 
 #include <errno.h>
@@ -116,29 +117,22 @@ int gpt_prepare_data(const char *input, const char *output, double val_fraction,
 int gpt_prepare_data_main(int argc, char **argv) {
     const char *in = NULL, *out = NULL;
     double vf = 0.05;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        const char *val = NULL;
-        size_t kl = strcspn(a, "=");
-        if (a[kl] == '=') val = a + kl + 1;
-        else if (i + 1 < argc) val = argv[i + 1];
-        int take = a[kl] != '=';
-        if (!strncmp(a, "--input", kl) && kl == 7) in = val;
-        else if (!strncmp(a, "--output", kl) && kl == 8) out = val;
-        else if (!strncmp(a, "--val-fraction", kl) && kl == 14) {
-            char *end;
-            vf = val ? strtod(val, &end) : -1;
-            if (!val || *end) { fprintf(stderr, "prepare-data: bad --val-fraction\n"); return 2; }
-        } else if (!strcmp(a, "-h") || !strcmp(a, "--help")) {
-            printf("usage: prepare-data --input TEXT --output FILE.tok [--val-fraction 0.05]\n"
-                   "  byte-level tokens (vocab 256); the last val-fraction of the text is the validation split\n");
-            return 0;
-        } else {
-            fprintf(stderr, "prepare-data: unknown argument %s\n", a);
-            return 2;
-        }
-        if (!val) { fprintf(stderr, "prepare-data: %s needs a value\n", a); return 2; }
-        i += take;
+    const opt_spec specs[] = {
+        {.name = "input", .kind = OPT_STRING, .dest = &in},
+        {.name = "output", .kind = OPT_STRING, .dest = &out},
+        {.name = "val-fraction", .kind = OPT_DOUBLE, .dest = &vf, .min = 0, .max = 1, .wants = "a fraction in [0, 1)"},
+        {0},
+    };
+    char perr[256];
+    int rc = opts_parse(specs, argc, argv, 1, NULL, NULL, perr, sizeof perr);
+    if (rc == 1) {
+        printf("usage: prepare-data --input TEXT --output FILE.tok [--val-fraction 0.05]\n"
+               "  byte-level tokens (vocab 256); the last val-fraction of the text is the validation split\n");
+        return 0;
+    }
+    if (rc < 0) {
+        fprintf(stderr, "prepare-data: %s\n", perr);
+        return 2;
     }
     if (!in || !out) {
         fprintf(stderr, "usage: prepare-data --input TEXT --output FILE.tok [--val-fraction 0.05]\n");

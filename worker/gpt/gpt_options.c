@@ -1,9 +1,12 @@
 /* gpt_options.c: the gpt trainer's options (gpt.h): defaults, the flag table behind gpt_usage and
  * gpt_options_parse, and the learning-rate schedule gpt_lr_at. */
 #include "gpt.h"
+#include "opts.h"
 #include "util.h"
 
 #include <errno.h>
+#include <float.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -79,80 +82,56 @@ void gpt_usage(FILE *f) {
     }
 }
 
-static int set_flag(gpt_options *o, const flag *fl, const char *v, char *err, size_t errlen) {
-    char *p = (char *)o + fl->off, *end = NULL;
+static int parse_long(const char *v, void *dest) {
+    long long x;
+    if (parse_int(v, LONG_MIN, LONG_MAX, &x) < 0) return -1;
+    *(long *)dest = (long)x;
+    return 0;
+}
+
+static int parse_u64(const char *v, void *dest) {
+    char *end = NULL;
     errno = 0;
+    unsigned long long x = strtoull(v, &end, 0);
+    if (*v == 0 || *end || errno) return -1;
+    *(uint64_t *)dest = x;
+    return 0;
+}
+
+/* The opts.h entry of one flag of the table, writing into o. */
+static opt_spec flag_spec(const flag *fl, gpt_options *o) {
+    opt_spec s = {.name = fl->name, .dest = (char *)o + fl->off};
     switch (fl->type) {
-    case F_INT: {
-        long x = strtol(v, &end, 10);
-        if (*v == 0 || *end || errno || x < -2147483647L || x > 2147483647L) break;
-        *(int *)p = (int)x;
-        return 0;
+    case F_INT: s.kind = OPT_INT; s.lo = -2147483647LL; s.hi = 2147483647LL; s.wants = "an integer"; break;
+    case F_LONG: s.kind = OPT_CUSTOM; s.parse = parse_long; s.wants = "an integer"; break;
+    case F_U64: s.kind = OPT_CUSTOM; s.parse = parse_u64; s.wants = "an unsigned 64-bit integer"; break;
+    case F_DBL: s.kind = OPT_DOUBLE; s.min = -DBL_MAX; s.max = DBL_MAX; s.wants = "a finite number"; break;
+    case F_STR: s.kind = OPT_STRING; break;
+    case F_ORDER: s.kind = OPT_CHOICE; s.choices = "random|sequential"; break;
+    case F_DEVICE: s.kind = OPT_CHOICE; s.choices = "auto|cpu|cuda"; break; /* GPT_DEVICE_* in this order */
+    case F_BOOL: s.kind = OPT_FLAG; break;
     }
-    case F_LONG: {
-        long x = strtol(v, &end, 10);
-        if (*v == 0 || *end || errno) break;
-        *(long *)p = x;
-        return 0;
-    }
-    case F_U64: {
-        unsigned long long x = strtoull(v, &end, 0);
-        if (*v == 0 || *end || errno) break;
-        *(uint64_t *)p = x;
-        return 0;
-    }
-    case F_DBL: {
-        double x = strtod(v, &end);
-        if (*v == 0 || *end || errno || !isfinite(x)) break;
-        *(double *)p = x;
-        return 0;
-    }
-    case F_STR:
-        *(const char **)p = v;
-        return 0;
-    case F_ORDER:
-        if (!strcmp(v, "random")) { *(int *)p = 0; return 0; }
-        if (!strcmp(v, "sequential")) { *(int *)p = 1; return 0; }
-        break;
-    case F_DEVICE:
-        if (!strcmp(v, "auto")) { *(int *)p = GPT_DEVICE_AUTO; return 0; }
-        if (!strcmp(v, "cpu")) { *(int *)p = GPT_DEVICE_CPU; return 0; }
-        if (!strcmp(v, "cuda")) { *(int *)p = GPT_DEVICE_CUDA; return 0; }
-        break;
-    case F_BOOL:
-        if (!strcmp(v, "0") || !strcmp(v, "1")) { *(int *)p = v[0] == '1'; return 0; }
-        break;
-    }
-    err_set(err, errlen, "bad value for --%s: '%s'", fl->name, v);
-    return -1;
+    return s;
 }
 
 int gpt_options_parse(gpt_options *o, int argc, char **argv, char *err, size_t errlen) {
-    int keep = 0, consumed = 0;
-    for (int i = 0; i < argc; i++) {
-        char *a = argv[i];
-        const flag *fl = NULL;
-        const char *val = NULL;
-        if (a && a[0] == '-' && a[1] == '-') {
-            size_t kl = strcspn(a + 2, "=");
-            for (int k = 0; k < NFLAGS; k++)
-                if (strlen(FLAGS[k].name) == kl && !strncmp(a + 2, FLAGS[k].name, kl)) { fl = &FLAGS[k]; break; }
-            if (fl) {
-                int n = 1;
-                if (a[2 + kl] == '=') val = a + 3 + kl;
-                else if (fl->type == F_BOOL) val = "1";
-                else if (i + 1 < argc && argv[i + 1]) { val = argv[i + 1]; n = 2; }
-                else { err_set(err, errlen, "--%s needs a value", fl->name); return -1; }
-                if (set_flag(o, fl, val, err, errlen)) return -1;
-                consumed += n;
-                i += n - 1;
-                continue;
-            }
-        }
-        argv[keep++] = a;
+    opt_spec specs[NFLAGS + 1];
+    for (int k = 0; k < NFLAGS; k++) specs[k] = flag_spec(&FLAGS[k], o);
+    specs[NFLAGS] = (opt_spec){0};
+    char **rest = malloc(((size_t)argc + 1) * sizeof *rest);
+    int nrest = 0;
+    if (!rest) {
+        err_set(err, errlen, "out of memory");
+        return -1;
     }
-    if (keep < argc) argv[keep] = NULL;
-    return consumed;
+    int rc = opts_parse(specs, argc, argv, 0, rest, &nrest, err, errlen);
+    if (rc == 1) err_set(err, errlen, "--help is not a trainer option");
+    if (rc == 0) {
+        memcpy(argv, rest, (size_t)nrest * sizeof *rest);
+        if (nrest < argc) argv[nrest] = NULL;
+    }
+    free(rest);
+    return rc == 0 ? argc - nrest : -1;
 }
 
 double gpt_lr_at(const gpt_options *o, long s) {

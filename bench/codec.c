@@ -16,13 +16,15 @@
 #include "opts.h"
 #include "util.h"
 
-static double mono(void) {
+static double mono(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static int cmp_d(const void *a, const void *b) {
+static int cmp_d(const void *a, const void *b)
+{
     double x = *(const double *)a, y = *(const double *)b;
     return x < y ? -1 : x > y;
 }
@@ -35,13 +37,17 @@ typedef struct job {
     size_t n;
 } job;
 
-static void run(const job *j) {
+static void run(const job *j)
+{
     size_t bad;
-    if (j->decode) codec_decode(j->dtype, j->q, j->n, j->y);
-    else if (codec_encode(j->dtype, j->x, j->n, j->q, &bad) != 0) abort();
+    if (j->decode)
+        codec_decode(j->dtype, j->q, j->n, j->y);
+    else if (codec_encode(j->dtype, j->x, j->n, j->q, &bad) != 0)
+        abort();
 }
 
-static double median_seconds(const job *j, int reps) {
+static double median_seconds(const job *j, int reps)
+{
     double t[64];
     if (reps > 64) reps = 64;
     run(j); /* warm */
@@ -54,7 +60,8 @@ static double median_seconds(const job *j, int reps) {
     return t[reps / 2];
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     long long numel = 4000000;
     int reps = 9;
     const opt_spec specs[] = {
@@ -75,7 +82,8 @@ int main(int argc, char **argv) {
     if (!x || !y || !q) return 1;
     uint64_t st = 1;
     for (size_t i = 0; i < n; i++) x[i] = (rng_uniform(&st) - 0.5f) * 1e-3f;
-    printf("codec throughput, %zu elements, median of %d passes%s\n", n, reps, cpu_has_avx2() ? "" : " (no AVX2 on this CPU)");
+    printf("codec throughput, %zu elements, median of %d passes%s\n", n, reps,
+           cpu_has_avx2() ? "" : " (no AVX2 on this CPU)");
     printf("%-5s %-7s %11s %11s %11s %11s %7s\n", "codec", "op", "portable_s", "Melem/s", "avx2_s", "Melem/s", "ratio");
     int codecs[] = {BLOB_I8, BLOB_I4, BLOB_BF16};
     for (int c = 0; c < 3; c++)
@@ -85,8 +93,8 @@ int main(int argc, char **argv) {
             double tp = median_seconds(&j, reps);
             codec_force_portable(0);
             double ta = cpu_has_avx2() ? median_seconds(&j, reps) : tp;
-            printf("%-5s %-7s %11.4f %11.1f %11.4f %11.1f %7.2f\n", codec_name(codecs[c]), dec ? "decode" : "encode", tp,
-                   (double)n / tp / 1e6, ta, (double)n / ta / 1e6, tp / ta);
+            printf("%-5s %-7s %11.4f %11.1f %11.4f %11.1f %7.2f\n", codec_name(codecs[c]), dec ? "decode" : "encode",
+                   tp, (double)n / tp / 1e6, ta, (double)n / ta / 1e6, tp / ta);
         }
     double t0 = mono();
     memcpy(y, x, n * sizeof *x);

@@ -43,14 +43,16 @@
 #include "opts.h"
 #include "util.h"
 
-static double mono(void) {
+static double mono(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
 /* CPU seconds (user + system, every thread) this process has used so far. */
-static double cpu_seconds(void) {
+static double cpu_seconds(void)
+{
     struct rusage ru;
     getrusage(RUSAGE_SELF, &ru);
     return (double)ru.ru_utime.tv_sec + (double)ru.ru_utime.tv_usec * 1e-6 + (double)ru.ru_stime.tv_sec +
@@ -58,7 +60,8 @@ static double cpu_seconds(void) {
 }
 
 /* Parse a subcommand's options: 0, or -1 after saying what is wrong. */
-static int parse_opts(const opt_spec *specs, int argc, char **argv, const char *what) {
+static int parse_opts(const opt_spec *specs, int argc, char **argv, const char *what)
+{
     char err[256];
     int rc = opts_parse(specs, argc, argv, 0, NULL, NULL, err, sizeof err);
     if (rc == 1) err_set(err, sizeof err, "options: see the comment at the top of bench/sync_round.c");
@@ -68,7 +71,8 @@ static int parse_opts(const opt_spec *specs, int argc, char **argv, const char *
 
 /* ---- worker ---------------------------------------------------------------------------------- */
 
-static int run_worker(int argc, char **argv) {
+static int run_worker(int argc, char **argv)
+{
     const char *url = NULL, *run = NULL, *id = NULL;
     int rounds = 8, gap = 1000, no_bf16 = 0, error_feedback = 0;
     long long numel_ll = 0, start_ll = 0;
@@ -123,9 +127,9 @@ static int run_worker(int argc, char **argv) {
         diloco_last_sync(d, &s);
         double cpu = cpu_seconds() - cpu0;
         printf("round %lld %llu %llu %llu %llu %llu %llu %d %.4f %.4f\n", (long long)s.round,
-               (unsigned long long)s.t_first_send_us, (unsigned long long)s.t_pushed_us,
-               (unsigned long long)s.t_get_us, (unsigned long long)s.t_last_recv_us,
-               (unsigned long long)s.bytes_up, (unsigned long long)s.bytes_down, s.stale, cpu, s.confirm_seconds);
+               (unsigned long long)s.t_first_send_us, (unsigned long long)s.t_pushed_us, (unsigned long long)s.t_get_us,
+               (unsigned long long)s.t_last_recv_us, (unsigned long long)s.bytes_up, (unsigned long long)s.bytes_down,
+               s.stale, cpu, s.confirm_seconds);
         fflush(stdout);
     }
     diloco_close(d);
@@ -138,8 +142,8 @@ static int run_worker(int argc, char **argv) {
 typedef struct tcp_server {
     int lfd, port;
     int nworkers;
-    size_t up, down;             /* bytes per connection */
-    pthread_barrier_t uploaded;  /* every worker's upload is in */
+    size_t up, down;            /* bytes per connection */
+    pthread_barrier_t uploaded; /* every worker's upload is in */
 } tcp_server;
 
 typedef struct tcp_end {
@@ -151,7 +155,8 @@ typedef struct tcp_end {
 
 static pthread_barrier_t g_start;
 
-static int send_n(int fd, const uint8_t *p, size_t n) {
+static int send_n(int fd, const uint8_t *p, size_t n)
+{
     while (n > 0) {
         ssize_t k = send(fd, p, n, MSG_NOSIGNAL);
         if (k < 0 && errno == EINTR) continue;
@@ -162,7 +167,8 @@ static int send_n(int fd, const uint8_t *p, size_t n) {
     return 0;
 }
 
-static int recv_n(int fd, uint8_t *p, size_t n) {
+static int recv_n(int fd, uint8_t *p, size_t n)
+{
     while (n > 0) {
         ssize_t k = recv(fd, p, n, 0);
         if (k < 0 && errno == EINTR) continue;
@@ -173,7 +179,8 @@ static int recv_n(int fd, uint8_t *p, size_t n) {
     return 0;
 }
 
-static void *server_end(void *p) {
+static void *server_end(void *p)
+{
     tcp_end *e = p;
     if (recv_n(e->fd, e->buf, e->up) < 0) perror("server recv");
     pthread_barrier_wait(&e->srv->uploaded);
@@ -181,7 +188,8 @@ static void *server_end(void *p) {
     return NULL;
 }
 
-static void *client_end(void *p) {
+static void *client_end(void *p)
+{
     tcp_end *e = p;
     pthread_barrier_wait(&g_start);
     if (send_n(e->fd, e->buf, e->up) < 0) perror("client send");
@@ -189,7 +197,8 @@ static void *client_end(void *p) {
     return NULL;
 }
 
-static int run_tcp(int argc, char **argv) {
+static int run_tcp(int argc, char **argv)
+{
     long long numel_ll = 25000000, tstart_ll = 0;
     int nw = 2, ns = 2, reps = 5;
     double up_bpp = 2, down_bpp = 4;
@@ -277,7 +286,8 @@ static int run_tcp(int argc, char **argv) {
 
 /* ---- one Redis connection -------------------------------------------------------------------- */
 
-static int run_redis(int argc, char **argv) {
+static int run_redis(int argc, char **argv)
+{
     const char *url = "redis://127.0.0.1:6379";
     long long numel_ll = 25000000;
     int nw = 2, reps = 3;
@@ -337,7 +347,8 @@ static int run_redis(int argc, char **argv) {
     return 0;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     if (argc >= 2 && !strcmp(argv[1], "worker")) return run_worker(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "tcp")) return run_tcp(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "redis")) return run_redis(argc - 2, argv + 2);

@@ -18,16 +18,22 @@
 #include "gpt/gpt.h"
 #include "opts.h"
 
-static double now(void) {
+static double now(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static double peak_gflops(int threads, int split) {
+static double peak_gflops(int threads, int split)
+{
     int n = 2048;
     float *a = malloc((size_t)n * n * 4), *b = malloc((size_t)n * n * 4), *c = malloc((size_t)n * n * 4);
-    for (size_t i = 0; i < (size_t)n * n; i++) { a[i] = (float)(i % 7) * 0.1f; b[i] = (float)(i % 5) * 0.1f; c[i] = 0; }
+    for (size_t i = 0; i < (size_t)n * n; i++) {
+        a[i] = (float)(i % 7) * 0.1f;
+        b[i] = (float)(i % 5) * 0.1f;
+        c[i] = 0;
+    }
     double best = 0;
     for (int rep = 0; rep < 6; rep++) {
         double t0 = now();
@@ -46,12 +52,15 @@ static double peak_gflops(int threads, int split) {
         double g = 2.0 * n * n * n / (now() - t0) / 1e9;
         if (g > best) best = g;
     }
-    free(a); free(b); free(c);
+    free(a);
+    free(b);
+    free(c);
     openblas_set_num_threads(1);
     return best;
 }
 
-static int run(const char *label, int vocab, int batch, int seq, int threads, int steps, double *gflops) {
+static int run(const char *label, int vocab, int batch, int seq, int threads, int steps, double *gflops)
+{
     gpt_options o;
     gpt_options_default(&o);
     o.model = (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = vocab};
@@ -62,13 +71,22 @@ static int run(const char *label, int vocab, int batch, int seq, int threads, in
     o.warmup_steps = 10;
     char err[256];
     trainer *t = gpt_trainer_create(&o, err, sizeof err);
-    if (!t) { fprintf(stderr, "bench-trainer: %s\n", err); return -1; }
+    if (!t) {
+        fprintf(stderr, "bench-trainer: %s\n", err);
+        return -1;
+    }
     trainer_stats st;
     for (int i = 0; i < 2; i++)
-        if (t->step(t, &st, err, sizeof err)) { fprintf(stderr, "bench-trainer: %s\n", err); return -1; }
+        if (t->step(t, &st, err, sizeof err)) {
+            fprintf(stderr, "bench-trainer: %s\n", err);
+            return -1;
+        }
     double t0 = now();
     for (int i = 0; i < steps; i++)
-        if (t->step(t, &st, err, sizeof err)) { fprintf(stderr, "bench-trainer: %s\n", err); return -1; }
+        if (t->step(t, &st, err, sizeof err)) {
+            fprintf(stderr, "bench-trainer: %s\n", err);
+            return -1;
+        }
     double dt = (now() - t0) / steps;
     double tps = batch * seq / dt;
     double flops_tok = 6.0 * t->numel + 6.0 * 4 * 256 * seq;
@@ -80,7 +98,8 @@ static int run(const char *label, int vocab, int batch, int seq, int threads, in
     return 0;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     gpt_openblas_autotune(argv); /* re-executes with OPENBLAS_CORETYPE set when OpenBLAS fell back to SSE3 */
     int threads = 2, sa = 10, sb = 20;
     const opt_spec specs[] = {

@@ -23,13 +23,15 @@
 #endif
 
 #ifdef DILOCO_HAVE_CUDA
-static double now(void) {
+static double now(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int run(const char *label, gpt_config c, int batch, int seq, int tf32, int steps, double peak, double sgemm) {
+static int run(const char *label, gpt_config c, int batch, int seq, int tf32, int steps, double peak, double sgemm)
+{
     gpt_options o;
     gpt_options_default(&o);
     o.model = c;
@@ -47,10 +49,18 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
     }
     trainer_stats st;
     for (int i = 0; i < 3; i++)
-        if (t->step(t, &st, err, sizeof err)) { printf("(%s) failed: %s\n", label, err); t->destroy(t); return -1; }
+        if (t->step(t, &st, err, sizeof err)) {
+            printf("(%s) failed: %s\n", label, err);
+            t->destroy(t);
+            return -1;
+        }
     double t0 = now();
     for (int i = 0; i < steps; i++)
-        if (t->step(t, &st, err, sizeof err)) { printf("(%s) failed: %s\n", label, err); t->destroy(t); return -1; }
+        if (t->step(t, &st, err, sizeof err)) {
+            printf("(%s) failed: %s\n", label, err);
+            t->destroy(t);
+            return -1;
+        }
     double dt = (now() - t0) / steps;
     size_t numel = t->numel;
     t->destroy(t);
@@ -61,7 +71,10 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
     if (g) {
         int N = batch * seq;
         int *inp = malloc((size_t)N * sizeof(int)), *tgt = malloc((size_t)N * sizeof(int));
-        for (int i = 0; i < N; i++) { inp[i] = (i * 7919) % c.vocab; tgt[i] = (i * 104729 + 1) % c.vocab; }
+        for (int i = 0; i < N; i++) {
+            inp[i] = (i * 7919) % c.vocab;
+            tgt[i] = (i * 104729 + 1) % c.vocab;
+        }
         float *p = malloc(numel * sizeof(float));
         float loss;
         int bad = !p || gpt_init_params(&c, 1, p, numel, err, sizeof err) ||
@@ -73,9 +86,13 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
                   gpt_cuda_adamw(g, i + 1, 1e-4, 0.9, 0.95, 1e-8, 0.1, err, sizeof err) ||
                   gpt_cuda_sync(g, err, sizeof err);
         }
-        if (!bad) dt2 = (now() - t0) / steps;
-        else printf("(%s) device-only step failed: %s\n", label, err);
-        free(inp); free(tgt); free(p);
+        if (!bad)
+            dt2 = (now() - t0) / steps;
+        else
+            printf("(%s) device-only step failed: %s\n", label, err);
+        free(inp);
+        free(tgt);
+        free(p);
         gpt_cuda_free(g);
     }
     double flops_tok = 6.0 * numel + 6.0 * c.layers * c.dim * seq;
@@ -97,7 +114,8 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
 }
 #endif
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     int tf32 = 0, steps = 20, gpt2 = 1;
     const opt_spec specs[] = {
         {.name = "tf32", .kind = OPT_FLAG, .dest = &tf32},
@@ -113,7 +131,8 @@ int main(int argc, char **argv) {
         return rc < 0 ? 2 : 0;
     }
 #ifndef DILOCO_HAVE_CUDA
-    (void)tf32; (void)gpt2;
+    (void)tf32;
+    (void)gpt2;
     printf("bench-trainer_cuda: built without CUDA (nvcc not found at build time): skipped\n");
     return 77;
 #else
@@ -132,12 +151,13 @@ int main(int argc, char **argv) {
     double sg = gpt_cuda_sgemm_flops(4096, tf32, 5);
     printf("cublasSgemm 4096^3 %s: %.1f TFLOP/s measured\n", tf32 ? "TF32" : "fp32", sg / 1e12);
     printf("products: %s\n", tf32 ? "TF32 tensor cores allowed (--tf32)" : "fp32 (TF32 off)");
-    run("a", (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 256}, 8, 256, tf32, steps, peak, sg);
+    run("a", (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 256}, 8, 256, tf32, steps, peak,
+        sg);
     run("b", (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 50257}, 4, 64, tf32, steps, peak,
         sg);
     if (gpt2)
-        run("c", (gpt_config){.layers = 12, .heads = 12, .dim = 768, .ctx = 1024, .vocab = 50257}, 8, 1024, tf32,
-            steps, peak, sg);
+        run("c", (gpt_config){.layers = 12, .heads = 12, .dim = 768, .ctx = 1024, .vocab = 50257}, 8, 1024, tf32, steps,
+            peak, sg);
     return 0;
 #endif
 }

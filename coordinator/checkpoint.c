@@ -39,7 +39,8 @@
  * since layouts are recorded, and the only source for a --from-state run), else the trainer's computed
  * from the model string; NULL when neither is known (the checkpoint is then still valid, only without
  * the per-tensor map). */
-static char *checkpoint_layout(const runconf *rc) {
+static char *checkpoint_layout(const runconf *rc)
+{
     if (rc->layout) return strdup(rc->layout);
     model_spec ms;
     model_tensor *t;
@@ -57,14 +58,15 @@ static char *checkpoint_layout(const runconf *rc) {
 typedef struct export_data {
     runconf rc;
     float *params, *mom;
-    float *dnbuf;        /* the Delayed Nesterov buffer of a run with rc.dn_buffer > 0, else NULL */
+    float *dnbuf; /* the Delayed Nesterov buffer of a run with rc.dn_buffer > 0, else NULL */
     int has_mom;
     int64_t version;
     char (*digests)[17];
     char lr[32], mu[32], nesterov[8];
 } export_data;
 
-static void export_free(export_data *d) {
+static void export_free(export_data *d)
+{
     free(d->params);
     free(d->mom);
     free(d->dnbuf);
@@ -72,9 +74,11 @@ static void export_free(export_data *d) {
     runconf_free(&d->rc);
 }
 
-static int read_state(rconn *c, const char *run, export_data *d, char *err, size_t errlen) {
+static int read_state(rconn *c, const char *run, export_data *d, char *err, size_t errlen)
+{
     char key[KEY_MAX];
-    redisReply *r = rconn_command(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "tunables"));
+    redisReply *r =
+        rconn_command(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "tunables"));
     if (rconn_reply_error(c, r, err, errlen) < 0) {
         if (r) freeReplyObject(r);
         return -1;
@@ -82,13 +86,14 @@ static int read_state(rconn *c, const char *run, export_data *d, char *err, size
     char *dst[3] = {d->lr, d->mu, d->nesterov};
     size_t cap[3] = {sizeof d->lr, sizeof d->mu, sizeof d->nesterov};
     for (size_t i = 0; i < 3; i++)
-        snprintf(dst[i], cap[i], "%s", i < r->elements && r->element[i]->type == REDIS_REPLY_STRING ?
-                 r->element[i]->str : "");
+        snprintf(dst[i], cap[i], "%s",
+                 i < r->elements && r->element[i]->type == REDIS_REPLY_STRING ? r->element[i]->str : "");
     freeReplyObject(r);
     return 0;
 }
 
-static int gather(rconn *c, const char *run, int timeout_ms, export_data *d, char *err, size_t errlen) {
+static int gather(rconn *c, const char *run, int timeout_ms, export_data *d, char *err, size_t errlen)
+{
     memset(d, 0, sizeof *d);
     if (runconf_load(c, run, &d->rc, err, errlen) < 0) return -1;
     if (read_state(c, run, d, err, errlen) < 0) return -1;
@@ -106,13 +111,17 @@ static int gather(rconn *c, const char *run, int timeout_ms, export_data *d, cha
 
 /* ---- export: write the file ---------------------------------------------------------------------- */
 
-void checkpoint_side_path(const char *path, char *out, size_t cap) {
+void checkpoint_side_path(const char *path, char *out, size_t cap)
+{
     size_t n = strlen(path), sl = strlen(".safetensors");
-    if (n > sl && !strcmp(path + n - sl, ".safetensors")) snprintf(out, cap, "%.*s.json", (int)(n - sl), path);
-    else snprintf(out, cap, "%s.json", path);
+    if (n > sl && !strcmp(path + n - sl, ".safetensors"))
+        snprintf(out, cap, "%.*s.json", (int)(n - sl), path);
+    else
+        snprintf(out, cap, "%s.json", path);
 }
 
-static int fsync_dir_of(const char *path) {
+static int fsync_dir_of(const char *path)
+{
     char *dup = strdup(path);
     if (!dup) return -1;
     char *slash = strrchr(dup, '/');
@@ -125,8 +134,12 @@ static int fsync_dir_of(const char *path) {
 }
 
 /* Write the chunks to path atomically: path.tmp.<pid> in the same folder, fsync, rename, fsync folder. */
-typedef struct chunk { const void *p; size_t len; } chunk;
-static int write_atomic(const char *path, const chunk *chunks, int nchunks, char *err, size_t errlen) {
+typedef struct chunk {
+    const void *p;
+    size_t len;
+} chunk;
+static int write_atomic(const char *path, const chunk *chunks, int nchunks, char *err, size_t errlen)
+{
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
     int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -171,7 +184,8 @@ fail:
 }
 
 static void meta_set(json_t *m, const char *k, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static void meta_set(json_t *m, const char *k, const char *fmt, ...) {
+static void meta_set(json_t *m, const char *k, const char *fmt, ...)
+{
     char buf[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -180,7 +194,8 @@ static void meta_set(json_t *m, const char *k, const char *fmt, ...) {
     json_object_set_new(m, k, json_string(buf));
 }
 
-static json_t *build_metadata(const char *run, const export_data *d) {
+static json_t *build_metadata(const char *run, const export_data *d)
+{
     const runconf *rc = &d->rc;
     json_t *m = json_object();
     int S = rc->nshards, F = rc->nfragments;
@@ -231,12 +246,14 @@ static json_t *build_metadata(const char *run, const export_data *d) {
     return m;
 }
 
-static json_t *tensor_entry(uint64_t numel, uint64_t begin) {
+static json_t *tensor_entry(uint64_t numel, uint64_t begin)
+{
     return json_pack("{s:s, s:[I], s:[I,I]}", "dtype", "F32", "shape", (json_int_t)numel, "data_offsets",
                      (json_int_t)begin, (json_int_t)(begin + numel * sizeof(float)));
 }
 
-static int write_checkpoint(const char *path, const char *run, const export_data *d, char *err, size_t errlen) {
+static int write_checkpoint(const char *path, const char *run, const export_data *d, char *err, size_t errlen)
+{
     uint64_t n = d->rc.numel;
     json_t *meta = build_metadata(run, d);
     json_t *root = json_object();
@@ -274,7 +291,9 @@ static int write_checkpoint(const char *path, const char *run, const export_data
     memcpy(h + 8, hdr, hlen);
     memset(h + 8 + hlen, ' ', padded - hlen);
     free(hdr);
-    chunk chunks[4] = {{h, 8 + padded}, {d->params, n * sizeof(float)}, {d->mom, n * sizeof(float)},
+    chunk chunks[4] = {{h, 8 + padded},
+                       {d->params, n * sizeof(float)},
+                       {d->mom, n * sizeof(float)},
                        {d->dnbuf, d->dnbuf ? n * sizeof(float) : 0}};
     int rc = write_atomic(path, chunks, d->dnbuf ? 4 : 3, err, errlen);
     free(h);
@@ -290,8 +309,9 @@ static int write_checkpoint(const char *path, const char *run, const export_data
     return rc;
 }
 
-int checkpoint_export_ex(rconn *c, const char *run, const char *path, int timeout_ms, int64_t *version,
-                         char *err, size_t errlen) {
+int checkpoint_export_ex(rconn *c, const char *run, const char *path, int timeout_ms, int64_t *version, char *err,
+                         size_t errlen)
+{
     export_data d;
     int rc = -1;
     if (gather(c, run, timeout_ms, &d, err, errlen) == 0 && write_checkpoint(path, run, &d, err, errlen) == 0) {
@@ -302,14 +322,16 @@ int checkpoint_export_ex(rconn *c, const char *run, const char *path, int timeou
     return rc;
 }
 
-int checkpoint_export(rconn *c, const char *run, const char *path, char *err, size_t errlen) {
+int checkpoint_export(rconn *c, const char *run, const char *path, char *err, size_t errlen)
+{
     return checkpoint_export_ex(c, run, path, CKPT_DEFAULT_TIMEOUT_MS, NULL, err, errlen);
 }
 
 /* ---- a folder of checkpoints ------------------------------------------------------------------------ */
 
 /* version of "checkpoint-<v>.safetensors", or -1 */
-static long long dir_entry_version(const char *name) {
+static long long dir_entry_version(const char *name)
+{
     const char *p = "checkpoint-", *s = ".safetensors";
     size_t n = strlen(name), pl = strlen(p), sl = strlen(s);
     if (n <= pl + sl || strncmp(name, p, pl) || strcmp(name + n - sl, s)) return -1;
@@ -321,12 +343,14 @@ static long long dir_entry_version(const char *name) {
     return parse_int(num, 0, INT64_MAX, &v) < 0 ? -1 : v;
 }
 
-static int cmp_desc(const void *a, const void *b) {
+static int cmp_desc(const void *a, const void *b)
+{
     long long x = *(const long long *)a, y = *(const long long *)b;
     return x < y ? 1 : x > y ? -1 : 0;
 }
 
-static void prune_dir(const char *dir, int keep) {
+static void prune_dir(const char *dir, int keep)
+{
     DIR *dh = opendir(dir);
     if (!dh) return;
     long long *vs = NULL;
@@ -354,8 +378,9 @@ static void prune_dir(const char *dir, int keep) {
     free(vs);
 }
 
-int checkpoint_save_dir(rconn *c, const char *run, const char *dir, int keep, int timeout_ms,
-                        char *path_out, size_t path_cap, int64_t *version, char *err, size_t errlen) {
+int checkpoint_save_dir(rconn *c, const char *run, const char *dir, int keep, int timeout_ms, char *path_out,
+                        size_t path_cap, int64_t *version, char *err, size_t errlen)
+{
     if (mkdir(dir, 0755) < 0 && errno != EEXIST) {
         err_set(err, errlen, "cannot create %s: %s", dir, strerror(errno));
         return -1;

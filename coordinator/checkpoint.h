@@ -32,39 +32,39 @@
 
 typedef struct checkpoint {
     uint64_t numel;
-    float *params;            /* numel fp32 (NULL when read without data) */
-    float *mom;               /* numel fp32, zeros when !has_mom (NULL when read without data) */
+    float *params; /* numel fp32 (NULL when read without data) */
+    float *mom;    /* numel fp32, zeros when !has_mom (NULL when read without data) */
     int has_mom;
-    int64_t version;          /* the common shard version the parameters are at */
-    char run[80];             /* the run it was exported from */
-    char trainer[32];         /* "quadratic", "gpt" */
-    char model[256];          /* as in dl:{R}:config "model", e.g. "--numel 200000" */
-    char *layout;             /* metadata "layout" (JSON [[name, [shape], offset], ...]) or NULL; malloc'ed */
+    int64_t version;  /* the common shard version the parameters are at */
+    char run[80];     /* the run it was exported from */
+    char trainer[32]; /* "quadratic", "gpt" */
+    char model[256];  /* as in dl:{R}:config "model", e.g. "--numel 200000" */
+    char *layout;     /* metadata "layout" (JSON [[name, [shape], offset], ...]) or NULL; malloc'ed */
     char mode[16];
     int nshards, nfragments, snapshot_every;
-    uint64_t *shard_bounds;   /* nshards+1 */
+    uint64_t *shard_bounds; /* nshards+1 */
     uint64_t seed;
     double outer_lr, outer_momentum;
     int nesterov;
     /* Delayed Nesterov (async runs with --dn-buffer-size): dn_buffer 0 = none */
-    int dn_buffer;            /* N */
-    char dn_variant[16];      /* "paper" or "forgather" */
-    uint64_t dn_t;            /* DN submissions applied up to `version` (the run's dn_t0 + version) */
-    float *dnbuf;             /* numel fp32 when dn_buffer > 0 (NULL when read without data) */
+    int dn_buffer;       /* N */
+    char dn_variant[16]; /* "paper" or "forgather" */
+    uint64_t dn_t;       /* DN submissions applied up to `version` (the run's dn_t0 + version) */
+    float *dnbuf;        /* numel fp32 when dn_buffer > 0 (NULL when read without data) */
 } checkpoint;
 
 /* Export run `run` to `path` (atomically, plus the JSON side file). Waits up to
  * CKPT_DEFAULT_TIMEOUT_MS for every shard to be at the same version. */
 int checkpoint_export(rconn *c, const char *run, const char *path, char *err, size_t errlen);
 /* The same with a timeout (ms) and the exported version in *version (may be NULL). */
-int checkpoint_export_ex(rconn *c, const char *run, const char *path, int timeout_ms, int64_t *version,
-                         char *err, size_t errlen);
+int checkpoint_export_ex(rconn *c, const char *run, const char *path, int timeout_ms, int64_t *version, char *err,
+                         size_t errlen);
 /* Export to dir/checkpoint-<version>.safetensors (+ .json), then delete all but the newest `keep`
  * checkpoint-*.safetensors of dir (keep <= 0: delete none). The written path goes to path_out (may be
  * NULL). Exporting a version that is already there rewrites it (same bytes). This is what
  * `coordinator serve --save-every N --save-dir DIR [--keep K]` calls every N committed rounds. */
-int checkpoint_save_dir(rconn *c, const char *run, const char *dir, int keep, int timeout_ms,
-                        char *path_out, size_t path_cap, int64_t *version, char *err, size_t errlen);
+int checkpoint_save_dir(rconn *c, const char *run, const char *dir, int keep, int timeout_ms, char *path_out,
+                        size_t path_cap, int64_t *version, char *err, size_t errlen);
 
 /* The JSON side file of path: "x.safetensors" -> "x.json", any other name -> name + ".json". */
 void checkpoint_side_path(const char *path, char *out, size_t cap);

@@ -12,27 +12,29 @@
 #include "outer.h"
 #include "util.h"
 
-static void ck_usage(FILE *f) {
-    fprintf(f,
-            "usage: bin/coordinator checkpoint save --redis URL --run NAME (--out FILE | --dir DIR [--keep K])\n"
-            "                                       [--timeout S]\n"
-            "       bin/coordinator checkpoint show FILE\n"
-            "\n"
-            "save: export the run's global parameters, outer momentum (and an async run's Delayed Nesterov\n"
-            "      buffer) and run config, all shards at one committed version, as one safetensors file\n"
-            "      (+ a .json side file), written atomically.\n"
-            "  --out FILE     write FILE (e.g. run.safetensors)\n"
-            "  --dir DIR      write DIR/checkpoint-<version>.safetensors ...\n"
-            "  --keep K       ... and delete all but the newest K there (default 0: keep all)\n"
-            "  --timeout S    wait up to S seconds for every shard to be at the same version (default 60)\n"
-            REDIS_URL_HELP
-            "show: validate FILE (format, sizes, checksums) and print its metadata.\n"
-            "\n"
-            "Resume with: bin/coordinator init --redis URL --run NEW --from-checkpoint FILE\n"
-            "Format: docs/checkpoints.md\n");
+static void ck_usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: bin/coordinator checkpoint save --redis URL --run NAME (--out FILE | --dir DIR [--keep K])\n"
+        "                                       [--timeout S]\n"
+        "       bin/coordinator checkpoint show FILE\n"
+        "\n"
+        "save: export the run's global parameters, outer momentum (and an async run's Delayed Nesterov\n"
+        "      buffer) and run config, all shards at one committed version, as one safetensors file\n"
+        "      (+ a .json side file), written atomically.\n"
+        "  --out FILE     write FILE (e.g. run.safetensors)\n"
+        "  --dir DIR      write DIR/checkpoint-<version>.safetensors ...\n"
+        "  --keep K       ... and delete all but the newest K there (default 0: keep all)\n"
+        "  --timeout S    wait up to S seconds for every shard to be at the same version (default 60)\n" REDIS_URL_HELP
+        "show: validate FILE (format, sizes, checksums) and print its metadata.\n"
+        "\n"
+        "Resume with: bin/coordinator init --redis URL --run NEW --from-checkpoint FILE\n"
+        "Format: docs/checkpoints.md\n");
 }
 
-static int ck_save(int argc, char **argv) {
+static int ck_save(int argc, char **argv)
+{
     coord_common cc;
     memset(&cc, 0, sizeof cc);
     const char *out = NULL, *dir = NULL;
@@ -80,7 +82,8 @@ static int ck_save(int argc, char **argv) {
     return 0;
 }
 
-static int ck_show(int argc, char **argv) {
+static int ck_show(int argc, char **argv)
+{
     if (argc != 1 || argv[0][0] == '-') {
         if (argc == 1 && (!strcmp(argv[0], "-h") || !strcmp(argv[0], "--help"))) {
             ck_usage(stdout);
@@ -105,8 +108,8 @@ static int ck_show(int argc, char **argv) {
            digest_f32(ck.mom, ck.numel));
     if (ck.dn_buffer > 0)
         printf("delayed nesterov N %d (%s), %" PRIu64 " submissions applied, %" PRIu64 " in the buffer\n"
-               "dn_buffer_xxh3  %016" PRIx64 "\n", ck.dn_buffer, ck.dn_variant, ck.dn_t, ck.dn_t % (uint64_t)ck.dn_buffer,
-               digest_f32(ck.dnbuf, ck.numel));
+               "dn_buffer_xxh3  %016" PRIx64 "\n",
+               ck.dn_buffer, ck.dn_variant, ck.dn_t, ck.dn_t % (uint64_t)ck.dn_buffer, digest_f32(ck.dnbuf, ck.numel));
     for (int k = 0; k < ck.nshards; k++) {
         uint64_t b = ck.shard_bounds[k];
         printf("shard %d %016" PRIx64 "\n", k, digest_f32(ck.params + b, ck.shard_bounds[k + 1] - b));
@@ -115,7 +118,8 @@ static int ck_show(int argc, char **argv) {
     return 0;
 }
 
-int cmd_checkpoint(int argc, char **argv) {
+int cmd_checkpoint(int argc, char **argv)
+{
     if (argc < 1 || !strcmp(argv[0], "-h") || !strcmp(argv[0], "--help")) {
         ck_usage(argc < 1 ? stderr : stdout);
         return argc < 1 ? 2 : 0;

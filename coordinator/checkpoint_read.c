@@ -17,7 +17,8 @@
 #include "safetensors.h"
 #include "util.h"
 
-void checkpoint_free(checkpoint *ck) {
+void checkpoint_free(checkpoint *ck)
+{
     free(ck->params);
     free(ck->mom);
     free(ck->dnbuf);
@@ -26,14 +27,16 @@ void checkpoint_free(checkpoint *ck) {
 }
 
 /* an integer in [0, max], or -1 (also when s is NULL: a missing key) */
-static int parse_u64(const char *s, uint64_t max, uint64_t *out) {
+static int parse_u64(const char *s, uint64_t max, uint64_t *out)
+{
     long long v;
     if (!s || parse_int(s, 0, (long long)max, &v) < 0) return -1;
     *out = (uint64_t)v;
     return 0;
 }
 
-static int check_format(const safetensors *st, char *err, size_t errlen) {
+static int check_format(const safetensors *st, char *err, size_t errlen)
+{
     const char *fmt = safetensors_meta(st, "format"), *fv = safetensors_meta(st, "format_version");
     if (!fmt || strcmp(fmt, CKPT_FORMAT) != 0) {
         err_set(err, errlen, "a safetensors file but not a ReDiLoCo checkpoint (no __metadata__.format \"%s\")",
@@ -49,7 +52,8 @@ static int check_format(const safetensors *st, char *err, size_t errlen) {
 }
 
 /* the run's configuration: every key present and in range */
-static int read_config(const safetensors *st, checkpoint *ck, char *err, size_t errlen) {
+static int read_config(const safetensors *st, checkpoint *ck, char *err, size_t errlen)
+{
     uint64_t shards, frags, snap, version;
     const char *tr = safetensors_meta(st, "trainer"), *model = safetensors_meta(st, "model");
     const char *sb = safetensors_meta(st, "shard_bounds"), *nest = safetensors_meta(st, "nesterov");
@@ -60,8 +64,8 @@ static int read_config(const safetensors *st, checkpoint *ck, char *err, size_t 
         parse_u64(safetensors_meta(st, "shards"), RUNCONF_MAX_SHARDS, &shards) < 0 ||
         parse_u64(safetensors_meta(st, "fragments"), RUNCONF_MAX_FRAGMENTS, &frags) < 0 ||
         parse_u64(safetensors_meta(st, "seed"), INT64_MAX, &ck->seed) < 0 ||
-        parse_u64(safetensors_meta(st, "snapshot_every"), INT_MAX, &snap) < 0 || !tr || !model || !sb || !lr ||
-        !mu || !nest || !hm || parse_double(lr, &ck->outer_lr) < 0 || parse_double(mu, &ck->outer_momentum) < 0) {
+        parse_u64(safetensors_meta(st, "snapshot_every"), INT_MAX, &snap) < 0 || !tr || !model || !sb || !lr || !mu ||
+        !nest || !hm || parse_double(lr, &ck->outer_lr) < 0 || parse_double(mu, &ck->outer_momentum) < 0) {
         err_set(err, errlen, "incomplete or malformed checkpoint metadata");
         return -1;
     }
@@ -92,7 +96,8 @@ static int read_config(const safetensors *st, checkpoint *ck, char *err, size_t 
 }
 
 /* Delayed Nesterov: a third tensor and where the every-N schedule stands */
-static int read_dn_config(const safetensors *st, checkpoint *ck, char *err, size_t errlen) {
+static int read_dn_config(const safetensors *st, checkpoint *ck, char *err, size_t errlen)
+{
     uint64_t dnb = 0;
     const char *dnv = safetensors_meta(st, "dn_variant");
     if (safetensors_meta(st, "dn_buffer") &&
@@ -110,7 +115,8 @@ static int read_dn_config(const safetensors *st, checkpoint *ck, char *err, size
 static const char *const tensor_names[3] = {"params", "momentum", "dn_buffer"};
 
 /* exactly the tensors of the format (params, momentum, and dn_buffer with DN), F32 [numel] each */
-static int check_tensors(const safetensors *st, const checkpoint *ck, char *err, size_t errlen) {
+static int check_tensors(const safetensors *st, const checkpoint *ck, char *err, size_t errlen)
+{
     size_t want = ck->dn_buffer > 0 ? 3 : 2;
     for (size_t i = 0; i < want; i++) {
         const safetensors_tensor *t = safetensors_find(st, tensor_names[i]);
@@ -133,7 +139,8 @@ static int check_tensors(const safetensors *st, const checkpoint *ck, char *err,
 }
 
 /* what: "params are", "momentum is", ... (the start of the message) */
-static int verify_digest(const char *what, const float *v, uint64_t n, const char *want, char *err, size_t errlen) {
+static int verify_digest(const char *what, const float *v, uint64_t n, const char *want, char *err, size_t errlen)
+{
     char got[17];
     snprintf(got, sizeof got, "%016" PRIx64, digest_f32(v, n));
     if (want && strcmp(want, got)) {
@@ -143,7 +150,8 @@ static int verify_digest(const char *what, const float *v, uint64_t n, const cha
     return 0;
 }
 
-static int verify_digests(const checkpoint *ck, const safetensors *st, char *err, size_t errlen) {
+static int verify_digests(const checkpoint *ck, const safetensors *st, char *err, size_t errlen)
+{
     const char *dx = safetensors_meta(st, "dn_buffer_xxh3"), *sd = safetensors_meta(st, "shard_digests");
     if (verify_digest("params are", ck->params, ck->numel, safetensors_meta(st, "params_xxh3"), err, errlen) < 0 ||
         verify_digest("momentum is", ck->mom, ck->numel, safetensors_meta(st, "momentum_xxh3"), err, errlen) < 0)
@@ -163,7 +171,8 @@ static int verify_digests(const checkpoint *ck, const safetensors *st, char *err
 }
 
 /* the values: allocated from the tensor table (bounded by the file's size), finite, digests as recorded */
-static int read_values(const safetensors *st, checkpoint *ck, char *err, size_t errlen) {
+static int read_values(const safetensors *st, checkpoint *ck, char *err, size_t errlen)
+{
     float **dst[3] = {&ck->params, &ck->mom, &ck->dnbuf};
     int nt = ck->dn_buffer > 0 ? 3 : 2;
     for (int i = 0; i < nt; i++) {
@@ -186,7 +195,8 @@ static int read_values(const safetensors *st, checkpoint *ck, char *err, size_t 
     return 0;
 }
 
-int checkpoint_read(const char *path, int with_data, checkpoint *ck, char *err, size_t errlen) {
+int checkpoint_read(const char *path, int with_data, checkpoint *ck, char *err, size_t errlen)
+{
     memset(ck, 0, sizeof *ck);
     safetensors st;
     char e2[512];
@@ -194,7 +204,8 @@ int checkpoint_read(const char *path, int with_data, checkpoint *ck, char *err, 
     int rc = check_format(&st, e2, sizeof e2) < 0 || read_config(&st, ck, e2, sizeof e2) < 0 ||
                      read_dn_config(&st, ck, e2, sizeof e2) < 0 || check_tensors(&st, ck, e2, sizeof e2) < 0 ||
                      (with_data && read_values(&st, ck, e2, sizeof e2) < 0)
-                 ? -1 : 0;
+                 ? -1
+                 : 0;
     if (rc < 0) {
         err_set(err, errlen, "%s: %s", path, e2);
         checkpoint_free(ck);

@@ -10,7 +10,8 @@
 #include "rconn.h"
 #include "runconf.h"
 
-rconn *coord_connect(coord_common *c) {
+rconn *coord_connect(coord_common *c)
+{
     char err[512], text[REDIS_URL_MAX];
     if (redis_url_pick(c->redis_url, c->redis_file, text, sizeof text, err, sizeof err) < 0) {
         fprintf(stderr, "coordinator: %s (see --help)\n", err);
@@ -29,7 +30,8 @@ rconn *coord_connect(coord_common *c) {
     return rc;
 }
 
-json_t *coord_fetch_status(rconn *rc, const char *run) {
+json_t *coord_fetch_status(rconn *rc, const char *run)
+{
     char err[512], key[KEY_MAX];
     if (runconf_check_library(rc, run, err, sizeof err) < 0) {
         fprintf(stderr, "coordinator: %s\n", err);

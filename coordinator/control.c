@@ -19,23 +19,24 @@
 #include "opts.h"
 #include "util.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: bin/coordinator control --redis URL --run NAME ACTION [ARG]\n"
-            "\n" REDIS_URL_HELP "\n"
-            "actions (each is one Redis Function call; the HTTP equivalent in brackets):\n"
-            "  kick WORKER         evict a worker (it may register again)   [kick_worker]\n"
-            "  set-lr LR           outer learning rate, > 0                 [update_optimizer]\n"
-            "  set-momentum MU     outer momentum, in [0, 1)                [update_optimizer]\n"
-            "  set-nesterov 0|1    Nesterov momentum off/on                 [update_optimizer]\n"
-            "  set-workers N       expected workers per round, >= 1         [update_num_workers]\n"
-            "  set-min-workers N   floor of the expected workers            [update_num_workers]\n"
-            "  shutdown            stop the run: workers leave at their next heartbeat [shutdown]\n"
-            "\n"
-            "Prints the JSON reply; exit status 0 on success, 1 if the action failed, 2 on usage errors.\n");
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bin/coordinator control --redis URL --run NAME ACTION [ARG]\n"
+               "\n" REDIS_URL_HELP "\n"
+               "actions (each is one Redis Function call; the HTTP equivalent in brackets):\n"
+               "  kick WORKER         evict a worker (it may register again)   [kick_worker]\n"
+               "  set-lr LR           outer learning rate, > 0                 [update_optimizer]\n"
+               "  set-momentum MU     outer momentum, in [0, 1)                [update_optimizer]\n"
+               "  set-nesterov 0|1    Nesterov momentum off/on                 [update_optimizer]\n"
+               "  set-workers N       expected workers per round, >= 1         [update_num_workers]\n"
+               "  set-min-workers N   floor of the expected workers            [update_num_workers]\n"
+               "  shutdown            stop the run: workers leave at their next heartbeat [shutdown]\n"
+               "\n"
+               "Prints the JSON reply; exit status 0 on success, 1 if the action failed, 2 on usage errors.\n");
 }
 
-static json_t *number_arg(const char *s, const char *what) {
+static json_t *number_arg(const char *s, const char *what)
+{
     double d;
     if (parse_double(s, &d) < 0) {
         fprintf(stderr, "coordinator control: %s wants a number, got '%s'\n", what, s);
@@ -44,7 +45,8 @@ static json_t *number_arg(const char *s, const char *what) {
     return json_real(d);
 }
 
-static json_t *int_arg(const char *s, const char *what) {
+static json_t *int_arg(const char *s, const char *what)
+{
     long long v;
     if (parse_int(s, 0, 1000000, &v) < 0) {
         fprintf(stderr, "coordinator control: %s wants an integer, got '%s'\n", what, s);
@@ -53,7 +55,8 @@ static json_t *int_arg(const char *s, const char *what) {
     return json_integer(v);
 }
 
-int cmd_control(int argc, char **argv) {
+int cmd_control(int argc, char **argv)
+{
     coord_common c = {0};
     const opt_spec specs[] = {COORD_COMMON_OPTS(&c), {0}};
     char err[256], *pos[16]; /* the positional arguments (and unknown options, refused below) */
@@ -68,8 +71,10 @@ int cmd_control(int argc, char **argv) {
             prc = -1;
         }
     if (prc < 0 || npos > 3) {
-        if (prc == -1) fprintf(stderr, "coordinator control: %s\n\n", err);
-        else fprintf(stderr, "coordinator control: too many arguments\n\n");
+        if (prc == -1)
+            fprintf(stderr, "coordinator control: %s\n\n", err);
+        else
+            fprintf(stderr, "coordinator control: too many arguments\n\n");
         usage(stderr);
         return 2;
     }

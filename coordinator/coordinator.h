@@ -24,11 +24,11 @@
 #include "url.h"
 
 typedef struct coord_common {
-    const char *redis_url;         /* --redis (NULL: --redis-file or $DL_REDIS_URL, see url.h) */
-    const char *redis_file;        /* --redis-file */
+    const char *redis_url;  /* --redis (NULL: --redis-file or $DL_REDIS_URL, see url.h) */
+    const char *redis_file; /* --redis-file */
     const char *run;
     redis_url url;
-    int connect_timeout_ms;        /* how long coord_connect waits for an unreachable Redis: serve's
+    int connect_timeout_ms; /* how long coord_connect waits for an unreachable Redis: serve's
                                       --connect-timeout; 0 (the one-shot commands): one attempt */
 } coord_common;
 
@@ -38,10 +38,12 @@ int cmd_serve(int argc, char **argv);
 int cmd_control(int argc, char **argv); /* control.c */
 
 /* The entries of an option table (opts.h) for --redis, --redis-file and --run, filling *c. */
-#define COORD_COMMON_OPTS(c)                                                   \
+#define COORD_COMMON_OPTS(c)                                                  \
     {.name = "redis", .kind = OPT_STRING, .dest = &(c)->redis_url},           \
-    {.name = "redis-file", .kind = OPT_STRING, .dest = &(c)->redis_file},     \
-    {.name = "run", .kind = OPT_STRING, .dest = &(c)->run}
+        {.name = "redis-file", .kind = OPT_STRING, .dest = &(c)->redis_file}, \
+    {                                                                         \
+        .name = "run", .kind = OPT_STRING, .dest = &(c)->run                  \
+    }
 /* Pick the URL (redis_url_pick: --redis, --redis-file or $DL_REDIS_URL), check --run was given, parse
  * the URL and connect (retrying for up to connect_timeout_ms; a refused password fails at once). NULL +
  * message on stderr. */
@@ -57,8 +59,8 @@ struct json_t *coord_fetch_status(rconn *rc, const char *run);
 typedef struct topology_watch {
     char master[300];
     char last_from[300], last_to[300];
-    uint64_t last_ms;   /* wall clock */
-    int seen;           /* failovers seen by this process */
+    uint64_t last_ms; /* wall clock */
+    int seen;         /* failovers seen by this process */
 } topology_watch;
 struct json_t *topology_read(rconn *rc, const redis_url *url, topology_watch *w); /* w may be NULL */
 void topology_print(struct json_t *topology);

@@ -8,7 +8,8 @@
 #include "util.h"
 
 /* One entry [id, [field, value, ...]] as {version, loss, tokens, time}; NULL when malformed. */
-static json_t *entry(const redisReply *e) {
+static json_t *entry(const redisReply *e)
+{
     if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[1]->type != REDIS_REPLY_ARRAY) return NULL;
     const redisReply *f = e->element[1];
     json_t *o = json_object();
@@ -17,8 +18,10 @@ static json_t *entry(const redisReply *e) {
         const char *k = f->element[j]->str, *v = f->element[j + 1]->str;
         double d;
         if (parse_double(v, &d) < 0) continue;
-        if (!strcmp(k, "loss") || !strcmp(k, "time")) json_object_set_new(o, k, json_real(d));
-        else if (!strcmp(k, "version") || !strcmp(k, "tokens")) json_object_set_new(o, k, json_integer((json_int_t)d));
+        if (!strcmp(k, "loss") || !strcmp(k, "time"))
+            json_object_set_new(o, k, json_real(d));
+        else if (!strcmp(k, "version") || !strcmp(k, "tokens"))
+            json_object_set_new(o, k, json_integer((json_int_t)d));
     }
     if (!json_object_get(o, "loss") || !json_object_get(o, "version")) {
         json_decref(o);
@@ -27,7 +30,8 @@ static json_t *entry(const redisReply *e) {
     return o;
 }
 
-json_t *evals_fetch(rconn *rc, const char *run, int count, char *err, size_t errlen) {
+json_t *evals_fetch(rconn *rc, const char *run, int count, char *err, size_t errlen)
+{
     char key[KEY_MAX];
     redisReply *r = rconn_command(rc, "XREVRANGE %s + - COUNT %d", key_run(key, sizeof key, run, "evals"), count);
     if (rconn_reply_error(rc, r, err, errlen) < 0 || r->type != REDIS_REPLY_ARRAY) {
@@ -44,7 +48,8 @@ json_t *evals_fetch(rconn *rc, const char *run, int count, char *err, size_t err
     return out;
 }
 
-int evals_attach(rconn *rc, const char *run, json_t *raw, char *err, size_t errlen) {
+int evals_attach(rconn *rc, const char *run, json_t *raw, char *err, size_t errlen)
+{
     json_t *ev = evals_fetch(rc, run, EVALS_SHOWN, err, errlen);
     if (!ev) return -1;
     json_object_set_new(raw, "evals", ev);

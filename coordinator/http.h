@@ -27,17 +27,17 @@ typedef rconn *(*http_redis_fn)(void *arg, char *err, size_t errlen);
 typedef struct saver saver;
 
 typedef struct http_options {
-    const char *host;       /* bind address, default 127.0.0.1 */
-    int port;               /* 0 = any free port */
-    const char *run;        /* run name */
-    const char *token;      /* bearer token for /control (NULL = no auth) */
-    const char *save_dir;   /* save_state exports checkpoints here (NULL: save_state unavailable) */
-    int keep;               /* checkpoints kept in save_dir (0 = all) */
-    saver *saver;           /* runs those exports off the loop (http_save.c); NULL = synchronously */
-    int dashboard;          /* 0: GET / and /dashboard answer 404 */
+    const char *host;     /* bind address, default 127.0.0.1 */
+    int port;             /* 0 = any free port */
+    const char *run;      /* run name */
+    const char *token;    /* bearer token for /control (NULL = no auth) */
+    const char *save_dir; /* save_state exports checkpoints here (NULL: save_state unavailable) */
+    int keep;             /* checkpoints kept in save_dir (0 = all) */
+    saver *saver;         /* runs those exports off the loop (http_save.c); NULL = synchronously */
+    int dashboard;        /* 0: GET / and /dashboard answer 404 */
     http_redis_fn redis;
     void *redis_arg;
-    const redis_url *url;   /* for the Redis topology in /status (NULL: left out) */
+    const redis_url *url;            /* for the Redis topology in /status (NULL: left out) */
     struct topology_watch *topology; /* the last failover serve saw (coordinator.h) */
 } http_options;
 
@@ -71,8 +71,7 @@ int control_run(rconn *rc, const control_env *env, const char *action, json_t *b
  * New reference. */
 json_t *status_document(json_t *raw, json_t *events, int auth_required, int dashboard, int can_save, double uptime_s);
 /* Read dl_status + the last n_events events: the raw pieces status_document() wants. -1 + err. */
-int status_fetch(rconn *rc, const char *run, int n_events, json_t **raw, json_t **events, char *err,
-                 size_t errlen);
+int status_fetch(rconn *rc, const char *run, int n_events, json_t **raw, json_t **events, char *err, size_t errlen);
 /* Prometheus text exposition of the run (malloc'd, NUL-terminated). */
 char *metrics_text(json_t *raw, const char *run);
 

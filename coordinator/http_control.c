@@ -25,11 +25,12 @@
 #include "rconn.h"
 #include "util.h"
 
-const char *const control_actions[] = {"save_state", "kick_worker", "update_optimizer", "update_num_workers",
-                                       "shutdown", NULL};
+const char *const control_actions[] = {"save_state",         "kick_worker", "update_optimizer",
+                                       "update_num_workers", "shutdown",    NULL};
 
 static int error_reply(json_t **reply, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
-static int error_reply(json_t **reply, int code, const char *fmt, ...) {
+static int error_reply(json_t **reply, int code, const char *fmt, ...)
+{
     char msg[1024];
     va_list ap;
     va_start(ap, fmt);
@@ -40,7 +41,8 @@ static int error_reply(json_t **reply, int code, const char *fmt, ...) {
 }
 
 /* The shortest decimal that reads back as d, so Redis shows "0.5", not "0.50000000000000000". */
-static void fmt_double(double d, char *buf, size_t cap) {
+static void fmt_double(double d, char *buf, size_t cap)
+{
     for (int p = 1; p <= 17; p++) {
         snprintf(buf, cap, "%.*g", p, d);
         if (strtod(buf, NULL) == d) return;
@@ -48,10 +50,12 @@ static void fmt_double(double d, char *buf, size_t cap) {
 }
 
 /* Only the listed fields may appear in the body: a typo ("learning_rate") is an error, not a no-op. */
-static int check_fields(json_t *body, const char *const *allowed, const char *action, json_t **reply) {
+static int check_fields(json_t *body, const char *const *allowed, const char *action, json_t **reply)
+{
     const char *k;
     json_t *v;
-    json_object_foreach(body, k, v) {
+    json_object_foreach(body, k, v)
+    {
         int ok = 0;
         for (const char *const *a = allowed; *a; a++) ok |= !strcmp(*a, k);
         if (!ok) return error_reply(reply, 400, "%s: unknown field '%s'", action, k);
@@ -60,7 +64,8 @@ static int check_fields(json_t *body, const char *const *allowed, const char *ac
 }
 
 /* HTTP status for an error reply of a Redis Function ("-CODE message"). */
-static int code_of_redis_error(const char *msg) {
+static int code_of_redis_error(const char *msg)
+{
     if (!strncmp(msg, "BADARG", 6)) return 400;
     if (!strncmp(msg, "UNKNOWN_WORKER", 14)) return 404;
     if (!strncmp(msg, "NORUN", 5)) return 404;
@@ -69,8 +74,8 @@ static int code_of_redis_error(const char *msg) {
 }
 
 /* One FCALL with argv[0..n) after "FCALL name 1 key"; 200 + reply OK, or the error mapped. */
-static int fcall(rconn *rc, const char *run, const char *fn, int n, const char **args, json_t **reply,
-                 const char *what) {
+static int fcall(rconn *rc, const char *run, const char *fn, int n, const char **args, json_t **reply, const char *what)
+{
     char key[KEY_MAX], err[512];
     const char *argv[16];
     int argc = 0;
@@ -91,7 +96,8 @@ static int fcall(rconn *rc, const char *run, const char *fn, int n, const char *
     return 200;
 }
 
-static int do_kick(rconn *rc, const char *run, json_t *body, json_t **reply) {
+static int do_kick(rconn *rc, const char *run, json_t *body, json_t **reply)
+{
     static const char *const allowed[] = {"worker_id", NULL};
     if (check_fields(body, allowed, "kick_worker", reply)) return 400;
     json_t *w = json_object_get(body, "worker_id");
@@ -105,7 +111,8 @@ static int do_kick(rconn *rc, const char *run, json_t *body, json_t **reply) {
     return code;
 }
 
-static int do_optimizer(rconn *rc, const char *run, json_t *body, json_t **reply) {
+static int do_optimizer(rconn *rc, const char *run, json_t *body, json_t **reply)
+{
     static const char *const allowed[] = {"lr", "momentum", "nesterov", NULL};
     if (check_fields(body, allowed, "update_optimizer", reply)) return 400;
     json_t *lr = json_object_get(body, "lr"), *mu = json_object_get(body, "momentum");
@@ -114,7 +121,8 @@ static int do_optimizer(rconn *rc, const char *run, json_t *body, json_t **reply
         return error_reply(reply, 400, "update_optimizer: body must set \"lr\" and/or \"momentum\" (numbers)");
     if ((lr && !json_is_number(lr)) || (mu && !json_is_number(mu)))
         return error_reply(reply, 400, "update_optimizer: \"lr\" and \"momentum\" must be numbers");
-    if (nest && !json_is_boolean(nest)) return error_reply(reply, 400, "update_optimizer: \"nesterov\" must be true or false");
+    if (nest && !json_is_boolean(nest))
+        return error_reply(reply, 400, "update_optimizer: \"nesterov\" must be true or false");
     if (lr && !(json_number_value(lr) > 0 && isfinite(json_number_value(lr))))
         return error_reply(reply, 400, "update_optimizer: lr must be a positive number");
     if (mu && !(json_number_value(mu) >= 0 && json_number_value(mu) < 1))
@@ -148,14 +156,19 @@ static int do_optimizer(rconn *rc, const char *run, json_t *body, json_t **reply
     return 200;
 }
 
-static int int_field(json_t *v, long long lo, long long hi, long long *out) {
-    if (json_is_integer(v)) *out = json_integer_value(v);
-    else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v))) *out = (long long)json_real_value(v);
-    else return -1;
+static int int_field(json_t *v, long long lo, long long hi, long long *out)
+{
+    if (json_is_integer(v))
+        *out = json_integer_value(v);
+    else if (json_is_real(v) && json_real_value(v) == floor(json_real_value(v)))
+        *out = (long long)json_real_value(v);
+    else
+        return -1;
     return *out >= lo && *out <= hi ? 0 : -1;
 }
 
-static int do_num_workers(rconn *rc, const char *run, json_t *body, json_t **reply) {
+static int do_num_workers(rconn *rc, const char *run, json_t *body, json_t **reply)
+{
     static const char *const allowed[] = {"num_workers", "min_workers", NULL};
     if (check_fields(body, allowed, "update_num_workers", reply)) return 400;
     json_t *nw = json_object_get(body, "num_workers"), *mw = json_object_get(body, "min_workers");
@@ -189,17 +202,19 @@ static int do_num_workers(rconn *rc, const char *run, json_t *body, json_t **rep
     return 200;
 }
 
-static int do_shutdown(rconn *rc, const char *run, json_t *body, json_t **reply) {
+static int do_shutdown(rconn *rc, const char *run, json_t *body, json_t **reply)
+{
     static const char *const allowed[] = {NULL};
     if (check_fields(body, allowed, "shutdown", reply)) return 400;
     int code = fcall(rc, run, "dl_shutdown", 0, NULL, reply, "shutdown of the run");
     if (code == 200)
-        *reply = json_pack("{s:s,s:s}", "status", "ok", "message",
-                           "run shut down: workers stop at their next heartbeat");
+        *reply =
+            json_pack("{s:s,s:s}", "status", "ok", "message", "run shut down: workers stop at their next heartbeat");
     return code;
 }
 
-static int do_save(rconn *rc, const control_env *env, json_t *body, json_t **reply) {
+static int do_save(rconn *rc, const control_env *env, json_t *body, json_t **reply)
+{
     static const char *const allowed[] = {NULL};
     if (check_fields(body, allowed, "save_state", reply)) return 400;
     if (!env->save_dir)
@@ -220,7 +235,8 @@ static int do_save(rconn *rc, const control_env *env, json_t *body, json_t **rep
     return 200;
 }
 
-int control_run(rconn *rc, const control_env *env, const char *action, json_t *body, json_t **reply) {
+int control_run(rconn *rc, const control_env *env, const char *action, json_t *body, json_t **reply)
+{
     const char *run = env->run;
     *reply = NULL;
     if (!json_is_object(body)) return error_reply(reply, 400, "the body must be a JSON object");

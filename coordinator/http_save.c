@@ -45,7 +45,8 @@ struct saver {
     uint64_t ms;
 };
 
-static void *save_thread(void *arg) {
+static void *save_thread(void *arg)
+{
     saver *s = arg;
     uint64_t t0 = now_ms();
     s->ok = 0;
@@ -59,30 +60,32 @@ static void *save_thread(void *arg) {
     }
     s->ms = now_ms() - t0;
     char b = 1;
-    while (write(s->pipefd[1], &b, 1) < 0 && errno == EINTR) {
-    }
+    while (write(s->pipefd[1], &b, 1) < 0 && errno == EINTR) {}
     return NULL;
 }
 
-static void on_done(evutil_socket_t fd, short what, void *arg) {
+static void on_done(evutil_socket_t fd, short what, void *arg)
+{
     (void)what;
     saver *s = arg;
     char buf[16];
-    while (read(fd, buf, sizeof buf) > 0) {
-    }
+    while (read(fd, buf, sizeof buf) > 0) {}
     if (!s->busy) return;
     pthread_join(s->th, NULL);
     s->busy = 0;
-    if (s->ok) log_info("checkpoint: wrote %s (version %lld) in %llu ms", s->path, (long long)s->version,
-                        (unsigned long long)s->ms);
-    else log_warn("checkpoint: save failed: %s", s->err);
+    if (s->ok)
+        log_info("checkpoint: wrote %s (version %lld) in %llu ms", s->path, (long long)s->version,
+                 (unsigned long long)s->ms);
+    else
+        log_warn("checkpoint: save failed: %s", s->err);
     int n = s->nwaiters;
     s->nwaiters = 0;
     for (int i = 0; i < n; i++)
         if (s->waiters[i].fn) s->waiters[i].fn(s->waiters[i].arg, s->ok, s->path, s->version, s->err);
 }
 
-saver *saver_new(struct event_base *base, const redis_url *url, const char *run, const char *dir, int keep) {
+saver *saver_new(struct event_base *base, const redis_url *url, const char *run, const char *dir, int keep)
+{
     saver *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->base = base;
@@ -99,7 +102,8 @@ saver *saver_new(struct event_base *base, const redis_url *url, const char *run,
     return s;
 }
 
-int saver_request(saver *s, saver_done_fn fn, void *arg) {
+int saver_request(saver *s, saver_done_fn fn, void *arg)
+{
     if (s->nwaiters >= MAX_WAITERS) return -1;
     s->waiters[s->nwaiters].fn = fn;
     s->waiters[s->nwaiters].arg = arg;
@@ -114,14 +118,19 @@ int saver_request(saver *s, saver_done_fn fn, void *arg) {
     return 0;
 }
 
-void saver_cancel(saver *s, void *arg) {
+void saver_cancel(saver *s, void *arg)
+{
     for (int i = 0; i < s->nwaiters; i++)
         if (s->waiters[i].arg == arg) s->waiters[i].fn = NULL;
 }
 
-int saver_busy(const saver *s) { return s->busy; }
+int saver_busy(const saver *s)
+{
+    return s->busy;
+}
 
-void saver_free(saver *s) {
+void saver_free(saver *s)
+{
     if (!s) return;
     if (s->busy) pthread_join(s->th, NULL); /* let a save in progress finish its file */
     event_free(s->ev);

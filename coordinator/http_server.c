@@ -36,23 +36,33 @@ struct http_server {
     uint64_t started_ms;
 };
 
-static void reply_raw(struct evhttp_request *req, int code, const char *ctype, const char *body, size_t len) {
+static void reply_raw(struct evhttp_request *req, int code, const char *ctype, const char *body, size_t len)
+{
     struct evkeyvalq *h = evhttp_request_get_output_headers(req);
     evhttp_add_header(h, "Content-Type", ctype);
     evhttp_add_header(h, "Cache-Control", "no-store");
     evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
     struct evbuffer *b = evbuffer_new();
     if (body) evbuffer_add(b, body, len);
-    const char *reason = code == 200 ? "OK" : code == 400 ? "Bad Request" : code == 401 ? "Unauthorized"
-                        : code == 403 ? "Forbidden" : code == 404 ? "Not Found" : code == 405 ? "Method Not Allowed"
-                        : code == 409 ? "Conflict" : code == 413 ? "Payload Too Large" : code == 500 ? "Internal Server Error" : code == 501 ? "Not Implemented"
-                        : code == 503 ? "Service Unavailable" : "Error";
+    const char *reason = code == 200   ? "OK"
+                         : code == 400 ? "Bad Request"
+                         : code == 401 ? "Unauthorized"
+                         : code == 403 ? "Forbidden"
+                         : code == 404 ? "Not Found"
+                         : code == 405 ? "Method Not Allowed"
+                         : code == 409 ? "Conflict"
+                         : code == 413 ? "Payload Too Large"
+                         : code == 500 ? "Internal Server Error"
+                         : code == 501 ? "Not Implemented"
+                         : code == 503 ? "Service Unavailable"
+                                       : "Error";
     evhttp_send_reply(req, code, reason, b);
     evbuffer_free(b);
 }
 
 /* Steals doc. */
-static void reply_json(struct evhttp_request *req, int code, json_t *doc) {
+static void reply_json(struct evhttp_request *req, int code, json_t *doc)
+{
     char *s = json_dumps(doc, JSON_COMPACT | JSON_REAL_PRECISION(15));
     json_decref(doc);
     if (!s) {
@@ -70,11 +80,13 @@ static void reply_json(struct evhttp_request *req, int code, json_t *doc) {
     free(s);
 }
 
-static void reply_error(struct evhttp_request *req, int code, const char *msg) {
+static void reply_error(struct evhttp_request *req, int code, const char *msg)
+{
     reply_json(req, code, json_pack("{s:s}", "error", msg));
 }
 
-static rconn *redis_or_503(http_server *s, struct evhttp_request *req) {
+static rconn *redis_or_503(http_server *s, struct evhttp_request *req)
+{
     char err[512] = "";
     rconn *rc = s->o.redis(s->o.redis_arg, err, sizeof err);
     if (!rc) {
@@ -85,7 +97,8 @@ static rconn *redis_or_503(http_server *s, struct evhttp_request *req) {
     return rc;
 }
 
-static void serve_status(http_server *s, struct evhttp_request *req) {
+static void serve_status(http_server *s, struct evhttp_request *req)
+{
     rconn *rc = redis_or_503(s, req);
     if (!rc) return;
     json_t *raw = NULL, *events = NULL;
@@ -102,7 +115,8 @@ static void serve_status(http_server *s, struct evhttp_request *req) {
     reply_json(req, 200, doc);
 }
 
-static void serve_metrics(http_server *s, struct evhttp_request *req) {
+static void serve_metrics(http_server *s, struct evhttp_request *req)
+{
     rconn *rc = redis_or_503(s, req);
     if (!rc) return;
     json_t *raw = NULL;
@@ -117,7 +131,8 @@ static void serve_metrics(http_server *s, struct evhttp_request *req) {
     free(txt);
 }
 
-static void serve_dashboard(http_server *s, struct evhttp_request *req) {
+static void serve_dashboard(http_server *s, struct evhttp_request *req)
+{
     if (!s->o.dashboard) {
         reply_error(req, 404, "the dashboard is disabled (--no-dashboard)");
         return;
@@ -133,7 +148,8 @@ static void serve_dashboard(http_server *s, struct evhttp_request *req) {
 }
 
 /* Constant-time comparison of the presented bearer token. */
-static int token_ok(http_server *s, struct evhttp_request *req) {
+static int token_ok(http_server *s, struct evhttp_request *req)
+{
     if (!s->o.token) return 1;
     const char *a = evhttp_find_header(evhttp_request_get_input_headers(req), "Authorization");
     if (!a || strncasecmp(a, "Bearer ", 7)) return 0;
@@ -146,7 +162,8 @@ static int token_ok(http_server *s, struct evhttp_request *req) {
 }
 
 /* Host header names a loopback address ("127.0.0.1:8512", "localhost", "[::1]:8512")? */
-static int host_is_loopback(const char *h) {
+static int host_is_loopback(const char *h)
+{
     char name[256];
     size_t n;
     if (h[0] == '[') {
@@ -177,17 +194,21 @@ typedef struct save_wait {
     struct evhttp_connection *conn;
 } save_wait;
 
-static void save_conn_closed(struct evhttp_connection *conn, void *arg) {
+static void save_conn_closed(struct evhttp_connection *conn, void *arg)
+{
     save_wait *w = arg;
     (void)conn;
     saver_cancel(w->s->o.saver, w);
     free(w);
 }
 
-static void save_done(void *arg, int ok, const char *path, int64_t version, const char *err) {
+static void save_done(void *arg, int ok, const char *path, int64_t version, const char *err)
+{
     save_wait *w = arg;
     evhttp_connection_set_closecb(w->conn, NULL, NULL);
-    if (ok) reply_json(w->req, 200, json_pack("{s:s,s:s,s:I}", "status", "ok", "path", path, "version", (json_int_t)version));
+    if (ok)
+        reply_json(w->req, 200,
+                   json_pack("{s:s,s:s,s:I}", "status", "ok", "path", path, "version", (json_int_t)version));
     else {
         char msg[700];
         snprintf(msg, sizeof msg, "save_state: %s", err);
@@ -196,7 +217,8 @@ static void save_done(void *arg, int ok, const char *path, int64_t version, cons
     free(w);
 }
 
-static void save_async(http_server *s, struct evhttp_request *req) {
+static void save_async(http_server *s, struct evhttp_request *req)
+{
     save_wait *w = calloc(1, sizeof *w);
     if (!w) {
         reply_error(req, 500, "out of memory");
@@ -213,7 +235,8 @@ static void save_async(http_server *s, struct evhttp_request *req) {
     evhttp_connection_set_closecb(w->conn, save_conn_closed, w);
 }
 
-static void serve_control(http_server *s, struct evhttp_request *req, const char *action) {
+static void serve_control(http_server *s, struct evhttp_request *req, const char *action)
+{
     struct evkeyvalq *in = evhttp_request_get_input_headers(req);
     /* a browser sends Origin with every POST; it must be this very server */
     const char *origin = evhttp_find_header(in, "Origin"), *host = evhttp_find_header(in, "Host");
@@ -244,7 +267,8 @@ static void serve_control(http_server *s, struct evhttp_request *req, const char
         doc = json_loadb((const char *)evbuffer_pullup(body, (ev_ssize_t)len), len, JSON_REJECT_DUPLICATES, &jerr);
         if (!doc) {
             char msg[400];
-            snprintf(msg, sizeof msg, "malformed JSON body (line %d, column %d): %s", jerr.line, jerr.column, jerr.text);
+            snprintf(msg, sizeof msg, "malformed JSON body (line %d, column %d): %s", jerr.line, jerr.column,
+                     jerr.text);
             reply_error(req, 400, msg);
             return;
         }
@@ -275,7 +299,8 @@ static void serve_control(http_server *s, struct evhttp_request *req, const char
     reply_json(req, code, reply);
 }
 
-static void on_request(struct evhttp_request *req, void *arg) {
+static void on_request(struct evhttp_request *req, void *arg)
+{
     http_server *s = arg;
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
@@ -285,7 +310,8 @@ static void on_request(struct evhttp_request *req, void *arg) {
     if (s->loopback) {
         const char *host = evhttp_find_header(evhttp_request_get_input_headers(req), "Host");
         if (host && !host_is_loopback(host)) {
-            reply_error(req, 403, "this server is bound to loopback: use http://127.0.0.1:PORT or http://localhost:PORT");
+            reply_error(req, 403,
+                        "this server is bound to loopback: use http://127.0.0.1:PORT or http://localhost:PORT");
             return;
         }
     }
@@ -310,12 +336,16 @@ static void on_request(struct evhttp_request *req, void *arg) {
         reply_error(req, 405, "this endpoint takes GET");
         return;
     }
-    if (!strcmp(path, "/status")) serve_status(s, req);
-    else if (!strcmp(path, "/metrics")) serve_metrics(s, req);
-    else serve_dashboard(s, req);
+    if (!strcmp(path, "/status"))
+        serve_status(s, req);
+    else if (!strcmp(path, "/metrics"))
+        serve_metrics(s, req);
+    else
+        serve_dashboard(s, req);
 }
 
-static int addr_is_loopback(const char *host) {
+static int addr_is_loopback(const char *host)
+{
     struct in_addr a4;
     struct in6_addr a6;
     if (!strcasecmp(host, "localhost")) return 1;
@@ -324,7 +354,8 @@ static int addr_is_loopback(const char *host) {
     return 0;
 }
 
-http_server *http_start(struct event_base *base, const http_options *o, char *err, size_t errlen) {
+http_server *http_start(struct event_base *base, const http_options *o, char *err, size_t errlen)
+{
     http_server *s = calloc(1, sizeof *s);
     if (!s) return NULL;
     s->o = *o;
@@ -355,15 +386,21 @@ http_server *http_start(struct event_base *base, const http_options *o, char *er
     socklen_t sl = sizeof ss;
     s->port = s->o.port;
     if (getsockname(evhttp_bound_socket_get_fd(h), (struct sockaddr *)&ss, &sl) == 0) {
-        if (ss.ss_family == AF_INET) s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
-        else if (ss.ss_family == AF_INET6) s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+        if (ss.ss_family == AF_INET)
+            s->port = ntohs(((struct sockaddr_in *)&ss)->sin_port);
+        else if (ss.ss_family == AF_INET6)
+            s->port = ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
     }
     return s;
 }
 
-int http_port(const http_server *s) { return s->port; }
+int http_port(const http_server *s)
+{
+    return s->port;
+}
 
-void http_stop(http_server *s) {
+void http_stop(http_server *s)
+{
     if (!s) return;
     evhttp_free(s->http);
     free(s);

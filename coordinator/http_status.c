@@ -20,14 +20,16 @@
 #include "util.h"
 
 /* cjson encodes an empty Lua table as {}: treat it as an empty array. */
-static json_t *arr(json_t *v) {
+static json_t *arr(json_t *v)
+{
     static json_t *empty;
     if (json_is_array(v)) return v;
     if (!empty) empty = json_array();
     return empty;
 }
 
-static double num(json_t *o, const char *k, double dflt) {
+static double num(json_t *o, const char *k, double dflt)
+{
     json_t *v = json_object_get(o, k);
     if (json_is_number(v)) return json_number_value(v);
     if (json_is_string(v)) {
@@ -37,21 +39,26 @@ static double num(json_t *o, const char *k, double dflt) {
     return dflt;
 }
 
-static const char *str(json_t *o, const char *k, const char *dflt) {
+static const char *str(json_t *o, const char *k, const char *dflt)
+{
     json_t *v = json_object_get(o, k);
     return json_is_string(v) ? json_string_value(v) : dflt;
 }
 
 /* A number as an integer JSON value when it is one (counters), else a real. */
-static json_t *jnum(double d) {
+static json_t *jnum(double d)
+{
     if (isfinite(d) && d == floor(d) && fabs(d) < 9e15) return json_integer((json_int_t)d);
     return json_real(isfinite(d) ? d : 0);
 }
 
-static void setn(json_t *o, const char *k, double d) { json_object_set_new(o, k, jnum(d)); }
+static void setn(json_t *o, const char *k, double d)
+{
+    json_object_set_new(o, k, jnum(d));
+}
 
-int status_fetch(rconn *rc, const char *run, int n_events, json_t **raw, json_t **events, char *err,
-                 size_t errlen) {
+int status_fetch(rconn *rc, const char *run, int n_events, json_t **raw, json_t **events, char *err, size_t errlen)
+{
     char key[KEY_MAX];
     *raw = NULL;
     if (events) *events = NULL;
@@ -99,7 +106,8 @@ int status_fetch(rconn *rc, const char *run, int n_events, json_t **raw, json_t 
     return 0;
 }
 
-static json_t *worker_doc(json_t *w, json_t *arrived0) {
+static json_t *worker_doc(json_t *w, json_t *arrived0)
+{
     json_t *o = json_deep_copy(w); /* keeps every field the record has (staleness, tokens, ...) */
     const char *id = str(w, "id", "");
     json_object_set_new(o, "worker_id", json_string(id));
@@ -127,7 +135,8 @@ static json_t *worker_doc(json_t *w, json_t *arrived0) {
     return o;
 }
 
-json_t *status_document(json_t *raw, json_t *events, int auth_required, int dashboard, int can_save, double uptime_s) {
+json_t *status_document(json_t *raw, json_t *events, int auth_required, int dashboard, int can_save, double uptime_s)
+{
     json_t *cfg = json_object_get(raw, "config"), *st = json_object_get(raw, "state");
     json_t *d = json_object();
     const char *run = str(raw, "run", "");
@@ -155,8 +164,8 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
     setn(d, "numel", num(cfg, "numel", 0));
     setn(d, "num_shards", num(cfg, "shards", 0));
     json_object_set_new(d, "trainer", json_string(str(cfg, "trainer", "")));
-    static const char *counters[] = {"rounds_closed", "commits", "rejections", "deaths", "joins", "lease_changes",
-                                     "corruptions", "repairs"};
+    static const char *counters[] = {"rounds_closed", "commits",       "rejections",  "deaths",
+                                     "joins",         "lease_changes", "corruptions", "repairs"};
     for (size_t i = 0; i < sizeof counters / sizeof *counters; i++) setn(d, counters[i], num(st, counters[i], 0));
     setn(d, "total_worker_deaths", num(st, "deaths", 0));
     setn(d, "num_workers", num(st, "target_workers", 1));
@@ -167,7 +176,8 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
     setn(d, "heartbeat_timeout_ms", num(st, "heartbeat_timeout_ms", 0));
     json_object_set_new(d, "heartbeat_timeout", json_real(num(st, "heartbeat_timeout_ms", 0) / 1000.0));
     json_object_set_new(d, "dylu_enabled", json_boolean(num(st, "dylu", 0) != 0));
-    if (json_object_get(st, "dylu_base_sync_every")) setn(d, "dylu_base_sync_every", num(st, "dylu_base_sync_every", 0));
+    if (json_object_get(st, "dylu_base_sync_every"))
+        setn(d, "dylu_base_sync_every", num(st, "dylu_base_sync_every", 0));
     if (json_object_get(st, "dn_buffer_size")) setn(d, "dn_buffer_size", num(st, "dn_buffer_size", 0));
     if (json_object_get(st, "dn_buffered")) setn(d, "dn_buffered", num(st, "dn_buffered", 0));
 
@@ -175,7 +185,8 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
     json_t *barriers = arr(json_object_get(raw, "barriers")), *b, *arrived0 = NULL;
     json_t *pending = json_array();
     size_t i;
-    json_array_foreach(barriers, i, b) {
+    json_array_foreach(barriers, i, b)
+    {
         json_t *p = json_object();
         setn(p, "fragment", num(b, "frag", 0));
         setn(p, "round", num(b, "round", 0));
@@ -187,12 +198,14 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
     setn(d, "pending_submissions", json_array_size(arr(arrived0)));
 
     json_t *workers = json_array(), *w;
-    json_array_foreach(arr(json_object_get(raw, "workers")), i, w) json_array_append_new(workers, worker_doc(w, arrived0));
+    json_array_foreach(arr(json_object_get(raw, "workers")), i, w)
+        json_array_append_new(workers, worker_doc(w, arrived0));
     json_object_set_new(d, "workers", workers);
     setn(d, "workers_live", json_array_size(workers));
 
     json_t *servers = json_array(), *s;
-    json_array_foreach(arr(json_object_get(raw, "servers")), i, s) {
+    json_array_foreach(arr(json_object_get(raw, "servers")), i, s)
+    {
         json_t *o = json_object();
         json_object_set_new(o, "id", json_string(str(s, "id", "")));
         json_object_set_new(o, "addr", json_string(str(s, "addr", "")));
@@ -207,12 +220,14 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
 
     json_t *shards = json_array(), *sh;
     int corrupt = 0;
-    json_array_foreach(arr(json_object_get(raw, "shards")), i, sh) {
+    json_array_foreach(arr(json_object_get(raw, "shards")), i, sh)
+    {
         json_t *o = json_object();
         /* the key at fault and why, while the shard is marked corrupt (until coordinator repair) */
         json_t *ck = json_object_get(sh, "corrupt");
         json_object_set_new(o, "corrupt", json_is_string(ck) ? json_copy(ck) : json_null());
-        json_object_set_new(o, "corrupt_reason", json_is_string(ck) ? json_string(str(sh, "corrupt_reason", "")) : json_null());
+        json_object_set_new(o, "corrupt_reason",
+                            json_is_string(ck) ? json_string(str(sh, "corrupt_reason", "")) : json_null());
         corrupt += json_is_string(ck);
         setn(o, "shard", num(sh, "shard", (double)i));
         setn(o, "version", num(sh, "version", 0));
@@ -224,7 +239,8 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
         /* lease age = time since the owner last renewed it (its last beat); null when unowned/expired */
         json_t *age = json_null(), *srv;
         size_t j;
-        json_array_foreach(arr(json_object_get(raw, "servers")), j, srv) {
+        json_array_foreach(arr(json_object_get(raw, "servers")), j, srv)
+        {
             if (owner[0] && left > 0 && !strcmp(str(srv, "id", ""), owner)) {
                 json_decref(age);
                 age = jnum(num(srv, "age_ms", 0));
@@ -243,9 +259,11 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
      * rejections, leases, settings, ...; commits and closes are in the counters), and the closed
      * rounds (oldest first) for the participation chart */
     json_t *recent = json_array(), *closes = json_array(), *e;
-    json_array_foreach(arr(events), i, e) {
+    json_array_foreach(arr(events), i, e)
+    {
         const char *type = str(e, "type", "");
-        if (json_array_size(recent) < 30 && strcmp(type, "commit") && strcmp(type, "close")) json_array_append(recent, e);
+        if (json_array_size(recent) < 30 && strcmp(type, "commit") && strcmp(type, "close"))
+            json_array_append(recent, e);
         if (!strcmp(type, "close")) {
             json_t *c = json_object();
             setn(c, "t_ms", num(e, "t_ms", 0));
@@ -273,7 +291,8 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
 /* ---- Prometheus text ---- */
 
 /* The shortest decimal that reads back as d ("0.7", not "0.69999999999999996"). */
-static const char *shortest(double d, char *buf, size_t cap) {
+static const char *shortest(double d, char *buf, size_t cap)
+{
     for (int p = 1; p <= 17; p++) {
         snprintf(buf, cap, "%.*g", p, d);
         if (strtod(buf, NULL) == d) break;
@@ -287,7 +306,8 @@ typedef struct sbuf {
 } sbuf;
 
 static void sb_printf(sbuf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf *b, const char *fmt, ...) {
+static void sb_printf(sbuf *b, const char *fmt, ...)
+{
     for (;;) {
         va_list ap;
         va_start(ap, fmt);
@@ -308,22 +328,28 @@ static void sb_printf(sbuf *b, const char *fmt, ...) {
 }
 
 /* label value escaping per the exposition format: \\, \" and \n */
-static const char *esc(const char *s, char *buf, size_t cap) {
+static const char *esc(const char *s, char *buf, size_t cap)
+{
     size_t j = 0;
     for (; *s && j + 3 < cap; s++) {
-        if (*s == '\\' || *s == '"') buf[j++] = '\\', buf[j++] = *s;
-        else if (*s == '\n') buf[j++] = '\\', buf[j++] = 'n';
-        else buf[j++] = *s;
+        if (*s == '\\' || *s == '"')
+            buf[j++] = '\\', buf[j++] = *s;
+        else if (*s == '\n')
+            buf[j++] = '\\', buf[j++] = 'n';
+        else
+            buf[j++] = *s;
     }
     buf[j] = 0;
     return buf;
 }
 
-static void family(sbuf *b, const char *name, const char *type, const char *help) {
+static void family(sbuf *b, const char *name, const char *type, const char *help)
+{
     sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-char *metrics_text(json_t *raw, const char *run) {
+char *metrics_text(json_t *raw, const char *run)
+{
     sbuf b = {0};
     char r[256], l1[512];
     esc(run, r, sizeof r);
@@ -377,42 +403,49 @@ char *metrics_text(json_t *raw, const char *run) {
     family(&b, "diloco_shard_lease_epoch", "gauge", "Lease epoch (fencing token) of each shard.");
     json_array_foreach(shards, i, sh) sb_printf(&b, "diloco_shard_lease_epoch{run=\"%s\",shard=\"%.0f\"} %.0f\n", r,
                                                 num(sh, "shard", (double)i), num(sh, "epoch", 0));
-    family(&b, "diloco_shard_corrupt", "gauge", "1 while the shard's durable state is marked corrupt (see coordinator repair).");
+    family(&b, "diloco_shard_corrupt", "gauge",
+           "1 while the shard's durable state is marked corrupt (see coordinator repair).");
     int ncorrupt = 0;
-    json_array_foreach(shards, i, sh) {
+    json_array_foreach(shards, i, sh)
+    {
         int c = json_is_string(json_object_get(sh, "corrupt"));
         ncorrupt += c;
         sb_printf(&b, "diloco_shard_corrupt{run=\"%s\",shard=\"%.0f\"} %d\n", r, num(sh, "shard", (double)i), c);
     }
-    family(&b, "diloco_shards_corrupt", "gauge", "Shards marked corrupt: the run cannot go on until coordinator repair.");
+    family(&b, "diloco_shards_corrupt", "gauge",
+           "Shards marked corrupt: the run cannot go on until coordinator repair.");
     sb_printf(&b, "diloco_shards_corrupt{run=\"%s\"} %d\n", r, ncorrupt);
     family(&b, "diloco_shard_lease_valid", "gauge", "1 if the shard is leased to a server now.");
-    json_array_foreach(shards, i, sh) {
+    json_array_foreach(shards, i, sh)
+    {
         int valid = str(sh, "owner", "")[0] && num(sh, "lease_left_ms", 0) > 0;
-        sb_printf(&b, "diloco_shard_lease_valid{run=\"%s\",shard=\"%.0f\"} %d\n", r, num(sh, "shard", (double)i), valid);
+        sb_printf(&b, "diloco_shard_lease_valid{run=\"%s\",shard=\"%.0f\"} %d\n", r, num(sh, "shard", (double)i),
+                  valid);
     }
 
     json_t *w;
     family(&b, "diloco_worker_heartbeat_age_seconds", "gauge", "Seconds since each worker's last heartbeat.");
-    json_array_foreach(workers, i, w) sb_printf(&b, "diloco_worker_heartbeat_age_seconds{run=\"%s\",worker=\"%s\"} %.3f\n",
-                                                r, esc(str(w, "id", ""), l1, sizeof l1),
-                                                num(w, "heartbeat_age_ms", 0) / 1000.0);
+    json_array_foreach(workers, i, w)
+        sb_printf(&b, "diloco_worker_heartbeat_age_seconds{run=\"%s\",worker=\"%s\"} %.3f\n", r,
+                  esc(str(w, "id", ""), l1, sizeof l1), num(w, "heartbeat_age_ms", 0) / 1000.0);
     family(&b, "diloco_worker_steps_per_second", "gauge", "Training speed each worker reports.");
     json_array_foreach(workers, i, w) sb_printf(&b, "diloco_worker_steps_per_second{run=\"%s\",worker=\"%s\"} %.6g\n",
                                                 r, esc(str(w, "id", ""), l1, sizeof l1), num(w, "speed", 0));
     family(&b, "diloco_worker_loss", "gauge", "Training loss each worker reports (absent before its first report).");
-    json_array_foreach(workers, i, w) {
+    json_array_foreach(workers, i, w)
+    {
         double loss = num(w, "loss", -1);
         if (loss >= 0)
-            sb_printf(&b, "diloco_worker_loss{run=\"%s\",worker=\"%s\"} %.9g\n", r, esc(str(w, "id", ""), l1, sizeof l1),
-                      loss);
+            sb_printf(&b, "diloco_worker_loss{run=\"%s\",worker=\"%s\"} %.9g\n", r,
+                      esc(str(w, "id", ""), l1, sizeof l1), loss);
     }
     family(&b, "diloco_worker_step", "gauge", "Inner steps each worker reports.");
     json_array_foreach(workers, i, w) sb_printf(&b, "diloco_worker_step{run=\"%s\",worker=\"%s\"} %.0f\n", r,
                                                 esc(str(w, "id", ""), l1, sizeof l1), num(w, "step", 0));
     json_t *evals = arr(json_object_get(raw, "evals"));
     json_t *last = json_array_get(evals, json_array_size(evals) - 1);
-    family(&b, "diloco_eval_loss", "gauge", "Validation loss of the global model at its last evaluated version (absent before the first evaluation).");
+    family(&b, "diloco_eval_loss", "gauge",
+           "Validation loss of the global model at its last evaluated version (absent before the first evaluation).");
     if (last) sb_printf(&b, "diloco_eval_loss{run=\"%s\"} %.9g\n", r, num(last, "loss", 0));
     family(&b, "diloco_eval_version", "gauge", "The version the last validation loss is of.");
     if (last) sb_printf(&b, "diloco_eval_version{run=\"%s\"} %.0f\n", r, num(last, "version", 0));

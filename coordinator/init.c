@@ -51,61 +51,65 @@ typedef struct init_args {
 
 #define ASYNC_OUTER_MOMENTUM 0.5 /* the default outer momentum of an async run */
 
-static int flag_given(const init_args *a, const char *flag) {
+static int flag_given(const init_args *a, const char *flag)
+{
     for (int i = 0; i < 64 && a->given_names[i]; i++)
         if (!strcmp(a->given_names[i], flag + 2)) return a->given[i];
     return 0;
 }
 
-static void init_usage(FILE *f) {
-    fprintf(f,
-            "usage: bin/coordinator init --redis URL --run NAME [options]\n"
-            "\n"
-            "Creates run NAME: loads the function library, writes version 0 of the parameters.\n"
-            "\n" REDIS_URL_HELP
-            "  -n, --workers N            workers a barrier waits for at start and when every worker left (default 2)\n"
-            "  --min-workers N            never wait for fewer than N workers (default 1)\n"
-            "  --shards S                 shards of the parameter vector (default 8)\n"
-            "  --fragments F              Streaming DiLoCo fragments (default 1)\n"
-            "  --trainer NAME             gpt (default) or quadratic\n"
-            "  --numel N                  (quadratic) number of parameters (default 1000000)\n"
-            "  --layers --heads --dim --ctx --vocab   (gpt) model shape (default 2 4 128 128 256)\n"
-            "  --seed S                   initial parameters seed (default 0)\n"
-            "  --outer-lr LR              outer SGD learning rate (default 0.7)\n"
-            "  --outer-momentum MU        outer momentum (default 0.9; 0.5 with --async)\n"
-            "  --no-nesterov              plain momentum instead of Nesterov\n"
-            "  --heartbeat-timeout S      evict workers silent for S seconds (default 120; 0 = never)\n"
-            "  --async                    async DiLoCo: no barrier, each submission applied in its Redis order\n"
-            "  --dn-buffer-size N         (async) Delayed Nesterov every N submissions (default 0 = off)\n"
-            "  --dn-variant V             (async) paper (Async Local-SGD, default) or forgather\n"
-            "  --max-staleness K          (async) reject submissions more than K versions stale (0 = no limit)\n"
-            "  --weight-by none|tokens    weight pseudo-gradients by the tokens behind them (default none)\n"
-            "  --weight-ref-tokens N      (async, --weight-by tokens) a submission of N tokens has weight 1\n"
-            "  --compress C               codec of pseudo-gradients on the wire: bf16 (default; workers may send\n"
-            "                             fp32), fp32, int8 or int4 (blocks of 256 with a scale; docs/compression.md)\n"
-            "  --download params|update   what a sync round sends back: the new parameters in fp32 (default) or\n"
-            "                             the averaged pseudo-gradient in the --compress codec, which workers\n"
-            "                             apply with their own copy of the outer momentum (sync, 1 fragment)\n"
-            "  --dylu                     Dynamic Local Updates: each worker's H follows its speed\n"
-            "  --dylu-base-sync-every H   H of the fastest worker under DyLU (default 500)\n"
-            "  --snapshot-every K         durable snapshot every K versions, log in between (default 8)\n"
-            "  --min-replicas N           a commit counts as durable once N Redis replicas have it (WAIT);\n"
-            "                             for Redis with replicas and failover (docs/deploy.md; default 0)\n"
-            "  --from-checkpoint FILE     start from a checkpoint (`coordinator checkpoint save`): its parameters\n"
-            "                             and outer momentum (and Delayed Nesterov buffer) become version 0;\n"
-            "                             trainer, model, shards, fragments, seed, outer lr/momentum/nesterov,\n"
-            "                             snapshot-every (and, with --async, the DN settings) default to the\n"
-            "                             checkpoint's; a model that does not match it is an error\n"
-            "  --reset-momentum           (with --from-checkpoint) start the outer momentum (and DN buffer) afresh\n"
-            "  --from-state FILE          start from a model's own weights: the floating-point tensors of a safetensors\n"
-            "                             file (e.g. rediloco.save_state(model, FILE)), in file order, are the run's\n"
-            "                             parameters and layout (trainer \"state\", for PyTorch workers); with --trainer\n"
-            "                             and model flags, the file must hold exactly that model's tensors\n"
-            "  --force                    replace an existing run of that name\n");
+static void init_usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: bin/coordinator init --redis URL --run NAME [options]\n"
+        "\n"
+        "Creates run NAME: loads the function library, writes version 0 of the parameters.\n"
+        "\n" REDIS_URL_HELP
+        "  -n, --workers N            workers a barrier waits for at start and when every worker left (default 2)\n"
+        "  --min-workers N            never wait for fewer than N workers (default 1)\n"
+        "  --shards S                 shards of the parameter vector (default 8)\n"
+        "  --fragments F              Streaming DiLoCo fragments (default 1)\n"
+        "  --trainer NAME             gpt (default) or quadratic\n"
+        "  --numel N                  (quadratic) number of parameters (default 1000000)\n"
+        "  --layers --heads --dim --ctx --vocab   (gpt) model shape (default 2 4 128 128 256)\n"
+        "  --seed S                   initial parameters seed (default 0)\n"
+        "  --outer-lr LR              outer SGD learning rate (default 0.7)\n"
+        "  --outer-momentum MU        outer momentum (default 0.9; 0.5 with --async)\n"
+        "  --no-nesterov              plain momentum instead of Nesterov\n"
+        "  --heartbeat-timeout S      evict workers silent for S seconds (default 120; 0 = never)\n"
+        "  --async                    async DiLoCo: no barrier, each submission applied in its Redis order\n"
+        "  --dn-buffer-size N         (async) Delayed Nesterov every N submissions (default 0 = off)\n"
+        "  --dn-variant V             (async) paper (Async Local-SGD, default) or forgather\n"
+        "  --max-staleness K          (async) reject submissions more than K versions stale (0 = no limit)\n"
+        "  --weight-by none|tokens    weight pseudo-gradients by the tokens behind them (default none)\n"
+        "  --weight-ref-tokens N      (async, --weight-by tokens) a submission of N tokens has weight 1\n"
+        "  --compress C               codec of pseudo-gradients on the wire: bf16 (default; workers may send\n"
+        "                             fp32), fp32, int8 or int4 (blocks of 256 with a scale; docs/compression.md)\n"
+        "  --download params|update   what a sync round sends back: the new parameters in fp32 (default) or\n"
+        "                             the averaged pseudo-gradient in the --compress codec, which workers\n"
+        "                             apply with their own copy of the outer momentum (sync, 1 fragment)\n"
+        "  --dylu                     Dynamic Local Updates: each worker's H follows its speed\n"
+        "  --dylu-base-sync-every H   H of the fastest worker under DyLU (default 500)\n"
+        "  --snapshot-every K         durable snapshot every K versions, log in between (default 8)\n"
+        "  --min-replicas N           a commit counts as durable once N Redis replicas have it (WAIT);\n"
+        "                             for Redis with replicas and failover (docs/deploy.md; default 0)\n"
+        "  --from-checkpoint FILE     start from a checkpoint (`coordinator checkpoint save`): its parameters\n"
+        "                             and outer momentum (and Delayed Nesterov buffer) become version 0;\n"
+        "                             trainer, model, shards, fragments, seed, outer lr/momentum/nesterov,\n"
+        "                             snapshot-every (and, with --async, the DN settings) default to the\n"
+        "                             checkpoint's; a model that does not match it is an error\n"
+        "  --reset-momentum           (with --from-checkpoint) start the outer momentum (and DN buffer) afresh\n"
+        "  --from-state FILE          start from a model's own weights: the floating-point tensors of a safetensors\n"
+        "                             file (e.g. rediloco.save_state(model, FILE)), in file order, are the run's\n"
+        "                             parameters and layout (trainer \"state\", for PyTorch workers); with --trainer\n"
+        "                             and model flags, the file must hold exactly that model's tensors\n"
+        "  --force                    replace an existing run of that name\n");
 }
 
 /* --from-checkpoint: what the command line left open comes from the checkpoint's metadata. */
-static int adopt_checkpoint(init_args *a) {
+static int adopt_checkpoint(init_args *a)
+{
     checkpoint ck;
     char err[1024];
     if (checkpoint_read(a->from_checkpoint, 0, &ck, err, sizeof err) < 0) {
@@ -147,14 +151,16 @@ static int adopt_checkpoint(init_args *a) {
     return 0;
 }
 
-static int parse_compress(const char *v, void *dest) {
+static int parse_compress(const char *v, void *dest)
+{
     if (!codec_parse(v)) return -1;
     *(const char **)dest = v;
     return 0;
 }
 
 /* The option table of `init`; entry k records in a->given[k] whether it was on the command line. */
-static int parse_init_flags(int argc, char **argv, init_args *a) {
+static int parse_init_flags(int argc, char **argv, init_args *a)
+{
     static const char *weight_by[] = {"none", "tokens"}, *download[] = {"params", "update"},
                       *dn_variant[] = {"paper", "forgather"};
     int weight_idx = -1, download_idx = -1, dn_idx = -1;
@@ -179,25 +185,50 @@ static int parse_init_flags(int argc, char **argv, init_args *a) {
         {.name = "max-staleness", .kind = OPT_LLONG, .dest = &a->max_staleness, .lo = 0, .hi = 1000000000},
         {.name = "weight-ref-tokens", .kind = OPT_LLONG, .dest = &a->weight_ref, .lo = 1, .hi = INT64_MAX},
         {.name = "min-replicas", .kind = OPT_LLONG, .dest = &a->min_replicas, .lo = 0, .hi = RUNCONF_MAX_REPLICAS},
-        {.name = "layers", .kind = OPT_INT, .dest = &a->gpt.layers, .lo = 1, .hi = 1 << 24,
+        {.name = "layers",
+         .kind = OPT_INT,
+         .dest = &a->gpt.layers,
+         .lo = 1,
+         .hi = 1 << 24,
          .wants = "a positive integer"},
-        {.name = "heads", .kind = OPT_INT, .dest = &a->gpt.heads, .lo = 1, .hi = 1 << 24,
+        {.name = "heads",
+         .kind = OPT_INT,
+         .dest = &a->gpt.heads,
+         .lo = 1,
+         .hi = 1 << 24,
          .wants = "a positive integer"},
-        {.name = "dim", .kind = OPT_INT, .dest = &a->gpt.dim, .lo = 1, .hi = 1 << 24,
+        {.name = "dim", .kind = OPT_INT, .dest = &a->gpt.dim, .lo = 1, .hi = 1 << 24, .wants = "a positive integer"},
+        {.name = "ctx", .kind = OPT_INT, .dest = &a->gpt.ctx, .lo = 1, .hi = 1 << 24, .wants = "a positive integer"},
+        {.name = "vocab",
+         .kind = OPT_INT,
+         .dest = &a->gpt.vocab,
+         .lo = 1,
+         .hi = 1 << 24,
          .wants = "a positive integer"},
-        {.name = "ctx", .kind = OPT_INT, .dest = &a->gpt.ctx, .lo = 1, .hi = 1 << 24,
-         .wants = "a positive integer"},
-        {.name = "vocab", .kind = OPT_INT, .dest = &a->gpt.vocab, .lo = 1, .hi = 1 << 24,
-         .wants = "a positive integer"},
-        {.name = "outer-lr", .kind = OPT_DOUBLE, .dest = &a->outer_lr, .min = 0, .max = HUGE_VAL,
+        {.name = "outer-lr",
+         .kind = OPT_DOUBLE,
+         .dest = &a->outer_lr,
+         .min = 0,
+         .max = HUGE_VAL,
          .wants = "a non-negative number"},
-        {.name = "outer-momentum", .kind = OPT_DOUBLE, .dest = &a->outer_momentum, .min = 0, .max = HUGE_VAL,
+        {.name = "outer-momentum",
+         .kind = OPT_DOUBLE,
+         .dest = &a->outer_momentum,
+         .min = 0,
+         .max = HUGE_VAL,
          .wants = "a non-negative number"},
-        {.name = "heartbeat-timeout", .kind = OPT_DOUBLE, .dest = &a->heartbeat_timeout, .min = 0, .max = HUGE_VAL,
+        {.name = "heartbeat-timeout",
+         .kind = OPT_DOUBLE,
+         .dest = &a->heartbeat_timeout,
+         .min = 0,
+         .max = HUGE_VAL,
          .wants = "a non-negative number"},
         {.name = "trainer", .kind = OPT_STRING, .dest = &a->trainer},
         {.name = "weight-by", .kind = OPT_CHOICE, .dest = &weight_idx, .choices = "none|tokens"},
-        {.name = "compress", .kind = OPT_CUSTOM, .dest = &a->compress, .parse = parse_compress,
+        {.name = "compress",
+         .kind = OPT_CUSTOM,
+         .dest = &a->compress,
+         .parse = parse_compress,
          .wants = "bf16, fp32, int8 or int4"},
         {.name = "download", .kind = OPT_CHOICE, .dest = &download_idx, .choices = "params|update"},
         {.name = "dn-variant", .kind = OPT_CHOICE, .dest = &dn_idx, .choices = "paper|forgather"},
@@ -224,7 +255,8 @@ static int parse_init_flags(int argc, char **argv, init_args *a) {
     return 0;
 }
 
-static int parse_init(int argc, char **argv, init_args *a) {
+static int parse_init(int argc, char **argv, init_args *a)
+{
     memset(a, 0, sizeof *a);
     a->workers = 2;
     a->min_workers = 1;
@@ -258,13 +290,13 @@ static int parse_init(int argc, char **argv, init_args *a) {
     }
     if (a->download && !strcmp(a->download, "update") && (a->async || a->fragments > 1)) {
         fprintf(stderr, "coordinator init: --download update is for sync runs of one fragment (an async run or "
-                "Streaming DiLoCo downloads parameters: leave --download at params)\n");
+                        "Streaming DiLoCo downloads parameters: leave --download at params)\n");
         return -1;
     }
     if (a->min_workers > a->workers) a->workers = a->min_workers;
     if (a->async && a->weight_by && !strcmp(a->weight_by, "tokens") && a->weight_ref <= 0) {
         fprintf(stderr, "coordinator init: async --weight-by tokens needs --weight-ref-tokens N (the tokens of a "
-                "normal submission, e.g. sync_every * batch * seq): each submission is scaled by tokens / N\n");
+                        "normal submission, e.g. sync_every * batch * seq): each submission is scaled by tokens / N\n");
         return -1;
     }
     return 0;
@@ -278,10 +310,10 @@ typedef struct initial_params {
     model_tensor *tensors;
     int ntensors;
     char model[256];
-    float *mom;          /* outer momentum to start from (--from-checkpoint), or NULL */
-    float *dnbuf;        /* Delayed Nesterov buffer to start from (--from-checkpoint of a DN run), or NULL */
-    uint64_t dn_t0;      /* ... and the DN submissions applied before it (config dn_t0) */
-    int64_t ck_version;  /* the checkpoint's version, -1 without one */
+    float *mom;         /* outer momentum to start from (--from-checkpoint), or NULL */
+    float *dnbuf;       /* Delayed Nesterov buffer to start from (--from-checkpoint of a DN run), or NULL */
+    uint64_t dn_t0;     /* ... and the DN submissions applied before it (config dn_t0) */
+    int64_t ck_version; /* the checkpoint's version, -1 without one */
     char ck_run[80];
 } initial_params;
 
@@ -289,7 +321,8 @@ static int make_initial_seed(const init_args *a, initial_params *ip, char *err, 
 
 /* A run from a model's state (trainer "state") has no model to rebuild its layout from: it is the
  * checkpoint's own (its metadata). */
-static int layout_of_checkpoint(const checkpoint *ck, initial_params *ip, char *err, size_t errlen) {
+static int layout_of_checkpoint(const checkpoint *ck, initial_params *ip, char *err, size_t errlen)
+{
     char e2[512];
     if (!ck->layout || layout_parse_json(ck->layout, ck->numel, &ip->tensors, &ip->ntensors, e2, sizeof e2) < 0) {
         err_set(err, errlen, "--from-checkpoint: a run from a model's state takes its layout from the checkpoint: %s",
@@ -302,7 +335,8 @@ static int layout_of_checkpoint(const checkpoint *ck, initial_params *ip, char *
 }
 
 /* The run's layout as requested, then the checkpoint's values in place of the seeded ones. */
-static int make_initial_checkpoint(const init_args *a, initial_params *ip, char *err, size_t errlen) {
+static int make_initial_checkpoint(const init_args *a, initial_params *ip, char *err, size_t errlen)
+{
     memset(ip, 0, sizeof *ip); /* create_run frees it whatever happens */
     ip->ck_version = -1;
     checkpoint ck;
@@ -311,15 +345,18 @@ static int make_initial_checkpoint(const init_args *a, initial_params *ip, char 
         err_set(err, errlen, "--from-checkpoint: %s", e2);
         return -1;
     }
-    if ((!strcmp(a->trainer, "state") ? layout_of_checkpoint(&ck, ip, err, errlen) : make_initial_seed(a, ip, err, errlen)) < 0) {
+    if ((!strcmp(a->trainer, "state") ? layout_of_checkpoint(&ck, ip, err, errlen)
+                                      : make_initial_seed(a, ip, err, errlen)) < 0) {
         checkpoint_free(&ck);
         return -1;
     }
     if (strcmp(ck.trainer, a->trainer) != 0 || ck.numel != ip->numel || strcmp(ck.model, ip->model) != 0) {
-        err_set(err, errlen, "--from-checkpoint %s: layout mismatch: the checkpoint holds a %s model (%s, %" PRIu64
-                " parameters), this run asks for a %s model (%s, %" PRIu64 " parameters); drop the trainer and model flags "
-                "to take the checkpoint's, or use a checkpoint of this model", a->from_checkpoint, ck.trainer,
-                ck.model, ck.numel, a->trainer, ip->model, ip->numel);
+        err_set(err, errlen,
+                "--from-checkpoint %s: layout mismatch: the checkpoint holds a %s model (%s, %" PRIu64
+                " parameters), this run asks for a %s model (%s, %" PRIu64
+                " parameters); drop the trainer and model flags "
+                "to take the checkpoint's, or use a checkpoint of this model",
+                a->from_checkpoint, ck.trainer, ck.model, ck.numel, a->trainer, ip->model, ip->numel);
         checkpoint_free(&ck);
         return -1;
     }
@@ -335,12 +372,13 @@ static int make_initial_checkpoint(const init_args *a, initial_params *ip, char 
     const char *dnv = a->dn_variant ? a->dn_variant : "paper";
     if (ck.dn_buffer > 0 && !a->reset_momentum) {
         if (!a->async || a->dn_buffer != ck.dn_buffer || strcmp(dnv, ck.dn_variant) != 0) {
-            err_set(err, errlen, "--from-checkpoint %s: the checkpoint holds a Delayed Nesterov buffer (async, "
+            err_set(err, errlen,
+                    "--from-checkpoint %s: the checkpoint holds a Delayed Nesterov buffer (async, "
                     "--dn-buffer-size %d --dn-variant %s, %" PRIu64 " submissions applied), which this run (%s, "
                     "--dn-buffer-size %lld --dn-variant %s) cannot continue: add --async (the DN settings then come "
                     "from the checkpoint), or --reset-momentum to start the outer optimizer afresh",
-                    a->from_checkpoint, ck.dn_buffer, ck.dn_variant, ck.dn_t, a->async ? "async" : "sync",
-                    a->dn_buffer, dnv);
+                    a->from_checkpoint, ck.dn_buffer, ck.dn_variant, ck.dn_t, a->async ? "async" : "sync", a->dn_buffer,
+                    dnv);
             checkpoint_free(&ck);
             return -1;
         }
@@ -355,7 +393,8 @@ static int make_initial_checkpoint(const init_args *a, initial_params *ip, char 
 }
 
 /* --from-state: the file's values; its layout, or the requested model's when it is exactly that. */
-static int make_initial_state(const init_args *a, initial_params *ip, char *err, size_t errlen) {
+static int make_initial_state(const init_args *a, initial_params *ip, char *err, size_t errlen)
+{
     from_state fs;
     memset(ip, 0, sizeof *ip); /* create_run frees it whatever happens */
     if (from_state_read(a->from_state, &fs, err, errlen) < 0) return -1;
@@ -382,13 +421,15 @@ fail:
     return -1;
 }
 
-static int make_initial(const init_args *a, initial_params *ip, char *err, size_t errlen) {
+static int make_initial(const init_args *a, initial_params *ip, char *err, size_t errlen)
+{
     if (a->from_checkpoint) return make_initial_checkpoint(a, ip, err, errlen);
     if (a->from_state) return make_initial_state(a, ip, err, errlen);
     return make_initial_seed(a, ip, err, errlen);
 }
 
-static int make_initial_seed(const init_args *a, initial_params *ip, char *err, size_t errlen) {
+static int make_initial_seed(const init_args *a, initial_params *ip, char *err, size_t errlen)
+{
     memset(ip, 0, sizeof *ip);
     ip->ck_version = -1;
     model_spec ms = {.kind = a->trainer, .gpt = a->gpt, .numel = (size_t)a->numel};
@@ -404,7 +445,8 @@ static int make_initial_seed(const init_args *a, initial_params *ip, char *err, 
     return 0;
 }
 
-static void free_initial(initial_params *ip) {
+static void free_initial(initial_params *ip)
+{
     free(ip->params);
     free(ip->mom);
     free(ip->dnbuf);
@@ -414,7 +456,8 @@ static void free_initial(initial_params *ip) {
 /* ---- Redis ---------------------------------------------------------------------------------------- */
 
 /* FUNCTION LOAD REPLACE on one server (every master of a cluster: a function runs where its keys are). */
-static int load_on_node(redisContext *node, const char *addr, void *arg, char *err, size_t errlen) {
+static int load_on_node(redisContext *node, const char *addr, void *arg, char *err, size_t errlen)
+{
     (void)arg;
     redisReply *r = redisCommand(node, "FUNCTION LOAD REPLACE %b", lua_library, (size_t)lua_library_len);
     int ok = r && r->type != REDIS_REPLY_ERROR ? 0 : -1;
@@ -423,13 +466,15 @@ static int load_on_node(redisContext *node, const char *addr, void *arg, char *e
     return ok;
 }
 
-int coord_load_library(rconn *rc, char *err, size_t errlen) {
+int coord_load_library(rconn *rc, char *err, size_t errlen)
+{
     return rconn_each_master(rc, load_on_node, NULL, err, errlen);
 }
 
 /* Delete every key of the run on one node (SCAN, so a large keyspace is not blocked; a cluster's
  * keys are on the node that SCAN found them on). */
-static int delete_on_node(redisContext *node, const char *addr, void *arg, char *err, size_t errlen) {
+static int delete_on_node(redisContext *node, const char *addr, void *arg, char *err, size_t errlen)
+{
     const char *run = ((const char **)arg)[0];
     long *deleted = (long *)((const char **)arg)[1];
     char patterns[2][160];
@@ -456,7 +501,8 @@ static int delete_on_node(redisContext *node, const char *addr, void *arg, char 
     return 0;
 }
 
-static int delete_run(rconn *rc, const char *run, char *err, size_t errlen) {
+static int delete_run(rconn *rc, const char *run, char *err, size_t errlen)
+{
     long deleted = 0;
     const void *arg[2] = {run, &deleted};
     if (rconn_each_master(rc, delete_on_node, arg, err, errlen) < 0) return -1;
@@ -464,7 +510,8 @@ static int delete_run(rconn *rc, const char *run, char *err, size_t errlen) {
     return 0;
 }
 
-static int run_exists(rconn *rc, const char *run, int *exists, char *err, size_t errlen) {
+static int run_exists(rconn *rc, const char *run, int *exists, char *err, size_t errlen)
+{
     char key[KEY_MAX];
     redisReply *r = rconn_command(rc, "EXISTS %s", key_run(key, sizeof key, run, "config"));
     if (rconn_reply_error(rc, r, err, errlen) < 0) {
@@ -476,7 +523,8 @@ static int run_exists(rconn *rc, const char *run, int *exists, char *err, size_t
     return 0;
 }
 
-static void random_secret(char *out, size_t cap) {
+static void random_secret(char *out, size_t cap)
+{
     unsigned char b[16] = {0};
     FILE *f = fopen("/dev/urandom", "rb");
     if (f) {
@@ -487,8 +535,9 @@ static void random_secret(char *out, size_t cap) {
 }
 
 /* dl_init with the config and state fields and one digest per shard. */
-static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip, const uint64_t *sb,
-                        const uint64_t *fb, char digests[][17], char *err, size_t errlen) {
+static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip, const uint64_t *sb, const uint64_t *fb,
+                        char digests[][17], char *err, size_t errlen)
+{
     static char sbuf[RUNCONF_MAX_SHARDS * 12], fbuf[RUNCONF_MAX_FRAGMENTS * 8];
     char numel[32], shards[16], frags[16], seed[32], snap[16], secret[40] = "";
     char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32], dylu[4], dbase[24], dnb[24], stale[24], wref[24];
@@ -521,17 +570,72 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     snprintf(minrep, sizeof minrep, "%lld", a->min_replicas);
     char key[KEY_MAX];
     key_run(key, sizeof key, a->c.run, "config");
-    const char *fixed[] = {"FCALL", "dl_init", "1", key,
-                           "20", "layout", layout, "numel", numel, "shards", shards, "fragments", frags, "mode", a->async ? "async" : "sync",
-                           "shard_bounds", sbuf, "frag_bounds", fbuf, "trainer", a->trainer, "model", ip->model,
-                           "seed", seed, "snapshot_every", snap, "secret", secret,
-                           "dn_buffer", dnb, "dn_variant", a->dn_variant ? a->dn_variant : "paper", "dn_t0", dnt0,
-                           "weight_by", a->weight_by ? a->weight_by : "none", "weight_ref_tokens", wref,
-                           "compress", a->compress ? a->compress : "bf16", "min_replicas", minrep,
-                           "download", a->download ? a->download : "params",
-                           "10", "target_workers", target, "expected_workers", target, "min_workers", minw,
-                           "outer_lr", lr, "outer_momentum", mu, "nesterov", nest, "heartbeat_timeout_ms", hbt,
-                           "dylu", dylu, "dylu_base_sync_every", dbase, "max_staleness", stale,
+    const char *fixed[] = {"FCALL",
+                           "dl_init",
+                           "1",
+                           key,
+                           "20",
+                           "layout",
+                           layout,
+                           "numel",
+                           numel,
+                           "shards",
+                           shards,
+                           "fragments",
+                           frags,
+                           "mode",
+                           a->async ? "async" : "sync",
+                           "shard_bounds",
+                           sbuf,
+                           "frag_bounds",
+                           fbuf,
+                           "trainer",
+                           a->trainer,
+                           "model",
+                           ip->model,
+                           "seed",
+                           seed,
+                           "snapshot_every",
+                           snap,
+                           "secret",
+                           secret,
+                           "dn_buffer",
+                           dnb,
+                           "dn_variant",
+                           a->dn_variant ? a->dn_variant : "paper",
+                           "dn_t0",
+                           dnt0,
+                           "weight_by",
+                           a->weight_by ? a->weight_by : "none",
+                           "weight_ref_tokens",
+                           wref,
+                           "compress",
+                           a->compress ? a->compress : "bf16",
+                           "min_replicas",
+                           minrep,
+                           "download",
+                           a->download ? a->download : "params",
+                           "10",
+                           "target_workers",
+                           target,
+                           "expected_workers",
+                           target,
+                           "min_workers",
+                           minw,
+                           "outer_lr",
+                           lr,
+                           "outer_momentum",
+                           mu,
+                           "nesterov",
+                           nest,
+                           "heartbeat_timeout_ms",
+                           hbt,
+                           "dylu",
+                           dylu,
+                           "dylu_base_sync_every",
+                           dbase,
+                           "max_staleness",
+                           stale,
                            shards};
     size_t nfixed = sizeof fixed / sizeof fixed[0], argc = nfixed + (size_t)a->shards;
     const char **argv = calloc(argc + 2, sizeof *argv);
@@ -550,7 +654,8 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     return ok;
 }
 
-static int create_run(rconn *rc, const init_args *a, char *err, size_t errlen) {
+static int create_run(rconn *rc, const init_args *a, char *err, size_t errlen)
+{
     initial_params ip;
     uint64_t *sb = calloc((size_t)a->shards + 1, sizeof *sb), fb[RUNCONF_MAX_FRAGMENTS + 1];
     char(*digests)[17] = calloc((size_t)a->shards, sizeof *digests);
@@ -586,7 +691,8 @@ done:
     return rc_;
 }
 
-int cmd_init(int argc, char **argv) {
+int cmd_init(int argc, char **argv)
+{
     init_args a;
     if (parse_init(argc, argv, &a) < 0) return 2;
     rconn *rc = coord_connect(&a.c);
@@ -599,8 +705,10 @@ int cmd_init(int argc, char **argv) {
     }
     if (run_exists(rc, a.c.run, &exists, err, sizeof err) < 0) goto fail;
     if (exists && !a.force) {
-        fprintf(stderr, "coordinator init: run '%s' already exists; choose another --run or add --force to "
-                "replace it\n", a.c.run);
+        fprintf(stderr,
+                "coordinator init: run '%s' already exists; choose another --run or add --force to "
+                "replace it\n",
+                a.c.run);
         goto done;
     }
     if (exists && delete_run(rc, a.c.run, err, sizeof err) < 0) goto fail;

@@ -9,7 +9,8 @@
 #include "util.h"
 
 /* The tensor boundary nearest to x (tensor offsets and numel itself are boundaries). */
-static uint64_t nearest_boundary(const model_tensor *t, int nt, uint64_t numel, uint64_t x) {
+static uint64_t nearest_boundary(const model_tensor *t, int nt, uint64_t numel, uint64_t x)
+{
     uint64_t best = numel, bestd = numel > x ? numel - x : x - numel;
     for (int i = 0; i < nt; i++) {
         uint64_t b = t[i].offset, d = b > x ? b - x : x - b;
@@ -22,7 +23,8 @@ static uint64_t nearest_boundary(const model_tensor *t, int nt, uint64_t numel, 
 }
 
 int layout_cut_shards(const model_tensor *tensors, int ntensors, uint64_t numel, int nshards, uint64_t *bounds,
-                      char *err, size_t errlen) {
+                      char *err, size_t errlen)
+{
     if (nshards < 1 || (uint64_t)nshards > numel) {
         err_set(err, errlen, "cannot cut %" PRIu64 " parameters into %d shards", numel, nshards);
         return -1;
@@ -41,7 +43,8 @@ int layout_cut_shards(const model_tensor *tensors, int ntensors, uint64_t numel,
     return 0;
 }
 
-int layout_cut_fragments(int nshards, int nfragments, uint64_t *frag_bounds, char *err, size_t errlen) {
+int layout_cut_fragments(int nshards, int nfragments, uint64_t *frag_bounds, char *err, size_t errlen)
+{
     if (nfragments < 1 || nfragments > nshards) {
         err_set(err, errlen, "%d fragments need at least as many shards (have %d): raise --shards", nfragments,
                 nshards);
@@ -51,7 +54,8 @@ int layout_cut_fragments(int nshards, int nfragments, uint64_t *frag_bounds, cha
     return 0;
 }
 
-char *layout_json(const model_tensor *t, int nt) {
+char *layout_json(const model_tensor *t, int nt)
+{
     json_t *arr = json_array();
     for (int i = 0; arr && i < nt; i++) {
         json_t *shape = json_array();
@@ -64,7 +68,8 @@ char *layout_json(const model_tensor *t, int nt) {
 }
 
 /* One entry [name, [shape...], offset] into t (name not copied yet); its length in *namelen. */
-static int parse_entry(json_t *e, uint64_t expect_off, model_tensor *t, size_t *namelen, char *err, size_t errlen) {
+static int parse_entry(json_t *e, uint64_t expect_off, model_tensor *t, size_t *namelen, char *err, size_t errlen)
+{
     const char *name = NULL;
     json_t *shape = NULL;
     json_int_t off = -1;
@@ -78,7 +83,8 @@ static int parse_entry(json_t *e, uint64_t expect_off, model_tensor *t, size_t *
     t->numel = 1;
     for (int d = 0; d < t->ndim; d++) {
         json_int_t x = json_integer_value(json_array_get(shape, (size_t)d));
-        if (!json_is_integer(json_array_get(shape, (size_t)d)) || x < 0 || (x > 0 && t->numel > UINT32_MAX * 65536ull / (uint64_t)x)) {
+        if (!json_is_integer(json_array_get(shape, (size_t)d)) || x < 0 ||
+            (x > 0 && t->numel > UINT32_MAX * 65536ull / (uint64_t)x)) {
             err_set(err, errlen, "tensor '%s': bad shape", name);
             return -1;
         }
@@ -95,8 +101,8 @@ static int parse_entry(json_t *e, uint64_t expect_off, model_tensor *t, size_t *
     return 0;
 }
 
-int layout_parse_json(const char *json, uint64_t numel, model_tensor **tensors, int *ntensors, char *err,
-                      size_t errlen) {
+int layout_parse_json(const char *json, uint64_t numel, model_tensor **tensors, int *ntensors, char *err, size_t errlen)
+{
     json_error_t je;
     json_t *arr = json_loads(json, 0, &je);
     size_t n = json_array_size(arr), names = 0, len;

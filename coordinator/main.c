@@ -7,24 +7,25 @@
 #include "coordinator.h"
 #include "log.h"
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: bin/coordinator COMMAND --redis URL --run NAME [options]\n"
-            "\n"
-            "commands:\n"
-            "  init      create a run (parameters, shards, optimizer settings); see `init --help`\n"
-            "  status    show rounds, workers, shard-servers, shards and leases (--json for JSON)\n"
-            "  serve     operator process: evicts dead workers on time (several may run);\n"
-            "            --http [HOST:]PORT adds the dashboard, /status, /metrics, /control\n"
-            "  control   kick a worker, set outer lr / momentum / expected workers, shut down\n"
-            "  checkpoint save|show   export the run to a safetensors file; see `checkpoint --help`\n"
-            "  repair    bring back a run whose durable state is corrupt (roll back, or restore a checkpoint);\n"
-            "            see `repair --help`\n"
-            "\n"
-            "Every command takes the run's Redis from one of:\n" REDIS_URL_HELP);
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bin/coordinator COMMAND --redis URL --run NAME [options]\n"
+               "\n"
+               "commands:\n"
+               "  init      create a run (parameters, shards, optimizer settings); see `init --help`\n"
+               "  status    show rounds, workers, shard-servers, shards and leases (--json for JSON)\n"
+               "  serve     operator process: evicts dead workers on time (several may run);\n"
+               "            --http [HOST:]PORT adds the dashboard, /status, /metrics, /control\n"
+               "  control   kick a worker, set outer lr / momentum / expected workers, shut down\n"
+               "  checkpoint save|show   export the run to a safetensors file; see `checkpoint --help`\n"
+               "  repair    bring back a run whose durable state is corrupt (roll back, or restore a checkpoint);\n"
+               "            see `repair --help`\n"
+               "\n"
+               "Every command takes the run's Redis from one of:\n" REDIS_URL_HELP);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     log_init("coordinator");
     signal(SIGPIPE, SIG_IGN); /* hiredis writes with write(): a closed Redis socket must not kill us */
     if (argc < 2 || !strcmp(argv[1], "-h") || !strcmp(argv[1], "--help") || !strcmp(argv[1], "help")) {

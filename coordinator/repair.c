@@ -44,19 +44,19 @@
 typedef struct shard_state {
     /* as dl:{R}:shards has it */
     int64_t version;
-    char snap[64];            /* "v.e" */
-    char *log;                /* "v.e,v.e,..." */
+    char snap[64]; /* "v.e" */
+    char *log;     /* "v.e,v.e,..." */
     char digest[17];
-    char mark[256];           /* k:corrupt ("" when not marked) */
+    char mark[256]; /* k:corrupt ("" when not marked) */
     char mark_reason[512];
     /* what verification found */
-    int64_t snapv;            /* the snapshot's version */
-    int64_t newest;           /* newest version that verifies (-1: none, the snapshot itself fails) */
-    char problem[600];        /* why `version` does not verify ("" when it does) */
+    int64_t snapv;     /* the snapshot's version */
+    int64_t newest;    /* newest version that verifies (-1: none, the snapshot itself fails) */
+    char problem[600]; /* why `version` does not verify ("" when it does) */
     /* what is installed */
     char new_snap[64];
     char new_digest[17];
-    int written;              /* its new snapshot blob exists (delete it if the install fails) */
+    int written; /* its new snapshot blob exists (delete it if the install fails) */
 } shard_state;
 
 typedef struct repair {
@@ -64,13 +64,14 @@ typedef struct repair {
     runconf rc;
     shard_state *sh;
     int64_t max_version, max_round;
-    int64_t target;           /* rollback: the version whose parameters every shard gets */
-    int64_t version;          /* V: the version the restored state is installed as */
-    int bad, marked;          /* shards that do not verify; shards marked corrupt */
-    float *theta, *mom;       /* one shard's worth */
+    int64_t target;     /* rollback: the version whose parameters every shard gets */
+    int64_t version;    /* V: the version the restored state is installed as */
+    int bad, marked;    /* shards that do not verify; shards marked corrupt */
+    float *theta, *mom; /* one shard's worth */
 } repair;
 
-static void usage(FILE *f) {
+static void usage(FILE *f)
+{
     fprintf(f,
             "usage: bin/coordinator repair --redis URL --run NAME [--from-checkpoint FILE] [--dry-run] [--wait S]\n"
             "\n"
@@ -100,7 +101,8 @@ static void usage(FILE *f) {
             WAIT_DEFAULT_S);
 }
 
-static void repair_free(repair *rp) {
+static void repair_free(repair *rp)
+{
     for (int k = 0; rp->sh && k < rp->rc.nshards; k++) free(rp->sh[k].log);
     free(rp->sh);
     free(rp->theta);
@@ -110,9 +112,13 @@ static void repair_free(repair *rp) {
 
 /* ---- reading the run ------------------------------------------------------------------------------ */
 
-static const char *reply_str(redisReply *e) { return e->type == REDIS_REPLY_STRING ? e->str : ""; }
+static const char *reply_str(redisReply *e)
+{
+    return e->type == REDIS_REPLY_STRING ? e->str : "";
+}
 
-static int ref_version(const char *ref, int64_t *v) {
+static int ref_version(const char *ref, int64_t *v)
+{
     char *end;
     long long x = strtoll(ref, &end, 10);
     if (end == ref || *end != '.' || x < 0) return -1;
@@ -121,26 +127,34 @@ static int ref_version(const char *ref, int64_t *v) {
 }
 
 /* One field "k:name" of dl:{R}:shards into shard k's state; 1 if it is one of ours. */
-static int take_field(repair *rp, const char *field, const char *value) {
+static int take_field(repair *rp, const char *field, const char *value)
+{
     char *end;
     long k = strtol(field, &end, 10);
     if (end == field || *end != ':' || k < 0 || k >= rp->rc.nshards) return 0;
     shard_state *s = &rp->sh[k];
     const char *name = end + 1;
-    if (!strcmp(name, "version")) s->version = strtoll(value, NULL, 10);
-    else if (!strcmp(name, "snap")) snprintf(s->snap, sizeof s->snap, "%s", value);
-    else if (!strcmp(name, "digest")) snprintf(s->digest, sizeof s->digest, "%s", value);
-    else if (!strcmp(name, "corrupt")) snprintf(s->mark, sizeof s->mark, "%s", value);
-    else if (!strcmp(name, "corrupt_reason")) snprintf(s->mark_reason, sizeof s->mark_reason, "%s", value);
+    if (!strcmp(name, "version"))
+        s->version = strtoll(value, NULL, 10);
+    else if (!strcmp(name, "snap"))
+        snprintf(s->snap, sizeof s->snap, "%s", value);
+    else if (!strcmp(name, "digest"))
+        snprintf(s->digest, sizeof s->digest, "%s", value);
+    else if (!strcmp(name, "corrupt"))
+        snprintf(s->mark, sizeof s->mark, "%s", value);
+    else if (!strcmp(name, "corrupt_reason"))
+        snprintf(s->mark_reason, sizeof s->mark_reason, "%s", value);
     else if (!strcmp(name, "log")) {
         free(s->log);
         s->log = strdup(value);
-    } else return 0;
+    } else
+        return 0;
     return 1;
 }
 
 /* The whole of dl:{R}:shards in one HGETALL (one instant), and the highest open round. */
-static int read_shards(rconn *c, repair *rp, char *err, size_t errlen) {
+static int read_shards(rconn *c, repair *rp, char *err, size_t errlen)
+{
     char key[KEY_MAX];
     for (int k = 0; k < rp->rc.nshards; k++) {
         shard_state *s = &rp->sh[k];
@@ -187,7 +201,8 @@ static int read_shards(rconn *c, repair *rp, char *err, size_t errlen) {
 }
 
 /* The refs of s->log whose version is <= upto (a comma list; "" when none). */
-static char *log_upto(const char *log, int64_t upto) {
+static char *log_upto(const char *log, int64_t upto)
+{
     char *out = calloc(strlen(log) + 1, 1), *copy = strdup(log), *save = NULL;
     if (!out || !copy) {
         free(out);
@@ -209,7 +224,8 @@ static char *log_upto(const char *log, int64_t upto) {
 
 /* Replay shard k from its snapshot through the log entries up to version `upto` (INT64_MAX: all) into
  * rp->theta/mom. 0 ok, REPLAY_GONE a blob vanished, -1 it does not verify (err) or Redis failed. */
-static int replay_upto(rconn *c, repair *rp, int k, int64_t upto, replay_state *st, char *err, size_t errlen) {
+static int replay_upto(rconn *c, repair *rp, int k, int64_t upto, replay_state *st, char *err, size_t errlen)
+{
     char *logs = log_upto(rp->sh[k].log, upto);
     if (!logs) {
         err_set(err, errlen, "out of memory");
@@ -224,7 +240,8 @@ static int replay_upto(rconn *c, repair *rp, int k, int64_t upto, replay_state *
 
 /* Shard k verifies at its version, or how far it does. 0 done, 1 a blob vanished (a live server trimmed
  * it: read the refs again), -1 Redis failed. */
-static int verify_shard(rconn *c, repair *rp, int k, char *err, size_t errlen) {
+static int verify_shard(rconn *c, repair *rp, int k, char *err, size_t errlen)
+{
     shard_state *s = &rp->sh[k];
     replay_state st;
     char why[600];
@@ -244,15 +261,19 @@ static int verify_shard(rconn *c, repair *rp, int k, char *err, size_t errlen) {
         snprintf(s->problem, sizeof s->problem, "%s", why);
         s->newest = st.version < s->version ? st.version : s->version - 1;
     } else if (st.version != s->version) {
-        snprintf(s->problem, sizeof s->problem, "its snapshot and log entries reach version %" PRId64 ", "
-                 "dl:{R}:shards says %" PRId64, st.version, s->version);
+        snprintf(s->problem, sizeof s->problem,
+                 "its snapshot and log entries reach version %" PRId64 ", "
+                 "dl:{R}:shards says %" PRId64,
+                 st.version, s->version);
         s->newest = st.version < s->version ? st.version : s->version - 1;
     } else {
         char got[17];
         snprintf(got, sizeof got, "%016" PRIx64, digest_f32(rp->theta, (size_t)runconf_shard_numel(&rp->rc, k)));
         if (strcmp(got, s->digest)) { /* the last step (or the digest itself) is wrong: trust the one before */
-            snprintf(s->problem, sizeof s->problem, "digest mismatch at version %" PRId64 ": the replay gives %s, "
-                     "dl:{R}:shards says %s", s->version, got, s->digest);
+            snprintf(s->problem, sizeof s->problem,
+                     "digest mismatch at version %" PRId64 ": the replay gives %s, "
+                     "dl:{R}:shards says %s",
+                     s->version, got, s->digest);
             s->newest = s->version - 1;
         }
     }
@@ -262,7 +283,8 @@ static int verify_shard(rconn *c, repair *rp, int k, char *err, size_t errlen) {
 
 /* Verify every shard against one reading of the refs; a blob trimmed under us means the run moved on:
  * read again (a blob missing from refs that stay put is reported as it is). */
-static int verify_all(rconn *c, repair *rp, char *err, size_t errlen) {
+static int verify_all(rconn *c, repair *rp, char *err, size_t errlen)
+{
     for (int attempt = 1;; attempt++) {
         if (read_shards(c, rp, err, errlen) < 0) return -1;
         int moved = 0;
@@ -279,7 +301,8 @@ static int verify_all(rconn *c, repair *rp, char *err, size_t errlen) {
     }
 }
 
-static void print_verification(const repair *rp) {
+static void print_verification(const repair *rp)
+{
     for (int k = 0; k < rp->rc.nshards; k++) {
         const shard_state *s = &rp->sh[k];
         if (s->problem[0] == '\0') {
@@ -290,7 +313,8 @@ static void print_verification(const repair *rp) {
                    s->problem, s->newest);
         } else {
             printf("shard %d: CORRUPT at version %" PRId64 ": %s; no version verifies (its snapshot %s is the oldest "
-                   "state kept)\n", k, s->version, s->problem, s->snap);
+                   "state kept)\n",
+                   k, s->version, s->problem, s->snap);
         }
     }
 }
@@ -298,7 +322,8 @@ static void print_verification(const repair *rp) {
 /* ---- the plan ------------------------------------------------------------------------------------- */
 
 /* Rollback: the newest version every shard verifies at and can still represent (>= its snapshot). */
-static int choose_target(repair *rp, char *err, size_t errlen) {
+static int choose_target(repair *rp, char *err, size_t errlen)
+{
     int S = rp->rc.nshards, low = 0, old = 0;
     rp->target = INT64_MAX;
     for (int k = 0; k < S; k++)
@@ -309,31 +334,37 @@ static int choose_target(repair *rp, char *err, size_t errlen) {
     for (int k = 0; k < S; k++)
         if (rp->sh[k].snapv > rp->sh[old].snapv) old = k;
     if (rp->target < 0) {
-        err_set(err, errlen, "shard %d has no version that verifies (its snapshot is the oldest state Redis keeps); "
-                "restore a checkpoint: coordinator repair --from-checkpoint FILE", low);
+        err_set(err, errlen,
+                "shard %d has no version that verifies (its snapshot is the oldest state Redis keeps); "
+                "restore a checkpoint: coordinator repair --from-checkpoint FILE",
+                low);
         return -1;
     }
     if (rp->target < rp->sh[old].snapv) {
-        err_set(err, errlen, "shard %d verifies only up to version %" PRId64 ", but shard %d keeps nothing older than its "
+        err_set(err, errlen,
+                "shard %d verifies only up to version %" PRId64 ", but shard %d keeps nothing older than its "
                 "snapshot of version %" PRId64 " (older log entries are trimmed), so no common version can be rebuilt; "
-                "restore a checkpoint: coordinator repair --from-checkpoint FILE", low, rp->target, old,
-                rp->sh[old].snapv);
+                "restore a checkpoint: coordinator repair --from-checkpoint FILE",
+                low, rp->target, old, rp->sh[old].snapv);
         return -1;
     }
     return 0;
 }
 
 /* The checkpoint must hold this run's model cut the same way. */
-static int check_checkpoint(const repair *rp, const checkpoint *ck, const char *path, char *err, size_t errlen) {
+static int check_checkpoint(const repair *rp, const checkpoint *ck, const char *path, char *err, size_t errlen)
+{
     const runconf *rc = &rp->rc;
     int same = ck->numel == rc->numel && ck->nshards == rc->nshards && !strcmp(ck->trainer, rc->trainer) &&
                !strcmp(ck->model, rc->model);
     for (int k = 0; same && k <= rc->nshards; k++) same = ck->shard_bounds[k] == rc->shard_bounds[k];
     if (!same) {
-        err_set(err, errlen, "%s holds a %s model (%s, %" PRIu64 " parameters in %d shards) that is not cut like run "
+        err_set(err, errlen,
+                "%s holds a %s model (%s, %" PRIu64 " parameters in %d shards) that is not cut like run "
                 "'%s' (%s, %s, %" PRIu64 " parameters in %d shards); start a new run from it with coordinator init "
-                "--from-checkpoint", path, ck->trainer, ck->model, ck->numel, ck->nshards, rp->run, rc->trainer,
-                rc->model, rc->numel, rc->nshards);
+                "--from-checkpoint",
+                path, ck->trainer, ck->model, ck->numel, ck->nshards, rp->run, rc->trainer, rc->model, rc->numel,
+                rc->nshards);
         return -1;
     }
     if (ck->dn_buffer > 0) {
@@ -345,32 +376,36 @@ static int check_checkpoint(const repair *rp, const checkpoint *ck, const char *
 
 /* ---- writing and installing ----------------------------------------------------------------------- */
 
-static void delete_ref(rconn *c, const char *run, int k, const char *kind, const char *ref) {
+static void delete_ref(rconn *c, const char *run, int k, const char *kind, const char *ref)
+{
     char key[KEY_MAX];
     if (key_shard_ref(key, sizeof key, run, k, kind, ref) != 0) return;
     redisReply *r = rconn_command(c, "DEL %s", key);
     if (r) freeReplyObject(r);
 }
 
-static void delete_new(rconn *c, repair *rp) {
+static void delete_new(rconn *c, repair *rp)
+{
     for (int k = 0; k < rp->rc.nshards; k++)
         if (rp->sh[k].written) delete_ref(c, rp->run, k, "snap", rp->sh[k].new_snap);
 }
 
 /* Shard k's restored parameters and momentum as the snapshot of version V (SET NX: nothing existing is
  * overwritten, and a concurrent repair loses cleanly). */
-static int write_shard(rconn *c, repair *rp, int k, const float *theta, const float *mom, char *err, size_t errlen) {
+static int write_shard(rconn *c, repair *rp, int k, const float *theta, const float *mom, char *err, size_t errlen)
+{
     shard_state *s = &rp->sh[k];
     snprintf(s->new_snap, sizeof s->new_snap, "%" PRId64 ".%d", rp->version, REPAIR_EPOCH);
-    if (coord_write_snapshot(c, rp->run, k, rp->version, REPAIR_EPOCH, theta, mom, NULL, runconf_shard_numel(&rp->rc, k),
-                             1, s->new_digest, err, errlen) < 0)
+    if (coord_write_snapshot(c, rp->run, k, rp->version, REPAIR_EPOCH, theta, mom, NULL,
+                             runconf_shard_numel(&rp->rc, k), 1, s->new_digest, err, errlen) < 0)
         return -1;
     s->written = 1;
     return 0;
 }
 
 /* Rollback: every shard replayed to the target version (each blob verified again on the way). */
-static int write_rollback(rconn *c, repair *rp, char *err, size_t errlen) {
+static int write_rollback(rconn *c, repair *rp, char *err, size_t errlen)
+{
     for (int k = 0; k < rp->rc.nshards; k++) {
         replay_state st;
         char why[600] = "";
@@ -384,7 +419,8 @@ static int write_rollback(rconn *c, repair *rp, char *err, size_t errlen) {
     return 0;
 }
 
-static int write_checkpoint(rconn *c, repair *rp, const checkpoint *ck, char *err, size_t errlen) {
+static int write_checkpoint(rconn *c, repair *rp, const checkpoint *ck, char *err, size_t errlen)
+{
     for (int k = 0; k < rp->rc.nshards; k++) {
         uint64_t off = rp->rc.shard_bounds[k];
         if (write_shard(c, rp, k, ck->params + off, ck->has_mom ? ck->mom + off : NULL, err, errlen) < 0) return -1;
@@ -393,10 +429,11 @@ static int write_checkpoint(rconn *c, repair *rp, const checkpoint *ck, char *er
 }
 
 /* dl_repair: what every shard was (checked again inside, atomically) and what it becomes. */
-static int install(rconn *c, repair *rp, const char *how, const char *source, char *err, size_t errlen) {
+static int install(rconn *c, repair *rp, const char *how, const char *source, char *err, size_t errlen)
+{
     int S = rp->rc.nshards, argc = 8 + 5 * S;
     const char **argv = calloc((size_t)argc, sizeof *argv);
-    char (*nums)[24] = calloc((size_t)S + 2, sizeof *nums);
+    char(*nums)[24] = calloc((size_t)S + 2, sizeof *nums);
     char key[KEY_MAX];
     int ret = -1;
     if (!argv || !nums) {
@@ -432,7 +469,8 @@ done:
 }
 
 /* Everything of the old state: no key of dl:{R}:shards names it any more. */
-static void delete_old(rconn *c, repair *rp) {
+static void delete_old(rconn *c, repair *rp)
+{
     for (int k = 0; k < rp->rc.nshards; k++) {
         delete_ref(c, rp->run, k, "snap", rp->sh[k].snap);
         char *copy = strdup(rp->sh[k].log), *save = NULL;
@@ -443,7 +481,8 @@ static void delete_old(rconn *c, repair *rp) {
 }
 
 /* Shards without an owner after waiting up to `seconds` for the servers to take them back. */
-static int wait_leased(rconn *c, repair *rp, int seconds) {
+static int wait_leased(rconn *c, repair *rp, int seconds)
+{
     char key[KEY_MAX];
     key_run(key, sizeof key, rp->run, "shards");
     uint64_t deadline = now_ms() + (uint64_t)seconds * 1000;
@@ -460,10 +499,11 @@ static int wait_leased(rconn *c, repair *rp, int seconds) {
 }
 
 /* Shards marked corrupt that verify now: clear the marks, revoke their leases so they load again. */
-static int unmark(rconn *c, repair *rp, char *err, size_t errlen) {
+static int unmark(rconn *c, repair *rp, char *err, size_t errlen)
+{
     int S = rp->rc.nshards, a = 0;
     const char **argv = calloc(4 + 2 * (size_t)S, sizeof *argv);
-    char (*nums)[16] = calloc((size_t)S, sizeof *nums);
+    char(*nums)[16] = calloc((size_t)S, sizeof *nums);
     char key[KEY_MAX];
     int ret = -1;
     if (argv && nums) {
@@ -497,7 +537,8 @@ typedef struct repair_args {
     long long wait_s;
 } repair_args;
 
-static int parse_args(int argc, char **argv, repair_args *a) {
+static int parse_args(int argc, char **argv, repair_args *a)
+{
     memset(a, 0, sizeof *a);
     a->wait_s = WAIT_DEFAULT_S;
     const opt_spec specs[] = {
@@ -517,7 +558,8 @@ static int parse_args(int argc, char **argv, repair_args *a) {
     return rc;
 }
 
-static int open_run(rconn *c, repair *rp, char *err, size_t errlen) {
+static int open_run(rconn *c, repair *rp, char *err, size_t errlen)
+{
     if (coord_load_library(c, err, errlen) < 0) return -1; /* this release's functions (dl_repair) */
     if (runconf_load(c, rp->run, &rp->rc, err, errlen) < 0) return -1;
     size_t largest = 0;
@@ -534,7 +576,8 @@ static int open_run(rconn *c, repair *rp, char *err, size_t errlen) {
 }
 
 /* Nothing is corrupt: say so, and clear marks that are no longer true. */
-static int settle_healthy(rconn *c, repair *rp, int dry_run) {
+static int settle_healthy(rconn *c, repair *rp, int dry_run)
+{
     char err[1024];
     if (rp->marked == 0) {
         printf("nothing to repair: every shard of run '%s' verifies at its committed version (%" PRId64 ")\n", rp->run,
@@ -555,7 +598,8 @@ static int settle_healthy(rconn *c, repair *rp, int dry_run) {
 }
 
 /* Write the restored state as version V, install it, clean up. */
-static int restore(rconn *c, repair *rp, const checkpoint *ck, const char *source, int wait_s) {
+static int restore(rconn *c, repair *rp, const checkpoint *ck, const char *source, int wait_s)
+{
     char err[1024];
     const char *how = ck ? "checkpoint" : "rollback";
     int rc = ck ? write_checkpoint(c, rp, ck, err, sizeof err) : write_rollback(c, rp, err, sizeof err);
@@ -567,16 +611,20 @@ static int restore(rconn *c, repair *rp, const checkpoint *ck, const char *sourc
     }
     delete_old(c, rp);
     printf("repaired run '%s': every shard now holds the parameters of %s as version %" PRId64 " (the open round of "
-           "every fragment); leases revoked; 'repair' event in dl:{%s}:events\n", rp->run, source, rp->version, rp->run);
+           "every fragment); leases revoked; 'repair' event in dl:{%s}:events\n",
+           rp->run, source, rp->version, rp->run);
     if (wait_s > 0) {
         int missing = wait_leased(c, rp, wait_s);
-        if (missing) printf("%d shard(s) have no shard-server yet after %d s: are shard-servers running?\n", missing, wait_s);
-        else printf("every shard is leased again; workers continue from version %" PRId64 "\n", rp->version);
+        if (missing)
+            printf("%d shard(s) have no shard-server yet after %d s: are shard-servers running?\n", missing, wait_s);
+        else
+            printf("every shard is leased again; workers continue from version %" PRId64 "\n", rp->version);
     }
     return 0;
 }
 
-int cmd_repair(int argc, char **argv) {
+int cmd_repair(int argc, char **argv)
+{
     repair_args a;
     if (parse_args(argc, argv, &a) < 0) return 2;
     checkpoint ck;
@@ -600,7 +648,8 @@ int cmd_repair(int argc, char **argv) {
         goto done;
     }
     if (rp.rc.async) {
-        err_set(err, sizeof err, "run '%s' is async: its submissions in flight are numbered by version, so repair "
+        err_set(err, sizeof err,
+                "run '%s' is async: its submissions in flight are numbered by version, so repair "
                 "cannot move it; start a new run from a checkpoint: coordinator init --run NEW --from-checkpoint FILE",
                 rp.run);
         goto fail;
@@ -614,15 +663,18 @@ int cmd_repair(int argc, char **argv) {
                a.checkpoint, ck.run, ck.version, rp.version);
     else
         printf("plan: roll every shard back to its parameters of version %" PRId64 ", installed as version %" PRId64
-               "; the rounds after version %" PRId64 " are lost\n", rp.target, rp.version, rp.target);
+               "; the rounds after version %" PRId64 " are lost\n",
+               rp.target, rp.version, rp.target);
     if (a.dry_run) {
         printf("dry run: nothing changed\n");
         status = 0;
         goto done;
     }
     char source[4200];
-    if (a.checkpoint) snprintf(source, sizeof source, "%s (version %" PRId64 ")", a.checkpoint, ck.version);
-    else snprintf(source, sizeof source, "version %" PRId64, rp.target);
+    if (a.checkpoint)
+        snprintf(source, sizeof source, "%s (version %" PRId64 ")", a.checkpoint, ck.version);
+    else
+        snprintf(source, sizeof source, "version %" PRId64, rp.target);
     status = restore(c, &rp, a.checkpoint ? &ck : NULL, source, (int)a.wait_s);
     goto done;
 fail:

@@ -31,14 +31,15 @@ typedef struct serve_ctx {
     uint64_t last_connect_fail;
     struct event_base *base;
     saver *saver;
-    long long save_every;    /* versions between periodic checkpoints (0 = off) */
-    long long last_saved;    /* version the last periodic save was triggered at */
-    int refused;             /* Redis refused our credentials or permissions: stop, exit 1 */
-    topology_watch topo;     /* the Redis master last seen, and the last failover (topology.c) */
+    long long save_every; /* versions between periodic checkpoints (0 = off) */
+    long long last_saved; /* version the last periodic save was triggered at */
+    int refused;          /* Redis refused our credentials or permissions: stop, exit 1 */
+    topology_watch topo;  /* the Redis master last seen, and the last failover (topology.c) */
 } serve_ctx;
 
 /* The lowest committed shard version (all shards share it between rounds); -1 on error. */
-static long long min_version(rconn *rc, const char *run) {
+static long long min_version(rconn *rc, const char *run)
+{
     char key[KEY_MAX];
     redisReply *r = rconn_command(rc, "HGETALL %s", key_run(key, sizeof key, run, "shards"));
     long long m = -1;
@@ -54,7 +55,8 @@ static long long min_version(rconn *rc, const char *run) {
     return m;
 }
 
-static void periodic_saved(void *arg, int ok, const char *path, int64_t version, const char *err) {
+static void periodic_saved(void *arg, int ok, const char *path, int64_t version, const char *err)
+{
     (void)arg;
     (void)path;
     (void)version;
@@ -62,7 +64,8 @@ static void periodic_saved(void *arg, int ok, const char *path, int64_t version,
     (void)ok; /* logged by the saver */
 }
 
-static void maybe_save(serve_ctx *x, rconn *rc) {
+static void maybe_save(serve_ctx *x, rconn *rc)
+{
     if (!x->saver || x->save_every <= 0 || saver_busy(x->saver)) return;
     long long v = min_version(rc, x->c.run);
     if (v < 0) return;
@@ -76,15 +79,18 @@ static void maybe_save(serve_ctx *x, rconn *rc) {
 
 /* A refusal by Redis (rconn_error_final: a wrong password, a user without the permission) is final: no
  * reap or save can succeed, so serve stops (exit status 1) instead of retrying forever. */
-static void refused(serve_ctx *x, const char *why) {
-    if (!x->refused) log_error("Redis refuses us: %s; stopping (check the user, password and ACL in the Redis URL)", why);
+static void refused(serve_ctx *x, const char *why)
+{
+    if (!x->refused)
+        log_error("Redis refuses us: %s; stopping (check the user, password and ACL in the Redis URL)", why);
     x->refused = 1;
     event_base_loopbreak(x->base);
 }
 
 /* The shared connection, reconnected (one attempt, short timeout) when it broke, so a dead Redis
  * costs each caller at most about a second and the loop keeps answering. */
-static rconn *ctx_redis(void *arg, char *err, size_t errlen) {
+static rconn *ctx_redis(void *arg, char *err, size_t errlen)
+{
     serve_ctx *x = arg;
     if (x->rc && !rconn_broken(x->rc)) return x->rc;
     if (x->rc) {
@@ -106,7 +112,8 @@ static rconn *ctx_redis(void *arg, char *err, size_t errlen) {
     return x->rc;
 }
 
-static void summary(rconn *rc, const char *run) {
+static void summary(rconn *rc, const char *run)
+{
     json_t *doc = coord_fetch_status(rc, run);
     if (!doc) return;
     json_t *st = json_object_get(doc, "state");
@@ -118,15 +125,19 @@ static void summary(rconn *rc, const char *run) {
              json_string_value(json_object_get(st, "rejections")));
     json_t *shards = json_object_get(doc, "shards"), *sh;
     size_t i;
-    json_array_foreach(shards, i, sh) { /* the run cannot go on: say it every time */
+    json_array_foreach(shards, i, sh)
+    { /* the run cannot go on: say it every time */
         const char *key = json_string_value(json_object_get(sh, "corrupt"));
         const char *why = json_string_value(json_object_get(sh, "corrupt_reason"));
-        if (key) log_error("shard %zu's durable state is corrupt (key %s: %s); see coordinator repair", i, key, why ? why : "");
+        if (key)
+            log_error("shard %zu's durable state is corrupt (key %s: %s); see coordinator repair", i, key,
+                      why ? why : "");
     }
     json_decref(doc);
 }
 
-static void on_tick(evutil_socket_t fd, short what, void *arg) {
+static void on_tick(evutil_socket_t fd, short what, void *arg)
+{
     (void)fd;
     (void)what;
     serve_ctx *x = arg;
@@ -134,9 +145,12 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
     rconn *rc = ctx_redis(x, err, sizeof err);
     if (!rc) return;
     redisReply *r = rconn_command(rc, "FCALL dl_reap 1 %s", x->key);
-    if (r && r->type == REDIS_REPLY_INTEGER && r->integer > 0) log_warn("evicted %lld dead worker(s)", r->integer);
-    else if (r && r->type == REDIS_REPLY_ERROR && rconn_error_final(r->str)) refused(x, r->str);
-    else if (r && r->type == REDIS_REPLY_ERROR) log_warn("reap: %s", r->str);
+    if (r && r->type == REDIS_REPLY_INTEGER && r->integer > 0)
+        log_warn("evicted %lld dead worker(s)", r->integer);
+    else if (r && r->type == REDIS_REPLY_ERROR && rconn_error_final(r->str))
+        refused(x, r->str);
+    else if (r && r->type == REDIS_REPLY_ERROR)
+        log_warn("reap: %s", r->str);
     if (r) freeReplyObject(r);
     if (!rconn_broken(rc)) maybe_save(x, rc);
     char master[300];
@@ -147,18 +161,19 @@ static void on_tick(evutil_socket_t fd, short what, void *arg) {
     }
 }
 
-static void on_signal(evutil_socket_t sig, short what, void *arg) {
+static void on_signal(evutil_socket_t sig, short what, void *arg)
+{
     (void)what;
     serve_ctx *x = arg;
     log_info("signal %d: stopping", (int)sig);
     event_base_loopbreak(x->base);
 }
 
-static void usage(FILE *f) {
+static void usage(FILE *f)
+{
     fprintf(f,
             "usage: bin/coordinator serve --redis URL --run NAME [options]\n"
-            "\n" REDIS_URL_HELP
-            "  --print-every S      one-line summary every S seconds (default 10, 0 = never)\n"
+            "\n" REDIS_URL_HELP "  --print-every S      one-line summary every S seconds (default 10, 0 = never)\n"
             "  --connect-timeout S  at start, wait up to S seconds for an unreachable Redis (default 60;\n"
             "                       0: try once); a refused password or user fails at once\n"
             "  --http [HOST:]PORT   serve the dashboard, /status, /metrics and /control on PORT\n"
@@ -172,7 +187,8 @@ static void usage(FILE *f) {
 }
 
 /* "[HOST:]PORT", "[v6]:PORT" -> host (into buf, or untouched) and port. */
-static int parse_listen(const char *s, char *host, size_t cap, int *port) {
+static int parse_listen(const char *s, char *host, size_t cap, int *port)
+{
     const char *p = s;
     if (s[0] == '[') {
         const char *e = strchr(s, ']');
@@ -193,11 +209,13 @@ static int parse_listen(const char *s, char *host, size_t cap, int *port) {
     return 0;
 }
 
-static int addr_loopback_hint(const char *h) {
+static int addr_loopback_hint(const char *h)
+{
     return !strncmp(h, "127.", 4) || !strcmp(h, "localhost") || !strcmp(h, "::1");
 }
 
-static char *read_token(const char *path) {
+static char *read_token(const char *path)
+{
     FILE *f = fopen(path, "r");
     if (!f) return NULL;
     char buf[1024];
@@ -212,7 +230,8 @@ static char *read_token(const char *path) {
     return strdup(s);
 }
 
-int cmd_serve(int argc, char **argv) {
+int cmd_serve(int argc, char **argv)
+{
     serve_ctx x = {0};
     x.print_every = 10;
     x.c.connect_timeout_ms = 60000;
@@ -226,13 +245,21 @@ int cmd_serve(int argc, char **argv) {
     const opt_spec specs[] = {
         COORD_COMMON_OPTS(&x.c),
         {.name = "print-every", .kind = OPT_LLONG, .dest = &x.print_every, .lo = 0, .hi = 86400, .wants = "seconds"},
-        {.name = "connect-timeout", .kind = OPT_DOUBLE, .dest = &connect_s, .min = 0, .max = 86400 * 365,
+        {.name = "connect-timeout",
+         .kind = OPT_DOUBLE,
+         .dest = &connect_s,
+         .min = 0,
+         .max = 86400 * 365,
          .wants = "seconds >= 0"},
         {.name = "http", .kind = OPT_STRING, .dest = &http_arg},
         {.name = "host", .kind = OPT_STRING, .dest = &host_arg},
         {.name = "token-file", .kind = OPT_STRING, .dest = &token_file},
         {.name = "save-dir", .kind = OPT_STRING, .dest = &save_dir},
-        {.name = "save-every", .kind = OPT_LLONG, .dest = &x.save_every, .lo = 0, .hi = 1000000000,
+        {.name = "save-every",
+         .kind = OPT_LLONG,
+         .dest = &x.save_every,
+         .lo = 0,
+         .hi = 1000000000,
          .wants = "a number of rounds >= 0"},
         {.name = "keep", .kind = OPT_LLONG, .dest = &keep, .lo = 0, .hi = 1000000, .wants = "an integer >= 0"},
         {.name = "no-dashboard", .kind = OPT_FLAG, .dest = &no_dashboard},
@@ -308,9 +335,18 @@ int cmd_serve(int argc, char **argv) {
     http_server *hs = NULL;
     if (http_arg) {
         char err[512];
-        http_options o = {.host = host, .port = port, .run = x.c.run, .token = token, .dashboard = dashboard,
-                          .save_dir = save_dir, .keep = (int)keep, .saver = x.saver, .redis = ctx_redis,
-                          .redis_arg = &x, .url = &x.c.url, .topology = &x.topo};
+        http_options o = {.host = host,
+                          .port = port,
+                          .run = x.c.run,
+                          .token = token,
+                          .dashboard = dashboard,
+                          .save_dir = save_dir,
+                          .keep = (int)keep,
+                          .saver = x.saver,
+                          .redis = ctx_redis,
+                          .redis_arg = &x,
+                          .url = &x.c.url,
+                          .topology = &x.topo};
         hs = http_start(x.base, &o, err, sizeof err);
         if (!hs) {
             fprintf(stderr, "coordinator serve: %s\n", err);

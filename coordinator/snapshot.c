@@ -16,7 +16,8 @@
 
 int coord_write_snapshot(rconn *rc, const char *run, int k, int64_t version, int64_t epoch, const float *x,
                          const float *mom, const float *dnbuf, uint64_t n, int only_new, char *digest, char *err,
-                         size_t errlen) {
+                         size_t errlen)
+{
     int with_mom = mom != NULL || dnbuf != NULL, with_buf = dnbuf != NULL;
     blob_header h;
     blob_header_init(&h, "snap");

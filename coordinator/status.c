@@ -13,12 +13,14 @@
 #include "coordinator.h"
 #include "opts.h"
 
-static const char *str(json_t *o, const char *k) {
+static const char *str(json_t *o, const char *k)
+{
     json_t *v = json_object_get(o, k);
     return json_is_string(v) ? json_string_value(v) : "-";
 }
 
-static double num(json_t *o, const char *k) {
+static double num(json_t *o, const char *k)
+{
     json_t *v = json_object_get(o, k);
     if (json_is_number(v)) return json_number_value(v);
     if (json_is_string(v)) return atof(json_string_value(v));
@@ -26,29 +28,39 @@ static double num(json_t *o, const char *k) {
 }
 
 /* Red on a terminal, plain in a pipe or file. */
-static const char *red(void) { return isatty(STDOUT_FILENO) ? "\033[1;31m" : ""; }
-static const char *plain(void) { return isatty(STDOUT_FILENO) ? "\033[0m" : ""; }
+static const char *red(void)
+{
+    return isatty(STDOUT_FILENO) ? "\033[1;31m" : "";
+}
+static const char *plain(void)
+{
+    return isatty(STDOUT_FILENO) ? "\033[0m" : "";
+}
 
 /* One line per shard marked corrupt in dl:{R}:shards, before everything else. */
-static void print_corrupt(json_t *doc) {
+static void print_corrupt(json_t *doc)
+{
     json_t *ss = json_object_get(doc, "shards"), *s;
     size_t i;
-    json_array_foreach(ss, i, s) {
+    json_array_foreach(ss, i, s)
+    {
         if (!json_is_string(json_object_get(s, "corrupt"))) continue;
         printf("%sCORRUPT: shard %.0f's durable state (key %s: %s); the run cannot go on: see `coordinator repair "
-               "--help`%s\n", red(), num(s, "shard"), str(s, "corrupt"), str(s, "corrupt_reason"), plain());
+               "--help`%s\n",
+               red(), num(s, "shard"), str(s, "corrupt"), str(s, "corrupt_reason"), plain());
     }
 }
 
-static void print_run(json_t *doc) {
+static void print_run(json_t *doc)
+{
     json_t *cfg = json_object_get(doc, "config"), *st = json_object_get(doc, "state");
     /* "dl:{NAME}" -> NAME */
     char name[128];
     const char *run = str(doc, "run");
     if (sscanf(run, "dl:{%127[^}]}", name) != 1) snprintf(name, sizeof name, "%s", run);
-    printf("run %s  mode %s  status %s  trainer %s  %s parameters in %s shards, %s fragment(s)\n",
-           name, str(cfg, "mode"), str(st, "status"), str(cfg, "trainer"), str(cfg, "numel"),
-           str(cfg, "shards"), str(cfg, "fragments"));
+    printf("run %s  mode %s  status %s  trainer %s  %s parameters in %s shards, %s fragment(s)\n", name,
+           str(cfg, "mode"), str(st, "status"), str(cfg, "trainer"), str(cfg, "numel"), str(cfg, "shards"),
+           str(cfg, "fragments"));
     printf("open round %s  rounds closed %s  commits %s  workers needed %s (min %s)  deaths %s  rejections %s\n",
            str(st, "round:0"), str(st, "rounds_closed"), str(st, "commits"), str(st, "target_workers"),
            str(st, "min_workers"), str(st, "deaths"), str(st, "rejections"));
@@ -60,7 +72,8 @@ static void print_run(json_t *doc) {
 }
 
 /* The evaluator's newest validation losses (worker --evaluate-every), or how to get them. */
-static void print_evals(json_t *doc) {
+static void print_evals(json_t *doc)
+{
     json_t *ev = json_object_get(doc, "evals");
     size_t n = json_array_size(ev);
     if (n == 0) {
@@ -76,42 +89,49 @@ static void print_evals(json_t *doc) {
     printf("%s\n", n > 1 ? ")" : "");
 }
 
-static void print_workers(json_t *doc) {
+static void print_workers(json_t *doc)
+{
     json_t *ws = json_object_get(doc, "workers"), *w;
     size_t i;
-    printf("\nworkers (%zu)\n  %-28s %5s %-16s %9s %9s %9s %8s %6s %13s\n", json_array_size(ws), "id", "inc",
-           "host", "hb age", "steps/s", "loss", "joined", "H", "stale mean/max");
-    json_array_foreach(ws, i, w) {
+    printf("\nworkers (%zu)\n  %-28s %5s %-16s %9s %9s %9s %8s %6s %13s\n", json_array_size(ws), "id", "inc", "host",
+           "hb age", "steps/s", "loss", "joined", "H", "stale mean/max");
+    json_array_foreach(ws, i, w)
+    {
         json_t *joined = json_object_get(w, "joined");
         char stale[32] = "-";
         if (json_object_get(w, "stale_n"))
             snprintf(stale, sizeof stale, "%.1f/%.0f", num(w, "stale_mean"), num(w, "stale_max"));
-        printf("  %-28s %5.0f %-16s %8.1fs %9.2f %9.4f %8.0f %6.0f %13s\n", str(w, "id"), num(w, "inc"),
-               str(w, "host"), num(w, "heartbeat_age_ms") / 1000.0, num(w, "speed"), num(w, "loss"),
+        printf("  %-28s %5.0f %-16s %8.1fs %9.2f %9.4f %8.0f %6.0f %13s\n", str(w, "id"), num(w, "inc"), str(w, "host"),
+               num(w, "heartbeat_age_ms") / 1000.0, num(w, "speed"), num(w, "loss"),
                json_is_array(joined) ? json_number_value(json_array_get(joined, 0)) : -1, num(w, "h"), stale);
     }
 }
 
-static void print_servers(json_t *doc) {
+static void print_servers(json_t *doc)
+{
     json_t *ss = json_object_get(doc, "servers"), *s;
     size_t i;
     printf("\nshard-servers (%zu)\n  %-28s %-22s %9s %6s\n", json_array_size(ss), "id", "address", "age", "held");
-    json_array_foreach(ss, i, s) {
-        printf("  %-28s %-22s %8.1fs %6.0f\n", str(s, "id"), str(s, "addr"), num(s, "age_ms") / 1000.0,
-               num(s, "held"));
+    json_array_foreach(ss, i, s)
+    {
+        printf("  %-28s %-22s %8.1fs %6.0f\n", str(s, "id"), str(s, "addr"), num(s, "age_ms") / 1000.0, num(s, "held"));
     }
 }
 
-static void print_shards(json_t *doc) {
+static void print_shards(json_t *doc)
+{
     json_t *ss = json_object_get(doc, "shards"), *s;
     size_t i;
     printf("\nshards (%zu)\n  %5s %8s %-28s %6s %10s %-16s %-12s %s\n", json_array_size(ss), "shard", "version",
            "owner", "epoch", "lease", "digest", "snapshot", "state");
-    json_array_foreach(ss, i, s) {
+    json_array_foreach(ss, i, s)
+    {
         double left = num(s, "lease_left_ms");
         char lease[32];
-        if (left > 0) snprintf(lease, sizeof lease, "%.1fs", left / 1000.0);
-        else snprintf(lease, sizeof lease, "expired");
+        if (left > 0)
+            snprintf(lease, sizeof lease, "%.1fs", left / 1000.0);
+        else
+            snprintf(lease, sizeof lease, "expired");
         const char *owner = str(s, "owner");
         int corrupt = json_is_string(json_object_get(s, "corrupt"));
         printf("  %5.0f %8.0f %-28s %6.0f %10s %-16s %-12s %s%s%s\n", num(s, "shard"), num(s, "version"),
@@ -120,7 +140,8 @@ static void print_shards(json_t *doc) {
     }
 }
 
-int cmd_status(int argc, char **argv) {
+int cmd_status(int argc, char **argv)
+{
     coord_common c = {0};
     int as_json = 0;
     const opt_spec specs[] = {

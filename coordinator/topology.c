@@ -14,7 +14,8 @@
 #include "util.h"
 
 /* INFO replication's "slaveN:ip=...,port=...,state=...,offset=...,lag=..." into a replica object. */
-static json_t *parse_replica(const char *v) {
+static json_t *parse_replica(const char *v)
+{
     char ip[256] = "", state[32] = "";
     long long port = 0, offset = 0, lag = 0;
     const char *p = v;
@@ -25,11 +26,16 @@ static json_t *parse_replica(const char *v) {
         size_t kl = (size_t)(eq - p), vl = (size_t)(end - eq - 1);
         char val[256];
         snprintf(val, sizeof val, "%.*s", (int)(vl < sizeof val ? vl : sizeof val - 1), eq + 1);
-        if (kl == 2 && !strncmp(p, "ip", 2)) snprintf(ip, sizeof ip, "%s", val);
-        else if (kl == 4 && !strncmp(p, "port", 4)) port = atoll(val);
-        else if (kl == 5 && !strncmp(p, "state", 5)) snprintf(state, sizeof state, "%.31s", val);
-        else if (kl == 6 && !strncmp(p, "offset", 6)) offset = atoll(val);
-        else if (kl == 3 && !strncmp(p, "lag", 3)) lag = atoll(val);
+        if (kl == 2 && !strncmp(p, "ip", 2))
+            snprintf(ip, sizeof ip, "%s", val);
+        else if (kl == 4 && !strncmp(p, "port", 4))
+            port = atoll(val);
+        else if (kl == 5 && !strncmp(p, "state", 5))
+            snprintf(state, sizeof state, "%.31s", val);
+        else if (kl == 6 && !strncmp(p, "offset", 6))
+            offset = atoll(val);
+        else if (kl == 3 && !strncmp(p, "lag", 3))
+            lag = atoll(val);
         p = *end ? end + 1 : end;
     }
     char addr[300];
@@ -39,7 +45,8 @@ static json_t *parse_replica(const char *v) {
 }
 
 /* INFO replication of the node rc talks to: role, master_repl_offset, replicas. */
-static void read_replication(rconn *rc, json_t *t) {
+static void read_replication(rconn *rc, json_t *t)
+{
     redisReply *r = rconn_command(rc, "INFO replication");
     if (!r || r->type != REDIS_REPLY_STRING) {
         if (r) freeReplyObject(r);
@@ -52,16 +59,20 @@ static void read_replication(rconn *rc, json_t *t) {
         if (!colon) continue;
         *colon = '\0';
         const char *v = colon + 1;
-        if (!strcmp(line, "role")) json_object_set_new(t, "role", json_string(v));
-        else if (!strcmp(line, "master_repl_offset")) json_object_set_new(t, "master_repl_offset", json_integer(atoll(v)));
-        else if (!strncmp(line, "slave", 5) && line[5] >= '0' && line[5] <= '9') json_array_append_new(reps, parse_replica(v));
+        if (!strcmp(line, "role"))
+            json_object_set_new(t, "role", json_string(v));
+        else if (!strcmp(line, "master_repl_offset"))
+            json_object_set_new(t, "master_repl_offset", json_integer(atoll(v)));
+        else if (!strncmp(line, "slave", 5) && line[5] >= '0' && line[5] <= '9')
+            json_array_append_new(reps, parse_replica(v));
     }
     json_object_set_new(t, "replicas", reps);
     freeReplyObject(r);
 }
 
 /* SENTINEL MASTER name on the first Sentinel that answers: the config epoch counts the failovers. */
-static void read_sentinel(const redis_url *u, json_t *t) {
+static void read_sentinel(const redis_url *u, json_t *t)
+{
     json_t *s = json_pack("{s:s, s:i}", "name", u->sentinel_master, "sentinels", u->nhosts);
     char err[300];
     redisReply *r = sentinel_command(u, 1000, err, sizeof err, "SENTINEL MASTER %s", u->sentinel_master);
@@ -69,9 +80,12 @@ static void read_sentinel(const redis_url *u, json_t *t) {
         for (size_t i = 0; i + 1 < r->elements; i += 2) {
             const char *k = r->element[i]->str, *v = r->element[i + 1]->str;
             if (!k || !v) continue;
-            if (!strcmp(k, "config-epoch")) json_object_set_new(s, "failovers", json_integer(atoll(v)));
-            else if (!strcmp(k, "quorum")) json_object_set_new(s, "quorum", json_integer(atoll(v)));
-            else if (!strcmp(k, "flags")) json_object_set_new(s, "flags", json_string(v));
+            if (!strcmp(k, "config-epoch"))
+                json_object_set_new(s, "failovers", json_integer(atoll(v)));
+            else if (!strcmp(k, "quorum"))
+                json_object_set_new(s, "quorum", json_integer(atoll(v)));
+            else if (!strcmp(k, "flags"))
+                json_object_set_new(s, "flags", json_string(v));
         }
     } else {
         json_object_set_new(s, "error", json_string(r && r->type == REDIS_REPLY_ERROR ? r->str : err));
@@ -80,7 +94,8 @@ static void read_sentinel(const redis_url *u, json_t *t) {
     json_object_set_new(t, "sentinel", s);
 }
 
-void topology_watch_master(topology_watch *w, const char *master) {
+void topology_watch_master(topology_watch *w, const char *master)
+{
     if (w->master[0] && strcmp(w->master, master)) {
         log_warn("Redis failover: the master is now %s (was %s)", master, w->master);
         snprintf(w->last_from, sizeof w->last_from, "%s", w->master);
@@ -91,9 +106,12 @@ void topology_watch_master(topology_watch *w, const char *master) {
     snprintf(w->master, sizeof w->master, "%s", master);
 }
 
-json_t *topology_read(rconn *rc, const redis_url *url, topology_watch *w) {
+json_t *topology_read(rconn *rc, const redis_url *url, topology_watch *w)
+{
     json_t *t = json_object();
-    const char *mode = url->sentinel_master[0] ? "sentinel" : rconn_is_cluster(rc) || url->nhosts > 1 ? "cluster" : "single";
+    const char *mode = url->sentinel_master[0]                   ? "sentinel"
+                       : rconn_is_cluster(rc) || url->nhosts > 1 ? "cluster"
+                                                                 : "single";
     json_object_set_new(t, "mode", json_string(mode));
     char master[300];
     rconn_server(rc, master, sizeof master);
@@ -103,24 +121,29 @@ json_t *topology_read(rconn *rc, const redis_url *url, topology_watch *w) {
     if (w) {
         topology_watch_master(w, master);
         if (w->seen)
-            json_object_set_new(t, "last_failover", json_pack("{s:s, s:s, s:I, s:i}", "from", w->last_from, "to",
-                                                              w->last_to, "t_ms", (json_int_t)w->last_ms, "seen", w->seen));
+            json_object_set_new(t, "last_failover",
+                                json_pack("{s:s, s:s, s:I, s:i}", "from", w->last_from, "to", w->last_to, "t_ms",
+                                          (json_int_t)w->last_ms, "seen", w->seen));
     }
     return t;
 }
 
-void topology_print(json_t *t) {
+void topology_print(json_t *t)
+{
     json_t *reps = json_object_get(t, "replicas"), *r, *s = json_object_get(t, "sentinel");
     printf("redis: %s, master %s", json_string_value(json_object_get(t, "mode")),
            json_string_value(json_object_get(t, "master")));
     if (json_is_array(reps)) printf(", %zu replica(s)", json_array_size(reps));
     if (s && json_object_get(s, "failovers"))
-        printf(", %lld failover(s) (Sentinel config epoch)", (long long)json_integer_value(json_object_get(s, "failovers")));
+        printf(", %lld failover(s) (Sentinel config epoch)",
+               (long long)json_integer_value(json_object_get(s, "failovers")));
     putchar('\n');
     size_t i;
-    json_array_foreach(reps, i, r) {
-        printf("  replica %-22s %-8s offset %lld (master %lld), lag %lld s\n", json_string_value(json_object_get(r, "addr")),
-               json_string_value(json_object_get(r, "state")), (long long)json_integer_value(json_object_get(r, "offset")),
+    json_array_foreach(reps, i, r)
+    {
+        printf("  replica %-22s %-8s offset %lld (master %lld), lag %lld s\n",
+               json_string_value(json_object_get(r, "addr")), json_string_value(json_object_get(r, "state")),
+               (long long)json_integer_value(json_object_get(r, "offset")),
                (long long)json_integer_value(json_object_get(t, "master_repl_offset")),
                (long long)json_integer_value(json_object_get(r, "lag_s")));
     }

@@ -7,7 +7,8 @@
 
 #include "blob.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
     blob_header h;
     const uint8_t *payload;
     size_t plen;

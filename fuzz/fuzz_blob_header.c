@@ -9,7 +9,8 @@
 
 #include "blob.h"
 
-static void same_fields(const blob_header *a, const blob_header *b) {
+static void same_fields(const blob_header *a, const blob_header *b)
+{
     if (strcmp(a->op, b->op) || a->dtype != b->dtype || a->count != b->count || a->xxh != b->xxh ||
         a->shard != b->shard || a->version != b->version || a->round != b->round || a->epoch != b->epoch ||
         a->inc != b->inc || a->frag != b->frag || a->flags != b->flags || a->aux != b->aux ||
@@ -19,7 +20,8 @@ static void same_fields(const blob_header *a, const blob_header *b) {
         abort();
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
     blob_header h, again;
     size_t hl, hl2;
     char err[256];

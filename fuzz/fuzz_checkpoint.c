@@ -10,7 +10,8 @@
 
 #include "checkpoint.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
     int fd = memfd_create("checkpoint", 0);
     if (fd < 0) abort();
     if (write(fd, data, size) != (ssize_t)size) abort();

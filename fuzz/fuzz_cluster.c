@@ -13,7 +13,8 @@
 
 static cluster_map map;
 
-static void check_map(const cluster_map *m) {
+static void check_map(const cluster_map *m)
+{
     if (m->nnodes < 0 || m->nnodes > CLUSTER_MAX_NODES) abort();
     for (int i = 0; i < m->nnodes; i++)
         if (m->node[i].port < 1 || m->node[i].port > 65535) abort();
@@ -21,7 +22,8 @@ static void check_map(const cluster_map *m) {
         if (cluster_map_owner(m, s) >= m->nnodes) abort();
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
     int slot = cluster_resp_slot((const char *)data, size);
     if (slot < -1 || slot >= CLUSTER_SLOTS) abort();
     if (resp_huge_array(data, size)) return 0;

@@ -14,7 +14,8 @@
 
 static float a[4096], b[4096];
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
     if (size < 3) return 0;
     int dtype = (data[0] & 1) ? BLOB_I4 : BLOB_I8;
     size_t n = ((size_t)data[1] | (size_t)data[2] << 8) % 4096;

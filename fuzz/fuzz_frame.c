@@ -15,7 +15,8 @@
 static uint8_t *placed;
 static size_t placed_len;
 
-static void *place(const blob_header *h, size_t payload_len, void *arg) {
+static void *place(const blob_header *h, size_t payload_len, void *arg)
+{
     (void)arg;
     if (strcmp(h->op, "params") != 0 || payload_len > (1u << 20)) return NULL;
     free(placed);
@@ -24,7 +25,8 @@ static void *place(const blob_header *h, size_t payload_len, void *arg) {
     return placed;
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
     if (size < 1 || size > 65536) return 0;
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) abort();
@@ -37,8 +39,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     size_t plen;
     char err[256];
     for (;;) {
-        int rc = use_place ? frame_recv_place(sv[0], buf, sizeof buf, 1u << 20, place, NULL, &h, &payload, &plen,
-                                              1000, err, sizeof err)
+        int rc = use_place ? frame_recv_place(sv[0], buf, sizeof buf, 1u << 20, place, NULL, &h, &payload, &plen, 1000,
+                                              err, sizeof err)
                            : frame_recv(sv[0], buf, sizeof buf, &h, &payload, &plen, 1000, err, sizeof err);
         if (rc != 0) break;
         int in_buf = payload >= buf && payload + plen <= buf + sizeof buf;

@@ -7,14 +7,14 @@
 
 #include "mpmap.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
     static const char *const keys[] = {"addr", "pid", "last", "speed", "", "a"};
     char out[64];
     double d;
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
         memset(out, 'x', sizeof out);
-        if (mpmap_get_str(data, size, keys[i], out, sizeof out) == 0 && strnlen(out, sizeof out) == sizeof out)
-            abort();
+        if (mpmap_get_str(data, size, keys[i], out, sizeof out) == 0 && strnlen(out, sizeof out) == sizeof out) abort();
         (void)mpmap_get_num(data, size, keys[i], &d);
     }
     return 0;

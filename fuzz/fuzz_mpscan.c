@@ -10,7 +10,8 @@
 
 #include "mpscan.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
     size_t objlen;
     char err[128];
     if (mpscan_object(data, size, &objlen, err, sizeof err) != 0) return 0;

@@ -13,12 +13,17 @@
 #include "outer_dn.h"
 #include "replay.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
     if (size < 2) return 0;
     size_t n = (size_t)(data[0] & 15) + 1;
     float theta[16], mom[16], buf[16];
-    replay_state st = {.theta = theta, .mom = mom, .dnbuf = (data[0] & 128) ? buf : NULL,
-                       .dn_buffer = data[1], .dn_variant = (data[0] & 64) ? DN_FORGATHER : DN_PAPER, .dn_t0 = 3};
+    replay_state st = {.theta = theta,
+                       .mom = mom,
+                       .dnbuf = (data[0] & 128) ? buf : NULL,
+                       .dn_buffer = data[1],
+                       .dn_variant = (data[0] & 64) ? DN_FORGATHER : DN_PAPER,
+                       .dn_t0 = 3};
     size_t off = 2;
     for (int i = 0; off + 2 <= size; i++) {
         size_t len = (size_t)data[off] | (size_t)data[off + 1] << 8;

@@ -12,7 +12,8 @@
 #include "resp_guard.h"
 #include "runconf.h"
 
-static void check(const runconf *rc) {
+static void check(const runconf *rc)
+{
     if (rc->nshards < 1 || rc->nshards > RUNCONF_MAX_SHARDS || rc->shard_bounds[0] != 0 ||
         rc->shard_bounds[rc->nshards] != rc->numel || rc->nfragments < 1 || rc->frag_bounds[0] != 0 ||
         rc->frag_bounds[rc->nfragments] != rc->nshards)
@@ -25,7 +26,8 @@ static void check(const runconf *rc) {
     if (f < 0 || f >= rc->nfragments) abort();
 }
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
     if (resp_huge_array(data, size)) return 0;
     redisReader *rd = redisReaderCreate();
     if (!rd) return 0;

@@ -7,7 +7,8 @@
 
 #include "safetensors.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
     safetensors st;
     char err[512];
     if (safetensors_parse(data, size, &st, err, sizeof err) != 0) return 0;

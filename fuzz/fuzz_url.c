@@ -9,7 +9,8 @@
 
 #include "url.h"
 
-int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
     char s[2048], text[2048], err[256];
     if (size >= sizeof s) return 0;
     memcpy(s, data, size);

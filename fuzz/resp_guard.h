@@ -7,7 +7,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-static inline int resp_huge_array(const uint8_t *d, size_t n) {
+static inline int resp_huge_array(const uint8_t *d, size_t n)
+{
     for (size_t i = 0; i < n; i++) {
         if (d[i] != '*' || (i > 0 && d[i - 1] != '\n')) continue;
         unsigned long long v = 0;

@@ -17,7 +17,8 @@
 
 static const char *root;
 
-static void put(const char *target, const char *name, const void *data, size_t len) {
+static void put(const char *target, const char *name, const void *data, size_t len)
+{
     char path[1024];
     snprintf(path, sizeof path, "%s/%s", root, target);
     mkdir(path, 0755);
@@ -29,10 +30,14 @@ static void put(const char *target, const char *name, const void *data, size_t l
     }
 }
 
-static void put_str(const char *target, const char *name, const char *s) { put(target, name, s, strlen(s)); }
+static void put_str(const char *target, const char *name, const char *s)
+{
+    put(target, name, s, strlen(s));
+}
 
 /* a whole blob in a malloc'd buffer */
-static uint8_t *blob(blob_header *h, const void *payload, size_t plen, size_t *len) {
+static uint8_t *blob(blob_header *h, const void *payload, size_t plen, size_t *len)
+{
     uint8_t *out;
     char err[256];
     if (blob_encode(h, payload, plen, &out, len, err, sizeof err) != 0) {
@@ -46,9 +51,10 @@ static uint8_t *blob(blob_header *h, const void *payload, size_t plen, size_t *l
 
 static float floats[1000];
 
-static void blobs(void) {
-    static const char *const ops[] = {"hello", "challenge", "auth", "wait", "pull", "get", "ack", "need", "moved",
-                                      "err"};
+static void blobs(void)
+{
+    static const char *const ops[] = {"hello", "challenge", "auth", "wait",  "pull",
+                                      "get",   "ack",       "need", "moved", "err"};
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++) {
         blob_header h;
         blob_header_init(&h, ops[i]);
@@ -88,11 +94,14 @@ static void blobs(void) {
 }
 
 /* the crafted headers of issue 17 and a repeated key, packed by hand: no encoder writes them */
-static void crafted_headers(void) {
-    struct { const char *name; int wide_dt, x_only, twice; } c[] = {
-        {"crafted-dtype-2p32-plus-1.bin", 1, 0, 0},
-        {"crafted-x-without-dt.bin", 0, 1, 0},
-        {"crafted-key-twice.bin", 0, 0, 1}};
+static void crafted_headers(void)
+{
+    struct {
+        const char *name;
+        int wide_dt, x_only, twice;
+    } c[] = {{"crafted-dtype-2p32-plus-1.bin", 1, 0, 0},
+             {"crafted-x-without-dt.bin", 0, 1, 0},
+             {"crafted-key-twice.bin", 0, 0, 1}};
     for (size_t i = 0; i < sizeof c / sizeof c[0]; i++) {
         msgpack_sbuffer sb;
         msgpack_packer pk;
@@ -131,7 +140,8 @@ static void crafted_headers(void) {
 
 /* ---- frames: byte 0 picks the reader (0 frame_recv, 1 frame_recv_place), then frames ------------- */
 
-static void frames(void) {
+static void frames(void)
+{
     for (int reader = 0; reader < 2; reader++) {
         uint8_t *out = malloc(16384);
         size_t used = 1;
@@ -155,7 +165,8 @@ static void frames(void) {
 
 /* ---- msgpack records of the control plane (as the Lua library packs them with cmsgpack) ----------- */
 
-static void records(void) {
+static void records(void)
+{
     msgpack_sbuffer sb;
     msgpack_packer pk;
     msgpack_sbuffer_init(&sb);
@@ -192,14 +203,16 @@ static void records(void) {
 
 /* ---- replay: [n | DN bits, N], then 2-byte-length-prefixed blobs: a snapshot, then log entries ------ */
 
-static void append(uint8_t *out, size_t *used, const uint8_t *b, size_t len) {
+static void append(uint8_t *out, size_t *used, const uint8_t *b, size_t len)
+{
     out[(*used)++] = (uint8_t)len;
     out[(*used)++] = (uint8_t)(len >> 8);
     memcpy(out + *used, b, len);
     *used += len;
 }
 
-static void replays(void) {
+static void replays(void)
+{
     for (int dn = 0; dn < 2; dn++) {
         uint8_t out[4096];
         size_t used = 0, len;
@@ -226,11 +239,18 @@ static void replays(void) {
 
 /* ---- URLs and RESP -------------------------------------------------------------------------------- */
 
-static void urls(void) {
-    static const char *const u[] = {"redis://127.0.0.1", "redis://worker:s3cret@redis.example:6380/5",
-                                    "redis://:p%40ss@h/0", "redis://[::1]:6379/2", "unix:///run/redis.sock?db=2",
-                                    "unix://user:pass@/tmp/r.sock", "redis://h:65535", "redis://h:0",
-                                    "redis://n1:7000,n2:7001,[::1]:7002", "redis+sentinel://s1,s2:26380/mymaster/1",
+static void urls(void)
+{
+    static const char *const u[] = {"redis://127.0.0.1",
+                                    "redis://worker:s3cret@redis.example:6380/5",
+                                    "redis://:p%40ss@h/0",
+                                    "redis://[::1]:6379/2",
+                                    "unix:///run/redis.sock?db=2",
+                                    "unix://user:pass@/tmp/r.sock",
+                                    "redis://h:65535",
+                                    "redis://h:0",
+                                    "redis://n1:7000,n2:7001,[::1]:7002",
+                                    "redis+sentinel://s1,s2:26380/mymaster/1",
                                     "redis+sentinel://u:p@s1/m?sentinel_username=a&sentinel_password=b"};
     for (size_t i = 0; i < sizeof u / sizeof u[0]; i++) {
         char name[32];
@@ -239,7 +259,8 @@ static void urls(void) {
     }
 }
 
-static void resp(void) {
+static void resp(void)
+{
     put_str("cluster", "slots.resp",
             "*3\r\n"
             "*3\r\n:0\r\n:5460\r\n*3\r\n$9\r\n127.0.0.1\r\n:7000\r\n$3\r\nid1\r\n"
@@ -254,7 +275,8 @@ static void resp(void) {
 }
 
 /* HGETALL dl:{R}:config as a Redis answers it, from name/value pairs */
-static void config_reply(const char *name, const char *const *kv, size_t n) {
+static void config_reply(const char *name, const char *const *kv, size_t n)
+{
     char buf[4096];
     size_t used = (size_t)snprintf(buf, sizeof buf, "*%zu\r\n", n);
     for (size_t i = 0; i < n; i++)
@@ -262,22 +284,44 @@ static void config_reply(const char *name, const char *const *kv, size_t n) {
     put("runconf", name, buf, used);
 }
 
-static void configs(void) {
-    static const char *const sync_run[] = {
-        "numel", "200000", "shard_bounds", "0,25000,50000,75000,100000,125000,150000,175000,200000",
-        "frag_bounds", "0,8", "mode", "sync", "snapshot_every", "2", "seed", "7", "trainer", "quadratic",
-        "model", "--numel 200000", "secret", "0123456789abcdef0123456789abcdef", "weight_by", "examples",
-        "layout", "[[\"x\",[200000],0]]"};
-    static const char *const async_dn[] = {
-        "numel", "40000", "shard_bounds", "0,10000,20000,30000,40000", "frag_bounds", "0,2,4", "mode", "async",
-        "dn_buffer", "3", "dn_variant", "forgather", "dn_t0", "8", "weight_by", "tokens",
-        "weight_ref_tokens", "4096"};
+static void configs(void)
+{
+    static const char *const sync_run[] = {"numel",          "200000",
+                                           "shard_bounds",   "0,25000,50000,75000,100000,125000,150000,175000,200000",
+                                           "frag_bounds",    "0,8",
+                                           "mode",           "sync",
+                                           "snapshot_every", "2",
+                                           "seed",           "7",
+                                           "trainer",        "quadratic",
+                                           "model",          "--numel 200000",
+                                           "secret",         "0123456789abcdef0123456789abcdef",
+                                           "weight_by",      "examples",
+                                           "layout",         "[[\"x\",[200000],0]]"};
+    static const char *const async_dn[] = {"numel",
+                                           "40000",
+                                           "shard_bounds",
+                                           "0,10000,20000,30000,40000",
+                                           "frag_bounds",
+                                           "0,2,4",
+                                           "mode",
+                                           "async",
+                                           "dn_buffer",
+                                           "3",
+                                           "dn_variant",
+                                           "forgather",
+                                           "dn_t0",
+                                           "8",
+                                           "weight_by",
+                                           "tokens",
+                                           "weight_ref_tokens",
+                                           "4096"};
     config_reply("sync.resp", sync_run, sizeof sync_run / sizeof sync_run[0]);
     config_reply("async-dn.resp", async_dn, sizeof async_dn / sizeof async_dn[0]);
     put_str("runconf", "not-a-hash.resp", "-ERR wrong kind\r\n:7\r\n*2\r\n$5\r\nnumel\r\n:5\r\n");
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     if (argc != 2) {
         fprintf(stderr, "usage: %s DIR   (writes DIR/<target>/ seed files; make fuzz-seeds)\n", argv[0]);
         return 2;

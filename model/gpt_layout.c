@@ -11,7 +11,8 @@
 
 /* ---- configuration and layout -------------------------------------------------------------- */
 
-int gpt_config_check(const gpt_config *c, char *err, size_t errlen) {
+int gpt_config_check(const gpt_config *c, char *err, size_t errlen)
+{
     if (!c || c->layers < 1 || c->heads < 1 || c->dim < 1 || c->ctx < 1 || c->vocab < 2) {
         err_set(err, errlen, "gpt config: layers, heads, dim, ctx must be >= 1 and vocab >= 2");
         return -1;
@@ -27,24 +28,31 @@ int gpt_config_check(const gpt_config *c, char *err, size_t errlen) {
     return 0;
 }
 
-int gpt_layout(const gpt_config *c, model_tensor **tensors, int *ntensors, size_t *numel,
-               char *err, size_t errlen) {
+int gpt_layout(const gpt_config *c, model_tensor **tensors, int *ntensors, size_t *numel, char *err, size_t errlen)
+{
     if (gpt_config_check(c, err, errlen)) return -1;
     int n = GPT_TENSORS_HEAD + GPT_TENSORS_PER_LAYER * c->layers + 2;
     const size_t namelen = 40;
     model_tensor *t = calloc(1, (size_t)n * (sizeof *t + namelen));
-    if (!t) { err_set(err, errlen, "gpt_layout: out of memory"); return -1; }
+    if (!t) {
+        err_set(err, errlen, "gpt_layout: out of memory");
+        return -1;
+    }
     char *names = (char *)(t + n);
     size_t C = (size_t)c->dim, off = 0;
     int i = 0;
-#define ADD(nd, s0, s1, ...)                                                    \
-    do {                                                                        \
-        char *nm = names + (size_t)i * namelen;                                 \
-        snprintf(nm, namelen, __VA_ARGS__);                                     \
-        t[i].name = nm; t[i].ndim = nd;                                         \
-        t[i].shape[0] = s0; t[i].shape[1] = nd > 1 ? (size_t)(s1) : 0;          \
-        t[i].numel = (size_t)(s0) * (nd > 1 ? (size_t)(s1) : 1);                \
-        t[i].offset = off; off += t[i].numel; i++;                              \
+#define ADD(nd, s0, s1, ...)                                     \
+    do {                                                         \
+        char *nm = names + (size_t)i * namelen;                  \
+        snprintf(nm, namelen, __VA_ARGS__);                      \
+        t[i].name = nm;                                          \
+        t[i].ndim = nd;                                          \
+        t[i].shape[0] = s0;                                      \
+        t[i].shape[1] = nd > 1 ? (size_t)(s1) : 0;               \
+        t[i].numel = (size_t)(s0) * (nd > 1 ? (size_t)(s1) : 1); \
+        t[i].offset = off;                                       \
+        off += t[i].numel;                                       \
+        i++;                                                     \
     } while (0)
     ADD(2, (size_t)c->vocab, C, "wte.weight");
     ADD(2, (size_t)c->ctx, C, "wpe.weight");
@@ -73,10 +81,13 @@ int gpt_layout(const gpt_config *c, model_tensor **tensors, int *ntensors, size_
 
 /* ---- init ---------------------------------------------------------------------------------- */
 
-static double u01(uint64_t *s) { return ((splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
+static double u01(uint64_t *s)
+{
+    return ((splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
 
-int gpt_init_params(const gpt_config *c, uint64_t seed, float *params, size_t numel,
-                    char *err, size_t errlen) {
+int gpt_init_params(const gpt_config *c, uint64_t seed, float *params, size_t numel, char *err, size_t errlen)
+{
     model_tensor *t;
     int n;
     size_t total;
@@ -114,19 +125,26 @@ int gpt_init_params(const gpt_config *c, uint64_t seed, float *params, size_t nu
 
 /* ---- the tensors by role ------------------------------------------------------------------- */
 
-void gpt_params_bind(const model_tensor *t, int ntensors, float *base, gpt_params *v) {
+void gpt_params_bind(const model_tensor *t, int ntensors, float *base, gpt_params *v)
+{
     int layers = (ntensors - GPT_TENSORS_HEAD - 2) / GPT_TENSORS_PER_LAYER;
     v->wte = base + t[0].offset;
     v->wpe = base + t[1].offset;
     for (int l = 0; l < layers; l++) {
         const model_tensor *u = t + GPT_TENSORS_HEAD + GPT_TENSORS_PER_LAYER * l;
         gpt_layer_params *h = &v->h[l];
-        h->ln1w = base + u[0].offset; h->ln1b = base + u[1].offset;
-        h->qkvw = base + u[2].offset; h->qkvb = base + u[3].offset;
-        h->projw = base + u[4].offset; h->projb = base + u[5].offset;
-        h->ln2w = base + u[6].offset; h->ln2b = base + u[7].offset;
-        h->fcw = base + u[8].offset; h->fcb = base + u[9].offset;
-        h->fcprojw = base + u[10].offset; h->fcprojb = base + u[11].offset;
+        h->ln1w = base + u[0].offset;
+        h->ln1b = base + u[1].offset;
+        h->qkvw = base + u[2].offset;
+        h->qkvb = base + u[3].offset;
+        h->projw = base + u[4].offset;
+        h->projb = base + u[5].offset;
+        h->ln2w = base + u[6].offset;
+        h->ln2b = base + u[7].offset;
+        h->fcw = base + u[8].offset;
+        h->fcb = base + u[9].offset;
+        h->fcprojw = base + u[10].offset;
+        h->fcprojb = base + u[11].offset;
     }
     v->lnfw = base + t[ntensors - 2].offset;
     v->lnfb = base + t[ntensors - 1].offset;

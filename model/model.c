@@ -9,14 +9,19 @@
 
 #include "util.h"
 
-static int is_kind(const model_spec *s, const char *kind) { return s->kind && !strcmp(s->kind, kind); }
+static int is_kind(const model_spec *s, const char *kind)
+{
+    return s->kind && !strcmp(s->kind, kind);
+}
 
-static int unknown_kind(const char *kind, char *err, size_t errlen) {
+static int unknown_kind(const char *kind, char *err, size_t errlen)
+{
     err_set(err, errlen, "unknown trainer '%s' (gpt or quadratic)", kind ? kind : "");
     return -1;
 }
 
-void model_spec_format(const model_spec *s, char *out, size_t cap) {
+void model_spec_format(const model_spec *s, char *out, size_t cap)
+{
     if (!cap) return;
     out[0] = 0;
     if (is_kind(s, "quadratic")) snprintf(out, cap, "--numel %" PRIu64, (uint64_t)s->numel);
@@ -25,7 +30,8 @@ void model_spec_format(const model_spec *s, char *out, size_t cap) {
                  s->gpt.dim, s->gpt.ctx, s->gpt.vocab);
 }
 
-int model_spec_parse(const char *kind, const char *model, model_spec *s, char *err, size_t errlen) {
+int model_spec_parse(const char *kind, const char *model, model_spec *s, char *err, size_t errlen)
+{
     memset(s, 0, sizeof *s);
     if (kind && !strcmp(kind, "quadratic")) {
         unsigned long long n;
@@ -49,8 +55,8 @@ bad:
     return -1;
 }
 
-int model_layout(const model_spec *s, model_tensor **tensors, int *ntensors, size_t *numel, char *err,
-                 size_t errlen) {
+int model_layout(const model_spec *s, model_tensor **tensors, int *ntensors, size_t *numel, char *err, size_t errlen)
+{
     if (is_kind(s, "gpt")) return gpt_layout(&s->gpt, tensors, ntensors, numel, err, errlen);
     if (!is_kind(s, "quadratic")) return unknown_kind(s->kind, err, errlen);
     if (s->numel == 0) {
@@ -67,8 +73,8 @@ int model_layout(const model_spec *s, model_tensor **tensors, int *ntensors, siz
     return 0;
 }
 
-int model_init_params(const model_spec *s, uint64_t seed, float *params, size_t numel, char *err,
-                      size_t errlen) {
+int model_init_params(const model_spec *s, uint64_t seed, float *params, size_t numel, char *err, size_t errlen)
+{
     if (is_kind(s, "gpt")) return gpt_init_params(&s->gpt, seed, params, numel, err, errlen);
     if (!is_kind(s, "quadratic")) return unknown_kind(s->kind, err, errlen);
     if (numel != s->numel) {
@@ -79,8 +85,10 @@ int model_init_params(const model_spec *s, uint64_t seed, float *params, size_t 
     return 0;
 }
 
-void model_tensor_shape_str(const model_tensor *t, char *out, size_t cap) {
+void model_tensor_shape_str(const model_tensor *t, char *out, size_t cap)
+{
     size_t n = (size_t)snprintf(out, cap, "[");
-    for (int d = 0; d < t->ndim && n < cap; d++) n += (size_t)snprintf(out + n, cap - n, d ? ", %zu" : "%zu", t->shape[d]);
+    for (int d = 0; d < t->ndim && n < cap; d++)
+        n += (size_t)snprintf(out + n, cap - n, d ? ", %zu" : "%zu", t->shape[d]);
     if (n < cap) snprintf(out + n, cap - n, "]");
 }

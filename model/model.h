@@ -24,10 +24,10 @@ extern "C" {
 
 /* One named tensor of the flat parameter vector. */
 typedef struct model_tensor {
-    const char *name;     /* e.g. "h.0.attn.qkv.weight" */
+    const char *name; /* e.g. "h.0.attn.qkv.weight" */
     int ndim;
     size_t shape[4];
-    size_t offset;        /* in elements, into the flat parameter buffer */
+    size_t offset; /* in elements, into the flat parameter buffer */
     size_t numel;
 } model_tensor;
 
@@ -51,16 +51,14 @@ int gpt_config_check(const gpt_config *c, char *err, size_t errlen);
  *   lnf.weight (dim)  lnf.bias (dim)
  * No separate lm_head: logits = lnf(x) wte^T. *tensors is malloc'ed (names included, one block):
  * release it with free(*tensors). */
-int gpt_layout(const gpt_config *c, model_tensor **tensors, int *ntensors, size_t *numel,
-               char *err, size_t errlen);
+int gpt_layout(const gpt_config *c, model_tensor **tensors, int *ntensors, size_t *numel, char *err, size_t errlen);
 /* Number of tensors per layer and tensors before layer 0 (wte, wpe). */
 enum { GPT_TENSORS_PER_LAYER = 12, GPT_TENSORS_HEAD = 2 };
 
 /* Deterministic init from a seed (GPT-2 / nanoGPT): every weight matrix and both embeddings
  * N(0, 0.02); attn.proj.weight and mlp.proj.weight N(0, 0.02/sqrt(2*layers)); biases 0;
  * LayerNorm weights 1, biases 0. Same seed -> same bytes on every machine. */
-int gpt_init_params(const gpt_config *c, uint64_t seed, float *params, size_t numel,
-                    char *err, size_t errlen);
+int gpt_init_params(const gpt_config *c, uint64_t seed, float *params, size_t numel, char *err, size_t errlen);
 
 /* The tensors of a flat buffer (parameters or their gradients) laid out by gpt_layout, by role:
  * the CPU and the CUDA backends address their weights through this one map. */
@@ -69,7 +67,7 @@ typedef struct gpt_layer_params {
 } gpt_layer_params;
 typedef struct gpt_params {
     float *wte, *wpe, *lnfw, *lnfb;
-    gpt_layer_params *h;  /* one entry per layer, allocated by the caller */
+    gpt_layer_params *h; /* one entry per layer, allocated by the caller */
 } gpt_params;
 /* Points v's fields into base (a buffer of gpt_layout's numel) for the layout tensors/ntensors of
  * gpt_layout. base may be a device address: only offsets are added to it. */
@@ -88,9 +86,9 @@ void quadratic_init_params(uint64_t seed, float *params, size_t n);
  * "model" field is model_spec_format's string of it, e.g. "--layers 2 --heads 4 --dim 128 --ctx 128
  * --vocab 256" or "--numel 1000". */
 typedef struct model_spec {
-    const char *kind;     /* "gpt" or "quadratic"; not owned */
-    gpt_config gpt;       /* kind "gpt" */
-    size_t numel;         /* kind "quadratic" */
+    const char *kind; /* "gpt" or "quadratic"; not owned */
+    gpt_config gpt;   /* kind "gpt" */
+    size_t numel;     /* kind "quadratic" */
 } model_spec;
 
 /* The "model" string of s (flags a worker passes on to its trainer). */
@@ -100,13 +98,11 @@ void model_spec_format(const model_spec *s, char *out, size_t cap);
 int model_spec_parse(const char *kind, const char *model, model_spec *s, char *err, size_t errlen);
 /* The layout of s: *tensors malloc'ed (release with free(*tensors)), in offset order, covering
  * [0, *numel). -1 + err for an unknown kind or an invalid configuration. */
-int model_layout(const model_spec *s, model_tensor **tensors, int *ntensors, size_t *numel, char *err,
-                 size_t errlen);
+int model_layout(const model_spec *s, model_tensor **tensors, int *ntensors, size_t *numel, char *err, size_t errlen);
 /* t's shape as text, e.g. "[32, 16]" (messages that compare layouts). */
 void model_tensor_shape_str(const model_tensor *t, char *out, size_t cap);
 /* The deterministic initial parameters of s from seed; numel is model_layout's. */
-int model_init_params(const model_spec *s, uint64_t seed, float *params, size_t numel, char *err,
-                      size_t errlen);
+int model_init_params(const model_spec *s, uint64_t seed, float *params, size_t numel, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

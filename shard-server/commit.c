@@ -26,12 +26,9 @@
 void commit_free(ss_commit *c)
 {
     ss_shard *s = &c->ss->shards[c->k];
-    if (c->theta != NULL && s->tent_theta == c->theta)
-        s->tent_theta = NULL;
-    for (int i = 0; i < c->np; i++)
-        free(c->ids[i]);
-    if (c->xs != NULL)
-        XXH3_freeState(c->xs);
+    if (c->theta != NULL && s->tent_theta == c->theta) s->tent_theta = NULL;
+    for (int i = 0; i < c->np; i++) free(c->ids[i]);
+    if (c->xs != NULL) XXH3_freeState(c->xs);
     free(c->g);
     ss_buf_release(c->gq);    /* update replies may still be sending it */
     ss_buf_release(c->theta); /* tentative replies may still be sending it */
@@ -44,8 +41,7 @@ void commit_free(ss_commit *c)
 ss_shard *commit_shard(ss_commit *c)
 {
     ss_shard *s = &c->ss->shards[c->k];
-    if (s->gen != c->gen || s->state != SH_READY || !s->committing)
-        return NULL;
+    if (s->gen != c->gen || s->state != SH_READY || !s->committing) return NULL;
     return s;
 }
 
@@ -77,8 +73,9 @@ void commit_finish(ss_commit *c, int outcome)
         if (outcome == OUT_DONE || !waiting_for_it || s->state != SH_READY || s->version != round)
             ops_dispatch(ss, req);
         else if (outcome == OUT_WAIT)
-            req_reply_simple(req, "wait", ss->rc.async ? "an earlier submission has not arrived yet"
-                                                       : "the round's barrier is not closed yet");
+            req_reply_simple(req, "wait",
+                             ss->rc.async ? "an earlier submission has not arrived yet"
+                                          : "the round's barrier is not closed yet");
         else if (outcome == OUT_NEED)
             req_reply_simple(req, "need", need);
         else
@@ -143,11 +140,9 @@ static void commit_on_commit(redisReply *r, void *priv)
     shard_free_deltas(s, s->version, 0);
     double secs = (double)(now_ms() - c->t0) / 1000.0;
     ss->m.rounds_committed++;
-    if (c->used == 0)
-        ss->m.noop_commits++;
+    if (c->used == 0) ss->m.noop_commits++;
     ss->m.commit_seconds += secs;
-    if (secs > ss->m.commit_seconds_max)
-        ss->m.commit_seconds_max = secs;
+    if (secs > ss->m.commit_seconds_max) ss->m.commit_seconds_max = secs;
     log_info("shard %d: committed version %lld (%d participants, %.3f s, digest %s)", s->k, (long long)s->version,
              c->used, secs, s->digest);
     if (ss->rc.snapshot_every > 0 && s->version % ss->rc.snapshot_every == 0)
@@ -160,11 +155,9 @@ static void commit_on_commit(redisReply *r, void *priv)
  * received and the log blob written but the version not committed. The crash tests use it. */
 static void crash_if_asked(ss_ctx *ss, const ss_commit *c)
 {
-    if (ss->opts.crash_before_commit <= 0)
-        return;
+    if (ss->opts.crash_before_commit <= 0) return;
     static uint64_t state;
-    if (state == 0)
-        state = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
+    if (state == 0) state = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
     if (rng_uniform(&state) < ss->opts.crash_before_commit) {
         log_warn("shard %d round %lld: fault injection: exiting before dl_commit", c->k, (long long)c->round);
         _exit(137);
@@ -199,9 +192,8 @@ void commit_on_log_written(redisReply *r, void *priv)
     snprintf(parts, sizeof parts, "%d", c->used);
     snprintf(frag, sizeof frag, "%d", s->frag);
     snprintf(round, sizeof round, "%lld", (long long)c->round);
-    const char *args[9] = { ss->id, ep, shard, from, c->digest, ref, parts, frag, round };
-    if (fcall_durable(ss, commit_on_commit, c, "dl_commit", 9, args) != 0)
-        commit_fail(c, "Redis is unavailable", 0);
+    const char *args[9] = {ss->id, ep, shard, from, c->digest, ref, parts, frag, round};
+    if (fcall_durable(ss, commit_on_commit, c, "dl_commit", 9, args) != 0) commit_fail(c, "Redis is unavailable", 0);
 }
 
 /* All membership checks are back: need, drop or compute. */
@@ -254,8 +246,7 @@ static void commit_on_drop(redisReply *r, void *priv)
         log_info("shard %d round %lld: dropped %s:%lld (no longer a member)", c->k, (long long)c->round, c->ids[i],
                  (long long)c->incs[i]);
     }
-    if (--c->outstanding == 0)
-        commit_after_checks(c);
+    if (--c->outstanding == 0) commit_after_checks(c);
 }
 
 static void commit_on_member(redisReply *r, void *priv)
@@ -279,23 +270,20 @@ static void commit_on_member(redisReply *r, void *priv)
         char f[16], round[24];
         snprintf(f, sizeof f, "%d", ss->shards[c->k].frag);
         snprintf(round, sizeof round, "%lld", (long long)c->round);
-        const char *args[3] = { f, round, c->ids[i] };
-        if (fcall(ss, commit_on_drop, q, "dl_drop", 3, args) == 0)
-            return; /* still outstanding */
+        const char *args[3] = {f, round, c->ids[i]};
+        if (fcall(ss, commit_on_drop, q, "dl_drop", 3, args) == 0) return; /* still outstanding */
         c->failed = 1;
         snprintf(c->errmsg, sizeof c->errmsg, "Redis is unavailable");
     }
     free(q);
-    if (--c->outstanding == 0)
-        commit_after_checks(c);
+    if (--c->outstanding == 0) commit_after_checks(c);
 }
 
 /* Parse "id:inc,id:inc" (sorted by id) and the dropped ids. -1 if malformed. */
 static int parse_participants(ss_commit *c, const char *parts, const char *dropped)
 {
     char *copy = strdup(parts);
-    if (copy == NULL)
-        return -1;
+    if (copy == NULL) return -1;
     int rc = 0;
     char *save = NULL;
     for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
@@ -312,8 +300,7 @@ static int parse_participants(ss_commit *c, const char *parts, const char *dropp
         for (const char *p = dropped; p != NULL && *p;) {
             const char *end = strchr(p, ',');
             size_t len = end ? (size_t)(end - p) : strlen(p);
-            if (len == idlen && strncmp(p, tok, len) == 0)
-                c->dropped[c->np] = 1;
+            if (len == idlen && strncmp(p, tok, len) == 0) c->dropped[c->np] = 1;
             p = end ? end + 1 : p + len;
         }
         c->np++;
@@ -334,7 +321,9 @@ static void commit_on_barrier(redisReply *r, void *priv)
     }
     if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 3) {
         snprintf(c->errmsg, sizeof c->errmsg, "dl_barrier: %s",
-                 r == NULL ? "connection lost" : r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
+                 r == NULL                      ? "connection lost"
+                 : r->type == REDIS_REPLY_ERROR ? r->str
+                                                : "bad reply");
         commit_finish(c, OUT_ERR);
         return;
     }
@@ -362,8 +351,7 @@ static void commit_check_deltas(ss_commit *c, ss_shard *s)
     ss_ctx *ss = c->ss;
     c->outstanding = 1; /* guard while issuing */
     for (int i = 0; i < c->np; i++) {
-        if (c->dropped[i] || shard_find_delta(s, c->round, c->ids[i], c->incs[i]) != NULL)
-            continue;
+        if (c->dropped[i] || shard_find_delta(s, c->round, c->ids[i], c->incs[i]) != NULL) continue;
         member_q *q = malloc(sizeof *q);
         if (q == NULL) {
             c->failed = 1;
@@ -371,7 +359,7 @@ static void commit_check_deltas(ss_commit *c, ss_shard *s)
         }
         q->c = c;
         q->i = i;
-        const char *args[1] = { c->ids[i] };
+        const char *args[1] = {c->ids[i]};
         c->outstanding++;
         if (fcall(ss, commit_on_member, q, "dl_member", 1, args) != 0) {
             c->outstanding--;
@@ -381,8 +369,7 @@ static void commit_check_deltas(ss_commit *c, ss_shard *s)
             break;
         }
     }
-    if (--c->outstanding == 0)
-        commit_after_checks(c);
+    if (--c->outstanding == 0) commit_after_checks(c);
 }
 
 int commit_init(ss_ctx *ss)
@@ -414,8 +401,7 @@ static void commit_on_submission(redisReply *r, void *priv)
     char rec[256];
     snprintf(rec, sizeof rec, "%s", r->str);
     char *base = strrchr(rec, ':'); /* "worker:inc:base" -> participant "worker:inc" */
-    if (base != NULL)
-        *base = '\0';
+    if (base != NULL) *base = '\0';
     if (base == NULL || parse_participants(c, rec, "") != 0 || c->np != 1) {
         snprintf(c->errmsg, sizeof c->errmsg, "malformed submission record '%s'", r->str);
         commit_finish(c, OUT_ERR);
@@ -426,11 +412,9 @@ static void commit_on_submission(redisReply *r, void *priv)
 
 void commit_start(ss_ctx *ss, ss_shard *s)
 {
-    if (s->committing || s->state != SH_READY)
-        return;
+    if (s->committing || s->state != SH_READY) return;
     ss_commit *c = calloc(1, sizeof *c);
-    if (c == NULL)
-        return;
+    if (c == NULL) return;
     c->ss = ss;
     c->k = s->k;
     c->gen = s->gen;
@@ -445,14 +429,14 @@ void commit_start(ss_ctx *ss, ss_shard *s)
         char key[KEY_MAX], name[32];
         snprintf(name, sizeof name, "subs:%d", s->k);
         key_run(key, sizeof key, ss->rc.run, name);
-        const char *argv[3] = { "HGET", key, round };
+        const char *argv[3] = {"HGET", key, round};
         if (rlink_cmds(&ss->ctl, commit_on_submission, c, 3, argv) != 0) {
             snprintf(c->errmsg, sizeof c->errmsg, "Redis is unavailable");
             commit_finish(c, OUT_ERR);
         }
         return;
     }
-    const char *args[2] = { f, round };
+    const char *args[2] = {f, round};
     if (fcall(ss, commit_on_barrier, c, "dl_barrier", 2, args) != 0) {
         snprintf(c->errmsg, sizeof c->errmsg, "Redis is unavailable");
         commit_finish(c, OUT_ERR);

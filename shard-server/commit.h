@@ -22,38 +22,38 @@ typedef struct ss_commit {
     ss_ctx *ss;
     int k;
     uint64_t gen;
-    int64_t round;       /* commits version round+1 */
+    int64_t round; /* commits version round+1 */
     int64_t epoch;
     uint64_t t0;
-    int np;              /* participants not dropped at barrier time */
+    int np; /* participants not dropped at barrier time */
     char *ids[MAX_PARTICIPANTS];
     int64_t incs[MAX_PARTICIPANTS];
     int dropped[MAX_PARTICIPANTS];
     float scale[MAX_PARTICIPANTS]; /* --weight-by tokens: each participant's weight (else unused) */
-    int outstanding;     /* dl_member / dl_drop calls in flight */
+    int outstanding;               /* dl_member / dl_drop calls in flight */
     int failed;
     char need[512];
     char errmsg[256];
     /* the compute (queued, sliced) */
     struct ss_commit *qnext;
-    size_t pos;          /* elements done */
+    size_t pos; /* elements done */
     int first;
     ss_tunables t;
-    XXH3_state_t *xs;    /* digest of the new θ, streamed */
+    XXH3_state_t *xs; /* digest of the new θ, streamed */
     /* after the step */
-    float *g;            /* the averaged pseudo-gradient: the log entry's payload, sent from here */
-    uint8_t *gq;         /* --download update: g in the run's codec (g holds its decoded values): the log
+    float *g;    /* the averaged pseudo-gradient: the log entry's payload, sent from here */
+    uint8_t *gq; /* --download update: g in the run's codec (g holds its decoded values): the log
                             entry's payload and the update sent to workers (then the shard's upd.buf) */
     size_t gq_len;
     uint64_t gq_xxh;
-    int g_bad;           /* g is not finite: the commit fails */
+    int g_bad; /* g is not finite: the commit fails */
     uint8_t head[BLOB_HEADER_MAX];
     float *theta;
     float *mom;
     int has_mom;
-    float *dnbuf;        /* async Delayed Nesterov buffer after the step (NULL when DN is off) */
-    int used;            /* participants averaged */
-    int g_deferred;      /* g not computed yet: the fast path computes it for the log entry (commit_fill_g) */
+    float *dnbuf;   /* async Delayed Nesterov buffer after the step (NULL when DN is off) */
+    int used;       /* participants averaged */
+    int g_deferred; /* g not computed yet: the fast path computes it for the log entry (commit_fill_g) */
     char digest[17];
     uint64_t theta_xxh;  /* the digest as a number */
     uint64_t t_computed; /* now_ms() when θ' was ready (its log entry waits at most LOG_DEFER_MAX_MS) */

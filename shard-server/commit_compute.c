@@ -28,7 +28,7 @@
 
 static void cq_arm(ss_ctx *ss)
 {
-    static const struct timeval zero = { 0, 0 };
+    static const struct timeval zero = {0, 0};
     evtimer_add(ss->cq_ev, &zero);
 }
 
@@ -37,8 +37,7 @@ static ss_commit *cq_pop(ss_ctx *ss)
     ss_commit *c = ss->cq_head;
     if (c != NULL) {
         ss->cq_head = c->qnext;
-        if (ss->cq_head == NULL)
-            ss->cq_tail = NULL;
+        if (ss->cq_head == NULL) ss->cq_tail = NULL;
         c->qnext = NULL;
     }
     return c;
@@ -51,11 +50,9 @@ static int commit_gather_deltas(ss_commit *c, ss_shard *s, ss_delta **out, int *
     int k = 0;
     *all_bf16 = 1;
     for (int i = 0; i < c->np; i++) {
-        if (c->dropped[i])
-            continue;
+        if (c->dropped[i]) continue;
         ss_delta *d = shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
-        if (d == NULL)
-            return -1;
+        if (d == NULL) return -1;
         *all_bf16 &= d->dtype == BLOB_BF16;
         out[k++] = d;
     }
@@ -73,8 +70,7 @@ static int commit_fast(const ss_commit *c, int used, int all_bf16)
 static void commit_block_fast(ss_commit *c, ss_shard *s, ss_delta **ds, int used, size_t lo, size_t len)
 {
     const uint16_t *x[MAX_PARTICIPANTS];
-    for (int i = 0; i < used; i++)
-        x[i] = (const uint16_t *)ds[i]->payload + lo;
+    for (int i = 0; i < used; i++) x[i] = (const uint16_t *)ds[i]->payload + lo;
     outer_mean_step_bf16_to(c->theta + lo, c->mom + lo, s->theta + lo, s->mom + lo, c->first, x, (uint32_t)used, len,
                             c->t.lr, c->t.mu, c->t.nesterov);
 }
@@ -89,8 +85,7 @@ static void commit_block_general(ss_commit *c, ss_shard *s, ss_delta **ds, int u
     float *g = c->g + lo;
     outer_sum_zero(g, len);
     for (int i = 0, p = 0; i < c->np; i++) {
-        if (c->dropped[i])
-            continue;
+        if (c->dropped[i]) continue;
         ss_delta *d = ds[p++];
         if (codec_is_block(d->dtype)) { /* int8/int4: decoded, then summed as fp32 */
             codec_decode(d->dtype, d->payload + codec_offset(d->dtype, lo), len, decoded);
@@ -107,8 +102,7 @@ static void commit_block_general(ss_commit *c, ss_shard *s, ss_delta **ds, int u
         else
             outer_sum_add_f32(g, (const float *)d->payload + lo, len);
     }
-    if (!c->ss->rc.weight_tokens)
-        outer_mean_finish(g, len, (uint32_t)used);
+    if (!c->ss->rc.weight_tokens) outer_mean_finish(g, len, (uint32_t)used);
     size_t bad;
     int dt = c->ss->rc.compress;
     if (c->gq != NULL && codec_round_trip(dt, g, len, c->gq + codec_offset(dt, lo), &bad) != 0)
@@ -120,8 +114,7 @@ static void commit_block_general(ss_commit *c, ss_shard *s, ss_delta **ds, int u
     }
     memcpy(c->theta + lo, s->theta + lo, len * sizeof(float));
     memcpy(c->mom + lo, s->mom + lo, len * sizeof(float));
-    if (c->dnbuf != NULL)
-        memcpy(c->dnbuf + lo, s->dnbuf + lo, len * sizeof(float));
+    if (c->dnbuf != NULL) memcpy(c->dnbuf + lo, s->dnbuf + lo, len * sizeof(float));
     if (used > 0 && c->dnbuf != NULL) /* async Delayed Nesterov: submission number t = dn_t0 + version + 1 */
         outer_dn_step(c->ss->rc.dn_variant, c->theta + lo, c->mom + lo, c->dnbuf + lo, g, len,
                       c->ss->rc.dn_t0 + (uint64_t)c->round + 1, (uint32_t)c->ss->rc.dn_buffer, c->t.lr, c->t.mu,
@@ -162,8 +155,7 @@ static void commit_slice(ss_commit *c, ss_shard *s)
         commit_fail(c, "the averaged pseudo-gradient is not finite", 0);
         return;
     }
-    if (c->pos < n)
-        return;
+    if (c->pos < n) return;
     c->has_mom = s->has_mom || (c->used > 0 && (c->t.mu != 0.0f || c->dnbuf != NULL));
     cq_pop(c->ss);
     commit_write_log(c, s);
@@ -175,10 +167,8 @@ int commit_fill_g(ss_commit *c, ss_shard *s)
     ss_delta *ds[MAX_PARTICIPANTS];
     const uint16_t *x[MAX_PARTICIPANTS];
     int all_bf16, used = commit_gather_deltas(c, s, ds, &all_bf16);
-    if (used != c->used || !all_bf16)
-        return -1;
-    for (int i = 0; i < used; i++)
-        x[i] = (const uint16_t *)ds[i]->payload;
+    if (used != c->used || !all_bf16) return -1;
+    for (int i = 0; i < used; i++) x[i] = (const uint16_t *)ds[i]->payload;
     outer_mean_bf16(c->g, x, (uint32_t)used, s->n);
     c->g_deferred = 0;
     return 0;
@@ -190,8 +180,7 @@ void cq_on_turn(evutil_socket_t fd, short what, void *arg)
     (void)what;
     ss_ctx *ss = arg;
     ss_commit *c = ss->cq_head;
-    if (c == NULL)
-        return;
+    if (c == NULL) return;
     ss_shard *s = commit_shard(c);
     if (s == NULL) {
         cq_pop(ss);
@@ -199,8 +188,7 @@ void cq_on_turn(evutil_socket_t fd, short what, void *arg)
     } else {
         commit_slice(c, s); /* pops c when it is done with it */
     }
-    if (ss->cq_head != NULL)
-        cq_arm(ss);
+    if (ss->cq_head != NULL) cq_arm(ss);
 }
 
 /* --weight-by tokens: sync, each participant weighs tokens_i / sum(tokens) (a weighted mean); async,
@@ -211,11 +199,9 @@ static void commit_weights(ss_commit *c, ss_shard *s)
     double total = 0;
     for (int i = 0; i < c->np; i++) {
         ss_delta *d = c->dropped[i] ? NULL : shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
-        if (d != NULL)
-            total += (double)d->tokens;
+        if (d != NULL) total += (double)d->tokens;
     }
-    if (c->ss->rc.async)
-        total = (double)(c->ss->rc.weight_ref_tokens ? c->ss->rc.weight_ref_tokens : 1);
+    if (c->ss->rc.async) total = (double)(c->ss->rc.weight_ref_tokens ? c->ss->rc.weight_ref_tokens : 1);
     for (int i = 0; i < c->np; i++) {
         ss_delta *d = c->dropped[i] ? NULL : shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
         c->scale[i] = d != NULL && total > 0 ? (float)((double)d->tokens / total) : 0.0f;
@@ -225,16 +211,14 @@ static void commit_weights(ss_commit *c, ss_shard *s)
 /* Every Δ is here: queue the compute of version round+1. */
 void commit_compute(ss_commit *c, ss_shard *s)
 {
-    if (c->ss->rc.weight_tokens)
-        commit_weights(c, s);
+    if (c->ss->rc.weight_tokens) commit_weights(c, s);
     ss_ctx *ss = c->ss;
     size_t n = s->n;
     c->g = malloc(n * sizeof(float));
     c->theta = malloc(n * sizeof(float));
     c->mom = malloc(n * sizeof(float));
     c->xs = XXH3_createState();
-    if (s->dnbuf != NULL)
-        c->dnbuf = malloc(n * sizeof(float));
+    if (s->dnbuf != NULL) c->dnbuf = malloc(n * sizeof(float));
     if (ss->rc.download_update) {
         c->gq_len = codec_bytes(ss->rc.compress, n);
         c->gq = malloc(c->gq_len + 1);

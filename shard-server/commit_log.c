@@ -52,8 +52,7 @@ static void commit_serve_tentative(ss_commit *c, ss_shard *s)
     s->tent_xxh = c->theta_xxh;
     s->tent_version = c->round + 1;
     memset(&s->tent_upd, 0, sizeof s->tent_upd);
-    if (c->gq != NULL)
-        commit_update_of(c, &s->tent_upd);
+    if (c->gq != NULL) commit_update_of(c, &s->tent_upd);
     ss_req *list = s->parked;
     s->parked = s->parked_tail = NULL;
     s->nparked = 0;
@@ -99,8 +98,8 @@ static void commit_start_log(ss_commit *c, ss_shard *s)
     }
     char key[KEY_MAX];
     store_blob_key(ss, key, sizeof key, s->k, "log", c->round + 1, c->epoch);
-    log_debug("shard %d round %lld: writing %zu bytes of log at +%llu ms", s->k, (long long)c->round,
-              (size_t)hl + plen, (unsigned long long)(now_ms() - c->t0));
+    log_debug("shard %d round %lld: writing %zu bytes of log at +%llu ms", s->k, (long long)c->round, (size_t)hl + plen,
+              (unsigned long long)(now_ms() - c->t0));
     if (store_set(ss, key, c->head, (size_t)hl, payload, plen, commit_on_log_written, c) != 0)
         commit_fail(c, "Redis is unavailable", 0);
 }
@@ -114,7 +113,7 @@ static void commit_start_log(ss_commit *c, ss_shard *s)
 
 static void lq_arm(ss_ctx *ss)
 {
-    struct timeval tv = { 0, LOG_DEFER_CHECK_MS * 1000 };
+    struct timeval tv = {0, LOG_DEFER_CHECK_MS * 1000};
     evtimer_add(ss->lq_ev, &tv);
 }
 
@@ -138,8 +137,7 @@ void lq_on_timer(evutil_socket_t fd, short what, void *arg)
             return;
         }
         ss->lq_head = c->qnext;
-        if (ss->lq_head == NULL)
-            ss->lq_tail = NULL;
+        if (ss->lq_head == NULL) ss->lq_tail = NULL;
         c->qnext = NULL;
         if (s == NULL)
             commit_free(c);
@@ -154,8 +152,7 @@ void commit_write_log(ss_commit *c, ss_shard *s)
 {
     ss_ctx *ss = c->ss;
     c->theta_xxh = (uint64_t)XXH3_64bits_digest(c->xs);
-    if (c->gq != NULL)
-        c->gq_xxh = hash64(c->gq, c->gq_len);
+    if (c->gq != NULL) c->gq_xxh = hash64(c->gq, c->gq_len);
     snprintf(c->digest, sizeof c->digest, "%016" PRIx64, c->theta_xxh);
     c->t_computed = now_ms();
     log_debug("shard %d round %lld: step computed at +%llu ms", s->k, (long long)c->round,

@@ -30,18 +30,14 @@ static void read_tunables(rconn *c, ss_ctx *ss)
     ss->tun.lr = 0.7f;
     ss->tun.mu = 0.9f;
     ss->tun.nesterov = 1;
-    redisReply *r = rconn_command(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key,
-                                                                                      ss->opts.run, "tunables"));
+    redisReply *r = rconn_command(c, "HMGET %s outer_lr outer_momentum nesterov",
+                                  key_run(key, sizeof key, ss->opts.run, "tunables"));
     if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements == 3) {
-        if (r->element[0]->type == REDIS_REPLY_STRING)
-            ss->tun.lr = strtof(r->element[0]->str, NULL);
-        if (r->element[1]->type == REDIS_REPLY_STRING)
-            ss->tun.mu = strtof(r->element[1]->str, NULL);
-        if (r->element[2]->type == REDIS_REPLY_STRING)
-            ss->tun.nesterov = atoi(r->element[2]->str) != 0;
+        if (r->element[0]->type == REDIS_REPLY_STRING) ss->tun.lr = strtof(r->element[0]->str, NULL);
+        if (r->element[1]->type == REDIS_REPLY_STRING) ss->tun.mu = strtof(r->element[1]->str, NULL);
+        if (r->element[2]->type == REDIS_REPLY_STRING) ss->tun.nesterov = atoi(r->element[2]->str) != 0;
     }
-    if (r != NULL)
-        freeReplyObject(r);
+    if (r != NULL) freeReplyObject(r);
 }
 
 int ss_ctx_load_run(ss_ctx *ss, volatile int *stop)
@@ -56,8 +52,8 @@ int ss_ctx_load_run(ss_ctx *ss, volatile int *stop)
         log_error("bad --run: %s", err);
         return -1;
     }
-    rconn *c = rconn_connect_retry(&ss->url, REDIS_TIMEOUT_MS, ss->opts.connect_timeout_ms, stop, NULL, err,
-                                   sizeof err);
+    rconn *c =
+        rconn_connect_retry(&ss->url, REDIS_TIMEOUT_MS, ss->opts.connect_timeout_ms, stop, NULL, err, sizeof err);
     if (c == NULL) {
         log_error("%s", err);
         return -1;
@@ -72,18 +68,18 @@ int ss_ctx_load_run(ss_ctx *ss, volatile int *stop)
     rconn_free(c);
     log_info("run %s: %llu parameters in %d shards, %d fragments, snapshot every %d versions; outer lr %g "
              "momentum %g nesterov %d (library version %s)",
-             ss->opts.run, (unsigned long long)ss->rc.numel, ss->rc.nshards, ss->rc.nfragments,
-             ss->rc.snapshot_every, (double)ss->tun.lr, (double)ss->tun.mu, ss->tun.nesterov, DL_LIB_VERSION);
+             ss->opts.run, (unsigned long long)ss->rc.numel, ss->rc.nshards, ss->rc.nfragments, ss->rc.snapshot_every,
+             (double)ss->tun.lr, (double)ss->tun.mu, ss->tun.nesterov, DL_LIB_VERSION);
     return 0;
 }
 
 void ss_refused(const char *conn, const char *why)
 {
     log_error("redis %s connection: Redis refuses this user: %s; stopping (check the user, password and ACL in "
-              "the Redis URL)", conn, why);
+              "the Redis URL)",
+              conn, why);
     g_ss->refused = 1;
-    if (g_ss->base != NULL)
-        event_base_loopbreak(g_ss->base);
+    if (g_ss->base != NULL) event_base_loopbreak(g_ss->base);
 }
 
 static void on_park_timer(evutil_socket_t fd, short what, void *arg)
@@ -99,17 +95,15 @@ static void on_park_timer(evutil_socket_t fd, short what, void *arg)
 static int add_persist(ss_ctx *ss, struct event **ev, event_callback_fn fn, int ms)
 {
     *ev = event_new(ss->base, -1, EV_PERSIST, fn, ss);
-    if (*ev == NULL)
-        return -1;
-    struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+    if (*ev == NULL) return -1;
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
     return evtimer_add(*ev, &tv);
 }
 
 int ss_ctx_start(ss_ctx *ss, struct event_base *base, char *err, size_t errlen)
 {
     ss->base = base;
-    if (shards_init(ss, err, errlen) != 0 || server_listen(ss, err, errlen) != 0)
-        return -1;
+    if (shards_init(ss, err, errlen) != 0 || server_listen(ss, err, errlen) != 0) return -1;
     if (commit_init(ss) != 0) {
         snprintf(err, errlen, "cannot create the compute event");
         return -1;
@@ -121,10 +115,9 @@ int ss_ctx_start(ss_ctx *ss, struct event_base *base, char *err, size_t errlen)
         snprintf(err, errlen, "cannot set up the Redis connections");
         return -1;
     }
-    rlink *links[3] = { &ss->ctl, &ss->bulk, &ss->bulkw };
+    rlink *links[3] = {&ss->ctl, &ss->bulk, &ss->bulkw};
     rlink_route_attach(&ss->route, &ss->bulk, links, 3);
-    if (metrics_start(ss, err, errlen) != 0 || lease_start(ss, err, errlen) != 0)
-        return -1;
+    if (metrics_start(ss, err, errlen) != 0 || lease_start(ss, err, errlen) != 0) return -1;
     if (add_persist(ss, &ss->park_timer, on_park_timer, PARK_CHECK_MS) != 0) {
         snprintf(err, errlen, "cannot start the park timer");
         return -1;

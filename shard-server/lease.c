@@ -31,14 +31,12 @@ int lease_valid(ss_ctx *ss)
 
 static void release_all(ss_ctx *ss, const char *why)
 {
-    for (int k = 0; k < ss->nshards; k++)
-        shard_release(ss, &ss->shards[k], why);
+    for (int k = 0; k < ss->nshards; k++) shard_release(ss, &ss->shards[k], why);
 }
 
 void lease_check_expiry(ss_ctx *ss)
 {
-    if (lease_valid(ss))
-        return;
+    if (lease_valid(ss)) return;
     for (int k = 0; k < ss->nshards; k++)
         if (ss->shards[k].state != SH_FREE) {
             release_all(ss, "no lease renewal within the ttl");
@@ -48,8 +46,7 @@ void lease_check_expiry(ss_ctx *ss)
 
 const char *lease_owner_addr(ss_ctx *ss, int k)
 {
-    if (k < 0 || k >= ss->nshards)
-        return NULL;
+    if (k < 0 || k >= ss->nshards) return NULL;
     return ss->owner_addr[k];
 }
 
@@ -59,15 +56,11 @@ const char *lease_owner_addr(ss_ctx *ss, int k)
 static void on_tunables(redisReply *r, void *priv)
 {
     ss_ctx *ss = priv;
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3)
-        return;
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3) return;
     ss_tunables t = ss->tun;
-    if (r->element[0]->type == REDIS_REPLY_STRING)
-        t.lr = strtof(r->element[0]->str, NULL);
-    if (r->element[1]->type == REDIS_REPLY_STRING)
-        t.mu = strtof(r->element[1]->str, NULL);
-    if (r->element[2]->type == REDIS_REPLY_STRING)
-        t.nesterov = atoi(r->element[2]->str) != 0;
+    if (r->element[0]->type == REDIS_REPLY_STRING) t.lr = strtof(r->element[0]->str, NULL);
+    if (r->element[1]->type == REDIS_REPLY_STRING) t.mu = strtof(r->element[1]->str, NULL);
+    if (r->element[2]->type == REDIS_REPLY_STRING) t.nesterov = atoi(r->element[2]->str) != 0;
     if (t.lr != ss->tun.lr || t.mu != ss->tun.mu || t.nesterov != ss->tun.nesterov)
         log_info("outer optimizer: lr %g momentum %g nesterov %d", (double)t.lr, (double)t.mu, t.nesterov);
     ss->tun = t;
@@ -78,7 +71,8 @@ static redisReply *servers_copy_lookup(redisReply *servers, const char *id, char
 {
     for (size_t i = 0; i + 1 < servers->elements; i += 2)
         if (strcmp(servers->element[i]->str, id) == 0) {
-            if (mpmap_get_str(servers->element[i + 1]->str, (size_t)servers->element[i + 1]->len, "addr", addr, cap) != 0)
+            if (mpmap_get_str(servers->element[i + 1]->str, (size_t)servers->element[i + 1]->len, "addr", addr, cap) !=
+                0)
                 addr[0] = '\0';
             return servers;
         }
@@ -101,14 +95,12 @@ static void on_owners(redisReply *r, void *priv)
             const char *owner = r->element[k]->type == REDIS_REPLY_STRING ? r->element[k]->str : "";
             const char *addr = "";
             for (int i = 0; i < q->n; i++)
-                if (strcmp(q->addrs[2 * i], owner) == 0)
-                    addr = q->addrs[2 * i + 1];
+                if (strcmp(q->addrs[2 * i], owner) == 0) addr = q->addrs[2 * i + 1];
             free(ss->owner_addr[k]);
             ss->owner_addr[k] = strdup(addr);
         }
     }
-    for (int i = 0; i < 2 * q->n; i++)
-        free(q->addrs[i]);
+    for (int i = 0; i < 2 * q->n; i++) free(q->addrs[i]);
     free(q->addrs);
     free(q);
 }
@@ -116,11 +108,9 @@ static void on_owners(redisReply *r, void *priv)
 static void on_servers(redisReply *r, void *priv)
 {
     ss_ctx *ss = priv;
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY)
-        return;
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY) return;
     owners_q *q = calloc(1, sizeof *q);
-    if (q == NULL)
-        return;
+    if (q == NULL) return;
     q->ss = ss;
     q->n = (int)(r->elements / 2);
     q->addrs = calloc((size_t)(2 * q->n + 1), sizeof(char *));
@@ -133,7 +123,7 @@ static void on_servers(redisReply *r, void *priv)
     char key[KEY_MAX];
     int argc = 2 + ss->nshards;
     const char **argv = calloc((size_t)argc, sizeof *argv);
-    char (*fields)[24] = calloc((size_t)ss->nshards, sizeof *fields);
+    char(*fields)[24] = calloc((size_t)ss->nshards, sizeof *fields);
     if (q->addrs == NULL || argv == NULL || fields == NULL) {
         free(argv);
         free(fields);
@@ -147,8 +137,7 @@ static void on_servers(redisReply *r, void *priv)
         snprintf(fields[k], sizeof fields[k], "%d:owner", k);
         argv[2 + k] = fields[k];
     }
-    if (rlink_cmds(&ss->ctl, on_owners, q, argc, argv) != 0)
-        on_owners(NULL, q);
+    if (rlink_cmds(&ss->ctl, on_owners, q, argc, argv) != 0) on_owners(NULL, q);
     free(argv);
     free(fields);
 }
@@ -156,11 +145,11 @@ static void on_servers(redisReply *r, void *priv)
 static void refresh_views(ss_ctx *ss)
 {
     char key[KEY_MAX];
-    const char *tv[5] = { "HMGET", key_run(key, sizeof key, ss->opts.run, "tunables"), "outer_lr", "outer_momentum",
-                          "nesterov" };
+    const char *tv[5] = {"HMGET", key_run(key, sizeof key, ss->opts.run, "tunables"), "outer_lr", "outer_momentum",
+                         "nesterov"};
     rlink_cmds(&ss->ctl, on_tunables, ss, 5, tv);
     char skey[KEY_MAX];
-    const char *sv[2] = { "HGETALL", key_run(skey, sizeof skey, ss->opts.run, "servers") };
+    const char *sv[2] = {"HGETALL", key_run(skey, sizeof skey, ss->opts.run, "servers")};
     rlink_cmds(&ss->ctl, on_servers, ss, 2, sv);
 }
 
@@ -171,13 +160,13 @@ static void on_beat(redisReply *r, void *priv)
 {
     ss_ctx *ss = priv;
     ss->beat_in_flight = 0;
-    if (ss->stopping)
-        return;
+    if (ss->stopping) return;
     uint64_t now = now_ms();
     uint64_t took = now - ss->beat_sent_ms;
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-        log_warn("lease renewal failed: %s", r == NULL ? "Redis connection lost"
-                                             : r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply");
+        log_warn("lease renewal failed: %s", r == NULL                      ? "Redis connection lost"
+                                             : r->type == REDIS_REPLY_ERROR ? r->str
+                                                                            : "unexpected reply");
         lease_check_expiry(ss);
         return;
     }
@@ -220,19 +209,16 @@ static char *loaded_shards(const ss_ctx *ss)
 {
     size_t cap = (size_t)ss->nshards * 12 + 1, len = 0;
     char *s = malloc(cap);
-    if (s == NULL)
-        return NULL;
+    if (s == NULL) return NULL;
     s[0] = '\0';
     for (int k = 0; k < ss->nshards; k++)
-        if (ss->shards[k].state != SH_FREE)
-            len += (size_t)snprintf(s + len, cap - len, "%s%d", len ? "," : "", k);
+        if (ss->shards[k].state != SH_FREE) len += (size_t)snprintf(s + len, cap - len, "%s%d", len ? "," : "", k);
     return s;
 }
 
 void lease_beat_now(ss_ctx *ss)
 {
-    if (ss->beat_in_flight || ss->stopping)
-        return;
+    if (ss->beat_in_flight || ss->stopping) return;
     lease_check_expiry(ss);
     char ttl[24], pid[24];
     snprintf(ttl, sizeof ttl, "%d", ss->opts.lease_ttl_ms);
@@ -242,10 +228,9 @@ void lease_beat_now(ss_ctx *ss)
         log_warn("lease renewal skipped: out of memory");
         return;
     }
-    const char *args[5] = { ss->id, ss->addr, ttl, pid, loaded };
+    const char *args[5] = {ss->id, ss->addr, ttl, pid, loaded};
     ss->beat_sent_ms = now_ms();
-    if (fcall(ss, on_beat, ss, "dl_server_beat", 5, args) == 0)
-        ss->beat_in_flight = 1;
+    if (fcall(ss, on_beat, ss, "dl_server_beat", 5, args) == 0) ss->beat_in_flight = 1;
     free(loaded);
 }
 
@@ -266,19 +251,17 @@ static void on_ctl_ready(void *arg)
 int lease_start(ss_ctx *ss, char *err, size_t errlen)
 {
     int period = ss->opts.lease_ttl_ms / 3;
-    if (period < 1)
-        period = 1;
+    if (period < 1) period = 1;
     ss->beat_timer = event_new(ss->base, -1, EV_PERSIST, on_beat_timer, ss);
     if (ss->beat_timer == NULL) {
         err_set(err, errlen, "cannot create the lease timer");
         return -1;
     }
-    struct timeval tv = { .tv_sec = period / 1000, .tv_usec = (period % 1000) * 1000 };
+    struct timeval tv = {.tv_sec = period / 1000, .tv_usec = (period % 1000) * 1000};
     evtimer_add(ss->beat_timer, &tv);
     ss->ctl.on_ready = on_ctl_ready;
     ss->ctl.on_ready_arg = ss;
-    if (ss->ctl.ready)
-        lease_beat_now(ss);
+    if (ss->ctl.ready) lease_beat_now(ss);
     return 0;
 }
 
@@ -303,7 +286,7 @@ void lease_leave(ss_ctx *ss, void (*done)(void *), void *arg)
     release_all(ss, "shutting down");
     ss->lease_valid_until = 0;
     leave_q *q = malloc(sizeof *q);
-    const char *args[1] = { ss->id };
+    const char *args[1] = {ss->id};
     if (q == NULL) {
         done(arg);
         return;

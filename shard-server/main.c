@@ -27,43 +27,38 @@ static volatile int g_startup_stop;
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: shard-server --redis URL --run NAME [options]\n"
-            "\n"
-            "A stateless outer-optimizer process of ReDiLoCo: it leases shards of the run's parameters in\n"
-            "Redis, receives pseudo-gradients from workers over TCP, commits each round's outer step to Redis\n"
-            "and serves the new parameters. Start as many as you like, any time; kill them any time.\n"
-            "\n"
-            REDIS_URL_HELP
-            "  --run NAME                run name (as given to `coordinator init`)\n"
-            "  --listen HOST:PORT        data-plane address to bind (default 127.0.0.1:0, an ephemeral port)\n"
-            "  --advertise HOST:PORT     address workers should use (default: the bound address)\n"
-            "  --id ID                   server id in Redis (default ss-<hostname>-<pid>)\n"
-            "  --lease-ttl-ms MS         lease time-to-live; renewed every ttl/3 (default 5000)\n"
-            "  --connect-timeout S       at start, wait up to S seconds for an unreachable Redis (default 60;\n"
-            "                            0: try once); a refused password or user fails at once\n"
-            "  --max-pending-rounds N    bounds requests parked per shard while it loads: 64*N (default 4)\n"
-            "  --metrics HOST:PORT       serve Prometheus metrics at http://HOST:PORT/metrics (default off;\n"
-            "                            bind 127.0.0.1 unless scrapers elsewhere need it)\n"
-            "  --log-level LEVEL         debug, info, warn or error (default info, or $LOG_LEVEL)\n"
-            "  --fault-crash-before-commit P  chaos testing: with probability P, die (exit 137) after a\n"
-            "                            round's log entry is written and before it is committed\n"
-            "  -h, --help                this help\n");
+    fprintf(f, "usage: shard-server --redis URL --run NAME [options]\n"
+               "\n"
+               "A stateless outer-optimizer process of ReDiLoCo: it leases shards of the run's parameters in\n"
+               "Redis, receives pseudo-gradients from workers over TCP, commits each round's outer step to Redis\n"
+               "and serves the new parameters. Start as many as you like, any time; kill them any time.\n"
+               "\n" REDIS_URL_HELP "  --run NAME                run name (as given to `coordinator init`)\n"
+               "  --listen HOST:PORT        data-plane address to bind (default 127.0.0.1:0, an ephemeral port)\n"
+               "  --advertise HOST:PORT     address workers should use (default: the bound address)\n"
+               "  --id ID                   server id in Redis (default ss-<hostname>-<pid>)\n"
+               "  --lease-ttl-ms MS         lease time-to-live; renewed every ttl/3 (default 5000)\n"
+               "  --connect-timeout S       at start, wait up to S seconds for an unreachable Redis (default 60;\n"
+               "                            0: try once); a refused password or user fails at once\n"
+               "  --max-pending-rounds N    bounds requests parked per shard while it loads: 64*N (default 4)\n"
+               "  --metrics HOST:PORT       serve Prometheus metrics at http://HOST:PORT/metrics (default off;\n"
+               "                            bind 127.0.0.1 unless scrapers elsewhere need it)\n"
+               "  --log-level LEVEL         debug, info, warn or error (default info, or $LOG_LEVEL)\n"
+               "  --fault-crash-before-commit P  chaos testing: with probability P, die (exit 137) after a\n"
+               "                            round's log entry is written and before it is committed\n"
+               "  -h, --help                this help\n");
 }
 
 static int parse_hostport(const char *s, char *host, size_t cap, int *port)
 {
     const char *colon = strrchr(s, ':');
     long long p;
-    if (colon == NULL || colon == s || parse_int(colon + 1, 0, 65535, &p) != 0)
-        return -1;
+    if (colon == NULL || colon == s || parse_int(colon + 1, 0, 65535, &p) != 0) return -1;
     size_t hl = (size_t)(colon - s);
     if (s[0] == '[' && hl >= 2 && s[hl - 1] == ']') { /* [v6]:port */
         s++;
         hl -= 2;
     }
-    if (hl >= cap)
-        return -1;
+    if (hl >= cap) return -1;
     memcpy(host, s, hl);
     host[hl] = '\0';
     *port = (int)p;
@@ -85,7 +80,7 @@ static int parse_metrics(const char *v, void *dest)
 /* 0 ok, 1 help printed, -1 error printed. */
 static int parse_args(int argc, char **argv, ss_opts *o)
 {
-    static const int levels[4] = { LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR };
+    static const int levels[4] = {LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR};
     const char *redis_flag = NULL, *redis_file = NULL, *run = NULL, *advertise = NULL, *id = NULL;
     int level = -1;
     double connect_s = 60;
@@ -94,21 +89,29 @@ static int parse_args(int argc, char **argv, ss_opts *o)
     o->lease_ttl_ms = 5000;
     o->max_pending_rounds = 4;
     const opt_spec specs[] = {
-        { .name = "redis", .kind = OPT_STRING, .dest = &redis_flag },
-        { .name = "redis-file", .kind = OPT_STRING, .dest = &redis_file },
-        { .name = "run", .kind = OPT_STRING, .dest = &run },
-        { .name = "listen", .kind = OPT_CUSTOM, .dest = o, .parse = parse_listen, .wants = "HOST:PORT" },
-        { .name = "metrics", .kind = OPT_CUSTOM, .dest = o, .parse = parse_metrics, .wants = "HOST:PORT" },
-        { .name = "advertise", .kind = OPT_STRING, .dest = &advertise },
-        { .name = "id", .kind = OPT_STRING, .dest = &id },
-        { .name = "lease-ttl-ms", .kind = OPT_INT, .dest = &o->lease_ttl_ms, .lo = 300, .hi = 3600000 },
-        { .name = "max-pending-rounds", .kind = OPT_INT, .dest = &o->max_pending_rounds, .lo = 1, .hi = 1000 },
-        { .name = "log-level", .kind = OPT_CHOICE, .dest = &level, .choices = "debug|info|warn|error" },
-        { .name = "connect-timeout", .kind = OPT_DOUBLE, .dest = &connect_s, .min = 0, .max = 86400 * 365,
-          .wants = "seconds >= 0" },
-        { .name = "fault-crash-before-commit", .kind = OPT_DOUBLE, .dest = &o->crash_before_commit, .min = 0,
-          .max = 1, .wants = "a probability in [0, 1]" },
-        { 0 },
+        {.name = "redis", .kind = OPT_STRING, .dest = &redis_flag},
+        {.name = "redis-file", .kind = OPT_STRING, .dest = &redis_file},
+        {.name = "run", .kind = OPT_STRING, .dest = &run},
+        {.name = "listen", .kind = OPT_CUSTOM, .dest = o, .parse = parse_listen, .wants = "HOST:PORT"},
+        {.name = "metrics", .kind = OPT_CUSTOM, .dest = o, .parse = parse_metrics, .wants = "HOST:PORT"},
+        {.name = "advertise", .kind = OPT_STRING, .dest = &advertise},
+        {.name = "id", .kind = OPT_STRING, .dest = &id},
+        {.name = "lease-ttl-ms", .kind = OPT_INT, .dest = &o->lease_ttl_ms, .lo = 300, .hi = 3600000},
+        {.name = "max-pending-rounds", .kind = OPT_INT, .dest = &o->max_pending_rounds, .lo = 1, .hi = 1000},
+        {.name = "log-level", .kind = OPT_CHOICE, .dest = &level, .choices = "debug|info|warn|error"},
+        {.name = "connect-timeout",
+         .kind = OPT_DOUBLE,
+         .dest = &connect_s,
+         .min = 0,
+         .max = 86400 * 365,
+         .wants = "seconds >= 0"},
+        {.name = "fault-crash-before-commit",
+         .kind = OPT_DOUBLE,
+         .dest = &o->crash_before_commit,
+         .min = 0,
+         .max = 1,
+         .wants = "a probability in [0, 1]"},
+        {0},
     };
     char err[256];
     int rc = opts_parse(specs, argc, argv, 1, NULL, NULL, err, sizeof err);
@@ -177,7 +180,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     log_info("signal %d: stopping (giving leases back)", (int)sig);
     ss->stopping = 1;
     server_stop_accepting(ss);
-    struct timeval tv = { .tv_sec = EXIT_GRACE_MS / 1000, .tv_usec = (EXIT_GRACE_MS % 1000) * 1000 };
+    struct timeval tv = {.tv_sec = EXIT_GRACE_MS / 1000, .tv_usec = (EXIT_GRACE_MS % 1000) * 1000};
     ss->exit_timer = evtimer_new(ss->base, on_exit_timer, ss);
     evtimer_add(ss->exit_timer, &tv);
     lease_leave(ss, on_left, ss);
@@ -215,11 +218,9 @@ int main(int argc, char **argv)
     ss_ctx *ss = &ctx;
     g_ss = ss;
     int rc = parse_args(argc, argv, &ss->opts);
-    if (rc != 0)
-        return rc > 0 ? 0 : 2;
+    if (rc != 0) return rc > 0 ? 0 : 2;
     log_init("shard-server");
-    if (ss->opts.log_level >= 0)
-        log_set_level(ss->opts.log_level);
+    if (ss->opts.log_level >= 0) log_set_level(ss->opts.log_level);
     signal(SIGPIPE, SIG_IGN);
     keep_freed_memory();
     struct sigaction sa;
@@ -236,9 +237,7 @@ int main(int argc, char **argv)
         host[sizeof host - 1] = '\0';
         snprintf(ss->id, sizeof ss->id, "ss-%s-%d", host, (int)getpid());
     }
-    if (ss_ctx_load_run(ss, &g_startup_stop) != 0)
-        return g_startup_stop ? 0 : 1;
-    if (g_startup_stop)
-        return 0;
+    if (ss_ctx_load_run(ss, &g_startup_stop) != 0) return g_startup_stop ? 0 : 1;
+    if (g_startup_stop) return 0;
     return run_loop(ss) == 0 ? 0 : 1;
 }

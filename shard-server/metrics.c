@@ -27,14 +27,16 @@ void metrics_log(ss_ctx *ss)
         corrupt += ss->shards[k].state == SH_CORRUPT;
     }
     double mean = m->rounds_committed ? m->commit_seconds / (double)m->rounds_committed : 0.0;
-    log_info("metrics: shards held %d (ready %d, corrupt %d); rounds committed %llu (no-op %llu), commit mean %.3f s max %.3f s; "
-             "pushes %llu, gets %llu (tentative %llu); bytes in %llu out %llu; conflicts %llu; lease changes %llu; rejections %llu; "
+    log_info("metrics: shards held %d (ready %d, corrupt %d); rounds committed %llu (no-op %llu), commit mean %.3f s "
+             "max %.3f s; "
+             "pushes %llu, gets %llu (tentative %llu); bytes in %llu out %llu; conflicts %llu; lease changes %llu; "
+             "rejections %llu; "
              "loads %llu (failed %llu); snapshots %llu; connections %llu",
              held, ready, corrupt, (unsigned long long)m->rounds_committed, (unsigned long long)m->noop_commits, mean,
              m->commit_seconds_max, (unsigned long long)m->pushes, (unsigned long long)m->gets,
-             (unsigned long long)m->tentative_gets,             (unsigned long long)m->bytes_in, (unsigned long long)m->bytes_out, (unsigned long long)m->conflicts,
-             (unsigned long long)m->lease_changes, (unsigned long long)m->rejections, (unsigned long long)m->loads,
-             (unsigned long long)m->load_failures, (unsigned long long)m->snapshots,
+             (unsigned long long)m->tentative_gets, (unsigned long long)m->bytes_in, (unsigned long long)m->bytes_out,
+             (unsigned long long)m->conflicts, (unsigned long long)m->lease_changes, (unsigned long long)m->rejections,
+             (unsigned long long)m->loads, (unsigned long long)m->load_failures, (unsigned long long)m->snapshots,
              (unsigned long long)m->connections);
 }
 
@@ -92,8 +94,7 @@ static void metrics_format(struct evbuffer *out, const ss_ctx *ss)
     prom_counter(out, ss, "loads_total", "Shard loads (snapshot + log replay) completed.", m->loads);
     prom_counter(out, ss, "load_failures_total", "Shard loads that failed (retried unless the state is corrupt).",
                  m->load_failures);
-    prom_counter(out, ss, "corrupt_loads_total", "Shard loads that found the durable state corrupt.",
-                 m->corrupt_loads);
+    prom_counter(out, ss, "corrupt_loads_total", "Shard loads that found the durable state corrupt.", m->corrupt_loads);
     prom_counter(out, ss, "snapshots_total", "Snapshots written and recorded.", m->snapshots);
     prom_counter(out, ss, "connections_total", "Data-plane connections accepted.", m->connections);
     prom_counter(out, ss, "redis_reconnects_total", "Reconnections to Redis.", m->redis_reconnects);
@@ -149,7 +150,7 @@ int metrics_start(ss_ctx *ss, char *err, size_t errlen)
         snprintf(err, errlen, "cannot create the metrics timer");
         return -1;
     }
-    struct timeval tv = { .tv_sec = METRICS_PERIOD_S, .tv_usec = 0 };
+    struct timeval tv = {.tv_sec = METRICS_PERIOD_S, .tv_usec = 0};
     if (evtimer_add(ss->metrics_timer, &tv) != 0) {
         snprintf(err, errlen, "cannot start the metrics timer");
         return -1;

@@ -36,7 +36,7 @@ static void record_reject(ss_ctx *ss, const ss_req *req, const char *code, const
     char shard[24], round[24];
     snprintf(shard, sizeof shard, "%lld", (long long)req->h.shard);
     snprintf(round, sizeof round, "%lld", (long long)req->h.round);
-    const char *args[6] = { ss->id, req->h.worker, code, msg, shard, round };
+    const char *args[6] = {ss->id, req->h.worker, code, msg, shard, round};
     if (fcall(ss, NULL, NULL, "dl_reject", 6, args) != 0)
         log_warn("cannot record rejection %s in Redis (not connected)", code);
 }
@@ -49,8 +49,8 @@ void ops_reject(ss_ctx *ss, ss_req *req, dp_err code, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     ss->m.rejections++;
-    log_warn("rejected %s from %s (shard %lld round %lld): %s %s", req->h.op,
-             req->h.worker[0] ? req->h.worker : "?", (long long)req->h.shard, (long long)req->h.round, dp_err_code(code), msg);
+    log_warn("rejected %s from %s (shard %lld round %lld): %s %s", req->h.op, req->h.worker[0] ? req->h.worker : "?",
+             (long long)req->h.shard, (long long)req->h.round, dp_err_code(code), msg);
     record_reject(ss, req, dp_err_code(code), msg);
     req_reply_err(req, code, "%s", msg);
 }
@@ -109,10 +109,9 @@ static int push_check_payload(ss_ctx *ss, ss_req *req)
         const uint8_t *p = req->payload + off;
         hash_update(xs, p, len);
         int rc = first_bad != SIZE_MAX || esize == 0 ? 0
-                 : esize == 4                         ? outer_check_finite((const float *)p, len / 4, &bad)
-                                                      : outer_check_finite_bf16((const uint16_t *)p, len / 2, &bad);
-        if (rc != 0)
-            first_bad = off / esize + bad;
+                 : esize == 4                        ? outer_check_finite((const float *)p, len / 4, &bad)
+                                                     : outer_check_finite_bf16((const uint16_t *)p, len / 2, &bad);
+        if (rc != 0) first_bad = off / esize + bad;
     }
     uint64_t sum = XXH3_64bits_digest(xs);
     XXH3_freeState(xs);
@@ -146,8 +145,10 @@ static int push_validate(ss_ctx *ss, ss_shard *s, ss_req *req)
         return -1;
     }
     if (!runconf_accepts_dtype(&ss->rc, h->dtype)) {
-        ops_reject(ss, req, DP_BADCODEC, "this run's pseudo-gradients are %s (coordinator init --compress), got %s: "
-                   "run a worker that knows the codec", codec_name(ss->rc.compress), codec_name(h->dtype));
+        ops_reject(ss, req, DP_BADCODEC,
+                   "this run's pseudo-gradients are %s (coordinator init --compress), got %s: "
+                   "run a worker that knows the codec",
+                   codec_name(ss->rc.compress), codec_name(h->dtype));
         return -1;
     }
     if (h->count != s->n || req->payload_len != blob_payload_bytes(h->dtype, s->n)) {
@@ -155,10 +156,10 @@ static int push_validate(ss_ctx *ss, ss_shard *s, ss_req *req)
                    (unsigned long long)h->count, req->payload_len);
         return -1;
     }
-    if (push_check_payload(ss, req) != 0)
-        return -1;
+    if (push_check_payload(ss, req) != 0) return -1;
     if (ss->rc.weight_tokens && h->aux < 1) {
-        ops_reject(ss, req, DP_BADARG, "this run weights pseudo-gradients by tokens: a push must say how many "
+        ops_reject(ss, req, DP_BADARG,
+                   "this run weights pseudo-gradients by tokens: a push must say how many "
                    "tokens it took (header aux >= 1)");
         return -1;
     }
@@ -206,8 +207,7 @@ static void push_on_member(redisReply *r, void *priv)
 static void op_push(ss_ctx *ss, ss_req *req)
 {
     ss_shard *s = own_shard(ss, req);
-    if (s == NULL)
-        return;
+    if (s == NULL) return;
     if (ss->rc.async && req->h.round < s->version) {
         /* async: that submission was applied already (we are a new owner and the worker resends) */
         req_reply_simple(req, "ack", "applied already");
@@ -225,8 +225,7 @@ static void op_push(ss_ctx *ss, ss_req *req)
         shard_park(ss, s, req);
         return;
     }
-    if (push_validate(ss, s, req) != 0)
-        return;
+    if (push_validate(ss, s, req) != 0) return;
     member_check *mc = malloc(sizeof *mc);
     if (mc == NULL) {
         req_reply_err(req, DP_BUSY, "out of memory");
@@ -235,15 +234,14 @@ static void op_push(ss_ctx *ss, ss_req *req)
     mc->ss = ss;
     mc->req = req;
     mc->gen = s->gen;
-    const char *args[1] = { req->h.worker };
+    const char *args[1] = {req->h.worker};
     if (fcall(ss, push_on_member, mc, "dl_member", 1, args) != 0) {
         free(mc);
         req_reply_err(req, DP_REDIS, "Redis is unavailable; retry");
     }
 }
 
-void ops_reply_params(ss_ctx *ss, ss_shard *s, ss_req *req, float *theta, int64_t version, uint64_t xxh,
-                      int tentative)
+void ops_reply_params(ss_ctx *ss, ss_shard *s, ss_req *req, float *theta, int64_t version, uint64_t xxh, int tentative)
 {
     blob_header h;
     blob_header_init(&h, "params");
@@ -272,21 +270,17 @@ static void commit_siblings(ss_ctx *ss, const ss_shard *s)
 {
     for (int k = 0; k < ss->nshards; k++) {
         ss_shard *o = &ss->shards[k];
-        if (o == s || o->state != SH_READY || o->committing || o->frag != s->frag || o->version != s->version)
-            continue;
+        if (o == s || o->state != SH_READY || o->committing || o->frag != s->frag || o->version != s->version) continue;
         int pushed = 0;
-        for (ss_delta *d = o->deltas; d != NULL && !pushed; d = d->next)
-            pushed = d->round == o->version;
-        if (pushed)
-            commit_start(ss, o);
+        for (ss_delta *d = o->deltas; d != NULL && !pushed; d = d->next) pushed = d->round == o->version;
+        if (pushed) commit_start(ss, o);
     }
 }
 
 static void op_get(ss_ctx *ss, ss_req *req)
 {
     ss_shard *s = own_shard(ss, req);
-    if (s == NULL)
-        return;
+    if (s == NULL) return;
     int64_t v = req->h.version;
     if (s->version == v && ops_wants_update(ss, req, &s->upd)) {
         ops_reply_update(ss, s, req, &s->upd, 0);
@@ -301,8 +295,7 @@ static void op_get(ss_ctx *ss, ss_req *req)
         return;
     }
     if (s->committing) {
-        if (!commit_reply_tentative(ss, s, req))
-            shard_park(ss, s, req);
+        if (!commit_reply_tentative(ss, s, req)) shard_park(ss, s, req);
         return;
     }
     if (ss->rc.async) {

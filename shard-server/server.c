@@ -37,16 +37,16 @@
 typedef struct ss_conn {
     ss_ctx *ss;
     struct bufferevent *bev;
-    struct event *resume;      /* deferred "read the next frame" */
+    struct event *resume; /* deferred "read the next frame" */
     char peer[80];
-    char worker[64];           /* from hello */
+    char worker[64];                /* from hello */
     char nonce[AUTH_NONCE_LEN + 1]; /* our challenge to this connection */
-    int authed;                /* proved the run secret (or the run has none) */
-    int busy;                  /* a request is in progress */
-    int closed;                /* bev gone; freed when not busy */
+    int authed;                     /* proved the run secret (or the run has none) */
+    int busy;                       /* a request is in progress */
+    int closed;                     /* bev gone; freed when not busy */
     int close_after_flush;
-    struct event *direct;      /* read event of a frame being received directly */
-    uint8_t *dbuf;             /* that frame */
+    struct event *direct; /* read event of a frame being received directly */
+    uint8_t *dbuf;        /* that frame */
     size_t dlen, dgot;
 } ss_conn;
 
@@ -54,31 +54,25 @@ static void conn_process(ss_conn *c);
 
 static void conn_free(ss_conn *c)
 {
-    if (c->direct != NULL)
-        event_free(c->direct);
+    if (c->direct != NULL) event_free(c->direct);
     free(c->dbuf);
-    if (c->bev != NULL)
-        bufferevent_free(c->bev);
-    if (c->resume != NULL)
-        event_free(c->resume);
+    if (c->bev != NULL) bufferevent_free(c->bev);
+    if (c->resume != NULL) event_free(c->resume);
     free(c);
 }
 
 /* Close the socket now; the struct lives on while a request references it. */
 static void conn_close(ss_conn *c, const char *why)
 {
-    if (c->closed)
-        return;
+    if (c->closed) return;
     log_debug("connection %s (%s) closed: %s", c->peer, c->worker[0] ? c->worker : "-", why);
     c->closed = 1;
-    if (c->direct != NULL)
-        event_del(c->direct); /* before its fd goes away with the bufferevent */
+    if (c->direct != NULL) event_del(c->direct); /* before its fd goes away with the bufferevent */
     if (c->bev != NULL) {
         bufferevent_free(c->bev);
         c->bev = NULL;
     }
-    if (!c->busy)
-        conn_free(c);
+    if (!c->busy) conn_free(c);
 }
 
 int req_conn_alive(const ss_req *req)
@@ -91,8 +85,7 @@ void req_free(ss_req *req)
     ss_conn *c = req->conn;
     free(req->frame);
     free(req);
-    if (c == NULL)
-        return;
+    if (c == NULL) return;
     c->busy = 0;
     if (c->closed) {
         conn_free(c);
@@ -109,7 +102,7 @@ typedef struct ss_pin {
     struct ss_pin *next;
     void *p;
     int refs;
-    int release;            /* the owner let go: free at the last reference */
+    int release; /* the owner let go: free at the last reference */
 } ss_pin;
 
 static ss_pin *g_pins;
@@ -117,8 +110,7 @@ static ss_pin *g_pins;
 static ss_pin *pin_find(const void *p)
 {
     for (ss_pin *pn = g_pins; pn != NULL; pn = pn->next)
-        if (pn->p == p)
-            return pn;
+        if (pn->p == p) return pn;
     return NULL;
 }
 
@@ -127,8 +119,7 @@ static ss_pin *pin_get(void *p)
     ss_pin *pn = pin_find(p);
     if (pn == NULL) {
         pn = calloc(1, sizeof *pn);
-        if (pn == NULL)
-            return NULL;
+        if (pn == NULL) return NULL;
         pn->p = p;
         pn->next = g_pins;
         g_pins = pn;
@@ -144,8 +135,7 @@ static void pin_unlink_free(ss_pin *pn)
             *pp = pn->next;
             break;
         }
-    if (pn->release)
-        free(pn->p);
+    if (pn->release) free(pn->p);
     free(pn);
 }
 
@@ -163,15 +153,13 @@ static void pin_on_sent(const void *data, size_t len, void *extra)
 int ss_bufs_in_flight(void)
 {
     int n = 0;
-    for (ss_pin *pn = g_pins; pn != NULL; pn = pn->next)
-        n += pn->refs > 0;
+    for (ss_pin *pn = g_pins; pn != NULL; pn = pn->next) n += pn->refs > 0;
     return n;
 }
 
 void ss_buf_release(void *p)
 {
-    if (p == NULL)
-        return;
+    if (p == NULL) return;
     ss_pin *pn = pin_find(p);
     if (pn == NULL)
         free(p);
@@ -193,7 +181,7 @@ static size_t conn_send(ss_conn *c, blob_header *h, const void *payload, size_t 
         return 0;
     }
     uint32_t total = (uint32_t)((size_t)hlen + len);
-    uint8_t prefix[4] = { (uint8_t)total, (uint8_t)(total >> 8), (uint8_t)(total >> 16), (uint8_t)(total >> 24) };
+    uint8_t prefix[4] = {(uint8_t)total, (uint8_t)(total >> 8), (uint8_t)(total >> 16), (uint8_t)(total >> 24)};
     struct evbuffer *out = bufferevent_get_output(c->bev);
     if (evbuffer_add(out, prefix, 4) != 0 || evbuffer_add(out, hdr, (size_t)hlen) != 0) {
         log_error("connection %s: out of memory queueing a reply", c->peer);
@@ -202,8 +190,7 @@ static size_t conn_send(ss_conn *c, blob_header *h, const void *payload, size_t 
     if (len > 0 && byref) {
         ss_pin *pn = pin_get((void *)payload);
         if (pn == NULL || evbuffer_add_reference(out, payload, len, pin_on_sent, pn) != 0) {
-            if (pn != NULL && --pn->refs == 0)
-                pin_unlink_free(pn);
+            if (pn != NULL && --pn->refs == 0) pin_unlink_free(pn);
             log_error("connection %s: out of memory queueing a reply", c->peer);
             return 0;
         }
@@ -220,11 +207,9 @@ static void reply(ss_req *req, blob_header *h, const void *payload, size_t len, 
     if (c != NULL && !c->closed) {
         size_t sent = conn_send(c, h, payload, len, byref);
         c->ss->m.bytes_out += sent;
-        if (sent == 0)
-            c->close_after_flush = 1;
+        if (sent == 0) c->close_after_flush = 1;
     }
-    if (req->on_reply != NULL)
-        req->on_reply(req, h, payload, len);
+    if (req->on_reply != NULL) req->on_reply(req, h, payload, len);
     req_free(req);
 }
 
@@ -243,8 +228,7 @@ void req_reply_simple(ss_req *req, const char *op, const char *text)
     blob_header h;
     blob_header_init(&h, op);
     h.shard = req->h.shard;
-    if (text != NULL)
-        snprintf(h.text, sizeof h.text, "%s", text);
+    if (text != NULL) snprintf(h.text, sizeof h.text, "%s", text);
     req_reply(req, &h, NULL, 0);
 }
 
@@ -302,8 +286,10 @@ static void op_auth(ss_ctx *ss, ss_req *req)
     int ok = auth_check(ss->rc.secret, c->nonce, c->worker, ss->opts.run, req->h.text) == 0;
     c->nonce[0] = '\0'; /* one answer per challenge */
     if (!ok) {
-        refuse_auth(ss, req, "worker %s does not know the run's secret; read it from Redis (coordinator init "
-                    "created it) or ask the operator for access", c->worker);
+        refuse_auth(ss, req,
+                    "worker %s does not know the run's secret; read it from Redis (coordinator init "
+                    "created it) or ask the operator for access",
+                    c->worker);
         return;
     }
     c->authed = 1;
@@ -394,8 +380,7 @@ static void conn_on_direct(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
     ss_conn *c = arg;
-    if (c->closed || c->dbuf == NULL)
-        return;
+    if (c->closed || c->dbuf == NULL) return;
     while (c->dgot < c->dlen) {
         size_t want = c->dlen - c->dgot;
         ssize_t n = recv(fd, c->dbuf + c->dgot, want < SOCKET_IO_CHUNK ? want : SOCKET_IO_CHUNK, MSG_DONTWAIT);
@@ -403,10 +388,8 @@ static void conn_on_direct(evutil_socket_t fd, short what, void *arg)
             c->dgot += (size_t)n;
             continue;
         }
-        if (n < 0 && (errno == EINTR))
-            continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK))
-            return;
+        if (n < 0 && (errno == EINTR)) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
         conn_close(c, n == 0 ? "peer closed" : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
         return;
     }
@@ -417,8 +400,7 @@ static void conn_on_direct(evutil_socket_t fd, short what, void *arg)
     c->dlen = c->dgot = 0;
     bufferevent_enable(c->bev, EV_READ);
     c->ss->m.bytes_in += 4 + len;
-    if (len > 1000000)
-        log_debug("connection %s (%s): %zu-byte frame received", c->peer, c->worker, len);
+    if (len > 1000000) log_debug("connection %s (%s): %zu-byte frame received", c->peer, c->worker, len);
     conn_dispatch(c, frame, len);
 }
 
@@ -427,8 +409,7 @@ static void conn_process(ss_conn *c)
     while (!c->busy && !c->closed && !c->close_after_flush && c->dbuf == NULL) {
         struct evbuffer *in = bufferevent_get_input(c->bev);
         size_t have = evbuffer_get_length(in);
-        if (have < 4)
-            return;
+        if (have < 4) return;
         uint8_t p[4];
         evbuffer_copyout(in, p, 4);
         uint32_t flen = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -437,8 +418,7 @@ static void conn_process(ss_conn *c)
             return;
         }
         if (have < 4 + (size_t)flen) {
-            if (flen >= DIRECT_MIN_FRAME)
-                conn_start_direct(c, in, flen);
+            if (flen >= DIRECT_MIN_FRAME) conn_start_direct(c, in, flen);
             return;
         }
         uint8_t *frame = malloc(flen);
@@ -448,8 +428,7 @@ static void conn_process(ss_conn *c)
         }
         evbuffer_drain(in, 4);
         evbuffer_remove(in, frame, flen);
-        if (flen > 1000000)
-            log_debug("connection %s (%s): %u-byte frame received", c->peer, c->worker, flen);
+        if (flen > 1000000) log_debug("connection %s (%s): %u-byte frame received", c->peer, c->worker, flen);
         c->ss->m.bytes_in += 4 + (size_t)flen;
         conn_dispatch(c, frame, flen);
     }
@@ -460,8 +439,7 @@ static void conn_on_resume(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     ss_conn *c = arg;
-    if (c->closed)
-        return;
+    if (c->closed) return;
     if (c->close_after_flush && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
         conn_close(c, "closed after an unrecoverable request");
         return;
@@ -479,8 +457,7 @@ static void conn_on_write(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     ss_conn *c = arg;
-    if (c->close_after_flush && !c->busy)
-        conn_close(c, "closed after an unrecoverable request");
+    if (c->close_after_flush && !c->busy) conn_close(c, "closed after an unrecoverable request");
 }
 
 static void conn_on_event(struct bufferevent *bev, short what, void *arg)
@@ -522,8 +499,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     c->bev = bufferevent_socket_new(ss->base, fd, BEV_OPT_CLOSE_ON_FREE);
     c->resume = event_new(ss->base, -1, 0, conn_on_resume, c);
     if (c->bev == NULL || c->resume == NULL) {
-        if (c->bev == NULL)
-            evutil_closesocket(fd);
+        if (c->bev == NULL) evutil_closesocket(fd);
         conn_free(c);
         return;
     }
@@ -547,12 +523,9 @@ static int bound_port(evutil_socket_t fd)
 {
     struct sockaddr_storage ss;
     socklen_t len = sizeof ss;
-    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0)
-        return -1;
-    if (ss.ss_family == AF_INET)
-        return ntohs(((struct sockaddr_in *)&ss)->sin_port);
-    if (ss.ss_family == AF_INET6)
-        return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
+    if (getsockname(fd, (struct sockaddr *)&ss, &len) != 0) return -1;
+    if (ss.ss_family == AF_INET) return ntohs(((struct sockaddr_in *)&ss)->sin_port);
+    if (ss.ss_family == AF_INET6) return ntohs(((struct sockaddr_in6 *)&ss)->sin6_port);
     return -1;
 }
 

@@ -36,23 +36,23 @@ typedef struct ss_load {
     ss_ctx *ss;
     int k;
     uint64_t gen;
-    int outstanding;    /* GETs not yet answered */
+    int outstanding; /* GETs not yet answered */
     int failed;
     int abandoned;
     int64_t version;
     char digest[17];
     int nlogs;
-    int next_blob;      /* index in keys of the next reply (replies arrive in GET order) */
+    int next_blob;         /* index in keys of the next reply (replies arrive in GET order) */
     char (*keys)[KEY_MAX]; /* the blobs in GET order: the snapshot, then each log entry */
-    int64_t *vers;      /* the version each of them names */
+    int64_t *vers;         /* the version each of them names */
     int nkeys;
-    int corrupt;        /* the failure is in the durable state, not in reaching it: no retry helps */
+    int corrupt; /* the failure is in the durable state, not in reaching it: no retry helps */
     char bad_key[256];
     char reason[512];
     float *theta;
     float *mom;
     int has_mom;
-    float *dnbuf;       /* Delayed Nesterov buffer (async runs with --dn-buffer-size) */
+    float *dnbuf; /* Delayed Nesterov buffer (async runs with --dn-buffer-size) */
 } ss_load;
 
 int shards_init(ss_ctx *ss, char *err, size_t errlen)
@@ -71,8 +71,7 @@ int shards_init(ss_ctx *ss, char *err, size_t errlen)
         s->n = (size_t)runconf_shard_numel(&ss->rc, k);
         s->frag = runconf_fragment_of_shard(&ss->rc, k);
         s->version = -1;
-        if (s->n > largest)
-            largest = s->n;
+        if (s->n > largest) largest = s->n;
     }
     ss->max_frame = largest * sizeof(float) + BLOB_HEADER_MAX;
     return 0;
@@ -84,8 +83,7 @@ int shards_init(ss_ctx *ss, char *err, size_t errlen)
 ss_delta *shard_find_delta(ss_shard *s, int64_t round, const char *worker, int64_t inc)
 {
     for (ss_delta *d = s->deltas; d != NULL; d = d->next)
-        if (d->round == round && d->inc == inc && strcmp(d->worker, worker) == 0)
-            return d;
+        if (d->round == round && d->inc == inc && strcmp(d->worker, worker) == 0) return d;
     return NULL;
 }
 
@@ -95,8 +93,7 @@ void shard_store_delta(ss_shard *s, ss_req *req)
     ss_delta *d = shard_find_delta(s, req->h.round, req->h.worker, req->h.inc);
     if (d == NULL) {
         d = calloc(1, sizeof *d);
-        if (d == NULL)
-            return;
+        if (d == NULL) return;
         snprintf(d->worker, sizeof d->worker, "%s", req->h.worker);
         d->round = req->h.round;
         d->inc = req->h.inc;
@@ -139,8 +136,7 @@ void shard_park(ss_ctx *ss, ss_shard *s, ss_req *req)
         req_reply_err(req, DP_BUSY, "shard %d has %d requests waiting; retry", s->k, s->nparked);
         return;
     }
-    if (req->parked_ms == 0)
-        req->parked_ms = now_ms();
+    if (req->parked_ms == 0) req->parked_ms = now_ms();
     req->next = NULL;
     if (s->parked_tail != NULL)
         s->parked_tail->next = req;
@@ -180,8 +176,7 @@ void shard_expire_parked(ss_ctx *ss, uint64_t max_age_ms)
                 continue;
             }
             *pp = req->next;
-            if (s->parked_tail == req)
-                s->parked_tail = prev;
+            if (s->parked_tail == req) s->parked_tail = prev;
             s->nparked--;
             if (strcmp(req->h.op, "get") == 0)
                 req_reply_simple(req, "wait", "the shard is still loading or committing");
@@ -260,14 +255,15 @@ static void load_finish(ss_load *ld)
     snprintf(digest, sizeof digest, "%016" PRIx64, theta_xxh);
     if (!ld->failed && strcmp(digest, ld->digest) != 0) {
         char reason[256];
-        snprintf(reason, sizeof reason, "digest mismatch: the snapshot and %d log entries replay to %s, "
-                 "dl:{R}:shards says %s", ld->nlogs, digest, ld->digest);
+        snprintf(reason, sizeof reason,
+                 "digest mismatch: the snapshot and %d log entries replay to %s, "
+                 "dl:{R}:shards says %s",
+                 ld->nlogs, digest, ld->digest);
         load_corrupt(ld, ld->nkeys > 0 ? ld->keys[ld->nkeys - 1] : "", reason);
     }
     if (ld->failed) {
         s->load = NULL;
-        if (ld->corrupt)
-            shard_set_corrupt(ss, s, ld->version, ld->bad_key, ld->reason, 1);
+        if (ld->corrupt) shard_set_corrupt(ss, s, ld->version, ld->bad_key, ld->reason, 1);
         load_free(ld); /* otherwise the state stays LOADING; the next beat retries */
         return;
     }
@@ -305,7 +301,9 @@ static int load_decode(ss_load *ld, redisReply *r, const char *key, const char *
     }
     if (r == NULL || r->type != REDIS_REPLY_STRING) {
         snprintf(err, sizeof err, "cannot read the %s blob: %s", what,
-                 r == NULL ? "Redis connection lost" : r->type == REDIS_REPLY_ERROR ? r->str : "not a string");
+                 r == NULL                      ? "Redis connection lost"
+                 : r->type == REDIS_REPLY_ERROR ? r->str
+                                                : "not a string");
         load_fail(ld, "%s", err);
         return -1;
     }
@@ -322,9 +320,14 @@ static int load_decode(ss_load *ld, redisReply *r, const char *key, const char *
 static replay_state load_state(ss_load *ld, int64_t version)
 {
     const runconf *rc = &ld->ss->rc;
-    replay_state st = { .theta = ld->theta, .mom = ld->mom, .dnbuf = ld->dnbuf, .has_mom = ld->has_mom,
-                        .version = version, .dn_buffer = (uint32_t)rc->dn_buffer, .dn_variant = rc->dn_variant,
-                        .dn_t0 = rc->dn_t0 };
+    replay_state st = {.theta = ld->theta,
+                       .mom = ld->mom,
+                       .dnbuf = ld->dnbuf,
+                       .has_mom = ld->has_mom,
+                       .version = version,
+                       .dn_buffer = (uint32_t)rc->dn_buffer,
+                       .dn_variant = rc->dn_variant,
+                       .dn_t0 = rc->dn_t0};
     return st;
 }
 
@@ -335,19 +338,17 @@ static replay_state load_state(ss_load *ld, int64_t version)
 static void load_on_blob(redisReply *r, void *priv)
 {
     ss_load *ld = priv;
-    if (load_settle(ld))
-        return;
+    if (load_settle(ld)) return;
     int idx = ld->next_blob++, is_snap = idx == 0;
-    if (ld->abandoned || ld->failed)
-        goto done;
+    if (ld->abandoned || ld->failed) goto done;
     blob_header h;
     const uint8_t *payload;
     size_t plen;
     char err[256];
     const char *key = idx < ld->nkeys ? ld->keys[idx] : "";
-    if (load_decode(ld, r, key, is_snap ? "snapshot" : "log", &h, &payload, &plen) != 0)
-        goto done;
-    if (strcmp(h.op, is_snap ? "snap" : "log") != 0 || (h.version >= 0 && idx < ld->nkeys && h.version != ld->vers[idx])) {
+    if (load_decode(ld, r, key, is_snap ? "snapshot" : "log", &h, &payload, &plen) != 0) goto done;
+    if (strcmp(h.op, is_snap ? "snap" : "log") != 0 ||
+        (h.version >= 0 && idx < ld->nkeys && h.version != ld->vers[idx])) {
         snprintf(err, sizeof err, "reply %d is %s of version %lld, not %s (out of order: a Redis Cluster redirect?)",
                  idx, h.op, (long long)h.version, key);
         load_fail(ld, "%s", err);
@@ -363,15 +364,13 @@ static void load_on_blob(redisReply *r, void *priv)
     }
     ld->has_mom = st.has_mom;
 done:
-    if (ld->outstanding == 0)
-        load_finish(ld);
+    if (ld->outstanding == 0) load_finish(ld);
 }
 
 static int split_refs(char *csv, char **out, int cap)
 {
     int n = 0;
-    for (char *tok = strtok(csv, ","); tok != NULL && n < cap; tok = strtok(NULL, ","))
-        out[n++] = tok;
+    for (char *tok = strtok(csv, ","); tok != NULL && n < cap; tok = strtok(NULL, ",")) out[n++] = tok;
     return n;
 }
 
@@ -380,11 +379,9 @@ static void load_on_meta(redisReply *r, void *priv)
 {
     ss_load *ld = priv;
     ss_ctx *ss = ld->ss;
-    if (load_settle(ld))
-        return;
+    if (load_settle(ld)) return;
     ss_shard *s = &ss->shards[ld->k];
-    if (ld->abandoned)
-        return;
+    if (ld->abandoned) return;
     if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 8) {
         load_fail(ld, "cannot read dl:{R}:shards: %s", r == NULL ? "Redis connection lost" : "bad reply");
         load_finish(ld);
@@ -472,13 +469,11 @@ static void load_start(ss_ctx *ss, ss_shard *s)
     if (ld != NULL) {
         ld->theta = malloc(s->n * sizeof(float));
         ld->mom = calloc(s->n, sizeof(float));
-        if (ss->rc.dn_buffer > 0)
-            ld->dnbuf = calloc(s->n, sizeof(float));
+        if (ss->rc.dn_buffer > 0) ld->dnbuf = calloc(s->n, sizeof(float));
     }
     if (ld == NULL || ld->theta == NULL || ld->mom == NULL || (ss->rc.dn_buffer > 0 && ld->dnbuf == NULL)) {
         log_error("shard %d: out of memory loading %zu parameters", s->k, s->n);
-        if (ld != NULL)
-            load_free(ld);
+        if (ld != NULL) load_free(ld);
         return;
     }
     ld->ss = ss;
@@ -486,8 +481,8 @@ static void load_start(ss_ctx *ss, ss_shard *s)
     ld->gen = s->gen;
     ld->version = -1;
     char key[KEY_MAX], f[8][32];
-    const char *names[8] = { "version", "snap", "log", "digest", "owner", "epoch", "corrupt", "corrupt_reason" };
-    const char *argv[10] = { "HMGET", key_run(key, sizeof key, ss->opts.run, "shards") };
+    const char *names[8] = {"version", "snap", "log", "digest", "owner", "epoch", "corrupt", "corrupt_reason"};
+    const char *argv[10] = {"HMGET", key_run(key, sizeof key, ss->opts.run, "shards")};
     for (int i = 0; i < 8; i++) {
         snprintf(f[i], sizeof f[i], "%d:%s", s->k, names[i]);
         argv[2 + i] = f[i];
@@ -506,8 +501,7 @@ static void load_abandon(ss_shard *s)
 {
     if (s->load != NULL) {
         s->load->abandoned = 1;
-        if (s->load->outstanding <= 0)
-            load_free(s->load);
+        if (s->load->outstanding <= 0) load_free(s->load);
         s->load = NULL;
     }
 }
@@ -531,8 +525,7 @@ static void mark_on_reply(redisReply *r, void *priv)
         log_warn("shard %d: recording the corrupt state failed (connection lost); the next beat tries again", s->k);
         return;
     }
-    if (current)
-        s->corrupt_recorded = 1; /* an error (FENCED: the lease moved) is settled by the next beat too */
+    if (current) s->corrupt_recorded = 1; /* an error (FENCED: the lease moved) is settled by the next beat too */
     if (r->type == REDIS_REPLY_ERROR)
         log_warn("shard %d: dl_mark_corrupt: %s", s->k, r->str);
     else if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)
@@ -543,22 +536,20 @@ static void mark_on_reply(redisReply *r, void *priv)
 static void mark_send(ss_ctx *ss, ss_shard *s)
 {
     mark_q *q = malloc(sizeof *q);
-    if (q == NULL)
-        return;
-    *q = (mark_q){ ss, s->k, s->gen };
+    if (q == NULL) return;
+    *q = (mark_q){ss, s->k, s->gen};
     char ep[24], shard[16], version[24];
     snprintf(ep, sizeof ep, "%lld", (long long)s->epoch);
     snprintf(shard, sizeof shard, "%d", s->k);
     snprintf(version, sizeof version, "%lld", (long long)s->version);
-    const char *args[6] = { ss->id, ep, shard, version, s->corrupt_key, s->corrupt_reason };
+    const char *args[6] = {ss->id, ep, shard, version, s->corrupt_key, s->corrupt_reason};
     if (fcall(ss, mark_on_reply, q, "dl_mark_corrupt", 6, args) != 0)
         free(q); /* not connected: the next beat tries again */
 }
 
 /* Nothing can be served from this shard and no load will succeed until an operator repairs it: drop the
  * cache, answer every waiting request (`err CORRUPT`) and, unless Redis has the mark already, record it. */
-static void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const char *key, const char *reason,
-                              int record)
+static void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const char *key, const char *reason, int record)
 {
     ss->m.corrupt_loads += record;
     s->gen++;
@@ -578,9 +569,9 @@ static void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const ch
     s->corrupt_recorded = !record;
     shard_free_deltas(s, 0, 1);
     log_error("shard %d: durable state of version %lld is corrupt (key %s: %s); serving `err CORRUPT` until "
-              "`coordinator repair`", s->k, (long long)version, key, reason);
-    if (record)
-        mark_send(ss, s);
+              "`coordinator repair`",
+              s->k, (long long)version, key, reason);
+    if (record) mark_send(ss, s);
     shard_unpark_all(ss, s);
 }
 
@@ -591,14 +582,11 @@ static void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const ch
 void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch)
 {
     if (s->state != SH_FREE && s->epoch == epoch) {
-        if (s->state == SH_LOADING && s->load == NULL)
-            load_start(ss, s); /* an earlier attempt failed: retry */
-        if (s->state == SH_CORRUPT && !s->corrupt_recorded)
-            mark_send(ss, s);
+        if (s->state == SH_LOADING && s->load == NULL) load_start(ss, s); /* an earlier attempt failed: retry */
+        if (s->state == SH_CORRUPT && !s->corrupt_recorded) mark_send(ss, s);
         return;
     }
-    if (s->state != SH_FREE)
-        shard_release(ss, s, "the lease epoch changed");
+    if (s->state != SH_FREE) shard_release(ss, s, "the lease epoch changed");
     log_info("shard %d: lease acquired (epoch %lld); loading", s->k, (long long)epoch);
     ss->m.lease_changes++;
     s->epoch = epoch;
@@ -612,8 +600,7 @@ void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch)
 /* No longer ours: free everything; parked requests get `moved`. */
 void shard_release(ss_ctx *ss, ss_shard *s, const char *why)
 {
-    if (s->state == SH_FREE)
-        return;
+    if (s->state == SH_FREE) return;
     log_info("shard %d: lease lost (%s); dropping version %lld from memory", s->k, why, (long long)s->version);
     ss->m.lease_changes++;
     s->gen++;

@@ -19,7 +19,7 @@ typedef struct ss_snap {
     int k;
     int64_t version;
     int64_t epoch;
-    float *both;         /* θ, momentum, then the DN buffer when there is one: the payload, sent from here */
+    float *both; /* θ, momentum, then the DN buffer when there is one: the payload, sent from here */
     uint8_t head[BLOB_HEADER_MAX];
 } ss_snap;
 
@@ -30,15 +30,16 @@ static void snap_on_recorded(redisReply *r, void *priv)
     ss->shards[sn->k].snapshotting = 0;
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
         log_warn("shard %d: dl_snapshot of version %lld failed: %s", sn->k, (long long)sn->version,
-                 r == NULL ? "connection lost" : r->type == REDIS_REPLY_ERROR ? r->str : "bad reply");
-        if (r != NULL && r->type == REDIS_REPLY_ERROR)
-            ss->m.conflicts++;
+                 r == NULL                      ? "connection lost"
+                 : r->type == REDIS_REPLY_ERROR ? r->str
+                                                : "bad reply");
+        if (r != NULL && r->type == REDIS_REPLY_ERROR) ss->m.conflicts++;
         free(sn);
         return;
     }
     ss->m.snapshots++;
-    log_info("shard %d: snapshot of version %lld recorded; deleting %zu obsolete blobs", sn->k,
-             (long long)sn->version, r->elements);
+    log_info("shard %d: snapshot of version %lld recorded; deleting %zu obsolete blobs", sn->k, (long long)sn->version,
+             r->elements);
     if (r->elements > 0) {
         store_del_refs(ss, sn->k, "snap", r->element, 1);
         store_del_refs(ss, sn->k, "log", r->element + 1, r->elements - 1);
@@ -64,7 +65,7 @@ static void snap_on_written(redisReply *r, void *priv)
     snprintf(ep, sizeof ep, "%lld", (long long)sn->epoch);
     snprintf(shard, sizeof shard, "%d", sn->k);
     snprintf(ref, sizeof ref, "%lld.%lld", (long long)sn->version, (long long)sn->epoch);
-    const char *args[5] = { ss->id, ep, shard, ver, ref };
+    const char *args[5] = {ss->id, ep, shard, ver, ref};
     if (fcall(ss, snap_on_recorded, sn, "dl_snapshot", 5, args) != 0) {
         ss->shards[sn->k].snapshotting = 0;
         free(sn);
@@ -74,8 +75,7 @@ static void snap_on_written(redisReply *r, void *priv)
 /* Write a snapshot of the shard's current version from a copy (the blob buffer). */
 static void snapshot_start(ss_ctx *ss, ss_shard *s)
 {
-    if (s->snapshotting)
-        return;
+    if (s->snapshotting) return;
     size_t n = s->n;
     int with_buf = s->dnbuf != NULL, with_mom = s->has_mom || with_buf;
     float *both = malloc((size_t)(1 + with_mom + with_buf) * n * sizeof(float));
@@ -86,10 +86,8 @@ static void snapshot_start(ss_ctx *ss, ss_shard *s)
         return;
     }
     memcpy(both, s->theta, n * sizeof(float));
-    if (with_mom)
-        memcpy(both + n, s->mom, n * sizeof(float));
-    if (with_buf)
-        memcpy(both + 2 * n, s->dnbuf, n * sizeof(float));
+    if (with_mom) memcpy(both + n, s->mom, n * sizeof(float));
+    if (with_buf) memcpy(both + 2 * n, s->dnbuf, n * sizeof(float));
     sn->both = both;
     blob_header h;
     blob_header_init(&h, "snap");
@@ -126,17 +124,13 @@ static void snapshot_start(ss_ctx *ss, ss_shard *s)
  * per parameter on the bulk connection: it must not delay the log entries of a round). */
 void commit_idle_work(ss_ctx *ss)
 {
-    if (ss->cq_head != NULL)
-        return;
+    if (ss->cq_head != NULL) return;
     for (int k = 0; k < ss->nshards; k++)
-        if (ss->shards[k].committing)
-            return;
+        if (ss->shards[k].committing) return;
     for (int k = 0; k < ss->nshards; k++) {
         ss_shard *s = &ss->shards[k];
-        if (s->snap_wanted == 0)
-            continue;
-        if (s->state == SH_READY && s->version == s->snap_wanted)
-            snapshot_start(ss, s);
+        if (s->snap_wanted == 0) continue;
+        if (s->state == SH_READY && s->version == s->snap_wanted) snapshot_start(ss, s);
         s->snap_wanted = 0;
     }
 }

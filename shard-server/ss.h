@@ -56,11 +56,11 @@ typedef struct ss_opts {
     char advertise[300]; /* "" = listen host + bound port */
     char id[128];
     int lease_ttl_ms;
-    int connect_timeout_ms;      /* start-up wait for an unreachable Redis (--connect-timeout) */
+    int connect_timeout_ms; /* start-up wait for an unreachable Redis (--connect-timeout) */
     int max_pending_rounds;
     int log_level;
     double crash_before_commit; /* fault injection for crash tests: probability of _exit before dl_commit */
-    char metrics_host[256];      /* --metrics HOST:PORT: Prometheus /metrics over HTTP ("" = off) */
+    char metrics_host[256];     /* --metrics HOST:PORT: Prometheus /metrics over HTTP ("" = off) */
     int metrics_port;
 } ss_opts;
 
@@ -72,17 +72,17 @@ typedef struct ss_metrics {
     uint64_t noop_commits;
     uint64_t bytes_in;
     uint64_t bytes_out;
-    double commit_seconds;   /* sum over committed rounds: first barrier read to dl_commit reply */
+    double commit_seconds; /* sum over committed rounds: first barrier read to dl_commit reply */
     double commit_seconds_max;
-    uint64_t conflicts;      /* FENCED / VERSION replies to dl_commit or dl_snapshot */
-    uint64_t lease_changes;  /* shards gained or lost */
+    uint64_t conflicts;     /* FENCED / VERSION replies to dl_commit or dl_snapshot */
+    uint64_t lease_changes; /* shards gained or lost */
     uint64_t rejections;
     uint64_t pushes;
     uint64_t gets;
     uint64_t tentative_gets; /* of which answered before the version was durable */
     uint64_t loads;
     uint64_t load_failures;
-    uint64_t corrupt_loads;  /* loads that found the durable state corrupt (counted in load_failures too) */
+    uint64_t corrupt_loads; /* loads that found the durable state corrupt (counted in load_failures too) */
     uint64_t snapshots;
     uint64_t connections;
     uint64_t redis_reconnects;
@@ -96,13 +96,13 @@ struct ss_conn;
 typedef struct ss_req {
     struct ss_conn *conn;
     blob_header h;
-    uint8_t *frame;          /* the whole received blob (owned) */
+    uint8_t *frame; /* the whole received blob (owned) */
     size_t frame_len;
-    const uint8_t *payload;  /* into frame */
+    const uint8_t *payload; /* into frame */
     size_t payload_len;
-    uint64_t parked_ms;      /* when it started waiting on a shard */
-    int reloads;             /* shard reloads this request caused (at most one) */
-    struct ss_req *next;     /* in a shard's list of parked requests */
+    uint64_t parked_ms;  /* when it started waiting on a shard */
+    int reloads;         /* shard reloads this request caused (at most one) */
+    struct ss_req *next; /* in a shard's list of parked requests */
     /* Called with the reply just before the request is freed (NULL: none). A request without a
      * connection (conn NULL) is answered only here: the unit tests feed requests to ops_dispatch so. */
     void (*on_reply)(struct ss_req *req, const blob_header *h, const void *payload, size_t len);
@@ -117,9 +117,9 @@ typedef struct ss_delta {
     char worker[64];
     int64_t inc;
     int64_t round;
-    int dtype;               /* BLOB_F32 or BLOB_BF16: kept as received */
-    int64_t tokens;          /* --weight-by tokens: the tokens behind it (header aux) */
-    uint8_t *frame;          /* owns the bytes */
+    int dtype;      /* BLOB_F32 or BLOB_BF16: kept as received */
+    int64_t tokens; /* --weight-by tokens: the tokens behind it (header aux) */
+    uint8_t *frame; /* owns the bytes */
     const uint8_t *payload;
 } ss_delta;
 
@@ -127,14 +127,14 @@ typedef struct ss_delta {
  * codec, as logged), sent to the gets that hold the version before. buf is sent by reference
  * (ss_buf_release). */
 typedef struct ss_update {
-    uint8_t *buf;            /* NULL: none */
+    uint8_t *buf; /* NULL: none */
     size_t len;
-    uint64_t xxh;            /* of buf */
-    int64_t version;         /* the version it produces */
+    uint64_t xxh;    /* of buf */
+    int64_t version; /* the version it produces */
     float lr, mu;
-    int64_t flags;           /* BLOB_UPDATE_* and the step's (bit 0 nesterov, bit 1 first step) */
-    int64_t aux;             /* participants; 0: no-op */
-    char digest[17];         /* θ of that version */
+    int64_t flags;   /* BLOB_UPDATE_* and the step's (bit 0 nesterov, bit 1 first step) */
+    int64_t aux;     /* participants; 0: no-op */
+    char digest[17]; /* θ of that version */
 } ss_update;
 
 /* SH_CORRUPT: ours, but its durable state cannot be loaded (a blob fails its checksum or is missing, or
@@ -147,33 +147,33 @@ typedef struct ss_shard {
     int frag;
     size_t n;
     int state;
-    int64_t epoch;           /* lease epoch this cache was loaded under */
-    uint64_t gen;            /* bumped on every drop/reload: async callbacks compare it */
+    int64_t epoch; /* lease epoch this cache was loaded under */
+    uint64_t gen;  /* bumped on every drop/reload: async callbacks compare it */
     int64_t version;
     float *theta;
     float *mom;
     int has_mom;
-    float *dnbuf;            /* async Delayed Nesterov: the buffer of submissions (NULL when DN is off) */
+    float *dnbuf; /* async Delayed Nesterov: the buffer of submissions (NULL when DN is off) */
     char digest[17];
-    uint64_t theta_xxh;      /* XXH3_64bits of theta: the digest as a number, the checksum of `params` */
+    uint64_t theta_xxh; /* XXH3_64bits of theta: the digest as a number, the checksum of `params` */
     /* Version tent_version, computed by the running commit but not durable yet: served to the gets that
      * accept tentative parameters (the log entry and dl_commit then run while it streams out). */
-    float *tent_theta;       /* the commit's buffer (NULL when there is none) */
+    float *tent_theta; /* the commit's buffer (NULL when there is none) */
     uint64_t tent_xxh;
     int64_t tent_version;
-    ss_update upd;           /* --download update: the update of version `version` (upd.version) */
-    ss_update tent_upd;      /* and the running commit's, of tent_version (buf is the commit's) */
+    ss_update upd;      /* --download update: the update of version `version` (upd.version) */
+    ss_update tent_upd; /* and the running commit's, of tent_version (buf is the commit's) */
     int committing;
     int snapshotting;
-    int64_t snap_wanted;     /* version to snapshot once commits are idle (0 = none) */
-    int reload_wanted;       /* reload once the current operation finishes */
-    char corrupt_key[256];   /* SH_CORRUPT: the blob (or shards hash field) at fault, and why */
+    int64_t snap_wanted;   /* version to snapshot once commits are idle (0 = none) */
+    int reload_wanted;     /* reload once the current operation finishes */
+    char corrupt_key[256]; /* SH_CORRUPT: the blob (or shards hash field) at fault, and why */
     char corrupt_reason[512];
-    int corrupt_recorded;    /* dl_mark_corrupt has answered (else the next beat sends it again) */
+    int corrupt_recorded; /* dl_mark_corrupt has answered (else the next beat sends it again) */
     ss_delta *deltas;
     ss_req *parked, *parked_tail;
     int nparked;
-    struct ss_load *load;    /* in-progress load */
+    struct ss_load *load; /* in-progress load */
 } ss_shard;
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -192,14 +192,14 @@ typedef struct ss_ctx {
     ss_tunables tun;
     char config_key[160];
     char id[128];
-    char addr[300];            /* advertised host:port */
+    char addr[300]; /* advertised host:port */
     struct event_base *base;
-    rlink ctl;                 /* FCALLs */
-    rlink bulk;                /* blobs: GET, DEL */
-    rlink bulkw;               /* blobs: SET (log entries, snapshots) without copies (RLINK_SET) */
-    rlink_route route;         /* Redis Cluster slot map of those three */
+    rlink ctl;         /* FCALLs */
+    rlink bulk;        /* blobs: GET, DEL */
+    rlink bulkw;       /* blobs: SET (log entries, snapshots) without copies (RLINK_SET) */
+    rlink_route route; /* Redis Cluster slot map of those three */
     struct evconnlistener *listener;
-    size_t max_frame;          /* largest acceptable frame */
+    size_t max_frame; /* largest acceptable frame */
     ss_shard *shards;
     int nshards;
     /* leases */
@@ -207,10 +207,10 @@ typedef struct ss_ctx {
     int beat_in_flight;
     uint64_t beat_sent_ms;
     struct event *beat_timer;
-    char **owner_addr;          /* per shard: address of its owner as last read (for `moved`) */
+    char **owner_addr; /* per shard: address of its owner as last read (for `moved`) */
     /* shutdown */
     int stopping;
-    int refused;               /* Redis refused one of our logins for good (ss_refused): exit status 1 */
+    int refused; /* Redis refused one of our logins for good (ss_refused): exit status 1 */
     struct event *exit_timer;
     ss_metrics m;
     struct ss_commit *cq_head, *cq_tail; /* commits being computed, in order (commit_compute.c) */
@@ -255,8 +255,7 @@ int req_conn_alive(const ss_req *req);
 void ops_dispatch(ss_ctx *ss, ss_req *req);
 /* Answer a get with a shard's parameters (its current θ, or a running commit's tentative one), sent by
  * reference with the checksum computed when they were. */
-void ops_reply_params(ss_ctx *ss, ss_shard *s, ss_req *req, float *theta, int64_t version, uint64_t xxh,
-                      int tentative);
+void ops_reply_params(ss_ctx *ss, ss_shard *s, ss_req *req, float *theta, int64_t version, uint64_t xxh, int tentative);
 void ops_reject(ss_ctx *ss, ss_req *req, dp_err code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* --download update: answer a get that holds version u->version - 1 with the update u (sent by reference). */
 void ops_reply_update(ss_ctx *ss, ss_shard *s, ss_req *req, const ss_update *u, int tentative);
@@ -293,7 +292,7 @@ void commit_start(ss_ctx *ss, ss_shard *s);
 /* Answer a get with the running commit's tentative parameters if it accepts them and they are the
  * version it wants; 1 when answered. */
 int commit_reply_tentative(ss_ctx *ss, ss_shard *s, ss_req *req);
-void commit_idle_work(ss_ctx *ss);  /* deferred snapshots; called when commits finish and periodically */
+void commit_idle_work(ss_ctx *ss); /* deferred snapshots; called when commits finish and periodically */
 
 /* store.c */
 void store_blob_key(ss_ctx *ss, char *dst, size_t cap, int k, const char *kind, int64_t v, int64_t e);

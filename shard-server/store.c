@@ -24,7 +24,7 @@ void store_blob_key(ss_ctx *ss, char *dst, size_t cap, int k, const char *kind, 
 
 int store_get(ss_ctx *ss, const char *key, rlink_cb *cb, void *priv)
 {
-    const char *argv[2] = { "GET", key };
+    const char *argv[2] = {"GET", key};
     return rlink_cmds(&ss->bulk, cb, priv, 2, argv);
 }
 
@@ -38,16 +38,14 @@ int store_set(ss_ctx *ss, const char *key, const uint8_t *head, size_t hlen, con
 int store_del_refs(ss_ctx *ss, int k, const char *kind, redisReply **refs, size_t nrefs)
 {
     for (size_t i = 0; i < nrefs; i++) {
-        if (refs[i]->type != REDIS_REPLY_STRING || refs[i]->len == 0)
-            continue;
+        if (refs[i]->type != REDIS_REPLY_STRING || refs[i]->len == 0) continue;
         char key[KEY_MAX];
         if (key_shard_ref(key, sizeof key, ss->opts.run, k, kind, refs[i]->str) != 0) {
             log_warn("shard %d: cannot delete %s blob of malformed ref '%s'", k, kind, refs[i]->str);
             continue;
         }
-        const char *argv[2] = { "DEL", key };
-        if (rlink_cmds(&ss->bulk, NULL, NULL, 2, argv) != 0)
-            return -1;
+        const char *argv[2] = {"DEL", key};
+        if (rlink_cmds(&ss->bulk, NULL, NULL, 2, argv) != 0) return -1;
         log_debug("shard %d: deleted %s", k, key);
     }
     return 0;
@@ -55,18 +53,15 @@ int store_del_refs(ss_ctx *ss, int k, const char *kind, redisReply **refs, size_
 
 /* FCALL fn 1 dl:{R}:config args... on the control connection; with replicas > 0 the reply comes once
  * WAIT says that many replicas have the call. */
-static int fcall_send(ss_ctx *ss, int replicas, rlink_cb *cb, void *priv, const char *fn, int nargs,
-                      const char **args)
+static int fcall_send(ss_ctx *ss, int replicas, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args)
 {
     const char *argv[24];
-    if (nargs + 4 > (int)(sizeof argv / sizeof argv[0]))
-        return -1;
+    if (nargs + 4 > (int)(sizeof argv / sizeof argv[0])) return -1;
     argv[0] = "FCALL";
     argv[1] = fn;
     argv[2] = "1";
     argv[3] = ss->config_key;
-    for (int i = 0; i < nargs; i++)
-        argv[4 + i] = args[i];
+    for (int i = 0; i < nargs; i++) argv[4 + i] = args[i];
     return rlink_cmd_replicated(&ss->ctl, replicas, cb, priv, nargs + 4, argv, NULL);
 }
 
@@ -89,13 +84,11 @@ static void on_marked(redisReply *r, void *priv)
 
 void store_mark_replicated(ss_ctx *ss, int k, int64_t epoch, int64_t version)
 {
-    if (ss->rc.min_replicas <= 0)
-        return;
+    if (ss->rc.min_replicas <= 0) return;
     char ep[24], shard[16], v[24];
     snprintf(ep, sizeof ep, "%lld", (long long)epoch);
     snprintf(shard, sizeof shard, "%d", k);
     snprintf(v, sizeof v, "%lld", (long long)version);
-    const char *args[4] = { ss->id, ep, shard, v };
-    if (fcall(ss, on_marked, NULL, "dl_replicated", 4, args) != 0)
-        log_debug("dl_replicated: Redis is unavailable");
+    const char *args[4] = {ss->id, ep, shard, v};
+    if (fcall(ss, on_marked, NULL, "dl_replicated", 4, args) != 0) log_debug("dl_replicated: Redis is unavailable");
 }

@@ -16,7 +16,8 @@
 
 /* Exit 77 (skipped, tests/run.sh) when there is no backend or no device; the message is the last
  * line of the log, which run.sh prints. */
-static inline void cuda_test_require_device(const char *prog) {
+static inline void cuda_test_require_device(const char *prog)
+{
 #ifdef DILOCO_HAVE_CUDA
     char why[256] = "";
     if (gpt_cuda_device_count(why, sizeof why) == 0) {
@@ -34,24 +35,31 @@ static inline void cuda_test_require_device(const char *prog) {
 #endif
 }
 
-static inline double tc_u01(uint64_t *s) { return ((splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0); }
-static inline float tc_normal(uint64_t *s) {
+static inline double tc_u01(uint64_t *s)
+{
+    return ((splitmix64(s) >> 11) + 0.5) * (1.0 / 9007199254740992.0);
+}
+static inline float tc_normal(uint64_t *s)
+{
     double u1 = tc_u01(s), u2 = tc_u01(s);
     return (float)(sqrt(-2.0 * log(u1)) * cos(2.0 * M_PI * u2));
 }
-static inline float *tc_randn(size_t n, float scale, uint64_t seed) {
+static inline float *tc_randn(size_t n, float scale, uint64_t seed)
+{
     float *x = malloc((n ? n : 1) * sizeof(float));
     for (size_t i = 0; i < n; i++) x[i] = scale * tc_normal(&seed);
     return x;
 }
-static inline int *tc_randint(size_t n, int hi, uint64_t seed) {
+static inline int *tc_randint(size_t n, int hi, uint64_t seed)
+{
     int *x = malloc((n ? n : 1) * sizeof(int));
     for (size_t i = 0; i < n; i++) x[i] = (int)(splitmix64(&seed) % (uint64_t)hi);
     return x;
 }
 
 /* max|a-b| / max|b| (0 when both are all zero) */
-static inline double tc_relerr(const float *a, const float *b, size_t n) {
+static inline double tc_relerr(const float *a, const float *b, size_t n)
+{
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - b[i]), m = fabs((double)b[i]);
@@ -60,7 +68,8 @@ static inline double tc_relerr(const float *a, const float *b, size_t n) {
     }
     return den > 0 ? num / den : num;
 }
-static inline double tc_relerr_d(const float *a, const double *b, size_t n) {
+static inline double tc_relerr_d(const float *a, const double *b, size_t n)
+{
     double num = 0, den = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - b[i]), m = fabs(b[i]);

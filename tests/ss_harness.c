@@ -28,8 +28,7 @@ static rconn *g_conn;
 
 int ssh_redis_start(void)
 {
-    if (mkdtemp(g_dir) == NULL)
-        return -1;
+    if (mkdtemp(g_dir) == NULL) return -1;
     snprintf(g_sock, sizeof g_sock, "%s/redis.sock", g_dir);
     snprintf(g_url, sizeof g_url, "unix://%s", g_sock);
     char logfile[300];
@@ -43,28 +42,24 @@ int ssh_redis_start(void)
     }
     redis_url u;
     char err[256];
-    if (redis_url_parse(g_url, &u, err, sizeof err) != 0)
-        return -1;
+    if (redis_url_parse(g_url, &u, err, sizeof err) != 0) return -1;
     for (int i = 0; i < 100 && g_conn == NULL; i++) {
         g_conn = rconn_connect(&u, 500, err, sizeof err);
-        if (g_conn == NULL)
-            sleep_ms(50);
+        if (g_conn == NULL) sleep_ms(50);
     }
-    if (g_conn == NULL)
-        fprintf(stderr, "redis-server did not start: %s\n", err);
+    if (g_conn == NULL) fprintf(stderr, "redis-server did not start: %s\n", err);
     return g_conn != NULL ? 0 : -1;
 }
 
 void ssh_redis_stop(void)
 {
-    if (g_conn != NULL)
-        rconn_free(g_conn);
+    if (g_conn != NULL) rconn_free(g_conn);
     g_conn = NULL;
     if (g_redis_pid > 0) {
         kill(g_redis_pid, SIGTERM);
         waitpid(g_redis_pid, NULL, 0);
     }
-    const char *files[3] = { "redis.sock", "redis.log", "init.log" };
+    const char *files[3] = {"redis.sock", "redis.log", "init.log"};
     char path[300];
     for (int i = 0; i < 3; i++) {
         snprintf(path, sizeof path, "%s/%s", g_dir, files[i]);
@@ -87,8 +82,7 @@ void ssh_shard_str(const char *run, int k, const char *field, char *out, size_t 
     char key[KEY_MAX];
     redisReply *r = ssh_cmd("HGET %s %d:%s", key_run(key, sizeof key, run, "shards"), k, field);
     snprintf(out, cap, "%s", r != NULL && r->type == REDIS_REPLY_STRING ? r->str : "");
-    if (r != NULL)
-        freeReplyObject(r);
+    if (r != NULL) freeReplyObject(r);
 }
 
 long long ssh_shard_int(const char *run, int k, const char *field)
@@ -101,15 +95,14 @@ long long ssh_shard_int(const char *run, int k, const char *field)
 redisReply *ssh_fcall(const char *run, const char *fn, int nargs, const char **args)
 {
     char key[KEY_MAX];
-    const char *argv[16] = { "FCALL", fn, "1", key_run(key, sizeof key, run, "config") };
-    for (int i = 0; i < nargs && i < 12; i++)
-        argv[4 + i] = args[i];
+    const char *argv[16] = {"FCALL", fn, "1", key_run(key, sizeof key, run, "config")};
+    for (int i = 0; i < nargs && i < 12; i++) argv[4 + i] = args[i];
     return rconn_command_argv(g_conn, 4 + nargs, argv, NULL);
 }
 
 long long ssh_register(const char *run, const char *w)
 {
-    const char *args[3] = { w, "test", "1" };
+    const char *args[3] = {w, "test", "1"};
     redisReply *r = ssh_fcall(run, "dl_register", 3, args);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
@@ -123,7 +116,7 @@ void ssh_arrive(const char *run, const char *w, long long inc, long long round, 
     char incs[24], rounds[24];
     snprintf(incs, sizeof incs, "%lld", inc);
     snprintf(rounds, sizeof rounds, "%lld", round);
-    const char *args[4] = { w, incs, "0", rounds };
+    const char *args[4] = {w, incs, "0", rounds};
     redisReply *r = ssh_fcall(run, "dl_arrive", 4, args);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
@@ -135,8 +128,7 @@ int ssh_setup(const char *run, const char *init_args, struct event_base **base)
 {
     log_init("test_ss");
     log_set_level(LOG_WARN);
-    if (ssh_redis_start() != 0)
-        return -1;
+    if (ssh_redis_start() != 0) return -1;
     *base = event_base_new();
     return *base != NULL && ssh_init_run(run, init_args) == 0 ? 0 : -1;
 }
@@ -149,8 +141,7 @@ int ssh_init_run(const char *run, const char *extra)
     int rc = system(cmd);
     if (rc != 0) {
         snprintf(cmd, sizeof cmd, "cat %s/init.log >&2", g_dir);
-        if (system(cmd) != 0)
-            fprintf(stderr, "coordinator init failed\n");
+        if (system(cmd) != 0) fprintf(stderr, "coordinator init failed\n");
     }
     return rc == 0 ? 0 : -1;
 }
@@ -158,10 +149,8 @@ int ssh_init_run(const char *run, const char *extra)
 ss_ctx *ssh_server(struct event_base *base, const char *run, const char *id, int ttl_ms)
 {
     ss_ctx *ss = calloc(1, sizeof *ss);
-    if (ss == NULL)
-        return NULL;
-    if (g_ss == NULL)
-        g_ss = ss;
+    if (ss == NULL) return NULL;
+    if (g_ss == NULL) g_ss = ss;
     snprintf(ss->opts.redis, sizeof ss->opts.redis, "%s", g_url);
     snprintf(ss->opts.run, sizeof ss->opts.run, "%s", run);
     snprintf(ss->opts.listen_host, sizeof ss->opts.listen_host, "127.0.0.1");
@@ -180,8 +169,7 @@ int ssh_pump_until(struct event_base *base, int (*cond)(void *), void *arg, int 
 {
     uint64_t end = now_ms() + (uint64_t)timeout_ms;
     while (!cond(arg)) {
-        if (now_ms() >= end)
-            return -1;
+        if (now_ms() >= end) return -1;
         event_base_loop(base, EVLOOP_ONCE | EVLOOP_NONBLOCK);
         sleep_ms(1);
     }
@@ -210,8 +198,7 @@ static void on_reply(ss_req *req, const blob_header *h, const void *payload, siz
     out->h = *h;
     if (strcmp(h->op, "params") == 0 && len > 0) {
         out->params = malloc(len);
-        if (out->params != NULL)
-            memcpy(out->params, payload, len);
+        if (out->params != NULL) memcpy(out->params, payload, len);
         out->n = len / sizeof(float);
     }
     out->done = 1;
@@ -236,8 +223,7 @@ int ssh_request(ss_ctx *ss, blob_header *h, const void *payload, size_t len, ssh
         return -1;
     }
     memcpy(frame, hdr, (size_t)hlen);
-    if (len > 0)
-        memcpy(frame + hlen, payload, len);
+    if (len > 0) memcpy(frame + hlen, payload, len);
     size_t dlen = 0;
     if (blob_decode_header(frame, (size_t)hlen + len, &req->h, &dlen, err, sizeof err) != 0) {
         free(req);
@@ -264,8 +250,7 @@ int ssh_get(ss_ctx *ss, int k, long long version, ssh_reply *out)
     return ssh_request(ss, &h, NULL, 0, out, 5000);
 }
 
-int ssh_push(ss_ctx *ss, int k, long long round, const char *w, long long inc, const float *d, size_t n,
-             ssh_reply *out)
+int ssh_push(ss_ctx *ss, int k, long long round, const char *w, long long inc, const float *d, size_t n, ssh_reply *out)
 {
     blob_header h;
     blob_header_init(&h, "push");

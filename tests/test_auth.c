@@ -10,7 +10,8 @@
 
 #include "auth.h"
 
-static void test_known_answer(void **state) {
+static void test_known_answer(void **state)
+{
     (void)state;
     char out[AUTH_MAC_LEN + 1];
     /* printf 'n0nce\nw1\nrunA' | openssl dgst -sha256 -hmac s3cret */
@@ -19,7 +20,8 @@ static void test_known_answer(void **state) {
     assert_int_equal(auth_check("s3cret", "n0nce", "w1", "runA", out), 0);
 }
 
-static void test_refusals(void **state) {
+static void test_refusals(void **state)
+{
     (void)state;
     char out[AUTH_MAC_LEN + 1];
     auth_answer("s3cret", "n0nce", "w1", "runA", out);
@@ -30,7 +32,8 @@ static void test_refusals(void **state) {
     assert_int_equal(auth_check("s3cret", "n0nce", "w1", "runA", "short"), -1);
 }
 
-static void test_nonces(void **state) {
+static void test_nonces(void **state)
+{
     (void)state;
     char a[AUTH_NONCE_LEN + 1], b[AUTH_NONCE_LEN + 1];
     assert_int_equal(auth_nonce(a), 0);
@@ -40,7 +43,8 @@ static void test_nonces(void **state) {
     assert_string_not_equal(a, b);
 }
 
-int main(void) {
+int main(void)
+{
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known_answer),
         cmocka_unit_test(test_refusals),

@@ -164,8 +164,7 @@ static void encode_diff_matches_scalar_and_finds_first_bad(void **state)
     }
     size_t bad = 99;
     assert_int_equal(bf16_encode_diff(a, b, enc, N, &bad), 0);
-    for (size_t i = 0; i < N; i++)
-        assert_int_equal(enc[i], bf16_from_f32(a[i] - b[i]));
+    for (size_t i = 0; i < N; i++) assert_int_equal(enc[i], bf16_from_f32(a[i] - b[i]));
     b[4098] = NAN; /* in the scalar tail */
     assert_int_equal(bf16_encode_diff(a, b, enc, N, &bad), -1);
     assert_int_equal(bad, 4098);

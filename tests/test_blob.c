@@ -23,7 +23,7 @@
 static void round_trip_with_payload_keeps_every_field(void **state)
 {
     (void)state;
-    float payload[5] = { 1.5f, -2.0f, 0.0f, 3.25f, 1e-30f };
+    float payload[5] = {1.5f, -2.0f, 0.0f, 3.25f, 1e-30f};
     blob_header h, d;
     blob_header_init(&h, "push");
     h.dtype = BLOB_F32;
@@ -99,7 +99,7 @@ static void round_trip_without_payload_keeps_absent_fields_absent(void **state)
 static void bf16_payload_and_header_only_decode(void **state)
 {
     (void)state;
-    uint16_t payload[3] = { 0x3f80, 0xbf80, 0x0000 };
+    uint16_t payload[3] = {0x3f80, 0xbf80, 0x0000};
     blob_header h, d;
     blob_header_init(&h, "push");
     h.dtype = BLOB_BF16;
@@ -142,7 +142,7 @@ static void largest_header_fits_the_maximum(void **state)
 static void encode_rejects_inconsistent_headers(void **state)
 {
     (void)state;
-    float x[2] = { 1, 2 };
+    float x[2] = {1, 2};
     blob_header h;
     uint8_t head[BLOB_HEADER_MAX];
     char err[256];
@@ -182,8 +182,7 @@ static void expect_decode_error(const uint8_t *buf, size_t len, const char *need
     size_t hl;
     char err[256] = "";
     int rc = blob_decode_header(buf, len, &h, &hl, err, sizeof err);
-    if (rc != -1 || strstr(err, needle) == NULL)
-        fail_msg("rc %d err '%s', wanted '%s'", rc, err, needle);
+    if (rc != -1 || strstr(err, needle) == NULL) fail_msg("rc %d err '%s', wanted '%s'", rc, err, needle);
 }
 
 struct kv {
@@ -224,14 +223,13 @@ static void rejects_truncated_header_and_garbage(void **state)
     char err[256];
     int hl = blob_encode_header(&h, NULL, 0, head, sizeof head, err, sizeof err);
     assert_true(hl > 0);
-    for (int cut = 0; cut < hl; cut++)
-        expect_decode_error(head, (size_t)cut, "truncated");
-    const uint8_t garbage[] = { 0xc1, 0x00, 0x12 };
+    for (int cut = 0; cut < hl; cut++) expect_decode_error(head, (size_t)cut, "truncated");
+    const uint8_t garbage[] = {0xc1, 0x00, 0x12};
     expect_decode_error(garbage, sizeof garbage, "invalid msgpack byte");
     const char *text = "hello world";
     expect_decode_error((const uint8_t *)text, strlen(text), "not a msgpack map");
     /* A map that claims 4 billion entries must be refused before msgpack-c allocates for them. */
-    const uint8_t huge[] = { 0xdf, 0xff, 0xff, 0xff, 0xff, 0xa1, 'm' };
+    const uint8_t huge[] = {0xdf, 0xff, 0xff, 0xff, 0xff, 0xa1, 'm'};
     expect_decode_error(huge, sizeof huge, "impossible");
     /* An endless header (a string longer than the maximum) is refused too. */
     uint8_t *big = calloc(1, 4096);
@@ -247,43 +245,49 @@ static void rejects_truncated_header_and_garbage(void **state)
 static void rejects_wrong_magic_and_format(void **state)
 {
     (void)state;
-    const struct kv wrong_magic[] = { { "m", 's', "XYZ", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "push", 0, 0 } };
+    const struct kv wrong_magic[] = {{"m", 's', "XYZ", 0, 0}, {"f", 'i', NULL, 1, 0}, {"op", 's', "push", 0, 0}};
     expect_map_error(wrong_magic, 3, "wrong magic");
-    const struct kv no_magic[] = { { "f", 'i', NULL, 1, 0 }, { "op", 's', "push", 0, 0 } };
+    const struct kv no_magic[] = {{"f", 'i', NULL, 1, 0}, {"op", 's', "push", 0, 0}};
     expect_map_error(no_magic, 2, "missing magic");
-    const struct kv magic_int[] = { { "m", 'i', NULL, 5, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "a", 0, 0 } };
+    const struct kv magic_int[] = {{"m", 'i', NULL, 5, 0}, {"f", 'i', NULL, 1, 0}, {"op", 's', "a", 0, 0}};
     expect_map_error(magic_int, 3, "wrong magic");
-    const struct kv future[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 2, 0 }, { "op", 's', "push", 0, 0 } };
+    const struct kv future[] = {{"m", 's', "DLB", 0, 0}, {"f", 'i', NULL, 2, 0}, {"op", 's', "push", 0, 0}};
     expect_map_error(future, 3, "unsupported blob format version 2");
-    const struct kv no_format[] = { { "m", 's', "DLB", 0, 0 }, { "op", 's', "push", 0, 0 } };
+    const struct kv no_format[] = {{"m", 's', "DLB", 0, 0}, {"op", 's', "push", 0, 0}};
     expect_map_error(no_format, 2, "format version");
-    const struct kv no_op[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 } };
+    const struct kv no_op[] = {{"m", 's', "DLB", 0, 0}, {"f", 'i', NULL, 1, 0}};
     expect_map_error(no_op, 2, "misses the op");
 }
 
 static void rejects_wrong_types_dtype_and_overflow(void **state)
 {
     (void)state;
-    const struct kv bad_dtype[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "push", 0, 0 },
-                                    { "dt", 'i', NULL, 7, 0 } };
+    const struct kv bad_dtype[] = {
+        {"m", 's', "DLB", 0, 0}, {"f", 'i', NULL, 1, 0}, {"op", 's', "push", 0, 0}, {"dt", 'i', NULL, 7, 0}};
     expect_map_error(bad_dtype, 4, "unknown blob dtype 7");
-    const struct kv op_int[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 'i', NULL, 3, 0 } };
+    const struct kv op_int[] = {{"m", 's', "DLB", 0, 0}, {"f", 'i', NULL, 1, 0}, {"op", 'i', NULL, 3, 0}};
     expect_map_error(op_int, 3, "'op' must be a string");
-    const struct kv shard_str[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "a", 0, 0 },
-                                    { "s", 's', "3", 0, 0 } };
+    const struct kv shard_str[] = {
+        {"m", 's', "DLB", 0, 0}, {"f", 'i', NULL, 1, 0}, {"op", 's', "a", 0, 0}, {"s", 's', "3", 0, 0}};
     expect_map_error(shard_str, 4, "'s' must be an integer");
-    const struct kv version_huge[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "a", 0, 0 },
-                                       { "v", 'u', NULL, 0, UINT64_MAX } };
+    const struct kv version_huge[] = {
+        {"m", 's', "DLB", 0, 0}, {"f", 'i', NULL, 1, 0}, {"op", 's', "a", 0, 0}, {"v", 'u', NULL, 0, UINT64_MAX}};
     expect_map_error(version_huge, 4, "'v' must be an integer in int64 range");
-    const struct kv count_neg[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "a", 0, 0 },
-                                    { "dt", 'i', NULL, 1, 0 }, { "n", 'i', NULL, -4, 0 } };
+    const struct kv count_neg[] = {{"m", 's', "DLB", 0, 0},
+                                   {"f", 'i', NULL, 1, 0},
+                                   {"op", 's', "a", 0, 0},
+                                   {"dt", 'i', NULL, 1, 0},
+                                   {"n", 'i', NULL, -4, 0}};
     expect_map_error(count_neg, 5, "'n' must be a non-negative integer");
-    const struct kv overflow[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "push", 0, 0 },
-                                   { "dt", 'i', NULL, 1, 0 }, { "n", 'u', NULL, 0, UINT64_MAX / 2 },
-                                   { "x", 'u', NULL, 0, 0 } };
+    const struct kv overflow[] = {{"m", 's', "DLB", 0, 0},
+                                  {"f", 'i', NULL, 1, 0},
+                                  {"op", 's', "push", 0, 0},
+                                  {"dt", 'i', NULL, 1, 0},
+                                  {"n", 'u', NULL, 0, UINT64_MAX / 2},
+                                  {"x", 'u', NULL, 0, 0}};
     expect_map_error(overflow, 6, "overflows");
-    const struct kv count_no_dtype[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "a", 0, 0 },
-                                         { "n", 'u', NULL, 0, 10 } };
+    const struct kv count_no_dtype[] = {
+        {"m", 's', "DLB", 0, 0}, {"f", 'i', NULL, 1, 0}, {"op", 's', "a", 0, 0}, {"n", 'u', NULL, 0, 10}};
     expect_map_error(count_no_dtype, 4, "has n but not all of dt, n and x");
 }
 
@@ -292,32 +296,40 @@ static void rejects_wrong_types_dtype_and_overflow(void **state)
 static void rejects_wide_dtype_and_partial_payload_keys(void **state)
 {
     (void)state;
-    const struct kv wide_dtype[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "push", 0, 0 },
-                                     { "dt", 'i', NULL, 0x100000001LL, 0 }, { "n", 'u', NULL, 0, 0 },
-                                     { "x", 'u', NULL, 0, 0 } };
+    const struct kv wide_dtype[] = {{"m", 's', "DLB", 0, 0},   {"f", 'i', NULL, 1, 0},
+                                    {"op", 's', "push", 0, 0}, {"dt", 'i', NULL, 0x100000001LL, 0},
+                                    {"n", 'u', NULL, 0, 0},    {"x", 'u', NULL, 0, 0}};
     expect_map_error(wide_dtype, 6, "unknown blob dtype 4294967297");
-    const struct kv zero_dtype[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "push", 0, 0 },
-                                     { "dt", 'i', NULL, 0, 0 }, { "n", 'u', NULL, 0, 0 }, { "x", 'u', NULL, 0, 0 } };
+    const struct kv zero_dtype[] = {{"m", 's', "DLB", 0, 0}, {"f", 'i', NULL, 1, 0}, {"op", 's', "push", 0, 0},
+                                    {"dt", 'i', NULL, 0, 0}, {"n", 'u', NULL, 0, 0}, {"x", 'u', NULL, 0, 0}};
     expect_map_error(zero_dtype, 6, "unknown blob dtype 0");
-    const struct kv x_only[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "push", 0, 0 },
-                                 { "x", 'u', NULL, 0, 1234 } };
+    const struct kv x_only[] = {
+        {"m", 's', "DLB", 0, 0}, {"f", 'i', NULL, 1, 0}, {"op", 's', "push", 0, 0}, {"x", 'u', NULL, 0, 1234}};
     expect_map_error(x_only, 4, "has x but not all of dt, n and x");
-    const struct kv no_x[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "push", 0, 0 },
-                               { "dt", 'i', NULL, 1, 0 }, { "n", 'u', NULL, 0, 0 } };
+    const struct kv no_x[] = {{"m", 's', "DLB", 0, 0},
+                              {"f", 'i', NULL, 1, 0},
+                              {"op", 's', "push", 0, 0},
+                              {"dt", 'i', NULL, 1, 0},
+                              {"n", 'u', NULL, 0, 0}};
     expect_map_error(no_x, 5, "has dt n but not all");
 }
 
 static void rejects_duplicate_keys_and_empty_op(void **state)
 {
     (void)state;
-    const struct kv twice[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "push", 0, 0 },
-                                { "s", 'i', NULL, 1, 0 }, { "s", 'i', NULL, 2, 0 } };
+    const struct kv twice[] = {{"m", 's', "DLB", 0, 0},
+                               {"f", 'i', NULL, 1, 0},
+                               {"op", 's', "push", 0, 0},
+                               {"s", 'i', NULL, 1, 0},
+                               {"s", 'i', NULL, 2, 0}};
     expect_map_error(twice, 5, "the key 's' twice");
-    const struct kv unknown_twice[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 },
-                                        { "op", 's', "push", 0, 0 }, { "zz", 'i', NULL, 1, 0 },
-                                        { "zz", 'i', NULL, 1, 0 } };
+    const struct kv unknown_twice[] = {{"m", 's', "DLB", 0, 0},
+                                       {"f", 'i', NULL, 1, 0},
+                                       {"op", 's', "push", 0, 0},
+                                       {"zz", 'i', NULL, 1, 0},
+                                       {"zz", 'i', NULL, 1, 0}};
     expect_map_error(unknown_twice, 5, "the key 'zz' twice");
-    const struct kv empty_op[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "", 0, 0 } };
+    const struct kv empty_op[] = {{"m", 's', "DLB", 0, 0}, {"f", 'i', NULL, 1, 0}, {"op", 's', "", 0, 0}};
     expect_map_error(empty_op, 3, "empty op");
 }
 
@@ -331,20 +343,20 @@ static void rejects_strings_too_long(void **state)
     worker64[64] = '\0';
     memset(text512, 't', 512);
     text512[512] = '\0';
-    const struct kv long_op[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', op16, 0, 0 } };
+    const struct kv long_op[] = {{"m", 's', "DLB", 0, 0}, {"f", 'i', NULL, 1, 0}, {"op", 's', op16, 0, 0}};
     expect_map_error(long_op, 3, "'op' is too long");
-    const struct kv long_worker[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "a", 0, 0 },
-                                      { "w", 's', worker64, 0, 0 } };
+    const struct kv long_worker[] = {
+        {"m", 's', "DLB", 0, 0}, {"f", 'i', NULL, 1, 0}, {"op", 's', "a", 0, 0}, {"w", 's', worker64, 0, 0}};
     expect_map_error(long_worker, 4, "'w' is too long");
-    const struct kv long_text[] = { { "m", 's', "DLB", 0, 0 }, { "f", 'i', NULL, 1, 0 }, { "op", 's', "a", 0, 0 },
-                                    { "t", 's', text512, 0, 0 } };
+    const struct kv long_text[] = {
+        {"m", 's', "DLB", 0, 0}, {"f", 'i', NULL, 1, 0}, {"op", 's', "a", 0, 0}, {"t", 's', text512, 0, 0}};
     expect_map_error(long_text, 4, "'t' is too long");
 }
 
 static void rejects_payload_length_and_checksum_errors(void **state)
 {
     (void)state;
-    float payload[4] = { 1, 2, 3, 4 };
+    float payload[4] = {1, 2, 3, 4};
     blob_header h;
     blob_header_init(&h, "params");
     h.dtype = BLOB_F32;
@@ -406,7 +418,7 @@ static void unknown_keys_are_ignored(void **state)
 static void mutated_blobs_never_crash_or_pass_silently(void **state)
 {
     (void)state;
-    float payload[4] = { 1, 2, 3, 4 };
+    float payload[4] = {1, 2, 3, 4};
     blob_header h, d;
     blob_header_init(&h, "push");
     h.dtype = BLOB_F32;
@@ -423,8 +435,7 @@ static void mutated_blobs_never_crash_or_pass_silently(void **state)
     for (size_t pos = 0; pos < len; pos++) {
         for (int v = 0; v < 256; v++) {
             memcpy(copy, buf, len);
-            if (copy[pos] == (uint8_t)v)
-                continue;
+            if (copy[pos] == (uint8_t)v) continue;
             copy[pos] = (uint8_t)v;
             const uint8_t *p;
             size_t plen;
@@ -439,8 +450,7 @@ static void mutated_blobs_never_crash_or_pass_silently(void **state)
     uint64_t seed = 99;
     for (int k = 0; k < 20000; k++) {
         size_t n = (size_t)(splitmix64(&seed) % 64);
-        for (size_t i = 0; i < n; i++)
-            copy[i % len] = (uint8_t)splitmix64(&seed);
+        for (size_t i = 0; i < n; i++) copy[i % len] = (uint8_t)splitmix64(&seed);
         size_t hl;
         (void)blob_decode_header(copy, n < len ? n : len, &d, &hl, err, sizeof err);
     }
@@ -456,8 +466,7 @@ static void mutated_blobs_never_crash_or_pass_silently(void **state)
 static size_t read_schema_keys(char keys[][16], size_t max)
 {
     FILE *f = fopen(SCHEMA_PATH, "r");
-    if (f == NULL)
-        fail_msg("cannot open %s (tests run from the repository root)", SCHEMA_PATH);
+    if (f == NULL) fail_msg("cannot open %s (tests run from the repository root)", SCHEMA_PATH);
     char line[1024];
     int in_section = 0;
     size_t n = 0;
@@ -466,12 +475,10 @@ static size_t read_schema_keys(char keys[][16], size_t max)
             in_section = strncmp(line, "## Header keys", 14) == 0;
             continue;
         }
-        if (!in_section || strncmp(line, "| `", 3) != 0)
-            continue;
+        if (!in_section || strncmp(line, "| `", 3) != 0) continue;
         const char *start = line + 3;
         const char *end = strchr(start, '`');
-        if (end == NULL || (size_t)(end - start) >= 16 || n == max)
-            continue;
+        if (end == NULL || (size_t)(end - start) >= 16 || n == max) continue;
         memcpy(keys[n], start, (size_t)(end - start));
         keys[n][end - start] = '\0';
         n++;
@@ -487,7 +494,7 @@ static void encoded_header_has_exactly_the_documented_keys(void **state)
     size_t ndoc = read_schema_keys(documented, 64);
     assert_true(ndoc >= 10);
 
-    float payload[1] = { 1 };
+    float payload[1] = {1};
     blob_header h;
     blob_header_init(&h, "log");
     h.dtype = BLOB_F32;
@@ -516,8 +523,8 @@ static void encoded_header_has_exactly_the_documented_keys(void **state)
         assert_int_equal(k->type, MSGPACK_OBJECT_STR);
         int found = 0;
         for (size_t d = 0; d < ndoc; d++)
-            found |= strlen(documented[d]) == k->via.str.size &&
-                     memcmp(documented[d], k->via.str.ptr, k->via.str.size) == 0;
+            found |=
+                strlen(documented[d]) == k->via.str.size && memcmp(documented[d], k->via.str.ptr, k->via.str.size) == 0;
         if (!found)
             fail_msg("encoded key '%.*s' is not documented in %s", (int)k->via.str.size, k->via.str.ptr, SCHEMA_PATH);
     }

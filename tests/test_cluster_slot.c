@@ -14,7 +14,10 @@
 
 #include "cluster.h"
 
-static int slot(const char *key) { return cluster_key_slot(key, strlen(key)); }
+static int slot(const char *key)
+{
+    return cluster_key_slot(key, strlen(key));
+}
 
 static void crc16_matches_the_spec(void **state)
 {
@@ -50,24 +53,27 @@ static void our_keys_share_the_run_tag(void **state)
     assert_int_not_equal(slot("dl:{exact:0}:snap:0:0"), slot("dl:{exact:1}:snap:0:0"));
 }
 
-static int argv_slot(int argc, const char **argv) { return cluster_command_slot(argc, argv, NULL); }
+static int argv_slot(int argc, const char **argv)
+{
+    return cluster_command_slot(argc, argv, NULL);
+}
 
 static void command_keys(void **state)
 {
     (void)state;
-    const char *fcall[] = { "FCALL", "dl_register", "1", "dl:{r}:config", "w1" };
+    const char *fcall[] = {"FCALL", "dl_register", "1", "dl:{r}:config", "w1"};
     assert_int_equal(argv_slot(5, fcall), slot("r"));
-    const char *fcall0[] = { "fcall_ro", "dl_version", "0" };
+    const char *fcall0[] = {"fcall_ro", "dl_version", "0"};
     assert_int_equal(argv_slot(3, fcall0), -1);
-    const char *get[] = { "GET", "dl:{r:2}:snap:0:0" };
+    const char *get[] = {"GET", "dl:{r:2}:snap:0:0"};
     assert_int_equal(argv_slot(2, get), slot("r:2"));
-    const char *blpop[] = { "BLPOP", "dl:{r}:wake:w1", "1.000" };
+    const char *blpop[] = {"BLPOP", "dl:{r}:wake:w1", "1.000"};
     assert_int_equal(argv_slot(3, blpop), slot("r"));
-    const char *load[] = { "FUNCTION", "LOAD", "REPLACE", "code" };
+    const char *load[] = {"FUNCTION", "LOAD", "REPLACE", "code"};
     assert_int_equal(argv_slot(4, load), -1);
-    const char *scan[] = { "scan", "0", "MATCH", "dl:*" };
+    const char *scan[] = {"scan", "0", "MATCH", "dl:*"};
     assert_int_equal(argv_slot(4, scan), -1);
-    const char *ping[] = { "PING" };
+    const char *ping[] = {"PING"};
     assert_int_equal(argv_slot(1, ping), -1);
 }
 
@@ -187,7 +193,7 @@ static void slot_map_from_cluster_slots(void **state)
     assert_int_equal(m.node[cluster_map_owner(&m, 12182)].port, 7002); /* unchanged */
 
     /* a master's port outside 1..65535 (as a peer could send) is refused, the map unchanged */
-    long long ports[] = { 0, -1, 65536, 4294967296LL + 7000 };
+    long long ports[] = {0, -1, 65536, 4294967296LL + 7000};
     for (size_t i = 0; i < sizeof ports / sizeof ports[0]; i++) {
         m3[1] = num(ports[i]);
         assert_int_equal(cluster_map_load(&m, slots, "localhost", err, sizeof err), -1);
@@ -199,9 +205,9 @@ static void slot_map_from_cluster_slots(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(crc16_matches_the_spec),   cmocka_unit_test(slots_match_the_spec),
-        cmocka_unit_test(our_keys_share_the_run_tag), cmocka_unit_test(command_keys),
-        cmocka_unit_test(resp_command_keys),        cmocka_unit_test(redirections),
+        cmocka_unit_test(crc16_matches_the_spec),      cmocka_unit_test(slots_match_the_spec),
+        cmocka_unit_test(our_keys_share_the_run_tag),  cmocka_unit_test(command_keys),
+        cmocka_unit_test(resp_command_keys),           cmocka_unit_test(redirections),
         cmocka_unit_test(slot_map_from_cluster_slots),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -18,7 +18,10 @@
 #include "codec.h"
 #include "util.h"
 
-static float scale_of(const uint8_t *block) { return bf16_to_f32((uint16_t)(block[0] | block[1] << 8)); }
+static float scale_of(const uint8_t *block)
+{
+    return bf16_to_f32((uint16_t)(block[0] | block[1] << 8));
+}
 
 static void names_and_sizes(void **state)
 {
@@ -42,15 +45,13 @@ static void names_and_sizes(void **state)
 static void zeros_encode_to_zero_scale(void **state)
 {
     (void)state;
-    float x[256] = { 0 }, y[256];
+    float x[256] = {0}, y[256];
     uint8_t out[258];
     size_t bad = 0;
     assert_int_equal(codec_encode(BLOB_I8, x, 256, out, &bad), 0);
-    for (int i = 0; i < 258; i++)
-        assert_int_equal(out[i], 0);
+    for (int i = 0; i < 258; i++) assert_int_equal(out[i], 0);
     codec_decode(BLOB_I8, out, 256, y);
-    for (int i = 0; i < 256; i++)
-        assert_true(y[i] == 0.0f);
+    for (int i = 0; i < 256; i++) assert_true(y[i] == 0.0f);
 }
 
 static void exact_scales_give_exact_codes(void **state)
@@ -59,16 +60,13 @@ static void exact_scales_give_exact_codes(void **state)
     float x[256], y[256];
     uint8_t out8[258], out4[130];
     size_t bad;
-    for (int i = 0; i < 256; i++)
-        x[i] = (float)(i % 255 - 127) * 0.5f; /* amax 63.5: scale 0.5, codes -127..127 */
+    for (int i = 0; i < 256; i++) x[i] = (float)(i % 255 - 127) * 0.5f; /* amax 63.5: scale 0.5, codes -127..127 */
     assert_int_equal(codec_encode(BLOB_I8, x, 256, out8, &bad), 0);
     assert_true(scale_of(out8) == 0.5f);
-    for (int i = 0; i < 256; i++)
-        assert_int_equal((int8_t)out8[2 + i], i % 255 - 127);
+    for (int i = 0; i < 256; i++) assert_int_equal((int8_t)out8[2 + i], i % 255 - 127);
     codec_decode(BLOB_I8, out8, 256, y);
     assert_memory_equal(x, y, sizeof x);
-    for (int i = 0; i < 256; i++)
-        x[i] = (float)(i % 15 - 7) * 0.25f; /* amax 1.75: scale 0.25, codes -7..7 */
+    for (int i = 0; i < 256; i++) x[i] = (float)(i % 15 - 7) * 0.25f; /* amax 1.75: scale 0.25, codes -7..7 */
     assert_int_equal(codec_encode(BLOB_I4, x, 256, out4, &bad), 0);
     assert_true(scale_of(out4) == 0.25f);
     assert_int_equal(out4[2], 0x9u | 0xau << 4); /* -7 and -6 as nibbles, the first element low */
@@ -79,14 +77,13 @@ static void exact_scales_give_exact_codes(void **state)
 static void ties_round_to_even(void **state)
 {
     (void)state;
-    float x[256] = { 127.0f, 0.5f, 1.5f, 2.5f, -2.5f, -0.5f, 126.5f }; /* scale 1 */
+    float x[256] = {127.0f, 0.5f, 1.5f, 2.5f, -2.5f, -0.5f, 126.5f}; /* scale 1 */
     uint8_t out[258];
     size_t bad;
     assert_int_equal(codec_encode(BLOB_I8, x, 256, out, &bad), 0);
     assert_true(scale_of(out) == 1.0f);
-    int8_t want[7] = { 127, 0, 2, 2, -2, 0, 126 };
-    for (int i = 0; i < 7; i++)
-        assert_int_equal((int8_t)out[2 + i], want[i]);
+    int8_t want[7] = {127, 0, 2, 2, -2, 0, 126};
+    for (int i = 0; i < 7; i++) assert_int_equal((int8_t)out[2 + i], want[i]);
 }
 
 static void one_huge_value_in_a_block(void **state)
@@ -95,15 +92,13 @@ static void one_huge_value_in_a_block(void **state)
     float x[256], y[256];
     uint8_t out[258];
     size_t bad;
-    for (int i = 0; i < 256; i++)
-        x[i] = 1e-3f * (float)(i - 128);
+    for (int i = 0; i < 256; i++) x[i] = 1e-3f * (float)(i - 128);
     x[77] = 3.0e38f;
     assert_int_equal(codec_encode(BLOB_I8, x, 256, out, &bad), 0);
     codec_decode(BLOB_I8, out, 256, y);
     for (int i = 0; i < 256; i++) {
         assert_true(isfinite(y[i]));
-        if (i != 77)
-            assert_true(y[i] == 0.0f); /* drowned by the block's scale: error feedback keeps them */
+        if (i != 77) assert_true(y[i] == 0.0f); /* drowned by the block's scale: error feedback keeps them */
     }
     assert_true(fabsf(y[77] - x[77]) <= scale_of(out) * 0.5f);
 }
@@ -114,26 +109,22 @@ static void denormals_and_negative_zero(void **state)
     float x[256], y[256];
     uint8_t out[130];
     size_t bad;
-    for (int i = 0; i < 256; i++)
-        x[i] = (float)(i - 128) * 1e-40f; /* denormal (or zero) */
-    x[0] = 5e-38f;                       /* the scale, 5e-38 / 7, is a denormal too */
+    for (int i = 0; i < 256; i++) x[i] = (float)(i - 128) * 1e-40f; /* denormal (or zero) */
+    x[0] = 5e-38f;                                                  /* the scale, 5e-38 / 7, is a denormal too */
     x[5] = -0.0f;
     assert_int_equal(codec_encode(BLOB_I4, x, 256, out, &bad), 0);
     codec_decode(BLOB_I4, out, 256, y);
     float s = scale_of(out);
     assert_true(s > 0.0f && s < 1.17e-38f);
-    for (int i = 0; i < 256; i++)
-        assert_true(fabsf(y[i] - x[i]) <= s * 0.5f * 1.01f);
+    for (int i = 0; i < 256; i++) assert_true(fabsf(y[i] - x[i]) <= s * 0.5f * 1.01f);
     assert_true(y[5] == 0.0f && !signbit(y[5]));
     /* a block so small that its scale is below bf16's smallest denormal is flushed to zero (error
      * feedback carries it into the next round) */
-    for (int i = 0; i < 256; i++)
-        x[i] = (float)(i - 128) * 1e-43f;
+    for (int i = 0; i < 256; i++) x[i] = (float)(i - 128) * 1e-43f;
     assert_int_equal(codec_encode(BLOB_I4, x, 256, out, &bad), 0);
     codec_decode(BLOB_I4, out, 256, y);
     assert_true(scale_of(out) == 0.0f);
-    for (int i = 0; i < 256; i++)
-        assert_true(y[i] == 0.0f);
+    for (int i = 0; i < 256; i++) assert_true(y[i] == 0.0f);
 }
 
 static void non_finite_is_rejected_with_its_index(void **state)
@@ -160,8 +151,7 @@ static void error_is_at_most_half_a_step(void **state)
     float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
     uint8_t *out = malloc(codec_bytes(BLOB_I4, n) + codec_bytes(BLOB_I8, n));
     uint64_t st = 42;
-    for (size_t i = 0; i < n; i++)
-        x[i] = (float)((rng_uniform(&st) - 0.5) * pow(10.0, (double)(i / 256 % 9) - 4));
+    for (size_t i = 0; i < n; i++) x[i] = (float)((rng_uniform(&st) - 0.5) * pow(10.0, (double)(i / 256 % 9) - 4));
     for (int dt = BLOB_I8; dt <= BLOB_I4; dt++) {
         assert_int_equal(codec_encode(dt, x, n, out, &bad), 0);
         codec_decode(dt, out, n, y);
@@ -179,7 +169,7 @@ static void error_is_at_most_half_a_step(void **state)
 static void received_scales_are_checked(void **state)
 {
     (void)state;
-    float x[600] = { 1.0f };
+    float x[600] = {1.0f};
     uint8_t out[1024];
     size_t bad = 0;
     assert_int_equal(codec_encode(BLOB_I8, x, 600, out, &bad), 0);
@@ -208,7 +198,7 @@ static void received_scales_are_checked(void **state)
 static void blobs_carry_the_codec(void **state)
 {
     (void)state;
-    float x[300] = { 0.25f, -3.0f };
+    float x[300] = {0.25f, -3.0f};
     uint8_t payload[200];
     size_t bad, plen = codec_bytes(BLOB_I4, 300);
     char err[256];
@@ -245,9 +235,8 @@ static void portable_and_avx2_agree(void **state)
     uint64_t st = 7;
     for (size_t i = 0; i < n; i++) {
         double u = rng_uniform(&st) - 0.5;
-        x[i] = (float)(u * pow(2.0, (double)(i % 97) - 60)); /* wide exponents, denormals included */
-        if (i % 31 == 0)
-            x[i] = (float)((int)(u * 20)) * 0.5f; /* exact halves: ties */
+        x[i] = (float)(u * pow(2.0, (double)(i % 97) - 60));   /* wide exponents, denormals included */
+        if (i % 31 == 0) x[i] = (float)((int)(u * 20)) * 0.5f; /* exact halves: ties */
     }
     for (int dt = BLOB_I8; dt <= BLOB_I4; dt++) {
         size_t nb = codec_bytes(dt, n);

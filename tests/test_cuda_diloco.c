@@ -34,14 +34,16 @@
 #ifdef DILOCO_HAVE_CUDA
 #include "cuda/diloco_cuda.h"
 
-static float from_bits(uint32_t b) {
+static float from_bits(uint32_t b)
+{
     float f;
     memcpy(&f, &b, sizeof f);
     return f;
 }
 
 /* snapshot and params with every edge case of the cast at the front, random values after */
-static void make_inputs(float *snap, float *params, size_t n) {
+static void make_inputs(float *snap, float *params, size_t n)
+{
     uint64_t s = 4242;
     for (size_t i = 0; i < n; i++) {
         snap[i] = tc_normal(&s);
@@ -49,27 +51,48 @@ static void make_inputs(float *snap, float *params, size_t n) {
     }
     size_t k = 100; /* the edge cases start at 100 so that index 0..99 are finite */
     const uint32_t nan_bits[] = {0x7fc00000u, 0xffc00000u, 0x7f800001u, 0x7fa00000u, 0xff800001u};
-    for (size_t j = 0; j < sizeof nan_bits / sizeof nan_bits[0]; j++, k++) { snap[k] = from_bits(nan_bits[j]); params[k] = 0; }
-    snap[k] = INFINITY; params[k++] = 1.0f;
-    snap[k] = 1.0f; params[k++] = INFINITY;           /* -Inf */
-    snap[k] = INFINITY; params[k++] = INFINITY;       /* NaN */
-    snap[k] = 1.00390625f; params[k++] = 0.0f;        /* 1 + 2^-8: tie, even is down */
-    snap[k] = 1.01171875f; params[k++] = 0.0f;        /* 1 + 3*2^-8: tie, even is up */
-    snap[k] = -1.00390625f; params[k++] = 0.0f;
-    snap[k] = from_bits(0x3f808001u); params[k++] = 0.0f; /* just above a tie: up */
-    snap[k] = from_bits(0x00000001u); params[k++] = 0.0f; /* smallest denormal */
-    snap[k] = from_bits(0x007fffffu); params[k++] = 0.0f; /* largest denormal: rounds to the smallest normal */
-    snap[k] = from_bits(0x80018000u); params[k++] = 0.0f; /* negative denormal tie */
-    snap[k] = from_bits(0x7f7fffffu); params[k++] = 0.0f; /* FLT_MAX: rounds up to Inf */
-    snap[k] = from_bits(0x7f7f7fffu); params[k++] = 0.0f; /* just below: stays finite */
-    snap[k] = -0.0f; params[k++] = 0.0f;              /* -0 */
-    snap[k] = 3e38f; params[k++] = -3e38f;            /* the difference overflows to Inf */
-    snap[k] = 1e-39f; params[k++] = 2e-39f;           /* denormal difference */
-    snap[k] = 1.0f; params[k++] = from_bits(0x7fa00000u);                  /* NaN parameter (signalling) */
-    snap[k] = from_bits(0x7fa00001u); params[k++] = from_bits(0xffc00002u); /* both NaN: the first wins */
+    for (size_t j = 0; j < sizeof nan_bits / sizeof nan_bits[0]; j++, k++) {
+        snap[k] = from_bits(nan_bits[j]);
+        params[k] = 0;
+    }
+    snap[k] = INFINITY;
+    params[k++] = 1.0f;
+    snap[k] = 1.0f;
+    params[k++] = INFINITY; /* -Inf */
+    snap[k] = INFINITY;
+    params[k++] = INFINITY; /* NaN */
+    snap[k] = 1.00390625f;
+    params[k++] = 0.0f; /* 1 + 2^-8: tie, even is down */
+    snap[k] = 1.01171875f;
+    params[k++] = 0.0f; /* 1 + 3*2^-8: tie, even is up */
+    snap[k] = -1.00390625f;
+    params[k++] = 0.0f;
+    snap[k] = from_bits(0x3f808001u);
+    params[k++] = 0.0f; /* just above a tie: up */
+    snap[k] = from_bits(0x00000001u);
+    params[k++] = 0.0f; /* smallest denormal */
+    snap[k] = from_bits(0x007fffffu);
+    params[k++] = 0.0f; /* largest denormal: rounds to the smallest normal */
+    snap[k] = from_bits(0x80018000u);
+    params[k++] = 0.0f; /* negative denormal tie */
+    snap[k] = from_bits(0x7f7fffffu);
+    params[k++] = 0.0f; /* FLT_MAX: rounds up to Inf */
+    snap[k] = from_bits(0x7f7f7fffu);
+    params[k++] = 0.0f; /* just below: stays finite */
+    snap[k] = -0.0f;
+    params[k++] = 0.0f; /* -0 */
+    snap[k] = 3e38f;
+    params[k++] = -3e38f; /* the difference overflows to Inf */
+    snap[k] = 1e-39f;
+    params[k++] = 2e-39f; /* denormal difference */
+    snap[k] = 1.0f;
+    params[k++] = from_bits(0x7fa00000u); /* NaN parameter (signalling) */
+    snap[k] = from_bits(0x7fa00001u);
+    params[k++] = from_bits(0xffc00002u); /* both NaN: the first wins */
 }
 
-static dl_cuda *make_dl(size_t n) {
+static dl_cuda *make_dl(size_t n)
+{
     char err[512] = "";
     dl_cuda *c = dl_cuda_create(NULL, n, NULL, err, sizeof err);
     if (!c) fprintf(stderr, "%s\n", err);
@@ -77,7 +100,8 @@ static dl_cuda *make_dl(size_t n) {
     return c;
 }
 
-static void check_delta_bf16(dl_cuda *c, const float *snap, const float *params, size_t off, size_t n) {
+static void check_delta_bf16(dl_cuda *c, const float *snap, const float *params, size_t off, size_t n)
+{
     char err[512] = "";
     uint16_t *got = dl_cuda_host_alloc(c, n * 2), *want = malloc(n * 2);
     memset(got, 0xab, n * 2);
@@ -102,7 +126,8 @@ static void check_delta_bf16(dl_cuda *c, const float *snap, const float *params,
     free(want);
 }
 
-static void check_delta_f32(dl_cuda *c, const float *snap, const float *params, size_t off, size_t n) {
+static void check_delta_f32(dl_cuda *c, const float *snap, const float *params, size_t off, size_t n)
+{
     char err[512] = "";
     float *got = malloc(n * 4), *want = malloc(n * 4); /* pageable on purpose: must work too */
     size_t bad_got = 0, bad_want = 0;
@@ -118,7 +143,8 @@ static void check_delta_f32(dl_cuda *c, const float *snap, const float *params, 
     free(want);
 }
 
-static void test_delta(void **state) {
+static void test_delta(void **state)
+{
     (void)state;
     size_t n = 70001;
     char err[512] = "";
@@ -145,7 +171,8 @@ static void test_delta(void **state) {
     dl_cuda_free(c);
 }
 
-static void test_load(void **state) {
+static void test_load(void **state)
+{
     (void)state;
     size_t n = 50000, off = 1234, len = 30001;
     char err[512] = "";
@@ -192,12 +219,16 @@ static void test_load(void **state) {
     assert_int_equal(dl_cuda_load(c, base, 0, 10, 7, 0.0, err, sizeof err), -1);
     size_t bad;
     assert_int_equal(dl_cuda_delta(c, n, 1, 1, got, &bad, err, sizeof err), -1);
-    free(p0); free(snap0); free(got); free(want);
+    free(p0);
+    free(snap0);
+    free(got);
+    free(want);
     dl_cuda_host_free(c, base);
     dl_cuda_free(c);
 }
 
-static trainer *make_trainer(void) {
+static trainer *make_trainer(void)
+{
     gpt_options o;
     gpt_options_default(&o);
     o.model = (gpt_config){.layers = 2, .heads = 4, .dim = 64, .ctx = 64, .vocab = 64};
@@ -215,7 +246,8 @@ static trainer *make_trainer(void) {
     return t;
 }
 
-static void test_trainer_path(void **state) {
+static void test_trainer_path(void **state)
+{
     (void)state;
     char err[512] = "";
     trainer *t = make_trainer();
@@ -246,7 +278,8 @@ static void test_trainer_path(void **state) {
         moved += p[i] != base[i];
     }
     printf("  trainer: load seen by the step (exact), 2 steps moved %zu of %zu parameters, device Δ: %zu differ "
-           "(limit 0)\n", moved, n, differ);
+           "(limit 0)\n",
+           moved, n, differ);
     assert_true(moved > n / 2);
     assert_int_equal(differ, 0);
     /* Streaming's mix through the trainer's hooks on a slice */
@@ -260,13 +293,16 @@ static void test_trainer_path(void **state) {
     assert_memory_equal(t->params, mixed, n * 4);
     ops.host_free(ops.ctx, base);
     ops.host_free(ops.ctx, d16);
-    free(p); free(want); free(mixed);
+    free(p);
+    free(want);
+    free(mixed);
     t->destroy(t);
 }
 
 #endif
 
-int main(void) {
+int main(void)
+{
     cuda_test_require_device("test_cuda_diloco");
 #ifdef DILOCO_HAVE_CUDA
     const struct CMUnitTest tests[] = {

@@ -26,14 +26,16 @@
 #ifdef DILOCO_HAVE_CUDA
 #include "cuda/gpt_cuda_test.h" /* the single-kernel entry points */
 
-static void report(const char *what, double rel, double limit) {
+static void report(const char *what, double rel, double limit)
+{
     printf("  %-40s rel err %.3g (limit %.0e)\n", what, rel, limit);
     assert_true(rel <= limit);
 }
 
 /* ---- embedding ----------------------------------------------------------------------------- */
 
-static void test_encoder(void **state) {
+static void test_encoder(void **state)
+{
     (void)state;
     int B = 3, T = 50, C = 64, V = 97, maxT = 64, N = B * T;
     int *inp = tc_randint((size_t)N, V, 1);
@@ -60,12 +62,22 @@ static void test_encoder(void **state) {
     assert_int_equal(gpt_cuda_k_encoder_backward(dwte, dwpe, dout, inp, B, T, C, V, maxT), 0);
     report("encoder_backward dwte (same order: exact)", tc_relerr(dwte, rwte, (size_t)V * C), 0);
     report("encoder_backward dwpe (rows >= T zero)", tc_relerr(dwpe, rwpe, (size_t)maxT * C), 0);
-    free(inp); free(wte); free(wpe); free(out); free(ref); free(dout); free(dwte); free(dwpe); free(rwte); free(rwpe);
+    free(inp);
+    free(wte);
+    free(wpe);
+    free(out);
+    free(ref);
+    free(dout);
+    free(dwte);
+    free(dwpe);
+    free(rwte);
+    free(rwpe);
 }
 
 /* ---- LayerNorm ----------------------------------------------------------------------------- */
 
-static void ln_case(int N, int C, uint64_t seed) {
+static void ln_case(int N, int C, uint64_t seed)
+{
     float *x = tc_randn((size_t)N * C, 1.0f, seed), *w = tc_randn((size_t)C, 0.5f, seed + 1),
           *b = tc_randn((size_t)C, 0.5f, seed + 2);
     for (int i = 0; i < C; i++) w[i] += 1.0f;
@@ -117,12 +129,27 @@ static void ln_case(int N, int C, uint64_t seed) {
         report(what, tc_relerr_d(dinp, rdi, (size_t)N * C), TC_LIMIT);
         report("  dw", tc_relerr_d(dw, rdw, (size_t)C), TC_LIMIT);
         report("  db", tc_relerr_d(db, rdb, (size_t)C), TC_LIMIT);
-        free(dinp); free(dw); free(db); free(rdi); free(rdw); free(rdb);
+        free(dinp);
+        free(dw);
+        free(db);
+        free(rdi);
+        free(rdw);
+        free(rdb);
     }
-    free(x); free(w); free(b); free(out); free(mean); free(rstd); free(ro); free(rm); free(rr); free(dout);
+    free(x);
+    free(w);
+    free(b);
+    free(out);
+    free(mean);
+    free(rstd);
+    free(ro);
+    free(rm);
+    free(rr);
+    free(dout);
 }
 
-static void test_layernorm(void **state) {
+static void test_layernorm(void **state)
+{
     (void)state;
     ln_case(150, 64, 10);
     ln_case(37, 200, 20); /* C not a multiple of 32 */
@@ -130,7 +157,8 @@ static void test_layernorm(void **state) {
 
 /* ---- linear -------------------------------------------------------------------------------- */
 
-static void linear_case(int N, int C, int OC, int tf32, double limit) {
+static void linear_case(int N, int C, int OC, int tf32, double limit)
+{
     float *x = tc_randn((size_t)N * C, 1.0f, 30), *w = tc_randn((size_t)OC * C, 0.05f, 31),
           *bias = tc_randn((size_t)OC, 0.1f, 32), *dout = tc_randn((size_t)N * OC, 1.0f, 33);
     float *out = malloc((size_t)N * OC * 4);
@@ -160,11 +188,22 @@ static void linear_case(int N, int C, int OC, int tf32, double limit) {
     report("  dinp", tc_relerr_d(dx, rdx, (size_t)N * C), limit);
     report("  dw", tc_relerr_d(dw, rdw, (size_t)OC * C), limit);
     report("  dbias", tc_relerr_d(db, rdb, (size_t)OC), TC_LIMIT); /* our kernel, fp32 always */
-    free(x); free(w); free(bias); free(dout); free(out); free(ro); free(dx); free(dw); free(db);
-    free(rdx); free(rdw); free(rdb);
+    free(x);
+    free(w);
+    free(bias);
+    free(dout);
+    free(out);
+    free(ro);
+    free(dx);
+    free(dw);
+    free(db);
+    free(rdx);
+    free(rdw);
+    free(rdb);
 }
 
-static void test_linear(void **state) {
+static void test_linear(void **state)
+{
     (void)state;
     linear_case(150, 64, 192, 0, TC_LIMIT);
     linear_case(100, 256, 64, 0, TC_LIMIT);
@@ -173,7 +212,8 @@ static void test_linear(void **state) {
 
 /* ---- attention ----------------------------------------------------------------------------- */
 
-static void attention_case(int B, int T, int C, int NH, uint64_t seed) {
+static void attention_case(int B, int T, int C, int NH, uint64_t seed)
+{
     int hs = C / NH, N = B * T;
     size_t A = (size_t)B * NH * T * T;
     float *qkv = tc_randn((size_t)N * 3 * C, 1.0f, seed), *dout = tc_randn((size_t)N * C, 1.0f, seed + 1);
@@ -249,16 +289,26 @@ static void attention_case(int B, int T, int C, int NH, uint64_t seed) {
         static const char *nm[3] = {"  dq", "  dk", "  dv"};
         report(nm[part], den > 0 ? num / den : num, TC_LIMIT);
     }
-    free(qkv); free(dout); free(out); free(att); free(dqkv); free(ro); free(rp); free(rdq); free(dp);
+    free(qkv);
+    free(dout);
+    free(out);
+    free(att);
+    free(dqkv);
+    free(ro);
+    free(rp);
+    free(rdq);
+    free(dp);
 }
 
-static void test_attention(void **state) {
+static void test_attention(void **state)
+{
     (void)state;
     attention_case(2, 50, 64, 4, 40);
     attention_case(1, 70, 96, 3, 50); /* head size 32, T > 64 */
 }
 
-static void test_softmax(void **state) {
+static void test_softmax(void **state)
+{
     (void)state;
     int BH = 6, T = 50;
     size_t n = (size_t)BH * T * T;
@@ -274,12 +324,14 @@ static void test_softmax(void **state) {
     }
     assert_int_equal(gpt_cuda_k_softmax_causal(s, BH, T), 0);
     report("softmax_causal", tc_relerr_d(s, r, n), TC_LIMIT);
-    free(s); free(r);
+    free(s);
+    free(r);
 }
 
 /* ---- elementwise --------------------------------------------------------------------------- */
 
-static void test_gelu_residual(void **state) {
+static void test_gelu_residual(void **state)
+{
     (void)state;
     size_t n = 10007;
     float *x = tc_randn(n, 2.0f, 70), *d = tc_randn(n, 1.0f, 71), *out = malloc(n * 4), *dx = malloc(n * 4);
@@ -298,12 +350,19 @@ static void test_gelu_residual(void **state) {
     for (size_t i = 0; i < n; i++) ref[i] = x[i] + d[i];
     assert_int_equal(gpt_cuda_k_residual_forward(out, x, d, n), 0);
     report("residual_forward (exact)", tc_relerr(out, ref, n), 0);
-    free(x); free(d); free(out); free(dx); free(ro); free(rd); free(ref);
+    free(x);
+    free(d);
+    free(out);
+    free(dx);
+    free(ro);
+    free(rd);
+    free(ref);
 }
 
 /* ---- cross-entropy ------------------------------------------------------------------------- */
 
-static void ce_case(int N, int V, uint64_t seed) {
+static void ce_case(int N, int V, uint64_t seed)
+{
     float *lg = tc_randn((size_t)N * V, 2.0f, seed), *losses = malloc((size_t)N * 4);
     int *tg = tc_randint((size_t)N, V, seed + 1);
     double *rp = malloc((size_t)N * V * 8), *rl = malloc((size_t)N * 8), mean = 0;
@@ -329,18 +388,24 @@ static void ce_case(int N, int V, uint64_t seed) {
     }
     assert_int_equal(gpt_cuda_k_crossentropy_backward(lg, tg, N, V), 0);
     report("crossentropy_backward dlogits", tc_relerr_d(lg, rp, (size_t)N * V), TC_LIMIT);
-    free(lg); free(losses); free(tg); free(rp); free(rl);
+    free(lg);
+    free(losses);
+    free(tg);
+    free(rp);
+    free(rl);
 }
 
-static void test_crossentropy(void **state) {
+static void test_crossentropy(void **state)
+{
     (void)state;
-    ce_case(150, 97, 80);   /* 256-thread blocks */
-    ce_case(20, 5003, 90);  /* 1024-thread blocks */
+    ce_case(150, 97, 80);  /* 256-thread blocks */
+    ce_case(20, 5003, 90); /* 1024-thread blocks */
 }
 
 /* ---- optimizer ----------------------------------------------------------------------------- */
 
-static void test_clip(void **state) {
+static void test_clip(void **state)
+{
     (void)state;
     size_t n = 100003;
     for (int k = 0; k < 2; k++) {
@@ -353,11 +418,13 @@ static void test_clip(void **state) {
         snprintf(what, sizeof what, "clip max_norm %g: norm", max_norm);
         report(what, fabs(norm_gpu - norm_cpu) / norm_cpu, 1e-9);
         report("  clipped gradients", tc_relerr(g, ref, n), 1e-6);
-        free(g); free(ref);
+        free(g);
+        free(ref);
     }
 }
 
-static void test_adamw(void **state) {
+static void test_adamw(void **state)
+{
     (void)state;
     gpt_config c = {.layers = 2, .heads = 4, .dim = 32, .ctx = 16, .vocab = 50};
     model_tensor *t;
@@ -376,22 +443,36 @@ static void test_adamw(void **state) {
     assert_int_equal(gpt_cuda_k_adamw(t, nt, p, g, m, v, 7, 1e-3, 0.9, 0.95, 1e-8, 0.1), 0);
     /* compare the updates, not the parameters (which would hide errors behind their size) */
     float *u1 = malloc(n * 4), *u2 = malloc(n * 4);
-    for (size_t i = 0; i < n; i++) { u1[i] = p[i] - p0[i]; u2[i] = p2[i] - p0[i]; }
+    for (size_t i = 0; i < n; i++) {
+        u1[i] = p[i] - p0[i];
+        u2[i] = p2[i] - p0[i];
+    }
     report("adamw update (decay on matrices only)", tc_relerr(u1, u2, n), 1e-5);
     report("  m", tc_relerr(m, m2, n), 1e-6);
     report("  v", tc_relerr(v, v2, n), 1e-6);
-    free(t); free(p); free(g); free(m); free(v); free(p2); free(m2); free(v2); free(p0); free(u1); free(u2);
+    free(t);
+    free(p);
+    free(g);
+    free(m);
+    free(v);
+    free(p2);
+    free(m2);
+    free(v2);
+    free(p0);
+    free(u1);
+    free(u2);
 }
 
 #endif
 
-int main(void) {
+int main(void)
+{
     cuda_test_require_device("test_cuda_kernels");
 #ifdef DILOCO_HAVE_CUDA
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_encoder),       cmocka_unit_test(test_layernorm),    cmocka_unit_test(test_linear),
-        cmocka_unit_test(test_attention),     cmocka_unit_test(test_softmax),      cmocka_unit_test(test_gelu_residual),
-        cmocka_unit_test(test_crossentropy),  cmocka_unit_test(test_clip),         cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_encoder),      cmocka_unit_test(test_layernorm), cmocka_unit_test(test_linear),
+        cmocka_unit_test(test_attention),    cmocka_unit_test(test_softmax),   cmocka_unit_test(test_gelu_residual),
+        cmocka_unit_test(test_crossentropy), cmocka_unit_test(test_clip),      cmocka_unit_test(test_adamw),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 #else

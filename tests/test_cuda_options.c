@@ -15,7 +15,8 @@
 #include "cuda_common.h"
 #include "gpt/gpt.h"
 
-static int have_device(void) {
+static int have_device(void)
+{
 #ifdef DILOCO_HAVE_CUDA
     return gpt_cuda_device_count(NULL, 0) > 0;
 #else
@@ -23,7 +24,8 @@ static int have_device(void) {
 #endif
 }
 
-static void test_parse(void **state) {
+static void test_parse(void **state)
+{
     (void)state;
     gpt_options o;
     gpt_options_default(&o);
@@ -55,7 +57,8 @@ static void test_parse(void **state) {
     assert_int_equal(gpt_options_parse(&o, 1, argv5, err, sizeof err), -1);
 }
 
-static gpt_options small(int device) {
+static gpt_options small(int device)
+{
     gpt_options o;
     gpt_options_default(&o);
     o.model = (gpt_config){.layers = 1, .heads = 2, .dim = 16, .ctx = 16, .vocab = 32};
@@ -67,7 +70,8 @@ static gpt_options small(int device) {
     return o;
 }
 
-static void test_backend_choice(void **state) {
+static void test_backend_choice(void **state)
+{
     (void)state;
     char err[256];
     gpt_options o = small(GPT_DEVICE_CPU);
@@ -105,7 +109,8 @@ static void test_backend_choice(void **state) {
     }
 }
 
-static void test_no_device_paths(void **state) {
+static void test_no_device_paths(void **state)
+{
     (void)state;
 #ifdef DILOCO_HAVE_CUDA
     if (have_device()) {
@@ -125,7 +130,8 @@ static void test_no_device_paths(void **state) {
 #endif
 }
 
-int main(void) {
+int main(void)
+{
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_backend_choice),

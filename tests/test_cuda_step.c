@@ -29,21 +29,26 @@
  * 1e-5 of the tensor's largest: AdamW's first steps are ~lr*sign(g), so a gradient at fp32 noise
  * level may legitimately flip sign between two correct implementations. *skipped counts them. */
 static double update_err(const float *p_gpu, const float *p_cpu, const float *p0, const float *g, size_t n,
-                         size_t *skipped) {
+                         size_t *skipped)
+{
     double gmax = 0, umax = 0, num = 0;
     for (size_t i = 0; i < n; i++) {
         if (fabs(g[i]) > gmax) gmax = fabs(g[i]);
         if (fabs((double)p_cpu[i] - p0[i]) > umax) umax = fabs((double)p_cpu[i] - p0[i]);
     }
     for (size_t i = 0; i < n; i++) {
-        if (fabs(g[i]) < 1e-5 * gmax) { (*skipped)++; continue; }
+        if (fabs(g[i]) < 1e-5 * gmax) {
+            (*skipped)++;
+            continue;
+        }
         double d = fabs(((double)p_gpu[i] - p0[i]) - ((double)p_cpu[i] - p0[i]));
         if (!(d <= num)) num = d;
     }
     return umax > 0 ? num / umax : num;
 }
 
-static void model_case(const gpt_config *c, int B, int T) {
+static void model_case(const gpt_config *c, int B, int T)
+{
     char err[512];
     model_tensor *t;
     int nt;
@@ -84,7 +89,10 @@ static void model_case(const gpt_config *c, int B, int T) {
         const char *wname = "";
         for (int k = 0; k < nt; k++) {
             double e = tc_relerr(g_gpu + t[k].offset, g_cpu + t[k].offset, t[k].numel);
-            if (!(e <= worst)) { worst = e; wname = t[k].name; }
+            if (!(e <= worst)) {
+                worst = e;
+                wname = t[k].name;
+            }
             if (!(e <= TC_LIMIT)) printf("  gradient %s rel %.3g > limit\n", t[k].name, e);
         }
         printf("  gradients: worst tensor %s rel %.3g\n", wname, worst);
@@ -121,11 +129,21 @@ static void model_case(const gpt_config *c, int B, int T) {
     }
     gpt_cuda_free(gpu);
     gpt_model_free(cpu);
-    free(t); free(p_cpu); free(p_gpu); free(p0); free(g_cpu); free(g_gpu); free(m); free(v);
-    free(inp); free(tgt); free(probs);
+    free(t);
+    free(p_cpu);
+    free(p_gpu);
+    free(p0);
+    free(g_cpu);
+    free(g_gpu);
+    free(m);
+    free(v);
+    free(inp);
+    free(tgt);
+    free(probs);
 }
 
-static void test_model_step(void **state) {
+static void test_model_step(void **state)
+{
     (void)state;
     gpt_config c = {.layers = 2, .heads = 4, .dim = 64, .ctx = 64, .vocab = 97};
     model_case(&c, 4, 50);
@@ -136,7 +154,8 @@ static void test_model_step(void **state) {
 
 /* ---- trainer level ------------------------------------------------------------------------- */
 
-static trainer *make(int device, const char *ckpt) {
+static trainer *make(int device, const char *ckpt)
+{
     gpt_options o;
     gpt_options_default(&o);
     o.model = (gpt_config){.layers = 2, .heads = 4, .dim = 64, .ctx = 64, .vocab = 64};
@@ -157,7 +176,8 @@ static trainer *make(int device, const char *ckpt) {
     return t;
 }
 
-static void test_trainer(void **state) {
+static void test_trainer(void **state)
+{
     (void)state;
     char err[512];
     trainer *a = make(GPT_DEVICE_CPU, NULL), *b = make(GPT_DEVICE_CUDA, NULL);
@@ -184,10 +204,14 @@ static void test_trainer(void **state) {
     assert_true(ee <= TC_LIMIT);
     /* the host buffer of the CUDA trainer holds its current parameters (DiLoCo reads it) */
     float *ua = malloc(n * 4), *ub = malloc(n * 4);
-    for (size_t i = 0; i < n; i++) { ua[i] = a->params[i] - p0[i]; ub[i] = b->params[i] - p0[i]; }
+    for (size_t i = 0; i < n; i++) {
+        ua[i] = a->params[i] - p0[i];
+        ub[i] = b->params[i] - p0[i];
+    }
     double pe = tc_relerr(ub, ua, n);
     printf("parameters after 3 steps: update rel %.3g (limit 1e-3: three AdamW steps amplify noise-level "
-           "gradient differences)\n", pe);
+           "gradient differences)\n",
+           pe);
     assert_true(pe <= 1e-3);
 
     /* params_changed: DiLoCo writes new global values into part of the host buffer, then the whole */
@@ -214,10 +238,13 @@ static void test_trainer(void **state) {
     assert_int_equal(b->params_changed(b, n, 1, err, sizeof err), -1); /* out of range */
     a->destroy(a);
     b->destroy(b);
-    free(p0); free(ua); free(ub);
+    free(p0);
+    free(ua);
+    free(ub);
 }
 
-static void test_checkpoint_resume(void **state) {
+static void test_checkpoint_resume(void **state)
+{
     (void)state;
     char path[] = "/tmp/test_cuda_step_XXXXXX", ck[64], err[512];
     int fd = mkstemp(path);
@@ -243,7 +270,8 @@ static void test_checkpoint_resume(void **state) {
 
 #endif
 
-int main(void) {
+int main(void)
+{
     cuda_test_require_device("test_cuda_step");
 #ifdef DILOCO_HAVE_CUDA
     const struct CMUnitTest tests[] = {

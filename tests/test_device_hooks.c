@@ -37,7 +37,8 @@ typedef struct pair {
 static uint64_t shard_bounds[5] = {0, 200, 450, 700, 1000};
 static int frag_bounds[3] = {0, 2, 4}; /* fragment 0 = [0, 450), fragment 1 = [450, 1000) */
 
-static diloco *session(float *params, const diloco_device_ops *ops, int bf16) {
+static diloco *session(float *params, const diloco_device_ops *ops, int bf16)
+{
     diloco *d = calloc(1, sizeof *d);
     assert_non_null(d);
     diloco_options_default(&d->o);
@@ -64,7 +65,8 @@ static diloco *session(float *params, const diloco_device_ops *ops, int bf16) {
     return d;
 }
 
-static void session_free(diloco *d) {
+static void session_free(diloco *d)
+{
     dl_host_free(d, d->base);
     dl_host_free(d, d->delta_bf16);
     dl_host_free(d, d->delta_f32);
@@ -77,7 +79,8 @@ static void session_free(diloco *d) {
 }
 
 /* Both sessions hold the same global parameters (base) and have taken them, like diloco_open. */
-static void pair_open(pair *p, int bf16) {
+static void pair_open(pair *p, int bf16)
+{
     char err[256] = "";
     p->params_host = calloc(N, sizeof(float));
     p->params_dev = calloc(N, sizeof(float));
@@ -106,7 +109,8 @@ static void pair_open(pair *p, int bf16) {
     assert_memory_equal(p->params_host, p->params_dev, N * sizeof(float));
 }
 
-static void pair_close(pair *p) {
+static void pair_close(pair *p)
+{
     session_free(p->host);
     session_free(p->dev);
     host_device_free(p->hd);
@@ -115,7 +119,8 @@ static void pair_close(pair *p) {
 }
 
 /* "training": the same change to both parameter buffers */
-static void train(pair *p, uint64_t seed) {
+static void train(pair *p, uint64_t seed)
+{
     for (size_t i = 0; i < N; i++) {
         float step = 0.01f * (2.0f * rng_uniform(&seed) - 1.0f);
         p->params_host[i] -= step;
@@ -128,11 +133,13 @@ static void train(pair *p, uint64_t seed) {
     p->params_host[9] = p->params_dev[9] = 0.0f;
 }
 
-static void counts(const pair *p, unsigned long *delta, unsigned long load[3]) {
+static void counts(const pair *p, unsigned long *delta, unsigned long load[3])
+{
     host_device_counts(p->hd, delta, load);
 }
 
-static void compare_delta(pair *p, int bf16) {
+static void compare_delta(pair *p, int bf16)
+{
     char e1[256] = "", e2[256] = "";
     for (int f = 0; f < 2; f++) {
         assert_int_equal(sync_compute_delta(p->host, f, e1, sizeof e1), 0);
@@ -154,7 +161,8 @@ static void compare_delta(pair *p, int bf16) {
     }
 }
 
-static void test_delta_bf16(void **state) {
+static void test_delta_bf16(void **state)
+{
     (void)state;
     pair p;
     pair_open(&p, 1);
@@ -165,13 +173,14 @@ static void test_delta_bf16(void **state) {
     assert_int_equal(p.dev->delta_bf16[9], 0x8000); /* -0 kept */
     unsigned long nd, nl[3];
     counts(&p, &nd, nl);
-    assert_int_equal(nd, 2);                      /* one per fragment */
+    assert_int_equal(nd, 2);                       /* one per fragment */
     assert_int_equal(nl[DILOCO_LOAD_COPY], 2);     /* the join */
     assert_int_equal(nl[DILOCO_LOAD_SNAPSHOT], 0); /* base unchanged: no reload */
     pair_close(&p);
 }
 
-static void test_delta_fp32(void **state) {
+static void test_delta_fp32(void **state)
+{
     (void)state;
     pair p;
     pair_open(&p, 0);
@@ -180,7 +189,8 @@ static void test_delta_fp32(void **state) {
     pair_close(&p);
 }
 
-static void test_not_finite(void **state) {
+static void test_not_finite(void **state)
+{
     (void)state;
     pair p;
     pair_open(&p, 1);
@@ -200,7 +210,8 @@ static void test_not_finite(void **state) {
 
 /* base[fragment 1] re-fetched (another version) without the trainer taking it: Δ must be taken
  * against the new base, as on the host, so the device snapshot is reloaded first (once). */
-static void test_stale_snapshot(void **state) {
+static void test_stale_snapshot(void **state)
+{
     (void)state;
     pair p;
     pair_open(&p, 1);
@@ -224,7 +235,8 @@ static void test_stale_snapshot(void **state) {
     pair_close(&p);
 }
 
-static void test_mix(void **state) {
+static void test_mix(void **state)
+{
     (void)state;
     pair p;
     pair_open(&p, 1);
@@ -253,17 +265,32 @@ static void test_mix(void **state) {
 }
 
 static int failing_load(void *ctx, const float *base, size_t off, size_t n, int mode, double alpha, char *err,
-                        size_t errlen) {
-    (void)ctx; (void)base; (void)off; (void)n; (void)mode; (void)alpha;
+                        size_t errlen)
+{
+    (void)ctx;
+    (void)base;
+    (void)off;
+    (void)n;
+    (void)mode;
+    (void)alpha;
     err_set(err, errlen, "device lost");
     return -1;
 }
-static int unused_delta(void *ctx, size_t off, size_t n, int bf16, void *out, size_t *bad, char *err, size_t errlen) {
-    (void)ctx; (void)off; (void)n; (void)bf16; (void)out; (void)bad; (void)err; (void)errlen;
+static int unused_delta(void *ctx, size_t off, size_t n, int bf16, void *out, size_t *bad, char *err, size_t errlen)
+{
+    (void)ctx;
+    (void)off;
+    (void)n;
+    (void)bf16;
+    (void)out;
+    (void)bad;
+    (void)err;
+    (void)errlen;
     return 0;
 }
 
-static void test_errors(void **state) {
+static void test_errors(void **state)
+{
     (void)state;
     char err[256] = "";
     diloco_device_ops ops = {.delta = unused_delta, .load = failing_load};
@@ -285,9 +312,10 @@ static void test_errors(void **state) {
     printf("  %s\n", err);
 }
 
-int main(void) {
+int main(void)
+{
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_delta_bf16), cmocka_unit_test(test_delta_fp32),     cmocka_unit_test(test_not_finite),
+        cmocka_unit_test(test_delta_bf16),     cmocka_unit_test(test_delta_fp32), cmocka_unit_test(test_not_finite),
         cmocka_unit_test(test_stale_snapshot), cmocka_unit_test(test_mix),        cmocka_unit_test(test_errors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

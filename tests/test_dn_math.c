@@ -15,7 +15,8 @@
 #include "outer_dn.h"
 #include "util.h"
 
-static void run(int variant, const double *want_theta, const double *want_m) {
+static void run(int variant, const double *want_theta, const double *want_m)
+{
     float theta = 0, m = 0, buf = 0;
     for (int t = 1; t <= 7; t++) {
         float g = (float)t;
@@ -26,21 +27,24 @@ static void run(int variant, const double *want_theta, const double *want_m) {
     }
 }
 
-static void test_paper_algorithm3(void **state) {
+static void test_paper_algorithm3(void **state)
+{
     (void)state;
     const double theta[7] = {-0.0333333333, -0.1, -0.38, -0.5133333333, -0.68, -1.492, -1.7253333333};
     const double m[7] = {0, 0, 2.0, 2.0, 2.0, 6.8, 6.8};
     run(DN_PAPER, theta, m);
 }
 
-static void test_forgather_variant(void **state) {
+static void test_forgather_variant(void **state)
+{
     (void)state;
     const double theta[7] = {-0.1, -0.3, -0.68, -1.08, -1.58, -2.692, -3.392};
     run(DN_FORGATHER, theta, NULL);
 }
 
 /* Vector and scalar paths agree bit for bit (the step is element-wise). */
-static void test_elementwise(void **state) {
+static void test_elementwise(void **state)
+{
     (void)state;
     float th[37], m[37] = {0}, b[37] = {0}, g[37];
     for (int i = 0; i < 37; i++) th[i] = 0.01f * (float)i;
@@ -61,7 +65,8 @@ static void test_elementwise(void **state) {
 /* One submission t of the documented formulas (docs/async.md) on one element. fused = 0 rounds every
  * product on its own (what the kernels did before they matched torch): the test checks it differs. */
 static void dn_reference(int variant, float *theta, float *m, float *buf, float g, uint64_t t, uint32_t N, float lr,
-                         float mu, int fused) {
+                         float mu, int fused)
+{
     volatile float fN = (float)N;
 #define ADD_ALPHA(a, b, alpha) (fused ? fmaf((alpha), (b), (a)) : (a) + (volatile float){(alpha) * (b)})
     volatile float sum = *buf + g;
@@ -91,7 +96,8 @@ static void dn_reference(int variant, float *theta, float *m, float *buf, float 
 
 /* Both variants, 3 windows of N = 3, 1031 random elements (vector body and tail): every bit of theta,
  * m and buf after every submission equals the formula's. */
-static void test_bitwise_against_the_documented_formula(void **state) {
+static void test_bitwise_against_the_documented_formula(void **state)
+{
     (void)state;
     enum { E = 1031, N = 3, T = 9 };
     static float th[E], m[E], buf[E], g[E], rth[E], rm[E], rbuf[E], uth[E], um[E], ubuf[E];
@@ -120,7 +126,8 @@ static void test_bitwise_against_the_documented_formula(void **state) {
     }
 }
 
-int main(void) {
+int main(void)
+{
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_paper_algorithm3),
         cmocka_unit_test(test_forgather_variant),

@@ -28,8 +28,7 @@ static void codes_are_unique_and_fit_the_header(void **state)
         assert_true(strlen(row->meaning) > 10);
         assert_ptr_equal(dp_err_lookup(row->code), row);
         assert_string_equal(dp_err_code((dp_err)i), row->code);
-        for (int j = 0; j < i; j++)
-            assert_string_not_equal(dp_err_row((dp_err)j)->code, row->code);
+        for (int j = 0; j < i; j++) assert_string_not_equal(dp_err_row((dp_err)j)->code, row->code);
     }
     assert_null(dp_err_lookup("NOSUCHCODE"));
     assert_null(dp_err_lookup(""));
@@ -49,8 +48,7 @@ static void actions_are_the_protocols(void **state)
     /* a refusal for the server's own state is never counted against the worker */
     for (int i = 0; i < DP_ERR_COUNT; i++) {
         const dp_err_info *row = dp_err_row((dp_err)i);
-        if (row->action == DP_ACT_RETRY || row->action == DP_ACT_REPAIR)
-            assert_int_equal(row->recorded, 0);
+        if (row->action == DP_ACT_RETRY || row->action == DP_ACT_REPAIR) assert_int_equal(row->recorded, 0);
     }
 }
 
@@ -91,17 +89,14 @@ static void check_doc(const char *path, const char *heading)
 {
     char codes[64][32];
     int n = doc_codes(path, heading, codes, 64);
-    if (n != DP_ERR_COUNT)
-        fail_msg("%s lists %d codes under '%s', the table has %d", path, n, heading, DP_ERR_COUNT);
+    if (n != DP_ERR_COUNT) fail_msg("%s lists %d codes under '%s', the table has %d", path, n, heading, DP_ERR_COUNT);
     for (int i = 0; i < n; i++)
         if (dp_err_lookup(codes[i]) == NULL)
             fail_msg("%s lists %s, which is not in common/format/dp_error.c", path, codes[i]);
     for (int i = 0; i < DP_ERR_COUNT; i++) {
         int found = 0;
-        for (int j = 0; j < n; j++)
-            found |= strcmp(codes[j], dp_err_code((dp_err)i)) == 0;
-        if (!found)
-            fail_msg("%s does not list %s", path, dp_err_code((dp_err)i));
+        for (int j = 0; j < n; j++) found |= strcmp(codes[j], dp_err_code((dp_err)i)) == 0;
+        if (!found) fail_msg("%s does not list %s", path, dp_err_code((dp_err)i));
     }
 }
 

@@ -30,7 +30,7 @@ static void small_frame_round_trip(void **state)
     (void)state;
     int fds[2];
     make_pair(fds);
-    float x[3] = { 1.0f, 2.5f, -3.0f };
+    float x[3] = {1.0f, 2.5f, -3.0f};
     blob_header h, d;
     blob_header_init(&h, "push");
     h.dtype = BLOB_F32;
@@ -87,11 +87,10 @@ static void large_frame_round_trip_with_partial_writes(void **state)
     uint8_t *buf = malloc(N * sizeof *x + BLOB_HEADER_MAX);
     assert_true(x && buf);
     uint64_t seed = 3;
-    for (size_t i = 0; i < N; i++)
-        x[i] = rng_uniform(&seed);
+    for (size_t i = 0; i < N; i++) x[i] = rng_uniform(&seed);
     int fds[2];
     make_pair(fds);
-    struct sender s = { .fd = fds[0], .data = x, .n = N };
+    struct sender s = {.fd = fds[0], .data = x, .n = N};
     pthread_t t;
     assert_int_equal(pthread_create(&t, NULL, send_thread, &s), 0);
     blob_header d;
@@ -101,8 +100,7 @@ static void large_frame_round_trip_with_partial_writes(void **state)
     int rc = frame_recv(fds[1], buf, N * sizeof *x + BLOB_HEADER_MAX, &d, &p, &plen, 5000, err, sizeof err);
     pthread_join(t, NULL);
     assert_int_equal(s.rc, 0);
-    if (rc != 0)
-        fail_msg("frame_recv: %s", err);
+    if (rc != 0) fail_msg("frame_recv: %s", err);
     assert_int_equal(d.count, N);
     assert_int_equal(plen, N * sizeof *x);
     assert_memory_equal(p, x, plen);
@@ -117,7 +115,7 @@ static void oversize_frame_is_rejected_without_reading(void **state)
     (void)state;
     int fds[2];
     make_pair(fds);
-    float x[64] = { 0 };
+    float x[64] = {0};
     blob_header h, d;
     blob_header_init(&h, "push");
     h.dtype = BLOB_F32;
@@ -143,7 +141,7 @@ static void truncated_stream_is_an_error(void **state)
     int fds[2];
     make_pair(fds);
     /* Prefix announces 100 bytes, only 10 arrive, then the peer closes. */
-    uint8_t partial[14] = { 100, 0, 0, 0, 0x8a };
+    uint8_t partial[14] = {100, 0, 0, 0, 0x8a};
     assert_int_equal(write(fds[0], partial, sizeof partial), (ssize_t)sizeof partial);
     close(fds[0]);
     uint8_t buf[256];
@@ -165,7 +163,7 @@ static void corrupted_payload_fails_the_checksum(void **state)
     int fds[2], mid[2];
     make_pair(fds);
     make_pair(mid);
-    float x[8] = { 1, 2, 3, 4, 5, 6, 7, 8 };
+    float x[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     blob_header h, d;
     blob_header_init(&h, "push");
     h.dtype = BLOB_F32;
@@ -240,7 +238,7 @@ static void tcp_connect_to_listener_and_refusal(void **state)
     (void)state;
     int ls = socket(AF_INET, SOCK_STREAM, 0);
     assert_true(ls >= 0);
-    struct sockaddr_in a = { .sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK) };
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
     assert_int_equal(bind(ls, (struct sockaddr *)&a, sizeof a), 0);
     assert_int_equal(listen(ls, 4), 0);
     socklen_t al = sizeof a;
@@ -249,8 +247,7 @@ static void tcp_connect_to_listener_and_refusal(void **state)
     snprintf(addr, sizeof addr, "127.0.0.1:%d", ntohs(a.sin_port));
     char err[256] = "";
     int fd = tcp_connect(addr, 1000, err, sizeof err);
-    if (fd < 0)
-        fail_msg("tcp_connect %s: %s", addr, err);
+    if (fd < 0) fail_msg("tcp_connect %s: %s", addr, err);
     int peer = accept(ls, NULL, NULL);
     assert_true(peer >= 0);
     blob_header h, d;

@@ -25,7 +25,8 @@ typedef struct {
     const int *inp, *tgt;
 } ref_ctx;
 
-static void ref_ln(double *out, const double *x, const double *w, const double *b, int N, int C) {
+static void ref_ln(double *out, const double *x, const double *w, const double *b, int N, int C)
+{
     for (int n = 0; n < N; n++) {
         const double *r = x + (size_t)n * C;
         double mu = 0, var = 0;
@@ -38,7 +39,8 @@ static void ref_ln(double *out, const double *x, const double *w, const double *
     }
 }
 
-static void ref_linear(double *out, const double *x, const double *w, const double *b, int N, int C, int OC) {
+static void ref_linear(double *out, const double *x, const double *w, const double *b, int N, int C, int OC)
+{
     for (int n = 0; n < N; n++)
         for (int o = 0; o < OC; o++) {
             double s = b[o];
@@ -47,7 +49,8 @@ static void ref_linear(double *out, const double *x, const double *w, const doub
         }
 }
 
-static double ref_loss(const ref_ctx *r, const double *P) {
+static double ref_loss(const ref_ctx *r, const double *P)
+{
     int B = r->B, T = r->T, C = r->c.dim, NH = r->c.heads, V = r->c.vocab, L = r->c.layers, N = B * T;
     int hs = C / NH;
     const model_tensor *t = r->t;
@@ -56,7 +59,8 @@ static double ref_loss(const ref_ctx *r, const double *P) {
     double *sc = calloc((size_t)T, 8);
     const double *wte = P + t[0].offset, *wpe = P + t[1].offset;
     for (int n = 0; n < N; n++)
-        for (int i = 0; i < C; i++) x[(size_t)n * C + i] = wte[(size_t)r->inp[n] * C + i] + wpe[(size_t)(n % T) * C + i];
+        for (int i = 0; i < C; i++)
+            x[(size_t)n * C + i] = wte[(size_t)r->inp[n] * C + i] + wpe[(size_t)(n % T) * C + i];
     for (int l = 0; l < L; l++) {
         const model_tensor *u = t + 2 + 12 * l;
 #define W(k) (P + u[k].offset)
@@ -75,7 +79,10 @@ static double ref_loss(const ref_ctx *r, const double *P) {
                         if (sc[j] > mx) mx = sc[j];
                     }
                     double z = 0;
-                    for (int j = 0; j <= i; j++) { sc[j] = exp(sc[j] - mx); z += sc[j]; }
+                    for (int j = 0; j <= i; j++) {
+                        sc[j] = exp(sc[j] - mx);
+                        z += sc[j];
+                    }
                     double *o = y + ((size_t)b * T + i) * C + hh * hs;
                     for (int d = 0; d < hs; d++) o[d] = 0;
                     for (int j = 0; j <= i; j++) {
@@ -112,17 +119,25 @@ static double ref_loss(const ref_ctx *r, const double *P) {
         loss += log(z) + mx - lt;
         free(lg);
     }
-    free(x); free(ln); free(qkv); free(y); free(tmp); free(h); free(sc);
+    free(x);
+    free(ln);
+    free(qkv);
+    free(y);
+    free(tmp);
+    free(h);
+    free(sc);
     return loss / N;
 }
 
 static uint64_t rs = 42;
-static double urand(void) {
+static double urand(void)
+{
     rs = rs * 6364136223846793005ULL + 1442695040888963407ULL;
     return ((rs >> 11) + 0.5) / 9007199254740992.0;
 }
 
-static void test_gradcheck(void **state) {
+static void test_gradcheck(void **state)
+{
     (void)state;
     ref_ctx r = {.c = {.layers = 2, .heads = 2, .dim = 8, .ctx = 8, .vocab = 11}, .B = 2, .T = 6};
     char err[256];
@@ -133,11 +148,16 @@ static void test_gradcheck(void **state) {
     for (int k = 0; k < r.nt; k++)
         for (size_t i = 0; i < r.t[k].numel; i++) {
             float *x = p + r.t[k].offset + i;
-            if (r.t[k].ndim == 2) *x = (float)(*x * 15.0);
-            else *x += (float)(0.4 * (urand() - 0.5));
+            if (r.t[k].ndim == 2)
+                *x = (float)(*x * 15.0);
+            else
+                *x += (float)(0.4 * (urand() - 0.5));
         }
     int N = r.B * r.T, inp[64], tgt[64];
-    for (int n = 0; n < N; n++) { inp[n] = (int)(urand() * r.c.vocab); tgt[n] = (int)(urand() * r.c.vocab); }
+    for (int n = 0; n < N; n++) {
+        inp[n] = (int)(urand() * r.c.vocab);
+        tgt[n] = (int)(urand() * r.c.vocab);
+    }
     r.inp = inp;
     r.tgt = tgt;
     gpt_model *m = gpt_model_create(&r.c, r.B, r.T, 2, err, sizeof err);
@@ -177,8 +197,8 @@ static void test_gradcheck(void **state) {
             /* rows >= T are unused: their gradient must be exactly 0 */
             for (size_t i = (size_t)r.T * r.c.dim; i < r.t[k].numel; i++) assert_true(g[r.t[k].offset + i] == 0.0f);
         }
-        printf("%-22s max|g|=%.3e  max|g-fd|/max|fd|=%.2e  max elementwise rel (|fd|>1%% max)=%.2e\n",
-               r.t[k].name, maxfd, rel, maxrel);
+        printf("%-22s max|g|=%.3e  max|g-fd|/max|fd|=%.2e  max elementwise rel (|fd|>1%% max)=%.2e\n", r.t[k].name,
+               maxfd, rel, maxrel);
         assert_true(maxfd > 1e-6); /* every tensor gets a gradient */
         assert_true(rel < 1e-3);
         if (rel > worst) worst = rel;
@@ -186,14 +206,17 @@ static void test_gradcheck(void **state) {
     }
     printf("worst tensor relative error %.2e (limit 1e-3)\n", worst);
     gpt_model_free(m);
-    free(P); free(p); free(g); free(r.t);
+    free(P);
+    free(p);
+    free(g);
+    free(r.t);
 }
-
 
 /* The threaded paths (sgemm split by rows and by columns, attention over (batch, head) pairs) give
  * the same results as one thread, on a shape where the head's product is split by columns
  * (B*T < vocab) and the attention has several row blocks (T > 64). */
-static void test_threads_consistent(void **state) {
+static void test_threads_consistent(void **state)
+{
     (void)state;
     gpt_config c = {.layers = 1, .heads = 2, .dim = 64, .ctx = 96, .vocab = 3000};
     int B = 2, T = 80, N = B * T;
@@ -205,8 +228,12 @@ static void test_threads_consistent(void **state) {
     float *p = malloc(numel * 4), *g1 = malloc(numel * 4), *g2 = malloc(numel * 4);
     assert_int_equal(gpt_init_params(&c, 5, p, numel, err, sizeof err), 0);
     int *inp = malloc(N * sizeof(int)), *tgt = malloc(N * sizeof(int));
-    for (int n = 0; n < N; n++) { inp[n] = (int)(urand() * c.vocab); tgt[n] = (int)(urand() * c.vocab); }
-    gpt_model *m1 = gpt_model_create(&c, B, T, 1, err, sizeof err), *m2 = gpt_model_create(&c, B, T, 2, err, sizeof err);
+    for (int n = 0; n < N; n++) {
+        inp[n] = (int)(urand() * c.vocab);
+        tgt[n] = (int)(urand() * c.vocab);
+    }
+    gpt_model *m1 = gpt_model_create(&c, B, T, 1, err, sizeof err),
+              *m2 = gpt_model_create(&c, B, T, 2, err, sizeof err);
     assert_non_null(m1);
     assert_non_null(m2);
     float l1 = gpt_forward(m1, p, inp, tgt);
@@ -226,10 +253,16 @@ static void test_threads_consistent(void **state) {
     }
     gpt_model_free(m1);
     gpt_model_free(m2);
-    free(t); free(p); free(g1); free(g2); free(inp); free(tgt);
+    free(t);
+    free(p);
+    free(g1);
+    free(g2);
+    free(inp);
+    free(tgt);
 }
 
-static void test_layout_init(void **state) {
+static void test_layout_init(void **state)
+{
     (void)state;
     gpt_config c = {.layers = 3, .heads = 4, .dim = 32, .ctx = 16, .vocab = 50};
     model_tensor *t;
@@ -269,10 +302,12 @@ static void test_layout_init(void **state) {
     gpt_config bad = c;
     bad.heads = 5;
     assert_int_equal(gpt_layout(&bad, &t, &n, &numel, err, sizeof err) == 0 ? 0 : -1, -1);
-    free(a); free(b);
+    free(a);
+    free(b);
 }
 
-static void test_clip_and_schedule(void **state) {
+static void test_clip_and_schedule(void **state)
+{
     (void)state;
     float g[4] = {3, 4, 0, 0};
     double norm = gpt_clip_grad_norm(g, 4, 1.0, 1);
@@ -283,7 +318,10 @@ static void test_clip_and_schedule(void **state) {
     assert_true(h[0] == 0.3f && h[1] == 0.4f);
     gpt_options o;
     gpt_options_default(&o);
-    o.lr = 1.0; o.warmup_steps = 10; o.total_steps = 110; o.min_lr_ratio = 0.1;
+    o.lr = 1.0;
+    o.warmup_steps = 10;
+    o.total_steps = 110;
+    o.min_lr_ratio = 0.1;
     assert_true(fabs(gpt_lr_at(&o, 0) - 0.1) < 1e-12);
     assert_true(fabs(gpt_lr_at(&o, 9) - 1.0) < 1e-12);
     assert_true(fabs(gpt_lr_at(&o, 10) - 1.0) < 1e-12);
@@ -294,13 +332,14 @@ static void test_clip_and_schedule(void **state) {
     assert_true(gpt_lr_at(&o, 1000) == 1.0);
 }
 
-static void test_options_parse(void **state) {
+static void test_options_parse(void **state)
+{
     (void)state;
     gpt_options o;
     gpt_options_default(&o);
     assert_true(o.lr == 4e-4 && o.beta2 == 0.95 && o.weight_decay == 0.1 && o.grad_clip == 1.0);
-    char *argv[] = {"--redis", "redis://x", "--layers", "2", "--dim=128", "pos", "--lr", "1e-3",
-                    "--data", "f.tok", "--data-order", "sequential", "--unknown", NULL};
+    char *argv[] = {"--redis", "redis://x", "--layers",     "2",          "--dim=128", "pos", "--lr", "1e-3",
+                    "--data",  "f.tok",     "--data-order", "sequential", "--unknown", NULL};
     int argc = 13;
     char err[256];
     int n = gpt_options_parse(&o, argc, argv, err, sizeof err);
@@ -322,12 +361,11 @@ static void test_options_parse(void **state) {
     assert_int_equal(gpt_options_parse(&o, 1, missing, err, sizeof err), -1);
 }
 
-int main(void) {
+int main(void)
+{
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_layout_init),
-        cmocka_unit_test(test_clip_and_schedule),
-        cmocka_unit_test(test_options_parse),
-        cmocka_unit_test(test_gradcheck),
+        cmocka_unit_test(test_layout_init),        cmocka_unit_test(test_clip_and_schedule),
+        cmocka_unit_test(test_options_parse),      cmocka_unit_test(test_gradcheck),
         cmocka_unit_test(test_threads_consistent),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

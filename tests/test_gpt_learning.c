@@ -25,13 +25,15 @@
 #define LOG "build/test_gpt_learning.jsonl"
 #define CKPT "build/test_gpt_learning.safetensors"
 
-static double now(void) {
+static double now(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static void base_options(gpt_options *o) {
+static void base_options(gpt_options *o)
+{
     gpt_options_default(o);
     o->model = (gpt_config){.layers = 2, .heads = 4, .dim = 128, .ctx = 128, .vocab = 256};
     o->batch = 16;
@@ -45,7 +47,8 @@ static void base_options(gpt_options *o) {
     o->data_path = TOK;
 }
 
-static void test_learns(void **state) {
+static void test_learns(void **state)
+{
     (void)state;
     gpt_options o;
     base_options(&o);
@@ -89,7 +92,8 @@ static void test_learns(void **state) {
     assert_true(ev >= 2);
 }
 
-static void test_checkpoint_resume(void **state) {
+static void test_checkpoint_resume(void **state)
+{
     (void)state;
     gpt_options o;
     base_options(&o);
@@ -132,7 +136,8 @@ static void test_checkpoint_resume(void **state) {
     remove(CKPT);
 }
 
-static void test_shards(void **state) {
+static void test_shards(void **state)
+{
     (void)state;
     gpt_tokens tk;
     char err[512];
@@ -157,7 +162,8 @@ static void test_shards(void **state) {
     t->destroy(t);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     (void)argc;
     gpt_openblas_autotune(argv);
     if (system("command -v bible >/dev/null 2>&1") != 0) {
@@ -165,8 +171,7 @@ int main(int argc, char **argv) {
         return 77;
     }
     mkdir("build", 0755);
-    if (access(TXT, R_OK) != 0 &&
-        system("bible 'Gen1:1-Rev22:21' > " TXT ".tmp && mv " TXT ".tmp " TXT) != 0) {
+    if (access(TXT, R_OK) != 0 && system("bible 'Gen1:1-Rev22:21' > " TXT ".tmp && mv " TXT ".tmp " TXT) != 0) {
         printf("failed to dump the Bible with: bible 'Gen1:1-Rev22:21'\n");
         return 1;
     }

@@ -22,12 +22,14 @@
 static char dir[64];
 
 static uint64_t rs = 12345;
-static double urand(void) {
+static double urand(void)
+{
     rs = rs * 6364136223846793005ULL + 1442695040888963407ULL;
     return ((rs >> 11) + 0.5) / 9007199254740992.0;
 }
 
-static void test_oracle(void **state) {
+static void test_oracle(void **state)
+{
     (void)state;
     gpt_config c = {.layers = 2, .heads = 4, .dim = 64, .ctx = 128, .vocab = 97};
     int B = 3, T = 100, N = B * T, nsteps = 2;
@@ -42,11 +44,16 @@ static void test_oracle(void **state) {
     for (int k = 0; k < nt; k++)
         for (size_t i = 0; i < t[k].numel; i++) {
             float *x = p + t[k].offset + i;
-            if (t[k].ndim == 2) *x = (float)(*x * 4.0);
-            else *x += (float)(0.2 * (urand() - 0.5));
+            if (t[k].ndim == 2)
+                *x = (float)(*x * 4.0);
+            else
+                *x += (float)(0.2 * (urand() - 0.5));
         }
     int *inp = malloc(N * sizeof(int)), *tgt = malloc(N * sizeof(int));
-    for (int n = 0; n < N; n++) { inp[n] = (int)(urand() * c.vocab); tgt[n] = (int)(urand() * c.vocab); }
+    for (int n = 0; n < N; n++) {
+        inp[n] = (int)(urand() * c.vocab);
+        tgt[n] = (int)(urand() * c.vocab);
+    }
     gpt_model *m = gpt_model_create(&c, B, T, 2, err, sizeof err);
     assert_non_null(m);
     float loss = gpt_forward(m, p, inp, tgt);
@@ -57,8 +64,8 @@ static void test_oracle(void **state) {
     snprintf(out, sizeof out, "%s/out.bin", dir);
     FILE *f = fopen(in, "wb");
     assert_non_null(f);
-    fprintf(f, "%d %d %d %d %d %d %d %.17g %.17g %.17g %.17g %.17g %.17g %d %zu %d\n", c.layers, c.heads, c.dim,
-            c.ctx, c.vocab, B, T, lr, b1, b2, eps, wd, clip, nsteps, numel, nt);
+    fprintf(f, "%d %d %d %d %d %d %d %.17g %.17g %.17g %.17g %.17g %.17g %d %zu %d\n", c.layers, c.heads, c.dim, c.ctx,
+            c.vocab, B, T, lr, b1, b2, eps, wd, clip, nsteps, numel, nt);
     for (int k = 0; k < nt; k++) {
         fprintf(f, "%s %zu %zu %d", t[k].name, t[k].offset, t[k].numel, t[k].ndim);
         for (int d = 0; d < t[k].ndim; d++) fprintf(f, " %zu", t[k].shape[d]);
@@ -118,8 +125,8 @@ static void test_oracle(void **state) {
         mm = fmax(mm, fabs(tm[i]));
         mv = fmax(mv, fabs(tv[i]));
     }
-    printf("AdamW x%d: params max diff / max update %.2e, exp_avg rel %.2e, exp_avg_sq rel %.2e\n", nsteps,
-           dp / maxupd, dm / mm, dv / mv);
+    printf("AdamW x%d: params max diff / max update %.2e, exp_avg rel %.2e, exp_avg_sq rel %.2e\n", nsteps, dp / maxupd,
+           dm / mm, dv / mv);
     assert_true(dp / maxupd < 1e-4);
     assert_true(dm / mm < 1e-5);
     assert_true(dv / mv < 1e-5);
@@ -127,11 +134,22 @@ static void test_oracle(void **state) {
     remove(in);
     remove(out);
     gpt_model_free(m);
-    free(t); free(p); free(g); free(inp); free(tgt); free(tg); free(tp); free(tm); free(tv);
-    free(p0); free(am); free(av);
+    free(t);
+    free(p);
+    free(g);
+    free(inp);
+    free(tgt);
+    free(tg);
+    free(tp);
+    free(tm);
+    free(tv);
+    free(p0);
+    free(am);
+    free(av);
 }
 
-int main(void) {
+int main(void)
+{
     if (system(PY " -c 'import torch, numpy' >/dev/null 2>&1") != 0) {
         printf("SKIP: " PY " cannot import torch and numpy (apt-get install python3-torch python3-numpy)\n");
         return 77;
@@ -141,7 +159,10 @@ int main(void) {
         return 1;
     }
     snprintf(dir, sizeof dir, "/tmp/gpt_oracle_XXXXXX");
-    if (!mkdtemp(dir)) { perror("mkdtemp"); return 1; }
+    if (!mkdtemp(dir)) {
+        perror("mkdtemp");
+        return 1;
+    }
     const struct CMUnitTest tests[] = {cmocka_unit_test(test_oracle)};
     int rc = cmocka_run_group_tests(tests, NULL, NULL);
     rmdir(dir);

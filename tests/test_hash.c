@@ -17,15 +17,14 @@ static uint8_t *random_bytes(size_t n, uint64_t seed)
 {
     uint8_t *b = malloc(n + 1);
     assert_non_null(b);
-    for (size_t i = 0; i < n + 1; i++)
-        b[i] = (uint8_t)(splitmix64(&seed) >> 24);
+    for (size_t i = 0; i < n + 1; i++) b[i] = (uint8_t)(splitmix64(&seed) >> 24);
     return b;
 }
 
 static void one_shot_equals_the_library(void **state)
 {
     (void)state;
-    const size_t sizes[] = { 0, 1, 3, 16, 17, 100, 128, 129, 200, 240, 241, 1000, 4096, 65537, 3 << 20 };
+    const size_t sizes[] = {0, 1, 3, 16, 17, 100, 128, 129, 200, 240, 241, 1000, 4096, 65537, 3 << 20};
     uint8_t *b = random_bytes(3 << 20, 1);
     for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
         assert_int_equal(hash64(b, sizes[i]), XXH3_64bits(b, sizes[i]));
@@ -46,8 +45,7 @@ static void streamed_in_uneven_pieces_equals_one_shot(void **state)
         XXH3_64bits_reset(xs);
         for (size_t off = 0; off < n;) {
             size_t len = (size_t)(splitmix64(&seed) % (round == 0 ? 300 : 200000)) + 1;
-            if (len > n - off)
-                len = n - off;
+            if (len > n - off) len = n - off;
             hash_update(xs, b + off, len);
             off += len;
         }

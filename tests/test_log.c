@@ -46,8 +46,7 @@ static char *capture_stderr(void (*fn)(void))
 static size_t count_lines(const char *text)
 {
     size_t n = 0;
-    for (const char *p = text; *p; p++)
-        n += *p == '\n';
+    for (const char *p = text; *p; p++) n += *p == '\n';
     return n;
 }
 
@@ -75,8 +74,7 @@ static void line_format_and_level_filter(void **state)
                              "[^\n]+ unit-test\\[[0-9]+\\] ERROR broken: disk\n$",
                              REG_EXTENDED),
                      0);
-    if (regexec(&re, text, 0, NULL, 0) != 0)
-        fail_msg("unexpected log output:\n%s", text);
+    if (regexec(&re, text, 0, NULL, 0) != 0) fail_msg("unexpected log output:\n%s", text);
     regfree(&re);
     free(text);
 }
@@ -117,10 +115,8 @@ static void log_from_threads(void)
     log_init("threads");
     log_set_level(LOG_INFO);
     pthread_t t[THREADS];
-    for (long i = 0; i < THREADS; i++)
-        pthread_create(&t[i], NULL, log_many, (void *)i);
-    for (int i = 0; i < THREADS; i++)
-        pthread_join(t[i], NULL);
+    for (long i = 0; i < THREADS; i++) pthread_create(&t[i], NULL, log_many, (void *)i);
+    for (int i = 0; i < THREADS; i++) pthread_join(t[i], NULL);
 }
 
 static void lines_from_threads_never_interleave(void **state)
@@ -134,8 +130,7 @@ static void lines_from_threads_never_interleave(void **state)
                      0);
     char *save = NULL;
     for (char *line = strtok_r(text, "\n", &save); line != NULL; line = strtok_r(NULL, "\n", &save))
-        if (regexec(&re, line, 0, NULL, 0) != 0)
-            fail_msg("mangled line: '%s'", line);
+        if (regexec(&re, line, 0, NULL, 0) != 0) fail_msg("mangled line: '%s'", line);
     regfree(&re);
     free(text);
 }
@@ -161,8 +156,7 @@ static void *log_to_own_sink(void *arg)
 {
     sink_thread *t = arg;
     log_sink *before = log_use_sink(t->sink);
-    for (int i = 0; i < 100; i++)
-        log_info("%s says %d", t->name, i);
+    for (int i = 0; i < 100; i++) log_info("%s says %d", t->name, i);
     log_debug("%s debug", t->name);
     log_use_sink(before);
     return NULL;
@@ -174,7 +168,7 @@ static void sinks_of_two_threads(void)
     log_sink sa, sb;
     log_sink_init(&sa, keep_message, &a, LOG_INFO);
     log_sink_init(&sb, keep_message, &b, LOG_DEBUG);
-    sink_thread ta = { &sa, "alpha" }, tb = { &sb, "beta" };
+    sink_thread ta = {&sa, "alpha"}, tb = {&sb, "beta"};
     pthread_t t[2];
     pthread_create(&t[0], NULL, log_to_own_sink, &ta);
     pthread_create(&t[1], NULL, log_to_own_sink, &tb);

@@ -108,11 +108,11 @@ static void bind_points_every_role_at_its_named_tensor(void **state)
     assert_ptr_equal(p.lnfw, named(t, n, base, "lnf.weight"));
     assert_ptr_equal(p.lnfb, named(t, n, base, "lnf.bias"));
     for (int l = 0; l < c.layers; l++) {
-        static const char *roles[12] = {"ln1.weight", "ln1.bias", "attn.qkv.weight", "attn.qkv.bias",
-                                        "attn.proj.weight", "attn.proj.bias", "ln2.weight", "ln2.bias",
-                                        "mlp.fc.weight", "mlp.fc.bias", "mlp.proj.weight", "mlp.proj.bias"};
-        float *got[12] = {h[l].ln1w, h[l].ln1b, h[l].qkvw, h[l].qkvb, h[l].projw, h[l].projb,
-                          h[l].ln2w, h[l].ln2b, h[l].fcw, h[l].fcb, h[l].fcprojw, h[l].fcprojb};
+        static const char *roles[12] = {"ln1.weight",       "ln1.bias",       "attn.qkv.weight", "attn.qkv.bias",
+                                        "attn.proj.weight", "attn.proj.bias", "ln2.weight",      "ln2.bias",
+                                        "mlp.fc.weight",    "mlp.fc.bias",    "mlp.proj.weight", "mlp.proj.bias"};
+        float *got[12] = {h[l].ln1w, h[l].ln1b, h[l].qkvw, h[l].qkvb, h[l].projw,   h[l].projb,
+                          h[l].ln2w, h[l].ln2b, h[l].fcw,  h[l].fcb,  h[l].fcprojw, h[l].fcprojb};
         for (int r = 0; r < 12; r++) {
             char name[64];
             snprintf(name, sizeof name, "h.%d.%s", l, roles[r]);

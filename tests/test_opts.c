@@ -37,18 +37,23 @@ static void table(vals *v, opt_spec *s)
     v->on = 1;
     v->count = 7;
     const opt_spec t[] = {
-        { .name = "flag", .alias = 'f', .kind = OPT_FLAG, .dest = &v->flag },
-        { .name = "no-on", .kind = OPT_CLEAR, .dest = &v->on },
-        { .name = "count", .alias = 'n', .kind = OPT_INT, .dest = &v->count, .lo = 1, .hi = 10,
-          .given = &v->count_given },
-        { .name = "big", .kind = OPT_LLONG, .dest = &v->big, .lo = 0, .hi = INT64_MAX },
-        { .name = "rate", .kind = OPT_DOUBLE, .dest = &v->rate, .min = 0, .max = 1 },
-        { .name = "name", .kind = OPT_STRING, .dest = &v->name },
-        { .name = "buf", .kind = OPT_STRING, .dest = v->buf, .cap = sizeof v->buf },
-        { .name = "gain", .kind = OPT_DOUBLE, .dest = &v->rate, .min = 0.5, .max = HUGE_VAL },
-        { .name = "level", .kind = OPT_CHOICE, .dest = &v->level, .choices = "debug|info|warn" },
-        { .name = "port", .kind = OPT_CUSTOM, .dest = &v->port, .parse = parse_port, .wants = "a port name" },
-        { 0 },
+        {.name = "flag", .alias = 'f', .kind = OPT_FLAG, .dest = &v->flag},
+        {.name = "no-on", .kind = OPT_CLEAR, .dest = &v->on},
+        {.name = "count",
+         .alias = 'n',
+         .kind = OPT_INT,
+         .dest = &v->count,
+         .lo = 1,
+         .hi = 10,
+         .given = &v->count_given},
+        {.name = "big", .kind = OPT_LLONG, .dest = &v->big, .lo = 0, .hi = INT64_MAX},
+        {.name = "rate", .kind = OPT_DOUBLE, .dest = &v->rate, .min = 0, .max = 1},
+        {.name = "name", .kind = OPT_STRING, .dest = &v->name},
+        {.name = "buf", .kind = OPT_STRING, .dest = v->buf, .cap = sizeof v->buf},
+        {.name = "gain", .kind = OPT_DOUBLE, .dest = &v->rate, .min = 0.5, .max = HUGE_VAL},
+        {.name = "level", .kind = OPT_CHOICE, .dest = &v->level, .choices = "debug|info|warn"},
+        {.name = "port", .kind = OPT_CUSTOM, .dest = &v->port, .parse = parse_port, .wants = "a port name"},
+        {0},
     };
     memcpy(s, t, sizeof t);
 }
@@ -67,8 +72,8 @@ static void every_kind_both_spellings(void **state)
     (void)state;
     vals v;
     char err[256] = "";
-    char *argv[] = { "prog", "-f", "--no-on", "--count=3", "--big", "123456789012", "--rate", "0.25",
-                     "--name=x=y", "--buf", "abc", "--level", "warn", "--port=http" };
+    char *argv[] = {"prog", "-f",         "--no-on", "--count=3", "--big",   "123456789012", "--rate",
+                    "0.25", "--name=x=y", "--buf",   "abc",       "--level", "warn",         "--port=http"};
     assert_int_equal(run(&v, err, 14, argv), 0);
     assert_int_equal(v.flag, 1);
     assert_int_equal(v.on, 0);
@@ -87,7 +92,7 @@ static void defaults_stay_when_absent(void **state)
     (void)state;
     vals v;
     char err[256] = "";
-    char *argv[] = { "prog" };
+    char *argv[] = {"prog"};
     assert_int_equal(run(&v, err, 1, argv), 0);
     assert_int_equal(v.count, 7);
     assert_int_equal(v.count_given, 0);
@@ -100,26 +105,25 @@ static void expect_error(int argc, char **argv, const char *want)
     vals v;
     char err[256] = "";
     assert_int_equal(run(&v, err, argc, argv), -1);
-    if (strstr(err, want) == NULL)
-        fail_msg("error '%s' lacks '%s'", err, want);
+    if (strstr(err, want) == NULL) fail_msg("error '%s' lacks '%s'", err, want);
     assert_non_null(strstr(err, "(see --help)"));
 }
 
 static void bad_values_name_the_option(void **state)
 {
     (void)state;
-    expect_error(3, (char *[]){ "p", "--count", "11" }, "--count wants an integer in [1, 10], got '11'");
-    expect_error(2, (char *[]){ "p", "--count=0" }, "--count wants an integer in [1, 10], got '0'");
-    expect_error(2, (char *[]){ "p", "--count=3x" }, "got '3x'");
-    expect_error(2, (char *[]){ "p", "--big=-1" }, "--big wants an integer in [0, 9223372036854775807]");
-    expect_error(2, (char *[]){ "p", "--rate=1.5" }, "--rate wants a number in [0, 1], got '1.5'");
-    expect_error(2, (char *[]){ "p", "--rate=" }, "--rate wants a number in [0, 1], got ''");
-    expect_error(2, (char *[]){ "p", "--gain=0.25" }, "--gain wants a number >= 0.5, got '0.25'");
-    expect_error(2, (char *[]){ "p", "--level=loud" }, "--level wants debug, info or warn, got 'loud'");
-    expect_error(2, (char *[]){ "p", "--buf=abcdefgh" }, "--buf wants a value of at most 7 characters");
-    expect_error(2, (char *[]){ "p", "--port=ftp" }, "--port wants a port name, got 'ftp'");
-    expect_error(2, (char *[]){ "p", "--flag=yes" }, "--flag wants nothing, 0 or 1, got 'yes'");
-    expect_error(2, (char *[]){ "p", "--no-on=1" }, "--no-on takes no value, got '1'");
+    expect_error(3, (char *[]){"p", "--count", "11"}, "--count wants an integer in [1, 10], got '11'");
+    expect_error(2, (char *[]){"p", "--count=0"}, "--count wants an integer in [1, 10], got '0'");
+    expect_error(2, (char *[]){"p", "--count=3x"}, "got '3x'");
+    expect_error(2, (char *[]){"p", "--big=-1"}, "--big wants an integer in [0, 9223372036854775807]");
+    expect_error(2, (char *[]){"p", "--rate=1.5"}, "--rate wants a number in [0, 1], got '1.5'");
+    expect_error(2, (char *[]){"p", "--rate="}, "--rate wants a number in [0, 1], got ''");
+    expect_error(2, (char *[]){"p", "--gain=0.25"}, "--gain wants a number >= 0.5, got '0.25'");
+    expect_error(2, (char *[]){"p", "--level=loud"}, "--level wants debug, info or warn, got 'loud'");
+    expect_error(2, (char *[]){"p", "--buf=abcdefgh"}, "--buf wants a value of at most 7 characters");
+    expect_error(2, (char *[]){"p", "--port=ftp"}, "--port wants a port name, got 'ftp'");
+    expect_error(2, (char *[]){"p", "--flag=yes"}, "--flag wants nothing, 0 or 1, got 'yes'");
+    expect_error(2, (char *[]){"p", "--no-on=1"}, "--no-on takes no value, got '1'");
 }
 
 static void a_flag_takes_an_optional_0_or_1(void **state)
@@ -127,9 +131,9 @@ static void a_flag_takes_an_optional_0_or_1(void **state)
     (void)state;
     vals v;
     char err[256];
-    assert_int_equal(run(&v, err, 2, (char *[]){ "p", "--flag=1" }), 0);
+    assert_int_equal(run(&v, err, 2, (char *[]){"p", "--flag=1"}), 0);
     assert_int_equal(v.flag, 1);
-    assert_int_equal(run(&v, err, 3, (char *[]){ "p", "--flag", "--flag=0" }), 0);
+    assert_int_equal(run(&v, err, 3, (char *[]){"p", "--flag", "--flag=0"}), 0);
     assert_int_equal(v.flag, 0);
 }
 
@@ -138,7 +142,7 @@ static void a_bad_value_leaves_the_default(void **state)
     (void)state;
     vals v;
     char err[256];
-    assert_int_equal(run(&v, err, 2, (char *[]){ "p", "--count=99" }), -1);
+    assert_int_equal(run(&v, err, 2, (char *[]){"p", "--count=99"}), -1);
     assert_int_equal(v.count, 7);
     assert_int_equal(v.count_given, 0);
 }
@@ -146,18 +150,18 @@ static void a_bad_value_leaves_the_default(void **state)
 static void missing_values(void **state)
 {
     (void)state;
-    expect_error(2, (char *[]){ "p", "--count" }, "--count wants an integer in [1, 10], got nothing");
-    expect_error(2, (char *[]){ "p", "-n" }, "--count wants");
-    expect_error(2, (char *[]){ "p", "--name" }, "--name wants a value, got nothing");
+    expect_error(2, (char *[]){"p", "--count"}, "--count wants an integer in [1, 10], got nothing");
+    expect_error(2, (char *[]){"p", "-n"}, "--count wants");
+    expect_error(2, (char *[]){"p", "--name"}, "--name wants a value, got nothing");
 }
 
 static void unknown_and_positional_fail_without_rest(void **state)
 {
     (void)state;
-    expect_error(2, (char *[]){ "p", "--nope" }, "unknown option --nope");
-    expect_error(2, (char *[]){ "p", "-x" }, "unknown option -x");
-    expect_error(2, (char *[]){ "p", "stray" }, "unexpected argument 'stray'");
-    expect_error(3, (char *[]){ "p", "--", "--count" }, "unknown option --count");
+    expect_error(2, (char *[]){"p", "--nope"}, "unknown option --nope");
+    expect_error(2, (char *[]){"p", "-x"}, "unknown option -x");
+    expect_error(2, (char *[]){"p", "stray"}, "unexpected argument 'stray'");
+    expect_error(3, (char *[]){"p", "--", "--count"}, "unknown option --count");
 }
 
 static void help_is_reported(void **state)
@@ -165,8 +169,8 @@ static void help_is_reported(void **state)
     (void)state;
     vals v;
     char err[256];
-    assert_int_equal(run(&v, err, 3, (char *[]){ "p", "--count=2", "--help" }), 1);
-    assert_int_equal(run(&v, err, 2, (char *[]){ "p", "-h" }), 1);
+    assert_int_equal(run(&v, err, 3, (char *[]){"p", "--count=2", "--help"}), 1);
+    assert_int_equal(run(&v, err, 2, (char *[]){"p", "-h"}), 1);
 }
 
 static void rest_keeps_unknown_tokens_in_order(void **state)
@@ -176,17 +180,16 @@ static void rest_keeps_unknown_tokens_in_order(void **state)
     opt_spec s[NSPEC];
     table(&v, s);
     char err[256] = "";
-    char *argv[] = { "p", "--lr", "0.5", "--count", "4", "--steps=9", "-q", "file", "--seed", "-3",
-                     "--flag", "--", "--count", "5" };
+    char *argv[] = {"p",    "--lr",   "0.5", "--count", "4",  "--steps=9", "-q",
+                    "file", "--seed", "-3",  "--flag",  "--", "--count",   "5"};
     char *rest[14];
     int nrest = -1;
     assert_int_equal(opts_parse(s, 14, argv, 1, rest, &nrest, err, sizeof err), 0);
     assert_int_equal(v.count, 4);
     assert_int_equal(v.flag, 1);
-    const char *want[] = { "--lr", "0.5", "--steps=9", "-q", "file", "--seed", "-3", "--count", "5" };
+    const char *want[] = {"--lr", "0.5", "--steps=9", "-q", "file", "--seed", "-3", "--count", "5"};
     assert_int_equal(nrest, 9);
-    for (int k = 0; k < nrest; k++)
-        assert_string_equal(rest[k], want[k]);
+    for (int k = 0; k < nrest; k++) assert_string_equal(rest[k], want[k]);
 }
 
 int main(void)

@@ -22,9 +22,9 @@ static void two_workers_averaged_with_lr1_mu0_give_exact_result(void **state)
 {
     (void)state;
     float acc[1];
-    float theta[1] = { 0.0f };
-    const float w1[1] = { 0.2f };
-    const float w2[1] = { 0.4f };
+    float theta[1] = {0.0f};
+    const float w1[1] = {0.2f};
+    const float w2[1] = {0.4f};
     outer_sum_zero(acc, 1);
     outer_sum_add_f32(acc, w1, 1);
     outer_sum_add_f32(acc, w2, 1);
@@ -36,14 +36,13 @@ static void two_workers_averaged_with_lr1_mu0_give_exact_result(void **state)
 static void nesterov_three_steps_match_torch(void **state)
 {
     (void)state;
-    float theta[3] = { 0, 0, 0 };
-    float b[3] = { 99, 99, 99 }; /* garbage: the first step must overwrite it */
-    const float g[3] = { 1, 1, 1 };
-    const double want[3] = { -0.19, -0.461, -0.8049 };
+    float theta[3] = {0, 0, 0};
+    float b[3] = {99, 99, 99}; /* garbage: the first step must overwrite it */
+    const float g[3] = {1, 1, 1};
+    const double want[3] = {-0.19, -0.461, -0.8049};
     for (int step = 0; step < 3; step++) {
         outer_sgd_step(theta, b, step == 0, g, 3, 0.1f, 0.9f, 1);
-        for (int i = 0; i < 3; i++)
-            assert_true(fabs(theta[i] - want[step]) < 1e-6);
+        for (int i = 0; i < 3; i++) assert_true(fabs(theta[i] - want[step]) < 1e-6);
     }
 }
 
@@ -54,11 +53,11 @@ static void plain_momentum_matches_hand_computation(void **state)
      * step1: b = 2,           theta = -1
      * step2: b = 1 + 4 = 5,   theta = -1 - 2.5 = -3.5
      * step3: b = 2.5 - 1 = 1.5, theta = -3.5 - 0.75 = -4.25   (all exact in binary) */
-    float theta[1] = { 0 };
-    float b[1] = { 0 };
-    const float gs[3] = { 2, 4, -1 };
-    const float want_theta[3] = { -1.0f, -3.5f, -4.25f };
-    const float want_b[3] = { 2.0f, 5.0f, 1.5f };
+    float theta[1] = {0};
+    float b[1] = {0};
+    const float gs[3] = {2, 4, -1};
+    const float want_theta[3] = {-1.0f, -3.5f, -4.25f};
+    const float want_b[3] = {2.0f, 5.0f, 1.5f};
     for (int step = 0; step < 3; step++) {
         outer_sgd_step(theta, b, step == 0, &gs[step], 1, 0.5f, 0.5f, 0);
         assert_true(theta[0] == want_theta[step]);
@@ -69,9 +68,9 @@ static void plain_momentum_matches_hand_computation(void **state)
 static void mu_zero_leaves_momentum_untouched(void **state)
 {
     (void)state;
-    float theta[2] = { 1, 1 };
-    float b[2] = { 7, 7 };
-    const float g[2] = { 0.5f, -0.5f };
+    float theta[2] = {1, 1};
+    float b[2] = {7, 7};
+    const float g[2] = {0.5f, -0.5f};
     outer_sgd_step(theta, b, 0, g, 2, 2.0f, 0.0f, 1);
     assert_true(theta[0] == 0.0f && theta[1] == 2.0f);
     assert_true(b[0] == 7.0f && b[1] == 7.0f);
@@ -84,8 +83,7 @@ static void bf16_accumulate_path_matches_widened_f32(void **state)
     float src[N], widened[N], acc_a[N], acc_b[N];
     uint16_t packed[N];
     uint64_t seed = 42;
-    for (size_t i = 0; i < N; i++)
-        src[i] = rng_uniform(&seed) * 2.0f - 1.0f;
+    for (size_t i = 0; i < N; i++) src[i] = rng_uniform(&seed) * 2.0f - 1.0f;
     bf16_encode(src, packed, N);
     bf16_decode(packed, widened, N);
     outer_sum_zero(acc_a, N);
@@ -97,7 +95,7 @@ static void bf16_accumulate_path_matches_widened_f32(void **state)
     assert_memory_equal(acc_a, acc_b, sizeof acc_a);
     /* A value exactly representable in bf16 accumulates exactly. */
     uint16_t one_and_half = bf16_from_f32(1.5f);
-    float acc[1] = { 0.25f };
+    float acc[1] = {0.25f};
     outer_sum_add_bf16(acc, &one_and_half, 1);
     assert_true(acc[0] == 1.75f);
 }
@@ -164,10 +162,10 @@ static void single_rounding_exactly_where_torch_has_one(void **state)
 {
     (void)state;
     const float x = 1.0f + 0x1p-12f;
-    float theta[1] = { -1.0f }, g[1] = { -x };
+    float theta[1] = {-1.0f}, g[1] = {-x};
     outer_sgd_step(theta, NULL, 0, g, 1, x, 0.0f, 1);
     assert_true(theta[0] == 0x1p-11f + 0x1p-24f);
-    float theta2[1] = { 0.0f }, b[1] = { x }, g2[1] = { -1.0f };
+    float theta2[1] = {0.0f}, b[1] = {x}, g2[1] = {-1.0f};
     outer_sgd_step(theta2, b, 0, g2, 1, 1.0f, x, 0);
     assert_true(b[0] == 0x1p-11f);
     assert_true(theta2[0] == -0x1p-11f);
@@ -201,7 +199,7 @@ static void every_build_rounds_where_torch_does(void **state)
     enum { N = 1037, K = 3 };
     static float t0[N], b0[N], g[N], want_t[N], want_b[N], two_t[N], two_b[N], got_t[N], got_b[N];
     static uint16_t d[K][N];
-    const uint16_t *dp[K] = { d[0], d[1], d[2] };
+    const uint16_t *dp[K] = {d[0], d[1], d[2]};
     const float lr = 0.7f;
     uint64_t seed = 17;
     for (size_t i = 0; i < N; i++) {
@@ -210,8 +208,11 @@ static void every_build_rounds_where_torch_does(void **state)
         for (int p = 0; p < K; p++)
             d[p][i] = bf16_from_f32(0.5f + 0.5f * rng_uniform(&seed)); /* the mean stays in [0.5, 1) */
     }
-    const struct { int first; float mu; int nesterov; } cases[] = { { 1, 0.9f, 1 }, { 0, 0.9f, 1 }, { 0, 0.8f, 0 },
-                                                                    { 1, 0.8f, 0 }, { 0, 0.0f, 1 } };
+    const struct {
+        int first;
+        float mu;
+        int nesterov;
+    } cases[] = {{1, 0.9f, 1}, {0, 0.9f, 1}, {0, 0.8f, 0}, {1, 0.8f, 0}, {0, 0.0f, 1}};
     for (uint32_t k = 1; k <= K; k++) {
         outer_mean_bf16(g, dp, k, N);
         for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
@@ -258,8 +259,11 @@ static void out_of_place_step_matches_in_place(void **state)
         b0[i] = rng_uniform(&seed) - 0.5f;
         g[i] = rng_uniform(&seed) - 0.5f;
     }
-    const struct { int first; float mu; int nesterov; } cases[] = { { 1, 0.9f, 1 }, { 0, 0.9f, 1 }, { 0, 0.8f, 0 },
-                                                                    { 1, 0.8f, 0 }, { 0, 0.0f, 1 } };
+    const struct {
+        int first;
+        float mu;
+        int nesterov;
+    } cases[] = {{1, 0.9f, 1}, {0, 0.9f, 1}, {0, 0.8f, 0}, {1, 0.8f, 0}, {0, 0.0f, 1}};
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         memcpy(ti, t0, N * sizeof *ti);
         memcpy(bi, b0, N * sizeof *bi);
@@ -288,28 +292,27 @@ static void one_pass_mean_and_step_match_the_multi_pass_kernels(void **state)
     float *tm = malloc(N * sizeof *tm), *bm = malloc(N * sizeof *bm), *to = malloc(N * sizeof *to),
           *bo = malloc(N * sizeof *bo), *g1 = malloc(N * sizeof *g1);
     uint16_t *d[K];
-    for (int p = 0; p < K; p++)
-        d[p] = malloc(N * sizeof *d[p]);
+    for (int p = 0; p < K; p++) d[p] = malloc(N * sizeof *d[p]);
     assert_true(t0 && b0 && g && tm && bm && to && bo && g1 && d[K - 1]);
     uint64_t seed = 11;
     for (size_t i = 0; i < N; i++) {
         t0[i] = rng_uniform(&seed) - 0.5f;
         b0[i] = rng_uniform(&seed) - 0.5f;
-        for (int p = 0; p < K; p++)
-            d[p][i] = bf16_from_f32((rng_uniform(&seed) - 0.5f) * 1e-3f);
+        for (int p = 0; p < K; p++) d[p][i] = bf16_from_f32((rng_uniform(&seed) - 0.5f) * 1e-3f);
     }
     d[0][7] = bf16_from_f32(-0.0f); /* a lone -0 */
     d[0][8] = bf16_from_f32(-0.0f);
     d[1][8] = bf16_from_f32(-0.0f);
-    const struct { int first; float mu; int nesterov; } cases[] = { { 1, 0.9f, 1 }, { 0, 0.9f, 1 }, { 0, 0.8f, 0 },
-                                                                    { 1, 0.8f, 0 }, { 0, 0.0f, 1 } };
+    const struct {
+        int first;
+        float mu;
+        int nesterov;
+    } cases[] = {{1, 0.9f, 1}, {0, 0.9f, 1}, {0, 0.8f, 0}, {1, 0.8f, 0}, {0, 0.0f, 1}};
     const uint16_t *dplus1[K];
-    for (int p = 0; p < K; p++)
-        dplus1[p] = d[p] + 1;
+    for (int p = 0; p < K; p++) dplus1[p] = d[p] + 1;
     for (uint32_t k = 1; k <= K; k++) {
         outer_sum_zero(g, N);
-        for (uint32_t p = 0; p < k; p++)
-            outer_sum_add_bf16(g, d[p], N);
+        for (uint32_t p = 0; p < k; p++) outer_sum_add_bf16(g, d[p], N);
         outer_mean_finish(g, N, k);
         outer_mean_bf16(g1, (const uint16_t *const *)d, k, N);
         assert_memory_equal(g1, g, N * sizeof *g);
@@ -318,15 +321,15 @@ static void one_pass_mean_and_step_match_the_multi_pass_kernels(void **state)
             for (int build = 0; build < 2; build++) { /* the dispatched build (AVX2 here or not), the portable one */
                 memset(to, 0xff, N * sizeof *to);
                 memset(bo, 0xff, N * sizeof *bo);
-                (build ? outer_mean_step_bf16_to_generic : outer_mean_step_bf16_to)(
-                    to, bo, t0, b0, cases[c].first, (const uint16_t *const *)d, k, N, 0.7f, cases[c].mu,
-                    cases[c].nesterov);
+                (build ? outer_mean_step_bf16_to_generic
+                       : outer_mean_step_bf16_to)(to, bo, t0, b0, cases[c].first, (const uint16_t *const *)d, k, N,
+                                                  0.7f, cases[c].mu, cases[c].nesterov);
                 assert_memory_equal(to, tm, N * sizeof *to);
                 assert_memory_equal(bo, bm, N * sizeof *bo);
             }
             /* an unaligned momentum (the scalar head of the AVX2 build) */
-            outer_mean_step_bf16_to(to + 1, bo + 1, t0 + 1, b0 + 1, cases[c].first,
-                                    (const uint16_t *const *)dplus1, k, N - 1, 0.7f, cases[c].mu, cases[c].nesterov);
+            outer_mean_step_bf16_to(to + 1, bo + 1, t0 + 1, b0 + 1, cases[c].first, (const uint16_t *const *)dplus1, k,
+                                    N - 1, 0.7f, cases[c].mu, cases[c].nesterov);
             assert_memory_equal(to + 1, tm + 1, (N - 1) * sizeof *to);
             assert_memory_equal(bo + 1, bm + 1, (N - 1) * sizeof *bo);
         }
@@ -335,8 +338,7 @@ static void one_pass_mean_and_step_match_the_multi_pass_kernels(void **state)
     outer_mean_bf16(g1, (const uint16_t *const *)d, 2, N);
     outer_mean_bf16(g, (const uint16_t *const *)d, 3, N);
     assert_int_not_equal(digest_f32(g1, N), digest_f32(g, N));
-    for (int p = 0; p < K; p++)
-        free(d[p]);
+    for (int p = 0; p < K; p++) free(d[p]);
     free(t0);
     free(b0);
     free(g);

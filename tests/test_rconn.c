@@ -28,8 +28,7 @@ static char sock_path[256];
 static int start_redis(void **state)
 {
     (void)state;
-    if (mkdtemp(tmpdir) == NULL)
-        return -1;
+    if (mkdtemp(tmpdir) == NULL) return -1;
     snprintf(sock_path, sizeof sock_path, "%s/redis.sock", tmpdir);
     redis_pid = fork();
     if (redis_pid == 0) {
@@ -42,8 +41,7 @@ static int start_redis(void **state)
     redis_url u;
     char url[300], err[256];
     snprintf(url, sizeof url, "unix://:pw@%s", sock_path);
-    if (redis_url_parse(url, &u, err, sizeof err) != 0)
-        return -1;
+    if (redis_url_parse(url, &u, err, sizeof err) != 0) return -1;
     for (int i = 0; i < 100; i++) {
         rconn *c = rconn_connect(&u, 500, err, sizeof err);
         if (c != NULL) {
@@ -82,8 +80,7 @@ static void password_auth_and_db_selection(void **state)
     (void)state;
     char err[512] = "";
     rconn *c3 = connect_url("unix://:pw@%s?db=3", err, sizeof err);
-    if (c3 == NULL)
-        fail_msg("connect: %s", err);
+    if (c3 == NULL) fail_msg("connect: %s", err);
     redisReply *r = rconn_command(c3, "SET only_in_db3 yes");
     assert_int_equal(rconn_reply_error(c3, r, err, sizeof err), 0);
     freeReplyObject(r);
@@ -111,8 +108,7 @@ static void acl_user_auth(void **state)
     freeReplyObject(r);
     rconn_free(admin);
     rconn *c = connect_url("unix://alice:s3cret@%s", err, sizeof err);
-    if (c == NULL)
-        fail_msg("alice: %s", err);
+    if (c == NULL) fail_msg("alice: %s", err);
     r = rconn_command(c, "ACL WHOAMI");
     assert_int_equal(rconn_reply_error(c, r, err, sizeof err), 0);
     assert_string_equal(r->str, "alice");
@@ -185,7 +181,7 @@ static void retry_gives_up_after_its_wait(void **state)
 static void refusal_ends_retries_at_once(void **state)
 {
     (void)state;
-    const char *urls[] = { "unix://:wrong@%s", "unix://nobody:pw@%s", "unix://:pw@%s?db=100000" };
+    const char *urls[] = {"unix://:wrong@%s", "unix://nobody:pw@%s", "unix://:pw@%s?db=100000"};
     for (size_t i = 0; i < sizeof urls / sizeof urls[0]; i++) {
         char url[400], err[512] = "";
         redis_url u;

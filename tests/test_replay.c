@@ -27,11 +27,13 @@ typedef struct enc {
     replay_blob b;
 } enc;
 
-static void fill(float *x, size_t n, uint64_t seed) {
+static void fill(float *x, size_t n, uint64_t seed)
+{
     for (size_t i = 0; i < n; i++) x[i] = rng_uniform(&seed) * 2.0f - 1.0f;
 }
 
-static void encode(enc *e, blob_header *h, const float *payload, size_t count) {
+static void encode(enc *e, blob_header *h, const float *payload, size_t count)
+{
     char err[256];
     h->dtype = BLOB_F32;
     h->count = count;
@@ -39,7 +41,8 @@ static void encode(enc *e, blob_header *h, const float *payload, size_t count) {
     assert_int_equal(blob_decode(e->buf, e->len, &e->b.h, &e->b.payload, &e->b.len, err, sizeof err), 0);
 }
 
-static void snap_blob(enc *e, const float *theta, const float *mom, int64_t version) {
+static void snap_blob(enc *e, const float *theta, const float *mom, int64_t version)
+{
     float *both = malloc(2 * N * sizeof(float));
     memcpy(both, theta, N * sizeof(float));
     if (mom) memcpy(both + N, mom, N * sizeof(float));
@@ -52,7 +55,8 @@ static void snap_blob(enc *e, const float *theta, const float *mom, int64_t vers
     free(both);
 }
 
-static void log_blob(enc *e, const float *g, int64_t version, float lr, float mu, int nesterov, int first, int aux) {
+static void log_blob(enc *e, const float *g, int64_t version, float lr, float mu, int nesterov, int first, int aux)
+{
     blob_header h;
     blob_header_init(&h, "log");
     h.shard = 3;
@@ -64,10 +68,15 @@ static void log_blob(enc *e, const float *g, int64_t version, float lr, float mu
     encode(e, &h, g, N);
 }
 
-typedef struct step { float lr, mu; int nesterov, aux; uint64_t seed; } step;
+typedef struct step {
+    float lr, mu;
+    int nesterov, aux;
+    uint64_t seed;
+} step;
 
 /* Apply the steps directly (as a shard-server's commits did) and by replay; compare the bits. */
-static void check_steps(const step *steps, int nsteps, int snap_has_mom) {
+static void check_steps(const step *steps, int nsteps, int snap_has_mom)
+{
     float *theta0 = malloc(N * sizeof(float)), *mom0 = malloc(N * sizeof(float));
     float *theta = malloc(N * sizeof(float)), *mom = calloc(N, sizeof(float));
     float *g = malloc(N * sizeof(float));
@@ -98,27 +107,40 @@ static void check_steps(const step *steps, int nsteps, int snap_has_mom) {
     assert_int_equal(v, 10 + nsteps);
     assert_int_equal(rhas, has_mom);
     assert_memory_equal(rt, theta, N * sizeof(float));
-    if (has_mom) assert_memory_equal(rm, mom, N * sizeof(float));
-    else for (size_t i = 0; i < N; i++) assert_true(rm[i] == 0.0f);
+    if (has_mom)
+        assert_memory_equal(rm, mom, N * sizeof(float));
+    else
+        for (size_t i = 0; i < N; i++) assert_true(rm[i] == 0.0f);
     assert_int_equal(digest_f32(rt, N), digest_f32(theta, N));
     free(snap.buf);
     for (int i = 0; i < nsteps; i++) free(logs[i].buf);
-    free(logs); free(lb); free(theta0); free(mom0); free(theta); free(mom); free(g); free(rt); free(rm);
+    free(logs);
+    free(lb);
+    free(theta0);
+    free(mom0);
+    free(theta);
+    free(mom);
+    free(g);
+    free(rt);
+    free(rm);
 }
 
-static void nesterov_from_fresh_snapshot(void **state) {
+static void nesterov_from_fresh_snapshot(void **state)
+{
     (void)state;
     step s[] = {{0.7f, 0.9f, 1, 3, 100}, {0.7f, 0.9f, 1, 3, 101}, {0.7f, 0.9f, 1, 2, 102}, {0.7f, 0.9f, 1, 3, 103}};
     check_steps(s, 4, 0);
 }
 
-static void plain_momentum_and_changed_tunables(void **state) {
+static void plain_momentum_and_changed_tunables(void **state)
+{
     (void)state;
     step s[] = {{0.5f, 0.8f, 0, 1, 7}, {0.25f, 0.95f, 0, 2, 8}, {0.7f, 0.9f, 1, 2, 9}};
     check_steps(s, 3, 0);
 }
 
-static void noop_rounds_change_nothing_but_the_version(void **state) {
+static void noop_rounds_change_nothing_but_the_version(void **state)
+{
     (void)state;
     step s[] = {{0.7f, 0.9f, 1, 0, 1}, {0.7f, 0.9f, 1, 3, 2}, {0.7f, 0.9f, 1, 0, 3}, {0.7f, 0.9f, 1, 3, 4}};
     check_steps(s, 4, 0);
@@ -126,20 +148,23 @@ static void noop_rounds_change_nothing_but_the_version(void **state) {
     check_steps(only_noops, 2, 0); /* no momentum yet afterwards */
 }
 
-static void snapshot_with_momentum_continues_it(void **state) {
+static void snapshot_with_momentum_continues_it(void **state)
+{
     (void)state;
     step s[] = {{0.7f, 0.9f, 1, 3, 11}, {0.7f, 0.9f, 1, 3, 12}};
     check_steps(s, 2, 1);
     check_steps(s, 0, 1); /* the snapshot alone */
 }
 
-static void zero_momentum_never_creates_a_buffer(void **state) {
+static void zero_momentum_never_creates_a_buffer(void **state)
+{
     (void)state;
     step s[] = {{1.0f, 0.0f, 1, 2, 21}, {0.3f, 0.0f, 0, 2, 22}};
     check_steps(s, 2, 0);
 }
 
-static void wrong_blobs_are_rejected(void **state) {
+static void wrong_blobs_are_rejected(void **state)
+{
     (void)state;
     float *theta = malloc(2 * N * sizeof(float)), *mom = malloc(N * sizeof(float));
     fill(theta, 2 * N, 5);
@@ -169,7 +194,8 @@ static void wrong_blobs_are_rejected(void **state) {
 
 /* A snapshot that claims version INT64_MAX: the next log entry is refused (its version would
  * overflow), not replayed into a negative version. */
-static void version_overflow_is_refused(void **state) {
+static void version_overflow_is_refused(void **state)
+{
     (void)state;
     float *theta = malloc(N * sizeof(float)), *mom = malloc(N * sizeof(float));
     fill(theta, N, 9);
@@ -194,7 +220,8 @@ static void version_overflow_is_refused(void **state) {
  * versions 6..10: the replay applies submission t = dn_t0 + version (13, 14, 15 = a momentum step,
  * 16, 17), exactly as the shard-server's commits did. A snapshot with the buffer but no momentum
  * carries the buffer right after θ. */
-static void delayed_nesterov_counts_from_dn_t0(void **state) {
+static void delayed_nesterov_counts_from_dn_t0(void **state)
+{
     (void)state;
     const uint64_t t0 = 7;
     const uint32_t NB = 3;
@@ -267,10 +294,21 @@ static void delayed_nesterov_counts_from_dn_t0(void **state) {
     assert_memory_equal(rb, buf, N * sizeof(float));
     assert_int_equal(st.has_mom, 0);
     free(snap.buf);
-    free(theta); free(m); free(buf); free(g); free(three); free(rt); free(rm); free(rb); free(zt); free(zm); free(zb);
+    free(theta);
+    free(m);
+    free(buf);
+    free(g);
+    free(three);
+    free(rt);
+    free(rm);
+    free(rb);
+    free(zt);
+    free(zm);
+    free(zb);
 }
 
-int main(void) {
+int main(void)
+{
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(nesterov_from_fresh_snapshot),
         cmocka_unit_test(plain_momentum_and_changed_tunables),

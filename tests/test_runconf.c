@@ -17,7 +17,8 @@
 #include "blob.h"
 #include "runconf.h"
 
-static void bounds_lists(void **state) {
+static void bounds_lists(void **state)
+{
     (void)state;
     uint64_t *b;
     int n;
@@ -28,8 +29,8 @@ static void bounds_lists(void **state) {
     free(b);
     assert_int_equal(runconf_parse_bounds_u64("0,18446744073709551615", &b, &n, err, sizeof err), 0);
     free(b);
-    static const char *const bad[] = {"", "0,", ",1", "0,,1", "-1", "0,-1", " 1", "0, 1", "+1", "0,5,3",
-                                      "0,18446744073709551616", "0,1x"};
+    static const char *const bad[] = {
+        "", "0,", ",1", "0,,1", "-1", "0,-1", " 1", "0, 1", "+1", "0,5,3", "0,18446744073709551616", "0,1x"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         if (runconf_parse_bounds_u64(bad[i], &b, &n, err, sizeof err) == 0) fail_msg("accepted '%s'", bad[i]);
         assert_non_null(strstr(err, "malformed bounds"));
@@ -37,7 +38,8 @@ static void bounds_lists(void **state) {
 }
 
 /* the reply hiredis makes of resp (one complete reply) */
-static redisReply *reply(const char *resp) {
+static redisReply *reply(const char *resp)
+{
     redisReader *rd = redisReaderCreate();
     void *r = NULL;
     redisReaderFeed(rd, resp, strlen(resp));
@@ -47,7 +49,8 @@ static redisReply *reply(const char *resp) {
     return r;
 }
 
-static int from(const char *resp, runconf *rc, char *err, size_t errlen) {
+static int from(const char *resp, runconf *rc, char *err, size_t errlen)
+{
     redisReply *r = reply(resp);
     memset(rc, 0, sizeof *rc);
     int ret = runconf_from_reply(r, rc, err, errlen);
@@ -55,13 +58,16 @@ static int from(const char *resp, runconf *rc, char *err, size_t errlen) {
     return ret;
 }
 
-static void config_from_hgetall(void **state) {
+static void config_from_hgetall(void **state)
+{
     (void)state;
     runconf rc;
     char err[256];
     assert_int_equal(from("*10\r\n$5\r\nnumel\r\n$2\r\n10\r\n$12\r\nshard_bounds\r\n$6\r\n0,4,10\r\n"
                           "$11\r\nfrag_bounds\r\n$3\r\n0,2\r\n$4\r\nmode\r\n$5\r\nasync\r\n"
-                          "$9\r\ndn_buffer\r\n$1\r\n3\r\n", &rc, err, sizeof err), 0);
+                          "$9\r\ndn_buffer\r\n$1\r\n3\r\n",
+                          &rc, err, sizeof err),
+                     0);
     assert_int_equal(rc.numel, 10);
     assert_int_equal(rc.nshards, 2);
     assert_int_equal(runconf_shard_numel(&rc, 1), 6);
@@ -72,15 +78,21 @@ static void config_from_hgetall(void **state) {
     runconf_free(&rc);
     /* a field whose value is not a string (an integer reply) counts as absent, not as a NULL string */
     assert_int_equal(from("*6\r\n$5\r\nnumel\r\n:10\r\n$12\r\nshard_bounds\r\n$4\r\n0,10\r\n"
-                          "$11\r\nfrag_bounds\r\n$3\r\n0,1\r\n", &rc, err, sizeof err), -1);
+                          "$11\r\nfrag_bounds\r\n$3\r\n0,1\r\n",
+                          &rc, err, sizeof err),
+                     -1);
     assert_non_null(strstr(err, "lacks numel"));
     runconf_free(&rc);
     assert_int_equal(from("*6\r\n$5\r\nnumel\r\n$2\r\n10\r\n$12\r\nshard_bounds\r\n$3\r\n0,9\r\n"
-                          "$11\r\nfrag_bounds\r\n$3\r\n0,1\r\n", &rc, err, sizeof err), -1);
+                          "$11\r\nfrag_bounds\r\n$3\r\n0,1\r\n",
+                          &rc, err, sizeof err),
+                     -1);
     assert_non_null(strstr(err, "do not cover"));
     runconf_free(&rc);
     assert_int_equal(from("*6\r\n$5\r\nnumel\r\n$2\r\n10\r\n$12\r\nshard_bounds\r\n$4\r\n0,10\r\n"
-                          "$11\r\nfrag_bounds\r\n$3\r\n0,2\r\n", &rc, err, sizeof err), -1);
+                          "$11\r\nfrag_bounds\r\n$3\r\n0,2\r\n",
+                          &rc, err, sizeof err),
+                     -1);
     assert_non_null(strstr(err, "fragment bounds"));
     runconf_free(&rc);
     /* an integer where a field name goes: strcmp on its NULL string was a crash */
@@ -92,7 +104,8 @@ static void config_from_hgetall(void **state) {
 }
 
 /* the codec and download settings: defaults of runs made before them, and the combinations refused */
-static void codec_settings(void **state) {
+static void codec_settings(void **state)
+{
     (void)state;
     runconf rc;
     char err[256];
@@ -101,8 +114,9 @@ static void codec_settings(void **state) {
     assert_int_equal(rc.compress, BLOB_BF16);
     assert_int_equal(rc.download_update, 0);
     runconf_free(&rc);
-    assert_int_equal(from("*10\r\n" BASE "$8\r\ncompress\r\n$4\r\nint4\r\n$8\r\ndownload\r\n$6\r\nupdate\r\n", &rc,
-                          err, sizeof err), 0);
+    assert_int_equal(
+        from("*10\r\n" BASE "$8\r\ncompress\r\n$4\r\nint4\r\n$8\r\ndownload\r\n$6\r\nupdate\r\n", &rc, err, sizeof err),
+        0);
     assert_int_equal(rc.compress, BLOB_I4);
     assert_int_equal(rc.download_update, 1);
     assert_true(runconf_accepts_dtype(&rc, BLOB_I4) && !runconf_accepts_dtype(&rc, BLOB_BF16));
@@ -110,8 +124,9 @@ static void codec_settings(void **state) {
     assert_int_equal(from("*8\r\n" BASE "$8\r\ncompress\r\n$4\r\nint3\r\n", &rc, err, sizeof err), -1);
     assert_non_null(strstr(err, "codec 'int3'"));
     runconf_free(&rc);
-    assert_int_equal(from("*10\r\n" BASE "$4\r\nmode\r\n$5\r\nasync\r\n$8\r\ndownload\r\n$6\r\nupdate\r\n", &rc,
-                          err, sizeof err), -1);
+    assert_int_equal(
+        from("*10\r\n" BASE "$4\r\nmode\r\n$5\r\nasync\r\n$8\r\ndownload\r\n$6\r\nupdate\r\n", &rc, err, sizeof err),
+        -1);
     assert_non_null(strstr(err, "not for async runs"));
     runconf_free(&rc);
     assert_int_equal(from("*8\r\n" BASE "$8\r\ndownload\r\n$4\r\nsome\r\n", &rc, err, sizeof err), -1);
@@ -119,7 +134,8 @@ static void codec_settings(void **state) {
 #undef BASE
 }
 
-int main(void) {
+int main(void)
+{
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bounds_lists),
         cmocka_unit_test(config_from_hgetall),

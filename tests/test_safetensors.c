@@ -18,7 +18,8 @@
 #include "safetensors.h"
 
 /* a file image: 8-byte length, the header, then dlen bytes of data (copied from data, or 0x00) */
-static unsigned char *image(const char *header, const void *data, size_t dlen, size_t *len) {
+static unsigned char *image(const char *header, const void *data, size_t dlen, size_t *len)
+{
     size_t h = strlen(header);
     *len = 8 + h + dlen;
     unsigned char *b = calloc(1, *len);
@@ -29,7 +30,8 @@ static unsigned char *image(const char *header, const void *data, size_t dlen, s
     return b;
 }
 
-static int parse(const char *header, size_t dlen, safetensors *st, char *err, size_t errlen) {
+static int parse(const char *header, size_t dlen, safetensors *st, char *err, size_t errlen)
+{
     size_t len;
     unsigned char *b = image(header, NULL, dlen, &len);
     int rc = safetensors_parse(b, len, st, err, errlen);
@@ -37,7 +39,8 @@ static int parse(const char *header, size_t dlen, safetensors *st, char *err, si
     return rc;
 }
 
-static void reads_tensors_and_metadata_in_file_order(void **state) {
+static void reads_tensors_and_metadata_in_file_order(void **state)
+{
     (void)state;
     safetensors st;
     char err[512] = "";
@@ -69,7 +72,8 @@ static void reads_tensors_and_metadata_in_file_order(void **state) {
     safetensors_free(&st);
 }
 
-static void converts_every_float_dtype_to_f32(void **state) {
+static void converts_every_float_dtype_to_f32(void **state)
+{
     (void)state;
     safetensors_tensor t = {.name = "t", .ndim = 1};
     float out[6];
@@ -103,7 +107,8 @@ static void converts_every_float_dtype_to_f32(void **state) {
     assert_non_null(strstr(err, "I32"));
 }
 
-static void reads_a_file_through_open(void **state) {
+static void reads_a_file_through_open(void **state)
+{
     (void)state;
     char path[] = "/tmp/test_safetensors_XXXXXX";
     int fd = mkstemp(path);
@@ -127,19 +132,22 @@ static void reads_a_file_through_open(void **state) {
 }
 
 /* each header is refused and the message names the problem */
-static void refuses(const char *header, size_t dlen, const char *want) {
+static void refuses(const char *header, size_t dlen, const char *want)
+{
     safetensors st;
     char err[512] = "";
     int rc = parse(header, dlen, &st, err, sizeof err);
     if (rc == 0 || !strstr(err, want)) fail_msg("header %s: rc %d, message \"%s\", want \"%s\"", header, rc, err, want);
 }
 
-static void refuses_malformed_headers(void **state) {
+static void refuses_malformed_headers(void **state)
+{
     (void)state;
     refuses("[1,2]", 0, "not one JSON object");
     refuses("{\"x\":", 0, "not one JSON object");
     refuses("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-            "\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "not one JSON object");
+            "\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}",
+            8, "not one JSON object");
     refuses("{\"__metadata__\":{\"a\":1}}", 0, "not a string");
     refuses("{\"__metadata__\":[]}", 0, "not an object");
     refuses("{\"x\":{\"dtype\":\"F33\",\"shape\":[1],\"data_offsets\":[0,4]}}", 4, "unknown dtype");
@@ -149,7 +157,8 @@ static void refuses_malformed_headers(void **state) {
     refuses("{\"x\":{\"dtype\":\"F32\",\"shape\":[-1],\"data_offsets\":[0,4]}}", 4, "shape[0]");
     refuses("{\"x\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,4]}}", 4, "do not fill");
     refuses("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]},"
-            "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[2,6]}}", 8, "overlap");
+            "\"y\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[2,6]}}",
+            8, "overlap");
     refuses("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[4,8]}}", 8, "gap");
     refuses("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 6, "cover 4 of the 6");
     refuses("{\"x\":{\"dtype\":\"F32\",\"shape\":[1]}}", 0, "is not {");
@@ -158,7 +167,8 @@ static void refuses_malformed_headers(void **state) {
 }
 
 /* 2^62 elements of 4 bytes wrap to 0 bytes in 64 bits; 2^32 * 2^32 wraps the element count itself */
-static void refuses_sizes_that_overflow(void **state) {
+static void refuses_sizes_that_overflow(void **state)
+{
     (void)state;
     refuses("{\"x\":{\"dtype\":\"F32\",\"shape\":[4611686018427387904],\"data_offsets\":[0,0]}}", 0, "do not fill");
     refuses("{\"x\":{\"dtype\":\"F32\",\"shape\":[4611686018427387905],\"data_offsets\":[0,4]}}", 4, "do not fill");
@@ -166,11 +176,11 @@ static void refuses_sizes_that_overflow(void **state) {
             "overflows 64 bits");
     refuses("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,18446744073709551615]}}", 4,
             "too big integer");
-    refuses("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,9223372036854775807]}}", 4,
-            "do not fit");
+    refuses("{\"x\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,9223372036854775807]}}", 4, "do not fit");
 }
 
-static void refuses_bad_lengths(void **state) {
+static void refuses_bad_lengths(void **state)
+{
     (void)state;
     safetensors st;
     char err[512];
@@ -191,7 +201,8 @@ static void refuses_bad_lengths(void **state) {
     free(b);
 }
 
-int main(void) {
+int main(void)
+{
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(reads_tensors_and_metadata_in_file_order),
         cmocka_unit_test(converts_every_float_dtype_to_f32),

@@ -80,7 +80,7 @@ static void earlier_pending_sigpipe_is_left_alone(void **state)
     sigpipe_release(&g);
     assert_true(sigpipe_is_pending());
     assert_true(sigpipe_is_blocked());
-    struct timespec now = { 0, 0 };
+    struct timespec now = {0, 0};
     assert_int_equal(sigtimedwait(&pipe_only, NULL, &now), SIGPIPE);
     pthread_sigmask(SIG_SETMASK, &before, NULL);
     close(p[1]);
@@ -93,7 +93,7 @@ static void command_on_connection_the_server_closed(void **state)
     (void)state;
     char dir[] = "/tmp/test_sigpipe_XXXXXX";
     assert_non_null(mkdtemp(dir));
-    struct sockaddr_un sa = { .sun_family = AF_UNIX };
+    struct sockaddr_un sa = {.sun_family = AF_UNIX};
     snprintf(sa.sun_path, sizeof sa.sun_path, "%s/redis.sock", dir);
     int lfd = socket(AF_UNIX, SOCK_STREAM, 0);
     assert_true(lfd >= 0);

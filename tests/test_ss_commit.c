@@ -36,8 +36,10 @@ static ss_ctx *g_server;
 static int setup(void **state)
 {
     (void)state;
-    if (ssh_setup(RUN, "-n 2 --shards 1 --trainer quadratic --numel 300 --compress fp32 --outer-lr 0.7 "
-                       "--outer-momentum 0.9 --seed 3", &g_base) != 0)
+    if (ssh_setup(RUN,
+                  "-n 2 --shards 1 --trainer quadratic --numel 300 --compress fp32 --outer-lr 0.7 "
+                  "--outer-momentum 0.9 --seed 3",
+                  &g_base) != 0)
         return -1;
     g_server = ssh_server(g_base, RUN, "S", 3000);
     return g_server != NULL && ssh_pump_until(g_base, ssh_shard_ready, &g_server->shards[0], 5000) == 0 ? 0 : -1;
@@ -59,8 +61,7 @@ static void do_push(const char *w, long long inc, int round, const float *d)
 
 static void fill_delta(float *d, int seed)
 {
-    for (int i = 0; i < NUMEL; i++)
-        d[i] = 0.001f * (float)((i * 37 + seed * 11) % 23) - 0.011f;
+    for (int i = 0; i < NUMEL; i++) d[i] = 0.001f * (float)((i * 37 + seed * 11) % 23) - 0.011f;
 }
 
 /* The v0 parameters as coordinator init wrote them, checked against the shard's digest. */
@@ -143,7 +144,7 @@ static void test_commit_rounds(void **state)
     do_push("w1", i1, 1, d3);
     char incs[24];
     snprintf(incs, sizeof incs, "%lld", i2);
-    const char *args[2] = { "w2", incs };
+    const char *args[2] = {"w2", incs};
     redisReply *r = ssh_fcall(RUN, "dl_deregister", 2, args);
     assert_non_null(r);
     assert_int_not_equal(r->type, REDIS_REPLY_ERROR);
@@ -155,7 +156,7 @@ static void test_commit_rounds(void **state)
     outer_sgd_step(theta, mom, 0, g, NUMEL, LR, MU, 1);
     check_committed(&rep, 2, theta);
     free(rep.params);
-    const char *bargs[2] = { "0", "1" };
+    const char *bargs[2] = {"0", "1"};
     r = ssh_fcall(RUN, "dl_barrier", 2, bargs);
     assert_non_null(r);
     assert_int_equal(r->type, REDIS_REPLY_ARRAY);
@@ -166,8 +167,7 @@ static void test_commit_rounds(void **state)
 
 int main(void)
 {
-    if (system("command -v redis-server >/dev/null 2>&1") != 0)
-        return 77;
+    if (system("command -v redis-server >/dev/null 2>&1") != 0) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_commit_rounds),
     };

@@ -78,8 +78,7 @@ static void test_lease_takeover_fence_expiry(void **state)
 
     /* a pseudo-gradient for round 0 reaches A; then A stops renewing but still trusts its lease */
     float d[NUMEL];
-    for (int i = 0; i < NUMEL; i++)
-        d[i] = 0.01f * (float)(i % 7) - 0.02f;
+    for (int i = 0; i < NUMEL; i++) d[i] = 0.01f * (float)(i % 7) - 0.02f;
     join_push_arrive(a, "w1", d);
     event_del(a->beat_timer);
     a->lease_valid_until = now_ms() + 60000;
@@ -120,8 +119,7 @@ static void test_lease_takeover_fence_expiry(void **state)
 
 int main(void)
 {
-    if (system("command -v redis-server >/dev/null 2>&1") != 0)
-        return 77;
+    if (system("command -v redis-server >/dev/null 2>&1") != 0) return 77;
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_lease_takeover_fence_expiry),
     };

@@ -60,8 +60,7 @@ static void backoff_grows_caps_and_jitters_within_25_percent(void **state)
     /* Jitter actually varies. */
     unsigned first = backoff_ms(5, 100, 100000);
     int varied = 0;
-    for (int k = 0; k < 50 && !varied; k++)
-        varied = backoff_ms(5, 100, 100000) != first;
+    for (int k = 0; k < 50 && !varied; k++) varied = backoff_ms(5, 100, 100000) != first;
     assert_true(varied);
 }
 
@@ -69,8 +68,7 @@ static void prng_is_deterministic_and_uniform_in_unit_interval(void **state)
 {
     (void)state;
     uint64_t a = 123, b = 123;
-    for (int i = 0; i < 100; i++)
-        assert_int_equal(splitmix64(&a), splitmix64(&b));
+    for (int i = 0; i < 100; i++) assert_int_equal(splitmix64(&a), splitmix64(&b));
     /* Reference value of SplitMix64 with seed 0 (from the published algorithm). */
     uint64_t z = 0;
     assert_int_equal(splitmix64(&z), 0xe220a8397b1dcdafull);

@@ -94,16 +94,16 @@ extern "C" {
 #define DILOCO_ABI_VERSION 0
 
 /* The library actually loaded (a binding compares them with what it was written for). */
-DILOCO_API const char *diloco_version_string(void);   /* DILOCO_VERSION_STRING */
-DILOCO_API int diloco_abi_version(void);               /* DILOCO_ABI_VERSION */
-DILOCO_API size_t diloco_options_size(void);           /* sizeof(diloco_options) */
-DILOCO_API size_t diloco_sync_info_size(void);         /* sizeof(diloco_sync_info) */
+DILOCO_API const char *diloco_version_string(void); /* DILOCO_VERSION_STRING */
+DILOCO_API int diloco_abi_version(void);            /* DILOCO_ABI_VERSION */
+DILOCO_API size_t diloco_options_size(void);        /* sizeof(diloco_options) */
+DILOCO_API size_t diloco_sync_info_size(void);      /* sizeof(diloco_sync_info) */
 
 typedef struct diloco diloco;
 
 /* Log levels of log_callback and log_level. */
 enum {
-    DILOCO_LOG_DEFAULT = -1,      /* log_level: the LOG_LEVEL environment variable (debug|info|warn|error), else info */
+    DILOCO_LOG_DEFAULT = -1, /* log_level: the LOG_LEVEL environment variable (debug|info|warn|error), else info */
     DILOCO_LOG_DEBUG = 0,
     DILOCO_LOG_INFO = 1,
     DILOCO_LOG_WARN = 2,
@@ -118,13 +118,13 @@ enum {
  * that owns the parameters), and the host buffers passed are used only during the call. Without
  * hooks (delta == NULL) libdiloco works on params itself. docs/cuda.md has the CUDA one. */
 enum {
-    DILOCO_LOAD_SNAPSHOT = 0,     /* snapshot = base; params untouched */
-    DILOCO_LOAD_COPY = 1,         /* snapshot = base; params = base */
-    DILOCO_LOAD_MIX = 2,          /* snapshot = base; params = (float)alpha*params + (float)(1-alpha)*base,
+    DILOCO_LOAD_SNAPSHOT = 0, /* snapshot = base; params untouched */
+    DILOCO_LOAD_COPY = 1,     /* snapshot = base; params = base */
+    DILOCO_LOAD_MIX = 2,      /* snapshot = base; params = (float)alpha*params + (float)(1-alpha)*base,
                                      each product and the sum rounded to fp32 separately (no FMA) */
 };
 typedef struct diloco_device_ops {
-    void *ctx;                    /* passed back to every hook */
+    void *ctx; /* passed back to every hook */
     /* The pseudo-gradient of [off, off+n): d = snapshot - params, one fp32 subtraction per element,
      * written to out as n bf16 values (bf16 != 0; round to nearest even, NaN made quiet, exactly as
      * common/math/bf16.c) or n floats. Returns 0 when every d is finite; 1 when one is NaN or Inf, with
@@ -132,8 +132,7 @@ typedef struct diloco_device_ops {
     int (*delta)(void *ctx, size_t off, size_t n, int bf16, void *out, size_t *bad, char *err, size_t errlen);
     /* New global parameters base[0, n) (host) for [off, off+n): snapshot = base, and params as mode
      * says (DILOCO_LOAD_*). 0, or -1 on a device error. */
-    int (*load)(void *ctx, const float *base, size_t off, size_t n, int mode, double alpha, char *err,
-                size_t errlen);
+    int (*load)(void *ctx, const float *base, size_t off, size_t n, int mode, double alpha, char *err, size_t errlen);
     /* Optional: allocator of libdiloco's large host buffers (the global parameters, the pseudo-gradient),
      * e.g. page-locked memory so the copies above are DMA; NULL: malloc/free. */
     void *(*host_alloc)(void *ctx, size_t bytes);
@@ -141,32 +140,32 @@ typedef struct diloco_device_ops {
 } diloco_device_ops;
 
 typedef struct diloco_options {
-    const char *redis_url;        /* redis://[user[:pass]@]host[:port][/db] or unix://path */
-    const char *run;              /* run name given to `coordinator init --run` */
-    const char *worker_id;        /* NULL: "<hostname>-<pid>" */
-    int sync_every;               /* H: inner steps between syncs (default 500) */
-    int bf16;                     /* send pseudo-gradients as bf16 (default 1); 0: fp32. Only in runs
+    const char *redis_url;     /* redis://[user[:pass]@]host[:port][/db] or unix://path */
+    const char *run;           /* run name given to `coordinator init --run` */
+    const char *worker_id;     /* NULL: "<hostname>-<pid>" */
+    int sync_every;            /* H: inner steps between syncs (default 500) */
+    int bf16;                  /* send pseudo-gradients as bf16 (default 1); 0: fp32. Only in runs
                                      whose codec is bf16 (coordinator init --compress): others use theirs */
-    int heartbeat_interval_ms;    /* default 30000; 0 disables heartbeats */
-    int max_sync_retries;         /* failed syncs in a row before re-registering (default 3) */
-    int net_timeout_ms;           /* one data-plane request (default 60000) */
-    int sync_timeout_ms;          /* give up one sync attempt after this long without progress (default 120000) */
-    int wait_poll_ms;             /* BLPOP timeout while waiting at a barrier (default 1000) */
-    int connect_timeout_ms;       /* diloco_open waits this long for an unreachable Redis, retrying with
+    int heartbeat_interval_ms; /* default 30000; 0 disables heartbeats */
+    int max_sync_retries;      /* failed syncs in a row before re-registering (default 3) */
+    int net_timeout_ms;        /* one data-plane request (default 60000) */
+    int sync_timeout_ms;       /* give up one sync attempt after this long without progress (default 120000) */
+    int wait_poll_ms;          /* BLPOP timeout while waiting at a barrier (default 1000) */
+    int connect_timeout_ms;    /* diloco_open waits this long for an unreachable Redis, retrying with
                                      backoff (default 60000; 0: one attempt); a login Redis refuses (wrong
                                      password or user) fails at once */
-    int dylu;                     /* follow the H the run's DyLU computes for us */
-    int num_fragments;            /* 0: take it from the run; else it must equal the run's */
-    double fragment_alpha;        /* Streaming mixing: params = alpha*params + (1-alpha)*global (default 0) */
-    int simulate_latency_ms;      /* testing: extra delay in each background fragment sync */
-    const volatile int *stop;     /* optional: when *stop becomes non-zero, waits and retries give up
+    int dylu;                  /* follow the H the run's DyLU computes for us */
+    int num_fragments;         /* 0: take it from the run; else it must equal the run's */
+    double fragment_alpha;     /* Streaming mixing: params = alpha*params + (1-alpha)*global (default 0) */
+    int simulate_latency_ms;   /* testing: extra delay in each background fragment sync */
+    const volatile int *stop;  /* optional: when *stop becomes non-zero, waits and retries give up
                                      at once (point it at your SIGINT/SIGTERM flag; without it,
                                      diloco_request_stop does the same) */
     /* Called after the library wrote new global values into params[off, off+n) (NULL: nothing).
      * Not called with device hooks: their load is the notification. */
     int (*on_params)(void *ctx, size_t off, size_t n, char *err, size_t errlen);
     void *on_params_ctx;
-    diloco_device_ops device;     /* device-resident parameters (see above); all NULL: off */
+    diloco_device_ops device; /* device-resident parameters (see above); all NULL: off */
     /* Where this session's messages go. NULL: stderr, one line each ("<time> <name>[pid] INFO ...",
      * as the project's programs log). Else log_callback(log_ctx, level, message) for every message at
      * level >= log_level: the text alone (no time, level or newline). It is called from the thread
@@ -174,23 +173,23 @@ typedef struct diloco_options {
      * back into libdiloco. */
     void (*log_callback)(void *ctx, int level, const char *message);
     void *log_ctx;
-    int log_level;                /* DILOCO_LOG_*; default DILOCO_LOG_DEFAULT */
+    int log_level; /* DILOCO_LOG_*; default DILOCO_LOG_DEFAULT */
     /* int8/int4 runs (coordinator init --compress): keep what quantization dropped from each
      * pseudo-gradient and add it to the next one (default 0; in this process only) */
     int error_feedback;
 } diloco_options;
 
 typedef struct diloco_sync_info {
-    int fragment;                 /* which fragment synced (0 without Streaming DiLoCo) */
-    int64_t round;                /* the round this sync completed (the new version is round+1) */
-    int64_t version;              /* global version now held */
-    double seconds;               /* first pseudo-gradient byte sent to last parameter byte received */
-    double wait_seconds;          /* part of it spent waiting for the barrier */
+    int fragment;        /* which fragment synced (0 without Streaming DiLoCo) */
+    int64_t round;       /* the round this sync completed (the new version is round+1) */
+    int64_t version;     /* global version now held */
+    double seconds;      /* first pseudo-gradient byte sent to last parameter byte received */
+    double wait_seconds; /* part of it spent waiting for the barrier */
     /* Payload bytes this sync sent (pseudo-gradients, resends included: every frame that went out,
      * whatever its reply) and received (parameters). A lost round that sent nothing reports 0 up. */
     uint64_t bytes_up, bytes_down;
-    uint64_t digest;              /* XXH3 of the whole new global parameter vector */
-    int stale;                    /* 1 when the round was lost (STALE/evicted) and we re-fetched instead */
+    uint64_t digest; /* XXH3 of the whole new global parameter vector */
+    int stale;       /* 1 when the round was lost (STALE/evicted) and we re-fetched instead */
     /* Phase timestamps of the round, CLOCK_REALTIME in microseconds (comparable across processes on
      * one machine; 0 when the phase did not happen): first pseudo-gradient byte sent, every push
      * acknowledged, barrier closed (first get sent), last parameter byte received. */
@@ -225,13 +224,13 @@ DILOCO_API void diloco_request_stop(diloco *d);
 DILOCO_API int diloco_last_sync(const diloco *d, diloco_sync_info *out); /* 0 if a sync happened yet, else -1 */
 DILOCO_API int diloco_sync_every(const diloco *d);                       /* current H (DyLU may change it) */
 DILOCO_API int diloco_steps_to_sync(const diloco *d);
-DILOCO_API int diloco_stop_requested(const diloco *d);                   /* the operator shut the run down */
+DILOCO_API int diloco_stop_requested(const diloco *d); /* the operator shut the run down */
 DILOCO_API const char *diloco_worker_id(const diloco *d);
-DILOCO_API int64_t diloco_version(const diloco *d);                      /* global version params started from */
+DILOCO_API int64_t diloco_version(const diloco *d); /* global version params started from */
 /* The run as this session sees it. */
 DILOCO_API size_t diloco_numel(const diloco *d);
-DILOCO_API int diloco_is_async(const diloco *d);        /* 1: an asynchronous run (coordinator init --async) */
-DILOCO_API int diloco_num_fragments(const diloco *d);   /* Streaming DiLoCo fragments (1: plain DiLoCo) */
+DILOCO_API int diloco_is_async(const diloco *d);      /* 1: an asynchronous run (coordinator init --async) */
+DILOCO_API int diloco_num_fragments(const diloco *d); /* Streaming DiLoCo fragments (1: plain DiLoCo) */
 /* Fragment f is params[*offset, *offset + *count): 0, or -1 when there is no fragment f. */
 DILOCO_API int diloco_fragment_range(const diloco *d, int fragment, size_t *offset, size_t *count);
 /* The run's tensors as `coordinator init` recorded them: JSON [[name, [shape...], offset], ...] in offset

@@ -14,7 +14,8 @@
 #include "util.h"
 
 /* The last version in dl:{R}:evals (its entry ID "<version>-1"), or -1 when the stream is empty. */
-static int last_evaluated(rconn *c, const char *run, long long *version, char *err, size_t errlen) {
+static int last_evaluated(rconn *c, const char *run, long long *version, char *err, size_t errlen)
+{
     char key[KEY_MAX];
     redisReply *r = rconn_command(c, "XREVRANGE %s + - COUNT 1", key_run(key, sizeof key, run, "evals"));
     if (rconn_reply_error(c, r, err, errlen) < 0) {
@@ -30,7 +31,8 @@ static int last_evaluated(rconn *c, const char *run, long long *version, char *e
 }
 
 /* 1 when the operator shut the run down. */
-static int run_shut_down(rconn *c, const char *run) {
+static int run_shut_down(rconn *c, const char *run)
+{
     char key[KEY_MAX];
     redisReply *r = rconn_command(c, "HGET %s status", key_run(key, sizeof key, run, "tunables"));
     int down = r && r->type == REDIS_REPLY_STRING && !strcmp(r->str, "shutdown");
@@ -39,7 +41,8 @@ static int run_shut_down(rconn *c, const char *run) {
 }
 
 /* Tokens the live workers have reported (their records' "tokens"). */
-static unsigned long long worker_tokens(rconn *c, const char *run) {
+static unsigned long long worker_tokens(rconn *c, const char *run)
+{
     char key[KEY_MAX];
     redisReply *r = rconn_command(c, "HVALS %s", key_run(key, sizeof key, run, "workers"));
     unsigned long long sum = 0;
@@ -56,14 +59,15 @@ static unsigned long long worker_tokens(rconn *c, const char *run) {
 
 /* Append one evaluation. 0 written, 1 the version was already there (another evaluator), -1 error. */
 static int publish(rconn *c, const char *run, int64_t version, double loss, unsigned long long tokens, char *err,
-                   size_t errlen) {
+                   size_t errlen)
+{
     char key[KEY_MAX], id[32], lossbuf[32], when[32];
     snprintf(id, sizeof id, "%" PRId64 "-1", version);
     snprintf(lossbuf, sizeof lossbuf, "%.6f", loss);
     snprintf(when, sizeof when, "%.3f", (double)wall_ms() / 1000.0);
-    redisReply *r = rconn_command(c, "XADD %s %s loss %s version %lld tokens %llu time %s",
-                                  key_run(key, sizeof key, run, "evals"), id, lossbuf, (long long)version, tokens,
-                                  when);
+    redisReply *r =
+        rconn_command(c, "XADD %s %s loss %s version %lld tokens %llu time %s", key_run(key, sizeof key, run, "evals"),
+                      id, lossbuf, (long long)version, tokens, when);
     if (r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "equal or smaller")) {
         freeReplyObject(r);
         return 1;
@@ -76,7 +80,8 @@ static int publish(rconn *c, const char *run, int64_t version, double loss, unsi
 /* Rebuild the global model at its current version into t->params and evaluate it. 1 done (*version,
  * *loss), 0 not now (no consistent version yet), -1 a Redis error, -2 the trainer failed. */
 static int evaluate_now(rconn *c, const runconf *rc, run_state *st, trainer *t, int64_t *version, double *loss,
-                        char *err, size_t errlen) {
+                        char *err, size_t errlen)
+{
     char why[512];
     int r = run_state_read_once(c, rc, rc->nfragments > 1, st, why, sizeof why, err, errlen);
     if (r != 0) return r < 0 ? -1 : 0;
@@ -90,7 +95,8 @@ static int evaluate_now(rconn *c, const runconf *rc, run_state *st, trainer *t, 
 /* One look at the run: evaluate when the global model reached *next. -1 on a Redis error, -2 when the
  * trainer failed. */
 static int poll_once(rconn *c, const runconf *rc, run_state *st, trainer *t, int every, long long *next, char *err,
-                     size_t errlen) {
+                     size_t errlen)
+{
     int64_t lo, hi;
     if (run_state_versions(c, rc, &lo, &hi, err, errlen) < 0) return -1;
     if (lo < *next) return 0;
@@ -105,13 +111,16 @@ static int poll_once(rconn *c, const runconf *rc, run_state *st, trainer *t, int
     if (v < *next) return 0;
     int p = publish(c, rc->run, v, loss, worker_tokens(c, rc->run), err, errlen);
     if (p < 0) return -1;
-    if (p == 0) log_info("version %" PRId64 ": validation loss %.4f", v, loss);
-    else log_info("version %" PRId64 " was already evaluated (another evaluator?)", v);
+    if (p == 0)
+        log_info("version %" PRId64 ": validation loss %.4f", v, loss);
+    else
+        log_info("version %" PRId64 " was already evaluated (another evaluator?)", v);
     *next = (v / every + 1) * every;
     return 0;
 }
 
-int evaluator_run(const evaluator_options *o, const runconf *rc, trainer *t, char *err, size_t errlen) {
+int evaluator_run(const evaluator_options *o, const runconf *rc, trainer *t, char *err, size_t errlen)
+{
     if (!t->evaluate) {
         err_set(err, errlen, "the %s trainer has no validation loss: nothing to evaluate", t->name);
         return -1;

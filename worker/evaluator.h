@@ -22,10 +22,10 @@
 typedef struct evaluator_options {
     const char *redis_url;
     const char *run;
-    int every;                 /* evaluate once per N versions (N >= 1) */
-    int poll_ms;               /* between looks at the shard versions */
+    int every;   /* evaluate once per N versions (N >= 1) */
+    int poll_ms; /* between looks at the shard versions */
     int connect_timeout_ms;
-    const volatile int *stop;  /* set by a signal handler: leave after the current evaluation */
+    const volatile int *stop; /* set by a signal handler: leave after the current evaluation */
 } evaluator_options;
 
 /* Evaluate run `rc` with trainer `t` (its params are overwritten) until *stop or the run is shut

@@ -33,72 +33,72 @@
 
 typedef struct worker_args {
     diloco_options dl;
-    const char *trainer;        /* NULL: the run's */
-    long steps;                 /* total inner steps (0 = until stopped) */
+    const char *trainer; /* NULL: the run's */
+    long steps;          /* total inner steps (0 = until stopped) */
     const char *log_path;
     int quiet;
     int eval_only;
-    int evaluate_every;         /* > 0: the evaluator role (evaluator.h) instead of training */
+    int evaluate_every; /* > 0: the evaluator role (evaluator.h) instead of training */
     int final_sync;
     unsigned step_delay_ms;
     double quad_lr;
-    const char *device_hooks;        /* --device-hooks auto|off|host */
-    const char *redis_file;          /* --redis-file */
-    char redis_text[REDIS_URL_MAX];  /* the URL picked (dl.redis_url points here) */
+    const char *device_hooks;       /* --device-hooks auto|off|host */
+    const char *redis_file;         /* --redis-file */
+    char redis_text[REDIS_URL_MAX]; /* the URL picked (dl.redis_url points here) */
 } worker_args;
 
 static volatile sig_atomic_t g_stop;
 
-static void on_signal(int sig) {
+static void on_signal(int sig)
+{
     (void)sig;
     g_stop = 1;
 }
 
-static void usage(FILE *f) {
-    fprintf(f,
-            "usage: bin/worker [train] --redis URL --run NAME [options] [trainer options]\n"
-            "       bin/worker prepare-data --input FILE --output FILE.tok [--val-fraction 0.05]\n"
-            "\n"
-            "Joins a ReDiLoCo run and trains. Everything about the run (model, shards, servers) comes from\n"
-            "Redis; start the run with `bin/coordinator init` first.\n"
-            "\n"
-            "worker options:\n"
-            REDIS_URL_HELP
-            "  --run NAME                run name (required)\n"
-            "  --worker-id ID            unique id (default: <hostname>-<pid>)\n"
-            "  --sync-every H            inner steps between syncs (default 500)\n"
-            "  --steps N                 inner steps to train, then leave (default: until stopped)\n"
-            "  --no-bf16                 send fp32 pseudo-gradients instead of bf16 (in a bf16 run)\n"
-            "  --error-feedback          (int8/int4 runs) add what quantization dropped to the next round's\n"
-            "                            pseudo-gradient (kept in this process only)\n"
-            "  --heartbeat-interval S    seconds between heartbeats (default 30; 0 disables)\n"
-            "  --max-sync-retries N      failed syncs in a row before registering again (default 3)\n"
-            "  --sync-timeout S          give up one sync attempt after S seconds without progress (default 120)\n"
-            "  --connect-timeout S       at start, wait up to S seconds for an unreachable Redis (default 60;\n"
-            "                            0: try once); a refused password or user fails at once\n"
-            "  --dylu                    follow the sync interval the run's DyLU assigns\n"
-            "  --num-fragments F         Streaming DiLoCo fragments: optional, must equal the run's\n"
-            "  --fragment-alpha A        Streaming mixing: params = A*local + (1-A)*global (default 0)\n"
-            "  --simulate-latency-ms MS  testing: delay each background fragment sync by MS\n"
-            "  --trainer NAME            gpt or quadratic (default: what the run was initialised for)\n"
-            "  --log FILE                JSON-lines telemetry (steps, syncs)\n"
-            "  --quiet                   no progress line\n"
-            "  --eval-only               fetch the current global parameters, print their validation loss, leave\n"
-            "  --evaluate-every N        evaluator: do not train; publish the validation loss of every N-th\n"
-            "                            committed version to the stream dl:{R}:evals (see docs/quality.md)\n"
-            "  --final-sync              after the last step, sync every fragment at once (diloco_force_sync)\n"
-            "  --step-delay-ms MS        sleep after each step, to simulate a slower machine (tests)\n"
-            "  --quad-lr LR              (quadratic) inner AdamW learning rate (default 0.01)\n"
-            "  --device-hooks MODE       auto: DiLoCo on the device when the trainer runs on a GPU (default);\n"
-            "                            off: through the host buffer; host: testing, a host-memory stand-in\n"
-            "                            for a device (tests/it_device_hooks.sh)\n"
-            "  -h, --help                this help\n"
-            "\n"
-            "GPT trainer options (the model flags default to the run's):\n");
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bin/worker [train] --redis URL --run NAME [options] [trainer options]\n"
+               "       bin/worker prepare-data --input FILE --output FILE.tok [--val-fraction 0.05]\n"
+               "\n"
+               "Joins a ReDiLoCo run and trains. Everything about the run (model, shards, servers) comes from\n"
+               "Redis; start the run with `bin/coordinator init` first.\n"
+               "\n"
+               "worker options:\n" REDIS_URL_HELP "  --run NAME                run name (required)\n"
+               "  --worker-id ID            unique id (default: <hostname>-<pid>)\n"
+               "  --sync-every H            inner steps between syncs (default 500)\n"
+               "  --steps N                 inner steps to train, then leave (default: until stopped)\n"
+               "  --no-bf16                 send fp32 pseudo-gradients instead of bf16 (in a bf16 run)\n"
+               "  --error-feedback          (int8/int4 runs) add what quantization dropped to the next round's\n"
+               "                            pseudo-gradient (kept in this process only)\n"
+               "  --heartbeat-interval S    seconds between heartbeats (default 30; 0 disables)\n"
+               "  --max-sync-retries N      failed syncs in a row before registering again (default 3)\n"
+               "  --sync-timeout S          give up one sync attempt after S seconds without progress (default 120)\n"
+               "  --connect-timeout S       at start, wait up to S seconds for an unreachable Redis (default 60;\n"
+               "                            0: try once); a refused password or user fails at once\n"
+               "  --dylu                    follow the sync interval the run's DyLU assigns\n"
+               "  --num-fragments F         Streaming DiLoCo fragments: optional, must equal the run's\n"
+               "  --fragment-alpha A        Streaming mixing: params = A*local + (1-A)*global (default 0)\n"
+               "  --simulate-latency-ms MS  testing: delay each background fragment sync by MS\n"
+               "  --trainer NAME            gpt or quadratic (default: what the run was initialised for)\n"
+               "  --log FILE                JSON-lines telemetry (steps, syncs)\n"
+               "  --quiet                   no progress line\n"
+               "  --eval-only               fetch the current global parameters, print their validation loss, leave\n"
+               "  --evaluate-every N        evaluator: do not train; publish the validation loss of every N-th\n"
+               "                            committed version to the stream dl:{R}:evals (see docs/quality.md)\n"
+               "  --final-sync              after the last step, sync every fragment at once (diloco_force_sync)\n"
+               "  --step-delay-ms MS        sleep after each step, to simulate a slower machine (tests)\n"
+               "  --quad-lr LR              (quadratic) inner AdamW learning rate (default 0.01)\n"
+               "  --device-hooks MODE       auto: DiLoCo on the device when the trainer runs on a GPU (default);\n"
+               "                            off: through the host buffer; host: testing, a host-memory stand-in\n"
+               "                            for a device (tests/it_device_hooks.sh)\n"
+               "  -h, --help                this help\n"
+               "\n"
+               "GPT trainer options (the model flags default to the run's):\n");
     gpt_usage(f);
 }
 
-static int parse_alpha(const char *v, void *dest) {
+static int parse_alpha(const char *v, void *dest)
+{
     double x;
     if (parse_double(v, &x) < 0 || x < 0 || x >= 1) return -1;
     *(double *)dest = x;
@@ -106,12 +106,14 @@ static int parse_alpha(const char *v, void *dest) {
 }
 
 /* Seconds given on the command line into the milliseconds the library wants (left alone when absent). */
-static void seconds_to_ms(int given, double s, int *ms) {
+static void seconds_to_ms(int given, double s, int *ms)
+{
     if (given) *ms = (int)(s * 1000);
 }
 
 /* Parse our own flags; leave the rest (trainer flags) in rest[]. */
-static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *nrest) {
+static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *nrest)
+{
     memset(a, 0, sizeof *a);
     diloco_options_default(&a->dl);
     a->quad_lr = 0.01;
@@ -132,29 +134,79 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
         {.name = "quiet", .kind = OPT_FLAG, .dest = &a->quiet},
         {.name = "eval-only", .kind = OPT_FLAG, .dest = &a->eval_only},
         {.name = "final-sync", .kind = OPT_FLAG, .dest = &a->final_sync},
-        {.name = "num-fragments", .kind = OPT_INT, .dest = &a->dl.num_fragments, .lo = 0, .hi = 100000,
+        {.name = "num-fragments",
+         .kind = OPT_INT,
+         .dest = &a->dl.num_fragments,
+         .lo = 0,
+         .hi = 100000,
          .wants = "a non-negative integer"},
-        {.name = "simulate-latency-ms", .kind = OPT_INT, .dest = &a->dl.simulate_latency_ms, .lo = 0, .hi = 100000,
+        {.name = "simulate-latency-ms",
+         .kind = OPT_INT,
+         .dest = &a->dl.simulate_latency_ms,
+         .lo = 0,
+         .hi = 100000,
          .wants = "a non-negative integer"},
-        {.name = "fragment-alpha", .kind = OPT_CUSTOM, .dest = &a->dl.fragment_alpha, .parse = parse_alpha,
+        {.name = "fragment-alpha",
+         .kind = OPT_CUSTOM,
+         .dest = &a->dl.fragment_alpha,
+         .parse = parse_alpha,
          .wants = "a number in [0, 1)"},
-        {.name = "sync-every", .kind = OPT_INT, .dest = &a->dl.sync_every, .lo = 1, .hi = 1000000000,
+        {.name = "sync-every",
+         .kind = OPT_INT,
+         .dest = &a->dl.sync_every,
+         .lo = 1,
+         .hi = 1000000000,
          .wants = "a positive integer"},
-        {.name = "evaluate-every", .kind = OPT_INT, .dest = &a->evaluate_every, .lo = 1, .hi = 1000000000,
+        {.name = "evaluate-every",
+         .kind = OPT_INT,
+         .dest = &a->evaluate_every,
+         .lo = 1,
+         .hi = 1000000000,
          .wants = "a positive integer"},
-        {.name = "steps", .kind = OPT_LLONG, .dest = &steps, .lo = 0, .hi = 1000000000,
+        {.name = "steps",
+         .kind = OPT_LLONG,
+         .dest = &steps,
+         .lo = 0,
+         .hi = 1000000000,
          .wants = "a non-negative integer"},
-        {.name = "max-sync-retries", .kind = OPT_INT, .dest = &a->dl.max_sync_retries, .lo = 0, .hi = 1000000000,
+        {.name = "max-sync-retries",
+         .kind = OPT_INT,
+         .dest = &a->dl.max_sync_retries,
+         .lo = 0,
+         .hi = 1000000000,
          .wants = "a non-negative integer"},
-        {.name = "step-delay-ms", .kind = OPT_LLONG, .dest = &delay, .lo = 0, .hi = 1000000000,
+        {.name = "step-delay-ms",
+         .kind = OPT_LLONG,
+         .dest = &delay,
+         .lo = 0,
+         .hi = 1000000000,
          .wants = "a non-negative integer"},
-        {.name = "heartbeat-interval", .kind = OPT_DOUBLE, .dest = &hb_s, .min = 0, .max = HUGE_VAL,
-         .given = &hb_given, .wants = "a non-negative number"},
-        {.name = "sync-timeout", .kind = OPT_DOUBLE, .dest = &st_s, .min = 0, .max = HUGE_VAL, .given = &st_given,
+        {.name = "heartbeat-interval",
+         .kind = OPT_DOUBLE,
+         .dest = &hb_s,
+         .min = 0,
+         .max = HUGE_VAL,
+         .given = &hb_given,
          .wants = "a non-negative number"},
-        {.name = "connect-timeout", .kind = OPT_DOUBLE, .dest = &ct_s, .min = 0, .max = HUGE_VAL, .given = &ct_given,
+        {.name = "sync-timeout",
+         .kind = OPT_DOUBLE,
+         .dest = &st_s,
+         .min = 0,
+         .max = HUGE_VAL,
+         .given = &st_given,
          .wants = "a non-negative number"},
-        {.name = "quad-lr", .kind = OPT_DOUBLE, .dest = &a->quad_lr, .min = 0, .max = HUGE_VAL,
+        {.name = "connect-timeout",
+         .kind = OPT_DOUBLE,
+         .dest = &ct_s,
+         .min = 0,
+         .max = HUGE_VAL,
+         .given = &ct_given,
+         .wants = "a non-negative number"},
+        {.name = "quad-lr",
+         .kind = OPT_DOUBLE,
+         .dest = &a->quad_lr,
+         .min = 0,
+         .max = HUGE_VAL,
          .wants = "a non-negative number"},
         {0},
     };
@@ -190,11 +242,12 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
 
 /* Read the run's config with a short-lived connection: we need numel and the model to build the
  * trainer before the session exists. */
-static int read_run(const worker_args *a, runconf *rc, char *err, size_t errlen) {
+static int read_run(const worker_args *a, runconf *rc, char *err, size_t errlen)
+{
     redis_url u;
     if (redis_url_parse(a->dl.redis_url, &u, err, errlen) < 0) return -1;
-    rconn *c = rconn_connect_retry(&u, 5000, a->dl.connect_timeout_ms, (const volatile int *)&g_stop, NULL, err,
-                                   errlen);
+    rconn *c =
+        rconn_connect_retry(&u, 5000, a->dl.connect_timeout_ms, (const volatile int *)&g_stop, NULL, err, errlen);
     if (!c) return -1;
     int r = runconf_load(c, a->dl.run, rc, err, errlen);
     rconn_free(c);
@@ -202,9 +255,11 @@ static int read_run(const worker_args *a, runconf *rc, char *err, size_t errlen)
 }
 
 /* The GPT's flags: the run's model first, then the user's (which may set data, batch, ...). */
-static trainer *make_gpt(const worker_args *a, const runconf *rc, char **rest, int nrest, char *err, size_t errlen) {
+static trainer *make_gpt(const worker_args *a, const runconf *rc, char **rest, int nrest, char *err, size_t errlen)
+{
     char model[256];
-    snprintf(model, sizeof model, "%s", strcmp(rc->trainer, "gpt") == 0 ? rc->model : ""); /* a state run's is not flags */
+    snprintf(model, sizeof model, "%s",
+             strcmp(rc->trainer, "gpt") == 0 ? rc->model : ""); /* a state run's is not flags */
     char *argv[160];
     int argc = 0;
     for (char *tok = strtok(model, " "); tok && argc < 64; tok = strtok(NULL, " ")) argv[argc++] = tok;
@@ -223,8 +278,8 @@ static trainer *make_gpt(const worker_args *a, const runconf *rc, char **rest, i
     return gpt_trainer_create(&o, err, errlen);
 }
 
-static trainer *make_trainer(const worker_args *a, const runconf *rc, char **rest, int nrest, char *err,
-                             size_t errlen) {
+static trainer *make_trainer(const worker_args *a, const runconf *rc, char **rest, int nrest, char *err, size_t errlen)
+{
     const char *name = a->trainer ? a->trainer : (rc->trainer[0] ? rc->trainer : "gpt");
     if (!strcmp(name, "quadratic")) {
         if (nrest > 0) {
@@ -241,9 +296,11 @@ static trainer *make_trainer(const worker_args *a, const runconf *rc, char **res
     }
     if (!strcmp(name, "gpt")) return make_gpt(a, rc, rest, nrest, err, errlen);
     if (!strcmp(name, "state"))
-        err_set(err, errlen, "run '%s' was created from a model's own weights (coordinator init --from-state): join "
+        err_set(err, errlen,
+                "run '%s' was created from a model's own weights (coordinator init --from-state): join "
                 "it with a PyTorch training loop through the rediloco package (docs/python.md), or, if its tensors "
-                "are the GPT's, with --trainer gpt and the model flags", rc->run);
+                "are the GPT's, with --trainer gpt and the model flags",
+                rc->run);
     else
         err_set(err, errlen, "unknown trainer '%s' (gpt or quadratic)", name);
     return NULL;
@@ -251,7 +308,8 @@ static trainer *make_trainer(const worker_args *a, const runconf *rc, char **res
 
 /* ---- telemetry and progress ------------------------------------------------------------------- */
 
-static void log_json(FILE *f, json_t *obj) {
+static void log_json(FILE *f, json_t *obj)
+{
     if (!f) {
         json_decref(obj);
         return;
@@ -263,20 +321,21 @@ static void log_json(FILE *f, json_t *obj) {
     json_decref(obj);
 }
 
-static void log_sync(FILE *f, diloco *d, long step) {
+static void log_sync(FILE *f, diloco *d, long step)
+{
     diloco_sync_info s;
     if (diloco_last_sync(d, &s) < 0) return;
     char digest[20];
     snprintf(digest, sizeof digest, "%016" PRIx64, s.digest);
     log_json(f, json_pack("{s:s, s:s, s:I, s:i, s:I, s:I, s:f, s:f, s:I, s:I, s:s, s:b}", "event", "sync", "worker",
                           diloco_worker_id(d), "step", (json_int_t)step, "fragment", s.fragment, "round",
-                          (json_int_t)s.round, "version",
-                          (json_int_t)s.version, "seconds", s.seconds, "wait_seconds", s.wait_seconds, "bytes_up",
-                          (json_int_t)s.bytes_up, "bytes_down", (json_int_t)s.bytes_down, "digest", digest,
-                          "stale", s.stale));
+                          (json_int_t)s.round, "version", (json_int_t)s.version, "seconds", s.seconds, "wait_seconds",
+                          s.wait_seconds, "bytes_up", (json_int_t)s.bytes_up, "bytes_down", (json_int_t)s.bytes_down,
+                          "digest", digest, "stale", s.stale));
 }
 
-static void progress(const worker_args *a, diloco *d, long step, const trainer_stats *st, double tok_s, int tty) {
+static void progress(const worker_args *a, diloco *d, long step, const trainer_stats *st, double tok_s, int tty)
+{
     if (a->quiet) return;
     diloco_sync_info s;
     char last[64] = "-";
@@ -291,12 +350,14 @@ static void progress(const worker_args *a, diloco *d, long step, const trainer_s
 
 /* ---- the training loop -------------------------------------------------------------------------- */
 
-static int on_params(void *ctx, size_t off, size_t n, char *err, size_t errlen) {
+static int on_params(void *ctx, size_t off, size_t n, char *err, size_t errlen)
+{
     trainer *t = ctx;
     return t->params_changed ? t->params_changed(t, off, n, err, errlen) : 0;
 }
 
-static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf) {
+static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf)
+{
     char err[512];
     int tty = isatty(2);
     uint64_t t0 = now_ms(), last_print = 0, tokens0 = 0;
@@ -322,8 +383,8 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf) {
             double secs = (double)(now - (last_print ? last_print : t0)) / 1000.0;
             double tok_s = secs > 0 ? (double)(st.tokens - tokens0) / secs : 0;
             progress(a, d, step, &st, tok_s, tty);
-            log_json(logf, json_pack("{s:s, s:I, s:f, s:f, s:I}", "event", "step", "step", (json_int_t)step,
-                                     "loss", st.loss, "eval_loss", st.eval_loss, "tokens", (json_int_t)st.tokens));
+            log_json(logf, json_pack("{s:s, s:I, s:f, s:f, s:I}", "event", "step", "step", (json_int_t)step, "loss",
+                                     st.loss, "eval_loss", st.eval_loss, "tokens", (json_int_t)st.tokens));
             last_print = now;
             tokens0 = st.tokens;
         }
@@ -336,14 +397,18 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf) {
         }
         log_sync(logf, d, step);
     }
-    log_info("stopped after %ld steps (%s)", step, g_stop ? "signal" : diloco_stop_requested(d) ? "run shut down" : "done");
+    log_info("stopped after %ld steps (%s)", step,
+             g_stop                     ? "signal"
+             : diloco_stop_requested(d) ? "run shut down"
+                                        : "done");
     return 0;
 }
 
 /* libdiloco's device hooks for this trainer (--device-hooks): 1 when set (params then stay away from
  * libdiloco), 0 when the host buffer is used, -1 on error. */
 static int device_hooks(const worker_args *a, trainer *t, diloco_device_ops *ops, host_device **hd, char *err,
-                        size_t errlen) {
+                        size_t errlen)
+{
     memset(ops, 0, sizeof *ops);
     if (!strcmp(a->device_hooks, "off")) return 0;
     if (!strcmp(a->device_hooks, "host")) {
@@ -358,7 +423,8 @@ static int device_hooks(const worker_args *a, trainer *t, diloco_device_ops *ops
     return rc;
 }
 
-static int run_worker(int argc, char **argv) {
+static int run_worker(int argc, char **argv)
+{
     worker_args a;
     char **rest = calloc((size_t)argc + 1, sizeof(char *));
     int nrest;
@@ -381,8 +447,11 @@ static int run_worker(int argc, char **argv) {
     t = make_trainer(&a, &rc, rest, nrest, err, sizeof err);
     if (!t || layout_check(rc.layout, t->tensors, t->ntensors, t->name, err, sizeof err) < 0) goto error;
     if (a.evaluate_every) {
-        evaluator_options eo = {.redis_url = a.dl.redis_url, .run = a.dl.run, .every = a.evaluate_every,
-                                .poll_ms = 200, .connect_timeout_ms = a.dl.connect_timeout_ms,
+        evaluator_options eo = {.redis_url = a.dl.redis_url,
+                                .run = a.dl.run,
+                                .every = a.evaluate_every,
+                                .poll_ms = 200,
+                                .connect_timeout_ms = a.dl.connect_timeout_ms,
                                 .stop = (const volatile int *)&g_stop};
         if (evaluator_run(&eo, &rc, t, err, sizeof err) < 0) goto error;
         status = 0;
@@ -430,7 +499,8 @@ done:
     return status;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     gpt_openblas_autotune(argv); /* may re-execute us with faster BLAS kernels: must come first */
     log_init("worker");
     signal(SIGPIPE, SIG_IGN);

@@ -15,17 +15,17 @@
 #include "model.h"
 
 typedef struct trainer_stats {
-    double loss;          /* training loss of the last step (nats per token for the GPT) */
-    double eval_loss;     /* last validation loss, or -1 when none was computed yet */
-    uint64_t tokens;      /* tokens (or samples) processed so far by this trainer */
+    double loss;      /* training loss of the last step (nats per token for the GPT) */
+    double eval_loss; /* last validation loss, or -1 when none was computed yet */
+    uint64_t tokens;  /* tokens (or samples) processed so far by this trainer */
 } trainer_stats;
 
 typedef struct trainer trainer;
 struct trainer {
     const char *name;
-    size_t numel;                   /* parameters in the flat buffer */
-    float *params;                  /* the flat buffer (owned by the trainer; host memory) */
-    const model_tensor *tensors;  /* layout, ntensors entries, in offset order, covering [0, numel) */
+    size_t numel;                /* parameters in the flat buffer */
+    float *params;               /* the flat buffer (owned by the trainer; host memory) */
+    const model_tensor *tensors; /* layout, ntensors entries, in offset order, covering [0, numel) */
     int ntensors;
     /* One inner optimisation step (forward, backward, inner optimizer) on params, in place. */
     int (*step)(trainer *t, trainer_stats *out, char *err, size_t errlen);

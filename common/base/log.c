@@ -21,28 +21,22 @@ static char log_name[64] = "diloco";
 static int log_level = LOG_INFO;
 static int log_level_from_env_done;
 
-static const char *const level_names[] = { "DEBUG", "INFO", "WARN", "ERROR" };
+static const char *const level_names[] = {"DEBUG", "INFO", "WARN", "ERROR"};
 
 static int level_from_string(const char *s, int fallback)
 {
-    if (s == NULL)
-        return fallback;
-    if (strcasecmp(s, "debug") == 0)
-        return LOG_DEBUG;
-    if (strcasecmp(s, "info") == 0)
-        return LOG_INFO;
-    if (strcasecmp(s, "warn") == 0 || strcasecmp(s, "warning") == 0)
-        return LOG_WARN;
-    if (strcasecmp(s, "error") == 0)
-        return LOG_ERROR;
+    if (s == NULL) return fallback;
+    if (strcasecmp(s, "debug") == 0) return LOG_DEBUG;
+    if (strcasecmp(s, "info") == 0) return LOG_INFO;
+    if (strcasecmp(s, "warn") == 0 || strcasecmp(s, "warning") == 0) return LOG_WARN;
+    if (strcasecmp(s, "error") == 0) return LOG_ERROR;
     return fallback;
 }
 
 void log_init(const char *process_name)
 {
     pthread_mutex_lock(&log_lock);
-    if (process_name != NULL)
-        snprintf(log_name, sizeof log_name, "%s", process_name);
+    if (process_name != NULL) snprintf(log_name, sizeof log_name, "%s", process_name);
     log_level = level_from_string(getenv("LOG_LEVEL"), LOG_INFO);
     log_level_from_env_done = 1;
     pthread_mutex_unlock(&log_lock);
@@ -50,10 +44,8 @@ void log_init(const char *process_name)
 
 void log_set_level(int level)
 {
-    if (level < LOG_DEBUG)
-        level = LOG_DEBUG;
-    if (level > LOG_ERROR)
-        level = LOG_ERROR;
+    if (level < LOG_DEBUG) level = LOG_DEBUG;
+    if (level > LOG_ERROR) level = LOG_ERROR;
     pthread_mutex_lock(&log_lock);
     log_level = level;
     log_level_from_env_done = 1;
@@ -83,8 +75,7 @@ static void write_all(int fd, const char *buf, size_t len)
 {
     while (len > 0) {
         ssize_t w = write(fd, buf, len);
-        if (w <= 0)
-            return; /* nowhere to report a failing stderr */
+        if (w <= 0) return; /* nowhere to report a failing stderr */
         buf += w;
         len -= (size_t)w;
     }
@@ -113,12 +104,10 @@ static void write_stderr_line(int level, int min_level, const char *fmt, va_list
     }
     format_timestamp(stamp, sizeof stamp);
     int n = snprintf(line, sizeof line, "%s %s[%d] %s ", stamp, log_name, (int)getpid(), level_names[level]);
-    if (n < 0)
-        n = 0;
+    if (n < 0) n = 0;
     int m = vsnprintf(line + n, sizeof line - (size_t)n, fmt, ap);
     size_t len = (size_t)n + (m > 0 ? (size_t)m : 0);
-    if (len > sizeof line - 2)
-        len = sizeof line - 2; /* truncated message: still end the line */
+    if (len > sizeof line - 2) len = sizeof line - 2; /* truncated message: still end the line */
     line[len++] = '\n';
     sigpipe_guard g;
     sigpipe_hold(&g);
@@ -145,7 +134,10 @@ void log_sink_init(log_sink *s, log_sink_fn *fn, void *ctx, int level)
     pthread_mutex_init(&s->mu, NULL);
 }
 
-void log_sink_destroy(log_sink *s) { pthread_mutex_destroy(&s->mu); }
+void log_sink_destroy(log_sink *s)
+{
+    pthread_mutex_destroy(&s->mu);
+}
 
 log_sink *log_use_sink(log_sink *s)
 {
@@ -156,11 +148,9 @@ log_sink *log_use_sink(log_sink *s)
 
 static void to_sink(log_sink *s, int level, const char *fmt, va_list ap)
 {
-    if (level < (s->level >= 0 ? s->level : process_level()))
-        return;
+    if (level < (s->level >= 0 ? s->level : process_level())) return;
     char message[4096];
-    if (vsnprintf(message, sizeof message, fmt, ap) < 0)
-        message[0] = '\0';
+    if (vsnprintf(message, sizeof message, fmt, ap) < 0) message[0] = '\0';
     pthread_mutex_lock(&s->mu);
     s->fn(s->ctx, level, message);
     pthread_mutex_unlock(&s->mu);
@@ -168,8 +158,7 @@ static void to_sink(log_sink *s, int level, const char *fmt, va_list ap)
 
 void log_msg(int level, const char *fmt, ...)
 {
-    if (level < LOG_DEBUG || level > LOG_ERROR)
-        level = LOG_ERROR;
+    if (level < LOG_DEBUG || level > LOG_ERROR) level = LOG_ERROR;
     log_sink *s = thread_sink;
     va_list ap;
     va_start(ap, fmt);

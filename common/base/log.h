@@ -27,8 +27,8 @@ typedef void log_sink_fn(void *ctx, int level, const char *message);
 typedef struct log_sink {
     log_sink_fn *fn;
     void *ctx;
-    int level;               /* lowest level passed on; < 0: the process's (log_set_level, LOG_LEVEL) */
-    pthread_mutex_t mu;      /* initialise with log_sink_init */
+    int level;          /* lowest level passed on; < 0: the process's (log_set_level, LOG_LEVEL) */
+    pthread_mutex_t mu; /* initialise with log_sink_init */
 } log_sink;
 
 void log_sink_init(log_sink *s, log_sink_fn *fn, void *ctx, int level);

@@ -15,16 +15,14 @@
 static const opt_spec *find_long(const opt_spec *specs, const char *name, size_t len)
 {
     for (const opt_spec *s = specs; s->name != NULL; s++)
-        if (strlen(s->name) == len && strncmp(s->name, name, len) == 0)
-            return s;
+        if (strlen(s->name) == len && strncmp(s->name, name, len) == 0) return s;
     return NULL;
 }
 
 static const opt_spec *find_alias(const opt_spec *specs, char c)
 {
     for (const opt_spec *s = specs; s->name != NULL; s++)
-        if (s->alias != 0 && s->alias == c)
-            return s;
+        if (s->alias != 0 && s->alias == c) return s;
     return NULL;
 }
 
@@ -41,10 +39,8 @@ static int choice_index(const char *choices, const char *v)
     for (const char *p = choices;; idx++) {
         const char *bar = strchr(p, '|');
         size_t len = bar ? (size_t)(bar - p) : strlen(p);
-        if (len == vl && strncmp(p, v, len) == 0)
-            return idx;
-        if (bar == NULL)
-            return -1;
+        if (len == vl && strncmp(p, v, len) == 0) return idx;
+        if (bar == NULL) return -1;
         p = bar + 1;
     }
 }
@@ -120,8 +116,7 @@ static int store(const opt_spec *s, const char *v, char *err, size_t errlen)
         break;
     case OPT_DOUBLE:
         ok = parse_double(v, &d) == 0 && d >= s->min && d <= s->max;
-        if (ok)
-            *(double *)s->dest = d;
+        if (ok) *(double *)s->dest = d;
         break;
     case OPT_STRING:
         if (s->cap == 0)
@@ -132,8 +127,7 @@ static int store(const opt_spec *s, const char *v, char *err, size_t errlen)
     case OPT_CHOICE: {
         int idx = choice_index(s->choices, v);
         ok = idx >= 0;
-        if (ok)
-            *(int *)s->dest = idx;
+        if (ok) *(int *)s->dest = idx;
         break;
     }
     case OPT_CUSTOM: ok = s->parse(v, s->dest) == 0; break;
@@ -144,8 +138,7 @@ static int store(const opt_spec *s, const char *v, char *err, size_t errlen)
         err_set(err, errlen, "--%s wants %s, got '%s' (see --help)", s->name, wants, v);
         return -1;
     }
-    if (s->given != NULL)
-        *s->given = 1;
+    if (s->given != NULL) *s->given = 1;
     return 0;
 }
 
@@ -160,8 +153,7 @@ static int store_switch(const opt_spec *s, const char *inline_value, char *err, 
         return -1;
     }
     store(s, NULL, err, errlen);
-    if (zero)
-        *(int *)s->dest = 0;
+    if (zero) *(int *)s->dest = 0;
     return 0;
 }
 
@@ -177,8 +169,7 @@ static int keep_rest(int argc, char **argv, int *i, char **rest, int *nrest, cha
         return -1;
     }
     rest[(*nrest)++] = argv[*i];
-    if (a[0] == '-' && strchr(a, '=') == NULL && *i + 1 < argc && argv[*i + 1][0] != '-')
-        rest[(*nrest)++] = argv[++*i];
+    if (a[0] == '-' && strchr(a, '=') == NULL && *i + 1 < argc && argv[*i + 1][0] != '-') rest[(*nrest)++] = argv[++*i];
     return 0;
 }
 
@@ -186,8 +177,7 @@ int opts_parse(const opt_spec *specs, int argc, char **argv, int first, char **r
                size_t errlen)
 {
     int dummy = 0;
-    if (nrest == NULL)
-        nrest = &dummy;
+    if (nrest == NULL) nrest = &dummy;
     *nrest = 0;
     for (int i = first; i < argc; i++) {
         const char *a = argv[i];
@@ -195,29 +185,24 @@ int opts_parse(const opt_spec *specs, int argc, char **argv, int first, char **r
         const char *inline_value = NULL;
         if (strcmp(a, "--") == 0) {
             for (i++; i < argc; i++)
-                if (keep_rest(argc, argv, &i, rest, nrest, err, errlen) != 0)
-                    return -1;
+                if (keep_rest(argc, argv, &i, rest, nrest, err, errlen) != 0) return -1;
             break;
         }
         if (a[0] == '-' && a[1] == '-' && a[2] != '\0') {
             const char *eq = strchr(a + 2, '=');
             s = find_long(specs, a + 2, eq ? (size_t)(eq - a - 2) : strlen(a + 2));
-            if (s == NULL && strcmp(a + 2, "help") == 0)
-                return 1;
+            if (s == NULL && strcmp(a + 2, "help") == 0) return 1;
             inline_value = eq ? eq + 1 : NULL;
         } else if (a[0] == '-' && a[1] != '\0' && a[2] == '\0') {
             s = find_alias(specs, a[1]);
-            if (s == NULL && a[1] == 'h')
-                return 1;
+            if (s == NULL && a[1] == 'h') return 1;
         }
         if (s == NULL) {
-            if (keep_rest(argc, argv, &i, rest, nrest, err, errlen) != 0)
-                return -1;
+            if (keep_rest(argc, argv, &i, rest, nrest, err, errlen) != 0) return -1;
             continue;
         }
         if (!takes_value(s)) {
-            if (store_switch(s, inline_value, err, errlen) != 0)
-                return -1;
+            if (store_switch(s, inline_value, err, errlen) != 0) return -1;
             continue;
         }
         if (inline_value == NULL) {
@@ -229,8 +214,7 @@ int opts_parse(const opt_spec *specs, int argc, char **argv, int first, char **r
             }
             inline_value = argv[++i];
         }
-        if (store(s, inline_value, err, errlen) != 0)
-            return -1;
+        if (store(s, inline_value, err, errlen) != 0) return -1;
     }
     return 0;
 }

@@ -29,17 +29,17 @@ typedef enum {
 } opt_kind;
 
 typedef struct {
-    const char *name;  /* long name without the dashes; NULL ends the table */
-    char alias;        /* short alias (-x), 0 for none */
+    const char *name; /* long name without the dashes; NULL ends the table */
+    char alias;       /* short alias (-x), 0 for none */
     opt_kind kind;
     void *dest;
-    long long lo, hi;    /* OPT_INT, OPT_LLONG bounds */
-    double min, max;     /* OPT_DOUBLE bounds */
-    const char *choices; /* OPT_CHOICE */
-    size_t cap;          /* OPT_STRING */
+    long long lo, hi;                            /* OPT_INT, OPT_LLONG bounds */
+    double min, max;                             /* OPT_DOUBLE bounds */
+    const char *choices;                         /* OPT_CHOICE */
+    size_t cap;                                  /* OPT_STRING */
     int (*parse)(const char *value, void *dest); /* OPT_CUSTOM */
-    const char *wants;   /* what the error message says the option wants (default: from the kind) */
-    int *given;          /* if set, set to 1 when the option appears */
+    const char *wants; /* what the error message says the option wants (default: from the kind) */
+    int *given;        /* if set, set to 1 when the option appears */
 } opt_spec;
 
 /* Parse argv[first..argc). Returns 0 when all went well, 1 when -h/--help was given (the table need not

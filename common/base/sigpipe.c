@@ -31,9 +31,8 @@ void sigpipe_release(sigpipe_guard *g)
         sigset_t pipe_only;
         sigemptyset(&pipe_only);
         sigaddset(&pipe_only, SIGPIPE);
-        struct timespec now = { 0, 0 };
-        while (sigtimedwait(&pipe_only, NULL, &now) < 0 && errno == EINTR) {
-        }
+        struct timespec now = {0, 0};
+        while (sigtimedwait(&pipe_only, NULL, &now) < 0 && errno == EINTR) {}
     }
     pthread_sigmask(SIG_SETMASK, &g->old_mask, NULL);
     errno = saved;

@@ -19,8 +19,8 @@
 #include <signal.h>
 
 typedef struct sigpipe_guard {
-    sigset_t old_mask;   /* the thread's mask before the hold, restored by the release */
-    int was_pending;     /* a SIGPIPE was pending already: not ours to take */
+    sigset_t old_mask; /* the thread's mask before the hold, restored by the release */
+    int was_pending;   /* a SIGPIPE was pending already: not ours to take */
 } sigpipe_guard;
 
 void sigpipe_hold(sigpipe_guard *g);

@@ -15,8 +15,7 @@
 
 void err_set(char *err, size_t errlen, const char *fmt, ...)
 {
-    if (err == NULL || errlen == 0)
-        return;
+    if (err == NULL || errlen == 0) return;
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(err, errlen, fmt, ap);
@@ -30,15 +29,20 @@ static uint64_t clock_ms(clockid_t id)
     return (uint64_t)ts.tv_sec * 1000u + (uint64_t)ts.tv_nsec / 1000000u;
 }
 
-uint64_t now_ms(void) { return clock_ms(CLOCK_MONOTONIC); }
-uint64_t wall_ms(void) { return clock_ms(CLOCK_REALTIME); }
+uint64_t now_ms(void)
+{
+    return clock_ms(CLOCK_MONOTONIC);
+}
+uint64_t wall_ms(void)
+{
+    return clock_ms(CLOCK_REALTIME);
+}
 
 void sleep_ms(unsigned ms)
 {
-    struct timespec ts = { .tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L };
+    struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};
     /* Resume after signals so callers get at least the delay they asked for. */
-    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
-    }
+    while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {}
 }
 
 /* Each thread gets its own seed (time ^ thread id) so concurrent retries spread out. */
@@ -57,40 +61,33 @@ static unsigned jitter_next(void)
 unsigned backoff_ms(unsigned attempt, unsigned base_ms, unsigned cap_ms)
 {
     uint64_t d = base_ms;
-    for (unsigned i = 0; i < attempt && d < cap_ms; i++)
-        d *= 2;
-    if (d > cap_ms)
-        d = cap_ms;
+    for (unsigned i = 0; i < attempt && d < cap_ms; i++) d *= 2;
+    if (d > cap_ms) d = cap_ms;
     /* Uniform factor in [0.75, 1.25]. */
     uint64_t span = d / 2;
     uint64_t low = d - d / 4;
-    if (span == 0)
-        return (unsigned)d;
+    if (span == 0) return (unsigned)d;
     return (unsigned)(low + (uint64_t)jitter_next() % (span + 1));
 }
 
 int parse_int(const char *s, long long min, long long max, long long *out)
 {
-    if (s == NULL || *s == '\0')
-        return -1;
+    if (s == NULL || *s == '\0') return -1;
     char *end = NULL;
     errno = 0;
     long long v = strtoll(s, &end, 10);
-    if (errno != 0 || end == s || *end != '\0' || v < min || v > max)
-        return -1;
+    if (errno != 0 || end == s || *end != '\0' || v < min || v > max) return -1;
     *out = v;
     return 0;
 }
 
 int parse_double(const char *s, double *out)
 {
-    if (s == NULL || *s == '\0')
-        return -1;
+    if (s == NULL || *s == '\0') return -1;
     char *end = NULL;
     errno = 0;
     double v = strtod(s, &end);
-    if (errno == ERANGE || end == s || *end != '\0')
-        return -1;
+    if (errno == ERANGE || end == s || *end != '\0') return -1;
     *out = v;
     return 0;
 }

@@ -44,8 +44,7 @@
 void blob_header_init(blob_header *h, const char *op)
 {
     memset(h, 0, sizeof *h);
-    if (op != NULL)
-        snprintf(h->op, sizeof h->op, "%s", op);
+    if (op != NULL) snprintf(h->op, sizeof h->op, "%s", op);
     h->dtype = BLOB_NONE;
     h->shard = h->version = h->round = h->epoch = h->inc = h->frag = -1;
     h->lr = h->mu = NAN;
@@ -62,7 +61,10 @@ size_t blob_dtype_size(int dtype)
     }
 }
 
-size_t blob_payload_bytes(int dtype, uint64_t count) { return codec_bytes(dtype, count); }
+size_t blob_payload_bytes(int dtype, uint64_t count)
+{
+    return codec_bytes(dtype, count);
+}
 
 /* ---- encoding ---- */
 
@@ -120,10 +122,10 @@ struct int_key {
 };
 
 static const struct int_key INT_KEYS[] = {
-    { K_SHARD, offsetof(blob_header, shard), -1 }, { K_VERSION, offsetof(blob_header, version), -1 },
-    { K_ROUND, offsetof(blob_header, round), -1 }, { K_EPOCH, offsetof(blob_header, epoch), -1 },
-    { K_INC, offsetof(blob_header, inc), -1 },     { K_FRAG, offsetof(blob_header, frag), -1 },
-    { K_FLAGS, offsetof(blob_header, flags), 0 },  { K_AUX, offsetof(blob_header, aux), -1 },
+    {K_SHARD, offsetof(blob_header, shard), -1}, {K_VERSION, offsetof(blob_header, version), -1},
+    {K_ROUND, offsetof(blob_header, round), -1}, {K_EPOCH, offsetof(blob_header, epoch), -1},
+    {K_INC, offsetof(blob_header, inc), -1},     {K_FRAG, offsetof(blob_header, frag), -1},
+    {K_FLAGS, offsetof(blob_header, flags), 0},  {K_AUX, offsetof(blob_header, aux), -1},
 };
 #define INT_KEY_COUNT (sizeof INT_KEYS / sizeof INT_KEYS[0])
 
@@ -139,16 +141,17 @@ static int64_t int_value(const blob_header *h, const struct int_key *k)
     return v;
 }
 
-static int field_is_set_str(const char *s) { return s[0] != '\0'; }
+static int field_is_set_str(const char *s)
+{
+    return s[0] != '\0';
+}
 
 /* Number of map entries pack_header() writes: absent fields are omitted. */
 static size_t count_present(const blob_header *h)
 {
-    size_t n = 3; /* m, f, op */
-    if (h->dtype != BLOB_NONE)
-        n += 3; /* dt, n, x */
-    for (size_t i = 0; i < INT_KEY_COUNT; i++)
-        n += int_value(h, &INT_KEYS[i]) != INT_KEYS[i].absent;
+    size_t n = 3;                      /* m, f, op */
+    if (h->dtype != BLOB_NONE) n += 3; /* dt, n, x */
+    for (size_t i = 0; i < INT_KEY_COUNT; i++) n += int_value(h, &INT_KEYS[i]) != INT_KEYS[i].absent;
     n += field_is_set_str(h->worker) + field_is_set_str(h->code) + field_is_set_str(h->text);
     n += !isnan(h->lr) + !isnan(h->mu);
     return n;
@@ -170,16 +173,11 @@ static void pack_header(msgpack_packer *pk, const blob_header *h)
     for (size_t i = 0; i < INT_KEY_COUNT; i++)
         if (int_value(h, &INT_KEYS[i]) != INT_KEYS[i].absent)
             pack_int_field(pk, INT_KEYS[i].key, int_value(h, &INT_KEYS[i]));
-    if (field_is_set_str(h->worker))
-        pack_str_field(pk, K_WORKER, h->worker);
-    if (field_is_set_str(h->code))
-        pack_str_field(pk, K_CODE, h->code);
-    if (field_is_set_str(h->text))
-        pack_str_field(pk, K_TEXT, h->text);
-    if (!isnan(h->lr))
-        pack_double_field(pk, K_LR, h->lr);
-    if (!isnan(h->mu))
-        pack_double_field(pk, K_MU, h->mu);
+    if (field_is_set_str(h->worker)) pack_str_field(pk, K_WORKER, h->worker);
+    if (field_is_set_str(h->code)) pack_str_field(pk, K_CODE, h->code);
+    if (field_is_set_str(h->text)) pack_str_field(pk, K_TEXT, h->text);
+    if (!isnan(h->lr)) pack_double_field(pk, K_LR, h->lr);
+    if (!isnan(h->mu)) pack_double_field(pk, K_MU, h->mu);
 }
 
 /* Strings are fixed arrays that callers fill themselves: make sure each is terminated. */
@@ -220,21 +218,19 @@ static int check_payload_shape(const blob_header *h, size_t payload_len, char *e
     return 0;
 }
 
-int blob_encode_header(blob_header *h, const void *payload, size_t payload_len, uint8_t *buf, size_t cap,
-                       char *err, size_t errlen)
+int blob_encode_header(blob_header *h, const void *payload, size_t payload_len, uint8_t *buf, size_t cap, char *err,
+                       size_t errlen)
 {
-    if (check_payload_shape(h, payload_len, err, errlen) != 0)
-        return -1;
+    if (check_payload_shape(h, payload_len, err, errlen) != 0) return -1;
     h->xxh = payload_len > 0 ? hash64(payload, payload_len) : 0;
     return blob_encode_header_hashed(h, payload_len, buf, cap, err, errlen);
 }
 
-int blob_encode_header_hashed(blob_header *h, size_t payload_len, uint8_t *buf, size_t cap, char *err,
-                              size_t errlen)
+int blob_encode_header_hashed(blob_header *h, size_t payload_len, uint8_t *buf, size_t cap, char *err, size_t errlen)
 {
     if (check_strings_terminated(h, err, errlen) != 0 || check_payload_shape(h, payload_len, err, errlen) != 0)
         return -1;
-    struct fixed_buf fb = { .buf = buf, .cap = cap < BLOB_HEADER_MAX ? cap : BLOB_HEADER_MAX };
+    struct fixed_buf fb = {.buf = buf, .cap = cap < BLOB_HEADER_MAX ? cap : BLOB_HEADER_MAX};
     msgpack_packer pk;
     msgpack_packer_init(&pk, &fb, fixed_buf_write);
     pack_header(&pk, h);
@@ -321,14 +317,13 @@ struct required_seen {
     int magic, format, op, dtype, count, xxh;
 };
 
-static int decode_field(blob_header *h, const msgpack_object *k, const msgpack_object *v,
-                        struct required_seen *seen, char *err, size_t errlen)
+static int decode_field(blob_header *h, const msgpack_object *k, const msgpack_object *v, struct required_seen *seen,
+                        char *err, size_t errlen)
 {
     char magic[8];
     int64_t i;
     for (size_t j = 0; j < INT_KEY_COUNT; j++)
-        if (key_is(k, INT_KEYS[j].key))
-            return get_int(v, INT_KEYS[j].key, int_slot(h, &INT_KEYS[j]), err, errlen);
+        if (key_is(k, INT_KEYS[j].key)) return get_int(v, INT_KEYS[j].key, int_slot(h, &INT_KEYS[j]), err, errlen);
     if (key_is(k, K_MAGIC)) {
         if (get_str(v, K_MAGIC, magic, sizeof magic, err, errlen) != 0 || strcmp(magic, BLOB_MAGIC) != 0) {
             err_set(err, errlen, "not a blob: wrong magic (want \"%s\")", BLOB_MAGIC);
@@ -338,8 +333,7 @@ static int decode_field(blob_header *h, const msgpack_object *k, const msgpack_o
         return 0;
     }
     if (key_is(k, K_FORMAT)) {
-        if (get_int(v, K_FORMAT, &i, err, errlen) != 0)
-            return -1;
+        if (get_int(v, K_FORMAT, &i, err, errlen) != 0) return -1;
         if (i != BLOB_FORMAT) {
             err_set(err, errlen, "unsupported blob format version %lld (this build reads %d)", (long long)i,
                     BLOB_FORMAT);
@@ -355,8 +349,7 @@ static int decode_field(blob_header *h, const msgpack_object *k, const msgpack_o
     if (key_is(k, K_DTYPE)) {
         /* checked as int64, before narrowing: 0x100000001 must not pass as F32 */
         seen->dtype = 1;
-        if (get_int(v, K_DTYPE, &i, err, errlen) != 0)
-            return -1;
+        if (get_int(v, K_DTYPE, &i, err, errlen) != 0) return -1;
         if (i <= BLOB_NONE || i > BLOB_I4 || codec_bytes((int)i, 1) == 0) {
             err_set(err, errlen, "unknown blob dtype %lld", (long long)i);
             return -1;
@@ -372,16 +365,11 @@ static int decode_field(blob_header *h, const msgpack_object *k, const msgpack_o
         seen->xxh = 1;
         return get_uint(v, K_XXH, &h->xxh, err, errlen);
     }
-    if (key_is(k, K_WORKER))
-        return get_str(v, K_WORKER, h->worker, sizeof h->worker, err, errlen);
-    if (key_is(k, K_CODE))
-        return get_str(v, K_CODE, h->code, sizeof h->code, err, errlen);
-    if (key_is(k, K_TEXT))
-        return get_str(v, K_TEXT, h->text, sizeof h->text, err, errlen);
-    if (key_is(k, K_LR))
-        return get_double(v, K_LR, &h->lr, err, errlen);
-    if (key_is(k, K_MU))
-        return get_double(v, K_MU, &h->mu, err, errlen);
+    if (key_is(k, K_WORKER)) return get_str(v, K_WORKER, h->worker, sizeof h->worker, err, errlen);
+    if (key_is(k, K_CODE)) return get_str(v, K_CODE, h->code, sizeof h->code, err, errlen);
+    if (key_is(k, K_TEXT)) return get_str(v, K_TEXT, h->text, sizeof h->text, err, errlen);
+    if (key_is(k, K_LR)) return get_double(v, K_LR, &h->lr, err, errlen);
+    if (key_is(k, K_MU)) return get_double(v, K_MU, &h->mu, err, errlen);
     return 0; /* unknown key: ignored for forward compatibility */
 }
 
@@ -400,7 +388,7 @@ static int key_repeats(const msgpack_object *root, uint32_t j)
 
 static int decode_map(const msgpack_object *root, blob_header *h, char *err, size_t errlen)
 {
-    struct required_seen seen = { 0 };
+    struct required_seen seen = {0};
     if (root->type != MSGPACK_OBJECT_MAP) {
         err_set(err, errlen, "not a blob: the header is not a msgpack map");
         return -1;
@@ -412,12 +400,11 @@ static int decode_map(const msgpack_object *root, blob_header *h, char *err, siz
             return -1;
         }
         if (key_repeats(root, j)) {
-            err_set(err, errlen, "blob header has the key '%.*s' twice", (int)(kv->key.via.str.size < 16 ?
-                    kv->key.via.str.size : 16), kv->key.via.str.ptr);
+            err_set(err, errlen, "blob header has the key '%.*s' twice",
+                    (int)(kv->key.via.str.size < 16 ? kv->key.via.str.size : 16), kv->key.via.str.ptr);
             return -1;
         }
-        if (decode_field(h, &kv->key, &kv->val, &seen, err, errlen) != 0)
-            return -1;
+        if (decode_field(h, &kv->key, &kv->val, &seen, err, errlen) != 0) return -1;
     }
     if (!seen.magic) {
         err_set(err, errlen, "not a blob: missing magic \"%s\"", BLOB_MAGIC);
@@ -445,8 +432,7 @@ static int decode_map(const msgpack_object *root, blob_header *h, char *err, siz
     return 0;
 }
 
-int blob_decode_header(const uint8_t *buf, size_t len, blob_header *h, size_t *header_len, char *err,
-                       size_t errlen)
+int blob_decode_header(const uint8_t *buf, size_t len, blob_header *h, size_t *header_len, char *err, size_t errlen)
 {
     size_t hlen;
     char why[200];
@@ -465,8 +451,7 @@ int blob_decode_header(const uint8_t *buf, size_t len, blob_header *h, size_t *h
         err_set(err, errlen, "bad blob header: msgpack-c cannot parse it");
         goto error;
     }
-    if (decode_map(&up.data, h, err, errlen) != 0)
-        goto error;
+    if (decode_map(&up.data, h, err, errlen) != 0) goto error;
     *header_len = hlen;
     rc = 0;
 
@@ -489,41 +474,37 @@ int blob_check_payload_hashed(const blob_header *h, size_t len, uint64_t got, ch
         return -1;
     }
     if (got != h->xxh) {
-        err_set(err, errlen, "payload checksum mismatch (xxh3 %016llx, header says %016llx)",
-                (unsigned long long)got, (unsigned long long)h->xxh);
+        err_set(err, errlen, "payload checksum mismatch (xxh3 %016llx, header says %016llx)", (unsigned long long)got,
+                (unsigned long long)h->xxh);
         return -1;
     }
     return 0;
 }
 
-int blob_encode(blob_header *h, const void *payload, size_t payload_len, uint8_t **out, size_t *outlen,
-                char *err, size_t errlen)
+int blob_encode(blob_header *h, const void *payload, size_t payload_len, uint8_t **out, size_t *outlen, char *err,
+                size_t errlen)
 {
     uint8_t head[BLOB_HEADER_MAX];
     int hl = blob_encode_header(h, payload, payload_len, head, sizeof head, err, errlen);
-    if (hl < 0)
-        return -1;
+    if (hl < 0) return -1;
     uint8_t *buf = malloc((size_t)hl + payload_len);
     if (buf == NULL) {
         err_set(err, errlen, "out of memory for a %zu-byte blob", (size_t)hl + payload_len);
         return -1;
     }
     memcpy(buf, head, (size_t)hl);
-    if (payload_len > 0)
-        memcpy(buf + hl, payload, payload_len);
+    if (payload_len > 0) memcpy(buf + hl, payload, payload_len);
     *out = buf;
     *outlen = (size_t)hl + payload_len;
     return 0;
 }
 
-int blob_decode(const uint8_t *buf, size_t len, blob_header *h, const uint8_t **payload, size_t *payload_len,
-                char *err, size_t errlen)
+int blob_decode(const uint8_t *buf, size_t len, blob_header *h, const uint8_t **payload, size_t *payload_len, char *err,
+                size_t errlen)
 {
     size_t hl;
-    if (blob_decode_header(buf, len, h, &hl, err, errlen) != 0)
-        return -1;
-    if (blob_check_payload(h, buf + hl, len - hl, err, errlen) != 0)
-        return -1;
+    if (blob_decode_header(buf, len, h, &hl, err, errlen) != 0) return -1;
+    if (blob_check_payload(h, buf + hl, len - hl, err, errlen) != 0) return -1;
     *payload = buf + hl;
     *payload_len = len - hl;
     return 0;

@@ -20,17 +20,17 @@
 enum blob_dtype { BLOB_NONE = 0, BLOB_F32 = 1, BLOB_BF16 = 2, BLOB_I8 = 3, BLOB_I4 = 4 };
 
 typedef struct blob_header {
-    char op[16];     /* "push","pull","get","params","ack","err","moved","need","hello","snap","log",... */
-    int dtype;       /* enum blob_dtype: the payload's codec; BLOB_NONE when there is no payload */
-    uint64_t count;  /* elements in the payload */
-    uint64_t xxh;    /* XXH3_64bits of the payload bytes (0 when no payload) */
+    char op[16];    /* "push","pull","get","params","ack","err","moved","need","hello","snap","log",... */
+    int dtype;      /* enum blob_dtype: the payload's codec; BLOB_NONE when there is no payload */
+    uint64_t count; /* elements in the payload */
+    uint64_t xxh;   /* XXH3_64bits of the payload bytes (0 when no payload) */
     int64_t shard, version, round, epoch, inc, frag; /* -1 when absent */
-    char worker[64]; /* "" when absent */
-    char code[32];   /* error code for op "err": "STALE", "BADSIZE", "NAN", "CHECKSUM", ... */
-    char text[512];  /* free text: error message, redirect "host:port", list of missing workers, ... */
-    double lr, mu;   /* outer step parameters recorded with log entries; NAN when absent */
-    int64_t flags;   /* bit flags (e.g. nesterov, first step; BLOB_GET_*, BLOB_PARAMS_*); 0 when absent */
-    int64_t aux;     /* spare integer (e.g. participant count); -1 when absent */
+    char worker[64];                                 /* "" when absent */
+    char code[32];  /* error code for op "err": "STALE", "BADSIZE", "NAN", "CHECKSUM", ... */
+    char text[512]; /* free text: error message, redirect "host:port", list of missing workers, ... */
+    double lr, mu;  /* outer step parameters recorded with log entries; NAN when absent */
+    int64_t flags;  /* bit flags (e.g. nesterov, first step; BLOB_GET_*, BLOB_PARAMS_*); 0 when absent */
+    int64_t aux;    /* spare integer (e.g. participant count); -1 when absent */
 } blob_header;
 
 /* Data-plane flags (docs/PROTOCOL.md, "Tentative parameters"): a sync `get` may accept the parameters
@@ -47,24 +47,22 @@ typedef struct blob_header {
 #define BLOB_UPDATE_TENTATIVE 8
 
 void blob_header_init(blob_header *h, const char *op); /* every field "absent" */
-size_t blob_dtype_size(int dtype);                      /* 4, 2, or 0 (none, unknown, block-quantized) */
+size_t blob_dtype_size(int dtype);                     /* 4, 2, or 0 (none, unknown, block-quantized) */
 /* Payload bytes of count elements of dtype (codec_bytes); 0 for an unknown dtype or an overflow. */
 size_t blob_payload_bytes(int dtype, uint64_t count);
 
 /* Encode the header for this payload into buf (cap >= BLOB_HEADER_MAX is always enough). Sets h->xxh
  * from the payload and checks payload_len == count * dtype size. Returns the header length or -1. */
-int blob_encode_header(blob_header *h, const void *payload, size_t payload_len, uint8_t *buf, size_t cap,
-                       char *err, size_t errlen);
+int blob_encode_header(blob_header *h, const void *payload, size_t payload_len, uint8_t *buf, size_t cap, char *err,
+                       size_t errlen);
 
 /* The same with h->xxh already set to the payload's XXH3_64bits (a sender that keeps the checksum of a
  * buffer it sends many times, like a shard's parameters, hashes it once). */
-int blob_encode_header_hashed(blob_header *h, size_t payload_len, uint8_t *buf, size_t cap, char *err,
-                              size_t errlen);
+int blob_encode_header_hashed(blob_header *h, size_t payload_len, uint8_t *buf, size_t cap, char *err, size_t errlen);
 
 /* Decode the header at the start of buf and set *header_len. Unknown keys are ignored (forward
  * compatibility); everything malformed is rejected with a message saying what. */
-int blob_decode_header(const uint8_t *buf, size_t len, blob_header *h, size_t *header_len, char *err,
-                       size_t errlen);
+int blob_decode_header(const uint8_t *buf, size_t len, blob_header *h, size_t *header_len, char *err, size_t errlen);
 
 /* Check a payload against its decoded header: exact length, then checksum. */
 int blob_check_payload(const blob_header *h, const void *payload, size_t len, char *err, size_t errlen);
@@ -73,10 +71,10 @@ int blob_check_payload(const blob_header *h, const void *payload, size_t len, ch
 int blob_check_payload_hashed(const blob_header *h, size_t len, uint64_t xxh, char *err, size_t errlen);
 
 /* Whole blob (header + payload in one malloc'd buffer the caller frees), for small values and tests. */
-int blob_encode(blob_header *h, const void *payload, size_t payload_len, uint8_t **out, size_t *outlen,
-                char *err, size_t errlen);
+int blob_encode(blob_header *h, const void *payload, size_t payload_len, uint8_t **out, size_t *outlen, char *err,
+                size_t errlen);
 /* Decode a whole blob; *payload points into buf. */
-int blob_decode(const uint8_t *buf, size_t len, blob_header *h, const uint8_t **payload, size_t *payload_len,
-                char *err, size_t errlen);
+int blob_decode(const uint8_t *buf, size_t len, blob_header *h, const uint8_t **payload, size_t *payload_len, char *err,
+                size_t errlen);
 
 #endif

@@ -14,8 +14,9 @@ static const dp_err_info table[DP_ERR_COUNT] = {
                      "a pseudo-gradient in another codec than the run's (coordinator init --compress)"},
     [DP_CHECKSUM] = {"CHECKSUM", DP_ACT_FAIL, 1, "the payload does not match its header's xxh3"},
     [DP_NAN] = {"NAN", DP_ACT_FAIL, 1, "an element is NaN or infinite"},
-    [DP_AUTH] = {"AUTH", DP_ACT_FAIL, 1, "the handshake failed (wrong run secret, request before the handshake); "
-                                         "the connection is closed"},
+    [DP_AUTH] = {"AUTH", DP_ACT_FAIL, 1,
+                 "the handshake failed (wrong run secret, request before the handshake); "
+                 "the connection is closed"},
     [DP_UNKNOWN_WORKER] = {"UNKNOWN_WORKER", DP_ACT_REREGISTER, 1,
                            "the worker is not a live member with that incarnation: register again"},
     [DP_STALE] = {"STALE", DP_ACT_REFETCH, 1, "the round is not the shard's open round: fetch the parameters"},
@@ -39,7 +40,6 @@ const char *dp_err_code(dp_err e)
 const dp_err_info *dp_err_lookup(const char *code)
 {
     for (int i = 0; i < DP_ERR_COUNT; i++)
-        if (strcmp(table[i].code, code) == 0)
-            return &table[i];
+        if (strcmp(table[i].code, code) == 0) return &table[i];
     return NULL;
 }

@@ -6,17 +6,20 @@
 
 #include "util.h"
 
-char *key_run(char *dst, size_t cap, const char *run, const char *suffix) {
+char *key_run(char *dst, size_t cap, const char *run, const char *suffix)
+{
     snprintf(dst, cap, "dl:{%s}:%s", run, suffix);
     return dst;
 }
 
-char *key_shard(char *dst, size_t cap, const char *run, int shard, const char *suffix) {
+char *key_shard(char *dst, size_t cap, const char *run, int shard, const char *suffix)
+{
     snprintf(dst, cap, "dl:{%s:%d}:%s", run, shard, suffix);
     return dst;
 }
 
-int key_shard_ref(char *dst, size_t cap, const char *run, int shard, const char *kind, const char *ref) {
+int key_shard_ref(char *dst, size_t cap, const char *run, int shard, const char *kind, const char *ref)
+{
     unsigned long long v, e;
     char tail;
     if (sscanf(ref, "%llu.%llu%c", &v, &e, &tail) != 2) return -1;
@@ -24,7 +27,8 @@ int key_shard_ref(char *dst, size_t cap, const char *run, int shard, const char 
     return 0;
 }
 
-int key_check_run_name(const char *run, char *err, size_t errlen) {
+int key_check_run_name(const char *run, char *err, size_t errlen)
+{
     size_t n = run ? strlen(run) : 0;
     if (n == 0 || n > 64) {
         err_set(err, errlen, "run name must be 1 to 64 characters");
@@ -32,8 +36,8 @@ int key_check_run_name(const char *run, char *err, size_t errlen) {
     }
     for (size_t i = 0; i < n; i++) {
         char c = run[i];
-        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                 c == '-' || c == '.';
+        int ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+                 c == '.';
         if (!ok) {
             err_set(err, errlen, "run name '%s' may only contain letters, digits, '_', '-' and '.'", run);
             return -1;

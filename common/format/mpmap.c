@@ -8,7 +8,8 @@
 #include "mpscan.h"
 
 /* Unpack buf and find key; on success *val points into the unpacked object (valid until destroy). */
-static int find(msgpack_unpacked *u, const void *buf, size_t len, const char *key, msgpack_object **val) {
+static int find(msgpack_unpacked *u, const void *buf, size_t len, const char *key, msgpack_object **val)
+{
     size_t objlen;
     msgpack_unpacked_init(u);
     if (mpscan_object(buf, len, &objlen, NULL, 0) < 0) return -1;
@@ -28,7 +29,8 @@ static int find(msgpack_unpacked *u, const void *buf, size_t len, const char *ke
     return -1;
 }
 
-int mpmap_get_str(const void *buf, size_t len, const char *key, char *out, size_t cap) {
+int mpmap_get_str(const void *buf, size_t len, const char *key, char *out, size_t cap)
+{
     msgpack_unpacked u;
     msgpack_object *v;
     int rc = -1;
@@ -42,16 +44,21 @@ int mpmap_get_str(const void *buf, size_t len, const char *key, char *out, size_
     return rc;
 }
 
-int mpmap_get_num(const void *buf, size_t len, const char *key, double *out) {
+int mpmap_get_num(const void *buf, size_t len, const char *key, double *out)
+{
     msgpack_unpacked u;
     msgpack_object *v;
     int rc = -1;
     if (find(&u, buf, len, key, &v) == 0) {
         rc = 0;
-        if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER) *out = (double)v->via.u64;
-        else if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER) *out = (double)v->via.i64;
-        else if (v->type == MSGPACK_OBJECT_FLOAT64 || v->type == MSGPACK_OBJECT_FLOAT32) *out = v->via.f64;
-        else rc = -1;
+        if (v->type == MSGPACK_OBJECT_POSITIVE_INTEGER)
+            *out = (double)v->via.u64;
+        else if (v->type == MSGPACK_OBJECT_NEGATIVE_INTEGER)
+            *out = (double)v->via.i64;
+        else if (v->type == MSGPACK_OBJECT_FLOAT64 || v->type == MSGPACK_OBJECT_FLOAT32)
+            *out = v->via.f64;
+        else
+            rc = -1;
     }
     msgpack_unpacked_destroy(&u);
     return rc;

@@ -13,7 +13,8 @@
 
 static const char *const REF_FIELDS[4] = {"version", "snap", "log", "digest"};
 
-int run_state_alloc(run_state *st, const runconf *rc, char *err, size_t errlen) {
+int run_state_alloc(run_state *st, const runconf *rc, char *err, size_t errlen)
+{
     memset(st, 0, sizeof *st);
     st->params = malloc(rc->numel * sizeof(float) + 1);
     st->mom = calloc(rc->numel + 1, sizeof(float));
@@ -27,7 +28,8 @@ int run_state_alloc(run_state *st, const runconf *rc, char *err, size_t errlen) 
     return 0;
 }
 
-void run_state_free(run_state *st) {
+void run_state_free(run_state *st)
+{
     free(st->params);
     free(st->mom);
     free(st->dnbuf);
@@ -36,11 +38,12 @@ void run_state_free(run_state *st) {
 }
 
 /* HMGET dl:{R}:shards with `nf` fields of REF_FIELDS per shard; the reply has nf*S elements. */
-static redisReply *shard_refs(rconn *c, const runconf *rc, int nf, char *err, size_t errlen) {
+static redisReply *shard_refs(rconn *c, const runconf *rc, int nf, char *err, size_t errlen)
+{
     int S = rc->nshards;
     size_t argc = 2 + (size_t)nf * (size_t)S;
     const char **argv = calloc(argc, sizeof *argv);
-    char (*fields)[32] = calloc((size_t)nf * (size_t)S, sizeof *fields);
+    char(*fields)[32] = calloc((size_t)nf * (size_t)S, sizeof *fields);
     char key[KEY_MAX];
     redisReply *r = NULL;
     if (!argv || !fields) {
@@ -70,7 +73,8 @@ done:
 }
 
 /* Shard k's version from its refs, or -1 with err when the entry is incomplete. */
-static long long ref_version(const runconf *rc, redisReply **e, int nf, int k, char *err, size_t errlen) {
+static long long ref_version(const runconf *rc, redisReply **e, int nf, int k, char *err, size_t errlen)
+{
     long long v;
     int ok = e[0]->type == REDIS_REPLY_STRING && parse_int(e[0]->str, 0, INT64_MAX, &v) == 0;
     for (int j = 1; j < nf; j++)
@@ -84,7 +88,8 @@ static long long ref_version(const runconf *rc, redisReply **e, int nf, int k, c
 }
 
 int run_state_versions(rconn *c, const runconf *rc, int64_t *min_version, int64_t *max_version, char *err,
-                       size_t errlen) {
+                       size_t errlen)
+{
     redisReply *r = shard_refs(c, rc, 1, err, errlen);
     if (!r) return -1;
     int64_t lo = INT64_MAX, hi = -1;
@@ -104,7 +109,8 @@ int run_state_versions(rconn *c, const runconf *rc, int64_t *min_version, int64_
 }
 
 int run_state_read_once(rconn *c, const runconf *rc, int allow_mixed, run_state *st, char *why, size_t whylen,
-                        char *err, size_t errlen) {
+                        char *err, size_t errlen)
+{
     redisReply *r = shard_refs(c, rc, 4, err, errlen);
     if (!r) return -1;
     int ret = -1;
@@ -126,12 +132,16 @@ int run_state_read_once(rconn *c, const runconf *rc, int allow_mixed, run_state 
         uint64_t off = rc->shard_bounds[k];
         size_t n = (size_t)runconf_shard_numel(rc, k);
         /* the same replay as a shard-server's load, with the DN buffer and the run's DN schedule */
-        replay_state rs = {.theta = st->params + off, .mom = st->mom + off,
-                           .dnbuf = st->dnbuf ? st->dnbuf + off : NULL, .dn_buffer = (uint32_t)rc->dn_buffer,
-                           .dn_variant = rc->dn_variant, .dn_t0 = rc->dn_t0};
+        replay_state rs = {.theta = st->params + off,
+                           .mom = st->mom + off,
+                           .dnbuf = st->dnbuf ? st->dnbuf + off : NULL,
+                           .dn_buffer = (uint32_t)rc->dn_buffer,
+                           .dn_variant = rc->dn_variant,
+                           .dn_t0 = rc->dn_t0};
         long long v = atoll(e[0]->str);
-        int lrc = replay_load_refs_state(c, rc->run, k, n, v, e[1]->str,
-                                         e[2]->type == REDIS_REPLY_STRING ? e[2]->str : "", e[3]->str, &rs, err, errlen);
+        int lrc =
+            replay_load_refs_state(c, rc->run, k, n, v, e[1]->str, e[2]->type == REDIS_REPLY_STRING ? e[2]->str : "",
+                                   e[3]->str, &rs, err, errlen);
         if (lrc == REPLAY_GONE) {
             err_set(why, whylen, "%s", err);
             ret = 1;
@@ -150,15 +160,18 @@ done:
 }
 
 int run_state_read(rconn *c, const runconf *conf, int allow_mixed, int timeout_ms, run_state *st, char *err,
-                   size_t errlen) {
+                   size_t errlen)
+{
     uint64_t deadline = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
     char why[512] = "";
     for (unsigned attempt = 0;; attempt++) {
         int rc = run_state_read_once(c, conf, allow_mixed, st, why, sizeof why, err, errlen);
         if (rc <= 0) return rc;
         if (now_ms() >= deadline) {
-            err_set(err, errlen, "no consistent version of run '%s' after %d ms (%s): a round is being committed "
-                    "or a fragment lags behind; try again or give a longer --timeout", conf->run, timeout_ms, why);
+            err_set(err, errlen,
+                    "no consistent version of run '%s' after %d ms (%s): a round is being committed "
+                    "or a fragment lags behind; try again or give a longer --timeout",
+                    conf->run, timeout_ms, why);
             return -1;
         }
         if (attempt == 0) log_info("waiting for one consistent version of run '%s' (%s)", conf->run, why);

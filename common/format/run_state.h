@@ -15,12 +15,12 @@
 #include "runconf.h"
 
 typedef struct run_state {
-    float *params, *mom;   /* numel fp32 each */
-    float *dnbuf;          /* numel fp32 when the run has a Delayed Nesterov buffer, else NULL */
+    float *params, *mom; /* numel fp32 each */
+    float *dnbuf;        /* numel fp32 when the run has a Delayed Nesterov buffer, else NULL */
     int has_mom;
-    int64_t version;       /* the common version (the lowest shard version with allow_mixed) */
-    int64_t max_version;   /* the highest shard version */
-    char (*digests)[17];   /* per shard */
+    int64_t version;     /* the common version (the lowest shard version with allow_mixed) */
+    int64_t max_version; /* the highest shard version */
+    char (*digests)[17]; /* per shard */
 } run_state;
 
 /* Allocate the buffers for run `rc` (free with run_state_free). */

@@ -15,7 +15,8 @@
 #include "util.h"
 #include "version.h"
 
-int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen) {
+int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen)
+{
     char key[KEY_MAX];
     key_run(key, sizeof key, run, "config");
     redisReply *r = rconn_command(c, "FCALL dl_version 1 %s", key);
@@ -25,13 +26,18 @@ int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen) {
     }
     int rc = -1;
     if (r->type == REDIS_REPLY_ERROR && rconn_error_final(r->str)) {
-        err_set(err, errlen, "Redis refuses this user: %s (check the user and password in the Redis URL and the "
-                "user's ACL, e.g. deploy/redis/users.acl)", r->str);
+        err_set(err, errlen,
+                "Redis refuses this user: %s (check the user and password in the Redis URL and the "
+                "user's ACL, e.g. deploy/redis/users.acl)",
+                r->str);
     } else if (r->type == REDIS_REPLY_ERROR) {
-        err_set(err, errlen, "the ReDiLoCo function library is not loaded in this Redis (%s); "
-                "run `coordinator init` first", r->str);
+        err_set(err, errlen,
+                "the ReDiLoCo function library is not loaded in this Redis (%s); "
+                "run `coordinator init` first",
+                r->str);
     } else if (r->type != REDIS_REPLY_STRING || strcmp(r->str, DL_LIB_VERSION) != 0) {
-        err_set(err, errlen, "Redis has function library version '%s' but this build speaks version '%s'; "
+        err_set(err, errlen,
+                "Redis has function library version '%s' but this build speaks version '%s'; "
                 "use binaries of the same release as the coordinator that ran init",
                 r->type == REDIS_REPLY_STRING ? r->str : "?", DL_LIB_VERSION);
     } else {
@@ -41,7 +47,8 @@ int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen) {
     return rc;
 }
 
-int runconf_parse_bounds_u64(const char *s, uint64_t **out, int *n, char *err, size_t errlen) {
+int runconf_parse_bounds_u64(const char *s, uint64_t **out, int *n, char *err, size_t errlen)
+{
     int count = 1;
     for (const char *p = s; *p; p++) count += (*p == ',');
     uint64_t *b = calloc((size_t)count, sizeof *b);
@@ -69,7 +76,8 @@ int runconf_parse_bounds_u64(const char *s, uint64_t **out, int *n, char *err, s
     return 0;
 }
 
-int runconf_format_bounds_u64(const uint64_t *b, int n, char *buf, size_t cap) {
+int runconf_format_bounds_u64(const uint64_t *b, int n, char *buf, size_t cap)
+{
     size_t used = 0;
     for (int i = 0; i <= n; i++) {
         int w = snprintf(buf + used, cap - used, "%s%" PRIu64, i ? "," : "", b[i]);
@@ -80,7 +88,8 @@ int runconf_format_bounds_u64(const uint64_t *b, int n, char *buf, size_t cap) {
 }
 
 /* the value of field name in an HGETALL reply, when both are strings */
-static const char *field(const redisReply *r, const char *name) {
+static const char *field(const redisReply *r, const char *name)
+{
     for (size_t i = 0; i + 1 < r->elements; i += 2)
         if (r->element[i]->type == REDIS_REPLY_STRING && r->element[i + 1]->type == REDIS_REPLY_STRING &&
             strcmp(r->element[i]->str, name) == 0)
@@ -88,7 +97,8 @@ static const char *field(const redisReply *r, const char *name) {
     return NULL;
 }
 
-int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errlen) {
+int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errlen)
+{
     if (r->type != REDIS_REPLY_ARRAY) {
         err_set(err, errlen, "run config is not a hash");
         return -1;
@@ -134,16 +144,20 @@ int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errle
     const char *cz = field(r, "compress");
     rc->compress = cz ? codec_parse(cz) : BLOB_BF16; /* runs made before the setting existed: bf16 */
     if (rc->compress == 0) {
-        err_set(err, errlen, "the run's pseudo-gradients use codec '%s', which this build does not know: "
-                "upgrade this program", cz);
+        err_set(err, errlen,
+                "the run's pseudo-gradients use codec '%s', which this build does not know: "
+                "upgrade this program",
+                cz);
         return -1;
     }
     const char *dl = field(r, "download");
     rc->download_update = dl && strcmp(dl, "update") == 0;
     if ((dl && !rc->download_update && strcmp(dl, "params") != 0) ||
         (rc->download_update && (rc->async || rc->nfragments > 1))) {
-        err_set(err, errlen, "the run's download mode '%s' is unknown or not for %s runs: upgrade this program, "
-                "or make the run again (coordinator init --download params)", dl, rc->async ? "async" : "Streaming DiLoCo");
+        err_set(err, errlen,
+                "the run's download mode '%s' is unknown or not for %s runs: upgrade this program, "
+                "or make the run again (coordinator init --download params)",
+                dl, rc->async ? "async" : "Streaming DiLoCo");
         return -1;
     }
     const char *mr = field(r, "min_replicas");
@@ -164,7 +178,8 @@ int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errle
     return 0;
 }
 
-int runconf_load(rconn *c, const char *run, runconf *rc, char *err, size_t errlen) {
+int runconf_load(rconn *c, const char *run, runconf *rc, char *err, size_t errlen)
+{
     memset(rc, 0, sizeof *rc);
     if (key_check_run_name(run, err, errlen) < 0) return -1;
     snprintf(rc->run, sizeof rc->run, "%s", run);
@@ -185,7 +200,8 @@ error:
     return -1;
 }
 
-void runconf_free(runconf *rc) {
+void runconf_free(runconf *rc)
+{
     free(rc->shard_bounds);
     free(rc->frag_bounds);
     free(rc->layout);
@@ -194,16 +210,19 @@ void runconf_free(runconf *rc) {
     rc->layout = NULL;
 }
 
-uint64_t runconf_shard_numel(const runconf *rc, int shard) {
+uint64_t runconf_shard_numel(const runconf *rc, int shard)
+{
     return rc->shard_bounds[shard + 1] - rc->shard_bounds[shard];
 }
 
-int runconf_fragment_of_shard(const runconf *rc, int shard) {
+int runconf_fragment_of_shard(const runconf *rc, int shard)
+{
     for (int f = 0; f < rc->nfragments; f++)
         if (shard < rc->frag_bounds[f + 1]) return f;
     return rc->nfragments - 1;
 }
 
-int runconf_accepts_dtype(const runconf *rc, int dtype) {
+int runconf_accepts_dtype(const runconf *rc, int dtype)
+{
     return dtype == rc->compress || (rc->compress == BLOB_BF16 && dtype == BLOB_F32);
 }

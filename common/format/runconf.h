@@ -20,29 +20,29 @@ typedef struct runconf {
     char run[80];
     uint64_t numel;
     int nshards;
-    uint64_t *shard_bounds;   /* nshards+1 element offsets: shard k is [bounds[k], bounds[k+1]) */
+    uint64_t *shard_bounds; /* nshards+1 element offsets: shard k is [bounds[k], bounds[k+1]) */
     int nfragments;
-    int *frag_bounds;         /* nfragments+1 shard indices: fragment f is shards [fb[f], fb[f+1]) */
-    int async;                /* mode "async" */
-    int snapshot_every;       /* versions between durable snapshots (the log covers the rest) */
-    int dn_buffer;            /* async: Delayed Nesterov every dn_buffer submissions (0 = off) */
-    int dn_variant;           /* DN_PAPER or DN_FORGATHER (outer_dn.h) */
-    uint64_t dn_t0;           /* DN submissions before version 0 (a run resumed from a checkpoint: its
+    int *frag_bounds;           /* nfragments+1 shard indices: fragment f is shards [fb[f], fb[f+1]) */
+    int async;                  /* mode "async" */
+    int snapshot_every;         /* versions between durable snapshots (the log covers the rest) */
+    int dn_buffer;              /* async: Delayed Nesterov every dn_buffer submissions (0 = off) */
+    int dn_variant;             /* DN_PAPER or DN_FORGATHER (outer_dn.h) */
+    uint64_t dn_t0;             /* DN submissions before version 0 (a run resumed from a checkpoint: its
                                  count there), so the submission turning version v into v+1 is number
                                  dn_t0 + v + 1 and the every-N schedule carries on across the resume */
-    int weight_tokens;        /* --weight-by tokens: pseudo-gradients weighted by the tokens behind them */
+    int weight_tokens;          /* --weight-by tokens: pseudo-gradients weighted by the tokens behind them */
     uint64_t weight_ref_tokens; /* async: a submission of this many tokens gets weight 1 */
-    int compress;             /* codec of pseudo-gradients (coordinator init --compress): a blob dtype,
+    int compress;               /* codec of pseudo-gradients (coordinator init --compress): a blob dtype,
                                  BLOB_BF16 by default (codec.h) */
-    int download_update;      /* --download update: gets are answered with the round's averaged
+    int download_update;        /* --download update: gets are answered with the round's averaged
                                  pseudo-gradient in the codec, workers apply the outer step themselves */
-    int min_replicas;         /* a commit is durable once WAIT says this many replicas have it (0 = at once) */
+    int min_replicas;           /* a commit is durable once WAIT says this many replicas have it (0 = at once) */
     uint64_t seed;
-    char trainer[32];         /* what the layout came from: "quadratic", "gpt" */
-    char secret[80];          /* the run's data-plane secret ("" for runs made without one) */
-    char *layout;             /* the run's tensors, JSON [[name, [shape], offset], ...] (malloc'ed; NULL for a
+    char trainer[32]; /* what the layout came from: "quadratic", "gpt" */
+    char secret[80];  /* the run's data-plane secret ("" for runs made without one) */
+    char *layout;     /* the run's tensors, JSON [[name, [shape], offset], ...] (malloc'ed; NULL for a
                                  run made before layouts were recorded) */
-    char model[256];          /* trainer-specific model description, e.g. "layers=2 heads=4 dim=128 ctx=128 vocab=256" */
+    char model[256];  /* trainer-specific model description, e.g. "layers=2 heads=4 dim=128 ctx=128 vocab=256" */
 } runconf;
 
 /* Check `FCALL dl_version` against DL_LIB_VERSION: -1 with a message that says what to do otherwise. */

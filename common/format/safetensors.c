@@ -19,26 +19,33 @@
 #error "safetensors.c reads little-endian values as in memory"
 #endif
 
-static const struct { const char *name; size_t size; } dtypes[ST_NDTYPES] = {
-    [ST_BOOL] = {"BOOL", 1}, [ST_U8] = {"U8", 1},   [ST_I8] = {"I8", 1},     [ST_F8_E5M2] = {"F8_E5M2", 1},
+static const struct {
+    const char *name;
+    size_t size;
+} dtypes[ST_NDTYPES] = {
+    [ST_BOOL] = {"BOOL", 1},       [ST_U8] = {"U8", 1},   [ST_I8] = {"I8", 1},   [ST_F8_E5M2] = {"F8_E5M2", 1},
     [ST_F8_E4M3] = {"F8_E4M3", 1}, [ST_I16] = {"I16", 2}, [ST_U16] = {"U16", 2}, [ST_F16] = {"F16", 2},
-    [ST_BF16] = {"BF16", 2}, [ST_I32] = {"I32", 4}, [ST_U32] = {"U32", 4}, [ST_F32] = {"F32", 4},
-    [ST_F64] = {"F64", 8},   [ST_I64] = {"I64", 8}, [ST_U64] = {"U64", 8},
+    [ST_BF16] = {"BF16", 2},       [ST_I32] = {"I32", 4}, [ST_U32] = {"U32", 4}, [ST_F32] = {"F32", 4},
+    [ST_F64] = {"F64", 8},         [ST_I64] = {"I64", 8}, [ST_U64] = {"U64", 8},
 };
 
-const char *safetensors_dtype_name(safetensors_dtype dt) {
+const char *safetensors_dtype_name(safetensors_dtype dt)
+{
     return dt < ST_NDTYPES ? dtypes[dt].name : "?";
 }
 
-size_t safetensors_dtype_size(safetensors_dtype dt) {
+size_t safetensors_dtype_size(safetensors_dtype dt)
+{
     return dt < ST_NDTYPES ? dtypes[dt].size : 0;
 }
 
-int safetensors_is_float(safetensors_dtype dt) {
+int safetensors_is_float(safetensors_dtype dt)
+{
     return dt == ST_F32 || dt == ST_F16 || dt == ST_BF16 || dt == ST_F64;
 }
 
-void safetensors_free(safetensors *st) {
+void safetensors_free(safetensors *st)
+{
     for (size_t i = 0; i < st->ntensors; i++) free(st->tensors[i].name);
     for (size_t i = 0; i < st->nmeta; i++) {
         free(st->meta_keys[i]);
@@ -54,7 +61,8 @@ void safetensors_free(safetensors *st) {
 
 /* ---- the header ---------------------------------------------------------------------------------- */
 
-static int parse_metadata(json_t *m, safetensors *st, char *err, size_t errlen) {
+static int parse_metadata(json_t *m, safetensors *st, char *err, size_t errlen)
+{
     if (!json_is_object(m)) {
         err_set(err, errlen, "__metadata__ is not an object");
         return -1;
@@ -68,7 +76,8 @@ static int parse_metadata(json_t *m, safetensors *st, char *err, size_t errlen) 
     }
     const char *k;
     json_t *v;
-    json_object_foreach(m, k, v) {
+    json_object_foreach(m, k, v)
+    {
         if (!json_is_string(v)) {
             err_set(err, errlen, "__metadata__ \"%.64s\" is not a string", k);
             return -1;
@@ -84,7 +93,8 @@ static int parse_metadata(json_t *m, safetensors *st, char *err, size_t errlen) 
     return 0;
 }
 
-static int parse_dtype(const char *s, safetensors_dtype *dt) {
+static int parse_dtype(const char *s, safetensors_dtype *dt)
+{
     for (int i = 0; i < ST_NDTYPES; i++)
         if (!strcmp(s, dtypes[i].name)) {
             *dt = (safetensors_dtype)i;
@@ -94,14 +104,15 @@ static int parse_dtype(const char *s, safetensors_dtype *dt) {
 }
 
 /* a JSON integer >= 0 (jansson's integers are int64) */
-static int get_u64(json_t *v, uint64_t *out) {
+static int get_u64(json_t *v, uint64_t *out)
+{
     if (!json_is_integer(v) || json_integer_value(v) < 0) return -1;
     *out = (uint64_t)json_integer_value(v);
     return 0;
 }
 
-static int parse_tensor(const char *name, json_t *e, uint64_t data_len, safetensors_tensor *t, char *err,
-                        size_t errlen) {
+static int parse_tensor(const char *name, json_t *e, uint64_t data_len, safetensors_tensor *t, char *err, size_t errlen)
+{
     json_t *dt = json_object_get(e, "dtype"), *shape = json_object_get(e, "shape");
     json_t *offs = json_object_get(e, "data_offsets");
     if (!json_is_object(e) || !json_is_string(dt) || !json_is_array(shape) || !json_is_array(offs)) {
@@ -122,8 +133,10 @@ static int parse_tensor(const char *name, json_t *e, uint64_t data_len, safetens
     for (int d = 0; d < t->ndim; d++)
         if (get_u64(json_array_get(shape, (size_t)d), &t->shape[d]) < 0 ||
             __builtin_mul_overflow(t->numel, t->shape[d], &t->numel)) {
-            err_set(err, errlen, "tensor \"%.64s\": shape[%d] is not an integer >= 0 or the element count "
-                    "overflows 64 bits", name, d);
+            err_set(err, errlen,
+                    "tensor \"%.64s\": shape[%d] is not an integer >= 0 or the element count "
+                    "overflows 64 bits",
+                    name, d);
             return -1;
         }
     uint64_t bytes;
@@ -133,13 +146,16 @@ static int parse_tensor(const char *name, json_t *e, uint64_t data_len, safetens
         return -1;
     }
     if (t->end > data_len) {
-        err_set(err, errlen, "tensor \"%.64s\": data_offsets [%" PRIu64 ", %" PRIu64 "] do not fit in the %" PRIu64
-                "-byte data section", name, t->begin, t->end, data_len);
+        err_set(err, errlen,
+                "tensor \"%.64s\": data_offsets [%" PRIu64 ", %" PRIu64 "] do not fit in the %" PRIu64
+                "-byte data section",
+                name, t->begin, t->end, data_len);
         return -1;
     }
     if (__builtin_mul_overflow(t->numel, (uint64_t)dtypes[t->dtype].size, &bytes) || bytes != t->end - t->begin) {
-        err_set(err, errlen, "tensor \"%.64s\": %" PRIu64 " elements of %s do not fill data_offsets [%" PRIu64
-                ", %" PRIu64 "]", name, t->numel, dtypes[t->dtype].name, t->begin, t->end);
+        err_set(err, errlen,
+                "tensor \"%.64s\": %" PRIu64 " elements of %s do not fill data_offsets [%" PRIu64 ", %" PRIu64 "]",
+                name, t->numel, dtypes[t->dtype].name, t->begin, t->end);
         return -1;
     }
     if (!(t->name = strdup(name))) {
@@ -149,13 +165,15 @@ static int parse_tensor(const char *name, json_t *e, uint64_t data_len, safetens
     return 0;
 }
 
-static int cmp_begin(const void *a, const void *b) {
+static int cmp_begin(const void *a, const void *b)
+{
     const safetensors_tensor *x = *(const safetensors_tensor *const *)a, *y = *(const safetensors_tensor *const *)b;
     return x->begin < y->begin ? -1 : x->begin > y->begin ? 1 : (x->end > y->end) - (x->end < y->end);
 }
 
 /* the tensors, in offset order, tile [0, data_len) without overlap or gap */
-static int check_tiling(safetensors *st, char *err, size_t errlen) {
+static int check_tiling(safetensors *st, char *err, size_t errlen)
+{
     const safetensors_tensor **by = malloc((st->ntensors + 1) * sizeof *by);
     if (!by) {
         err_set(err, errlen, "out of memory");
@@ -168,8 +186,8 @@ static int check_tiling(safetensors *st, char *err, size_t errlen) {
     for (size_t i = 0; i < st->ntensors && rc == 0; i++) {
         if (by[i]->begin != at) {
             err_set(err, errlen, "tensor \"%.64s\" starts at byte %" PRIu64 " of the data section, where %s",
-                    by[i]->name, by[i]->begin, by[i]->begin < at ? "another tensor lies (overlap)" :
-                    "no tensor ends (a gap)");
+                    by[i]->name, by[i]->begin,
+                    by[i]->begin < at ? "another tensor lies (overlap)" : "no tensor ends (a gap)");
             rc = -1;
         }
         at = by[i]->end;
@@ -183,7 +201,8 @@ static int check_tiling(safetensors *st, char *err, size_t errlen) {
     return rc;
 }
 
-static int parse_header(const char *hdr, size_t hlen, safetensors *st, char *err, size_t errlen) {
+static int parse_header(const char *hdr, size_t hlen, safetensors *st, char *err, size_t errlen)
+{
     json_error_t je;
     json_t *root = json_loadb(hdr, hlen, JSON_REJECT_DUPLICATES, &je);
     int rc = -1;
@@ -198,7 +217,8 @@ static int parse_header(const char *hdr, size_t hlen, safetensors *st, char *err
     }
     const char *k;
     json_t *v;
-    json_object_foreach(root, k, v) {
+    json_object_foreach(root, k, v)
+    {
         if (!strcmp(k, "__metadata__")) {
             if (parse_metadata(v, st, err, errlen) < 0) goto done;
         } else if (parse_tensor(k, v, st->data_len, &st->tensors[st->ntensors], err, errlen) < 0) {
@@ -214,12 +234,15 @@ done:
 }
 
 /* N of the first 8 bytes, checked against the total length (file or buffer) */
-static int header_len(const unsigned char *first8, uint64_t total, safetensors *st, char *err, size_t errlen) {
+static int header_len(const unsigned char *first8, uint64_t total, safetensors *st, char *err, size_t errlen)
+{
     uint64_t n;
     memcpy(&n, first8, 8);
     if (n < 2 || n > SAFETENSORS_HEADER_MAX || n > total - 8) {
-        err_set(err, errlen, "header length %" PRIu64 " does not fit (%" PRIu64 " bytes in all, at most %u of "
-                "header)", n, total, SAFETENSORS_HEADER_MAX);
+        err_set(err, errlen,
+                "header length %" PRIu64 " does not fit (%" PRIu64 " bytes in all, at most %u of "
+                "header)",
+                n, total, SAFETENSORS_HEADER_MAX);
         return -1;
     }
     st->header_len = n;
@@ -228,7 +251,8 @@ static int header_len(const unsigned char *first8, uint64_t total, safetensors *
     return 0;
 }
 
-int safetensors_parse(const void *buf, size_t len, safetensors *st, char *err, size_t errlen) {
+int safetensors_parse(const void *buf, size_t len, safetensors *st, char *err, size_t errlen)
+{
     memset(st, 0, sizeof *st);
     st->fd = -1;
     const unsigned char *b = buf;
@@ -236,15 +260,16 @@ int safetensors_parse(const void *buf, size_t len, safetensors *st, char *err, s
         err_set(err, errlen, "not a safetensors file (%zu bytes, shorter than the 8-byte header length)", len);
         return -1;
     }
-    if (header_len(b, len, st, err, errlen) < 0 || parse_header((const char *)b + 8, st->header_len, st, err,
-                                                                 errlen) < 0) {
+    if (header_len(b, len, st, err, errlen) < 0 ||
+        parse_header((const char *)b + 8, st->header_len, st, err, errlen) < 0) {
         safetensors_free(st);
         return -1;
     }
     return 0;
 }
 
-static int read_at(int fd, void *dst, size_t len, uint64_t off) {
+static int read_at(int fd, void *dst, size_t len, uint64_t off)
+{
     char *p = dst;
     while (len > 0) {
         ssize_t r = pread(fd, p, len > (1u << 30) ? (1u << 30) : len, (off_t)off);
@@ -260,7 +285,8 @@ static int read_at(int fd, void *dst, size_t len, uint64_t off) {
     return 0;
 }
 
-int safetensors_open(const char *path, safetensors *st, char *err, size_t errlen) {
+int safetensors_open(const char *path, safetensors *st, char *err, size_t errlen)
+{
     memset(st, 0, sizeof *st);
     snprintf(st->path, sizeof st->path, "%s", path);
     char e2[512];
@@ -296,13 +322,15 @@ fail:
     return -1;
 }
 
-const safetensors_tensor *safetensors_find(const safetensors *st, const char *name) {
+const safetensors_tensor *safetensors_find(const safetensors *st, const char *name)
+{
     for (size_t i = 0; i < st->ntensors; i++)
         if (!strcmp(st->tensors[i].name, name)) return &st->tensors[i];
     return NULL;
 }
 
-const char *safetensors_meta(const safetensors *st, const char *key) {
+const char *safetensors_meta(const safetensors *st, const char *key)
+{
     for (size_t i = 0; i < st->nmeta; i++)
         if (!strcmp(st->meta_keys[i], key)) return st->meta_values[i];
     return NULL;
@@ -310,11 +338,11 @@ const char *safetensors_meta(const safetensors *st, const char *key) {
 
 /* ---- the data ------------------------------------------------------------------------------------ */
 
-int safetensors_f32_numel(const safetensors_tensor *t, size_t *numel, char *err, size_t errlen) {
+int safetensors_f32_numel(const safetensors_tensor *t, size_t *numel, char *err, size_t errlen)
+{
     size_t bytes;
     if (t->numel > SIZE_MAX || __builtin_mul_overflow((size_t)t->numel, sizeof(float), &bytes)) {
-        err_set(err, errlen, "tensor \"%.64s\": %" PRIu64 " elements do not fit in memory as fp32", t->name,
-                t->numel);
+        err_set(err, errlen, "tensor \"%.64s\": %" PRIu64 " elements do not fit in memory as fp32", t->name, t->numel);
         return -1;
     }
     *numel = (size_t)t->numel;
@@ -322,7 +350,8 @@ int safetensors_f32_numel(const safetensors_tensor *t, size_t *numel, char *err,
 }
 
 /* IEEE half to single, exactly (every half is a float) */
-static float f16_to_f32(uint16_t h) {
+static float f16_to_f32(uint16_t h)
+{
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1f, man = h & 0x3ff, bits;
     if (exp == 0x1f) {
         bits = sign | 0x7f800000u | (man << 13); /* Inf, NaN (payload kept) */
@@ -343,7 +372,8 @@ static float f16_to_f32(uint16_t h) {
     return f;
 }
 
-int safetensors_to_f32(const safetensors_tensor *t, const void *src, float *dst, char *err, size_t errlen) {
+int safetensors_to_f32(const safetensors_tensor *t, const void *src, float *dst, char *err, size_t errlen)
+{
     const unsigned char *s = src;
     size_t n;
     if (safetensors_f32_numel(t, &n, err, errlen) < 0) return -1;
@@ -376,7 +406,8 @@ int safetensors_to_f32(const safetensors_tensor *t, const void *src, float *dst,
     }
 }
 
-int safetensors_read_f32(const safetensors *st, const safetensors_tensor *t, float *dst, char *err, size_t errlen) {
+int safetensors_read_f32(const safetensors *st, const safetensors_tensor *t, float *dst, char *err, size_t errlen)
+{
     size_t n, bytes = (size_t)(t->end - t->begin);
     if (safetensors_f32_numel(t, &n, err, errlen) < 0) return -1;
     if (!safetensors_is_float(t->dtype)) return safetensors_to_f32(t, NULL, dst, err, errlen);

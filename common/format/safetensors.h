@@ -27,29 +27,43 @@
 #define SAFETENSORS_MAX_DIMS 16
 
 typedef enum safetensors_dtype {
-    ST_BOOL, ST_U8, ST_I8, ST_F8_E5M2, ST_F8_E4M3, ST_I16, ST_U16, ST_F16, ST_BF16,
-    ST_I32, ST_U32, ST_F32, ST_F64, ST_I64, ST_U64, ST_NDTYPES
+    ST_BOOL,
+    ST_U8,
+    ST_I8,
+    ST_F8_E5M2,
+    ST_F8_E4M3,
+    ST_I16,
+    ST_U16,
+    ST_F16,
+    ST_BF16,
+    ST_I32,
+    ST_U32,
+    ST_F32,
+    ST_F64,
+    ST_I64,
+    ST_U64,
+    ST_NDTYPES
 } safetensors_dtype;
 
 typedef struct safetensors_tensor {
     char *name;
     safetensors_dtype dtype;
-    int ndim;                                 /* 0 for a scalar (numel 1) */
+    int ndim; /* 0 for a scalar (numel 1) */
     uint64_t shape[SAFETENSORS_MAX_DIMS];
-    uint64_t numel;                           /* product of shape (checked not to overflow) */
-    uint64_t begin, end;                      /* byte offsets in the data section, end - begin = numel * size */
+    uint64_t numel;      /* product of shape (checked not to overflow) */
+    uint64_t begin, end; /* byte offsets in the data section, end - begin = numel * size */
 } safetensors_tensor;
 
 typedef struct safetensors {
-    uint64_t header_len;                      /* N */
-    uint64_t data_start;                      /* 8 + N: file offset of the data section */
-    uint64_t data_len;                        /* bytes of the data section */
-    safetensors_tensor *tensors;              /* in the header's order */
+    uint64_t header_len;         /* N */
+    uint64_t data_start;         /* 8 + N: file offset of the data section */
+    uint64_t data_len;           /* bytes of the data section */
+    safetensors_tensor *tensors; /* in the header's order */
     size_t ntensors;
-    char **meta_keys, **meta_values;          /* __metadata__, in the header's order */
+    char **meta_keys, **meta_values; /* __metadata__, in the header's order */
     size_t nmeta;
-    int fd;                                   /* safetensors_open's file, else -1 */
-    char path[512];                           /* for messages */
+    int fd;         /* safetensors_open's file, else -1 */
+    char path[512]; /* for messages */
 } safetensors;
 
 /* Parse the header of a file held in memory: buf[0..len) is the whole file (len bytes). */

@@ -56,14 +56,11 @@ void bf16_encode(const float *restrict src, uint16_t *restrict dst, size_t n)
 {
     size_t i = 0;
     for (; i + BF16_LANES <= n; i += BF16_LANES)
-        for (size_t j = 0; j < BF16_LANES; j++)
-            encode_one(src, dst, i + j);
-    for (; i < n; i++)
-        encode_one(src, dst, i);
+        for (size_t j = 0; j < BF16_LANES; j++) encode_one(src, dst, i + j);
+    for (; i < n; i++) encode_one(src, dst, i);
 }
 
-static inline int encode_diff_one(const float *restrict a, const float *restrict b, uint16_t *restrict dst,
-                                  size_t i)
+static inline int encode_diff_one(const float *restrict a, const float *restrict b, uint16_t *restrict dst, size_t i)
 {
     float d = a[i] - b[i];
     uint32_t bits;
@@ -78,21 +75,16 @@ int bf16_encode_diff(const float *restrict a, const float *restrict b, uint16_t 
     int bad = 0;
     size_t i = 0;
     for (; i + BF16_LANES <= n; i += BF16_LANES)
-        for (size_t j = 0; j < BF16_LANES; j++)
-            bad |= encode_diff_one(a, b, dst, i + j);
-    for (; i < n; i++)
-        bad |= encode_diff_one(a, b, dst, i);
-    if (!bad)
-        return 0;
+        for (size_t j = 0; j < BF16_LANES; j++) bad |= encode_diff_one(a, b, dst, i + j);
+    for (; i < n; i++) bad |= encode_diff_one(a, b, dst, i);
+    if (!bad) return 0;
     for (i = 0; i < n; i++) {
         float d = a[i] - b[i];
         uint32_t bits;
         memcpy(&bits, &d, sizeof bits);
-        if ((bits & 0x7f800000u) == 0x7f800000u)
-            break;
+        if ((bits & 0x7f800000u) == 0x7f800000u) break;
     }
-    if (bad_index != NULL)
-        *bad_index = i;
+    if (bad_index != NULL) *bad_index = i;
     return -1;
 }
 
@@ -100,8 +92,6 @@ void bf16_decode(const uint16_t *restrict src, float *restrict dst, size_t n)
 {
     size_t i = 0;
     for (; i + BF16_LANES <= n; i += BF16_LANES)
-        for (size_t j = 0; j < BF16_LANES; j++)
-            decode_one(src, dst, i + j);
-    for (; i < n; i++)
-        decode_one(src, dst, i);
+        for (size_t j = 0; j < BF16_LANES; j++) decode_one(src, dst, i + j);
+    for (; i < n; i++) decode_one(src, dst, i);
 }

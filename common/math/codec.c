@@ -20,7 +20,10 @@
 
 static atomic_int force_portable;
 
-void codec_force_portable(int on) { atomic_store(&force_portable, on); }
+void codec_force_portable(int on)
+{
+    atomic_store(&force_portable, on);
+}
 
 static int use_avx2(void)
 {
@@ -34,8 +37,7 @@ static int use_avx2(void)
 static int encode_block(const float *x, uint8_t *out, int bits)
 {
 #if defined(__x86_64__)
-    if (use_avx2())
-        return codec_encode_block_avx2(x, out, bits);
+    if (use_avx2()) return codec_encode_block_avx2(x, out, bits);
 #endif
     return codec_encode_block_portable(x, out, bits);
 }
@@ -55,40 +57,48 @@ static void decode_block(const uint8_t *in, float *out, int bits)
 static const struct {
     const char *name;
     int dtype;
-} codecs[] = { { "fp32", BLOB_F32 }, { "bf16", BLOB_BF16 }, { "int8", BLOB_I8 }, { "int4", BLOB_I4 } };
+} codecs[] = {{"fp32", BLOB_F32}, {"bf16", BLOB_BF16}, {"int8", BLOB_I8}, {"int4", BLOB_I4}};
 
 int codec_parse(const char *name)
 {
     for (size_t i = 0; i < sizeof codecs / sizeof codecs[0]; i++)
-        if (strcmp(name, codecs[i].name) == 0)
-            return codecs[i].dtype;
+        if (strcmp(name, codecs[i].name) == 0) return codecs[i].dtype;
     return 0;
 }
 
 const char *codec_name(int dtype)
 {
     for (size_t i = 0; i < sizeof codecs / sizeof codecs[0]; i++)
-        if (codecs[i].dtype == dtype)
-            return codecs[i].name;
+        if (codecs[i].dtype == dtype) return codecs[i].name;
     return "?";
 }
 
-int codec_is_block(int dtype) { return dtype == BLOB_I8 || dtype == BLOB_I4; }
+int codec_is_block(int dtype)
+{
+    return dtype == BLOB_I8 || dtype == BLOB_I4;
+}
 
-static int codec_bits(int dtype) { return dtype == BLOB_I8 ? 8 : 4; }
+static int codec_bits(int dtype)
+{
+    return dtype == BLOB_I8 ? 8 : 4;
+}
 
 /* Bytes of one full block. */
-static size_t block_bytes(int dtype) { return 2 + (size_t)CODEC_BLOCK * (size_t)codec_bits(dtype) / 8; }
+static size_t block_bytes(int dtype)
+{
+    return 2 + (size_t)CODEC_BLOCK * (size_t)codec_bits(dtype) / 8;
+}
 
 /* Bytes of a block of m <= CODEC_BLOCK elements. */
-static size_t part_bytes(int dtype, size_t m) { return 2 + (m * (size_t)codec_bits(dtype) + 7) / 8; }
+static size_t part_bytes(int dtype, size_t m)
+{
+    return 2 + (m * (size_t)codec_bits(dtype) + 7) / 8;
+}
 
 size_t codec_bytes(int dtype, uint64_t n)
 {
-    if (dtype == BLOB_F32 || dtype == BLOB_BF16)
-        return n > SIZE_MAX / 4 ? 0 : (size_t)n * (dtype == BLOB_F32 ? 4 : 2);
-    if (!codec_is_block(dtype) || n > SIZE_MAX / 4)
-        return 0;
+    if (dtype == BLOB_F32 || dtype == BLOB_BF16) return n > SIZE_MAX / 4 ? 0 : (size_t)n * (dtype == BLOB_F32 ? 4 : 2);
+    if (!codec_is_block(dtype) || n > SIZE_MAX / 4) return 0;
     size_t full = (size_t)n / CODEC_BLOCK, rest = (size_t)n % CODEC_BLOCK;
     return full * block_bytes(dtype) + (rest ? part_bytes(dtype, rest) : 0);
 }
@@ -100,8 +110,7 @@ size_t codec_offset(int dtype, size_t lo)
 
 int codec_round_trip(int dtype, float *x, size_t n, uint8_t *out, size_t *bad)
 {
-    if (codec_encode(dtype, x, n, out, bad) != 0)
-        return -1;
+    if (codec_encode(dtype, x, n, out, bad) != 0) return -1;
     codec_decode(dtype, out, n, x);
     return 0;
 }
@@ -109,8 +118,7 @@ int codec_round_trip(int dtype, float *x, size_t n, uint8_t *out, size_t *bad)
 /* fp32 and bf16, for the callers that handle every codec alike (the update a shard-server sends). */
 static int encode_plain(int dtype, const float *x, size_t n, uint8_t *out, size_t *bad)
 {
-    if (outer_check_finite(x, n, bad) != 0)
-        return -1;
+    if (outer_check_finite(x, n, bad) != 0) return -1;
     if (dtype == BLOB_F32) {
         memcpy(out, x, n * sizeof(float));
         return 0;
@@ -129,14 +137,12 @@ static void decode_plain(int dtype, const uint8_t *in, size_t n, float *out)
         memcpy(out, in, n * sizeof(float));
         return;
     }
-    for (size_t i = 0; i < n; i++)
-        out[i] = bf16_to_f32((uint16_t)(in[2 * i] | in[2 * i + 1] << 8));
+    for (size_t i = 0; i < n; i++) out[i] = bf16_to_f32((uint16_t)(in[2 * i] | in[2 * i + 1] << 8));
 }
 
 int codec_encode(int dtype, const float *x, size_t n, uint8_t *out, size_t *bad)
 {
-    if (!codec_is_block(dtype))
-        return encode_plain(dtype, x, n, out, bad);
+    if (!codec_is_block(dtype)) return encode_plain(dtype, x, n, out, bad);
     int bits = codec_bits(dtype);
     size_t bb = block_bytes(dtype);
     for (size_t lo = 0; lo < n; lo += CODEC_BLOCK, out += bb) {
@@ -176,7 +182,7 @@ void codec_decode(int dtype, const uint8_t *in, size_t n, float *out)
             decode_block(in, out + lo, bits);
             continue;
         }
-        uint8_t padin[2 + CODEC_BLOCK] = { 0 };
+        uint8_t padin[2 + CODEC_BLOCK] = {0};
         float tail[CODEC_BLOCK];
         memcpy(padin, in, part_bytes(dtype, m));
         decode_block(padin, tail, bits);

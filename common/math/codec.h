@@ -22,8 +22,8 @@
 
 /* The run setting `compress`: a blob dtype (BLOB_F32, BLOB_BF16, BLOB_I8, BLOB_I4), or 0 if unknown. */
 int codec_parse(const char *name);
-const char *codec_name(int dtype);        /* "fp32", "bf16", "int8", "int4", or "?" */
-int codec_is_block(int dtype);            /* int8 or int4 */
+const char *codec_name(int dtype); /* "fp32", "bf16", "int8", "int4", or "?" */
+int codec_is_block(int dtype);     /* int8 or int4 */
 
 /* Payload bytes of n elements in this dtype (0 for an unknown dtype or an overflowing n). */
 size_t codec_bytes(int dtype, uint64_t n);

@@ -27,8 +27,7 @@ CK_LINKAGE int CK(codec_encode_block)(const float *restrict x, uint8_t *restrict
         bad |= b >= 0x7f800000u ? 1u : 0u;
         amax = b > amax ? b : amax; /* finite magnitudes order as their bits do */
     }
-    if (bad)
-        return -1;
+    if (bad) return -1;
     float qmax = bits == 8 ? 127.0f : 7.0f, famax;
     memcpy(&famax, &amax, sizeof famax);
     uint16_t sb = bf16_from_f32(famax / qmax);
@@ -70,6 +69,5 @@ CK_LINKAGE void CK(codec_decode_block)(const uint8_t *restrict in, float *restri
             q[2 * j + 1] = (int8_t)((int8_t)b >> 4);
         }
     }
-    for (int i = 0; i < CODEC_BLOCK; i++)
-        out[i] = (float)q[i] * s;
+    for (int i = 0; i < CODEC_BLOCK; i++) out[i] = (float)q[i] * s;
 }

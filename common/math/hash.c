@@ -9,8 +9,7 @@
 
 uint64_t hash64(const void *p, size_t n)
 {
-    if (cpu_has_avx2())
-        return hash_avx2_64(p, n);
+    if (cpu_has_avx2()) return hash_avx2_64(p, n);
     return XXH3_64bits(p, n);
 }
 

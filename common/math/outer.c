@@ -42,10 +42,8 @@ OUTER_HOT void outer_sum_add_f32(float *restrict acc, const float *restrict x, s
 {
     size_t i = 0;
     for (; i + OUTER_LANES <= n; i += OUTER_LANES)
-        for (size_t j = 0; j < OUTER_LANES; j++)
-            add_one(acc, x, i + j);
-    for (; i < n; i++)
-        add_one(acc, x, i);
+        for (size_t j = 0; j < OUTER_LANES; j++) add_one(acc, x, i + j);
+    for (; i < n; i++) add_one(acc, x, i);
 }
 
 /* Same widening as bf16_to_f32(), inline here because an out-of-line call stops vectorisation. */
@@ -61,10 +59,8 @@ OUTER_HOT void outer_sum_add_bf16(float *restrict acc, const uint16_t *restrict 
 {
     size_t i = 0;
     for (; i + OUTER_LANES <= n; i += OUTER_LANES)
-        for (size_t j = 0; j < OUTER_LANES; j++)
-            add_bf16_one(acc, x, i + j);
-    for (; i < n; i++)
-        add_bf16_one(acc, x, i);
+        for (size_t j = 0; j < OUTER_LANES; j++) add_bf16_one(acc, x, i + j);
+    for (; i < n; i++) add_bf16_one(acc, x, i);
 }
 
 static inline void add_scaled_one(float *restrict acc, const float *restrict x, float w, size_t i)
@@ -76,10 +72,8 @@ void outer_sum_add_scaled_f32(float *restrict acc, const float *restrict x, floa
 {
     size_t i = 0;
     for (; i + OUTER_LANES <= n; i += OUTER_LANES)
-        for (size_t j = 0; j < OUTER_LANES; j++)
-            add_scaled_one(acc, x, w, i + j);
-    for (; i < n; i++)
-        add_scaled_one(acc, x, w, i);
+        for (size_t j = 0; j < OUTER_LANES; j++) add_scaled_one(acc, x, w, i + j);
+    for (; i < n; i++) add_scaled_one(acc, x, w, i);
 }
 
 static inline void add_scaled_bf16_one(float *restrict acc, const uint16_t *restrict x, float w, size_t i)
@@ -94,10 +88,8 @@ void outer_sum_add_scaled_bf16(float *restrict acc, const uint16_t *restrict x, 
 {
     size_t i = 0;
     for (; i + OUTER_LANES <= n; i += OUTER_LANES)
-        for (size_t j = 0; j < OUTER_LANES; j++)
-            add_scaled_bf16_one(acc, x, w, i + j);
-    for (; i < n; i++)
-        add_scaled_bf16_one(acc, x, w, i);
+        for (size_t j = 0; j < OUTER_LANES; j++) add_scaled_bf16_one(acc, x, w, i + j);
+    for (; i < n; i++) add_scaled_bf16_one(acc, x, w, i);
 }
 
 static inline void div_one(float *restrict acc, float c, size_t i)
@@ -107,15 +99,12 @@ static inline void div_one(float *restrict acc, float c, size_t i)
 
 OUTER_HOT void outer_mean_finish(float *restrict acc, size_t n, uint32_t count)
 {
-    if (count == 0)
-        return;
+    if (count == 0) return;
     float c = (float)count;
     size_t i = 0;
     for (; i + OUTER_LANES <= n; i += OUTER_LANES)
-        for (size_t j = 0; j < OUTER_LANES; j++)
-            div_one(acc, c, i + j);
-    for (; i < n; i++)
-        div_one(acc, c, i);
+        for (size_t j = 0; j < OUTER_LANES; j++) div_one(acc, c, i + j);
+    for (; i < n; i++) div_one(acc, c, i);
 }
 
 /* theta = theta - lr*d (one rounding: torch's theta.add_(d, alpha=-lr)) */
@@ -128,10 +117,8 @@ OUTER_INLINE void descend(float *restrict theta, const float *restrict d, size_t
 {
     size_t i = 0;
     for (; i + OUTER_LANES <= n; i += OUTER_LANES)
-        for (size_t j = 0; j < OUTER_LANES; j++)
-            descend_one(theta, d, lr, i + j);
-    for (; i < n; i++)
-        descend_one(theta, d, lr, i);
+        for (size_t j = 0; j < OUTER_LANES; j++) descend_one(theta, d, lr, i + j);
+    for (; i < n; i++) descend_one(theta, d, lr, i);
 }
 
 /* b = mu*b + g (two roundings: torch's b.mul_(mu).add_(g)) */
@@ -148,10 +135,8 @@ OUTER_INLINE void momentum_update(float *restrict b, int first_step, const float
     }
     size_t i = 0;
     for (; i + OUTER_LANES <= n; i += OUTER_LANES)
-        for (size_t j = 0; j < OUTER_LANES; j++)
-            momentum_one(b, g, mu, i + j);
-    for (; i < n; i++)
-        momentum_one(b, g, mu, i);
+        for (size_t j = 0; j < OUTER_LANES; j++) momentum_one(b, g, mu, i + j);
+    for (; i < n; i++) momentum_one(b, g, mu, i);
 }
 
 /* d = g + mu*b; theta = theta - lr*d (one rounding each: torch's g.add(b, alpha=mu), theta.add_(d, alpha=-lr)) */
@@ -167,14 +152,12 @@ OUTER_INLINE void apply_nesterov(float *restrict theta, const float *restrict b,
 {
     size_t i = 0;
     for (; i + OUTER_LANES <= n; i += OUTER_LANES)
-        for (size_t j = 0; j < OUTER_LANES; j++)
-            nesterov_one(theta, b, g, lr, mu, i + j);
-    for (; i < n; i++)
-        nesterov_one(theta, b, g, lr, mu, i);
+        for (size_t j = 0; j < OUTER_LANES; j++) nesterov_one(theta, b, g, lr, mu, i + j);
+    for (; i < n; i++) nesterov_one(theta, b, g, lr, mu, i);
 }
 
-OUTER_HOT void outer_sgd_step(float *restrict theta, float *restrict b, int first_step, const float *restrict g, size_t n,
-                    float lr, float mu, int nesterov)
+OUTER_HOT void outer_sgd_step(float *restrict theta, float *restrict b, int first_step, const float *restrict g,
+                              size_t n, float lr, float mu, int nesterov)
 {
     if (mu == 0.0f) {
         descend(theta, g, n, lr);
@@ -214,36 +197,27 @@ OUTER_HOT void outer_sgd_step_to(float *restrict theta_out, float *restrict b_ou
     size_t i = 0;
     if (mu == 0.0f) {
         for (; i + OUTER_LANES <= n; i += OUTER_LANES)
-            for (size_t j = 0; j < OUTER_LANES; j++)
-                descend_to_one(theta_out, theta_in, g, lr, i + j);
-        for (; i < n; i++)
-            descend_to_one(theta_out, theta_in, g, lr, i);
-        if (b_out != NULL && b_in != NULL)
-            memcpy(b_out, b_in, n * sizeof *b_out);
+            for (size_t j = 0; j < OUTER_LANES; j++) descend_to_one(theta_out, theta_in, g, lr, i + j);
+        for (; i < n; i++) descend_to_one(theta_out, theta_in, g, lr, i);
+        if (b_out != NULL && b_in != NULL) memcpy(b_out, b_in, n * sizeof *b_out);
         return;
     }
     if (first_step)
         memcpy(b_out, g, n * sizeof *b_out);
     else {
         for (; i + OUTER_LANES <= n; i += OUTER_LANES)
-            for (size_t j = 0; j < OUTER_LANES; j++)
-                momentum_to_one(b_out, b_in, g, mu, i + j);
-        for (; i < n; i++)
-            momentum_to_one(b_out, b_in, g, mu, i);
+            for (size_t j = 0; j < OUTER_LANES; j++) momentum_to_one(b_out, b_in, g, mu, i + j);
+        for (; i < n; i++) momentum_to_one(b_out, b_in, g, mu, i);
     }
     i = 0;
     if (nesterov) {
         for (; i + OUTER_LANES <= n; i += OUTER_LANES)
-            for (size_t j = 0; j < OUTER_LANES; j++)
-                nesterov_to_one(theta_out, theta_in, b_out, g, lr, mu, i + j);
-        for (; i < n; i++)
-            nesterov_to_one(theta_out, theta_in, b_out, g, lr, mu, i);
+            for (size_t j = 0; j < OUTER_LANES; j++) nesterov_to_one(theta_out, theta_in, b_out, g, lr, mu, i + j);
+        for (; i < n; i++) nesterov_to_one(theta_out, theta_in, b_out, g, lr, mu, i);
     } else {
         for (; i + OUTER_LANES <= n; i += OUTER_LANES)
-            for (size_t j = 0; j < OUTER_LANES; j++)
-                descend_to_one(theta_out, theta_in, b_out, lr, i + j);
-        for (; i < n; i++)
-            descend_to_one(theta_out, theta_in, b_out, lr, i);
+            for (size_t j = 0; j < OUTER_LANES; j++) descend_to_one(theta_out, theta_in, b_out, lr, i + j);
+        for (; i < n; i++) descend_to_one(theta_out, theta_in, b_out, lr, i);
     }
 }
 
@@ -253,15 +227,12 @@ OUTER_HOT void outer_sgd_step_to(float *restrict theta_out, float *restrict b_ou
  * own branch-free loop. */
 OUTER_INLINE void mean_lanes(float *restrict g, const uint16_t *const *deltas, uint32_t k, float c, size_t i)
 {
-    for (size_t j = 0; j < OUTER_LANES; j++)
-        g[j] = 0.0f;
+    for (size_t j = 0; j < OUTER_LANES; j++) g[j] = 0.0f;
     for (uint32_t p = 0; p < k; p++) {
         const uint16_t *restrict x = deltas[p] + i;
-        for (size_t j = 0; j < OUTER_LANES; j++)
-            g[j] = g[j] + bf16_widen(x[j]);
+        for (size_t j = 0; j < OUTER_LANES; j++) g[j] = g[j] + bf16_widen(x[j]);
     }
-    for (size_t j = 0; j < OUTER_LANES; j++)
-        g[j] = g[j] / c;
+    for (size_t j = 0; j < OUTER_LANES; j++) g[j] = g[j] / c;
 }
 
 OUTER_INLINE void step_lanes(int variant, float *restrict theta_out, float *restrict b_out,
@@ -272,13 +243,24 @@ OUTER_INLINE void step_lanes(int variant, float *restrict theta_out, float *rest
         float b = 0.0f, d;
         switch (variant) {
         case STEP_PLAIN: d = g[j]; break;
-        case STEP_FIRST_NESTEROV: b = g[j]; d = add_alpha(g[j], b, mu); break;
-        case STEP_FIRST: b = g[j]; d = b; break;
-        case STEP_NESTEROV: b = mu * b_in[j] + g[j]; d = add_alpha(g[j], b, mu); break;
-        default: b = mu * b_in[j] + g[j]; d = b; break;
+        case STEP_FIRST_NESTEROV:
+            b = g[j];
+            d = add_alpha(g[j], b, mu);
+            break;
+        case STEP_FIRST:
+            b = g[j];
+            d = b;
+            break;
+        case STEP_NESTEROV:
+            b = mu * b_in[j] + g[j];
+            d = add_alpha(g[j], b, mu);
+            break;
+        default:
+            b = mu * b_in[j] + g[j];
+            d = b;
+            break;
         }
-        if (variant != STEP_PLAIN)
-            b_out[j] = b;
+        if (variant != STEP_PLAIN) b_out[j] = b;
         theta_out[j] = add_alpha(theta_in[j], d, -lr);
     }
 }
@@ -294,8 +276,7 @@ OUTER_INLINE void mean_step_run(int variant, float *restrict theta_out, float *r
         step_lanes(variant, theta_out + i, variant == STEP_PLAIN ? NULL : b_out + i, theta_in + i,
                    variant >= STEP_NESTEROV ? b_in + i : NULL, g, lr, mu);
     }
-    for (; i < n; i++)
-        mean_step_one(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
+    for (; i < n; i++) mean_step_one(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
 }
 
 OUTER_HOT void outer_mean_step_bf16_to_generic(float *restrict theta_out, float *restrict b_out,
@@ -306,8 +287,7 @@ OUTER_HOT void outer_mean_step_bf16_to_generic(float *restrict theta_out, float 
     int v = step_variant(first_step, mu, nesterov);
     if (v == STEP_PLAIN) {
         mean_step_run(STEP_PLAIN, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
-        if (b_out != NULL && b_in != NULL)
-            memcpy(b_out, b_in, n * sizeof *b_out);
+        if (b_out != NULL && b_in != NULL) memcpy(b_out, b_in, n * sizeof *b_out);
     } else if (v == STEP_FIRST_NESTEROV) {
         mean_step_run(STEP_FIRST_NESTEROV, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
     } else if (v == STEP_FIRST) {
@@ -325,18 +305,15 @@ void outer_mean_step_bf16_to(float *theta_out, float *b_out, const float *theta_
     if (cpu_has_avx2_fma())
         outer_mean_step_bf16_to_avx2(theta_out, b_out, theta_in, b_in, first_step, deltas, k, n, lr, mu, nesterov);
     else
-        outer_mean_step_bf16_to_generic(theta_out, b_out, theta_in, b_in, first_step, deltas, k, n, lr, mu,
-                                        nesterov);
+        outer_mean_step_bf16_to_generic(theta_out, b_out, theta_in, b_in, first_step, deltas, k, n, lr, mu, nesterov);
 }
 
 OUTER_HOT void outer_mean_bf16(float *restrict g, const uint16_t *const *deltas, uint32_t k, size_t n)
 {
     float c = (float)k;
     size_t i = 0;
-    for (; i + OUTER_LANES <= n; i += OUTER_LANES)
-        mean_lanes(g + i, deltas, k, c, i);
-    for (; i < n; i++)
-        g[i] = mean_one(deltas, k, i);
+    for (; i + OUTER_LANES <= n; i += OUTER_LANES) mean_lanes(g + i, deltas, k, c, i);
+    for (; i < n; i++) g[i] = mean_one(deltas, k, i);
 }
 
 static inline int f32_nonfinite(const float *x, size_t i)
@@ -356,28 +333,24 @@ static inline int bf16_nonfinite(const uint16_t *x, size_t i)
 static inline int f32_block_bad(const float *x)
 {
     int bad = 0;
-    for (size_t i = 0; i < FINITE_BLOCK; i++)
-        bad |= f32_nonfinite(x, i);
+    for (size_t i = 0; i < FINITE_BLOCK; i++) bad |= f32_nonfinite(x, i);
     return bad;
 }
 
 static inline int bf16_block_bad(const uint16_t *x)
 {
     int bad = 0;
-    for (size_t i = 0; i < FINITE_BLOCK; i++)
-        bad |= bf16_nonfinite(x, i);
+    for (size_t i = 0; i < FINITE_BLOCK; i++) bad |= bf16_nonfinite(x, i);
     return bad;
 }
 
 OUTER_HOT int outer_check_finite(const float *x, size_t n, size_t *bad_index)
 {
     size_t start = 0;
-    while (start + FINITE_BLOCK <= n && !f32_block_bad(x + start))
-        start += FINITE_BLOCK;
+    while (start + FINITE_BLOCK <= n && !f32_block_bad(x + start)) start += FINITE_BLOCK;
     for (size_t i = start; i < n; i++) {
         if (f32_nonfinite(x, i)) {
-            if (bad_index != NULL)
-                *bad_index = i;
+            if (bad_index != NULL) *bad_index = i;
             return -1;
         }
     }
@@ -387,12 +360,10 @@ OUTER_HOT int outer_check_finite(const float *x, size_t n, size_t *bad_index)
 OUTER_HOT int outer_check_finite_bf16(const uint16_t *x, size_t n, size_t *bad_index)
 {
     size_t start = 0;
-    while (start + FINITE_BLOCK <= n && !bf16_block_bad(x + start))
-        start += FINITE_BLOCK;
+    while (start + FINITE_BLOCK <= n && !bf16_block_bad(x + start)) start += FINITE_BLOCK;
     for (size_t i = start; i < n; i++) {
         if (bf16_nonfinite(x, i)) {
-            if (bad_index != NULL)
-                *bad_index = i;
+            if (bad_index != NULL) *bad_index = i;
             return -1;
         }
     }

@@ -16,8 +16,8 @@
 #include <stdint.h>
 
 void outer_sum_zero(float *acc, size_t n);
-void outer_sum_add_f32(float *acc, const float *x, size_t n);                  /* acc[i] += x[i] */
-void outer_sum_add_bf16(float *acc, const uint16_t *x, size_t n);              /* acc[i] += bf16_to_f32(x[i]) */
+void outer_sum_add_f32(float *acc, const float *x, size_t n);     /* acc[i] += x[i] */
+void outer_sum_add_bf16(float *acc, const uint16_t *x, size_t n); /* acc[i] += bf16_to_f32(x[i]) */
 /* acc[i] += w*x[i], the product rounded, then the sum (no torch counterpart: the weighted mean is ours) */
 void outer_sum_add_scaled_f32(float *acc, const float *x, float w, size_t n);
 void outer_sum_add_scaled_bf16(float *acc, const uint16_t *x, float w, size_t n); /* acc[i] += w*bf16(x[i]) */
@@ -28,8 +28,7 @@ void outer_mean_finish(float *acc, size_t n, uint32_t count);
  * first_step: b = g; else b = mu*b + g; d = nesterov ? g + mu*b : b; theta = theta - lr*d, with torch's
  * roundings (mu*b + g twice, g + mu*b and theta - lr*d once: docs/PROTOCOL.md, "Bit-identical to torch").
  * With mu == 0: d = g and b is untouched (may be NULL). theta, b and g must not overlap. */
-void outer_sgd_step(float *theta, float *b, int first_step, const float *g, size_t n, float lr, float mu,
-                    int nesterov);
+void outer_sgd_step(float *theta, float *b, int first_step, const float *g, size_t n, float lr, float mu, int nesterov);
 /* The same step, out of place: theta_out/b_out get what outer_sgd_step would leave in theta_in/b_in
  * (bit for bit; with mu == 0, b_out is a copy of b_in). One pass instead of a copy and a step: the
  * shard-server's commit keeps the old version intact while it computes the new one. No overlaps. */

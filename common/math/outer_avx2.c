@@ -32,13 +32,18 @@ static inline void step_eight(int variant, float *theta_out, float *b_out, const
                               __m256 count)
 {
     __m256 acc = _mm256_setzero_ps();
-    for (uint32_t p = 0; p < k; p++)
-        acc = _mm256_add_ps(acc, widen8(deltas[p] + i));
+    for (uint32_t p = 0; p < k; p++) acc = _mm256_add_ps(acc, widen8(deltas[p] + i));
     __m256 g = _mm256_div_ps(acc, count), b = _mm256_setzero_ps(), d;
     switch (variant) {
     case STEP_PLAIN: d = g; break;
-    case STEP_FIRST_NESTEROV: b = g; d = _mm256_fmadd_ps(mu, b, g); break;
-    case STEP_FIRST: b = g; d = b; break;
+    case STEP_FIRST_NESTEROV:
+        b = g;
+        d = _mm256_fmadd_ps(mu, b, g);
+        break;
+    case STEP_FIRST:
+        b = g;
+        d = b;
+        break;
     case STEP_NESTEROV:
         b = _mm256_add_ps(_mm256_mul_ps(mu, _mm256_loadu_ps(b_in + i)), g);
         d = _mm256_fmadd_ps(mu, b, g);
@@ -48,8 +53,7 @@ static inline void step_eight(int variant, float *theta_out, float *b_out, const
         d = b;
         break;
     }
-    if (variant != STEP_PLAIN)
-        _mm256_stream_ps(b_out + i, b);
+    if (variant != STEP_PLAIN) _mm256_stream_ps(b_out + i, b);
     _mm256_storeu_ps(theta_out + i, _mm256_fmadd_ps(neg_lr, d, _mm256_loadu_ps(theta_in + i)));
 }
 
@@ -62,10 +66,8 @@ static inline void run(int variant, float *theta_out, float *b_out, const float 
         for (; i < n && ((uintptr_t)(b_out + i) & 31u) != 0; i++)
             mean_step_one(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
     __m256 vneg_lr = _mm256_set1_ps(-lr), vmu = _mm256_set1_ps(mu), vk = _mm256_set1_ps((float)k);
-    for (; i + 8 <= n; i += 8)
-        step_eight(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, vneg_lr, vmu, vk);
-    for (; i < n; i++)
-        mean_step_one(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
+    for (; i + 8 <= n; i += 8) step_eight(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, vneg_lr, vmu, vk);
+    for (; i < n; i++) mean_step_one(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
     _mm_sfence(); /* the streamed stores are visible before anyone reads the momentum */
 }
 
@@ -76,8 +78,7 @@ void outer_mean_step_bf16_to_avx2(float *theta_out, float *b_out, const float *t
     int v = step_variant(first_step, mu, nesterov);
     if (v == STEP_PLAIN) {
         run(STEP_PLAIN, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
-        if (b_out != NULL && b_in != NULL)
-            memcpy(b_out, b_in, n * sizeof *b_out);
+        if (b_out != NULL && b_in != NULL) memcpy(b_out, b_in, n * sizeof *b_out);
     } else if (v == STEP_FIRST_NESTEROV) {
         run(STEP_FIRST_NESTEROV, theta_out, b_out, theta_in, b_in, deltas, k, n, lr, mu);
     } else if (v == STEP_FIRST) {
@@ -96,10 +97,8 @@ void outer_mean_step_bf16_to_avx2(float *theta_out, float *b_out, const float *t
                                   float mu, int nesterov)
 {
     int variant = step_variant(first_step, mu, nesterov);
-    for (size_t i = 0; i < n; i++)
-        mean_step_one(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
-    if (variant == STEP_PLAIN && b_out != NULL && b_in != NULL)
-        memcpy(b_out, b_in, n * sizeof *b_out);
+    for (size_t i = 0; i < n; i++) mean_step_one(variant, theta_out, b_out, theta_in, b_in, deltas, k, i, lr, mu);
+    if (variant == STEP_PLAIN && b_out != NULL && b_in != NULL) memcpy(b_out, b_in, n * sizeof *b_out);
 }
 
 #endif

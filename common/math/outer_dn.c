@@ -9,7 +9,8 @@
 #include "outer_fma.h"
 
 OUTER_INLINE void paper_step(float *restrict theta, float *restrict m, float *restrict buf, const float *restrict g,
-                             size_t n, int flush, float N, float lr, float mu) {
+                             size_t n, int flush, float N, float lr, float mu)
+{
     if (!flush) {
         for (size_t i = 0; i < n; i++) {
             buf[i] = buf[i] + g[i];
@@ -26,7 +27,8 @@ OUTER_INLINE void paper_step(float *restrict theta, float *restrict m, float *re
 }
 
 OUTER_INLINE void forgather_step(float *restrict theta, float *restrict m, float *restrict buf, const float *restrict g,
-                                 size_t n, int flush, uint64_t t, uint32_t N, float lr, float mu, int nesterov) {
+                                 size_t n, int flush, uint64_t t, uint32_t N, float lr, float mu, int nesterov)
+{
     if (!flush) {
         for (size_t i = 0; i < n; i++) {
             buf[i] = buf[i] + g[i];
@@ -41,8 +43,11 @@ OUTER_INLINE void forgather_step(float *restrict theta, float *restrict m, float
 }
 
 OUTER_HOT void outer_dn_step(int variant, float *theta, float *m, float *buf, const float *g, size_t n, uint64_t t,
-                             uint32_t N, float lr, float mu, int nesterov) {
+                             uint32_t N, float lr, float mu, int nesterov)
+{
     int flush = t % N == 0;
-    if (variant == DN_FORGATHER) forgather_step(theta, m, buf, g, n, flush, t, N, lr, mu, nesterov);
-    else paper_step(theta, m, buf, g, n, flush, (float)N, lr, mu);
+    if (variant == DN_FORGATHER)
+        forgather_step(theta, m, buf, g, n, flush, t, N, lr, mu, nesterov);
+    else
+        paper_step(theta, m, buf, g, n, flush, (float)N, lr, mu);
 }

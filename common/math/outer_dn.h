@@ -27,6 +27,6 @@
 enum { DN_PAPER = 0, DN_FORGATHER = 1 };
 
 /* One submission g (already scaled, fp32) for submission number t >= 1. m, buf: n floats each. */
-void outer_dn_step(int variant, float *theta, float *m, float *buf, const float *g, size_t n, uint64_t t,
-                   uint32_t N, float lr, float mu, int nesterov);
+void outer_dn_step(int variant, float *theta, float *m, float *buf, const float *g, size_t n, uint64_t t, uint32_t N,
+                   float lr, float mu, int nesterov);
 #endif

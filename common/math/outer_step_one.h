@@ -18,10 +18,8 @@ enum { STEP_PLAIN, STEP_FIRST_NESTEROV, STEP_FIRST, STEP_NESTEROV, STEP_MOMENTUM
 
 static inline int step_variant(int first_step, float mu, int nesterov)
 {
-    if (mu == 0.0f)
-        return STEP_PLAIN;
-    if (first_step)
-        return nesterov ? STEP_FIRST_NESTEROV : STEP_FIRST;
+    if (mu == 0.0f) return STEP_PLAIN;
+    if (first_step) return nesterov ? STEP_FIRST_NESTEROV : STEP_FIRST;
     return nesterov ? STEP_NESTEROV : STEP_MOMENTUM;
 }
 
@@ -38,27 +36,36 @@ static inline float bf16_widen(uint16_t x)
 static inline float mean_one(const uint16_t *const *deltas, uint32_t k, size_t i)
 {
     float acc = 0.0f;
-    for (uint32_t p = 0; p < k; p++)
-        acc = acc + bf16_widen(deltas[p][i]);
+    for (uint32_t p = 0; p < k; p++) acc = acc + bf16_widen(deltas[p][i]);
     return acc / (float)k;
 }
 
 /* b' = first ? g : mu*b + g; d = nesterov ? g + mu*b' : b'; θ' = θ - lr*d (mu 0: d = g, b untouched).
  * mu*b + g rounds twice, g + mu*b' and θ - lr*d once (outer_fma.h: as torch's SGD). */
-static inline void mean_step_one(int variant, float *theta_out, float *b_out, const float *theta_in,
-                                 const float *b_in, const uint16_t *const *deltas, uint32_t k, size_t i, float lr,
-                                 float mu)
+static inline void mean_step_one(int variant, float *theta_out, float *b_out, const float *theta_in, const float *b_in,
+                                 const uint16_t *const *deltas, uint32_t k, size_t i, float lr, float mu)
 {
     float g = mean_one(deltas, k, i), b = 0.0f, d;
     switch (variant) {
     case STEP_PLAIN: d = g; break;
-    case STEP_FIRST_NESTEROV: b = g; d = add_alpha(g, b, mu); break;
-    case STEP_FIRST: b = g; d = b; break;
-    case STEP_NESTEROV: b = mu * b_in[i] + g; d = add_alpha(g, b, mu); break;
-    default: b = mu * b_in[i] + g; d = b; break;
+    case STEP_FIRST_NESTEROV:
+        b = g;
+        d = add_alpha(g, b, mu);
+        break;
+    case STEP_FIRST:
+        b = g;
+        d = b;
+        break;
+    case STEP_NESTEROV:
+        b = mu * b_in[i] + g;
+        d = add_alpha(g, b, mu);
+        break;
+    default:
+        b = mu * b_in[i] + g;
+        d = b;
+        break;
     }
-    if (variant != STEP_PLAIN)
-        b_out[i] = b;
+    if (variant != STEP_PLAIN) b_out[i] = b;
     theta_out[i] = add_alpha(theta_in[i], d, -lr);
 }
 

@@ -17,48 +17,61 @@
 #include "util.h"
 
 int replay_state_snapshot(replay_state *st, const blob_header *h, const uint8_t *payload, size_t len, size_t n,
-                          char *err, size_t errlen) {
+                          char *err, size_t errlen)
+{
     int with_mom = (h->flags & 1) != 0, with_buf = (h->flags & 2) != 0;
     uint64_t want = (uint64_t)(1 + with_mom + with_buf) * n;
     if (strcmp(h->op, "snap") != 0 || h->dtype != BLOB_F32 || h->count != want || len != h->count * sizeof(float)) {
-        err_set(err, errlen, "snapshot blob has the wrong op, dtype or count (op '%s', dtype %d, count %" PRIu64
-                ", want %" PRIu64 " fp32)", h->op, h->dtype, h->count, want);
+        err_set(err, errlen,
+                "snapshot blob has the wrong op, dtype or count (op '%s', dtype %d, count %" PRIu64 ", want %" PRIu64
+                " fp32)",
+                h->op, h->dtype, h->count, want);
         return -1;
     }
     if (with_buf && st->dnbuf == NULL) {
-        err_set(err, errlen, "snapshot of version %" PRId64 " holds a Delayed Nesterov buffer but this reader has "
-                "none (the run was made with --dn-buffer-size)", h->version);
+        err_set(err, errlen,
+                "snapshot of version %" PRId64 " holds a Delayed Nesterov buffer but this reader has "
+                "none (the run was made with --dn-buffer-size)",
+                h->version);
         return -1;
     }
     memcpy(st->theta, payload, n * sizeof(float));
-    if (with_mom) memcpy(st->mom, payload + n * sizeof(float), n * sizeof(float));
-    else memset(st->mom, 0, n * sizeof(float));
+    if (with_mom)
+        memcpy(st->mom, payload + n * sizeof(float), n * sizeof(float));
+    else
+        memset(st->mom, 0, n * sizeof(float));
     /* the buffer follows θ and, when present, the momentum */
-    if (st->dnbuf && with_buf) memcpy(st->dnbuf, payload + (size_t)(1 + with_mom) * n * sizeof(float), n * sizeof(float));
-    else if (st->dnbuf) memset(st->dnbuf, 0, n * sizeof(float));
+    if (st->dnbuf && with_buf)
+        memcpy(st->dnbuf, payload + (size_t)(1 + with_mom) * n * sizeof(float), n * sizeof(float));
+    else if (st->dnbuf)
+        memset(st->dnbuf, 0, n * sizeof(float));
     st->has_mom = with_mom;
     st->version = h->version;
     return 0;
 }
 
-int replay_state_log(replay_state *st, const blob_header *h, const uint8_t *payload, size_t len, size_t n,
-                     char *err, size_t errlen) {
+int replay_state_log(replay_state *st, const blob_header *h, const uint8_t *payload, size_t len, size_t n, char *err,
+                     size_t errlen)
+{
     size_t want = codec_bytes(h->dtype, n); /* fp32, or the run's codec with --download update */
     if (strcmp(h->op, "log") != 0 || want == 0 || h->count != (uint64_t)n || len != want) {
-        err_set(err, errlen, "log blob has the wrong op, dtype or count (op '%s', dtype %d, count %" PRIu64
-                ", want %zu elements)", h->op, h->dtype, h->count, n);
+        err_set(err, errlen,
+                "log blob has the wrong op, dtype or count (op '%s', dtype %d, count %" PRIu64 ", want %zu elements)",
+                h->op, h->dtype, h->count, n);
         return -1;
     }
     if ((h->flags & 4) && (st->dnbuf == NULL || st->dn_buffer == 0)) {
-        err_set(err, errlen, "version %" PRId64 " is an async Delayed Nesterov step, but this reader has no DN "
-                "buffer (the run's config has no dn_buffer?)", h->version);
+        err_set(err, errlen,
+                "version %" PRId64 " is an async Delayed Nesterov step, but this reader has no DN "
+                "buffer (the run's config has no dn_buffer?)",
+                h->version);
         return -1;
     }
     if (st->version == INT64_MAX) {
         err_set(err, errlen, "log entry after version %" PRId64 ": the version would overflow", st->version);
         return -1;
     }
-    if (h->aux != 0) { /* aux 0: a no-op round (every participant dropped) */
+    if (h->aux != 0) {                            /* aux 0: a no-op round (every participant dropped) */
         float *g = malloc(n * sizeof(float) + 1); /* the payload may be unaligned */
         if (!g) {
             err_set(err, errlen, "out of memory replaying %zu parameters", n);
@@ -81,7 +94,8 @@ int replay_state_log(replay_state *st, const blob_header *h, const uint8_t *payl
 }
 
 int replay_snapshot(const blob_header *h, const uint8_t *payload, size_t len, size_t n, float *theta, float *mom,
-                    int *has_mom, int64_t *version, char *err, size_t errlen) {
+                    int *has_mom, int64_t *version, char *err, size_t errlen)
+{
     replay_state st = {.theta = theta, .mom = mom};
     if (replay_state_snapshot(&st, h, payload, len, n, err, errlen) < 0) return -1;
     *has_mom = st.has_mom;
@@ -90,7 +104,8 @@ int replay_snapshot(const blob_header *h, const uint8_t *payload, size_t len, si
 }
 
 int replay_log(const blob_header *h, const uint8_t *payload, size_t len, size_t n, float *theta, float *mom,
-               int *has_mom, int64_t *version, char *err, size_t errlen) {
+               int *has_mom, int64_t *version, char *err, size_t errlen)
+{
     replay_state st = {.theta = theta, .mom = mom, .has_mom = *has_mom, .version = *version};
     if (replay_state_log(&st, h, payload, len, n, err, errlen) < 0) return -1;
     *has_mom = st.has_mom;
@@ -99,7 +114,8 @@ int replay_log(const blob_header *h, const uint8_t *payload, size_t len, size_t 
 }
 
 int replay_shard(const replay_blob *snap, const replay_blob *logs, int nlogs, size_t n, float *theta, float *mom,
-                 int *has_mom, int64_t *version, char *err, size_t errlen) {
+                 int *has_mom, int64_t *version, char *err, size_t errlen)
+{
     if (replay_snapshot(&snap->h, snap->payload, snap->len, n, theta, mom, has_mom, version, err, errlen) < 0)
         return -1;
     for (int i = 0; i < nlogs; i++)
@@ -111,7 +127,8 @@ int replay_shard(const replay_blob *snap, const replay_blob *logs, int nlogs, si
 /* ---- Redis -------------------------------------------------------------------------------------- */
 
 /* GET a blob and decode it; REPLAY_GONE when the key does not exist. *r holds the bytes. */
-static int get_blob(rconn *c, const char *key, redisReply **r, replay_blob *b, char *err, size_t errlen) {
+static int get_blob(rconn *c, const char *key, redisReply **r, replay_blob *b, char *err, size_t errlen)
+{
     *r = rconn_command(c, "GET %s", key);
     if (rconn_reply_error(c, *r, err, errlen) < 0) return -1;
     if ((*r)->type == REDIS_REPLY_NIL) {
@@ -123,8 +140,8 @@ static int get_blob(rconn *c, const char *key, redisReply **r, replay_blob *b, c
         return -1;
     }
     char derr[256];
-    if (blob_decode((const uint8_t *)(*r)->str, (size_t)(*r)->len, &b->h, &b->payload, &b->len, derr,
-                    sizeof derr) < 0) {
+    if (blob_decode((const uint8_t *)(*r)->str, (size_t)(*r)->len, &b->h, &b->payload, &b->len, derr, sizeof derr) <
+        0) {
         err_set(err, errlen, "corrupt blob %s: %s", key, derr);
         return -1;
     }
@@ -132,7 +149,8 @@ static int get_blob(rconn *c, const char *key, redisReply **r, replay_blob *b, c
 }
 
 /* the version v of a ref "v.e"; below INT64_MAX, so that v + 1 (the next entry) exists */
-static int ref_version(const char *ref, int64_t *v) {
+static int ref_version(const char *ref, int64_t *v)
+{
     char *end;
     if (*ref < '0' || *ref > '9') return -1;
     errno = 0;
@@ -143,7 +161,8 @@ static int ref_version(const char *ref, int64_t *v) {
 }
 
 int replay_refs_state(rconn *c, const char *run, int shard, size_t n, const char *snap_ref, const char *log_refs,
-                      replay_state *st, char *err, size_t errlen) {
+                      replay_state *st, char *err, size_t errlen)
+{
     char key[KEY_MAX];
     int64_t snapv, version = -1;
     st->version = -1;
@@ -193,38 +212,40 @@ int replay_refs_state(rconn *c, const char *run, int shard, size_t n, const char
     return rc;
 }
 
-int replay_load_refs_state(rconn *c, const char *run, int shard, size_t n, int64_t want_version,
-                           const char *snap_ref, const char *log_refs, const char *digest, replay_state *st,
-                           char *err, size_t errlen) {
+int replay_load_refs_state(rconn *c, const char *run, int shard, size_t n, int64_t want_version, const char *snap_ref,
+                           const char *log_refs, const char *digest, replay_state *st, char *err, size_t errlen)
+{
     int rc = replay_refs_state(c, run, shard, n, snap_ref, log_refs, st, err, errlen);
     if (rc < 0) return rc;
     int64_t version = st->version;
     if (version != want_version) {
-        err_set(err, errlen, "shard %d: snapshot + log give version %" PRId64 ", the shards hash says %" PRId64,
-                shard, version, want_version);
+        err_set(err, errlen, "shard %d: snapshot + log give version %" PRId64 ", the shards hash says %" PRId64, shard,
+                version, want_version);
         return -1;
     }
     char got[17];
     snprintf(got, sizeof got, "%016" PRIx64, digest_f32(st->theta, n));
     if (strcmp(got, digest) != 0) {
-        err_set(err, errlen, "shard %d: digest mismatch at version %" PRId64 ": replay gives %s, Redis says %s",
-                shard, version, got, digest);
+        err_set(err, errlen, "shard %d: digest mismatch at version %" PRId64 ": replay gives %s, Redis says %s", shard,
+                version, got, digest);
         return -1;
     }
     return 0;
 }
 
-int replay_load_refs(rconn *c, const char *run, int shard, size_t n, int64_t want_version,
-                     const char *snap_ref, const char *log_refs, const char *digest, float *theta, float *mom,
-                     int *has_mom, char *err, size_t errlen) {
+int replay_load_refs(rconn *c, const char *run, int shard, size_t n, int64_t want_version, const char *snap_ref,
+                     const char *log_refs, const char *digest, float *theta, float *mom, int *has_mom, char *err,
+                     size_t errlen)
+{
     replay_state st = {.theta = theta, .mom = mom};
     int rc = replay_load_refs_state(c, run, shard, n, want_version, snap_ref, log_refs, digest, &st, err, errlen);
     if (rc == 0) *has_mom = st.has_mom;
     return rc;
 }
 
-int replay_load_shard(rconn *c, const char *run, int shard, float *theta, float *mom, int *has_mom,
-                      int64_t *version, char *err, size_t errlen) {
+int replay_load_shard(rconn *c, const char *run, int shard, float *theta, float *mom, int *has_mom, int64_t *version,
+                      char *err, size_t errlen)
+{
     runconf rc;
     if (runconf_load(c, run, &rc, err, errlen) < 0) return -1;
     int ret = -1;
@@ -239,8 +260,8 @@ int replay_load_shard(rconn *c, const char *run, int shard, float *theta, float 
         snprintf(f[1], sizeof f[1], "%d:snap", shard);
         snprintf(f[2], sizeof f[2], "%d:log", shard);
         snprintf(f[3], sizeof f[3], "%d:digest", shard);
-        redisReply *r = rconn_command(c, "HMGET %s %s %s %s %s", key_run(key, sizeof key, run, "shards"), f[0], f[1],
-                                     f[2], f[3]);
+        redisReply *r =
+            rconn_command(c, "HMGET %s %s %s %s %s", key_run(key, sizeof key, run, "shards"), f[0], f[1], f[2], f[3]);
         if (rconn_reply_error(c, r, err, errlen) < 0) {
             if (r) freeReplyObject(r);
             goto done;

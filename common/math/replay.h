@@ -44,8 +44,8 @@ int replay_state_snapshot(replay_state *st, const blob_header *h, const uint8_t 
                           char *err, size_t errlen);
 /* One log entry: no-op (aux 0), a Delayed Nesterov step (flags bit 2, t = the entry's version; needs
  * dnbuf), or outer_sgd_step with the recorded lr/mu/flags. */
-int replay_state_log(replay_state *st, const blob_header *h, const uint8_t *payload, size_t len, size_t n,
-                     char *err, size_t errlen);
+int replay_state_log(replay_state *st, const blob_header *h, const uint8_t *payload, size_t len, size_t n, char *err,
+                     size_t errlen);
 
 /* The same for runs without Delayed Nesterov, field by field. Start from a snapshot of a shard of n elements: θ = payload[0..n); momentum = payload[n..2n) when
  * flags bit 0 is set (*has_mom = 1), else zeros (*has_mom = 0); *version = h->version.
@@ -75,16 +75,15 @@ int replay_refs_state(rconn *c, const char *run, int shard, size_t n, const char
  * "v.e,v.e,..." possibly empty) and check the result against `version` and `digest` (16 hex digits).
  * st holds the buffers (theta, mom, and dnbuf with dn_buffer/dn_variant/dn_t0 for a Delayed Nesterov
  * run) and gets has_mom and version. */
-int replay_load_refs_state(rconn *c, const char *run, int shard, size_t n, int64_t want_version,
-                           const char *snap_ref, const char *log_refs, const char *digest, replay_state *st,
-                           char *err, size_t errlen);
+int replay_load_refs_state(rconn *c, const char *run, int shard, size_t n, int64_t want_version, const char *snap_ref,
+                           const char *log_refs, const char *digest, replay_state *st, char *err, size_t errlen);
 /* The same for runs without Delayed Nesterov. */
-int replay_load_refs(rconn *c, const char *run, int shard, size_t n, int64_t want_version,
-                     const char *snap_ref, const char *log_refs, const char *digest, float *theta, float *mom,
-                     int *has_mom, char *err, size_t errlen);
+int replay_load_refs(rconn *c, const char *run, int shard, size_t n, int64_t want_version, const char *snap_ref,
+                     const char *log_refs, const char *digest, float *theta, float *mom, int *has_mom, char *err,
+                     size_t errlen);
 /* Rebuild shard `shard` of run `run` as committed now: reads the run config (for the shard's size:
  * theta and mom must hold that many floats) and k:version, k:snap, k:log, k:digest, then
  * replay_load_refs. */
-int replay_load_shard(rconn *c, const char *run, int shard, float *theta, float *mom, int *has_mom,
-                      int64_t *version, char *err, size_t errlen);
+int replay_load_shard(rconn *c, const char *run, int shard, float *theta, float *mom, int *has_mom, int64_t *version,
+                      char *err, size_t errlen);
 #endif

@@ -11,7 +11,8 @@
 #include "frame.h"
 #include "util.h"
 
-static void to_hex(const unsigned char *b, size_t n, char *out) {
+static void to_hex(const unsigned char *b, size_t n, char *out)
+{
     static const char digits[] = "0123456789abcdef";
     for (size_t i = 0; i < n; i++) {
         out[2 * i] = digits[b[i] >> 4];
@@ -20,7 +21,8 @@ static void to_hex(const unsigned char *b, size_t n, char *out) {
     out[2 * n] = '\0';
 }
 
-int auth_nonce(char out[AUTH_NONCE_LEN + 1]) {
+int auth_nonce(char out[AUTH_NONCE_LEN + 1])
+{
     unsigned char b[AUTH_NONCE_LEN / 2];
     FILE *f = fopen("/dev/urandom", "rb");
     size_t got = f ? fread(b, 1, sizeof b, f) : 0;
@@ -30,8 +32,8 @@ int auth_nonce(char out[AUTH_NONCE_LEN + 1]) {
     return 0;
 }
 
-void auth_answer(const char *secret, const char *nonce, const char *worker, const char *run,
-                 char out[AUTH_MAC_LEN + 1]) {
+void auth_answer(const char *secret, const char *nonce, const char *worker, const char *run, char out[AUTH_MAC_LEN + 1])
+{
     char msg[512];
     int n = snprintf(msg, sizeof msg, "%s\n%s\n%s", nonce, worker, run);
     if (n < 0 || (size_t)n >= sizeof msg) n = (int)sizeof msg - 1;
@@ -41,14 +43,16 @@ void auth_answer(const char *secret, const char *nonce, const char *worker, cons
     to_hex(mac, len < AUTH_MAC_LEN / 2 ? len : AUTH_MAC_LEN / 2, out);
 }
 
-int auth_check(const char *secret, const char *nonce, const char *worker, const char *run, const char *answer) {
+int auth_check(const char *secret, const char *nonce, const char *worker, const char *run, const char *answer)
+{
     char want[AUTH_MAC_LEN + 1];
     auth_answer(secret, nonce, worker, run, want);
     if (strlen(answer) != AUTH_MAC_LEN) return -1;
     return CRYPTO_memcmp(want, answer, AUTH_MAC_LEN) == 0 ? 0 : -1;
 }
 
-static int exchange(int fd, blob_header *h, int timeout_ms, char *err, size_t errlen) {
+static int exchange(int fd, blob_header *h, int timeout_ms, char *err, size_t errlen)
+{
     uint8_t buf[BLOB_HEADER_MAX + 64];
     const uint8_t *payload;
     size_t plen;
@@ -56,8 +60,9 @@ static int exchange(int fd, blob_header *h, int timeout_ms, char *err, size_t er
     return frame_recv(fd, buf, sizeof buf, h, &payload, &plen, timeout_ms, err, errlen);
 }
 
-int auth_client_hello(int fd, const char *secret, const char *worker, const char *run, int timeout_ms,
-                      char *server_id, size_t cap, char *err, size_t errlen) {
+int auth_client_hello(int fd, const char *secret, const char *worker, const char *run, int timeout_ms, char *server_id,
+                      size_t cap, char *err, size_t errlen)
+{
     blob_header h;
     blob_header_init(&h, "hello");
     snprintf(h.worker, sizeof h.worker, "%s", worker);

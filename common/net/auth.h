@@ -9,8 +9,8 @@
 #define DILOCO_AUTH_H
 #include <stddef.h>
 
-#define AUTH_NONCE_LEN 32  /* hex characters */
-#define AUTH_MAC_LEN 64    /* hex characters of an HMAC-SHA256 */
+#define AUTH_NONCE_LEN 32 /* hex characters */
+#define AUTH_MAC_LEN 64   /* hex characters of an HMAC-SHA256 */
 
 /* A fresh random nonce (hex, NUL-terminated) from /dev/urandom. -1 if none could be read. */
 int auth_nonce(char out[AUTH_NONCE_LEN + 1]);
@@ -21,6 +21,6 @@ void auth_answer(const char *secret, const char *nonce, const char *worker, cons
 int auth_check(const char *secret, const char *nonce, const char *worker, const char *run, const char *answer);
 /* Client side on a connected blocking socket: hello, then (if challenged) auth. Fills server_id (may
  * be NULL). -1 + err when refused. */
-int auth_client_hello(int fd, const char *secret, const char *worker, const char *run, int timeout_ms,
-                      char *server_id, size_t cap, char *err, size_t errlen);
+int auth_client_hello(int fd, const char *secret, const char *worker, const char *run, int timeout_ms, char *server_id,
+                      size_t cap, char *err, size_t errlen);
 #endif

@@ -17,8 +17,7 @@ uint16_t cluster_crc16(const void *buf, size_t len)
     uint16_t crc = 0;
     for (size_t i = 0; i < len; i++) {
         crc ^= (uint16_t)(p[i] << 8);
-        for (int b = 0; b < 8; b++)
-            crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
+        for (int b = 0; b < 8; b++) crc = (crc & 0x8000) ? (uint16_t)((crc << 1) ^ 0x1021) : (uint16_t)(crc << 1);
     }
     return crc;
 }
@@ -43,27 +42,24 @@ static int name_is(const char *s, size_t len, const char *name)
 /* Commands we might send that name no key (their argv[1], if any, is not a key). */
 static int keyless(const char *cmd, size_t len)
 {
-    static const char *const names[] = { "FUNCTION", "SCAN", "CLUSTER", "PING", "INFO", "AUTH", "SELECT", "TIME",
-                                         "ASKING", "READONLY", "READWRITE", "DBSIZE", "FLUSHALL", "FLUSHDB",
-                                         "CONFIG", "ACL", "COMMAND", "HELLO", "CLIENT", "SHUTDOWN", "SCRIPT",
-                                         "KEYS", "RANDOMKEY", "WAIT", "MULTI", "EXEC", "DISCARD", "ECHO", "QUIT",
-                                         "ROLE", "SLOWLOG", "LATENCY", "MEMORY", "SAVE", "BGSAVE",
-                                         "BGREWRITEAOF", "LASTSAVE", "PUBLISH" };
+    static const char *const names[] = {
+        "FUNCTION", "SCAN",     "CLUSTER",   "PING",         "INFO",     "AUTH",    "SELECT",    "TIME",
+        "ASKING",   "READONLY", "READWRITE", "DBSIZE",       "FLUSHALL", "FLUSHDB", "CONFIG",    "ACL",
+        "COMMAND",  "HELLO",    "CLIENT",    "SHUTDOWN",     "SCRIPT",   "KEYS",    "RANDOMKEY", "WAIT",
+        "MULTI",    "EXEC",     "DISCARD",   "ECHO",         "QUIT",     "ROLE",    "SLOWLOG",   "LATENCY",
+        "MEMORY",   "SAVE",     "BGSAVE",    "BGREWRITEAOF", "LASTSAVE", "PUBLISH"};
     for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
-        if (name_is(cmd, len, names[i]))
-            return 1;
+        if (name_is(cmd, len, names[i])) return 1;
     return 0;
 }
 
 /* Index of the key argument, or -1. */
 static int key_index(int argc, const char **argv, const size_t *argvlen)
 {
-    if (argc < 2 || keyless(argv[0], argvlen[0]))
-        return -1;
+    if (argc < 2 || keyless(argv[0], argvlen[0])) return -1;
     if (name_is(argv[0], argvlen[0], "FCALL") || name_is(argv[0], argvlen[0], "FCALL_RO") ||
         name_is(argv[0], argvlen[0], "EVAL") || name_is(argv[0], argvlen[0], "EVALSHA")) {
-        if (argc < 4 || argvlen[2] == 0 || argvlen[2] > 9)
-            return -1;
+        if (argc < 4 || argvlen[2] == 0 || argvlen[2] > 9) return -1;
         char n[10];
         memcpy(n, argv[2], argvlen[2]);
         n[argvlen[2]] = '\0';
@@ -76,8 +72,7 @@ int cluster_command_slot(int argc, const char **argv, const size_t *argvlen)
 {
     size_t lens[4];
     int m = argc < 4 ? argc : 4;
-    for (int i = 0; i < m; i++)
-        lens[i] = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
+    for (int i = 0; i < m; i++) lens[i] = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
     int k = key_index(m, argv, lens);
     return k < 0 ? -1 : cluster_key_slot(argv[k], lens[k]);
 }
@@ -86,15 +81,12 @@ int cluster_command_slot(int argc, const char **argv, const size_t *argvlen)
 static long resp_number(const char **p, const char *end, char c)
 {
     const char *s = *p;
-    if (s >= end || *s != c)
-        return -1;
+    if (s >= end || *s != c) return -1;
     s++;
     long v = 0;
     const char *digits = s;
-    while (s < end && *s >= '0' && *s <= '9' && s - digits < 12)
-        v = v * 10 + (*s++ - '0');
-    if (s == digits || s + 2 > end || s[0] != '\r' || s[1] != '\n')
-        return -1;
+    while (s < end && *s >= '0' && *s <= '9' && s - digits < 12) v = v * 10 + (*s++ - '0');
+    if (s == digits || s + 2 > end || s[0] != '\r' || s[1] != '\n') return -1;
     *p = s + 2;
     return v;
 }
@@ -103,15 +95,13 @@ int cluster_resp_slot(const char *cmd, size_t len)
 {
     const char *p = cmd, *end = cmd + len;
     long argc = resp_number(&p, end, '*');
-    if (argc < 1)
-        return -1;
+    if (argc < 1) return -1;
     const char *argv[4];
     size_t lens[4];
     int n = argc < 4 ? (int)argc : 4;
     for (int i = 0; i < n; i++) {
         long l = resp_number(&p, end, '$');
-        if (l < 0 || end - p < l + 2)
-            return -1;
+        if (l < 0 || end - p < l + 2) return -1;
         argv[i] = p;
         lens[i] = (size_t)l;
         p += l + 2;
@@ -122,17 +112,14 @@ int cluster_resp_slot(const char *cmd, size_t len)
 void cluster_map_init(cluster_map *m)
 {
     m->nnodes = 0;
-    for (int s = 0; s < CLUSTER_SLOTS; s++)
-        m->owner[s] = -1;
+    for (int s = 0; s < CLUSTER_SLOTS; s++) m->owner[s] = -1;
 }
 
 int cluster_map_node(cluster_map *m, const char *host, int port)
 {
     for (int i = 0; i < m->nnodes; i++)
-        if (m->node[i].port == port && strcmp(m->node[i].host, host) == 0)
-            return i;
-    if (m->nnodes == CLUSTER_MAX_NODES || strlen(host) >= sizeof m->node[0].host)
-        return -1;
+        if (m->node[i].port == port && strcmp(m->node[i].host, host) == 0) return i;
+    if (m->nnodes == CLUSTER_MAX_NODES || strlen(host) >= sizeof m->node[0].host) return -1;
     snprintf(m->node[m->nnodes].host, sizeof m->node[0].host, "%s", host);
     m->node[m->nnodes].port = port;
     return m->nnodes++;
@@ -167,20 +154,17 @@ int cluster_map_load(cluster_map *m, const redisReply *r, const char *default_ho
             return -1;
         }
     }
-    for (int s = 0; s < CLUSTER_SLOTS; s++)
-        m->owner[s] = -1;
+    for (int s = 0; s < CLUSTER_SLOTS; s++) m->owner[s] = -1;
     for (size_t i = 0; i < r->elements; i++) {
         const redisReply *e = r->element[i], *master = e->element[2];
         const char *host = master->element[0]->str;
-        if (host[0] == '\0' || strcmp(host, "?") == 0)
-            host = default_host;
+        if (host[0] == '\0' || strcmp(host, "?") == 0) host = default_host;
         int node = cluster_map_node(m, host, (int)master->element[1]->integer);
         if (node < 0) {
             err_set(err, errlen, "CLUSTER SLOTS: more than %d masters", CLUSTER_MAX_NODES);
             return -1;
         }
-        for (long long s = e->element[0]->integer; s <= e->element[1]->integer; s++)
-            m->owner[s] = (int16_t)node;
+        for (long long s = e->element[0]->integer; s <= e->element[1]->integer; s++) m->owner[s] = (int16_t)node;
     }
     return 0;
 }
@@ -197,24 +181,19 @@ int cluster_parse_redirect(const char *msg, const char *default_host, cluster_re
     const char *p = msg + (ask ? 4 : 6);
     char *end;
     /* digits only: strtol would also take blanks and signs */
-    if (*p < '0' || *p > '9')
-        return 0;
+    if (*p < '0' || *p > '9') return 0;
     long slot = strtol(p, &end, 10);
-    if (*end != ' ' || slot < 0 || slot >= CLUSTER_SLOTS)
-        return 0;
+    if (*end != ' ' || slot < 0 || slot >= CLUSTER_SLOTS) return 0;
     const char *ep = end + 1;
     const char *colon = strrchr(ep, ':'); /* the last one: an IPv6 address has colons too */
-    if (colon == NULL || colon[1] < '0' || colon[1] > '9')
-        return 0;
+    if (colon == NULL || colon[1] < '0' || colon[1] > '9') return 0;
     long port = strtol(colon + 1, &end, 10);
-    if (*end != '\0' || port <= 0 || port > 65535)
-        return 0;
+    if (*end != '\0' || port <= 0 || port > 65535) return 0;
     size_t hl = (size_t)(colon - ep);
     if (hl == 0) {
         snprintf(out->host, sizeof out->host, "%s", default_host);
     } else {
-        if (hl >= sizeof out->host)
-            return 0;
+        if (hl >= sizeof out->host) return 0;
         memcpy(out->host, ep, hl);
         out->host[hl] = '\0';
     }

@@ -61,7 +61,7 @@ int cluster_map_owner(const cluster_map *m, int slot);
 int cluster_map_load(cluster_map *m, const redisReply *slots, const char *default_host, char *err, size_t errlen);
 
 typedef struct cluster_redirect {
-    int ask;        /* 1 ASK, 0 MOVED */
+    int ask; /* 1 ASK, 0 MOVED */
     int slot;
     char host[256]; /* empty endpoint in the reply: the host we asked */
     int port;

@@ -26,11 +26,9 @@
 /* Milliseconds left until deadline for poll(): -1 = forever, 0 = expired. */
 static int time_left(uint64_t deadline)
 {
-    if (deadline == 0)
-        return -1;
+    if (deadline == 0) return -1;
     uint64_t now = now_ms();
-    if (now >= deadline)
-        return 0;
+    if (now >= deadline) return 0;
     uint64_t left = deadline - now;
     return left > 1000000000u ? 1000000000 : (int)left;
 }
@@ -49,10 +47,9 @@ static int wait_ready(int fd, short events, uint64_t deadline, const char *what,
             err_set(err, errlen, "timeout while %s", what);
             return -1;
         }
-        struct pollfd p = { .fd = fd, .events = events };
+        struct pollfd p = {.fd = fd, .events = events};
         int rc = poll(&p, 1, left);
-        if (rc > 0)
-            return 0; /* errors and hang-ups surface in the following send/recv */
+        if (rc > 0) return 0; /* errors and hang-ups surface in the following send/recv */
         if (rc < 0 && errno != EINTR) {
             err_set(err, errlen, "poll failed while %s: %s", what, strerror(errno));
             return -1;
@@ -77,26 +74,23 @@ static void advance_iov(struct iovec **iov, int *iovcnt, size_t n)
 static int send_all(int fd, struct iovec *iov, int iovcnt, uint64_t deadline, char *err, size_t errlen)
 {
     while (iovcnt > 0) {
-        struct msghdr msg = { .msg_iov = iov, .msg_iovlen = (size_t)iovcnt };
+        struct msghdr msg = {.msg_iov = iov, .msg_iovlen = (size_t)iovcnt};
         ssize_t n = sendmsg(fd, &msg, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (n >= 0) {
             advance_iov(&iov, &iovcnt, (size_t)n);
             continue;
         }
-        if (errno == EINTR)
-            continue;
+        if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
             err_set(err, errlen, "send failed: %s", strerror(errno));
             return -1;
         }
-        if (wait_ready(fd, POLLOUT, deadline, "sending a frame", err, errlen) != 0)
-            return -1;
+        if (wait_ready(fd, POLLOUT, deadline, "sending a frame", err, errlen) != 0) return -1;
     }
     return 0;
 }
 
-static int recv_all(int fd, uint8_t *buf, size_t len, uint64_t deadline, int frame_started, char *err,
-                    size_t errlen)
+static int recv_all(int fd, uint8_t *buf, size_t len, uint64_t deadline, int frame_started, char *err, size_t errlen)
 {
     size_t got = 0;
     while (got < len) {
@@ -112,14 +106,12 @@ static int recv_all(int fd, uint8_t *buf, size_t len, uint64_t deadline, int fra
                 err_set(err, errlen, "truncated frame: connection closed in the middle of a frame");
             return -1;
         }
-        if (errno == EINTR)
-            continue;
+        if (errno == EINTR) continue;
         if (errno != EAGAIN && errno != EWOULDBLOCK) {
             err_set(err, errlen, "recv failed: %s", strerror(errno));
             return -1;
         }
-        if (wait_ready(fd, POLLIN, deadline, "receiving a frame", err, errlen) != 0)
-            return -1;
+        if (wait_ready(fd, POLLIN, deadline, "receiving a frame", err, errlen) != 0) return -1;
     }
     return 0;
 }
@@ -128,8 +120,8 @@ static int recv_all(int fd, uint8_t *buf, size_t len, uint64_t deadline, int fra
  * after it arrives, while it is still in the cache, instead of in a second pass over the whole buffer. */
 #define RECV_HASH_CHUNK ((size_t)256 * 1024)
 
-static int recv_all_hashed(int fd, uint8_t *buf, size_t have, size_t len, uint64_t deadline, uint64_t *sum,
-                           char *err, size_t errlen)
+static int recv_all_hashed(int fd, uint8_t *buf, size_t have, size_t len, uint64_t deadline, uint64_t *sum, char *err,
+                           size_t errlen)
 {
     XXH3_state_t *xs = XXH3_createState();
     if (xs == NULL) {
@@ -142,8 +134,7 @@ static int recv_all_hashed(int fd, uint8_t *buf, size_t have, size_t len, uint64
     for (size_t off = have; off < len && rc == 0; off += RECV_HASH_CHUNK) {
         size_t n = len - off < RECV_HASH_CHUNK ? len - off : RECV_HASH_CHUNK;
         rc = recv_all(fd, buf + off, n, deadline, 1, err, errlen);
-        if (rc == 0)
-            hash_update(xs, buf + off, n);
+        if (rc == 0) hash_update(xs, buf + off, n);
     }
     *sum = len > 0 ? XXH3_64bits_digest(xs) : 0; /* the blob convention for an empty payload */
     XXH3_freeState(xs);
@@ -157,19 +148,17 @@ static int send_frame(int fd, blob_header *h, const void *payload, size_t payloa
     uint8_t head[BLOB_HEADER_MAX];
     int hl = hashed ? blob_encode_header_hashed(h, payload_len, head, sizeof head, err, errlen)
                     : blob_encode_header(h, payload, payload_len, head, sizeof head, err, errlen);
-    if (hl < 0)
-        return -1;
+    if (hl < 0) return -1;
     if (payload_len > UINT32_MAX - (size_t)hl) {
         err_set(err, errlen, "frame too large: %zu-byte payload (max 4 GiB per frame)", payload_len);
         return -1;
     }
     uint32_t total = (uint32_t)((size_t)hl + payload_len);
-    for (int i = 0; i < FRAME_PREFIX_LEN; i++)
-        prefix[i] = (uint8_t)(total >> (8 * i));
+    for (int i = 0; i < FRAME_PREFIX_LEN; i++) prefix[i] = (uint8_t)(total >> (8 * i));
     struct iovec iov[3] = {
-        { .iov_base = prefix, .iov_len = sizeof prefix },
-        { .iov_base = head, .iov_len = (size_t)hl },
-        { .iov_base = (void *)payload, .iov_len = payload_len },
+        {.iov_base = prefix, .iov_len = sizeof prefix},
+        {.iov_base = head, .iov_len = (size_t)hl},
+        {.iov_base = (void *)payload, .iov_len = payload_len},
     };
     return send_all(fd, iov, payload_len > 0 ? 3 : 2, deadline_from(timeout_ms), err, errlen);
 }
@@ -191,17 +180,14 @@ int frame_recv(int fd, uint8_t *buf, size_t cap, blob_header *h, const uint8_t *
 {
     uint64_t deadline = deadline_from(timeout_ms);
     uint8_t prefix[FRAME_PREFIX_LEN];
-    if (recv_all(fd, prefix, sizeof prefix, deadline, 0, err, errlen) != 0)
-        return -1;
+    if (recv_all(fd, prefix, sizeof prefix, deadline, 0, err, errlen) != 0) return -1;
     uint32_t total = 0;
-    for (int i = 0; i < FRAME_PREFIX_LEN; i++)
-        total |= (uint32_t)prefix[i] << (8 * i);
+    for (int i = 0; i < FRAME_PREFIX_LEN; i++) total |= (uint32_t)prefix[i] << (8 * i);
     if (total > cap) {
         err_set(err, errlen, "oversize frame: %u bytes, at most %zu accepted", total, cap);
         return -1;
     }
-    if (recv_all(fd, buf, total, deadline, 1, err, errlen) != 0)
-        return -1;
+    if (recv_all(fd, buf, total, deadline, 1, err, errlen) != 0) return -1;
     return blob_decode(buf, total, h, payload, payload_len, err, errlen);
 }
 
@@ -211,14 +197,11 @@ int frame_recv_place(int fd, uint8_t *buf, size_t cap, size_t max_total, frame_p
 {
     uint64_t deadline = deadline_from(timeout_ms);
     uint8_t prefix[FRAME_PREFIX_LEN];
-    if (recv_all(fd, prefix, sizeof prefix, deadline, 0, err, errlen) != 0)
-        return -1;
+    if (recv_all(fd, prefix, sizeof prefix, deadline, 0, err, errlen) != 0) return -1;
     uint32_t total = 0;
-    for (int i = 0; i < FRAME_PREFIX_LEN; i++)
-        total |= (uint32_t)prefix[i] << (8 * i);
+    for (int i = 0; i < FRAME_PREFIX_LEN; i++) total |= (uint32_t)prefix[i] << (8 * i);
     if (total <= cap) {
-        if (recv_all(fd, buf, total, deadline, 1, err, errlen) != 0)
-            return -1;
+        if (recv_all(fd, buf, total, deadline, 1, err, errlen) != 0) return -1;
         return blob_decode(buf, total, h, payload, payload_len, err, errlen);
     }
     if (total > max_total || cap < BLOB_HEADER_MAX) {
@@ -227,11 +210,9 @@ int frame_recv_place(int fd, uint8_t *buf, size_t cap, size_t max_total, frame_p
     }
     /* the header is at most BLOB_HEADER_MAX bytes: read that much, the rest of it is payload */
     size_t got = BLOB_HEADER_MAX;
-    if (recv_all(fd, buf, got, deadline, 1, err, errlen) != 0)
-        return -1;
+    if (recv_all(fd, buf, got, deadline, 1, err, errlen) != 0) return -1;
     size_t hl;
-    if (blob_decode_header(buf, got, h, &hl, err, errlen) != 0)
-        return -1;
+    if (blob_decode_header(buf, got, h, &hl, err, errlen) != 0) return -1;
     size_t plen = (size_t)total - hl;
     uint64_t sum;
     uint8_t *dst = place(h, plen, arg);
@@ -240,18 +221,15 @@ int frame_recv_place(int fd, uint8_t *buf, size_t cap, size_t max_total, frame_p
         return -1;
     }
     memcpy(dst, buf + hl, got - hl);
-    if (recv_all_hashed(fd, dst, got - hl, plen, deadline, &sum, err, errlen) != 0)
-        return -1;
-    if (blob_check_payload_hashed(h, plen, sum, err, errlen) != 0)
-        return -1;
+    if (recv_all_hashed(fd, dst, got - hl, plen, deadline, &sum, err, errlen) != 0) return -1;
+    if (blob_check_payload_hashed(h, plen, sum, err, errlen) != 0) return -1;
     *payload = dst;
     *payload_len = plen;
     return 0;
 }
 
 /* Split "host:port" / "[v6]:port" into host and port strings. */
-static int split_host_port(const char *s, char *host, size_t hcap, char *port, size_t pcap, char *err,
-                           size_t errlen)
+static int split_host_port(const char *s, char *host, size_t hcap, char *port, size_t pcap, char *err, size_t errlen)
 {
     const char *colon = strrchr(s, ':');
     const char *h = s;
@@ -300,8 +278,7 @@ static int connect_one(const struct addrinfo *ai, uint64_t deadline, char *err, 
             err_set(err, errlen, "%s", strerror(errno));
             goto error;
         }
-        if (wait_ready(fd, POLLOUT, deadline, "connecting", err, errlen) != 0)
-            goto error;
+        if (wait_ready(fd, POLLOUT, deadline, "connecting", err, errlen) != 0) goto error;
         int soerr = 0;
         socklen_t sl = sizeof soerr;
         if (getsockopt(fd, SOL_SOCKET, SO_ERROR, &soerr, &sl) != 0 || soerr != 0) {
@@ -319,9 +296,8 @@ error:
 int tcp_connect(const char *host_port, int timeout_ms, char *err, size_t errlen)
 {
     char host[256], port[8], why[256] = "no address";
-    if (split_host_port(host_port, host, sizeof host, port, sizeof port, err, errlen) != 0)
-        return -1;
-    struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM };
+    if (split_host_port(host_port, host, sizeof host, port, sizeof port, err, errlen) != 0) return -1;
+    struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM};
     struct addrinfo *res = NULL;
     int gai = getaddrinfo(host, port, &hints, &res);
     if (gai != 0) {

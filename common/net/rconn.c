@@ -22,13 +22,13 @@
 #define NOREPLICAS_PATIENCE_MS 10000
 
 struct rconn {
-    redis_url given;    /* as given (may name Sentinels or several seeds) */
-    redis_url url;      /* the server it resolved to (its credentials are used on every node) */
+    redis_url given; /* as given (may name Sentinels or several seeds) */
+    redis_url url;   /* the server it resolved to (its credentials are used on every node) */
     uint64_t moved_checked_ms;
     int timeout_ms;
-    redisContext *seed; /* connection to the URL's server: keyless commands, and everything until a
+    redisContext *seed;                    /* connection to the URL's server: keyless commands, and everything until a
                            redirection says this is a cluster */
-    cluster_map *map;   /* NULL: a single server */
+    cluster_map *map;                      /* NULL: a single server */
     redisContext *node[CLUSTER_MAX_NODES]; /* per map node, opened on first use; may be seed */
     int broken;
     char errstr[256];
@@ -36,9 +36,8 @@ struct rconn {
 
 static struct timeval timeval_from_ms(int ms)
 {
-    if (ms <= 0)
-        ms = 1;
-    struct timeval tv = { .tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000 };
+    if (ms <= 0) ms = 1;
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
     return tv;
 }
 
@@ -58,19 +57,17 @@ int rconn_reply_error(const rconn *c, redisReply *r, char *err, size_t errlen)
 int rconn_error_final(const char *e)
 {
     static const char *const final[] = {
-        "WRONGPASS",                  /* Redis 6+: unknown user, wrong password or disabled user */
-        "NOAUTH",                     /* a password is required and the URL has none */
-        "NOPERM",                     /* the ACL user may not run this command or touch this key */
-        "ERR invalid password",       /* Redis < 6 */
-        "ERR AUTH",                   /* a password given to a server that has none */
-        "ERR Client sent AUTH",       /* the same, Redis < 6 */
+        "WRONGPASS",            /* Redis 6+: unknown user, wrong password or disabled user */
+        "NOAUTH",               /* a password is required and the URL has none */
+        "NOPERM",               /* the ACL user may not run this command or touch this key */
+        "ERR invalid password", /* Redis < 6 */
+        "ERR AUTH",             /* a password given to a server that has none */
+        "ERR Client sent AUTH", /* the same, Redis < 6 */
         "ERR DB index is out of range",
     };
-    if (e == NULL)
-        return 0;
+    if (e == NULL) return 0;
     for (size_t i = 0; i < sizeof final / sizeof final[0]; i++)
-        if (strncmp(e, final[i], strlen(final[i])) == 0)
-            return 1;
+        if (strncmp(e, final[i], strlen(final[i])) == 0) return 1;
     return 0;
 }
 
@@ -82,11 +79,9 @@ int rconn_error_failover(const char *e)
         "CLUSTERDOWN", /* a cluster master failed and no replica took over yet */
         "TRYAGAIN",    /* a cluster slot in the middle of a failover or migration */
     };
-    if (e == NULL)
-        return 0;
+    if (e == NULL) return 0;
     for (size_t i = 0; i < sizeof failover / sizeof failover[0]; i++)
-        if (strncmp(e, failover[i], strlen(failover[i])) == 0)
-            return 1;
+        if (strncmp(e, failover[i], strlen(failover[i])) == 0) return 1;
     return 0;
 }
 
@@ -99,8 +94,7 @@ static int run_simple(redisContext *c, const char *what, int *final, char *err, 
         *final = r != NULL && rconn_error_final(r->str);
         rc = -1;
     }
-    if (r != NULL)
-        freeReplyObject(r);
+    if (r != NULL) freeReplyObject(r);
     return rc;
 }
 
@@ -117,8 +111,8 @@ static int authenticate(redisContext *c, const redis_url *u, int *final, char *e
 
 /* Open, authenticate and configure one connection: to the URL's server (host NULL) or to host:port
  * with the URL's credentials (a cluster node). *final: Redis refused the credentials or the database. */
-static redisContext *open_node(const redis_url *u, const char *host, int port, int timeout_ms, int *final,
-                               char *err, size_t errlen)
+static redisContext *open_node(const redis_url *u, const char *host, int port, int timeout_ms, int *final, char *err,
+                               size_t errlen)
 {
     struct timeval tv = timeval_from_ms(timeout_ms);
     char where[600];
@@ -143,8 +137,7 @@ static redisContext *open_node(const redis_url *u, const char *host, int port, i
         err_set(err, errlen, "cannot set the command timeout on %s: %s", where, c->errstr);
         goto error;
     }
-    if (authenticate(c, u, final, err, errlen) != 0)
-        goto error;
+    if (authenticate(c, u, final, err, errlen) != 0) goto error;
     /* SELECT 0 is skipped so the same URL also works against a Redis Cluster node. */
     if (host == NULL && u->db != 0 &&
         run_simple(c, "SELECT (check the database number in the Redis URL)", final, err, errlen,
@@ -201,10 +194,8 @@ rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int wait_ms, cons
 {
     char where[600];
     char why[512] = "";
-    if (redis_url_format(u, where, sizeof where) != 0)
-        where[0] = '\0';
-    if (refused != NULL)
-        *refused = 0;
+    if (redis_url_format(u, where, sizeof where) != 0) where[0] = '\0';
+    if (refused != NULL) *refused = 0;
     uint64_t t0 = now_ms(), logged = 0;
     unsigned attempt = 0;
     for (;; attempt++) {
@@ -221,17 +212,15 @@ rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int wait_ms, cons
             return c;
         }
         if (final) { /* why names the refusal (AUTH or SELECT and Redis's reply) */
-            if (refused != NULL)
-                *refused = 1;
+            if (refused != NULL) *refused = 1;
             err_set(err, errlen, "%s", why);
             return NULL;
         }
         uint64_t elapsed = now_ms() - t0;
-        if (wait_ms >= 0 && elapsed >= (uint64_t)wait_ms)
-            break;
+        if (wait_ms >= 0 && elapsed >= (uint64_t)wait_ms) break;
         /* Sentinels in the middle of a failover: ask again soon (cheap), to use the new master at once */
-        unsigned pause = backoff_ms(attempt, RETRY_BASE_MS,
-                                    redis_url_needs_resolve(u) ? RESOLVE_RETRY_CAP_MS : RETRY_CAP_MS);
+        unsigned pause =
+            backoff_ms(attempt, RETRY_BASE_MS, redis_url_needs_resolve(u) ? RESOLVE_RETRY_CAP_MS : RETRY_CAP_MS);
         if (wait_ms >= 0 && elapsed + pause > (uint64_t)wait_ms)
             pause = (unsigned)((uint64_t)wait_ms - elapsed); /* the last attempt at the deadline */
         if (logged == 0 || now_ms() - logged >= RETRY_LOG_EVERY_MS) {
@@ -255,13 +244,10 @@ rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int wait_ms, cons
 
 void rconn_free(rconn *c)
 {
-    if (c == NULL)
-        return;
+    if (c == NULL) return;
     for (int i = 0; i < CLUSTER_MAX_NODES; i++)
-        if (c->node[i] != NULL && c->node[i] != c->seed)
-            redisFree(c->node[i]);
-    if (c->seed != NULL)
-        redisFree(c->seed);
+        if (c->node[i] != NULL && c->node[i] != c->seed) redisFree(c->node[i]);
+    if (c->seed != NULL) redisFree(c->seed);
     free(c->map);
     free(c);
 }
@@ -272,14 +258,22 @@ int rconn_set_timeout(rconn *c, int timeout_ms)
     c->timeout_ms = timeout_ms;
     int rc = redisSetTimeout(c->seed, tv) == REDIS_OK ? 0 : -1;
     for (int i = 0; i < CLUSTER_MAX_NODES; i++)
-        if (c->node[i] != NULL && c->node[i] != c->seed && redisSetTimeout(c->node[i], tv) != REDIS_OK)
-            rc = -1;
+        if (c->node[i] != NULL && c->node[i] != c->seed && redisSetTimeout(c->node[i], tv) != REDIS_OK) rc = -1;
     return rc;
 }
 
-int rconn_broken(const rconn *c) { return c->broken; }
-const char *rconn_errstr(const rconn *c) { return c->errstr; }
-int rconn_is_cluster(const rconn *c) { return c->map != NULL; }
+int rconn_broken(const rconn *c)
+{
+    return c->broken;
+}
+const char *rconn_errstr(const rconn *c)
+{
+    return c->errstr;
+}
+int rconn_is_cluster(const rconn *c)
+{
+    return c->map != NULL;
+}
 
 const char *rconn_server(const rconn *c, char *buf, size_t cap)
 {
@@ -299,20 +293,20 @@ static void set_broken(rconn *c, const char *why)
 /* The connection to map node i (opened now if needed); NULL and broken if it cannot be opened. */
 static redisContext *node_ctx(rconn *c, int i)
 {
-    if (c->node[i] != NULL)
-        return c->node[i];
+    if (c->node[i] != NULL) return c->node[i];
     const cluster_node *n = &c->map->node[i];
-    if (!c->url.is_unix && n->port == c->url.port && strcmp(n->host, c->url.host) == 0)
-        return c->node[i] = c->seed;
+    if (!c->url.is_unix && n->port == c->url.port && strcmp(n->host, c->url.host) == 0) return c->node[i] = c->seed;
     char err[300];
     int final;
     c->node[i] = open_node(&c->url, n->host, n->port, c->timeout_ms, &final, err, sizeof err);
-    if (c->node[i] == NULL)
-        set_broken(c, err);
+    if (c->node[i] == NULL) set_broken(c, err);
     return c->node[i];
 }
 
-static const char *node_host(const rconn *c, int i) { return i < 0 ? c->url.host : c->map->node[i].host; }
+static const char *node_host(const rconn *c, int i)
+{
+    return i < 0 ? c->url.host : c->map->node[i].host;
+}
 
 int rconn_error_noreplicas(const char *e)
 {
@@ -326,8 +320,7 @@ static redisReply *execute_once(rconn *c, redisContext *ctx, const char *cmd, si
 static int master_moved(rconn *c)
 {
     uint64_t now = now_ms();
-    if (!redis_url_needs_resolve(&c->given) || now - c->moved_checked_ms < 500)
-        return 0;
+    if (!redis_url_needs_resolve(&c->given) || now - c->moved_checked_ms < 500) return 0;
     c->moved_checked_ms = now;
     char err[600];
     redis_url found;
@@ -364,13 +357,11 @@ static redisReply *execute_once(rconn *c, redisContext *ctx, const char *cmd, si
         redisAppendFormattedCommand(ctx, cmd, len) != REDIS_OK)
         goto io_error;
     if (asking) {
-        if (redisGetReply(ctx, &reply) != REDIS_OK)
-            goto io_error;
+        if (redisGetReply(ctx, &reply) != REDIS_OK) goto io_error;
         freeReplyObject(reply);
         reply = NULL;
     }
-    if (redisGetReply(ctx, &reply) != REDIS_OK)
-        goto io_error;
+    if (redisGetReply(ctx, &reply) != REDIS_OK) goto io_error;
     return reply;
 io_error:
     set_broken(c, ctx->errstr[0] ? ctx->errstr : "connection error");
@@ -379,8 +370,7 @@ io_error:
 
 static int enter_cluster(rconn *c)
 {
-    if (c->map != NULL)
-        return 0;
+    if (c->map != NULL) return 0;
     c->map = malloc(sizeof *c->map);
     if (c->map == NULL) {
         set_broken(c, "out of memory for the cluster slot map");
@@ -396,8 +386,7 @@ static int enter_cluster(rconn *c)
 static int refresh(rconn *c, int i)
 {
     redisContext *ctx = node_ctx(c, i);
-    if (ctx == NULL)
-        return -1;
+    if (ctx == NULL) return -1;
     redisReply *r = redisCommand(ctx, "CLUSTER SLOTS");
     if (r == NULL) {
         set_broken(c, ctx->errstr[0] ? ctx->errstr : "connection error");
@@ -413,14 +402,12 @@ static int refresh(rconn *c, int i)
 /* Send cmd to the node that serves slot (-1: the URL's node), following redirections. */
 static redisReply *route_unguarded(rconn *c, const char *cmd, size_t len, int slot)
 {
-    if (c->broken)
-        return NULL;
+    if (c->broken) return NULL;
     int node = c->map ? cluster_map_owner(c->map, slot) : -1;
     int asking = 0;
     for (int hop = 0;; hop++) {
         redisContext *ctx = node < 0 ? c->seed : node_ctx(c, node);
-        if (ctx == NULL)
-            return NULL;
+        if (ctx == NULL) return NULL;
         redisReply *r = execute(c, ctx, cmd, len, asking);
         if (r != NULL && r->type == REDIS_REPLY_ERROR && rconn_error_failover(r->str)) {
             set_broken(c, r->str); /* the caller reconnects, which finds the master again */
@@ -428,11 +415,9 @@ static redisReply *route_unguarded(rconn *c, const char *cmd, size_t len, int sl
             return NULL;
         }
         cluster_redirect rd;
-        if (r == NULL || hop == CLUSTER_MAX_HOPS || !cluster_reply_redirect(r, node_host(c, node), &rd))
-            return r;
+        if (r == NULL || hop == CLUSTER_MAX_HOPS || !cluster_reply_redirect(r, node_host(c, node), &rd)) return r;
         freeReplyObject(r);
-        if (enter_cluster(c) != 0)
-            return NULL;
+        if (enter_cluster(c) != 0) return NULL;
         node = cluster_map_node(c->map, rd.host, rd.port);
         if (node < 0) {
             set_broken(c, "too many cluster nodes");
@@ -441,8 +426,7 @@ static redisReply *route_unguarded(rconn *c, const char *cmd, size_t len, int sl
         asking = rd.ask;
         if (!rd.ask) {
             c->map->owner[rd.slot] = (int16_t)node;
-            if (refresh(c, node) != 0)
-                return NULL;
+            if (refresh(c, node) != 0) return NULL;
         }
     }
 }
@@ -473,8 +457,7 @@ int rconn_wait_replicas(rconn *c, const char *key, int replicas, int timeout_ms)
     redisReply *r = route_to(c, cmd, (size_t)len, cluster_key_slot(key, strlen(key)));
     redisFreeCommand(cmd);
     int n = r != NULL && r->type == REDIS_REPLY_INTEGER ? (int)r->integer : -1;
-    if (r != NULL)
-        freeReplyObject(r);
+    if (r != NULL) freeReplyObject(r);
     return n;
 }
 
@@ -529,16 +512,14 @@ static int each_master(rconn *c, rconn_node_fn *fn, void *arg, char *err, size_t
         /* "ERR This instance has cluster support disabled" (or a refusal): one server. */
         int cluster = r->type == REDIS_REPLY_ARRAY;
         if (cluster && (enter_cluster(c) != 0 || cluster_map_load(c->map, r, c->url.host, err, errlen) != 0)) {
-            if (c->broken)
-                err_set(err, errlen, "%s", c->errstr);
+            if (c->broken) err_set(err, errlen, "%s", c->errstr);
             freeReplyObject(r);
             return -1;
         }
         freeReplyObject(r);
         if (!cluster) {
             char where[600];
-            if (redis_url_format(&c->url, where, sizeof where) != 0)
-                where[0] = '\0';
+            if (redis_url_format(&c->url, where, sizeof where) != 0) where[0] = '\0';
             return fn(c->seed, where, arg, err, errlen);
         }
     } else {
@@ -548,13 +529,11 @@ static int each_master(rconn *c, rconn_node_fn *fn, void *arg, char *err, size_t
             return -1;
         }
     }
-    char owns[CLUSTER_MAX_NODES] = { 0 };
+    char owns[CLUSTER_MAX_NODES] = {0};
     for (int s = 0; s < CLUSTER_SLOTS; s++)
-        if (c->map->owner[s] >= 0)
-            owns[c->map->owner[s]] = 1;
+        if (c->map->owner[s] >= 0) owns[c->map->owner[s]] = 1;
     for (int i = 0; i < c->map->nnodes; i++) {
-        if (!owns[i])
-            continue;
+        if (!owns[i]) continue;
         char where[300];
         snprintf(where, sizeof where, "%s:%d", c->map->node[i].host, c->map->node[i].port);
         redisContext *ctx = node_ctx(c, i);
@@ -562,8 +541,7 @@ static int each_master(rconn *c, rconn_node_fn *fn, void *arg, char *err, size_t
             err_set(err, errlen, "%s", c->errstr);
             return -1;
         }
-        if (fn(ctx, where, arg, err, errlen) != 0)
-            return -1;
+        if (fn(ctx, where, arg, err, errlen) != 0) return -1;
     }
     return 0;
 }

@@ -24,7 +24,7 @@ int redis_url_needs_resolve(const redis_url *u)
 static redisContext *open_login(const char *host, int port, const char *user, const char *pass, int timeout_ms,
                                 char *why, size_t whylen)
 {
-    struct timeval tv = { .tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000 };
+    struct timeval tv = {.tv_sec = timeout_ms / 1000, .tv_usec = (timeout_ms % 1000) * 1000};
     redisContext *c = redisConnectWithTimeout(host, port, tv);
     if (c == NULL || c->err) {
         err_set(why, whylen, "%s:%d: %s", host, port, c ? c->errstr : "out of memory");
@@ -37,17 +37,13 @@ static redisContext *open_login(const char *host, int port, const char *user, co
     if (pass[0] != '\0') {
         redisReply *r = user[0] != '\0' ? redisCommand(c, "AUTH %s %s", user, pass) : redisCommand(c, "AUTH %s", pass);
         int bad = r == NULL || r->type == REDIS_REPLY_ERROR;
-        if (bad)
-            err_set(why, whylen, "%s:%d: AUTH: %s", host, port, r ? r->str : c->errstr);
-        if (r != NULL)
-            freeReplyObject(r);
-        if (bad)
-            goto fail;
+        if (bad) err_set(why, whylen, "%s:%d: AUTH: %s", host, port, r ? r->str : c->errstr);
+        if (r != NULL) freeReplyObject(r);
+        if (bad) goto fail;
     }
     return c;
 fail:
-    if (c != NULL)
-        redisFree(c);
+    if (c != NULL) redisFree(c);
     return NULL;
 }
 
@@ -56,8 +52,7 @@ static int ask_sentinel(const redis_url *u, const redis_host *s, int timeout_ms,
                         char *why, size_t whylen)
 {
     redisContext *c = open_login(s->host, s->port, u->sentinel_user, u->sentinel_pass, timeout_ms, why, whylen);
-    if (c == NULL)
-        return -1;
+    if (c == NULL) return -1;
     redisReply *r = redisCommand(c, "SENTINEL get-master-addr-by-name %s", u->sentinel_master);
     int rc = -1;
     if (r == NULL)
@@ -70,10 +65,8 @@ static int ask_sentinel(const redis_url *u, const redis_host *s, int timeout_ms,
     } else if (r->type == REDIS_REPLY_ERROR)
         err_set(why, whylen, "Sentinel %s:%d: %s", s->host, s->port, r->str);
     else
-        err_set(why, whylen, "Sentinel %s:%d does not know a master named '%s'", s->host, s->port,
-                u->sentinel_master);
-    if (r != NULL)
-        freeReplyObject(r);
+        err_set(why, whylen, "Sentinel %s:%d does not know a master named '%s'", s->host, s->port, u->sentinel_master);
+    if (r != NULL) freeReplyObject(r);
     redisFree(c);
     return rc;
 }
@@ -82,20 +75,18 @@ static int ask_sentinel(const redis_url *u, const redis_host *s, int timeout_ms,
 static int is_master(const redis_url *u, const char *host, int port, int timeout_ms, char *why, size_t whylen)
 {
     redisContext *c = open_login(host, port, u->user, u->pass, timeout_ms, why, whylen);
-    if (c == NULL)
-        return 0;
+    if (c == NULL) return 0;
     redisReply *r = redisCommand(c, "ROLE");
     int ok = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
              r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master") == 0;
     if (!ok)
         err_set(why, whylen, "%s:%d is not a master (ROLE: %s)", host, port,
-                r == NULL ? c->errstr
+                r == NULL                      ? c->errstr
                 : r->type == REDIS_REPLY_ERROR ? r->str
                 : r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->type == REDIS_REPLY_STRING
                     ? r->element[0]->str
                     : "unexpected reply");
-    if (r != NULL)
-        freeReplyObject(r);
+    if (r != NULL) freeReplyObject(r);
     redisFree(c);
     return ok;
 }
@@ -118,15 +109,13 @@ static int resolve_sentinel(const redis_url *u, int timeout_ms, redis_url *out, 
     for (int i = 0; i < u->nhosts; i++) {
         char host[256];
         int port;
-        if (ask_sentinel(u, &u->hosts[i], timeout_ms, host, sizeof host, &port, why, sizeof why) != 0)
-            continue;
+        if (ask_sentinel(u, &u->hosts[i], timeout_ms, host, sizeof host, &port, why, sizeof why) != 0) continue;
         if (is_master(u, host, port, timeout_ms, why, sizeof why)) {
             single(u, host, port, out);
             return 0;
         }
     }
-    err_set(err, errlen, "no master '%s' found through %d Sentinel(s) (last: %s)", u->sentinel_master, u->nhosts,
-            why);
+    err_set(err, errlen, "no master '%s' found through %d Sentinel(s) (last: %s)", u->sentinel_master, u->nhosts, why);
     return -1;
 }
 
@@ -135,11 +124,9 @@ static int resolve_seeds(const redis_url *u, int timeout_ms, redis_url *out, cha
     char why[512] = "";
     for (int i = 0; i < u->nhosts; i++) {
         redisContext *c = open_login(u->hosts[i].host, u->hosts[i].port, "", "", timeout_ms, why, sizeof why);
-        if (c == NULL)
-            continue;
+        if (c == NULL) continue;
         redisReply *r = redisCommand(c, "PING"); /* NOAUTH is an answer too: the node is alive */
-        if (r == NULL)
-            err_set(why, sizeof why, "%s:%d: %s", u->hosts[i].host, u->hosts[i].port, c->errstr);
+        if (r == NULL) err_set(why, sizeof why, "%s:%d: %s", u->hosts[i].host, u->hosts[i].port, c->errstr);
         redisFree(c);
         if (r != NULL) {
             freeReplyObject(r);
@@ -172,16 +159,14 @@ redisReply *sentinel_command(const redis_url *u, int timeout_ms, char *err, size
     sigpipe_hold(&g);
     redisReply *r = NULL;
     for (int i = 0; i < u->nhosts && r == NULL; i++) {
-        redisContext *c = open_login(u->hosts[i].host, u->hosts[i].port, u->sentinel_user, u->sentinel_pass,
-                                     timeout_ms, err, errlen);
-        if (c == NULL)
-            continue;
+        redisContext *c =
+            open_login(u->hosts[i].host, u->hosts[i].port, u->sentinel_user, u->sentinel_pass, timeout_ms, err, errlen);
+        if (c == NULL) continue;
         va_list ap;
         va_start(ap, fmt);
         r = redisvCommand(c, fmt, ap);
         va_end(ap);
-        if (r == NULL)
-            err_set(err, errlen, "Sentinel %s:%d: %s", u->hosts[i].host, u->hosts[i].port, c->errstr);
+        if (r == NULL) err_set(err, errlen, "Sentinel %s:%d: %s", u->hosts[i].host, u->hosts[i].port, c->errstr);
         redisFree(c);
     }
     sigpipe_release(&g);

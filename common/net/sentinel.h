@@ -30,7 +30,7 @@ int redis_url_resolve(const redis_url *u, int timeout_ms, redis_url *out, char *
 /* A command (printf-style, as redisCommand) on the first of u's Sentinels that answers; NULL + err
  * when none does. For status displays (SENTINEL MASTER name). */
 struct redisReply;
-struct redisReply *sentinel_command(const redis_url *u, int timeout_ms, char *err, size_t errlen, const char *fmt,
-                                    ...) __attribute__((format(printf, 5, 6)));
+struct redisReply *sentinel_command(const redis_url *u, int timeout_ms, char *err, size_t errlen, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
 
 #endif

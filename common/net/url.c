@@ -17,18 +17,15 @@
 
 static int hex_value(char c)
 {
-    if (c >= '0' && c <= '9')
-        return c - '0';
-    if (c >= 'a' && c <= 'f')
-        return c - 'a' + 10;
-    if (c >= 'A' && c <= 'F')
-        return c - 'A' + 10;
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
     return -1;
 }
 
 /* Percent-decode src[0..len) into dst (cap bytes incl. NUL). */
-static int percent_decode(const char *src, size_t len, char *dst, size_t cap, const char *what,
-                          char *err, size_t errlen)
+static int percent_decode(const char *src, size_t len, char *dst, size_t cap, const char *what, char *err,
+                          size_t errlen)
 {
     size_t o = 0;
     for (size_t i = 0; i < len; i++) {
@@ -57,8 +54,7 @@ static int percent_decode(const char *src, size_t len, char *dst, size_t cap, co
     return 0;
 }
 
-static int copy_part(const char *src, size_t len, char *dst, size_t cap, const char *what, char *err,
-                     size_t errlen)
+static int copy_part(const char *src, size_t len, char *dst, size_t cap, const char *what, char *err, size_t errlen)
 {
     if (len >= cap) {
         err_set(err, errlen, "the %s in the Redis URL is too long (max %zu bytes)", what, cap - 1);
@@ -72,11 +68,9 @@ static int copy_part(const char *src, size_t len, char *dst, size_t cap, const c
 static int parse_number_part(const char *src, size_t len, long long min, long long max, long long *out)
 {
     char tmp[32];
-    if (len == 0 || len >= sizeof tmp)
-        return -1;
+    if (len == 0 || len >= sizeof tmp) return -1;
     for (size_t i = 0; i < len; i++)
-        if (src[i] < '0' || src[i] > '9')
-            return -1; /* strtoll would accept signs and spaces; a URL must not */
+        if (src[i] < '0' || src[i] > '9') return -1; /* strtoll would accept signs and spaces; a URL must not */
     memcpy(tmp, src, len);
     tmp[len] = '\0';
     return parse_int(tmp, min, max, out);
@@ -99,10 +93,8 @@ static int parse_userinfo(const char *s, size_t len, redis_url *out, char *err, 
 {
     const char *colon = memchr(s, ':', len);
     size_t ulen = colon ? (size_t)(colon - s) : len;
-    if (percent_decode(s, ulen, out->user, sizeof out->user, "user name", err, errlen) != 0)
-        return -1;
-    if (colon == NULL)
-        return 0;
+    if (percent_decode(s, ulen, out->user, sizeof out->user, "user name", err, errlen) != 0) return -1;
+    if (colon == NULL) return 0;
     return percent_decode(colon + 1, len - ulen - 1, out->pass, sizeof out->pass, "password", err, errlen);
 }
 
@@ -154,15 +146,15 @@ static int parse_hostport(const char *s, size_t len, redis_url *out, char *err, 
         return -1;
     }
     if (host != s && memchr(host, ':', hlen) == NULL) {
-        err_set(err, errlen, "the host in brackets is not an IPv6 address in the Redis URL (write a host name or "
+        err_set(err, errlen,
+                "the host in brackets is not an IPv6 address in the Redis URL (write a host name or "
                 "IPv4 address without brackets)");
         return -1;
     }
     if (check_host(host, hlen, host != s, err, errlen) != 0 ||
         copy_part(host, hlen, out->host, sizeof out->host, "host", err, errlen) != 0)
         return -1;
-    if (rest == s + len)
-        return 0;
+    if (rest == s + len) return 0;
     /* rest points at ':' */
     long long port;
     size_t plen = (size_t)(s + len - rest - 1);
@@ -188,8 +180,7 @@ static int parse_hostlist(const char *s, size_t len, int default_port, redis_url
             return -1;
         }
         out->port = default_port;
-        if (parse_hostport(p, (size_t)(stop - p), out, err, errlen) != 0)
-            return -1;
+        if (parse_hostport(p, (size_t)(stop - p), out, err, errlen) != 0) return -1;
         redis_host *h = &out->hosts[out->nhosts++];
         snprintf(h->host, sizeof h->host, "%s", out->host);
         h->port = out->port;
@@ -208,12 +199,10 @@ static int parse_authority(const char *s, int default_port, const char *stop, re
     size_t alen = strcspn(s, stop);
     const char *at = NULL;
     for (const char *p = s; p < s + alen; p++)
-        if (*p == '@')
-            at = p;
+        if (*p == '@') at = p;
     const char *hp = s;
     if (at != NULL) {
-        if (parse_userinfo(s, (size_t)(at - s), out, err, errlen) != 0)
-            return -1;
+        if (parse_userinfo(s, (size_t)(at - s), out, err, errlen) != 0) return -1;
         hp = at + 1;
     }
     *rest = s + alen;
@@ -223,10 +212,8 @@ static int parse_authority(const char *s, int default_port, const char *stop, re
 static int parse_tcp(const char *s, redis_url *out, char *err, size_t errlen)
 {
     const char *slash;
-    if (parse_authority(s, DEFAULT_PORT, "/", out, &slash, err, errlen) != 0)
-        return -1;
-    if (*slash != '/' || slash[1] == '\0')
-        return 0;
+    if (parse_authority(s, DEFAULT_PORT, "/", out, &slash, err, errlen) != 0) return -1;
+    if (*slash != '/' || slash[1] == '\0') return 0;
     return parse_db(slash + 1, strlen(slash + 1), out, err, errlen);
 }
 
@@ -248,8 +235,10 @@ static int parse_sentinel_query(const char *q, redis_url *out, char *err, size_t
                                errlen) != 0)
                 return -1;
         } else {
-            err_set(err, errlen, "unknown query '%.*s' in the Redis URL (accepted: sentinel_username, "
-                    "sentinel_password)", (int)(len > 40 ? 40 : len), q);
+            err_set(err, errlen,
+                    "unknown query '%.*s' in the Redis URL (accepted: sentinel_username, "
+                    "sentinel_password)",
+                    (int)(len > 40 ? 40 : len), q);
             return -1;
         }
         q += len + (q[len] == '&');
@@ -261,19 +250,20 @@ static int parse_sentinel_query(const char *q, redis_url *out, char *err, size_t
 static int parse_sentinel(const char *s, redis_url *out, char *err, size_t errlen)
 {
     const char *rest;
-    if (parse_authority(s, DEFAULT_SENTINEL_PORT, "/?", out, &rest, err, errlen) != 0)
-        return -1;
+    if (parse_authority(s, DEFAULT_SENTINEL_PORT, "/?", out, &rest, err, errlen) != 0) return -1;
     const char *q = strchr(rest, '?');
     size_t plen = q ? (size_t)(q - rest) : strlen(rest);
     if (plen < 2 || rest[0] != '/') {
-        err_set(err, errlen, "missing master name in the Sentinel URL (e.g. redis+sentinel://127.0.0.1:26379/mymaster)");
+        err_set(err, errlen,
+                "missing master name in the Sentinel URL (e.g. redis+sentinel://127.0.0.1:26379/mymaster)");
         return -1;
     }
     const char *name = rest + 1;
     const char *dbs = memchr(name, '/', plen - 1);
     size_t nlen = dbs ? (size_t)(dbs - name) : plen - 1;
     if (nlen == 0) {
-        err_set(err, errlen, "missing master name in the Sentinel URL (e.g. redis+sentinel://127.0.0.1:26379/mymaster)");
+        err_set(err, errlen,
+                "missing master name in the Sentinel URL (e.g. redis+sentinel://127.0.0.1:26379/mymaster)");
         return -1;
     }
     if (percent_decode(name, nlen, out->sentinel_master, sizeof out->sentinel_master, "master name", err, errlen) != 0)
@@ -290,8 +280,7 @@ static int parse_unix(const char *s, redis_url *out, char *err, size_t errlen)
     const char *at = strstr(s, "@/");
     const char *slash = strchr(s, '/');
     if (at != NULL && slash == at + 1) {
-        if (parse_userinfo(s, (size_t)(at - s), out, err, errlen) != 0)
-            return -1;
+        if (parse_userinfo(s, (size_t)(at - s), out, err, errlen) != 0) return -1;
         s = at + 1;
     }
     const char *q = strchr(s, '?');
@@ -300,10 +289,8 @@ static int parse_unix(const char *s, redis_url *out, char *err, size_t errlen)
         err_set(err, errlen, "missing socket path in the Redis URL (e.g. unix:///run/redis/redis.sock)");
         return -1;
     }
-    if (copy_part(s, plen, out->path, sizeof out->path, "socket path", err, errlen) != 0)
-        return -1;
-    if (q == NULL)
-        return 0;
+    if (copy_part(s, plen, out->path, sizeof out->path, "socket path", err, errlen) != 0) return -1;
+    if (q == NULL) return 0;
     if (strncmp(q + 1, "db=", 3) != 0) {
         err_set(err, errlen, "unknown query '%.40s' in the Redis URL (only ?db=N is accepted)", q + 1);
         return -1;
@@ -319,18 +306,17 @@ int redis_url_parse(const char *s, redis_url *out, char *err, size_t errlen)
         err_set(err, errlen, "empty Redis URL (e.g. redis://127.0.0.1:6379/0)");
         return -1;
     }
-    if (strncmp(s, "redis://", 8) == 0)
-        return parse_tcp(s + 8, out, err, errlen);
-    if (strncmp(s, "redis+sentinel://", 17) == 0)
-        return parse_sentinel(s + 17, out, err, errlen);
-    if (strncmp(s, "redis-sentinel://", 17) == 0)
-        return parse_sentinel(s + 17, out, err, errlen);
+    if (strncmp(s, "redis://", 8) == 0) return parse_tcp(s + 8, out, err, errlen);
+    if (strncmp(s, "redis+sentinel://", 17) == 0) return parse_sentinel(s + 17, out, err, errlen);
+    if (strncmp(s, "redis-sentinel://", 17) == 0) return parse_sentinel(s + 17, out, err, errlen);
     if (strncmp(s, "unix://", 7) == 0) {
         out->is_unix = 1;
         return parse_unix(s + 7, out, err, errlen);
     }
-    err_set(err, errlen, "unsupported Redis URL '%.60s' (want redis://host:port/db, redis+sentinel://host:port/master or "
-            "unix://path)", s);
+    err_set(err, errlen,
+            "unsupported Redis URL '%.60s' (want redis://host:port/db, redis+sentinel://host:port/master or "
+            "unix://path)",
+            s);
     return -1;
 }
 
@@ -373,8 +359,7 @@ int redis_url_format(const redis_url *u, char *buf, size_t cap)
         n += snprintf(buf + n, cap - (size_t)n, "/");
         n = append_escaped(u->sentinel_master, buf, cap, n);
     }
-    if (n >= 0 && (size_t)n < cap)
-        n += snprintf(buf + n, cap - (size_t)n, "/%d", u->db);
+    if (n >= 0 && (size_t)n < cap) n += snprintf(buf + n, cap - (size_t)n, "/%d", u->db);
     return n < 0 || (size_t)n >= cap ? -1 : 0;
 }
 
@@ -387,16 +372,14 @@ static int read_url_file(const char *path, char *out, size_t cap, char *err, siz
         return -1;
     }
     char line[REDIS_URL_MAX + 2] = "";
-    if (fgets(line, sizeof line, f) == NULL)
-        line[0] = '\0';
+    if (fgets(line, sizeof line, f) == NULL) line[0] = '\0';
     fclose(f);
     size_t len = strlen(line);
     if (len == sizeof line - 1 && line[len - 1] != '\n') {
         err_set(err, errlen, "--redis-file %s: the first line is longer than %d bytes", path, REDIS_URL_MAX);
         return -1;
     }
-    while (len > 0 && strchr(" \t\r\n", line[len - 1]) != NULL)
-        line[--len] = '\0';
+    while (len > 0 && strchr(" \t\r\n", line[len - 1]) != NULL) line[--len] = '\0';
     const char *s = line + strspn(line, " \t");
     if (*s == '\0') {
         err_set(err, errlen, "--redis-file %s: no Redis URL on its first line", path);
@@ -416,8 +399,7 @@ int redis_url_pick(const char *flag, const char *file, char *out, size_t cap, ch
         err_set(err, errlen, "give the Redis URL once: --redis or --redis-file, not both");
         return -1;
     }
-    if (file != NULL)
-        return read_url_file(file, out, cap, err, errlen);
+    if (file != NULL) return read_url_file(file, out, cap, err, errlen);
     const char *src = flag != NULL ? flag : getenv(REDIS_URL_ENV);
     if (src == NULL || *src == '\0') {
         err_set(err, errlen, "no Redis URL: give --redis URL, --redis-file FILE or set %s", REDIS_URL_ENV);

@@ -31,15 +31,15 @@ typedef struct redis_host {
 
 typedef struct redis_url {
     int is_unix;
-    char host[256];              /* the server; for a list of hosts, the first one */
+    char host[256]; /* the server; for a list of hosts, the first one */
     int port;
     char path[256];
     char user[128];
     char pass[256];
     int db;
-    int nhosts;                  /* > 1: cluster seeds, or the Sentinels when sentinel_master is set */
+    int nhosts;                            /* > 1: cluster seeds, or the Sentinels when sentinel_master is set */
     redis_host hosts[REDIS_URL_MAX_HOSTS]; /* in URL order (hosts[0] = host:port) */
-    char sentinel_master[128];   /* "" = not through Sentinel */
+    char sentinel_master[128];             /* "" = not through Sentinel */
     char sentinel_user[128];
     char sentinel_pass[256];
 } redis_url;
@@ -65,11 +65,11 @@ int redis_url_format(const redis_url *u, char *buf, size_t cap);
 int redis_url_pick(const char *flag, const char *file, char *out, size_t cap, char *err, size_t errlen);
 
 /* The --help lines every binary prints about these three sources. */
-#define REDIS_URL_HELP \
+#define REDIS_URL_HELP                                                                                       \
     "  --redis URL               Redis of the run: redis://[user[:pass]@]host[:port][/db] or unix://path;\n" \
-    "                            redis://h1:p1,h2:p2 (Cluster seeds), redis+sentinel://s1,s2,s3/master\n" \
-    "                            visible to other local users in ps, so prefer one of the next two\n" \
-    "  --redis-file FILE         read the URL from the first line of FILE (e.g. chmod 600)\n" \
+    "                            redis://h1:p1,h2:p2 (Cluster seeds), redis+sentinel://s1,s2,s3/master\n"    \
+    "                            visible to other local users in ps, so prefer one of the next two\n"        \
+    "  --redis-file FILE         read the URL from the first line of FILE (e.g. chmod 600)\n"                \
     "  $" REDIS_URL_ENV "             the URL, when neither --redis nor --redis-file is given\n"
 
 #endif

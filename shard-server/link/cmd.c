@@ -27,9 +27,9 @@ typedef struct cmd_call {
     rlink *conn;  /* the one it was sent on (owner or one of its twins) */
     rlink_cb *cb;
     void *priv;
-    int hops;     /* redirections followed */
-    int replicas; /* > 0: WAIT for that many replicas before cb (wait.c) */
-    unsigned refused;  /* NOREPLICAS replies so far (the command did not run: sent again) */
+    int hops;         /* redirections followed */
+    int replicas;     /* > 0: WAIT for that many replicas before cb (wait.c) */
+    unsigned refused; /* NOREPLICAS replies so far (the command did not run: sent again) */
     uint64_t first_refused_ms;
     int argc;
     const char **argv; /* copies, after the struct, to resend after a redirection */
@@ -39,8 +39,7 @@ typedef struct cmd_call {
 static void cmd_on_connect(const redisAsyncContext *ac, int status)
 {
     rlink *l = ac->data;
-    if (l == NULL || l->ac != ac)
-        return;
+    if (l == NULL || l->ac != ac) return;
     if (status != REDIS_OK) {
         log_warn("redis %s connection: connect failed: %s; retrying", l->name, ac->errstr);
         l->ac = NULL; /* hiredis frees it after this callback */
@@ -53,8 +52,7 @@ static void cmd_on_connect(const redisAsyncContext *ac, int status)
 static void cmd_on_disconnect(const redisAsyncContext *ac, int status)
 {
     rlink *l = ac->data;
-    if (l == NULL || l->ac != ac)
-        return;
+    if (l == NULL || l->ac != ac) return;
     if (!l->stopping)
         log_warn("redis %s connection lost (%s); reconnecting", l->name, status == REDIS_OK ? "closed" : ac->errstr);
     l->ac = NULL;
@@ -66,16 +64,14 @@ static void cmd_on_login(redisAsyncContext *ac, void *reply, void *what)
     redisReply *r = reply;
     rlink *l = ac->data;
     if (r != NULL && r->type == REDIS_REPLY_ERROR) {
-        if (l != NULL)
-            rl_login_failed(l, what, r->str);
+        if (l != NULL) rl_login_failed(l, what, r->str);
         redisAsyncDisconnect(ac);
     }
 }
 
 static void cmd_open(rlink *l)
 {
-    if (l->stopping || l->ac != NULL)
-        return;
+    if (l->stopping || l->ac != NULL) return;
     if (rl_resolve(l) != 0) {
         rl_lost(l);
         return;
@@ -84,8 +80,7 @@ static void cmd_open(rlink *l)
     redisAsyncContext *ac = u->is_unix ? redisAsyncConnectUnix(u->path) : redisAsyncConnect(u->host, u->port);
     if (ac == NULL || ac->err) {
         log_warn("redis %s connection: %s; retrying", l->name, ac ? ac->errstr : "out of memory");
-        if (ac != NULL)
-            redisAsyncFree(ac);
+        if (ac != NULL) redisAsyncFree(ac);
         rl_lost(l);
         return;
     }
@@ -105,8 +100,7 @@ static void cmd_open(rlink *l)
 static void cmd_drop(rlink *l, const char *why)
 {
     if (l->ac != NULL) {
-        if (!l->stopping)
-            log_warn("redis %s connection lost (%s); reconnecting", l->name, why);
+        if (!l->stopping) log_warn("redis %s connection lost (%s); reconnecting", l->name, why);
         redisAsyncContext *ac = l->ac;
         l->ac = NULL;
         l->ready = 0;
@@ -127,16 +121,14 @@ static int cmd_accepting(const rlink *l)
     return l->ac != NULL && !(l->ac->c.flags & REDIS_DISCONNECTING) && (l->ready || l->is_twin);
 }
 
-const rlink_transport rl_cmd_transport = { cmd_open, cmd_drop, cmd_is_open, cmd_accepting };
+const rlink_transport rl_cmd_transport = {cmd_open, cmd_drop, cmd_is_open, cmd_accepting};
 
 static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata);
 
 static int cmd_send(rlink *conn, cmd_call *call, int asking)
 {
-    if (!cmd_accepting(conn))
-        return -1;
-    if (asking && redisAsyncCommand(conn->ac, NULL, NULL, "ASKING") != REDIS_OK)
-        return -1;
+    if (!cmd_accepting(conn)) return -1;
+    if (asking && redisAsyncCommand(conn->ac, NULL, NULL, "ASKING") != REDIS_OK) return -1;
     if (redisAsyncCommandArgv(conn->ac, cmd_on_reply, call, call->argc, call->argv, call->argvlen) != REDIS_OK)
         return -1;
     call->conn = conn;
@@ -153,8 +145,7 @@ static void cmd_on_resend(evutil_socket_t fd, short what, void *arg)
         rlink_cb *cb = call->cb;
         void *priv = call->priv;
         free(call);
-        if (cb != NULL)
-            cb(NULL, priv); /* the connection went away meanwhile: as if lost in flight */
+        if (cb != NULL) cb(NULL, priv); /* the connection went away meanwhile: as if lost in flight */
     }
 }
 
@@ -163,20 +154,16 @@ static void cmd_on_resend(evutil_socket_t fd, short what, void *arg)
  * replicas within a second or two of a failover). 1 if it will be. */
 static int cmd_retry_refused(cmd_call *call, const redisReply *r)
 {
-    if (r == NULL || r->type != REDIS_REPLY_ERROR || !rconn_error_noreplicas(r->str))
-        return 0;
+    if (r == NULL || r->type != REDIS_REPLY_ERROR || !rconn_error_noreplicas(r->str)) return 0;
     uint64_t now = now_ms();
-    if (call->refused++ == 0)
-        call->first_refused_ms = now;
-    if (now - call->first_refused_ms >= NOREPLICAS_PATIENCE_MS)
-        return 0;
+    if (call->refused++ == 0) call->first_refused_ms = now;
+    if (now - call->first_refused_ms >= NOREPLICAS_PATIENCE_MS) return 0;
     if (rl_master_moved(call->conn)) {
-        if (call->conn->ac != NULL)
-            redisAsyncDisconnect(call->conn->ac); /* the reconnect finds the new master */
+        if (call->conn->ac != NULL) redisAsyncDisconnect(call->conn->ac); /* the reconnect finds the new master */
         return 0;
     }
     unsigned wait = backoff_ms(call->refused - 1, 20, 500);
-    struct timeval tv = { .tv_sec = wait / 1000, .tv_usec = (wait % 1000) * 1000 };
+    struct timeval tv = {.tv_sec = wait / 1000, .tv_usec = (wait % 1000) * 1000};
     return event_base_once(call->conn->base, -1, EV_TIMEOUT, cmd_on_resend, call, &tv) == 0;
 }
 
@@ -184,21 +171,17 @@ static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     cmd_call *call = privdata;
     rlink *conn = call->conn;
-    if (conn->ac == ac && reply != NULL)
-        rl_replied(conn);
-    if (cmd_retry_refused(call, reply))
-        return;
+    if (conn->ac == ac && reply != NULL) rl_replied(conn);
+    if (cmd_retry_refused(call, reply)) return;
     if (rl_failover_reply(conn, reply)) {
-        if (conn->ac == ac)
-            redisAsyncDisconnect(ac); /* the reconnect finds the master again */
-        reply = NULL;                 /* not executed; the caller retries as after a lost connection */
+        if (conn->ac == ac) redisAsyncDisconnect(ac); /* the reconnect finds the master again */
+        reply = NULL;                                 /* not executed; the caller retries as after a lost connection */
     }
     rlink *to;
     int ask;
     if (reply != NULL && rl_redirect(call->owner, reply, conn->target.host, call->hops, &to, &ask)) {
         call->hops++;
-        if (to != NULL && cmd_send(to, call, ask) == 0)
-            return;
+        if (to != NULL && cmd_send(to, call, ask) == 0) return;
         log_warn("redis %s connection: cannot follow %s", call->owner->name, ((redisReply *)reply)->str);
         reply = NULL; /* not executed; the caller retries as after a lost connection */
     }
@@ -216,12 +199,10 @@ static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 static cmd_call *cmd_new(rlink *owner, rlink_cb *cb, void *priv, int argc, const char **argv, const size_t *lens)
 {
     size_t bytes = sizeof(cmd_call) + (size_t)argc * (sizeof(char *) + sizeof(size_t));
-    for (int i = 0; i < argc; i++)
-        bytes += lens[i];
+    for (int i = 0; i < argc; i++) bytes += lens[i];
     cmd_call *call = malloc(bytes);
-    if (call == NULL)
-        return NULL;
-    *call = (cmd_call){ .owner = owner, .cb = cb, .priv = priv, .argc = argc };
+    if (call == NULL) return NULL;
+    *call = (cmd_call){.owner = owner, .cb = cb, .priv = priv, .argc = argc};
     call->argv = (const char **)(call + 1);
     call->argvlen = (size_t *)(call->argv + argc);
     char *data = (char *)(call->argvlen + argc);
@@ -238,16 +219,12 @@ static int cmd_route_send(rlink *l, int replicas, rlink_cb *cb, void *priv, int 
                           const size_t *argvlen)
 {
     size_t lens[CMD_MAX_ARGS];
-    if (l->kind != RLINK_CMD || argc <= 0 || argc > CMD_MAX_ARGS)
-        return -1;
-    for (int i = 0; i < argc; i++)
-        lens[i] = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
+    if (l->kind != RLINK_CMD || argc <= 0 || argc > CMD_MAX_ARGS) return -1;
+    for (int i = 0; i < argc; i++) lens[i] = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
     rlink *conn = rl_twin(l, rl_route_node(l->route, cluster_command_slot(argc, argv, lens)));
-    if (conn == NULL || !cmd_accepting(conn))
-        return -1;
+    if (conn == NULL || !cmd_accepting(conn)) return -1;
     cmd_call *call = cmd_new(l, cb, priv, argc, argv, lens);
-    if (call == NULL)
-        return -1;
+    if (call == NULL) return -1;
     call->replicas = replicas;
     if (cmd_send(conn, call, 0) != 0) {
         free(call);
@@ -275,13 +252,10 @@ int rlink_cmd_replicated(rlink *l, int replicas, rlink_cb *cb, void *priv, int a
 int rl_cmd_here(rlink *conn, rlink_cb *cb, void *priv, int argc, const char **argv)
 {
     size_t lens[CMD_MAX_ARGS];
-    if (argc <= 0 || argc > CMD_MAX_ARGS)
-        return -1;
-    for (int i = 0; i < argc; i++)
-        lens[i] = strlen(argv[i]);
+    if (argc <= 0 || argc > CMD_MAX_ARGS) return -1;
+    for (int i = 0; i < argc; i++) lens[i] = strlen(argv[i]);
     cmd_call *call = cmd_new(conn, cb, priv, argc, argv, lens);
-    if (call == NULL)
-        return -1;
+    if (call == NULL) return -1;
     if (cmd_send(conn, call, 0) != 0) {
         free(call);
         return -1;

@@ -14,10 +14,10 @@
 #include "rlink.h"
 
 typedef struct rlink_transport {
-    void (*open)(rlink *l);                   /* start a connection; on failure call rl_lost */
-    void (*drop)(rlink *l, const char *why);  /* close it now: pending callbacks get NULL, then rl_lost */
-    int (*is_open)(const rlink *l);           /* connecting or connected */
-    int (*accepting)(const rlink *l);         /* a command may be queued now */
+    void (*open)(rlink *l);                  /* start a connection; on failure call rl_lost */
+    void (*drop)(rlink *l, const char *why); /* close it now: pending callbacks get NULL, then rl_lost */
+    int (*is_open)(const rlink *l);          /* connecting or connected */
+    int (*accepting)(const rlink *l);        /* a command may be queued now */
 } rlink_transport;
 
 extern const rlink_transport rl_cmd_transport;
@@ -33,10 +33,10 @@ int rl_master_moved(rlink *l);
 /* Whether an error reply means the node is no longer the master: the transport drops the connection
  * and hands NULL to the caller (outcome unknown). Logs it. */
 int rl_failover_reply(rlink *l, const redisReply *r);
-void rl_connected(rlink *l);            /* the connection is up (login queued first) */
-void rl_lost(rlink *l);                 /* it is gone: reset, retry after backoff */
-void rl_sent(rlink *l);                 /* one more command awaits its reply */
-void rl_replied(rlink *l);              /* one reply came back */
+void rl_connected(rlink *l); /* the connection is up (login queued first) */
+void rl_lost(rlink *l);      /* it is gone: reset, retry after backoff */
+void rl_sent(rlink *l);      /* one more command awaits its reply */
+void rl_replied(rlink *l);   /* one reply came back */
 /* A login command (AUTH, SELECT) failed: a final refusal goes to on_refused, else logged. */
 void rl_login_failed(rlink *l, const char *what, const char *reply);
 

@@ -28,13 +28,12 @@ static int left_behind(rlink *l);
 
 static void schedule_retry(rlink *l)
 {
-    if (l->stopping)
-        return;
+    if (l->stopping) return;
     /* Sentinels that still name a dead master are in the middle of a failover: ask them again soon
      * (a question to a Sentinel is cheap), so the new master is used within a fraction of a second */
     unsigned cap = redis_url_needs_resolve(l->url) ? RL_RESOLVE_RETRY_CAP_MS : RL_BACKOFF_CAP_MS;
     unsigned wait = backoff_ms(l->attempt++, RL_BACKOFF_BASE_MS, cap);
-    struct timeval tv = { .tv_sec = wait / 1000, .tv_usec = (wait % 1000) * 1000 };
+    struct timeval tv = {.tv_sec = wait / 1000, .tv_usec = (wait % 1000) * 1000};
     evtimer_add(l->retry_timer, &tv);
 }
 
@@ -43,8 +42,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     rlink *l = arg;
-    if (!l->stopping && !transport(l)->is_open(l))
-        transport(l)->open(l);
+    if (!l->stopping && !transport(l)->is_open(l)) transport(l)->open(l);
 }
 
 /* Drop a connection that stopped answering (commands pending, no reply for stall_ms). */
@@ -59,14 +57,11 @@ static void on_watch(evutil_socket_t fd, short what, void *arg)
         transport(l)->drop(l, why);
         return;
     }
-    if (!transport(l)->is_open(l) || l->pending <= 0)
-        return;
+    if (!transport(l)->is_open(l) || l->pending <= 0) return;
     uint64_t idle = now_ms() - l->last_activity;
-    if (idle < (uint64_t)l->stall_ms)
-        return;
+    if (idle < (uint64_t)l->stall_ms) return;
     char why[96];
-    snprintf(why, sizeof why, "no reply for %llu ms with %d commands pending", (unsigned long long)idle,
-             l->pending);
+    snprintf(why, sizeof why, "no reply for %llu ms with %d commands pending", (unsigned long long)idle, l->pending);
     transport(l)->drop(l, why);
 }
 
@@ -76,8 +71,7 @@ void rl_connected(rlink *l)
     l->ready = 1;
     l->attempt = 0;
     l->last_activity = now_ms(); /* a twin may have commands queued while connecting */
-    if (l->on_ready != NULL)
-        l->on_ready(l->on_ready_arg);
+    if (l->on_ready != NULL) l->on_ready(l->on_ready_arg);
 }
 
 int rl_resolve(rlink *l)
@@ -97,8 +91,8 @@ int rl_resolve(rlink *l)
     }
     l->resolve_logged_ms = 0;
     if (strcmp(found.host, l->target.host) != 0 || found.port != l->target.port)
-        log_info("redis %s connection: %s %s:%d", l->name,
-                 l->url->sentinel_master[0] ? "the master is" : "using node", found.host, found.port);
+        log_info("redis %s connection: %s %s:%d", l->name, l->url->sentinel_master[0] ? "the master is" : "using node",
+                 found.host, found.port);
     l->target = found;
     rlink_route *rt = l->route;
     if (rt != NULL && (strcmp(rt->master_host, found.host) != 0 || rt->master_port != found.port)) {
@@ -114,8 +108,7 @@ int rl_resolve(rlink *l)
 static int left_behind(rlink *l)
 {
     rlink_route *rt = l->route;
-    if (rt == NULL || rt->master_gen == l->master_seen || !redis_url_needs_resolve(l->url))
-        return 0;
+    if (rt == NULL || rt->master_gen == l->master_seen || !redis_url_needs_resolve(l->url)) return 0;
     l->master_seen = rt->master_gen;
     return strcmp(rt->master_host, l->target.host) != 0 || rt->master_port != l->target.port;
 }
@@ -123,15 +116,12 @@ static int left_behind(rlink *l)
 int rl_master_moved(rlink *l)
 {
     uint64_t now = now_ms();
-    if (!redis_url_needs_resolve(l->url) || now - l->moved_checked_ms < 500)
-        return 0;
+    if (!redis_url_needs_resolve(l->url) || now - l->moved_checked_ms < 500) return 0;
     l->moved_checked_ms = now;
     char err[600];
     redis_url found;
-    if (redis_url_resolve(l->url, RL_RESOLVE_TIMEOUT_MS, &found, err, sizeof err) != 0)
-        return 0;
-    if (strcmp(found.host, l->target.host) == 0 && found.port == l->target.port)
-        return 0;
+    if (redis_url_resolve(l->url, RL_RESOLVE_TIMEOUT_MS, &found, err, sizeof err) != 0) return 0;
+    if (strcmp(found.host, l->target.host) == 0 && found.port == l->target.port) return 0;
     log_warn("redis %s connection: %s:%d refuses writes (NOREPLICAS) and the master is now %s:%d; reconnecting",
              l->name, l->target.host, l->target.port, found.host, found.port);
     return 1;
@@ -139,16 +129,14 @@ int rl_master_moved(rlink *l)
 
 int rl_failover_reply(rlink *l, const redisReply *r)
 {
-    if (r == NULL || r->type != REDIS_REPLY_ERROR || !rconn_error_failover(r->str))
-        return 0;
+    if (r == NULL || r->type != REDIS_REPLY_ERROR || !rconn_error_failover(r->str)) return 0;
     log_warn("redis %s connection: %s; finding the master again", l->name, r->str);
     return 1;
 }
 
 void rl_lost(rlink *l)
 {
-    if (l->ready && l->route != NULL)
-        rl_route_forget(l->route);
+    if (l->ready && l->route != NULL) rl_route_forget(l->route);
     l->ready = 0;
     l->pending = 0;
     schedule_retry(l);
@@ -156,8 +144,7 @@ void rl_lost(rlink *l)
 
 void rl_sent(rlink *l)
 {
-    if (l->pending == 0)
-        l->last_activity = now_ms();
+    if (l->pending == 0) l->last_activity = now_ms();
     l->pending++;
 }
 
@@ -170,8 +157,7 @@ void rl_replied(rlink *l)
 void rl_login_failed(rlink *l, const char *what, const char *reply)
 {
     if (rconn_error_final(reply)) {
-        if (l->on_refused != NULL)
-            l->on_refused(l->name, reply);
+        if (l->on_refused != NULL) l->on_refused(l->name, reply);
     } else {
         log_error("redis %s connection: %s failed: %s (check the Redis URL)", l->name, what, reply);
     }
@@ -214,15 +200,13 @@ int rlink_init(rlink *l, const char *name, int kind, const redis_url *url, struc
     l->fd = -1;
     l->retry_timer = evtimer_new(base, on_retry, l);
     l->watch_timer = event_new(base, -1, EV_PERSIST, on_watch, l);
-    if (l->retry_timer == NULL || l->watch_timer == NULL)
-        return -1;
+    if (l->retry_timer == NULL || l->watch_timer == NULL) return -1;
     if (kind == RLINK_SET) {
         l->ev_read = event_new(base, -1, 0, NULL, NULL);
         l->ev_write = event_new(base, -1, 0, NULL, NULL);
-        if (l->ev_read == NULL || l->ev_write == NULL)
-            return -1;
+        if (l->ev_read == NULL || l->ev_write == NULL) return -1;
     }
-    struct timeval tv = { .tv_sec = 0, .tv_usec = RL_WATCH_MS * 1000 };
+    struct timeval tv = {.tv_sec = 0, .tv_usec = RL_WATCH_MS * 1000};
     evtimer_add(l->watch_timer, &tv);
     transport(l)->open(l);
     return 0;

@@ -49,22 +49,22 @@ struct rlink_item;
 
 typedef struct rlink {
     const char *name;
-    const redis_url *url;        /* as given (may name Sentinels or several seeds) */
-    redis_url target;            /* the one server of the current connection (rlink.c) */
-    uint64_t moved_checked_ms;   /* last time a NOREPLICAS reply made us ask where the master is */
-    uint64_t resolve_logged_ms;  /* last "no master found" warning (one every 5 s at most) */
-    unsigned master_seen;        /* the route's master_gen this link last compared its target with */
+    const redis_url *url;       /* as given (may name Sentinels or several seeds) */
+    redis_url target;           /* the one server of the current connection (rlink.c) */
+    uint64_t moved_checked_ms;  /* last time a NOREPLICAS reply made us ask where the master is */
+    uint64_t resolve_logged_ms; /* last "no master found" warning (one every 5 s at most) */
+    unsigned master_seen;       /* the route's master_gen this link last compared its target with */
     struct event_base *base;
-    int kind;                    /* enum rlink_kind */
-    int stall_ms;                /* no reply for this long while commands are pending: drop the connection */
+    int kind;     /* enum rlink_kind */
+    int stall_ms; /* no reply for this long while commands are pending: drop the connection */
     rlink_refused_fn *on_refused;
     void (*on_ready)(void *arg); /* called each time the connection is (re-)established */
     void *on_ready_arg;
-    int ready;                   /* connected (the login commands are queued first) */
+    int ready; /* connected (the login commands are queued first) */
     int stopping;
-    unsigned attempt;            /* reconnect attempts since the last success */
-    int pending;                 /* commands sent, reply not yet received */
-    uint64_t last_activity;      /* now_ms() of the last reply, or of the first send after idle */
+    unsigned attempt;       /* reconnect attempts since the last success */
+    int pending;            /* commands sent, reply not yet received */
+    uint64_t last_activity; /* now_ms() of the last reply, or of the first send after idle */
     struct event *retry_timer, *watch_timer;
     /* Redis Cluster (route.c): twins on the other masters, opened on first use; may be this link */
     struct rlink_route *route;
@@ -73,10 +73,10 @@ typedef struct rlink {
     /* RLINK_CMD transport (cmd.c) */
     redisAsyncContext *ac;
     /* RLINK_SET transport (set.c) */
-    int fd;                      /* -1 when down */
+    int fd; /* -1 when down */
     int connecting;
     struct rlink_item *head, *tail; /* in send order; replies pop head */
-    struct rlink_item *send;     /* first command with bytes left to write */
+    struct rlink_item *send;        /* first command with bytes left to write */
     struct event *ev_read, *ev_write;
     char rbuf[1024];
     size_t rlen;
@@ -103,8 +103,8 @@ void rlink_close(rlink *l);
 /* Redis Cluster routing shared by a process's links (route.c) */
 
 typedef struct rlink_route {
-    cluster_map *map;     /* NULL until a MOVED/ASK reply shows Redis is a cluster */
-    rlink *via;           /* an RLINK_CMD link: where CLUSTER SLOTS is sent */
+    cluster_map *map; /* NULL until a MOVED/ASK reply shows Redis is a cluster */
+    rlink *via;       /* an RLINK_CMD link: where CLUSTER SLOTS is sent */
     int refreshing;
     uint64_t refreshed_ms;
     /* the master a link of the group last resolved (Sentinel URLs): when one link finds a new master,

@@ -24,8 +24,7 @@
 void rlink_route_attach(rlink_route *rt, rlink *via, rlink **links, int nlinks)
 {
     rt->via = via;
-    for (int i = 0; i < nlinks; i++)
-        links[i]->route = rt;
+    for (int i = 0; i < nlinks; i++) links[i]->route = rt;
 }
 
 int rl_route_node(const rlink_route *rt, int slot)
@@ -38,8 +37,7 @@ static void on_slots(redisReply *r, void *priv)
     rlink_route *rt = priv;
     rt->refreshing = 0;
     char err[256];
-    if (r == NULL)
-        return;
+    if (r == NULL) return;
     if (cluster_map_load(rt->map, r, rt->via->target.host, err, sizeof err) != 0)
         log_warn("redis cluster: %s; routing by the redirections seen so far", err);
     else
@@ -51,19 +49,17 @@ static int route_learn(rlink_route *rt, const cluster_redirect *rd)
 {
     if (rt->map == NULL) {
         rt->map = malloc(sizeof *rt->map);
-        if (rt->map == NULL)
-            return -1;
+        if (rt->map == NULL) return -1;
         cluster_map_init(rt->map);
         log_info("redis is a cluster (%s %d %s:%d): routing by hash slot", rd->ask ? "ASK" : "MOVED", rd->slot,
                  rd->host, rd->port);
     }
     int node = cluster_map_node(rt->map, rd->host, rd->port);
-    if (node < 0 || rd->ask)
-        return node;
+    if (node < 0 || rd->ask) return node;
     rt->map->owner[rd->slot] = (int16_t)node;
     uint64_t now = now_ms();
     if (!rt->refreshing && now - rt->refreshed_ms >= ROUTE_REFRESH_MIN_MS) {
-        const char *argv[2] = { "CLUSTER", "SLOTS" };
+        const char *argv[2] = {"CLUSTER", "SLOTS"};
         if (rlink_cmds(rt->via, on_slots, rt, 2, argv) == 0) {
             rt->refreshing = 1;
             rt->refreshed_ms = now;
@@ -74,18 +70,15 @@ static int route_learn(rlink_route *rt, const cluster_redirect *rd)
 
 void rl_route_forget(rlink_route *rt)
 {
-    if (rt->map == NULL)
-        return;
-    for (int i = 0; i < CLUSTER_SLOTS; i++)
-        rt->map->owner[i] = -1;
+    if (rt->map == NULL) return;
+    for (int i = 0; i < CLUSTER_SLOTS; i++) rt->map->owner[i] = -1;
 }
 
 /* 1 if node is the URL's server itself, else 0 and *out = the URL with the node's address. */
 static int route_node_url(const rlink_route *rt, int node, const redis_url *seed, redis_url *out)
 {
     const cluster_node *n = &rt->map->node[node];
-    if (!seed->is_unix && seed->port == n->port && strcmp(seed->host, n->host) == 0)
-        return 1;
+    if (!seed->is_unix && seed->port == n->port && strcmp(seed->host, n->host) == 0) return 1;
     *out = *seed;
     out->is_unix = 0;
     out->db = 0;
@@ -103,13 +96,10 @@ typedef struct rl_twin_link {
 
 rlink *rl_twin(rlink *l, int node)
 {
-    if (node < 0)
-        return l;
-    if (l->twin[node] != NULL)
-        return l->twin[node];
+    if (node < 0) return l;
+    if (l->twin[node] != NULL) return l->twin[node];
     rl_twin_link *t = calloc(1, sizeof *t);
-    if (t == NULL)
-        return NULL;
+    if (t == NULL) return NULL;
     if (route_node_url(l->route, node, &l->target, &t->url)) {
         free(t);
         return l->twin[node] = l;
@@ -127,8 +117,7 @@ rlink *rl_twin(rlink *l, int node)
 int rl_redirect(rlink *owner, const redisReply *reply, const char *host_asked, int hops, rlink **to, int *ask)
 {
     cluster_redirect rd;
-    if (owner->route == NULL || hops >= CLUSTER_MAX_HOPS || !cluster_reply_redirect(reply, host_asked, &rd))
-        return 0;
+    if (owner->route == NULL || hops >= CLUSTER_MAX_HOPS || !cluster_reply_redirect(reply, host_asked, &rd)) return 0;
     int node = route_learn(owner->route, &rd);
     *to = node >= 0 ? rl_twin(owner, node) : NULL;
     *ask = rd.ask;

@@ -37,14 +37,14 @@ typedef struct rlink_item {
     struct rlink_item *next;
     struct iovec iov[4];
     int niov;
-    int first;            /* first iovec with bytes left */
+    int first; /* first iovec with bytes left */
     rlink_cb *cb;
     void *priv;
-    int login;            /* AUTH/SELECT: an error drops the connection */
-    char prefix[600];     /* RESP up to the payload length line */
+    int login;        /* AUTH/SELECT: an error drops the connection */
+    char prefix[600]; /* RESP up to the payload length line */
     uint8_t head[BLOB_HEADER_MAX];
     /* to resend after a redirection */
-    rlink *owner;        /* the connection the caller used */
+    rlink *owner; /* the connection the caller used */
     int hops;
     size_t key_off, key_len; /* the key, in prefix */
     size_t hlen, plen;
@@ -55,8 +55,7 @@ static int rs_follow(rl_item *it, rlink *to, int ask);
 
 static void rs_set_events(rlink *rs)
 {
-    if (rs->fd < 0)
-        return;
+    if (rs->fd < 0) return;
     if (rs->send != NULL || rs->connecting)
         event_add(rs->ev_write, NULL);
     else
@@ -67,8 +66,7 @@ static void rs_set_events(rlink *rs)
 static void rs_drop(rlink *rs, const char *why)
 {
     if (rs->fd >= 0) {
-        if (!rs->stopping)
-            log_warn("redis %s connection lost (%s); reconnecting", rs->name, why);
+        if (!rs->stopping) log_warn("redis %s connection lost (%s); reconnecting", rs->name, why);
         event_del(rs->ev_read);
         event_del(rs->ev_write);
         close(rs->fd);
@@ -82,8 +80,7 @@ static void rs_drop(rlink *rs, const char *why)
     while (list != NULL) {
         rl_item *it = list;
         list = it->next;
-        if (it->cb != NULL)
-            it->cb(NULL, it->priv);
+        if (it->cb != NULL) it->cb(NULL, it->priv);
         free(it);
     }
 }
@@ -96,8 +93,7 @@ static void rs_enqueue(rlink *rs, rl_item *it)
     else
         rs->head = it;
     rs->tail = it;
-    if (rs->send == NULL)
-        rs->send = it;
+    if (rs->send == NULL) rs->send = it;
     rl_sent(rs);
 }
 
@@ -105,8 +101,7 @@ static void rs_enqueue(rlink *rs, rl_item *it)
 static void rs_enqueue_small(rlink *rs, int argc, const char **argv, int login)
 {
     rl_item *it = calloc(1, sizeof *it);
-    if (it == NULL)
-        return;
+    if (it == NULL) return;
     size_t off = (size_t)snprintf(it->prefix, sizeof it->prefix, "*%d\r\n", argc);
     for (int i = 0; i < argc && off < sizeof it->prefix; i++)
         off += (size_t)snprintf(it->prefix + off, sizeof it->prefix - off, "$%zu\r\n%s\r\n", strlen(argv[i]), argv[i]);
@@ -114,7 +109,7 @@ static void rs_enqueue_small(rlink *rs, int argc, const char **argv, int login)
         free(it);
         return;
     }
-    it->iov[0] = (struct iovec){ it->prefix, off };
+    it->iov[0] = (struct iovec){it->prefix, off};
     it->niov = 1;
     it->login = login;
     rs_enqueue(rs, it);
@@ -125,8 +120,7 @@ static void rs_enqueue_login(rlink *rs)
 {
     rl_login login;
     rl_login_commands(&rs->target, &login);
-    for (int i = 0; i < login.n; i++)
-        rs_enqueue_small(rs, login.argc[i], login.argv[i], 1);
+    for (int i = 0; i < login.n; i++) rs_enqueue_small(rs, login.argc[i], login.argv[i], 1);
 }
 
 static void rs_on_connected(rlink *rs)
@@ -145,14 +139,11 @@ static void rs_write(rlink *rs, int soft)
         struct iovec iov[RS_MAX_IOV];
         int n = 0;
         for (rl_item *it = rs->send; it != NULL && n < RS_MAX_IOV; it = it->next)
-            for (int i = it->first; i < it->niov && n < RS_MAX_IOV; i++)
-                iov[n++] = it->iov[i];
+            for (int i = it->first; i < it->niov && n < RS_MAX_IOV; i++) iov[n++] = it->iov[i];
         ssize_t w = writev(rs->fd, iov, n);
         if (w < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK || soft)
-                break;
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK || soft) break;
             rs_drop(rs, strerror(errno));
             return;
         }
@@ -200,11 +191,9 @@ static int rs_reply(rlink *rs, char *line, size_t len)
     rl_item *it = rs->head;
     if (it == NULL || it == rs->send) /* a reply to something not (fully) sent */
         return -1;
-    if (line[0] != '+' && line[0] != '-')
-        return -1;
+    if (line[0] != '+' && line[0] != '-') return -1;
     rs->head = it->next;
-    if (rs->head == NULL)
-        rs->tail = NULL;
+    if (rs->head == NULL) rs->tail = NULL;
     rl_replied(rs);
     redisReply r;
     memset(&r, 0, sizeof r);
@@ -218,10 +207,9 @@ static int rs_reply(rlink *rs, char *line, size_t len)
     }
     if (rl_failover_reply(rs, &r) ||
         (r.type == REDIS_REPLY_ERROR && rconn_error_noreplicas(r.str) && rl_master_moved(rs))) {
-        if (it->cb != NULL)
-            it->cb(NULL, it->priv); /* not executed; the caller retries as after a lost connection */
+        if (it->cb != NULL) it->cb(NULL, it->priv); /* not executed; the caller retries as after a lost connection */
         free(it);
-        return -1;                  /* drop: the reconnect finds the master again */
+        return -1; /* drop: the reconnect finds the master again */
     }
     rlink *to;
     int ask;
@@ -231,13 +219,11 @@ static int rs_reply(rlink *rs, char *line, size_t len)
             return 0;
         }
         log_warn("redis %s connection: cannot follow %s", it->owner->name, r.str);
-        if (it->cb != NULL)
-            it->cb(NULL, it->priv); /* not executed; the caller retries as after a lost connection */
+        if (it->cb != NULL) it->cb(NULL, it->priv); /* not executed; the caller retries as after a lost connection */
         free(it);
         return 0;
     }
-    if (it->cb != NULL)
-        it->cb(&r, it->priv);
+    if (it->cb != NULL) it->cb(&r, it->priv);
     free(it);
     return drop ? -1 : 0;
 }
@@ -258,10 +244,8 @@ static void rs_on_read(evutil_socket_t fd, short what, void *arg)
             return;
         }
         if (n < 0) {
-            if (errno == EINTR)
-                continue;
-            if (errno == EAGAIN || errno == EWOULDBLOCK)
-                return;
+            if (errno == EINTR) continue;
+            if (errno == EAGAIN || errno == EWOULDBLOCK) return;
             rs_drop(rs, strerror(errno));
             return;
         }
@@ -269,8 +253,7 @@ static void rs_on_read(evutil_socket_t fd, short what, void *arg)
         size_t start = 0;
         for (;;) {
             char *nl = memchr(rs->rbuf + start, '\n', rs->rlen - start);
-            if (nl == NULL)
-                break;
+            if (nl == NULL) break;
             size_t end = (size_t)(nl - rs->rbuf);
             if (end == start || rs->rbuf[end - 1] != '\r') {
                 rs_drop(rs, "malformed reply");
@@ -279,8 +262,7 @@ static void rs_on_read(evutil_socket_t fd, short what, void *arg)
             rs->rbuf[end - 1] = '\0';
             int fdnow = rs->fd;
             if (rs_reply(rs, rs->rbuf + start, end - 1 - start) != 0) {
-                if (rs->fd == fdnow)
-                    rs_drop(rs, "unexpected reply");
+                if (rs->fd == fdnow) rs_drop(rs, "unexpected reply");
                 return;
             }
             if (rs->fd != fdnow) /* a callback dropped or closed us */
@@ -294,8 +276,7 @@ static void rs_on_read(evutil_socket_t fd, short what, void *arg)
 
 static void rs_connect(rlink *rs)
 {
-    if (rs->stopping || rs->fd >= 0)
-        return;
+    if (rs->stopping || rs->fd >= 0) return;
     if (rl_resolve(rs) != 0) {
         rl_lost(rs);
         return;
@@ -304,7 +285,7 @@ static void rs_connect(rlink *rs)
     int fd = -1;
     int rc;
     if (u->is_unix) {
-        struct sockaddr_un sa = { .sun_family = AF_UNIX };
+        struct sockaddr_un sa = {.sun_family = AF_UNIX};
         size_t plen = strlen(u->path);
         if (plen >= sizeof sa.sun_path) {
             errno = ENAMETOOLONG;
@@ -312,15 +293,13 @@ static void rs_connect(rlink *rs)
         }
         memcpy(sa.sun_path, u->path, plen + 1);
         fd = socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
-        if (fd < 0)
-            goto fail;
+        if (fd < 0) goto fail;
         rc = connect(fd, (struct sockaddr *)&sa, sizeof sa);
     } else {
         char port[16];
         snprintf(port, sizeof port, "%d", u->port);
-        struct addrinfo hints = { .ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM }, *res = NULL;
-        if (getaddrinfo(u->host, port, &hints, &res) != 0 || res == NULL)
-            goto fail;
+        struct addrinfo hints = {.ai_family = AF_UNSPEC, .ai_socktype = SOCK_STREAM}, *res = NULL;
+        if (getaddrinfo(u->host, port, &hints, &res) != 0 || res == NULL) goto fail;
         fd = socket(res->ai_family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
         if (fd < 0) {
             freeaddrinfo(res);
@@ -332,8 +311,7 @@ static void rs_connect(rlink *rs)
         rc = connect(fd, res->ai_addr, res->ai_addrlen);
         freeaddrinfo(res);
     }
-    if (rc != 0 && errno != EINPROGRESS && errno != EAGAIN)
-        goto fail;
+    if (rc != 0 && errno != EINPROGRESS && errno != EAGAIN) goto fail;
     rs->fd = fd;
     event_assign(rs->ev_read, rs->base, fd, EV_READ | EV_PERSIST, rs_on_read, rs);
     event_assign(rs->ev_write, rs->base, fd, EV_WRITE | EV_PERSIST, rs_on_write, rs);
@@ -347,8 +325,7 @@ static void rs_connect(rlink *rs)
     return;
 fail:
     log_warn("redis %s connection: cannot connect: %s; retrying", rs->name, strerror(errno));
-    if (fd >= 0)
-        close(fd);
+    if (fd >= 0) close(fd);
     rl_lost(rs);
 }
 
@@ -366,21 +343,18 @@ static int rs_accepting(const rlink *rs)
 /* drop also fails what a twin queued before its socket could be opened */
 static void rs_close_or_drop(rlink *rs, const char *why)
 {
-    if (rs->fd >= 0 || rs->head != NULL || !rs->stopping)
-        rs_drop(rs, why);
+    if (rs->fd >= 0 || rs->head != NULL || !rs->stopping) rs_drop(rs, why);
 }
 
-const rlink_transport rl_set_transport = { rs_connect, rs_close_or_drop, rs_is_open, rs_accepting };
+const rlink_transport rl_set_transport = {rs_connect, rs_close_or_drop, rs_is_open, rs_accepting};
 
 /* Queue SET key head||payload on rs (a twin accepts while it connects; else rs must be ready). */
 static int rs_send(rlink *rs, rlink *owner, const char *key, size_t klen, const uint8_t *head, size_t hlen,
                    const void *payload, size_t plen, rlink_cb *cb, void *priv, int asking, int hops)
 {
-    if (!rs_accepting(rs) || hlen > BLOB_HEADER_MAX)
-        return -1;
+    if (!rs_accepting(rs) || hlen > BLOB_HEADER_MAX) return -1;
     rl_item *it = calloc(1, sizeof *it);
-    if (it == NULL)
-        return -1;
+    if (it == NULL) return -1;
     int off = snprintf(it->prefix, sizeof it->prefix, "*3\r\n$3\r\nSET\r\n$%zu\r\n", klen);
     if (off < 0 || (size_t)off + klen + 40 >= sizeof it->prefix) {
         free(it);
@@ -392,12 +366,11 @@ static int rs_send(rlink *rs, rlink *owner, const char *key, size_t klen, const 
     off += (int)klen;
     off += snprintf(it->prefix + off, sizeof it->prefix - (size_t)off, "\r\n$%zu\r\n", hlen + plen);
     memcpy(it->head, head, hlen);
-    it->iov[0] = (struct iovec){ it->prefix, (size_t)off };
-    it->iov[1] = (struct iovec){ it->head, hlen };
+    it->iov[0] = (struct iovec){it->prefix, (size_t)off};
+    it->iov[1] = (struct iovec){it->head, hlen};
     it->niov = 2;
-    if (plen > 0)
-        it->iov[it->niov++] = (struct iovec){ (void *)payload, plen };
-    it->iov[it->niov++] = (struct iovec){ (void *)"\r\n", 2 };
+    if (plen > 0) it->iov[it->niov++] = (struct iovec){(void *)payload, plen};
+    it->iov[it->niov++] = (struct iovec){(void *)"\r\n", 2};
     it->cb = cb;
     it->priv = priv;
     it->owner = owner;
@@ -406,12 +379,11 @@ static int rs_send(rlink *rs, rlink *owner, const char *key, size_t klen, const 
     it->plen = plen;
     it->payload = payload;
     if (asking) {
-        const char *argv[1] = { "ASKING" };
+        const char *argv[1] = {"ASKING"};
         rs_enqueue_small(rs, 1, argv, 0);
     }
     rs_enqueue(rs, it);
-    if (!rs->connecting)
-        rs_write(rs, 1); /* start at once; the rest goes out from the loop as the socket drains */
+    if (!rs->connecting) rs_write(rs, 1); /* start at once; the rest goes out from the loop as the socket drains */
     rs_set_events(rs);
     return 0;
 }
@@ -426,8 +398,7 @@ static int rs_follow(rl_item *it, rlink *to, int ask)
 int rlink_set(rlink *l, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
               rlink_cb *cb, void *priv)
 {
-    if (l->kind != RLINK_SET)
-        return -1;
+    if (l->kind != RLINK_SET) return -1;
     size_t klen = strlen(key);
     rlink *to = rl_twin(l, rl_route_node(l->route, cluster_key_slot(key, klen)));
     return to == NULL ? -1 : rs_send(to, l, key, klen, head, hlen, payload, plen, cb, priv, 0, 0);

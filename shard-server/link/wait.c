@@ -34,26 +34,22 @@ typedef struct rl_wait {
 static redisReply *reply_dup(const redisReply *r)
 {
     redisReply *c = calloc(1, sizeof *c);
-    if (c == NULL)
-        return NULL;
+    if (c == NULL) return NULL;
     c->type = r->type;
     c->integer = r->integer;
     if (r->str != NULL) {
         c->str = malloc(r->len + 1);
-        if (c->str == NULL)
-            goto fail;
+        if (c->str == NULL) goto fail;
         memcpy(c->str, r->str, r->len);
         c->str[r->len] = '\0';
         c->len = r->len;
     }
     if (r->elements > 0) {
         c->element = calloc(r->elements, sizeof *c->element);
-        if (c->element == NULL)
-            goto fail;
+        if (c->element == NULL) goto fail;
         c->elements = r->elements;
         for (size_t i = 0; i < r->elements; i++)
-            if ((c->element[i] = reply_dup(r->element[i])) == NULL)
-                goto fail;
+            if ((c->element[i] = reply_dup(r->element[i])) == NULL) goto fail;
     }
     return c;
 fail:
@@ -63,8 +59,7 @@ fail:
 
 static void wait_done(rl_wait *w, redisReply *reply)
 {
-    if (w->cb != NULL)
-        w->cb(reply, w->priv);
+    if (w->cb != NULL) w->cb(reply, w->priv);
     freeReplyObject(w->reply);
     free(w);
 }
@@ -84,13 +79,12 @@ static void on_wait(redisReply *r, void *priv)
     }
     uint64_t now = now_ms();
     if (now - w->logged >= WAIT_LOG_EVERY_MS) {
-        log_warn("redis %s connection: %s; waiting for %d replica(s) to have the write (%.1f s so far)",
-                 w->conn->name, r->type == REDIS_REPLY_ERROR ? r->str : "fewer replicas acknowledged it",
-                 w->replicas, (double)(now - w->t0) / 1000.0);
+        log_warn("redis %s connection: %s; waiting for %d replica(s) to have the write (%.1f s so far)", w->conn->name,
+                 r->type == REDIS_REPLY_ERROR ? r->str : "fewer replicas acknowledged it", w->replicas,
+                 (double)(now - w->t0) / 1000.0);
         w->logged = now;
     }
-    if (wait_send(w) != 0)
-        wait_done(w, NULL);
+    if (wait_send(w) != 0) wait_done(w, NULL);
 }
 
 static int wait_send(rl_wait *w)
@@ -98,7 +92,7 @@ static int wait_send(rl_wait *w)
     char n[16], ms[16];
     snprintf(n, sizeof n, "%d", w->replicas);
     snprintf(ms, sizeof ms, "%d", WAIT_TIMEOUT_MS);
-    const char *argv[3] = { "WAIT", n, ms };
+    const char *argv[3] = {"WAIT", n, ms};
     return rl_cmd_here(w->conn, on_wait, w, 3, argv);
 }
 
@@ -109,12 +103,10 @@ void rl_wait_replicas(rlink *conn, int replicas, const redisReply *reply, rlink_
     if (copy == NULL) {
         free(w);
         log_error("redis %s connection: out of memory waiting for replicas", conn->name);
-        if (cb != NULL)
-            cb(NULL, priv);
+        if (cb != NULL) cb(NULL, priv);
         return;
     }
-    *w = (rl_wait){ .conn = conn, .replicas = replicas, .reply = copy, .cb = cb, .priv = priv, .t0 = now_ms() };
+    *w = (rl_wait){.conn = conn, .replicas = replicas, .reply = copy, .cb = cb, .priv = priv, .t0 = now_ms()};
     w->logged = w->t0;
-    if (wait_send(w) != 0)
-        wait_done(w, NULL);
+    if (wait_send(w) != 0) wait_done(w, NULL);
 }

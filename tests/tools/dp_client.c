@@ -39,7 +39,8 @@ typedef struct target {
     char worker[64];
 } target;
 
-static int find_owner(target *t, const char *run, int shard, char *err, size_t errlen) {
+static int find_owner(target *t, const char *run, int shard, char *err, size_t errlen)
+{
     char key[KEY_MAX], field[32];
     snprintf(field, sizeof field, "%d:owner", shard);
     redisReply *r = rconn_command(t->c, "HGET %s %s", key_run(key, sizeof key, run, "shards"), field);
@@ -57,7 +58,8 @@ static int find_owner(target *t, const char *run, int shard, char *err, size_t e
     return ok ? 0 : -1;
 }
 
-static int register_worker(target *t, char *err, size_t errlen) {
+static int register_worker(target *t, char *err, size_t errlen)
+{
     redisReply *r = rconn_command(t->c, "FCALL dl_register 1 %s %s test 1", t->config_key, t->worker);
     if (rconn_reply_error(t->c, r, err, errlen) < 0) return -1;
     t->inc = r->element[0]->integer;
@@ -66,7 +68,8 @@ static int register_worker(target *t, char *err, size_t errlen) {
     return 0;
 }
 
-static int write_all(int fd, const void *buf, size_t len) {
+static int write_all(int fd, const void *buf, size_t len)
+{
     const uint8_t *p = buf;
     while (len > 0) {
         ssize_t w = write(fd, p, len);
@@ -78,7 +81,8 @@ static int write_all(int fd, const void *buf, size_t len) {
 }
 
 /* Send a push whose payload is altered after the checksum was computed (or not). */
-static int send_push(int fd, blob_header *h, float *payload, size_t count, int corrupt) {
+static int send_push(int fd, blob_header *h, float *payload, size_t count, int corrupt)
+{
     uint8_t hdr[BLOB_HEADER_MAX];
     char err[256];
     size_t bytes = blob_payload_bytes(h->dtype, count);
@@ -94,7 +98,8 @@ static int send_push(int fd, blob_header *h, float *payload, size_t count, int c
 }
 
 /* An int8/int4 push (the run's codec) whose second block's scale is NaN. */
-static void make_nan_scale(target *t, blob_header *h, float *x, size_t n) {
+static void make_nan_scale(target *t, blob_header *h, float *x, size_t n)
+{
     size_t bad;
     uint8_t *q = malloc(codec_bytes(t->rc.compress, n));
     codec_encode(t->rc.compress, x, n, q, &bad);
@@ -107,7 +112,8 @@ static void make_nan_scale(target *t, blob_header *h, float *x, size_t n) {
 }
 
 /* Expect the connection to be closed (or an err reply) after an unreadable frame. */
-static int expect_closed_or_err(int fd) {
+static int expect_closed_or_err(int fd)
+{
     uint8_t buf[BLOB_HEADER_MAX + 64];
     blob_header h;
     const uint8_t *p;
@@ -122,7 +128,8 @@ static int expect_closed_or_err(int fd) {
 }
 
 /* A well-formed push on a connection that skipped the handshake: err AUTH, then the server hangs up. */
-static int push_without_hello(target *t, int fd, int shard) {
+static int push_without_hello(target *t, int fd, int shard)
+{
     size_t n = (size_t)runconf_shard_numel(&t->rc, shard);
     float *x = calloc(n, sizeof(float));
     blob_header h;
@@ -151,7 +158,8 @@ static int push_without_hello(target *t, int fd, int shard) {
     return closed ? 0 : 1;
 }
 
-static int run_case(target *t, int fd, const char *which, int shard) {
+static int run_case(target *t, int fd, const char *which, int shard)
+{
     size_t n = (size_t)runconf_shard_numel(&t->rc, shard);
     float *x = calloc(n + 1, sizeof(float));
     for (size_t i = 0; i < n; i++) x[i] = 1e-3f;
@@ -165,13 +173,26 @@ static int run_case(target *t, int fd, const char *which, int shard) {
     h.count = n;
     snprintf(h.worker, sizeof h.worker, "%s", t->worker);
     const char *want = NULL;
-    if (!strcmp(which, "badsize")) { h.count = n - 1; want = "BADSIZE"; }
-    else if (!strcmp(which, "nan")) { x[n / 3] = NAN; want = "NAN"; }
-    else if (!strcmp(which, "checksum")) want = "CHECKSUM";
-    else if (!strcmp(which, "unknown")) want = "UNKNOWN_WORKER";
-    else if (!strcmp(which, "stale")) { h.round = t->round + 5; want = "STALE"; }
-    else if (!strcmp(which, "badcodec")) { h.dtype = t->rc.compress == BLOB_I4 ? BLOB_I8 : BLOB_I4; want = "BADCODEC"; }
-    else if (!strcmp(which, "nanscale") && codec_is_block(t->rc.compress)) { make_nan_scale(t, &h, x, n); want = "NAN"; }
+    if (!strcmp(which, "badsize")) {
+        h.count = n - 1;
+        want = "BADSIZE";
+    } else if (!strcmp(which, "nan")) {
+        x[n / 3] = NAN;
+        want = "NAN";
+    } else if (!strcmp(which, "checksum"))
+        want = "CHECKSUM";
+    else if (!strcmp(which, "unknown"))
+        want = "UNKNOWN_WORKER";
+    else if (!strcmp(which, "stale")) {
+        h.round = t->round + 5;
+        want = "STALE";
+    } else if (!strcmp(which, "badcodec")) {
+        h.dtype = t->rc.compress == BLOB_I4 ? BLOB_I8 : BLOB_I4;
+        want = "BADCODEC";
+    } else if (!strcmp(which, "nanscale") && codec_is_block(t->rc.compress)) {
+        make_nan_scale(t, &h, x, n);
+        want = "NAN";
+    }
     if (!strcmp(which, "oversize")) {
         uint8_t prefix[4] = {0xff, 0xff, 0xff, 0x7f};
         write_all(fd, prefix, 4);
@@ -202,7 +223,8 @@ static int run_case(target *t, int fd, const char *which, int shard) {
     return strcmp(h.op, "err") == 0 && strcmp(h.code, want) == 0 ? 0 : 1;
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     const char *url = NULL, *run = NULL, *which = NULL;
     int shard = 0;
     const opt_spec specs[] = {

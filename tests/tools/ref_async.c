@@ -31,8 +31,8 @@
 
 typedef struct submission {
     char worker[64];
-    int64_t *base;          /* per shard */
-    int seen;               /* shards recorded */
+    int64_t *base; /* per shard */
+    int seen;      /* shards recorded */
 } submission;
 
 typedef struct ref {
@@ -40,23 +40,26 @@ typedef struct ref {
     size_t n;
     float lr, mu;
     int nesterov;
-    submission *subs;       /* by seq */
+    submission *subs; /* by seq */
     int64_t nsubs;
-    float **theta;          /* theta[v]: the whole vector at version v (all shards move together) */
+    float **theta; /* theta[v]: the whole vector at version v (all shards move together) */
     char *ids[MAX_WORKERS];
     trainer *t[MAX_WORKERS];
     int nworkers;
 } ref;
 
-static const char *field(redisReply *e, const char *name) {
+static const char *field(redisReply *e, const char *name)
+{
     for (size_t i = 0; i + 1 < e->elements; i += 2)
         if (strcmp(e->element[i]->str, name) == 0) return e->element[i + 1]->str;
     return NULL;
 }
 
-static int read_tunables(rconn *c, const char *run, ref *r) {
+static int read_tunables(rconn *c, const char *run, ref *r)
+{
     char key[KEY_MAX];
-    redisReply *s = rconn_command(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "tunables"));
+    redisReply *s =
+        rconn_command(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "tunables"));
     if (!s || s->type != REDIS_REPLY_ARRAY || s->elements != 3 || !s->element[0]->str) return -1;
     r->lr = (float)atof(s->element[0]->str);
     r->mu = (float)atof(s->element[1]->str);
@@ -66,7 +69,8 @@ static int read_tunables(rconn *c, const char *run, ref *r) {
 }
 
 /* Every submit event, indexed by seq. */
-static int read_submissions(rconn *c, const char *run, ref *r) {
+static int read_submissions(rconn *c, const char *run, ref *r)
+{
     char key[KEY_MAX];
     redisReply *x = rconn_command(c, "XRANGE %s - +", key_run(key, sizeof key, run, "events"));
     if (!x || x->type != REDIS_REPLY_ARRAY) return -1;
@@ -97,7 +101,8 @@ static int read_submissions(rconn *c, const char *run, ref *r) {
     return 0;
 }
 
-static trainer *worker_trainer(ref *r, const char *id, double qlr) {
+static trainer *worker_trainer(ref *r, const char *id, double qlr)
+{
     for (int w = 0; w < r->nworkers; w++)
         if (!strcmp(r->ids[w], id)) return r->t[w];
     char err[128];
@@ -113,7 +118,8 @@ static trainer *worker_trainer(ref *r, const char *id, double qlr) {
 
 /* Submission s: its worker trains H steps from the versions it started from; the shard-servers apply
  * its Δ (bf16 unless told otherwise) as version s+1. */
-static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *mom, float *buf, float *g) {
+static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *mom, float *buf, float *g)
+{
     const submission *sub = &r->subs[s];
     trainer *t = worker_trainer(r, sub->worker, qlr);
     float *start = malloc(r->n * sizeof(float));
@@ -131,10 +137,14 @@ static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *m
     outer_sum_zero(g, r->n); /* exactly the servers' mean of one submission (or its token scaling) */
     float scale = (float)((double)H / (double)(r->rc.weight_ref_tokens ? r->rc.weight_ref_tokens : 1));
     if (bf16) bf16_encode(d, d16, r->n);
-    if (r->rc.weight_tokens && bf16) outer_sum_add_scaled_bf16(g, d16, scale, r->n);
-    else if (r->rc.weight_tokens) outer_sum_add_scaled_f32(g, d, scale, r->n);
-    else if (bf16) outer_sum_add_bf16(g, d16, r->n);
-    else outer_sum_add_f32(g, d, r->n);
+    if (r->rc.weight_tokens && bf16)
+        outer_sum_add_scaled_bf16(g, d16, scale, r->n);
+    else if (r->rc.weight_tokens)
+        outer_sum_add_scaled_f32(g, d, scale, r->n);
+    else if (bf16)
+        outer_sum_add_bf16(g, d16, r->n);
+    else
+        outer_sum_add_f32(g, d, r->n);
     if (!r->rc.weight_tokens) outer_mean_finish(g, r->n, 1);
     free(d);
     free(d16);
@@ -152,7 +162,8 @@ static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *m
     free(start);
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     const char *url = NULL, *run = NULL;
     long long H = 0;
     double qlr = 0.01;

@@ -45,32 +45,38 @@ typedef struct ref_args {
     const char *bounds, *frag_bounds;
     double alpha;
     long long steps;
-    long long h[MAX_WORKERS];   /* per worker (sorted ids), default sync_every */
+    long long h[MAX_WORKERS]; /* per worker (sorted ids), default sync_every */
     const char *h_of;
     int weight_tokens;
-    int final_sync;         /* streaming: workers end with diloco_force_sync (every fragment at once) */
-    int codec;              /* BLOB_I8 / BLOB_I4, or 0 */
+    int final_sync; /* streaming: workers end with diloco_force_sync (every fragment at once) */
+    int codec;      /* BLOB_I8 / BLOB_I4, or 0 */
     int error_feedback;
     int download_update;
 } ref_args;
 
-static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
 
-static int parse_codec(const char *v, void *dest) {
+static int parse_codec(const char *v, void *dest)
+{
     ref_args *a = dest;
     a->codec = codec_parse(v);
     a->bf16 = 0;
     return codec_is_block(a->codec) ? 0 : -1;
 }
 
-static int parse_workers(const char *v, void *dest) {
+static int parse_workers(const char *v, void *dest)
+{
     ref_args *a = dest;
     char *list = strdup(v);
     for (char *t = strtok(list, ","); t && a->nworkers < MAX_WORKERS; t = strtok(NULL, ",")) a->ids[a->nworkers++] = t;
     return list ? 0 : -1;
 }
 
-static int parse(int argc, char **argv, ref_args *a) {
+static int parse(int argc, char **argv, ref_args *a)
+{
     memset(a, 0, sizeof *a);
     a->shards = 1;
     a->outer_lr = 0.7;
@@ -122,25 +128,32 @@ static int parse(int argc, char **argv, ref_args *a) {
 typedef struct sim {
     const ref_args *a;
     size_t n;
-    uint64_t *bounds;      /* shard offsets */
-    uint64_t *fb;          /* fragment -> first shard */
+    uint64_t *bounds; /* shard offsets */
+    uint64_t *fb;     /* fragment -> first shard */
     int nfrag;
     float *theta, *mom, *g;
-    long long *rounds;     /* per fragment: outer steps applied */
+    long long *rounds; /* per fragment: outer steps applied */
     trainer *t[MAX_WORKERS];
     float *base[MAX_WORKERS];
     uint16_t *d16[MAX_WORKERS];
     float *d32[MAX_WORKERS];
-    float *ef[MAX_WORKERS];    /* --error-feedback: each worker's kept quantization error */
-    float *x;                  /* one shard's Δ before quantization */
-    uint8_t *q;                /* and encoded */
+    float *ef[MAX_WORKERS]; /* --error-feedback: each worker's kept quantization error */
+    float *x;               /* one shard's Δ before quantization */
+    uint8_t *q;             /* and encoded */
 } sim;
 
-static size_t frag_lo(const sim *s, int f) { return (size_t)s->bounds[s->fb[f]]; }
-static size_t frag_hi(const sim *s, int f) { return (size_t)s->bounds[s->fb[f + 1]]; }
+static size_t frag_lo(const sim *s, int f)
+{
+    return (size_t)s->bounds[s->fb[f]];
+}
+static size_t frag_hi(const sim *s, int f)
+{
+    return (size_t)s->bounds[s->fb[f + 1]];
+}
 
 /* Worker w's Δ of shard k quantized (plus its kept error), and decoded into d32. */
-static void take_shard_quantized(sim *s, int w, uint64_t k) {
+static void take_shard_quantized(sim *s, int w, uint64_t k)
+{
     size_t lo = (size_t)s->bounds[k], n = (size_t)(s->bounds[k + 1] - lo), bad;
     float *e = s->ef[w] + lo;
     for (size_t i = 0; i < n; i++) {
@@ -157,7 +170,8 @@ static void take_shard_quantized(sim *s, int w, uint64_t k) {
 }
 
 /* Every worker's Δ of fragment f, as it would send it now. */
-static void take_deltas(sim *s, int f) {
+static void take_deltas(sim *s, int f)
+{
     if (s->a->codec) {
         for (int w = 0; w < s->a->nworkers; w++)
             for (uint64_t k = s->fb[f]; k < s->fb[f + 1]; k++) take_shard_quantized(s, w, k);
@@ -166,23 +180,30 @@ static void take_deltas(sim *s, int f) {
     for (int w = 0; w < s->a->nworkers; w++)
         for (size_t i = frag_lo(s, f); i < frag_hi(s, f); i++) {
             float d = s->base[w][i] - s->t[w]->params[i];
-            if (s->a->bf16) s->d16[w][i] = bf16_from_f32(d);
-            else s->d32[w][i] = d;
+            if (s->a->bf16)
+                s->d16[w][i] = bf16_from_f32(d);
+            else
+                s->d32[w][i] = d;
         }
 }
 
 /* The servers' outer step of fragment f from the Δ taken: mean in id order, SGD per shard. */
-static void outer_fragment(sim *s, int f) {
+static void outer_fragment(sim *s, int f)
+{
     size_t lo = frag_lo(s, f), len = frag_hi(s, f) - lo;
     outer_sum_zero(s->g + lo, len);
     double total = 0;
     for (int w = 0; w < s->a->nworkers; w++) total += (double)s->a->h[w];
     for (int w = 0; w < s->a->nworkers; w++) {
         float scale = (float)((double)s->a->h[w] / total); /* tokens of a quadratic round = its steps */
-        if (s->a->weight_tokens && s->a->bf16) outer_sum_add_scaled_bf16(s->g + lo, s->d16[w] + lo, scale, len);
-        else if (s->a->weight_tokens) outer_sum_add_scaled_f32(s->g + lo, s->d32[w] + lo, scale, len);
-        else if (s->a->bf16) outer_sum_add_bf16(s->g + lo, s->d16[w] + lo, len);
-        else outer_sum_add_f32(s->g + lo, s->d32[w] + lo, len);
+        if (s->a->weight_tokens && s->a->bf16)
+            outer_sum_add_scaled_bf16(s->g + lo, s->d16[w] + lo, scale, len);
+        else if (s->a->weight_tokens)
+            outer_sum_add_scaled_f32(s->g + lo, s->d32[w] + lo, scale, len);
+        else if (s->a->bf16)
+            outer_sum_add_bf16(s->g + lo, s->d16[w] + lo, len);
+        else
+            outer_sum_add_f32(s->g + lo, s->d32[w] + lo, len);
     }
     if (!s->a->weight_tokens) outer_mean_finish(s->g + lo, len, (uint32_t)s->a->nworkers);
     int codec = s->a->codec ? s->a->codec : s->a->bf16 ? BLOB_BF16 : BLOB_F32;
@@ -199,7 +220,8 @@ static void outer_fragment(sim *s, int f) {
 }
 
 /* Workers take fragment f of the new global parameters (alpha mixing), and it becomes their base. */
-static void adopt_fragment(sim *s, int f, double alpha) {
+static void adopt_fragment(sim *s, int f, double alpha)
+{
     float a = (float)alpha, b = (float)(1.0 - alpha);
     for (int w = 0; w < s->a->nworkers; w++)
         for (size_t i = frag_lo(s, f); i < frag_hi(s, f); i++) {
@@ -208,14 +230,16 @@ static void adopt_fragment(sim *s, int f, double alpha) {
         }
 }
 
-static void train_all(sim *s) {
+static void train_all(sim *s)
+{
     char err[128];
     trainer_stats st;
     for (int w = 0; w < s->a->nworkers; w++) s->t[w]->step(s->t[w], &st, err, sizeof err);
 }
 
 /* Streaming DiLoCo: every interval, apply the fragment in flight, then send the next one. */
-static void run_streaming(sim *s) {
+static void run_streaming(sim *s)
+{
     long long interval = s->a->sync_every / s->nfrag;
     if (interval < 1) interval = 1;
     int inflight = -1, next = 0;
@@ -245,7 +269,8 @@ static void run_streaming(sim *s) {
     }
 }
 
-static void run_plain(sim *s) {
+static void run_plain(sim *s)
+{
     char err[128];
     trainer_stats st;
     for (long long r = 0; r < s->a->rounds; r++) {
@@ -257,7 +282,8 @@ static void run_plain(sim *s) {
     }
 }
 
-int main(int argc, char **argv) {
+int main(int argc, char **argv)
+{
     ref_args a;
     char err[256];
     if (parse(argc, argv, &a) < 0) {
@@ -314,8 +340,10 @@ int main(int argc, char **argv) {
         memcpy(sm.t[w]->params, theta, n * sizeof(float));
         memcpy(sm.base[w], theta, n * sizeof(float));
     }
-    if (sm.nfrag > 1) run_streaming(&sm);
-    else run_plain(&sm);
+    if (sm.nfrag > 1)
+        run_streaming(&sm);
+    else
+        run_plain(&sm);
     for (long long k = 0; k < a.shards; k++)
         printf("shard %lld %016" PRIx64 "\n", k, digest_f32(theta + bounds[k], (size_t)(bounds[k + 1] - bounds[k])));
     printf("all %016" PRIx64 "\n", digest_f32(theta, n));

@@ -8,13 +8,13 @@
 
 #include "util.h" /* err_set */
 
-#define CK(call)                                                                                   \
-    do {                                                                                           \
-        cudaError_t e_ = (call);                                                                   \
-        if (e_ != cudaSuccess) {                                                                   \
+#define CK(call)                                                                                             \
+    do {                                                                                                     \
+        cudaError_t e_ = (call);                                                                             \
+        if (e_ != cudaSuccess) {                                                                             \
             err_set(err, errlen, "cuda: %s: %s (%s:%d)", #call, cudaGetErrorString(e_), __FILE__, __LINE__); \
-            return -1;                                                                             \
-        }                                                                                          \
+            return -1;                                                                                       \
+        }                                                                                                    \
     } while (0)
 
 #endif

@@ -23,15 +23,14 @@
 
 #include "cuda_check.h"
 
-
 #define BS 256
 #define NO_BAD 0xffffffffffffffffULL
 
 struct dl_cuda {
-    float *params;            /* the trainer's device parameters */
-    float *snap;              /* the global snapshot, numel floats */
-    void *scratch;            /* the device-side Δ of one range before its copy out (numel x elt) */
-    size_t scratch_elt;       /* 2 (bf16) or 4 (fp32): the element size scratch was allocated for */
+    float *params;      /* the trainer's device parameters */
+    float *snap;        /* the global snapshot, numel floats */
+    void *scratch;      /* the device-side Δ of one range before its copy out (numel x elt) */
+    size_t scratch_elt; /* 2 (bf16) or 4 (fp32): the element size scratch was allocated for */
     size_t numel;
     cudaStream_t st, ss;      /* training (the trainer's), sync (ours) */
     cudaEvent_t ev_compute;   /* recorded on st: the training work a sync-stream operation waits for */
@@ -47,7 +46,8 @@ struct dl_cuda {
 /* common/math/bf16.c's bf16_from_bits: add 0x7fff plus the lowest kept bit (nearest, ties to even; a carry
  * bumps the exponent, up to Inf), and a NaN keeps its sign and top mantissa bits with the quiet bit
  * forced so truncation cannot turn it into Inf. */
-__device__ __forceinline__ uint16_t bf16_bits(unsigned b) {
+__device__ __forceinline__ uint16_t bf16_bits(unsigned b)
+{
     unsigned rounded = (b + 0x7fffu + ((b >> 16) & 1u)) >> 16;
     unsigned quiet = (b >> 16) | 0x0040u;
     return (uint16_t)((b & 0x7fffffffu) > 0x7f800000u ? quiet : rounded);
@@ -58,9 +58,13 @@ __device__ __forceinline__ uint16_t bf16_bits(unsigned b) {
  * operand if it is a NaN, else the second, made quiet (bit 22 set), and for an invalid operation
  * without NaN operands (Inf - Inf) the "indefinite" 0xffc00000. Emulated so that even a non-finite
  * pseudo-gradient (never sent, but compared by the tests) has the host's bytes. */
-__device__ __forceinline__ int is_nan_bits(unsigned b) { return (b & 0x7fffffffu) > 0x7f800000u; }
+__device__ __forceinline__ int is_nan_bits(unsigned b)
+{
+    return (b & 0x7fffffffu) > 0x7f800000u;
+}
 
-__device__ __forceinline__ unsigned host_sub_bits(float x, float y) {
+__device__ __forceinline__ unsigned host_sub_bits(float x, float y)
+{
     float d = __fsub_rn(x, y);
     if (d == d) return __float_as_uint(d);
     unsigned bx = __float_as_uint(x), by = __float_as_uint(y);
@@ -71,13 +75,16 @@ __device__ __forceinline__ unsigned host_sub_bits(float x, float y) {
 
 /* out[i] = snap[i] - params[i] (bf16 or fp32), *bad = min index of a non-finite difference */
 template <int BF16>
-__global__ void delta_k(void *out, const float *snap, const float *params, size_t n, unsigned long long *bad) {
+__global__ void delta_k(void *out, const float *snap, const float *params, size_t n, unsigned long long *bad)
+{
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         unsigned b = host_sub_bits(snap[i], params[i]);
         float d = __uint_as_float(b);
-        if (BF16) ((uint16_t *)out)[i] = bf16_bits(b);
-        else ((float *)out)[i] = d;
+        if (BF16)
+            ((uint16_t *)out)[i] = bf16_bits(b);
+        else
+            ((float *)out)[i] = d;
         if ((b & 0x7f800000u) == 0x7f800000u) atomicMin(bad, (unsigned long long)i);
     }
 }
@@ -85,7 +92,8 @@ __global__ void delta_k(void *out, const float *snap, const float *params, size_
 /* Streaming mixing: params = a*params + b*snap, as libdiloco's sync_apply_fragment (a, b and the
  * global snap are finite, so a NaN result can only come from a NaN parameter: the host keeps it,
  * made quiet) */
-__global__ void mix_k(float *params, const float *snap, size_t n, float a, float b) {
+__global__ void mix_k(float *params, const float *snap, size_t n, float a, float b)
+{
     size_t stride = (size_t)gridDim.x * blockDim.x;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += stride) {
         float p = params[i], r = __fadd_rn(__fmul_rn(a, p), __fmul_rn(b, snap[i]));
@@ -94,7 +102,8 @@ __global__ void mix_k(float *params, const float *snap, size_t n, float a, float
     }
 }
 
-static unsigned grid_for(size_t n) {
+static unsigned grid_for(size_t n)
+{
     size_t b = (n + BS - 1) / BS;
     if (b < 1) b = 1;
     return (unsigned)(b > 65535u * 32u ? 65535u * 32u : b); /* grid-stride beyond ~537M elements */
@@ -102,7 +111,8 @@ static unsigned grid_for(size_t n) {
 
 /* ---- create / free ---------------------------------------------------------------------------- */
 
-extern "C" void dl_cuda_free(dl_cuda *c) {
+extern "C" void dl_cuda_free(dl_cuda *c)
+{
     if (!c) return;
     if (c->ss) cudaStreamSynchronize(c->ss);
     if (c->st) cudaStreamSynchronize(c->st);
@@ -120,7 +130,8 @@ extern "C" void dl_cuda_free(dl_cuda *c) {
     cudaGetLastError();
 }
 
-static int create_inner(dl_cuda *c, char *err, size_t errlen) {
+static int create_inner(dl_cuda *c, char *err, size_t errlen)
+{
     size_t bytes = (c->numel ? c->numel : 1) * sizeof(float);
     if (!c->st) {
         CK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
@@ -142,7 +153,8 @@ static int create_inner(dl_cuda *c, char *err, size_t errlen) {
     return 0;
 }
 
-extern "C" dl_cuda *dl_cuda_create(float *params, size_t numel, void *stream, char *err, size_t errlen) {
+extern "C" dl_cuda *dl_cuda_create(float *params, size_t numel, void *stream, char *err, size_t errlen)
+{
     if ((params == NULL) != (stream == NULL)) {
         err_set(err, errlen, "dl_cuda: give both the device parameters and their stream, or neither");
         return NULL;
@@ -162,7 +174,8 @@ extern "C" dl_cuda *dl_cuda_create(float *params, size_t numel, void *stream, ch
     return c;
 }
 
-extern "C" void dl_cuda_ops(dl_cuda *c, diloco_device_ops *ops) {
+extern "C" void dl_cuda_ops(dl_cuda *c, diloco_device_ops *ops)
+{
     memset(ops, 0, sizeof *ops);
     ops->ctx = c;
     ops->delta = dl_cuda_delta;
@@ -171,7 +184,8 @@ extern "C" void dl_cuda_ops(dl_cuda *c, diloco_device_ops *ops) {
     ops->host_free = dl_cuda_host_free;
 }
 
-static int check_range(const dl_cuda *c, size_t off, size_t n, char *err, size_t errlen) {
+static int check_range(const dl_cuda *c, size_t off, size_t n, char *err, size_t errlen)
+{
     if (off > c->numel || n > c->numel - off) {
         err_set(err, errlen, "dl_cuda: range [%zu, %zu) outside [0, %zu)", off, off + n, c->numel);
         return -1;
@@ -180,7 +194,8 @@ static int check_range(const dl_cuda *c, size_t off, size_t n, char *err, size_t
 }
 
 /* ss waits for everything queued on st so far */
-static int ss_after_training(dl_cuda *c, char *err, size_t errlen) {
+static int ss_after_training(dl_cuda *c, char *err, size_t errlen)
+{
     CK(cudaEventRecord(c->ev_compute, c->st));
     CK(cudaStreamWaitEvent(c->ss, c->ev_compute, 0));
     return 0;
@@ -189,7 +204,8 @@ static int ss_after_training(dl_cuda *c, char *err, size_t errlen) {
 /* ---- the hooks -------------------------------------------------------------------------------- */
 
 extern "C" int dl_cuda_delta(void *ctx, size_t off, size_t n, int bf16, void *out, size_t *bad, char *err,
-                             size_t errlen) {
+                             size_t errlen)
+{
     dl_cuda *c = (dl_cuda *)ctx;
     if (check_range(c, off, n, err, errlen)) return -1;
     size_t elt = bf16 ? sizeof(uint16_t) : sizeof(float);
@@ -205,8 +221,10 @@ extern "C" int dl_cuda_delta(void *ctx, size_t off, size_t n, int bf16, void *ou
     if (ss_after_training(c, err, errlen)) return -1; /* Δ of the parameters after the last step */
     CK(cudaMemsetAsync(c->dbad, 0xff, sizeof *c->dbad, c->ss));
     char *dst = (char *)c->scratch + off * elt;
-    if (bf16) delta_k<1><<<grid_for(n), BS, 0, c->ss>>>(dst, c->snap + off, c->params + off, n, c->dbad);
-    else delta_k<0><<<grid_for(n), BS, 0, c->ss>>>(dst, c->snap + off, c->params + off, n, c->dbad);
+    if (bf16)
+        delta_k<1><<<grid_for(n), BS, 0, c->ss>>>(dst, c->snap + off, c->params + off, n, c->dbad);
+    else
+        delta_k<0><<<grid_for(n), BS, 0, c->ss>>>(dst, c->snap + off, c->params + off, n, c->dbad);
     CK(cudaGetLastError());
     CK(cudaMemcpyAsync(out, dst, n * elt, cudaMemcpyDeviceToHost, c->ss));
     CK(cudaMemcpyAsync(c->hbad, c->dbad, sizeof *c->hbad, cudaMemcpyDeviceToHost, c->ss));
@@ -217,7 +235,8 @@ extern "C" int dl_cuda_delta(void *ctx, size_t off, size_t n, int bf16, void *ou
 }
 
 extern "C" int dl_cuda_load(void *ctx, const float *base, size_t off, size_t n, int mode, double alpha, char *err,
-                            size_t errlen) {
+                            size_t errlen)
+{
     dl_cuda *c = (dl_cuda *)ctx;
     if (check_range(c, off, n, err, errlen)) return -1;
     if (mode != DILOCO_LOAD_SNAPSHOT && mode != DILOCO_LOAD_COPY && mode != DILOCO_LOAD_MIX) {
@@ -251,7 +270,8 @@ extern "C" int dl_cuda_load(void *ctx, const float *base, size_t off, size_t n, 
 static void *g_unpinned[UNPINNED_MAX];
 static pthread_mutex_t g_unpinned_mu = PTHREAD_MUTEX_INITIALIZER;
 
-extern "C" void *dl_cuda_host_alloc(void *ctx, size_t bytes) {
+extern "C" void *dl_cuda_host_alloc(void *ctx, size_t bytes)
+{
     (void)ctx;
     void *p = NULL;
     if (cudaMallocHost(&p, bytes ? bytes : 1) == cudaSuccess) return p;
@@ -266,7 +286,8 @@ extern "C" void *dl_cuda_host_alloc(void *ctx, size_t bytes) {
     return p;
 }
 
-extern "C" void dl_cuda_host_free(void *ctx, void *p) {
+extern "C" void dl_cuda_host_free(void *ctx, void *p)
+{
     (void)ctx;
     if (!p) return;
     pthread_mutex_lock(&g_unpinned_mu);
@@ -274,11 +295,14 @@ extern "C" void dl_cuda_host_free(void *ctx, void *p) {
     for (int i = 0; i < UNPINNED_MAX && !found; i++)
         if (g_unpinned[i] == p) g_unpinned[i] = NULL, found = 1;
     pthread_mutex_unlock(&g_unpinned_mu);
-    if (found) free(p);
-    else cudaFreeHost(p);
+    if (found)
+        free(p);
+    else
+        cudaFreeHost(p);
 }
 
-extern "C" int dl_cuda_is_pinned(const void *p) {
+extern "C" int dl_cuda_is_pinned(const void *p)
+{
     cudaPointerAttributes a;
     if (cudaPointerGetAttributes(&a, p) != cudaSuccess) {
         cudaGetLastError();
@@ -289,25 +313,29 @@ extern "C" int dl_cuda_is_pinned(const void *p) {
 
 /* ---- test access -------------------------------------------------------------------------------- */
 
-static int settle(dl_cuda *c, char *err, size_t errlen) {
+static int settle(dl_cuda *c, char *err, size_t errlen)
+{
     CK(cudaStreamSynchronize(c->ss));
     CK(cudaStreamSynchronize(c->st));
     return 0;
 }
 
-extern "C" int dl_cuda_params_upload(dl_cuda *c, const float *host, size_t off, size_t n, char *err, size_t errlen) {
+extern "C" int dl_cuda_params_upload(dl_cuda *c, const float *host, size_t off, size_t n, char *err, size_t errlen)
+{
     if (check_range(c, off, n, err, errlen) || settle(c, err, errlen)) return -1;
     CK(cudaMemcpy(c->params + off, host, n * sizeof(float), cudaMemcpyHostToDevice));
     return 0;
 }
 
-extern "C" int dl_cuda_params_download(dl_cuda *c, float *host, size_t off, size_t n, char *err, size_t errlen) {
+extern "C" int dl_cuda_params_download(dl_cuda *c, float *host, size_t off, size_t n, char *err, size_t errlen)
+{
     if (check_range(c, off, n, err, errlen) || settle(c, err, errlen)) return -1;
     CK(cudaMemcpy(host, c->params + off, n * sizeof(float), cudaMemcpyDeviceToHost));
     return 0;
 }
 
-extern "C" int dl_cuda_snapshot_download(dl_cuda *c, float *host, size_t off, size_t n, char *err, size_t errlen) {
+extern "C" int dl_cuda_snapshot_download(dl_cuda *c, float *host, size_t off, size_t n, char *err, size_t errlen)
+{
     if (check_range(c, off, n, err, errlen) || settle(c, err, errlen)) return -1;
     CK(cudaMemcpy(host, c->snap + off, n * sizeof(float), cudaMemcpyDeviceToHost));
     return 0;

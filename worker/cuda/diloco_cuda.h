@@ -42,8 +42,7 @@ void dl_cuda_ops(dl_cuda *c, diloco_device_ops *ops);
 
 /* The hooks (diloco.h for the contract); ctx is a dl_cuda. */
 int dl_cuda_delta(void *ctx, size_t off, size_t n, int bf16, void *out, size_t *bad, char *err, size_t errlen);
-int dl_cuda_load(void *ctx, const float *base, size_t off, size_t n, int mode, double alpha, char *err,
-                 size_t errlen);
+int dl_cuda_load(void *ctx, const float *base, size_t off, size_t n, int mode, double alpha, char *err, size_t errlen);
 /* Page-locked host memory (cudaMallocHost); falls back to malloc if pinning fails (copies stay
  * correct, only synchronous). */
 void *dl_cuda_host_alloc(void *ctx, size_t bytes);

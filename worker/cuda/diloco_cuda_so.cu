@@ -12,9 +12,10 @@
 
 /* stream 0 (PyTorch's default: the legacy default stream) is given to dl_cuda as cudaStreamLegacy,
  * the same stream under a non-NULL handle, since dl_cuda reads NULL as "make your own". */
-extern "C" __attribute__((visibility("default"))) int
-diloco_cuda_ops_for(float *dev_params, size_t n, void *stream, int device, diloco_device_ops *out, void **handle,
-                    char *err, size_t errlen) {
+extern "C" __attribute__((visibility("default"))) int diloco_cuda_ops_for(float *dev_params, size_t n, void *stream,
+                                                                          int device, diloco_device_ops *out,
+                                                                          void **handle, char *err, size_t errlen)
+{
     *handle = NULL;
     if (!dev_params) {
         err_set(err, errlen, "diloco_cuda_ops_for: no device parameters given");
@@ -29,6 +30,7 @@ diloco_cuda_ops_for(float *dev_params, size_t n, void *stream, int device, diloc
 }
 
 /* After diloco_close (the hooks are not called any more); NULL is a no-op. */
-extern "C" __attribute__((visibility("default"))) void diloco_cuda_release(void *handle) {
+extern "C" __attribute__((visibility("default"))) void diloco_cuda_release(void *handle)
+{
     dl_cuda_free((dl_cuda *)handle);
 }

@@ -7,7 +7,8 @@
 /* ------------------------------------------------------------------------------------------- */
 /* devices                                                                                     */
 
-extern "C" int gpt_cuda_device_count(char *why, size_t whylen) {
+extern "C" int gpt_cuda_device_count(char *why, size_t whylen)
+{
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess) {
@@ -19,7 +20,8 @@ extern "C" int gpt_cuda_device_count(char *why, size_t whylen) {
     return n > 0 ? n : 0;
 }
 
-extern "C" int gpt_cuda_device_info(char *name, size_t namelen, double *fp32_peak, double *tf32_peak) {
+extern "C" int gpt_cuda_device_info(char *name, size_t namelen, double *fp32_peak, double *tf32_peak)
+{
     int dev = 0, sms = 0, khz = 0, major = 0, minor = 0;
     cudaDeviceProp p;
     if (cudaGetDevice(&dev) != cudaSuccess || cudaGetDeviceProperties(&p, dev) != cudaSuccess) return -1;
@@ -30,11 +32,18 @@ extern "C" int gpt_cuda_device_info(char *name, size_t namelen, double *fp32_pea
     /* fp32 FMA lanes per SM and dense TF32 tensor-core FLOP per clock per SM (A100 / H100 data
      * sheets: 64 lanes and 1024 FLOP/clk on sm_80, 128 and 2048 on sm_90); 0 = unknown */
     int lanes = 0, tf32 = 0;
-    if (major == 8 && minor == 0) { lanes = 64; tf32 = 1024; }
-    else if (major == 8) lanes = 128;
-    else if (major == 9) { lanes = 128; tf32 = 2048; }
-    else if (major == 7) lanes = 64;
-    else if (major >= 10) lanes = 128;
+    if (major == 8 && minor == 0) {
+        lanes = 64;
+        tf32 = 1024;
+    } else if (major == 8)
+        lanes = 128;
+    else if (major == 9) {
+        lanes = 128;
+        tf32 = 2048;
+    } else if (major == 7)
+        lanes = 64;
+    else if (major >= 10)
+        lanes = 128;
     double hz = khz * 1e3;
     if (fp32_peak) *fp32_peak = 2.0 * lanes * sms * hz;
     if (tf32_peak) *tf32_peak = (double)tf32 * sms * hz;
@@ -44,7 +53,8 @@ extern "C" int gpt_cuda_device_info(char *name, size_t namelen, double *fp32_pea
     return 0;
 }
 
-extern "C" int gpt_cuda_pin(void *host, size_t bytes) {
+extern "C" int gpt_cuda_pin(void *host, size_t bytes)
+{
     if (cudaHostRegister(host, bytes, cudaHostRegisterDefault) != cudaSuccess) {
         cudaGetLastError();
         return 0;
@@ -52,11 +62,13 @@ extern "C" int gpt_cuda_pin(void *host, size_t bytes) {
     return 1;
 }
 
-extern "C" void gpt_cuda_unpin(void *host) {
+extern "C" void gpt_cuda_unpin(void *host)
+{
     if (cudaHostUnregister(host) != cudaSuccess) cudaGetLastError();
 }
 
-extern "C" double gpt_cuda_sgemm_flops(int n, int tf32, int reps) {
+extern "C" double gpt_cuda_sgemm_flops(int n, int tf32, int reps)
+{
     char err[256];
     size_t errlen = sizeof err;
     cublasHandle_t h = NULL;

@@ -18,19 +18,22 @@
 #include "gpt_cuda.h"
 
 /* CUDA / cuBLAS call checks inside functions that take (err, errlen) and return int */
-#define CKB(call)                                                                                  \
-    do {                                                                                           \
-        cublasStatus_t s_ = (call);                                                                \
-        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                         \
+#define CKB(call)                                                                                      \
+    do {                                                                                               \
+        cublasStatus_t s_ = (call);                                                                    \
+        if (s_ != CUBLAS_STATUS_SUCCESS) {                                                             \
             err_set(err, errlen, "cublas: %s: status %d (%s:%d)", #call, (int)s_, __FILE__, __LINE__); \
-            return -1;                                                                             \
-        }                                                                                          \
+            return -1;                                                                                 \
+        }                                                                                              \
     } while (0)
 #define CKL() CK(cudaGetLastError())
 
-static inline unsigned nblocks(size_t n, int bs) { return (unsigned)((n + bs - 1) / bs); }
+static inline unsigned nblocks(size_t n, int bs)
+{
+    return (unsigned)((n + bs - 1) / bs);
+}
 
-#define BS 256                  /* threads per block of the elementwise kernels */
+#define BS 256                   /* threads per block of the elementwise kernels */
 #define ROWS_PER_BLOCK (BS / 32) /* one warp per row */
 /* deterministic double sums: RED_BLOCKS partial sums (grid-stride, fixed tree), then one block */
 #define RED_BLOCKS 256
@@ -40,20 +43,23 @@ static inline unsigned nblocks(size_t n, int bs) { return (unsigned)((n + bs - 1
 /* products: row-major C(MxN) = alpha op(A) op(B) + beta C, as cblas_sgemm(CblasRowMajor, ...)   */
 /* A row-major matrix is its transpose in column-major, so C^T = op(B)^T op(A)^T: swap operands.  */
 
-static inline cublasStatus_t mm(cublasHandle_t h, int ta, int tb, int M, int N, int K, float alpha,
-                                const float *A, int lda, const float *B, int ldb, float beta, float *C, int ldc) {
-    return cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb,
-                       A, lda, &beta, C, ldc);
+static inline cublasStatus_t mm(cublasHandle_t h, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                                int lda, const float *B, int ldb, float beta, float *C, int ldc)
+{
+    return cublasSgemm(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha, B, ldb, A,
+                       lda, &beta, C, ldc);
 }
 
-static inline cublasStatus_t mmb(cublasHandle_t h, int ta, int tb, int M, int N, int K, float alpha,
-                                 const float *A, int lda, long long sA, const float *B, int ldb, long long sB,
-                                 float beta, float *C, int ldc, long long sC, int batch) {
-    return cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
-                                     &alpha, B, ldb, sB, A, lda, sA, &beta, C, ldc, sC, batch);
+static inline cublasStatus_t mmb(cublasHandle_t h, int ta, int tb, int M, int N, int K, float alpha, const float *A,
+                                 int lda, long long sA, const float *B, int ldb, long long sB, float beta, float *C,
+                                 int ldc, long long sC, int batch)
+{
+    return cublasSgemmStridedBatched(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K, &alpha,
+                                     B, ldb, sB, A, lda, sA, &beta, C, ldc, sC, batch);
 }
 
-static inline int set_math(cublasHandle_t h, int tf32, char *err, size_t errlen) {
+static inline int set_math(cublasHandle_t h, int tf32, char *err, size_t errlen)
+{
     CKB(cublasSetMathMode(h, tf32 ? CUBLAS_TF32_TENSOR_OP_MATH : CUBLAS_DEFAULT_MATH));
     return 0;
 }
@@ -75,20 +81,19 @@ int l_encoder_backward(ctx *x, float *dwte, float *dwpe, const float *dout, cons
  * of each distinct input token in increasing order (the deterministic embedding scatter). slot: V ints,
  * zero on entry and on return; cnt: N+1 ints of scratch. Returns the distinct token count. */
 int bucket_tokens(int *h, const int *inputs, const int *targets, int N, int *slot, int *cnt);
-int l_layernorm_forward(ctx *x, float *out, float *mean, float *rstd, const float *inp, const float *w,
-                        const float *b, int N, int C);
-int l_layernorm_backward(ctx *x, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                         const float *w, const float *mean, const float *rstd, int N, int C, int accumulate);
+int l_layernorm_forward(ctx *x, float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                        int N, int C);
+int l_layernorm_backward(ctx *x, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                         const float *mean, const float *rstd, int N, int C, int accumulate);
 int l_matmul_forward(ctx *x, float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC);
-int l_matmul_backward(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                      const float *w, int N, int C, int OC);
+int l_matmul_backward(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                      int N, int C, int OC);
 /* scratch: q, k, v, y each B*T*C */
-int l_attention_forward(ctx *x, float *out, float *att, const float *qkv, float *q, float *k, float *v, float *y,
-                        int B, int T, int C, int NH);
+int l_attention_forward(ctx *x, float *out, float *att, const float *qkv, float *q, float *k, float *v, float *y, int B,
+                        int T, int C, int NH);
 /* scratch: q, k, v, dy, dq, dk, dv each B*T*C; dp B*NH*T*T */
-int l_attention_backward(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *att, float *q,
-                         float *k, float *v, float *dy, float *dq, float *dk, float *dv, float *dp, int B, int T,
-                         int C, int NH);
+int l_attention_backward(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *att, float *q, float *k,
+                         float *v, float *dy, float *dq, float *dk, float *dv, float *dp, int B, int T, int C, int NH);
 /* rows of length T, row index % T = t: softmax over columns 0..t, zero above, in place */
 int l_softmax_causal(ctx *x, float *s, int rows, int T);
 int l_gelu_forward(ctx *x, float *out, const float *inp, size_t n);

@@ -15,16 +15,19 @@
 /* ------------------------------------------------------------------------------------------- */
 /* kernels                                                                                     */
 
-__device__ __forceinline__ float warp_sum(float v) {
+__device__ __forceinline__ float warp_sum(float v)
+{
     for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
 }
-__device__ __forceinline__ float warp_max(float v) {
+__device__ __forceinline__ float warp_max(float v)
+{
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
     return v;
 }
 /* block-wide sum / max (blockDim.x a multiple of 32, <= 1024); every thread gets the result */
-__device__ float block_sum(float v, float *sh) {
+__device__ float block_sum(float v, float *sh)
+{
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     v = warp_sum(v);
     __syncthreads();
@@ -33,7 +36,8 @@ __device__ float block_sum(float v, float *sh) {
     v = lane < nw ? sh[lane] : 0.0f;
     return warp_sum(v);
 }
-__device__ float block_max(float v, float *sh) {
+__device__ float block_max(float v, float *sh)
+{
     int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
     v = warp_max(v);
     __syncthreads();
@@ -43,8 +47,8 @@ __device__ float block_max(float v, float *sh) {
     return warp_max(v);
 }
 
-__global__ void encoder_forward_k(float *out, const int *inp, const float *wte, const float *wpe, int N, int T,
-                                  int C) {
+__global__ void encoder_forward_k(float *out, const int *inp, const float *wte, const float *wpe, int N, int T, int C)
+{
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * C) return;
     int n = (int)(i / C), c = (int)(i % C), t = n % T;
@@ -52,7 +56,8 @@ __global__ void encoder_forward_k(float *out, const int *inp, const float *wte, 
 }
 
 /* dwpe[t, c] = sum over b of dout[b, t, c] (b in order); rows t >= T are zero */
-__global__ void encoder_backward_wpe_k(float *dwpe, const float *dout, int B, int T, int C, int maxT) {
+__global__ void encoder_backward_wpe_k(float *dwpe, const float *dout, int B, int T, int C, int maxT)
+{
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)maxT * C) return;
     int t = (int)(i / C), c = (int)(i % C);
@@ -65,7 +70,8 @@ __global__ void encoder_backward_wpe_k(float *dwpe, const float *dout, int B, in
 /* dwte[tok, c] += dout[n, c] for the positions n of tok, in increasing n (as the CPU loop):
  * uniq[u] is a token, its positions are order[ustart[u] .. ustart[u+1]) */
 __global__ void encoder_backward_wte_k(float *dwte, const float *dout, const int *order, const int *uniq,
-                                       const int *ustart, int U, int C) {
+                                       const int *ustart, int U, int C)
+{
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= C) return;
     for (int u = blockIdx.y; u < U; u += gridDim.y) {
@@ -78,7 +84,8 @@ __global__ void encoder_backward_wte_k(float *dwte, const float *dout, const int
 
 /* one warp per row */
 __global__ void layernorm_forward_k(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                                    const float *b, int N, int C) {
+                                    const float *b, int N, int C)
+{
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
     const float *x = inp + (size_t)row * C;
@@ -86,16 +93,23 @@ __global__ void layernorm_forward_k(float *out, float *mean, float *rstd, const 
     for (int i = lane; i < C; i += 32) s += x[i];
     float mu = warp_sum(s) / C;
     float v = 0.0f;
-    for (int i = lane; i < C; i += 32) { float d = x[i] - mu; v += d * d; }
+    for (int i = lane; i < C; i += 32) {
+        float d = x[i] - mu;
+        v += d * d;
+    }
     v = warp_sum(v);
     float rs = 1.0f / sqrtf(v / C + 1e-5f);
     float *o = out + (size_t)row * C;
     for (int i = lane; i < C; i += 32) o[i] = (x[i] - mu) * rs * w[i] + b[i];
-    if (lane == 0) { mean[row] = mu; rstd[row] = rs; }
+    if (lane == 0) {
+        mean[row] = mu;
+        rstd[row] = rs;
+    }
 }
 
 __global__ void layernorm_backward_dx_k(float *dinp, const float *dout, const float *inp, const float *w,
-                                        const float *mean, const float *rstd, int N, int C, int accumulate) {
+                                        const float *mean, const float *rstd, int N, int C, int accumulate)
+{
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= N) return;
     const float *d = dout + (size_t)row * C, *x = inp + (size_t)row * C;
@@ -116,8 +130,9 @@ __global__ void layernorm_backward_dx_k(float *dinp, const float *dout, const fl
 
 /* column sums over N rows, block (32, 32): x = column in a tile of 32, y = row lane.
  * dw[c] = sum_r (x[r,c]-mean[r])*rstd[r]*d[r,c] (when inp != NULL), db[c] = sum_r d[r,c]. */
-__global__ void colsum_k(float *db, float *dw, const float *d, const float *inp, const float *mean,
-                         const float *rstd, int N, int C) {
+__global__ void colsum_k(float *db, float *dw, const float *d, const float *inp, const float *mean, const float *rstd,
+                         int N, int C)
+{
     __shared__ float sb[32][33], sw[32][33];
     int c = blockIdx.x * 32 + threadIdx.x;
     float ab = 0.0f, aw = 0.0f;
@@ -143,13 +158,15 @@ __global__ void colsum_k(float *db, float *dw, const float *d, const float *inp,
     }
 }
 
-__global__ void bias_broadcast_k(float *out, const float *bias, int N, int OC) {
+__global__ void bias_broadcast_k(float *out, const float *bias, int N, int OC)
+{
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < (size_t)N * OC) out[i] = bias[i % OC];
 }
 
 /* qkv (B,T,3C) -> q, k, v (B,NH,T,hs) */
-__global__ void permute_qkv_k(float *q, float *k, float *v, const float *qkv, int B, int T, int C, int NH) {
+__global__ void permute_qkv_k(float *q, float *k, float *v, const float *qkv, int B, int T, int C, int NH)
+{
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)B * T * C) return;
     int hs = C / NH;
@@ -166,7 +183,8 @@ __global__ void permute_qkv_k(float *q, float *k, float *v, const float *qkv, in
 
 /* (B,NH,T,hs) <-> (B,T,C) with row stride ld and column offset col0 in the (B,T,*) tensor;
  * to_bt: y -> out, else out -> y */
-__global__ void permute_bt_k(float *bt, float *bh, int B, int T, int C, int NH, int ld, int col0, int to_bt) {
+__global__ void permute_bt_k(float *bt, float *bh, int B, int T, int C, int NH, int ld, int col0, int to_bt)
+{
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)B * T * C) return;
     int hs = C / NH;
@@ -176,12 +194,15 @@ __global__ void permute_bt_k(float *bt, float *bh, int B, int T, int C, int NH, 
     r /= T;
     int h = (int)(r % NH), b = (int)(r / NH);
     float *p = bt + ((size_t)b * T + t) * ld + col0 + h * hs + d;
-    if (to_bt) *p = bh[i];
-    else bh[i] = *p;
+    if (to_bt)
+        *p = bh[i];
+    else
+        bh[i] = *p;
 }
 
 /* rows of length T, row index % T = t: softmax over columns 0..t, zero above; one warp per row */
-__global__ void softmax_causal_k(float *s, int rows, int T) {
+__global__ void softmax_causal_k(float *s, int rows, int T)
+{
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= rows) return;
     int t = row % T;
@@ -190,13 +211,18 @@ __global__ void softmax_causal_k(float *s, int rows, int T) {
     for (int j = lane; j <= t; j += 32) mx = fmaxf(mx, x[j]);
     mx = warp_max(mx);
     float sum = 0.0f;
-    for (int j = lane; j <= t; j += 32) { float e = expf(x[j] - mx); x[j] = e; sum += e; }
+    for (int j = lane; j <= t; j += 32) {
+        float e = expf(x[j] - mx);
+        x[j] = e;
+        sum += e;
+    }
     float inv = 1.0f / warp_sum(sum);
     for (int j = lane; j < T; j += 32) x[j] = j <= t ? x[j] * inv : 0.0f;
 }
 
 /* dS = P * (dP - sum_j P dP) on columns 0..t, zero above; in place on dP */
-__global__ void softmax_backward_k(float *dp, const float *p, int rows, int T) {
+__global__ void softmax_backward_k(float *dp, const float *p, int rows, int T)
+{
     int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
     if (row >= rows) return;
     int t = row % T;
@@ -210,7 +236,8 @@ __global__ void softmax_backward_k(float *dp, const float *p, int rows, int T) {
 
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 
-__global__ void gelu_forward_k(float *out, const float *inp, size_t n) {
+__global__ void gelu_forward_k(float *out, const float *inp, size_t n)
+{
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float x = inp[i];
@@ -218,7 +245,8 @@ __global__ void gelu_forward_k(float *out, const float *inp, size_t n) {
     out[i] = 0.5f * x * (1.0f + tanhf(u));
 }
 
-__global__ void gelu_backward_k(float *dinp, const float *inp, const float *dout, size_t n) {
+__global__ void gelu_backward_k(float *dinp, const float *inp, const float *dout, size_t n)
+{
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float x = inp[i];
@@ -229,13 +257,15 @@ __global__ void gelu_backward_k(float *dinp, const float *inp, const float *dout
     dinp[i] = g * dout[i];
 }
 
-__global__ void residual_k(float *out, const float *a, const float *b, size_t n) {
+__global__ void residual_k(float *out, const float *a, const float *b, size_t n)
+{
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i < n) out[i] = a[i] + b[i];
 }
 
 /* one block per row: logits -> probabilities in place, losses[n] = log(sum) - log(p_target) */
-__global__ void crossentropy_forward_k(float *logits, float *losses, const int *targets, int V) {
+__global__ void crossentropy_forward_k(float *logits, float *losses, const int *targets, int V)
+{
     __shared__ float sh[32];
     int n = blockIdx.x;
     float *x = logits + (size_t)n * V;
@@ -243,7 +273,11 @@ __global__ void crossentropy_forward_k(float *logits, float *losses, const int *
     for (int i = threadIdx.x; i < V; i += blockDim.x) mx = fmaxf(mx, x[i]);
     mx = block_max(mx, sh);
     float s = 0.0f;
-    for (int i = threadIdx.x; i < V; i += blockDim.x) { float e = expf(x[i] - mx); x[i] = e; s += e; }
+    for (int i = threadIdx.x; i < V; i += blockDim.x) {
+        float e = expf(x[i] - mx);
+        x[i] = e;
+        s += e;
+    }
     s = block_sum(s, sh); /* its barriers make every e above visible to the block */
     if (threadIdx.x == 0) losses[n] = logf(s) - logf(x[targets[n]]);
     __syncthreads();
@@ -252,7 +286,8 @@ __global__ void crossentropy_forward_k(float *logits, float *losses, const int *
 }
 
 /* probs -> (p - onehot) / N in place */
-__global__ void crossentropy_backward_k(float *x, const int *targets, int N, int V) {
+__global__ void crossentropy_backward_k(float *x, const int *targets, int N, int V)
+{
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)N * V) return;
     int n = (int)(i / V), c = (int)(i % V);
@@ -263,7 +298,8 @@ __global__ void crossentropy_backward_k(float *x, const int *targets, int N, int
 }
 
 /* deterministic double sums: RED_BLOCKS partial sums (grid-stride, fixed tree), then one block */
-__global__ void sum_partial_k(double *partial, const float *x, size_t n, int square) {
+__global__ void sum_partial_k(double *partial, const float *x, size_t n, int square)
+{
     __shared__ double sh[RED_THREADS];
     double s = 0.0;
     for (size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x) {
@@ -281,7 +317,8 @@ __global__ void sum_partial_k(double *partial, const float *x, size_t n, int squ
 
 /* red[0..RED_BLOCKS) partials -> red[RED_BLOCKS] = total; mode 1 (clip): red[RED_BLOCKS] = norm,
  * red[RED_BLOCKS+1] = coefficient as torch (1 when not clipping) */
-__global__ void sum_final_k(double *red, int mode, double max_norm, double scale) {
+__global__ void sum_final_k(double *red, int mode, double max_norm, double scale)
+{
     __shared__ double sh[RED_BLOCKS];
     sh[threadIdx.x] = red[threadIdx.x];
     __syncthreads();
@@ -290,14 +327,18 @@ __global__ void sum_final_k(double *red, int mode, double max_norm, double scale
         __syncthreads();
     }
     if (threadIdx.x) return;
-    if (mode == 0) { red[RED_BLOCKS] = sh[0] * scale; return; }
+    if (mode == 0) {
+        red[RED_BLOCKS] = sh[0] * scale;
+        return;
+    }
     double norm = sqrt(sh[0]);
     red[RED_BLOCKS] = norm;
     double coef = max_norm > 0 ? max_norm / (norm + 1e-6) : 1.0;
     red[RED_BLOCKS + 1] = coef < 1.0 ? coef : 1.0;
 }
 
-__global__ void clip_scale_k(float *g, size_t n, const double *red) {
+__global__ void clip_scale_k(float *g, size_t n, const double *red)
+{
     double coef = red[RED_BLOCKS + 1];
     if (coef >= 1.0) return;
     float c = (float)coef;
@@ -307,7 +348,8 @@ __global__ void clip_scale_k(float *g, size_t n, const double *red) {
 
 /* torch.optim.AdamW on [0, n), float math in the CPU's order (no contraction into FMAs) */
 __global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float b1, float b2, float e,
-                        float step_size, float bc2s, float decay) {
+                        float step_size, float bc2s, float decay)
+{
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
     float gi = g[i];
@@ -322,8 +364,8 @@ __global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, 
 /* ------------------------------------------------------------------------------------------- */
 /* launches (shared by the model and the single-kernel entry points)                           */
 
-int l_encoder_forward(ctx *x, float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
-                             int C) {
+int l_encoder_forward(ctx *x, float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C)
+{
     char *err = x->err;
     size_t errlen = x->errlen;
     size_t n = (size_t)B * T * C;
@@ -332,15 +374,22 @@ int l_encoder_forward(ctx *x, float *out, const int *inp, const float *wte, cons
     return 0;
 }
 
-int bucket_tokens(int *h, const int *inputs, const int *targets, int N, int *slot, int *cnt) {
+int bucket_tokens(int *h, const int *inputs, const int *targets, int N, int *slot, int *cnt)
+{
     int *in = h, *tg = h + N, *order = h + 2 * N, *uniq = h + 3 * N, *ustart = h + 4 * N;
     memcpy(in, inputs, (size_t)N * sizeof(int));
-    if (targets) memcpy(tg, targets, (size_t)N * sizeof(int));
-    else memset(tg, 0, (size_t)N * sizeof(int));
+    if (targets)
+        memcpy(tg, targets, (size_t)N * sizeof(int));
+    else
+        memset(tg, 0, (size_t)N * sizeof(int));
     int U = 0;
     for (int n = 0; n < N; n++) {
         int tok = in[n];
-        if (!slot[tok]) { slot[tok] = ++U; uniq[U - 1] = tok; cnt[U - 1] = 0; }
+        if (!slot[tok]) {
+            slot[tok] = ++U;
+            uniq[U - 1] = tok;
+            cnt[U - 1] = 0;
+        }
         cnt[slot[tok] - 1]++;
     }
     ustart[0] = 0;
@@ -352,7 +401,8 @@ int bucket_tokens(int *h, const int *inputs, const int *targets, int N, int *slo
 }
 
 int l_encoder_backward(ctx *x, float *dwte, float *dwpe, const float *dout, const int *order, const int *uniq,
-                              const int *ustart, int U, int B, int T, int C, int maxT) {
+                       const int *ustart, int U, int B, int T, int C, int maxT)
+{
     char *err = x->err;
     size_t errlen = x->errlen;
     encoder_backward_wpe_k<<<nblocks((size_t)maxT * C, BS), BS, 0, x->st>>>(dwpe, dout, B, T, C, maxT);
@@ -365,8 +415,9 @@ int l_encoder_backward(ctx *x, float *dwte, float *dwpe, const float *dout, cons
     return 0;
 }
 
-int l_layernorm_forward(ctx *x, float *out, float *mean, float *rstd, const float *inp, const float *w,
-                               const float *b, int N, int C) {
+int l_layernorm_forward(ctx *x, float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                        int N, int C)
+{
     char *err = x->err;
     size_t errlen = x->errlen;
     layernorm_forward_k<<<nblocks((size_t)N, ROWS_PER_BLOCK), BS, 0, x->st>>>(out, mean, rstd, inp, w, b, N, C);
@@ -374,20 +425,21 @@ int l_layernorm_forward(ctx *x, float *out, float *mean, float *rstd, const floa
     return 0;
 }
 
-int l_layernorm_backward(ctx *x, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                                const float *w, const float *mean, const float *rstd, int N, int C, int accumulate) {
+int l_layernorm_backward(ctx *x, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
+                         const float *mean, const float *rstd, int N, int C, int accumulate)
+{
     char *err = x->err;
     size_t errlen = x->errlen;
-    layernorm_backward_dx_k<<<nblocks((size_t)N, ROWS_PER_BLOCK), BS, 0, x->st>>>(dinp, dout, inp, w, mean, rstd, N,
-                                                                                  C, accumulate);
+    layernorm_backward_dx_k<<<nblocks((size_t)N, ROWS_PER_BLOCK), BS, 0, x->st>>>(dinp, dout, inp, w, mean, rstd, N, C,
+                                                                                  accumulate);
     CKL();
     colsum_k<<<nblocks((size_t)C, 32), dim3(32, 32), 0, x->st>>>(db, dw, dout, inp, mean, rstd, N, C);
     CKL();
     return 0;
 }
 
-int l_matmul_forward(ctx *x, float *out, const float *inp, const float *w, const float *bias, int N, int C,
-                            int OC) {
+int l_matmul_forward(ctx *x, float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC)
+{
     char *err = x->err;
     size_t errlen = x->errlen;
     bias_broadcast_k<<<nblocks((size_t)N * OC, BS), BS, 0, x->st>>>(out, bias, N, OC);
@@ -396,8 +448,9 @@ int l_matmul_forward(ctx *x, float *out, const float *inp, const float *w, const
     return 0;
 }
 
-int l_matmul_backward(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                             const float *w, int N, int C, int OC) {
+int l_matmul_backward(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
+                      int N, int C, int OC)
+{
     char *err = x->err;
     size_t errlen = x->errlen;
     CKB(mm(x->h, 0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C));
@@ -408,8 +461,9 @@ int l_matmul_backward(ctx *x, float *dinp, float *dw, float *dbias, const float 
 }
 
 /* scratch: q, k, v, y each B*T*C */
-int l_attention_forward(ctx *x, float *out, float *att, const float *qkv, float *q, float *k, float *v,
-                               float *y, int B, int T, int C, int NH) {
+int l_attention_forward(ctx *x, float *out, float *att, const float *qkv, float *q, float *k, float *v, float *y, int B,
+                        int T, int C, int NH)
+{
     char *err = x->err;
     size_t errlen = x->errlen;
     int hs = C / NH, BH = B * NH;
@@ -428,9 +482,9 @@ int l_attention_forward(ctx *x, float *out, float *att, const float *qkv, float 
 }
 
 /* scratch: q, k, v, dy, dq, dk, dv each B*T*C; dp B*NH*T*T */
-int l_attention_backward(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *att,
-                                float *q, float *k, float *v, float *dy, float *dq, float *dk, float *dv, float *dp,
-                                int B, int T, int C, int NH) {
+int l_attention_backward(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *att, float *q, float *k,
+                         float *v, float *dy, float *dq, float *dk, float *dv, float *dp, int B, int T, int C, int NH)
+{
     char *err = x->err;
     size_t errlen = x->errlen;
     int hs = C / NH, BH = B * NH;
@@ -458,7 +512,8 @@ int l_attention_backward(ctx *x, float *dqkv, const float *dout, const float *qk
     return 0;
 }
 
-int l_gelu_forward(ctx *x, float *out, const float *inp, size_t n) {
+int l_gelu_forward(ctx *x, float *out, const float *inp, size_t n)
+{
     char *err = x->err;
     size_t errlen = x->errlen;
     gelu_forward_k<<<nblocks(n, BS), BS, 0, x->st>>>(out, inp, n);
@@ -466,7 +521,8 @@ int l_gelu_forward(ctx *x, float *out, const float *inp, size_t n) {
     return 0;
 }
 
-int l_gelu_backward(ctx *x, float *dinp, const float *inp, const float *dout, size_t n) {
+int l_gelu_backward(ctx *x, float *dinp, const float *inp, const float *dout, size_t n)
+{
     char *err = x->err;
     size_t errlen = x->errlen;
     gelu_backward_k<<<nblocks(n, BS), BS, 0, x->st>>>(dinp, inp, dout, n);
@@ -474,7 +530,8 @@ int l_gelu_backward(ctx *x, float *dinp, const float *inp, const float *dout, si
     return 0;
 }
 
-int l_residual(ctx *x, float *out, const float *a, const float *b, size_t n) {
+int l_residual(ctx *x, float *out, const float *a, const float *b, size_t n)
+{
     char *err = x->err;
     size_t errlen = x->errlen;
     residual_k<<<nblocks(n, BS), BS, 0, x->st>>>(out, a, b, n);
@@ -483,8 +540,8 @@ int l_residual(ctx *x, float *out, const float *a, const float *b, size_t n) {
 }
 
 /* red: RED_BLOCKS + 2 doubles; the mean loss ends up in red[RED_BLOCKS] */
-int l_crossentropy_forward(ctx *x, float *logits, float *losses, const int *targets, int N, int V,
-                                  double *red) {
+int l_crossentropy_forward(ctx *x, float *logits, float *losses, const int *targets, int N, int V, double *red)
+{
     char *err = x->err;
     size_t errlen = x->errlen;
     int bs = V >= 4096 ? 1024 : V >= 1024 ? 512 : 256;
@@ -497,7 +554,8 @@ int l_crossentropy_forward(ctx *x, float *logits, float *losses, const int *targ
     return 0;
 }
 
-int l_crossentropy_backward(ctx *x, float *probs, const int *targets, int N, int V) {
+int l_crossentropy_backward(ctx *x, float *probs, const int *targets, int N, int V)
+{
     char *err = x->err;
     size_t errlen = x->errlen;
     crossentropy_backward_k<<<nblocks((size_t)N * V, BS), BS, 0, x->st>>>(probs, targets, N, V);
@@ -506,7 +564,8 @@ int l_crossentropy_backward(ctx *x, float *probs, const int *targets, int N, int
 }
 
 /* norm in red[RED_BLOCKS], coefficient in red[RED_BLOCKS+1] */
-int l_clip(ctx *x, float *g, size_t n, double max_norm, double *red) {
+int l_clip(ctx *x, float *g, size_t n, double max_norm, double *red)
+{
     char *err = x->err;
     size_t errlen = x->errlen;
     sum_partial_k<<<RED_BLOCKS, RED_THREADS, 0, x->st>>>(red, g, n, 1);
@@ -521,8 +580,9 @@ int l_clip(ctx *x, float *g, size_t n, double max_norm, double *red) {
 }
 
 /* AdamW over tensors, one launch per run of consecutive tensors with the same decay */
-int l_adamw(ctx *x, const model_tensor *tensors, int ntensors, float *p, const float *g, float *m, float *v,
-                   long t, double lr, double beta1, double beta2, double eps, double weight_decay) {
+int l_adamw(ctx *x, const model_tensor *tensors, int ntensors, float *p, const float *g, float *m, float *v, long t,
+            double lr, double beta1, double beta2, double eps, double weight_decay)
+{
     char *err = x->err;
     size_t errlen = x->errlen;
     double bc1 = 1.0 - pow(beta1, (double)t), bc2 = 1.0 - pow(beta2, (double)t);
@@ -540,7 +600,8 @@ int l_adamw(ctx *x, const model_tensor *tensors, int ntensors, float *p, const f
     }
     return 0;
 }
-int l_softmax_causal(ctx *x, float *s, int rows, int T) {
+int l_softmax_causal(ctx *x, float *s, int rows, int T)
+{
     char *err = x->err;
     size_t errlen = x->errlen;
     softmax_causal_k<<<nblocks((size_t)rows, ROWS_PER_BLOCK), BS, 0, x->st>>>(s, rows, T);

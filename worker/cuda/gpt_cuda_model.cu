@@ -19,20 +19,24 @@ struct gpt_cuda {
     cudaStream_t st;
     cublasHandle_t h;
     float *params, *grads, *m, *v;
-    gpt_params p, g;  /* the device parameters and gradients by role (gpt_params_bind) */
-    gpt_acts a;       /* the activations (worker/gpt/gpt_acts.h), on the device */
+    gpt_params p, g;                           /* the device parameters and gradients by role (gpt_params_bind) */
+    gpt_acts a;                                /* the activations (worker/gpt/gpt_acts.h), on the device */
     float *q, *k, *vv, *y, *dq, *dk, *dv, *dp; /* attention scratch (l_attention_forward/backward) */
-    int *dtok;        /* inputs N | targets N | order N | uniq N | ustart N+1 */
-    int *htok;        /* pinned staging of the same */
-    int *slot, *cnt;  /* host: V (token -> bucket+1), N */
+    int *dtok;                                 /* inputs N | targets N | order N | uniq N | ustart N+1 */
+    int *htok;                                 /* pinned staging of the same */
+    int *slot, *cnt;                           /* host: V (token -> bucket+1), N */
     int nuniq, have_targets;
     double *red, *hred; /* device reduction scratch, pinned host copy of the results */
     float *arena;
 };
 
-extern "C" size_t gpt_cuda_numel(const gpt_cuda *g) { return g ? g->numel : 0; }
+extern "C" size_t gpt_cuda_numel(const gpt_cuda *g)
+{
+    return g ? g->numel : 0;
+}
 
-extern "C" void gpt_cuda_free(gpt_cuda *g) {
+extern "C" void gpt_cuda_free(gpt_cuda *g)
+{
     if (!g) return;
     if (g->st) cudaStreamSynchronize(g->st);
     if (g->h) cublasDestroy(g->h);
@@ -53,7 +57,8 @@ extern "C" void gpt_cuda_free(gpt_cuda *g) {
     cudaGetLastError();
 }
 
-static int create_inner(gpt_cuda *g, char *err, size_t errlen) {
+static int create_inner(gpt_cuda *g, char *err, size_t errlen)
+{
     const gpt_config *c = &g->c;
     int B = g->B, T = g->T;
     size_t N = (size_t)B * T, C = (size_t)c->dim, NH = (size_t)c->heads, V = (size_t)c->vocab;
@@ -87,18 +92,22 @@ static int create_inner(gpt_cuda *g, char *err, size_t errlen) {
     CK(cudaMallocHost((void **)&g->hred, 2 * sizeof(double)));
     g->slot = (int *)calloc(V, sizeof(int));
     g->cnt = (int *)calloc(N + 1, sizeof(int));
-    if (!g->slot || !g->cnt) { err_set(err, errlen, "gpt_cuda: out of memory"); return -1; }
+    if (!g->slot || !g->cnt) {
+        err_set(err, errlen, "gpt_cuda: out of memory");
+        return -1;
+    }
     gpt_params_bind(g->tensors, g->ntensors, g->params, &g->p);
     gpt_params_bind(g->tensors, g->ntensors, g->grads, &g->g);
     CK(cudaStreamSynchronize(g->st));
     return 0;
 }
 
-extern "C" gpt_cuda *gpt_cuda_create(const gpt_config *c, int B, int T, int tf32, char *err, size_t errlen) {
+extern "C" gpt_cuda *gpt_cuda_create(const gpt_config *c, int B, int T, int tf32, char *err, size_t errlen)
+{
     if (gpt_config_check(c, err, errlen)) return NULL;
     if (B < 1 || T < 1 || T > c->ctx) {
         err_set(err, errlen, "gpt cuda: batch must be >= 1 and 1 <= seq <= ctx (%d), got batch %d seq %d", c->ctx, B,
-               T);
+                T);
         return NULL;
     }
     char why[256] = "";
@@ -107,12 +116,18 @@ extern "C" gpt_cuda *gpt_cuda_create(const gpt_config *c, int B, int T, int tf32
         return NULL;
     }
     gpt_cuda *g = (gpt_cuda *)calloc(1, sizeof *g);
-    if (!g) { err_set(err, errlen, "gpt cuda: out of memory"); return NULL; }
+    if (!g) {
+        err_set(err, errlen, "gpt cuda: out of memory");
+        return NULL;
+    }
     g->c = *c;
     g->B = B;
     g->T = T;
     g->tf32 = tf32;
-    if (gpt_layout(c, &g->tensors, &g->ntensors, &g->numel, err, errlen)) { free(g); return NULL; }
+    if (gpt_layout(c, &g->tensors, &g->ntensors, &g->numel, err, errlen)) {
+        free(g);
+        return NULL;
+    }
     g->p.h = (gpt_layer_params *)calloc((size_t)c->layers, sizeof(gpt_layer_params));
     g->g.h = (gpt_layer_params *)calloc((size_t)c->layers, sizeof(gpt_layer_params));
     g->a.h = (gpt_layer_acts *)calloc((size_t)c->layers, sizeof(gpt_layer_acts));
@@ -129,13 +144,15 @@ extern "C" gpt_cuda *gpt_cuda_create(const gpt_config *c, int B, int T, int tf32
 }
 
 static int copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t st, int wait, char *err,
-                size_t errlen) {
+                size_t errlen)
+{
     CK(cudaMemcpyAsync(dst, src, bytes, kind, st));
     if (wait) CK(cudaStreamSynchronize(st));
     return 0;
 }
 
-extern "C" int gpt_cuda_set_params(gpt_cuda *g, const float *host, size_t off, size_t n, char *err, size_t errlen) {
+extern "C" int gpt_cuda_set_params(gpt_cuda *g, const float *host, size_t off, size_t n, char *err, size_t errlen)
+{
     if (off > g->numel || n > g->numel - off) {
         err_set(err, errlen, "gpt cuda: params range [%zu, %zu) outside [0, %zu)", off, off + n, g->numel);
         return -1;
@@ -143,20 +160,24 @@ extern "C" int gpt_cuda_set_params(gpt_cuda *g, const float *host, size_t off, s
     return copy(g->params + off, host + off, n * sizeof(float), cudaMemcpyHostToDevice, g->st, 0, err, errlen);
 }
 
-extern "C" int gpt_cuda_get_params(gpt_cuda *g, float *host, char *err, size_t errlen) {
+extern "C" int gpt_cuda_get_params(gpt_cuda *g, float *host, char *err, size_t errlen)
+{
     return copy(host, g->params, g->numel * sizeof(float), cudaMemcpyDeviceToHost, g->st, 1, err, errlen);
 }
 
-extern "C" int gpt_cuda_get_grads(gpt_cuda *g, float *host, char *err, size_t errlen) {
+extern "C" int gpt_cuda_get_grads(gpt_cuda *g, float *host, char *err, size_t errlen)
+{
     return copy(host, g->grads, g->numel * sizeof(float), cudaMemcpyDeviceToHost, g->st, 1, err, errlen);
 }
 
-extern "C" int gpt_cuda_get_logits(gpt_cuda *g, float *host, char *err, size_t errlen) {
+extern "C" int gpt_cuda_get_logits(gpt_cuda *g, float *host, char *err, size_t errlen)
+{
     size_t n = (size_t)g->B * g->T * g->c.vocab;
     return copy(host, g->a.logits, n * sizeof(float), cudaMemcpyDeviceToHost, g->st, 1, err, errlen);
 }
 
-extern "C" int gpt_cuda_set_moments(gpt_cuda *g, const float *m, const float *v, char *err, size_t errlen) {
+extern "C" int gpt_cuda_set_moments(gpt_cuda *g, const float *m, const float *v, char *err, size_t errlen)
+{
     size_t b = g->numel * sizeof(float);
     if (m && copy(g->m, m, b, cudaMemcpyHostToDevice, g->st, 0, err, errlen)) return -1;
     if (v && copy(g->v, v, b, cudaMemcpyHostToDevice, g->st, 0, err, errlen)) return -1;
@@ -164,7 +185,8 @@ extern "C" int gpt_cuda_set_moments(gpt_cuda *g, const float *m, const float *v,
     return 0;
 }
 
-extern "C" int gpt_cuda_get_moments(gpt_cuda *g, float *m, float *v, char *err, size_t errlen) {
+extern "C" int gpt_cuda_get_moments(gpt_cuda *g, float *m, float *v, char *err, size_t errlen)
+{
     size_t b = g->numel * sizeof(float);
     if (m && copy(m, g->m, b, cudaMemcpyDeviceToHost, g->st, 0, err, errlen)) return -1;
     if (v && copy(v, g->v, b, cudaMemcpyDeviceToHost, g->st, 0, err, errlen)) return -1;
@@ -172,13 +194,15 @@ extern "C" int gpt_cuda_get_moments(gpt_cuda *g, float *m, float *v, char *err, 
     return 0;
 }
 
-extern "C" int gpt_cuda_sync(gpt_cuda *g, char *err, size_t errlen) {
+extern "C" int gpt_cuda_sync(gpt_cuda *g, char *err, size_t errlen)
+{
     CK(cudaStreamSynchronize(g->st));
     return 0;
 }
 
 extern "C" int gpt_cuda_forward(gpt_cuda *g, const int *inputs, const int *targets, float *loss, char *err,
-                                size_t errlen) {
+                                size_t errlen)
+{
     int B = g->B, T = g->T, C = g->c.dim, NH = g->c.heads, V = g->c.vocab, L = g->c.layers, N = B * T;
     for (int n = 0; n < N; n++)
         if (inputs[n] < 0 || inputs[n] >= V || (targets && (targets[n] < 0 || targets[n] >= V))) {
@@ -224,7 +248,8 @@ extern "C" int gpt_cuda_forward(gpt_cuda *g, const int *inputs, const int *targe
     return 0;
 }
 
-extern "C" int gpt_cuda_backward(gpt_cuda *g, char *err, size_t errlen) {
+extern "C" int gpt_cuda_backward(gpt_cuda *g, char *err, size_t errlen)
+{
     int B = g->B, T = g->T, C = g->c.dim, NH = g->c.heads, V = g->c.vocab, L = g->c.layers, N = B * T;
     if (!g->have_targets) {
         err_set(err, errlen, "gpt cuda: backward needs a forward with targets");
@@ -261,7 +286,8 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, char *err, size_t errlen) {
     return l_encoder_backward(&x, g->g.wte, g->g.wpe, g->a.dres, order, uniq, ustart, g->nuniq, B, T, C, g->c.ctx);
 }
 
-extern "C" int gpt_cuda_clip(gpt_cuda *g, double max_norm, double *norm, char *err, size_t errlen) {
+extern "C" int gpt_cuda_clip(gpt_cuda *g, double max_norm, double *norm, char *err, size_t errlen)
+{
     ctx x = {g->st, g->h, err, errlen};
     if (l_clip(&x, g->grads, g->numel, max_norm, g->red)) return -1;
     CK(cudaMemcpyAsync(g->hred + 1, g->red + RED_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, g->st));
@@ -272,14 +298,24 @@ extern "C" int gpt_cuda_clip(gpt_cuda *g, double max_norm, double *norm, char *e
     return 0;
 }
 
-extern "C" double gpt_cuda_last_norm(const gpt_cuda *g) { return g->hred[1]; }
+extern "C" double gpt_cuda_last_norm(const gpt_cuda *g)
+{
+    return g->hred[1];
+}
 
 extern "C" int gpt_cuda_adamw(gpt_cuda *g, long t, double lr, double beta1, double beta2, double eps,
-                              double weight_decay, char *err, size_t errlen) {
+                              double weight_decay, char *err, size_t errlen)
+{
     ctx x = {g->st, g->h, err, errlen};
     return l_adamw(&x, g->tensors, g->ntensors, g->params, g->grads, g->m, g->v, t, lr, beta1, beta2, eps,
                    weight_decay);
 }
 
-extern "C" float *gpt_cuda_params_device(gpt_cuda *g) { return g->params; }
-extern "C" void *gpt_cuda_stream(gpt_cuda *g) { return (void *)g->st; }
+extern "C" float *gpt_cuda_params_device(gpt_cuda *g)
+{
+    return g->params;
+}
+extern "C" void *gpt_cuda_stream(gpt_cuda *g)
+{
+    return (void *)g->st;
+}

@@ -18,7 +18,8 @@ typedef struct {
     int fail;
 } pool;
 
-static void *dup_to_dev(pool *pl, const void *h, size_t bytes) {
+static void *dup_to_dev(pool *pl, const void *h, size_t bytes)
+{
     void *d = NULL;
     if (pl->fail || pl->n >= 16 || cudaMalloc(&d, bytes ? bytes : 1) != cudaSuccess) {
         pl->fail = 1;
@@ -30,24 +31,28 @@ static void *dup_to_dev(pool *pl, const void *h, size_t bytes) {
     return d;
 }
 
-static int back(pool *pl, void *h, const void *d, size_t bytes) {
+static int back(pool *pl, void *h, const void *d, size_t bytes)
+{
     if (pl->fail) return -1;
     if (cudaMemcpy(h, d, bytes, cudaMemcpyDeviceToHost) != cudaSuccess) pl->fail = 1;
     return pl->fail ? -1 : 0;
 }
 
-static int done(pool *pl, int rc, const char *what, const char *err) {
+static int done(pool *pl, int rc, const char *what, const char *err)
+{
     cudaError_t e = cudaDeviceSynchronize();
     for (int i = 0; i < pl->n; i++) cudaFree(pl->p[i]);
     if (rc || pl->fail || e != cudaSuccess) {
-        fprintf(stderr, "gpt_cuda_k_%s: %s\n", what, err && *err ? err : cudaGetErrorString(e ? e : cudaGetLastError()));
+        fprintf(stderr, "gpt_cuda_k_%s: %s\n", what,
+                err && *err ? err : cudaGetErrorString(e ? e : cudaGetLastError()));
         return -1;
     }
     return 0;
 }
 
 static cublasHandle_t test_h; /* one handle for the single-kernel entry points (tests) */
-static cublasHandle_t test_handle(int tf32) {
+static cublasHandle_t test_handle(int tf32)
+{
     cublasHandle_t &h = test_h;
     if (!h && cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return NULL;
     cublasSetStream(h, 0);
@@ -55,39 +60,53 @@ static cublasHandle_t test_handle(int tf32) {
     return h;
 }
 
-#define KBEGIN(tf32)                                                                               \
-    char kerr[512] = "";                                                                           \
-    pool pl;                                                                                       \
-    memset(&pl, 0, sizeof pl);                                                                     \
-    ctx x = {0, test_handle(tf32), kerr, sizeof kerr};                                             \
-    if (!x.h) { fprintf(stderr, "gpt_cuda_k: cublasCreate failed\n"); return -1; }                  \
+#define KBEGIN(tf32)                                          \
+    char kerr[512] = "";                                      \
+    pool pl;                                                  \
+    memset(&pl, 0, sizeof pl);                                \
+    ctx x = {0, test_handle(tf32), kerr, sizeof kerr};        \
+    if (!x.h) {                                               \
+        fprintf(stderr, "gpt_cuda_k: cublasCreate failed\n"); \
+        return -1;                                            \
+    }                                                         \
     int rc = 0
 #define F(n) ((size_t)(n) * sizeof(float))
 #define I(n) ((size_t)(n) * sizeof(int))
 
-extern "C" int gpt_cuda_k_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B,
-                                          int T, int C, int V, int maxT) {
+extern "C" int gpt_cuda_k_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T,
+                                          int C, int V, int maxT)
+{
     KBEGIN(0);
     size_t N = (size_t)B * T;
     float *dout = (float *)dup_to_dev(&pl, NULL, F(N * C));
     int *di = (int *)dup_to_dev(&pl, inp, I(N));
-    float *dwte = (float *)dup_to_dev(&pl, wte, F((size_t)V * C)), *dwpe = (float *)dup_to_dev(&pl, wpe, F((size_t)maxT * C));
+    float *dwte = (float *)dup_to_dev(&pl, wte, F((size_t)V * C)),
+          *dwpe = (float *)dup_to_dev(&pl, wpe, F((size_t)maxT * C));
     if (!pl.fail) rc = l_encoder_forward(&x, dout, di, dwte, dwpe, B, T, C);
     if (!rc) rc = back(&pl, out, dout, F(N * C));
     return done(&pl, rc, "encoder_forward", kerr);
 }
 
 extern "C" int gpt_cuda_k_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T,
-                                           int C, int V, int maxT) {
+                                           int C, int V, int maxT)
+{
     KBEGIN(0);
     int N = B * T;
     int *h = (int *)malloc(I(5 * (size_t)N + 1)), *slot = (int *)calloc((size_t)V, sizeof(int)),
         *cnt = (int *)calloc((size_t)N + 1, sizeof(int));
-    if (!h || !slot || !cnt) { free(h); free(slot); free(cnt); return -1; }
+    if (!h || !slot || !cnt) {
+        free(h);
+        free(slot);
+        free(cnt);
+        return -1;
+    }
     int U = bucket_tokens(h, inp, NULL, N, slot, cnt);
     int *dt = (int *)dup_to_dev(&pl, h, I(5 * (size_t)N + 1));
-    free(h); free(slot); free(cnt);
-    float *ddw = (float *)dup_to_dev(&pl, dwte, F((size_t)V * C)), *ddp = (float *)dup_to_dev(&pl, NULL, F((size_t)maxT * C));
+    free(h);
+    free(slot);
+    free(cnt);
+    float *ddw = (float *)dup_to_dev(&pl, dwte, F((size_t)V * C)),
+          *ddp = (float *)dup_to_dev(&pl, NULL, F((size_t)maxT * C));
     float *dd = (float *)dup_to_dev(&pl, dout, F((size_t)N * C));
     if (!pl.fail) rc = l_encoder_backward(&x, ddw, ddp, dd, dt + 2 * N, dt + 3 * N, dt + 4 * N, U, B, T, C, maxT);
     if (!rc) rc = back(&pl, dwte, ddw, F((size_t)V * C));
@@ -96,7 +115,8 @@ extern "C" int gpt_cuda_k_encoder_backward(float *dwte, float *dwpe, const float
 }
 
 extern "C" int gpt_cuda_k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                                            const float *b, int N, int C) {
+                                            const float *b, int N, int C)
+{
     KBEGIN(0);
     float *d_o = (float *)dup_to_dev(&pl, NULL, F((size_t)N * C)), *dm = (float *)dup_to_dev(&pl, NULL, F(N)),
           *dr = (float *)dup_to_dev(&pl, NULL, F(N)), *di = (float *)dup_to_dev(&pl, inp, F((size_t)N * C)),
@@ -108,7 +128,8 @@ extern "C" int gpt_cuda_k_layernorm_forward(float *out, float *mean, float *rstd
 
 extern "C" int gpt_cuda_k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
                                              const float *w, const float *mean, const float *rstd, int N, int C,
-                                             int accumulate) {
+                                             int accumulate)
+{
     KBEGIN(0);
     float *ddi = (float *)dup_to_dev(&pl, dinp, F((size_t)N * C)), *ddw = (float *)dup_to_dev(&pl, NULL, F(C)),
           *ddb = (float *)dup_to_dev(&pl, NULL, F(C)), *ddo = (float *)dup_to_dev(&pl, dout, F((size_t)N * C)),
@@ -119,30 +140,36 @@ extern "C" int gpt_cuda_k_layernorm_backward(float *dinp, float *dw, float *db, 
     return done(&pl, rc, "layernorm_backward", kerr);
 }
 
-extern "C" int gpt_cuda_k_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N,
-                                         int C, int OC, int tf32) {
+extern "C" int gpt_cuda_k_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C,
+                                         int OC, int tf32)
+{
     KBEGIN(tf32);
-    float *d_o = (float *)dup_to_dev(&pl, NULL, F((size_t)N * OC)), *di = (float *)dup_to_dev(&pl, inp, F((size_t)N * C)),
-          *dw = (float *)dup_to_dev(&pl, w, F((size_t)OC * C)), *db = (float *)dup_to_dev(&pl, bias, F(OC));
+    float *d_o = (float *)dup_to_dev(&pl, NULL, F((size_t)N * OC)),
+          *di = (float *)dup_to_dev(&pl, inp, F((size_t)N * C)), *dw = (float *)dup_to_dev(&pl, w, F((size_t)OC * C)),
+          *db = (float *)dup_to_dev(&pl, bias, F(OC));
     if (!pl.fail) rc = l_matmul_forward(&x, d_o, di, dw, db, N, C, OC);
     if (!rc) rc = back(&pl, out, d_o, F((size_t)N * OC));
     return done(&pl, rc, "matmul_forward", kerr);
 }
 
 extern "C" int gpt_cuda_k_matmul_backward(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                                          const float *w, int N, int C, int OC, int tf32) {
+                                          const float *w, int N, int C, int OC, int tf32)
+{
     KBEGIN(tf32);
-    float *ddi = (float *)dup_to_dev(&pl, NULL, F((size_t)N * C)), *ddw = (float *)dup_to_dev(&pl, NULL, F((size_t)OC * C)),
-          *ddb = (float *)dup_to_dev(&pl, NULL, F(OC)), *ddo = (float *)dup_to_dev(&pl, dout, F((size_t)N * OC)),
+    float *ddi = (float *)dup_to_dev(&pl, NULL, F((size_t)N * C)),
+          *ddw = (float *)dup_to_dev(&pl, NULL, F((size_t)OC * C)), *ddb = (float *)dup_to_dev(&pl, NULL, F(OC)),
+          *ddo = (float *)dup_to_dev(&pl, dout, F((size_t)N * OC)),
           *di = (float *)dup_to_dev(&pl, inp, F((size_t)N * C)), *dwt = (float *)dup_to_dev(&pl, w, F((size_t)OC * C));
     if (!pl.fail) rc = l_matmul_backward(&x, ddi, ddw, ddb, ddo, di, dwt, N, C, OC);
-    if (!rc) rc = back(&pl, dinp, ddi, F((size_t)N * C)) || back(&pl, dw, ddw, F((size_t)OC * C)) ||
-                  back(&pl, dbias, ddb, F(OC));
+    if (!rc)
+        rc = back(&pl, dinp, ddi, F((size_t)N * C)) || back(&pl, dw, ddw, F((size_t)OC * C)) ||
+             back(&pl, dbias, ddb, F(OC));
     return done(&pl, rc, "matmul_backward", kerr);
 }
 
 extern "C" int gpt_cuda_k_attention_forward(float *out, float *att, const float *qkv, int B, int T, int C, int NH,
-                                            int tf32) {
+                                            int tf32)
+{
     KBEGIN(tf32);
     size_t N = (size_t)B * T, A = (size_t)B * NH * T * T;
     float *d_o = (float *)dup_to_dev(&pl, NULL, F(N * C)), *da = (float *)dup_to_dev(&pl, NULL, F(A)),
@@ -152,8 +179,9 @@ extern "C" int gpt_cuda_k_attention_forward(float *out, float *att, const float 
     return done(&pl, rc, "attention_forward", kerr);
 }
 
-extern "C" int gpt_cuda_k_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att,
-                                             int B, int T, int C, int NH, int tf32) {
+extern "C" int gpt_cuda_k_attention_backward(float *dqkv, const float *dout, const float *qkv, const float *att, int B,
+                                             int T, int C, int NH, int tf32)
+{
     KBEGIN(tf32);
     size_t N = (size_t)B * T, A = (size_t)B * NH * T * T, NC = N * C;
     float *ddq = (float *)dup_to_dev(&pl, NULL, F(N * 3 * C)), *ddo = (float *)dup_to_dev(&pl, dout, F(NC)),
@@ -166,7 +194,8 @@ extern "C" int gpt_cuda_k_attention_backward(float *dqkv, const float *dout, con
     return done(&pl, rc, "attention_backward", kerr);
 }
 
-extern "C" int gpt_cuda_k_softmax_causal(float *s, int BH, int T) {
+extern "C" int gpt_cuda_k_softmax_causal(float *s, int BH, int T)
+{
     KBEGIN(0);
     size_t n = (size_t)BH * T * T;
     float *d = (float *)dup_to_dev(&pl, s, F(n));
@@ -175,7 +204,8 @@ extern "C" int gpt_cuda_k_softmax_causal(float *s, int BH, int T) {
     return done(&pl, rc, "softmax_causal", kerr);
 }
 
-extern "C" int gpt_cuda_k_gelu_forward(float *out, const float *inp, size_t n) {
+extern "C" int gpt_cuda_k_gelu_forward(float *out, const float *inp, size_t n)
+{
     KBEGIN(0);
     float *d_o = (float *)dup_to_dev(&pl, NULL, F(n)), *di = (float *)dup_to_dev(&pl, inp, F(n));
     if (!pl.fail) rc = l_gelu_forward(&x, d_o, di, n);
@@ -183,7 +213,8 @@ extern "C" int gpt_cuda_k_gelu_forward(float *out, const float *inp, size_t n) {
     return done(&pl, rc, "gelu_forward", kerr);
 }
 
-extern "C" int gpt_cuda_k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n) {
+extern "C" int gpt_cuda_k_gelu_backward(float *dinp, const float *inp, const float *dout, size_t n)
+{
     KBEGIN(0);
     float *ddi = (float *)dup_to_dev(&pl, NULL, F(n)), *di = (float *)dup_to_dev(&pl, inp, F(n)),
           *ddo = (float *)dup_to_dev(&pl, dout, F(n));
@@ -192,7 +223,8 @@ extern "C" int gpt_cuda_k_gelu_backward(float *dinp, const float *inp, const flo
     return done(&pl, rc, "gelu_backward", kerr);
 }
 
-extern "C" int gpt_cuda_k_residual_forward(float *out, const float *a, const float *b, size_t n) {
+extern "C" int gpt_cuda_k_residual_forward(float *out, const float *a, const float *b, size_t n)
+{
     KBEGIN(0);
     float *d_o = (float *)dup_to_dev(&pl, NULL, F(n)), *da = (float *)dup_to_dev(&pl, a, F(n)),
           *db = (float *)dup_to_dev(&pl, b, F(n));
@@ -202,20 +234,23 @@ extern "C" int gpt_cuda_k_residual_forward(float *out, const float *a, const flo
 }
 
 extern "C" int gpt_cuda_k_crossentropy_forward(float *logits, float *losses, const int *targets, int N, int V,
-                                               float *mean) {
+                                               float *mean)
+{
     KBEGIN(0);
     float *dl = (float *)dup_to_dev(&pl, logits, F((size_t)N * V)), *dls = (float *)dup_to_dev(&pl, NULL, F(N));
     int *dt = (int *)dup_to_dev(&pl, targets, I(N));
     double *red = (double *)dup_to_dev(&pl, NULL, (RED_BLOCKS + 2) * sizeof(double));
     double m = 0;
     if (!pl.fail) rc = l_crossentropy_forward(&x, dl, dls, dt, N, V, red);
-    if (!rc) rc = back(&pl, logits, dl, F((size_t)N * V)) || back(&pl, losses, dls, F(N)) ||
-                  back(&pl, &m, red + RED_BLOCKS, sizeof(double));
+    if (!rc)
+        rc = back(&pl, logits, dl, F((size_t)N * V)) || back(&pl, losses, dls, F(N)) ||
+             back(&pl, &m, red + RED_BLOCKS, sizeof(double));
     if (mean) *mean = (float)m;
     return done(&pl, rc, "crossentropy_forward", kerr);
 }
 
-extern "C" int gpt_cuda_k_crossentropy_backward(float *probs, const int *targets, int N, int V) {
+extern "C" int gpt_cuda_k_crossentropy_backward(float *probs, const int *targets, int N, int V)
+{
     KBEGIN(0);
     float *dp = (float *)dup_to_dev(&pl, probs, F((size_t)N * V));
     int *dt = (int *)dup_to_dev(&pl, targets, I(N));
@@ -224,7 +259,8 @@ extern "C" int gpt_cuda_k_crossentropy_backward(float *probs, const int *targets
     return done(&pl, rc, "crossentropy_backward", kerr);
 }
 
-extern "C" int gpt_cuda_k_clip(float *grads, size_t numel, double max_norm, double *norm) {
+extern "C" int gpt_cuda_k_clip(float *grads, size_t numel, double max_norm, double *norm)
+{
     KBEGIN(0);
     float *dg = (float *)dup_to_dev(&pl, grads, F(numel));
     double *red = (double *)dup_to_dev(&pl, NULL, (RED_BLOCKS + 2) * sizeof(double));
@@ -235,9 +271,10 @@ extern "C" int gpt_cuda_k_clip(float *grads, size_t numel, double max_norm, doub
     return done(&pl, rc, "clip", kerr);
 }
 
-extern "C" int gpt_cuda_k_adamw(const model_tensor *tensors, int ntensors, float *params, const float *grads,
-                                float *m, float *v, long t, double lr, double beta1, double beta2, double eps,
-                                double weight_decay) {
+extern "C" int gpt_cuda_k_adamw(const model_tensor *tensors, int ntensors, float *params, const float *grads, float *m,
+                                float *v, long t, double lr, double beta1, double beta2, double eps,
+                                double weight_decay)
+{
     KBEGIN(0);
     size_t n = tensors[ntensors - 1].offset + tensors[ntensors - 1].numel;
     float *dp = (float *)dup_to_dev(&pl, params, F(n)), *dg = (float *)dup_to_dev(&pl, grads, F(n)),

@@ -17,14 +17,13 @@ extern "C" {
 int gpt_cuda_k_encoder_forward(float *out, const int *inp, const float *wte, const float *wpe, int B, int T, int C,
                                int V, int maxT);
 /* dwte (V,C) in/out (holds the head's gradient, the scatter adds); dwpe (maxT,C) written */
-int gpt_cuda_k_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C,
-                                int V, int maxT);
-int gpt_cuda_k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                                 const float *b, int N, int C);
+int gpt_cuda_k_encoder_backward(float *dwte, float *dwpe, const float *dout, const int *inp, int B, int T, int C, int V,
+                                int maxT);
+int gpt_cuda_k_layernorm_forward(float *out, float *mean, float *rstd, const float *inp, const float *w, const float *b,
+                                 int N, int C);
 /* dinp written (accumulate=0) or added to (1); dw, db written */
 int gpt_cuda_k_layernorm_backward(float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                                  const float *w, const float *mean, const float *rstd, int N, int C,
-                                  int accumulate);
+                                  const float *w, const float *mean, const float *rstd, int N, int C, int accumulate);
 /* out = inp W^T + bias ; and the backward: dinp, dw, dbias written */
 int gpt_cuda_k_matmul_forward(float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC,
                               int tf32);
@@ -43,8 +42,8 @@ int gpt_cuda_k_residual_forward(float *out, const float *a, const float *b, size
 int gpt_cuda_k_crossentropy_forward(float *logits, float *losses, const int *targets, int N, int V, float *mean);
 int gpt_cuda_k_crossentropy_backward(float *probs, const int *targets, int N, int V);
 int gpt_cuda_k_clip(float *grads, size_t numel, double max_norm, double *norm);
-int gpt_cuda_k_adamw(const model_tensor *tensors, int ntensors, float *params, const float *grads, float *m,
-                     float *v, long t, double lr, double beta1, double beta2, double eps, double weight_decay);
+int gpt_cuda_k_adamw(const model_tensor *tensors, int ntensors, float *params, const float *grads, float *m, float *v,
+                     long t, double lr, double beta1, double beta2, double eps, double weight_decay);
 
 #ifdef __cplusplus
 }

@@ -13,7 +13,8 @@
 #include "util.h"
 
 /* Count the step and the time it took (since the previous call returned): DyLU's speed. */
-static void count_step(diloco *d) {
+static void count_step(diloco *d)
+{
     uint64_t now = dl_wall_us();
     pthread_mutex_lock(&d->hb_mu);
     d->total_steps++;
@@ -26,7 +27,8 @@ static void count_step(diloco *d) {
 
 static int after_step(diloco *d, char *err, size_t errlen);
 
-int diloco_after_step(diloco *d, char *err, size_t errlen) {
+int diloco_after_step(diloco *d, char *err, size_t errlen)
+{
     count_step(d);
     log_sink *prev = log_use_sink(&d->log);
     int rc = after_step(d, err, errlen);
@@ -37,7 +39,8 @@ int diloco_after_step(diloco *d, char *err, size_t errlen) {
     return rc;
 }
 
-static int after_step(diloco *d, char *err, size_t errlen) {
+static int after_step(diloco *d, char *err, size_t errlen)
+{
     d->steps++;
     if (d->rc.nfragments == 1) {
         if (d->steps < d->sync_every) return 0;
@@ -50,14 +53,16 @@ static int after_step(diloco *d, char *err, size_t errlen) {
 
 static int force_sync(diloco *d, char *err, size_t errlen);
 
-int diloco_force_sync(diloco *d, char *err, size_t errlen) {
+int diloco_force_sync(diloco *d, char *err, size_t errlen)
+{
     log_sink *prev = log_use_sink(&d->log);
     int rc = force_sync(d, err, errlen);
     log_use_sink(prev);
     return rc;
 }
 
-static int force_sync(diloco *d, char *err, size_t errlen) {
+static int force_sync(diloco *d, char *err, size_t errlen)
+{
     int changed = stream_finish_fragment(d, err, errlen);
     if (changed < 0) return -1;
     for (int f = 0; f < d->rc.nfragments; f++) {
@@ -69,7 +74,8 @@ static int force_sync(diloco *d, char *err, size_t errlen) {
     return changed;
 }
 
-int diloco_steps_to_sync(const diloco *d) {
+int diloco_steps_to_sync(const diloco *d)
+{
     if (d->rc.nfragments == 1) return d->sync_every - d->steps;
     return stream_interval(d) - d->steps % stream_interval(d);
 }

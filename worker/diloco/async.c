@@ -21,7 +21,8 @@
 #define SUBMIT_ARGS_MAX (2 * RUNCONF_MAX_SHARDS + 8)
 
 /* dl_submit for shards [first, last) from their current base versions; fills d->seq. */
-static int submit(diloco *d, int f, int first, int last, char *err, size_t errlen) {
+static int submit(diloco *d, int f, int first, int last, char *err, size_t errlen)
+{
     static const char *argv[SUBMIT_ARGS_MAX];
     static char nums[SUBMIT_ARGS_MAX][24];
     int argc = 0;
@@ -48,8 +49,10 @@ static int submit(diloco *d, int f, int first, int last, char *err, size_t errle
     pthread_mutex_unlock(&d->ctl_mu);
     int rc = DL_OK;
     if (rconn_reply_error(d->ctl, r, err, errlen) < 0) {
-        rc = !r ? DL_RETRY : strncmp(r->str, "STALE", 5) == 0 ? DL_STALE
-                           : strncmp(r->str, "UNKNOWN_WORKER", 14) == 0 ? DL_EVICTED : DL_FAIL;
+        rc = !r                                           ? DL_RETRY
+             : strncmp(r->str, "STALE", 5) == 0           ? DL_STALE
+             : strncmp(r->str, "UNKNOWN_WORKER", 14) == 0 ? DL_EVICTED
+                                                          : DL_FAIL;
     } else if (r->type != REDIS_REPLY_ARRAY || (int)r->elements != last - first) {
         err_set(err, errlen, "unexpected reply to dl_submit");
         rc = DL_FAIL;
@@ -61,7 +64,8 @@ static int submit(diloco *d, int f, int first, int last, char *err, size_t errle
 }
 
 /* Push our Δ of one shard for its place in the order. */
-static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
+static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
+{
     (void)arg;
     uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
     unsigned attempt = 0;
@@ -73,7 +77,8 @@ static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
 }
 
 /* Get a shard once our submission is applied; resend Δ to an owner that lacks it. */
-static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
+static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
+{
     (void)arg;
     uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
     unsigned attempt = 0;
@@ -90,7 +95,8 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
     }
 }
 
-int async_submit_net(diloco *d, int f, char *err, size_t errlen) {
+int async_submit_net(diloco *d, int f, char *err, size_t errlen)
+{
     int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
     int rc = DL_RETRY;
     for (unsigned attempt = 0; rc == DL_RETRY && attempt < 5; attempt++) {
@@ -105,7 +111,7 @@ int async_submit_net(diloco *d, int f, char *err, size_t errlen) {
     for (int k = first + 1; k < last; k++)
         if (d->shard_version[k] < lo) lo = d->shard_version[k];
     d->frag_version[f] = lo;
-    log_debug("fragment %d: submission applied at version %" PRId64 " (got up to %" PRId64 ")", f,
-              d->seq[first] + 1, d->shard_version[first]);
+    log_debug("fragment %d: submission applied at version %" PRId64 " (got up to %" PRId64 ")", f, d->seq[first] + 1,
+              d->shard_version[first]);
     return DL_OK;
 }

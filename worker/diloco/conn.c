@@ -23,34 +23,37 @@
 
 #define SMALL_REPLY_CAP (BLOB_HEADER_MAX + 64)
 
-uint64_t dl_wall_us(void) {
+uint64_t dl_wall_us(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_REALTIME, &ts);
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
 /* *slot = t if *slot is 0 or later than t (threads of one round race here). */
-static void stamp_min(uint64_t *slot, uint64_t t) {
+static void stamp_min(uint64_t *slot, uint64_t t)
+{
     uint64_t cur = __atomic_load_n(slot, __ATOMIC_RELAXED);
     while ((cur == 0 || cur > t) &&
-           !__atomic_compare_exchange_n(slot, &cur, t, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-    }
+           !__atomic_compare_exchange_n(slot, &cur, t, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
 }
 
-static void stamp_max(uint64_t *slot, uint64_t t) {
+static void stamp_max(uint64_t *slot, uint64_t t)
+{
     uint64_t cur = __atomic_load_n(slot, __ATOMIC_RELAXED);
-    while (cur < t && !__atomic_compare_exchange_n(slot, &cur, t, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {
-    }
+    while (cur < t && !__atomic_compare_exchange_n(slot, &cur, t, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
 }
 
 /* Say who we are and prove we know the run's secret (auth.h). */
-static int hello(diloco *d, int fd, char *err, size_t errlen) {
+static int hello(diloco *d, int fd, char *err, size_t errlen)
+{
     /* a short limit: a frozen server accepts connections (the kernel does) but never answers */
     int timeout = d->o.net_timeout_ms < 5000 ? d->o.net_timeout_ms : 5000;
     return auth_client_hello(fd, d->rc.secret, d->worker_id, d->o.run, timeout, NULL, 0, err, errlen);
 }
 
-dp_conn *conn_acquire(diloco *d, const char *addr, char *err, size_t errlen) {
+dp_conn *conn_acquire(diloco *d, const char *addr, char *err, size_t errlen)
+{
     dp_conn *c = NULL;
     pthread_mutex_lock(&d->conns_mu);
     for (int i = 0; i < MAX_CONNS && !c; i++)
@@ -78,7 +81,8 @@ dp_conn *conn_acquire(diloco *d, const char *addr, char *err, size_t errlen) {
     return c;
 }
 
-void conn_release(diloco *d, dp_conn *c, int broken) {
+void conn_release(diloco *d, dp_conn *c, int broken)
+{
     pthread_mutex_lock(&d->conns_mu);
     if (broken && c->fd >= 0) {
         close(c->fd);
@@ -88,7 +92,8 @@ void conn_release(diloco *d, dp_conn *c, int broken) {
     pthread_mutex_unlock(&d->conns_mu);
 }
 
-void conn_close_all(diloco *d) {
+void conn_close_all(diloco *d)
+{
     for (int i = 0; i < MAX_CONNS; i++)
         if (d->conns[i].fd >= 0) {
             close(d->conns[i].fd);
@@ -115,7 +120,8 @@ static int reply_err_status(const blob_header *h, char *err, size_t errlen)
 }
 
 /* Map an err/moved/need/wait reply to an outcome. */
-static int reply_outcome(diloco *d, const blob_header *h, char *err, size_t errlen) {
+static int reply_outcome(diloco *d, const blob_header *h, char *err, size_t errlen)
+{
     if (strcmp(h->op, "moved") == 0 || strcmp(h->op, "wait") == 0) {
         err_set(err, errlen, "%s: %s", h->op, h->text);
         return DL_RETRY;
@@ -146,7 +152,8 @@ static int reply_outcome(diloco *d, const blob_header *h, char *err, size_t errl
  * server answers within it (it answers `wait` rather than holding a request), so polls only happen
  * while an owner is silent. 0: readable; -1 + err: give up (the caller retries). */
 #define AWAIT_LEASE_POLL_MS 250
-static int await_reply(diloco *d, int fd, int shard, char *err, size_t errlen) {
+static int await_reply(diloco *d, int fd, int shard, char *err, size_t errlen)
+{
     shard_owner before, now;
     owners_get(d, shard, &before);
     uint64_t deadline = now_ms() + (uint64_t)d->o.net_timeout_ms;
@@ -175,7 +182,8 @@ static int await_reply(diloco *d, int fd, int shard, char *err, size_t errlen) {
 }
 
 /* Connect to the shard's owner. DL_RETRY when it has none or cannot be reached. */
-static int owner_conn(diloco *d, int shard, dp_conn **out, char *err, size_t errlen) {
+static int owner_conn(diloco *d, int shard, dp_conn **out, char *err, size_t errlen)
+{
     shard_owner o;
     owners_get(d, shard, &o);
     if (o.addr[0] == '\0') {
@@ -187,7 +195,8 @@ static int owner_conn(diloco *d, int shard, dp_conn **out, char *err, size_t err
 }
 
 /* The push request of one shard: header and where its payload (our Δ) lives. */
-static void push_request(diloco *d, int shard, int64_t round, blob_header *h, const void **payload, size_t *plen) {
+static void push_request(diloco *d, int shard, int64_t round, blob_header *h, const void **payload, size_t *plen)
+{
     size_t n = (size_t)runconf_shard_numel(&d->rc, shard);
     blob_header_init(h, "push");
     h->shard = shard;
@@ -203,7 +212,8 @@ static void push_request(diloco *d, int shard, int64_t round, blob_header *h, co
     *payload = dl_shard_delta(d, shard, plen);
 }
 
-int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int *rcs, char *err, size_t errlen) {
+int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int *rcs, char *err, size_t errlen)
+{
     for (int i = 0; i < count; i++) rcs[i] = DL_RETRY;
     dp_conn *c;
     int rc = owner_conn(d, shards[0], &c, err, errlen);
@@ -237,7 +247,8 @@ int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int 
         } else {
             char why[256] = "";
             rcs[i] = reply_outcome(d, &h, why, sizeof why);
-            if (worst == DL_OK || rcs[i] == DL_CORRUPT) err_set(err, errlen, "%s", why); /* corrupt: an operator's job */
+            if (worst == DL_OK || rcs[i] == DL_CORRUPT)
+                err_set(err, errlen, "%s", why); /* corrupt: an operator's job */
             worst = DL_RETRY;
         }
     }
@@ -245,7 +256,8 @@ int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int 
     return broken ? DL_RETRY : worst;
 }
 
-int conn_push(diloco *d, int shard, int64_t round, char *err, size_t errlen) {
+int conn_push(diloco *d, int shard, int64_t round, char *err, size_t errlen)
+{
     dp_conn *c;
     int rc = owner_conn(d, shard, &c, err, errlen);
     if (rc != DL_OK) return rc;
@@ -282,7 +294,8 @@ typedef struct place_arg {
  * base[shard] holds garbage, which is safe: the get is retried (or, if the sync fails, the shard is
  * fetched again before it is used: every failure path ends in a fetch), and nothing is sent from
  * base[shard] meanwhile. */
-static void *place_params(const blob_header *h, size_t plen, void *p) {
+static void *place_params(const blob_header *h, size_t plen, void *p)
+{
     place_arg *a = p;
     void *upd = dl_update_place(a->d, a->shard, h, plen); /* --download update: elsewhere */
     if (upd) return upd;
@@ -298,7 +311,8 @@ static void *place_params(const blob_header *h, size_t plen, void *p) {
 /* A received shard of version h->version with the digest xxh is in base: remember whether it is durable
  * yet, and account for it. */
 static int took_version(diloco *d, int shard, const blob_header *h, int tentative, uint64_t xxh, size_t plen,
-                        int64_t *got) {
+                        int64_t *got)
+{
     d->tent_version[shard] = tentative ? h->version : 0;
     d->tent_xxh[shard] = xxh;
     d->tent_epoch[shard] = h->epoch;
@@ -310,12 +324,13 @@ static int took_version(diloco *d, int shard, const blob_header *h, int tentativ
 
 /* --download update: apply an update reply (the round's averaged pseudo-gradient) ourselves. */
 static int take_update(diloco *d, int shard, const blob_header *h, const uint8_t *payload, size_t plen,
-                       int64_t min_version, int64_t *got, char *err, size_t errlen) {
+                       int64_t min_version, int64_t *got, char *err, size_t errlen)
+{
     size_t n = (size_t)runconf_shard_numel(&d->rc, shard);
     if (!d->rc.download_update || h->dtype != d->rc.compress || h->count != n || plen != codec_bytes(h->dtype, n) ||
         h->shard != shard || h->version != min_version) {
-        err_set(err, errlen, "bad update reply for shard %d (dtype %d, count %" PRIu64 ", version %" PRId64 ")",
-                shard, h->dtype, h->count, h->version);
+        err_set(err, errlen, "bad update reply for shard %d (dtype %d, count %" PRIu64 ", version %" PRId64 ")", shard,
+                h->dtype, h->count, h->version);
         return DL_FAIL;
     }
     uint64_t digest;
@@ -327,14 +342,15 @@ static int take_update(diloco *d, int shard, const blob_header *h, const uint8_t
 /* Check a params reply and copy it into base (unless it was received there); with --download update,
  * parameters then momentum. */
 static int take_params(diloco *d, int shard, const blob_header *h, const uint8_t *payload, size_t plen,
-                       int64_t min_version, int64_t *got, char *err, size_t errlen) {
+                       int64_t min_version, int64_t *got, char *err, size_t errlen)
+{
     size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
     int with_mom = d->rc.download_update && (h->flags & BLOB_PARAMS_MOMENTUM);
     size_t count = with_mom ? 2 * n : n;
     if (h->dtype != BLOB_F32 || h->count != count || plen != count * sizeof(float) || h->shard != shard ||
         h->version < min_version) {
-        err_set(err, errlen, "bad params reply for shard %d (dtype %d, count %" PRIu64 ", version %" PRId64 ")",
-                shard, h->dtype, h->count, h->version);
+        err_set(err, errlen, "bad params reply for shard %d (dtype %d, count %" PRIu64 ", version %" PRId64 ")", shard,
+                h->dtype, h->count, h->version);
         return DL_FAIL;
     }
     if (with_mom) {
@@ -349,7 +365,8 @@ static int take_params(diloco *d, int shard, const blob_header *h, const uint8_t
     return took_version(d, shard, h, (h->flags & BLOB_PARAMS_TENTATIVE) != 0, h->xxh, plen, got);
 }
 
-int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got, char *err, size_t errlen) {
+int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got, char *err, size_t errlen)
+{
     dp_conn *c;
     int rc = owner_conn(d, shard, &c, err, errlen);
     if (rc != DL_OK) return rc;
@@ -373,14 +390,18 @@ int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got,
         return DL_RETRY;
     }
     conn_release(d, c, 0);
-    if (strcmp(h.op, "params") == 0) rc = take_params(d, shard, &h, payload, plen, min_version, got, err, errlen);
-    else if (strcmp(h.op, "update") == 0) rc = take_update(d, shard, &h, payload, plen, min_version, got, err, errlen);
-    else rc = reply_outcome(d, &h, err, errlen);
+    if (strcmp(h.op, "params") == 0)
+        rc = take_params(d, shard, &h, payload, plen, min_version, got, err, errlen);
+    else if (strcmp(h.op, "update") == 0)
+        rc = take_update(d, shard, &h, payload, plen, min_version, got, err, errlen);
+    else
+        rc = reply_outcome(d, &h, err, errlen);
     return rc;
 }
 
 int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version, int flags, int *rcs, int64_t *got,
-                   char *err, size_t errlen) {
+                   char *err, size_t errlen)
+{
     for (int i = 0; i < count; i++) rcs[i] = DL_RETRY;
     dp_conn *c;
     int rc = owner_conn(d, shards[0], &c, err, errlen);

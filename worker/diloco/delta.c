@@ -22,7 +22,8 @@
 #define DELTA_CHUNK 16384
 _Static_assert(DELTA_CHUNK % CODEC_BLOCK == 0, "a chunk holds whole codec blocks");
 
-int dl_delta_alloc(diloco *d, char *err, size_t errlen) {
+int dl_delta_alloc(diloco *d, char *err, size_t errlen)
+{
     size_t n = d->numel;
     int block = codec_is_block(d->push_dtype);
     d->delta_f32 = d->push_dtype == BLOB_BF16 ? NULL : dl_host_alloc(d, n * sizeof(float));
@@ -42,7 +43,8 @@ oom:
     return -1;
 }
 
-void dl_delta_free(diloco *d) {
+void dl_delta_free(diloco *d)
+{
     dl_host_free(d, d->delta_bf16);
     dl_host_free(d, d->delta_f32);
     free(d->delta_q);
@@ -50,7 +52,8 @@ void dl_delta_free(diloco *d) {
     free(d->ef);
 }
 
-const void *dl_shard_delta(const diloco *d, int k, size_t *bytes) {
+const void *dl_shard_delta(const diloco *d, int k, size_t *bytes)
+{
     size_t off = (size_t)d->rc.shard_bounds[k], n = (size_t)runconf_shard_numel(&d->rc, k);
     if (codec_is_block(d->push_dtype)) {
         *bytes = d->delta_qoff[k + 1] - d->delta_qoff[k];
@@ -63,7 +66,8 @@ const void *dl_shard_delta(const diloco *d, int k, size_t *bytes) {
 /* Elements [c, c+len) of shard k (c - lo a multiple of CODEC_BLOCK) from the fp32 Δ in delta_f32: add
  * the kept error, quantize, keep the new error. Returns the encoded bytes (in delta_q), or NULL with
  * *bad set when Δ is not finite. */
-static const uint8_t *encode_chunk(diloco *d, int k, size_t c, size_t len, size_t *bad, size_t *qlen) {
+static const uint8_t *encode_chunk(diloco *d, int k, size_t c, size_t len, size_t *bad, size_t *qlen)
+{
     size_t lo = (size_t)d->rc.shard_bounds[k];
     float *x = d->delta_f32 + c;
     if (d->ef) /* a non-finite Δ stays non-finite: the encoder finds it */
@@ -85,7 +89,8 @@ static const uint8_t *encode_chunk(diloco *d, int k, size_t c, size_t len, size_
 /* Δ = base - params of shard k on the host (or, from_device, already in delta_f32), its finite check
  * (base is finite, so a non-finite Δ means params are not), its encoding and its checksum, in one pass.
  * 0, or -1 with *bad its first bad index. */
-static int shard_delta(diloco *d, int k, int from_device, XXH3_state_t *xs, size_t *bad) {
+static int shard_delta(diloco *d, int k, int from_device, XXH3_state_t *xs, size_t *bad)
+{
     size_t lo = (size_t)d->rc.shard_bounds[k], hi = (size_t)d->rc.shard_bounds[k + 1];
     int block = codec_is_block(d->push_dtype);
     XXH3_64bits_reset(xs);
@@ -117,7 +122,8 @@ static int shard_delta(diloco *d, int k, int from_device, XXH3_state_t *xs, size
 
 /* Δ of fragment f into delta_*, each shard's checksum into delta_xxh; -1 if our own training produced
  * NaN/Inf (or the device failed). */
-int sync_compute_delta(diloco *d, int f, char *err, size_t errlen) {
+int sync_compute_delta(diloco *d, int f, char *err, size_t errlen)
+{
     size_t lo = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f]], bad = 0;
     int rc = 0, block = codec_is_block(d->push_dtype);
     if (d->dev) { /* the device computes it against its snapshot (device.c); -1 here: a device error */
@@ -141,7 +147,10 @@ int sync_compute_delta(diloco *d, int f, char *err, size_t errlen) {
         XXH3_freeState(xs);
     }
     if (rc < 0) {
-        err_set(err, errlen, "the pseudo-gradient is not finite at index %zu (NaN or Inf in the local parameters): inner training diverged", bad);
+        err_set(err, errlen,
+                "the pseudo-gradient is not finite at index %zu (NaN or Inf in the local parameters): inner training "
+                "diverged",
+                bad);
         return -1;
     }
     pthread_mutex_lock(&d->hb_mu);

@@ -19,7 +19,8 @@
 #include "internal.h"
 #include "util.h"
 
-int dl_dev_init(diloco *d, const float *params, char *err, size_t errlen) {
+int dl_dev_init(diloco *d, const float *params, char *err, size_t errlen)
+{
     const diloco_device_ops *o = &d->o.device;
     d->dev = o->delta != NULL;
     if ((o->delta == NULL) != (o->load == NULL) || (o->host_alloc == NULL) != (o->host_free == NULL)) {
@@ -43,26 +44,35 @@ int dl_dev_init(diloco *d, const float *params, char *err, size_t errlen) {
     return 0;
 }
 
-void dl_dev_free(diloco *d) {
+void dl_dev_free(diloco *d)
+{
     free(d->dev_snap_ok);
     d->dev_snap_ok = NULL;
 }
 
-void *dl_host_alloc(diloco *d, size_t bytes) {
+void *dl_host_alloc(diloco *d, size_t bytes)
+{
     const diloco_device_ops *o = &d->o.device;
     return o->host_alloc ? o->host_alloc(o->ctx, bytes) : malloc(bytes);
 }
 
-void dl_host_free(diloco *d, void *p) {
+void dl_host_free(diloco *d, void *p)
+{
     const diloco_device_ops *o = &d->o.device;
     if (!p) return;
-    if (o->host_free) o->host_free(o->ctx, p);
-    else free(p);
+    if (o->host_free)
+        o->host_free(o->ctx, p);
+    else
+        free(p);
 }
 
-static size_t frag_lo(const diloco *d, int f) { return (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f]]; }
+static size_t frag_lo(const diloco *d, int f)
+{
+    return (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f]];
+}
 
-int dl_dev_load(diloco *d, size_t off, size_t n, int mode, double alpha, char *err, size_t errlen) {
+int dl_dev_load(diloco *d, size_t off, size_t n, int mode, double alpha, char *err, size_t errlen)
+{
     const diloco_device_ops *o = &d->o.device;
     int rc = o->load(o->ctx, d->base + off, off, n, mode, alpha, err, errlen) < 0 ? -1 : 0;
     /* which fragments' snapshots now hold a base we know (a load of exactly one fragment, the only
@@ -75,13 +85,15 @@ int dl_dev_load(diloco *d, size_t off, size_t n, int mode, double alpha, char *e
     return rc;
 }
 
-void dl_dev_base_written(diloco *d, int shard) {
+void dl_dev_base_written(diloco *d, int shard)
+{
     if (!d->dev) return;
     for (int f = 0; f < d->rc.nfragments; f++)
         if (shard >= d->rc.frag_bounds[f] && shard < d->rc.frag_bounds[f + 1]) d->dev_snap_ok[f] = 0;
 }
 
-int dl_dev_delta(diloco *d, int f, size_t *bad, char *err, size_t errlen) {
+int dl_dev_delta(diloco *d, int f, size_t *bad, char *err, size_t errlen)
+{
     const diloco_device_ops *o = &d->o.device;
     size_t lo = frag_lo(d, f), hi = frag_lo(d, f + 1);
     if (!d->dev_snap_ok[f])

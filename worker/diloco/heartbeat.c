@@ -14,7 +14,8 @@
 #include "rconn.h"
 #include "util.h"
 
-static void beat_once(diloco *d, rconn *c) {
+static void beat_once(diloco *d, rconn *c)
+{
     pthread_mutex_lock(&d->hb_mu);
     if (d->evicted) { /* until the training thread registers again, a beat would only be refused (and
                          recorded as a rejection of a stale worker) */
@@ -29,8 +30,8 @@ static void beat_once(diloco *d, rconn *c) {
     unsigned long long tokens = d->tokens;
     pthread_mutex_unlock(&d->hb_mu);
 
-    redisReply *r = rconn_command(c, "FCALL dl_heartbeat 1 %s %s %lld %.6f %.6f %llu %llu", d->config_key,
-                                 d->worker_id, inc, speed, loss, (unsigned long long)steps, tokens);
+    redisReply *r = rconn_command(c, "FCALL dl_heartbeat 1 %s %s %lld %.6f %.6f %llu %llu", d->config_key, d->worker_id,
+                                  inc, speed, loss, (unsigned long long)steps, tokens);
     if (!r) return;
     int newly_evicted = 0;
     pthread_mutex_lock(&d->hb_mu);
@@ -48,7 +49,8 @@ static void beat_once(diloco *d, rconn *c) {
     freeReplyObject(r);
 }
 
-static void *heartbeat_main(void *p) {
+static void *heartbeat_main(void *p)
+{
     diloco *d = p;
     log_use_sink(&d->log);
     rconn *c = NULL;
@@ -68,15 +70,15 @@ static void *heartbeat_main(void *p) {
         uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)d->o.heartbeat_interval_ms * 1000000ull;
         ts.tv_sec += (time_t)(ns / 1000000000ull);
         ts.tv_nsec = (long)(ns % 1000000000ull);
-        while (!d->hb_stop && pthread_cond_timedwait(&d->hb_cond, &d->hb_mu, &ts) != ETIMEDOUT) {
-        }
+        while (!d->hb_stop && pthread_cond_timedwait(&d->hb_cond, &d->hb_mu, &ts) != ETIMEDOUT) {}
     }
     pthread_mutex_unlock(&d->hb_mu);
     if (c) rconn_free(c);
     return NULL;
 }
 
-int heartbeat_start(diloco *d, char *err, size_t errlen) {
+int heartbeat_start(diloco *d, char *err, size_t errlen)
+{
     if (d->o.heartbeat_interval_ms <= 0) return 0;
     if (pthread_create(&d->hb_thread, NULL, heartbeat_main, d) != 0) {
         err_set(err, errlen, "cannot start the heartbeat thread: %s", strerror(errno));
@@ -86,7 +88,8 @@ int heartbeat_start(diloco *d, char *err, size_t errlen) {
     return 0;
 }
 
-void heartbeat_stop(diloco *d) {
+void heartbeat_stop(diloco *d)
+{
     pthread_mutex_lock(&d->hb_mu);
     d->hb_stop = 1;
     pthread_cond_broadcast(&d->hb_cond);

@@ -8,22 +8,45 @@ _Static_assert((int)DILOCO_LOG_DEBUG == (int)LOG_DEBUG && (int)DILOCO_LOG_INFO =
                    (int)DILOCO_LOG_WARN == (int)LOG_WARN && (int)DILOCO_LOG_ERROR == (int)LOG_ERROR,
                "diloco.h's log levels are log.h's");
 
-const char *diloco_version_string(void) { return DILOCO_VERSION_STRING; }
-int diloco_abi_version(void) { return DILOCO_ABI_VERSION; }
-size_t diloco_options_size(void) { return sizeof(diloco_options); }
-size_t diloco_sync_info_size(void) { return sizeof(diloco_sync_info); }
+const char *diloco_version_string(void)
+{
+    return DILOCO_VERSION_STRING;
+}
+int diloco_abi_version(void)
+{
+    return DILOCO_ABI_VERSION;
+}
+size_t diloco_options_size(void)
+{
+    return sizeof(diloco_options);
+}
+size_t diloco_sync_info_size(void)
+{
+    return sizeof(diloco_sync_info);
+}
 
-int diloco_last_sync(const diloco *d, diloco_sync_info *out) {
+int diloco_last_sync(const diloco *d, diloco_sync_info *out)
+{
     if (!d->have_last) return -1;
     *out = d->last;
     return 0;
 }
 
-int diloco_sync_every(const diloco *d) { return d->sync_every; }
-const char *diloco_worker_id(const diloco *d) { return d->worker_id; }
-int64_t diloco_version(const diloco *d) { return d->frag_version ? d->frag_version[0] : -1; }
+int diloco_sync_every(const diloco *d)
+{
+    return d->sync_every;
+}
+const char *diloco_worker_id(const diloco *d)
+{
+    return d->worker_id;
+}
+int64_t diloco_version(const diloco *d)
+{
+    return d->frag_version ? d->frag_version[0] : -1;
+}
 
-int diloco_stop_requested(const diloco *d) {
+int diloco_stop_requested(const diloco *d)
+{
     diloco *m = (diloco *)d;
     pthread_mutex_lock(&m->hb_mu);
     int s = m->stop_requested;
@@ -31,12 +54,25 @@ int diloco_stop_requested(const diloco *d) {
     return s;
 }
 
-size_t diloco_numel(const diloco *d) { return d->numel; }
-int diloco_is_async(const diloco *d) { return d->rc.async; }
-int diloco_num_fragments(const diloco *d) { return d->rc.nfragments; }
-const char *diloco_run_layout(const diloco *d) { return d->rc.layout; }
+size_t diloco_numel(const diloco *d)
+{
+    return d->numel;
+}
+int diloco_is_async(const diloco *d)
+{
+    return d->rc.async;
+}
+int diloco_num_fragments(const diloco *d)
+{
+    return d->rc.nfragments;
+}
+const char *diloco_run_layout(const diloco *d)
+{
+    return d->rc.layout;
+}
 
-int diloco_fragment_range(const diloco *d, int fragment, size_t *offset, size_t *count) {
+int diloco_fragment_range(const diloco *d, int fragment, size_t *offset, size_t *count)
+{
     if (fragment < 0 || fragment >= d->rc.nfragments) return -1;
     size_t lo = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[fragment]];
     size_t hi = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[fragment + 1]];

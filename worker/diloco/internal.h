@@ -39,97 +39,97 @@
 #define MAX_CONNS 64
 
 typedef struct shard_owner {
-    char server[OWNER_ID_MAX];   /* "" while the shard has no live lease */
-    char addr[ADDR_MAX];         /* host:port of that server */
+    char server[OWNER_ID_MAX]; /* "" while the shard has no live lease */
+    char addr[ADDR_MAX];       /* host:port of that server */
     int64_t epoch;
 } shard_owner;
 
 typedef struct dp_conn {
     char addr[ADDR_MAX];
-    int fd;                      /* -1 when closed */
+    int fd; /* -1 when closed */
     int in_use;
 } dp_conn;
 
 /* Outcome of a data-plane exchange or a sync step. */
 enum {
     DL_OK = 0,
-    DL_FAIL = -1,                /* unrecoverable here: err says why */
-    DL_RETRY = 1,                /* transient: connection lost, moved, owner missing, wait */
-    DL_STALE = 2,                /* our round is over: re-fetch parameters */
-    DL_EVICTED = 3,              /* we are no longer a member: register again */
-    DL_NEED = 4,                 /* server lacks our pseudo-gradient: push again */
-    DL_CORRUPT = 5,              /* a shard's durable state is corrupt: nothing syncs until coordinator repair */
+    DL_FAIL = -1,   /* unrecoverable here: err says why */
+    DL_RETRY = 1,   /* transient: connection lost, moved, owner missing, wait */
+    DL_STALE = 2,   /* our round is over: re-fetch parameters */
+    DL_EVICTED = 3, /* we are no longer a member: register again */
+    DL_NEED = 4,    /* server lacks our pseudo-gradient: push again */
+    DL_CORRUPT = 5, /* a shard's durable state is corrupt: nothing syncs until coordinator repair */
 };
 
 struct diloco {
-    diloco_options o;            /* the caller's, with the strings pointing at our copies below */
-    char run[65];                /* a run name is at most 64 characters (key_check_run_name) */
+    diloco_options o; /* the caller's, with the strings pointing at our copies below */
+    char run[65];     /* a run name is at most 64 characters (key_check_run_name) */
     char worker_id[64];
-    log_sink log;                /* o.log_callback; every thread working for the session logs here */
-    volatile int stop_flag;      /* diloco_request_stop */
+    log_sink log;           /* o.log_callback; every thread working for the session logs here */
+    volatile int stop_flag; /* diloco_request_stop */
     char host[64];
     redis_url url;
     runconf rc;
     char config_key[160];
 
-    rconn *ctl;           /* commands from the training thread (and owner refreshes) */
+    rconn *ctl; /* commands from the training thread (and owner refreshes) */
     pthread_mutex_t ctl_mu;
-    rconn *blk;           /* BLPOP on our wake list */
+    rconn *blk; /* BLPOP on our wake list */
 
-    float *params;               /* the trainer's buffer */
+    float *params; /* the trainer's buffer */
     size_t numel;
-    float *base;                 /* global parameters this round started from */
-    int push_dtype;              /* our pushes' codec: the run's (fp32 in a bf16 run with o.bf16 = 0) */
-    uint16_t *delta_bf16;        /* pseudo-gradient of the round, kept until it is committed */
-    float *delta_f32;            /* (int8/int4: the fp32 Δ before quantization) */
-    uint8_t *delta_q;            /* int8/int4: the encoded Δ, shard after shard (delta.c) */
-    size_t *delta_qoff;          /* int8/int4: nshards+1 offsets of each shard's part in delta_q */
-    float *ef;                   /* --error-feedback: what quantization dropped, added to the next Δ */
+    float *base;          /* global parameters this round started from */
+    int push_dtype;       /* our pushes' codec: the run's (fp32 in a bf16 run with o.bf16 = 0) */
+    uint16_t *delta_bf16; /* pseudo-gradient of the round, kept until it is committed */
+    float *delta_f32;     /* (int8/int4: the fp32 Δ before quantization) */
+    uint8_t *delta_q;     /* int8/int4: the encoded Δ, shard after shard (delta.c) */
+    size_t *delta_qoff;   /* int8/int4: nshards+1 offsets of each shard's part in delta_q */
+    float *ef;            /* --error-feedback: what quantization dropped, added to the next Δ */
     /* --download update (update.c) */
-    float *mom;                  /* our copy of the outer momentum */
-    int64_t *mom_version;        /* per shard: the version base and mom hold together (-1: unknown) */
-    uint8_t *upd_q;              /* received updates, shard after shard (upd_off) */
+    float *mom;           /* our copy of the outer momentum */
+    int64_t *mom_version; /* per shard: the version base and mom hold together (-1: unknown) */
+    uint8_t *upd_q;       /* received updates, shard after shard (upd_off) */
     size_t *upd_off;
-    float *upd_g;                /* a received update, decoded */
-    float *upd_both;             /* parameters with momentum as received (2 floats per parameter) */
-    uint64_t *delta_xxh;         /* per shard: the checksum of its part of delta_* (computed with it) */
-    int64_t *frag_version;       /* global version of each fragment's part of base (= its open round for us) */
-    int64_t *frag_joined;        /* per fragment: the first round the barrier expects us at (dl_register) */
-    int64_t *shard_version;      /* version of each shard of base, while fetching */
+    float *upd_g;           /* a received update, decoded */
+    float *upd_both;        /* parameters with momentum as received (2 floats per parameter) */
+    uint64_t *delta_xxh;    /* per shard: the checksum of its part of delta_* (computed with it) */
+    int64_t *frag_version;  /* global version of each fragment's part of base (= its open round for us) */
+    int64_t *frag_joined;   /* per fragment: the first round the barrier expects us at (dl_register) */
+    int64_t *shard_version; /* version of each shard of base, while fetching */
     /* Tentative parameters (docs/PROTOCOL.md): a sync round ends when the new parameters arrive, which
      * the server sends before its log entry is durable. Until we have seen the commit in Redis, shard k
      * of base holds version tent_version[k] (0: nothing pending) with checksum tent_xxh[k], and our Δ
      * of the round before stays in delta_*; sync_confirm_durable settles it before Δ is overwritten. */
-    int64_t *tent_version;       /* per shard; -1: a receive into base broke off, the slice is garbage */
+    int64_t *tent_version; /* per shard; -1: a receive into base broke off, the slice is garbage */
     uint64_t *tent_xxh;
-    int64_t *tent_epoch;         /* lease epoch of the server that sent them: while it holds, wait */
-    int64_t *tent_round;         /* per fragment: the round whose Δ delta_* holds */
-    int *frag_incomplete;        /* per fragment: that round's get phase did not finish for us */
-    int64_t *seq;                /* async: each shard's place in its order for our current submission */
-    uint64_t *push_tokens;       /* per fragment: tokens trained since its previous send (--weight-by tokens) */
-    uint64_t *tokens_at_send;    /* per fragment: our token count when it was last sent */
+    int64_t *tent_epoch;      /* lease epoch of the server that sent them: while it holds, wait */
+    int64_t *tent_round;      /* per fragment: the round whose Δ delta_* holds */
+    int *frag_incomplete;     /* per fragment: that round's get phase did not finish for us */
+    int64_t *seq;             /* async: each shard's place in its order for our current submission */
+    uint64_t *push_tokens;    /* per fragment: tokens trained since its previous send (--weight-by tokens) */
+    uint64_t *tokens_at_send; /* per fragment: our token count when it was last sent */
 
     /* Streaming DiLoCo: at most one fragment syncs on a background thread while training goes on */
-    int frag_next;               /* the fragment the next boundary sends */
-    int inflight;                /* fragment in flight, -1 when none */
+    int frag_next; /* the fragment the next boundary sends */
+    int inflight;  /* fragment in flight, -1 when none */
     pthread_t inflight_thread;
     int inflight_threaded;
     int inflight_rc;
     char inflight_err[256];
     uint64_t inflight_t0;
     int64_t inflight_round;
-    int refetch_all;             /* a background sync found us evicted: fetch everything at the boundary */
+    int refetch_all; /* a background sync found us evicted: fetch everything at the boundary */
 
     shard_owner *owners;
     pthread_mutex_t owners_mu;
     dp_conn conns[MAX_CONNS];
     pthread_mutex_t conns_mu;
-    size_t recv_cap;             /* largest frame we accept */
+    size_t recv_cap; /* largest frame we accept */
 
-    int steps;                   /* inner steps since the last sync */
+    int steps; /* inner steps since the last sync */
     int sync_every;
     int fail_streak;
-    diloco_sync_info cur;        /* the sync in progress: bytes and phase stamps, counted by conn.c as
+    diloco_sync_info cur; /* the sync in progress: bytes and phase stamps, counted by conn.c as
                                     they happen (sync_begin clears it, sync_record copies it to last) */
     diloco_sync_info last;
     int have_last;
@@ -140,27 +140,27 @@ struct diloco {
     pthread_mutex_t hb_mu;
     pthread_cond_t hb_cond;
     int hb_stop;
-    int64_t inc;                 /* our incarnation (0 = not registered) */
+    int64_t inc; /* our incarnation (0 = not registered) */
     int evicted;
     int stop_requested;
     int dylu_h;
     double loss, speed;
     uint64_t tokens, total_steps;
-    uint64_t compute_us, compute_steps;  /* inner-step time and steps since the last heartbeat */
-    uint64_t step_end_us;                /* when diloco_after_step last returned (0: never) */
+    uint64_t compute_us, compute_steps; /* inner-step time and steps since the last heartbeat */
+    uint64_t step_end_us;               /* when diloco_after_step last returned (0: never) */
 
     /* device hooks (device.c); used on the training thread, except dev_snap_ok[f], which the thread
      * receiving fragment f's parameters clears */
-    int dev;                     /* o.device is set: params is never touched, the hooks are called */
-    int *dev_snap_ok;            /* per fragment: the device snapshot holds base[f] as it is now */
-    int dev_failed;              /* a load in dl_adopt_base failed: dl_params_changed reports dev_err */
+    int dev;          /* o.device is set: params is never touched, the hooks are called */
+    int *dev_snap_ok; /* per fragment: the device snapshot holds base[f] as it is now */
+    int dev_failed;   /* a load in dl_adopt_base failed: dl_params_changed reports dev_err */
     char dev_err[256];
 
-    uint64_t corrupt_told_ms;    /* repair.c, under hb_mu: when we last said a shard is corrupt (once a minute) */
+    uint64_t corrupt_told_ms; /* repair.c, under hb_mu: when we last said a shard is corrupt (once a minute) */
 };
 
 /* session.c */
-redisReply *dl_command(diloco *d, const char *fmt, ...);   /* on ctl, reconnecting as needed; caller frees */
+redisReply *dl_command(diloco *d, const char *fmt, ...); /* on ctl, reconnecting as needed; caller frees */
 /* With the run's min_replicas > 0: wait until that many Redis replicas have our writes on ctl so far
  * (WAIT, again while fewer do); 0 at once when min_replicas is 0, -1 + err when ctl broke or we stop. */
 int dl_wait_replicas(diloco *d, char *err, size_t errlen);
@@ -168,16 +168,16 @@ int dl_register(diloco *d, char *err, size_t errlen);
 int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
 int dl_fetch_all(diloco *d, char *err, size_t errlen);
 int64_t dl_inc(diloco *d);
-int dl_stopping(const diloco *d);       /* the embedding program asked us to stop (o.stop, diloco_request_stop) */
+int dl_stopping(const diloco *d); /* the embedding program asked us to stop (o.stop, diloco_request_stop) */
 /* params[shards] = base[shards] (with device hooks: a DILOCO_LOAD_COPY load, whose error, if any, the
  * dl_params_changed that always follows returns) */
 void dl_adopt_base(diloco *d, int first_shard, int last_shard);
 int dl_params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen); /* trainer callback */
 
 /* device.c */
-int dl_dev_init(diloco *d, const float *params, char *err, size_t errlen);  /* checks o.device, sets dev */
+int dl_dev_init(diloco *d, const float *params, char *err, size_t errlen); /* checks o.device, sets dev */
 void dl_dev_free(diloco *d);
-void *dl_host_alloc(diloco *d, size_t bytes);   /* o.device.host_alloc, or malloc */
+void *dl_host_alloc(diloco *d, size_t bytes); /* o.device.host_alloc, or malloc */
 void dl_host_free(diloco *d, void *p);
 /* o.device.load of base[off, off+n) with mode DILOCO_LOAD_*. */
 int dl_dev_load(diloco *d, size_t off, size_t n, int mode, double alpha, char *err, size_t errlen);
@@ -233,8 +233,8 @@ void *dl_update_place(diloco *d, int shard, const blob_header *h, size_t plen);
 void dl_update_take_momentum(diloco *d, int shard, int64_t version, const uint8_t *payload);
 /* Apply a checked update reply to base and mom; *digest = XXH3 of the result. DL_OK when it is the
  * committed digest (h->text), DL_RETRY otherwise (the next get asks for the momentum). */
-int dl_update_apply(diloco *d, int shard, const blob_header *h, const uint8_t *payload, uint64_t *digest,
-                    char *err, size_t errlen);
+int dl_update_apply(diloco *d, int shard, const blob_header *h, const uint8_t *payload, uint64_t *digest, char *err,
+                    size_t errlen);
 
 /* sync.c */
 /* Make sure the tentative parameters fragment f continued from were committed as they are, resending

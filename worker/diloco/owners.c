@@ -13,13 +13,15 @@
 #include "rconn.h"
 #include "util.h"
 
-static const char *hash_field(redisReply *r, const char *name) {
+static const char *hash_field(redisReply *r, const char *name)
+{
     for (size_t i = 0; i + 1 < r->elements; i += 2)
         if (strcmp(r->element[i]->str, name) == 0) return r->element[i + 1]->str;
     return NULL;
 }
 
-static redisReply *hash_field_reply(redisReply *r, const char *name) {
+static redisReply *hash_field_reply(redisReply *r, const char *name)
+{
     for (size_t i = 0; i + 1 < r->elements; i += 2)
         if (strcmp(r->element[i]->str, name) == 0) return r->element[i + 1];
     return NULL;
@@ -27,7 +29,8 @@ static redisReply *hash_field_reply(redisReply *r, const char *name) {
 
 /* Fill owners from the two hashes. A shard whose lease has expired keeps its last owner: the request
  * to it will fail or redirect, and we will look again. */
-static void owners_fill(diloco *d, redisReply *shards, redisReply *servers) {
+static void owners_fill(diloco *d, redisReply *shards, redisReply *servers)
+{
     char name[48];
     pthread_mutex_lock(&d->owners_mu);
     for (int k = 0; k < d->rc.nshards; k++) {
@@ -46,7 +49,8 @@ static void owners_fill(diloco *d, redisReply *shards, redisReply *servers) {
     pthread_mutex_unlock(&d->owners_mu);
 }
 
-int owners_refresh(diloco *d, char *err, size_t errlen) {
+int owners_refresh(diloco *d, char *err, size_t errlen)
+{
     char k1[KEY_MAX], k2[KEY_MAX];
     key_run(k1, sizeof k1, d->o.run, "shards");
     key_run(k2, sizeof k2, d->o.run, "servers");
@@ -67,7 +71,8 @@ int owners_refresh(diloco *d, char *err, size_t errlen) {
     return 0;
 }
 
-void owners_get(diloco *d, int shard, shard_owner *out) {
+void owners_get(diloco *d, int shard, shard_owner *out)
+{
     pthread_mutex_lock(&d->owners_mu);
     *out = d->owners[shard];
     pthread_mutex_unlock(&d->owners_mu);

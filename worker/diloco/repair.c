@@ -19,7 +19,8 @@
 #define REPAIR_TELL_MS 60000
 
 /* Shards still marked corrupt in dl:{R}:shards (fields "k:corrupt"); -1 if Redis could not say. */
-static int count_marked(diloco *d) {
+static int count_marked(diloco *d)
+{
     char key[KEY_MAX];
     redisReply *r = dl_command(d, "HKEYS %s", key_run(key, sizeof key, d->o.run, "shards"));
     int marked = -1;
@@ -35,7 +36,8 @@ static int count_marked(diloco *d) {
     return marked;
 }
 
-int dl_wait_repaired(diloco *d, const char *why, char *err, size_t errlen) {
+int dl_wait_repaired(diloco *d, const char *why, char *err, size_t errlen)
+{
     char said[512];
     snprintf(said, sizeof said, "%s", why); /* why may be err itself */
     for (;;) {

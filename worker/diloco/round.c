@@ -12,14 +12,16 @@
 #include "util.h"
 
 /* DyLU: take the H the run assigned us, at a sync boundary. */
-static void adopt_dylu(diloco *d) {
+static void adopt_dylu(diloco *d)
+{
     pthread_mutex_lock(&d->hb_mu);
     if (d->o.dylu && d->dylu_h > 0) d->sync_every = d->dylu_h;
     pthread_mutex_unlock(&d->hb_mu);
 }
 
 /* A sync failed for good: count it; too many in a row and we register again from scratch. */
-static int on_failure(diloco *d, const char *why, char *err, size_t errlen) {
+static int on_failure(diloco *d, const char *why, char *err, size_t errlen)
+{
     if (dl_stopping(d)) {
         if (why != err) err_set(err, errlen, "%s", why); /* callers often pass err itself as why */
         return -1;
@@ -33,7 +35,8 @@ static int on_failure(diloco *d, const char *why, char *err, size_t errlen) {
     return 1;
 }
 
-int round_after_repair(diloco *d, int f, int64_t round, const char *why, uint64_t t0, char *err, size_t errlen) {
+int round_after_repair(diloco *d, int f, int64_t round, const char *why, uint64_t t0, char *err, size_t errlen)
+{
     if (dl_wait_repaired(d, why, err, errlen) < 0)
         return dl_stopping(d) ? -1 : 0; /* shut down meanwhile: the trainer sees diloco_stop_requested */
     d->fail_streak = 0;
@@ -44,7 +47,8 @@ int round_after_repair(diloco *d, int f, int64_t round, const char *why, uint64_
 }
 
 int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint64_t t0, double alpha, char *err,
-                 size_t errlen) {
+                 size_t errlen)
+{
     if (rc == DL_CORRUPT) return round_after_repair(d, f, round, why, t0, err, errlen);
     if (rc == DL_FAIL) return on_failure(d, why, err, errlen);
     d->fail_streak = 0;
@@ -62,7 +66,8 @@ int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint6
 
 /* Sync mode first settles the previous round (whose parameters we took before they were durable),
  * because Δ is about to overwrite the pseudo-gradient kept for it. */
-int round_prepare_delta(diloco *d, int f, char *err, size_t errlen) {
+int round_prepare_delta(diloco *d, int f, char *err, size_t errlen)
+{
     uint64_t t0 = now_ms();
     if (!d->rc.async) {
         int c = sync_confirm_durable(d, f, err, errlen);
@@ -80,7 +85,8 @@ int round_prepare_delta(diloco *d, int f, char *err, size_t errlen) {
     return 1;
 }
 
-int round_blocking(diloco *d, int f, double alpha, char *err, size_t errlen) {
+int round_blocking(diloco *d, int f, double alpha, char *err, size_t errlen)
+{
     sync_begin(d);
     uint64_t t0 = now_ms();
     int64_t round = d->frag_version[f];

@@ -21,7 +21,8 @@
 
 #define REDIS_TIMEOUT_MS 10000
 
-void diloco_options_default(diloco_options *o) {
+void diloco_options_default(diloco_options *o)
+{
     memset(o, 0, sizeof *o);
     o->sync_every = 500;
     o->bf16 = 1;
@@ -37,7 +38,8 @@ void diloco_options_default(diloco_options *o) {
 /* Run a command on the control connection; on a connection error reconnect (with backoff, for as
  * long as it takes: Redis restarts are survivable; a refusal of our credentials ends it at once) and
  * try once more. */
-redisReply *dl_command(diloco *d, const char *fmt, ...) {
+redisReply *dl_command(diloco *d, const char *fmt, ...)
+{
     redisReply *r = NULL;
     pthread_mutex_lock(&d->ctl_mu);
     for (int attempt = 0; attempt < 2 && r == NULL; attempt++) {
@@ -59,7 +61,8 @@ redisReply *dl_command(diloco *d, const char *fmt, ...) {
 
 #define WAIT_REPLICAS_MS 500
 
-int dl_wait_replicas(diloco *d, char *err, size_t errlen) {
+int dl_wait_replicas(diloco *d, char *err, size_t errlen)
+{
     if (d->rc.min_replicas <= 0) return 0;
     uint64_t t0 = now_ms(), logged = t0;
     for (;;) {
@@ -82,20 +85,28 @@ int dl_wait_replicas(diloco *d, char *err, size_t errlen) {
     }
 }
 
-int dl_stopping(const diloco *d) { return d->stop_flag || (d->o.stop && *d->o.stop); }
+int dl_stopping(const diloco *d)
+{
+    return d->stop_flag || (d->o.stop && *d->o.stop);
+}
 
-void diloco_request_stop(diloco *d) { d->stop_flag = 1; }
+void diloco_request_stop(diloco *d)
+{
+    d->stop_flag = 1;
+}
 
-int64_t dl_inc(diloco *d) {
+int64_t dl_inc(diloco *d)
+{
     pthread_mutex_lock(&d->hb_mu);
     int64_t inc = d->inc;
     pthread_mutex_unlock(&d->hb_mu);
     return inc;
 }
 
-int dl_register(diloco *d, char *err, size_t errlen) {
-    redisReply *r = dl_command(d, "FCALL dl_register 1 %s %s %s %d", d->config_key, d->worker_id, d->host,
-                               d->sync_every);
+int dl_register(diloco *d, char *err, size_t errlen)
+{
+    redisReply *r =
+        dl_command(d, "FCALL dl_register 1 %s %s %s %d", d->config_key, d->worker_id, d->host, d->sync_every);
     if (rconn_reply_error(d->ctl, r, err, errlen) < 0) {
         if (r) freeReplyObject(r);
         return -1;
@@ -132,7 +143,8 @@ int dl_register(diloco *d, char *err, size_t errlen) {
 /* Fetch the shards of fragment f at version >= min_version into base (and params when adopt).
  * Shards commit one by one, so a fetch may see some shards one version ahead: fetch again at the
  * highest version seen until all of the fragment's shards agree. */
-int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen) {
+int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen)
+{
     int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
     uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
     for (;;) {
@@ -166,8 +178,8 @@ int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *er
         if (now_ms() > deadline) {
             char last[256];
             snprintf(last, sizeof last, "%s", err && err[0] ? err : "no answer"); /* err is written below */
-            err_set(err, errlen, "could not fetch the global parameters within %d ms (last: %s)",
-                    d->o.sync_timeout_ms, last);
+            err_set(err, errlen, "could not fetch the global parameters within %d ms (last: %s)", d->o.sync_timeout_ms,
+                    last);
             return -1;
         }
         sleep_ms(50);
@@ -180,7 +192,8 @@ int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *er
  * part-way through the round): that work is lost as STALE, and the joiner then starts the next round,
  * where the barrier does wait for it, late by the same amount, stalling every worker. Idling costs this
  * worker alone. One fragment only: Streaming DiLoCo's schedule is a function of the step count. */
-static int wait_for_joined_round(diloco *d, int f, char *err, size_t errlen) {
+static int wait_for_joined_round(diloco *d, int f, char *err, size_t errlen)
+{
     if (d->rc.async || d->rc.nfragments != 1 || d->frag_joined[f] <= d->frag_version[f]) return 0;
     int rc = sync_wait_closed(d, f, d->frag_version[f], err, errlen);
     if (rc == DL_FAIL) return -1;
@@ -193,7 +206,8 @@ static int wait_for_joined_round(diloco *d, int f, char *err, size_t errlen) {
 
 /* Every fragment at the version registration gave us (or, for a joiner of the next round, at that
  * round's start), into base and params. */
-int dl_fetch_all(diloco *d, char *err, size_t errlen) {
+int dl_fetch_all(diloco *d, char *err, size_t errlen)
+{
     for (int f = 0; f < d->rc.nfragments; f++) {
         if (wait_for_joined_round(d, f, err, errlen) < 0) return -1;
         if (dl_fetch_fragment(d, f, d->frag_version[f], 1, err, errlen) < 0) return -1;
@@ -201,7 +215,8 @@ int dl_fetch_all(diloco *d, char *err, size_t errlen) {
     return 0;
 }
 
-static int alloc_buffers(diloco *d, char *err, size_t errlen) {
+static int alloc_buffers(diloco *d, char *err, size_t errlen)
+{
     size_t n = d->numel;
     d->base = dl_host_alloc(d, n * sizeof(float));
     d->push_dtype = d->rc.compress == BLOB_BF16 && !d->o.bf16 ? BLOB_F32 : d->rc.compress;
@@ -222,10 +237,9 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen) {
     d->tent_epoch = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->tent_round = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
     d->frag_incomplete = calloc((size_t)d->rc.nfragments, sizeof(int));
-    if (!d->base || !d->owners || !d->shard_version || !d->frag_version ||
-        !d->frag_joined || !d->seq || !d->push_tokens || !d->tokens_at_send || !d->tent_version || !d->tent_xxh || !d->delta_xxh ||
-        !d->tent_epoch || !d->tent_round ||
-        !d->frag_incomplete) {
+    if (!d->base || !d->owners || !d->shard_version || !d->frag_version || !d->frag_joined || !d->seq ||
+        !d->push_tokens || !d->tokens_at_send || !d->tent_version || !d->tent_xxh || !d->delta_xxh || !d->tent_epoch ||
+        !d->tent_round || !d->frag_incomplete) {
         err_set(err, errlen, "out of memory for %zu parameters", n);
         return -1;
     }
@@ -237,13 +251,15 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen) {
     return 0;
 }
 
-static void default_worker_id(char *out, size_t cap, const char *host) {
+static void default_worker_id(char *out, size_t cap, const char *host)
+{
     snprintf(out, cap, "%.40s-%d", host, (int)getpid());
 }
 
 /* Our own copies of the strings in o (the caller's may go away after diloco_open) and the checks of
  * what the options say about this worker. */
-static int keep_options(diloco *d, const diloco_options *o, char *err, size_t errlen) {
+static int keep_options(diloco *d, const diloco_options *o, char *err, size_t errlen)
+{
     d->o = *o;
     d->o.redis_url = NULL; /* parsed into d->url */
     if (!o->redis_url || !o->run) {
@@ -258,14 +274,17 @@ static int keep_options(diloco *d, const diloco_options *o, char *err, size_t er
                 strlen(o->worker_id), sizeof d->worker_id - 1);
         return -1;
     }
-    if (o->worker_id && o->worker_id[0]) snprintf(d->worker_id, sizeof d->worker_id, "%s", o->worker_id);
-    else default_worker_id(d->worker_id, sizeof d->worker_id, d->host);
+    if (o->worker_id && o->worker_id[0])
+        snprintf(d->worker_id, sizeof d->worker_id, "%s", o->worker_id);
+    else
+        default_worker_id(d->worker_id, sizeof d->worker_id, d->host);
     d->o.worker_id = d->worker_id;
     if (!o->stop) d->o.stop = &d->stop_flag; /* what the Redis reconnects watch */
     return redis_url_parse(o->redis_url, &d->url, err, errlen);
 }
 
-static int session_init(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen) {
+static int session_init(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
+{
     d->params = params;
     d->numel = numel;
     d->sync_every = o->sync_every > 0 ? o->sync_every : 500;
@@ -284,9 +303,10 @@ static int session_init(diloco *d, const diloco_options *o, float *params, size_
     if (!d->ctl) return -1;
     if (runconf_load(d->ctl, o->run, &d->rc, err, errlen) < 0) return -1;
     if (o->num_fragments > 0 && o->num_fragments != d->rc.nfragments) {
-        err_set(err, errlen, "run '%s' is cut into %d fragment(s) but this worker was started with %d: drop "
-                "--num-fragments (workers take it from the run) or re-init the run", o->run, d->rc.nfragments,
-                o->num_fragments);
+        err_set(err, errlen,
+                "run '%s' is cut into %d fragment(s) but this worker was started with %d: drop "
+                "--num-fragments (workers take it from the run) or re-init the run",
+                o->run, d->rc.nfragments, o->num_fragments);
         return -1;
     }
     if (o->fragment_alpha < 0 || o->fragment_alpha >= 1) {
@@ -294,16 +314,18 @@ static int session_init(diloco *d, const diloco_options *o, float *params, size_
         return -1;
     }
     if (d->rc.numel != numel) {
-        err_set(err, errlen, "run '%s' has %" PRIu64 " parameters but this trainer has %zu: start the worker "
-                "with the model the run was initialised with (%s %s)", o->run, d->rc.numel, numel,
-                d->rc.trainer, d->rc.model);
+        err_set(err, errlen,
+                "run '%s' has %" PRIu64 " parameters but this trainer has %zu: start the worker "
+                "with the model the run was initialised with (%s %s)",
+                o->run, d->rc.numel, numel, d->rc.trainer, d->rc.model);
         return -1;
     }
     if (dl_dev_init(d, params, err, errlen) < 0) return -1;
     return alloc_buffers(d, err, errlen);
 }
 
-static int session_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen) {
+static int session_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
+{
     if (session_init(d, o, params, numel, err, errlen) < 0) return -1;
     if (dl_register(d, err, errlen) < 0) return -1;
     if (owners_refresh(d, err, errlen) < 0) return -1;
@@ -317,7 +339,8 @@ static int session_open(diloco *d, const diloco_options *o, float *params, size_
     return 0;
 }
 
-int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **out, char *err, size_t errlen) {
+int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **out, char *err, size_t errlen)
+{
     diloco *d = calloc(1, sizeof *d);
     if (!d) {
         err_set(err, errlen, "out of memory");
@@ -335,7 +358,8 @@ int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **o
     return 0;
 }
 
-int dl_params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen) {
+int dl_params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen)
+{
     if (d->dev) { /* the load in dl_adopt_base (or the mix) was the change and its notification */
         if (!d->dev_failed) return 0;
         d->dev_failed = 0;
@@ -347,7 +371,8 @@ int dl_params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen)
 }
 
 /* conn_get wrote each fetched shard into base; the trainer's buffer takes the same values. */
-void dl_adopt_base(diloco *d, int first_shard, int last_shard) {
+void dl_adopt_base(diloco *d, int first_shard, int last_shard)
+{
     size_t off = (size_t)d->rc.shard_bounds[first_shard];
     size_t n = (size_t)d->rc.shard_bounds[last_shard] - off;
     if (!d->dev) {
@@ -357,7 +382,8 @@ void dl_adopt_base(diloco *d, int first_shard, int last_shard) {
     }
 }
 
-static void session_close(diloco *d) {
+static void session_close(diloco *d)
+{
     stream_finish_inflight(d);
     /* our last Δ must not vanish with us while its round is not durable (a server that died before its
      * commit needs it again); best effort, within the sync timeout */
@@ -369,8 +395,8 @@ static void session_close(diloco *d) {
     heartbeat_stop(d);
     int64_t inc = dl_inc(d);
     if (inc > 0 && d->ctl && !rconn_broken(d->ctl)) {
-        redisReply *r = rconn_command(d->ctl, "FCALL dl_deregister 1 %s %s %lld", d->config_key, d->worker_id,
-                                     (long long)inc);
+        redisReply *r =
+            rconn_command(d->ctl, "FCALL dl_deregister 1 %s %s %lld", d->config_key, d->worker_id, (long long)inc);
         if (r) freeReplyObject(r);
     }
     conn_close_all(d);
@@ -396,7 +422,8 @@ static void session_close(diloco *d) {
     free(d->tokens_at_send);
 }
 
-void diloco_close(diloco *d) {
+void diloco_close(diloco *d)
+{
     if (!d) return;
     log_sink *prev = log_use_sink(&d->log);
     session_close(d);
@@ -405,7 +432,8 @@ void diloco_close(diloco *d) {
     free(d);
 }
 
-void diloco_report(diloco *d, double loss, uint64_t tokens) {
+void diloco_report(diloco *d, double loss, uint64_t tokens)
+{
     pthread_mutex_lock(&d->hb_mu);
     d->loss = loss;
     d->tokens = tokens;

@@ -14,7 +14,8 @@
 #include "log.h"
 #include "util.h"
 
-static void *inflight_main(void *p) {
+static void *inflight_main(void *p)
+{
     diloco *d = p;
     log_sink *prev = log_use_sink(&d->log); /* also run in line, on the caller's thread */
     d->inflight_rc = sync_fragment_net(d, d->inflight, d->inflight_err, sizeof d->inflight_err);
@@ -23,7 +24,8 @@ static void *inflight_main(void *p) {
 }
 
 /* 1 when params changed (a repair was waited for), -1 unrecoverable, else 0. */
-static int begin_fragment(diloco *d, int f, char *err, size_t errlen) {
+static int begin_fragment(diloco *d, int f, char *err, size_t errlen)
+{
     uint64_t t0 = now_ms();
     sync_begin(d);
     int p = round_prepare_delta(d, f, err, errlen);
@@ -38,26 +40,30 @@ static int begin_fragment(diloco *d, int f, char *err, size_t errlen) {
     return 0;
 }
 
-int stream_finish_fragment(diloco *d, char *err, size_t errlen) {
+int stream_finish_fragment(diloco *d, char *err, size_t errlen)
+{
     if (d->inflight < 0) return 0;
     if (d->inflight_threaded) pthread_join(d->inflight_thread, NULL);
     int f = d->inflight;
     d->inflight = -1;
-    return round_settle(d, f, d->inflight_round, d->inflight_rc, d->inflight_err, d->inflight_t0,
-                        d->o.fragment_alpha, err, errlen);
+    return round_settle(d, f, d->inflight_round, d->inflight_rc, d->inflight_err, d->inflight_t0, d->o.fragment_alpha,
+                        err, errlen);
 }
 
-void stream_finish_inflight(diloco *d) {
+void stream_finish_inflight(diloco *d)
+{
     char err[256];
     if (d->inflight >= 0) stream_finish_fragment(d, err, sizeof err);
 }
 
-int stream_interval(const diloco *d) {
+int stream_interval(const diloco *d)
+{
     int i = d->sync_every / d->rc.nfragments;
     return i < 1 ? 1 : i;
 }
 
-int stream_step(diloco *d, char *err, size_t errlen) {
+int stream_step(diloco *d, char *err, size_t errlen)
+{
     int changed = stream_finish_fragment(d, err, errlen);
     if (changed < 0) return -1;
     int began = begin_fragment(d, d->frag_next, err, errlen);

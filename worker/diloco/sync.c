@@ -42,10 +42,10 @@ typedef struct shard_group {
 static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen);
 static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen);
 typedef struct get_arg {
-    int64_t want;          /* minimum version */
-    int may_push;          /* we are a participant of round want-1 and still hold our Δ */
-    int flags;             /* BLOB_GET_TENTATIVE_OK: a version not yet durable will do */
-    int once;              /* one attempt per shard (resending Δ if asked), no waiting in place: the
+    int64_t want; /* minimum version */
+    int may_push; /* we are a participant of round want-1 and still hold our Δ */
+    int flags;    /* BLOB_GET_TENTATIVE_OK: a version not yet durable will do */
+    int once;     /* one attempt per shard (resending Δ if asked), no waiting in place: the
                               caller loops over the whole fragment (see get_round) */
 } get_arg;
 
@@ -53,7 +53,8 @@ static int outcome_rank(int rc);
 
 #define NOT_TRIED 100 /* a shard the pipelined first try did not cover */
 
-static void *group_main(void *p) {
+static void *group_main(void *p)
+{
     shard_group *g = p;
     log_sink *prev = log_use_sink(&g->d->log); /* also run on the caller's thread */
     g->rc = DL_OK;
@@ -69,8 +70,12 @@ static void *group_main(void *p) {
         int todo[RUNCONF_MAX_SHARDS], idx[RUNCONF_MAX_SHARDS], nt = 0, trc[RUNCONF_MAX_SHARDS];
         int64_t tgot[RUNCONF_MAX_SHARDS];
         for (int i = 0; i < g->nshards; i++) {
-            if (ga->once && g->d->shard_version[g->shards[i]] >= ga->want) rcs[i] = DL_OK;
-            else { todo[nt] = g->shards[i]; idx[nt++] = i; }
+            if (ga->once && g->d->shard_version[g->shards[i]] >= ga->want)
+                rcs[i] = DL_OK;
+            else {
+                todo[nt] = g->shards[i];
+                idx[nt++] = i;
+            }
         }
         if (nt > 1) {
             conn_get_batch(g->d, todo, nt, ga->want, ga->flags, trc, tgot, g->err, sizeof g->err);
@@ -102,7 +107,8 @@ static void *group_main(void *p) {
 
 /* Worse outcomes win: corrupt state (nothing syncs until a repair) beats a failure beats eviction beats
  * staleness beats a retry. */
-static int outcome_rank(int rc) {
+static int outcome_rank(int rc)
+{
     switch (rc) {
     case DL_CORRUPT: return 6;
     case DL_FAIL: return 5;
@@ -114,7 +120,8 @@ static int outcome_rank(int rc) {
     }
 }
 
-int for_shards_parallel(diloco *d, int first, int last, shard_job_fn fn, void *arg, char *err, size_t errlen) {
+int for_shards_parallel(diloco *d, int first, int last, shard_job_fn fn, void *arg, char *err, size_t errlen)
+{
     shard_group *groups = calloc((size_t)(last - first), sizeof *groups);
     if (!groups) {
         err_set(err, errlen, "out of memory");
@@ -137,8 +144,10 @@ int for_shards_parallel(diloco *d, int first, int last, shard_job_fn fn, void *a
         if (pthread_create(&groups[g].thread, NULL, group_main, &groups[g]) != 0) groups[g].thread = 0;
     group_main(&groups[0]);
     for (int g = 1; g < ng; g++) {
-        if (groups[g].thread) pthread_join(groups[g].thread, NULL);
-        else group_main(&groups[g]);
+        if (groups[g].thread)
+            pthread_join(groups[g].thread, NULL);
+        else
+            group_main(&groups[g]);
     }
     int worst = DL_OK;
     for (int g = 0; g < ng; g++)
@@ -157,7 +166,8 @@ int for_shards_parallel(diloco *d, int first, int last, shard_job_fn fn, void *a
  * worker waits for, so each ms between its arrival and our next look is a stall of the whole run,
  * and a look is one read of the owners plus a request. */
 int sync_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
-                     size_t errlen) {
+                     size_t errlen)
+{
     if (dl_stopping(d)) {
         err_set(err, errlen, "stopped");
         return DL_FAIL;
@@ -175,7 +185,8 @@ int sync_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard,
     return DL_OK;
 }
 
-static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
+static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
+{
     int64_t round = *(int64_t *)arg;
     uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
     unsigned attempt = 0;
@@ -186,7 +197,8 @@ static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
     }
 }
 
-static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
+static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
+{
     const get_arg *ga = arg;
     int64_t want = ga->want;
     uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
@@ -211,23 +223,28 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen) {
 }
 
 /* Registration and catching up use the same get, with no Δ to offer. */
-int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *err, size_t errlen) {
+int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *err, size_t errlen)
+{
     get_arg ga = {min_version, 0, 0, 0};
     return for_shards_parallel(d, first, last, get_job, &ga, err, errlen);
 }
 
 /* ---- the round --------------------------------------------------------------------------------- */
 
-static int arrive_once(diloco *d, int f, int64_t round, int *written, char *err, size_t errlen) {
+static int arrive_once(diloco *d, int f, int64_t round, int *written, char *err, size_t errlen)
+{
     redisReply *r = dl_command(d, "FCALL dl_arrive 1 %s %s %lld %d %lld", d->config_key, d->worker_id,
                                (long long)dl_inc(d), f, (long long)round);
     int rc = DL_OK;
     *written = r != NULL && r->type != REDIS_REPLY_ERROR;
     if (rconn_reply_error(d->ctl, r, err, errlen) < 0) {
         rc = DL_FAIL;
-        if (r && strncmp(r->str, "STALE", 5) == 0) rc = DL_STALE;
-        else if (r && strncmp(r->str, "UNKNOWN_WORKER", 14) == 0) rc = DL_EVICTED;
-        else if (!r) rc = DL_RETRY;
+        if (r && strncmp(r->str, "STALE", 5) == 0)
+            rc = DL_STALE;
+        else if (r && strncmp(r->str, "UNKNOWN_WORKER", 14) == 0)
+            rc = DL_EVICTED;
+        else if (!r)
+            rc = DL_RETRY;
     } else if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && strcmp(r->element[0]->str, "closed") == 0) {
         rc = DL_OK;
     } else {
@@ -243,7 +260,8 @@ static int arrive_once(diloco *d, int f, int64_t round, int *written, char *err,
  * (with our first arrival, or without it: the barrier and the get tell which), so we go and wait on
  * the barrier rather than drop our pseudo-gradient. */
 #define ARRIVE_ATTEMPTS 3
-static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen) {
+static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen)
+{
     for (int attempt = 0; attempt < ARRIVE_ATTEMPTS; attempt++) {
         int written, rc = arrive_once(d, f, round, &written, err, errlen);
         if (attempt > 0 && rc == DL_STALE) return DL_RETRY;
@@ -254,7 +272,8 @@ static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen) {
 }
 
 /* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */
-static int still_member(diloco *d) {
+static int still_member(diloco *d)
+{
     redisReply *r = dl_command(d, "FCALL dl_member 1 %s %s", d->config_key, d->worker_id);
     int ok = !r || (r->type == REDIS_REPLY_INTEGER && r->integer == dl_inc(d)) || r->type == REDIS_REPLY_ERROR;
     if (r) freeReplyObject(r);
@@ -267,7 +286,8 @@ static int still_member(diloco *d) {
 /* Block until barrier (f, round) closes: BLPOP our wake list with a timeout, then look. A joiner (not
  * expected at round, not arrived) stops waiting with DL_NEED when the barrier waits for nobody else:
  * it needs an arrival to close (at least target_workers), and only we can bring one. */
-static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *err, size_t errlen) {
+static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *err, size_t errlen)
+{
     char wake[KEY_MAX], name[96];
     snprintf(name, sizeof name, "wake:%s", d->worker_id);
     key_run(wake, sizeof wake, d->o.run, name);
@@ -302,16 +322,19 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
     }
 }
 
-static int wait_barrier(diloco *d, int f, int64_t round, char *err, size_t errlen) {
+static int wait_barrier(diloco *d, int f, int64_t round, char *err, size_t errlen)
+{
     return wait_barrier_as(d, f, round, 0, err, errlen);
 }
 
-int sync_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errlen) {
+int sync_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errlen)
+{
     return wait_barrier_as(d, f, round, 1, err, errlen);
 }
 
 /* Our round of fragment f is gone: base[f] takes the current global version (params untouched). */
-static int refetch_fragment(diloco *d, int f, char *err, size_t errlen) {
+static int refetch_fragment(diloco *d, int f, char *err, size_t errlen)
+{
     char key[KEY_MAX], field[32];
     snprintf(field, sizeof field, "round:%d", f);
     redisReply *r = dl_command(d, "HGET %s %s", key_run(key, sizeof key, d->o.run, "state"), field);
@@ -325,9 +348,13 @@ static int refetch_fragment(diloco *d, int f, char *err, size_t errlen) {
     return dl_fetch_fragment(d, f, want, 0, err, errlen);
 }
 
-void sync_begin(diloco *d) { memset(&d->cur, 0, sizeof d->cur); }
+void sync_begin(diloco *d)
+{
+    memset(&d->cur, 0, sizeof d->cur);
+}
 
-void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale) {
+void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale)
+{
     diloco_sync_info s = d->cur; /* what this sync sent and received, and when */
     s.fragment = f;
     s.round = round;
@@ -346,11 +373,12 @@ void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale) {
 #define COMMIT_FIELDS 4
 
 static int read_committed(diloco *d, int first, int last, int64_t *version, char (*digest)[17], int64_t *epoch,
-                          int64_t *replicated, char *err, size_t errlen) {
+                          int64_t *replicated, char *err, size_t errlen)
+{
     int n = last - first, nf = COMMIT_FIELDS * n;
     const char **argv = calloc((size_t)(2 + nf), sizeof *argv);
     size_t *lens = calloc((size_t)(2 + nf), sizeof *lens);
-    char (*fields)[40] = calloc((size_t)nf, sizeof *fields);
+    char(*fields)[40] = calloc((size_t)nf, sizeof *fields);
     char key[KEY_MAX];
     if (!argv || !lens || !fields) {
         free(argv);
@@ -395,11 +423,12 @@ static int read_committed(diloco *d, int first, int last, int64_t *version, char
  * the rest are not committed yet but still leased to the server that sent them (its commit is on the
  * way), 2 when some lease moved (or Redis could not say): a new owner needs our Δ again. *conflict is
  * set if one was committed with another digest. */
-static int confirm_from_redis(diloco *d, int f, int *conflict, char *err, size_t errlen) {
+static int confirm_from_redis(diloco *d, int f, int *conflict, char *err, size_t errlen)
+{
     int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1], n = last - first, pending = 2;
     int64_t *version = calloc((size_t)n, sizeof *version), *epoch = calloc((size_t)n, sizeof *epoch);
     int64_t *replicated = calloc((size_t)n, sizeof *replicated);
-    char (*digest)[17] = calloc((size_t)n, sizeof *digest);
+    char(*digest)[17] = calloc((size_t)n, sizeof *digest);
     if (version && digest && epoch && replicated &&
         read_committed(d, first, last, version, digest, epoch, replicated, err, errlen) == 0) {
         pending = 0;
@@ -434,7 +463,8 @@ static int confirm_from_redis(diloco *d, int f, int *conflict, char *err, size_t
 /* Fragment f's previous round cannot be completed as we hold it (it was committed with other
  * parameters, e.g. without a participant that died with the server, or closed without us): take the
  * fragment at the run's current version and drop our local progress on it. */
-static int confirm_reset(diloco *d, int f, const char *why, char *err, size_t errlen) {
+static int confirm_reset(diloco *d, int f, const char *why, char *err, size_t errlen)
+{
     int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
     log_warn("fragment %d: %s; continuing from the committed global parameters", f, why);
     if (refetch_fragment(d, f, err, errlen) < 0) return DL_FAIL; /* state unchanged: tried again next time */
@@ -453,17 +483,20 @@ static int get_round(diloco *d, int first, int last, const get_arg *ga, char *er
 /* Fragment f's shards at version want, durably. Our kept Δ of round want-1 goes to every owner first
  * (a new owner needs it; one push saves the round trip of a `need`), then get_round's passes, which
  * resend it wherever an owner still asks and never wait on one shard while others are missing. */
-static int fetch_round_result(diloco *d, int f, int64_t want, char *err, size_t errlen) {
+static int fetch_round_result(diloco *d, int f, int64_t want, char *err, size_t errlen)
+{
     int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
     for (int k = first; k < last; k++) {
         int rc = conn_push(d, k, want - 1, err, errlen);
-        if (rc == DL_EVICTED || rc == DL_FAIL || rc == DL_CORRUPT) return rc; /* STALE: committed already; the get tells how */
+        if (rc == DL_EVICTED || rc == DL_FAIL || rc == DL_CORRUPT)
+            return rc; /* STALE: committed already; the get tells how */
     }
     get_arg ga = {want, 1, 0, 1};
     return get_round(d, first, last, &ga, err, errlen);
 }
 
-int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen) {
+int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen)
+{
     int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1], n = last - first;
     int incomplete = d->frag_incomplete[f], garbage = 0, pending = 0, conflict = 0;
     for (int k = first; k < last; k++) {
@@ -477,8 +510,8 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen) {
          * its way: wait for it (its lease expires if it is frozen or dead, and a restarted server takes
          * it with a new epoch). Patience is bounded all the same: a server whose commit failed keeps its
          * lease, and then only our Δ and a get make it commit again. */
-        uint64_t patience = d->o.sync_timeout_ms < CONFIRM_PATIENCE_MS ? (uint64_t)d->o.sync_timeout_ms
-                                                                      : CONFIRM_PATIENCE_MS;
+        uint64_t patience =
+            d->o.sync_timeout_ms < CONFIRM_PATIENCE_MS ? (uint64_t)d->o.sync_timeout_ms : CONFIRM_PATIENCE_MS;
         uint64_t deadline = t0 + patience;
         for (unsigned attempt = 0;; attempt++) {
             pending = confirm_from_redis(d, f, &conflict, err, errlen);
@@ -502,8 +535,7 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen) {
     /* A slice received now that differs from the tentative one we trained from is a conflict (unless the
      * round broke off before we took its parameters: then there is nothing to compare with). */
     for (int k = first; !incomplete && k < last; k++)
-        if (d->tent_version[k] == 0 && d->shard_version[k] == want && d->tent_xxh[k] != held[k - first])
-            conflict = 1;
+        if (d->tent_version[k] == 0 && d->shard_version[k] == want && d->tent_xxh[k] != held[k - first]) conflict = 1;
     free(held);
     d->cur.confirm_seconds = (double)(now_ms() - t0) / 1000.0;
     if (conflict) return confirm_reset(d, f, "the previous round was committed with other parameters", err, errlen);
@@ -531,7 +563,8 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen) {
  * timeout. Never waiting on one shard while others are missing matters after an owner changed: other
  * workers may be waiting for our Δ of a shard later in our list before they can send theirs of this
  * one. */
-static int get_round(diloco *d, int first, int last, const get_arg *ga, char *err, size_t errlen) {
+static int get_round(diloco *d, int first, int last, const get_arg *ga, char *err, size_t errlen)
+{
     uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
     unsigned attempt = 0;
     for (int k = first; k < last; k++) d->shard_version[k] = -1;
@@ -543,7 +576,8 @@ static int get_round(diloco *d, int first, int last, const get_arg *ga, char *er
 }
 
 /* Push, arrive, wait, get, for the shards of fragment f. */
-static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen) {
+static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
+{
     int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
     int rc = for_shards_parallel(d, first, last, push_job, &round, err, errlen);
     if (rc != DL_OK) return rc;
@@ -571,7 +605,8 @@ static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen) 
 
 /* The heartbeat thread learnt we were evicted (a long stop, a network cut): register again before
  * sending anything, instead of pushing as a dead incarnation. */
-static int register_if_evicted(diloco *d, char *err, size_t errlen) {
+static int register_if_evicted(diloco *d, char *err, size_t errlen)
+{
     pthread_mutex_lock(&d->hb_mu);
     int evicted = d->evicted;
     pthread_mutex_unlock(&d->hb_mu);
@@ -582,7 +617,8 @@ static int register_if_evicted(diloco *d, char *err, size_t errlen) {
     return DL_EVICTED;
 }
 
-int sync_fragment_net(diloco *d, int f, char *err, size_t errlen) {
+int sync_fragment_net(diloco *d, int f, char *err, size_t errlen)
+{
     int64_t round = d->frag_version[f];
     pthread_mutex_lock(&d->hb_mu);
     int evicted = d->evicted;
@@ -598,7 +634,8 @@ int sync_fragment_net(diloco *d, int f, char *err, size_t errlen) {
         return d->refetch_all ? DL_EVICTED : DL_FAIL;
     if (rc == DL_STALE) {
         log_warn("round %" PRId64 " of fragment %d lost (stale): %s; continuing from the current global "
-                 "parameters", round, f, err);
+                 "parameters",
+                 round, f, err);
         return refetch_fragment(d, f, err, errlen) < 0 ? DL_FAIL : DL_STALE;
     }
     if (rc == DL_EVICTED) {
@@ -610,7 +647,8 @@ int sync_fragment_net(diloco *d, int f, char *err, size_t errlen) {
     return rc == DL_CORRUPT ? rc : DL_FAIL;
 }
 
-int sync_apply_fragment(diloco *d, int f, double alpha, char *err, size_t errlen) {
+int sync_apply_fragment(diloco *d, int f, double alpha, char *err, size_t errlen)
+{
     size_t lo = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f]];
     size_t hi = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f + 1]];
     if (alpha == 0) {

@@ -19,7 +19,8 @@
 #include "outer.h"
 #include "util.h"
 
-int dl_update_alloc(diloco *d, char *err, size_t errlen) {
+int dl_update_alloc(diloco *d, char *err, size_t errlen)
+{
     if (!d->rc.download_update) return 0;
     size_t n = d->numel;
     int ns = d->rc.nshards;
@@ -40,7 +41,8 @@ oom:
     return -1;
 }
 
-void dl_update_free(diloco *d) {
+void dl_update_free(diloco *d)
+{
     free(d->mom);
     free(d->mom_version);
     free(d->upd_off);
@@ -49,14 +51,16 @@ void dl_update_free(diloco *d) {
     free(d->upd_q);
 }
 
-int dl_get_flags(const diloco *d, int shard, int64_t min_version, int flags) {
+int dl_get_flags(const diloco *d, int shard, int64_t min_version, int flags)
+{
     if (!d->rc.download_update) return flags;
     if (d->mom_version[shard] >= 0 && d->mom_version[shard] == min_version - 1 && d->tent_version[shard] >= 0)
         return flags | BLOB_GET_UPDATE_OK;
     return flags | BLOB_GET_MOMENTUM;
 }
 
-void *dl_update_place(diloco *d, int shard, const blob_header *h, size_t plen) {
+void *dl_update_place(diloco *d, int shard, const blob_header *h, size_t plen)
+{
     size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
     if (!d->rc.download_update || h->shard != shard) return NULL;
     if (strcmp(h->op, "update") == 0 && h->dtype == d->rc.compress && h->count == n &&
@@ -70,7 +74,8 @@ void *dl_update_place(diloco *d, int shard, const blob_header *h, size_t plen) {
     return NULL;
 }
 
-void dl_update_take_momentum(diloco *d, int shard, int64_t version, const uint8_t *payload) {
+void dl_update_take_momentum(diloco *d, int shard, int64_t version, const uint8_t *payload)
+{
     size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
     dl_dev_base_written(d, shard);
     memcpy(d->base + off, payload, n * sizeof(float));
@@ -78,28 +83,31 @@ void dl_update_take_momentum(diloco *d, int shard, int64_t version, const uint8_
     d->mom_version[shard] = version;
 }
 
-int dl_update_apply(diloco *d, int shard, const blob_header *h, const uint8_t *payload, uint64_t *digest,
-                    char *err, size_t errlen) {
+int dl_update_apply(diloco *d, int shard, const blob_header *h, const uint8_t *payload, uint64_t *digest, char *err,
+                    size_t errlen)
+{
     size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
     char *end = NULL;
     uint64_t want = strtoull(h->text, &end, 16);
     if (d->mom_version[shard] != h->version - 1 || end == h->text) {
         d->mom_version[shard] = -1;
-        err_set(err, errlen, "update of shard %d to version %" PRId64 " does not follow what we hold", shard, h->version);
+        err_set(err, errlen, "update of shard %d to version %" PRId64 " does not follow what we hold", shard,
+                h->version);
         return DL_RETRY;
     }
     dl_dev_base_written(d, shard);
     if (h->aux != 0) { /* aux 0: a no-op round, nothing changes */
         codec_decode(h->dtype, payload, n, d->upd_g + off);
-        outer_sgd_step(d->base + off, d->mom + off, (h->flags & 2) != 0, d->upd_g + off, n, (float)h->lr,
-                       (float)h->mu, (h->flags & 1) != 0);
+        outer_sgd_step(d->base + off, d->mom + off, (h->flags & 2) != 0, d->upd_g + off, n, (float)h->lr, (float)h->mu,
+                       (h->flags & 1) != 0);
     }
     *digest = hash64(d->base + off, n * sizeof(float));
     if (*digest != want) {
         d->mom_version[shard] = -1;
         d->tent_version[shard] = -1; /* base[shard] is wrong: fetched again before it is used */
         log_warn("shard %d: our parameters after the update to version %" PRId64 " have digest %016" PRIx64
-                 ", the committed ones %s: fetching parameters and momentum", shard, h->version, *digest, h->text);
+                 ", the committed ones %s: fetching parameters and momentum",
+                 shard, h->version, *digest, h->text);
         err_set(err, errlen, "digest mismatch after the update of shard %d", shard);
         return DL_RETRY;
     }

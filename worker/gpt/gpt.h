@@ -52,9 +52,8 @@ double gpt_clip_grad_norm(float *grads, size_t numel, double max_norm, int threa
 /* One torch.optim.AdamW step (decoupled weight decay, bias correction) with step count t >= 1.
  * Weight decay applies to tensors with ndim >= 2 (all matrices, including wte and wpe, as nanoGPT
  * and torchft do); LayerNorm parameters and biases are not decayed. m, v: numel each, start at 0. */
-void gpt_adamw_step(const model_tensor *tensors, int ntensors, float *params, const float *grads,
-                    float *m, float *v, long t, double lr, double beta1, double beta2, double eps,
-                    double weight_decay, int threads);
+void gpt_adamw_step(const model_tensor *tensors, int ntensors, float *params, const float *grads, float *m, float *v,
+                    long t, double lr, double beta1, double beta2, double eps, double weight_decay, int threads);
 
 /* ---- the trainer --------------------------------------------------------------------------- */
 typedef struct gpt_options {
@@ -62,21 +61,21 @@ typedef struct gpt_options {
     int batch, seq;
     double lr, beta1, beta2, eps, weight_decay, grad_clip;
     int warmup_steps;
-    long total_steps;          /* cosine decay horizon; <= 0: constant lr after warmup */
-    double min_lr_ratio;       /* min lr = lr * min_lr_ratio at total_steps */
-    const char *data_path;     /* token file from prepare-data; NULL: synthetic uniform random tokens */
+    long total_steps;      /* cosine decay horizon; <= 0: constant lr after warmup */
+    double min_lr_ratio;   /* min lr = lr * min_lr_ratio at total_steps */
+    const char *data_path; /* token file from prepare-data; NULL: synthetic uniform random tokens */
     int num_shards, shard_index;
-    int data_sequential;       /* 0: random windows (default), 1: consecutive windows */
+    int data_sequential; /* 0: random windows (default), 1: consecutive windows */
     int eval_every, eval_batches;
-    int threads;               /* <= 0: all cores */
-    uint64_t seed;             /* parameter init seed (all workers must agree) */
-    uint64_t data_seed;        /* data order seed (mixed with shard_index) */
-    const char *log_path;      /* JSON-lines telemetry, appended; NULL: none */
+    int threads;                 /* <= 0: all cores */
+    uint64_t seed;               /* parameter init seed (all workers must agree) */
+    uint64_t data_seed;          /* data order seed (mixed with shard_index) */
+    const char *log_path;        /* JSON-lines telemetry, appended; NULL: none */
     const char *checkpoint_path; /* safetensors; resumed at create when it exists; NULL: none */
-    int checkpoint_every;      /* steps between checkpoints (0: only at destroy) */
-    int device;                /* GPT_DEVICE_AUTO (default): cuda when built with CUDA and a device is
+    int checkpoint_every;        /* steps between checkpoints (0: only at destroy) */
+    int device;                  /* GPT_DEVICE_AUTO (default): cuda when built with CUDA and a device is
                                   present, else cpu; GPT_DEVICE_CPU; GPT_DEVICE_CUDA (docs/cuda.md) */
-    int tf32;                  /* cuda: let cuBLAS use TF32 tensor cores (default 0: fp32 products) */
+    int tf32;                    /* cuda: let cuBLAS use TF32 tensor cores (default 0: fp32 products) */
 } gpt_options;
 
 enum { GPT_DEVICE_AUTO = 0, GPT_DEVICE_CPU = 1, GPT_DEVICE_CUDA = 2 };

@@ -3,28 +3,36 @@
 #include "gpt_acts.h"
 
 /* Walks the buffers from offset 0; binds them when arena is not NULL. Returns the floats used. */
-static size_t walk(const gpt_config *c, int B, int T, size_t align, float *arena, gpt_acts *a) {
+static size_t walk(const gpt_config *c, int B, int T, size_t align, float *arena, gpt_acts *a)
+{
     size_t N = (size_t)B * T, C = (size_t)c->dim, NH = (size_t)c->heads, V = (size_t)c->vocab;
     size_t att = (size_t)B * NH * T * T;
     size_t off = 0;
-#define TAKE(field, n)                                \
-    do {                                              \
-        if (arena) (field) = arena + off;             \
-        off += gpt_arena_round((size_t)(n), align);   \
+#define TAKE(field, n)                              \
+    do {                                            \
+        if (arena) (field) = arena + off;           \
+        off += gpt_arena_round((size_t)(n), align); \
     } while (0)
     for (int l = 0; l < c->layers; l++) {
         gpt_layer_acts *h = arena ? &a->h[l] : NULL; /* only dereferenced when binding */
-        TAKE(h->ln1, N * C); TAKE(h->ln1_mean, N); TAKE(h->ln1_rstd, N);
+        TAKE(h->ln1, N * C);
+        TAKE(h->ln1_mean, N);
+        TAKE(h->ln1_rstd, N);
         TAKE(h->qkv, N * 3 * C);
         TAKE(h->att, att);
         TAKE(h->atty, N * C);
         TAKE(h->res2, N * C);
-        TAKE(h->ln2, N * C); TAKE(h->ln2_mean, N); TAKE(h->ln2_rstd, N);
-        TAKE(h->fch, N * 4 * C); TAKE(h->fch_gelu, N * 4 * C);
+        TAKE(h->ln2, N * C);
+        TAKE(h->ln2_mean, N);
+        TAKE(h->ln2_rstd, N);
+        TAKE(h->fch, N * 4 * C);
+        TAKE(h->fch_gelu, N * 4 * C);
         TAKE(h->res3, N * C);
     }
     TAKE(a->encoded, N * C);
-    TAKE(a->lnf, N * C); TAKE(a->lnf_mean, N); TAKE(a->lnf_rstd, N);
+    TAKE(a->lnf, N * C);
+    TAKE(a->lnf_mean, N);
+    TAKE(a->lnf_rstd, N);
     TAKE(a->logits, N * V);
     TAKE(a->losses, N);
     TAKE(a->dres, N * C);
@@ -36,8 +44,12 @@ static size_t walk(const gpt_config *c, int B, int T, size_t align, float *arena
     return off;
 }
 
-size_t gpt_acts_size(const gpt_config *c, int B, int T, size_t align) { return walk(c, B, T, align, NULL, NULL); }
+size_t gpt_acts_size(const gpt_config *c, int B, int T, size_t align)
+{
+    return walk(c, B, T, align, NULL, NULL);
+}
 
-size_t gpt_acts_bind(const gpt_config *c, int B, int T, size_t align, float *arena, gpt_acts *a) {
+size_t gpt_acts_bind(const gpt_config *c, int B, int T, size_t align, float *arena, gpt_acts *a)
+{
     return walk(c, B, T, align, arena, a);
 }

@@ -30,12 +30,12 @@ typedef struct gpt_layer_acts {
 } gpt_layer_acts;
 
 typedef struct gpt_acts {
-    gpt_layer_acts *h;                          /* one entry per layer, allocated by the caller */
-    float *encoded;                             /* (N,C) */
-    float *lnf, *lnf_mean, *lnf_rstd;           /* (N,C) (N) (N) */
-    float *logits;                              /* (N,V); probabilities after the loss */
-    float *losses;                              /* (N) */
-    float *dres, *dln, *datty, *dqkv, *dfch;    /* backward: (N,C) (N,C) (N,C) (N,3C) (N,4C) */
+    gpt_layer_acts *h;                       /* one entry per layer, allocated by the caller */
+    float *encoded;                          /* (N,C) */
+    float *lnf, *lnf_mean, *lnf_rstd;        /* (N,C) (N) (N) */
+    float *logits;                           /* (N,V); probabilities after the loss */
+    float *losses;                           /* (N) */
+    float *dres, *dln, *datty, *dqkv, *dfch; /* backward: (N,C) (N,C) (N,C) (N,3C) (N,4C) */
 } gpt_acts;
 
 /* Floats the activations of batch B x T take with every buffer rounded up to align floats. */
@@ -45,9 +45,13 @@ size_t gpt_acts_size(const gpt_config *c, int B, int T, size_t align);
 size_t gpt_acts_bind(const gpt_config *c, int B, int T, size_t align, float *arena, gpt_acts *a);
 
 /* n rounded up to a multiple of align. */
-static inline size_t gpt_arena_round(size_t n, size_t align) { return (n + align - 1) / align * align; }
+static inline size_t gpt_arena_round(size_t n, size_t align)
+{
+    return (n + align - 1) / align * align;
+}
 /* The next n floats (rounded up to align) of an arena at *cur; advances *cur. */
-static inline float *gpt_arena_take(float **cur, size_t n, size_t align) {
+static inline float *gpt_arena_take(float **cur, size_t n, size_t align)
+{
     float *p = *cur;
     *cur += gpt_arena_round(n, align);
     return p;

@@ -7,15 +7,35 @@
 #include <stdlib.h>
 #include <string.h>
 
-static void put32(unsigned char *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i)); }
-static void put64(unsigned char *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i)); }
-static uint32_t get32(const unsigned char *p) { uint32_t v = 0; for (int i = 3; i >= 0; i--) v = v << 8 | p[i]; return v; }
-static uint64_t get64(const unsigned char *p) { uint64_t v = 0; for (int i = 7; i >= 0; i--) v = v << 8 | p[i]; return v; }
+static void put32(unsigned char *p, uint32_t v)
+{
+    for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *p, uint64_t v)
+{
+    for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get32(const unsigned char *p)
+{
+    uint32_t v = 0;
+    for (int i = 3; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
+static uint64_t get64(const unsigned char *p)
+{
+    uint64_t v = 0;
+    for (int i = 7; i >= 0; i--) v = v << 8 | p[i];
+    return v;
+}
 
-int gpt_tokens_load(const char *path, gpt_tokens *out, char *err, size_t errlen) {
+int gpt_tokens_load(const char *path, gpt_tokens *out, char *err, size_t errlen)
+{
     memset(out, 0, sizeof *out);
     FILE *f = fopen(path, "rb");
-    if (!f) { err_set(err, errlen, "token file %s: %s", path, strerror(errno)); return -1; }
+    if (!f) {
+        err_set(err, errlen, "token file %s: %s", path, strerror(errno));
+        return -1;
+    }
     unsigned char h[GPT_TOKEN_HEADER];
     if (fread(h, 1, sizeof h, f) != sizeof h || memcmp(h, GPT_TOKEN_MAGIC, 8) != 0) {
         err_set(err, errlen, "token file %s: not a token file (bad magic; make it with prepare-data)", path);
@@ -31,7 +51,11 @@ int gpt_tokens_load(const char *path, gpt_tokens *out, char *err, size_t errlen)
         return -1;
     }
     out->tok = malloc(n ? n * 2 : 2);
-    if (!out->tok) { err_set(err, errlen, "token file %s: out of memory", path); fclose(f); return -1; }
+    if (!out->tok) {
+        err_set(err, errlen, "token file %s: out of memory", path);
+        fclose(f);
+        return -1;
+    }
     unsigned char *raw = (unsigned char *)out->tok;
     if (fread(raw, 2, n, f) != n) {
         err_set(err, errlen, "token file %s: truncated (expected %llu tokens)", path, (unsigned long long)n);
@@ -44,7 +68,7 @@ int gpt_tokens_load(const char *path, gpt_tokens *out, char *err, size_t errlen)
         out->tok[i] = (uint16_t)(raw[2 * i] | raw[2 * i + 1] << 8); /* little-endian on any host */
         if (out->tok[i] >= vocab) {
             err_set(err, errlen, "token file %s: token %u at %llu >= vocab %u", path, out->tok[i],
-                   (unsigned long long)i, vocab);
+                    (unsigned long long)i, vocab);
             gpt_tokens_free(out);
             return -1;
         }
@@ -55,22 +79,31 @@ int gpt_tokens_load(const char *path, gpt_tokens *out, char *err, size_t errlen)
     return 0;
 }
 
-void gpt_tokens_free(gpt_tokens *t) {
+void gpt_tokens_free(gpt_tokens *t)
+{
     free(t->tok);
     memset(t, 0, sizeof *t);
 }
 
-int gpt_prepare_data(const char *input, const char *output, double val_fraction, char *err, size_t errlen) {
+int gpt_prepare_data(const char *input, const char *output, double val_fraction, char *err, size_t errlen)
+{
     if (!(val_fraction >= 0 && val_fraction < 1)) {
         err_set(err, errlen, "--val-fraction must be in [0, 1)");
         return -1;
     }
     FILE *f = fopen(input, "rb");
-    if (!f) { err_set(err, errlen, "%s: %s", input, strerror(errno)); return -1; }
+    if (!f) {
+        err_set(err, errlen, "%s: %s", input, strerror(errno));
+        return -1;
+    }
     size_t cap = 1 << 20, n = 0;
     unsigned char *buf = malloc(cap);
     for (;;) {
-        if (!buf) { fclose(f); err_set(err, errlen, "out of memory"); return -1; }
+        if (!buf) {
+            fclose(f);
+            err_set(err, errlen, "out of memory");
+            return -1;
+        }
         size_t r = fread(buf + n, 1, cap - n, f);
         n += r;
         if (n < cap) break;
@@ -81,13 +114,25 @@ int gpt_prepare_data(const char *input, const char *output, double val_fraction,
     }
     int rerr = ferror(f);
     fclose(f);
-    if (rerr) { free(buf); err_set(err, errlen, "%s: read error", input); return -1; }
-    if (n < 2) { free(buf); err_set(err, errlen, "%s: too short (%zu bytes)", input, n); return -1; }
+    if (rerr) {
+        free(buf);
+        err_set(err, errlen, "%s: read error", input);
+        return -1;
+    }
+    if (n < 2) {
+        free(buf);
+        err_set(err, errlen, "%s: too short (%zu bytes)", input, n);
+        return -1;
+    }
     uint64_t nval = (uint64_t)(n * val_fraction), ntrain = n - nval;
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", output);
     FILE *o = fopen(tmp, "wb");
-    if (!o) { free(buf); err_set(err, errlen, "%s: %s", tmp, strerror(errno)); return -1; }
+    if (!o) {
+        free(buf);
+        err_set(err, errlen, "%s: %s", tmp, strerror(errno));
+        return -1;
+    }
     unsigned char h[GPT_TOKEN_HEADER] = {0};
     memcpy(h, GPT_TOKEN_MAGIC, 8);
     put32(h + 8, GPT_TOKEN_VERSION);
@@ -99,7 +144,10 @@ int gpt_prepare_data(const char *input, const char *output, double val_fraction,
     unsigned char chunk[8192];
     for (size_t i = 0; ok && i < n; i += 4096) {
         size_t m = n - i < 4096 ? n - i : 4096;
-        for (size_t j = 0; j < m; j++) { chunk[2 * j] = buf[i + j]; chunk[2 * j + 1] = 0; }
+        for (size_t j = 0; j < m; j++) {
+            chunk[2 * j] = buf[i + j];
+            chunk[2 * j + 1] = 0;
+        }
         ok = fwrite(chunk, 2, m, o) == m;
     }
     free(buf);
@@ -109,12 +157,13 @@ int gpt_prepare_data(const char *input, const char *output, double val_fraction,
         err_set(err, errlen, "%s: write failed: %s", output, strerror(errno));
         return -1;
     }
-    printf("prepare-data: wrote %s: %zu byte-level tokens (vocab 256): train %llu, validation %llu (%.1f%%)\n",
-           output, n, (unsigned long long)ntrain, (unsigned long long)nval, 100.0 * nval / n);
+    printf("prepare-data: wrote %s: %zu byte-level tokens (vocab 256): train %llu, validation %llu (%.1f%%)\n", output,
+           n, (unsigned long long)ntrain, (unsigned long long)nval, 100.0 * nval / n);
     return 0;
 }
 
-int gpt_prepare_data_main(int argc, char **argv) {
+int gpt_prepare_data_main(int argc, char **argv)
+{
     const char *in = NULL, *out = NULL;
     double vf = 0.05;
     const opt_spec specs[] = {

@@ -32,20 +32,26 @@ struct gpt_model {
     float *arena;
 };
 
-gpt_model *gpt_model_create(const gpt_config *c, int B, int T, int threads, char *err, size_t errlen) {
+gpt_model *gpt_model_create(const gpt_config *c, int B, int T, int threads, char *err, size_t errlen)
+{
     if (gpt_config_check(c, err, errlen)) return NULL;
     if (B < 1 || T < 1 || T > c->ctx) {
-        err_set(err, errlen, "gpt: batch must be >= 1 and 1 <= seq <= ctx (%d), got batch %d seq %d",
-               c->ctx, B, T);
+        err_set(err, errlen, "gpt: batch must be >= 1 and 1 <= seq <= ctx (%d), got batch %d seq %d", c->ctx, B, T);
         return NULL;
     }
     gpt_model *m = calloc(1, sizeof *m);
-    if (!m) { err_set(err, errlen, "gpt: out of memory"); return NULL; }
+    if (!m) {
+        err_set(err, errlen, "gpt: out of memory");
+        return NULL;
+    }
     m->c = *c;
     m->B = B;
     m->T = T;
     m->nthreads = threads > 0 ? threads : omp_get_num_procs();
-    if (gpt_layout(c, &m->tensors, &m->ntensors, &m->numel, err, errlen)) { free(m); return NULL; }
+    if (gpt_layout(c, &m->tensors, &m->ntensors, &m->numel, err, errlen)) {
+        free(m);
+        return NULL;
+    }
     int L = c->layers;
     m->p.h = calloc((size_t)L, sizeof(gpt_layer_params));
     m->g.h = calloc((size_t)L, sizeof(gpt_layer_params));
@@ -53,8 +59,7 @@ gpt_model *gpt_model_create(const gpt_config *c, int B, int T, int threads, char
     /* every sub-buffer starts on 16 floats (64-byte alignment) */
     size_t T2 = (size_t)m->nthreads * T * T;
     size_t total = gpt_acts_size(c, B, T, 16) + gpt_arena_round(T2, 16);
-    if (!m->p.h || !m->g.h || !m->a.h ||
-        posix_memalign((void **)&m->arena, 64, total * sizeof(float))) {
+    if (!m->p.h || !m->g.h || !m->a.h || posix_memalign((void **)&m->arena, 64, total * sizeof(float))) {
         err_set(err, errlen, "gpt: out of memory for activations (%zu MB)", total * 4 >> 20);
         gpt_model_free(m);
         return NULL;
@@ -65,7 +70,8 @@ gpt_model *gpt_model_create(const gpt_config *c, int B, int T, int threads, char
     return m;
 }
 
-void gpt_model_free(gpt_model *m) {
+void gpt_model_free(gpt_model *m)
+{
     if (!m) return;
     free(m->arena);
     free(m->p.h);
@@ -75,14 +81,21 @@ void gpt_model_free(gpt_model *m) {
     free(m);
 }
 
-const float *gpt_model_logits(const gpt_model *m) { return m->a.logits; }
-int gpt_model_threads(const gpt_model *m) { return m->nthreads; }
+const float *gpt_model_logits(const gpt_model *m)
+{
+    return m->a.logits;
+}
+int gpt_model_threads(const gpt_model *m)
+{
+    return m->nthreads;
+}
 
 /* ------------------------------------------------------------------------------------------- */
 /* parallel sgemm: C(MxN) = alpha op(A)(MxK) op(B)(KxN) + beta C, row-major, split over threads */
 
-static void mm(int nt, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda,
-               const float *B, int ldb, float beta, float *C, int ldc) {
+static void mm(int nt, int ta, int tb, int M, int N, int K, float alpha, const float *A, int lda, const float *B,
+               int ldb, float beta, float *C, int ldc)
+{
     enum CBLAS_TRANSPOSE TA = ta ? CblasTrans : CblasNoTrans, TB = tb ? CblasTrans : CblasNoTrans;
     if (nt <= 1 || (double)M * N * K < 2e6) {
         cblas_sgemm(CblasRowMajor, TA, TB, M, N, K, alpha, A, lda, B, ldb, beta, C, ldc);
@@ -98,12 +111,10 @@ static void mm(int nt, int ta, int tb, int M, int N, int K, float alpha, const f
         if (s < e) {
             if (splitm) {
                 const float *a = ta ? A + s : A + (size_t)s * lda;
-                cblas_sgemm(CblasRowMajor, TA, TB, e - s, N, K, alpha, a, lda, B, ldb, beta,
-                            C + (size_t)s * ldc, ldc);
+                cblas_sgemm(CblasRowMajor, TA, TB, e - s, N, K, alpha, a, lda, B, ldb, beta, C + (size_t)s * ldc, ldc);
             } else {
                 const float *b = tb ? B + (size_t)s * ldb : B + s;
-                cblas_sgemm(CblasRowMajor, TA, TB, M, e - s, K, alpha, A, lda, b, ldb, beta,
-                            C + s, ldc);
+                cblas_sgemm(CblasRowMajor, TA, TB, M, e - s, K, alpha, A, lda, b, ldb, beta, C + s, ldc);
             }
         }
     }
@@ -111,7 +122,8 @@ static void mm(int nt, int ta, int tb, int M, int N, int K, float alpha, const f
 
 /* exp for x <= 88.3, vectorisable (Cephes expf polynomial, relative error ~1e-7); inputs below
  * -87.3 give ~1e-38 instead of 0 (harmless for softmax and tanh) */
-static inline float vexpf(float x) {
+static inline float vexpf(float x)
+{
     x = x < -87.3f ? -87.3f : x > 88.3f ? 88.3f : x;
     float n = (x * 1.44269504088896341f + 12582912.0f) - 12582912.0f; /* round to nearest */
     float r = x - n * 0.693359375f;
@@ -128,7 +140,10 @@ static inline float vexpf(float x) {
     memcpy(&scale, &bits, sizeof scale);
     return p * scale;
 }
-static inline float vtanhf(float u) { return 1.0f - 2.0f / (1.0f + vexpf(2.0f * u)); }
+static inline float vtanhf(float u)
+{
+    return 1.0f - 2.0f / (1.0f + vexpf(2.0f * u));
+}
 
 /* ---- sums with the same bits on every CPU ---------------------------------------------------
  * The kernels below are HOT_CLONES (common/base/clones.h): an x86-64-v3 build and a baseline build, picked
@@ -140,27 +155,29 @@ static inline float vtanhf(float u) { return 1.0f - 2.0f / (1.0f + vexpf(2.0f * 
 #define GPT_INLINE static inline __attribute__((always_inline))
 
 /* acc[k] += expr for every i in [0, n), where expr is an expression of i */
-#define LANE_SUM(acc, n, i, expr)                                                   \
-    do {                                                                            \
-        int i0_ = 0;                                                                \
-        for (; i0_ + SUM_LANES <= (n); i0_ += SUM_LANES)                            \
-            for (int k_ = 0; k_ < SUM_LANES; k_++) {                                \
-                int i = i0_ + k_;                                                   \
-                (acc)[k_] += (expr);                                                \
-            }                                                                       \
-        for (int k_ = 0; i0_ + k_ < (n); k_++) {                                    \
-            int i = i0_ + k_;                                                       \
-            (acc)[k_] += (expr);                                                    \
-        }                                                                           \
+#define LANE_SUM(acc, n, i, expr)                        \
+    do {                                                 \
+        int i0_ = 0;                                     \
+        for (; i0_ + SUM_LANES <= (n); i0_ += SUM_LANES) \
+            for (int k_ = 0; k_ < SUM_LANES; k_++) {     \
+                int i = i0_ + k_;                        \
+                (acc)[k_] += (expr);                     \
+            }                                            \
+        for (int k_ = 0; i0_ + k_ < (n); k_++) {         \
+            int i = i0_ + k_;                            \
+            (acc)[k_] += (expr);                         \
+        }                                                \
     } while (0)
 
-GPT_INLINE float lanes_total(float *acc) {
+GPT_INLINE float lanes_total(float *acc)
+{
     for (int w = SUM_LANES / 2; w > 0; w /= 2)
         for (int k = 0; k < w; k++) acc[k] += acc[k + w];
     return acc[0];
 }
 
-GPT_INLINE float sum_f(const float *x, int n) {
+GPT_INLINE float sum_f(const float *x, int n)
+{
     float acc[SUM_LANES] = {0};
     LANE_SUM(acc, n, i, x[i]);
     return lanes_total(acc);
@@ -170,8 +187,9 @@ GPT_INLINE float sum_f(const float *x, int n) {
 /* layers                                                                                      */
 
 HOT_CLONES static void encoder_forward(int nt, float *out /* (B,T,C) */, const int *inp /* (B,T) */,
-                            const float *wte /* (V,C) */, const float *wpe /* (maxT,C) */,
-                            int B, int T, int C) {
+                                       const float *wte /* (V,C) */, const float *wpe /* (maxT,C) */, int B, int T,
+                                       int C)
+{
 #pragma omp parallel for num_threads(nt)
     for (int n = 0; n < B * T; n++) {
         int t = n % T;
@@ -183,8 +201,9 @@ HOT_CLONES static void encoder_forward(int nt, float *out /* (B,T,C) */, const i
 
 /* dwte += scatter of dout (dwte already holds the head's gradient); dwpe = sum over batch */
 HOT_CLONES static void encoder_backward(int nt, float *dwte /* (V,C) */, float *dwpe /* (maxT,C) */,
-                             const float *dout /* (B,T,C) */, const int *inp /* (B,T) */,
-                             int B, int T, int C, int maxT) {
+                                        const float *dout /* (B,T,C) */, const int *inp /* (B,T) */, int B, int T,
+                                        int C, int maxT)
+{
     /* columns are independent: each thread owns a range of columns, no races */
 #pragma omp parallel num_threads(nt)
     {
@@ -202,14 +221,18 @@ HOT_CLONES static void encoder_backward(int nt, float *dwte /* (V,C) */, float *
             for (int t = 0; t < T; t++) {
                 const float *d = dout + ((size_t)b * T + t) * C;
                 float *we = dwte + (size_t)inp[b * T + t] * C, *wp = dwpe + (size_t)t * C;
-                for (int i = c0; i < c1; i++) { we[i] += d[i]; wp[i] += d[i]; }
+                for (int i = c0; i < c1; i++) {
+                    we[i] += d[i];
+                    wp[i] += d[i];
+                }
             }
     }
 }
 
-HOT_CLONES static void layernorm_forward(int nt, float *out /* (N,C) */, float *mean /* (N) */,
-                              float *rstd /* (N) */, const float *inp /* (N,C) */,
-                              const float *w /* (C) */, const float *b /* (C) */, int N, int C) {
+HOT_CLONES static void layernorm_forward(int nt, float *out /* (N,C) */, float *mean /* (N) */, float *rstd /* (N) */,
+                                         const float *inp /* (N,C) */, const float *w /* (C) */,
+                                         const float *b /* (C) */, int N, int C)
+{
 #pragma omp parallel for num_threads(nt)
     for (int n = 0; n < N; n++) {
         const float *x = inp + (size_t)n * C;
@@ -226,9 +249,10 @@ HOT_CLONES static void layernorm_forward(int nt, float *out /* (N,C) */, float *
 
 /* dinp = (accumulate ? dinp + : ) LN backward; dw, db written */
 HOT_CLONES static void layernorm_backward(int nt, float *dinp /* (N,C) */, float *dw /* (C) */, float *db /* (C) */,
-                               const float *dout /* (N,C) */, const float *inp /* (N,C) */,
-                               const float *w /* (C) */, const float *mean /* (N) */,
-                               const float *rstd /* (N) */, int N, int C, int accumulate) {
+                                          const float *dout /* (N,C) */, const float *inp /* (N,C) */,
+                                          const float *w /* (C) */, const float *mean /* (N) */,
+                                          const float *rstd /* (N) */, int N, int C, int accumulate)
+{
 #pragma omp parallel for num_threads(nt)
     for (int n = 0; n < N; n++) {
         const float *d = dout + (size_t)n * C, *x = inp + (size_t)n * C;
@@ -247,7 +271,10 @@ HOT_CLONES static void layernorm_backward(int nt, float *dinp /* (N,C) */, float
     {
         int n = omp_get_num_threads(), id = omp_get_thread_num();
         int chunk = (C + n - 1) / n, c0 = id * chunk, c1 = c0 + chunk < C ? c0 + chunk : C;
-        for (int i = c0; i < c1; i++) { dw[i] = 0; db[i] = 0; }
+        for (int i = c0; i < c1; i++) {
+            dw[i] = 0;
+            db[i] = 0;
+        }
         for (int r = 0; r < N; r++) {
             const float *d = dout + (size_t)r * C, *x = inp + (size_t)r * C;
             float mu = mean[r], rs = rstd[r];
@@ -260,9 +287,9 @@ HOT_CLONES static void layernorm_backward(int nt, float *dinp /* (N,C) */, float
 }
 
 /* out = inp W^T + bias */
-static void matmul_forward(int nt, float *out /* (N,OC) */, const float *inp /* (N,C) */,
-                           const float *w /* (OC,C) */, const float *bias /* (OC) */,
-                           int N, int C, int OC) {
+static void matmul_forward(int nt, float *out /* (N,OC) */, const float *inp /* (N,C) */, const float *w /* (OC,C) */,
+                           const float *bias /* (OC) */, int N, int C, int OC)
+{
 #pragma omp parallel for num_threads(nt)
     for (int n = 0; n < N; n++) memcpy(out + (size_t)n * OC, bias, (size_t)OC * sizeof(float));
     mm(nt, 0, 1, N, OC, C, 1.0f, inp, C, w, C, 1.0f, out, OC);
@@ -270,8 +297,9 @@ static void matmul_forward(int nt, float *out /* (N,OC) */, const float *inp /* 
 
 /* dinp = dout W (written); dw = dout^T inp (written); dbias = column sums (written) */
 HOT_CLONES static void matmul_backward(int nt, float *dinp /* (N,C) */, float *dw /* (OC,C) */, float *dbias /* (OC) */,
-                            const float *dout /* (N,OC) */, const float *inp /* (N,C) */,
-                            const float *w /* (OC,C) */, int N, int C, int OC) {
+                                       const float *dout /* (N,OC) */, const float *inp /* (N,C) */,
+                                       const float *w /* (OC,C) */, int N, int C, int OC)
+{
     mm(nt, 0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C);
     mm(nt, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 0.0f, dw, C);
 #pragma omp parallel num_threads(nt)
@@ -288,7 +316,8 @@ HOT_CLONES static void matmul_backward(int nt, float *dinp /* (N,C) */, float *d
 
 /* causal self-attention: qkv (B,T,3C) holding q|k|v, heads of size hs = C/NH */
 HOT_CLONES static void attention_forward(int nt, float *out /* (B,T,C) */, float *att /* (B,NH,T,T) */,
-                              const float *qkv /* (B,T,3C) */, int B, int T, int C, int NH) {
+                                         const float *qkv /* (B,T,3C) */, int B, int T, int C, int NH)
+{
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -301,8 +330,8 @@ HOT_CLONES static void attention_forward(int nt, float *out /* (B,T,C) */, float
         const int RB = 64;
         for (int r0 = 0; r0 < T; r0 += RB) {
             int r1 = r0 + RB < T ? r0 + RB : T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale,
-                        q + (size_t)r0 * C3, C3, k, C3, 0.0f, P + (size_t)r0 * T, T);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, scale, q + (size_t)r0 * C3, C3, k, C3,
+                        0.0f, P + (size_t)r0 * T, T);
         }
         for (int t = 0; t < T; t++) {
             float *row = P + (size_t)t * T;
@@ -317,15 +346,16 @@ HOT_CLONES static void attention_forward(int nt, float *out /* (B,T,C) */, float
         /* Y = P V, written into out[:, h*hs:(h+1)*hs] */
         for (int r0 = 0; r0 < T; r0 += RB) {
             int r1 = r0 + RB < T ? r0 + RB : T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f,
-                        P + (size_t)r0 * T, T, v, C3, 0.0f, out + ((size_t)b * T + r0) * C + h * hs, C);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, 1.0f, P + (size_t)r0 * T, T, v, C3,
+                        0.0f, out + ((size_t)b * T + r0) * C + h * hs, C);
         }
     }
 }
 
 HOT_CLONES static void attention_backward(int nt, float *dqkv /* (B,T,3C) written */, float *scratch /* nt*T*T */,
-                               const float *dout /* (B,T,C) */, const float *qkv /* (B,T,3C) */,
-                               const float *att /* (B,NH,T,T) */, int B, int T, int C, int NH) {
+                                          const float *dout /* (B,T,C) */, const float *qkv /* (B,T,3C) */,
+                                          const float *att /* (B,NH,T,T) */, int B, int T, int C, int NH)
+{
     int hs = C / NH, C3 = 3 * C;
     float scale = 1.0f / sqrtf((float)hs);
 #pragma omp parallel for num_threads(nt) schedule(static)
@@ -341,14 +371,14 @@ HOT_CLONES static void attention_backward(int nt, float *dqkv /* (B,T,3C) writte
         const int RB = 64;
         for (int r0 = 0; r0 < T; r0 += RB) {
             int r1 = r0 + RB < T ? r0 + RB : T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f,
-                        dy + (size_t)r0 * C, C, v, C3, 0.0f, dP + (size_t)r0 * T, T);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, r1 - r0, r1, hs, 1.0f, dy + (size_t)r0 * C, C, v, C3,
+                        0.0f, dP + (size_t)r0 * T, T);
         }
         /* dV = P^T dY: row block [c0, c1) of dV needs rows t >= c0 of P only (P is lower triangular) */
         for (int c0 = 0; c0 < T; c0 += RB) {
             int c1 = c0 + RB < T ? c0 + RB : T;
-            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f, P + (size_t)c0 * T + c0,
-                        T, dy + (size_t)c0 * C, C, 0.0f, dv + (size_t)c0 * C3, C3);
+            cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, c1 - c0, hs, T - c0, 1.0f, P + (size_t)c0 * T + c0, T,
+                        dy + (size_t)c0 * C, C, 0.0f, dv + (size_t)c0 * C3, C3);
         }
         /* dS = P * (dP - sum_j P dP) (softmax backward), zero above the diagonal */
         for (int t = 0; t < T; t++) {
@@ -363,8 +393,8 @@ HOT_CLONES static void attention_backward(int nt, float *dqkv /* (B,T,3C) writte
         /* dQ = scale dS K ; dK = scale dS^T Q */
         for (int r0 = 0; r0 < T; r0 += RB) {
             int r1 = r0 + RB < T ? r0 + RB : T;
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, scale,
-                        dP + (size_t)r0 * T, T, k, C3, 0.0f, dq + (size_t)r0 * C3, C3);
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, r1 - r0, hs, r1, scale, dP + (size_t)r0 * T, T, k,
+                        C3, 0.0f, dq + (size_t)r0 * C3, C3);
         }
         for (int c0 = 0; c0 < T; c0 += RB) {
             int c1 = c0 + RB < T ? c0 + RB : T;
@@ -376,14 +406,14 @@ HOT_CLONES static void attention_backward(int nt, float *dqkv /* (B,T,3C) writte
 
 #define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
 
-
 /* elementwise loops: each thread takes one contiguous range and runs a plain (vectorised) loop */
-#define RANGE(n)                                                                   \
-    int nth_ = omp_get_num_threads(), id_ = omp_get_thread_num();                  \
-    long chunk_ = (((long)(n) + nth_ - 1) / nth_ + 15) / 16 * 16;                  \
+#define RANGE(n)                                                  \
+    int nth_ = omp_get_num_threads(), id_ = omp_get_thread_num(); \
+    long chunk_ = (((long)(n) + nth_ - 1) / nth_ + 15) / 16 * 16; \
     long s_ = id_ * chunk_, e_ = s_ + chunk_ < (long)(n) ? s_ + chunk_ : (long)(n)
 
-HOT_CLONES static void gelu_forward(int nt, float *restrict out, const float *restrict inp, size_t n) {
+HOT_CLONES static void gelu_forward(int nt, float *restrict out, const float *restrict inp, size_t n)
+{
 #pragma omp parallel num_threads(nt)
     {
         RANGE(n);
@@ -396,7 +426,8 @@ HOT_CLONES static void gelu_forward(int nt, float *restrict out, const float *re
 }
 
 /* dinp = gelu'(inp) * dout (in place allowed: dinp == dout) */
-HOT_CLONES static void gelu_backward(int nt, float *dinp, const float *inp, const float *dout, size_t n) {
+HOT_CLONES static void gelu_backward(int nt, float *dinp, const float *inp, const float *dout, size_t n)
+{
 #pragma omp parallel num_threads(nt)
     {
         RANGE(n);
@@ -411,13 +442,15 @@ HOT_CLONES static void gelu_backward(int nt, float *dinp, const float *inp, cons
     }
 }
 
-HOT_CLONES static void residual_forward(int nt, float *out, const float *a, const float *b, size_t n) {
+HOT_CLONES static void residual_forward(int nt, float *out, const float *a, const float *b, size_t n)
+{
 #pragma omp parallel for num_threads(nt) schedule(static)
     for (size_t i = 0; i < n; i++) out[i] = a[i] + b[i];
 }
 
 /* logits (N,V) -> probabilities in place; losses (N) */
-HOT_CLONES static float crossentropy_forward(int nt, float *logits, float *losses, const int *targets, int N, int V) {
+HOT_CLONES static float crossentropy_forward(int nt, float *logits, float *losses, const int *targets, int N, int V)
+{
     double total = 0;
 #pragma omp parallel for num_threads(nt) reduction(+ : total)
     for (int n = 0; n < N; n++) {
@@ -437,7 +470,8 @@ HOT_CLONES static float crossentropy_forward(int nt, float *logits, float *losse
 }
 
 /* probs (N,V) -> dlogits in place: (p - onehot) / N */
-HOT_CLONES static void crossentropy_backward(int nt, float *probs, const int *targets, int N, int V) {
+HOT_CLONES static void crossentropy_backward(int nt, float *probs, const int *targets, int N, int V)
+{
     float inv = 1.0f / N;
 #pragma omp parallel for num_threads(nt)
     for (int n = 0; n < N; n++) {
@@ -449,7 +483,8 @@ HOT_CLONES static void crossentropy_backward(int nt, float *probs, const int *ta
 
 /* ------------------------------------------------------------------------------------------- */
 
-float gpt_forward(gpt_model *m, const float *params, const int *inputs, const int *targets) {
+float gpt_forward(gpt_model *m, const float *params, const int *inputs, const int *targets)
+{
     int B = m->B, T = m->T, C = m->c.dim, NH = m->c.heads, V = m->c.vocab, L = m->c.layers, nt = m->nthreads;
     int N = B * T;
     openblas_set_num_threads(1);
@@ -479,7 +514,8 @@ float gpt_forward(gpt_model *m, const float *params, const int *inputs, const in
     return crossentropy_forward(nt, m->a.logits, m->a.losses, targets, N, V);
 }
 
-void gpt_backward(gpt_model *m, const float *params, float *grads) {
+void gpt_backward(gpt_model *m, const float *params, float *grads)
+{
     int B = m->B, T = m->T, C = m->c.dim, NH = m->c.heads, V = m->c.vocab, L = m->c.layers, nt = m->nthreads;
     int N = B * T;
     openblas_set_num_threads(1);
@@ -491,8 +527,8 @@ void gpt_backward(gpt_model *m, const float *params, float *grads) {
     mm(nt, 0, 0, N, C, V, 1.0f, dlogits, V, m->p.wte, C, 0.0f, m->a.dln, C);
     mm(nt, 1, 0, V, C, N, 1.0f, dlogits, V, m->a.lnf, C, 0.0f, m->g.wte, C);
     const float *xlast = L > 0 ? m->a.h[L - 1].res3 : m->a.encoded;
-    layernorm_backward(nt, m->a.dres, m->g.lnfw, m->g.lnfb, m->a.dln, xlast, m->p.lnfw, m->a.lnf_mean,
-                       m->a.lnf_rstd, N, C, 0);
+    layernorm_backward(nt, m->a.dres, m->g.lnfw, m->g.lnfb, m->a.dln, xlast, m->p.lnfw, m->a.lnf_mean, m->a.lnf_rstd, N,
+                       C, 0);
     for (int l = L - 1; l >= 0; l--) {
         gpt_layer_params *p = &m->p.h[l], *g = &m->g.h[l];
         gpt_layer_acts *a = &m->a.h[l];
@@ -501,14 +537,13 @@ void gpt_backward(gpt_model *m, const float *params, float *grads) {
         matmul_backward(nt, m->a.dfch, g->fcprojw, g->fcprojb, m->a.dres, a->fch_gelu, p->fcprojw, N, 4 * C, C);
         gelu_backward(nt, m->a.dfch, a->fch, m->a.dfch, (size_t)N * 4 * C);
         matmul_backward(nt, m->a.dln, g->fcw, g->fcb, m->a.dfch, a->ln2, p->fcw, N, C, 4 * C);
-        layernorm_backward(nt, m->a.dres, g->ln2w, g->ln2b, m->a.dln, a->res2, p->ln2w, a->ln2_mean,
-                           a->ln2_rstd, N, C, 1);
+        layernorm_backward(nt, m->a.dres, g->ln2w, g->ln2b, m->a.dln, a->res2, p->ln2w, a->ln2_mean, a->ln2_rstd, N, C,
+                           1);
         /* attention: res2 = x + proj(attn(ln1(x))) */
         matmul_backward(nt, m->a.datty, g->projw, g->projb, m->a.dres, a->atty, p->projw, N, C, C);
         attention_backward(nt, m->a.dqkv, m->dpatt, m->a.datty, a->qkv, a->att, B, T, C, NH);
         matmul_backward(nt, m->a.dln, g->qkvw, g->qkvb, m->a.dqkv, a->ln1, p->qkvw, N, C, 3 * C);
-        layernorm_backward(nt, m->a.dres, g->ln1w, g->ln1b, m->a.dln, x, p->ln1w, a->ln1_mean,
-                           a->ln1_rstd, N, C, 1);
+        layernorm_backward(nt, m->a.dres, g->ln1w, g->ln1b, m->a.dln, x, p->ln1w, a->ln1_mean, a->ln1_rstd, N, C, 1);
     }
     encoder_backward(nt, m->g.wte, m->g.wpe, m->a.dres, m->inputs, B, T, C, m->c.ctx);
 }
@@ -516,7 +551,8 @@ void gpt_backward(gpt_model *m, const float *params, float *grads) {
 /* ------------------------------------------------------------------------------------------- */
 /* optimizer                                                                                   */
 
-HOT_CLONES double gpt_clip_grad_norm(float *grads, size_t numel, double max_norm, int threads) {
+HOT_CLONES double gpt_clip_grad_norm(float *grads, size_t numel, double max_norm, int threads)
+{
     int nt = threads > 0 ? threads : omp_get_num_procs();
     double ss = 0;
 #pragma omp parallel for num_threads(nt) reduction(+ : ss) schedule(static)
@@ -533,9 +569,10 @@ HOT_CLONES double gpt_clip_grad_norm(float *grads, size_t numel, double max_norm
     return norm;
 }
 
-HOT_CLONES void gpt_adamw_step(const model_tensor *tensors, int ntensors, float *params, const float *grads,
-                    float *m, float *v, long t, double lr, double beta1, double beta2, double eps,
-                    double weight_decay, int threads) {
+HOT_CLONES void gpt_adamw_step(const model_tensor *tensors, int ntensors, float *params, const float *grads, float *m,
+                               float *v, long t, double lr, double beta1, double beta2, double eps, double weight_decay,
+                               int threads)
+{
     int nt = threads > 0 ? threads : omp_get_num_procs();
     double bc1 = 1.0 - pow(beta1, (double)t), bc2 = 1.0 - pow(beta2, (double)t);
     float step_size = (float)(lr / bc1), bc2s = (float)sqrt(bc2);
@@ -564,7 +601,8 @@ HOT_CLONES void gpt_adamw_step(const model_tensor *tensors, int ntensors, float 
 
 #include <unistd.h>
 
-int gpt_openblas_autotune(char **argv) {
+int gpt_openblas_autotune(char **argv)
+{
     if (getenv("OPENBLAS_CORETYPE")) return 0;
     const char *core = openblas_get_corename();
     static const char *good[] = {"Haswell", "Zen", "SkylakeX", "Cooperlake", "SapphireRapids", NULL};
@@ -572,8 +610,8 @@ int gpt_openblas_autotune(char **argv) {
         if (core && !strcasecmp(core, good[i])) return 0;
     const char *want = NULL;
     __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
+    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl") &&
+        __builtin_cpu_supports("avx512dq"))
         want = "SkylakeX";
     else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma"))
         want = "Haswell";

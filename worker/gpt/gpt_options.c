@@ -11,7 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-void gpt_options_default(gpt_options *o) {
+void gpt_options_default(gpt_options *o)
+{
     memset(o, 0, sizeof *o);
     o->model = (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 256};
     o->batch = 8;
@@ -36,7 +37,12 @@ void gpt_options_default(gpt_options *o) {
 }
 
 enum { F_INT, F_LONG, F_DBL, F_STR, F_U64, F_ORDER, F_DEVICE, F_BOOL /* --flag alone = 1, or --flag=0|1 */ };
-typedef struct { const char *name; int type; size_t off; const char *help; } flag;
+typedef struct {
+    const char *name;
+    int type;
+    size_t off;
+    const char *help;
+} flag;
 #define OFF(f) offsetof(gpt_options, f)
 static const flag FLAGS[] = {
     {"layers", F_INT, OFF(model.layers), "transformer blocks (4)"},
@@ -73,7 +79,8 @@ static const flag FLAGS[] = {
 #undef OFF
 #define NFLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
 
-void gpt_usage(FILE *f) {
+void gpt_usage(FILE *f)
+{
     fprintf(f, "GPT trainer options (--flag VALUE or --flag=VALUE):\n");
     for (int i = 0; i < NFLAGS; i++) {
         char nm[40];
@@ -82,14 +89,16 @@ void gpt_usage(FILE *f) {
     }
 }
 
-static int parse_long(const char *v, void *dest) {
+static int parse_long(const char *v, void *dest)
+{
     long long x;
     if (parse_int(v, LONG_MIN, LONG_MAX, &x) < 0) return -1;
     *(long *)dest = (long)x;
     return 0;
 }
 
-static int parse_u64(const char *v, void *dest) {
+static int parse_u64(const char *v, void *dest)
+{
     char *end = NULL;
     errno = 0;
     unsigned long long x = strtoull(v, &end, 0);
@@ -99,22 +108,48 @@ static int parse_u64(const char *v, void *dest) {
 }
 
 /* The opts.h entry of one flag of the table, writing into o. */
-static opt_spec flag_spec(const flag *fl, gpt_options *o) {
+static opt_spec flag_spec(const flag *fl, gpt_options *o)
+{
     opt_spec s = {.name = fl->name, .dest = (char *)o + fl->off};
     switch (fl->type) {
-    case F_INT: s.kind = OPT_INT; s.lo = -2147483647LL; s.hi = 2147483647LL; s.wants = "an integer"; break;
-    case F_LONG: s.kind = OPT_CUSTOM; s.parse = parse_long; s.wants = "an integer"; break;
-    case F_U64: s.kind = OPT_CUSTOM; s.parse = parse_u64; s.wants = "an unsigned 64-bit integer"; break;
-    case F_DBL: s.kind = OPT_DOUBLE; s.min = -DBL_MAX; s.max = DBL_MAX; s.wants = "a finite number"; break;
+    case F_INT:
+        s.kind = OPT_INT;
+        s.lo = -2147483647LL;
+        s.hi = 2147483647LL;
+        s.wants = "an integer";
+        break;
+    case F_LONG:
+        s.kind = OPT_CUSTOM;
+        s.parse = parse_long;
+        s.wants = "an integer";
+        break;
+    case F_U64:
+        s.kind = OPT_CUSTOM;
+        s.parse = parse_u64;
+        s.wants = "an unsigned 64-bit integer";
+        break;
+    case F_DBL:
+        s.kind = OPT_DOUBLE;
+        s.min = -DBL_MAX;
+        s.max = DBL_MAX;
+        s.wants = "a finite number";
+        break;
     case F_STR: s.kind = OPT_STRING; break;
-    case F_ORDER: s.kind = OPT_CHOICE; s.choices = "random|sequential"; break;
-    case F_DEVICE: s.kind = OPT_CHOICE; s.choices = "auto|cpu|cuda"; break; /* GPT_DEVICE_* in this order */
+    case F_ORDER:
+        s.kind = OPT_CHOICE;
+        s.choices = "random|sequential";
+        break;
+    case F_DEVICE:
+        s.kind = OPT_CHOICE;
+        s.choices = "auto|cpu|cuda";
+        break; /* GPT_DEVICE_* in this order */
     case F_BOOL: s.kind = OPT_FLAG; break;
     }
     return s;
 }
 
-int gpt_options_parse(gpt_options *o, int argc, char **argv, char *err, size_t errlen) {
+int gpt_options_parse(gpt_options *o, int argc, char **argv, char *err, size_t errlen)
+{
     opt_spec specs[NFLAGS + 1];
     for (int k = 0; k < NFLAGS; k++) specs[k] = flag_spec(&FLAGS[k], o);
     specs[NFLAGS] = (opt_spec){0};
@@ -134,7 +169,8 @@ int gpt_options_parse(gpt_options *o, int argc, char **argv, char *err, size_t e
     return rc == 0 ? argc - nrest : -1;
 }
 
-double gpt_lr_at(const gpt_options *o, long s) {
+double gpt_lr_at(const gpt_options *o, long s)
+{
     if (o->warmup_steps > 0 && s < o->warmup_steps) return o->lr * (double)(s + 1) / o->warmup_steps;
     if (o->total_steps <= 0) return o->lr;
     double min_lr = o->lr * o->min_lr_ratio;

@@ -16,7 +16,8 @@
 #include "cuda/gpt_cuda.h"    /* the CUDA backend (worker/cuda, docs/cuda.md) */
 #endif
 
-static double now_s(void) {
+static double now_s(void)
+{
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
@@ -32,20 +33,21 @@ typedef struct gpt_trainer {
     gpt_model *m;
     float *grads, *am, *av;
     int *inp, *tgt;
-    gpt_tokens data;        /* data.tok == NULL: synthetic random tokens */
-    uint64_t lo, hi;        /* this shard's training tokens [lo, hi) */
-    uint64_t rng, cursor;   /* data position */
+    gpt_tokens data;      /* data.tok == NULL: synthetic random tokens */
+    uint64_t lo, hi;      /* this shard's training tokens [lo, hi) */
+    uint64_t rng, cursor; /* data position */
     long step;
     uint64_t tokens;
     double eval_loss, t0, last_norm;
     FILE *log;
-    struct gpt_cuda *cu;    /* the CUDA backend, NULL on the CPU (then m is used) */
-    int pinned;             /* t->params is page-locked for the CUDA copies */
-    struct dl_cuda *dl;     /* DiLoCo on the device (gpt_trainer_device_ops): params stay on the device */
+    struct gpt_cuda *cu; /* the CUDA backend, NULL on the CPU (then m is used) */
+    int pinned;          /* t->params is page-locked for the CUDA copies */
+    struct dl_cuda *dl;  /* DiLoCo on the device (gpt_trainer_device_ops): params stay on the device */
 } gpt_trainer;
 
 /* forward on the trainer's backend (the device parameters mirror t->params) */
-static float backend_forward(gpt_trainer *g, const int *inp, const int *tgt) {
+static float backend_forward(gpt_trainer *g, const int *inp, const int *tgt)
+{
 #ifdef DILOCO_HAVE_CUDA
     if (g->cu) {
         char err[256];
@@ -60,7 +62,8 @@ static float backend_forward(gpt_trainer *g, const int *inp, const int *tgt) {
     return gpt_forward(g->m, g->t.params, inp, tgt);
 }
 
-static void next_batch(gpt_trainer *g) {
+static void next_batch(gpt_trainer *g)
+{
     int B = g->o.batch, T = g->o.seq, V = g->o.model.vocab;
     for (int b = 0; b < B; b++) {
         int *in = g->inp + (size_t)b * T, *tg = g->tgt + (size_t)b * T;
@@ -90,13 +93,14 @@ static void next_batch(gpt_trainer *g) {
     }
 }
 
-static int gpt_evaluate(trainer *t, double *loss, char *err, size_t errlen) {
+static int gpt_evaluate(trainer *t, double *loss, char *err, size_t errlen)
+{
     gpt_trainer *g = t->impl;
     int B = g->o.batch, T = g->o.seq, V = g->o.model.vocab, nb = g->o.eval_batches > 0 ? g->o.eval_batches : 1;
     uint64_t nval = g->data.tok ? g->data.ntokens - g->data.ntrain : 0;
     if (g->data.tok && nval < (uint64_t)T + 1) {
         err_set(err, errlen, "gpt evaluate: the validation split has %llu tokens, need at least seq+1 = %d",
-               (unsigned long long)nval, T + 1);
+                (unsigned long long)nval, T + 1);
         return -1;
     }
     uint64_t J = (uint64_t)nb * B, vr = 0x1234567ULL;
@@ -128,7 +132,8 @@ static int gpt_evaluate(trainer *t, double *loss, char *err, size_t errlen) {
 
 /* ---- checkpoint (safetensors) ---- */
 
-static int ckpt_save(gpt_trainer *g, char *err, size_t errlen) {
+static int ckpt_save(gpt_trainer *g, char *err, size_t errlen)
+{
     const char *path = g->ckpt_path;
     if (!path) return 0;
     trainer *t = &g->t;
@@ -141,9 +146,13 @@ static int ckpt_save(gpt_trainer *g, char *err, size_t errlen) {
     int n = t->ntensors;
     size_t cap = 1024 + (size_t)n * 3 * 160, len = 0;
     char *h = malloc(cap);
-    if (!h) { err_set(err, errlen, "checkpoint: out of memory"); return -1; }
+    if (!h) {
+        err_set(err, errlen, "checkpoint: out of memory");
+        return -1;
+    }
     const gpt_config *c = &g->o.model;
-    len += (size_t)snprintf(h + len, cap - len,
+    len += (size_t)snprintf(
+        h + len, cap - len,
         "{\"__metadata__\":{\"format\":\"rediloco-gpt-v1\",\"layers\":\"%d\",\"heads\":\"%d\",\"dim\":\"%d\","
         "\"ctx\":\"%d\",\"vocab\":\"%d\",\"step\":\"%ld\",\"tokens\":\"%llu\",\"data_rng\":\"%llu\","
         "\"data_cursor\":\"%llu\",\"shard_index\":\"%d\",\"num_shards\":\"%d\"}",
@@ -155,11 +164,13 @@ static int ckpt_save(gpt_trainer *g, char *err, size_t errlen) {
         for (int i = 0; i < n; i++) {
             const model_tensor *tt = &t->tensors[i];
             char shape[64];
-            if (tt->ndim == 2) snprintf(shape, sizeof shape, "%zu,%zu", tt->shape[0], tt->shape[1]);
-            else snprintf(shape, sizeof shape, "%zu", tt->shape[0]);
+            if (tt->ndim == 2)
+                snprintf(shape, sizeof shape, "%zu,%zu", tt->shape[0], tt->shape[1]);
+            else
+                snprintf(shape, sizeof shape, "%zu", tt->shape[0]);
             len += (size_t)snprintf(h + len, cap - len,
-                                    ",\"%s%s\":{\"dtype\":\"F32\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}",
-                                    pre[s], tt->name, shape, pos, pos + tt->numel * 4);
+                                    ",\"%s%s\":{\"dtype\":\"F32\",\"shape\":[%s],\"data_offsets\":[%zu,%zu]}", pre[s],
+                                    tt->name, shape, pos, pos + tt->numel * 4);
             pos += tt->numel * 4;
         }
     len += (size_t)snprintf(h + len, cap - len, "}");
@@ -167,7 +178,11 @@ static int ckpt_save(gpt_trainer *g, char *err, size_t errlen) {
     char tmp[4096];
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     FILE *f = fopen(tmp, "wb");
-    if (!f) { free(h); err_set(err, errlen, "checkpoint %s: %s", tmp, strerror(errno)); return -1; }
+    if (!f) {
+        free(h);
+        err_set(err, errlen, "checkpoint %s: %s", tmp, strerror(errno));
+        return -1;
+    }
     unsigned char hl[8];
     for (int i = 0; i < 8; i++) hl[i] = (unsigned char)((uint64_t)len >> (8 * i));
     int ok = fwrite(hl, 1, 8, f) == 8 && fwrite(h, 1, len, f) == len;
@@ -184,7 +199,8 @@ static int ckpt_save(gpt_trainer *g, char *err, size_t errlen) {
     return 0;
 }
 
-static int meta_u64(const char *h, const char *key, unsigned long long *out) {
+static int meta_u64(const char *h, const char *key, unsigned long long *out)
+{
     char pat[64];
     snprintf(pat, sizeof pat, "\"%s\":\"", key);
     const char *p = strstr(h, pat);
@@ -195,7 +211,8 @@ static int meta_u64(const char *h, const char *key, unsigned long long *out) {
 }
 
 /* returns 1 when loaded, 0 when there is no file, -1 on error */
-static int ckpt_load(gpt_trainer *g, char *err, size_t errlen) {
+static int ckpt_load(gpt_trainer *g, char *err, size_t errlen)
+{
     const char *path = g->ckpt_path;
     FILE *f = fopen(path, "rb");
     if (!f) {
@@ -215,15 +232,15 @@ static int ckpt_load(gpt_trainer *g, char *err, size_t errlen) {
     if (!h || fread(h, 1, len, f) != len) goto bad;
     h[len] = 0;
     unsigned long long v[10];
-    static const char *keys[10] = {"layers", "heads", "dim", "ctx", "vocab", "step", "tokens", "data_rng",
-                                   "data_cursor", "shard_index"};
+    static const char *keys[10] = {"layers", "heads",  "dim",      "ctx",         "vocab",
+                                   "step",   "tokens", "data_rng", "data_cursor", "shard_index"};
     for (int i = 0; i < 10; i++)
         if (meta_u64(h, keys[i], &v[i])) goto bad;
     const gpt_config *c = &g->o.model;
     if (v[0] != (unsigned)c->layers || v[1] != (unsigned)c->heads || v[2] != (unsigned)c->dim ||
         v[3] != (unsigned)c->ctx || v[4] != (unsigned)c->vocab) {
-        err_set(err, errlen, "checkpoint %s: model L%llu H%llu C%llu T%llu V%llu does not match the options",
-               path, v[0], v[1], v[2], v[3], v[4]);
+        err_set(err, errlen, "checkpoint %s: model L%llu H%llu C%llu T%llu V%llu does not match the options", path,
+                v[0], v[1], v[2], v[3], v[4]);
         goto out;
     }
     static const char *pre[3] = {"", "adam_m.", "adam_v."};
@@ -260,7 +277,8 @@ out:
     return rc;
 }
 
-static void log_line(gpt_trainer *g, const char *fields) {
+static void log_line(gpt_trainer *g, const char *fields)
+{
     if (!g->log) return;
     fprintf(g->log, "{\"step\":%ld,\"time\":%.3f,%s}\n", g->step, now_s() - g->t0, fields);
     fflush(g->log);
@@ -272,7 +290,8 @@ static void log_line(gpt_trainer *g, const char *fields) {
  * are copied back into t->params (the DiLoCo buffer) at the end of every step, so libdiloco always
  * computes its pseudo-gradient from current values, and params_changed copies what DiLoCo wrote back
  * to the device. */
-static int cuda_step(gpt_trainer *g, float *loss, char *err, size_t errlen) {
+static int cuda_step(gpt_trainer *g, float *loss, char *err, size_t errlen)
+{
     trainer *t = &g->t;
     if (gpt_cuda_forward(g->cu, g->inp, g->tgt, loss, err, errlen)) return -1;
     if (!isfinite(*loss)) {
@@ -280,8 +299,7 @@ static int cuda_step(gpt_trainer *g, float *loss, char *err, size_t errlen) {
         return -1;
     }
     double lr = gpt_lr_at(&g->o, g->step);
-    if (gpt_cuda_backward(g->cu, err, errlen) ||
-        gpt_cuda_clip(g->cu, g->o.grad_clip, NULL, err, errlen) ||
+    if (gpt_cuda_backward(g->cu, err, errlen) || gpt_cuda_clip(g->cu, g->o.grad_clip, NULL, err, errlen) ||
         gpt_cuda_adamw(g->cu, g->step + 1, lr, g->o.beta1, g->o.beta2, g->o.eps, g->o.weight_decay, err, errlen))
         return -1;
     if (!g->dl) {
@@ -294,13 +312,15 @@ static int cuda_step(gpt_trainer *g, float *loss, char *err, size_t errlen) {
     return 0;
 }
 
-static int cuda_params_changed(trainer *t, size_t off, size_t n, char *err, size_t errlen) {
+static int cuda_params_changed(trainer *t, size_t off, size_t n, char *err, size_t errlen)
+{
     gpt_trainer *g = t->impl;
     return gpt_cuda_set_params(g->cu, t->params, off, n, err, errlen);
 }
 #endif
 
-static int gpt_step(trainer *t, trainer_stats *out, char *err, size_t errlen) {
+static int gpt_step(trainer *t, trainer_stats *out, char *err, size_t errlen)
+{
     gpt_trainer *g = t->impl;
     next_batch(g);
     float loss;
@@ -320,8 +340,8 @@ static int gpt_step(trainer *t, trainer_stats *out, char *err, size_t errlen) {
         gpt_backward(g->m, t->params, g->grads);
         g->last_norm = gpt_clip_grad_norm(g->grads, t->numel, g->o.grad_clip, g->o.threads);
         g->step++;
-        gpt_adamw_step(t->tensors, t->ntensors, t->params, g->grads, g->am, g->av, g->step, lr, g->o.beta1,
-                       g->o.beta2, g->o.eps, g->o.weight_decay, g->o.threads);
+        gpt_adamw_step(t->tensors, t->ntensors, t->params, g->grads, g->am, g->av, g->step, lr, g->o.beta1, g->o.beta2,
+                       g->o.eps, g->o.weight_decay, g->o.threads);
     }
     g->tokens += (uint64_t)g->o.batch * g->o.seq;
     int evaluated = 0;
@@ -331,8 +351,8 @@ static int gpt_step(trainer *t, trainer_stats *out, char *err, size_t errlen) {
     }
     if (g->log) {
         char f[256];
-        int n = snprintf(f, sizeof f, "\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.5g,\"tokens\":%llu", (double)loss,
-                         lr, g->last_norm, (unsigned long long)g->tokens);
+        int n = snprintf(f, sizeof f, "\"loss\":%.6f,\"lr\":%.6g,\"grad_norm\":%.5g,\"tokens\":%llu", (double)loss, lr,
+                         g->last_norm, (unsigned long long)g->tokens);
         if (evaluated) snprintf(f + n, sizeof f - (size_t)n, ",\"eval_loss\":%.6f", g->eval_loss);
         log_line(g, f);
     }
@@ -346,7 +366,8 @@ static int gpt_step(trainer *t, trainer_stats *out, char *err, size_t errlen) {
     return 0;
 }
 
-static int gpt_eval_public(trainer *t, double *loss, char *err, size_t errlen) {
+static int gpt_eval_public(trainer *t, double *loss, char *err, size_t errlen)
+{
     gpt_trainer *g = t->impl;
     if (gpt_evaluate(t, loss, err, errlen)) return -1;
     char f[64];
@@ -355,15 +376,23 @@ static int gpt_eval_public(trainer *t, double *loss, char *err, size_t errlen) {
     return 0;
 }
 
-int gpt_trainer_save(trainer *t, char *err, size_t errlen) {
+int gpt_trainer_save(trainer *t, char *err, size_t errlen)
+{
     return ckpt_save(t->impl, err, errlen);
 }
 
-long gpt_trainer_steps(const trainer *t) { return ((const gpt_trainer *)t->impl)->step; }
+long gpt_trainer_steps(const trainer *t)
+{
+    return ((const gpt_trainer *)t->impl)->step;
+}
 
-const char *gpt_trainer_device(const trainer *t) { return ((const gpt_trainer *)t->impl)->cu ? "cuda" : "cpu"; }
+const char *gpt_trainer_device(const trainer *t)
+{
+    return ((const gpt_trainer *)t->impl)->cu ? "cuda" : "cpu";
+}
 
-int gpt_trainer_device_ops(trainer *t, struct diloco_device_ops *ops, char *err, size_t errlen) {
+int gpt_trainer_device_ops(trainer *t, struct diloco_device_ops *ops, char *err, size_t errlen)
+{
     gpt_trainer *g = t->impl;
     memset(ops, 0, sizeof *ops);
 #ifdef DILOCO_HAVE_CUDA
@@ -384,7 +413,8 @@ int gpt_trainer_device_ops(trainer *t, struct diloco_device_ops *ops, char *err,
     return 0;
 }
 
-int gpt_trainer_params_to_host(trainer *t, char *err, size_t errlen) {
+int gpt_trainer_params_to_host(trainer *t, char *err, size_t errlen)
+{
     gpt_trainer *g = t->impl;
 #ifdef DILOCO_HAVE_CUDA
     if (g->dl) return gpt_cuda_get_params(g->cu, t->params, err, errlen);
@@ -397,7 +427,8 @@ int gpt_trainer_params_to_host(trainer *t, char *err, size_t errlen) {
 }
 
 /* --device: *cuda = 1 for the CUDA backend */
-static int resolve_device(const gpt_options *o, int *cuda, char *err, size_t errlen) {
+static int resolve_device(const gpt_options *o, int *cuda, char *err, size_t errlen)
+{
     *cuda = 0;
     if (o->device != GPT_DEVICE_AUTO && o->device != GPT_DEVICE_CPU && o->device != GPT_DEVICE_CUDA) {
         err_set(err, errlen, "gpt: bad device %d", o->device);
@@ -423,7 +454,8 @@ static int resolve_device(const gpt_options *o, int *cuda, char *err, size_t err
     return 0;
 }
 
-static void gpt_destroy(trainer *t) {
+static void gpt_destroy(trainer *t)
+{
     if (!t) return;
     gpt_trainer *g = t->impl;
     if (g->ckpt_path && g->step > 0) {
@@ -451,9 +483,13 @@ static void gpt_destroy(trainer *t) {
     free(g);
 }
 
-static char *dupstr(const char *s) { return s ? strdup(s) : NULL; }
+static char *dupstr(const char *s)
+{
+    return s ? strdup(s) : NULL;
+}
 
-trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen) {
+trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
+{
     if (gpt_config_check(&o->model, err, errlen)) return NULL;
     if (o->batch < 1 || o->seq < 1 || o->seq > o->model.ctx) {
         err_set(err, errlen, "gpt: need batch >= 1 and 1 <= seq <= ctx (%d)", o->model.ctx);
@@ -468,7 +504,10 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen) {
         return NULL;
     }
     gpt_trainer *g = calloc(1, sizeof *g);
-    if (!g) { err_set(err, errlen, "gpt: out of memory"); return NULL; }
+    if (!g) {
+        err_set(err, errlen, "gpt: out of memory");
+        return NULL;
+    }
     trainer *t = &g->t;
     g->o = *o;
     g->data_path = dupstr(o->data_path);
@@ -524,7 +563,7 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen) {
         g->hi = g->data.ntrain * (uint64_t)(o->shard_index + 1) / (uint64_t)o->num_shards;
         if (g->hi - g->lo < (uint64_t)o->seq + 2) {
             err_set(err, errlen, "gpt: data shard %d/%d has %llu tokens, fewer than seq+2", o->shard_index,
-                   o->num_shards, (unsigned long long)(g->hi - g->lo));
+                    o->num_shards, (unsigned long long)(g->hi - g->lo));
             goto fail;
         }
         g->cursor = g->lo;
@@ -533,9 +572,9 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen) {
     int loaded = g->ckpt_path ? ckpt_load(g, err, errlen) : 0;
     if (loaded < 0) goto fail;
 #ifdef DILOCO_HAVE_CUDA
-    if (g->cu && (gpt_cuda_set_params(g->cu, t->params, 0, t->numel, err, errlen) ||
-                  (loaded && gpt_cuda_set_moments(g->cu, g->am, g->av, err, errlen)) ||
-                  gpt_cuda_sync(g->cu, err, errlen)))
+    if (g->cu &&
+        (gpt_cuda_set_params(g->cu, t->params, 0, t->numel, err, errlen) ||
+         (loaded && gpt_cuda_set_moments(g->cu, g->am, g->av, err, errlen)) || gpt_cuda_sync(g->cu, err, errlen)))
         goto fail;
 #endif
     if (g->log_path && !(g->log = fopen(g->log_path, "a"))) {

@@ -12,13 +12,14 @@
 #include "util.h"
 
 struct host_device {
-    float *params;          /* the trainer's */
-    float *snap;            /* ours: the global parameters the next Δ is taken against */
+    float *params; /* the trainer's */
+    float *snap;   /* ours: the global parameters the next Δ is taken against */
     size_t numel;
     unsigned long ndelta, nload[3];
 };
 
-host_device *host_device_create(float *params, size_t numel, char *err, size_t errlen) {
+host_device *host_device_create(float *params, size_t numel, char *err, size_t errlen)
+{
     host_device *h = calloc(1, sizeof *h);
     if (h) h->snap = malloc((numel ? numel : 1) * sizeof(float));
     if (!h || !h->snap) {
@@ -32,13 +33,15 @@ host_device *host_device_create(float *params, size_t numel, char *err, size_t e
     return h;
 }
 
-void host_device_free(host_device *h) {
+void host_device_free(host_device *h)
+{
     if (!h) return;
     free(h->snap);
     free(h);
 }
 
-static int check_range(const host_device *h, size_t off, size_t n, char *err, size_t errlen) {
+static int check_range(const host_device *h, size_t off, size_t n, char *err, size_t errlen)
+{
     if (off > h->numel || n > h->numel - off) {
         err_set(err, errlen, "host device: range [%zu, %zu) outside [0, %zu)", off, off + n, h->numel);
         return -1;
@@ -46,21 +49,25 @@ static int check_range(const host_device *h, size_t off, size_t n, char *err, si
     return 0;
 }
 
-static int nonfinite(float x) {
+static int nonfinite(float x)
+{
     uint32_t b;
     memcpy(&b, &x, sizeof b);
     return (b & 0x7f800000u) == 0x7f800000u;
 }
 
-static int hd_delta(void *ctx, size_t off, size_t n, int bf16, void *out, size_t *bad, char *err, size_t errlen) {
+static int hd_delta(void *ctx, size_t off, size_t n, int bf16, void *out, size_t *bad, char *err, size_t errlen)
+{
     host_device *h = ctx;
     if (check_range(h, off, n, err, errlen) < 0) return -1;
     h->ndelta++;
     size_t first = n;
     for (size_t i = 0; i < n; i++) {
         float d = h->snap[off + i] - h->params[off + i];
-        if (bf16) ((uint16_t *)out)[i] = bf16_from_f32(d);
-        else ((float *)out)[i] = d;
+        if (bf16)
+            ((uint16_t *)out)[i] = bf16_from_f32(d);
+        else
+            ((float *)out)[i] = d;
         if (first == n && nonfinite(d)) first = i;
     }
     if (first == n) return 0;
@@ -68,8 +75,8 @@ static int hd_delta(void *ctx, size_t off, size_t n, int bf16, void *out, size_t
     return 1;
 }
 
-static int hd_load(void *ctx, const float *base, size_t off, size_t n, int mode, double alpha, char *err,
-                   size_t errlen) {
+static int hd_load(void *ctx, const float *base, size_t off, size_t n, int mode, double alpha, char *err, size_t errlen)
+{
     host_device *h = ctx;
     if (check_range(h, off, n, err, errlen) < 0) return -1;
     if (mode < DILOCO_LOAD_SNAPSHOT || mode > DILOCO_LOAD_MIX) {
@@ -86,14 +93,16 @@ static int hd_load(void *ctx, const float *base, size_t off, size_t n, int mode,
     return 0;
 }
 
-void host_device_ops(host_device *h, diloco_device_ops *ops) {
+void host_device_ops(host_device *h, diloco_device_ops *ops)
+{
     memset(ops, 0, sizeof *ops);
     ops->ctx = h;
     ops->delta = hd_delta;
     ops->load = hd_load;
 }
 
-void host_device_counts(const host_device *h, unsigned long *delta, unsigned long load[3]) {
+void host_device_counts(const host_device *h, unsigned long *delta, unsigned long load[3])
+{
     *delta = h->ndelta;
     for (int i = 0; i < 3; i++) load[i] = h->nload[i];
 }

@@ -11,13 +11,14 @@
 typedef struct quadratic {
     trainer t;
     quadratic_options o;
-    float *a, *c;            /* curvature and target of this worker's problem */
-    float *m, *v;            /* AdamW moments */
+    float *a, *c; /* curvature and target of this worker's problem */
+    float *m, *v; /* AdamW moments */
     uint64_t step;
     model_tensor tensor;
 } quadratic;
 
-void quadratic_options_default(quadratic_options *o) {
+void quadratic_options_default(quadratic_options *o)
+{
     memset(o, 0, sizeof *o);
     o->lr = 0.01f;
     o->beta1 = 0.9f;
@@ -27,7 +28,8 @@ void quadratic_options_default(quadratic_options *o) {
 }
 
 /* One AdamW step (torch.optim.AdamW semantics) on the gradient of f_w. */
-static int quadratic_step(trainer *t, trainer_stats *out, char *err, size_t errlen) {
+static int quadratic_step(trainer *t, trainer_stats *out, char *err, size_t errlen)
+{
     (void)err;
     (void)errlen;
     quadratic *q = (quadratic *)t;
@@ -55,7 +57,8 @@ static int quadratic_step(trainer *t, trainer_stats *out, char *err, size_t errl
 
 /* Validation loss: the expected loss on the problem of a worker not seen yet (a ~ U[0.5, 1.5), c ~
  * U[-1, 1) independent: E[a (x - c)^2] = x^2 + 1/3), the same for every worker and evaluator. */
-static int quadratic_evaluate(trainer *t, double *loss, char *err, size_t errlen) {
+static int quadratic_evaluate(trainer *t, double *loss, char *err, size_t errlen)
+{
     (void)err;
     (void)errlen;
     double sum = 0;
@@ -64,7 +67,8 @@ static int quadratic_evaluate(trainer *t, double *loss, char *err, size_t errlen
     return 0;
 }
 
-static void quadratic_destroy(trainer *t) {
+static void quadratic_destroy(trainer *t)
+{
     quadratic *q = (quadratic *)t;
     if (!q) return;
     free(q->a);
@@ -76,7 +80,8 @@ static void quadratic_destroy(trainer *t) {
 }
 
 /* The worker's own problem, from the run seed and a hash of its id. */
-static void make_problem(quadratic *q) {
+static void make_problem(quadratic *q)
+{
     const char *id = q->o.worker_id ? q->o.worker_id : "";
     uint64_t s = q->o.seed ^ XXH3_64bits(id, strlen(id));
     for (size_t i = 0; i < q->o.numel; i++) {
@@ -85,7 +90,8 @@ static void make_problem(quadratic *q) {
     }
 }
 
-trainer *quadratic_trainer_create(const quadratic_options *o, char *err, size_t errlen) {
+trainer *quadratic_trainer_create(const quadratic_options *o, char *err, size_t errlen)
+{
     if (o->numel == 0) {
         err_set(err, errlen, "quadratic trainer needs a parameter count");
         return NULL;

@@ -15,8 +15,8 @@
 
 typedef struct quadratic_options {
     size_t numel;
-    uint64_t seed;          /* the run's seed */
-    const char *worker_id;  /* mixes into the problem: every worker has its own */
+    uint64_t seed;         /* the run's seed */
+    const char *worker_id; /* mixes into the problem: every worker has its own */
     float lr, beta1, beta2, eps, weight_decay;
 } quadratic_options;
 

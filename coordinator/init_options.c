@@ -1,0 +1,278 @@
+/* init_options.c: `coordinator init`'s command line: the flags and their checks (through
+ * common/base/opts), the usage text, and --from-checkpoint's values for the flags not given. */
+#include <inttypes.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "blob.h"
+#include "codec.h"
+#include "checkpoint.h"
+#include "coordinator.h"
+#include "from_state.h"
+#include "keys.h"
+#include "layout.h"
+#include "log.h"
+#include "model.h"
+#include "opts.h"
+#include "outer.h"
+#include "rconn.h"
+#include "runconf.h"
+#include "snapshot.h"
+#include "util.h"
+#include "version.h"
+#include "init.h"
+
+#define ASYNC_OUTER_MOMENTUM 0.5 /* the default outer momentum of an async run */
+
+static int flag_given(const init_args *a, const char *flag)
+{
+    for (int i = 0; i < 64 && a->given_names[i]; i++)
+        if (!strcmp(a->given_names[i], flag + 2)) return a->given[i];
+    return 0;
+}
+
+static void init_usage(FILE *f)
+{
+    fprintf(
+        f,
+        "usage: bin/coordinator init --redis URL --run NAME [options]\n"
+        "\n"
+        "Creates run NAME: loads the function library, writes version 0 of the parameters.\n"
+        "\n" REDIS_URL_HELP
+        "  -n, --workers N            workers a barrier waits for at start and when every worker left (default 2)\n"
+        "  --min-workers N            never wait for fewer than N workers (default 1)\n"
+        "  --shards S                 shards of the parameter vector (default 8)\n"
+        "  --fragments F              Streaming DiLoCo fragments (default 1)\n"
+        "  --trainer NAME             gpt (default) or quadratic\n"
+        "  --numel N                  (quadratic) number of parameters (default 1000000)\n"
+        "  --layers --heads --dim --ctx --vocab   (gpt) model shape (default 2 4 128 128 256)\n"
+        "  --seed S                   initial parameters seed (default 0)\n"
+        "  --outer-lr LR              outer SGD learning rate (default 0.7)\n"
+        "  --outer-momentum MU        outer momentum (default 0.9; 0.5 with --async)\n"
+        "  --no-nesterov              plain momentum instead of Nesterov\n"
+        "  --heartbeat-timeout S      evict workers silent for S seconds (default 120; 0 = never)\n"
+        "  --async                    async DiLoCo: no barrier, each submission applied in its Redis order\n"
+        "  --dn-buffer-size N         (async) Delayed Nesterov every N submissions (default 0 = off)\n"
+        "  --dn-variant V             (async) paper (Async Local-SGD, default) or forgather\n"
+        "  --max-staleness K          (async) reject submissions more than K versions stale (0 = no limit)\n"
+        "  --weight-by none|tokens    weight pseudo-gradients by the tokens behind them (default none)\n"
+        "  --weight-ref-tokens N      (async, --weight-by tokens) a submission of N tokens has weight 1\n"
+        "  --compress C               codec of pseudo-gradients on the wire: bf16 (default; workers may send\n"
+        "                             fp32), fp32, int8 or int4 (blocks of 256 with a scale; docs/compression.md)\n"
+        "  --download params|update   what a sync round sends back: the new parameters in fp32 (default) or\n"
+        "                             the averaged pseudo-gradient in the --compress codec, which workers\n"
+        "                             apply with their own copy of the outer momentum (sync, 1 fragment)\n"
+        "  --dylu                     Dynamic Local Updates: each worker's H follows its speed\n"
+        "  --dylu-base-sync-every H   H of the fastest worker under DyLU (default 500)\n"
+        "  --snapshot-every K         durable snapshot every K versions, log in between (default 8)\n"
+        "  --min-replicas N           a commit counts as durable once N Redis replicas have it (WAIT);\n"
+        "                             for Redis with replicas and failover (docs/deploy.md; default 0)\n"
+        "  --from-checkpoint FILE     start from a checkpoint (`coordinator checkpoint save`): its parameters\n"
+        "                             and outer momentum (and Delayed Nesterov buffer) become version 0;\n"
+        "                             trainer, model, shards, fragments, seed, outer lr/momentum/nesterov,\n"
+        "                             snapshot-every (and, with --async, the DN settings) default to the\n"
+        "                             checkpoint's; a model that does not match it is an error\n"
+        "  --reset-momentum           (with --from-checkpoint) start the outer momentum (and DN buffer) afresh\n"
+        "  --from-state FILE          start from a model's own weights: the floating-point tensors of a safetensors\n"
+        "                             file (e.g. rediloco.save_state(model, FILE)), in file order, are the run's\n"
+        "                             parameters and layout (trainer \"state\", for PyTorch workers); with --trainer\n"
+        "                             and model flags, the file must hold exactly that model's tensors\n"
+        "  --force                    replace an existing run of that name\n");
+}
+
+/* --from-checkpoint: what the command line left open comes from the checkpoint's metadata. */
+static int adopt_checkpoint(init_args *a)
+{
+    checkpoint ck;
+    char err[1024];
+    if (checkpoint_read(a->from_checkpoint, 0, &ck, err, sizeof err) < 0) {
+        fprintf(stderr, "coordinator init: --from-checkpoint: %s\n", err);
+        return -1;
+    }
+    if (!flag_given(a, "--trainer")) {
+        snprintf(a->ck_trainer, sizeof a->ck_trainer, "%s", ck.trainer);
+        a->trainer = a->ck_trainer;
+    }
+    model_spec ms; /* each model flag not given comes from the checkpoint */
+    if (!strcmp(a->trainer, ck.trainer) && model_spec_parse(ck.trainer, ck.model, &ms, NULL, 0) == 0) {
+        if (!strcmp(ms.kind, "quadratic") && !flag_given(a, "--numel")) a->numel = (long long)ms.numel;
+        if (!strcmp(ms.kind, "gpt")) {
+            if (!flag_given(a, "--layers")) a->gpt.layers = ms.gpt.layers;
+            if (!flag_given(a, "--heads")) a->gpt.heads = ms.gpt.heads;
+            if (!flag_given(a, "--dim")) a->gpt.dim = ms.gpt.dim;
+            if (!flag_given(a, "--ctx")) a->gpt.ctx = ms.gpt.ctx;
+            if (!flag_given(a, "--vocab")) a->gpt.vocab = ms.gpt.vocab;
+        }
+    }
+    if (!flag_given(a, "--shards")) a->shards = ck.nshards;
+    if (!flag_given(a, "--fragments")) a->fragments = ck.nfragments;
+    if (!flag_given(a, "--seed")) a->seed = (long long)ck.seed;
+    if (!flag_given(a, "--snapshot-every") && ck.snapshot_every > 0) a->snapshot_every = ck.snapshot_every;
+    if (!flag_given(a, "--outer-lr")) a->outer_lr = ck.outer_lr;
+    if (!flag_given(a, "--outer-momentum")) a->outer_momentum = ck.outer_momentum;
+    if (!flag_given(a, "--no-nesterov")) a->nesterov = ck.nesterov;
+    /* Delayed Nesterov is an async setting: an async run takes the checkpoint's unless told otherwise
+     * (make_initial_checkpoint refuses a DN buffer the new run could not continue) */
+    if (a->async && ck.dn_buffer > 0) {
+        if (!flag_given(a, "--dn-buffer-size")) a->dn_buffer = ck.dn_buffer;
+        if (!flag_given(a, "--dn-variant")) {
+            snprintf(a->ck_dn_variant, sizeof a->ck_dn_variant, "%s", ck.dn_variant);
+            a->dn_variant = a->ck_dn_variant;
+        }
+    }
+    checkpoint_free(&ck);
+    return 0;
+}
+
+static int parse_compress(const char *v, void *dest)
+{
+    if (!codec_parse(v)) return -1;
+    *(const char **)dest = v;
+    return 0;
+}
+
+/* The option table of `init`; entry k records in a->given[k] whether it was on the command line. */
+static int parse_init_flags(int argc, char **argv, init_args *a)
+{
+    static const char *weight_by[] = {"none", "tokens"}, *download[] = {"params", "update"},
+                      *dn_variant[] = {"paper", "forgather"};
+    int weight_idx = -1, download_idx = -1, dn_idx = -1;
+    opt_spec specs[] = {
+        {.name = "redis", .kind = OPT_STRING, .dest = &a->c.redis_url},
+        {.name = "redis-file", .kind = OPT_STRING, .dest = &a->c.redis_file},
+        {.name = "run", .kind = OPT_STRING, .dest = &a->c.run},
+        {.name = "no-nesterov", .kind = OPT_CLEAR, .dest = &a->nesterov},
+        {.name = "dylu", .kind = OPT_FLAG, .dest = &a->dylu},
+        {.name = "async", .kind = OPT_FLAG, .dest = &a->async},
+        {.name = "force", .kind = OPT_FLAG, .dest = &a->force},
+        {.name = "reset-momentum", .kind = OPT_FLAG, .dest = &a->reset_momentum},
+        {.name = "workers", .alias = 'n', .kind = OPT_LLONG, .dest = &a->workers, .lo = 1, .hi = 100000},
+        {.name = "min-workers", .kind = OPT_LLONG, .dest = &a->min_workers, .lo = 1, .hi = 100000},
+        {.name = "shards", .kind = OPT_LLONG, .dest = &a->shards, .lo = 1, .hi = RUNCONF_MAX_SHARDS},
+        {.name = "fragments", .kind = OPT_LLONG, .dest = &a->fragments, .lo = 1, .hi = RUNCONF_MAX_FRAGMENTS},
+        {.name = "numel", .kind = OPT_LLONG, .dest = &a->numel, .lo = 1, .hi = 4000000000LL},
+        {.name = "seed", .kind = OPT_LLONG, .dest = &a->seed, .lo = 0, .hi = INT64_MAX},
+        {.name = "snapshot-every", .kind = OPT_LLONG, .dest = &a->snapshot_every, .lo = 1, .hi = 1000000},
+        {.name = "dylu-base-sync-every", .kind = OPT_LLONG, .dest = &a->dylu_base, .lo = 1, .hi = 100000000},
+        {.name = "dn-buffer-size", .kind = OPT_LLONG, .dest = &a->dn_buffer, .lo = 0, .hi = 1000000},
+        {.name = "max-staleness", .kind = OPT_LLONG, .dest = &a->max_staleness, .lo = 0, .hi = 1000000000},
+        {.name = "weight-ref-tokens", .kind = OPT_LLONG, .dest = &a->weight_ref, .lo = 1, .hi = INT64_MAX},
+        {.name = "min-replicas", .kind = OPT_LLONG, .dest = &a->min_replicas, .lo = 0, .hi = RUNCONF_MAX_REPLICAS},
+        {.name = "layers",
+         .kind = OPT_INT,
+         .dest = &a->gpt.layers,
+         .lo = 1,
+         .hi = 1 << 24,
+         .wants = "a positive integer"},
+        {.name = "heads",
+         .kind = OPT_INT,
+         .dest = &a->gpt.heads,
+         .lo = 1,
+         .hi = 1 << 24,
+         .wants = "a positive integer"},
+        {.name = "dim", .kind = OPT_INT, .dest = &a->gpt.dim, .lo = 1, .hi = 1 << 24, .wants = "a positive integer"},
+        {.name = "ctx", .kind = OPT_INT, .dest = &a->gpt.ctx, .lo = 1, .hi = 1 << 24, .wants = "a positive integer"},
+        {.name = "vocab",
+         .kind = OPT_INT,
+         .dest = &a->gpt.vocab,
+         .lo = 1,
+         .hi = 1 << 24,
+         .wants = "a positive integer"},
+        {.name = "outer-lr",
+         .kind = OPT_DOUBLE,
+         .dest = &a->outer_lr,
+         .min = 0,
+         .max = HUGE_VAL,
+         .wants = "a non-negative number"},
+        {.name = "outer-momentum",
+         .kind = OPT_DOUBLE,
+         .dest = &a->outer_momentum,
+         .min = 0,
+         .max = HUGE_VAL,
+         .wants = "a non-negative number"},
+        {.name = "heartbeat-timeout",
+         .kind = OPT_DOUBLE,
+         .dest = &a->heartbeat_timeout,
+         .min = 0,
+         .max = HUGE_VAL,
+         .wants = "a non-negative number"},
+        {.name = "trainer", .kind = OPT_STRING, .dest = &a->trainer},
+        {.name = "weight-by", .kind = OPT_CHOICE, .dest = &weight_idx, .choices = "none|tokens"},
+        {.name = "compress",
+         .kind = OPT_CUSTOM,
+         .dest = &a->compress,
+         .parse = parse_compress,
+         .wants = "bf16, fp32, int8 or int4"},
+        {.name = "download", .kind = OPT_CHOICE, .dest = &download_idx, .choices = "params|update"},
+        {.name = "dn-variant", .kind = OPT_CHOICE, .dest = &dn_idx, .choices = "paper|forgather"},
+        {.name = "from-checkpoint", .kind = OPT_STRING, .dest = &a->from_checkpoint},
+        {.name = "from-state", .kind = OPT_STRING, .dest = &a->from_state},
+        {0},
+    };
+    _Static_assert(sizeof specs / sizeof specs[0] <= sizeof a->given / sizeof a->given[0], "init: given[] too small");
+    for (size_t k = 0; specs[k].name; k++) specs[k].given = &a->given[k];
+    char err[512];
+    int rc = opts_parse(specs, argc, argv, 0, NULL, NULL, err, sizeof err);
+    if (rc == 1) {
+        init_usage(stdout);
+        exit(0);
+    }
+    if (rc < 0) {
+        fprintf(stderr, "coordinator init: %s\n", err);
+        return -1;
+    }
+    for (size_t k = 0; specs[k].name; k++) a->given_names[k] = specs[k].name;
+    if (weight_idx >= 0) a->weight_by = weight_by[weight_idx];
+    if (download_idx >= 0) a->download = download[download_idx];
+    if (dn_idx >= 0) a->dn_variant = dn_variant[dn_idx];
+    return 0;
+}
+
+int parse_init(int argc, char **argv, init_args *a)
+{
+    memset(a, 0, sizeof *a);
+    a->workers = 2;
+    a->min_workers = 1;
+    a->shards = 8;
+    a->fragments = 1;
+    a->numel = 1000000;
+    a->snapshot_every = 8;
+    a->outer_lr = 0.7;
+    a->outer_momentum = 0.9;
+    a->heartbeat_timeout = 120;
+    a->nesterov = 1;
+    a->trainer = "gpt";
+    a->gpt = (gpt_config){2, 4, 128, 128, 256};
+    if (parse_init_flags(argc, argv, a) < 0) return -1;
+    if (a->reset_momentum && !a->from_checkpoint) {
+        fprintf(stderr, "coordinator init: --reset-momentum goes with --from-checkpoint\n");
+        return -1;
+    }
+    if (a->from_checkpoint && a->from_state) {
+        fprintf(stderr, "coordinator init: --from-checkpoint and --from-state exclude each other\n");
+        return -1;
+    }
+    if (a->from_state && !flag_given(a, "--trainer")) a->trainer = "state";
+    /* async applies each submission on its own, one round stale: that staleness already acts as momentum,
+     * and 0.9 on top overshoots (docs/quality.md measures it) */
+    if (a->async && !a->from_checkpoint && !flag_given(a, "--outer-momentum")) a->outer_momentum = ASYNC_OUTER_MOMENTUM;
+    if (a->from_checkpoint && adopt_checkpoint(a) < 0) return -1;
+    if (a->outer_lr <= 0 || a->outer_momentum >= 1) {
+        fprintf(stderr, "coordinator init: --outer-lr must be > 0 and --outer-momentum in [0, 1)\n");
+        return -1;
+    }
+    if (a->download && !strcmp(a->download, "update") && (a->async || a->fragments > 1)) {
+        fprintf(stderr, "coordinator init: --download update is for sync runs of one fragment (an async run or "
+                        "Streaming DiLoCo downloads parameters: leave --download at params)\n");
+        return -1;
+    }
+    if (a->min_workers > a->workers) a->workers = a->min_workers;
+    if (a->async && a->weight_by && !strcmp(a->weight_by, "tokens") && a->weight_ref <= 0) {
+        fprintf(stderr, "coordinator init: async --weight-by tokens needs --weight-ref-tokens N (the tokens of a "
+                        "normal submission, e.g. sync_every * batch * seq): each submission is scaled by tokens / N\n");
+        return -1;
+    }
+    return 0;
+}

@@ -9,25 +9,8 @@ set -u
 cd "$(dirname "$0")/../.." || exit 1
 STEPS=${DEMO_STEPS:-600}; H=${DEMO_SYNC_EVERY:-100}; NW=${DEMO_WORKERS:-2}
 DIR=$PWD/run/demo; DATA=data
-CL="sh deploy/local/cluster.sh"
-$CL down --dir "$DIR" >/dev/null 2>&1       # leftovers of an interrupted demo
-rm -rf "$DIR/redis" "$DIR/logs" "$DIR/pids" "$DIR"/*.jsonl "$DIR"/*.log "$DIR"/*.pid "$DIR/cluster.env"
-mkdir -p "$DIR/logs" "$DATA"
-PIDS=""
-cleanup() {
-  for p in $PIDS; do kill "$p" 2>/dev/null; done
-  sleep 0.5
-  for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
-  $CL down --dir "$DIR" >/dev/null 2>&1
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-
-if [ ! -s "$DATA/kjv.tok" ]; then
-  echo "== preparing the corpus: the King James Bible (Debian bible-kjv), byte-level tokens"
-  bible 'Gen1:1-Rev22:21' > "$DATA/kjv.txt.tmp" && mv "$DATA/kjv.txt.tmp" "$DATA/kjv.txt" || { echo "bible failed"; exit 1; }
-  bin/worker prepare-data --input "$DATA/kjv.txt" --output "$DATA/kjv.tok" || exit 1
-fi
+. deploy/local/demo_lib.sh
+demo_corpus || exit 1
 
 PORT=${DEMO_PORT:-0}
 echo "== Redis, 2 shard-servers and the coordinator (deploy/local/cluster.sh, state in $DIR)"

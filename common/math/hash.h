@@ -4,8 +4,8 @@
  *
  * Debian's libxxhash is built for the x86-64 baseline (SSE2). On a CPU with AVX2 these two functions
  * run xxhash's own AVX2 code path instead (xxhash.h in header-only mode, compiled with -mavx2 in
- * hash_avx2.c), about 1.5x faster here; every code path gives the value XXH3_64bits gives. States come
- * from the library (XXH3_createState, XXH3_64bits_reset, XXH3_64bits_digest) as before.
+ * hash_avx2.c; docs/benchmarks.md has its speed); every code path gives the value XXH3_64bits gives.
+ * States come from the library (XXH3_createState, XXH3_64bits_reset, XXH3_64bits_digest).
  */
 #ifndef DILOCO_HASH_H
 #define DILOCO_HASH_H

@@ -4,7 +4,7 @@
  *
  * The new momentum is read again only by the next round's commit, so it is written around the cache:
  * an ordinary store first reads every destination line, a quarter of the kernel's memory traffic
- * (measured here: 6.2 -> 4.7 ms per 3.1M-element shard). θ' is stored normally: it is hashed and sent
+ * (docs/benchmarks.md has the measurement). θ' is stored normally: it is hashed and sent
  * right after. The arithmetic is the formula of outer_step_one.h, one IEEE operation per intrinsic in the
  * same order: a fused multiply-add (_mm256_fmadd_ps) exactly where the formula has add_alpha
  * (outer_fma.h), a multiply and an add elsewhere (-ffp-contract=off keeps them apart), so the bits are

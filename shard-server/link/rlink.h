@@ -90,7 +90,7 @@ int rlink_cmd(rlink *l, rlink_cb *cb, void *priv, int argc, const char **argv, c
 int rlink_cmds(rlink *l, rlink_cb *cb, void *priv, int argc, const char **argv);
 /* RLINK_CMD: the same, but cb gets the reply only once WAIT (on the connection that ran the command)
  * says `replicas` replicas have it, and everything written before it (wait.c). An error reply comes at
- * once; a connection lost first gives NULL (outcome unknown, as always). */
+ * once; a connection lost first gives NULL (outcome unknown, as for every command). */
 int rlink_cmd_replicated(rlink *l, int replicas, rlink_cb *cb, void *priv, int argc, const char **argv,
                          const size_t *argvlen);
 /* RLINK_SET: SET key to head||payload; payload must stay valid until cb runs. */

@@ -8,9 +8,11 @@
 # commit a shard-server acknowledged is in the final stream (audit "acks"), and the final parameters are
 # bit-identical to the fault-free reference.
 . "$(dirname "$0")/lib.sh"
+# 15 ms a step: the 4 faults (each waits for the Sentinels to see both replicas again) must fit in the
+# run on a quiet machine too, where 60 rounds otherwise take under 20 s
 OUT="$TMP/ha"; NUMEL=60000; SHARDS=4; SEED=5; H=20; ROUNDS=60
 python3 tests/chaos/chaos.py --out "$OUT" --run ha --redis-ha --aof --workers 3 --servers 2 --shards $SHARDS \
-  --numel $NUMEL --seed $SEED --sync-every $H --steps $((ROUNDS * H)) --step-delay-ms 5 --heartbeat-timeout 10 \
+  --numel $NUMEL --seed $SEED --sync-every $H --steps $((ROUNDS * H)) --step-delay-ms 15 --heartbeat-timeout 10 \
   --lease-ttl-ms 3000 --duration 90 --fault-every 4 --redis-down 2 --stop-min 5 --stop-max 6 --settle-timeout 60 \
   --fault-plan kill:redis-master,kill:redis-master,kill:redis-master,stop:redis-master \
   --init-arg=--min-replicas --init-arg=1 > "$TMP/chaos.log" 2>&1

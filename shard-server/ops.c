@@ -244,13 +244,7 @@ static void op_push(ss_ctx *ss, ss_req *req)
 void ops_reply_params(ss_ctx *ss, ss_shard *s, ss_req *req, float *theta, int64_t version, uint64_t xxh, int tentative)
 {
     blob_header h;
-    blob_header_init(&h, "params");
-    h.shard = s->k;
-    h.version = version;
-    h.epoch = s->epoch;
-    h.frag = s->frag;
-    h.dtype = BLOB_F32;
-    h.count = s->n;
+    shard_blob_header(s, "params", version, BLOB_F32, s->n, &h);
     h.flags = tentative ? BLOB_PARAMS_TENTATIVE : 0;
     h.xxh = xxh;
     ss->m.gets++;

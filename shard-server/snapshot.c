@@ -90,13 +90,7 @@ static void snapshot_start(ss_ctx *ss, ss_shard *s)
     if (with_buf) memcpy(both + 2 * n, s->dnbuf, n * sizeof(float));
     sn->both = both;
     blob_header h;
-    blob_header_init(&h, "snap");
-    h.shard = s->k;
-    h.version = s->version;
-    h.epoch = s->epoch;
-    h.frag = s->frag;
-    h.dtype = BLOB_F32;
-    h.count = (size_t)(1 + with_mom + with_buf) * n;
+    shard_blob_header(s, "snap", s->version, BLOB_F32, (size_t)(1 + with_mom + with_buf) * n, &h);
     h.flags = (with_mom ? 1 : 0) | (with_buf ? 2 : 0);
     char err[256];
     int hl = blob_encode_header(&h, both, h.count * sizeof(float), sn->head, sizeof sn->head, err, sizeof err);

@@ -276,6 +276,10 @@ void lease_beat_now(ss_ctx *ss);
 
 /* shard.c */
 int shards_init(ss_ctx *ss, char *err, size_t errlen);
+/* A blob header of shard s under its current lease (shard, epoch, fragment) for op at version, with a
+ * payload of count elements in dtype. */
+void shard_blob_header(const ss_shard *s, const char *op, int64_t version, int dtype, uint64_t count,
+                       blob_header *h);
 void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch);
 void shard_release(ss_ctx *ss, ss_shard *s, const char *why);
 void shard_reload(ss_ctx *ss, ss_shard *s, const char *why);

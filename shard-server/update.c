@@ -31,13 +31,7 @@ int ops_wants_update(const ss_ctx *ss, const ss_req *req, const ss_update *u)
 void ops_reply_update(ss_ctx *ss, ss_shard *s, ss_req *req, const ss_update *u, int tentative)
 {
     blob_header h;
-    blob_header_init(&h, "update");
-    h.shard = s->k;
-    h.version = u->version;
-    h.epoch = s->epoch;
-    h.frag = s->frag;
-    h.dtype = ss->rc.compress;
-    h.count = s->n;
+    shard_blob_header(s, "update", u->version, ss->rc.compress, s->n, &h);
     h.lr = (double)u->lr;
     h.mu = (double)u->mu;
     h.flags = u->flags | (tentative ? BLOB_UPDATE_TENTATIVE : 0);
@@ -65,13 +59,7 @@ void ops_reply_params_momentum(ss_ctx *ss, ss_shard *s, ss_req *req)
     else
         memset(both + n, 0, n * sizeof(float));
     blob_header h;
-    blob_header_init(&h, "params");
-    h.shard = s->k;
-    h.version = s->version;
-    h.epoch = s->epoch;
-    h.frag = s->frag;
-    h.dtype = BLOB_F32;
-    h.count = 2 * n;
+    shard_blob_header(s, "params", s->version, BLOB_F32, 2 * n, &h);
     h.flags = BLOB_PARAMS_MOMENTUM;
     snprintf(h.text, sizeof h.text, "%s", s->digest);
     ss->m.gets++;

@@ -60,7 +60,10 @@ void rl_wait_replicas(rlink *conn, int replicas, const redisReply *reply, rlink_
 /* route.c */
 /* Node index of the master of slot, or -1: the URL's server (no cluster, unknown slot, no key). */
 int rl_route_node(const rlink_route *rt, int slot);
-/* l's twin on cluster node `node` (-1: l itself), opened now if needed; NULL if it cannot be. */
+/* l's twin on cluster node `node` (-1: l itself), opened now if needed; NULL if it cannot be. A twin
+ * that is down (its node died: a cluster failover under way) is not used: the command goes to l, whose
+ * node answers MOVED with the slot's master now, so the map learns the new master instead of waiting
+ * for the dead one to come back. */
 rlink *rl_twin(rlink *l, int node);
 /* If reply is a MOVED/ASK redirection to follow (owner routes, fewer than CLUSTER_MAX_HOPS hops), 1
  * with *to = the twin to resend on (NULL: cannot follow) and *ask; else 0. MOVED re-reads the map. */

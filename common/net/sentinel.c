@@ -240,6 +240,13 @@ void sentinel_watch_close(sentinel_watch *w)
     free(w);
 }
 
+int sentinel_watch_fds(const sentinel_watch *w, int *fds, int cap)
+{
+    int n = 0;
+    for (; n < w->n && n < cap; n++) fds[n] = w->c[n]->fd;
+    return n;
+}
+
 sentinel_watch *sentinel_watch_open(const redis_url *u, int timeout_ms)
 {
     if (u->sentinel_master[0] == '\0') return NULL;

@@ -55,5 +55,8 @@ sentinel_watch *sentinel_watch_open(const redis_url *u, int timeout_ms);
  * without one, -1 when every subscription broke (sleep instead). */
 int sentinel_watch_wait(sentinel_watch *w, int ms);
 void sentinel_watch_close(sentinel_watch *w);
+/* The sockets of the subscriptions still open (for an event loop: when one is readable, call
+ * sentinel_watch_wait(w, 0)); their number, at most cap. */
+int sentinel_watch_fds(const sentinel_watch *w, int *fds, int cap);
 
 #endif

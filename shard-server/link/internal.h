@@ -6,6 +6,7 @@
  *   cmd.c     RLINK_CMD transport: hiredis asynchronous connection
  *   set.c     RLINK_SET transport: writev() of SET commands from the caller's memory
  *   wait.c    replies held back until WAIT says enough replicas have the command
+ *   watch.c   a group's subscription to the Sentinels' failover announcements
  * A transport opens and drops its connection; rlink.c decides when.
  */
 #ifndef SHARD_SERVER_LINK_INTERNAL_H
@@ -50,6 +51,14 @@ typedef struct rl_login {
     char db[16];
 } rl_login;
 void rl_login_commands(const redis_url *u, rl_login *out);
+
+/* A failover was announced (watch.c): the group's links waiting to reconnect try now, and those on a
+ * master the Sentinels no longer name leave it at once. */
+void rl_announced(rlink_route *rt);
+
+/* watch.c: subscribe rt to the announcements of the Sentinels of url (at most every few seconds; a
+ * no-op while subscribed or for a URL without Sentinels). */
+void rl_watch_open(rlink_route *rt, const redis_url *url);
 
 /* cmd.c: send on this very connection (no routing: WAIT must follow its command) */
 int rl_cmd_here(rlink *conn, rlink_cb *cb, void *priv, int argc, const char **argv);

@@ -52,6 +52,7 @@ static void on_watch(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     rlink *l = arg;
+    if (l->route != NULL && l->route->via == l) rl_watch_open(l->route, l->url); /* if it broke */
     if (transport(l)->is_open(l) && left_behind(l)) {
         char why[320];
         snprintf(why, sizeof why, "the master is now %s:%d", l->route->master_host, l->route->master_port);
@@ -79,16 +80,33 @@ void rl_connected(rlink *l)
     if (l->on_ready != NULL) l->on_ready(l->on_ready_arg);
 }
 
-/* The group's master changed: its links waiting to reconnect try now instead of after their backoff. */
-static void kick_group(const rlink *self)
+/* The group's master changed: its links waiting to reconnect try now instead of after their backoff,
+ * and its open ones look at once whether they are left behind on the old master (on_watch). */
+static void wake_group(rlink_route *rt, const rlink *self)
 {
     static const struct timeval now = {0, 0};
-    for (int i = 0; self->route != NULL && i < self->route->nlinks; i++) {
-        rlink *l = self->route->links[i];
-        if (l == self || l->stopping || transport(l)->is_open(l)) continue;
-        l->attempt = 0;
-        evtimer_add(l->retry_timer, &now); /* replaces the pending backoff */
+    for (int i = 0; rt != NULL && i < rt->nlinks; i++) {
+        rlink *l = rt->links[i];
+        if (l == self || l->stopping) continue;
+        if (transport(l)->is_open(l)) {
+            event_active(l->watch_timer, EV_TIMEOUT, 1);
+        } else {
+            l->attempt = 0;
+            evtimer_add(l->retry_timer, &now); /* replaces the pending backoff */
+        }
     }
+}
+
+void rl_announced(rlink_route *rt)
+{
+    rlink *open = NULL;
+    for (int i = 0; i < rt->nlinks; i++)
+        if (transport(rt->links[i])->is_open(rt->links[i]) && !rt->links[i]->stopping) open = rt->links[i];
+    if (open != NULL) {
+        open->moved_checked_ms = 0;
+        rl_master_moved(open); /* records the new master for the whole group */
+    }
+    wake_group(rt, NULL);
 }
 
 /* Record host:port as the group's master; 1 if that is news. */
@@ -122,7 +140,7 @@ int rl_resolve(rlink *l)
                  found.host, found.port);
     l->target = found;
     rlink_route *rt = l->route;
-    if (route_master(rt, found.host, found.port)) kick_group(l);
+    if (route_master(rt, found.host, found.port)) wake_group(rt, l);
     l->master_seen = rt != NULL ? rt->master_gen : 0;
     return 0;
 }

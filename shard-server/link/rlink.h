@@ -120,6 +120,9 @@ typedef struct rlink_route {
     /* the group's links: when one finds a new master, those waiting to reconnect retry at once */
     rlink *links[RLINK_ROUTE_MAX];
     int nlinks;
+    /* Sentinel URLs: the subscription to the Sentinels' failover announcements (watch.c) */
+    struct rl_watch *watch;
+    uint64_t watch_tried_ms;
 } rlink_route;
 
 /* Route the links (of any kind, at most RLINK_ROUTE_MAX) by rt; CLUSTER SLOTS goes on `via`. */

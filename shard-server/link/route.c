@@ -29,6 +29,7 @@ void rlink_route_attach(rlink_route *rt, rlink *via, rlink **links, int nlinks)
         links[i]->route = rt;
         rt->links[rt->nlinks++] = links[i];
     }
+    rl_watch_open(rt, via->url);
 }
 
 int rl_route_node(const rlink_route *rt, int slot)

@@ -202,7 +202,12 @@ static int run_loop(ss_ctx *ss)
     event_base_dispatch(ss->base);
     metrics_log(ss);
     log_info("shard-server %s stopped", ss->id);
-    return ss->refused ? -1 : 0;
+    int rc = ss->refused ? -1 : 0;
+    event_free(sigint);
+    event_free(sigterm);
+    ss_ctx_free(ss);
+    event_base_free(base);
+    return rc;
 }
 
 int main(int argc, char **argv)

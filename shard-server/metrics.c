@@ -157,3 +157,11 @@ int metrics_start(ss_ctx *ss, char *err, size_t errlen)
     }
     return ss->opts.metrics_host[0] != '\0' ? metrics_listen(ss, err, errlen) : 0;
 }
+
+void metrics_stop(ss_ctx *ss)
+{
+    if (ss->metrics_timer != NULL) event_free(ss->metrics_timer);
+    if (ss->metrics_http != NULL) evhttp_free(ss->metrics_http);
+    ss->metrics_timer = NULL;
+    ss->metrics_http = NULL;
+}

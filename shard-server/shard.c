@@ -610,11 +610,9 @@ void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch)
 }
 
 /* No longer ours: free everything; parked requests get `moved`. */
-void shard_release(ss_ctx *ss, ss_shard *s, const char *why)
+/* Drop the cache: callbacks still in flight find the shard's generation changed. Parked requests stay. */
+static void shard_forget(ss_shard *s)
 {
-    if (s->state == SH_FREE) return;
-    log_info("shard %d: lease lost (%s); dropping version %lld from memory", s->k, why, (long long)s->version);
-    ss->m.lease_changes++;
     s->gen++;
     s->state = SH_FREE;
     s->committing = 0;
@@ -631,7 +629,40 @@ void shard_release(ss_ctx *ss, ss_shard *s, const char *why)
     s->digest[0] = '\0';
     s->corrupt_key[0] = s->corrupt_reason[0] = '\0';
     shard_free_deltas(s, 0, 1);
+}
+
+void shard_release(ss_ctx *ss, ss_shard *s, const char *why)
+{
+    if (s->state == SH_FREE) return;
+    log_info("shard %d: lease lost (%s); dropping version %lld from memory", s->k, why, (long long)s->version);
+    ss->m.lease_changes++;
+    shard_forget(s);
     shard_unpark_all(ss, s);
+}
+
+void shards_stop(ss_ctx *ss)
+{
+    for (int k = 0; k < ss->nshards; k++) {
+        ss_shard *s = &ss->shards[k];
+        shard_forget(s);
+        while (s->parked != NULL) {
+            ss_req *req = s->parked;
+            s->parked = req->next;
+            req_free(req);
+        }
+        s->parked_tail = NULL;
+        s->nparked = 0;
+    }
+}
+
+void shards_free(ss_ctx *ss)
+{
+    for (int k = 0; ss->owner_addr != NULL && k < ss->nshards; k++) free(ss->owner_addr[k]);
+    free(ss->owner_addr);
+    free(ss->shards);
+    ss->owner_addr = NULL;
+    ss->shards = NULL;
+    ss->nshards = 0;
 }
 
 /* Still ours but the cache may be wrong: rebuild from Redis; deltas and parked requests are kept. */

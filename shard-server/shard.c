@@ -579,8 +579,7 @@ static void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const ch
 /* lease transitions */
 
 /* We hold the lease with this epoch: (re)load unless the cache already is of this epoch. */
-void shard_blob_header(const ss_shard *s, const char *op, int64_t version, int dtype, uint64_t count,
-                       blob_header *h)
+void shard_blob_header(const ss_shard *s, const char *op, int64_t version, int dtype, uint64_t count, blob_header *h)
 {
     blob_header_init(h, op);
     h->shard = s->k;

@@ -201,7 +201,7 @@ typedef struct ss_ctx {
     rlink_route route; /* Redis Cluster slot map of those three */
     struct evconnlistener *listener;
     struct ss_conn *conns; /* every data-plane connection (server.c) */
-    size_t max_frame; /* largest acceptable frame */
+    size_t max_frame;      /* largest acceptable frame */
     ss_shard *shards;
     int nshards;
     /* leases */
@@ -291,8 +291,7 @@ void shards_stop(ss_ctx *ss);
 void shards_free(ss_ctx *ss);
 /* A blob header of shard s under its current lease (shard, epoch, fragment) for op at version, with a
  * payload of count elements in dtype. */
-void shard_blob_header(const ss_shard *s, const char *op, int64_t version, int dtype, uint64_t count,
-                       blob_header *h);
+void shard_blob_header(const ss_shard *s, const char *op, int64_t version, int dtype, uint64_t count, blob_header *h);
 void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch);
 void shard_release(ss_ctx *ss, ss_shard *s, const char *why);
 void shard_reload(ss_ctx *ss, ss_shard *s, const char *why);

@@ -55,9 +55,7 @@ void commit_finish(ss_commit *c, int outcome)
         return;
     }
     s->committing = 0;
-    ss_req *list = s->parked;
-    s->parked = s->parked_tail = NULL;
-    s->nparked = 0;
+    ss_req *list = shard_take_parked(s);
     int64_t round = c->round;
     char need[512], errmsg[256];
     snprintf(need, sizeof need, "%s", c->need);

@@ -17,15 +17,22 @@
 
 #define METRICS_PERIOD_S 30
 
+/* Shards held (leased), ready (loaded, serving) and found corrupt. */
+static void count_shards(const ss_ctx *ss, int *held, int *ready, int *corrupt)
+{
+    *held = *ready = *corrupt = 0;
+    for (int k = 0; k < ss->nshards; k++) {
+        *held += ss->shards[k].state != SH_FREE;
+        *ready += ss->shards[k].state == SH_READY;
+        *corrupt += ss->shards[k].state == SH_CORRUPT;
+    }
+}
+
 void metrics_log(ss_ctx *ss)
 {
     const ss_metrics *m = &ss->m;
-    int held = 0, ready = 0, corrupt = 0;
-    for (int k = 0; k < ss->nshards; k++) {
-        held += ss->shards[k].state != SH_FREE;
-        ready += ss->shards[k].state == SH_READY;
-        corrupt += ss->shards[k].state == SH_CORRUPT;
-    }
+    int held, ready, corrupt;
+    count_shards(ss, &held, &ready, &corrupt);
     double mean = m->rounds_committed ? m->commit_seconds / (double)m->rounds_committed : 0.0;
     log_info("metrics: shards held %d (ready %d, corrupt %d); rounds committed %llu (no-op %llu), commit mean %.3f s "
              "max %.3f s; "
@@ -65,12 +72,8 @@ static void prom_counter(struct evbuffer *out, const ss_ctx *ss, const char *nam
 static void metrics_format(struct evbuffer *out, const ss_ctx *ss)
 {
     const ss_metrics *m = &ss->m;
-    int held = 0, ready = 0, corrupt = 0;
-    for (int k = 0; k < ss->nshards; k++) {
-        held += ss->shards[k].state != SH_FREE;
-        ready += ss->shards[k].state == SH_READY;
-        corrupt += ss->shards[k].state == SH_CORRUPT;
-    }
+    int held, ready, corrupt;
+    count_shards(ss, &held, &ready, &corrupt);
     prom_metric(out, ss, "shards_held", "gauge", "Shards this server holds a lease on.", held);
     prom_metric(out, ss, "shards_ready", "gauge", "Held shards loaded and serving.", ready);
     prom_metric(out, ss, "shards_corrupt", "gauge",

@@ -146,12 +146,18 @@ void shard_park(ss_ctx *ss, ss_shard *s, ss_req *req)
     s->nparked++;
 }
 
-/* Re-dispatch every parked request (each is judged again against the shard's new state). */
-void shard_unpark_all(ss_ctx *ss, ss_shard *s)
+ss_req *shard_take_parked(ss_shard *s)
 {
     ss_req *list = s->parked;
     s->parked = s->parked_tail = NULL;
     s->nparked = 0;
+    return list;
+}
+
+/* Re-dispatch every parked request (each is judged again against the shard's new state). */
+void shard_unpark_all(ss_ctx *ss, ss_shard *s)
+{
+    ss_req *list = shard_take_parked(s);
     while (list != NULL) {
         ss_req *req = list;
         list = req->next;
@@ -644,13 +650,10 @@ void shards_stop(ss_ctx *ss)
     for (int k = 0; k < ss->nshards; k++) {
         ss_shard *s = &ss->shards[k];
         shard_forget(s);
-        while (s->parked != NULL) {
-            ss_req *req = s->parked;
-            s->parked = req->next;
+        for (ss_req *req = shard_take_parked(s), *next; req != NULL; req = next) {
+            next = req->next;
             req_free(req);
         }
-        s->parked_tail = NULL;
-        s->nparked = 0;
     }
 }
 

@@ -296,6 +296,8 @@ void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch);
 void shard_release(ss_ctx *ss, ss_shard *s, const char *why);
 void shard_reload(ss_ctx *ss, ss_shard *s, const char *why);
 void shard_park(ss_ctx *ss, ss_shard *s, ss_req *req);
+/* The shard's parked requests, in order, as a list (req->next) the shard no longer holds. */
+ss_req *shard_take_parked(ss_shard *s);
 void shard_unpark_all(ss_ctx *ss, ss_shard *s);
 void shard_expire_parked(ss_ctx *ss, uint64_t max_age_ms);
 void shard_free_deltas(ss_shard *s, int64_t below_round, int all);

@@ -1,5 +1,5 @@
 /*
- * test_codec.c: the int8/int4 block codecs (common/math/codec.c): sizes, known vectors (zeros, exact
+ * test_codec.c: the int8/int4/int3/int2 block codecs (common/math/codec.c): sizes, known vectors (zeros, exact
  * scales, ties to even, one huge value in a block, denormals, -0, a shorter last block), NaN and Inf
  * rejected before encoding with their index, the decoding error bound, the check of received scales,
  * blobs carrying a codec, and the portable and AVX2 builds giving the same bits.
@@ -23,6 +23,13 @@ static float scale_of(const uint8_t *block)
     return bf16_to_f32((uint16_t)(block[0] | block[1] << 8));
 }
 
+/* The block codecs, and the largest code of each. */
+static const int block_dtypes[] = {BLOB_I8, BLOB_I4, BLOB_I3, BLOB_I2};
+static float qmax_of(int dtype)
+{
+    return dtype == BLOB_I8 ? 127.0f : dtype == BLOB_I4 ? 7.0f : dtype == BLOB_I3 ? 3.0f : 1.0f;
+}
+
 static void names_and_sizes(void **state)
 {
     (void)state;
@@ -30,8 +37,18 @@ static void names_and_sizes(void **state)
     assert_int_equal(codec_parse("int4"), BLOB_I4);
     assert_int_equal(codec_parse("bf16"), BLOB_BF16);
     assert_int_equal(codec_parse("fp32"), BLOB_F32);
-    assert_int_equal(codec_parse("int3"), 0);
+    assert_int_equal(codec_parse("int3"), BLOB_I3);
+    assert_int_equal(codec_parse("int2"), BLOB_I2);
+    assert_int_equal(codec_parse("int5"), 0);
     assert_string_equal(codec_name(BLOB_I4), "int4");
+    assert_string_equal(codec_name(BLOB_I3), "int3");
+    assert_string_equal(codec_name(BLOB_I2), "int2");
+    assert_int_equal(codec_bytes(BLOB_I3, 256), 98); /* 8 codes in every 3 bytes */
+    assert_int_equal(codec_bytes(BLOB_I2, 256), 66);
+    assert_int_equal(codec_bytes(BLOB_I3, 300), 98 + 2 + 17); /* 44 codes: 132 bits */
+    assert_int_equal(codec_bytes(BLOB_I2, 300), 66 + 2 + 11);
+    assert_int_equal(codec_offset(BLOB_I3, 512), 196);
+    assert_int_equal(codec_offset(BLOB_I2, 768), 198);
     assert_int_equal(codec_bytes(BLOB_I8, 256), 258);
     assert_int_equal(codec_bytes(BLOB_I4, 256), 130);
     assert_int_equal(codec_bytes(BLOB_I8, 300), 258 + 2 + 44);
@@ -72,6 +89,23 @@ static void exact_scales_give_exact_codes(void **state)
     assert_int_equal(out4[2], 0x9u | 0xau << 4); /* -7 and -6 as nibbles, the first element low */
     codec_decode(BLOB_I4, out4, 256, y);
     assert_memory_equal(x, y, sizeof x);
+    uint8_t out3[98], out2[66];
+    for (int i = 0; i < 256; i++) x[i] = (float)(i % 7 - 3) * 0.25f; /* amax 0.75: scale 0.25, codes -3..3 */
+    assert_int_equal(codec_encode(BLOB_I3, x, 256, out3, &bad), 0);
+    assert_true(scale_of(out3) == 0.25f);
+    /* codes -3 -2 -1 0 1 2 3 -3 as 3-bit two's complement, the first element in the lowest bits */
+    uint32_t w = 5u | 6u << 3 | 7u << 6 | 0u << 9 | 1u << 12 | 2u << 15 | 3u << 18 | 5u << 21;
+    assert_int_equal(out3[2], w & 0xff);
+    assert_int_equal(out3[3], (w >> 8) & 0xff);
+    assert_int_equal(out3[4], w >> 16);
+    codec_decode(BLOB_I3, out3, 256, y);
+    assert_memory_equal(x, y, sizeof x);
+    for (int i = 0; i < 256; i++) x[i] = (float)(i % 3 - 1) * 0.5f; /* amax 0.5: scale 0.5, codes -1..1 */
+    assert_int_equal(codec_encode(BLOB_I2, x, 256, out2, &bad), 0);
+    assert_true(scale_of(out2) == 0.5f);
+    assert_int_equal(out2[2], 3u | 0u << 2 | 1u << 4 | 3u << 6); /* -1 0 1 -1 */
+    codec_decode(BLOB_I2, out2, 256, y);
+    assert_memory_equal(x, y, sizeof x);
 }
 
 static void ties_round_to_even(void **state)
@@ -84,6 +118,12 @@ static void ties_round_to_even(void **state)
     assert_true(scale_of(out) == 1.0f);
     int8_t want[7] = {127, 0, 2, 2, -2, 0, 126};
     for (int i = 0; i < 7; i++) assert_int_equal((int8_t)out[2 + i], want[i]);
+    float x3[256] = {3.0f, 0.5f, 1.5f, 2.5f, -2.5f, -0.5f, -1.5f}, y3[256]; /* int3: scale 1 */
+    assert_int_equal(codec_encode(BLOB_I3, x3, 256, out, &bad), 0);
+    assert_true(scale_of(out) == 1.0f);
+    codec_decode(BLOB_I3, out, 256, y3);
+    float want3[7] = {3.0f, 0.0f, 2.0f, 2.0f, -2.0f, 0.0f, -2.0f};
+    assert_memory_equal(y3, want3, sizeof want3);
 }
 
 static void one_huge_value_in_a_block(void **state)
@@ -152,12 +192,13 @@ static void error_is_at_most_half_a_step(void **state)
     uint8_t *out = malloc(codec_bytes(BLOB_I4, n) + codec_bytes(BLOB_I8, n));
     uint64_t st = 42;
     for (size_t i = 0; i < n; i++) x[i] = (float)((rng_uniform(&st) - 0.5) * pow(10.0, (double)(i / 256 % 9) - 4));
-    for (int dt = BLOB_I8; dt <= BLOB_I4; dt++) {
+    for (size_t d = 0; d < sizeof block_dtypes / sizeof block_dtypes[0]; d++) {
+        int dt = block_dtypes[d];
         assert_int_equal(codec_encode(dt, x, n, out, &bad), 0);
         codec_decode(dt, out, n, y);
         for (size_t i = 0; i < n; i++) {
             float s = scale_of(out + codec_offset(dt, i / 256 * 256));
-            assert_true(fabsf(y[i] - x[i]) <= s * 0.5f * 1.0001f || fabsf(x[i]) > s * (dt == BLOB_I8 ? 127 : 7));
+            assert_true(fabsf(y[i] - x[i]) <= s * 0.5f * 1.0001f || fabsf(x[i]) > s * qmax_of(dt));
             assert_true(fabsf(y[i] - x[i]) <= s * 1.01f); /* clamping at the largest code costs at most a step */
         }
     }
@@ -193,6 +234,14 @@ static void received_scales_are_checked(void **state)
     float y[600];
     codec_decode(BLOB_I8, out, 600, y);
     assert_true(isfinite(y[512]) && y[512] < -1e38f);
+    /* int3 and int2: their crafted smallest codes (-4, -2) at the largest scale are finite too */
+    uint8_t in3[98] = {0xff, 0x7b, 0x04}, in2[66] = {0xff, 0x7b, 0x02};
+    assert_int_equal(codec_check(BLOB_I3, in3, 256, &bad), 0);
+    codec_decode(BLOB_I3, in3, 256, y);
+    assert_true(isfinite(y[0]) && y[0] < -1e38f && y[1] == 0.0f);
+    assert_int_equal(codec_check(BLOB_I2, in2, 256, &bad), 0);
+    codec_decode(BLOB_I2, in2, 256, y);
+    assert_true(isfinite(y[0]) && y[0] < -1e38f && y[1] == 0.0f);
 }
 
 static void blobs_carry_the_codec(void **state)
@@ -238,7 +287,8 @@ static void portable_and_avx2_agree(void **state)
         x[i] = (float)(u * pow(2.0, (double)(i % 97) - 60));   /* wide exponents, denormals included */
         if (i % 31 == 0) x[i] = (float)((int)(u * 20)) * 0.5f; /* exact halves: ties */
     }
-    for (int dt = BLOB_I8; dt <= BLOB_I4; dt++) {
+    for (size_t d = 0; d < sizeof block_dtypes / sizeof block_dtypes[0]; d++) {
+        int dt = block_dtypes[d];
         size_t nb = codec_bytes(dt, n);
         codec_force_portable(0);
         assert_int_equal(codec_encode(dt, x, n, a, &bad), 0);

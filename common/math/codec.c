@@ -57,7 +57,8 @@ static void decode_block(const uint8_t *in, float *out, int bits)
 static const struct {
     const char *name;
     int dtype;
-} codecs[] = {{"fp32", BLOB_F32}, {"bf16", BLOB_BF16}, {"int8", BLOB_I8}, {"int4", BLOB_I4}};
+} codecs[] = {{"fp32", BLOB_F32}, {"bf16", BLOB_BF16}, {"int8", BLOB_I8},
+              {"int4", BLOB_I4}, {"int3", BLOB_I3}, {"int2", BLOB_I2}};
 
 int codec_parse(const char *name)
 {
@@ -75,12 +76,12 @@ const char *codec_name(int dtype)
 
 int codec_is_block(int dtype)
 {
-    return dtype == BLOB_I8 || dtype == BLOB_I4;
+    return dtype == BLOB_I8 || dtype == BLOB_I4 || dtype == BLOB_I3 || dtype == BLOB_I2;
 }
 
 static int codec_bits(int dtype)
 {
-    return dtype == BLOB_I8 ? 8 : 4;
+    return dtype == BLOB_I8 ? 8 : dtype == BLOB_I4 ? 4 : dtype == BLOB_I3 ? 3 : 2;
 }
 
 /* Bytes of one full block. */

@@ -1,8 +1,8 @@
 /*
- * codec_kernels.h: the block kernels of the int8/int4 codecs (codec.h), written once and compiled
- * twice: by codec.c for any x86-64 (or other) CPU and by codec_avx2.c with -mavx2. Each loop has a
- * fixed trip count (one block), so gcc vectorises it at -O2. Only exactly rounded operations are used
- * (integer max, IEEE division and multiplication, an add-subtract round to nearest even), so both
+ * codec_kernels.h: the block kernels of the int8/int4/int3/int2 codecs (codec.h), written once and
+ * compiled twice: by codec.c for any x86-64 (or other) CPU and by codec_avx2.c with -mavx2. Each loop
+ * has a fixed trip count (one block), so gcc vectorises it at -O2. Only exactly rounded operations are
+ * used (integer max, IEEE division and multiplication, an add-subtract round to nearest even), so both
  * builds give the same bits.
  *
  * The includer defines CK(name) (the suffixed name) and CK_LINKAGE (static or nothing).
@@ -14,6 +14,60 @@
 
 /* v rounded to the nearest integer, ties to even, for |v| < 2^22 (the default rounding mode). */
 #define CODEC_RNE_MAGIC 12582912.0f
+
+/* The largest code of a `bits`-bit codec: the codes are symmetric, -qmax..qmax. */
+static inline float CK(codec_qmax)(int bits)
+{
+    return bits == 8 ? 127.0f : bits == 4 ? 7.0f : bits == 3 ? 3.0f : 1.0f;
+}
+
+/* The codes q of one block packed little-endian, element 0 in the lowest bits: bytes (8), nibbles (4),
+ * eight 3-bit codes in every 3 bytes (3), four 2-bit codes a byte (2). */
+static inline void CK(codec_pack)(const int8_t *restrict q, uint8_t *restrict out, int bits)
+{
+    if (bits == 8) {
+        memcpy(out, q, CODEC_BLOCK);
+    } else if (bits == 4) {
+        for (int j = 0; j < CODEC_BLOCK / 2; j++)
+            out[j] = (uint8_t)(((uint8_t)q[2 * j] & 0x0fu) | ((uint8_t)q[2 * j + 1] << 4));
+    } else if (bits == 3) {
+        for (int g = 0; g < CODEC_BLOCK / 8; g++) {
+            uint32_t w = 0;
+            for (int k = 0; k < 8; k++) w |= ((uint32_t)(uint8_t)q[8 * g + k] & 7u) << (3 * k);
+            out[3 * g] = (uint8_t)w;
+            out[3 * g + 1] = (uint8_t)(w >> 8);
+            out[3 * g + 2] = (uint8_t)(w >> 16);
+        }
+    } else {
+        for (int j = 0; j < CODEC_BLOCK / 4; j++)
+            out[j] = (uint8_t)(((uint8_t)q[4 * j] & 3u) | ((uint8_t)q[4 * j + 1] & 3u) << 2 |
+                               ((uint8_t)q[4 * j + 2] & 3u) << 4 | ((uint8_t)q[4 * j + 3] & 3u) << 6);
+    }
+}
+
+/* The inverse of codec_pack: two's complement codes, sign-extended by arithmetic shifts. */
+static inline void CK(codec_unpack)(const uint8_t *restrict in, int8_t *restrict q, int bits)
+{
+    if (bits == 8) {
+        memcpy(q, in, CODEC_BLOCK);
+    } else if (bits == 4) {
+        for (int j = 0; j < CODEC_BLOCK / 2; j++) {
+            uint8_t b = in[j];
+            q[2 * j] = (int8_t)((int8_t)(uint8_t)(b << 4) >> 4);
+            q[2 * j + 1] = (int8_t)((int8_t)b >> 4);
+        }
+    } else if (bits == 3) {
+        for (int g = 0; g < CODEC_BLOCK / 8; g++) {
+            uint32_t w = (uint32_t)in[3 * g] | (uint32_t)in[3 * g + 1] << 8 | (uint32_t)in[3 * g + 2] << 16;
+            for (int k = 0; k < 8; k++) q[8 * g + k] = (int8_t)((int32_t)(w << (29 - 3 * k)) >> 29);
+        }
+    } else {
+        for (int j = 0; j < CODEC_BLOCK / 4; j++) {
+            uint8_t b = in[j];
+            for (int k = 0; k < 4; k++) q[4 * j + k] = (int8_t)((int8_t)(uint8_t)(b << (6 - 2 * k)) >> 6);
+        }
+    }
+}
 
 /* Encode one full block x[0..CODEC_BLOCK) into out (bf16 scale, then codes of `bits` bits). 0, or -1 if
  * a value is NaN or infinite. */
@@ -28,7 +82,7 @@ CK_LINKAGE int CK(codec_encode_block)(const float *restrict x, uint8_t *restrict
         amax = b > amax ? b : amax; /* finite magnitudes order as their bits do */
     }
     if (bad) return -1;
-    float qmax = bits == 8 ? 127.0f : 7.0f, famax;
+    float qmax = CK(codec_qmax)(bits), famax;
     memcpy(&famax, &amax, sizeof famax);
     uint16_t sb = bf16_from_f32(famax / qmax);
     out[0] = (uint8_t)(sb & 0xff);
@@ -46,12 +100,7 @@ CK_LINKAGE int CK(codec_encode_block)(const float *restrict x, uint8_t *restrict
             q[i] = (int8_t)(int32_t)v;
         }
     }
-    if (bits == 8) {
-        memcpy(out + 2, q, sizeof q);
-        return 0;
-    }
-    for (int j = 0; j < CODEC_BLOCK / 2; j++)
-        out[2 + j] = (uint8_t)(((uint8_t)q[2 * j] & 0x0fu) | ((uint8_t)q[2 * j + 1] << 4));
+    CK(codec_pack)(q, out + 2, bits);
     return 0;
 }
 
@@ -60,14 +109,6 @@ CK_LINKAGE void CK(codec_decode_block)(const uint8_t *restrict in, float *restri
 {
     float s = bf16_to_f32((uint16_t)(in[0] | (in[1] << 8)));
     int8_t q[CODEC_BLOCK];
-    if (bits == 8) {
-        memcpy(q, in + 2, sizeof q);
-    } else {
-        for (int j = 0; j < CODEC_BLOCK / 2; j++) {
-            uint8_t b = in[2 + j]; /* two's complement nibbles, sign-extended by arithmetic shifts */
-            q[2 * j] = (int8_t)((int8_t)(uint8_t)(b << 4) >> 4);
-            q[2 * j + 1] = (int8_t)((int8_t)b >> 4);
-        }
-    }
+    CK(codec_unpack)(in + 2, q, bits);
     for (int i = 0; i < CODEC_BLOCK; i++) out[i] = (float)q[i] * s;
 }

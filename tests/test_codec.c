@@ -43,10 +43,10 @@ static void names_and_sizes(void **state)
     assert_string_equal(codec_name(BLOB_I4), "int4");
     assert_string_equal(codec_name(BLOB_I3), "int3");
     assert_string_equal(codec_name(BLOB_I2), "int2");
-    assert_int_equal(codec_bytes(BLOB_I3, 256), 98); /* 8 codes in every 3 bytes */
+    assert_int_equal(codec_bytes(BLOB_I3, 256), 98); /* 3 bits a code */
     assert_int_equal(codec_bytes(BLOB_I2, 256), 66);
-    assert_int_equal(codec_bytes(BLOB_I3, 300), 98 + 2 + 17); /* 44 codes: 132 bits */
-    assert_int_equal(codec_bytes(BLOB_I2, 300), 66 + 2 + 11);
+    assert_int_equal(codec_bytes(BLOB_I3, 300), 98 + 98); /* a shorter block is stored whole */
+    assert_int_equal(codec_bytes(BLOB_I2, 300), 66 + 66);
     assert_int_equal(codec_offset(BLOB_I3, 512), 196);
     assert_int_equal(codec_offset(BLOB_I2, 768), 198);
     assert_int_equal(codec_bytes(BLOB_I8, 256), 258);
@@ -93,17 +93,17 @@ static void exact_scales_give_exact_codes(void **state)
     for (int i = 0; i < 256; i++) x[i] = (float)(i % 7 - 3) * 0.25f; /* amax 0.75: scale 0.25, codes -3..3 */
     assert_int_equal(codec_encode(BLOB_I3, x, 256, out3, &bad), 0);
     assert_true(scale_of(out3) == 0.25f);
-    /* codes -3 -2 -1 0 1 2 3 -3 as 3-bit two's complement, the first element in the lowest bits */
-    uint32_t w = 5u | 6u << 3 | 7u << 6 | 0u << 9 | 1u << 12 | 2u << 15 | 3u << 18 | 5u << 21;
-    assert_int_equal(out3[2], w & 0xff);
-    assert_int_equal(out3[3], (w >> 8) & 0xff);
-    assert_int_equal(out3[4], w >> 16);
+    /* byte 0 of the low plane: the low two bits of elements 0, 64, 128, 192 (codes -3 -2 -1 0: 101 110
+     * 111 000), byte 0 of the high plane: the third bit of elements 0, 32, ..., 224 (codes -3 1 -2 2 -1 3
+     * 0 -3) */
+    assert_int_equal(out3[2], 1u | 2u << 2 | 3u << 4 | 0u << 6);
+    assert_int_equal(out3[2 + 64], 1u | 0u << 1 | 1u << 2 | 0u << 3 | 1u << 4 | 0u << 5 | 0u << 6 | 1u << 7);
     codec_decode(BLOB_I3, out3, 256, y);
     assert_memory_equal(x, y, sizeof x);
     for (int i = 0; i < 256; i++) x[i] = (float)(i % 3 - 1) * 0.5f; /* amax 0.5: scale 0.5, codes -1..1 */
     assert_int_equal(codec_encode(BLOB_I2, x, 256, out2, &bad), 0);
     assert_true(scale_of(out2) == 0.5f);
-    assert_int_equal(out2[2], 3u | 0u << 2 | 1u << 4 | 3u << 6); /* -1 0 1 -1 */
+    assert_int_equal(out2[2], 3u | 0u << 2 | 1u << 4 | 3u << 6); /* elements 0, 64, 128, 192: -1 0 1 -1 */
     codec_decode(BLOB_I2, out2, 256, y);
     assert_memory_equal(x, y, sizeof x);
 }
@@ -235,7 +235,8 @@ static void received_scales_are_checked(void **state)
     codec_decode(BLOB_I8, out, 600, y);
     assert_true(isfinite(y[512]) && y[512] < -1e38f);
     /* int3 and int2: their crafted smallest codes (-4, -2) at the largest scale are finite too */
-    uint8_t in3[98] = {0xff, 0x7b, 0x04}, in2[66] = {0xff, 0x7b, 0x02};
+    uint8_t in3[98] = {0xff, 0x7b}, in2[66] = {0xff, 0x7b, 0x02};
+    in3[2 + 64] = 0x01; /* element 0: low bits 00, high bit 1 */
     assert_int_equal(codec_check(BLOB_I3, in3, 256, &bad), 0);
     codec_decode(BLOB_I3, in3, 256, y);
     assert_true(isfinite(y[0]) && y[0] == -4.0f * scale_of(in3) && y[1] == 0.0f);

@@ -46,7 +46,7 @@ static void decode_block(const uint8_t *in, float *out, int bits)
 {
 #if defined(__x86_64__)
     /* int4: the portable build unpacks nibbles faster than gcc's AVX2 code (bin/bench-codec); same bits */
-    if (use_avx2() && bits == 8) {
+    if (use_avx2() && bits != 4) {
         codec_decode_block_avx2(in, out, bits);
         return;
     }
@@ -90,9 +90,11 @@ static size_t block_bytes(int dtype)
     return 2 + (size_t)CODEC_BLOCK * (size_t)codec_bits(dtype) / 8;
 }
 
-/* Bytes of a block of m <= CODEC_BLOCK elements. */
+/* Bytes of a block of m <= CODEC_BLOCK elements: int3 and int2 store a shorter block whole, since
+ * their bit planes stride over the block. */
 static size_t part_bytes(int dtype, size_t m)
 {
+    if (dtype == BLOB_I3 || dtype == BLOB_I2) return block_bytes(dtype);
     return 2 + (m * (size_t)codec_bits(dtype) + 7) / 8;
 }
 

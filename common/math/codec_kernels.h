@@ -21,52 +21,55 @@ static inline float CK(codec_qmax)(int bits)
     return bits == 8 ? 127.0f : bits == 4 ? 7.0f : bits == 3 ? 3.0f : 1.0f;
 }
 
-/* The codes q of one block packed little-endian, element 0 in the lowest bits: bytes (8), nibbles (4),
- * eight 3-bit codes in every 3 bytes (3), four 2-bit codes a byte (2). */
+/* The codes q of one block packed, two's complement: bytes (8); nibbles, the first element of a byte in
+ * the low one (4); for 3 and 2 bits, planes of bits strided over the block, so that every loop runs
+ * over consecutive bytes with one fixed shift (vectorised): a plane of 64 bytes whose byte j holds the
+ * low two bits of elements j, j+64, j+128, j+192 (from the lowest bits up), then (3 bits) a plane of 32
+ * bytes whose byte j holds the third bit of elements j, j+32, ..., j+224. */
 static inline void CK(codec_pack)(const int8_t *restrict q, uint8_t *restrict out, int bits)
 {
     if (bits == 8) {
         memcpy(out, q, CODEC_BLOCK);
-    } else if (bits == 4) {
+        return;
+    }
+    if (bits == 4) {
         for (int j = 0; j < CODEC_BLOCK / 2; j++)
             out[j] = (uint8_t)(((uint8_t)q[2 * j] & 0x0fu) | ((uint8_t)q[2 * j + 1] << 4));
-    } else if (bits == 3) {
-        for (int g = 0; g < CODEC_BLOCK / 8; g++) {
-            uint32_t w = 0;
-            for (int k = 0; k < 8; k++) w |= ((uint32_t)(uint8_t)q[8 * g + k] & 7u) << (3 * k);
-            out[3 * g] = (uint8_t)w;
-            out[3 * g + 1] = (uint8_t)(w >> 8);
-            out[3 * g + 2] = (uint8_t)(w >> 16);
-        }
-    } else {
-        for (int j = 0; j < CODEC_BLOCK / 4; j++)
-            out[j] = (uint8_t)(((uint8_t)q[4 * j] & 3u) | ((uint8_t)q[4 * j + 1] & 3u) << 2 |
-                               ((uint8_t)q[4 * j + 2] & 3u) << 4 | ((uint8_t)q[4 * j + 3] & 3u) << 6);
+        return;
     }
+    const uint8_t *u = (const uint8_t *)q;
+    for (int j = 0; j < 64; j++)
+        out[j] = (uint8_t)((u[j] & 3u) | (u[j + 64] & 3u) << 2 | (u[j + 128] & 3u) << 4 | (u[j + 192] & 3u) << 6);
+    if (bits == 2) return;
+    uint8_t h[32] = {0};
+    for (int m = 0; m < 8; m++)
+        for (int j = 0; j < 32; j++) h[j] = (uint8_t)(h[j] | (u[32 * m + j] >> 2 & 1u) << m);
+    memcpy(out + 64, h, sizeof h);
 }
 
-/* The inverse of codec_pack: two's complement codes, sign-extended by arithmetic shifts. */
+/* The inverse of codec_pack, sign-extending each code. */
 static inline void CK(codec_unpack)(const uint8_t *restrict in, int8_t *restrict q, int bits)
 {
     if (bits == 8) {
         memcpy(q, in, CODEC_BLOCK);
-    } else if (bits == 4) {
+        return;
+    }
+    if (bits == 4) {
         for (int j = 0; j < CODEC_BLOCK / 2; j++) {
-            uint8_t b = in[j];
+            uint8_t b = in[j]; /* arithmetic shifts sign-extend the nibbles */
             q[2 * j] = (int8_t)((int8_t)(uint8_t)(b << 4) >> 4);
             q[2 * j + 1] = (int8_t)((int8_t)b >> 4);
         }
-    } else if (bits == 3) {
-        for (int g = 0; g < CODEC_BLOCK / 8; g++) {
-            uint32_t w = (uint32_t)in[3 * g] | (uint32_t)in[3 * g + 1] << 8 | (uint32_t)in[3 * g + 2] << 16;
-            for (int k = 0; k < 8; k++) q[8 * g + k] = (int8_t)((int32_t)(w << (29 - 3 * k)) >> 29);
-        }
-    } else {
-        for (int j = 0; j < CODEC_BLOCK / 4; j++) {
-            uint8_t b = in[j];
-            for (int k = 0; k < 4; k++) q[4 * j + k] = (int8_t)((int8_t)(uint8_t)(b << (6 - 2 * k)) >> 6);
-        }
+        return;
     }
+    uint8_t u[CODEC_BLOCK];
+    for (int k = 0; k < 4; k++)
+        for (int j = 0; j < 64; j++) u[64 * k + j] = (uint8_t)(in[j] >> (2 * k) & 3u);
+    if (bits == 3)
+        for (int m = 0; m < 8; m++)
+            for (int j = 0; j < 32; j++) u[32 * m + j] = (uint8_t)(u[32 * m + j] | (in[64 + j] >> m & 1u) << 2);
+    unsigned sign = bits == 3 ? 4u : 2u; /* a code with its top bit set is that minus 2^bits */
+    for (int i = 0; i < CODEC_BLOCK; i++) q[i] = (int8_t)(u[i] - ((u[i] & sign) << 1));
 }
 
 /* Encode one full block x[0..CODEC_BLOCK) into out (bf16 scale, then codes of `bits` bits). 0, or -1 if

@@ -2,7 +2,8 @@
  * test_codec.c: the int8/int4/int3/int2 block codecs (common/math/codec.c): sizes, known vectors (zeros, exact
  * scales, ties to even, one huge value in a block, denormals, -0, a shorter last block), NaN and Inf
  * rejected before encoding with their index, the decoding error bound, the check of received scales,
- * blobs carrying a codec, and the portable and AVX2 builds giving the same bits.
+ * blobs carrying a codec, the portable and AVX2 builds giving the same bits, and the worker's one-pass
+ * encoding with error feedback giving the bits of the separate steps.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -308,6 +309,49 @@ static void portable_and_avx2_agree(void **state)
     free(p);
 }
 
+/* codec_encode_delta (the worker's one pass: Δ = a - b, plus the kept error, encoded, the new error
+ * kept) gives the bits of the separate steps, in both builds, and finds a non-finite Δ's index. */
+static void encode_delta_is_the_separate_steps(void **state)
+{
+    (void)state;
+    size_t n = 3 * 256 + 77, bad;
+    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *ef = malloc(n * sizeof *ef);
+    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), *ef2 = malloc(n * sizeof *ef2);
+    uint8_t *qa = malloc(codec_bytes(BLOB_I8, n)), *qb = malloc(codec_bytes(BLOB_I8, n));
+    uint64_t st = 11;
+    for (size_t i = 0; i < n; i++) {
+        a[i] = (float)(rng_uniform(&st) - 0.5);
+        b[i] = a[i] + (float)((rng_uniform(&st) - 0.5) * 1e-3);
+        ef[i] = (float)((rng_uniform(&st) - 0.5) * 1e-5);
+    }
+    for (int portable = 0; portable < 2; portable++)
+        for (size_t d = 0; d < sizeof block_dtypes / sizeof block_dtypes[0]; d++) {
+            int dt = block_dtypes[d];
+            codec_force_portable(portable);
+            for (size_t i = 0; i < n; i++) x[i] = (a[i] - b[i]) + ef[i];
+            assert_int_equal(codec_encode(dt, x, n, qa, &bad), 0);
+            codec_decode(dt, qa, n, y);
+            memcpy(ef2, ef, n * sizeof *ef);
+            assert_int_equal(codec_encode_delta(dt, a, b, ef2, n, qb, &bad), 0);
+            assert_memory_equal(qa, qb, codec_bytes(dt, n));
+            for (size_t i = 0; i < n; i++) assert_true(ef2[i] == x[i] - y[i]);
+            assert_int_equal(codec_encode_delta(dt, x, NULL, NULL, n, qb, &bad), 0); /* a given Δ, no error */
+            assert_memory_equal(qa, qb, codec_bytes(dt, n));
+        }
+    codec_force_portable(0);
+    b[800] = INFINITY; /* in the shorter last block */
+    assert_int_equal(codec_encode_delta(BLOB_I3, a, b, ef, n, qb, &bad), -1);
+    assert_int_equal(bad, 800);
+    free(a);
+    free(b);
+    free(ef);
+    free(x);
+    free(y);
+    free(ef2);
+    free(qa);
+    free(qb);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -322,6 +366,7 @@ int main(void)
         cmocka_unit_test(received_scales_are_checked),
         cmocka_unit_test(blobs_carry_the_codec),
         cmocka_unit_test(portable_and_avx2_agree),
+        cmocka_unit_test(encode_delta_is_the_separate_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

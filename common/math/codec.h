@@ -35,6 +35,11 @@ size_t codec_offset(int dtype, size_t lo);
  * 0, or -1 with *bad = the first index whose value is NaN or infinite (out then must not be used).
  * Every dtype: fp32 and bf16 (little-endian, no alignment needed) as well. */
 int codec_encode(int dtype, const float *x, size_t n, uint8_t *out, size_t *bad);
+/* A block codec's encoding of x = a - b (b NULL: x = a), plus ef when ef is not NULL, in one pass per
+ * block: with ef, ef then holds what the encoding dropped (x minus its decoded value: error feedback).
+ * Bit for bit what computing x, codec_encode and codec_decode would give. 0, or -1 with *bad = the
+ * first index whose x is not finite (out, and ef from the block of *bad on, then must not be used). */
+int codec_encode_delta(int dtype, const float *a, const float *b, float *ef, size_t n, uint8_t *out, size_t *bad);
 /* Decode n elements from in (starting at a block boundary) into out. */
 void codec_decode(int dtype, const uint8_t *in, size_t n, float *out);
 /* Encode x into out, then replace x by its decoded value (what a receiver of out will see). */

@@ -72,17 +72,26 @@ static inline void CK(codec_unpack)(const uint8_t *restrict in, int8_t *restrict
     for (int i = 0; i < CODEC_BLOCK; i++) q[i] = (int8_t)(u[i] - ((u[i] & sign) << 1));
 }
 
-/* Encode one full block x[0..CODEC_BLOCK) into out (bf16 scale, then codes of `bits` bits). 0, or -1 if
- * a value is NaN or infinite. */
-CK_LINKAGE int CK(codec_encode_block)(const float *restrict x, uint8_t *restrict out, int bits)
+/* Encode one full block of x = a - b (b NULL: x = a), plus ef when ef is not NULL, into out (bf16
+ * scale, then codes of `bits` bits); with ef, then keep in ef what the codes drop: x - decoded x (error
+ * feedback, in the same pass). 0, or -1 (nothing written to ef) if a value of x is NaN or infinite. */
+CK_LINKAGE int CK(codec_encode_block)(const float *restrict a, const float *restrict b, float *restrict ef,
+                                      uint8_t *restrict out, int bits)
 {
+    float x[CODEC_BLOCK];
+    if (b != NULL)
+        for (int i = 0; i < CODEC_BLOCK; i++) x[i] = a[i] - b[i];
+    else
+        memcpy(x, a, sizeof x);
+    if (ef != NULL)
+        for (int i = 0; i < CODEC_BLOCK; i++) x[i] = x[i] + ef[i];
     uint32_t amax = 0, bad = 0;
     for (int i = 0; i < CODEC_BLOCK; i++) {
-        uint32_t b;
-        memcpy(&b, &x[i], sizeof b);
-        b &= 0x7fffffffu;
-        bad |= b >= 0x7f800000u ? 1u : 0u;
-        amax = b > amax ? b : amax; /* finite magnitudes order as their bits do */
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        u &= 0x7fffffffu;
+        bad |= u >= 0x7f800000u ? 1u : 0u;
+        amax = u > amax ? u : amax; /* finite magnitudes order as their bits do */
     }
     if (bad) return -1;
     float qmax = CK(codec_qmax)(bits), famax;
@@ -103,6 +112,8 @@ CK_LINKAGE int CK(codec_encode_block)(const float *restrict x, uint8_t *restrict
             q[i] = (int8_t)(int32_t)v;
         }
     }
+    if (ef != NULL) /* decoded exactly as codec_decode_block does */
+        for (int i = 0; i < CODEC_BLOCK; i++) ef[i] = x[i] - (float)q[i] * s;
     CK(codec_pack)(q, out + 2, bits);
     return 0;
 }

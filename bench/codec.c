@@ -85,8 +85,8 @@ int main(int argc, char **argv)
     printf("codec throughput, %zu elements, median of %d passes%s\n", n, reps,
            cpu_has_avx2() ? "" : " (no AVX2 on this CPU)");
     printf("%-5s %-7s %11s %11s %11s %11s %7s\n", "codec", "op", "portable_s", "Melem/s", "avx2_s", "Melem/s", "ratio");
-    int codecs[] = {BLOB_I8, BLOB_I4, BLOB_BF16};
-    for (int c = 0; c < 3; c++)
+    int codecs[] = {BLOB_I8, BLOB_I4, BLOB_I3, BLOB_I2, BLOB_BF16};
+    for (size_t c = 0; c < sizeof codecs / sizeof codecs[0]; c++)
         for (int dec = 0; dec < 2; dec++) {
             job j = {codecs[c], dec, x, y, q, n};
             codec_force_portable(1);

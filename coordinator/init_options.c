@@ -60,7 +60,8 @@ static void init_usage(FILE *f)
         "  --weight-by none|tokens    weight pseudo-gradients by the tokens behind them (default none)\n"
         "  --weight-ref-tokens N      (async, --weight-by tokens) a submission of N tokens has weight 1\n"
         "  --compress C               codec of pseudo-gradients on the wire: bf16 (default; workers may send\n"
-        "                             fp32), fp32, int8 or int4 (blocks of 256 with a scale; docs/compression.md)\n"
+        "                             fp32), fp32, int8, int4, int3 or int2 (blocks of 256 with a scale;\n"
+        "                             docs/compression.md)\n"
         "  --download params|update   what a sync round sends back: the new parameters in fp32 (default) or\n"
         "                             the averaged pseudo-gradient in the --compress codec, which workers\n"
         "                             apply with their own copy of the outer momentum (sync, 1 fragment)\n"
@@ -204,7 +205,7 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
          .kind = OPT_CUSTOM,
          .dest = &a->compress,
          .parse = parse_compress,
-         .wants = "bf16, fp32, int8 or int4"},
+         .wants = "bf16, fp32, int8, int4, int3 or int2"},
         {.name = "download", .kind = OPT_CHOICE, .dest = &download_idx, .choices = "params|update"},
         {.name = "dn-variant", .kind = OPT_CHOICE, .dest = &dn_idx, .choices = "paper|forgather"},
         {.name = "from-checkpoint", .kind = OPT_STRING, .dest = &a->from_checkpoint},

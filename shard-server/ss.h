@@ -86,7 +86,6 @@ typedef struct ss_metrics {
     uint64_t corrupt_loads; /* loads that found the durable state corrupt (counted in load_failures too) */
     uint64_t snapshots;
     uint64_t connections;
-    uint64_t redis_reconnects;
 } ss_metrics;
 
 /* ---------------------------------------------------------------------------------------------- */

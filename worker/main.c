@@ -68,7 +68,7 @@ static void usage(FILE *f)
                "  --sync-every H            inner steps between syncs (default 500)\n"
                "  --steps N                 inner steps to train, then leave (default: until stopped)\n"
                "  --no-bf16                 send fp32 pseudo-gradients instead of bf16 (in a bf16 run)\n"
-               "  --error-feedback          (int8/int4 runs) add what quantization dropped to the next round's\n"
+               "  --error-feedback          (int8/int4/int3/int2 runs) add what quantization dropped to the next round's\n"
                "                            pseudo-gradient (kept in this process only)\n"
                "  --heartbeat-interval S    seconds between heartbeats (default 30; 0 disables)\n"
                "  --max-sync-retries N      failed syncs in a row before registering again (default 3)\n"

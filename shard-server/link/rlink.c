@@ -70,6 +70,8 @@ void rl_connected(rlink *l)
     log_info("redis %s connection established", l->name);
     l->ready = 1;
     l->attempt = 0;
+    if (l->was_up) l->reconnects++;
+    l->was_up = 1;
     l->last_activity = now_ms(); /* a twin may have commands queued while connecting */
     if (l->on_ready != NULL) l->on_ready(l->on_ready_arg);
 }

@@ -61,6 +61,8 @@ typedef struct rlink {
     void (*on_ready)(void *arg); /* called each time the connection is (re-)established */
     void *on_ready_arg;
     int ready; /* connected (the login commands are queued first) */
+    int was_up;          /* a connection was established before */
+    uint64_t reconnects; /* connections established after the first (the shard-server's metrics) */
     int stopping;
     unsigned attempt;       /* reconnect attempts since the last success */
     int pending;            /* commands sent, reply not yet received */

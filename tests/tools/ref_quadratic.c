@@ -16,7 +16,7 @@
  *                      shards, one sent every H/F steps and applied one interval later, S steps per worker
  *                      [--h-of id=H,...] [--weight-tokens]   per-worker H (plain DiLoCo) and weighting of
  *                      each worker's pseudo-gradient by its tokens (steps) in the round
- *                      [--codec int8|int4 [--error-feedback]]   block-quantized pseudo-gradients (blocks from
+ *                      [--codec int8|int4|int3|int2 [--error-feedback]]   block-quantized pseudo-gradients (blocks from
  *                      each shard's start), decoded and summed in fp32, as the shard-servers do
  *                      [--download update]   the mean is put through the codec (bf16 without --codec) per
  *                      shard before the step, as a run with coordinator init --download update does */
@@ -110,7 +110,7 @@ static int parse(int argc, char **argv, ref_args *a)
         {.name = "frag-bounds", .kind = OPT_STRING, .dest = &a->frag_bounds},
         {.name = "h-of", .kind = OPT_STRING, .dest = &a->h_of},
         {.name = "download", .kind = OPT_CHOICE, .dest = &a->download_update, .choices = "params|update"},
-        {.name = "codec", .kind = OPT_CUSTOM, .dest = a, .parse = parse_codec, .wants = "int8 or int4"},
+        {.name = "codec", .kind = OPT_CUSTOM, .dest = a, .parse = parse_codec, .wants = "int8, int4, int3 or int2"},
         {.name = "workers", .kind = OPT_CUSTOM, .dest = a, .parse = parse_workers, .wants = "a list of worker ids"},
         {0},
     };

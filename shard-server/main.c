@@ -133,8 +133,8 @@ static int parse_args(int argc, char **argv, ss_opts *o)
 }
 
 /* Every round allocates and frees buffers of shard size (frames, copies, blobs). glibc serves those
- * with mmap and gives them back on free, so each round would pay a page fault per 4 KiB (measured: most
- * of the commit time for a 12.5M-parameter shard). Keep freed memory in the heap for reuse instead. */
+ * with mmap and gives them back on free, so each round would pay a page fault per 4 KiB of every
+ * buffer, which dominates a large shard's commit. Keep freed memory in the heap for reuse instead. */
 static void keep_freed_memory(void)
 {
     mallopt(M_MMAP_MAX, 0);

@@ -1,6 +1,6 @@
 /* test_device_hooks.c: libdiloco's device path (worker/diloco/device.c) against its host path, in
  * process, without Redis: two sessions are built by hand over the same layout (1000 parameters, 4
- * shards, 2 fragments), one working on a params buffer as always, the other with no params pointer
+ * shards, 2 fragments), one working on a params buffer (the host path), the other with no params pointer
  * and the hooks of the host-memory stand-in device (worker/trainers/host_device.c). Both go through
  * libdiloco's own functions (dl_adopt_base + dl_params_changed, sync_compute_delta,
  * sync_apply_fragment), and must give the same bytes:

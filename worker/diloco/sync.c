@@ -289,8 +289,8 @@ static int still_member(diloco *d)
  * DL_RETRY: still open, keep waiting. */
 static int arrive_again(diloco *d, int f, int64_t round, char *err, size_t errlen)
 {
-    log_warn("round %lld of fragment %d: the barrier does not have our arrival (lost with the Redis connection); "
-             "arriving again",
+    log_warn("round %lld of fragment %d: the barrier does not have our arrival (dl_arrive got no reply, or Redis "
+             "lost it); arriving again",
              (long long)round, f);
     return arrive(d, f, round, err, errlen);
 }

@@ -23,15 +23,22 @@ static uint64_t metrics_redis_reconnects(const ss_ctx *ss)
     return ss->ctl.reconnects + ss->bulk.reconnects + ss->bulkw.reconnects;
 }
 
+/* Shards held (leased), ready (loaded, serving) and found corrupt. */
+static void count_shards(const ss_ctx *ss, int *held, int *ready, int *corrupt)
+{
+    *held = *ready = *corrupt = 0;
+    for (int k = 0; k < ss->nshards; k++) {
+        *held += ss->shards[k].state != SH_FREE;
+        *ready += ss->shards[k].state == SH_READY;
+        *corrupt += ss->shards[k].state == SH_CORRUPT;
+    }
+}
+
 void metrics_log(ss_ctx *ss)
 {
     const ss_metrics *m = &ss->m;
-    int held = 0, ready = 0, corrupt = 0;
-    for (int k = 0; k < ss->nshards; k++) {
-        held += ss->shards[k].state != SH_FREE;
-        ready += ss->shards[k].state == SH_READY;
-        corrupt += ss->shards[k].state == SH_CORRUPT;
-    }
+    int held, ready, corrupt;
+    count_shards(ss, &held, &ready, &corrupt);
     double mean = m->rounds_committed ? m->commit_seconds / (double)m->rounds_committed : 0.0;
     log_info("metrics: shards held %d (ready %d, corrupt %d); rounds committed %llu (no-op %llu), commit mean %.3f s "
              "max %.3f s; "
@@ -71,12 +78,8 @@ static void prom_counter(struct evbuffer *out, const ss_ctx *ss, const char *nam
 static void metrics_format(struct evbuffer *out, const ss_ctx *ss)
 {
     const ss_metrics *m = &ss->m;
-    int held = 0, ready = 0, corrupt = 0;
-    for (int k = 0; k < ss->nshards; k++) {
-        held += ss->shards[k].state != SH_FREE;
-        ready += ss->shards[k].state == SH_READY;
-        corrupt += ss->shards[k].state == SH_CORRUPT;
-    }
+    int held, ready, corrupt;
+    count_shards(ss, &held, &ready, &corrupt);
     prom_metric(out, ss, "shards_held", "gauge", "Shards this server holds a lease on.", held);
     prom_metric(out, ss, "shards_ready", "gauge", "Held shards loaded and serving.", ready);
     prom_metric(out, ss, "shards_corrupt", "gauge",
@@ -164,4 +167,12 @@ int metrics_start(ss_ctx *ss, char *err, size_t errlen)
         return -1;
     }
     return ss->opts.metrics_host[0] != '\0' ? metrics_listen(ss, err, errlen) : 0;
+}
+
+void metrics_stop(ss_ctx *ss)
+{
+    if (ss->metrics_timer != NULL) event_free(ss->metrics_timer);
+    if (ss->metrics_http != NULL) evhttp_free(ss->metrics_http);
+    ss->metrics_timer = NULL;
+    ss->metrics_http = NULL;
 }

@@ -43,7 +43,8 @@ static diloco *session(float *params, const diloco_device_ops *ops, int bf16)
     assert_non_null(d);
     diloco_options_default(&d->o);
     d->o.bf16 = bf16;
-    d->push_dtype = bf16 ? BLOB_BF16 : BLOB_F32; /* what session.c derives from a bf16 run and o.bf16 */
+    d->rc.compress = BLOB_BF16; /* a bf16 run: o.bf16 = 0 pushes fp32 */
+    d->push_dtype = dl_push_dtype(d);
     if (ops) d->o.device = *ops;
     d->params = params;
     d->numel = N;

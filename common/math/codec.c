@@ -6,6 +6,7 @@
  */
 #include "codec.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -34,19 +35,19 @@ static int use_avx2(void)
 #endif
 }
 
-static int encode_block(const float *x, uint8_t *out, int bits)
+static int encode_block(const float *a, const float *b, float *ef, uint8_t *out, int bits)
 {
 #if defined(__x86_64__)
-    if (use_avx2()) return codec_encode_block_avx2(x, out, bits);
+    if (use_avx2()) return codec_encode_block_avx2(a, b, ef, out, bits);
 #endif
-    return codec_encode_block_portable(x, out, bits);
+    return codec_encode_block_portable(a, b, ef, out, bits);
 }
 
 static void decode_block(const uint8_t *in, float *out, int bits)
 {
 #if defined(__x86_64__)
     /* int4: the portable build unpacks nibbles faster than gcc's AVX2 code (bin/bench-codec); same bits */
-    if (use_avx2() && bits == 8) {
+    if (use_avx2() && bits != 4) {
         codec_decode_block_avx2(in, out, bits);
         return;
     }
@@ -57,7 +58,8 @@ static void decode_block(const uint8_t *in, float *out, int bits)
 static const struct {
     const char *name;
     int dtype;
-} codecs[] = {{"fp32", BLOB_F32}, {"bf16", BLOB_BF16}, {"int8", BLOB_I8}, {"int4", BLOB_I4}};
+} codecs[] = {{"fp32", BLOB_F32}, {"bf16", BLOB_BF16}, {"int8", BLOB_I8},
+              {"int4", BLOB_I4}, {"int3", BLOB_I3}, {"int2", BLOB_I2}};
 
 int codec_parse(const char *name)
 {
@@ -75,12 +77,12 @@ const char *codec_name(int dtype)
 
 int codec_is_block(int dtype)
 {
-    return dtype == BLOB_I8 || dtype == BLOB_I4;
+    return dtype == BLOB_I8 || dtype == BLOB_I4 || dtype == BLOB_I3 || dtype == BLOB_I2;
 }
 
 static int codec_bits(int dtype)
 {
-    return dtype == BLOB_I8 ? 8 : 4;
+    return dtype == BLOB_I8 ? 8 : dtype == BLOB_I4 ? 4 : dtype == BLOB_I3 ? 3 : 2;
 }
 
 /* Bytes of one full block. */
@@ -89,9 +91,11 @@ static size_t block_bytes(int dtype)
     return 2 + (size_t)CODEC_BLOCK * (size_t)codec_bits(dtype) / 8;
 }
 
-/* Bytes of a block of m <= CODEC_BLOCK elements. */
+/* Bytes of a block of m <= CODEC_BLOCK elements: int3 and int2 store a shorter block whole, since
+ * their bit planes stride over the block. */
 static size_t part_bytes(int dtype, size_t m)
 {
+    if (dtype == BLOB_I3 || dtype == BLOB_I2) return block_bytes(dtype);
     return 2 + (m * (size_t)codec_bits(dtype) + 7) / 8;
 }
 
@@ -140,32 +144,53 @@ static void decode_plain(int dtype, const uint8_t *in, size_t n, float *out)
     for (size_t i = 0; i < n; i++) out[i] = bf16_to_f32((uint16_t)(in[2 * i] | in[2 * i + 1] << 8));
 }
 
-int codec_encode(int dtype, const float *x, size_t n, uint8_t *out, size_t *bad)
+/* The first index of a - b (+ ef) that is not finite, in a block the kernel refused. */
+static size_t first_non_finite(const float *a, const float *b, const float *ef, size_t m)
 {
-    if (!codec_is_block(dtype)) return encode_plain(dtype, x, n, out, bad);
+    for (size_t i = 0; i < m; i++) {
+        float x = b ? a[i] - b[i] : a[i];
+        if (ef) x = x + ef[i];
+        if (!isfinite(x)) return i;
+    }
+    return m;
+}
+
+/* A shorter last block of m elements, padded with zeros into a full one (which changes neither its
+ * scale nor its codes). */
+static int encode_part(int dtype, const float *a, const float *b, float *ef, size_t m, uint8_t *out)
+{
+    float pa[CODEC_BLOCK] = {0}, pb[CODEC_BLOCK] = {0}, pe[CODEC_BLOCK] = {0};
+    uint8_t tail[2 + CODEC_BLOCK];
+    memcpy(pa, a, m * sizeof(float));
+    if (b) memcpy(pb, b, m * sizeof(float));
+    if (ef) memcpy(pe, ef, m * sizeof(float));
+    if (encode_block(pa, b ? pb : NULL, ef ? pe : NULL, tail, codec_bits(dtype)) != 0) return -1;
+    if (ef) memcpy(ef, pe, m * sizeof(float));
+    memcpy(out, tail, part_bytes(dtype, m));
+    return 0;
+}
+
+int codec_encode_delta(int dtype, const float *a, const float *b, float *ef, size_t n, uint8_t *out, size_t *bad)
+{
     int bits = codec_bits(dtype);
     size_t bb = block_bytes(dtype);
     for (size_t lo = 0; lo < n; lo += CODEC_BLOCK, out += bb) {
         size_t m = n - lo < CODEC_BLOCK ? n - lo : CODEC_BLOCK;
-        float pad[CODEC_BLOCK];
-        uint8_t tail[2 + CODEC_BLOCK];
-        int rc;
-        if (m == CODEC_BLOCK) {
-            rc = encode_block(x + lo, out, bits);
-        } else {
-            memset(pad, 0, sizeof pad);
-            memcpy(pad, x + lo, m * sizeof(float));
-            rc = encode_block(pad, tail, bits);
-            memcpy(out, tail, part_bytes(dtype, m));
-        }
+        const float *blo = b ? b + lo : NULL;
+        float *elo = ef ? ef + lo : NULL;
+        int rc = m == CODEC_BLOCK ? encode_block(a + lo, blo, elo, out, bits) : encode_part(dtype, a + lo, blo, elo, m, out);
         if (rc != 0) {
-            size_t b = 0;
-            outer_check_finite(x + lo, m, &b);
-            *bad = lo + b;
+            *bad = lo + first_non_finite(a + lo, blo, elo, m);
             return -1;
         }
     }
     return 0;
+}
+
+int codec_encode(int dtype, const float *x, size_t n, uint8_t *out, size_t *bad)
+{
+    if (!codec_is_block(dtype)) return encode_plain(dtype, x, n, out, bad);
+    return codec_encode_delta(dtype, x, NULL, NULL, n, out, bad);
 }
 
 void codec_decode(int dtype, const uint8_t *in, size_t n, float *out)

@@ -162,6 +162,12 @@ int gpt_prepare_data(const char *input, const char *output, double val_fraction,
     return 0;
 }
 
+static void prepare_usage(FILE *f)
+{
+    fprintf(f, "usage: prepare-data --input TEXT --output FILE.tok [--val-fraction 0.05]\n"
+               "  byte-level tokens (vocab 256); the last val-fraction of the text is the validation split\n");
+}
+
 int gpt_prepare_data_main(int argc, char **argv)
 {
     const char *in = NULL, *out = NULL;
@@ -172,20 +178,11 @@ int gpt_prepare_data_main(int argc, char **argv)
         {.name = "val-fraction", .kind = OPT_DOUBLE, .dest = &vf, .min = 0, .max = 1, .wants = "a fraction in [0, 1)"},
         {0},
     };
-    char perr[256];
-    int rc = opts_parse(specs, argc, argv, 1, NULL, NULL, perr, sizeof perr);
-    if (rc == 1) {
-        printf("usage: prepare-data --input TEXT --output FILE.tok [--val-fraction 0.05]\n"
-               "  byte-level tokens (vocab 256); the last val-fraction of the text is the validation split\n");
-        return 0;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "prepare-data: %s\n", perr);
-        return 2;
-    }
+    int rc = opts_parse_cmd("prepare-data", prepare_usage, specs, argc, argv, 1, NULL, NULL);
+    if (rc != 0) return opts_exit_status(rc);
     if (!in || !out) {
-        fprintf(stderr, "usage: prepare-data --input TEXT --output FILE.tok [--val-fraction 0.05]\n");
-        return 2;
+        fprintf(stderr, "prepare-data: --input and --output are required (see --help)\n");
+        return OPTS_EXIT_USAGE;
     }
     char err[512];
     if (gpt_prepare_data(in, out, vf, err, sizeof err)) {

@@ -231,6 +231,23 @@ int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *e
 
 /* ---- the round --------------------------------------------------------------------------------- */
 
+/* Did round (f, round) close with us (this incarnation) among its participants? A STALE answer to
+ * dl_arrive can follow our own arrival: dl_command sends a command again when the connection broke
+ * before its reply, and the first one may have run and closed the round. */
+static int closed_with_us(diloco *d, int f, int64_t round)
+{
+    redisReply *b = dl_command(d, "FCALL dl_barrier 1 %s %d %lld", d->config_key, f, (long long)round);
+    int in = 0;
+    if (b != NULL && b->type == REDIS_REPLY_ARRAY && b->elements >= 2 && b->element[0]->type == REDIS_REPLY_STRING &&
+        strcmp(b->element[0]->str, "closed") == 0 && b->element[1]->type == REDIS_REPLY_STRING) {
+        char me[160];
+        snprintf(me, sizeof me, "%s:%lld", d->worker_id, (long long)dl_inc(d));
+        in = csv_has(b->element[1]->str, me);
+    }
+    if (b) freeReplyObject(b);
+    return in;
+}
+
 static int arrive_once(diloco *d, int f, int64_t round, int *written, char *err, size_t errlen)
 {
     redisReply *r = dl_command(d, "FCALL dl_arrive 1 %s %s %lld %d %lld", d->config_key, d->worker_id,
@@ -240,7 +257,7 @@ static int arrive_once(diloco *d, int f, int64_t round, int *written, char *err,
     if (rconn_reply_error(d->ctl, r, err, errlen) < 0) {
         rc = DL_FAIL;
         if (r && strncmp(r->str, "STALE", 5) == 0)
-            rc = DL_STALE;
+            rc = closed_with_us(d, f, round) ? DL_OK : DL_STALE;
         else if (r && strncmp(r->str, "UNKNOWN_WORKER", 14) == 0)
             rc = DL_EVICTED;
         else if (!r)

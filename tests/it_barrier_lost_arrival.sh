@@ -72,4 +72,5 @@ say "C. the reply lost of an arrival that closed the round"
 RUN=lostreply2
 lone_worker_behind_proxy 1 reply
 grep -q '"stale":true' "$TMP/w1.jsonl" && fail "w1 counted a round it took part in as lost: $(grep stale "$TMP/worker-w1.log")"
+grep -q "closed with us" "$TMP/worker-w1.log" || fail "w1 did not say the retry found the round closed with it"
 say "the arrival ran, its reply was lost, the retry found the round closed: w1 knew it took part"

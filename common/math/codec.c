@@ -55,6 +55,17 @@ static void decode_block(const uint8_t *in, float *out, int bits)
     codec_decode_block_portable(in, out, bits);
 }
 
+static void decode_block_add(const uint8_t *in, float *acc, int bits)
+{
+#if defined(__x86_64__)
+    if (use_avx2() && bits != 4) {
+        codec_decode_block_add_avx2(in, acc, bits);
+        return;
+    }
+#endif
+    codec_decode_block_add_portable(in, acc, bits);
+}
+
 static const struct {
     const char *name;
     int dtype;
@@ -112,10 +123,22 @@ size_t codec_offset(int dtype, size_t lo)
     return codec_is_block(dtype) ? lo / CODEC_BLOCK * block_bytes(dtype) : codec_bytes(dtype, lo);
 }
 
+/* A block codec's round trip goes this many elements at a time (whole blocks), so that x is decoded
+ * while it is in the cache. */
+#define ROUND_TRIP_CHUNK (16 * CODEC_BLOCK)
+
 int codec_round_trip(int dtype, float *x, size_t n, uint8_t *out, size_t *bad)
 {
-    if (codec_encode(dtype, x, n, out, bad) != 0) return -1;
-    codec_decode(dtype, out, n, x);
+    size_t step = codec_is_block(dtype) ? ROUND_TRIP_CHUNK : n;
+    for (size_t lo = 0; lo < n; lo += step) {
+        size_t m = n - lo < step ? n - lo : step;
+        uint8_t *o = out + codec_offset(dtype, lo);
+        if (codec_encode(dtype, x + lo, m, o, bad) != 0) {
+            *bad += lo;
+            return -1;
+        }
+        codec_decode(dtype, o, m, x + lo);
+    }
     return 0;
 }
 
@@ -212,6 +235,22 @@ void codec_decode(int dtype, const uint8_t *in, size_t n, float *out)
         memcpy(padin, in, part_bytes(dtype, m));
         decode_block(padin, tail, bits);
         memcpy(out + lo, tail, m * sizeof(float));
+    }
+}
+
+void codec_decode_add(int dtype, const uint8_t *in, size_t n, float *acc)
+{
+    int bits = codec_bits(dtype);
+    size_t bb = block_bytes(dtype);
+    for (size_t lo = 0; lo < n; lo += CODEC_BLOCK, in += bb) {
+        size_t m = n - lo < CODEC_BLOCK ? n - lo : CODEC_BLOCK;
+        if (m == CODEC_BLOCK) {
+            decode_block_add(in, acc + lo, bits);
+            continue;
+        }
+        float tail[CODEC_BLOCK];
+        codec_decode(dtype, in, m, tail);
+        for (size_t i = 0; i < m; i++) acc[lo + i] = acc[lo + i] + tail[i];
     }
 }
 

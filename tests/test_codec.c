@@ -315,9 +315,8 @@ static void encode_delta_is_the_separate_steps(void **state)
 {
     (void)state;
     size_t n = 3 * 256 + 77, bad;
-    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *ef = malloc(n * sizeof *ef);
-    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), *ef2 = malloc(n * sizeof *ef2);
-    uint8_t *qa = malloc(codec_bytes(BLOB_I8, n)), *qb = malloc(codec_bytes(BLOB_I8, n));
+    float *buf = malloc(6 * n * sizeof *buf), *a = buf, *b = a + n, *ef = b + n, *x = ef + n, *y = x + n, *ef2 = y + n;
+    uint8_t *qbuf = malloc(2 * codec_bytes(BLOB_I8, n)), *qa = qbuf, *qb = qa + codec_bytes(BLOB_I8, n);
     uint64_t st = 11;
     for (size_t i = 0; i < n; i++) {
         a[i] = (float)(rng_uniform(&st) - 0.5);
@@ -342,14 +341,8 @@ static void encode_delta_is_the_separate_steps(void **state)
     b[800] = INFINITY; /* in the shorter last block */
     assert_int_equal(codec_encode_delta(BLOB_I3, a, b, ef, n, qb, &bad), -1);
     assert_int_equal(bad, 800);
-    free(a);
-    free(b);
-    free(ef);
-    free(x);
-    free(y);
-    free(ef2);
-    free(qa);
-    free(qb);
+    free(buf);
+    free(qbuf);
 }
 
 /* codec_decode_add (the shard-server's sum) gives the bits of codec_decode and an add, in both builds,
@@ -358,9 +351,8 @@ static void decode_add_and_round_trip_are_the_separate_steps(void **state)
 {
     (void)state;
     size_t n = 20 * 256 + 77, bad;
-    float *x = malloc(n * sizeof *x), *acc = malloc(n * sizeof *acc), *want = malloc(n * sizeof *want);
-    float *y = malloc(n * sizeof *y);
-    uint8_t *q = malloc(codec_bytes(BLOB_I8, n)), *q2 = malloc(codec_bytes(BLOB_I8, n));
+    float *buf = malloc(4 * n * sizeof *buf), *x = buf, *acc = x + n, *want = acc + n, *y = want + n;
+    uint8_t *qbuf = malloc(2 * codec_bytes(BLOB_I8, n)), *q = qbuf, *q2 = q + codec_bytes(BLOB_I8, n);
     uint64_t st = 3;
     for (size_t i = 0; i < n; i++) {
         x[i] = (float)((rng_uniform(&st) - 0.5) * pow(2.0, (double)(i % 29) - 10));
@@ -386,12 +378,8 @@ static void decode_add_and_round_trip_are_the_separate_steps(void **state)
     x[5000] = NAN;
     assert_int_equal(codec_round_trip(BLOB_I4, x, n, q2, &bad), -1);
     assert_int_equal(bad, 5000);
-    free(x);
-    free(acc);
-    free(want);
-    free(y);
-    free(q);
-    free(q2);
+    free(buf);
+    free(qbuf);
 }
 
 int main(void)

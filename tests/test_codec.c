@@ -315,9 +315,8 @@ static void encode_delta_is_the_separate_steps(void **state)
 {
     (void)state;
     size_t n = 3 * 256 + 77, bad;
-    float *a = malloc(n * sizeof *a), *b = malloc(n * sizeof *b), *ef = malloc(n * sizeof *ef);
-    float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y), *ef2 = malloc(n * sizeof *ef2);
-    uint8_t *qa = malloc(codec_bytes(BLOB_I8, n)), *qb = malloc(codec_bytes(BLOB_I8, n));
+    float *buf = malloc(6 * n * sizeof *buf), *a = buf, *b = a + n, *ef = b + n, *x = ef + n, *y = x + n, *ef2 = y + n;
+    uint8_t *qbuf = malloc(2 * codec_bytes(BLOB_I8, n)), *qa = qbuf, *qb = qa + codec_bytes(BLOB_I8, n);
     uint64_t st = 11;
     for (size_t i = 0; i < n; i++) {
         a[i] = (float)(rng_uniform(&st) - 0.5);
@@ -342,14 +341,45 @@ static void encode_delta_is_the_separate_steps(void **state)
     b[800] = INFINITY; /* in the shorter last block */
     assert_int_equal(codec_encode_delta(BLOB_I3, a, b, ef, n, qb, &bad), -1);
     assert_int_equal(bad, 800);
-    free(a);
-    free(b);
-    free(ef);
-    free(x);
-    free(y);
-    free(ef2);
-    free(qa);
-    free(qb);
+    free(buf);
+    free(qbuf);
+}
+
+/* codec_decode_add (the shard-server's sum) gives the bits of codec_decode and an add, in both builds,
+ * and codec_round_trip those of codec_encode and codec_decode. */
+static void decode_add_and_round_trip_are_the_separate_steps(void **state)
+{
+    (void)state;
+    size_t n = 20 * 256 + 77, bad;
+    float *buf = malloc(4 * n * sizeof *buf), *x = buf, *acc = x + n, *want = acc + n, *y = want + n;
+    uint8_t *qbuf = malloc(2 * codec_bytes(BLOB_I8, n)), *q = qbuf, *q2 = q + codec_bytes(BLOB_I8, n);
+    uint64_t st = 3;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = (float)((rng_uniform(&st) - 0.5) * pow(2.0, (double)(i % 29) - 10));
+        acc[i] = (float)(rng_uniform(&st) - 0.5);
+    }
+    for (int portable = 0; portable < 2; portable++)
+        for (size_t d = 0; d < sizeof block_dtypes / sizeof block_dtypes[0]; d++) {
+            int dt = block_dtypes[d];
+            codec_force_portable(portable);
+            assert_int_equal(codec_encode(dt, x, n, q, &bad), 0);
+            codec_decode(dt, q, n, y);
+            for (size_t i = 0; i < n; i++) want[i] = acc[i] + y[i];
+            memcpy(y, acc, n * sizeof *y);
+            codec_decode_add(dt, q, n, y);
+            assert_memory_equal(y, want, n * sizeof *y);
+            memcpy(y, x, n * sizeof *y);
+            assert_int_equal(codec_round_trip(dt, y, n, q2, &bad), 0);
+            assert_memory_equal(q2, q, codec_bytes(dt, n));
+            codec_decode(dt, q, n, want);
+            assert_memory_equal(y, want, n * sizeof *y);
+        }
+    codec_force_portable(0);
+    x[5000] = NAN;
+    assert_int_equal(codec_round_trip(BLOB_I4, x, n, q2, &bad), -1);
+    assert_int_equal(bad, 5000);
+    free(buf);
+    free(qbuf);
 }
 
 int main(void)
@@ -367,6 +397,7 @@ int main(void)
         cmocka_unit_test(blobs_carry_the_codec),
         cmocka_unit_test(portable_and_avx2_agree),
         cmocka_unit_test(encode_delta_is_the_separate_steps),
+        cmocka_unit_test(decode_add_and_round_trip_are_the_separate_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

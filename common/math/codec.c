@@ -43,23 +43,22 @@ static int encode_block(const float *a, const float *b, float *ef, uint8_t *out,
     return codec_encode_block_portable(a, b, ef, out, bits);
 }
 
-static void decode_block(const uint8_t *in, float *out, int bits)
+/* Decode one full block into out, or (add) add it to out. */
+static void decode_block(const uint8_t *in, float *out, int bits, int add)
 {
+    void (*f)(const uint8_t *, float *, int) = add ? codec_decode_block_add_portable : codec_decode_block_portable;
 #if defined(__x86_64__)
     /* int4: the portable build unpacks nibbles faster than gcc's AVX2 code (bin/bench-codec); same bits */
-    if (use_avx2() && bits != 4) {
-        codec_decode_block_avx2(in, out, bits);
-        return;
-    }
+    if (use_avx2() && bits != 4) f = add ? codec_decode_block_add_avx2 : codec_decode_block_avx2;
 #endif
-    codec_decode_block_portable(in, out, bits);
+    f(in, out, bits);
 }
 
 static const struct {
     const char *name;
     int dtype;
 } codecs[] = {{"fp32", BLOB_F32}, {"bf16", BLOB_BF16}, {"int8", BLOB_I8},
-              {"int4", BLOB_I4}, {"int3", BLOB_I3}, {"int2", BLOB_I2}};
+              {"int4", BLOB_I4},  {"int3", BLOB_I3},   {"int2", BLOB_I2}};
 
 int codec_parse(const char *name)
 {
@@ -112,10 +111,22 @@ size_t codec_offset(int dtype, size_t lo)
     return codec_is_block(dtype) ? lo / CODEC_BLOCK * block_bytes(dtype) : codec_bytes(dtype, lo);
 }
 
+/* A block codec's round trip goes this many elements at a time (whole blocks), so that x is decoded
+ * while it is in the cache. */
+#define ROUND_TRIP_CHUNK (16 * CODEC_BLOCK)
+
 int codec_round_trip(int dtype, float *x, size_t n, uint8_t *out, size_t *bad)
 {
-    if (codec_encode(dtype, x, n, out, bad) != 0) return -1;
-    codec_decode(dtype, out, n, x);
+    size_t step = codec_is_block(dtype) ? ROUND_TRIP_CHUNK : n;
+    for (size_t lo = 0; lo < n; lo += step) {
+        size_t m = n - lo < step ? n - lo : step;
+        uint8_t *o = out + codec_offset(dtype, lo);
+        if (codec_encode(dtype, x + lo, m, o, bad) != 0) {
+            *bad += lo;
+            return -1;
+        }
+        codec_decode(dtype, o, m, x + lo);
+    }
     return 0;
 }
 
@@ -178,7 +189,8 @@ int codec_encode_delta(int dtype, const float *a, const float *b, float *ef, siz
         size_t m = n - lo < CODEC_BLOCK ? n - lo : CODEC_BLOCK;
         const float *blo = b ? b + lo : NULL;
         float *elo = ef ? ef + lo : NULL;
-        int rc = m == CODEC_BLOCK ? encode_block(a + lo, blo, elo, out, bits) : encode_part(dtype, a + lo, blo, elo, m, out);
+        int rc =
+            m == CODEC_BLOCK ? encode_block(a + lo, blo, elo, out, bits) : encode_part(dtype, a + lo, blo, elo, m, out);
         if (rc != 0) {
             *bad = lo + first_non_finite(a + lo, blo, elo, m);
             return -1;
@@ -204,14 +216,30 @@ void codec_decode(int dtype, const uint8_t *in, size_t n, float *out)
     for (size_t lo = 0; lo < n; lo += CODEC_BLOCK, in += bb) {
         size_t m = n - lo < CODEC_BLOCK ? n - lo : CODEC_BLOCK;
         if (m == CODEC_BLOCK) {
-            decode_block(in, out + lo, bits);
+            decode_block(in, out + lo, bits, 0);
             continue;
         }
         uint8_t padin[2 + CODEC_BLOCK] = {0};
         float tail[CODEC_BLOCK];
         memcpy(padin, in, part_bytes(dtype, m));
-        decode_block(padin, tail, bits);
+        decode_block(padin, tail, bits, 0);
         memcpy(out + lo, tail, m * sizeof(float));
+    }
+}
+
+void codec_decode_add(int dtype, const uint8_t *in, size_t n, float *acc)
+{
+    int bits = codec_bits(dtype);
+    size_t bb = block_bytes(dtype);
+    for (size_t lo = 0; lo < n; lo += CODEC_BLOCK, in += bb) {
+        size_t m = n - lo < CODEC_BLOCK ? n - lo : CODEC_BLOCK;
+        if (m == CODEC_BLOCK) {
+            decode_block(in, acc + lo, bits, 1);
+            continue;
+        }
+        float tail[CODEC_BLOCK];
+        codec_decode(dtype, in, m, tail);
+        for (size_t i = 0; i < m; i++) acc[lo + i] = acc[lo + i] + tail[i];
     }
 }
 

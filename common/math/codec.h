@@ -42,6 +42,9 @@ int codec_encode(int dtype, const float *x, size_t n, uint8_t *out, size_t *bad)
 int codec_encode_delta(int dtype, const float *a, const float *b, float *ef, size_t n, uint8_t *out, size_t *bad);
 /* Decode n elements from in (starting at a block boundary) into out. */
 void codec_decode(int dtype, const uint8_t *in, size_t n, float *out);
+/* A block codec's n decoded elements added to acc (acc[i] = acc[i] + decoded, in one pass): bit for bit
+ * codec_decode followed by that sum. */
+void codec_decode_add(int dtype, const uint8_t *in, size_t n, float *acc);
 /* Encode x into out, then replace x by its decoded value (what a receiver of out will see). */
 int codec_round_trip(int dtype, float *x, size_t n, uint8_t *out, size_t *bad);
 /* The largest scale a received block may have (bf16 bits): below 2^121, so that every code, even a

@@ -126,3 +126,13 @@ CK_LINKAGE void CK(codec_decode_block)(const uint8_t *restrict in, float *restri
     CK(codec_unpack)(in + 2, q, bits);
     for (int i = 0; i < CODEC_BLOCK; i++) out[i] = (float)q[i] * s;
 }
+
+/* Decode one full block and add it to acc: acc[i] = acc[i] + decoded (the shard-server's sum, without a
+ * decoded copy). */
+CK_LINKAGE void CK(codec_decode_block_add)(const uint8_t *restrict in, float *restrict acc, int bits)
+{
+    float s = bf16_to_f32((uint16_t)(in[0] | (in[1] << 8)));
+    int8_t q[CODEC_BLOCK];
+    CK(codec_unpack)(in + 2, q, bits);
+    for (int i = 0; i < CODEC_BLOCK; i++) acc[i] = acc[i] + (float)q[i] * s;
+}

@@ -91,8 +91,7 @@ void dl_update_take_momentum(diloco *d, int shard, int64_t version, const uint8_
  * chunk: each chunk is decoded, stepped and hashed while it is in the cache (the step and the hash are
  * elementwise and streaming, so the bits are those of whole-shard passes). aux 0 is a no-op round:
  * only the digest. -1: out of memory. */
-static int apply_chunks(diloco *d, size_t off, size_t n, const blob_header *h, const uint8_t *payload,
-                        uint64_t *digest)
+static int apply_chunks(diloco *d, size_t off, size_t n, const blob_header *h, const uint8_t *payload, uint64_t *digest)
 {
     XXH3_state_t *xs = XXH3_createState();
     if (xs == NULL) return -1;

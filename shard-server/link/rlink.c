@@ -76,6 +76,8 @@ void rl_connected(rlink *l)
     log_info("redis %s connection established", l->name);
     l->ready = 1;
     l->attempt = 0;
+    if (l->was_up) l->reconnects++;
+    l->was_up = 1;
     l->last_activity = now_ms(); /* a twin may have commands queued while connecting */
     if (l->on_ready != NULL) l->on_ready(l->on_ready_arg);
 }
@@ -227,6 +229,20 @@ void rl_login_commands(const redis_url *u, rl_login *out)
     }
 }
 
+static void free_event(struct event **ev)
+{
+    if (*ev != NULL) event_free(*ev);
+    *ev = NULL;
+}
+
+static void free_events(rlink *l)
+{
+    free_event(&l->retry_timer);
+    free_event(&l->watch_timer);
+    free_event(&l->ev_read);
+    free_event(&l->ev_write);
+}
+
 int rlink_init(rlink *l, const char *name, int kind, const redis_url *url, struct event_base *base, int stall_ms,
                rlink_refused_fn *on_refused)
 {
@@ -240,11 +256,13 @@ int rlink_init(rlink *l, const char *name, int kind, const redis_url *url, struc
     l->fd = -1;
     l->retry_timer = evtimer_new(base, on_retry, l);
     l->watch_timer = event_new(base, -1, EV_PERSIST, on_watch, l);
-    if (l->retry_timer == NULL || l->watch_timer == NULL) return -1;
     if (kind == RLINK_SET) {
         l->ev_read = event_new(base, -1, 0, NULL, NULL);
         l->ev_write = event_new(base, -1, 0, NULL, NULL);
-        if (l->ev_read == NULL || l->ev_write == NULL) return -1;
+    }
+    if (l->retry_timer == NULL || l->watch_timer == NULL || (kind == RLINK_SET && (!l->ev_read || !l->ev_write))) {
+        free_events(l);
+        return -1;
     }
     struct timeval tv = {.tv_sec = 0, .tv_usec = RL_WATCH_MS * 1000};
     evtimer_add(l->watch_timer, &tv);
@@ -257,4 +275,5 @@ void rlink_close(rlink *l)
     rl_close_twins(l);
     l->stopping = 1;
     transport(l)->drop(l, "closing");
+    free_events(l);
 }

@@ -63,6 +63,8 @@ typedef struct rlink {
     void (*on_ready)(void *arg); /* called each time the connection is (re-)established */
     void *on_ready_arg;
     int ready; /* connected (the login commands are queued first) */
+    int was_up;          /* a connection was established before */
+    uint64_t reconnects; /* connections established after the first (the shard-server's metrics) */
     int stopping;
     unsigned attempt;       /* reconnect attempts since the last success */
     int pending;            /* commands sent, reply not yet received */
@@ -98,7 +100,8 @@ int rlink_cmd_replicated(rlink *l, int replicas, rlink_cb *cb, void *priv, int a
 /* RLINK_SET: SET key to head||payload; payload must stay valid until cb runs. */
 int rlink_set(rlink *l, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
               rlink_cb *cb, void *priv);
-/* Close the link and its twins; pending callbacks get NULL. */
+/* Close the link and its twins and free what they hold; pending callbacks get NULL. The rlink itself
+ * is the caller's: it may be freed afterwards, not used again. */
 void rlink_close(rlink *l);
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -127,5 +130,7 @@ typedef struct rlink_route {
 
 /* Route the links (of any kind, at most RLINK_ROUTE_MAX) by rt; CLUSTER SLOTS goes on `via`. */
 void rlink_route_attach(rlink_route *rt, rlink *via, rlink **links, int nlinks);
+/* Free the slot map (after the links are closed). */
+void rlink_route_free(rlink_route *rt);
 
 #endif

@@ -32,6 +32,12 @@ void rlink_route_attach(rlink_route *rt, rlink *via, rlink **links, int nlinks)
     rl_watch_open(rt, via->url);
 }
 
+void rlink_route_free(rlink_route *rt)
+{
+    free(rt->map);
+    rt->map = NULL;
+}
+
 int rl_route_node(const rlink_route *rt, int slot)
 {
     return rt != NULL && rt->map != NULL ? cluster_map_owner(rt->map, slot) : -1;

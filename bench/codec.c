@@ -60,6 +60,11 @@ static double median_seconds(const job *j, int reps)
     return t[reps / 2];
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bin/bench-codec [--numel N] [--reps R]\n");
+}
+
 int main(int argc, char **argv)
 {
     long long numel = 4000000;
@@ -69,13 +74,8 @@ int main(int argc, char **argv)
         {.name = "reps", .kind = OPT_INT, .dest = &reps, .lo = 1, .hi = 100000},
         {0},
     };
-    char err[256];
-    int rc = opts_parse(specs, argc, argv, 1, NULL, NULL, err, sizeof err);
-    if (rc != 0) {
-        if (rc < 0) fprintf(stderr, "bench-codec: %s\n", err);
-        fprintf(rc < 0 ? stderr : stdout, "usage: bin/bench-codec [--numel N] [--reps R]\n");
-        return rc < 0 ? 2 : 0;
-    }
+    int rc = opts_parse_cmd("bench-codec", usage, specs, argc, argv, 1, NULL, NULL);
+    if (rc != 0) return opts_exit_status(rc);
     size_t n = (size_t)numel;
     float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
     uint8_t *q = malloc(codec_bytes(BLOB_F32, n));

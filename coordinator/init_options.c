@@ -214,16 +214,8 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
     };
     _Static_assert(sizeof specs / sizeof specs[0] <= sizeof a->given / sizeof a->given[0], "init: given[] too small");
     for (size_t k = 0; specs[k].name; k++) specs[k].given = &a->given[k];
-    char err[512];
-    int rc = opts_parse(specs, argc, argv, 0, NULL, NULL, err, sizeof err);
-    if (rc == 1) {
-        init_usage(stdout);
-        exit(0);
-    }
-    if (rc < 0) {
-        fprintf(stderr, "coordinator init: %s\n", err);
-        return -1;
-    }
+    int rc = opts_parse_cmd("coordinator init", init_usage, specs, argc, argv, 0, NULL, NULL);
+    if (rc != 0) return rc;
     for (size_t k = 0; specs[k].name; k++) a->given_names[k] = specs[k].name;
     if (weight_idx >= 0) a->weight_by = weight_by[weight_idx];
     if (download_idx >= 0) a->download = download[download_idx];
@@ -246,7 +238,8 @@ int parse_init(int argc, char **argv, init_args *a)
     a->nesterov = 1;
     a->trainer = "gpt";
     a->gpt = (gpt_config){2, 4, 128, 128, 256};
-    if (parse_init_flags(argc, argv, a) < 0) return -1;
+    int rc = parse_init_flags(argc, argv, a);
+    if (rc != 0) return rc;
     if (a->reset_momentum && !a->from_checkpoint) {
         fprintf(stderr, "coordinator init: --reset-momentum goes with --from-checkpoint\n");
         return -1;

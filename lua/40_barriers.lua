@@ -32,11 +32,14 @@ local function dl_arrive(keys, args)
     return {closed and 'closed' or 'open', r, n}
 end
 
--- dl_barrier KEYS[1]=config ARGV: fragment, round [, missing]
--- -> {state, participants csv, dropped csv, open round of the fragment [, missing]}. Reaps first, so a
--- worker that waits on a barrier whose members died is released by its own polling. With a third
--- argument 1, also the number of live members the open barrier still waits for (joined <= round, not
--- arrived): a joiner waiting for the round to close learns that nobody is left to close it.
+-- dl_barrier KEYS[1]=config ARGV: fragment, round [, missing [, worker_id]]
+-- -> {state, participants csv, dropped csv, open round of the fragment [, missing [, arrived]]}. Reaps
+-- first, so a worker that waits on a barrier whose members died is released by its own polling. With a
+-- third argument 1, also the number of live members the open barrier still waits for (joined <= round,
+-- not arrived): a joiner waiting for the round to close learns that nobody is left to close it (0 when
+-- not asked). With a worker id as fourth argument, also whether that worker's arrival is in the barrier
+-- (1/0): a worker waiting on an open barrier without its arrival (the dl_arrive never got a reply, or
+-- its write was lost with a Redis restart or failover) arrives again instead of waiting forever.
 local function dl_barrier(keys, args)
     local P = load_run(keys)
     local f, r = to_int(args[1], 'fragment'), to_int(args[2], 'round')
@@ -48,14 +51,15 @@ local function dl_barrier(keys, args)
     if not state then
         if r < cur then state = 'expired' else state = 'none' end
     end
-    if args[3] ~= '1' then return {state, st[2] or '', st[3] or '', cur} end
+    if args[3] ~= '1' and args[4] == nil then return {state, st[2] or '', st[3] or '', cur} end
     local missing = 0
-    if state == 'open' then
+    if state == 'open' and args[3] == '1' then
         for _, w in ipairs(expected_members(P, f, r)) do
             if redis.call('HEXISTS', B, 'a:' .. w) == 0 then missing = missing + 1 end
         end
     end
-    return {state, st[2] or '', st[3] or '', cur, missing}
+    if args[4] == nil then return {state, st[2] or '', st[3] or '', cur, missing} end
+    return {state, st[2] or '', st[3] or '', cur, missing, redis.call('HEXISTS', B, 'a:' .. args[4])}
 end
 
 -- dl_drop KEYS[1]=config ARGV: fragment, round, worker_id

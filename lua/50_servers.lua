@@ -16,8 +16,33 @@ local function live_servers(P, now, ttl)
     return redis.call('ZCARD', P .. ':server_beats')
 end
 
+-- No server beat for longer than a lease (now - the newest beat > ttl): Redis was unreachable to every
+-- server (a failover, a restart), or every server stopped at once. Nobody could renew a lease meanwhile,
+-- and nobody took one, so the time does not count: the leases valid at the last beat, and the servers
+-- then alive, get a ttl from now. Otherwise the first server back would find every other lease expired
+-- and take all the shards, and hand most of them back a beat later (each move costs a load and, for
+-- the workers, a resend). A server that died meanwhile loses its leases one ttl later.
+local function forgive_outage(P, S, now, ttl)
+    local beats = P .. ':server_beats'
+    local newest = redis.call('ZREVRANGE', beats, 0, 0, 'WITHSCORES')
+    if #newest < 2 then return end
+    local last = tonumber(newest[2])
+    if now - last <= ttl then return end
+    for _, sid in ipairs(redis.call('ZRANGEBYSCORE', beats, last - ttl, '+inf')) do
+        redis.call('ZADD', beats, now, sid)
+    end
+    local shards = P .. ':shards'
+    for k = 0, S - 1 do
+        local v = redis.call('HMGET', shards, k .. ':owner', k .. ':expiry')
+        if v[1] and v[1] ~= '' and (tonumber(v[2]) or 0) >= last then
+            redis.call('HSET', shards, k .. ':expiry', now + ttl)
+        end
+    end
+    event(P, 'outage', {'seconds', string.format('%.3f', (now - last) / 1000)})
+end
+
 -- dl_server_beat KEYS[1]=config ARGV: server_id, address, ttl_ms, pid[, loaded]
--- Renews the caller's valid leases, takes free or expired shards up to its fair share
+-- Renews the caller's valid leases (after forgive_outage), takes free or expired shards up to its fair share
 -- ceil(shards/servers), and gives back shards above it so a new server gets work.
 -- loaded (comma-separated shard numbers, possibly empty) are the shards the caller has in memory: a
 -- valid lease of its id on a shard not among them is taken anew with a new epoch (the process restarted
@@ -37,6 +62,7 @@ local function dl_server_beat(keys, args)
     local now = now_ms()
     local S = tonumber(redis.call('HGET', keys[1], 'shards'))
     local shards = P .. ':shards'
+    forgive_outage(P, S, now, ttl)
     redis.call('ZADD', P .. ':server_beats', now, sid)
     local n = math.max(1, live_servers(P, now, ttl))
     local fair = math.ceil(S / n)

@@ -75,6 +75,12 @@ static int parse_workers(const char *v, void *dest)
     return list ? 0 : -1;
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: see the comment at the top of tests/tools/ref_quadratic.c\n");
+}
+
+/* 0 ready, 1 after --help, -1 after a message on stderr. */
 static int parse(int argc, char **argv, ref_args *a)
 {
     memset(a, 0, sizeof *a);
@@ -108,12 +114,12 @@ static int parse(int argc, char **argv, ref_args *a)
         {.name = "workers", .kind = OPT_CUSTOM, .dest = a, .parse = parse_workers, .wants = "a list of worker ids"},
         {0},
     };
-    char err[256];
-    if (opts_parse(specs, argc, argv, 1, NULL, NULL, err, sizeof err) != 0) {
-        fprintf(stderr, "ref_quadratic: %s\n", err);
+    int rc = opts_parse_cmd("ref_quadratic", usage, specs, argc, argv, 1, NULL, NULL);
+    if (rc != 0) return rc;
+    if (a->numel <= 0 || a->nworkers == 0 || a->sync_every <= 0) {
+        usage(stderr);
         return -1;
     }
-    if (a->numel <= 0 || a->nworkers == 0 || a->sync_every <= 0) return -1;
     qsort(a->ids, (size_t)a->nworkers, sizeof a->ids[0], cmp_str);
     for (int w = 0; w < a->nworkers; w++) {
         a->h[w] = a->sync_every;
@@ -286,10 +292,8 @@ int main(int argc, char **argv)
 {
     ref_args a;
     char err[256];
-    if (parse(argc, argv, &a) < 0) {
-        fprintf(stderr, "usage: see the comment at the top of tests/tools/ref_quadratic.c\n");
-        return 2;
-    }
+    int prc = parse(argc, argv, &a);
+    if (prc != 0) return opts_exit_status(prc);
     size_t n = (size_t)a.numel;
     uint64_t *bounds = NULL;
     int nb = 0;

@@ -23,6 +23,11 @@
 #define DELTA_CHUNK 16384
 _Static_assert(DELTA_CHUNK % CODEC_BLOCK == 0, "a chunk holds whole codec blocks");
 
+int dl_push_dtype(const diloco *d)
+{
+    return d->rc.compress == BLOB_BF16 && !d->o.bf16 ? BLOB_F32 : d->rc.compress;
+}
+
 int dl_delta_alloc(diloco *d, char *err, size_t errlen)
 {
     size_t n = d->numel;

@@ -212,6 +212,8 @@ int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got_
 uint64_t dl_wall_us(void);
 
 /* delta.c */
+/* The codec of our pushes (push_dtype): the run's, except fp32 in a bf16 run when o.bf16 is 0. */
+int dl_push_dtype(const diloco *d);
 /* The Δ buffers of push_dtype (and the error feedback's). */
 int dl_delta_alloc(diloco *d, char *err, size_t errlen);
 void dl_delta_free(diloco *d);

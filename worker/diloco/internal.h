@@ -105,6 +105,7 @@ struct diloco {
     int64_t *tent_round;      /* per fragment: the round whose Δ delta_* holds */
     int *frag_incomplete;     /* per fragment: that round's get phase did not finish for us */
     int64_t *seq;             /* async: each shard's place in its order for our current submission */
+    int64_t submission;       /* async: number of our current submission (dl_submit knows a resend by it) */
     uint64_t *push_tokens;    /* per fragment: tokens trained since its previous send (--weight-by tokens) */
     uint64_t *tokens_at_send; /* per fragment: our token count when it was last sent */
 
@@ -160,6 +161,7 @@ struct diloco {
 
 /* session.c */
 redisReply *dl_command(diloco *d, const char *fmt, ...); /* on ctl, reconnecting as needed; caller frees */
+redisReply *dl_command_argv(diloco *d, int argc, const char **argv); /* the same, argv form */
 /* With the run's min_replicas > 0: wait until that many Redis replicas have our writes on ctl so far
  * (WAIT, again while fewer do); 0 at once when min_replicas is 0, -1 + err when ctl broke or we stop. */
 int dl_wait_replicas(diloco *d, char *err, size_t errlen);

@@ -24,8 +24,6 @@
 #include "version.h"
 #include "init.h"
 
-#define ASYNC_OUTER_MOMENTUM 0.5 /* the default outer momentum of an async run */
-
 static int flag_given(const init_args *a, const char *flag)
 {
     for (int i = 0; i < 64 && a->given_names[i]; i++)
@@ -50,7 +48,7 @@ static void init_usage(FILE *f)
         "  --layers --heads --dim --ctx --vocab   (gpt) model shape (default 2 4 128 128 256)\n"
         "  --seed S                   initial parameters seed (default 0)\n"
         "  --outer-lr LR              outer SGD learning rate (default 0.7)\n"
-        "  --outer-momentum MU        outer momentum (default 0.9; 0.5 with --async)\n"
+        "  --outer-momentum MU        outer momentum (default 0.5)\n"
         "  --no-nesterov              plain momentum instead of Nesterov\n"
         "  --heartbeat-timeout S      evict workers silent for S seconds (default 120; 0 = never)\n"
         "  --async                    async DiLoCo: no barrier, each submission applied in its Redis order\n"
@@ -232,8 +230,8 @@ int parse_init(int argc, char **argv, init_args *a)
     a->fragments = 1;
     a->numel = 1000000;
     a->snapshot_every = 8;
-    a->outer_lr = 0.7;
-    a->outer_momentum = 0.9;
+    a->outer_lr = OUTER_DEFAULT_LR;
+    a->outer_momentum = OUTER_DEFAULT_MOMENTUM;
     a->heartbeat_timeout = 120;
     a->nesterov = 1;
     a->trainer = "gpt";
@@ -249,9 +247,6 @@ int parse_init(int argc, char **argv, init_args *a)
         return -1;
     }
     if (a->from_state && !flag_given(a, "--trainer")) a->trainer = "state";
-    /* async applies each submission on its own, one round stale: that staleness already acts as momentum,
-     * and 0.9 on top overshoots (docs/quality.md measures it) */
-    if (a->async && !a->from_checkpoint && !flag_given(a, "--outer-momentum")) a->outer_momentum = ASYNC_OUTER_MOMENTUM;
     if (a->from_checkpoint && adopt_checkpoint(a) < 0) return -1;
     if (a->outer_lr <= 0 || a->outer_momentum >= 1) {
         fprintf(stderr, "coordinator init: --outer-lr must be > 0 and --outer-momentum in [0, 1)\n");

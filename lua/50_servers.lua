@@ -24,10 +24,11 @@ end
 -- the workers, a resend). A server that died meanwhile loses its leases one ttl later.
 local function forgive_outage(P, S, now, ttl)
     local beats = P .. ':server_beats'
-    local newest = redis.call('ZREVRANGE', beats, 0, 0, 'WITHSCORES')
-    if #newest < 2 then return end
-    local last = tonumber(newest[2])
-    if now - last <= ttl then return end
+    -- only ZRANGEBYSCORE: the shard-server's ACL user (deploy/redis/users.acl) may not run ZREVRANGE
+    if #redis.call('ZRANGEBYSCORE', beats, now - ttl, '+inf', 'LIMIT', 0, 1) > 0 then return end
+    local all = redis.call('ZRANGEBYSCORE', beats, '-inf', '+inf', 'WITHSCORES')
+    if #all < 2 then return end
+    local last = tonumber(all[#all])
     for _, sid in ipairs(redis.call('ZRANGEBYSCORE', beats, last - ttl, '+inf')) do
         redis.call('ZADD', beats, now, sid)
     end

@@ -27,5 +27,5 @@ for n, x in runs.items():
     assert c[-1]["tokens"] == x["tokens"] == 4 * 40 * 4 * 32, (n, x["tokens"])
 print("dp %.4f, h10 %.4f" % (runs["dp"]["final_loss"], runs["h10"]["final_loss"]))
 PY
-grep -Eq '^\| 10 \| 0\.7 \| 0\.9 \| [0-9.]+ \| [+-][0-9.]+% \|' "$OUT/table.md" || fail "table: $(cat "$OUT/table.md")"
+grep -Eq '^\| 10 \| 0\.7 \| 0\.5 \| 0\.003 \| [0-9.]+ \| [+-][0-9.]+% \|' "$OUT/table.md" || fail "table: $(cat "$OUT/table.md")"
 say "$(grep '^| 10 ' "$OUT/table.md")"

@@ -15,6 +15,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
+/* The outer optimizer a run gets when coordinator init is not told otherwise (tests/tools/ref_quadratic
+ * takes the same, so a test that sets neither computes the run's steps). Momentum 0.5, not the DiLoCo
+ * paper's 0.9: at the budgets docs/quality.md measures (up to a few hundred outer steps) 0.9 trains worse
+ * at every H, sync and async alike. */
+#define OUTER_DEFAULT_LR 0.7
+#define OUTER_DEFAULT_MOMENTUM 0.5
+
 void outer_sum_zero(float *acc, size_t n);
 void outer_sum_add_f32(float *acc, const float *x, size_t n);     /* acc[i] += x[i] */
 void outer_sum_add_bf16(float *acc, const uint16_t *x, size_t n); /* acc[i] += bf16_to_f32(x[i]) */

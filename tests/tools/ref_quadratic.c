@@ -10,7 +10,8 @@
  * The exactness and crash tests compare a real run against these lines: bit-identical or failed.
  *
  * usage: ref_quadratic --numel N --shards S --seed SEED --workers a,b,c --rounds R --sync-every H
- *                      [--outer-lr 0.7] [--outer-momentum 0.9] [--no-nesterov] [--no-bf16] [--quad-lr 0.01]
+ *                      [--outer-lr 0.7] [--outer-momentum 0.5] [--no-nesterov] [--no-bf16] [--quad-lr 0.01]
+ *                      (the outer defaults are coordinator init's: OUTER_DEFAULT_* of outer.h)
  *                      [--bounds b0,b1,...,bS]   (shard offsets; default: as coordinator init cuts them)
  *                      [--frag-bounds f0,..,fF --alpha A --steps S]   Streaming DiLoCo: F fragments of whole
  *                      shards, one sent every H/F steps and applied one interval later, S steps per worker
@@ -85,8 +86,8 @@ static int parse(int argc, char **argv, ref_args *a)
 {
     memset(a, 0, sizeof *a);
     a->shards = 1;
-    a->outer_lr = 0.7;
-    a->outer_mu = 0.9;
+    a->outer_lr = OUTER_DEFAULT_LR;
+    a->outer_mu = OUTER_DEFAULT_MOMENTUM;
     a->quad_lr = 0.01;
     a->nesterov = 1;
     a->bf16 = 1;

@@ -174,9 +174,25 @@ local function dl_replicated(keys, args)
     return v
 end
 
+-- The refs of `obsolete` (a csv: a snapshot ref, then log refs) that the shard's durable state does not
+-- name now, as {snap ref, log refs...}.
+local function unreferenced(obsolete, snap, log_refs)
+    local named = {[snap] = true}
+    for _, e in ipairs(log_refs) do named[e] = true end
+    local out = {}
+    for i, e in ipairs(split_csv(obsolete)) do
+        if named[e] then e = '' end -- (a kept position: the first ref is a snapshot's)
+        if e ~= '' or i == 1 then out[#out + 1] = e end
+    end
+    return out
+end
+
 -- dl_snapshot KEYS[1]=config ARGV: server_id, epoch, shard, version, snap_ref
 -- Records a snapshot of the shard at `version` and trims the log entries it covers.
--- -> {old snapshot ref, trimmed log refs...} so the caller can delete those blobs.
+-- -> {old snapshot ref, trimmed log refs..., {the previous dl_snapshot's obsolete refs}} so the caller
+-- can delete those blobs. The previous call's refs (k:obsolete) come again, minus any named again since
+-- (a repair): when that call ran but its reply was lost (a Redis restart, a broken connection), its
+-- caller deleted nothing, and this is the next chance. Deleting a blob twice is harmless.
 local function dl_snapshot(keys, args)
     local P = load_run(keys)
     local sid, epoch, k = args[1], args[2], to_int(args[3], 'shard')
@@ -193,7 +209,10 @@ local function dl_snapshot(keys, args)
         local ev = tonumber(string.match(e, '^(%d+)%.'))
         if ev <= v then trimmed[#trimmed + 1] = e else keep[#keep + 1] = e end
     end
-    redis.call('HSET', shards, k .. ':snap', ref, k .. ':log', table.concat(keep, ','))
+    local before = unreferenced(redis.call('HGET', shards, k .. ':obsolete'), ref, keep)
+    redis.call('HSET', shards, k .. ':snap', ref, k .. ':log', table.concat(keep, ','),
+               k .. ':obsolete', table.concat(trimmed, ','))
+    trimmed[#trimmed + 1] = before
     return trimmed
 end
 

@@ -60,6 +60,11 @@ static double median_seconds(const job *j, int reps)
     return t[reps / 2];
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bin/bench-codec [--numel N] [--reps R]\n");
+}
+
 int main(int argc, char **argv)
 {
     long long numel = 4000000;
@@ -69,13 +74,8 @@ int main(int argc, char **argv)
         {.name = "reps", .kind = OPT_INT, .dest = &reps, .lo = 1, .hi = 100000},
         {0},
     };
-    char err[256];
-    int rc = opts_parse(specs, argc, argv, 1, NULL, NULL, err, sizeof err);
-    if (rc != 0) {
-        if (rc < 0) fprintf(stderr, "bench-codec: %s\n", err);
-        fprintf(rc < 0 ? stderr : stdout, "usage: bin/bench-codec [--numel N] [--reps R]\n");
-        return rc < 0 ? 2 : 0;
-    }
+    int rc = opts_parse_cmd("bench-codec", usage, specs, argc, argv, 1, NULL, NULL);
+    if (rc != 0) return opts_exit_status(rc);
     size_t n = (size_t)numel;
     float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
     uint8_t *q = malloc(codec_bytes(BLOB_F32, n));
@@ -85,8 +85,8 @@ int main(int argc, char **argv)
     printf("codec throughput, %zu elements, median of %d passes%s\n", n, reps,
            cpu_has_avx2() ? "" : " (no AVX2 on this CPU)");
     printf("%-5s %-7s %11s %11s %11s %11s %7s\n", "codec", "op", "portable_s", "Melem/s", "avx2_s", "Melem/s", "ratio");
-    int codecs[] = {BLOB_I8, BLOB_I4, BLOB_BF16};
-    for (int c = 0; c < 3; c++)
+    int codecs[] = {BLOB_I8, BLOB_I4, BLOB_I3, BLOB_I2, BLOB_BF16};
+    for (size_t c = 0; c < sizeof codecs / sizeof codecs[0]; c++)
         for (int dec = 0; dec < 2; dec++) {
             job j = {codecs[c], dec, x, y, q, n};
             codec_force_portable(1);

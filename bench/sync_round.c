@@ -59,14 +59,9 @@ static double cpu_seconds(void)
            (double)ru.ru_stime.tv_usec * 1e-6;
 }
 
-/* Parse a subcommand's options: 0, or -1 after saying what is wrong. */
-static int parse_opts(const opt_spec *specs, int argc, char **argv, const char *what)
+static void usage(FILE *f)
 {
-    char err[256];
-    int rc = opts_parse(specs, argc, argv, 0, NULL, NULL, err, sizeof err);
-    if (rc == 1) err_set(err, sizeof err, "options: see the comment at the top of bench/sync_round.c");
-    if (rc != 0) fprintf(stderr, "bench-sync_round %s: %s\n", what, err);
-    return rc == 0 ? 0 : -1;
+    fprintf(f, "usage: see the comment at the top of bench/sync_round.c\n");
 }
 
 /* ---- worker ---------------------------------------------------------------------------------- */
@@ -88,7 +83,8 @@ static int run_worker(int argc, char **argv)
         {.name = "error-feedback", .kind = OPT_FLAG, .dest = &error_feedback},
         {0},
     };
-    if (parse_opts(specs, argc, argv, "worker") < 0) return 2;
+    int prc = opts_parse_cmd("bench-sync_round worker", usage, specs, argc, argv, 0, NULL, NULL);
+    if (prc != 0) return opts_exit_status(prc);
     size_t numel = (size_t)numel_ll;
     uint64_t start_ms = (uint64_t)start_ll;
     if (!url || !run || !id || numel == 0) {
@@ -215,7 +211,8 @@ static int run_tcp(int argc, char **argv)
         {.name = "start-ms", .kind = OPT_LLONG, .dest = &tstart_ll, .lo = 0, .hi = INT64_MAX},
         {0},
     };
-    if (parse_opts(specs, argc, argv, "tcp") < 0) return 2;
+    int prc = opts_parse_cmd("bench-sync_round tcp", usage, specs, argc, argv, 0, NULL, NULL);
+    if (prc != 0) return opts_exit_status(prc);
     size_t numel = (size_t)numel_ll;
     size_t up = (size_t)(up_bpp * (double)numel) / (size_t)ns, down = (size_t)(down_bpp * (double)numel) / (size_t)ns;
     int nc = nw * ns;
@@ -301,7 +298,8 @@ static int run_redis(int argc, char **argv)
         {.name = "down-bpp", .kind = OPT_DOUBLE, .dest = &down_bpp, .min = 0, .max = 64},
         {0},
     };
-    if (parse_opts(specs, argc, argv, "redis") < 0) return 2;
+    int prc = opts_parse_cmd("bench-sync_round redis", usage, specs, argc, argv, 0, NULL, NULL);
+    if (prc != 0) return opts_exit_status(prc);
     size_t numel = (size_t)numel_ll;
     const char *hp = strstr(url, "://");
     hp = hp ? hp + 3 : url;

@@ -98,6 +98,11 @@ static int run(const char *label, int vocab, int batch, int seq, int threads, in
     return 0;
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bench-trainer [--threads 2] [--steps-a 10] [--steps-b 20]\n");
+}
+
 int main(int argc, char **argv)
 {
     gpt_openblas_autotune(argv); /* re-executes with OPENBLAS_CORETYPE set when OpenBLAS fell back to SSE3 */
@@ -108,13 +113,8 @@ int main(int argc, char **argv)
         {.name = "steps-b", .kind = OPT_INT, .dest = &sb, .lo = 1, .hi = 1000000},
         {0},
     };
-    char err[256];
-    int rc = opts_parse(specs, argc, argv, 1, NULL, NULL, err, sizeof err);
-    if (rc != 0) {
-        if (rc < 0) fprintf(stderr, "bench-trainer: %s\n", err);
-        fprintf(rc < 0 ? stderr : stdout, "usage: bench-trainer [--threads 2] [--steps-a 10] [--steps-b 20]\n");
-        return rc < 0 ? 2 : 0;
-    }
+    int rc = opts_parse_cmd("bench-trainer", usage, specs, argc, argv, 1, NULL, NULL);
+    if (rc != 0) return opts_exit_status(rc);
     double p1 = peak_gflops(threads, 0), p2 = peak_gflops(threads, 1);
     double peak = p1 > p2 ? p1 : p2;
     printf("OpenBLAS core: %s (OPENBLAS_CORETYPE=%s)\n", openblas_get_corename(),

@@ -114,6 +114,11 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
 }
 #endif
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bench-trainer_cuda [--tf32] [--steps 20] [--no-gpt2]\n");
+}
+
 int main(int argc, char **argv)
 {
     int tf32 = 0, steps = 20, gpt2 = 1;
@@ -123,13 +128,8 @@ int main(int argc, char **argv)
         {.name = "steps", .kind = OPT_INT, .dest = &steps, .lo = 1, .hi = 1000000},
         {0},
     };
-    char err[256];
-    int rc = opts_parse(specs, argc, argv, 1, NULL, NULL, err, sizeof err);
-    if (rc != 0) {
-        if (rc < 0) fprintf(stderr, "bench-trainer_cuda: %s\n", err);
-        fprintf(rc < 0 ? stderr : stdout, "usage: bench-trainer_cuda [--tf32] [--steps 20] [--no-gpt2]\n");
-        return rc < 0 ? 2 : 0;
-    }
+    int rc = opts_parse_cmd("bench-trainer_cuda", usage, specs, argc, argv, 1, NULL, NULL);
+    if (rc != 0) return opts_exit_status(rc);
 #ifndef DILOCO_HAVE_CUDA
     (void)tf32;
     (void)gpt2;

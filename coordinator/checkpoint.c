@@ -6,7 +6,6 @@
 #include <dirent.h>
 #include <stdarg.h>
 #include <errno.h>
-#include <fcntl.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
@@ -17,6 +16,7 @@
 #include <unistd.h>
 
 #include "coordinator.h"
+#include "file_atomic.h"
 #include "keys.h"
 #include "layout.h"
 #include "log.h"
@@ -118,69 +118,6 @@ void checkpoint_side_path(const char *path, char *out, size_t cap)
         snprintf(out, cap, "%.*s.json", (int)(n - sl), path);
     else
         snprintf(out, cap, "%s.json", path);
-}
-
-static int fsync_dir_of(const char *path)
-{
-    char *dup = strdup(path);
-    if (!dup) return -1;
-    char *slash = strrchr(dup, '/');
-    const char *dir = slash ? (slash == dup ? "/" : (*slash = '\0', dup)) : ".";
-    int fd = open(dir, O_RDONLY | O_DIRECTORY);
-    int rc = fd < 0 ? -1 : fsync(fd);
-    if (fd >= 0) close(fd);
-    free(dup);
-    return rc;
-}
-
-/* Write the chunks to path atomically: path.tmp.<pid> in the same folder, fsync, rename, fsync folder. */
-typedef struct chunk {
-    const void *p;
-    size_t len;
-} chunk;
-static int write_atomic(const char *path, const chunk *chunks, int nchunks, char *err, size_t errlen)
-{
-    char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid());
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        err_set(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-        return -1;
-    }
-    for (int i = 0; i < nchunks; i++) {
-        const char *p = chunks[i].p;
-        size_t left = chunks[i].len;
-        while (left > 0) {
-            ssize_t w = write(fd, p, left > (1u << 30) ? (1u << 30) : left);
-            if (w < 0 && errno == EINTR) continue;
-            if (w <= 0) {
-                err_set(err, errlen, "writing %s: %s", tmp, w < 0 ? strerror(errno) : "short write");
-                goto fail;
-            }
-            p += w;
-            left -= (size_t)w;
-        }
-    }
-    if (fsync(fd) < 0) {
-        err_set(err, errlen, "fsync %s: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    if (close(fd) < 0) {
-        fd = -1;
-        err_set(err, errlen, "closing %s: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    fd = -1;
-    if (rename(tmp, path) < 0) {
-        err_set(err, errlen, "rename %s -> %s: %s", tmp, path, strerror(errno));
-        goto fail;
-    }
-    fsync_dir_of(path);
-    return 0;
-fail:
-    if (fd >= 0) close(fd);
-    unlink(tmp);
-    return -1;
 }
 
 static void meta_set(json_t *m, const char *k, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
@@ -291,19 +228,19 @@ static int write_checkpoint(const char *path, const char *run, const export_data
     memcpy(h + 8, hdr, hlen);
     memset(h + 8 + hlen, ' ', padded - hlen);
     free(hdr);
-    chunk chunks[4] = {{h, 8 + padded},
-                       {d->params, n * sizeof(float)},
-                       {d->mom, n * sizeof(float)},
-                       {d->dnbuf, d->dnbuf ? n * sizeof(float) : 0}};
-    int rc = write_atomic(path, chunks, d->dnbuf ? 4 : 3, err, errlen);
+    file_chunk chunks[4] = {{h, 8 + padded},
+                            {d->params, n * sizeof(float)},
+                            {d->mom, n * sizeof(float)},
+                            {d->dnbuf, d->dnbuf ? n * sizeof(float) : 0}};
+    int rc = file_write_atomic(path, chunks, d->dnbuf ? 4 : 3, err, errlen);
     free(h);
     if (rc == 0) {
         char sp[4200];
         checkpoint_side_path(path, sp, sizeof sp);
         size_t sl = strlen(side_text);
         side_text[sl] = '\n'; /* replaces the NUL: written with its length */
-        chunk sc[1] = {{side_text, sl + 1}};
-        rc = write_atomic(sp, sc, 1, err, errlen);
+        file_chunk sc[1] = {{side_text, sl + 1}};
+        rc = file_write_atomic(sp, sc, 1, err, errlen);
     }
     free(side_text);
     return rc;

@@ -48,16 +48,8 @@ static int ck_save(int argc, char **argv)
         {.name = "timeout", .kind = OPT_DOUBLE, .dest = &timeout, .min = 0, .max = 86400, .wants = "seconds"},
         {0},
     };
-    char perr[256];
-    int prc = opts_parse(specs, argc, argv, 0, NULL, NULL, perr, sizeof perr);
-    if (prc == 1) {
-        ck_usage(stdout);
-        return 0;
-    }
-    if (prc < 0) {
-        fprintf(stderr, "coordinator checkpoint save: %s\n", perr);
-        return 2;
-    }
+    int prc = opts_parse_cmd("coordinator checkpoint save", ck_usage, specs, argc, argv, 0, NULL, NULL);
+    if (prc != 0) return opts_exit_status(prc);
     if (!out == !dir) {
         fprintf(stderr, "coordinator checkpoint save: give exactly one of --out FILE or --dir DIR (see --help)\n");
         return 2;

@@ -59,24 +59,18 @@ int cmd_control(int argc, char **argv)
 {
     coord_common c = {0};
     const opt_spec specs[] = {COORD_COMMON_OPTS(&c), {0}};
-    char err[256], *pos[16]; /* the positional arguments (and unknown options, refused below) */
-    int npos = 0, prc = argc > 16 ? -2 : opts_parse(specs, argc, argv, 0, pos, &npos, err, sizeof err);
-    if (prc == 1) {
-        usage(stdout);
-        return 0;
-    }
-    for (int k = 0; prc == 0 && k < npos; k++)
+    char *pos[16]; /* the positional arguments (and unknown options, refused below) */
+    int npos = 0, prc = argc > 16 ? 0 : opts_parse_cmd("coordinator control", usage, specs, argc, argv, 0, pos, &npos);
+    if (prc != 0) return opts_exit_status(prc);
+    for (int k = 0; k < npos; k++)
         if (pos[k][0] == '-' && pos[k][1] == '-') {
-            snprintf(err, sizeof err, "unknown option %s", pos[k]);
-            prc = -1;
+            fprintf(stderr, "coordinator control: unknown option %s (see --help)\n", pos[k]);
+            return OPTS_EXIT_USAGE;
         }
-    if (prc < 0 || npos > 3) {
-        if (prc == -1)
-            fprintf(stderr, "coordinator control: %s\n\n", err);
-        else
-            fprintf(stderr, "coordinator control: too many arguments\n\n");
+    if (argc > 16 || npos > 3) {
+        fprintf(stderr, "coordinator control: too many arguments\n\n");
         usage(stderr);
-        return 2;
+        return OPTS_EXIT_USAGE;
     }
     if (npos == 0) {
         usage(stderr);

@@ -424,7 +424,8 @@ done:
 int cmd_init(int argc, char **argv)
 {
     init_args a;
-    if (parse_init(argc, argv, &a) < 0) return 2;
+    int prc = parse_init(argc, argv, &a);
+    if (prc != 0) return opts_exit_status(prc);
     rconn *rc = coord_connect(&a.c);
     if (!rc) return 1;
     char err[512];

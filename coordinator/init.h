@@ -26,7 +26,7 @@ typedef struct init_args {
 } init_args;
 
 /* Parse `coordinator init`'s arguments into a: defaults, the flags, then a checkpoint's values for the
- * flags not given. 0 when a is ready, -1 after a message on stderr; --help prints the usage and exits. */
+ * flags not given. 0 when a is ready, 1 after --help printed the usage, -1 after a message on stderr. */
 int parse_init(int argc, char **argv, init_args *a);
 
 #endif

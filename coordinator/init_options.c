@@ -58,7 +58,8 @@ static void init_usage(FILE *f)
         "  --weight-by none|tokens    weight pseudo-gradients by the tokens behind them (default none)\n"
         "  --weight-ref-tokens N      (async, --weight-by tokens) a submission of N tokens has weight 1\n"
         "  --compress C               codec of pseudo-gradients on the wire: bf16 (default; workers may send\n"
-        "                             fp32), fp32, int8 or int4 (blocks of 256 with a scale; docs/compression.md)\n"
+        "                             fp32), fp32, int8, int4, int3 or int2 (blocks of 256 with a scale;\n"
+        "                             docs/compression.md)\n"
         "  --download params|update   what a sync round sends back: the new parameters in fp32 (default) or\n"
         "                             the averaged pseudo-gradient in the --compress codec, which workers\n"
         "                             apply with their own copy of the outer momentum (sync, 1 fragment)\n"
@@ -202,7 +203,7 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
          .kind = OPT_CUSTOM,
          .dest = &a->compress,
          .parse = parse_compress,
-         .wants = "bf16, fp32, int8 or int4"},
+         .wants = "bf16, fp32, int8, int4, int3 or int2"},
         {.name = "download", .kind = OPT_CHOICE, .dest = &download_idx, .choices = "params|update"},
         {.name = "dn-variant", .kind = OPT_CHOICE, .dest = &dn_idx, .choices = "paper|forgather"},
         {.name = "from-checkpoint", .kind = OPT_STRING, .dest = &a->from_checkpoint},
@@ -211,16 +212,8 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
     };
     _Static_assert(sizeof specs / sizeof specs[0] <= sizeof a->given / sizeof a->given[0], "init: given[] too small");
     for (size_t k = 0; specs[k].name; k++) specs[k].given = &a->given[k];
-    char err[512];
-    int rc = opts_parse(specs, argc, argv, 0, NULL, NULL, err, sizeof err);
-    if (rc == 1) {
-        init_usage(stdout);
-        exit(0);
-    }
-    if (rc < 0) {
-        fprintf(stderr, "coordinator init: %s\n", err);
-        return -1;
-    }
+    int rc = opts_parse_cmd("coordinator init", init_usage, specs, argc, argv, 0, NULL, NULL);
+    if (rc != 0) return rc;
     for (size_t k = 0; specs[k].name; k++) a->given_names[k] = specs[k].name;
     if (weight_idx >= 0) a->weight_by = weight_by[weight_idx];
     if (download_idx >= 0) a->download = download[download_idx];
@@ -243,7 +236,8 @@ int parse_init(int argc, char **argv, init_args *a)
     a->nesterov = 1;
     a->trainer = "gpt";
     a->gpt = (gpt_config){2, 4, 128, 128, 256};
-    if (parse_init_flags(argc, argv, a) < 0) return -1;
+    int rc = parse_init_flags(argc, argv, a);
+    if (rc != 0) return rc;
     if (a->reset_momentum && !a->from_checkpoint) {
         fprintf(stderr, "coordinator init: --reset-momentum goes with --from-checkpoint\n");
         return -1;

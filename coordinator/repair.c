@@ -548,14 +548,7 @@ static int parse_args(int argc, char **argv, repair_args *a)
         {.name = "wait", .kind = OPT_LLONG, .dest = &a->wait_s, .lo = 0, .hi = 86400, .wants = "seconds in [0, 86400]"},
         {0},
     };
-    char err[256];
-    int rc = opts_parse(specs, argc, argv, 0, NULL, NULL, err, sizeof err);
-    if (rc == 1) {
-        usage(stdout);
-        exit(0);
-    }
-    if (rc < 0) fprintf(stderr, "coordinator repair: %s\n", err);
-    return rc;
+    return opts_parse_cmd("coordinator repair", usage, specs, argc, argv, 0, NULL, NULL);
 }
 
 static int open_run(rconn *c, repair *rp, char *err, size_t errlen)
@@ -626,7 +619,8 @@ static int restore(rconn *c, repair *rp, const checkpoint *ck, const char *sourc
 int cmd_repair(int argc, char **argv)
 {
     repair_args a;
-    if (parse_args(argc, argv, &a) < 0) return 2;
+    int prc = parse_args(argc, argv, &a);
+    if (prc != 0) return opts_exit_status(prc);
     checkpoint ck;
     memset(&ck, 0, sizeof ck);
     char err[1024];

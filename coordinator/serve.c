@@ -265,17 +265,8 @@ int cmd_serve(int argc, char **argv)
         {.name = "no-dashboard", .kind = OPT_FLAG, .dest = &no_dashboard},
         {0},
     };
-    char perr[256];
-    int prc = opts_parse(specs, argc, argv, 0, NULL, NULL, perr, sizeof perr);
-    if (prc == 1) {
-        usage(stdout);
-        return 0;
-    }
-    if (prc < 0) {
-        fprintf(stderr, "coordinator serve: %s\n\n", perr);
-        usage(stderr);
-        return 2;
-    }
+    int prc = opts_parse_cmd("coordinator serve", usage, specs, argc, argv, 0, NULL, NULL);
+    if (prc != 0) return opts_exit_status(prc);
     x.c.connect_timeout_ms = (int)(connect_s * 1000);
     dashboard = !no_dashboard;
     char host[256] = "127.0.0.1";

@@ -13,6 +13,11 @@
 #include "coordinator.h"
 #include "opts.h"
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: bin/coordinator status --redis URL --run NAME [--json]\n\n" REDIS_URL_HELP);
+}
+
 static const char *str(json_t *o, const char *k)
 {
     json_t *v = json_object_get(o, k);
@@ -149,16 +154,8 @@ int cmd_status(int argc, char **argv)
         {.name = "json", .kind = OPT_FLAG, .dest = &as_json},
         {0},
     };
-    char err[256];
-    int prc = opts_parse(specs, argc, argv, 0, NULL, NULL, err, sizeof err);
-    if (prc == 1) {
-        printf("usage: bin/coordinator status --redis URL --run NAME [--json]\n\n" REDIS_URL_HELP);
-        return 0;
-    }
-    if (prc < 0) {
-        fprintf(stderr, "coordinator status: %s\n", err);
-        return 2;
-    }
+    int prc = opts_parse_cmd("coordinator status", usage, specs, argc, argv, 0, NULL, NULL);
+    if (prc != 0) return opts_exit_status(prc);
     rconn *rc = coord_connect(&c);
     if (!rc) return 1;
     json_t *doc = coord_fetch_status(rc, c.run);

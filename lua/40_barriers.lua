@@ -32,11 +32,14 @@ local function dl_arrive(keys, args)
     return {closed and 'closed' or 'open', r, n}
 end
 
--- dl_barrier KEYS[1]=config ARGV: fragment, round [, missing]
--- -> {state, participants csv, dropped csv, open round of the fragment [, missing]}. Reaps first, so a
--- worker that waits on a barrier whose members died is released by its own polling. With a third
--- argument 1, also the number of live members the open barrier still waits for (joined <= round, not
--- arrived): a joiner waiting for the round to close learns that nobody is left to close it.
+-- dl_barrier KEYS[1]=config ARGV: fragment, round [, missing [, worker_id]]
+-- -> {state, participants csv, dropped csv, open round of the fragment [, missing [, arrived]]}. Reaps
+-- first, so a worker that waits on a barrier whose members died is released by its own polling. With a
+-- third argument 1, also the number of live members the open barrier still waits for (joined <= round,
+-- not arrived): a joiner waiting for the round to close learns that nobody is left to close it (0 when
+-- not asked). With a worker id as fourth argument, also whether that worker's arrival is in the barrier
+-- (1/0): a worker waiting on an open barrier without its arrival (the dl_arrive never got a reply, or
+-- its write was lost with a Redis restart or failover) arrives again instead of waiting forever.
 local function dl_barrier(keys, args)
     local P = load_run(keys)
     local f, r = to_int(args[1], 'fragment'), to_int(args[2], 'round')
@@ -48,14 +51,15 @@ local function dl_barrier(keys, args)
     if not state then
         if r < cur then state = 'expired' else state = 'none' end
     end
-    if args[3] ~= '1' then return {state, st[2] or '', st[3] or '', cur} end
+    if args[3] ~= '1' and args[4] == nil then return {state, st[2] or '', st[3] or '', cur} end
     local missing = 0
-    if state == 'open' then
+    if state == 'open' and args[3] == '1' then
         for _, w in ipairs(expected_members(P, f, r)) do
             if redis.call('HEXISTS', B, 'a:' .. w) == 0 then missing = missing + 1 end
         end
     end
-    return {state, st[2] or '', st[3] or '', cur, missing}
+    if args[4] == nil then return {state, st[2] or '', st[3] or '', cur, missing} end
+    return {state, st[2] or '', st[3] or '', cur, missing, redis.call('HEXISTS', B, 'a:' .. args[4])}
 end
 
 -- dl_drop KEYS[1]=config ARGV: fragment, round, worker_id
@@ -88,25 +92,53 @@ end
 -- ---------------------------------------------------------------------------------------------------
 -- functions: async mode
 
--- dl_submit KEYS[1]=config ARGV: worker_id, incarnation, fragment, (shard, base_version)*
+-- A resent submission (same worker incarnation, same submission number: its first try ran but the
+-- reply was lost) gets the places its first try got, not new ones: a place nobody pushes to would stop
+-- that shard's order until the worker is evicted. The worker record keeps its last submission's number,
+-- fragment and places (sub_no, sub_frag, sub_seqs). -> the seqs, or nil when n is a new submission.
+local function repeated_submission(rec, n, f, nshards)
+    local last = rec.sub_no or 0
+    if n > last then return nil end
+    if n < last then
+        error('BADARG submission ' .. n .. ' is older than this incarnation\'s last one (' .. last .. ')')
+    end
+    if rec.sub_frag ~= f or #rec.sub_seqs ~= nshards then
+        error('BADARG submission ' .. n .. ' was for fragment ' .. rec.sub_frag .. ' with ' .. #rec.sub_seqs ..
+              ' shards; a repeat must be the same submission')
+    end
+    return rec.sub_seqs
+end
+
+-- dl_submit KEYS[1]=config ARGV: worker_id, incarnation, fragment, submission, (shard, base_version)*
 -- Gives each shard's submission its place in that shard's order: seq s means the submission turns
 -- version s into s+1 (staleness = s - base). All shards are checked before any is assigned, so a
--- submission is all or nothing. -> {seq per shard, in the order given}
+-- submission is all or nothing. submission numbers a worker incarnation's submissions (1, 2, ...): a
+-- repeat of the last one answers what it answered (see repeated_submission).
+-- -> {seq per shard, in the order given}
 local function dl_submit(keys, args)
     local P = load_run(keys)
     local w, inc, f = args[1], args[2], to_int(args[3], 'fragment')
     if redis.call('HGET', keys[1], 'mode') ~= 'async' then
         error('BADARG run ' .. P .. ' is in sync mode: workers arrive at barriers instead of submitting')
     end
-    if #args < 5 or (#args - 3) % 2 ~= 0 then error('BADARG expected (shard, base_version) pairs') end
+    if #args < 6 or (#args - 4) % 2 ~= 0 then
+        error('BADARG expected worker, incarnation, fragment, submission, (shard, base_version) pairs')
+    end
+    local n = to_int(args[4], 'submission')
+    if n < 1 then error('BADARG submission must be 1 or more, got ' .. n) end
     local now = now_ms()
     reap(P, now)
     check_running(P)
     local rec = check_member(P, w, inc, 'dl_submit', {'frag', f})
+    local again = repeated_submission(rec, n, f, (#args - 4) / 2)
+    if again then
+        redis.call('ZADD', P .. ':heartbeats', now, w)
+        return again
+    end
     local shards = P .. ':shards'
     local limit = tonumber(tunable(P, 'max_staleness')) or 0
     local plan = {}
-    for i = 4, #args, 2 do
+    for i = 5, #args, 2 do
         local k, base = to_int(args[i], 'shard'), to_int(args[i + 1], 'base_version')
         local nxt = tonumber(redis.call('HGET', shards, k .. ':next'))
         if not nxt then error('BADARG shard ' .. k .. ' does not exist') end
@@ -135,6 +167,7 @@ local function dl_submit(keys, args)
     rec.stale_sum = (rec.stale_sum or 0) + mean
     rec.stale_mean = rec.stale_sum / rec.stale_n
     rec.stale_max = math.max(rec.stale_max or 0, worst)
+    rec.sub_no, rec.sub_frag, rec.sub_seqs = n, f, seqs
     put_worker(P, w, rec)
     redis.call('ZADD', P .. ':heartbeats', now, w)
     return seqs

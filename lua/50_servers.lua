@@ -16,8 +16,34 @@ local function live_servers(P, now, ttl)
     return redis.call('ZCARD', P .. ':server_beats')
 end
 
+-- No server beat for longer than a lease (now - the newest beat > ttl): Redis was unreachable to every
+-- server (a failover, a restart), or every server stopped at once. Nobody could renew a lease meanwhile,
+-- and nobody took one, so the time does not count: the leases valid at the last beat, and the servers
+-- then alive, get a ttl from now. Otherwise the first server back would find every other lease expired
+-- and take all the shards, and hand most of them back a beat later (each move costs a load and, for
+-- the workers, a resend). A server that died meanwhile loses its leases one ttl later.
+local function forgive_outage(P, S, now, ttl)
+    local beats = P .. ':server_beats'
+    -- only ZRANGEBYSCORE: the shard-server's ACL user (deploy/redis/users.acl) may not run ZREVRANGE
+    if #redis.call('ZRANGEBYSCORE', beats, now - ttl, '+inf', 'LIMIT', 0, 1) > 0 then return end
+    local all = redis.call('ZRANGEBYSCORE', beats, '-inf', '+inf', 'WITHSCORES')
+    if #all < 2 then return end
+    local last = tonumber(all[#all])
+    for _, sid in ipairs(redis.call('ZRANGEBYSCORE', beats, last - ttl, '+inf')) do
+        redis.call('ZADD', beats, now, sid)
+    end
+    local shards = P .. ':shards'
+    for k = 0, S - 1 do
+        local v = redis.call('HMGET', shards, k .. ':owner', k .. ':expiry')
+        if v[1] and v[1] ~= '' and (tonumber(v[2]) or 0) >= last then
+            redis.call('HSET', shards, k .. ':expiry', now + ttl)
+        end
+    end
+    event(P, 'outage', {'seconds', string.format('%.3f', (now - last) / 1000)})
+end
+
 -- dl_server_beat KEYS[1]=config ARGV: server_id, address, ttl_ms, pid[, loaded]
--- Renews the caller's valid leases, takes free or expired shards up to its fair share
+-- Renews the caller's valid leases (after forgive_outage), takes free or expired shards up to its fair share
 -- ceil(shards/servers), and gives back shards above it so a new server gets work.
 -- loaded (comma-separated shard numbers, possibly empty) are the shards the caller has in memory: a
 -- valid lease of its id on a shard not among them is taken anew with a new epoch (the process restarted
@@ -37,6 +63,7 @@ local function dl_server_beat(keys, args)
     local now = now_ms()
     local S = tonumber(redis.call('HGET', keys[1], 'shards'))
     local shards = P .. ':shards'
+    forgive_outage(P, S, now, ttl)
     redis.call('ZADD', P .. ':server_beats', now, sid)
     local n = math.max(1, live_servers(P, now, ttl))
     local fair = math.ceil(S / n)
@@ -147,9 +174,25 @@ local function dl_replicated(keys, args)
     return v
 end
 
+-- The refs of `obsolete` (a csv: a snapshot ref, then log refs) that the shard's durable state does not
+-- name now, as {snap ref, log refs...}.
+local function unreferenced(obsolete, snap, log_refs)
+    local named = {[snap] = true}
+    for _, e in ipairs(log_refs) do named[e] = true end
+    local out = {}
+    for i, e in ipairs(split_csv(obsolete)) do
+        if named[e] then e = '' end -- (a kept position: the first ref is a snapshot's)
+        if e ~= '' or i == 1 then out[#out + 1] = e end
+    end
+    return out
+end
+
 -- dl_snapshot KEYS[1]=config ARGV: server_id, epoch, shard, version, snap_ref
 -- Records a snapshot of the shard at `version` and trims the log entries it covers.
--- -> {old snapshot ref, trimmed log refs...} so the caller can delete those blobs.
+-- -> {old snapshot ref, trimmed log refs..., {the previous dl_snapshot's obsolete refs}} so the caller
+-- can delete those blobs. The previous call's refs (k:obsolete) come again, minus any named again since
+-- (a repair): when that call ran but its reply was lost (a Redis restart, a broken connection), its
+-- caller deleted nothing, and this is the next chance. Deleting a blob twice is harmless.
 local function dl_snapshot(keys, args)
     local P = load_run(keys)
     local sid, epoch, k = args[1], args[2], to_int(args[3], 'shard')
@@ -166,7 +209,10 @@ local function dl_snapshot(keys, args)
         local ev = tonumber(string.match(e, '^(%d+)%.'))
         if ev <= v then trimmed[#trimmed + 1] = e else keep[#keep + 1] = e end
     end
-    redis.call('HSET', shards, k .. ':snap', ref, k .. ':log', table.concat(keep, ','))
+    local before = unreferenced(redis.call('HGET', shards, k .. ':obsolete'), ref, keep)
+    redis.call('HSET', shards, k .. ':snap', ref, k .. ':log', table.concat(keep, ','),
+               k .. ':obsolete', table.concat(trimmed, ','))
+    trimmed[#trimmed + 1] = before
     return trimmed
 end
 

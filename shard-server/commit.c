@@ -55,9 +55,7 @@ void commit_finish(ss_commit *c, int outcome)
         return;
     }
     s->committing = 0;
-    ss_req *list = s->parked;
-    s->parked = s->parked_tail = NULL;
-    s->nparked = 0;
+    ss_req *list = shard_take_parked(s);
     int64_t round = c->round;
     char need[512], errmsg[256];
     snprintf(need, sizeof need, "%s", c->need);
@@ -377,6 +375,25 @@ int commit_init(ss_ctx *ss)
     ss->cq_ev = evtimer_new(ss->base, cq_on_turn, ss);
     ss->lq_ev = evtimer_new(ss->base, lq_on_timer, ss);
     return ss->cq_ev != NULL && ss->lq_ev != NULL ? 0 : -1;
+}
+
+static void free_queue(ss_commit **head, ss_commit **tail)
+{
+    while (*head != NULL) {
+        ss_commit *c = *head;
+        *head = c->qnext;
+        commit_free(c);
+    }
+    *tail = NULL;
+}
+
+void commit_free_all(ss_ctx *ss)
+{
+    free_queue(&ss->cq_head, &ss->cq_tail);
+    free_queue(&ss->lq_head, &ss->lq_tail);
+    if (ss->cq_ev != NULL) event_free(ss->cq_ev);
+    if (ss->lq_ev != NULL) event_free(ss->lq_ev);
+    ss->cq_ev = ss->lq_ev = NULL;
 }
 
 /* Async: the submission that turns version round into round+1, as dl_submit recorded it. */

@@ -75,7 +75,7 @@ static void commit_block_fast(ss_commit *c, ss_shard *s, ss_delta **ds, int used
                             c->t.lr, c->t.mu, c->t.nesterov);
 }
 
-/* One block of an int8/int4 Δ, decoded (the server is single-threaded). */
+/* One block of a block codec's Δ, decoded for a weighted sum (the server is single-threaded). */
 static float decoded[COMMIT_BLOCK];
 _Static_assert(COMMIT_BLOCK % CODEC_BLOCK == 0, "a compute block holds whole codec blocks");
 
@@ -87,12 +87,11 @@ static void commit_block_general(ss_commit *c, ss_shard *s, ss_delta **ds, int u
     for (int i = 0, p = 0; i < c->np; i++) {
         if (c->dropped[i]) continue;
         ss_delta *d = ds[p++];
-        if (codec_is_block(d->dtype)) { /* int8/int4: decoded, then summed as fp32 */
+        if (codec_is_block(d->dtype) && !c->ss->rc.weight_tokens) { /* decoded and summed as fp32 at once */
+            codec_decode_add(d->dtype, d->payload + codec_offset(d->dtype, lo), len, g);
+        } else if (codec_is_block(d->dtype)) {
             codec_decode(d->dtype, d->payload + codec_offset(d->dtype, lo), len, decoded);
-            if (c->ss->rc.weight_tokens)
-                outer_sum_add_scaled_f32(g, decoded, c->scale[i], len);
-            else
-                outer_sum_add_f32(g, decoded, len);
+            outer_sum_add_scaled_f32(g, decoded, c->scale[i], len);
         } else if (c->ss->rc.weight_tokens && d->dtype == BLOB_BF16)
             outer_sum_add_scaled_bf16(g, (const uint16_t *)d->payload + lo, c->scale[i], len);
         else if (c->ss->rc.weight_tokens)

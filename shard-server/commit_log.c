@@ -53,9 +53,7 @@ static void commit_serve_tentative(ss_commit *c, ss_shard *s)
     s->tent_version = c->round + 1;
     memset(&s->tent_upd, 0, sizeof s->tent_upd);
     if (c->gq != NULL) commit_update_of(c, &s->tent_upd);
-    ss_req *list = s->parked;
-    s->parked = s->parked_tail = NULL;
-    s->nparked = 0;
+    ss_req *list = shard_take_parked(s);
     while (list != NULL) {
         ss_req *req = list;
         list = req->next;

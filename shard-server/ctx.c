@@ -4,6 +4,7 @@
  * main.c calls ss_ctx_load_run and ss_ctx_start with the options it parsed, installs the signal
  * handlers and runs the loop; the unit tests (tests/test_ss_*.c) call the same two on an event base
  * of their own and drive the loop themselves, so what they test is the server as it starts.
+ * ss_ctx_free takes it all down again once the loop has stopped.
  */
 #include "ss.h"
 
@@ -78,6 +79,7 @@ void ss_refused(const char *conn, const char *why)
     log_error("redis %s connection: Redis refuses this user: %s; stopping (check the user, password and ACL in "
               "the Redis URL)",
               conn, why);
+    if (g_ss == NULL) return; /* taken down already */
     g_ss->refused = 1;
     if (g_ss->base != NULL) event_base_loopbreak(g_ss->base);
 }
@@ -123,4 +125,31 @@ int ss_ctx_start(ss_ctx *ss, struct event_base *base, char *err, size_t errlen)
         return -1;
     }
     return 0;
+}
+
+static void free_event(struct event **ev)
+{
+    if (*ev != NULL) event_free(*ev);
+    *ev = NULL;
+}
+
+void ss_ctx_free(ss_ctx *ss)
+{
+    ss->stopping = 1;
+    server_close(ss);
+    /* shards first: the commands in flight are answered (NULL) as the links close, and their callbacks
+     * must find their shard gone rather than start new work */
+    shards_stop(ss);
+    rlink_close(&ss->ctl);
+    rlink_close(&ss->bulk);
+    rlink_close(&ss->bulkw);
+    rlink_route_free(&ss->route);
+    commit_free_all(ss);
+    free_event(&ss->beat_timer);
+    free_event(&ss->exit_timer);
+    free_event(&ss->park_timer);
+    metrics_stop(ss);
+    shards_free(ss);
+    runconf_free(&ss->rc);
+    if (g_ss == ss) g_ss = NULL;
 }

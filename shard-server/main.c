@@ -113,16 +113,9 @@ static int parse_args(int argc, char **argv, ss_opts *o)
          .wants = "a probability in [0, 1]"},
         {0},
     };
+    int rc = opts_parse_cmd("shard-server", usage, specs, argc, argv, 1, NULL, NULL);
+    if (rc != 0) return rc;
     char err[256];
-    int rc = opts_parse(specs, argc, argv, 1, NULL, NULL, err, sizeof err);
-    if (rc == 1) {
-        usage(stdout);
-        return 1;
-    }
-    if (rc != 0) {
-        fprintf(stderr, "shard-server: %s\n", err);
-        return -1;
-    }
     o->log_level = level < 0 ? -1 : levels[level];
     o->connect_timeout_ms = (int)(connect_s * 1000);
     snprintf(o->run, sizeof o->run, "%s", run ? run : "");
@@ -140,8 +133,8 @@ static int parse_args(int argc, char **argv, ss_opts *o)
 }
 
 /* Every round allocates and frees buffers of shard size (frames, copies, blobs). glibc serves those
- * with mmap and gives them back on free, so each round would pay a page fault per 4 KiB (measured: most
- * of the commit time for a 12.5M-parameter shard). Keep freed memory in the heap for reuse instead. */
+ * with mmap and gives them back on free, so each round would pay a page fault per 4 KiB of every
+ * buffer, which dominates a large shard's commit. Keep freed memory in the heap for reuse instead. */
 static void keep_freed_memory(void)
 {
     mallopt(M_MMAP_MAX, 0);
@@ -209,7 +202,12 @@ static int run_loop(ss_ctx *ss)
     event_base_dispatch(ss->base);
     metrics_log(ss);
     log_info("shard-server %s stopped", ss->id);
-    return ss->refused ? -1 : 0;
+    int rc = ss->refused ? -1 : 0;
+    event_free(sigint);
+    event_free(sigterm);
+    ss_ctx_free(ss);
+    event_base_free(base);
+    return rc;
 }
 
 int main(int argc, char **argv)
@@ -218,7 +216,7 @@ int main(int argc, char **argv)
     ss_ctx *ss = &ctx;
     g_ss = ss;
     int rc = parse_args(argc, argv, &ss->opts);
-    if (rc != 0) return rc > 0 ? 0 : 2;
+    if (rc != 0) return opts_exit_status(rc);
     log_init("shard-server");
     if (ss->opts.log_level >= 0) log_set_level(ss->opts.log_level);
     signal(SIGPIPE, SIG_IGN);

@@ -17,27 +17,40 @@
 
 #define METRICS_PERIOD_S 30
 
+/* Connections to Redis re-established after a loss, over the server's three links. */
+static uint64_t metrics_redis_reconnects(const ss_ctx *ss)
+{
+    return ss->ctl.reconnects + ss->bulk.reconnects + ss->bulkw.reconnects;
+}
+
+/* Shards held (leased), ready (loaded, serving) and found corrupt. */
+static void count_shards(const ss_ctx *ss, int *held, int *ready, int *corrupt)
+{
+    *held = *ready = *corrupt = 0;
+    for (int k = 0; k < ss->nshards; k++) {
+        *held += ss->shards[k].state != SH_FREE;
+        *ready += ss->shards[k].state == SH_READY;
+        *corrupt += ss->shards[k].state == SH_CORRUPT;
+    }
+}
+
 void metrics_log(ss_ctx *ss)
 {
     const ss_metrics *m = &ss->m;
-    int held = 0, ready = 0, corrupt = 0;
-    for (int k = 0; k < ss->nshards; k++) {
-        held += ss->shards[k].state != SH_FREE;
-        ready += ss->shards[k].state == SH_READY;
-        corrupt += ss->shards[k].state == SH_CORRUPT;
-    }
+    int held, ready, corrupt;
+    count_shards(ss, &held, &ready, &corrupt);
     double mean = m->rounds_committed ? m->commit_seconds / (double)m->rounds_committed : 0.0;
     log_info("metrics: shards held %d (ready %d, corrupt %d); rounds committed %llu (no-op %llu), commit mean %.3f s "
              "max %.3f s; "
              "pushes %llu, gets %llu (tentative %llu); bytes in %llu out %llu; conflicts %llu; lease changes %llu; "
              "rejections %llu; "
-             "loads %llu (failed %llu); snapshots %llu; connections %llu",
+             "loads %llu (failed %llu); snapshots %llu; connections %llu; redis reconnects %llu",
              held, ready, corrupt, (unsigned long long)m->rounds_committed, (unsigned long long)m->noop_commits, mean,
              m->commit_seconds_max, (unsigned long long)m->pushes, (unsigned long long)m->gets,
              (unsigned long long)m->tentative_gets, (unsigned long long)m->bytes_in, (unsigned long long)m->bytes_out,
              (unsigned long long)m->conflicts, (unsigned long long)m->lease_changes, (unsigned long long)m->rejections,
              (unsigned long long)m->loads, (unsigned long long)m->load_failures, (unsigned long long)m->snapshots,
-             (unsigned long long)m->connections);
+             (unsigned long long)m->connections, (unsigned long long)metrics_redis_reconnects(ss));
 }
 
 static void on_metrics_timer(evutil_socket_t fd, short what, void *arg)
@@ -65,12 +78,8 @@ static void prom_counter(struct evbuffer *out, const ss_ctx *ss, const char *nam
 static void metrics_format(struct evbuffer *out, const ss_ctx *ss)
 {
     const ss_metrics *m = &ss->m;
-    int held = 0, ready = 0, corrupt = 0;
-    for (int k = 0; k < ss->nshards; k++) {
-        held += ss->shards[k].state != SH_FREE;
-        ready += ss->shards[k].state == SH_READY;
-        corrupt += ss->shards[k].state == SH_CORRUPT;
-    }
+    int held, ready, corrupt;
+    count_shards(ss, &held, &ready, &corrupt);
     prom_metric(out, ss, "shards_held", "gauge", "Shards this server holds a lease on.", held);
     prom_metric(out, ss, "shards_ready", "gauge", "Held shards loaded and serving.", ready);
     prom_metric(out, ss, "shards_corrupt", "gauge",
@@ -97,7 +106,9 @@ static void metrics_format(struct evbuffer *out, const ss_ctx *ss)
     prom_counter(out, ss, "corrupt_loads_total", "Shard loads that found the durable state corrupt.", m->corrupt_loads);
     prom_counter(out, ss, "snapshots_total", "Snapshots written and recorded.", m->snapshots);
     prom_counter(out, ss, "connections_total", "Data-plane connections accepted.", m->connections);
-    prom_counter(out, ss, "redis_reconnects_total", "Reconnections to Redis.", m->redis_reconnects);
+    prom_counter(out, ss, "redis_reconnects_total",
+                 "Connections to Redis re-established after a loss (control, bulk and bulk-write each count).",
+                 metrics_redis_reconnects(ss));
 }
 
 static void on_metrics_request(struct evhttp_request *req, void *arg)
@@ -156,4 +167,12 @@ int metrics_start(ss_ctx *ss, char *err, size_t errlen)
         return -1;
     }
     return ss->opts.metrics_host[0] != '\0' ? metrics_listen(ss, err, errlen) : 0;
+}
+
+void metrics_stop(ss_ctx *ss)
+{
+    if (ss->metrics_timer != NULL) event_free(ss->metrics_timer);
+    if (ss->metrics_http != NULL) evhttp_free(ss->metrics_http);
+    ss->metrics_timer = NULL;
+    ss->metrics_http = NULL;
 }

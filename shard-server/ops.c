@@ -141,7 +141,8 @@ static int push_validate(ss_ctx *ss, ss_shard *s, ss_req *req)
         return -1;
     }
     if (h->dtype != BLOB_F32 && h->dtype != BLOB_BF16 && !codec_is_block(h->dtype)) {
-        ops_reject(ss, req, DP_BADDTYPE, "pseudo-gradients must be fp32, bf16, int8 or int4 (dtype %d)", h->dtype);
+        ops_reject(ss, req, DP_BADDTYPE, "pseudo-gradients must be fp32, bf16, int8, int4, int3 or int2 (dtype %d)",
+                   h->dtype);
         return -1;
     }
     if (!runconf_accepts_dtype(&ss->rc, h->dtype)) {

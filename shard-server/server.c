@@ -36,6 +36,7 @@
 
 typedef struct ss_conn {
     ss_ctx *ss;
+    struct ss_conn *prev, *next; /* in ss->conns */
     struct bufferevent *bev;
     struct event *resume; /* deferred "read the next frame" */
     char peer[80];
@@ -54,6 +55,11 @@ static void conn_process(ss_conn *c);
 
 static void conn_free(ss_conn *c)
 {
+    if (c->prev != NULL)
+        c->prev->next = c->next;
+    else if (c->ss->conns == c)
+        c->ss->conns = c->next;
+    if (c->next != NULL) c->next->prev = c->prev;
     if (c->direct != NULL) event_free(c->direct);
     free(c->dbuf);
     if (c->bev != NULL) bufferevent_free(c->bev);
@@ -507,6 +513,9 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     bufferevent_set_max_single_write(c->bev, SOCKET_IO_CHUNK);
     bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    c->next = ss->conns;
+    if (ss->conns != NULL) ss->conns->prev = c;
+    ss->conns = c;
     ss->m.connections++;
     log_debug("connection from %s", c->peer);
 }
@@ -586,5 +595,14 @@ void server_stop_accepting(ss_ctx *ss)
     if (ss->listener != NULL) {
         evconnlistener_free(ss->listener);
         ss->listener = NULL;
+    }
+}
+
+void server_close(ss_ctx *ss)
+{
+    server_stop_accepting(ss);
+    for (ss_conn *c = ss->conns, *next; c != NULL; c = next) {
+        next = c->next;
+        conn_close(c, "shutting down");
     }
 }

@@ -146,12 +146,18 @@ void shard_park(ss_ctx *ss, ss_shard *s, ss_req *req)
     s->nparked++;
 }
 
-/* Re-dispatch every parked request (each is judged again against the shard's new state). */
-void shard_unpark_all(ss_ctx *ss, ss_shard *s)
+ss_req *shard_take_parked(ss_shard *s)
 {
     ss_req *list = s->parked;
     s->parked = s->parked_tail = NULL;
     s->nparked = 0;
+    return list;
+}
+
+/* Re-dispatch every parked request (each is judged again against the shard's new state). */
+void shard_unpark_all(ss_ctx *ss, ss_shard *s)
+{
+    ss_req *list = shard_take_parked(s);
     while (list != NULL) {
         ss_req *req = list;
         list = req->next;
@@ -579,8 +585,7 @@ static void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const ch
 /* lease transitions */
 
 /* We hold the lease with this epoch: (re)load unless the cache already is of this epoch. */
-void shard_blob_header(const ss_shard *s, const char *op, int64_t version, int dtype, uint64_t count,
-                       blob_header *h)
+void shard_blob_header(const ss_shard *s, const char *op, int64_t version, int dtype, uint64_t count, blob_header *h)
 {
     blob_header_init(h, op);
     h->shard = s->k;
@@ -610,11 +615,9 @@ void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch)
 }
 
 /* No longer ours: free everything; parked requests get `moved`. */
-void shard_release(ss_ctx *ss, ss_shard *s, const char *why)
+/* Drop the cache: callbacks still in flight find the shard's generation changed. Parked requests stay. */
+static void shard_forget(ss_shard *s)
 {
-    if (s->state == SH_FREE) return;
-    log_info("shard %d: lease lost (%s); dropping version %lld from memory", s->k, why, (long long)s->version);
-    ss->m.lease_changes++;
     s->gen++;
     s->state = SH_FREE;
     s->committing = 0;
@@ -631,7 +634,37 @@ void shard_release(ss_ctx *ss, ss_shard *s, const char *why)
     s->digest[0] = '\0';
     s->corrupt_key[0] = s->corrupt_reason[0] = '\0';
     shard_free_deltas(s, 0, 1);
+}
+
+void shard_release(ss_ctx *ss, ss_shard *s, const char *why)
+{
+    if (s->state == SH_FREE) return;
+    log_info("shard %d: lease lost (%s); dropping version %lld from memory", s->k, why, (long long)s->version);
+    ss->m.lease_changes++;
+    shard_forget(s);
     shard_unpark_all(ss, s);
+}
+
+void shards_stop(ss_ctx *ss)
+{
+    for (int k = 0; k < ss->nshards; k++) {
+        ss_shard *s = &ss->shards[k];
+        shard_forget(s);
+        for (ss_req *req = shard_take_parked(s), *next; req != NULL; req = next) {
+            next = req->next;
+            req_free(req);
+        }
+    }
+}
+
+void shards_free(ss_ctx *ss)
+{
+    for (int k = 0; ss->owner_addr != NULL && k < ss->nshards; k++) free(ss->owner_addr[k]);
+    free(ss->owner_addr);
+    free(ss->shards);
+    ss->owner_addr = NULL;
+    ss->shards = NULL;
+    ss->nshards = 0;
 }
 
 /* Still ours but the cache may be wrong: rebuild from Redis; deltas and parked requests are kept. */

@@ -3,7 +3,8 @@
  *
  * Every snapshot_every versions a snapshot blob (θ then momentum, then the Delayed Nesterov buffer when
  * there is one) is written from a copy, once this server has no commit running, recorded with
- * dl_snapshot, and the blobs it makes obsolete are deleted.
+ * dl_snapshot, and the blobs it makes obsolete are deleted (with those of the snapshot before, which stay
+ * when a dl_snapshot ran but its reply was lost).
  */
 #include "ss.h"
 
@@ -23,6 +24,14 @@ typedef struct ss_snap {
     uint8_t head[BLOB_HEADER_MAX];
 } ss_snap;
 
+/* DEL the blobs of refs {snapshot ref, log refs...} (dl_snapshot's reply). */
+static void del_obsolete(ss_ctx *ss, int k, redisReply **refs, size_t n)
+{
+    if (n == 0) return;
+    store_del_refs(ss, k, "snap", refs, 1);
+    store_del_refs(ss, k, "log", refs + 1, n - 1);
+}
+
 static void snap_on_recorded(redisReply *r, void *priv)
 {
     ss_snap *sn = priv;
@@ -38,12 +47,12 @@ static void snap_on_recorded(redisReply *r, void *priv)
         return;
     }
     ss->m.snapshots++;
+    size_t n = r->elements;
+    redisReply *again = n > 0 && r->element[n - 1]->type == REDIS_REPLY_ARRAY ? r->element[--n] : NULL;
     log_info("shard %d: snapshot of version %lld recorded; deleting %zu obsolete blobs", sn->k, (long long)sn->version,
-             r->elements);
-    if (r->elements > 0) {
-        store_del_refs(ss, sn->k, "snap", r->element, 1);
-        store_del_refs(ss, sn->k, "log", r->element + 1, r->elements - 1);
-    }
+             n);
+    del_obsolete(ss, sn->k, r->element, n);
+    if (again) del_obsolete(ss, sn->k, again->element, again->elements); /* the previous snapshot's, again */
     free(sn);
 }
 

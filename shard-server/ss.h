@@ -11,7 +11,8 @@
  *   main.c     command line, signals, the loop (the only file not in build/libshardserver.a)
  *   ctx.c      start-up: the run read from Redis (library check, config, tunables), then the listener,
  *              the Redis links, the lease loop and the timers on an event base; the unit tests
- *              (tests/test_ss_*.c) start a server with it and drive its loop themselves
+ *              (tests/test_ss_*.c) start a server with it and drive its loop themselves; and the
+ *              teardown that frees it all (ss_ctx_free)
  *   link/      the link to Redis (link/rlink.h): reconnects with backoff, detects stalls, routes by
  *              hash slot in a Redis Cluster; carries commands (hiredis) or big blob SETs (writev)
  *   store.c    blob I/O (GET/DEL on the bulk connection, SET on bulk-write) of dl:{R:k}:snap|log:<v>:<e>
@@ -85,7 +86,6 @@ typedef struct ss_metrics {
     uint64_t corrupt_loads; /* loads that found the durable state corrupt (counted in load_failures too) */
     uint64_t snapshots;
     uint64_t connections;
-    uint64_t redis_reconnects;
 } ss_metrics;
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -199,7 +199,8 @@ typedef struct ss_ctx {
     rlink bulkw;       /* blobs: SET (log entries, snapshots) without copies (RLINK_SET) */
     rlink_route route; /* Redis Cluster slot map of those three */
     struct evconnlistener *listener;
-    size_t max_frame; /* largest acceptable frame */
+    struct ss_conn *conns; /* every data-plane connection (server.c) */
+    size_t max_frame;      /* largest acceptable frame */
     ss_shard *shards;
     int nshards;
     /* leases */
@@ -230,6 +231,9 @@ int ss_ctx_load_run(ss_ctx *ss, volatile int *stop);
 /* Start the server on base: shards, listener, commit events, the three Redis links, metrics, the lease
  * loop, the park timer. The caller runs the loop. */
 int ss_ctx_start(ss_ctx *ss, struct event_base *base, char *err, size_t errlen);
+/* Free everything the context owns (connections, shards, commits, Redis links, events); the loop must
+ * not run it again. The struct itself and the event base are the caller's. */
+void ss_ctx_free(ss_ctx *ss);
 /* Redis refused a login of connection `conn` for good (rconn_error_final: the password or user was
  * changed under us): nothing can work any more, so the loop stops and the process exits with status 1. */
 void ss_refused(const char *conn, const char *why);
@@ -237,6 +241,9 @@ void ss_refused(const char *conn, const char *why);
 /* server.c */
 int server_listen(ss_ctx *ss, char *err, size_t errlen);
 void server_stop_accepting(ss_ctx *ss);
+/* Teardown: stop accepting and close every connection (one whose request is still out is freed with
+ * that request). */
+void server_close(ss_ctx *ss);
 /* Reply to req and free it; the connection reads its next request. */
 void req_reply(ss_req *req, blob_header *h, const void *payload, size_t len);
 /* Same, sending buf by reference (no copy): buf must be a malloc'd buffer that is never changed and is
@@ -276,14 +283,20 @@ void lease_beat_now(ss_ctx *ss);
 
 /* shard.c */
 int shards_init(ss_ctx *ss, char *err, size_t errlen);
+/* Teardown, before the Redis links close: every shard's cache dropped (so the callbacks the closing
+ * links run find their shard gone), its parked requests freed unanswered. */
+void shards_stop(ss_ctx *ss);
+/* Teardown, last: the shard table and the owner map. */
+void shards_free(ss_ctx *ss);
 /* A blob header of shard s under its current lease (shard, epoch, fragment) for op at version, with a
  * payload of count elements in dtype. */
-void shard_blob_header(const ss_shard *s, const char *op, int64_t version, int dtype, uint64_t count,
-                       blob_header *h);
+void shard_blob_header(const ss_shard *s, const char *op, int64_t version, int dtype, uint64_t count, blob_header *h);
 void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch);
 void shard_release(ss_ctx *ss, ss_shard *s, const char *why);
 void shard_reload(ss_ctx *ss, ss_shard *s, const char *why);
 void shard_park(ss_ctx *ss, ss_shard *s, ss_req *req);
+/* The shard's parked requests, in order, as a list (req->next) the shard no longer holds. */
+ss_req *shard_take_parked(ss_shard *s);
 void shard_unpark_all(ss_ctx *ss, ss_shard *s);
 void shard_expire_parked(ss_ctx *ss, uint64_t max_age_ms);
 void shard_free_deltas(ss_shard *s, int64_t below_round, int all);
@@ -292,6 +305,8 @@ void shard_store_delta(ss_shard *s, ss_req *req);
 
 /* commit.c, commit_log.c, snapshot.c */
 int commit_init(ss_ctx *ss);
+/* Teardown, after the Redis links closed: the commits still queued (compute, log) and the queues' events. */
+void commit_free_all(ss_ctx *ss);
 void commit_start(ss_ctx *ss, ss_shard *s);
 /* Answer a get with the running commit's tentative parameters if it accepts them and they are the
  * version it wants; 1 when answered. */
@@ -316,5 +331,6 @@ void store_mark_replicated(ss_ctx *ss, int k, int64_t epoch, int64_t version);
 /* metrics.c */
 int metrics_start(ss_ctx *ss, char *err, size_t errlen); /* the log timer, and the HTTP endpoint if asked */
 void metrics_log(ss_ctx *ss);
+void metrics_stop(ss_ctx *ss); /* teardown: the timer and the HTTP endpoint */
 
 #endif

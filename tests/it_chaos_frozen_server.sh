@@ -3,9 +3,9 @@
 # server cut off without RST). 3 workers, 3 shard-servers (lease ttl 1.5 s); one server is frozen for
 # 12 s. Its leases expire and move after ~1.5 s; the run must go on within a few seconds of that
 # (the next round must close less than 5 s after the freeze), and everything must still be exact
-# (the audit: commits once each, identical digests). Before 57adb7d the workers stayed blocked on their
-# open connection to the frozen server (per-request timeout 60 s, no reaction to the lease change) and
-# the whole run stalled for the length of the freeze (docs/chaos.md, bug 2): now a failure.
+# (the audit: commits once each, identical digests). It guards against bug 2 of docs/chaos.md: workers
+# blocked on their open connection to the frozen server (per-request timeout 60 s, no reaction to the
+# lease change), which stalls the whole run for the length of the freeze.
 . "$(dirname "$0")/lib.sh"
 OUT="$TMP/frozen"; FREEZE=12
 python3 tests/chaos/chaos.py --out "$OUT" --run frozen --workers 3 --servers 3 --shards 6 --numel 20000 \

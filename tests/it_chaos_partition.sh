@@ -7,8 +7,8 @@
 # rounds without it; after the heal w1 registers again (new incarnation), gets the current parameters
 # (its first sync after the heal is at the current version, same digest as everyone) and is a
 # participant again; no closed round ever counts the incarnation that was cut off after its eviction
-# (its stale pseudo-gradient is never applied; the servers reject its late pushes). Before 57adb7d the
-# worker often never registered again (docs/chaos.md, bug 1): now a failure. Skips (77) where network
+# (its stale pseudo-gradient is never applied; the servers reject its late pushes). It guards against
+# bug 1 of docs/chaos.md (the evicted worker never registering again). Skips (77) where network
 # namespaces or tc are not available (needs root).
 . "$(dirname "$0")/lib.sh"
 if ! { ip netns add "dlprobe$$" 2>/dev/null && ip netns del "dlprobe$$"; }; then

@@ -5,7 +5,8 @@
 # restarted by anyone. The run must continue from exactly where it was: the open round never goes
 # back, every worker finishes its 1200 steps (exit 0), every round is committed once per shard, all
 # 60 rounds counted all 3 workers, and the final parameters are bit-identical to the fault-free
-# reference (tests/tools/ref_quadratic): nothing was lost, nothing applied twice.
+# reference (tests/tools/ref_quadratic): nothing was lost, nothing applied twice. Each server's metrics
+# count the reconnects: 3 (control, bulk, bulk-write) per Redis restart.
 . "$(dirname "$0")/lib.sh"
 OUT="$TMP/redis"; NUMEL=60000; SHARDS=4; SEED=5; H=20; ROUNDS=60
 python3 tests/chaos/chaos.py --out "$OUT" --run rr --aof --workers 3 --servers 2 --shards $SHARDS --numel $NUMEL \
@@ -38,8 +39,23 @@ for w in ("w1", "w2", "w3"):
 d = json.load(open(out + "/redis_dump.json"))
 parts = [len(b.get("participants", "").split(",")) for k, b in d["barriers"].items() if b.get("state") == "closed"]
 assert len(parts) == rounds and set(parts) == {3}, "closed rounds %d, participants %s" % (len(parts), sorted(set(parts)))
-kills = sum(1 for e in ch if e["event"] == "fault")
-print("%d Redis kill -9s; every worker finished %d steps in one incarnation; %d rounds, each with all 3 workers" % (kills, steps, rounds))
+kills = [e["t"] for e in ch if e["event"] == "fault"]
+# each server logs its counters every 30 s: by then, each kill at least 5.5 s old (Redis is back after
+# about 1 s; the links retry with backoff) had its 3 connections (control, bulk, bulk-write) re-established
+# once, and no more than the kills so far can have been
+import datetime, re
+for s in ("s1", "s2"):
+    lines = [l for l in open("%s/server-%s.log" % (out, s)) if " INFO metrics: " in l]
+    assert lines, "server %s logged no metrics line" % s
+    for l in lines:
+        t = datetime.datetime.strptime(l.split()[0], "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=datetime.timezone.utc).timestamp()
+        got = int(re.search(r"redis reconnects (\d+)", l).group(1))
+        over = sum(1 for k in kills if k + 5.5 < t)
+        began = sum(1 for k in kills if k < t)
+        assert 3 * over <= got <= 3 * began, "server %s at %.1f: redis reconnects %d, want %d..%d (%d kills over, %d begun)" % (
+            s, t, got, 3 * over, 3 * began, over, began)
+    print("server %s: redis reconnects %d in its last metrics line" % (s, got))
+print("%d Redis kill -9s; every worker finished %d steps in one incarnation; %d rounds, each with all 3 workers" % (len(kills), steps, rounds))
 PY
 cat "$TMP/check.log"
 # the final state equals the fault-free reference

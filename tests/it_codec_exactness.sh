@@ -1,6 +1,8 @@
 #!/bin/sh
 # it_codec_exactness.sh: int8 and int4 runs (coordinator init --compress), with and without worker
-# --error-feedback, and an int8 run with --download update (it_update_download has int4): 3 workers, 2 shard-servers, 8 shards of uneven sizes (blocks restart at each shard),
+# --error-feedback, an int8 run with --download update (it_update_download has int4), an int3 run with
+# error feedback and --download update (the under-1-byte configuration) and an int2 run with error
+# feedback: 3 workers, 2 shard-servers, 8 shards of uneven sizes (blocks restart at each shard),
 # 4 rounds. The final parameters in Redis (every shard's digest) and on every worker are bit-identical
 # to the in-process reference of the same codec (tests/tools/ref_quadratic --codec), and a push in
 # another codec is refused with BADCODEC and recorded, the run going on.
@@ -24,6 +26,8 @@ one_run int4 ""
 one_run int8 ef
 one_run int4 ef
 one_run int8 "" update
+one_run int3 ef update
+one_run int2 ef
 # Against the last run's servers: a push in another codec and one with a NaN block scale.
 for c in badcodec nanscale; do
   out=$(build/tests/tools/dp_client --redis "$URL" --run $RUN --case $c --shard 3 2>&1) || fail "case $c was not rejected as it must be: $out"

@@ -46,9 +46,18 @@ kill -9 "$(cat "$D/node-$B/redis.pid")"
 wait_until 30 '[ "$(sh $S master --dir "$D")" != "$old" ]' "the Sentinels to promote a replica"
 new=$(sh $S master --dir "$D")
 say "the Sentinels promoted $new after the master $old was killed"
-bin/coordinator status --redis "$URL" --run hadep > "$TMP/cstatus.txt" 2>&1 || fail "coordinator status: $(cat "$TMP/cstatus.txt")"
-grep -q "^redis: sentinel, master $new, 1 replica(s), [1-9][0-9]* failover" "$TMP/cstatus.txt" \
-  || fail "coordinator status: $(tail -n 3 "$TMP/cstatus.txt")"
+# the other replica follows the new master a moment after the promotion (the Sentinels reconfigure it)
+cstatus() { bin/coordinator status --redis "$URL" --run hadep > "$TMP/cstatus.txt" 2>&1 &&
+  grep -q "^redis: sentinel, master $new, 1 replica(s), [1-9][0-9]* failover" "$TMP/cstatus.txt"; }
+wait_until 10 cstatus "coordinator status to show master $new with 1 replica"
+bin/coordinator status --redis "$URL" --run hadep --json > "$TMP/cstatus.json" 2>&1 || fail "status --json"
+python3 - "$TMP/cstatus.json" "$new" <<'PY' || fail "coordinator status --json: $(cat "$TMP/cstatus.json")"
+import json, sys
+r = json.load(open(sys.argv[1]))["redis"]
+assert r["mode"] == "sentinel" and r["master"] == sys.argv[2], r
+assert len(r["replicas"]) == 1 and r["replicas"][0]["state"] == "online", r
+assert r["sentinel"]["name"] == "dlha" and r["sentinel"]["sentinels"] == 3 and r["sentinel"]["failovers"] >= 1, r
+PY
 sh $S up --dir "$D" > "$TMP/up2.log" 2>&1 || fail "second up: $(cat "$TMP/up2.log")"
 redis-cli -p "$B" role | head -n 1 | grep -q slave || fail "the old master did not come back as a replica"
 sh $S status --dir "$D" | grep -q "last failover: .*switch-master" || fail "status does not show the failover"

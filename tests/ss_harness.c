@@ -158,11 +158,26 @@ ss_ctx *ssh_server(struct event_base *base, const char *run, const char *id, int
     ss->opts.lease_ttl_ms = ttl_ms;
     ss->opts.max_pending_rounds = 4;
     char err[512];
+    err[0] = '\0';
     if (ss_ctx_load_run(ss, NULL) != 0 || ss_ctx_start(ss, base, err, sizeof err) != 0) {
         fprintf(stderr, "shard-server %s did not start: %s\n", id, err);
+        ssh_server_free(ss);
         return NULL;
     }
     return ss;
+}
+
+void ssh_server_free(ss_ctx *ss)
+{
+    if (ss == NULL) return;
+    ss_ctx_free(ss);
+    free(ss);
+}
+
+void ssh_teardown(struct event_base *base)
+{
+    if (base != NULL) event_base_free(base);
+    ssh_redis_stop();
 }
 
 int ssh_pump_until(struct event_base *base, int (*cond)(void *), void *arg, int timeout_ms)

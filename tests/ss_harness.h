@@ -19,6 +19,8 @@ int ssh_redis_start(void);
  * `coordinator init` and init_args. 0 ok. */
 int ssh_setup(const char *run, const char *init_args, struct event_base **base);
 void ssh_redis_stop(void);
+/* A test group's teardown: the event base freed, redis-server stopped (free the servers first). */
+void ssh_teardown(struct event_base *base);
 /* A command on the test's own synchronous connection; the caller frees the reply. */
 redisReply *ssh_cmd(const char *fmt, ...);
 /* An integer or string field of the run's dl:{R}:shards hash ("" / -1 when absent). */
@@ -35,6 +37,8 @@ int ssh_init_run(const char *run, const char *extra);
 
 /* A shard-server of run with id and lease ttl on base. NULL on failure. */
 ss_ctx *ssh_server(struct event_base *base, const char *run, const char *id, int ttl_ms);
+/* Take a server of ssh_server down (ss_ctx_free) and free it. */
+void ssh_server_free(ss_ctx *ss);
 /* Run the loop until cond(arg) holds or timeout_ms passes; 0 when it holds. */
 int ssh_pump_until(struct event_base *base, int (*cond)(void *), void *arg, int timeout_ms);
 void ssh_pump_for(struct event_base *base, int ms);

@@ -1,8 +1,9 @@
 /*
- * test_codec.c: the int8/int4 block codecs (common/math/codec.c): sizes, known vectors (zeros, exact
+ * test_codec.c: the int8/int4/int3/int2 block codecs (common/math/codec.c): sizes, known vectors (zeros, exact
  * scales, ties to even, one huge value in a block, denormals, -0, a shorter last block), NaN and Inf
  * rejected before encoding with their index, the decoding error bound, the check of received scales,
- * blobs carrying a codec, and the portable and AVX2 builds giving the same bits.
+ * blobs carrying a codec, the portable and AVX2 builds giving the same bits, and the worker's one-pass
+ * encoding with error feedback giving the bits of the separate steps.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -23,6 +24,13 @@ static float scale_of(const uint8_t *block)
     return bf16_to_f32((uint16_t)(block[0] | block[1] << 8));
 }
 
+/* The block codecs, and the largest code of each. */
+static const int block_dtypes[] = {BLOB_I8, BLOB_I4, BLOB_I3, BLOB_I2};
+static float qmax_of(int dtype)
+{
+    return dtype == BLOB_I8 ? 127.0f : dtype == BLOB_I4 ? 7.0f : dtype == BLOB_I3 ? 3.0f : 1.0f;
+}
+
 static void names_and_sizes(void **state)
 {
     (void)state;
@@ -30,8 +38,18 @@ static void names_and_sizes(void **state)
     assert_int_equal(codec_parse("int4"), BLOB_I4);
     assert_int_equal(codec_parse("bf16"), BLOB_BF16);
     assert_int_equal(codec_parse("fp32"), BLOB_F32);
-    assert_int_equal(codec_parse("int3"), 0);
+    assert_int_equal(codec_parse("int3"), BLOB_I3);
+    assert_int_equal(codec_parse("int2"), BLOB_I2);
+    assert_int_equal(codec_parse("int5"), 0);
     assert_string_equal(codec_name(BLOB_I4), "int4");
+    assert_string_equal(codec_name(BLOB_I3), "int3");
+    assert_string_equal(codec_name(BLOB_I2), "int2");
+    assert_int_equal(codec_bytes(BLOB_I3, 256), 98); /* 3 bits a code */
+    assert_int_equal(codec_bytes(BLOB_I2, 256), 66);
+    assert_int_equal(codec_bytes(BLOB_I3, 300), 98 + 98); /* a shorter block is stored whole */
+    assert_int_equal(codec_bytes(BLOB_I2, 300), 66 + 66);
+    assert_int_equal(codec_offset(BLOB_I3, 512), 196);
+    assert_int_equal(codec_offset(BLOB_I2, 768), 198);
     assert_int_equal(codec_bytes(BLOB_I8, 256), 258);
     assert_int_equal(codec_bytes(BLOB_I4, 256), 130);
     assert_int_equal(codec_bytes(BLOB_I8, 300), 258 + 2 + 44);
@@ -72,6 +90,23 @@ static void exact_scales_give_exact_codes(void **state)
     assert_int_equal(out4[2], 0x9u | 0xau << 4); /* -7 and -6 as nibbles, the first element low */
     codec_decode(BLOB_I4, out4, 256, y);
     assert_memory_equal(x, y, sizeof x);
+    uint8_t out3[98], out2[66];
+    for (int i = 0; i < 256; i++) x[i] = (float)(i % 7 - 3) * 0.25f; /* amax 0.75: scale 0.25, codes -3..3 */
+    assert_int_equal(codec_encode(BLOB_I3, x, 256, out3, &bad), 0);
+    assert_true(scale_of(out3) == 0.25f);
+    /* byte 0 of the low plane: the low two bits of elements 0, 64, 128, 192 (codes -3 -2 -1 0: 101 110
+     * 111 000), byte 0 of the high plane: the third bit of elements 0, 32, ..., 224 (codes -3 1 -2 2 -1 3
+     * 0 -3) */
+    assert_int_equal(out3[2], 1u | 2u << 2 | 3u << 4 | 0u << 6);
+    assert_int_equal(out3[2 + 64], 1u | 0u << 1 | 1u << 2 | 0u << 3 | 1u << 4 | 0u << 5 | 0u << 6 | 1u << 7);
+    codec_decode(BLOB_I3, out3, 256, y);
+    assert_memory_equal(x, y, sizeof x);
+    for (int i = 0; i < 256; i++) x[i] = (float)(i % 3 - 1) * 0.5f; /* amax 0.5: scale 0.5, codes -1..1 */
+    assert_int_equal(codec_encode(BLOB_I2, x, 256, out2, &bad), 0);
+    assert_true(scale_of(out2) == 0.5f);
+    assert_int_equal(out2[2], 3u | 0u << 2 | 1u << 4 | 3u << 6); /* elements 0, 64, 128, 192: -1 0 1 -1 */
+    codec_decode(BLOB_I2, out2, 256, y);
+    assert_memory_equal(x, y, sizeof x);
 }
 
 static void ties_round_to_even(void **state)
@@ -84,6 +119,12 @@ static void ties_round_to_even(void **state)
     assert_true(scale_of(out) == 1.0f);
     int8_t want[7] = {127, 0, 2, 2, -2, 0, 126};
     for (int i = 0; i < 7; i++) assert_int_equal((int8_t)out[2 + i], want[i]);
+    float x3[256] = {3.0f, 0.5f, 1.5f, 2.5f, -2.5f, -0.5f, -1.5f}, y3[256]; /* int3: scale 1 */
+    assert_int_equal(codec_encode(BLOB_I3, x3, 256, out, &bad), 0);
+    assert_true(scale_of(out) == 1.0f);
+    codec_decode(BLOB_I3, out, 256, y3);
+    float want3[7] = {3.0f, 0.0f, 2.0f, 2.0f, -2.0f, 0.0f, -2.0f};
+    assert_memory_equal(y3, want3, sizeof want3);
 }
 
 static void one_huge_value_in_a_block(void **state)
@@ -152,12 +193,13 @@ static void error_is_at_most_half_a_step(void **state)
     uint8_t *out = malloc(codec_bytes(BLOB_I4, n) + codec_bytes(BLOB_I8, n));
     uint64_t st = 42;
     for (size_t i = 0; i < n; i++) x[i] = (float)((rng_uniform(&st) - 0.5) * pow(10.0, (double)(i / 256 % 9) - 4));
-    for (int dt = BLOB_I8; dt <= BLOB_I4; dt++) {
+    for (size_t d = 0; d < sizeof block_dtypes / sizeof block_dtypes[0]; d++) {
+        int dt = block_dtypes[d];
         assert_int_equal(codec_encode(dt, x, n, out, &bad), 0);
         codec_decode(dt, out, n, y);
         for (size_t i = 0; i < n; i++) {
             float s = scale_of(out + codec_offset(dt, i / 256 * 256));
-            assert_true(fabsf(y[i] - x[i]) <= s * 0.5f * 1.0001f || fabsf(x[i]) > s * (dt == BLOB_I8 ? 127 : 7));
+            assert_true(fabsf(y[i] - x[i]) <= s * 0.5f * 1.0001f || fabsf(x[i]) > s * qmax_of(dt));
             assert_true(fabsf(y[i] - x[i]) <= s * 1.01f); /* clamping at the largest code costs at most a step */
         }
     }
@@ -193,6 +235,15 @@ static void received_scales_are_checked(void **state)
     float y[600];
     codec_decode(BLOB_I8, out, 600, y);
     assert_true(isfinite(y[512]) && y[512] < -1e38f);
+    /* int3 and int2: their crafted smallest codes (-4, -2) at the largest scale are finite too */
+    uint8_t in3[98] = {0xff, 0x7b}, in2[66] = {0xff, 0x7b, 0x02};
+    in3[2 + 64] = 0x01; /* element 0: low bits 00, high bit 1 */
+    assert_int_equal(codec_check(BLOB_I3, in3, 256, &bad), 0);
+    codec_decode(BLOB_I3, in3, 256, y);
+    assert_true(isfinite(y[0]) && y[0] == -4.0f * scale_of(in3) && y[1] == 0.0f);
+    assert_int_equal(codec_check(BLOB_I2, in2, 256, &bad), 0);
+    codec_decode(BLOB_I2, in2, 256, y);
+    assert_true(isfinite(y[0]) && y[0] == -2.0f * scale_of(in2) && y[1] == 0.0f);
 }
 
 static void blobs_carry_the_codec(void **state)
@@ -238,7 +289,8 @@ static void portable_and_avx2_agree(void **state)
         x[i] = (float)(u * pow(2.0, (double)(i % 97) - 60));   /* wide exponents, denormals included */
         if (i % 31 == 0) x[i] = (float)((int)(u * 20)) * 0.5f; /* exact halves: ties */
     }
-    for (int dt = BLOB_I8; dt <= BLOB_I4; dt++) {
+    for (size_t d = 0; d < sizeof block_dtypes / sizeof block_dtypes[0]; d++) {
+        int dt = block_dtypes[d];
         size_t nb = codec_bytes(dt, n);
         codec_force_portable(0);
         assert_int_equal(codec_encode(dt, x, n, a, &bad), 0);
@@ -257,6 +309,79 @@ static void portable_and_avx2_agree(void **state)
     free(p);
 }
 
+/* codec_encode_delta (the worker's one pass: Δ = a - b, plus the kept error, encoded, the new error
+ * kept) gives the bits of the separate steps, in both builds, and finds a non-finite Δ's index. */
+static void encode_delta_is_the_separate_steps(void **state)
+{
+    (void)state;
+    size_t n = 3 * 256 + 77, bad;
+    float *buf = malloc(6 * n * sizeof *buf), *a = buf, *b = a + n, *ef = b + n, *x = ef + n, *y = x + n, *ef2 = y + n;
+    uint8_t *qbuf = malloc(2 * codec_bytes(BLOB_I8, n)), *qa = qbuf, *qb = qa + codec_bytes(BLOB_I8, n);
+    uint64_t st = 11;
+    for (size_t i = 0; i < n; i++) {
+        a[i] = (float)(rng_uniform(&st) - 0.5);
+        b[i] = a[i] + (float)((rng_uniform(&st) - 0.5) * 1e-3);
+        ef[i] = (float)((rng_uniform(&st) - 0.5) * 1e-5);
+    }
+    for (int portable = 0; portable < 2; portable++)
+        for (size_t d = 0; d < sizeof block_dtypes / sizeof block_dtypes[0]; d++) {
+            int dt = block_dtypes[d];
+            codec_force_portable(portable);
+            for (size_t i = 0; i < n; i++) x[i] = (a[i] - b[i]) + ef[i];
+            assert_int_equal(codec_encode(dt, x, n, qa, &bad), 0);
+            codec_decode(dt, qa, n, y);
+            memcpy(ef2, ef, n * sizeof *ef);
+            assert_int_equal(codec_encode_delta(dt, a, b, ef2, n, qb, &bad), 0);
+            assert_memory_equal(qa, qb, codec_bytes(dt, n));
+            for (size_t i = 0; i < n; i++) assert_true(ef2[i] == x[i] - y[i]);
+            assert_int_equal(codec_encode_delta(dt, x, NULL, NULL, n, qb, &bad), 0); /* a given Δ, no error */
+            assert_memory_equal(qa, qb, codec_bytes(dt, n));
+        }
+    codec_force_portable(0);
+    b[800] = INFINITY; /* in the shorter last block */
+    assert_int_equal(codec_encode_delta(BLOB_I3, a, b, ef, n, qb, &bad), -1);
+    assert_int_equal(bad, 800);
+    free(buf);
+    free(qbuf);
+}
+
+/* codec_decode_add (the shard-server's sum) gives the bits of codec_decode and an add, in both builds,
+ * and codec_round_trip those of codec_encode and codec_decode. */
+static void decode_add_and_round_trip_are_the_separate_steps(void **state)
+{
+    (void)state;
+    size_t n = 20 * 256 + 77, bad;
+    float *buf = malloc(4 * n * sizeof *buf), *x = buf, *acc = x + n, *want = acc + n, *y = want + n;
+    uint8_t *qbuf = malloc(2 * codec_bytes(BLOB_I8, n)), *q = qbuf, *q2 = q + codec_bytes(BLOB_I8, n);
+    uint64_t st = 3;
+    for (size_t i = 0; i < n; i++) {
+        x[i] = (float)((rng_uniform(&st) - 0.5) * pow(2.0, (double)(i % 29) - 10));
+        acc[i] = (float)(rng_uniform(&st) - 0.5);
+    }
+    for (int portable = 0; portable < 2; portable++)
+        for (size_t d = 0; d < sizeof block_dtypes / sizeof block_dtypes[0]; d++) {
+            int dt = block_dtypes[d];
+            codec_force_portable(portable);
+            assert_int_equal(codec_encode(dt, x, n, q, &bad), 0);
+            codec_decode(dt, q, n, y);
+            for (size_t i = 0; i < n; i++) want[i] = acc[i] + y[i];
+            memcpy(y, acc, n * sizeof *y);
+            codec_decode_add(dt, q, n, y);
+            assert_memory_equal(y, want, n * sizeof *y);
+            memcpy(y, x, n * sizeof *y);
+            assert_int_equal(codec_round_trip(dt, y, n, q2, &bad), 0);
+            assert_memory_equal(q2, q, codec_bytes(dt, n));
+            codec_decode(dt, q, n, want);
+            assert_memory_equal(y, want, n * sizeof *y);
+        }
+    codec_force_portable(0);
+    x[5000] = NAN;
+    assert_int_equal(codec_round_trip(BLOB_I4, x, n, q2, &bad), -1);
+    assert_int_equal(bad, 5000);
+    free(buf);
+    free(qbuf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -271,6 +396,8 @@ int main(void)
         cmocka_unit_test(received_scales_are_checked),
         cmocka_unit_test(blobs_carry_the_codec),
         cmocka_unit_test(portable_and_avx2_agree),
+        cmocka_unit_test(encode_delta_is_the_separate_steps),
+        cmocka_unit_test(decode_add_and_round_trip_are_the_separate_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

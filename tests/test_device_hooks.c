@@ -1,6 +1,6 @@
 /* test_device_hooks.c: libdiloco's device path (worker/diloco/device.c) against its host path, in
  * process, without Redis: two sessions are built by hand over the same layout (1000 parameters, 4
- * shards, 2 fragments), one working on a params buffer as always, the other with no params pointer
+ * shards, 2 fragments), one working on a params buffer (the host path), the other with no params pointer
  * and the hooks of the host-memory stand-in device (worker/trainers/host_device.c). Both go through
  * libdiloco's own functions (dl_adopt_base + dl_params_changed, sync_compute_delta,
  * sync_apply_fragment), and must give the same bytes:
@@ -43,7 +43,8 @@ static diloco *session(float *params, const diloco_device_ops *ops, int bf16)
     assert_non_null(d);
     diloco_options_default(&d->o);
     d->o.bf16 = bf16;
-    d->push_dtype = bf16 ? BLOB_BF16 : BLOB_F32; /* what session.c derives from a bf16 run and o.bf16 */
+    d->rc.compress = BLOB_BF16; /* a bf16 run: o.bf16 = 0 pushes fp32 */
+    d->push_dtype = dl_push_dtype(d);
     if (ops) d->o.device = *ops;
     d->params = params;
     d->numel = N;

@@ -1,7 +1,7 @@
 /*
  * test_opts.c: the option parser of common/base/opts.c: every kind of option, bounds, both value
  * spellings, missing values, unknown options and positional arguments, --help, and the rest array a
- * second parser reads.
+ * second parser reads; opts_parse_cmd, the front every command's main uses, and its exit statuses.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -192,6 +192,36 @@ static void rest_keeps_unknown_tokens_in_order(void **state)
     for (int k = 0; k < nrest; k++) assert_string_equal(rest[k], want[k]);
 }
 
+static FILE *g_usage_to;
+static int g_usage_calls;
+
+static void record_usage(FILE *f)
+{
+    g_usage_to = f;
+    g_usage_calls++;
+}
+
+/* --help prints the usage to stdout and exits 0; a bad option prints no usage and exits 2. */
+static void a_command_answers_help_and_bad_options_alike(void **state)
+{
+    (void)state;
+    vals v;
+    opt_spec s[NSPEC];
+    table(&v, s);
+    char *help[] = {"p", "--count", "3", "--help"}, *bad[] = {"p", "--count", "x"}, *good[] = {"p", "--count", "3"};
+    assert_int_equal(opts_parse_cmd("p", record_usage, s, 4, help, 1, NULL, NULL), 1);
+    assert_int_equal(g_usage_calls, 1);
+    assert_ptr_equal(g_usage_to, stdout);
+    assert_int_equal(opts_exit_status(1), 0);
+    assert_int_equal(opts_parse_cmd("p", record_usage, s, 3, bad, 1, NULL, NULL), -1);
+    assert_int_equal(g_usage_calls, 1);
+    assert_int_equal(opts_exit_status(-1), OPTS_EXIT_USAGE);
+    assert_int_equal(OPTS_EXIT_USAGE, 2);
+    assert_int_equal(opts_parse_cmd("p", record_usage, s, 3, good, 1, NULL, NULL), 0);
+    assert_int_equal(v.count, 3);
+    assert_int_equal(g_usage_calls, 1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -204,6 +234,7 @@ int main(void)
         cmocka_unit_test(unknown_and_positional_fail_without_rest),
         cmocka_unit_test(help_is_reported),
         cmocka_unit_test(rest_keeps_unknown_tokens_in_order),
+        cmocka_unit_test(a_command_answers_help_and_bad_options_alike),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -121,8 +121,8 @@ static void codec_settings(void **state)
     assert_int_equal(rc.download_update, 1);
     assert_true(runconf_accepts_dtype(&rc, BLOB_I4) && !runconf_accepts_dtype(&rc, BLOB_BF16));
     runconf_free(&rc);
-    assert_int_equal(from("*8\r\n" BASE "$8\r\ncompress\r\n$4\r\nint3\r\n", &rc, err, sizeof err), -1);
-    assert_non_null(strstr(err, "codec 'int3'"));
+    assert_int_equal(from("*8\r\n" BASE "$8\r\ncompress\r\n$4\r\nint5\r\n", &rc, err, sizeof err), -1);
+    assert_non_null(strstr(err, "codec 'int5'"));
     runconf_free(&rc);
     assert_int_equal(
         from("*10\r\n" BASE "$4\r\nmode\r\n$5\r\nasync\r\n$8\r\ndownload\r\n$6\r\nupdate\r\n", &rc, err, sizeof err),

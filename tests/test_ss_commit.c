@@ -48,7 +48,10 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    ssh_redis_stop();
+    ssh_server_free(g_server);
+    g_server = NULL;
+    ssh_teardown(g_base);
+    g_base = NULL;
     return 0;
 }
 

@@ -36,7 +36,8 @@ static int setup(void **state)
 static int teardown(void **state)
 {
     (void)state;
-    ssh_redis_stop();
+    ssh_teardown(g_base);
+    g_base = NULL;
     return 0;
 }
 
@@ -115,6 +116,8 @@ static void test_lease_takeover_fence_expiry(void **state)
     assert_int_equal(b->shards[0].state, SH_FREE);
     assert_int_equal(ssh_get(b, 0, 0, &rep), 0);
     assert_string_equal(rep.h.op, "moved");
+    ssh_server_free(a);
+    ssh_server_free(b);
 }
 
 int main(void)

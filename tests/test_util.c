@@ -1,6 +1,6 @@
 /*
  * test_util.c: the helpers of common/base/util.c: strict number parsing, backoff bounds and jitter,
- * the deterministic PRNG, clocks, and err_set's truncation and NULL safety.
+ * the deterministic PRNG, clocks, err_set's truncation and NULL safety, and csv_has's whole entries.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -103,6 +103,20 @@ static void err_set_truncates_and_is_null_safe(void **state)
     assert_string_equal(err, "value 1");
 }
 
+static void csv_has_matches_whole_entries(void **state)
+{
+    (void)state;
+    assert_true(csv_has("w1:1,w2:3,w3:2", "w1:1"));
+    assert_true(csv_has("w1:1,w2:3,w3:2", "w2:3"));
+    assert_true(csv_has("w1:1,w2:3,w3:2", "w3:2"));
+    assert_false(csv_has("w1:1,w2:3,w3:2", "w2:1"));  /* another incarnation */
+    assert_false(csv_has("w1:1,w2:3,w3:2", "w1"));    /* a prefix of an entry */
+    assert_false(csv_has("w1:1,w2:3,w3:2", "w3:2,")); /* more than an entry */
+    assert_false(csv_has("w11:1", "w1:1"));
+    assert_false(csv_has("", "w1"));
+    assert_true(csv_has("w1", "w1"));
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -112,6 +126,7 @@ int main(void)
         cmocka_unit_test(prng_is_deterministic_and_uniform_in_unit_interval),
         cmocka_unit_test(clocks_advance),
         cmocka_unit_test(err_set_truncates_and_is_null_safe),
+        cmocka_unit_test(csv_has_matches_whole_entries),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -174,7 +174,7 @@ typedef struct diloco_options {
     void (*log_callback)(void *ctx, int level, const char *message);
     void *log_ctx;
     int log_level; /* DILOCO_LOG_*; default DILOCO_LOG_DEFAULT */
-    /* int8/int4 runs (coordinator init --compress): keep what quantization dropped from each
+    /* int8/int4/int3/int2 runs (coordinator init --compress): keep what quantization dropped from each
      * pseudo-gradient and add it to the next one (default 0; in this process only) */
     int error_feedback;
 } diloco_options;

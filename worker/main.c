@@ -68,7 +68,7 @@ static void usage(FILE *f)
                "  --sync-every H            inner steps between syncs (default 500)\n"
                "  --steps N                 inner steps to train, then leave (default: until stopped)\n"
                "  --no-bf16                 send fp32 pseudo-gradients instead of bf16 (in a bf16 run)\n"
-               "  --error-feedback          (int8/int4 runs) add what quantization dropped to the next round's\n"
+               "  --error-feedback          (int8/int4/int3/int2 runs) add what quantization dropped to the next round's\n"
                "                            pseudo-gradient (kept in this process only)\n"
                "  --heartbeat-interval S    seconds between heartbeats (default 30; 0 disables)\n"
                "  --max-sync-retries N      failed syncs in a row before registering again (default 3)\n"
@@ -111,7 +111,8 @@ static void seconds_to_ms(int given, double s, int *ms)
     if (given) *ms = (int)(s * 1000);
 }
 
-/* Parse our own flags; leave the rest (trainer flags) in rest[]. */
+/* Parse our own flags; leave the rest (trainer flags) in rest[]. 0 ready, 1 after --help printed the usage,
+ * -1 after a message on stderr. */
 static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *nrest)
 {
     memset(a, 0, sizeof *a);
@@ -211,16 +212,8 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
         {0},
     };
     static const char *hook_modes[] = {"auto", "off", "host"};
-    char perr[256];
-    int prc = opts_parse(specs, argc, argv, 0, rest, nrest, perr, sizeof perr);
-    if (prc == 1) {
-        usage(stdout);
-        exit(0);
-    }
-    if (prc < 0) {
-        fprintf(stderr, "worker: %s\n", perr);
-        return -1;
-    }
+    int prc = opts_parse_cmd("worker", usage, specs, argc, argv, 0, rest, nrest);
+    if (prc != 0) return prc;
     a->device_hooks = hook_modes[hooks];
     a->steps = (long)steps;
     a->step_delay_ms = (unsigned)delay;
@@ -428,9 +421,10 @@ static int run_worker(int argc, char **argv)
     worker_args a;
     char **rest = calloc((size_t)argc + 1, sizeof(char *));
     int nrest;
-    if (!rest || parse_args(argc, argv, &a, rest, &nrest) < 0) {
+    int prc = rest ? parse_args(argc, argv, &a, rest, &nrest) : -1;
+    if (prc != 0) {
         free(rest);
-        return 2;
+        return opts_exit_status(prc);
     }
     char err[512];
     runconf rc;

@@ -1,8 +1,8 @@
 /*
  * opts.c: the table-driven option parser (opts.h). One pass over argv: each token is matched against
  * the table by long name (`--name`, `--name=value`) or short alias (`-x`), its value checked against the
- * option's kind and bounds, then stored. Nothing is printed: errors go to the caller's err buffer so
- * each binary prefixes its own name.
+ * option's kind and bounds, then stored. opts_parse prints nothing (errors go to the caller's err
+ * buffer); opts_parse_cmd is the one place that prints what a command says about its command line.
  */
 #include "opts.h"
 
@@ -217,4 +217,19 @@ int opts_parse(const opt_spec *specs, int argc, char **argv, int first, char **r
         if (store(s, inline_value, err, errlen) != 0) return -1;
     }
     return 0;
+}
+
+int opts_parse_cmd(const char *prog, void (*usage)(FILE *f), const opt_spec *specs, int argc, char **argv, int first,
+                   char **rest, int *nrest)
+{
+    char err[512];
+    int rc = opts_parse(specs, argc, argv, first, rest, nrest, err, sizeof err);
+    if (rc == 1) usage(stdout);
+    if (rc < 0) fprintf(stderr, "%s: %s\n", prog, err);
+    return rc;
+}
+
+int opts_exit_status(int rc)
+{
+    return rc > 0 ? 0 : OPTS_EXIT_USAGE;
 }

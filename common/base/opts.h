@@ -7,11 +7,15 @@
  * a bad one is reported as "--name wants <what>, got '<value>' (see --help)". Tokens the table does
  * not know either fail ("unknown option") or, when the caller passes a rest array, are kept in order
  * for a second parser (bin/worker hands the trainer's options on this way).
+ *
+ * A command's main calls opts_parse_cmd instead, so every binary answers --help and a bad option alike
+ * and exits with the same status (opts_exit_status).
  */
 #ifndef DILOCO_OPTS_H
 #define DILOCO_OPTS_H
 
 #include <stddef.h>
+#include <stdio.h>
 
 #ifdef __cplusplus
 extern "C" {
@@ -50,6 +54,18 @@ typedef struct {
  * given as a separate token, follows it there. */
 int opts_parse(const opt_spec *specs, int argc, char **argv, int first, char **rest, int *nrest, char *err,
                size_t errlen);
+
+/* opts_parse for a command's main (prog names it in messages, e.g. "coordinator serve"): -h/--help prints
+ * usage(stdout); a bad option prints "PROG: <what is wrong> (see --help)" to stderr. Returns what
+ * opts_parse returns: 0 go on, 1 after the usage, -1 after the error message. */
+int opts_parse_cmd(const char *prog, void (*usage)(FILE *f), const opt_spec *specs, int argc, char **argv, int first,
+                   char **rest, int *nrest);
+
+#define OPTS_EXIT_USAGE 2 /* exit status of every binary on a usage error */
+
+/* The exit status a command returns after opts_parse_cmd returned rc != 0: 0 after --help,
+ * OPTS_EXIT_USAGE after a bad option. */
+int opts_exit_status(int rc);
 
 #ifdef __cplusplus
 }

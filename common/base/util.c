@@ -9,6 +9,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <time.h>
 #include <unistd.h>
 #include <sys/syscall.h>
@@ -68,6 +69,18 @@ unsigned backoff_ms(unsigned attempt, unsigned base_ms, unsigned cap_ms)
     uint64_t low = d - d / 4;
     if (span == 0) return (unsigned)d;
     return (unsigned)(low + (uint64_t)jitter_next() % (span + 1));
+}
+
+int csv_has(const char *csv, const char *item)
+{
+    size_t n = strlen(item);
+    for (const char *p = csv; p != NULL && *p;) {
+        const char *end = strchr(p, ',');
+        size_t len = end ? (size_t)(end - p) : strlen(p);
+        if (len == n && strncmp(p, item, n) == 0) return 1;
+        p = end ? end + 1 : p + len;
+    }
+    return 0;
 }
 
 int parse_int(const char *s, long long min, long long max, long long *out)

@@ -25,6 +25,9 @@ void sleep_ms(unsigned ms);
 /* base*2^attempt capped at cap_ms, with +-25% jitter so that many clients do not retry in lockstep. */
 unsigned backoff_ms(unsigned attempt, unsigned base_ms, unsigned cap_ms);
 
+/* Whether the comma-separated list csv has item as one of its entries (a whole entry, not a prefix). */
+int csv_has(const char *csv, const char *item);
+
 /* Strict parsers: the whole string must be a number (no trailing junk, no empty string). */
 int parse_int(const char *s, long long min, long long max, long long *out);
 int parse_double(const char *s, double *out);

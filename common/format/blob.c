@@ -350,7 +350,7 @@ static int decode_field(blob_header *h, const msgpack_object *k, const msgpack_o
         /* checked as int64, before narrowing: 0x100000001 must not pass as F32 */
         seen->dtype = 1;
         if (get_int(v, K_DTYPE, &i, err, errlen) != 0) return -1;
-        if (i <= BLOB_NONE || i > BLOB_I4 || codec_bytes((int)i, 1) == 0) {
+        if (i <= BLOB_NONE || i > BLOB_DTYPE_MAX || codec_bytes((int)i, 1) == 0) {
             err_set(err, errlen, "unknown blob dtype %lld", (long long)i);
             return -1;
         }

@@ -16,8 +16,10 @@
 #define BLOB_FORMAT 1
 #define BLOB_HEADER_MAX 1024 /* an encoded header never exceeds this */
 
-/* BLOB_I8, BLOB_I4: block-quantized pseudo-gradients (codec.h), whose size is not count * element size */
-enum blob_dtype { BLOB_NONE = 0, BLOB_F32 = 1, BLOB_BF16 = 2, BLOB_I8 = 3, BLOB_I4 = 4 };
+/* BLOB_I8, BLOB_I4, BLOB_I3, BLOB_I2: block-quantized pseudo-gradients (codec.h), whose size is not
+ * count * element size. BLOB_DTYPE_MAX is the largest dtype a blob may carry. */
+enum blob_dtype { BLOB_NONE = 0, BLOB_F32 = 1, BLOB_BF16 = 2, BLOB_I8 = 3, BLOB_I4 = 4, BLOB_I3 = 5, BLOB_I2 = 6 };
+#define BLOB_DTYPE_MAX BLOB_I2
 
 typedef struct blob_header {
     char op[16];    /* "push","pull","get","params","ack","err","moved","need","hello","snap","log",... */

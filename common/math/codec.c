@@ -6,6 +6,7 @@
  */
 #include "codec.h"
 
+#include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 
@@ -34,30 +35,30 @@ static int use_avx2(void)
 #endif
 }
 
-static int encode_block(const float *x, uint8_t *out, int bits)
+static int encode_block(const float *a, const float *b, float *ef, uint8_t *out, int bits)
 {
 #if defined(__x86_64__)
-    if (use_avx2()) return codec_encode_block_avx2(x, out, bits);
+    if (use_avx2()) return codec_encode_block_avx2(a, b, ef, out, bits);
 #endif
-    return codec_encode_block_portable(x, out, bits);
+    return codec_encode_block_portable(a, b, ef, out, bits);
 }
 
-static void decode_block(const uint8_t *in, float *out, int bits)
+/* Decode one full block into out, or (add) add it to out. */
+static void decode_block(const uint8_t *in, float *out, int bits, int add)
 {
+    void (*f)(const uint8_t *, float *, int) = add ? codec_decode_block_add_portable : codec_decode_block_portable;
 #if defined(__x86_64__)
     /* int4: the portable build unpacks nibbles faster than gcc's AVX2 code (bin/bench-codec); same bits */
-    if (use_avx2() && bits == 8) {
-        codec_decode_block_avx2(in, out, bits);
-        return;
-    }
+    if (use_avx2() && bits != 4) f = add ? codec_decode_block_add_avx2 : codec_decode_block_avx2;
 #endif
-    codec_decode_block_portable(in, out, bits);
+    f(in, out, bits);
 }
 
 static const struct {
     const char *name;
     int dtype;
-} codecs[] = {{"fp32", BLOB_F32}, {"bf16", BLOB_BF16}, {"int8", BLOB_I8}, {"int4", BLOB_I4}};
+} codecs[] = {{"fp32", BLOB_F32}, {"bf16", BLOB_BF16}, {"int8", BLOB_I8},
+              {"int4", BLOB_I4},  {"int3", BLOB_I3},   {"int2", BLOB_I2}};
 
 int codec_parse(const char *name)
 {
@@ -75,12 +76,12 @@ const char *codec_name(int dtype)
 
 int codec_is_block(int dtype)
 {
-    return dtype == BLOB_I8 || dtype == BLOB_I4;
+    return dtype == BLOB_I8 || dtype == BLOB_I4 || dtype == BLOB_I3 || dtype == BLOB_I2;
 }
 
 static int codec_bits(int dtype)
 {
-    return dtype == BLOB_I8 ? 8 : 4;
+    return dtype == BLOB_I8 ? 8 : dtype == BLOB_I4 ? 4 : dtype == BLOB_I3 ? 3 : 2;
 }
 
 /* Bytes of one full block. */
@@ -89,9 +90,11 @@ static size_t block_bytes(int dtype)
     return 2 + (size_t)CODEC_BLOCK * (size_t)codec_bits(dtype) / 8;
 }
 
-/* Bytes of a block of m <= CODEC_BLOCK elements. */
+/* Bytes of a block of m <= CODEC_BLOCK elements: int3 and int2 store a shorter block whole, since
+ * their bit planes stride over the block. */
 static size_t part_bytes(int dtype, size_t m)
 {
+    if (dtype == BLOB_I3 || dtype == BLOB_I2) return block_bytes(dtype);
     return 2 + (m * (size_t)codec_bits(dtype) + 7) / 8;
 }
 
@@ -108,10 +111,22 @@ size_t codec_offset(int dtype, size_t lo)
     return codec_is_block(dtype) ? lo / CODEC_BLOCK * block_bytes(dtype) : codec_bytes(dtype, lo);
 }
 
+/* A block codec's round trip goes this many elements at a time (whole blocks), so that x is decoded
+ * while it is in the cache. */
+#define ROUND_TRIP_CHUNK (16 * CODEC_BLOCK)
+
 int codec_round_trip(int dtype, float *x, size_t n, uint8_t *out, size_t *bad)
 {
-    if (codec_encode(dtype, x, n, out, bad) != 0) return -1;
-    codec_decode(dtype, out, n, x);
+    size_t step = codec_is_block(dtype) ? ROUND_TRIP_CHUNK : n;
+    for (size_t lo = 0; lo < n; lo += step) {
+        size_t m = n - lo < step ? n - lo : step;
+        uint8_t *o = out + codec_offset(dtype, lo);
+        if (codec_encode(dtype, x + lo, m, o, bad) != 0) {
+            *bad += lo;
+            return -1;
+        }
+        codec_decode(dtype, o, m, x + lo);
+    }
     return 0;
 }
 
@@ -140,32 +155,54 @@ static void decode_plain(int dtype, const uint8_t *in, size_t n, float *out)
     for (size_t i = 0; i < n; i++) out[i] = bf16_to_f32((uint16_t)(in[2 * i] | in[2 * i + 1] << 8));
 }
 
-int codec_encode(int dtype, const float *x, size_t n, uint8_t *out, size_t *bad)
+/* The first index of a - b (+ ef) that is not finite, in a block the kernel refused. */
+static size_t first_non_finite(const float *a, const float *b, const float *ef, size_t m)
 {
-    if (!codec_is_block(dtype)) return encode_plain(dtype, x, n, out, bad);
+    for (size_t i = 0; i < m; i++) {
+        float x = b ? a[i] - b[i] : a[i];
+        if (ef) x = x + ef[i];
+        if (!isfinite(x)) return i;
+    }
+    return m;
+}
+
+/* A shorter last block of m elements, padded with zeros into a full one (which changes neither its
+ * scale nor its codes). */
+static int encode_part(int dtype, const float *a, const float *b, float *ef, size_t m, uint8_t *out)
+{
+    float pa[CODEC_BLOCK] = {0}, pb[CODEC_BLOCK] = {0}, pe[CODEC_BLOCK] = {0};
+    uint8_t tail[2 + CODEC_BLOCK];
+    memcpy(pa, a, m * sizeof(float));
+    if (b) memcpy(pb, b, m * sizeof(float));
+    if (ef) memcpy(pe, ef, m * sizeof(float));
+    if (encode_block(pa, b ? pb : NULL, ef ? pe : NULL, tail, codec_bits(dtype)) != 0) return -1;
+    if (ef) memcpy(ef, pe, m * sizeof(float));
+    memcpy(out, tail, part_bytes(dtype, m));
+    return 0;
+}
+
+int codec_encode_delta(int dtype, const float *a, const float *b, float *ef, size_t n, uint8_t *out, size_t *bad)
+{
     int bits = codec_bits(dtype);
     size_t bb = block_bytes(dtype);
     for (size_t lo = 0; lo < n; lo += CODEC_BLOCK, out += bb) {
         size_t m = n - lo < CODEC_BLOCK ? n - lo : CODEC_BLOCK;
-        float pad[CODEC_BLOCK];
-        uint8_t tail[2 + CODEC_BLOCK];
-        int rc;
-        if (m == CODEC_BLOCK) {
-            rc = encode_block(x + lo, out, bits);
-        } else {
-            memset(pad, 0, sizeof pad);
-            memcpy(pad, x + lo, m * sizeof(float));
-            rc = encode_block(pad, tail, bits);
-            memcpy(out, tail, part_bytes(dtype, m));
-        }
+        const float *blo = b ? b + lo : NULL;
+        float *elo = ef ? ef + lo : NULL;
+        int rc =
+            m == CODEC_BLOCK ? encode_block(a + lo, blo, elo, out, bits) : encode_part(dtype, a + lo, blo, elo, m, out);
         if (rc != 0) {
-            size_t b = 0;
-            outer_check_finite(x + lo, m, &b);
-            *bad = lo + b;
+            *bad = lo + first_non_finite(a + lo, blo, elo, m);
             return -1;
         }
     }
     return 0;
+}
+
+int codec_encode(int dtype, const float *x, size_t n, uint8_t *out, size_t *bad)
+{
+    if (!codec_is_block(dtype)) return encode_plain(dtype, x, n, out, bad);
+    return codec_encode_delta(dtype, x, NULL, NULL, n, out, bad);
 }
 
 void codec_decode(int dtype, const uint8_t *in, size_t n, float *out)
@@ -179,14 +216,30 @@ void codec_decode(int dtype, const uint8_t *in, size_t n, float *out)
     for (size_t lo = 0; lo < n; lo += CODEC_BLOCK, in += bb) {
         size_t m = n - lo < CODEC_BLOCK ? n - lo : CODEC_BLOCK;
         if (m == CODEC_BLOCK) {
-            decode_block(in, out + lo, bits);
+            decode_block(in, out + lo, bits, 0);
             continue;
         }
         uint8_t padin[2 + CODEC_BLOCK] = {0};
         float tail[CODEC_BLOCK];
         memcpy(padin, in, part_bytes(dtype, m));
-        decode_block(padin, tail, bits);
+        decode_block(padin, tail, bits, 0);
         memcpy(out + lo, tail, m * sizeof(float));
+    }
+}
+
+void codec_decode_add(int dtype, const uint8_t *in, size_t n, float *acc)
+{
+    int bits = codec_bits(dtype);
+    size_t bb = block_bytes(dtype);
+    for (size_t lo = 0; lo < n; lo += CODEC_BLOCK, in += bb) {
+        size_t m = n - lo < CODEC_BLOCK ? n - lo : CODEC_BLOCK;
+        if (m == CODEC_BLOCK) {
+            decode_block(in, acc + lo, bits, 1);
+            continue;
+        }
+        float tail[CODEC_BLOCK];
+        codec_decode(dtype, in, m, tail);
+        for (size_t i = 0; i < m; i++) acc[lo + i] = acc[lo + i] + tail[i];
     }
 }
 

@@ -5,7 +5,8 @@
 
 #include <stdint.h>
 
-int codec_encode_block_avx2(const float *x, uint8_t *out, int bits);
+int codec_encode_block_avx2(const float *a, const float *b, float *ef, uint8_t *out, int bits);
 void codec_decode_block_avx2(const uint8_t *in, float *out, int bits);
+void codec_decode_block_add_avx2(const uint8_t *in, float *acc, int bits);
 
 #endif

@@ -10,6 +10,7 @@
 #include "sigpipe.h"
 #include "util.h"
 
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
@@ -18,6 +19,12 @@
 #define RETRY_CAP_MS 5000
 #define RETRY_LOG_EVERY_MS 5000
 #define RESOLVE_RETRY_CAP_MS 500
+/* Asking a Sentinel or ROLE is one small command: a server that takes longer is dead or stopped. */
+#define RESOLVE_TIMEOUT_MS 1000
+/* Behind Sentinel, a command without a reply for this long asks whether the master changed (a
+ * stopped or partitioned master keeps the connection open); it waits on, up to the connection's
+ * timeout, while the Sentinels still name our master (a slow command, a big blob). */
+#define PROBE_MS 1000
 /* A new master has no replica for a second or two, until the Sentinels point the others at it. */
 #define NOREPLICAS_PATIENCE_MS 10000
 
@@ -25,7 +32,7 @@ struct rconn {
     redis_url given; /* as given (may name Sentinels or several seeds) */
     redis_url url;   /* the server it resolved to (its credentials are used on every node) */
     uint64_t moved_checked_ms;
-    int timeout_ms;
+    int timeout_ms; /* the whole wait for a reply */
     redisContext *seed;                    /* connection to the URL's server: keyless commands, and everything until a
                            redirection says this is a cluster */
     cluster_map *map;                      /* NULL: a single server */
@@ -39,6 +46,18 @@ static struct timeval timeval_from_ms(int ms)
     if (ms <= 0) ms = 1;
     struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
     return tv;
+}
+
+/* Whether replies are awaited in PROBE_MS slices, asking the Sentinels between two (see PROBE_MS). */
+static int probing(const redis_url *given)
+{
+    return given->sentinel_master[0] != '\0';
+}
+
+/* The socket timeout of a connection: the command timeout, or its slice when probing. */
+static struct timeval socket_timeout(const redis_url *given, int timeout_ms)
+{
+    return timeval_from_ms(probing(given) && timeout_ms > PROBE_MS ? PROBE_MS : timeout_ms);
 }
 
 int rconn_reply_error(const rconn *c, redisReply *r, char *err, size_t errlen)
@@ -110,9 +129,10 @@ static int authenticate(redisContext *c, const redis_url *u, int *final, char *e
 }
 
 /* Open, authenticate and configure one connection: to the URL's server (host NULL) or to host:port
- * with the URL's credentials (a cluster node). *final: Redis refused the credentials or the database. */
-static redisContext *open_node(const redis_url *u, const char *host, int port, int timeout_ms, int *final, char *err,
-                               size_t errlen)
+ * with the URL's credentials (a cluster node); io_tv is its socket timeout (socket_timeout). *final:
+ * Redis refused the credentials or the database. */
+static redisContext *open_node(const redis_url *u, const char *host, int port, int timeout_ms, struct timeval io_tv,
+                               int *final, char *err, size_t errlen)
 {
     struct timeval tv = timeval_from_ms(timeout_ms);
     char where[600];
@@ -133,7 +153,7 @@ static redisContext *open_node(const redis_url *u, const char *host, int port, i
         err_set(err, errlen, "cannot connect to %s: %s", where, c->errstr);
         goto error;
     }
-    if (redisSetTimeout(c, tv) != REDIS_OK) {
+    if (redisSetTimeout(c, io_tv) != REDIS_OK) {
         err_set(err, errlen, "cannot set the command timeout on %s: %s", where, c->errstr);
         goto error;
     }
@@ -161,13 +181,14 @@ static rconn *connect_once(const redis_url *u, int timeout_ms, int *final, char 
     }
     c->timeout_ms = timeout_ms;
     c->given = *u;
-    if (redis_url_resolve(u, timeout_ms, &c->url, err, errlen) != 0) {
+    if (redis_url_resolve(u, timeout_ms < RESOLVE_TIMEOUT_MS ? timeout_ms : RESOLVE_TIMEOUT_MS, &c->url, err, errlen) !=
+        0) {
         free(c);
         return NULL;
     }
     sigpipe_guard g;
     sigpipe_hold(&g);
-    c->seed = open_node(&c->url, NULL, 0, timeout_ms, final, err, errlen);
+    c->seed = open_node(&c->url, NULL, 0, timeout_ms, socket_timeout(u, timeout_ms), final, err, errlen);
     sigpipe_release(&g);
     if (c->seed == NULL) {
         free(c);
@@ -182,15 +203,21 @@ rconn *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_t errle
     return connect_once(u, timeout_ms, &final, err, errlen);
 }
 
-/* Sleep ms in slices so a stop request is honoured promptly. */
-static void sleep_unless_stopped(unsigned ms, const volatile int *stop)
+/* Sleep ms in slices so a stop request is honoured promptly; with a watch (Sentinel URL), wake early
+ * when the Sentinels announce a new master. */
+static void sleep_unless_stopped(unsigned ms, const volatile int *stop, sentinel_watch *watch)
 {
-    for (unsigned slept = 0; slept < ms && !(stop != NULL && *stop); slept += 50)
-        sleep_ms(ms - slept < 50 ? ms - slept : 50);
+    for (unsigned slept = 0; slept < ms && !(stop != NULL && *stop); slept += 50) {
+        unsigned slice = ms - slept < 50 ? ms - slept : 50;
+        int heard = watch != NULL ? sentinel_watch_wait(watch, (int)slice) : -1;
+        if (heard == 1) return;
+        if (heard < 0) sleep_ms(slice);
+    }
 }
 
-rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int wait_ms, const volatile int *stop, int *refused,
-                           char *err, size_t errlen)
+/* rconn_connect_retry; *watch: the Sentinel subscriptions it opened, for the caller to close. */
+static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, const volatile int *stop, int *refused,
+                            sentinel_watch **watch, char *err, size_t errlen)
 {
     char where[600];
     char why[512] = "";
@@ -218,6 +245,11 @@ rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int wait_ms, cons
         }
         uint64_t elapsed = now_ms() - t0;
         if (wait_ms >= 0 && elapsed >= (uint64_t)wait_ms) break;
+        if (*watch == NULL && u->sentinel_master[0] != '\0' && attempt == 0) {
+            /* retry at once once subscribed: a failover announced before that would be missed */
+            *watch = sentinel_watch_open(u, RESOLVE_TIMEOUT_MS);
+            if (*watch != NULL) continue;
+        }
         /* Sentinels in the middle of a failover: ask again soon (cheap), to use the new master at once */
         unsigned pause =
             backoff_ms(attempt, RETRY_BASE_MS, redis_url_needs_resolve(u) ? RESOLVE_RETRY_CAP_MS : RETRY_CAP_MS);
@@ -232,7 +264,7 @@ rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int wait_ms, cons
                          (double)((uint64_t)wait_ms - elapsed) / 1000.0);
             logged = now_ms();
         }
-        sleep_unless_stopped(pause, stop);
+        sleep_unless_stopped(pause, stop, *watch);
     }
     if (attempt == 0)
         err_set(err, errlen, "%s", why);
@@ -240,6 +272,15 @@ rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int wait_ms, cons
         err_set(err, errlen, "%s (gave up after %.1f s and %u attempts)", why, (double)(now_ms() - t0) / 1000.0,
                 attempt + 1);
     return NULL;
+}
+
+rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int wait_ms, const volatile int *stop, int *refused,
+                           char *err, size_t errlen)
+{
+    sentinel_watch *watch = NULL;
+    rconn *c = connect_retry(u, timeout_ms, wait_ms, stop, refused, &watch, err, errlen);
+    sentinel_watch_close(watch);
+    return c;
 }
 
 void rconn_free(rconn *c)
@@ -252,14 +293,18 @@ void rconn_free(rconn *c)
     free(c);
 }
 
-int rconn_set_timeout(rconn *c, int timeout_ms)
+static int set_socket_timeouts(rconn *c, struct timeval tv)
 {
-    struct timeval tv = timeval_from_ms(timeout_ms);
-    c->timeout_ms = timeout_ms;
     int rc = redisSetTimeout(c->seed, tv) == REDIS_OK ? 0 : -1;
     for (int i = 0; i < CLUSTER_MAX_NODES; i++)
         if (c->node[i] != NULL && c->node[i] != c->seed && redisSetTimeout(c->node[i], tv) != REDIS_OK) rc = -1;
     return rc;
+}
+
+int rconn_set_timeout(rconn *c, int timeout_ms)
+{
+    c->timeout_ms = timeout_ms;
+    return set_socket_timeouts(c, socket_timeout(&c->given, timeout_ms));
 }
 
 int rconn_broken(const rconn *c)
@@ -298,7 +343,8 @@ static redisContext *node_ctx(rconn *c, int i)
     if (!c->url.is_unix && n->port == c->url.port && strcmp(n->host, c->url.host) == 0) return c->node[i] = c->seed;
     char err[300];
     int final;
-    c->node[i] = open_node(&c->url, n->host, n->port, c->timeout_ms, &final, err, sizeof err);
+    c->node[i] = open_node(&c->url, n->host, n->port, c->timeout_ms, socket_timeout(&c->given, c->timeout_ms), &final,
+                           err, sizeof err);
     if (c->node[i] == NULL) set_broken(c, err);
     return c->node[i];
 }
@@ -315,18 +361,18 @@ int rconn_error_noreplicas(const char *e)
 
 static redisReply *execute_once(rconn *c, redisContext *ctx, const char *cmd, size_t len, int asking);
 
-/* After NOREPLICAS: do the Sentinels name another master now (we talk to an old one cut off from its
- * replicas)? Asked at most twice a second. */
+/* Do the Sentinels name another master now (we talk to an old one: cut off from its replicas, after
+ * NOREPLICAS; stopped or partitioned, after PROBE_MS without a reply)? Asked at most twice a second. */
 static int master_moved(rconn *c)
 {
     uint64_t now = now_ms();
-    if (!redis_url_needs_resolve(&c->given) || now - c->moved_checked_ms < 500) return 0;
+    if (!probing(&c->given) || now - c->moved_checked_ms < 500) return 0;
     c->moved_checked_ms = now;
-    char err[600];
     redis_url found;
-    if (redis_url_resolve(&c->given, c->timeout_ms < 1000 ? c->timeout_ms : 1000, &found, err, sizeof err) != 0)
-        return 0;
-    return strcmp(found.host, c->url.host) != 0 || found.port != c->url.port;
+    if (!sentinel_master_changed(&c->given, c->url.host, c->url.port, RESOLVE_TIMEOUT_MS, &found)) return 0;
+    log_warn("Redis master %s:%d does not answer or refuses writes, and the Sentinels name %s:%d now: reconnecting",
+             c->url.host, c->url.port, found.host, found.port);
+    return 1;
 }
 
 /* execute_once, sent again while the master refuses writes for want of replicas (NOREPLICAS: the
@@ -349,19 +395,43 @@ static redisReply *execute(rconn *c, redisContext *ctx, const char *cmd, size_t 
     }
 }
 
+/* Whether redisGetReply failed only because the socket timeout (a PROBE_MS slice) passed. */
+static int slice_passed(const redisContext *ctx)
+{
+    return ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+/* redisGetReply, that (when probing) asks the Sentinels after each silent slice: the master they name
+ * is another one -> broken; else wait on up to c->timeout_ms from t0. hiredis marks the context
+ * failed at a timeout but keeps what it read and has still to write, so clearing the mark resumes it. */
+static int get_reply(rconn *c, redisContext *ctx, uint64_t t0, void **reply)
+{
+    for (;;) {
+        if (redisGetReply(ctx, reply) == REDIS_OK) return 0;
+        if (!probing(&c->given) || !slice_passed(ctx) || now_ms() - t0 >= (uint64_t)c->timeout_ms) return -1;
+        if (master_moved(c)) {
+            snprintf(ctx->errstr, sizeof ctx->errstr, "no reply, and the Sentinels name another master");
+            return -1;
+        }
+        ctx->err = 0;
+        ctx->errstr[0] = '\0';
+    }
+}
+
 /* Send one formatted command (after ASKING when asking) and read its reply; NULL = broken. */
 static redisReply *execute_once(rconn *c, redisContext *ctx, const char *cmd, size_t len, int asking)
 {
     void *reply = NULL;
+    uint64_t t0 = now_ms();
     if ((asking && redisAppendCommand(ctx, "ASKING") != REDIS_OK) ||
         redisAppendFormattedCommand(ctx, cmd, len) != REDIS_OK)
         goto io_error;
     if (asking) {
-        if (redisGetReply(ctx, &reply) != REDIS_OK) goto io_error;
+        if (get_reply(c, ctx, t0, &reply) != 0) goto io_error;
         freeReplyObject(reply);
         reply = NULL;
     }
-    if (redisGetReply(ctx, &reply) != REDIS_OK) goto io_error;
+    if (get_reply(c, ctx, t0, &reply) != 0) goto io_error;
     return reply;
 io_error:
     set_broken(c, ctx->errstr[0] ? ctx->errstr : "connection error");
@@ -550,7 +620,10 @@ int rconn_each_master(rconn *c, rconn_node_fn *fn, void *arg, char *err, size_t 
 {
     sigpipe_guard g;
     sigpipe_hold(&g);
+    /* fn's commands (FUNCTION LOAD, SCAN) are not sliced: they get the whole timeout at once */
+    if (probing(&c->given)) set_socket_timeouts(c, timeval_from_ms(c->timeout_ms));
     int rc = each_master(c, fn, arg, err, errlen);
+    if (probing(&c->given)) set_socket_timeouts(c, socket_timeout(&c->given, c->timeout_ms));
     sigpipe_release(&g);
     return rc;
 }

@@ -17,7 +17,11 @@
  * (FUNCTION LOAD, SCAN).
  *
  * A URL naming several servers (Sentinels, cluster seeds) is resolved to one at every connect
- * (sentinel.h), so reconnecting after a failover finds the new master.
+ * (sentinel.h), so reconnecting after a failover finds the new master. Behind Sentinel two more things
+ * make that fast: rconn_connect_retry() waits for the Sentinels' failover announcement rather than its
+ * backoff step, and a command without a reply for a second asks the Sentinels whether they name
+ * another master now; if so the connection breaks at once (a stopped or partitioned master would
+ * hold it until the timeout), if not the command waits on, up to the timeout.
  *
  * hiredis 0.14 writes with write(), so a connection the server closed would raise SIGPIPE: every
  * call here that can write holds SIGPIPE off in the calling thread (sigpipe.h), so rconn works in a

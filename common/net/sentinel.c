@@ -4,6 +4,8 @@
  */
 #include "sentinel.h"
 
+#include <errno.h>
+#include <poll.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -94,27 +96,57 @@ static int is_master(const redis_url *u, const char *host, int port, int timeout
 static void single(const redis_url *u, const char *host, int port, redis_url *out)
 {
     *out = *u;
-    snprintf(out->host, sizeof out->host, "%s", host);
+    snprintf(out->host, sizeof out->host, "%.255s", host);
     out->port = port;
     out->is_unix = 0;
     out->nhosts = 1;
-    snprintf(out->hosts[0].host, sizeof out->hosts[0].host, "%s", host);
+    snprintf(out->hosts[0].host, sizeof out->hosts[0].host, "%.255s", host);
     out->hosts[0].port = port;
     out->sentinel_master[0] = out->sentinel_user[0] = out->sentinel_pass[0] = '\0';
+}
+
+/* What the Sentinels name: each distinct master with the number of Sentinels naming it, most named
+ * first (ties in URL order). Every Sentinel is asked: right after a failover some still name the old
+ * master, and asking the majority's choice first spares a ROLE on a dead or stopped node. */
+typedef struct named_master {
+    char host[256];
+    int port;
+    int votes;
+} named_master;
+
+static int ask_all(const redis_url *u, int timeout_ms, named_master *out, char *why, size_t whylen)
+{
+    int n = 0;
+    for (int i = 0; i < u->nhosts; i++) {
+        char host[256];
+        int port, j;
+        if (ask_sentinel(u, &u->hosts[i], timeout_ms, host, sizeof host, &port, why, whylen) != 0) continue;
+        for (j = 0; j < n && !(out[j].port == port && strcmp(out[j].host, host) == 0); j++) {}
+        if (j == n) {
+            snprintf(out[n].host, sizeof out[n].host, "%s", host);
+            out[n].port = port;
+            out[n++].votes = 0;
+        }
+        out[j].votes++;
+        for (; j > 0 && out[j].votes > out[j - 1].votes; j--) { /* keep most named first */
+            named_master t = out[j];
+            out[j] = out[j - 1];
+            out[j - 1] = t;
+        }
+    }
+    return n;
 }
 
 static int resolve_sentinel(const redis_url *u, int timeout_ms, redis_url *out, char *err, size_t errlen)
 {
     char why[512] = "";
-    for (int i = 0; i < u->nhosts; i++) {
-        char host[256];
-        int port;
-        if (ask_sentinel(u, &u->hosts[i], timeout_ms, host, sizeof host, &port, why, sizeof why) != 0) continue;
-        if (is_master(u, host, port, timeout_ms, why, sizeof why)) {
-            single(u, host, port, out);
+    named_master named[REDIS_URL_MAX_HOSTS];
+    int n = ask_all(u, timeout_ms, named, why, sizeof why);
+    for (int i = 0; i < n; i++)
+        if (is_master(u, named[i].host, named[i].port, timeout_ms, why, sizeof why)) {
+            single(u, named[i].host, named[i].port, out);
             return 0;
         }
-    }
     err_set(err, errlen, "no master '%s' found through %d Sentinel(s) (last: %s)", u->sentinel_master, u->nhosts, why);
     return -1;
 }
@@ -171,4 +203,130 @@ redisReply *sentinel_command(const redis_url *u, int timeout_ms, char *err, size
     }
     sigpipe_release(&g);
     return r;
+}
+
+int sentinel_master_changed(const redis_url *u, const char *host, int port, int timeout_ms, redis_url *out)
+{
+    if (u->sentinel_master[0] == '\0') return 0;
+    sigpipe_guard g;
+    sigpipe_hold(&g);
+    char why[512];
+    named_master named[REDIS_URL_MAX_HOSTS];
+    int n = ask_all(u, timeout_ms, named, why, sizeof why), changed = 0;
+    for (int i = 0; i < n && !changed; i++) {
+        if (named[i].port == port && strcmp(named[i].host, host) == 0) break; /* ours is the most named */
+        if (is_master(u, named[i].host, named[i].port, timeout_ms, why, sizeof why)) {
+            single(u, named[i].host, named[i].port, out);
+            changed = 1;
+        }
+    }
+    sigpipe_release(&g);
+    return changed;
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* Failover announcements */
+
+struct sentinel_watch {
+    char master[128];
+    int n;
+    redisContext *c[REDIS_URL_MAX_HOSTS];
+};
+
+void sentinel_watch_close(sentinel_watch *w)
+{
+    if (w == NULL) return;
+    for (int i = 0; i < w->n; i++) redisFree(w->c[i]);
+    free(w);
+}
+
+int sentinel_watch_fds(const sentinel_watch *w, int *fds, int cap)
+{
+    int n = 0;
+    for (; n < w->n && n < cap; n++) fds[n] = w->c[n]->fd;
+    return n;
+}
+
+sentinel_watch *sentinel_watch_open(const redis_url *u, int timeout_ms)
+{
+    if (u->sentinel_master[0] == '\0') return NULL;
+    sentinel_watch *w = calloc(1, sizeof *w);
+    if (w == NULL) return NULL;
+    snprintf(w->master, sizeof w->master, "%s", u->sentinel_master);
+    sigpipe_guard g;
+    sigpipe_hold(&g);
+    for (int i = 0; i < u->nhosts; i++) {
+        char why[300];
+        redisContext *c = open_login(u->hosts[i].host, u->hosts[i].port, u->sentinel_user, u->sentinel_pass,
+                                     timeout_ms, why, sizeof why);
+        if (c == NULL) continue;
+        /* the confirmations (one per channel) are read and dropped by sentinel_watch_wait */
+        if (redisAppendCommand(c, "SUBSCRIBE +switch-master +promoted-slave") != REDIS_OK) {
+            redisFree(c);
+            continue;
+        }
+        int done = 0;
+        while (!done && redisBufferWrite(c, &done) == REDIS_OK) {}
+        if (!done) {
+            redisFree(c);
+            continue;
+        }
+        w->c[w->n++] = c;
+    }
+    sigpipe_release(&g);
+    if (w->n == 0) {
+        free(w);
+        return NULL;
+    }
+    return w;
+}
+
+/* Whether a pub/sub message announces a new master for `master`: "+switch-master <name> <old ip>
+ * <old port> <new ip> <new port>", or "+promoted-slave slave <ip:port> <ip> <port> @ <name> ...". */
+static int announces(const redisReply *r, const char *master)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING ||
+        strcmp(r->element[0]->str, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
+        return 0;
+    const char *text = r->element[2]->str;
+    const char *at = strstr(text, " @ ");
+    const char *name = strncmp(text, "slave ", 6) == 0 && at != NULL ? at + 3 : text;
+    size_t len = strlen(master);
+    return strncmp(name, master, len) == 0 && (name[len] == ' ' || name[len] == '\0');
+}
+
+/* Read what subscription i has; 1 if it announced a new master, -1 if it broke (it is closed). */
+static int watch_read(sentinel_watch *w, int i)
+{
+    int seen = 0;
+    if (redisBufferRead(w->c[i]) != REDIS_OK) goto broken;
+    for (;;) {
+        void *r = NULL;
+        if (redisGetReplyFromReader(w->c[i], &r) != REDIS_OK) goto broken;
+        if (r == NULL) return seen;
+        seen |= announces(r, w->master);
+        freeReplyObject(r);
+    }
+broken:
+    redisFree(w->c[i]);
+    w->c[i] = w->c[--w->n];
+    return seen ? 1 : -1;
+}
+
+int sentinel_watch_wait(sentinel_watch *w, int ms)
+{
+    uint64_t deadline = now_ms() + (uint64_t)(ms > 0 ? ms : 0);
+    for (;;) {
+        if (w->n == 0) return -1;
+        struct pollfd pfd[REDIS_URL_MAX_HOSTS];
+        for (int i = 0; i < w->n; i++) pfd[i] = (struct pollfd){.fd = w->c[i]->fd, .events = POLLIN};
+        uint64_t now = now_ms();
+        int k = poll(pfd, (nfds_t)w->n, now >= deadline ? 0 : (int)(deadline - now));
+        if (k < 0 && errno != EINTR) return -1;
+        int seen = 0;
+        for (int i = w->n - 1; k > 0 && i >= 0; i--) /* downwards: watch_read moves the last one to i */
+            if (pfd[i].revents != 0 && watch_read(w, i) == 1) seen = 1;
+        if (seen) return 1;
+        if (now_ms() >= deadline) return 0;
+    }
 }

@@ -11,6 +11,15 @@
  * Every Redis user of the project (common/net/rconn.c for the synchronous connections, the shard-server's
  * links) resolves through redis_url_resolve() each time it (re)connects, so following a failover is
  * the same as reconnecting after a lost connection: retry with the backoff the caller already has.
+ * Every Sentinel is asked and the master most of them name is checked first: right after a failover
+ * some still name the old master, which may be dead or stopped (a ROLE to it would wait the timeout).
+ *
+ * Two helpers make following a failover fast rather than a matter of backoff steps:
+ *   - sentinel_master_changed(): a command without a reply for a while asks whether the Sentinels
+ *     name another master now (a stopped or partitioned master keeps the connection open);
+ *   - sentinel_watch: a client that lost its master subscribes to the Sentinels' announcements
+ *     (+promoted-slave from the Sentinel that led the failover, the moment it answers with the new
+ *     master; +switch-master from each of the others as it learns) and retries as one arrives.
  */
 #ifndef DILOCO_SENTINEL_H
 #define DILOCO_SENTINEL_H
@@ -32,5 +41,22 @@ int redis_url_resolve(const redis_url *u, int timeout_ms, redis_url *out, char *
 struct redisReply;
 struct redisReply *sentinel_command(const redis_url *u, int timeout_ms, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
+
+/* Whether the Sentinels of u name a master other than host:port now, one that ROLE confirms: 1 and
+ * *out = its URL (as redis_url_resolve); else 0 (the same master, none confirmed, no Sentinel in u).
+ * Each server asked gets timeout_ms. */
+int sentinel_master_changed(const redis_url *u, const char *host, int port, int timeout_ms, redis_url *out);
+
+/* Subscriptions to the failover announcements of every Sentinel of u that answers within timeout_ms;
+ * NULL if u names no Sentinel or none answers. */
+typedef struct sentinel_watch sentinel_watch;
+sentinel_watch *sentinel_watch_open(const redis_url *u, int timeout_ms);
+/* Wait up to ms for an announcement of a new master for u's master name: 1 when one came, 0 after ms
+ * without one, -1 when every subscription broke (sleep instead). */
+int sentinel_watch_wait(sentinel_watch *w, int ms);
+void sentinel_watch_close(sentinel_watch *w);
+/* The sockets of the subscriptions still open (for an event loop: when one is readable, call
+ * sentinel_watch_wait(w, 0)); their number, at most cap. */
+int sentinel_watch_fds(const sentinel_watch *w, int *fds, int cap);
 
 #endif

@@ -25,56 +25,22 @@ set -u
 HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 
-cmd=${1:-}; [ $# -gt 0 ] && shift
-DIR=""; O_BASE=""; O_FSYNC=""; O_REPLICAS=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --dir) DIR=$2; shift 2;;
-    --base-port) O_BASE=$2; shift 2;;
-    --fsync) O_FSYNC=$2; shift 2;;
-    --replicas) O_REPLICAS=$2; shift 2;;
-    -h|--help) cmd=help; break;;
-    *) echo "redis-cluster: unknown option $1 (see cluster.sh --help)" >&2; exit 2;;
-  esac
-done
-[ -z "$DIR" ] && DIR=$ROOT/run/redis-cluster
-mkdir -p "$DIR" && DIR=$(cd "$DIR" && pwd) || exit 1
-ENVF=$DIR/cluster.env
-
-say() { echo "redis-cluster: $*"; }
-die() { echo "redis-cluster: $*" >&2; exit 1; }
-
-BASE=""; FSYNC=""; REPLICAS=""
-[ -f "$ENVF" ] && . "$ENVF"
-[ -n "$O_BASE" ] && BASE=$O_BASE
-[ -n "$O_FSYNC" ] && FSYNC=$O_FSYNC
-[ -n "$O_REPLICAS" ] && REPLICAS=$O_REPLICAS
+TAG=redis-cluster
+OPTS="base-port:BASE fsync:FSYNC replicas:REPLICAS"
+ENVF_NAME=cluster.env
+. "$ROOT/deploy/redis/local_lib.sh"
+launcher_args "$@"
 : "${BASE:=6400}" "${FSYNC:=always}" "${REPLICAS:=0}"
 case "$REPLICAS" in 0|1|2) ;; *) die "--replicas must be 0, 1 or 2";; esac
 NODES=$((3 * (1 + REPLICAS)))
 case "$FSYNC" in always|everysec) ;; *) die "--fsync must be always or everysec";; esac
 
 ports() { i=0; while [ $i -lt $NODES ]; do echo $((BASE + i)); i=$((i + 1)); done; }
-cli() { p=$1; shift; redis-cli -h 127.0.0.1 -p "$p" "$@"; }
-# A live redis-server (a zombie has an empty cmdline: exited, not yet reaped).
-alive() { kill -0 "$1" 2>/dev/null && grep -q redis-server "/proc/$1/cmdline" 2>/dev/null; }
-node_pid() { # PORT -> pid of a live redis-server of that node, or fail
-  f=$DIR/node-$1/redis.pid
-  [ -f "$f" ] || return 1
-  pid=$(cat "$f")
-  alive "$pid" && echo "$pid"
-}
-wait_ping() { # PORT
-  n=0
-  until cli "$1" ping 2>/dev/null | grep -q PONG; do
-    n=$((n + 1)); [ $n -ge 100 ] && die "node $1 does not answer PING (see $DIR/node-$1/redis.log)"
-    sleep 0.1
-  done
-}
+node_pid() { pid_of "$DIR/node-$1/redis.pid"; } # PORT -> pid of that node's live redis-server, or fail
 state_ok() { cli "$1" cluster info 2>/dev/null | grep -q '^cluster_state:ok'; }
 
 up() {
-  { echo "BASE=$BASE"; echo "FSYNC=$FSYNC"; echo "REPLICAS=$REPLICAS"; } > "$ENVF"
+  save_env
   for p in $(ports); do
     d=$DIR/node-$p
     mkdir -p "$d"
@@ -86,7 +52,7 @@ up() {
       || die "redis-server on port $p did not start (see $d/redis.log)"
     say "node 127.0.0.1:$p started"
   done
-  for p in $(ports); do wait_ping "$p"; done
+  for p in $(ports); do wait_ping "$p" "$DIR/node-$p/redis.log"; done
   # A node that owns no slot and knows no other node is new: create the cluster.
   first=$(ports | head -n 1)
   if cli "$first" cluster info | grep -q '^cluster_known_nodes:1\b' && \
@@ -131,14 +97,7 @@ status() {
 }
 
 down() {
-  for p in $(ports); do
-    if pid=$(node_pid "$p"); then
-      cli "$p" shutdown >/dev/null 2>&1 || kill -TERM "$pid" 2>/dev/null
-      n=0; while alive "$pid" && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
-      alive "$pid" && kill -KILL "$pid"
-      say "node 127.0.0.1:$p stopped"
-    fi
-  done
+  for p in $(ports); do stop_pid "$DIR/node-$p/redis.pid" "node 127.0.0.1:$p" "$p"; done
 }
 
 case "$cmd" in
@@ -146,6 +105,6 @@ case "$cmd" in
   status) status;;
   down) down;;
   url) url;;
-  help|"") sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//';;
+  help|"") usage;;
   *) die "unknown command $cmd (up, status, down, url)";;
 esac

@@ -26,50 +26,15 @@ HERE=$(cd "$(dirname "$0")" && pwd)
 ROOT=$(cd "$HERE/../.." && pwd)
 NODES=3
 
-cmd=${1:-}; [ $# -gt 0 ] && shift
-DIR=""; O_BASE=""; O_SBASE=""; O_NAME=""; O_DOWN=""
-while [ $# -gt 0 ]; do
-  case "$1" in
-    --dir) DIR=$2; shift 2;;
-    --base-port) O_BASE=$2; shift 2;;
-    --sentinel-port) O_SBASE=$2; shift 2;;
-    --name) O_NAME=$2; shift 2;;
-    --down-after-ms) O_DOWN=$2; shift 2;;
-    -h|--help) cmd=help; break;;
-    *) echo "redis-ha: unknown option $1 (see sentinel.sh --help)" >&2; exit 2;;
-  esac
-done
-[ -z "$DIR" ] && DIR=$ROOT/run/redis-ha
-mkdir -p "$DIR" && DIR=$(cd "$DIR" && pwd) || exit 1
-ENVF=$DIR/ha.env
-
-say() { echo "redis-ha: $*"; }
-die() { echo "redis-ha: $*" >&2; exit 1; }
-
-BASE=""; SBASE=""; NAME=""; DOWN=""
-[ -f "$ENVF" ] && . "$ENVF"
-[ -n "$O_BASE" ] && BASE=$O_BASE
-[ -n "$O_SBASE" ] && SBASE=$O_SBASE
-[ -n "$O_NAME" ] && NAME=$O_NAME
-[ -n "$O_DOWN" ] && DOWN=$O_DOWN
+TAG=redis-ha
+OPTS="base-port:BASE sentinel-port:SBASE name:NAME down-after-ms:DOWN"
+ENVF_NAME=ha.env
+. "$ROOT/deploy/redis/local_lib.sh"
+launcher_args "$@"
 : "${BASE:=6500}" "${SBASE:=26379}" "${NAME:=diloco}" "${DOWN:=5000}"
 case "$NAME" in *[!A-Za-z0-9_.-]*|"") die "--name may hold letters, digits, _ . - only";; esac
 
 seq3() { i=0; while [ $i -lt $NODES ]; do echo $(($1 + i)); i=$((i + 1)); done; }
-cli() { p=$1; shift; redis-cli -h 127.0.0.1 -p "$p" "$@"; }
-alive() { kill -0 "$1" 2>/dev/null && grep -q redis- "/proc/$1/cmdline" 2>/dev/null; }
-pid_of() { # pidfile -> pid of a live process, or fail
-  [ -f "$1" ] || return 1
-  pid=$(cat "$1")
-  alive "$pid" && echo "$pid"
-}
-wait_ping() { # PORT
-  n=0
-  until cli "$1" ping 2>/dev/null | grep -q PONG; do
-    n=$((n + 1)); [ $n -ge 100 ] && die "port $1 does not answer PING (see its log in $DIR)"
-    sleep 0.1
-  done
-}
 
 # The master as the Sentinels say ("host port"), from the first Sentinel that answers.
 master_addr() {
@@ -116,9 +81,9 @@ start_sentinel() { # PORT
 }
 
 up() {
-  { echo "BASE=$BASE"; echo "SBASE=$SBASE"; echo "NAME=$NAME"; echo "DOWN=$DOWN"; } > "$ENVF"
+  save_env
   for p in $(seq3 "$BASE"); do pid_of "$DIR/node-$p/redis.pid" >/dev/null || start_node "$p"; done
-  for p in $(seq3 "$BASE"); do wait_ping "$p"; done
+  for p in $(seq3 "$BASE"); do wait_ping "$p" "$DIR/node-$p/redis.log"; done
   # Sentinels learn of the replicas from the master's INFO, at once when they connect and then every
   # 10 s: start them once the replicas are in sync, so the first INFO already lists both.
   if ! pid_of "$DIR/sentinel-$SBASE/sentinel.pid" >/dev/null; then
@@ -129,7 +94,7 @@ up() {
     done
   fi
   for s in $(seq3 "$SBASE"); do pid_of "$DIR/sentinel-$s/sentinel.pid" >/dev/null || start_sentinel "$s"; done
-  for s in $(seq3 "$SBASE"); do wait_ping "$s"; done
+  for s in $(seq3 "$SBASE"); do wait_ping "$s" "$DIR/sentinel-$s/sentinel.log"; done
   # Ready: every Sentinel names the same master, which has 2 replicas online, and knows both replicas
   # (a Sentinel learns of them from the master's INFO, every 10 s; until then it could promote none).
   n=0
@@ -184,15 +149,6 @@ status() {
   [ -n "$last" ] && echo "last failover: $last" || echo "last failover: none"
 }
 
-stop_pid() { # PIDFILE WHAT
-  if pid=$(pid_of "$1"); then
-    kill -TERM "$pid" 2>/dev/null
-    n=0; while alive "$pid" && [ $n -lt 100 ]; do sleep 0.1; n=$((n + 1)); done
-    alive "$pid" && kill -KILL "$pid"
-    say "$2 stopped"
-  fi
-}
-
 down() {
   for s in $(seq3 "$SBASE"); do stop_pid "$DIR/sentinel-$s/sentinel.pid" "sentinel 127.0.0.1:$s"; done
   for p in $(seq3 "$BASE"); do stop_pid "$DIR/node-$p/redis.pid" "node 127.0.0.1:$p"; done
@@ -204,6 +160,6 @@ case "$cmd" in
   master) master;;
   down) down;;
   url) url;;
-  help|"") sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//';;
+  help|"") usage;;
   *) die "unknown command $cmd (up, status, master, down, url)";;
 esac

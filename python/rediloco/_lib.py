@@ -93,27 +93,36 @@ _SIGNATURES = {
 _lib = None
 
 
-def _candidates():
-    env = os.environ.get("REDILOCO_LIB")
-    if env:
-        return [env]
+def default_paths(name):
+    """Where a library of ours (libdiloco, libdiloco_cuda) is looked for: the build tree of a checkout,
+    next to the installed package, then the system's search path."""
     here = os.path.dirname(os.path.abspath(__file__))
-    return [os.path.join(here, "..", "..", "build", "libdiloco.so"), os.path.join(here, "libdiloco.so.0"),
-            "libdiloco.so.0"]
+    return [os.path.join(here, "..", "..", "build", name + ".so"), os.path.join(here, name + ".so.0"),
+            name + ".so.0"]
 
 
-def _open_first():
+def open_first(paths):
+    """(library, path, tried): the first of paths that loads; (None, None, tried) when none does, tried
+    saying for each path why."""
     tried = []
-    for path in _candidates():
+    for path in paths:
         if os.sep in path and not os.path.exists(path):
             tried.append(path + " (missing)")
             continue
         try:
-            return ctypes.CDLL(path), path
+            return ctypes.CDLL(path), path, tried
         except OSError as e:
             tried.append("%s (%s)" % (path, e))
-    raise OSError("libdiloco not found; build it with `make python` in the ReDiLoCo tree, install it with "
-                  "`make install`, or set REDILOCO_LIB to its path. Tried: " + "; ".join(tried))
+    return None, None, tried
+
+
+def _open_first():
+    env = os.environ.get("REDILOCO_LIB")
+    lib, path, tried = open_first([env] if env else default_paths("libdiloco"))
+    if lib is None:
+        raise OSError("libdiloco not found; build it with `make python` in the ReDiLoCo tree, install it with "
+                      "`make install`, or set REDILOCO_LIB to its path. Tried: " + "; ".join(tried))
+    return lib, path
 
 
 def load():

@@ -33,9 +33,7 @@ def _candidates():
     if "REDILOCO_CUDA_LIB" in os.environ:
         env = os.environ["REDILOCO_CUDA_LIB"]
         return [env] if env else []
-    here = os.path.dirname(os.path.abspath(__file__))
-    return [os.path.join(here, "..", "..", "build", "libdiloco_cuda.so"), os.path.join(here, "libdiloco_cuda.so.0"),
-            "libdiloco_cuda.so.0"]
+    return _lib.default_paths("libdiloco_cuda")
 
 
 def load_cuda():
@@ -43,16 +41,8 @@ def load_cuda():
     global _cuda, _cuda_why
     if _cuda is not None or _cuda_why is not None:
         return _cuda
-    tried = []
-    for path in _candidates():
-        if os.sep in path and not os.path.exists(path):
-            tried.append(path + " (missing)")
-            continue
-        try:
-            lib = ctypes.CDLL(path)
-        except OSError as e:
-            tried.append("%s (%s)" % (path, e))
-            continue
+    lib, path, tried = _lib.open_first(_candidates())
+    if lib is not None:
         lib.diloco_cuda_ops_for.restype = ctypes.c_int
         lib.diloco_cuda_ops_for.argtypes = [_lib.c_float_p, ctypes.c_size_t, ctypes.c_void_p, ctypes.c_int,
                                             ctypes.POINTER(_lib.DeviceOps), ctypes.POINTER(ctypes.c_void_p),

@@ -89,7 +89,7 @@ class DiLoCo:
 
     The outer optimizer runs on the shard-servers and is the run's (init_run's outer_lr, outer_momentum,
     nesterov); outer_optimizer exists for torchft's signature and must be None. Everything else is the
-    worker's: sync_every (H), bf16 pseudo-gradients, error_feedback (int8/int4 runs), dylu, fragment_update_alpha (Streaming DiLoCo's
+    worker's: sync_every (H), bf16 pseudo-gradients, error_feedback (int8/int4/int3/int2 runs), dylu, fragment_update_alpha (Streaming DiLoCo's
     mixing of the local and global values), worker_id, heartbeat_interval, timeouts in seconds."""
 
     def __init__(self, url, run, model, inner_optimizer, outer_optimizer=None, sync_every=500,

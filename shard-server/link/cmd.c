@@ -222,6 +222,7 @@ static int cmd_route_send(rlink *l, int replicas, rlink_cb *cb, void *priv, int 
     if (l->kind != RLINK_CMD || argc <= 0 || argc > CMD_MAX_ARGS) return -1;
     for (int i = 0; i < argc; i++) lens[i] = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
     rlink *conn = rl_twin(l, rl_route_node(l->route, cluster_command_slot(argc, argv, lens)));
+    if (conn != NULL && conn != l && !cmd_accepting(conn)) conn = l; /* see rl_twin in internal.h */
     if (conn == NULL || !cmd_accepting(conn)) return -1;
     cmd_call *call = cmd_new(l, cb, priv, argc, argv, lens);
     if (call == NULL) return -1;

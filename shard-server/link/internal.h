@@ -6,6 +6,7 @@
  *   cmd.c     RLINK_CMD transport: hiredis asynchronous connection
  *   set.c     RLINK_SET transport: writev() of SET commands from the caller's memory
  *   wait.c    replies held back until WAIT says enough replicas have the command
+ *   watch.c   a group's subscription to the Sentinels' failover announcements
  * A transport opens and drops its connection; rlink.c decides when.
  */
 #ifndef SHARD_SERVER_LINK_INTERNAL_H
@@ -51,6 +52,14 @@ typedef struct rl_login {
 } rl_login;
 void rl_login_commands(const redis_url *u, rl_login *out);
 
+/* A failover was announced (watch.c): the group's links waiting to reconnect try now, and those on a
+ * master the Sentinels no longer name leave it at once. */
+void rl_announced(rlink_route *rt);
+
+/* watch.c: subscribe rt to the announcements of the Sentinels of url (at most every few seconds; a
+ * no-op while subscribed or for a URL without Sentinels). */
+void rl_watch_open(rlink_route *rt, const redis_url *url);
+
 /* cmd.c: send on this very connection (no routing: WAIT must follow its command) */
 int rl_cmd_here(rlink *conn, rlink_cb *cb, void *priv, int argc, const char **argv);
 
@@ -60,7 +69,10 @@ void rl_wait_replicas(rlink *conn, int replicas, const redisReply *reply, rlink_
 /* route.c */
 /* Node index of the master of slot, or -1: the URL's server (no cluster, unknown slot, no key). */
 int rl_route_node(const rlink_route *rt, int slot);
-/* l's twin on cluster node `node` (-1: l itself), opened now if needed; NULL if it cannot be. */
+/* l's twin on cluster node `node` (-1: l itself), opened now if needed; NULL if it cannot be. A twin
+ * that is down (its node died: a cluster failover under way) is not used: the command goes to l, whose
+ * node answers MOVED with the slot's master now, so the map learns the new master instead of waiting
+ * for the dead one to come back. */
 rlink *rl_twin(rlink *l, int node);
 /* If reply is a MOVED/ASK redirection to follow (owner routes, fewer than CLUSTER_MAX_HOPS hops), 1
  * with *to = the twin to resend on (NULL: cannot follow) and *ask; else 0. MOVED re-reads the map. */

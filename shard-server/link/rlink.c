@@ -18,6 +18,7 @@
 #define RL_WATCH_MS 500
 #define RL_RESOLVE_RETRY_CAP_MS 500
 #define RL_RESOLVE_TIMEOUT_MS 500 /* per Sentinel or seed asked, while the loop waits */
+#define RL_PROBE_MS 1000          /* no reply for this long behind Sentinel: has the master changed? */
 
 static const rlink_transport *transport(const rlink *l)
 {
@@ -51,6 +52,7 @@ static void on_watch(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     rlink *l = arg;
+    if (l->route != NULL && l->route->via == l) rl_watch_open(l->route, l->url); /* if it broke */
     if (transport(l)->is_open(l) && left_behind(l)) {
         char why[320];
         snprintf(why, sizeof why, "the master is now %s:%d", l->route->master_host, l->route->master_port);
@@ -59,6 +61,10 @@ static void on_watch(evutil_socket_t fd, short what, void *arg)
     }
     if (!transport(l)->is_open(l) || l->pending <= 0) return;
     uint64_t idle = now_ms() - l->last_activity;
+    if (idle >= RL_PROBE_MS && idle < (uint64_t)l->stall_ms && rl_master_moved(l)) {
+        transport(l)->drop(l, "no reply, and the Sentinels name another master");
+        return;
+    }
     if (idle < (uint64_t)l->stall_ms) return;
     char why[96];
     snprintf(why, sizeof why, "no reply for %llu ms with %d commands pending", (unsigned long long)idle, l->pending);
@@ -70,8 +76,49 @@ void rl_connected(rlink *l)
     log_info("redis %s connection established", l->name);
     l->ready = 1;
     l->attempt = 0;
+    if (l->was_up) l->reconnects++;
+    l->was_up = 1;
     l->last_activity = now_ms(); /* a twin may have commands queued while connecting */
     if (l->on_ready != NULL) l->on_ready(l->on_ready_arg);
+}
+
+/* The group's master changed: its links waiting to reconnect try now instead of after their backoff,
+ * and its open ones look at once whether they are left behind on the old master (on_watch). */
+static void wake_group(rlink_route *rt, const rlink *self)
+{
+    static const struct timeval now = {0, 0};
+    for (int i = 0; rt != NULL && i < rt->nlinks; i++) {
+        rlink *l = rt->links[i];
+        if (l == self || l->stopping) continue;
+        if (transport(l)->is_open(l)) {
+            event_active(l->watch_timer, EV_TIMEOUT, 1);
+        } else {
+            l->attempt = 0;
+            evtimer_add(l->retry_timer, &now); /* replaces the pending backoff */
+        }
+    }
+}
+
+void rl_announced(rlink_route *rt)
+{
+    rlink *open = NULL;
+    for (int i = 0; i < rt->nlinks; i++)
+        if (transport(rt->links[i])->is_open(rt->links[i]) && !rt->links[i]->stopping) open = rt->links[i];
+    if (open != NULL) {
+        open->moved_checked_ms = 0;
+        rl_master_moved(open); /* records the new master for the whole group */
+    }
+    wake_group(rt, NULL);
+}
+
+/* Record host:port as the group's master; 1 if that is news. */
+static int route_master(rlink_route *rt, const char *host, int port)
+{
+    if (rt == NULL || (strcmp(rt->master_host, host) == 0 && rt->master_port == port)) return 0;
+    snprintf(rt->master_host, sizeof rt->master_host, "%s", host);
+    rt->master_port = port;
+    rt->master_gen++;
+    return 1;
 }
 
 int rl_resolve(rlink *l)
@@ -95,11 +142,7 @@ int rl_resolve(rlink *l)
                  found.host, found.port);
     l->target = found;
     rlink_route *rt = l->route;
-    if (rt != NULL && (strcmp(rt->master_host, found.host) != 0 || rt->master_port != found.port)) {
-        snprintf(rt->master_host, sizeof rt->master_host, "%s", found.host);
-        rt->master_port = found.port;
-        rt->master_gen++;
-    }
+    if (route_master(rt, found.host, found.port)) wake_group(rt, l);
     l->master_seen = rt != NULL ? rt->master_gen : 0;
     return 0;
 }
@@ -116,14 +159,13 @@ static int left_behind(rlink *l)
 int rl_master_moved(rlink *l)
 {
     uint64_t now = now_ms();
-    if (!redis_url_needs_resolve(l->url) || now - l->moved_checked_ms < 500) return 0;
+    if (l->url->sentinel_master[0] == '\0' || now - l->moved_checked_ms < 500) return 0;
     l->moved_checked_ms = now;
-    char err[600];
     redis_url found;
-    if (redis_url_resolve(l->url, RL_RESOLVE_TIMEOUT_MS, &found, err, sizeof err) != 0) return 0;
-    if (strcmp(found.host, l->target.host) == 0 && found.port == l->target.port) return 0;
-    log_warn("redis %s connection: %s:%d refuses writes (NOREPLICAS) and the master is now %s:%d; reconnecting",
+    if (!sentinel_master_changed(l->url, l->target.host, l->target.port, RL_RESOLVE_TIMEOUT_MS, &found)) return 0;
+    log_warn("redis %s connection: %s:%d does not answer or refuses writes, and the master is now %s:%d; reconnecting",
              l->name, l->target.host, l->target.port, found.host, found.port);
+    route_master(l->route, found.host, found.port); /* the group's other links leave the old master too */
     return 1;
 }
 
@@ -187,6 +229,20 @@ void rl_login_commands(const redis_url *u, rl_login *out)
     }
 }
 
+static void free_event(struct event **ev)
+{
+    if (*ev != NULL) event_free(*ev);
+    *ev = NULL;
+}
+
+static void free_events(rlink *l)
+{
+    free_event(&l->retry_timer);
+    free_event(&l->watch_timer);
+    free_event(&l->ev_read);
+    free_event(&l->ev_write);
+}
+
 int rlink_init(rlink *l, const char *name, int kind, const redis_url *url, struct event_base *base, int stall_ms,
                rlink_refused_fn *on_refused)
 {
@@ -200,11 +256,13 @@ int rlink_init(rlink *l, const char *name, int kind, const redis_url *url, struc
     l->fd = -1;
     l->retry_timer = evtimer_new(base, on_retry, l);
     l->watch_timer = event_new(base, -1, EV_PERSIST, on_watch, l);
-    if (l->retry_timer == NULL || l->watch_timer == NULL) return -1;
     if (kind == RLINK_SET) {
         l->ev_read = event_new(base, -1, 0, NULL, NULL);
         l->ev_write = event_new(base, -1, 0, NULL, NULL);
-        if (l->ev_read == NULL || l->ev_write == NULL) return -1;
+    }
+    if (l->retry_timer == NULL || l->watch_timer == NULL || (kind == RLINK_SET && (!l->ev_read || !l->ev_write))) {
+        free_events(l);
+        return -1;
     }
     struct timeval tv = {.tv_sec = 0, .tv_usec = RL_WATCH_MS * 1000};
     evtimer_add(l->watch_timer, &tv);
@@ -217,4 +275,5 @@ void rlink_close(rlink *l)
     rl_close_twins(l);
     l->stopping = 1;
     transport(l)->drop(l, "closing");
+    free_events(l);
 }

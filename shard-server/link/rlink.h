@@ -11,7 +11,9 @@
  *   - a lost connection is re-opened with exponential backoff (100 ms .. 5 s, jittered); every command
  *     in flight gets a NULL reply, so its owner treats the outcome as unknown;
  *   - a stall watchdog drops the connection when commands are pending and nothing has come back for
- *     stall_ms (a SIGSTOPped Redis, a silent partition: hiredis 0.14 has no command timeout);
+ *     stall_ms (a SIGSTOPped Redis, a silent partition: hiredis 0.14 has no command timeout); behind
+ *     Sentinel it asks them after a second without a reply whether the master changed, and drops the
+ *     connection at once if so (a stopped or partitioned master);
  *   - a URL that names several servers (Sentinels, cluster seeds: common/net/sentinel.h) is resolved to the
  *     current master at every (re)connect, and a reply saying the node is no longer that master
  *     (rconn_error_failover: READONLY, CLUSTERDOWN, ...) drops the connection like an I/O error, so
@@ -61,6 +63,8 @@ typedef struct rlink {
     void (*on_ready)(void *arg); /* called each time the connection is (re-)established */
     void *on_ready_arg;
     int ready; /* connected (the login commands are queued first) */
+    int was_up;          /* a connection was established before */
+    uint64_t reconnects; /* connections established after the first (the shard-server's metrics) */
     int stopping;
     unsigned attempt;       /* reconnect attempts since the last success */
     int pending;            /* commands sent, reply not yet received */
@@ -96,11 +100,14 @@ int rlink_cmd_replicated(rlink *l, int replicas, rlink_cb *cb, void *priv, int a
 /* RLINK_SET: SET key to head||payload; payload must stay valid until cb runs. */
 int rlink_set(rlink *l, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
               rlink_cb *cb, void *priv);
-/* Close the link and its twins; pending callbacks get NULL. */
+/* Close the link and its twins and free what they hold; pending callbacks get NULL. The rlink itself
+ * is the caller's: it may be freed afterwards, not used again. */
 void rlink_close(rlink *l);
 
 /* ---------------------------------------------------------------------------------------------- */
 /* Redis Cluster routing shared by a process's links (route.c) */
+
+#define RLINK_ROUTE_MAX 8
 
 typedef struct rlink_route {
     cluster_map *map; /* NULL until a MOVED/ASK reply shows Redis is a cluster */
@@ -113,9 +120,17 @@ typedef struct rlink_route {
     char master_host[256];
     int master_port;
     unsigned master_gen;
+    /* the group's links: when one finds a new master, those waiting to reconnect retry at once */
+    rlink *links[RLINK_ROUTE_MAX];
+    int nlinks;
+    /* Sentinel URLs: the subscription to the Sentinels' failover announcements (watch.c) */
+    struct rl_watch *watch;
+    uint64_t watch_tried_ms;
 } rlink_route;
 
-/* Route the links (of any kind) by rt; CLUSTER SLOTS goes on `via`. */
+/* Route the links (of any kind, at most RLINK_ROUTE_MAX) by rt; CLUSTER SLOTS goes on `via`. */
 void rlink_route_attach(rlink_route *rt, rlink *via, rlink **links, int nlinks);
+/* Free the slot map (after the links are closed). */
+void rlink_route_free(rlink_route *rt);
 
 #endif

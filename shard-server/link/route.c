@@ -24,7 +24,18 @@
 void rlink_route_attach(rlink_route *rt, rlink *via, rlink **links, int nlinks)
 {
     rt->via = via;
-    for (int i = 0; i < nlinks; i++) links[i]->route = rt;
+    rt->nlinks = 0;
+    for (int i = 0; i < nlinks && i < RLINK_ROUTE_MAX; i++) {
+        links[i]->route = rt;
+        rt->links[rt->nlinks++] = links[i];
+    }
+    rl_watch_open(rt, via->url);
+}
+
+void rlink_route_free(rlink_route *rt)
+{
+    free(rt->map);
+    rt->map = NULL;
 }
 
 int rl_route_node(const rlink_route *rt, int slot)

@@ -401,5 +401,6 @@ int rlink_set(rlink *l, const char *key, const uint8_t *head, size_t hlen, const
     if (l->kind != RLINK_SET) return -1;
     size_t klen = strlen(key);
     rlink *to = rl_twin(l, rl_route_node(l->route, cluster_key_slot(key, klen)));
+    if (to != NULL && to != l && !rs_accepting(to)) to = l; /* see rl_twin in internal.h */
     return to == NULL ? -1 : rs_send(to, l, key, klen, head, hlen, payload, plen, cb, priv, 0, 0);
 }

@@ -70,6 +70,11 @@ try {
   for (const w of ["w1", "w2"]) if (!ids.includes(w)) throw new Error(`worker ${w} missing from the table`);
   const hostCell = await page.textContent('#workers tr[data-worker="w1"] td:nth-child(3)');
   if (!hostCell || !hostCell.trim()) throw new Error("worker host column is empty");
+  // the Redis topology line names the server the run is on
+  const redisLine = await page.textContent("#redis");
+  console.log("redis on the page:", redisLine);
+  if (!new RegExp(`^single · master 127\\.0\\.0\\.1:${redisPort}$`).test(redisLine))
+    throw new Error("the Redis line does not show the master 127.0.0.1:" + redisPort + ": " + redisLine);
 
   if (token) {
     // the server wants a token: the page shows the field, and without it a change is refused

@@ -505,6 +505,8 @@ class Harness:
             time.sleep(0.1)
         self.log("settled" if settled else "settle_timeout", target_version=want,
                  last=dict((k, v) for k, (v, _) in self.last_syncs().items()))
+        if not settled and a.hold_on_hang > 0:
+            self.hold(a.hold_on_hang)
         # like systemd, every process killed during the storm comes back, even if the workers finished
         # their steps before its restart was due
         back_deadline = time.time() + self.a.restart_delay + 5.0
@@ -514,6 +516,15 @@ class Harness:
         self.dump()
         self.finish(settled, t0, start, end, v_end)
         return settled
+
+    def hold(self, seconds):
+        """A hang: keep every process and Redis alive for a while so they can be inspected live."""
+        print("[chaos] settle timeout: holding the stuck run for %.0f s (redis-cli -p %d; pids %s)" % (
+            seconds, self.port, {p.name: p.p.pid for p in self.procs if p.p}), flush=True)
+        self.log("hold", seconds=seconds)
+        deadline = time.time() + seconds
+        while time.time() < deadline:
+            time.sleep(0.5)
 
     def dump(self):
         r, P = self.redis, "dl:{%s}" % self.a.run
@@ -644,6 +655,8 @@ def main():
     ap.add_argument("--server-arg", action="append", default=[], help="extra shard-server argument (repeatable)")
     ap.add_argument("--init-arg", action="append", default=[], help="extra coordinator init argument")
     ap.add_argument("--keep-redis-dir", action="store_true")
+    ap.add_argument("--hold-on-hang", type=float, default=float(E("CHAOS_HOLD_ON_HANG", "0")),
+                    help="on a settle timeout, keep the stuck run alive this many seconds to inspect it")
     ap.add_argument("-v", "--verbose", action="store_true")
     a = ap.parse_args()
     if a.stop_max < a.stop_min or a.cut_max < a.cut_min or a.fault_every <= 0 or a.duration > 24 * 3600:

@@ -223,6 +223,11 @@ static int run_case(target *t, int fd, const char *which, int shard)
     return strcmp(h.op, "err") == 0 && strcmp(h.code, want) == 0 ? 0 : 1;
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: dp_client --redis URL --run R --case NAME [--shard K]\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *url = NULL, *run = NULL, *which = NULL;
@@ -234,12 +239,11 @@ int main(int argc, char **argv)
         {.name = "shard", .kind = OPT_INT, .dest = &shard, .lo = 0, .hi = 1 << 20},
         {0},
     };
-    char perr[256];
-    int prc = opts_parse(specs, argc, argv, 1, NULL, NULL, perr, sizeof perr);
-    if (prc < 0) fprintf(stderr, "dp_client: %s\n", perr);
-    if (prc != 0 || !url || !run || !which) {
-        fprintf(stderr, "usage: dp_client --redis URL --run R --case NAME [--shard K]\n");
-        return 2;
+    int prc = opts_parse_cmd("dp_client", usage, specs, argc, argv, 1, NULL, NULL);
+    if (prc != 0) return opts_exit_status(prc);
+    if (!url || !run || !which) {
+        usage(stderr);
+        return OPTS_EXIT_USAGE;
     }
     char err[512];
     redis_url u;

@@ -162,6 +162,11 @@ static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *m
     free(start);
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: ref_async --redis URL --run R --sync-every H [--quad-lr LR] [--no-bf16]\n");
+}
+
 int main(int argc, char **argv)
 {
     const char *url = NULL, *run = NULL;
@@ -176,12 +181,11 @@ int main(int argc, char **argv)
         {.name = "quad-lr", .kind = OPT_DOUBLE, .dest = &qlr, .min = -DBL_MAX, .max = DBL_MAX},
         {0},
     };
-    char perr[256];
-    int prc = opts_parse(specs, argc, argv, 1, NULL, NULL, perr, sizeof perr);
-    if (prc < 0) fprintf(stderr, "ref_async: %s\n", perr);
-    if (prc != 0 || !url || !run || H <= 0) {
-        fprintf(stderr, "usage: ref_async --redis URL --run R --sync-every H [--quad-lr LR] [--no-bf16]\n");
-        return 2;
+    int prc = opts_parse_cmd("ref_async", usage, specs, argc, argv, 1, NULL, NULL);
+    if (prc != 0) return opts_exit_status(prc);
+    if (!url || !run || H <= 0) {
+        usage(stderr);
+        return OPTS_EXIT_USAGE;
     }
     char err[512];
     redis_url u;

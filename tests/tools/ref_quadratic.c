@@ -17,7 +17,7 @@
  *                      shards, one sent every H/F steps and applied one interval later, S steps per worker
  *                      [--h-of id=H,...] [--weight-tokens]   per-worker H (plain DiLoCo) and weighting of
  *                      each worker's pseudo-gradient by its tokens (steps) in the round
- *                      [--codec int8|int4 [--error-feedback]]   block-quantized pseudo-gradients (blocks from
+ *                      [--codec int8|int4|int3|int2 [--error-feedback]]   block-quantized pseudo-gradients (blocks from
  *                      each shard's start), decoded and summed in fp32, as the shard-servers do
  *                      [--download update]   the mean is put through the codec (bf16 without --codec) per
  *                      shard before the step, as a run with coordinator init --download update does */
@@ -76,6 +76,12 @@ static int parse_workers(const char *v, void *dest)
     return list ? 0 : -1;
 }
 
+static void usage(FILE *f)
+{
+    fprintf(f, "usage: see the comment at the top of tests/tools/ref_quadratic.c\n");
+}
+
+/* 0 ready, 1 after --help, -1 after a message on stderr. */
 static int parse(int argc, char **argv, ref_args *a)
 {
     memset(a, 0, sizeof *a);
@@ -105,16 +111,16 @@ static int parse(int argc, char **argv, ref_args *a)
         {.name = "frag-bounds", .kind = OPT_STRING, .dest = &a->frag_bounds},
         {.name = "h-of", .kind = OPT_STRING, .dest = &a->h_of},
         {.name = "download", .kind = OPT_CHOICE, .dest = &a->download_update, .choices = "params|update"},
-        {.name = "codec", .kind = OPT_CUSTOM, .dest = a, .parse = parse_codec, .wants = "int8 or int4"},
+        {.name = "codec", .kind = OPT_CUSTOM, .dest = a, .parse = parse_codec, .wants = "int8, int4, int3 or int2"},
         {.name = "workers", .kind = OPT_CUSTOM, .dest = a, .parse = parse_workers, .wants = "a list of worker ids"},
         {0},
     };
-    char err[256];
-    if (opts_parse(specs, argc, argv, 1, NULL, NULL, err, sizeof err) != 0) {
-        fprintf(stderr, "ref_quadratic: %s\n", err);
+    int rc = opts_parse_cmd("ref_quadratic", usage, specs, argc, argv, 1, NULL, NULL);
+    if (rc != 0) return rc;
+    if (a->numel <= 0 || a->nworkers == 0 || a->sync_every <= 0) {
+        usage(stderr);
         return -1;
     }
-    if (a->numel <= 0 || a->nworkers == 0 || a->sync_every <= 0) return -1;
     qsort(a->ids, (size_t)a->nworkers, sizeof a->ids[0], cmp_str);
     for (int w = 0; w < a->nworkers; w++) {
         a->h[w] = a->sync_every;
@@ -287,10 +293,8 @@ int main(int argc, char **argv)
 {
     ref_args a;
     char err[256];
-    if (parse(argc, argv, &a) < 0) {
-        fprintf(stderr, "usage: see the comment at the top of tests/tools/ref_quadratic.c\n");
-        return 2;
-    }
+    int prc = parse(argc, argv, &a);
+    if (prc != 0) return opts_exit_status(prc);
     size_t n = (size_t)a.numel;
     uint64_t *bounds = NULL;
     int nb = 0;

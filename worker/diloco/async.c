@@ -20,15 +20,18 @@
 
 #define SUBMIT_ARGS_MAX (2 * RUNCONF_MAX_SHARDS + 8)
 
-/* dl_submit for shards [first, last) from their current base versions; fills d->seq. */
+/* dl_submit of submission d->submission for shards [first, last) from their current base versions;
+ * fills d->seq. Sent again (here or by dl_command_argv after a reconnect) when no reply came: a try that
+ * ran answers the same places again (lua/40_barriers.lua, repeated_submission). */
 static int submit(diloco *d, int f, int first, int last, char *err, size_t errlen)
 {
     static const char *argv[SUBMIT_ARGS_MAX];
     static char nums[SUBMIT_ARGS_MAX][24];
     int argc = 0;
-    char inc[24], frag[16];
+    char inc[24], frag[16], no[24];
     snprintf(inc, sizeof inc, "%" PRId64, dl_inc(d));
     snprintf(frag, sizeof frag, "%d", f);
+    snprintf(no, sizeof no, "%" PRId64, d->submission);
     argv[argc++] = "FCALL";
     argv[argc++] = "dl_submit";
     argv[argc++] = "1";
@@ -36,6 +39,7 @@ static int submit(diloco *d, int f, int first, int last, char *err, size_t errle
     argv[argc++] = d->worker_id;
     argv[argc++] = inc;
     argv[argc++] = frag;
+    argv[argc++] = no;
     for (int k = first; k < last; k++) {
         snprintf(nums[argc], sizeof nums[argc], "%d", k);
         argv[argc] = nums[argc];
@@ -44,9 +48,7 @@ static int submit(diloco *d, int f, int first, int last, char *err, size_t errle
         argv[argc] = nums[argc];
         argc++;
     }
-    pthread_mutex_lock(&d->ctl_mu);
-    redisReply *r = d->ctl ? rconn_command_argv(d->ctl, argc, argv, NULL) : NULL;
-    pthread_mutex_unlock(&d->ctl_mu);
+    redisReply *r = dl_command_argv(d, argc, argv);
     int rc = DL_OK;
     if (rconn_reply_error(d->ctl, r, err, errlen) < 0) {
         rc = !r                                           ? DL_RETRY
@@ -99,6 +101,7 @@ int async_submit_net(diloco *d, int f, char *err, size_t errlen)
 {
     int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
     int rc = DL_RETRY;
+    d->submission++;
     for (unsigned attempt = 0; rc == DL_RETRY && attempt < 5; attempt++) {
         rc = submit(d, f, first, last, err, errlen);
         if (rc == DL_RETRY) sleep_ms(backoff_ms(attempt, 50, 1000));

@@ -127,14 +127,7 @@ static int reply_outcome(diloco *d, const blob_header *h, char *err, size_t errl
         return DL_RETRY;
     }
     if (strcmp(h->op, "need") == 0) {
-        /* h->text is a comma list of ids; are we in it? */
-        size_t n = strlen(d->worker_id);
-        for (const char *p = h->text; *p;) {
-            const char *end = strchr(p, ',');
-            size_t len = end ? (size_t)(end - p) : strlen(p);
-            if (len == n && strncmp(p, d->worker_id, n) == 0) return DL_NEED;
-            p = end ? end + 1 : p + len;
-        }
+        if (csv_has(h->text, d->worker_id)) return DL_NEED; /* a comma list of ids */
         err_set(err, errlen, "waiting for the pseudo-gradients of %s", h->text);
         return DL_RETRY;
     }

@@ -1,11 +1,12 @@
 /* delta.c: the worker's pseudo-gradient of a round, as it goes on the wire (docs/compression.md).
  *
  * Δ = base - params, in the run's codec (sync.c sends it): bf16 or fp32 in one pass with its finite
- * check and checksum; int8/int4 from an fp32 Δ, block-quantized per shard (blocks count from each
- * shard's first element, as the shard-server decodes them). With --error-feedback, what quantization
+ * check and checksum; the block codecs (int8, int4, int3, int2) quantize base - params (or a device's
+ * fp32 Δ) per shard in one pass per block (blocks count from each shard's first element, as the
+ * shard-server decodes them). With --error-feedback, what quantization
  * dropped (Δ + e minus its decoded value) is kept in e and added to the next round's Δ; e lives only in
  * this process (a restarted worker starts again from zero). With device hooks the device computes Δ
- * (device.c); an int8/int4 run takes it in fp32 and quantizes it here. */
+ * (device.c); a block-codec run takes it in fp32 and quantizes it here. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,13 +23,20 @@
 #define DELTA_CHUNK 16384
 _Static_assert(DELTA_CHUNK % CODEC_BLOCK == 0, "a chunk holds whole codec blocks");
 
+int dl_push_dtype(const diloco *d)
+{
+    return d->rc.compress == BLOB_BF16 && !d->o.bf16 ? BLOB_F32 : d->rc.compress;
+}
+
 int dl_delta_alloc(diloco *d, char *err, size_t errlen)
 {
     size_t n = d->numel;
     int block = codec_is_block(d->push_dtype);
-    d->delta_f32 = d->push_dtype == BLOB_BF16 ? NULL : dl_host_alloc(d, n * sizeof(float));
+    /* a block codec encodes base - params straight from them; an fp32 Δ is needed only from a device */
+    int f32 = d->push_dtype == BLOB_F32 || (block && d->o.device.delta != NULL);
+    d->delta_f32 = f32 ? dl_host_alloc(d, n * sizeof(float)) : NULL;
     d->delta_bf16 = d->push_dtype == BLOB_BF16 ? dl_host_alloc(d, n * sizeof(uint16_t)) : NULL;
-    if (!d->delta_f32 && !d->delta_bf16) goto oom;
+    if ((f32 && !d->delta_f32) || (d->push_dtype == BLOB_BF16 && !d->delta_bf16)) goto oom;
     if (!block) return 0;
     d->delta_qoff = calloc((size_t)d->rc.nshards + 1, sizeof(size_t));
     if (!d->delta_qoff) goto oom;
@@ -63,26 +71,17 @@ const void *dl_shard_delta(const diloco *d, int k, size_t *bytes)
     return d->push_dtype == BLOB_BF16 ? (const void *)(d->delta_bf16 + off) : (const void *)(d->delta_f32 + off);
 }
 
-/* Elements [c, c+len) of shard k (c - lo a multiple of CODEC_BLOCK) from the fp32 Δ in delta_f32: add
- * the kept error, quantize, keep the new error. Returns the encoded bytes (in delta_q), or NULL with
- * *bad set when Δ is not finite. */
-static const uint8_t *encode_chunk(diloco *d, int k, size_t c, size_t len, size_t *bad, size_t *qlen)
+/* Elements [c, c+len) of shard k (c - lo a multiple of CODEC_BLOCK) of Δ = base - params (from_device:
+ * the fp32 Δ in delta_f32), plus the kept error, quantized, the new error kept, in one pass per codec
+ * block. Returns the encoded bytes (in delta_q), or NULL with *bad set when Δ is not finite. */
+static const uint8_t *encode_chunk(diloco *d, int k, size_t c, size_t len, int from_device, size_t *bad, size_t *qlen)
 {
     size_t lo = (size_t)d->rc.shard_bounds[k];
-    float *x = d->delta_f32 + c;
-    if (d->ef) /* a non-finite Δ stays non-finite: the encoder finds it */
-        for (size_t i = 0; i < len; i++) x[i] = x[i] + d->ef[c + i];
+    const float *a = from_device ? d->delta_f32 + c : d->base + c, *b = from_device ? NULL : d->params + c;
     uint8_t *q = d->delta_q + d->delta_qoff[k] + codec_offset(d->push_dtype, c - lo);
-    if (codec_encode(d->push_dtype, x, len, q, bad) < 0) return NULL;
+    /* a non-finite Δ stays non-finite with the error added: the encoder finds it */
+    if (codec_encode_delta(d->push_dtype, a, b, d->ef ? d->ef + c : NULL, len, q, bad) < 0) return NULL;
     *qlen = codec_bytes(d->push_dtype, len);
-    if (d->ef) {
-        float dec[CODEC_BLOCK];
-        for (size_t b = 0; b < len; b += CODEC_BLOCK) {
-            size_t m = len - b < CODEC_BLOCK ? len - b : CODEC_BLOCK;
-            codec_decode(d->push_dtype, q + codec_offset(d->push_dtype, b), m, dec);
-            for (size_t i = 0; i < m; i++) d->ef[c + b + i] = x[b + i] - dec[i];
-        }
-    }
     return q;
 }
 
@@ -105,9 +104,7 @@ static int shard_delta(diloco *d, int k, int from_device, XXH3_state_t *xs, size
             rc = outer_check_finite(d->delta_f32 + c, len, &b);
             hash_update(xs, d->delta_f32 + c, len * sizeof(float));
         } else {
-            if (!from_device)
-                for (size_t i = c; i < c + len; i++) d->delta_f32[i] = d->base[i] - d->params[i];
-            const uint8_t *q = encode_chunk(d, k, c, len, &b, &qlen);
+            const uint8_t *q = encode_chunk(d, k, c, len, from_device, &b, &qlen);
             rc = q ? 0 : -1;
             if (q) hash_update(xs, q, qlen);
         }

@@ -54,6 +54,7 @@ static void *heartbeat_main(void *p)
     diloco *d = p;
     log_use_sink(&d->log);
     rconn *c = NULL;
+    uint64_t warned = 0; /* one warning per 5 s while Redis is away: a beat is tried every interval */
     pthread_mutex_lock(&d->hb_mu);
     while (!d->hb_stop) {
         pthread_mutex_unlock(&d->hb_mu);
@@ -61,7 +62,11 @@ static void *heartbeat_main(void *p)
             char err[256];
             if (c) rconn_free(c);
             c = rconn_connect(&d->url, 5000, err, sizeof err);
-            if (!c) log_warn("heartbeat: cannot reach Redis: %s", err);
+            if (!c && now_ms() - warned >= 5000) {
+                log_warn("heartbeat: cannot reach Redis: %s", err);
+                warned = now_ms();
+            }
+            if (c) warned = 0;
         }
         if (c) beat_once(d, c);
         pthread_mutex_lock(&d->hb_mu);

@@ -81,7 +81,7 @@ struct diloco {
     float *base;          /* global parameters this round started from */
     int push_dtype;       /* our pushes' codec: the run's (fp32 in a bf16 run with o.bf16 = 0) */
     uint16_t *delta_bf16; /* pseudo-gradient of the round, kept until it is committed */
-    float *delta_f32;     /* (int8/int4: the fp32 Δ before quantization) */
+    float *delta_f32;     /* (block codecs: only with device hooks, the device's fp32 Δ) */
     uint8_t *delta_q;     /* int8/int4: the encoded Δ, shard after shard (delta.c) */
     size_t *delta_qoff;   /* int8/int4: nshards+1 offsets of each shard's part in delta_q */
     float *ef;            /* --error-feedback: what quantization dropped, added to the next Δ */
@@ -90,7 +90,6 @@ struct diloco {
     int64_t *mom_version; /* per shard: the version base and mom hold together (-1: unknown) */
     uint8_t *upd_q;       /* received updates, shard after shard (upd_off) */
     size_t *upd_off;
-    float *upd_g;           /* a received update, decoded */
     float *upd_both;        /* parameters with momentum as received (2 floats per parameter) */
     uint64_t *delta_xxh;    /* per shard: the checksum of its part of delta_* (computed with it) */
     int64_t *frag_version;  /* global version of each fragment's part of base (= its open round for us) */
@@ -106,6 +105,7 @@ struct diloco {
     int64_t *tent_round;      /* per fragment: the round whose Δ delta_* holds */
     int *frag_incomplete;     /* per fragment: that round's get phase did not finish for us */
     int64_t *seq;             /* async: each shard's place in its order for our current submission */
+    int64_t submission;       /* async: number of our current submission (dl_submit knows a resend by it) */
     uint64_t *push_tokens;    /* per fragment: tokens trained since its previous send (--weight-by tokens) */
     uint64_t *tokens_at_send; /* per fragment: our token count when it was last sent */
 
@@ -161,6 +161,7 @@ struct diloco {
 
 /* session.c */
 redisReply *dl_command(diloco *d, const char *fmt, ...); /* on ctl, reconnecting as needed; caller frees */
+redisReply *dl_command_argv(diloco *d, int argc, const char **argv); /* the same, argv form */
 /* With the run's min_replicas > 0: wait until that many Redis replicas have our writes on ctl so far
  * (WAIT, again while fewer do); 0 at once when min_replicas is 0, -1 + err when ctl broke or we stop. */
 int dl_wait_replicas(diloco *d, char *err, size_t errlen);
@@ -213,6 +214,8 @@ int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got_
 uint64_t dl_wall_us(void);
 
 /* delta.c */
+/* The codec of our pushes (push_dtype): the run's, except fp32 in a bf16 run when o.bf16 is 0. */
+int dl_push_dtype(const diloco *d);
 /* The Δ buffers of push_dtype (and the error feedback's). */
 int dl_delta_alloc(diloco *d, char *err, size_t errlen);
 void dl_delta_free(diloco *d);

@@ -35,26 +35,42 @@ void diloco_options_default(diloco_options *o)
     o->log_level = DILOCO_LOG_DEFAULT;
 }
 
-/* Run a command on the control connection; on a connection error reconnect (with backoff, for as
- * long as it takes: Redis restarts are survivable; a refusal of our credentials ends it at once) and
- * try once more. */
+/* With ctl_mu held: a usable control connection, reconnecting if it is missing or broken (with backoff,
+ * for as long as it takes: Redis restarts are survivable; a refusal of our credentials ends it at once).
+ * 0, or -1 when there is none (stopping, or refused). */
+static int ctl_ready(diloco *d)
+{
+    if (d->ctl != NULL && !rconn_broken(d->ctl)) return 0;
+    char err[256];
+    if (d->ctl) rconn_free(d->ctl);
+    d->ctl = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, -1, d->o.stop, NULL, err, sizeof err);
+    if (d->ctl == NULL && !dl_stopping(d)) log_error("%s", err);
+    return d->ctl ? 0 : -1;
+}
+
+/* Run a command on the control connection; on a connection error reconnect and try once more. The
+ * command may then run twice (the first try ran, its reply was lost): only idempotent commands, or
+ * ones whose caller finds out (dl_arrive: STALE, closed with us; dl_submit: its submission number). */
 redisReply *dl_command(diloco *d, const char *fmt, ...)
 {
     redisReply *r = NULL;
     pthread_mutex_lock(&d->ctl_mu);
-    for (int attempt = 0; attempt < 2 && r == NULL; attempt++) {
-        if (d->ctl == NULL || rconn_broken(d->ctl)) {
-            char err[256];
-            if (d->ctl) rconn_free(d->ctl);
-            d->ctl = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, -1, d->o.stop, NULL, err, sizeof err);
-            if (d->ctl == NULL && !dl_stopping(d)) log_error("%s", err);
-            if (d->ctl == NULL) break;
-        }
+    for (int attempt = 0; attempt < 2 && r == NULL && ctl_ready(d) == 0; attempt++) {
         va_list ap;
         va_start(ap, fmt);
         r = rconn_vcommand(d->ctl, fmt, ap);
         va_end(ap);
     }
+    pthread_mutex_unlock(&d->ctl_mu);
+    return r;
+}
+
+redisReply *dl_command_argv(diloco *d, int argc, const char **argv)
+{
+    redisReply *r = NULL;
+    pthread_mutex_lock(&d->ctl_mu);
+    for (int attempt = 0; attempt < 2 && r == NULL && ctl_ready(d) == 0; attempt++)
+        r = rconn_command_argv(d->ctl, argc, argv, NULL);
     pthread_mutex_unlock(&d->ctl_mu);
     return r;
 }
@@ -219,9 +235,10 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen)
 {
     size_t n = d->numel;
     d->base = dl_host_alloc(d, n * sizeof(float));
-    d->push_dtype = d->rc.compress == BLOB_BF16 && !d->o.bf16 ? BLOB_F32 : d->rc.compress;
+    d->push_dtype = dl_push_dtype(d);
     if (d->o.error_feedback && !codec_is_block(d->push_dtype))
-        log_warn("--error-feedback applies to int8/int4 runs; this run's pseudo-gradients are %s: ignored",
+        log_warn("--error-feedback applies to block-quantized runs (int8, int4, int3, int2); this run's "
+                 "pseudo-gradients are %s: ignored",
                  codec_name(d->push_dtype));
     if (dl_delta_alloc(d, err, errlen) < 0 || dl_update_alloc(d, err, errlen) < 0) return -1;
     d->owners = calloc((size_t)d->rc.nshards, sizeof(shard_owner));

@@ -231,6 +231,25 @@ int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *e
 
 /* ---- the round --------------------------------------------------------------------------------- */
 
+/* Did round (f, round) close with this incarnation among its participants? A STALE dl_arrive can answer
+ * dl_command's resend after a lost reply, the first try having run and closed the round. */
+static int closed_with_us(diloco *d, int f, int64_t round)
+{
+    redisReply *b = dl_command(d, "FCALL dl_barrier 1 %s %d %lld", d->config_key, f, (long long)round);
+    int in = 0;
+    if (b != NULL && b->type == REDIS_REPLY_ARRAY && b->elements >= 2 && b->element[0]->type == REDIS_REPLY_STRING &&
+        strcmp(b->element[0]->str, "closed") == 0 && b->element[1]->type == REDIS_REPLY_STRING) {
+        char me[160];
+        snprintf(me, sizeof me, "%s:%lld", d->worker_id, (long long)dl_inc(d));
+        in = csv_has(b->element[1]->str, me);
+    }
+    if (in)
+        log_info("round %lld of fragment %d: closed with us (our arrival ran; its reply was lost)", (long long)round,
+                 f);
+    if (b) freeReplyObject(b);
+    return in;
+}
+
 static int arrive_once(diloco *d, int f, int64_t round, int *written, char *err, size_t errlen)
 {
     redisReply *r = dl_command(d, "FCALL dl_arrive 1 %s %s %lld %d %lld", d->config_key, d->worker_id,
@@ -240,11 +259,11 @@ static int arrive_once(diloco *d, int f, int64_t round, int *written, char *err,
     if (rconn_reply_error(d->ctl, r, err, errlen) < 0) {
         rc = DL_FAIL;
         if (r && strncmp(r->str, "STALE", 5) == 0)
-            rc = DL_STALE;
+            rc = closed_with_us(d, f, round) ? DL_OK : DL_STALE;
         else if (r && strncmp(r->str, "UNKNOWN_WORKER", 14) == 0)
             rc = DL_EVICTED;
         else if (!r)
-            rc = DL_RETRY;
+            rc = DL_RETRY; /* outcome unknown: wait_barrier_as finds out whether we are in the barrier */
     } else if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && strcmp(r->element[0]->str, "closed") == 0) {
         rc = DL_OK;
     } else {
@@ -283,9 +302,21 @@ static int still_member(diloco *d)
     return ok;
 }
 
+/* The open barrier (f, round) lacks our arrival: the dl_arrive got no reply (Redis went away while it
+ * was in flight) or its write was lost (a restart without it, a failover). The barrier waits for us, and
+ * nobody else can bring it: arrive again. DL_RETRY: still open, keep waiting. */
+static int arrive_again(diloco *d, int f, int64_t round, char *err, size_t errlen)
+{
+    log_warn("round %lld of fragment %d: the barrier does not have our arrival (dl_arrive got no reply, or Redis "
+             "lost it); arriving again",
+             (long long)round, f);
+    return arrive(d, f, round, err, errlen);
+}
+
 /* Block until barrier (f, round) closes: BLPOP our wake list with a timeout, then look. A joiner (not
  * expected at round, not arrived) stops waiting with DL_NEED when the barrier waits for nobody else:
- * it needs an arrival to close (at least target_workers), and only we can bring one. */
+ * it needs an arrival to close (at least target_workers), and only we can bring one. A participant whose
+ * arrival the open barrier lacks arrives again (arrive_again). */
 static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *err, size_t errlen)
 {
     char wake[KEY_MAX], name[96];
@@ -305,7 +336,9 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
             redisReply *r = rconn_command(d->blk, "BLPOP %s %.3f", wake, d->o.wait_poll_ms / 1000.0);
             if (r) freeReplyObject(r);
         }
-        redisReply *b = dl_command(d, "FCALL dl_barrier 1 %s %d %lld %d", d->config_key, f, (long long)round, joiner);
+        redisReply *b = joiner ? dl_command(d, "FCALL dl_barrier 1 %s %d %lld 1", d->config_key, f, (long long)round)
+                               : dl_command(d, "FCALL dl_barrier 1 %s %d %lld 0 %s", d->config_key, f, (long long)round,
+                                            d->worker_id);
         if (rconn_reply_error(d->ctl, b, err, errlen) == 0 && b->type == REDIS_REPLY_ARRAY && b->elements >= 1) {
             const char *state = b->element[0]->str;
             int rc = strcmp(state, "closed") == 0 ? DL_OK : strcmp(state, "open") == 0 ? DL_RETRY : DL_STALE;
@@ -313,7 +346,11 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
             if (joiner && rc == DL_RETRY &&
                 (b->elements < 5 || b->element[4]->type != REDIS_REPLY_INTEGER || b->element[4]->integer == 0))
                 rc = DL_NEED;
+            /* (an older library does not say whether we arrived: nothing to do then) */
+            int lost = !joiner && rc == DL_RETRY && b->elements >= 6 && b->element[5]->type == REDIS_REPLY_INTEGER &&
+                       b->element[5]->integer == 0;
             freeReplyObject(b);
+            if (lost) rc = arrive_again(d, f, round, err, errlen);
             if (rc != DL_RETRY) return rc;
         } else if (b) {
             freeReplyObject(b);

@@ -19,6 +19,12 @@
 #include "outer.h"
 #include "util.h"
 
+/* An update is applied in chunks of this many elements (whole codec blocks), each decoded (on the stack:
+ * the shards of different servers are applied in parallel threads), stepped and hashed while it is in
+ * the cache. */
+#define UPDATE_CHUNK 4096
+_Static_assert(UPDATE_CHUNK % CODEC_BLOCK == 0, "a chunk holds whole codec blocks");
+
 int dl_update_alloc(diloco *d, char *err, size_t errlen)
 {
     if (!d->rc.download_update) return 0;
@@ -27,9 +33,8 @@ int dl_update_alloc(diloco *d, char *err, size_t errlen)
     d->mom = calloc(n, sizeof(float));
     d->mom_version = malloc((size_t)ns * sizeof(int64_t));
     d->upd_off = calloc((size_t)ns + 1, sizeof(size_t));
-    d->upd_g = malloc(n * sizeof(float) + 1);
     d->upd_both = malloc(2 * n * sizeof(float) + 1);
-    if (!d->mom || !d->mom_version || !d->upd_off || !d->upd_g || !d->upd_both) goto oom;
+    if (!d->mom || !d->mom_version || !d->upd_off || !d->upd_both) goto oom;
     for (int k = 0; k < ns; k++) {
         d->mom_version[k] = -1;
         d->upd_off[k + 1] = d->upd_off[k] + codec_bytes(d->rc.compress, runconf_shard_numel(&d->rc, k));
@@ -46,7 +51,6 @@ void dl_update_free(diloco *d)
     free(d->mom);
     free(d->mom_version);
     free(d->upd_off);
-    free(d->upd_g);
     free(d->upd_both);
     free(d->upd_q);
 }
@@ -83,6 +87,31 @@ void dl_update_take_momentum(diloco *d, int shard, int64_t version, const uint8_
     d->mom_version[shard] = version;
 }
 
+/* The step of an update on base[off, off+n) and its momentum, and the digest of the result, chunk by
+ * chunk: each chunk is decoded, stepped and hashed while it is in the cache (the step and the hash are
+ * elementwise and streaming, so the bits are those of whole-shard passes). aux 0 is a no-op round:
+ * only the digest. -1: out of memory. */
+static int apply_chunks(diloco *d, size_t off, size_t n, const blob_header *h, const uint8_t *payload, uint64_t *digest)
+{
+    XXH3_state_t *xs = XXH3_createState();
+    if (xs == NULL) return -1;
+    XXH3_64bits_reset(xs);
+    float g[UPDATE_CHUNK];
+    for (size_t c = 0; c < n; c += UPDATE_CHUNK) {
+        size_t len = n - c < UPDATE_CHUNK ? n - c : UPDATE_CHUNK;
+        float *theta = d->base + off + c;
+        if (h->aux != 0) {
+            codec_decode(h->dtype, payload + codec_offset(h->dtype, c), len, g);
+            outer_sgd_step(theta, d->mom + off + c, (h->flags & 2) != 0, g, len, (float)h->lr, (float)h->mu,
+                           (h->flags & 1) != 0);
+        }
+        hash_update(xs, theta, len * sizeof(float));
+    }
+    *digest = XXH3_64bits_digest(xs);
+    XXH3_freeState(xs);
+    return 0;
+}
+
 int dl_update_apply(diloco *d, int shard, const blob_header *h, const uint8_t *payload, uint64_t *digest, char *err,
                     size_t errlen)
 {
@@ -96,12 +125,10 @@ int dl_update_apply(diloco *d, int shard, const blob_header *h, const uint8_t *p
         return DL_RETRY;
     }
     dl_dev_base_written(d, shard);
-    if (h->aux != 0) { /* aux 0: a no-op round, nothing changes */
-        codec_decode(h->dtype, payload, n, d->upd_g + off);
-        outer_sgd_step(d->base + off, d->mom + off, (h->flags & 2) != 0, d->upd_g + off, n, (float)h->lr, (float)h->mu,
-                       (h->flags & 1) != 0);
+    if (apply_chunks(d, off, n, h, payload, digest) != 0) {
+        err_set(err, errlen, "out of memory");
+        return DL_FAIL;
     }
-    *digest = hash64(d->base + off, n * sizeof(float));
     if (*digest != want) {
         d->mom_version[shard] = -1;
         d->tent_version[shard] = -1; /* base[shard] is wrong: fetched again before it is used */

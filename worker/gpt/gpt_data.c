@@ -1,4 +1,5 @@
 /* gpt_data.c: the token file (prepare-data) and its loader. */
+#include "file_atomic.h"
 #include "gpt.h"
 #include "opts.h"
 #include "util.h"
@@ -125,14 +126,6 @@ int gpt_prepare_data(const char *input, const char *output, double val_fraction,
         return -1;
     }
     uint64_t nval = (uint64_t)(n * val_fraction), ntrain = n - nval;
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", output);
-    FILE *o = fopen(tmp, "wb");
-    if (!o) {
-        free(buf);
-        err_set(err, errlen, "%s: %s", tmp, strerror(errno));
-        return -1;
-    }
     unsigned char h[GPT_TOKEN_HEADER] = {0};
     memcpy(h, GPT_TOKEN_MAGIC, 8);
     put32(h + 8, GPT_TOKEN_VERSION);
@@ -140,26 +133,34 @@ int gpt_prepare_data(const char *input, const char *output, double val_fraction,
     put64(h + 16, n);
     put64(h + 24, ntrain);
     put32(h + 32, 256);
-    int ok = fwrite(h, 1, sizeof h, o) == sizeof h;
-    unsigned char chunk[8192];
-    for (size_t i = 0; ok && i < n; i += 4096) {
-        size_t m = n - i < 4096 ? n - i : 4096;
-        for (size_t j = 0; j < m; j++) {
-            chunk[2 * j] = buf[i + j];
-            chunk[2 * j + 1] = 0;
-        }
-        ok = fwrite(chunk, 2, m, o) == m;
+    unsigned char *tokens = malloc(2 * n); /* each byte as a 16-bit little-endian token */
+    if (!tokens) {
+        free(buf);
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        tokens[2 * i] = buf[i];
+        tokens[2 * i + 1] = 0;
     }
     free(buf);
-    if (fclose(o) != 0) ok = 0;
-    if (!ok || rename(tmp, output) != 0) {
-        remove(tmp);
-        err_set(err, errlen, "%s: write failed: %s", output, strerror(errno));
+    const file_chunk chunks[2] = {{h, sizeof h}, {tokens, 2 * n}};
+    char why[512];
+    int rc = file_write_atomic(output, chunks, 2, why, sizeof why);
+    free(tokens);
+    if (rc != 0) {
+        err_set(err, errlen, "%s: %s", output, why);
         return -1;
     }
     printf("prepare-data: wrote %s: %zu byte-level tokens (vocab 256): train %llu, validation %llu (%.1f%%)\n", output,
            n, (unsigned long long)ntrain, (unsigned long long)nval, 100.0 * nval / n);
     return 0;
+}
+
+static void prepare_usage(FILE *f)
+{
+    fprintf(f, "usage: prepare-data --input TEXT --output FILE.tok [--val-fraction 0.05]\n"
+               "  byte-level tokens (vocab 256); the last val-fraction of the text is the validation split\n");
 }
 
 int gpt_prepare_data_main(int argc, char **argv)
@@ -172,20 +173,11 @@ int gpt_prepare_data_main(int argc, char **argv)
         {.name = "val-fraction", .kind = OPT_DOUBLE, .dest = &vf, .min = 0, .max = 1, .wants = "a fraction in [0, 1)"},
         {0},
     };
-    char perr[256];
-    int rc = opts_parse(specs, argc, argv, 1, NULL, NULL, perr, sizeof perr);
-    if (rc == 1) {
-        printf("usage: prepare-data --input TEXT --output FILE.tok [--val-fraction 0.05]\n"
-               "  byte-level tokens (vocab 256); the last val-fraction of the text is the validation split\n");
-        return 0;
-    }
-    if (rc < 0) {
-        fprintf(stderr, "prepare-data: %s\n", perr);
-        return 2;
-    }
+    int rc = opts_parse_cmd("prepare-data", prepare_usage, specs, argc, argv, 1, NULL, NULL);
+    if (rc != 0) return opts_exit_status(rc);
     if (!in || !out) {
-        fprintf(stderr, "usage: prepare-data --input TEXT --output FILE.tok [--val-fraction 0.05]\n");
-        return 2;
+        fprintf(stderr, "prepare-data: --input and --output are required (see --help)\n");
+        return OPTS_EXIT_USAGE;
     }
     char err[512];
     if (gpt_prepare_data(in, out, vf, err, sizeof err)) {

@@ -10,6 +10,7 @@
 #include <time.h>
 
 #include "diloco.h"
+#include "file_atomic.h"
 
 #ifdef DILOCO_HAVE_CUDA
 #include "cuda/diloco_cuda.h" /* DiLoCo on the device */
@@ -175,28 +176,15 @@ static int ckpt_save(gpt_trainer *g, char *err, size_t errlen)
         }
     len += (size_t)snprintf(h + len, cap - len, "}");
     while (len % 8) h[len++] = ' ';
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        free(h);
-        err_set(err, errlen, "checkpoint %s: %s", tmp, strerror(errno));
-        return -1;
-    }
     unsigned char hl[8];
     for (int i = 0; i < 8; i++) hl[i] = (unsigned char)((uint64_t)len >> (8 * i));
-    int ok = fwrite(hl, 1, 8, f) == 8 && fwrite(h, 1, len, f) == len;
+    size_t bytes = t->numel * sizeof(float);
+    const file_chunk chunks[5] = {{hl, 8}, {h, len}, {t->params, bytes}, {g->am, bytes}, {g->av, bytes}};
+    char why[512];
+    int rc = file_write_atomic(path, chunks, 5, why, sizeof why);
     free(h);
-    const float *bufs[3] = {t->params, g->am, g->av};
-    for (int s = 0; s < 3 && ok; s++) ok = fwrite(bufs[s], sizeof(float), t->numel, f) == t->numel;
-    if (fflush(f) != 0) ok = 0;
-    if (fclose(f) != 0) ok = 0;
-    if (!ok || rename(tmp, path) != 0) {
-        remove(tmp);
-        err_set(err, errlen, "checkpoint %s: write failed", path);
-        return -1;
-    }
-    return 0;
+    if (rc != 0) err_set(err, errlen, "checkpoint %s: %s", path, why);
+    return rc;
 }
 
 static int meta_u64(const char *h, const char *key, unsigned long long *out)

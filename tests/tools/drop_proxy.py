@@ -1,0 +1,85 @@
+#!/usr/bin/env python3
+"""drop_proxy.py: a TCP proxy in front of Redis that loses chosen commands with their connection.
+
+    drop_proxy.py --redis-port P --match dl_arrive --drops 2 [--lose command|reply] --port-file FILE [--log FILE]
+
+Listens on a free loopback port (written to --port-file once listening) and relays every connection
+to Redis on 127.0.0.1:P, both ways, byte for byte, except the first --drops client writes that contain
+the --match bytes. With --lose command (the default) such a write is not relayed: the proxy closes the
+connection at once, so Redis never runs the command. With --lose reply it is relayed, Redis runs it,
+and the proxy closes the connection when the reply comes instead of relaying it. Either way the client
+sees its command's connection go away with no reply: what it sees when Redis is killed while the
+command is in flight, before it ran or after. Each loss is one line in --log. Standard library only;
+runs until killed (a test adds its pid to the processes it kills on exit).
+"""
+import argparse
+import os
+import socket
+import sys
+import threading
+
+lock = threading.Lock()
+
+
+def pump(src, dst, state, conn, to_redis):
+    """Relay src to dst; conn["lose_reply"] is set by the client side, read by the Redis side."""
+    try:
+        while True:
+            data = src.recv(65536)
+            if not data or (not to_redis and conn["lose_reply"]):
+                break
+            if to_redis:
+                with lock:
+                    lose = state["left"] > 0 and state["match"] in data
+                    if lose:
+                        state["left"] -= 1
+                        state["log"].write("lost the %s of a command containing %s\n" % (
+                            state["lose"], state["match"].decode()))
+                        state["log"].flush()
+                if lose and state["lose"] == "command":
+                    break
+                conn["lose_reply"] = conn["lose_reply"] or lose
+            dst.sendall(data)
+    except OSError:
+        pass
+    for s in (src, dst):
+        try:
+            s.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        s.close()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--redis-port", type=int, required=True)
+    ap.add_argument("--match", required=True, help="bytes that mark a command to lose")
+    ap.add_argument("--drops", type=int, default=1, help="how many such commands to lose")
+    ap.add_argument("--lose", choices=["command", "reply"], default="command",
+                    help="lose the command (it never runs) or its reply (it runs)")
+    ap.add_argument("--port-file", required=True)
+    ap.add_argument("--log", default="-")
+    a = ap.parse_args()
+    state = {"left": a.drops, "match": a.match.encode(), "lose": a.lose,
+             "log": sys.stdout if a.log == "-" else open(a.log, "a")}
+    srv = socket.socket()
+    srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(64)
+    with open(a.port_file + ".tmp", "w") as f:
+        f.write("%d\n" % srv.getsockname()[1])
+    os.replace(a.port_file + ".tmp", a.port_file)
+    while True:
+        client, _ = srv.accept()
+        try:
+            upstream = socket.create_connection(("127.0.0.1", a.redis_port))
+        except OSError:
+            client.close()
+            continue
+        conn = {"lose_reply": False}
+        threading.Thread(target=pump, args=(client, upstream, state, conn, True), daemon=True).start()
+        threading.Thread(target=pump, args=(upstream, client, state, conn, False), daemon=True).start()
+
+
+if __name__ == "__main__":
+    main()

@@ -4,7 +4,9 @@
  * Every snapshot_every versions a snapshot blob (θ then momentum, then the Delayed Nesterov buffer when
  * there is one) is written from a copy, once this server has no commit running, recorded with
  * dl_snapshot, and the blobs it makes obsolete are deleted (with those of the snapshot before, which stay
- * when a dl_snapshot ran but its reply was lost).
+ * when a dl_snapshot ran but its reply was lost). A snapshot written whose dl_snapshot got no answer at
+ * all (the connection broke before or after it ran, or it was refused) is remembered and deleted once a
+ * later snapshot of the shard is recorded: whether it was recorded or not, it is obsolete then.
  */
 #include "ss.h"
 
@@ -32,6 +34,29 @@ static void del_obsolete(ss_ctx *ss, int k, redisReply **refs, size_t n)
     store_del_refs(ss, k, "log", refs + 1, n - 1);
 }
 
+/* Remember the ref of a written snapshot whose dl_snapshot has no answer (the oldest is dropped, and
+ * then stays in Redis, after SNAP_UNSURE_MAX failures in a row). */
+static void unsure_add(ss_shard *s, int64_t version, int64_t epoch)
+{
+    memmove(s->snap_unsure[0], s->snap_unsure[1], (SNAP_UNSURE_MAX - 1) * sizeof s->snap_unsure[0]);
+    snprintf(s->snap_unsure[SNAP_UNSURE_MAX - 1], sizeof s->snap_unsure[0], "%lld.%lld", (long long)version,
+             (long long)epoch);
+}
+
+/* DEL the unsure snapshots other than `ref` (the one just recorded). */
+static void unsure_del(ss_ctx *ss, ss_shard *s, const char *ref)
+{
+    for (int i = 0; i < SNAP_UNSURE_MAX; i++) {
+        char *u = s->snap_unsure[i];
+        if (u[0] == '\0' || strcmp(u, ref) == 0) continue;
+        redisReply one = {.type = REDIS_REPLY_STRING, .str = u, .len = strlen(u)};
+        redisReply *refs[1] = {&one};
+        log_info("shard %d: deleting snapshot %s, written before a dl_snapshot that had no answer", s->k, u);
+        store_del_refs(ss, s->k, "snap", refs, 1);
+        u[0] = '\0';
+    }
+}
+
 static void snap_on_recorded(redisReply *r, void *priv)
 {
     ss_snap *sn = priv;
@@ -43,6 +68,7 @@ static void snap_on_recorded(redisReply *r, void *priv)
                  : r->type == REDIS_REPLY_ERROR ? r->str
                                                 : "bad reply");
         if (r != NULL && r->type == REDIS_REPLY_ERROR) ss->m.conflicts++;
+        unsure_add(&ss->shards[sn->k], sn->version, sn->epoch);
         free(sn);
         return;
     }
@@ -53,6 +79,9 @@ static void snap_on_recorded(redisReply *r, void *priv)
              n);
     del_obsolete(ss, sn->k, r->element, n);
     if (again) del_obsolete(ss, sn->k, again->element, again->elements); /* the previous snapshot's, again */
+    char ref[48];
+    snprintf(ref, sizeof ref, "%lld.%lld", (long long)sn->version, (long long)sn->epoch);
+    unsure_del(ss, &ss->shards[sn->k], ref);
     free(sn);
 }
 
@@ -77,6 +106,7 @@ static void snap_on_written(redisReply *r, void *priv)
     const char *args[5] = {ss->id, ep, shard, ver, ref};
     if (fcall(ss, snap_on_recorded, sn, "dl_snapshot", 5, args) != 0) {
         ss->shards[sn->k].snapshotting = 0;
+        unsure_add(&ss->shards[sn->k], sn->version, sn->epoch);
         free(sn);
     }
 }

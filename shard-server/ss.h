@@ -142,6 +142,8 @@ typedef struct ss_update {
  * lease. */
 enum ss_shard_state { SH_FREE = 0, SH_LOADING = 1, SH_READY = 2, SH_CORRUPT = 3 };
 
+#define SNAP_UNSURE_MAX 4
+
 typedef struct ss_shard {
     int k;
     int frag;
@@ -165,6 +167,9 @@ typedef struct ss_shard {
     ss_update tent_upd; /* and the running commit's, of tent_version (buf is the commit's) */
     int committing;
     int snapshotting;
+    /* refs ("version.epoch") of snapshots written but whose dl_snapshot had no answer (connection lost,
+     * refused): recorded or not, they are obsolete once a later snapshot of ours is recorded */
+    char snap_unsure[SNAP_UNSURE_MAX][48];
     int64_t snap_wanted;   /* version to snapshot once commits are idle (0 = none) */
     int reload_wanted;     /* reload once the current operation finishes */
     char corrupt_key[256]; /* SH_CORRUPT: the blob (or shards hash field) at fault, and why */

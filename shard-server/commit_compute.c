@@ -78,11 +78,14 @@ static void commit_block_fast(ss_commit *c, ss_shard *s, ss_delta **ds, int used
 /* One block of a block codec's Δ, decoded for a weighted sum (the server is single-threaded). */
 static float decoded[COMMIT_BLOCK];
 _Static_assert(COMMIT_BLOCK % CODEC_BLOCK == 0, "a compute block holds whole codec blocks");
+/* g of one block when the log entry keeps its encoding only (--download update): a scratch that stays in
+ * the cache, where a per-commit array of n floats would pull every block of g in from memory. */
+static float g_block[COMMIT_BLOCK];
 
-/* Any other commit: g = the (weighted) mean into c->g, then the step (plain, or Delayed Nesterov). */
+/* Any other commit: g = the (weighted) mean into c->g (or g_block), then the step (plain, or Delayed Nesterov). */
 static void commit_block_general(ss_commit *c, ss_shard *s, ss_delta **ds, int used, size_t lo, size_t len)
 {
-    float *g = c->g + lo;
+    float *g = c->gq != NULL ? g_block : c->g + lo;
     outer_sum_zero(g, len);
     for (int i = 0, p = 0; i < c->np; i++) {
         if (c->dropped[i]) continue;
@@ -213,7 +216,7 @@ void commit_compute(ss_commit *c, ss_shard *s)
     if (c->ss->rc.weight_tokens) commit_weights(c, s);
     ss_ctx *ss = c->ss;
     size_t n = s->n;
-    c->g = malloc(n * sizeof(float));
+    if (!ss->rc.download_update) c->g = malloc(n * sizeof(float)); /* else the log entry is c->gq */
     c->theta = malloc(n * sizeof(float));
     c->mom = malloc(n * sizeof(float));
     c->xs = XXH3_createState();
@@ -222,8 +225,8 @@ void commit_compute(ss_commit *c, ss_shard *s)
         c->gq_len = codec_bytes(ss->rc.compress, n);
         c->gq = malloc(c->gq_len + 1);
     }
-    if (c->g == NULL || c->theta == NULL || c->mom == NULL || c->xs == NULL || (s->dnbuf != NULL && c->dnbuf == NULL) ||
-        (ss->rc.download_update && c->gq == NULL)) {
+    int g_missing = ss->rc.download_update ? c->gq == NULL : c->g == NULL;
+    if (g_missing || c->theta == NULL || c->mom == NULL || c->xs == NULL || (s->dnbuf != NULL && c->dnbuf == NULL)) {
         commit_fail(c, "out of memory", 0);
         return;
     }

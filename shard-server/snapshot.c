@@ -49,10 +49,8 @@ static void unsure_del(ss_ctx *ss, ss_shard *s, const char *ref)
     for (int i = 0; i < SNAP_UNSURE_MAX; i++) {
         char *u = s->snap_unsure[i];
         if (u[0] == '\0' || strcmp(u, ref) == 0) continue;
-        redisReply one = {.type = REDIS_REPLY_STRING, .str = u, .len = strlen(u)};
-        redisReply *refs[1] = {&one};
         log_info("shard %d: deleting snapshot %s, written before a dl_snapshot that had no answer", s->k, u);
-        store_del_refs(ss, s->k, "snap", refs, 1);
+        store_del_ref(ss, s->k, "snap", u);
         u[0] = '\0';
     }
 }

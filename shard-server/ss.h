@@ -324,6 +324,7 @@ int store_get(ss_ctx *ss, const char *key, rlink_cb *cb, void *priv);
 /* SET key to the blob head||payload on the write connection; payload must live until cb runs. */
 int store_set(ss_ctx *ss, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
               rlink_cb *cb, void *priv);
+int store_del_ref(ss_ctx *ss, int k, const char *kind, const char *ref);
 int store_del_refs(ss_ctx *ss, int k, const char *kind, redisReply **refs, size_t nrefs);
 int fcall(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args);
 /* fcall whose reply comes only once the run's min_replicas replicas have the call (a commit: see

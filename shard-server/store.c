@@ -34,19 +34,26 @@ int store_set(ss_ctx *ss, const char *key, const uint8_t *head, size_t hlen, con
     return rlink_set(&ss->bulkw, key, head, hlen, payload, plen, cb, priv);
 }
 
+/* DEL the blob named by one "v.e" reference; a malformed one is logged and skipped. */
+int store_del_ref(ss_ctx *ss, int k, const char *kind, const char *ref)
+{
+    char key[KEY_MAX];
+    if (key_shard_ref(key, sizeof key, ss->opts.run, k, kind, ref) != 0) {
+        log_warn("shard %d: cannot delete %s blob of malformed ref '%s'", k, kind, ref);
+        return 0;
+    }
+    const char *argv[2] = {"DEL", key};
+    if (rlink_cmds(&ss->bulk, NULL, NULL, 2, argv) != 0) return -1;
+    log_debug("shard %d: deleted %s", k, key);
+    return 0;
+}
+
 /* DEL the blobs named by "v.e" references (a dl_snapshot reply); keys of one shard share a slot. */
 int store_del_refs(ss_ctx *ss, int k, const char *kind, redisReply **refs, size_t nrefs)
 {
     for (size_t i = 0; i < nrefs; i++) {
         if (refs[i]->type != REDIS_REPLY_STRING || refs[i]->len == 0) continue;
-        char key[KEY_MAX];
-        if (key_shard_ref(key, sizeof key, ss->opts.run, k, kind, refs[i]->str) != 0) {
-            log_warn("shard %d: cannot delete %s blob of malformed ref '%s'", k, kind, refs[i]->str);
-            continue;
-        }
-        const char *argv[2] = {"DEL", key};
-        if (rlink_cmds(&ss->bulk, NULL, NULL, 2, argv) != 0) return -1;
-        log_debug("shard %d: deleted %s", k, key);
+        if (store_del_ref(ss, k, kind, refs[i]->str) != 0) return -1;
     }
     return 0;
 }

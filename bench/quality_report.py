@@ -77,7 +77,7 @@ def mode_text(r):
     return mode
 
 
-def report(out, result, headline=""):
+def report(out, result, headline="", compare=None):
     """table.md: the main table (one row per H: the configurations hH_HEADLINE, or hH), every DP run,
     every other configuration, the best outer settings per H. Gaps are to the best DP run and to the DP
     run at the same inner lr."""
@@ -123,6 +123,8 @@ def report(out, result, headline=""):
             lines.append("| %s%s | %d | %s | %g | %g | %g | %.4f | %s | %s |" % (
                 (r["name"], note(r), r["H"], mode_text(r), r["lr"], r["mu"], inner_lr(result, r), r["final_loss"])
                 + gaps(r)))
+    if compare:
+        lines += compare_table(result, compare[1], compare[0])
     best = best_per_h(result) if headline != "best" else []
     if best:
         lines += ["", "Best settings per H among the sync configurations run:", "",
@@ -142,6 +144,25 @@ def headline_runs(result, headline):
     res = {r["name"]: r for r in result["runs"]}
     names = ["h%d_%s" % (h, headline) if headline else "h%d" % h for h in (1, 10, 50, 100, 500)]
     return [res[n] for n in names if n in res]
+
+
+def compare_table(result, other, other_name):
+    """--compare: every configuration both results have, side by side, each gap to its own best DP."""
+    dp, odp = best_dp(result), best_dp(other)
+    theirs = {r["name"]: r for r in other["runs"] if r.get("final_loss") is not None}
+    both = [r for r in result["runs"] if r["name"] in theirs and r.get("final_loss") is not None]
+    if not both or not dp or not odp:
+        return []
+    lines = ["", "Side by side with `%s` (data: %s):" % (other_name, data_text(other)), "",
+             "| configuration | final eval loss | gap to DP | final eval loss in %s | gap to its DP | loss here / there |"
+             % other_name,
+             "|---|---|---|---|---|---|"]
+    for r in both:
+        o = theirs[r["name"]]
+        lines.append("| %s | %.4f | %+.1f%% | %.4f | %+.1f%% | %+.1f%% |" % (
+            r["name"], r["final_loss"], gap(r["final_loss"], dp["final_loss"]), o["final_loss"],
+            gap(o["final_loss"], odp["final_loss"]), gap(r["final_loss"], o["final_loss"])))
+    return lines
 
 
 def finish_report(out, result, lines, headline):

@@ -24,6 +24,10 @@ def data_text(result):
     return text + ", DP on all of it; data seed %d" % d.get("data_seed", 1)
 
 
+def layout(result):
+    return result.get("data", {}).get("shard_layout", "contiguous")
+
+
 def overhead_report(out, result):
     """--overhead: training wall time and sync time with an evaluator at every version and without."""
     lines = ["# bench/quality --overhead", "",
@@ -133,7 +137,7 @@ def report(out, result, headline="", compare=None):
         for h, r in best:
             lines.append("| %d | %g | %g | %g | %.4f | %s | %s |" % (
                 (h, r["lr"], r["mu"], inner_lr(result, r), r["final_loss"]) + gaps(r)))
-    return finish_report(out, result, lines, headline)
+    return finish_report(out, result, lines, headline, compare)
 
 
 def headline_runs(result, headline):
@@ -165,12 +169,12 @@ def compare_table(result, other, other_name):
     return lines
 
 
-def finish_report(out, result, lines, headline):
+def finish_report(out, result, lines, headline, compare=None):
     lines += ["", "Wall time per configuration (training only): " + ", ".join(
         "%s %.0f s" % (r["name"], r["train_seconds"]) for r in result["runs"] if not r.get("build")) + "."]
     with open(os.path.join(out, "table.md"), "w") as f:
         f.write("\n".join(lines) + "\n")
-    plots(out, result, headline)
+    plots(out, result, headline, compare)
     return "\n".join(lines)
 
 
@@ -185,7 +189,7 @@ def best_per_h(result):
     return out
 
 
-def plots(out, result, headline=""):
+def plots(out, result, headline="", compare=None):
     """loss_vs_tokens.png (DP, the main table's runs, H = 50 variants) and final_vs_h.png (every group
     of sync runs with the same settings tried at three H or more, against the DP runs)."""
     if not shutil.which("gnuplot"):
@@ -235,7 +239,14 @@ def plots(out, result, headline=""):
             for r in best:
                 f.write("%d %.6f\n" % (r["H"], r["final_loss"]))
         plot.append("'%s/final_vs_h_best.dat' using 1:2 with linespoints linewidth 3 title 'DiLoCo, the best settings "
-                    "found at each H'" % out)
+                    "found at each H (%s parts)'" % (out, layout(result)))
+    theirs = [r for _, r in best_per_h(compare[1])] if compare else []
+    if len(theirs) >= 3:
+        with open(os.path.join(out, "final_vs_h_compare.dat"), "w") as f:
+            for r in theirs:
+                f.write("%d %.6f\n" % (r["H"], r["final_loss"]))
+        plot.append("'%s/final_vs_h_compare.dat' using 1:2 with linespoints linewidth 3 dashtype 3 title 'the best at "
+                    "each H in %s (%s parts)'" % (out, compare[0], layout(compare[1])))
     for r in dps:
         plot.append("%f with lines dashtype 2 title 'data-parallel, inner lr %g'" % (r["final_loss"],
                                                                                       inner_lr(result, r)))

@@ -12,7 +12,7 @@ start_redis
 init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --workers 3 --seed $SEED --snapshot-every 3 --compress $CODEC --download update
 for w in w1 w2 w3; do start_worker $w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1 --step-delay-ms 25 --error-feedback; done
 storm ${CRASH_LIMIT:-240} --lease-ttl-ms 600 --fault-crash-before-commit 0.1 -- w1 w2 w3
-for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+wait_workers w1 w2 w3
 faults=$(cat "$TMP"/server-*.log | grep -c "fault injection: exiting before dl_commit")
 say "$KILLS kill -9s by the harness, $faults crashes between log write and commit, $NSRV servers started"
 [ "$KILLS" -ge 3 ] || fail "only $KILLS kills happened: the test proved too little"

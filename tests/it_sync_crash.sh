@@ -12,7 +12,7 @@ for w in w1 w2 w3; do start_worker $w --sync-every $H --steps $((ROUNDS * H)) --
 
 storm ${CRASH_LIMIT:-240} --lease-ttl-ms 600 --fault-crash-before-commit 0.1 -- w1 w2 w3
 kills=$KILLS; n=$NSRV
-for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+wait_workers w1 w2 w3
 faults=$(cat "$TMP"/server-*.log | grep -c "fault injection: exiting before dl_commit")
 say "$kills kill -9s by the harness, $faults crashes between log write and commit, $n servers started"
 [ "$kills" -ge 5 ] || fail "only $kills kills happened: the test proved too little"

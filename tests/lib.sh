@@ -146,6 +146,14 @@ start_worker() {
   eval "WRK_$name=$pid"
 }
 
+# wait_workers NAME...: wait for the workers start_worker started; fail if one exited with an error.
+wait_workers() {
+  for _w in "$@"; do
+    eval "_pid=\$WRK_$_w"
+    wait "$_pid" || fail "worker $_w of run $RUN exited with status $?"
+  done
+}
+
 wait_until() {
   limit=$1; cond=$2; what=${3:-$2}
   end=$(( $(date +%s) + limit ))

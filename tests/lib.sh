@@ -273,3 +273,12 @@ storm() {
     keep_servers 2 $flags
   done
 }
+# crash_storm WORKERS...: storm with the shard-servers of it_sync_crash (600 ms leases, each server kills
+# itself in 10% of its commits between the log write and dl_commit) until the workers finish, then wait
+# for them; sets KILLS and FAULTS (the self-kills)
+crash_storm() {
+  storm ${CRASH_LIMIT:-240} --lease-ttl-ms 600 --fault-crash-before-commit 0.1 -- "$@"
+  wait_workers "$@"
+  FAULTS=$(cat "$TMP"/server-*.log | grep -c "fault injection: exiting before dl_commit")
+  say "$KILLS kill -9s by the harness, $FAULTS crashes between log write and commit, $NSRV servers started"
+}

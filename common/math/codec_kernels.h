@@ -136,3 +136,25 @@ CK_LINKAGE void CK(codec_decode_block_add)(const uint8_t *restrict in, float *re
     CK(codec_unpack)(in + 2, q, bits);
     for (int i = 0; i < CODEC_BLOCK; i++) acc[i] = acc[i] + (float)q[i] * s;
 }
+
+/* The mean of k >= 1 decoded blocks (in[0..k-1] + off: +0, each added in that order, then divided by k); with
+ * out, then encoded into out and replaced in g by its decoded value (what the workers will decode),
+ * else g is the mean. One block in the cache from the codes to g: bit for bit the zeroed sum,
+ * codec_decode_block_add of each, the division and codec_encode_block + codec_decode_block. 0, or -1
+ * (out and g unusable) if the mean is not finite. */
+CK_LINKAGE int CK(codec_mean_block)(const uint8_t *const *in, size_t off, uint32_t k, float *restrict g,
+                                    uint8_t *restrict out, int bits)
+{
+    float x[CODEC_BLOCK];
+    for (int i = 0; i < CODEC_BLOCK; i++) x[i] = 0.0f;
+    for (uint32_t p = 0; p < k; p++) CK(codec_decode_block_add)(in[p] + off, x, bits);
+    float c = (float)k;
+    for (int i = 0; i < CODEC_BLOCK; i++) x[i] = x[i] / c;
+    if (out == NULL) {
+        memcpy(g, x, sizeof x);
+        return 0;
+    }
+    if (CK(codec_encode_block)(x, NULL, NULL, out, bits) != 0) return -1;
+    CK(codec_decode_block)(out, g, bits);
+    return 0;
+}

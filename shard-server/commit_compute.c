@@ -82,6 +82,34 @@ _Static_assert(COMMIT_BLOCK % CODEC_BLOCK == 0, "a compute block holds whole cod
  * the cache, where a per-commit array of n floats would pull every block of g in from memory. */
 static float g_block[COMMIT_BLOCK];
 
+/* A block codec's commit (unweighted, no Delayed Nesterov): the mean of the codes, and with --download
+ * update its round trip, in one pass per codec block (codec_mean), then the step, in blocks of
+ * CODEC_COMMIT_BLOCK: g stays in the L1 cache from the codes to the step and θ' to its digest. */
+#define CODEC_COMMIT_BLOCK ((size_t)4096)
+_Static_assert(COMMIT_BLOCK % CODEC_COMMIT_BLOCK == 0 && CODEC_COMMIT_BLOCK % CODEC_BLOCK == 0,
+               "blocks nest in whole codec blocks");
+
+static int commit_codec(const ss_commit *c, ss_delta **ds, int used)
+{
+    if (used <= 0 || c->dnbuf != NULL || c->ss->rc.weight_tokens || !codec_is_block(c->ss->rc.compress)) return 0;
+    for (int i = 0; i < used; i++)
+        if (ds[i]->dtype != c->ss->rc.compress) return 0;
+    return 1;
+}
+
+static void commit_block_codec(ss_commit *c, ss_shard *s, ss_delta **ds, int used, size_t lo, size_t len)
+{
+    const uint8_t *in[MAX_PARTICIPANTS];
+    int dt = c->ss->rc.compress;
+    size_t bad, off = codec_offset(dt, lo);
+    for (int i = 0; i < used; i++) in[i] = ds[i]->payload + off;
+    float *g = c->gq != NULL ? g_block : c->g + lo;
+    if (codec_mean(dt, in, (uint32_t)used, len, g, c->gq != NULL ? c->gq + off : NULL, &bad) != 0)
+        c->g_bad = 1; /* --download update: the step takes exactly what the workers will decode */
+    outer_sgd_step_to(c->theta + lo, c->mom + lo, s->theta + lo, s->mom + lo, c->first, g, len, c->t.lr, c->t.mu,
+                      c->t.nesterov);
+}
+
 /* Any other commit: g = the (weighted) mean into c->g (or g_block), then the step (plain, or Delayed Nesterov). */
 static void commit_block_general(ss_commit *c, ss_shard *s, ss_delta **ds, int used, size_t lo, size_t len)
 {
@@ -143,10 +171,14 @@ static void commit_slice(ss_commit *c, ss_shard *s)
         return;
     }
     size_t n = s->n, end = n - c->pos < COMMIT_SLICE ? n : c->pos + COMMIT_SLICE;
-    for (size_t lo = c->pos; lo < end; lo += COMMIT_BLOCK) {
-        size_t len = end - lo < COMMIT_BLOCK ? end - lo : COMMIT_BLOCK;
+    int codec = !c->g_deferred && commit_codec(c, ds, used);
+    size_t block = codec ? CODEC_COMMIT_BLOCK : COMMIT_BLOCK;
+    for (size_t lo = c->pos; lo < end; lo += block) {
+        size_t len = end - lo < block ? end - lo : block;
         if (c->g_deferred)
             commit_block_fast(c, s, ds, used, lo, len);
+        else if (codec)
+            commit_block_codec(c, s, ds, used, lo, len);
         else
             commit_block_general(c, s, ds, used, lo, len);
         hash_update(c->xs, c->theta + lo, len * sizeof(float));

@@ -17,6 +17,7 @@
 #include "bf16.h"
 #include "blob.h"
 #include "codec.h"
+#include "outer.h"
 #include "util.h"
 
 static float scale_of(const uint8_t *block)
@@ -382,6 +383,53 @@ static void decode_add_and_round_trip_are_the_separate_steps(void **state)
     free(qbuf);
 }
 
+/* codec_mean (the shard-server's commit of block-codec Δ) gives the bits of the separate steps: a zeroed
+ * sum, codec_decode_add of each payload in order, outer_mean_finish, then codec_round_trip; in both
+ * builds, for 1 to 3 payloads, with and without the round trip, with a shorter last block. */
+static void mean_is_the_separate_steps(void **state)
+{
+    (void)state;
+    enum { K = 3 };
+    size_t n = 20 * 256 + 77, bad, qn = codec_bytes(BLOB_I8, n);
+    float *buf = malloc(3 * n * sizeof *buf), *x = buf, *want = x + n, *g = want + n;
+    uint8_t *qbuf = malloc((K + 2) * qn), *out = qbuf + K * qn, *out2 = out + qn;
+    const uint8_t *in[K];
+    uint64_t st = 5;
+    for (size_t d = 0; d < sizeof block_dtypes / sizeof block_dtypes[0]; d++) {
+        int dt = block_dtypes[d];
+        for (int p = 0; p < K; p++) {
+            for (size_t i = 0; i < n; i++) x[i] = (float)((rng_uniform(&st) - 0.5) * pow(2.0, (double)((i + p) % 23) - 8));
+            assert_int_equal(codec_encode(dt, x, n, qbuf + p * qn, &bad), 0);
+            in[p] = qbuf + p * qn;
+        }
+        for (int portable = 0; portable < 2; portable++)
+            for (uint32_t k = 1; k <= K; k++) {
+                codec_force_portable(portable);
+                memset(want, 0, n * sizeof *want);
+                for (uint32_t p = 0; p < k; p++) codec_decode_add(dt, in[p], n, want);
+                outer_mean_finish(want, n, k);
+                assert_int_equal(codec_mean(dt, in, k, n, g, NULL, &bad), 0);
+                assert_memory_equal(g, want, n * sizeof *g);
+                assert_int_equal(codec_round_trip(dt, want, n, out, &bad), 0);
+                assert_int_equal(codec_mean(dt, in, k, n, g, out2, &bad), 0);
+                assert_memory_equal(out2, out, codec_bytes(dt, n));
+                assert_memory_equal(g, want, n * sizeof *g);
+            }
+    }
+    codec_force_portable(0);
+    assert_int_equal(codec_encode(BLOB_I8, x, n, qbuf, &bad), 0);
+    uint8_t *blk = qbuf + 3 * (2 + 256); /* int8: block 3 at the largest scale, every code 127 */
+    blk[0] = CODEC_SCALE_MAX_BITS & 0xff;
+    blk[1] = CODEC_SCALE_MAX_BITS >> 8;
+    memset(blk + 2, 127, 256);
+    in[0] = in[1] = qbuf;
+    assert_int_equal(codec_mean(BLOB_I8, in, 1, n, g, out, &bad), 0);
+    assert_int_equal(codec_mean(BLOB_I8, in, 2, n, g, out, &bad), -1); /* the sum overflows */
+    assert_int_equal(bad, 3 * 256);
+    free(buf);
+    free(qbuf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -398,6 +446,7 @@ int main(void)
         cmocka_unit_test(portable_and_avx2_agree),
         cmocka_unit_test(encode_delta_is_the_separate_steps),
         cmocka_unit_test(decode_add_and_round_trip_are_the_separate_steps),
+        cmocka_unit_test(mean_is_the_separate_steps),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

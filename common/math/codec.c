@@ -243,6 +243,42 @@ void codec_decode_add(int dtype, const uint8_t *in, size_t n, float *acc)
     }
 }
 
+static int mean_block(const uint8_t *const *in, size_t off, uint32_t k, float *g, uint8_t *out, int bits)
+{
+#if defined(__x86_64__)
+    if (use_avx2()) return codec_mean_block_avx2(in, off, k, g, out, bits);
+#endif
+    return codec_mean_block_portable(in, off, k, g, out, bits);
+}
+
+/* A shorter last block, from the separate steps (which pad it as they do). */
+static int mean_part(int dtype, const uint8_t *const *in, size_t off, uint32_t k, size_t m, float *g, uint8_t *out,
+                     size_t *bad)
+{
+    float t[CODEC_BLOCK] = {0};
+    for (uint32_t p = 0; p < k; p++) codec_decode_add(dtype, in[p] + off, m, t);
+    outer_mean_finish(t, m, k);
+    if (out != NULL && codec_round_trip(dtype, t, m, out, bad) != 0) return -1;
+    memcpy(g, t, m * sizeof(float));
+    return 0;
+}
+
+int codec_mean(int dtype, const uint8_t *const *in, uint32_t k, size_t n, float *g, uint8_t *out, size_t *bad)
+{
+    int bits = codec_bits(dtype);
+    size_t bb = block_bytes(dtype);
+    for (size_t lo = 0; lo < n; lo += CODEC_BLOCK) {
+        size_t m = n - lo < CODEC_BLOCK ? n - lo : CODEC_BLOCK, off = lo / CODEC_BLOCK * bb;
+        uint8_t *o = out != NULL ? out + off : NULL;
+        int rc = m == CODEC_BLOCK ? mean_block(in, off, k, g + lo, o, bits) : mean_part(dtype, in, off, k, m, g + lo, o, bad);
+        if (rc != 0) {
+            *bad = lo;
+            return -1;
+        }
+    }
+    return 0;
+}
+
 int codec_check(int dtype, const uint8_t *in, size_t n, size_t *bad)
 {
     size_t bb = block_bytes(dtype);

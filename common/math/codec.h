@@ -47,6 +47,13 @@ void codec_decode(int dtype, const uint8_t *in, size_t n, float *out);
 void codec_decode_add(int dtype, const uint8_t *in, size_t n, float *acc);
 /* Encode x into out, then replace x by its decoded value (what a receiver of out will see). */
 int codec_round_trip(int dtype, float *x, size_t n, uint8_t *out, size_t *bad);
+/* The shard-server's mean of k >= 1 block-codec payloads in[0..k-1] (each pointing at element 0 of the
+ * n, at a block boundary), summed in that order in fp32 and divided by k, into g; with out, then
+ * codec_round_trip of it (out gets the encoding, g the decoded mean). One pass per block of
+ * CODEC_BLOCK: bit for bit outer_sum_zero, codec_decode_add of each, outer_mean_finish and
+ * codec_round_trip. 0, or -1 (with out only) and *bad = the first element of the first block whose mean
+ * is not finite. */
+int codec_mean(int dtype, const uint8_t *const *in, uint32_t k, size_t n, float *g, uint8_t *out, size_t *bad);
 /* The largest scale a received block may have (bf16 bits): below 2^121, so that every code, even a
  * crafted -128, times it is a finite fp32. Larger finite scales passed codec_check and decoded to +-Inf
  * (found by fuzz/fuzz_codec.c); an honest encoder only makes one for values beyond ~3.36e38. */

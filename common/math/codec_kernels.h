@@ -72,6 +72,45 @@ static inline void CK(codec_unpack)(const uint8_t *restrict in, int8_t *restrict
     for (int i = 0; i < CODEC_BLOCK; i++) q[i] = (int8_t)(u[i] - ((u[i] & sign) << 1));
 }
 
+/* The codes q and the scale (bf16 bits *sb, value *s) of one full block x. 0, or -1 (nothing written)
+ * if a value of x is NaN or infinite. */
+static inline int CK(codec_quantize)(const float *restrict x, int8_t *restrict q, uint16_t *sb, float *s, int bits)
+{
+    uint32_t amax = 0, bad = 0;
+    for (int i = 0; i < CODEC_BLOCK; i++) {
+        uint32_t u;
+        memcpy(&u, &x[i], sizeof u);
+        u &= 0x7fffffffu;
+        bad |= u >= 0x7f800000u ? 1u : 0u;
+        amax = u > amax ? u : amax; /* finite magnitudes order as their bits do */
+    }
+    if (bad) return -1;
+    float qmax = CK(codec_qmax)(bits), famax;
+    memcpy(&famax, &amax, sizeof famax);
+    *sb = bf16_from_f32(famax / qmax);
+    *s = bf16_to_f32(*sb);
+    if (*s == 0.0f) {
+        memset(q, 0, CODEC_BLOCK);
+        return 0;
+    }
+    for (int i = 0; i < CODEC_BLOCK; i++) {
+        float v = x[i] / *s;
+        v = v > qmax ? qmax : v;
+        v = v < -qmax ? -qmax : v;
+        v = (v + CODEC_RNE_MAGIC) - CODEC_RNE_MAGIC;
+        q[i] = (int8_t)(int32_t)v;
+    }
+    return 0;
+}
+
+/* A block's scale and codes into out (bf16 scale, then the packed codes). */
+static inline void CK(codec_store)(const int8_t *restrict q, uint16_t sb, uint8_t *restrict out, int bits)
+{
+    out[0] = (uint8_t)(sb & 0xff);
+    out[1] = (uint8_t)(sb >> 8);
+    CK(codec_pack)(q, out + 2, bits);
+}
+
 /* Encode one full block of x = a - b (b NULL: x = a), plus ef when ef is not NULL, into out (bf16
  * scale, then codes of `bits` bits); with ef, then keep in ef what the codes drop: x - decoded x (error
  * feedback, in the same pass). 0, or -1 (nothing written to ef) if a value of x is NaN or infinite. */
@@ -85,36 +124,13 @@ CK_LINKAGE int CK(codec_encode_block)(const float *restrict a, const float *rest
         memcpy(x, a, sizeof x);
     if (ef != NULL)
         for (int i = 0; i < CODEC_BLOCK; i++) x[i] = x[i] + ef[i];
-    uint32_t amax = 0, bad = 0;
-    for (int i = 0; i < CODEC_BLOCK; i++) {
-        uint32_t u;
-        memcpy(&u, &x[i], sizeof u);
-        u &= 0x7fffffffu;
-        bad |= u >= 0x7f800000u ? 1u : 0u;
-        amax = u > amax ? u : amax; /* finite magnitudes order as their bits do */
-    }
-    if (bad) return -1;
-    float qmax = CK(codec_qmax)(bits), famax;
-    memcpy(&famax, &amax, sizeof famax);
-    uint16_t sb = bf16_from_f32(famax / qmax);
-    out[0] = (uint8_t)(sb & 0xff);
-    out[1] = (uint8_t)(sb >> 8);
-    float s = bf16_to_f32(sb);
     int8_t q[CODEC_BLOCK];
-    if (s == 0.0f) {
-        memset(q, 0, sizeof q);
-    } else {
-        for (int i = 0; i < CODEC_BLOCK; i++) {
-            float v = x[i] / s;
-            v = v > qmax ? qmax : v;
-            v = v < -qmax ? -qmax : v;
-            v = (v + CODEC_RNE_MAGIC) - CODEC_RNE_MAGIC;
-            q[i] = (int8_t)(int32_t)v;
-        }
-    }
+    uint16_t sb;
+    float s;
+    if (CK(codec_quantize)(x, q, &sb, &s, bits) != 0) return -1;
     if (ef != NULL) /* decoded exactly as codec_decode_block does */
         for (int i = 0; i < CODEC_BLOCK; i++) ef[i] = x[i] - (float)q[i] * s;
-    CK(codec_pack)(q, out + 2, bits);
+    CK(codec_store)(q, sb, out, bits);
     return 0;
 }
 
@@ -135,4 +151,30 @@ CK_LINKAGE void CK(codec_decode_block_add)(const uint8_t *restrict in, float *re
     int8_t q[CODEC_BLOCK];
     CK(codec_unpack)(in + 2, q, bits);
     for (int i = 0; i < CODEC_BLOCK; i++) acc[i] = acc[i] + (float)q[i] * s;
+}
+
+/* The mean of k >= 1 decoded blocks (in[0..k-1] + off: +0, each added in that order, then divided by k); with
+ * out, then encoded into out and replaced in g by its decoded value (what the workers will decode),
+ * else g is the mean. One block in the cache from the codes to g: bit for bit the zeroed sum,
+ * codec_decode_block_add of each, the division and codec_encode_block + codec_decode_block. 0, or -1
+ * (out and g unusable) if the mean is not finite. */
+CK_LINKAGE int CK(codec_mean_block)(const uint8_t *const *in, size_t off, uint32_t k, float *restrict g,
+                                    uint8_t *restrict out, int bits)
+{
+    float x[CODEC_BLOCK];
+    for (int i = 0; i < CODEC_BLOCK; i++) x[i] = 0.0f;
+    for (uint32_t p = 0; p < k; p++) CK(codec_decode_block_add)(in[p] + off, x, bits);
+    float c = (float)k;
+    for (int i = 0; i < CODEC_BLOCK; i++) x[i] = x[i] / c;
+    if (out == NULL) {
+        memcpy(g, x, sizeof x);
+        return 0;
+    }
+    int8_t q[CODEC_BLOCK];
+    uint16_t sb;
+    float s;
+    if (CK(codec_quantize)(x, q, &sb, &s, bits) != 0) return -1;
+    for (int i = 0; i < CODEC_BLOCK; i++) g[i] = (float)q[i] * s; /* as codec_decode_block decodes out */
+    CK(codec_store)(q, sb, out, bits);
+    return 0;
 }

@@ -21,7 +21,8 @@ def data_text(result):
     text = "worker i trains on stripes i, i+%d, ... of %d tokens of the training split (stripe layout)" % (
         n, d["shard_stripe"]) if d.get("shard_layout") == "stripe" else \
         "worker i trains on the i-th contiguous %s of the training split" % ("quarter" if n == 4 else "1/%d" % n)
-    return text + ", DP on all of it; data seed %d" % d.get("data_seed", 1)
+    return text + ", DP on all of it; data seed %d%s" % (d.get("data_seed", 1), "; token file %s" % d["data_file"]
+                                                          if d.get("data_file") else "")
 
 
 def layout(result):

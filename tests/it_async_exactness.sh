@@ -27,7 +27,7 @@ one_run() { # RUN INIT-FLAGS...: a fault-free run of the three workers, checked 
   init_run $RUN --async --trainer quadratic --numel 40000 --shards 4 --workers 3 --snapshot-every 4 "$@"
   NSRV=0; keep_servers 2 --lease-ttl-ms 2000
   run_workers $RUN
-  for w in fast mid slow; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+  wait_workers fast mid slow
   check $RUN
   for p in $(live_servers); do eval "kill \$SRV_s$p"; done
   rm -f "$TMP"/*.jsonl
@@ -42,7 +42,7 @@ NSRV=0
 H=10; STEPS=150
 i=0; for w in fast mid slow; do i=$((i + 1)); start_worker $w --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms $((10 * i)); done
 storm 200 --lease-ttl-ms 600 --fault-crash-before-commit 0.05 -- fast mid slow
-for w in fast mid slow; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+wait_workers fast mid slow
 [ "$KILLS" -ge 3 ] || fail "only $KILLS kills happened: the storm proved too little"
 check $RUN
 say "under $KILLS shard-server kills"

@@ -28,7 +28,7 @@ lossy_run() {
   URL=$REDIS_URL
   start_worker w2 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 3
   wait_until 60 '! alive $WRK_w1 && ! alive $WRK_w2' "both workers to finish $STEPS steps"
-  for w in w1 w2; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+  wait_workers w1 w2
   kill "$proxy" 2>/dev/null
   [ "$(grep -c "lost the $2" "$TMP/proxy.log")" = 2 ] || fail "the proxy did not lose 2 dl_submit: $(cat "$TMP/proxy.log")"
   joins=$($RCLI XRANGE "dl:{$RUN}:events" - + | grep -c '^join$')

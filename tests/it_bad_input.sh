@@ -22,7 +22,7 @@ for c in badsize nan checksum unknown stale oversize garbage wrongsecret nohello
     fail "case $c was not rejected as it must be: $out"
   say "$c -> $out"
 done
-for w in w1 w2; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+wait_workers w1 w2
 alive "$SRV_s1" && alive "$SRV_s2" || fail "a shard-server died from bad input"
 rej=$($RCLI HGET "dl:{$RUN}:state" rejections)
 [ "$rej" -ge 5 ] || fail "expected at least 5 recorded rejections, saw $rej"

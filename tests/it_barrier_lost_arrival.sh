@@ -55,7 +55,7 @@ $RCLI HDEL $B a:w1 > /dev/null
 say "w1 waits on round 0; its arrival was removed from the barrier"
 start_worker w2 --sync-every $H --steps $((ROUNDS * H))
 wait_until 30 '! alive $WRK_w1 && ! alive $WRK_w2' "both workers to finish $ROUNDS rounds (a hang: w1 waits for a round that waits for it)"
-for w in w1 w2; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+wait_workers w1 w2
 grep -q "the barrier does not have our arrival" "$TMP/worker-w1.log" || fail "w1 did not say it arrived again"
 parts=$($RCLI HGET $B participants)
 [ "$parts" = "w1:1,w2:2" ] || fail "round 0 closed with participants '$parts', want w1:1,w2:2"

@@ -37,7 +37,7 @@ for i in 1 2 3 4 5 6; do
   say "SIGCONT $owner: shard 0 now at $o2 epoch $e2"
   sleep 1.5
 done
-for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+wait_workers w1 w2 w3
 [ "$stops" -ge 4 ] || fail "only $stops SIGSTOPs happened"
 fenced=$(cat "$TMP"/server-*.log | grep -ci "fenced")
 lost=$(cat "$TMP"/server-*.log | grep -c "lease lost")

@@ -28,7 +28,7 @@ init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --workers 3 --seed $
 start_server s1 --lease-ttl-ms 2000
 start_server s2 --lease-ttl-ms 2000
 for w in w1 w2 w3; do start_worker $w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1; done
-for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+wait_workers w1 w2 w3
 [ "$(shard_versions $RUN)" = "3 3 3 3 3 3 3 3" ] || fail "shard versions: $(shard_versions $RUN)"
 
 say "export"
@@ -73,7 +73,7 @@ for r in $RUN ck2 ck3; do # one run at a time: the worker ids (and so their prob
   $RCLI FCALL dl_set 1 "dl:{$r}:config" target_workers 3 > /dev/null || fail "dl_set"
   start_server "a_$r" --lease-ttl-ms 2000
   for w in w1 w2 w3; do start_worker "$w" --sync-every $H --steps $H --heartbeat-interval 1; done
-  for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w of $r exited with status $?"; done
+  wait_workers w1 w2 w3
   for w in w1 w2 w3; do mv "$TMP/worker-$w.log" "$TMP/worker-$w-$r.log"; done
   RUN=$RUN0
 done
@@ -104,7 +104,7 @@ while alive "$WRK_w1" || alive "$WRK_w2" || alive "$WRK_w3"; do
   bin/coordinator checkpoint save --redis "$URL" --run ck2 --dir "$L" --timeout 30 >> "$TMP/live-save.log" 2>&1 || fail "live save: $(tail -n 3 "$TMP/live-save.log")"
   saves=$((saves + 1))
 done
-for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w of ck2 exited with status $?"; done
+wait_workers w1 w2 w3
 RUN=$RUN0
 n=0
 for f in "$L"/checkpoint-*.safetensors; do
@@ -149,7 +149,7 @@ init_run $RUN --async --trainer quadratic --numel $DNUM --shards 4 --workers 2 -
   --dn-buffer-size 3
 start_server "d_$RUN" --lease-ttl-ms 2000
 for w in u1 u2; do start_worker "$w" --sync-every 10 --steps 40 --heartbeat-interval 1; done
-for w in u1 u2; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w of $RUN exited with status $?"; done
+wait_workers u1 u2
 [ "$(shard_versions $RUN)" = "8 8 8 8" ] || fail "$RUN versions: $(shard_versions $RUN)"
 DD="$TMP/dnck"
 bin/coordinator checkpoint save --redis "$URL" --run $RUN --dir "$DD" > "$TMP/save-dn.log" 2>&1 || fail "DN save: $(cat "$TMP/save-dn.log")"

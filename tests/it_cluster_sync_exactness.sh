@@ -31,10 +31,7 @@ for w in w1 w2 w3; do start_worker $w --sync-every $H --steps $((ROUNDS * H)) --
 wait_until 60 '[ "$($RCLI HGET "dl:{$RUN}:shards" 0:version)" -ge 2 ]' "shard 0 at version 2"
 cluster_migrate_finish
 say "slot $slot0 of shard 0 moved from $src0 to $dst0 (ASK, then MOVED) at version $($RCLI HGET "dl:{$RUN}:shards" 0:version)"
-for w in w1 w2 w3; do
-  eval "pid=\$WRK_$w"
-  wait "$pid" || fail "worker $w exited with status $?"
-done
+wait_workers w1 w2 w3
 [ "$(shard_versions $RUN)" = "5 5 5 5 5 5 5 5" ] || fail "shard versions: $(shard_versions $RUN)"
 assert_matches_reference
 want=$REF_DIGEST

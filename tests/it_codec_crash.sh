@@ -11,10 +11,7 @@ RUN=ccrash; NUMEL=200000; SEED=13; ROUNDS=8; H=20; CODEC=${CODEC:-int3}
 start_redis
 init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --workers 3 --seed $SEED --snapshot-every 3 --compress $CODEC --download update
 for w in w1 w2 w3; do start_worker $w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1 --step-delay-ms 25 --error-feedback; done
-storm ${CRASH_LIMIT:-240} --lease-ttl-ms 600 --fault-crash-before-commit 0.1 -- w1 w2 w3
-for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
-faults=$(cat "$TMP"/server-*.log | grep -c "fault injection: exiting before dl_commit")
-say "$KILLS kill -9s by the harness, $faults crashes between log write and commit, $NSRV servers started"
+crash_storm w1 w2 w3
 [ "$KILLS" -ge 3 ] || fail "only $KILLS kills happened: the test proved too little"
 v="$ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS"
 [ "$(shard_versions $RUN)" = "$v" ] || fail "versions: $(shard_versions $RUN)"

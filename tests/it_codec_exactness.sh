@@ -15,7 +15,7 @@ one_run() { # CODEC EF [DOWNLOAD]
   start_server "a$RUN" --lease-ttl-ms 2000
   start_server "b$RUN" --lease-ttl-ms 2000
   for w in w1 w2 w3; do start_worker $w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1 ${2:+--error-feedback}; done
-  for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "$RUN: worker $w exited with status $?"; done
+  wait_workers w1 w2 w3
   grep -q ", $1$([ -n "$2" ] && echo ' with error feedback'))" "$TMP/worker-w1.log" || fail "$RUN: worker w1 does not say it sends $1"
   assert_matches_reference
   assert_workers_end_at "$REF_DIGEST"

@@ -41,7 +41,7 @@ run_workers() { # STEPS [flags]: w1 and w2 train, both must exit 0 and end on on
   for w in w1 w2; do start_worker $w --sync-every $H --steps "$steps" --heartbeat-interval 1 "$@"; done
 }
 join_workers() {
-  for w in w1 w2; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+  wait_workers w1 w2
   [ "$(last_sync w1)" = "$(last_sync w2)" ] || fail "workers end apart: w1 $(last_sync w1), w2 $(last_sync w2)"
   say "both workers end at version/digest $(last_sync w1)"
 }

@@ -33,10 +33,7 @@ run_once() { # RUN HOOKS: the digests of every round in $TMP/digests-RUN
   start_worker g1 $TRAIN --device cuda --device-hooks "$2" --shard-index 0
   start_worker g2 $TRAIN --device cuda --device-hooks "$2" --shard-index 1
   start_worker c1 $TRAIN --device cpu --threads 1 --shard-index 2
-  for w in g1 g2 c1; do
-    eval "pid=\$WRK_$w"
-    wait "$pid" || fail "$RUN: worker $w exited with status $?"
-  done
+  wait_workers g1 g2 c1
   grep -q 'no CUDA device\|built without' "$TMP"/worker-g*.log && fail "a CUDA worker did not get a device"
   if [ "$2" = auto ]; then
     grep -q 'device hooks: DiLoCo on the cuda device' "$TMP/worker-g1.log" || fail "$RUN: g1 did not use the device hooks"

@@ -75,7 +75,7 @@ done
 cmdline "$WRK_w3" | grep -q 'worker-test-password' || fail "the ps check is blind: w3's --redis URL not seen in $(cmdline "$WRK_w3")"
 say "A: no password in ps for the servers, the coordinator and the workers given --redis-file or DL_REDIS_URL"
 kill -9 "$WRK_w3"
-for w in w1 w2; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+wait_workers w1 w2
 r=$(round)
 [ "$r" -ge 8 ] || fail "expected 8 rounds, the run is at round $r"
 [ "$(as viewer HGET "dl:{$RUN}:state" deaths)" -ge 1 ] || fail "the killed worker was never evicted"
@@ -96,7 +96,7 @@ URL=$(url operator); init_run $RUN --trainer quadratic --numel 20000 --shards 2 
 URL=$(url shard-server); start_server a1 --lease-ttl-ms 2000
 URL=$(url worker)
 for w in v1 v2; do start_worker $w --sync-every 20 --steps 100 --heartbeat-interval 0.5 --step-delay-ms 2; done
-for w in v1 v2; do eval "pid=\$WRK_$w"; wait "$pid" || fail "async worker $w exited with status $?"; done
+wait_workers v1 v2
 [ "$(as viewer HGET "dl:{$RUN}:shards" 0:version)" -ge 8 ] || fail "async: expected 10 submissions applied to shard 0"
 denials=$(as admin ACL LOG 100 | grep -c '^reason$')
 [ "$denials" -eq 0 ] || { as admin ACL LOG 100; fail "the async run hit $denials ACL denials (see ACL LOG above)"; }

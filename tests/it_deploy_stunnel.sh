@@ -101,7 +101,7 @@ wait_until 10 '$RCLI HEXISTS "dl:{$RUN}:servers" s1 | grep -q 1' "the shard-serv
 $RCLI HGET "dl:{$RUN}:servers" s1 | grep -q "127.0.0.1:$SC" || fail "the server does not advertise the tunnel port $SC"
 URL="redis://127.0.0.1:$RC"
 for w in w1 w2; do start_worker $w --sync-every 20 --steps 80 --heartbeat-interval 1; done
-for w in w1 w2; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+wait_workers w1 w2
 r=$($RCLI HGET "dl:{$RUN}:state" round:0)
 [ "$r" -ge 4 ] || fail "expected 4 syncs through the tunnels, the run is at round $r"
 [ "$(shard_versions $RUN)" = "4 4 4 4" ] || fail "shard versions $(shard_versions $RUN), expected 4 4 4 4"

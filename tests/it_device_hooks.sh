@@ -29,7 +29,7 @@ run_sync() { # RUN BF16FLAG HOOKS_W1 HOOKS_W2 HOOKS_W3
   start_worker w1 --sync-every $H --steps 100 --heartbeat-interval 1 $bf --device-hooks "$3"
   start_worker w2 --sync-every $H --steps 100 --heartbeat-interval 1 $bf --device-hooks "$4"
   start_worker w3 --sync-every $H --steps 100 --heartbeat-interval 1 $bf --device-hooks "$5"
-  for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "$RUN: worker $w exited with status $?"; done
+  wait_workers w1 w2 w3
   [ "$(shard_versions $RUN)" = "5 5 5 5 5 5 5 5" ] || fail "$RUN: shard versions: $(shard_versions $RUN)"
   build/tests/tools/ref_quadratic --numel 200000 --shards 8 --seed $SEED --workers w1,w2,w3 --rounds 5 \
     --sync-every $H $bf ${REF_EXTRA:-} --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" > "$TMP/ref-$RUN.txt" \
@@ -74,7 +74,7 @@ start_server "b$RUN" --lease-ttl-ms 2000
 for w in w1 w2 w3; do
   start_worker $w --sync-every $H --steps $STEPS --heartbeat-interval 1 --fragment-alpha 0.5 --final-sync --device-hooks host
 done
-for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "$RUN: worker $w exited with status $?"; done
+wait_workers w1 w2 w3
 build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed 21 --workers w1,w2,w3 --sync-every $H \
   --steps $STEPS --alpha 0.5 --final-sync --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" \
   --frag-bounds "$($RCLI HGET "dl:{$RUN}:config" frag_bounds)" > "$TMP/ref-$RUN.txt" || fail "reference"
@@ -96,7 +96,7 @@ gpt_run() { # RUN HOOKS -> digests of the 3 rounds in $TMP/digests-RUN
     start_worker $w --sync-every 4 --steps 12 --heartbeat-interval 1 --batch 2 --seq 32 --threads 1 --fragment-alpha 0.25 \
       --device cpu --device-hooks "$2" --data-seed "$(echo $w | tr -d g)"
   done
-  for w in g1 g2; do eval "pid=\$WRK_$w"; wait "$pid" || fail "$RUN: worker $w exited with status $?"; done
+  wait_workers g1 g2
   grep '"event":"sync"' "$TMP/g1.jsonl" | sed 's/.*"digest":"\([0-9a-f]*\)".*/\1/' > "$TMP/digests-$RUN"
   [ "$(wc -l < "$TMP/digests-$RUN")" -ge 5 ] || fail "$RUN: g1 made $(wc -l < "$TMP/digests-$RUN") syncs"
   mkdir -p "$TMP/$RUN" && mv "$TMP"/g*.jsonl "$TMP"/worker-g*.log "$TMP/$RUN/"

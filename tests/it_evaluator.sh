@@ -39,7 +39,7 @@ kill -9 "$EV_a"
 before=$(evals $RUN | tail -n 1 | cut -d' ' -f1)
 start_evaluator b $RUN 2
 start_evaluator c $RUN 2
-for w in w1 w2; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+wait_workers w1 w2
 final=$((STEPS / H))
 wait_until 30 "evals $RUN | tail -n 1 | grep -q '^$final '" "the evaluation of version $final"
 kill "$EV_b" "$EV_c"
@@ -85,7 +85,7 @@ for i in 0 1; do
   start_worker "g$i" --sync-every $H --steps $STEPS --heartbeat-interval 1 $GPT --num-shards 2 --shard-index $i \
     --batch 4 --lr 3e-3 --warmup 5 --eval-every 0
 done
-for w in g0 g1; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+wait_workers g0 g1
 final=$((STEPS / H))
 wait_until 60 "evals $RUN | tail -n 1 | grep -q '^$final '" "the evaluation of version $final"
 kill "$EV_g"

@@ -14,7 +14,7 @@ for i in 0 1; do
   start_worker "w$i" --sync-every $H --steps $STEPS --heartbeat-interval 1 --data "$TOK" --num-shards 2 \
     --shard-index $i --batch 8 --seq 64 --lr 3e-3 --warmup 20 --eval-every $H --threads 1
 done
-for w in w0 w1; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+wait_workers w0 w1
 for w in w0 w1; do
   grep '"event":"sync"' "$TMP/$w.jsonl" | sed 's/.*"version":\([0-9]*\).*"digest":"\([0-9a-f]*\)".*/\1 \2/' > "$TMP/$w.digests"
 done

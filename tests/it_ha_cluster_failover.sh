@@ -36,7 +36,7 @@ wait_until 30 "redis-cli -p $victim role 2>/dev/null | head -n 1 | grep -q slave
 say "127.0.0.1:$victim is back as a replica"
 wait_until 60 '[ "$(round)" -ge $((before + 3)) ]' "3 more rounds after the failover"
 say "3 rounds closed after the kill within $(( $(date +%s) - t0 )) s"
-for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+wait_workers w1 w2 w3
 for s in s1 s2; do eval "pid=\$SRV_$s"; alive "$pid" || fail "shard-server $s died"; done
 v="$ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS"
 [ "$(shard_versions $RUN)" = "$v" ] || fail "versions: $(shard_versions $RUN)"

@@ -12,7 +12,7 @@ MPORT=$(free_port)
 start_server s1 --metrics 127.0.0.1:$MPORT
 wait_until 20 'curl -sf "http://127.0.0.1:$MPORT/metrics" > /dev/null' "the metrics endpoint"
 for w in w1 w2; do start_worker $w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1; done
-for w in w1 w2; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+wait_workers w1 w2
 curl -sf "http://127.0.0.1:$MPORT/metrics" > "$TMP/m.txt" || fail "GET /metrics failed"
 metric() { awk -v n="diloco_shardserver_$1" '$1 ~ "^"n"[{]" { print $2 }' "$TMP/m.txt"; }
 grep -q '^# TYPE diloco_shardserver_rounds_committed_total counter$' "$TMP/m.txt" || fail "no TYPE line: $(head -5 "$TMP/m.txt")"

@@ -17,7 +17,7 @@ for cfg in 0 0.5 0.5:int4; do
   start_server "b$RUN" --lease-ttl-ms 2000
   final=""; [ "$alpha" = 0.5 ] && final=--final-sync
   for w in w1 w2 w3; do start_worker $w --sync-every $H --steps $STEPS --heartbeat-interval 1 --fragment-alpha $alpha $final $ef; done
-  for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w (alpha $alpha) exited with status $?"; done
+  wait_workers w1 w2 w3
   build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers w1,w2,w3 --sync-every $H \
     --steps $STEPS --alpha $alpha $final $refc --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" \
     --frag-bounds "$($RCLI HGET "dl:{$RUN}:config" frag_bounds)" > "$TMP/ref-$RUN.txt" || fail "reference"

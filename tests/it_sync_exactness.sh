@@ -10,10 +10,7 @@ init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --workers 3 --seed $
 start_server s1 --lease-ttl-ms 2000
 start_server s2 --lease-ttl-ms 2000
 for w in w1 w2 w3; do start_worker $w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1; done
-for w in w1 w2 w3; do
-  eval "pid=\$WRK_$w"
-  wait "$pid" || fail "worker $w exited with status $?"
-done
+wait_workers w1 w2 w3
 [ "$(shard_versions $RUN)" = "5 5 5 5 5 5 5 5" ] || fail "shard versions: $(shard_versions $RUN)"
 assert_matches_reference
 want=$REF_DIGEST

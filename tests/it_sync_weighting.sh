@@ -10,7 +10,7 @@ init_run $RUN --trainer quadratic --numel $NUMEL --shards 2 --workers 2 --seed $
 start_server s1 --lease-ttl-ms 2000
 start_worker w1 --sync-every 10 --steps $((ROUNDS * 10)) --heartbeat-interval 1
 start_worker w2 --sync-every 30 --steps $((ROUNDS * 30)) --heartbeat-interval 1
-for w in w1 w2; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+wait_workers w1 w2
 bounds=$($RCLI HGET "dl:{$RUN}:config" shard_bounds)
 ref() { build/tests/tools/ref_quadratic --numel $NUMEL --shards 2 --seed $SEED --workers w1,w2 --rounds $ROUNDS \
           --sync-every 10 --h-of w1=10,w2=30 --bounds "$bounds" "$@" | grep '^shard'; }

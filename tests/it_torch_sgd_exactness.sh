@@ -24,7 +24,7 @@ torch_run() {
   start_server s1 --lease-ttl-ms 2000
   start_server s2 --lease-ttl-ms 2000
   for w in w1 w2; do start_worker $w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1 "$@"; done
-  for w in w1 w2; do eval "pid=\$WRK_$w"; wait "$pid" || fail "$RUN: worker $w exited with status $?"; done
+  wait_workers w1 w2
   [ "$(shard_versions $RUN)" = "$ROUNDS $ROUNDS $ROUNDS $ROUNDS" ] || fail "$RUN: shard versions $(shard_versions $RUN)"
   kill $SRV_s1 $SRV_s2
   bin/coordinator checkpoint save --redis "$URL" --run $RUN --out "$TMP/$RUN.safetensors" > "$TMP/save-$RUN.log" 2>&1 ||

@@ -16,7 +16,7 @@ init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --workers 3 --seed $
 start_server s1 --lease-ttl-ms 2000
 start_server s2 --lease-ttl-ms 2000
 for w in w1 w2 w3; do start_worker $w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1 --error-feedback; done
-for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "worker $w exited with status $?"; done
+wait_workers w1 w2 w3
 REF_ARGS="--codec int4 --error-feedback --download update"
 assert_matches_reference
 assert_workers_end_at "$REF_DIGEST"
@@ -53,7 +53,7 @@ wait_until 30 '[ "$($RCLI HGET "dl:{$RUN}:state" round:0)" -ge 4 ]' "four rounds
 kill -9 "$WRK_w2"
 mv "$TMP/w2.jsonl" "$TMP/w2-first.jsonl"
 start_worker w2 --sync-every $H --steps $((3 * H)) --heartbeat-interval 1 --step-delay-ms 20
-for w in w1 w2 w3; do eval "pid=\$WRK_$w"; wait "$pid" || fail "$RUN: worker $w exited with status $?"; done
+wait_workers w1 w2 w3
 cat "$TMP"/w*.jsonl | grep '"event":"sync"' | grep -v '"stale":true' |
   sed 's/.*"version":\([0-9]*\).*"digest":"\([0-9a-f]*\)".*/\1 \2/' | sort -u > "$TMP/vd.txt"
 [ "$(cut -d' ' -f1 "$TMP/vd.txt" | uniq -d)" = "" ] || fail "workers disagree on a version's digest: $(cat "$TMP/vd.txt")"

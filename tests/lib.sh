@@ -146,6 +146,14 @@ start_worker() {
   eval "WRK_$name=$pid"
 }
 
+# wait_workers NAME...: wait for the workers start_worker started; fail if one exited with an error.
+wait_workers() {
+  for _w in "$@"; do
+    eval "_pid=\$WRK_$_w"
+    wait "$_pid" || fail "worker $_w of run $RUN exited with status $?"
+  done
+}
+
 wait_until() {
   limit=$1; cond=$2; what=${3:-$2}
   end=$(( $(date +%s) + limit ))
@@ -264,4 +272,13 @@ storm() {
     KILLS=$((KILLS + $(kill_random_server $seed)))
     keep_servers 2 $flags
   done
+}
+# crash_storm WORKERS...: storm with the shard-servers of it_sync_crash (600 ms leases, each server kills
+# itself in 10% of its commits between the log write and dl_commit) until the workers finish, then wait
+# for them; sets KILLS and FAULTS (the self-kills)
+crash_storm() {
+  storm ${CRASH_LIMIT:-240} --lease-ttl-ms 600 --fault-crash-before-commit 0.1 -- "$@"
+  wait_workers "$@"
+  FAULTS=$(cat "$TMP"/server-*.log | grep -c "fault injection: exiting before dl_commit")
+  say "$KILLS kill -9s by the harness, $FAULTS crashes between log write and commit, $NSRV servers started"
 }

@@ -209,6 +209,9 @@ static void final_errors(void **state)
     assert_false(rconn_error_final("ERR Function not found"));
     assert_false(rconn_error_final("MOVED 3999 127.0.0.1:6381"));
     assert_false(rconn_error_final(NULL));
+    assert_true(rconn_error_loading("LOADING Redis is loading the dataset in memory"));
+    assert_false(rconn_error_loading("ERR Function not found"));
+    assert_false(rconn_error_loading(NULL));
 }
 
 int main(void)

@@ -27,6 +27,9 @@
 #define PROBE_MS 1000
 /* A new master has no replica for a second or two, until the Sentinels point the others at it. */
 #define NOREPLICAS_PATIENCE_MS 10000
+/* A Redis restarted from its AOF or RDB answers LOADING until the data set is in memory: seconds for
+ * a run's parameters, longer for a big data set. */
+#define LOADING_PATIENCE_MS 120000
 
 struct rconn {
     redis_url given; /* as given (may name Sentinels or several seeds) */
@@ -359,6 +362,21 @@ int rconn_error_noreplicas(const char *e)
     return e != NULL && strncmp(e, "NOREPLICAS", 10) == 0;
 }
 
+int rconn_error_loading(const char *e)
+{
+    return e != NULL && strncmp(e, "LOADING", 7) == 0;
+}
+
+/* How long a refusal that means "the command did not run, try again soon" is worth waiting out on
+ * the same connection: NOREPLICAS, LOADING; 0 for any other reply. */
+static uint64_t refusal_patience_ms(const redisReply *r)
+{
+    if (r == NULL || r->type != REDIS_REPLY_ERROR) return 0;
+    if (rconn_error_noreplicas(r->str)) return NOREPLICAS_PATIENCE_MS;
+    if (rconn_error_loading(r->str)) return LOADING_PATIENCE_MS;
+    return 0;
+}
+
 static redisReply *execute_once(rconn *c, redisContext *ctx, const char *cmd, size_t len, int asking);
 
 /* Do the Sentinels name another master now (we talk to an old one: cut off from its replicas, after
@@ -375,16 +393,18 @@ static int master_moved(rconn *c)
     return 1;
 }
 
-/* execute_once, sent again while the master refuses writes for want of replicas (NOREPLICAS: the
- * command did not run), up to NOREPLICAS_PATIENCE_MS. */
+/* execute_once, sent again while Redis refuses it for a moment (the command did not run): a master
+ * without the replicas it wants (NOREPLICAS), a restarted one still loading its data (LOADING); up
+ * to refusal_patience_ms. */
 static redisReply *execute(rconn *c, redisContext *ctx, const char *cmd, size_t len, int asking)
 {
     uint64_t t0 = now_ms();
+    int logged = 0;
     for (unsigned attempt = 0;; attempt++) {
         redisReply *r = execute_once(c, ctx, cmd, len, asking);
-        if (r == NULL || r->type != REDIS_REPLY_ERROR || !rconn_error_noreplicas(r->str) ||
-            now_ms() - t0 >= NOREPLICAS_PATIENCE_MS)
-            return r;
+        uint64_t patience = refusal_patience_ms(r);
+        if (patience == 0 || now_ms() - t0 >= patience) return r;
+        if (!logged++) log_info("Redis at %s:%d answers %.60s: trying again", c->url.host, c->url.port, r->str);
         if (master_moved(c)) {
             set_broken(c, r->str); /* the caller reconnects, to the new master */
             freeReplyObject(r);

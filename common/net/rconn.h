@@ -59,6 +59,9 @@ int rconn_error_final(const char *redis_error);
  * every process would load the Sentinels during a failover). */
 int rconn_error_failover(const char *redis_error);
 int rconn_error_noreplicas(const char *redis_error);
+/* LOADING: a restarted Redis still reading its AOF or RDB; the command did not run. rconn sends it
+ * again on the same connection, with backoff, until the data set is loaded (up to 2 minutes). */
+int rconn_error_loading(const char *redis_error);
 
 /* Connect, retrying with exponential backoff (100 ms .. 5 s, jittered) while Redis cannot be reached,
  * for up to wait_ms (0: one attempt; negative: until connected) or until *stop becomes non-zero (stop

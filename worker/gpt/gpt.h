@@ -65,6 +65,8 @@ typedef struct gpt_options {
     double min_lr_ratio;   /* min lr = lr * min_lr_ratio at total_steps */
     const char *data_path; /* token file from prepare-data; NULL: synthetic uniform random tokens */
     int num_shards, shard_index;
+    int shard_layout;    /* GPT_SHARD_CONTIGUOUS (default) or GPT_SHARD_STRIPE: see gpt_part */
+    int shard_stripe;    /* stripe layout: tokens per stripe; 0: GPT_SHARD_STRIPE_DEFAULT */
     int data_sequential; /* 0: random windows (default), 1: consecutive windows */
     int eval_every, eval_batches;
     int threads;                 /* <= 0: all cores */
@@ -79,6 +81,8 @@ typedef struct gpt_options {
 } gpt_options;
 
 enum { GPT_DEVICE_AUTO = 0, GPT_DEVICE_CPU = 1, GPT_DEVICE_CUDA = 2 };
+enum { GPT_SHARD_CONTIGUOUS = 0, GPT_SHARD_STRIPE = 1 }; /* --shard-layout, in this order */
+#define GPT_SHARD_STRIPE_DEFAULT 4096
 
 void gpt_options_default(gpt_options *o);
 /* Parses the gpt flags (see gpt_usage) out of argv[0..argc-1]; both "--flag value" and
@@ -102,6 +106,8 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen);
 int gpt_trainer_save(trainer *t, char *err, size_t errlen);
 /* Step count of the trainer (restored from a checkpoint). */
 long gpt_trainer_steps(const trainer *t);
+/* The data position (random stream, sequential cursor) the next batch is drawn from. */
+void gpt_trainer_data_position(const trainer *t, uint64_t *rng, uint64_t *cursor);
 /* "cpu" or "cuda": the backend gpt_trainer_create picked. */
 const char *gpt_trainer_device(const trainer *t);
 /* DiLoCo on the device: on the CUDA backend, fill ops with libdiloco's device hooks over the device
@@ -131,6 +137,27 @@ void gpt_tokens_free(gpt_tokens *t);
 /* Byte-level tokenisation of input into a token file; val_fraction of the tokens (the end) are the
  * validation split. Prints what it wrote to stdout. */
 int gpt_prepare_data(const char *input, const char *output, double val_fraction, char *err, size_t errlen);
+
+/* One worker's part of the training split [0, ntrain) (gpt_part.c): --num-shards parts, either
+ * contiguous (part i is [ntrain*i/n, ntrain*(i+1)/n)) or striped (stripes of `stripe` tokens, stripe
+ * k in part k mod n; a window never crosses a stripe). With one part both are the whole split. */
+typedef struct gpt_part {
+    uint64_t ntrain, parts, index, seq;
+    uint64_t stripe;                  /* 0: contiguous */
+    uint64_t lo, hi;                  /* contiguous: the part is [lo, hi); stripe: lo = its first token */
+    uint64_t nfull;                   /* stripe: the part's full stripes */
+    uint64_t tail_start, tail_starts; /* stripe: the split's last, shorter stripe, its window starts if ours */
+    uint64_t starts;                  /* window starts (windows of seq+1 tokens) in the part */
+} gpt_part;
+/* layout: GPT_SHARD_*; stripe: tokens per stripe (>= seq+1, used by the stripe layout). Fails with a
+ * message when the part holds fewer than 2 windows or the stripe is shorter than a window. */
+int gpt_part_init(gpt_part *p, uint64_t ntrain, int num_shards, int shard_index, int layout, int stripe, int seq,
+                  char *err, size_t errlen);
+/* The r-th window start of the part, r < p->starts, in increasing order. */
+uint64_t gpt_part_start(const gpt_part *p, uint64_t r);
+/* Sequential order: the window start at or after *cursor in the part (wrapping to its first window),
+ * and *cursor moved on by seq. */
+uint64_t gpt_part_next(const gpt_part *p, uint64_t *cursor);
 /* `bin/worker prepare-data --input FILE --output FILE.tok [--val-fraction 0.05]`; argv[0] is the
  * subcommand name. Returns a process exit code. */
 int gpt_prepare_data_main(int argc, char **argv);

@@ -36,7 +36,7 @@ void gpt_options_default(gpt_options *o)
     o->checkpoint_every = 0;
 }
 
-enum { F_INT, F_LONG, F_DBL, F_STR, F_U64, F_ORDER, F_DEVICE, F_BOOL /* --flag alone = 1, or --flag=0|1 */ };
+enum { F_INT, F_LONG, F_DBL, F_STR, F_U64, F_ORDER, F_LAYOUT, F_DEVICE, F_BOOL /* --flag alone = 1, or --flag=0|1 */ };
 typedef struct {
     const char *name;
     int type;
@@ -64,6 +64,9 @@ static const flag FLAGS[] = {
     {"data", F_STR, OFF(data_path), "token file from prepare-data (none: random tokens)"},
     {"num-shards", F_INT, OFF(num_shards), "training data split in this many parts (1)"},
     {"shard-index", F_INT, OFF(shard_index), "this worker's part, 0-based (0)"},
+    {"shard-layout", F_LAYOUT, OFF(shard_layout),
+     "contiguous | stripe: slices, or stripe k in part k mod num-shards (contiguous)"},
+    {"shard-stripe", F_INT, OFF(shard_stripe), "stripe layout: tokens per stripe, >= seq+1 (4096)"},
     {"data-order", F_ORDER, OFF(data_sequential), "random | sequential windows (random)"},
     {"eval-every", F_INT, OFF(eval_every), "validation loss every N steps, 0 = never (100)"},
     {"eval-batches", F_INT, OFF(eval_batches), "fixed validation batches per evaluation (8)"},
@@ -139,6 +142,10 @@ static opt_spec flag_spec(const flag *fl, gpt_options *o)
         s.kind = OPT_CHOICE;
         s.choices = "random|sequential";
         break;
+    case F_LAYOUT:
+        s.kind = OPT_CHOICE;
+        s.choices = "contiguous|stripe";
+        break; /* GPT_SHARD_* in this order */
     case F_DEVICE:
         s.kind = OPT_CHOICE;
         s.choices = "auto|cpu|cuda";

@@ -35,7 +35,7 @@ typedef struct gpt_trainer {
     float *grads, *am, *av;
     int *inp, *tgt;
     gpt_tokens data;      /* data.tok == NULL: synthetic random tokens */
-    uint64_t lo, hi;      /* this shard's training tokens [lo, hi) */
+    gpt_part part;        /* this worker's part of the training split */
     uint64_t rng, cursor; /* data position */
     long step;
     uint64_t tokens;
@@ -78,15 +78,8 @@ static void next_batch(gpt_trainer *g)
             }
             continue;
         }
-        uint64_t span = g->hi - g->lo - (uint64_t)T; /* >= 1, checked at create */
-        uint64_t s;
-        if (g->o.data_sequential) {
-            if (g->cursor < g->lo || g->cursor + T + 1 > g->hi) g->cursor = g->lo;
-            s = g->cursor;
-            g->cursor += (uint64_t)T;
-        } else {
-            s = g->lo + splitmix64(&g->rng) % span;
-        }
+        uint64_t s = g->o.data_sequential ? gpt_part_next(&g->part, &g->cursor)
+                                          : gpt_part_start(&g->part, splitmix64(&g->rng) % g->part.starts);
         for (int t = 0; t < T; t++) {
             in[t] = g->data.tok[s + t];
             tg[t] = g->data.tok[s + t + 1];
@@ -156,9 +149,11 @@ static int ckpt_save(gpt_trainer *g, char *err, size_t errlen)
         h + len, cap - len,
         "{\"__metadata__\":{\"format\":\"rediloco-gpt-v1\",\"layers\":\"%d\",\"heads\":\"%d\",\"dim\":\"%d\","
         "\"ctx\":\"%d\",\"vocab\":\"%d\",\"step\":\"%ld\",\"tokens\":\"%llu\",\"data_rng\":\"%llu\","
-        "\"data_cursor\":\"%llu\",\"shard_index\":\"%d\",\"num_shards\":\"%d\"}",
+        "\"data_cursor\":\"%llu\",\"shard_index\":\"%d\",\"num_shards\":\"%d\",\"shard_layout\":\"%s\","
+        "\"shard_stripe\":\"%llu\"}",
         c->layers, c->heads, c->dim, c->ctx, c->vocab, g->step, (unsigned long long)g->tokens,
-        (unsigned long long)g->rng, (unsigned long long)g->cursor, g->o.shard_index, g->o.num_shards);
+        (unsigned long long)g->rng, (unsigned long long)g->cursor, g->o.shard_index, g->o.num_shards,
+        g->part.stripe ? "stripe" : "contiguous", (unsigned long long)g->part.stripe);
     static const char *pre[3] = {"", "adam_m.", "adam_v."};
     size_t pos = 0;
     for (int s = 0; s < 3; s++)
@@ -196,6 +191,39 @@ static int meta_u64(const char *h, const char *key, unsigned long long *out)
     char *end;
     *out = strtoull(p + strlen(pat), &end, 10);
     return *end == '"' ? 0 : -1;
+}
+
+static void layout_text(char *buf, size_t len, unsigned long long stripe)
+{
+    if (stripe)
+        snprintf(buf, len, "stripes of %llu tokens", stripe);
+    else
+        snprintf(buf, len, "contiguous");
+}
+
+/* The checkpoint's data position is resumed only for the same part of the same division of the
+ * split (shard index, number of parts, layout and stripe; a checkpoint without a layout is
+ * contiguous): a position in another part would draw from or walk the wrong tokens. Otherwise the
+ * part's position starts afresh, and stderr says why. */
+static void resume_data_position(gpt_trainer *g, const char *h, uint64_t rng, uint64_t cursor,
+                                 unsigned long long index)
+{
+    unsigned long long parts = 1, stripe = 0;
+    if (meta_u64(h, "num_shards", &parts)) parts = (unsigned long long)g->o.num_shards;
+    if (meta_u64(h, "shard_stripe", &stripe)) stripe = 0;
+    if (index == (unsigned long long)g->o.shard_index && parts == (unsigned long long)g->o.num_shards &&
+        stripe == g->part.stripe) {
+        g->rng = rng;
+        g->cursor = cursor;
+        return;
+    }
+    char was[48], is[48];
+    layout_text(was, sizeof was, stripe);
+    layout_text(is, sizeof is, g->part.stripe);
+    fprintf(stderr,
+            "gpt: checkpoint %s was written for data part %llu of %llu (%s); this trainer reads part %d of %d (%s): "
+            "its data position starts afresh\n",
+            g->ckpt_path, index, parts, was, g->o.shard_index, g->o.num_shards, is);
 }
 
 /* returns 1 when loaded, 0 when there is no file, -1 on error */
@@ -251,10 +279,7 @@ static int ckpt_load(gpt_trainer *g, char *err, size_t errlen)
         }
     g->step = (long)v[5];
     g->tokens = v[6];
-    if (v[9] == (unsigned long long)g->o.shard_index) { /* same data part: resume its position */
-        g->rng = v[7];
-        g->cursor = v[8];
-    }
+    resume_data_position(g, h, v[7], v[8], v[9]);
     rc = 1;
     goto out;
 bad:
@@ -374,6 +399,13 @@ long gpt_trainer_steps(const trainer *t)
     return ((const gpt_trainer *)t->impl)->step;
 }
 
+void gpt_trainer_data_position(const trainer *t, uint64_t *rng, uint64_t *cursor)
+{
+    const gpt_trainer *g = t->impl;
+    *rng = g->rng;
+    *cursor = g->cursor;
+}
+
 const char *gpt_trainer_device(const trainer *t)
 {
     return ((const gpt_trainer *)t->impl)->cu ? "cuda" : "cpu";
@@ -487,6 +519,11 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
         err_set(err, errlen, "gpt: need 0 <= shard-index < num-shards");
         return NULL;
     }
+    if (o->shard_stripe < 0 || (o->shard_stripe && o->shard_layout != GPT_SHARD_STRIPE)) {
+        err_set(err, errlen, "gpt: --shard-stripe %d: a stripe length in tokens, for --shard-layout stripe only",
+                o->shard_stripe);
+        return NULL;
+    }
     if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) || !(o->eps > 0)) {
         err_set(err, errlen, "gpt: bad AdamW hyperparameters");
         return NULL;
@@ -547,14 +584,11 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
             err_set(err, errlen, "gpt: %s has vocab %u > model vocab %d", o->data_path, g->data.vocab, o->model.vocab);
             goto fail;
         }
-        g->lo = g->data.ntrain * (uint64_t)o->shard_index / (uint64_t)o->num_shards;
-        g->hi = g->data.ntrain * (uint64_t)(o->shard_index + 1) / (uint64_t)o->num_shards;
-        if (g->hi - g->lo < (uint64_t)o->seq + 2) {
-            err_set(err, errlen, "gpt: data shard %d/%d has %llu tokens, fewer than seq+2", o->shard_index,
-                    o->num_shards, (unsigned long long)(g->hi - g->lo));
+        int stripe = o->shard_stripe ? o->shard_stripe : GPT_SHARD_STRIPE_DEFAULT;
+        if (gpt_part_init(&g->part, g->data.ntrain, o->num_shards, o->shard_index, o->shard_layout, stripe, o->seq,
+                          err, errlen))
             goto fail;
-        }
-        g->cursor = g->lo;
+        g->cursor = g->part.lo;
     }
     g->rng = o->data_seed * 0x9e3779b97f4a7c15ULL ^ ((uint64_t)o->shard_index + 1) * 0xd1b54a32d192ed03ULL;
     int loaded = g->ckpt_path ? ckpt_load(g, err, errlen) : 0;

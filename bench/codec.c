@@ -5,7 +5,10 @@
  *   bin/bench-codec [--numel 4000000] [--reps 9]
  *
  * Prints per codec and build the median seconds of one pass over numel elements and the rate in
- * millions of elements per second, and the AVX2/portable ratio. */
+ * millions of elements per second, and the AVX2/portable ratio. For the block codecs also the
+ * shard-server's mean of two payloads with its round trip (--download update): "mean1" in one pass
+ * per codec block (codec_mean, what a commit runs), "meanN" as separate passes over blocks of 32768 (a
+ * zeroed sum, codec_decode_add of each, outer_mean_finish, codec_round_trip); same bits. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -14,6 +17,7 @@
 #include "bf16.h"
 #include "codec.h"
 #include "opts.h"
+#include "outer.h"
 #include "util.h"
 
 static double mono(void)
@@ -29,20 +33,41 @@ static int cmp_d(const void *a, const void *b)
     return x < y ? -1 : x > y;
 }
 
+enum { OP_ENCODE, OP_DECODE, OP_MEAN1, OP_MEANN, OP_COUNT };
+static const char *const op_names[OP_COUNT] = {"encode", "decode", "mean1", "meanN"};
+
 typedef struct job {
-    int dtype, decode;
+    int dtype, op;
     const float *x;
     float *y;
-    uint8_t *q;
+    uint8_t *q, *q2; /* q: x encoded (decode and the means read it twice); q2: the means' encoding */
     size_t n;
 } job;
+
+/* The mean of q and q as separate passes over blocks of 32768, the server's way before codec_mean. */
+static void mean_separate(const job *j)
+{
+    size_t bad, step = 32768;
+    for (size_t lo = 0; lo < j->n; lo += step) {
+        size_t len = j->n - lo < step ? j->n - lo : step, off = codec_offset(j->dtype, lo);
+        outer_sum_zero(j->y + lo, len);
+        for (int p = 0; p < 2; p++) codec_decode_add(j->dtype, j->q + off, len, j->y + lo);
+        outer_mean_finish(j->y + lo, len, 2);
+        if (codec_round_trip(j->dtype, j->y + lo, len, j->q2 + off, &bad) != 0) abort();
+    }
+}
 
 static void run(const job *j)
 {
     size_t bad;
-    if (j->decode)
+    const uint8_t *in[2] = {j->q, j->q};
+    if (j->op == OP_DECODE)
         codec_decode(j->dtype, j->q, j->n, j->y);
-    else if (codec_encode(j->dtype, j->x, j->n, j->q, &bad) != 0)
+    else if (j->op == OP_MEAN1 && codec_mean(j->dtype, in, 2, j->n, j->y, j->q2, &bad) != 0)
+        abort();
+    else if (j->op == OP_MEANN)
+        mean_separate(j);
+    else if (j->op == OP_ENCODE && codec_encode(j->dtype, j->x, j->n, j->q, &bad) != 0)
         abort();
 }
 
@@ -78,8 +103,8 @@ int main(int argc, char **argv)
     if (rc != 0) return opts_exit_status(rc);
     size_t n = (size_t)numel;
     float *x = malloc(n * sizeof *x), *y = malloc(n * sizeof *y);
-    uint8_t *q = malloc(codec_bytes(BLOB_F32, n));
-    if (!x || !y || !q) return 1;
+    uint8_t *q = malloc(codec_bytes(BLOB_F32, n)), *q2 = malloc(codec_bytes(BLOB_F32, n));
+    if (!x || !y || !q || !q2) return 1;
     uint64_t st = 1;
     for (size_t i = 0; i < n; i++) x[i] = (rng_uniform(&st) - 0.5f) * 1e-3f;
     printf("codec throughput, %zu elements, median of %d passes%s\n", n, reps,
@@ -87,13 +112,13 @@ int main(int argc, char **argv)
     printf("%-5s %-7s %11s %11s %11s %11s %7s\n", "codec", "op", "portable_s", "Melem/s", "avx2_s", "Melem/s", "ratio");
     int codecs[] = {BLOB_I8, BLOB_I4, BLOB_I3, BLOB_I2, BLOB_BF16};
     for (size_t c = 0; c < sizeof codecs / sizeof codecs[0]; c++)
-        for (int dec = 0; dec < 2; dec++) {
-            job j = {codecs[c], dec, x, y, q, n};
+        for (int op = 0; op < (codec_is_block(codecs[c]) ? OP_COUNT : OP_MEAN1); op++) {
+            job j = {codecs[c], op, x, y, q, q2, n};
             codec_force_portable(1);
             double tp = median_seconds(&j, reps);
             codec_force_portable(0);
             double ta = cpu_has_avx2() ? median_seconds(&j, reps) : tp;
-            printf("%-5s %-7s %11.4f %11.1f %11.4f %11.1f %7.2f\n", codec_name(codecs[c]), dec ? "decode" : "encode",
+            printf("%-5s %-7s %11.4f %11.1f %11.4f %11.1f %7.2f\n", codec_name(codecs[c]), op_names[op],
                    tp, (double)n / tp / 1e6, ta, (double)n / ta / 1e6, tp / ta);
         }
     double t0 = mono();
@@ -103,5 +128,6 @@ int main(int argc, char **argv)
     free(x);
     free(y);
     free(q);
+    free(q2);
     return 0;
 }

@@ -4,7 +4,9 @@
  * Commits whose Δ are all here are queued in order and computed one slice per turn of the event loop,
  * in cache-sized blocks, on copies of θ and momentum (the cache keeps serving the current version
  * meanwhile); the digest of θ' is streamed along. The usual sync commit (unweighted bf16 Δ, no Delayed
- * Nesterov) fuses the mean and the step; any other computes g first. The mean is in fp32, in
+ * Nesterov) fuses the mean and the step; a block codec's (int8 ... int2) computes the mean, and its
+ * round trip with --download update, in one pass per codec block before the step; any other computes
+ * g first. The mean is in fp32, in
  * participant order, without FMA: the same bits on every server and in replay.
  */
 #include "commit.h"
@@ -105,7 +107,7 @@ static void commit_block_codec(ss_commit *c, ss_shard *s, ss_delta **ds, int use
     for (int i = 0; i < used; i++) in[i] = ds[i]->payload + off;
     float *g = c->gq != NULL ? g_block : c->g + lo;
     if (codec_mean(dt, in, (uint32_t)used, len, g, c->gq != NULL ? c->gq + off : NULL, &bad) != 0)
-        c->g_bad = 1; /* --download update: the step takes exactly what the workers will decode */
+        c->g_bad = 1; /* the mean is not finite: the commit fails at the end of this slice */
     outer_sgd_step_to(c->theta + lo, c->mom + lo, s->theta + lo, s->mom + lo, c->first, g, len, c->t.lr, c->t.mu,
                       c->t.nesterov);
 }

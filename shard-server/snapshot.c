@@ -22,6 +22,7 @@ typedef struct ss_snap {
     int k;
     int64_t version;
     int64_t epoch;
+    char ref[48]; /* "version.epoch": the blob's reference in dl_snapshot and in snap_unsure */
     float *both; /* θ, momentum, then the DN buffer when there is one: the payload, sent from here */
     uint8_t head[BLOB_HEADER_MAX];
 } ss_snap;
@@ -36,11 +37,10 @@ static void del_obsolete(ss_ctx *ss, int k, redisReply **refs, size_t n)
 
 /* Remember the ref of a written snapshot whose dl_snapshot has no answer (the oldest is dropped, and
  * then stays in Redis, after SNAP_UNSURE_MAX failures in a row). */
-static void unsure_add(ss_shard *s, int64_t version, int64_t epoch)
+static void unsure_add(ss_shard *s, const char *ref)
 {
     memmove(s->snap_unsure[0], s->snap_unsure[1], (SNAP_UNSURE_MAX - 1) * sizeof s->snap_unsure[0]);
-    snprintf(s->snap_unsure[SNAP_UNSURE_MAX - 1], sizeof s->snap_unsure[0], "%lld.%lld", (long long)version,
-             (long long)epoch);
+    snprintf(s->snap_unsure[SNAP_UNSURE_MAX - 1], sizeof s->snap_unsure[0], "%s", ref);
 }
 
 /* DEL the unsure snapshots other than `ref` (the one just recorded). */
@@ -66,7 +66,7 @@ static void snap_on_recorded(redisReply *r, void *priv)
                  : r->type == REDIS_REPLY_ERROR ? r->str
                                                 : "bad reply");
         if (r != NULL && r->type == REDIS_REPLY_ERROR) ss->m.conflicts++;
-        unsure_add(&ss->shards[sn->k], sn->version, sn->epoch);
+        unsure_add(&ss->shards[sn->k], sn->ref);
         free(sn);
         return;
     }
@@ -77,9 +77,7 @@ static void snap_on_recorded(redisReply *r, void *priv)
              n);
     del_obsolete(ss, sn->k, r->element, n);
     if (again) del_obsolete(ss, sn->k, again->element, again->elements); /* the previous snapshot's, again */
-    char ref[48];
-    snprintf(ref, sizeof ref, "%lld.%lld", (long long)sn->version, (long long)sn->epoch);
-    unsure_del(ss, &ss->shards[sn->k], ref);
+    unsure_del(ss, &ss->shards[sn->k], sn->ref);
     free(sn);
 }
 
@@ -96,15 +94,14 @@ static void snap_on_written(redisReply *r, void *priv)
         free(sn);
         return;
     }
-    char ver[24], ep[24], shard[16], ref[64];
+    char ver[24], ep[24], shard[16];
     snprintf(ver, sizeof ver, "%lld", (long long)sn->version);
     snprintf(ep, sizeof ep, "%lld", (long long)sn->epoch);
     snprintf(shard, sizeof shard, "%d", sn->k);
-    snprintf(ref, sizeof ref, "%lld.%lld", (long long)sn->version, (long long)sn->epoch);
-    const char *args[5] = {ss->id, ep, shard, ver, ref};
+    const char *args[5] = {ss->id, ep, shard, ver, sn->ref};
     if (fcall(ss, snap_on_recorded, sn, "dl_snapshot", 5, args) != 0) {
         ss->shards[sn->k].snapshotting = 0;
-        unsure_add(&ss->shards[sn->k], sn->version, sn->epoch);
+        unsure_add(&ss->shards[sn->k], sn->ref);
         free(sn);
     }
 }
@@ -141,6 +138,7 @@ static void snapshot_start(ss_ctx *ss, ss_shard *s)
     sn->k = s->k;
     sn->version = s->version;
     sn->epoch = s->epoch;
+    snprintf(sn->ref, sizeof sn->ref, "%lld.%lld", (long long)s->version, (long long)s->epoch);
     char key[KEY_MAX];
     store_blob_key(ss, key, sizeof key, s->k, "snap", s->version, s->epoch);
     if (store_set(ss, key, sn->head, (size_t)hl, both, h.count * sizeof(float), snap_on_written, sn) != 0) {

@@ -27,6 +27,7 @@ void commit_free(ss_commit *c)
 {
     ss_shard *s = &c->ss->shards[c->k];
     if (c->theta != NULL && s->tent_theta == c->theta) s->tent_theta = NULL;
+    if (s->ahead == c) s->ahead = NULL;
     for (int i = 0; i < c->np; i++) free(c->ids[i]);
     if (c->xs != NULL) XXH3_freeState(c->xs);
     free(c->g);
@@ -41,6 +42,8 @@ void commit_free(ss_commit *c)
 ss_shard *commit_shard(ss_commit *c)
 {
     ss_shard *s = &c->ss->shards[c->k];
+    if (c->ahead) /* a compute ahead is current while it is the shard's and the version is unchanged */
+        return s->ahead == c && s->gen == c->gen && s->state == SH_READY && s->version == c->round ? s : NULL;
     if (s->gen != c->gen || s->state != SH_READY || !s->committing) return NULL;
     return s;
 }
@@ -49,6 +52,10 @@ ss_shard *commit_shard(ss_commit *c)
 void commit_finish(ss_commit *c, int outcome)
 {
     ss_ctx *ss = c->ss;
+    if (c->ahead) { /* nobody waits on a compute ahead: it is dropped, its commit computes as usual */
+        ahead_abandon(c, c->errmsg);
+        return;
+    }
     ss_shard *s = commit_shard(c);
     if (s == NULL) {
         commit_free(c);
@@ -80,12 +87,17 @@ void commit_finish(ss_commit *c, int outcome)
             req_reply_err(req, DP_REDIS, "commit of shard %d round %lld failed: %s; retry", s->k, (long long)round,
                           errmsg);
     }
+    ahead_consider(ss, s); /* the Δ of the next round (or of this one, after a wait) may all be here */
     commit_idle_work(ss);
 }
 
 void commit_fail(ss_commit *c, const char *why, int reload)
 {
     ss_ctx *ss = c->ss;
+    if (c->ahead) {
+        ahead_abandon(c, why);
+        return;
+    }
     ss_shard *s = commit_shard(c);
     log_warn("shard %d: commit of round %lld failed: %s", c->k, (long long)c->round, why);
     snprintf(c->errmsg, sizeof c->errmsg, "%s", why);
@@ -136,6 +148,7 @@ static void commit_on_commit(redisReply *r, void *priv)
     snprintf(s->digest, sizeof s->digest, "%s", c->digest);
     s->theta_xxh = c->theta_xxh;
     shard_free_deltas(s, s->version, 0);
+    ahead_note_participants(c, s);
     double secs = (double)(now_ms() - c->t0) / 1000.0;
     ss->m.rounds_committed++;
     if (c->used == 0) ss->m.noop_commits++;
@@ -277,8 +290,7 @@ static void commit_on_member(redisReply *r, void *priv)
     if (--c->outstanding == 0) commit_after_checks(c);
 }
 
-/* Parse "id:inc,id:inc" (sorted by id) and the dropped ids. -1 if malformed. */
-static int parse_participants(ss_commit *c, const char *parts, const char *dropped)
+int commit_parse_participants(ss_commit *c, const char *parts, const char *dropped)
 {
     char *copy = strdup(parts);
     if (copy == NULL) return -1;
@@ -334,7 +346,7 @@ static void commit_on_barrier(redisReply *r, void *priv)
     }
     const char *parts = r->element[1]->type == REDIS_REPLY_STRING ? r->element[1]->str : "";
     const char *dropped = r->element[2]->type == REDIS_REPLY_STRING ? r->element[2]->str : "";
-    if (parse_participants(c, parts, dropped) != 0) {
+    if (commit_parse_participants(c, parts, dropped) != 0) {
         snprintf(c->errmsg, sizeof c->errmsg, "malformed participants '%s'", parts);
         commit_finish(c, OUT_ERR);
         return;
@@ -419,7 +431,7 @@ static void commit_on_submission(redisReply *r, void *priv)
     snprintf(rec, sizeof rec, "%s", r->str);
     char *base = strrchr(rec, ':'); /* "worker:inc:base" -> participant "worker:inc" */
     if (base != NULL) *base = '\0';
-    if (base == NULL || parse_participants(c, rec, "") != 0 || c->np != 1) {
+    if (base == NULL || commit_parse_participants(c, rec, "") != 0 || c->np != 1) {
         snprintf(c->errmsg, sizeof c->errmsg, "malformed submission record '%s'", r->str);
         commit_finish(c, OUT_ERR);
         return;

@@ -3,7 +3,8 @@
  *
  * A commit (ss_commit) goes through: the barrier and membership checks (commit.c), the compute of the
  * mean and the outer step in slices from a queue (commit_compute.c), tentative serving and the log
- * entry, deferred while parameters stream out (commit_log.c), then dl_commit (commit.c). Snapshots
+ * entry, deferred while parameters stream out (commit_log.c), then dl_commit (commit.c). In sync runs
+ * the compute may have started before the barrier closed (commit_ahead.c). Snapshots
  * (snapshot.c) are written once no commit is running. The surface the other files of the
  * shard-server use is in ss.h.
  */
@@ -57,6 +58,8 @@ typedef struct ss_commit {
     char digest[17];
     uint64_t theta_xxh;  /* the digest as a number */
     uint64_t t_computed; /* now_ms() when θ' was ready (its log entry waits at most LOG_DEFER_MAX_MS) */
+    int ahead;           /* computed ahead of the barrier (commit_ahead.c): never served, logged or committed */
+    int ahead_done;      /* and its compute is finished (no longer queued) */
 } ss_commit;
 
 /* commit.c */
@@ -69,10 +72,27 @@ void commit_finish(ss_commit *c, int outcome);
 void commit_fail(ss_commit *c, const char *why, int reload);
 /* The log entry is written (or not): dl_commit. */
 void commit_on_log_written(redisReply *r, void *priv);
+/* Parse "id:inc,id:inc" into c's participants, marking those listed in dropped ("id,id"). -1 if malformed. */
+int commit_parse_participants(ss_commit *c, const char *parts, const char *dropped);
+
+/* commit_ahead.c */
+enum ahead_outcome { AHEAD_NONE, AHEAD_COMPUTED, AHEAD_QUEUED };
+/* The commit c (participants known, every Δ here) takes over the shard's compute ahead if it was made
+ * for the same Δ, version and tunables: AHEAD_COMPUTED (θ' is ready: write the log), AHEAD_QUEUED (c
+ * took its place in the compute queue); else AHEAD_NONE (dropped if there was one: compute as usual). */
+int ahead_take(ss_commit *c, ss_shard *s);
+/* A compute ahead finished its last slice: it waits for its commit. */
+void ahead_computed(ss_commit *c, ss_shard *s);
+/* A compute ahead (not in the queue) failed or lost a Δ: drop it and free c. */
+void ahead_abandon(ss_commit *c, const char *why);
+/* A commit succeeded: its participants (not dropped) are the guess for the shard's next round. */
+void ahead_note_participants(const ss_commit *c, ss_shard *s);
 
 /* commit_compute.c */
 /* Every Δ is here: queue the compute of version round+1. */
 void commit_compute(ss_commit *c, ss_shard *s);
+/* old's place in the compute queue goes to by. */
+void cq_replace(ss_ctx *ss, ss_commit *old, ss_commit *by);
 /* The loop turn that computes one slice of the queue's head commit (ss->cq_ev). */
 void cq_on_turn(evutil_socket_t fd, short what, void *arg);
 /* The log entry's g of a fast commit, computed once the parameters are out. 0, or -1 if a Δ went

@@ -45,6 +45,18 @@ static ss_commit *cq_pop(ss_ctx *ss)
     return c;
 }
 
+void cq_replace(ss_ctx *ss, ss_commit *old, ss_commit *by)
+{
+    for (ss_commit **pp = &ss->cq_head; *pp != NULL; pp = &(*pp)->qnext) {
+        if (*pp != old) continue;
+        by->qnext = old->qnext;
+        *pp = by;
+        if (ss->cq_tail == old) ss->cq_tail = by;
+        old->qnext = NULL;
+        return;
+    }
+}
+
 /* The participants' Δ of this commit, in participant order, dropped ones left out. Returns how many,
  * or -1 if one went missing; *all_bf16 tells whether every one is bf16. */
 static int commit_gather_deltas(ss_commit *c, ss_shard *s, ss_delta **out, int *all_bf16)
@@ -194,7 +206,10 @@ static void commit_slice(ss_commit *c, ss_shard *s)
     if (c->pos < n) return;
     c->has_mom = s->has_mom || (c->used > 0 && (c->t.mu != 0.0f || c->dnbuf != NULL));
     cq_pop(c->ss);
-    commit_write_log(c, s);
+    if (c->ahead)
+        ahead_computed(c, s); /* it waits for its barrier */
+    else
+        commit_write_log(c, s);
 }
 
 /* The commit is then given up like any other that lost a Δ. */
@@ -244,10 +259,16 @@ static void commit_weights(ss_commit *c, ss_shard *s)
     }
 }
 
-/* Every Δ is here: queue the compute of version round+1. */
+/* Every Δ is here: queue the compute of version round+1, unless a compute ahead of the barrier made it
+ * (or is making it) with the same Δ. */
 void commit_compute(ss_commit *c, ss_shard *s)
 {
     if (c->ss->rc.weight_tokens) commit_weights(c, s);
+    switch (ahead_take(c, s)) {
+    case AHEAD_COMPUTED: commit_write_log(c, s); return;
+    case AHEAD_QUEUED: return;
+    default: break;
+    }
     ss_ctx *ss = c->ss;
     size_t n = s->n;
     if (!ss->rc.download_update) c->g = malloc(n * sizeof(float)); /* else the log entry is c->gq */
@@ -268,8 +289,8 @@ void commit_compute(ss_commit *c, ss_shard *s)
     c->t = ss->tun;
     c->first = !s->has_mom;
     c->pos = 0;
-    log_debug("shard %d round %lld: every pseudo-gradient here at +%llu ms; step queued", s->k, (long long)c->round,
-              (unsigned long long)(now_ms() - c->t0));
+    log_debug("shard %d round %lld: every pseudo-gradient here at +%llu ms; step queued%s", s->k, (long long)c->round,
+              (unsigned long long)(now_ms() - c->t0), c->ahead ? " (ahead of the barrier)" : "");
     if (ss->cq_tail != NULL)
         ss->cq_tail->qnext = c;
     else

@@ -42,6 +42,9 @@ static void usage(FILE *f)
                "  --max-pending-rounds N    bounds requests parked per shard while it loads: 64*N (default 4)\n"
                "  --metrics HOST:PORT       serve Prometheus metrics at http://HOST:PORT/metrics (default off;\n"
                "                            bind 127.0.0.1 unless scrapers elsewhere need it)\n"
+               "  --compute-ahead on|off    compute a sync round's outer step as soon as the pseudo-gradients of\n"
+               "                            the last round's participants are all here, before the barrier\n"
+               "                            closes; used only if the round has those participants (default on)\n"
                "  --log-level LEVEL         debug, info, warn or error (default info, or $LOG_LEVEL)\n"
                "  --fault-crash-before-commit P  chaos testing: with probability P, die (exit 137) after a\n"
                "                            round's log entry is written and before it is committed\n"
@@ -99,6 +102,7 @@ static int parse_args(int argc, char **argv, ss_opts *o)
         {.name = "lease-ttl-ms", .kind = OPT_INT, .dest = &o->lease_ttl_ms, .lo = 300, .hi = 3600000},
         {.name = "max-pending-rounds", .kind = OPT_INT, .dest = &o->max_pending_rounds, .lo = 1, .hi = 1000},
         {.name = "log-level", .kind = OPT_CHOICE, .dest = &level, .choices = "debug|info|warn|error"},
+        {.name = "compute-ahead", .kind = OPT_CHOICE, .dest = &o->compute_ahead_off, .choices = "on|off"},
         {.name = "connect-timeout",
          .kind = OPT_DOUBLE,
          .dest = &connect_s,

@@ -43,12 +43,13 @@ void metrics_log(ss_ctx *ss)
     log_info("metrics: shards held %d (ready %d, corrupt %d); rounds committed %llu (no-op %llu), commit mean %.3f s "
              "max %.3f s; "
              "pushes %llu, gets %llu (tentative %llu); bytes in %llu out %llu; conflicts %llu; lease changes %llu; "
-             "rejections %llu; "
+             "rejections %llu; computed ahead %llu (dropped %llu); "
              "loads %llu (failed %llu); snapshots %llu; connections %llu; redis reconnects %llu",
              held, ready, corrupt, (unsigned long long)m->rounds_committed, (unsigned long long)m->noop_commits, mean,
              m->commit_seconds_max, (unsigned long long)m->pushes, (unsigned long long)m->gets,
              (unsigned long long)m->tentative_gets, (unsigned long long)m->bytes_in, (unsigned long long)m->bytes_out,
              (unsigned long long)m->conflicts, (unsigned long long)m->lease_changes, (unsigned long long)m->rejections,
+             (unsigned long long)m->ahead_used, (unsigned long long)m->ahead_discarded,
              (unsigned long long)m->loads, (unsigned long long)m->load_failures, (unsigned long long)m->snapshots,
              (unsigned long long)m->connections, (unsigned long long)metrics_redis_reconnects(ss));
 }
@@ -99,6 +100,12 @@ static void metrics_format(struct evbuffer *out, const ss_ctx *ss)
     prom_counter(out, ss, "gets_total", "Parameter replies sent.", m->gets);
     prom_counter(out, ss, "tentative_gets_total", "Parameter replies sent before the version was durable.",
                  m->tentative_gets);
+    prom_counter(out, ss, "commits_computed_ahead_total",
+                 "Commits that took over the compute made ahead of their barrier (--compute-ahead).", m->ahead_used);
+    prom_counter(out, ss, "computes_ahead_dropped_total",
+                 "Computes ahead of a barrier that were dropped (the round had other participants, a resend, a "
+                 "reload).",
+                 m->ahead_discarded);
     prom_counter(out, ss, "rejections_total", "Requests rejected (recorded in dl:{R}:events).", m->rejections);
     prom_counter(out, ss, "loads_total", "Shard loads (snapshot + log replay) completed.", m->loads);
     prom_counter(out, ss, "load_failures_total", "Shard loads that failed (retried unless the state is corrupt).",

@@ -198,11 +198,13 @@ static void push_on_member(redisReply *r, void *priv)
         req_reply_simple(req, "ack", "have it");
         return;
     }
+    ahead_discard(s, "a pseudo-gradient arrived after it started"); /* (another one, or a resend) */
     shard_store_delta(s, req);
     ss->m.pushes++;
     log_debug("shard %d round %lld: stored pseudo-gradient of %s:%lld (%s)", s->k, (long long)req->h.round,
               req->h.worker, (long long)req->h.inc, codec_name(req->h.dtype));
     req_reply_simple(req, "ack", NULL);
+    ahead_consider(ss, s);
 }
 
 static void op_push(ss_ctx *ss, ss_req *req)

@@ -558,6 +558,7 @@ static void mark_send(ss_ctx *ss, ss_shard *s)
 static void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const char *key, const char *reason, int record)
 {
     ss->m.corrupt_loads += record;
+    ahead_discard(s, "the shard is corrupt");
     s->gen++;
     s->state = SH_CORRUPT;
     s->committing = 0;
@@ -618,6 +619,9 @@ void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch)
 /* Drop the cache: callbacks still in flight find the shard's generation changed. Parked requests stay. */
 static void shard_forget(ss_shard *s)
 {
+    ahead_discard(s, "the shard is dropped");
+    free(s->last_parts);
+    s->last_parts = NULL;
     s->gen++;
     s->state = SH_FREE;
     s->committing = 0;
@@ -673,6 +677,7 @@ void shard_reload(ss_ctx *ss, ss_shard *s, const char *why)
     if (s->state == SH_FREE || s->state == SH_CORRUPT) /* a corrupt shard loads again after a repair only */
         return;
     log_info("shard %d: reloading from Redis (%s)", s->k, why);
+    ahead_discard(s, "the shard reloads");
     s->gen++;
     s->state = SH_LOADING;
     s->committing = 0;

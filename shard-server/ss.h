@@ -21,6 +21,8 @@
  *   commit.c   the commit chain of a round (barrier, drops, membership checks, dl_commit); commit.h
  *              holds what the commit files share
  *   commit_compute.c  the compute queue and kernels (mean, outer step), in slices so I/O goes on meanwhile
+ *   commit_ahead.c    a sync commit's compute started before its barrier closes (taken over if the round
+ *                     has the participants guessed)
  *   commit_log.c      tentative serving and the log entry, deferred while parameters stream out
  *   snapshot.c the snapshots (deferred until no commit runs)
  *   ops.c      the data-plane operations push and get (validation, rejections)
@@ -63,6 +65,7 @@ typedef struct ss_opts {
     double crash_before_commit; /* fault injection for crash tests: probability of _exit before dl_commit */
     char metrics_host[256];     /* --metrics HOST:PORT: Prometheus /metrics over HTTP ("" = off) */
     int metrics_port;
+    int compute_ahead_off; /* --compute-ahead off: commits start computing at the barrier only */
 } ss_opts;
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -86,6 +89,8 @@ typedef struct ss_metrics {
     uint64_t corrupt_loads; /* loads that found the durable state corrupt (counted in load_failures too) */
     uint64_t snapshots;
     uint64_t connections;
+    uint64_t ahead_used;      /* commits that took over the compute made ahead of their barrier */
+    uint64_t ahead_discarded; /* computes ahead that were dropped (another set of Δ, a resend, a reload) */
 } ss_metrics;
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -176,6 +181,10 @@ typedef struct ss_shard {
     char corrupt_reason[512];
     int corrupt_recorded; /* dl_mark_corrupt has answered (else the next beat sends it again) */
     ss_delta *deltas;
+    /* The commit of round `version` computed ahead of its barrier (commit_ahead.c), and the participants
+     * of the last commit ("id:inc,..." in barrier order): the guess it is computed for. */
+    struct ss_commit *ahead;
+    char *last_parts;
     ss_req *parked, *parked_tail;
     int nparked;
     struct ss_load *load; /* in-progress load */
@@ -317,6 +326,11 @@ void commit_start(ss_ctx *ss, ss_shard *s);
  * version it wants; 1 when answered. */
 int commit_reply_tentative(ss_ctx *ss, ss_shard *s, ss_req *req);
 void commit_idle_work(ss_ctx *ss); /* deferred snapshots; called when commits finish and periodically */
+/* commit_ahead.c: a sync round's compute started before its barrier closes, when every pseudo-gradient
+ * of the last round's participants is here (called when one is stored and when a commit ends). */
+void ahead_consider(ss_ctx *ss, ss_shard *s);
+/* Drop the shard's compute ahead, if any (why: for the debug log). */
+void ahead_discard(ss_shard *s, const char *why);
 
 /* store.c */
 void store_blob_key(ss_ctx *ss, char *dst, size_t cap, int k, const char *kind, int64_t v, int64_t e);

@@ -2,7 +2,8 @@
 # it_shard_server_metrics.sh: a shard-server started with --metrics HOST:PORT serves its data-plane
 # counters as Prometheus text at GET /metrics. One server (it holds every shard), two workers, 3 rounds
 # over 4 shards: the scrape must say 4 shards held, 12 versions committed, 2 x 4 x 3 pushes, bytes in at
-# least the pushed bf16 payloads, some gets answered tentatively, and carry the run and server labels; other paths are 404, POST is 405;
+# least the pushed bf16 payloads, some gets answered tentatively, 2 x 4 commits computed ahead of their
+# barrier (rounds 1 and 2) and none dropped, and carry the run and server labels; other paths are 404, POST is 405;
 # a second server asked for the same port refuses to start with a message that says so.
 . "$(dirname "$0")/lib.sh"
 RUN=metrics; NUMEL=40000; SHARDS=4; ROUNDS=3; H=10
@@ -27,6 +28,11 @@ in=$(metric bytes_in_total)
 # each commit is started by a worker's get that accepts tentative parameters, so that get at least is
 # answered before the log entry is durable (docs/PROTOCOL.md, "Tentative parameters")
 [ "$(metric tentative_gets_total)" -ge 1 ] || fail "no get was answered with tentative parameters"
+# from round 1 on, each shard's round has the last round's participants: its compute starts ahead of the
+# barrier, as soon as both Δ are in, and the commit takes it over (shard-server/commit_ahead.c)
+[ "$(metric commits_computed_ahead_total)" = $((SHARDS * (ROUNDS - 1))) ] ||
+  fail "commits_computed_ahead_total $(metric commits_computed_ahead_total), want $((SHARDS * (ROUNDS - 1)))"
+[ "$(metric computes_ahead_dropped_total)" = 0 ] || fail "computes ahead dropped without any change of participants"
 code=$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$MPORT/other")
 [ "$code" = 404 ] || fail "GET /other answered $code, want 404"
 code=$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$MPORT/metrics")

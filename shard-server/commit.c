@@ -439,17 +439,24 @@ static void commit_on_submission(redisReply *r, void *priv)
     commit_check_deltas(c, s);
 }
 
-void commit_start(ss_ctx *ss, ss_shard *s)
+ss_commit *commit_new(ss_ctx *ss, ss_shard *s)
 {
-    if (s->committing || s->state != SH_READY) return;
     ss_commit *c = calloc(1, sizeof *c);
-    if (c == NULL) return;
+    if (c == NULL) return NULL;
     c->ss = ss;
     c->k = s->k;
     c->gen = s->gen;
     c->round = s->version;
     c->epoch = s->epoch;
     c->t0 = now_ms();
+    return c;
+}
+
+void commit_start(ss_ctx *ss, ss_shard *s)
+{
+    if (s->committing || s->state != SH_READY) return;
+    ss_commit *c = commit_new(ss, s);
+    if (c == NULL) return;
     s->committing = 1;
     char f[16], round[24];
     snprintf(f, sizeof f, "%d", s->frag);

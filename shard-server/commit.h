@@ -63,6 +63,8 @@ typedef struct ss_commit {
 } ss_commit;
 
 /* commit.c */
+/* A commit of shard s's next version (round = its version), under its current generation and epoch. */
+ss_commit *commit_new(ss_ctx *ss, ss_shard *s);
 void commit_free(ss_commit *c);
 /* The shard if this commit is still its current operation, else NULL. */
 ss_shard *commit_shard(ss_commit *c);

@@ -51,14 +51,8 @@ void ahead_consider(ss_ctx *ss, ss_shard *s)
     int stored = 0;
     for (ss_delta *d = s->deltas; d != NULL; d = d->next) stored += d->round == s->version;
     if (stored != count_parts(s->last_parts)) return; /* cheap test first: a commit is a big struct */
-    ss_commit *c = calloc(1, sizeof *c);
+    ss_commit *c = commit_new(ss, s);
     if (c == NULL) return; /* the commit computes at its barrier */
-    c->ss = ss;
-    c->k = s->k;
-    c->gen = s->gen;
-    c->round = s->version;
-    c->epoch = s->epoch;
-    c->t0 = now_ms();
     c->ahead = 1;
     if (commit_parse_participants(c, s->last_parts, "") != 0 || !all_deltas_here(s, c)) {
         commit_free(c);

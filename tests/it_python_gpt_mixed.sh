@@ -5,35 +5,51 @@
 # C worker (bin/worker) and the PyTorch worker then train it on their halves of the King James Bible.
 # After every sync both report the same digest of the global parameters, the validation loss each one
 # measures falls, and a C worker with another model (--layers 2) is refused naming the tensor.
+# Twice: a default run (bf16 up, parameters down), and the under-1-byte one (the example's --compress int3
+# --download update, both workers with --error-feedback: docs/compression.md), where each worker applies
+# the round's encoded update itself and the digests still agree.
 . "$(dirname "$0")/lib.sh"
 prepare_bible
-RUN=mixed; H=15; ROUNDS=3; STEPS=$((H * ROUNDS))
+H=15; ROUNDS=3; STEPS=$((H * ROUNDS))
 MODEL="--layers 1 --heads 2 --dim 32 --ctx 32"
 COMMON="--batch 8 --seq 32 --lr 3e-3 --warmup 5 --steps $STEPS --sync-every $H --eval-every $H --eval-batches 4 --threads 1"
 start_redis
-PYTHONPATH=python /usr/bin/python3 -m rediloco.examples.gpt --redis "$URL" --run $RUN $MODEL $COMMON --init-run \
-  --workers 2 --shards 4 --data build/kjv.tok --num-shards 2 --shard-index 1 --worker-id p1 --log "$TMP/p1.jsonl" \
-  > "$TMP/py-p1.log" 2>&1 &
-PY=$!; PIDS="$PIDS $PY"
-wait_until 60 '$RCLI EXISTS "dl:{$RUN}:config" | grep -q 1' "the PyTorch example to create the run"
-[ "$($RCLI HGET "dl:{$RUN}:config" trainer)" = gpt ] || fail "trainer $($RCLI HGET "dl:{$RUN}:config" trainer)"
-start_server s1
-bin/worker --redis "$URL" --run $RUN --worker-id bad --layers 2 --heads 2 --dim 32 --ctx 32 --seq 32 --data build/kjv.tok \
-  --connect-timeout 0 > "$TMP/bad.txt" 2>&1 && fail "a C worker with 2 layers joined a 1-layer run"
-grep -q "tensor 14 of the run is 'lnf.weight' \[32\] at offset 21920, the gpt trainer's is 'h.1.ln1.weight'" "$TMP/bad.txt" \
-  || fail "layout refusal: $(cat "$TMP/bad.txt")"
-start_worker c1 $COMMON --data build/kjv.tok --num-shards 2 --shard-index 0
-wait "$WRK_c1" || fail "C worker exited with status $?"
-wait "$PY" || fail "PyTorch worker exited with status $?: $(tail -n 5 "$TMP/py-p1.log")"
-grep '"event":"sync"' "$TMP/c1.jsonl" | sed 's/.*"round":\([0-9]*\).*"digest":"\([0-9a-f]*\)".*/\1 \2/' > "$TMP/c.txt"
-grep '"event": "sync"' "$TMP/p1.jsonl" | sed 's/.*"round": \([0-9]*\).*"digest": "\([0-9a-f]*\)".*/\1 \2/' > "$TMP/p.txt"
-[ "$(wc -l < "$TMP/c.txt")" -eq $ROUNDS ] || fail "C worker synced $(wc -l < "$TMP/c.txt") times, want $ROUNDS"
-diff "$TMP/c.txt" "$TMP/p.txt" > "$TMP/diff.txt" || fail "digests differ between the C and the PyTorch worker: $(cat "$TMP/diff.txt")"
-for w in c1 p1; do
-  grep '"eval_loss": *[0-9]' "$TMP/$w.jsonl" | sed 's/.*"eval_loss": *\([0-9.]*\).*/\1/' > "$TMP/$w-eval.txt"
-  first=$(head -n 1 "$TMP/$w-eval.txt"); last=$(tail -n 1 "$TMP/$w-eval.txt")
-  awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a && b < 4.0) }' \
-    || fail "$w: validation loss did not fall: $(tr '\n' ' ' < "$TMP/$w-eval.txt")"
-  say "$w validation loss: $(tr '\n' ' ' < "$TMP/$w-eval.txt")"
+
+# mixed_run RUN "INIT FLAGS OF THE EXAMPLE" "WORKER FLAGS OF BOTH"
+mixed_run() {
+  RUN=$1
+  PYTHONPATH=python /usr/bin/python3 -m rediloco.examples.gpt --redis "$URL" --run $RUN $MODEL $COMMON --init-run $2 $3 \
+    --workers 2 --shards 4 --data build/kjv.tok --num-shards 2 --shard-index 1 --worker-id p1 --log "$TMP/$RUN-p1.jsonl" \
+    > "$TMP/py-$RUN-p1.log" 2>&1 &
+  PY=$!; PIDS="$PIDS $PY"
+  wait_until 60 '$RCLI EXISTS "dl:{$RUN}:config" | grep -q 1' "the PyTorch example to create the run"
+  [ "$($RCLI HGET "dl:{$RUN}:config" trainer)" = gpt ] || fail "trainer $($RCLI HGET "dl:{$RUN}:config" trainer)"
+  start_server s$RUN
+  bin/worker --redis "$URL" --run $RUN --worker-id bad --layers 2 --heads 2 --dim 32 --ctx 32 --seq 32 --data build/kjv.tok \
+    --connect-timeout 0 > "$TMP/$RUN-bad.txt" 2>&1 && fail "a C worker with 2 layers joined a 1-layer run"
+  grep -q "tensor 14 of the run is 'lnf.weight' \[32\] at offset 21920, the gpt trainer's is 'h.1.ln1.weight'" "$TMP/$RUN-bad.txt" \
+    || fail "layout refusal: $(cat "$TMP/$RUN-bad.txt")"
+  start_worker c1$RUN --run $RUN $COMMON $3 --data build/kjv.tok --num-shards 2 --shard-index 0
+  eval "wait \$WRK_c1$RUN" || fail "$RUN: C worker exited with status $?"
+  wait "$PY" || fail "$RUN: PyTorch worker exited with status $?: $(tail -n 5 "$TMP/py-$RUN-p1.log")"
+  grep '"event":"sync"' "$TMP/c1$RUN.jsonl" | sed 's/.*"round":\([0-9]*\).*"digest":"\([0-9a-f]*\)".*/\1 \2/' > "$TMP/$RUN-c.txt"
+  grep '"event": "sync"' "$TMP/$RUN-p1.jsonl" | sed 's/.*"round": \([0-9]*\).*"digest": "\([0-9a-f]*\)".*/\1 \2/' > "$TMP/$RUN-p.txt"
+  [ "$(wc -l < "$TMP/$RUN-c.txt")" -eq $ROUNDS ] || fail "$RUN: C worker synced $(wc -l < "$TMP/$RUN-c.txt") times, want $ROUNDS"
+  diff "$TMP/$RUN-c.txt" "$TMP/$RUN-p.txt" > "$TMP/$RUN-diff.txt" ||
+    fail "$RUN: digests differ between the C and the PyTorch worker: $(cat "$TMP/$RUN-diff.txt")"
+  for w in c1$RUN $RUN-p1; do
+    grep '"eval_loss": *[0-9]' "$TMP/$w.jsonl" | sed 's/.*"eval_loss": *\([0-9.]*\).*/\1/' > "$TMP/$w-eval.txt"
+    first=$(head -n 1 "$TMP/$w-eval.txt"); last=$(tail -n 1 "$TMP/$w-eval.txt")
+    awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a && b < 4.0) }' \
+      || fail "$w: validation loss did not fall: $(tr '\n' ' ' < "$TMP/$w-eval.txt")"
+    say "$w validation loss: $(tr '\n' ' ' < "$TMP/$w-eval.txt")"
+  done
+  say "$RUN: C and PyTorch GPT workers, the same digest after each of $ROUNDS syncs ($(tail -n 1 "$TMP/$RUN-c.txt"))"
+}
+
+mixed_run mixed "" ""
+mixed_run mixedint3 "--compress int3 --download update" --error-feedback
+[ "$($RCLI HGET "dl:{mixedint3}:config" compress)" = int3 ] || fail "the int3 run's codec: $($RCLI HGET "dl:{mixedint3}:config" compress)"
+for log in worker-c1mixedint3 py-mixedint3-p1; do
+  grep -q "int3 with error feedback" "$TMP/$log.log" || fail "$log does not say it sends int3 with error feedback"
 done
-say "C and PyTorch GPT workers: the same digest after each of $ROUNDS syncs ($(tail -n 1 "$TMP/c.txt"))"

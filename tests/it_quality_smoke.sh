@@ -2,8 +2,10 @@
 # it_quality_smoke.sh: bench/quality --smoke (a tiny GPT on the Bible: the data-parallel baseline and
 # DiLoCo with 4 workers at H=10, through redis-server, shard-servers, workers and the evaluator) writes
 # result.json, table.md and the two plots; both runs' validation losses are finite and fall, and the
-# table has the H=10 row with its signed gap to data-parallel. The figures themselves come from the full
-# benchmark (docs/quality.md), never from this test.
+# table has the H=10 row with its signed gap to data-parallel. Then --merge: the two runs split into
+# two folders (as configurations run side by side are) merge back into one result.json and table, the
+# init seed recorded; a folder made with another data seed is refused. The figures themselves come from
+# the full benchmark (docs/quality.md), never from this test.
 . "$(dirname "$0")/lib.sh"
 prepare_bible
 OUT=$TMP/quality
@@ -29,3 +31,26 @@ print("dp %.4f, h10 %.4f" % (runs["dp"]["final_loss"], runs["h10"]["final_loss"]
 PY
 grep -Eq '^\| 10 \| 0\.7 \| 0\.5 \| 0\.003 \| [0-9.]+ \| [+-][0-9.]+% \|' "$OUT/table.md" || fail "table: $(cat "$OUT/table.md")"
 say "$(grep '^| 10 ' "$OUT/table.md")"
+# --merge: each run in its own folder, merged into a third
+python3 - "$OUT/result.json" "$TMP/a" "$TMP/b" "$TMP/other" <<'PY' || fail "cannot split result.json"
+import json, os, sys
+r = json.load(open(sys.argv[1]))
+for d, names, seed in ((sys.argv[2], {"dp"}, 1), (sys.argv[3], {"h10"}, 1), (sys.argv[4], {"dp"}, 2)):
+    os.makedirs(d)
+    part = dict(r, runs=[x for x in r["runs"] if x["name"] in names], data=dict(r["data"], data_seed=seed))
+    json.dump(part, open(os.path.join(d, "result.json"), "w"))
+PY
+/usr/bin/python3 bench/quality --smoke --out "$TMP/m" --merge "$TMP/a,$TMP/b" > "$TMP/merge.log" 2>&1 ||
+  fail "bench/quality --merge: $(tail -n 5 "$TMP/merge.log")"
+python3 - "$OUT/result.json" "$TMP/m/result.json" <<'PY' || fail "merged result.json: $(head -c 600 "$TMP/m/result.json")"
+import json, sys
+a, m = (json.load(open(p)) for p in sys.argv[1:])
+assert m["seed"] == a["seed"] == 5, (m.get("seed"), a.get("seed"))
+assert sorted(x["name"] for x in m["runs"]) == ["dp", "h10"], [x["name"] for x in m["runs"]]
+assert {x["name"]: x["final_loss"] for x in m["runs"]} == {x["name"]: x["final_loss"] for x in a["runs"]}
+PY
+grep -Eq '^\| 10 \| 0\.7 \| 0\.5 \| 0\.003 \| [0-9.]+ \| [+-][0-9.]+% \|' "$TMP/m/table.md" || fail "merged table: $(cat "$TMP/m/table.md")"
+/usr/bin/python3 bench/quality --smoke --out "$TMP/m" --merge "$TMP/other" > "$TMP/merge2.log" 2>&1 &&
+  fail "a folder made with another data seed was merged"
+grep -q "other data settings" "$TMP/merge2.log" || fail "no clear refusal: $(tail -n 2 "$TMP/merge2.log")"
+say "merged: $(grep '^| 10 ' "$TMP/m/table.md")"

@@ -10,7 +10,7 @@
 #     the digests it serves are those committed;
 #  5. SIGSTOP of the owner beyond the lease ttl: another server takes the shards; the stopped one,
 #     resumed, treats its leases as lost and redirects instead of serving stale data.
-# The data-plane client is the helper built by it_shard_server_basic.sh --helper.
+# The data-plane client is tests/tools/sstool.c.
 cd "$(dirname "$0")/.." || exit 1
 
 fail() { echo "FAIL: $*"; for f in "$TMP"/ss*.log; do echo "--- $f"; tail -n 25 "$f"; done; exit 1; }
@@ -30,8 +30,8 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-sh tests/it_shard_server_basic.sh --helper "$TMP/sstool" || fail "helper"
-T="$TMP/sstool"
+T=build/tests/tools/sstool
+[ -x $T ] || make $T >/dev/null || fail "cannot build $T"
 redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
   --logfile "$TMP/redis.log" >/dev/null || fail "redis-server did not start"
 for i in $(seq 50); do redis-cli -p "$PORT" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done

@@ -3,6 +3,7 @@
  */
 #include "ss_harness.h"
 
+#include <inttypes.h>
 #include <setjmp.h>
 #include <signal.h>
 #include <stdarg.h>
@@ -17,6 +18,7 @@
 
 #include "keys.h"
 #include "log.h"
+#include "outer.h"
 #include "rconn.h"
 #include "util.h"
 
@@ -276,4 +278,39 @@ int ssh_push(ss_ctx *ss, int k, long long round, const char *w, long long inc, c
     h.count = n;
     snprintf(h.worker, sizeof h.worker, "%s", w);
     return ssh_request(ss, &h, d, n * sizeof(float), out, 5000);
+}
+
+ss_ctx *ssh_setup_one_server(const char *run, const char *init_args, struct event_base **base)
+{
+    if (ssh_setup(run, init_args, base) != 0) return NULL;
+    ss_ctx *ss = ssh_server(*base, run, "S", 3000);
+    if (ss != NULL && ssh_pump_until(*base, ssh_shard_ready, &ss->shards[0], 5000) == 0) return ss;
+    if (ss != NULL) ssh_server_free(ss);
+    return NULL;
+}
+
+void ssh_teardown_one_server(ss_ctx *ss, struct event_base *base)
+{
+    ssh_server_free(ss);
+    ssh_teardown(base);
+}
+
+void ssh_read_v0(const char *run, int k, float *theta, size_t n)
+{
+    char key[KEY_MAX], digest[32], want[32], err[256];
+    key_shard(key, sizeof key, run, k, "snap:0:0");
+    redisReply *r = ssh_cmd("GET %s", key);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_STRING);
+    blob_header h;
+    const uint8_t *payload;
+    size_t len;
+    assert_int_equal(blob_decode((const uint8_t *)r->str, r->len, &h, &payload, &len, err, sizeof err), 0);
+    assert_int_equal(h.dtype, BLOB_F32);
+    assert_int_equal(len, n * sizeof(float));
+    memcpy(theta, payload, len);
+    freeReplyObject(r);
+    snprintf(digest, sizeof digest, "%016" PRIx64, digest_f32(theta, n));
+    ssh_shard_str(run, k, "digest", want, sizeof want);
+    assert_string_equal(digest, want);
 }

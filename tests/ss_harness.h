@@ -13,6 +13,14 @@
 
 #include "ss.h"
 
+/* The group setup of a one-server test: ssh_setup, then server "S" (lease ttl 3 s) with shard 0 ready.
+ * NULL on failure. */
+ss_ctx *ssh_setup_one_server(const char *run, const char *init_args, struct event_base **base);
+/* Its teardown: the server, then ssh_teardown. */
+void ssh_teardown_one_server(ss_ctx *ss, struct event_base *base);
+/* Shard k's v0 parameters (n floats) as coordinator init wrote them, checked against the shard's digest
+ * in Redis (a cmocka failure otherwise). */
+void ssh_read_v0(const char *run, int k, float *theta, size_t n);
 /* Start redis-server (0 ok, -1: it did not start). */
 int ssh_redis_start(void);
 /* A test group's setup: quiet logs, redis-server, an event base, the run created with

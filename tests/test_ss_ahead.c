@@ -45,21 +45,18 @@ static long long g_i1, g_i2;
 static int setup(void **state)
 {
     (void)state;
-    if (ssh_setup(RUN,
-                  "-n 2 --shards 1 --trainer quadratic --numel 300 --compress fp32 --outer-lr 0.7 "
-                  "--outer-momentum 0.9 --seed 3",
-                  &g_base) != 0)
-        return -1;
-    g_server = ssh_server(g_base, RUN, "S", 3000);
-    return g_server != NULL && ssh_pump_until(g_base, ssh_shard_ready, &g_server->shards[0], 5000) == 0 ? 0 : -1;
+    g_server = ssh_setup_one_server(RUN,
+                                    "-n 2 --shards 1 --trainer quadratic --numel 300 --compress fp32 --outer-lr 0.7 "
+                                    "--outer-momentum 0.9 --seed 3",
+                                    &g_base);
+    return g_server != NULL ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    ssh_server_free(g_server);
+    ssh_teardown_one_server(g_server, g_base);
     g_server = NULL;
-    ssh_teardown(g_base);
     g_base = NULL;
     return 0;
 }
@@ -74,23 +71,6 @@ static void do_push(const char *w, long long inc, long long round, const float *
 static void fill_delta(float *d, int seed)
 {
     for (int i = 0; i < NUMEL; i++) d[i] = 0.001f * (float)((i * 37 + seed * 11) % 23) - 0.011f;
-}
-
-/* The v0 parameters as coordinator init wrote them. */
-static void read_v0(float *theta)
-{
-    char key[KEY_MAX], err[256];
-    key_shard(key, sizeof key, RUN, 0, "snap:0:0");
-    redisReply *r = ssh_cmd("GET %s", key);
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_STRING);
-    blob_header h;
-    const uint8_t *payload;
-    size_t len;
-    assert_int_equal(blob_decode((const uint8_t *)r->str, r->len, &h, &payload, &len, err, sizeof err), 0);
-    assert_int_equal(len, NUMEL * sizeof(float));
-    memcpy(theta, payload, len);
-    freeReplyObject(r);
 }
 
 static ss_commit *ahead(void)
@@ -141,7 +121,7 @@ static void test_compute_ahead(void **state)
     (void)state;
     static float d[10][NUMEL];
     for (int i = 0; i < 10; i++) fill_delta(d[i], i + 1);
-    read_v0(g_theta);
+    ssh_read_v0(RUN, 0, g_theta, NUMEL);
     g_i1 = ssh_register(RUN, "w1");
     g_i2 = ssh_register(RUN, "w2");
     ss_metrics *m = &g_server->m;

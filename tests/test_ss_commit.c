@@ -36,21 +36,18 @@ static ss_ctx *g_server;
 static int setup(void **state)
 {
     (void)state;
-    if (ssh_setup(RUN,
-                  "-n 2 --shards 1 --trainer quadratic --numel 300 --compress fp32 --outer-lr 0.7 "
-                  "--outer-momentum 0.9 --seed 3",
-                  &g_base) != 0)
-        return -1;
-    g_server = ssh_server(g_base, RUN, "S", 3000);
-    return g_server != NULL && ssh_pump_until(g_base, ssh_shard_ready, &g_server->shards[0], 5000) == 0 ? 0 : -1;
+    g_server = ssh_setup_one_server(RUN,
+                                    "-n 2 --shards 1 --trainer quadratic --numel 300 --compress fp32 --outer-lr 0.7 "
+                                    "--outer-momentum 0.9 --seed 3",
+                                    &g_base);
+    return g_server != NULL ? 0 : -1;
 }
 
 static int teardown(void **state)
 {
     (void)state;
-    ssh_server_free(g_server);
+    ssh_teardown_one_server(g_server, g_base);
     g_server = NULL;
-    ssh_teardown(g_base);
     g_base = NULL;
     return 0;
 }
@@ -65,28 +62,6 @@ static void do_push(const char *w, long long inc, int round, const float *d)
 static void fill_delta(float *d, int seed)
 {
     for (int i = 0; i < NUMEL; i++) d[i] = 0.001f * (float)((i * 37 + seed * 11) % 23) - 0.011f;
-}
-
-/* The v0 parameters as coordinator init wrote them, checked against the shard's digest. */
-static void read_v0(float *theta)
-{
-    char key[KEY_MAX], digest[32], want[32];
-    key_shard(key, sizeof key, RUN, 0, "snap:0:0");
-    redisReply *r = ssh_cmd("GET %s", key);
-    assert_non_null(r);
-    assert_int_equal(r->type, REDIS_REPLY_STRING);
-    blob_header h;
-    const uint8_t *payload;
-    size_t len;
-    char err[256];
-    assert_int_equal(blob_decode((const uint8_t *)r->str, r->len, &h, &payload, &len, err, sizeof err), 0);
-    assert_int_equal(h.dtype, BLOB_F32);
-    assert_int_equal(len, NUMEL * sizeof(float));
-    memcpy(theta, payload, len);
-    freeReplyObject(r);
-    snprintf(digest, sizeof digest, "%016" PRIx64, digest_f32(theta, NUMEL));
-    ssh_shard_str(RUN, 0, "digest", want, sizeof want);
-    assert_string_equal(digest, want);
 }
 
 /* The commit's reply, the shard in Redis and the log entry are version v with parameters theta. */
@@ -112,7 +87,7 @@ static void test_commit_rounds(void **state)
 {
     (void)state;
     static float theta[NUMEL], mom[NUMEL], g[NUMEL], d1[NUMEL], d2[NUMEL], d3[NUMEL];
-    read_v0(theta);
+    ssh_read_v0(RUN, 0, theta, NUMEL);
     fill_delta(d1, 1);
     fill_delta(d2, 2);
     fill_delta(d3, 3);

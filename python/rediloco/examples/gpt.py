@@ -11,7 +11,9 @@ file, each worker on its own slice of the training split (--num-shards/--shard-i
         --layers 2 --heads 4 --dim 128 --ctx 128 --sync-every 100 --steps 600 [--init-run]
 
 --init-run creates the run from this model's own initial weights first (rediloco.init_run with
---trainer gpt and the model flags, so C GPT workers can join it too). The model flags must be the run's:
+--trainer gpt and the model flags, so C GPT workers can join it too; --compress int3 --download update
+with --error-feedback on every worker moves 0.77 bytes per parameter per round instead of 6,
+docs/compression.md). The model flags must be the run's:
 the package checks the model against the run's layout and refuses another one, naming the tensor.
 """
 import argparse
@@ -165,7 +167,10 @@ def parse(argv):
     ap.add_argument("--min-lr-ratio", type=float, default=0.1)
     ap.add_argument("--steps", type=int, default=600, help="inner steps (also the cosine horizon)")
     ap.add_argument("--sync-every", type=int, default=100)
-    ap.add_argument("--no-bf16", action="store_true", help="send fp32 pseudo-gradients")
+    ap.add_argument("--no-bf16", action="store_true", help="send fp32 pseudo-gradients (runs with --compress bf16)")
+    ap.add_argument("--error-feedback", action="store_true",
+                    help="keep what the run's codec drops from a pseudo-gradient for the next one (int8/int4/int3/int2 "
+                         "runs; docs/compression.md)")
     ap.add_argument("--eval-every", type=int, default=100, help="validation loss every N steps (0: never)")
     ap.add_argument("--eval-batches", type=int, default=8)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
@@ -174,6 +179,10 @@ def parse(argv):
     ap.add_argument("--init-run", action="store_true", help="create the run from this model's weights first")
     ap.add_argument("--workers", type=int, default=2, help="(--init-run) workers the run waits for")
     ap.add_argument("--shards", type=int, default=8, help="(--init-run) shards")
+    ap.add_argument("--compress", default="bf16", choices=("bf16", "fp32", "int8", "int4", "int3", "int2"),
+                    help="(--init-run) the run's pseudo-gradient codec (default bf16)")
+    ap.add_argument("--download", default="params", choices=("params", "update"),
+                    help="(--init-run) what a round sends back: parameters, or the encoded update (default params)")
     ap.add_argument("--log", default=None, help="append JSON lines (steps, syncs) to this file")
     ap.add_argument("--quiet", action="store_true", help="no progress line")
     a = ap.parse_args(argv)
@@ -254,11 +263,12 @@ def main(argv=None):
     model = GPT(a.layers, a.heads, a.dim, a.ctx, a.vocab)
     if a.init_run:
         print(rediloco.init_run(a.redis, a.run, model, workers=a.workers, shards=a.shards, trainer="gpt",
-                                layers=a.layers, heads=a.heads, dim=a.dim, ctx=a.ctx, vocab=a.vocab, force=True))
+                                layers=a.layers, heads=a.heads, dim=a.dim, ctx=a.ctx, vocab=a.vocab,
+                                compress=a.compress, download=a.download, force=True))
     inner = make_inner(model, a)
     log = open(a.log, "a") if a.log else None
     with rediloco.DiLoCo(a.redis, a.run, model, inner, sync_every=a.sync_every, worker_id=a.worker_id,
-                         bf16=not a.no_bf16) as dl:
+                         bf16=not a.no_bf16, error_feedback=a.error_feedback) as dl:
         train(a, model, data, dl, inner, log)
         if not dl.stopping:
             print("worker %s: %d steps, version %s, validation loss %.4f" % (

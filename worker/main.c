@@ -245,7 +245,7 @@ static int precheck_trainer_flags(const worker_args *a, char **rest, int nrest)
     }
     if (nrest == 0) return 0;
     if (a->trainer && !strcmp(a->trainer, "quadratic")) {
-        fprintf(stderr, "worker: unknown option '%s' (see --help)\n", rest[0]);
+        fprintf(stderr, "worker: unknown option %s (see --help)\n", rest[0]);
         return -1;
     }
     char **copy = calloc((size_t)nrest + 1, sizeof *copy); /* gpt_options_parse rewrites its argv */
@@ -256,7 +256,7 @@ static int precheck_trainer_flags(const worker_args *a, char **rest, int nrest)
     char err[256];
     int consumed = gpt_options_parse(&o, nrest, copy, err, sizeof err);
     if (consumed < 0) fprintf(stderr, "worker: %s\n", err); /* err says "(see --help)" */
-    else if (consumed < nrest) fprintf(stderr, "worker: unknown option '%s' (see --help)\n", copy[0]);
+    else if (consumed < nrest) fprintf(stderr, "worker: unknown option %s (see --help)\n", copy[0]);
     free(copy);
     return consumed == nrest ? 0 : -1;
 }
@@ -293,7 +293,7 @@ static trainer *make_gpt(const worker_args *a, const runconf *rc, char **rest, i
     int consumed = gpt_options_parse(&o, argc, argv, err, errlen);
     if (consumed < 0) return NULL;
     if (argc - consumed > 0) {
-        err_set(err, errlen, "unknown option '%s' (see --help)", argv[0]);
+        err_set(err, errlen, "unknown option %s (see --help)", argv[0]);
         return NULL;
     }
     return gpt_trainer_create(&o, err, errlen);
@@ -304,7 +304,7 @@ static trainer *make_trainer(const worker_args *a, const runconf *rc, char **res
     const char *name = a->trainer ? a->trainer : (rc->trainer[0] ? rc->trainer : "gpt");
     if (!strcmp(name, "quadratic")) {
         if (nrest > 0) {
-            err_set(err, errlen, "unknown option '%s' for the quadratic trainer of run '%s' (see --help)", rest[0],
+            err_set(err, errlen, "unknown option %s for the quadratic trainer of run '%s' (see --help)", rest[0],
                     rc->run);
             return NULL;
         }

@@ -92,8 +92,7 @@ static void usage(FILE *f)
                "                            off: through the host buffer; host: testing, a host-memory stand-in\n"
                "                            for a device (tests/it_device_hooks.sh)\n"
                "  -h, --help                this help\n"
-               "\n"
-               "GPT trainer options (the model flags default to the run's):\n");
+               "\n");
     gpt_usage(f);
 }
 
@@ -290,8 +289,11 @@ static trainer *make_gpt(const worker_args *a, const runconf *rc, char **rest, i
     gpt_options_default(&o);
     o.seed = rc->seed;
     o.total_steps = a->steps; /* --steps is ours; it is also the trainer's cosine horizon */
+    int seq_given = 0;
+    for (int i = 0; i < nrest; i++) seq_given |= !strcmp(rest[i], "--seq") || !strncmp(rest[i], "--seq=", 6);
     int consumed = gpt_options_parse(&o, argc, argv, err, errlen);
     if (consumed < 0) return NULL;
+    if (!seq_given && o.seq > o.model.ctx) o.seq = o.model.ctx; /* the default, 256, fits no shorter context */
     if (argc - consumed > 0) {
         err_set(err, errlen, "unknown option %s (see --help)", argv[0]);
         return NULL;

@@ -26,7 +26,7 @@ static void ck_usage(FILE *f)
         "  --out FILE     write FILE (e.g. run.safetensors)\n"
         "  --dir DIR      write DIR/checkpoint-<version>.safetensors ...\n"
         "  --keep K       ... and delete all but the newest K there (default 0: keep all)\n"
-        "  --timeout S    wait up to S seconds for every shard to be at the same version (default 60)\n" REDIS_URL_HELP
+        "  --timeout S    wait up to S seconds for every shard to be at the same version (default 60)\n" COORD_COMMON_HELP
         "show: validate FILE (format, sizes, checksums) and print its metadata.\n"
         "\n"
         "Resume with: bin/coordinator init --redis URL --run NEW --from-checkpoint FILE\n"

@@ -37,6 +37,8 @@ int cmd_status(int argc, char **argv);
 int cmd_serve(int argc, char **argv);
 int cmd_control(int argc, char **argv); /* control.c */
 
+/* The usage lines of --redis, --redis-file and --run, which every subcommand takes. */
+#define COORD_COMMON_HELP REDIS_URL_HELP "  --run NAME                the run's name\n"
 /* The entries of an option table (opts.h) for --redis, --redis-file and --run, filling *c. */
 #define COORD_COMMON_OPTS(c)                                                  \
     {.name = "redis", .kind = OPT_STRING, .dest = &(c)->redis_url},           \

@@ -15,7 +15,8 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bin/coordinator status --redis URL --run NAME [--json]\n\n" REDIS_URL_HELP);
+    fprintf(f, "usage: bin/coordinator status --redis URL --run NAME [--json]\n\n" COORD_COMMON_HELP
+               "  --json                    print the status as one JSON document\n");
 }
 
 static const char *str(json_t *o, const char *k)

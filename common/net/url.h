@@ -69,8 +69,8 @@ int redis_url_pick(const char *flag, const char *file, char *out, size_t cap, ch
 /* The --help lines every binary prints about these three sources. */
 #define REDIS_URL_HELP                                                                                       \
     "  --redis URL               Redis of the run: redis://[user[:pass]@]host[:port][/db] or unix://path;\n" \
-    "                            redis://h1:p1,h2:p2 (Cluster seeds), redis+sentinel://s1,s2,s3/master\n"    \
-    "                            visible to other local users in ps, so prefer one of the next two\n"        \
+    "                            redis://h1:p1,h2:p2 (Cluster seeds), redis+sentinel://s1,s2,s3/master;\n"   \
+    "                            other local users see it in ps: with a password, use one of the next two\n" \
     "  --redis-file FILE         read the URL from the first line of FILE (e.g. chmod 600)\n"                \
     "  $" REDIS_URL_ENV "             the URL, when neither --redis nor --redis-file is given\n"
 

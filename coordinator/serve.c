@@ -35,7 +35,11 @@ typedef struct serve_ctx {
     long long last_saved; /* version the last periodic save was triggered at */
     int refused;          /* Redis refused our credentials or permissions: stop, exit 1 */
     topology_watch topo;  /* the Redis master last seen, and the last failover (topology.c) */
+    char reap_err[256];   /* the last error dl_reap gave, and when it was logged: a lasting one */
+    uint64_t reap_logged; /* (no run yet, say) is logged once a minute, not every second */
 } serve_ctx;
+
+#define REAP_ERROR_LOG_EVERY_MS 60000
 
 /* The lowest committed shard version (all shards share it between rounds); -1 on error. */
 static long long min_version(rconn *rc, const char *run)
@@ -149,8 +153,17 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
         log_warn("evicted %lld dead worker(s)", r->integer);
     else if (r && r->type == REDIS_REPLY_ERROR && rconn_error_final(r->str))
         refused(x, r->str);
-    else if (r && r->type == REDIS_REPLY_ERROR)
-        log_warn("reap: %s", r->str);
+    else if (r && r->type == REDIS_REPLY_ERROR &&
+             (strncmp(x->reap_err, r->str, sizeof x->reap_err - 1) != 0 ||
+              now_ms() - x->reap_logged >= REAP_ERROR_LOG_EVERY_MS)) {
+        log_warn("reap: %s%s", r->str,
+                 strstr(r->str, "Function not found") ? " (no run in this Redis yet: `coordinator init` loads the "
+                                                        "functions and creates it)"
+                                                      : "");
+        snprintf(x->reap_err, sizeof x->reap_err, "%s", r->str);
+        x->reap_logged = now_ms();
+    }
+    if (r && r->type != REDIS_REPLY_ERROR) x->reap_err[0] = '\0'; /* the next error is news */
     if (r) freeReplyObject(r);
     if (!rconn_broken(rc)) maybe_save(x, rc);
     char master[300];

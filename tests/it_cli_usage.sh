@@ -3,7 +3,7 @@
 # bin/worker, with nothing listening at the Redis URL: a usage error (unknown flag, missing --run or
 # Redis URL, a bad URL, a bad value, an unknown trainer flag) is one line naming what is wrong, exit 2,
 # at once (never a wait for Redis); a Redis that is down, tried once, is one line saying what to check,
-# exit 1; --help exits 0.
+# exit 1; --help exits 0; `serve` started before its run waits, saying so once.
 . "$(dirname "$0")/lib.sh"
 DEAD="redis://127.0.0.1:$(free_port)" # nothing listens there
 
@@ -45,3 +45,16 @@ expect 1 "$hint" bin/coordinator serve --redis "$DEAD" --run r --connect-timeout
 expect 1 "$hint" bin/shard-server --redis "$DEAD" --run r --connect-timeout 0
 expect 1 "$hint" bin/worker --redis "$DEAD" --run r --connect-timeout 0
 say "Redis down, one attempt: exit 1, one line with '$hint'"
+
+# serve started before its run exists waits for it, saying so once, not every second
+start_redis
+bin/coordinator serve --redis "$URL" --run later --print-every 0 > "$TMP/serve.log" 2>&1 &
+p=$!; PIDS="$PIDS $p"
+sleep 3.5
+alive $p || fail "serve without its run exited: $(cat "$TMP/serve.log")"
+n=$(grep -c "reap: ERR Function not found (no run in this Redis yet: \`coordinator init\`" "$TMP/serve.log")
+[ "$n" = 1 ] || fail "serve logged the missing run $n times in 3.5 s: $(head -n 5 "$TMP/serve.log")"
+bin/coordinator init --redis "$URL" --run later --trainer quadratic --numel 10 > /dev/null || fail "init"
+sleep 1.5
+kill -TERM $p; wait $p || fail "serve exit status $?"
+say "serve before its run: one NORUN line, then serves it"

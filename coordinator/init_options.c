@@ -246,6 +246,10 @@ int parse_init(int argc, char **argv, init_args *a)
         fprintf(stderr, "coordinator init: --from-checkpoint and --from-state exclude each other\n");
         return -1;
     }
+    if (strcmp(a->trainer, "gpt") != 0 && strcmp(a->trainer, "quadratic") != 0) {
+        fprintf(stderr, "coordinator init: --trainer wants gpt or quadratic, got '%s' (see --help)\n", a->trainer);
+        return -1;
+    }
     if (a->from_state && !flag_given(a, "--trainer")) a->trainer = "state";
     if (a->from_checkpoint && adopt_checkpoint(a) < 0) return -1;
     if (a->outer_lr <= 0 || a->outer_momentum >= 1) {

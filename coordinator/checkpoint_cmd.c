@@ -54,8 +54,9 @@ static int ck_save(int argc, char **argv)
         fprintf(stderr, "coordinator checkpoint save: give exactly one of --out FILE or --dir DIR (see --help)\n");
         return 2;
     }
-    rconn *rc = coord_connect(&cc);
-    if (!rc) return 1;
+    rconn *rc;
+    int st = coord_connect(&cc, &rc);
+    if (st != 0) return st;
     char err[1024], path[4200];
     int64_t version = -1;
     uint64_t t0 = now_ms();

@@ -10,24 +10,25 @@
 #include "rconn.h"
 #include "runconf.h"
 
-rconn *coord_connect(coord_common *c)
+int coord_connect(coord_common *c, rconn **out)
 {
     char err[512], text[REDIS_URL_MAX];
+    *out = NULL;
     if (redis_url_pick(c->redis_url, c->redis_file, text, sizeof text, err, sizeof err) < 0) {
         fprintf(stderr, "coordinator: %s (see --help)\n", err);
-        return NULL;
+        return 2;
     }
     if (!c->run) {
         fprintf(stderr, "coordinator: --run NAME is required (see --help)\n");
-        return NULL;
+        return 2;
     }
     if (key_check_run_name(c->run, err, sizeof err) < 0 || redis_url_parse(text, &c->url, err, sizeof err) < 0) {
-        fprintf(stderr, "coordinator: %s\n", err);
-        return NULL;
+        fprintf(stderr, "coordinator: %s (see --help)\n", err);
+        return 2;
     }
-    rconn *rc = rconn_connect_retry(&c->url, 10000, c->connect_timeout_ms, NULL, NULL, err, sizeof err);
-    if (!rc) fprintf(stderr, "coordinator: %s\n", err);
-    return rc;
+    *out = rconn_connect_retry(&c->url, 10000, c->connect_timeout_ms, NULL, NULL, err, sizeof err);
+    if (!*out) fprintf(stderr, "coordinator: %s\n", err);
+    return *out ? 0 : 1;
 }
 
 json_t *coord_fetch_status(rconn *rc, const char *run)

@@ -117,10 +117,11 @@ int cmd_control(int argc, char **argv)
         json_decref(body);
         return 2;
     }
-    rconn *rc = coord_connect(&c);
-    if (!rc) {
+    rconn *rc;
+    int st = coord_connect(&c, &rc);
+    if (st != 0) {
         json_decref(body);
-        return 1;
+        return st;
     }
     json_t *reply = NULL;
     control_env env = {.run = c.run};

@@ -45,9 +45,10 @@ int cmd_control(int argc, char **argv); /* control.c */
         .name = "run", .kind = OPT_STRING, .dest = &(c)->run                  \
     }
 /* Pick the URL (redis_url_pick: --redis, --redis-file or $DL_REDIS_URL), check --run was given, parse
- * the URL and connect (retrying for up to connect_timeout_ms; a refused password fails at once). NULL +
- * message on stderr. */
-rconn *coord_connect(coord_common *c);
+ * the URL and connect (retrying for up to connect_timeout_ms; a refused password fails at once) into
+ * *out. Returns the command's exit status so far: 0 connected, 2 a usage error (no URL, no or a bad
+ * --run, a bad URL), 1 Redis unreachable or refusing; a message on stderr when not 0. */
+int coord_connect(coord_common *c, rconn **out);
 /* FUNCTION LOAD REPLACE of the Functions library (lua/, joined into build/diloco.lua) on every master (init.c). */
 int coord_load_library(rconn *rc, char *err, size_t errlen);
 int cmd_repair(int argc, char **argv); /* repair.c */

@@ -426,8 +426,9 @@ int cmd_init(int argc, char **argv)
     init_args a;
     int prc = parse_init(argc, argv, &a);
     if (prc != 0) return opts_exit_status(prc);
-    rconn *rc = coord_connect(&a.c);
-    if (!rc) return 1;
+    rconn *rc;
+    int st = coord_connect(&a.c, &rc);
+    if (st != 0) return st;
     char err[512];
     int exists = 0, status = 1;
     if (coord_load_library(rc, err, sizeof err) < 0) {

@@ -628,10 +628,11 @@ int cmd_repair(int argc, char **argv)
         fprintf(stderr, "coordinator repair: --from-checkpoint: %s\n", err);
         return 1;
     }
-    rconn *c = coord_connect(&a.c);
-    if (!c) {
+    rconn *c;
+    int st = coord_connect(&a.c, &c);
+    if (st != 0) {
         checkpoint_free(&ck);
-        return 1;
+        return st;
     }
     repair rp = {.run = a.c.run};
     int status = 1;

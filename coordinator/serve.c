@@ -296,10 +296,11 @@ int cmd_serve(int argc, char **argv)
         return 2;
     }
 
-    rconn *rc = coord_connect(&x.c);
-    if (!rc) {
+    rconn *rc;
+    int st = coord_connect(&x.c, &rc);
+    if (st != 0) {
         free(token);
-        return 1;
+        return st;
     }
     x.rc = rc;
     key_run(x.key, sizeof x.key, x.c.run, "config");

@@ -156,8 +156,9 @@ int cmd_status(int argc, char **argv)
     };
     int prc = opts_parse_cmd("coordinator status", usage, specs, argc, argv, 0, NULL, NULL);
     if (prc != 0) return opts_exit_status(prc);
-    rconn *rc = coord_connect(&c);
-    if (!rc) return 1;
+    rconn *rc;
+    int st = coord_connect(&c, &rc);
+    if (st != 0) return st;
     json_t *doc = coord_fetch_status(rc, c.run);
     if (doc) json_object_set_new(doc, "redis", topology_read(rc, &c.url, NULL));
     rconn_free(rc);

@@ -126,11 +126,11 @@ static int parse_args(int argc, char **argv, ss_opts *o)
     snprintf(o->advertise, sizeof o->advertise, "%s", advertise ? advertise : "");
     snprintf(o->id, sizeof o->id, "%s", id ? id : "");
     if (redis_url_pick(redis_flag, redis_file, o->redis, sizeof o->redis, err, sizeof err) != 0) {
-        fprintf(stderr, "shard-server: %s (try --help)\n", err);
+        fprintf(stderr, "shard-server: %s (see --help)\n", err);
         return -1;
     }
     if (o->run[0] == '\0') {
-        fprintf(stderr, "shard-server: --run is required (try --help)\n");
+        fprintf(stderr, "shard-server: --run NAME is required (see --help)\n");
         return -1;
     }
     return 0;

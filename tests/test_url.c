@@ -337,6 +337,24 @@ static void pick_refuses_ambiguity_absence_and_bad_files(void **state)
     assert_non_null(strstr(err, "longer"));
 }
 
+/* A URL that does not parse is refused at the pick, naming where it came from. */
+static void pick_refuses_a_bad_url_naming_its_source(void **state)
+{
+    (void)state;
+    char out[REDIS_URL_MAX], err[512], path[64];
+    assert_int_equal(redis_url_pick("foo://bar", NULL, out, sizeof out, err, sizeof err), -1);
+    assert_non_null(strstr(err, "--redis: unsupported Redis URL 'foo://bar'"));
+    temp_file(path, sizeof path, "redis://h:notaport\n");
+    assert_int_equal(redis_url_pick(NULL, path, out, sizeof out, err, sizeof err), -1);
+    assert_non_null(strstr(err, "--redis-file"));
+    assert_non_null(strstr(err, "bad port 'notaport'"));
+    unlink(path);
+    setenv(REDIS_URL_ENV, "http://h:1", 1);
+    assert_int_equal(redis_url_pick(NULL, NULL, out, sizeof out, err, sizeof err), -1);
+    assert_non_null(strstr(err, "$" REDIS_URL_ENV ": unsupported Redis URL"));
+    unsetenv(REDIS_URL_ENV);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -357,6 +375,7 @@ int main(void)
         cmocka_unit_test(rejects_overlong_parts_and_bad_escapes),
         cmocka_unit_test(pick_prefers_the_flag_then_the_file_then_the_environment),
         cmocka_unit_test(pick_refuses_ambiguity_absence_and_bad_files),
+        cmocka_unit_test(pick_refuses_a_bad_url_naming_its_source),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -92,8 +92,7 @@ static void usage(FILE *f)
                "                            off: through the host buffer; host: testing, a host-memory stand-in\n"
                "                            for a device (tests/it_device_hooks.sh)\n"
                "  -h, --help                this help\n"
-               "\n"
-               "GPT trainer options (the model flags default to the run's):\n");
+               "\n");
     gpt_usage(f);
 }
 
@@ -233,6 +232,34 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
     return 0;
 }
 
+/* --trainer and the trainer flags left by parse_args, checked before Redis is asked anything (a typo
+ * must not wait for an unreachable Redis): each flag must be one of the trainer named by --trainer, or
+ * of the GPT when the run decides (make_trainer checks again against the run's). 0 or -1 after a
+ * message. */
+static int precheck_trainer_flags(const worker_args *a, char **rest, int nrest)
+{
+    if (a->trainer && strcmp(a->trainer, "gpt") != 0 && strcmp(a->trainer, "quadratic") != 0) {
+        fprintf(stderr, "worker: --trainer wants gpt or quadratic, got '%s' (see --help)\n", a->trainer);
+        return -1;
+    }
+    if (nrest == 0) return 0;
+    if (a->trainer && !strcmp(a->trainer, "quadratic")) {
+        fprintf(stderr, "worker: unknown option %s (see --help)\n", rest[0]);
+        return -1;
+    }
+    char **copy = calloc((size_t)nrest + 1, sizeof *copy); /* gpt_options_parse rewrites its argv */
+    if (!copy) return -1;
+    memcpy(copy, rest, (size_t)nrest * sizeof *copy);
+    gpt_options o;
+    gpt_options_default(&o);
+    char err[256];
+    int consumed = gpt_options_parse(&o, nrest, copy, err, sizeof err);
+    if (consumed < 0) fprintf(stderr, "worker: %s\n", err); /* err says "(see --help)" */
+    else if (consumed < nrest) fprintf(stderr, "worker: unknown option %s (see --help)\n", copy[0]);
+    free(copy);
+    return consumed == nrest ? 0 : -1;
+}
+
 /* Read the run's config with a short-lived connection: we need numel and the model to build the
  * trainer before the session exists. */
 static int read_run(const worker_args *a, runconf *rc, char *err, size_t errlen)
@@ -262,10 +289,13 @@ static trainer *make_gpt(const worker_args *a, const runconf *rc, char **rest, i
     gpt_options_default(&o);
     o.seed = rc->seed;
     o.total_steps = a->steps; /* --steps is ours; it is also the trainer's cosine horizon */
+    int seq_given = 0;
+    for (int i = 0; i < nrest; i++) seq_given |= !strcmp(rest[i], "--seq") || !strncmp(rest[i], "--seq=", 6);
     int consumed = gpt_options_parse(&o, argc, argv, err, errlen);
     if (consumed < 0) return NULL;
+    if (!seq_given && o.seq > o.model.ctx) o.seq = o.model.ctx; /* the default, 256, fits no shorter context */
     if (argc - consumed > 0) {
-        err_set(err, errlen, "unknown option '%s' (see --help)", argv[0]);
+        err_set(err, errlen, "unknown option %s (see --help)", argv[0]);
         return NULL;
     }
     return gpt_trainer_create(&o, err, errlen);
@@ -276,7 +306,8 @@ static trainer *make_trainer(const worker_args *a, const runconf *rc, char **res
     const char *name = a->trainer ? a->trainer : (rc->trainer[0] ? rc->trainer : "gpt");
     if (!strcmp(name, "quadratic")) {
         if (nrest > 0) {
-            err_set(err, errlen, "unknown option '%s' (see --help)", rest[0]);
+            err_set(err, errlen, "unknown option %s for the quadratic trainer of run '%s' (see --help)", rest[0],
+                    rc->run);
             return NULL;
         }
         quadratic_options q;
@@ -422,6 +453,7 @@ static int run_worker(int argc, char **argv)
     char **rest = calloc((size_t)argc + 1, sizeof(char *));
     int nrest;
     int prc = rest ? parse_args(argc, argv, &a, rest, &nrest) : -1;
+    if (prc == 0 && precheck_trainer_flags(&a, rest, nrest) < 0) prc = -1;
     if (prc != 0) {
         free(rest);
         return opts_exit_status(prc);

@@ -393,7 +393,8 @@ static int read_url_file(const char *path, char *out, size_t cap, char *err, siz
     return 0;
 }
 
-int redis_url_pick(const char *flag, const char *file, char *out, size_t cap, char *err, size_t errlen)
+/* redis_url_pick without the check that the URL parses. */
+static int pick_text(const char *flag, const char *file, char *out, size_t cap, char *err, size_t errlen)
 {
     if (flag != NULL && file != NULL) {
         err_set(err, errlen, "give the Redis URL once: --redis or --redis-file, not both");
@@ -411,4 +412,16 @@ int redis_url_pick(const char *flag, const char *file, char *out, size_t cap, ch
     }
     snprintf(out, cap, "%s", src);
     return 0;
+}
+
+int redis_url_pick(const char *flag, const char *file, char *out, size_t cap, char *err, size_t errlen)
+{
+    if (pick_text(flag, file, out, cap, err, errlen) < 0) return -1;
+    redis_url u;
+    char why[512];
+    if (redis_url_parse(out, &u, why, sizeof why) == 0) return 0;
+    if (flag != NULL) err_set(err, errlen, "--redis: %s", why);
+    else if (file != NULL) err_set(err, errlen, "--redis-file %s: %s", file, why);
+    else err_set(err, errlen, "$%s: %s", REDIS_URL_ENV, why);
+    return -1;
 }

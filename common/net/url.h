@@ -58,7 +58,9 @@ int redis_url_format(const redis_url *u, char *buf, size_t cap);
  *   flag (the --redis value) if given, else the first line of `file` (--redis-file) if given, else
  *   $DL_REDIS_URL; both flag and file given is an error (which one did the operator mean?), and so
  *   is none of the three. Blanks around the file's first line are dropped (editors add a newline).
- * The URL (not yet parsed: redis_url_parse does that) goes to out (cap bytes). 0, or -1 with err.
+ * The URL goes to out (cap bytes) once redis_url_parse accepts it, so that a bad one is a usage error
+ * naming where it came from (--redis, --redis-file FILE or $DL_REDIS_URL); the caller parses it again
+ * into the redis_url it keeps. 0, or -1 with err.
  */
 #define REDIS_URL_ENV "DL_REDIS_URL"
 #define REDIS_URL_MAX 1024

@@ -52,6 +52,7 @@ done
 mkdir -p "$DIR" && DIR=$(cd "$DIR" && pwd) || exit 1
 LOGS=$DIR/logs; PIDS=$DIR/pids; ENVF=$DIR/cluster.env
 
+usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; }
 say() { echo "cluster: $*"; }
 die() { echo "cluster: $*" >&2; exit 1; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
@@ -241,6 +242,7 @@ case "$cmd" in
   down) down ;;
   status) status ;;
   url) echo "$URL" ;;
-  help|"") sed -n '2,31p' "$0" | sed 's/^# \{0,1\}//'; [ "$cmd" = help ] ;;
-  *) die "unknown command '$cmd' (up, init, status, down, url)" ;;
+  help|-h|--help) usage ;;
+  "") usage >&2; exit 2 ;;
+  *) echo "cluster: unknown command '$cmd' (up, init, status, down, url; see --help)" >&2; exit 2 ;;
 esac

@@ -26,6 +26,14 @@ demo_corpus() {
   bin/worker prepare-data --input "$DATA/kjv.txt" --output "$DATA/kjv.tok"
 }
 
+# A demo takes no arguments (its knobs are environment variables): --help prints its header comment.
+case "${1:-}" in
+  "") ;;
+  -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "deploy/local/$(basename "$0")"
+             exit 0 ;;
+  *) echo "$(basename "$0"): unknown argument '$1' (the knobs are DEMO_* environment variables: see --help)" >&2
+     exit 2 ;;
+esac
 demo_reset
 trap demo_cleanup EXIT
 trap 'exit 130' INT TERM

@@ -16,6 +16,7 @@ slowly).
 """
 import ctypes
 import os
+import re
 import subprocess
 import sys
 
@@ -23,7 +24,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import rediloco  # noqa: E402
-from rediloco import safetensors  # noqa: E402
+from rediloco import run as rrun, safetensors  # noqa: E402
 
 
 def net(seed):
@@ -116,8 +117,23 @@ def bf16_join(url, run, d):
     print("ok a BF16 state file became exactly its values in fp32")
 
 
+def init_run_takes_every_init_flag():
+    """Each flag of `coordinator init --help` is an init_run keyword (but those naming Redis, the run and
+    where version 0 comes from, which init_run sets itself)."""
+    out = subprocess.run([rrun.coordinator_path(), "init", "--help"], capture_output=True, text=True).stdout
+    flags = set(re.findall(r"--([a-z][a-z0-9-]*)", out)) - {"redis", "redis-file", "run", "from-checkpoint",
+                                                              "from-state", "reset-momentum"}
+    keys = {"workers": 1, "shards": 1, "nesterov": False}
+    keys.update({k: True if k in rrun._SWITCHES else 1 for k in rrun._FLAGS + rrun._SWITCHES})
+    given = {f[2:] for f in rrun.init_flags(**keys) if f.startswith("--")}
+    if flags - given:
+        fail("init_run has no keyword for: " + ", ".join(sorted(flags - given)))
+    print("ok init_run takes all %d flags of coordinator init --help" % len(flags))
+
+
 def main(cmd, args):
     if cmd == "init":
+        init_run_takes_every_init_flag()
         print(rediloco.init_run(args[0], args[1], net(1), workers=1, shards=4, outer_lr=0.5))
         write_odd(args[2])
     elif cmd == "check":

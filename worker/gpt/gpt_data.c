@@ -159,7 +159,7 @@ int gpt_prepare_data(const char *input, const char *output, double val_fraction,
 
 static void prepare_usage(FILE *f)
 {
-    fprintf(f, "usage: prepare-data --input TEXT --output FILE.tok [--val-fraction 0.05]\n"
+    fprintf(f, "usage: bin/worker prepare-data --input TEXT --output FILE.tok [--val-fraction 0.05]\n"
                "  byte-level tokens (vocab 256); the last val-fraction of the text is the validation split\n");
 }
 

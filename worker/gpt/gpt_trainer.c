@@ -512,7 +512,8 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
 {
     if (gpt_config_check(&o->model, err, errlen)) return NULL;
     if (o->batch < 1 || o->seq < 1 || o->seq > o->model.ctx) {
-        err_set(err, errlen, "gpt: need batch >= 1 and 1 <= seq <= ctx (%d)", o->model.ctx);
+        err_set(err, errlen, "gpt: need --batch >= 1 and 1 <= --seq <= --ctx (%d), got --batch %d --seq %d", o->model.ctx,
+                o->batch, o->seq);
         return NULL;
     }
     if (o->num_shards < 1 || o->shard_index < 0 || o->shard_index >= o->num_shards) {

@@ -1,0 +1,47 @@
+#!/bin/sh
+# it_cli_usage.sh: what a user meets on a wrong command line, for bin/coordinator, bin/shard-server and
+# bin/worker, with nothing listening at the Redis URL: a usage error (unknown flag, missing --run or
+# Redis URL, a bad URL, a bad value, an unknown trainer flag) is one line naming what is wrong, exit 2,
+# at once (never a wait for Redis); a Redis that is down, tried once, is one line saying what to check,
+# exit 1; --help exits 0.
+. "$(dirname "$0")/lib.sh"
+DEAD="redis://127.0.0.1:$(free_port)" # nothing listens there
+
+# expect STATUS PATTERN CMD...: CMD ends within 5 s with STATUS, printing one line that matches PATTERN
+expect() {
+  want=$1 pattern=$2; shift 2
+  timeout 5 "$@" > "$TMP/out" 2>&1
+  rc=$?
+  [ "$rc" = "$want" ] || fail "$*: exit $rc (want $want): $(head -n 3 "$TMP/out")"
+  [ "$(wc -l < "$TMP/out")" = 1 ] || fail "$*: not one line: $(head -n 4 "$TMP/out")"
+  grep -q -- "$pattern" "$TMP/out" || fail "$*: '$(cat "$TMP/out")' does not say '$pattern'"
+}
+
+for cmd in "coordinator init" "coordinator status" "coordinator serve" "shard-server" "worker"; do
+  set -- $cmd
+  bin=bin/$1; shift
+  expect 2 "unknown option --bogus" $bin "$@" --redis "$DEAD" --run r --bogus
+  expect 2 "NAME is required" $bin "$@" --redis "$DEAD"
+  expect 2 "no Redis URL: give --redis URL" env -u DL_REDIS_URL $bin "$@" --run r
+  expect 2 "\-\-redis: unsupported Redis URL 'foo://bar'" $bin "$@" --redis foo://bar --run r
+  expect 2 "DL_REDIS_URL: bad port 'x'" env DL_REDIS_URL=redis://h:x $bin "$@" --run r
+  timeout 5 $bin "$@" --help > "$TMP/help" 2>&1 || fail "$cmd --help: exit $?"
+  grep -q -- "--redis-file FILE" "$TMP/help" || fail "$cmd --help does not show --redis-file"
+done
+say "unknown flag, missing --run, missing URL, bad URL (flag and environment): exit 2, one line, each binary"
+
+expect 2 "\-\-shards wants an integer in \[1, 4096\], got '0'" bin/coordinator init --redis "$DEAD" --run r --shards 0
+expect 2 "unknown option --bogus" bin/worker --redis "$DEAD" --run r --bogus 3
+expect 2 "\-\-batch wants an integer, got 'x'" bin/worker --redis "$DEAD" --run r --batch x
+expect 2 "unknown option --batch" bin/worker --redis "$DEAD" --run r --trainer quadratic --batch 8
+expect 2 "\-\-trainer wants gpt or quadratic, got 'gtp'" bin/worker --redis "$DEAD" --run r --trainer gtp
+expect 2 "unknown option --bogus" bin/shard-server --redis "$DEAD" --run r --bogus
+say "bad values and trainer flags: exit 2 before any connection"
+
+hint="is redis-server running, and is the URL right?"
+expect 1 "$hint" bin/coordinator status --redis "$DEAD" --run r
+expect 1 "$hint" bin/coordinator init --redis "$DEAD" --run r --trainer quadratic --numel 10
+expect 1 "$hint" bin/coordinator serve --redis "$DEAD" --run r --connect-timeout 0
+expect 1 "$hint" bin/shard-server --redis "$DEAD" --run r --connect-timeout 0
+expect 1 "$hint" bin/worker --redis "$DEAD" --run r --connect-timeout 0
+say "Redis down, one attempt: exit 1, one line with '$hint'"

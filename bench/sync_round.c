@@ -23,6 +23,16 @@
  *   bin/bench-sync_round redis --redis URL --numel N [--workers 2] [--reps 3] [--up-bpp 2 --down-bpp 4]
  *       The same worker bytes through one Redis connection: per worker SET of its 2*N-byte
  *       pseudo-gradient, then per worker GET of a 4*N-byte parameter value. Prints "redis seconds S".
+ *   bin/bench-sync_round floor --numel N [--compress bf16] [--download params] [--error-feedback] [--reps 5]
+ *       What the CPU must do with N parameters in every round, whatever the network: the kernels of
+ *       libdiloco and of the shard-server, alone, in one thread, on warm memory. Inside the round time:
+ *       "serve", the servers' commit of all N (two pseudo-gradients' checksums, their mean, with
+ *       --download update encoded once, the outer step into a new version, its digest:
+ *       shard-server/commit_compute.c), and "take", one worker's receipt (with --download update the
+ *       update's checksum, decode, the outer step on its parameters and momentum, their digest:
+ *       worker/diloco/update.c; with params the parameters' checksum). Before the round's first byte:
+ *       "encode", one worker's Δ, kept error, codec and checksum (worker/diloco/delta.c). Prints
+ *       "floor seconds take T serve S encode E" per repetition.
  */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -38,9 +48,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bf16.h"
+#include "codec.h"
 #include "diloco.h"
 #include "frame.h"
+#include "hash.h"
 #include "opts.h"
+#include "outer.h"
 #include "util.h"
 
 static double mono(void)
@@ -230,7 +244,7 @@ static int run_tcp(int argc, char **argv)
         srv[s].port = ntohs(a.sin_port);
         srv[s].nworkers = nw;
     }
-    /* connection (w, s): the client side like libdiloco's (tcp_connect: TCP_NODELAY, 4 MiB buffers),
+    /* connection (w, s): the client side like libdiloco's (tcp_connect: TCP_NODELAY, autotuned buffers),
      * the server side like the shard-server's (accepted socket, TCP_NODELAY) */
     for (int w = 0; w < nw; w++)
         for (int s = 0; s < ns; s++) {
@@ -345,11 +359,186 @@ static int run_redis(int argc, char **argv)
     return 0;
 }
 
+/* ---- the round's kernels alone ---------------------------------------------------------------- */
+
+/* The chunk sizes of worker/diloco/update.c and delta.c and of the shard-server's codec commit
+ * (shard-server/commit_compute.c): each chunk is still in the cache for its next kernel. */
+#define FLOOR_TAKE_CHUNK 4096
+#define FLOOR_ENCODE_CHUNK 16384
+#define FLOOR_SERVE_CHUNK 4096
+
+/* Two workers' pseudo-gradients (q, q2), the parameters and momentum of a worker (theta, mom) and of a
+ * server's new version (theta2, mom2), the encoded mean (gq), one chunk of g. */
+typedef struct floor_bufs {
+    float *theta, *mom, *theta2, *mom2, *anchor, *ef, *g;
+    uint8_t *q, *q2, *gq;
+} floor_bufs;
+
+/* Before the round: Δ = anchor - theta (plus the kept error) in the codec, and the payload's checksum. */
+static int floor_encode(const floor_bufs *b, int dtype, size_t n)
+{
+    XXH3_state_t *xs = XXH3_createState();
+    XXH3_64bits_reset(xs);
+    int rc = 0;
+    for (size_t c = 0; c < n && rc == 0; c += FLOOR_ENCODE_CHUNK) {
+        size_t len = n - c < FLOOR_ENCODE_CHUNK ? n - c : FLOOR_ENCODE_CHUNK, bad;
+        uint8_t *q = b->q + codec_offset(dtype, c);
+        if (codec_is_block(dtype)) {
+            rc = codec_encode_delta(dtype, b->anchor + c, b->theta + c, b->ef ? b->ef + c : NULL, len, q, &bad);
+        } else if (dtype == BLOB_BF16) {
+            rc = bf16_encode_diff(b->anchor + c, b->theta + c, (uint16_t *)(void *)q, len, &bad);
+        } else {
+            float *x = (float *)(void *)q;
+            for (size_t i = 0; i < len; i++) x[i] = b->anchor[c + i] - b->theta[c + i];
+            rc = outer_check_finite(x, len, &bad);
+        }
+        hash_update(xs, q, codec_bytes(dtype, len));
+    }
+    (void)XXH3_64bits_digest(xs);
+    XXH3_freeState(xs);
+    return rc;
+}
+
+/* The servers' commit of the round for all n parameters, as a codec commit of shard-server/
+ * commit_compute.c runs it: the two pseudo-gradients' checksums, their mean (with --download update
+ * encoded once and decoded back), the outer step into a new version, its digest. */
+static void floor_serve(const floor_bufs *b, int dtype, int update, size_t n)
+{
+    size_t qbytes = codec_bytes(dtype, n), bad;
+    (void)hash64(b->q, qbytes);
+    (void)hash64(b->q2, qbytes);
+    XXH3_state_t *xs = XXH3_createState();
+    XXH3_64bits_reset(xs);
+    for (size_t c = 0; c < n; c += FLOOR_SERVE_CHUNK) {
+        size_t len = n - c < FLOOR_SERVE_CHUNK ? n - c : FLOOR_SERVE_CHUNK, off = codec_offset(dtype, c);
+        uint8_t *gq = update ? b->gq + off : NULL;
+        if (codec_is_block(dtype)) {
+            const uint8_t *in[2] = {b->q + off, b->q2 + off};
+            (void)codec_mean(dtype, in, 2, len, b->g, gq, &bad);
+        } else {
+            outer_sum_zero(b->g, len);
+            for (int w = 0; w < 2; w++) {
+                const uint8_t *x = (w ? b->q2 : b->q) + off;
+                if (dtype == BLOB_BF16)
+                    outer_sum_add_bf16(b->g, (const uint16_t *)(const void *)x, len);
+                else
+                    outer_sum_add_f32(b->g, (const float *)(const void *)x, len);
+            }
+            outer_mean_finish(b->g, len, 2);
+            if (gq) (void)codec_round_trip(dtype, b->g, len, gq, &bad);
+        }
+        outer_sgd_step_to(b->theta2 + c, b->mom2 + c, b->theta + c, b->mom + c, 0, b->g, len,
+                          (float)OUTER_DEFAULT_LR, (float)OUTER_DEFAULT_MOMENTUM, 1);
+        hash_update(xs, b->theta2 + c, len * sizeof(float));
+    }
+    (void)XXH3_64bits_digest(xs);
+    XXH3_freeState(xs);
+}
+
+/* Inside the round, on a worker: check the received payload, and apply an update as libdiloco does. */
+static void floor_take(const floor_bufs *b, int dtype, int update, size_t n)
+{
+    if (!update) {
+        (void)hash64(b->theta2, n * sizeof(float));
+        return;
+    }
+    (void)hash64(b->gq, codec_bytes(dtype, n));
+    XXH3_state_t *xs = XXH3_createState();
+    XXH3_64bits_reset(xs);
+    for (size_t c = 0; c < n; c += FLOOR_TAKE_CHUNK) {
+        size_t len = n - c < FLOOR_TAKE_CHUNK ? n - c : FLOOR_TAKE_CHUNK;
+        codec_decode(dtype, b->gq + codec_offset(dtype, c), len, b->g);
+        outer_sgd_step(b->theta + c, b->mom + c, 0, b->g, len, (float)OUTER_DEFAULT_LR, (float)OUTER_DEFAULT_MOMENTUM,
+                       1);
+        hash_update(xs, b->theta + c, len * sizeof(float));
+    }
+    (void)XXH3_64bits_digest(xs);
+    XXH3_freeState(xs);
+}
+
+static void floor_free(floor_bufs *b)
+{
+    free(b->theta);
+    free(b->mom);
+    free(b->theta2);
+    free(b->mom2);
+    free(b->anchor);
+    free(b->ef);
+    free(b->g);
+    free(b->q);
+    free(b->q2);
+    free(b->gq);
+}
+
+static int floor_alloc(floor_bufs *b, int dtype, size_t n, int error_feedback)
+{
+    size_t fb = n * sizeof(float), qb = codec_bytes(dtype, n) + 1;
+    *b = (floor_bufs){malloc(fb), calloc(n, sizeof(float)), malloc(fb), malloc(fb), malloc(fb),
+                      error_feedback ? calloc(n, sizeof(float)) : NULL, malloc(FLOOR_SERVE_CHUNK * sizeof(float)),
+                      malloc(qb), malloc(qb), malloc(qb)};
+    if (!b->theta || !b->mom || !b->theta2 || !b->mom2 || !b->anchor || (error_feedback && !b->ef) || !b->g || !b->q ||
+        !b->q2 || !b->gq) {
+        floor_free(b);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) {
+        b->theta[i] = (float)(i % 1000) * 1e-3f;
+        b->anchor[i] = b->theta[i] + 1e-4f * (float)(i % 7);
+    }
+    return 0;
+}
+
+static int run_floor(int argc, char **argv)
+{
+    long long numel_ll = 25000000;
+    const char *compress = "bf16", *download = "params";
+    int reps = 5, error_feedback = 0;
+    const opt_spec specs[] = {
+        {.name = "numel", .kind = OPT_LLONG, .dest = &numel_ll, .lo = 1, .hi = 1LL << 34},
+        {.name = "compress", .kind = OPT_STRING, .dest = &compress},
+        {.name = "download", .kind = OPT_STRING, .dest = &download},
+        {.name = "error-feedback", .kind = OPT_FLAG, .dest = &error_feedback},
+        {.name = "reps", .kind = OPT_INT, .dest = &reps, .lo = 1, .hi = 1000000},
+        {0},
+    };
+    int prc = opts_parse_cmd("bench-sync_round floor", usage, specs, argc, argv, 0, NULL, NULL);
+    if (prc != 0) return opts_exit_status(prc);
+    int dtype = codec_parse(compress), update = !strcmp(download, "update");
+    if (dtype == 0 || (!update && strcmp(download, "params"))) {
+        fprintf(stderr, "floor: unknown --compress %s or --download %s\n", compress, download);
+        return 2;
+    }
+    size_t n = (size_t)numel_ll;
+    floor_bufs b;
+    if (floor_alloc(&b, dtype, n, error_feedback) != 0) {
+        fprintf(stderr, "floor: out of memory for %zu parameters\n", n);
+        return 1;
+    }
+    for (int r = 0; r < reps; r++) {
+        double t0 = mono();
+        if (floor_encode(&b, dtype, n) != 0) {
+            fprintf(stderr, "floor: the encoder refused the test values\n");
+            floor_free(&b);
+            return 1;
+        }
+        memcpy(b.q2, b.q, codec_bytes(dtype, n)); /* the other worker's Δ: the same values, its own memory */
+        double t1 = mono();
+        floor_serve(&b, dtype, update, n);
+        double t2 = mono();
+        floor_take(&b, dtype, update, n);
+        printf("floor seconds take %.4f serve %.4f encode %.4f\n", mono() - t2, t2 - t1, t1 - t0);
+        fflush(stdout);
+    }
+    floor_free(&b);
+    return 0;
+}
+
 int main(int argc, char **argv)
 {
     if (argc >= 2 && !strcmp(argv[1], "worker")) return run_worker(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "tcp")) return run_tcp(argc - 2, argv + 2);
     if (argc >= 2 && !strcmp(argv[1], "redis")) return run_redis(argc - 2, argv + 2);
-    fprintf(stderr, "usage: bin/bench-sync_round worker|tcp|redis ... (see bench/sync_round)\n");
+    if (argc >= 2 && !strcmp(argv[1], "floor")) return run_floor(argc - 2, argv + 2);
+    fprintf(stderr, "usage: bin/bench-sync_round worker|tcp|redis|floor ... (see bench/sync_round)\n");
     return 2;
 }

@@ -3,7 +3,8 @@
  * scales, ties to even, one huge value in a block, denormals, -0, a shorter last block), NaN and Inf
  * rejected before encoding with their index, the decoding error bound, the check of received scales,
  * blobs carrying a codec, the portable and AVX2 builds giving the same bits, and the worker's one-pass
- * encoding with error feedback giving the bits of the separate steps.
+ * encoding with error feedback giving the bits of the separate steps; and the plain bf16/fp32 payloads
+ * (little-endian elements at any alignment).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -430,6 +431,44 @@ static void mean_is_the_separate_steps(void **state)
     free(qbuf);
 }
 
+/* bf16 and fp32 payloads: little-endian element by element at any alignment and length (chunk edges,
+ * odd sizes), the bits of bf16_from_f32 and bf16_to_f32, and NaN/Inf refused with their index. */
+static void plain_codecs_are_little_endian_elements(void **state)
+{
+    (void)state;
+    static const size_t lens[] = {1, 7, 2047, 2048, 2049, 5000};
+    const size_t nmax = 5000;
+    float *x = malloc(nmax * sizeof(float)), *y = malloc(nmax * sizeof(float));
+    uint8_t *buf = malloc(4 * nmax + 1);
+    for (size_t i = 0; i < nmax; i++) /* ties, -0, denormals and large values among ordinary ones */
+        x[i] = i % 5 == 0 ? -0.0f : i % 5 == 1 ? 1e-40f * (float)i : ((float)i - 2500.0f) * 1.00390625f;
+    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+        size_t n = lens[li], bad = 0;
+        uint8_t *out = buf + 1; /* an odd address: payloads follow a header of any length */
+        assert_int_equal(codec_encode(BLOB_BF16, x, n, out, &bad), 0);
+        for (size_t i = 0; i < n; i++) {
+            uint16_t h = bf16_from_f32(x[i]);
+            assert_int_equal(out[2 * i], h & 0xff);
+            assert_int_equal(out[2 * i + 1], h >> 8);
+        }
+        codec_decode(BLOB_BF16, out, n, y);
+        for (size_t i = 0; i < n; i++) {
+            float want = bf16_to_f32(bf16_from_f32(x[i]));
+            assert_memory_equal(&y[i], &want, sizeof want);
+        }
+        assert_int_equal(codec_encode(BLOB_F32, x, n, out, &bad), 0);
+        codec_decode(BLOB_F32, out, n, y);
+        assert_memory_equal(y, x, n * sizeof(float));
+    }
+    x[2049] = NAN;
+    size_t bad = 0;
+    assert_int_equal(codec_encode(BLOB_BF16, x, nmax, buf + 1, &bad), -1);
+    assert_int_equal(bad, 2049);
+    free(x);
+    free(y);
+    free(buf);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -447,6 +486,7 @@ int main(void)
         cmocka_unit_test(encode_delta_is_the_separate_steps),
         cmocka_unit_test(decode_add_and_round_trip_are_the_separate_steps),
         cmocka_unit_test(mean_is_the_separate_steps),
+        cmocka_unit_test(plain_codecs_are_little_endian_elements),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

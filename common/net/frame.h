@@ -40,8 +40,8 @@ int frame_recv_place(int fd, uint8_t *buf, size_t cap, size_t max_total, frame_p
                      blob_header *h, const uint8_t **payload, size_t *payload_len, int timeout_ms, char *err,
                      size_t errlen);
 
-/* Connect to "host:port" ("[v6]:port" for IPv6) within timeout_ms. The returned fd is blocking,
- * has TCP_NODELAY and 4 MiB socket buffers (bulk transfers need a large window). */
+/* Connect to "host:port" ("[v6]:port" for IPv6) within timeout_ms. The returned fd is blocking and
+ * has TCP_NODELAY; its buffers are left to the kernel's autotuning (bulk transfers need a large window). */
 int tcp_connect(const char *host_port, int timeout_ms, char *err, size_t errlen);
 
 #endif

@@ -73,7 +73,7 @@ static const flag FLAGS[] = {
     {"threads", F_INT, OFF(threads), "compute threads, 0 = all cores (0)"},
     {"seed", F_U64, OFF(seed), "parameter init seed (the run's)"},
     {"data-seed", F_U64, OFF(data_seed), "data order seed, mixed with the shard index (1)"},
-    {"log", F_STR, OFF(log_path), "JSON-lines telemetry file, appended (none)"},
+    {"log", F_STR, OFF(log_path), "JSON-lines telemetry file, appended (in bin/worker: its --log above)"},
     {"checkpoint", F_STR, OFF(checkpoint_path), "local safetensors checkpoint, resumed if present (none)"},
     {"checkpoint-every", F_INT, OFF(checkpoint_every), "steps between checkpoints, 0 = at exit only (0)"},
     {"device", F_DEVICE, OFF(device), "auto | cpu | cuda (auto: cuda when built with CUDA and a GPU is present)"},

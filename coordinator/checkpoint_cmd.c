@@ -82,8 +82,8 @@ static int ck_show(int argc, char **argv)
             ck_usage(stdout);
             return 0;
         }
-        ck_usage(stderr);
-        return 2;
+        fprintf(stderr, "coordinator checkpoint show: give one FILE (see --help)\n");
+        return OPTS_EXIT_USAGE;
     }
     checkpoint ck;
     char err[1024];

@@ -73,8 +73,9 @@ int cmd_control(int argc, char **argv)
         return OPTS_EXIT_USAGE;
     }
     if (npos == 0) {
-        usage(stderr);
-        return 2;
+        fprintf(stderr, "coordinator control: which ACTION? kick, set-lr, set-momentum, set-nesterov, set-workers, "
+                        "set-min-workers or shutdown (see --help)\n");
+        return OPTS_EXIT_USAGE;
     }
     const char *verb = pos[0], *action = NULL;
     json_t *body = json_object(), *v = NULL;

@@ -60,4 +60,15 @@ n=$(grep -c "reap: ERR Function not found (no run in this Redis yet: \`coordinat
 bin/coordinator init --redis "$URL" --run later --trainer quadratic --numel 10 > /dev/null || fail "init"
 sleep 1.5
 kill -TERM $p; wait $p || fail "serve exit status $?"
-say "serve before its run: one NORUN line, then serves it"
+say "serve before its run: one line saying coordinator init creates it, then serves it"
+
+# a worker whose run has no shard-server up says so within seconds (not only at --sync-timeout), then
+# trains once one starts
+RUN=solo
+init_run $RUN --trainer quadratic --numel 10 --workers 1 --shards 2
+start_worker w1 --steps 4 --sync-every 2
+wait_until 10 'grep -q "still trying after 5 s (shard [01] has no live owner yet: is a shard-server of this run up?)" "$TMP/worker-w1.log"' \
+  "the worker to say that no shard-server is up"
+start_server s1
+wait_workers w1
+say "no shard-server: the worker said so after 5 s, and trained once one started"

@@ -180,7 +180,7 @@ static int owner_conn(diloco *d, int shard, dp_conn **out, char *err, size_t err
     shard_owner o;
     owners_get(d, shard, &o);
     if (o.addr[0] == '\0') {
-        err_set(err, errlen, "shard %d has no live owner yet", shard);
+        err_set(err, errlen, "shard %d has no live owner yet: is a shard-server of this run up?", shard);
         return DL_RETRY;
     }
     *out = conn_acquire(d, o.addr, err, errlen);

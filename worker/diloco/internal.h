@@ -122,6 +122,7 @@ struct diloco {
 
     shard_owner *owners;
     pthread_mutex_t owners_mu;
+    uint64_t wait_logged_ms; /* when a long wait for a shard was last logged (sync_retry_pause) */
     dp_conn conns[MAX_CONNS];
     pthread_mutex_t conns_mu;
     size_t recv_cap; /* largest frame we accept */

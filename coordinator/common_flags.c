@@ -26,7 +26,7 @@ int coord_connect(coord_common *c, rconn **out)
         fprintf(stderr, "coordinator: %s (see --help)\n", err);
         return 2;
     }
-    *out = rconn_connect_retry(&c->url, 10000, c->connect_timeout_ms, NULL, NULL, err, sizeof err);
+    *out = rconn_connect_retry(&c->url, 10000, c->connect_timeout_ms, c->stop, NULL, err, sizeof err);
     if (!*out) fprintf(stderr, "coordinator: %s\n", err);
     return *out ? 0 : 1;
 }

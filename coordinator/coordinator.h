@@ -30,6 +30,7 @@ typedef struct coord_common {
     redis_url url;
     int connect_timeout_ms; /* how long coord_connect waits for an unreachable Redis: serve's
                                       --connect-timeout; 0 (the one-shot commands): one attempt */
+    const volatile int *stop; /* set (by a signal): coord_connect stops waiting (NULL: never) */
 } coord_common;
 
 int cmd_init(int argc, char **argv);

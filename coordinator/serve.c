@@ -182,6 +182,14 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
     event_base_loopbreak(x->base);
 }
 
+static volatile int g_startup_stop; /* a signal before the event loop runs */
+
+static void on_startup_signal(int sig)
+{
+    (void)sig;
+    g_startup_stop = 1;
+}
+
 static void usage(FILE *f)
 {
     fprintf(f,
@@ -309,11 +317,16 @@ int cmd_serve(int argc, char **argv)
         return 2;
     }
 
+    /* SIGINT/SIGTERM while it waits for Redis end it cleanly, as later (the event loop's handlers) */
+    struct sigaction sa = {.sa_handler = on_startup_signal};
+    sigaction(SIGINT, &sa, NULL);
+    sigaction(SIGTERM, &sa, NULL);
+    x.c.stop = &g_startup_stop;
     rconn *rc;
     int st = coord_connect(&x.c, &rc);
     if (st != 0) {
         free(token);
-        return st;
+        return g_startup_stop ? 0 : st;
     }
     x.rc = rc;
     key_run(x.key, sizeof x.key, x.c.run, "config");

@@ -3,7 +3,8 @@
 # bin/worker, with nothing listening at the Redis URL: a usage error (unknown flag, missing --run or
 # Redis URL, a bad URL, a bad value, an unknown trainer flag) is one line naming what is wrong, exit 2,
 # at once (never a wait for Redis); a Redis that is down, tried once, is one line saying what to check,
-# exit 1; --help exits 0; `serve` started before its run waits, saying so once.
+# exit 1; --help exits 0; SIGTERM ends a wait for a down Redis; `serve` started before its run waits,
+# saying so once; a worker with no shard-server up says so within seconds.
 . "$(dirname "$0")/lib.sh"
 DEAD="redis://127.0.0.1:$(free_port)" # nothing listens there
 
@@ -48,6 +49,15 @@ expect 1 "$hint" bin/coordinator serve --redis "$DEAD" --run r --connect-timeout
 expect 1 "$hint" bin/shard-server --redis "$DEAD" --run r --connect-timeout 0
 expect 1 "$hint" bin/worker --redis "$DEAD" --run r --connect-timeout 0
 say "Redis down, one attempt: exit 1, one line with '$hint'"
+for cmd in "coordinator serve" shard-server worker; do # waiting for a down Redis: SIGTERM ends it at once
+  bin/$cmd --redis "$DEAD" --run r > "$TMP/wait.log" 2>&1 &
+  p=$!; PIDS="$PIDS $p"
+  sleep 1; kill -TERM $p
+  wait_until 3 '! alive $p' "$cmd to stop on SIGTERM while it waits for Redis"
+  wait $p; rc=$?
+  [ $rc -le 1 ] || fail "$cmd waiting for Redis: SIGTERM gave exit $rc (killed, not stopped)"
+done
+say "SIGTERM while waiting for a down Redis: each binary stops itself at once"
 
 # serve started before its run exists waits for it, saying so once, not every second
 start_redis

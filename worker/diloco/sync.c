@@ -161,44 +161,6 @@ int for_shards_parallel(diloco *d, int first, int last, shard_job_fn fn, void *a
 
 /* ---- per-shard jobs with their retry loops ------------------------------------------------- */
 
-/* After a transient failure: look at the owners again and back off a little. The cap is short: what we
- * wait for (a restarted or new owner that has loaded its shards, a commit in progress) is what every
- * worker waits for, so each ms between its arrival and our next look is a stall of the whole run,
- * and a look is one read of the owners plus a request. */
-/* A wait that lasts (no shard-server running, an owner still loading) would otherwise be silent until
- * the sync timeout: one line per session every WAIT_LOG_EVERY_MS, from whichever job waits. */
-#define WAIT_LOG_EVERY_MS 10000
-static void log_long_wait(diloco *d, uint64_t deadline, int shard, const char *what, const char *why)
-{
-    uint64_t now = now_ms(), started = deadline - (uint64_t)d->o.sync_timeout_ms;
-    uint64_t last = __atomic_load_n(&d->wait_logged_ms, __ATOMIC_RELAXED);
-    if (now - started < WAIT_LOG_EVERY_MS / 2 || (last != 0 && now - last < WAIT_LOG_EVERY_MS)) return;
-    if (!__atomic_compare_exchange_n(&d->wait_logged_ms, &last, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;
-    log_warn("%s of shard %d: still trying after %.0f s (%s); gives up after %.0f s (--sync-timeout)", what, shard,
-             (double)(now - started) / 1000.0, why, (double)d->o.sync_timeout_ms / 1000.0);
-}
-
-int sync_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
-                     size_t errlen)
-{
-    if (dl_stopping(d)) {
-        err_set(err, errlen, "stopped");
-        return DL_FAIL;
-    }
-    if (now_ms() > deadline) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", err ? err : "");
-        err_set(err, errlen, "%s of shard %d did not succeed within %d ms (last: %s)", what, shard,
-                d->o.sync_timeout_ms, why);
-        return DL_FAIL;
-    }
-    log_long_wait(d, deadline, shard, what, err ? err : "");
-    char ignore[128];
-    owners_refresh(d, ignore, sizeof ignore);
-    sleep_ms(backoff_ms((*attempt)++, 20, 100));
-    return DL_OK;
-}
-
 static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
 {
     int64_t round = *(int64_t *)arg;

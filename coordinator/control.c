@@ -22,7 +22,7 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bin/coordinator control --redis URL --run NAME ACTION [ARG]\n"
-               "\n" COORD_COMMON_HELP "\n"
+               "\n" COORD_HELP "\n"
                "actions (each is one Redis Function call; the HTTP equivalent in brackets):\n"
                "  kick WORKER         evict a worker (it may register again)   [kick_worker]\n"
                "  set-lr LR           outer learning rate, > 0                 [update_optimizer]\n"

@@ -30,7 +30,8 @@ typedef struct coord_common {
     redis_url url;
     int connect_timeout_ms; /* how long coord_connect waits for an unreachable Redis: serve's
                                       --connect-timeout; 0 (the one-shot commands): one attempt */
-    const volatile int *stop; /* set (by a signal): coord_connect stops waiting (NULL: never) */
+    /* set (by a signal): coord_connect stops waiting; NULL: never */
+    const volatile int *stop;
 } coord_common;
 
 int cmd_init(int argc, char **argv);
@@ -39,7 +40,7 @@ int cmd_serve(int argc, char **argv);
 int cmd_control(int argc, char **argv); /* control.c */
 
 /* The usage lines of --redis, --redis-file and --run, which every subcommand takes. */
-#define COORD_COMMON_HELP REDIS_URL_HELP "  --run NAME                the run's name\n"
+#define COORD_HELP REDIS_URL_HELP "  --run NAME                the run's name\n"
 /* The entries of an option table (opts.h) for --redis, --redis-file and --run, filling *c. */
 #define COORD_COMMON_OPTS(c)                                                  \
     {.name = "redis", .kind = OPT_STRING, .dest = &(c)->redis_url},           \

@@ -38,7 +38,7 @@ static void init_usage(FILE *f)
         "usage: bin/coordinator init --redis URL --run NAME [options]\n"
         "\n"
         "Creates run NAME: loads the function library, writes version 0 of the parameters.\n"
-        "\n" COORD_COMMON_HELP
+        "\n" COORD_HELP
         "  -n, --workers N            workers a barrier waits for at start and when every worker left (default 2)\n"
         "  --min-workers N            never wait for fewer than N workers (default 1)\n"
         "  --shards S                 shards of the parameter vector (default 8)\n"

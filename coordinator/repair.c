@@ -88,7 +88,7 @@ static void usage(FILE *f)
             "go backwards): workers drop the rounds in flight and continue from it, shard-servers reload. The\n"
             "rounds since the restored version are lost. What was done goes to dl:{R}:events ('repair').\n"
             "A run whose shards all verify is left as it is (a stale corrupt mark is cleared).\n"
-            "\n" COORD_COMMON_HELP
+            "\n" COORD_HELP
             "  --from-checkpoint FILE    restore FILE instead of rolling back (needed when a snapshot is corrupt:\n"
             "                            older state has been trimmed; `coordinator serve --save-every N` keeps some)\n"
             "  --dry-run                 verify and print the plan; change nothing\n"

@@ -194,7 +194,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: bin/coordinator serve --redis URL --run NAME [options]\n"
-            "\n" COORD_COMMON_HELP "  --print-every S      one-line summary every S seconds (default 10, 0 = never)\n"
+            "\n" COORD_HELP "  --print-every S      one-line summary every S seconds (default 10, 0 = never)\n"
             "  --connect-timeout S  at start, wait up to S seconds for an unreachable Redis (default 60;\n"
             "                       0: try once); a refused password or user fails at once\n"
             "  --http [HOST:]PORT   serve the dashboard, /status, /metrics and /control on PORT\n"

@@ -15,7 +15,7 @@
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bin/coordinator status --redis URL --run NAME [--json]\n\n" COORD_COMMON_HELP
+    fprintf(f, "usage: bin/coordinator status --redis URL --run NAME [--json]\n\n" COORD_HELP
                "  --json                    print the status as one JSON document\n");
 }
 

@@ -420,8 +420,11 @@ int redis_url_pick(const char *flag, const char *file, char *out, size_t cap, ch
     redis_url u;
     char why[512];
     if (redis_url_parse(out, &u, why, sizeof why) == 0) return 0;
-    if (flag != NULL) err_set(err, errlen, "--redis: %s", why);
-    else if (file != NULL) err_set(err, errlen, "--redis-file %s: %s", file, why);
-    else err_set(err, errlen, "$%s: %s", REDIS_URL_ENV, why);
+    if (flag != NULL)
+        err_set(err, errlen, "--redis: %s", why);
+    else if (file != NULL)
+        err_set(err, errlen, "--redis-file %s: %s", file, why);
+    else
+        err_set(err, errlen, "$%s: %s", REDIS_URL_ENV, why);
     return -1;
 }

@@ -402,10 +402,11 @@ static int create_run(rconn *rc, const init_args *a, char *err, size_t errlen)
                                  ip.dnbuf ? ip.dnbuf + sb[k] : NULL, sb[k + 1] - sb[k], 0, digests[k], err, errlen) < 0)
             goto done_ip;
     if (call_dl_init(rc, a, &ip, sb, fb, digests, err, errlen) < 0) goto done_ip;
-    printf("run '%s' created: %s trainer (%s), %" PRIu64 " parameters in %lld shards, %lld fragment(s), "
-           "waiting for %lld worker(s), outer lr %g momentum %g%s\n",
-           a->c.run, a->trainer, ip.model, ip.numel, a->shards, a->fragments, a->workers, a->outer_lr,
-           a->outer_momentum, a->nesterov ? " nesterov" : "");
+    printf("run '%s' created: %s%s trainer (%s), %" PRIu64 " parameters in %lld shards, %lld fragment(s), "
+           "waiting for %lld worker(s), outer lr %g momentum %g%s, pseudo-gradients %s, download %s\n",
+           a->c.run, a->async ? "async, " : "", a->trainer, ip.model, ip.numel, a->shards, a->fragments, a->workers,
+           a->outer_lr, a->outer_momentum, a->nesterov ? " nesterov" : "", a->compress ? a->compress : "bf16",
+           a->download ? a->download : "params");
     if (a->from_checkpoint)
         printf("version 0 = checkpoint %s (run '%s' at version %" PRId64 "), %s%s\n", a->from_checkpoint, ip.ck_run,
                ip.ck_version, ip.mom ? "with its outer momentum" : "outer momentum starts afresh",

@@ -1,10 +1,12 @@
 /* init_options.c: `coordinator init`'s command line: the flags and their checks (through
  * common/base/opts), the usage text, and --from-checkpoint's values for the flags not given. */
+#include <errno.h>
 #include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "blob.h"
 #include "codec.h"
@@ -248,6 +250,11 @@ int parse_init(int argc, char **argv, init_args *a)
     }
     if (strcmp(a->trainer, "gpt") != 0 && strcmp(a->trainer, "quadratic") != 0) {
         fprintf(stderr, "coordinator init: --trainer wants gpt or quadratic, got '%s' (see --help)\n", a->trainer);
+        return -1;
+    }
+    /* a typo in the path is a usage error at once, as for --from-checkpoint (the file is read later) */
+    if (a->from_state && access(a->from_state, R_OK) != 0) {
+        fprintf(stderr, "coordinator init: --from-state %s: %s\n", a->from_state, strerror(errno));
         return -1;
     }
     if (a->from_state && !flag_given(a, "--trainer")) a->trainer = "state";

@@ -358,7 +358,9 @@ static void log_sync(FILE *f, diloco *d, long step)
                           "digest", digest, "stale", s.stale));
 }
 
-static void progress(const worker_args *a, diloco *d, long step, const trainer_stats *st, double tok_s, int tty)
+/* rate: trainer_stats.tokens per second, in unit ("tok/s", or "steps/s" for a trainer that counts steps) */
+static void progress(const worker_args *a, diloco *d, long step, const trainer_stats *st, double rate,
+                     const char *unit, int tty)
 {
     if (a->quiet) return;
     diloco_sync_info s;
@@ -366,8 +368,8 @@ static void progress(const worker_args *a, diloco *d, long step, const trainer_s
     if (diloco_last_sync(d, &s) == 0) snprintf(last, sizeof last, "%.2fs", s.seconds);
     char eval[32] = "";
     if (st->eval_loss >= 0) snprintf(eval, sizeof eval, " eval %.4f", st->eval_loss);
-    fprintf(stderr, "%sstep %ld%s%ld  loss %.4f%s  %.0f tok/s  v%" PRId64 "  sync in %d  last sync %s%s",
-            tty ? "\r\033[K" : "", step, a->steps ? "/" : "", a->steps ? a->steps : 0L, st->loss, eval, tok_s,
+    fprintf(stderr, "%sstep %ld%s%ld  loss %.4f%s  %.0f %s  v%" PRId64 "  sync in %d  last sync %s%s",
+            tty ? "\r\033[K" : "", step, a->steps ? "/" : "", a->steps ? a->steps : 0L, st->loss, eval, rate, unit,
             diloco_version(d), diloco_steps_to_sync(d), last, tty ? "" : "\n");
     fflush(stderr);
 }
@@ -386,6 +388,7 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf)
     int tty = isatty(2);
     uint64_t t0 = now_ms(), last_print = 0, tokens0 = 0;
     trainer_stats st = {0, -1, 0};
+    const char *unit = strcmp(t->name, "quadratic") == 0 ? "steps/s" : "tok/s"; /* (its "tokens" are its steps) */
     long step = 0;
     while (!g_stop && (a->steps == 0 || step < a->steps) && !diloco_stop_requested(d)) {
         if (t->step(t, &st, err, sizeof err) < 0) {
@@ -405,8 +408,8 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf)
         uint64_t now = now_ms();
         if (synced || now - last_print >= 1000 || (a->steps && step == a->steps)) {
             double secs = (double)(now - (last_print ? last_print : t0)) / 1000.0;
-            double tok_s = secs > 0 ? (double)(st.tokens - tokens0) / secs : 0;
-            progress(a, d, step, &st, tok_s, tty);
+            double rate = secs > 0 ? (double)(st.tokens - tokens0) / secs : 0;
+            progress(a, d, step, &st, rate, unit, tty);
             log_json(logf, json_pack("{s:s, s:I, s:f, s:f, s:I}", "event", "step", "step", (json_int_t)step, "loss",
                                      st.loss, "eval_loss", st.eval_loss, "tokens", (json_int_t)st.tokens));
             last_print = now;

@@ -131,7 +131,6 @@ int codec_round_trip(int dtype, float *x, size_t n, uint8_t *out, size_t *bad)
     return 0;
 }
 
-/* fp32 and bf16, for the callers that handle every codec alike (the update a shard-server sends). */
 /* bf16 payloads need no alignment, so they go through an aligned chunk on the stack, where the bulk
  * conversions of bf16.h vectorise (a byte-wise loop per element does not). */
 #define PLAIN_CHUNK 2048
@@ -139,6 +138,7 @@ int codec_round_trip(int dtype, float *x, size_t n, uint8_t *out, size_t *bad)
 #error "codec.c copies bf16 payloads as in memory: the wire format is little-endian"
 #endif
 
+/* fp32 and bf16, for the callers that handle every codec alike (the update a shard-server sends). */
 static int encode_plain(int dtype, const float *x, size_t n, uint8_t *out, size_t *bad)
 {
     if (outer_check_finite(x, n, bad) != 0) return -1;

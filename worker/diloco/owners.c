@@ -80,10 +80,6 @@ void owners_get(diloco *d, int shard, shard_owner *out)
     pthread_mutex_unlock(&d->owners_mu);
 }
 
-/* After a transient failure: look at the owners again and back off a little. The cap is short: what we
- * wait for (a restarted or new owner that has loaded its shards, a commit in progress) is what every
- * worker waits for, so each ms between its arrival and our next look is a stall of the whole run,
- * and a look is one read of the owners plus a request. */
 /* A wait that lasts (no shard-server running, an owner still loading) would otherwise be silent until
  * the sync timeout: one line per session every WAIT_LOG_EVERY_MS, from whichever job waits. */
 #define WAIT_LOG_EVERY_MS 10000
@@ -97,6 +93,10 @@ static void log_long_wait(diloco *d, uint64_t deadline, int shard, const char *w
              (double)(now - started) / 1000.0, why, (double)d->o.sync_timeout_ms / 1000.0);
 }
 
+/* After a transient failure: look at the owners again and back off a little. The cap is short: what we
+ * wait for (a restarted or new owner that has loaded its shards, a commit in progress) is what every
+ * worker waits for, so each ms between its arrival and our next look is a stall of the whole run,
+ * and a look is one read of the owners plus a request. */
 int sync_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
                      size_t errlen)
 {

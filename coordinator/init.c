@@ -426,6 +426,7 @@ int cmd_init(int argc, char **argv)
 {
     init_args a;
     int prc = parse_init(argc, argv, &a);
+    if (prc == INIT_BAD_FILE) return 1;
     if (prc != 0) return opts_exit_status(prc);
     rconn *rc;
     int st = coord_connect(&a.c, &rc);

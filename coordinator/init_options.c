@@ -88,9 +88,13 @@ static int adopt_checkpoint(init_args *a)
 {
     checkpoint ck;
     char err[1024];
-    if (checkpoint_read(a->from_checkpoint, 0, &ck, err, sizeof err) < 0) {
-        fprintf(stderr, "coordinator init: --from-checkpoint: %s\n", err);
+    if (access(a->from_checkpoint, R_OK) != 0) { /* a typo in the path: usage */
+        fprintf(stderr, "coordinator init: --from-checkpoint %s: %s\n", a->from_checkpoint, strerror(errno));
         return -1;
+    }
+    if (checkpoint_read(a->from_checkpoint, 0, &ck, err, sizeof err) < 0) { /* bad data */
+        fprintf(stderr, "coordinator init: --from-checkpoint: %s\n", err);
+        return INIT_BAD_FILE;
     }
     if (!flag_given(a, "--trainer")) {
         snprintf(a->ck_trainer, sizeof a->ck_trainer, "%s", ck.trainer);
@@ -258,7 +262,7 @@ int parse_init(int argc, char **argv, init_args *a)
         return -1;
     }
     if (a->from_state && !flag_given(a, "--trainer")) a->trainer = "state";
-    if (a->from_checkpoint && adopt_checkpoint(a) < 0) return -1;
+    if (a->from_checkpoint && (rc = adopt_checkpoint(a)) < 0) return rc;
     if (a->outer_lr <= 0 || a->outer_momentum >= 1) {
         fprintf(stderr, "coordinator init: --outer-lr must be > 0 and --outer-momentum in [0, 1)\n");
         return -1;

@@ -21,10 +21,12 @@
  * server whose lease was revoked drops its cache). A healthy run is left alone: when every shard
  * verifies, repair only clears marks that are no longer true (dl_unmark_corrupt) and says so.
  * Async runs are refused: their submissions in flight are numbered by version. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "coordinator.h"
@@ -643,6 +645,10 @@ int cmd_repair(int argc, char **argv)
     checkpoint ck;
     memset(&ck, 0, sizeof ck);
     char err[1024];
+    if (a.checkpoint && access(a.checkpoint, R_OK) != 0) { /* 2 usage, 1 bad data (docs/checkpoints.md) */
+        fprintf(stderr, "coordinator repair: --from-checkpoint %s: %s\n", a.checkpoint, strerror(errno));
+        return OPTS_EXIT_USAGE;
+    }
     if (a.checkpoint && checkpoint_read(a.checkpoint, 1, &ck, err, sizeof err) < 0) {
         fprintf(stderr, "coordinator repair: --from-checkpoint: %s\n", err);
         return 1;

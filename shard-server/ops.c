@@ -37,7 +37,7 @@ static void record_reject(ss_ctx *ss, const ss_req *req, const char *code, const
     snprintf(shard, sizeof shard, "%lld", (long long)req->h.shard);
     snprintf(round, sizeof round, "%lld", (long long)req->h.round);
     const char *args[6] = {ss->id, req->h.worker, code, msg, shard, round};
-    if (fcall(ss, NULL, NULL, "dl_reject", 6, args) != 0)
+    if (store_fcall(ss, NULL, NULL, "dl_reject", 6, args) != 0)
         log_warn("cannot record rejection %s in Redis (not connected)", code);
 }
 
@@ -238,7 +238,7 @@ static void op_push(ss_ctx *ss, ss_req *req)
     mc->req = req;
     mc->gen = s->gen;
     const char *args[1] = {req->h.worker};
-    if (fcall(ss, push_on_member, mc, "dl_member", 1, args) != 0) {
+    if (store_fcall(ss, push_on_member, mc, "dl_member", 1, args) != 0) {
         free(mc);
         req_reply_err(req, DP_REDIS, "Redis is unavailable; retry");
     }

@@ -81,6 +81,7 @@ typedef struct ss_metrics {
     uint64_t conflicts;     /* FENCED / VERSION replies to dl_commit or dl_snapshot */
     uint64_t lease_changes; /* shards gained or lost */
     uint64_t rejections;
+    uint64_t duplicates; /* pushes of a sync round that had committed already (not rejections) */
     uint64_t pushes;
     uint64_t gets;
     uint64_t tentative_gets; /* of which answered before the version was durable */

@@ -98,6 +98,7 @@ class DiLoCo:
                  fragment_sync_delay=None, fragment_update_alpha=0.0, worker_id=None, bf16=True, dylu=False,
                  error_feedback=False, heartbeat_interval=30.0, max_sync_retries=3, connect_timeout=60.0, net_timeout=60.0,
                  sync_timeout=120.0, handle_signals=True, log=None, log_level=None):
+        checks.check_arguments(url, run, model, inner_optimizer)
         if outer_optimizer is not None:
             raise TypeError("outer_optimizer must be None: the outer optimizer runs on the shard-servers; set it "
                             "when the run is created (init_run(..., outer_lr=, outer_momentum=, nesterov=))")

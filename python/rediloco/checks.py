@@ -31,6 +31,12 @@ def check_arguments(url, run, model, inner_optimizer):
                         "model.parameters())): the sync runs after its step(); got %s" % _kind(inner_optimizer))
 
 
+def quoted(names, most=8):
+    """'a', 'b', 'c' and 2 more: names for a message."""
+    shown = ", ".join(repr(n) for n in names[:most])
+    return shown + (" and %d more" % (len(names) - most) if len(names) > most else "")
+
+
 def _kind(value):
     text = repr(value)
     return "%s %s" % (type(value).__name__, text if len(text) <= 40 else text[:37] + "...")

@@ -24,6 +24,7 @@ import signal
 import threading
 
 from . import _lib, checks, devicehooks
+from .buffers import BufferWatch
 from .errors import DiLoCoError, Stopped
 from .params import FlatParams
 from .syncinfo import SyncInfo
@@ -126,6 +127,7 @@ class DiLoCo:
         self._d = None
         self._lib = None
         self._flat = None
+        self._buffers = None  # BufferWatch: warns at the first sync of buffers that training changed
         self._device_hooks = None
         self._signals = None
         self._hook = None
@@ -156,6 +158,7 @@ class DiLoCo:
                 self._signals = _SignalWatch(self._on_signal)
             self._check_run(tensors)  # before anything is written anywhere, the model's tensors included
             self._flat = FlatParams(self.model)
+            self._buffers = BufferWatch(self.model)
             self._open_session()
             self._check_layout(self._layout_json(), self._flat.layout)  # the run as diloco_open read it
             self._check_fragments()
@@ -274,6 +277,8 @@ class DiLoCo:
             raise DiLoCoError("sync failed: %s" % self._flat.name_index(self._message()))
         if self._lib.diloco_stop_requested(self._d):
             self._stop_reason = "the operator shut run %r down" % self.run
+        if rc == 1:
+            self._buffers.after_sync(self.run)
         return rc == 1
 
     def sync(self):

@@ -161,8 +161,13 @@ struct diloco {
 };
 
 /* session.c */
-redisReply *dl_command(diloco *d, const char *fmt, ...); /* on ctl, reconnecting as needed; caller frees */
-redisReply *dl_command_argv(diloco *d, int argc, const char **argv); /* the same, argv form */
+/* A command on ctl, reconnecting as needed; the caller frees the reply. NULL or an error reply (see
+ * dl_reply_failed): err (may be NULL) says why, written while ctl_mu is held, since any thread's
+ * reconnect may free ctl as soon as it is released: never pass d->ctl to rconn_reply_error. */
+redisReply *dl_command(diloco *d, char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* The same, argv form (lens may be NULL: strlen of each) */
+redisReply *dl_command_argv(diloco *d, int argc, const char **argv, const size_t *lens, char *err, size_t errlen);
+int dl_reply_failed(const redisReply *r); /* NULL or an error reply */
 /* With the run's min_replicas > 0: wait until that many Redis replicas have our writes on ctl so far
  * (WAIT, again while fewer do); 0 at once when min_replicas is 0, -1 + err when ctl broke or we stop. */
 int dl_wait_replicas(diloco *d, char *err, size_t errlen);

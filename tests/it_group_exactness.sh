@@ -9,7 +9,9 @@
 # Δ of all shards) and receive what one process receives. Then a mixed run: group g1 with a single
 # bin/worker w2 (bit-identical to ref g1,w2; the group's bytes per round equal w2's); then bad input: ranks
 # that disagree on group size, run or H, and a group larger than the run's shards: one clear error
-# on every rank and nothing registered.
+# on every rank and nothing registered; the Functions refuse a rank joining a group that already
+# arrived at a barrier, a second join, a wrong size, and an arrival before every rank joined (GROUP /
+# BADARG), writing nothing.
 . "$(dirname "$0")/lib.sh"
 NUMEL=60000; SEED=5; ROUNDS=4; H=10
 start_redis
@@ -113,3 +115,26 @@ RANKS=3 bad_case big 'needs a run of at least 3 shards' --ranks 3
 joins=$($RCLI HGET "dl:{$RUN}:state" joins)
 [ "$joins" = 0 ] || fail "bad input registered $joins time(s)"
 say "bad input (group size, run, H, a group larger than the shards): every rank says why, nothing registered"
+
+# the Functions themselves (what a rank restarted alone, or a buggy client, would send)
+K="dl:{$RUN}:config"
+inc=$($RCLI FCALL dl_register 1 "$K" gl host 5 2 | head -n 1)
+$RCLI FCALL dl_arrive 1 "$K" gl "$inc" 0 0 0 | grep -q 'GROUP rank 1 of worker gl has not joined' ||
+  fail "an arrival before every rank joined was not refused"
+[ "$($RCLI HEXISTS "dl:{$RUN}:f0:r0" g:gl:0)" = 0 ] || fail "the refused arrival wrote its field"
+$RCLI FCALL dl_group_join 1 "$K" gl "$inc" 1 3 | grep -q 'BADARG worker gl was registered as a group of 2' ||
+  fail "a join with another group size was not refused"
+[ "$($RCLI FCALL dl_group_join 1 "$K" gl "$inc" 1 2)" = OK ] || fail "rank 1 could not join"
+$RCLI FCALL dl_group_join 1 "$K" gl "$inc" 1 2 | grep -q 'GROUP rank 1 of worker gl joined already' ||
+  fail "a second join was not refused"
+$RCLI FCALL dl_arrive 1 "$K" gl "$inc" 0 0 0 | grep -q '^open' || fail "rank 0's arrival"
+[ "$($RCLI HEXISTS "dl:{$RUN}:f0:r0" a:gl)" = 0 ] || fail "half the group counted as arrived"
+before=$($RCLI HGET "dl:{$RUN}:workers" gl | od -c | md5sum)
+$RCLI FCALL dl_group_join 1 "$K" gl "$inc" 1 2 | grep -q 'GROUP worker gl (incarnation '"$inc"') has already synced' ||
+  fail "a rank joining a group that already synced was not refused: $($RCLI FCALL dl_group_join 1 "$K" gl "$inc" 1 2)"
+[ "$($RCLI HGET "dl:{$RUN}:workers" gl | od -c | md5sum)" = "$before" ] || fail "the refused join changed the group's record"
+$RCLI FCALL dl_arrive 1 "$K" gl "$inc" 0 0 1 | grep -q '^closed' || fail "the group's arrival with its last rank"
+[ "$($RCLI HGET "dl:{$RUN}:f0:r0" participants)" = "gl:$inc" ] || fail "participants: $($RCLI HGET "dl:{$RUN}:f0:r0" participants)"
+[ "$($RCLI FCALL dl_deregister 1 "$K" gl "$inc" 1)" = OK ] && [ "$($RCLI FCALL dl_deregister 1 "$K" gl "$inc" 0)" = GONE ] ||
+  fail "deregistering a group from two ranks"
+say "the Functions refuse a join after the group synced, a second join, a wrong size, an early arrival; the group counts once all ranks arrived"

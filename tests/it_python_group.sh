@@ -7,7 +7,8 @@
 # round's only participants, and in the last rounds a group's ranks together sent and received exactly
 # one process's bytes (2 and 4 per parameter, bf16); (2) mixed: a group g1, a single PyTorch worker w2
 # and a C worker w3 in one run: bit-identical to the reference of g1, w2, w3, and every member reports
-# the same digest after every sync.
+# the same digest after every sync; (3) a group whose rank 1 has another model: the same DiLoCoError on
+# both ranks, nothing registered.
 . "$(dirname "$0")/lib.sh"
 NUMEL=20000; SEED=13; ROUNDS=3; H=10
 start_redis
@@ -20,6 +21,9 @@ group() { # RUN ID
   eval "P_$1_$2=$!"; PIDS="$PIDS $!"
 }
 group pgx g1; group pgx g2; group pgmix g1
+/usr/bin/python3 tests/python/group_quad.py "$URL" pgx gbad 10 5 --ranks 2 --numel $NUMEL --seed $SEED --bad-model \
+  --out "$TMP/pgx-gbad" --start-method ${START:-fork} > "$TMP/py-pgx-gbad.log" 2>&1 &
+PBAD=$!; PIDS="$PIDS $!"
 /usr/bin/python3 tests/python/quad_worker.py "$URL" pgmix w2 $((ROUNDS * H)) $H --numel $NUMEL --seed $SEED \
   --digests "$TMP/pgmix-w2.digests" > "$TMP/py-pgmix-w2.log" 2>&1 &
 PW2=$!; PIDS="$PIDS $!"
@@ -36,6 +40,13 @@ check_ref() { # RUN WORKERS -> REF (digest of the whole vector)
     || fail "$1: shard digests differ from the reference of $2: $(cat "$TMP/diff.txt")"
   REF=$(awk '/^all/ {print $2}' "$TMP/ref-$1.txt")
 }
+wait "$PBAD" && fail "a group whose ranks have different models started"
+for r in 0 1; do
+  grep -q "^error the ranks of the process group disagree on model tensors (entry 0): rank 0 has \['x', \[$NUMEL\]\], rank 1 \['y', \[$NUMEL\]\]" "$TMP/pgx-gbad.rank$r" ||
+    fail "rank $r of gbad did not say the models differ: $(cat "$TMP/pgx-gbad.rank$r")"
+done
+$RCLI XRANGE "dl:{pgx}:events" - + | grep -q gbad && fail "the group with different models left a trace in the run"
+say "ranks with different models: the same error on both, nothing registered"
 check_ref pgx g1,g2
 for g in g1 g2; do
   for r in 0 1; do

@@ -1,6 +1,6 @@
 #!/bin/sh
 # it_python_group_crash.sh: faults of a process group (tests/python/group_quad.py, 2 ranks, DDP on gloo)
-# next to a C worker c1, --heartbeat-timeout 2. (1) kill -9 of rank 1 mid-run: the group leaves the run
+# next to a C worker c1, --heartbeat-timeout 4. (1) kill -9 of rank 1 mid-run: the group leaves the run
 # (its other rank is stopped by torch.multiprocessing and leaves, or the group is evicted), the run goes on
 # with c1, the group started again registers and takes part in rounds again. Every closed round that lists
 # the group has the arrival of both its ranks under that incarnation: a half group is never a participant.
@@ -17,7 +17,7 @@ start_group() {
 rank_pid() { wait_until 60 "[ -s $TMP/g1-$1.rank$2 ]" "rank $2's pid"; awk '/^pid/ {print $2}' "$TMP/g1-$1.rank$2"; }
 took_part_since() { for x in $(seq "$1" "$(round)"); do $RCLI HGET "dl:{$RUN}:f0:r$x" participants; done | grep -q "g1:"; }
 start_redis
-init_run $RUN --trainer quadratic --numel $NUMEL --shards 4 --workers 2 --heartbeat-timeout 2
+init_run $RUN --trainer quadratic --numel $NUMEL --shards 4 --workers 2 --heartbeat-timeout 4
 start_server s1 --lease-ttl-ms 2000
 start_worker c1 --sync-every 10 --steps 0 --heartbeat-interval 0.5 --step-delay-ms 20
 start_group 1

@@ -211,7 +211,7 @@ class DiLoCo:
         self._group = g
         g.agree({"run": self.run, "sync_every": self.sync_every_requested,
                            "worker_id": self.worker_id_requested, "bf16": self.bf16,
-                           "error_feedback": self.error_feedback, "model": group.layout_digest(self._flat)})
+                           "error_feedback": self.error_feedback, "model tensors": group.layout(self._flat)})
 
     def _open_session(self):
         o = self._options()

@@ -14,7 +14,6 @@ buffer. Before the session opens, the ranks compare what they were given (run, H
 tensors): a disagreement is the same DiLoCoError on every rank, before anything is registered.
 """
 import ctypes
-import hashlib
 
 import torch
 import torch.distributed as dist
@@ -63,9 +62,15 @@ class Group:
         dist.all_gather_object(everyone, facts, group=self.pg)
         for r, theirs in enumerate(everyone):
             for key in sorted(everyone[0]):
-                if theirs.get(key) != everyone[0][key]:
-                    raise DiLoCoError("the ranks of the process group disagree on %s: rank 0 has %r, rank %d %r"
-                                      % (key, everyone[0][key], r, theirs.get(key)))
+                mine, other = everyone[0][key], theirs.get(key)
+                if other == mine:
+                    continue
+                if isinstance(mine, list) and isinstance(other, list):  # the first entry that differs
+                    i = next((i for i, (x, y) in enumerate(zip(mine, other)) if x != y), min(len(mine), len(other)))
+                    mine, other = (mine[i] if i < len(mine) else "nothing"), (other[i] if i < len(other) else "nothing")
+                    key = "%s (entry %d)" % (key, i)
+                raise DiLoCoError("the ranks of the process group disagree on %s: rank 0 has %r, rank %d %r"
+                                  % (key, mine, r, other))
 
     def ops(self):
         g = _lib.GroupOps()
@@ -96,7 +101,6 @@ class Group:
             return -1
 
 
-def layout_digest(flat):
-    """A short digest of the model's tensors (names, shapes, order) for Group.agree."""
-    h = hashlib.sha256(repr(list(zip(flat.names, flat.shapes))).encode())
-    return "%d tensors, %d parameters, sha256 %s" % (len(flat.names), flat.numel, h.hexdigest()[:16])
+def layout(flat):
+    """The model's tensors as Group.agree compares them: [name, [shape...]] in order."""
+    return [[name, list(shape)] for name, shape in zip(flat.names, flat.shapes)]

@@ -6,7 +6,7 @@ of WORKER_ID (tests/python/quad_worker.py: the C trainer's problem and AdamW in 
 Every rank runs DDP over the same model and the same problem, so DDP's averaged gradient is each rank's own
 (g/R summed R times: exact for R = 2), and the group trains what one process of that id would. Each rank
 writes PREFIX.rank<r>: "pid <pid>" first, then one line per sync: "sync <version> <digest> <bytes_up>
-<bytes_down> <stale>". --step-delay slows every step (the crash test kills a rank mid-run)."""
+<bytes_down> <stale>", or "error <message>" when it could not join. --step-delay slows every step (the crash test kills a rank mid-run)."""
 import argparse
 import os
 import sys
@@ -45,21 +45,31 @@ class Quad(torch.nn.Module):
         self.a, self.c = a, c
 
     def forward(self):
-        return QuadLoss.apply(self.x, self.a, self.c)
+        return QuadLoss.apply(self.x if hasattr(self, "x") else self.y, self.a, self.c)
 
 
 def rank_main(rank, args, init_file):
     dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=args.ranks)
     a, c = problem(args.seed, args.worker_id, args.numel)
-    model = torch.nn.parallel.DistributedDataParallel(Quad(args.numel, a, c))
+    module = Quad(args.numel, a, c)
+    if args.bad_model and rank == 1:  # the same shapes (DDP checks those) under another name
+        module.y = module.x
+        del module.x
+    model = torch.nn.parallel.DistributedDataParallel(module)
     inner = QuadAdamW(model.parameters())
     out = open("%s.rank%d" % (args.out, rank), "w") if args.out else None
     if out:
         out.write("pid %d\n" % os.getpid())
         out.flush()
-    with rediloco.DiLoCo(args.url, args.run, model, inner, sync_every=args.h, worker_id=args.worker_id,
-                         bf16=not args.no_bf16, heartbeat_interval=args.heartbeat,
-                         process_group=dist.group.WORLD) as dl:
+    dl = rediloco.DiLoCo(args.url, args.run, model, inner, sync_every=args.h, worker_id=args.worker_id,
+                         bf16=not args.no_bf16, heartbeat_interval=args.heartbeat, process_group=dist.group.WORLD)
+    try:
+        dl.open()
+    except rediloco.DiLoCoError as e:
+        if out:
+            out.write("error %s\n" % e)
+        raise
+    with dl:
         last = None
         for step in range(1, args.steps + 1):
             loss = model()
@@ -92,6 +102,7 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--heartbeat", type=float, default=1.0)
     ap.add_argument("--step-delay", type=float, default=0.0)
+    ap.add_argument("--bad-model", action="store_true", help="rank 1's parameter is named y, not x")
     ap.add_argument("--start-method", default="spawn", choices=("spawn", "fork"),
                     help="fork: the ranks need not import torch again (the tests, on a busy machine)")
     args = ap.parse_args()

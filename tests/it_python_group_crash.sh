@@ -4,7 +4,9 @@
 # (its other rank is stopped by torch.multiprocessing and leaves, or the group is evicted), the run goes on
 # with c1, the group started again registers and takes part in rounds again. Every closed round that lists
 # the group has the arrival of both its ranks under that incarnation: a half group is never a participant.
-# (2) SIGINT to rank 1 alone: every process of the group is gone within 10 s and the group is no member.
+# (2) SIGINT to rank 1 alone: every process of the group is gone within 20 s (rank 1 leaves the run at
+# once, rank 0's next DDP all-reduce fails; interpreters exit slowly on a loaded machine) and the group is
+# no member.
 . "$(dirname "$0")/lib.sh"
 RUN=pgcrash; NUMEL=20000
 round() { $RCLI HGET "dl:{$RUN}:state" round:0; }
@@ -41,21 +43,21 @@ alive "$WRK_c1" || fail "the C worker died"
 say "the restarted group rejoined at round $back and syncs again"
 
 # no half group: a round listing g1:<inc> has both ranks' arrivals g:g1:0 and g:g1:1 = <inc>
-last=$(round); n=0
-for x in $(seq 0 $((last - 1))); do
-  inc=$($RCLI HGET "dl:{$RUN}:f0:r$x" participants | tr ',' '\n' | sed -n 's/^g1:\([0-9]*\)$/\1/p')
-  [ -z "$inc" ] && continue
-  [ "$($RCLI HGET "dl:{$RUN}:f0:r$x" g:g1:0)" = "$inc" ] && [ "$($RCLI HGET "dl:{$RUN}:f0:r$x" g:g1:1)" = "$inc" ] ||
-    fail "round $x lists g1:$inc without both ranks' arrivals: $($RCLI HGETALL "dl:{$RUN}:f0:r$x" | tr '\n' ' ')"
-  n=$((n + 1))
-done
+last=$(round)
+for x in $(seq 0 $((last - 1))); do echo "HMGET dl:{$RUN}:f0:r$x participants g:g1:0 g:g1:1"; done | $RCLI > "$TMP/rounds.txt"
+awk 'NR % 3 == 1 {p = $0} NR % 3 == 2 {a = $0} NR % 3 == 0 {
+       inc = ""; n = split(p, ids, ","); for (i = 1; i <= n; i++) if (ids[i] ~ /^g1:/) inc = substr(ids[i], 4)
+       if (inc == "") next
+       with++; if (a != inc || $0 != inc) {print "round " (NR / 3 - 1) ": " p " with rank arrivals " a ", " $0; bad = 1}}
+     END {print with + 0; exit bad}' "$TMP/rounds.txt" > "$TMP/half.txt" || fail "a half group in a round: $(cat "$TMP/half.txt")"
+n=$(tail -n 1 "$TMP/half.txt")
 [ "$n" -ge 2 ] || fail "only $n rounds with the group"
-say "$n closed rounds list the group, each with both ranks' arrivals; none with half of it"
+say "$n of $last closed rounds list the group, each with both ranks' arrivals; none with half of it"
 
 # SIGINT to rank 1 alone stops the whole group within seconds
 r1=$(rank_pid 2 1); r0=$(rank_pid 2 0)
 kill -INT "$r1"
 t0=$(date +%s)
-wait_until 10 '! alive "$r0" && ! alive "$r1" && ! alive "$GRP"' "every process of the group to stop after SIGINT to rank 1"
+wait_until 20 '! alive "$r0" && ! alive "$r1" && ! alive "$GRP"' "every process of the group to stop after SIGINT to rank 1"
 wait_until 5 '[ "$(member)" = 0 ]' "the group to leave the run"
 say "SIGINT to rank 1: the group's processes were gone after $(( $(date +%s) - t0 )) s and it left the run"

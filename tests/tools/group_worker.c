@@ -6,7 +6,7 @@
  * into one table between two barriers, broadcast copies the root's slice of its parameters into the
  * others'. Every sync of every rank is one line on stdout:
  *
- *   sync rank <r> version <v> digest <16 hex> up <bytes> down <bytes> stale <0|1>
+ *   sync rank <r> version <v> digest <16 hex> up <bytes> down <bytes> stale <0|1> seconds <s> wait <s>
  *
  * and a rank whose session fails prints "error rank <r>: <message>" and the program exits 1.
  *
@@ -138,8 +138,10 @@ static void *rank_main(void *p)
         }
         diloco_sync_info s;
         if (rc == 1 && diloco_last_sync(d, &s) == 0)
-            say(c, "sync rank %d version %" PRId64 " digest %016" PRIx64 " up %" PRIu64 " down %" PRIu64 " stale %d\n",
-                c->rank, s.version, s.digest, s.bytes_up, s.bytes_down, s.stale);
+            say(c,
+                "sync rank %d version %" PRId64 " digest %016" PRIx64 " up %" PRIu64 " down %" PRIu64
+                " stale %d seconds %.4f wait %.4f\n",
+                c->rank, s.version, s.digest, s.bytes_up, s.bytes_down, s.stale, s.seconds, s.wait_seconds);
     }
     diloco_close(d);
     t->destroy(t);

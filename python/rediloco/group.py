@@ -44,17 +44,21 @@ def _fill_err(err, errlen, exc):
 class Group:
     """The process group and the two collectives libdiloco calls (GroupOps of _lib.py)."""
 
-    def __init__(self, process_group, flat):
+    def __init__(self, process_group):
         if not (dist.is_available() and dist.is_initialized()):
             raise DiLoCoError("process_group was given but torch.distributed is not initialised: call "
                               "dist.init_process_group(...) in every process first")
-        if flat.path != "cpu":
-            raise DiLoCoError("process groups work on models on the CPU for now (this one is on %s)" % flat.device)
         self.pg = process_group
         self.rank = dist.get_rank(process_group)
         self.size = dist.get_world_size(process_group)
-        self.flat = flat
+        self.flat = None
         self._callbacks = []
+
+    def attach(self, flat):
+        """The flat parameter buffer (params.FlatParams) the broadcasts move."""
+        if flat.path != "cpu":
+            raise DiLoCoError("process groups work on models on the CPU for now (this one is on %s)" % flat.device)
+        self.flat = flat
 
     def agree(self, facts):
         """Every rank's facts (a dict) must equal rank 0's: otherwise the same DiLoCoError on every rank."""
@@ -100,7 +104,3 @@ class Group:
             _fill_err(err, errlen, e)
             return -1
 
-
-def layout(flat):
-    """The model's tensors as Group.agree compares them: [name, [shape...]] in order."""
-    return [[name, list(shape)] for name, shape in zip(flat.names, flat.shapes)]

@@ -226,8 +226,8 @@ static void group_leave(diloco *d)
 {
     int64_t inc = dl_inc(d);
     if (inc <= 0) return;
-    redisReply *r = dl_command(d, "FCALL dl_deregister 1 %s %s %lld %d", d->config_key, d->worker_id, (long long)inc,
-                               d->grp_rank);
+    redisReply *r = dl_command(d, NULL, 0, "FCALL dl_deregister 1 %s %s %lld %d", d->config_key, d->worker_id,
+                               (long long)inc, d->grp_rank);
     if (r) freeReplyObject(r);
 }
 
@@ -258,9 +258,9 @@ static int group_register(diloco *d, char *err, size_t errlen)
         set_incarnation(d, all[0].v[0]);
         d->frag_version[0] = all[0].v[1];
         d->frag_joined[0] = all[0].v[2];
-        redisReply *r = dl_command(d, "FCALL dl_group_join 1 %s %s %lld %d %d", d->config_key, d->worker_id,
-                                   (long long)all[0].v[0], d->grp_rank, size);
-        me.status = rconn_reply_error(d->ctl, r, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
+        redisReply *r = dl_command(d, me.err, sizeof me.err, "FCALL dl_group_join 1 %s %s %lld %d %d", d->config_key,
+                                   d->worker_id, (long long)all[0].v[0], d->grp_rank, size);
+        me.status = dl_reply_failed(r) ? DL_FAIL : DL_OK;
         if (r) freeReplyObject(r);
     }
     if (gather(d, GRP_JOIN, &me, all, err, errlen) < 0) goto out;
@@ -402,7 +402,7 @@ static int recover(diloco *d, int worst, const char *why, int64_t round, uint64_
         return -1;
     }
     if (d->grp_rank == 0) { /* is the group still a member, with this incarnation? */
-        redisReply *r = dl_command(d, "FCALL dl_member 1 %s %s", d->config_key, d->worker_id);
+        redisReply *r = dl_command(d, NULL, 0, "FCALL dl_member 1 %s %s", d->config_key, d->worker_id);
         me.v[0] = r && r->type == REDIS_REPLY_INTEGER && r->integer == dl_inc(d) && dl_inc(d) > 0;
         if (r) freeReplyObject(r);
     }
@@ -433,8 +433,8 @@ int group_round(diloco *d, char *err, size_t errlen)
     }
     snprintf(err, errlen, "a rank's parameters were out of step with the group's");
     if (!d->grp_dirty) {
-        int p = round_prepare_delta(d, 0, me.err, sizeof me.err);
-        me.status = p == 0 ? DL_OK : p == DL_CORRUPT ? DL_CORRUPT : p == 1 ? DL_STALE : DL_FAIL;
+        prep_outcome p = round_prepare_delta(d, 0, me.err, sizeof me.err);
+        me.status = p == PREP_SEND ? DL_OK : p == PREP_CORRUPT ? DL_CORRUPT : p == PREP_RESET ? DL_STALE : DL_FAIL;
         me.v[0] = (int64_t)d->push_tokens[0];
         if (dl_stopping(d)) goto stop;
         if (gather(d, GRP_PREPARE, &me, all, err, errlen) < 0) goto fatal;

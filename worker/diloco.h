@@ -171,8 +171,8 @@ typedef struct diloco_device_ops {
  *
  * (tests/tools/group_worker.c runs ranks as threads with memcpy for both hooks.) */
 typedef struct diloco_group_ops {
-    int size; /* processes in the group; 0 or 1: no group (a worker of one process) */
-    int rank; /* this process's place in it, 0 .. size-1; rank 0 registers the group */
+    int size;  /* processes in the group; 0 or 1: no group (a worker of one process) */
+    int rank;  /* this process's place in it, 0 .. size-1; rank 0 registers the group */
     void *ctx; /* passed back to the hooks */
     int (*allgather)(void *ctx, const void *in, size_t len, void *out, char *err, size_t errlen);
     int (*broadcast)(void *ctx, float *params, size_t off, size_t n, int root, char *err, size_t errlen);

@@ -112,8 +112,8 @@ static void *rank_main(void *p)
     o.error_feedback = c->error_feedback;
     o.heartbeat_interval_ms = c->heartbeat_ms;
     o.sync_timeout_ms = 30000;
-    o.group = (diloco_group_ops){.size = c->sh->ranks, .rank = c->rank, .ctx = c, .allgather = allgather,
-                                 .broadcast = broadcast};
+    o.group = (diloco_group_ops){
+        .size = c->sh->ranks, .rank = c->rank, .ctx = c, .allgather = allgather, .broadcast = broadcast};
     if (c->bad && c->rank == 1) {
         if (!strcmp(c->bad, "SIZE")) o.group.size = c->sh->ranks + 1;
         if (!strcmp(c->bad, "RUN")) o.run = "not-this-run";
@@ -173,10 +173,17 @@ int main(int argc, char **argv)
     static shared sh;
     rank_ctx base = {.sh = &sh, .bf16 = 1, .heartbeat_ms = 1000};
     int ranks = 2;
-    static struct option opts[] = {{"redis", 1, 0, 'r'},     {"run", 1, 0, 'n'},          {"worker-id", 1, 0, 'w'},
-                                   {"ranks", 1, 0, 'R'},     {"steps", 1, 0, 's'},        {"sync-every", 1, 0, 'H'},
-                                   {"no-bf16", 0, 0, 'b'},   {"error-feedback", 0, 0, 'e'}, {"heartbeat-ms", 1, 0, 'm'},
-                                   {"bad", 1, 0, 'x'},       {0, 0, 0, 0}};
+    static struct option opts[] = {{"redis", 1, 0, 'r'},
+                                   {"run", 1, 0, 'n'},
+                                   {"worker-id", 1, 0, 'w'},
+                                   {"ranks", 1, 0, 'R'},
+                                   {"steps", 1, 0, 's'},
+                                   {"sync-every", 1, 0, 'H'},
+                                   {"no-bf16", 0, 0, 'b'},
+                                   {"error-feedback", 0, 0, 'e'},
+                                   {"heartbeat-ms", 1, 0, 'm'},
+                                   {"bad", 1, 0, 'x'},
+                                   {0, 0, 0, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (ch) {
         case 'r': base.redis = optarg; break;

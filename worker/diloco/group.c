@@ -297,12 +297,11 @@ static int check_hooks(const diloco_options *o, char *err, size_t errlen)
 static int check_hello(diloco *d, const group_msg *all, char *err, size_t errlen)
 {
     int size = d->o.group.size;
-    static const char *what[] = {"the parameter count", "sync_every", "bf16", "error_feedback", "dylu",
-                                 "device hooks"};
+    static const char *what[] = {"the parameter count", "sync_every", "bf16", "error_feedback", "dylu", "device hooks"};
     for (int r = 1; r < size; r++) {
         if (strcmp(all[r].run, all[0].run) != 0) {
-            err_set(err, errlen, "the ranks of the group disagree on the run: rank 0 has '%s', rank %d '%s'", all[0].run,
-                    r, all[r].run);
+            err_set(err, errlen, "the ranks of the group disagree on the run: rank 0 has '%s', rank %d '%s'",
+                    all[0].run, r, all[r].run);
             return -1;
         }
         for (int i = 0; i < 6; i++)
@@ -317,11 +316,11 @@ static int check_hello(diloco *d, const group_msg *all, char *err, size_t errlen
             return -1;
         }
     }
-    const char *why = d->rc.async                ? "asynchronous runs"
-                      : d->rc.nfragments != 1    ? "Streaming DiLoCo (runs of several fragments)"
-                      : d->dev                   ? "device hooks"
-                      : d->o.dylu                ? "DyLU"
-                                                 : NULL;
+    const char *why = d->rc.async             ? "asynchronous runs"
+                      : d->rc.nfragments != 1 ? "Streaming DiLoCo (runs of several fragments)"
+                      : d->dev                ? "device hooks"
+                      : d->o.dylu             ? "DyLU"
+                                              : NULL;
     if (why) {
         err_set(err, errlen, "process groups do not support %s yet: join this run with one process per worker", why);
         return -1;

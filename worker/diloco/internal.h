@@ -175,12 +175,12 @@ struct diloco {
 
     /* process groups (group.c). Every session pushes and fetches only shards [part_lo, part_hi): all of
      * them for a worker of one process, its part for a rank of a group (dl_first_shard) */
-    int grp;             /* o.group.size > 1 */
-    int grp_rank;        /* o.group.rank (0 without a group) */
+    int grp;      /* o.group.size > 1 */
+    int grp_rank; /* o.group.rank (0 without a group) */
     int part_lo, part_hi;
-    int *grp_bounds;     /* size+1 shard indices: rank r moves shards [grp_bounds[r], grp_bounds[r+1]) */
-    uint32_t grp_calls;  /* collectives so far: the ranks of a group in step have made the same number */
-    int grp_dirty;       /* the ranks' parts may disagree: the next sync fetches instead of sending */
+    int *grp_bounds;    /* size+1 shard indices: rank r moves shards [grp_bounds[r], grp_bounds[r+1]) */
+    uint32_t grp_calls; /* collectives so far: the ranks of a group in step have made the same number */
+    int grp_dirty;      /* the ranks' parts may disagree: the next sync fetches instead of sending */
 };
 
 /* The shards of fragment f this session moves: the fragment's, or its part of them in a group. */

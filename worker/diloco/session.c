@@ -434,8 +434,8 @@ static void session_close(diloco *d)
     if (inc > 0 && d->ctl && !rconn_broken(d->ctl)) { /* a group's rank: the group leaves (GONE if it has) */
         redisReply *r = d->grp ? rconn_command(d->ctl, "FCALL dl_deregister 1 %s %s %lld %d", d->config_key,
                                                d->worker_id, (long long)inc, d->grp_rank)
-                               : rconn_command(d->ctl, "FCALL dl_deregister 1 %s %s %lld", d->config_key,
-                                               d->worker_id, (long long)inc);
+                               : rconn_command(d->ctl, "FCALL dl_deregister 1 %s %s %lld", d->config_key, d->worker_id,
+                                               (long long)inc);
         if (r) freeReplyObject(r);
     }
     conn_close_all(d);

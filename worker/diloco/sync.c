@@ -228,8 +228,8 @@ static int closed_with_us(diloco *d, int f, int64_t round)
 
 static int arrive_once(diloco *d, int f, int64_t round, int *written, char *err, size_t errlen)
 {
-    redisReply *r = dl_command(d, err, errlen, "FCALL dl_arrive 1 %s %s %lld %d %lld %d", d->config_key,
-                               d->worker_id, (long long)dl_inc(d), f, (long long)round, d->grp_rank);
+    redisReply *r = dl_command(d, err, errlen, "FCALL dl_arrive 1 %s %s %lld %d %lld %d", d->config_key, d->worker_id,
+                               (long long)dl_inc(d), f, (long long)round, d->grp_rank);
     int rc = DL_OK;
     *written = !dl_reply_failed(r);
     if (!*written) {

@@ -145,10 +145,7 @@ local function dl_repair(keys, args)
         redis.call('HSET', barrier_key(P, f, V), 'state', 'open', 'opened_ms', now)
     end
     -- waiters look at their barrier now instead of at their next poll
-    for _, w in ipairs(redis.call('HKEYS', P .. ':workers')) do
-        redis.call('RPUSH', P .. ':wake:' .. w, 'repair')
-        redis.call('EXPIRE', P .. ':wake:' .. w, 600)
-    end
+    for _, w in ipairs(redis.call('HKEYS', P .. ':workers')) do wake_member(P, w, get_worker(P, w), 'repair') end
     redis.call('HINCRBY', state, 'repairs', 1)
     event(P, 'repair', {'how', how, 'source', source, 'version', V, 'from_round', from,
                         'corrupt_shards', table.concat(corrupt, ',')})

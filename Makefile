@@ -266,6 +266,32 @@ fuzz-seeds: $(BUILD)/fuzz/seeds
 	$(BUILD)/fuzz/seeds fuzz/corpus
 	python3 fuzz/seeds_checkpoint.py fuzz/corpus
 
+# ---- ThreadSanitizer: libdiloco's threads (tests/tsan/test_tsan_*.c) ----------------------------------
+#
+# libdiloco runs commands on one control connection from several threads (training, a Streaming
+# fragment's, the per-owner push/get threads). tests/tsan/test_tsan_NAME.c is built with the library
+# and common/ compiled again with -fsanitize=thread into build/tsan/, as build/tests/test_tsan_NAME,
+# so tests/run.sh runs it with the unit tests; a data race makes it exit 66.
+TSAN_FLAGS  = -fsanitize=thread -fno-omit-frame-pointer -DDILOCO_NO_CLONES
+TSAN_CFLAGS = $(CSTD) -O1 -g $(WARN) $(DETERMINISTIC) $(TSAN_FLAGS) -pthread -MMD -MP $(COMMON_INC) -Imodel -Iworker \
+              -Ibuild/gen $(OPENBLAS_CFLAGS)
+TSAN_OBJ    = $(COMMON_SRC:%.c=$(BUILD)/tsan/%.o) $(DILOCO_SRC:%.c=$(BUILD)/tsan/%.o)
+TSAN_BIN    = $(patsubst tests/tsan/%.c,$(BUILD)/tests/%,$(wildcard tests/tsan/test_tsan_*.c))
+$(BUILD)/tsan/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(TSAN_CFLAGS) -c $< -o $@
+ifeq ($(shell uname -m),x86_64)
+$(BUILD)/tsan/common/math/hash_avx2.o: TSAN_CFLAGS += -mavx2
+$(BUILD)/tsan/common/math/outer_avx2.o: TSAN_CFLAGS += -mavx2 -mfma
+$(BUILD)/tsan/common/math/codec_avx2.o: TSAN_CFLAGS += -mavx2
+endif
+$(BUILD)/tsan/libtsan-diloco.a: $(TSAN_OBJ) $(BUILD)/gen/lua_library.o
+	@rm -f $@; ar rcs $@ $^
+$(BUILD)/tests/test_tsan_%: tests/tsan/test_tsan_%.c $(BUILD)/tsan/libtsan-diloco.a
+	@mkdir -p $(dir $@)
+	$(CC) $(TSAN_CFLAGS) -Itests -o $@ $< $(BUILD)/tsan/libtsan-diloco.a $(LDLIBS)
+tests-build: $(TSAN_BIN)
+
 # ---- libdiloco for other programs: build/libdiloco.so and .a, libdiloco.pc, make install -----------
 #
 # The library is worker/diloco/ plus the parts of common/ it uses, partially linked into one object

@@ -72,7 +72,7 @@ void wake_cancel(wake_wait *w)
     char key[KEY_MAX], name[96];
     snprintf(name, sizeof name, "wake:%s", d->worker_id);
     key_run(key, sizeof key, d->o.run, name);
-    redisReply *r = dl_command(d, "RPUSH %s %s", key, WAKE_CANCEL);
+    redisReply *r = dl_command(d, NULL, 0, "RPUSH %s %s", key, WAKE_CANCEL);
     if (r) freeReplyObject(r);
     wake_finish(w);
 }

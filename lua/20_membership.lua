@@ -98,8 +98,10 @@ local function barrier_try_close(P, f)
     fit_target_to_joins(P)
     for _, w in ipairs(ids) do wake_member(P, w, get_worker(P, w), f .. ':' .. r) end
     -- also wake the joiners of round r+1 that did not volunteer at r: they wait for this close to start
-    -- the next round from its result, together with everyone (a wake token is only a hint: whoever
-    -- pops one reads dl_barrier, so a token nobody waits for is harmless)
+    -- the next round from its result, together with everyone. A participant that pops the token f:r
+    -- while it waits on round r of f takes it as the close (worker/diloco/wake.c: only this call pushes
+    -- it); any other token is a hint, after which it reads dl_barrier, so a token nobody waits for is
+    -- harmless
     local all = redis.call('HGETALL', P .. ':workers')
     for i = 1, #all, 2 do
         local rec = cmsgpack.unpack(all[i + 1])

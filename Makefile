@@ -88,7 +88,7 @@ LIBTRAINERS = $(BUILD)/libtrainers.a
 LIBSERVER = $(BUILD)/libshardserver.a
 
 .PHONY: all deps test demo bench clean cuda-check format
-all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker lib $(BUILD)/diloco.lua
+all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker $(BIN)/delay-proxy lib $(BUILD)/diloco.lua
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -165,6 +165,10 @@ $(BIN)/coordinator: $(COORD_OBJ) $(BUILD)/gen/dashboard_html.o $(LIBMODEL) $(LIB
 $(BIN)/shard-server: $(BUILD)/shard-server/main.o $(LIBSERVER) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
+# bin/delay-proxy: a TCP forwarder that adds latency (tools/delay_proxy.c, docs/compression.md "Latency")
+$(BIN)/delay-proxy: tools/delay_proxy.c $(LIBCOMMON)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) -Icommon/base -o $@ $(filter-out %.h,$^) $(LDLIBS)
 $(BIN)/worker: $(WORKER_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)

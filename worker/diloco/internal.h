@@ -14,6 +14,7 @@
  *   repair.c     waiting out a shard whose durable state is corrupt, until `coordinator repair`
  *   device.c     device-resident parameters (diloco_device_ops): the hooks that replace params
  *   info.c       the library's version and the facts about a session (accessors)
+ *   peek.c       the run read without joining it (diloco_peek_run): calls only common/, no session
  *
  * Logging: every function that enters the library on the host's thread, and every thread the session
  * starts, first points the thread at the session's sink (log_use_sink(&d->log), log.h) and puts the

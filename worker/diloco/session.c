@@ -249,6 +249,10 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen)
         log_warn("--error-feedback applies to block-quantized runs (int8, int4, int3, int2); this run's "
                  "pseudo-gradients are %s: ignored",
                  codec_name(d->push_dtype));
+    if (!d->o.bf16 && codec_is_block(d->rc.compress)) /* the run's codec is the one sent */
+        log_warn("--no-bf16 applies to bf16 runs (it sends fp32 pseudo-gradients instead of bf16); this run's "
+                 "pseudo-gradients are %s: ignored",
+                 codec_name(d->rc.compress));
     if (dl_delta_alloc(d, err, errlen) < 0 || dl_update_alloc(d, err, errlen) < 0) return -1;
     d->owners = calloc((size_t)d->rc.nshards, sizeof(shard_owner));
     d->shard_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));

@@ -88,7 +88,7 @@ LIBTRAINERS = $(BUILD)/libtrainers.a
 LIBSERVER = $(BUILD)/libshardserver.a
 
 .PHONY: all deps test demo bench clean cuda-check format
-all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker lib $(BUILD)/diloco.lua
+all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker $(BIN)/delay-proxy lib $(BUILD)/diloco.lua
 
 deps:
 	@missing=""; for p in $(DEB_PKGS); do \
@@ -165,6 +165,10 @@ $(BIN)/coordinator: $(COORD_OBJ) $(BUILD)/gen/dashboard_html.o $(LIBMODEL) $(LIB
 $(BIN)/shard-server: $(BUILD)/shard-server/main.o $(LIBSERVER) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(LDLIBS)
+# bin/delay-proxy: a TCP forwarder that adds latency (tools/delay_proxy.c, docs/compression.md "Latency")
+$(BIN)/delay-proxy: tools/delay_proxy.c $(LIBCOMMON)
+	@mkdir -p $(BIN)
+	$(CC) $(CFLAGS) -Icommon/base -o $@ $(filter-out %.h,$^) $(LDLIBS)
 $(BIN)/worker: $(WORKER_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
@@ -260,6 +264,32 @@ fuzz: fuzz-build
 fuzz-seeds: $(BUILD)/fuzz/seeds
 	$(BUILD)/fuzz/seeds fuzz/corpus
 	python3 fuzz/seeds_checkpoint.py fuzz/corpus
+
+# ---- ThreadSanitizer: libdiloco's threads (tests/tsan/test_tsan_*.c) ----------------------------------
+#
+# libdiloco runs commands on one control connection from several threads (training, a Streaming
+# fragment's, the per-owner push/get threads). tests/tsan/test_tsan_NAME.c is built with the library
+# and common/ compiled again with -fsanitize=thread into build/tsan/, as build/tests/test_tsan_NAME,
+# so tests/run.sh runs it with the unit tests; a data race makes it exit 66.
+TSAN_FLAGS  = -fsanitize=thread -fno-omit-frame-pointer -DDILOCO_NO_CLONES
+TSAN_CFLAGS = $(CSTD) -O1 -g $(WARN) $(DETERMINISTIC) $(TSAN_FLAGS) -pthread -MMD -MP $(COMMON_INC) -Imodel -Iworker \
+              -Ibuild/gen $(OPENBLAS_CFLAGS)
+TSAN_OBJ    = $(COMMON_SRC:%.c=$(BUILD)/tsan/%.o) $(DILOCO_SRC:%.c=$(BUILD)/tsan/%.o)
+TSAN_BIN    = $(patsubst tests/tsan/%.c,$(BUILD)/tests/%,$(wildcard tests/tsan/test_tsan_*.c))
+$(BUILD)/tsan/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(TSAN_CFLAGS) -c $< -o $@
+ifeq ($(shell uname -m),x86_64)
+$(BUILD)/tsan/common/math/hash_avx2.o: TSAN_CFLAGS += -mavx2
+$(BUILD)/tsan/common/math/outer_avx2.o: TSAN_CFLAGS += -mavx2 -mfma
+$(BUILD)/tsan/common/math/codec_avx2.o: TSAN_CFLAGS += -mavx2
+endif
+$(BUILD)/tsan/libtsan-diloco.a: $(TSAN_OBJ) $(BUILD)/gen/lua_library.o
+	@rm -f $@; ar rcs $@ $^
+$(BUILD)/tests/test_tsan_%: tests/tsan/test_tsan_%.c $(BUILD)/tsan/libtsan-diloco.a
+	@mkdir -p $(dir $@)
+	$(CC) $(TSAN_CFLAGS) -Itests -o $@ $< $(BUILD)/tsan/libtsan-diloco.a $(LDLIBS)
+tests-build: $(TSAN_BIN)
 
 # ---- libdiloco for other programs: build/libdiloco.so and .a, libdiloco.pc, make install -----------
 #

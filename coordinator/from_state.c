@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "checkpoint.h"
 #include "safetensors.h"
 #include "util.h"
 
@@ -109,6 +110,21 @@ int from_state_read(const char *path, from_state *fs, char *err, size_t errlen)
         from_state_free(fs);
     }
     return rc;
+}
+
+int from_state_is_checkpoint(const char *path, char *what, size_t cap)
+{
+    safetensors st;
+    char e[768];
+    if (safetensors_open(path, &st, e, sizeof e) < 0) return 0;
+    const char *format = safetensors_meta(&st, "format");
+    int is = format && !strcmp(format, CKPT_FORMAT);
+    if (is) {
+        const char *run = safetensors_meta(&st, "run"), *version = safetensors_meta(&st, "version");
+        snprintf(what, cap, "run '%s' at version %s", run ? run : "?", version ? version : "?");
+    }
+    safetensors_free(&st);
+    return is;
 }
 
 int from_state_match(const from_state *fs, const model_tensor *t, int nt, const char *what, char *err, size_t errlen)

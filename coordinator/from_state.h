@@ -22,6 +22,10 @@ typedef struct from_state {
  * non-float or non-finite tensor, more than 4 dimensions, no tensors). */
 int from_state_read(const char *path, from_state *fs, char *err, size_t errlen);
 void from_state_free(from_state *fs);
+/* 1 when path is a ReDiLoCo checkpoint (metadata format "rediloco-checkpoint": a run's saved state, which
+ * --from-checkpoint resumes), with what[0..cap) saying whose ("run 'R' at version V"); 0 otherwise,
+ * including a file that does not parse (from_state_read then says what is wrong with it). */
+int from_state_is_checkpoint(const char *path, char *what, size_t cap);
 /* 0 when the file's tensors are exactly t[0..nt) (names, shapes, order); else -1 + err naming the first
  * tensor that differs, `what` naming the model in the message. */
 int from_state_match(const from_state *fs, const model_tensor *t, int nt, const char *what, char *err, size_t errlen);

@@ -82,7 +82,8 @@ static void init_usage(FILE *f)
         "  --from-state FILE          start from a model's own weights: the floating-point tensors of a safetensors\n"
         "                             file (e.g. rediloco.save_state(model, FILE)), in file order, are the run's\n"
         "                             parameters and layout (trainer \"state\", for PyTorch workers); with --trainer\n"
-        "                             and model flags, the file must hold exactly that model's tensors\n"
+        "                             and model flags, the file must hold exactly that model's tensors (a\n"
+        "                             ReDiLoCo checkpoint is refused here: it resumes with --from-checkpoint)\n"
         "  --force                    replace an existing run of that name\n");
 }
 
@@ -261,6 +262,14 @@ int parse_init(int argc, char **argv, init_args *a)
     /* a typo in the path is a usage error at once, as for --from-checkpoint (the file is read later) */
     if (a->from_state && access(a->from_state, R_OK) != 0) {
         fprintf(stderr, "coordinator init: --from-state %s: %s\n", a->from_state, strerror(errno));
+        return -1;
+    }
+    char whose[160];
+    if (a->from_state && from_state_is_checkpoint(a->from_state, whose, sizeof whose)) {
+        fprintf(stderr,
+                "coordinator init: --from-state %s is a ReDiLoCo checkpoint (%s), not a model's state: "
+                "resume from it with --from-checkpoint %s\n",
+                a->from_state, whose, a->from_state);
         return -1;
     }
     if (a->from_state && !flag_given(a, "--trainer")) a->trainer = "state";

@@ -47,11 +47,13 @@ typedef struct shard_state {
     char snap[64]; /* "v.e" */
     char *log;     /* "v.e,v.e,..." */
     char digest[17];
+    char *digests;  /* k:digests: "v:digest,..." as each commit recorded it ("" for a run made before it) */
     char mark[256]; /* k:corrupt ("" when not marked) */
     char mark_reason[512];
     /* what verification found */
     int64_t snapv;     /* the snapshot's version */
-    int64_t newest;    /* newest version that verifies (-1: none, the snapshot itself fails) */
+    int64_t newest;    /* newest version that verifies: its blobs check and its replay gives the digest its
+                          commit recorded (-1: none) */
     char problem[600]; /* why `version` does not verify ("" when it does) */
     /* what is installed */
     char new_snap[64];
@@ -76,13 +78,14 @@ static void usage(FILE *f)
             "usage: bin/coordinator repair --redis URL --run NAME [--from-checkpoint FILE] [--dry-run] [--wait S]\n"
             "\n"
             "Brings back a run whose durable state in Redis is corrupt (a shard-server found a snapshot or log\n"
-            "entry failing its checksum, missing, or not replaying to the recorded digest: `coordinator status`\n"
-            "shows the shard CORRUPT, dl:{R}:events has a 'corrupt' event, workers wait).\n"
+            "entry failing its checksum, missing, in the wrong place, or not replaying to the recorded digest:\n"
+            "`coordinator status` shows the shard CORRUPT, dl:{R}:events has a 'corrupt' event, workers wait).\n"
             "\n"
             "It verifies every shard as a shard-server's load does, then:\n"
             "  - by default rolls every shard back to the parameters (and outer momentum) of the newest version\n"
-            "    that all shards still verify at (one common version, so the model stays consistent; a shard\n"
-            "    cannot go back past its latest snapshot);\n"
+            "    that all shards still verify at: its replay gives the digest recorded when it was committed\n"
+            "    (one common version, so the model stays consistent; a shard cannot go back past its latest\n"
+            "    snapshot);\n"
             "  - with --from-checkpoint FILE restores a `coordinator checkpoint save` file of this run's layout.\n"
             "The restored state becomes a new version above every version and round of the run (versions never\n"
             "go backwards): workers drop the rounds in flight and continue from it, shard-servers reload. The\n"
@@ -103,7 +106,10 @@ static void usage(FILE *f)
 
 static void repair_free(repair *rp)
 {
-    for (int k = 0; rp->sh && k < rp->rc.nshards; k++) free(rp->sh[k].log);
+    for (int k = 0; rp->sh && k < rp->rc.nshards; k++) {
+        free(rp->sh[k].log);
+        free(rp->sh[k].digests);
+    }
     free(rp->sh);
     free(rp->theta);
     free(rp->mom);
@@ -147,6 +153,9 @@ static int take_field(repair *rp, const char *field, const char *value)
     else if (!strcmp(name, "log")) {
         free(s->log);
         s->log = strdup(value);
+    } else if (!strcmp(name, "digests")) {
+        free(s->digests);
+        s->digests = strdup(value);
     } else
         return 0;
     return 1;
@@ -159,6 +168,7 @@ static int read_shards(rconn *c, repair *rp, char *err, size_t errlen)
     for (int k = 0; k < rp->rc.nshards; k++) {
         shard_state *s = &rp->sh[k];
         free(s->log);
+        free(s->digests);
         memset(s, 0, sizeof *s);
         s->version = -1;
     }
@@ -178,7 +188,7 @@ static int read_shards(rconn *c, repair *rp, char *err, size_t errlen)
             err_set(err, errlen, "shard %d: its entry in %s is incomplete (was the run initialised?)", k, key);
             return -1;
         }
-        if (!s->log && !(s->log = strdup(""))) {
+        if ((!s->log && !(s->log = strdup(""))) || (!s->digests && !(s->digests = strdup("")))) {
             err_set(err, errlen, "out of memory");
             return -1;
         }
@@ -231,15 +241,18 @@ static int replay_upto(rconn *c, repair *rp, int k, int64_t upto, replay_state *
         err_set(err, errlen, "out of memory");
         return -1;
     }
-    *st = (replay_state){.theta = rp->theta, .mom = rp->mom};
+    *st = (replay_state){.theta = rp->theta, .mom = rp->mom, .digests = rp->sh[k].digests, .verified = -1};
     int rc = replay_refs_state(c, rp->run, k, (size_t)runconf_shard_numel(&rp->rc, k), rp->sh[k].snap, logs, st, err,
                                errlen);
     free(logs);
     return rc;
 }
 
-/* Shard k verifies at its version, or how far it does. 0 done, 1 a blob vanished (a live server trimmed
- * it: read the refs again), -1 Redis failed. */
+/* Shard k verifies at its version, or how far it does: the newest version whose blobs all check (each
+ * is the blob its key names, with its checksum) and whose replay gives the digest its commit recorded
+ * (k:digests; k:digest for the current version). A version with no recorded digest is not trusted: a
+ * replay that runs without an error can still hold a valid blob in the wrong place or a forged one. 0
+ * done, 1 a blob vanished (a live server trimmed it: read the refs again), -1 Redis failed. */
 static int verify_shard(rconn *c, repair *rp, int k, char *err, size_t errlen)
 {
     shard_state *s = &rp->sh[k];
@@ -252,31 +265,28 @@ static int verify_shard(rconn *c, repair *rp, int k, char *err, size_t errlen)
     }
     if (rc == REPLAY_GONE) {
         snprintf(s->problem, sizeof s->problem, "%s", why);
-        s->newest = st.version;
+        s->newest = st.verified;
         return 1;
     }
     s->problem[0] = '\0';
     s->newest = s->version;
     if (rc < 0) {
         snprintf(s->problem, sizeof s->problem, "%s", why);
-        s->newest = st.version < s->version ? st.version : s->version - 1;
     } else if (st.version != s->version) {
         snprintf(s->problem, sizeof s->problem,
                  "its snapshot and log entries reach version %" PRId64 ", "
                  "dl:{R}:shards says %" PRId64,
                  st.version, s->version);
-        s->newest = st.version < s->version ? st.version : s->version - 1;
     } else {
         char got[17];
         snprintf(got, sizeof got, "%016" PRIx64, digest_f32(rp->theta, (size_t)runconf_shard_numel(&rp->rc, k)));
-        if (strcmp(got, s->digest)) { /* the last step (or the digest itself) is wrong: trust the one before */
+        if (strcmp(got, s->digest))
             snprintf(s->problem, sizeof s->problem,
                      "digest mismatch at version %" PRId64 ": the replay gives %s, "
                      "dl:{R}:shards says %s",
                      s->version, got, s->digest);
-            s->newest = s->version - 1;
-        }
     }
+    if (s->problem[0]) s->newest = st.verified < s->version ? st.verified : -1;
     if (s->newest < s->snapv) s->newest = -1;
     return 0;
 }
@@ -312,9 +322,10 @@ static void print_verification(const repair *rp)
             printf("shard %d: CORRUPT at version %" PRId64 ": %s; verifies up to version %" PRId64 "\n", k, s->version,
                    s->problem, s->newest);
         } else {
-            printf("shard %d: CORRUPT at version %" PRId64 ": %s; no version verifies (its snapshot %s is the oldest "
-                   "state kept)\n",
-                   k, s->version, s->problem, s->snap);
+            printf("shard %d: CORRUPT at version %" PRId64 ": %s; no version verifies against a digest its commit "
+                   "recorded (its snapshot %s is the oldest state kept%s)\n",
+                   k, s->version, s->problem, s->snap,
+                   s->digests[0] ? "" : "; dl:{R}:shards keeps no digests for it: a run made before they were kept");
         }
     }
 }
@@ -335,8 +346,8 @@ static int choose_target(repair *rp, char *err, size_t errlen)
         if (rp->sh[k].snapv > rp->sh[old].snapv) old = k;
     if (rp->target < 0) {
         err_set(err, errlen,
-                "shard %d has no version that verifies (its snapshot is the oldest state Redis keeps); "
-                "restore a checkpoint: coordinator repair --from-checkpoint FILE",
+                "shard %d has no version that verifies against a digest recorded when it was committed (its snapshot "
+                "is the oldest state Redis keeps); restore a checkpoint: coordinator repair --from-checkpoint FILE",
                 low);
         return -1;
     }
@@ -403,7 +414,8 @@ static int write_shard(rconn *c, repair *rp, int k, const float *theta, const fl
     return 0;
 }
 
-/* Rollback: every shard replayed to the target version (each blob verified again on the way). */
+/* Rollback: every shard replayed to the target version, each blob verified again on the way, and the
+ * result checked against the digest recorded when the target version was committed. */
 static int write_rollback(rconn *c, repair *rp, char *err, size_t errlen)
 {
     for (int k = 0; k < rp->rc.nshards; k++) {
@@ -412,6 +424,13 @@ static int write_rollback(rconn *c, repair *rp, char *err, size_t errlen)
         if (replay_upto(c, rp, k, rp->target, &st, why, sizeof why) != 0 || st.version != rp->target) {
             err_set(err, errlen, "shard %d: replaying it to version %" PRId64 " failed: %s", k, rp->target,
                     st.version != rp->target && why[0] == '\0' ? "the log does not reach it" : why);
+            return -1;
+        }
+        if (st.verified != rp->target) {
+            err_set(err, errlen,
+                    "shard %d: no digest was recorded when version %" PRId64 " was committed, so its parameters "
+                    "cannot be verified; restore a checkpoint: coordinator repair --from-checkpoint FILE",
+                    k, rp->target);
             return -1;
         }
         if (write_shard(c, rp, k, rp->theta, st.has_mom ? rp->mom : NULL, err, errlen) < 0) return -1;

@@ -27,6 +27,7 @@ int coord_write_snapshot(rconn *rc, const char *run, int k, int64_t version, int
     h.shard = k;
     h.version = version;
     h.epoch = epoch;
+    snprintf(h.run, sizeof h.run, "%s", run);
     uint8_t *blob;
     size_t len;
     float *both = NULL;

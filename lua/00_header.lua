@@ -41,6 +41,8 @@ dl:{R}:tunables; the counters and the round state they must change stay in dl:{R
 ]]
 
 -- 2: operator settings moved from dl:{R}:state to dl:{R}:tunables (version 1 kept them in state)
-local LIB_VERSION = '2'
+-- 3: dl_commit, dl_snapshot, dl_init and dl_repair keep k:digests, the digest of every version a shard
+--    can still be rebuilt at (coordinator repair verifies against it)
+local LIB_VERSION = '3'
 local EVENTS_MAXLEN = 100000
 

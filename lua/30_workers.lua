@@ -37,7 +37,7 @@ local function dl_init(keys, args)
     for k = 0, nshards - 1 do
         redis.call('HSET', P .. ':shards', k .. ':version', 0, k .. ':owner', '', k .. ':epoch', 0,
                    k .. ':expiry', 0, k .. ':digest', args[i + k], k .. ':snap', '0.0', k .. ':log', '',
-                   k .. ':next', 0)
+                   k .. ':digests', '0:' .. args[i + k], k .. ':next', 0)
     end
     event(P, 'init', {'shards', nshards, 'fragments', F})
     return 'OK'

@@ -133,7 +133,9 @@ local function check_lease(P, sid, k, epoch, now)
 end
 
 -- dl_commit KEYS[1]=config ARGV: server_id, epoch, shard, from_version, digest, log_ref, participants, frag, round
--- Makes version from+1 of the shard current: fenced by the lease epoch and by the version.
+-- Makes version from+1 of the shard current: fenced by the lease epoch and by the version. The digest is
+-- also appended to k:digests ("v:digest,..."; from the snapshot's version on), the record against which
+-- `coordinator repair` verifies each version it could roll back to.
 local function dl_commit(keys, args)
     local P = load_run(keys)
     local sid, epoch, k = args[1], args[2], to_int(args[3], 'shard')
@@ -147,8 +149,10 @@ local function dl_commit(keys, args)
     local shards = P .. ':shards'
     local log = redis.call('HGET', shards, k .. ':log')
     if log and log ~= '' then log = log .. ',' .. logref else log = logref end
+    local digests = redis.call('HGET', shards, k .. ':digests')
+    if digests and digests ~= '' then digests = digests .. ',' else digests = '' end
     redis.call('HSET', shards, k .. ':version', from + 1, k .. ':digest', digest, k .. ':log', log,
-               k .. ':committed_ms', now)
+               k .. ':digests', digests .. (from + 1) .. ':' .. digest, k .. ':committed_ms', now)
     redis.call('HINCRBY', P .. ':state', 'commits', 1)
     redis.call('HDEL', P .. ':subs:' .. k, from)
     event(P, 'commit', {'shard', k, 'version', from + 1, 'server', sid, 'epoch', epoch,
@@ -188,7 +192,8 @@ local function unreferenced(obsolete, snap, log_refs)
 end
 
 -- dl_snapshot KEYS[1]=config ARGV: server_id, epoch, shard, version, snap_ref
--- Records a snapshot of the shard at `version` and trims the log entries it covers.
+-- Records a snapshot of the shard at `version` and trims the log entries it covers (and the digests of
+-- k:digests before `version`).
 -- -> {old snapshot ref, trimmed log refs..., {the previous dl_snapshot's obsolete refs}} so the caller
 -- can delete those blobs. The previous call's refs (k:obsolete) come again, minus any named again since
 -- (a repair): when that call ran but its reply was lost (a Redis restart, a broken connection), its
@@ -209,9 +214,13 @@ local function dl_snapshot(keys, args)
         local ev = tonumber(string.match(e, '^(%d+)%.'))
         if ev <= v then trimmed[#trimmed + 1] = e else keep[#keep + 1] = e end
     end
+    local digests = {}
+    for _, e in ipairs(split_csv(redis.call('HGET', shards, k .. ':digests'))) do
+        if tonumber(string.match(e, '^(%d+):')) >= v then digests[#digests + 1] = e end
+    end
     local before = unreferenced(redis.call('HGET', shards, k .. ':obsolete'), ref, keep)
     redis.call('HSET', shards, k .. ':snap', ref, k .. ':log', table.concat(keep, ','),
-               k .. ':obsolete', table.concat(trimmed, ','))
+               k .. ':digests', table.concat(digests, ','), k .. ':obsolete', table.concat(trimmed, ','))
     trimmed[#trimmed + 1] = before
     return trimmed
 end

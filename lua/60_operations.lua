@@ -125,7 +125,7 @@ local function dl_repair(keys, args)
     for k = 0, S - 1 do
         local a = 4 + 5 * k
         redis.call('HSET', shards, k .. ':version', V, k .. ':snap', args[a + 4], k .. ':log', '',
-                   k .. ':digest', args[a + 5], k .. ':committed_ms', now)
+                   k .. ':digest', args[a + 5], k .. ':digests', V .. ':' .. args[a + 5], k .. ':committed_ms', now)
         clear_corrupt(P, k)
         revoke_lease(P, k)
     end

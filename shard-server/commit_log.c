@@ -84,6 +84,7 @@ static void commit_start_log(ss_commit *c, ss_shard *s)
     h.mu = (double)c->t.mu;
     h.flags = (c->t.nesterov ? 1 : 0) | (c->first ? 2 : 0) | (c->dnbuf != NULL ? 4 : 0);
     h.aux = c->used;
+    snprintf(h.run, sizeof h.run, "%s", ss->opts.run);
     char err[256];
     const void *payload = c->gq != NULL ? (const void *)c->gq : (const void *)c->g;
     size_t plen = c->gq != NULL ? c->gq_len : n * sizeof(float);

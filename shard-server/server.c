@@ -583,7 +583,9 @@ int server_listen(ss_ctx *ss, char *err, size_t errlen)
         snprintf(ss->addr, sizeof ss->addr, "127.0.0.1:%d", port);
     else
         snprintf(ss->addr, sizeof ss->addr, "%s:%d", ss->opts.listen_host, port);
-    log_info("listening on %s (advertised as %s)", spec, ss->addr);
+    /* the port bound, not the one asked for (0: an ephemeral port the kernel picked) */
+    log_info("listening on %s:%d%s (advertised as %s)", ss->opts.listen_host, port,
+             ss->opts.listen_port == 0 ? ", an ephemeral port" : "", ss->addr);
     if (strcmp(ss->opts.listen_host, "0.0.0.0") == 0 && ss->opts.advertise[0] == '\0')
         log_warn("listening on all interfaces but advertising %s: pass --advertise host:port for remote workers",
                  ss->addr);

@@ -126,6 +126,7 @@ static void snapshot_start(ss_ctx *ss, ss_shard *s)
     blob_header h;
     shard_blob_header(s, "snap", s->version, BLOB_F32, (size_t)(1 + with_mom + with_buf) * n, &h);
     h.flags = (with_mom ? 1 : 0) | (with_buf ? 2 : 0);
+    snprintf(h.run, sizeof h.run, "%s", ss->opts.run);
     char err[256];
     int hl = blob_encode_header(&h, both, h.count * sizeof(float), sn->head, sizeof sn->head, err, sizeof err);
     if (hl < 0) {

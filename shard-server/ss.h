@@ -316,6 +316,13 @@ void shard_expire_parked(ss_ctx *ss, uint64_t max_age_ms);
 void shard_free_deltas(ss_shard *s, int64_t below_round, int all);
 ss_delta *shard_find_delta(ss_shard *s, int64_t round, const char *worker, int64_t inc);
 void shard_store_delta(ss_shard *s, ss_req *req);
+/* The shard's durable state is unusable (key names the blob or field at fault): drop the cache, answer
+ * `err CORRUPT` until a repair, and (record) mark it in Redis with dl_mark_corrupt. */
+void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const char *key, const char *reason, int record);
+
+/* load.c: (re)building the cache of a shard we hold from Redis; the load frees itself when abandoned. */
+void load_start(ss_ctx *ss, ss_shard *s);
+void load_abandon(ss_shard *s);
 
 /* commit.c, commit_log.c, snapshot.c */
 int commit_init(ss_ctx *ss);

@@ -79,6 +79,28 @@ static inline double tc_relerr_d(const float *a, const double *b, size_t n)
     return den > 0 ? num / den : num;
 }
 
+/* max over elements of |u_a - u_b| / max|u_b| for the updates u = p - p0, skipping elements whose
+ * gradient g is below 1e-5 of the tensor's largest (*skipped counts them): the measure test_cuda_step
+ * used for AdamW before issue 27, kept for tests/test_adamw_noise.c, which shows why it is not strict. */
+static inline double tc_update_err(const float *p_a, const float *p_b, const float *p0, const float *g, size_t n,
+                                   size_t *skipped)
+{
+    double gmax = 0, umax = 0, num = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (fabs(g[i]) > gmax) gmax = fabs(g[i]);
+        if (fabs((double)p_b[i] - p0[i]) > umax) umax = fabs((double)p_b[i] - p0[i]);
+    }
+    for (size_t i = 0; i < n; i++) {
+        if (fabs(g[i]) < 1e-5 * gmax) {
+            (*skipped)++;
+            continue;
+        }
+        double d = fabs(((double)p_a[i] - p0[i]) - ((double)p_b[i] - p0[i]));
+        if (!(d <= num)) num = d;
+    }
+    return umax > 0 ? num / umax : num;
+}
+
 #define TC_LIMIT 1e-4 /* the issue's limit for fp32 (TF32 off) */
 
 #endif

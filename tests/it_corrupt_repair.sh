@@ -21,7 +21,13 @@
 #  5. a mark that no longer holds (the state verifies) is cleared and its lease revoked;
 #  6. Streaming DiLoCo: the repair moves every fragment's open round to the one new version and workers
 #     train on from it to one digest;
-#  7. an async run is refused with a message that says what to do instead.
+#  7. an async run is refused with a message that says what to do instead;
+#  8. a valid blob in the wrong place (redis-cli COPY): another shard's log entry under shard 1's key, then
+#     another version's entry of shard 3 under its key, then a forged entry of shard 0 (its payload
+#     changed, its checksum fixed): the load names that key (not the last one) and says what is wrong
+#     (the blob's header, or the digest its commit recorded); repair rolls back to the version before it,
+#     verified against the digest its commit recorded: a checkpoint of the result holds the parameters
+#     the workers synced then.
 . "$(dirname "$0")/lib.sh"
 RUN=cr; H=5
 start_redis
@@ -191,4 +197,73 @@ corrupt_blob "dl:{$RUN:0}:snap:0:0"
 repair > "$TMP/repair7.txt" 2>&1 && fail "repair of an async run succeeded"
 grep -q "is async.*coordinator init --run NEW --from-checkpoint FILE" "$TMP/repair7.txt" ||
   fail "repair of an async run says: $(cat "$TMP/repair7.txt")"
+
+say "8. a valid blob in the wrong place"
+RUN=crw; SH="dl:{$RUN}:shards"
+init_run $RUN --trainer quadratic --numel 20000 --shards 4 --workers 2 --snapshot-every 100
+log_key() { # SHARD VERSION -> the key of that log entry
+  r=$($RCLI HGET "$SH" "$1:log" | tr , '\n' | grep "^$2\\.")
+  [ -n "$r" ] || fail "shard $1 has no log entry of version $2"; echo "dl:{$RUN:$1}:log:${r%.*}:${r#*.}"
+}
+synced_digest() { # VERSION -> the digest the workers' sync log recorded at it
+  grep -h '"event":"sync"' "$TMP/w1.jsonl" | grep "\"version\":$1," | tail -n 1 | sed 's/.*"digest":"\([0-9a-f]*\)".*/\1/'
+}
+forge() { # KEY: doubles a log entry's fp32 payload and fixes its checksum: a valid blob, but not the one committed
+  $RCLI --raw GET "$1" | head -c -1 > "$TMP/blob"
+  python3 - "$TMP/blob" <<'EOF'
+import array, ctypes, struct, sys
+xxh = ctypes.CDLL("libxxhash.so.0").XXH3_64bits
+xxh.restype, xxh.argtypes = ctypes.c_uint64, [ctypes.c_char_p, ctypes.c_size_t]
+b = open(sys.argv[1], "rb").read()
+at = b.index(b"\xa1x\xcf") + 3  # the header's checksum "x": a uint64
+g = array.array("f", b[-20000:])  # 5000 fp32 (a shard of 20000 parameters in 4)
+g = array.array("f", (2 * v for v in g)).tobytes()
+x = xxh(g, len(g))
+assert x >= 1 << 32  # still 8 bytes
+open(sys.argv[1] + ".forged", "wb").write(b[:at] + struct.pack(">Q", x) + b[at + 8:-20000] + g)
+EOF
+  $RCLI -x SET "$1" < "$TMP/blob.forged" > /dev/null
+}
+repaired() { # NAME KEY GOOD REASON: with no server running, KEY was made wrong; the load and repair's answer
+  name=$1 dst=$2 good=$3 reason=$4
+  V=$($RCLI HGET "$SH" 1:version)
+  start_server "$name" $TTL
+  k=${dst#*"{$RUN:"}; k=${k%%\}*}
+  wait_until 20 "[ -n \"\$($RCLI HGET $SH $k:corrupt)\" ]" "shard $k marked corrupt"
+  [ "$($RCLI HGET "$SH" "$k:corrupt")" = "$dst" ] ||
+    fail "the load blames $($RCLI HGET "$SH" "$k:corrupt") ($($RCLI HGET "$SH" "$k:corrupt_reason")), not $dst"
+  $RCLI HGET "$SH" "$k:corrupt_reason" | grep -q "$reason" ||
+    fail "the reason does not say what is wrong: $($RCLI HGET "$SH" "$k:corrupt_reason")"
+  repair > "$TMP/repair-$name.txt" 2>&1 || fail "repair: $(cat "$TMP/repair-$name.txt")"
+  grep -q "shard $k: CORRUPT at version $V: $dst.*$reason.*; verifies up to version $good\$" "$TMP/repair-$name.txt" ||
+    fail "repair says: $(cat "$TMP/repair-$name.txt")"
+  grep -q "plan: roll every shard back to its parameters of version $good," "$TMP/repair-$name.txt" ||
+    fail "repair's plan: $(cat "$TMP/repair-$name.txt")"
+  bin/coordinator checkpoint save --redis "$URL" --run $RUN --out "$TMP/$name.safetensors" > /dev/null 2>&1 || fail "save"
+  got=$(bin/coordinator checkpoint show "$TMP/$name.safetensors" | awk '/^params_xxh3/ {print $2}')
+  want=$(synced_digest "$good")
+  [ -n "$want" ] && [ "$got" = "$want" ] || fail "repair installed $got; the workers synced $want at version $good"
+  say "repair restored the parameters the workers synced at version $good ($got)"
+}
+more_rounds() { # N: the workers train N more rounds, then the server is killed
+  run_workers $(($1 * H))
+  join_workers
+  kill -9 "$SRV_u"
+}
+start_server u $TTL
+for w in w1 w2; do mv "$TMP/$w.jsonl" "$TMP/$w-5.jsonl"; mv "$TMP/worker-$w.log" "$TMP/worker-$w-5.log"; done
+more_rounds 4
+KEY=$(log_key 1 3)
+$RCLI COPY "$(log_key 2 3)" "$KEY" REPLACE > /dev/null # shard 2's entry of the same version
+repaired u "$KEY" 2 "holds the log entry of shard 2, version 3, epoch 1 (run $RUN), not the one its key names"
+more_rounds 3
+V=$($RCLI HGET "$SH" 3:version); KEY=$(log_key 3 $((V - 1)))
+$RCLI COPY "$(log_key 3 "$V")" "$KEY" REPLACE > /dev/null # the same shard's next version
+repaired u "$KEY" $((V - 2)) "holds the log entry of shard 3, version $V, epoch [0-9]* (run $RUN), not the one its key names"
+more_rounds 3
+V=$($RCLI HGET "$SH" 0:version); KEY=$(log_key 0 $((V - 1)))
+forge "$KEY" # its header is right: only the digest its commit recorded tells
+repaired u "$KEY" $((V - 2)) "version $((V - 1)) replays to digest [0-9a-f]*, but its commit recorded [0-9a-f]*"
+run_workers $((2 * H))
+join_workers
 say "OK"

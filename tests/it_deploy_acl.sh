@@ -21,6 +21,8 @@
 #     refusals happened in Lua, on dl:{R}:tunables and dl:{R}:config.
 #  C. The operator can: dl_set outer_lr, dl_kick, dl_shutdown take effect, and a worker then sees the
 #     shutdown; `coordinator repair` (function library load, verification, dl_unmark_corrupt) runs.
+#  Without a password in the URL, every command (coordinator init, repair, status, checkpoint save,
+#  shard-server, worker) exits 1 saying NOAUTH.
 . "$(dirname "$0")/lib.sh"
 RUN=acl
 ACL="$ROOT/deploy/redis/users.acl"
@@ -46,6 +48,17 @@ wait_until 5 'as admin ping | grep -q PONG' "redis-server to answer PING as admi
 [ "$(as admin config get appendfsync | tail -n 1)" = always ] || fail "redis.conf: appendfsync is not always"
 [ "$(as admin config get maxmemory-policy | tail -n 1)" = noeviction ] || fail "redis.conf: not noeviction"
 redis-cli -p "$P" ping 2>&1 | grep -q NOAUTH || fail "an unauthenticated client was not refused (default user must be off)"
+# every binary, given a URL without a password, says NOAUTH (init and repair said "ERR Protocol error:
+# unauthenticated bulk length": their first command was a large FUNCTION LOAD)
+NOPASS="redis://127.0.0.1:$P"
+for cmd in "coordinator init --run x --trainer quadratic --numel 100" "coordinator repair --run x" \
+  "coordinator status --run x" "coordinator checkpoint save --run x --out $TMP/x.st" \
+  "shard-server --run x" "worker --run x --steps 1"; do
+  timeout 20 bin/$cmd --redis "$NOPASS" > "$TMP/noauth.txt" 2>&1; rc=$?
+  [ $rc = 1 ] && grep -q "NOAUTH" "$TMP/noauth.txt" && ! grep -q "Protocol error" "$TMP/noauth.txt" ||
+    fail "bin/$cmd without a password: exit $rc, $(cat "$TMP/noauth.txt")"
+done
+say "without a password every command says NOAUTH"
 
 # ---- A: a run with every process under its own user
 URL=$(url operator)

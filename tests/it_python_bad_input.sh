@@ -2,8 +2,10 @@
 # it_python_bad_input.sh: a PyTorch worker with bad input gets one clear Python exception each, never a
 # crash of the interpreter, and the run is untouched (tests/python/bad_input.py): a model of the wrong
 # size, an fp64 parameter, an unknown run, a dead Redis, a URL that is not Redis's, an outer optimizer,
-# sync_every 0. NaN in the parameters at a sync is not sent: libdiloco logs it (through the package's log
-# callback) and resets the worker to the global parameters, as it does for a C worker. Afterwards
+# sync_every 0; arguments of the wrong kind (model "x" or a list, inner_optimizer None or a class, url
+# None, run 7) get a TypeError before Redis is touched. NaN in the parameters at a sync is not sent:
+# libdiloco logs it (through the package's log callback) and resets the worker to the global
+# parameters, as it does for a C worker. Afterwards
 # the run is still at version 0 with no worker left registered, and a good worker syncs round 0.
 . "$(dirname "$0")/lib.sh"
 RUN=pybad; NUMEL=5000
@@ -15,7 +17,7 @@ dead="redis://127.0.0.1:$(free_port)"
   || fail "bad_input.py: $(grep -v '^ok' "$TMP/bad.log" | tail -n 20)"
 cat "$TMP/bad.log" | grep '^ok' | cut -c1-200
 n=$(grep -c '^ok' "$TMP/bad.log")
-[ "$n" -eq 9 ] || fail "expected 9 ok lines, got $n"
+[ "$n" -eq 15 ] || fail "expected 15 ok lines, got $n"
 [ "$(shard_versions $RUN)" = "1 1" ] || fail "shard versions $(shard_versions $RUN), want 1 1 (only the good worker's round)"
 [ "$($RCLI HLEN "dl:{$RUN}:workers")" -eq 0 ] || fail "workers left registered: $($RCLI HKEYS "dl:{$RUN}:workers")"
 $RCLI XRANGE "dl:{$RUN}:events" - + | grep -q '^bad$' && fail "worker 'bad' reached the run's events"

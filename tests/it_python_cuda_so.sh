@@ -7,6 +7,9 @@
 #     pointer gets the entry's own error, and without a GPU a real pointer gets the CUDA runtime's error
 #     (no device) instead of a crash; with a GPU it fills the hooks for a torch CUDA tensor and releases them;
 #   - `make install-python` puts libdiloco_cuda.so.0 next to the package, and the installed package picks it.
+#     That part builds libdiloco from source when build/ is not up to date: it is skipped, with the missing
+#     headers named, where a build dependency is absent (a GPU machine given only the build tree and the
+#     runtime libraries); the parts above still run.
 cd "$(dirname "$0")/.." || exit 1
 NVCC=$(command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 if [ -z "$NVCC" ]; then echo "nvcc not found: build/libdiloco_cuda.so is not built: skipped"; exit 77; fi
@@ -41,6 +44,16 @@ else:
     print("GPU: hooks filled for a CUDA tensor and released")
 PY
 cd ..
+# the headers libdiloco compiles against (Makefile LDLIBS), and the Debian package that has each
+missing=""
+for h in hiredis/hiredis.h:libhiredis-dev msgpack.h:libmsgpack-dev xxhash.h:libxxhash-dev jansson.h:libjansson-dev \
+  openssl/evp.h:libssl-dev; do
+  printf '#include <%s>\n' "${h%%:*}" | ${CC:-cc} -E -x c - > /dev/null 2>&1 || missing="$missing ${h%%:*} (${h#*:})"
+done
+if [ -n "$missing" ] && ! make -q build/libdiloco.so $SO > /dev/null 2>&1; then
+  say "$SO: exports only diloco_cuda_*, loads with ctypes ($(tail -n 1 "$TMP/load.log")); the install part is SKIPPED: it would rebuild libdiloco, and these build headers are missing:$missing (make deps installs them)"
+  exit 0
+fi
 make -s install-python PREFIX="$TMP/prefix" > "$TMP/install.log" 2>&1 || fail "install: $(cat "$TMP/install.log")"
 site=$(/usr/bin/python3 -c 'import sys; print("lib/python%d.%d/dist-packages" % sys.version_info[:2])')
 PKG="$TMP/prefix/$site"

@@ -460,6 +460,57 @@ static void mutated_blobs_never_crash_or_pass_silently(void **state)
     free(buf);
 }
 
+/* ---- durable blobs and their keys ---- */
+
+/* A durable log entry of run "R", shard 1, version 3, epoch 2, encoded and decoded (the run travels). */
+static blob_header durable_log(void)
+{
+    float g[2] = {1, 2};
+    blob_header h, d;
+    blob_header_init(&h, "log");
+    h.dtype = BLOB_F32;
+    h.count = 2;
+    h.shard = 1;
+    h.version = 3;
+    h.epoch = 2;
+    snprintf(h.run, sizeof h.run, "R");
+    uint8_t *buf;
+    size_t len, plen;
+    const uint8_t *p;
+    char err[256];
+    assert_int_equal(blob_encode(&h, g, sizeof g, &buf, &len, err, sizeof err), 0);
+    assert_int_equal(blob_decode(buf, len, &d, &p, &plen, err, sizeof err), 0);
+    free(buf);
+    assert_string_equal(d.run, "R");
+    return d;
+}
+
+static void check_key_refuses_a_blob_in_the_wrong_place(void **state)
+{
+    (void)state;
+    blob_header h = durable_log();
+    char err[512];
+    assert_int_equal(blob_check_key(&h, "dl:{R:1}:log:3:2", err, sizeof err), 0);
+    const char *wrong[] = {"dl:{R:0}:log:3:2", "dl:{R:1}:log:4:2", "dl:{R:1}:log:3:1", "dl:{R:1}:snap:3:2",
+                           "dl:{S:1}:log:3:2"};
+    for (size_t i = 0; i < sizeof wrong / sizeof *wrong; i++) {
+        err[0] = '\0';
+        assert_int_equal(blob_check_key(&h, wrong[i], err, sizeof err), -1);
+        char want[256];
+        snprintf(want, sizeof want,
+                 "%s holds the log entry of shard 1, version 3, epoch 2 (run R), not the one its key names", wrong[i]);
+        if (strncmp(err, want, strlen(want)) != 0) fail_msg("%s: '%s'", wrong[i], err);
+    }
+    /* a blob written before headers carried the run: everything else must still match */
+    h.run[0] = '\0';
+    assert_int_equal(blob_check_key(&h, "dl:{S:1}:log:3:2", err, sizeof err), 0);
+    assert_int_equal(blob_check_key(&h, "dl:{S:2}:log:3:2", err, sizeof err), -1);
+    /* a key that is not a durable blob's name */
+    assert_int_equal(blob_check_key(&h, "dl:{R}:shards", err, sizeof err), -1);
+    assert_non_null(strstr(err, "is not the name of a durable blob"));
+    assert_int_equal(blob_check_key(&h, "dl:{R:1}:log:3:2x", err, sizeof err), -1);
+}
+
 /* ---- conformance with schemas/blob.md ---- */
 
 /* Keys in backticks in the first column of the "## Header keys" table. */
@@ -503,6 +554,7 @@ static void encoded_header_has_exactly_the_documented_keys(void **state)
     snprintf(h.worker, sizeof h.worker, "w");
     snprintf(h.code, sizeof h.code, "c");
     snprintf(h.text, sizeof h.text, "t");
+    snprintf(h.run, sizeof h.run, "r");
     h.lr = 0.5;
     h.mu = 0.5;
     h.flags = 1;
@@ -549,6 +601,7 @@ int main(void)
         cmocka_unit_test(unknown_keys_are_ignored),
         cmocka_unit_test(mutated_blobs_never_crash_or_pass_silently),
         cmocka_unit_test(encoded_header_has_exactly_the_documented_keys),
+        cmocka_unit_test(check_key_refuses_a_blob_in_the_wrong_place),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

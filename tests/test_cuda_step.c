@@ -1,13 +1,21 @@
 /* test_cuda_step: whole training steps of the CUDA backend against the CPU backend on the same
  * weights and batch (TF32 off):
- *   - model level: loss, probabilities, every gradient tensor, the clip norm and the parameters after
- *     clip + AdamW, for two steps; relative error <= 1e-4 (updates compared where the gradient is
- *     above fp32 noise, see update_err);
+ *   - model level, for two steps: loss, probabilities and the clip norm within rel 1e-4 (TC_LIMIT),
+ *     every gradient tensor within rel 1e-5 (GRAD_LIMIT: an H200 measured <= 1e-6), and the AdamW step
+ *     checked on its own, bit for bit: the CPU's gpt_adamw_step fed the GPU's own clipped gradients,
+ *     moments and parameters must give the GPU's new parameters and moments exactly (both are the same
+ *     sequence of correctly rounded fp32 operations: no FMA on either side, see adamw_k);
  *   - the GPU result is bit-identical when the step is repeated (no atomics);
  *   - trainer level (trainer.h, gpt_trainer_create with --device cpu / cuda): losses, eval loss and
- *     parameters after a few steps, params_changed (DiLoCo replacing a slice of the host buffer is
- *     seen by the next device step), and a checkpoint resume that is bit-identical.
- * Exits 77 (skipped) without a CUDA device or without the CUDA build. */
+ *     the parameters after a few steps (relative L2 norm of the update, see test_trainer),
+ *     params_changed (DiLoCo replacing a slice of the host buffer is seen by the next device step),
+ *     and a checkpoint resume that is bit-identical.
+ * Why the AdamW step is not compared on the two backends' own gradients (as it was until issue 27:
+ * "update rel 1.1e-4" on an H200): Adam divides each element's first moment by its own gradient scale,
+ * so gradients that agree to rel 1e-6 of a tensor's largest give updates that differ by 1e-4 where the
+ * moment cancels; tests/test_adamw_noise.c shows it on the CPU alone.
+ * Exits 77 (skipped) without a CUDA device or without the CUDA build. NOT RUN since that change: no GPU
+ * on the machine it was written on (it compiles there). */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -25,26 +33,34 @@
 
 #ifdef DILOCO_HAVE_CUDA
 
-/* max over elements of |u_gpu - u_cpu| / max|u_cpu|, skipping elements whose CPU gradient is below
- * 1e-5 of the tensor's largest: AdamW's first steps are ~lr*sign(g), so a gradient at fp32 noise
- * level may legitimately flip sign between two correct implementations. *skipped counts them. */
-static double update_err(const float *p_gpu, const float *p_cpu, const float *p0, const float *g, size_t n,
-                         size_t *skipped)
+#define GRAD_LIMIT 1e-5
+
+/* The GPU's AdamW step (gpt_cuda_adamw) against the CPU's gpt_adamw_step on the GPU's own state: its
+ * clipped gradients, moments and parameters are read back, the CPU steps them, the GPU steps, and the
+ * new parameters and moments must be the same bytes. Leaves the GPU stepped. */
+static void adamw_same_gradients(gpt_cuda *gpu, const model_tensor *t, int nt, size_t n, long step)
 {
-    double gmax = 0, umax = 0, num = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (fabs(g[i]) > gmax) gmax = fabs(g[i]);
-        if (fabs((double)p_cpu[i] - p0[i]) > umax) umax = fabs((double)p_cpu[i] - p0[i]);
-    }
-    for (size_t i = 0; i < n; i++) {
-        if (fabs(g[i]) < 1e-5 * gmax) {
-            (*skipped)++;
-            continue;
-        }
-        double d = fabs(((double)p_gpu[i] - p0[i]) - ((double)p_cpu[i] - p0[i]));
-        if (!(d <= num)) num = d;
-    }
-    return umax > 0 ? num / umax : num;
+    char err[512];
+    float *p = malloc(n * 4), *g = malloc(n * 4), *m = malloc(n * 4), *v = malloc(n * 4);
+    float *pg = malloc(n * 4), *mg = malloc(n * 4), *vg = malloc(n * 4);
+    assert_int_equal(gpt_cuda_get_params(gpu, p, err, sizeof err), 0);
+    assert_int_equal(gpt_cuda_get_grads(gpu, g, err, sizeof err), 0); /* clipped by gpt_cuda_clip */
+    assert_int_equal(gpt_cuda_get_moments(gpu, m, v, err, sizeof err), 0);
+    gpt_adamw_step(t, nt, p, g, m, v, step, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1);
+    assert_int_equal(gpt_cuda_adamw(gpu, step, 1e-3, 0.9, 0.95, 1e-8, 0.1, err, sizeof err), 0);
+    assert_int_equal(gpt_cuda_get_params(gpu, pg, err, sizeof err), 0);
+    assert_int_equal(gpt_cuda_get_moments(gpu, mg, vg, err, sizeof err), 0);
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++) diff += memcmp(&p[i], &pg[i], 4) || memcmp(&m[i], &mg[i], 4) || memcmp(&v[i], &vg[i], 4);
+    printf("  AdamW on the GPU's own gradients: %zu of %zu elements differ from the CPU's step (want 0)\n", diff, n);
+    assert_true(diff == 0);
+    free(p);
+    free(g);
+    free(m);
+    free(v);
+    free(pg);
+    free(mg);
+    free(vg);
 }
 
 static void model_case(const gpt_config *c, int B, int T)
@@ -54,7 +70,7 @@ static void model_case(const gpt_config *c, int B, int T)
     int nt;
     size_t n;
     assert_int_equal(gpt_layout(c, &t, &nt, &n, err, sizeof err), 0);
-    float *p_cpu = malloc(n * 4), *p_gpu = malloc(n * 4), *p0 = malloc(n * 4);
+    float *p_cpu = malloc(n * 4), *p0 = malloc(n * 4);
     float *g_cpu = calloc(n, 4), *g_gpu = calloc(n, 4), *m = calloc(n, 4), *v = calloc(n, 4);
     assert_int_equal(gpt_init_params(c, 7, p_cpu, n, err, sizeof err), 0);
     int N = B * T, V = c->vocab;
@@ -93,10 +109,10 @@ static void model_case(const gpt_config *c, int B, int T)
                 worst = e;
                 wname = t[k].name;
             }
-            if (!(e <= TC_LIMIT)) printf("  gradient %s rel %.3g > limit\n", t[k].name, e);
+            if (!(e <= GRAD_LIMIT)) printf("  gradient %s rel %.3g > limit\n", t[k].name, e);
         }
-        printf("  gradients: worst tensor %s rel %.3g\n", wname, worst);
-        assert_true(worst <= TC_LIMIT);
+        printf("  gradients: worst tensor %s rel %.3g (limit %g)\n", wname, worst, GRAD_LIMIT);
+        assert_true(worst <= GRAD_LIMIT);
 
         /* determinism: the same forward + backward again gives the same bytes */
         if (step == 1) {
@@ -116,14 +132,8 @@ static void model_case(const gpt_config *c, int B, int T)
         printf("  grad norm cpu %.7g gpu %.7g rel %.3g\n", norm_cpu, norm_gpu, ne);
         assert_true(ne <= TC_LIMIT);
 
+        adamw_same_gradients(gpu, t, nt, n, step);
         gpt_adamw_step(t, nt, p_cpu, g_cpu, m, v, step, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1);
-        assert_int_equal(gpt_cuda_adamw(gpu, step, 1e-3, 0.9, 0.95, 1e-8, 0.1, err, sizeof err), 0);
-        assert_int_equal(gpt_cuda_get_params(gpu, p_gpu, err, sizeof err), 0);
-        size_t skipped = 0;
-        double ue = update_err(p_gpu, p_cpu, p0, g_cpu, n, &skipped);
-        printf("  AdamW update rel %.3g (%zu of %zu elements with gradients at noise level not compared)\n", ue,
-               skipped, n);
-        assert_true(ue <= TC_LIMIT);
         /* carry on from identical parameters so step 2 tests the step, not the drift */
         assert_int_equal(gpt_cuda_set_params(gpu, p_cpu, 0, n, err, sizeof err), 0);
     }
@@ -131,7 +141,6 @@ static void model_case(const gpt_config *c, int B, int T)
     gpt_model_free(cpu);
     free(t);
     free(p_cpu);
-    free(p_gpu);
     free(p0);
     free(g_cpu);
     free(g_gpu);
@@ -154,26 +163,69 @@ static void test_model_step(void **state)
 
 /* ---- trainer level ------------------------------------------------------------------------- */
 
+static void trainer_options(gpt_options *o, int device, const char *ckpt)
+{
+    gpt_options_default(o);
+    o->model = (gpt_config){.layers = 2, .heads = 4, .dim = 64, .ctx = 64, .vocab = 64};
+    o->batch = 4;
+    o->seq = 48;
+    o->warmup_steps = 2;
+    o->lr = 1e-3;
+    o->eval_every = 3;
+    o->eval_batches = 2;
+    o->threads = 1;
+    o->device = device;
+    o->checkpoint_path = ckpt;
+}
+
 static trainer *make(int device, const char *ckpt)
 {
     gpt_options o;
-    gpt_options_default(&o);
-    o.model = (gpt_config){.layers = 2, .heads = 4, .dim = 64, .ctx = 64, .vocab = 64};
-    o.batch = 4;
-    o.seq = 48;
-    o.warmup_steps = 2;
-    o.lr = 1e-3;
-    o.eval_every = 3;
-    o.eval_batches = 2;
-    o.threads = 1;
-    o.device = device;
-    o.checkpoint_path = ckpt;
+    trainer_options(&o, device, ckpt);
     char err[512];
     trainer *t = gpt_trainer_create(&o, err, sizeof err);
     if (!t) fprintf(stderr, "%s\n", err);
     assert_non_null(t);
     assert_string_equal(gpt_trainer_device(t), device == GPT_DEVICE_CUDA ? "cuda" : "cpu");
     return t;
+}
+
+/* One step of the CUDA trainer b (0-based step s), replayed on the CPU: gpt_adamw_step with the
+ * trainer's learning rate for s (warmup, schedule) on b's parameters and moments before the step and
+ * its clipped gradients after must give b's parameters (its host buffer) and moments exactly. */
+static void step_replayed(trainer *b, long s, trainer_stats *st)
+{
+    char err[512];
+    gpt_options o;
+    trainer_options(&o, GPT_DEVICE_CUDA, NULL);
+    model_tensor *t;
+    int nt;
+    size_t n;
+    assert_int_equal(gpt_layout(&o.model, &t, &nt, &n, err, sizeof err), 0);
+    gpt_cuda *cu = gpt_trainer_cuda(b);
+    assert_non_null(cu);
+    float *p = malloc(n * 4), *g = malloc(n * 4), *m = malloc(n * 4), *v = malloc(n * 4);
+    float *mb = malloc(n * 4), *vb = malloc(n * 4);
+    memcpy(p, b->params, n * 4);
+    assert_int_equal(gpt_cuda_get_moments(cu, m, v, err, sizeof err), 0);
+    assert_int_equal(b->step(b, st, err, sizeof err), 0);
+    assert_int_equal(gpt_cuda_get_grads(cu, g, err, sizeof err), 0);
+    assert_int_equal(gpt_cuda_get_moments(cu, mb, vb, err, sizeof err), 0);
+    gpt_adamw_step(t, nt, p, g, m, v, s + 1, gpt_lr_at(&o, s), o.beta1, o.beta2, o.eps, o.weight_decay, 1);
+    size_t diff = 0;
+    for (size_t i = 0; i < n; i++)
+        diff += memcmp(&p[i], &b->params[i], 4) || memcmp(&m[i], &mb[i], 4) || memcmp(&v[i], &vb[i], 4);
+    printf("trainer step %ld on cuda, AdamW replayed on the CPU from its gradients (lr %.3g): %zu of %zu "
+           "elements differ (want 0)\n",
+           s + 1, gpt_lr_at(&o, s), diff, n);
+    assert_true(diff == 0);
+    free(t);
+    free(p);
+    free(g);
+    free(m);
+    free(v);
+    free(mb);
+    free(vb);
 }
 
 static void test_trainer(void **state)
@@ -186,12 +238,10 @@ static void test_trainer(void **state)
     assert_int_equal(a->numel, b->numel);
     assert_memory_equal(a->params, b->params, a->numel * 4); /* same init */
     size_t n = a->numel;
-    float *p0 = malloc(n * 4);
-    memcpy(p0, a->params, n * 4);
     trainer_stats sa, sb;
     for (int s = 0; s < 3; s++) {
         assert_int_equal(a->step(a, &sa, err, sizeof err), 0);
-        assert_int_equal(b->step(b, &sb, err, sizeof err), 0);
+        step_replayed(b, s, &sb);
         double le = fabs(sb.loss - sa.loss) / sa.loss;
         printf("trainer step %d: loss cpu %.7f cuda %.7f rel %.3g\n", s + 1, sa.loss, sb.loss, le);
         assert_true(le <= TC_LIMIT);
@@ -202,17 +252,9 @@ static void test_trainer(void **state)
     double ee = fabs(sb.eval_loss - sa.eval_loss) / sa.eval_loss;
     printf("eval loss cpu %.7f cuda %.7f rel %.3g\n", sa.eval_loss, sb.eval_loss, ee);
     assert_true(ee <= TC_LIMIT);
-    /* the host buffer of the CUDA trainer holds its current parameters (DiLoCo reads it) */
-    float *ua = malloc(n * 4), *ub = malloc(n * 4);
-    for (size_t i = 0; i < n; i++) {
-        ua[i] = a->params[i] - p0[i];
-        ub[i] = b->params[i] - p0[i];
-    }
-    double pe = tc_relerr(ub, ua, n);
-    printf("parameters after 3 steps: update rel %.3g (limit 1e-3: three AdamW steps amplify noise-level "
-           "gradient differences)\n",
-           pe);
-    assert_true(pe <= 1e-3);
+    /* The two trainers' parameters after these steps are not compared: AdamW turns the gradients'
+     * rel 1e-6 into updates that differ by ~1e-3 (2.9e-3 on an H200; tests/test_adamw_noise.c), so the
+     * device's steps are checked exactly against their CPU replay above, and the losses here. */
 
     /* params_changed: DiLoCo writes new global values into part of the host buffer, then the whole */
     memcpy(b->params, a->params, n * 4);
@@ -238,9 +280,6 @@ static void test_trainer(void **state)
     assert_int_equal(b->params_changed(b, n, 1, err, sizeof err), -1); /* out of range */
     a->destroy(a);
     b->destroy(b);
-    free(p0);
-    free(ua);
-    free(ub);
 }
 
 static void test_checkpoint_resume(void **state)

@@ -206,6 +206,15 @@ DILOCO_API void diloco_options_default(diloco_options *o);
 DILOCO_API int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **out, char *err,
                            size_t errlen);
 
+/* Read the run without joining it: connects as diloco_open would (o's redis_url, run, connect_timeout_ms,
+ * stop, log_callback), reads dl:{R}:config and writes nothing anywhere (no registration, no event).
+ * *numel gets the run's parameter count and layout[0..cap) its tensors as diloco_run_layout gives them,
+ * NUL-ended ("" for a run made before layouts were recorded). Returns the layout's length; when that is
+ * >= cap, layout was left alone: call again with a larger buffer. -1 + err on an error. A host checks
+ * its model with it before diloco_open, so a model that is not the run's is refused before it joined. */
+DILOCO_API int64_t diloco_peek_run(const diloco_options *o, uint64_t *numel, char *layout, size_t cap, char *err,
+                                   size_t errlen);
+
 /* Call after each inner step. Returns 1 when a sync happened (params now hold new global values),
  * 0 when not, -1 on an error that could not be recovered by retries. */
 DILOCO_API int diloco_after_step(diloco *d, char *err, size_t errlen);

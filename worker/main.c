@@ -67,7 +67,8 @@ static void usage(FILE *f)
                "  --worker-id ID            unique id (default: <hostname>-<pid>)\n"
                "  --sync-every H            inner steps between syncs (default 500)\n"
                "  --steps N                 inner steps to train, then leave (default: until stopped)\n"
-               "  --no-bf16                 send fp32 pseudo-gradients instead of bf16 (in a bf16 run)\n"
+               "  --no-bf16                 send fp32 pseudo-gradients instead of bf16 (in a bf16 run; ignored, with a\n"
+               "                            warning, in an int8/int4/int3/int2 run)\n"
                "  --error-feedback          (int8/int4/int3/int2 runs) add what quantization dropped to the next round's\n"
                "                            pseudo-gradient (kept in this process only)\n"
                "  --heartbeat-interval S    seconds between heartbeats (default 30; 0 disables)\n"
@@ -450,6 +451,17 @@ static int device_hooks(const worker_args *a, trainer *t, diloco_device_ops *ops
     return rc;
 }
 
+/* --sync-every larger than --steps: the worker would leave before its first sync and the run would
+ * not move, silently. Said at start, with the way out. */
+static void warn_if_never_syncs(const worker_args *a)
+{
+    if (a->steps > 0 && a->dl.sync_every > a->steps && !a->final_sync && !a->dl.dylu && !a->eval_only)
+        log_warn("--sync-every %d is more than --steps %ld: this worker would stop before its first sync and "
+                 "send nothing (the run does not move); lower --sync-every, or add --final-sync to sync once "
+                 "after the last step",
+                 a->dl.sync_every, a->steps);
+}
+
 static int run_worker(int argc, char **argv)
 {
     worker_args a;
@@ -486,6 +498,7 @@ static int run_worker(int argc, char **argv)
         status = 0;
         goto done;
     }
+    warn_if_never_syncs(&a);
     if (a.log_path && !(logf = fopen(a.log_path, "a"))) {
         err_set(err, sizeof err, "cannot open log file %s", a.log_path);
         goto error;

@@ -11,7 +11,9 @@
 #ifndef DILOCO_CLONES_H
 #define DILOCO_CLONES_H
 
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+/* DILOCO_NO_CLONES: one plain build (the ThreadSanitizer build: an ifunc resolver runs before the
+ * sanitizer's runtime is up, and an instrumented one crashes) */
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(DILOCO_NO_CLONES)
 #define HOT_CLONES __attribute__((target_clones("arch=x86-64-v3", "default")))
 #else
 #define HOT_CLONES

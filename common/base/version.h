@@ -2,6 +2,6 @@
  * Every process checks `FCALL dl_version` against it and refuses to run against another one. */
 #ifndef DILOCO_VERSION_H
 #define DILOCO_VERSION_H
-#define DL_LIB_VERSION "2"
+#define DL_LIB_VERSION "3"
 #define DL_LIBRARY_NAME "diloco"
 #endif

@@ -9,6 +9,7 @@
 #include "hash.h"
 #include "blob.h"
 #include "codec.h"
+#include "keys.h"
 #include "mpscan.h"
 #include "util.h"
 
@@ -40,6 +41,7 @@
 #define K_MU "mu"
 #define K_FLAGS "fl"
 #define K_AUX "a"
+#define K_RUN "rn"
 
 void blob_header_init(blob_header *h, const char *op)
 {
@@ -152,7 +154,7 @@ static size_t count_present(const blob_header *h)
     size_t n = 3;                      /* m, f, op */
     if (h->dtype != BLOB_NONE) n += 3; /* dt, n, x */
     for (size_t i = 0; i < INT_KEY_COUNT; i++) n += int_value(h, &INT_KEYS[i]) != INT_KEYS[i].absent;
-    n += field_is_set_str(h->worker) + field_is_set_str(h->code) + field_is_set_str(h->text);
+    n += field_is_set_str(h->worker) + field_is_set_str(h->code) + field_is_set_str(h->text) + field_is_set_str(h->run);
     n += !isnan(h->lr) + !isnan(h->mu);
     return n;
 }
@@ -176,6 +178,7 @@ static void pack_header(msgpack_packer *pk, const blob_header *h)
     if (field_is_set_str(h->worker)) pack_str_field(pk, K_WORKER, h->worker);
     if (field_is_set_str(h->code)) pack_str_field(pk, K_CODE, h->code);
     if (field_is_set_str(h->text)) pack_str_field(pk, K_TEXT, h->text);
+    if (field_is_set_str(h->run)) pack_str_field(pk, K_RUN, h->run);
     if (!isnan(h->lr)) pack_double_field(pk, K_LR, h->lr);
     if (!isnan(h->mu)) pack_double_field(pk, K_MU, h->mu);
 }
@@ -184,7 +187,8 @@ static void pack_header(msgpack_packer *pk, const blob_header *h)
 static int check_strings_terminated(const blob_header *h, char *err, size_t errlen)
 {
     if (strnlen(h->op, sizeof h->op) == sizeof h->op || strnlen(h->worker, sizeof h->worker) == sizeof h->worker ||
-        strnlen(h->code, sizeof h->code) == sizeof h->code || strnlen(h->text, sizeof h->text) == sizeof h->text) {
+        strnlen(h->code, sizeof h->code) == sizeof h->code || strnlen(h->text, sizeof h->text) == sizeof h->text ||
+        strnlen(h->run, sizeof h->run) == sizeof h->run) {
         err_set(err, errlen, "blob header has an unterminated string field");
         return -1;
     }
@@ -368,6 +372,7 @@ static int decode_field(blob_header *h, const msgpack_object *k, const msgpack_o
     if (key_is(k, K_WORKER)) return get_str(v, K_WORKER, h->worker, sizeof h->worker, err, errlen);
     if (key_is(k, K_CODE)) return get_str(v, K_CODE, h->code, sizeof h->code, err, errlen);
     if (key_is(k, K_TEXT)) return get_str(v, K_TEXT, h->text, sizeof h->text, err, errlen);
+    if (key_is(k, K_RUN)) return get_str(v, K_RUN, h->run, sizeof h->run, err, errlen);
     if (key_is(k, K_LR)) return get_double(v, K_LR, &h->lr, err, errlen);
     if (key_is(k, K_MU)) return get_double(v, K_MU, &h->mu, err, errlen);
     return 0; /* unknown key: ignored for forward compatibility */
@@ -507,5 +512,34 @@ int blob_decode(const uint8_t *buf, size_t len, blob_header *h, const uint8_t **
     if (blob_check_payload(h, buf + hl, len - hl, err, errlen) != 0) return -1;
     *payload = buf + hl;
     *payload_len = len - hl;
+    return 0;
+}
+
+/* ---- durable blobs and their keys ---- */
+
+/* What a durable blob is, in words: "the log entry of shard 2, version 4, epoch 1 (run R)". */
+static void describe_durable(const blob_header *h, char *buf, size_t cap)
+{
+    const char *what = !strcmp(h->op, "snap") ? "snapshot" : !strcmp(h->op, "log") ? "log entry" : NULL;
+    char op[sizeof h->op + 8];
+    if (what == NULL) snprintf(op, sizeof op, "'%s' blob", h->op);
+    snprintf(buf, cap, "the %s of shard %lld, version %lld, epoch %lld%s%s%s", what ? what : op, (long long)h->shard,
+             (long long)h->version, (long long)h->epoch, h->run[0] ? " (run " : "", h->run, h->run[0] ? ")" : "");
+}
+
+int blob_check_key(const blob_header *h, const char *key, char *err, size_t errlen)
+{
+    key_blob_name k;
+    if (key_parse_blob(key, &k) != 0) {
+        err_set(err, errlen, "%s is not the name of a durable blob (dl:{RUN:SHARD}:KIND:VERSION:EPOCH)", key);
+        return -1;
+    }
+    if (strcmp(h->op, k.kind) != 0 || h->shard != k.shard || h->version != k.version || h->epoch != k.epoch ||
+        (h->run[0] != '\0' && strcmp(h->run, k.run) != 0)) {
+        char is[256];
+        describe_durable(h, is, sizeof is);
+        err_set(err, errlen, "%s holds %s, not the one its key names (a blob copied to the wrong place?)", key, is);
+        return -1;
+    }
     return 0;
 }

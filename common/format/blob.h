@@ -28,6 +28,7 @@ typedef struct blob_header {
     uint64_t xxh;   /* XXH3_64bits of the payload bytes (0 when no payload) */
     int64_t shard, version, round, epoch, inc, frag; /* -1 when absent */
     char worker[64];                                 /* "" when absent */
+    char run[80];   /* the run a durable blob belongs to ("" when absent: blobs written before it was kept) */
     char code[32];  /* error code for op "err": "STALE", "BADSIZE", "NAN", "CHECKSUM", ... */
     char text[512]; /* free text: error message, redirect "host:port", list of missing workers, ... */
     double lr, mu;  /* outer step parameters recorded with log entries; NAN when absent */
@@ -71,6 +72,14 @@ int blob_check_payload(const blob_header *h, const void *payload, size_t len, ch
 
 /* The same for a payload whose XXH3_64bits the caller computed (e.g. while receiving it). */
 int blob_check_payload_hashed(const blob_header *h, size_t len, uint64_t xxh, char *err, size_t errlen);
+
+/* A durable blob must be the one its Redis key names (docs/PROTOCOL.md, "Durable state"): its op is the
+ * key's kind ("snap", "log") and its shard, version and epoch are the key's, and so is its run when the
+ * header has one. Every reader of durable blobs (the shard-server's load, common/math/replay.c for repair,
+ * evaluation and checkpoint export) calls this, so a valid blob copied to another key is refused with
+ * the key named: "KEY holds the log entry of shard 2, version 4, epoch 1 (run R), not the one its key
+ * names". -1 + err on a mismatch or a key that is not a blob's name. */
+int blob_check_key(const blob_header *h, const char *key, char *err, size_t errlen);
 
 /* Whole blob (header + payload in one malloc'd buffer the caller frees), for small values and tests. */
 int blob_encode(blob_header *h, const void *payload, size_t payload_len, uint8_t **out, size_t *outlen, char *err,

@@ -27,6 +27,18 @@ int key_shard_ref(char *dst, size_t cap, const char *run, int shard, const char 
     return 0;
 }
 
+int key_parse_blob(const char *key, key_blob_name *out)
+{
+    long long v, e;
+    int used = 0;
+    if (sscanf(key, "dl:{%79[^:}]:%d}:%15[^:]:%lld:%lld%n", out->run, &out->shard, out->kind, &v, &e, &used) != 5 ||
+        key[used] != '\0' || out->shard < 0 || v < 0 || e < 0)
+        return -1;
+    out->version = v;
+    out->epoch = e;
+    return 0;
+}
+
 int key_check_run_name(const char *run, char *err, size_t errlen)
 {
     size_t n = run ? strlen(run) : 0;

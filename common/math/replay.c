@@ -16,6 +16,39 @@
 #include "runconf.h"
 #include "util.h"
 
+/* The digest k:digests recorded for `version` into out (17 bytes); 0 when it records none. */
+static int recorded_digest(const char *digests, int64_t version, char *out)
+{
+    for (const char *p = digests; p && *p;) {
+        char *end;
+        long long v = strtoll(p, &end, 10);
+        const char *comma = strchr(p, ',');
+        size_t len = comma ? (size_t)(comma - end) : strlen(end);
+        if (end != p && *end == ':' && v == version && len == 17) {
+            memcpy(out, end + 1, 16);
+            out[16] = '\0';
+            return 1;
+        }
+        p = comma ? comma + 1 : NULL;
+    }
+    return 0;
+}
+
+/* After a step: θ against the digest recorded for st->version, if any. */
+static int check_recorded(replay_state *st, size_t n, char *err, size_t errlen)
+{
+    char want[17], got[17];
+    if (!st->digests || !recorded_digest(st->digests, st->version, want)) return 0;
+    snprintf(got, sizeof got, "%016" PRIx64, digest_f32(st->theta, n));
+    if (strcmp(got, want) != 0) {
+        err_set(err, errlen, "version %" PRId64 " replays to digest %s, but its commit recorded %s", st->version, got,
+                want);
+        return -1;
+    }
+    st->verified = st->version;
+    return 0;
+}
+
 int replay_state_snapshot(replay_state *st, const blob_header *h, const uint8_t *payload, size_t len, size_t n,
                           char *err, size_t errlen)
 {
@@ -47,7 +80,8 @@ int replay_state_snapshot(replay_state *st, const blob_header *h, const uint8_t 
         memset(st->dnbuf, 0, n * sizeof(float));
     st->has_mom = with_mom;
     st->version = h->version;
-    return 0;
+    st->verified = -1;
+    return check_recorded(st, n, err, errlen);
 }
 
 int replay_state_log(replay_state *st, const blob_header *h, const uint8_t *payload, size_t len, size_t n, char *err,
@@ -90,7 +124,7 @@ int replay_state_log(replay_state *st, const blob_header *h, const uint8_t *payl
         free(g);
     }
     st->version++;
-    return 0;
+    return check_recorded(st, n, err, errlen);
 }
 
 int replay_snapshot(const blob_header *h, const uint8_t *payload, size_t len, size_t n, float *theta, float *mom,
@@ -145,7 +179,7 @@ static int get_blob(rconn *c, const char *key, redisReply **r, replay_blob *b, c
         err_set(err, errlen, "corrupt blob %s: %s", key, derr);
         return -1;
     }
-    return 0;
+    return blob_check_key(&b->h, key, err, errlen);
 }
 
 /* the version v of a ref "v.e"; below INT64_MAX, so that v + 1 (the next entry) exists */
@@ -158,6 +192,16 @@ static int ref_version(const char *ref, int64_t *v)
     if (*end != '.' || errno == ERANGE || x == INT64_MAX) return -1;
     *v = x;
     return 0;
+}
+
+/* Apply blob b (a snapshot or log entry, as its op says: blob_check_key matched it to key); a failure names key. */
+static int replay_step(replay_state *st, const char *key, const replay_blob *b, size_t n, char *err, size_t errlen)
+{
+    char why[600];
+    int rc = !strcmp(b->h.op, "snap") ? replay_state_snapshot(st, &b->h, b->payload, b->len, n, why, sizeof why)
+                                      : replay_state_log(st, &b->h, b->payload, b->len, n, why, sizeof why);
+    if (rc < 0) err_set(err, errlen, "%s: %s", key, why);
+    return rc;
 }
 
 int replay_refs_state(rconn *c, const char *run, int shard, size_t n, const char *snap_ref, const char *log_refs,
@@ -174,7 +218,7 @@ int replay_refs_state(rconn *c, const char *run, int shard, size_t n, const char
     replay_blob b;
     int rc = get_blob(c, key, &r, &b, err, errlen);
     if (rc == 0) {
-        rc = replay_state_snapshot(st, &b.h, b.payload, b.len, n, err, errlen);
+        rc = replay_step(st, key, &b, n, err, errlen);
         version = st->version;
         if (rc == 0 && version < 0) version = st->version = snapv; /* a writer that left out "v" */
         if (rc == 0 && version != snapv) {
@@ -204,7 +248,7 @@ int replay_refs_state(rconn *c, const char *run, int shard, size_t n, const char
             break;
         }
         rc = get_blob(c, key, &r, &b, err, errlen);
-        if (rc == 0) rc = replay_state_log(st, &b.h, b.payload, b.len, n, err, errlen);
+        if (rc == 0) rc = replay_step(st, key, &b, n, err, errlen);
         version = st->version;
         if (r) freeReplyObject(r);
     }

@@ -38,8 +38,14 @@ typedef struct replay_state {
     uint32_t dn_buffer;
     int dn_variant;
     uint64_t dn_t0;
+    /* k:digests of dl:{R}:shards ("v:digest,...": what each commit recorded), or NULL. When set, every
+     * version reached whose digest is recorded is checked against it (a mismatch fails the step), and
+     * `verified` is the newest version that matched (-1: none yet). */
+    const char *digests;
+    int64_t verified;
 } replay_state;
-/* Snapshot: θ, then momentum (flags bit 0), then the DN buffer (flags bit 1; needs dnbuf). */
+/* Snapshot: θ, then momentum (flags bit 0), then the DN buffer (flags bit 1; needs dnbuf). It starts the
+ * replay: st->verified becomes -1, or the snapshot's version when its digest is recorded and matches. */
 int replay_state_snapshot(replay_state *st, const blob_header *h, const uint8_t *payload, size_t len, size_t n,
                           char *err, size_t errlen);
 /* One log entry: no-op (aux 0), a Delayed Nesterov step (flags bit 2, t = the entry's version; needs
@@ -66,8 +72,8 @@ int replay_shard(const replay_blob *snap, const replay_blob *logs, int nlogs, si
 #define REPLAY_GONE (-2)
 
 /* Replay shard `shard` (n elements) from refs as kept in dl:{R}:shards (snap "v.e", log "v.e,v.e,..."
- * possibly empty), each blob checked by blob_decode (its checksum) and applied in order; no digest
- * check. On failure st->version is the last version replayed (-1: the snapshot failed) and st's buffers
+ * possibly empty), each blob checked by blob_decode (its checksum) and blob_check_key (it is the blob its
+ * key names) and applied in order; each version's digest checked when st->digests records it. On failure st->version is the last version replayed (-1: the snapshot failed) and st's buffers
  * hold that version, so a caller can tell how far the durable state verifies; err names the key. */
 int replay_refs_state(rconn *c, const char *run, int shard, size_t n, const char *snap_ref, const char *log_refs,
                       replay_state *st, char *err, size_t errlen);

@@ -130,7 +130,11 @@ static int authenticate(redisContext *c, const redis_url *u, int *final, char *e
     if (u->pass[0] != '\0')
         return run_simple(c, "AUTH (check the password in the Redis URL)", final, err, errlen,
                           redisCommand(c, "AUTH %s", u->pass));
-    return 0;
+    /* No credentials: a PING finds out at once whether the server wants some (NOAUTH, final), so that no
+     * caller's first command is refused in its own way (a large FUNCTION LOAD before AUTH is answered
+     * "Protocol error: unauthenticated bulk length"). */
+    return run_simple(c, "PING (a server that requires a password needs it in the URL: redis://:PASSWORD@HOST:PORT)",
+                      final, err, errlen, redisCommand(c, "PING"));
 }
 
 /* Open, authenticate and configure one connection: to the URL's server (host NULL) or to host:port

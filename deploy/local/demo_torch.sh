@@ -3,7 +3,8 @@
 # one GPT together: Redis, two shard-servers and the coordinator (deploy/local/cluster.sh), the PyTorch
 # example (python3 -m rediloco.examples.gpt, docs/python.md) creating the run from its own initial
 # weights (--init-run) and training on one half of the King James Bible, `bin/worker` on the other
-# half. The PyTorch worker's progress line is shown; the rest logs under run/demo-torch/logs/. Ctrl-C
+# half. The PyTorch worker trains on the GPU when torch sees one (--device auto: bf16 autocast there,
+# fp32 on the CPU; docs/python.md). The PyTorch worker's progress line is shown; the rest logs under run/demo-torch/logs/. Ctrl-C
 # stops everything.
 #
 # Knobs (environment): DEMO_STEPS (300), DEMO_SYNC_EVERY (50), DEMO_PORT (free port).
@@ -22,7 +23,7 @@ export DL_REDIS_URL="$URL"
 MODEL="--layers 2 --heads 4 --dim 128 --ctx 128"
 TRAIN="--sync-every $H --steps $STEPS --batch 8 --seq 128 --lr 2e-3 --warmup 50 --eval-every $H --threads 1"
 echo "== the PyTorch worker creates run '$RUN' from its model's initial weights (rediloco.init_run) and trains"
-PYTHONPATH=python /usr/bin/python3 -m rediloco.examples.gpt --run $RUN $MODEL $TRAIN --init-run --workers 2 \
+PYTHONPATH=python /usr/bin/python3 -m rediloco.examples.gpt --run $RUN $MODEL $TRAIN --init-run --workers 2 --device auto \
   --data "$DATA/kjv.tok" --num-shards 2 --shard-index 0 --worker-id torch1 --log "$DIR/torch1.jsonl" &
 PY=$!; PIDS="$PIDS $PY"
 i=0

@@ -15,7 +15,7 @@ __version__ = "0.1.0"
 
 # What needs torch is imported on first use, so `python3 -m rediloco init` starts at once.
 _LAZY = {"DiLoCo": "diloco", "init_run": "run", "save_state": "run", "load_checkpoint": "checkpoint",
-         "read_checkpoint": "checkpoint", "transfer_path": "devicehooks"}
+         "read_checkpoint": "checkpoint", "transfer_path": "devicehooks", "BuffersNotSynced": "buffers"}
 
 
 def __getattr__(name):
@@ -31,5 +31,5 @@ def library_version():
     return _lib.load().diloco_version_string().decode()
 
 
-__all__ = ["DiLoCo", "DiLoCoError", "Stopped", "SyncInfo", "init_run", "save_state", "load_checkpoint",
+__all__ = ["DiLoCo", "DiLoCoError", "Stopped", "BuffersNotSynced", "SyncInfo", "init_run", "save_state", "load_checkpoint",
            "read_checkpoint", "transfer_path", "library_version", "__version__"]

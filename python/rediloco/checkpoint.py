@@ -8,6 +8,7 @@ import json
 import torch
 
 from . import safetensors
+from .checks import quoted
 from .errors import DiLoCoError
 
 
@@ -32,24 +33,38 @@ def read_checkpoint(path):
 
 
 def load_checkpoint(model, path, strict=True):
-    """Copy a checkpoint's parameters into model (by name). strict: every parameter of the model and
-    every tensor of the checkpoint must meet, with the same shape; else DiLoCoError naming the first that
-    does not. Returns the checkpoint's metadata (version, run, ...)."""
+    """Copy a checkpoint's parameters into model (by name). strict: every tensor of the model's
+    state_dict() (parameters and buffers) and every tensor of the checkpoint must meet, with the same
+    shape; else DiLoCoError naming those that do not (a checkpoint holds parameters only: a model with
+    buffers, e.g. BatchNorm's running statistics, loads with strict=False and keeps its own). Returns the
+    checkpoint's metadata (version, run, ...)."""
     meta, tensors = read_checkpoint(path)
     params = dict(model.named_parameters())
-    missing = [n for n in params if n not in tensors]
-    extra = [n for n in tensors if n not in params]
-    if strict and (missing or extra):
-        raise DiLoCoError("%s does not match the model: %s" % (path, "; ".join(
-            (["the model's %r is not in the checkpoint" % missing[0]] if missing else []) +
-            (["the checkpoint's %r is not in the model" % extra[0]] if extra else []))))
+    if strict:
+        _check_all_meet(path, model, params, tensors)
+    for name, p in params.items():  # every shape first: a refused checkpoint changes nothing
+        if name in tensors and tuple(tensors[name].shape) != tuple(p.shape):
+            raise DiLoCoError("%s: tensor %r has shape %s in the checkpoint, %s in the model"
+                              % (path, name, list(tensors[name].shape), list(p.shape)))
     with torch.no_grad():
         for name, p in params.items():
-            if name not in tensors:
-                continue
-            t = tensors[name]
-            if tuple(t.shape) != tuple(p.shape):
-                raise DiLoCoError("%s: tensor %r has shape %s in the checkpoint, %s in the model"
-                                  % (path, name, list(t.shape), list(p.shape)))
-            p.copy_(t)
+            if name in tensors:
+                p.copy_(tensors[name])
     return meta
+
+
+def _check_all_meet(path, model, params, tensors):
+    buffers = [n for n in model.state_dict() if n not in params]  # persistent buffers, as torch saves them
+    missing = [n for n in params if n not in tensors]
+    extra = [n for n in tensors if n not in params]
+    lacks = []
+    if missing:
+        lacks.append("the checkpoint does not hold the model's parameters %s" % quoted(missing))
+    if buffers:
+        lacks.append("it holds no buffers, and the model has %s (ReDiLoCo syncs and checkpoints parameters "
+                     "only: load with strict=False to keep the model's own)" % quoted(buffers))
+    if extra:
+        lacks.append("the checkpoint's %s not in the model" % (quoted(extra) + (" are" if len(extra) > 1 else " is")))
+    if lacks:
+        raise DiLoCoError("%s does not match the model: %s" % (path, "; ".join(lacks)))
+

@@ -5,7 +5,9 @@
             loss = ...; loss.backward(); inner_optimizer.step(); inner_optimizer.zero_grad()
             dl.report(loss.item(), tokens=batch.numel())
 
-Entering the block moves the model's parameters into one flat fp32 buffer (params.FlatParams), opens a
+Entering the block first checks the model against the run, read without joining it (checks.py): a model
+that is not the run's is refused before anything is written anywhere. It then moves the model's
+parameters into one flat fp32 buffer (params.FlatParams), opens a
 libdiloco session on it (which writes the run's current global parameters into it) and hooks the inner
 optimizer's step: after every step the hook calls diloco_after_step, which every H steps runs a sync and
 writes the new global parameters into the same buffer, so the model sees them with no copy through
@@ -21,9 +23,10 @@ import os
 import signal
 import threading
 
-from . import _lib, devicehooks
+from . import _lib, checks, devicehooks
+from .buffers import BufferWatch
 from .errors import DiLoCoError, Stopped
-from .params import FlatParams, check_layout
+from .params import FlatParams
 from .syncinfo import SyncInfo
 
 _LEVELS = {"debug": _lib.LOG_DEBUG, "info": _lib.LOG_INFO, "warn": _lib.LOG_WARN, "error": _lib.LOG_ERROR}
@@ -96,6 +99,7 @@ class DiLoCo:
                  fragment_sync_delay=None, fragment_update_alpha=0.0, worker_id=None, bf16=True, dylu=False,
                  error_feedback=False, heartbeat_interval=30.0, max_sync_retries=3, connect_timeout=60.0, net_timeout=60.0,
                  sync_timeout=120.0, handle_signals=True, log=None, log_level=None):
+        checks.check_arguments(url, run, model, inner_optimizer)
         if outer_optimizer is not None:
             raise TypeError("outer_optimizer must be None: the outer optimizer runs on the shard-servers; set it "
                             "when the run is created (init_run(..., outer_lr=, outer_momentum=, nesterov=))")
@@ -123,6 +127,7 @@ class DiLoCo:
         self._d = None
         self._lib = None
         self._flat = None
+        self._buffers = None  # BufferWatch: warns at the first sync of buffers that training changed
         self._device_hooks = None
         self._signals = None
         self._hook = None
@@ -147,12 +152,15 @@ class DiLoCo:
         if self._d is not None:
             return self
         self._lib = _lib.load()
-        self._flat = FlatParams(self.model)
+        tensors = checks.model_tensors(self.model)
         try:
             if self.handle_signals and threading.current_thread() is threading.main_thread():
                 self._signals = _SignalWatch(self._on_signal)
+            self._check_run(tensors)  # before anything is written anywhere, the model's tensors included
+            self._flat = FlatParams(self.model)
+            self._buffers = BufferWatch(self.model)
             self._open_session()
-            check_layout(self._layout_json(), self._flat)
+            self._check_layout(self._layout_json(), self._flat.layout)  # the run as diloco_open read it
             self._check_fragments()
             self._hook = _install_step_hook(self.inner_optimizer, self._after_step)
         except BaseException:
@@ -160,7 +168,33 @@ class DiLoCo:
             raise
         return self
 
+    def _check_run(self, tensors):
+        """The model against the run as Redis holds it, read without joining (diloco_peek_run)."""
+        try:
+            numel, layout = checks.peek_run(self._lib, self._base_options())
+        except DiLoCoError as e:
+            raise DiLoCoError("cannot join run %r at %s: %s" % (self.run, _redact(self.url), e))
+        self._check_layout(layout, tensors, numel)
+
+    def _check_layout(self, layout, tensors, numel=None):
+        try:
+            checks.check_layout(layout, tensors, numel)
+        except DiLoCoError as e:
+            raise DiLoCoError("cannot join run %r: %s" % (self.run, e))
+
     def _options(self):
+        o = self._base_options()
+        if self._flat.device_copy:
+            cb = _lib.ON_PARAMS_FN(self._flat.on_params)
+            self._callbacks.append(cb)
+            o.on_params = cb
+        if self._flat.path == devicehooks.DEVICE_HOOKS:
+            self._device_hooks = self._flat.device_hooks()
+            o.device = self._device_hooks.ops
+        return o
+
+    def _base_options(self):
+        """The options that say who joins what, without the model's buffer (diloco_peek_run takes these)."""
         o = _lib.Options()
         self._lib.diloco_options_default(ctypes.byref(o))
         self._keep = [self.url.encode(), self.run.encode()]
@@ -183,13 +217,6 @@ class DiLoCo:
             cb = _lib.LOG_FN(lambda ctx, level, msg: self.log(level, msg.decode(errors="replace")))
             self._callbacks.append(cb)
             o.log_callback = cb
-        if self._flat.device_copy:
-            cb = _lib.ON_PARAMS_FN(self._flat.on_params)
-            self._callbacks.append(cb)
-            o.on_params = cb
-        if self._flat.path == devicehooks.DEVICE_HOOKS:
-            self._device_hooks = self._flat.device_hooks()
-            o.device = self._device_hooks.ops
         return o
 
     def _open_session(self):
@@ -250,6 +277,8 @@ class DiLoCo:
             raise DiLoCoError("sync failed: %s" % self._flat.name_index(self._message()))
         if self._lib.diloco_stop_requested(self._d):
             self._stop_reason = "the operator shut run %r down" % self.run
+        if rc == 1:
+            self._buffers.after_sync(self.run)
         return rc == 1
 
     def sync(self):

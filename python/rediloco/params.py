@@ -6,34 +6,28 @@ the same memory and a sync's new global values need no copy. A model off the CPU
 on its device; how libdiloco reaches it is its transfer path (devicehooks.py): on CUDA with
 libdiloco_cuda.so, libdiloco's device hooks work on the device buffer itself (no host buffer here);
 otherwise a page-locked host mirror: device -> host before a step that syncs, host -> device for each
-range the library wrote (on_params). check_layout compares the model with the
-run's tensor layout (names, shapes, order) when the run records one.
+range the library wrote (on_params). What a model must be to get here (fp32 parameters on one device)
+is checked by checks.model_tensors, which also gives the tensors' names, shapes and offsets.
 """
 import bisect
 import ctypes
-import json
 import re
 
 import torch
 
 from . import devicehooks
-from .errors import DiLoCoError
+from .checks import model_tensors
 
 
 class FlatParams:
     def __init__(self, model):
+        tensors = model_tensors(model)
         named = list(model.named_parameters())
-        if not named:
-            raise DiLoCoError("the model has no parameters")
-        devices = {p.device for _, p in named}
-        if len(devices) > 1:
-            raise DiLoCoError("the model's parameters are on several devices (%s): put them on one"
-                              % ", ".join(sorted(str(d) for d in devices)))
-        self.check_dtypes(model)
-        self.names = [n for n, _ in named]
-        self.shapes = [tuple(p.shape) for _, p in named]
+        self.names = [n for n, _, _ in tensors]
+        self.shapes = [s for _, s, _ in tensors]
+        self.layout = tensors
         self.numel = sum(p.numel() for _, p in named)
-        self.device = devices.pop()
+        self.device = named[0][1].device
         self.path = devicehooks.path_for_device(self.device)
         self.device_copy = self.path == devicehooks.PINNED_HOST_COPY
         self.flat = torch.empty(self.numel, dtype=torch.float32, device=self.device)
@@ -52,14 +46,6 @@ class FlatParams:
             self.host = torch.empty(self.numel, dtype=torch.float32, pin_memory=True)
         else:
             self.host = self.flat
-
-    @staticmethod
-    def check_dtypes(model):
-        for name, p in model.named_parameters():
-            if p.dtype != torch.float32:
-                raise DiLoCoError("parameter %r is %s: ReDiLoCo runs hold fp32 parameters; call model.float() "
-                                  "before joining (mixed precision belongs in autocast, not in the weights)"
-                                  % (name, str(p.dtype).replace("torch.", "")))
 
     def name_index(self, message):
         """message with "at index N" of the flat vector followed by the tensor and element it is."""
@@ -102,25 +88,3 @@ class FlatParams:
             ctypes.memmove(err, str(e).encode()[:errlen - 1] + b"\0", min(len(str(e).encode()) + 1, errlen))
             return -1
 
-
-def check_layout(layout_json, flat):
-    """DiLoCoError naming the first tensor where the model differs from the run's layout."""
-    if not layout_json:
-        return
-    try:
-        layout = json.loads(layout_json)
-    except ValueError as e:
-        raise DiLoCoError("the run's layout field is not JSON (%s)" % e)
-    mine = list(zip(flat.names, flat.shapes, flat.offsets))
-    for i, (name, shape, off) in enumerate(layout):
-        if i >= len(mine):
-            raise DiLoCoError("the run has tensor %r %s at offset %d that the model lacks (the model has %d "
-                              "tensors, the run %d)" % (name, list(shape), off, len(mine), len(layout)))
-        mname, mshape, moff = mine[i]
-        if mname != name or list(mshape) != list(shape) or moff != off:
-            raise DiLoCoError("tensor %d of the run is %r %s at offset %d, the model's is %r %s at offset %d: "
-                              "the model's parameters (names, shapes, order of named_parameters()) must be the "
-                              "run's" % (i, name, list(shape), off, mname, list(mshape), moff))
-    if len(mine) > len(layout):
-        raise DiLoCoError("the model has tensor %r %s that the run lacks (the model has %d tensors, the run %d)"
-                          % (mine[len(layout)][0], list(mine[len(layout)][1]), len(mine), len(layout)))

@@ -40,8 +40,8 @@ def save_state(model, path):
     """The model's parameters, fp32, in named_parameters() order, as a safetensors file (what
     `coordinator init --from-state` reads)."""
     from . import safetensors
-    from .params import FlatParams
-    FlatParams.check_dtypes(model)
+    from .checks import check_dtypes
+    check_dtypes(model)
     safetensors.write(path, {n: p.detach() for n, p in model.named_parameters()})
 
 

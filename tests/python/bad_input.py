@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """bad_input.py URL RUN NUMEL DEAD_URL: every bad input a PyTorch worker can bring raises one clear
 exception with the library's message, the interpreter carries on, and nothing reaches the run; then a
-good worker still syncs one round. Prints one "ok <case>: <message>" line per case; exits 1 on the first
+good worker still syncs one round. Arguments of the wrong kind (model "x" or a list, inner_optimizer None,
+url None) raise TypeError with a sentence before Redis is asked anything. Prints one "ok <case>: <message>" line per case; exits 1 on the first
 case that does not behave."""
 import os
 import sys
@@ -38,11 +39,16 @@ def expect(case, exc_type, words, fn):
     sys.exit(1)
 
 
-def join(model, url=URL, run=RUN, **kw):
-    inner = torch.optim.SGD(model.parameters(), lr=0.1)
+def join(model, url=URL, run=RUN, inner="sgd", **kw):
+    if inner == "sgd":
+        inner = torch.optim.SGD(model.parameters(), lr=0.1)
     kw.setdefault("connect_timeout", 0)
     with rediloco.DiLoCo(url, run, model, inner, sync_every=2, worker_id="bad", **kw):
         pass
+
+
+def sgd():
+    return torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.1)
 
 
 expect("wrong parameter count", rediloco.DiLoCoError, [str(NUMEL), str(NUMEL + 1)], lambda: join(model_of(NUMEL + 1)))
@@ -51,8 +57,17 @@ expect("unknown run", rediloco.DiLoCoError, ["no-such-run"], lambda: join(model_
 expect("dead Redis", rediloco.DiLoCoError, [DEAD.split("//")[1]], lambda: join(model_of(NUMEL), url=DEAD))
 expect("bad URL", rediloco.DiLoCoError, ["http://"], lambda: join(model_of(NUMEL), url="http://127.0.0.1:1"))
 expect("outer optimizer", TypeError, ["shard-servers"],
-       lambda: rediloco.DiLoCo(URL, RUN, model_of(NUMEL), None, outer_optimizer=torch.optim.SGD([torch.zeros(1)], lr=1)))
-expect("bad sync_every", ValueError, ["sync_every"], lambda: rediloco.DiLoCo(URL, RUN, model_of(NUMEL), None, sync_every=0))
+       lambda: rediloco.DiLoCo(URL, RUN, model_of(NUMEL), sgd(), outer_optimizer=torch.optim.SGD([torch.zeros(1)], lr=1)))
+expect("bad sync_every", ValueError, ["sync_every"], lambda: rediloco.DiLoCo(URL, RUN, model_of(NUMEL), sgd(), sync_every=0))
+# arguments of the wrong kind: a TypeError with a sentence from the constructor, before Redis is asked anything
+expect("model a string", TypeError, ["model must be a torch.nn.Module", "str 'x'"], lambda: join("x", inner=sgd()))
+expect("model a list", TypeError, ["model must be a torch.nn.Module", "list"], lambda: join([model_of(NUMEL)], inner=sgd()))
+expect("no inner optimizer", TypeError, ["inner_optimizer must be the optimizer", "NoneType"],
+       lambda: join(model_of(NUMEL), inner=None))
+expect("an optimizer class", TypeError, ["inner_optimizer must be the optimizer"],
+       lambda: join(model_of(NUMEL), inner=torch.optim.SGD))
+expect("no URL", TypeError, ["url must be a string", "NoneType"], lambda: join(model_of(NUMEL), url=None))
+expect("run not a string", TypeError, ["run must be a string", "int 7"], lambda: join(model_of(NUMEL), run=7))
 
 
 def diverge():

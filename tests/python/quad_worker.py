@@ -5,7 +5,14 @@
 The model is one parameter "x"; each worker's problem (a, c) comes from the run's seed and its id exactly
 as the C trainer draws it (splitmix64, XXH3 of the id through libxxhash), the gradient a*(x - c) is set
 by hand, and QuadAdamW is a torch.optim.Optimizer doing the C trainer's AdamW with the same fp32 operations
-in the same order, so a PyTorch worker and a C worker given the same inputs make the same bytes. Every
+in the same order, so a PyTorch worker and a C worker given the same inputs make the same bytes.
+
+On the CPU the gradient and the AdamW step are numpy float32 ufuncs on views of the torch tensors, not
+torch ops: each numpy +, -, *, / and sqrt is one IEEE-754 correctly rounded operation on every SIMD path
+(SSE2, AVX2, AVX-512) and numpy version, and numpy never fuses two of them, so the bytes are defined by
+the formula alone. torch's CPU kernels made other bytes on one machine (torch 2.11, AVX-512: the fp32
+run's digests differed from the C reference; issue 27): which kernel a torch build picks is its own
+affair. On a GPU (--device cuda) the step stays in torch ops, as a user's would be. Every
 sync's digest is written to --digests (one "round digest" line each); the tests compare them, and the
 run's shard digests, with tests/tools/ref_quadratic."""
 import argparse
@@ -53,7 +60,8 @@ def problem(seed, worker_id, numel):
 
 
 class QuadAdamW(torch.optim.Optimizer):
-    """quadratic.c's AdamW step, op for op in fp32 (no fused multiply-add: each torch op rounds once)."""
+    """quadratic.c's AdamW step, op for op in fp32 (no fused multiply-add: each op rounds once); numpy on the
+    CPU (see the module's comment), torch ops on a GPU."""
 
     def __init__(self, params, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-8):
         super().__init__(params, dict(lr=lr))
@@ -62,20 +70,47 @@ class QuadAdamW(torch.optim.Optimizer):
 
     @torch.no_grad()
     def step(self, closure=None):
-        k = self.k
         for group in self.param_groups:
             for x in group["params"]:
                 st = self.state[x]
                 if not st:
                     st["step"], st["m"], st["v"] = 0, torch.zeros_like(x), torch.zeros_like(x)
                 st["step"] += 1
-                g, m, v = x.grad, st["m"], st["v"]
-                bc1 = float(np.float32(1.0 - math.pow(float(k["b1"]), st["step"])))
-                bc2 = float(np.float32(1.0 - math.pow(float(k["b2"]), st["step"])))
-                m.mul_(float(k["b1"])).add_(g * float(k["one_b1"]))
-                v.mul_(float(k["b2"])).add_((g * float(k["one_b2"])) * g)
-                upd = (m / bc1) * float(k["lr"])
-                x.sub_(upd / ((v / bc2).sqrt_() + float(k["eps"])))
+                bc1 = np.float32(1.0 - math.pow(float(self.k["b1"]), st["step"]))
+                bc2 = np.float32(1.0 - math.pow(float(self.k["b2"]), st["step"]))
+                if x.device.type == "cpu":
+                    self._step_numpy(x.detach().numpy(), x.grad.numpy(), st["m"].numpy(), st["v"].numpy(), bc1, bc2)
+                else:
+                    self._step_torch(x, x.grad, st["m"], st["v"], float(bc1), float(bc2))
+
+    def _step_numpy(self, x, g, m, v, bc1, bc2):
+        """In place on the tensors' memory; np.float32 scalars keep every op in fp32 (numpy 1 and 2 alike)."""
+        k = self.k
+        np.multiply(m, k["b1"], out=m)
+        np.add(m, g * k["one_b1"], out=m)
+        np.multiply(v, k["b2"], out=v)
+        np.add(v, (g * k["one_b2"]) * g, out=v)
+        upd = (m / bc1) * k["lr"]
+        np.subtract(x, upd / (np.sqrt(v / bc2) + k["eps"]), out=x)
+
+    def _step_torch(self, x, g, m, v, bc1, bc2):
+        k = self.k
+        m.mul_(float(k["b1"])).add_(g * float(k["one_b1"]))
+        v.mul_(float(k["b2"])).add_((g * float(k["one_b2"])) * g)
+        upd = (m / bc1) * float(k["lr"])
+        x.sub_(upd / ((v / bc2).sqrt_() + float(k["eps"])))
+
+
+def gradient(x, a, c):
+    """Sets x.grad = a * (x - c) (fp32, numpy on the CPU as the step) and returns the loss in double."""
+    if x.device.type == "cpu":
+        diff = x.detach().numpy() - c.numpy()
+        x.grad = torch.from_numpy(a.numpy() * diff)
+        d = diff.astype(np.float64)
+        return float(np.mean(0.5 * a.numpy().astype(np.float64) * d * d))
+    diff = x - c
+    x.grad = a * diff
+    return float((0.5 * a.double() * diff.double() * diff.double()).mean())
 
 
 def main():
@@ -110,9 +145,7 @@ def main():
         step, last = 0, None
         for step in range(1, args.steps + 1):
             with torch.no_grad():
-                diff = model.x - c
-                model.x.grad = a * diff
-                loss = float((0.5 * a.double() * diff.double() * diff.double()).mean())
+                loss = gradient(model.x, a, c)
             inner.step()  # the sync runs in here every H steps
             dl.report(loss, tokens=1)
             info = dl.last_sync

@@ -48,9 +48,9 @@ static int submit(diloco *d, int f, int first, int last, char *err, size_t errle
         argv[argc] = nums[argc];
         argc++;
     }
-    redisReply *r = dl_command_argv(d, argc, argv);
+    redisReply *r = dl_command_argv(d, argc, argv, NULL, err, errlen);
     int rc = DL_OK;
-    if (rconn_reply_error(d->ctl, r, err, errlen) < 0) {
+    if (dl_reply_failed(r)) {
         rc = !r                                           ? DL_RETRY
              : strncmp(r->str, "STALE", 5) == 0           ? DL_STALE
              : strncmp(r->str, "UNKNOWN_WORKER", 14) == 0 ? DL_EVICTED

@@ -14,6 +14,7 @@
  *   repair.c     waiting out a shard whose durable state is corrupt, until `coordinator repair`
  *   device.c     device-resident parameters (diloco_device_ops): the hooks that replace params
  *   info.c       the library's version and the facts about a session (accessors)
+ *   peek.c       the run read without joining it (diloco_peek_run): calls only common/, no session
  *
  * Logging: every function that enters the library on the host's thread, and every thread the session
  * starts, first points the thread at the session's sink (log_use_sink(&d->log), log.h) and puts the
@@ -50,16 +51,28 @@ typedef struct dp_conn {
     int in_use;
 } dp_conn;
 
-/* Outcome of a data-plane exchange or a sync step. */
+/* Outcome of a data-plane exchange or a sync step. Each has its own value, and none is 1, which the
+ * round functions (round.c) and diloco_after_step return for "parameters changed": an outcome passed
+ * up where a round's result is expected cannot pass for one. */
 enum {
     DL_OK = 0,
     DL_FAIL = -1,   /* unrecoverable here: err says why */
-    DL_RETRY = 1,   /* transient: connection lost, moved, owner missing, wait */
-    DL_STALE = 2,   /* our round is over: re-fetch parameters */
-    DL_EVICTED = 3, /* we are no longer a member: register again */
-    DL_NEED = 4,    /* server lacks our pseudo-gradient: push again */
-    DL_CORRUPT = 5, /* a shard's durable state is corrupt: nothing syncs until coordinator repair */
+    DL_RETRY = 2,   /* transient: connection lost, moved, owner missing, wait */
+    DL_STALE = 3,   /* our round is over: re-fetch parameters */
+    DL_EVICTED = 4, /* we are no longer a member: register again */
+    DL_NEED = 5,    /* server lacks our pseudo-gradient: push again */
+    DL_CORRUPT = 6, /* a shard's durable state is corrupt: nothing syncs until coordinator repair */
 };
+
+/* What round_prepare_delta did with a fragment's Δ: only PREP_SEND goes on to the network round; the
+ * others are settled by round_unsent, the same way in every schedule. */
+typedef enum prep_outcome {
+    PREP_SEND,    /* Δ computed: send it */
+    PREP_RESET,   /* params changed instead (diverged: reset to the global ones; or the previous round
+                     was committed without us): nothing to send this time */
+    PREP_FAILED,  /* could not (err says why): a failed sync, counted toward --max-sync-retries */
+    PREP_CORRUPT, /* a shard's durable state is corrupt (err says which): wait for coordinator repair */
+} prep_outcome;
 
 struct diloco {
     diloco_options o; /* the caller's, with the strings pointing at our copies below */
@@ -161,8 +174,13 @@ struct diloco {
 };
 
 /* session.c */
-redisReply *dl_command(diloco *d, const char *fmt, ...); /* on ctl, reconnecting as needed; caller frees */
-redisReply *dl_command_argv(diloco *d, int argc, const char **argv); /* the same, argv form */
+/* A command on ctl, reconnecting as needed; the caller frees the reply. NULL or an error reply (see
+ * dl_reply_failed): err (may be NULL) says why, written while ctl_mu is held, since any thread's
+ * reconnect may free ctl as soon as it is released: never pass d->ctl to rconn_reply_error. */
+redisReply *dl_command(diloco *d, char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
+/* The same, argv form (lens may be NULL: strlen of each) */
+redisReply *dl_command_argv(diloco *d, int argc, const char **argv, const size_t *lens, char *err, size_t errlen);
+int dl_reply_failed(const redisReply *r); /* NULL or an error reply */
 /* With the run's min_replicas > 0: wait until that many Redis replicas have our writes on ctl so far
  * (WAIT, again while fewer do); 0 at once when min_replicas is 0, -1 + err when ctl broke or we stop. */
 int dl_wait_replicas(diloco *d, char *err, size_t errlen);
@@ -269,17 +287,15 @@ int async_submit_net(diloco *d, int f, char *err, size_t errlen);
  * Each returns 1 when params changed, 0 when not, -1 when unrecoverable (err says why). */
 /* Fragment f, blocking: Δ, the network round (sync.c or async.c), then round_settle. */
 int round_blocking(diloco *d, int f, double alpha, char *err, size_t errlen);
-/* Fragment f's Δ from params; if our own parameters diverged, take the global ones instead.
- * 0: send Δ; 1: params reset instead; -1: error; DL_CORRUPT: a shard's durable state is corrupt (err
- * says which). */
-int round_prepare_delta(diloco *d, int f, char *err, size_t errlen);
+/* Fragment f's Δ from params; if our own parameters diverged, take the global ones instead. */
+prep_outcome round_prepare_delta(diloco *d, int f, char *err, size_t errlen);
+/* Settle fragment f's round (opened at `round`, started at t0) whose Δ was not sent (p != PREP_SEND):
+ * 1 params changed (reset, or repaired), 0 a failure counted, -1 unrecoverable (err). */
+int round_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64_t t0, char *err, size_t errlen);
 /* Apply the outcome rc of fragment f's network round (why: its error): the new global parameters
  * (mixed with ours by alpha), or the failure streak, or a repair wait. */
 int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint64_t t0, double alpha, char *err,
                  size_t errlen);
-/* A shard's durable state is corrupt: wait for `coordinator repair`, then continue from the repaired
- * global parameters (a version above every one we hold), dropping the local progress of every fragment. */
-int round_after_repair(diloco *d, int f, int64_t round, const char *why, uint64_t t0, char *err, size_t errlen);
 /* streaming.c: Streaming DiLoCo's fragment in flight. */
 /* Steps between two fragment boundaries (H/F, at least 1). */
 int stream_interval(const diloco *d);

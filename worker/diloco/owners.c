@@ -56,13 +56,13 @@ int owners_refresh(diloco *d, char *err, size_t errlen)
     char k1[KEY_MAX], k2[KEY_MAX];
     key_run(k1, sizeof k1, d->o.run, "shards");
     key_run(k2, sizeof k2, d->o.run, "servers");
-    redisReply *shards = dl_command(d, "HGETALL %s", k1);
-    if (rconn_reply_error(d->ctl, shards, err, errlen) < 0) {
+    redisReply *shards = dl_command(d, err, errlen, "HGETALL %s", k1);
+    if (dl_reply_failed(shards)) {
         if (shards) freeReplyObject(shards);
         return -1;
     }
-    redisReply *servers = dl_command(d, "HGETALL %s", k2);
-    if (rconn_reply_error(d->ctl, servers, err, errlen) < 0) {
+    redisReply *servers = dl_command(d, err, errlen, "HGETALL %s", k2);
+    if (dl_reply_failed(servers)) {
         freeReplyObject(shards);
         if (servers) freeReplyObject(servers);
         return -1;

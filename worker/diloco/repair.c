@@ -22,7 +22,7 @@
 static int count_marked(diloco *d)
 {
     char key[KEY_MAX];
-    redisReply *r = dl_command(d, "HKEYS %s", key_run(key, sizeof key, d->o.run, "shards"));
+    redisReply *r = dl_command(d, NULL, 0, "HKEYS %s", key_run(key, sizeof key, d->o.run, "shards"));
     int marked = -1;
     if (r && r->type == REDIS_REPLY_ARRAY) {
         marked = 0;

@@ -35,7 +35,9 @@ static int on_failure(diloco *d, const char *why, char *err, size_t errlen)
     return 1;
 }
 
-int round_after_repair(diloco *d, int f, int64_t round, const char *why, uint64_t t0, char *err, size_t errlen)
+/* A shard's durable state is corrupt: wait for `coordinator repair`, then continue from the repaired
+ * global parameters (a version above every one we hold), dropping the local progress of every fragment. */
+static int round_after_repair(diloco *d, int f, int64_t round, const char *why, uint64_t t0, char *err, size_t errlen)
 {
     if (dl_wait_repaired(d, why, err, errlen) < 0)
         return dl_stopping(d) ? -1 : 0; /* shut down meanwhile: the trainer sees diloco_stop_requested */
@@ -66,22 +68,29 @@ int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint6
 
 /* Sync mode first settles the previous round (whose parameters we took before they were durable),
  * because Δ is about to overwrite the pseudo-gradient kept for it. */
-int round_prepare_delta(diloco *d, int f, char *err, size_t errlen)
+prep_outcome round_prepare_delta(diloco *d, int f, char *err, size_t errlen)
 {
     uint64_t t0 = now_ms();
     if (!d->rc.async) {
         int c = sync_confirm_durable(d, f, err, errlen);
         if (c == DL_STALE) {
             sync_record(d, f, d->frag_version[f] - 1, t0, 1); /* params changed: report the version taken */
-            return 1;
+            return PREP_RESET;
         }
-        if (c == DL_CORRUPT) return DL_CORRUPT;
-        if (c != DL_OK) return -1;
+        if (c == DL_CORRUPT) return PREP_CORRUPT;
+        if (c != DL_OK) return PREP_FAILED;
     }
-    if (sync_compute_delta(d, f, err, errlen) == 0) return 0;
+    if (sync_compute_delta(d, f, err, errlen) == 0) return PREP_SEND;
     log_error("%s; resetting to the global parameters", err);
-    if (dl_fetch_fragment(d, f, d->frag_version[f], 1, err, errlen) < 0) return -1;
+    if (dl_fetch_fragment(d, f, d->frag_version[f], 1, err, errlen) < 0) return PREP_FAILED;
     sync_record(d, f, d->frag_version[f] - 1, t0, 1);
+    return PREP_RESET;
+}
+
+int round_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64_t t0, char *err, size_t errlen)
+{
+    if (p == PREP_CORRUPT) return round_after_repair(d, f, round, err, t0, err, errlen);
+    if (p == PREP_FAILED) return on_failure(d, err, err, errlen);
     return 1;
 }
 
@@ -90,9 +99,8 @@ int round_blocking(diloco *d, int f, double alpha, char *err, size_t errlen)
     sync_begin(d);
     uint64_t t0 = now_ms();
     int64_t round = d->frag_version[f];
-    int p = round_prepare_delta(d, f, err, errlen);
-    if (p == DL_CORRUPT) return round_after_repair(d, f, round, err, t0, err, errlen);
-    if (p != 0) return p < 0 ? on_failure(d, err, err, errlen) : 1;
+    prep_outcome p = round_prepare_delta(d, f, err, errlen);
+    if (p != PREP_SEND) return round_unsent(d, f, round, p, t0, err, errlen);
     int rc = sync_fragment_net(d, f, err, errlen);
     return round_settle(d, f, round, rc, err, t0, alpha, err, errlen);
 }

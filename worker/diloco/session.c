@@ -50,8 +50,10 @@ static int ctl_ready(diloco *d)
 
 /* Run a command on the control connection; on a connection error reconnect and try once more. The
  * command may then run twice (the first try ran, its reply was lost): only idempotent commands, or
- * ones whose caller finds out (dl_arrive: STALE, closed with us; dl_submit: its submission number). */
-redisReply *dl_command(diloco *d, const char *fmt, ...)
+ * ones whose caller finds out (dl_arrive: STALE, closed with us; dl_submit: its submission number).
+ * NULL or an error reply: err says why. It is written before ctl_mu is released: a NULL reply's reason
+ * is the connection's error string, and the next reconnect of any thread frees that connection. */
+redisReply *dl_command(diloco *d, char *err, size_t errlen, const char *fmt, ...)
 {
     redisReply *r = NULL;
     pthread_mutex_lock(&d->ctl_mu);
@@ -61,18 +63,25 @@ redisReply *dl_command(diloco *d, const char *fmt, ...)
         r = rconn_vcommand(d->ctl, fmt, ap);
         va_end(ap);
     }
+    rconn_reply_error(d->ctl, r, err, errlen);
     pthread_mutex_unlock(&d->ctl_mu);
     return r;
 }
 
-redisReply *dl_command_argv(diloco *d, int argc, const char **argv)
+redisReply *dl_command_argv(diloco *d, int argc, const char **argv, const size_t *lens, char *err, size_t errlen)
 {
     redisReply *r = NULL;
     pthread_mutex_lock(&d->ctl_mu);
     for (int attempt = 0; attempt < 2 && r == NULL && ctl_ready(d) == 0; attempt++)
-        r = rconn_command_argv(d->ctl, argc, argv, NULL);
+        r = rconn_command_argv(d->ctl, argc, argv, lens);
+    rconn_reply_error(d->ctl, r, err, errlen);
     pthread_mutex_unlock(&d->ctl_mu);
     return r;
+}
+
+int dl_reply_failed(const redisReply *r)
+{
+    return r == NULL || r->type == REDIS_REPLY_ERROR;
 }
 
 #define WAIT_REPLICAS_MS 500
@@ -121,9 +130,9 @@ int64_t dl_inc(diloco *d)
 
 int dl_register(diloco *d, char *err, size_t errlen)
 {
-    redisReply *r =
-        dl_command(d, "FCALL dl_register 1 %s %s %s %d", d->config_key, d->worker_id, d->host, d->sync_every);
-    if (rconn_reply_error(d->ctl, r, err, errlen) < 0) {
+    redisReply *r = dl_command(d, err, errlen, "FCALL dl_register 1 %s %s %s %d", d->config_key, d->worker_id, d->host,
+                               d->sync_every);
+    if (dl_reply_failed(r)) {
         if (r) freeReplyObject(r);
         return -1;
     }
@@ -240,6 +249,10 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen)
         log_warn("--error-feedback applies to block-quantized runs (int8, int4, int3, int2); this run's "
                  "pseudo-gradients are %s: ignored",
                  codec_name(d->push_dtype));
+    if (!d->o.bf16 && codec_is_block(d->rc.compress)) /* the run's codec is the one sent */
+        log_warn("--no-bf16 applies to bf16 runs (it sends fp32 pseudo-gradients instead of bf16); this run's "
+                 "pseudo-gradients are %s: ignored",
+                 codec_name(d->rc.compress));
     if (dl_delta_alloc(d, err, errlen) < 0 || dl_update_alloc(d, err, errlen) < 0) return -1;
     d->owners = calloc((size_t)d->rc.nshards, sizeof(shard_owner));
     d->shard_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));

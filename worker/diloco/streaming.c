@@ -23,14 +23,16 @@ static void *inflight_main(void *p)
     return NULL;
 }
 
-/* 1 when params changed (a repair was waited for), -1 unrecoverable, else 0. */
+/* 1 when params changed (reset to the global ones, a repair waited for), -1 unrecoverable, else 0. A
+ * fragment whose Δ could not be prepared is a failed sync, as in round_blocking: it counts toward
+ * --max-sync-retries (it used to be dropped, so a worker cut off from every shard-server never got there). */
 static int begin_fragment(diloco *d, int f, char *err, size_t errlen)
 {
     uint64_t t0 = now_ms();
+    int64_t round = d->frag_version[f];
     sync_begin(d);
-    int p = round_prepare_delta(d, f, err, errlen);
-    if (p == DL_CORRUPT) return round_after_repair(d, f, d->frag_version[f], err, t0, err, errlen);
-    if (p != 0) return 0; /* reset to global (or failed to): nothing to send this time */
+    prep_outcome p = round_prepare_delta(d, f, err, errlen);
+    if (p != PREP_SEND) return round_unsent(d, f, round, p, t0, err, errlen);
     d->inflight = f;
     d->inflight_t0 = now_ms();
     d->inflight_round = d->frag_version[f];

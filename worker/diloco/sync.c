@@ -211,7 +211,7 @@ int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *e
  * dl_command's resend after a lost reply, the first try having run and closed the round. */
 static int closed_with_us(diloco *d, int f, int64_t round)
 {
-    redisReply *b = dl_command(d, "FCALL dl_barrier 1 %s %d %lld", d->config_key, f, (long long)round);
+    redisReply *b = dl_command(d, NULL, 0, "FCALL dl_barrier 1 %s %d %lld", d->config_key, f, (long long)round);
     int in = 0;
     if (b != NULL && b->type == REDIS_REPLY_ARRAY && b->elements >= 2 && b->element[0]->type == REDIS_REPLY_STRING &&
         strcmp(b->element[0]->str, "closed") == 0 && b->element[1]->type == REDIS_REPLY_STRING) {
@@ -228,11 +228,11 @@ static int closed_with_us(diloco *d, int f, int64_t round)
 
 static int arrive_once(diloco *d, int f, int64_t round, int *written, char *err, size_t errlen)
 {
-    redisReply *r = dl_command(d, "FCALL dl_arrive 1 %s %s %lld %d %lld", d->config_key, d->worker_id,
+    redisReply *r = dl_command(d, err, errlen, "FCALL dl_arrive 1 %s %s %lld %d %lld", d->config_key, d->worker_id,
                                (long long)dl_inc(d), f, (long long)round);
     int rc = DL_OK;
-    *written = r != NULL && r->type != REDIS_REPLY_ERROR;
-    if (rconn_reply_error(d->ctl, r, err, errlen) < 0) {
+    *written = !dl_reply_failed(r);
+    if (!*written) {
         rc = DL_FAIL;
         if (r && strncmp(r->str, "STALE", 5) == 0)
             rc = closed_with_us(d, f, round) ? DL_OK : DL_STALE;
@@ -269,7 +269,7 @@ static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen)
 /* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */
 static int still_member(diloco *d)
 {
-    redisReply *r = dl_command(d, "FCALL dl_member 1 %s %s", d->config_key, d->worker_id);
+    redisReply *r = dl_command(d, NULL, 0, "FCALL dl_member 1 %s %s", d->config_key, d->worker_id);
     int ok = !r || (r->type == REDIS_REPLY_INTEGER && r->integer == dl_inc(d)) || r->type == REDIS_REPLY_ERROR;
     if (r) freeReplyObject(r);
     pthread_mutex_lock(&d->hb_mu);
@@ -312,10 +312,11 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
             redisReply *r = rconn_command(d->blk, "BLPOP %s %.3f", wake, d->o.wait_poll_ms / 1000.0);
             if (r) freeReplyObject(r);
         }
-        redisReply *b = joiner ? dl_command(d, "FCALL dl_barrier 1 %s %d %lld 1", d->config_key, f, (long long)round)
-                               : dl_command(d, "FCALL dl_barrier 1 %s %d %lld 0 %s", d->config_key, f, (long long)round,
-                                            d->worker_id);
-        if (rconn_reply_error(d->ctl, b, err, errlen) == 0 && b->type == REDIS_REPLY_ARRAY && b->elements >= 1) {
+        redisReply *b =
+            joiner ? dl_command(d, err, errlen, "FCALL dl_barrier 1 %s %d %lld 1", d->config_key, f, (long long)round)
+                   : dl_command(d, err, errlen, "FCALL dl_barrier 1 %s %d %lld 0 %s", d->config_key, f,
+                                (long long)round, d->worker_id);
+        if (!dl_reply_failed(b) && b->type == REDIS_REPLY_ARRAY && b->elements >= 1) {
             const char *state = b->element[0]->str;
             int rc = strcmp(state, "closed") == 0 ? DL_OK : strcmp(state, "open") == 0 ? DL_RETRY : DL_STALE;
             /* a Redis library older than this worker sends no count: do not wait */
@@ -350,8 +351,8 @@ static int refetch_fragment(diloco *d, int f, char *err, size_t errlen)
 {
     char key[KEY_MAX], field[32];
     snprintf(field, sizeof field, "round:%d", f);
-    redisReply *r = dl_command(d, "HGET %s %s", key_run(key, sizeof key, d->o.run, "state"), field);
-    if (rconn_reply_error(d->ctl, r, err, errlen) < 0 || r->type != REDIS_REPLY_STRING) {
+    redisReply *r = dl_command(d, err, errlen, "HGET %s %s", key_run(key, sizeof key, d->o.run, "state"), field);
+    if (dl_reply_failed(r) || r->type != REDIS_REPLY_STRING) {
         if (r) freeReplyObject(r);
         return -1;
     }
@@ -408,14 +409,15 @@ static int read_committed(diloco *d, int first, int last, int64_t *version, char
         argv[2 + i] = fields[i];
     }
     for (int i = 0; i < 2 + nf; i++) lens[i] = strlen(argv[i]);
-    pthread_mutex_lock(&d->ctl_mu);
+    pthread_mutex_lock(&d->ctl_mu); /* err is written under it: another thread's reconnect frees ctl */
     redisReply *r = d->ctl && !rconn_broken(d->ctl) ? rconn_command_argv(d->ctl, 2 + nf, argv, lens) : NULL;
+    int failed = rconn_reply_error(d->ctl, r, err, errlen) < 0;
     pthread_mutex_unlock(&d->ctl_mu);
     free(argv);
     free(lens);
     free(fields);
     int rc = -1;
-    if (rconn_reply_error(d->ctl, r, err, errlen) == 0 && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)nf) {
+    if (!failed && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)nf) {
         rc = 0;
         for (int i = 0; i < n; i++) {
             redisReply **e = r->element + COMMIT_FIELDS * i;

@@ -110,6 +110,10 @@ long gpt_trainer_steps(const trainer *t);
 void gpt_trainer_data_position(const trainer *t, uint64_t *rng, uint64_t *cursor);
 /* "cpu" or "cuda": the backend gpt_trainer_create picked. */
 const char *gpt_trainer_device(const trainer *t);
+/* The CUDA backend of a trainer on "cuda" (worker/cuda/gpt_cuda.h), NULL on the CPU: tests read its
+ * gradients and moments to replay a step on the CPU (tests/test_cuda_step.c). */
+struct gpt_cuda;
+struct gpt_cuda *gpt_trainer_cuda(trainer *t);
 /* DiLoCo on the device: on the CUDA backend, fill ops with libdiloco's device hooks over the device
  * parameters (worker/cuda/diloco_cuda.h) and return 1; from then on the trainer keeps its parameters
  * on the device only (no copy to t->params after each step; a checkpoint copies them first) and

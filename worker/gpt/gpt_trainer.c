@@ -411,6 +411,11 @@ const char *gpt_trainer_device(const trainer *t)
     return ((const gpt_trainer *)t->impl)->cu ? "cuda" : "cpu";
 }
 
+struct gpt_cuda *gpt_trainer_cuda(trainer *t)
+{
+    return ((gpt_trainer *)t->impl)->cu;
+}
+
 int gpt_trainer_device_ops(trainer *t, struct diloco_device_ops *ops, char *err, size_t errlen)
 {
     gpt_trainer *g = t->impl;

@@ -10,6 +10,14 @@ file, each worker on its own slice of the training split (--num-shards/--shard-i
     python3 -m rediloco.examples.gpt --redis redis://127.0.0.1:6390 --run demo --data data/kjv.tok \\
         --layers 2 --heads 4 --dim 128 --ctx 128 --sync-every 100 --steps 600 [--init-run]
 
+--device picks where the model trains: cuda (a GPU; a clear error without one), cpu, or auto (the default:
+cuda when torch sees a GPU). --dtype bf16 runs the forward and backward under torch.autocast in bfloat16
+with fp32 master weights (the parameters, their gradients, AdamW's moments and everything DiLoCo sends stay
+fp32); fp32 is plain fp32. The default is bf16 on cuda and fp32 on the CPU. Attention is
+torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient kernels on a GPU) where torch
+has it (>= 2.0), and AdamW is torch's fused one on a GPU where torch has it; older torch (Debian's 1.13)
+gets the plain equivalents.
+
 --init-run creates the run from this model's own initial weights first (rediloco.init_run with
 --trainer gpt and the model flags, so C GPT workers can join it too; --compress int3 --download update
 with --error-feedback on every worker moves 0.77 bytes per parameter per round instead of 6,
@@ -17,6 +25,7 @@ docs/compression.md). The model flags must be the run's:
 the package checks the model against the run's layout and refuses another one, naming the tensor.
 """
 import argparse
+import inspect
 import json
 import math
 import os
@@ -28,6 +37,7 @@ import torch.nn.functional as F
 
 import rediloco
 
+HAVE_SDPA = hasattr(F, "scaled_dot_product_attention")  # torch >= 2.0
 TOKEN_MAGIC = b"RDLTOKEN"
 TOKEN_HEADER = 64
 
@@ -43,10 +53,13 @@ class Attention(torch.nn.Module):
         B, T, C = x.shape
         q, k, v = self.qkv(x).split(C, dim=2)
         q, k, v = (t.view(B, T, self.heads, C // self.heads).transpose(1, 2) for t in (q, k, v))
-        att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.heads)
-        mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
-        att = att.masked_fill(~mask, float("-inf")).softmax(dim=-1)
-        return self.proj((att @ v).transpose(1, 2).contiguous().view(B, T, C))
+        if HAVE_SDPA:  # no T x T probabilities kept on a GPU (flash / memory-efficient kernels)
+            y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+        else:
+            att = (q @ k.transpose(-2, -1)) / math.sqrt(C // self.heads)
+            mask = torch.ones(T, T, dtype=torch.bool, device=x.device).tril()
+            y = att.masked_fill(~mask, float("-inf")).softmax(dim=-1) @ v
+        return self.proj(y.transpose(1, 2).contiguous().view(B, T, C))
 
 
 class MLP(torch.nn.Module):
@@ -173,6 +186,10 @@ def parse(argv):
                          "runs; docs/compression.md)")
     ap.add_argument("--eval-every", type=int, default=100, help="validation loss every N steps (0: never)")
     ap.add_argument("--eval-batches", type=int, default=8)
+    ap.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
+                    help="where the model trains (auto: cuda when torch sees a GPU, else cpu)")
+    ap.add_argument("--dtype", default=None, choices=("bf16", "fp32"),
+                    help="bf16: autocast with fp32 master weights; fp32 (default: bf16 on cuda, fp32 on cpu)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     ap.add_argument("--seed", type=int, default=1234, help="initial weights (used by --init-run)")
     ap.add_argument("--data-seed", type=int, default=1)
@@ -193,16 +210,36 @@ def parse(argv):
     return a
 
 
-def make_inner(model, a):
+def pick_device(a):
+    """--device and --dtype resolved: (torch.device, "bf16" | "fp32"); a clear exit when cuda is asked for and
+    torch has no GPU."""
+    if a.device == "cuda" and not torch.cuda.is_available():
+        built = getattr(torch.version, "cuda", None)
+        raise SystemExit("--device cuda: torch %s sees no GPU (%s); use --device cpu, or auto to take a GPU when "
+                         "there is one" % (torch.__version__, "built with CUDA %s: no device or driver" % built
+                                           if built else "built without CUDA"))
+    dev = torch.device("cuda" if a.device == "cuda" or (a.device == "auto" and torch.cuda.is_available()) else "cpu")
+    return dev, a.dtype or ("bf16" if dev.type == "cuda" else "fp32")
+
+
+def autocast(dev, dtype):
+    """bf16: torch.autocast on the device (matrix products in bfloat16, weights stay fp32); fp32: nothing."""
+    return torch.autocast(device_type=dev.type, dtype=torch.bfloat16, enabled=dtype == "bf16")
+
+
+def make_inner(model, a, dev):
     decay = [p for p in model.parameters() if p.dim() >= 2]
     other = [p for p in model.parameters() if p.dim() < 2]
+    extra = {}
+    if dev.type == "cuda" and "fused" in inspect.signature(torch.optim.AdamW).parameters:
+        extra["fused"] = True  # one kernel for the whole step (torch >= 2.0)
     return torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": other, "weight_decay": 0.0}],
-                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8)
+                             lr=a.lr, betas=(0.9, 0.95), eps=1e-8, **extra)
 
 
-def evaluate(model, data, a):
-    with torch.no_grad():
-        losses = [model(x, y)[1].item() for x, y in data.val_batches(a.eval_batches, a.batch, a.seq)]
+def evaluate(model, data, a, dev, dtype):
+    with torch.no_grad(), autocast(dev, dtype):
+        losses = [model(x.to(dev), y.to(dev))[1].item() for x, y in data.val_batches(a.eval_batches, a.batch, a.seq)]
     return sum(losses) / len(losses)
 
 
@@ -217,7 +254,7 @@ def progress(a, dl, step, loss, ev, tok_s, tty):
     sys.stderr.flush()
 
 
-def train(a, model, data, dl, inner, log):
+def train(a, model, data, dl, inner, log, dev, dtype):
     span = data.ntrain
     lo, hi = span * a.shard_index // a.num_shards, span * (a.shard_index + 1) // a.num_shards
     gen = torch.Generator().manual_seed(a.data_seed * 1000003 + a.shard_index)
@@ -227,13 +264,15 @@ def train(a, model, data, dl, inner, log):
         for g in inner.param_groups:
             g["lr"] = lr_at(a, step - 1)
         x, y = data.train_batch(gen, lo, hi, a.batch, a.seq)
-        _, loss = model(x, y)
+        x, y = x.to(dev, non_blocking=True), y.to(dev, non_blocking=True)
+        with autocast(dev, dtype):
+            _, loss = model(x, y)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         inner.step()  # DiLoCo's sync happens in here every --sync-every steps
         inner.zero_grad(set_to_none=True)
         dl.report(loss.item(), tokens=x.numel())
-        ev = evaluate(model, data, a) if a.eval_every and step % a.eval_every == 0 else None
+        ev = evaluate(model, data, a, dev, dtype) if a.eval_every and step % a.eval_every == 0 else None
         info = dl.last_sync
         if log and info and info != synced:
             synced = info
@@ -259,20 +298,27 @@ def main(argv=None):
     data = Tokens(a.data)
     if data.vocab > a.vocab:
         raise SystemExit("%s has vocab %d, the model %d" % (a.data, data.vocab, a.vocab))
+    dev, dtype = pick_device(a)
     torch.manual_seed(a.seed)
-    model = GPT(a.layers, a.heads, a.dim, a.ctx, a.vocab)
+    model = GPT(a.layers, a.heads, a.dim, a.ctx, a.vocab)  # initialised on the CPU: the same weights anywhere
     if a.init_run:
         print(rediloco.init_run(a.redis, a.run, model, workers=a.workers, shards=a.shards, trainer="gpt",
                                 layers=a.layers, heads=a.heads, dim=a.dim, ctx=a.ctx, vocab=a.vocab,
                                 compress=a.compress, download=a.download, force=True))
-    inner = make_inner(model, a)
+    model.to(dev)
+    inner = make_inner(model, a, dev)
+    if not a.quiet:
+        sys.stderr.write("model on %s%s, %s (%s attention, %s AdamW), torch %s\n" % (
+            dev, " (%s)" % torch.cuda.get_device_name(dev) if dev.type == "cuda" else "",
+            "bf16 autocast, fp32 master weights" if dtype == "bf16" else "fp32",
+            "SDPA" if HAVE_SDPA else "plain", "fused" if inner.defaults.get("fused") else "plain", torch.__version__))
     log = open(a.log, "a") if a.log else None
     with rediloco.DiLoCo(a.redis, a.run, model, inner, sync_every=a.sync_every, worker_id=a.worker_id,
                          bf16=not a.no_bf16, error_feedback=a.error_feedback) as dl:
-        train(a, model, data, dl, inner, log)
+        train(a, model, data, dl, inner, log, dev, dtype)
         if not dl.stopping:
             print("worker %s: %d steps, version %s, validation loss %.4f" % (
-                dl.worker_id, a.steps, dl.last_sync.version if dl.last_sync else dl.version, evaluate(model, data, a)))
+                dl.worker_id, a.steps, dl.last_sync.version if dl.last_sync else dl.version, evaluate(model, data, a, dev, dtype)))
     return 0
 
 

@@ -1,0 +1,24 @@
+#!/bin/sh
+# it_init_wrong_file.sh: `coordinator init --from-state` given a ReDiLoCo checkpoint (a run's saved state,
+# not a model's) is a usage error at once: exit 2, one line that points to --from-checkpoint, nothing
+# written to Redis. The same file with --from-checkpoint then resumes the run.
+. "$(dirname "$0")/lib.sh"
+start_redis
+RUN=src
+init_run $RUN --trainer quadratic --numel 100 --workers 1 --shards 2
+bin/coordinator checkpoint save --redis "$URL" --run $RUN --out "$TMP/ck.safetensors" > "$TMP/save.txt" 2>&1 \
+  || fail "checkpoint save: $(cat "$TMP/save.txt")"
+keys=$($RCLI DBSIZE)
+bin/coordinator init --redis "$URL" --run dst --from-state "$TMP/ck.safetensors" > "$TMP/init.txt" 2>&1
+rc=$?
+[ $rc -eq 2 ] || fail "init --from-state of a checkpoint: exit $rc (want 2): $(cat "$TMP/init.txt")"
+[ "$(wc -l < "$TMP/init.txt")" -eq 1 ] || fail "not one line: $(cat "$TMP/init.txt")"
+grep -q "is a ReDiLoCo checkpoint (run 'src' at version 0).*--from-checkpoint $TMP/ck.safetensors" "$TMP/init.txt" \
+  || fail "the message does not point to --from-checkpoint: $(cat "$TMP/init.txt")"
+[ "$($RCLI DBSIZE)" -eq "$keys" ] && [ "$($RCLI EXISTS "dl:{dst}:config")" -eq 0 ] \
+  || fail "something was written: $keys keys before, $($RCLI DBSIZE) after"
+say "$(cat "$TMP/init.txt")"
+bin/coordinator init --redis "$URL" --run dst --from-checkpoint "$TMP/ck.safetensors" > "$TMP/resume.txt" 2>&1 \
+  || fail "init --from-checkpoint: $(cat "$TMP/resume.txt")"
+[ "$(shard_digests dst | sort)" = "$(shard_digests $RUN | sort)" ] || fail "the resumed run's values differ"
+say "the same file with --from-checkpoint resumes the run"

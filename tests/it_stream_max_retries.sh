@@ -1,0 +1,23 @@
+#!/bin/sh
+# it_stream_max_retries.sh: a Streaming worker cut off from every shard-server stops after
+# --max-sync-retries failed syncs, as a plain DiLoCo worker does. Its inner training diverges at every
+# fragment (a huge --quad-lr), so each boundary resets the fragment to the global parameters instead
+# of sending a pseudo-gradient; once the only shard-server is killed, that reset (a fetch) fails. Such a
+# failure used to be dropped by the Streaming schedule (streaming.c mapped it to "nothing changed"), so
+# the worker trained on forever without syncing; now it counts: after 3 failures in a row
+# (--max-sync-retries 2) it registers again, cannot fetch the parameters, and exits with an error.
+. "$(dirname "$0")/lib.sh"
+start_redis
+init_run st --trainer quadratic --numel 4000 --shards 2 --fragments 2 --workers 1
+RUN=st
+start_server s1 --lease-ttl-ms 1000
+start_worker w --sync-every 20 --steps 1000000 --step-delay-ms 20 --heartbeat-interval 1 \
+  --max-sync-retries 2 --sync-timeout 2 --quad-lr 1e30
+wait_until 30 'grep -q "resetting to the global parameters" "$TMP/worker-w.log"' "the worker's first reset"
+kill -9 "$SRV_s1"
+say "shard-server killed; the worker's fetches now fail"
+wait_until 45 '! alive "$WRK_w"' "the worker to stop after --max-sync-retries failed syncs"
+wait "$WRK_w" && fail "the worker exited 0; it should have failed (no shard-server)"
+grep -q "sync failed (3 in a row, limit 2)" "$TMP/worker-w.log" || fail "the third failed sync was not counted"
+grep -q "registering again after 3 failed syncs" "$TMP/worker-w.log" || fail "the worker did not register again"
+say "the worker counted its failed syncs and stopped: $(grep -c 'sync failed (' "$TMP/worker-w.log") counted"

@@ -430,9 +430,13 @@ static void commit_on_submission(redisReply *r, void *priv)
     }
     char rec[256];
     snprintf(rec, sizeof rec, "%s", r->str);
-    char *base = strrchr(rec, ':'); /* "worker:inc:base" -> participant "worker:inc" */
-    if (base != NULL) *base = '\0';
-    if (base == NULL || commit_parse_participants(c, rec, "") != 0 || c->np != 1) {
+    char *base = strrchr(rec, ':'), *end = NULL; /* "worker:inc:base" -> participant "worker:inc" */
+    if (base != NULL) {
+        *base = '\0';
+        c->base = strtoll(base + 1, &end, 10); /* the staleness weight's round - base */
+    }
+    if (base == NULL || end == base + 1 || *end != '\0' || c->base < 0 || c->base > c->round ||
+        commit_parse_participants(c, rec, "") != 0 || c->np != 1) {
         snprintf(c->errmsg, sizeof c->errmsg, "malformed submission record '%s'", r->str);
         commit_finish(c, OUT_ERR);
         return;

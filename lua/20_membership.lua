@@ -96,34 +96,33 @@ local function barrier_try_close(P, f)
     redis.call('HSET', barrier_key(P, f, r + 1), 'state', 'open', 'opened_ms', t)
     redis.call('HINCRBY', state, 'rounds_closed', 1)
     fit_target_to_joins(P)
-    for _, w in ipairs(ids) do
-        local wk = P .. ':wake:' .. w
-        redis.call('RPUSH', wk, f .. ':' .. r)
-        redis.call('EXPIRE', wk, 600)
-    end
+    for _, w in ipairs(ids) do wake_member(P, w, get_worker(P, w), f .. ':' .. r) end
     -- also wake the joiners of round r+1 that did not volunteer at r: they wait for this close to start
-    -- the next round from its result, together with everyone (a wake token is only a hint: whoever
-    -- pops one reads dl_barrier, so a token nobody waits for is harmless)
+    -- the next round from its result, together with everyone. A participant that pops the token f:r
+    -- while it waits on round r of f takes it as the close (worker/diloco/wake.c: only this call pushes
+    -- it); any other token is a hint, after which it reads dl_barrier, so a token nobody waits for is
+    -- harmless
     local all = redis.call('HGETALL', P .. ':workers')
     for i = 1, #all, 2 do
         local rec = cmsgpack.unpack(all[i + 1])
         if arrived[all[i]] == nil and rec.joined and rec.joined[f + 1] == r + 1 then
-            local wk = P .. ':wake:' .. all[i]
-            redis.call('RPUSH', wk, f .. ':' .. r)
-            redis.call('EXPIRE', wk, 600)
+            wake_member(P, all[i], rec, f .. ':' .. r)
         end
     end
     event(P, 'close', {'frag', f, 'round', r, 'participants', n})
     return true
 end
 
--- Remove worker w from the open barrier of every fragment and re-evaluate them.
-local function barrier_forget(P, w)
+-- Remove worker w (a group of `size` ranks: their arrivals too) from the open barrier of every fragment
+-- and re-evaluate them.
+local function barrier_forget(P, w, size)
     for f = 0, num_fragments(P) - 1 do
         local r = redis.call('HGET', P .. ':state', 'round:' .. f)
-        if redis.call('HDEL', barrier_key(P, f, r), 'a:' .. w) == 1 then
+        local B = barrier_key(P, f, r)
+        if redis.call('HDEL', B, 'a:' .. w) == 1 then
             event(P, 'dropped', {'worker', w, 'frag', f, 'round', r})
         end
+        for q = 0, size - 1 do redis.call('HDEL', B, 'g:' .. w .. ':' .. q) end
     end
     for f = 0, num_fragments(P) - 1 do barrier_try_close(P, f) end
 end
@@ -139,14 +138,47 @@ local function remove_member(P, w, why)
     if why == 'evicted' or why == 'kicked' then redis.call('HINCRBY', P .. ':state', 'deaths', 1) end
     fit_target_to_departure(P, why)
     event(P, why, {'worker', w, 'inc', rec.inc})
-    barrier_forget(P, w)
+    barrier_forget(P, w, group_size(rec))
     return true
 end
 
--- Evict every member whose last heartbeat is older than the timeout (0 disables eviction).
+-- The replication ID of the Redis that runs this call (INFO replication's master_replid), or nil where
+-- the caller's ACL user may not run INFO (an ACL file older than this rule: no failover is then seen).
+local function replication_id()
+    local info = redis.pcall('INFO', 'replication')
+    if type(info) ~= 'string' then return nil end
+    return string.match(info, 'master_replid:(%x+)')
+end
+
+-- When the control plane came back from its last failover, plus FAILOVER_GRACE_MS: the time before
+-- which silence does not count (0: no failover seen). A failover (a replica promoted, or a restart of
+-- Redis) gives the master a new replication ID; the first reap to run on the new master finds it
+-- differs from the one recorded in dl:{R}:state (replicated there from the old master) and records the
+-- new one with the time it was first seen (`failover` event). Nobody could beat while no master was
+-- reachable, so a member's silence counts from the later of its last heartbeat and that time; the grace
+-- covers the clients that find the new master after the first one (rconn asks the Sentinels every
+-- second while a command waits; a worker's heartbeat connection finds it at its next beat).
+local function control_plane_back(P, now)
+    local id = replication_id()
+    local st = redis.call('HMGET', P .. ':state', 'replid', 'failover_back_ms')
+    if id and id ~= st[1] then
+        redis.call('HSET', P .. ':state', 'replid', id)
+        if st[1] then -- a change (the first ID ever recorded is no failover)
+            local back = now + FAILOVER_GRACE_MS
+            redis.call('HSET', P .. ':state', 'failover_back_ms', back)
+            event(P, 'failover', {'replid', id, 'grace_ms', FAILOVER_GRACE_MS})
+            return back
+        end
+    end
+    return tonumber(st[2]) or 0
+end
+
+-- Evict every member silent for longer than the timeout (0 disables eviction): whose last heartbeat is
+-- older than the timeout, once the control plane has been back from its last failover for that long.
 local function reap(P, now)
     local timeout = tonumber(tunable(P, 'heartbeat_timeout_ms')) or 0
     if timeout <= 0 then return 0 end
+    if control_plane_back(P, now) > now - timeout then return 0 end
     local dead = redis.call('ZRANGEBYSCORE', P .. ':heartbeats', '-inf', '(' .. (now - timeout))
     for _, w in ipairs(dead) do remove_member(P, w, 'evicted') end
     return #dead

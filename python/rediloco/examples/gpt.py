@@ -331,8 +331,9 @@ def main(argv=None):
         if a.final_sync and not dl.stopping:
             dl.sync()
         if not dl.stopping:
+            version = dl.last_sync.version if dl.last_sync else dl.version
             print("worker %s: %d steps, version %s, validation loss %.4f" % (
-                dl.worker_id, a.steps, dl.last_sync.version if dl.last_sync else dl.version, evaluate(model, data, a, dev, dtype)))
+                dl.worker_id, a.steps, version, evaluate(model, data, a, dev, dtype)))
     return 0
 
 

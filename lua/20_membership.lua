@@ -98,8 +98,10 @@ local function barrier_try_close(P, f)
     fit_target_to_joins(P)
     for _, w in ipairs(ids) do wake_member(P, w, get_worker(P, w), f .. ':' .. r) end
     -- also wake the joiners of round r+1 that did not volunteer at r: they wait for this close to start
-    -- the next round from its result, together with everyone (a wake token is only a hint: whoever
-    -- pops one reads dl_barrier, so a token nobody waits for is harmless)
+    -- the next round from its result, together with everyone. A participant that pops the token f:r
+    -- while it waits on round r of f takes it as the close (worker/diloco/wake.c: only this call pushes
+    -- it); any other token is a hint, after which it reads dl_barrier, so a token nobody waits for is
+    -- harmless
     local all = redis.call('HGETALL', P .. ':workers')
     for i = 1, #all, 2 do
         local rec = cmsgpack.unpack(all[i + 1])
@@ -140,10 +142,43 @@ local function remove_member(P, w, why)
     return true
 end
 
--- Evict every member whose last heartbeat is older than the timeout (0 disables eviction).
+-- The replication ID of the Redis that runs this call (INFO replication's master_replid), or nil where
+-- the caller's ACL user may not run INFO (an ACL file older than this rule: no failover is then seen).
+local function replication_id()
+    local info = redis.pcall('INFO', 'replication')
+    if type(info) ~= 'string' then return nil end
+    return string.match(info, 'master_replid:(%x+)')
+end
+
+-- When the control plane came back from its last failover, plus FAILOVER_GRACE_MS: the time before
+-- which silence does not count (0: no failover seen). A failover (a replica promoted, or a restart of
+-- Redis) gives the master a new replication ID; the first reap to run on the new master finds it
+-- differs from the one recorded in dl:{R}:state (replicated there from the old master) and records the
+-- new one with the time it was first seen (`failover` event). Nobody could beat while no master was
+-- reachable, so a member's silence counts from the later of its last heartbeat and that time; the grace
+-- covers the clients that find the new master after the first one (rconn asks the Sentinels every
+-- second while a command waits; a worker's heartbeat connection finds it at its next beat).
+local function control_plane_back(P, now)
+    local id = replication_id()
+    local st = redis.call('HMGET', P .. ':state', 'replid', 'failover_back_ms')
+    if id and id ~= st[1] then
+        redis.call('HSET', P .. ':state', 'replid', id)
+        if st[1] then -- a change (the first ID ever recorded is no failover)
+            local back = now + FAILOVER_GRACE_MS
+            redis.call('HSET', P .. ':state', 'failover_back_ms', back)
+            event(P, 'failover', {'replid', id, 'grace_ms', FAILOVER_GRACE_MS})
+            return back
+        end
+    end
+    return tonumber(st[2]) or 0
+end
+
+-- Evict every member silent for longer than the timeout (0 disables eviction): whose last heartbeat is
+-- older than the timeout, once the control plane has been back from its last failover for that long.
 local function reap(P, now)
     local timeout = tonumber(tunable(P, 'heartbeat_timeout_ms')) or 0
     if timeout <= 0 then return 0 end
+    if control_plane_back(P, now) > now - timeout then return 0 end
     local dead = redis.call('ZRANGEBYSCORE', P .. ':heartbeats', '-inf', '(' .. (now - timeout))
     for _, w in ipairs(dead) do remove_member(P, w, 'evicted') end
     return #dead

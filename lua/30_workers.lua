@@ -28,7 +28,9 @@ local function dl_init(keys, args)
     redis.call('HSET', keys[1], 'lib_version', LIB_VERSION, 'created_ms', now_ms(), unpack(conf))
     redis.call('HSET', tunables_key(P), 'status', 'running', 'operator_rev', 0, unpack(tun))
     redis.call('HSET', P .. ':state', 'rounds_closed', 0, 'commits', 0,
-               'rejections', 0, 'deaths', 0, 'joins', 0, 'incarnations', 0, unpack(st))
+               'rejections', 0, 'duplicates', 0, 'deaths', 0, 'joins', 0, 'incarnations', 0, unpack(st))
+    local replid = replication_id() -- the reaper's reference: a failover changes it (control_plane_back)
+    if replid then redis.call('HSET', P .. ':state', 'replid', replid) end
     local F = tonumber(redis.call('HGET', keys[1], 'fragments')) or 1
     for f = 0, F - 1 do
         redis.call('HSET', P .. ':state', 'round:' .. f, 0)

@@ -3,7 +3,8 @@
  *   1. pseudo-gradient Δ = base - params (the global parameters we started from minus ours), in the run's codec
  *      (delta.c; with device hooks the trainer's device computes it, device.c)
  *   2. push every shard's Δ to its owner (one thread per shard-server, so bandwidth adds up)
- *   3. arrive at the barrier; wait on our wake list (BLPOP, with a timeout) until it closes
+ *   3. arrive at the barrier, listening on our wake list meanwhile (wake.c); if the close's token did not
+ *      come, wait on the list (BLPOP, with a timeout) and read the barrier until it closes
  *   4. get every shard at version round+1; resend Δ to whoever says it lacks it (a new owner)
  *   5. the new global parameters become both base and params
  *
@@ -24,6 +25,7 @@
 #include "outer.h"
 #include "rconn.h"
 #include "util.h"
+#include "wake.h"
 
 /* ---- running a job per shard, one thread per owner ------------------------------------------ */
 
@@ -597,11 +599,16 @@ static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
     int rc = for_shards_parallel(d, first, last, push_job, &round, err, errlen);
     if (rc != DL_OK) return rc;
     d->cur.t_pushed_us = dl_wall_us();
+    wake_wait w; /* listen for the close while we arrive (wake.c): no round trip after the arrive's */
+    wake_start(d, f, round, &w);
     rc = arrive(d, f, round, err, errlen);
-    if (rc == DL_RETRY) { /* open: wait for the others */
+    int closed = rc == DL_OK || rc == DL_RETRY ? wake_finish(&w) : (wake_cancel(&w), 0);
+    if (rc == DL_RETRY && !closed) { /* open: wait for the others */
         uint64_t tw = now_ms();
         rc = wait_barrier(d, f, round, err, errlen);
         d->cur.wait_seconds = (double)(now_ms() - tw) / 1000.0;
+    } else if (rc == DL_RETRY) {
+        rc = DL_OK;
     }
     if (rc != DL_OK) return rc;
     get_arg ga = {round + 1, 1, BLOB_GET_TENTATIVE_OK, 1};

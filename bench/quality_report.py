@@ -209,6 +209,8 @@ def plots(out, result, headline="", compare=None):
                      ("h50_lr1_m0.5_ilr0.012_f4", "h50_stream_f4")):
         variants.append(new if new in res else old)
     names += [n for n in variants if n in res and n not in names]
+    if result.get("plot"):  # bench/quality --report --plot NAMES: the DP runs and exactly these
+        names = [r["name"] for r in dps] + [n for n in result["plot"] if n in res]
     for n in names:
         with open(os.path.join(out, "curve_%s.dat" % n), "w") as f:
             for e in res[n]["curve"]:

@@ -1,6 +1,6 @@
 /* bench/trainer_cuda.c -> bin/bench-trainer_cuda: GPT trainer speed on a CUDA device.
  *
- *   bin/bench-trainer_cuda [--tf32] [--steps N] [--no-gpt2]
+ *   bin/bench-trainer_cuda [--tf32] [--precision fp32|bf16] [--steps N] [--no-gpt2] [--no-torch]
  *
  * Prints the device, its fp32 (and TF32) peak estimated from SM count x clock x lanes, the measured
  * cublasSgemm 4096^3 rate, then for each configuration ms/step and tokens/s of
@@ -10,6 +10,11 @@
  * and MFU = (6*params + 6*layers*dim*seq) * tokens/s / peak, against the estimated peak and against
  * the measured sgemm. Configurations: (a) and (b) of bench/trainer.c (the CPU benchmark), and
  * (c) GPT-2 small (12 layers, 12 heads, 768 dim, ctx 1024, vocab 50257, batch 8, seq 1024).
+ * --precision bf16: the trainer's bf16 path (bf16 products and fused attention on fp32 master weights,
+ * docs/cuda.md). When `/usr/bin/python3` imports a torch that sees the GPU, each configuration also runs
+ * bench/torch_gpt_speed.py on the same model, batch and precision (bf16: autocast + SDPA + fused AdamW,
+ * what users run; fp32 / TF32 likewise) and prints torch's tokens/s beside ours and their ratio, in the
+ * same run on the same GPU (--no-torch: not). MFU uses the fp32 or TF32 peak; bf16 prints none.
  * Exits 77 without a CUDA device or without the CUDA build. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -30,7 +35,34 @@ static double now(void)
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static int run(const char *label, gpt_config c, int batch, int seq, int tf32, int steps, double peak, double sgemm)
+/* bench/torch_gpt_speed.py on the same configuration: torch's tokens/s, 0 when it gives none (the line
+ * it printed, or why not, in why) */
+static double torch_figure(gpt_config c, int batch, int seq, int tf32, int bf16, int steps, char *why, size_t whylen)
+{
+    char cmd[512], line[512] = "";
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 bench/torch_gpt_speed.py --layers %d --heads %d --dim %d --ctx %d --vocab %d "
+             "--batch %d --seq %d --steps %d --precision %s 2>&1",
+             c.layers, c.heads, c.dim, c.ctx, c.vocab, batch, seq, steps,
+             bf16   ? "bf16"
+             : tf32 ? "tf32"
+                    : "fp32");
+    FILE *f = popen(cmd, "r");
+    if (!f) {
+        snprintf(why, whylen, "could not start /usr/bin/python3");
+        return 0;
+    }
+    char buf[512];
+    while (fgets(buf, sizeof buf, f)) memcpy(line, buf, sizeof line); /* keep the last line */
+    int rc = pclose(f);
+    line[strcspn(line, "\n")] = 0;
+    snprintf(why, whylen, "%s", line[0] ? line : "no output");
+    const char *at = strstr(line, "ms/step, ");
+    return rc == 0 && at ? atof(at + 9) : 0;
+}
+
+static int run(const char *label, gpt_config c, int batch, int seq, int tf32, int bf16, int torch, int steps,
+               double peak, double sgemm)
 {
     gpt_options o;
     gpt_options_default(&o);
@@ -41,6 +73,7 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
     o.warmup_steps = 10;
     o.device = GPT_DEVICE_CUDA;
     o.tf32 = tf32;
+    o.precision = bf16 ? GPT_PRECISION_BF16 : GPT_PRECISION_FP32;
     char err[512];
     trainer *t = gpt_trainer_create(&o, err, sizeof err);
     if (!t) {
@@ -68,6 +101,11 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
     /* the device-only step, same shapes, random tokens */
     double dt2 = 0;
     gpt_cuda *g = gpt_cuda_create(&c, batch, seq, tf32, err, sizeof err);
+    if (g && gpt_cuda_set_precision(g, bf16, err, sizeof err)) {
+        printf("(%s) device-only step: %s\n", label, err);
+        gpt_cuda_free(g);
+        g = NULL;
+    }
     if (g) {
         int N = batch * seq;
         int *inp = malloc((size_t)N * sizeof(int)), *tgt = malloc((size_t)N * sizeof(int));
@@ -104,6 +142,17 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
     if (tps2 > 0)
         printf("    device-only step:                  %.2f ms/step, %.0f tokens/s, %.1f GFLOP/s model\n", dt2 * 1e3,
                tps2, flops_tok * tps2 / 1e9);
+    if (torch) {
+        char why[512];
+        double tt = torch_figure(c, batch, seq, tf32, bf16, steps, why, sizeof why);
+        if (tt > 0)
+            printf("    PyTorch, same model, batch and precision: %.0f tokens/s; C CUDA / PyTorch: trainer %.2f, "
+                   "device-only %.2f\n    (%s)\n",
+                   tt, tps / tt, tps2 / tt, why);
+        else
+            printf("    PyTorch figure: none (%s)\n", why);
+    }
+    if (bf16) return 0; /* no bf16 peak estimate: MFU only for fp32 / TF32 */
     if (peak > 0)
         printf("    MFU vs estimated peak: trainer %.1f%%, device-only %.1f%%\n", 100 * flops_tok * tps / peak,
                100 * flops_tok * tps2 / peak);
@@ -116,14 +165,16 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bench-trainer_cuda [--tf32] [--steps 20] [--no-gpt2]\n");
+    fprintf(f, "usage: bench-trainer_cuda [--tf32] [--precision fp32|bf16] [--steps 20] [--no-gpt2] [--no-torch]\n");
 }
 
 int main(int argc, char **argv)
 {
-    int tf32 = 0, steps = 20, gpt2 = 1;
+    int tf32 = 0, steps = 20, gpt2 = 1, bf16 = 0, torch = 1;
     const opt_spec specs[] = {
         {.name = "tf32", .kind = OPT_FLAG, .dest = &tf32},
+        {.name = "precision", .kind = OPT_CHOICE, .dest = &bf16, .choices = "fp32|bf16"},
+        {.name = "no-torch", .kind = OPT_CLEAR, .dest = &torch},
         {.name = "no-gpt2", .kind = OPT_CLEAR, .dest = &gpt2},
         {.name = "steps", .kind = OPT_INT, .dest = &steps, .lo = 1, .hi = 1000000},
         {0},
@@ -133,6 +184,8 @@ int main(int argc, char **argv)
 #ifndef DILOCO_HAVE_CUDA
     (void)tf32;
     (void)gpt2;
+    (void)bf16;
+    (void)torch;
     printf("bench-trainer_cuda: built without CUDA (nvcc not found at build time): skipped\n");
     return 77;
 #else
@@ -150,14 +203,16 @@ int main(int argc, char **argv)
            tf > 0 ? "" : "unknown ", tf / 1e12);
     double sg = gpt_cuda_sgemm_flops(4096, tf32, 5);
     printf("cublasSgemm 4096^3 %s: %.1f TFLOP/s measured\n", tf32 ? "TF32" : "fp32", sg / 1e12);
-    printf("products: %s\n", tf32 ? "TF32 tensor cores allowed (--tf32)" : "fp32 (TF32 off)");
-    run("a", (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 256}, 8, 256, tf32, steps, peak,
-        sg);
-    run("b", (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 50257}, 4, 64, tf32, steps, peak,
-        sg);
+    printf("products: %s\n", bf16   ? "bf16 operands, fp32 accumulation, fused attention (--precision bf16)"
+                             : tf32 ? "TF32 tensor cores allowed (--tf32)"
+                                    : "fp32 (TF32 off)");
+    run("a", (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 256}, 8, 256, tf32, bf16, torch,
+        steps, peak, sg);
+    run("b", (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 50257}, 4, 64, tf32, bf16, torch,
+        steps, peak, sg);
     if (gpt2)
-        run("c", (gpt_config){.layers = 12, .heads = 12, .dim = 768, .ctx = 1024, .vocab = 50257}, 8, 1024, tf32, steps,
-            peak, sg);
+        run("c", (gpt_config){.layers = 12, .heads = 12, .dim = 768, .ctx = 1024, .vocab = 50257}, 8, 1024, tf32, bf16,
+            torch, steps, peak, sg);
     return 0;
 #endif
 }

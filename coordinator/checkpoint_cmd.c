@@ -2,10 +2,12 @@
  * docs/checkpoints.md): flags, then checkpoint_export_ex / checkpoint_save_dir or checkpoint_read. */
 #include "checkpoint.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "coordinator.h"
 #include "opts.h"
@@ -86,6 +88,10 @@ static int ck_show(int argc, char **argv)
     }
     checkpoint ck;
     char err[1024];
+    if (access(argv[0], R_OK) != 0) { /* docs/checkpoints.md, "Exit status": 2 usage, 1 bad data */
+        fprintf(stderr, "coordinator checkpoint show: %s: %s\n", argv[0], strerror(errno));
+        return OPTS_EXIT_USAGE;
+    }
     if (checkpoint_read(argv[0], 1, &ck, err, sizeof err) < 0) {
         fprintf(stderr, "coordinator checkpoint show: %s\n", err);
         return 1;

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "checkpoint.h"
+#include "fcall.h"
 #include "http.h"
 #include "keys.h"
 #include "log.h"
@@ -73,18 +74,12 @@ static int code_of_redis_error(const char *msg)
     return 502;
 }
 
-/* One FCALL with argv[0..n) after "FCALL name 1 key"; 200 + reply OK, or the error mapped. */
-static int fcall(rconn *rc, const char *run, const char *fn, int n, const char **args, json_t **reply, const char *what)
+/* One call of the run's function fn with args[0..n); 200 + reply OK, or the error mapped. */
+static int control_fcall(rconn *rc, const char *run, const char *fn, int n, const char **args, json_t **reply,
+                         const char *what)
 {
     char key[KEY_MAX], err[512];
-    const char *argv[16];
-    int argc = 0;
-    argv[argc++] = "FCALL";
-    argv[argc++] = fn;
-    argv[argc++] = "1";
-    argv[argc++] = key_run(key, sizeof key, run, "config");
-    for (int i = 0; i < n && argc < 16; i++) argv[argc++] = args[i];
-    redisReply *r = rconn_command_argv(rc, argc, argv, NULL);
+    redisReply *r = fcall_run(rc, key_run(key, sizeof key, run, "config"), fn, n, args);
     if (rconn_reply_error(rc, r, err, sizeof err) < 0) {
         int code = r && r->type == REDIS_REPLY_ERROR ? code_of_redis_error(r->str) : 503;
         if (r) freeReplyObject(r);
@@ -106,7 +101,7 @@ static int do_kick(rconn *rc, const char *run, json_t *body, json_t **reply)
     const char *id = json_string_value(w);
     char what[300];
     snprintf(what, sizeof what, "kick worker %.200s", id);
-    int code = fcall(rc, run, "dl_kick", 1, &id, reply, what);
+    int code = control_fcall(rc, run, "dl_kick", 1, &id, reply, what);
     if (code == 200) *reply = json_pack("{s:s,s:s}", "status", "ok", "worker_id", id);
     return code;
 }
@@ -147,7 +142,7 @@ static int do_optimizer(rconn *rc, const char *run, json_t *body, json_t **reply
         args[n++] = json_is_true(nest) ? "1" : "0";
         snprintf(what + strlen(what), sizeof what - strlen(what), " nesterov=%s", args[n - 1]);
     }
-    int code = fcall(rc, run, "dl_set", n, args, reply, what);
+    int code = control_fcall(rc, run, "dl_set", n, args, reply, what);
     if (code != 200) return code;
     *reply = json_pack("{s:s}", "status", "ok");
     if (lr) json_object_set_new(*reply, "lr", json_real(strtod(lrs, NULL)));
@@ -194,7 +189,7 @@ static int do_num_workers(rconn *rc, const char *run, json_t *body, json_t **rep
         args[k++] = ms;
         snprintf(what + strlen(what), sizeof what - strlen(what), " min_workers=%s", ms);
     }
-    int code = fcall(rc, run, "dl_set", k, args, reply, what);
+    int code = control_fcall(rc, run, "dl_set", k, args, reply, what);
     if (code != 200) return code;
     *reply = json_pack("{s:s}", "status", "ok");
     if (nw) json_object_set_new(*reply, "num_workers", json_integer(n));
@@ -206,7 +201,7 @@ static int do_shutdown(rconn *rc, const char *run, json_t *body, json_t **reply)
 {
     static const char *const allowed[] = {NULL};
     if (check_fields(body, allowed, "shutdown", reply)) return 400;
-    int code = fcall(rc, run, "dl_shutdown", 0, NULL, reply, "shutdown of the run");
+    int code = control_fcall(rc, run, "dl_shutdown", 0, NULL, reply, "shutdown of the run");
     if (code == 200)
         *reply =
             json_pack("{s:s,s:s}", "status", "ok", "message", "run shut down: workers stop at their next heartbeat");

@@ -164,7 +164,7 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
     setn(d, "numel", num(cfg, "numel", 0));
     setn(d, "num_shards", num(cfg, "shards", 0));
     json_object_set_new(d, "trainer", json_string(str(cfg, "trainer", "")));
-    static const char *counters[] = {"rounds_closed", "commits",       "rejections",  "deaths",
+    static const char *counters[] = {"rounds_closed", "commits",       "rejections",  "duplicates", "deaths",
                                      "joins",         "lease_changes", "corruptions", "repairs"};
     for (size_t i = 0; i < sizeof counters / sizeof *counters; i++) setn(d, counters[i], num(st, counters[i], 0));
     setn(d, "total_worker_deaths", num(st, "deaths", 0));
@@ -360,6 +360,7 @@ char *metrics_text(json_t *raw, const char *run)
         {"rounds_closed", "diloco_rounds_closed_total", "Barriers closed (sync rounds), all fragments."},
         {"commits", "diloco_commits_total", "Shard versions committed."},
         {"rejections", "diloco_rejections_total", "Submissions rejected (bad input, stale, unknown worker)."},
+        {"duplicates", "diloco_duplicates_total", "Pushes of a round that had committed already (a resend)."},
         {"deaths", "diloco_worker_deaths_total", "Workers evicted (heartbeat timeout) or kicked."},
         {"joins", "diloco_worker_joins_total", "Worker registrations."},
         {"lease_changes", "diloco_lease_changes_total", "Shard leases taken or given back."},

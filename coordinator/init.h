@@ -10,8 +10,8 @@
 typedef struct init_args {
     coord_common c;
     long long workers, min_workers, shards, fragments, numel, seed, snapshot_every, dylu_base, min_replicas;
-    long long dn_buffer, max_staleness, weight_ref;
-    const char *dn_variant, *weight_by, *compress, *download;
+    long long dn_buffer, max_staleness, weight_ref, stale_ref;
+    const char *dn_variant, *weight_by, *compress, *download, *stale_weight;
     double outer_lr, outer_momentum, heartbeat_timeout;
     int nesterov, force, async, dylu;
     const char *trainer;
@@ -26,7 +26,10 @@ typedef struct init_args {
 } init_args;
 
 /* Parse `coordinator init`'s arguments into a: defaults, the flags, then a checkpoint's values for the
- * flags not given. 0 when a is ready, 1 after --help printed the usage, -1 after a message on stderr. */
+ * flags not given. 0 when a is ready, 1 after --help printed the usage, -1 after a message on stderr
+ * (a usage error: exit 2), INIT_BAD_FILE after one about a --from-checkpoint file that opens but is not a
+ * valid checkpoint (bad data: exit 1, docs/checkpoints.md "Exit status"). */
+#define INIT_BAD_FILE (-2)
 int parse_init(int argc, char **argv, init_args *a);
 
 #endif

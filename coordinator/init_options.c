@@ -54,9 +54,12 @@ static void init_usage(FILE *f)
         "  --no-nesterov              plain momentum instead of Nesterov\n"
         "  --heartbeat-timeout S      evict workers silent for S seconds (default 120; 0 = never)\n"
         "  --async                    async DiLoCo: no barrier, each submission applied in its Redis order\n"
-        "  --dn-buffer-size N         (async) Delayed Nesterov every N submissions (default 0 = off)\n"
+        "  --dn-buffer-size N         (async) Delayed Nesterov every N submissions (default: --workers; 0 = off)\n"
         "  --dn-variant V             (async) paper (Async Local-SGD, default) or forgather\n"
         "  --max-staleness K          (async) reject submissions more than K versions stale (0 = no limit)\n"
+        "  --staleness-weight W       (async) scale each pseudo-gradient by its staleness tau: none (default),\n"
+        "                             inverse min(1, (1+T)/(1+tau)) or sqrt of that (docs/async.md)\n"
+        "  --staleness-ref T          (async, --staleness-weight) staleness that keeps weight 1 (default workers-1)\n"
         "  --weight-by none|tokens    weight pseudo-gradients by the tokens behind them (default none)\n"
         "  --weight-ref-tokens N      (async, --weight-by tokens) a submission of N tokens has weight 1\n"
         "  --compress C               codec of pseudo-gradients on the wire: bf16 (default; workers may send\n"
@@ -89,9 +92,13 @@ static int adopt_checkpoint(init_args *a)
 {
     checkpoint ck;
     char err[1024];
-    if (checkpoint_read(a->from_checkpoint, 0, &ck, err, sizeof err) < 0) {
-        fprintf(stderr, "coordinator init: --from-checkpoint: %s\n", err);
+    if (access(a->from_checkpoint, R_OK) != 0) { /* a typo in the path: usage */
+        fprintf(stderr, "coordinator init: --from-checkpoint %s: %s\n", a->from_checkpoint, strerror(errno));
         return -1;
+    }
+    if (checkpoint_read(a->from_checkpoint, 0, &ck, err, sizeof err) < 0) { /* bad data */
+        fprintf(stderr, "coordinator init: --from-checkpoint: %s\n", err);
+        return INIT_BAD_FILE;
     }
     if (!flag_given(a, "--trainer")) {
         snprintf(a->ck_trainer, sizeof a->ck_trainer, "%s", ck.trainer);
@@ -139,8 +146,8 @@ static int parse_compress(const char *v, void *dest)
 static int parse_init_flags(int argc, char **argv, init_args *a)
 {
     static const char *weight_by[] = {"none", "tokens"}, *download[] = {"params", "update"},
-                      *dn_variant[] = {"paper", "forgather"};
-    int weight_idx = -1, download_idx = -1, dn_idx = -1;
+                      *dn_variant[] = {"paper", "forgather"}, *stale_weight[] = {"none", "inverse", "sqrt"};
+    int weight_idx = -1, download_idx = -1, dn_idx = -1, stale_idx = -1;
     opt_spec specs[] = {
         {.name = "redis", .kind = OPT_STRING, .dest = &a->c.redis_url},
         {.name = "redis-file", .kind = OPT_STRING, .dest = &a->c.redis_file},
@@ -161,6 +168,7 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
         {.name = "dn-buffer-size", .kind = OPT_LLONG, .dest = &a->dn_buffer, .lo = 0, .hi = 1000000},
         {.name = "max-staleness", .kind = OPT_LLONG, .dest = &a->max_staleness, .lo = 0, .hi = 1000000000},
         {.name = "weight-ref-tokens", .kind = OPT_LLONG, .dest = &a->weight_ref, .lo = 1, .hi = INT64_MAX},
+        {.name = "staleness-ref", .kind = OPT_LLONG, .dest = &a->stale_ref, .lo = 0, .hi = 1000000000},
         {.name = "min-replicas", .kind = OPT_LLONG, .dest = &a->min_replicas, .lo = 0, .hi = RUNCONF_MAX_REPLICAS},
         {.name = "layers",
          .kind = OPT_INT,
@@ -209,6 +217,7 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
          .wants = "bf16, fp32, int8, int4, int3 or int2"},
         {.name = "download", .kind = OPT_CHOICE, .dest = &download_idx, .choices = "params|update"},
         {.name = "dn-variant", .kind = OPT_CHOICE, .dest = &dn_idx, .choices = "paper|forgather"},
+        {.name = "staleness-weight", .kind = OPT_CHOICE, .dest = &stale_idx, .choices = "none|inverse|sqrt"},
         {.name = "from-checkpoint", .kind = OPT_STRING, .dest = &a->from_checkpoint},
         {.name = "from-state", .kind = OPT_STRING, .dest = &a->from_state},
         {0},
@@ -221,6 +230,7 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
     if (weight_idx >= 0) a->weight_by = weight_by[weight_idx];
     if (download_idx >= 0) a->download = download[download_idx];
     if (dn_idx >= 0) a->dn_variant = dn_variant[dn_idx];
+    if (stale_idx >= 0) a->stale_weight = stale_weight[stale_idx];
     return 0;
 }
 
@@ -267,7 +277,7 @@ int parse_init(int argc, char **argv, init_args *a)
         return -1;
     }
     if (a->from_state && !flag_given(a, "--trainer")) a->trainer = "state";
-    if (a->from_checkpoint && adopt_checkpoint(a) < 0) return -1;
+    if (a->from_checkpoint && (rc = adopt_checkpoint(a)) < 0) return rc;
     if (a->outer_lr <= 0 || a->outer_momentum >= 1) {
         fprintf(stderr, "coordinator init: --outer-lr must be > 0 and --outer-momentum in [0, 1)\n");
         return -1;
@@ -278,6 +288,14 @@ int parse_init(int argc, char **argv, init_args *a)
         return -1;
     }
     if (a->min_workers > a->workers) a->workers = a->min_workers;
+    if (!a->async && ((a->stale_weight && strcmp(a->stale_weight, "none") != 0) || flag_given(a, "--staleness-ref"))) {
+        fprintf(stderr, "coordinator init: --staleness-weight and --staleness-ref are async settings: add --async\n");
+        return -1;
+    }
+    if (!flag_given(a, "--staleness-ref")) a->stale_ref = a->workers - 1; /* what equal workers see */
+    /* Delayed Nesterov over one submission per worker: the outer step of a window of W submissions then
+     * equals a sync round's (docs/quality.md, "Async": a buffer of 2W halves the step and trains worse) */
+    if (a->async && !flag_given(a, "--dn-buffer-size") && a->dn_buffer == 0) a->dn_buffer = a->workers;
     if (a->async && a->weight_by && !strcmp(a->weight_by, "tokens") && a->weight_ref <= 0) {
         fprintf(stderr, "coordinator init: async --weight-by tokens needs --weight-ref-tokens N (the tokens of a "
                         "normal submission, e.g. sync_every * batch * seq): each submission is scaled by tokens / N\n");

@@ -21,13 +21,16 @@
  * server whose lease was revoked drops its cache). A healthy run is left alone: when every shard
  * verifies, repair only clears marks that are no longer true (dl_unmark_corrupt) and says so.
  * Async runs are refused: their submissions in flight are numbered by version. */
+#include <errno.h>
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "checkpoint.h"
 #include "coordinator.h"
+#include "fcall.h"
 #include "keys.h"
 #include "opts.h"
 #include "outer.h"
@@ -450,7 +453,7 @@ static int write_checkpoint(rconn *c, repair *rp, const checkpoint *ck, char *er
 /* dl_repair: what every shard was (checked again inside, atomically) and what it becomes. */
 static int install(rconn *c, repair *rp, const char *how, const char *source, char *err, size_t errlen)
 {
-    int S = rp->rc.nshards, argc = 8 + 5 * S;
+    int S = rp->rc.nshards, argc = 4 + 5 * S;
     const char **argv = calloc((size_t)argc, sizeof *argv);
     char(*nums)[24] = calloc((size_t)S + 2, sizeof *nums);
     char key[KEY_MAX];
@@ -462,10 +465,6 @@ static int install(rconn *c, repair *rp, const char *how, const char *source, ch
     snprintf(nums[S], sizeof nums[S], "%" PRId64, rp->version);
     snprintf(nums[S + 1], sizeof nums[S + 1], "%d", S);
     int a = 0;
-    argv[a++] = "FCALL";
-    argv[a++] = "dl_repair";
-    argv[a++] = "1";
-    argv[a++] = key_run(key, sizeof key, rp->run, "config");
     argv[a++] = how;
     argv[a++] = source;
     argv[a++] = nums[S];
@@ -478,7 +477,7 @@ static int install(rconn *c, repair *rp, const char *how, const char *source, ch
         argv[a++] = rp->sh[k].new_snap;
         argv[a++] = rp->sh[k].new_digest;
     }
-    redisReply *r = rconn_command_argv(c, a, argv, NULL);
+    redisReply *r = fcall_run(c, key_run(key, sizeof key, rp->run, "config"), "dl_repair", a, argv);
     if (rconn_reply_error(c, r, err, errlen) == 0) ret = 0;
     if (r) freeReplyObject(r);
 done:
@@ -521,22 +520,18 @@ static int wait_leased(rconn *c, repair *rp, int seconds)
 static int unmark(rconn *c, repair *rp, char *err, size_t errlen)
 {
     int S = rp->rc.nshards, a = 0;
-    const char **argv = calloc(4 + 2 * (size_t)S, sizeof *argv);
+    const char **argv = calloc(1 + 2 * (size_t)S, sizeof *argv);
     char(*nums)[16] = calloc((size_t)S, sizeof *nums);
     char key[KEY_MAX];
     int ret = -1;
     if (argv && nums) {
-        argv[a++] = "FCALL";
-        argv[a++] = "dl_unmark_corrupt";
-        argv[a++] = "1";
-        argv[a++] = key_run(key, sizeof key, rp->run, "config");
         for (int k = 0; k < S; k++)
             if (rp->sh[k].mark[0]) {
                 snprintf(nums[k], sizeof nums[k], "%d", k);
                 argv[a++] = nums[k];
                 argv[a++] = rp->sh[k].mark;
             }
-        redisReply *r = rconn_command_argv(c, a, argv, NULL);
+        redisReply *r = fcall_run(c, key_run(key, sizeof key, rp->run, "config"), "dl_unmark_corrupt", a, argv);
         if (rconn_reply_error(c, r, err, errlen) == 0) ret = 0;
         if (r) freeReplyObject(r);
     } else {
@@ -643,6 +638,10 @@ int cmd_repair(int argc, char **argv)
     checkpoint ck;
     memset(&ck, 0, sizeof ck);
     char err[1024];
+    if (a.checkpoint && access(a.checkpoint, R_OK) != 0) { /* 2 usage, 1 bad data (docs/checkpoints.md) */
+        fprintf(stderr, "coordinator repair: --from-checkpoint %s: %s\n", a.checkpoint, strerror(errno));
+        return OPTS_EXIT_USAGE;
+    }
     if (a.checkpoint && checkpoint_read(a.checkpoint, 1, &ck, err, sizeof err) < 0) {
         fprintf(stderr, "coordinator repair: --from-checkpoint: %s\n", err);
         return 1;

@@ -67,9 +67,10 @@ static void print_run(json_t *doc)
     printf("run %s  mode %s  status %s  trainer %s  %s parameters in %s shards, %s fragment(s)\n", name,
            str(cfg, "mode"), str(st, "status"), str(cfg, "trainer"), str(cfg, "numel"), str(cfg, "shards"),
            str(cfg, "fragments"));
-    printf("open round %s  rounds closed %s  commits %s  workers needed %s (min %s)  deaths %s  rejections %s\n",
+    printf("open round %s  rounds closed %s  commits %s  workers needed %s (min %s)  deaths %s  rejections %s  "
+           "duplicates %.0f\n",
            str(st, "round:0"), str(st, "rounds_closed"), str(st, "commits"), str(st, "target_workers"),
-           str(st, "min_workers"), str(st, "deaths"), str(st, "rejections"));
+           str(st, "min_workers"), str(st, "deaths"), str(st, "rejections"), num(st, "duplicates"));
     printf("outer lr %s  momentum %s  nesterov %s  heartbeat timeout %.0f s\n", str(st, "outer_lr"),
            str(st, "outer_momentum"), str(st, "nesterov"), num(st, "heartbeat_timeout_ms") / 1000.0);
     /* runs made before these settings have neither field: bf16 and params */

@@ -4,7 +4,7 @@ diloco.lua: the ReDiLoCo control plane, as one Redis Functions library.
 
 It is written as several files, one concern each, that the Makefile joins in name order into
 build/diloco.lua (what every binary embeds and `coordinator init` loads): 00_header.lua (these rules),
-10_helpers.lua, 20_membership.lua (barrier target, membership changes, the reaper), 30_workers.lua,
+10_helpers.lua, 15_groups.lua (process groups: one member made of several processes), 20_membership.lua (barrier target, membership changes, the reaper), 30_workers.lua,
 40_barriers.lua (sync barriers, async submissions), 50_servers.lua (leases, commits, snapshots),
 60_operations.lua (rejections, operator actions, corrupt marks, repair, status), 90_register.lua.
 A file may use what an earlier one defines (they are one Lua chunk).
@@ -25,6 +25,8 @@ and fails with a fixed error code (first word of the error):
   ALIVE           the worker is still a live member (it cannot be dropped from a round)
   SHUTDOWN        the run has been shut down
   OLDRUN          the run was created by another version of this library (its keys are laid out differently)
+  GROUP           a process group's ranks are not in step (a rank joining a group that already synced,
+                  a rank arriving before every rank joined)
 
 All keys of run R carry the hash tag {R} so a Redis Cluster keeps them on one node; KEYS[1] is always
 dl:{R}:config and the other names are derived from it. The format of every key is documented in

@@ -96,34 +96,33 @@ local function barrier_try_close(P, f)
     redis.call('HSET', barrier_key(P, f, r + 1), 'state', 'open', 'opened_ms', t)
     redis.call('HINCRBY', state, 'rounds_closed', 1)
     fit_target_to_joins(P)
-    for _, w in ipairs(ids) do
-        local wk = P .. ':wake:' .. w
-        redis.call('RPUSH', wk, f .. ':' .. r)
-        redis.call('EXPIRE', wk, 600)
-    end
+    for _, w in ipairs(ids) do wake_member(P, w, get_worker(P, w), f .. ':' .. r) end
     -- also wake the joiners of round r+1 that did not volunteer at r: they wait for this close to start
-    -- the next round from its result, together with everyone (a wake token is only a hint: whoever
-    -- pops one reads dl_barrier, so a token nobody waits for is harmless)
+    -- the next round from its result, together with everyone. A participant that pops the token f:r
+    -- while it waits on round r of f takes it as the close (worker/diloco/wake.c: only this call pushes
+    -- it); any other token is a hint, after which it reads dl_barrier, so a token nobody waits for is
+    -- harmless
     local all = redis.call('HGETALL', P .. ':workers')
     for i = 1, #all, 2 do
         local rec = cmsgpack.unpack(all[i + 1])
         if arrived[all[i]] == nil and rec.joined and rec.joined[f + 1] == r + 1 then
-            local wk = P .. ':wake:' .. all[i]
-            redis.call('RPUSH', wk, f .. ':' .. r)
-            redis.call('EXPIRE', wk, 600)
+            wake_member(P, all[i], rec, f .. ':' .. r)
         end
     end
     event(P, 'close', {'frag', f, 'round', r, 'participants', n})
     return true
 end
 
--- Remove worker w from the open barrier of every fragment and re-evaluate them.
-local function barrier_forget(P, w)
+-- Remove worker w (a group of `size` ranks: their arrivals too) from the open barrier of every fragment
+-- and re-evaluate them.
+local function barrier_forget(P, w, size)
     for f = 0, num_fragments(P) - 1 do
         local r = redis.call('HGET', P .. ':state', 'round:' .. f)
-        if redis.call('HDEL', barrier_key(P, f, r), 'a:' .. w) == 1 then
+        local B = barrier_key(P, f, r)
+        if redis.call('HDEL', B, 'a:' .. w) == 1 then
             event(P, 'dropped', {'worker', w, 'frag', f, 'round', r})
         end
+        for q = 0, size - 1 do redis.call('HDEL', B, 'g:' .. w .. ':' .. q) end
     end
     for f = 0, num_fragments(P) - 1 do barrier_try_close(P, f) end
 end
@@ -139,7 +138,7 @@ local function remove_member(P, w, why)
     if why == 'evicted' or why == 'kicked' then redis.call('HINCRBY', P .. ':state', 'deaths', 1) end
     fit_target_to_departure(P, why)
     event(P, why, {'worker', w, 'inc', rec.inc})
-    barrier_forget(P, w)
+    barrier_forget(P, w, group_size(rec))
     return true
 end
 

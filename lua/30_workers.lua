@@ -28,7 +28,7 @@ local function dl_init(keys, args)
     redis.call('HSET', keys[1], 'lib_version', LIB_VERSION, 'created_ms', now_ms(), unpack(conf))
     redis.call('HSET', tunables_key(P), 'status', 'running', 'operator_rev', 0, unpack(tun))
     redis.call('HSET', P .. ':state', 'rounds_closed', 0, 'commits', 0,
-               'rejections', 0, 'deaths', 0, 'joins', 0, 'incarnations', 0, unpack(st))
+               'rejections', 0, 'duplicates', 0, 'deaths', 0, 'joins', 0, 'incarnations', 0, unpack(st))
     local replid = replication_id() -- the reaper's reference: a failover changes it (control_plane_back)
     if replid then redis.call('HSET', P .. ':state', 'replid', replid) end
     local F = tonumber(redis.call('HGET', keys[1], 'fragments')) or 1
@@ -50,13 +50,21 @@ local function dl_version(keys, args) return LIB_VERSION end
 -- ---------------------------------------------------------------------------------------------------
 -- functions: workers
 
--- dl_register KEYS[1]=config ARGV: worker_id, host, sync_every
+-- dl_register KEYS[1]=config ARGV: worker_id, host, sync_every [, group size]
 -- -> {incarnation, lib_version, {round per fragment}, {joined round per fragment}}
+-- A group size R > 1 registers a process group (lua/15_groups.lua) as rank 0; its other ranks join with
+-- dl_group_join. R may not exceed the run's shards (each rank moves at least one).
 local function dl_register(keys, args)
     local P = load_run(keys)
     local w, host, h = args[1], args[2] or '', tonumber(args[3] or '0') or 0
     if w == nil or w == '' or string.find(w, '[,:%s]') then
         error('BADARG worker id must be non-empty without commas, colons or spaces')
+    end
+    local size = to_int(args[4] or '1', 'group size')
+    local shards = tonumber(redis.call('HGET', keys[1], 'shards')) or 1
+    if size < 1 or size > GROUP_MAX or size > shards then
+        error('BADARG a group of ' .. size .. ' processes: a group has 1 to ' .. math.min(GROUP_MAX, shards) ..
+              ' (each process moves whole shards and run ' .. P .. ' has ' .. shards .. ')')
     end
     check_running(P)
     local now = now_ms()
@@ -74,17 +82,53 @@ local function dl_register(keys, args)
         if #expected_members(P, f, r) < target then joined[f + 1] = r else joined[f + 1] = r + 1 end
     end
     local inc = redis.call('HINCRBY', state, 'incarnations', 1)
-    put_worker(P, w, {inc = inc, host = host, joined = joined, registered = now, speed = 0, loss = -1,
-                      step = 0, tokens = 0, h = h, sync_every = h})
+    local rec = {inc = inc, host = host, joined = joined, registered = now, speed = 0, loss = -1,
+                 step = 0, tokens = 0, h = h, sync_every = h}
+    group_fields(rec, size, now)
+    put_worker(P, w, rec)
     redis.call('ZADD', P .. ':heartbeats', now, w)
     redis.call('HINCRBY', state, 'joins', 1)
-    event(P, 'join', {'worker', w, 'inc', inc, 'host', host, 'joined', joined[1]})
+    event(P, 'join', {'worker', w, 'inc', inc, 'host', host, 'joined', joined[1], 'group', size})
     return {inc, LIB_VERSION, rounds, joined}
 end
 
--- dl_deregister KEYS[1]=config ARGV: worker_id, incarnation
+-- dl_group_join KEYS[1]=config ARGV: worker_id, incarnation, rank, group size -> OK
+-- Rank `rank` (1 .. size-1) of the group that rank 0 registered as worker_id with that incarnation joins
+-- it. Refused (GROUP) once the group arrived at a barrier: a rank cannot join a group that already
+-- synced (restart every rank), nor join twice; BADARG when the sizes disagree.
+local function dl_group_join(keys, args)
+    local P = load_run(keys)
+    local w, inc = args[1], args[2]
+    local rank, size = to_int(args[3], 'rank'), to_int(args[4], 'group size')
+    local now = now_ms()
+    reap(P, now)
+    check_running(P)
+    local rec = check_member(P, w, inc, 'dl_group_join', {'rank', rank})
+    if group_size(rec) ~= size then
+        error('BADARG worker ' .. w .. ' was registered as a group of ' .. group_size(rec) ..
+              ' process(es), this rank says ' .. size .. ': every rank must be given the same group size')
+    end
+    if rank < 1 or rank >= size then error('BADARG rank ' .. rank .. ' of a group of ' .. size .. ' cannot join') end
+    if rec.synced then
+        error('GROUP worker ' .. w .. ' (incarnation ' .. inc .. ') has already synced: a rank cannot join a ' ..
+              'group that already synced; restart every rank of the group')
+    end
+    if rec.gjoin[rank + 1] == 1 then error('GROUP rank ' .. rank .. ' of worker ' .. w .. ' joined already') end
+    rec.gjoin[rank + 1] = 1
+    beat_rank(P, w, rec, rank, now)
+    put_worker(P, w, rec)
+    return 'OK'
+end
+
+-- dl_deregister KEYS[1]=config ARGV: worker_id, incarnation [, rank]
+-- Any rank of a group ends the whole group. A rank finding its group gone already (another rank left
+-- first) gets GONE, not a rejection: every rank of a group that stops leaves this way.
 local function dl_deregister(keys, args)
     local P = load_run(keys)
+    if args[3] ~= nil then
+        local rec = get_worker(P, args[1])
+        if not rec or tostring(rec.inc) ~= tostring(args[2]) then return 'GONE' end
+    end
     check_member(P, args[1], args[2], 'dl_deregister')
     remove_member(P, args[1], 'left')
     return 'OK'
@@ -121,22 +165,35 @@ local function fragment_rounds(P)
     return rounds
 end
 
--- dl_heartbeat KEYS[1]=config ARGV: worker_id, incarnation, steps_per_s, loss, step, tokens
+-- dl_heartbeat KEYS[1]=config ARGV: worker_id, incarnation, steps_per_s, loss, step, tokens [, rank]
 -- -> {status, H for this worker (0 = keep yours), {round per fragment}}
 -- Checks the arguments, then applies the membership rule (reap, then is the caller a member), then
--- writes the caller's one record.
+-- writes the caller's one record. Every rank of a group beats with its rank: the group's tokens are
+-- the sum of its ranks', its speed, loss and step rank 0's.
 local function dl_heartbeat(keys, args)
     local P = load_run(keys)
     local w, inc = args[1], args[2]
     local beat = parse_beat(args)
+    local rank = to_int(args[7] or '0', 'rank')
     local now = now_ms()
     reap(P, now)
     local rec = check_member(P, w, inc, 'dl_heartbeat')
-    local h = dylu_h(P, w, beat.speed)
-    rec.speed, rec.loss, rec.step, rec.tokens, rec.last = beat.speed, beat.loss, beat.step, beat.tokens, now
-    if h then rec.h = h end
+    check_rank(w, rec, rank)
+    local h = nil
+    if rank == 0 then
+        h = dylu_h(P, w, beat.speed)
+        rec.speed, rec.loss, rec.step, rec.tokens = beat.speed, beat.loss, beat.step, beat.tokens
+        if h then rec.h = h end
+    end
+    rec.last = now
+    if group_size(rec) > 1 then
+        rec.gtok[rank + 1] = beat.tokens
+        local sum = 0
+        for q = 1, rec.group do sum = sum + rec.gtok[q] end
+        rec.tokens = sum
+    end
+    beat_rank(P, w, rec, rank, now)
     put_worker(P, w, rec)
-    redis.call('ZADD', P .. ':heartbeats', now, w)
     return {tunable(P, 'status'), h or 0, fragment_rounds(P)}
 end
 

@@ -5,25 +5,44 @@
 -- ---------------------------------------------------------------------------------------------------
 -- functions: barriers
 
--- dl_arrive KEYS[1]=config ARGV: worker_id, incarnation, fragment, round
+-- dl_arrive KEYS[1]=config ARGV: worker_id, incarnation, fragment, round [, rank]
 -- -> {'closed'|'open', round, arrived count}
+-- A rank of a process group arrives for itself (after its own pushes); the group arrives, and counts,
+-- with its last rank (lua/15_groups.lua). Every rank of a group must have joined before any arrives.
 local function dl_arrive(keys, args)
     local P = load_run(keys)
     local w, inc = args[1], args[2]
     local f, r = to_int(args[3], 'fragment'), to_int(args[4], 'round')
+    local rank = to_int(args[5] or '0', 'rank')
     if f < 0 or f >= num_fragments(P) then error('BADARG fragment ' .. f .. ' does not exist') end
     local now = now_ms()
     reap(P, now)
     check_running(P)
-    check_member(P, w, inc, 'dl_arrive', {'frag', f, 'round', r})
+    local rec = check_member(P, w, inc, 'dl_arrive', {'frag', f, 'round', r})
+    check_rank(w, rec, rank)
     local cur = tonumber(redis.call('HGET', P .. ':state', 'round:' .. f))
     if r ~= cur then
         error('STALE round ' .. r .. ' of fragment ' .. f .. ' is not open (open round is ' .. cur ..
               '); fetch the current parameters and start a new round')
     end
+    if group_size(rec) > 1 then
+        for q = 1, rec.group do
+            if rec.gjoin[q] ~= 1 then
+                error('GROUP rank ' .. (q - 1) .. ' of worker ' .. w .. ' has not joined: a group arrives ' ..
+                      'only once every rank joined')
+            end
+        end
+    end
     local B = barrier_key(P, f, r)
+    local whole = group_size(rec) <= 1 or group_arrived(B, w, rec, inc, rank)
+    if group_size(rec) > 1 then rec.synced = true end
+    if beat_rank(P, w, rec, rank, now) then put_worker(P, w, rec) end
+    if not whole then
+        local n = 0
+        for _, k in ipairs(redis.call('HKEYS', B)) do if string.sub(k, 1, 2) == 'a:' then n = n + 1 end end
+        return {'open', r, n}
+    end
     redis.call('HSET', B, 'a:' .. w, inc)
-    redis.call('ZADD', P .. ':heartbeats', now, w)
     local closed = barrier_try_close(P, f)
     local n = 0
     if not closed then
@@ -32,14 +51,15 @@ local function dl_arrive(keys, args)
     return {closed and 'closed' or 'open', r, n}
 end
 
--- dl_barrier KEYS[1]=config ARGV: fragment, round [, missing [, worker_id]]
+-- dl_barrier KEYS[1]=config ARGV: fragment, round [, missing [, worker_id [, rank]]]
 -- -> {state, participants csv, dropped csv, open round of the fragment [, missing [, arrived]]}. Reaps
 -- first, so a worker that waits on a barrier whose members died is released by its own polling. With a
 -- third argument 1, also the number of live members the open barrier still waits for (joined <= round,
 -- not arrived): a joiner waiting for the round to close learns that nobody is left to close it (0 when
 -- not asked). With a worker id as fourth argument, also whether that worker's arrival is in the barrier
 -- (1/0): a worker waiting on an open barrier without its arrival (the dl_arrive never got a reply, or
--- its write was lost with a Redis restart or failover) arrives again instead of waiting forever.
+-- its write was lost with a Redis restart or failover) arrives again instead of waiting forever; with a
+-- rank as fifth argument, whether that rank of the group arrived.
 local function dl_barrier(keys, args)
     local P = load_run(keys)
     local f, r = to_int(args[1], 'fragment'), to_int(args[2], 'round')
@@ -59,7 +79,10 @@ local function dl_barrier(keys, args)
         end
     end
     if args[4] == nil then return {state, st[2] or '', st[3] or '', cur, missing} end
-    return {state, st[2] or '', st[3] or '', cur, missing, redis.call('HEXISTS', B, 'a:' .. args[4])}
+    local field = 'a:' .. args[4]
+    local rank = tonumber(args[5] or '-1') or -1
+    if rank >= 0 then field = 'g:' .. args[4] .. ':' .. rank end  -- a rank of a group (-1: a worker)
+    return {state, st[2] or '', st[3] or '', cur, missing, redis.call('HEXISTS', B, field)}
 end
 
 -- dl_drop KEYS[1]=config ARGV: fragment, round, worker_id

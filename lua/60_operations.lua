@@ -13,6 +13,16 @@ local function dl_reject(keys, args)
     return 'OK'
 end
 
+-- dl_duplicate KEYS[1]=config ARGV: reporter, worker, shard, round
+-- A worker sent again a push of a round that has already committed (after a failover or a lost reply:
+-- the worker did not see the commit). Nothing is wrong: it is counted in `duplicates`, not as a
+-- rejection, and not recorded as an event (the worker fetches the current version and goes on).
+local function dl_duplicate(keys, args)
+    local P = load_run(keys)
+    redis.call('HINCRBY', P .. ':state', 'duplicates', 1)
+    return 'OK'
+end
+
 -- dl_kick KEYS[1]=config ARGV: worker_id
 local function dl_kick(keys, args)
     local P = load_run(keys)
@@ -135,10 +145,7 @@ local function dl_repair(keys, args)
         redis.call('HSET', barrier_key(P, f, V), 'state', 'open', 'opened_ms', now)
     end
     -- waiters look at their barrier now instead of at their next poll
-    for _, w in ipairs(redis.call('HKEYS', P .. ':workers')) do
-        redis.call('RPUSH', P .. ':wake:' .. w, 'repair')
-        redis.call('EXPIRE', P .. ':wake:' .. w, 600)
-    end
+    for _, w in ipairs(redis.call('HKEYS', P .. ':workers')) do wake_member(P, w, get_worker(P, w), 'repair') end
     redis.call('HINCRBY', state, 'repairs', 1)
     event(P, 'repair', {'how', how, 'source', source, 'version', V, 'from_round', from,
                         'corrupt_shards', table.concat(corrupt, ',')})

@@ -204,7 +204,8 @@ void commit_on_log_written(redisReply *r, void *priv)
     snprintf(frag, sizeof frag, "%d", s->frag);
     snprintf(round, sizeof round, "%lld", (long long)c->round);
     const char *args[9] = {ss->id, ep, shard, from, c->digest, ref, parts, frag, round};
-    if (fcall_durable(ss, commit_on_commit, c, "dl_commit", 9, args) != 0) commit_fail(c, "Redis is unavailable", 0);
+    if (store_fcall_durable(ss, commit_on_commit, c, "dl_commit", 9, args) != 0)
+        commit_fail(c, "Redis is unavailable", 0);
 }
 
 /* All membership checks are back: need, drop or compute. */
@@ -282,7 +283,7 @@ static void commit_on_member(redisReply *r, void *priv)
         snprintf(f, sizeof f, "%d", ss->shards[c->k].frag);
         snprintf(round, sizeof round, "%lld", (long long)c->round);
         const char *args[3] = {f, round, c->ids[i]};
-        if (fcall(ss, commit_on_drop, q, "dl_drop", 3, args) == 0) return; /* still outstanding */
+        if (store_fcall(ss, commit_on_drop, q, "dl_drop", 3, args) == 0) return; /* still outstanding */
         c->failed = 1;
         snprintf(c->errmsg, sizeof c->errmsg, "Redis is unavailable");
     }
@@ -371,7 +372,7 @@ static void commit_check_deltas(ss_commit *c, ss_shard *s)
         q->i = i;
         const char *args[1] = {c->ids[i]};
         c->outstanding++;
-        if (fcall(ss, commit_on_member, q, "dl_member", 1, args) != 0) {
+        if (store_fcall(ss, commit_on_member, q, "dl_member", 1, args) != 0) {
             c->outstanding--;
             free(q);
             c->failed = 1;
@@ -429,9 +430,13 @@ static void commit_on_submission(redisReply *r, void *priv)
     }
     char rec[256];
     snprintf(rec, sizeof rec, "%s", r->str);
-    char *base = strrchr(rec, ':'); /* "worker:inc:base" -> participant "worker:inc" */
-    if (base != NULL) *base = '\0';
-    if (base == NULL || commit_parse_participants(c, rec, "") != 0 || c->np != 1) {
+    char *base = strrchr(rec, ':'), *end = NULL; /* "worker:inc:base" -> participant "worker:inc" */
+    if (base != NULL) {
+        *base = '\0';
+        c->base = strtoll(base + 1, &end, 10); /* the staleness weight's round - base */
+    }
+    if (base == NULL || end == base + 1 || *end != '\0' || c->base < 0 || c->base > c->round ||
+        commit_parse_participants(c, rec, "") != 0 || c->np != 1) {
         snprintf(c->errmsg, sizeof c->errmsg, "malformed submission record '%s'", r->str);
         commit_finish(c, OUT_ERR);
         return;
@@ -473,7 +478,7 @@ void commit_start(ss_ctx *ss, ss_shard *s)
         return;
     }
     const char *args[2] = {f, round};
-    if (fcall(ss, commit_on_barrier, c, "dl_barrier", 2, args) != 0) {
+    if (store_fcall(ss, commit_on_barrier, c, "dl_barrier", 2, args) != 0) {
         snprintf(c->errmsg, sizeof c->errmsg, "Redis is unavailable");
         commit_finish(c, OUT_ERR);
     }

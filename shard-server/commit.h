@@ -24,13 +24,14 @@ typedef struct ss_commit {
     int k;
     uint64_t gen;
     int64_t round; /* commits version round+1 */
+    int64_t base;  /* async: the version the submission was computed from (its staleness: round - base) */
     int64_t epoch;
     uint64_t t0;
     int np; /* participants not dropped at barrier time */
     char *ids[MAX_PARTICIPANTS];
     int64_t incs[MAX_PARTICIPANTS];
     int dropped[MAX_PARTICIPANTS];
-    float scale[MAX_PARTICIPANTS]; /* --weight-by tokens: each participant's weight (else unused) */
+    float scale[MAX_PARTICIPANTS]; /* runconf_weighted: each participant's weight (else unused) */
     int outstanding;               /* dl_member / dl_drop calls in flight */
     int failed;
     char need[512];

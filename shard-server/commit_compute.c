@@ -78,7 +78,7 @@ static int commit_gather_deltas(ss_commit *c, ss_shard *s, ss_delta **out, int *
  * (commit_fill_g), with the same formula, so the bits agree. */
 static int commit_fast(const ss_commit *c, int used, int all_bf16)
 {
-    return used > 0 && all_bf16 && c->dnbuf == NULL && !c->ss->rc.weight_tokens && c->gq == NULL;
+    return used > 0 && all_bf16 && c->dnbuf == NULL && !runconf_weighted(&c->ss->rc) && c->gq == NULL;
 }
 
 static void commit_block_fast(ss_commit *c, ss_shard *s, ss_delta **ds, int used, size_t lo, size_t len)
@@ -105,7 +105,7 @@ _Static_assert(COMMIT_BLOCK % CODEC_COMMIT_BLOCK == 0 && CODEC_COMMIT_BLOCK % CO
 
 static int commit_codec(const ss_commit *c, ss_delta **ds, int used)
 {
-    if (used <= 0 || c->dnbuf != NULL || c->ss->rc.weight_tokens || !codec_is_block(c->ss->rc.compress)) return 0;
+    if (used <= 0 || c->dnbuf != NULL || runconf_weighted(&c->ss->rc) || !codec_is_block(c->ss->rc.compress)) return 0;
     for (int i = 0; i < used; i++)
         if (ds[i]->dtype != c->ss->rc.compress) return 0;
     return 1;
@@ -129,24 +129,25 @@ static void commit_block_general(ss_commit *c, ss_shard *s, ss_delta **ds, int u
 {
     float *g = c->gq != NULL ? g_block : c->g + lo;
     outer_sum_zero(g, len);
+    int weighted = runconf_weighted(&c->ss->rc);
     for (int i = 0, p = 0; i < c->np; i++) {
         if (c->dropped[i]) continue;
         ss_delta *d = ds[p++];
-        if (codec_is_block(d->dtype) && !c->ss->rc.weight_tokens) { /* decoded and summed as fp32 at once */
+        if (codec_is_block(d->dtype) && !weighted) { /* decoded and summed as fp32 at once */
             codec_decode_add(d->dtype, d->payload + codec_offset(d->dtype, lo), len, g);
         } else if (codec_is_block(d->dtype)) {
             codec_decode(d->dtype, d->payload + codec_offset(d->dtype, lo), len, decoded);
             outer_sum_add_scaled_f32(g, decoded, c->scale[i], len);
-        } else if (c->ss->rc.weight_tokens && d->dtype == BLOB_BF16)
+        } else if (weighted && d->dtype == BLOB_BF16)
             outer_sum_add_scaled_bf16(g, (const uint16_t *)d->payload + lo, c->scale[i], len);
-        else if (c->ss->rc.weight_tokens)
+        else if (weighted)
             outer_sum_add_scaled_f32(g, (const float *)d->payload + lo, c->scale[i], len);
         else if (d->dtype == BLOB_BF16)
             outer_sum_add_bf16(g, (const uint16_t *)d->payload + lo, len);
         else
             outer_sum_add_f32(g, (const float *)d->payload + lo, len);
     }
-    if (!c->ss->rc.weight_tokens) outer_mean_finish(g, len, (uint32_t)used);
+    if (!weighted) outer_mean_finish(g, len, (uint32_t)used);
     size_t bad;
     int dt = c->ss->rc.compress;
     if (c->gq != NULL && codec_round_trip(dt, g, len, c->gq + codec_offset(dt, lo), &bad) != 0)
@@ -243,19 +244,24 @@ void cq_on_turn(evutil_socket_t fd, short what, void *arg)
 }
 
 /* --weight-by tokens: sync, each participant weighs tokens_i / sum(tokens) (a weighted mean); async,
- * the one submission is scaled by tokens / weight_ref_tokens. Computed in double, used as fp32, in
- * participant order: the same on every server and in replay (the log keeps the weighted g). */
+ * the one submission is scaled by tokens / weight_ref_tokens. An async --staleness-weight multiplies
+ * that (or 1) by its weight of the submission's staleness (outer_stale_weight; round - base, as
+ * dl_submit recorded them). Computed in double, used as fp32, in participant order: the same on every
+ * server and in replay (the log keeps the weighted g). */
 static void commit_weights(ss_commit *c, ss_shard *s)
 {
+    const runconf *rc = &c->ss->rc;
     double total = 0;
     for (int i = 0; i < c->np; i++) {
         ss_delta *d = c->dropped[i] ? NULL : shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
         if (d != NULL) total += (double)d->tokens;
     }
-    if (c->ss->rc.async) total = (double)(c->ss->rc.weight_ref_tokens ? c->ss->rc.weight_ref_tokens : 1);
+    if (rc->async) total = (double)(rc->weight_ref_tokens ? rc->weight_ref_tokens : 1);
+    double stale = rc->async ? outer_stale_weight(rc->stale_weight, c->round - c->base, rc->stale_ref) : 1.0;
     for (int i = 0; i < c->np; i++) {
         ss_delta *d = c->dropped[i] ? NULL : shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
-        c->scale[i] = d != NULL && total > 0 ? (float)((double)d->tokens / total) : 0.0f;
+        double w = d == NULL || total <= 0 ? 0.0 : rc->weight_tokens ? (double)d->tokens / total : 1.0;
+        c->scale[i] = (float)(w * stale);
     }
 }
 
@@ -263,7 +269,7 @@ static void commit_weights(ss_commit *c, ss_shard *s)
  * (or is making it) with the same Δ. */
 void commit_compute(ss_commit *c, ss_shard *s)
 {
-    if (c->ss->rc.weight_tokens) commit_weights(c, s);
+    if (runconf_weighted(&c->ss->rc)) commit_weights(c, s);
     switch (ahead_take(c, s)) {
     case AHEAD_COMPUTED: commit_write_log(c, s); return;
     case AHEAD_QUEUED: return;

@@ -230,7 +230,7 @@ void lease_beat_now(ss_ctx *ss)
     }
     const char *args[5] = {ss->id, ss->addr, ttl, pid, loaded};
     ss->beat_sent_ms = now_ms();
-    if (fcall(ss, on_beat, ss, "dl_server_beat", 5, args) == 0) ss->beat_in_flight = 1;
+    if (store_fcall(ss, on_beat, ss, "dl_server_beat", 5, args) == 0) ss->beat_in_flight = 1;
     free(loaded);
 }
 
@@ -293,7 +293,7 @@ void lease_leave(ss_ctx *ss, void (*done)(void *), void *arg)
     }
     q->done = done;
     q->arg = arg;
-    if (fcall(ss, on_leave, q, "dl_server_leave", 1, args) != 0) {
+    if (store_fcall(ss, on_leave, q, "dl_server_leave", 1, args) != 0) {
         log_warn("cannot give leases back (Redis not connected); they expire after the ttl");
         free(q);
         done(arg);

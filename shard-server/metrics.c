@@ -43,15 +43,16 @@ void metrics_log(ss_ctx *ss)
     log_info("metrics: shards held %d (ready %d, corrupt %d); rounds committed %llu (no-op %llu), commit mean %.3f s "
              "max %.3f s; "
              "pushes %llu, gets %llu (tentative %llu); bytes in %llu out %llu; conflicts %llu; lease changes %llu; "
-             "rejections %llu; computed ahead %llu (dropped %llu); "
+             "rejections %llu, duplicates %llu; computed ahead %llu (dropped %llu); "
              "loads %llu (failed %llu); snapshots %llu; connections %llu; redis reconnects %llu",
              held, ready, corrupt, (unsigned long long)m->rounds_committed, (unsigned long long)m->noop_commits, mean,
              m->commit_seconds_max, (unsigned long long)m->pushes, (unsigned long long)m->gets,
              (unsigned long long)m->tentative_gets, (unsigned long long)m->bytes_in, (unsigned long long)m->bytes_out,
              (unsigned long long)m->conflicts, (unsigned long long)m->lease_changes, (unsigned long long)m->rejections,
-             (unsigned long long)m->ahead_used, (unsigned long long)m->ahead_discarded,
-             (unsigned long long)m->loads, (unsigned long long)m->load_failures, (unsigned long long)m->snapshots,
-             (unsigned long long)m->connections, (unsigned long long)metrics_redis_reconnects(ss));
+             (unsigned long long)m->duplicates, (unsigned long long)m->ahead_used,
+             (unsigned long long)m->ahead_discarded, (unsigned long long)m->loads, (unsigned long long)m->load_failures,
+             (unsigned long long)m->snapshots, (unsigned long long)m->connections,
+             (unsigned long long)metrics_redis_reconnects(ss));
 }
 
 static void on_metrics_timer(evutil_socket_t fd, short what, void *arg)
@@ -107,6 +108,9 @@ static void metrics_format(struct evbuffer *out, const ss_ctx *ss)
                  "reload).",
                  m->ahead_discarded);
     prom_counter(out, ss, "rejections_total", "Requests rejected (recorded in dl:{R}:events).", m->rejections);
+    prom_counter(out, ss, "duplicates_total",
+                 "Pushes of a sync round that had committed already (a resend after a failover or a lost reply).",
+                 m->duplicates);
     prom_counter(out, ss, "loads_total", "Shard loads (snapshot + log replay) completed.", m->loads);
     prom_counter(out, ss, "load_failures_total", "Shard loads that failed (retried unless the state is corrupt).",
                  m->load_failures);

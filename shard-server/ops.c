@@ -37,7 +37,7 @@ static void record_reject(ss_ctx *ss, const ss_req *req, const char *code, const
     snprintf(shard, sizeof shard, "%lld", (long long)req->h.shard);
     snprintf(round, sizeof round, "%lld", (long long)req->h.round);
     const char *args[6] = {ss->id, req->h.worker, code, msg, shard, round};
-    if (fcall(ss, NULL, NULL, "dl_reject", 6, args) != 0)
+    if (store_fcall(ss, NULL, NULL, "dl_reject", 6, args) != 0)
         log_warn("cannot record rejection %s in Redis (not connected)", code);
 }
 
@@ -53,6 +53,24 @@ void ops_reject(ss_ctx *ss, ss_req *req, dp_err code, const char *fmt, ...)
              (long long)req->h.shard, (long long)req->h.round, dp_err_code(code), msg);
     record_reject(ss, req, dp_err_code(code), msg);
     req_reply_err(req, code, "%s", msg);
+}
+
+/* A push of a sync round that has already committed (the worker did not see the commit: a failover, a
+ * lost reply): answered STALE like a refusal, so the worker fetches the current version, but counted
+ * as a duplicate (dl_duplicate), not a rejection: nothing is wrong. */
+static void reply_duplicate(ss_ctx *ss, ss_req *req, const ss_shard *s)
+{
+    char shard[24], round[24];
+    snprintf(shard, sizeof shard, "%d", s->k);
+    snprintf(round, sizeof round, "%lld", (long long)req->h.round);
+    const char *args[4] = {ss->id, req->h.worker, shard, round};
+    ss->m.duplicates++;
+    log_info("duplicate push from %s: round %lld of shard %d has committed already (version %lld)",
+             req->h.worker[0] ? req->h.worker : "?", (long long)req->h.round, s->k, (long long)s->version);
+    if (store_fcall(ss, NULL, NULL, "dl_duplicate", 4, args) != 0)
+        log_debug("cannot count a duplicate (not connected)");
+    req_reply_err(req, DP_STALE, "round %lld of shard %d has committed already (its version is %lld)",
+                  (long long)req->h.round, s->k, (long long)s->version);
 }
 
 static void reply_moved(ss_ctx *ss, ss_req *req, int k)
@@ -135,6 +153,10 @@ static int push_check_payload(ss_ctx *ss, ss_req *req)
 static int push_validate(ss_ctx *ss, ss_shard *s, ss_req *req)
 {
     const blob_header *h = &req->h;
+    if (!ss->rc.async && h->round >= 0 && h->round < s->version) {
+        reply_duplicate(ss, req, s);
+        return -1;
+    }
     if (h->round != s->version && !(ss->rc.async && h->round > s->version)) {
         ops_reject(ss, req, DP_STALE, "round %lld is not the open round of shard %d (its version is %lld)",
                    (long long)h->round, s->k, (long long)s->version);
@@ -238,7 +260,7 @@ static void op_push(ss_ctx *ss, ss_req *req)
     mc->req = req;
     mc->gen = s->gen;
     const char *args[1] = {req->h.worker};
-    if (fcall(ss, push_on_member, mc, "dl_member", 1, args) != 0) {
+    if (store_fcall(ss, push_on_member, mc, "dl_member", 1, args) != 0) {
         free(mc);
         req_reply_err(req, DP_REDIS, "Redis is unavailable; retry");
     }

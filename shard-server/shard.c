@@ -203,7 +203,7 @@ static void mark_send(ss_ctx *ss, ss_shard *s)
     snprintf(shard, sizeof shard, "%d", s->k);
     snprintf(version, sizeof version, "%lld", (long long)s->version);
     const char *args[6] = {ss->id, ep, shard, version, s->corrupt_key, s->corrupt_reason};
-    if (fcall(ss, mark_on_reply, q, "dl_mark_corrupt", 6, args) != 0)
+    if (store_fcall(ss, mark_on_reply, q, "dl_mark_corrupt", 6, args) != 0)
         free(q); /* not connected: the next beat tries again */
 }
 

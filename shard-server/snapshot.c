@@ -23,7 +23,7 @@ typedef struct ss_snap {
     int64_t version;
     int64_t epoch;
     char ref[48]; /* "version.epoch": the blob's reference in dl_snapshot and in snap_unsure */
-    float *both; /* θ, momentum, then the DN buffer when there is one: the payload, sent from here */
+    float *both;  /* θ, momentum, then the DN buffer when there is one: the payload, sent from here */
     uint8_t head[BLOB_HEADER_MAX];
 } ss_snap;
 
@@ -99,7 +99,7 @@ static void snap_on_written(redisReply *r, void *priv)
     snprintf(ep, sizeof ep, "%lld", (long long)sn->epoch);
     snprintf(shard, sizeof shard, "%d", sn->k);
     const char *args[5] = {ss->id, ep, shard, ver, sn->ref};
-    if (fcall(ss, snap_on_recorded, sn, "dl_snapshot", 5, args) != 0) {
+    if (store_fcall(ss, snap_on_recorded, sn, "dl_snapshot", 5, args) != 0) {
         ss->shards[sn->k].snapshotting = 0;
         unsure_add(&ss->shards[sn->k], sn->ref);
         free(sn);

@@ -81,6 +81,7 @@ typedef struct ss_metrics {
     uint64_t conflicts;     /* FENCED / VERSION replies to dl_commit or dl_snapshot */
     uint64_t lease_changes; /* shards gained or lost */
     uint64_t rejections;
+    uint64_t duplicates; /* pushes of a sync round that had committed already (not rejections) */
     uint64_t pushes;
     uint64_t gets;
     uint64_t tentative_gets; /* of which answered before the version was durable */
@@ -347,12 +348,12 @@ int store_set(ss_ctx *ss, const char *key, const uint8_t *head, size_t hlen, con
               rlink_cb *cb, void *priv);
 int store_del_ref(ss_ctx *ss, int k, const char *kind, const char *ref);
 int store_del_refs(ss_ctx *ss, int k, const char *kind, redisReply **refs, size_t nrefs);
-int fcall(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args);
-/* fcall whose reply comes only once the run's min_replicas replicas have the call (a commit: see
- * docs/PROTOCOL.md, "Durable means replicated"); the same as fcall when min_replicas is 0. */
-int fcall_durable(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args);
+int store_fcall(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args);
+/* store_fcall whose reply comes only once the run's min_replicas replicas have the call (a commit: see
+ * docs/PROTOCOL.md, "Durable means replicated"); the same as store_fcall when min_replicas is 0. */
+int store_fcall_durable(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args);
 /* With min_replicas > 0: record with dl_replicated that version of shard k is on enough replicas (after
- * fcall_durable's dl_commit), so workers can confirm tentative parameters; best effort. */
+ * store_fcall_durable's dl_commit), so workers can confirm tentative parameters; best effort. */
 void store_mark_replicated(ss_ctx *ss, int k, int64_t epoch, int64_t version);
 
 /* metrics.c */

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "fcall.h"
 #include "keys.h"
 #include "log.h"
 
@@ -63,21 +64,17 @@ int store_del_refs(ss_ctx *ss, int k, const char *kind, redisReply **refs, size_
 static int fcall_send(ss_ctx *ss, int replicas, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args)
 {
     const char *argv[24];
-    if (nargs + 4 > (int)(sizeof argv / sizeof argv[0])) return -1;
-    argv[0] = "FCALL";
-    argv[1] = fn;
-    argv[2] = "1";
-    argv[3] = ss->config_key;
-    for (int i = 0; i < nargs; i++) argv[4 + i] = args[i];
-    return rlink_cmd_replicated(&ss->ctl, replicas, cb, priv, nargs + 4, argv, NULL);
+    int argc = fcall_argv(argv, (int)(sizeof argv / sizeof argv[0]), fn, ss->config_key, nargs, args);
+    if (argc < 0) return -1;
+    return rlink_cmd_replicated(&ss->ctl, replicas, cb, priv, argc, argv, NULL);
 }
 
-int fcall(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args)
+int store_fcall(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args)
 {
     return fcall_send(ss, 0, cb, priv, fn, nargs, args);
 }
 
-int fcall_durable(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args)
+int store_fcall_durable(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args)
 {
     return fcall_send(ss, ss->rc.min_replicas, cb, priv, fn, nargs, args);
 }
@@ -97,5 +94,6 @@ void store_mark_replicated(ss_ctx *ss, int k, int64_t epoch, int64_t version)
     snprintf(shard, sizeof shard, "%d", k);
     snprintf(v, sizeof v, "%lld", (long long)version);
     const char *args[4] = {ss->id, ep, shard, v};
-    if (fcall(ss, on_marked, NULL, "dl_replicated", 4, args) != 0) log_debug("dl_replicated: Redis is unavailable");
+    if (store_fcall(ss, on_marked, NULL, "dl_replicated", 4, args) != 0)
+        log_debug("dl_replicated: Redis is unavailable");
 }

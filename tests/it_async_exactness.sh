@@ -2,9 +2,11 @@
 # it_async_exactness.sh: async DiLoCo with three workers of different speeds (5, 10, 20 ms per step).
 # Submissions are applied one at a time in the order Redis gave them; an in-process replay of that
 # order (tests/tools/ref_async) gives bit-identical parameters, with Delayed Nesterov off and on (N=3),
-# with --weight-by tokens (each submission scaled by its tokens / 20), and again while shard-servers are
+# with --weight-by tokens (each submission scaled by its tokens / 20), with --staleness-weight inverse and
+# sqrt (each submission scaled by its weight of seq - base, the values dl_submit recorded; reference 0 and
+# 1, so most weights are below 1), and again while shard-servers are
 # killed at random (kill -9 every 1-1.5 s, and deaths between
-# log write and commit).
+# log write and commit). An async run made without --dn-buffer-size gets N = --workers.
 . "$(dirname "$0")/lib.sh"
 H=10; STEPS=120
 start_redis
@@ -32,9 +34,17 @@ one_run() { # RUN INIT-FLAGS...: a fault-free run of the three workers, checked 
   for p in $(live_servers); do eval "kill \$SRV_s$p"; done
   rm -f "$TMP"/*.jsonl
 }
+# an async run made without --dn-buffer-size gets Delayed Nesterov over one submission per worker; sync none
+init_run async_default --async --trainer quadratic --numel 1000 --shards 2 --workers 3
+init_run sync_default --trainer quadratic --numel 1000 --shards 2 --workers 3
+[ "$($RCLI HGET 'dl:{async_default}:config' dn_buffer)" = 3 ] && grep -q 'Delayed Nesterov 3' "$TMP/init-async_default.log" ||
+  fail "async default: dn_buffer $($RCLI HGET 'dl:{async_default}:config' dn_buffer), want 3: $(cat "$TMP/init-async_default.log")"
+[ "$($RCLI HGET 'dl:{sync_default}:config' dn_buffer)" = 0 ] || fail "a sync run got a Delayed Nesterov buffer"
 one_run async_dn0 --dn-buffer-size 0
 one_run async_dn3 --dn-buffer-size 3
-one_run async_weighted --weight-by tokens --weight-ref-tokens 20
+one_run async_weighted --dn-buffer-size 0 --weight-by tokens --weight-ref-tokens 20
+one_run async_stale_inverse --dn-buffer-size 3 --staleness-weight inverse --staleness-ref 0
+one_run async_stale_sqrt --staleness-weight sqrt --staleness-ref 1 --weight-by tokens --weight-ref-tokens 20
 
 RUN=async_storm
 init_run $RUN --async --trainer quadratic --numel 40000 --shards 4 --workers 3 --dn-buffer-size 3 --snapshot-every 4

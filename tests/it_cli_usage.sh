@@ -41,7 +41,7 @@ expect 2 "which ACTION? kick, set-lr" bin/coordinator control --redis "$DEAD" --
 expect 2 "give one FILE" bin/coordinator checkpoint show
 expect 2 "\-\-trainer wants gpt or quadratic, got 'gtp'" bin/coordinator init --redis "$DEAD" --run r --trainer gtp
 expect 2 "\-\-from-state $TMP/none.safetensors: No such file" bin/coordinator init --redis "$DEAD" --run r --from-state "$TMP/none.safetensors"
-expect 2 "\-\-from-checkpoint: .*none.safetensors" bin/coordinator init --redis "$DEAD" --run r --from-checkpoint "$TMP/none.safetensors"
+expect 2 "\-\-from-checkpoint $TMP/none.safetensors: No such file" bin/coordinator init --redis "$DEAD" --run r --from-checkpoint "$TMP/none.safetensors"
 say "bad values and trainer flags: exit 2 before any connection"
 
 hint="is redis-server running, and is the URL right?"

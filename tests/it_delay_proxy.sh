@@ -4,8 +4,10 @@
 # machine); with --split up the whole RTT is on one direction and the PING costs the same. (2) 3 workers
 # reach Redis and both shard-servers only through a proxy (RTT 20 ms, jitter 5 ms; the servers advertise
 # the proxy's addresses): the run's shard digests and every worker's final digest are bit-identical to
-# the reference, as without the proxy (it_sync_exactness), and the proxy carried the pseudo-gradients.
-# (3) --help, a bad --map (exit 2) and SIGTERM (exit 0, a line with what it carried).
+# the reference, as without the proxy (it_sync_exactness), and the proxy carried the pseudo-gradients;
+# the workers learnt of each barrier's close from their wake tokens, without reading the barrier.
+# (3) At RTT 300 ms, workers do not read the owners from Redis while they wait for replies. (4) --help,
+# a bad --map (exit 2) and SIGTERM (exit 0, a line with what it carried).
 . "$(dirname "$0")/lib.sh"
 start_redis
 RTT=50
@@ -44,17 +46,43 @@ start_proxy run --rtt-ms 20 --jitter-ms 5 --map "127.0.0.1:$PR=127.0.0.1:$PORT" 
   --map "127.0.0.1:$A1=127.0.0.1:$L1" --map "127.0.0.1:$A2=127.0.0.1:$L2"
 start_server s1 --lease-ttl-ms 2000 --listen "127.0.0.1:$L1" --advertise "127.0.0.1:$A1"
 start_server s2 --lease-ttl-ms 2000 --listen "127.0.0.1:$L2" --advertise "127.0.0.1:$A2"
+$RCLI MONITOR > "$TMP/monitor.txt" 2>&1 &
+PIDS="$PIDS $!"
 DIRECT=$URL; URL="redis://127.0.0.1:$PR"
 for w in w1 w2 w3; do start_worker $w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1; done
 wait_workers w1 w2 w3
 URL=$DIRECT
+# a worker learns of the close from its wake token, which it listens for while it arrives (wake.c): it
+# reads the barrier (dl_barrier with its id, a round trip) only when the token did not come within a
+# second. Before, every worker but the last to arrive read it once per round (10 reads here).
+reads=$(grep -c '"dl_barrier" .* "0" "w[123]"$' "$TMP/monitor.txt")
+[ "$reads" -lt $ROUNDS ] || fail "workers read the barrier $reads times in $ROUNDS rounds: the wake token did not end their wait"
 assert_matches_reference
 assert_workers_end_at "$REF_DIGEST"
 kill -TERM "$PRX_run"; wait "$PRX_run" || fail "delay-proxy exited with status $? on SIGTERM"
 line=$(grep 'stopping:' "$TMP/proxy-run.log") || fail "no stopping line from the proxy"
 up=$(echo "$line" | sed 's/.* \([0-9]*\) bytes up.*/\1/')
 [ "$up" -ge $((3 * ROUNDS * NUMEL * 2)) ] || fail "the proxy carried $up bytes up: not the workers' pseudo-gradients ($line)"
-say "through the proxy (RTT 20 ms, jitter 5 ms), bit-identical to the reference: $REF_DIGEST; $line"
+say "through the proxy (RTT 20 ms, jitter 5 ms), bit-identical to the reference: $REF_DIGEST; barrier reads by workers: $reads; $line"
+
+# (3) At an RTT of 300 ms every reply takes longer than 250 ms, the pause after which a worker waiting
+# for a shard-server's reply looked at the owners in Redis (two reads through the proxy, under the lock
+# the other owner's thread waits for: 5 RTT a push or get phase instead of 1). It looks only after 1 s
+# now: the owners are read at the join, not during the rounds.
+RUN=far; ROUNDS=3
+init_run $RUN --trainer quadratic --numel 20000 --shards 4 --workers 2 --seed $SEED
+PR=$(free_port); L1=$(free_port); A1=$(free_port)
+start_proxy far --rtt-ms 300 --map "127.0.0.1:$PR=127.0.0.1:$PORT" --map "127.0.0.1:$A1=127.0.0.1:$L1"
+start_server f1 --lease-ttl-ms 2000 --listen "127.0.0.1:$L1" --advertise "127.0.0.1:$A1"
+$RCLI MONITOR > "$TMP/monitor-far.txt" 2>&1 &
+PIDS="$PIDS $!"
+DIRECT=$URL; URL="redis://127.0.0.1:$PR"
+for w in w1 w2; do start_worker $w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1; done
+wait_workers w1 w2
+URL=$DIRECT
+looks=$(grep -c "\"HGETALL\" \"dl:{$RUN}:shards\"" "$TMP/monitor-far.txt")
+[ "$looks" -le 4 ] || fail "at RTT 300 ms the workers read the owners $looks times in $ROUNDS rounds (at most 4: at their joins)"
+say "RTT 300 ms: the workers read the owners $looks times in $ROUNDS rounds (at their joins)"
 
 bin/delay-proxy --help | grep -q -- '--rtt-ms' || fail "--help does not list --rtt-ms"
 bin/delay-proxy --rtt-ms 5 --map nocolon=127.0.0.1:1 > "$TMP/bad.txt" 2>&1; rc=$?

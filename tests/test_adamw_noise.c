@@ -180,8 +180,8 @@ static void test_model_level(void **state)
     double u7 = model_level(1e-7, &gscale);
     assert_true(u7 > 10 * 1e-7); /* amplified: no strict limit holds for updates of noisy gradients */
     double u6 = model_level(1e-6, &gscale);
-    printf("gradients at rel 1e-6 give AdamW updates at rel %.3g (%.0fx); at rel 1e-7, %.3g (%.0fx)\n", u6,
-           u6 / 1e-6, u7, u7 / 1e-7);
+    printf("gradients at rel 1e-6 give AdamW updates at rel %.3g (%.0fx); at rel 1e-7, %.3g (%.0fx)\n", u6, u6 / 1e-6,
+           u7, u7 / 1e-7);
     assert_true(u6 > 10 * 1e-6);
     assert_true(gscale < 0.1); /* on an element with a small gradient, scaled up to a full step */
 }

@@ -1,7 +1,8 @@
 /* test_cuda_options: the CPU side of the CUDA backend, which runs everywhere (no GPU needed):
- * --device / --tf32 parsing, the backend gpt_trainer_create picks (auto: cuda only when a device is
- * present), a clear error for --device cuda without a device (or without the CUDA build), and that
- * asking for the CUDA backend directly without a device fails cleanly instead of crashing. */
+ * --device / --tf32 / --precision parsing, the backend gpt_trainer_create picks (auto: cuda only when a
+ * device is present), a clear error for --device cuda without a device (or without the CUDA build) and
+ * for --precision bf16 on the CPU backend, and that asking for the CUDA backend directly without a
+ * device fails cleanly instead of crashing. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -109,6 +110,39 @@ static void test_backend_choice(void **state)
     }
 }
 
+static void test_precision(void **state)
+{
+    (void)state;
+    gpt_options o;
+    gpt_options_default(&o);
+    assert_int_equal(o.precision, GPT_PRECISION_FP32);
+    char a0[] = "--precision", a1[] = "bf16", a2[] = "--precision=fp32", a3[] = "--precision=fp16";
+    char *argv[] = {a0, a1, NULL}, *argv2[] = {a2, NULL}, *argv3[] = {a3, NULL};
+    char err[256];
+    assert_int_equal(gpt_options_parse(&o, 2, argv, err, sizeof err), 2);
+    assert_int_equal(o.precision, GPT_PRECISION_BF16);
+    assert_int_equal(gpt_options_parse(&o, 1, argv2, err, sizeof err), 1);
+    assert_int_equal(o.precision, GPT_PRECISION_FP32);
+    assert_int_equal(gpt_options_parse(&o, 1, argv3, err, sizeof err), -1);
+    assert_non_null(strstr(err, "--precision"));
+    /* bf16 on the CPU backend: refused with the reason, nothing created */
+    o = small(GPT_DEVICE_CPU);
+    o.precision = GPT_PRECISION_BF16;
+    assert_null(gpt_trainer_create(&o, err, sizeof err));
+    printf("--precision bf16 --device cpu: %s\n", err);
+    assert_non_null(strstr(err, "--precision bf16 needs the CUDA backend"));
+    o = small(GPT_DEVICE_AUTO);
+    o.precision = GPT_PRECISION_BF16;
+    trainer *t = gpt_trainer_create(&o, err, sizeof err);
+    if (have_device()) { /* the bf16 path itself: tests/test_cuda_bf16.c */
+        assert_non_null(t);
+        t->destroy(t);
+    } else {
+        assert_null(t);
+        assert_non_null(strstr(err, "--precision bf16 needs the CUDA backend"));
+    }
+}
+
 static void test_no_device_paths(void **state)
 {
     (void)state;
@@ -135,6 +169,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_backend_choice),
+        cmocka_unit_test(test_precision),
         cmocka_unit_test(test_no_device_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -51,7 +51,8 @@ static void adamw_same_gradients(gpt_cuda *gpu, const model_tensor *t, int nt, s
     assert_int_equal(gpt_cuda_get_params(gpu, pg, err, sizeof err), 0);
     assert_int_equal(gpt_cuda_get_moments(gpu, mg, vg, err, sizeof err), 0);
     size_t diff = 0;
-    for (size_t i = 0; i < n; i++) diff += memcmp(&p[i], &pg[i], 4) || memcmp(&m[i], &mg[i], 4) || memcmp(&v[i], &vg[i], 4);
+    for (size_t i = 0; i < n; i++)
+        diff += memcmp(&p[i], &pg[i], 4) || memcmp(&m[i], &mg[i], 4) || memcmp(&v[i], &vg[i], 4);
     printf("  AdamW on the GPU's own gradients: %zu of %zu elements differ from the CPU's step (want 0)\n", diff, n);
     assert_true(diff == 0);
     free(p);

@@ -126,6 +126,26 @@ static void test_bitwise_against_the_documented_formula(void **state)
     }
 }
 
+/* --staleness-weight: min(1, (1+ref)/(1+tau)) and its square root, exactly (hand-computed values), and
+ * the names coordinator init and runconf accept. */
+static void test_stale_weight(void **state)
+{
+    (void)state;
+    assert_true(outer_stale_weight(STALE_W_NONE, 100, 0) == 1.0);
+    assert_true(outer_stale_weight(STALE_W_INVERSE, 3, 3) == 1.0);  /* no staler than the reference */
+    assert_true(outer_stale_weight(STALE_W_INVERSE, 0, 3) == 1.0);  /* fresher: never above 1 */
+    assert_true(outer_stale_weight(STALE_W_INVERSE, 7, 3) == 0.5);  /* 4 / 8 */
+    assert_true(outer_stale_weight(STALE_W_INVERSE, 3, 0) == 0.25); /* 1 / 4 */
+    assert_true(outer_stale_weight(STALE_W_SQRT, 15, 3) == 0.5);    /* sqrt(4 / 16) */
+    assert_true(outer_stale_weight(STALE_W_SQRT, 1, 0) == sqrt(0.5));
+    assert_true((float)outer_stale_weight(STALE_W_INVERSE, 2, 0) == 1.0f / 3.0f);
+    assert_int_equal(outer_stale_rule_parse("none"), STALE_W_NONE);
+    assert_int_equal(outer_stale_rule_parse("inverse"), STALE_W_INVERSE);
+    assert_int_equal(outer_stale_rule_parse("sqrt"), STALE_W_SQRT);
+    assert_int_equal(outer_stale_rule_parse("Sqrt"), -1);
+    assert_int_equal(outer_stale_rule_parse(NULL), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -133,6 +153,7 @@ int main(void)
         cmocka_unit_test(test_forgather_variant),
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_bitwise_against_the_documented_formula),
+        cmocka_unit_test(test_stale_weight),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

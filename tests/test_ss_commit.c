@@ -7,7 +7,8 @@
  * the commit is computed, its log entry written and dl_commit applied: the reply, the shard's version
  * and digest in Redis are version 1 with the bits that common/math/outer.c gives from the v0 snapshot.
  * Round 1: w2 dies (deregisters) without pushing: it is dropped and version 2 is w1's step alone, its
- * momentum carried from round 0, again checked bit for bit.
+ * momentum carried from round 0, again checked bit for bit. A resend of round 0 after its commit is
+ * answered STALE and counted as a duplicate (dl:{R}:state duplicates), not as a rejection.
  * Exits 77 (skipped) when redis-server is not installed.
  */
 #include <inttypes.h>
@@ -115,6 +116,14 @@ static void test_commit_rounds(void **state)
     outer_sgd_step(theta, mom, 1, g, NUMEL, LR, MU, 1);
     check_committed(&rep, 1, theta);
     free(rep.params);
+    /* w1 sends round 0 again (it did not see the commit): STALE, so it fetches version 1, but counted as a
+     * duplicate, not a rejection (issue 25: a failover left "rejections 8" in status) */
+    assert_int_equal(ssh_push(g_server, 0, 0, "w1", i1, d1, NUMEL, &rep), 0);
+    assert_string_equal(rep.h.op, "err");
+    assert_string_equal(rep.h.code, "STALE");
+    assert_non_null(strstr(rep.h.text, "has committed already"));
+    assert_int_equal(g_server->m.duplicates, 1);
+    assert_int_equal(g_server->m.rejections, 0);
 
     /* round 1: w2 dies before pushing: dropped, version 2 is w1's Δ alone */
     ssh_arrive(RUN, "w1", i1, 1, "open");
@@ -141,6 +150,12 @@ static void test_commit_rounds(void **state)
     assert_string_equal(r->element[2]->str, "w2"); /* the round's dropped participants */
     freeReplyObject(r);
     assert_int_equal(g_server->m.rounds_committed, 2);
+    char key[KEY_MAX];
+    r = ssh_cmd("HMGET %s duplicates rejections", key_run(key, sizeof key, RUN, "state"));
+    assert_non_null(r);
+    assert_string_equal(r->element[0]->str, "1");
+    assert_string_equal(r->element[1]->str, "0");
+    freeReplyObject(r);
 }
 
 int main(void)

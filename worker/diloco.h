@@ -139,6 +139,45 @@ typedef struct diloco_device_ops {
     void (*host_free)(void *ctx, void *p);
 } diloco_device_ops;
 
+/* Process groups (optional): several processes, one worker of the run. A node with R GPUs runs one
+ * process per GPU, data-parallel inside the node (DDP: every rank holds the same parameters), and joins
+ * the run as ONE member: one worker id, one incarnation, one barrier participant, its ranks' tokens
+ * summed. Every rank opens its own session with the same options and group = {size R, its rank, two
+ * collectives over a transport the ranks already share: MPI, torch.distributed, NCCL, threads...}.
+ * Rank 0 registers the group and hands the registration to the others through allgather; each rank
+ * then pushes and fetches only its part of the run's shards (diloco_group_range: contiguous, balanced
+ * by size) over its own connections, so the group sends and receives what one process would, and the
+ * ranks broadcast their parts to each other after every sync. The group arrives at a barrier only when
+ * every rank pushed its part, and a rank that stops beating (dies) has the whole group evicted, so no
+ * partial contribution of a group is ever committed. Plain DiLoCo in sync runs (one fragment), without
+ * device hooks or DyLU, for now. docs/PROTOCOL.md "Process groups" has the protocol.
+ *
+ * Both hooks are collectives: every rank calls them in the same order, from the thread inside
+ * diloco_open / diloco_after_step / diloco_force_sync. They return 0, or -1 with err filled; they must
+ * not block forever when a rank died (give the transport a timeout, or let the launcher kill the group).
+ *
+ *   static int my_allgather(void *ctx, const void *in, size_t len, void *out, char *err, size_t errlen)
+ *   {   // out[r*len .. (r+1)*len) = rank r's in
+ *       return MPI_Allgather(in, (int)len, MPI_BYTE, out, (int)len, MPI_BYTE, MPI_COMM_WORLD) ? -1 : 0;
+ *   }
+ *   static int my_broadcast(void *ctx, float *params, size_t off, size_t n, int root, char *err, size_t errlen)
+ *   {   // params[off, off+n) on every rank = root's
+ *       return MPI_Bcast(params + off, (int)n, MPI_FLOAT, root, MPI_COMM_WORLD) ? -1 : 0;
+ *   }
+ *   ...
+ *   o.group = (diloco_group_ops){.size = nranks, .rank = my_rank, .allgather = my_allgather,
+ *                                .broadcast = my_broadcast};
+ *   diloco_open(&o, params, numel, &d, err, sizeof err);   // on every rank; then train as usual
+ *
+ * (tests/tools/group_worker.c runs ranks as threads with memcpy for both hooks.) */
+typedef struct diloco_group_ops {
+    int size;  /* processes in the group; 0 or 1: no group (a worker of one process) */
+    int rank;  /* this process's place in it, 0 .. size-1; rank 0 registers the group */
+    void *ctx; /* passed back to the hooks */
+    int (*allgather)(void *ctx, const void *in, size_t len, void *out, char *err, size_t errlen);
+    int (*broadcast)(void *ctx, float *params, size_t off, size_t n, int root, char *err, size_t errlen);
+} diloco_group_ops;
+
 typedef struct diloco_options {
     const char *redis_url;     /* redis://[user[:pass]@]host[:port][/db] or unix://path */
     const char *run;           /* run name given to `coordinator init --run` */
@@ -177,6 +216,9 @@ typedef struct diloco_options {
     /* int8/int4/int3/int2 runs (coordinator init --compress): keep what quantization dropped from each
      * pseudo-gradient and add it to the next one (default 0; in this process only) */
     int error_feedback;
+    /* several processes as one worker (see above); all zero: off. worker_id is rank 0's (the others may
+     * leave it NULL; one given must be the same) */
+    diloco_group_ops group;
 } diloco_options;
 
 typedef struct diloco_sync_info {
@@ -247,7 +289,11 @@ DILOCO_API int diloco_fragment_range(const diloco *d, int fragment, size_t *offs
  * recorded. Valid until diloco_close. A trainer compares it with its own to refuse a different model. */
 DILOCO_API const char *diloco_run_layout(const diloco *d);
 
-/* Deregister and free. Safe on NULL. */
+/* A process group's rank `rank` moves params[*offset, *offset + *count) (its shards): 0, or -1 when the
+ * session is not in a group or there is no such rank. */
+DILOCO_API int diloco_group_range(const diloco *d, int rank, size_t *offset, size_t *count);
+
+/* Deregister and free. Safe on NULL. In a group, any rank closing ends the group's membership. */
 DILOCO_API void diloco_close(diloco *d);
 
 #ifdef __cplusplus

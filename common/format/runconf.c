@@ -141,6 +141,13 @@ int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errle
     const char *wb = field(r, "weight_by"), *wr = field(r, "weight_ref_tokens");
     rc->weight_tokens = wb && strcmp(wb, "tokens") == 0;
     if (wr && parse_int(wr, 1, INT64_MAX, &v) == 0) rc->weight_ref_tokens = (uint64_t)v;
+    const char *sw = field(r, "stale_weight"), *sr = field(r, "stale_ref");
+    rc->stale_weight = sw ? outer_stale_rule_parse(sw) : STALE_W_NONE; /* runs made before it existed: none */
+    if (rc->stale_weight < 0) {
+        err_set(err, errlen, "the run's staleness weight '%s' is unknown to this build: upgrade this program", sw);
+        return -1;
+    }
+    if (sr && parse_int(sr, 0, INT64_MAX, &v) == 0) rc->stale_ref = v;
     const char *cz = field(r, "compress");
     rc->compress = cz ? codec_parse(cz) : BLOB_BF16; /* runs made before the setting existed: bf16 */
     if (rc->compress == 0) {
@@ -220,6 +227,11 @@ int runconf_fragment_of_shard(const runconf *rc, int shard)
     for (int f = 0; f < rc->nfragments; f++)
         if (shard < rc->frag_bounds[f + 1]) return f;
     return rc->nfragments - 1;
+}
+
+int runconf_weighted(const runconf *rc)
+{
+    return rc->weight_tokens || (rc->async && rc->stale_weight != STALE_W_NONE);
 }
 
 int runconf_accepts_dtype(const runconf *rc, int dtype)

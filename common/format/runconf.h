@@ -32,6 +32,8 @@ typedef struct runconf {
                                  dn_t0 + v + 1 and the every-N schedule carries on across the resume */
     int weight_tokens;          /* --weight-by tokens: pseudo-gradients weighted by the tokens behind them */
     uint64_t weight_ref_tokens; /* async: a submission of this many tokens gets weight 1 */
+    int stale_weight;           /* async: STALE_W_* (outer_dn.h), --staleness-weight (none for older runs) */
+    int64_t stale_ref;          /* async: the staleness that keeps weight 1 (--staleness-ref) */
     int compress;               /* codec of pseudo-gradients (coordinator init --compress): a blob dtype,
                                  BLOB_BF16 by default (codec.h) */
     int download_update;        /* --download update: gets are answered with the round's averaged
@@ -54,6 +56,8 @@ void runconf_free(runconf *rc);
  * as it is). Every value is checked (bounds that cover numel in order, counts in range); optional
  * fields that do not parse keep their defaults. On error rc may hold allocations: runconf_free. */
 int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errlen);
+/* Whether a commit scales each pseudo-gradient (--weight-by tokens, or an async --staleness-weight). */
+int runconf_weighted(const runconf *rc);
 /* Whether a push in this dtype is the run's codec: a bf16 run also takes fp32 (worker --no-bf16). */
 int runconf_accepts_dtype(const runconf *rc, int dtype);
 /* Numbers of one shard / fragment. */

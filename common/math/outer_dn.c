@@ -3,6 +3,7 @@
  * included where torch's SGD has that form (add_alpha, outer_fma.h; outer_dn.h lists them). */
 #include "outer_dn.h"
 
+#include <math.h>
 #include <string.h>
 
 #include "outer.h"
@@ -50,4 +51,19 @@ OUTER_HOT void outer_dn_step(int variant, float *theta, float *m, float *buf, co
         forgather_step(theta, m, buf, g, n, flush, t, N, lr, mu, nesterov);
     else
         paper_step(theta, m, buf, g, n, flush, (float)N, lr, mu);
+}
+
+double outer_stale_weight(int rule, int64_t tau, int64_t ref)
+{
+    if (rule == STALE_W_NONE || tau <= ref) return 1.0;
+    double r = (1.0 + (double)ref) / (1.0 + (double)tau);
+    return rule == STALE_W_SQRT ? sqrt(r) : r;
+}
+
+int outer_stale_rule_parse(const char *name)
+{
+    static const char *const names[] = {"none", "inverse", "sqrt"};
+    for (int i = 0; i < 3; i++)
+        if (name != NULL && strcmp(name, names[i]) == 0) return i;
+    return -1;
 }

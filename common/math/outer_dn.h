@@ -26,6 +26,21 @@
 
 enum { DN_PAPER = 0, DN_FORGATHER = 1 };
 
+/* The staleness weight of an async submission (coordinator init --staleness-weight): a pseudo-gradient
+ * computed from version base and placed at seq (staleness tau = seq - base, both recorded by dl_submit)
+ * is scaled by
+ *     none:     1
+ *     inverse:  min(1, (1 + ref) / (1 + tau))
+ *     sqrt:     min(1, sqrt((1 + ref) / (1 + tau)))
+ * before it enters the outer step. ref is the staleness that keeps weight 1 (by default the number of
+ * workers minus 1: what equal workers see), so a submission no staler than usual is untouched and a
+ * straggler's counts less. Computed in double with IEEE division and square root (both exactly rounded),
+ * so every server and every replay gets the same weight; the caller rounds it to float once. */
+enum { STALE_W_NONE = 0, STALE_W_INVERSE = 1, STALE_W_SQRT = 2 };
+double outer_stale_weight(int rule, int64_t tau, int64_t ref);
+/* "none", "inverse", "sqrt" -> STALE_W_*, or -1 */
+int outer_stale_rule_parse(const char *name);
+
 /* One submission g (already scaled, fp32) for submission number t >= 1. m, buf: n floats each. */
 void outer_dn_step(int variant, float *theta, float *m, float *buf, const float *g, size_t n, uint64_t t, uint32_t N,
                    float lr, float mu, int nesterov);

@@ -208,3 +208,51 @@ int cluster_reply_redirect(const redisReply *r, const char *default_host, cluste
     return r != NULL && r->type == REDIS_REPLY_ERROR && r->str != NULL &&
            cluster_parse_redirect(r->str, default_host, out);
 }
+
+/* One line of CLUSTER NODES ("id host:port@bus flags master ping pong epoch link slots...") that is
+ * unreachable: appends "host:port (role of slots ...) is unreachable (flags)" to out; 1 if it was. */
+static int explain_node(const char *line, size_t len, char *out, size_t cap, size_t *used)
+{
+    char id[64], addr[128], flags[128], master[64], link[32];
+    long long ping, pong, epoch;
+    int n = 0;
+    char buf[1024];
+    if (len >= sizeof buf) return 0;
+    memcpy(buf, line, len);
+    buf[len] = '\0';
+    if (sscanf(buf, "%63s %127s %127s %63s %lld %lld %lld %31s %n", id, addr, flags, master, &ping, &pong, &epoch, link,
+               &n) < 8)
+        return 0;
+    int down = strstr(flags, "fail") != NULL || strcmp(link, "disconnected") == 0;
+    if (!down || strstr(flags, "myself") != NULL) return 0;
+    char *at = strchr(addr, '@');
+    if (at) *at = '\0';
+    const char *slots = n > 0 ? buf + n : "";
+    int w = snprintf(out + *used, cap - *used, "%snode %s (%s%s%s) is unreachable (%s)", *used ? "; " : "", addr,
+                     strstr(flags, "master") ? "master" : "replica", slots[0] ? " of slots " : "", slots, flags);
+    if (w > 0) *used = *used + (size_t)w < cap ? *used + (size_t)w : cap - 1;
+    return 1;
+}
+
+void cluster_explain_down(const char *clusterdown, const char *cluster_nodes, const char *seed, char *out, size_t cap)
+{
+    char nodes[600] = "";
+    size_t used = 0;
+    int down = 0;
+    for (const char *p = cluster_nodes; p && *p;) {
+        const char *nl = strchr(p, '\n');
+        size_t len = nl ? (size_t)(nl - p) : strlen(p);
+        down += explain_node(p, len, nodes, sizeof nodes, &used);
+        p = nl ? nl + 1 : NULL;
+    }
+    if (down > 0)
+        snprintf(out, cap,
+                 "the Redis Cluster is down (%s): %s; start %s again, or fail %s slots over to a replica, then "
+                 "check with redis-cli --cluster check %s",
+                 clusterdown, nodes, down > 1 ? "them" : "it", down > 1 ? "their" : "its", seed);
+    else
+        snprintf(out, cap,
+                 "the Redis Cluster is down (%s): some hash slots have no reachable master; see which with "
+                 "redis-cli --cluster check %s",
+                 clusterdown, seed);
+}

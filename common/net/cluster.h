@@ -72,4 +72,11 @@ int cluster_parse_redirect(const char *msg, const char *default_host, cluster_re
 /* Same for a reply: 1 if r is a MOVED/ASK error reply. */
 int cluster_reply_redirect(const redisReply *r, const char *default_host, cluster_redirect *out);
 
+/* What to tell a user when a node answers CLUSTERDOWN: from that node's CLUSTER NODES text (NULL when
+ * it gave none), "the Redis Cluster is down (CLUSTERDOWN ...): node 127.0.0.1:7373 (master of slots
+ * 5461-10922) is unreachable (fail); start it again, or fail its slots over to a replica, then check
+ * with redis-cli --cluster check HOST:PORT". The nodes named are those flagged fail, fail? or with a
+ * disconnected link; seed names the node asked, for the check command. */
+void cluster_explain_down(const char *clusterdown, const char *cluster_nodes, const char *seed, char *out, size_t cap);
+
 #endif

@@ -37,13 +37,13 @@ struct rconn {
     redis_url given; /* as given (may name Sentinels or several seeds) */
     redis_url url;   /* the server it resolved to (its credentials are used on every node) */
     uint64_t moved_checked_ms;
-    int timeout_ms; /* the whole wait for a reply */
+    int timeout_ms;                        /* the whole wait for a reply */
     redisContext *seed;                    /* connection to the URL's server: keyless commands, and everything until a
                            redirection says this is a cluster */
     cluster_map *map;                      /* NULL: a single server */
     redisContext *node[CLUSTER_MAX_NODES]; /* per map node, opened on first use; may be seed */
     int broken;
-    char errstr[256];
+    char errstr[768];
 };
 
 static struct timeval timeval_from_ms(int ms)
@@ -341,7 +341,7 @@ const char *rconn_server(const rconn *c, char *buf, size_t cap)
 static void set_broken(rconn *c, const char *why)
 {
     c->broken = 1;
-    snprintf(c->errstr, sizeof c->errstr, "%.250s", why);
+    snprintf(c->errstr, sizeof c->errstr, "%.760s", why);
 }
 
 /* The connection to map node i (opened now if needed); NULL and broken if it cannot be opened. */
@@ -495,6 +495,22 @@ static int refresh(rconn *c, int i)
     return 0;
 }
 
+/* The connection is broken by a failover reply: CLUSTERDOWN is explained from the node's CLUSTER NODES
+ * (which node is unreachable, what to do), the others are kept as Redis said them. */
+static void explain_failover(rconn *c, redisContext *ctx, const char *why)
+{
+    if (strncmp(why, "CLUSTERDOWN", 11) != 0) {
+        set_broken(c, why);
+        return;
+    }
+    redisReply *n = redisCommand(ctx, "CLUSTER NODES");
+    char seed[300], text[sizeof c->errstr];
+    snprintf(seed, sizeof seed, "%s:%d", ctx->tcp.host ? ctx->tcp.host : c->url.host, ctx->tcp.port);
+    cluster_explain_down(why, n && n->type == REDIS_REPLY_STRING ? n->str : NULL, seed, text, sizeof text);
+    if (n) freeReplyObject(n);
+    set_broken(c, text);
+}
+
 /* Send cmd to the node that serves slot (-1: the URL's node), following redirections. */
 static redisReply *route_unguarded(rconn *c, const char *cmd, size_t len, int slot)
 {
@@ -506,7 +522,7 @@ static redisReply *route_unguarded(rconn *c, const char *cmd, size_t len, int sl
         if (ctx == NULL) return NULL;
         redisReply *r = execute(c, ctx, cmd, len, asking);
         if (r != NULL && r->type == REDIS_REPLY_ERROR && rconn_error_failover(r->str)) {
-            set_broken(c, r->str); /* the caller reconnects, which finds the master again */
+            explain_failover(c, ctx, r->str); /* the caller reconnects, which finds the master again */
             freeReplyObject(r);
             return NULL;
         }

@@ -37,6 +37,17 @@ class DeviceOps(ctypes.Structure):
                 ("host_alloc", HOST_ALLOC_FN), ("host_free", HOST_FREE_FN)]
 
 
+GROUP_ALLGATHER_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
+                                      ctypes.c_char_p, ctypes.c_size_t)
+GROUP_BROADCAST_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, c_float_p, ctypes.c_size_t, ctypes.c_size_t,
+                                      ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
+
+
+class GroupOps(ctypes.Structure):
+    _fields_ = [("size", ctypes.c_int), ("rank", ctypes.c_int), ("ctx", ctypes.c_void_p),
+                ("allgather", GROUP_ALLGATHER_FN), ("broadcast", GROUP_BROADCAST_FN)]
+
+
 class Options(ctypes.Structure):
     _fields_ = [
         ("redis_url", ctypes.c_char_p), ("run", ctypes.c_char_p), ("worker_id", ctypes.c_char_p),
@@ -47,7 +58,7 @@ class Options(ctypes.Structure):
         ("simulate_latency_ms", ctypes.c_int), ("stop", ctypes.POINTER(ctypes.c_int)),
         ("on_params", ON_PARAMS_FN), ("on_params_ctx", ctypes.c_void_p), ("device", DeviceOps),
         ("log_callback", LOG_FN), ("log_ctx", ctypes.c_void_p), ("log_level", ctypes.c_int),
-        ("error_feedback", ctypes.c_int),
+        ("error_feedback", ctypes.c_int), ("group", GroupOps),
     ]
 
 
@@ -89,6 +100,8 @@ _SIGNATURES = {
     "diloco_fragment_range": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t),
                                              ctypes.POINTER(ctypes.c_size_t)]),
     "diloco_run_layout": (ctypes.c_char_p, [ctypes.c_void_p]),
+    "diloco_group_range": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_size_t),
+                                          ctypes.POINTER(ctypes.c_size_t)]),
     "diloco_close": (None, [ctypes.c_void_p]),
 }
 

@@ -23,7 +23,7 @@ import os
 import signal
 import threading
 
-from . import _lib, checks, devicehooks
+from . import _lib, checks, devicehooks, group
 from .buffers import BufferWatch
 from .errors import DiLoCoError, Stopped
 from .params import FlatParams
@@ -93,12 +93,16 @@ class DiLoCo:
     The outer optimizer runs on the shard-servers and is the run's (init_run's outer_lr, outer_momentum,
     nesterov); outer_optimizer exists for torchft's signature and must be None. Everything else is the
     worker's: sync_every (H), bf16 pseudo-gradients, error_feedback (int8/int4/int3/int2 runs), dylu, fragment_update_alpha (Streaming DiLoCo's
-    mixing of the local and global values), worker_id, heartbeat_interval, timeouts in seconds."""
+    mixing of the local and global values), worker_id, heartbeat_interval, timeouts in seconds.
+
+    process_group (a torch.distributed process group, e.g. dist.group.WORLD, of more than one process):
+    the processes of the group are ONE worker of the run, data-parallel inside (DDP; a DDP model is synced
+    through its module); every rank makes the same DiLoCo(...) call; worker_id is the group's (group.py)."""
 
     def __init__(self, url, run, model, inner_optimizer, outer_optimizer=None, sync_every=500,
                  fragment_sync_delay=None, fragment_update_alpha=0.0, worker_id=None, bf16=True, dylu=False,
                  error_feedback=False, heartbeat_interval=30.0, max_sync_retries=3, connect_timeout=60.0, net_timeout=60.0,
-                 sync_timeout=120.0, handle_signals=True, log=None, log_level=None):
+                 sync_timeout=120.0, handle_signals=True, log=None, log_level=None, process_group=None):
         checks.check_arguments(url, run, model, inner_optimizer)
         if outer_optimizer is not None:
             raise TypeError("outer_optimizer must be None: the outer optimizer runs on the shard-servers; set it "
@@ -136,6 +140,8 @@ class DiLoCo:
         self._tokens = 0
         self._err = ctypes.create_string_buffer(_ERRLEN)
         self._callbacks = []  # ctypes callbacks the library holds: alive until close
+        self.process_group = process_group
+        self._group = None
 
     # ---- opening and closing ------------------------------------------------------------------------
 
@@ -152,13 +158,17 @@ class DiLoCo:
         if self._d is not None:
             return self
         self._lib = _lib.load()
-        tensors = checks.model_tensors(self.model)
+        module = group.unwrap(self.model)  # a DDP model is synced through its module
+        tensors = checks.model_tensors(module)
         try:
             if self.handle_signals and threading.current_thread() is threading.main_thread():
                 self._signals = _SignalWatch(self._on_signal)
+            self._open_group(tensors)  # a process group's ranks agree first: one error on every rank
             self._check_run(tensors)  # before anything is written anywhere, the model's tensors included
-            self._flat = FlatParams(self.model)
-            self._buffers = BufferWatch(self.model)
+            self._flat = FlatParams(module)
+            self._buffers = BufferWatch(module)
+            if self._group is not None:
+                self._group.attach(self._flat)
             self._open_session()
             self._check_layout(self._layout_json(), self._flat.layout)  # the run as diloco_open read it
             self._check_fragments()
@@ -191,7 +201,21 @@ class DiLoCo:
         if self._flat.path == devicehooks.DEVICE_HOOKS:
             self._device_hooks = self._flat.device_hooks()
             o.device = self._device_hooks.ops
+        if self._group is not None:
+            o.group = self._group.ops()
         return o
+
+    def _open_group(self, tensors):
+        """A process group of more than one process: its ranks agree on what they were given (group.py)."""
+        if self.process_group is None:
+            return
+        g = group.Group(self.process_group)
+        if g.size < 2:
+            return  # a group of one process is a worker like any other
+        self._group = g
+        g.agree({"run": self.run, "sync_every": self.sync_every_requested, "worker_id": self.worker_id_requested,
+                 "bf16": self.bf16, "error_feedback": self.error_feedback,
+                 "model tensors": [[name, list(shape)] for name, shape, _ in tensors]})
 
     def _base_options(self):
         """The options that say who joins what, without the model's buffer (diloco_peek_run takes these)."""

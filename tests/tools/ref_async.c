@@ -10,7 +10,8 @@
  *
  * usage: ref_async --redis URL --run R --sync-every H [--quad-lr 0.01] [--no-bf16]
  * (a worker's k-th submission trains H steps from the versions its previous submission got back; with
- * --weight-by tokens its pseudo-gradient is scaled by H / weight_ref_tokens, a quadratic step being a token) */
+ * --weight-by tokens its pseudo-gradient is scaled by H / weight_ref_tokens, a quadratic step being a token;
+ * with --staleness-weight, per shard, by outer_stale_weight of its seq - base) */
 #include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -134,18 +135,24 @@ static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *m
     float *d = malloc(r->n * sizeof(float));
     uint16_t *d16 = malloc(r->n * sizeof(uint16_t));
     for (size_t i = 0; i < r->n; i++) d[i] = start[i] - t->params[i];
-    outer_sum_zero(g, r->n); /* exactly the servers' mean of one submission (or its token scaling) */
-    float scale = (float)((double)H / (double)(r->rc.weight_ref_tokens ? r->rc.weight_ref_tokens : 1));
+    outer_sum_zero(g, r->n); /* exactly the servers' mean of one submission (or its scaling) */
     if (bf16) bf16_encode(d, d16, r->n);
-    if (r->rc.weight_tokens && bf16)
-        outer_sum_add_scaled_bf16(g, d16, scale, r->n);
-    else if (r->rc.weight_tokens)
-        outer_sum_add_scaled_f32(g, d, scale, r->n);
-    else if (bf16)
-        outer_sum_add_bf16(g, d16, r->n);
-    else
-        outer_sum_add_f32(g, d, r->n);
-    if (!r->rc.weight_tokens) outer_mean_finish(g, r->n, 1);
+    for (int k = 0; k < r->rc.nshards; k++) {
+        size_t lo = (size_t)r->rc.shard_bounds[k], len = (size_t)runconf_shard_numel(&r->rc, k);
+        /* --weight-by tokens: H / weight_ref_tokens; --staleness-weight: times its weight of s - base */
+        double w =
+            r->rc.weight_tokens ? (double)H / (double)(r->rc.weight_ref_tokens ? r->rc.weight_ref_tokens : 1) : 1.0;
+        float scale = (float)(w * outer_stale_weight(r->rc.stale_weight, s - sub->base[k], r->rc.stale_ref));
+        if (runconf_weighted(&r->rc) && bf16)
+            outer_sum_add_scaled_bf16(g + lo, d16 + lo, scale, len);
+        else if (runconf_weighted(&r->rc))
+            outer_sum_add_scaled_f32(g + lo, d + lo, scale, len);
+        else if (bf16)
+            outer_sum_add_bf16(g + lo, d16 + lo, len);
+        else
+            outer_sum_add_f32(g + lo, d + lo, len);
+    }
+    if (!runconf_weighted(&r->rc)) outer_mean_finish(g, r->n, 1);
     free(d);
     free(d16);
     float *next = malloc(r->n * sizeof(float));

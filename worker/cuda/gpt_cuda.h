@@ -3,8 +3,10 @@
  * Same model, same flat parameter layout (gpt_layout), same math as the CPU backend in
  * worker/gpt/gpt_model.c: cuBLAS sgemm for every matrix product (strided-batched for attention;
  * TF32 only when asked), our own kernels for the embedding, LayerNorm, causal softmax, GELU,
- * residuals, cross-entropy, gradient clipping and AdamW. Every device buffer is allocated once in
- * gpt_cuda_create with cudaMalloc (no managed memory); a step allocates nothing.
+ * residuals, cross-entropy, gradient clipping and AdamW. bf16 precision (gpt_cuda_set_precision) is
+ * the exception to "same math": bf16 products and a fused attention kernel (gpt_cuda_bf16.cu). Every
+ * device buffer is allocated once in gpt_cuda_create with cudaMalloc (no managed memory), the bf16
+ * copies once in gpt_cuda_set_precision; a step allocates nothing.
  *
  * Parameters, gradients and the AdamW moments live on the device. In a DiLoCo run the worker hands
  * libdiloco the device hooks of worker/cuda/diloco_cuda.h over gpt_cuda_params_device (the
@@ -47,6 +49,12 @@ typedef struct gpt_cuda gpt_cuda;
  * the cuBLAS handle on the current device. tf32 != 0 lets cuBLAS use TF32 tensor cores. */
 gpt_cuda *gpt_cuda_create(const gpt_config *c, int B, int T, int tf32, char *err, size_t errlen);
 void gpt_cuda_free(gpt_cuda *g);
+/* bf16 != 0: from the next forward on, the linear layers and the lm head multiply bf16 copies of the
+ * weights and activations with fp32 accumulation (cublasGemmEx), and attention is one fused kernel
+ * (online softmax, no T x T probabilities); parameters, gradients and AdamW moments stay fp32 (DiLoCo
+ * sees the fp32 master weights). 0: back to fp32. -1 with err when the head size is over 256. */
+int gpt_cuda_set_precision(gpt_cuda *g, int bf16, char *err, size_t errlen);
+int gpt_cuda_precision_bf16(const gpt_cuda *g);
 size_t gpt_cuda_numel(const gpt_cuda *g);
 
 /* Host <-> device copies of params[off, off+n) (host pointers are to the whole flat buffer).

@@ -2,6 +2,7 @@
  *
  *   gpt_cuda_kernels.cu  the kernels and one launch function per layer (l_*), shared by the model and
  *                        by the single-kernel test entry points, so the tests run the trainer's code
+ *   gpt_cuda_bf16.cu     what the bf16 precision adds: bf16 copies, bf16 products, fused attention
  *   gpt_cuda_model.cu    the model: buffers, forward, backward, clipping, AdamW (gpt_cuda.h)
  *   gpt_cuda_device.cu   device count and description, pinned host memory, the sgemm rate
  *   gpt_cuda_test.cu     the single-kernel entry points on host arrays (gpt_cuda_test.h)
@@ -12,6 +13,7 @@
 #define DILOCO_GPT_CUDA_INTERNAL_H
 
 #include <cublas_v2.h>
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include "cuda_check.h"
@@ -104,6 +106,29 @@ int l_crossentropy_forward(ctx *x, float *logits, float *losses, const int *targ
 int l_crossentropy_backward(ctx *x, float *probs, const int *targets, int N, int V);
 /* norm in red[RED_BLOCKS], coefficient in red[RED_BLOCKS+1] */
 int l_clip(ctx *x, float *g, size_t n, double max_norm, double *red);
+/* out (N,OC) = bias broadcast (before a product adds into it); dbias (OC) = column sums of dout (N,OC) */
+int l_bias_broadcast(ctx *x, float *out, const float *bias, int N, int OC);
+int l_colsum(ctx *x, float *dbias, const float *dout, int N, int OC);
+
+/* ---- bf16 precision (gpt_cuda_bf16.cu): bf16 operands, fp32 accumulation and results ---------- */
+int l_to_bf16(ctx *x, __nv_bfloat16 *out, const float *in, size_t n);
+/* w16: the weight's bf16 copy; inp16 (N*C), dout16 (N*OC): scratch */
+int l_matmul_forward_bf16(ctx *x, float *out, const float *inp, const __nv_bfloat16 *w16, const float *bias,
+                          __nv_bfloat16 *inp16, int N, int C, int OC);
+int l_matmul_backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
+                           const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, __nv_bfloat16 *inp16, int N, int C, int OC);
+/* the tied lm head: logits = lnf wte^T; backward dlnf (written), dwte (written) */
+int l_head_forward_bf16(ctx *x, float *logits, const float *lnf, const __nv_bfloat16 *wte16, __nv_bfloat16 *lnf16,
+                        int N, int C, int V);
+int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const float *dlogits, const float *lnf,
+                         const __nv_bfloat16 *wte16, __nv_bfloat16 *dlogits16, __nv_bfloat16 *lnf16, int N, int C,
+                         int V);
+/* fused causal attention on qkv (B,T,3C): out (B,T,C), lse (B*NH*T) kept for the backward; the backward
+ * writes all of dqkv; dsum: B*NH*T scratch. Head size <= 256. */
+int l_flash_forward(ctx *x, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+int l_flash_backward(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                     float *dsum, int B, int T, int C, int NH);
+
 /* AdamW over tensors, one launch per run of consecutive tensors with the same decay */
 int l_adamw(ctx *x, const model_tensor *tensors, int ntensors, float *p, const float *g, float *m, float *v, long t,
             double lr, double beta1, double beta2, double eps, double weight_decay);

@@ -448,6 +448,24 @@ int l_matmul_forward(ctx *x, float *out, const float *inp, const float *w, const
     return 0;
 }
 
+int l_bias_broadcast(ctx *x, float *out, const float *bias, int N, int OC)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    bias_broadcast_k<<<nblocks((size_t)N * OC, BS), BS, 0, x->st>>>(out, bias, N, OC);
+    CKL();
+    return 0;
+}
+
+int l_colsum(ctx *x, float *dbias, const float *dout, int N, int OC)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    colsum_k<<<nblocks((size_t)OC, 32), dim3(32, 32), 0, x->st>>>(dbias, NULL, dout, NULL, NULL, NULL, N, OC);
+    CKL();
+    return 0;
+}
+
 int l_matmul_backward(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
                       int N, int C, int OC)
 {

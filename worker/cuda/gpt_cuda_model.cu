@@ -1,6 +1,9 @@
 /* gpt_cuda_model.cu: the CUDA GPT model behind gpt_cuda.h: every buffer allocated once, host <->
  * device copies, forward, backward, gradient clipping and AdamW, each layer through the launchers of
- * gpt_cuda_kernels.cu in the order of worker/gpt/gpt_model.c. */
+ * gpt_cuda_kernels.cu in the order of worker/gpt/gpt_model.c. In bf16 precision (gpt_cuda_set_precision)
+ * the products and the attention go through gpt_cuda_bf16.cu's launchers instead (mm_forward,
+ * attention_forward and their backwards pick), on a bf16 copy of the fp32 master weights made at the
+ * start of each forward. */
 #include "gpt_cuda_internal.h"
 #include "gpt/gpt_acts.h"
 
@@ -28,6 +31,8 @@ struct gpt_cuda {
     int nuniq, have_targets;
     double *red, *hred; /* device reduction scratch, pinned host copy of the results */
     float *arena;
+    int bf16;                         /* gpt_cuda_set_precision */
+    __nv_bfloat16 *w16, *s16a, *s16b; /* bf16: the weights' copy (numel), scratch N*max(V,4C) and N*4C */
 };
 
 extern "C" size_t gpt_cuda_numel(const gpt_cuda *g)
@@ -42,6 +47,7 @@ extern "C" void gpt_cuda_free(gpt_cuda *g)
     if (g->h) cublasDestroy(g->h);
     if (g->st) cudaStreamDestroy(g->st);
     cudaFree(g->arena);
+    cudaFree(g->w16);
     cudaFree(g->params);
     cudaFree(g->dtok);
     cudaFree(g->red);
@@ -143,6 +149,66 @@ extern "C" gpt_cuda *gpt_cuda_create(const gpt_config *c, int B, int T, int tf32
     return g;
 }
 
+extern "C" int gpt_cuda_set_precision(gpt_cuda *g, int bf16, char *err, size_t errlen)
+{
+    g->bf16 = 0;
+    if (!bf16) return 0;
+    size_t N = (size_t)g->B * g->T, C = (size_t)g->c.dim, V = (size_t)g->c.vocab, wide = V > 4 * C ? V : 4 * C;
+    if (!g->w16) {
+        size_t total = gpt_arena_round(g->numel, 128) + gpt_arena_round(N * wide, 128) + N * 4 * C;
+        CK(cudaMalloc((void **)&g->w16, total * sizeof(__nv_bfloat16)));
+        g->s16a = g->w16 + gpt_arena_round(g->numel, 128);
+        g->s16b = g->s16a + gpt_arena_round(N * wide, 128);
+    }
+    if (g->c.dim % g->c.heads || g->c.dim / g->c.heads > 256) {
+        err_set(err, errlen, "gpt cuda: --precision bf16 takes a head size (dim / heads) up to 256, got %d / %d",
+                g->c.dim, g->c.heads);
+        return -1;
+    }
+    g->bf16 = 1;
+    return 0;
+}
+
+extern "C" int gpt_cuda_precision_bf16(const gpt_cuda *g)
+{
+    return g->bf16;
+}
+
+/* the bf16 copy of a weight of the flat buffer (valid after the forward made the copy) */
+static const __nv_bfloat16 *w16_of(const gpt_cuda *g, const float *w)
+{
+    return g->w16 + (w - g->params);
+}
+
+/* one linear layer (out = inp W^T + b) in the model's precision, and its backward */
+static int mm_forward(gpt_cuda *g, ctx *x, float *out, const float *inp, const float *w, const float *b, int N, int C,
+                      int OC)
+{
+    if (g->bf16) return l_matmul_forward_bf16(x, out, inp, w16_of(g, w), b, g->s16b, N, C, OC);
+    return l_matmul_forward(x, out, inp, w, b, N, C, OC);
+}
+
+static int mm_backward(gpt_cuda *g, ctx *x, float *dinp, float *dw, float *db, const float *dout, const float *inp,
+                       const float *w, int N, int C, int OC)
+{
+    if (g->bf16) return l_matmul_backward_bf16(x, dinp, dw, db, dout, inp, w16_of(g, w), g->s16a, g->s16b, N, C, OC);
+    return l_matmul_backward(x, dinp, dw, db, dout, inp, w, N, C, OC);
+}
+
+/* attention: fp32 keeps the probabilities in a->att; bf16 (fused) keeps only each row's log-sum-exp there */
+static int attention_forward(gpt_cuda *g, ctx *x, gpt_layer_acts *a, int B, int T, int C, int NH)
+{
+    if (g->bf16) return l_flash_forward(x, a->atty, a->att, a->qkv, B, T, C, NH);
+    return l_attention_forward(x, a->atty, a->att, a->qkv, g->q, g->k, g->vv, g->y, B, T, C, NH);
+}
+
+static int attention_backward(gpt_cuda *g, ctx *x, gpt_layer_acts *a, int B, int T, int C, int NH)
+{
+    if (g->bf16) return l_flash_backward(x, g->a.dqkv, g->a.datty, a->qkv, a->atty, a->att, g->dp, B, T, C, NH);
+    return l_attention_backward(x, g->a.dqkv, g->a.datty, a->qkv, a->att, g->q, g->k, g->vv, g->y, g->dq, g->dk, g->dv,
+                                g->dp, B, T, C, NH);
+}
+
 static int copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t st, int wait, char *err,
                 size_t errlen)
 {
@@ -216,26 +282,31 @@ extern "C" int gpt_cuda_forward(gpt_cuda *g, const int *inputs, const int *targe
     g->have_targets = targets != NULL;
     CK(cudaMemcpyAsync(g->dtok, g->htok, (5 * (size_t)N + 1) * sizeof(int), cudaMemcpyHostToDevice, g->st));
     const int *din = g->dtok, *dtg = g->dtok + N;
+    if (g->bf16 && l_to_bf16(&x, g->w16, g->params, g->numel)) return -1; /* this step's bf16 weights */
     if (l_encoder_forward(&x, g->a.encoded, din, g->p.wte, g->p.wpe, B, T, C)) return -1;
     const float *xin = g->a.encoded;
     for (int l = 0; l < L; l++) {
         gpt_layer_params *p = &g->p.h[l];
         gpt_layer_acts *a = &g->a.h[l];
         if (l_layernorm_forward(&x, a->ln1, a->ln1_mean, a->ln1_rstd, xin, p->ln1w, p->ln1b, N, C) ||
-            l_matmul_forward(&x, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C) ||
-            l_attention_forward(&x, a->atty, a->att, a->qkv, g->q, g->k, g->vv, g->y, B, T, C, NH) ||
-            l_matmul_forward(&x, a->res2, a->atty, p->projw, p->projb, N, C, C) ||
+            mm_forward(g, &x, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C) ||
+            attention_forward(g, &x, a, B, T, C, NH) ||
+            mm_forward(g, &x, a->res2, a->atty, p->projw, p->projb, N, C, C) ||
             l_residual(&x, a->res2, a->res2, xin, (size_t)N * C) ||
             l_layernorm_forward(&x, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C) ||
-            l_matmul_forward(&x, a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C) ||
+            mm_forward(g, &x, a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C) ||
             l_gelu_forward(&x, a->fch_gelu, a->fch, (size_t)N * 4 * C) ||
-            l_matmul_forward(&x, a->res3, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C) ||
+            mm_forward(g, &x, a->res3, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C) ||
             l_residual(&x, a->res3, a->res3, a->res2, (size_t)N * C))
             return -1;
         xin = a->res3;
     }
     if (l_layernorm_forward(&x, g->a.lnf, g->a.lnf_mean, g->a.lnf_rstd, xin, g->p.lnfw, g->p.lnfb, N, C)) return -1;
-    CKB(mm(g->h, 0, 1, N, V, C, 1.0f, g->a.lnf, C, g->p.wte, C, 0.0f, g->a.logits, V));
+    if (g->bf16) {
+        if (l_head_forward_bf16(&x, g->a.logits, g->a.lnf, w16_of(g, g->p.wte), g->s16b, N, C, V)) return -1;
+    } else {
+        CKB(mm(g->h, 0, 1, N, V, C, 1.0f, g->a.lnf, C, g->p.wte, C, 0.0f, g->a.logits, V));
+    }
     if (!targets) {
         if (loss) *loss = 0.0f;
         CK(cudaStreamSynchronize(g->st));
@@ -259,8 +330,14 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, char *err, size_t errlen)
     const int *dtg = g->dtok + N, *order = g->dtok + 2 * N, *uniq = g->dtok + 3 * N, *ustart = g->dtok + 4 * N;
     if (l_crossentropy_backward(&x, g->a.logits, dtg, N, V)) return -1;
     float *dlogits = g->a.logits;
-    CKB(mm(g->h, 0, 0, N, C, V, 1.0f, dlogits, V, g->p.wte, C, 0.0f, g->a.dln, C));
-    CKB(mm(g->h, 1, 0, V, C, N, 1.0f, dlogits, V, g->a.lnf, C, 0.0f, g->g.wte, C));
+    if (g->bf16) {
+        if (l_head_backward_bf16(&x, g->a.dln, g->g.wte, dlogits, g->a.lnf, w16_of(g, g->p.wte), g->s16a, g->s16b, N, C,
+                                 V))
+            return -1;
+    } else {
+        CKB(mm(g->h, 0, 0, N, C, V, 1.0f, dlogits, V, g->p.wte, C, 0.0f, g->a.dln, C));
+        CKB(mm(g->h, 1, 0, V, C, N, 1.0f, dlogits, V, g->a.lnf, C, 0.0f, g->g.wte, C));
+    }
     const float *xlast = L > 0 ? g->a.h[L - 1].res3 : g->a.encoded;
     if (l_layernorm_backward(&x, g->a.dres, g->g.lnfw, g->g.lnfb, g->a.dln, xlast, g->p.lnfw, g->a.lnf_mean,
                              g->a.lnf_rstd, N, C, 0))
@@ -269,16 +346,14 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, char *err, size_t errlen)
         gpt_layer_params *p = &g->p.h[l], *gg = &g->g.h[l];
         gpt_layer_acts *a = &g->a.h[l];
         const float *xin = l > 0 ? g->a.h[l - 1].res3 : g->a.encoded;
-        if (l_matmul_backward(&x, g->a.dfch, gg->fcprojw, gg->fcprojb, g->a.dres, a->fch_gelu, p->fcprojw, N, 4 * C,
-                              C) ||
+        if (mm_backward(g, &x, g->a.dfch, gg->fcprojw, gg->fcprojb, g->a.dres, a->fch_gelu, p->fcprojw, N, 4 * C, C) ||
             l_gelu_backward(&x, g->a.dfch, a->fch, g->a.dfch, (size_t)N * 4 * C) ||
-            l_matmul_backward(&x, g->a.dln, gg->fcw, gg->fcb, g->a.dfch, a->ln2, p->fcw, N, C, 4 * C) ||
+            mm_backward(g, &x, g->a.dln, gg->fcw, gg->fcb, g->a.dfch, a->ln2, p->fcw, N, C, 4 * C) ||
             l_layernorm_backward(&x, g->a.dres, gg->ln2w, gg->ln2b, g->a.dln, a->res2, p->ln2w, a->ln2_mean,
                                  a->ln2_rstd, N, C, 1) ||
-            l_matmul_backward(&x, g->a.datty, gg->projw, gg->projb, g->a.dres, a->atty, p->projw, N, C, C) ||
-            l_attention_backward(&x, g->a.dqkv, g->a.datty, a->qkv, a->att, g->q, g->k, g->vv, g->y, g->dq, g->dk,
-                                 g->dv, g->dp, B, T, C, NH) ||
-            l_matmul_backward(&x, g->a.dln, gg->qkvw, gg->qkvb, g->a.dqkv, a->ln1, p->qkvw, N, C, 3 * C) ||
+            mm_backward(g, &x, g->a.datty, gg->projw, gg->projb, g->a.dres, a->atty, p->projw, N, C, C) ||
+            attention_backward(g, &x, a, B, T, C, NH) ||
+            mm_backward(g, &x, g->a.dln, gg->qkvw, gg->qkvb, g->a.dqkv, a->ln1, p->qkvw, N, C, 3 * C) ||
             l_layernorm_backward(&x, g->a.dres, gg->ln1w, gg->ln1b, g->a.dln, xin, p->ln1w, a->ln1_mean, a->ln1_rstd, N,
                                  C, 1))
             return -1;

@@ -271,6 +271,65 @@ extern "C" int gpt_cuda_k_clip(float *grads, size_t numel, double max_norm, doub
     return done(&pl, rc, "clip", kerr);
 }
 
+extern "C" int gpt_cuda_k_matmul_forward_bf16(float *out, const float *inp, const float *w, const float *bias, int N,
+                                              int C, int OC)
+{
+    KBEGIN(0);
+    float *d_o = (float *)dup_to_dev(&pl, NULL, F((size_t)N * OC)),
+          *di = (float *)dup_to_dev(&pl, inp, F((size_t)N * C)), *dw = (float *)dup_to_dev(&pl, w, F((size_t)OC * C)),
+          *db = (float *)dup_to_dev(&pl, bias, F(OC));
+    __nv_bfloat16 *w16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)OC * C * 2),
+                  *i16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)N * C * 2);
+    if (!pl.fail)
+        rc = l_to_bf16(&x, w16, dw, (size_t)OC * C) || l_matmul_forward_bf16(&x, d_o, di, w16, db, i16, N, C, OC);
+    if (!rc) rc = back(&pl, out, d_o, F((size_t)N * OC));
+    return done(&pl, rc, "matmul_forward_bf16", kerr);
+}
+
+extern "C" int gpt_cuda_k_matmul_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,
+                                               const float *inp, const float *w, int N, int C, int OC)
+{
+    KBEGIN(0);
+    float *ddi = (float *)dup_to_dev(&pl, NULL, F((size_t)N * C)),
+          *ddw = (float *)dup_to_dev(&pl, NULL, F((size_t)OC * C)), *ddb = (float *)dup_to_dev(&pl, NULL, F(OC)),
+          *ddo = (float *)dup_to_dev(&pl, dout, F((size_t)N * OC)),
+          *di = (float *)dup_to_dev(&pl, inp, F((size_t)N * C)), *dwt = (float *)dup_to_dev(&pl, w, F((size_t)OC * C));
+    __nv_bfloat16 *w16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)OC * C * 2),
+                  *o16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)N * OC * 2),
+                  *i16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)N * C * 2);
+    if (!pl.fail)
+        rc = l_to_bf16(&x, w16, dwt, (size_t)OC * C) ||
+             l_matmul_backward_bf16(&x, ddi, ddw, ddb, ddo, di, w16, o16, i16, N, C, OC);
+    if (!rc)
+        rc = back(&pl, dinp, ddi, F((size_t)N * C)) || back(&pl, dw, ddw, F((size_t)OC * C)) ||
+             back(&pl, dbias, ddb, F(OC));
+    return done(&pl, rc, "matmul_backward_bf16", kerr);
+}
+
+extern "C" int gpt_cuda_k_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
+{
+    KBEGIN(0);
+    size_t N = (size_t)B * T, R = (size_t)B * NH * T;
+    float *d_o = (float *)dup_to_dev(&pl, NULL, F(N * C)), *dl = (float *)dup_to_dev(&pl, NULL, F(R)),
+          *dq = (float *)dup_to_dev(&pl, qkv, F(N * 3 * C));
+    if (!pl.fail) rc = l_flash_forward(&x, d_o, dl, dq, B, T, C, NH);
+    if (!rc) rc = back(&pl, out, d_o, F(N * C)) || back(&pl, lse, dl, F(R));
+    return done(&pl, rc, "flash_forward", kerr);
+}
+
+extern "C" int gpt_cuda_k_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
+                                         const float *lse, int B, int T, int C, int NH)
+{
+    KBEGIN(0);
+    size_t N = (size_t)B * T, R = (size_t)B * NH * T;
+    float *ddq = (float *)dup_to_dev(&pl, NULL, F(N * 3 * C)), *ddo = (float *)dup_to_dev(&pl, dout, F(N * C)),
+          *dq = (float *)dup_to_dev(&pl, qkv, F(N * 3 * C)), *d_o = (float *)dup_to_dev(&pl, out, F(N * C)),
+          *dl = (float *)dup_to_dev(&pl, lse, F(R)), *ds = (float *)dup_to_dev(&pl, NULL, F(R));
+    if (!pl.fail) rc = l_flash_backward(&x, ddq, ddo, dq, d_o, dl, ds, B, T, C, NH);
+    if (!rc) rc = back(&pl, dqkv, ddq, F(N * 3 * C));
+    return done(&pl, rc, "flash_backward", kerr);
+}
+
 extern "C" int gpt_cuda_k_adamw(const model_tensor *tensors, int ntensors, float *params, const float *grads, float *m,
                                 float *v, long t, double lr, double beta1, double beta2, double eps,
                                 double weight_decay)

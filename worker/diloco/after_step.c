@@ -45,7 +45,7 @@ static int after_step(diloco *d, char *err, size_t errlen)
     if (d->rc.nfragments == 1) {
         if (d->steps < d->sync_every) return 0;
         d->steps = 0;
-        return round_blocking(d, 0, 0.0, err, errlen);
+        return d->grp ? group_round(d, err, errlen) : round_blocking(d, 0, 0.0, err, errlen);
     }
     if (d->steps % stream_interval(d) != 0) return 0;
     return stream_step(d, err, errlen);
@@ -66,7 +66,7 @@ static int force_sync(diloco *d, char *err, size_t errlen)
     int changed = stream_finish_fragment(d, err, errlen);
     if (changed < 0) return -1;
     for (int f = 0; f < d->rc.nfragments; f++) {
-        int rc = round_blocking(d, f, 0.0, err, errlen);
+        int rc = d->grp ? group_round(d, err, errlen) : round_blocking(d, f, 0.0, err, errlen);
         if (rc < 0) return -1;
         changed |= rc;
     }

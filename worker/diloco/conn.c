@@ -141,18 +141,24 @@ static int reply_outcome(diloco *d, const blob_header *h, char *err, size_t errl
 /* Wait until a reply starts arriving on fd. While the server is silent, look at the lease every
  * AWAIT_LEASE_POLL_MS: if the shard has another owner or epoch now (a frozen or partitioned server lost
  * it), give up at once instead of waiting out the whole net timeout. Every worker waits on the same
- * frozen owner, so each poll interval added to the lease ttl is a stall of the whole run; a healthy
- * server answers within it (it answers `wait` rather than holding a request), so polls only happen
- * while an owner is silent. 0: readable; -1 + err: give up (the caller retries). */
+ * frozen owner, so each poll interval added to the lease ttl is a stall of the whole run. The first look
+ * comes only after AWAIT_LEASE_FIRST_MS: a healthy server answers at once (it answers `wait` rather than
+ * holding a request), but the answer takes a round trip and a shard's transfer to come, 300 ms and more
+ * over a WAN, and a look is two Redis reads, a round trip each, under the control connection's lock that
+ * the other owners' threads wait for: with the first look at 250 ms, an RTT of 300 ms made a push or get
+ * phase cost 5 RTT instead of 1 (bench/shaped_round --rtts). A lease moves only once its ttl expired
+ * (seconds), so a look before 1 s would find nothing anyway. 0: readable; -1 + err: give up (the caller
+ * retries). */
+#define AWAIT_LEASE_FIRST_MS 1000
 #define AWAIT_LEASE_POLL_MS 250
 static int await_reply(diloco *d, int fd, int shard, char *err, size_t errlen)
 {
     shard_owner before, now;
     owners_get(d, shard, &before);
     uint64_t deadline = now_ms() + (uint64_t)d->o.net_timeout_ms;
-    for (;;) {
+    for (int wait_ms = AWAIT_LEASE_FIRST_MS;; wait_ms = AWAIT_LEASE_POLL_MS) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        int r = poll(&p, 1, AWAIT_LEASE_POLL_MS);
+        int r = poll(&p, 1, wait_ms);
         if (r > 0) return 0; /* data, or EOF/error: the receive says which */
         if (r < 0 && errno != EINTR) {
             err_set(err, errlen, "poll: %s", strerror(errno));

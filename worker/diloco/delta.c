@@ -121,12 +121,12 @@ static int shard_delta(diloco *d, int k, int from_device, XXH3_state_t *xs, size
  * NaN/Inf (or the device failed). */
 int sync_compute_delta(diloco *d, int f, char *err, size_t errlen)
 {
-    size_t lo = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f]], bad = 0;
+    size_t lo = (size_t)d->rc.shard_bounds[dl_first_shard(d, f)], bad = 0;
     int rc = 0, block = codec_is_block(d->push_dtype);
     if (d->dev) { /* the device computes it against its snapshot (device.c); -1 here: a device error */
         if ((rc = dl_dev_delta(d, f, &bad, err, errlen)) < 0) return -1;
         rc = -rc;
-        for (int k = d->rc.frag_bounds[f]; k < d->rc.frag_bounds[f + 1] && rc == 0 && !block; k++) {
+        for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f) && rc == 0 && !block; k++) {
             size_t bytes;
             const void *p = dl_shard_delta(d, k, &bytes);
             d->delta_xxh[k] = hash64(p, bytes);
@@ -139,7 +139,7 @@ int sync_compute_delta(diloco *d, int f, char *err, size_t errlen)
             err_set(err, errlen, "out of memory");
             return -1;
         }
-        for (int k = d->rc.frag_bounds[f]; k < d->rc.frag_bounds[f + 1] && rc == 0; k++)
+        for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f) && rc == 0; k++)
             rc = shard_delta(d, k, d->dev, xs, &bad);
         XXH3_freeState(xs);
     }

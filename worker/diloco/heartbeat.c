@@ -30,8 +30,8 @@ static void beat_once(diloco *d, rconn *c)
     unsigned long long tokens = d->tokens;
     pthread_mutex_unlock(&d->hb_mu);
 
-    redisReply *r = rconn_command(c, "FCALL dl_heartbeat 1 %s %s %lld %.6f %.6f %llu %llu", d->config_key, d->worker_id,
-                                  inc, speed, loss, (unsigned long long)steps, tokens);
+    redisReply *r = rconn_command(c, "FCALL dl_heartbeat 1 %s %s %lld %.6f %.6f %llu %llu %d", d->config_key,
+                                  d->worker_id, inc, speed, loss, (unsigned long long)steps, tokens, d->grp_rank);
     if (!r) return;
     int newly_evicted = 0;
     pthread_mutex_lock(&d->hb_mu);

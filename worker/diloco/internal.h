@@ -14,6 +14,7 @@
  *   repair.c     waiting out a shard whose durable state is corrupt, until `coordinator repair`
  *   device.c     device-resident parameters (diloco_device_ops): the hooks that replace params
  *   info.c       the library's version and the facts about a session (accessors)
+ *   group.c      process groups: several processes as one worker (open, the group's round, exchange)
  *   peek.c       the run read without joining it (diloco_peek_run): calls only common/, no session
  *
  * Logging: every function that enters the library on the host's thread, and every thread the session
@@ -171,7 +172,26 @@ struct diloco {
     char dev_err[256];
 
     uint64_t corrupt_told_ms; /* repair.c, under hb_mu: when we last said a shard is corrupt (once a minute) */
+
+    /* process groups (group.c). Every session pushes and fetches only shards [part_lo, part_hi): all of
+     * them for a worker of one process, its part for a rank of a group (dl_first_shard) */
+    int grp;      /* o.group.size > 1 */
+    int grp_rank; /* o.group.rank (0 without a group) */
+    int part_lo, part_hi;
+    int *grp_bounds;    /* size+1 shard indices: rank r moves shards [grp_bounds[r], grp_bounds[r+1]) */
+    uint32_t grp_calls; /* collectives so far: the ranks of a group in step have made the same number */
+    int grp_dirty;      /* the ranks' parts may disagree: the next sync fetches instead of sending */
 };
+
+/* The shards of fragment f this session moves: the fragment's, or its part of them in a group. */
+static inline int dl_first_shard(const diloco *d, int f)
+{
+    return d->rc.frag_bounds[f] > d->part_lo ? d->rc.frag_bounds[f] : d->part_lo;
+}
+static inline int dl_last_shard(const diloco *d, int f)
+{
+    return d->rc.frag_bounds[f + 1] < d->part_hi ? d->rc.frag_bounds[f + 1] : d->part_hi;
+}
 
 /* session.c */
 /* A command on ctl, reconnecting as needed; the caller frees the reply. NULL or an error reply (see
@@ -184,7 +204,14 @@ int dl_reply_failed(const redisReply *r); /* NULL or an error reply */
 /* With the run's min_replicas > 0: wait until that many Redis replicas have our writes on ctl so far
  * (WAIT, again while fewer do); 0 at once when min_replicas is 0, -1 + err when ctl broke or we stop. */
 int dl_wait_replicas(diloco *d, char *err, size_t errlen);
+/* Register (again). A group's rank does not: the group registers together (group.c), so this only
+ * returns 0 and the round that found us evicted reports DL_EVICTED. */
 int dl_register(diloco *d, char *err, size_t errlen);
+int dl_register_now(diloco *d, char *err, size_t errlen); /* dl_register; rank 0 registers its group */
+/* What diloco_open does before registering: options, Redis, the run's configuration, buffers. */
+int dl_session_init(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);
+/* A joiner of the round after the open one waits for it to close (sync mode, one fragment). */
+int dl_wait_joined_round(diloco *d, int f, char *err, size_t errlen);
 int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
 int dl_fetch_all(diloco *d, char *err, size_t errlen);
 int64_t dl_inc(diloco *d);
@@ -312,6 +339,14 @@ int for_shards_parallel(diloco *d, int first, int last, shard_job_fn fn, void *a
 
 /* Get shards [first, last) at version >= min_version into base (no pseudo-gradient to offer). */
 int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *err, size_t errlen);
+
+/* group.c */
+/* diloco_open of a group's rank: what session_open does, with the group's collectives. */
+int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);
+/* The group's sync round (plain DiLoCo): each rank its part, then the exchange. As round_blocking. */
+int group_round(diloco *d, char *err, size_t errlen);
+/* The rank part of a group's wake list name (":<rank>", "" for rank 0 and workers), for wake:<id>. */
+const char *group_wake_suffix(const diloco *d, char *buf, size_t cap);
 
 /* heartbeat.c */
 int heartbeat_start(diloco *d, char *err, size_t errlen);

@@ -130,8 +130,13 @@ int64_t dl_inc(diloco *d)
 
 int dl_register(diloco *d, char *err, size_t errlen)
 {
-    redisReply *r = dl_command(d, err, errlen, "FCALL dl_register 1 %s %s %s %d", d->config_key, d->worker_id, d->host,
-                               d->sync_every);
+    return d->grp ? 0 : dl_register_now(d, err, errlen);
+}
+
+int dl_register_now(diloco *d, char *err, size_t errlen)
+{
+    redisReply *r = dl_command(d, err, errlen, "FCALL dl_register 1 %s %s %s %d %d", d->config_key, d->worker_id,
+                               d->host, d->sync_every, d->grp ? d->o.group.size : 1);
     if (dl_reply_failed(r)) {
         if (r) freeReplyObject(r);
         return -1;
@@ -170,7 +175,7 @@ int dl_register(diloco *d, char *err, size_t errlen)
  * highest version seen until all of the fragment's shards agree. */
 int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen)
 {
-    int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
+    int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
     uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
     for (;;) {
         int rc = dl_fetch_shards(d, first, last, min_version, err, errlen);
@@ -217,7 +222,7 @@ int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *er
  * part-way through the round): that work is lost as STALE, and the joiner then starts the next round,
  * where the barrier does wait for it, late by the same amount, stalling every worker. Idling costs this
  * worker alone. One fragment only: Streaming DiLoCo's schedule is a function of the step count. */
-static int wait_for_joined_round(diloco *d, int f, char *err, size_t errlen)
+int dl_wait_joined_round(diloco *d, int f, char *err, size_t errlen)
 {
     if (d->rc.async || d->rc.nfragments != 1 || d->frag_joined[f] <= d->frag_version[f]) return 0;
     int rc = sync_wait_closed(d, f, d->frag_version[f], err, errlen);
@@ -234,7 +239,7 @@ static int wait_for_joined_round(diloco *d, int f, char *err, size_t errlen)
 int dl_fetch_all(diloco *d, char *err, size_t errlen)
 {
     for (int f = 0; f < d->rc.nfragments; f++) {
-        if (wait_for_joined_round(d, f, err, errlen) < 0) return -1;
+        if (dl_wait_joined_round(d, f, err, errlen) < 0) return -1;
         if (dl_fetch_fragment(d, f, d->frag_version[f], 1, err, errlen) < 0) return -1;
     }
     return 0;
@@ -313,7 +318,7 @@ static int keep_options(diloco *d, const diloco_options *o, char *err, size_t er
     return redis_url_parse(o->redis_url, &d->url, err, errlen);
 }
 
-static int session_init(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
+int dl_session_init(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
 {
     d->params = params;
     d->numel = numel;
@@ -351,12 +356,14 @@ static int session_init(diloco *d, const diloco_options *o, float *params, size_
         return -1;
     }
     if (dl_dev_init(d, params, err, errlen) < 0) return -1;
+    d->part_hi = d->rc.nshards; /* all of them (a group's rank: its part, group.c) */
     return alloc_buffers(d, err, errlen);
 }
 
 static int session_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
 {
-    if (session_init(d, o, params, numel, err, errlen) < 0) return -1;
+    if (o->group.size > 1) return group_open(d, o, params, numel, err, errlen);
+    if (dl_session_init(d, o, params, numel, err, errlen) < 0) return -1;
     if (dl_register(d, err, errlen) < 0) return -1;
     if (owners_refresh(d, err, errlen) < 0) return -1;
     /* beating before the first fetch: with a short heartbeat timeout, a fetch that waits for a round to
@@ -424,9 +431,11 @@ static void session_close(diloco *d)
     }
     heartbeat_stop(d);
     int64_t inc = dl_inc(d);
-    if (inc > 0 && d->ctl && !rconn_broken(d->ctl)) {
-        redisReply *r =
-            rconn_command(d->ctl, "FCALL dl_deregister 1 %s %s %lld", d->config_key, d->worker_id, (long long)inc);
+    if (inc > 0 && d->ctl && !rconn_broken(d->ctl)) { /* a group's rank: the group leaves (GONE if it has) */
+        redisReply *r = d->grp ? rconn_command(d->ctl, "FCALL dl_deregister 1 %s %s %lld %d", d->config_key,
+                                               d->worker_id, (long long)inc, d->grp_rank)
+                               : rconn_command(d->ctl, "FCALL dl_deregister 1 %s %s %lld", d->config_key, d->worker_id,
+                                               (long long)inc);
         if (r) freeReplyObject(r);
     }
     conn_close_all(d);
@@ -450,6 +459,7 @@ static void session_close(diloco *d)
     free(d->seq);
     free(d->push_tokens);
     free(d->tokens_at_send);
+    free(d->grp_bounds);
 }
 
 void diloco_close(diloco *d)

@@ -3,7 +3,8 @@
  *   1. pseudo-gradient Δ = base - params (the global parameters we started from minus ours), in the run's codec
  *      (delta.c; with device hooks the trainer's device computes it, device.c)
  *   2. push every shard's Δ to its owner (one thread per shard-server, so bandwidth adds up)
- *   3. arrive at the barrier; wait on our wake list (BLPOP, with a timeout) until it closes
+ *   3. arrive at the barrier, listening on our wake list meanwhile (wake.c); if the close's token did not
+ *      come, wait on the list (BLPOP, with a timeout) and read the barrier until it closes
  *   4. get every shard at version round+1; resend Δ to whoever says it lacks it (a new owner)
  *   5. the new global parameters become both base and params
  *
@@ -24,6 +25,7 @@
 #include "outer.h"
 #include "rconn.h"
 #include "util.h"
+#include "wake.h"
 
 /* ---- running a job per shard, one thread per owner ------------------------------------------ */
 
@@ -228,8 +230,8 @@ static int closed_with_us(diloco *d, int f, int64_t round)
 
 static int arrive_once(diloco *d, int f, int64_t round, int *written, char *err, size_t errlen)
 {
-    redisReply *r = dl_command(d, err, errlen, "FCALL dl_arrive 1 %s %s %lld %d %lld", d->config_key, d->worker_id,
-                               (long long)dl_inc(d), f, (long long)round);
+    redisReply *r = dl_command(d, err, errlen, "FCALL dl_arrive 1 %s %s %lld %d %lld %d", d->config_key, d->worker_id,
+                               (long long)dl_inc(d), f, (long long)round, d->grp_rank);
     int rc = DL_OK;
     *written = !dl_reply_failed(r);
     if (!*written) {
@@ -295,8 +297,8 @@ static int arrive_again(diloco *d, int f, int64_t round, char *err, size_t errle
  * arrival the open barrier lacks arrives again (arrive_again). */
 static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *err, size_t errlen)
 {
-    char wake[KEY_MAX], name[96];
-    snprintf(name, sizeof name, "wake:%s", d->worker_id);
+    char wake[KEY_MAX], name[96], rank[16];
+    snprintf(name, sizeof name, "wake:%s%s", d->worker_id, group_wake_suffix(d, rank, sizeof rank));
     key_run(wake, sizeof wake, d->o.run, name);
     for (unsigned polls = 1;; polls++) {
         if (dl_stopping(d)) {
@@ -314,8 +316,8 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
         }
         redisReply *b =
             joiner ? dl_command(d, err, errlen, "FCALL dl_barrier 1 %s %d %lld 1", d->config_key, f, (long long)round)
-                   : dl_command(d, err, errlen, "FCALL dl_barrier 1 %s %d %lld 0 %s", d->config_key, f,
-                                (long long)round, d->worker_id);
+                   : dl_command(d, err, errlen, "FCALL dl_barrier 1 %s %d %lld 0 %s %d", d->config_key, f,
+                                (long long)round, d->worker_id, d->grp ? d->grp_rank : -1);
         if (!dl_reply_failed(b) && b->type == REDIS_REPLY_ARRAY && b->elements >= 1) {
             const char *state = b->element[0]->str;
             int rc = strcmp(state, "closed") == 0 ? DL_OK : strcmp(state, "open") == 0 ? DL_RETRY : DL_STALE;
@@ -440,7 +442,7 @@ static int read_committed(diloco *d, int first, int last, int64_t *version, char
  * set if one was committed with another digest. */
 static int confirm_from_redis(diloco *d, int f, int *conflict, char *err, size_t errlen)
 {
-    int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1], n = last - first, pending = 2;
+    int first = dl_first_shard(d, f), last = dl_last_shard(d, f), n = last - first, pending = 2;
     int64_t *version = calloc((size_t)n, sizeof *version), *epoch = calloc((size_t)n, sizeof *epoch);
     int64_t *replicated = calloc((size_t)n, sizeof *replicated);
     char(*digest)[17] = calloc((size_t)n, sizeof *digest);
@@ -480,7 +482,7 @@ static int confirm_from_redis(diloco *d, int f, int *conflict, char *err, size_t
  * fragment at the run's current version and drop our local progress on it. */
 static int confirm_reset(diloco *d, int f, const char *why, char *err, size_t errlen)
 {
-    int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
+    int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
     log_warn("fragment %d: %s; continuing from the committed global parameters", f, why);
     if (refetch_fragment(d, f, err, errlen) < 0) return DL_FAIL; /* state unchanged: tried again next time */
     dl_adopt_base(d, first, last);
@@ -500,7 +502,7 @@ static int get_round(diloco *d, int first, int last, const get_arg *ga, char *er
  * resend it wherever an owner still asks and never wait on one shard while others are missing. */
 static int fetch_round_result(diloco *d, int f, int64_t want, char *err, size_t errlen)
 {
-    int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
+    int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
     for (int k = first; k < last; k++) {
         int rc = conn_push(d, k, want - 1, err, errlen);
         if (rc == DL_EVICTED || rc == DL_FAIL || rc == DL_CORRUPT)
@@ -512,7 +514,7 @@ static int fetch_round_result(diloco *d, int f, int64_t want, char *err, size_t 
 
 int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen)
 {
-    int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1], n = last - first;
+    int first = dl_first_shard(d, f), last = dl_last_shard(d, f), n = last - first;
     int incomplete = d->frag_incomplete[f], garbage = 0, pending = 0, conflict = 0;
     for (int k = first; k < last; k++) {
         garbage |= d->tent_version[k] < 0;
@@ -593,15 +595,20 @@ static int get_round(diloco *d, int first, int last, const get_arg *ga, char *er
 /* Push, arrive, wait, get, for the shards of fragment f. */
 static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
 {
-    int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
+    int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
     int rc = for_shards_parallel(d, first, last, push_job, &round, err, errlen);
     if (rc != DL_OK) return rc;
     d->cur.t_pushed_us = dl_wall_us();
+    wake_wait w; /* listen for the close while we arrive (wake.c): no round trip after the arrive's */
+    wake_start(d, f, round, &w);
     rc = arrive(d, f, round, err, errlen);
-    if (rc == DL_RETRY) { /* open: wait for the others */
+    int closed = rc == DL_OK || rc == DL_RETRY ? wake_finish(&w) : (wake_cancel(&w), 0);
+    if (rc == DL_RETRY && !closed) { /* open: wait for the others */
         uint64_t tw = now_ms();
         rc = wait_barrier(d, f, round, err, errlen);
         d->cur.wait_seconds = (double)(now_ms() - tw) / 1000.0;
+    } else if (rc == DL_RETRY) {
+        rc = DL_OK;
     }
     if (rc != DL_OK) return rc;
     get_arg ga = {round + 1, 1, BLOB_GET_TENTATIVE_OK, 1};
@@ -664,10 +671,10 @@ int sync_fragment_net(diloco *d, int f, char *err, size_t errlen)
 
 int sync_apply_fragment(diloco *d, int f, double alpha, char *err, size_t errlen)
 {
-    size_t lo = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f]];
-    size_t hi = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f + 1]];
+    size_t lo = (size_t)d->rc.shard_bounds[dl_first_shard(d, f)];
+    size_t hi = (size_t)d->rc.shard_bounds[dl_last_shard(d, f)];
     if (alpha == 0) {
-        dl_adopt_base(d, d->rc.frag_bounds[f], d->rc.frag_bounds[f + 1]);
+        dl_adopt_base(d, dl_first_shard(d, f), dl_last_shard(d, f));
     } else if (d->dev) {
         if (dl_dev_load(d, lo, hi - lo, DILOCO_LOAD_MIX, alpha, err, errlen) < 0) return -1;
     } else {

@@ -78,9 +78,12 @@ typedef struct gpt_options {
     int device;                  /* GPT_DEVICE_AUTO (default): cuda when built with CUDA and a device is
                                   present, else cpu; GPT_DEVICE_CPU; GPT_DEVICE_CUDA (docs/cuda.md) */
     int tf32;                    /* cuda: let cuBLAS use TF32 tensor cores (default 0: fp32 products) */
+    int precision;               /* GPT_PRECISION_FP32 (default, exact) or _BF16 (cuda only: bf16 products and
+                                  fused attention on fp32 master weights, docs/cuda.md) */
 } gpt_options;
 
 enum { GPT_DEVICE_AUTO = 0, GPT_DEVICE_CPU = 1, GPT_DEVICE_CUDA = 2 };
+enum { GPT_PRECISION_FP32 = 0, GPT_PRECISION_BF16 = 1 }; /* --precision, in this order */
 enum { GPT_SHARD_CONTIGUOUS = 0, GPT_SHARD_STRIPE = 1 }; /* --shard-layout, in this order */
 #define GPT_SHARD_STRIPE_DEFAULT 4096
 

@@ -36,7 +36,18 @@ void gpt_options_default(gpt_options *o)
     o->checkpoint_every = 0;
 }
 
-enum { F_INT, F_LONG, F_DBL, F_STR, F_U64, F_ORDER, F_LAYOUT, F_DEVICE, F_BOOL /* --flag alone = 1, or --flag=0|1 */ };
+enum {
+    F_INT,
+    F_LONG,
+    F_DBL,
+    F_STR,
+    F_U64,
+    F_ORDER,
+    F_LAYOUT,
+    F_DEVICE,
+    F_PRECISION,
+    F_BOOL /* --flag alone = 1, or --flag=0|1 */
+};
 typedef struct {
     const char *name;
     int type;
@@ -78,6 +89,8 @@ static const flag FLAGS[] = {
     {"checkpoint-every", F_INT, OFF(checkpoint_every), "steps between checkpoints, 0 = at exit only (0)"},
     {"device", F_DEVICE, OFF(device), "auto | cpu | cuda (auto: cuda when built with CUDA and a GPU is present)"},
     {"tf32", F_BOOL, OFF(tf32), "cuda: let cuBLAS use TF32 tensor cores (off: fp32 products)"},
+    {"precision", F_PRECISION, OFF(precision),
+     "cuda: fp32 | bf16 (bf16 products and fused attention on fp32 master weights; fp32: exact, the default)"},
 };
 #undef OFF
 #define NFLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
@@ -150,6 +163,10 @@ static opt_spec flag_spec(const flag *fl, gpt_options *o)
         s.kind = OPT_CHOICE;
         s.choices = "auto|cpu|cuda";
         break; /* GPT_DEVICE_* in this order */
+    case F_PRECISION:
+        s.kind = OPT_CHOICE;
+        s.choices = "fp32|bf16";
+        break; /* GPT_PRECISION_* in this order */
     case F_BOOL: s.kind = OPT_FLAG; break;
     }
     return s;

@@ -575,10 +575,17 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
     if (use_cuda) {
         g->cu = gpt_cuda_create(&o->model, o->batch, o->seq, o->tf32, err, errlen);
         if (!g->cu) goto fail;
+        if (o->precision == GPT_PRECISION_BF16 && gpt_cuda_set_precision(g->cu, 1, err, errlen)) goto fail;
         g->pinned = gpt_cuda_pin(t->params, bytes) == 1;
         t->params_changed = cuda_params_changed;
     }
 #endif
+    if (!use_cuda && o->precision != GPT_PRECISION_FP32) {
+        err_set(err, errlen,
+                "gpt: --precision bf16 needs the CUDA backend (--device cuda and a GPU); the CPU "
+                "trainer is fp32 only");
+        goto fail;
+    }
     if (!use_cuda) {
         g->m = gpt_model_create(&o->model, o->batch, o->seq, o->threads, err, errlen);
         if (!g->m) goto fail;
@@ -591,8 +598,8 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
             goto fail;
         }
         int stripe = o->shard_stripe ? o->shard_stripe : GPT_SHARD_STRIPE_DEFAULT;
-        if (gpt_part_init(&g->part, g->data.ntrain, o->num_shards, o->shard_index, o->shard_layout, stripe, o->seq,
-                          err, errlen))
+        if (gpt_part_init(&g->part, g->data.ntrain, o->num_shards, o->shard_index, o->shard_layout, stripe, o->seq, err,
+                          errlen))
             goto fail;
         g->cursor = g->part.lo;
     }

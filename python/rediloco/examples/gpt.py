@@ -317,8 +317,9 @@ def main(argv=None):
                          bf16=not a.no_bf16, error_feedback=a.error_feedback) as dl:
         train(a, model, data, dl, inner, log, dev, dtype)
         if not dl.stopping:
+            version = dl.last_sync.version if dl.last_sync else dl.version
             print("worker %s: %d steps, version %s, validation loss %.4f" % (
-                dl.worker_id, a.steps, dl.last_sync.version if dl.last_sync else dl.version, evaluate(model, data, a, dev, dtype)))
+                dl.worker_id, a.steps, version, evaluate(model, data, a, dev, dtype)))
     return 0
 
 

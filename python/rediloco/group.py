@@ -1,0 +1,106 @@
+"""group.py: several processes (one per GPU of a node, data-parallel inside with DDP) as ONE worker.
+
+    dist.init_process_group("gloo", ...)            # the user's, as usual (one process per GPU)
+    model = DDP(MyModel())
+    with rediloco.DiLoCo(url, run, model, inner, sync_every=500, process_group=dist.group.WORLD,
+                         worker_id="node7") as dl:
+        ...
+
+libdiloco does the group's protocol (worker/diloco.h "Process groups", docs/PROTOCOL.md): rank 0 registers,
+each rank pushes and fetches its part of the shards, the ranks then broadcast their parts to each other.
+It needs two collectives, which this module makes from torch.distributed on the given process group:
+allgather of a small message (all_gather of uint8 tensors) and broadcast of a slice of the flat parameter
+buffer. Before the session opens, the ranks compare what they were given (run, H, worker id, the model's
+tensors): a disagreement is the same DiLoCoError on every rank, before anything is registered.
+"""
+import ctypes
+
+import torch
+import torch.distributed as dist
+
+from . import _lib
+from .errors import DiLoCoError
+
+
+def unwrap(model):
+    """The module whose parameters are synced: a DDP model's own module (names without "module.")."""
+    ddp = getattr(torch.nn.parallel, "DistributedDataParallel", None)
+    if ddp is not None and isinstance(model, ddp):
+        return model.module
+    return model
+
+
+def _global_rank(group, rank):
+    if hasattr(dist, "get_global_rank"):  # torch >= 2.0
+        return dist.get_global_rank(group, rank)
+    return dist.distributed_c10d._get_global_rank(group, rank)
+
+
+def _fill_err(err, errlen, exc):
+    msg = ("%s: %s" % (type(exc).__name__, exc)).encode(errors="replace")[:errlen - 1]
+    ctypes.memmove(err, msg + b"\0", len(msg) + 1)
+
+
+class Group:
+    """The process group and the two collectives libdiloco calls (GroupOps of _lib.py)."""
+
+    def __init__(self, process_group):
+        if not (dist.is_available() and dist.is_initialized()):
+            raise DiLoCoError("process_group was given but torch.distributed is not initialised: call "
+                              "dist.init_process_group(...) in every process first")
+        self.pg = process_group
+        self.rank = dist.get_rank(process_group)
+        self.size = dist.get_world_size(process_group)
+        self.flat = None
+        self._callbacks = []
+
+    def attach(self, flat):
+        """The flat parameter buffer (params.FlatParams) the broadcasts move."""
+        if flat.path != "cpu":
+            raise DiLoCoError("process groups work on models on the CPU for now (this one is on %s)" % flat.device)
+        self.flat = flat
+
+    def agree(self, facts):
+        """Every rank's facts (a dict) must equal rank 0's: otherwise the same DiLoCoError on every rank."""
+        everyone = [None] * self.size
+        dist.all_gather_object(everyone, facts, group=self.pg)
+        for r, theirs in enumerate(everyone):
+            for key in sorted(everyone[0]):
+                mine, other = everyone[0][key], theirs.get(key)
+                if other == mine:
+                    continue
+                if isinstance(mine, list) and isinstance(other, list):  # the first entry that differs
+                    i = next((i for i, (x, y) in enumerate(zip(mine, other)) if x != y), min(len(mine), len(other)))
+                    mine, other = (mine[i] if i < len(mine) else "nothing"), (other[i] if i < len(other) else "nothing")
+                    key = "%s (entry %d)" % (key, i)
+                raise DiLoCoError("the ranks of the process group disagree on %s: rank 0 has %r, rank %d %r"
+                                  % (key, mine, r, other))
+
+    def ops(self):
+        g = _lib.GroupOps()
+        g.size, g.rank = self.size, self.rank
+        g.allgather = _lib.GROUP_ALLGATHER_FN(self._allgather)
+        g.broadcast = _lib.GROUP_BROADCAST_FN(self._broadcast)
+        self._callbacks += [g.allgather, g.broadcast]
+        return g
+
+    def _allgather(self, ctx, inp, n, out, err, errlen):
+        try:
+            mine = torch.frombuffer(bytearray(ctypes.string_at(inp, n)), dtype=torch.uint8)
+            parts = [torch.empty(n, dtype=torch.uint8) for _ in range(self.size)]
+            dist.all_gather(parts, mine, group=self.pg)
+            for r, p in enumerate(parts):
+                ctypes.memmove(out + r * n, p.data_ptr(), n)
+            return 0
+        except Exception as e:  # nothing may unwind through C
+            _fill_err(err, errlen, e)
+            return -1
+
+    def _broadcast(self, ctx, params, off, n, root, err, errlen):
+        try:
+            dist.broadcast(self.flat.host[off:off + n], src=_global_rank(self.pg, root), group=self.pg)
+            return 0
+        except Exception as e:
+            _fill_err(err, errlen, e)
+            return -1
+

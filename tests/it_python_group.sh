@@ -1,0 +1,74 @@
+#!/bin/sh
+# it_python_group.sh: rediloco.DiLoCo(..., process_group=...) with DDP on gloo, ranks started by
+# torch.multiprocessing (tests/python/group_quad.py; fork here, as importing torch again in every rank
+# takes long on a busy machine: START=spawn runs them with spawn). Two runs at once: (1) two groups g1, g2 of 2
+# ranks: the run's shard digests and every rank's digest after its last sync equal the in-process
+# reference of two single workers g1, g2 (tests/tools/ref_quadratic), the two groups are each closed
+# round's only participants, and in the last rounds a group's ranks together sent and received exactly
+# one process's bytes (2 and 4 per parameter, bf16); (2) mixed: a group g1, a single PyTorch worker w2
+# and a C worker w3 in one run: bit-identical to the reference of g1, w2, w3, and every member reports
+# the same digest after every sync; (3) a group whose rank 1 has another model: the same DiLoCoError on
+# both ranks, nothing registered.
+. "$(dirname "$0")/lib.sh"
+NUMEL=20000; SEED=13; ROUNDS=3; H=10
+start_redis
+init_run pgx --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED
+init_run pgmix --trainer quadratic --numel $NUMEL --shards 8 --workers 3 --seed $SEED
+for RUN in pgx pgmix; do start_server a$RUN --lease-ttl-ms 2000; start_server b$RUN --lease-ttl-ms 2000; done
+group() { # RUN ID
+  /usr/bin/python3 tests/python/group_quad.py "$URL" $1 $2 $((ROUNDS * H)) $H --ranks 2 --numel $NUMEL --seed $SEED \
+    --out "$TMP/$1-$2" --start-method ${START:-fork} > "$TMP/py-$1-$2.log" 2>&1 &
+  eval "P_$1_$2=$!"; PIDS="$PIDS $!"
+}
+group pgx g1; group pgx g2; group pgmix g1
+/usr/bin/python3 tests/python/group_quad.py "$URL" pgx gbad 10 5 --ranks 2 --numel $NUMEL --seed $SEED --bad-model \
+  --out "$TMP/pgx-gbad" --start-method ${START:-fork} > "$TMP/py-pgx-gbad.log" 2>&1 &
+PBAD=$!; PIDS="$PIDS $!"
+/usr/bin/python3 tests/python/quad_worker.py "$URL" pgmix w2 $((ROUNDS * H)) $H --numel $NUMEL --seed $SEED \
+  --digests "$TMP/pgmix-w2.digests" > "$TMP/py-pgmix-w2.log" 2>&1 &
+PW2=$!; PIDS="$PIDS $!"
+RUN=pgmix start_worker w3 --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1
+for p in pgx_g1 pgx_g2 pgmix_g1; do eval "pid=\$P_$p"; wait "$pid" || fail "group $p exited with status $?"; done
+wait "$PW2" || fail "PyTorch worker w2 exited with status $?"
+RUN=pgmix; wait_workers w3
+
+check_ref() { # RUN WORKERS -> REF (digest of the whole vector)
+  build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers $2 --rounds $ROUNDS \
+    --sync-every $H --bounds "$($RCLI HGET "dl:{$1}:config" shard_bounds)" > "$TMP/ref-$1.txt" || fail "reference"
+  shard_digests $1 > "$TMP/got-$1.txt"
+  grep '^shard' "$TMP/ref-$1.txt" | diff - "$TMP/got-$1.txt" > "$TMP/diff.txt" \
+    || fail "$1: shard digests differ from the reference of $2: $(cat "$TMP/diff.txt")"
+  REF=$(awk '/^all/ {print $2}' "$TMP/ref-$1.txt")
+}
+wait "$PBAD" && fail "a group whose ranks have different models started"
+for r in 0 1; do
+  grep -q "^error the ranks of the process group disagree on model tensors (entry 0): rank 0 has \['x', \[$NUMEL\]\], rank 1 \['y', \[$NUMEL\]\]" "$TMP/pgx-gbad.rank$r" ||
+    fail "rank $r of gbad did not say the models differ: $(cat "$TMP/pgx-gbad.rank$r")"
+done
+$RCLI XRANGE "dl:{pgx}:events" - + | grep -q gbad && fail "the group with different models left a trace in the run"
+say "ranks with different models: the same error on both, nothing registered"
+check_ref pgx g1,g2
+for g in g1 g2; do
+  for r in 0 1; do
+    f="$TMP/pgx-$g.rank$r"
+    [ "$(grep -c '^sync' "$f")" -eq $ROUNDS ] || fail "$g rank $r reported $(grep -c '^sync' "$f") syncs: $(cat "$f")"
+    [ "$(grep '^sync' "$f" | tail -n 1 | cut -d' ' -f3)" = "$REF" ] || fail "$g rank $r does not end at $REF: $(cat "$f")"
+  done
+  cat "$TMP/pgx-$g.rank0" "$TMP/pgx-$g.rank1" | awk -v n=$NUMEL -v last=$ROUNDS '/^sync/ {up[$2] += $4; down[$2] += $5}
+    END {for (v in up) if (v >= last - 1 && (up[v] != 2 * n || down[v] != 4 * n)) {print "version " v ": up " up[v] " down " down[v]; bad = 1}
+         exit bad}' > "$TMP/bytes.txt" || fail "$g bytes: $(cat "$TMP/bytes.txt")"
+done
+for r in $(seq 0 $((ROUNDS - 1))); do
+  p=$($RCLI HGET "dl:{pgx}:f0:r$r" participants)
+  case "$p" in g1:*,g2:*) ;; *) fail "pgx round $r participants '$p' (want the two groups)";; esac
+done
+say "2 PyTorch groups of 2 ranks (DDP, gloo) bit-identical to 2 single workers: $REF; one process's bytes per round"
+
+check_ref pgmix g1,w2,w3
+{ grep -h '^sync' "$TMP/pgmix-g1.rank0" "$TMP/pgmix-g1.rank1" | awk '{print $2, $3}'
+  awk '{print $1 + 1, $2}' "$TMP/pgmix-w2.digests"
+  grep '"event":"sync"' "$TMP/w3.jsonl" | sed 's/.*"version":\([0-9]*\).*"digest":"\([0-9a-f]*\)".*/\1 \2/'; } |
+  sort | uniq -c > "$TMP/vd.txt"
+[ "$(awk '$1 != 4' "$TMP/vd.txt")" = "" ] || fail "mixed: the members disagree (count version digest): $(cat "$TMP/vd.txt")"
+[ "$(wc -l < "$TMP/vd.txt")" -eq $ROUNDS ] || fail "mixed: $(wc -l < "$TMP/vd.txt") versions: $(cat "$TMP/vd.txt")"
+say "mixed: a group of 2, a PyTorch worker and a C worker report the same digest after each of $ROUNDS syncs, bit-identical to the reference: $REF"

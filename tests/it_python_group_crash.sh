@@ -1,0 +1,63 @@
+#!/bin/sh
+# it_python_group_crash.sh: faults of a process group (tests/python/group_quad.py, 2 ranks, DDP on gloo)
+# next to a C worker c1, --heartbeat-timeout 4. (1) kill -9 of rank 1 mid-run: the group leaves the run
+# (its other rank is stopped by torch.multiprocessing and leaves, or the group is evicted), the run goes on
+# with c1, the group started again registers and takes part in rounds again. Every closed round that lists
+# the group has the arrival of both its ranks under that incarnation: a half group is never a participant.
+# (2) SIGINT to rank 1 alone: every process of the group is gone within 20 s (rank 1 leaves the run at
+# once, rank 0's next DDP all-reduce fails; interpreters exit slowly on a loaded machine) and the group is
+# no member.
+. "$(dirname "$0")/lib.sh"
+RUN=pgcrash; NUMEL=20000
+round() { $RCLI HGET "dl:{$RUN}:state" round:0; }
+member() { $RCLI HEXISTS "dl:{$RUN}:workers" g1; }
+start_group() {
+  /usr/bin/python3 tests/python/group_quad.py "$URL" $RUN g1 100000 10 --ranks 2 --numel $NUMEL --seed 0 \
+    --step-delay 0.02 --heartbeat 0.5 --start-method fork --out "$TMP/g1-$1" > "$TMP/py-g1-$1.log" 2>&1 &
+  GRP=$!; PIDS="$PIDS $GRP"
+}
+rank_pid() { wait_until 60 "[ -s $TMP/g1-$1.rank$2 ]" "rank $2's pid"; awk '/^pid/ {print $2}' "$TMP/g1-$1.rank$2"; }
+took_part_since() { for x in $(seq "$1" "$(round)"); do $RCLI HGET "dl:{$RUN}:f0:r$x" participants; done | grep -q "g1:"; }
+start_redis
+init_run $RUN --trainer quadratic --numel $NUMEL --shards 4 --workers 2 --heartbeat-timeout 4
+start_server s1 --lease-ttl-ms 2000
+start_worker c1 --sync-every 10 --steps 0 --heartbeat-interval 0.5 --step-delay-ms 20
+start_group 1
+wait_until 90 'took_part_since 0' "a round with the group"
+r1=$(rank_pid 1 1)
+start=$(round)
+wait_until 30 '[ "$(round)" -ge $((start + 1)) ]' "one more round"
+kill -9 "$r1"
+killed_at=$(round)
+say "kill -9 of rank 1 of group g1 at round $killed_at"
+wait_until 15 '[ "$(member)" = 0 ]' "the group to leave the run"
+wait "$GRP" && fail "the group's launcher exited 0 after a rank was killed"
+after=$(round)
+wait_until 20 '[ "$(round)" -ge $((after + 2)) ]' "the run to go on with c1 alone"
+say "the group is out; rounds $after..$(round) closed without it"
+start_group 2
+wait_until 90 '[ "$(member)" = 1 ]' "the group to register again"
+back=$(round)
+wait_until 60 "took_part_since $back" "the group to take part in a round after it came back"
+alive "$WRK_c1" || fail "the C worker died"
+say "the restarted group rejoined at round $back and syncs again"
+
+# no half group: a round listing g1:<inc> has both ranks' arrivals g:g1:0 and g:g1:1 = <inc>
+last=$(round)
+for x in $(seq 0 $((last - 1))); do echo "HMGET dl:{$RUN}:f0:r$x participants g:g1:0 g:g1:1"; done | $RCLI > "$TMP/rounds.txt"
+awk 'NR % 3 == 1 {p = $0} NR % 3 == 2 {a = $0} NR % 3 == 0 {
+       inc = ""; n = split(p, ids, ","); for (i = 1; i <= n; i++) if (ids[i] ~ /^g1:/) inc = substr(ids[i], 4)
+       if (inc == "") next
+       with++; if (a != inc || $0 != inc) {print "round " (NR / 3 - 1) ": " p " with rank arrivals " a ", " $0; bad = 1}}
+     END {print with + 0; exit bad}' "$TMP/rounds.txt" > "$TMP/half.txt" || fail "a half group in a round: $(cat "$TMP/half.txt")"
+n=$(tail -n 1 "$TMP/half.txt")
+[ "$n" -ge 2 ] || fail "only $n rounds with the group"
+say "$n of $last closed rounds list the group, each with both ranks' arrivals; none with half of it"
+
+# SIGINT to rank 1 alone stops the whole group within seconds
+r1=$(rank_pid 2 1); r0=$(rank_pid 2 0)
+kill -INT "$r1"
+t0=$(date +%s)
+wait_until 20 '! alive "$r0" && ! alive "$r1" && ! alive "$GRP"' "every process of the group to stop after SIGINT to rank 1"
+wait_until 5 '[ "$(member)" = 0 ]' "the group to leave the run"
+say "SIGINT to rank 1: the group's processes were gone after $(( $(date +%s) - t0 )) s and it left the run"

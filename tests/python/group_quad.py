@@ -1,0 +1,117 @@
+#!/usr/bin/python3
+"""group_quad.py URL RUN WORKER_ID STEPS H --ranks R --numel N --seed S [--no-bf16] [--out PREFIX]: a process
+group of R ranks (torch.multiprocessing.spawn, or --start-method fork; gloo, DDP) as one worker, training the quadratic test problem
+of WORKER_ID (tests/python/quad_worker.py: the C trainer's problem and AdamW in torch fp32 ops).
+
+Every rank runs DDP over the same model and the same problem, so DDP's averaged gradient is each rank's own
+(g/R summed R times: exact for R = 2), and the group trains what one process of that id would. Each rank
+writes PREFIX.rank<r>: "pid <pid>" first, then one line per sync: "sync <version> <digest> <bytes_up>
+<bytes_down> <stale>", or "error <message>" when it could not join. --step-delay slows every step (the crash test kills a rank mid-run)."""
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import rediloco  # noqa: E402
+from quad_worker import QuadAdamW, problem  # noqa: E402
+
+
+class QuadLoss(torch.autograd.Function):
+    """f = mean(a (x - c)^2 / 2) whose gradient is exactly the C trainer's a * (x - c)."""
+
+    @staticmethod
+    def forward(ctx, x, a, c):
+        ctx.save_for_backward(x, a, c)
+        diff = x - c
+        return (0.5 * a.double() * diff.double() * diff.double()).mean()
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, a, c = ctx.saved_tensors
+        return a * (x - c), None, None
+
+
+class Quad(torch.nn.Module):
+    def __init__(self, numel, a, c):
+        super().__init__()
+        self.x = torch.nn.Parameter(torch.zeros(numel))
+        self.a, self.c = a, c
+
+    def forward(self):
+        return QuadLoss.apply(self.x if hasattr(self, "x") else self.y, self.a, self.c)
+
+
+def rank_main(rank, args, init_file):
+    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=args.ranks)
+    a, c = problem(args.seed, args.worker_id, args.numel)
+    module = Quad(args.numel, a, c)
+    if args.bad_model and rank == 1:  # the same shapes (DDP checks those) under another name
+        module.y = module.x
+        del module.x
+    model = torch.nn.parallel.DistributedDataParallel(module)
+    inner = QuadAdamW(model.parameters())
+    out = open("%s.rank%d" % (args.out, rank), "w") if args.out else None
+    if out:
+        out.write("pid %d\n" % os.getpid())
+        out.flush()
+    dl = rediloco.DiLoCo(args.url, args.run, model, inner, sync_every=args.h, worker_id=args.worker_id,
+                         bf16=not args.no_bf16, heartbeat_interval=args.heartbeat, process_group=dist.group.WORLD)
+    try:
+        dl.open()
+    except rediloco.DiLoCoError as e:
+        if out:
+            out.write("error %s\n" % e)
+        raise
+    with dl:
+        last = None
+        for step in range(1, args.steps + 1):
+            loss = model()
+            loss.backward()
+            inner.step()  # the group's sync runs in here every H steps
+            inner.zero_grad()
+            dl.report(float(loss), tokens=1)
+            info = dl.last_sync
+            if info and info != last:
+                last = info
+                if out:
+                    out.write("sync %d %s %d %d %d\n" % (info.version, info.digest, info.bytes_up, info.bytes_down,
+                                                         int(info.stale)))
+                    out.flush()
+            if args.step_delay:
+                time.sleep(args.step_delay)
+    dist.destroy_process_group()
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    for name in ("url", "run", "worker_id"):
+        ap.add_argument(name)
+    ap.add_argument("steps", type=int)
+    ap.add_argument("h", type=int)
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--numel", type=int, required=True)
+    ap.add_argument("--seed", type=int, required=True)
+    ap.add_argument("--no-bf16", action="store_true")
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--heartbeat", type=float, default=1.0)
+    ap.add_argument("--step-delay", type=float, default=0.0)
+    ap.add_argument("--bad-model", action="store_true", help="rank 1's parameter is named y, not x")
+    ap.add_argument("--start-method", default="spawn", choices=("spawn", "fork"),
+                    help="fork: the ranks need not import torch again (the tests, on a busy machine)")
+    args = ap.parse_args()
+    torch.set_num_threads(1)
+    with tempfile.TemporaryDirectory() as tmp:
+        mp.start_processes(rank_main, args=(args, os.path.join(tmp, "init")), nprocs=args.ranks, join=True,
+                           start_method=args.start_method)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,166 @@
+/*
+ * test_codec_topk.c: the sparse chunk codec (common/math/codec_topk.c): sizes, a known vector (the
+ * selection, ties broken by the lower index, the scale, the codes and what stays in the accumulator),
+ * an all-zero chunk, the accumulator keeping exactly what the chunk did not carry, NaN refused with its
+ * index and nothing changed, and the check refusing forged chunks (length, count, indices, scale).
+ */
+#include <stdarg.h>
+#include <stddef.h>
+#include <setjmp.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <math.h>
+#include <cmocka.h>
+
+#include "bf16.h"
+#include "codec_topk.h"
+
+static void sizes(void **state)
+{
+    (void)state;
+    assert_int_equal(topk_count(0.02, 4096), 82);
+    assert_int_equal(topk_count(0.0001, 100), 1);
+    assert_int_equal(topk_count(2.0, 100), 100);
+    assert_int_equal(topk_chunk_bytes(82), 4 + 123 + 21);
+    assert_int_equal(topk_chunk_bytes(3), 4 + 5 + 1);
+}
+
+static void known_vector(void **state)
+{
+    (void)state;
+    float e[6] = {0.1f, -3.0f, 2.0f, 0.5f, -3.0f, 0.0f};
+    uint8_t out[16];
+    size_t bad = 99;
+    assert_int_equal(topk_encode_chunk(e, 6, 3, out, &bad), 0);
+    /* count 3, scale 3/2 = 1.5 (bf16 0x3FC0), indices 1, 2, 4; codes: -2 (3), +1 (0), -2 (3) */
+    const uint8_t want[10] = {3, 0, 0xC0, 0x3F, 0x01, 0x20, 0x00, 0x04, 0x00, 0x33};
+    assert_memory_equal(out, want, sizeof want);
+    const float left[6] = {0.1f, 0.0f, 0.5f, 0.5f, 0.0f, 0.0f};
+    assert_memory_equal(e, left, sizeof left);
+    uint32_t k = 0;
+    assert_int_equal(topk_check_chunk(out, topk_chunk_bytes(3), 6, &k), 0);
+    assert_int_equal(k, 3);
+    float acc[6] = {0};
+    topk_decode_add_chunk(out, acc);
+    const float dec[6] = {0, -3.0f, 1.5f, 0, -3.0f, 0};
+    assert_memory_equal(acc, dec, sizeof dec);
+}
+
+static void ties_go_to_the_lower_index(void **state)
+{
+    (void)state;
+    float e[10];
+    for (int i = 0; i < 10; i++) e[i] = i % 2 ? -1.0f : 1.0f;
+    uint8_t out[16];
+    size_t bad;
+    assert_int_equal(topk_encode_chunk(e, 10, 3, out, &bad), 0);
+    float acc[10] = {0};
+    topk_decode_add_chunk(out, acc);
+    for (int i = 0; i < 10; i++) {
+        assert_true(acc[i] == (i < 3 ? (i % 2 ? -1.0f : 1.0f) : 0.0f));
+        assert_true(e[i] == (i < 3 ? 0.0f : (i % 2 ? -1.0f : 1.0f)));
+    }
+}
+
+static void zero_chunk(void **state)
+{
+    (void)state;
+    float e[8] = {0};
+    uint8_t out[16];
+    size_t bad;
+    assert_int_equal(topk_encode_chunk(e, 8, 2, out, &bad), 0);
+    uint32_t k;
+    assert_int_equal(topk_check_chunk(out, topk_chunk_bytes(2), 8, &k), 0);
+    float acc[8] = {0};
+    topk_decode_add_chunk(out, acc);
+    for (int i = 0; i < 8; i++) assert_true(acc[i] == 0.0f && e[i] == 0.0f);
+}
+
+/* Whatever the values, e afterwards is e before minus what the receiver decodes, element by element. */
+static void accumulator_keeps_what_was_not_sent(void **state)
+{
+    (void)state;
+    enum { N = TOPK_CHUNK };
+    static float e[N], before[N], acc[N];
+    static uint8_t out[8192];
+    srand(7);
+    for (int i = 0; i < N; i++) e[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * (i % 97 == 0 ? 100.0f : 1.0f);
+    memcpy(before, e, sizeof e);
+    uint32_t k = topk_count(0.02, N);
+    size_t bad;
+    assert_int_equal(topk_encode_chunk(e, N, k, out, &bad), 0);
+    uint32_t got;
+    assert_int_equal(topk_check_chunk(out, topk_chunk_bytes(k), N, &got), 0);
+    assert_int_equal(got, k);
+    memset(acc, 0, sizeof acc);
+    topk_decode_add_chunk(out, acc);
+    int sent = 0;
+    float smallest_sent = INFINITY, largest_kept = 0;
+    for (int i = 0; i < N; i++) {
+        float want = acc[i] != 0.0f ? before[i] - acc[i] : before[i];
+        assert_memory_equal(&e[i], &want, sizeof want);
+        if (acc[i] != 0.0f) {
+            sent++;
+            smallest_sent = fminf(smallest_sent, fabsf(before[i]));
+        } else {
+            largest_kept = fmaxf(largest_kept, fabsf(before[i]));
+        }
+    }
+    assert_int_equal(sent, k);
+    assert_true(smallest_sent >= largest_kept); /* the k largest magnitudes went */
+}
+
+static void nan_refused_and_nothing_changed(void **state)
+{
+    (void)state;
+    float e[5] = {1, 2, NAN, 4, 5}, copy[5];
+    memcpy(copy, e, sizeof e);
+    uint8_t out[16];
+    size_t bad = 0;
+    assert_int_equal(topk_encode_chunk(e, 5, 2, out, &bad), -1);
+    assert_int_equal(bad, 2);
+    assert_memory_equal(e, copy, sizeof e);
+    e[2] = INFINITY;
+    assert_int_equal(topk_encode_chunk(e, 5, 2, out, &bad), -1);
+    assert_int_equal(topk_encode_chunk(e, 5, 6, out, &bad), -1); /* k > n */
+    assert_int_equal(bad, 5);
+}
+
+static void forged_chunks_refused(void **state)
+{
+    (void)state;
+    float e[6] = {0.1f, -3.0f, 2.0f, 0.5f, -3.0f, 0.0f};
+    uint8_t good[16], bad_chunk[16];
+    size_t bad, len = topk_chunk_bytes(3);
+    uint32_t k;
+    assert_int_equal(topk_encode_chunk(e, 6, 3, good, &bad), 0);
+    assert_int_equal(topk_check_chunk(good, len - 1, 6, &k), -1); /* short */
+    assert_int_equal(topk_check_chunk(good, len, 4, &k), -1);     /* index 4 >= n */
+    assert_int_equal(topk_check_chunk(good, 3, 6, &k), -1);       /* no header */
+    memcpy(bad_chunk, good, len);
+    bad_chunk[0] = 7; /* count > n */
+    assert_int_equal(topk_check_chunk(bad_chunk, len, 6, &k), -1);
+    memcpy(bad_chunk, good, len);
+    bad_chunk[4] = 2; /* first index 2, second 2: not increasing */
+    assert_int_equal(topk_check_chunk(bad_chunk, len, 6, &k), -1);
+    memcpy(bad_chunk, good, len);
+    bad_chunk[3] = 0xBF; /* negative scale */
+    assert_int_equal(topk_check_chunk(bad_chunk, len, 6, &k), -1);
+    bad_chunk[3] = 0x7F, bad_chunk[2] = 0xC0; /* NaN scale */
+    assert_int_equal(topk_check_chunk(bad_chunk, len, 6, &k), -1);
+}
+
+int main(void)
+{
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(sizes),
+        cmocka_unit_test(known_vector),
+        cmocka_unit_test(ties_go_to_the_lower_index),
+        cmocka_unit_test(zero_chunk),
+        cmocka_unit_test(accumulator_keeps_what_was_not_sent),
+        cmocka_unit_test(nan_refused_and_nothing_changed),
+        cmocka_unit_test(forged_chunks_refused),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+}

@@ -1,0 +1,253 @@
+/* test_cuda_bf16: the CUDA GPT's bf16 precision (gpt_cuda_set_precision, --precision bf16;
+ * worker/cuda/gpt_cuda_bf16.cu) against its fp32 path. The limits and why:
+ *   - fused attention (online softmax) against the fp32 kernels that keep the probabilities (checked
+ *     against the CPU by test_cuda_kernels), forward and backward, three head sizes (16, 64, 96: a
+ *     partial last lane group): both compute in fp32 and differ only in the order of their sums, so
+ *     rel <= 3e-5 (a few fp32 ulps times the row length);
+ *   - bf16 products (cublasGemmEx) on operands that are already bf16 values, against a double
+ *     reference on the host: a product of two bf16 values is exact in fp32 and the accumulation is
+ *     fp32, so rel <= 1e-5: this catches a wrong operand, transpose or leading dimension;
+ *   - the same on arbitrary fp32 operands: bf16 keeps 8 significant bits, each operand is rounded by up
+ *     to 2^-9 of itself and the products' errors partly cancel in the sum, so rel <= 1e-2; and rel >=
+ *     1e-4, which shows the operands really were rounded to bf16;
+ *   - a whole model step, bf16 against fp32 on the same weights and batch: loss rel <= 1e-2 and each
+ *     gradient tensor rel <= 5e-2 (the rounding of every product's operands, through the layers and
+ *     back); the parameters stay fp32 master weights: AdamW on the bf16 step's gradients is the CPU's
+ *     AdamW bit for bit (as in test_cuda_step) and leaves values bf16 cannot hold; new parameters set
+ *     between steps (what DiLoCo does) are seen by the next bf16 forward.
+ * Exits 77 (skipped) without a CUDA device or the CUDA build. NOT RUN: written on a machine without a
+ * GPU (it compiles there). */
+#include <setjmp.h>
+#include <stdarg.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <cmocka.h>
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "bf16.h"
+#include "cuda_common.h"
+#include "gpt/gpt.h"
+
+#ifdef DILOCO_HAVE_CUDA
+#include "cuda/gpt_cuda_test.h"
+
+#define ATTN_LIMIT 3e-5
+#define EXACT_LIMIT 1e-5
+#define BF16_LIMIT 1e-2
+#define LOSS_LIMIT 1e-2
+#define GRAD_LIMIT 5e-2
+
+static void attention_case(int B, int T, int C, int NH)
+{
+    size_t N = (size_t)B * T, R = (size_t)B * NH * T, A = R * T;
+    float *qkv = tc_randn(N * 3 * C, 1.0f, 1), *dout = tc_randn(N * C, 1.0f, 2);
+    float *o32 = malloc(N * C * 4), *att = malloc(A * 4), *o16 = malloc(N * C * 4), *lse = malloc(R * 4);
+    float *d32 = malloc(N * 3 * C * 4), *d16 = malloc(N * 3 * C * 4);
+    assert_int_equal(gpt_cuda_k_attention_forward(o32, att, qkv, B, T, C, NH, 0), 0);
+    assert_int_equal(gpt_cuda_k_flash_forward(o16, lse, qkv, B, T, C, NH), 0);
+    assert_int_equal(gpt_cuda_k_attention_backward(d32, dout, qkv, att, B, T, C, NH, 0), 0);
+    assert_int_equal(gpt_cuda_k_flash_backward(d16, dout, qkv, o16, lse, B, T, C, NH), 0);
+    double fe = tc_relerr(o16, o32, N * C), be = tc_relerr(d16, d32, N * 3 * C);
+    printf("fused attention B%d T%d C%d NH%d (head %d): out rel %.3g, dqkv rel %.3g (limit %g)\n", B, T, C, NH, C / NH,
+           fe, be, ATTN_LIMIT);
+    assert_true(fe <= ATTN_LIMIT);
+    assert_true(be <= ATTN_LIMIT);
+    free(qkv);
+    free(dout);
+    free(o32);
+    free(att);
+    free(o16);
+    free(lse);
+    free(d32);
+    free(d16);
+}
+
+static void test_fused_attention(void **state)
+{
+    (void)state;
+    attention_case(2, 33, 64, 4);
+    attention_case(2, 50, 128, 2);
+    attention_case(1, 64, 192, 2);
+}
+
+static void round_bf16(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] = bf16_to_f32(bf16_from_f32(x[i]));
+}
+
+/* out = inp W^T + b, dinp = dout W, dw = dout^T inp, db = column sums of dout, in double */
+static void host_linear(double *out, double *dinp, double *dw, double *db, const float *inp, const float *w,
+                        const float *b, const float *dout, int N, int C, int OC)
+{
+    for (int n = 0; n < N; n++)
+        for (int o = 0; o < OC; o++) {
+            double s = b[o];
+            for (int c = 0; c < C; c++) s += (double)inp[(size_t)n * C + c] * w[(size_t)o * C + c];
+            out[(size_t)n * OC + o] = s;
+        }
+    for (int n = 0; n < N; n++)
+        for (int c = 0; c < C; c++) {
+            double s = 0;
+            for (int o = 0; o < OC; o++) s += (double)dout[(size_t)n * OC + o] * w[(size_t)o * C + c];
+            dinp[(size_t)n * C + c] = s;
+        }
+    for (int o = 0; o < OC; o++) {
+        double sb = 0;
+        for (int c = 0; c < C; c++) {
+            double s = 0;
+            for (int n = 0; n < N; n++) s += (double)dout[(size_t)n * OC + o] * inp[(size_t)n * C + c];
+            dw[(size_t)o * C + c] = s;
+        }
+        for (int n = 0; n < N; n++) sb += dout[(size_t)n * OC + o];
+        db[o] = sb;
+    }
+}
+
+/* the worst of the four results' rel against the double reference */
+static double linear_err(int N, int C, int OC, int pre_rounded)
+{
+    float *inp = tc_randn((size_t)N * C, 1.0f, 3), *w = tc_randn((size_t)OC * C, 0.05f, 4);
+    float *b = tc_randn(OC, 0.1f, 5), *dout = tc_randn((size_t)N * OC, 1.0f, 6);
+    if (pre_rounded) {
+        round_bf16(inp, (size_t)N * C);
+        round_bf16(w, (size_t)OC * C);
+        round_bf16(dout, (size_t)N * OC);
+    }
+    float *out = malloc((size_t)N * OC * 4), *dinp = malloc((size_t)N * C * 4), *dw = malloc((size_t)OC * C * 4),
+          *db = malloc(OC * 4);
+    double *ro = malloc((size_t)N * OC * 8), *rdi = malloc((size_t)N * C * 8), *rdw = malloc((size_t)OC * C * 8),
+           *rdb = malloc(OC * 8);
+    assert_int_equal(gpt_cuda_k_matmul_forward_bf16(out, inp, w, b, N, C, OC), 0);
+    assert_int_equal(gpt_cuda_k_matmul_backward_bf16(dinp, dw, db, dout, inp, w, N, C, OC), 0);
+    host_linear(ro, rdi, rdw, rdb, inp, w, b, dout, N, C, OC);
+    double e[4] = {tc_relerr_d(out, ro, (size_t)N * OC), tc_relerr_d(dinp, rdi, (size_t)N * C),
+                   tc_relerr_d(dw, rdw, (size_t)OC * C), tc_relerr_d(db, rdb, OC)};
+    printf("bf16 linear N%d C%d OC%d (%s): out %.3g dinp %.3g dw %.3g dbias %.3g\n", N, C, OC,
+           pre_rounded ? "operands already bf16" : "fp32 operands", e[0], e[1], e[2], e[3]);
+    double worst = 0;
+    for (int i = 0; i < 3; i++)
+        if (!(e[i] <= worst)) worst = e[i];
+    assert_true(e[3] <= EXACT_LIMIT); /* the bias gradient stays fp32 */
+    free(inp);
+    free(w);
+    free(b);
+    free(dout);
+    free(out);
+    free(dinp);
+    free(dw);
+    free(db);
+    free(ro);
+    free(rdi);
+    free(rdw);
+    free(rdb);
+    return worst;
+}
+
+static void test_bf16_linear(void **state)
+{
+    (void)state;
+    assert_true(linear_err(96, 64, 192, 1) <= EXACT_LIMIT);
+    assert_true(linear_err(50, 48, 40, 1) <= EXACT_LIMIT); /* sizes off the tensor cores' multiples */
+    double e = linear_err(96, 64, 192, 0);
+    assert_true(e <= BF16_LIMIT);
+    assert_true(e >= 1e-4);
+}
+
+/* loss and gradients of one step of a model in the given precision */
+static float model_step(gpt_cuda *g, int bf16, const float *p, size_t n, const int *inp, const int *tgt, float *grads)
+{
+    char err[512];
+    float loss = 0;
+    assert_int_equal(gpt_cuda_set_precision(g, bf16, err, sizeof err), 0);
+    assert_int_equal(gpt_cuda_set_params(g, p, 0, n, err, sizeof err), 0);
+    assert_int_equal(gpt_cuda_forward(g, inp, tgt, &loss, err, sizeof err), 0);
+    assert_int_equal(gpt_cuda_backward(g, err, sizeof err), 0);
+    assert_int_equal(gpt_cuda_get_grads(g, grads, err, sizeof err), 0);
+    return loss;
+}
+
+static void test_model(void **state)
+{
+    (void)state;
+    char err[512];
+    gpt_config c = {.layers = 2, .heads = 4, .dim = 64, .ctx = 64, .vocab = 97};
+    int B = 4, T = 50;
+    model_tensor *t;
+    int nt;
+    size_t n;
+    assert_int_equal(gpt_layout(&c, &t, &nt, &n, err, sizeof err), 0);
+    float *p = malloc(n * 4), *p2 = malloc(n * 4), *g32 = malloc(n * 4), *g16 = malloc(n * 4);
+    assert_int_equal(gpt_init_params(&c, 7, p, n, err, sizeof err), 0);
+    int *inp = tc_randint((size_t)B * T, c.vocab, 11), *tgt = tc_randint((size_t)B * T, c.vocab, 12);
+    gpt_cuda *g = gpt_cuda_create(&c, B, T, 0, err, sizeof err);
+    assert_non_null(g);
+    float l32 = model_step(g, 0, p, n, inp, tgt, g32), l16 = model_step(g, 1, p, n, inp, tgt, g16);
+    assert_int_equal(gpt_cuda_precision_bf16(g), 1);
+    double le = fabs((double)l16 - l32) / l32, worst = 0;
+    const char *wname = "";
+    for (int k = 0; k < nt; k++) {
+        double e = tc_relerr(g16 + t[k].offset, g32 + t[k].offset, t[k].numel);
+        if (!(e <= worst)) {
+            worst = e;
+            wname = t[k].name;
+        }
+    }
+    printf("model step bf16 vs fp32: loss %.6f vs %.6f rel %.3g (limit %g); gradients: worst %s rel %.3g (limit %g)\n",
+           l16, l32, le, LOSS_LIMIT, wname, worst, GRAD_LIMIT);
+    assert_true(le <= LOSS_LIMIT);
+    assert_true(worst <= GRAD_LIMIT);
+
+    /* the fp32 master weights: AdamW on the bf16 step's gradients, replayed on the CPU bit for bit */
+    float *m = calloc(n, 4), *v = calloc(n, 4), *pg = malloc(n * 4);
+    memcpy(p2, p, n * 4);
+    assert_int_equal(gpt_cuda_set_moments(g, m, v, err, sizeof err), 0);
+    assert_int_equal(gpt_cuda_clip(g, 1.0, NULL, err, sizeof err), 0);
+    assert_int_equal(gpt_cuda_get_grads(g, g16, err, sizeof err), 0);
+    gpt_adamw_step(t, nt, p2, g16, m, v, 1, 1e-3, 0.9, 0.95, 1e-8, 0.1, 1);
+    assert_int_equal(gpt_cuda_adamw(g, 1, 1e-3, 0.9, 0.95, 1e-8, 0.1, err, sizeof err), 0);
+    assert_int_equal(gpt_cuda_get_params(g, pg, err, sizeof err), 0);
+    assert_memory_equal(pg, p2, n * 4);
+    size_t not_bf16 = 0;
+    for (size_t i = 0; i < n; i++) not_bf16 += bf16_to_f32(bf16_from_f32(pg[i])) != pg[i];
+    printf("AdamW after a bf16 step: the CPU's replay bit for bit; %zu of %zu parameters are not bf16 values\n",
+           not_bf16, n);
+    assert_true(not_bf16 > n / 2);
+
+    /* new weights set between steps (DiLoCo) are what the next bf16 forward uses */
+    for (size_t i = 0; i < n; i++) p2[i] = pg[i] * 1.5f;
+    float n32 = model_step(g, 0, p2, n, inp, tgt, g32), n16 = model_step(g, 1, p2, n, inp, tgt, g16);
+    printf("after new weights: loss bf16 %.6f fp32 %.6f (before %.6f)\n", n16, n32, l16);
+    assert_true(fabs((double)n16 - n32) / n32 <= LOSS_LIMIT);
+    assert_true(fabs((double)n16 - l16) > 10 * fabs((double)n16 - n32));
+    gpt_cuda_free(g);
+    free(t);
+    free(p);
+    free(p2);
+    free(g32);
+    free(g16);
+    free(m);
+    free(v);
+    free(pg);
+    free(inp);
+    free(tgt);
+}
+#endif
+
+int main(void)
+{
+    cuda_test_require_device("test_cuda_bf16");
+#ifdef DILOCO_HAVE_CUDA
+    const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_fused_attention),
+        cmocka_unit_test(test_bf16_linear),
+        cmocka_unit_test(test_model),
+    };
+    return cmocka_run_group_tests(tests, NULL, NULL);
+#else
+    return 77;
+#endif
+}

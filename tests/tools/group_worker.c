@@ -1,0 +1,223 @@
+/* group_worker.c: a process group of R ranks as one worker of a run, for the group tests.
+ *
+ * Each rank is a thread with its own libdiloco session (diloco.h "Process groups") and its own copy of
+ * the quadratic trainer of the group's worker id, so the ranks train identical parameters as DDP
+ * ranks would. The group's two collectives are shared memory: allgather copies every rank's message
+ * into one table between two barriers, broadcast copies the root's slice of its parameters into the
+ * others'. Every sync of every rank is one line on stdout:
+ *
+ *   sync rank <r> version <v> digest <16 hex> up <bytes> down <bytes> stale <0|1> seconds <s> wait <s>
+ *
+ * and a rank whose session fails prints "error rank <r>: <message>" and the program exits 1.
+ *
+ * usage: group_worker --redis URL --run RUN --worker-id ID --ranks R --steps N --sync-every H
+ *                     [--no-bf16] [--error-feedback] [--heartbeat-ms MS]
+ *                     [--bad SIZE|RUN|H] (rank 1 is given another group size, run or H: a bad-input test) */
+#include <getopt.h>
+#include <stdarg.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "diloco.h"
+#include "runconf.h"
+#include "trainers/quadratic.h"
+#include "rconn.h"
+#include "url.h"
+
+#define MAX_RANKS 16
+#define SLOT_MAX 4096
+
+typedef struct shared {
+    int ranks;
+    pthread_barrier_t bar;
+    unsigned char slots[MAX_RANKS][SLOT_MAX];
+    float *params[MAX_RANKS];
+    pthread_mutex_t out_mu;
+} shared;
+
+typedef struct rank_ctx {
+    shared *sh;
+    int rank;
+    const char *redis, *run, *worker_id, *bad;
+    long steps;
+    int sync_every, bf16, error_feedback, heartbeat_ms;
+    size_t numel;
+    uint64_t seed;
+    int failed;
+} rank_ctx;
+
+static int allgather(void *ctx, const void *in, size_t len, void *out, char *err, size_t errlen)
+{
+    rank_ctx *c = ctx;
+    if (len > SLOT_MAX) {
+        snprintf(err, errlen, "message of %zu bytes is over the test's %d", len, SLOT_MAX);
+        return -1;
+    }
+    memcpy(c->sh->slots[c->rank], in, len);
+    pthread_barrier_wait(&c->sh->bar);
+    for (int r = 0; r < c->sh->ranks; r++) memcpy((unsigned char *)out + (size_t)r * len, c->sh->slots[r], len);
+    pthread_barrier_wait(&c->sh->bar);
+    return 0;
+}
+
+static int broadcast(void *ctx, float *params, size_t off, size_t n, int root, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    rank_ctx *c = ctx;
+    pthread_barrier_wait(&c->sh->bar);
+    if (c->rank != root) memcpy(params + off, c->sh->params[root] + off, n * sizeof(float));
+    pthread_barrier_wait(&c->sh->bar);
+    return 0;
+}
+
+static void say(rank_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void say(rank_ctx *c, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    pthread_mutex_lock(&c->sh->out_mu);
+    vprintf(fmt, ap);
+    fflush(stdout);
+    pthread_mutex_unlock(&c->sh->out_mu);
+    va_end(ap);
+}
+
+static void *rank_main(void *p)
+{
+    rank_ctx *c = p;
+    char err[1024];
+    quadratic_options q;
+    quadratic_options_default(&q);
+    q.numel = c->numel;
+    q.seed = c->seed;
+    q.worker_id = c->worker_id;
+    trainer *t = quadratic_trainer_create(&q, err, sizeof err);
+    if (!t) {
+        say(c, "error rank %d: %s\n", c->rank, err);
+        c->failed = 1;
+        return NULL;
+    }
+    c->sh->params[c->rank] = t->params;
+    diloco_options o;
+    diloco_options_default(&o);
+    o.redis_url = c->redis;
+    o.run = c->run;
+    o.worker_id = c->rank == 0 ? c->worker_id : NULL; /* the others take rank 0's */
+    o.sync_every = c->sync_every;
+    o.bf16 = c->bf16;
+    o.error_feedback = c->error_feedback;
+    o.heartbeat_interval_ms = c->heartbeat_ms;
+    o.sync_timeout_ms = 30000;
+    o.group = (diloco_group_ops){
+        .size = c->sh->ranks, .rank = c->rank, .ctx = c, .allgather = allgather, .broadcast = broadcast};
+    if (c->bad && c->rank == 1) {
+        if (!strcmp(c->bad, "SIZE")) o.group.size = c->sh->ranks + 1;
+        if (!strcmp(c->bad, "RUN")) o.run = "not-this-run";
+        if (!strcmp(c->bad, "H")) o.sync_every = c->sync_every + 1;
+    }
+    diloco *d;
+    if (diloco_open(&o, t->params, t->numel, &d, err, sizeof err) < 0) {
+        say(c, "error rank %d: %s\n", c->rank, err);
+        c->failed = 1;
+        t->destroy(t);
+        return NULL;
+    }
+    trainer_stats st;
+    for (long step = 1; step <= c->steps; step++) {
+        if (t->step(t, &st, err, sizeof err) < 0) break;
+        diloco_report(d, st.loss, st.tokens);
+        int rc = diloco_after_step(d, err, sizeof err);
+        if (rc < 0) {
+            say(c, "error rank %d: %s\n", c->rank, err);
+            c->failed = 1;
+            break;
+        }
+        diloco_sync_info s;
+        if (rc == 1 && diloco_last_sync(d, &s) == 0)
+            say(c,
+                "sync rank %d version %" PRId64 " digest %016" PRIx64 " up %" PRIu64 " down %" PRIu64
+                " stale %d seconds %.4f wait %.4f\n",
+                c->rank, s.version, s.digest, s.bytes_up, s.bytes_down, s.stale, s.seconds, s.wait_seconds);
+    }
+    diloco_close(d);
+    t->destroy(t);
+    return NULL;
+}
+
+/* numel and seed of the run (the quadratic trainer's problem comes from them) */
+static int read_run(const char *url_s, const char *run, size_t *numel, uint64_t *seed)
+{
+    char err[512];
+    redis_url url;
+    runconf rc;
+    if (redis_url_parse(url_s, &url, err, sizeof err) < 0) return -1;
+    rconn *c = rconn_connect(&url, 5000, err, sizeof err);
+    if (!c || runconf_load(c, run, &rc, err, sizeof err) < 0) {
+        fprintf(stderr, "group_worker: %s\n", err);
+        if (c) rconn_free(c);
+        return -1;
+    }
+    *numel = (size_t)rc.numel;
+    *seed = rc.seed;
+    runconf_free(&rc);
+    rconn_free(c);
+    return 0;
+}
+
+int main(int argc, char **argv)
+{
+    static shared sh;
+    rank_ctx base = {.sh = &sh, .bf16 = 1, .heartbeat_ms = 1000};
+    int ranks = 2;
+    static struct option opts[] = {{"redis", 1, 0, 'r'},
+                                   {"run", 1, 0, 'n'},
+                                   {"worker-id", 1, 0, 'w'},
+                                   {"ranks", 1, 0, 'R'},
+                                   {"steps", 1, 0, 's'},
+                                   {"sync-every", 1, 0, 'H'},
+                                   {"no-bf16", 0, 0, 'b'},
+                                   {"error-feedback", 0, 0, 'e'},
+                                   {"heartbeat-ms", 1, 0, 'm'},
+                                   {"bad", 1, 0, 'x'},
+                                   {0, 0, 0, 0}};
+    for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
+        switch (ch) {
+        case 'r': base.redis = optarg; break;
+        case 'n': base.run = optarg; break;
+        case 'w': base.worker_id = optarg; break;
+        case 'R': ranks = atoi(optarg); break;
+        case 's': base.steps = atol(optarg); break;
+        case 'H': base.sync_every = atoi(optarg); break;
+        case 'b': base.bf16 = 0; break;
+        case 'e': base.error_feedback = 1; break;
+        case 'm': base.heartbeat_ms = atoi(optarg); break;
+        case 'x': base.bad = optarg; break;
+        default: fprintf(stderr, "usage: see the comment at the top of tests/tools/group_worker.c\n"); return 2;
+        }
+    }
+    if (!base.redis || !base.run || !base.worker_id || ranks < 1 || ranks > MAX_RANKS || base.sync_every < 1) {
+        fprintf(stderr, "usage: see the comment at the top of tests/tools/group_worker.c\n");
+        return 2;
+    }
+    if (read_run(base.redis, base.run, &base.numel, &base.seed) < 0) return 1;
+    sh.ranks = ranks;
+    pthread_barrier_init(&sh.bar, NULL, (unsigned)ranks);
+    pthread_mutex_init(&sh.out_mu, NULL);
+    rank_ctx ctx[MAX_RANKS];
+    pthread_t th[MAX_RANKS];
+    for (int r = 0; r < ranks; r++) {
+        ctx[r] = base;
+        ctx[r].rank = r;
+        pthread_create(&th[r], NULL, rank_main, &ctx[r]);
+    }
+    int failed = 0;
+    for (int r = 0; r < ranks; r++) {
+        pthread_join(th[r], NULL);
+        failed |= ctx[r].failed;
+    }
+    return failed ? 1 : 0;
+}

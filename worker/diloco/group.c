@@ -1,0 +1,470 @@
+/* group.c: process groups: several processes (ranks, e.g. one per GPU of a node, data-parallel inside)
+ * that are ONE worker of the run (diloco.h "Process groups", docs/PROTOCOL.md "Process groups").
+ *
+ * The ranks talk to each other only through the host's two collectives (o.group.allgather, .broadcast).
+ * Every step below that involves more than one rank is one allgather of a fixed-size group_msg, made by
+ * every rank whatever its own outcome, so the ranks always decide the same thing from the same facts
+ * (and the same error reaches every rank):
+ *
+ *   open:     HELLO (each rank's options and whether it could read the run: they must agree), REGISTER
+ *             (rank 0 registers the group; the others take its worker id and incarnation), JOIN (the
+ *             others dl_group_join), then FETCH until every rank's part is at one version, and the
+ *             exchange: rank r broadcasts params of its part, so every rank holds all of them;
+ *   a round:  PREPARE (each rank's Δ of its part: all fine, or the group fetches instead), the network
+ *             round of its part (sync.c: push, arrive as its rank, wait, get), NET (all fine: the
+ *             exchange; else RECOVER: rank 0 says whether the group is still a member, it registers
+ *             again if not, and FETCH as at open).
+ *
+ * A rank moves shards [grp_bounds[r], grp_bounds[r+1]) (contiguous, balanced by elements), which
+ * dl_first_shard / dl_last_shard give every per-fragment loop of sync.c, delta.c and session.c: the
+ * pseudo-gradient of a shard is computed from the same bytes as in a process of its own, so a group's
+ * contribution is bit-identical to one process's. The group arrives at the barrier only when every rank
+ * arrived (after its own pushes, lua/15_groups.lua), so a group whose rank died never contributes half.
+ * A rank that fails before its pushes are acknowledged leaves the run (dl_deregister), so the other
+ * ranks waiting at the barrier for the group's arrival see the eviction instead of waiting forever. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "log.h"
+#include "util.h"
+
+#define GROUP_MAGIC 0x70756f72676c6455ull /* "Udlgroup" */
+
+enum { GRP_HELLO = 1, GRP_REGISTER, GRP_JOIN, GRP_FETCH, GRP_PREPARE, GRP_NET, GRP_RECOVER };
+
+static const char *step_name(int what)
+{
+    static const char *names[] = {"?", "open", "register", "join", "fetch", "prepare", "round", "recover"};
+    return what >= GRP_HELLO && what <= GRP_RECOVER ? names[what] : names[0];
+}
+
+/* What one rank tells the others at one collective. */
+typedef struct group_msg {
+    uint64_t magic;
+    uint32_t call; /* the rank's count of collectives: the same on every rank in step */
+    int32_t what;  /* GRP_* */
+    int32_t rank, size;
+    int32_t status; /* DL_* (or 0 / -1) */
+    int32_t pad;
+    int64_t v[8]; /* what-specific numbers */
+    char run[72];
+    char worker[64];
+    char err[384];
+} group_msg;
+
+/* One allgather of msg from every rank into all[size], checked: every slot holds the rank it should, at
+ * the same collective. -1 + err when the transport failed or the ranks are out of step. */
+static int gather(diloco *d, int what, group_msg *msg, group_msg *all, char *err, size_t errlen)
+{
+    int size = d->o.group.size;
+    msg->magic = GROUP_MAGIC;
+    msg->call = ++d->grp_calls;
+    msg->what = what;
+    msg->rank = d->grp_rank;
+    msg->size = size;
+    char herr[256] = "";
+    if (d->o.group.allgather(d->o.group.ctx, msg, sizeof *msg, all, herr, sizeof herr) < 0) {
+        err_set(err, errlen, "the group's allgather failed at its %s step (%s): a rank died or the transport broke",
+                step_name(what), herr[0] ? herr : "no message");
+        return -1;
+    }
+    for (int r = 0; r < size; r++) {
+        const group_msg *m = &all[r];
+        if (m->magic != GROUP_MAGIC || m->size != size || m->rank != r) {
+            err_set(err, errlen,
+                    "the ranks of the group disagree: slot %d of the allgather holds rank %d of a group of %d, this "
+                    "rank is %d of %d (every rank must be given the same group size and its own rank)",
+                    r, m->rank, m->size, d->grp_rank, size);
+            return -1;
+        }
+        if (m->call != msg->call || m->what != what) {
+            err_set(err, errlen,
+                    "the ranks of the group are out of step: rank %d is at collective #%u (%s), rank %d at #%u "
+                    "(%s): a rank restarted alone or joined a group that already synced; restart every rank",
+                    r, m->call, step_name(m->what), d->grp_rank, msg->call, step_name(what));
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* The first rank whose status is not DL_OK: its status, with "rank r: its message" in err. */
+static int first_failure(const group_msg *all, int size, char *err, size_t errlen)
+{
+    for (int r = 0; r < size; r++)
+        if (all[r].status != DL_OK) {
+            err_set(err, errlen, "rank %d: %s", r, all[r].err[0] ? all[r].err : "failed");
+            return all[r].status;
+        }
+    return DL_OK;
+}
+
+/* The worst status of all ranks (corrupt > fail > evicted > stale), DL_OK when none failed. */
+static int worst_status(const group_msg *all, int size)
+{
+    static const int order[] = {DL_CORRUPT, DL_FAIL, DL_EVICTED, DL_STALE, DL_RETRY, DL_NEED};
+    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
+        for (int r = 0; r < size; r++)
+            if (all[r].status == order[i]) return order[i];
+    return DL_OK;
+}
+
+const char *group_wake_suffix(const diloco *d, char *buf, size_t cap)
+{
+    if (!d->grp || d->grp_rank == 0) return "";
+    snprintf(buf, cap, ":%d", d->grp_rank);
+    return buf;
+}
+
+/* ---- the ranks' parts ----------------------------------------------------------------------------- */
+
+/* Rank r's first shard: the shard boundary nearest to r/size of the elements, leaving every rank at
+ * least one shard. A function of the run and the size only: every rank computes the same. */
+static int part_bounds(diloco *d, char *err, size_t errlen)
+{
+    int size = d->o.group.size, ns = d->rc.nshards;
+    d->grp_bounds = calloc((size_t)size + 1, sizeof(int));
+    if (!d->grp_bounds) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    d->grp_bounds[size] = ns;
+    for (int r = 1; r < size; r++) {
+        uint64_t target = d->rc.numel * (uint64_t)r / (uint64_t)size;
+        int lo = d->grp_bounds[r - 1] + 1, hi = ns - (size - r), best = lo;
+        for (int k = lo; k <= hi; k++) {
+            uint64_t at = d->rc.shard_bounds[k], bat = d->rc.shard_bounds[best];
+            uint64_t dist = at > target ? at - target : target - at, bdist = bat > target ? bat - target : target - bat;
+            if (dist < bdist) best = k;
+        }
+        d->grp_bounds[r] = best;
+    }
+    d->part_lo = d->grp_bounds[d->grp_rank];
+    d->part_hi = d->grp_bounds[d->grp_rank + 1];
+    return 0;
+}
+
+int diloco_group_range(const diloco *d, int rank, size_t *offset, size_t *count)
+{
+    if (!d->grp || !d->grp_bounds || rank < 0 || rank >= d->o.group.size) return -1;
+    *offset = (size_t)d->rc.shard_bounds[d->grp_bounds[rank]];
+    *count = (size_t)d->rc.shard_bounds[d->grp_bounds[rank + 1]] - *offset;
+    return 0;
+}
+
+/* ---- parameters: one version on every rank, then the exchange -------------------------------------- */
+
+/* Every rank's part in base is the new global version: params take it, each rank broadcasts its part
+ * of params to the others, and base takes the others' parts (so base is the whole vector everywhere). */
+static int exchange(diloco *d, char *err, size_t errlen)
+{
+    size_t lo = (size_t)d->rc.shard_bounds[d->part_lo], hi = (size_t)d->rc.shard_bounds[d->part_hi];
+    memcpy(d->params + lo, d->base + lo, (hi - lo) * sizeof(float));
+    for (int r = 0; r < d->o.group.size; r++) {
+        size_t off, n;
+        diloco_group_range(d, r, &off, &n);
+        char herr[256] = "";
+        if (d->o.group.broadcast(d->o.group.ctx, d->params, off, n, r, herr, sizeof herr) < 0) {
+            err_set(err, errlen, "the group's broadcast of rank %d's parameters failed (%s)", r,
+                    herr[0] ? herr : "no message");
+            return -1;
+        }
+        if (r != d->grp_rank) memcpy(d->base + off, d->params + off, n * sizeof(float));
+    }
+    d->grp_dirty = 0;
+    return dl_params_changed(d, 0, d->numel, err, errlen);
+}
+
+/* Every rank fetches its part at version >= want, again at the highest version any rank got until all
+ * agree; then the exchange. -1 (the same on every rank) when a rank could not fetch. */
+static int group_fetch(diloco *d, int64_t want, char *err, size_t errlen)
+{
+    int size = d->o.group.size;
+    group_msg *all = calloc((size_t)size, sizeof *all);
+    if (!all) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    int rc = -1;
+    for (;;) {
+        group_msg me = {0};
+        me.status = dl_fetch_fragment(d, 0, want, 0, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
+        me.v[0] = d->frag_version[0];
+        if (gather(d, GRP_FETCH, &me, all, err, errlen) < 0) break;
+        if (first_failure(all, size, err, errlen) != DL_OK) break;
+        int64_t lo = all[0].v[0], hi = lo;
+        for (int r = 1; r < size; r++) {
+            if (all[r].v[0] < lo) lo = all[r].v[0];
+            if (all[r].v[0] > hi) hi = all[r].v[0];
+        }
+        if (lo == hi) {
+            rc = exchange(d, err, errlen);
+            break;
+        }
+        want = hi; /* a round committed between the ranks' fetches */
+    }
+    free(all);
+    if (rc < 0) d->grp_dirty = 1;
+    return rc;
+}
+
+/* ---- membership ------------------------------------------------------------------------------------ */
+
+static void set_incarnation(diloco *d, int64_t inc)
+{
+    pthread_mutex_lock(&d->hb_mu);
+    d->inc = inc;
+    d->evicted = 0;
+    pthread_mutex_unlock(&d->hb_mu);
+}
+
+/* End the group's membership (any rank may): the others see the eviction. */
+static void group_leave(diloco *d)
+{
+    int64_t inc = dl_inc(d);
+    if (inc <= 0) return;
+    redisReply *r = dl_command(d, NULL, 0, "FCALL dl_deregister 1 %s %s %lld %d", d->config_key, d->worker_id,
+                               (long long)inc, d->grp_rank);
+    if (r) freeReplyObject(r);
+}
+
+/* Rank 0 registers the group, hands its registration to the others, and they join it. */
+static int group_register(diloco *d, char *err, size_t errlen)
+{
+    int size = d->o.group.size, rc = -1;
+    group_msg me = {0}, *all = calloc((size_t)size, sizeof *all);
+    if (!all) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    if (d->grp_rank == 0) {
+        me.status = dl_register_now(d, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
+        me.v[0] = dl_inc(d);
+        me.v[1] = d->frag_version[0];
+        me.v[2] = d->frag_joined[0];
+        snprintf(me.worker, sizeof me.worker, "%s", d->worker_id);
+    }
+    if (gather(d, GRP_REGISTER, &me, all, err, errlen) < 0) goto out;
+    if (all[0].status != DL_OK) {
+        err_set(err, errlen, "rank 0 could not register the group: %s", all[0].err);
+        goto out;
+    }
+    memset(&me, 0, sizeof me);
+    if (d->grp_rank > 0) {
+        snprintf(d->worker_id, sizeof d->worker_id, "%s", all[0].worker);
+        set_incarnation(d, all[0].v[0]);
+        d->frag_version[0] = all[0].v[1];
+        d->frag_joined[0] = all[0].v[2];
+        redisReply *r = dl_command(d, me.err, sizeof me.err, "FCALL dl_group_join 1 %s %s %lld %d %d", d->config_key,
+                                   d->worker_id, (long long)all[0].v[0], d->grp_rank, size);
+        me.status = dl_reply_failed(r) ? DL_FAIL : DL_OK;
+        if (r) freeReplyObject(r);
+    }
+    if (gather(d, GRP_JOIN, &me, all, err, errlen) < 0) goto out;
+    if (first_failure(all, size, err, errlen) != DL_OK) {
+        if (d->grp_rank == 0) group_leave(d); /* nothing of this group may stay behind */
+        set_incarnation(d, 0);
+        goto out;
+    }
+    log_info("group of %d: rank %d of worker %s (incarnation %" PRId64 "), shards [%d, %d) of %d", size, d->grp_rank,
+             d->worker_id, dl_inc(d), d->part_lo, d->part_hi, d->rc.nshards);
+    rc = 0;
+out:
+    free(all);
+    return rc;
+}
+
+/* ---- open ------------------------------------------------------------------------------------------- */
+
+static int check_hooks(const diloco_options *o, char *err, size_t errlen)
+{
+    const diloco_group_ops *g = &o->group;
+    if (g->rank < 0 || g->rank >= g->size) {
+        err_set(err, errlen, "group rank %d is not in 0 .. %d (group size %d)", g->rank, g->size - 1, g->size);
+        return -1;
+    }
+    if (!g->allgather || !g->broadcast) {
+        err_set(err, errlen, "a process group needs both collectives (group.allgather and group.broadcast)");
+        return -1;
+    }
+    return 0;
+}
+
+/* What every rank must agree on, then what groups support (the same verdict on every rank). */
+static int check_hello(diloco *d, const group_msg *all, char *err, size_t errlen)
+{
+    int size = d->o.group.size;
+    static const char *what[] = {"the parameter count", "sync_every", "bf16", "error_feedback", "dylu", "device hooks"};
+    for (int r = 1; r < size; r++) {
+        if (strcmp(all[r].run, all[0].run) != 0) {
+            err_set(err, errlen, "the ranks of the group disagree on the run: rank 0 has '%s', rank %d '%s'",
+                    all[0].run, r, all[r].run);
+            return -1;
+        }
+        for (int i = 0; i < 6; i++)
+            if (all[r].v[i] != all[0].v[i]) {
+                err_set(err, errlen, "the ranks of the group disagree on %s: rank 0 has %" PRId64 ", rank %d %" PRId64,
+                        what[i], all[0].v[i], r, all[r].v[i]);
+                return -1;
+            }
+        if (all[r].worker[0] && strcmp(all[r].worker, all[0].worker) != 0) {
+            err_set(err, errlen, "rank %d was given worker id '%s' but rank 0 '%s': a group has one (rank 0's)", r,
+                    all[r].worker, all[0].worker);
+            return -1;
+        }
+    }
+    const char *why = d->rc.async             ? "asynchronous runs"
+                      : d->rc.nfragments != 1 ? "Streaming DiLoCo (runs of several fragments)"
+                      : d->dev                ? "device hooks"
+                      : d->o.dylu             ? "DyLU"
+                                              : NULL;
+    if (why) {
+        err_set(err, errlen, "process groups do not support %s yet: join this run with one process per worker", why);
+        return -1;
+    }
+    if (size > d->rc.nshards) {
+        err_set(err, errlen,
+                "a group of %d processes needs a run of at least %d shards (each rank moves whole shards) and run "
+                "'%s' has %d: init it with --shards %d or more, or use fewer ranks",
+                size, size, d->run, d->rc.nshards, size);
+        return -1;
+    }
+    return part_bounds(d, err, errlen);
+}
+
+static int hello(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
+{
+    int size = o->group.size, rc = -1;
+    group_msg me = {0}, *all = calloc((size_t)size, sizeof *all);
+    if (!all) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    me.status = dl_session_init(d, o, params, numel, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
+    int64_t v[6] = {(int64_t)numel, o->sync_every, o->bf16, o->error_feedback, o->dylu, o->device.delta != NULL};
+    memcpy(me.v, v, sizeof v);
+    snprintf(me.run, sizeof me.run, "%s", o->run ? o->run : "");
+    const char *id = d->grp_rank == 0 ? d->worker_id : o->worker_id ? o->worker_id : ""; /* "": rank 0's */
+    snprintf(me.worker, sizeof me.worker, "%s", id);
+    if (gather(d, GRP_HELLO, &me, all, err, errlen) == 0 && first_failure(all, size, err, errlen) == DL_OK)
+        rc = check_hello(d, all, err, errlen);
+    free(all);
+    return rc;
+}
+
+int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
+{
+    if (check_hooks(o, err, errlen) < 0) return -1;
+    d->grp = 1;
+    d->grp_rank = o->group.rank;
+    if (hello(d, o, params, numel, err, errlen) < 0) return -1;
+    if (group_register(d, err, errlen) < 0) return -1;
+    if (owners_refresh(d, err, errlen) < 0 || heartbeat_start(d, err, errlen) < 0) return -1;
+    if (dl_wait_joined_round(d, 0, err, errlen) < 0) return -1;
+    if (group_fetch(d, d->frag_version[0], err, errlen) < 0) return -1;
+    log_info("rank %d of group %s joined run %s at version %" PRId64 " (%zu parameters, shards [%d, %d) of %d)",
+             d->grp_rank, d->worker_id, d->run, d->frag_version[0], numel, d->part_lo, d->part_hi, d->rc.nshards);
+    return 0;
+}
+
+/* ---- a round ----------------------------------------------------------------------------------------- */
+
+/* A stop was asked for: leave the run (the others see the group gone) rather than wait for them. */
+static int stopped(diloco *d, const char *why, char *err, size_t errlen)
+{
+    char msg[512];
+    snprintf(msg, sizeof msg, "%s", why[0] ? why : "stopped");
+    group_leave(d);
+    set_incarnation(d, 0);
+    err_set(err, errlen, "%s", msg);
+    return -1;
+}
+
+/* The round did not complete on every rank (why: the first rank's reason): wait out a repair if that was
+ * it, register the group again if it is no longer a member, and continue from the current global
+ * parameters on every rank. 1; 0 when that failed too (the next sync tries again); -1 when stopping. */
+static int recover(diloco *d, int worst, const char *why, int64_t round, uint64_t t0, char *err, size_t errlen)
+{
+    d->refetch_all = 0;
+    d->grp_dirty = 1;
+    char reason[512];
+    snprintf(reason, sizeof reason, "%s", why);
+    log_warn("round %" PRId64 " did not complete for the group (%s); continuing from the global parameters", round,
+             reason);
+    if (worst == DL_CORRUPT && dl_wait_repaired(d, reason, err, errlen) < 0) return stopped(d, err, err, errlen);
+    group_msg me = {0}, *all = calloc((size_t)d->o.group.size, sizeof *all);
+    if (!all) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    if (d->grp_rank == 0) { /* is the group still a member, with this incarnation? */
+        redisReply *r = dl_command(d, NULL, 0, "FCALL dl_member 1 %s %s", d->config_key, d->worker_id);
+        me.v[0] = r && r->type == REDIS_REPLY_INTEGER && r->integer == dl_inc(d) && dl_inc(d) > 0;
+        if (r) freeReplyObject(r);
+    }
+    int rc = gather(d, GRP_RECOVER, &me, all, err, errlen);
+    int member = rc == 0 && all[0].v[0];
+    free(all);
+    if (rc < 0) return -1;
+    if (!member && group_register(d, err, errlen) < 0) rc = -1;
+    if (rc == 0 && group_fetch(d, d->frag_version[0], err, errlen) < 0) rc = -1;
+    if (rc < 0) {
+        log_error("the group could not recover: %s (the next sync tries again)", err);
+        return dl_stopping(d) ? stopped(d, err, err, errlen) : 0;
+    }
+    sync_record(d, 0, round, t0, 1);
+    return 1;
+}
+
+int group_round(diloco *d, char *err, size_t errlen)
+{
+    sync_begin(d);
+    uint64_t t0 = now_ms();
+    int64_t round = d->frag_version[0];
+    int size = d->o.group.size, worst = DL_STALE;
+    group_msg me = {0}, *all = calloc((size_t)size, sizeof *all);
+    if (!all) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    snprintf(err, errlen, "a rank's parameters were out of step with the group's");
+    if (!d->grp_dirty) {
+        prep_outcome p = round_prepare_delta(d, 0, me.err, sizeof me.err);
+        me.status = p == PREP_SEND ? DL_OK : p == PREP_CORRUPT ? DL_CORRUPT : p == PREP_RESET ? DL_STALE : DL_FAIL;
+        me.v[0] = (int64_t)d->push_tokens[0];
+        if (dl_stopping(d)) goto stop;
+        if (gather(d, GRP_PREPARE, &me, all, err, errlen) < 0) goto fatal;
+        worst = worst_status(all, size);
+        first_failure(all, size, err, errlen);
+    }
+    if (!d->grp_dirty && worst == DL_OK) {
+        uint64_t tokens = 0; /* the group's pseudo-gradient weighs all its ranks' tokens */
+        for (int r = 0; r < size; r++) tokens += (uint64_t)all[r].v[0];
+        d->push_tokens[0] = tokens;
+        memset(&me, 0, sizeof me);
+        me.status = sync_fragment_net(d, 0, me.err, sizeof me.err);
+        if (dl_stopping(d)) goto stop;
+        if ((me.status == DL_FAIL || me.status == DL_CORRUPT) && d->cur.t_pushed_us == 0)
+            group_leave(d); /* we never arrived: the others would wait at the barrier for the group forever */
+        if (gather(d, GRP_NET, &me, all, err, errlen) < 0) goto fatal;
+        worst = worst_status(all, size);
+        first_failure(all, size, err, errlen);
+        if (worst == DL_OK) {
+            free(all);
+            if (exchange(d, err, errlen) < 0) return -1;
+            sync_record(d, 0, round, t0, 0);
+            return 1;
+        }
+    }
+    free(all);
+    return recover(d, worst, err, round, t0, err, errlen);
+stop:
+    free(all);
+    return stopped(d, me.err, err, errlen);
+fatal:
+    free(all);
+    return -1;
+}

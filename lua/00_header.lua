@@ -49,5 +49,5 @@ local LIB_VERSION = '3'
 local EVENTS_MAXLEN = 100000
 -- After a failover of Redis, how long the reaper waits for every client to find the new master before
 -- silence counts again (20_membership.lua, control_plane_back; docs/PROTOCOL.md, Heartbeats and failovers)
-local FAILOVER_GRACE_MS = 2000
+local FAILOVER_GRACE_MS = 5000
 

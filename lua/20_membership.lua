@@ -157,7 +157,8 @@ end
 -- new one with the time it was first seen (`failover` event). Nobody could beat while no master was
 -- reachable, so a member's silence counts from the later of its last heartbeat and that time; the grace
 -- covers the clients that find the new master after the first one (rconn asks the Sentinels every
--- second while a command waits; a worker's heartbeat connection finds it at its next beat).
+-- second while a command waits; a worker's heartbeat connection finds it at a later beat, seconds later
+-- on a loaded machine: docs/PROTOCOL.md).
 local function control_plane_back(P, now)
     local id = replication_id()
     local st = redis.call('HMGET', P .. ':state', 'replid', 'failover_back_ms')

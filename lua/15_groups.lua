@@ -80,3 +80,22 @@ local function group_arrived(B, w, rec, inc, rank)
     end
     return true
 end
+
+-- A group that left on purpose (dl_deregister by one of its ranks): hash dl:{R}:left:<w>, field inc = its
+-- incarnation, for LEFT_TTL_S (a hash: the worker ACL user has HSET/HGET/EXPIRE, not SET/GET), so its other ranks' heartbeats, which may come before they learn it, are answered GONE
+-- instead of being counted as rejections of an unknown worker. An eviction is not remembered: the beats
+-- of an evicted group are rejections as any evicted worker's.
+local LEFT_TTL_S = 600
+
+local function group_left(P, w, inc)
+    local k = P .. ':left:' .. w
+    redis.call('HSET', k, 'inc', tostring(inc))
+    redis.call('EXPIRE', k, LEFT_TTL_S)
+end
+
+-- Whether (w, inc) is a group that left and is not a live member again under that incarnation.
+local function left_group(P, w, inc)
+    if redis.call('HGET', P .. ':left:' .. w, 'inc') ~= tostring(inc) then return false end
+    local rec = get_worker(P, w)
+    return not rec or tostring(rec.inc) ~= tostring(inc)
+end

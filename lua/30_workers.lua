@@ -122,15 +122,18 @@ end
 
 -- dl_deregister KEYS[1]=config ARGV: worker_id, incarnation [, rank]
 -- Any rank of a group ends the whole group. A rank finding its group gone already (another rank left
--- first) gets GONE, not a rejection: every rank of a group that stops leaves this way.
+-- first) gets GONE, not a rejection: every rank of a group that stops leaves this way. A group that
+-- leaves is remembered (group_left) so that its other ranks' next heartbeat learns it is gone without
+-- counting a rejection.
 local function dl_deregister(keys, args)
     local P = load_run(keys)
     if args[3] ~= nil then
         local rec = get_worker(P, args[1])
         if not rec or tostring(rec.inc) ~= tostring(args[2]) then return 'GONE' end
     end
-    check_member(P, args[1], args[2], 'dl_deregister')
+    local rec = check_member(P, args[1], args[2], 'dl_deregister')
     remove_member(P, args[1], 'left')
+    if group_size(rec) > 1 then group_left(P, args[1], rec.inc) end
     return 'OK'
 end
 
@@ -167,6 +170,7 @@ end
 
 -- dl_heartbeat KEYS[1]=config ARGV: worker_id, incarnation, steps_per_s, loss, step, tokens [, rank]
 -- -> {status, H for this worker (0 = keep yours), {round per fragment}}
+-- A rank of a group that one of its ranks ended (dl_deregister) gets GONE, not counted as a rejection.
 -- Checks the arguments, then applies the membership rule (reap, then is the caller a member), then
 -- writes the caller's one record. Every rank of a group beats with its rank: the group's tokens are
 -- the sum of its ranks', its speed, loss and step rank 0's.
@@ -177,6 +181,9 @@ local function dl_heartbeat(keys, args)
     local rank = to_int(args[7] or '0', 'rank')
     local now = now_ms()
     reap(P, now)
+    if left_group(P, w, inc) then
+        error('GONE worker ' .. w .. ' (incarnation ' .. inc .. ') left the run: its group was ended by one of its ranks')
+    end
     local rec = check_member(P, w, inc, 'dl_heartbeat')
     check_rank(w, rec, rank)
     local h = nil

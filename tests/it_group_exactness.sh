@@ -142,6 +142,19 @@ $RCLI FCALL dl_group_join 1 "$K" gl "$inc" 1 2 | grep -q 'GROUP worker gl (incar
 [ "$($RCLI HGET "dl:{$RUN}:workers" gl | od -c | md5sum)" = "$before" ] || fail "the refused join changed the group's record"
 $RCLI FCALL dl_arrive 1 "$K" gl "$inc" 0 0 1 | grep -q '^closed' || fail "the group's arrival with its last rank"
 [ "$($RCLI HGET "dl:{$RUN}:f0:r0" participants)" = "gl:$inc" ] || fail "participants: $($RCLI HGET "dl:{$RUN}:f0:r0" participants)"
+rej=$($RCLI HGET "dl:{$RUN}:state" rejections)
 [ "$($RCLI FCALL dl_deregister 1 "$K" gl "$inc" 1)" = OK ] && [ "$($RCLI FCALL dl_deregister 1 "$K" gl "$inc" 0)" = GONE ] ||
   fail "deregistering a group from two ranks"
-say "the Functions refuse a join after the group synced, a second join, a wrong size, an early arrival; the group counts once all ranks arrived"
+# the other rank's next heartbeat (before it learns the group ended) is told GONE, not counted as a rejection
+$RCLI FCALL dl_heartbeat 1 "$K" gl "$inc" 1 1 1 1 0 | grep -q '^GONE worker gl (incarnation '"$inc"') left the run' ||
+  fail "a heartbeat of a rank whose group left: $($RCLI FCALL dl_heartbeat 1 "$K" gl "$inc" 1 1 1 1 0)"
+[ "$($RCLI HGET "dl:{$RUN}:state" rejections)" = "$rej" ] ||
+  fail "a rank's heartbeat after its group left on purpose counted a rejection ($rej -> $($RCLI HGET "dl:{$RUN}:state" rejections))"
+[ "$($RCLI ZSCORE "dl:{$RUN}:heartbeats" gl)" = "" ] && [ "$($RCLI HEXISTS "dl:{$RUN}:workers" gl)" = 0 ] ||
+  fail "the GONE heartbeat wrote the group back"
+# an evicted group's beats are still rejections (only a group that left on purpose is remembered)
+inc2=$($RCLI FCALL dl_register 1 "$K" gl host 5 2 | head -n 1)
+[ "$($RCLI FCALL dl_kick 1 "$K" gl)" = OK ] || fail "kicking the group"
+$RCLI FCALL dl_heartbeat 1 "$K" gl "$inc2" 1 1 1 1 0 | grep -q '^UNKNOWN_WORKER' || fail "an evicted group's heartbeat was not refused"
+[ "$($RCLI HGET "dl:{$RUN}:state" rejections)" -gt "$rej" ] || fail "an evicted group's heartbeat was not counted as a rejection"
+say "the Functions refuse a join after the group synced, a second join, a wrong size, an early arrival; the group counts once all ranks arrived; a group that left is no rejection"

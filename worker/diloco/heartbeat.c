@@ -33,10 +33,15 @@ static void beat_once(diloco *d, rconn *c)
     redisReply *r = rconn_command(c, "FCALL dl_heartbeat 1 %s %s %lld %.6f %.6f %llu %llu %d", d->config_key,
                                   d->worker_id, inc, speed, loss, (unsigned long long)steps, tokens, d->grp_rank);
     if (!r) return;
-    int newly_evicted = 0;
+    int newly_evicted = 0, group_gone = 0;
     pthread_mutex_lock(&d->hb_mu);
     if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "UNKNOWN_WORKER", 14) == 0 && d->inc == inc) {
         newly_evicted = !d->evicted;
+        d->evicted = 1;
+    } else if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "GONE", 4) == 0 && d->inc == inc) {
+        /* our group was ended by another of its ranks (not counted as a rejection): no more beats; the
+         * training thread finds the group gone at its next sync, as after an eviction */
+        group_gone = !d->evicted;
         d->evicted = 1;
     } else if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
         if (r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "shutdown") == 0)
@@ -46,6 +51,7 @@ static void beat_once(diloco *d, rconn *c)
     pthread_mutex_unlock(&d->hb_mu);
     /* not under hb_mu: the host's log callback must never hold up the training thread's calls */
     if (newly_evicted) log_warn("heartbeat: %s", r->str);
+    if (group_gone) log_info("heartbeat: %s; heartbeats stop", r->str + 5);
     freeReplyObject(r);
 }
 

@@ -103,7 +103,8 @@ class DiLoCo:
 
     process_group (a torch.distributed process group, e.g. dist.group.WORLD, of more than one process):
     the processes of the group are ONE worker of the run, data-parallel inside (DDP; a DDP model is synced
-    through its module); every rank makes the same DiLoCo(...) call; worker_id is the group's (group.py)."""
+    through its module); every rank makes the same DiLoCo(...) call; worker_id is the group's (group.py). A
+    sharded model (FSDP, fully_shard) is refused with NotImplementedError: not supported yet."""
 
     def __init__(self, url: str, run: str, model: torch.nn.Module, inner_optimizer: torch.optim.Optimizer,
                  outer_optimizer: None = None, sync_every: int = 500,
@@ -168,6 +169,8 @@ class DiLoCo:
         """Join the run: the model's parameters become the run's current global ones."""
         if self._d is not None:
             return self
+        if self.process_group is not None:
+            group.refuse_sharded(self.model)  # every rank the same error, before anything is touched
         self._lib = _lib.load()
         module = group.unwrap(self.model)  # a DDP model is synced through its module
         tensors = checks.model_tensors(module)

@@ -30,6 +30,33 @@ def unwrap(model):
     return model
 
 
+# The classes of a sharded model: torch's FSDP wrapper (torch.distributed.fsdp.FullyShardedDataParallel) and
+# the module classes fully_shard (torch >= 2.4) makes, which derive from FSDPModule (their parameters are
+# DTensors). Matched by name, so the check needs no import of FSDP (Debian's torch 1.13 cannot import it
+# on Python 3.11).
+SHARDED_CLASSES = ("FullyShardedDataParallel", "FSDPModule")
+
+
+def refuse_sharded(model):
+    """A sharded (FSDP / fully_shard) model in a process group: NotImplementedError, before anything is opened.
+
+    Each rank of such a group holds a slice of every parameter, while group.c expects every rank to hold all
+    of them (DDP) and exchanges whole parts of the run's shards; the layout that would let each rank move
+    exactly its slice is designed in docs/PROTOCOL.md ("FSDP") but not built."""
+    for m in model.modules():
+        names = [c.__name__ for c in type(m).__mro__]
+        hit = next((n for n in names if n in SHARDED_CLASSES), None)
+        if hit is None:
+            hit = next(("DTensor parameter" for p in m.parameters(recurse=False)
+                        if "DTensor" in [c.__name__ for c in type(p).__mro__]), None)
+        if hit is not None:
+            raise NotImplementedError(
+                "process groups support replicated models (DDP) only: this model is sharded (%s in %s); "
+                "FSDP / fully_shard groups are designed (docs/PROTOCOL.md, \"Process groups\", FSDP) but not built. "
+                "Wrap the model with DistributedDataParallel, or run each process as its own worker "
+                "(no process_group)" % (hit, type(m).__name__))
+
+
 def _global_rank(group, rank):
     if hasattr(dist, "get_global_rank"):  # torch >= 2.0
         return dist.get_global_rank(group, rank)

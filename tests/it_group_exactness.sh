@@ -112,6 +112,21 @@ bad_case size 'disagree' --ranks 2 --bad SIZE
 bad_case run 'rank 1: .*not-this-run' --ranks 2 --bad RUN
 bad_case h 'disagree on sync_every' --ranks 2 --bad H
 RANKS=3 bad_case big 'needs a run of at least 3 shards' --ranks 3
+# a rank restarted alone (its old group, with rank 0, goes on): one clear error on both ranks, nothing
+# committed after the group's first round
+RUN=grestart
+init_run $RUN --trainer quadratic --numel 1000 --shards 2 --workers 1 --seed $SEED
+start_server arestart --lease-ttl-ms 2000
+build/tests/tools/group_worker --redis "$URL" --run $RUN --worker-id gr --ranks 2 --steps 20 --sync-every 5 --bad RESTART \
+  > "$TMP/bad-restart.out" 2>&1 && fail "restart: the group went on: $(cat "$TMP/bad-restart.out")"
+for r in 0 1; do
+  grep -q "^error rank $r: .*rank 1 opened the group anew (a rank restarted alone) while rank 0 is in worker gr, incarnation 1, at version 1 .*that group already synced.*restart every rank of the group" \
+    "$TMP/bad-restart.out" || fail "restart: rank $r did not say why: $(cat "$TMP/bad-restart.out")"
+done
+[ "$(shard_versions $RUN)" = "1 1" ] || fail "restart: shard versions $(shard_versions $RUN), want 1 1 (the first round only)"
+[ "$($RCLI HLEN "dl:{$RUN}:workers")" = 0 ] || fail "restart: the group stayed registered"
+say "a rank restarted alone: both ranks say its group already synced, nothing committed after that"
+RUN=gbad
 joins=$($RCLI HGET "dl:{$RUN}:state" joins)
 [ "$joins" = 0 ] || fail "bad input registered $joins time(s)"
 say "bad input (group size, run, H, a group larger than the shards): every rank says why, nothing registered"

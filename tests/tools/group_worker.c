@@ -12,7 +12,9 @@
  *
  * usage: group_worker --redis URL --run RUN --worker-id ID --ranks R --steps N --sync-every H
  *                     [--no-bf16] [--error-feedback] [--heartbeat-ms MS]
- *                     [--bad SIZE|RUN|H] (rank 1 is given another group size, run or H: a bad-input test) */
+ *                     [--bad SIZE|RUN|H] (rank 1 is given another group size, run or H: a bad-input test)
+ *                     [--bad RESTART] (after its first sync rank 1 opens a new session, as a rank restarted
+ *                     alone would, while rank 0 goes on in the group) */
 #include <getopt.h>
 #include <stdarg.h>
 #include <inttypes.h>
@@ -142,6 +144,17 @@ static void *rank_main(void *p)
                 "sync rank %d version %" PRId64 " digest %016" PRIx64 " up %" PRIu64 " down %" PRIu64
                 " stale %d seconds %.4f wait %.4f\n",
                 c->rank, s.version, s.digest, s.bytes_up, s.bytes_down, s.stale, s.seconds, s.wait_seconds);
+        if (rc == 1 && c->bad && !strcmp(c->bad, "RESTART") && c->rank == 1) {
+            diloco *again; /* the old session stays open: the group, with rank 0 in it, goes on */
+            if (diloco_open(&o, t->params, t->numel, &again, err, sizeof err) == 0) {
+                say(c, "rank 1 opened again\n");
+                diloco_close(again);
+            } else {
+                say(c, "error rank %d: %s\n", c->rank, err);
+                c->failed = 1;
+            }
+            break;
+        }
     }
     diloco_close(d);
     t->destroy(t);

@@ -53,7 +53,34 @@ typedef struct group_msg {
     char run[72];
     char worker[64];
     char err[384];
+    /* every message: the group this rank is in (0: none yet, e.g. a rank opening), for out-of-step errors */
+    int64_t ginc, gversion;
+    char gworker[64];
 } group_msg;
+
+/* The ranks are out of step (all[r] is at another collective than all[0] or this rank): one message,
+ * built from all[] only, so every rank says the same. A rank at its first collective (open) next to a
+ * rank of a registered group is a rank restarted alone: say so, with the group it cannot join. */
+static void out_of_step(diloco *d, const group_msg *all, int r, char *err, size_t errlen)
+{
+    int size = d->o.group.size, fresh = -1, old = -1;
+    for (int q = 0; q < size; q++) {
+        if (all[q].what == GRP_HELLO && all[q].call == 1 && fresh < 0) fresh = q;
+        if (all[q].ginc > 0 && old < 0) old = q;
+    }
+    if (fresh >= 0 && old >= 0) {
+        err_set(err, errlen,
+                "rank %d opened the group anew (a rank restarted alone) while rank %d is in worker %s, incarnation "
+                "%" PRId64 ", at version %" PRId64 " (collective #%u, %s): that group already synced and a rank "
+                "cannot join a group of another incarnation; restart every rank of the group",
+                fresh, old, all[old].gworker, all[old].ginc, all[old].gversion, all[old].call, step_name(all[old].what));
+        return;
+    }
+    err_set(err, errlen,
+            "the ranks of the group are out of step: rank %d is at collective #%u (%s), rank %d at #%u "
+            "(%s): a rank restarted alone or joined a group that already synced; restart every rank",
+            r, all[r].call, step_name(all[r].what), d->grp_rank, all[d->grp_rank].call, step_name(all[d->grp_rank].what));
+}
 
 /* One allgather of msg from every rank into all[size], checked: every slot holds the rank it should, at
  * the same collective. -1 + err when the transport failed or the ranks are out of step. */
@@ -65,6 +92,9 @@ static int gather(diloco *d, int what, group_msg *msg, group_msg *all, char *err
     msg->what = what;
     msg->rank = d->grp_rank;
     msg->size = size;
+    msg->ginc = dl_inc(d);
+    msg->gversion = d->frag_version ? d->frag_version[0] : 0;
+    snprintf(msg->gworker, sizeof msg->gworker, "%s", msg->ginc > 0 ? d->worker_id : "");
     char herr[256] = "";
     if (d->o.group.allgather(d->o.group.ctx, msg, sizeof *msg, all, herr, sizeof herr) < 0) {
         err_set(err, errlen, "the group's allgather failed at its %s step (%s): a rank died or the transport broke",
@@ -80,11 +110,8 @@ static int gather(diloco *d, int what, group_msg *msg, group_msg *all, char *err
                     r, m->rank, m->size, d->grp_rank, size);
             return -1;
         }
-        if (m->call != msg->call || m->what != what) {
-            err_set(err, errlen,
-                    "the ranks of the group are out of step: rank %d is at collective #%u (%s), rank %d at #%u "
-                    "(%s): a rank restarted alone or joined a group that already synced; restart every rank",
-                    r, m->call, step_name(m->what), d->grp_rank, msg->call, step_name(what));
+        if (m->call != all[0].call || m->what != all[0].what) {
+            out_of_step(d, all, r, err, errlen);
             return -1;
         }
     }

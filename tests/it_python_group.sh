@@ -1,7 +1,8 @@
 #!/bin/sh
 # it_python_group.sh: rediloco.DiLoCo(..., process_group=...) with DDP on gloo, ranks started by
-# torch.multiprocessing (tests/python/group_quad.py; fork here, as importing torch again in every rank
-# takes long on a busy machine: START=spawn runs them with spawn). Two runs at once: (1) two groups g1, g2 of 2
+# torch.multiprocessing (tests/python/group_quad.py; fork here, all four groups from one launcher, as
+# importing torch in every launcher and rank takes long on a busy machine: START=spawn runs each group
+# from its own launcher with spawn). Two runs at once: (1) two groups g1, g2 of 2
 # ranks: the run's shard digests and every rank's digest after its last sync equal the in-process
 # reference of two single workers g1, g2 (tests/tools/ref_quadratic), the two groups are each closed
 # round's only participants, and in the last rounds a group's ranks together sent and received exactly
@@ -15,20 +16,26 @@ start_redis
 init_run pgx --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED
 init_run pgmix --trainer quadratic --numel $NUMEL --shards 8 --workers 3 --seed $SEED
 for RUN in pgx pgmix; do start_server a$RUN --lease-ttl-ms 2000; start_server b$RUN --lease-ttl-ms 2000; done
-group() { # RUN ID
-  /usr/bin/python3 tests/python/group_quad.py "$URL" $1 $2 $((ROUNDS * H)) $H --ranks 2 --numel $NUMEL --seed $SEED \
-    --out "$TMP/$1-$2" --start-method ${START:-fork} > "$TMP/py-$1-$2.log" 2>&1 &
-  eval "P_$1_$2=$!"; PIDS="$PIDS $!"
+group() { # RUN ID [FLAGS]: a launcher of its own (START=spawn)
+  r=$1; id=$2; shift 2
+  (/usr/bin/python3 tests/python/group_quad.py "$URL" $r $id $((ROUNDS * H)) $H --ranks 2 --numel $NUMEL --seed $SEED \
+    --out "$TMP/$r-$id" --start-method spawn "$@" > "$TMP/py-$r-$id.log" 2>&1; echo $? > "$TMP/$r-$id.exit") &
+  PIDS="$PIDS $!"; GROUPS_PIDS="$GROUPS_PIDS $!"
 }
-group pgx g1; group pgx g2; group pgmix g1
-/usr/bin/python3 tests/python/group_quad.py "$URL" pgx gbad 10 5 --ranks 2 --numel $NUMEL --seed $SEED --bad-model \
-  --out "$TMP/pgx-gbad" --start-method ${START:-fork} > "$TMP/py-pgx-gbad.log" 2>&1 &
-PBAD=$!; PIDS="$PIDS $!"
+if [ "${START:-fork}" = spawn ]; then
+  group pgx g1; group pgx g2; group pgmix g1; group pgx gbad --bad-model
+else # one launcher (one torch import) forks the ranks of all four groups
+  /usr/bin/python3 tests/python/group_quad.py "$URL" pgx g1 $((ROUNDS * H)) $H --ranks 2 --numel $NUMEL --seed $SEED \
+    --out "$TMP/pgx-g1" --start-method fork --also pgx:g2 --also pgmix:g1 --also pgx:gbad:bad > "$TMP/py-groups.log" 2>&1 &
+  PIDS="$PIDS $!"; GROUPS_PIDS=$!
+fi
 /usr/bin/python3 tests/python/quad_worker.py "$URL" pgmix w2 $((ROUNDS * H)) $H --numel $NUMEL --seed $SEED \
   --digests "$TMP/pgmix-w2.digests" > "$TMP/py-pgmix-w2.log" 2>&1 &
 PW2=$!; PIDS="$PIDS $!"
 RUN=pgmix start_worker w3 --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1
-for p in pgx_g1 pgx_g2 pgmix_g1; do eval "pid=\$P_$p"; wait "$pid" || fail "group $p exited with status $?"; done
+for pid in $GROUPS_PIDS; do wait "$pid"; done
+exit_of() { cat "$TMP/$1.exit" 2>/dev/null || echo "none"; } # GROUP: its launcher's exit status (per group)
+for p in pgx-g1 pgx-g2 pgmix-g1; do [ "$(exit_of $p)" = 0 ] || fail "group $p failed: $(cat "$TMP"/py-*.log | tail -n 20)"; done
 wait "$PW2" || fail "PyTorch worker w2 exited with status $?"
 RUN=pgmix; wait_workers w3
 
@@ -40,7 +47,7 @@ check_ref() { # RUN WORKERS -> REF (digest of the whole vector)
     || fail "$1: shard digests differ from the reference of $2: $(cat "$TMP/diff.txt")"
   REF=$(awk '/^all/ {print $2}' "$TMP/ref-$1.txt")
 }
-wait "$PBAD" && fail "a group whose ranks have different models started"
+[ "$(exit_of pgx-gbad)" = 1 ] || fail "a group whose ranks have different models: exit status $(exit_of pgx-gbad), want 1"
 for r in 0 1; do
   grep -q "^error the ranks of the process group disagree on model tensors (entry 0): rank 0 has \['x', \[$NUMEL\]\], rank 1 \['y', \[$NUMEL\]\]" "$TMP/pgx-gbad.rank$r" ||
     fail "rank $r of gbad did not say the models differ: $(cat "$TMP/pgx-gbad.rank$r")"

@@ -6,8 +6,14 @@ of WORKER_ID (tests/python/quad_worker.py: the C trainer's problem and AdamW in 
 Every rank runs DDP over the same model and the same problem, so DDP's averaged gradient is each rank's own
 (g/R summed R times: exact for R = 2), and the group trains what one process of that id would. Each rank
 writes PREFIX.rank<r>: "pid <pid>" first, then one line per sync: "sync <version> <digest> <bytes_up>
-<bytes_down> <stale>", or "error <message>" when it could not join. --step-delay slows every step (the crash test kills a rank mid-run)."""
+<bytes_down> <stale>", or "error <message>" when it could not join. --step-delay slows every step (the crash test kills a rank mid-run).
+
+--also RUN:WORKER_ID[:bad] (repeatable, with --start-method fork): this launcher starts those groups too, with
+the same arguments (their --out PREFIX: PREFIX's folder, RUN-WORKER_ID; ":bad" as --bad-model), so a test
+imports torch once for all its groups. Each group's exit status goes to its PREFIX.exit; the launcher exits 0
+when every group did."""
 import argparse
+import datetime
 import os
 import sys
 import tempfile
@@ -68,6 +74,13 @@ def rank_main(rank, args, init_file):
     except rediloco.DiLoCoError as e:
         if out:
             out.write("error %s\n" % e)
+            out.flush()
+        # every rank writes its error before any raises: torch.multiprocessing ends a group's other ranks as
+        # soon as one rank fails (a bounded wait: the ranks may also fail apart)
+        try:
+            dist.monitored_barrier(timeout=datetime.timedelta(seconds=20))
+        except Exception:  # noqa: BLE001 - the other rank did not get there: its own error is its own
+            pass
         raise
     with dl:
         last = None
@@ -105,12 +118,40 @@ def main():
     ap.add_argument("--bad-model", action="store_true", help="rank 1's parameter is named y, not x")
     ap.add_argument("--start-method", default="spawn", choices=("spawn", "fork"),
                     help="fork: the ranks need not import torch again (the tests, on a busy machine)")
+    ap.add_argument("--also", action="append", default=[], metavar="RUN:WORKER_ID[:bad]",
+                    help="start this group too (fork only): one torch import for several groups")
     args = ap.parse_args()
     torch.set_num_threads(1)
+    if not args.also:
+        with tempfile.TemporaryDirectory() as tmp:
+            mp.start_processes(rank_main, args=(args, os.path.join(tmp, "init")), nprocs=args.ranks, join=True,
+                               start_method=args.start_method)
+        return 0
+    if args.start_method != "fork" or not args.out:
+        ap.error("--also needs --start-method fork and --out")
+    groups = [args]
+    for spec in args.also:
+        run, wid, *flag = spec.split(":")
+        g = argparse.Namespace(**vars(args))
+        g.run, g.worker_id, g.bad_model = run, wid, flag == ["bad"]
+        g.out = os.path.join(os.path.dirname(args.out), "%s-%s" % (run, wid))
+        groups.append(g)
+    failed = 0
     with tempfile.TemporaryDirectory() as tmp:
-        mp.start_processes(rank_main, args=(args, os.path.join(tmp, "init")), nprocs=args.ranks, join=True,
-                           start_method=args.start_method)
-    return 0
+        running = [(g, mp.start_processes(rank_main, args=(g, os.path.join(tmp, "init%d" % i)), nprocs=g.ranks,
+                                          join=False, start_method="fork")) for i, g in enumerate(groups)]
+        for g, ctx in running:
+            status = 0
+            try:
+                while not ctx.join():
+                    pass
+            except Exception as e:  # noqa: BLE001 - a rank failed: that group's status, the others go on
+                print("group %s of run %s failed: %s" % (g.worker_id, g.run, str(e).strip().splitlines()[-1]))
+                status = 1
+            with open(g.out + ".exit", "w") as f:
+                f.write("%d\n" % status)
+            failed |= status
+    return failed
 
 
 if __name__ == "__main__":

@@ -35,6 +35,7 @@ BLASLIBS  = $(OPENBLAS_LIBS) -fopenmp
 DEB_PKGS  = build-essential pkg-config libhiredis-dev redis-server redis-sentinel redis-tools libevent-dev libmsgpack-dev \
             libopenblas-dev libxxhash-dev libjansson-dev libcmocka-dev libssl-dev bible-kjv bible-kjv-text \
             python3-torch python3-numpy python3-yaml iproute2 procps chromium curl stunnel4 openssl gnuplot-nox \
+            python3-pip python3-setuptools python3-venv python3-wheel \
             qemu-user clang-14 libclang-rt-14-dev
 
 BUILD = build
@@ -399,6 +400,7 @@ install-python: $(LIBDILOCO_SO) $(LIBDILOCO_CUDA_SO)
 	for f in $(PY_SRC); do install -D -m 644 $$f $(DESTDIR)$(PREFIX)/$(PY_SITE)/$${f#python/}; done
 	install -m 755 $(LIBDILOCO_SO) $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco/$(DILOCO_SONAME)
 	$(if $(LIBDILOCO_CUDA_SO),install -m 755 $(LIBDILOCO_CUDA_SO) $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco/$(DILOCO_CUDA_SONAME))
+	install -m 644 python/rediloco/py.typed $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco/py.typed
 	$(PYTHON) -m compileall -q $(DESTDIR)$(PREFIX)/$(PY_SITE)/rediloco
 
 uninstall-python:

@@ -108,7 +108,11 @@ static void print_workers(json_t *doc)
         char stale[32] = "-";
         if (json_object_get(w, "stale_n"))
             snprintf(stale, sizeof stale, "%.1f/%.0f", num(w, "stale_mean"), num(w, "stale_max"));
-        printf("  %-28s %5.0f %-16s %8.1fs %9.2f %9.4f %8.0f %6.0f %13s\n", str(w, "id"), num(w, "inc"), str(w, "host"),
+        char id[96]; /* a process group (docs/PROTOCOL.md) says how many processes it is */
+        int n = snprintf(id, sizeof id, "%s", str(w, "id"));
+        if (num(w, "group") > 1 && n > 0 && (size_t)n < sizeof id)
+            snprintf(id + n, sizeof id - (size_t)n, " (%.0f ranks)", num(w, "group"));
+        printf("  %-28s %5.0f %-16s %8.1fs %9.2f %9.4f %8.0f %6.0f %13s\n", id, num(w, "inc"), str(w, "host"),
                num(w, "heartbeat_age_ms") / 1000.0, num(w, "speed"), num(w, "loss"),
                json_is_array(joined) ? json_number_value(json_array_get(joined, 0)) : -1, num(w, "h"), stale);
     }

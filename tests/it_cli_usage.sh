@@ -51,10 +51,14 @@ expect 1 "$hint" bin/coordinator serve --redis "$DEAD" --run r --connect-timeout
 expect 1 "$hint" bin/shard-server --redis "$DEAD" --run r --connect-timeout 0
 expect 1 "$hint" bin/worker --redis "$DEAD" --run r --connect-timeout 0
 say "Redis down, one attempt: exit 1, one line with '$hint'"
-for cmd in "coordinator serve" shard-server worker; do # waiting for a down Redis: SIGTERM ends it at once
+# waiting for a down Redis: SIGTERM ends it at once. The signal goes once the binary says it is retrying
+# (it is then in the wait): a fixed sleep raced the start, which under load is slow before main() for
+# bin/worker (the dynamic loader maps libcublas/libcublasLt: 2.3 s on a loaded 2-core machine).
+for cmd in "coordinator serve" shard-server worker; do
   bin/$cmd --redis "$DEAD" --run r > "$TMP/wait.log" 2>&1 &
   p=$!; PIDS="$PIDS $p"
-  sleep 1; kill -TERM $p
+  wait_until 20 'grep -q "retrying for up to" "$TMP/wait.log"' "$cmd to say it waits for Redis"
+  kill -TERM $p
   wait_until 3 '! alive $p' "$cmd to stop on SIGTERM while it waits for Redis"
   wait $p; rc=$?
   [ $rc -le 1 ] || fail "$cmd waiting for Redis: SIGTERM gave exit $rc (killed, not stopped)"

@@ -127,6 +127,13 @@ $RCLI FCALL dl_group_join 1 "$K" gl "$inc" 1 3 | grep -q 'BADARG worker gl was r
 [ "$($RCLI FCALL dl_group_join 1 "$K" gl "$inc" 1 2)" = OK ] || fail "rank 1 could not join"
 $RCLI FCALL dl_group_join 1 "$K" gl "$inc" 1 2 | grep -q 'GROUP rank 1 of worker gl joined already' ||
   fail "a second join was not refused"
+$RCLI FCALL dl_heartbeat 1 "$K" gl "$inc" 2.5 0.25 40 5 0 > /dev/null && $RCLI FCALL dl_heartbeat 1 "$K" gl "$inc" 9 9 9 7 1 > /dev/null
+bin/coordinator status --redis "$URL" --run $RUN --json | python3 -c '
+import json, sys
+w = [w for w in json.load(sys.stdin)["workers"] if w["id"] == "gl"][0]
+assert (w["tokens"], w["speed"], w["loss"], w["step"], w["group"]) == (12, 2.5, 0.25, 40, 2), w' ||
+  fail "the group's heartbeat record: tokens must be its ranks' sum, speed/loss/step rank 0's"
+bin/coordinator status --redis "$URL" --run $RUN | grep -q '^  gl (2 ranks) ' || fail "coordinator status does not show the group's size"
 $RCLI FCALL dl_arrive 1 "$K" gl "$inc" 0 0 0 | grep -q '^open' || fail "rank 0's arrival"
 [ "$($RCLI HEXISTS "dl:{$RUN}:f0:r0" a:gl)" = 0 ] || fail "half the group counted as arrived"
 before=$($RCLI HGET "dl:{$RUN}:workers" gl | od -c | md5sum)

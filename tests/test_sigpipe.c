@@ -86,8 +86,20 @@ static void earlier_pending_sigpipe_is_left_alone(void **state)
     close(p[1]);
 }
 
-/* A "Redis" on a unix socket that accepts the connection and closes it at once: the next command's
- * write hits a closed socket (EPIPE on a unix socket, every time). */
+/* A "Redis" on a unix socket that answers the PING rconn_connect sends on a connection without a password
+ * (it asks whether the server wants one) and then closes it: the next command's write hits a closed
+ * socket (EPIPE on a unix socket, every time). */
+static void *answer_ping_then_close(void *arg)
+{
+    int lfd = *(int *)arg, afd = accept(lfd, NULL, NULL);
+    if (afd < 0) return NULL;
+    char buf[256];
+    ssize_t got = read(afd, buf, sizeof buf); /* "*1\r\n$4\r\nPING\r\n" */
+    if (got > 0 && write(afd, "+PONG\r\n", 7) != 7) got = -1;
+    close(afd);
+    return got > 0 ? arg : NULL;
+}
+
 static void command_on_connection_the_server_closed(void **state)
 {
     (void)state;
@@ -99,15 +111,17 @@ static void command_on_connection_the_server_closed(void **state)
     assert_true(lfd >= 0);
     assert_int_equal(bind(lfd, (struct sockaddr *)&sa, sizeof sa), 0);
     assert_int_equal(listen(lfd, 1), 0);
+    pthread_t server;
+    assert_int_equal(pthread_create(&server, NULL, answer_ping_then_close, &lfd), 0);
     char url[200], err[256];
     snprintf(url, sizeof url, "unix://%s", sa.sun_path);
     redis_url u;
     assert_int_equal(redis_url_parse(url, &u, err, sizeof err), 0);
-    rconn *c = rconn_connect(&u, 1000, err, sizeof err); /* no password, db 0: no command sent yet */
+    rconn *c = rconn_connect(&u, 1000, err, sizeof err); /* no password: one PING, answered */
     assert_non_null(c);
-    int afd = accept(lfd, NULL, NULL);
-    assert_true(afd >= 0);
-    close(afd);
+    void *served = NULL;
+    assert_int_equal(pthread_join(server, &served), 0);
+    assert_non_null(served); /* the server read the PING, answered it and closed the connection */
     redisReply *r = rconn_command(c, "PING");
     assert_null(r);
     assert_true(rconn_broken(c));

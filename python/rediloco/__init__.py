@@ -25,7 +25,7 @@ def __getattr__(name):
     raise AttributeError("module 'rediloco' has no attribute %r" % name)
 
 
-def library_version():
+def library_version() -> str:
     """Version string of the libdiloco this package loaded."""
     from . import _lib
     return _lib.load().diloco_version_string().decode()

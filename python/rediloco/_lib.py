@@ -9,7 +9,10 @@ rather than corrupt memory.
 Where the library is looked for, first found wins:
     $REDILOCO_LIB                         an explicit path
     <package>/../../build/libdiloco.so    the source tree this package lives in (make python)
-    <package>/libdiloco.so.0              installed next to the package (make install-python)
+    <package>/libdiloco.so.0              installed next to the package (make install-python, or
+                                          `pip install ./python` in a built tree: setup.py)
+    <libdir>/libdiloco.so.0               where `make install` put it, as pkg-config said when
+                                          `pip install` built the package without one (_libdir.py)
     libdiloco.so.0                        the dynamic loader's search path (make install + ldconfig)
 """
 import ctypes
@@ -112,8 +115,14 @@ def default_paths(name):
     """Where a library of ours (libdiloco, libdiloco_cuda) is looked for: the build tree of a checkout,
     next to the installed package, then the system's search path."""
     here = os.path.dirname(os.path.abspath(__file__))
-    return [os.path.join(here, "..", "..", "build", name + ".so"), os.path.join(here, name + ".so.0"),
-            name + ".so.0"]
+    paths = [os.path.join(here, "..", "..", "build", name + ".so"), os.path.join(here, name + ".so.0")]
+    try:
+        from ._libdir import LIBDIR  # written by setup.py only when it bundled no library
+    except ImportError:
+        LIBDIR = None
+    if LIBDIR:
+        paths.append(os.path.join(LIBDIR, name + ".so.0"))
+    return paths + [name + ".so.0"]
 
 
 def open_first(paths):

@@ -3,7 +3,10 @@
 A checkpoint holds the run's flat fp32 parameter vector ("params") and, in its metadata, the layout
 [[name, shape, offset], ...] of the tensors in it: for a run created from a model's state
 (init_run, `coordinator init --from-state`) those are the model's own parameter names."""
+from __future__ import annotations
+
 import json
+from typing import Any, Dict, Tuple
 
 import torch
 
@@ -12,12 +15,12 @@ from .checks import quoted
 from .errors import DiLoCoError
 
 
-def read_checkpoint(path):
+def read_checkpoint(path: str) -> Tuple[Dict[str, Any], Dict[str, torch.Tensor]]:
     """(metadata, {tensor name: fp32 tensor}) of a checkpoint, cut by its layout."""
     try:
         meta, tensors = safetensors.read(path)
     except (OSError, ValueError) as e:
-        raise DiLoCoError("cannot read checkpoint %s: %s" % (path, e))
+        raise DiLoCoError("cannot read checkpoint %s: %s" % (path, e)) from e
     if meta.get("format") != "rediloco-checkpoint" or "params" not in tensors:
         raise DiLoCoError("%s is not a ReDiLoCo checkpoint (write one with `coordinator checkpoint save`)" % path)
     flat = tensors["params"]
@@ -32,7 +35,7 @@ def read_checkpoint(path):
     return meta, out
 
 
-def load_checkpoint(model, path, strict=True):
+def load_checkpoint(model: torch.nn.Module, path: str, strict: bool = True) -> Dict[str, Any]:
     """Copy a checkpoint's parameters into model (by name). strict: every tensor of the model's
     state_dict() (parameters and buffers) and every tensor of the checkpoint must meet, with the same
     shape; else DiLoCoError naming those that do not (a checkpoint holds parameters only: a model with

@@ -99,7 +99,7 @@ def check_layout(layout_json, tensors, run_numel=None):
     try:
         layout = json.loads(layout_json)
     except ValueError as e:
-        raise DiLoCoError("the run's layout field is not JSON (%s)" % e)
+        raise DiLoCoError("the run's layout field is not JSON (%s)" % e) from e
     for i, (name, shape, off) in enumerate(layout):
         if i >= len(tensors):
             raise DiLoCoError("the run has tensor %r %s at offset %d that the model lacks (the model has %d "

@@ -16,11 +16,17 @@ Where libdiloco_cuda.so is looked for, first found wins (as _lib.py does for lib
     <package>/libdiloco_cuda.so.0               installed next to the package (make install-python)
     libdiloco_cuda.so.0                         the dynamic loader's search path
 """
+from __future__ import annotations
+
 import ctypes
 import os
+from typing import TYPE_CHECKING
 
 from . import _lib
 from .errors import DiLoCoError
+
+if TYPE_CHECKING:
+    import torch
 
 CPU, DEVICE_HOOKS, PINNED_HOST_COPY = "cpu", "device hooks", "pinned host copy"
 _ERRLEN = 1024
@@ -57,7 +63,7 @@ def load_cuda():
     return None
 
 
-def cuda_library_status():
+def cuda_library_status() -> str:
     """The path of the libdiloco_cuda in use, or why there is none."""
     lib = load_cuda()
     return lib.path if lib is not None else _cuda_why
@@ -72,7 +78,7 @@ def path_for_device(device):
     return PINNED_HOST_COPY
 
 
-def transfer_path(model):
+def transfer_path(model: torch.nn.Module) -> str:
     """How DiLoCo would move this model's parameters: "cpu", "device hooks" or "pinned host copy"."""
     devices = {p.device for p in model.parameters()}
     if len(devices) != 1:

@@ -18,16 +18,22 @@ once); the next hook raises Stopped, which the block swallows, so the code after
 handlers come back when the block ends. The names of the arguments follow torchft's local_sgd.DiLoCo
 where they mean the same thing (sync_every, fragment_sync_delay, fragment_update_alpha).
 """
+from __future__ import annotations
+
 import ctypes
 import os
 import signal
 import threading
+from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 from . import _lib, checks, devicehooks, group
 from .buffers import BufferWatch
 from .errors import DiLoCoError, Stopped
 from .params import FlatParams
 from .syncinfo import SyncInfo
+
+if TYPE_CHECKING:
+    import torch
 
 _LEVELS = {"debug": _lib.LOG_DEBUG, "info": _lib.LOG_INFO, "warn": _lib.LOG_WARN, "error": _lib.LOG_ERROR}
 _ERRLEN = 1024
@@ -99,10 +105,15 @@ class DiLoCo:
     the processes of the group are ONE worker of the run, data-parallel inside (DDP; a DDP model is synced
     through its module); every rank makes the same DiLoCo(...) call; worker_id is the group's (group.py)."""
 
-    def __init__(self, url, run, model, inner_optimizer, outer_optimizer=None, sync_every=500,
-                 fragment_sync_delay=None, fragment_update_alpha=0.0, worker_id=None, bf16=True, dylu=False,
-                 error_feedback=False, heartbeat_interval=30.0, max_sync_retries=3, connect_timeout=60.0, net_timeout=60.0,
-                 sync_timeout=120.0, handle_signals=True, log=None, log_level=None, process_group=None):
+    def __init__(self, url: str, run: str, model: torch.nn.Module, inner_optimizer: torch.optim.Optimizer,
+                 outer_optimizer: None = None, sync_every: int = 500,
+                 fragment_sync_delay: Optional[int] = None, fragment_update_alpha: float = 0.0,
+                 worker_id: Optional[str] = None, bf16: bool = True, dylu: bool = False,
+                 error_feedback: bool = False, heartbeat_interval: float = 30.0, max_sync_retries: int = 3,
+                 connect_timeout: float = 60.0, net_timeout: float = 60.0, sync_timeout: float = 120.0,
+                 handle_signals: bool = True, log: Optional[Callable[[int, str], None]] = None,
+                 log_level: Optional[str] = None,
+                 process_group: Optional[torch.distributed.ProcessGroup] = None) -> None:
         checks.check_arguments(url, run, model, inner_optimizer)
         if outer_optimizer is not None:
             raise TypeError("outer_optimizer must be None: the outer optimizer runs on the shard-servers; set it "
@@ -145,15 +156,15 @@ class DiLoCo:
 
     # ---- opening and closing ------------------------------------------------------------------------
 
-    def __enter__(self):
+    def __enter__(self) -> DiLoCo:
         self.open()
         return self
 
-    def __exit__(self, exc_type, exc, tb):
+    def __exit__(self, exc_type, exc, tb) -> bool:
         self.close()
         return exc_type is not None and issubclass(exc_type, Stopped)
 
-    def open(self):
+    def open(self) -> DiLoCo:
         """Join the run: the model's parameters become the run's current global ones."""
         if self._d is not None:
             return self
@@ -183,14 +194,14 @@ class DiLoCo:
         try:
             numel, layout = checks.peek_run(self._lib, self._base_options())
         except DiLoCoError as e:
-            raise DiLoCoError("cannot join run %r at %s: %s" % (self.run, _redact(self.url), e))
+            raise DiLoCoError("cannot join run %r at %s: %s" % (self.run, _redact(self.url), e)) from e
         self._check_layout(layout, tensors, numel)
 
     def _check_layout(self, layout, tensors, numel=None):
         try:
             checks.check_layout(layout, tensors, numel)
         except DiLoCoError as e:
-            raise DiLoCoError("cannot join run %r: %s" % (self.run, e))
+            raise DiLoCoError("cannot join run %r: %s" % (self.run, e)) from e
 
     def _options(self):
         o = self._base_options()
@@ -265,7 +276,7 @@ class DiLoCo:
                                  "fragment interval after it was sent (sync_every / fragments = %d steps here); "
                                  "leave it None" % (self.fragment_sync_delay, want))
 
-    def close(self):
+    def close(self) -> None:
         """Deregister from the run and give the inner optimizer its own step back. Safe to call twice."""
         if self._hook is not None:
             self._hook.remove()
@@ -305,19 +316,19 @@ class DiLoCo:
             self._buffers.after_sync(self.run)
         return rc == 1
 
-    def sync(self):
+    def sync(self) -> bool:
         """Sync now, whatever the step count (e.g. once more before leaving). True when a sync ran."""
         self._require_open()
         self._flat.before_sync()
         return self._finish_call(self._lib.diloco_force_sync(self._d, self._err, _ERRLEN))
 
-    def report(self, loss, tokens=0):
+    def report(self, loss: float, tokens: int = 0) -> None:
         """This step's loss and tokens (summed here) for the worker's heartbeats and the dashboard."""
         self._require_open()
         self._tokens += int(tokens)
         self._lib.diloco_report(self._d, float(loss), self._tokens)
 
-    def stop(self, reason="stop requested"):
+    def stop(self, reason: str = "stop requested") -> None:
         """Give up waits and retries at once (any thread); the next optimizer step raises Stopped."""
         if self._stop_reason is None:
             self._stop_reason = reason
@@ -331,14 +342,14 @@ class DiLoCo:
     # ---- facts --------------------------------------------------------------------------------------
 
     @property
-    def stopping(self):
+    def stopping(self) -> bool:
         """True once a stop was asked for (signal, stop()) or the operator shut the run down."""
         if self._stop_reason is None and self._d is not None and self._lib.diloco_stop_requested(self._d):
             self._stop_reason = "the operator shut run %r down" % self.run
         return self._stop_reason is not None
 
     @property
-    def last_sync(self):
+    def last_sync(self) -> Optional[SyncInfo]:
         """SyncInfo of the last sync, or None before the first."""
         self._require_open()
         info = _lib.SyncInfoC()
@@ -347,42 +358,42 @@ class DiLoCo:
         return SyncInfo.from_c(info)
 
     @property
-    def worker_id(self):
+    def worker_id(self) -> str:
         self._require_open()
         return self._lib.diloco_worker_id(self._d).decode()
 
     @property
-    def version(self):
+    def version(self) -> int:
         """Global version the parameters started from at open."""
         self._require_open()
         return self._lib.diloco_version(self._d)
 
     @property
-    def sync_every(self):
+    def sync_every(self) -> int:
         """Current H (DyLU may change it)."""
         self._require_open()
         return self._lib.diloco_sync_every(self._d)
 
     @property
-    def steps_to_sync(self):
+    def steps_to_sync(self) -> int:
         self._require_open()
         return self._lib.diloco_steps_to_sync(self._d)
 
     @property
-    def numel(self):
+    def numel(self) -> int:
         return self._flat.numel if self._flat else 0
 
     @property
-    def is_async(self):
+    def is_async(self) -> bool:
         self._require_open()
         return bool(self._lib.diloco_is_async(self._d))
 
     @property
-    def num_fragments(self):
+    def num_fragments(self) -> int:
         self._require_open()
         return self._lib.diloco_num_fragments(self._d)
 
-    def fragment_range(self, fragment):
+    def fragment_range(self, fragment: int) -> Tuple[int, int]:
         """(offset, count) of Streaming fragment `fragment` in the flat parameter vector."""
         self._require_open()
         off, n = ctypes.c_size_t(), ctypes.c_size_t()
@@ -391,13 +402,13 @@ class DiLoCo:
         return off.value, n.value
 
     @property
-    def transfer_path(self):
+    def transfer_path(self) -> str:
         """How this session moves the parameters: "cpu", "device hooks" or "pinned host copy" (devicehooks.py)."""
         self._require_open()
         return self._flat.path
 
     @property
-    def flat_params(self):
+    def flat_params(self) -> torch.Tensor:
         """The one fp32 tensor every parameter is a view of (in the run's order)."""
         return self._flat.flat
 

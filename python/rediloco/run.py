@@ -6,12 +6,18 @@ flags (workers=2 is --workers 2, async_=True is --async, nesterov=False is --no-
 version 0 is then exactly the model's values, and its checkpoints carry the model's tensor names. With
 trainer="gpt" and the model flags the model must be exactly that GPT (the coordinator checks), and C GPT
 workers can join the run too."""
+from __future__ import annotations
+
 import os
 import shutil
 import subprocess
 import tempfile
+from typing import TYPE_CHECKING, Any
 
 from .errors import DiLoCoError
+
+if TYPE_CHECKING:
+    import torch
 
 _FLAGS = ("trainer", "layers", "heads", "dim", "ctx", "vocab", "numel", "workers", "min_workers", "shards", "fragments", "seed", "outer_lr", "outer_momentum",
           "heartbeat_timeout", "dn_buffer_size", "dn_variant", "max_staleness", "staleness_weight", "staleness_ref",
@@ -36,7 +42,7 @@ def coordinator_path():
     raise DiLoCoError("bin/coordinator not found: build ReDiLoCo (make) and set REDILOCO_COORDINATOR to it")
 
 
-def save_state(model, path):
+def save_state(model: torch.nn.Module, path: str) -> None:
     """The model's parameters, fp32, in named_parameters() order, as a safetensors file (what
     `coordinator init --from-state` reads)."""
     from . import safetensors
@@ -65,7 +71,7 @@ def init_flags(**settings):
     return args
 
 
-def init_run(url, run, model, workers=2, shards=8, **settings):
+def init_run(url: str, run: str, model: torch.nn.Module, workers: int = 2, shards: int = 8, **settings: Any) -> str:
     """Create run `run` at Redis `url` whose version 0 is `model`'s parameters. Keyword arguments are the
     flags of `coordinator init` (min_workers, fragments, outer_lr, outer_momentum, nesterov,
     heartbeat_timeout, async_, dn_buffer_size, dn_variant, max_staleness, staleness_weight, staleness_ref,

@@ -47,7 +47,7 @@ def read(path):
     try:
         header = json.loads(data[8:8 + hlen])
     except ValueError as e:
-        raise ValueError("%s: the safetensors header is not JSON (%s)" % (path, e))
+        raise ValueError("%s: the safetensors header is not JSON (%s)" % (path, e)) from e
     if not isinstance(header, dict):
         raise ValueError("%s: the safetensors header is not a JSON object" % path)
     meta = header.pop("__metadata__", None) or {}

@@ -1,5 +1,8 @@
 """syncinfo.py: SyncInfo, the facts of one sync (diloco_sync_info)."""
+from __future__ import annotations
+
 from dataclasses import dataclass
+from typing import Any
 
 
 @dataclass(frozen=True)
@@ -22,7 +25,7 @@ class SyncInfo:
     confirm_seconds: float = 0.0  # before the round: confirming the previous round's parameters durable
 
     @classmethod
-    def from_c(cls, c):
+    def from_c(cls, c: Any) -> SyncInfo:
         return cls(c.fragment, c.round, c.version, c.seconds, c.wait_seconds, c.bytes_up, c.bytes_down,
                    "%016x" % c.digest, bool(c.stale), c.t_first_send_us, c.t_pushed_us, c.t_get_us,
                    c.t_last_recv_us, c.confirm_seconds)

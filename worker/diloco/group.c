@@ -112,13 +112,6 @@ static int worst_status(const group_msg *all, int size)
     return DL_OK;
 }
 
-const char *group_wake_suffix(const diloco *d, char *buf, size_t cap)
-{
-    if (!d->grp || d->grp_rank == 0) return "";
-    snprintf(buf, cap, ":%d", d->grp_rank);
-    return buf;
-}
-
 /* ---- the ranks' parts ----------------------------------------------------------------------------- */
 
 /* Rank r's first shard: the shard boundary nearest to r/size of the elements, leaving every rank at

@@ -345,8 +345,6 @@ int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *e
 int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);
 /* The group's sync round (plain DiLoCo): each rank its part, then the exchange. As round_blocking. */
 int group_round(diloco *d, char *err, size_t errlen);
-/* The rank part of a group's wake list name (":<rank>", "" for rank 0 and workers), for wake:<id>. */
-const char *group_wake_suffix(const diloco *d, char *buf, size_t cap);
 
 /* heartbeat.c */
 int heartbeat_start(diloco *d, char *err, size_t errlen);

@@ -297,9 +297,8 @@ static int arrive_again(diloco *d, int f, int64_t round, char *err, size_t errle
  * arrival the open barrier lacks arrives again (arrive_again). */
 static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *err, size_t errlen)
 {
-    char wake[KEY_MAX], name[96], rank[16];
-    snprintf(name, sizeof name, "wake:%s%s", d->worker_id, group_wake_suffix(d, rank, sizeof rank));
-    key_run(wake, sizeof wake, d->o.run, name);
+    char wake[KEY_MAX];
+    dl_wake_key(d, wake, sizeof wake);
     for (unsigned polls = 1;; polls++) {
         if (dl_stopping(d)) {
             err_set(err, errlen, "stopped while waiting for round %lld", (long long)round);

@@ -20,13 +20,21 @@
 #include "keys.h"
 #include "wake.h"
 
+void dl_wake_key(const struct diloco *d, char *key, size_t cap)
+{
+    char name[112];
+    int n = snprintf(name, sizeof name, "wake:%s", d->worker_id);
+    if (d->grp && d->grp_rank > 0 && n > 0 && (size_t)n < sizeof name)
+        snprintf(name + n, sizeof name - (size_t)n, ":%d", d->grp_rank); /* a group's rank: its own list */
+    key_run(key, cap, d->o.run, name);
+}
+
 static void *wake_main(void *p)
 {
     wake_wait *w = p;
     diloco *d = w->d;
-    char err[256], key[KEY_MAX], name[96];
-    snprintf(name, sizeof name, "wake:%s", d->worker_id);
-    key_run(key, sizeof key, d->o.run, name);
+    char err[256], key[KEY_MAX];
+    dl_wake_key(d, key, sizeof key);
     if (!d->blk || rconn_broken(d->blk)) {
         if (d->blk) rconn_free(d->blk);
         d->blk = rconn_connect(&d->url, d->o.wait_poll_ms + 10000, err, sizeof err);
@@ -69,9 +77,8 @@ void wake_cancel(wake_wait *w)
 {
     if (!w->started) return;
     diloco *d = w->d;
-    char key[KEY_MAX], name[96];
-    snprintf(name, sizeof name, "wake:%s", d->worker_id);
-    key_run(key, sizeof key, d->o.run, name);
+    char key[KEY_MAX];
+    dl_wake_key(d, key, sizeof key);
     redisReply *r = dl_command(d, NULL, 0, "RPUSH %s %s", key, WAKE_CANCEL);
     if (r) freeReplyObject(r);
     wake_finish(w);

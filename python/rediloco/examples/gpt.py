@@ -180,6 +180,8 @@ def parse(argv):
     ap.add_argument("--min-lr-ratio", type=float, default=0.1)
     ap.add_argument("--steps", type=int, default=600, help="inner steps (also the cosine horizon)")
     ap.add_argument("--sync-every", type=int, default=100)
+    ap.add_argument("--final-sync", action="store_true",
+                    help="sync once more after the last step (steps since the last sync are not lost)")
     ap.add_argument("--no-bf16", action="store_true", help="send fp32 pseudo-gradients (runs with --compress bf16)")
     ap.add_argument("--error-feedback", action="store_true",
                     help="keep what the run's codec drops from a pseudo-gradient for the next one (int8/int4/int3/int2 "
@@ -207,7 +209,17 @@ def parse(argv):
         ap.error("--redis URL (or DL_REDIS_URL) is required")
     if a.seq > a.ctx:
         ap.error("--seq %d is longer than the model's --ctx %d" % (a.seq, a.ctx))
+    warn_if_never_syncs(a)
     return a
+
+
+def warn_if_never_syncs(a):
+    """--sync-every larger than --steps: the worker would leave before its first sync and the run would not
+    move, silently. Said at start, with the way out (as bin/worker does)."""
+    if a.steps > 0 and a.sync_every > a.steps and not a.final_sync:
+        sys.stderr.write("WARN --sync-every %d is more than --steps %d: this worker would stop before its first "
+                         "sync and send nothing (the run does not move); lower --sync-every, or add --final-sync "
+                         "to sync once after the last step\n" % (a.sync_every, a.steps))
 
 
 def pick_device(a):
@@ -316,6 +328,8 @@ def main(argv=None):
     with rediloco.DiLoCo(a.redis, a.run, model, inner, sync_every=a.sync_every, worker_id=a.worker_id,
                          bf16=not a.no_bf16, error_feedback=a.error_feedback) as dl:
         train(a, model, data, dl, inner, log, dev, dtype)
+        if a.final_sync and not dl.stopping:
+            dl.sync()
         if not dl.stopping:
             version = dl.last_sync.version if dl.last_sync else dl.version
             print("worker %s: %d steps, version %s, validation loss %.4f" % (

@@ -28,6 +28,7 @@
 #include <string.h>
 
 #include "internal.h"
+#include "keys.h"
 #include "log.h"
 #include "util.h"
 
@@ -249,6 +250,35 @@ static void group_leave(diloco *d)
     redisReply *r = dl_command(d, NULL, 0, "FCALL dl_deregister 1 %s %s %lld %d", d->config_key, d->worker_id,
                                (long long)inc, d->grp_rank);
     if (r) freeReplyObject(r);
+}
+
+/* A rank closing normally waits (bounded) until every shard of the group's last round is committed, the
+ * other ranks' parts too, before it ends the group: a rank that must resend its part to a shard's new
+ * owner (a lease moved before the commit) would otherwise find its group gone, and the round would be
+ * committed without the group's pseudo-gradient on that shard. A stopping rank leaves at once. */
+void group_wait_committed(diloco *d)
+{
+    if (!d->grp || dl_stopping(d) || dl_inc(d) <= 0 || !d->frag_version) return;
+    int64_t want = d->frag_version[0];
+    uint64_t patience = d->o.sync_timeout_ms < 15000 ? (uint64_t)d->o.sync_timeout_ms : 15000;
+    uint64_t deadline = now_ms() + patience;
+    char key[KEY_MAX];
+    key_run(key, sizeof key, d->o.run, "shards");
+    for (unsigned attempt = 0;; attempt++) {
+        int behind = -1;
+        for (int k = 0; k < d->rc.nshards && behind < 0; k++) {
+            redisReply *r = dl_command(d, NULL, 0, "HGET %s %d:version", key, k);
+            if (!r || r->type != REDIS_REPLY_STRING || strtoll(r->str, NULL, 10) < want) behind = k;
+            if (r) freeReplyObject(r);
+        }
+        if (behind < 0) return;
+        if (now_ms() > deadline || dl_stopping(d)) {
+            log_warn("rank %d leaves before shard %d reached version %" PRId64 " (the group's last round)", d->grp_rank,
+                     behind, want);
+            return;
+        }
+        sleep_ms(backoff_ms(attempt, 2, 100));
+    }
 }
 
 /* Rank 0 registers the group, hands its registration to the others, and they join it. */

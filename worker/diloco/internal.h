@@ -345,6 +345,7 @@ int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *e
 int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);
 /* The group's sync round (plain DiLoCo): each rank its part, then the exchange. As round_blocking. */
 int group_round(diloco *d, char *err, size_t errlen);
+void group_wait_committed(diloco *d); /* before a group rank's normal close ends the group */
 
 /* heartbeat.c */
 int heartbeat_start(diloco *d, char *err, size_t errlen);

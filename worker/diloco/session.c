@@ -429,6 +429,7 @@ static void session_close(diloco *d)
         if (dl_inc(d) > 0 && sync_confirm_durable(d, f, err, sizeof err) == DL_FAIL)
             log_warn("closing before fragment %d's last round was confirmed durable: %s", f, err);
     }
+    group_wait_committed(d); /* still beating: the other ranks' parts of the last round too */
     heartbeat_stop(d);
     int64_t inc = dl_inc(d);
     if (inc > 0 && d->ctl && !rconn_broken(d->ctl)) { /* a group's rank: the group leaves (GONE if it has) */

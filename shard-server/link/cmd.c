@@ -182,7 +182,7 @@ static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     if (reply != NULL && rl_redirect(call->owner, reply, conn->target.host, call->hops, &to, &ask)) {
         call->hops++;
         if (to != NULL && cmd_send(to, call, ask) == 0) return;
-        log_warn("redis %s connection: cannot follow %s", call->owner->name, ((redisReply *)reply)->str);
+        log_warn("redis %s connection: cannot follow %s: " RLINK_CANNOT_FOLLOW_HINT, call->owner->name, ((redisReply *)reply)->str);
         reply = NULL; /* not executed; the caller retries as after a lost connection */
     }
     rlink_cb *cb = call->cb;

@@ -108,6 +108,10 @@ void rlink_close(rlink *l);
 /* Redis Cluster routing shared by a process's links (route.c) */
 
 #define RLINK_ROUTE_MAX 8
+/* What a redirection that cannot be followed means to an operator (cmd.c, set.c log it after the reply). */
+#define RLINK_CANNOT_FOLLOW_HINT                                                                        \
+    "the Redis Cluster node it names cannot be reached (down, or too many redirections): is it up? "   \
+    "redis-cli --cluster check HOST:PORT shows the cluster's state"
 
 typedef struct rlink_route {
     cluster_map *map; /* NULL until a MOVED/ASK reply shows Redis is a cluster */

@@ -218,7 +218,7 @@ static int rs_reply(rlink *rs, char *line, size_t len)
             free(it);
             return 0;
         }
-        log_warn("redis %s connection: cannot follow %s", it->owner->name, r.str);
+        log_warn("redis %s connection: cannot follow %s: " RLINK_CANNOT_FOLLOW_HINT, it->owner->name, r.str);
         if (it->cb != NULL) it->cb(NULL, it->priv); /* not executed; the caller retries as after a lost connection */
         free(it);
         return 0;

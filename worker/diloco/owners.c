@@ -81,16 +81,21 @@ void owners_get(diloco *d, int shard, shard_owner *out)
 }
 
 /* A wait that lasts (no shard-server running, an owner still loading) would otherwise be silent until
- * the sync timeout: one line per session every WAIT_LOG_EVERY_MS, from whichever job waits. */
+ * the sync timeout: one line per session every WAIT_LOG_EVERY_MS, from whichever job waits. `control` is
+ * why the owners could not be read from Redis ("" when they could): when the control plane itself is
+ * down (a Redis Cluster node unreachable, CLUSTERDOWN), that is the cause to name, not the shard-server's
+ * last answer, which only says it no longer holds the shard. */
 #define WAIT_LOG_EVERY_MS 10000
-static void log_long_wait(diloco *d, uint64_t deadline, int shard, const char *what, const char *why)
+static void log_long_wait(diloco *d, uint64_t deadline, int shard, const char *what, const char *why,
+                          const char *control)
 {
     uint64_t now = now_ms(), started = deadline - (uint64_t)d->o.sync_timeout_ms;
     uint64_t last = __atomic_load_n(&d->wait_logged_ms, __ATOMIC_RELAXED);
     if (now - started < WAIT_LOG_EVERY_MS / 2 || (last != 0 && now - last < WAIT_LOG_EVERY_MS)) return;
     if (!__atomic_compare_exchange_n(&d->wait_logged_ms, &last, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;
-    log_warn("%s of shard %d: still trying after %.0f s (%s); gives up after %.0f s (--sync-timeout)", what, shard,
-             (double)(now - started) / 1000.0, why, (double)d->o.sync_timeout_ms / 1000.0);
+    log_warn("%s of shard %d: still trying after %.0f s (%s%s%s); gives up after %.0f s (--sync-timeout)", what,
+             shard, (double)(now - started) / 1000.0, why, control[0] ? "; the owners cannot be read from Redis: " : "",
+             control, (double)d->o.sync_timeout_ms / 1000.0);
 }
 
 /* After a transient failure: look at the owners again and back off a little. The cap is short: what we
@@ -111,9 +116,9 @@ int sync_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard,
                 d->o.sync_timeout_ms, why);
         return DL_FAIL;
     }
-    log_long_wait(d, deadline, shard, what, err ? err : "");
-    char ignore[128];
-    owners_refresh(d, ignore, sizeof ignore);
+    char control[512] = "";
+    if (owners_refresh(d, control, sizeof control) == 0) control[0] = '\0';
+    log_long_wait(d, deadline, shard, what, err ? err : "", control);
     sleep_ms(backoff_ms((*attempt)++, 20, 100));
     return DL_OK;
 }

@@ -93,7 +93,7 @@ static int adopt_checkpoint(init_args *a)
     checkpoint ck;
     char err[1024];
     if (access(a->from_checkpoint, R_OK) != 0) { /* a typo in the path: usage */
-        fprintf(stderr, "coordinator init: --from-checkpoint %s: %s\n", a->from_checkpoint, strerror(errno));
+        fprintf(stderr, "coordinator init: --from-checkpoint %s: cannot open it: %s\n", a->from_checkpoint, strerror(errno));
         return -1;
     }
     if (checkpoint_read(a->from_checkpoint, 0, &ck, err, sizeof err) < 0) { /* bad data */

@@ -11,6 +11,7 @@
 #include "util.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
@@ -342,6 +343,17 @@ static void set_broken(rconn *c, const char *why)
 {
     c->broken = 1;
     snprintf(c->errstr, sizeof c->errstr, "%.760s", why);
+}
+
+int rconn_wait_closed(rconn *c, int ms)
+{
+    if (c->broken) return 1;
+    struct pollfd p = {.fd = c->seed->fd, .events = POLLIN};
+    int k = poll(&p, 1, ms);
+    if (k <= 0) return 0; /* quiet (or EINTR: the caller waits again) */
+    /* nothing is owed on an idle connection: readable means closed (or a protocol error) */
+    set_broken(c, "the server closed the connection");
+    return 1;
 }
 
 /* The connection to map node i (opened now if needed); NULL and broken if it cannot be opened. */

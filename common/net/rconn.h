@@ -87,6 +87,11 @@ redisReply *rconn_command_argv(rconn *c, int argc, const char **argv, const size
 int rconn_wait_replicas(rconn *c, const char *key, int replicas, int timeout_ms);
 
 int rconn_broken(const rconn *c);
+/* For an idle connection (no command in flight): wait up to ms for the URL's server to close it (it
+ * died or restarted); 1 then, and rconn_broken(c) is true; 0 when ms passed quietly. Lets a thread
+ * that talks to Redis now and then reconnect (and follow a failover) at once rather than at its next
+ * command. */
+int rconn_wait_closed(rconn *c, int ms);
 const char *rconn_errstr(const rconn *c); /* why it broke ("" while fine) */
 int rconn_is_cluster(const rconn *c);
 /* "host:port" (or the socket path) of the server the URL led to (the master, behind Sentinel). */

@@ -421,6 +421,13 @@ class Harness:
         self.log("sample", live_workers=sum(p.healthy() for p in w), live_servers=sum(p.healthy() for p in s),
                  redis=self.rproc.healthy(), members=members, round=int(rnd) if rnd else None)
 
+    def sample_beats(self):
+        """--sample-beats: each worker's last heartbeat (its dl:{R}:heartbeats score, ms) as Redis has it
+        now, so a test can tell when the first beat after a failover reached the new master."""
+        r = self.redis.cmd("ZRANGE", "dl:{%s}:heartbeats" % self.a.run, "0", "-1", "WITHSCORES", timeout=0.3)
+        if isinstance(r, list):
+            self.log("beats", scores={r[i]: float(r[i + 1]) for i in range(0, len(r) - 1, 2)})
+
     def last_syncs(self):
         """worker -> (last synced version, time) from its telemetry."""
         out = {}
@@ -460,7 +467,7 @@ class Harness:
         start = time.time()
         end = start + a.duration
         nxt = start + (a.fault_every if a.schedule == "fixed" else self.rng.expovariate(1.0 / a.fault_every))
-        last_sample = 0.0
+        last_sample = last_beats = 0.0
         while time.time() < end:
             now = time.time()
             if all(p.state == "done" for p in self.procs if p.role == "worker"):
@@ -476,6 +483,9 @@ class Harness:
             if now - last_sample >= 1.0:
                 self.sample()
                 last_sample = now
+            if a.sample_beats and now - last_beats >= a.sample_beats:
+                self.sample_beats()
+                last_beats = now
             # systemd learns of a death from SIGCHLD at once; a poll this short keeps the harness from
             # adding its own detection delay to every restart (the barrier waits for it)
             time.sleep(0.01)
@@ -616,6 +626,8 @@ def main():
     ap.add_argument("--steps", type=int, default=0, help="worker --steps (0: until the run shuts down)")
     ap.add_argument("--step-delay-ms", type=int, default=int(E("CHAOS_STEP_DELAY_MS", "25")))
     ap.add_argument("--heartbeat-interval", default="0.5")
+    ap.add_argument("--sample-beats", type=float, default=0,
+                    help="seconds between 'beats' lines (every worker's last heartbeat in Redis) during the storm; 0: none")
     ap.add_argument("--heartbeat-timeout", type=float, default=float(E("CHAOS_HEARTBEAT_TIMEOUT", "3")))
     ap.add_argument("--sync-timeout", default="30")
     ap.add_argument("--lease-ttl-ms", type=int, default=1500)

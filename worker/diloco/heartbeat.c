@@ -4,7 +4,13 @@
  * training time since the last beat: time spent syncing or waiting at a barrier is not counted, so
  * DyLU sees how fast this machine trains, not how long it waited for others), loss and tokens, on its own Redis connection so a blocked training thread never delays
  * it. The reply tells us if we were evicted (the training thread registers again at its next sync;
- * no beats until then), whether the run was shut down, and the H that DyLU computed for us. */
+ * no beats until then), whether the run was shut down, and the H that DyLU computed for us.
+ *
+ * A lost connection (Redis restarted, or a Sentinel failover) is opened again at once, not an
+ * interval later; while that fails, the thread watches the Sentinels' failover announcements
+ * (sentinel_watch, as rconn_connect_retry does for the training thread) and tries again the moment a
+ * new master is named, else every RETRY_MS: the first beat on a new master comes as soon as the
+ * training thread's first command, so the reaper's failover grace can stay short. */
 #include <errno.h>
 #include <string.h>
 #include <time.h>
@@ -12,6 +18,7 @@
 #include "internal.h"
 #include "log.h"
 #include "rconn.h"
+#include "sentinel.h"
 #include "util.h"
 
 static void beat_once(diloco *d, rconn *c)
@@ -55,35 +62,94 @@ static void beat_once(diloco *d, rconn *c)
     freeReplyObject(r);
 }
 
+/* While Redis is away: how often a reconnect is tried (at most; the heartbeat interval if shorter),
+ * so a stop request waits at most this long too. */
+#define RETRY_MS 500
+
+/* The connection for the next beat: c itself while it works, else a new one (NULL while Redis is
+ * away; *warned rate-limits the warning to one per 5 s). */
+static rconn *beat_conn(diloco *d, rconn *c, uint64_t *warned)
+{
+    if (c && !rconn_broken(c)) return c;
+    char err[256];
+    if (c) rconn_free(c);
+    c = rconn_connect(&d->url, 5000, err, sizeof err);
+    if (!c && now_ms() - *warned >= 5000) {
+        log_warn("heartbeat: cannot reach Redis: %s", err);
+        *warned = now_ms();
+    }
+    if (c && *warned != 0) {
+        char where[300];
+        log_info("heartbeat: Redis at %s answers again", rconn_server(c, where, sizeof where));
+        *warned = 0;
+    }
+    return c;
+}
+
+/* Whether heartbeat_stop was called. */
+static int stopping(diloco *d)
+{
+    pthread_mutex_lock(&d->hb_mu);
+    int stop = d->hb_stop;
+    pthread_mutex_unlock(&d->hb_mu);
+    return stop;
+}
+
+/* Wait ms for the next beat: 1 when heartbeat_stop was called. Ends early (0) when the server closes c
+ * (a killed or restarted master: reconnect now, not at the next beat). Waits in slices of SLICE_MS,
+ * so a stop waits at most that long. */
+#define SLICE_MS 100
+static int wait_interval(diloco *d, rconn *c, int ms)
+{
+    for (uint64_t end = now_ms() + (uint64_t)ms;;) {
+        if (stopping(d)) return 1;
+        uint64_t now = now_ms();
+        if (now >= end) return 0;
+        int slice = end - now < SLICE_MS ? (int)(end - now) : SLICE_MS;
+        if (c == NULL)
+            sleep_ms((unsigned)slice);
+        else if (rconn_wait_closed(c, slice))
+            return stopping(d);
+    }
+}
+
+/* Wait before the next reconnect: until the Sentinels announce a new master, or RETRY_MS. The
+ * subscriptions are opened at the first failure (then tried again at once: an announcement made
+ * before would be missed) and kept until connected. */
+static int wait_reconnect(diloco *d, sentinel_watch **watch)
+{
+    int ms = d->o.heartbeat_interval_ms < RETRY_MS ? d->o.heartbeat_interval_ms : RETRY_MS;
+    if (*watch == NULL && d->url.sentinel_master[0] != '\0') {
+        *watch = sentinel_watch_open(&d->url, ms);
+        if (*watch != NULL) return 0;
+    }
+    if (*watch == NULL || sentinel_watch_wait(*watch, ms) < 0) return wait_interval(d, NULL, ms);
+    return stopping(d);
+}
+
 static void *heartbeat_main(void *p)
 {
     diloco *d = p;
     log_use_sink(&d->log);
     rconn *c = NULL;
-    uint64_t warned = 0; /* one warning per 5 s while Redis is away: a beat is tried every interval */
-    pthread_mutex_lock(&d->hb_mu);
-    while (!d->hb_stop) {
-        pthread_mutex_unlock(&d->hb_mu);
-        if (!c || rconn_broken(c)) {
-            char err[256];
-            if (c) rconn_free(c);
-            c = rconn_connect(&d->url, 5000, err, sizeof err);
-            if (!c && now_ms() - warned >= 5000) {
-                log_warn("heartbeat: cannot reach Redis: %s", err);
-                warned = now_ms();
-            }
-            if (c) warned = 0;
+    sentinel_watch *watch = NULL;
+    uint64_t warned = 0; /* one warning per 5 s while Redis is away */
+    int again = 0;       /* the last beat broke a working connection and is being sent again */
+    for (int stop = 0; !stop;) {
+        c = beat_conn(d, c, &warned);
+        if (c) {
+            sentinel_watch_close(watch);
+            watch = NULL;
+            beat_once(d, c);
         }
-        if (c) beat_once(d, c);
-        pthread_mutex_lock(&d->hb_mu);
-        struct timespec ts;
-        clock_gettime(CLOCK_REALTIME, &ts);
-        uint64_t ns = (uint64_t)ts.tv_nsec + (uint64_t)d->o.heartbeat_interval_ms * 1000000ull;
-        ts.tv_sec += (time_t)(ns / 1000000000ull);
-        ts.tv_nsec = (long)(ns % 1000000000ull);
-        while (!d->hb_stop && pthread_cond_timedwait(&d->hb_cond, &d->hb_mu, &ts) != ETIMEDOUT) {}
+        if (c && rconn_broken(c) && !again) { /* lost during the beat: reconnect (and beat) at once, once */
+            again = 1;
+            continue;
+        }
+        again = 0;
+        stop = c ? wait_interval(d, c, d->o.heartbeat_interval_ms) : wait_reconnect(d, &watch);
     }
-    pthread_mutex_unlock(&d->hb_mu);
+    sentinel_watch_close(watch);
     if (c) rconn_free(c);
     return NULL;
 }

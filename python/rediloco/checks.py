@@ -9,6 +9,7 @@ constructor, before Redis is asked anything.
 """
 import ctypes
 import json
+import math
 
 import torch
 
@@ -88,7 +89,7 @@ def peek_run(lib, options):
 def check_layout(layout_json, tensors, run_numel=None):
     """DiLoCoError naming the first tensor where tensors [(name, shape, offset)] differ from the run's
     layout; without a layout (a run made before layouts were recorded) only the counts are compared."""
-    numel = tensors[-1][2] + _numel(tensors[-1][1]) if tensors else 0
+    numel = tensors[-1][2] + math.prod(tensors[-1][1]) if tensors else 0
     counts = "" if run_numel in (None, numel) else "; the run has %d parameters, the model %d" % (run_numel, numel)
     if not layout_json:
         if run_numel is not None and run_numel != numel:
@@ -113,10 +114,3 @@ def check_layout(layout_json, tensors, run_numel=None):
         name, shape, _ = tensors[len(layout)]
         raise DiLoCoError("the model has tensor %r %s that the run lacks (the model has %d tensors, the run %d%s)"
                           % (name, list(shape), len(tensors), len(layout), counts))
-
-
-def _numel(shape):
-    n = 1
-    for s in shape:
-        n *= s
-    return n

@@ -1,7 +1,9 @@
 /*
  * test_url.c: Redis URL parsing (common/net/url.c): every accepted form with its defaults, the
  * password-free formatting used in logs, every class of rejection with a helpful message, and
- * redis_url_pick: where a process takes its URL from (--redis, --redis-file, $DL_REDIS_URL).
+ * redis_url_pick: where a process takes its URL from (--redis, --redis-file, $DL_REDIS_URL); and the
+ * pieces of common/net/sentinel.c that read the Sentinels' replies: the failover announcements (which
+ * master, its new address; another master's or a malformed one ignored) and the count of their answers.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -13,6 +15,9 @@
 #include <unistd.h>
 #include <cmocka.h>
 
+#include <hiredis/hiredis.h>
+
+#include "sentinel.h"
 #include "url.h"
 
 static void parses_host_only_with_defaults(void **state)
@@ -355,6 +360,75 @@ static void pick_refuses_a_bad_url_naming_its_source(void **state)
     unsetenv(REDIS_URL_ENV);
 }
 
+/* A pub/sub message as hiredis gives it: ["message", channel, text]. */
+typedef struct fake_message {
+    redisReply r, part[3], *parts[3];
+} fake_message;
+
+static redisReply *message(fake_message *m, const char *kind, const char *channel, const char *text)
+{
+    const char *s[3] = {kind, channel, text};
+    memset(m, 0, sizeof *m);
+    for (int i = 0; i < 3; i++) {
+        m->part[i] = (redisReply){.type = REDIS_REPLY_STRING, .str = (char *)s[i], .len = strlen(s[i])};
+        m->parts[i] = &m->part[i];
+    }
+    m->r = (redisReply){.type = REDIS_REPLY_ARRAY, .elements = 3, .element = m->parts};
+    return &m->r;
+}
+
+static void announcements_name_the_new_master(void **state)
+{
+    (void)state;
+    fake_message m;
+    char host[256];
+    int port = 0;
+    assert_int_equal(sentinel_announcement(message(&m, "message", "+switch-master", "m 127.0.0.1 6379 10.0.0.2 6380"),
+                                           "m", host, sizeof host, &port),
+                     1);
+    assert_string_equal(host, "10.0.0.2");
+    assert_int_equal(port, 6380);
+    assert_int_equal(sentinel_announcement(message(&m, "message", "+promoted-slave",
+                                                   "slave 10.0.0.3:6381 10.0.0.3 6381 @ m 127.0.0.1 6379"),
+                                           "m", host, sizeof host, &port),
+                     1);
+    assert_string_equal(host, "10.0.0.3");
+    assert_int_equal(port, 6381);
+    /* another master of the same Sentinels, a name that only starts like ours, a confirmation, garbage */
+    assert_int_equal(sentinel_announcement(message(&m, "message", "+switch-master", "m2 127.0.0.1 6379 10.0.0.2 6380"),
+                                           "m", host, sizeof host, &port),
+                     0);
+    assert_int_equal(sentinel_announcement(message(&m, "message", "+promoted-slave",
+                                                   "slave 10.0.0.3:6381 10.0.0.3 6381 @ other 127.0.0.1 6379"),
+                                           "m", host, sizeof host, &port),
+                     0);
+    assert_int_equal(
+        sentinel_announcement(message(&m, "subscribe", "+switch-master", "1"), "m", host, sizeof host, &port), 0);
+    assert_int_equal(
+        sentinel_announcement(message(&m, "message", "+switch-master", "m 127.0.0.1"), "m", host, sizeof host, &port),
+        0);
+    assert_int_equal(sentinel_announcement(message(&m, "message", "+sdown", "master m 127.0.0.1 6379"), "m", host,
+                                           sizeof host, &port),
+                     0);
+}
+
+static void votes_put_the_most_named_master_first(void **state)
+{
+    (void)state;
+    sentinel_named named[REDIS_URL_MAX_HOSTS];
+    int n = 0;
+    n = sentinel_vote(named, n, "10.0.0.1", 6379); /* a Sentinel that has not seen the failover yet */
+    n = sentinel_vote(named, n, "10.0.0.2", 6380);
+    n = sentinel_vote(named, n, "10.0.0.2", 6380);
+    assert_int_equal(n, 2);
+    assert_string_equal(named[0].host, "10.0.0.2");
+    assert_int_equal(named[0].port, 6380);
+    assert_int_equal(named[0].votes, 2);
+    assert_int_equal(named[1].votes, 1);
+    n = sentinel_vote(named, n, "10.0.0.2", 6381); /* same host, another port: another master */
+    assert_int_equal(n, 3);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -376,6 +450,8 @@ int main(void)
         cmocka_unit_test(pick_prefers_the_flag_then_the_file_then_the_environment),
         cmocka_unit_test(pick_refuses_ambiguity_absence_and_bad_files),
         cmocka_unit_test(pick_refuses_a_bad_url_naming_its_source),
+        cmocka_unit_test(announcements_name_the_new_master),
+        cmocka_unit_test(votes_put_the_most_named_master_first),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

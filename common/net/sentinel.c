@@ -22,6 +22,76 @@ int redis_url_needs_resolve(const redis_url *u)
     return u->sentinel_master[0] != '\0' || u->nhosts > 1;
 }
 
+/* ---------------------------------------------------------------------------------------------- */
+/* The pieces the blocking resolver below shares with asynchronous clients (sentinel.h) */
+
+int sentinel_vote(sentinel_named *named, int n, const char *host, int port)
+{
+    int j;
+    for (j = 0; j < n && !(named[j].port == port && strcmp(named[j].host, host) == 0); j++) {}
+    if (j == n) {
+        if (n == REDIS_URL_MAX_HOSTS) return n;
+        snprintf(named[n].host, sizeof named[n].host, "%s", host);
+        named[n].port = port;
+        named[n++].votes = 0;
+    }
+    named[j].votes++;
+    for (; j > 0 && named[j].votes > named[j - 1].votes; j--) { /* keep most named first */
+        sentinel_named t = named[j];
+        named[j] = named[j - 1];
+        named[j - 1] = t;
+    }
+    return n;
+}
+
+int sentinel_reply_addr(const redis_url *u, const redis_host *s, const redisReply *r, char *host, size_t hostcap,
+                        int *port, char *why, size_t whylen)
+{
+    if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_STRING &&
+        r->element[1]->type == REDIS_REPLY_STRING) {
+        snprintf(host, hostcap, "%s", r->element[0]->str);
+        *port = atoi(r->element[1]->str);
+        return 0;
+    }
+    if (r->type == REDIS_REPLY_ERROR)
+        err_set(why, whylen, "Sentinel %s:%d: %s", s->host, s->port, r->str);
+    else
+        err_set(why, whylen, "Sentinel %s:%d does not know a master named '%s'", s->host, s->port, u->sentinel_master);
+    return -1;
+}
+
+int sentinel_reply_is_master(const redisReply *r, const char *host, int port, char *why, size_t whylen)
+{
+    int named = r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->type == REDIS_REPLY_STRING;
+    if (named && strcmp(r->element[0]->str, "master") == 0) return 1;
+    err_set(why, whylen, "%s:%d is not a master (ROLE: %s)", host, port,
+            r->type == REDIS_REPLY_ERROR ? r->str
+            : named                      ? r->element[0]->str
+                                         : "unexpected reply");
+    return 0;
+}
+
+int sentinel_announcement(const redisReply *r, const char *master, char *host, size_t hostcap, int *port)
+{
+    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING ||
+        strcmp(r->element[0]->str, "message") != 0 || r->element[1]->type != REDIS_REPLY_STRING ||
+        r->element[2]->type != REDIS_REPLY_STRING)
+        return 0;
+    const char *channel = r->element[1]->str, *text = r->element[2]->str;
+    char name[128], ip[256];
+    int p, ok;
+    if (strcmp(channel, "+switch-master") == 0) /* <name> <old ip> <old port> <new ip> <new port> */
+        ok = sscanf(text, "%127s %*s %*d %255s %d", name, ip, &p) == 3;
+    else if (strcmp(channel, "+promoted-slave") == 0) /* slave <ip:port> <ip> <port> @ <name> <ip> <port> */
+        ok = sscanf(text, "slave %*s %255s %d @ %127s", ip, &p, name) == 3;
+    else
+        ok = 0;
+    if (!ok || strcmp(name, master) != 0) return 0;
+    snprintf(host, hostcap, "%s", ip);
+    *port = p;
+    return 1;
+}
+
 /* Connect to host:port and log in as user/pass ("" = no AUTH); NULL + why. */
 static redisContext *open_login(const char *host, int port, const char *user, const char *pass, int timeout_ms,
                                 char *why, size_t whylen)
@@ -59,15 +129,8 @@ static int ask_sentinel(const redis_url *u, const redis_host *s, int timeout_ms,
     int rc = -1;
     if (r == NULL)
         err_set(why, whylen, "Sentinel %s:%d: %s", s->host, s->port, c->errstr);
-    else if (r->type == REDIS_REPLY_ARRAY && r->elements == 2 && r->element[0]->type == REDIS_REPLY_STRING &&
-             r->element[1]->type == REDIS_REPLY_STRING) {
-        snprintf(host, hostcap, "%s", r->element[0]->str);
-        *port = atoi(r->element[1]->str);
-        rc = 0;
-    } else if (r->type == REDIS_REPLY_ERROR)
-        err_set(why, whylen, "Sentinel %s:%d: %s", s->host, s->port, r->str);
     else
-        err_set(why, whylen, "Sentinel %s:%d does not know a master named '%s'", s->host, s->port, u->sentinel_master);
+        rc = sentinel_reply_addr(u, s, r, host, hostcap, port, why, whylen);
     if (r != NULL) freeReplyObject(r);
     redisFree(c);
     return rc;
@@ -79,21 +142,14 @@ static int is_master(const redis_url *u, const char *host, int port, int timeout
     redisContext *c = open_login(host, port, u->user, u->pass, timeout_ms, why, whylen);
     if (c == NULL) return 0;
     redisReply *r = redisCommand(c, "ROLE");
-    int ok = r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements > 0 &&
-             r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "master") == 0;
-    if (!ok)
-        err_set(why, whylen, "%s:%d is not a master (ROLE: %s)", host, port,
-                r == NULL                      ? c->errstr
-                : r->type == REDIS_REPLY_ERROR ? r->str
-                : r->type == REDIS_REPLY_ARRAY && r->elements > 0 && r->element[0]->type == REDIS_REPLY_STRING
-                    ? r->element[0]->str
-                    : "unexpected reply");
+    int ok = r != NULL && sentinel_reply_is_master(r, host, port, why, whylen);
+    if (r == NULL) err_set(why, whylen, "%s:%d is not a master (ROLE: %s)", host, port, c->errstr);
     if (r != NULL) freeReplyObject(r);
     redisFree(c);
     return ok;
 }
 
-static void single(const redis_url *u, const char *host, int port, redis_url *out)
+void redis_url_at(const redis_url *u, const char *host, int port, redis_url *out)
 {
     *out = *u;
     snprintf(out->host, sizeof out->host, "%.255s", host);
@@ -105,34 +161,16 @@ static void single(const redis_url *u, const char *host, int port, redis_url *ou
     out->sentinel_master[0] = out->sentinel_user[0] = out->sentinel_pass[0] = '\0';
 }
 
-/* What the Sentinels name: each distinct master with the number of Sentinels naming it, most named
- * first (ties in URL order). Every Sentinel is asked: right after a failover some still name the old
- * master, and asking the majority's choice first spares a ROLE on a dead or stopped node. */
-typedef struct named_master {
-    char host[256];
-    int port;
-    int votes;
-} named_master;
-
-static int ask_all(const redis_url *u, int timeout_ms, named_master *out, char *why, size_t whylen)
+/* Every Sentinel is asked: right after a failover some still name the old master, and asking the
+ * majority's choice first spares a ROLE on a dead or stopped node. */
+static int ask_all(const redis_url *u, int timeout_ms, sentinel_named *out, char *why, size_t whylen)
 {
     int n = 0;
     for (int i = 0; i < u->nhosts; i++) {
         char host[256];
-        int port, j;
-        if (ask_sentinel(u, &u->hosts[i], timeout_ms, host, sizeof host, &port, why, whylen) != 0) continue;
-        for (j = 0; j < n && !(out[j].port == port && strcmp(out[j].host, host) == 0); j++) {}
-        if (j == n) {
-            snprintf(out[n].host, sizeof out[n].host, "%s", host);
-            out[n].port = port;
-            out[n++].votes = 0;
-        }
-        out[j].votes++;
-        for (; j > 0 && out[j].votes > out[j - 1].votes; j--) { /* keep most named first */
-            named_master t = out[j];
-            out[j] = out[j - 1];
-            out[j - 1] = t;
-        }
+        int port;
+        if (ask_sentinel(u, &u->hosts[i], timeout_ms, host, sizeof host, &port, why, whylen) == 0)
+            n = sentinel_vote(out, n, host, port);
     }
     return n;
 }
@@ -140,11 +178,11 @@ static int ask_all(const redis_url *u, int timeout_ms, named_master *out, char *
 static int resolve_sentinel(const redis_url *u, int timeout_ms, redis_url *out, char *err, size_t errlen)
 {
     char why[512] = "";
-    named_master named[REDIS_URL_MAX_HOSTS];
+    sentinel_named named[REDIS_URL_MAX_HOSTS];
     int n = ask_all(u, timeout_ms, named, why, sizeof why);
     for (int i = 0; i < n; i++)
         if (is_master(u, named[i].host, named[i].port, timeout_ms, why, sizeof why)) {
-            single(u, named[i].host, named[i].port, out);
+            redis_url_at(u, named[i].host, named[i].port, out);
             return 0;
         }
     err_set(err, errlen, "no master '%s' found through %d Sentinel(s) (last: %s)", u->sentinel_master, u->nhosts, why);
@@ -162,7 +200,7 @@ static int resolve_seeds(const redis_url *u, int timeout_ms, redis_url *out, cha
         redisFree(c);
         if (r != NULL) {
             freeReplyObject(r);
-            single(u, u->hosts[i].host, u->hosts[i].port, out);
+            redis_url_at(u, u->hosts[i].host, u->hosts[i].port, out);
             return 0;
         }
     }
@@ -211,12 +249,12 @@ int sentinel_master_changed(const redis_url *u, const char *host, int port, int 
     sigpipe_guard g;
     sigpipe_hold(&g);
     char why[512];
-    named_master named[REDIS_URL_MAX_HOSTS];
+    sentinel_named named[REDIS_URL_MAX_HOSTS];
     int n = ask_all(u, timeout_ms, named, why, sizeof why), changed = 0;
     for (int i = 0; i < n && !changed; i++) {
         if (named[i].port == port && strcmp(named[i].host, host) == 0) break; /* ours is the most named */
         if (is_master(u, named[i].host, named[i].port, timeout_ms, why, sizeof why)) {
-            single(u, named[i].host, named[i].port, out);
+            redis_url_at(u, named[i].host, named[i].port, out);
             changed = 1;
         }
     }
@@ -238,13 +276,6 @@ void sentinel_watch_close(sentinel_watch *w)
     if (w == NULL) return;
     for (int i = 0; i < w->n; i++) redisFree(w->c[i]);
     free(w);
-}
-
-int sentinel_watch_fds(const sentinel_watch *w, int *fds, int cap)
-{
-    int n = 0;
-    for (; n < w->n && n < cap; n++) fds[n] = w->c[n]->fd;
-    return n;
 }
 
 sentinel_watch *sentinel_watch_open(const redis_url *u, int timeout_ms)
@@ -281,20 +312,6 @@ sentinel_watch *sentinel_watch_open(const redis_url *u, int timeout_ms)
     return w;
 }
 
-/* Whether a pub/sub message announces a new master for `master`: "+switch-master <name> <old ip>
- * <old port> <new ip> <new port>", or "+promoted-slave slave <ip:port> <ip> <port> @ <name> ...". */
-static int announces(const redisReply *r, const char *master)
-{
-    if (r->type != REDIS_REPLY_ARRAY || r->elements != 3 || r->element[0]->type != REDIS_REPLY_STRING ||
-        strcmp(r->element[0]->str, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING)
-        return 0;
-    const char *text = r->element[2]->str;
-    const char *at = strstr(text, " @ ");
-    const char *name = strncmp(text, "slave ", 6) == 0 && at != NULL ? at + 3 : text;
-    size_t len = strlen(master);
-    return strncmp(name, master, len) == 0 && (name[len] == ' ' || name[len] == '\0');
-}
-
 /* Read what subscription i has; 1 if it announced a new master, -1 if it broke (it is closed). */
 static int watch_read(sentinel_watch *w, int i)
 {
@@ -304,7 +321,9 @@ static int watch_read(sentinel_watch *w, int i)
         void *r = NULL;
         if (redisGetReplyFromReader(w->c[i], &r) != REDIS_OK) goto broken;
         if (r == NULL) return seen;
-        seen |= announces(r, w->master);
+        char host[256];
+        int port;
+        seen |= sentinel_announcement(r, w->master, host, sizeof host, &port);
         freeReplyObject(r);
     }
 broken:

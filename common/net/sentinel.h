@@ -20,6 +20,9 @@
  *   - sentinel_watch: a client that lost its master subscribes to the Sentinels' announcements
  *     (+promoted-slave from the Sentinel that led the failover, the moment it answers with the new
  *     master; +switch-master from each of the others as it learns) and retries as one arrives.
+ * These calls block (each server asked gets timeout_ms): they are for threads that may wait. A client on
+ * an event loop does the same asking without blocking (the shard-server: shard-server/link/resolve.c)
+ * and shares the pieces at the end of this file: counting the Sentinels' answers, reading the replies.
  */
 #ifndef DILOCO_SENTINEL_H
 #define DILOCO_SENTINEL_H
@@ -36,9 +39,10 @@ int redis_url_needs_resolve(const redis_url *u);
  * asked gets timeout_ms to connect and answer. 0, or -1 with err saying what every server answered. */
 int redis_url_resolve(const redis_url *u, int timeout_ms, redis_url *out, char *err, size_t errlen);
 
+struct redisReply;
+
 /* A command (printf-style, as redisCommand) on the first of u's Sentinels that answers; NULL + err
  * when none does. For status displays (SENTINEL MASTER name). */
-struct redisReply;
 struct redisReply *sentinel_command(const redis_url *u, int timeout_ms, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
@@ -55,8 +59,29 @@ sentinel_watch *sentinel_watch_open(const redis_url *u, int timeout_ms);
  * without one, -1 when every subscription broke (sleep instead). */
 int sentinel_watch_wait(sentinel_watch *w, int ms);
 void sentinel_watch_close(sentinel_watch *w);
-/* The sockets of the subscriptions still open (for an event loop: when one is readable, call
- * sentinel_watch_wait(w, 0)); their number, at most cap. */
-int sentinel_watch_fds(const sentinel_watch *w, int *fds, int cap);
+
+/* ---------------------------------------------------------------------------------------------- */
+/* The pieces an asynchronous client shares with the calls above */
+
+/* out = u turned into the URL of the one server host:port, with u's credentials and database. */
+void redis_url_at(const redis_url *u, const char *host, int port, redis_url *out);
+/* What the Sentinels name: each distinct master with the number of Sentinels naming it. */
+typedef struct sentinel_named {
+    char host[256];
+    int port;
+    int votes;
+} sentinel_named;
+/* Count one Sentinel's answer host:port in named[0..n) (room for REDIS_URL_MAX_HOSTS), keeping the
+ * most named first (ties in the order of the answers); the new n. */
+int sentinel_vote(sentinel_named *named, int n, const char *host, int port);
+/* The master named by Sentinel s's reply r to SENTINEL get-master-addr-by-name: 0 and host/port, or
+ * -1 with why (an error, or a master name it does not know). */
+int sentinel_reply_addr(const redis_url *u, const redis_host *s, const struct redisReply *r, char *host, size_t hostcap,
+                        int *port, char *why, size_t whylen);
+/* Whether r, host:port's reply to ROLE, says it is a master; 0 with why if not. */
+int sentinel_reply_is_master(const struct redisReply *r, const char *host, int port, char *why, size_t whylen);
+/* Whether r, a pub/sub message of a subscription to +switch-master and +promoted-slave, announces a
+ * new master for the master named `master`: 1 and its host/port, else 0. */
+int sentinel_announcement(const struct redisReply *r, const char *master, char *host, size_t hostcap, int *port);
 
 #endif

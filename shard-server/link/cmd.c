@@ -72,9 +72,10 @@ static void cmd_on_login(redisAsyncContext *ac, void *reply, void *what)
 static void cmd_open(rlink *l)
 {
     if (l->stopping || l->ac != NULL) return;
-    if (rl_resolve(l) != 0) {
-        rl_lost(l);
-        return;
+    int where = rl_resolve(l);
+    if (where != 0) {
+        if (where < 0) rl_lost(l);
+        return; /* 1: open is called again once the Sentinels answer */
     }
     const redis_url *u = &l->target;
     redisAsyncContext *ac = u->is_unix ? redisAsyncConnectUnix(u->path) : redisAsyncConnect(u->host, u->port);
@@ -158,10 +159,7 @@ static int cmd_retry_refused(cmd_call *call, const redisReply *r)
     uint64_t now = now_ms();
     if (call->refused++ == 0) call->first_refused_ms = now;
     if (now - call->first_refused_ms >= NOREPLICAS_PATIENCE_MS) return 0;
-    if (rl_master_moved(call->conn)) {
-        if (call->conn->ac != NULL) redisAsyncDisconnect(call->conn->ac); /* the reconnect finds the new master */
-        return 0;
-    }
+    rl_check_master(call->conn); /* if another master leads now, the connection is dropped: the resend fails */
     unsigned wait = backoff_ms(call->refused - 1, 20, 500);
     struct timeval tv = {.tv_sec = wait / 1000, .tv_usec = (wait % 1000) * 1000};
     return event_base_once(call->conn->base, -1, EV_TIMEOUT, cmd_on_resend, call, &tv) == 0;

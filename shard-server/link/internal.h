@@ -7,6 +7,7 @@
  *   set.c     RLINK_SET transport: writev() of SET commands from the caller's memory
  *   wait.c    replies held back until WAIT says enough replicas have the command
  *   watch.c   a group's subscription to the Sentinels' failover announcements
+ *   resolve.c the master behind the Sentinels (or a live seed) found without blocking the loop
  * A transport opens and drops its connection; rlink.c decides when.
  */
 #ifndef SHARD_SERVER_LINK_INTERNAL_H
@@ -25,12 +26,17 @@ extern const rlink_transport rl_cmd_transport;
 extern const rlink_transport rl_set_transport;
 
 /* rlink.c: bookkeeping every transport calls */
-/* Set l->target to the server to connect to now (the master behind Sentinels, a live seed); -1 when
- * none can be found (the transport then calls rl_lost and tries again after backoff). */
+/* At the start of open: 0 when l->target is the server to connect to now (the URL's one server, the
+ * master a query just found, or the one the group learnt of since this link last looked); 1 when it is
+ * being looked for (the Sentinels or seeds are asked from the loop, resolve.c): the transport returns,
+ * and open is called again when the answer comes (or rl_lost when none does); -1 when no query can be
+ * started (the transport calls rl_lost). */
 int rl_resolve(rlink *l);
-/* After a NOREPLICAS reply: do the Sentinels name another master now (an old master cut off from its
- * replicas, while a new one took over)? Asks at most twice a second; 0 for a URL naming one server. */
-int rl_master_moved(rlink *l);
+/* Does the server of l still lead, or do the Sentinels name another master now (a stopped master, one
+ * cut off from its replicas while another took over)? Asked from the loop at most twice a second; if
+ * another master is found, l leaves the old one (its pending commands get NULL) and the group follows.
+ * A no-op for a URL without Sentinels. */
+void rl_check_master(rlink *l);
 /* Whether an error reply means the node is no longer the master: the transport drops the connection
  * and hands NULL to the caller (outcome unknown). Logs it. */
 int rl_failover_reply(rlink *l, const redisReply *r);
@@ -52,13 +58,23 @@ typedef struct rl_login {
 } rl_login;
 void rl_login_commands(const redis_url *u, rl_login *out);
 
-/* A failover was announced (watch.c): the group's links waiting to reconnect try now, and those on a
- * master the Sentinels no longer name leave it at once. */
-void rl_announced(rlink_route *rt);
+/* A Sentinel announced host:port as the new master (watch.c): the group's links waiting to reconnect
+ * connect there now, and those on another server leave it at once. */
+void rl_announced(rlink_route *rt, const char *host, int port);
 
-/* watch.c: subscribe rt to the announcements of the Sentinels of url (at most every few seconds; a
- * no-op while subscribed or for a URL without Sentinels). */
+/* watch.c: subscribe rt to the announcements of each Sentinel of url not subscribed yet (each at most
+ * every few seconds; a no-op for a URL without Sentinels), and close the subscriptions. */
 void rl_watch_open(rlink_route *rt, const redis_url *url);
+void rl_watch_close(rlink_route *rt);
+
+/* resolve.c: a query of the Sentinels (or seeds) of url, run by the loop; done gets its end once,
+ * after the query is freed: RL_QUERY_FOUND with the server to use, RL_QUERY_SAME (a check, current
+ * given: the Sentinels name current first), RL_QUERY_NONE with why. NULL if it cannot start. */
+enum rl_query_end { RL_QUERY_FOUND, RL_QUERY_SAME, RL_QUERY_NONE };
+typedef void rl_query_done_fn(void *arg, int end, const redis_url *found, const char *why);
+rl_query *rl_query_start(struct event_base *base, const redis_url *url, const redis_url *current,
+                         rl_query_done_fn *done, void *arg);
+void rl_query_cancel(rl_query *q); /* done is not called */
 
 /* cmd.c: send on this very connection (no routing: WAIT must follow its command) */
 int rl_cmd_here(rlink *conn, rlink_cb *cb, void *priv, int argc, const char **argv);

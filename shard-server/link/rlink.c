@@ -17,7 +17,6 @@
 #define RL_BACKOFF_CAP_MS 5000
 #define RL_WATCH_MS 500
 #define RL_RESOLVE_RETRY_CAP_MS 500
-#define RL_RESOLVE_TIMEOUT_MS 500 /* per Sentinel or seed asked, while the loop waits */
 #define RL_PROBE_MS 1000          /* no reply for this long behind Sentinel: has the master changed? */
 
 static const rlink_transport *transport(const rlink *l)
@@ -26,6 +25,7 @@ static const rlink_transport *transport(const rlink *l)
 }
 
 static int left_behind(rlink *l);
+static void leave(rlink *l, const char *why);
 
 static void schedule_retry(rlink *l)
 {
@@ -56,15 +56,14 @@ static void on_watch(evutil_socket_t fd, short what, void *arg)
     if (transport(l)->is_open(l) && left_behind(l)) {
         char why[320];
         snprintf(why, sizeof why, "the master is now %s:%d", l->route->master_host, l->route->master_port);
-        transport(l)->drop(l, why);
+        redis_url_at(l->url, l->route->master_host, l->route->master_port, &l->target);
+        l->resolved = 1; /* go there, without asking the Sentinels again */
+        leave(l, why);
         return;
     }
     if (!transport(l)->is_open(l) || l->pending <= 0) return;
     uint64_t idle = now_ms() - l->last_activity;
-    if (idle >= RL_PROBE_MS && idle < (uint64_t)l->stall_ms && rl_master_moved(l)) {
-        transport(l)->drop(l, "no reply, and the Sentinels name another master");
-        return;
-    }
+    if (idle >= RL_PROBE_MS && idle < (uint64_t)l->stall_ms) rl_check_master(l); /* answers later */
     if (idle < (uint64_t)l->stall_ms) return;
     char why[96];
     snprintf(why, sizeof why, "no reply for %llu ms with %d commands pending", (unsigned long long)idle, l->pending);
@@ -99,18 +98,6 @@ static void wake_group(rlink_route *rt, const rlink *self)
     }
 }
 
-void rl_announced(rlink_route *rt)
-{
-    rlink *open = NULL;
-    for (int i = 0; i < rt->nlinks; i++)
-        if (transport(rt->links[i])->is_open(rt->links[i]) && !rt->links[i]->stopping) open = rt->links[i];
-    if (open != NULL) {
-        open->moved_checked_ms = 0;
-        rl_master_moved(open); /* records the new master for the whole group */
-    }
-    wake_group(rt, NULL);
-}
-
 /* Record host:port as the group's master; 1 if that is news. */
 static int route_master(rlink_route *rt, const char *host, int port)
 {
@@ -121,30 +108,96 @@ static int route_master(rlink_route *rt, const char *host, int port)
     return 1;
 }
 
+void rl_announced(rlink_route *rt, const char *host, int port)
+{
+    if (!route_master(rt, host, port)) return;
+    log_info("redis: the Sentinels announce a new master, %s:%d", host, port);
+    for (int i = 0; i < rt->nlinks; i++) { /* a query under way may still name the old one */
+        rlink *l = rt->links[i];
+        rl_query_cancel(l->query);
+        l->query = NULL;
+        l->opening = 0;
+    }
+    wake_group(rt, NULL); /* rl_resolve takes the announced master */
+}
+
+/* Drop the connection and reconnect at once (the group knows the master to go to). */
+static void leave(rlink *l, const char *why)
+{
+    static const struct timeval now = {0, 0};
+    transport(l)->drop(l, why);
+    l->attempt = 0;
+    if (!l->stopping) evtimer_add(l->retry_timer, &now);
+}
+
+/* The server the group's master is on now, from a query of this link. */
+static void use_master(rlink *l, const redis_url *found)
+{
+    if (strcmp(found->host, l->target.host) != 0 || found->port != l->target.port)
+        log_info("redis %s connection: %s %s:%d", l->name, l->url->sentinel_master[0] ? "the master is" : "using node",
+                 found->host, found->port);
+    l->target = *found;
+    rlink_route *rt = l->route;
+    if (route_master(rt, found->host, found->port)) wake_group(rt, l);
+    l->master_seen = rt != NULL ? rt->master_gen : 0;
+}
+
+static void on_query_done(void *arg, int end, const redis_url *found, const char *why)
+{
+    rlink *l = arg;
+    l->query = NULL;
+    if (l->opening) { /* open waits: connect, or try again after backoff */
+        l->opening = 0;
+        if (end == RL_QUERY_NONE) {
+            if (now_ms() - l->resolve_logged_ms >= 5000) {
+                log_warn("redis %s connection: %s; retrying", l->name, why);
+                l->resolve_logged_ms = now_ms();
+            }
+            rl_lost(l);
+            return;
+        }
+        l->resolve_logged_ms = 0;
+        if (end == RL_QUERY_FOUND) use_master(l, found);
+        if (transport(l)->is_open(l)) return;
+        l->resolved = 1;
+        transport(l)->open(l);
+        return;
+    }
+    if (end != RL_QUERY_FOUND || !transport(l)->is_open(l)) return; /* a check: ours still leads */
+    log_warn("redis %s connection: %s:%d does not answer or refuses writes, and the master is now %s:%d; reconnecting",
+             l->name, l->target.host, l->target.port, found->host, found->port);
+    l->target = *found;
+    if (route_master(l->route, found->host, found->port)) wake_group(l->route, l); /* the others leave it too */
+    l->master_seen = l->route != NULL ? l->route->master_gen : 0;
+    l->resolved = 1;
+    leave(l, "the Sentinels name another master");
+}
+
 int rl_resolve(rlink *l)
 {
     if (!redis_url_needs_resolve(l->url)) {
         l->target = *l->url;
         return 0;
     }
-    char err[600];
-    redis_url found;
-    if (redis_url_resolve(l->url, RL_RESOLVE_TIMEOUT_MS, &found, err, sizeof err) != 0) {
-        if (now_ms() - l->resolve_logged_ms >= 5000) {
-            log_warn("redis %s connection: %s; retrying", l->name, err);
-            l->resolve_logged_ms = now_ms();
-        }
-        return -1;
+    if (l->resolved) {
+        l->resolved = 0;
+        return 0;
     }
-    l->resolve_logged_ms = 0;
-    if (strcmp(found.host, l->target.host) != 0 || found.port != l->target.port)
-        log_info("redis %s connection: %s %s:%d", l->name, l->url->sentinel_master[0] ? "the master is" : "using node",
-                 found.host, found.port);
-    l->target = found;
     rlink_route *rt = l->route;
-    if (route_master(rt, found.host, found.port)) wake_group(rt, l);
-    l->master_seen = rt != NULL ? rt->master_gen : 0;
-    return 0;
+    if (rt != NULL && rt->master_port != 0 && rt->master_gen != l->master_seen) {
+        /* announced, or found by another link since this one last looked: no need to ask */
+        rl_query_cancel(l->query);
+        l->query = NULL;
+        l->opening = 0;
+        redis_url_at(l->url, rt->master_host, rt->master_port, &l->target);
+        l->master_seen = rt->master_gen;
+        log_info("redis %s connection: the master is %s:%d", l->name, rt->master_host, rt->master_port);
+        return 0;
+    }
+    l->opening = 1;
+    if (l->query == NULL) l->query = rl_query_start(l->base, l->url, NULL, on_query_done, l);
+    if (l->query == NULL) l->opening = 0;
+    return l->query != NULL ? 1 : -1;
 }
 
 /* Another link of the group found a new master: is this one still on the old? */
@@ -156,17 +209,12 @@ static int left_behind(rlink *l)
     return strcmp(rt->master_host, l->target.host) != 0 || rt->master_port != l->target.port;
 }
 
-int rl_master_moved(rlink *l)
+void rl_check_master(rlink *l)
 {
     uint64_t now = now_ms();
-    if (l->url->sentinel_master[0] == '\0' || now - l->moved_checked_ms < 500) return 0;
+    if (l->url->sentinel_master[0] == '\0' || l->query != NULL || now - l->moved_checked_ms < 500) return;
     l->moved_checked_ms = now;
-    redis_url found;
-    if (!sentinel_master_changed(l->url, l->target.host, l->target.port, RL_RESOLVE_TIMEOUT_MS, &found)) return 0;
-    log_warn("redis %s connection: %s:%d does not answer or refuses writes, and the master is now %s:%d; reconnecting",
-             l->name, l->target.host, l->target.port, found.host, found.port);
-    route_master(l->route, found.host, found.port); /* the group's other links leave the old master too */
-    return 1;
+    l->query = rl_query_start(l->base, l->url, &l->target, on_query_done, l);
 }
 
 int rl_failover_reply(rlink *l, const redisReply *r)
@@ -274,6 +322,8 @@ void rlink_close(rlink *l)
 {
     rl_close_twins(l);
     l->stopping = 1;
+    rl_query_cancel(l->query);
+    l->query = NULL;
     transport(l)->drop(l, "closing");
     free_events(l);
 }

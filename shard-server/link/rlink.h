@@ -17,7 +17,10 @@
  *   - a URL that names several servers (Sentinels, cluster seeds: common/net/sentinel.h) is resolved to the
  *     current master at every (re)connect, and a reply saying the node is no longer that master
  *     (rconn_error_failover: READONLY, CLUSTERDOWN, ...) drops the connection like an I/O error, so
- *     following a failover is reconnecting;
+ *     following a failover is reconnecting. The Sentinels are asked from the loop, never waited for
+ *     (resolve.c: a Sentinel that does not answer delays no request the shard-server serves), and the
+ *     group of links subscribes to their announcements (watch.c): a +switch-master or +promoted-slave
+ *     names the new master, and every link of the group goes there at once;
  *   - AUTH and SELECT go first on every connection; a final refusal (rconn_error_final: the password
  *     or user changed under us) is reported to on_refused;
  *   - Redis Cluster (route.c): once a MOVED or ASK reply shows Redis is a cluster, a command goes to
@@ -48,6 +51,7 @@ enum rlink_kind { RLINK_CMD = 0, RLINK_SET = 1 };
 
 struct rlink_route;
 struct rlink_item;
+typedef struct rl_query rl_query;
 
 typedef struct rlink {
     const char *name;
@@ -56,6 +60,9 @@ typedef struct rlink {
     uint64_t moved_checked_ms;  /* last time a NOREPLICAS reply made us ask where the master is */
     uint64_t resolve_logged_ms; /* last "no master found" warning (one every 5 s at most) */
     unsigned master_seen;       /* the route's master_gen this link last compared its target with */
+    rl_query *query;            /* asking the Sentinels or seeds (resolve.c), or NULL */
+    int opening;                /* open waits for query's answer */
+    int resolved;               /* query just set target: the next open connects there */
     struct event_base *base;
     int kind;     /* enum rlink_kind */
     int stall_ms; /* no reply for this long while commands are pending: drop the connection */
@@ -129,12 +136,11 @@ typedef struct rlink_route {
     int nlinks;
     /* Sentinel URLs: the subscription to the Sentinels' failover announcements (watch.c) */
     struct rl_watch *watch;
-    uint64_t watch_tried_ms;
 } rlink_route;
 
 /* Route the links (of any kind, at most RLINK_ROUTE_MAX) by rt; CLUSTER SLOTS goes on `via`. */
 void rlink_route_attach(rlink_route *rt, rlink *via, rlink **links, int nlinks);
-/* Free the slot map (after the links are closed). */
+/* Free the slot map and close the Sentinel subscriptions (after the links are closed). */
 void rlink_route_free(rlink_route *rt);
 
 #endif

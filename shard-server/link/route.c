@@ -34,6 +34,7 @@ void rlink_route_attach(rlink_route *rt, rlink *via, rlink **links, int nlinks)
 
 void rlink_route_free(rlink_route *rt)
 {
+    rl_watch_close(rt);
     free(rt->map);
     rt->map = NULL;
 }

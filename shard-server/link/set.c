@@ -205,8 +205,9 @@ static int rs_reply(rlink *rs, char *line, size_t len)
         rl_login_failed(rs, "login", r.str);
         drop = 1;
     }
-    if (rl_failover_reply(rs, &r) ||
-        (r.type == REDIS_REPLY_ERROR && rconn_error_noreplicas(r.str) && rl_master_moved(rs))) {
+    if (r.type == REDIS_REPLY_ERROR && rconn_error_noreplicas(r.str))
+        rl_check_master(rs); /* cut off from its replicas: if another master leads now, leave this one */
+    if (rl_failover_reply(rs, &r)) {
         if (it->cb != NULL) it->cb(NULL, it->priv); /* not executed; the caller retries as after a lost connection */
         free(it);
         return -1; /* drop: the reconnect finds the master again */
@@ -277,9 +278,10 @@ static void rs_on_read(evutil_socket_t fd, short what, void *arg)
 static void rs_connect(rlink *rs)
 {
     if (rs->stopping || rs->fd >= 0) return;
-    if (rl_resolve(rs) != 0) {
-        rl_lost(rs);
-        return;
+    int where = rl_resolve(rs);
+    if (where != 0) {
+        if (where < 0) rl_lost(rs);
+        return; /* 1: rs_connect is called again once the Sentinels answer */
     }
     const redis_url *u = &rs->target;
     int fd = -1;

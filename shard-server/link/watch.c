@@ -1,88 +1,118 @@
 /*
- * watch.c: a group of links (rlink_route) listening to its Sentinels' failover announcements
- * (sentinel_watch, common/net/sentinel.h), so that a new master is used the moment it is announced
- * rather than at each link's next backoff step, and a stopped old master is left at once (its
- * connections stay open: without the announcement the links would notice only when a command goes
- * unanswered). The subscriptions are opened when the group is attached, and again by the group's
- * watchdog tick when every one of them broke (a Sentinel restarted).
+ * watch.c: a group of links (rlink_route) listening to its Sentinels' failover announcements, so that
+ * a new master is used the moment it is announced rather than at each link's next backoff step, and a
+ * stopped old master is left at once (its connections stay open: without the announcement the links
+ * would notice only when a command goes unanswered).
+ *
+ * One hiredis asynchronous connection per Sentinel of the URL, on the loop, subscribed to
+ * +switch-master and +promoted-slave (the leader's +promoted-slave comes first, the others'
+ * +switch-master as each learns); both name the new master, which goes to rl_announced. Nothing here
+ * waits: a Sentinel that is down or never answers only leaves its subscription closed or silent. A
+ * subscription that closed (a Sentinel restarted) is opened again by the group's watchdog tick, at
+ * most every WATCH_RETRY_MS.
  */
 #include "internal.h"
 
 #include <stdlib.h>
+
+#include <hiredis/adapters/libevent.h>
 
 #include "log.h"
 #include "sentinel.h"
 #include "util.h"
 
 #define WATCH_RETRY_MS 5000
-#define WATCH_OPEN_TIMEOUT_MS 500
 
 typedef struct rl_watch {
-    sentinel_watch *subs;
-    struct event *ev[REDIS_URL_MAX_HOSTS];
-    int nev;
+    rlink_route *rt;
+    const redis_url *url;
+    redisAsyncContext *ac[REDIS_URL_MAX_HOSTS]; /* one per Sentinel of the URL; NULL: closed */
+    uint64_t tried_ms[REDIS_URL_MAX_HOSTS];
 } rl_watch;
 
-static void on_readable(evutil_socket_t fd, short what, void *arg);
-
-static void free_events(rl_watch *w)
+/* The slot of ac, or -1 (a subscription being closed). */
+static int slot_of(const rl_watch *w, const redisAsyncContext *ac)
 {
-    for (int i = 0; i < w->nev; i++) event_free(w->ev[i]);
-    w->nev = 0;
+    for (int i = 0; i < REDIS_URL_MAX_HOSTS; i++)
+        if (w->ac[i] == ac) return i;
+    return -1;
 }
 
-static void watch_close(rlink_route *rt)
+/* hiredis frees ac after these two: forget it, the next tick opens it again */
+static void on_connect(const redisAsyncContext *ac, int status)
 {
-    if (rt->watch == NULL) return;
-    free_events(rt->watch);
-    sentinel_watch_close(rt->watch->subs);
-    free(rt->watch);
-    rt->watch = NULL;
+    rl_watch *w = ac->data;
+    int i = slot_of(w, ac);
+    if (status != REDIS_OK && i >= 0) w->ac[i] = NULL;
 }
 
-/* One read event per open subscription; closes the watch when none is left. */
-static void arm(rlink_route *rt)
+static void on_disconnect(const redisAsyncContext *ac, int status)
 {
-    rl_watch *w = rt->watch;
-    int fds[REDIS_URL_MAX_HOSTS];
-    int n = sentinel_watch_fds(w->subs, fds, REDIS_URL_MAX_HOSTS);
-    free_events(w);
-    for (int i = 0; i < n; i++) {
-        w->ev[w->nev] = event_new(rt->via->base, fds[i], EV_READ | EV_PERSIST, on_readable, rt);
-        if (w->ev[w->nev] != NULL && event_add(w->ev[w->nev], NULL) == 0) w->nev++;
+    (void)status;
+    rl_watch *w = ac->data;
+    int i = slot_of(w, ac);
+    if (i >= 0) w->ac[i] = NULL;
+}
+
+static void on_message(redisAsyncContext *ac, void *reply, void *arg)
+{
+    rl_watch *w = arg;
+    char host[256];
+    int port;
+    if (reply == NULL || slot_of(w, ac) < 0) return;
+    if (sentinel_announcement(reply, w->url->sentinel_master, host, sizeof host, &port))
+        rl_announced(w->rt, host, port);
+}
+
+static void subscribe(rl_watch *w, int i)
+{
+    const redis_host *s = &w->url->hosts[i];
+    w->tried_ms[i] = now_ms();
+    redisAsyncContext *ac = redisAsyncConnect(s->host, s->port);
+    if (ac == NULL || ac->err || redisLibeventAttach(ac, w->rt->via->base) != REDIS_OK) {
+        if (ac != NULL) redisAsyncFree(ac);
+        return;
     }
-    if (w->nev == 0) watch_close(rt); /* the next tick opens it again */
-}
-
-static void on_readable(evutil_socket_t fd, short what, void *arg)
-{
-    (void)fd;
-    (void)what;
-    rlink_route *rt = arg;
-    rl_watch *w = rt->watch;
-    int fds[REDIS_URL_MAX_HOSTS];
-    int before = sentinel_watch_fds(w->subs, fds, REDIS_URL_MAX_HOSTS);
-    int heard = sentinel_watch_wait(w->subs, 0);
-    if (sentinel_watch_fds(w->subs, fds, REDIS_URL_MAX_HOSTS) != before) arm(rt); /* one broke */
-    if (heard == 1) {
-        log_debug("redis: the Sentinels announce a new master");
-        rl_announced(rt);
+    ac->data = w;
+    w->ac[i] = ac;
+    redisAsyncSetConnectCallback(ac, on_connect);
+    redisAsyncSetDisconnectCallback(ac, on_disconnect);
+    if (w->url->sentinel_pass[0] != '\0') {
+        int named = w->url->sentinel_user[0] != '\0';
+        const char *auth[3] = {"AUTH", named ? w->url->sentinel_user : w->url->sentinel_pass, w->url->sentinel_pass};
+        redisAsyncCommandArgv(ac, NULL, NULL, named ? 3 : 2, auth, NULL);
+    }
+    const char *argv[3] = {"SUBSCRIBE", "+switch-master", "+promoted-slave"};
+    if (redisAsyncCommandArgv(ac, on_message, w, 3, argv, NULL) != REDIS_OK) {
+        w->ac[i] = NULL;
+        redisAsyncFree(ac);
     }
 }
 
 void rl_watch_open(rlink_route *rt, const redis_url *url)
 {
-    if (rt == NULL || rt->watch != NULL || rt->via == NULL || url->sentinel_master[0] == '\0') return;
-    uint64_t now = now_ms();
-    if (rt->watch_tried_ms != 0 && now - rt->watch_tried_ms < WATCH_RETRY_MS) return;
-    rt->watch_tried_ms = now;
-    sentinel_watch *subs = sentinel_watch_open(url, WATCH_OPEN_TIMEOUT_MS);
-    rl_watch *w = subs != NULL ? calloc(1, sizeof *w) : NULL;
-    if (w == NULL) {
-        sentinel_watch_close(subs);
-        return;
+    if (rt == NULL || rt->via == NULL || url->sentinel_master[0] == '\0') return;
+    if (rt->watch == NULL) {
+        rt->watch = calloc(1, sizeof *rt->watch);
+        if (rt->watch == NULL) return;
+        rt->watch->rt = rt;
+        rt->watch->url = url;
     }
-    w->subs = subs;
-    rt->watch = w;
-    arm(rt);
+    rl_watch *w = rt->watch;
+    uint64_t now = now_ms();
+    for (int i = 0; i < url->nhosts && i < REDIS_URL_MAX_HOSTS; i++)
+        if (w->ac[i] == NULL && (w->tried_ms[i] == 0 || now - w->tried_ms[i] >= WATCH_RETRY_MS)) subscribe(w, i);
+}
+
+void rl_watch_close(rlink_route *rt)
+{
+    rl_watch *w = rt->watch;
+    if (w == NULL) return;
+    for (int i = 0; i < REDIS_URL_MAX_HOSTS; i++) {
+        redisAsyncContext *ac = w->ac[i];
+        w->ac[i] = NULL; /* its callbacks, run by the free, find no slot */
+        if (ac != NULL) redisAsyncFree(ac);
+    }
+    free(w);
+    rt->watch = NULL;
 }

@@ -6,8 +6,9 @@
 # with --metrics (served by the same loop as the workers' requests).
 #   1. Its Redis connections are killed (CLIENT KILL) four times; each time its three links ask the
 #      Sentinels again, and the asking lasts at least the 0.5 s the blackholed one is given. Requests to
-#      /metrics sent meanwhile must be answered within 0.25 s (before, the loop waited 0.5 s per link on
-#      the blackholed Sentinel: 1.5 s per kill), and the links must have been back only after that
+#      /metrics sent 0.1-0.4 s after each kill must be answered within 0.4 s (they take ~0.01 s; before,
+#      the loop waited 0.5 s per link on the blackholed Sentinel, 1.5 s per kill, and the slowest took
+#      2 s; 0.4 s leaves room for a loaded machine), and the links must have been back only after that
 #      0.5 s (the requests did meet a pending query).
 #   2. SENTINEL FAILOVER: the shard-server logs the new master within 0.5 s of the Sentinel's first
 #      announcement (+promoted-slave, its log), and its three links are on the new master within 1 s.
@@ -91,7 +92,7 @@ for k in range(4):
 print("requests to the shard-server while its links asked the Sentinels: slowest %.3f s; links back %s s after each kill"
       % (worst, ", ".join("%.2f" % b for b in back)))
 assert min(back) >= 0.45, "a link came back %.2f s after a kill: its query did not wait for the blackholed Sentinel" % min(back)
-assert worst <= 0.25, "a request waited %.3f s while the links asked the Sentinels (the loop blocked)" % worst
+assert worst <= 0.4, "a request waited %.3f s while the links asked the Sentinels (the loop blocked)" % worst
 
 # 2. a failover, announced
 t = time.time()

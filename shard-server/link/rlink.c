@@ -112,11 +112,12 @@ void rl_announced(rlink_route *rt, const char *host, int port)
 {
     if (!route_master(rt, host, port)) return;
     log_info("redis: the Sentinels announce a new master, %s:%d", host, port);
-    for (int i = 0; i < rt->nlinks; i++) { /* a query under way may still name the old one */
+    for (int i = 0; i < rt->nlinks; i++) { /* a query under way, or one just done, may name the old one */
         rlink *l = rt->links[i];
         rl_query_cancel(l->query);
         l->query = NULL;
         l->opening = 0;
+        l->resolved = 0;
     }
     wake_group(rt, NULL); /* rl_resolve takes the announced master */
 }

@@ -6,7 +6,9 @@
 # after every sync equal those of the in-process reference of 2 single-process workers g1, g2
 # (tests/tools/ref_quadratic); every closed round has the 2 groups as its 2 participants; every round
 # each group's ranks together send what one process sends (rank 0 + rank 1 bytes up = one worker's
-# Δ of all shards) and receive what one process receives. Then a mixed run: group g1 with a single
+# Δ of all shards) and receive what one process receives. A run with --weight-by tokens: group g1 of 2 and
+# a single bin/worker w3 with the same H, weighted 2:1 (the group's tokens are its ranks' sum), bit-identical
+# to the reference weighing them so (and not to the one weighing them 1:1). Then a mixed run: group g1 with a single
 # bin/worker w2 (bit-identical to ref g1,w2; the group's bytes per round equal w2's); then bad input: ranks
 # that disagree on group size, run or H, and a group larger than the run's shards: one clear error
 # on every rank and nothing registered; the Functions refuse a rank joining a group that already
@@ -74,6 +76,16 @@ for g in g1 g2; do
 done
 say "each round a group of 2 sent $((2 * NUMEL)) bytes and received $((4 * NUMEL)) in total, split over its ranks"
 
+# token weighting (--weight-by tokens), alongside the mixed run below: group g1 of 2 ranks weighs the tokens
+# of both its ranks, twice those of the single worker w3 with the same H
+RUN=gweight
+init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED --weight-by tokens
+start_server aweight --lease-ttl-ms 2000
+build/tests/tools/group_worker --redis "$URL" --run $RUN --worker-id g1 --ranks 2 --steps $((ROUNDS * H)) \
+  --sync-every $H > "$TMP/g1-weight.out" 2> "$TMP/group-g1-weight.log" &
+wpid=$!; PIDS="$PIDS $wpid"
+start_worker w3 --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1
+
 # mixed: a group and a single bin/worker in one run
 RUN=gmix
 init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED
@@ -98,6 +110,18 @@ cut -d' ' -f1,3 "$TMP/g1-sync.txt" | diff - "$(cut -d' ' -f1,3 "$TMP/w2-sync.txt
 [ "$(tail -n 1 "$TMP/g1-sync.txt")" = "$(tail -n 1 "$TMP/w2-sync.txt")" ] ||
   fail "mixed: last round: the group's (version, bytes up, digest) $(tail -n 1 "$TMP/g1-sync.txt"), w2's $(tail -n 1 "$TMP/w2-sync.txt")"
 say "mixed: a group of 2 and a single worker agree on every version's digest, send the same bytes, match the reference"
+RUN=gweight
+wait "$wpid" || fail "group g1 (weighted) exited with status $?: $(cat "$TMP/g1-weight.out")"
+wait_workers w3
+wref() { build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers g1,w3 --rounds $ROUNDS \
+           --sync-every $H --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" "$@" | grep '^shard'; }
+wref --weight-tokens --ranks-of g1=2 > "$TMP/ref-weight.txt" || fail "weighted reference"
+wref --weight-tokens > "$TMP/ref-weight1.txt" || fail "weighted reference (the group as one rank)"
+shard_digests $RUN > "$TMP/got-weight.txt"
+diff "$TMP/ref-weight.txt" "$TMP/got-weight.txt" > "$TMP/diff.txt" ||
+  fail "--weight-by tokens: digests differ from the reference weighing the group's 2 ranks' tokens: $(cat "$TMP/diff.txt")"
+cmp -s "$TMP/ref-weight1.txt" "$TMP/got-weight.txt" && fail "weighing the group's tokens twice or once made no difference: the test proves nothing"
+say "--weight-by tokens: the group weighs both ranks' tokens (2:1 against a single worker), bit-identical to the reference"
 
 # bad input: one clear error on every rank, nothing registered
 RUN=gbad

@@ -10,7 +10,7 @@
 # a single bin/worker w3 with the same H, weighted 2:1 (the group's tokens are its ranks' sum), bit-identical
 # to the reference weighing them so (and not to the one weighing them 1:1). Then a mixed run: group g1 with a single
 # bin/worker w2 (bit-identical to ref g1,w2; the group's bytes per round equal w2's); then bad input: ranks
-# that disagree on group size, run or H, and a group larger than the run's shards: one clear error
+# that disagree on group size, run, H or the model's size, and a group larger than the run's shards: one clear error
 # on every rank and nothing registered; the Functions refuse a rank joining a group that already
 # arrived at a barrier, a second join, a wrong size, and an arrival before every rank joined (GROUP /
 # BADARG), writing nothing.
@@ -139,6 +139,7 @@ bad_case() { # WHAT EXPECTED-TEXT [group_worker flags]
 bad_case size 'disagree' --ranks 2 --bad SIZE
 bad_case run 'rank 1: .*not-this-run' --ranks 2 --bad RUN
 bad_case h 'disagree on sync_every' --ranks 2 --bad H
+bad_case numel "rank 1: run 'gbad' has 1000 parameters but this trainer has 999" --ranks 2 --bad NUMEL
 RANKS=3 bad_case big 'needs a run of at least 3 shards' --ranks 3
 # a rank restarted alone (its old group, with rank 0, goes on): one clear error on both ranks, nothing
 # committed after the group's first round
@@ -157,7 +158,7 @@ say "a rank restarted alone: both ranks say its group already synced, nothing co
 RUN=gbad
 joins=$($RCLI HGET "dl:{$RUN}:state" joins)
 [ "$joins" = 0 ] || fail "bad input registered $joins time(s)"
-say "bad input (group size, run, H, a group larger than the shards): every rank says why, nothing registered"
+say "bad input (group size, run, H, a model of another size, a group larger than the shards): every rank says why, nothing registered"
 
 # the Functions themselves (what a rank restarted alone, or a buggy client, would send)
 K="dl:{$RUN}:config"

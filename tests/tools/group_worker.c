@@ -25,7 +25,8 @@
  * usage: group_worker --redis URL --run RUN --worker-id ID --ranks R --steps N --sync-every H
  *                     [--no-bf16] [--error-feedback] [--heartbeat-ms MS]
  *                     [--trainer gpt [-- GPT FLAGS (--data, --batch, --lr, --num-shards, --shard-index...)]]
- *                     [--bad SIZE|RUN|H] (rank 1 is given another group size, run or H: a bad-input test)
+ *                     [--bad SIZE|RUN|H|NUMEL] (rank 1 is given another group size, run, H or parameter
+ *                     count, a model of another layout: a bad-input test)
  *                     [--bad RESTART] (after its first sync rank 1 opens a new session, as a rank restarted
  *                     alone would, while rank 0 goes on in the group) */
 #include <getopt.h>
@@ -210,8 +211,9 @@ static void *rank_main(void *p)
         if (!strcmp(c->bad, "RUN")) o.run = "not-this-run";
         if (!strcmp(c->bad, "H")) o.sync_every = c->sync_every + 1;
     }
+    size_t numel = c->bad && !strcmp(c->bad, "NUMEL") && c->rank == 1 ? t->numel - 1 : t->numel;
     diloco *d;
-    if (diloco_open(&o, t->params, t->numel, &d, err, sizeof err) < 0) {
+    if (diloco_open(&o, t->params, numel, &d, err, sizeof err) < 0) {
         say(c, "error rank %d: %s\n", c->rank, err);
         c->failed = 1;
         t->destroy(t);

@@ -9,7 +9,8 @@
 # Δ of all shards) and receive what one process receives. A run with --weight-by tokens: group g1 of 2 and
 # a single bin/worker w3 with the same H, weighted 2:1 (the group's tokens are its ranks' sum), bit-identical
 # to the reference weighing them so (and not to the one weighing them 1:1). Then a mixed run: group g1 with a single
-# bin/worker w2 (bit-identical to ref g1,w2; the group's bytes per round equal w2's); then bad input: ranks
+# bin/worker w2 (bit-identical to ref g1,w2; the group's bytes per round w2's, more only in a round that resent a
+# part after a lease moved); then bad input: ranks
 # that disagree on group size, run, H or the model's size, and a group larger than the run's shards: one clear error
 # on every rank and nothing registered; the Functions refuse a rank joining a group that already
 # arrived at a barrier, a second join, a wrong size, and an arrival before every rank joined (GROUP /
@@ -107,8 +108,11 @@ awk '/^sync/ {print $5, $9, $7}' "$TMP/g1-mix.out" | awk '{up[$1] += $2; d[$1] =
   sort -n > "$TMP/g1-sync.txt"
 cut -d' ' -f1,3 "$TMP/g1-sync.txt" | diff - "$(cut -d' ' -f1,3 "$TMP/w2-sync.txt" > "$TMP/w2-vd.txt"; echo "$TMP/w2-vd.txt")" \
   > "$TMP/diff.txt" || fail "mixed: the group's (version, digest) differ from w2's: $(cat "$TMP/diff.txt")"
-[ "$(tail -n 1 "$TMP/g1-sync.txt")" = "$(tail -n 1 "$TMP/w2-sync.txt")" ] ||
-  fail "mixed: last round: the group's (version, bytes up, digest) $(tail -n 1 "$TMP/g1-sync.txt"), w2's $(tail -n 1 "$TMP/w2-sync.txt")"
+# the group's bytes up per round: those of w2 (one process), more only in a round that resent a part to a
+# shard's new owner (a lease moved), never less; exactly w2's in at least half the rounds
+awk -v last=$ROUNDS 'NR == FNR {w2[$1] = $2; next} {if ($2 < w2[$1]) {print "version " $1 ": group " $2 " < w2 " w2[$1]; bad = 1}
+    if ($2 == w2[$1]) same++} END {if (2 * same < last) {print "only " same + 0 " rounds alike"; bad = 1}; exit bad}' \
+  "$TMP/w2-sync.txt" "$TMP/g1-sync.txt" > "$TMP/bytes.txt" || fail "mixed: bytes up of the group against w2's: $(cat "$TMP/bytes.txt")"
 say "mixed: a group of 2 and a single worker agree on every version's digest, send the same bytes, match the reference"
 RUN=gweight
 wait "$wpid" || fail "group g1 (weighted) exited with status $?: $(cat "$TMP/g1-weight.out")"

@@ -218,8 +218,9 @@ $(BIN)/bench-%: bench/%.c $(CUDA_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(
 	@mkdir -p $(BUILD)/bench
 	$(CC) $(CFLAGS) -O3 -fopenmp -MF $(BUILD)/bench/$*.d -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
+# the build runs on every core (CI has 2); the tests run two at a time (tests/run.sh, TEST_JOBS)
 test: deps
-	$(MAKE) all tests-build
+	$(MAKE) -j$$(nproc) all tests-build
 	sh tests/run.sh
 
 tests-build: $(TEST_BIN) $(TOOL_BIN)
@@ -229,7 +230,7 @@ cuda-check: all tests-build
 	sh tests/run.sh cuda_
 
 demo: deps
-	$(MAKE) all
+	$(MAKE) -j$$(nproc) all
 	sh deploy/local/demo.sh
 
 # Reformat every C, header and CUDA file with .clang-format (Debian's clang-format).

@@ -150,9 +150,13 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/worker/cuda/%.o: worker/cuda/%.cu
+# objects built with other flags (before: not PIC) are rebuilt: a stamp that changes with them
+CUDA_OBJ_FLAGS = $(NVCCFLAGS) -Xcompiler -fPIC
+$(BUILD)/cuda-flags.stamp: FORCE
+	@mkdir -p $(BUILD); echo '$(CUDA_OBJ_FLAGS)' | cmp -s - $@ || echo '$(CUDA_OBJ_FLAGS)' > $@
+$(BUILD)/worker/cuda/%.o: worker/cuda/%.cu $(BUILD)/cuda-flags.stamp
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) -Xcompiler -fPIC $(COMMON_INC) -Imodel -Iworker -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+	$(NVCC) $(CUDA_OBJ_FLAGS) $(COMMON_INC) -Imodel -Iworker -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 $(LIBCOMMON): $(COMMON_OBJ)
 	@rm -f $@; ar rcs $@ $^

@@ -113,7 +113,7 @@ cut -d' ' -f1,3 "$TMP/g1-sync.txt" | diff - "$(cut -d' ' -f1,3 "$TMP/w2-sync.txt
 awk -v last=$ROUNDS 'NR == FNR {w2[$1] = $2; next} {if ($2 < w2[$1]) {print "version " $1 ": group " $2 " < w2 " w2[$1]; bad = 1}
     if ($2 == w2[$1]) same++} END {if (2 * same < last) {print "only " same + 0 " rounds alike"; bad = 1}; exit bad}' \
   "$TMP/w2-sync.txt" "$TMP/g1-sync.txt" > "$TMP/bytes.txt" || fail "mixed: bytes up of the group against w2's: $(cat "$TMP/bytes.txt")"
-say "mixed: a group of 2 and a single worker agree on every version's digest, send the same bytes, match the reference"
+say "mixed: a group of 2 and a single worker agree on every version's digest, send the same bytes (more only after a lease moved), match the reference"
 RUN=gweight
 wait "$wpid" || fail "group g1 (weighted) exited with status $?: $(cat "$TMP/g1-weight.out")"
 wait_workers w3

@@ -25,11 +25,18 @@
  * usage: group_worker --redis URL --run RUN --worker-id ID --ranks R --steps N --sync-every H
  *                     [--no-bf16] [--error-feedback] [--heartbeat-ms MS]
  *                     [--trainer gpt [-- GPT FLAGS (--data, --batch, --lr, --num-shards, --shard-index...)]]
+ *                     [--rank-netns NS0,NS1,...] (root: rank r's thread enters network namespace NSr before it
+ *                     connects, so each rank uses a link of its own, as on a node with a NIC per GPU;
+ *                     bench/group_round --nics)
  *                     [--bad SIZE|RUN|H|NUMEL] (rank 1 is given another group size, run, H or parameter
  *                     count, a model of another layout: a bad-input test)
  *                     [--bad RESTART] (after its first sync rank 1 opens a new session, as a rank restarted
  *                     alone would, while rank 0 goes on in the group) */
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <sched.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <inttypes.h>
 #include <pthread.h>
@@ -63,6 +70,7 @@ typedef struct rank_ctx {
     shared *sh;
     int rank;
     const char *redis, *run, *worker_id, *bad;
+    char netns[64]; /* --rank-netns: this rank's network namespace ("" : the process's) */
     long steps;
     int sync_every, bf16, error_feedback, heartbeat_ms;
     size_t numel;
@@ -173,10 +181,30 @@ static void say(rank_ctx *c, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Enter network namespace name (ip netns's /var/run/netns/name) for this thread and the threads it makes. */
+static int enter_netns(const char *name, char *err, size_t errlen)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/var/run/netns/%s", name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) < 0) {
+        snprintf(err, errlen, "cannot enter network namespace %s: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
 static void *rank_main(void *p)
 {
     rank_ctx *c = p;
     char err[1024];
+    if (c->netns[0] && enter_netns(c->netns, err, sizeof err) < 0) {
+        say(c, "error rank %d: %s\n", c->rank, err);
+        c->failed = 1;
+        return NULL;
+    }
     trainer *t;
     if (c->gpt) {
         t = make_gpt(c, err, sizeof err);
@@ -279,6 +307,7 @@ int main(int argc, char **argv)
     static shared sh;
     rank_ctx base = {.sh = &sh, .bf16 = 1, .heartbeat_ms = 1000};
     int ranks = 2;
+    const char *netns = NULL;
     static struct option opts[] = {{"redis", 1, 0, 'r'},
                                    {"run", 1, 0, 'n'},
                                    {"worker-id", 1, 0, 'w'},
@@ -290,6 +319,7 @@ int main(int argc, char **argv)
                                    {"heartbeat-ms", 1, 0, 'm'},
                                    {"bad", 1, 0, 'x'},
                                    {"trainer", 1, 0, 't'},
+                                   {"rank-netns", 1, 0, 'N'},
                                    {0, 0, 0, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (ch) {
@@ -304,6 +334,7 @@ int main(int argc, char **argv)
         case 'm': base.heartbeat_ms = atoi(optarg); break;
         case 'x': base.bad = optarg; break;
         case 't': base.gpt = !strcmp(optarg, "gpt"); break;
+        case 'N': netns = optarg; break;
         default: fprintf(stderr, "usage: see the comment at the top of tests/tools/group_worker.c\n"); return 2;
         }
     }
@@ -331,6 +362,9 @@ int main(int argc, char **argv)
     for (int r = 0; r < ranks; r++) {
         ctx[r] = base;
         ctx[r].rank = r;
+        const char *ns = netns; /* the r-th name of the comma list */
+        for (int k = 0; ns && k < r; k++) ns = (ns = strchr(ns, ',')) ? ns + 1 : NULL;
+        if (ns) snprintf(ctx[r].netns, sizeof ctx[r].netns, "%.*s", (int)strcspn(ns, ","), ns);
         pthread_create(&th[r], NULL, rank_main, &ctx[r]);
     }
     int failed = 0;

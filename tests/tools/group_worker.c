@@ -11,8 +11,8 @@
  *
  * (the phase stamps in wall-clock microseconds: diloco_after_step called, diloco_sync_info's four, and
  * diloco_after_step returned; bench/group_round splits a round's time with them), and the digest of the
- * rank's own parameters as it trained them, before the sync (the ranks of a group hold the same: DDP). With --ranks 1 it is
- * one process of its own (no group): bench/group_round's reference.
+ * rank's own parameters as it trained them, before the sync (the ranks of a group hold the same: DDP).
+ * With --ranks 1 it is one process of its own (no group): bench/group_round's reference.
  *
  * and a rank whose session fails prints "error rank <r>: <message>" and the program exits 1.
  *
@@ -76,7 +76,7 @@ typedef struct rank_ctx {
     size_t numel;
     uint64_t seed;
     const runconf *rc;
-    int gpt, ngpt;   /* --trainer gpt, with the GPT flags gpt_argv[0..ngpt) */
+    int gpt, ngpt; /* --trainer gpt, with the GPT flags gpt_argv[0..ngpt) */
     char **gpt_argv;
     int failed;
 } rank_ctx;
@@ -137,7 +137,8 @@ static trainer *make_gpt(rank_ctx *c, char *err, size_t errlen)
     char *argv[160];
     int argc = 0;
     char *save = NULL;
-    for (char *tok = strtok_r(model, " ", &save); tok && argc < 64; tok = strtok_r(NULL, " ", &save)) argv[argc++] = tok;
+    for (char *tok = strtok_r(model, " ", &save); tok && argc < 64; tok = strtok_r(NULL, " ", &save))
+        argv[argc++] = tok;
     for (int i = 0; i < c->ngpt && argc < 158; i++) argv[argc++] = c->gpt_argv[i];
     argv[argc] = NULL;
     gpt_options o;
@@ -145,7 +146,8 @@ static trainer *make_gpt(rank_ctx *c, char *err, size_t errlen)
     o.seed = c->rc->seed;
     o.total_steps = c->steps;
     int seq_given = 0;
-    for (int i = 0; i < c->ngpt; i++) seq_given |= !strcmp(c->gpt_argv[i], "--seq") || !strncmp(c->gpt_argv[i], "--seq=", 6);
+    for (int i = 0; i < c->ngpt; i++)
+        seq_given |= !strcmp(c->gpt_argv[i], "--seq") || !strncmp(c->gpt_argv[i], "--seq=", 6);
     int consumed = gpt_options_parse(&o, argc, argv, err, errlen);
     if (consumed < 0) return NULL;
     if (argc - consumed > 0) {

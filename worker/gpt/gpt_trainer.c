@@ -582,7 +582,8 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
     }
 #endif
     if (use_cuda && o->grad_reduce) {
-        err_set(err, errlen, "gpt: a gradient reduction (data-parallel ranks) is for the CPU backend only: use --device cpu");
+        err_set(err, errlen,
+                "gpt: a gradient reduction (data-parallel ranks) is for the CPU backend only: use --device cpu");
         goto fail;
     }
     if (!use_cuda && o->precision != GPT_PRECISION_FP32) {

@@ -13,6 +13,7 @@
 
 #include "blob.h"
 #include "codec.h"
+#include "codec_topk.h"
 #include "checkpoint.h"
 #include "coordinator.h"
 #include "init.h"
@@ -299,13 +300,16 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     snprintf(wref, sizeof wref, "%lld", a->weight_ref > 0 ? a->weight_ref : 1);
     snprintf(minrep, sizeof minrep, "%lld", a->min_replicas);
     snprintf(sref, sizeof sref, "%lld", a->stale_ref);
+    char tkd[32], tkb[32];
+    snprintf(tkd, sizeof tkd, "%.17g", a->topk_density);
+    snprintf(tkb, sizeof tkb, "%.17g", a->topk_beta);
     char key[KEY_MAX];
     key_run(key, sizeof key, a->c.run, "config");
     const char *fixed[] = {"FCALL",
                            "dl_init",
                            "1",
                            key,
-                           "22",
+                           "24",
                            "layout",
                            layout,
                            "numel",
@@ -350,6 +354,10 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
                            minrep,
                            "download",
                            a->download ? a->download : "params",
+                           "topk_density",
+                           tkd,
+                           "topk_beta",
+                           tkb,
                            "10",
                            "target_workers",
                            target,
@@ -417,6 +425,11 @@ static int create_run(rconn *rc, const init_args *a, char *err, size_t errlen)
            a->c.run, asy, a->trainer, ip.model, ip.numel, a->shards, a->fragments, a->workers, a->outer_lr,
            a->outer_momentum, a->nesterov ? " nesterov" : "", a->compress ? a->compress : "bf16",
            a->download ? a->download : "params");
+    if (a->compress && !strcmp(a->compress, "topk"))
+        printf("top-k (SparseLoCo): each worker sends %g of every %d entries of its accumulator e = %g*e + "
+               "pseudo-gradient at 2 bits and keeps the rest; outer momentum %g%s\n",
+               a->topk_density, TOPK_CHUNK, a->topk_beta, a->outer_momentum,
+               a->outer_momentum == 0 ? " (the default for topk: the accumulator is the momentum)" : "");
     if (a->from_checkpoint)
         printf("version 0 = checkpoint %s (run '%s' at version %" PRId64 "), %s%s\n", a->from_checkpoint, ip.ck_run,
                ip.ck_version, ip.mom ? "with its outer momentum" : "outer momentum starts afresh",

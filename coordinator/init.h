@@ -13,6 +13,7 @@ typedef struct init_args {
     long long dn_buffer, max_staleness, weight_ref, stale_ref;
     const char *dn_variant, *weight_by, *compress, *download, *stale_weight;
     double outer_lr, outer_momentum, heartbeat_timeout;
+    double topk_density, topk_beta; /* --compress topk (codec_sparse.h) */
     int nesterov, force, async, dylu;
     const char *trainer;
     gpt_config gpt;

@@ -10,6 +10,7 @@
 
 #include "blob.h"
 #include "codec.h"
+#include "codec_sparse.h"
 #include "checkpoint.h"
 #include "coordinator.h"
 #include "from_state.h"
@@ -64,7 +65,11 @@ static void init_usage(FILE *f)
         "  --weight-ref-tokens N      (async, --weight-by tokens) a submission of N tokens has weight 1\n"
         "  --compress C               codec of pseudo-gradients on the wire: bf16 (default; workers may send\n"
         "                             fp32), fp32, int8, int4, int3 or int2 (blocks of 256 with a scale;\n"
-        "                             docs/compression.md)\n"
+        "                             docs/compression.md), or topk (SparseLoCo: each worker sends the top\n"
+        "                             --topk-density of every 4096 entries of its error-feedback accumulator at\n"
+        "                             2 bits; outer momentum defaults to 0 then; sync runs only)\n"
+        "  --topk-density D           (topk) fraction of each chunk sent (default 0.02)\n"
+        "  --topk-beta B              (topk) the accumulator's decay: e = B*e + pseudo-gradient (default 0.95)\n"
         "  --download params|update   what a sync round sends back: the new parameters in fp32 (default) or\n"
         "                             the averaged pseudo-gradient in the --compress codec, which workers\n"
         "                             apply with their own copy of the outer momentum (sync, 1 fragment)\n"
@@ -142,6 +147,27 @@ static int parse_compress(const char *v, void *dest)
     return 0;
 }
 
+/* --compress topk: its flags go with it, SparseLoCo's accumulator is the momentum (outer momentum 0
+ * unless given), and async runs are refused: each submission would be one worker's top-k set applied
+ * alone, with no average over workers to make the step, and nothing of that has been measured. */
+static int topk_settings(init_args *a)
+{
+    int topk = a->compress && !strcmp(a->compress, "topk");
+    if (!topk && (flag_given(a, "--topk-density") || flag_given(a, "--topk-beta"))) {
+        fprintf(stderr, "coordinator init: --topk-density and --topk-beta are settings of --compress topk\n");
+        return -1;
+    }
+    if (!topk) return 0;
+    if (a->async) {
+        fprintf(stderr, "coordinator init: --compress topk is for sync runs: an async run applies each worker's "
+                        "top-k set alone (no average over workers, which SparseLoCo's step is), and that is neither "
+                        "built nor measured; use a block codec (e.g. --compress int3) with --async\n");
+        return -1;
+    }
+    if (!flag_given(a, "--outer-momentum")) a->outer_momentum = 0; /* the accumulator is the momentum */
+    return 0;
+}
+
 /* The option table of `init`; entry k records in a->given[k] whether it was on the command line. */
 static int parse_init_flags(int argc, char **argv, init_args *a)
 {
@@ -214,7 +240,14 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
          .kind = OPT_CUSTOM,
          .dest = &a->compress,
          .parse = parse_compress,
-         .wants = "bf16, fp32, int8, int4, int3 or int2"},
+         .wants = "bf16, fp32, int8, int4, int3, int2 or topk"},
+        {.name = "topk-density",
+         .kind = OPT_DOUBLE,
+         .dest = &a->topk_density,
+         .min = 1e-6,
+         .max = 1,
+         .wants = "a fraction in (0, 1]"},
+        {.name = "topk-beta", .kind = OPT_DOUBLE, .dest = &a->topk_beta, .min = 0, .max = 1, .wants = "a number in [0, 1]"},
         {.name = "download", .kind = OPT_CHOICE, .dest = &download_idx, .choices = "params|update"},
         {.name = "dn-variant", .kind = OPT_CHOICE, .dest = &dn_idx, .choices = "paper|forgather"},
         {.name = "staleness-weight", .kind = OPT_CHOICE, .dest = &stale_idx, .choices = "none|inverse|sqrt"},
@@ -246,6 +279,8 @@ int parse_init(int argc, char **argv, init_args *a)
     a->outer_lr = OUTER_DEFAULT_LR;
     a->outer_momentum = OUTER_DEFAULT_MOMENTUM;
     a->heartbeat_timeout = 120;
+    a->topk_density = SPARSE_DENSITY_DEFAULT;
+    a->topk_beta = SPARSE_BETA_DEFAULT;
     a->nesterov = 1;
     a->trainer = "gpt";
     a->gpt = (gpt_config){2, 4, 128, 128, 256};
@@ -278,6 +313,7 @@ int parse_init(int argc, char **argv, init_args *a)
     }
     if (a->from_state && !flag_given(a, "--trainer")) a->trainer = "state";
     if (a->from_checkpoint && (rc = adopt_checkpoint(a)) < 0) return rc;
+    if (topk_settings(a) < 0) return -1;
     if (a->outer_lr <= 0 || a->outer_momentum >= 1) {
         fprintf(stderr, "coordinator init: --outer-lr must be > 0 and --outer-momentum in [0, 1)\n");
         return -1;

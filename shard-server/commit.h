@@ -102,6 +102,14 @@ void cq_on_turn(evutil_socket_t fd, short what, void *arg);
  * missing meanwhile. */
 int commit_fill_g(ss_commit *c, ss_shard *s);
 
+/* commit_topk.c (--compress topk) */
+/* Bytes of the round's update (--download update): every participant not dropped. */
+size_t commit_topk_update_bytes(const ss_commit *c, const ss_shard *s);
+/* Elements [lo, lo+len) (whole top-k chunks, or to the shard's end) of a topk commit: g (len floats:
+ * c->g + lo, or a scratch) = the weighted mean of the sparse Δ ds[0..used), then the outer step into
+ * c->theta and c->mom; with c->gq, the update written with the first block. c->g_bad on failure. */
+void commit_topk_block(ss_commit *c, ss_shard *s, ss_delta **ds, int used, float *g, size_t lo, size_t len);
+
 /* commit_log.c */
 /* Version round+1 is computed: serve it tentatively, then write its log entry (now, or deferred). */
 void commit_write_log(ss_commit *c, ss_shard *s);

@@ -6,7 +6,7 @@
  * meanwhile); the digest of θ' is streamed along. The usual sync commit (unweighted bf16 Δ, no Delayed
  * Nesterov) fuses the mean and the step; a block codec's (int8 ... int2) computes the mean, and its
  * round trip with --download update, in one pass per codec block before the step; any other computes
- * g first. The mean is in fp32, in
+ * g first; a topk run's (commit_topk.c) the weighted mean of sparse Δ. The mean is in fp32, in
  * participant order, without FMA: the same bits on every server and in replay.
  */
 #include "commit.h"
@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "codec.h"
+#include "codec_topk.h"
 #include "hash.h"
 #include "log.h"
 #include "outer.h"
@@ -92,6 +93,7 @@ static void commit_block_fast(ss_commit *c, ss_shard *s, ss_delta **ds, int used
 /* One block of a block codec's Δ, decoded for a weighted sum (the server is single-threaded). */
 static float decoded[COMMIT_BLOCK];
 _Static_assert(COMMIT_BLOCK % CODEC_BLOCK == 0, "a compute block holds whole codec blocks");
+_Static_assert(COMMIT_BLOCK % TOPK_CHUNK == 0 && COMMIT_SLICE % TOPK_CHUNK == 0, "blocks hold whole top-k chunks");
 /* g of one block when the log entry keeps its encoding only (--download update): a scratch that stays in
  * the cache, where a per-commit array of n floats would pull every block of g in from memory. */
 static float g_block[COMMIT_BLOCK];
@@ -128,6 +130,10 @@ static void commit_block_codec(ss_commit *c, ss_shard *s, ss_delta **ds, int use
 static void commit_block_general(ss_commit *c, ss_shard *s, ss_delta **ds, int used, size_t lo, size_t len)
 {
     float *g = c->gq != NULL ? g_block : c->g + lo;
+    if (c->ss->rc.compress == BLOB_TOPK) { /* sync only (coordinator init refuses async topk) */
+        commit_topk_block(c, s, ds, used, g, lo, len);
+        return;
+    }
     outer_sum_zero(g, len);
     int weighted = runconf_weighted(&c->ss->rc);
     for (int i = 0, p = 0; i < c->np; i++) {
@@ -283,7 +289,7 @@ void commit_compute(ss_commit *c, ss_shard *s)
     c->xs = XXH3_createState();
     if (s->dnbuf != NULL) c->dnbuf = malloc(n * sizeof(float));
     if (ss->rc.download_update) {
-        c->gq_len = codec_bytes(ss->rc.compress, n);
+        c->gq_len = ss->rc.compress == BLOB_TOPK ? commit_topk_update_bytes(c, s) : codec_bytes(ss->rc.compress, n);
         c->gq = malloc(c->gq_len + 1);
     }
     int g_missing = ss->rc.download_update ? c->gq == NULL : c->g == NULL;

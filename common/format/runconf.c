@@ -9,6 +9,7 @@
 
 #include "blob.h"
 #include "codec.h"
+#include "codec_sparse.h"
 #include "keys.h"
 #include "outer_dn.h"
 #include "rconn.h"
@@ -97,6 +98,29 @@ static const char *field(const redisReply *r, const char *name)
     return NULL;
 }
 
+/* --compress topk's density and the accumulator's decay (defaults for a run that does not say). */
+static int topk_fields(const redisReply *r, runconf *rc, char *err, size_t errlen)
+{
+    const char *d = field(r, "topk_density"), *b = field(r, "topk_beta");
+    char *end = NULL;
+    rc->topk_density = d ? strtod(d, &end) : SPARSE_DENSITY_DEFAULT;
+    if (d && (end == d || *end != '\0' || !(rc->topk_density > 0 && rc->topk_density <= 1))) {
+        err_set(err, errlen, "the run's topk_density '%s' is not in (0, 1]", d);
+        return -1;
+    }
+    double beta = b ? strtod(b, &end) : SPARSE_BETA_DEFAULT;
+    if (b && (end == b || *end != '\0' || !(beta >= 0 && beta <= 1))) {
+        err_set(err, errlen, "the run's topk_beta '%s' is not in [0, 1]", b);
+        return -1;
+    }
+    rc->topk_beta = (float)beta;
+    if (rc->compress == BLOB_TOPK && rc->async) {
+        err_set(err, errlen, "the run is async with --compress topk, which this build refuses (coordinator init says why)");
+        return -1;
+    }
+    return 0;
+}
+
 int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errlen)
 {
     if (r->type != REDIS_REPLY_ARRAY) {
@@ -157,6 +181,7 @@ int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errle
                 cz);
         return -1;
     }
+    if (topk_fields(r, rc, err, errlen) < 0) return -1;
     const char *dl = field(r, "download");
     rc->download_update = dl && strcmp(dl, "update") == 0;
     if ((dl && !rc->download_update && strcmp(dl, "params") != 0) ||

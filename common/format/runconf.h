@@ -36,6 +36,8 @@ typedef struct runconf {
     int64_t stale_ref;          /* async: the staleness that keeps weight 1 (--staleness-ref) */
     int compress;               /* codec of pseudo-gradients (coordinator init --compress): a blob dtype,
                                  BLOB_BF16 by default (codec.h) */
+    double topk_density;        /* --compress topk: the entries kept per chunk (--topk-density) */
+    float topk_beta;            /* --compress topk: the worker accumulator's decay (--topk-beta) */
     int download_update;        /* --download update: gets are answered with the round's averaged
                                  pseudo-gradient in the codec, workers apply the outer step themselves */
     int min_replicas;           /* a commit is durable once WAIT says this many replicas have it (0 = at once) */

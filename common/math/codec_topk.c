@@ -141,3 +141,18 @@ void topk_decode_add_chunk(const uint8_t *in, float *acc)
         acc[i] = acc[i] + decode_code(code, scale);
     }
 }
+
+void topk_decode_add_scaled_chunk(const uint8_t *in, float w, float *acc)
+{
+    uint32_t k = topk_chunk_count(in);
+    float scale = bf16_to_f32((uint16_t)(in[2] | in[3] << 8));
+    const uint8_t *codes = in + 4 + ((size_t)k * 12 + 7) / 8;
+    for (uint32_t j = 0; j < k; j++) {
+        unsigned code = codes[j / 4] >> (2 * (j % 4)) & 3u;
+        uint16_t i = get_index(in + 4, j);
+        float v = w * decode_code(code, scale);
+        acc[i] = acc[i] + v;
+    }
+}
+
+uint32_t topk_chunk_count(const uint8_t *in) { return (uint32_t)(in[0] | in[1] << 8); }

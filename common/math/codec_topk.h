@@ -1,6 +1,6 @@
 /*
  * codec_topk.h: the sparse chunk codec of SparseLoCo-style pseudo-gradients (issue 28,
- * docs/compression.md "Top-k"): the kernel only, not yet a run setting.
+ * docs/compression.md "Top-k"): one chunk; codec_sparse.h puts chunks together into a shard's payload.
  *
  * A chunk of n <= TOPK_CHUNK elements keeps k of them: the k largest magnitudes of the worker's
  * error-feedback accumulator e, ties broken by the lower index, each sent as a 2-bit code with one bf16
@@ -37,5 +37,10 @@ int topk_encode_chunk(float *e, size_t n, uint32_t k, uint8_t *out, size_t *bad)
 int topk_check_chunk(const uint8_t *in, size_t len, size_t n, uint32_t *k);
 /* acc[index] += decoded value, for each entry of a checked chunk. */
 void topk_decode_add_chunk(const uint8_t *in, float *acc);
+/* acc[index] = acc[index] + w * decoded value (two roundings, no contraction), for each entry of a
+ * checked chunk: a participant's share of the shard-servers' weighted mean (codec_sparse.h). */
+void topk_decode_add_scaled_chunk(const uint8_t *in, float w, float *acc);
+/* The count k of an encoded chunk (its first two bytes). */
+uint32_t topk_chunk_count(const uint8_t *in);
 
 #endif

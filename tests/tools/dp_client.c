@@ -22,6 +22,7 @@
 #include "auth.h"
 #include "blob.h"
 #include "codec.h"
+#include "codec_sparse.h"
 #include "frame.h"
 #include "keys.h"
 #include "mpmap.h"
@@ -111,6 +112,28 @@ static void make_nan_scale(target *t, blob_header *h, float *x, size_t n)
     h->dtype = t->rc.compress;
 }
 
+/* A topk push (the run's codec, its size right) whose first chunk lists its first two indices in
+ * decreasing order: a forged frame the codec's check refuses. */
+static void make_bad_topk(target *t, blob_header *h, float *x, size_t n)
+{
+    size_t bytes = sparse_shard_bytes(t->rc.topk_density, n), off = 0, bad;
+    uint8_t *q = malloc(bytes);
+    for (size_t i = 0; i < n; i++) x[i] = (float)(i % 7) - 3.0f;
+    for (size_t c = 0; c < n; c += TOPK_CHUNK) {
+        size_t m = n - c < TOPK_CHUNK ? n - c : TOPK_CHUNK;
+        uint32_t k = topk_count(t->rc.topk_density, m);
+        topk_encode_chunk(x + c, m, k, q + off, &bad);
+        off += topk_chunk_bytes(k);
+    }
+    uint8_t i0 = q[4]; /* indices 0 and 1 of chunk 0 share bytes 4..6: swap their low bytes */
+    q[4] = (uint8_t)((q[5] >> 4) | (q[6] << 4));
+    q[5] = (uint8_t)((q[5] & 0x0F) | (i0 & 0x0F) << 4), q[6] = (uint8_t)(i0 >> 4);
+    memcpy(x, q, bytes); /* fits: far fewer bytes than the n floats */
+    free(q);
+    h->dtype = BLOB_TOPK;
+    h->count = bytes;
+}
+
 /* Expect the connection to be closed (or an err reply) after an unreadable frame. */
 static int expect_closed_or_err(int fd)
 {
@@ -188,6 +211,10 @@ static int run_case(target *t, int fd, const char *which, int shard)
         want = "STALE";
     } else if (!strcmp(which, "badcodec")) {
         h.dtype = t->rc.compress == BLOB_I4 ? BLOB_I8 : BLOB_I4;
+        want = "BADCODEC";
+    } else if (!strcmp(which, "badtopk") && t->rc.compress == BLOB_TOPK &&
+               topk_count(t->rc.topk_density, n < TOPK_CHUNK ? n : TOPK_CHUNK) >= 2) {
+        make_bad_topk(t, &h, x, n);
         want = "BADCODEC";
     } else if (!strcmp(which, "nanscale") && codec_is_block(t->rc.compress)) {
         make_nan_scale(t, &h, x, n);

@@ -209,6 +209,7 @@ static void push_request(diloco *d, int shard, int64_t round, blob_header *h, co
     h->xxh = d->delta_xxh[shard]; /* computed with Δ (sync_compute_delta) */
     h->dtype = d->push_dtype;
     *payload = dl_shard_delta(d, shard, plen);
+    if (h->dtype == BLOB_TOPK) h->count = *plen; /* a sparse payload is counted in bytes */
 }
 
 int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int *rcs, char *err, size_t errlen)
@@ -326,8 +327,7 @@ static int take_update(diloco *d, int shard, const blob_header *h, const uint8_t
                        int64_t min_version, int64_t *got, char *err, size_t errlen)
 {
     size_t n = (size_t)runconf_shard_numel(&d->rc, shard);
-    if (!d->rc.download_update || h->dtype != d->rc.compress || h->count != n || plen != codec_bytes(h->dtype, n) ||
-        h->shard != shard || h->version != min_version) {
+    if (!d->rc.download_update || !dl_update_fits(d, n, h, payload, plen) || h->shard != shard || h->version != min_version) {
         err_set(err, errlen, "bad update reply for shard %d (dtype %d, count %" PRIu64 ", version %" PRId64 ")", shard,
                 h->dtype, h->count, h->version);
         return DL_FAIL;

@@ -96,14 +96,17 @@ struct diloco {
     int push_dtype;       /* our pushes' codec: the run's (fp32 in a bf16 run with o.bf16 = 0) */
     uint16_t *delta_bf16; /* pseudo-gradient of the round, kept until it is committed */
     float *delta_f32;     /* (block codecs: only with device hooks, the device's fp32 Δ) */
-    uint8_t *delta_q;     /* int8/int4: the encoded Δ, shard after shard (delta.c) */
-    size_t *delta_qoff;   /* int8/int4: nshards+1 offsets of each shard's part in delta_q */
-    float *ef;            /* --error-feedback: what quantization dropped, added to the next Δ */
+    uint8_t *delta_q;     /* block codecs and topk: the encoded Δ, shard after shard (delta.c) */
+    size_t *delta_qoff;   /* block codecs and topk: nshards+1 offsets of each shard's part in delta_q */
+    float *ef;            /* --error-feedback: what quantization dropped, added to the next Δ; topk: the
+                             accumulator e (delta_topk.c) */
     /* --download update (update.c) */
     float *mom;           /* our copy of the outer momentum */
     int64_t *mom_version; /* per shard: the version base and mom hold together (-1: unknown) */
     uint8_t *upd_q;       /* received updates, shard after shard (upd_off) */
     size_t *upd_off;
+    uint8_t **upd_sparse; /* topk: each shard's received update (its size follows the participants) */
+    size_t *upd_sparse_cap;
     float *upd_both;        /* parameters with momentum as received (2 floats per parameter) */
     uint64_t *delta_xxh;    /* per shard: the checksum of its part of delta_* (computed with it) */
     int64_t *frag_version;  /* global version of each fragment's part of base (= its open round for us) */
@@ -270,12 +273,23 @@ int sync_compute_delta(diloco *d, int f, char *err, size_t errlen);
 /* Shard k's part of delta_* (as pushed, in push_dtype) and its size in *bytes. */
 const void *dl_shard_delta(const diloco *d, int k, size_t *bytes);
 
+/* delta_topk.c (--compress topk) */
+/* delta_q and its offsets for top-k payloads, and the accumulator (ef). */
+int dl_topk_alloc(diloco *d, char *err, size_t errlen);
+/* Elements [c, c+len) of shard k (c - lo a multiple of TOPK_CHUNK): the accumulator e = beta*e + Δ (from
+ * base - params, or the device's fp32 Δ), its top k per chunk encoded into delta_q; the encoded bytes
+ * and *qlen, or NULL with *bad (relative to c) when Δ is not finite. */
+const uint8_t *dl_topk_encode(diloco *d, int k, size_t c, size_t len, int from_device, size_t *bad, size_t *qlen);
+
 /* update.c (--download update) */
 int dl_update_alloc(diloco *d, char *err, size_t errlen);
 void dl_update_free(diloco *d);
 /* The flags of a get of shard at min_version: BLOB_GET_UPDATE_OK when we hold min_version-1 with its
  * momentum, else BLOB_GET_MOMENTUM (in runs with --download update). */
 int dl_get_flags(const diloco *d, int shard, int64_t min_version, int flags);
+/* Whether a received update reply of a shard of n elements has the run's codec and size (topk: and
+ * its structure, sparse_update_check). */
+int dl_update_fits(const diloco *d, size_t n, const blob_header *h, const uint8_t *payload, size_t plen);
 /* Where an update, or parameters with momentum, of shard are received; NULL for any other reply. */
 void *dl_update_place(diloco *d, int shard, const blob_header *h, size_t plen);
 /* Parameters then momentum (2n floats) of version into base and mom. */

@@ -250,7 +250,7 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen)
     size_t n = d->numel;
     d->base = dl_host_alloc(d, n * sizeof(float));
     d->push_dtype = dl_push_dtype(d);
-    if (d->o.error_feedback && !codec_is_block(d->push_dtype))
+    if (d->o.error_feedback && !codec_is_block(d->push_dtype) && d->push_dtype != BLOB_TOPK)
         log_warn("--error-feedback applies to block-quantized runs (int8, int4, int3, int2); this run's "
                  "pseudo-gradients are %s: ignored",
                  codec_name(d->push_dtype));

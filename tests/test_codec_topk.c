@@ -2,7 +2,9 @@
  * test_codec_topk.c: the sparse chunk codec (common/math/codec_topk.c): sizes, a known vector (the
  * selection, ties broken by the lower index, the scale, the codes and what stays in the accumulator),
  * an all-zero chunk, the accumulator keeping exactly what the chunk did not carry, NaN refused with its
- * index and nothing changed, and the check refusing forged chunks (length, count, indices, scale).
+ * index and nothing changed, and the check refusing forged chunks (length, count, indices, scale);
+ * codec_sparse.c: a shard's payload (sizes, density check), the update of two participants and its
+ * mean (whole and by chunks), and forged updates refused.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +16,7 @@
 #include <cmocka.h>
 
 #include "bf16.h"
+#include "codec_sparse.h"
 #include "codec_topk.h"
 
 static void sizes(void **state)
@@ -151,6 +154,76 @@ static void forged_chunks_refused(void **state)
     assert_int_equal(topk_check_chunk(bad_chunk, len, 6, &k), -1);
 }
 
+
+/* A shard of 2 full chunks and a short one, as a worker encodes it (sparse_accumulate_encode per chunk). */
+#define SHARD_N (2 * TOPK_CHUNK + 1000)
+static size_t encode_shard(float *e, const float *delta, float beta, uint8_t *out)
+{
+    size_t off = 0, bad;
+    for (size_t c = 0; c < SHARD_N; c += TOPK_CHUNK) {
+        size_t m = SHARD_N - c < TOPK_CHUNK ? SHARD_N - c : TOPK_CHUNK;
+        uint32_t k = topk_count(0.02, m);
+        assert_int_equal(sparse_accumulate_encode(e + c, delta + c, NULL, m, beta, k, out + off, &bad), 0);
+        off += topk_chunk_bytes(k);
+    }
+    return off;
+}
+
+static void shard_payload_and_update(void **state)
+{
+    (void)state;
+    static float d1[SHARD_N], d2[SHARD_N], e1[SHARD_N], e2[SHARD_N], g[SHARD_N], want[SHARD_N];
+    static uint8_t p1[8192], p2[8192], upd[20000];
+    for (size_t i = 0; i < SHARD_N; i++) {
+        d1[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+        d2[i] = (float)((i * 104729) % 997) / 997.0f - 0.5f;
+        e1[i] = 0.25f, e2[i] = 0.0f;
+    }
+    size_t bytes = sparse_shard_bytes(0.02, SHARD_N);
+    assert_int_equal(bytes, 2 * topk_chunk_bytes(82) + topk_chunk_bytes(20));
+    assert_int_equal(encode_shard(e1, d1, 0.5f, p1), bytes);
+    assert_int_equal(encode_shard(e2, d2, 0.5f, p2), bytes);
+    size_t bad;
+    assert_int_equal(sparse_check(p1, bytes, SHARD_N, 0.02, &bad), 0);
+    /* e = beta*e + Δ, minus what was sent: decoding the payload back gives exactly beta*e0 + Δ */
+    memset(g, 0, sizeof g);
+    sparse_add_scaled(p1, SHARD_N, 0, SHARD_N, 1.0f, g);
+    for (size_t i = 0; i < SHARD_N; i++) assert_true(e1[i] + g[i] == 0.5f * 0.25f + d1[i] || g[i] != 0.0f);
+    /* wrong density or length: refused */
+    assert_int_equal(sparse_check(p1, bytes, SHARD_N, 0.03, &bad), -1);
+    assert_int_equal(sparse_check(p1, bytes - 1, SHARD_N, 0.02, &bad), -1);
+    /* the update of two participants, weights 0.25 and 0.75: its mean is + w * decoded in order */
+    float w[2] = {0.25f, 0.75f};
+    size_t off = sparse_update_head(upd, 2, bytes, w);
+    memcpy(upd + off, p1, bytes);
+    memcpy(upd + off + bytes, p2, bytes);
+    size_t len = sparse_update_bytes(2, bytes);
+    uint32_t count = 0;
+    assert_int_equal(sparse_update_check(upd, len, SHARD_N, &count), 0);
+    assert_int_equal(count, 2);
+    memset(want, 0, sizeof want);
+    sparse_add_scaled(p1, SHARD_N, 0, SHARD_N, 0.25f, want);
+    sparse_add_scaled(p2, SHARD_N, 0, SHARD_N, 0.75f, want);
+    sparse_update_mean(upd, SHARD_N, 0, SHARD_N, g);
+    assert_memory_equal(g, want, sizeof want);
+    /* the same by chunks from TOPK_CHUNK on (a worker's and a server's blocks) */
+    sparse_update_mean(upd, SHARD_N, TOPK_CHUNK, SHARD_N - TOPK_CHUNK, g);
+    assert_memory_equal(g, want + TOPK_CHUNK, (SHARD_N - TOPK_CHUNK) * sizeof(float));
+    /* forged updates: short, a NaN weight, a payload size that does not add up, a bad chunk */
+    assert_int_equal(sparse_update_check(upd, len - 1, SHARD_N, &count), -1);
+    uint8_t keep[4];
+    memcpy(keep, upd + 8, 4);
+    memset(upd + 8, 0xFF, 4);
+    assert_int_equal(sparse_update_check(upd, len, SHARD_N, &count), -1);
+    memcpy(upd + 8, keep, 4);
+    upd[4] ^= 1;
+    assert_int_equal(sparse_update_check(upd, len, SHARD_N, &count), -1);
+    upd[4] ^= 1;
+    upd[off + 1] = 0x40; /* the first chunk's count far beyond its length */
+    assert_int_equal(sparse_update_check(upd, len, SHARD_N, &count), -1);
+    assert_int_equal(sparse_update_check(upd, 8, SHARD_N, &count), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -161,6 +234,7 @@ int main(void)
         cmocka_unit_test(accumulator_keeps_what_was_not_sent),
         cmocka_unit_test(nan_refused_and_nothing_changed),
         cmocka_unit_test(forged_chunks_refused),
+        cmocka_unit_test(shard_payload_and_update),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -25,8 +25,11 @@ static void sizes(void **state)
     assert_int_equal(topk_count(0.02, 4096), 82);
     assert_int_equal(topk_count(0.0001, 100), 1);
     assert_int_equal(topk_count(2.0, 100), 100);
-    assert_int_equal(topk_chunk_bytes(82), 4 + 123 + 21);
-    assert_int_equal(topk_chunk_bytes(3), 4 + 5 + 1);
+    /* 82 of 4096: low parts of 5 bits (52 bytes), an upper bitmap of 82 + 128 bits (27), codes (21) */
+    assert_int_equal(topk_chunk_bytes(82, 4096), 4 + 52 + 27 + 21);
+    assert_int_equal(topk_chunk_bytes(3, 6), 4 + 1 + 1 + 1);
+    assert_int_equal(topk_chunk_bytes(1, 4096), 4 + 2 + 1 + 1); /* l = 12: the bitmap is 2 bits */
+    assert_int_equal(topk_chunk_bytes(4096, 4096), 4 + 0 + 1024 + 1024); /* l = 0: a bitmap of 2n bits */
 }
 
 static void known_vector(void **state)
@@ -36,16 +39,17 @@ static void known_vector(void **state)
     uint8_t out[16];
     size_t bad = 99;
     assert_int_equal(topk_encode_chunk(e, 6, 3, out, &bad), 0);
-    /* count 3, scale 3/2 = 1.5 (bf16 0x3FC0), indices 1, 2, 4; codes: -2 (3), +1 (0), -2 (3) */
-    const uint8_t want[10] = {3, 0, 0xC0, 0x3F, 0x01, 0x20, 0x00, 0x04, 0x00, 0x33};
+    /* count 3, scale 3/2 = 1.5 (bf16 0x3FC0), indices 1, 2, 4 (l = 1: low bits 1, 0, 0; upper bits
+     * 0 + 0, 1 + 1, 2 + 2); codes: -2 (3), +1 (0), -2 (3) */
+    const uint8_t want[7] = {3, 0, 0xC0, 0x3F, 0x01, 0x15, 0x33};
     assert_memory_equal(out, want, sizeof want);
     const float left[6] = {0.1f, 0.0f, 0.5f, 0.5f, 0.0f, 0.0f};
     assert_memory_equal(e, left, sizeof left);
     uint32_t k = 0;
-    assert_int_equal(topk_check_chunk(out, topk_chunk_bytes(3), 6, &k), 0);
+    assert_int_equal(topk_check_chunk(out, topk_chunk_bytes(3, 6), 6, &k), 0);
     assert_int_equal(k, 3);
     float acc[6] = {0};
-    topk_decode_add_chunk(out, acc);
+    topk_decode_add_chunk(out, 6, acc);
     const float dec[6] = {0, -3.0f, 1.5f, 0, -3.0f, 0};
     assert_memory_equal(acc, dec, sizeof dec);
 }
@@ -59,7 +63,7 @@ static void ties_go_to_the_lower_index(void **state)
     size_t bad;
     assert_int_equal(topk_encode_chunk(e, 10, 3, out, &bad), 0);
     float acc[10] = {0};
-    topk_decode_add_chunk(out, acc);
+    topk_decode_add_chunk(out, 10, acc);
     for (int i = 0; i < 10; i++) {
         assert_true(acc[i] == (i < 3 ? (i % 2 ? -1.0f : 1.0f) : 0.0f));
         assert_true(e[i] == (i < 3 ? 0.0f : (i % 2 ? -1.0f : 1.0f)));
@@ -74,9 +78,9 @@ static void zero_chunk(void **state)
     size_t bad;
     assert_int_equal(topk_encode_chunk(e, 8, 2, out, &bad), 0);
     uint32_t k;
-    assert_int_equal(topk_check_chunk(out, topk_chunk_bytes(2), 8, &k), 0);
+    assert_int_equal(topk_check_chunk(out, topk_chunk_bytes(2, 8), 8, &k), 0);
     float acc[8] = {0};
-    topk_decode_add_chunk(out, acc);
+    topk_decode_add_chunk(out, 8, acc);
     for (int i = 0; i < 8; i++) assert_true(acc[i] == 0.0f && e[i] == 0.0f);
 }
 
@@ -94,10 +98,10 @@ static void accumulator_keeps_what_was_not_sent(void **state)
     size_t bad;
     assert_int_equal(topk_encode_chunk(e, N, k, out, &bad), 0);
     uint32_t got;
-    assert_int_equal(topk_check_chunk(out, topk_chunk_bytes(k), N, &got), 0);
+    assert_int_equal(topk_check_chunk(out, topk_chunk_bytes(k, N), N, &got), 0);
     assert_int_equal(got, k);
     memset(acc, 0, sizeof acc);
-    topk_decode_add_chunk(out, acc);
+    topk_decode_add_chunk(out, N, acc);
     int sent = 0;
     float smallest_sent = INFINITY, largest_kept = 0;
     for (int i = 0; i < N; i++) {
@@ -135,7 +139,7 @@ static void forged_chunks_refused(void **state)
     (void)state;
     float e[6] = {0.1f, -3.0f, 2.0f, 0.5f, -3.0f, 0.0f};
     uint8_t good[16], bad_chunk[16];
-    size_t bad, len = topk_chunk_bytes(3);
+    size_t bad, len = topk_chunk_bytes(3, 6);
     uint32_t k;
     assert_int_equal(topk_encode_chunk(e, 6, 3, good, &bad), 0);
     assert_int_equal(topk_check_chunk(good, len - 1, 6, &k), -1); /* short */
@@ -145,7 +149,11 @@ static void forged_chunks_refused(void **state)
     bad_chunk[0] = 7; /* count > n */
     assert_int_equal(topk_check_chunk(bad_chunk, len, 6, &k), -1);
     memcpy(bad_chunk, good, len);
-    bad_chunk[4] = 2; /* first index 2, second 2: not increasing */
+    bad_chunk[5] = 0x13; /* upper bits 0, 1, 4: indices 1, 0, 4, not increasing */
+    assert_int_equal(topk_check_chunk(bad_chunk, len, 6, &k), -1);
+    bad_chunk[5] = 0x35; /* four upper bits for three indices */
+    assert_int_equal(topk_check_chunk(bad_chunk, len, 6, &k), -1);
+    bad_chunk[5] = 0x05; /* two */
     assert_int_equal(topk_check_chunk(bad_chunk, len, 6, &k), -1);
     memcpy(bad_chunk, good, len);
     bad_chunk[3] = 0xBF; /* negative scale */
@@ -164,7 +172,7 @@ static size_t encode_shard(float *e, const float *delta, float beta, uint8_t *ou
         size_t m = SHARD_N - c < TOPK_CHUNK ? SHARD_N - c : TOPK_CHUNK;
         uint32_t k = topk_count(0.02, m);
         assert_int_equal(sparse_accumulate_encode(e + c, delta + c, NULL, m, beta, k, out + off, &bad), 0);
-        off += topk_chunk_bytes(k);
+        off += topk_chunk_bytes(k, m);
     }
     return off;
 }
@@ -180,7 +188,7 @@ static void shard_payload_and_update(void **state)
         e1[i] = 0.25f, e2[i] = 0.0f;
     }
     size_t bytes = sparse_shard_bytes(0.02, SHARD_N);
-    assert_int_equal(bytes, 2 * topk_chunk_bytes(82) + topk_chunk_bytes(20));
+    assert_int_equal(bytes, 2 * topk_chunk_bytes(82, TOPK_CHUNK) + topk_chunk_bytes(20, 1000));
     assert_int_equal(encode_shard(e1, d1, 0.5f, p1), bytes);
     assert_int_equal(encode_shard(e2, d2, 0.5f, p2), bytes);
     size_t bad;

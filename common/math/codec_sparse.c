@@ -13,13 +13,13 @@ static size_t chunk_len(size_t n, size_t c) { return n - c < TOPK_CHUNK ? n - c 
 size_t sparse_shard_bytes(double density, size_t n)
 {
     size_t bytes = 0;
-    for (size_t c = 0; c < n; c += TOPK_CHUNK) bytes += topk_chunk_bytes(topk_count(density, chunk_len(n, c)));
+    for (size_t c = 0; c < n; c += TOPK_CHUNK) bytes += topk_chunk_bytes(topk_count(density, chunk_len(n, c)), chunk_len(n, c));
     return bytes;
 }
 
 size_t sparse_chunk_offset(const uint8_t *payload, size_t c)
 {
-    return c == 0 ? 0 : c / TOPK_CHUNK * topk_chunk_bytes(topk_chunk_count(payload));
+    return c == 0 ? 0 : c / TOPK_CHUNK * topk_chunk_bytes(topk_chunk_count(payload), TOPK_CHUNK);
 }
 
 int sparse_check(const uint8_t *in, size_t len, size_t n, double density, size_t *bad)
@@ -31,7 +31,7 @@ int sparse_check(const uint8_t *in, size_t len, size_t n, double density, size_t
     size_t off = 0;
     for (size_t c = 0; c < n; c += TOPK_CHUNK) {
         uint32_t want = topk_count(density, chunk_len(n, c)), k;
-        size_t bytes = topk_chunk_bytes(want);
+        size_t bytes = topk_chunk_bytes(want, chunk_len(n, c));
         if (topk_check_chunk(in + off, bytes, chunk_len(n, c), &k) != 0 || k != want) {
             *bad = c;
             return -1;
@@ -55,8 +55,8 @@ void sparse_add_scaled(const uint8_t *payload, size_t n, size_t lo, size_t len, 
 {
     const uint8_t *p = payload + sparse_chunk_offset(payload, lo);
     for (size_t c = lo; c < lo + len && c < n; c += TOPK_CHUNK) {
-        topk_decode_add_scaled_chunk(p, w, g + (c - lo));
-        p += topk_chunk_bytes(topk_chunk_count(p));
+        topk_decode_add_scaled_chunk(p, chunk_len(n, c), w, g + (c - lo));
+        p += topk_chunk_bytes(topk_chunk_count(p), chunk_len(n, c));
     }
 }
 
@@ -96,7 +96,7 @@ static int payload_ok(const uint8_t *in, size_t p, size_t n)
     size_t off = 0, full = 0;
     for (size_t c = 0; c < n; c += TOPK_CHUNK) {
         if (p - off < 4) return -1;
-        size_t bytes = topk_chunk_bytes(topk_chunk_count(in + off));
+        size_t bytes = topk_chunk_bytes(topk_chunk_count(in + off), chunk_len(n, c));
         uint32_t k;
         if (bytes > p - off || topk_check_chunk(in + off, bytes, chunk_len(n, c), &k) != 0) return -1;
         if (c == 0) full = bytes;

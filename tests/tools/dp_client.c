@@ -112,8 +112,8 @@ static void make_nan_scale(target *t, blob_header *h, float *x, size_t n)
     h->dtype = t->rc.compress;
 }
 
-/* A topk push (the run's codec, its size right) whose first chunk lists its first two indices in
- * decreasing order: a forged frame the codec's check refuses. */
+/* A topk push (the run's codec, its size right) whose first chunk's index bitmap is empty: a forged
+ * frame the codec's check refuses. */
 static void make_bad_topk(target *t, blob_header *h, float *x, size_t n)
 {
     size_t bytes = sparse_shard_bytes(t->rc.topk_density, n), off = 0, bad;
@@ -123,11 +123,15 @@ static void make_bad_topk(target *t, blob_header *h, float *x, size_t n)
         size_t m = n - c < TOPK_CHUNK ? n - c : TOPK_CHUNK;
         uint32_t k = topk_count(t->rc.topk_density, m);
         topk_encode_chunk(x + c, m, k, q + off, &bad);
-        off += topk_chunk_bytes(k);
+        off += topk_chunk_bytes(k, m);
     }
-    uint8_t i0 = q[4]; /* indices 0 and 1 of chunk 0 share bytes 4..6: swap their low bytes */
-    q[4] = (uint8_t)((q[5] >> 4) | (q[6] << 4));
-    q[5] = (uint8_t)((q[5] & 0x0F) | (i0 & 0x0F) << 4), q[6] = (uint8_t)(i0 >> 4);
+    /* chunk 0's upper bitmap (after its k low parts of l bits, from byte 4) cleared: no index left */
+    size_t m0 = n < TOPK_CHUNK ? n : TOPK_CHUNK;
+    uint32_t k0 = topk_count(t->rc.topk_density, m0);
+    unsigned l = 0;
+    while (((size_t)k0 << (l + 1)) <= m0) l++;
+    size_t upper = 4 + ((size_t)k0 * l + 7) / 8;
+    memset(q + upper, 0, (k0 + ((m0 - 1) >> l) + 1 + 7) / 8);
     memcpy(x, q, bytes); /* fits: far fewer bytes than the n floats */
     free(q);
     h->dtype = BLOB_TOPK;

@@ -33,7 +33,7 @@ const uint8_t *dl_topk_encode(diloco *d, int k, size_t c, size_t len, int from_d
 {
     size_t lo = (size_t)d->rc.shard_bounds[k];
     double density = d->rc.topk_density;
-    size_t full = topk_chunk_bytes(topk_count(density, TOPK_CHUNK));
+    size_t full = topk_chunk_bytes(topk_count(density, TOPK_CHUNK), TOPK_CHUNK);
     uint8_t *q0 = d->delta_q + d->delta_qoff[k] + (c - lo) / TOPK_CHUNK * full, *q = q0;
     for (size_t i = c; i < c + len; i += TOPK_CHUNK) {
         size_t m = c + len - i < TOPK_CHUNK ? c + len - i : TOPK_CHUNK;
@@ -44,7 +44,7 @@ const uint8_t *dl_topk_encode(diloco *d, int k, size_t c, size_t len, int from_d
             *bad = i - c + (where < m ? where : 0);
             return NULL;
         }
-        q += topk_chunk_bytes(kk);
+        q += topk_chunk_bytes(kk, m);
     }
     *qlen = (size_t)(q - q0);
     return q0;

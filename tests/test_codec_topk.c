@@ -232,6 +232,47 @@ static void shard_payload_and_update(void **state)
     assert_int_equal(sparse_update_check(upd, 8, SHARD_N, &count), -1);
 }
 
+/* The selection (quickselect of the rank k-1 key) against a plain sort by magnitude, then index, on
+ * chunks full of ties and of random values, for k from 1 to n. */
+static int by_magnitude_then_index(const void *a, const void *b)
+{
+    const float *x = *(const float *const *)a, *y = *(const float *const *)b;
+    if (fabsf(*x) != fabsf(*y)) return fabsf(*x) > fabsf(*y) ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static void selection_matches_sorting(void **state)
+{
+    (void)state;
+    enum { N = TOPK_CHUNK };
+    static float e[N], before[N], acc[N];
+    static const float *order[N];
+    static uint8_t out[3 * N];
+    const size_t ns[] = {N, 1000, 7};
+    srand(11);
+    for (int trial = 0; trial < 12; trial++) {
+        size_t n = ns[trial % 3];
+        for (size_t i = 0; i < n; i++) /* no zeros: every kept element decodes to a non-zero value */
+            e[i] = trial % 2 ? (float)(rand() % 3 + 1) * (rand() % 2 ? 1.0f : -1.0f) : (float)rand() / (float)RAND_MAX + 0.001f;
+        memcpy(before, e, n * sizeof(float));
+        uint32_t ks[] = {1, (uint32_t)(n / 50 + 1), (uint32_t)(n / 2), (uint32_t)n};
+        for (int q = 0; q < 4; q++) {
+            uint32_t k = ks[q];
+            memcpy(e, before, n * sizeof(float));
+            size_t bad;
+            assert_int_equal(topk_encode_chunk(e, n, k, out, &bad), 0);
+            memset(acc, 0, n * sizeof(float));
+            topk_decode_add_chunk(out, n, acc);
+            for (size_t i = 0; i < n; i++) order[i] = &before[i];
+            qsort(order, n, sizeof order[0], by_magnitude_then_index);
+            static char want[N];
+            memset(want, 0, n);
+            for (uint32_t j = 0; j < k; j++) want[order[j] - before] = 1;
+            for (size_t i = 0; i < n; i++) assert_int_equal(acc[i] != 0.0f, want[i]);
+        }
+    }
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -243,6 +284,7 @@ int main(void)
         cmocka_unit_test(nan_refused_and_nothing_changed),
         cmocka_unit_test(forged_chunks_refused),
         cmocka_unit_test(shard_payload_and_update),
+        cmocka_unit_test(selection_matches_sorting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -43,19 +43,6 @@ uint32_t topk_count(double density, size_t n)
     return (uint32_t)k;
 }
 
-/* Sort keys in decreasing order: the magnitude's bits above, ~index below, so that a larger magnitude
- * comes first and, among equal ones, the lower index. */
-static int key_desc(const void *a, const void *b)
-{
-    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-    return x < y ? 1 : x > y ? -1 : 0;
-}
-
-static int u16_asc(const void *a, const void *b)
-{
-    return (int)*(const uint16_t *)a - (int)*(const uint16_t *)b;
-}
-
 static uint32_t abs_bits(float x)
 {
     uint32_t u;
@@ -106,16 +93,43 @@ static float decode_code(unsigned code, float scale)
     return code & 2u ? -v : v;
 }
 
-/* The k selected indices of e, increasing, into idx. */
+/* The key of rank r (0: the largest) among the distinct keys a[0..n), by quickselect (a is reordered):
+ * average O(n), where sorting the chunk took most of a worker's encode. */
+static uint64_t rank_key(uint64_t *a, size_t n, size_t r)
+{
+    size_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        uint64_t x = a[lo], y = a[lo + (hi - lo) / 2], z = a[hi]; /* pivot: the median of three */
+        uint64_t pivot = x < y ? (y < z ? y : x < z ? z : x) : (x < z ? x : y < z ? z : y);
+        size_t i = lo, j = hi;
+        for (;;) { /* Hoare's partition, larger keys first: [lo, j] >= pivot >= [j + 1, hi] */
+            while (a[i] > pivot) i++;
+            while (a[j] < pivot) j--;
+            if (i >= j) break;
+            uint64_t t = a[i];
+            a[i++] = a[j], a[j--] = t;
+        }
+        if (r <= j)
+            hi = j;
+        else
+            lo = j + 1;
+    }
+    return a[r];
+}
+
+/* The k selected indices of e, increasing, into idx: the keys are the magnitude's bits above, ~index
+ * below, so they are distinct, a larger magnitude ranks first and, among equal ones, the lower index;
+ * the chunk's top k are the keys at or above the key of rank k - 1. */
 static int select_top(const float *e, size_t n, uint32_t k, uint16_t *idx)
 {
     uint64_t *keys = malloc(n * sizeof *keys);
     if (!keys) return -1;
     for (size_t i = 0; i < n; i++) keys[i] = (uint64_t)abs_bits(e[i]) << 32 | (uint32_t)(0xFFFFFFFFu - (uint32_t)i);
-    qsort(keys, n, sizeof *keys, key_desc);
-    for (uint32_t j = 0; j < k; j++) idx[j] = (uint16_t)(0xFFFFFFFFu - (uint32_t)keys[j]);
+    uint64_t least = rank_key(keys, n, k - 1);
     free(keys);
-    qsort(idx, k, sizeof *idx, u16_asc);
+    uint32_t j = 0;
+    for (size_t i = 0; i < n; i++)
+        if (((uint64_t)abs_bits(e[i]) << 32 | (uint32_t)(0xFFFFFFFFu - (uint32_t)i)) >= least) idx[j++] = (uint16_t)i;
     return 0;
 }
 

@@ -266,6 +266,16 @@ static void random_secret(char *out, size_t cap)
 }
 
 /* dl_init with the config and state fields and one digest per shard. */
+/* x in the fewest digits that read back as the same double ("0.02", not "0.020000000000000000416"):
+ * every process computes the run's top-k counts from the value read back. */
+static void format_exact(double x, char *buf, size_t cap)
+{
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(buf, cap, "%.*g", digits, x);
+        if (strtod(buf, NULL) == x) return;
+    }
+}
+
 static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip, const uint64_t *sb, const uint64_t *fb,
                         char digests[][17], char *err, size_t errlen)
 {
@@ -301,8 +311,8 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     snprintf(minrep, sizeof minrep, "%lld", a->min_replicas);
     snprintf(sref, sizeof sref, "%lld", a->stale_ref);
     char tkd[32], tkb[32];
-    snprintf(tkd, sizeof tkd, "%.17g", a->topk_density);
-    snprintf(tkb, sizeof tkb, "%.17g", a->topk_beta);
+    format_exact(a->topk_density, tkd, sizeof tkd);
+    format_exact(a->topk_beta, tkb, sizeof tkb);
     char key[KEY_MAX];
     key_run(key, sizeof key, a->c.run, "config");
     const char *fixed[] = {"FCALL",

@@ -5,7 +5,7 @@
 # 2 shard-servers and 4 shards of uneven sizes (chunks restart at each shard, the last one shorter),
 # 4 rounds. Every shard's digest in Redis and each worker's last digest equal those of a numpy
 # reference written from the algorithm (tests/python/topk_reference.py), bit for bit; coordinator init
-# says outer momentum 0 and refuses --async with its reason; forged frames are refused with BADCODEC
+# says outer momentum 0 and refuses --async with its reason, `coordinator status` shows the density; forged frames are refused with BADCODEC
 # and recorded, the servers staying up.
 . "$(dirname "$0")/lib.sh"
 NUMEL=30011; SEED=7; ROUNDS=4; H=5
@@ -43,6 +43,9 @@ for dl in params update; do
   done
   say "topk/$dl: 2 workers, 4 rounds: Redis and both workers bit-identical to the numpy reference ($want)"
 done
+bin/coordinator status --redis "$URL" --run tkupdate > "$TMP/status.txt" 2>&1 || fail "coordinator status: $(cat "$TMP/status.txt")"
+grep -q 'pseudo-gradients topk (density 0.02, beta 0.95)  download update' "$TMP/status.txt" \
+  || fail "status does not show the codec: $(cat "$TMP/status.txt")"
 # Forged frames against the update run's servers: a topk chunk with its indices out of order, another codec.
 for c in badtopk badcodec; do
   out=$(build/tests/tools/dp_client --redis "$URL" --run tkupdate --case $c --shard 1 2>&1) || fail "case $c was not rejected as it must be: $out"

@@ -1,22 +1,25 @@
 #!/bin/sh
 # it_topk_exactness.sh: --compress topk (SparseLoCo: each worker's accumulator e = beta*e + Δ, the top 2%
 # of every chunk of 4096 at 2 bits, the rest kept in e; the servers' weighted mean of the sparse sets,
-# outer momentum 0). Two runs at once, --download params and --download update, each with 2 workers,
-# 2 shard-servers and 4 shards of uneven sizes (chunks restart at each shard, the last one shorter),
-# 4 rounds. Every shard's digest in Redis and each worker's last digest equal those of a numpy
-# reference written from the algorithm (tests/python/topk_reference.py), bit for bit; coordinator init
-# says outer momentum 0 and refuses --async with its reason, `coordinator status` shows the density; forged frames are refused with BADCODEC
-# and recorded, the servers staying up.
+# outer momentum 0). Three runs at once: --download params, --download update, and update with
+# --weight-by tokens; each 2 workers, 2 shard-servers, 4 shards of uneven sizes (chunks restart at each
+# shard, the last one shorter), 4 rounds. Every shard's digest in Redis and each worker's last digest
+# equal those of a numpy reference written from the algorithm (tests/python/topk_reference.py), bit for
+# bit; coordinator init says outer momentum 0 and refuses --async with its reason; `coordinator status`
+# shows the density; forged frames are refused with BADCODEC and recorded, the servers staying up.
 . "$(dirname "$0")/lib.sh"
 NUMEL=30011; SEED=7; ROUNDS=4; H=5
 start_redis
 out=$(bin/coordinator init --redis "$URL" --run tkasync --trainer quadratic --numel 100 --compress topk --async 2>&1) \
   && fail "coordinator init took --compress topk --async"
 echo "$out" | grep -q "for sync runs" || fail "the refusal of async topk does not say why: $out"
-for dl in params update; do
-  RUN=tk$dl
+# tkweighted: --weight-by tokens (each worker's H steps of H: weight 1/2, the reference's 1/W, through the
+# token-weight path of the servers and the weights the update carries)
+for dl in params update weighted; do
+  RUN=tk$dl; mode=$dl; wb=""
+  [ $dl = weighted ] && mode=update && wb="--weight-by tokens"
   init_run $RUN --trainer quadratic --numel $NUMEL --shards 4 --workers 2 --seed $SEED --compress topk \
-    --topk-density 0.02 --download $dl
+    --topk-density 0.02 --download $mode $wb
   grep -q "outer momentum 0 (the default for topk" "$TMP/init-$RUN.log" || fail "init's summary: $(cat "$TMP/init-$RUN.log")"
   start_server "a$dl" --lease-ttl-ms 2000
   start_server "b$dl" --lease-ttl-ms 2000
@@ -26,7 +29,7 @@ for dl in params update; do
     eval "W_${w}_$dl=$!"; PIDS="$PIDS $!"
   done
 done
-for dl in params update; do
+for dl in params update weighted; do
   RUN=tk$dl
   for w in w1 w2; do eval "pid=\$W_${w}_$dl"; wait "$pid" || fail "worker $w ($dl) exited with status $?: $(tail -n 3 "$TMP/worker-$w-$dl.log")"; done
   [ "$(shard_versions $RUN)" = "$ROUNDS $ROUNDS $ROUNDS $ROUNDS" ] || fail "$dl: shard versions $(shard_versions $RUN)"

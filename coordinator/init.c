@@ -437,9 +437,12 @@ static int create_run(rconn *rc, const init_args *a, char *err, size_t errlen)
            a->download ? a->download : "params");
     if (a->compress && !strcmp(a->compress, "topk"))
         printf("top-k (SparseLoCo): each worker sends %g of every %d entries of its accumulator e = %g*e + "
-               "pseudo-gradient at 2 bits and keeps the rest; outer momentum %g%s\n",
+               "pseudo-gradient at 2 bits and keeps the rest; outer momentum %g%s; outer lr %g%s\n",
                a->topk_density, TOPK_CHUNK, a->topk_beta, a->outer_momentum,
-               a->outer_momentum == 0 ? " (the default for topk: the accumulator is the momentum)" : "");
+               a->outer_momentum == 0 ? " (the default for topk: the accumulator is the momentum)" : "", a->outer_lr,
+               a->outer_lr == 2.0 ? " (the default for topk: an entry one worker sent is divided by the workers in "
+                                    "the mean; docs/compression.md)"
+                                  : "");
     if (a->from_checkpoint)
         printf("version 0 = checkpoint %s (run '%s' at version %" PRId64 "), %s%s\n", a->from_checkpoint, ip.ck_run,
                ip.ck_version, ip.mom ? "with its outer momentum" : "outer momentum starts afresh",

@@ -192,8 +192,8 @@ static int push_validate(ss_ctx *ss, ss_shard *s, ss_req *req)
         return -1;
     }
     if (h->dtype != BLOB_F32 && h->dtype != BLOB_BF16 && !codec_is_block(h->dtype) && h->dtype != BLOB_TOPK) {
-        ops_reject(ss, req, DP_BADDTYPE, "pseudo-gradients must be fp32, bf16, int8, int4, int3, int2 or topk (dtype %d)",
-                   h->dtype);
+        ops_reject(ss, req, DP_BADDTYPE,
+                   "pseudo-gradients must be fp32, bf16, int8, int4, int3, int2 or topk (dtype %d)", h->dtype);
         return -1;
     }
     if (!runconf_accepts_dtype(&ss->rc, h->dtype)) {

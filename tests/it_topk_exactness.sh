@@ -20,7 +20,8 @@ for dl in params update weighted; do
   [ $dl = weighted ] && mode=update && wb="--weight-by tokens"
   init_run $RUN --trainer quadratic --numel $NUMEL --shards 4 --workers 2 --seed $SEED --compress topk \
     --topk-density 0.02 --download $mode $wb
-  grep -q "outer momentum 0 (the default for topk" "$TMP/init-$RUN.log" || fail "init's summary: $(cat "$TMP/init-$RUN.log")"
+  grep -q "outer momentum 0 (the default for topk.*outer lr 2 (the default for topk" "$TMP/init-$RUN.log" \
+    || fail "init's summary: $(cat "$TMP/init-$RUN.log")"
   start_server "a$dl" --lease-ttl-ms 2000
   start_server "b$dl" --lease-ttl-ms 2000
   for w in w1 w2; do
@@ -33,7 +34,8 @@ for dl in params update weighted; do
   RUN=tk$dl
   for w in w1 w2; do eval "pid=\$W_${w}_$dl"; wait "$pid" || fail "worker $w ($dl) exited with status $?: $(tail -n 3 "$TMP/worker-$w-$dl.log")"; done
   [ "$(shard_versions $RUN)" = "$ROUNDS $ROUNDS $ROUNDS $ROUNDS" ] || fail "$dl: shard versions $(shard_versions $RUN)"
-  /usr/bin/python3 tests/python/topk_reference.py --numel $NUMEL --seed $SEED --workers w1,w2 --rounds $ROUNDS \
+  lr=$($RCLI HGET "dl:{$RUN}:tunables" outer_lr)
+  /usr/bin/python3 tests/python/topk_reference.py --outer-lr "$lr" --numel $NUMEL --seed $SEED --workers w1,w2 --rounds $ROUNDS \
     --sync-every $H --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" --density 0.02 > "$TMP/ref-$dl.txt" \
     || fail "the numpy reference failed"
   shard_digests $RUN > "$TMP/got-$dl.txt"

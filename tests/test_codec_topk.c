@@ -253,7 +253,8 @@ static void selection_matches_sorting(void **state)
     for (int trial = 0; trial < 12; trial++) {
         size_t n = ns[trial % 3];
         for (size_t i = 0; i < n; i++) /* no zeros: every kept element decodes to a non-zero value */
-            e[i] = trial % 2 ? (float)(rand() % 3 + 1) * (rand() % 2 ? 1.0f : -1.0f) : (float)rand() / (float)RAND_MAX + 0.001f;
+            e[i] = trial % 2 ? (float)(rand() % 3 + 1) * (rand() % 2 ? 1.0f : -1.0f)
+                             : (float)rand() / (float)RAND_MAX + 0.001f;
         memcpy(before, e, n * sizeof(float));
         uint32_t ks[] = {1, (uint32_t)(n / 50 + 1), (uint32_t)(n / 2), (uint32_t)n};
         for (int q = 0; q < 4; q++) {

@@ -115,7 +115,8 @@ static int topk_fields(const redisReply *r, runconf *rc, char *err, size_t errle
     }
     rc->topk_beta = (float)beta;
     if (rc->compress == BLOB_TOPK && rc->async) {
-        err_set(err, errlen, "the run is async with --compress topk, which this build refuses (coordinator init says why)");
+        err_set(err, errlen,
+                "the run is async with --compress topk, which this build refuses (coordinator init says why)");
         return -1;
     }
     return 0;

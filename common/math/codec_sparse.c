@@ -8,12 +8,16 @@
 #include <math.h>
 #include <string.h>
 
-static size_t chunk_len(size_t n, size_t c) { return n - c < TOPK_CHUNK ? n - c : TOPK_CHUNK; }
+static size_t chunk_len(size_t n, size_t c)
+{
+    return n - c < TOPK_CHUNK ? n - c : TOPK_CHUNK;
+}
 
 size_t sparse_shard_bytes(double density, size_t n)
 {
     size_t bytes = 0;
-    for (size_t c = 0; c < n; c += TOPK_CHUNK) bytes += topk_chunk_bytes(topk_count(density, chunk_len(n, c)), chunk_len(n, c));
+    for (size_t c = 0; c < n; c += TOPK_CHUNK)
+        bytes += topk_chunk_bytes(topk_count(density, chunk_len(n, c)), chunk_len(n, c));
     return bytes;
 }
 
@@ -41,8 +45,8 @@ int sparse_check(const uint8_t *in, size_t len, size_t n, double density, size_t
     return 0;
 }
 
-int sparse_accumulate_encode(float *e, const float *a, const float *b, size_t len, float beta, uint32_t k,
-                             uint8_t *out, size_t *bad)
+int sparse_accumulate_encode(float *e, const float *a, const float *b, size_t len, float beta, uint32_t k, uint8_t *out,
+                             size_t *bad)
 {
     for (size_t i = 0; i < len; i++) {
         float delta = b != NULL ? a[i] - b[i] : a[i];
@@ -60,14 +64,20 @@ void sparse_add_scaled(const uint8_t *payload, size_t n, size_t lo, size_t len, 
     }
 }
 
-static uint32_t get_u32(const uint8_t *p) { return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24; }
+static uint32_t get_u32(const uint8_t *p)
+{
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
 
 static void put_u32(uint8_t *p, uint32_t v)
 {
     for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-size_t sparse_update_bytes(uint32_t w, size_t p) { return 8 + (size_t)w * (4 + p); }
+size_t sparse_update_bytes(uint32_t w, size_t p)
+{
+    return 8 + (size_t)w * (4 + p);
+}
 
 size_t sparse_update_head(uint8_t *out, uint32_t w, size_t p, const float *weights)
 {

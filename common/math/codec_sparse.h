@@ -41,8 +41,8 @@ int sparse_check(const uint8_t *in, size_t len, size_t n, double density, size_t
 /* The worker's chunk [0, len) of its accumulator e: e = beta * e + (a - b) (b NULL: + a), then the top
  * k of e encoded into out, e keeping what the chunk did not carry. 0, or -1 with *bad the first index
  * whose Δ or e is not finite (out and e then must not be used). */
-int sparse_accumulate_encode(float *e, const float *a, const float *b, size_t len, float beta, uint32_t k,
-                             uint8_t *out, size_t *bad);
+int sparse_accumulate_encode(float *e, const float *a, const float *b, size_t len, float beta, uint32_t k, uint8_t *out,
+                             size_t *bad);
 
 /* g[0..len) = g + w * the decoded elements [lo, lo+len) of a checked payload (lo a multiple of
  * TOPK_CHUNK; len whole chunks, or up to the shard's end n). */

@@ -8,11 +8,11 @@ and per chunk of 4096 elements counted from each shard's start (the last one sho
 max(1, round(density * len)) largest |e| (ties: the lower index), sends each as sign and magnitude code
 m = clamp(round(|e| / s), 1, 2) with s = bf16(max kept |e| / 2), and keeps e - m*s in e. The servers'
 mean is g = +0 then + w*v of each worker in order (w = fp32(1/W)), and the step theta = fma(-lr, g, theta)
-(outer momentum 0, the codec's default). Prints "shard K DIGEST" per shard and "all DIGEST" (XXH3 of
+(outer momentum 0, the codec's default; lr the run's, 2 by default for topk). Prints "shard K DIGEST" per shard and "all DIGEST" (XXH3 of
 the fp32 bytes, as dl:{R}:shards and the workers' logs have them).
 
 usage: topk_reference.py --numel N --seed S --workers a,b --rounds R --sync-every H --bounds b0,..,bS
-                         [--density 0.02] [--beta 0.95] [--outer-lr 0.7]"""
+                         [--density 0.02] [--beta 0.95] [--outer-lr 2]"""
 import argparse
 import fractions
 import os
@@ -70,7 +70,7 @@ def main():
     ap.add_argument("--bounds", required=True)
     ap.add_argument("--density", type=float, default=0.02)
     ap.add_argument("--beta", type=float, default=0.95)
-    ap.add_argument("--outer-lr", type=float, default=0.7)
+    ap.add_argument("--outer-lr", type=float, default=2.0)  # coordinator init's default for topk
     a = ap.parse_args()
     ids = sorted(a.workers.split(","), key=lambda s: s.encode())
     bounds = [int(b) for b in a.bounds.split(",")]

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "auth.h"
@@ -22,13 +21,6 @@
 #include "util.h"
 
 #define SMALL_REPLY_CAP (BLOB_HEADER_MAX + 64)
-
-uint64_t dl_wall_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 /* *slot = t if *slot is 0 or later than t (threads of one round race here). */
 static void stamp_min(uint64_t *slot, uint64_t t)
@@ -219,7 +211,7 @@ int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int 
     if (rc != DL_OK) return rc;
     int sent = 0, broken = 0;
     size_t bytes[RUNCONF_MAX_SHARDS];
-    stamp_min(&d->cur.t_first_send_us, dl_wall_us());
+    stamp_min(&d->cur.t_first_send_us, wall_us());
     for (; sent < count; sent++) {
         blob_header h;
         const void *payload;
@@ -267,7 +259,7 @@ int conn_push(diloco *d, int shard, int64_t round, char *err, size_t errlen)
     uint8_t buf[SMALL_REPLY_CAP];
     const uint8_t *rp;
     size_t rlen;
-    stamp_min(&d->cur.t_first_send_us, dl_wall_us());
+    stamp_min(&d->cur.t_first_send_us, wall_us());
     if (frame_send_hashed(c->fd, &h, payload, plen, d->o.net_timeout_ms, err, errlen) < 0) {
         conn_release(d, c, 1);
         return DL_RETRY;
@@ -315,7 +307,7 @@ static int took_version(diloco *d, int shard, const blob_header *h, int tentativ
     d->tent_version[shard] = tentative ? h->version : 0;
     d->tent_xxh[shard] = xxh;
     d->tent_epoch[shard] = h->epoch;
-    stamp_max(&d->cur.t_last_recv_us, dl_wall_us());
+    stamp_max(&d->cur.t_last_recv_us, wall_us());
     *got = h->version;
     __atomic_add_fetch(&d->cur.bytes_down, plen, __ATOMIC_RELAXED);
     return DL_OK;

@@ -256,9 +256,6 @@ int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version,
  * server lists us as missing, DL_RETRY for wait/moved/broken. */
 int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got_version, char *err, size_t errlen);
 
-/* CLOCK_REALTIME in microseconds (phase timestamps of diloco_sync_info). */
-uint64_t dl_wall_us(void);
-
 /* delta.c */
 /* The codec of our pushes (push_dtype): the run's, except fp32 in a bf16 run when o.bf16 is 0. */
 int dl_push_dtype(const diloco *d);

@@ -597,7 +597,7 @@ static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
     int rc = for_shards_parallel(d, first, last, push_job, &round, err, errlen);
     if (rc != DL_OK) return rc;
-    d->cur.t_pushed_us = dl_wall_us();
+    d->cur.t_pushed_us = wall_us();
     wake_wait w; /* listen for the close while we arrive (wake.c): no round trip after the arrive's */
     wake_start(d, f, round, &w);
     rc = arrive(d, f, round, err, errlen);
@@ -615,7 +615,7 @@ static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
      * finishes it (with the Δ we keep) before fragment f computes another Δ */
     d->frag_incomplete[f] = 1;
     d->tent_round[f] = round;
-    d->cur.t_get_us = dl_wall_us();
+    d->cur.t_get_us = wall_us();
     rc = get_round(d, first, last, &ga, err, errlen);
     if (rc != DL_OK) return rc;
     d->frag_incomplete[f] = 0;

@@ -193,7 +193,8 @@ static inline int dl_last_shard(const diloco *d, int f)
     return d->rc.frag_bounds[f + 1] < d->part_hi ? d->rc.frag_bounds[f + 1] : d->part_hi;
 }
 
-/* session.c */
+/* control.c: the control connection and our membership (the bottom of the library) */
+#define REDIS_TIMEOUT_MS 10000 /* the control connection's command timeout */
 /* A command on ctl, reconnecting as needed; the caller frees the reply. NULL or an error reply (see
  * dl_reply_failed): err (may be NULL) says why, written while ctl_mu is held, since any thread's
  * reconnect may free ctl as soon as it is released: never pass d->ctl to rconn_reply_error. */
@@ -204,18 +205,22 @@ int dl_reply_failed(const redisReply *r); /* NULL or an error reply */
 /* With the run's min_replicas > 0: wait until that many Redis replicas have our writes on ctl so far
  * (WAIT, again while fewer do); 0 at once when min_replicas is 0, -1 + err when ctl broke or we stop. */
 int dl_wait_replicas(diloco *d, char *err, size_t errlen);
+int dl_stopping(const diloco *d); /* the embedding program asked us to stop (o.stop, diloco_request_stop) */
+int64_t dl_inc(diloco *d);
 /* Register (again). A group's rank does not: the group registers together (group.c), so this only
  * returns 0 and the round that found us evicted reports DL_EVICTED. */
 int dl_register(diloco *d, char *err, size_t errlen);
 int dl_register_now(diloco *d, char *err, size_t errlen); /* dl_register; rank 0 registers its group */
+/* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */
+int dl_still_member(diloco *d);
+
+/* session.c */
 /* What diloco_open does before registering: options, Redis, the run's configuration, buffers. */
 int dl_session_init(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);
 /* A joiner of the round after the open one waits for it to close (sync mode, one fragment). */
 int dl_wait_joined_round(diloco *d, int f, char *err, size_t errlen);
 int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
 int dl_fetch_all(diloco *d, char *err, size_t errlen);
-int64_t dl_inc(diloco *d);
-int dl_stopping(const diloco *d); /* the embedding program asked us to stop (o.stop, diloco_request_stop) */
 /* params[shards] = base[shards] (with device hooks: a DILOCO_LOAD_COPY load, whose error, if any, the
  * dl_params_changed that always follows returns) */
 void dl_adopt_base(diloco *d, int first_shard, int last_shard);

@@ -268,18 +268,6 @@ static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen)
     return DL_RETRY;
 }
 
-/* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */
-static int still_member(diloco *d)
-{
-    redisReply *r = dl_command(d, NULL, 0, "FCALL dl_member 1 %s %s", d->config_key, d->worker_id);
-    int ok = !r || (r->type == REDIS_REPLY_INTEGER && r->integer == dl_inc(d)) || r->type == REDIS_REPLY_ERROR;
-    if (r) freeReplyObject(r);
-    pthread_mutex_lock(&d->hb_mu);
-    if (d->evicted) ok = 0;
-    pthread_mutex_unlock(&d->hb_mu);
-    return ok;
-}
-
 /* The open barrier (f, round) lacks our arrival: the dl_arrive got no reply (Redis went away while it
  * was in flight) or its write was lost (a restart without it, a failover). The barrier waits for us, and
  * nobody else can bring it: arrive again. DL_RETRY: still open, keep waiting. */
@@ -333,7 +321,7 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
         } else if (b) {
             freeReplyObject(b);
         }
-        if (polls % 5 == 0 && !still_member(d)) return DL_EVICTED;
+        if (polls % 5 == 0 && !dl_still_member(d)) return DL_EVICTED;
     }
 }
 
@@ -631,7 +619,7 @@ static int register_if_evicted(diloco *d, char *err, size_t errlen)
     pthread_mutex_lock(&d->hb_mu);
     int evicted = d->evicted;
     pthread_mutex_unlock(&d->hb_mu);
-    if (!evicted && still_member(d)) return DL_OK;
+    if (!evicted && dl_still_member(d)) return DL_OK;
     log_warn("we were evicted (heartbeats missed for longer than the timeout); registering again");
     if (dl_register(d, err, errlen) < 0) return DL_FAIL;
     d->refetch_all = 1;

@@ -196,7 +196,7 @@ static int exchange(diloco *d, char *err, size_t errlen)
         if (r != d->grp_rank) memcpy(d->base + off, d->params + off, n * sizeof(float));
     }
     d->grp_dirty = 0;
-    return dl_params_changed(d, 0, d->numel, err, errlen);
+    return params_changed(d, 0, d->numel, err, errlen);
 }
 
 /* Every rank fetches its part at version >= want, again at the highest version any rank got until all

@@ -168,7 +168,7 @@ struct diloco {
      * receiving fragment f's parameters clears */
     int dev;          /* o.device is set: params is never touched, the hooks are called */
     int *dev_snap_ok; /* per fragment: the device snapshot holds base[f] as it is now */
-    int dev_failed;   /* a load in dl_adopt_base failed: dl_params_changed reports dev_err */
+    int dev_failed;   /* a load in params_adopt failed: params_changed reports dev_err */
     char dev_err[256];
 
     uint64_t corrupt_told_ms; /* repair.c, under hb_mu: when we last said a shard is corrupt (once a minute) */
@@ -221,10 +221,14 @@ int dl_session_init(diloco *d, const diloco_options *o, float *params, size_t nu
 int dl_wait_joined_round(diloco *d, int f, char *err, size_t errlen);
 int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
 int dl_fetch_all(diloco *d, char *err, size_t errlen);
+
+/* params.c: base into the trainer's parameters */
 /* params[shards] = base[shards] (with device hooks: a DILOCO_LOAD_COPY load, whose error, if any, the
- * dl_params_changed that always follows returns) */
-void dl_adopt_base(diloco *d, int first_shard, int last_shard);
-int dl_params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen); /* trainer callback */
+ * params_changed that always follows returns) */
+void params_adopt(diloco *d, int first_shard, int last_shard);
+/* Put base[f] into params[f]: copy, or params = alpha*params + (1-alpha)*base; tell the trainer. */
+int params_apply(diloco *d, int f, double alpha, char *err, size_t errlen);
+int params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen); /* trainer callback */
 
 /* device.c */
 int dl_dev_init(diloco *d, const float *params, char *err, size_t errlen); /* checks o.device, sets dev */
@@ -298,8 +302,6 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen);
  * DL_OK: base[f] is version round+1; DL_STALE: base[f] is the current global version; DL_EVICTED:
  * registered again, everything must be fetched (refetch_all); DL_CORRUPT (dl_wait_repaired); DL_FAIL. */
 int sync_fragment_net(diloco *d, int f, char *err, size_t errlen);
-/* Put base[f] into params[f]: copy, or params = alpha*params + (1-alpha)*base; tell the trainer. */
-int sync_apply_fragment(diloco *d, int f, double alpha, char *err, size_t errlen);
 /* A sync starts: its counters (cur) start from zero, so it reports only what it sent and received. */
 void sync_begin(diloco *d);
 void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale);

@@ -60,7 +60,7 @@ int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint6
         sync_record(d, f, round, t0, 1);
         return 1;
     }
-    if (sync_apply_fragment(d, f, rc == DL_OK ? alpha : 0.0, err, errlen) < 0) return -1;
+    if (params_apply(d, f, rc == DL_OK ? alpha : 0.0, err, errlen) < 0) return -1;
     sync_record(d, f, round, t0, rc != DL_OK);
     adopt_dylu(d);
     return 1;

@@ -53,9 +53,9 @@ int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *er
                 d->frag_version[f] = hi;
                 d->frag_incomplete[f] = 0; /* base is one consistent version: no earlier round to finish */
                 if (!adopt) return 0;
-                dl_adopt_base(d, first, last);
+                params_adopt(d, first, last);
                 size_t off = (size_t)d->rc.shard_bounds[first];
-                return dl_params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen);
+                return params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen);
             }
             min_version = hi;
         }
@@ -251,30 +251,6 @@ int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **o
     }
     *out = d;
     return 0;
-}
-
-int dl_params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen)
-{
-    if (d->dev) { /* the load in dl_adopt_base (or the mix) was the change and its notification */
-        if (!d->dev_failed) return 0;
-        d->dev_failed = 0;
-        err_set(err, errlen, "%s", d->dev_err);
-        return -1;
-    }
-    if (!d->o.on_params) return 0;
-    return d->o.on_params(d->o.on_params_ctx, off, n, err, errlen) < 0 ? -1 : 0;
-}
-
-/* conn_get wrote each fetched shard into base; the trainer's buffer takes the same values. */
-void dl_adopt_base(diloco *d, int first_shard, int last_shard)
-{
-    size_t off = (size_t)d->rc.shard_bounds[first_shard];
-    size_t n = (size_t)d->rc.shard_bounds[last_shard] - off;
-    if (!d->dev) {
-        memcpy(d->params + off, d->base + off, n * sizeof(float));
-    } else if (dl_dev_load(d, off, n, DILOCO_LOAD_COPY, 0.0, d->dev_err, sizeof d->dev_err) < 0) {
-        d->dev_failed = 1;
-    }
 }
 
 static void session_close(diloco *d)

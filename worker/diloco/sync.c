@@ -472,9 +472,9 @@ static int confirm_reset(diloco *d, int f, const char *why, char *err, size_t er
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
     log_warn("fragment %d: %s; continuing from the committed global parameters", f, why);
     if (refetch_fragment(d, f, err, errlen) < 0) return DL_FAIL; /* state unchanged: tried again next time */
-    dl_adopt_base(d, first, last);
+    params_adopt(d, first, last);
     size_t off = (size_t)d->rc.shard_bounds[first];
-    if (dl_params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
+    if (params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
     return DL_STALE;
 }
 
@@ -553,9 +553,9 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen)
         /* the round completed after all: take its result, as the sync would have had it not failed */
         d->frag_version[f] = want;
         d->frag_incomplete[f] = 0;
-        dl_adopt_base(d, first, last);
+        params_adopt(d, first, last);
         size_t off = (size_t)d->rc.shard_bounds[first];
-        if (dl_params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
+        if (params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
         log_warn("fragment %d: round %" PRId64 " completed late; continuing from its parameters", f, want - 1);
         return DL_STALE;
     }
@@ -654,19 +654,4 @@ int sync_fragment_net(diloco *d, int f, char *err, size_t errlen)
         return DL_EVICTED;
     }
     return rc == DL_CORRUPT ? rc : DL_FAIL;
-}
-
-int sync_apply_fragment(diloco *d, int f, double alpha, char *err, size_t errlen)
-{
-    size_t lo = (size_t)d->rc.shard_bounds[dl_first_shard(d, f)];
-    size_t hi = (size_t)d->rc.shard_bounds[dl_last_shard(d, f)];
-    if (alpha == 0) {
-        dl_adopt_base(d, dl_first_shard(d, f), dl_last_shard(d, f));
-    } else if (d->dev) {
-        if (dl_dev_load(d, lo, hi - lo, DILOCO_LOAD_MIX, alpha, err, errlen) < 0) return -1;
-    } else {
-        float a = (float)alpha, b = (float)(1.0 - alpha);
-        for (size_t i = lo; i < hi; i++) d->params[i] = a * d->params[i] + b * d->base[i];
-    }
-    return dl_params_changed(d, lo, hi - lo, err, errlen);
 }

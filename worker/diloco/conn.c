@@ -198,9 +198,9 @@ static void push_request(diloco *d, int shard, int64_t round, blob_header *h, co
     h->count = n;
     if (d->rc.weight_tokens) /* --weight-by tokens: the tokens behind this pseudo-gradient */
         h->aux = (int64_t)d->push_tokens[h->frag];
-    h->xxh = d->delta_xxh[shard]; /* computed with Δ (sync_compute_delta) */
+    h->xxh = d->delta_xxh[shard]; /* computed with Δ (dl_delta_compute) */
     h->dtype = d->push_dtype;
-    *payload = dl_shard_delta(d, shard, plen);
+    *payload = dl_delta_shard(d, shard, plen);
 }
 
 int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int *rcs, char *err, size_t errlen)
@@ -365,7 +365,7 @@ int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got,
     blob_header_init(&h, "get");
     h.shard = shard;
     h.version = min_version;
-    h.flags = dl_get_flags(d, shard, min_version, flags);
+    h.flags = dl_update_get_flags(d, shard, min_version, flags);
     h.inc = dl_inc(d);
     snprintf(h.worker, sizeof h.worker, "%s", d->worker_id);
     /* small replies land in buf, the parameters straight in base */
@@ -403,7 +403,7 @@ int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version,
         blob_header_init(&h, "get");
         h.shard = shards[sent];
         h.version = min_version;
-        h.flags = dl_get_flags(d, shards[sent], min_version, flags);
+        h.flags = dl_update_get_flags(d, shards[sent], min_version, flags);
         h.inc = dl_inc(d);
         snprintf(h.worker, sizeof h.worker, "%s", d->worker_id);
         if (frame_send(c->fd, &h, NULL, 0, d->o.net_timeout_ms, err, errlen) < 0) {

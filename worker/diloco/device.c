@@ -1,7 +1,7 @@
 /* device.c: device-resident parameters, libdiloco's side of diloco_device_ops (diloco.h).
  *
  * Without hooks libdiloco touches the trainer's params buffer in exactly three ways: the pseudo-
- * gradient reads it (sync.c, sync_compute_delta), taking the global parameters writes base into it
+ * gradient reads it (sync.c, dl_delta_compute), taking the global parameters writes base into it
  * (session.c, params_adopt, always followed by params_changed), and Streaming's mixing reads and
  * writes it (sync.c, params_apply). With hooks each of them becomes one hook call at the same
  * place, through the functions below, and nothing else changes: the same bytes go on the wire.

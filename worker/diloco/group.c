@@ -444,7 +444,7 @@ static int recover(diloco *d, int worst, const char *why, int64_t round, uint64_
     snprintf(reason, sizeof reason, "%s", why);
     log_warn("round %" PRId64 " did not complete for the group (%s); continuing from the global parameters", round,
              reason);
-    if (worst == DL_CORRUPT && dl_wait_repaired(d, reason, err, errlen) < 0) return stopped(d, err, err, errlen);
+    if (worst == DL_CORRUPT && repair_wait(d, reason, err, errlen) < 0) return stopped(d, err, err, errlen);
     group_msg me = {0}, *all = calloc((size_t)d->o.group.size, sizeof *all);
     if (!all) {
         err_set(err, errlen, "out of memory");

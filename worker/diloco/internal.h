@@ -136,7 +136,7 @@ struct diloco {
 
     shard_owner *owners;
     pthread_mutex_t owners_mu;
-    uint64_t wait_logged_ms; /* when a long wait for a shard was last logged (sync_retry_pause) */
+    uint64_t wait_logged_ms; /* when a long wait for a shard was last logged (owners_retry_pause) */
     dp_conn conns[MAX_CONNS];
     pthread_mutex_t conns_mu;
     size_t recv_cap; /* largest frame we accept */
@@ -267,21 +267,21 @@ int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got_
 
 /* delta.c */
 /* The codec of our pushes (push_dtype): the run's, except fp32 in a bf16 run when o.bf16 is 0. */
-int dl_push_dtype(const diloco *d);
+int dl_delta_dtype(const diloco *d);
 /* The Δ buffers of push_dtype (and the error feedback's). */
 int dl_delta_alloc(diloco *d, char *err, size_t errlen);
 void dl_delta_free(diloco *d);
 /* Δ of fragment f from params (on the thread that owns params). -1 if params are not finite. */
-int sync_compute_delta(diloco *d, int f, char *err, size_t errlen);
+int dl_delta_compute(diloco *d, int f, char *err, size_t errlen);
 /* Shard k's part of delta_* (as pushed, in push_dtype) and its size in *bytes. */
-const void *dl_shard_delta(const diloco *d, int k, size_t *bytes);
+const void *dl_delta_shard(const diloco *d, int k, size_t *bytes);
 
 /* update.c (--download update) */
 int dl_update_alloc(diloco *d, char *err, size_t errlen);
 void dl_update_free(diloco *d);
 /* The flags of a get of shard at min_version: BLOB_GET_UPDATE_OK when we hold min_version-1 with its
  * momentum, else BLOB_GET_MOMENTUM (in runs with --download update). */
-int dl_get_flags(const diloco *d, int shard, int64_t min_version, int flags);
+int dl_update_get_flags(const diloco *d, int shard, int64_t min_version, int flags);
 /* Where an update, or parameters with momentum, of shard are received; NULL for any other reply. */
 void *dl_update_place(diloco *d, int shard, const blob_header *h, size_t plen);
 /* Parameters then momentum (2n floats) of version into base and mom. */
@@ -295,12 +295,12 @@ int dl_update_apply(diloco *d, int shard, const blob_header *h, const uint8_t *p
 /* Make sure the tentative parameters fragment f continued from were committed as they are, resending
  * our kept Δ to a new owner if they were not: DL_OK, DL_STALE (the round was committed differently,
  * e.g. without a participant that died: base is now the committed version and our local progress on
- * f must be dropped), DL_CORRUPT (a shard's durable state is corrupt: dl_wait_repaired) or DL_FAIL (err
+ * f must be dropped), DL_CORRUPT (a shard's durable state is corrupt: repair_wait) or DL_FAIL (err
  * says why; Δ is still kept, a later call tries again). */
 int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen);
 /* The network part of fragment f's round, safe on a background thread (touches base[f] only):
  * DL_OK: base[f] is version round+1; DL_STALE: base[f] is the current global version; DL_EVICTED:
- * registered again, everything must be fetched (refetch_all); DL_CORRUPT (dl_wait_repaired); DL_FAIL. */
+ * registered again, everything must be fetched (refetch_all); DL_CORRUPT (repair_wait); DL_FAIL. */
 int sync_fragment_net(diloco *d, int f, char *err, size_t errlen);
 /* A sync starts: its counters (cur) start from zero, so it reports only what it sent and received. */
 void sync_begin(diloco *d);
@@ -310,8 +310,8 @@ void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale);
  * (ours), DL_EVICTED, DL_FAIL. */
 int sync_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errlen);
 /* After a transient failure of shard's `what`: re-read the owners, back off; DL_FAIL past deadline. */
-int sync_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
-                     size_t errlen);
+int owners_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
+                       size_t errlen);
 /* async.c: submit, push, get for fragment f (async mode); base[f] holds the versions we got. */
 int async_submit_net(diloco *d, int f, char *err, size_t errlen);
 /* round.c: one fragment's round as the schedule sees it (after_step.c: when; streaming.c: in flight).
@@ -359,6 +359,6 @@ void heartbeat_stop(diloco *d);
  * marked corrupt any more (`coordinator repair` ran), heartbeats going on meanwhile. 0, or -1 when we
  * are stopping or the run was shut down (err says which). The repaired parameters are a version above
  * any we hold: fetching at our versions gets them. */
-int dl_wait_repaired(diloco *d, const char *why, char *err, size_t errlen);
+int repair_wait(diloco *d, const char *why, char *err, size_t errlen);
 
 #endif

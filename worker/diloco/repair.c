@@ -36,7 +36,7 @@ static int count_marked(diloco *d)
     return marked;
 }
 
-int dl_wait_repaired(diloco *d, const char *why, char *err, size_t errlen)
+int repair_wait(diloco *d, const char *why, char *err, size_t errlen)
 {
     char said[512];
     snprintf(said, sizeof said, "%s", why); /* why may be err itself */

@@ -39,7 +39,7 @@ static int on_failure(diloco *d, const char *why, char *err, size_t errlen)
  * global parameters (a version above every one we hold), dropping the local progress of every fragment. */
 static int round_after_repair(diloco *d, int f, int64_t round, const char *why, uint64_t t0, char *err, size_t errlen)
 {
-    if (dl_wait_repaired(d, why, err, errlen) < 0)
+    if (repair_wait(d, why, err, errlen) < 0)
         return dl_stopping(d) ? -1 : 0; /* shut down meanwhile: the trainer sees diloco_stop_requested */
     d->fail_streak = 0;
     d->refetch_all = 0;
@@ -80,7 +80,7 @@ prep_outcome round_prepare_delta(diloco *d, int f, char *err, size_t errlen)
         if (c == DL_CORRUPT) return PREP_CORRUPT;
         if (c != DL_OK) return PREP_FAILED;
     }
-    if (sync_compute_delta(d, f, err, errlen) == 0) return PREP_SEND;
+    if (dl_delta_compute(d, f, err, errlen) == 0) return PREP_SEND;
     log_error("%s; resetting to the global parameters", err);
     if (dl_fetch_fragment(d, f, d->frag_version[f], 1, err, errlen) < 0) return PREP_FAILED;
     sync_record(d, f, d->frag_version[f] - 1, t0, 1);

@@ -38,7 +38,7 @@ int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *er
     for (;;) {
         int rc = dl_fetch_shards(d, first, last, min_version, err, errlen);
         if (rc == DL_CORRUPT) { /* the repaired version is above min_version: the same fetch gets it */
-            if (dl_wait_repaired(d, err, err, errlen) < 0) return -1;
+            if (repair_wait(d, err, err, errlen) < 0) return -1;
             deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
             continue;
         }
@@ -107,7 +107,7 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen)
 {
     size_t n = d->numel;
     d->base = dl_host_alloc(d, n * sizeof(float));
-    d->push_dtype = dl_push_dtype(d);
+    d->push_dtype = dl_delta_dtype(d);
     if (d->o.error_feedback && !codec_is_block(d->push_dtype))
         log_warn("--error-feedback applies to block-quantized runs (int8, int4, int3, int2); this run's "
                  "pseudo-gradients are %s: ignored",

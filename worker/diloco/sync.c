@@ -171,7 +171,7 @@ static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
     for (;;) {
         int rc = conn_push(d, shard, round, err, errlen);
         if (rc != DL_RETRY) return rc;
-        if (sync_retry_pause(d, &attempt, deadline, shard, "push", err, errlen) != DL_OK) return DL_FAIL;
+        if (owners_retry_pause(d, &attempt, deadline, shard, "push", err, errlen) != DL_OK) return DL_FAIL;
     }
 }
 
@@ -196,7 +196,7 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
         }
         if (ga->once && (rc == DL_RETRY || rc == DL_NEED)) return DL_RETRY;
         if (rc != DL_RETRY && rc != DL_NEED) return rc;
-        if (sync_retry_pause(d, &attempt, deadline, shard, "get", err, errlen) != DL_OK) return DL_FAIL;
+        if (owners_retry_pause(d, &attempt, deadline, shard, "get", err, errlen) != DL_OK) return DL_FAIL;
     }
 }
 
@@ -286,7 +286,7 @@ static int arrive_again(diloco *d, int f, int64_t round, char *err, size_t errle
 static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *err, size_t errlen)
 {
     char wake[KEY_MAX];
-    dl_wake_key(d, wake, sizeof wake);
+    wake_key(d, wake, sizeof wake);
     for (unsigned polls = 1;; polls++) {
         if (dl_stopping(d)) {
             err_set(err, errlen, "stopped while waiting for round %lld", (long long)round);
@@ -575,7 +575,7 @@ static int get_round(diloco *d, int first, int last, const get_arg *ga, char *er
     for (;;) {
         int rc = for_shards_parallel(d, first, last, get_job, (void *)ga, err, errlen);
         if (rc != DL_RETRY && rc != DL_NEED) return rc;
-        if (sync_retry_pause(d, &attempt, deadline, first, "get", err, errlen) != DL_OK) return DL_FAIL;
+        if (owners_retry_pause(d, &attempt, deadline, first, "get", err, errlen) != DL_OK) return DL_FAIL;
     }
 }
 

@@ -20,7 +20,7 @@
 #include "keys.h"
 #include "wake.h"
 
-void dl_wake_key(const struct diloco *d, char *key, size_t cap)
+void wake_key(const struct diloco *d, char *key, size_t cap)
 {
     char name[112];
     int n = snprintf(name, sizeof name, "wake:%s", d->worker_id);
@@ -34,7 +34,7 @@ static void *wake_main(void *p)
     wake_wait *w = p;
     diloco *d = w->d;
     char err[256], key[KEY_MAX];
-    dl_wake_key(d, key, sizeof key);
+    wake_key(d, key, sizeof key);
     if (!d->blk || rconn_broken(d->blk)) {
         if (d->blk) rconn_free(d->blk);
         d->blk = rconn_connect(&d->url, d->o.wait_poll_ms + 10000, err, sizeof err);
@@ -78,7 +78,7 @@ void wake_cancel(wake_wait *w)
     if (!w->started) return;
     diloco *d = w->d;
     char key[KEY_MAX];
-    dl_wake_key(d, key, sizeof key);
+    wake_key(d, key, sizeof key);
     redisReply *r = dl_command(d, NULL, 0, "RPUSH %s %s", key, WAKE_CANCEL);
     if (r) freeReplyObject(r);
     wake_finish(w);

@@ -393,7 +393,7 @@ static int hello(diloco *d, const diloco_options *o, float *params, size_t numel
         err_set(err, errlen, "out of memory");
         return -1;
     }
-    me.status = dl_session_init(d, o, params, numel, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
+    me.status = state_init(d, o, params, numel, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
     int64_t v[6] = {(int64_t)numel, o->sync_every, o->bf16, o->error_feedback, o->dylu, o->device.delta != NULL};
     memcpy(me.v, v, sizeof v);
     snprintf(me.run, sizeof me.run, "%s", o->run ? o->run : "");

@@ -215,8 +215,6 @@ int dl_register_now(diloco *d, char *err, size_t errlen); /* dl_register; rank 0
 int dl_still_member(diloco *d);
 
 /* session.c */
-/* What diloco_open does before registering: options, Redis, the run's configuration, buffers. */
-int dl_session_init(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);
 /* A joiner of the round after the open one waits for it to close (sync mode, one fragment). */
 int dl_wait_joined_round(diloco *d, int f, char *err, size_t errlen);
 int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
@@ -229,6 +227,11 @@ void params_adopt(diloco *d, int first_shard, int last_shard);
 /* Put base[f] into params[f]: copy, or params = alpha*params + (1-alpha)*base; tell the trainer. */
 int params_apply(diloco *d, int f, double alpha, char *err, size_t errlen);
 int params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen); /* trainer callback */
+
+/* state.c: what a session holds */
+/* What diloco_open does before registering: options, Redis, the run's configuration, buffers. */
+int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);
+void state_free(diloco *d); /* after the connections to shard-servers are closed (conn_close_all) */
 
 /* device.c */
 int dl_dev_init(diloco *d, const float *params, char *err, size_t errlen); /* checks o.device, sets dev */

@@ -294,6 +294,23 @@ void dl_update_take_momentum(diloco *d, int shard, int64_t version, const uint8_
 int dl_update_apply(diloco *d, int shard, const blob_header *h, const uint8_t *payload, uint64_t *digest, char *err,
                     size_t errlen);
 
+/* fanout.c: a job per shard, one thread per owner; each returns the worst outcome of its shards */
+/* Run fn(d, shard, arg) for every shard in [first, last). */
+typedef int (*shard_job_fn)(diloco *d, int shard, void *arg, char *err, size_t errlen);
+int fanout_run(diloco *d, int first, int last, shard_job_fn fn, void *arg, char *err, size_t errlen);
+/* Push our Δ of every shard for round (pipelined per owner first, then each with its retries). */
+int fanout_push(diloco *d, int first, int last, int64_t round, char *err, size_t errlen);
+typedef struct fanout_get_arg {
+    int64_t want; /* minimum version */
+    int may_push; /* we are a participant of round want-1 and still hold our Δ */
+    int flags;    /* BLOB_GET_TENTATIVE_OK: a version not yet durable will do */
+    int once;     /* one attempt per shard (resending Δ if asked), no waiting in place: the
+                     caller loops over the whole fragment (sync.c's get_round) */
+} fanout_get_arg;
+/* Get every shard at version >= ga->want into base (pipelined per owner first, then each with its
+ * retries, or once); shard_version[k] = the version got. */
+int fanout_get(diloco *d, int first, int last, const fanout_get_arg *ga, char *err, size_t errlen);
+
 /* sync.c */
 /* Make sure the tentative parameters fragment f continued from were committed as they are, resending
  * our kept Δ to a new owner if they were not: DL_OK, DL_STALE (the round was committed differently,
@@ -339,10 +356,6 @@ int stream_step(diloco *d, char *err, size_t errlen);
 int stream_finish_fragment(diloco *d, char *err, size_t errlen);
 /* The same at close, its outcome dropped. */
 void stream_finish_inflight(diloco *d);
-/* Run fn(d, shard, arg) for every shard in [first, last) with one thread per owner; returns the
- * worst outcome. Used for pushes and gets. */
-typedef int (*shard_job_fn)(diloco *d, int shard, void *arg, char *err, size_t errlen);
-int for_shards_parallel(diloco *d, int first, int last, shard_job_fn fn, void *arg, char *err, size_t errlen);
 
 /* Get shards [first, last) at version >= min_version into base (no pseudo-gradient to offer). */
 int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *err, size_t errlen);

@@ -27,184 +27,11 @@
 #include "util.h"
 #include "wake.h"
 
-/* ---- running a job per shard, one thread per owner ------------------------------------------ */
-
-typedef struct shard_group {
-    diloco *d;
-    char addr[ADDR_MAX];
-    int shards[RUNCONF_MAX_SHARDS];
-    int nshards;
-    shard_job_fn fn;
-    void *arg;
-    int rc;
-    char err[256];
-    pthread_t thread;
-} shard_group;
-
-static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen);
-static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen);
-typedef struct get_arg {
-    int64_t want; /* minimum version */
-    int may_push; /* we are a participant of round want-1 and still hold our Δ */
-    int flags;    /* BLOB_GET_TENTATIVE_OK: a version not yet durable will do */
-    int once;     /* one attempt per shard (resending Δ if asked), no waiting in place: the
-                              caller loops over the whole fragment (see get_round) */
-} get_arg;
-
-static int outcome_rank(int rc);
-
-#define NOT_TRIED 100 /* a shard the pipelined first try did not cover */
-
-static void *group_main(void *p)
-{
-    shard_group *g = p;
-    log_sink *prev = log_use_sink(&g->d->log); /* also run on the caller's thread */
-    g->rc = DL_OK;
-    int rcs[RUNCONF_MAX_SHARDS];
-    int once = g->fn == get_job && ((const get_arg *)g->arg)->once;
-    for (int i = 0; i < g->nshards; i++) rcs[i] = NOT_TRIED;
-    /* first try: all of this owner's shards pipelined; what did not succeed goes through the job's retries */
-    if (g->fn == push_job && g->nshards > 1)
-        conn_push_batch(g->d, g->shards, g->nshards, *(int64_t *)g->arg, rcs, g->err, sizeof g->err);
-    if (g->fn == get_job) {
-        /* shards we already have (an earlier pass of get_round) are done; the rest are asked pipelined */
-        const get_arg *ga = g->arg;
-        int todo[RUNCONF_MAX_SHARDS], idx[RUNCONF_MAX_SHARDS], nt = 0, trc[RUNCONF_MAX_SHARDS];
-        int64_t tgot[RUNCONF_MAX_SHARDS];
-        for (int i = 0; i < g->nshards; i++) {
-            if (ga->once && g->d->shard_version[g->shards[i]] >= ga->want)
-                rcs[i] = DL_OK;
-            else {
-                todo[nt] = g->shards[i];
-                idx[nt++] = i;
-            }
-        }
-        if (nt > 1) {
-            conn_get_batch(g->d, todo, nt, ga->want, ga->flags, trc, tgot, g->err, sizeof g->err);
-            for (int j = 0; j < nt; j++) {
-                if (trc[j] == DL_OK) g->d->shard_version[todo[j]] = tgot[j];
-                rcs[idx[j]] = trc[j];
-            }
-        }
-    }
-    /* a corrupt shard stops the group: nothing completes before coordinator repair, and its message
-     * (which the pipelined try kept) is the one to report */
-    for (int i = 0; i < g->nshards; i++)
-        if (rcs[i] == DL_CORRUPT) {
-            g->rc = DL_CORRUPT;
-            return NULL;
-        }
-    /* then each shard's job (with its retries, or once: after a pass, only where our Δ is asked for);
-     * a blocking job stops the group at the first failure, a pass goes over every shard */
-    for (int i = 0; i < g->nshards; i++) {
-        int rc = rcs[i];
-        int run_job = rc == NOT_TRIED || rc == DL_NEED || (rc == DL_RETRY && !once);
-        if (run_job) rc = g->fn(g->d, g->shards[i], g->arg, g->err, sizeof g->err);
-        if (outcome_rank(rc) > outcome_rank(g->rc)) g->rc = rc;
-        if ((!once && g->rc != DL_OK) || rc == DL_CORRUPT) break;
-    }
-    log_use_sink(prev);
-    return NULL;
-}
-
-/* Worse outcomes win: corrupt state (nothing syncs until a repair) beats a failure beats eviction beats
- * staleness beats a retry. */
-static int outcome_rank(int rc)
-{
-    switch (rc) {
-    case DL_CORRUPT: return 6;
-    case DL_FAIL: return 5;
-    case DL_EVICTED: return 4;
-    case DL_STALE: return 3;
-    case DL_RETRY: return 2;
-    case DL_NEED: return 1;
-    default: return 0;
-    }
-}
-
-int for_shards_parallel(diloco *d, int first, int last, shard_job_fn fn, void *arg, char *err, size_t errlen)
-{
-    shard_group *groups = calloc((size_t)(last - first), sizeof *groups);
-    if (!groups) {
-        err_set(err, errlen, "out of memory");
-        return DL_FAIL;
-    }
-    int ng = 0;
-    for (int k = first; k < last; k++) {
-        shard_owner o;
-        owners_get(d, k, &o);
-        int g = 0;
-        while (g < ng && strcmp(groups[g].addr, o.addr) != 0) g++;
-        if (g == ng) {
-            groups[ng] = (shard_group){.d = d, .fn = fn, .arg = arg};
-            snprintf(groups[ng].addr, sizeof groups[ng].addr, "%s", o.addr);
-            ng++;
-        }
-        groups[g].shards[groups[g].nshards++] = k;
-    }
-    for (int g = 1; g < ng; g++)
-        if (pthread_create(&groups[g].thread, NULL, group_main, &groups[g]) != 0) groups[g].thread = 0;
-    group_main(&groups[0]);
-    for (int g = 1; g < ng; g++) {
-        if (groups[g].thread)
-            pthread_join(groups[g].thread, NULL);
-        else
-            group_main(&groups[g]);
-    }
-    int worst = DL_OK;
-    for (int g = 0; g < ng; g++)
-        if (outcome_rank(groups[g].rc) > outcome_rank(worst)) {
-            worst = groups[g].rc;
-            err_set(err, errlen, "%s", groups[g].err);
-        }
-    free(groups);
-    return worst;
-}
-
-/* ---- per-shard jobs with their retry loops ------------------------------------------------- */
-
-static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
-{
-    int64_t round = *(int64_t *)arg;
-    uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
-    unsigned attempt = 0;
-    for (;;) {
-        int rc = conn_push(d, shard, round, err, errlen);
-        if (rc != DL_RETRY) return rc;
-        if (owners_retry_pause(d, &attempt, deadline, shard, "push", err, errlen) != DL_OK) return DL_FAIL;
-    }
-}
-
-static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
-{
-    const get_arg *ga = arg;
-    int64_t want = ga->want;
-    uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
-    unsigned attempt = 0;
-    for (;;) {
-        int64_t got = -1;
-        int rc = conn_get(d, shard, want, ga->flags, &got, err, errlen);
-        if (rc == DL_OK) {
-            d->shard_version[shard] = got;
-            return DL_OK;
-        }
-        if (rc == DL_NEED && ga->may_push) {
-            /* the owner has no Δ of ours for this round (it is new, or restarted): send it again */
-            rc = conn_push(d, shard, want - 1, err, errlen);
-            if (rc == DL_OK && ga->once) return DL_RETRY; /* the next pass asks again */
-            if (rc == DL_OK) continue;
-        }
-        if (ga->once && (rc == DL_RETRY || rc == DL_NEED)) return DL_RETRY;
-        if (rc != DL_RETRY && rc != DL_NEED) return rc;
-        if (owners_retry_pause(d, &attempt, deadline, shard, "get", err, errlen) != DL_OK) return DL_FAIL;
-    }
-}
-
 /* Registration and catching up use the same get, with no Δ to offer. */
 int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *err, size_t errlen)
 {
-    get_arg ga = {min_version, 0, 0, 0};
-    return for_shards_parallel(d, first, last, get_job, &ga, err, errlen);
+    fanout_get_arg ga = {min_version, 0, 0, 0};
+    return fanout_get(d, first, last, &ga, err, errlen);
 }
 
 /* ---- the round --------------------------------------------------------------------------------- */
@@ -478,7 +305,7 @@ static int confirm_reset(diloco *d, int f, const char *why, char *err, size_t er
     return DL_STALE;
 }
 
-static int get_round(diloco *d, int first, int last, const get_arg *ga, char *err, size_t errlen);
+static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, char *err, size_t errlen);
 
 /* How long sync_confirm_durable waits for a commit that the lease says is on its way before it sends
  * its Δ again and asks: longer than a commit takes, even when Redis is slow. */
@@ -495,7 +322,7 @@ static int fetch_round_result(diloco *d, int f, int64_t want, char *err, size_t 
         if (rc == DL_EVICTED || rc == DL_FAIL || rc == DL_CORRUPT)
             return rc; /* STALE: committed already; the get tells how */
     }
-    get_arg ga = {want, 1, 0, 1};
+    fanout_get_arg ga = {want, 1, 0, 1};
     return get_round(d, first, last, &ga, err, errlen);
 }
 
@@ -567,13 +394,13 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen)
  * timeout. Never waiting on one shard while others are missing matters after an owner changed: other
  * workers may be waiting for our Δ of a shard later in our list before they can send theirs of this
  * one. */
-static int get_round(diloco *d, int first, int last, const get_arg *ga, char *err, size_t errlen)
+static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, char *err, size_t errlen)
 {
     uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
     unsigned attempt = 0;
     for (int k = first; k < last; k++) d->shard_version[k] = -1;
     for (;;) {
-        int rc = for_shards_parallel(d, first, last, get_job, (void *)ga, err, errlen);
+        int rc = fanout_get(d, first, last, ga, err, errlen);
         if (rc != DL_RETRY && rc != DL_NEED) return rc;
         if (owners_retry_pause(d, &attempt, deadline, first, "get", err, errlen) != DL_OK) return DL_FAIL;
     }
@@ -583,7 +410,7 @@ static int get_round(diloco *d, int first, int last, const get_arg *ga, char *er
 static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
 {
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
-    int rc = for_shards_parallel(d, first, last, push_job, &round, err, errlen);
+    int rc = fanout_push(d, first, last, round, err, errlen);
     if (rc != DL_OK) return rc;
     d->cur.t_pushed_us = wall_us();
     wake_wait w; /* listen for the close while we arrive (wake.c): no round trip after the arrive's */
@@ -598,7 +425,7 @@ static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
         rc = DL_OK;
     }
     if (rc != DL_OK) return rc;
-    get_arg ga = {round + 1, 1, BLOB_GET_TENTATIVE_OK, 1};
+    fanout_get_arg ga = {round + 1, 1, BLOB_GET_TENTATIVE_OK, 1};
     /* until every shard's parameters are in, the round is incomplete for us: sync_confirm_durable
      * finishes it (with the Δ we keep) before fragment f computes another Δ */
     d->frag_incomplete[f] = 1;

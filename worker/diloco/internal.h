@@ -311,6 +311,15 @@ typedef struct fanout_get_arg {
  * retries, or once); shard_version[k] = the version got. */
 int fanout_get(diloco *d, int first, int last, const fanout_get_arg *ga, char *err, size_t errlen);
 
+/* barrier.c: arriving at a sync round's barrier and waiting for its close */
+/* Arrive at barrier (f, round) and wait until it closes: DL_OK; DL_STALE (it closed without us),
+ * DL_EVICTED, DL_FAIL (err). d->cur.wait_seconds: how long we waited for the others. */
+int barrier_pass(diloco *d, int f, int64_t round, char *err, size_t errlen);
+/* A joiner of the round after `round`: block until round `round` of fragment f is no longer open (woken
+ * by its close): DL_OK closed, DL_STALE gone already, DL_NEED it waits for nobody but a new arrival
+ * (ours), DL_EVICTED, DL_FAIL. */
+int barrier_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errlen);
+
 /* sync.c */
 /* Make sure the tentative parameters fragment f continued from were committed as they are, resending
  * our kept Δ to a new owner if they were not: DL_OK, DL_STALE (the round was committed differently,
@@ -325,10 +334,6 @@ int sync_fragment_net(diloco *d, int f, char *err, size_t errlen);
 /* A sync starts: its counters (cur) start from zero, so it reports only what it sent and received. */
 void sync_begin(diloco *d);
 void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale);
-/* A joiner of the round after `round`: block until round `round` of fragment f is no longer open (woken
- * by its close): DL_OK closed, DL_STALE gone already, DL_NEED it waits for nobody but a new arrival
- * (ours), DL_EVICTED, DL_FAIL. */
-int sync_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errlen);
 /* After a transient failure of shard's `what`: re-read the owners, back off; DL_FAIL past deadline. */
 int owners_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
                        size_t errlen);

@@ -69,7 +69,7 @@ int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *er
 int dl_wait_joined_round(diloco *d, int f, char *err, size_t errlen)
 {
     if (d->rc.async || d->rc.nfragments != 1 || d->frag_joined[f] <= d->frag_version[f]) return 0;
-    int rc = sync_wait_closed(d, f, d->frag_version[f], err, errlen);
+    int rc = barrier_wait_closed(d, f, d->frag_version[f], err, errlen);
     if (rc == DL_FAIL) return -1;
     if (rc == DL_OK) d->frag_version[f] = d->frag_joined[f];
     /* DL_NEED (every member it waited for is gone: it needs our arrival to close), DL_STALE,

@@ -212,7 +212,7 @@ static int group_fetch(diloco *d, int64_t want, char *err, size_t errlen)
     int rc = -1;
     for (;;) {
         group_msg me = {0};
-        me.status = dl_fetch_fragment(d, 0, want, 0, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
+        me.status = fetch_fragment(d, 0, want, 0, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
         me.v[0] = d->frag_version[0];
         if (gather(d, GRP_FETCH, &me, all, err, errlen) < 0) break;
         if (first_failure(all, size, err, errlen) != DL_OK) break;
@@ -413,7 +413,7 @@ int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, 
     if (hello(d, o, params, numel, err, errlen) < 0) return -1;
     if (group_register(d, err, errlen) < 0) return -1;
     if (owners_refresh(d, err, errlen) < 0 || heartbeat_start(d, err, errlen) < 0) return -1;
-    if (dl_wait_joined_round(d, 0, err, errlen) < 0) return -1;
+    if (fetch_wait_joined(d, 0, err, errlen) < 0) return -1;
     if (group_fetch(d, d->frag_version[0], err, errlen) < 0) return -1;
     log_info("rank %d of group %s joined run %s at version %" PRId64 " (%zu parameters, shards [%d, %d) of %d)",
              d->grp_rank, d->worker_id, d->run, d->frag_version[0], numel, d->part_lo, d->part_hi, d->rc.nshards);

@@ -214,12 +214,6 @@ int dl_register_now(diloco *d, char *err, size_t errlen); /* dl_register; rank 0
 /* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */
 int dl_still_member(diloco *d);
 
-/* session.c */
-/* A joiner of the round after the open one waits for it to close (sync mode, one fragment). */
-int dl_wait_joined_round(diloco *d, int f, char *err, size_t errlen);
-int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
-int dl_fetch_all(diloco *d, char *err, size_t errlen);
-
 /* params.c: base into the trainer's parameters */
 /* params[shards] = base[shards] (with device hooks: a DILOCO_LOAD_COPY load, whose error, if any, the
  * params_changed that always follows returns) */
@@ -320,6 +314,15 @@ int barrier_pass(diloco *d, int f, int64_t round, char *err, size_t errlen);
  * (ours), DL_EVICTED, DL_FAIL. */
 int barrier_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errlen);
 
+/* fetch.c: the global parameters, with no pseudo-gradient to offer */
+/* Every shard of fragment f at one version >= min_version into base (and params when adopt). */
+int fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
+/* A joiner of the round after the open one waits for it to close (sync mode, one fragment). */
+int fetch_wait_joined(diloco *d, int f, char *err, size_t errlen);
+int fetch_all(diloco *d, char *err, size_t errlen); /* every fragment, into base and params */
+/* Our round of fragment f is gone: base[f] takes the current global version (params untouched). */
+int fetch_current(diloco *d, int f, char *err, size_t errlen);
+
 /* sync.c */
 /* Make sure the tentative parameters fragment f continued from were committed as they are, resending
  * our kept Δ to a new owner if they were not: DL_OK, DL_STALE (the round was committed differently,
@@ -361,9 +364,6 @@ int stream_step(diloco *d, char *err, size_t errlen);
 int stream_finish_fragment(diloco *d, char *err, size_t errlen);
 /* The same at close, its outcome dropped. */
 void stream_finish_inflight(diloco *d);
-
-/* Get shards [first, last) at version >= min_version into base (no pseudo-gradient to offer). */
-int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *err, size_t errlen);
 
 /* group.c */
 /* diloco_open of a group's rank: what session_open does, with the group's collectives. */

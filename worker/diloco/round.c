@@ -31,7 +31,7 @@ static int on_failure(diloco *d, const char *why, char *err, size_t errlen)
     if (d->fail_streak <= d->o.max_sync_retries) return 0; /* training goes on; the next sync tries again */
     d->fail_streak = 0;
     log_warn("registering again after %d failed syncs", d->o.max_sync_retries + 1);
-    if (dl_register(d, err, errlen) < 0 || dl_fetch_all(d, err, errlen) < 0) return -1;
+    if (dl_register(d, err, errlen) < 0 || fetch_all(d, err, errlen) < 0) return -1;
     return 1;
 }
 
@@ -43,7 +43,7 @@ static int round_after_repair(diloco *d, int f, int64_t round, const char *why, 
         return dl_stopping(d) ? -1 : 0; /* shut down meanwhile: the trainer sees diloco_stop_requested */
     d->fail_streak = 0;
     d->refetch_all = 0;
-    if (dl_fetch_all(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
+    if (fetch_all(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
     sync_record(d, f, round, t0, 1);
     return 1;
 }
@@ -56,7 +56,7 @@ int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint6
     d->fail_streak = 0;
     if (d->refetch_all) { /* evicted: everything comes from the run again */
         d->refetch_all = 0;
-        if (dl_fetch_all(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
+        if (fetch_all(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
         sync_record(d, f, round, t0, 1);
         return 1;
     }
@@ -82,7 +82,7 @@ prep_outcome round_prepare_delta(diloco *d, int f, char *err, size_t errlen)
     }
     if (dl_delta_compute(d, f, err, errlen) == 0) return PREP_SEND;
     log_error("%s; resetting to the global parameters", err);
-    if (dl_fetch_fragment(d, f, d->frag_version[f], 1, err, errlen) < 0) return PREP_FAILED;
+    if (fetch_fragment(d, f, d->frag_version[f], 1, err, errlen) < 0) return PREP_FAILED;
     sync_record(d, f, d->frag_version[f] - 1, t0, 1);
     return PREP_RESET;
 }

@@ -25,31 +25,6 @@
 #include "rconn.h"
 #include "util.h"
 
-/* Registration and catching up use the same get, with no Δ to offer. */
-int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *err, size_t errlen)
-{
-    fanout_get_arg ga = {min_version, 0, 0, 0};
-    return fanout_get(d, first, last, &ga, err, errlen);
-}
-
-/* ---- the round --------------------------------------------------------------------------------- */
-
-/* Our round of fragment f is gone: base[f] takes the current global version (params untouched). */
-static int refetch_fragment(diloco *d, int f, char *err, size_t errlen)
-{
-    char key[KEY_MAX], field[32];
-    snprintf(field, sizeof field, "round:%d", f);
-    redisReply *r = dl_command(d, err, errlen, "HGET %s %s", key_run(key, sizeof key, d->o.run, "state"), field);
-    if (dl_reply_failed(r) || r->type != REDIS_REPLY_STRING) {
-        if (r) freeReplyObject(r);
-        return -1;
-    }
-    int64_t want = atoll(r->str);
-    freeReplyObject(r);
-    owners_refresh(d, err, errlen);
-    return dl_fetch_fragment(d, f, want, 0, err, errlen);
-}
-
 void sync_begin(diloco *d)
 {
     memset(&d->cur, 0, sizeof d->cur);
@@ -170,7 +145,7 @@ static int confirm_reset(diloco *d, int f, const char *why, char *err, size_t er
 {
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
     log_warn("fragment %d: %s; continuing from the committed global parameters", f, why);
-    if (refetch_fragment(d, f, err, errlen) < 0) return DL_FAIL; /* state unchanged: tried again next time */
+    if (fetch_current(d, f, err, errlen) < 0) return DL_FAIL; /* state unchanged: tried again next time */
     params_adopt(d, first, last);
     size_t off = (size_t)d->rc.shard_bounds[first];
     if (params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
@@ -334,7 +309,7 @@ int sync_fragment_net(diloco *d, int f, char *err, size_t errlen)
         log_warn("round %" PRId64 " of fragment %d lost (stale): %s; continuing from the current global "
                  "parameters",
                  round, f, err);
-        return refetch_fragment(d, f, err, errlen) < 0 ? DL_FAIL : DL_STALE;
+        return fetch_current(d, f, err, errlen) < 0 ? DL_FAIL : DL_STALE;
     }
     if (rc == DL_EVICTED) {
         log_warn("round %" PRId64 " of fragment %d lost: we were evicted (%s); registering again", round, f, err);

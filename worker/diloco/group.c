@@ -465,13 +465,13 @@ static int recover(diloco *d, int worst, const char *why, int64_t round, uint64_
         log_error("the group could not recover: %s (the next sync tries again)", err);
         return dl_stopping(d) ? stopped(d, err, err, errlen) : 0;
     }
-    sync_record(d, 0, round, t0, 1);
+    round_record(d, 0, round, t0, 1);
     return 1;
 }
 
 int group_round(diloco *d, char *err, size_t errlen)
 {
-    sync_begin(d);
+    round_begin(d);
     uint64_t t0 = now_ms();
     int64_t round = d->frag_version[0];
     int size = d->o.group.size, worst = DL_STALE;
@@ -495,7 +495,7 @@ int group_round(diloco *d, char *err, size_t errlen)
         for (int r = 0; r < size; r++) tokens += (uint64_t)all[r].v[0];
         d->push_tokens[0] = tokens;
         memset(&me, 0, sizeof me);
-        me.status = sync_fragment_net(d, 0, me.err, sizeof me.err);
+        me.status = round_net(d, 0, me.err, sizeof me.err);
         if (dl_stopping(d)) goto stop;
         if ((me.status == DL_FAIL || me.status == DL_CORRUPT) && d->cur.t_pushed_us == 0)
             group_leave(d); /* we never arrived: the others would wait at the barrier for the group forever */
@@ -505,7 +505,7 @@ int group_round(diloco *d, char *err, size_t errlen)
         if (worst == DL_OK) {
             free(all);
             if (exchange(d, err, errlen) < 0) return -1;
-            sync_record(d, 0, round, t0, 0);
+            round_record(d, 0, round, t0, 0);
             return 1;
         }
     }

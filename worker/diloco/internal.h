@@ -145,7 +145,7 @@ struct diloco {
     int sync_every;
     int fail_streak;
     diloco_sync_info cur; /* the sync in progress: bytes and phase stamps, counted by conn.c as
-                                    they happen (sync_begin clears it, sync_record copies it to last) */
+                                    they happen (round_begin clears it, round_record copies it to last) */
     diloco_sync_info last;
     int have_last;
 
@@ -330,13 +330,8 @@ int fetch_current(diloco *d, int f, char *err, size_t errlen);
  * f must be dropped), DL_CORRUPT (a shard's durable state is corrupt: repair_wait) or DL_FAIL (err
  * says why; Δ is still kept, a later call tries again). */
 int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen);
-/* The network part of fragment f's round, safe on a background thread (touches base[f] only):
- * DL_OK: base[f] is version round+1; DL_STALE: base[f] is the current global version; DL_EVICTED:
- * registered again, everything must be fetched (refetch_all); DL_CORRUPT (repair_wait); DL_FAIL. */
-int sync_fragment_net(diloco *d, int f, char *err, size_t errlen);
-/* A sync starts: its counters (cur) start from zero, so it reports only what it sent and received. */
-void sync_begin(diloco *d);
-void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale);
+/* Push, arrive, wait, get, for the shards of fragment f (round: its open round). */
+int sync_run_round(diloco *d, int f, int64_t round, char *err, size_t errlen);
 /* After a transient failure of shard's `what`: re-read the owners, back off; DL_FAIL past deadline. */
 int owners_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
                        size_t errlen);
@@ -344,6 +339,14 @@ int owners_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shar
 int async_submit_net(diloco *d, int f, char *err, size_t errlen);
 /* round.c: one fragment's round as the schedule sees it (after_step.c: when; streaming.c: in flight).
  * Each returns 1 when params changed, 0 when not, -1 when unrecoverable (err says why). */
+/* A sync starts: its counters (cur) start from zero, so it reports only what it sent and received. */
+void round_begin(diloco *d);
+/* What the sync of fragment f (round, started at t0) sent and received, for diloco_last_sync. */
+void round_record(diloco *d, int f, int64_t round, uint64_t t0, int stale);
+/* The network part of fragment f's round, safe on a background thread (touches base[f] only):
+ * DL_OK: base[f] is version round+1; DL_STALE: base[f] is the current global version; DL_EVICTED:
+ * registered again, everything must be fetched (refetch_all); DL_CORRUPT (repair_wait); DL_FAIL. */
+int round_net(diloco *d, int f, char *err, size_t errlen);
 /* Fragment f, blocking: Δ, the network round (sync.c or async.c), then round_settle. */
 int round_blocking(diloco *d, int f, double alpha, char *err, size_t errlen);
 /* Fragment f's Δ from params; if our own parameters diverged, take the global ones instead. */

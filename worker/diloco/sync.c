@@ -12,36 +12,15 @@
  * continue from the current global parameters: a pseudo-gradient is only ever sent for the round
  * whose parameters it was computed against. */
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "hash.h"
 #include "internal.h"
 #include "keys.h"
 #include "log.h"
-#include "outer.h"
 #include "rconn.h"
 #include "util.h"
-
-void sync_begin(diloco *d)
-{
-    memset(&d->cur, 0, sizeof d->cur);
-}
-
-void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale)
-{
-    diloco_sync_info s = d->cur; /* what this sync sent and received, and when */
-    s.fragment = f;
-    s.round = round;
-    s.version = d->frag_version[f];
-    s.seconds = (double)(now_ms() - t0) / 1000.0;
-    s.digest = digest_f32(d->base, d->numel);
-    s.stale = stale;
-    d->last = s;
-    d->have_last = 1;
-}
 
 /* ---- tentative parameters: confirming the previous round -------------------------------------- */
 
@@ -254,7 +233,7 @@ static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, c
 }
 
 /* Push, arrive, wait, get, for the shards of fragment f. */
-static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
+int sync_run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
 {
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
     int rc = fanout_push(d, first, last, round, err, errlen);
@@ -274,48 +253,4 @@ static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
     for (int k = first; k < last; k++)
         if (d->shard_version[k] != ga.want) return DL_STALE; /* the run moved on past us meanwhile */
     return DL_OK;
-}
-
-/* The heartbeat thread learnt we were evicted (a long stop, a network cut): register again before
- * sending anything, instead of pushing as a dead incarnation. */
-static int register_if_evicted(diloco *d, char *err, size_t errlen)
-{
-    pthread_mutex_lock(&d->hb_mu);
-    int evicted = d->evicted;
-    pthread_mutex_unlock(&d->hb_mu);
-    if (!evicted && dl_still_member(d)) return DL_OK;
-    log_warn("we were evicted (heartbeats missed for longer than the timeout); registering again");
-    if (dl_register(d, err, errlen) < 0) return DL_FAIL;
-    d->refetch_all = 1;
-    return DL_EVICTED;
-}
-
-int sync_fragment_net(diloco *d, int f, char *err, size_t errlen)
-{
-    int64_t round = d->frag_version[f];
-    pthread_mutex_lock(&d->hb_mu);
-    int evicted = d->evicted;
-    pthread_mutex_unlock(&d->hb_mu);
-    if (evicted) return register_if_evicted(d, err, errlen);
-    if (d->o.simulate_latency_ms > 0) sleep_ms((unsigned)d->o.simulate_latency_ms);
-    int rc = d->rc.async ? async_submit_net(d, f, err, errlen) : run_round(d, f, round, err, errlen);
-    if (rc == DL_OK) {
-        if (!d->rc.async) d->frag_version[f] = round + 1; /* (async sets it from the versions it got) */
-        return DL_OK;
-    }
-    if (rc == DL_STALE && register_if_evicted(d, err, errlen) != DL_OK) /* stale because we were evicted? */
-        return d->refetch_all ? DL_EVICTED : DL_FAIL;
-    if (rc == DL_STALE) {
-        log_warn("round %" PRId64 " of fragment %d lost (stale): %s; continuing from the current global "
-                 "parameters",
-                 round, f, err);
-        return fetch_current(d, f, err, errlen) < 0 ? DL_FAIL : DL_STALE;
-    }
-    if (rc == DL_EVICTED) {
-        log_warn("round %" PRId64 " of fragment %d lost: we were evicted (%s); registering again", round, f, err);
-        if (dl_register(d, err, errlen) < 0) return DL_FAIL;
-        d->refetch_all = 1;
-        return DL_EVICTED;
-    }
-    return rc == DL_CORRUPT ? rc : DL_FAIL;
 }

@@ -16,7 +16,7 @@
  *             again if not, and FETCH as at open).
  *
  * A rank moves shards [grp_bounds[r], grp_bounds[r+1]) (contiguous, balanced by elements), which
- * dl_first_shard / dl_last_shard give every per-fragment loop of sync.c, delta.c and session.c: the
+ * dl_first_shard / dl_last_shard give every per-fragment loop of sync.c, delta.c and fetch.c: the
  * pseudo-gradient of a shard is computed from the same bytes as in a process of its own, so a group's
  * contribution is bit-identical to one process's. The group arrives at the barrier only when every rank
  * arrived (after its own pushes, lua/15_groups.lua), so a group whose rank died never contributes half.

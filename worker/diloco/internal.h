@@ -1,20 +1,30 @@
 /* internal.h: the state of a libdiloco session, shared by the library's files (not installed).
  *
- *   session.c    open/close, registration, fetching the global parameters, Redis commands
- *   owners.c     which shard-server owns which shard (read from Redis), refreshed on redirects
- *   conn.c       data-plane connections to shard-servers and the push/get requests
+ * The files, from the top down (each calls only files below it: docs/architecture.md "Layers",
+ * checked by tests/it_layers.sh):
+ *   session.c    diloco_open, diloco_close: a session's life
  *   after_step.c when a worker syncs (diloco_after_step, diloco_force_sync): dispatch by mode
- *   round.c      one fragment's round as the schedule sees it: Δ, blocking round, settling the outcome
- *   streaming.c  Streaming DiLoCo: one fragment in flight on a thread while training goes on
- *   sync.c       the network part of a sync-mode round: pseudo-gradient, push, barrier, new parameters
- *   delta.c      the pseudo-gradient in the run's codec (bf16, fp32, int8, int4) and error feedback
- *   update.c     --download update: applying the round's update ourselves, with our copy of the momentum
- *   async.c      the network part of an async-mode round: submit, push, get (no barrier)
- *   heartbeat.c  the heartbeat thread
- *   repair.c     waiting out a shard whose durable state is corrupt, until `coordinator repair`
- *   device.c     device-resident parameters (diloco_device_ops): the hooks that replace params
- *   info.c       the library's version and the facts about a session (accessors)
  *   group.c      process groups: several processes as one worker (open, the group's round, exchange)
+ *   streaming.c  Streaming DiLoCo: one fragment in flight on a thread while training goes on
+ *   round.c      one fragment's round as the schedule sees it: Δ, the network part by mode (round_net),
+ *                settling the outcome, the record of the sync
+ *   sync.c       the network part of a sync-mode round: push, barrier, get, confirming it durable
+ *   async.c      the network part of an async-mode round: submit, push, get (no barrier)
+ *   fetch.c      the global parameters fetched with no Δ to offer (open, catching up, a joiner's wait)
+ *   barrier.c    arriving at a sync barrier and waiting for its close (wake.c listens for it)
+ *   fanout.c     a job per shard, one thread per owner; pushes and gets pipelined per owner first
+ *   heartbeat.c  the heartbeat thread
+ *   wake.c       the barrier's wake-up list, listened to while we arrive
+ *   repair.c     waiting out a shard whose durable state is corrupt, until `coordinator repair`
+ *   conn.c       data-plane connections to shard-servers and the push/get requests
+ *   owners.c     which shard-server owns which shard (read from Redis), refreshed on redirects
+ *   state.c      the session's options, run configuration and buffers, made and freed
+ *   update.c     --download update: applying the round's update ourselves, with our copy of the momentum
+ *   delta.c      the pseudo-gradient in the run's codec (bf16, fp32, int8, int4) and error feedback
+ *   params.c     base into the trainer's parameters (copy or mix, host or device), telling the trainer
+ *   device.c     device-resident parameters (diloco_device_ops): the hooks that replace params
+ *   control.c    the control connection (dl_command), registration and our incarnation
+ *   info.c       the library's version and the facts about a session (accessors)
  *   peek.c       the run read without joining it (diloco_peek_run): calls only common/, no session
  *
  * Logging: every function that enters the library on the host's thread, and every thread the session
@@ -193,6 +203,9 @@ static inline int dl_last_shard(const diloco *d, int f)
     return d->rc.frag_bounds[f + 1] < d->part_hi ? d->rc.frag_bounds[f + 1] : d->part_hi;
 }
 
+/* ---- the files' functions, in their layers from the bottom up (docs/architecture.md "Layers": a file
+ * calls only files below it; wake.c's are in wake.h) ---------------------------------------------------- */
+
 /* control.c: the control connection and our membership (the bottom of the library) */
 #define REDIS_TIMEOUT_MS 10000 /* the control connection's command timeout */
 /* A command on ctl, reconnecting as needed; the caller frees the reply. NULL or an error reply (see
@@ -214,20 +227,7 @@ int dl_register_now(diloco *d, char *err, size_t errlen); /* dl_register; rank 0
 /* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */
 int dl_still_member(diloco *d);
 
-/* params.c: base into the trainer's parameters */
-/* params[shards] = base[shards] (with device hooks: a DILOCO_LOAD_COPY load, whose error, if any, the
- * params_changed that always follows returns) */
-void params_adopt(diloco *d, int first_shard, int last_shard);
-/* Put base[f] into params[f]: copy, or params = alpha*params + (1-alpha)*base; tell the trainer. */
-int params_apply(diloco *d, int f, double alpha, char *err, size_t errlen);
-int params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen); /* trainer callback */
-
-/* state.c: what a session holds */
-/* What diloco_open does before registering: options, Redis, the run's configuration, buffers. */
-int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);
-void state_free(diloco *d); /* after the connections to shard-servers are closed (conn_close_all) */
-
-/* device.c */
+/* device.c: device-resident parameters (the hooks of diloco_device_ops) */
 int dl_dev_init(diloco *d, const float *params, char *err, size_t errlen); /* checks o.device, sets dev */
 void dl_dev_free(diloco *d);
 void *dl_host_alloc(diloco *d, size_t bytes); /* o.device.host_alloc, or malloc */
@@ -240,11 +240,53 @@ int dl_dev_delta(diloco *d, int f, size_t *bad, char *err, size_t errlen);
 /* base[shard] is being written (a params reply): its fragment's device snapshot is out of date. */
 void dl_dev_base_written(diloco *d, int shard);
 
-/* owners.c */
+/* params.c: base into the trainer's parameters */
+/* params[shards] = base[shards] (with device hooks: a DILOCO_LOAD_COPY load, whose error, if any, the
+ * params_changed that always follows returns) */
+void params_adopt(diloco *d, int first_shard, int last_shard);
+/* Put base[f] into params[f]: copy, or params = alpha*params + (1-alpha)*base; tell the trainer. */
+int params_apply(diloco *d, int f, double alpha, char *err, size_t errlen);
+int params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen); /* trainer callback */
+
+/* delta.c: the pseudo-gradient in the codec of our pushes, and error feedback */
+/* The codec of our pushes (push_dtype): the run's, except fp32 in a bf16 run when o.bf16 is 0. */
+int dl_delta_dtype(const diloco *d);
+/* The Δ buffers of push_dtype (and the error feedback's). */
+int dl_delta_alloc(diloco *d, char *err, size_t errlen);
+void dl_delta_free(diloco *d);
+/* Δ of fragment f from params (on the thread that owns params). -1 if params are not finite. */
+int dl_delta_compute(diloco *d, int f, char *err, size_t errlen);
+/* Shard k's part of delta_* (as pushed, in push_dtype) and its size in *bytes. */
+const void *dl_delta_shard(const diloco *d, int k, size_t *bytes);
+
+/* update.c: --download update, the round's update applied with our copy of the momentum */
+int dl_update_alloc(diloco *d, char *err, size_t errlen);
+void dl_update_free(diloco *d);
+/* The flags of a get of shard at min_version: BLOB_GET_UPDATE_OK when we hold min_version-1 with its
+ * momentum, else BLOB_GET_MOMENTUM (in runs with --download update). */
+int dl_update_get_flags(const diloco *d, int shard, int64_t min_version, int flags);
+/* Where an update, or parameters with momentum, of shard are received; NULL for any other reply. */
+void *dl_update_place(diloco *d, int shard, const blob_header *h, size_t plen);
+/* Parameters then momentum (2n floats) of version into base and mom. */
+void dl_update_take_momentum(diloco *d, int shard, int64_t version, const uint8_t *payload);
+/* Apply a checked update reply to base and mom; *digest = XXH3 of the result. DL_OK when it is the
+ * committed digest (h->text), DL_RETRY otherwise (the next get asks for the momentum). */
+int dl_update_apply(diloco *d, int shard, const blob_header *h, const uint8_t *payload, uint64_t *digest, char *err,
+                    size_t errlen);
+
+/* state.c: what a session holds */
+/* What diloco_open does before registering: options, Redis, the run's configuration, buffers. */
+int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);
+void state_free(diloco *d); /* after the connections to shard-servers are closed (conn_close_all) */
+
+/* owners.c: which shard-server owns which shard */
 int owners_refresh(diloco *d, char *err, size_t errlen);
 void owners_get(diloco *d, int shard, shard_owner *out);
+/* After a transient failure of shard's `what`: re-read the owners, back off; DL_FAIL past deadline. */
+int owners_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
+                       size_t errlen);
 
-/* conn.c */
+/* conn.c: the data plane: connections to shard-servers, push and get */
 dp_conn *conn_acquire(diloco *d, const char *addr, char *err, size_t errlen);
 void conn_release(diloco *d, dp_conn *c, int broken);
 void conn_close_all(diloco *d);
@@ -262,31 +304,16 @@ int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version,
  * server lists us as missing, DL_RETRY for wait/moved/broken. */
 int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got_version, char *err, size_t errlen);
 
-/* delta.c */
-/* The codec of our pushes (push_dtype): the run's, except fp32 in a bf16 run when o.bf16 is 0. */
-int dl_delta_dtype(const diloco *d);
-/* The Δ buffers of push_dtype (and the error feedback's). */
-int dl_delta_alloc(diloco *d, char *err, size_t errlen);
-void dl_delta_free(diloco *d);
-/* Δ of fragment f from params (on the thread that owns params). -1 if params are not finite. */
-int dl_delta_compute(diloco *d, int f, char *err, size_t errlen);
-/* Shard k's part of delta_* (as pushed, in push_dtype) and its size in *bytes. */
-const void *dl_delta_shard(const diloco *d, int k, size_t *bytes);
+/* repair.c: waiting out a shard whose durable state is corrupt */
+/* A shard-server answered CORRUPT (why = its message). Block until no shard of the run is
+ * marked corrupt any more (`coordinator repair` ran), heartbeats going on meanwhile. 0, or -1 when we
+ * are stopping or the run was shut down (err says which). The repaired parameters are a version above
+ * any we hold: fetching at our versions gets them. */
+int repair_wait(diloco *d, const char *why, char *err, size_t errlen);
 
-/* update.c (--download update) */
-int dl_update_alloc(diloco *d, char *err, size_t errlen);
-void dl_update_free(diloco *d);
-/* The flags of a get of shard at min_version: BLOB_GET_UPDATE_OK when we hold min_version-1 with its
- * momentum, else BLOB_GET_MOMENTUM (in runs with --download update). */
-int dl_update_get_flags(const diloco *d, int shard, int64_t min_version, int flags);
-/* Where an update, or parameters with momentum, of shard are received; NULL for any other reply. */
-void *dl_update_place(diloco *d, int shard, const blob_header *h, size_t plen);
-/* Parameters then momentum (2n floats) of version into base and mom. */
-void dl_update_take_momentum(diloco *d, int shard, int64_t version, const uint8_t *payload);
-/* Apply a checked update reply to base and mom; *digest = XXH3 of the result. DL_OK when it is the
- * committed digest (h->text), DL_RETRY otherwise (the next get asks for the momentum). */
-int dl_update_apply(diloco *d, int shard, const blob_header *h, const uint8_t *payload, uint64_t *digest, char *err,
-                    size_t errlen);
+/* heartbeat.c: the heartbeat thread */
+int heartbeat_start(diloco *d, char *err, size_t errlen);
+void heartbeat_stop(diloco *d);
 
 /* fanout.c: a job per shard, one thread per owner; each returns the worst outcome of its shards */
 /* Run fn(d, shard, arg) for every shard in [first, last). */
@@ -323,7 +350,11 @@ int fetch_all(diloco *d, char *err, size_t errlen); /* every fragment, into base
 /* Our round of fragment f is gone: base[f] takes the current global version (params untouched). */
 int fetch_current(diloco *d, int f, char *err, size_t errlen);
 
-/* sync.c */
+/* async.c: the network part of an async-mode round */
+/* Submit, push, get for fragment f; base[f] holds the versions we got. */
+int async_submit_net(diloco *d, int f, char *err, size_t errlen);
+
+/* sync.c: the network part of a sync-mode round */
 /* Make sure the tentative parameters fragment f continued from were committed as they are, resending
  * our kept Δ to a new owner if they were not: DL_OK, DL_STALE (the round was committed differently,
  * e.g. without a participant that died: base is now the committed version and our local progress on
@@ -332,11 +363,7 @@ int fetch_current(diloco *d, int f, char *err, size_t errlen);
 int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen);
 /* Push, arrive, wait, get, for the shards of fragment f (round: its open round). */
 int sync_run_round(diloco *d, int f, int64_t round, char *err, size_t errlen);
-/* After a transient failure of shard's `what`: re-read the owners, back off; DL_FAIL past deadline. */
-int owners_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
-                       size_t errlen);
-/* async.c: submit, push, get for fragment f (async mode); base[f] holds the versions we got. */
-int async_submit_net(diloco *d, int f, char *err, size_t errlen);
+
 /* round.c: one fragment's round as the schedule sees it (after_step.c: when; streaming.c: in flight).
  * Each returns 1 when params changed, 0 when not, -1 when unrecoverable (err says why). */
 /* A sync starts: its counters (cur) start from zero, so it reports only what it sent and received. */
@@ -358,6 +385,7 @@ int round_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64_t t0, c
  * (mixed with ours by alpha), or the failure streak, or a repair wait. */
 int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint64_t t0, double alpha, char *err,
                  size_t errlen);
+
 /* streaming.c: Streaming DiLoCo's fragment in flight. */
 /* Steps between two fragment boundaries (H/F, at least 1). */
 int stream_interval(const diloco *d);
@@ -368,21 +396,11 @@ int stream_finish_fragment(diloco *d, char *err, size_t errlen);
 /* The same at close, its outcome dropped. */
 void stream_finish_inflight(diloco *d);
 
-/* group.c */
+/* group.c: process groups, several processes as one worker */
 /* diloco_open of a group's rank: what session_open does, with the group's collectives. */
 int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);
 /* The group's sync round (plain DiLoCo): each rank its part, then the exchange. As round_blocking. */
 int group_round(diloco *d, char *err, size_t errlen);
 void group_wait_committed(diloco *d); /* before a group rank's normal close ends the group */
-
-/* heartbeat.c */
-int heartbeat_start(diloco *d, char *err, size_t errlen);
-void heartbeat_stop(diloco *d);
-
-/* repair.c: a shard-server answered CORRUPT (why = its message). Block until no shard of the run is
- * marked corrupt any more (`coordinator repair` ran), heartbeats going on meanwhile. 0, or -1 when we
- * are stopping or the run was shut down (err says which). The repaired parameters are a version above
- * any we hold: fetching at our versions gets them. */
-int repair_wait(diloco *d, const char *why, char *err, size_t errlen);
 
 #endif

@@ -4,12 +4,12 @@
  * A barrier's close pushes the token "f:r" to the wake list of every participant (lua/20_membership.lua,
  * barrier_try_close). The wait used to start after dl_arrive's reply, and after each BLPOP it read
  * dl_barrier: with Redis an RTT away, a worker that was not the last to arrive paid one RTT for the
- * arrive, one for the BLPOP and one for the read. Now sync.c starts the BLPOP (on the blocking
+ * arrive, one for the BLPOP and one for the read. Now barrier.c starts the BLPOP (on the blocking
  * connection, from a thread) before it sends dl_arrive on the control connection: the token of the
  * close reaches us half an RTT after the last arrival reaches Redis, in parallel with our own arrive,
  * and a token "f:r" for the round we wait on is proof of the close (the only writer of that token is the
  * close of round r of fragment f, in the same Lua call). Any other outcome (a timeout, a token of another
- * fragment, a repair token) leaves the decision to sync.c's usual wait, which reads dl_barrier as before.
+ * fragment, a repair token) leaves the decision to barrier.c's usual wait, which reads dl_barrier as before.
  * Tokens of our own earlier rounds of the fragment (the last arriver's, which nobody used to pop) are
  * dropped on the way. */
 #include <stdio.h>
@@ -53,7 +53,7 @@ static void *wake_main(void *p)
             w->closed = 1;
             break;
         }
-        if (round > w->round) break; /* (not ours to decide: sync.c's wait reads the barrier) */
+        if (round > w->round) break; /* (not ours to decide: barrier.c's wait reads the barrier) */
     }
     return NULL;
 }

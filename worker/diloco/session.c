@@ -1,15 +1,10 @@
 /* session.c: a libdiloco session's life: open (connect, read the run, register, fetch the global
  * parameters) and close. Commands to Redis and registration are control.c's. */
-#include <errno.h>
 #include <inttypes.h>
-#include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
-#include <unistd.h>
 
 #include "codec.h"
 #include "internal.h"
-#include "keys.h"
 #include "log.h"
 #include "rconn.h"
 #include "util.h"

@@ -23,7 +23,8 @@ fails when
   - an object of DIR has no line, or a line names a file that was not built.
 Another module (e.g. the shard-server) is layered by adding its own block.
 
-Usage: tools/layers.py [--doc docs/architecture.md] [--build build] [DIR ...] (default: every block).
+Usage (from the tree's root): tools/layers.py [--doc docs/architecture.md] [--build build] [DIR ...] (default:
+every block).
 Exit 0 when every block holds, 1 with one line per violation otherwise, 2 on a usage or setup error.
 """
 import argparse
@@ -75,13 +76,14 @@ def nm(objs, *flags):
 
 
 def objects(build, d):
-    """{file.c (relative to d): object path} for every object built from d."""
+    """{file.c (relative to d): object path} for every object built from a source file of d (an object
+    left behind by a source since removed is not one)."""
     root = os.path.join(build, d)
     objs = {}
     for dirpath, _, names in os.walk(root):
         for n in names:
-            if n.endswith(".o"):
-                rel = os.path.relpath(os.path.join(dirpath, n), root)
+            rel = os.path.relpath(os.path.join(dirpath, n), root)
+            if n.endswith(".o") and os.path.exists(os.path.join(d, rel[:-2] + ".c")):
                 objs[rel[:-2] + ".c"] = os.path.join(dirpath, n)
     return objs
 

@@ -36,11 +36,14 @@ static void stamp_max(uint64_t *slot, uint64_t t)
     while (cur < t && !__atomic_compare_exchange_n(slot, &cur, t, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
 }
 
+/* Connecting and the handshake wait at most this long (or net_timeout_ms if shorter): a frozen server
+ * accepts connections (the kernel does) but never answers. */
+#define HANDSHAKE_MS 5000
+
 /* Say who we are and prove we know the run's secret (auth.h). */
 static int hello(diloco *d, int fd, char *err, size_t errlen)
 {
-    /* a short limit: a frozen server accepts connections (the kernel does) but never answers */
-    int timeout = d->o.net_timeout_ms < 5000 ? d->o.net_timeout_ms : 5000;
+    int timeout = d->o.net_timeout_ms < HANDSHAKE_MS ? d->o.net_timeout_ms : HANDSHAKE_MS;
     return auth_client_hello(fd, d->rc.secret, d->worker_id, d->o.run, timeout, NULL, 0, err, errlen);
 }
 
@@ -59,7 +62,7 @@ dp_conn *conn_acquire(diloco *d, const char *addr, char *err, size_t errlen)
         return NULL;
     }
     if (c->fd >= 0) return c;
-    int fd = tcp_connect(addr, d->o.net_timeout_ms < 5000 ? d->o.net_timeout_ms : 5000, err, errlen);
+    int fd = tcp_connect(addr, d->o.net_timeout_ms < HANDSHAKE_MS ? d->o.net_timeout_ms : HANDSHAKE_MS, err, errlen);
     if (fd >= 0 && hello(d, fd, err, errlen) < 0) {
         close(fd);
         fd = -1;

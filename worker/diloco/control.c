@@ -65,7 +65,8 @@ int dl_reply_failed(const redisReply *r)
     return r == NULL || r->type == REDIS_REPLY_ERROR;
 }
 
-#define WAIT_REPLICAS_MS 500
+#define WAIT_REPLICAS_MS 500      /* one WAIT */
+#define WAIT_REPLICAS_LOG_MS 5000 /* a warning while fewer replicas have our write */
 
 int dl_wait_replicas(diloco *d, char *err, size_t errlen)
 {
@@ -83,7 +84,7 @@ int dl_wait_replicas(diloco *d, char *err, size_t errlen)
                     n < 0 ? "the connection broke (a failover?)" : "stopping");
             return -1;
         }
-        if (now_ms() - logged >= 5000) {
+        if (now_ms() - logged >= WAIT_REPLICAS_LOG_MS) {
             log_warn("%d of %d Redis replica(s) have our write after %.1f s; waiting (are the replicas up?)", n,
                      d->rc.min_replicas, (double)(now_ms() - t0) / 1000.0);
             logged = now_ms();

@@ -252,15 +252,18 @@ static void group_leave(diloco *d)
     if (r) freeReplyObject(r);
 }
 
-/* A rank closing normally waits (bounded) until every shard of the group's last round is committed, the
- * other ranks' parts too, before it ends the group: a rank that must resend its part to a shard's new
- * owner (a lease moved before the commit) would otherwise find its group gone, and the round would be
- * committed without the group's pseudo-gradient on that shard. A stopping rank leaves at once. */
+/* A rank closing normally waits (at most LAST_ROUND_PATIENCE_MS, or the sync timeout if shorter) until
+ * every shard of the group's last round is committed, the other ranks' parts too, before it ends the
+ * group: a rank that must resend its part to a shard's new owner (a lease moved before the commit) would
+ * otherwise find its group gone, and the round would be committed without the group's pseudo-gradient on
+ * that shard. A stopping rank leaves at once. */
+#define LAST_ROUND_PATIENCE_MS 15000
 void group_wait_committed(diloco *d)
 {
     if (!d->grp || dl_stopping(d) || dl_inc(d) <= 0 || !d->frag_version) return;
     int64_t want = d->frag_version[0];
-    uint64_t patience = d->o.sync_timeout_ms < 15000 ? (uint64_t)d->o.sync_timeout_ms : 15000;
+    uint64_t patience =
+        d->o.sync_timeout_ms < LAST_ROUND_PATIENCE_MS ? (uint64_t)d->o.sync_timeout_ms : LAST_ROUND_PATIENCE_MS;
     uint64_t deadline = now_ms() + patience;
     char key[KEY_MAX];
     key_run(key, sizeof key, d->o.run, "shards");

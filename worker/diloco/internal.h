@@ -181,7 +181,7 @@ struct diloco {
     int dev_failed;   /* a load in params_adopt failed: params_changed reports dev_err */
     char dev_err[256];
 
-    uint64_t corrupt_told_ms; /* repair.c, under hb_mu: when we last said a shard is corrupt (once a minute) */
+    uint64_t corrupt_told_ms; /* repair.c, under hb_mu: when we last said a shard is corrupt (REPAIR_TELL_MS) */
 
     /* process groups (group.c). Every session pushes and fetches only shards [part_lo, part_hi): all of
      * them for a worker of one process, its part for a rank of a group (dl_first_shard) */

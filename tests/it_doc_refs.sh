@@ -1,5 +1,5 @@
 #!/bin/sh
-# it_doc_refs.sh: every `docs/X.md "Section"` a file of the tree cites names a heading of docs/X.md
+# it_doc_refs.sh: every `docs/<file>.md "Section"` a file of the tree cites names a heading of docs/<file>.md
 # (tools/doc_refs.py), so a renamed or removed section cannot leave comments pointing nowhere. The check
 # is then shown to fail: a copy of the tree whose docs/PROTOCOL.md lacks the "Process groups" heading
 # that worker/diloco/group.c and others cite.

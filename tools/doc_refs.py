@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
-"""tools/doc_refs.py: every `docs/X.md "Section"` that a source file cites names a heading that exists.
+"""tools/doc_refs.py: every `docs/<file>.md "Section"` that a source file cites names a heading that exists.
 
-Comments point readers at the documentation as docs/X.md "Section" (or docs/X.md, "Section"; the
+Comments point readers at the documentation as docs/<file>.md "Section" (or docs/<file>.md, "Section"; the
 quote may start the next comment line). A heading is found when its text, without the leading #s and
 backquotes, starts with the cited section (case and a trailing period aside), so "A sync round" finds
 "## A sync round (sync mode)". Sources: the tracked text files of the tree (git ls-files when the tree

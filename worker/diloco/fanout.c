@@ -105,8 +105,8 @@ static int outcome_rank(int rc)
 
 static int run_jobs(diloco *d, int first, int last, shard_job_fn fn, void *arg, int batch, char *err, size_t errlen)
 {
-    owner_work *groups = calloc((size_t)(last - first), sizeof *groups);
-    if (!groups) {
+    owner_work *work = calloc((size_t)(last - first), sizeof *work);
+    if (!work) {
         err_set(err, errlen, "out of memory");
         return DL_FAIL;
     }
@@ -115,30 +115,30 @@ static int run_jobs(diloco *d, int first, int last, shard_job_fn fn, void *arg, 
         shard_owner o;
         owners_get(d, k, &o);
         int g = 0;
-        while (g < ng && strcmp(groups[g].addr, o.addr) != 0) g++;
+        while (g < ng && strcmp(work[g].addr, o.addr) != 0) g++;
         if (g == ng) {
-            groups[ng] = (owner_work){.d = d, .fn = fn, .arg = arg, .batch = batch};
-            snprintf(groups[ng].addr, sizeof groups[ng].addr, "%s", o.addr);
+            work[ng] = (owner_work){.d = d, .fn = fn, .arg = arg, .batch = batch};
+            snprintf(work[ng].addr, sizeof work[ng].addr, "%s", o.addr);
             ng++;
         }
-        groups[g].shards[groups[g].nshards++] = k;
+        work[g].shards[work[g].nshards++] = k;
     }
     for (int g = 1; g < ng; g++)
-        if (pthread_create(&groups[g].thread, NULL, owner_main, &groups[g]) != 0) groups[g].thread = 0;
-    owner_main(&groups[0]);
+        if (pthread_create(&work[g].thread, NULL, owner_main, &work[g]) != 0) work[g].thread = 0;
+    owner_main(&work[0]);
     for (int g = 1; g < ng; g++) {
-        if (groups[g].thread)
-            pthread_join(groups[g].thread, NULL);
+        if (work[g].thread)
+            pthread_join(work[g].thread, NULL);
         else
-            owner_main(&groups[g]);
+            owner_main(&work[g]);
     }
     int worst = DL_OK;
     for (int g = 0; g < ng; g++)
-        if (outcome_rank(groups[g].rc) > outcome_rank(worst)) {
-            worst = groups[g].rc;
-            err_set(err, errlen, "%s", groups[g].err);
+        if (outcome_rank(work[g].rc) > outcome_rank(worst)) {
+            worst = work[g].rc;
+            err_set(err, errlen, "%s", work[g].err);
         }
-    free(groups);
+    free(work);
     return worst;
 }
 

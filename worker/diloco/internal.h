@@ -361,6 +361,10 @@ int async_submit_net(diloco *d, int f, char *err, size_t errlen);
  * f must be dropped), DL_CORRUPT (a shard's durable state is corrupt: repair_wait) or DL_FAIL (err
  * says why; Δ is still kept, a later call tries again). */
 int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen);
+/* One look, without waiting, at whether fragment f's tentative shards are durable now, clearing those
+ * that are; whatever is pending or in conflict is left to sync_confirm_durable. Safe on the thread that
+ * ran f's round. */
+void sync_confirm_peek(diloco *d, int f);
 /* Push, arrive, wait, get, for the shards of fragment f (round: its open round). */
 int sync_run_round(diloco *d, int f, int64_t round, char *err, size_t errlen);
 
@@ -374,6 +378,10 @@ void round_record(diloco *d, int f, int64_t round, uint64_t t0, int stale);
  * DL_OK: base[f] is version round+1; DL_STALE: base[f] is the current global version; DL_EVICTED:
  * registered again, everything must be fetched (refetch_all); DL_CORRUPT (repair_wait); DL_FAIL. */
 int round_net(diloco *d, int f, char *err, size_t errlen);
+/* After round_net of fragment f returned DL_OK, on the same thread: in sync mode, one look at whether
+ * the parameters it took are durable yet (sync_confirm_peek), so that f's next Δ usually finds nothing
+ * to confirm and costs the training thread no round trip to Redis. */
+void round_confirm_early(diloco *d, int f);
 /* Fragment f, blocking: Δ, the network round (sync.c or async.c), then round_settle. */
 int round_blocking(diloco *d, int f, double alpha, char *err, size_t errlen);
 /* Fragment f's Δ from params; if our own parameters diverged, take the global ones instead. */

@@ -165,6 +165,11 @@ int round_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64_t t0, c
     return 1;
 }
 
+void round_confirm_early(diloco *d, int f)
+{
+    if (!d->rc.async) sync_confirm_peek(d, f);
+}
+
 int round_blocking(diloco *d, int f, double alpha, char *err, size_t errlen)
 {
     round_begin(d);

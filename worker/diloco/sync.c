@@ -117,6 +117,14 @@ static int confirm_from_redis(diloco *d, int f, int *conflict, char *err, size_t
     return pending;
 }
 
+void sync_confirm_peek(diloco *d, int f)
+{
+    int pending = 0, conflict = 0;
+    for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f); k++) pending |= d->tent_version[k] > 0;
+    char err[256];
+    if (pending) (void)confirm_from_redis(d, f, &conflict, err, sizeof err);
+}
+
 /* Fragment f's previous round cannot be completed as we hold it (it was committed with other
  * parameters, e.g. without a participant that died with the server, or closed without us): take the
  * fragment at the run's current version and drop our local progress on it. */

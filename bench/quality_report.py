@@ -75,6 +75,8 @@ def mode_text(r):
     mode = r.get("mode", "sync")
     if r.get("dn"):
         mode += " + DN %d" % r["dn"]
+    if r.get("rule"):
+        mode += " + %s" % r["rule"]
     if r.get("fragments", 1) > 1:
         mode += " Streaming F=%d" % r["fragments"]
     if not r.get("nesterov", True):

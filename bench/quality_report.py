@@ -81,6 +81,8 @@ def mode_text(r):
         mode += " Streaming F=%d" % r["fragments"]
     if not r.get("nesterov", True):
         mode += ", plain momentum"
+    if r.get("slow"):
+        mode += ", worker 0 %gx slower" % r["slow"]
     return mode
 
 

@@ -6,7 +6,8 @@
 # stays bit-identical while shard-servers are killed at random (kill -9, and deaths between log write and
 # commit), which makes replacements rebuild the versions a submission may be based on from Redis.
 # Redis keeps what the rule needs and no more: each shard's snapshot is at least K = --max-staleness
-# versions behind it (so a load can rebuild K versions back), and not more than K + 2 x snapshot_every.
+# versions behind it (so a load can rebuild K versions back), and not more than 2K + snapshot_every (one
+# snapshot is prepared at a time: the next multiple of snapshot_every after the last one was written).
 # (K is large enough that no submission is refused as STALE: the reference cannot replay a refused one.)
 # Also: the flag's checks (async only, K >= 1, default K = 2 x workers) and dl_set max_staleness within K.
 . "$(dirname "$0")/lib.sh"
@@ -23,7 +24,7 @@ check() { # RUN: digests against the replay with the run's rule, and against one
   hist=$($RCLI XRANGE "dl:{$1}:events" - + | awk '/^staleness$/ {getline; n[$0]++} END {for (s in n) printf "%s:%d ", s, n[s]}')
   say "$1: bit-identical to the rebased replay of $(sed 's/.*replayed //' "$TMP/ref-$1.log"), not to the plain one; staleness $hist"
 }
-check_durable() { # RUN: every shard's snapshot is K to K + 2E versions behind it
+check_durable() { # RUN: every shard's snapshot is K to 2K + E versions behind it
   n=$($RCLI HGET "dl:{$1}:config" shards); k=0
   while [ "$k" -lt "$n" ]; do
     v=$($RCLI HGET "dl:{$1}:shards" "$k:version"); snap=$($RCLI HGET "dl:{$1}:shards" "$k:snap")
@@ -31,11 +32,11 @@ check_durable() { # RUN: every shard's snapshot is K to K + 2E versions behind i
     sv=${snap%%.*}
     [ "$sv" -gt 0 ] || fail "$1 shard $k: no snapshot recorded after version 0 (version $v)"
     [ $((v - sv)) -ge $K ] || fail "$1 shard $k: snapshot $sv is less than $K versions behind version $v"
-    [ $((v - sv)) -le $((K + 2 * E)) ] || fail "$1 shard $k: snapshot $sv is more than K + 2E behind version $v: GC keeps too much"
+    [ $((v - sv)) -le $((2 * K + E)) ] || fail "$1 shard $k: snapshot $sv is more than 2K + E behind version $v: GC keeps too much"
     [ "$logs" -eq $((v - sv)) ] || fail "$1 shard $k: $logs log entries for versions $sv..$v"
     k=$((k + 1))
   done
-  say "$1: snapshots $K to $((K + 2 * E)) versions behind, log entries from there only"
+  say "$1: snapshots $K to $((2 * K + E)) versions behind, log entries from there only"
 }
 workers() { # STEPS DELAY...: fast, mid, slow
   steps=$1; shift; set -- fast "$1" mid "$2" slow "$3"

@@ -76,7 +76,7 @@ def mode_text(r):
     if r.get("dn"):
         mode += " + DN %d" % r["dn"]
     if r.get("rule"):
-        mode += " + %s" % r["rule"]
+        mode += " + %s" % r["rule"] + (" x %g" % r["rebase_fraction"] if r.get("rebase_fraction") else "")
     if r.get("fragments", 1) > 1:
         mode += " Streaming F=%d" % r["fragments"]
     if not r.get("nesterov", True):

@@ -271,7 +271,7 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     static char sbuf[RUNCONF_MAX_SHARDS * 12], fbuf[RUNCONF_MAX_FRAGMENTS * 8];
     char numel[32], shards[16], frags[16], seed[32], snap[16], secret[40] = "";
     char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32], dylu[4], dbase[24], dnb[24], stale[24], wref[24];
-    char dnt0[24], minrep[16], sref[24], window[24];
+    char dnt0[24], minrep[16], sref[24], window[24], frac[32];
     char *layout = layout_json(ip->tensors, ip->ntensors);
     if (!layout) {
         err_set(err, errlen, "out of memory for the layout");
@@ -301,13 +301,14 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     snprintf(sref, sizeof sref, "%lld", a->stale_ref);
     int rebase = a->async_rule != NULL && strcmp(a->async_rule, "rebase") == 0;
     snprintf(window, sizeof window, "%lld", rebase ? a->max_staleness : 0);
+    snprintf(frac, sizeof frac, "%.9g", a->rebase_fraction);
     char key[KEY_MAX];
     key_run(key, sizeof key, a->c.run, "config");
     const char *fixed[] = {"FCALL",
                            "dl_init",
                            "1",
                            key,
-                           "24",
+                           "25",
                            "layout",
                            layout,
                            "numel",
@@ -350,6 +351,8 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
                            rebase ? "rebase" : "plain",
                            "rebase_window",
                            window,
+                           "rebase_fraction",
+                           frac,
                            "compress",
                            a->compress ? a->compress : "bf16",
                            "min_replicas",
@@ -415,7 +418,7 @@ static int create_run(rconn *rc, const init_args *a, char *err, size_t errlen)
     if (call_dl_init(rc, a, &ip, sb, fb, digests, err, errlen) < 0) goto done_ip;
     char asy[160] = "", rule[64] = "";
     if (a->async_rule != NULL && strcmp(a->async_rule, "rebase") == 0)
-        snprintf(rule, sizeof rule, ", rebase on the last %lld versions", a->max_staleness);
+        snprintf(rule, sizeof rule, ", rebase x %.9g on the last %lld versions", a->rebase_fraction, a->max_staleness);
     if (a->async)
         snprintf(asy, sizeof asy, "async (Delayed Nesterov %lld%s%s%s), ", a->dn_buffer,
                  a->stale_weight && strcmp(a->stale_weight, "none") ? ", staleness weight " : "",

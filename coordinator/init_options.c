@@ -63,6 +63,7 @@ static void init_usage(FILE *f)
         "  --async-rule plain|rebase  (async) rebase: a submission enters the outer step as g + theta_now -\n"
         "                             theta_base (measured from the version it is applied to); the servers hold\n"
         "                             the last --max-staleness versions (default then 2 x workers) (docs/async.md)\n"
+        "  --rebase-fraction A        (--async-rule rebase) g + A (theta_now - theta_base), A in (0, 1] (default 1)\n"
         "  --weight-by none|tokens    weight pseudo-gradients by the tokens behind them (default none)\n"
         "  --weight-ref-tokens N      (async, --weight-by tokens) a submission of N tokens has weight 1\n"
         "  --compress C               codec of pseudo-gradients on the wire: bf16 (default; workers may send\n"
@@ -223,6 +224,12 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
         {.name = "dn-variant", .kind = OPT_CHOICE, .dest = &dn_idx, .choices = "paper|forgather"},
         {.name = "staleness-weight", .kind = OPT_CHOICE, .dest = &stale_idx, .choices = "none|inverse|sqrt"},
         {.name = "async-rule", .kind = OPT_CHOICE, .dest = &rule_idx, .choices = "plain|rebase"},
+        {.name = "rebase-fraction",
+         .kind = OPT_DOUBLE,
+         .dest = &a->rebase_fraction,
+         .min = 0x1p-24,
+         .max = 1,
+         .wants = "a number in (0, 1]"},
         {.name = "from-checkpoint", .kind = OPT_STRING, .dest = &a->from_checkpoint},
         {.name = "from-state", .kind = OPT_STRING, .dest = &a->from_state},
         {0},
@@ -244,7 +251,11 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
  * submission may be based on: the last --max-staleness, by default twice the workers). */
 static int check_async_rule(init_args *a)
 {
-    if (a->async_rule == NULL || strcmp(a->async_rule, "rebase") != 0) return 0;
+    if (a->async_rule == NULL || strcmp(a->async_rule, "rebase") != 0) {
+        if (!flag_given(a, "--rebase-fraction")) return 0;
+        fprintf(stderr, "coordinator init: --rebase-fraction goes with --async-rule rebase\n");
+        return -1;
+    }
     if (!a->async) {
         fprintf(stderr, "coordinator init: --async-rule is an async setting: add --async\n");
         return -1;
@@ -271,6 +282,7 @@ int parse_init(int argc, char **argv, init_args *a)
     a->outer_momentum = OUTER_DEFAULT_MOMENTUM;
     a->heartbeat_timeout = 120;
     a->nesterov = 1;
+    a->rebase_fraction = 1;
     a->trainer = "gpt";
     a->gpt = (gpt_config){2, 4, 128, 128, 256};
     int rc = parse_init_flags(argc, argv, a);

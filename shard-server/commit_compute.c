@@ -152,7 +152,7 @@ static void commit_block_general(ss_commit *c, ss_shard *s, ss_delta **ds, int u
     }
     if (!weighted) outer_mean_finish(g, len, (uint32_t)used);
     if (used > 0 && c->base_theta != NULL) /* --async-rule rebase: measured from the version it moves */
-        outer_rebase(g, s->theta + lo, c->base_theta + lo, len);
+        outer_rebase(g, s->theta + lo, c->base_theta + lo, c->ss->rc.rebase_fraction, len);
     size_t bad;
     int dt = c->ss->rc.compress;
     if (c->gq != NULL && codec_round_trip(dt, g, len, c->gq + codec_offset(dt, lo), &bad) != 0)

@@ -1,6 +1,7 @@
 #!/bin/sh
 # it_async_rebase.sh: async DiLoCo with --async-rule rebase (each submission enters the outer step as
-# g + theta_now - theta_base) and Delayed Nesterov, three workers of different speeds (so staleness
+# g + theta_now - theta_base; the first run with --rebase-fraction 0.5: g + 0.5 (theta_now - theta_base))
+# and Delayed Nesterov, three workers of different speeds (so staleness
 # varies). The run is bit-identical to the in-process replay of its order (tests/tools/ref_async, which
 # rebases with the theta of every version it replayed), and differs from the replay without the rule; it
 # stays bit-identical while shard-servers are killed at random (kill -9, and deaths between log write and
@@ -53,7 +54,7 @@ grep -q "max-staleness K of 1 or more" "$TMP/bad2.txt" || fail "bad2: $(cat "$TM
 init_run defaults --async --trainer quadratic --numel 100 --shards 2 --workers 3 --async-rule rebase
 [ "$($RCLI HGET 'dl:{defaults}:config' rebase_window)" = 6 ] && [ "$($RCLI HGET 'dl:{defaults}:tunables' max_staleness)" = 6 ] ||
   fail "default window: $($RCLI HGET 'dl:{defaults}:config' rebase_window), want 2 x 3 workers"
-grep -q "rebase on the last 6 versions" "$TMP/init-defaults.log" || fail "init summary: $(cat "$TMP/init-defaults.log")"
+grep -q "rebase x 1 on the last 6 versions" "$TMP/init-defaults.log" || fail "init summary: $(cat "$TMP/init-defaults.log")"
 for bad in 0 7; do
   out=$($RCLI FCALL dl_set 1 'dl:{defaults}:config' max_staleness $bad 2>&1)
   echo "$out" | grep -q "must be in \[1, 6\]" || fail "dl_set max_staleness $bad in a run that holds 6 versions: $out"
@@ -61,9 +62,9 @@ done
 [ "$($RCLI FCALL dl_set 1 'dl:{defaults}:config' max_staleness 2)" = OK ] || fail "dl_set max_staleness 2 refused"
 say "flags: sync and unbounded runs refused, default K = 2 x workers, max_staleness kept within [1, K]"
 
-RUN=rebase
+RUN=rebase_half
 init_run $RUN --async --trainer quadratic --numel 40000 --shards 4 --workers 3 --dn-buffer-size 3 --snapshot-every $E \
-  --async-rule rebase --max-staleness $K
+  --async-rule rebase --max-staleness $K --rebase-fraction 0.5
 NSRV=0; keep_servers 2 --lease-ttl-ms 2000
 workers 100 5 10 20
 wait_workers fast mid slow
@@ -75,7 +76,7 @@ RUN=rebase_storm
 init_run $RUN --async --trainer quadratic --numel 40000 --shards 4 --workers 3 --dn-buffer-size 3 --snapshot-every $E \
   --async-rule rebase --max-staleness $K
 NSRV=0
-workers 120 10 20 30
+workers 80 10 20 30
 storm 120 --lease-ttl-ms 600 --fault-crash-before-commit 0.05 -- fast mid slow
 wait_workers fast mid slow
 [ "$KILLS" -ge 3 ] || fail "only $KILLS kills happened: the storm proved too little"

@@ -155,6 +155,14 @@ int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errle
         return -1;
     }
     if (rw && parse_int(rw, 0, 1000000000, &v) == 0) rc->rebase_window = v;
+    const char *rf = field(r, "rebase_fraction");
+    char *rf_end = NULL;
+    double frac = rf ? strtod(rf, &rf_end) : 1.0;
+    if (rf && (rf_end == rf || *rf_end != '\0' || !(frac > 0 && frac <= 1))) {
+        err_set(err, errlen, "the run's rebase_fraction '%s' is not in (0, 1]", rf);
+        return -1;
+    }
+    rc->rebase_fraction = (float)frac;
     if (rc->async_rule == ASYNC_RULE_REBASE && (!rc->async || rc->rebase_window < 1)) {
         err_set(err, errlen, "the run's rebase rule needs an async run and a rebase_window of 1 or more (got %s)",
                 rw ? rw : "none");

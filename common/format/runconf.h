@@ -36,6 +36,7 @@ typedef struct runconf {
     int64_t stale_ref;          /* async: the staleness that keeps weight 1 (--staleness-ref) */
     int async_rule;             /* async: ASYNC_RULE_* (outer_dn.h), --async-rule (plain for older runs) */
     int64_t rebase_window;      /* async rebase: the staleness bound K; servers hold the last K versions */
+    float rebase_fraction;      /* async rebase: a in g + a (θ_now - θ_base), --rebase-fraction (1) */
     int compress;               /* codec of pseudo-gradients (coordinator init --compress): a blob dtype,
                                  BLOB_BF16 by default (codec.h) */
     int download_update;        /* --download update: gets are answered with the round's averaged

@@ -76,10 +76,11 @@ int outer_async_rule_parse(const char *name)
     return -1;
 }
 
-OUTER_HOT void outer_rebase(float *g, const float *now, const float *base, size_t n)
+OUTER_HOT void outer_rebase(float *g, const float *now, const float *base, float a, size_t n)
 {
     for (size_t i = 0; i < n; i++) {
         float d = now[i] - base[i];
-        g[i] = g[i] + d;
+        float ad = a * d;
+        g[i] = g[i] + ad;
     }
 }

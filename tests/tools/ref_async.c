@@ -156,12 +156,13 @@ static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *m
     }
     if (!runconf_weighted(&r->rc)) outer_mean_finish(g, r->n, 1);
     for (int k = 0; runconf_rebase(&r->rc) && k < r->rc.nshards; k++) {
-        /* --async-rule rebase: g + (theta_s - theta_base), written out here (fp32, two roundings) */
+        /* --async-rule rebase: g + a (theta_s - theta_base), written out here (fp32, each rounded once) */
         size_t lo = (size_t)r->rc.shard_bounds[k], len = (size_t)runconf_shard_numel(&r->rc, k);
         const float *now = r->theta[s], *base = r->theta[sub->base[k]];
         for (size_t i = lo; i < lo + len; i++) {
             float diff = now[i] - base[i];
-            g[i] = g[i] + diff;
+            float part = r->rc.rebase_fraction * diff;
+            g[i] = g[i] + part;
         }
     }
     free(d);

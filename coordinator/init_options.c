@@ -62,7 +62,7 @@ static void init_usage(FILE *f)
         "  --staleness-ref T          (async, --staleness-weight) staleness that keeps weight 1 (default workers-1)\n"
         "  --async-rule plain|rebase  (async) rebase: a submission enters the outer step as g + theta_now -\n"
         "                             theta_base (measured from the version it is applied to); the servers hold\n"
-        "                             the last --max-staleness versions (default then 2 x workers) (docs/async.md)\n"
+        "                             the last --max-staleness versions (default then 4 x workers) (docs/async.md)\n"
         "  --rebase-fraction A        (--async-rule rebase) g + A (theta_now - theta_base), A in (0, 1] (default 1)\n"
         "  --weight-by none|tokens    weight pseudo-gradients by the tokens behind them (default none)\n"
         "  --weight-ref-tokens N      (async, --weight-by tokens) a submission of N tokens has weight 1\n"
@@ -248,7 +248,8 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
 }
 
 /* --async-rule rebase: an async run whose staleness is bounded (the shard-servers hold every version a
- * submission may be based on: the last --max-staleness, by default twice the workers). */
+ * submission may be based on: the last --max-staleness, by default 4 x the workers: a worker at half the
+ * speed of the others submits about 2 x workers versions stale). */
 static int check_async_rule(init_args *a)
 {
     if (a->async_rule == NULL || strcmp(a->async_rule, "rebase") != 0) {
@@ -260,7 +261,7 @@ static int check_async_rule(init_args *a)
         fprintf(stderr, "coordinator init: --async-rule is an async setting: add --async\n");
         return -1;
     }
-    if (!flag_given(a, "--max-staleness")) a->max_staleness = 2 * a->workers;
+    if (!flag_given(a, "--max-staleness")) a->max_staleness = 4 * a->workers;
     if (a->max_staleness < 1) {
         fprintf(stderr, "coordinator init: --async-rule rebase needs --max-staleness K of 1 or more (the "
                         "shard-servers keep the last K versions, each as large as the shard)\n");

@@ -24,7 +24,8 @@
  *   commit_ahead.c    a sync commit's compute started before its barrier closes (taken over if the round
  *                     has the participants guessed)
  *   commit_log.c      tentative serving and the log entry, deferred while parameters stream out
- *   snapshot.c the snapshots (deferred until no commit runs)
+ *   snapshot.c the snapshots (deferred until no commit runs; a rebase run's, until K versions old)
+ *   past.c     --async-rule rebase: θ of the last K versions, which a commit rebases submissions with
  *   ops.c      the data-plane operations push and get (validation, rejections)
  *   update.c   --download update: the round's update (or parameters with momentum) as a get's reply
  *   server.c   listener, connections, framing (big frames read straight into their buffer), replies

@@ -5,9 +5,10 @@
  * log blob on the bulk connection (pipelined: replies arrive in order, so each log entry is replayed as
  * soon as it arrives, without copying it), checks each blob against its key (blob_check_key), replays
  * them with common/math/replay.c exactly as recorded, and checks the XXH3 digest of the result against
- * k:digest before the shard serves anything. A run with --async-rule rebase keeps a copy of each of the
- * last rebase_window versions the replay passes through: the shard's past (past.c). A failure of the durable state itself makes the shard
+ * k:digest before the shard serves anything. A failure of the durable state itself makes the shard
  * CORRUPT (shard_set_corrupt, shard.c) with the first bad key named; a failure to reach it is retried.
+ * A run with --async-rule rebase keeps a copy of each of the last rebase_window versions the replay
+ * passes through: the shard's past (past.c).
  */
 #include "ss.h"
 

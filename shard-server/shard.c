@@ -339,7 +339,7 @@ void shard_reload(ss_ctx *ss, ss_shard *s, const char *why)
     s->gen++;
     s->state = SH_LOADING;
     s->committing = 0;
-    s->tent_theta = NULL; /* the commit's buffer is its own; it frees it when its callback comes */
+    s->tent_theta = NULL;     /* the commit's buffer is its own; it frees it when its callback comes */
     snapshot_drop_pending(s); /* the load rebuilds the past versions too */
     load_abandon(s);
     load_start(ss, s);

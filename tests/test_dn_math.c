@@ -155,9 +155,9 @@ static void test_rebase(void **state)
     const float now[4] = {2.0f, 3.0f, 1.0f + 0x1p-23f, 7.0f};
     const float base[4] = {1.0f, 3.5f, 1.0f, 7.0f};
     outer_rebase(g, now, base, 1.0f, 4);
-    assert_true(g[0] == 1.5f);                /* 0.5 + (2 - 1) */
-    assert_true(g[1] == -1.5f);               /* -1 + (3 - 3.5) */
-    assert_true(g[2] == 1.0f + 0x1p-23f);     /* 1 + 2^-23: exact because the difference is taken first */
+    assert_true(g[0] == 1.5f);                   /* 0.5 + (2 - 1) */
+    assert_true(g[1] == -1.5f);                  /* -1 + (3 - 3.5) */
+    assert_true(g[2] == 1.0f + 0x1p-23f);        /* 1 + 2^-23: exact because the difference is taken first */
     assert_true(g[3] == 0.0f && !signbit(g[3])); /* a fresh submission (base = now) keeps its g */
     float h[2] = {1.0f, 0.0f};
     const float hn[2] = {3.0f, 0.1f}, hb[2] = {1.0f, 0.0f};

@@ -73,6 +73,12 @@ CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # -lstdc++: the host stubs nvcc generates for kernel launches use C++ guarded statics
 CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
 CFLAGS     += -DDILOCO_HAVE_CUDA=1
+# The GPT trainer's CUDA backend as a library bin/worker opens only for --device cuda (or auto on a
+# machine with an NVIDIA driver): worker/gpt/gpt_cuda_loader.c. Linking cuBLAS into bin/worker cost
+# every worker, GPU or not, 0.2-3.5 s and ~200 MB before main().
+CUDA_BACKEND     = $(BIN)/libdiloco_gpt_cuda.so
+CUDA_BACKEND_CU  = $(filter-out worker/cuda/diloco_cuda_so.cu worker/cuda/gpt_cuda_test.cu,$(CUDA_SRC))
+CUDA_BACKEND_OBJ = $(CUDA_BACKEND_CU:%.cu=$(BUILD)/%.o)
 endif
 else
 $(info make: nvcc not found (PATH, /usr/local/cuda/bin): building CPU-only, the CUDA backend (worker/cuda) is left out)
@@ -144,9 +150,13 @@ $(BUILD)/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -c $< -o $@
 
-$(BUILD)/worker/cuda/%.o: worker/cuda/%.cu
+# objects built with other flags (before: not PIC) are rebuilt: a stamp that changes with them
+CUDA_OBJ_FLAGS = $(NVCCFLAGS) -Xcompiler -fPIC
+$(BUILD)/cuda-flags.stamp: FORCE
+	@mkdir -p $(BUILD); echo '$(CUDA_OBJ_FLAGS)' | cmp -s - $@ || echo '$(CUDA_OBJ_FLAGS)' > $@
+$(BUILD)/worker/cuda/%.o: worker/cuda/%.cu $(BUILD)/cuda-flags.stamp
 	@mkdir -p $(dir $@)
-	$(NVCC) $(NVCCFLAGS) $(COMMON_INC) -Imodel -Iworker -MMD -MP -MF $(@:.o=.d) -c $< -o $@
+	$(NVCC) $(CUDA_OBJ_FLAGS) $(COMMON_INC) -Imodel -Iworker -MMD -MP -MF $(@:.o=.d) -c $< -o $@
 
 $(LIBCOMMON): $(COMMON_OBJ)
 	@rm -f $@; ar rcs $@ $^
@@ -154,7 +164,7 @@ $(LIBMODEL): $(MODEL_OBJ)
 	@rm -f $@; ar rcs $@ $^
 $(LIBDILOCO): $(DILOCO_OBJ)
 	@rm -f $@; ar rcs $@ $^
-$(LIBTRAINERS): $(TRAINERS_OBJ) $(CUDA_OBJ)
+$(LIBTRAINERS): $(TRAINERS_OBJ)
 	@rm -f $@; ar rcs $@ $^
 $(LIBSERVER): $(SERVER_OBJ)
 	@rm -f $@; ar rcs $@ $^
@@ -171,13 +181,23 @@ $(BIN)/delay-proxy: tools/delay_proxy.c $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	@mkdir -p $(BUILD)/tools
 	$(CC) $(CFLAGS) -Icommon/base -MF $(BUILD)/tools/delay_proxy.d -o $@ $(filter-out %.h,$^) $(LDLIBS)
-$(BIN)/worker: $(WORKER_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
+# $ORIGIN: the CUDA backend is opened from bin/, beside the program
+$(BIN)/worker: $(WORKER_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON) | $(CUDA_BACKEND)
 	@mkdir -p $(BIN)
-	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(LDLIBS) -Wl,-rpath,'$$ORIGIN'
+
+# bin/libdiloco_gpt_cuda.so: the CUDA objects (PIC, so one build serves it and the static tests) with
+# what they call of model/ and worker/gpt (the layout, the activation buffers); only gpt_cuda_* and
+# dl_cuda_* are exported.
+$(CUDA_BACKEND): $(CUDA_BACKEND_OBJ) $(BUILD)/worker/gpt/gpt_acts.o $(LIBMODEL) $(LIBCOMMON) worker/cuda/backend.map
+	@mkdir -p $(BIN)
+	$(CC) -shared -o $@ -Wl,-z,defs -Wl,--version-script=worker/cuda/backend.map $(filter %.o %.a,$^) \
+	    $(CUDA_LIBS) -lm -pthread
 
 $(BUILD)/tests/tools/%: tests/tools/%.c $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(LDLIBS) \
+	    -Wl,-rpath,'$$ORIGIN/../../../bin'
 
 # the shard-server's unit tests: its library and the harness they share (tests/ss_harness.c)
 $(BUILD)/tests/test_ss_%: tests/test_ss_%.c tests/ss_harness.c $(LIBSERVER) $(LIBCOMMON)
@@ -186,15 +206,25 @@ $(BUILD)/tests/test_ss_%: tests/test_ss_%.c tests/ss_harness.c $(LIBSERVER) $(LI
 
 $(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $(filter-out %.h,$^) -lcmocka $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $(filter-out %.h,$^) -lcmocka $(BLASLIBS) $(LDLIBS) \
+	    -Wl,-rpath,'$$ORIGIN/../../bin'
 
-$(BIN)/bench-%: bench/%.c $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
+# the CUDA unit tests drive the backend directly: its objects linked in (test_cuda_options goes through
+# the loader, as bin/worker does)
+CUDA_STATIC_TESTS = $(patsubst tests/%.c,$(BUILD)/tests/%,$(filter-out tests/test_cuda_options.c,$(wildcard tests/test_cuda_*.c)))
+$(CUDA_STATIC_TESTS): $(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(CUDA_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $(filter-out %.h,$^) -lcmocka $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
+$(BUILD)/tests/test_cuda_options: | $(CUDA_BACKEND)
+
+$(BIN)/bench-%: bench/%.c $(CUDA_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	@mkdir -p $(BUILD)/bench
 	$(CC) $(CFLAGS) -O3 -fopenmp -MF $(BUILD)/bench/$*.d -o $@ $(filter-out %.h,$^) $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 
+# the build runs on every core (CI has 2); the tests run two at a time (tests/run.sh, TEST_JOBS)
 test: deps
-	$(MAKE) all tests-build
+	$(MAKE) -j$$(nproc) all tests-build
 	sh tests/run.sh
 
 tests-build: $(TEST_BIN) $(TOOL_BIN)
@@ -204,7 +234,7 @@ cuda-check: all tests-build
 	sh tests/run.sh cuda_
 
 demo: deps
-	$(MAKE) all
+	$(MAKE) -j$$(nproc) all
 	sh deploy/local/demo.sh
 
 # Reformat every C, header and CUDA file with .clang-format (Debian's clang-format).

@@ -5,6 +5,7 @@
 # third of the Bible). The loss is that of the final global parameters (bin/worker --eval-only).
 # The async run uses the default outer momentum, 0.5 (with 0.9 it ends worse: docs/quality.md, "Async");
 # the sync reference keeps 0.9, the default this test was written against.
+# test: alone (it trains GPTs: CPU-bound)
 . "$(dirname "$0")/lib.sh"
 prepare_bible
 TOK=build/kjv.tok

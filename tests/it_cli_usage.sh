@@ -55,8 +55,8 @@ expect 1 "$hint" bin/shard-server --redis "$DEAD" --run r --connect-timeout 0
 expect 1 "$hint" bin/worker --redis "$DEAD" --run r --connect-timeout 0
 say "Redis down, one attempt: exit 1, one line with '$hint'"
 # waiting for a down Redis: SIGTERM ends it at once. The signal goes once the binary says it is retrying
-# (it is then in the wait): a fixed sleep raced the start, which under load is slow before main() for
-# bin/worker (the dynamic loader maps libcublas/libcublasLt: 2.3 s on a loaded 2-core machine).
+# (it is then in the wait): a fixed sleep raced the start, which under load was slow before main() for
+# bin/worker when it linked cuBLAS (2.3 s on a loaded 2-core machine; it opens CUDA on demand now).
 for cmd in "coordinator serve" shard-server worker; do
   bin/$cmd --redis "$DEAD" --run r > "$TMP/wait.log" 2>&1 &
   p=$!; PIDS="$PIDS $p"

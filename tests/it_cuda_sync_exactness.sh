@@ -11,7 +11,7 @@
 # Exits 77 (skipped) unless bin/worker was built with the CUDA backend and a GPU is visible
 # (nvidia-smi -L). NOT RUN so far: no GPU on the development machine or on CI (docs/cuda.md).
 cd "$(dirname "$0")/.." || exit 1
-if ! nm bin/worker 2>/dev/null | grep -q ' gpt_cuda_create$'; then
+if [ ! -f bin/libdiloco_gpt_cuda.so ]; then
   echo "bin/worker has no CUDA backend (nvcc missing at build time): skipped"; exit 77
 fi
 if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then

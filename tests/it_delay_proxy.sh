@@ -8,6 +8,7 @@
 # the workers learnt of each barrier's close from their wake tokens, without reading the barrier.
 # (3) At RTT 300 ms, workers do not read the owners from Redis while they wait for replies. (4) --help,
 # a bad --map (exit 2) and SIGTERM (exit 0, a line with what it carried).
+# test: alone (it bounds a PING through the proxy to RTT + 40 ms)
 . "$(dirname "$0")/lib.sh"
 start_redis
 RTT=50

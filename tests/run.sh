@@ -1,28 +1,86 @@
 #!/bin/sh
 # tests/run.sh [FILTER]: run every test (unit programs build/tests/test_* and integration scripts
 # tests/it_*.sh) whose name contains FILTER, each with its own time limit, and print one summary line
-# "N passed, N failed" that CI reads. A test that exits 77 is counted as skipped (e.g. no GPU).
+# "N passed, N failed, N skipped" that CI reads. A test that exits 77 is counted as skipped (e.g. no GPU).
+#
+# TEST_JOBS tests run at once (default 2). The suite waits far more than it computes: its tests sit on
+# sockets, heartbeats and timers (a serial run keeps the load average of 2 cores near 1), so two at a
+# time cut its wall time nearly in half. A test whose file has a line "# test: alone" runs by itself,
+# with nothing beside it: CPU-heavy tests, and tests that measure time against a bound. Every test has
+# its own Redis on its own free port and its own temporary folder (tests/lib.sh), so they do not meet.
+# TEST_JOBS=1 is the old serial run.
+[ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@" # wait -n
 cd "$(dirname "$0")/.." || exit 1
 filter=${1:-}
+jobs_max=${TEST_JOBS:-2}
 pass=0; fail=0; skip=0; failed=""
 logdir=build/test-logs; mkdir -p "$logdir"
+running="" # names of the tests in the background
+
+# run_test PATH NAME: runs one test, then writes "EXIT SECONDS" to NAME.rc (its end, for the scheduler)
+run_test() {
+  local start rc
+  start=$(date +%s)
+  case "$1" in
+    *.sh) timeout -k 10 600 sh "$1" > "$logdir/$2.log" 2>&1 ;;
+    *)    timeout -k 10 300 "$1" > "$logdir/$2.log" 2>&1 ;;
+  esac
+  rc=$?
+  echo "$rc $(( $(date +%s) - start ))" > "$logdir/$2.rc.tmp" && mv "$logdir/$2.rc.tmp" "$logdir/$2.rc"
+}
+
+# report NAME: the line of a finished test, and the counts
+report() {
+  local rc secs
+  read -r rc secs < "$logdir/$1.rc"
+  rm -f "$logdir/$1.rc"
+  if [ "$rc" -eq 0 ]; then pass=$((pass+1)); echo "PASS $1 (${secs}s)"
+  elif [ "$rc" -eq 77 ]; then skip=$((skip+1)); echo "SKIP $1: $(tail -n 1 "$logdir/$1.log")"
+  else fail=$((fail+1)); failed="$failed $1"; echo "FAIL $1 (exit $rc, ${secs}s); last lines of $logdir/$1.log:"
+       tail -n 40 "$logdir/$1.log" | sed 's/^/    /'
+  fi
+}
+
+# collect: reports the background tests that have finished
+collect() {
+  local n still=""
+  for n in $running; do
+    if [ -f "$logdir/$n.rc" ]; then report "$n"; else still="$still $n"; fi
+  done
+  running=$still
+}
+
+count() { set -- $running; echo $#; }
+
+# wait_below N: until fewer than N tests run in the background
+wait_below() {
+  local n
+  while [ "$(count)" -ge "$1" ]; do
+    wait -n 2>/dev/null
+    if [ $? -eq 127 ]; then # no child left: one ended without its .rc (killed from outside)
+      for n in $running; do [ -f "$logdir/$n.rc" ] || echo "137 0" > "$logdir/$n.rc"; done
+    fi
+    collect
+  done
+}
+
 for t in build/tests/test_* tests/it_*.sh; do
   [ -e "$t" ] || continue
   case "$t" in *.d) continue;; esac
   name=$(basename "$t" .sh)
   case "$name" in *"$filter"*) ;; *) continue;; esac
-  start=$(date +%s)
-  case "$t" in
-    *.sh) timeout -k 10 600 sh "$t" > "$logdir/$name.log" 2>&1 ;;
-    *)    timeout -k 10 300 "$t" > "$logdir/$name.log" 2>&1 ;;
-  esac
-  rc=$?
-  secs=$(( $(date +%s) - start ))
-  if [ $rc -eq 0 ]; then pass=$((pass+1)); echo "PASS $name (${secs}s)"
-  elif [ $rc -eq 77 ]; then skip=$((skip+1)); echo "SKIP $name: $(tail -n 1 "$logdir/$name.log")"
-  else fail=$((fail+1)); failed="$failed $name"; echo "FAIL $name (exit $rc, ${secs}s); last lines of $logdir/$name.log:"
-       tail -n 40 "$logdir/$name.log" | sed 's/^/    /'
+  rm -f "$logdir/$name.rc"
+  src=$t; case "$t" in build/tests/*) src=tests/$name.c;; esac
+  if [ "$jobs_max" -le 1 ] || grep -q '^\(#\|/\*\|//\) *test: alone' "$src" 2>/dev/null; then
+    wait_below 1
+    run_test "$t" "$name"
+    report "$name"
+  else
+    wait_below "$jobs_max"
+    run_test "$t" "$name" &
+    running="$running $name"
   fi
 done
+wait_below 1
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ] && [ $pass -gt 0 ]

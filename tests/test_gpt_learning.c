@@ -4,6 +4,7 @@
  * asserts the validation loss falls from ~ln(256) = 5.55 to below 2.5 nats/byte. Also checks the
  * JSON-lines log, the checkpoint round trip (resume gives the same parameters and step) and the
  * data shards. Exits 77 when the bible command is missing. GPT_LEARNING_STEPS overrides 300. */
+/* test: alone (it trains GPTs: CPU-bound; tests/run.sh) */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>

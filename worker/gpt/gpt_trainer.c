@@ -461,7 +461,7 @@ static int resolve_device(const gpt_options *o, int *cuda, char *err, size_t err
     }
     if (o->device == GPT_DEVICE_CPU) return 0;
 #ifdef DILOCO_HAVE_CUDA
-    char why[200] = "";
+    char why[512] = "";
     if (gpt_cuda_device_count(why, sizeof why) > 0) {
         *cuda = 1;
         return 0;

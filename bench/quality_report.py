@@ -82,7 +82,7 @@ def mode_text(r):
     if not r.get("nesterov", True):
         mode += ", plain momentum"
     if r.get("slow"):
-        mode += ", worker 0 %gx slower" % r["slow"]
+        mode += ", worker 0 %gx slower" % r["slow"] + (", steps in proportion to speed" if r.get("balanced") else "")
     return mode
 
 

@@ -82,7 +82,8 @@ def mode_text(r):
     if not r.get("nesterov", True):
         mode += ", plain momentum"
     if r.get("slow"):
-        mode += ", worker 0 %gx slower" % r["slow"] + (", steps in proportion to speed" if r.get("balanced") else "")
+        mode += ", worker 0 %gx slower" % r["slow"] + (", steps in proportion to speed" if r.get("balanced") else "") + \
+            (", fast workers S x the steps" if r.get("equal_time") else "")
     return mode
 
 

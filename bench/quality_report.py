@@ -79,6 +79,8 @@ def mode_text(r):
         mode += " + %s" % r["rule"] + (" x %g" % r["rebase_fraction"] if r.get("rebase_fraction") else "")
     if r.get("fragments", 1) > 1:
         mode += " Streaming F=%d" % r["fragments"]
+    if r.get("group", 1) > 1:
+        mode += ", %d groups of %d ranks (DP inside)" % (r["workers"], r["group"])
     if not r.get("nesterov", True):
         mode += ", plain momentum"
     if r.get("slow"):
@@ -189,7 +191,8 @@ def best_per_h(result):
     out = []
     for h in sorted({r["H"] for r in result["runs"] if r.get("kind") == "diloco"}):
         runs = [r for r in result["runs"] if r.get("kind") == "diloco" and r["H"] == h and
-                r.get("mode", "sync") == "sync" and r.get("fragments", 1) == 1 and r.get("final_loss") is not None]
+                r.get("mode", "sync") == "sync" and r.get("fragments", 1) == 1 and r.get("group", 1) == 1 and
+                r.get("final_loss") is not None]
         if runs:
             out.append((h, min(runs, key=lambda r: r["final_loss"])))
     return out

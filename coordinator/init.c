@@ -201,8 +201,15 @@ int coord_load_library(rconn *rc, char *err, size_t errlen)
     return rconn_each_master(rc, load_on_node, NULL, err, errlen);
 }
 
-/* Delete every key of the run on one node (SCAN, so a large keyspace is not blocked; a cluster's
- * keys are on the node that SCAN found them on). */
+static int delete_key(redisContext *node, const char *key, void *arg)
+{
+    redisReply *d = redisCommand(node, "DEL %s", key);
+    if (d) freeReplyObject(d);
+    (*(long *)arg)++;
+    return 0;
+}
+
+/* Delete every key of the run on one node (a cluster's keys are on the node that SCAN found them on). */
 static int delete_on_node(redisContext *node, const char *addr, void *arg, char *err, size_t errlen)
 {
     const char *run = ((const char **)arg)[0];
@@ -210,24 +217,8 @@ static int delete_on_node(redisContext *node, const char *addr, void *arg, char 
     char patterns[2][160];
     snprintf(patterns[0], sizeof patterns[0], "dl:{%s}*", run);
     snprintf(patterns[1], sizeof patterns[1], "dl:{%s:*", run);
-    for (int p = 0; p < 2; p++) {
-        char cursor[32] = "0";
-        do {
-            redisReply *r = redisCommand(node, "SCAN %s MATCH %s COUNT 1000", cursor, patterns[p]);
-            if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-                err_set(err, errlen, "%s: SCAN: %s", addr, r && r->type == REDIS_REPLY_ERROR ? r->str : node->errstr);
-                if (r) freeReplyObject(r);
-                return -1;
-            }
-            snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
-            for (size_t i = 0; i < r->element[1]->elements; i++) {
-                redisReply *d = redisCommand(node, "DEL %s", r->element[1]->element[i]->str);
-                if (d) freeReplyObject(d);
-                (*deleted)++;
-            }
-            freeReplyObject(r);
-        } while (strcmp(cursor, "0") != 0);
-    }
+    for (int p = 0; p < 2; p++)
+        if (rconn_scan_node(node, addr, patterns[p], delete_key, deleted, err, errlen) < 0) return -1;
     return 0;
 }
 

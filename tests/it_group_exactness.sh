@@ -6,9 +6,12 @@
 # after every sync equal those of the in-process reference of 2 single-process workers g1, g2
 # (tests/tools/ref_quadratic); every closed round has the 2 groups as its 2 participants; every round
 # each group's ranks together send what one process sends (rank 0 + rank 1 bytes up = one worker's
-# Δ of all shards) and receive what one process receives. Then a mixed run: group g1 with a single
-# bin/worker w2 (bit-identical to ref g1,w2; the group's bytes per round equal w2's); then bad input: ranks
-# that disagree on group size, run or H, and a group larger than the run's shards: one clear error
+# Δ of all shards) and receive what one process receives. A run with --weight-by tokens: group g1 of 2 and
+# a single bin/worker w3 with the same H, weighted 2:1 (the group's tokens are its ranks' sum), bit-identical
+# to the reference weighing them so (and not to the one weighing them 1:1). Then a mixed run: group g1 with a single
+# bin/worker w2 (bit-identical to ref g1,w2; the group's bytes per round w2's, more only in a round that resent a
+# part after a lease moved); then bad input: ranks
+# that disagree on group size, run, H or the model's size, and a group larger than the run's shards: one clear error
 # on every rank and nothing registered; the Functions refuse a rank joining a group that already
 # arrived at a barrier, a second join, a wrong size, and an arrival before every rank joined (GROUP /
 # BADARG), writing nothing.
@@ -74,6 +77,16 @@ for g in g1 g2; do
 done
 say "each round a group of 2 sent $((2 * NUMEL)) bytes and received $((4 * NUMEL)) in total, split over its ranks"
 
+# token weighting (--weight-by tokens), alongside the mixed run below: group g1 of 2 ranks weighs the tokens
+# of both its ranks, twice those of the single worker w3 with the same H
+RUN=gweight
+init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED --weight-by tokens
+start_server aweight --lease-ttl-ms 2000
+build/tests/tools/group_worker --redis "$URL" --run $RUN --worker-id g1 --ranks 2 --steps $((ROUNDS * H)) \
+  --sync-every $H > "$TMP/g1-weight.out" 2> "$TMP/group-g1-weight.log" &
+wpid=$!; PIDS="$PIDS $wpid"
+start_worker w3 --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1
+
 # mixed: a group and a single bin/worker in one run
 RUN=gmix
 init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED
@@ -95,9 +108,24 @@ awk '/^sync/ {print $5, $9, $7}' "$TMP/g1-mix.out" | awk '{up[$1] += $2; d[$1] =
   sort -n > "$TMP/g1-sync.txt"
 cut -d' ' -f1,3 "$TMP/g1-sync.txt" | diff - "$(cut -d' ' -f1,3 "$TMP/w2-sync.txt" > "$TMP/w2-vd.txt"; echo "$TMP/w2-vd.txt")" \
   > "$TMP/diff.txt" || fail "mixed: the group's (version, digest) differ from w2's: $(cat "$TMP/diff.txt")"
-[ "$(tail -n 1 "$TMP/g1-sync.txt")" = "$(tail -n 1 "$TMP/w2-sync.txt")" ] ||
-  fail "mixed: last round: the group's (version, bytes up, digest) $(tail -n 1 "$TMP/g1-sync.txt"), w2's $(tail -n 1 "$TMP/w2-sync.txt")"
-say "mixed: a group of 2 and a single worker agree on every version's digest, send the same bytes, match the reference"
+# the group's bytes up per round: those of w2 (one process), more only in a round that resent a part to a
+# shard's new owner (a lease moved), never less; exactly w2's in at least half the rounds
+awk -v last=$ROUNDS 'NR == FNR {w2[$1] = $2; next} {if ($2 < w2[$1]) {print "version " $1 ": group " $2 " < w2 " w2[$1]; bad = 1}
+    if ($2 == w2[$1]) same++} END {if (2 * same < last) {print "only " same + 0 " rounds alike"; bad = 1}; exit bad}' \
+  "$TMP/w2-sync.txt" "$TMP/g1-sync.txt" > "$TMP/bytes.txt" || fail "mixed: bytes up of the group against w2's: $(cat "$TMP/bytes.txt")"
+say "mixed: a group of 2 and a single worker agree on every version's digest, send the same bytes (more only after a lease moved), match the reference"
+RUN=gweight
+wait "$wpid" || fail "group g1 (weighted) exited with status $?: $(cat "$TMP/g1-weight.out")"
+wait_workers w3
+wref() { build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers g1,w3 --rounds $ROUNDS \
+           --sync-every $H --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" "$@" | grep '^shard'; }
+wref --weight-tokens --ranks-of g1=2 > "$TMP/ref-weight.txt" || fail "weighted reference"
+wref --weight-tokens > "$TMP/ref-weight1.txt" || fail "weighted reference (the group as one rank)"
+shard_digests $RUN > "$TMP/got-weight.txt"
+diff "$TMP/ref-weight.txt" "$TMP/got-weight.txt" > "$TMP/diff.txt" ||
+  fail "--weight-by tokens: digests differ from the reference weighing the group's 2 ranks' tokens: $(cat "$TMP/diff.txt")"
+cmp -s "$TMP/ref-weight1.txt" "$TMP/got-weight.txt" && fail "weighing the group's tokens twice or once made no difference: the test proves nothing"
+say "--weight-by tokens: the group weighs both ranks' tokens (2:1 against a single worker), bit-identical to the reference"
 
 # bad input: one clear error on every rank, nothing registered
 RUN=gbad
@@ -115,6 +143,7 @@ bad_case() { # WHAT EXPECTED-TEXT [group_worker flags]
 bad_case size 'disagree' --ranks 2 --bad SIZE
 bad_case run 'rank 1: .*not-this-run' --ranks 2 --bad RUN
 bad_case h 'disagree on sync_every' --ranks 2 --bad H
+bad_case numel "rank 1: run 'gbad' has 1000 parameters but this trainer has 999" --ranks 2 --bad NUMEL
 RANKS=3 bad_case big 'needs a run of at least 3 shards' --ranks 3
 # a rank restarted alone (its old group, with rank 0, goes on): one clear error on both ranks, nothing
 # committed after the group's first round
@@ -133,7 +162,7 @@ say "a rank restarted alone: both ranks say its group already synced, nothing co
 RUN=gbad
 joins=$($RCLI HGET "dl:{$RUN}:state" joins)
 [ "$joins" = 0 ] || fail "bad input registered $joins time(s)"
-say "bad input (group size, run, H, a group larger than the shards): every rank says why, nothing registered"
+say "bad input (group size, run, H, a model of another size, a group larger than the shards): every rank says why, nothing registered"
 
 # the Functions themselves (what a rank restarted alone, or a buggy client, would send)
 K="dl:{$RUN}:config"

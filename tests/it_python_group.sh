@@ -1,10 +1,11 @@
 #!/bin/sh
 # it_python_group.sh: rediloco.DiLoCo(..., process_group=...) with DDP on gloo, ranks started by
-# torch.multiprocessing (tests/python/group_quad.py; fork here, all four groups from one launcher, as
+# torch.multiprocessing (tests/python/group_quad.py; fork here, all eight groups from one launcher, as
 # importing torch in every launcher and rank takes long on a busy machine: START=spawn runs each group
-# from its own launcher with spawn). Two runs at once: (1) two groups g1, g2 of 2
+# from its own launcher with spawn). Four runs at once: (1) two groups g1, g2 of 2
 # ranks: the run's shard digests and every rank's digest after its last sync equal the in-process
-# reference of two single workers g1, g2 (tests/tools/ref_quadratic), the two groups are each closed
+# reference of two single workers g1, g2 (tests/tools/ref_quadratic; bf16, and in two more runs fp32, and
+# int3 with --download update and error feedback), the two groups are each closed
 # round's only participants, and in the last rounds a group's ranks together sent and received exactly
 # one process's bytes (2 and 4 per parameter, bf16); (2) mixed: a group g1, a single PyTorch worker w2
 # and a C worker w3 in one run: bit-identical to the reference of g1, w2, w3, and every member reports
@@ -15,7 +16,9 @@ NUMEL=20000; SEED=13; ROUNDS=3; H=10
 start_redis
 init_run pgx --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED
 init_run pgmix --trainer quadratic --numel $NUMEL --shards 8 --workers 3 --seed $SEED
-for RUN in pgx pgmix; do start_server a$RUN --lease-ttl-ms 2000; start_server b$RUN --lease-ttl-ms 2000; done
+init_run pgf --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED
+init_run pgi --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED --compress int3 --download update
+for RUN in pgx pgmix pgf pgi; do start_server a$RUN --lease-ttl-ms 2000; start_server b$RUN --lease-ttl-ms 2000; done
 group() { # RUN ID [FLAGS]: a launcher of its own (START=spawn)
   r=$1; id=$2; shift 2
   (/usr/bin/python3 tests/python/group_quad.py "$URL" $r $id $((ROUNDS * H)) $H --ranks 2 --numel $NUMEL --seed $SEED \
@@ -24,9 +27,11 @@ group() { # RUN ID [FLAGS]: a launcher of its own (START=spawn)
 }
 if [ "${START:-fork}" = spawn ]; then
   group pgx g1; group pgx g2; group pgmix g1; group pgx gbad --bad-model
+  group pgf g1 --no-bf16; group pgf g2 --no-bf16; group pgi g1 --error-feedback; group pgi g2 --error-feedback
 else # one launcher (one torch import) forks the ranks of all four groups
   /usr/bin/python3 tests/python/group_quad.py "$URL" pgx g1 $((ROUNDS * H)) $H --ranks 2 --numel $NUMEL --seed $SEED \
-    --out "$TMP/pgx-g1" --start-method fork --also pgx:g2 --also pgmix:g1 --also pgx:gbad:bad > "$TMP/py-groups.log" 2>&1 &
+    --out "$TMP/pgx-g1" --start-method fork --also pgx:g2 --also pgmix:g1 --also pgx:gbad:bad \
+    --also pgf:g1:fp32 --also pgf:g2:fp32 --also pgi:g1:ef --also pgi:g2:ef > "$TMP/py-groups.log" 2>&1 &
   PIDS="$PIDS $!"; GROUPS_PIDS=$!
 fi
 /usr/bin/python3 tests/python/quad_worker.py "$URL" pgmix w2 $((ROUNDS * H)) $H --numel $NUMEL --seed $SEED \
@@ -35,13 +40,13 @@ PW2=$!; PIDS="$PIDS $!"
 RUN=pgmix start_worker w3 --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1
 for pid in $GROUPS_PIDS; do wait "$pid"; done
 exit_of() { cat "$TMP/$1.exit" 2>/dev/null || echo "none"; } # GROUP: its launcher's exit status (per group)
-for p in pgx-g1 pgx-g2 pgmix-g1; do [ "$(exit_of $p)" = 0 ] || fail "group $p failed: $(cat "$TMP"/py-*.log | tail -n 20)"; done
+for p in pgx-g1 pgx-g2 pgmix-g1 pgf-g1 pgf-g2 pgi-g1 pgi-g2; do [ "$(exit_of $p)" = 0 ] || fail "group $p failed: $(cat "$TMP"/py-*.log | tail -n 20)"; done
 wait "$PW2" || fail "PyTorch worker w2 exited with status $?"
 RUN=pgmix; wait_workers w3
 
-check_ref() { # RUN WORKERS -> REF (digest of the whole vector)
+check_ref() { # RUN WORKERS [REF FLAGS] -> REF (digest of the whole vector)
   build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers $2 --rounds $ROUNDS \
-    --sync-every $H --bounds "$($RCLI HGET "dl:{$1}:config" shard_bounds)" > "$TMP/ref-$1.txt" || fail "reference"
+    --sync-every $H ${3:-} --bounds "$($RCLI HGET "dl:{$1}:config" shard_bounds)" > "$TMP/ref-$1.txt" || fail "reference"
   shard_digests $1 > "$TMP/got-$1.txt"
   grep '^shard' "$TMP/ref-$1.txt" | diff - "$TMP/got-$1.txt" > "$TMP/diff.txt" \
     || fail "$1: shard digests differ from the reference of $2: $(cat "$TMP/diff.txt")"
@@ -70,6 +75,16 @@ for r in $(seq 0 $((ROUNDS - 1))); do
   case "$p" in g1:*,g2:*) ;; *) fail "pgx round $r participants '$p' (want the two groups)";; esac
 done
 say "2 PyTorch groups of 2 ranks (DDP, gloo) bit-identical to 2 single workers: $REF; one process's bytes per round"
+# fp32, and int3 with --download update and error feedback: the same, each against its reference
+for mode in "pgf --no-bf16" "pgi --codec int3 --error-feedback --download update"; do
+  run=${mode%% *}; check_ref $run g1,g2 "${mode#* }"
+  for g in g1 g2; do
+    for r in 0 1; do
+      [ "$(grep '^sync' "$TMP/$run-$g.rank$r" | tail -n 1 | cut -d' ' -f3)" = "$REF" ] || fail "$run: $g rank $r does not end at $REF"
+    done
+  done
+  say "$run (${mode#* }): 2 PyTorch groups of 2 ranks bit-identical to 2 single workers: $REF"
+done
 
 check_ref pgmix g1,w2,w3
 { grep -h '^sync' "$TMP/pgmix-g1.rank0" "$TMP/pgmix-g1.rank1" | awk '{print $2, $3}'

@@ -6,7 +6,7 @@
 # the group has the arrival of both its ranks under that incarnation: a half group is never a participant.
 # (2) SIGINT to rank 1 alone: every process of the group is gone within 20 s (rank 1 leaves the run at
 # once, rank 0's next DDP all-reduce fails; interpreters exit slowly on a loaded machine) and the group is
-# no member.
+# no member. (3) The same with SIGTERM to rank 0 alone.
 . "$(dirname "$0")/lib.sh"
 RUN=pgcrash; NUMEL=20000
 round() { $RCLI HGET "dl:{$RUN}:state" round:0; }
@@ -61,3 +61,15 @@ t0=$(date +%s)
 wait_until 20 '! alive "$r0" && ! alive "$r1" && ! alive "$GRP"' "every process of the group to stop after SIGINT to rank 1"
 wait_until 5 '[ "$(member)" = 0 ]' "the group to leave the run"
 say "SIGINT to rank 1: the group's processes were gone after $(( $(date +%s) - t0 )) s and it left the run"
+
+# SIGTERM to rank 0 alone (the rank that registered the group) does the same
+start_group 3
+wait_until 90 '[ "$(member)" = 1 ]' "the group to register again"
+r1=$(rank_pid 3 1); r0=$(rank_pid 3 0)
+kill -TERM "$r0"
+t0=$(date +%s)
+wait_until 20 '! alive "$r0" && ! alive "$r1" && ! alive "$GRP"' "every process of the group to stop after SIGTERM to rank 0"
+wait_until 5 '[ "$(member)" = 0 ]' "the group to leave the run"
+grep -q "process 0 terminated with signal" "$TMP/py-g1-3.log" && fail "rank 0 was killed by SIGTERM instead of stopping"
+alive "$WRK_c1" || fail "the C worker died"
+say "SIGTERM to rank 0: the group's processes were gone after $(( $(date +%s) - t0 )) s and it left the run"

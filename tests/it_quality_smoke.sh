@@ -1,7 +1,9 @@
 #!/bin/sh
 # it_quality_smoke.sh: bench/quality --smoke (a tiny GPT on the Bible: the data-parallel baseline and
-# DiLoCo with 4 workers at H=10, through redis-server, shard-servers, workers and the evaluator) writes
-# result.json, table.md and the two plots; both runs' validation losses are finite and fall, and the
+# DiLoCo with 4 workers at H=10, and the same 4 trainers as 2 process groups of 2 ranks, data-parallel
+# inside (group_worker --trainer gpt), through redis-server, shard-servers, workers and the evaluator) writes
+# result.json, table.md and the two plots; the runs' validation losses are finite and fall, the ranks of
+# a group hold the same parameters before every sync (and all ranks after it), and the
 # table has the H=10 row with its signed gap to data-parallel. Then --merge: the two runs split into
 # two folders (as configurations run side by side are) merge back into one result.json and table, the
 # init seed recorded; a folder made with another data seed is refused. The figures themselves come from
@@ -20,15 +22,29 @@ python3 - "$OUT/result.json" <<'PY' || fail "result.json: $(cat "$OUT/result.jso
 import json, math, sys
 r = json.load(open(sys.argv[1]))
 runs = {x["name"]: x for x in r["runs"]}
-assert set(runs) == {"dp", "h10"}, runs.keys()
+assert set(runs) == {"dp", "h10", "h10_g2"}, runs.keys()
 for n, x in runs.items():
     c = x["curve"]
     assert len(c) >= 2 and c[0]["version"] == 0 and c[-1]["version"] == x["final_version"], (n, c)
     assert all(math.isfinite(e["loss"]) for e in c), (n, c)
     assert c[-1]["loss"] < c[0]["loss"] - 0.5, (n, "did not fall", c[0]["loss"], c[-1]["loss"])
     assert c[-1]["tokens"] == x["tokens"] == 4 * 40 * 4 * 32, (n, x["tokens"])
-print("dp %.4f, h10 %.4f" % (runs["dp"]["final_loss"], runs["h10"]["final_loss"]))
+assert runs["h10_g2"]["workers"] == 2 and runs["h10_g2"]["final_version"] == runs["h10"]["final_version"]
+print("dp %.4f, h10 %.4f, h10_g2 %.4f" % (runs["dp"]["final_loss"], runs["h10"]["final_loss"], runs["h10_g2"]["final_loss"]))
 PY
+# the process groups trained data-parallel inside: before every sync both ranks of a group held the same
+# parameters (their gradients averaged each step), the two groups (other data) not; after it all four the same
+for g in 0 1; do
+  grep -h '^sync' "$OUT/h10_g2/worker-$g.log" | awk '{print $5, $NF}' | sort -u | cut -d' ' -f1 | uniq -d > "$TMP/split.txt"
+  [ ! -s "$TMP/split.txt" ] || fail "group g$g: its ranks trained apart before version(s) $(cat "$TMP/split.txt")"
+  [ "$(grep -c '^sync' "$OUT/h10_g2/worker-$g.log")" -eq 8 ] || fail "group g$g: $(grep -c '^sync' "$OUT/h10_g2/worker-$g.log") syncs, want 2 ranks x 4"
+done
+cat "$OUT"/h10_g2/worker-*.log | awk '/^sync/ {print $5, $NF}' | sort -u | cut -d' ' -f1 | uniq -d | grep -q . ||
+  fail "the two groups trained the same parameters (the same data?)"
+[ "$(cat "$OUT"/h10_g2/worker-*.log | awk '/^sync/ {print $5, $7}' | sort -u | wc -l)" -eq 4 ] ||
+  fail "the four ranks do not hold one global version after each of the 4 syncs"
+say "process groups of 2 (GPT, data-parallel inside): ranks agree before and after every sync"
+
 grep -Eq '^\| 10 \| 0\.7 \| 0\.5 \| 0\.003 \| [0-9.]+ \| [+-][0-9.]+% \|' "$OUT/table.md" || fail "table: $(cat "$OUT/table.md")"
 say "$(grep '^| 10 ' "$OUT/table.md")"
 # --merge: each run in its own folder, merged into a third
@@ -47,7 +63,7 @@ import json, sys
 a, m = (json.load(open(p)) for p in sys.argv[1:])
 assert m["seed"] == a["seed"] == 5, (m.get("seed"), a.get("seed"))
 assert sorted(x["name"] for x in m["runs"]) == ["dp", "h10"], [x["name"] for x in m["runs"]]
-assert {x["name"]: x["final_loss"] for x in m["runs"]} == {x["name"]: x["final_loss"] for x in a["runs"]}
+assert {x["name"]: x["final_loss"] for x in m["runs"]} == {x["name"]: x["final_loss"] for x in a["runs"] if x["name"] != "h10_g2"}
 PY
 grep -Eq '^\| 10 \| 0\.7 \| 0\.5 \| 0\.003 \| [0-9.]+ \| [+-][0-9.]+% \|' "$TMP/m/table.md" || fail "merged table: $(cat "$TMP/m/table.md")"
 /usr/bin/python3 bench/quality --smoke --out "$TMP/m" --merge "$TMP/other" > "$TMP/merge2.log" 2>&1 &&

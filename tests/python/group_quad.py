@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""group_quad.py URL RUN WORKER_ID STEPS H --ranks R --numel N --seed S [--no-bf16] [--out PREFIX]: a process
+"""group_quad.py URL RUN WORKER_ID STEPS H --ranks R --numel N --seed S [--no-bf16] [--error-feedback] [--out PREFIX]: a process
 group of R ranks (torch.multiprocessing.spawn, or --start-method fork; gloo, DDP) as one worker, training the quadratic test problem
 of WORKER_ID (tests/python/quad_worker.py: the C trainer's problem and AdamW in torch fp32 ops).
 
@@ -8,8 +8,9 @@ Every rank runs DDP over the same model and the same problem, so DDP's averaged 
 writes PREFIX.rank<r>: "pid <pid>" first, then one line per sync: "sync <version> <digest> <bytes_up>
 <bytes_down> <stale>", or "error <message>" when it could not join. --step-delay slows every step (the crash test kills a rank mid-run).
 
---also RUN:WORKER_ID[:bad] (repeatable, with --start-method fork): this launcher starts those groups too, with
-the same arguments (their --out PREFIX: PREFIX's folder, RUN-WORKER_ID; ":bad" as --bad-model), so a test
+--also RUN:WORKER_ID[:bad|:fp32|:ef] (repeatable, with --start-method fork): this launcher starts those groups too,
+with the same arguments (their --out PREFIX: PREFIX's folder, RUN-WORKER_ID; ":bad" as --bad-model, ":fp32" as
+--no-bf16, ":ef" as --error-feedback), so a test
 imports torch once for all its groups. Each group's exit status goes to its PREFIX.exit; the launcher exits 0
 when every group did."""
 import argparse
@@ -68,7 +69,8 @@ def rank_main(rank, args, init_file):
         out.write("pid %d\n" % os.getpid())
         out.flush()
     dl = rediloco.DiLoCo(args.url, args.run, model, inner, sync_every=args.h, worker_id=args.worker_id,
-                         bf16=not args.no_bf16, heartbeat_interval=args.heartbeat, process_group=dist.group.WORLD)
+                         bf16=not args.no_bf16, error_feedback=args.error_feedback, heartbeat_interval=args.heartbeat,
+                         process_group=dist.group.WORLD)
     try:
         dl.open()
     except rediloco.DiLoCoError as e:
@@ -112,13 +114,14 @@ def main():
     ap.add_argument("--numel", type=int, required=True)
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--no-bf16", action="store_true")
+    ap.add_argument("--error-feedback", action="store_true")
     ap.add_argument("--out", default=None)
     ap.add_argument("--heartbeat", type=float, default=1.0)
     ap.add_argument("--step-delay", type=float, default=0.0)
     ap.add_argument("--bad-model", action="store_true", help="rank 1's parameter is named y, not x")
     ap.add_argument("--start-method", default="spawn", choices=("spawn", "fork"),
                     help="fork: the ranks need not import torch again (the tests, on a busy machine)")
-    ap.add_argument("--also", action="append", default=[], metavar="RUN:WORKER_ID[:bad]",
+    ap.add_argument("--also", action="append", default=[], metavar="RUN:WORKER_ID[:bad|:fp32|:ef]",
                     help="start this group too (fork only): one torch import for several groups")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -134,6 +137,7 @@ def main():
         run, wid, *flag = spec.split(":")
         g = argparse.Namespace(**vars(args))
         g.run, g.worker_id, g.bad_model = run, wid, flag == ["bad"]
+        g.no_bf16, g.error_feedback = args.no_bf16 or flag == ["fp32"], args.error_feedback or flag == ["ef"]
         g.out = os.path.join(os.path.dirname(args.out), "%s-%s" % (run, wid))
         groups.append(g)
     failed = 0

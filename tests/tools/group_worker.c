@@ -7,23 +7,47 @@
  * others'. Every sync of every rank is one line on stdout:
  *
  *   sync rank <r> version <v> digest <16 hex> up <bytes> down <bytes> stale <0|1> seconds <s> wait <s>
+ *        at <call> <first send> <pushed> <get> <last recv> <return> local <16 hex>
+ *
+ * (the phase stamps in wall-clock microseconds: diloco_after_step called, diloco_sync_info's four, and
+ * diloco_after_step returned; bench/group_round splits a round's time with them), and the digest of the
+ * rank's own parameters as it trained them, before the sync (the ranks of a group hold the same: DDP).
+ * With --ranks 1 it is one process of its own (no group): bench/group_round's reference.
  *
  * and a rank whose session fails prints "error rank <r>: <message>" and the program exits 1.
  *
+ * With --trainer gpt (bench/quality's group configurations) every rank trains the run's GPT instead, on
+ * its own part of the data (the GPT flags after "--", as bin/worker takes them; rank r reads part
+ * --shard-index + r), data-parallel inside the group as DDP does: after each backward the ranks' gradients
+ * are replaced by their mean (summed in rank order, the same bytes on every rank; gpt_options.grad_reduce),
+ * so every rank takes the same AdamW step and the ranks' parameters stay identical.
+ *
  * usage: group_worker --redis URL --run RUN --worker-id ID --ranks R --steps N --sync-every H
  *                     [--no-bf16] [--error-feedback] [--heartbeat-ms MS]
- *                     [--bad SIZE|RUN|H] (rank 1 is given another group size, run or H: a bad-input test)
+ *                     [--trainer gpt [-- GPT FLAGS (--data, --batch, --lr, --num-shards, --shard-index...)]]
+ *                     [--rank-netns NS0,NS1,...] (root: rank r's thread enters network namespace NSr before it
+ *                     connects, so each rank uses a link of its own, as on a node with a NIC per GPU;
+ *                     bench/group_round --nics)
+ *                     [--bad SIZE|RUN|H|NUMEL] (rank 1 is given another group size, run, H or parameter
+ *                     count, a model of another layout: a bad-input test)
  *                     [--bad RESTART] (after its first sync rank 1 opens a new session, as a rank restarted
  *                     alone would, while rank 0 goes on in the group) */
+#include <errno.h>
+#include <fcntl.h>
 #include <getopt.h>
+#include <sched.h>
+#include <unistd.h>
 #include <stdarg.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "diloco.h"
+#include "gpt/gpt.h"
+#include "hash.h"
 #include "runconf.h"
 #include "trainers/quadratic.h"
 #include "rconn.h"
@@ -37,6 +61,8 @@ typedef struct shared {
     pthread_barrier_t bar;
     unsigned char slots[MAX_RANKS][SLOT_MAX];
     float *params[MAX_RANKS];
+    float *grads[MAX_RANKS]; /* --trainer gpt: each rank's gradients at the reduction, and their mean */
+    float *mean;
     pthread_mutex_t out_mu;
 } shared;
 
@@ -44,10 +70,14 @@ typedef struct rank_ctx {
     shared *sh;
     int rank;
     const char *redis, *run, *worker_id, *bad;
+    char netns[64]; /* --rank-netns: this rank's network namespace ("" : the process's) */
     long steps;
     int sync_every, bf16, error_feedback, heartbeat_ms;
     size_t numel;
     uint64_t seed;
+    const runconf *rc;
+    int gpt, ngpt; /* --trainer gpt, with the GPT flags gpt_argv[0..ngpt) */
+    char **gpt_argv;
     int failed;
 } rank_ctx;
 
@@ -76,6 +106,71 @@ static int broadcast(void *ctx, float *params, size_t off, size_t n, int root, c
     return 0;
 }
 
+/* DDP's all-reduce of the gradients over shared memory: rank r sums slice r of the vector over the ranks
+ * (in rank order) into the shared mean, then every rank copies the whole mean. */
+static int grad_mean(void *ctx, float *grads, size_t n, char *err, size_t errlen)
+{
+    (void)err;
+    (void)errlen;
+    rank_ctx *c = ctx;
+    shared *sh = c->sh;
+    sh->grads[c->rank] = grads;
+    pthread_barrier_wait(&sh->bar);
+    size_t lo = n * (size_t)c->rank / (size_t)sh->ranks, hi = n * (size_t)(c->rank + 1) / (size_t)sh->ranks;
+    float inv = 1.0f / (float)sh->ranks;
+    for (size_t i = lo; i < hi; i++) {
+        float s = 0;
+        for (int r = 0; r < sh->ranks; r++) s += sh->grads[r][i];
+        sh->mean[i] = s * inv;
+    }
+    pthread_barrier_wait(&sh->bar);
+    memcpy(grads, sh->mean, n * sizeof(float));
+    return 0;
+}
+
+/* The run's GPT with the GPT flags, as bin/worker builds it (worker/main.c make_gpt), reading part
+ * --shard-index + rank, its gradients averaged over the ranks. */
+static trainer *make_gpt(rank_ctx *c, char *err, size_t errlen)
+{
+    char model[256];
+    snprintf(model, sizeof model, "%s", c->rc->model);
+    char *argv[160];
+    int argc = 0;
+    char *save = NULL;
+    for (char *tok = strtok_r(model, " ", &save); tok && argc < 64; tok = strtok_r(NULL, " ", &save))
+        argv[argc++] = tok;
+    for (int i = 0; i < c->ngpt && argc < 158; i++) argv[argc++] = c->gpt_argv[i];
+    argv[argc] = NULL;
+    gpt_options o;
+    gpt_options_default(&o);
+    o.seed = c->rc->seed;
+    o.total_steps = c->steps;
+    int seq_given = 0;
+    for (int i = 0; i < c->ngpt; i++)
+        seq_given |= !strcmp(c->gpt_argv[i], "--seq") || !strncmp(c->gpt_argv[i], "--seq=", 6);
+    int consumed = gpt_options_parse(&o, argc, argv, err, errlen);
+    if (consumed < 0) return NULL;
+    if (argc - consumed > 0) {
+        snprintf(err, errlen, "unknown GPT option %s", argv[0]);
+        return NULL;
+    }
+    if (!seq_given && o.seq > o.model.ctx) o.seq = o.model.ctx; /* the default, 256, fits no shorter context */
+    o.shard_index += c->rank;
+    if (c->sh->ranks > 1) {
+        o.grad_reduce = grad_mean;
+        o.grad_reduce_ctx = c;
+    }
+    return gpt_trainer_create(&o, err, errlen);
+}
+
+/* wall clock in microseconds, as diloco_sync_info's phase stamps */
+static uint64_t wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 static void say(rank_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 static void say(rank_ctx *c, const char *fmt, ...)
 {
@@ -88,16 +183,41 @@ static void say(rank_ctx *c, const char *fmt, ...)
     va_end(ap);
 }
 
+/* Enter network namespace name (ip netns's /var/run/netns/name) for this thread and the threads it makes. */
+static int enter_netns(const char *name, char *err, size_t errlen)
+{
+    char path[128];
+    snprintf(path, sizeof path, "/var/run/netns/%s", name);
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0 || setns(fd, CLONE_NEWNET) < 0) {
+        snprintf(err, errlen, "cannot enter network namespace %s: %s", path, strerror(errno));
+        if (fd >= 0) close(fd);
+        return -1;
+    }
+    close(fd);
+    return 0;
+}
+
 static void *rank_main(void *p)
 {
     rank_ctx *c = p;
     char err[1024];
-    quadratic_options q;
-    quadratic_options_default(&q);
-    q.numel = c->numel;
-    q.seed = c->seed;
-    q.worker_id = c->worker_id;
-    trainer *t = quadratic_trainer_create(&q, err, sizeof err);
+    if (c->netns[0] && enter_netns(c->netns, err, sizeof err) < 0) {
+        say(c, "error rank %d: %s\n", c->rank, err);
+        c->failed = 1;
+        return NULL;
+    }
+    trainer *t;
+    if (c->gpt) {
+        t = make_gpt(c, err, sizeof err);
+    } else {
+        quadratic_options q;
+        quadratic_options_default(&q);
+        q.numel = c->numel;
+        q.seed = c->seed;
+        q.worker_id = c->worker_id;
+        t = quadratic_trainer_create(&q, err, sizeof err);
+    }
     if (!t) {
         say(c, "error rank %d: %s\n", c->rank, err);
         c->failed = 1;
@@ -121,8 +241,9 @@ static void *rank_main(void *p)
         if (!strcmp(c->bad, "RUN")) o.run = "not-this-run";
         if (!strcmp(c->bad, "H")) o.sync_every = c->sync_every + 1;
     }
+    size_t numel = c->bad && !strcmp(c->bad, "NUMEL") && c->rank == 1 ? t->numel - 1 : t->numel;
     diloco *d;
-    if (diloco_open(&o, t->params, t->numel, &d, err, sizeof err) < 0) {
+    if (diloco_open(&o, t->params, numel, &d, err, sizeof err) < 0) {
         say(c, "error rank %d: %s\n", c->rank, err);
         c->failed = 1;
         t->destroy(t);
@@ -132,7 +253,10 @@ static void *rank_main(void *p)
     for (long step = 1; step <= c->steps; step++) {
         if (t->step(t, &st, err, sizeof err) < 0) break;
         diloco_report(d, st.loss, st.tokens);
+        uint64_t local = step % c->sync_every == 0 ? hash64(t->params, t->numel * sizeof(float)) : 0;
+        uint64_t t_call = wall_us();
         int rc = diloco_after_step(d, err, sizeof err);
+        uint64_t t_ret = wall_us();
         if (rc < 0) {
             say(c, "error rank %d: %s\n", c->rank, err);
             c->failed = 1;
@@ -142,8 +266,10 @@ static void *rank_main(void *p)
         if (rc == 1 && diloco_last_sync(d, &s) == 0)
             say(c,
                 "sync rank %d version %" PRId64 " digest %016" PRIx64 " up %" PRIu64 " down %" PRIu64
-                " stale %d seconds %.4f wait %.4f\n",
-                c->rank, s.version, s.digest, s.bytes_up, s.bytes_down, s.stale, s.seconds, s.wait_seconds);
+                " stale %d seconds %.4f wait %.4f at %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
+                " %" PRIu64 " local %016" PRIx64 "\n",
+                c->rank, s.version, s.digest, s.bytes_up, s.bytes_down, s.stale, s.seconds, s.wait_seconds, t_call,
+                s.t_first_send_us, s.t_pushed_us, s.t_get_us, s.t_last_recv_us, t_ret, local);
         if (rc == 1 && c->bad && !strcmp(c->bad, "RESTART") && c->rank == 1) {
             diloco *again; /* the old session stays open: the group, with rank 0 in it, goes on */
             if (diloco_open(&o, t->params, t->numel, &again, err, sizeof err) == 0) {
@@ -161,31 +287,29 @@ static void *rank_main(void *p)
     return NULL;
 }
 
-/* numel and seed of the run (the quadratic trainer's problem comes from them) */
-static int read_run(const char *url_s, const char *run, size_t *numel, uint64_t *seed)
+/* The run's config (the quadratic trainer's problem comes from numel and seed, the GPT from the model). */
+static int read_run(const char *url_s, const char *run, runconf *rc)
 {
     char err[512];
     redis_url url;
-    runconf rc;
     if (redis_url_parse(url_s, &url, err, sizeof err) < 0) return -1;
     rconn *c = rconn_connect(&url, 5000, err, sizeof err);
-    if (!c || runconf_load(c, run, &rc, err, sizeof err) < 0) {
+    if (!c || runconf_load(c, run, rc, err, sizeof err) < 0) {
         fprintf(stderr, "group_worker: %s\n", err);
         if (c) rconn_free(c);
         return -1;
     }
-    *numel = (size_t)rc.numel;
-    *seed = rc.seed;
-    runconf_free(&rc);
     rconn_free(c);
     return 0;
 }
 
 int main(int argc, char **argv)
 {
+    gpt_openblas_autotune(argv); /* may re-execute us with faster BLAS kernels: must come first */
     static shared sh;
     rank_ctx base = {.sh = &sh, .bf16 = 1, .heartbeat_ms = 1000};
     int ranks = 2;
+    const char *netns = NULL;
     static struct option opts[] = {{"redis", 1, 0, 'r'},
                                    {"run", 1, 0, 'n'},
                                    {"worker-id", 1, 0, 'w'},
@@ -196,6 +320,8 @@ int main(int argc, char **argv)
                                    {"error-feedback", 0, 0, 'e'},
                                    {"heartbeat-ms", 1, 0, 'm'},
                                    {"bad", 1, 0, 'x'},
+                                   {"trainer", 1, 0, 't'},
+                                   {"rank-netns", 1, 0, 'N'},
                                    {0, 0, 0, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (ch) {
@@ -209,6 +335,8 @@ int main(int argc, char **argv)
         case 'e': base.error_feedback = 1; break;
         case 'm': base.heartbeat_ms = atoi(optarg); break;
         case 'x': base.bad = optarg; break;
+        case 't': base.gpt = !strcmp(optarg, "gpt"); break;
+        case 'N': netns = optarg; break;
         default: fprintf(stderr, "usage: see the comment at the top of tests/tools/group_worker.c\n"); return 2;
         }
     }
@@ -216,7 +344,18 @@ int main(int argc, char **argv)
         fprintf(stderr, "usage: see the comment at the top of tests/tools/group_worker.c\n");
         return 2;
     }
-    if (read_run(base.redis, base.run, &base.numel, &base.seed) < 0) return 1;
+    base.gpt_argv = argv + optind;
+    base.ngpt = argc - optind;
+    if (base.ngpt > 0 && !base.gpt) {
+        fprintf(stderr, "group_worker: %s: GPT flags need --trainer gpt\n", argv[optind]);
+        return 2;
+    }
+    runconf rc;
+    if (read_run(base.redis, base.run, &rc) < 0) return 1;
+    base.rc = &rc;
+    base.numel = (size_t)rc.numel;
+    base.seed = rc.seed;
+    if (base.gpt && !(sh.mean = malloc(base.numel * sizeof(float)))) return 1;
     sh.ranks = ranks;
     pthread_barrier_init(&sh.bar, NULL, (unsigned)ranks);
     pthread_mutex_init(&sh.out_mu, NULL);
@@ -225,6 +364,9 @@ int main(int argc, char **argv)
     for (int r = 0; r < ranks; r++) {
         ctx[r] = base;
         ctx[r].rank = r;
+        const char *ns = netns; /* the r-th name of the comma list */
+        for (int k = 0; ns && k < r; k++) ns = (ns = strchr(ns, ',')) ? ns + 1 : NULL;
+        if (ns) snprintf(ctx[r].netns, sizeof ctx[r].netns, "%.*s", (int)strcspn(ns, ","), ns);
         pthread_create(&th[r], NULL, rank_main, &ctx[r]);
     }
     int failed = 0;
@@ -232,5 +374,7 @@ int main(int argc, char **argv)
         pthread_join(th[r], NULL);
         failed |= ctx[r].failed;
     }
+    free(sh.mean);
+    runconf_free(&rc);
     return failed ? 1 : 0;
 }

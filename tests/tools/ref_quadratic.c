@@ -17,6 +17,8 @@
  *                      shards, one sent every H/F steps and applied one interval later, S steps per worker
  *                      [--h-of id=H,...] [--weight-tokens]   per-worker H (plain DiLoCo) and weighting of
  *                      each worker's pseudo-gradient by its tokens (steps) in the round
+ *                      [--ranks-of id=R,...]   a worker that is a process group of R ranks (each training the
+ *                      same copy, as tests/tools/group_worker's): its tokens in a round are R times its steps
  *                      [--codec int8|int4|int3|int2 [--error-feedback]]   block-quantized pseudo-gradients (blocks from
  *                      each shard's start), decoded and summed in fp32, as the shard-servers do
  *                      [--download update]   the mean is put through the codec (bf16 without --codec) per
@@ -46,14 +48,24 @@ typedef struct ref_args {
     const char *bounds, *frag_bounds;
     double alpha;
     long long steps;
-    long long h[MAX_WORKERS]; /* per worker (sorted ids), default sync_every */
-    const char *h_of;
+    long long h[MAX_WORKERS];     /* per worker (sorted ids), default sync_every */
+    long long ranks[MAX_WORKERS]; /* per worker: its process group's ranks, default 1 */
+    const char *h_of, *ranks_of;
     int weight_tokens;
     int final_sync; /* streaming: workers end with diloco_force_sync (every fragment at once) */
     int codec;      /* BLOB_I8 / BLOB_I4, or 0 */
     int error_feedback;
     int download_update;
 } ref_args;
+
+/* id's number in a list "id=N,id2=M,..." (--h-of, --ranks-of), or dflt when it has none */
+static long long of_worker(const char *list, const char *id, long long dflt)
+{
+    size_t len = strlen(id);
+    for (const char *p = list ? strstr(list, id) : NULL; p; p = strstr(p + 1, id))
+        if (p[len] == '=' && (p == list || p[-1] == ',')) return atoll(p + len + 1);
+    return dflt;
+}
 
 static int cmp_str(const void *a, const void *b)
 {
@@ -110,6 +122,7 @@ static int parse(int argc, char **argv, ref_args *a)
         {.name = "bounds", .kind = OPT_STRING, .dest = &a->bounds},
         {.name = "frag-bounds", .kind = OPT_STRING, .dest = &a->frag_bounds},
         {.name = "h-of", .kind = OPT_STRING, .dest = &a->h_of},
+        {.name = "ranks-of", .kind = OPT_STRING, .dest = &a->ranks_of},
         {.name = "download", .kind = OPT_CHOICE, .dest = &a->download_update, .choices = "params|update"},
         {.name = "codec", .kind = OPT_CUSTOM, .dest = a, .parse = parse_codec, .wants = "int8, int4, int3 or int2"},
         {.name = "workers", .kind = OPT_CUSTOM, .dest = a, .parse = parse_workers, .wants = "a list of worker ids"},
@@ -123,10 +136,8 @@ static int parse(int argc, char **argv, ref_args *a)
     }
     qsort(a->ids, (size_t)a->nworkers, sizeof a->ids[0], cmp_str);
     for (int w = 0; w < a->nworkers; w++) {
-        a->h[w] = a->sync_every;
-        const char *p = a->h_of ? strstr(a->h_of, a->ids[w]) : NULL;
-        size_t len = strlen(a->ids[w]);
-        if (p && p[len] == '=' && (p == a->h_of || p[-1] == ',')) a->h[w] = atoll(p + len + 1);
+        a->h[w] = of_worker(a->h_of, a->ids[w], a->sync_every);
+        a->ranks[w] = of_worker(a->ranks_of, a->ids[w], 1);
     }
     return 0;
 }
@@ -200,9 +211,10 @@ static void outer_fragment(sim *s, int f)
     size_t lo = frag_lo(s, f), len = frag_hi(s, f) - lo;
     outer_sum_zero(s->g + lo, len);
     double total = 0;
-    for (int w = 0; w < s->a->nworkers; w++) total += (double)s->a->h[w];
+    for (int w = 0; w < s->a->nworkers; w++) total += (double)(s->a->h[w] * s->a->ranks[w]);
     for (int w = 0; w < s->a->nworkers; w++) {
-        float scale = (float)((double)s->a->h[w] / total); /* tokens of a quadratic round = its steps */
+        /* tokens of a quadratic round = its steps, of every rank of a group */
+        float scale = (float)((double)(s->a->h[w] * s->a->ranks[w]) / total);
         if (s->a->weight_tokens && s->a->bf16)
             outer_sum_add_scaled_bf16(s->g + lo, s->d16[w] + lo, scale, len);
         else if (s->a->weight_tokens)

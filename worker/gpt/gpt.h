@@ -80,6 +80,11 @@ typedef struct gpt_options {
     int tf32;                    /* cuda: let cuBLAS use TF32 tensor cores (default 0: fp32 products) */
     int precision;               /* GPT_PRECISION_FP32 (default, exact) or _BF16 (cuda only: bf16 products and
                                   fused attention on fp32 master weights, docs/cuda.md) */
+    /* Data-parallel training inside a process group (DDP's all-reduce, CPU backend only): called after each
+     * backward with this rank's gradients (numel floats), before clipping; it must replace them by the
+     * ranks' mean, the same bytes on every rank, so every rank takes the same AdamW step. NULL: none. */
+    int (*grad_reduce)(void *ctx, float *grads, size_t numel, char *err, size_t errlen);
+    void *grad_reduce_ctx;
 } gpt_options;
 
 enum { GPT_DEVICE_AUTO = 0, GPT_DEVICE_CPU = 1, GPT_DEVICE_CUDA = 2 };

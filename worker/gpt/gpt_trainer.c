@@ -351,6 +351,7 @@ static int gpt_step(trainer *t, trainer_stats *out, char *err, size_t errlen)
             return -1;
         }
         gpt_backward(g->m, t->params, g->grads);
+        if (g->o.grad_reduce && g->o.grad_reduce(g->o.grad_reduce_ctx, g->grads, t->numel, err, errlen) < 0) return -1;
         g->last_norm = gpt_clip_grad_norm(g->grads, t->numel, g->o.grad_clip, g->o.threads);
         g->step++;
         gpt_adamw_step(t->tensors, t->ntensors, t->params, g->grads, g->am, g->av, g->step, lr, g->o.beta1, g->o.beta2,
@@ -580,6 +581,11 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
         t->params_changed = cuda_params_changed;
     }
 #endif
+    if (use_cuda && o->grad_reduce) {
+        err_set(err, errlen,
+                "gpt: a gradient reduction (data-parallel ranks) is for the CPU backend only: use --device cpu");
+        goto fail;
+    }
     if (!use_cuda && o->precision != GPT_PRECISION_FP32) {
         err_set(err, errlen,
                 "gpt: --precision bf16 needs the CUDA backend (--device cuda and a GPU); the CPU "

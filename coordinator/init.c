@@ -262,7 +262,7 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     static char sbuf[RUNCONF_MAX_SHARDS * 12], fbuf[RUNCONF_MAX_FRAGMENTS * 8];
     char numel[32], shards[16], frags[16], seed[32], snap[16], secret[40] = "";
     char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32], dylu[4], dbase[24], dnb[24], stale[24], wref[24];
-    char dnt0[24], minrep[16], sref[24];
+    char dnt0[24], minrep[16], sref[24], window[24], frac[32];
     char *layout = layout_json(ip->tensors, ip->ntensors);
     if (!layout) {
         err_set(err, errlen, "out of memory for the layout");
@@ -290,13 +290,16 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     snprintf(wref, sizeof wref, "%lld", a->weight_ref > 0 ? a->weight_ref : 1);
     snprintf(minrep, sizeof minrep, "%lld", a->min_replicas);
     snprintf(sref, sizeof sref, "%lld", a->stale_ref);
+    int rebase = a->async_rule != NULL && strcmp(a->async_rule, "rebase") == 0;
+    snprintf(window, sizeof window, "%lld", rebase ? a->max_staleness : 0);
+    snprintf(frac, sizeof frac, "%.9g", a->rebase_fraction);
     char key[KEY_MAX];
     key_run(key, sizeof key, a->c.run, "config");
     const char *fixed[] = {"FCALL",
                            "dl_init",
                            "1",
                            key,
-                           "22",
+                           "25",
                            "layout",
                            layout,
                            "numel",
@@ -335,6 +338,12 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
                            a->stale_weight ? a->stale_weight : "none",
                            "stale_ref",
                            sref,
+                           "async_rule",
+                           rebase ? "rebase" : "plain",
+                           "rebase_window",
+                           window,
+                           "rebase_fraction",
+                           frac,
                            "compress",
                            a->compress ? a->compress : "bf16",
                            "min_replicas",
@@ -398,11 +407,13 @@ static int create_run(rconn *rc, const init_args *a, char *err, size_t errlen)
                                  ip.dnbuf ? ip.dnbuf + sb[k] : NULL, sb[k + 1] - sb[k], 0, digests[k], err, errlen) < 0)
             goto done_ip;
     if (call_dl_init(rc, a, &ip, sb, fb, digests, err, errlen) < 0) goto done_ip;
-    char asy[96] = "";
+    char asy[160] = "", rule[64] = "";
+    if (a->async_rule != NULL && strcmp(a->async_rule, "rebase") == 0)
+        snprintf(rule, sizeof rule, ", rebase x %.9g on the last %lld versions", a->rebase_fraction, a->max_staleness);
     if (a->async)
-        snprintf(asy, sizeof asy, "async (Delayed Nesterov %lld%s%s), ", a->dn_buffer,
+        snprintf(asy, sizeof asy, "async (Delayed Nesterov %lld%s%s%s), ", a->dn_buffer,
                  a->stale_weight && strcmp(a->stale_weight, "none") ? ", staleness weight " : "",
-                 a->stale_weight && strcmp(a->stale_weight, "none") ? a->stale_weight : "");
+                 a->stale_weight && strcmp(a->stale_weight, "none") ? a->stale_weight : "", rule);
     printf("run '%s' created: %s%s trainer (%s), %" PRIu64 " parameters in %lld shards, %lld fragment(s), "
            "waiting for %lld worker(s), outer lr %g momentum %g%s, pseudo-gradients %s, download %s\n",
            a->c.run, asy, a->trainer, ip.model, ip.numel, a->shards, a->fragments, a->workers, a->outer_lr,

@@ -61,6 +61,10 @@ static void init_usage(FILE *f)
         "  --staleness-weight W       (async) scale each pseudo-gradient by its staleness tau: none (default),\n"
         "                             inverse min(1, (1+T)/(1+tau)) or sqrt of that (docs/async.md)\n"
         "  --staleness-ref T          (async, --staleness-weight) staleness that keeps weight 1 (default workers-1)\n"
+        "  --async-rule plain|rebase  (async) rebase: a submission enters the outer step as g + theta_now -\n"
+        "                             theta_base (measured from the version it is applied to); the servers hold\n"
+        "                             the last --max-staleness versions (default then 4 x workers) (docs/async.md)\n"
+        "  --rebase-fraction A        (--async-rule rebase) g + A (theta_now - theta_base), A in (0, 1] (default 1)\n"
         "  --weight-by none|tokens    weight pseudo-gradients by the tokens behind them (default none)\n"
         "  --weight-ref-tokens N      (async, --weight-by tokens) a submission of N tokens has weight 1\n"
         "  --compress C               codec of pseudo-gradients on the wire: bf16 (default; workers may send\n"
@@ -179,8 +183,9 @@ static int topk_settings(init_args *a)
 static int parse_init_flags(int argc, char **argv, init_args *a)
 {
     static const char *weight_by[] = {"none", "tokens"}, *download[] = {"params", "update"},
-                      *dn_variant[] = {"paper", "forgather"}, *stale_weight[] = {"none", "inverse", "sqrt"};
-    int weight_idx = -1, download_idx = -1, dn_idx = -1, stale_idx = -1;
+                      *dn_variant[] = {"paper", "forgather"}, *stale_weight[] = {"none", "inverse", "sqrt"},
+                      *async_rule[] = {"plain", "rebase"};
+    int weight_idx = -1, download_idx = -1, dn_idx = -1, stale_idx = -1, rule_idx = -1;
     opt_spec specs[] = {
         {.name = "redis", .kind = OPT_STRING, .dest = &a->c.redis_url},
         {.name = "redis-file", .kind = OPT_STRING, .dest = &a->c.redis_file},
@@ -263,6 +268,13 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
         {.name = "download", .kind = OPT_CHOICE, .dest = &download_idx, .choices = "params|update"},
         {.name = "dn-variant", .kind = OPT_CHOICE, .dest = &dn_idx, .choices = "paper|forgather"},
         {.name = "staleness-weight", .kind = OPT_CHOICE, .dest = &stale_idx, .choices = "none|inverse|sqrt"},
+        {.name = "async-rule", .kind = OPT_CHOICE, .dest = &rule_idx, .choices = "plain|rebase"},
+        {.name = "rebase-fraction",
+         .kind = OPT_DOUBLE,
+         .dest = &a->rebase_fraction,
+         .min = 0x1p-24,
+         .max = 1,
+         .wants = "a number in (0, 1]"},
         {.name = "from-checkpoint", .kind = OPT_STRING, .dest = &a->from_checkpoint},
         {.name = "from-state", .kind = OPT_STRING, .dest = &a->from_state},
         {0},
@@ -276,6 +288,30 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
     if (download_idx >= 0) a->download = download[download_idx];
     if (dn_idx >= 0) a->dn_variant = dn_variant[dn_idx];
     if (stale_idx >= 0) a->stale_weight = stale_weight[stale_idx];
+    if (rule_idx >= 0) a->async_rule = async_rule[rule_idx];
+    return 0;
+}
+
+/* --async-rule rebase: an async run whose staleness is bounded (the shard-servers hold every version a
+ * submission may be based on: the last --max-staleness, by default 4 x the workers: a worker at half the
+ * speed of the others submits about 2 x workers versions stale). */
+static int check_async_rule(init_args *a)
+{
+    if (a->async_rule == NULL || strcmp(a->async_rule, "rebase") != 0) {
+        if (!flag_given(a, "--rebase-fraction")) return 0;
+        fprintf(stderr, "coordinator init: --rebase-fraction goes with --async-rule rebase\n");
+        return -1;
+    }
+    if (!a->async) {
+        fprintf(stderr, "coordinator init: --async-rule is an async setting: add --async\n");
+        return -1;
+    }
+    if (!flag_given(a, "--max-staleness")) a->max_staleness = 4 * a->workers;
+    if (a->max_staleness < 1) {
+        fprintf(stderr, "coordinator init: --async-rule rebase needs --max-staleness K of 1 or more (the "
+                        "shard-servers keep the last K versions, each as large as the shard)\n");
+        return -1;
+    }
     return 0;
 }
 
@@ -294,6 +330,7 @@ int parse_init(int argc, char **argv, init_args *a)
     a->topk_density = SPARSE_DENSITY_DEFAULT;
     a->topk_beta = SPARSE_BETA_DEFAULT;
     a->nesterov = 1;
+    a->rebase_fraction = 1;
     a->trainer = "gpt";
     a->gpt = (gpt_config){2, 4, 128, 128, 256};
     int rc = parse_init_flags(argc, argv, a);
@@ -340,6 +377,7 @@ int parse_init(int argc, char **argv, init_args *a)
         fprintf(stderr, "coordinator init: --staleness-weight and --staleness-ref are async settings: add --async\n");
         return -1;
     }
+    if (check_async_rule(a) != 0) return -1;
     if (!flag_given(a, "--staleness-ref")) a->stale_ref = a->workers - 1; /* what equal workers see */
     /* Delayed Nesterov over one submission per worker: the outer step of a window of W submissions then
      * equals a sync round's (docs/quality.md, "Async": a buffer of 2W halves the step and trains worse) */

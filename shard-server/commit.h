@@ -25,6 +25,8 @@ typedef struct ss_commit {
     uint64_t gen;
     int64_t round; /* commits version round+1 */
     int64_t base;  /* async: the version the submission was computed from (its staleness: round - base) */
+    /* --async-rule rebase: θ of version base (the shard's, past.c; NULL otherwise) */
+    const float *base_theta;
     int64_t epoch;
     uint64_t t0;
     int np; /* participants not dropped at barrier time */

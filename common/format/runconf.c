@@ -173,6 +173,26 @@ int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errle
         return -1;
     }
     if (sr && parse_int(sr, 0, INT64_MAX, &v) == 0) rc->stale_ref = v;
+    const char *ar = field(r, "async_rule"), *rw = field(r, "rebase_window");
+    rc->async_rule = ar ? outer_async_rule_parse(ar) : ASYNC_RULE_PLAIN; /* runs made before it existed */
+    if (rc->async_rule < 0) {
+        err_set(err, errlen, "the run's async rule '%s' is unknown to this build: upgrade this program", ar);
+        return -1;
+    }
+    if (rw && parse_int(rw, 0, 1000000000, &v) == 0) rc->rebase_window = v;
+    const char *rf = field(r, "rebase_fraction");
+    char *rf_end = NULL;
+    double frac = rf ? strtod(rf, &rf_end) : 1.0;
+    if (rf && (rf_end == rf || *rf_end != '\0' || !(frac > 0 && frac <= 1))) {
+        err_set(err, errlen, "the run's rebase_fraction '%s' is not in (0, 1]", rf);
+        return -1;
+    }
+    rc->rebase_fraction = (float)frac;
+    if (rc->async_rule == ASYNC_RULE_REBASE && (!rc->async || rc->rebase_window < 1)) {
+        err_set(err, errlen, "the run's rebase rule needs an async run and a rebase_window of 1 or more (got %s)",
+                rw ? rw : "none");
+        return -1;
+    }
     const char *cz = field(r, "compress");
     rc->compress = cz ? codec_parse(cz) : BLOB_BF16; /* runs made before the setting existed: bf16 */
     if (rc->compress == 0) {
@@ -258,6 +278,11 @@ int runconf_fragment_of_shard(const runconf *rc, int shard)
 int runconf_weighted(const runconf *rc)
 {
     return rc->weight_tokens || (rc->async && rc->stale_weight != STALE_W_NONE);
+}
+
+int runconf_rebase(const runconf *rc)
+{
+    return rc->async && rc->async_rule == ASYNC_RULE_REBASE;
 }
 
 int runconf_accepts_dtype(const runconf *rc, int dtype)

@@ -26,7 +26,7 @@
 _Static_assert(DELTA_CHUNK % CODEC_BLOCK == 0, "a chunk holds whole codec blocks");
 _Static_assert(DELTA_CHUNK % TOPK_CHUNK == 0, "a chunk holds whole top-k chunks");
 
-int dl_push_dtype(const diloco *d)
+int dl_delta_dtype(const diloco *d)
 {
     return d->rc.compress == BLOB_BF16 && !d->o.bf16 ? BLOB_F32 : d->rc.compress;
 }
@@ -64,7 +64,7 @@ void dl_delta_free(diloco *d)
     free(d->ef);
 }
 
-const void *dl_shard_delta(const diloco *d, int k, size_t *bytes)
+const void *dl_delta_shard(const diloco *d, int k, size_t *bytes)
 {
     size_t off = (size_t)d->rc.shard_bounds[k], n = (size_t)runconf_shard_numel(&d->rc, k);
     if (codec_is_block(d->push_dtype) || d->push_dtype == BLOB_TOPK) {
@@ -124,7 +124,7 @@ static int shard_delta(diloco *d, int k, int from_device, XXH3_state_t *xs, size
 
 /* Δ of fragment f into delta_*, each shard's checksum into delta_xxh; -1 if our own training produced
  * NaN/Inf (or the device failed). */
-int sync_compute_delta(diloco *d, int f, char *err, size_t errlen)
+int dl_delta_compute(diloco *d, int f, char *err, size_t errlen)
 {
     size_t lo = (size_t)d->rc.shard_bounds[dl_first_shard(d, f)], bad = 0;
     int rc = 0, block = codec_is_block(d->push_dtype) || d->push_dtype == BLOB_TOPK;
@@ -133,7 +133,7 @@ int sync_compute_delta(diloco *d, int f, char *err, size_t errlen)
         rc = -rc;
         for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f) && rc == 0 && !block; k++) {
             size_t bytes;
-            const void *p = dl_shard_delta(d, k, &bytes);
+            const void *p = dl_delta_shard(d, k, &bytes);
             d->delta_xxh[k] = hash64(p, bytes);
         }
         if (rc < 0) bad += lo;

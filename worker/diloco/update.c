@@ -85,7 +85,7 @@ static void *sparse_place(diloco *d, int shard, size_t plen)
     return d->upd_sparse[shard] ? d->upd_sparse[shard] : (d->upd_sparse[shard] = malloc(1));
 }
 
-int dl_get_flags(const diloco *d, int shard, int64_t min_version, int flags)
+int dl_update_get_flags(const diloco *d, int shard, int64_t min_version, int flags)
 {
     if (!d->rc.download_update) return flags;
     if (d->mom_version[shard] >= 0 && d->mom_version[shard] == min_version - 1 && d->tent_version[shard] >= 0)

@@ -322,7 +322,8 @@ static int take_update(diloco *d, int shard, const blob_header *h, const uint8_t
                        int64_t min_version, int64_t *got, char *err, size_t errlen)
 {
     size_t n = (size_t)runconf_shard_numel(&d->rc, shard);
-    if (!d->rc.download_update || !dl_update_fits(d, n, h, payload, plen) || h->shard != shard || h->version != min_version) {
+    if (!d->rc.download_update || !dl_update_fits(d, n, h, payload, plen) || h->shard != shard ||
+        h->version != min_version) {
         err_set(err, errlen, "bad update reply for shard %d (dtype %d, count %" PRIu64 ", version %" PRId64 ")", shard,
                 h->dtype, h->count, h->version);
         return DL_FAIL;

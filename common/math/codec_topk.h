@@ -1,6 +1,6 @@
 /*
  * codec_topk.h: the sparse chunk codec of SparseLoCo-style pseudo-gradients (issue 28,
- * docs/compression.md "Top-k"): one chunk; codec_sparse.h puts chunks together into a shard's payload.
+ * docs/compression.md "The sparse codec (`--compress topk`, SparseLoCo)"): one chunk; codec_sparse.h puts chunks together into a shard's payload.
  *
  * A chunk of n <= TOPK_CHUNK elements keeps k of them: the k largest magnitudes of the worker's
  * error-feedback accumulator e, ties broken by the lower index, each sent as a 2-bit code with one bf16

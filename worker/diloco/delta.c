@@ -40,7 +40,7 @@ int dl_delta_alloc(diloco *d, char *err, size_t errlen)
     d->delta_f32 = f32 ? dl_host_alloc(d, n * sizeof(float)) : NULL;
     d->delta_bf16 = d->push_dtype == BLOB_BF16 ? dl_host_alloc(d, n * sizeof(uint16_t)) : NULL;
     if ((f32 && !d->delta_f32) || (d->push_dtype == BLOB_BF16 && !d->delta_bf16)) goto oom;
-    if (topk) return dl_topk_alloc(d, err, errlen);
+    if (topk) return dl_delta_topk_alloc(d, err, errlen);
     if (!block) return 0;
     d->delta_qoff = calloc((size_t)d->rc.nshards + 1, sizeof(size_t));
     if (!d->delta_qoff) goto oom;
@@ -108,7 +108,7 @@ static int shard_delta(diloco *d, int k, int from_device, XXH3_state_t *xs, size
             rc = outer_check_finite(d->delta_f32 + c, len, &b);
             hash_update(xs, d->delta_f32 + c, len * sizeof(float));
         } else {
-            const uint8_t *q = d->push_dtype == BLOB_TOPK ? dl_topk_encode(d, k, c, len, from_device, &b, &qlen)
+            const uint8_t *q = d->push_dtype == BLOB_TOPK ? dl_delta_topk_encode(d, k, c, len, from_device, &b, &qlen)
                                                           : encode_chunk(d, k, c, len, from_device, &b, &qlen);
             rc = q ? 0 : -1;
             if (q) hash_update(xs, q, qlen);

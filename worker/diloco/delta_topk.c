@@ -13,7 +13,7 @@
 #include "internal.h"
 #include "util.h"
 
-int dl_topk_alloc(diloco *d, char *err, size_t errlen)
+int dl_delta_topk_alloc(diloco *d, char *err, size_t errlen)
 {
     d->delta_qoff = calloc((size_t)d->rc.nshards + 1, sizeof(size_t));
     d->ef = calloc(d->numel ? d->numel : 1, sizeof(float));
@@ -29,7 +29,7 @@ oom:
     return -1;
 }
 
-const uint8_t *dl_topk_encode(diloco *d, int k, size_t c, size_t len, int from_device, size_t *bad, size_t *qlen)
+const uint8_t *dl_delta_topk_encode(diloco *d, int k, size_t c, size_t len, int from_device, size_t *bad, size_t *qlen)
 {
     size_t lo = (size_t)d->rc.shard_bounds[k];
     double density = d->rc.topk_density;

@@ -265,11 +265,11 @@ const void *dl_delta_shard(const diloco *d, int k, size_t *bytes);
 
 /* delta_topk.c (--compress topk): the accumulator and its top-k chunks; delta.c calls these */
 /* delta_q and its offsets for top-k payloads, and the accumulator (ef). */
-int dl_topk_alloc(diloco *d, char *err, size_t errlen);
+int dl_delta_topk_alloc(diloco *d, char *err, size_t errlen);
 /* Elements [c, c+len) of shard k (c - lo a multiple of TOPK_CHUNK): the accumulator e = beta*e + Δ (from
  * base - params, or the device's fp32 Δ), its top k per chunk encoded into delta_q; the encoded bytes
  * and *qlen, or NULL with *bad (relative to c) when Δ is not finite. */
-const uint8_t *dl_topk_encode(diloco *d, int k, size_t c, size_t len, int from_device, size_t *bad, size_t *qlen);
+const uint8_t *dl_delta_topk_encode(diloco *d, int k, size_t c, size_t len, int from_device, size_t *bad, size_t *qlen);
 
 /* update.c: --download update, the round's update applied with our copy of the momentum */
 int dl_update_alloc(diloco *d, char *err, size_t errlen);

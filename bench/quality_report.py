@@ -75,12 +75,17 @@ def mode_text(r):
     mode = r.get("mode", "sync")
     if r.get("dn"):
         mode += " + DN %d" % r["dn"]
+    if r.get("rule"):
+        mode += " + %s" % r["rule"] + (" x %g" % r["rebase_fraction"] if r.get("rebase_fraction") else "")
     if r.get("fragments", 1) > 1:
         mode += " Streaming F=%d" % r["fragments"]
     if r.get("group", 1) > 1:
         mode += ", %d groups of %d ranks (DP inside)" % (r["workers"], r["group"])
     if not r.get("nesterov", True):
         mode += ", plain momentum"
+    if r.get("slow"):
+        mode += ", worker 0 %gx slower" % r["slow"] + (", steps in proportion to speed" if r.get("balanced") else "") + \
+            (", fast workers S x the steps" if r.get("equal_time") else "")
     return mode
 
 

@@ -13,6 +13,7 @@
 
 #include "blob.h"
 #include "codec.h"
+#include "codec_topk.h"
 #include "checkpoint.h"
 #include "coordinator.h"
 #include "init.h"
@@ -201,8 +202,15 @@ int coord_load_library(rconn *rc, char *err, size_t errlen)
     return rconn_each_master(rc, load_on_node, NULL, err, errlen);
 }
 
-/* Delete every key of the run on one node (SCAN, so a large keyspace is not blocked; a cluster's
- * keys are on the node that SCAN found them on). */
+static int delete_key(redisContext *node, const char *key, void *arg)
+{
+    redisReply *d = redisCommand(node, "DEL %s", key);
+    if (d) freeReplyObject(d);
+    (*(long *)arg)++;
+    return 0;
+}
+
+/* Delete every key of the run on one node (a cluster's keys are on the node that SCAN found them on). */
 static int delete_on_node(redisContext *node, const char *addr, void *arg, char *err, size_t errlen)
 {
     const char *run = ((const char **)arg)[0];
@@ -210,24 +218,8 @@ static int delete_on_node(redisContext *node, const char *addr, void *arg, char 
     char patterns[2][160];
     snprintf(patterns[0], sizeof patterns[0], "dl:{%s}*", run);
     snprintf(patterns[1], sizeof patterns[1], "dl:{%s:*", run);
-    for (int p = 0; p < 2; p++) {
-        char cursor[32] = "0";
-        do {
-            redisReply *r = redisCommand(node, "SCAN %s MATCH %s COUNT 1000", cursor, patterns[p]);
-            if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
-                err_set(err, errlen, "%s: SCAN: %s", addr, r && r->type == REDIS_REPLY_ERROR ? r->str : node->errstr);
-                if (r) freeReplyObject(r);
-                return -1;
-            }
-            snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
-            for (size_t i = 0; i < r->element[1]->elements; i++) {
-                redisReply *d = redisCommand(node, "DEL %s", r->element[1]->element[i]->str);
-                if (d) freeReplyObject(d);
-                (*deleted)++;
-            }
-            freeReplyObject(r);
-        } while (strcmp(cursor, "0") != 0);
-    }
+    for (int p = 0; p < 2; p++)
+        if (rconn_scan_node(node, addr, patterns[p], delete_key, deleted, err, errlen) < 0) return -1;
     return 0;
 }
 
@@ -265,13 +257,23 @@ static void random_secret(char *out, size_t cap)
 }
 
 /* dl_init with the config and state fields and one digest per shard. */
+/* x in the fewest digits that read back as the same double ("0.02", not "0.020000000000000000416"):
+ * every process computes the run's top-k counts from the value read back. */
+static void format_exact(double x, char *buf, size_t cap)
+{
+    for (int digits = 6; digits <= 17; digits++) {
+        snprintf(buf, cap, "%.*g", digits, x);
+        if (strtod(buf, NULL) == x) return;
+    }
+}
+
 static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip, const uint64_t *sb, const uint64_t *fb,
                         char digests[][17], char *err, size_t errlen)
 {
     static char sbuf[RUNCONF_MAX_SHARDS * 12], fbuf[RUNCONF_MAX_FRAGMENTS * 8];
     char numel[32], shards[16], frags[16], seed[32], snap[16], secret[40] = "";
     char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32], dylu[4], dbase[24], dnb[24], stale[24], wref[24];
-    char dnt0[24], minrep[16], sref[24];
+    char dnt0[24], minrep[16], sref[24], window[24], frac[32];
     char *layout = layout_json(ip->tensors, ip->ntensors);
     if (!layout) {
         err_set(err, errlen, "out of memory for the layout");
@@ -299,13 +301,19 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     snprintf(wref, sizeof wref, "%lld", a->weight_ref > 0 ? a->weight_ref : 1);
     snprintf(minrep, sizeof minrep, "%lld", a->min_replicas);
     snprintf(sref, sizeof sref, "%lld", a->stale_ref);
+    char tkd[32], tkb[32];
+    format_exact(a->topk_density, tkd, sizeof tkd);
+    format_exact(a->topk_beta, tkb, sizeof tkb);
+    int rebase = a->async_rule != NULL && strcmp(a->async_rule, "rebase") == 0;
+    snprintf(window, sizeof window, "%lld", rebase ? a->max_staleness : 0);
+    snprintf(frac, sizeof frac, "%.9g", a->rebase_fraction);
     char key[KEY_MAX];
     key_run(key, sizeof key, a->c.run, "config");
     const char *fixed[] = {"FCALL",
                            "dl_init",
                            "1",
                            key,
-                           "22",
+                           "27",
                            "layout",
                            layout,
                            "numel",
@@ -344,12 +352,22 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
                            a->stale_weight ? a->stale_weight : "none",
                            "stale_ref",
                            sref,
+                           "async_rule",
+                           rebase ? "rebase" : "plain",
+                           "rebase_window",
+                           window,
+                           "rebase_fraction",
+                           frac,
                            "compress",
                            a->compress ? a->compress : "bf16",
                            "min_replicas",
                            minrep,
                            "download",
                            a->download ? a->download : "params",
+                           "topk_density",
+                           tkd,
+                           "topk_beta",
+                           tkb,
                            "10",
                            "target_workers",
                            target,
@@ -407,16 +425,26 @@ static int create_run(rconn *rc, const init_args *a, char *err, size_t errlen)
                                  ip.dnbuf ? ip.dnbuf + sb[k] : NULL, sb[k + 1] - sb[k], 0, digests[k], err, errlen) < 0)
             goto done_ip;
     if (call_dl_init(rc, a, &ip, sb, fb, digests, err, errlen) < 0) goto done_ip;
-    char asy[96] = "";
+    char asy[160] = "", rule[64] = "";
+    if (a->async_rule != NULL && strcmp(a->async_rule, "rebase") == 0)
+        snprintf(rule, sizeof rule, ", rebase x %.9g on the last %lld versions", a->rebase_fraction, a->max_staleness);
     if (a->async)
-        snprintf(asy, sizeof asy, "async (Delayed Nesterov %lld%s%s), ", a->dn_buffer,
+        snprintf(asy, sizeof asy, "async (Delayed Nesterov %lld%s%s%s), ", a->dn_buffer,
                  a->stale_weight && strcmp(a->stale_weight, "none") ? ", staleness weight " : "",
-                 a->stale_weight && strcmp(a->stale_weight, "none") ? a->stale_weight : "");
+                 a->stale_weight && strcmp(a->stale_weight, "none") ? a->stale_weight : "", rule);
     printf("run '%s' created: %s%s trainer (%s), %" PRIu64 " parameters in %lld shards, %lld fragment(s), "
            "waiting for %lld worker(s), outer lr %g momentum %g%s, pseudo-gradients %s, download %s\n",
            a->c.run, asy, a->trainer, ip.model, ip.numel, a->shards, a->fragments, a->workers, a->outer_lr,
            a->outer_momentum, a->nesterov ? " nesterov" : "", a->compress ? a->compress : "bf16",
            a->download ? a->download : "params");
+    if (a->compress && !strcmp(a->compress, "topk"))
+        printf("top-k (SparseLoCo): each worker sends %g of every %d entries of its accumulator e = %g*e + "
+               "pseudo-gradient at 2 bits and keeps the rest; outer momentum %g%s; outer lr %g%s\n",
+               a->topk_density, TOPK_CHUNK, a->topk_beta, a->outer_momentum,
+               a->outer_momentum == 0 ? " (the default for topk: the accumulator is the momentum)" : "", a->outer_lr,
+               a->outer_lr == 2.0 ? " (the default for topk: an entry one worker sent is divided by the workers in "
+                                    "the mean; docs/compression.md)"
+                                  : "");
     if (a->from_checkpoint)
         printf("version 0 = checkpoint %s (run '%s' at version %" PRId64 "), %s%s\n", a->from_checkpoint, ip.ck_run,
                ip.ck_version, ip.mom ? "with its outer momentum" : "outer momentum starts afresh",

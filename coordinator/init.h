@@ -11,8 +11,9 @@ typedef struct init_args {
     coord_common c;
     long long workers, min_workers, shards, fragments, numel, seed, snapshot_every, dylu_base, min_replicas;
     long long dn_buffer, max_staleness, weight_ref, stale_ref;
-    const char *dn_variant, *weight_by, *compress, *download, *stale_weight;
-    double outer_lr, outer_momentum, heartbeat_timeout;
+    const char *dn_variant, *weight_by, *compress, *download, *stale_weight, *async_rule;
+    double outer_lr, outer_momentum, heartbeat_timeout, rebase_fraction;
+    double topk_density, topk_beta; /* --compress topk (codec_sparse.h) */
     int nesterov, force, async, dylu;
     const char *trainer;
     gpt_config gpt;

@@ -13,8 +13,8 @@
  *      round, and installs them with one dl_repair call (it re-checks that nothing moved since step 1,
  *      revokes every lease, moves every fragment's open round to V with a fresh barrier, clears the
  *      marks, records a 'repair' event);
- *   4. deletes the blobs nothing names any more (everything of the old state), and waits for the
- *      shard-servers to take the shards again.
+ *   4. deletes the blobs nothing names any more (everything of the old state, and the blobs crashed
+ *      shard-servers left unnamed), and waits for the shard-servers to take the shards again.
  * Versions never go backwards: every worker and server holds an older version than V, so the checks
  * that already exist move them to it (a push or arrival for an old round is STALE and the worker
  * fetches the current version; a worker waiting on CORRUPT fetches again once the marks are gone; a
@@ -498,6 +498,47 @@ static void delete_old(rconn *c, repair *rp)
     }
 }
 
+/* Blobs no record ever named or names any more: a shard-server killed between writing a blob and
+ * recording it, or between recording a snapshot and deleting what it made obsolete, leaves one behind,
+ * and nobody else would delete it. Every shard's record starts at V now and every later commit writes
+ * a version above V, so a blob of the run below V, or of V but not repair's snapshot, is garbage. */
+typedef struct orphan_scan {
+    const repair *rp;
+    long deleted;
+} orphan_scan;
+
+static int delete_if_orphan(redisContext *node, const char *key, void *arg)
+{
+    orphan_scan *os = arg;
+    key_blob_name b;
+    if (key_parse_blob(key, &b) < 0 || strcmp(b.run, os->rp->run) != 0 || b.shard >= os->rp->rc.nshards) return 0;
+    int ours = b.version == os->rp->version && b.epoch == REPAIR_EPOCH && strcmp(b.kind, "snap") == 0;
+    if (b.version > os->rp->version || ours) return 0;
+    redisReply *r = redisCommand(node, "DEL %s", key);
+    if (r) {
+        os->deleted += r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+        freeReplyObject(r);
+    }
+    return 0;
+}
+
+static int orphans_on_node(redisContext *node, const char *addr, void *arg, char *err, size_t errlen)
+{
+    char pattern[160];
+    snprintf(pattern, sizeof pattern, "dl:{%s:*", ((orphan_scan *)arg)->rp->run);
+    return rconn_scan_node(node, addr, pattern, delete_if_orphan, arg, err, errlen);
+}
+
+static void delete_orphans(rconn *c, const repair *rp)
+{
+    orphan_scan os = {rp, 0};
+    char err[512];
+    if (rconn_each_master(c, orphans_on_node, &os, err, sizeof err) < 0)
+        printf("could not look for blobs left by crashed shard-servers (%s): they stay, harmless\n", err);
+    else if (os.deleted > 0)
+        printf("deleted %ld blob(s) left behind by crashed shard-servers (named by no record)\n", os.deleted);
+}
+
 /* Shards without an owner after waiting up to `seconds` for the servers to take them back. */
 static int wait_leased(rconn *c, repair *rp, int seconds)
 {
@@ -617,6 +658,7 @@ static int restore(rconn *c, repair *rp, const checkpoint *ck, const char *sourc
         return 1;
     }
     delete_old(c, rp);
+    delete_orphans(c, rp);
     printf("repaired run '%s': every shard now holds the parameters of %s as version %" PRId64 " (the open round of "
            "every fragment); leases revoked; 'repair' event in dl:{%s}:events\n",
            rp->run, source, rp->version, rp->run);

@@ -75,7 +75,9 @@ static void print_run(json_t *doc)
            str(st, "outer_momentum"), str(st, "nesterov"), num(st, "heartbeat_timeout_ms") / 1000.0);
     /* runs made before these settings have neither field: bf16 and params */
     const char *cz = str(cfg, "compress"), *dl = str(cfg, "download");
-    printf("pseudo-gradients %s  download %s\n", strcmp(cz, "-") ? cz : "bf16", strcmp(dl, "-") ? dl : "params");
+    printf("pseudo-gradients %s", strcmp(cz, "-") ? cz : "bf16");
+    if (!strcmp(cz, "topk")) printf(" (density %s, beta %s)", str(cfg, "topk_density"), str(cfg, "topk_beta"));
+    printf("  download %s\n", strcmp(dl, "-") ? dl : "params");
 }
 
 /* The evaluator's newest validation losses (worker --evaluate-every), or how to get them. */

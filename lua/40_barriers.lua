@@ -160,6 +160,9 @@ local function dl_submit(keys, args)
     end
     local shards = P .. ':shards'
     local limit = tonumber(tunable(P, 'max_staleness')) or 0
+    -- --async-rule rebase: the servers hold only the last rebase_window versions, so none may be staler
+    local window = tonumber(redis.call('HGET', keys[1], 'rebase_window')) or 0
+    if window > 0 and (limit == 0 or limit > window) then limit = window end
     local plan = {}
     for i = 5, #args, 2 do
         local k, base = to_int(args[i], 'shard'), to_int(args[i + 1], 'base_version')

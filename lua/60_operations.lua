@@ -48,6 +48,11 @@ local function dl_set(keys, args)
         if kind == 'bool' and v ~= 0 and v ~= 1 then error('BADARG ' .. args[i] .. ' must be 0 or 1') end
         if args[i] == 'outer_lr' and v <= 0 then error('BADARG outer_lr must be positive') end
         if args[i] == 'outer_momentum' and (v < 0 or v >= 1) then error('BADARG outer_momentum must be in [0, 1)') end
+        local window = tonumber(redis.call('HGET', keys[1], 'rebase_window')) or 0
+        if args[i] == 'max_staleness' and window > 0 and (v < 1 or v > window) then
+            error('BADARG max_staleness of this run (--async-rule rebase) must be in [1, ' .. window ..
+                  ']: its shard-servers hold only the last ' .. window .. ' versions')
+        end
     end
     local fields, tun = {}, {}
     for i = 1, #args, 2 do

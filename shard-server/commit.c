@@ -127,7 +127,10 @@ static void commit_on_commit(redisReply *r, void *priv)
         commit_fail(c, r->type == REDIS_REPLY_ERROR ? r->str : "unexpected dl_commit reply", 1);
         return;
     }
-    ss_buf_release(s->theta);
+    if (runconf_rebase(&ss->rc)) /* the replaced version: a later submission may be based on it */
+        past_keep(s, ss->rc.rebase_window, s->theta, s->version);
+    else
+        ss_buf_release(s->theta);
     free(s->mom);
     s->tent_theta = NULL;
     s->theta = c->theta;
@@ -156,7 +159,9 @@ static void commit_on_commit(redisReply *r, void *priv)
     if (secs > ss->m.commit_seconds_max) ss->m.commit_seconds_max = secs;
     log_info("shard %d: committed version %lld (%d participants, %.3f s, digest %s)", s->k, (long long)s->version,
              c->used, secs, s->digest);
-    if (ss->rc.snapshot_every > 0 && s->version % ss->rc.snapshot_every == 0)
+    if (ss->rc.snapshot_every > 0 && s->version % ss->rc.snapshot_every == 0 && runconf_rebase(&ss->rc))
+        snapshot_prepare_lagged(ss, s); /* written once it is rebase_window versions old */
+    else if (ss->rc.snapshot_every > 0 && s->version % ss->rc.snapshot_every == 0)
         s->snap_wanted = s->version; /* written once no commit is running: never ahead of a log entry */
     store_mark_replicated(ss, s->k, c->epoch, s->version);
     commit_finish(c, OUT_DONE);

@@ -25,6 +25,8 @@ typedef struct ss_commit {
     uint64_t gen;
     int64_t round; /* commits version round+1 */
     int64_t base;  /* async: the version the submission was computed from (its staleness: round - base) */
+    /* --async-rule rebase: θ of version base (the shard's, past.c; NULL otherwise) */
+    const float *base_theta;
     int64_t epoch;
     uint64_t t0;
     int np; /* participants not dropped at barrier time */
@@ -101,6 +103,14 @@ void cq_on_turn(evutil_socket_t fd, short what, void *arg);
 /* The log entry's g of a fast commit, computed once the parameters are out. 0, or -1 if a Δ went
  * missing meanwhile. */
 int commit_fill_g(ss_commit *c, ss_shard *s);
+
+/* commit_topk.c (--compress topk) */
+/* Bytes of the round's update (--download update): every participant not dropped. */
+size_t commit_topk_update_bytes(const ss_commit *c, const ss_shard *s);
+/* Elements [lo, lo+len) (whole top-k chunks, or to the shard's end) of a topk commit: g (len floats:
+ * c->g + lo, or a scratch) = the weighted mean of the sparse Δ ds[0..used), then the outer step into
+ * c->theta and c->mom; with c->gq, the update written with the first block. c->g_bad on failure. */
+void commit_topk_block(ss_commit *c, ss_shard *s, ss_delta **ds, int used, float *g, size_t lo, size_t len);
 
 /* commit_log.c */
 /* Version round+1 is computed: serve it tentatively, then write its log entry (now, or deferred). */

@@ -6,7 +6,8 @@
  * meanwhile); the digest of θ' is streamed along. The usual sync commit (unweighted bf16 Δ, no Delayed
  * Nesterov) fuses the mean and the step; a block codec's (int8 ... int2) computes the mean, and its
  * round trip with --download update, in one pass per codec block before the step; any other computes
- * g first. The mean is in fp32, in
+ * g first (and an async --async-rule rebase adds θ_now - θ_base to it); a topk run's (commit_topk.c) the
+ * weighted mean of sparse Δ. The mean is in fp32, in
  * participant order, without FMA: the same bits on every server and in replay.
  */
 #include "commit.h"
@@ -16,6 +17,7 @@
 #include <string.h>
 
 #include "codec.h"
+#include "codec_topk.h"
 #include "hash.h"
 #include "log.h"
 #include "outer.h"
@@ -78,7 +80,8 @@ static int commit_gather_deltas(ss_commit *c, ss_shard *s, ss_delta **out, int *
  * (commit_fill_g), with the same formula, so the bits agree. */
 static int commit_fast(const ss_commit *c, int used, int all_bf16)
 {
-    return used > 0 && all_bf16 && c->dnbuf == NULL && !runconf_weighted(&c->ss->rc) && c->gq == NULL;
+    return used > 0 && all_bf16 && c->dnbuf == NULL && !runconf_weighted(&c->ss->rc) && c->gq == NULL &&
+           c->base_theta == NULL;
 }
 
 static void commit_block_fast(ss_commit *c, ss_shard *s, ss_delta **ds, int used, size_t lo, size_t len)
@@ -92,6 +95,7 @@ static void commit_block_fast(ss_commit *c, ss_shard *s, ss_delta **ds, int used
 /* One block of a block codec's Δ, decoded for a weighted sum (the server is single-threaded). */
 static float decoded[COMMIT_BLOCK];
 _Static_assert(COMMIT_BLOCK % CODEC_BLOCK == 0, "a compute block holds whole codec blocks");
+_Static_assert(COMMIT_BLOCK % TOPK_CHUNK == 0 && COMMIT_SLICE % TOPK_CHUNK == 0, "blocks hold whole top-k chunks");
 /* g of one block when the log entry keeps its encoding only (--download update): a scratch that stays in
  * the cache, where a per-commit array of n floats would pull every block of g in from memory. */
 static float g_block[COMMIT_BLOCK];
@@ -105,7 +109,9 @@ _Static_assert(COMMIT_BLOCK % CODEC_COMMIT_BLOCK == 0 && CODEC_COMMIT_BLOCK % CO
 
 static int commit_codec(const ss_commit *c, ss_delta **ds, int used)
 {
-    if (used <= 0 || c->dnbuf != NULL || runconf_weighted(&c->ss->rc) || !codec_is_block(c->ss->rc.compress)) return 0;
+    if (used <= 0 || c->dnbuf != NULL || c->base_theta != NULL || runconf_weighted(&c->ss->rc) ||
+        !codec_is_block(c->ss->rc.compress))
+        return 0;
     for (int i = 0; i < used; i++)
         if (ds[i]->dtype != c->ss->rc.compress) return 0;
     return 1;
@@ -128,6 +134,10 @@ static void commit_block_codec(ss_commit *c, ss_shard *s, ss_delta **ds, int use
 static void commit_block_general(ss_commit *c, ss_shard *s, ss_delta **ds, int used, size_t lo, size_t len)
 {
     float *g = c->gq != NULL ? g_block : c->g + lo;
+    if (c->ss->rc.compress == BLOB_TOPK) { /* sync only (coordinator init refuses async topk) */
+        commit_topk_block(c, s, ds, used, g, lo, len);
+        return;
+    }
     outer_sum_zero(g, len);
     int weighted = runconf_weighted(&c->ss->rc);
     for (int i = 0, p = 0; i < c->np; i++) {
@@ -148,6 +158,8 @@ static void commit_block_general(ss_commit *c, ss_shard *s, ss_delta **ds, int u
             outer_sum_add_f32(g, (const float *)d->payload + lo, len);
     }
     if (!weighted) outer_mean_finish(g, len, (uint32_t)used);
+    if (used > 0 && c->base_theta != NULL) /* --async-rule rebase: measured from the version it moves */
+        outer_rebase(g, s->theta + lo, c->base_theta + lo, c->ss->rc.rebase_fraction, len);
     size_t bad;
     int dt = c->ss->rc.compress;
     if (c->gq != NULL && codec_round_trip(dt, g, len, c->gq + codec_offset(dt, lo), &bad) != 0)
@@ -265,6 +277,20 @@ static void commit_weights(ss_commit *c, ss_shard *s)
     }
 }
 
+/* --async-rule rebase: θ of the version the submission was computed from (c->base), which the shard
+ * holds back to rebase_window versions (past.c; dl_submit refuses staler ones). -1 (the commit failed)
+ * if it does not: the shard reloads, which rebuilds them from the snapshot and the log. */
+static int commit_find_base(ss_commit *c, ss_shard *s)
+{
+    c->base_theta = past_theta(s, c->base);
+    if (c->base_theta != NULL) return 0;
+    char why[160];
+    snprintf(why, sizeof why, "the rebase needs version %lld, which this server does not hold (it holds %lld back)",
+             (long long)c->base, (long long)s->past_cap);
+    commit_fail(c, why, 1);
+    return -1;
+}
+
 /* Every Δ is here: queue the compute of version round+1, unless a compute ahead of the barrier made it
  * (or is making it) with the same Δ. */
 void commit_compute(ss_commit *c, ss_shard *s)
@@ -277,13 +303,14 @@ void commit_compute(ss_commit *c, ss_shard *s)
     }
     ss_ctx *ss = c->ss;
     size_t n = s->n;
+    if (runconf_rebase(&ss->rc) && commit_find_base(c, s) != 0) return;
     if (!ss->rc.download_update) c->g = malloc(n * sizeof(float)); /* else the log entry is c->gq */
     c->theta = malloc(n * sizeof(float));
     c->mom = malloc(n * sizeof(float));
     c->xs = XXH3_createState();
     if (s->dnbuf != NULL) c->dnbuf = malloc(n * sizeof(float));
     if (ss->rc.download_update) {
-        c->gq_len = codec_bytes(ss->rc.compress, n);
+        c->gq_len = ss->rc.compress == BLOB_TOPK ? commit_topk_update_bytes(c, s) : codec_bytes(ss->rc.compress, n);
         c->gq = malloc(c->gq_len + 1);
     }
     int g_missing = ss->rc.download_update ? c->gq == NULL : c->g == NULL;

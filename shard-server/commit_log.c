@@ -79,7 +79,7 @@ static void commit_start_log(ss_commit *c, ss_shard *s)
     h.epoch = c->epoch;
     h.frag = s->frag;
     h.dtype = c->gq != NULL ? ss->rc.compress : BLOB_F32; /* --download update: the update as sent */
-    h.count = n;
+    h.count = c->gq != NULL && ss->rc.compress == BLOB_TOPK ? c->gq_len : n; /* (topk: counted in bytes) */
     h.lr = (double)c->t.lr;
     h.mu = (double)c->t.mu;
     h.flags = (c->t.nesterov ? 1 : 0) | (c->first ? 2 : 0) | (c->dnbuf != NULL ? 4 : 0);

@@ -7,6 +7,8 @@
  * them with common/math/replay.c exactly as recorded, and checks the XXH3 digest of the result against
  * k:digest before the shard serves anything. A failure of the durable state itself makes the shard
  * CORRUPT (shard_set_corrupt, shard.c) with the first bad key named; a failure to reach it is retried.
+ * A run with --async-rule rebase keeps a copy of each of the last rebase_window versions the replay
+ * passes through: the shard's past (past.c).
  */
 #include "ss.h"
 
@@ -49,14 +51,24 @@ typedef struct ss_load {
     float *mom;
     int has_mom;
     float *dnbuf;  /* Delayed Nesterov buffer (async runs with --dn-buffer-size) */
+    float **past;  /* --async-rule rebase: copies of θ at versions version-K .. version-1 (slot i: version-K+i) */
     char *digests; /* k:digests: each version's digest as its commit recorded it (NULL: none kept) */
 } ss_load;
 
 /* ---------------------------------------------------------------------------------------------- */
 /* loading */
 
+static void load_free_past(ss_load *ld)
+{
+    int64_t K = ld->ss->rc.rebase_window;
+    for (int64_t i = 0; ld->past != NULL && i < K; i++) free(ld->past[i]);
+    free(ld->past);
+    ld->past = NULL;
+}
+
 static void load_free(ss_load *ld)
 {
+    load_free_past(ld);
     free(ld->keys);
     free(ld->gets);
     free(ld->digests);
@@ -109,6 +121,28 @@ static const char *shards_field(const ss_ctx *ss, int k, const char *field, char
     return buf;
 }
 
+/* --async-rule rebase: the versions before the loaded one that the replay passed through become the
+ * shard's past (past.c). */
+static void load_hand_past(ss_load *ld, ss_shard *s)
+{
+    past_clear(s);
+    int64_t K = ld->ss->rc.rebase_window;
+    for (int64_t i = 0; ld->past != NULL && i < K; i++) {
+        if (ld->past[i] != NULL) past_keep(s, K, ld->past[i], ld->version - K + i);
+        ld->past[i] = NULL;
+    }
+}
+
+/* --async-rule rebase: a copy of θ at `version` if it is one of the K before the version loaded. */
+static void load_keep_past(ss_load *ld, int64_t version, size_t n)
+{
+    int64_t K = ld->ss->rc.rebase_window, i = version - (ld->version - K);
+    if (ld->past == NULL || i < 0 || i >= K) return;
+    free(ld->past[i]);
+    ld->past[i] = malloc(n * sizeof(float));
+    if (ld->past[i] != NULL) memcpy(ld->past[i], ld->theta, n * sizeof(float));
+}
+
 /* Everything has arrived: check the digest and make the shard READY. */
 static void load_finish(ss_load *ld)
 {
@@ -140,6 +174,7 @@ static void load_finish(ss_load *ld)
     s->dnbuf = ld->dnbuf;
     ld->dnbuf = NULL;
     s->version = ld->version;
+    load_hand_past(ld, s);
     snprintf(s->digest, sizeof s->digest, "%s", digest);
     s->theta_xxh = theta_xxh;
     s->state = SH_READY;
@@ -231,6 +266,7 @@ static void load_on_blob(redisReply *r, void *priv)
         goto done;
     }
     ld->has_mom = st.has_mom;
+    load_keep_past(ld, st.version, n);
 done:
     if (ld->outstanding == 0) load_finish(ld);
 }
@@ -339,8 +375,10 @@ void load_start(ss_ctx *ss, ss_shard *s)
         ld->theta = malloc(s->n * sizeof(float));
         ld->mom = calloc(s->n, sizeof(float));
         if (ss->rc.dn_buffer > 0) ld->dnbuf = calloc(s->n, sizeof(float));
+        if (runconf_rebase(&ss->rc)) ld->past = calloc((size_t)ss->rc.rebase_window, sizeof *ld->past);
     }
-    if (ld == NULL || ld->theta == NULL || ld->mom == NULL || (ss->rc.dn_buffer > 0 && ld->dnbuf == NULL)) {
+    if (ld == NULL || ld->theta == NULL || ld->mom == NULL || (ss->rc.dn_buffer > 0 && ld->dnbuf == NULL) ||
+        (runconf_rebase(&ss->rc) && ld->past == NULL)) {
         log_error("shard %d: out of memory loading %zu parameters", s->k, s->n);
         if (ld != NULL) load_free(ld);
         return;

@@ -21,6 +21,7 @@
 #include <xxhash.h>
 
 #include "codec.h"
+#include "codec_sparse.h"
 #include "log.h"
 #include "outer.h"
 
@@ -149,6 +150,34 @@ static int push_check_payload(ss_ctx *ss, ss_req *req)
     return 0;
 }
 
+/* A topk push (codec_sparse.h): its size follows the run's density (BADSIZE); after its checksum, its
+ * chunks (counts, indices in order and in range, scales) must be the codec's (BADCODEC). */
+static int push_check_sparse_size(ss_ctx *ss, ss_shard *s, ss_req *req)
+{
+    size_t want = sparse_shard_bytes(ss->rc.topk_density, s->n);
+    if (req->h.count != req->payload_len || req->payload_len != want) {
+        ops_reject(ss, req, DP_BADSIZE,
+                   "shard %d has %zu elements: a top-k payload at density %g is %zu bytes; got count %llu with %zu "
+                   "payload bytes",
+                   s->k, s->n, ss->rc.topk_density, want, (unsigned long long)req->h.count, req->payload_len);
+        return -1;
+    }
+    return 0;
+}
+
+static int push_check_sparse_chunks(ss_ctx *ss, ss_shard *s, ss_req *req)
+{
+    size_t bad = 0;
+    if (sparse_check(req->payload, req->payload_len, s->n, ss->rc.topk_density, &bad) != 0) {
+        ops_reject(ss, req, DP_BADCODEC,
+                   "the top-k chunk at element %zu of shard %d is malformed (count, indices or scale): not what "
+                   "--compress topk at density %g sends",
+                   bad, s->k, ss->rc.topk_density);
+        return -1;
+    }
+    return 0;
+}
+
 /* Static checks of a push against the loaded shard; 0 if acceptable, else replied. */
 static int push_validate(ss_ctx *ss, ss_shard *s, ss_req *req)
 {
@@ -162,9 +191,9 @@ static int push_validate(ss_ctx *ss, ss_shard *s, ss_req *req)
                    (long long)h->round, s->k, (long long)s->version);
         return -1;
     }
-    if (h->dtype != BLOB_F32 && h->dtype != BLOB_BF16 && !codec_is_block(h->dtype)) {
-        ops_reject(ss, req, DP_BADDTYPE, "pseudo-gradients must be fp32, bf16, int8, int4, int3 or int2 (dtype %d)",
-                   h->dtype);
+    if (h->dtype != BLOB_F32 && h->dtype != BLOB_BF16 && !codec_is_block(h->dtype) && h->dtype != BLOB_TOPK) {
+        ops_reject(ss, req, DP_BADDTYPE,
+                   "pseudo-gradients must be fp32, bf16, int8, int4, int3, int2 or topk (dtype %d)", h->dtype);
         return -1;
     }
     if (!runconf_accepts_dtype(&ss->rc, h->dtype)) {
@@ -174,12 +203,15 @@ static int push_validate(ss_ctx *ss, ss_shard *s, ss_req *req)
                    codec_name(ss->rc.compress), codec_name(h->dtype));
         return -1;
     }
-    if (h->count != s->n || req->payload_len != blob_payload_bytes(h->dtype, s->n)) {
+    if (h->dtype == BLOB_TOPK) {
+        if (push_check_sparse_size(ss, s, req) != 0) return -1;
+    } else if (h->count != s->n || req->payload_len != blob_payload_bytes(h->dtype, s->n)) {
         ops_reject(ss, req, DP_BADSIZE, "shard %d has %zu elements; got count %llu with %zu payload bytes", s->k, s->n,
                    (unsigned long long)h->count, req->payload_len);
         return -1;
     }
     if (push_check_payload(ss, req) != 0) return -1;
+    if (h->dtype == BLOB_TOPK && push_check_sparse_chunks(ss, s, req) != 0) return -1;
     if (ss->rc.weight_tokens && h->aux < 1) {
         ops_reject(ss, req, DP_BADARG,
                    "this run weights pseudo-gradients by tokens: a push must say how many "

@@ -221,6 +221,8 @@ void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const char *key
     free(s->mom);
     free(s->dnbuf);
     s->theta = s->mom = s->dnbuf = NULL;
+    past_clear(s);
+    snapshot_drop_pending(s);
     update_clear(&s->upd);
     s->has_mom = 0;
     s->version = version;
@@ -286,6 +288,8 @@ static void shard_forget(ss_shard *s)
     free(s->dnbuf);
     s->dnbuf = NULL;
     s->theta = s->mom = NULL;
+    past_clear(s);
+    snapshot_drop_pending(s);
     update_clear(&s->upd);
     s->has_mom = 0;
     s->version = -1;
@@ -335,7 +339,8 @@ void shard_reload(ss_ctx *ss, ss_shard *s, const char *why)
     s->gen++;
     s->state = SH_LOADING;
     s->committing = 0;
-    s->tent_theta = NULL; /* the commit's buffer is its own; it frees it when its callback comes */
+    s->tent_theta = NULL;     /* the commit's buffer is its own; it frees it when its callback comes */
+    snapshot_drop_pending(s); /* the load rebuilds the past versions too */
     load_abandon(s);
     load_start(ss, s);
 }

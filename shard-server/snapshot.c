@@ -7,6 +7,9 @@
  * when a dl_snapshot ran but its reply was lost). A snapshot written whose dl_snapshot got no answer at
  * all (the connection broke before or after it ran, or it was refused) is remembered and deleted once a
  * later snapshot of the shard is recorded: whether it was recorded or not, it is obsolete then.
+ * A run with --async-rule rebase prepares the snapshot when its version is committed and writes it once
+ * the shard is rebase_window versions past it, so the durable state can rebuild every version a pending
+ * submission may be based on (past.c).
  */
 #include "ss.h"
 
@@ -25,6 +28,7 @@ typedef struct ss_snap {
     char ref[48]; /* "version.epoch": the blob's reference in dl_snapshot and in snap_unsure */
     float *both;  /* θ, momentum, then the DN buffer when there is one: the payload, sent from here */
     uint8_t head[BLOB_HEADER_MAX];
+    size_t hlen, plen;
 } ss_snap;
 
 /* DEL the blobs of refs {snapshot ref, log refs...} (dl_snapshot's reply). */
@@ -106,10 +110,10 @@ static void snap_on_written(redisReply *r, void *priv)
     }
 }
 
-/* Write a snapshot of the shard's current version from a copy (the blob buffer). */
-static void snapshot_start(ss_ctx *ss, ss_shard *s)
+/* The snapshot of the shard's current version, from a copy (the blob buffer, header encoded); NULL when
+ * out of memory. */
+static ss_snap *snapshot_prepare(ss_ctx *ss, ss_shard *s)
 {
-    if (s->snapshotting) return;
     size_t n = s->n;
     int with_buf = s->dnbuf != NULL, with_mom = s->has_mom || with_buf;
     float *both = malloc((size_t)(1 + with_mom + with_buf) * n * sizeof(float));
@@ -117,7 +121,7 @@ static void snapshot_start(ss_ctx *ss, ss_shard *s)
     if (both == NULL || sn == NULL) {
         free(both);
         free(sn);
-        return;
+        return NULL;
     }
     memcpy(both, s->theta, n * sizeof(float));
     if (with_mom) memcpy(both + n, s->mom, n * sizeof(float));
@@ -133,21 +137,65 @@ static void snapshot_start(ss_ctx *ss, ss_shard *s)
         log_error("shard %d: cannot encode a snapshot: %s", s->k, err);
         free(both);
         free(sn);
-        return;
+        return NULL;
     }
     sn->ss = ss;
     sn->k = s->k;
     sn->version = s->version;
     sn->epoch = s->epoch;
+    sn->hlen = (size_t)hl;
+    sn->plen = h.count * sizeof(float);
     snprintf(sn->ref, sizeof sn->ref, "%lld.%lld", (long long)s->version, (long long)s->epoch);
+    return sn;
+}
+
+/* Write a prepared snapshot (the callbacks own sn then). */
+static void snapshot_write(ss_ctx *ss, ss_shard *s, ss_snap *sn)
+{
     char key[KEY_MAX];
-    store_blob_key(ss, key, sizeof key, s->k, "snap", s->version, s->epoch);
-    if (store_set(ss, key, sn->head, (size_t)hl, both, h.count * sizeof(float), snap_on_written, sn) != 0) {
-        free(both);
+    store_blob_key(ss, key, sizeof key, s->k, "snap", sn->version, sn->epoch);
+    if (store_set(ss, key, sn->head, sn->hlen, sn->both, sn->plen, snap_on_written, sn) != 0) {
+        free(sn->both);
         free(sn);
     } else {
         s->snapshotting = 1;
     }
+}
+
+/* Write a snapshot of the shard's current version from a copy (the blob buffer). */
+static void snapshot_start(ss_ctx *ss, ss_shard *s)
+{
+    if (s->snapshotting) return;
+    ss_snap *sn = snapshot_prepare(ss, s);
+    if (sn != NULL) snapshot_write(ss, s, sn);
+}
+
+void snapshot_prepare_lagged(ss_ctx *ss, ss_shard *s)
+{
+    if (s->snap_pend == NULL) s->snap_pend = snapshot_prepare(ss, s); /* one at a time: a later one waits */
+}
+
+void snapshot_drop_pending(ss_shard *s)
+{
+    if (s->snap_pend == NULL) return;
+    free(s->snap_pend->both);
+    free(s->snap_pend);
+    s->snap_pend = NULL;
+}
+
+/* A rebase run's prepared snapshot, once the shard is rebase_window versions past it: every version a
+ * submission may still be based on is then after it, so a load from it rebuilds them all (past.c). */
+static void snapshot_lagged_due(ss_ctx *ss, ss_shard *s)
+{
+    ss_snap *sn = s->snap_pend;
+    if (sn == NULL || s->snapshotting || s->state != SH_READY) return;
+    if (sn->epoch != s->epoch) {
+        snapshot_drop_pending(s);
+        return;
+    }
+    if (s->version - sn->version < ss->rc.rebase_window) return;
+    s->snap_pend = NULL;
+    snapshot_write(ss, s, sn);
 }
 
 /* Start the snapshots commits asked for, once this server has no commit running (a snapshot is 8 bytes
@@ -159,6 +207,7 @@ void commit_idle_work(ss_ctx *ss)
         if (ss->shards[k].committing) return;
     for (int k = 0; k < ss->nshards; k++) {
         ss_shard *s = &ss->shards[k];
+        snapshot_lagged_due(ss, s);
         if (s->snap_wanted == 0) continue;
         if (s->state == SH_READY && s->version == s->snap_wanted) snapshot_start(ss, s);
         s->snap_wanted = 0;

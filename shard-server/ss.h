@@ -24,7 +24,8 @@
  *   commit_ahead.c    a sync commit's compute started before its barrier closes (taken over if the round
  *                     has the participants guessed)
  *   commit_log.c      tentative serving and the log entry, deferred while parameters stream out
- *   snapshot.c the snapshots (deferred until no commit runs)
+ *   snapshot.c the snapshots (deferred until no commit runs; a rebase run's, until K versions old)
+ *   past.c     --async-rule rebase: θ of the last K versions, which a commit rebases submissions with
  *   ops.c      the data-plane operations push and get (validation, rejections)
  *   update.c   --download update: the round's update (or parameters with momentum) as a get's reply
  *   server.c   listener, connections, framing (big frames read straight into their buffer), replies
@@ -162,6 +163,13 @@ typedef struct ss_shard {
     float *mom;
     int has_mom;
     float *dnbuf; /* async Delayed Nesterov: the buffer of submissions (NULL when DN is off) */
+    /* --async-rule rebase (past.c): θ of the last past_cap versions before `version`, slot version mod
+     * past_cap (past_v: the version a slot holds, -1 none), and the snapshot prepared at a multiple of
+     * snapshot_every, written once it is rebase_window versions old (snapshot.c) */
+    float **past;
+    int64_t *past_v;
+    int past_cap;
+    struct ss_snap *snap_pend;
     char digest[17];
     uint64_t theta_xxh; /* XXH3_64bits of theta: the digest as a number, the checksum of `params` */
     /* Version tent_version, computed by the running commit but not durable yet: served to the gets that
@@ -321,6 +329,14 @@ void shard_store_delta(ss_shard *s, ss_req *req);
  * `err CORRUPT` until a repair, and (record) mark it in Redis with dl_mark_corrupt. */
 void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const char *key, const char *reason, int record);
 
+/* past.c: the versions an async rebase needs (θ of the last rebase_window versions). */
+/* Keep theta (a buffer released with ss_buf_release, now the ring's) as version `version`, in a ring of
+ * `window` versions: the one it replaces is released. -1 (theta released) out of memory. */
+int past_keep(ss_shard *s, int64_t window, float *theta, int64_t version);
+/* θ of the shard's version `version`: its current one or one the ring holds; NULL if not held. */
+const float *past_theta(const ss_shard *s, int64_t version);
+void past_clear(ss_shard *s);
+
 /* load.c: (re)building the cache of a shard we hold from Redis; the load frees itself when abandoned. */
 void load_start(ss_ctx *ss, ss_shard *s);
 void load_abandon(ss_shard *s);
@@ -334,6 +350,10 @@ void commit_start(ss_ctx *ss, ss_shard *s);
  * version it wants; 1 when answered. */
 int commit_reply_tentative(ss_ctx *ss, ss_shard *s, ss_req *req);
 void commit_idle_work(ss_ctx *ss); /* deferred snapshots; called when commits finish and periodically */
+/* snapshot.c: a rebase run's snapshot of the version just committed, prepared now (a copy) and written
+ * once it is rebase_window versions old; and dropping one prepared (with the cache). */
+void snapshot_prepare_lagged(ss_ctx *ss, ss_shard *s);
+void snapshot_drop_pending(ss_shard *s);
 /* commit_ahead.c: a sync round's compute started before its barrier closes, when every pseudo-gradient
  * of the last round's participants is here (called when one is stored and when a commit ends). */
 void ahead_consider(ss_ctx *ss, ss_shard *s);

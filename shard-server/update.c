@@ -31,7 +31,7 @@ int ops_wants_update(const ss_ctx *ss, const ss_req *req, const ss_update *u)
 void ops_reply_update(ss_ctx *ss, ss_shard *s, ss_req *req, const ss_update *u, int tentative)
 {
     blob_header h;
-    shard_blob_header(s, "update", u->version, ss->rc.compress, s->n, &h);
+    shard_blob_header(s, "update", u->version, ss->rc.compress, ss->rc.compress == BLOB_TOPK ? u->len : s->n, &h);
     h.lr = (double)u->lr;
     h.mu = (double)u->mu;
     h.flags = u->flags | (tentative ? BLOB_UPDATE_TENTATIVE : 0);

@@ -155,8 +155,13 @@ wait_until 20 "[ \"\$($RCLI HGET $SH 2:corrupt)\" = '$BAD' ]" "shard 2 marked co
 repair > "$TMP/repair3.txt" 2>&1 && fail "repair without a checkpoint succeeded: $(cat "$TMP/repair3.txt")"
 grep -q "shard 2 has no version that verifies.*--from-checkpoint FILE" "$TMP/repair3.txt" ||
   fail "repair does not say what to do: $(cat "$TMP/repair3.txt")"
+# a blob no record names, as a shard-server killed between recording a snapshot and deleting the log
+# entries it made obsolete leaves behind (that race made this step fail now and then): repair deletes it
+$RCLI SET "dl:{$RUN:1}:log:1:77" "left by a crashed server" > /dev/null
 OLD=$($RCLI --scan --pattern "dl:{$RUN:*" | sort)
 repair --from-checkpoint "$CK" > "$TMP/repair4.txt" 2>&1 || fail "repair --from-checkpoint: $(cat "$TMP/repair4.txt")"
+grep -q "deleted [1-9][0-9]* blob(s) left behind by crashed shard-servers" "$TMP/repair4.txt" ||
+  fail "repair did not delete the blob no record names: $(cat "$TMP/repair4.txt")"
 bin/coordinator checkpoint show "$CK" | grep '^shard [0-9]' > "$TMP/ck-digests.txt"
 shard_digests $RUN | diff "$TMP/ck-digests.txt" - > "$TMP/diff.txt" || fail "not the checkpoint: $(cat "$TMP/diff.txt")"
 for k in $OLD; do [ "$($RCLI EXISTS "$k")" = 0 ] || fail "old blob $k was not deleted"; done

@@ -1,5 +1,5 @@
 #!/bin/sh
-# it_deploy_stunnel.sh: remote workers through TLS with stunnel (docs/deploy.md, "TLS with stunnel").
+# it_deploy_stunnel.sh: remote workers through TLS with stunnel (docs/deploy.md, "Across machines", item 3).
 # Debian's hiredis has no TLS, so TLS is a hop: on the Redis / shard-server machine, stunnel in server
 # mode terminates TLS in front of Redis and in front of the shard-server's data port; on the worker
 # machine, stunnel in client mode offers plain loopback ports and speaks TLS to them. Here both

@@ -263,8 +263,8 @@ static void rejects_wrong_types_dtype_and_overflow(void **state)
 {
     (void)state;
     const struct kv bad_dtype[] = {
-        {"m", 's', "DLB", 0, 0}, {"f", 'i', NULL, 1, 0}, {"op", 's', "push", 0, 0}, {"dt", 'i', NULL, 7, 0}};
-    expect_map_error(bad_dtype, 4, "unknown blob dtype 7");
+        {"m", 's', "DLB", 0, 0}, {"f", 'i', NULL, 1, 0}, {"op", 's', "push", 0, 0}, {"dt", 'i', NULL, 8, 0}};
+    expect_map_error(bad_dtype, 4, "unknown blob dtype 8");
     const struct kv op_int[] = {{"m", 's', "DLB", 0, 0}, {"f", 'i', NULL, 1, 0}, {"op", 'i', NULL, 3, 0}};
     expect_map_error(op_int, 3, "'op' must be a string");
     const struct kv shard_str[] = {

@@ -58,7 +58,10 @@ static void names_and_sizes(void **state)
     assert_int_equal(codec_bytes(BLOB_I4, 300), 130 + 2 + 22);
     assert_int_equal(codec_bytes(BLOB_I4, 257), 130 + 2 + 1);
     assert_int_equal(codec_bytes(BLOB_BF16, 10), 20);
-    assert_int_equal(codec_bytes(7, 10), 0);
+    assert_int_equal(codec_bytes(BLOB_TOPK, 10), 10); /* a sparse payload is counted in bytes */
+    assert_int_equal(codec_parse("topk"), BLOB_TOPK);
+    assert_int_equal(codec_is_block(BLOB_TOPK), 0);
+    assert_int_equal(codec_bytes(8, 10), 0);
     assert_int_equal(codec_offset(BLOB_I4, 512), 260);
 }
 

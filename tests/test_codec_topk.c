@@ -2,7 +2,9 @@
  * test_codec_topk.c: the sparse chunk codec (common/math/codec_topk.c): sizes, a known vector (the
  * selection, ties broken by the lower index, the scale, the codes and what stays in the accumulator),
  * an all-zero chunk, the accumulator keeping exactly what the chunk did not carry, NaN refused with its
- * index and nothing changed, and the check refusing forged chunks (length, count, indices, scale).
+ * index and nothing changed, and the check refusing forged chunks (length, count, indices, scale);
+ * codec_sparse.c: a shard's payload (sizes, density check), the update of two participants and its
+ * mean (whole and by chunks), and forged updates refused.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -14,6 +16,7 @@
 #include <cmocka.h>
 
 #include "bf16.h"
+#include "codec_sparse.h"
 #include "codec_topk.h"
 
 static void sizes(void **state)
@@ -22,8 +25,11 @@ static void sizes(void **state)
     assert_int_equal(topk_count(0.02, 4096), 82);
     assert_int_equal(topk_count(0.0001, 100), 1);
     assert_int_equal(topk_count(2.0, 100), 100);
-    assert_int_equal(topk_chunk_bytes(82), 4 + 123 + 21);
-    assert_int_equal(topk_chunk_bytes(3), 4 + 5 + 1);
+    /* 82 of 4096: low parts of 5 bits (52 bytes), an upper bitmap of 82 + 128 bits (27), codes (21) */
+    assert_int_equal(topk_chunk_bytes(82, 4096), 4 + 52 + 27 + 21);
+    assert_int_equal(topk_chunk_bytes(3, 6), 4 + 1 + 1 + 1);
+    assert_int_equal(topk_chunk_bytes(1, 4096), 4 + 2 + 1 + 1); /* l = 12: the bitmap is 2 bits */
+    assert_int_equal(topk_chunk_bytes(4096, 4096), 4 + 0 + 1024 + 1024); /* l = 0: a bitmap of 2n bits */
 }
 
 static void known_vector(void **state)
@@ -33,16 +39,17 @@ static void known_vector(void **state)
     uint8_t out[16];
     size_t bad = 99;
     assert_int_equal(topk_encode_chunk(e, 6, 3, out, &bad), 0);
-    /* count 3, scale 3/2 = 1.5 (bf16 0x3FC0), indices 1, 2, 4; codes: -2 (3), +1 (0), -2 (3) */
-    const uint8_t want[10] = {3, 0, 0xC0, 0x3F, 0x01, 0x20, 0x00, 0x04, 0x00, 0x33};
+    /* count 3, scale 3/2 = 1.5 (bf16 0x3FC0), indices 1, 2, 4 (l = 1: low bits 1, 0, 0; upper bits
+     * 0 + 0, 1 + 1, 2 + 2); codes: -2 (3), +1 (0), -2 (3) */
+    const uint8_t want[7] = {3, 0, 0xC0, 0x3F, 0x01, 0x15, 0x33};
     assert_memory_equal(out, want, sizeof want);
     const float left[6] = {0.1f, 0.0f, 0.5f, 0.5f, 0.0f, 0.0f};
     assert_memory_equal(e, left, sizeof left);
     uint32_t k = 0;
-    assert_int_equal(topk_check_chunk(out, topk_chunk_bytes(3), 6, &k), 0);
+    assert_int_equal(topk_check_chunk(out, topk_chunk_bytes(3, 6), 6, &k), 0);
     assert_int_equal(k, 3);
     float acc[6] = {0};
-    topk_decode_add_chunk(out, acc);
+    topk_decode_add_chunk(out, 6, acc);
     const float dec[6] = {0, -3.0f, 1.5f, 0, -3.0f, 0};
     assert_memory_equal(acc, dec, sizeof dec);
 }
@@ -56,7 +63,7 @@ static void ties_go_to_the_lower_index(void **state)
     size_t bad;
     assert_int_equal(topk_encode_chunk(e, 10, 3, out, &bad), 0);
     float acc[10] = {0};
-    topk_decode_add_chunk(out, acc);
+    topk_decode_add_chunk(out, 10, acc);
     for (int i = 0; i < 10; i++) {
         assert_true(acc[i] == (i < 3 ? (i % 2 ? -1.0f : 1.0f) : 0.0f));
         assert_true(e[i] == (i < 3 ? 0.0f : (i % 2 ? -1.0f : 1.0f)));
@@ -71,9 +78,9 @@ static void zero_chunk(void **state)
     size_t bad;
     assert_int_equal(topk_encode_chunk(e, 8, 2, out, &bad), 0);
     uint32_t k;
-    assert_int_equal(topk_check_chunk(out, topk_chunk_bytes(2), 8, &k), 0);
+    assert_int_equal(topk_check_chunk(out, topk_chunk_bytes(2, 8), 8, &k), 0);
     float acc[8] = {0};
-    topk_decode_add_chunk(out, acc);
+    topk_decode_add_chunk(out, 8, acc);
     for (int i = 0; i < 8; i++) assert_true(acc[i] == 0.0f && e[i] == 0.0f);
 }
 
@@ -91,10 +98,10 @@ static void accumulator_keeps_what_was_not_sent(void **state)
     size_t bad;
     assert_int_equal(topk_encode_chunk(e, N, k, out, &bad), 0);
     uint32_t got;
-    assert_int_equal(topk_check_chunk(out, topk_chunk_bytes(k), N, &got), 0);
+    assert_int_equal(topk_check_chunk(out, topk_chunk_bytes(k, N), N, &got), 0);
     assert_int_equal(got, k);
     memset(acc, 0, sizeof acc);
-    topk_decode_add_chunk(out, acc);
+    topk_decode_add_chunk(out, N, acc);
     int sent = 0;
     float smallest_sent = INFINITY, largest_kept = 0;
     for (int i = 0; i < N; i++) {
@@ -132,7 +139,7 @@ static void forged_chunks_refused(void **state)
     (void)state;
     float e[6] = {0.1f, -3.0f, 2.0f, 0.5f, -3.0f, 0.0f};
     uint8_t good[16], bad_chunk[16];
-    size_t bad, len = topk_chunk_bytes(3);
+    size_t bad, len = topk_chunk_bytes(3, 6);
     uint32_t k;
     assert_int_equal(topk_encode_chunk(e, 6, 3, good, &bad), 0);
     assert_int_equal(topk_check_chunk(good, len - 1, 6, &k), -1); /* short */
@@ -142,13 +149,129 @@ static void forged_chunks_refused(void **state)
     bad_chunk[0] = 7; /* count > n */
     assert_int_equal(topk_check_chunk(bad_chunk, len, 6, &k), -1);
     memcpy(bad_chunk, good, len);
-    bad_chunk[4] = 2; /* first index 2, second 2: not increasing */
+    bad_chunk[5] = 0x13; /* upper bits 0, 1, 4: indices 1, 0, 4, not increasing */
+    assert_int_equal(topk_check_chunk(bad_chunk, len, 6, &k), -1);
+    bad_chunk[5] = 0x35; /* four upper bits for three indices */
+    assert_int_equal(topk_check_chunk(bad_chunk, len, 6, &k), -1);
+    bad_chunk[5] = 0x05; /* two */
     assert_int_equal(topk_check_chunk(bad_chunk, len, 6, &k), -1);
     memcpy(bad_chunk, good, len);
     bad_chunk[3] = 0xBF; /* negative scale */
     assert_int_equal(topk_check_chunk(bad_chunk, len, 6, &k), -1);
     bad_chunk[3] = 0x7F, bad_chunk[2] = 0xC0; /* NaN scale */
     assert_int_equal(topk_check_chunk(bad_chunk, len, 6, &k), -1);
+}
+
+
+/* A shard of 2 full chunks and a short one, as a worker encodes it (sparse_accumulate_encode per chunk). */
+#define SHARD_N (2 * TOPK_CHUNK + 1000)
+static size_t encode_shard(float *e, const float *delta, float beta, uint8_t *out)
+{
+    size_t off = 0, bad;
+    for (size_t c = 0; c < SHARD_N; c += TOPK_CHUNK) {
+        size_t m = SHARD_N - c < TOPK_CHUNK ? SHARD_N - c : TOPK_CHUNK;
+        uint32_t k = topk_count(0.02, m);
+        assert_int_equal(sparse_accumulate_encode(e + c, delta + c, NULL, m, beta, k, out + off, &bad), 0);
+        off += topk_chunk_bytes(k, m);
+    }
+    return off;
+}
+
+static void shard_payload_and_update(void **state)
+{
+    (void)state;
+    static float d1[SHARD_N], d2[SHARD_N], e1[SHARD_N], e2[SHARD_N], g[SHARD_N], want[SHARD_N];
+    static uint8_t p1[8192], p2[8192], upd[20000];
+    for (size_t i = 0; i < SHARD_N; i++) {
+        d1[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+        d2[i] = (float)((i * 104729) % 997) / 997.0f - 0.5f;
+        e1[i] = 0.25f, e2[i] = 0.0f;
+    }
+    size_t bytes = sparse_shard_bytes(0.02, SHARD_N);
+    assert_int_equal(bytes, 2 * topk_chunk_bytes(82, TOPK_CHUNK) + topk_chunk_bytes(20, 1000));
+    assert_int_equal(encode_shard(e1, d1, 0.5f, p1), bytes);
+    assert_int_equal(encode_shard(e2, d2, 0.5f, p2), bytes);
+    size_t bad;
+    assert_int_equal(sparse_check(p1, bytes, SHARD_N, 0.02, &bad), 0);
+    /* e = beta*e + Δ, minus what was sent: decoding the payload back gives exactly beta*e0 + Δ */
+    memset(g, 0, sizeof g);
+    sparse_add_scaled(p1, SHARD_N, 0, SHARD_N, 1.0f, g);
+    for (size_t i = 0; i < SHARD_N; i++) assert_true(e1[i] + g[i] == 0.5f * 0.25f + d1[i] || g[i] != 0.0f);
+    /* wrong density or length: refused */
+    assert_int_equal(sparse_check(p1, bytes, SHARD_N, 0.03, &bad), -1);
+    assert_int_equal(sparse_check(p1, bytes - 1, SHARD_N, 0.02, &bad), -1);
+    /* the update of two participants, weights 0.25 and 0.75: its mean is + w * decoded in order */
+    float w[2] = {0.25f, 0.75f};
+    size_t off = sparse_update_head(upd, 2, bytes, w);
+    memcpy(upd + off, p1, bytes);
+    memcpy(upd + off + bytes, p2, bytes);
+    size_t len = sparse_update_bytes(2, bytes);
+    uint32_t count = 0;
+    assert_int_equal(sparse_update_check(upd, len, SHARD_N, &count), 0);
+    assert_int_equal(count, 2);
+    memset(want, 0, sizeof want);
+    sparse_add_scaled(p1, SHARD_N, 0, SHARD_N, 0.25f, want);
+    sparse_add_scaled(p2, SHARD_N, 0, SHARD_N, 0.75f, want);
+    sparse_update_mean(upd, SHARD_N, 0, SHARD_N, g);
+    assert_memory_equal(g, want, sizeof want);
+    /* the same by chunks from TOPK_CHUNK on (a worker's and a server's blocks) */
+    sparse_update_mean(upd, SHARD_N, TOPK_CHUNK, SHARD_N - TOPK_CHUNK, g);
+    assert_memory_equal(g, want + TOPK_CHUNK, (SHARD_N - TOPK_CHUNK) * sizeof(float));
+    /* forged updates: short, a NaN weight, a payload size that does not add up, a bad chunk */
+    assert_int_equal(sparse_update_check(upd, len - 1, SHARD_N, &count), -1);
+    uint8_t keep[4];
+    memcpy(keep, upd + 8, 4);
+    memset(upd + 8, 0xFF, 4);
+    assert_int_equal(sparse_update_check(upd, len, SHARD_N, &count), -1);
+    memcpy(upd + 8, keep, 4);
+    upd[4] ^= 1;
+    assert_int_equal(sparse_update_check(upd, len, SHARD_N, &count), -1);
+    upd[4] ^= 1;
+    upd[off + 1] = 0x40; /* the first chunk's count far beyond its length */
+    assert_int_equal(sparse_update_check(upd, len, SHARD_N, &count), -1);
+    assert_int_equal(sparse_update_check(upd, 8, SHARD_N, &count), -1);
+}
+
+/* The selection (quickselect of the rank k-1 key) against a plain sort by magnitude, then index, on
+ * chunks full of ties and of random values, for k from 1 to n. */
+static int by_magnitude_then_index(const void *a, const void *b)
+{
+    const float *x = *(const float *const *)a, *y = *(const float *const *)b;
+    if (fabsf(*x) != fabsf(*y)) return fabsf(*x) > fabsf(*y) ? -1 : 1;
+    return x < y ? -1 : x > y;
+}
+
+static void selection_matches_sorting(void **state)
+{
+    (void)state;
+    enum { N = TOPK_CHUNK };
+    static float e[N], before[N], acc[N];
+    static const float *order[N];
+    static uint8_t out[3 * N];
+    const size_t ns[] = {N, 1000, 7};
+    srand(11);
+    for (int trial = 0; trial < 12; trial++) {
+        size_t n = ns[trial % 3];
+        for (size_t i = 0; i < n; i++) /* no zeros: every kept element decodes to a non-zero value */
+            e[i] = trial % 2 ? (float)(rand() % 3 + 1) * (rand() % 2 ? 1.0f : -1.0f)
+                             : (float)rand() / (float)RAND_MAX + 0.001f;
+        memcpy(before, e, n * sizeof(float));
+        uint32_t ks[] = {1, (uint32_t)(n / 50 + 1), (uint32_t)(n / 2), (uint32_t)n};
+        for (int q = 0; q < 4; q++) {
+            uint32_t k = ks[q];
+            memcpy(e, before, n * sizeof(float));
+            size_t bad;
+            assert_int_equal(topk_encode_chunk(e, n, k, out, &bad), 0);
+            memset(acc, 0, n * sizeof(float));
+            topk_decode_add_chunk(out, n, acc);
+            for (size_t i = 0; i < n; i++) order[i] = &before[i];
+            qsort(order, n, sizeof order[0], by_magnitude_then_index);
+            static char want[N];
+            memset(want, 0, n);
+            for (uint32_t j = 0; j < k; j++) want[order[j] - before] = 1;
+            for (size_t i = 0; i < n; i++) assert_int_equal(acc[i] != 0.0f, want[i]);
+        }
+    }
 }
 
 int main(void)
@@ -161,6 +284,8 @@ int main(void)
         cmocka_unit_test(accumulator_keeps_what_was_not_sent),
         cmocka_unit_test(nan_refused_and_nothing_changed),
         cmocka_unit_test(forged_chunks_refused),
+        cmocka_unit_test(shard_payload_and_update),
+        cmocka_unit_test(selection_matches_sorting),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

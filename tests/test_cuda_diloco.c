@@ -192,7 +192,7 @@ static void test_load(void **state)
     assert_memory_equal(got + off, base + off, len * 4);
     assert_memory_equal(got + off + len, snap0 + off + len, (n - off - len) * 4);
 
-    /* mix: a*params + b*base on the range, as libdiloco's sync_apply_fragment */
+    /* mix: a*params + b*base on the range, as libdiloco's params_apply */
     double alpha = 0.3;
     float a = (float)alpha, b = (float)(1.0 - alpha);
     float *want = malloc(n * 4);

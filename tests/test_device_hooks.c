@@ -2,13 +2,13 @@
  * process, without Redis: two sessions are built by hand over the same layout (1000 parameters, 4
  * shards, 2 fragments), one working on a params buffer (the host path), the other with no params pointer
  * and the hooks of the host-memory stand-in device (worker/trainers/host_device.c). Both go through
- * libdiloco's own functions (dl_adopt_base + dl_params_changed, sync_compute_delta,
- * sync_apply_fragment), and must give the same bytes:
+ * libdiloco's own functions (params_adopt + params_changed, dl_delta_compute,
+ * params_apply), and must give the same bytes:
  *   - the pseudo-gradient, bf16 and fp32, including a round-to-even tie, a denormal and -0;
  *   - a non-finite parameter: the same error message (first bad index) from both;
  *   - base changed without a load (a re-fetched round): the device snapshot is reloaded first, once;
  *   - Streaming mixing with alpha 0.3;
- *   - a failing load surfaces through dl_params_changed; bad hook combinations are refused.
+ *   - a failing load surfaces through params_changed; bad hook combinations are refused.
  * The same comparison over a real run (Redis, shard-servers, bin/worker) is tests/it_device_hooks.sh. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -44,7 +44,7 @@ static diloco *session(float *params, const diloco_device_ops *ops, int bf16)
     diloco_options_default(&d->o);
     d->o.bf16 = bf16;
     d->rc.compress = BLOB_BF16; /* a bf16 run: o.bf16 = 0 pushes fp32 */
-    d->push_dtype = dl_push_dtype(d);
+    d->push_dtype = dl_delta_dtype(d);
     if (ops) d->o.device = *ops;
     d->params = params;
     d->numel = N;
@@ -104,9 +104,9 @@ static void pair_open(pair *p, int bf16)
     for (int f = 0; f < 2; f++) {
         diloco *ds[2] = {p->host, p->dev};
         for (int k = 0; k < 2; k++) {
-            dl_adopt_base(ds[k], frag_bounds[f], frag_bounds[f + 1]);
+            params_adopt(ds[k], frag_bounds[f], frag_bounds[f + 1]);
             size_t off = shard_bounds[frag_bounds[f]], n = shard_bounds[frag_bounds[f + 1]] - off;
-            assert_int_equal(dl_params_changed(ds[k], off, n, err, sizeof err), 0);
+            assert_int_equal(params_changed(ds[k], off, n, err, sizeof err), 0);
         }
     }
     assert_memory_equal(p->params_host, p->params_dev, N * sizeof(float));
@@ -145,8 +145,8 @@ static void compare_delta(pair *p, int bf16)
 {
     char e1[256] = "", e2[256] = "";
     for (int f = 0; f < 2; f++) {
-        assert_int_equal(sync_compute_delta(p->host, f, e1, sizeof e1), 0);
-        assert_int_equal(sync_compute_delta(p->dev, f, e2, sizeof e2), 0);
+        assert_int_equal(dl_delta_compute(p->host, f, e1, sizeof e1), 0);
+        assert_int_equal(dl_delta_compute(p->dev, f, e2, sizeof e2), 0);
     }
     if (bf16) {
         assert_memory_equal(p->host->delta_bf16, p->dev->delta_bf16, N * sizeof(uint16_t));
@@ -201,10 +201,10 @@ static void test_not_finite(void **state)
     p.params_host[700] = p.params_dev[700] = INFINITY;
     p.params_host[600] = p.params_dev[600] = NAN;
     char e1[256] = "", e2[256] = "";
-    assert_int_equal(sync_compute_delta(p.host, 0, e1, sizeof e1), 0);
-    assert_int_equal(sync_compute_delta(p.dev, 0, e2, sizeof e2), 0);
-    assert_int_equal(sync_compute_delta(p.host, 1, e1, sizeof e1), -1);
-    assert_int_equal(sync_compute_delta(p.dev, 1, e2, sizeof e2), -1);
+    assert_int_equal(dl_delta_compute(p.host, 0, e1, sizeof e1), 0);
+    assert_int_equal(dl_delta_compute(p.dev, 0, e2, sizeof e2), 0);
+    assert_int_equal(dl_delta_compute(p.host, 1, e1, sizeof e1), -1);
+    assert_int_equal(dl_delta_compute(p.dev, 1, e2, sizeof e2), -1);
     printf("  host:   %s\n  device: %s\n", e1, e2);
     assert_string_equal(e1, e2);
     assert_non_null(strstr(e1, "index 600"));
@@ -250,10 +250,10 @@ static void test_mix(void **state)
         p.host->base[i] = p.dev->base[i] = g;
     }
     char e1[256] = "", e2[256] = "";
-    assert_int_equal(sync_apply_fragment(p.host, 1, 0.3, e1, sizeof e1), 0);
-    assert_int_equal(sync_apply_fragment(p.dev, 1, 0.3, e2, sizeof e2), 0);
-    assert_int_equal(sync_apply_fragment(p.host, 0, 0.0, e1, sizeof e1), 0);
-    assert_int_equal(sync_apply_fragment(p.dev, 0, 0.0, e2, sizeof e2), 0);
+    assert_int_equal(params_apply(p.host, 1, 0.3, e1, sizeof e1), 0);
+    assert_int_equal(params_apply(p.dev, 1, 0.3, e2, sizeof e2), 0);
+    assert_int_equal(params_apply(p.host, 0, 0.0, e1, sizeof e1), 0);
+    assert_int_equal(params_apply(p.dev, 0, 0.0, e2, sizeof e2), 0);
     assert_memory_equal(p.params_host, p.params_dev, N * sizeof(float));
     unsigned long nd, nl[3];
     counts(&p, &nd, nl);
@@ -298,8 +298,8 @@ static void test_errors(void **state)
     char err[256] = "";
     diloco_device_ops ops = {.delta = unused_delta, .load = failing_load};
     diloco *d = session(NULL, &ops, 1);
-    dl_adopt_base(d, 0, 2);
-    assert_int_equal(dl_params_changed(d, 0, 450, err, sizeof err), -1);
+    params_adopt(d, 0, 2);
+    assert_int_equal(params_changed(d, 0, 450, err, sizeof err), -1);
     assert_string_equal(err, "device lost");
     session_free(d);
 

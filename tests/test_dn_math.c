@@ -146,6 +146,30 @@ static void test_stale_weight(void **state)
     assert_int_equal(outer_stale_rule_parse(NULL), -1);
 }
 
+/* --async-rule rebase: g + (now - base), each difference and each sum rounded once (hand-computed values,
+ * one where rounding the difference first matters), and the names coordinator init and runconf accept. */
+static void test_rebase(void **state)
+{
+    (void)state;
+    float g[4] = {0.5f, -1.0f, 1.0f, 0.0f};
+    const float now[4] = {2.0f, 3.0f, 1.0f + 0x1p-23f, 7.0f};
+    const float base[4] = {1.0f, 3.5f, 1.0f, 7.0f};
+    outer_rebase(g, now, base, 1.0f, 4);
+    assert_true(g[0] == 1.5f);                   /* 0.5 + (2 - 1) */
+    assert_true(g[1] == -1.5f);                  /* -1 + (3 - 3.5) */
+    assert_true(g[2] == 1.0f + 0x1p-23f);        /* 1 + 2^-23: exact because the difference is taken first */
+    assert_true(g[3] == 0.0f && !signbit(g[3])); /* a fresh submission (base = now) keeps its g */
+    float h[2] = {1.0f, 0.0f};
+    const float hn[2] = {3.0f, 0.1f}, hb[2] = {1.0f, 0.0f};
+    outer_rebase(h, hn, hb, 0.5f, 2); /* --rebase-fraction 0.5: g + 0.5 (now - base) */
+    assert_true(h[0] == 2.0f);
+    assert_true(h[1] == 0.5f * 0.1f);
+    assert_int_equal(outer_async_rule_parse("plain"), ASYNC_RULE_PLAIN);
+    assert_int_equal(outer_async_rule_parse("rebase"), ASYNC_RULE_REBASE);
+    assert_int_equal(outer_async_rule_parse("Rebase"), -1);
+    assert_int_equal(outer_async_rule_parse(NULL), -1);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -154,6 +178,7 @@ int main(void)
         cmocka_unit_test(test_elementwise),
         cmocka_unit_test(test_bitwise_against_the_documented_formula),
         cmocka_unit_test(test_stale_weight),
+        cmocka_unit_test(test_rebase),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

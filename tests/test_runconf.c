@@ -131,6 +131,27 @@ static void codec_settings(void **state)
     runconf_free(&rc);
     assert_int_equal(from("*8\r\n" BASE "$8\r\ndownload\r\n$4\r\nsome\r\n", &rc, err, sizeof err), -1);
     runconf_free(&rc);
+    /* topk: its density and beta, their defaults, and async refused */
+    assert_int_equal(from("*12\r\n" BASE "$8\r\ncompress\r\n$4\r\ntopk\r\n$12\r\ntopk_density\r\n$4\r\n0.05\r\n"
+                          "$9\r\ntopk_beta\r\n$3\r\n0.9\r\n",
+                          &rc, err, sizeof err),
+                     0);
+    assert_int_equal(rc.compress, BLOB_TOPK);
+    assert_true(rc.topk_density == 0.05 && rc.topk_beta == 0.9f);
+    runconf_free(&rc);
+    assert_int_equal(from("*8\r\n" BASE "$8\r\ncompress\r\n$4\r\ntopk\r\n", &rc, err, sizeof err), 0);
+    assert_true(rc.topk_density == 0.02 && rc.topk_beta == 0.95f);
+    runconf_free(&rc);
+    assert_int_equal(from("*10\r\n" BASE "$8\r\ncompress\r\n$4\r\ntopk\r\n$12\r\ntopk_density\r\n$1\r\n0\r\n", &rc,
+                          err, sizeof err),
+                     -1);
+    assert_non_null(strstr(err, "topk_density"));
+    runconf_free(&rc);
+    assert_int_equal(
+        from("*10\r\n" BASE "$8\r\ncompress\r\n$4\r\ntopk\r\n$4\r\nmode\r\n$5\r\nasync\r\n", &rc, err, sizeof err),
+        -1);
+    assert_non_null(strstr(err, "async"));
+    runconf_free(&rc);
 #undef BASE
 }
 

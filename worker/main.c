@@ -41,6 +41,7 @@ typedef struct worker_args {
     int evaluate_every; /* > 0: the evaluator role (evaluator.h) instead of training */
     int final_sync;
     unsigned step_delay_ms;
+    double slowdown; /* --slowdown F: after each step, sleep F - 1 times as long as it took (1 = off) */
     double quad_lr;
     const char *device_hooks;       /* --device-hooks auto|off|host */
     const char *redis_file;         /* --redis-file */
@@ -88,6 +89,8 @@ static void usage(FILE *f)
                "                            committed version to the stream dl:{R}:evals (see docs/quality.md)\n"
                "  --final-sync              after the last step, sync every fragment at once (diloco_force_sync)\n"
                "  --step-delay-ms MS        sleep after each step, to simulate a slower machine (tests)\n"
+               "  --slowdown F              after each step, sleep F - 1 times as long as the step took: a machine F\n"
+               "                            times slower, whatever the load (benchmarks; default 1)\n"
                "  --quad-lr LR              (quadratic) inner AdamW learning rate (default 0.01)\n"
                "  --device-hooks MODE       auto: DiLoCo on the device when the trainer runs on a GPU (default);\n"
                "                            off: through the host buffer; host: testing, a host-memory stand-in\n"
@@ -118,6 +121,7 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
     memset(a, 0, sizeof *a);
     diloco_options_default(&a->dl);
     a->quad_lr = 0.01;
+    a->slowdown = 1;
     int hooks = 0, hb_given = 0, st_given = 0, ct_given = 0;
     double hb_s = 0, st_s = 0, ct_s = 0;
     long long steps = 0, delay = 0; /* a->steps and a->step_delay_ms are 0 by default too */
@@ -203,6 +207,7 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
          .max = HUGE_VAL,
          .given = &ct_given,
          .wants = "a non-negative number"},
+        {.name = "slowdown", .kind = OPT_DOUBLE, .dest = &a->slowdown, .min = 1, .max = 1000, .wants = "a number in [1, 1000]"},
         {.name = "quad-lr",
          .kind = OPT_DOUBLE,
          .dest = &a->quad_lr,
@@ -352,11 +357,11 @@ static void log_sync(FILE *f, diloco *d, long step)
     if (diloco_last_sync(d, &s) < 0) return;
     char digest[20];
     snprintf(digest, sizeof digest, "%016" PRIx64, s.digest);
-    log_json(f, json_pack("{s:s, s:s, s:I, s:i, s:I, s:I, s:f, s:f, s:I, s:I, s:s, s:b}", "event", "sync", "worker",
-                          diloco_worker_id(d), "step", (json_int_t)step, "fragment", s.fragment, "round",
+    log_json(f, json_pack("{s:s, s:s, s:I, s:i, s:I, s:I, s:f, s:f, s:f, s:I, s:I, s:s, s:b}", "event", "sync",
+                          "worker", diloco_worker_id(d), "step", (json_int_t)step, "fragment", s.fragment, "round",
                           (json_int_t)s.round, "version", (json_int_t)s.version, "seconds", s.seconds, "wait_seconds",
-                          s.wait_seconds, "bytes_up", (json_int_t)s.bytes_up, "bytes_down", (json_int_t)s.bytes_down,
-                          "digest", digest, "stale", s.stale));
+                          s.wait_seconds, "confirm_seconds", s.confirm_seconds, "bytes_up", (json_int_t)s.bytes_up,
+                          "bytes_down", (json_int_t)s.bytes_down, "digest", digest, "stale", s.stale));
 }
 
 /* rate: trainer_stats.tokens per second, in unit ("tok/s", or "steps/s" for a trainer that counts steps) */
@@ -392,11 +397,13 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf)
     const char *unit = strcmp(t->name, "quadratic") == 0 ? "steps/s" : "tok/s"; /* (its "tokens" are its steps) */
     long step = 0;
     while (!g_stop && (a->steps == 0 || step < a->steps) && !diloco_stop_requested(d)) {
+        uint64_t step_t0 = now_ms();
         if (t->step(t, &st, err, sizeof err) < 0) {
             log_error("training step failed: %s", err);
             return -1;
         }
         if (a->step_delay_ms) sleep_ms(a->step_delay_ms); /* counts as training time, as a slow machine's would */
+        if (a->slowdown > 1) sleep_ms((unsigned)((double)(now_ms() - step_t0) * (a->slowdown - 1) + 0.5));
         step++;
         diloco_report(d, st.loss, st.tokens);
         int synced = diloco_after_step(d, err, sizeof err);

@@ -39,6 +39,13 @@ uint64_t wall_ms(void)
     return clock_ms(CLOCK_REALTIME);
 }
 
+uint64_t wall_us(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
 void sleep_ms(unsigned ms)
 {
     struct timespec ts = {.tv_sec = ms / 1000, .tv_nsec = (long)(ms % 1000) * 1000000L};

@@ -20,6 +20,7 @@ void err_set(char *err, size_t errlen, const char *fmt, ...) __attribute__((form
 
 uint64_t now_ms(void);  /* CLOCK_MONOTONIC: for timeouts and durations */
 uint64_t wall_ms(void); /* CLOCK_REALTIME: for timestamps shown to humans */
+uint64_t wall_us(void); /* the same in microseconds (e.g. the phase stamps of diloco_sync_info) */
 void sleep_ms(unsigned ms);
 
 /* base*2^attempt capped at cap_ms, with +-25% jitter so that many clients do not retry in lockstep. */

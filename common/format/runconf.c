@@ -9,6 +9,7 @@
 
 #include "blob.h"
 #include "codec.h"
+#include "codec_sparse.h"
 #include "keys.h"
 #include "outer_dn.h"
 #include "rconn.h"
@@ -97,6 +98,30 @@ static const char *field(const redisReply *r, const char *name)
     return NULL;
 }
 
+/* --compress topk's density and the accumulator's decay (defaults for a run that does not say). */
+static int topk_fields(const redisReply *r, runconf *rc, char *err, size_t errlen)
+{
+    const char *d = field(r, "topk_density"), *b = field(r, "topk_beta");
+    char *end = NULL;
+    rc->topk_density = d ? strtod(d, &end) : SPARSE_DENSITY_DEFAULT;
+    if (d && (end == d || *end != '\0' || !(rc->topk_density > 0 && rc->topk_density <= 1))) {
+        err_set(err, errlen, "the run's topk_density '%s' is not in (0, 1]", d);
+        return -1;
+    }
+    double beta = b ? strtod(b, &end) : SPARSE_BETA_DEFAULT;
+    if (b && (end == b || *end != '\0' || !(beta >= 0 && beta <= 1))) {
+        err_set(err, errlen, "the run's topk_beta '%s' is not in [0, 1]", b);
+        return -1;
+    }
+    rc->topk_beta = (float)beta;
+    if (rc->compress == BLOB_TOPK && rc->async) {
+        err_set(err, errlen,
+                "the run is async with --compress topk, which this build refuses (coordinator init says why)");
+        return -1;
+    }
+    return 0;
+}
+
 int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errlen)
 {
     if (r->type != REDIS_REPLY_ARRAY) {
@@ -148,6 +173,26 @@ int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errle
         return -1;
     }
     if (sr && parse_int(sr, 0, INT64_MAX, &v) == 0) rc->stale_ref = v;
+    const char *ar = field(r, "async_rule"), *rw = field(r, "rebase_window");
+    rc->async_rule = ar ? outer_async_rule_parse(ar) : ASYNC_RULE_PLAIN; /* runs made before it existed */
+    if (rc->async_rule < 0) {
+        err_set(err, errlen, "the run's async rule '%s' is unknown to this build: upgrade this program", ar);
+        return -1;
+    }
+    if (rw && parse_int(rw, 0, 1000000000, &v) == 0) rc->rebase_window = v;
+    const char *rf = field(r, "rebase_fraction");
+    char *rf_end = NULL;
+    double frac = rf ? strtod(rf, &rf_end) : 1.0;
+    if (rf && (rf_end == rf || *rf_end != '\0' || !(frac > 0 && frac <= 1))) {
+        err_set(err, errlen, "the run's rebase_fraction '%s' is not in (0, 1]", rf);
+        return -1;
+    }
+    rc->rebase_fraction = (float)frac;
+    if (rc->async_rule == ASYNC_RULE_REBASE && (!rc->async || rc->rebase_window < 1)) {
+        err_set(err, errlen, "the run's rebase rule needs an async run and a rebase_window of 1 or more (got %s)",
+                rw ? rw : "none");
+        return -1;
+    }
     const char *cz = field(r, "compress");
     rc->compress = cz ? codec_parse(cz) : BLOB_BF16; /* runs made before the setting existed: bf16 */
     if (rc->compress == 0) {
@@ -157,6 +202,7 @@ int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errle
                 cz);
         return -1;
     }
+    if (topk_fields(r, rc, err, errlen) < 0) return -1;
     const char *dl = field(r, "download");
     rc->download_update = dl && strcmp(dl, "update") == 0;
     if ((dl && !rc->download_update && strcmp(dl, "params") != 0) ||
@@ -232,6 +278,11 @@ int runconf_fragment_of_shard(const runconf *rc, int shard)
 int runconf_weighted(const runconf *rc)
 {
     return rc->weight_tokens || (rc->async && rc->stale_weight != STALE_W_NONE);
+}
+
+int runconf_rebase(const runconf *rc)
+{
+    return rc->async && rc->async_rule == ASYNC_RULE_REBASE;
 }
 
 int runconf_accepts_dtype(const runconf *rc, int dtype)

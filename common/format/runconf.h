@@ -34,8 +34,13 @@ typedef struct runconf {
     uint64_t weight_ref_tokens; /* async: a submission of this many tokens gets weight 1 */
     int stale_weight;           /* async: STALE_W_* (outer_dn.h), --staleness-weight (none for older runs) */
     int64_t stale_ref;          /* async: the staleness that keeps weight 1 (--staleness-ref) */
+    int async_rule;             /* async: ASYNC_RULE_* (outer_dn.h), --async-rule (plain for older runs) */
+    int64_t rebase_window;      /* async rebase: the staleness bound K; servers hold the last K versions */
+    float rebase_fraction;      /* async rebase: a in g + a (θ_now - θ_base), --rebase-fraction (1) */
     int compress;               /* codec of pseudo-gradients (coordinator init --compress): a blob dtype,
                                  BLOB_BF16 by default (codec.h) */
+    double topk_density;        /* --compress topk: the entries kept per chunk (--topk-density) */
+    float topk_beta;            /* --compress topk: the worker accumulator's decay (--topk-beta) */
     int download_update;        /* --download update: gets are answered with the round's averaged
                                  pseudo-gradient in the codec, workers apply the outer step themselves */
     int min_replicas;           /* a commit is durable once WAIT says this many replicas have it (0 = at once) */
@@ -58,6 +63,8 @@ void runconf_free(runconf *rc);
 int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errlen);
 /* Whether a commit scales each pseudo-gradient (--weight-by tokens, or an async --staleness-weight). */
 int runconf_weighted(const runconf *rc);
+/* Whether an async commit rebases each submission on the version it is applied to (--async-rule rebase). */
+int runconf_rebase(const runconf *rc);
 /* Whether a push in this dtype is the run's codec: a bf16 run also takes fp32 (worker --no-bf16). */
 int runconf_accepts_dtype(const runconf *rc, int dtype);
 /* Numbers of one shard / fragment. */

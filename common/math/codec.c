@@ -59,7 +59,7 @@ static const struct {
     const char *name;
     int dtype;
 } codecs[] = {{"fp32", BLOB_F32}, {"bf16", BLOB_BF16}, {"int8", BLOB_I8},
-              {"int4", BLOB_I4},  {"int3", BLOB_I3},   {"int2", BLOB_I2}};
+              {"int4", BLOB_I4},  {"int3", BLOB_I3},   {"int2", BLOB_I2}, {"topk", BLOB_TOPK}};
 
 int codec_parse(const char *name)
 {
@@ -102,6 +102,7 @@ static size_t part_bytes(int dtype, size_t m)
 size_t codec_bytes(int dtype, uint64_t n)
 {
     if (dtype == BLOB_F32 || dtype == BLOB_BF16) return n > SIZE_MAX / 4 ? 0 : (size_t)n * (dtype == BLOB_F32 ? 4 : 2);
+    if (dtype == BLOB_TOPK) return n > SIZE_MAX / 4 ? 0 : (size_t)n; /* counted in bytes (codec_sparse.h) */
     if (!codec_is_block(dtype) || n > SIZE_MAX / 4) return 0;
     size_t full = (size_t)n / CODEC_BLOCK, rest = (size_t)n % CODEC_BLOCK;
     return full * block_bytes(dtype) + (rest ? part_bytes(dtype, rest) : 0);

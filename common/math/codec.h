@@ -23,10 +23,11 @@
 
 /* The run setting `compress`: a blob dtype (BLOB_F32 ... BLOB_I2), or 0 if unknown. */
 int codec_parse(const char *name);
-const char *codec_name(int dtype); /* "fp32", "bf16", "int8", "int4", "int3", "int2", or "?" */
+const char *codec_name(int dtype); /* "fp32", "bf16", "int8", "int4", "int3", "int2", "topk" or "?" */
 int codec_is_block(int dtype);     /* int8, int4, int3 or int2 */
 
-/* Payload bytes of n elements in this dtype (0 for an unknown dtype or an overflowing n). */
+/* Payload bytes of n elements in this dtype (0 for an unknown dtype or an overflowing n); a BLOB_TOPK
+ * payload's n is its length in bytes (codec_sparse.h has its sizes). */
 size_t codec_bytes(int dtype, uint64_t n);
 /* Byte offset of element lo (for the block codecs a multiple of CODEC_BLOCK) in a payload. */
 size_t codec_offset(int dtype, size_t lo);

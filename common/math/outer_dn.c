@@ -67,3 +67,20 @@ int outer_stale_rule_parse(const char *name)
         if (name != NULL && strcmp(name, names[i]) == 0) return i;
     return -1;
 }
+
+int outer_async_rule_parse(const char *name)
+{
+    static const char *const names[] = {"plain", "rebase"};
+    for (int i = 0; i < 2; i++)
+        if (name != NULL && strcmp(name, names[i]) == 0) return i;
+    return -1;
+}
+
+OUTER_HOT void outer_rebase(float *g, const float *now, const float *base, float a, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float d = now[i] - base[i];
+        float ad = a * d;
+        g[i] = g[i] + ad;
+    }
+}

@@ -41,6 +41,23 @@ double outer_stale_weight(int rule, int64_t tau, int64_t ref);
 /* "none", "inverse", "sqrt" -> STALE_W_*, or -1 */
 int outer_stale_rule_parse(const char *name);
 
+/* The rule that turns an async submission into the g of the outer step (coordinator init --async-rule):
+ *     plain:   g = the (scaled) pseudo-gradient, theta_base - theta_worker, as the worker sent it
+ *     rebase:  g = g + a * (theta_now - theta_base), a = --rebase-fraction (default 1): with a = 1 the
+ *              pseudo-gradient measured from the version it is
+ *              applied to, theta_now - theta_worker, so a stale submission pulls the current version
+ *              towards the worker's result instead of repeating progress that version already has
+ * theta_base is the version the worker trained from, theta_now the one the submission turns into the
+ * next; both are exact fp32 versions, so the rebased g is too (fp32, each operation rounded once: the
+ * difference, the product by a (exact for a = 1), the sum; no FMA) and the log keeps it: replay needs
+ * nothing more. a < 1 assumes the worker's training would have kept a fraction 1 - a of a difference in
+ * its start (0: plain). docs/async.md. */
+enum { ASYNC_RULE_PLAIN = 0, ASYNC_RULE_REBASE = 1 };
+/* "plain", "rebase" -> ASYNC_RULE_*, or -1 */
+int outer_async_rule_parse(const char *name);
+/* g[i] += a * (now[i] - base[i]) for n elements. */
+void outer_rebase(float *g, const float *now, const float *base, float a, size_t n);
+
 /* One submission g (already scaled, fp32) for submission number t >= 1. m, buf: n floats each. */
 void outer_dn_step(int variant, float *theta, float *m, float *buf, const float *g, size_t n, uint64_t t, uint32_t N,
                    float lr, float mu, int nesterov);

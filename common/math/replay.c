@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "codec.h"
+#include "codec_sparse.h"
 #include "keys.h"
 #include "outer.h"
 #include "outer_dn.h"
@@ -88,7 +89,10 @@ int replay_state_log(replay_state *st, const blob_header *h, const uint8_t *payl
                      size_t errlen)
 {
     size_t want = codec_bytes(h->dtype, n); /* fp32, or the run's codec with --download update */
-    if (strcmp(h->op, "log") != 0 || want == 0 || h->count != (uint64_t)n || len != want) {
+    uint32_t w;
+    int sparse = h->dtype == BLOB_TOPK; /* the round's sparse update, counted in bytes (codec_sparse.h) */
+    if (sparse ? strcmp(h->op, "log") != 0 || h->count != (uint64_t)len || sparse_update_check(payload, len, n, &w) != 0
+               : strcmp(h->op, "log") != 0 || want == 0 || h->count != (uint64_t)n || len != want) {
         err_set(err, errlen,
                 "log blob has the wrong op, dtype or count (op '%s', dtype %d, count %" PRIu64 ", want %zu elements)",
                 h->op, h->dtype, h->count, n);
@@ -111,7 +115,10 @@ int replay_state_log(replay_state *st, const blob_header *h, const uint8_t *payl
             err_set(err, errlen, "out of memory replaying %zu parameters", n);
             return -1;
         }
-        codec_decode(h->dtype, payload, n, g);
+        if (sparse)
+            sparse_update_mean(payload, n, 0, n, g);
+        else
+            codec_decode(h->dtype, payload, n, g);
         float mu = (float)h->mu;
         if (h->flags & 4) {
             outer_dn_step(st->dn_variant, st->theta, st->mom, st->dnbuf, g, n, st->dn_t0 + (uint64_t)h->version,

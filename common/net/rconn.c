@@ -670,6 +670,29 @@ static int each_master(rconn *c, rconn_node_fn *fn, void *arg, char *err, size_t
     return 0;
 }
 
+int rconn_scan_node(redisContext *node, const char *addr, const char *pattern, rconn_key_fn *fn, void *arg, char *err,
+                    size_t errlen)
+{
+    char cursor[32] = "0";
+    do {
+        redisReply *r = redisCommand(node, "SCAN %s MATCH %s COUNT 1000", cursor, pattern);
+        if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2) {
+            err_set(err, errlen, "%s: SCAN: %s", addr, r && r->type == REDIS_REPLY_ERROR ? r->str : node->errstr);
+            if (r) freeReplyObject(r);
+            return -1;
+        }
+        snprintf(cursor, sizeof cursor, "%s", r->element[0]->str);
+        for (size_t i = 0; i < r->element[1]->elements; i++)
+            if (fn(node, r->element[1]->element[i]->str, arg) < 0) {
+                err_set(err, errlen, "%s: at key %s", addr, r->element[1]->element[i]->str);
+                freeReplyObject(r);
+                return -1;
+            }
+        freeReplyObject(r);
+    } while (strcmp(cursor, "0") != 0);
+    return 0;
+}
+
 int rconn_each_master(rconn *c, rconn_node_fn *fn, void *arg, char *err, size_t errlen)
 {
     sigpipe_guard g;

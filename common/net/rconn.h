@@ -106,4 +106,10 @@ int rconn_reply_error(const rconn *c, redisReply *r, char *err, size_t errlen);
 typedef int rconn_node_fn(redisContext *node, const char *addr, void *arg, char *err, size_t errlen);
 int rconn_each_master(rconn *c, rconn_node_fn *fn, void *arg, char *err, size_t errlen);
 
+/* For rconn_node_fn's: fn on every key of one node that matches pattern (SCAN MATCH, 1000 at a time, so a
+ * large keyspace is not blocked). -1 + err when a SCAN fails or fn returns -1. */
+typedef int rconn_key_fn(redisContext *node, const char *key, void *arg);
+int rconn_scan_node(redisContext *node, const char *addr, const char *pattern, rconn_key_fn *fn, void *arg, char *err,
+                    size_t errlen);
+
 #endif

@@ -16,10 +16,8 @@ affair. On a GPU (--device cuda) the step stays in torch ops, as a user's would 
 sync's digest is written to --digests (one "round digest" line each); the tests compare them, and the
 run's shard digests, with tests/tools/ref_quadratic."""
 import argparse
-import ctypes
 import dataclasses
 import json
-import math
 import os
 import signal
 import sys
@@ -30,33 +28,11 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import rediloco  # noqa: E402
-
-GOLDEN = 0x9E3779B97F4A7C15
-
-
-def xxh3(data):
-    f = ctypes.CDLL("libxxhash.so.0").XXH3_64bits
-    f.restype = ctypes.c_uint64
-    f.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
-    return f(data, len(data))
-
-
-def splitmix_uniform(state, count):
-    """count draws of common/util.c rng_uniform from state (vectorised: the k-th state is state + k*G)."""
-    with np.errstate(over="ignore"):
-        k = np.arange(1, count + 1, dtype=np.uint64)
-        z = np.uint64(state) + k * np.uint64(GOLDEN)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-    return (z >> np.uint64(40)).astype(np.float32) * np.float32(1.0 / 16777216.0)
-
+from quad_numpy import adamw_constants, adamw_step_numpy, bias_corrections, problem_numpy  # noqa: E402
 
 def problem(seed, worker_id, numel):
-    u = splitmix_uniform(seed ^ xxh3(worker_id.encode()), 2 * numel)
-    a = np.float32(0.5) + u[0::2]
-    c = np.float32(2.0) * u[1::2] - np.float32(1.0)
-    return torch.from_numpy(a.astype(np.float32)), torch.from_numpy(c.astype(np.float32))
+    a, c = problem_numpy(seed, worker_id, numel)
+    return torch.from_numpy(a), torch.from_numpy(c)
 
 
 class QuadAdamW(torch.optim.Optimizer):
@@ -65,8 +41,7 @@ class QuadAdamW(torch.optim.Optimizer):
 
     def __init__(self, params, lr=0.01, beta1=0.9, beta2=0.999, eps=1e-8):
         super().__init__(params, dict(lr=lr))
-        f = np.float32
-        self.k = dict(lr=f(lr), b1=f(beta1), b2=f(beta2), eps=f(eps), one_b1=f(1) - f(beta1), one_b2=f(1) - f(beta2))
+        self.k = adamw_constants(lr, beta1, beta2, eps)
 
     @torch.no_grad()
     def step(self, closure=None):
@@ -76,22 +51,15 @@ class QuadAdamW(torch.optim.Optimizer):
                 if not st:
                     st["step"], st["m"], st["v"] = 0, torch.zeros_like(x), torch.zeros_like(x)
                 st["step"] += 1
-                bc1 = np.float32(1.0 - math.pow(float(self.k["b1"]), st["step"]))
-                bc2 = np.float32(1.0 - math.pow(float(self.k["b2"]), st["step"]))
+                bc1, bc2 = bias_corrections(self.k, st["step"])
                 if x.device.type == "cpu":
                     self._step_numpy(x.detach().numpy(), x.grad.numpy(), st["m"].numpy(), st["v"].numpy(), bc1, bc2)
                 else:
                     self._step_torch(x, x.grad, st["m"], st["v"], float(bc1), float(bc2))
 
     def _step_numpy(self, x, g, m, v, bc1, bc2):
-        """In place on the tensors' memory; np.float32 scalars keep every op in fp32 (numpy 1 and 2 alike)."""
-        k = self.k
-        np.multiply(m, k["b1"], out=m)
-        np.add(m, g * k["one_b1"], out=m)
-        np.multiply(v, k["b2"], out=v)
-        np.add(v, (g * k["one_b2"]) * g, out=v)
-        upd = (m / bc1) * k["lr"]
-        np.subtract(x, upd / (np.sqrt(v / bc2) + k["eps"]), out=x)
+        """In place on the tensors' memory (quad_numpy.py)."""
+        adamw_step_numpy(x, g, m, v, bc1, bc2, self.k)
 
     def _step_torch(self, x, g, m, v, bc1, bc2):
         k = self.k

@@ -22,6 +22,7 @@
 #include "auth.h"
 #include "blob.h"
 #include "codec.h"
+#include "codec_sparse.h"
 #include "frame.h"
 #include "keys.h"
 #include "mpmap.h"
@@ -111,6 +112,32 @@ static void make_nan_scale(target *t, blob_header *h, float *x, size_t n)
     h->dtype = t->rc.compress;
 }
 
+/* A topk push (the run's codec, its size right) whose first chunk's index bitmap is empty: a forged
+ * frame the codec's check refuses. */
+static void make_bad_topk(target *t, blob_header *h, float *x, size_t n)
+{
+    size_t bytes = sparse_shard_bytes(t->rc.topk_density, n), off = 0, bad;
+    uint8_t *q = malloc(bytes);
+    for (size_t i = 0; i < n; i++) x[i] = (float)(i % 7) - 3.0f;
+    for (size_t c = 0; c < n; c += TOPK_CHUNK) {
+        size_t m = n - c < TOPK_CHUNK ? n - c : TOPK_CHUNK;
+        uint32_t k = topk_count(t->rc.topk_density, m);
+        topk_encode_chunk(x + c, m, k, q + off, &bad);
+        off += topk_chunk_bytes(k, m);
+    }
+    /* chunk 0's upper bitmap (after its k low parts of l bits, from byte 4) cleared: no index left */
+    size_t m0 = n < TOPK_CHUNK ? n : TOPK_CHUNK;
+    uint32_t k0 = topk_count(t->rc.topk_density, m0);
+    unsigned l = 0;
+    while (((size_t)k0 << (l + 1)) <= m0) l++;
+    size_t upper = 4 + ((size_t)k0 * l + 7) / 8;
+    memset(q + upper, 0, (k0 + ((m0 - 1) >> l) + 1 + 7) / 8);
+    memcpy(x, q, bytes); /* fits: far fewer bytes than the n floats */
+    free(q);
+    h->dtype = BLOB_TOPK;
+    h->count = bytes;
+}
+
 /* Expect the connection to be closed (or an err reply) after an unreadable frame. */
 static int expect_closed_or_err(int fd)
 {
@@ -188,6 +215,10 @@ static int run_case(target *t, int fd, const char *which, int shard)
         want = "STALE";
     } else if (!strcmp(which, "badcodec")) {
         h.dtype = t->rc.compress == BLOB_I4 ? BLOB_I8 : BLOB_I4;
+        want = "BADCODEC";
+    } else if (!strcmp(which, "badtopk") && t->rc.compress == BLOB_TOPK &&
+               topk_count(t->rc.topk_density, n < TOPK_CHUNK ? n : TOPK_CHUNK) >= 2) {
+        make_bad_topk(t, &h, x, n);
         want = "BADCODEC";
     } else if (!strcmp(which, "nanscale") && codec_is_block(t->rc.compress)) {
         make_nan_scale(t, &h, x, n);

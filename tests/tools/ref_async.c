@@ -8,10 +8,12 @@
  *
  *   shard <k> <digest>
  *
- * usage: ref_async --redis URL --run R --sync-every H [--quad-lr 0.01] [--no-bf16]
+ * usage: ref_async --redis URL --run R --sync-every H [--quad-lr 0.01] [--no-bf16] [--async-rule RULE]
+ * (--async-rule: replay with this rule instead of the run's, to show that the rule matters)
  * (a worker's k-th submission trains H steps from the versions its previous submission got back; with
  * --weight-by tokens its pseudo-gradient is scaled by H / weight_ref_tokens, a quadratic step being a token;
- * with --staleness-weight, per shard, by outer_stale_weight of its seq - base) */
+ * with --staleness-weight, per shard, by outer_stale_weight of its seq - base; with --async-rule rebase
+ * it enters the outer step as g + theta_seq - theta_base) */
 #include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -153,6 +155,16 @@ static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *m
             outer_sum_add_f32(g + lo, d + lo, len);
     }
     if (!runconf_weighted(&r->rc)) outer_mean_finish(g, r->n, 1);
+    for (int k = 0; runconf_rebase(&r->rc) && k < r->rc.nshards; k++) {
+        /* --async-rule rebase: g + a (theta_s - theta_base), written out here (fp32, each rounded once) */
+        size_t lo = (size_t)r->rc.shard_bounds[k], len = (size_t)runconf_shard_numel(&r->rc, k);
+        const float *now = r->theta[s], *base = r->theta[sub->base[k]];
+        for (size_t i = lo; i < lo + len; i++) {
+            float diff = now[i] - base[i];
+            float part = r->rc.rebase_fraction * diff;
+            g[i] = g[i] + part;
+        }
+    }
     free(d);
     free(d16);
     float *next = malloc(r->n * sizeof(float));
@@ -171,12 +183,12 @@ static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *m
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ref_async --redis URL --run R --sync-every H [--quad-lr LR] [--no-bf16]\n");
+    fprintf(f, "usage: ref_async --redis URL --run R --sync-every H [--quad-lr LR] [--no-bf16] [--async-rule RULE]\n");
 }
 
 int main(int argc, char **argv)
 {
-    const char *url = NULL, *run = NULL;
+    const char *url = NULL, *run = NULL, *rule = NULL;
     long long H = 0;
     double qlr = 0.01;
     int bf16 = 1;
@@ -186,6 +198,7 @@ int main(int argc, char **argv)
         {.name = "run", .kind = OPT_STRING, .dest = &run},
         {.name = "sync-every", .kind = OPT_LLONG, .dest = &H, .lo = 1, .hi = INT64_MAX},
         {.name = "quad-lr", .kind = OPT_DOUBLE, .dest = &qlr, .min = -DBL_MAX, .max = DBL_MAX},
+        {.name = "async-rule", .kind = OPT_STRING, .dest = &rule},
         {0},
     };
     int prc = opts_parse_cmd("ref_async", usage, specs, argc, argv, 1, NULL, NULL);
@@ -202,6 +215,10 @@ int main(int argc, char **argv)
         runconf_load(c, run, &r.rc, err, sizeof err) < 0) {
         fprintf(stderr, "ref_async: %s\n", err);
         return 1;
+    }
+    if (rule != NULL && (r.rc.async_rule = outer_async_rule_parse(rule)) < 0) {
+        fprintf(stderr, "ref_async: --async-rule wants plain or rebase, got '%s'\n", rule);
+        return OPTS_EXIT_USAGE;
     }
     if (read_tunables(c, run, &r) < 0 || read_submissions(c, run, &r) < 0) {
         fprintf(stderr, "ref_async: cannot read the run's state or events\n");

@@ -89,7 +89,7 @@ __global__ void delta_k(void *out, const float *snap, const float *params, size_
     }
 }
 
-/* Streaming mixing: params = a*params + b*snap, as libdiloco's sync_apply_fragment (a, b and the
+/* Streaming mixing: params = a*params + b*snap, as libdiloco's params_apply (a, b and the
  * global snap are finite, so a NaN result can only come from a NaN parameter: the host keeps it,
  * made quiet) */
 __global__ void mix_k(float *params, const float *snap, size_t n, float a, float b)

@@ -15,7 +15,7 @@
 /* Count the step and the time it took (since the previous call returned): DyLU's speed. */
 static void count_step(diloco *d)
 {
-    uint64_t now = dl_wall_us();
+    uint64_t now = wall_us();
     pthread_mutex_lock(&d->hb_mu);
     d->total_steps++;
     if (d->step_end_us && now > d->step_end_us) {
@@ -34,7 +34,7 @@ int diloco_after_step(diloco *d, char *err, size_t errlen)
     int rc = after_step(d, err, errlen);
     log_use_sink(prev);
     pthread_mutex_lock(&d->hb_mu);
-    d->step_end_us = dl_wall_us();
+    d->step_end_us = wall_us();
     pthread_mutex_unlock(&d->hb_mu);
     return rc;
 }

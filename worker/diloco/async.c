@@ -74,7 +74,7 @@ static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
     for (;;) {
         int rc = conn_push(d, shard, d->seq[shard], err, errlen);
         if (rc != DL_RETRY) return rc;
-        if (sync_retry_pause(d, &attempt, deadline, shard, "push", err, errlen) != DL_OK) return DL_FAIL;
+        if (owners_retry_pause(d, &attempt, deadline, shard, "push", err, errlen) != DL_OK) return DL_FAIL;
     }
 }
 
@@ -93,7 +93,7 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
         }
         if (rc == DL_NEED && conn_push(d, shard, d->seq[shard], err, errlen) == DL_OK) continue;
         if (rc != DL_RETRY && rc != DL_NEED) return rc;
-        if (sync_retry_pause(d, &attempt, deadline, shard, "get", err, errlen) != DL_OK) return DL_FAIL;
+        if (owners_retry_pause(d, &attempt, deadline, shard, "get", err, errlen) != DL_OK) return DL_FAIL;
     }
 }
 
@@ -107,8 +107,8 @@ int async_submit_net(diloco *d, int f, char *err, size_t errlen)
         if (rc == DL_RETRY) sleep_ms(backoff_ms(attempt, 50, 1000));
     }
     if (rc != DL_OK) return rc == DL_RETRY ? DL_FAIL : rc;
-    rc = for_shards_parallel(d, first, last, push_job, NULL, err, errlen);
-    if (rc == DL_OK) rc = for_shards_parallel(d, first, last, get_job, NULL, err, errlen);
+    rc = fanout_run(d, first, last, push_job, NULL, err, errlen);
+    if (rc == DL_OK) rc = fanout_run(d, first, last, get_job, NULL, err, errlen);
     if (rc != DL_OK) return rc;
     int64_t lo = d->shard_version[first];
     for (int k = first + 1; k < last; k++)

@@ -10,7 +10,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "auth.h"
@@ -22,13 +21,6 @@
 #include "util.h"
 
 #define SMALL_REPLY_CAP (BLOB_HEADER_MAX + 64)
-
-uint64_t dl_wall_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
-}
 
 /* *slot = t if *slot is 0 or later than t (threads of one round race here). */
 static void stamp_min(uint64_t *slot, uint64_t t)
@@ -44,11 +36,14 @@ static void stamp_max(uint64_t *slot, uint64_t t)
     while (cur < t && !__atomic_compare_exchange_n(slot, &cur, t, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) {}
 }
 
+/* Connecting and the handshake wait at most this long (or net_timeout_ms if shorter): a frozen server
+ * accepts connections (the kernel does) but never answers. */
+#define HANDSHAKE_MS 5000
+
 /* Say who we are and prove we know the run's secret (auth.h). */
 static int hello(diloco *d, int fd, char *err, size_t errlen)
 {
-    /* a short limit: a frozen server accepts connections (the kernel does) but never answers */
-    int timeout = d->o.net_timeout_ms < 5000 ? d->o.net_timeout_ms : 5000;
+    int timeout = d->o.net_timeout_ms < HANDSHAKE_MS ? d->o.net_timeout_ms : HANDSHAKE_MS;
     return auth_client_hello(fd, d->rc.secret, d->worker_id, d->o.run, timeout, NULL, 0, err, errlen);
 }
 
@@ -67,7 +62,7 @@ dp_conn *conn_acquire(diloco *d, const char *addr, char *err, size_t errlen)
         return NULL;
     }
     if (c->fd >= 0) return c;
-    int fd = tcp_connect(addr, d->o.net_timeout_ms < 5000 ? d->o.net_timeout_ms : 5000, err, errlen);
+    int fd = tcp_connect(addr, d->o.net_timeout_ms < HANDSHAKE_MS ? d->o.net_timeout_ms : HANDSHAKE_MS, err, errlen);
     if (fd >= 0 && hello(d, fd, err, errlen) < 0) {
         close(fd);
         fd = -1;
@@ -206,9 +201,10 @@ static void push_request(diloco *d, int shard, int64_t round, blob_header *h, co
     h->count = n;
     if (d->rc.weight_tokens) /* --weight-by tokens: the tokens behind this pseudo-gradient */
         h->aux = (int64_t)d->push_tokens[h->frag];
-    h->xxh = d->delta_xxh[shard]; /* computed with Δ (sync_compute_delta) */
+    h->xxh = d->delta_xxh[shard]; /* computed with Δ (dl_delta_compute) */
     h->dtype = d->push_dtype;
-    *payload = dl_shard_delta(d, shard, plen);
+    *payload = dl_delta_shard(d, shard, plen);
+    if (h->dtype == BLOB_TOPK) h->count = *plen; /* a sparse payload is counted in bytes */
 }
 
 int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int *rcs, char *err, size_t errlen)
@@ -219,7 +215,7 @@ int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int 
     if (rc != DL_OK) return rc;
     int sent = 0, broken = 0;
     size_t bytes[RUNCONF_MAX_SHARDS];
-    stamp_min(&d->cur.t_first_send_us, dl_wall_us());
+    stamp_min(&d->cur.t_first_send_us, wall_us());
     for (; sent < count; sent++) {
         blob_header h;
         const void *payload;
@@ -267,7 +263,7 @@ int conn_push(diloco *d, int shard, int64_t round, char *err, size_t errlen)
     uint8_t buf[SMALL_REPLY_CAP];
     const uint8_t *rp;
     size_t rlen;
-    stamp_min(&d->cur.t_first_send_us, dl_wall_us());
+    stamp_min(&d->cur.t_first_send_us, wall_us());
     if (frame_send_hashed(c->fd, &h, payload, plen, d->o.net_timeout_ms, err, errlen) < 0) {
         conn_release(d, c, 1);
         return DL_RETRY;
@@ -315,7 +311,7 @@ static int took_version(diloco *d, int shard, const blob_header *h, int tentativ
     d->tent_version[shard] = tentative ? h->version : 0;
     d->tent_xxh[shard] = xxh;
     d->tent_epoch[shard] = h->epoch;
-    stamp_max(&d->cur.t_last_recv_us, dl_wall_us());
+    stamp_max(&d->cur.t_last_recv_us, wall_us());
     *got = h->version;
     __atomic_add_fetch(&d->cur.bytes_down, plen, __ATOMIC_RELAXED);
     return DL_OK;
@@ -326,8 +322,8 @@ static int take_update(diloco *d, int shard, const blob_header *h, const uint8_t
                        int64_t min_version, int64_t *got, char *err, size_t errlen)
 {
     size_t n = (size_t)runconf_shard_numel(&d->rc, shard);
-    if (!d->rc.download_update || h->dtype != d->rc.compress || h->count != n || plen != codec_bytes(h->dtype, n) ||
-        h->shard != shard || h->version != min_version) {
+    if (!d->rc.download_update || !dl_update_fits(d, n, h, payload, plen) || h->shard != shard ||
+        h->version != min_version) {
         err_set(err, errlen, "bad update reply for shard %d (dtype %d, count %" PRIu64 ", version %" PRId64 ")", shard,
                 h->dtype, h->count, h->version);
         return DL_FAIL;
@@ -373,7 +369,7 @@ int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got,
     blob_header_init(&h, "get");
     h.shard = shard;
     h.version = min_version;
-    h.flags = dl_get_flags(d, shard, min_version, flags);
+    h.flags = dl_update_get_flags(d, shard, min_version, flags);
     h.inc = dl_inc(d);
     snprintf(h.worker, sizeof h.worker, "%s", d->worker_id);
     /* small replies land in buf, the parameters straight in base */
@@ -411,7 +407,7 @@ int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version,
         blob_header_init(&h, "get");
         h.shard = shards[sent];
         h.version = min_version;
-        h.flags = dl_get_flags(d, shards[sent], min_version, flags);
+        h.flags = dl_update_get_flags(d, shards[sent], min_version, flags);
         h.inc = dl_inc(d);
         snprintf(h.worker, sizeof h.worker, "%s", d->worker_id);
         if (frame_send(c->fd, &h, NULL, 0, d->o.net_timeout_ms, err, errlen) < 0) {

@@ -6,13 +6,15 @@
  * shard-server decodes them). With --error-feedback, what quantization
  * dropped (Δ + e minus its decoded value) is kept in e and added to the next round's Δ; e lives only in
  * this process (a restarted worker starts again from zero). With device hooks the device computes Δ
- * (device.c); a block-codec run takes it in fp32 and quantizes it here. */
+ * (device.c); a block-codec run takes it in fp32 and quantizes it here. A topk run (SparseLoCo) sends
+ * the top entries of its accumulator instead (delta_topk.c). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "bf16.h"
 #include "codec.h"
+#include "codec_topk.h"
 #include "hash.h"
 #include "internal.h"
 #include "outer.h"
@@ -22,8 +24,9 @@
  * checksum) while it is still in the cache, instead of in a second pass over memory as it is sent. */
 #define DELTA_CHUNK 16384
 _Static_assert(DELTA_CHUNK % CODEC_BLOCK == 0, "a chunk holds whole codec blocks");
+_Static_assert(DELTA_CHUNK % TOPK_CHUNK == 0, "a chunk holds whole top-k chunks");
 
-int dl_push_dtype(const diloco *d)
+int dl_delta_dtype(const diloco *d)
 {
     return d->rc.compress == BLOB_BF16 && !d->o.bf16 ? BLOB_F32 : d->rc.compress;
 }
@@ -31,12 +34,13 @@ int dl_push_dtype(const diloco *d)
 int dl_delta_alloc(diloco *d, char *err, size_t errlen)
 {
     size_t n = d->numel;
-    int block = codec_is_block(d->push_dtype);
+    int block = codec_is_block(d->push_dtype), topk = d->push_dtype == BLOB_TOPK;
     /* a block codec encodes base - params straight from them; an fp32 Δ is needed only from a device */
-    int f32 = d->push_dtype == BLOB_F32 || (block && d->o.device.delta != NULL);
+    int f32 = d->push_dtype == BLOB_F32 || ((block || topk) && d->o.device.delta != NULL);
     d->delta_f32 = f32 ? dl_host_alloc(d, n * sizeof(float)) : NULL;
     d->delta_bf16 = d->push_dtype == BLOB_BF16 ? dl_host_alloc(d, n * sizeof(uint16_t)) : NULL;
     if ((f32 && !d->delta_f32) || (d->push_dtype == BLOB_BF16 && !d->delta_bf16)) goto oom;
+    if (topk) return dl_delta_topk_alloc(d, err, errlen);
     if (!block) return 0;
     d->delta_qoff = calloc((size_t)d->rc.nshards + 1, sizeof(size_t));
     if (!d->delta_qoff) goto oom;
@@ -60,10 +64,10 @@ void dl_delta_free(diloco *d)
     free(d->ef);
 }
 
-const void *dl_shard_delta(const diloco *d, int k, size_t *bytes)
+const void *dl_delta_shard(const diloco *d, int k, size_t *bytes)
 {
     size_t off = (size_t)d->rc.shard_bounds[k], n = (size_t)runconf_shard_numel(&d->rc, k);
-    if (codec_is_block(d->push_dtype)) {
+    if (codec_is_block(d->push_dtype) || d->push_dtype == BLOB_TOPK) {
         *bytes = d->delta_qoff[k + 1] - d->delta_qoff[k];
         return d->delta_q + d->delta_qoff[k];
     }
@@ -91,7 +95,7 @@ static const uint8_t *encode_chunk(diloco *d, int k, size_t c, size_t len, int f
 static int shard_delta(diloco *d, int k, int from_device, XXH3_state_t *xs, size_t *bad)
 {
     size_t lo = (size_t)d->rc.shard_bounds[k], hi = (size_t)d->rc.shard_bounds[k + 1];
-    int block = codec_is_block(d->push_dtype);
+    int block = codec_is_block(d->push_dtype) || d->push_dtype == BLOB_TOPK;
     XXH3_64bits_reset(xs);
     for (size_t c = lo; c < hi; c += DELTA_CHUNK) {
         size_t len = hi - c < DELTA_CHUNK ? hi - c : DELTA_CHUNK, b = 0, qlen = 0;
@@ -104,7 +108,8 @@ static int shard_delta(diloco *d, int k, int from_device, XXH3_state_t *xs, size
             rc = outer_check_finite(d->delta_f32 + c, len, &b);
             hash_update(xs, d->delta_f32 + c, len * sizeof(float));
         } else {
-            const uint8_t *q = encode_chunk(d, k, c, len, from_device, &b, &qlen);
+            const uint8_t *q = d->push_dtype == BLOB_TOPK ? dl_delta_topk_encode(d, k, c, len, from_device, &b, &qlen)
+                                                          : encode_chunk(d, k, c, len, from_device, &b, &qlen);
             rc = q ? 0 : -1;
             if (q) hash_update(xs, q, qlen);
         }
@@ -119,16 +124,16 @@ static int shard_delta(diloco *d, int k, int from_device, XXH3_state_t *xs, size
 
 /* Δ of fragment f into delta_*, each shard's checksum into delta_xxh; -1 if our own training produced
  * NaN/Inf (or the device failed). */
-int sync_compute_delta(diloco *d, int f, char *err, size_t errlen)
+int dl_delta_compute(diloco *d, int f, char *err, size_t errlen)
 {
     size_t lo = (size_t)d->rc.shard_bounds[dl_first_shard(d, f)], bad = 0;
-    int rc = 0, block = codec_is_block(d->push_dtype);
+    int rc = 0, block = codec_is_block(d->push_dtype) || d->push_dtype == BLOB_TOPK;
     if (d->dev) { /* the device computes it against its snapshot (device.c); -1 here: a device error */
         if ((rc = dl_dev_delta(d, f, &bad, err, errlen)) < 0) return -1;
         rc = -rc;
         for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f) && rc == 0 && !block; k++) {
             size_t bytes;
-            const void *p = dl_shard_delta(d, k, &bytes);
+            const void *p = dl_delta_shard(d, k, &bytes);
             d->delta_xxh[k] = hash64(p, bytes);
         }
         if (rc < 0) bad += lo;

@@ -1,9 +1,9 @@
 /* device.c: device-resident parameters, libdiloco's side of diloco_device_ops (diloco.h).
  *
  * Without hooks libdiloco touches the trainer's params buffer in exactly three ways: the pseudo-
- * gradient reads it (sync.c, sync_compute_delta), taking the global parameters writes base into it
- * (session.c, dl_adopt_base, always followed by dl_params_changed), and Streaming's mixing reads and
- * writes it (sync.c, sync_apply_fragment). With hooks each of them becomes one hook call at the same
+ * gradient reads it (delta.c, dl_delta_compute), taking the global parameters writes base into it
+ * (params.c, params_adopt, always followed by params_changed), and Streaming's mixing reads and
+ * writes it (params.c, params_apply). With hooks each of them becomes one hook call at the same
  * place, through the functions below, and nothing else changes: the same bytes go on the wire.
  *
  * The device keeps its own copy of the global parameters (the snapshot). Every load puts base into it,

@@ -16,7 +16,7 @@
  *             again if not, and FETCH as at open).
  *
  * A rank moves shards [grp_bounds[r], grp_bounds[r+1]) (contiguous, balanced by elements), which
- * dl_first_shard / dl_last_shard give every per-fragment loop of sync.c, delta.c and session.c: the
+ * dl_first_shard / dl_last_shard give every per-fragment loop of sync.c, delta.c and fetch.c: the
  * pseudo-gradient of a shard is computed from the same bytes as in a process of its own, so a group's
  * contribution is bit-identical to one process's. The group arrives at the barrier only when every rank
  * arrived (after its own pushes, lua/15_groups.lua), so a group whose rank died never contributes half.
@@ -196,7 +196,7 @@ static int exchange(diloco *d, char *err, size_t errlen)
         if (r != d->grp_rank) memcpy(d->base + off, d->params + off, n * sizeof(float));
     }
     d->grp_dirty = 0;
-    return dl_params_changed(d, 0, d->numel, err, errlen);
+    return params_changed(d, 0, d->numel, err, errlen);
 }
 
 /* Every rank fetches its part at version >= want, again at the highest version any rank got until all
@@ -212,7 +212,7 @@ static int group_fetch(diloco *d, int64_t want, char *err, size_t errlen)
     int rc = -1;
     for (;;) {
         group_msg me = {0};
-        me.status = dl_fetch_fragment(d, 0, want, 0, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
+        me.status = fetch_fragment(d, 0, want, 0, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
         me.v[0] = d->frag_version[0];
         if (gather(d, GRP_FETCH, &me, all, err, errlen) < 0) break;
         if (first_failure(all, size, err, errlen) != DL_OK) break;
@@ -252,15 +252,18 @@ static void group_leave(diloco *d)
     if (r) freeReplyObject(r);
 }
 
-/* A rank closing normally waits (bounded) until every shard of the group's last round is committed, the
- * other ranks' parts too, before it ends the group: a rank that must resend its part to a shard's new
- * owner (a lease moved before the commit) would otherwise find its group gone, and the round would be
- * committed without the group's pseudo-gradient on that shard. A stopping rank leaves at once. */
+/* A rank closing normally waits (at most LAST_ROUND_PATIENCE_MS, or the sync timeout if shorter) until
+ * every shard of the group's last round is committed, the other ranks' parts too, before it ends the
+ * group: a rank that must resend its part to a shard's new owner (a lease moved before the commit) would
+ * otherwise find its group gone, and the round would be committed without the group's pseudo-gradient on
+ * that shard. A stopping rank leaves at once. */
+#define LAST_ROUND_PATIENCE_MS 15000
 void group_wait_committed(diloco *d)
 {
     if (!d->grp || dl_stopping(d) || dl_inc(d) <= 0 || !d->frag_version) return;
     int64_t want = d->frag_version[0];
-    uint64_t patience = d->o.sync_timeout_ms < 15000 ? (uint64_t)d->o.sync_timeout_ms : 15000;
+    uint64_t patience =
+        d->o.sync_timeout_ms < LAST_ROUND_PATIENCE_MS ? (uint64_t)d->o.sync_timeout_ms : LAST_ROUND_PATIENCE_MS;
     uint64_t deadline = now_ms() + patience;
     char key[KEY_MAX];
     key_run(key, sizeof key, d->o.run, "shards");
@@ -393,7 +396,7 @@ static int hello(diloco *d, const diloco_options *o, float *params, size_t numel
         err_set(err, errlen, "out of memory");
         return -1;
     }
-    me.status = dl_session_init(d, o, params, numel, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
+    me.status = state_init(d, o, params, numel, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
     int64_t v[6] = {(int64_t)numel, o->sync_every, o->bf16, o->error_feedback, o->dylu, o->device.delta != NULL};
     memcpy(me.v, v, sizeof v);
     snprintf(me.run, sizeof me.run, "%s", o->run ? o->run : "");
@@ -413,7 +416,7 @@ int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, 
     if (hello(d, o, params, numel, err, errlen) < 0) return -1;
     if (group_register(d, err, errlen) < 0) return -1;
     if (owners_refresh(d, err, errlen) < 0 || heartbeat_start(d, err, errlen) < 0) return -1;
-    if (dl_wait_joined_round(d, 0, err, errlen) < 0) return -1;
+    if (fetch_wait_joined(d, 0, err, errlen) < 0) return -1;
     if (group_fetch(d, d->frag_version[0], err, errlen) < 0) return -1;
     log_info("rank %d of group %s joined run %s at version %" PRId64 " (%zu parameters, shards [%d, %d) of %d)",
              d->grp_rank, d->worker_id, d->run, d->frag_version[0], numel, d->part_lo, d->part_hi, d->rc.nshards);
@@ -444,7 +447,7 @@ static int recover(diloco *d, int worst, const char *why, int64_t round, uint64_
     snprintf(reason, sizeof reason, "%s", why);
     log_warn("round %" PRId64 " did not complete for the group (%s); continuing from the global parameters", round,
              reason);
-    if (worst == DL_CORRUPT && dl_wait_repaired(d, reason, err, errlen) < 0) return stopped(d, err, err, errlen);
+    if (worst == DL_CORRUPT && repair_wait(d, reason, err, errlen) < 0) return stopped(d, err, err, errlen);
     group_msg me = {0}, *all = calloc((size_t)d->o.group.size, sizeof *all);
     if (!all) {
         err_set(err, errlen, "out of memory");
@@ -465,13 +468,13 @@ static int recover(diloco *d, int worst, const char *why, int64_t round, uint64_
         log_error("the group could not recover: %s (the next sync tries again)", err);
         return dl_stopping(d) ? stopped(d, err, err, errlen) : 0;
     }
-    sync_record(d, 0, round, t0, 1);
+    round_record(d, 0, round, t0, 1);
     return 1;
 }
 
 int group_round(diloco *d, char *err, size_t errlen)
 {
-    sync_begin(d);
+    round_begin(d);
     uint64_t t0 = now_ms();
     int64_t round = d->frag_version[0];
     int size = d->o.group.size, worst = DL_STALE;
@@ -495,7 +498,7 @@ int group_round(diloco *d, char *err, size_t errlen)
         for (int r = 0; r < size; r++) tokens += (uint64_t)all[r].v[0];
         d->push_tokens[0] = tokens;
         memset(&me, 0, sizeof me);
-        me.status = sync_fragment_net(d, 0, me.err, sizeof me.err);
+        me.status = round_net(d, 0, me.err, sizeof me.err);
         if (dl_stopping(d)) goto stop;
         if ((me.status == DL_FAIL || me.status == DL_CORRUPT) && d->cur.t_pushed_us == 0)
             group_leave(d); /* we never arrived: the others would wait at the barrier for the group forever */
@@ -505,7 +508,7 @@ int group_round(diloco *d, char *err, size_t errlen)
         if (worst == DL_OK) {
             free(all);
             if (exchange(d, err, errlen) < 0) return -1;
-            sync_record(d, 0, round, t0, 0);
+            round_record(d, 0, round, t0, 0);
             return 1;
         }
     }

@@ -66,15 +66,18 @@ static void beat_once(diloco *d, rconn *c)
  * so a stop request waits at most this long too. */
 #define RETRY_MS 500
 
+#define CONNECT_MS 5000    /* a connection attempt's limit */
+#define WARN_EVERY_MS 5000 /* while Redis is away: one warning per this long */
+
 /* The connection for the next beat: c itself while it works, else a new one (NULL while Redis is
- * away; *warned rate-limits the warning to one per 5 s). */
+ * away; *warned rate-limits the warning to one per WARN_EVERY_MS). */
 static rconn *beat_conn(diloco *d, rconn *c, uint64_t *warned)
 {
     if (c && !rconn_broken(c)) return c;
     char err[256];
     if (c) rconn_free(c);
-    c = rconn_connect(&d->url, 5000, err, sizeof err);
-    if (!c && now_ms() - *warned >= 5000) {
+    c = rconn_connect(&d->url, CONNECT_MS, err, sizeof err);
+    if (!c && now_ms() - *warned >= WARN_EVERY_MS) {
         log_warn("heartbeat: cannot reach Redis: %s", err);
         *warned = now_ms();
     }
@@ -133,7 +136,7 @@ static void *heartbeat_main(void *p)
     log_use_sink(&d->log);
     rconn *c = NULL;
     sentinel_watch *watch = NULL;
-    uint64_t warned = 0; /* one warning per 5 s while Redis is away */
+    uint64_t warned = 0; /* when we last warned that Redis is away (0: not since it last answered) */
     int again = 0;       /* the last beat broke a working connection and is being sent again */
     for (int stop = 0; !stop;) {
         c = beat_conn(d, c, &warned);

@@ -1,20 +1,31 @@
 /* internal.h: the state of a libdiloco session, shared by the library's files (not installed).
  *
- *   session.c    open/close, registration, fetching the global parameters, Redis commands
- *   owners.c     which shard-server owns which shard (read from Redis), refreshed on redirects
- *   conn.c       data-plane connections to shard-servers and the push/get requests
+ * The files, from the top down (each calls only files below it: docs/architecture.md "Layers",
+ * checked by tests/it_layers.sh):
+ *   session.c    diloco_open, diloco_close: a session's life
  *   after_step.c when a worker syncs (diloco_after_step, diloco_force_sync): dispatch by mode
- *   round.c      one fragment's round as the schedule sees it: Δ, blocking round, settling the outcome
- *   streaming.c  Streaming DiLoCo: one fragment in flight on a thread while training goes on
- *   sync.c       the network part of a sync-mode round: pseudo-gradient, push, barrier, new parameters
- *   delta.c      the pseudo-gradient in the run's codec (bf16, fp32, int8, int4) and error feedback
- *   update.c     --download update: applying the round's update ourselves, with our copy of the momentum
- *   async.c      the network part of an async-mode round: submit, push, get (no barrier)
- *   heartbeat.c  the heartbeat thread
- *   repair.c     waiting out a shard whose durable state is corrupt, until `coordinator repair`
- *   device.c     device-resident parameters (diloco_device_ops): the hooks that replace params
- *   info.c       the library's version and the facts about a session (accessors)
  *   group.c      process groups: several processes as one worker (open, the group's round, exchange)
+ *   streaming.c  Streaming DiLoCo: one fragment in flight on a thread while training goes on
+ *   round.c      one fragment's round as the schedule sees it: Δ, the network part by mode (round_net),
+ *                settling the outcome, the record of the sync
+ *   sync.c       the network part of a sync-mode round: push, barrier, get, confirming it durable
+ *   async.c      the network part of an async-mode round: submit, push, get (no barrier)
+ *   fetch.c      the global parameters fetched with no Δ to offer (open, catching up, a joiner's wait)
+ *   barrier.c    arriving at a sync barrier and waiting for its close (wake.c listens for it)
+ *   fanout.c     a job per shard, one thread per owner; pushes and gets pipelined per owner first
+ *   heartbeat.c  the heartbeat thread
+ *   wake.c       the barrier's wake-up list, listened to while we arrive
+ *   repair.c     waiting out a shard whose durable state is corrupt, until `coordinator repair`
+ *   conn.c       data-plane connections to shard-servers and the push/get requests
+ *   owners.c     which shard-server owns which shard (read from Redis), refreshed on redirects
+ *   state.c      the session's options, run configuration and buffers, made and freed
+ *   update.c     --download update: applying the round's update ourselves, with our copy of the momentum
+ *   delta.c      the pseudo-gradient in the run's codec (bf16, fp32, int8, int4) and error feedback
+ *   delta_topk.c --compress topk: the accumulator e = beta*e + Δ and its top-k chunks (delta.c calls it)
+ *   params.c     base into the trainer's parameters (copy or mix, host or device), telling the trainer
+ *   device.c     device-resident parameters (diloco_device_ops): the hooks that replace params
+ *   control.c    the control connection (dl_command), registration and our incarnation
+ *   info.c       the library's version and the facts about a session (accessors)
  *   peek.c       the run read without joining it (diloco_peek_run): calls only common/, no session
  *
  * Logging: every function that enters the library on the host's thread, and every thread the session
@@ -96,14 +107,17 @@ struct diloco {
     int push_dtype;       /* our pushes' codec: the run's (fp32 in a bf16 run with o.bf16 = 0) */
     uint16_t *delta_bf16; /* pseudo-gradient of the round, kept until it is committed */
     float *delta_f32;     /* (block codecs: only with device hooks, the device's fp32 Δ) */
-    uint8_t *delta_q;     /* int8/int4: the encoded Δ, shard after shard (delta.c) */
-    size_t *delta_qoff;   /* int8/int4: nshards+1 offsets of each shard's part in delta_q */
-    float *ef;            /* --error-feedback: what quantization dropped, added to the next Δ */
+    uint8_t *delta_q;     /* block codecs and topk: the encoded Δ, shard after shard (delta.c) */
+    size_t *delta_qoff;   /* block codecs and topk: nshards+1 offsets of each shard's part in delta_q */
+    float *ef;            /* --error-feedback: what quantization dropped, added to the next Δ; topk: the
+                             accumulator e (delta_topk.c) */
     /* --download update (update.c) */
     float *mom;           /* our copy of the outer momentum */
     int64_t *mom_version; /* per shard: the version base and mom hold together (-1: unknown) */
     uint8_t *upd_q;       /* received updates, shard after shard (upd_off) */
     size_t *upd_off;
+    uint8_t **upd_sparse; /* topk: each shard's received update (its size follows the participants) */
+    size_t *upd_sparse_cap;
     float *upd_both;        /* parameters with momentum as received (2 floats per parameter) */
     uint64_t *delta_xxh;    /* per shard: the checksum of its part of delta_* (computed with it) */
     int64_t *frag_version;  /* global version of each fragment's part of base (= its open round for us) */
@@ -136,7 +150,7 @@ struct diloco {
 
     shard_owner *owners;
     pthread_mutex_t owners_mu;
-    uint64_t wait_logged_ms; /* when a long wait for a shard was last logged (sync_retry_pause) */
+    uint64_t wait_logged_ms; /* when a long wait for a shard was last logged (owners_retry_pause) */
     dp_conn conns[MAX_CONNS];
     pthread_mutex_t conns_mu;
     size_t recv_cap; /* largest frame we accept */
@@ -145,7 +159,7 @@ struct diloco {
     int sync_every;
     int fail_streak;
     diloco_sync_info cur; /* the sync in progress: bytes and phase stamps, counted by conn.c as
-                                    they happen (sync_begin clears it, sync_record copies it to last) */
+                                    they happen (round_begin clears it, round_record copies it to last) */
     diloco_sync_info last;
     int have_last;
 
@@ -168,10 +182,10 @@ struct diloco {
      * receiving fragment f's parameters clears */
     int dev;          /* o.device is set: params is never touched, the hooks are called */
     int *dev_snap_ok; /* per fragment: the device snapshot holds base[f] as it is now */
-    int dev_failed;   /* a load in dl_adopt_base failed: dl_params_changed reports dev_err */
+    int dev_failed;   /* a load in params_adopt failed: params_changed reports dev_err */
     char dev_err[256];
 
-    uint64_t corrupt_told_ms; /* repair.c, under hb_mu: when we last said a shard is corrupt (once a minute) */
+    uint64_t corrupt_told_ms; /* repair.c, under hb_mu: when we last said a shard is corrupt (REPAIR_TELL_MS) */
 
     /* process groups (group.c). Every session pushes and fetches only shards [part_lo, part_hi): all of
      * them for a worker of one process, its part for a rank of a group (dl_first_shard) */
@@ -193,7 +207,11 @@ static inline int dl_last_shard(const diloco *d, int f)
     return d->rc.frag_bounds[f + 1] < d->part_hi ? d->rc.frag_bounds[f + 1] : d->part_hi;
 }
 
-/* session.c */
+/* ---- the files' functions, in their layers from the bottom up (docs/architecture.md "Layers": a file
+ * calls only files below it; wake.c's are in wake.h) ---------------------------------------------------- */
+
+/* control.c: the control connection and our membership (the bottom of the library) */
+#define REDIS_TIMEOUT_MS 10000 /* the control connection's command timeout */
 /* A command on ctl, reconnecting as needed; the caller frees the reply. NULL or an error reply (see
  * dl_reply_failed): err (may be NULL) says why, written while ctl_mu is held, since any thread's
  * reconnect may free ctl as soon as it is released: never pass d->ctl to rconn_reply_error. */
@@ -204,24 +222,16 @@ int dl_reply_failed(const redisReply *r); /* NULL or an error reply */
 /* With the run's min_replicas > 0: wait until that many Redis replicas have our writes on ctl so far
  * (WAIT, again while fewer do); 0 at once when min_replicas is 0, -1 + err when ctl broke or we stop. */
 int dl_wait_replicas(diloco *d, char *err, size_t errlen);
+int dl_stopping(const diloco *d); /* the embedding program asked us to stop (o.stop, diloco_request_stop) */
+int64_t dl_inc(diloco *d);
 /* Register (again). A group's rank does not: the group registers together (group.c), so this only
  * returns 0 and the round that found us evicted reports DL_EVICTED. */
 int dl_register(diloco *d, char *err, size_t errlen);
 int dl_register_now(diloco *d, char *err, size_t errlen); /* dl_register; rank 0 registers its group */
-/* What diloco_open does before registering: options, Redis, the run's configuration, buffers. */
-int dl_session_init(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);
-/* A joiner of the round after the open one waits for it to close (sync mode, one fragment). */
-int dl_wait_joined_round(diloco *d, int f, char *err, size_t errlen);
-int dl_fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
-int dl_fetch_all(diloco *d, char *err, size_t errlen);
-int64_t dl_inc(diloco *d);
-int dl_stopping(const diloco *d); /* the embedding program asked us to stop (o.stop, diloco_request_stop) */
-/* params[shards] = base[shards] (with device hooks: a DILOCO_LOAD_COPY load, whose error, if any, the
- * dl_params_changed that always follows returns) */
-void dl_adopt_base(diloco *d, int first_shard, int last_shard);
-int dl_params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen); /* trainer callback */
+/* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */
+int dl_still_member(diloco *d);
 
-/* device.c */
+/* device.c: device-resident parameters (the hooks of diloco_device_ops) */
 int dl_dev_init(diloco *d, const float *params, char *err, size_t errlen); /* checks o.device, sets dev */
 void dl_dev_free(diloco *d);
 void *dl_host_alloc(diloco *d, size_t bytes); /* o.device.host_alloc, or malloc */
@@ -234,11 +244,64 @@ int dl_dev_delta(diloco *d, int f, size_t *bad, char *err, size_t errlen);
 /* base[shard] is being written (a params reply): its fragment's device snapshot is out of date. */
 void dl_dev_base_written(diloco *d, int shard);
 
-/* owners.c */
+/* params.c: base into the trainer's parameters */
+/* params[shards] = base[shards] (with device hooks: a DILOCO_LOAD_COPY load, whose error, if any, the
+ * params_changed that always follows returns) */
+void params_adopt(diloco *d, int first_shard, int last_shard);
+/* Put base[f] into params[f]: copy, or params = alpha*params + (1-alpha)*base; tell the trainer. */
+int params_apply(diloco *d, int f, double alpha, char *err, size_t errlen);
+int params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen); /* trainer callback */
+
+/* delta.c: the pseudo-gradient in the codec of our pushes, and error feedback */
+/* The codec of our pushes (push_dtype): the run's, except fp32 in a bf16 run when o.bf16 is 0. */
+int dl_delta_dtype(const diloco *d);
+/* The Δ buffers of push_dtype (and the error feedback's). */
+int dl_delta_alloc(diloco *d, char *err, size_t errlen);
+void dl_delta_free(diloco *d);
+/* Δ of fragment f from params (on the thread that owns params). -1 if params are not finite. */
+int dl_delta_compute(diloco *d, int f, char *err, size_t errlen);
+/* Shard k's part of delta_* (as pushed, in push_dtype) and its size in *bytes. */
+const void *dl_delta_shard(const diloco *d, int k, size_t *bytes);
+
+/* delta_topk.c (--compress topk): the accumulator and its top-k chunks; delta.c calls these */
+/* delta_q and its offsets for top-k payloads, and the accumulator (ef). */
+int dl_delta_topk_alloc(diloco *d, char *err, size_t errlen);
+/* Elements [c, c+len) of shard k (c - lo a multiple of TOPK_CHUNK): the accumulator e = beta*e + Δ (from
+ * base - params, or the device's fp32 Δ), its top k per chunk encoded into delta_q; the encoded bytes
+ * and *qlen, or NULL with *bad (relative to c) when Δ is not finite. */
+const uint8_t *dl_delta_topk_encode(diloco *d, int k, size_t c, size_t len, int from_device, size_t *bad, size_t *qlen);
+
+/* update.c: --download update, the round's update applied with our copy of the momentum */
+int dl_update_alloc(diloco *d, char *err, size_t errlen);
+void dl_update_free(diloco *d);
+/* The flags of a get of shard at min_version: BLOB_GET_UPDATE_OK when we hold min_version-1 with its
+ * momentum, else BLOB_GET_MOMENTUM (in runs with --download update). */
+int dl_update_get_flags(const diloco *d, int shard, int64_t min_version, int flags);
+/* Whether a received update reply of a shard of n elements has the run's codec and size (topk: and
+ * its structure, sparse_update_check). */
+int dl_update_fits(const diloco *d, size_t n, const blob_header *h, const uint8_t *payload, size_t plen);
+/* Where an update, or parameters with momentum, of shard are received; NULL for any other reply. */
+void *dl_update_place(diloco *d, int shard, const blob_header *h, size_t plen);
+/* Parameters then momentum (2n floats) of version into base and mom. */
+void dl_update_take_momentum(diloco *d, int shard, int64_t version, const uint8_t *payload);
+/* Apply a checked update reply to base and mom; *digest = XXH3 of the result. DL_OK when it is the
+ * committed digest (h->text), DL_RETRY otherwise (the next get asks for the momentum). */
+int dl_update_apply(diloco *d, int shard, const blob_header *h, const uint8_t *payload, uint64_t *digest, char *err,
+                    size_t errlen);
+
+/* state.c: what a session holds */
+/* What diloco_open does before registering: options, Redis, the run's configuration, buffers. */
+int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);
+void state_free(diloco *d); /* after the connections to shard-servers are closed (conn_close_all) */
+
+/* owners.c: which shard-server owns which shard */
 int owners_refresh(diloco *d, char *err, size_t errlen);
 void owners_get(diloco *d, int shard, shard_owner *out);
+/* After a transient failure of shard's `what`: re-read the owners, back off; DL_FAIL past deadline. */
+int owners_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
+                       size_t errlen);
 
-/* conn.c */
+/* conn.c: the data plane: connections to shard-servers, push and get */
 dp_conn *conn_acquire(diloco *d, const char *addr, char *err, size_t errlen);
 void conn_release(diloco *d, dp_conn *c, int broken);
 void conn_close_all(diloco *d);
@@ -256,62 +319,84 @@ int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version,
  * server lists us as missing, DL_RETRY for wait/moved/broken. */
 int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got_version, char *err, size_t errlen);
 
-/* CLOCK_REALTIME in microseconds (phase timestamps of diloco_sync_info). */
-uint64_t dl_wall_us(void);
+/* repair.c: waiting out a shard whose durable state is corrupt */
+/* A shard-server answered CORRUPT (why = its message). Block until no shard of the run is
+ * marked corrupt any more (`coordinator repair` ran), heartbeats going on meanwhile. 0, or -1 when we
+ * are stopping or the run was shut down (err says which). The repaired parameters are a version above
+ * any we hold: fetching at our versions gets them. */
+int repair_wait(diloco *d, const char *why, char *err, size_t errlen);
 
-/* delta.c */
-/* The codec of our pushes (push_dtype): the run's, except fp32 in a bf16 run when o.bf16 is 0. */
-int dl_push_dtype(const diloco *d);
-/* The Δ buffers of push_dtype (and the error feedback's). */
-int dl_delta_alloc(diloco *d, char *err, size_t errlen);
-void dl_delta_free(diloco *d);
-/* Δ of fragment f from params (on the thread that owns params). -1 if params are not finite. */
-int sync_compute_delta(diloco *d, int f, char *err, size_t errlen);
-/* Shard k's part of delta_* (as pushed, in push_dtype) and its size in *bytes. */
-const void *dl_shard_delta(const diloco *d, int k, size_t *bytes);
+/* heartbeat.c: the heartbeat thread */
+int heartbeat_start(diloco *d, char *err, size_t errlen);
+void heartbeat_stop(diloco *d);
 
-/* update.c (--download update) */
-int dl_update_alloc(diloco *d, char *err, size_t errlen);
-void dl_update_free(diloco *d);
-/* The flags of a get of shard at min_version: BLOB_GET_UPDATE_OK when we hold min_version-1 with its
- * momentum, else BLOB_GET_MOMENTUM (in runs with --download update). */
-int dl_get_flags(const diloco *d, int shard, int64_t min_version, int flags);
-/* Where an update, or parameters with momentum, of shard are received; NULL for any other reply. */
-void *dl_update_place(diloco *d, int shard, const blob_header *h, size_t plen);
-/* Parameters then momentum (2n floats) of version into base and mom. */
-void dl_update_take_momentum(diloco *d, int shard, int64_t version, const uint8_t *payload);
-/* Apply a checked update reply to base and mom; *digest = XXH3 of the result. DL_OK when it is the
- * committed digest (h->text), DL_RETRY otherwise (the next get asks for the momentum). */
-int dl_update_apply(diloco *d, int shard, const blob_header *h, const uint8_t *payload, uint64_t *digest, char *err,
-                    size_t errlen);
+/* fanout.c: a job per shard, one thread per owner; each returns the worst outcome of its shards */
+/* Run fn(d, shard, arg) for every shard in [first, last). */
+typedef int (*shard_job_fn)(diloco *d, int shard, void *arg, char *err, size_t errlen);
+int fanout_run(diloco *d, int first, int last, shard_job_fn fn, void *arg, char *err, size_t errlen);
+/* Push our Δ of every shard for round (pipelined per owner first, then each with its retries). */
+int fanout_push(diloco *d, int first, int last, int64_t round, char *err, size_t errlen);
+typedef struct fanout_get_arg {
+    int64_t want; /* minimum version */
+    int may_push; /* we are a participant of round want-1 and still hold our Δ */
+    int flags;    /* BLOB_GET_TENTATIVE_OK: a version not yet durable will do */
+    int once;     /* one attempt per shard (resending Δ if asked), no waiting in place: the
+                     caller loops over the whole fragment (sync.c's get_round) */
+} fanout_get_arg;
+/* Get every shard at version >= ga->want into base (pipelined per owner first, then each with its
+ * retries, or once); shard_version[k] = the version got. */
+int fanout_get(diloco *d, int first, int last, const fanout_get_arg *ga, char *err, size_t errlen);
 
-/* sync.c */
-/* Make sure the tentative parameters fragment f continued from were committed as they are, resending
- * our kept Δ to a new owner if they were not: DL_OK, DL_STALE (the round was committed differently,
- * e.g. without a participant that died: base is now the committed version and our local progress on
- * f must be dropped), DL_CORRUPT (a shard's durable state is corrupt: dl_wait_repaired) or DL_FAIL (err
- * says why; Δ is still kept, a later call tries again). */
-int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen);
-/* The network part of fragment f's round, safe on a background thread (touches base[f] only):
- * DL_OK: base[f] is version round+1; DL_STALE: base[f] is the current global version; DL_EVICTED:
- * registered again, everything must be fetched (refetch_all); DL_CORRUPT (dl_wait_repaired); DL_FAIL. */
-int sync_fragment_net(diloco *d, int f, char *err, size_t errlen);
-/* Put base[f] into params[f]: copy, or params = alpha*params + (1-alpha)*base; tell the trainer. */
-int sync_apply_fragment(diloco *d, int f, double alpha, char *err, size_t errlen);
-/* A sync starts: its counters (cur) start from zero, so it reports only what it sent and received. */
-void sync_begin(diloco *d);
-void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale);
+/* barrier.c: arriving at a sync round's barrier and waiting for its close */
+/* Arrive at barrier (f, round) and wait until it closes: DL_OK; DL_STALE (it closed without us),
+ * DL_EVICTED, DL_FAIL (err). d->cur.wait_seconds: how long we waited for the others. */
+int barrier_pass(diloco *d, int f, int64_t round, char *err, size_t errlen);
 /* A joiner of the round after `round`: block until round `round` of fragment f is no longer open (woken
  * by its close): DL_OK closed, DL_STALE gone already, DL_NEED it waits for nobody but a new arrival
  * (ours), DL_EVICTED, DL_FAIL. */
-int sync_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errlen);
-/* After a transient failure of shard's `what`: re-read the owners, back off; DL_FAIL past deadline. */
-int sync_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
-                     size_t errlen);
-/* async.c: submit, push, get for fragment f (async mode); base[f] holds the versions we got. */
+int barrier_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errlen);
+
+/* fetch.c: the global parameters, with no pseudo-gradient to offer */
+/* Every shard of fragment f at one version >= min_version into base (and params when adopt). */
+int fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
+/* A joiner of the round after the open one waits for it to close (sync mode, one fragment). */
+int fetch_wait_joined(diloco *d, int f, char *err, size_t errlen);
+int fetch_all(diloco *d, char *err, size_t errlen); /* every fragment, into base and params */
+/* Our round of fragment f is gone: base[f] takes the current global version (params untouched). */
+int fetch_current(diloco *d, int f, char *err, size_t errlen);
+
+/* async.c: the network part of an async-mode round */
+/* Submit, push, get for fragment f; base[f] holds the versions we got. */
 int async_submit_net(diloco *d, int f, char *err, size_t errlen);
+
+/* sync.c: the network part of a sync-mode round */
+/* Make sure the tentative parameters fragment f continued from were committed as they are, resending
+ * our kept Δ to a new owner if they were not: DL_OK, DL_STALE (the round was committed differently,
+ * e.g. without a participant that died: base is now the committed version and our local progress on
+ * f must be dropped), DL_CORRUPT (a shard's durable state is corrupt: repair_wait) or DL_FAIL (err
+ * says why; Δ is still kept, a later call tries again). */
+int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen);
+/* One look, without waiting, at whether fragment f's tentative shards are durable now, clearing those
+ * that are; whatever is pending or in conflict is left to sync_confirm_durable. Safe on the thread that
+ * ran f's round. */
+void sync_confirm_peek(diloco *d, int f);
+/* Push, arrive, wait, get, for the shards of fragment f (round: its open round). */
+int sync_run_round(diloco *d, int f, int64_t round, char *err, size_t errlen);
+
 /* round.c: one fragment's round as the schedule sees it (after_step.c: when; streaming.c: in flight).
  * Each returns 1 when params changed, 0 when not, -1 when unrecoverable (err says why). */
+/* A sync starts: its counters (cur) start from zero, so it reports only what it sent and received. */
+void round_begin(diloco *d);
+/* What the sync of fragment f (round, started at t0) sent and received, for diloco_last_sync. */
+void round_record(diloco *d, int f, int64_t round, uint64_t t0, int stale);
+/* The network part of fragment f's round, safe on a background thread (touches base[f] only):
+ * DL_OK: base[f] is version round+1; DL_STALE: base[f] is the current global version; DL_EVICTED:
+ * registered again, everything must be fetched (refetch_all); DL_CORRUPT (repair_wait); DL_FAIL. */
+int round_net(diloco *d, int f, char *err, size_t errlen);
+/* After round_net of fragment f returned DL_OK, on the same thread: in sync mode, one look at whether
+ * the parameters it took are durable yet (sync_confirm_peek), so that f's next Δ usually finds nothing
+ * to confirm and costs the training thread no round trip to Redis. */
+void round_confirm_early(diloco *d, int f);
 /* Fragment f, blocking: Δ, the network round (sync.c or async.c), then round_settle. */
 int round_blocking(diloco *d, int f, double alpha, char *err, size_t errlen);
 /* Fragment f's Δ from params; if our own parameters diverged, take the global ones instead. */
@@ -323,6 +408,7 @@ int round_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64_t t0, c
  * (mixed with ours by alpha), or the failure streak, or a repair wait. */
 int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint64_t t0, double alpha, char *err,
                  size_t errlen);
+
 /* streaming.c: Streaming DiLoCo's fragment in flight. */
 /* Steps between two fragment boundaries (H/F, at least 1). */
 int stream_interval(const diloco *d);
@@ -332,29 +418,12 @@ int stream_step(diloco *d, char *err, size_t errlen);
 int stream_finish_fragment(diloco *d, char *err, size_t errlen);
 /* The same at close, its outcome dropped. */
 void stream_finish_inflight(diloco *d);
-/* Run fn(d, shard, arg) for every shard in [first, last) with one thread per owner; returns the
- * worst outcome. Used for pushes and gets. */
-typedef int (*shard_job_fn)(diloco *d, int shard, void *arg, char *err, size_t errlen);
-int for_shards_parallel(diloco *d, int first, int last, shard_job_fn fn, void *arg, char *err, size_t errlen);
 
-/* Get shards [first, last) at version >= min_version into base (no pseudo-gradient to offer). */
-int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *err, size_t errlen);
-
-/* group.c */
+/* group.c: process groups, several processes as one worker */
 /* diloco_open of a group's rank: what session_open does, with the group's collectives. */
 int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);
 /* The group's sync round (plain DiLoCo): each rank its part, then the exchange. As round_blocking. */
 int group_round(diloco *d, char *err, size_t errlen);
 void group_wait_committed(diloco *d); /* before a group rank's normal close ends the group */
-
-/* heartbeat.c */
-int heartbeat_start(diloco *d, char *err, size_t errlen);
-void heartbeat_stop(diloco *d);
-
-/* repair.c: a shard-server answered CORRUPT (why = its message). Block until no shard of the run is
- * marked corrupt any more (`coordinator repair` ran), heartbeats going on meanwhile. 0, or -1 when we
- * are stopping or the run was shut down (err says which). The repaired parameters are a version above
- * any we hold: fetching at our versions gets them. */
-int dl_wait_repaired(diloco *d, const char *why, char *err, size_t errlen);
 
 #endif

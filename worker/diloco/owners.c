@@ -1,5 +1,5 @@
 /* owners.c: which shard-server owns which shard, as the control plane says, and the pause between
- * a data-plane job's tries (sync_retry_pause), which looks at the owners again.
+ * a data-plane job's tries (owners_retry_pause), which looks at the owners again.
  *
  * Leases live in dl:{R}:shards (owner id, epoch, expiry) and server addresses in dl:{R}:servers. The
  * worker caches the map and re-reads it whenever a server redirects it or cannot be reached: the
@@ -93,8 +93,8 @@ static void log_long_wait(diloco *d, uint64_t deadline, int shard, const char *w
     uint64_t last = __atomic_load_n(&d->wait_logged_ms, __ATOMIC_RELAXED);
     if (now - started < WAIT_LOG_EVERY_MS / 2 || (last != 0 && now - last < WAIT_LOG_EVERY_MS)) return;
     if (!__atomic_compare_exchange_n(&d->wait_logged_ms, &last, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;
-    log_warn("%s of shard %d: still trying after %.0f s (%s%s%s); gives up after %.0f s (--sync-timeout)", what,
-             shard, (double)(now - started) / 1000.0, why, control[0] ? "; the owners cannot be read from Redis: " : "",
+    log_warn("%s of shard %d: still trying after %.0f s (%s%s%s); gives up after %.0f s (--sync-timeout)", what, shard,
+             (double)(now - started) / 1000.0, why, control[0] ? "; the owners cannot be read from Redis: " : "",
              control, (double)d->o.sync_timeout_ms / 1000.0);
 }
 
@@ -102,8 +102,8 @@ static void log_long_wait(diloco *d, uint64_t deadline, int shard, const char *w
  * wait for (a restarted or new owner that has loaded its shards, a commit in progress) is what every
  * worker waits for, so each ms between its arrival and our next look is a stall of the whole run,
  * and a look is one read of the owners plus a request. */
-int sync_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
-                     size_t errlen)
+int owners_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
+                       size_t errlen)
 {
     if (dl_stopping(d)) {
         err_set(err, errlen, "stopped");

@@ -4,7 +4,7 @@
  * is not the run's would then have joined (a join event, an incarnation) and had the run's values
  * written into its buffer. This reads the same dl:{R}:config with a short-lived connection and the
  * read-only calls runconf_load makes (FCALL dl_version, HGETALL), so the host can refuse first. It
- * stands apart from session.c: it calls only common/ (rconn, runconf), never a session. */
+ * stands apart from the session files: it calls only common/ (rconn, runconf), never a session. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <string.h>

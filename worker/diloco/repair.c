@@ -3,7 +3,7 @@
  * A shard-server that cannot load a shard because its snapshot or a log entry fails its checksum (or is
  * missing, or the replay misses k:digest) marks it in dl:{R}:shards (k:corrupt) and answers every push
  * and get of it with `err CORRUPT`. No round can close until an operator runs `coordinator repair`, so
- * retrying is useless: the worker says so (once a minute), keeps heartbeating (so it is not evicted
+ * retrying is useless: the worker says so (every REPAIR_TELL_MS), keeps heartbeating (so it is not evicted
  * meanwhile) and looks at the marks every REPAIR_POLL_MS. The repair installs the parameters as a new
  * version above every version anyone holds, so the caller then simply fetches again. */
 #include <stdio.h>
@@ -36,7 +36,7 @@ static int count_marked(diloco *d)
     return marked;
 }
 
-int dl_wait_repaired(diloco *d, const char *why, char *err, size_t errlen)
+int repair_wait(diloco *d, const char *why, char *err, size_t errlen)
 {
     char said[512];
     snprintf(said, sizeof said, "%s", why); /* why may be err itself */

@@ -4,12 +4,83 @@
  * durable state, adopt the H that DyLU assigned).
  *
  * after_step.c decides when a fragment syncs; plain DiLoCo runs round_blocking there, Streaming DiLoCo
- * (streaming.c) runs round_prepare_delta, the network part on a thread, then round_settle. The network
- * part itself is sync.c (sync mode) or async.c (async mode). */
+ * (streaming.c) runs round_prepare_delta, the network part (round_net) on a thread, then round_settle.
+ * round_net is the switch between the modes: sync.c's barrier round or async.c's submission, and what
+ * a lost round means in both (stale: fetch the current parameters; evicted: register again). */
+
+#include <inttypes.h>
+#include <string.h>
 
 #include "internal.h"
 #include "log.h"
+#include "outer.h"
 #include "util.h"
+
+void round_begin(diloco *d)
+{
+    memset(&d->cur, 0, sizeof d->cur);
+}
+
+void round_record(diloco *d, int f, int64_t round, uint64_t t0, int stale)
+{
+    diloco_sync_info s = d->cur; /* what this sync sent and received, and when */
+    s.fragment = f;
+    s.round = round;
+    s.version = d->frag_version[f];
+    s.seconds = (double)(now_ms() - t0) / 1000.0;
+    s.digest = digest_f32(d->base, d->numel);
+    s.stale = stale;
+    d->last = s;
+    d->have_last = 1;
+}
+
+/* ---- the network part: sync.c or async.c, by mode ----------------------------------------------------- */
+
+/* The heartbeat thread learnt we were evicted (a long stop, a network cut): register again before
+ * sending anything, instead of pushing as a dead incarnation. */
+static int register_if_evicted(diloco *d, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&d->hb_mu);
+    int evicted = d->evicted;
+    pthread_mutex_unlock(&d->hb_mu);
+    if (!evicted && dl_still_member(d)) return DL_OK;
+    log_warn("we were evicted (heartbeats missed for longer than the timeout); registering again");
+    if (dl_register(d, err, errlen) < 0) return DL_FAIL;
+    d->refetch_all = 1;
+    return DL_EVICTED;
+}
+
+int round_net(diloco *d, int f, char *err, size_t errlen)
+{
+    int64_t round = d->frag_version[f];
+    pthread_mutex_lock(&d->hb_mu);
+    int evicted = d->evicted;
+    pthread_mutex_unlock(&d->hb_mu);
+    if (evicted) return register_if_evicted(d, err, errlen);
+    if (d->o.simulate_latency_ms > 0) sleep_ms((unsigned)d->o.simulate_latency_ms);
+    int rc = d->rc.async ? async_submit_net(d, f, err, errlen) : sync_run_round(d, f, round, err, errlen);
+    if (rc == DL_OK) {
+        if (!d->rc.async) d->frag_version[f] = round + 1; /* (async sets it from the versions it got) */
+        return DL_OK;
+    }
+    if (rc == DL_STALE && register_if_evicted(d, err, errlen) != DL_OK) /* stale because we were evicted? */
+        return d->refetch_all ? DL_EVICTED : DL_FAIL;
+    if (rc == DL_STALE) {
+        log_warn("round %" PRId64 " of fragment %d lost (stale): %s; continuing from the current global "
+                 "parameters",
+                 round, f, err);
+        return fetch_current(d, f, err, errlen) < 0 ? DL_FAIL : DL_STALE;
+    }
+    if (rc == DL_EVICTED) {
+        log_warn("round %" PRId64 " of fragment %d lost: we were evicted (%s); registering again", round, f, err);
+        if (dl_register(d, err, errlen) < 0) return DL_FAIL;
+        d->refetch_all = 1;
+        return DL_EVICTED;
+    }
+    return rc == DL_CORRUPT ? rc : DL_FAIL;
+}
+
+/* ---- settling ---------------------------------------------------------------------------------------- */
 
 /* DyLU: take the H the run assigned us, at a sync boundary. */
 static void adopt_dylu(diloco *d)
@@ -31,7 +102,7 @@ static int on_failure(diloco *d, const char *why, char *err, size_t errlen)
     if (d->fail_streak <= d->o.max_sync_retries) return 0; /* training goes on; the next sync tries again */
     d->fail_streak = 0;
     log_warn("registering again after %d failed syncs", d->o.max_sync_retries + 1);
-    if (dl_register(d, err, errlen) < 0 || dl_fetch_all(d, err, errlen) < 0) return -1;
+    if (dl_register(d, err, errlen) < 0 || fetch_all(d, err, errlen) < 0) return -1;
     return 1;
 }
 
@@ -39,12 +110,12 @@ static int on_failure(diloco *d, const char *why, char *err, size_t errlen)
  * global parameters (a version above every one we hold), dropping the local progress of every fragment. */
 static int round_after_repair(diloco *d, int f, int64_t round, const char *why, uint64_t t0, char *err, size_t errlen)
 {
-    if (dl_wait_repaired(d, why, err, errlen) < 0)
+    if (repair_wait(d, why, err, errlen) < 0)
         return dl_stopping(d) ? -1 : 0; /* shut down meanwhile: the trainer sees diloco_stop_requested */
     d->fail_streak = 0;
     d->refetch_all = 0;
-    if (dl_fetch_all(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
-    sync_record(d, f, round, t0, 1);
+    if (fetch_all(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
+    round_record(d, f, round, t0, 1);
     return 1;
 }
 
@@ -56,12 +127,12 @@ int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint6
     d->fail_streak = 0;
     if (d->refetch_all) { /* evicted: everything comes from the run again */
         d->refetch_all = 0;
-        if (dl_fetch_all(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
-        sync_record(d, f, round, t0, 1);
+        if (fetch_all(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
+        round_record(d, f, round, t0, 1);
         return 1;
     }
-    if (sync_apply_fragment(d, f, rc == DL_OK ? alpha : 0.0, err, errlen) < 0) return -1;
-    sync_record(d, f, round, t0, rc != DL_OK);
+    if (params_apply(d, f, rc == DL_OK ? alpha : 0.0, err, errlen) < 0) return -1;
+    round_record(d, f, round, t0, rc != DL_OK);
     adopt_dylu(d);
     return 1;
 }
@@ -74,16 +145,16 @@ prep_outcome round_prepare_delta(diloco *d, int f, char *err, size_t errlen)
     if (!d->rc.async) {
         int c = sync_confirm_durable(d, f, err, errlen);
         if (c == DL_STALE) {
-            sync_record(d, f, d->frag_version[f] - 1, t0, 1); /* params changed: report the version taken */
+            round_record(d, f, d->frag_version[f] - 1, t0, 1); /* params changed: report the version taken */
             return PREP_RESET;
         }
         if (c == DL_CORRUPT) return PREP_CORRUPT;
         if (c != DL_OK) return PREP_FAILED;
     }
-    if (sync_compute_delta(d, f, err, errlen) == 0) return PREP_SEND;
+    if (dl_delta_compute(d, f, err, errlen) == 0) return PREP_SEND;
     log_error("%s; resetting to the global parameters", err);
-    if (dl_fetch_fragment(d, f, d->frag_version[f], 1, err, errlen) < 0) return PREP_FAILED;
-    sync_record(d, f, d->frag_version[f] - 1, t0, 1);
+    if (fetch_fragment(d, f, d->frag_version[f], 1, err, errlen) < 0) return PREP_FAILED;
+    round_record(d, f, d->frag_version[f] - 1, t0, 1);
     return PREP_RESET;
 }
 
@@ -94,13 +165,18 @@ int round_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64_t t0, c
     return 1;
 }
 
+void round_confirm_early(diloco *d, int f)
+{
+    if (!d->rc.async) sync_confirm_peek(d, f);
+}
+
 int round_blocking(diloco *d, int f, double alpha, char *err, size_t errlen)
 {
-    sync_begin(d);
+    round_begin(d);
     uint64_t t0 = now_ms();
     int64_t round = d->frag_version[f];
     prep_outcome p = round_prepare_delta(d, f, err, errlen);
     if (p != PREP_SEND) return round_unsent(d, f, round, p, t0, err, errlen);
-    int rc = sync_fragment_net(d, f, err, errlen);
+    int rc = round_net(d, f, err, errlen);
     return round_settle(d, f, round, rc, err, t0, alpha, err, errlen);
 }

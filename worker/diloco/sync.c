@@ -2,9 +2,8 @@
  *
  *   1. pseudo-gradient Δ = base - params (the global parameters we started from minus ours), in the run's codec
  *      (delta.c; with device hooks the trainer's device computes it, device.c)
- *   2. push every shard's Δ to its owner (one thread per shard-server, so bandwidth adds up)
- *   3. arrive at the barrier, listening on our wake list meanwhile (wake.c); if the close's token did not
- *      come, wait on the list (BLPOP, with a timeout) and read the barrier until it closes
+ *   2. push every shard's Δ to its owner (fanout.c: one thread per shard-server, so bandwidth adds up)
+ *   3. arrive at the barrier and wait for its close (barrier.c)
  *   4. get every shard at version round+1; resend Δ to whoever says it lacks it (a new owner)
  *   5. the new global parameters become both base and params
  *
@@ -13,373 +12,15 @@
  * continue from the current global parameters: a pseudo-gradient is only ever sent for the round
  * whose parameters it was computed against. */
 #include <inttypes.h>
-#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "hash.h"
 #include "internal.h"
 #include "keys.h"
 #include "log.h"
-#include "outer.h"
 #include "rconn.h"
 #include "util.h"
-#include "wake.h"
-
-/* ---- running a job per shard, one thread per owner ------------------------------------------ */
-
-typedef struct shard_group {
-    diloco *d;
-    char addr[ADDR_MAX];
-    int shards[RUNCONF_MAX_SHARDS];
-    int nshards;
-    shard_job_fn fn;
-    void *arg;
-    int rc;
-    char err[256];
-    pthread_t thread;
-} shard_group;
-
-static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen);
-static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen);
-typedef struct get_arg {
-    int64_t want; /* minimum version */
-    int may_push; /* we are a participant of round want-1 and still hold our Δ */
-    int flags;    /* BLOB_GET_TENTATIVE_OK: a version not yet durable will do */
-    int once;     /* one attempt per shard (resending Δ if asked), no waiting in place: the
-                              caller loops over the whole fragment (see get_round) */
-} get_arg;
-
-static int outcome_rank(int rc);
-
-#define NOT_TRIED 100 /* a shard the pipelined first try did not cover */
-
-static void *group_main(void *p)
-{
-    shard_group *g = p;
-    log_sink *prev = log_use_sink(&g->d->log); /* also run on the caller's thread */
-    g->rc = DL_OK;
-    int rcs[RUNCONF_MAX_SHARDS];
-    int once = g->fn == get_job && ((const get_arg *)g->arg)->once;
-    for (int i = 0; i < g->nshards; i++) rcs[i] = NOT_TRIED;
-    /* first try: all of this owner's shards pipelined; what did not succeed goes through the job's retries */
-    if (g->fn == push_job && g->nshards > 1)
-        conn_push_batch(g->d, g->shards, g->nshards, *(int64_t *)g->arg, rcs, g->err, sizeof g->err);
-    if (g->fn == get_job) {
-        /* shards we already have (an earlier pass of get_round) are done; the rest are asked pipelined */
-        const get_arg *ga = g->arg;
-        int todo[RUNCONF_MAX_SHARDS], idx[RUNCONF_MAX_SHARDS], nt = 0, trc[RUNCONF_MAX_SHARDS];
-        int64_t tgot[RUNCONF_MAX_SHARDS];
-        for (int i = 0; i < g->nshards; i++) {
-            if (ga->once && g->d->shard_version[g->shards[i]] >= ga->want)
-                rcs[i] = DL_OK;
-            else {
-                todo[nt] = g->shards[i];
-                idx[nt++] = i;
-            }
-        }
-        if (nt > 1) {
-            conn_get_batch(g->d, todo, nt, ga->want, ga->flags, trc, tgot, g->err, sizeof g->err);
-            for (int j = 0; j < nt; j++) {
-                if (trc[j] == DL_OK) g->d->shard_version[todo[j]] = tgot[j];
-                rcs[idx[j]] = trc[j];
-            }
-        }
-    }
-    /* a corrupt shard stops the group: nothing completes before coordinator repair, and its message
-     * (which the pipelined try kept) is the one to report */
-    for (int i = 0; i < g->nshards; i++)
-        if (rcs[i] == DL_CORRUPT) {
-            g->rc = DL_CORRUPT;
-            return NULL;
-        }
-    /* then each shard's job (with its retries, or once: after a pass, only where our Δ is asked for);
-     * a blocking job stops the group at the first failure, a pass goes over every shard */
-    for (int i = 0; i < g->nshards; i++) {
-        int rc = rcs[i];
-        int run_job = rc == NOT_TRIED || rc == DL_NEED || (rc == DL_RETRY && !once);
-        if (run_job) rc = g->fn(g->d, g->shards[i], g->arg, g->err, sizeof g->err);
-        if (outcome_rank(rc) > outcome_rank(g->rc)) g->rc = rc;
-        if ((!once && g->rc != DL_OK) || rc == DL_CORRUPT) break;
-    }
-    log_use_sink(prev);
-    return NULL;
-}
-
-/* Worse outcomes win: corrupt state (nothing syncs until a repair) beats a failure beats eviction beats
- * staleness beats a retry. */
-static int outcome_rank(int rc)
-{
-    switch (rc) {
-    case DL_CORRUPT: return 6;
-    case DL_FAIL: return 5;
-    case DL_EVICTED: return 4;
-    case DL_STALE: return 3;
-    case DL_RETRY: return 2;
-    case DL_NEED: return 1;
-    default: return 0;
-    }
-}
-
-int for_shards_parallel(diloco *d, int first, int last, shard_job_fn fn, void *arg, char *err, size_t errlen)
-{
-    shard_group *groups = calloc((size_t)(last - first), sizeof *groups);
-    if (!groups) {
-        err_set(err, errlen, "out of memory");
-        return DL_FAIL;
-    }
-    int ng = 0;
-    for (int k = first; k < last; k++) {
-        shard_owner o;
-        owners_get(d, k, &o);
-        int g = 0;
-        while (g < ng && strcmp(groups[g].addr, o.addr) != 0) g++;
-        if (g == ng) {
-            groups[ng] = (shard_group){.d = d, .fn = fn, .arg = arg};
-            snprintf(groups[ng].addr, sizeof groups[ng].addr, "%s", o.addr);
-            ng++;
-        }
-        groups[g].shards[groups[g].nshards++] = k;
-    }
-    for (int g = 1; g < ng; g++)
-        if (pthread_create(&groups[g].thread, NULL, group_main, &groups[g]) != 0) groups[g].thread = 0;
-    group_main(&groups[0]);
-    for (int g = 1; g < ng; g++) {
-        if (groups[g].thread)
-            pthread_join(groups[g].thread, NULL);
-        else
-            group_main(&groups[g]);
-    }
-    int worst = DL_OK;
-    for (int g = 0; g < ng; g++)
-        if (outcome_rank(groups[g].rc) > outcome_rank(worst)) {
-            worst = groups[g].rc;
-            err_set(err, errlen, "%s", groups[g].err);
-        }
-    free(groups);
-    return worst;
-}
-
-/* ---- per-shard jobs with their retry loops ------------------------------------------------- */
-
-static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
-{
-    int64_t round = *(int64_t *)arg;
-    uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
-    unsigned attempt = 0;
-    for (;;) {
-        int rc = conn_push(d, shard, round, err, errlen);
-        if (rc != DL_RETRY) return rc;
-        if (sync_retry_pause(d, &attempt, deadline, shard, "push", err, errlen) != DL_OK) return DL_FAIL;
-    }
-}
-
-static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
-{
-    const get_arg *ga = arg;
-    int64_t want = ga->want;
-    uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
-    unsigned attempt = 0;
-    for (;;) {
-        int64_t got = -1;
-        int rc = conn_get(d, shard, want, ga->flags, &got, err, errlen);
-        if (rc == DL_OK) {
-            d->shard_version[shard] = got;
-            return DL_OK;
-        }
-        if (rc == DL_NEED && ga->may_push) {
-            /* the owner has no Δ of ours for this round (it is new, or restarted): send it again */
-            rc = conn_push(d, shard, want - 1, err, errlen);
-            if (rc == DL_OK && ga->once) return DL_RETRY; /* the next pass asks again */
-            if (rc == DL_OK) continue;
-        }
-        if (ga->once && (rc == DL_RETRY || rc == DL_NEED)) return DL_RETRY;
-        if (rc != DL_RETRY && rc != DL_NEED) return rc;
-        if (sync_retry_pause(d, &attempt, deadline, shard, "get", err, errlen) != DL_OK) return DL_FAIL;
-    }
-}
-
-/* Registration and catching up use the same get, with no Δ to offer. */
-int dl_fetch_shards(diloco *d, int first, int last, int64_t min_version, char *err, size_t errlen)
-{
-    get_arg ga = {min_version, 0, 0, 0};
-    return for_shards_parallel(d, first, last, get_job, &ga, err, errlen);
-}
-
-/* ---- the round --------------------------------------------------------------------------------- */
-
-/* Did round (f, round) close with this incarnation among its participants? A STALE dl_arrive can answer
- * dl_command's resend after a lost reply, the first try having run and closed the round. */
-static int closed_with_us(diloco *d, int f, int64_t round)
-{
-    redisReply *b = dl_command(d, NULL, 0, "FCALL dl_barrier 1 %s %d %lld", d->config_key, f, (long long)round);
-    int in = 0;
-    if (b != NULL && b->type == REDIS_REPLY_ARRAY && b->elements >= 2 && b->element[0]->type == REDIS_REPLY_STRING &&
-        strcmp(b->element[0]->str, "closed") == 0 && b->element[1]->type == REDIS_REPLY_STRING) {
-        char me[160];
-        snprintf(me, sizeof me, "%s:%lld", d->worker_id, (long long)dl_inc(d));
-        in = csv_has(b->element[1]->str, me);
-    }
-    if (in)
-        log_info("round %lld of fragment %d: closed with us (our arrival ran; its reply was lost)", (long long)round,
-                 f);
-    if (b) freeReplyObject(b);
-    return in;
-}
-
-static int arrive_once(diloco *d, int f, int64_t round, int *written, char *err, size_t errlen)
-{
-    redisReply *r = dl_command(d, err, errlen, "FCALL dl_arrive 1 %s %s %lld %d %lld %d", d->config_key, d->worker_id,
-                               (long long)dl_inc(d), f, (long long)round, d->grp_rank);
-    int rc = DL_OK;
-    *written = !dl_reply_failed(r);
-    if (!*written) {
-        rc = DL_FAIL;
-        if (r && strncmp(r->str, "STALE", 5) == 0)
-            rc = closed_with_us(d, f, round) ? DL_OK : DL_STALE;
-        else if (r && strncmp(r->str, "UNKNOWN_WORKER", 14) == 0)
-            rc = DL_EVICTED;
-        else if (!r)
-            rc = DL_RETRY; /* outcome unknown: wait_barrier_as finds out whether we are in the barrier */
-    } else if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && strcmp(r->element[0]->str, "closed") == 0) {
-        rc = DL_OK;
-    } else {
-        rc = DL_RETRY; /* open: wait */
-    }
-    if (r) freeReplyObject(r);
-    return rc;
-}
-
-/* dl_arrive; with min_replicas, only once our arrival is on that many replicas: an arrival lost in a
- * failover would leave the barrier waiting for us. If the connection breaks during that WAIT (the
- * failover itself), we arrive again on the new master: STALE then means the round closed meanwhile
- * (with our first arrival, or without it: the barrier and the get tell which), so we go and wait on
- * the barrier rather than drop our pseudo-gradient. */
-#define ARRIVE_ATTEMPTS 3
-static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen)
-{
-    for (int attempt = 0; attempt < ARRIVE_ATTEMPTS; attempt++) {
-        int written, rc = arrive_once(d, f, round, &written, err, errlen);
-        if (attempt > 0 && rc == DL_STALE) return DL_RETRY;
-        if (!written || dl_wait_replicas(d, err, errlen) == 0) return rc;
-        log_warn("round %lld of fragment %d: %s; arriving again", (long long)round, f, err);
-    }
-    return DL_RETRY;
-}
-
-/* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */
-static int still_member(diloco *d)
-{
-    redisReply *r = dl_command(d, NULL, 0, "FCALL dl_member 1 %s %s", d->config_key, d->worker_id);
-    int ok = !r || (r->type == REDIS_REPLY_INTEGER && r->integer == dl_inc(d)) || r->type == REDIS_REPLY_ERROR;
-    if (r) freeReplyObject(r);
-    pthread_mutex_lock(&d->hb_mu);
-    if (d->evicted) ok = 0;
-    pthread_mutex_unlock(&d->hb_mu);
-    return ok;
-}
-
-/* The open barrier (f, round) lacks our arrival: the dl_arrive got no reply (Redis went away while it
- * was in flight) or its write was lost (a restart without it, a failover). The barrier waits for us, and
- * nobody else can bring it: arrive again. DL_RETRY: still open, keep waiting. */
-static int arrive_again(diloco *d, int f, int64_t round, char *err, size_t errlen)
-{
-    log_warn("round %lld of fragment %d: the barrier does not have our arrival (dl_arrive got no reply, or Redis "
-             "lost it); arriving again",
-             (long long)round, f);
-    return arrive(d, f, round, err, errlen);
-}
-
-/* Block until barrier (f, round) closes: BLPOP our wake list with a timeout, then look. A joiner (not
- * expected at round, not arrived) stops waiting with DL_NEED when the barrier waits for nobody else:
- * it needs an arrival to close (at least target_workers), and only we can bring one. A participant whose
- * arrival the open barrier lacks arrives again (arrive_again). */
-static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *err, size_t errlen)
-{
-    char wake[KEY_MAX];
-    dl_wake_key(d, wake, sizeof wake);
-    for (unsigned polls = 1;; polls++) {
-        if (dl_stopping(d)) {
-            err_set(err, errlen, "stopped while waiting for round %lld", (long long)round);
-            return DL_FAIL;
-        }
-        if (!d->blk || rconn_broken(d->blk)) {
-            if (d->blk) rconn_free(d->blk);
-            d->blk = rconn_connect(&d->url, d->o.wait_poll_ms + 10000, err, errlen);
-            if (!d->blk) sleep_ms((unsigned)d->o.wait_poll_ms);
-        }
-        if (d->blk) {
-            redisReply *r = rconn_command(d->blk, "BLPOP %s %.3f", wake, d->o.wait_poll_ms / 1000.0);
-            if (r) freeReplyObject(r);
-        }
-        redisReply *b =
-            joiner ? dl_command(d, err, errlen, "FCALL dl_barrier 1 %s %d %lld 1", d->config_key, f, (long long)round)
-                   : dl_command(d, err, errlen, "FCALL dl_barrier 1 %s %d %lld 0 %s %d", d->config_key, f,
-                                (long long)round, d->worker_id, d->grp ? d->grp_rank : -1);
-        if (!dl_reply_failed(b) && b->type == REDIS_REPLY_ARRAY && b->elements >= 1) {
-            const char *state = b->element[0]->str;
-            int rc = strcmp(state, "closed") == 0 ? DL_OK : strcmp(state, "open") == 0 ? DL_RETRY : DL_STALE;
-            /* a Redis library older than this worker sends no count: do not wait */
-            if (joiner && rc == DL_RETRY &&
-                (b->elements < 5 || b->element[4]->type != REDIS_REPLY_INTEGER || b->element[4]->integer == 0))
-                rc = DL_NEED;
-            /* (an older library does not say whether we arrived: nothing to do then) */
-            int lost = !joiner && rc == DL_RETRY && b->elements >= 6 && b->element[5]->type == REDIS_REPLY_INTEGER &&
-                       b->element[5]->integer == 0;
-            freeReplyObject(b);
-            if (lost) rc = arrive_again(d, f, round, err, errlen);
-            if (rc != DL_RETRY) return rc;
-        } else if (b) {
-            freeReplyObject(b);
-        }
-        if (polls % 5 == 0 && !still_member(d)) return DL_EVICTED;
-    }
-}
-
-static int wait_barrier(diloco *d, int f, int64_t round, char *err, size_t errlen)
-{
-    return wait_barrier_as(d, f, round, 0, err, errlen);
-}
-
-int sync_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errlen)
-{
-    return wait_barrier_as(d, f, round, 1, err, errlen);
-}
-
-/* Our round of fragment f is gone: base[f] takes the current global version (params untouched). */
-static int refetch_fragment(diloco *d, int f, char *err, size_t errlen)
-{
-    char key[KEY_MAX], field[32];
-    snprintf(field, sizeof field, "round:%d", f);
-    redisReply *r = dl_command(d, err, errlen, "HGET %s %s", key_run(key, sizeof key, d->o.run, "state"), field);
-    if (dl_reply_failed(r) || r->type != REDIS_REPLY_STRING) {
-        if (r) freeReplyObject(r);
-        return -1;
-    }
-    int64_t want = atoll(r->str);
-    freeReplyObject(r);
-    owners_refresh(d, err, errlen);
-    return dl_fetch_fragment(d, f, want, 0, err, errlen);
-}
-
-void sync_begin(diloco *d)
-{
-    memset(&d->cur, 0, sizeof d->cur);
-}
-
-void sync_record(diloco *d, int f, int64_t round, uint64_t t0, int stale)
-{
-    diloco_sync_info s = d->cur; /* what this sync sent and received, and when */
-    s.fragment = f;
-    s.round = round;
-    s.version = d->frag_version[f];
-    s.seconds = (double)(now_ms() - t0) / 1000.0;
-    s.digest = digest_f32(d->base, d->numel);
-    s.stale = stale;
-    d->last = s;
-    d->have_last = 1;
-}
 
 /* ---- tentative parameters: confirming the previous round -------------------------------------- */
 
@@ -476,6 +117,14 @@ static int confirm_from_redis(diloco *d, int f, int *conflict, char *err, size_t
     return pending;
 }
 
+void sync_confirm_peek(diloco *d, int f)
+{
+    int pending = 0, conflict = 0;
+    for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f); k++) pending |= d->tent_version[k] > 0;
+    char err[256];
+    if (pending) (void)confirm_from_redis(d, f, &conflict, err, sizeof err);
+}
+
 /* Fragment f's previous round cannot be completed as we hold it (it was committed with other
  * parameters, e.g. without a participant that died with the server, or closed without us): take the
  * fragment at the run's current version and drop our local progress on it. */
@@ -483,14 +132,14 @@ static int confirm_reset(diloco *d, int f, const char *why, char *err, size_t er
 {
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
     log_warn("fragment %d: %s; continuing from the committed global parameters", f, why);
-    if (refetch_fragment(d, f, err, errlen) < 0) return DL_FAIL; /* state unchanged: tried again next time */
-    dl_adopt_base(d, first, last);
+    if (fetch_current(d, f, err, errlen) < 0) return DL_FAIL; /* state unchanged: tried again next time */
+    params_adopt(d, first, last);
     size_t off = (size_t)d->rc.shard_bounds[first];
-    if (dl_params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
+    if (params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
     return DL_STALE;
 }
 
-static int get_round(diloco *d, int first, int last, const get_arg *ga, char *err, size_t errlen);
+static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, char *err, size_t errlen);
 
 /* How long sync_confirm_durable waits for a commit that the lease says is on its way before it sends
  * its Δ again and asks: longer than a commit takes, even when Redis is slow. */
@@ -507,7 +156,7 @@ static int fetch_round_result(diloco *d, int f, int64_t want, char *err, size_t 
         if (rc == DL_EVICTED || rc == DL_FAIL || rc == DL_CORRUPT)
             return rc; /* STALE: committed already; the get tells how */
     }
-    get_arg ga = {want, 1, 0, 1};
+    fanout_get_arg ga = {want, 1, 0, 1};
     return get_round(d, first, last, &ga, err, errlen);
 }
 
@@ -565,9 +214,9 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen)
         /* the round completed after all: take its result, as the sync would have had it not failed */
         d->frag_version[f] = want;
         d->frag_incomplete[f] = 0;
-        dl_adopt_base(d, first, last);
+        params_adopt(d, first, last);
         size_t off = (size_t)d->rc.shard_bounds[first];
-        if (dl_params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
+        if (params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
         log_warn("fragment %d: round %" PRId64 " completed late; continuing from its parameters", f, want - 1);
         return DL_STALE;
     }
@@ -579,106 +228,37 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen)
  * timeout. Never waiting on one shard while others are missing matters after an owner changed: other
  * workers may be waiting for our Δ of a shard later in our list before they can send theirs of this
  * one. */
-static int get_round(diloco *d, int first, int last, const get_arg *ga, char *err, size_t errlen)
+static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, char *err, size_t errlen)
 {
     uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
     unsigned attempt = 0;
     for (int k = first; k < last; k++) d->shard_version[k] = -1;
     for (;;) {
-        int rc = for_shards_parallel(d, first, last, get_job, (void *)ga, err, errlen);
+        int rc = fanout_get(d, first, last, ga, err, errlen);
         if (rc != DL_RETRY && rc != DL_NEED) return rc;
-        if (sync_retry_pause(d, &attempt, deadline, first, "get", err, errlen) != DL_OK) return DL_FAIL;
+        if (owners_retry_pause(d, &attempt, deadline, first, "get", err, errlen) != DL_OK) return DL_FAIL;
     }
 }
 
 /* Push, arrive, wait, get, for the shards of fragment f. */
-static int run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
+int sync_run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
 {
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
-    int rc = for_shards_parallel(d, first, last, push_job, &round, err, errlen);
+    int rc = fanout_push(d, first, last, round, err, errlen);
     if (rc != DL_OK) return rc;
-    d->cur.t_pushed_us = dl_wall_us();
-    wake_wait w; /* listen for the close while we arrive (wake.c): no round trip after the arrive's */
-    wake_start(d, f, round, &w);
-    rc = arrive(d, f, round, err, errlen);
-    int closed = rc == DL_OK || rc == DL_RETRY ? wake_finish(&w) : (wake_cancel(&w), 0);
-    if (rc == DL_RETRY && !closed) { /* open: wait for the others */
-        uint64_t tw = now_ms();
-        rc = wait_barrier(d, f, round, err, errlen);
-        d->cur.wait_seconds = (double)(now_ms() - tw) / 1000.0;
-    } else if (rc == DL_RETRY) {
-        rc = DL_OK;
-    }
+    d->cur.t_pushed_us = wall_us();
+    rc = barrier_pass(d, f, round, err, errlen);
     if (rc != DL_OK) return rc;
-    get_arg ga = {round + 1, 1, BLOB_GET_TENTATIVE_OK, 1};
+    fanout_get_arg ga = {round + 1, 1, BLOB_GET_TENTATIVE_OK, 1};
     /* until every shard's parameters are in, the round is incomplete for us: sync_confirm_durable
      * finishes it (with the Δ we keep) before fragment f computes another Δ */
     d->frag_incomplete[f] = 1;
     d->tent_round[f] = round;
-    d->cur.t_get_us = dl_wall_us();
+    d->cur.t_get_us = wall_us();
     rc = get_round(d, first, last, &ga, err, errlen);
     if (rc != DL_OK) return rc;
     d->frag_incomplete[f] = 0;
     for (int k = first; k < last; k++)
         if (d->shard_version[k] != ga.want) return DL_STALE; /* the run moved on past us meanwhile */
     return DL_OK;
-}
-
-/* The heartbeat thread learnt we were evicted (a long stop, a network cut): register again before
- * sending anything, instead of pushing as a dead incarnation. */
-static int register_if_evicted(diloco *d, char *err, size_t errlen)
-{
-    pthread_mutex_lock(&d->hb_mu);
-    int evicted = d->evicted;
-    pthread_mutex_unlock(&d->hb_mu);
-    if (!evicted && still_member(d)) return DL_OK;
-    log_warn("we were evicted (heartbeats missed for longer than the timeout); registering again");
-    if (dl_register(d, err, errlen) < 0) return DL_FAIL;
-    d->refetch_all = 1;
-    return DL_EVICTED;
-}
-
-int sync_fragment_net(diloco *d, int f, char *err, size_t errlen)
-{
-    int64_t round = d->frag_version[f];
-    pthread_mutex_lock(&d->hb_mu);
-    int evicted = d->evicted;
-    pthread_mutex_unlock(&d->hb_mu);
-    if (evicted) return register_if_evicted(d, err, errlen);
-    if (d->o.simulate_latency_ms > 0) sleep_ms((unsigned)d->o.simulate_latency_ms);
-    int rc = d->rc.async ? async_submit_net(d, f, err, errlen) : run_round(d, f, round, err, errlen);
-    if (rc == DL_OK) {
-        if (!d->rc.async) d->frag_version[f] = round + 1; /* (async sets it from the versions it got) */
-        return DL_OK;
-    }
-    if (rc == DL_STALE && register_if_evicted(d, err, errlen) != DL_OK) /* stale because we were evicted? */
-        return d->refetch_all ? DL_EVICTED : DL_FAIL;
-    if (rc == DL_STALE) {
-        log_warn("round %" PRId64 " of fragment %d lost (stale): %s; continuing from the current global "
-                 "parameters",
-                 round, f, err);
-        return refetch_fragment(d, f, err, errlen) < 0 ? DL_FAIL : DL_STALE;
-    }
-    if (rc == DL_EVICTED) {
-        log_warn("round %" PRId64 " of fragment %d lost: we were evicted (%s); registering again", round, f, err);
-        if (dl_register(d, err, errlen) < 0) return DL_FAIL;
-        d->refetch_all = 1;
-        return DL_EVICTED;
-    }
-    return rc == DL_CORRUPT ? rc : DL_FAIL;
-}
-
-int sync_apply_fragment(diloco *d, int f, double alpha, char *err, size_t errlen)
-{
-    size_t lo = (size_t)d->rc.shard_bounds[dl_first_shard(d, f)];
-    size_t hi = (size_t)d->rc.shard_bounds[dl_last_shard(d, f)];
-    if (alpha == 0) {
-        dl_adopt_base(d, dl_first_shard(d, f), dl_last_shard(d, f));
-    } else if (d->dev) {
-        if (dl_dev_load(d, lo, hi - lo, DILOCO_LOAD_MIX, alpha, err, errlen) < 0) return -1;
-    } else {
-        float a = (float)alpha, b = (float)(1.0 - alpha);
-        for (size_t i = lo; i < hi; i++) d->params[i] = a * d->params[i] + b * d->base[i];
-    }
-    return dl_params_changed(d, lo, hi - lo, err, errlen);
 }

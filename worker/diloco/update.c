@@ -13,6 +13,7 @@
 #include <string.h>
 
 #include "codec.h"
+#include "codec_sparse.h"
 #include "hash.h"
 #include "internal.h"
 #include "log.h"
@@ -24,6 +25,7 @@
  * the cache. */
 #define UPDATE_CHUNK 4096
 _Static_assert(UPDATE_CHUNK % CODEC_BLOCK == 0, "a chunk holds whole codec blocks");
+_Static_assert(UPDATE_CHUNK % TOPK_CHUNK == 0, "a chunk holds whole top-k chunks");
 
 int dl_update_alloc(diloco *d, char *err, size_t errlen)
 {
@@ -35,10 +37,14 @@ int dl_update_alloc(diloco *d, char *err, size_t errlen)
     d->upd_off = calloc((size_t)ns + 1, sizeof(size_t));
     d->upd_both = malloc(2 * n * sizeof(float) + 1);
     if (!d->mom || !d->mom_version || !d->upd_off || !d->upd_both) goto oom;
+    int topk = d->rc.compress == BLOB_TOPK; /* its updates are kept per shard (upd_sparse) */
     for (int k = 0; k < ns; k++) {
         d->mom_version[k] = -1;
-        d->upd_off[k + 1] = d->upd_off[k] + codec_bytes(d->rc.compress, runconf_shard_numel(&d->rc, k));
+        d->upd_off[k + 1] = d->upd_off[k] + (topk ? 0 : codec_bytes(d->rc.compress, runconf_shard_numel(&d->rc, k)));
     }
+    if (topk && (!(d->upd_sparse = calloc((size_t)ns, sizeof *d->upd_sparse)) ||
+                 !(d->upd_sparse_cap = calloc((size_t)ns, sizeof *d->upd_sparse_cap))))
+        goto oom;
     if (!(d->upd_q = malloc(d->upd_off[ns] + 1))) goto oom;
     return 0;
 oom:
@@ -53,9 +59,33 @@ void dl_update_free(diloco *d)
     free(d->upd_off);
     free(d->upd_both);
     free(d->upd_q);
+    for (int k = 0; d->upd_sparse && k < d->rc.nshards; k++) free(d->upd_sparse[k]);
+    free(d->upd_sparse);
+    free(d->upd_sparse_cap);
 }
 
-int dl_get_flags(const diloco *d, int shard, int64_t min_version, int flags)
+int dl_update_fits(const diloco *d, size_t n, const blob_header *h, const uint8_t *payload, size_t plen)
+{
+    uint32_t w;
+    if (h->dtype != d->rc.compress) return 0;
+    if (h->dtype == BLOB_TOPK) /* (the shard-server checked what it averaged; this guards our reads) */
+        return h->count == plen && sparse_update_check(payload, plen, n, &w) == 0;
+    return h->count == n && plen == codec_bytes(h->dtype, n);
+}
+
+/* topk: shard's update buffer, grown to plen (each shard is received by one thread at a time). */
+static void *sparse_place(diloco *d, int shard, size_t plen)
+{
+    if (plen > d->upd_sparse_cap[shard]) {
+        uint8_t *p = realloc(d->upd_sparse[shard], plen);
+        if (p == NULL) return NULL;
+        d->upd_sparse[shard] = p;
+        d->upd_sparse_cap[shard] = plen;
+    }
+    return d->upd_sparse[shard] ? d->upd_sparse[shard] : (d->upd_sparse[shard] = malloc(1));
+}
+
+int dl_update_get_flags(const diloco *d, int shard, int64_t min_version, int flags)
 {
     if (!d->rc.download_update) return flags;
     if (d->mom_version[shard] >= 0 && d->mom_version[shard] == min_version - 1 && d->tent_version[shard] >= 0)
@@ -67,6 +97,8 @@ void *dl_update_place(diloco *d, int shard, const blob_header *h, size_t plen)
 {
     size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
     if (!d->rc.download_update || h->shard != shard) return NULL;
+    if (strcmp(h->op, "update") == 0 && h->dtype == BLOB_TOPK && d->rc.compress == BLOB_TOPK && h->count == plen)
+        return sparse_place(d, shard, plen);
     if (strcmp(h->op, "update") == 0 && h->dtype == d->rc.compress && h->count == n &&
         plen == d->upd_off[shard + 1] - d->upd_off[shard])
         return d->upd_q + d->upd_off[shard];
@@ -101,7 +133,10 @@ static int apply_chunks(diloco *d, size_t off, size_t n, const blob_header *h, c
         size_t len = n - c < UPDATE_CHUNK ? n - c : UPDATE_CHUNK;
         float *theta = d->base + off + c;
         if (h->aux != 0) {
-            codec_decode(h->dtype, payload + codec_offset(h->dtype, c), len, g);
+            if (h->dtype == BLOB_TOPK)
+                sparse_update_mean(payload, n, c, len, g);
+            else
+                codec_decode(h->dtype, payload + codec_offset(h->dtype, c), len, g);
             outer_sgd_step(theta, d->mom + off + c, (h->flags & 2) != 0, g, len, (float)h->lr, (float)h->mu,
                            (h->flags & 1) != 0);
         }

@@ -4,12 +4,12 @@
  * A barrier's close pushes the token "f:r" to the wake list of every participant (lua/20_membership.lua,
  * barrier_try_close). The wait used to start after dl_arrive's reply, and after each BLPOP it read
  * dl_barrier: with Redis an RTT away, a worker that was not the last to arrive paid one RTT for the
- * arrive, one for the BLPOP and one for the read. Now sync.c starts the BLPOP (on the blocking
+ * arrive, one for the BLPOP and one for the read. Now barrier.c starts the BLPOP (on the blocking
  * connection, from a thread) before it sends dl_arrive on the control connection: the token of the
  * close reaches us half an RTT after the last arrival reaches Redis, in parallel with our own arrive,
  * and a token "f:r" for the round we wait on is proof of the close (the only writer of that token is the
  * close of round r of fragment f, in the same Lua call). Any other outcome (a timeout, a token of another
- * fragment, a repair token) leaves the decision to sync.c's usual wait, which reads dl_barrier as before.
+ * fragment, a repair token) leaves the decision to barrier.c's usual wait, which reads dl_barrier as before.
  * Tokens of our own earlier rounds of the fragment (the last arriver's, which nobody used to pop) are
  * dropped on the way. */
 #include <stdio.h>
@@ -20,7 +20,7 @@
 #include "keys.h"
 #include "wake.h"
 
-void dl_wake_key(const struct diloco *d, char *key, size_t cap)
+void wake_key(const struct diloco *d, char *key, size_t cap)
 {
     char name[112];
     int n = snprintf(name, sizeof name, "wake:%s", d->worker_id);
@@ -34,7 +34,7 @@ static void *wake_main(void *p)
     wake_wait *w = p;
     diloco *d = w->d;
     char err[256], key[KEY_MAX];
-    dl_wake_key(d, key, sizeof key);
+    wake_key(d, key, sizeof key);
     if (!d->blk || rconn_broken(d->blk)) {
         if (d->blk) rconn_free(d->blk);
         d->blk = rconn_connect(&d->url, d->o.wait_poll_ms + 10000, err, sizeof err);
@@ -53,7 +53,7 @@ static void *wake_main(void *p)
             w->closed = 1;
             break;
         }
-        if (round > w->round) break; /* (not ours to decide: sync.c's wait reads the barrier) */
+        if (round > w->round) break; /* (not ours to decide: barrier.c's wait reads the barrier) */
     }
     return NULL;
 }
@@ -78,7 +78,7 @@ void wake_cancel(wake_wait *w)
     if (!w->started) return;
     diloco *d = w->d;
     char key[KEY_MAX];
-    dl_wake_key(d, key, sizeof key);
+    wake_key(d, key, sizeof key);
     redisReply *r = dl_command(d, NULL, 0, "RPUSH %s %s", key, WAKE_CANCEL);
     if (r) freeReplyObject(r);
     wake_finish(w);

@@ -9,7 +9,7 @@
 struct diloco;
 
 /* Our wake list, dl:{R}:wake:<id> (a process group's rank r > 0: dl:{R}:wake:<id>:<r>), into key. */
-void dl_wake_key(const struct diloco *d, char *key, size_t cap);
+void wake_key(const struct diloco *d, char *key, size_t cap);
 
 /* A token a worker pushes to its own wake list to end its listening thread early (a failed arrival). */
 #define WAKE_CANCEL "cancel"

@@ -1,0 +1,31 @@
+#!/bin/sh
+# it_layers.sh: libdiloco's files call downward only, as the ```layers block of docs/architecture.md
+# lists them (tools/layers.py reads `nm` of build/worker/diloco/*.o): no call to a file above, or to
+# one the caller's line does not name, and every global name with its own file's prefix.
+#
+# Then the check itself is shown to fail, on the same objects, for each rule: a copy of the document
+# that leaves out an edge the code has (delta.c → device.c), one whose list allows a circle
+# (control.c → session.c), one that gives owners.c another prefix, one without heartbeat.c's line.
+. "$(dirname "$0")/lib.sh"
+ls build/worker/diloco/*.o > /dev/null 2>&1 || fail "build first: make all"
+
+python3 tools/layers.py --doc docs/architecture.md worker/diloco > "$TMP/ok.log" 2>&1 \
+  || fail "$(cat "$TMP/ok.log")"
+say "$(cat "$TMP/ok.log")"
+
+# expect_fail NAME SED-SCRIPT PATTERN: the document edited by SED-SCRIPT fails with a line matching PATTERN
+expect_fail() {
+  sed "$2" docs/architecture.md > "$TMP/$1.md"
+  cmp -s docs/architecture.md "$TMP/$1.md" && fail "$1: the edit '$2' changed nothing (the layers block moved?)"
+  if python3 tools/layers.py --doc "$TMP/$1.md" worker/diloco > "$TMP/$1.log" 2>&1; then
+    fail "$1: the check passed a document that should fail ($2)"
+  fi
+  grep -q "$3" "$TMP/$1.log" || fail "$1: no line matching '$3' in: $(cat "$TMP/$1.log")"
+  say "$1: $(grep "$3" "$TMP/$1.log" | head -n 1)"
+}
+
+expect_fail unlisted_call 's/^\(delta\.c  *dl_delta_  *→.*\) device\.c$/\1/' 'delta.c calls dl_dev_[a-z_]* (device.c, not in its line)'
+expect_fail circle 's/^\(control\.c  *dl_  *→\)$/\1 session.c/' 'control.c may call session.c, which is not below it'
+expect_fail wrong_prefix 's/^owners\.c      owners_ /owners.c      own_    /' 'owners.c defines owners_[a-z_]*, which starts with no prefix'
+expect_fail missing_file '/^heartbeat\.c /d' 'heartbeat.c was built but has no line'
+say "the layers of worker/diloco hold, and the check fails on each kind of violation"

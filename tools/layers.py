@@ -1,0 +1,170 @@
+#!/usr/bin/env python3
+"""tools/layers.py: check that the files of a module call only downward, as docs/architecture.md says.
+
+docs/architecture.md holds one fenced block per layered module, whose info string is `layers DIR`:
+
+    ```layers worker/diloco
+    public diloco_
+    # file        names            → files it may call
+    session.c     session_         → group.c streaming.c ...
+    ...
+    control.c     dl_              →
+    ```
+
+Files are listed from the top down; each line says which names the file defines (prefixes) and which
+files it may call. The check reads the objects the build made of DIR (build/DIR/**/*.o) with `nm` and
+fails when
+  - a file's line lists a file that is not below it (the list itself would allow a circle);
+  - an object calls (or reads) a global symbol defined in another object of DIR whose file is not in
+    its line: an upward call, or one the list does not allow; the symbol is printed;
+  - a global symbol's longest matching prefix (of all the lines) is not its own file's, or no prefix
+    matches: a name that lies about its file (names starting with a `public` prefix, the module's API,
+    may be in any file);
+  - an object of DIR has no line, or a line names a file that was not built.
+Another module (e.g. the shard-server) is layered by adding its own block.
+
+Usage (from the tree's root): tools/layers.py [--doc docs/architecture.md] [--build build] [DIR ...] (default:
+every block).
+Exit 0 when every block holds, 1 with one line per violation otherwise, 2 on a usage or setup error.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+ARROW = "→"
+
+
+def parse_blocks(text):
+    """{dir: {"public": [prefixes], "order": [file], "prefixes": {file: [..]}, "calls": {file: [..]}}}"""
+    blocks = {}
+    for m in re.finditer(r"^```layers[ \t]+(\S+)[ \t]*\n(.*?)^```", text, re.S | re.M):
+        d, body = m.group(1), m.group(2)
+        b = {"public": [], "order": [], "prefixes": {}, "calls": {}}
+        for raw in body.splitlines():
+            line = raw.split("#", 1)[0].strip()
+            if not line:
+                continue
+            if line.startswith("public "):
+                b["public"] += line.split()[1:]
+                continue
+            left, _, right = line.partition(ARROW)
+            words = left.split()
+            if not words or not words[0].endswith(".c"):
+                raise ValueError(f"layers {d}: cannot read the line '{raw.strip()}' (file.c prefixes → files)")
+            f = words[0]
+            if f in b["calls"]:
+                raise ValueError(f"layers {d}: {f} is listed twice")
+            b["order"].append(f)
+            b["prefixes"][f] = words[1:]
+            b["calls"][f] = right.split()
+        blocks[d] = b
+    return blocks
+
+
+def nm(objs, *flags):
+    """{file: [nm lines]} for {file: object path}, with one nm run (-A prefixes each line with its path)."""
+    by_path = {o: f for f, o in objs.items()}
+    out = subprocess.run(["nm", "-A", *flags, *by_path], check=True, capture_output=True, text=True).stdout
+    lines = {f: [] for f in objs}
+    for line in out.splitlines():
+        path, _, rest = line.partition(":")
+        if path in by_path:
+            lines[by_path[path]].append(rest)
+    return lines
+
+
+def objects(build, d):
+    """{file.c (relative to d): object path} for every object built from a source file of d (an object
+    left behind by a source since removed is not one)."""
+    root = os.path.join(build, d)
+    objs = {}
+    for dirpath, _, names in os.walk(root):
+        for n in names:
+            rel = os.path.relpath(os.path.join(dirpath, n), root)
+            if n.endswith(".o") and os.path.exists(os.path.join(d, rel[:-2] + ".c")):
+                objs[rel[:-2] + ".c"] = os.path.join(dirpath, n)
+    return objs
+
+
+def check(d, b, build):
+    bad = []
+    order, calls = b["order"], b["calls"]
+    rank = {f: i for i, f in enumerate(order)}
+    for f in order:
+        for g in calls[f]:
+            if g not in rank:
+                bad.append(f"{d}/{f} may call {g}, which has no line")
+            elif rank[g] <= rank[f]:
+                bad.append(f"{d}/{f} may call {g}, which is not below it in the list (a circle)")
+    objs = objects(build, d)
+    if not objs:
+        return [f"no objects under {build}/{d}: build first (make all)"]
+    for f in sorted(set(objs) - set(rank)):
+        bad.append(f"{d}/{f} was built but has no line in the layers of {d}")
+    for f in order:
+        if f not in objs:
+            bad.append(f"{d}/{f} has a line but no object {build}/{d}/{f[:-2]}.o")
+    defined = {}  # symbol -> file
+    for f, lines in nm(objs, "-g", "--defined-only").items():
+        for line in lines:
+            parts = line.split()
+            if len(parts) == 3 and parts[1] in "TDBRCVW":
+                defined[parts[2]] = f
+    allp = [(p, f) for f in order for p in b["prefixes"][f]]
+    for sym, f in sorted(defined.items()):
+        if any(sym.startswith(p) for p in b["public"]) or f not in rank:
+            continue
+        match = max((pf for pf in allp if sym.startswith(pf[0])), key=lambda pf: len(pf[0]), default=None)
+        if match is None:
+            bad.append(f"{d}/{f} defines {sym}, which starts with no prefix of the list")
+        elif match[1] != f:
+            bad.append(f"{d}/{f} defines {sym}, whose prefix {match[0]} is {match[1]}'s")
+    for f, lines in sorted(nm(objs, "-u").items()):
+        if f not in rank:
+            continue
+        for line in lines:
+            sym = line.split()[-1]
+            g = defined.get(sym)
+            if g is None or g == f or g not in rank:
+                continue
+            if g not in calls[f]:
+                where = "above it" if rank[g] < rank[f] else "not in its line"
+                bad.append(f"{d}/{f} calls {sym} ({g}, {where})")
+    return bad
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--doc", default="docs/architecture.md")
+    ap.add_argument("--build", default="build")
+    ap.add_argument("dirs", nargs="*")
+    a = ap.parse_args()
+    try:
+        with open(a.doc, encoding="utf-8") as fh:
+            blocks = parse_blocks(fh.read())
+    except (OSError, ValueError) as e:
+        print(f"layers: {e}", file=sys.stderr)
+        return 2
+    dirs = a.dirs or sorted(blocks)
+    if not dirs:
+        print(f"layers: {a.doc} has no ```layers DIR block", file=sys.stderr)
+        return 2
+    failed = 0
+    for d in dirs:
+        if d not in blocks:
+            print(f"layers: {a.doc} has no ```layers {d} block", file=sys.stderr)
+            return 2
+        bad = check(d, blocks[d], a.build)
+        for line in bad:
+            print(f"layers: {line}")
+        if bad:
+            failed = 1
+        else:
+            print(f"layers: {d}: {len(blocks[d]['order'])} files, every call downward")
+    return failed
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+/* barrier.c: a sync round's barrier from the worker's side (docs/PROTOCOL.md, "A sync round", step 3):
+ * arrive (dl_arrive), listening on our wake list meanwhile (wake.c); if the close's token did not come,
+ * wait on the list (BLPOP, with a timeout) and read the barrier (dl_barrier) until it closes. A joiner
+ * of the next round waits here for the open round to close (barrier_wait_closed). */
+#include <stdio.h>
+#include <string.h>
+
+#include "internal.h"
+#include "keys.h"
+#include "log.h"
+#include "rconn.h"
+#include "util.h"
+#include "wake.h"
+
+/* Did round (f, round) close with this incarnation among its participants? A STALE dl_arrive can answer
+ * dl_command's resend after a lost reply, the first try having run and closed the round. */
+static int closed_with_us(diloco *d, int f, int64_t round)
+{
+    redisReply *b = dl_command(d, NULL, 0, "FCALL dl_barrier 1 %s %d %lld", d->config_key, f, (long long)round);
+    int in = 0;
+    if (b != NULL && b->type == REDIS_REPLY_ARRAY && b->elements >= 2 && b->element[0]->type == REDIS_REPLY_STRING &&
+        strcmp(b->element[0]->str, "closed") == 0 && b->element[1]->type == REDIS_REPLY_STRING) {
+        char me[160];
+        snprintf(me, sizeof me, "%s:%lld", d->worker_id, (long long)dl_inc(d));
+        in = csv_has(b->element[1]->str, me);
+    }
+    if (in)
+        log_info("round %lld of fragment %d: closed with us (our arrival ran; its reply was lost)", (long long)round,
+                 f);
+    if (b) freeReplyObject(b);
+    return in;
+}
+
+static int arrive_once(diloco *d, int f, int64_t round, int *written, char *err, size_t errlen)
+{
+    redisReply *r = dl_command(d, err, errlen, "FCALL dl_arrive 1 %s %s %lld %d %lld %d", d->config_key, d->worker_id,
+                               (long long)dl_inc(d), f, (long long)round, d->grp_rank);
+    int rc = DL_OK;
+    *written = !dl_reply_failed(r);
+    if (!*written) {
+        rc = DL_FAIL;
+        if (r && strncmp(r->str, "STALE", 5) == 0)
+            rc = closed_with_us(d, f, round) ? DL_OK : DL_STALE;
+        else if (r && strncmp(r->str, "UNKNOWN_WORKER", 14) == 0)
+            rc = DL_EVICTED;
+        else if (!r)
+            rc = DL_RETRY; /* outcome unknown: wait_barrier_as finds out whether we are in the barrier */
+    } else if (r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && strcmp(r->element[0]->str, "closed") == 0) {
+        rc = DL_OK;
+    } else {
+        rc = DL_RETRY; /* open: wait */
+    }
+    if (r) freeReplyObject(r);
+    return rc;
+}
+
+/* dl_arrive; with min_replicas, only once our arrival is on that many replicas: an arrival lost in a
+ * failover would leave the barrier waiting for us. If the connection breaks during that WAIT (the
+ * failover itself), we arrive again on the new master: STALE then means the round closed meanwhile
+ * (with our first arrival, or without it: the barrier and the get tell which), so we go and wait on
+ * the barrier rather than drop our pseudo-gradient. */
+#define ARRIVE_ATTEMPTS 3
+static int arrive(diloco *d, int f, int64_t round, char *err, size_t errlen)
+{
+    for (int attempt = 0; attempt < ARRIVE_ATTEMPTS; attempt++) {
+        int written, rc = arrive_once(d, f, round, &written, err, errlen);
+        if (attempt > 0 && rc == DL_STALE) return DL_RETRY;
+        if (!written || dl_wait_replicas(d, err, errlen) == 0) return rc;
+        log_warn("round %lld of fragment %d: %s; arriving again", (long long)round, f, err);
+    }
+    return DL_RETRY;
+}
+
+/* The open barrier (f, round) lacks our arrival: the dl_arrive got no reply (Redis went away while it
+ * was in flight) or its write was lost (a restart without it, a failover). The barrier waits for us, and
+ * nobody else can bring it: arrive again. DL_RETRY: still open, keep waiting. */
+static int arrive_again(diloco *d, int f, int64_t round, char *err, size_t errlen)
+{
+    log_warn("round %lld of fragment %d: the barrier does not have our arrival (dl_arrive got no reply, or Redis "
+             "lost it); arriving again",
+             (long long)round, f);
+    return arrive(d, f, round, err, errlen);
+}
+
+/* Block until barrier (f, round) closes: BLPOP our wake list with a timeout, then look. A joiner (not
+ * expected at round, not arrived) stops waiting with DL_NEED when the barrier waits for nobody else:
+ * it needs an arrival to close (at least target_workers), and only we can bring one. A participant whose
+ * arrival the open barrier lacks arrives again (arrive_again). */
+static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *err, size_t errlen)
+{
+    char wake[KEY_MAX];
+    wake_key(d, wake, sizeof wake);
+    for (unsigned polls = 1;; polls++) {
+        if (dl_stopping(d)) {
+            err_set(err, errlen, "stopped while waiting for round %lld", (long long)round);
+            return DL_FAIL;
+        }
+        if (!d->blk || rconn_broken(d->blk)) {
+            if (d->blk) rconn_free(d->blk);
+            d->blk = rconn_connect(&d->url, d->o.wait_poll_ms + 10000, err, errlen);
+            if (!d->blk) sleep_ms((unsigned)d->o.wait_poll_ms);
+        }
+        if (d->blk) {
+            redisReply *r = rconn_command(d->blk, "BLPOP %s %.3f", wake, d->o.wait_poll_ms / 1000.0);
+            if (r) freeReplyObject(r);
+        }
+        redisReply *b =
+            joiner ? dl_command(d, err, errlen, "FCALL dl_barrier 1 %s %d %lld 1", d->config_key, f, (long long)round)
+                   : dl_command(d, err, errlen, "FCALL dl_barrier 1 %s %d %lld 0 %s %d", d->config_key, f,
+                                (long long)round, d->worker_id, d->grp ? d->grp_rank : -1);
+        if (!dl_reply_failed(b) && b->type == REDIS_REPLY_ARRAY && b->elements >= 1) {
+            const char *state = b->element[0]->str;
+            int rc = strcmp(state, "closed") == 0 ? DL_OK : strcmp(state, "open") == 0 ? DL_RETRY : DL_STALE;
+            /* a Redis library older than this worker sends no count: do not wait */
+            if (joiner && rc == DL_RETRY &&
+                (b->elements < 5 || b->element[4]->type != REDIS_REPLY_INTEGER || b->element[4]->integer == 0))
+                rc = DL_NEED;
+            /* (an older library does not say whether we arrived: nothing to do then) */
+            int lost = !joiner && rc == DL_RETRY && b->elements >= 6 && b->element[5]->type == REDIS_REPLY_INTEGER &&
+                       b->element[5]->integer == 0;
+            freeReplyObject(b);
+            if (lost) rc = arrive_again(d, f, round, err, errlen);
+            if (rc != DL_RETRY) return rc;
+        } else if (b) {
+            freeReplyObject(b);
+        }
+        if (polls % 5 == 0 && !dl_still_member(d)) return DL_EVICTED;
+    }
+}
+
+static int wait_barrier(diloco *d, int f, int64_t round, char *err, size_t errlen)
+{
+    return wait_barrier_as(d, f, round, 0, err, errlen);
+}
+
+int barrier_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errlen)
+{
+    return wait_barrier_as(d, f, round, 1, err, errlen);
+}
+
+int barrier_pass(diloco *d, int f, int64_t round, char *err, size_t errlen)
+{
+    wake_wait w; /* listen for the close while we arrive (wake.c): no round trip after the arrive's */
+    wake_start(d, f, round, &w);
+    int rc = arrive(d, f, round, err, errlen);
+    int closed = rc == DL_OK || rc == DL_RETRY ? wake_finish(&w) : (wake_cancel(&w), 0);
+    if (rc == DL_RETRY && !closed) { /* open: wait for the others */
+        uint64_t tw = now_ms();
+        rc = wait_barrier(d, f, round, err, errlen);
+        d->cur.wait_seconds = (double)(now_ms() - tw) / 1000.0;
+    } else if (rc == DL_RETRY) {
+        rc = DL_OK;
+    }
+    return rc;
+}

@@ -1,0 +1,165 @@
+/* control.c: the session's control plane, at the bottom of libdiloco: commands on the control
+ * connection to Redis (reconnecting as needed), waiting for replicas, whether we are stopping, and who
+ * we are to the run: registration, our incarnation, whether it is still a member.
+ *
+ * Every other file of the library talks to Redis through dl_command; this file calls none of them
+ * (docs/architecture.md "Layers").
+ *
+ * Registration gives us an incarnation number. Everything we send (arrivals, pushes, heartbeats)
+ * carries it, so a worker that was evicted and came back can never have an old pseudo-gradient of
+ * its previous life counted. */
+#include <inttypes.h>
+#include <stdarg.h>
+
+#include "internal.h"
+#include "log.h"
+#include "rconn.h"
+#include "util.h"
+
+/* With ctl_mu held: a usable control connection, reconnecting if it is missing or broken (with backoff,
+ * for as long as it takes: Redis restarts are survivable; a refusal of our credentials ends it at once).
+ * 0, or -1 when there is none (stopping, or refused). */
+static int ctl_ready(diloco *d)
+{
+    if (d->ctl != NULL && !rconn_broken(d->ctl)) return 0;
+    char err[256];
+    if (d->ctl) rconn_free(d->ctl);
+    d->ctl = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, -1, d->o.stop, NULL, err, sizeof err);
+    if (d->ctl == NULL && !dl_stopping(d)) log_error("%s", err);
+    return d->ctl ? 0 : -1;
+}
+
+/* Run a command on the control connection; on a connection error reconnect and try once more. The
+ * command may then run twice (the first try ran, its reply was lost): only idempotent commands, or
+ * ones whose caller finds out (dl_arrive: STALE, closed with us; dl_submit: its submission number).
+ * NULL or an error reply: err says why. It is written before ctl_mu is released: a NULL reply's reason
+ * is the connection's error string, and the next reconnect of any thread frees that connection. */
+redisReply *dl_command(diloco *d, char *err, size_t errlen, const char *fmt, ...)
+{
+    redisReply *r = NULL;
+    pthread_mutex_lock(&d->ctl_mu);
+    for (int attempt = 0; attempt < 2 && r == NULL && ctl_ready(d) == 0; attempt++) {
+        va_list ap;
+        va_start(ap, fmt);
+        r = rconn_vcommand(d->ctl, fmt, ap);
+        va_end(ap);
+    }
+    rconn_reply_error(d->ctl, r, err, errlen);
+    pthread_mutex_unlock(&d->ctl_mu);
+    return r;
+}
+
+redisReply *dl_command_argv(diloco *d, int argc, const char **argv, const size_t *lens, char *err, size_t errlen)
+{
+    redisReply *r = NULL;
+    pthread_mutex_lock(&d->ctl_mu);
+    for (int attempt = 0; attempt < 2 && r == NULL && ctl_ready(d) == 0; attempt++)
+        r = rconn_command_argv(d->ctl, argc, argv, lens);
+    rconn_reply_error(d->ctl, r, err, errlen);
+    pthread_mutex_unlock(&d->ctl_mu);
+    return r;
+}
+
+int dl_reply_failed(const redisReply *r)
+{
+    return r == NULL || r->type == REDIS_REPLY_ERROR;
+}
+
+#define WAIT_REPLICAS_MS 500      /* one WAIT */
+#define WAIT_REPLICAS_LOG_MS 5000 /* a warning while fewer replicas have our write */
+
+int dl_wait_replicas(diloco *d, char *err, size_t errlen)
+{
+    if (d->rc.min_replicas <= 0) return 0;
+    uint64_t t0 = now_ms(), logged = t0;
+    for (;;) {
+        pthread_mutex_lock(&d->ctl_mu);
+        int n = d->ctl && !rconn_broken(d->ctl)
+                    ? rconn_wait_replicas(d->ctl, d->config_key, d->rc.min_replicas, WAIT_REPLICAS_MS)
+                    : -1;
+        pthread_mutex_unlock(&d->ctl_mu);
+        if (n >= d->rc.min_replicas) return 0;
+        if (n < 0 || dl_stopping(d)) {
+            err_set(err, errlen, "waiting for %d Redis replica(s) to have our write: %s", d->rc.min_replicas,
+                    n < 0 ? "the connection broke (a failover?)" : "stopping");
+            return -1;
+        }
+        if (now_ms() - logged >= WAIT_REPLICAS_LOG_MS) {
+            log_warn("%d of %d Redis replica(s) have our write after %.1f s; waiting (are the replicas up?)", n,
+                     d->rc.min_replicas, (double)(now_ms() - t0) / 1000.0);
+            logged = now_ms();
+        }
+    }
+}
+
+int dl_stopping(const diloco *d)
+{
+    return d->stop_flag || (d->o.stop && *d->o.stop);
+}
+
+void diloco_request_stop(diloco *d)
+{
+    d->stop_flag = 1;
+}
+
+int64_t dl_inc(diloco *d)
+{
+    pthread_mutex_lock(&d->hb_mu);
+    int64_t inc = d->inc;
+    pthread_mutex_unlock(&d->hb_mu);
+    return inc;
+}
+
+int dl_register(diloco *d, char *err, size_t errlen)
+{
+    return d->grp ? 0 : dl_register_now(d, err, errlen);
+}
+
+int dl_register_now(diloco *d, char *err, size_t errlen)
+{
+    redisReply *r = dl_command(d, err, errlen, "FCALL dl_register 1 %s %s %s %d %d", d->config_key, d->worker_id,
+                               d->host, d->sync_every, d->grp ? d->o.group.size : 1);
+    if (dl_reply_failed(r)) {
+        if (r) freeReplyObject(r);
+        return -1;
+    }
+    if (r->type != REDIS_REPLY_ARRAY || r->elements < 4 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+        r->element[2]->type != REDIS_REPLY_ARRAY || r->element[2]->elements < 1) {
+        err_set(err, errlen, "unexpected reply to dl_register");
+        freeReplyObject(r);
+        return -1;
+    }
+    pthread_mutex_lock(&d->hb_mu);
+    d->inc = r->element[0]->integer;
+    d->evicted = 0;
+    pthread_mutex_unlock(&d->hb_mu);
+    redisReply *rounds = r->element[2], *joined = r->element[3];
+    if ((int)rounds->elements != d->rc.nfragments) {
+        err_set(err, errlen, "dl_register returned %zu rounds for %d fragments", rounds->elements, d->rc.nfragments);
+        freeReplyObject(r);
+        return -1;
+    }
+    for (int f = 0; f < d->rc.nfragments; f++) {
+        d->frag_version[f] = rounds->element[f]->integer;
+        d->frag_joined[f] = joined->type == REDIS_REPLY_ARRAY && (int)joined->elements == d->rc.nfragments &&
+                                    joined->element[f]->type == REDIS_REPLY_INTEGER
+                                ? joined->element[f]->integer
+                                : d->frag_version[f];
+    }
+    log_info("registered as %s (incarnation %" PRId64 "), open round %" PRId64, d->worker_id, d->inc,
+             d->frag_version[0]);
+    freeReplyObject(r);
+    return 0;
+}
+
+/* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */
+int dl_still_member(diloco *d)
+{
+    redisReply *r = dl_command(d, NULL, 0, "FCALL dl_member 1 %s %s", d->config_key, d->worker_id);
+    int ok = !r || (r->type == REDIS_REPLY_INTEGER && r->integer == dl_inc(d)) || r->type == REDIS_REPLY_ERROR;
+    if (r) freeReplyObject(r);
+    pthread_mutex_lock(&d->hb_mu);
+    if (d->evicted) ok = 0;
+    pthread_mutex_unlock(&d->hb_mu);
+    return ok;
+}

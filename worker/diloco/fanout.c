@@ -1,0 +1,195 @@
+/* fanout.c: a job per shard of a range, one thread per owner (shard-server), so bandwidth adds up; used
+ * for pushes and gets by sync.c, fetch.c and async.c, and the worst outcome is theirs.
+ *
+ * The shards of one owner go over one connection. fanout_push and fanout_get first try all of them
+ * pipelined (conn_push_batch, conn_get_batch: every request sent before the first reply is read), then
+ * run the one-shard job, with its retries, for each shard that did not succeed. fanout_run runs the
+ * caller's own job for every shard (owners in parallel) with no pipelined first try: async.c's pushes
+ * each go for their own place in their shard's order, which conn_push_batch (one round) cannot say. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+#include "log.h"
+#include "util.h"
+
+enum { BATCH_NONE, BATCH_PUSH, BATCH_GET };
+
+typedef struct owner_work {
+    diloco *d;
+    char addr[ADDR_MAX];
+    int shards[RUNCONF_MAX_SHARDS];
+    int nshards;
+    shard_job_fn fn;
+    void *arg;
+    int batch; /* BATCH_*: how the first try of several shards goes */
+    int rc;
+    char err[256];
+    pthread_t thread;
+} owner_work;
+
+static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen);
+static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen);
+
+static int outcome_rank(int rc);
+
+#define NOT_TRIED 100 /* a shard the pipelined first try did not cover */
+
+static void *owner_main(void *p)
+{
+    owner_work *g = p;
+    log_sink *prev = log_use_sink(&g->d->log); /* also run on the caller's thread */
+    g->rc = DL_OK;
+    int rcs[RUNCONF_MAX_SHARDS];
+    int once = g->batch == BATCH_GET && ((const fanout_get_arg *)g->arg)->once;
+    for (int i = 0; i < g->nshards; i++) rcs[i] = NOT_TRIED;
+    /* first try: all of this owner's shards pipelined; what did not succeed goes through the job's retries */
+    if (g->batch == BATCH_PUSH && g->nshards > 1)
+        conn_push_batch(g->d, g->shards, g->nshards, *(int64_t *)g->arg, rcs, g->err, sizeof g->err);
+    if (g->batch == BATCH_GET) {
+        /* shards we already have (an earlier pass of sync.c's get_round) are done; the rest are asked pipelined */
+        const fanout_get_arg *ga = g->arg;
+        int todo[RUNCONF_MAX_SHARDS], idx[RUNCONF_MAX_SHARDS], nt = 0, trc[RUNCONF_MAX_SHARDS];
+        int64_t tgot[RUNCONF_MAX_SHARDS];
+        for (int i = 0; i < g->nshards; i++) {
+            if (ga->once && g->d->shard_version[g->shards[i]] >= ga->want)
+                rcs[i] = DL_OK;
+            else {
+                todo[nt] = g->shards[i];
+                idx[nt++] = i;
+            }
+        }
+        if (nt > 1) {
+            conn_get_batch(g->d, todo, nt, ga->want, ga->flags, trc, tgot, g->err, sizeof g->err);
+            for (int j = 0; j < nt; j++) {
+                if (trc[j] == DL_OK) g->d->shard_version[todo[j]] = tgot[j];
+                rcs[idx[j]] = trc[j];
+            }
+        }
+    }
+    /* a corrupt shard stops the group: nothing completes before coordinator repair, and its message
+     * (which the pipelined try kept) is the one to report */
+    for (int i = 0; i < g->nshards; i++)
+        if (rcs[i] == DL_CORRUPT) {
+            g->rc = DL_CORRUPT;
+            return NULL;
+        }
+    /* then each shard's job (with its retries, or once: after a pass, only where our Δ is asked for);
+     * a blocking job stops the group at the first failure, a pass goes over every shard */
+    for (int i = 0; i < g->nshards; i++) {
+        int rc = rcs[i];
+        int run_job = rc == NOT_TRIED || rc == DL_NEED || (rc == DL_RETRY && !once);
+        if (run_job) rc = g->fn(g->d, g->shards[i], g->arg, g->err, sizeof g->err);
+        if (outcome_rank(rc) > outcome_rank(g->rc)) g->rc = rc;
+        if ((!once && g->rc != DL_OK) || rc == DL_CORRUPT) break;
+    }
+    log_use_sink(prev);
+    return NULL;
+}
+
+/* Worse outcomes win: corrupt state (nothing syncs until a repair) beats a failure beats eviction beats
+ * staleness beats a retry. */
+static int outcome_rank(int rc)
+{
+    switch (rc) {
+    case DL_CORRUPT: return 6;
+    case DL_FAIL: return 5;
+    case DL_EVICTED: return 4;
+    case DL_STALE: return 3;
+    case DL_RETRY: return 2;
+    case DL_NEED: return 1;
+    default: return 0;
+    }
+}
+
+static int run_jobs(diloco *d, int first, int last, shard_job_fn fn, void *arg, int batch, char *err, size_t errlen)
+{
+    owner_work *work = calloc((size_t)(last - first), sizeof *work);
+    if (!work) {
+        err_set(err, errlen, "out of memory");
+        return DL_FAIL;
+    }
+    int ng = 0;
+    for (int k = first; k < last; k++) {
+        shard_owner o;
+        owners_get(d, k, &o);
+        int g = 0;
+        while (g < ng && strcmp(work[g].addr, o.addr) != 0) g++;
+        if (g == ng) {
+            work[ng] = (owner_work){.d = d, .fn = fn, .arg = arg, .batch = batch};
+            snprintf(work[ng].addr, sizeof work[ng].addr, "%s", o.addr);
+            ng++;
+        }
+        work[g].shards[work[g].nshards++] = k;
+    }
+    for (int g = 1; g < ng; g++)
+        if (pthread_create(&work[g].thread, NULL, owner_main, &work[g]) != 0) work[g].thread = 0;
+    owner_main(&work[0]);
+    for (int g = 1; g < ng; g++) {
+        if (work[g].thread)
+            pthread_join(work[g].thread, NULL);
+        else
+            owner_main(&work[g]);
+    }
+    int worst = DL_OK;
+    for (int g = 0; g < ng; g++)
+        if (outcome_rank(work[g].rc) > outcome_rank(worst)) {
+            worst = work[g].rc;
+            err_set(err, errlen, "%s", work[g].err);
+        }
+    free(work);
+    return worst;
+}
+
+static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
+{
+    int64_t round = *(int64_t *)arg;
+    uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
+    unsigned attempt = 0;
+    for (;;) {
+        int rc = conn_push(d, shard, round, err, errlen);
+        if (rc != DL_RETRY) return rc;
+        if (owners_retry_pause(d, &attempt, deadline, shard, "push", err, errlen) != DL_OK) return DL_FAIL;
+    }
+}
+
+static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
+{
+    const fanout_get_arg *ga = arg;
+    int64_t want = ga->want;
+    uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
+    unsigned attempt = 0;
+    for (;;) {
+        int64_t got = -1;
+        int rc = conn_get(d, shard, want, ga->flags, &got, err, errlen);
+        if (rc == DL_OK) {
+            d->shard_version[shard] = got;
+            return DL_OK;
+        }
+        if (rc == DL_NEED && ga->may_push) {
+            /* the owner has no Δ of ours for this round (it is new, or restarted): send it again */
+            rc = conn_push(d, shard, want - 1, err, errlen);
+            if (rc == DL_OK && ga->once) return DL_RETRY; /* the next pass asks again */
+            if (rc == DL_OK) continue;
+        }
+        if (ga->once && (rc == DL_RETRY || rc == DL_NEED)) return DL_RETRY;
+        if (rc != DL_RETRY && rc != DL_NEED) return rc;
+        if (owners_retry_pause(d, &attempt, deadline, shard, "get", err, errlen) != DL_OK) return DL_FAIL;
+    }
+}
+
+int fanout_run(diloco *d, int first, int last, shard_job_fn fn, void *arg, char *err, size_t errlen)
+{
+    return run_jobs(d, first, last, fn, arg, BATCH_NONE, err, errlen);
+}
+
+int fanout_push(diloco *d, int first, int last, int64_t round, char *err, size_t errlen)
+{
+    return run_jobs(d, first, last, push_job, &round, BATCH_PUSH, err, errlen);
+}
+
+int fanout_get(diloco *d, int first, int last, const fanout_get_arg *ga, char *err, size_t errlen)
+{
+    return run_jobs(d, first, last, get_job, (void *)ga, BATCH_GET, err, errlen);
+}

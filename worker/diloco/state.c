@@ -1,0 +1,170 @@
+/* state.c: what a session holds, made and unmade: the options (our own copies, checked), the control
+ * connection and the run's configuration read through it, the buffers sized by the run. diloco_open
+ * (session.c) and a group's rank (group.c) start from state_init; diloco_close ends with state_free. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "codec.h"
+#include "internal.h"
+#include "keys.h"
+#include "log.h"
+#include "rconn.h"
+#include "util.h"
+
+void diloco_options_default(diloco_options *o)
+{
+    memset(o, 0, sizeof *o);
+    o->sync_every = 500;
+    o->bf16 = 1;
+    o->heartbeat_interval_ms = 30000;
+    o->max_sync_retries = 3;
+    o->net_timeout_ms = 60000;
+    o->sync_timeout_ms = 120000;
+    o->wait_poll_ms = 1000;
+    o->connect_timeout_ms = 60000;
+    o->log_level = DILOCO_LOG_DEFAULT;
+}
+
+static int alloc_buffers(diloco *d, char *err, size_t errlen)
+{
+    size_t n = d->numel;
+    d->base = dl_host_alloc(d, n * sizeof(float));
+    d->push_dtype = dl_delta_dtype(d);
+    if (d->o.error_feedback && !codec_is_block(d->push_dtype) && d->push_dtype != BLOB_TOPK)
+        log_warn("--error-feedback applies to block-quantized runs (int8, int4, int3, int2); this run's "
+                 "pseudo-gradients are %s: ignored",
+                 codec_name(d->push_dtype));
+    if (!d->o.bf16 && codec_is_block(d->rc.compress)) /* the run's codec is the one sent */
+        log_warn("--no-bf16 applies to bf16 runs (it sends fp32 pseudo-gradients instead of bf16); this run's "
+                 "pseudo-gradients are %s: ignored",
+                 codec_name(d->rc.compress));
+    if (dl_delta_alloc(d, err, errlen) < 0 || dl_update_alloc(d, err, errlen) < 0) return -1;
+    d->owners = calloc((size_t)d->rc.nshards, sizeof(shard_owner));
+    d->shard_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));
+    d->frag_version = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
+    d->frag_joined = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
+    d->seq = calloc((size_t)d->rc.nshards, sizeof(int64_t));
+    d->push_tokens = calloc((size_t)d->rc.nfragments, sizeof(uint64_t));
+    d->tokens_at_send = calloc((size_t)d->rc.nfragments, sizeof(uint64_t));
+    d->tent_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));
+    d->tent_xxh = calloc((size_t)d->rc.nshards, sizeof(uint64_t));
+    d->delta_xxh = calloc((size_t)d->rc.nshards, sizeof(uint64_t));
+    d->tent_epoch = calloc((size_t)d->rc.nshards, sizeof(int64_t));
+    d->tent_round = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
+    d->frag_incomplete = calloc((size_t)d->rc.nfragments, sizeof(int));
+    if (!d->base || !d->owners || !d->shard_version || !d->frag_version || !d->frag_joined || !d->seq ||
+        !d->push_tokens || !d->tokens_at_send || !d->tent_version || !d->tent_xxh || !d->delta_xxh || !d->tent_epoch ||
+        !d->tent_round || !d->frag_incomplete) {
+        err_set(err, errlen, "out of memory for %zu parameters", n);
+        return -1;
+    }
+    uint64_t largest = 0;
+    for (int k = 0; k < d->rc.nshards; k++)
+        if (runconf_shard_numel(&d->rc, k) > largest) largest = runconf_shard_numel(&d->rc, k);
+    /* --download update: parameters come with their momentum */
+    d->recv_cap = (size_t)largest * sizeof(float) * (d->rc.download_update ? 2 : 1) + BLOB_HEADER_MAX + 64;
+    return 0;
+}
+
+static void default_worker_id(char *out, size_t cap, const char *host)
+{
+    snprintf(out, cap, "%.40s-%d", host, (int)getpid());
+}
+
+/* Our own copies of the strings in o (the caller's may go away after diloco_open) and the checks of
+ * what the options say about this worker. */
+static int keep_options(diloco *d, const diloco_options *o, char *err, size_t errlen)
+{
+    d->o = *o;
+    d->o.redis_url = NULL; /* parsed into d->url */
+    if (!o->redis_url || !o->run) {
+        err_set(err, errlen, "a Redis URL and a run name are required");
+        return -1;
+    }
+    if (key_check_run_name(o->run, err, errlen) < 0) return -1;
+    snprintf(d->run, sizeof d->run, "%s", o->run);
+    d->o.run = d->run;
+    if (o->worker_id && strlen(o->worker_id) >= sizeof d->worker_id) {
+        err_set(err, errlen, "worker id '%.20s...' is %zu characters long: at most %zu", o->worker_id,
+                strlen(o->worker_id), sizeof d->worker_id - 1);
+        return -1;
+    }
+    if (o->worker_id && o->worker_id[0])
+        snprintf(d->worker_id, sizeof d->worker_id, "%s", o->worker_id);
+    else
+        default_worker_id(d->worker_id, sizeof d->worker_id, d->host);
+    d->o.worker_id = d->worker_id;
+    if (!o->stop) d->o.stop = &d->stop_flag; /* what the Redis reconnects watch */
+    return redis_url_parse(o->redis_url, &d->url, err, errlen);
+}
+
+int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
+{
+    d->params = params;
+    d->numel = numel;
+    d->sync_every = o->sync_every > 0 ? o->sync_every : 500;
+    d->inflight = -1;
+    for (int i = 0; i < MAX_CONNS; i++) d->conns[i].fd = -1;
+    pthread_mutex_init(&d->ctl_mu, NULL);
+    pthread_mutex_init(&d->owners_mu, NULL);
+    pthread_mutex_init(&d->conns_mu, NULL);
+    pthread_mutex_init(&d->hb_mu, NULL);
+    pthread_cond_init(&d->hb_cond, NULL);
+    if (gethostname(d->host, sizeof d->host) != 0) snprintf(d->host, sizeof d->host, "unknown");
+    d->host[sizeof d->host - 1] = '\0';
+    if (keep_options(d, o, err, errlen) < 0) return -1;
+    key_run(d->config_key, sizeof d->config_key, o->run, "config");
+    d->ctl = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, o->connect_timeout_ms, o->stop, NULL, err, errlen);
+    if (!d->ctl) return -1;
+    if (runconf_load(d->ctl, o->run, &d->rc, err, errlen) < 0) return -1;
+    if (o->num_fragments > 0 && o->num_fragments != d->rc.nfragments) {
+        err_set(err, errlen,
+                "run '%s' is cut into %d fragment(s) but this worker was started with %d: drop "
+                "--num-fragments (workers take it from the run) or re-init the run",
+                o->run, d->rc.nfragments, o->num_fragments);
+        return -1;
+    }
+    if (o->fragment_alpha < 0 || o->fragment_alpha >= 1) {
+        err_set(err, errlen, "fragment alpha must be in [0, 1), got %g", o->fragment_alpha);
+        return -1;
+    }
+    if (d->rc.numel != numel) {
+        err_set(err, errlen,
+                "run '%s' has %" PRIu64 " parameters but this trainer has %zu: start the worker "
+                "with the model the run was initialised with (%s %s)",
+                o->run, d->rc.numel, numel, d->rc.trainer, d->rc.model);
+        return -1;
+    }
+    if (dl_dev_init(d, params, err, errlen) < 0) return -1;
+    d->part_hi = d->rc.nshards; /* all of them (a group's rank: its part, group.c) */
+    return alloc_buffers(d, err, errlen);
+}
+
+/* Everything state_init made (and what the session made since: blk, grp_bounds). */
+void state_free(diloco *d)
+{
+    if (d->ctl) rconn_free(d->ctl);
+    if (d->blk) rconn_free(d->blk);
+    runconf_free(&d->rc);
+    dl_host_free(d, d->base);
+    dl_delta_free(d);
+    dl_update_free(d);
+    dl_dev_free(d);
+    free(d->owners);
+    free(d->shard_version);
+    free(d->tent_version);
+    free(d->tent_xxh);
+    free(d->delta_xxh);
+    free(d->tent_epoch);
+    free(d->tent_round);
+    free(d->frag_incomplete);
+    free(d->frag_version);
+    free(d->frag_joined);
+    free(d->seq);
+    free(d->push_tokens);
+    free(d->tokens_at_send);
+    free(d->grp_bounds);
+}

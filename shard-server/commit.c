@@ -76,7 +76,7 @@ void commit_finish(ss_commit *c, int outcome)
         int waiting_for_it = strcmp(req->h.op, "get") == 0 &&
                              (req->h.version == round + 1 || (ss->rc.async && req->h.version > round + 1));
         if (outcome == OUT_DONE || !waiting_for_it || s->state != SH_READY || s->version != round)
-            ops_dispatch(ss, req);
+            ss->dispatch(ss, req);
         else if (outcome == OUT_WAIT)
             req_reply_simple(req, "wait",
                              ss->rc.async ? "an earlier submission has not arrived yet"

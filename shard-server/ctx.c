@@ -105,6 +105,7 @@ static int add_persist(ss_ctx *ss, struct event **ev, event_callback_fn fn, int 
 int ss_ctx_start(ss_ctx *ss, struct event_base *base, char *err, size_t errlen)
 {
     ss->base = base;
+    ss->dispatch = ops_dispatch;
     if (shards_init(ss, err, errlen) != 0 || server_listen(ss, err, errlen) != 0) return -1;
     if (commit_init(ss) != 0) {
         snprintf(err, errlen, "cannot create the compute event");

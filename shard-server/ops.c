@@ -13,7 +13,6 @@
 #include "hash.h"
 #include "ss.h"
 
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,31 +29,6 @@ typedef struct member_check {
     ss_req *req;
     uint64_t gen;
 } member_check;
-
-/* Record a rejection in dl:{R}:events (fire and forget: the reply does not wait for it). */
-static void record_reject(ss_ctx *ss, const ss_req *req, const char *code, const char *msg)
-{
-    char shard[24], round[24];
-    snprintf(shard, sizeof shard, "%lld", (long long)req->h.shard);
-    snprintf(round, sizeof round, "%lld", (long long)req->h.round);
-    const char *args[6] = {ss->id, req->h.worker, code, msg, shard, round};
-    if (store_fcall(ss, NULL, NULL, "dl_reject", 6, args) != 0)
-        log_warn("cannot record rejection %s in Redis (not connected)", code);
-}
-
-void ops_reject(ss_ctx *ss, ss_req *req, dp_err code, const char *fmt, ...)
-{
-    char msg[512];
-    va_list ap;
-    va_start(ap, fmt);
-    vsnprintf(msg, sizeof msg, fmt, ap);
-    va_end(ap);
-    ss->m.rejections++;
-    log_warn("rejected %s from %s (shard %lld round %lld): %s %s", req->h.op, req->h.worker[0] ? req->h.worker : "?",
-             (long long)req->h.shard, (long long)req->h.round, dp_err_code(code), msg);
-    record_reject(ss, req, dp_err_code(code), msg);
-    req_reply_err(req, code, "%s", msg);
-}
 
 /* A push of a sync round that has already committed (the worker did not see the commit: a failover, a
  * lost reply): answered STALE like a refusal, so the worker fetches the current version, but counted
@@ -85,7 +59,7 @@ static ss_shard *own_shard(ss_ctx *ss, ss_req *req)
 {
     lease_check_expiry(ss);
     if (req->h.shard < 0 || req->h.shard >= ss->nshards) {
-        ops_reject(ss, req, DP_BADARG, "shard %lld does not exist (the run has %d shards)", (long long)req->h.shard,
+        req_reject(ss, req, DP_BADARG, "shard %lld does not exist (the run has %d shards)", (long long)req->h.shard,
                    ss->nshards);
         return NULL;
     }
@@ -135,16 +109,16 @@ static int push_check_payload(ss_ctx *ss, ss_req *req)
     uint64_t sum = XXH3_64bits_digest(xs);
     XXH3_freeState(xs);
     if (sum != h->xxh) {
-        ops_reject(ss, req, DP_CHECKSUM, "payload does not match its header: xxh3 %016llx, header says %016llx",
+        req_reject(ss, req, DP_CHECKSUM, "payload does not match its header: xxh3 %016llx, header says %016llx",
                    (unsigned long long)sum, (unsigned long long)h->xxh);
         return -1;
     }
     if (first_bad != SIZE_MAX) {
         if (codec_is_block(h->dtype))
-            ops_reject(ss, req, DP_NAN, "the scale of the %s block at element %zu is NaN, infinite or negative",
+            req_reject(ss, req, DP_NAN, "the scale of the %s block at element %zu is NaN, infinite or negative",
                        codec_name(h->dtype), first_bad);
         else
-            ops_reject(ss, req, DP_NAN, "element %zu of the pseudo-gradient is NaN or infinite", first_bad);
+            req_reject(ss, req, DP_NAN, "element %zu of the pseudo-gradient is NaN or infinite", first_bad);
         return -1;
     }
     return 0;
@@ -156,7 +130,7 @@ static int push_check_sparse_size(ss_ctx *ss, ss_shard *s, ss_req *req)
 {
     size_t want = sparse_shard_bytes(ss->rc.topk_density, s->n);
     if (req->h.count != req->payload_len || req->payload_len != want) {
-        ops_reject(ss, req, DP_BADSIZE,
+        req_reject(ss, req, DP_BADSIZE,
                    "shard %d has %zu elements: a top-k payload at density %g is %zu bytes; got count %llu with %zu "
                    "payload bytes",
                    s->k, s->n, ss->rc.topk_density, want, (unsigned long long)req->h.count, req->payload_len);
@@ -169,7 +143,7 @@ static int push_check_sparse_chunks(ss_ctx *ss, ss_shard *s, ss_req *req)
 {
     size_t bad = 0;
     if (sparse_check(req->payload, req->payload_len, s->n, ss->rc.topk_density, &bad) != 0) {
-        ops_reject(ss, req, DP_BADCODEC,
+        req_reject(ss, req, DP_BADCODEC,
                    "the top-k chunk at element %zu of shard %d is malformed (count, indices or scale): not what "
                    "--compress topk at density %g sends",
                    bad, s->k, ss->rc.topk_density);
@@ -187,17 +161,17 @@ static int push_validate(ss_ctx *ss, ss_shard *s, ss_req *req)
         return -1;
     }
     if (h->round != s->version && !(ss->rc.async && h->round > s->version)) {
-        ops_reject(ss, req, DP_STALE, "round %lld is not the open round of shard %d (its version is %lld)",
+        req_reject(ss, req, DP_STALE, "round %lld is not the open round of shard %d (its version is %lld)",
                    (long long)h->round, s->k, (long long)s->version);
         return -1;
     }
     if (h->dtype != BLOB_F32 && h->dtype != BLOB_BF16 && !codec_is_block(h->dtype) && h->dtype != BLOB_TOPK) {
-        ops_reject(ss, req, DP_BADDTYPE,
+        req_reject(ss, req, DP_BADDTYPE,
                    "pseudo-gradients must be fp32, bf16, int8, int4, int3, int2 or topk (dtype %d)", h->dtype);
         return -1;
     }
     if (!runconf_accepts_dtype(&ss->rc, h->dtype)) {
-        ops_reject(ss, req, DP_BADCODEC,
+        req_reject(ss, req, DP_BADCODEC,
                    "this run's pseudo-gradients are %s (coordinator init --compress), got %s: "
                    "run a worker that knows the codec",
                    codec_name(ss->rc.compress), codec_name(h->dtype));
@@ -206,20 +180,20 @@ static int push_validate(ss_ctx *ss, ss_shard *s, ss_req *req)
     if (h->dtype == BLOB_TOPK) {
         if (push_check_sparse_size(ss, s, req) != 0) return -1;
     } else if (h->count != s->n || req->payload_len != blob_payload_bytes(h->dtype, s->n)) {
-        ops_reject(ss, req, DP_BADSIZE, "shard %d has %zu elements; got count %llu with %zu payload bytes", s->k, s->n,
+        req_reject(ss, req, DP_BADSIZE, "shard %d has %zu elements; got count %llu with %zu payload bytes", s->k, s->n,
                    (unsigned long long)h->count, req->payload_len);
         return -1;
     }
     if (push_check_payload(ss, req) != 0) return -1;
     if (h->dtype == BLOB_TOPK && push_check_sparse_chunks(ss, s, req) != 0) return -1;
     if (ss->rc.weight_tokens && h->aux < 1) {
-        ops_reject(ss, req, DP_BADARG,
+        req_reject(ss, req, DP_BADARG,
                    "this run weights pseudo-gradients by tokens: a push must say how many "
                    "tokens it took (header aux >= 1)");
         return -1;
     }
     if (h->worker[0] == '\0' || h->inc < 0) {
-        ops_reject(ss, req, DP_UNKNOWN_WORKER, "a push must name its worker and incarnation");
+        req_reject(ss, req, DP_UNKNOWN_WORKER, "a push must name its worker and incarnation");
         return -1;
     }
     return 0;
@@ -237,14 +211,14 @@ static void push_on_member(redisReply *r, void *priv)
         return;
     }
     if (r->type != REDIS_REPLY_INTEGER || r->integer != req->h.inc) {
-        ops_reject(ss, req, DP_UNKNOWN_WORKER, "worker %s (incarnation %lld) is not a live member of the run",
+        req_reject(ss, req, DP_UNKNOWN_WORKER, "worker %s (incarnation %lld) is not a live member of the run",
                    req->h.worker, (long long)req->h.inc);
         return;
     }
     ss_shard *s = &ss->shards[req->h.shard];
     int fits = ss->rc.async ? s->version <= req->h.round : s->version == req->h.round;
     if (s->gen != gen || s->state != SH_READY || !fits) {
-        ops_dispatch(ss, req); /* the shard changed meanwhile: judge the push again */
+        ss->dispatch(ss, req); /* the shard changed meanwhile: judge the push again */
         return;
     }
     if (s->committing && shard_find_delta(s, req->h.round, req->h.worker, req->h.inc) != NULL) {
@@ -378,5 +352,5 @@ void ops_dispatch(ss_ctx *ss, ss_req *req)
     else if (strcmp(req->h.op, "get") == 0)
         op_get(ss, req);
     else
-        ops_reject(ss, req, DP_BADOP, "unknown operation '%s' (expected hello, push or get)", req->h.op);
+        req_reject(ss, req, DP_BADOP, "unknown operation '%s' (expected hello, push or get)", req->h.op);
 }

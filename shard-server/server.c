@@ -7,6 +7,8 @@
  * connection reads no further frame. A frame longer than the largest legal blob is refused from its
  * length prefix alone (the payload is never buffered) and the connection is closed after the reply.
  * A connection that closes while its request is parked is freed when that request is.
+ * Requests go up to the dispatcher (ops.c) through ss->dispatch, which ctx.c sets; refusals (req_reject:
+ * counted, logged, recorded with dl_reject) are made here, so the transport calls nothing above it.
  */
 #include "ss.h"
 
@@ -252,11 +254,36 @@ void req_reply_err(ss_req *req, dp_err code, const char *fmt, ...)
     req_reply(req, &h, NULL, 0);
 }
 
+/* Record a rejection in dl:{R}:events (fire and forget: the reply does not wait for it). */
+static void record_reject(ss_ctx *ss, const ss_req *req, const char *code, const char *msg)
+{
+    char shard[24], round[24];
+    snprintf(shard, sizeof shard, "%lld", (long long)req->h.shard);
+    snprintf(round, sizeof round, "%lld", (long long)req->h.round);
+    const char *args[6] = {ss->id, req->h.worker, code, msg, shard, round};
+    if (store_fcall(ss, NULL, NULL, "dl_reject", 6, args) != 0)
+        log_warn("cannot record rejection %s in Redis (not connected)", code);
+}
+
+void req_reject(ss_ctx *ss, ss_req *req, dp_err code, const char *fmt, ...)
+{
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    ss->m.rejections++;
+    log_warn("rejected %s from %s (shard %lld round %lld): %s %s", req->h.op, req->h.worker[0] ? req->h.worker : "?",
+             (long long)req->h.shard, (long long)req->h.round, dp_err_code(code), msg);
+    record_reject(ss, req, dp_err_code(code), msg);
+    req_reply_err(req, code, "%s", msg);
+}
+
 /* A connection that broke the handshake: answer, record, close. */
 static void refuse_auth(ss_ctx *ss, ss_req *req, const char *fmt, const char *detail)
 {
     req->conn->close_after_flush = 1;
-    ops_reject(ss, req, DP_AUTH, fmt, detail);
+    req_reject(ss, req, DP_AUTH, fmt, detail);
 }
 
 /* hello: check the run name, remember the worker id; then challenge it to prove the run secret
@@ -264,7 +291,7 @@ static void refuse_auth(ss_ctx *ss, ss_req *req, const char *fmt, const char *de
 static void op_hello(ss_ctx *ss, ss_req *req)
 {
     if (strcmp(req->h.text, ss->opts.run) != 0) {
-        ops_reject(ss, req, DP_BADRUN, "this shard-server serves run '%s', not '%s'", ss->opts.run, req->h.text);
+        req_reject(ss, req, DP_BADRUN, "this shard-server serves run '%s', not '%s'", ss->opts.run, req->h.text);
         return;
     }
     snprintf(req->conn->worker, sizeof req->conn->worker, "%s", req->h.worker);
@@ -321,7 +348,7 @@ static void conn_dispatch(ss_conn *c, uint8_t *frame, size_t len)
     if (blob_decode_header(frame, len, &req->h, &hlen, err, sizeof err) != 0) {
         blob_header_init(&req->h, "?");
         snprintf(req->h.worker, sizeof req->h.worker, "%s", c->worker);
-        ops_reject(ss, req, DP_BADFRAME, "malformed blob header from %s: %s", c->peer, err);
+        req_reject(ss, req, DP_BADFRAME, "malformed blob header from %s: %s", c->peer, err);
         return;
     }
     req->payload = frame + hlen;
@@ -333,7 +360,7 @@ static void conn_dispatch(ss_conn *c, uint8_t *frame, size_t len)
     else if (!c->authed)
         refuse_auth(ss, req, "%s", "say hello and prove the run's secret before anything else");
     else
-        ops_dispatch(ss, req);
+        ss->dispatch(ss, req);
 }
 
 /* Refuse a frame whose length prefix is impossible: reply, record, close without reading it. */
@@ -351,7 +378,7 @@ static void conn_refuse_oversize(ss_conn *c, uint32_t flen)
     snprintf(req->h.worker, sizeof req->h.worker, "%s", c->worker);
     c->close_after_flush = 1;
     bufferevent_disable(c->bev, EV_READ);
-    ops_reject(ss, req, DP_BADSIZE, "frame of %u bytes from %s exceeds the largest legal blob (%zu bytes); closing",
+    req_reject(ss, req, DP_BADSIZE, "frame of %u bytes from %s exceeds the largest legal blob (%zu bytes); closing",
                flen, c->peer, ss->max_frame);
 }
 

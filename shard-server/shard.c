@@ -136,7 +136,7 @@ void shard_unpark_all(ss_ctx *ss, ss_shard *s)
         ss_req *req = list;
         list = req->next;
         req->next = NULL;
-        ops_dispatch(ss, req);
+        ss->dispatch(ss, req);
     }
 }
 

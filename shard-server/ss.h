@@ -244,6 +244,10 @@ typedef struct ss_ctx {
     struct event *metrics_timer;
     struct evhttp *metrics_http;
     struct event *park_timer;
+    /* The dispatcher (ops.c), set by ctx.c: the transport hands it each request, and parked requests
+     * are judged again through it, so the files below ops.c never call up into it (as libevent calls
+     * its backends through a table). */
+    void (*dispatch)(struct ss_ctx *ss, ss_req *req);
 } ss_ctx;
 
 /* ctx.c */
@@ -280,13 +284,14 @@ void req_reply_simple(ss_req *req, const char *op, const char *text);
 void req_reply_err(ss_req *req, dp_err code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void req_free(ss_req *req);
 int req_conn_alive(const ss_req *req);
+/* Refuse req: count it, log it, record it with dl_reject (fire and forget) and answer `err code`. */
+void req_reject(ss_ctx *ss, ss_req *req, dp_err code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
 /* ops.c, update.c */
 void ops_dispatch(ss_ctx *ss, ss_req *req);
 /* Answer a get with a shard's parameters (its current θ, or a running commit's tentative one), sent by
  * reference with the checksum computed when they were. */
 void ops_reply_params(ss_ctx *ss, ss_shard *s, ss_req *req, float *theta, int64_t version, uint64_t xxh, int tentative);
-void ops_reject(ss_ctx *ss, ss_req *req, dp_err code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* --download update: answer a get that holds version u->version - 1 with the update u (sent by reference). */
 void ops_reply_update(ss_ctx *ss, ss_shard *s, ss_req *req, const ss_update *u, int tentative);
 /* Whether a get takes the update u instead of parameters. */

@@ -143,7 +143,7 @@ static void commit_on_commit(redisReply *r, void *priv)
         c->dnbuf = NULL;
     }
     if (c->gq != NULL) { /* --download update: the update of the new version, for the gets that follow */
-        update_clear(&s->upd);
+        reply_update_clear(&s->upd);
         commit_update_of(c, &s->upd);
         c->gq = NULL;
     }

@@ -22,12 +22,12 @@ int commit_reply_tentative(ss_ctx *ss, ss_shard *s, ss_req *req)
     if (s->tent_theta == NULL || !s->committing || strcmp(req->h.op, "get") != 0 ||
         !(req->h.flags & BLOB_GET_TENTATIVE_OK) || req->h.version != s->tent_version)
         return 0;
-    if (ops_wants_update(ss, req, &s->tent_upd))
-        ops_reply_update(ss, s, req, &s->tent_upd, 1);
+    if (reply_wants_update(ss, req, &s->tent_upd))
+        reply_update(ss, s, req, &s->tent_upd, 1);
     else if (ss->rc.download_update)
         return 0; /* parameters with momentum: the cache's, once the commit is done */
     else
-        ops_reply_params(ss, s, req, s->tent_theta, s->tent_version, s->tent_xxh, 1);
+        reply_params(ss, s, req, s->tent_theta, s->tent_version, s->tent_xxh, 1);
     return 1;
 }
 

@@ -272,20 +272,9 @@ static void op_push(ss_ctx *ss, ss_req *req)
     }
 }
 
-void ops_reply_params(ss_ctx *ss, ss_shard *s, ss_req *req, float *theta, int64_t version, uint64_t xxh, int tentative)
+static void reply_current(ss_ctx *ss, ss_shard *s, ss_req *req)
 {
-    blob_header h;
-    shard_blob_header(s, "params", version, BLOB_F32, s->n, &h);
-    h.flags = tentative ? BLOB_PARAMS_TENTATIVE : 0;
-    h.xxh = xxh;
-    ss->m.gets++;
-    ss->m.tentative_gets += tentative != 0;
-    req_reply_buf(req, &h, theta, s->n * sizeof(float));
-}
-
-static void reply_params(ss_ctx *ss, ss_shard *s, ss_req *req)
-{
-    ops_reply_params(ss, s, req, s->theta, s->version, s->theta_xxh, 0);
+    reply_params(ss, s, req, s->theta, s->version, s->theta_xxh, 0);
 }
 
 /* A get for version r+1 means the barrier of round r has closed: the worker will ask for every other
@@ -307,16 +296,16 @@ static void op_get(ss_ctx *ss, ss_req *req)
     ss_shard *s = own_shard(ss, req);
     if (s == NULL) return;
     int64_t v = req->h.version;
-    if (s->version == v && ops_wants_update(ss, req, &s->upd)) {
-        ops_reply_update(ss, s, req, &s->upd, 0);
+    if (s->version == v && reply_wants_update(ss, req, &s->upd)) {
+        reply_update(ss, s, req, &s->upd, 0);
         return;
     }
     if (s->version >= v && ss->rc.download_update) { /* (we have no update for it: a new owner, a gap) */
-        ops_reply_params_momentum(ss, s, req);
+        reply_params_momentum(ss, s, req);
         return;
     }
     if (s->version >= v) {
-        reply_params(ss, s, req);
+        reply_current(ss, s, req);
         return;
     }
     if (s->committing) {

@@ -223,7 +223,7 @@ void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const char *key
     s->theta = s->mom = s->dnbuf = NULL;
     past_clear(s);
     snapshot_drop_pending(s);
-    update_clear(&s->upd);
+    reply_update_clear(&s->upd);
     s->has_mom = 0;
     s->version = version;
     s->digest[0] = '\0';
@@ -242,17 +242,6 @@ void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const char *key
 /* lease transitions */
 
 /* We hold the lease with this epoch: (re)load unless the cache already is of this epoch. */
-void shard_blob_header(const ss_shard *s, const char *op, int64_t version, int dtype, uint64_t count, blob_header *h)
-{
-    blob_header_init(h, op);
-    h->shard = s->k;
-    h->version = version;
-    h->epoch = s->epoch;
-    h->frag = s->frag;
-    h->dtype = dtype;
-    h->count = count;
-}
-
 void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch)
 {
     if (s->state != SH_FREE && s->epoch == epoch) {
@@ -271,7 +260,6 @@ void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch)
     load_start(ss, s);
 }
 
-/* No longer ours: free everything; parked requests get `moved`. */
 /* Drop the cache: callbacks still in flight find the shard's generation changed. Parked requests stay. */
 static void shard_forget(ss_shard *s)
 {
@@ -290,7 +278,7 @@ static void shard_forget(ss_shard *s)
     s->theta = s->mom = NULL;
     past_clear(s);
     snapshot_drop_pending(s);
-    update_clear(&s->upd);
+    reply_update_clear(&s->upd);
     s->has_mom = 0;
     s->version = -1;
     s->digest[0] = '\0';
@@ -298,6 +286,7 @@ static void shard_forget(ss_shard *s)
     shard_free_deltas(s, 0, 1);
 }
 
+/* No longer ours: free everything; parked requests are judged again (and get `moved`). */
 void shard_release(ss_ctx *ss, ss_shard *s, const char *why)
 {
     if (s->state == SH_FREE) return;

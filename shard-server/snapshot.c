@@ -128,7 +128,7 @@ static ss_snap *snapshot_prepare(ss_ctx *ss, ss_shard *s)
     if (with_buf) memcpy(both + 2 * n, s->dnbuf, n * sizeof(float));
     sn->both = both;
     blob_header h;
-    shard_blob_header(s, "snap", s->version, BLOB_F32, (size_t)(1 + with_mom + with_buf) * n, &h);
+    ss_blob_header(s, "snap", s->version, BLOB_F32, (size_t)(1 + with_mom + with_buf) * n, &h);
     h.flags = (with_mom ? 1 : 0) | (with_buf ? 2 : 0);
     snprintf(h.run, sizeof h.run, "%s", ss->opts.run);
     char err[256];

@@ -26,10 +26,11 @@
  *   commit_log.c      tentative serving and the log entry, deferred while parameters stream out
  *   snapshot.c the snapshots (deferred until no commit runs; a rebase run's, until K versions old)
  *   past.c     --async-rule rebase: θ of the last K versions, which a commit rebases submissions with
- *   ops.c      the data-plane operations push and get (validation, rejections)
- *   update.c   --download update: the round's update (or parameters with momentum) as a get's reply
- *   server.c   listener, connections, framing (big frames read straight into their buffer), replies
- *              (parameters sent by reference)
+ *   ops.c      the data-plane operations push and get (validation), called through ss->dispatch
+ *   reply.c    a get's answers: parameters (sent by reference), parameters with momentum, and the
+ *              round's update (--download update)
+ *   server.c   listener, connections, framing (big frames read straight into their buffer), replies,
+ *              rejections
  *   metrics.c  counters kept in memory, logged every 30 s
  */
 #ifndef SHARD_SERVER_SS_H
@@ -199,6 +200,20 @@ typedef struct ss_shard {
     struct ss_load *load; /* in-progress load */
 } ss_shard;
 
+/* A blob header of shard s under its current lease (shard, epoch, fragment) for op at version, with a
+ * payload of count elements in dtype: a reply's (reply.c) or a snapshot's (snapshot.c). */
+static inline void ss_blob_header(const ss_shard *s, const char *op, int64_t version, int dtype, uint64_t count,
+                                  blob_header *h)
+{
+    blob_header_init(h, op);
+    h->shard = s->k;
+    h->version = version;
+    h->epoch = s->epoch;
+    h->frag = s->frag;
+    h->dtype = dtype;
+    h->count = count;
+}
+
 /* ---------------------------------------------------------------------------------------------- */
 /* the process */
 
@@ -287,19 +302,21 @@ int req_conn_alive(const ss_req *req);
 /* Refuse req: count it, log it, record it with dl_reject (fire and forget) and answer `err code`. */
 void req_reject(ss_ctx *ss, ss_req *req, dp_err code, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 
-/* ops.c, update.c */
+/* ops.c: the dispatcher (ss->dispatch) */
 void ops_dispatch(ss_ctx *ss, ss_req *req);
+
+/* reply.c: a get's answers */
 /* Answer a get with a shard's parameters (its current θ, or a running commit's tentative one), sent by
  * reference with the checksum computed when they were. */
-void ops_reply_params(ss_ctx *ss, ss_shard *s, ss_req *req, float *theta, int64_t version, uint64_t xxh, int tentative);
+void reply_params(ss_ctx *ss, ss_shard *s, ss_req *req, float *theta, int64_t version, uint64_t xxh, int tentative);
 /* --download update: answer a get that holds version u->version - 1 with the update u (sent by reference). */
-void ops_reply_update(ss_ctx *ss, ss_shard *s, ss_req *req, const ss_update *u, int tentative);
+void reply_update(ss_ctx *ss, ss_shard *s, ss_req *req, const ss_update *u, int tentative);
 /* Whether a get takes the update u instead of parameters. */
-int ops_wants_update(const ss_ctx *ss, const ss_req *req, const ss_update *u);
+int reply_wants_update(const ss_ctx *ss, const ss_req *req, const ss_update *u);
 /* Answer a get of a --download update run that asked for the momentum with the parameters. */
-void ops_reply_params_momentum(ss_ctx *ss, ss_shard *s, ss_req *req);
-/* Release an update's buffer and empty it. */
-void update_clear(ss_update *u);
+void reply_params_momentum(ss_ctx *ss, ss_shard *s, ss_req *req);
+/* Release an update's buffer (replies may still be sending it) and empty it. */
+void reply_update_clear(ss_update *u);
 
 /* lease.c */
 int lease_start(ss_ctx *ss, char *err, size_t errlen);
@@ -316,9 +333,6 @@ int shards_init(ss_ctx *ss, char *err, size_t errlen);
 void shards_stop(ss_ctx *ss);
 /* Teardown, last: the shard table and the owner map. */
 void shards_free(ss_ctx *ss);
-/* A blob header of shard s under its current lease (shard, epoch, fragment) for op at version, with a
- * payload of count elements in dtype. */
-void shard_blob_header(const ss_shard *s, const char *op, int64_t version, int dtype, uint64_t count, blob_header *h);
 void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch);
 void shard_release(ss_ctx *ss, ss_shard *s, const char *why);
 void shard_reload(ss_ctx *ss, ss_shard *s, const char *why);

@@ -1,6 +1,9 @@
 /*
- * update.c: --download update on the shard-server (docs/compression.md).
+ * reply.c: the answers a get receives, in one place: the parameters (the cache's or a running commit's
+ * tentative ones), the parameters with the momentum, or the update of a version. Called by the
+ * dispatcher (ops.c) and by a commit serving its tentative version (commit_log.c); calls the transport only.
  *
+ * --download update (docs/compression.md):
  * A commit of a run with --download update quantizes the round's averaged pseudo-gradient with the
  * run's codec, steps with exactly the decoded values and logs the encoded bytes (commit_compute.c,
  * commit_log.c). Those bytes are the update of the version: a get from a worker that holds the
@@ -16,22 +19,33 @@
 
 #include "log.h"
 
-void update_clear(ss_update *u)
+void reply_params(ss_ctx *ss, ss_shard *s, ss_req *req, float *theta, int64_t version, uint64_t xxh, int tentative)
+{
+    blob_header h;
+    ss_blob_header(s, "params", version, BLOB_F32, s->n, &h);
+    h.flags = tentative ? BLOB_PARAMS_TENTATIVE : 0;
+    h.xxh = xxh;
+    ss->m.gets++;
+    ss->m.tentative_gets += tentative != 0;
+    req_reply_buf(req, &h, theta, s->n * sizeof(float));
+}
+
+void reply_update_clear(ss_update *u)
 {
     ss_buf_release(u->buf); /* replies may still be sending it */
     memset(u, 0, sizeof *u);
 }
 
-int ops_wants_update(const ss_ctx *ss, const ss_req *req, const ss_update *u)
+int reply_wants_update(const ss_ctx *ss, const ss_req *req, const ss_update *u)
 {
     return ss->rc.download_update && (req->h.flags & BLOB_GET_UPDATE_OK) && u->buf != NULL &&
            u->version == req->h.version && strcmp(req->h.op, "get") == 0;
 }
 
-void ops_reply_update(ss_ctx *ss, ss_shard *s, ss_req *req, const ss_update *u, int tentative)
+void reply_update(ss_ctx *ss, ss_shard *s, ss_req *req, const ss_update *u, int tentative)
 {
     blob_header h;
-    shard_blob_header(s, "update", u->version, ss->rc.compress, ss->rc.compress == BLOB_TOPK ? u->len : s->n, &h);
+    ss_blob_header(s, "update", u->version, ss->rc.compress, ss->rc.compress == BLOB_TOPK ? u->len : s->n, &h);
     h.lr = (double)u->lr;
     h.mu = (double)u->mu;
     h.flags = u->flags | (tentative ? BLOB_UPDATE_TENTATIVE : 0);
@@ -45,7 +59,7 @@ void ops_reply_update(ss_ctx *ss, ss_shard *s, ss_req *req, const ss_update *u, 
 
 /* The parameters with the momentum (θ then momentum; zeros before the first step), for a worker that
  * does not have the version before the one it wants (a joiner, a restart, a gap, a digest mismatch). */
-void ops_reply_params_momentum(ss_ctx *ss, ss_shard *s, ss_req *req)
+void reply_params_momentum(ss_ctx *ss, ss_shard *s, ss_req *req)
 {
     size_t n = s->n;
     float *both = malloc(2 * n * sizeof(float) + 1);
@@ -59,7 +73,7 @@ void ops_reply_params_momentum(ss_ctx *ss, ss_shard *s, ss_req *req)
     else
         memset(both + n, 0, n * sizeof(float));
     blob_header h;
-    shard_blob_header(s, "params", s->version, BLOB_F32, 2 * n, &h);
+    ss_blob_header(s, "params", s->version, BLOB_F32, 2 * n, &h);
     h.flags = BLOB_PARAMS_MOMENTUM;
     snprintf(h.text, sizeof h.text, "%s", s->digest);
     ss->m.gets++;

@@ -88,7 +88,7 @@ void commit_finish(ss_commit *c, int outcome)
                           errmsg);
     }
     ahead_consider(ss, s); /* the Δ of the next round (or of this one, after a wait) may all be here */
-    commit_idle_work(ss);
+    snapshot_idle_work(ss);
 }
 
 void commit_fail(ss_commit *c, const char *why, int reload)

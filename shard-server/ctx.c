@@ -91,7 +91,7 @@ static void on_park_timer(evutil_socket_t fd, short what, void *arg)
     ss_ctx *ss = arg;
     lease_check_expiry(ss);
     shard_expire_parked(ss, PARK_MAX_MS);
-    commit_idle_work(ss);
+    snapshot_idle_work(ss);
 }
 
 static int add_persist(ss_ctx *ss, struct event **ev, event_callback_fn fn, int ms)

@@ -1,8 +1,8 @@
 /*
- * metrics.c: the shard-server's counters (ss_metrics in ss.h), kept in memory, logged every 30 s at
- * INFO, and, with --metrics HOST:PORT, served as Prometheus text (format 0.0.4) at GET /metrics by a
- * libevent evhttp on the server's own event loop (a scrape is a few hundred bytes formatted in place:
- * it never waits on anything). Every sample carries run="R" and server="<id>"; the coordinator's
+ * metrics.c: the shard-server's counters (ss_metrics in ss.h), kept in memory, logged every
+ * METRICS_PERIOD_S at INFO, and, with --metrics HOST:PORT, served as Prometheus text (format 0.0.4) at
+ * GET /metrics by a libevent evhttp on the server's own event loop (a scrape is a few hundred bytes
+ * formatted in place: it never waits on anything). Every sample carries run="R" and server="<id>"; the coordinator's
  * /metrics has the run-wide view (docs/http.md), these are the data-plane numbers of one process.
  */
 #include "ss.h"

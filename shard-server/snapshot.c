@@ -198,9 +198,10 @@ static void snapshot_lagged_due(ss_ctx *ss, ss_shard *s)
     snapshot_write(ss, s, sn);
 }
 
-/* Start the snapshots commits asked for, once this server has no commit running (a snapshot is 8 bytes
- * per parameter on the bulk connection: it must not delay the log entries of a round). */
-void commit_idle_work(ss_ctx *ss)
+/* Start the snapshots commits asked for, once this server has no commit running (a snapshot is up to 12
+ * bytes per parameter, θ, momentum and a Delayed Nesterov buffer, on the bulk connection: it must not
+ * delay the log entries of a round). */
+void snapshot_idle_work(ss_ctx *ss)
 {
     if (ss->cq_head != NULL) return;
     for (int k = 0; k < ss->nshards; k++)

@@ -31,7 +31,7 @@
  *              round's update (--download update)
  *   server.c   listener, connections, framing (big frames read straight into their buffer), replies,
  *              rejections
- *   metrics.c  counters kept in memory, logged every 30 s
+ *   metrics.c  counters kept in memory, logged every METRICS_PERIOD_S (metrics.c)
  */
 #ifndef SHARD_SERVER_SS_H
 #define SHARD_SERVER_SS_H
@@ -71,7 +71,7 @@ typedef struct ss_opts {
 } ss_opts;
 
 /* ---------------------------------------------------------------------------------------------- */
-/* metrics (metrics.c): logged every 30 s and served as Prometheus text on --metrics HOST:PORT */
+/* metrics (metrics.c): logged every METRICS_PERIOD_S and served as Prometheus text on --metrics HOST:PORT */
 
 typedef struct ss_metrics {
     uint64_t rounds_committed;
@@ -368,7 +368,9 @@ void commit_start(ss_ctx *ss, ss_shard *s);
 /* Answer a get with the running commit's tentative parameters if it accepts them and they are the
  * version it wants; 1 when answered. */
 int commit_reply_tentative(ss_ctx *ss, ss_shard *s, ss_req *req);
-void commit_idle_work(ss_ctx *ss); /* deferred snapshots; called when commits finish and periodically */
+/* snapshot.c: the deferred snapshots, started once no commit runs; called when commits finish and
+ * periodically. */
+void snapshot_idle_work(ss_ctx *ss);
 /* snapshot.c: a rebase run's snapshot of the version just committed, prepared now (a copy) and written
  * once it is rebase_window versions old; and dropping one prepared (with the cache). */
 void snapshot_prepare_lagged(ss_ctx *ss, ss_shard *s);

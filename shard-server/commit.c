@@ -62,7 +62,7 @@ void commit_finish(ss_commit *c, int outcome)
         return;
     }
     s->committing = 0;
-    ss_req *list = shard_take_parked(s);
+    ss_req *list = park_take(s);
     int64_t round = c->round;
     char need[512], errmsg[256];
     snprintf(need, sizeof need, "%s", c->need);
@@ -150,7 +150,7 @@ static void commit_on_commit(redisReply *r, void *priv)
     s->version = c->round + 1;
     snprintf(s->digest, sizeof s->digest, "%s", c->digest);
     s->theta_xxh = c->theta_xxh;
-    shard_free_deltas(s, s->version, 0);
+    delta_free(s, s->version, 0);
     ahead_note_participants(c, s);
     double secs = (double)(now_ms() - c->t0) / 1000.0;
     ss->m.rounds_committed++;
@@ -367,7 +367,7 @@ static void commit_check_deltas(ss_commit *c, ss_shard *s)
     ss_ctx *ss = c->ss;
     c->outstanding = 1; /* guard while issuing */
     for (int i = 0; i < c->np; i++) {
-        if (c->dropped[i] || shard_find_delta(s, c->round, c->ids[i], c->incs[i]) != NULL) continue;
+        if (c->dropped[i] || delta_find(s, c->round, c->ids[i], c->incs[i]) != NULL) continue;
         member_q *q = malloc(sizeof *q);
         if (q == NULL) {
             c->failed = 1;

@@ -38,7 +38,7 @@ static int count_parts(const char *parts)
 static int all_deltas_here(ss_shard *s, const ss_commit *c)
 {
     for (int i = 0; i < c->np; i++)
-        if (shard_find_delta(s, c->round, c->ids[i], c->incs[i]) == NULL) return 0;
+        if (delta_find(s, c->round, c->ids[i], c->incs[i]) == NULL) return 0;
     return 1;
 }
 

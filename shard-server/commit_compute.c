@@ -67,7 +67,7 @@ static int commit_gather_deltas(ss_commit *c, ss_shard *s, ss_delta **out, int *
     *all_bf16 = 1;
     for (int i = 0; i < c->np; i++) {
         if (c->dropped[i]) continue;
-        ss_delta *d = shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
+        ss_delta *d = delta_find(s, c->round, c->ids[i], c->incs[i]);
         if (d == NULL) return -1;
         *all_bf16 &= d->dtype == BLOB_BF16;
         out[k++] = d;
@@ -265,13 +265,13 @@ static void commit_weights(ss_commit *c, ss_shard *s)
     const runconf *rc = &c->ss->rc;
     double total = 0;
     for (int i = 0; i < c->np; i++) {
-        ss_delta *d = c->dropped[i] ? NULL : shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
+        ss_delta *d = c->dropped[i] ? NULL : delta_find(s, c->round, c->ids[i], c->incs[i]);
         if (d != NULL) total += (double)d->tokens;
     }
     if (rc->async) total = (double)(rc->weight_ref_tokens ? rc->weight_ref_tokens : 1);
     double stale = rc->async ? outer_stale_weight(rc->stale_weight, c->round - c->base, rc->stale_ref) : 1.0;
     for (int i = 0; i < c->np; i++) {
-        ss_delta *d = c->dropped[i] ? NULL : shard_find_delta(s, c->round, c->ids[i], c->incs[i]);
+        ss_delta *d = c->dropped[i] ? NULL : delta_find(s, c->round, c->ids[i], c->incs[i]);
         double w = d == NULL || total <= 0 ? 0.0 : rc->weight_tokens ? (double)d->tokens / total : 1.0;
         c->scale[i] = (float)(w * stale);
     }

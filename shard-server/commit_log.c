@@ -53,12 +53,12 @@ static void commit_serve_tentative(ss_commit *c, ss_shard *s)
     s->tent_version = c->round + 1;
     memset(&s->tent_upd, 0, sizeof s->tent_upd);
     if (c->gq != NULL) commit_update_of(c, &s->tent_upd);
-    ss_req *list = shard_take_parked(s);
+    ss_req *list = park_take(s);
     while (list != NULL) {
         ss_req *req = list;
         list = req->next;
         if (!commit_reply_tentative(c->ss, s, req))
-            shard_park(c->ss, s, req); /* back in the list, in order (it keeps its parked_ms) */
+            park_add(c->ss, s, req); /* back in the list, in order (it keeps its parked_ms) */
     }
 }
 

@@ -90,7 +90,7 @@ static void on_park_timer(evutil_socket_t fd, short what, void *arg)
     (void)what;
     ss_ctx *ss = arg;
     lease_check_expiry(ss);
-    shard_expire_parked(ss, PARK_MAX_MS);
+    park_expire(ss, PARK_MAX_MS);
     snapshot_idle_work(ss);
 }
 

@@ -181,11 +181,11 @@ static void load_finish(ss_load *ld)
     s->load = NULL;
     ld->theta = ld->mom = NULL;
     load_free(ld);
-    shard_free_deltas(s, s->version, 0);
+    delta_free(s, s->version, 0);
     ss->m.loads++;
     log_info("shard %d: loaded version %lld (epoch %lld, digest %s), serving", s->k, (long long)s->version,
              (long long)s->epoch, s->digest);
-    shard_unpark_all(ss, s);
+    park_redispatch(ss, s);
 }
 
 /* A snapshot or log blob as received: decoded, or the load failed (and the reason recorded). */

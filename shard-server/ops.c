@@ -69,7 +69,7 @@ static ss_shard *own_shard(ss_ctx *ss, ss_req *req)
         return NULL;
     }
     if (s->state == SH_LOADING) {
-        shard_park(ss, s, req);
+        park_add(ss, s, req);
         return NULL;
     }
     if (s->state == SH_CORRUPT) { /* not the worker's fault: answered, not recorded as a rejection */
@@ -221,13 +221,13 @@ static void push_on_member(redisReply *r, void *priv)
         ss->dispatch(ss, req); /* the shard changed meanwhile: judge the push again */
         return;
     }
-    if (s->committing && shard_find_delta(s, req->h.round, req->h.worker, req->h.inc) != NULL) {
+    if (s->committing && delta_find(s, req->h.round, req->h.worker, req->h.inc) != NULL) {
         /* a resend while the commit that uses it runs: that commit reads the one we have */
         req_reply_simple(req, "ack", "have it");
         return;
     }
     ahead_discard(s, "a pseudo-gradient arrived after it started"); /* (another one, or a resend) */
-    shard_store_delta(s, req);
+    delta_store(s, req);
     ss->m.pushes++;
     log_debug("shard %d round %lld: stored pseudo-gradient of %s:%lld (%s)", s->k, (long long)req->h.round,
               req->h.worker, (long long)req->h.inc, codec_name(req->h.dtype));
@@ -246,14 +246,14 @@ static void op_push(ss_ctx *ss, ss_req *req)
     }
     if (!ss->rc.async && req->h.round == s->version + 1 && s->committing) {
         /* the worker saw round `version` committed in Redis before our dl_commit reply came back */
-        shard_park(ss, s, req);
+        park_add(ss, s, req);
         return;
     }
     if (!ss->rc.async && req->h.round > s->version && !s->committing && req->reloads == 0) {
         /* the worker saw a newer version than our cache: it must be stale */
         req->reloads++;
         shard_reload(ss, s, "a push for a round ahead of the cached version");
-        shard_park(ss, s, req);
+        park_add(ss, s, req);
         return;
     }
     if (push_validate(ss, s, req) != 0) return;
@@ -309,18 +309,18 @@ static void op_get(ss_ctx *ss, ss_req *req)
         return;
     }
     if (s->committing) {
-        if (!commit_reply_tentative(ss, s, req)) shard_park(ss, s, req);
+        if (!commit_reply_tentative(ss, s, req)) park_add(ss, s, req);
         return;
     }
     if (ss->rc.async) {
         /* async: versions are applied in submission order; drive the next one (its submitter may be
          * another worker: then this get waits for it) */
-        shard_park(ss, s, req);
+        park_add(ss, s, req);
         commit_start(ss, s);
         return;
     }
     if (s->version == v - 1) {
-        shard_park(ss, s, req);
+        park_add(ss, s, req);
         commit_start(ss, s);
         commit_siblings(ss, s);
         return;
@@ -331,7 +331,7 @@ static void op_get(ss_ctx *ss, ss_req *req)
     }
     req->reloads++;
     shard_reload(ss, s, "a get for a version more than one ahead of the cached version");
-    shard_park(ss, s, req);
+    park_add(ss, s, req);
 }
 
 void ops_dispatch(ss_ctx *ss, ss_req *req)

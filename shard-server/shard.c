@@ -27,8 +27,6 @@
 #include "replay.h"
 #include "util.h"
 
-#define MAX_PARKED_PER_ROUND 64
-
 int shards_init(ss_ctx *ss, char *err, size_t errlen)
 {
     ss->nshards = ss->rc.nshards;
@@ -49,121 +47,6 @@ int shards_init(ss_ctx *ss, char *err, size_t errlen)
     }
     ss->max_frame = largest * sizeof(float) + BLOB_HEADER_MAX;
     return 0;
-}
-
-/* ---------------------------------------------------------------------------------------------- */
-/* pseudo-gradients */
-
-ss_delta *shard_find_delta(ss_shard *s, int64_t round, const char *worker, int64_t inc)
-{
-    for (ss_delta *d = s->deltas; d != NULL; d = d->next)
-        if (d->round == round && d->inc == inc && strcmp(d->worker, worker) == 0) return d;
-    return NULL;
-}
-
-/* Keep the request's payload (the frame moves into the delta); replaces an earlier push of the same key. */
-void shard_store_delta(ss_shard *s, ss_req *req)
-{
-    ss_delta *d = shard_find_delta(s, req->h.round, req->h.worker, req->h.inc);
-    if (d == NULL) {
-        d = calloc(1, sizeof *d);
-        if (d == NULL) return;
-        snprintf(d->worker, sizeof d->worker, "%s", req->h.worker);
-        d->round = req->h.round;
-        d->inc = req->h.inc;
-        d->next = s->deltas;
-        s->deltas = d;
-    } else {
-        free(d->frame);
-    }
-    d->dtype = req->h.dtype;
-    d->tokens = req->h.aux;
-    d->frame = req->frame;
-    d->payload = req->payload;
-    req->frame = NULL;
-    req->payload = NULL;
-}
-
-/* Free the deltas of rounds < below_round (or all of them). */
-void shard_free_deltas(ss_shard *s, int64_t below_round, int all)
-{
-    ss_delta **pp = &s->deltas;
-    while (*pp != NULL) {
-        ss_delta *d = *pp;
-        if (all || d->round < below_round) {
-            *pp = d->next;
-            free(d->frame);
-            free(d);
-        } else {
-            pp = &d->next;
-        }
-    }
-}
-
-/* ---------------------------------------------------------------------------------------------- */
-/* parked requests */
-
-void shard_park(ss_ctx *ss, ss_shard *s, ss_req *req)
-{
-    int cap = MAX_PARKED_PER_ROUND * (ss->opts.max_pending_rounds > 0 ? ss->opts.max_pending_rounds : 1);
-    if (s->nparked >= cap) {
-        req_reply_err(req, DP_BUSY, "shard %d has %d requests waiting; retry", s->k, s->nparked);
-        return;
-    }
-    if (req->parked_ms == 0) req->parked_ms = now_ms();
-    req->next = NULL;
-    if (s->parked_tail != NULL)
-        s->parked_tail->next = req;
-    else
-        s->parked = req;
-    s->parked_tail = req;
-    s->nparked++;
-}
-
-ss_req *shard_take_parked(ss_shard *s)
-{
-    ss_req *list = s->parked;
-    s->parked = s->parked_tail = NULL;
-    s->nparked = 0;
-    return list;
-}
-
-/* Re-dispatch every parked request (each is judged again against the shard's new state). */
-void shard_unpark_all(ss_ctx *ss, ss_shard *s)
-{
-    ss_req *list = shard_take_parked(s);
-    while (list != NULL) {
-        ss_req *req = list;
-        list = req->next;
-        req->next = NULL;
-        ss->dispatch(ss, req);
-    }
-}
-
-/* Answer requests that waited longer than max_age_ms: the worker will retry. */
-void shard_expire_parked(ss_ctx *ss, uint64_t max_age_ms)
-{
-    uint64_t now = now_ms();
-    for (int k = 0; k < ss->nshards; k++) {
-        ss_shard *s = &ss->shards[k];
-        ss_req **pp = &s->parked;
-        ss_req *prev = NULL;
-        while (*pp != NULL) {
-            ss_req *req = *pp;
-            if (now - req->parked_ms < max_age_ms) {
-                prev = req;
-                pp = &req->next;
-                continue;
-            }
-            *pp = req->next;
-            if (s->parked_tail == req) s->parked_tail = prev;
-            s->nparked--;
-            if (strcmp(req->h.op, "get") == 0)
-                req_reply_simple(req, "wait", "the shard is still loading or committing");
-            else
-                req_reply_err(req, DP_NOTREADY, "shard %d is not loaded yet; retry", k);
-        }
-    }
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -230,12 +113,12 @@ void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const char *key
     snprintf(s->corrupt_key, sizeof s->corrupt_key, "%s", key);
     snprintf(s->corrupt_reason, sizeof s->corrupt_reason, "%s", reason);
     s->corrupt_recorded = !record;
-    shard_free_deltas(s, 0, 1);
+    delta_free(s, 0, 1);
     log_error("shard %d: durable state of version %lld is corrupt (key %s: %s); serving `err CORRUPT` until "
               "`coordinator repair`",
               s->k, (long long)version, key, reason);
     if (record) mark_send(ss, s);
-    shard_unpark_all(ss, s);
+    park_redispatch(ss, s);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -283,7 +166,7 @@ static void shard_forget(ss_shard *s)
     s->version = -1;
     s->digest[0] = '\0';
     s->corrupt_key[0] = s->corrupt_reason[0] = '\0';
-    shard_free_deltas(s, 0, 1);
+    delta_free(s, 0, 1);
 }
 
 /* No longer ours: free everything; parked requests are judged again (and get `moved`). */
@@ -293,7 +176,7 @@ void shard_release(ss_ctx *ss, ss_shard *s, const char *why)
     log_info("shard %d: lease lost (%s); dropping version %lld from memory", s->k, why, (long long)s->version);
     ss->m.lease_changes++;
     shard_forget(s);
-    shard_unpark_all(ss, s);
+    park_redispatch(ss, s);
 }
 
 void shards_stop(ss_ctx *ss)
@@ -301,7 +184,7 @@ void shards_stop(ss_ctx *ss)
     for (int k = 0; k < ss->nshards; k++) {
         ss_shard *s = &ss->shards[k];
         shard_forget(s);
-        for (ss_req *req = shard_take_parked(s), *next; req != NULL; req = next) {
+        for (ss_req *req = park_take(s), *next; req != NULL; req = next) {
             next = req->next;
             req_free(req);
         }

@@ -17,7 +17,10 @@
  *              hash slot in a Redis Cluster; carries commands (hiredis) or big blob SETs (writev)
  *   store.c    blob I/O (GET/DEL on the bulk connection, SET on bulk-write) of dl:{R:k}:snap|log:<v>:<e>
  *   lease.c    the lease loop (dl_server_beat), lease validity, owner map for redirects, tunables
- *   shard.c    per-shard cache: load (snapshot + log replay + digest check), drop, parked requests
+ *   shard.c    per-shard cache: lease transitions (acquire, release, reload, corrupt), teardown
+ *   load.c     a shard's cache rebuilt from Redis (snapshot + log replay + digest check)
+ *   park.c     requests waiting on a shard, judged again through ss->dispatch
+ *   delta.c    the pseudo-gradients a shard holds, as received
  *   commit.c   the commit chain of a round (barrier, drops, membership checks, dl_commit); commit.h
  *              holds what the commit files share
  *   commit_compute.c  the compute queue and kernels (mean, outer step), in slices so I/O goes on meanwhile
@@ -336,17 +339,26 @@ void shards_free(ss_ctx *ss);
 void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch);
 void shard_release(ss_ctx *ss, ss_shard *s, const char *why);
 void shard_reload(ss_ctx *ss, ss_shard *s, const char *why);
-void shard_park(ss_ctx *ss, ss_shard *s, ss_req *req);
-/* The shard's parked requests, in order, as a list (req->next) the shard no longer holds. */
-ss_req *shard_take_parked(ss_shard *s);
-void shard_unpark_all(ss_ctx *ss, ss_shard *s);
-void shard_expire_parked(ss_ctx *ss, uint64_t max_age_ms);
-void shard_free_deltas(ss_shard *s, int64_t below_round, int all);
-ss_delta *shard_find_delta(ss_shard *s, int64_t round, const char *worker, int64_t inc);
-void shard_store_delta(ss_shard *s, ss_req *req);
 /* The shard's durable state is unusable (key names the blob or field at fault): drop the cache, answer
  * `err CORRUPT` until a repair, and (record) mark it in Redis with dl_mark_corrupt. */
 void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const char *key, const char *reason, int record);
+
+/* park.c: requests waiting on a shard */
+/* Park req on s (BUSY when too many wait already). */
+void park_add(ss_ctx *ss, ss_shard *s, ss_req *req);
+/* The shard's parked requests, in order, as a list (req->next) the shard no longer holds. */
+ss_req *park_take(ss_shard *s);
+/* Judge every parked request of s again (ss->dispatch), against the shard's new state. */
+void park_redispatch(ss_ctx *ss, ss_shard *s);
+/* Answer the requests that waited longer than max_age_ms: the worker will retry. */
+void park_expire(ss_ctx *ss, uint64_t max_age_ms);
+
+/* delta.c: the pseudo-gradients a shard holds */
+/* Free the deltas of rounds < below_round (or all of them). */
+void delta_free(ss_shard *s, int64_t below_round, int all);
+ss_delta *delta_find(ss_shard *s, int64_t round, const char *worker, int64_t inc);
+/* Keep the request's payload (the frame moves into the delta); replaces an earlier push of the same key. */
+void delta_store(ss_shard *s, ss_req *req);
 
 /* past.c: the versions an async rebase needs (θ of the last rebase_window versions). */
 /* Keep theta (a buffer released with ss_buf_release, now the ring's) as version `version`, in a ring of

@@ -103,7 +103,7 @@ void commit_fail(ss_commit *c, const char *why, int reload)
     snprintf(c->errmsg, sizeof c->errmsg, "%s", why);
     if (s != NULL && reload) {
         commit_free(c);
-        shard_reload(ss, s, why); /* parked gets wait for the reload, then are judged again */
+        ss->reload(ss, s, why); /* shard.c, above: parked gets wait for the reload, then are judged again */
         return;
     }
     commit_finish(c, OUT_ERR);
@@ -195,7 +195,7 @@ void commit_on_log_written(redisReply *r, void *priv)
     }
     log_debug("shard %d round %lld: log written at +%llu ms", c->k, (long long)c->round,
               (unsigned long long)(now_ms() - c->t0));
-    if (!lease_valid(ss)) {
+    if (!ss_lease_valid(ss)) {
         commit_fail(c, "the lease may have expired before dl_commit", 1);
         return;
     }

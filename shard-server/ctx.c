@@ -106,6 +106,8 @@ int ss_ctx_start(ss_ctx *ss, struct event_base *base, char *err, size_t errlen)
 {
     ss->base = base;
     ss->dispatch = ops_dispatch;
+    ss->reload = shard_reload;
+    ss->release = shard_release;
     if (shards_init(ss, err, errlen) != 0 || server_listen(ss, err, errlen) != 0) return -1;
     if (commit_init(ss) != 0) {
         snprintf(err, errlen, "cannot create the compute event");

@@ -24,11 +24,6 @@
 #include "mpmap.h"
 #include "util.h"
 
-int lease_valid(ss_ctx *ss)
-{
-    return now_ms() < ss->lease_valid_until;
-}
-
 static void release_all(ss_ctx *ss, const char *why)
 {
     for (int k = 0; k < ss->nshards; k++) shard_release(ss, &ss->shards[k], why);
@@ -36,7 +31,7 @@ static void release_all(ss_ctx *ss, const char *why)
 
 void lease_check_expiry(ss_ctx *ss)
 {
-    if (lease_valid(ss)) return;
+    if (ss_lease_valid(ss)) return;
     for (int k = 0; k < ss->nshards; k++)
         if (ss->shards[k].state != SH_FREE) {
             release_all(ss, "no lease renewal within the ttl");

@@ -6,7 +6,7 @@
  * soon as it arrives, without copying it), checks each blob against its key (blob_check_key), replays
  * them with common/math/replay.c exactly as recorded, and checks the XXH3 digest of the result against
  * k:digest before the shard serves anything. A failure of the durable state itself makes the shard
- * CORRUPT (shard_set_corrupt, shard.c) with the first bad key named; a failure to reach it is retried.
+ * CORRUPT (load_set_corrupt) with the first bad key named; a failure to reach it is retried.
  * A run with --async-rule rebase keeps a copy of each of the last rebase_window versions the replay
  * passes through: the shard's past (past.c).
  */
@@ -54,6 +54,77 @@ typedef struct ss_load {
     float **past;  /* --async-rule rebase: copies of θ at versions version-K .. version-1 (slot i: version-K+i) */
     char *digests; /* k:digests: each version's digest as its commit recorded it (NULL: none kept) */
 } ss_load;
+
+/* ---------------------------------------------------------------------------------------------- */
+/* corrupt durable state */
+
+typedef struct mark_q {
+    ss_ctx *ss;
+    int k;
+    uint64_t gen;
+} mark_q;
+
+static void mark_on_reply(redisReply *r, void *priv)
+{
+    mark_q *q = priv;
+    ss_shard *s = &q->ss->shards[q->k];
+    int current = s->gen == q->gen && s->state == SH_CORRUPT;
+    free(q);
+    if (r == NULL) {
+        log_warn("shard %d: recording the corrupt state failed (connection lost); the next beat tries again", s->k);
+        return;
+    }
+    if (current) s->corrupt_recorded = 1; /* an error (FENCED: the lease moved) is settled by the next beat too */
+    if (r->type == REDIS_REPLY_ERROR)
+        log_warn("shard %d: dl_mark_corrupt: %s", s->k, r->str);
+    else if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)
+        log_info("shard %d: marked corrupt in dl:{R}:shards (a 'corrupt' event is in dl:{R}:events)", s->k);
+}
+
+void load_mark_corrupt(ss_ctx *ss, ss_shard *s)
+{
+    mark_q *q = malloc(sizeof *q);
+    if (q == NULL) return;
+    *q = (mark_q){ss, s->k, s->gen};
+    char ep[24], shard[16], version[24];
+    snprintf(ep, sizeof ep, "%lld", (long long)s->epoch);
+    snprintf(shard, sizeof shard, "%d", s->k);
+    snprintf(version, sizeof version, "%lld", (long long)s->version);
+    const char *args[6] = {ss->id, ep, shard, version, s->corrupt_key, s->corrupt_reason};
+    if (store_fcall(ss, mark_on_reply, q, "dl_mark_corrupt", 6, args) != 0)
+        free(q); /* not connected: the next beat tries again */
+}
+
+/* Nothing can be served from this shard and no load will succeed until an operator repairs it: drop the
+ * cache, answer every waiting request (`err CORRUPT`) and, unless Redis has the mark already, record it. */
+static void load_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const char *key, const char *reason, int record)
+{
+    ss->m.corrupt_loads += record;
+    ahead_discard(s, "the shard is corrupt");
+    s->gen++;
+    s->state = SH_CORRUPT;
+    s->committing = 0;
+    s->tent_theta = NULL;
+    ss_buf_release(s->theta); /* replies may still be sending it */
+    free(s->mom);
+    free(s->dnbuf);
+    s->theta = s->mom = s->dnbuf = NULL;
+    past_clear(s);
+    snapshot_drop_pending(s);
+    reply_update_clear(&s->upd);
+    s->has_mom = 0;
+    s->version = version;
+    s->digest[0] = '\0';
+    snprintf(s->corrupt_key, sizeof s->corrupt_key, "%s", key);
+    snprintf(s->corrupt_reason, sizeof s->corrupt_reason, "%s", reason);
+    s->corrupt_recorded = !record;
+    delta_free(s, 0, 1);
+    log_error("shard %d: durable state of version %lld is corrupt (key %s: %s); serving `err CORRUPT` until "
+              "`coordinator repair`",
+              s->k, (long long)version, key, reason);
+    if (record) load_mark_corrupt(ss, s);
+    park_redispatch(ss, s);
+}
 
 /* ---------------------------------------------------------------------------------------------- */
 /* loading */
@@ -161,7 +232,7 @@ static void load_finish(ss_load *ld)
     }
     if (ld->failed) {
         s->load = NULL;
-        if (ld->corrupt) shard_set_corrupt(ss, s, ld->version, ld->bad_key, ld->reason, 1);
+        if (ld->corrupt) load_set_corrupt(ss, s, ld->version, ld->bad_key, ld->reason, 1);
         load_free(ld); /* otherwise the state stays LOADING; the next beat retries */
         return;
     }
@@ -304,7 +375,7 @@ static void load_on_meta(redisReply *r, void *priv)
                  (long long)s->epoch);
         s->load = NULL;
         load_free(ld);
-        shard_release(ss, s, "the lease moved while loading");
+        ss->release(ss, s, "the lease moved while loading"); /* shard.c, above */
         return;
     }
     ld->version = strtoll(r->element[0]->str, NULL, 10);
@@ -317,7 +388,7 @@ static void load_on_meta(redisReply *r, void *priv)
         int64_t version = ld->version;
         s->load = NULL;
         load_free(ld);
-        shard_set_corrupt(ss, s, version, r->element[6]->str, reason, 0);
+        load_set_corrupt(ss, s, version, r->element[6]->str, reason, 0);
         return;
     }
     char *logs = strdup(r->element[2]->str);

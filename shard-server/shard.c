@@ -50,78 +50,6 @@ int shards_init(ss_ctx *ss, char *err, size_t errlen)
 }
 
 /* ---------------------------------------------------------------------------------------------- */
-/* corrupt durable state */
-
-typedef struct mark_q {
-    ss_ctx *ss;
-    int k;
-    uint64_t gen;
-} mark_q;
-
-static void mark_on_reply(redisReply *r, void *priv)
-{
-    mark_q *q = priv;
-    ss_shard *s = &q->ss->shards[q->k];
-    int current = s->gen == q->gen && s->state == SH_CORRUPT;
-    free(q);
-    if (r == NULL) {
-        log_warn("shard %d: recording the corrupt state failed (connection lost); the next beat tries again", s->k);
-        return;
-    }
-    if (current) s->corrupt_recorded = 1; /* an error (FENCED: the lease moved) is settled by the next beat too */
-    if (r->type == REDIS_REPLY_ERROR)
-        log_warn("shard %d: dl_mark_corrupt: %s", s->k, r->str);
-    else if (r->type == REDIS_REPLY_INTEGER && r->integer == 1)
-        log_info("shard %d: marked corrupt in dl:{R}:shards (a 'corrupt' event is in dl:{R}:events)", s->k);
-}
-
-/* dl_mark_corrupt with the shard's version, key and reason (fenced by our lease epoch). */
-static void mark_send(ss_ctx *ss, ss_shard *s)
-{
-    mark_q *q = malloc(sizeof *q);
-    if (q == NULL) return;
-    *q = (mark_q){ss, s->k, s->gen};
-    char ep[24], shard[16], version[24];
-    snprintf(ep, sizeof ep, "%lld", (long long)s->epoch);
-    snprintf(shard, sizeof shard, "%d", s->k);
-    snprintf(version, sizeof version, "%lld", (long long)s->version);
-    const char *args[6] = {ss->id, ep, shard, version, s->corrupt_key, s->corrupt_reason};
-    if (store_fcall(ss, mark_on_reply, q, "dl_mark_corrupt", 6, args) != 0)
-        free(q); /* not connected: the next beat tries again */
-}
-
-/* Nothing can be served from this shard and no load will succeed until an operator repairs it: drop the
- * cache, answer every waiting request (`err CORRUPT`) and, unless Redis has the mark already, record it. */
-void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const char *key, const char *reason, int record)
-{
-    ss->m.corrupt_loads += record;
-    ahead_discard(s, "the shard is corrupt");
-    s->gen++;
-    s->state = SH_CORRUPT;
-    s->committing = 0;
-    s->tent_theta = NULL;
-    ss_buf_release(s->theta); /* replies may still be sending it */
-    free(s->mom);
-    free(s->dnbuf);
-    s->theta = s->mom = s->dnbuf = NULL;
-    past_clear(s);
-    snapshot_drop_pending(s);
-    reply_update_clear(&s->upd);
-    s->has_mom = 0;
-    s->version = version;
-    s->digest[0] = '\0';
-    snprintf(s->corrupt_key, sizeof s->corrupt_key, "%s", key);
-    snprintf(s->corrupt_reason, sizeof s->corrupt_reason, "%s", reason);
-    s->corrupt_recorded = !record;
-    delta_free(s, 0, 1);
-    log_error("shard %d: durable state of version %lld is corrupt (key %s: %s); serving `err CORRUPT` until "
-              "`coordinator repair`",
-              s->k, (long long)version, key, reason);
-    if (record) mark_send(ss, s);
-    park_redispatch(ss, s);
-}
-
-/* ---------------------------------------------------------------------------------------------- */
 /* lease transitions */
 
 /* We hold the lease with this epoch: (re)load unless the cache already is of this epoch. */
@@ -129,7 +57,7 @@ void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch)
 {
     if (s->state != SH_FREE && s->epoch == epoch) {
         if (s->state == SH_LOADING && s->load == NULL) load_start(ss, s); /* an earlier attempt failed: retry */
-        if (s->state == SH_CORRUPT && !s->corrupt_recorded) mark_send(ss, s);
+        if (s->state == SH_CORRUPT && !s->corrupt_recorded) load_mark_corrupt(ss, s);
         return;
     }
     if (s->state != SH_FREE) shard_release(ss, s, "the lease epoch changed");

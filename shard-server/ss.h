@@ -51,6 +51,7 @@
 #include "dp_error.h"
 #include "runconf.h"
 #include "url.h"
+#include "util.h"
 #include "link/rlink.h"
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -262,11 +263,21 @@ typedef struct ss_ctx {
     struct event *metrics_timer;
     struct evhttp *metrics_http;
     struct event *park_timer;
-    /* The dispatcher (ops.c), set by ctx.c: the transport hands it each request, and parked requests
-     * are judged again through it, so the files below ops.c never call up into it (as libevent calls
-     * its backends through a table). */
+    /* The calls that go up, set by ctx.c (as libevent calls its backends through a table): the files
+     * below the dispatcher and the shard cache reach them only through these (docs/architecture.md,
+     * "Layers"). dispatch (ops.c): the transport hands it each request, and parked requests are judged
+     * again through it. reload, release (shard.c): a commit whose outcome is unknown rebuilds the cache;
+     * a load that finds the lease moved drops the shard. */
     void (*dispatch)(struct ss_ctx *ss, ss_req *req);
+    void (*reload)(struct ss_ctx *ss, ss_shard *s, const char *why);
+    void (*release)(struct ss_ctx *ss, ss_shard *s, const char *why);
 } ss_ctx;
+
+/* Whether no held lease has outlived its ttl (lease.c renews lease_valid_until). */
+static inline int ss_lease_valid(const ss_ctx *ss)
+{
+    return now_ms() < ss->lease_valid_until;
+}
 
 /* ctx.c */
 extern ss_ctx *g_ss; /* the process's server, for ss_refused */
@@ -323,7 +334,6 @@ void reply_update_clear(ss_update *u);
 
 /* lease.c */
 int lease_start(ss_ctx *ss, char *err, size_t errlen);
-int lease_valid(ss_ctx *ss);
 void lease_check_expiry(ss_ctx *ss);
 const char *lease_owner_addr(ss_ctx *ss, int k);
 void lease_leave(ss_ctx *ss, void (*done)(void *), void *arg);
@@ -339,9 +349,6 @@ void shards_free(ss_ctx *ss);
 void shard_acquire(ss_ctx *ss, ss_shard *s, int64_t epoch);
 void shard_release(ss_ctx *ss, ss_shard *s, const char *why);
 void shard_reload(ss_ctx *ss, ss_shard *s, const char *why);
-/* The shard's durable state is unusable (key names the blob or field at fault): drop the cache, answer
- * `err CORRUPT` until a repair, and (record) mark it in Redis with dl_mark_corrupt. */
-void shard_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const char *key, const char *reason, int record);
 
 /* park.c: requests waiting on a shard */
 /* Park req on s (BUSY when too many wait already). */
@@ -371,6 +378,9 @@ void past_clear(ss_shard *s);
 /* load.c: (re)building the cache of a shard we hold from Redis; the load frees itself when abandoned. */
 void load_start(ss_ctx *ss, ss_shard *s);
 void load_abandon(ss_shard *s);
+/* dl_mark_corrupt with a CORRUPT shard's version, key and reason (fenced by our lease epoch); a load that
+ * finds the durable state unusable makes the shard CORRUPT (answered `err CORRUPT` until a repair). */
+void load_mark_corrupt(ss_ctx *ss, ss_shard *s);
 
 /* commit.c, commit_log.c, snapshot.c */
 int commit_init(ss_ctx *ss);

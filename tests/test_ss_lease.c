@@ -72,7 +72,7 @@ static void test_lease_takeover_fence_expiry(void **state)
     /* renewals keep the lease and its epoch */
     uint64_t valid_before = a->lease_valid_until;
     ssh_pump_for(g_base, 3 * TTL_MS);
-    assert_true(lease_valid(a));
+    assert_true(ss_lease_valid(a));
     assert_true(a->lease_valid_until > valid_before);
     assert_int_equal(ssh_shard_int(RUN, 0, "epoch"), e1);
     assert_int_equal(a->shards[0].state, SH_READY);
@@ -110,7 +110,7 @@ static void test_lease_takeover_fence_expiry(void **state)
     /* B's bound passes without a renewal: the shard is dropped, requests are redirected */
     event_del(b->beat_timer);
     b->lease_valid_until = now_ms() - 1;
-    assert_false(lease_valid(b));
+    assert_false(ss_lease_valid(b));
     assert_int_equal(b->shards[0].state, SH_READY);
     lease_check_expiry(b);
     assert_int_equal(b->shards[0].state, SH_FREE);

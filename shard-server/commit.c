@@ -144,7 +144,7 @@ static void commit_on_commit(redisReply *r, void *priv)
     }
     if (c->gq != NULL) { /* --download update: the update of the new version, for the gets that follow */
         reply_update_clear(&s->upd);
-        commit_update_of(c, &s->upd);
+        commit_log_update_of(c, &s->upd);
         c->gq = NULL;
     }
     s->version = c->round + 1;

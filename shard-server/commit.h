@@ -57,7 +57,7 @@ typedef struct ss_commit {
     int has_mom;
     float *dnbuf;   /* async Delayed Nesterov buffer after the step (NULL when DN is off) */
     int used;       /* participants averaged */
-    int g_deferred; /* g not computed yet: the fast path computes it for the log entry (commit_fill_g) */
+    int g_deferred; /* g not computed yet: the fast path computes it for the log entry (cq_fill_g) */
     char digest[17];
     uint64_t theta_xxh;  /* the digest as a number */
     uint64_t t_computed; /* now_ms() when θ' was ready (its log entry waits at most LOG_DEFER_MAX_MS) */
@@ -102,7 +102,7 @@ void cq_replace(ss_ctx *ss, ss_commit *old, ss_commit *by);
 void cq_on_turn(evutil_socket_t fd, short what, void *arg);
 /* The log entry's g of a fast commit, computed once the parameters are out. 0, or -1 if a Δ went
  * missing meanwhile. */
-int commit_fill_g(ss_commit *c, ss_shard *s);
+int cq_fill_g(ss_commit *c, ss_shard *s);
 
 /* commit_topk.c (--compress topk) */
 /* Bytes of the round's update (--download update): every participant not dropped. */
@@ -114,10 +114,10 @@ void commit_topk_block(ss_commit *c, ss_shard *s, ss_delta **ds, int used, float
 
 /* commit_log.c */
 /* Version round+1 is computed: serve it tentatively, then write its log entry (now, or deferred). */
-void commit_write_log(ss_commit *c, ss_shard *s);
+void commit_log_write(ss_commit *c, ss_shard *s);
 /* The timer that starts deferred log entries (ss->lq_ev). */
 void lq_on_timer(evutil_socket_t fd, short what, void *arg);
 /* --download update: the update this computed commit makes (u->buf = c->gq, not a copy). */
-void commit_update_of(const ss_commit *c, ss_update *u);
+void commit_log_update_of(const ss_commit *c, ss_update *u);
 
 #endif

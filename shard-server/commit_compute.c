@@ -77,7 +77,7 @@ static int commit_gather_deltas(ss_commit *c, ss_shard *s, ss_delta **out, int *
 
 /* The usual sync commit (unweighted bf16 Δ, no Delayed Nesterov): the mean and the step in one pass per
  * block, g kept in registers; g itself is computed for the log entry once the parameters are out
- * (commit_fill_g), with the same formula, so the bits agree. */
+ * (cq_fill_g), with the same formula, so the bits agree. */
 static int commit_fast(const ss_commit *c, int used, int all_bf16)
 {
     return used > 0 && all_bf16 && c->dnbuf == NULL && !runconf_weighted(&c->ss->rc) && c->gq == NULL &&
@@ -187,7 +187,7 @@ static void commit_slice(ss_commit *c, ss_shard *s)
 {
     ss_delta *ds[MAX_PARTICIPANTS];
     int all_bf16, used = commit_gather_deltas(c, s, ds, &all_bf16);
-    if (c->pos == 0) { /* the path is chosen once: the fast one leaves g to commit_fill_g for every block */
+    if (c->pos == 0) { /* the path is chosen once: the fast one leaves g to cq_fill_g for every block */
         c->used = used;
         c->g_deferred = used >= 0 && commit_fast(c, used, all_bf16);
     }
@@ -222,11 +222,11 @@ static void commit_slice(ss_commit *c, ss_shard *s)
     if (c->ahead)
         ahead_computed(c, s); /* it waits for its barrier */
     else
-        commit_write_log(c, s);
+        commit_log_write(c, s);
 }
 
 /* The commit is then given up like any other that lost a Δ. */
-int commit_fill_g(ss_commit *c, ss_shard *s)
+int cq_fill_g(ss_commit *c, ss_shard *s)
 {
     ss_delta *ds[MAX_PARTICIPANTS];
     const uint16_t *x[MAX_PARTICIPANTS];
@@ -297,7 +297,7 @@ void commit_compute(ss_commit *c, ss_shard *s)
 {
     if (runconf_weighted(&c->ss->rc)) commit_weights(c, s);
     switch (ahead_take(c, s)) {
-    case AHEAD_COMPUTED: commit_write_log(c, s); return;
+    case AHEAD_COMPUTED: commit_log_write(c, s); return;
     case AHEAD_QUEUED: return;
     default: break;
     }

@@ -17,7 +17,7 @@
 #include "log.h"
 #include "util.h"
 
-int commit_reply_tentative(ss_ctx *ss, ss_shard *s, ss_req *req)
+int commit_log_reply_tentative(ss_ctx *ss, ss_shard *s, ss_req *req)
 {
     if (s->tent_theta == NULL || !s->committing || strcmp(req->h.op, "get") != 0 ||
         !(req->h.flags & BLOB_GET_TENTATIVE_OK) || req->h.version != s->tent_version)
@@ -31,7 +31,7 @@ int commit_reply_tentative(ss_ctx *ss, ss_shard *s, ss_req *req)
     return 1;
 }
 
-void commit_update_of(const ss_commit *c, ss_update *u)
+void commit_log_update_of(const ss_commit *c, ss_update *u)
 {
     u->buf = c->gq;
     u->len = c->gq_len;
@@ -52,12 +52,12 @@ static void commit_serve_tentative(ss_commit *c, ss_shard *s)
     s->tent_xxh = c->theta_xxh;
     s->tent_version = c->round + 1;
     memset(&s->tent_upd, 0, sizeof s->tent_upd);
-    if (c->gq != NULL) commit_update_of(c, &s->tent_upd);
+    if (c->gq != NULL) commit_log_update_of(c, &s->tent_upd);
     ss_req *list = park_take(s);
     while (list != NULL) {
         ss_req *req = list;
         list = req->next;
-        if (!commit_reply_tentative(c->ss, s, req))
+        if (!commit_log_reply_tentative(c->ss, s, req))
             park_add(c->ss, s, req); /* back in the list, in order (it keeps its parked_ms) */
     }
 }
@@ -67,7 +67,7 @@ static void commit_start_log(ss_commit *c, ss_shard *s)
 {
     ss_ctx *ss = c->ss;
     size_t n = s->n;
-    if (c->g_deferred && commit_fill_g(c, s) != 0) {
+    if (c->g_deferred && cq_fill_g(c, s) != 0) {
         commit_fail(c, "a pseudo-gradient went missing before the log entry was written", 0);
         return;
     }
@@ -147,7 +147,7 @@ void lq_on_timer(evutil_socket_t fd, short what, void *arg)
 
 /* Version round+1 is computed: serve it tentatively, then write its log entry (now, or once the
  * parameters are out). */
-void commit_write_log(ss_commit *c, ss_shard *s)
+void commit_log_write(ss_commit *c, ss_shard *s)
 {
     ss_ctx *ss = c->ss;
     c->theta_xxh = (uint64_t)XXH3_64bits_digest(c->xs);

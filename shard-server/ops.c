@@ -309,7 +309,7 @@ static void op_get(ss_ctx *ss, ss_req *req)
         return;
     }
     if (s->committing) {
-        if (!commit_reply_tentative(ss, s, req)) park_add(ss, s, req);
+        if (!commit_log_reply_tentative(ss, s, req)) park_add(ss, s, req);
         return;
     }
     if (ss->rc.async) {

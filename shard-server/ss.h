@@ -389,7 +389,7 @@ void commit_free_all(ss_ctx *ss);
 void commit_start(ss_ctx *ss, ss_shard *s);
 /* Answer a get with the running commit's tentative parameters if it accepts them and they are the
  * version it wants; 1 when answered. */
-int commit_reply_tentative(ss_ctx *ss, ss_shard *s, ss_req *req);
+int commit_log_reply_tentative(ss_ctx *ss, ss_shard *s, ss_req *req);
 /* snapshot.c: the deferred snapshots, started once no commit runs; called when commits finish and
  * periodically. */
 void snapshot_idle_work(ss_ctx *ss);

@@ -1,23 +1,28 @@
 #!/bin/sh
-# it_layers.sh: libdiloco's files call downward only, as the ```layers block of docs/architecture.md
-# lists them (tools/layers.py reads `nm` of build/worker/diloco/*.o): no call to a file above, or to
-# one the caller's line does not name, and every global name with its own file's prefix.
+# it_layers.sh: libdiloco's and the shard-server's files call downward only, as the ```layers blocks of
+# docs/architecture.md list them (tools/layers.py reads `nm` of build/worker/diloco/*.o and
+# build/shard-server/**/*.o): no call to a file above, or to one the caller's line does not name, and
+# every global name with its own file's prefix. The shard-server's two knots (files that still call
+# each other) are printed.
 #
 # Then the check itself is shown to fail, on the same objects, for each rule: a copy of the document
 # that leaves out an edge the code has (delta.c → device.c), one whose list allows a circle
-# (control.c → session.c), one that gives owners.c another prefix, one without heartbeat.c's line.
+# (control.c → session.c), one that gives owners.c another prefix, one without heartbeat.c's line;
+# for the shard-server, one without the edge commit_ahead.c → delta.c, and one without the commit
+# files' knot (their calls back up are then found).
 . "$(dirname "$0")/lib.sh"
-ls build/worker/diloco/*.o > /dev/null 2>&1 || fail "build first: make all"
+ls build/worker/diloco/*.o build/shard-server/*.o > /dev/null 2>&1 || fail "build first: make all"
 
-python3 tools/layers.py --doc docs/architecture.md worker/diloco > "$TMP/ok.log" 2>&1 \
+python3 tools/layers.py --doc docs/architecture.md worker/diloco shard-server > "$TMP/ok.log" 2>&1 \
   || fail "$(cat "$TMP/ok.log")"
 say "$(cat "$TMP/ok.log")"
 
-# expect_fail NAME SED-SCRIPT PATTERN: the document edited by SED-SCRIPT fails with a line matching PATTERN
+# expect_fail NAME SED-SCRIPT PATTERN [DIR]: the document edited by SED-SCRIPT fails with a line matching
+# PATTERN (checking DIR's block, worker/diloco by default)
 expect_fail() {
   sed "$2" docs/architecture.md > "$TMP/$1.md"
   cmp -s docs/architecture.md "$TMP/$1.md" && fail "$1: the edit '$2' changed nothing (the layers block moved?)"
-  if python3 tools/layers.py --doc "$TMP/$1.md" worker/diloco > "$TMP/$1.log" 2>&1; then
+  if python3 tools/layers.py --doc "$TMP/$1.md" "${4:-worker/diloco}" > "$TMP/$1.log" 2>&1; then
     fail "$1: the check passed a document that should fail ($2)"
   fi
   grep -q "$3" "$TMP/$1.log" || fail "$1: no line matching '$3' in: $(cat "$TMP/$1.log")"
@@ -28,4 +33,6 @@ expect_fail unlisted_call 's/^\(delta\.c  *dl_delta_  *→.*\) device\.c$/\1/' '
 expect_fail circle 's/^\(control\.c  *dl_  *→\)$/\1 session.c/' 'control.c may call session.c, which is not below it'
 expect_fail wrong_prefix 's/^owners\.c      owners_ /owners.c      own_    /' 'owners.c defines owners_[a-z_]*, which starts with no prefix'
 expect_fail missing_file '/^heartbeat\.c /d' 'heartbeat.c was built but has no line'
-say "the layers of worker/diloco hold, and the check fails on each kind of violation"
+expect_fail ss_unlisted_call 's/^\(commit_ahead\.c  *ahead_  *→\) delta\.c$/\1/' 'commit_ahead.c calls delta_find (delta.c, not in its line)' shard-server
+expect_fail ss_no_knot '/^knot commit\.c /d' 'shard-server/commit_[a-z]*\.c calls commit_[a-z_]* (commit.c, above it)' shard-server
+say "the layers of worker/diloco and shard-server hold, and the check fails on each kind of violation"

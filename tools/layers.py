@@ -23,6 +23,11 @@ fails when
   - an object of DIR has no line, or a line names a file that was not built.
 Another module (e.g. the shard-server) is layered by adding its own block.
 
+A block may name `knot`s, one a line (`knot a.c b.c ...`): files not straightened yet, which still call
+each other both ways. A knot's lines must follow one another in the list (so the knot is one node of an
+otherwise downward graph); calls between its files need not be listed and are not checked, everything
+else about them is. Knots are printed on every run, so they do not go unnoticed; the goal is none.
+
 Usage (from the tree's root): tools/layers.py [--doc docs/architecture.md] [--build build] [DIR ...] (default:
 every block).
 Exit 0 when every block holds, 1 with one line per violation otherwise, 2 on a usage or setup error.
@@ -41,13 +46,16 @@ def parse_blocks(text):
     blocks = {}
     for m in re.finditer(r"^```layers[ \t]+(\S+)[ \t]*\n(.*?)^```", text, re.S | re.M):
         d, body = m.group(1), m.group(2)
-        b = {"public": [], "order": [], "prefixes": {}, "calls": {}}
+        b = {"public": [], "knot": [], "order": [], "prefixes": {}, "calls": {}}
         for raw in body.splitlines():
             line = raw.split("#", 1)[0].strip()
             if not line:
                 continue
             if line.startswith("public "):
                 b["public"] += line.split()[1:]
+                continue
+            if line.startswith("knot "):
+                b["knot"].append(line.split()[1:])
                 continue
             left, _, right = line.partition(ARROW)
             words = left.split()
@@ -92,6 +100,17 @@ def check(d, b, build):
     bad = []
     order, calls = b["order"], b["calls"]
     rank = {f: i for i, f in enumerate(order)}
+    knot = {}  # file -> index of its knot
+    for i, k in enumerate(b["knot"]):
+        for f in k:
+            if f not in rank:
+                bad.append(f"{d}: the knot of {' '.join(k)} names {f}, which has no line")
+            elif f in knot:
+                bad.append(f"{d}: {f} is in two knots")
+            knot[f] = i
+        kr = sorted(rank[f] for f in k if f in rank)
+        if kr and kr[-1] - kr[0] + 1 != len(kr):
+            bad.append(f"{d}: the knot's lines ({' '.join(k)}) do not follow one another")
     for f in order:
         for g in calls[f]:
             if g not in rank:
@@ -129,7 +148,7 @@ def check(d, b, build):
             g = defined.get(sym)
             if g is None or g == f or g not in rank:
                 continue
-            if g not in calls[f]:
+            if g not in calls[f] and not (f in knot and knot.get(g) == knot[f]):
                 where = "above it" if rank[g] < rank[f] else "not in its line"
                 bad.append(f"{d}/{f} calls {sym} ({g}, {where})")
     return bad
@@ -161,6 +180,10 @@ def main():
             print(f"layers: {line}")
         if bad:
             failed = 1
+        elif blocks[d]["knot"]:
+            ks = "; ".join(f"{len(k)} files ({' '.join(k)})" for k in blocks[d]["knot"])
+            print(f"layers: {d}: {len(blocks[d]['order'])} files, every call downward but within the knots, "
+                  f"whose files still call each other: {ks}")
         else:
             print(f"layers: {d}: {len(blocks[d]['order'])} files, every call downward")
     return failed

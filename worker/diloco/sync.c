@@ -228,14 +228,56 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen)
  * timeout. Never waiting on one shard while others are missing matters after an owner changed: other
  * workers may be waiting for our Δ of a shard later in our list before they can send theirs of this
  * one. */
+/* While a get waits: after RESEND_TENTATIVE_AFTER_MS, and every RESEND_TENTATIVE_EVERY_MS after, the shards
+ * we already took from this round tentatively are looked at in Redis. */
+#define RESEND_TENTATIVE_AFTER_MS 1000
+#define RESEND_TENTATIVE_EVERY_MS 2000
+
+/* A shard we took tentatively (served before its commit) whose server then died before committing it has
+ * a new owner that needs our Δ again, and we do not ask that owner anything: we hold the shard. Another
+ * worker may be waiting for exactly that commit while it holds, tentatively, the shard whose new owner
+ * waits for ours: each waits for the other until the sync timeout (seen in it_codec_crash under its kill
+ * storm). So a get that keeps waiting reads those shards' commits and leases (one HMGET): where the shard
+ * is not at our version and its lease has another epoch than the one that served us (that server is
+ * gone), our kept Δ of round want-1 goes to the new owner. Nothing is sent while the commit is merely slow. */
+static void resend_tentative(diloco *d, int first, int last, int64_t want)
+{
+    int n = last - first, held = 0;
+    for (int k = first; k < last; k++) held |= d->shard_version[k] == want && d->tent_version[k] == want;
+    if (!held) return;
+    int64_t *version = calloc((size_t)n, sizeof *version), *epoch = calloc((size_t)n, sizeof *epoch);
+    int64_t *replicated = calloc((size_t)n, sizeof *replicated);
+    char(*digest)[17] = calloc((size_t)n, sizeof *digest);
+    char err[256];
+    if (version && epoch && replicated && digest &&
+        read_committed(d, first, last, version, digest, epoch, replicated, err, sizeof err) == 0)
+        for (int k = first; k < last; k++)
+            if (d->shard_version[k] == want && d->tent_version[k] == want && version[k - first] < want &&
+                epoch[k - first] != d->tent_epoch[k]) {
+                log_info("shard %d: the server that served version %" PRId64 " before committing it is gone (lease "
+                         "epoch %" PRId64 ", now %" PRId64 "): our pseudo-gradient goes to the new owner",
+                         k, want, d->tent_epoch[k], epoch[k - first]);
+                (void)conn_push(d, k, want - 1, err, sizeof err);
+            }
+    free(version);
+    free(epoch);
+    free(replicated);
+    free(digest);
+}
+
 static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, char *err, size_t errlen)
 {
-    uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
+    uint64_t start = now_ms(), deadline = start + (uint64_t)d->o.sync_timeout_ms;
+    uint64_t resend_at = start + RESEND_TENTATIVE_AFTER_MS;
     unsigned attempt = 0;
     for (int k = first; k < last; k++) d->shard_version[k] = -1;
     for (;;) {
         int rc = fanout_get(d, first, last, ga, err, errlen);
         if (rc != DL_RETRY && rc != DL_NEED) return rc;
+        if (ga->may_push && now_ms() >= resend_at) {
+            resend_tentative(d, first, last, ga->want);
+            resend_at = now_ms() + RESEND_TENTATIVE_EVERY_MS;
+        }
         if (owners_retry_pause(d, &attempt, deadline, first, "get", err, errlen) != DL_OK) return DL_FAIL;
     }
 }

@@ -1,18 +1,20 @@
 /*
- * shard.c: the per-shard cache: its lease transitions, parked requests and pseudo-gradients.
+ * shard.c: the per-shard cache's lease transitions: acquire, release, reload, and the teardown. What a
+ * shard holds besides its parameters is below it: its parked requests (park.c), pseudo-gradients
+ * (delta.c), past versions (past.c), pending snapshot (snapshot.c), compute ahead (commit_ahead.c).
  *
  * A shard is FREE (not ours), LOADING (ours, being rebuilt from Redis by load.c) or READY (ours and
  * served).
  *
  * A load that fails because the durable state itself is bad (a blob fails its checksum, is missing or
- * malformed, or the replay does not give k:digest) is not retried: the shard becomes CORRUPT, is marked
- * in dl:{R}:shards with dl_mark_corrupt (one 'corrupt' event with the key and the reason) and answers
- * `err CORRUPT` until `coordinator repair` revokes the lease. A shard found already marked is not
- * loaded at all. Failures to reach the state (Redis down, the lease moved) are retried at the next beat.
+ * malformed, or the replay does not give k:digest) is not retried: the shard becomes CORRUPT (load.c),
+ * is marked in dl:{R}:shards with dl_mark_corrupt (one 'corrupt' event with the key and the reason) and
+ * answers `err CORRUPT` until `coordinator repair` revokes the lease. A shard found already marked is
+ * not loaded at all. Failures to reach the state (Redis down, the lease moved) are retried at the next beat.
  *
  * Every drop or reload bumps the shard's generation; callbacks of older operations see the mismatch
  * and discard their work. Requests that need a loading or committing shard are parked on it and
- * re-dispatched when it is ready (or answered when they have waited too long).
+ * judged again (ss->dispatch) when it is ready, or answered when they have waited too long (park.c).
  */
 #include "ss.h"
 

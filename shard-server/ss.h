@@ -17,8 +17,8 @@
  *              hash slot in a Redis Cluster; carries commands (hiredis) or big blob SETs (writev)
  *   store.c    blob I/O (GET/DEL on the bulk connection, SET on bulk-write) of dl:{R:k}:snap|log:<v>:<e>
  *   lease.c    the lease loop (dl_server_beat), lease validity, owner map for redirects, tunables
- *   shard.c    per-shard cache: lease transitions (acquire, release, reload, corrupt), teardown
- *   load.c     a shard's cache rebuilt from Redis (snapshot + log replay + digest check)
+ *   shard.c    per-shard cache: lease transitions (acquire, release, reload), teardown
+ *   load.c     a shard's cache rebuilt from Redis (snapshot + log replay + digest check); CORRUPT
  *   park.c     requests waiting on a shard, judged again through ss->dispatch
  *   delta.c    the pseudo-gradients a shard holds, as received
  *   commit.c   the commit chain of a round (barrier, drops, membership checks, dl_commit); commit.h

@@ -331,6 +331,17 @@ void sentinel_watch_close(sentinel_watch *w)
     free(w);
 }
 
+/* Subscription i is dropped (the last one takes its place). */
+static void watch_drop(sentinel_watch *w, int i)
+{
+    redisFree(w->c[i]);
+    w->c[i] = w->c[--w->n];
+}
+
+/* Connect to every Sentinel at once (a host that drops connection attempts delays the others nothing)
+ * with the login and the SUBSCRIBE queued, and wait up to timeout_ms for each to be sent; a Sentinel
+ * whose connection fails or is not sent by then is left out. The login's reply and the confirmations
+ * (one per channel) are read by sentinel_watch_wait: a refused login breaks that subscription. */
 sentinel_watch *sentinel_watch_open(const redis_url *u, int timeout_ms)
 {
     if (u->sentinel_master[0] == '\0') return NULL;
@@ -340,23 +351,40 @@ sentinel_watch *sentinel_watch_open(const redis_url *u, int timeout_ms)
     sigpipe_guard g;
     sigpipe_hold(&g);
     for (int i = 0; i < u->nhosts; i++) {
-        char why[300];
-        redisContext *c = open_login(u->hosts[i].host, u->hosts[i].port, u->sentinel_user, u->sentinel_pass, timeout_ms,
-                                     why, sizeof why);
-        if (c == NULL) continue;
-        /* the confirmations (one per channel) are read and dropped by sentinel_watch_wait */
-        if (redisAppendCommand(c, "SUBSCRIBE +switch-master +promoted-slave") != REDIS_OK) {
+        redisContext *c = redisConnectNonBlock(u->hosts[i].host, u->hosts[i].port);
+        int ok = c != NULL && !c->err;
+        if (ok && u->sentinel_pass[0] != '\0')
+            ok = (u->sentinel_user[0] != '\0' ? redisAppendCommand(c, "AUTH %s %s", u->sentinel_user, u->sentinel_pass)
+                                              : redisAppendCommand(c, "AUTH %s", u->sentinel_pass)) == REDIS_OK;
+        if (ok) ok = redisAppendCommand(c, "SUBSCRIBE +switch-master +promoted-slave") == REDIS_OK;
+        if (ok)
+            w->c[w->n++] = c;
+        else if (c != NULL)
             redisFree(c);
-            continue;
-        }
-        int done = 0;
-        while (!done && redisBufferWrite(c, &done) == REDIS_OK) {}
-        if (!done) {
-            redisFree(c);
-            continue;
-        }
-        w->c[w->n++] = c;
     }
+    int sent[REDIS_URL_MAX_HOSTS] = {0}, unsent = w->n;
+    uint64_t deadline = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+    while (unsent > 0 && now_ms() < deadline) {
+        struct pollfd pfd[REDIS_URL_MAX_HOSTS];
+        for (int i = 0; i < w->n; i++) pfd[i] = (struct pollfd){.fd = w->c[i]->fd, .events = sent[i] ? 0 : POLLOUT};
+        int k = poll(pfd, (nfds_t)w->n, (int)(deadline - now_ms()));
+        if (k < 0 && errno != EINTR) break;
+        for (int i = w->n - 1; k > 0 && i >= 0; i--) { /* downwards: watch_drop moves the last one to i */
+            if (sent[i] || pfd[i].revents == 0) continue;
+            if (redisBufferWrite(w->c[i], &sent[i]) == REDIS_OK) {
+                unsent -= sent[i] != 0;
+                continue;
+            }
+            watch_drop(w, i);
+            sent[i] = sent[w->n];
+            unsent--;
+        }
+    }
+    for (int i = w->n - 1; i >= 0; i--)
+        if (!sent[i]) {
+            watch_drop(w, i);
+            sent[i] = sent[w->n];
+        }
     sigpipe_release(&g);
     if (w->n == 0) {
         free(w);
@@ -376,12 +404,13 @@ static int watch_read(sentinel_watch *w, int i)
         if (r == NULL) return seen;
         char host[256];
         int port;
+        int refused = ((redisReply *)r)->type == REDIS_REPLY_ERROR; /* the login, or NOAUTH after it */
         seen |= sentinel_announcement(r, w->master, host, sizeof host, &port);
         freeReplyObject(r);
+        if (refused) goto broken;
     }
 broken:
-    redisFree(w->c[i]);
-    w->c[i] = w->c[--w->n];
+    watch_drop(w, i);
     return seen ? 1 : -1;
 }
 

@@ -53,8 +53,9 @@ struct redisReply *sentinel_command(const redis_url *u, int timeout_ms, char *er
  * The Sentinels together get timeout_ms, then each ROLE check. */
 int sentinel_master_changed(const redis_url *u, const char *host, int port, int timeout_ms, redis_url *out);
 
-/* Subscriptions to the failover announcements of every Sentinel of u that answers within timeout_ms;
- * NULL if u names no Sentinel or none answers. */
+/* Subscriptions to the failover announcements of every Sentinel of u that takes the connection and
+ * the SUBSCRIBE within timeout_ms (all connected at once, no reply waited for: a refused login breaks
+ * its subscription when sentinel_watch_wait reads it); NULL if u names no Sentinel or none takes it. */
 typedef struct sentinel_watch sentinel_watch;
 sentinel_watch *sentinel_watch_open(const redis_url *u, int timeout_ms);
 /* Wait up to ms for an announcement of a new master for u's master name: 1 when one came, 0 after ms

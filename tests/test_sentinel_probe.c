@@ -7,7 +7,8 @@
  *   - a command to a master that was SIGSTOPped (a partition: the connection stays open) comes back as
  *     a broken connection once the Sentinels name the promoted replica, well before the connection's
  *     timeout, and the reconnect reaches the new master;
- *   - a subscription opened before the failover (sentinel_watch) hears it announced.
+ *   - a subscription opened before the failover (sentinel_watch) hears it announced;
+ *   - subscriptions open at once when a Sentinel named first never answers, with a Sentinel login.
  * Exits 77 (skipped) when redis-server or redis-sentinel is not installed.
  */
 #include <stdarg.h>
@@ -181,6 +182,35 @@ static void slow_command_on_a_healthy_master_gets_its_reply(void **state)
     rconn_free(c);
 }
 
+/* A Sentinel that accepts connections and never answers (a listening socket nobody accepts from),
+ * named first, with a Sentinel login in the URL: the subscriptions are opened without waiting for any
+ * login's reply (asked one after the other, the silent one cost its 1000 ms on AUTH first). The real
+ * Sentinel has no password, so its login is refused: that subscription breaks when read, the silent
+ * one stays, and nothing is announced. */
+static void a_watch_opens_without_waiting_for_a_silent_sentinel(void **state)
+{
+    (void)state;
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+    socklen_t len = sizeof a;
+    assert_true(fd >= 0 && bind(fd, (struct sockaddr *)&a, sizeof a) == 0 &&
+                getsockname(fd, (struct sockaddr *)&a, &len) == 0 && listen(fd, 16) == 0);
+    char url[300], err[256];
+    snprintf(url, sizeof url, "redis+sentinel://127.0.0.1:%d,127.0.0.1:%d/m?sentinel_password=pw", ntohs(a.sin_port),
+             sentinel_port);
+    redis_url u;
+    assert_int_equal(redis_url_parse(url, &u, err, sizeof err), 0);
+    uint64_t t0 = now_ms();
+    sentinel_watch *w = sentinel_watch_open(&u, 1000);
+    uint64_t took = now_ms() - t0;
+    fprintf(stderr, "the watch opened in %.3f s with the silent Sentinel first\n", (double)took / 1000.0);
+    assert_non_null(w);
+    assert_true(took < 500);
+    assert_int_equal(sentinel_watch_wait(w, 300), 0); /* the silent one is still watched */
+    sentinel_watch_close(w);
+    close(fd);
+}
+
 static void command_to_a_stopped_master_follows_the_failover(void **state)
 {
     (void)state;
@@ -215,6 +245,7 @@ int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(slow_command_on_a_healthy_master_gets_its_reply),
+        cmocka_unit_test(a_watch_opens_without_waiting_for_a_silent_sentinel),
         cmocka_unit_test(command_to_a_stopped_master_follows_the_failover),
     };
     return cmocka_run_group_tests(tests, start_all, stop_all);

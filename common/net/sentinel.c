@@ -1,6 +1,7 @@
 /*
- * sentinel.c: redis_url_resolve() (sentinel.h) on the hiredis blocking API: ask the Sentinels, check
- * ROLE on the node they name; or pick the first seed that answers.
+ * sentinel.c: redis_url_resolve() (sentinel.h) for threads that may block: ask the Sentinels, all at
+ * once (askall.h), check ROLE on the node they name; or pick the first seed that answers a PING sent
+ * to all.
  */
 #include "sentinel.h"
 
@@ -14,6 +15,7 @@
 
 #include <hiredis/hiredis.h>
 
+#include "askall.h"
 #include "sigpipe.h"
 #include "util.h"
 
@@ -119,23 +121,6 @@ fail:
     return NULL;
 }
 
-/* Ask one Sentinel where the master is; 0 and host/port filled. */
-static int ask_sentinel(const redis_url *u, const redis_host *s, int timeout_ms, char *host, size_t hostcap, int *port,
-                        char *why, size_t whylen)
-{
-    redisContext *c = open_login(s->host, s->port, u->sentinel_user, u->sentinel_pass, timeout_ms, why, whylen);
-    if (c == NULL) return -1;
-    redisReply *r = redisCommand(c, "SENTINEL get-master-addr-by-name %s", u->sentinel_master);
-    int rc = -1;
-    if (r == NULL)
-        err_set(why, whylen, "Sentinel %s:%d: %s", s->host, s->port, c->errstr);
-    else
-        rc = sentinel_reply_addr(u, s, r, host, hostcap, port, why, whylen);
-    if (r != NULL) freeReplyObject(r);
-    redisFree(c);
-    return rc;
-}
-
 /* Whether host:port is a master now (ROLE), logged in with the URL's credentials. */
 static int is_master(const redis_url *u, const char *host, int port, int timeout_ms, char *why, size_t whylen)
 {
@@ -161,25 +146,72 @@ void redis_url_at(const redis_url *u, const char *host, int port, redis_url *out
     out->sentinel_master[0] = out->sentinel_user[0] = out->sentinel_pass[0] = '\0';
 }
 
-/* Every Sentinel is asked: right after a failover some still name the old master, and asking the
- * majority's choice first spares a ROLE on a dead or stopped node. */
-static int ask_all(const redis_url *u, int timeout_ms, sentinel_named *out, char *why, size_t whylen)
+/* The URL's servers as askall targets, logged in as the Sentinels (sentinel = 1) or not at all. */
+static void targets_of(const redis_url *u, int sentinel, askall_target *t)
 {
-    int n = 0;
-    for (int i = 0; i < u->nhosts; i++) {
-        char host[256];
-        int port;
-        if (ask_sentinel(u, &u->hosts[i], timeout_ms, host, sizeof host, &port, why, whylen) == 0)
-            n = sentinel_vote(out, n, host, port);
-    }
-    return n;
+    for (int i = 0; i < u->nhosts; i++)
+        t[i] = (askall_target){.host = u->hosts[i].host,
+                               .port = u->hosts[i].port,
+                               .user = sentinel ? u->sentinel_user : "",
+                               .pass = sentinel ? u->sentinel_pass : ""};
+}
+
+/* Send the command fmt to u's servers at once (askall.h), each answer to fn. */
+static void ask_each(const redis_url *u, int sentinel, int timeout_ms, askall_fn *fn, void *arg, char *why,
+                     size_t whylen, const char *fmt, ...)
+{
+    askall_target t[REDIS_URL_MAX_HOSTS];
+    targets_of(u, sentinel, t);
+    char *cmd = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int len = redisvFormatCommand(&cmd, fmt, ap);
+    va_end(ap);
+    if (len < 0 || askall(t, u->nhosts, cmd, (size_t)len, timeout_ms, fn, arg) < 0)
+        err_set(why, whylen, "out of memory");
+    free(cmd);
+}
+
+/* The Sentinels' answers so far (ask_sentinels). */
+typedef struct votes {
+    const redis_url *u;
+    sentinel_named *named;
+    int n;
+    char *why;
+    size_t whylen;
+} votes;
+
+static int on_sentinel_answer(void *arg, int i, redisReply *r, const char *why)
+{
+    votes *v = arg;
+    char host[256];
+    int port;
+    if (r == NULL)
+        err_set(v->why, v->whylen, "Sentinel %s", why);
+    else if (sentinel_reply_addr(v->u, &v->u->hosts[i], r, host, sizeof host, &port, v->why, v->whylen) == 0)
+        v->n = sentinel_vote(v->named, v->n, host, port);
+    return v->n > 0 && 2 * v->named[0].votes > v->u->nhosts ? ASKALL_STOP : ASKALL_MORE;
+}
+
+/* Every Sentinel is asked, all at once: right after a failover some still name the old master, and
+ * checking the majority's choice first spares a ROLE on a dead or stopped node. The asking ends when
+ * one master is named by a majority of the URL's Sentinels (the others cannot outvote it), when all
+ * answered or failed, or after timeout_ms: a Sentinel that accepts and never answers costs nothing
+ * while a majority answers. The masters named, most named first. */
+static int ask_sentinels(const redis_url *u, int timeout_ms, sentinel_named *out, char *why, size_t whylen)
+{
+    votes v = {.u = u, .named = out, .why = why, .whylen = whylen};
+    ask_each(u, 1, timeout_ms, on_sentinel_answer, &v, why, whylen, "SENTINEL get-master-addr-by-name %s",
+             u->sentinel_master);
+    if (v.n == 0 && why[0] == '\0') err_set(why, whylen, "no Sentinel answered within %d ms", timeout_ms);
+    return v.n;
 }
 
 static int resolve_sentinel(const redis_url *u, int timeout_ms, redis_url *out, char *err, size_t errlen)
 {
     char why[512] = "";
     sentinel_named named[REDIS_URL_MAX_HOSTS];
-    int n = ask_all(u, timeout_ms, named, why, sizeof why);
+    int n = ask_sentinels(u, timeout_ms, named, why, sizeof why);
     for (int i = 0; i < n; i++)
         if (is_master(u, named[i].host, named[i].port, timeout_ms, why, sizeof why)) {
             redis_url_at(u, named[i].host, named[i].port, out);
@@ -189,20 +221,37 @@ static int resolve_sentinel(const redis_url *u, int timeout_ms, redis_url *out, 
     return -1;
 }
 
+/* The first answer among several servers asked at once (resolve_seeds, sentinel_command). */
+typedef struct first_answer {
+    int from; /* -1 until one answered */
+    redisReply *r;
+    char *why;
+    size_t whylen;
+} first_answer;
+
+static int on_first_answer(void *arg, int i, redisReply *r, const char *why)
+{
+    first_answer *f = arg;
+    if (r == NULL) {
+        err_set(f->why, f->whylen, "%s", why);
+        return ASKALL_MORE;
+    }
+    f->from = i;
+    f->r = r;
+    return ASKALL_STOP | ASKALL_KEPT;
+}
+
+/* Every seed is pinged at once and the first to answer is used (NOAUTH is an answer too: the node is
+ * alive, and any node of a cluster routes us to the others). */
 static int resolve_seeds(const redis_url *u, int timeout_ms, redis_url *out, char *err, size_t errlen)
 {
-    char why[512] = "";
-    for (int i = 0; i < u->nhosts; i++) {
-        redisContext *c = open_login(u->hosts[i].host, u->hosts[i].port, "", "", timeout_ms, why, sizeof why);
-        if (c == NULL) continue;
-        redisReply *r = redisCommand(c, "PING"); /* NOAUTH is an answer too: the node is alive */
-        if (r == NULL) err_set(why, sizeof why, "%s:%d: %s", u->hosts[i].host, u->hosts[i].port, c->errstr);
-        redisFree(c);
-        if (r != NULL) {
-            freeReplyObject(r);
-            redis_url_at(u, u->hosts[i].host, u->hosts[i].port, out);
-            return 0;
-        }
+    char why[512] = "no answer within the timeout";
+    first_answer f = {.from = -1, .why = why, .whylen = sizeof why};
+    ask_each(u, 0, timeout_ms, on_first_answer, &f, why, sizeof why, "PING");
+    if (f.r != NULL) {
+        freeReplyObject(f.r);
+        redis_url_at(u, u->hosts[f.from].host, u->hosts[f.from].port, out);
+        return 0;
     }
     err_set(err, errlen, "none of the %d Redis nodes of the URL answers (last: %s)", u->nhosts, why);
     return -1;
@@ -225,22 +274,26 @@ int redis_url_resolve(const redis_url *u, int timeout_ms, redis_url *out, char *
 redisReply *sentinel_command(const redis_url *u, int timeout_ms, char *err, size_t errlen, const char *fmt, ...)
 {
     err_set(err, errlen, "no Sentinel in the URL");
+    char *cmd = NULL;
+    va_list ap;
+    va_start(ap, fmt);
+    int len = redisvFormatCommand(&cmd, fmt, ap);
+    va_end(ap);
+    if (len < 0) {
+        err_set(err, errlen, "out of memory");
+        return NULL;
+    }
+    askall_target t[REDIS_URL_MAX_HOSTS];
+    targets_of(u, 1, t);
+    first_answer f = {.from = -1, .why = err, .whylen = errlen};
     sigpipe_guard g;
     sigpipe_hold(&g);
-    redisReply *r = NULL;
-    for (int i = 0; i < u->nhosts && r == NULL; i++) {
-        redisContext *c =
-            open_login(u->hosts[i].host, u->hosts[i].port, u->sentinel_user, u->sentinel_pass, timeout_ms, err, errlen);
-        if (c == NULL) continue;
-        va_list ap;
-        va_start(ap, fmt);
-        r = redisvCommand(c, fmt, ap);
-        va_end(ap);
-        if (r == NULL) err_set(err, errlen, "Sentinel %s:%d: %s", u->hosts[i].host, u->hosts[i].port, c->errstr);
-        redisFree(c);
-    }
+    int done = askall(t, u->nhosts, cmd, (size_t)len, timeout_ms, on_first_answer, &f);
+    if (f.r == NULL && done >= 0 && done < u->nhosts) /* else err says why the last one failed */
+        err_set(err, errlen, "no Sentinel of the %d answered within %d ms", u->nhosts, timeout_ms);
     sigpipe_release(&g);
-    return r;
+    free(cmd);
+    return f.r;
 }
 
 int sentinel_master_changed(const redis_url *u, const char *host, int port, int timeout_ms, redis_url *out)
@@ -248,9 +301,9 @@ int sentinel_master_changed(const redis_url *u, const char *host, int port, int 
     if (u->sentinel_master[0] == '\0') return 0;
     sigpipe_guard g;
     sigpipe_hold(&g);
-    char why[512];
+    char why[512] = "";
     sentinel_named named[REDIS_URL_MAX_HOSTS];
-    int n = ask_all(u, timeout_ms, named, why, sizeof why), changed = 0;
+    int n = ask_sentinels(u, timeout_ms, named, why, sizeof why), changed = 0;
     for (int i = 0; i < n && !changed; i++) {
         if (named[i].port == port && strcmp(named[i].host, host) == 0) break; /* ours is the most named */
         if (is_master(u, named[i].host, named[i].port, timeout_ms, why, sizeof why)) {
@@ -278,6 +331,17 @@ void sentinel_watch_close(sentinel_watch *w)
     free(w);
 }
 
+/* Subscription i is dropped (the last one takes its place). */
+static void watch_drop(sentinel_watch *w, int i)
+{
+    redisFree(w->c[i]);
+    w->c[i] = w->c[--w->n];
+}
+
+/* Connect to every Sentinel at once (a host that drops connection attempts delays the others nothing)
+ * with the login and the SUBSCRIBE queued, and wait up to timeout_ms for each to be sent; a Sentinel
+ * whose connection fails or is not sent by then is left out. The login's reply and the confirmations
+ * (one per channel) are read by sentinel_watch_wait: a refused login breaks that subscription. */
 sentinel_watch *sentinel_watch_open(const redis_url *u, int timeout_ms)
 {
     if (u->sentinel_master[0] == '\0') return NULL;
@@ -287,23 +351,40 @@ sentinel_watch *sentinel_watch_open(const redis_url *u, int timeout_ms)
     sigpipe_guard g;
     sigpipe_hold(&g);
     for (int i = 0; i < u->nhosts; i++) {
-        char why[300];
-        redisContext *c = open_login(u->hosts[i].host, u->hosts[i].port, u->sentinel_user, u->sentinel_pass,
-                                     timeout_ms, why, sizeof why);
-        if (c == NULL) continue;
-        /* the confirmations (one per channel) are read and dropped by sentinel_watch_wait */
-        if (redisAppendCommand(c, "SUBSCRIBE +switch-master +promoted-slave") != REDIS_OK) {
+        redisContext *c = redisConnectNonBlock(u->hosts[i].host, u->hosts[i].port);
+        int ok = c != NULL && !c->err;
+        if (ok && u->sentinel_pass[0] != '\0')
+            ok = (u->sentinel_user[0] != '\0' ? redisAppendCommand(c, "AUTH %s %s", u->sentinel_user, u->sentinel_pass)
+                                              : redisAppendCommand(c, "AUTH %s", u->sentinel_pass)) == REDIS_OK;
+        if (ok) ok = redisAppendCommand(c, "SUBSCRIBE +switch-master +promoted-slave") == REDIS_OK;
+        if (ok)
+            w->c[w->n++] = c;
+        else if (c != NULL)
             redisFree(c);
-            continue;
-        }
-        int done = 0;
-        while (!done && redisBufferWrite(c, &done) == REDIS_OK) {}
-        if (!done) {
-            redisFree(c);
-            continue;
-        }
-        w->c[w->n++] = c;
     }
+    int sent[REDIS_URL_MAX_HOSTS] = {0}, unsent = w->n;
+    uint64_t deadline = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
+    while (unsent > 0 && now_ms() < deadline) {
+        struct pollfd pfd[REDIS_URL_MAX_HOSTS];
+        for (int i = 0; i < w->n; i++) pfd[i] = (struct pollfd){.fd = w->c[i]->fd, .events = sent[i] ? 0 : POLLOUT};
+        int k = poll(pfd, (nfds_t)w->n, (int)(deadline - now_ms()));
+        if (k < 0 && errno != EINTR) break;
+        for (int i = w->n - 1; k > 0 && i >= 0; i--) { /* downwards: watch_drop moves the last one to i */
+            if (sent[i] || pfd[i].revents == 0) continue;
+            if (redisBufferWrite(w->c[i], &sent[i]) == REDIS_OK) {
+                unsent -= sent[i] != 0;
+                continue;
+            }
+            watch_drop(w, i);
+            sent[i] = sent[w->n];
+            unsent--;
+        }
+    }
+    for (int i = w->n - 1; i >= 0; i--)
+        if (!sent[i]) {
+            watch_drop(w, i);
+            sent[i] = sent[w->n];
+        }
     sigpipe_release(&g);
     if (w->n == 0) {
         free(w);
@@ -323,12 +404,13 @@ static int watch_read(sentinel_watch *w, int i)
         if (r == NULL) return seen;
         char host[256];
         int port;
+        int refused = ((redisReply *)r)->type == REDIS_REPLY_ERROR; /* the login, or NOAUTH after it */
         seen |= sentinel_announcement(r, w->master, host, sizeof host, &port);
         freeReplyObject(r);
+        if (refused) goto broken;
     }
 broken:
-    redisFree(w->c[i]);
-    w->c[i] = w->c[--w->n];
+    watch_drop(w, i);
     return seen ? 1 : -1;
 }
 

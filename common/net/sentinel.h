@@ -3,10 +3,10 @@
  *
  * Two URL forms name more than one server (url.h):
  *   - redis+sentinel://s1,s2,s3/master: the Sentinels watching a master and its replicas. The master
- *     is asked of each Sentinel in turn (SENTINEL get-master-addr-by-name master), and the node it
- *     names is checked with ROLE: a Sentinel that has not yet seen a failover (or one cut off from the
+ *     is asked of every Sentinel at once (SENTINEL get-master-addr-by-name master), and the node
+ *     they name is checked with ROLE: a Sentinel that has not yet seen a failover (or one cut off from the
  *     others) may name a node that is a replica now, and writes there would be refused (READONLY);
- *   - redis://h1,h2,h3: seeds of a Redis Cluster; the first that answers PING is used (any node of a
+ *   - redis://h1,h2,h3: seeds of a Redis Cluster, pinged at once; the first that answers is used (any node of a
  *     cluster routes us to the others with MOVED, so the one we start from only has to be alive).
  * Every Redis user of the project (common/net/rconn.c for the synchronous connections, the shard-server's
  * links) resolves through redis_url_resolve() each time it (re)connects, so following a failover is
@@ -20,7 +20,9 @@
  *   - sentinel_watch: a client that lost its master subscribes to the Sentinels' announcements
  *     (+promoted-slave from the Sentinel that led the failover, the moment it answers with the new
  *     master; +switch-master from each of the others as it learns) and retries as one arrives.
- * These calls block (each server asked gets timeout_ms): they are for threads that may wait. A client on
+ * These calls block (the servers asked together get timeout_ms, then each ROLE check): they are for
+ * threads that may wait; a Sentinel that accepts and never answers costs them nothing while a
+ * majority of the others answer (asked one after the other, it cost every reconnect timeout_ms). A client on
  * an event loop does the same asking without blocking (the shard-server: shard-server/link/resolve.c)
  * and shares the pieces at the end of this file: counting the Sentinels' answers, reading the replies.
  */
@@ -41,18 +43,19 @@ int redis_url_resolve(const redis_url *u, int timeout_ms, redis_url *out, char *
 
 struct redisReply;
 
-/* A command (printf-style, as redisCommand) on the first of u's Sentinels that answers; NULL + err
- * when none does. For status displays (SENTINEL MASTER name). */
+/* A command (printf-style, as redisCommand) sent to all of u's Sentinels at once: the first reply;
+ * NULL + err when none answers within timeout_ms. For status displays (SENTINEL MASTER name). */
 struct redisReply *sentinel_command(const redis_url *u, int timeout_ms, char *err, size_t errlen, const char *fmt, ...)
     __attribute__((format(printf, 5, 6)));
 
 /* Whether the Sentinels of u name a master other than host:port now, one that ROLE confirms: 1 and
  * *out = its URL (as redis_url_resolve); else 0 (the same master, none confirmed, no Sentinel in u).
- * Each server asked gets timeout_ms. */
+ * The Sentinels together get timeout_ms, then each ROLE check. */
 int sentinel_master_changed(const redis_url *u, const char *host, int port, int timeout_ms, redis_url *out);
 
-/* Subscriptions to the failover announcements of every Sentinel of u that answers within timeout_ms;
- * NULL if u names no Sentinel or none answers. */
+/* Subscriptions to the failover announcements of every Sentinel of u that takes the connection and
+ * the SUBSCRIBE within timeout_ms (all connected at once, no reply waited for: a refused login breaks
+ * its subscription when sentinel_watch_wait reads it); NULL if u names no Sentinel or none takes it. */
 typedef struct sentinel_watch sentinel_watch;
 sentinel_watch *sentinel_watch_open(const redis_url *u, int timeout_ms);
 /* Wait up to ms for an announcement of a new master for u's master name: 1 when one came, 0 after ms

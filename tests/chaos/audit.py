@@ -180,6 +180,7 @@ def main():
     restarts = [e for e in chaos if e["event"] == "restart"]
     bad = []
     t_back, t_resume, t_commit, t_part = [], [], [], []
+    t_part_kind = {"kill": [], "stop": []}  # kill: from the kill; stop: from the SIGCONT (not the stop's length)
     for f in faults:
         tf, w = f["t"], f["target"]
         if f["role"] == "worker":
@@ -201,6 +202,8 @@ def main():
                 x.rsplit(":", 1)[0] == w for x in dump["barriers"].get("%s:%s" % (e["frag"], e["round"]), {}).get("participants", "").split(","))), None)
             if pc:
                 t_part.append(pc["t"] - tf)
+                if f["kind"] in t_part_kind:
+                    t_part_kind[f["kind"]].append(pc["t"] - tf - f.get("seconds", 0))
         c = next((e for e in closes if e["t"] > tf), None)
         if c:
             t_resume.append(c["t"] - tf)
@@ -258,6 +261,8 @@ def main():
             fig["storm_mean_live_workers"] = round(statistics.mean(e["live_workers"] for e in samples), 3)
     fig["t_back_worker"] = {"n": len(t_back), "median": pct(t_back, 0.5), "p90": pct(t_back, 0.9), "max": pct(t_back, 1)}
     fig["t_back_participant"] = {"n": len(t_part), "median": pct(t_part, 0.5), "p90": pct(t_part, 0.9), "max": pct(t_part, 1)}
+    fig["t_back_participant_by_kind"] = {k: {"n": len(v), "median": pct(v, 0.5), "p90": pct(v, 0.9), "max": pct(v, 1)}
+                                         for k, v in t_part_kind.items()}
     fig["t_resume_next_close"] = {"n": len(t_resume), "median": pct(t_resume, 0.5), "p90": pct(t_resume, 0.9), "max": pct(t_resume, 1)}
     fig["t_next_commit"] = {"n": len(t_commit), "median": pct(t_commit, 0.5), "p90": pct(t_commit, 0.9), "max": pct(t_commit, 1)}
     print("figures: " + json.dumps(fig))

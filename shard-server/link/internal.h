@@ -58,13 +58,15 @@ typedef struct rl_login {
 } rl_login;
 void rl_login_commands(const redis_url *u, rl_login *out);
 
-/* A Sentinel announced host:port as the new master (watch.c): the group's links waiting to reconnect
- * connect there now, and those on another server leave it at once. */
+/* A Sentinel announced host:port as the new master (watch.c, through the pointer its opener hands it):
+ * the group's links waiting to reconnect connect there now, and those on another server leave it at once. */
+typedef void rl_announced_fn(rlink_route *rt, const char *host, int port);
 void rl_announced(rlink_route *rt, const char *host, int port);
 
 /* watch.c: subscribe rt to the announcements of each Sentinel of url not subscribed yet (each at most
- * every few seconds; a no-op for a URL without Sentinels), and close the subscriptions. */
-void rl_watch_open(rlink_route *rt, const redis_url *url);
+ * every few seconds; a no-op for a URL without Sentinels), each announcement going to announced (the
+ * first opener's; rl_announced), and close the subscriptions. */
+void rl_watch_open(rlink_route *rt, const redis_url *url, rl_announced_fn *announced);
 void rl_watch_close(rlink_route *rt);
 
 /* resolve.c: a query of the Sentinels (or seeds) of url, run by the loop; done gets its end once,

@@ -52,7 +52,7 @@ static void on_watch(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     rlink *l = arg;
-    if (l->route != NULL && l->route->via == l) rl_watch_open(l->route, l->url); /* if it broke */
+    if (l->route != NULL && l->route->via == l) rl_watch_open(l->route, l->url, rl_announced); /* if it broke */
     if (transport(l)->is_open(l) && left_behind(l)) {
         char why[320];
         snprintf(why, sizeof why, "the master is now %s:%d", l->route->master_host, l->route->master_port);

@@ -29,7 +29,7 @@ void rlink_route_attach(rlink_route *rt, rlink *via, rlink **links, int nlinks)
         links[i]->route = rt;
         rt->links[rt->nlinks++] = links[i];
     }
-    rl_watch_open(rt, via->url);
+    rl_watch_open(rt, via->url, rl_announced);
 }
 
 void rlink_route_free(rlink_route *rt)

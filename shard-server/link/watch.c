@@ -6,7 +6,8 @@
  *
  * One hiredis asynchronous connection per Sentinel of the URL, on the loop, subscribed to
  * +switch-master and +promoted-slave (the leader's +promoted-slave comes first, the others'
- * +switch-master as each learns); both name the new master, which goes to rl_announced. Nothing here
+ * +switch-master as each learns); both name the new master, which goes to the group's `announced`
+ * callback (rlink.c's rl_announced, handed down by the opener: watch.c calls nothing above it). Nothing here
  * waits: a Sentinel that is down or never answers only leaves its subscription closed or silent. A
  * subscription that closed (a Sentinel restarted) is opened again by the group's watchdog tick, at
  * most every WATCH_RETRY_MS.
@@ -26,6 +27,7 @@
 typedef struct rl_watch {
     rlink_route *rt;
     const redis_url *url;
+    rl_announced_fn *announced; /* a new master was announced */
     redisAsyncContext *ac[REDIS_URL_MAX_HOSTS]; /* one per Sentinel of the URL; NULL: closed */
     uint64_t tried_ms[REDIS_URL_MAX_HOSTS];
 } rl_watch;
@@ -61,7 +63,7 @@ static void on_message(redisAsyncContext *ac, void *reply, void *arg)
     int port;
     if (reply == NULL || slot_of(w, ac) < 0) return;
     if (sentinel_announcement(reply, w->url->sentinel_master, host, sizeof host, &port))
-        rl_announced(w->rt, host, port);
+        w->announced(w->rt, host, port);
 }
 
 static void subscribe(rl_watch *w, int i)
@@ -89,7 +91,7 @@ static void subscribe(rl_watch *w, int i)
     }
 }
 
-void rl_watch_open(rlink_route *rt, const redis_url *url)
+void rl_watch_open(rlink_route *rt, const redis_url *url, rl_announced_fn *announced)
 {
     if (rt == NULL || rt->via == NULL || url->sentinel_master[0] == '\0') return;
     if (rt->watch == NULL) {
@@ -97,6 +99,7 @@ void rl_watch_open(rlink_route *rt, const redis_url *url)
         if (rt->watch == NULL) return;
         rt->watch->rt = rt;
         rt->watch->url = url;
+        rt->watch->announced = announced;
     }
     rl_watch *w = rt->watch;
     uint64_t now = now_ms();

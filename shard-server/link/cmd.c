@@ -125,6 +125,7 @@ static int cmd_accepting(const rlink *l)
 const rlink_transport rl_cmd_transport = {cmd_open, cmd_drop, cmd_is_open, cmd_accepting};
 
 static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata);
+static int cmd_here(rlink *conn, rlink_cb *cb, void *priv, int argc, const char **argv);
 
 static int cmd_send(rlink *conn, cmd_call *call, int asking)
 {
@@ -188,7 +189,7 @@ static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     int replicas = call->replicas;
     free(call);
     if (replicas > 0 && reply != NULL && ((redisReply *)reply)->type != REDIS_REPLY_ERROR)
-        rl_wait_replicas(conn, replicas, reply, cb, priv);
+        rl_wait_replicas(conn, replicas, reply, cb, priv, cmd_here);
     else if (cb != NULL)
         cb(reply, priv);
 }
@@ -248,7 +249,8 @@ int rlink_cmd_replicated(rlink *l, int replicas, rlink_cb *cb, void *priv, int a
     return cmd_route_send(l, replicas, cb, priv, argc, argv, argvlen);
 }
 
-int rl_cmd_here(rlink *conn, rlink_cb *cb, void *priv, int argc, const char **argv)
+/* Send on this very connection (no routing: WAIT must follow its command); wait.c's sender. */
+static int cmd_here(rlink *conn, rlink_cb *cb, void *priv, int argc, const char **argv)
 {
     size_t lens[CMD_MAX_ARGS];
     if (argc <= 0 || argc > CMD_MAX_ARGS) return -1;

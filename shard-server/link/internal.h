@@ -78,11 +78,12 @@ rl_query *rl_query_start(struct event_base *base, const redis_url *url, const re
                          rl_query_done_fn *done, void *arg);
 void rl_query_cancel(rl_query *q); /* done is not called */
 
-/* cmd.c: send on this very connection (no routing: WAIT must follow its command) */
-int rl_cmd_here(rlink *conn, rlink_cb *cb, void *priv, int argc, const char **argv);
-
-/* wait.c: reply (a copy is kept) goes to cb once WAIT on conn says `replicas` replicas have it */
-void rl_wait_replicas(rlink *conn, int replicas, const redisReply *reply, rlink_cb *cb, void *priv);
+/* wait.c: reply (a copy is kept) goes to cb once WAIT on conn says `replicas` replicas have it. The
+ * WAITs go out through send, cmd.c's send on this very connection (no routing: WAIT must follow its
+ * command), handed down so that wait.c calls nothing above it. */
+typedef int rl_send_here_fn(rlink *conn, rlink_cb *cb, void *priv, int argc, const char **argv);
+void rl_wait_replicas(rlink *conn, int replicas, const redisReply *reply, rlink_cb *cb, void *priv,
+                      rl_send_here_fn *send);
 
 /* route.c */
 /* Node index of the master of slot, or -1: the URL's server (no cluster, unknown slot, no key). */

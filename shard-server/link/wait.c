@@ -27,6 +27,7 @@ typedef struct rl_wait {
     redisReply *reply; /* the command's, copied */
     rlink_cb *cb;
     void *priv;
+    rl_send_here_fn *send; /* cmd.c's, on conn itself */
     uint64_t t0, logged;
 } rl_wait;
 
@@ -93,10 +94,11 @@ static int wait_send(rl_wait *w)
     snprintf(n, sizeof n, "%d", w->replicas);
     snprintf(ms, sizeof ms, "%d", WAIT_TIMEOUT_MS);
     const char *argv[3] = {"WAIT", n, ms};
-    return rl_cmd_here(w->conn, on_wait, w, 3, argv);
+    return w->send(w->conn, on_wait, w, 3, argv);
 }
 
-void rl_wait_replicas(rlink *conn, int replicas, const redisReply *reply, rlink_cb *cb, void *priv)
+void rl_wait_replicas(rlink *conn, int replicas, const redisReply *reply, rlink_cb *cb, void *priv,
+                      rl_send_here_fn *send)
 {
     rl_wait *w = calloc(1, sizeof *w);
     redisReply *copy = w != NULL ? reply_dup(reply) : NULL;
@@ -106,7 +108,8 @@ void rl_wait_replicas(rlink *conn, int replicas, const redisReply *reply, rlink_
         if (cb != NULL) cb(NULL, priv);
         return;
     }
-    *w = (rl_wait){.conn = conn, .replicas = replicas, .reply = copy, .cb = cb, .priv = priv, .t0 = now_ms()};
+    *w = (rl_wait){
+        .conn = conn, .replicas = replicas, .reply = copy, .cb = cb, .priv = priv, .send = send, .t0 = now_ms()};
     w->logged = w->t0;
     if (wait_send(w) != 0) wait_done(w, NULL);
 }

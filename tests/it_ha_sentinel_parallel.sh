@@ -32,6 +32,9 @@ sentinel down-after-milliseconds m 2000
 requirepass spw
 EOF
   redis-server "$TMP/sentinel-$s.conf" --sentinel > /dev/null || fail "redis-sentinel $s did not start"
+  # cleanup's `shutdown` cannot reach them (they want the password): killed by pid instead
+  wait_until 10 "[ -s '$TMP/sentinel-$s.pid' ]" "Sentinel $s to write its pid file"
+  PIDS="$PIDS $(cat "$TMP/sentinel-$s.pid")"
 done
 python3 - "$BPORT" "$TMP/blackhole.count" > "$TMP/blackhole.log" 2>&1 <<'PY' &
 import os, socket, sys

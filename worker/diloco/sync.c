@@ -28,8 +28,12 @@
  * HMGET). */
 #define COMMIT_FIELDS 4
 
-static int read_committed(diloco *d, int first, int last, int64_t *version, char (*digest)[17], int64_t *epoch,
-                          int64_t *replicated, char *err, size_t errlen)
+typedef struct committed_shard {
+    int64_t version, epoch, replicated;
+    char digest[17];
+} committed_shard;
+
+static int read_committed(diloco *d, int first, int last, committed_shard *out, char *err, size_t errlen)
 {
     int n = last - first, nf = COMMIT_FIELDS * n;
     const char **argv = calloc((size_t)(2 + nf), sizeof *argv);
@@ -63,10 +67,10 @@ static int read_committed(diloco *d, int first, int last, int64_t *version, char
         rc = 0;
         for (int i = 0; i < n; i++) {
             redisReply **e = r->element + COMMIT_FIELDS * i;
-            version[i] = e[0]->type == REDIS_REPLY_STRING ? atoll(e[0]->str) : -1;
-            snprintf(digest[i], sizeof digest[i], "%s", e[1]->type == REDIS_REPLY_STRING ? e[1]->str : "");
-            epoch[i] = e[2]->type == REDIS_REPLY_STRING ? atoll(e[2]->str) : -1;
-            replicated[i] = e[3]->type == REDIS_REPLY_STRING ? atoll(e[3]->str) : 0;
+            out[i].version = e[0]->type == REDIS_REPLY_STRING ? atoll(e[0]->str) : -1;
+            snprintf(out[i].digest, sizeof out[i].digest, "%s", e[1]->type == REDIS_REPLY_STRING ? e[1]->str : "");
+            out[i].epoch = e[2]->type == REDIS_REPLY_STRING ? atoll(e[2]->str) : -1;
+            out[i].replicated = e[3]->type == REDIS_REPLY_STRING ? atoll(e[3]->str) : 0;
         }
     } else if (r) {
         err_set(err, errlen, "unexpected reply reading the shard versions");
@@ -83,11 +87,8 @@ static int read_committed(diloco *d, int first, int last, int64_t *version, char
 static int confirm_from_redis(diloco *d, int f, int *conflict, char *err, size_t errlen)
 {
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f), n = last - first, pending = 2;
-    int64_t *version = calloc((size_t)n, sizeof *version), *epoch = calloc((size_t)n, sizeof *epoch);
-    int64_t *replicated = calloc((size_t)n, sizeof *replicated);
-    char(*digest)[17] = calloc((size_t)n, sizeof *digest);
-    if (version && digest && epoch && replicated &&
-        read_committed(d, first, last, version, digest, epoch, replicated, err, errlen) == 0) {
+    committed_shard *c = calloc((size_t)n, sizeof *c);
+    if (c && read_committed(d, first, last, c, err, errlen) == 0) {
         pending = 0;
         for (int i = 0; i < n; i++) {
             int k = first + i;
@@ -96,24 +97,21 @@ static int confirm_from_redis(diloco *d, int f, int *conflict, char *err, size_t
             snprintf(mine, sizeof mine, "%016" PRIx64, d->tent_xxh[k]);
             /* with min_replicas, our version counts once dl_replicated recorded it (the commit is on that
              * many replicas); until then it is on its way, like an uncommitted one */
-            int on_replicas = d->rc.min_replicas <= 0 || replicated[i] >= d->tent_version[k];
-            if (version[i] > d->tent_version[k] ||
-                (version[i] == d->tent_version[k] && strcmp(digest[i], mine) == 0 && on_replicas))
+            int on_replicas = d->rc.min_replicas <= 0 || c[i].replicated >= d->tent_version[k];
+            if (c[i].version > d->tent_version[k] ||
+                (c[i].version == d->tent_version[k] && strcmp(c[i].digest, mine) == 0 && on_replicas))
                 d->tent_version[k] = 0; /* durable (or the run moved on: our next push is STALE and re-fetches) */
-            else if (version[i] == d->tent_version[k] && strcmp(digest[i], mine) == 0)
-                pending = epoch[i] == d->tent_epoch[k] && pending < 2 ? 1 : 2;
-            else if (version[i] == d->tent_version[k])
+            else if (c[i].version == d->tent_version[k] && strcmp(c[i].digest, mine) == 0)
+                pending = c[i].epoch == d->tent_epoch[k] && pending < 2 ? 1 : 2;
+            else if (c[i].version == d->tent_version[k])
                 *conflict = 1;
-            else if (epoch[i] == d->tent_epoch[k] && pending < 2)
+            else if (c[i].epoch == d->tent_epoch[k] && pending < 2)
                 pending = 1;
             else
                 pending = 2;
         }
     }
-    free(version);
-    free(digest);
-    free(epoch);
-    free(replicated);
+    free(c);
     return pending;
 }
 
@@ -245,24 +243,18 @@ static void resend_tentative(diloco *d, int first, int last, int64_t want)
     int n = last - first, held = 0;
     for (int k = first; k < last; k++) held |= d->shard_version[k] == want && d->tent_version[k] == want;
     if (!held) return;
-    int64_t *version = calloc((size_t)n, sizeof *version), *epoch = calloc((size_t)n, sizeof *epoch);
-    int64_t *replicated = calloc((size_t)n, sizeof *replicated);
-    char(*digest)[17] = calloc((size_t)n, sizeof *digest);
+    committed_shard *c = calloc((size_t)n, sizeof *c);
     char err[256];
-    if (version && epoch && replicated && digest &&
-        read_committed(d, first, last, version, digest, epoch, replicated, err, sizeof err) == 0)
+    if (c && read_committed(d, first, last, c, err, sizeof err) == 0)
         for (int k = first; k < last; k++)
-            if (d->shard_version[k] == want && d->tent_version[k] == want && version[k - first] < want &&
-                epoch[k - first] != d->tent_epoch[k]) {
+            if (d->shard_version[k] == want && d->tent_version[k] == want && c[k - first].version < want &&
+                c[k - first].epoch != d->tent_epoch[k]) {
                 log_info("shard %d: the server that served version %" PRId64 " before committing it is gone (lease "
                          "epoch %" PRId64 ", now %" PRId64 "): our pseudo-gradient goes to the new owner",
-                         k, want, d->tent_epoch[k], epoch[k - first]);
+                         k, want, d->tent_epoch[k], c[k - first].epoch);
                 (void)conn_push(d, k, want - 1, err, sizeof err);
             }
-    free(version);
-    free(epoch);
-    free(replicated);
-    free(digest);
+    free(c);
 }
 
 static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, char *err, size_t errlen)

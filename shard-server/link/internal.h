@@ -22,6 +22,7 @@ typedef struct rlink_transport {
     int (*accepting)(const rlink *l);        /* a command may be queued now */
 } rlink_transport;
 
+/* Each kind's table; rlink_init alone names them, setting l->transport once. */
 extern const rlink_transport rl_cmd_transport;
 extern const rlink_transport rl_set_transport;
 

@@ -19,11 +19,6 @@
 #define RL_RESOLVE_RETRY_CAP_MS 500
 #define RL_PROBE_MS 1000          /* no reply for this long behind Sentinel: has the master changed? */
 
-static const rlink_transport *transport(const rlink *l)
-{
-    return l->kind == RLINK_SET ? &rl_set_transport : &rl_cmd_transport;
-}
-
 static int left_behind(rlink *l);
 static void leave(rlink *l, const char *why);
 
@@ -43,7 +38,7 @@ static void on_retry(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     rlink *l = arg;
-    if (!l->stopping && !transport(l)->is_open(l)) transport(l)->open(l);
+    if (!l->stopping && !l->transport->is_open(l)) l->transport->open(l);
 }
 
 /* Drop a connection that stopped answering (commands pending, no reply for stall_ms). */
@@ -53,7 +48,7 @@ static void on_watch(evutil_socket_t fd, short what, void *arg)
     (void)what;
     rlink *l = arg;
     if (l->route != NULL && l->route->via == l) rl_watch_open(l->route, l->url, rl_announced); /* if it broke */
-    if (transport(l)->is_open(l) && left_behind(l)) {
+    if (l->transport->is_open(l) && left_behind(l)) {
         char why[320];
         snprintf(why, sizeof why, "the master is now %s:%d", l->route->master_host, l->route->master_port);
         redis_url_at(l->url, l->route->master_host, l->route->master_port, &l->target);
@@ -61,13 +56,13 @@ static void on_watch(evutil_socket_t fd, short what, void *arg)
         leave(l, why);
         return;
     }
-    if (!transport(l)->is_open(l) || l->pending <= 0) return;
+    if (!l->transport->is_open(l) || l->pending <= 0) return;
     uint64_t idle = now_ms() - l->last_activity;
     if (idle >= RL_PROBE_MS && idle < (uint64_t)l->stall_ms) rl_check_master(l); /* answers later */
     if (idle < (uint64_t)l->stall_ms) return;
     char why[96];
     snprintf(why, sizeof why, "no reply for %llu ms with %d commands pending", (unsigned long long)idle, l->pending);
-    transport(l)->drop(l, why);
+    l->transport->drop(l, why);
 }
 
 void rl_connected(rlink *l)
@@ -89,7 +84,7 @@ static void wake_group(rlink_route *rt, const rlink *self)
     for (int i = 0; rt != NULL && i < rt->nlinks; i++) {
         rlink *l = rt->links[i];
         if (l == self || l->stopping) continue;
-        if (transport(l)->is_open(l)) {
+        if (l->transport->is_open(l)) {
             event_active(l->watch_timer, EV_TIMEOUT, 1);
         } else {
             l->attempt = 0;
@@ -126,7 +121,7 @@ void rl_announced(rlink_route *rt, const char *host, int port)
 static void leave(rlink *l, const char *why)
 {
     static const struct timeval now = {0, 0};
-    transport(l)->drop(l, why);
+    l->transport->drop(l, why);
     l->attempt = 0;
     if (!l->stopping) evtimer_add(l->retry_timer, &now);
 }
@@ -159,12 +154,12 @@ static void on_query_done(void *arg, int end, const redis_url *found, const char
         }
         l->resolve_logged_ms = 0;
         if (end == RL_QUERY_FOUND) use_master(l, found);
-        if (transport(l)->is_open(l)) return;
+        if (l->transport->is_open(l)) return;
         l->resolved = 1;
-        transport(l)->open(l);
+        l->transport->open(l);
         return;
     }
-    if (end != RL_QUERY_FOUND || !transport(l)->is_open(l)) return; /* a check: ours still leads */
+    if (end != RL_QUERY_FOUND || !l->transport->is_open(l)) return; /* a check: ours still leads */
     log_warn("redis %s connection: %s:%d does not answer or refuses writes, and the master is now %s:%d; reconnecting",
              l->name, l->target.host, l->target.port, found->host, found->port);
     l->target = *found;
@@ -303,6 +298,7 @@ int rlink_init(rlink *l, const char *name, int kind, const redis_url *url, struc
     l->stall_ms = stall_ms;
     l->on_refused = on_refused;
     l->fd = -1;
+    l->transport = kind == RLINK_SET ? &rl_set_transport : &rl_cmd_transport; /* chosen here only */
     l->retry_timer = evtimer_new(base, on_retry, l);
     l->watch_timer = event_new(base, -1, EV_PERSIST, on_watch, l);
     if (kind == RLINK_SET) {
@@ -315,7 +311,7 @@ int rlink_init(rlink *l, const char *name, int kind, const redis_url *url, struc
     }
     struct timeval tv = {.tv_sec = 0, .tv_usec = RL_WATCH_MS * 1000};
     evtimer_add(l->watch_timer, &tv);
-    transport(l)->open(l);
+    l->transport->open(l);
     return 0;
 }
 
@@ -325,6 +321,6 @@ void rlink_close(rlink *l)
     l->stopping = 1;
     rl_query_cancel(l->query);
     l->query = NULL;
-    transport(l)->drop(l, "closing");
+    l->transport->drop(l, "closing");
     free_events(l);
 }

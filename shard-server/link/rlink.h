@@ -51,6 +51,7 @@ enum rlink_kind { RLINK_CMD = 0, RLINK_SET = 1 };
 
 struct rlink_route;
 struct rlink_item;
+struct rlink_transport;
 typedef struct rl_query rl_query;
 
 typedef struct rlink {
@@ -65,6 +66,7 @@ typedef struct rlink {
     int resolved;               /* query just set target: the next open connects there */
     struct event_base *base;
     int kind;     /* enum rlink_kind */
+    const struct rlink_transport *transport; /* the kind's (cmd.c, set.c), chosen once by rlink_init */
     int stall_ms; /* no reply for this long while commands are pending: drop the connection */
     rlink_refused_fn *on_refused;
     void (*on_ready)(void *arg); /* called each time the connection is (re-)established */

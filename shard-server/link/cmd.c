@@ -178,7 +178,7 @@ static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     }
     rlink *to;
     int ask;
-    if (reply != NULL && rl_redirect(call->owner, reply, conn->target.host, call->hops, &to, &ask)) {
+    if (reply != NULL && rl_route_redirect(call->owner, reply, conn->target.host, call->hops, &to, &ask)) {
         call->hops++;
         if (to != NULL && cmd_send(to, call, ask) == 0) return;
         log_warn("redis %s connection: cannot follow %s: " RLINK_CANNOT_FOLLOW_HINT, call->owner->name, ((redisReply *)reply)->str);
@@ -220,8 +220,8 @@ static int cmd_route_send(rlink *l, int replicas, rlink_cb *cb, void *priv, int 
     size_t lens[CMD_MAX_ARGS];
     if (l->kind != RLINK_CMD || argc <= 0 || argc > CMD_MAX_ARGS) return -1;
     for (int i = 0; i < argc; i++) lens[i] = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
-    rlink *conn = rl_twin(l, rl_route_node(l->route, cluster_command_slot(argc, argv, lens)));
-    if (conn != NULL && conn != l && !cmd_accepting(conn)) conn = l; /* see rl_twin in internal.h */
+    rlink *conn = rl_route_twin(l, rl_route_node(l->route, cluster_command_slot(argc, argv, lens)));
+    if (conn != NULL && conn != l && !cmd_accepting(conn)) conn = l; /* see rl_route_twin in internal.h */
     if (conn == NULL || !cmd_accepting(conn)) return -1;
     cmd_call *call = cmd_new(l, cb, priv, argc, argv, lens);
     if (call == NULL) return -1;

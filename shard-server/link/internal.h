@@ -93,14 +93,15 @@ int rl_route_node(const rlink_route *rt, int slot);
  * that is down (its node died: a cluster failover under way) is not used: the command goes to l, whose
  * node answers MOVED with the slot's master now, so the map learns the new master instead of waiting
  * for the dead one to come back. */
-rlink *rl_twin(rlink *l, int node);
+rlink *rl_route_twin(rlink *l, int node);
 /* If reply is a MOVED/ASK redirection to follow (owner routes, fewer than CLUSTER_MAX_HOPS hops), 1
  * with *to = the twin to resend on (NULL: cannot follow) and *ask; else 0. MOVED re-reads the map. */
-int rl_redirect(rlink *owner, const redisReply *reply, const char *host_asked, int hops, rlink **to, int *ask);
+int rl_route_redirect(rlink *owner, const redisReply *reply, const char *host_asked, int hops, rlink **to,
+                      int *ask);
 /* The cluster's slot owners are unknown again (a node went away): commands go to the seed link until
  * MOVED replies and CLUSTER SLOTS teach the new masters. */
 void rl_route_forget(rlink_route *rt);
-/* Close and free l's twins. */
-void rl_close_twins(rlink *l);
+/* Free the slot map (rlink_route_free). */
+void rl_route_free(rlink_route *rt);
 
 #endif

@@ -1,11 +1,14 @@
 /*
  * rlink.c: the life of a Redis link, whatever its transport (rlink.h): start, reconnect with jittered
- * backoff, the stall watchdog, the bookkeeping of commands in flight, the login commands, close.
+ * backoff, the stall watchdog, the bookkeeping of commands in flight, the login commands, close; and
+ * the group (rlink_route_attach): its links, and the pointers through which route.c opens a twin and
+ * sends CLUSTER SLOTS, so that route.c calls nothing above it.
  * The transports (cmd.c, set.c) only open, drop and carry bytes; they call back here on every change.
  */
 #include "internal.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "log.h"
@@ -273,6 +276,59 @@ void rl_login_commands(const redis_url *u, rl_login *out)
     }
 }
 
+/* A twin owns its URL and name. */
+typedef struct twin_link {
+    rlink l; /* first: a twin is freed through its rlink pointer */
+    redis_url url;
+    char name[300];
+} twin_link;
+
+/* l's twin on url (the route's open_twin, called by route.c): a link of l's kind, routed like l; NULL
+ * if it cannot be made. */
+static rlink *open_twin(rlink *l, const redis_url *url)
+{
+    twin_link *t = calloc(1, sizeof *t);
+    if (t == NULL) return NULL;
+    t->url = *url;
+    snprintf(t->name, sizeof t->name, "%s@%s:%d", l->name, t->url.host, t->url.port);
+    if (rlink_init(&t->l, t->name, l->kind, &t->url, l->base, l->stall_ms, l->on_refused) != 0) {
+        free(t);
+        return NULL;
+    }
+    t->l.is_twin = 1;
+    t->l.route = l->route;
+    return &t->l;
+}
+
+static void close_twins(rlink *l)
+{
+    for (int i = 0; i < CLUSTER_MAX_NODES; i++)
+        if (l->twin[i] != NULL && l->twin[i] != l) {
+            rlink_close(l->twin[i]);
+            free(l->twin[i]);
+            l->twin[i] = NULL;
+        }
+}
+
+void rlink_route_attach(rlink_route *rt, rlink *via, rlink **links, int nlinks)
+{
+    rt->via = via;
+    rt->open_twin = open_twin;
+    rt->send = rlink_cmds;
+    rt->nlinks = 0;
+    for (int i = 0; i < nlinks && i < RLINK_ROUTE_MAX; i++) {
+        links[i]->route = rt;
+        rt->links[rt->nlinks++] = links[i];
+    }
+    rl_watch_open(rt, via->url, rl_announced);
+}
+
+void rlink_route_free(rlink_route *rt)
+{
+    rl_watch_close(rt);
+    rl_route_free(rt);
+}
+
 static void free_event(struct event **ev)
 {
     if (*ev != NULL) event_free(*ev);
@@ -317,7 +373,7 @@ int rlink_init(rlink *l, const char *name, int kind, const redis_url *url, struc
 
 void rlink_close(rlink *l)
 {
-    rl_close_twins(l);
+    close_twins(l);
     l->stopping = 1;
     rl_query_cancel(l->query);
     l->query = NULL;

@@ -114,7 +114,7 @@ int rlink_set(rlink *l, const char *key, const uint8_t *head, size_t hlen, const
 void rlink_close(rlink *l);
 
 /* ---------------------------------------------------------------------------------------------- */
-/* Redis Cluster routing shared by a process's links (route.c) */
+/* A group of links: Redis Cluster routing (route.c) and the master they follow; attached and freed by rlink.c */
 
 #define RLINK_ROUTE_MAX 8
 /* What a redirection that cannot be followed means to an operator (cmd.c, set.c log it after the reply). */
@@ -138,9 +138,13 @@ typedef struct rlink_route {
     int nlinks;
     /* Sentinel URLs: the subscription to the Sentinels' failover announcements (watch.c) */
     struct rl_watch *watch;
+    /* route.c's calls upward, set by rlink_route_attach (rlink.c) only: a twin of l on url (a link of
+     * l's kind, routed like l; NULL if it cannot be made), and a command sent on via (rlink_cmds) */
+    struct rlink *(*open_twin)(struct rlink *l, const redis_url *url);
+    int (*send)(struct rlink *via, rlink_cb *cb, void *priv, int argc, const char **argv);
 } rlink_route;
 
-/* Route the links (of any kind, at most RLINK_ROUTE_MAX) by rt; CLUSTER SLOTS goes on `via`. */
+/* Route the links (of any kind, at most RLINK_ROUTE_MAX) by rt; CLUSTER SLOTS goes on `via` (rlink.c). */
 void rlink_route_attach(rlink_route *rt, rlink *via, rlink **links, int nlinks);
 /* Free the slot map and close the Sentinel subscriptions (after the links are closed). */
 void rlink_route_free(rlink_route *rt);

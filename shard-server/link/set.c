@@ -214,7 +214,7 @@ static int rs_reply(rlink *rs, char *line, size_t len)
     }
     rlink *to;
     int ask;
-    if (it->owner != NULL && rl_redirect(it->owner, &r, rs->target.host, it->hops, &to, &ask)) {
+    if (it->owner != NULL && rl_route_redirect(it->owner, &r, rs->target.host, it->hops, &to, &ask)) {
         if (to != NULL && rs_follow(it, to, ask) == 0) {
             free(it);
             return 0;
@@ -402,7 +402,7 @@ int rlink_set(rlink *l, const char *key, const uint8_t *head, size_t hlen, const
 {
     if (l->kind != RLINK_SET) return -1;
     size_t klen = strlen(key);
-    rlink *to = rl_twin(l, rl_route_node(l->route, cluster_key_slot(key, klen)));
-    if (to != NULL && to != l && !rs_accepting(to)) to = l; /* see rl_twin in internal.h */
+    rlink *to = rl_route_twin(l, rl_route_node(l->route, cluster_key_slot(key, klen)));
+    if (to != NULL && to != l && !rs_accepting(to)) to = l; /* see rl_route_twin in internal.h */
     return to == NULL ? -1 : rs_send(to, l, key, klen, head, hlen, payload, plen, cb, priv, 0, 0);
 }

@@ -7,7 +7,7 @@
  *   RLINK_SET  SET of a big blob sent straight from the caller's memory with writev() (hiredis copies
  *              a command into a buffer it then memmoves after every partial write: a 12.5 MB SET costs
  *              hundreds of moves of megabytes), parsing the only replies SET gives (+status/-error).
- * What every link does, whatever its kind (rlink.c):
+ * What every link does, whatever its kind (rlink.c, state.c):
  *   - a lost connection is re-opened with exponential backoff (100 ms .. 5 s, jittered); every command
  *     in flight gets a NULL reply, so its owner treats the outcome as unknown;
  *   - a stall watchdog drops the connection when commands are pending and nothing has come back for
@@ -57,7 +57,7 @@ typedef struct rl_query rl_query;
 typedef struct rlink {
     const char *name;
     const redis_url *url;       /* as given (may name Sentinels or several seeds) */
-    redis_url target;           /* the one server of the current connection (rlink.c) */
+    redis_url target;           /* the one server of the current connection (state.c) */
     uint64_t moved_checked_ms;  /* last time a NOREPLICAS reply made us ask where the master is */
     uint64_t resolve_logged_ms; /* last "no master found" warning (one every 5 s at most) */
     unsigned master_seen;       /* the route's master_gen this link last compared its target with */
@@ -66,8 +66,9 @@ typedef struct rlink {
     int resolved;               /* query just set target: the next open connects there */
     struct event_base *base;
     int kind;     /* enum rlink_kind */
-    const struct rlink_transport *transport; /* the kind's (cmd.c, set.c), chosen once by rlink_init */
     int stall_ms; /* no reply for this long while commands are pending: drop the connection */
+    /* the kind's transport table (cmd.c's or set.c's), chosen once by rlink_init */
+    const struct rlink_transport *transport;
     rlink_refused_fn *on_refused;
     void (*on_ready)(void *arg); /* called each time the connection is (re-)established */
     void *on_ready_arg;

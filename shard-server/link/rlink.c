@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 #define RL_WATCH_MS 500
 #define RL_PROBE_MS 1000 /* no reply for this long behind Sentinel: has the master changed? */

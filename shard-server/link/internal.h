@@ -85,9 +85,9 @@ void rl_watch_close(rlink_route *rt);
  * given: the Sentinels name current first), RL_QUERY_NONE with why. NULL if it cannot start. */
 enum rl_query_end { RL_QUERY_FOUND, RL_QUERY_SAME, RL_QUERY_NONE };
 typedef void rl_query_done_fn(void *arg, int end, const redis_url *found, const char *why);
-rl_query *rl_query_start(struct event_base *base, const redis_url *url, const redis_url *current,
-                         rl_query_done_fn *done, void *arg);
-void rl_query_cancel(rl_query *q); /* done is not called */
+rl_query *rl_resolve_start(struct event_base *base, const redis_url *url, const redis_url *current,
+                           rl_query_done_fn *done, void *arg);
+void rl_resolve_cancel(rl_query *q); /* done is not called */
 
 /* wait.c: reply (a copy is kept) goes to cb once WAIT on conn says `replicas` replicas have it. The
  * WAITs go out through send, cmd.c's send on this very connection (no routing: WAIT must follow its

@@ -142,7 +142,7 @@ void rlink_close(rlink *l)
 {
     close_twins(l);
     l->stopping = 1;
-    rl_query_cancel(l->query);
+    rl_resolve_cancel(l->query);
     l->query = NULL;
     l->transport->drop(l, "closing");
     free_events(l);

@@ -44,7 +44,8 @@ void rl_state_connected(rlink *l)
 }
 
 /* The group's master changed: its links waiting to reconnect try now instead of after their backoff,
- * and its open ones look at once whether they are left behind on the old master (on_watch). */
+ * and its open ones look at once whether they are left behind on the old master (rlink.c's watchdog
+ * tick, rl_state_follow_group). */
 static void wake_group(rlink_route *rt, const rlink *self)
 {
     static const struct timeval now = {0, 0};
@@ -76,7 +77,7 @@ void rl_state_announced(rlink_route *rt, const char *host, int port)
     log_info("redis: the Sentinels announce a new master, %s:%d", host, port);
     for (int i = 0; i < rt->nlinks; i++) { /* a query under way, or one just done, may name the old one */
         rlink *l = rt->links[i];
-        rl_query_cancel(l->query);
+        rl_resolve_cancel(l->query);
         l->query = NULL;
         l->opening = 0;
         l->resolved = 0;
@@ -149,7 +150,7 @@ int rl_state_resolve(rlink *l)
     rlink_route *rt = l->route;
     if (rt != NULL && rt->master_port != 0 && rt->master_gen != l->master_seen) {
         /* announced, or found by another link since this one last looked: no need to ask */
-        rl_query_cancel(l->query);
+        rl_resolve_cancel(l->query);
         l->query = NULL;
         l->opening = 0;
         redis_url_at(l->url, rt->master_host, rt->master_port, &l->target);
@@ -158,7 +159,7 @@ int rl_state_resolve(rlink *l)
         return 0;
     }
     l->opening = 1;
-    if (l->query == NULL) l->query = rl_query_start(l->base, l->url, NULL, on_query_done, l);
+    if (l->query == NULL) l->query = rl_resolve_start(l->base, l->url, NULL, on_query_done, l);
     if (l->query == NULL) l->opening = 0;
     return l->query != NULL ? 1 : -1;
 }
@@ -188,7 +189,7 @@ void rl_state_check_master(rlink *l)
     uint64_t now = now_ms();
     if (l->url->sentinel_master[0] == '\0' || l->query != NULL || now - l->moved_checked_ms < 500) return;
     l->moved_checked_ms = now;
-    l->query = rl_query_start(l->base, l->url, &l->target, on_query_done, l);
+    l->query = rl_resolve_start(l->base, l->url, &l->target, on_query_done, l);
 }
 
 int rl_state_failover_reply(rlink *l, const redisReply *r)

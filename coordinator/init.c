@@ -24,7 +24,7 @@
 #include "init.h"
 #include "layout.h"
 #include "math/codec.h"
-#include "math/codec_topk.h"
+#include "math/codec_sparse.h"
 #include "math/outer.h"
 #include "model.h"
 #include "redis/rconn.h"
@@ -301,8 +301,9 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     snprintf(wref, sizeof wref, "%lld", a->weight_ref > 0 ? a->weight_ref : 1);
     snprintf(minrep, sizeof minrep, "%lld", a->min_replicas);
     snprintf(sref, sizeof sref, "%lld", a->stale_ref);
-    char tkd[32], tkb[32];
+    char tkd[32], tkb[32], tkw[8];
     format_exact(a->topk_density, tkd, sizeof tkd);
+    snprintf(tkw, sizeof tkw, "%lld", a->topk_bits);
     format_exact(a->topk_beta, tkb, sizeof tkb);
     int rebase = a->async_rule != NULL && strcmp(a->async_rule, "rebase") == 0;
     snprintf(window, sizeof window, "%lld", rebase ? a->max_staleness : 0);
@@ -313,7 +314,7 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
                            "dl_init",
                            "1",
                            key,
-                           "27",
+                           "28",
                            "layout",
                            layout,
                            "numel",
@@ -368,6 +369,8 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
                            tkd,
                            "topk_beta",
                            tkb,
+                           "topk_bits",
+                           tkw,
                            "10",
                            "target_workers",
                            target,
@@ -407,6 +410,30 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     return ok;
 }
 
+/* init's summary of a topk run: what a worker sends, its bytes per parameter per round up and down (from
+ * the shards' payload sizes: codec_sparse.h), and the defaults the codec changed. */
+static void print_topk_summary(const init_args *a, const uint64_t *sb, uint64_t numel)
+{
+    size_t up = 0;
+    for (long long k = 0; k < a->shards; k++)
+        up += sparse_shard_bytes(a->topk_density, (unsigned)a->topk_bits, (size_t)(sb[k + 1] - sb[k]));
+    double upp = (double)up / (double)numel, w = (double)a->workers;
+    int update = a->download && !strcmp(a->download, "update");
+    /* an update: per shard u32 W, u32 P, W weights and the W payloads (sparse_update_bytes) */
+    double down = update ? w * upp + (double)a->shards * (8 + 4 * w) / (double)numel : 4.0;
+    printf("top-k (SparseLoCo): each worker sends %g of every %d entries of its accumulator e = %g*e + "
+           "pseudo-gradient at %lld bits and keeps the rest: %.4f bytes per parameter per round up, %.4f down "
+           "(%s); outer momentum %g%s; outer lr %g%s\n",
+           a->topk_density, TOPK_CHUNK, a->topk_beta, a->topk_bits, upp, down,
+           update ? "--download update: the sets of the workers in the round, here of the expected ones"
+                  : "--download params: fp32 parameters",
+           a->outer_momentum, a->outer_momentum == 0 ? " (the default for topk: the accumulator is the momentum)" : "",
+           a->outer_lr,
+           a->outer_lr == 2.0 ? " (the default for topk: an entry one worker sent is divided by the workers in "
+                                "the mean; docs/compression.md)"
+                              : "");
+}
+
 static int create_run(rconn *rc, const init_args *a, char *err, size_t errlen)
 {
     initial_params ip;
@@ -438,13 +465,7 @@ static int create_run(rconn *rc, const init_args *a, char *err, size_t errlen)
            a->outer_momentum, a->nesterov ? " nesterov" : "", a->compress ? a->compress : "bf16",
            a->download ? a->download : "params");
     if (a->compress && !strcmp(a->compress, "topk"))
-        printf("top-k (SparseLoCo): each worker sends %g of every %d entries of its accumulator e = %g*e + "
-               "pseudo-gradient at 2 bits and keeps the rest; outer momentum %g%s; outer lr %g%s\n",
-               a->topk_density, TOPK_CHUNK, a->topk_beta, a->outer_momentum,
-               a->outer_momentum == 0 ? " (the default for topk: the accumulator is the momentum)" : "", a->outer_lr,
-               a->outer_lr == 2.0 ? " (the default for topk: an entry one worker sent is divided by the workers in "
-                                    "the mean; docs/compression.md)"
-                                  : "");
+        print_topk_summary(a, sb, ip.numel);
     if (a->from_checkpoint)
         printf("version 0 = checkpoint %s (run '%s' at version %" PRId64 "), %s%s\n", a->from_checkpoint, ip.ck_run,
                ip.ck_version, ip.mom ? "with its outer momentum" : "outer momentum starts afresh",

@@ -14,6 +14,7 @@ typedef struct init_args {
     const char *dn_variant, *weight_by, *compress, *download, *stale_weight, *async_rule;
     double outer_lr, outer_momentum, heartbeat_timeout, rebase_fraction;
     double topk_density, topk_beta; /* --compress topk (codec_sparse.h) */
+    long long topk_bits;            /* --compress topk: bits a kept value (codec_topk.h) */
     int nesterov, force, async, dylu;
     const char *trainer;
     gpt_config gpt;

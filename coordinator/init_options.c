@@ -71,8 +71,12 @@ static void init_usage(FILE *f)
         "                             fp32), fp32, int8, int4, int3 or int2 (blocks of 256 with a scale;\n"
         "                             docs/compression.md), or topk (SparseLoCo: each worker sends the top\n"
         "                             --topk-density of every 4096 entries of its error-feedback accumulator at\n"
-        "                             2 bits; outer momentum defaults to 0 and outer lr to 2 then; sync runs only)\n"
+        "                             --topk-bits; outer momentum defaults to 0 and outer lr to 2 then; sync runs only)\n"
         "  --topk-density D           (topk) fraction of each chunk sent (default 0.02)\n"
+        "  --topk-bits B              (topk) bits a kept value, 2 to 8 (default 2): sign and 2^(B-1) levels up to\n"
+        "                             the chunk's largest; at density 0.02 a worker sends 0.0254 bytes per parameter\n"
+        "                             per round at 2 bits, 0.0303 at 4, 0.0403 at 8 (with --download update each\n"
+        "                             worker gets the workers' sets: W times that; init prints the run's figures)\n"
         "  --topk-beta B              (topk) the accumulator's decay: e = B*e + pseudo-gradient (default 0.95)\n"
         "  --download params|update   what a sync round sends back: the new parameters in fp32 (default) or\n"
         "                             the averaged pseudo-gradient in the --compress codec, which workers\n"
@@ -163,8 +167,8 @@ static int parse_compress(const char *v, void *dest)
 static int topk_settings(init_args *a)
 {
     int topk = a->compress && !strcmp(a->compress, "topk");
-    if (!topk && (flag_given(a, "--topk-density") || flag_given(a, "--topk-beta"))) {
-        fprintf(stderr, "coordinator init: --topk-density and --topk-beta are settings of --compress topk\n");
+    if (!topk && (flag_given(a, "--topk-density") || flag_given(a, "--topk-beta") || flag_given(a, "--topk-bits"))) {
+        fprintf(stderr, "coordinator init: --topk-density, --topk-bits and --topk-beta are settings of --compress topk\n");
         return -1;
     }
     if (!topk) return 0;
@@ -259,6 +263,7 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
          .min = 1e-6,
          .max = 1,
          .wants = "a fraction in (0, 1]"},
+        {.name = "topk-bits", .kind = OPT_LLONG, .dest = &a->topk_bits, .lo = TOPK_BITS_MIN, .hi = TOPK_BITS_MAX},
         {.name = "topk-beta",
          .kind = OPT_DOUBLE,
          .dest = &a->topk_beta,
@@ -329,6 +334,7 @@ int parse_init(int argc, char **argv, init_args *a)
     a->heartbeat_timeout = 120;
     a->topk_density = SPARSE_DENSITY_DEFAULT;
     a->topk_beta = SPARSE_BETA_DEFAULT;
+    a->topk_bits = TOPK_BITS_DEFAULT;
     a->nesterov = 1;
     a->rebase_fraction = 1;
     a->trainer = "gpt";

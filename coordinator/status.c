@@ -76,7 +76,9 @@ static void print_run(json_t *doc)
     /* runs made before these settings have neither field: bf16 and params */
     const char *cz = str(cfg, "compress"), *dl = str(cfg, "download");
     printf("pseudo-gradients %s", strcmp(cz, "-") ? cz : "bf16");
-    if (!strcmp(cz, "topk")) printf(" (density %s, beta %s)", str(cfg, "topk_density"), str(cfg, "topk_beta"));
+    if (!strcmp(cz, "topk")) /* (a run made before --topk-bits has 2-bit values) */
+        printf(" (density %s, %s bits, beta %s)", str(cfg, "topk_density"),
+               strcmp(str(cfg, "topk_bits"), "-") ? str(cfg, "topk_bits") : "2", str(cfg, "topk_beta"));
     printf("  download %s\n", strcmp(dl, "-") ? dl : "params");
 }
 

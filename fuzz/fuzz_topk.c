@@ -2,11 +2,12 @@
  * codec_topk.c): sparse_check, which a shard-server runs on every pushed topk payload, then the mean its
  * commit computes from what passed; sparse_update_check, which a worker and the replay run on an update
  * or log entry, then sparse_update_mean.
- * Input: byte 0 picks the check (bit 0: a push, or an update), bytes 1-2 the shard's element count n
- * (< 3 * 4096: full chunks and a shorter one), byte 3 the density ((b + 1) / 1024), the rest is the
- * payload. Checks besides the sanitizers: a push the check accepts has the density's size and decodes to
- * finite values (the server sums them unchecked); an accepted update's mean is computed whole and from
- * its second chunk on with the same bits. */
+ * Input: byte 0 picks the check (bit 0: a push, or an update) and a push's value bits (bits 1-3: 2 +
+ * their value % 7, 2 to 8), bytes 1-2 the shard's element count n (< 3 * 4096: full chunks and a shorter
+ * one), byte 3 the density ((b + 1) / 1024), the rest is the payload. Checks besides the sanitizers: a
+ * push the check accepts has the size of the density and width and decodes to finite values (the server
+ * sums them unchecked); an accepted update's mean is computed whole and from its second chunk on with
+ * the same bits. */
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -22,15 +23,16 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
     if (size < 4) return 0;
     size_t n = ((size_t)data[1] | (size_t)data[2] << 8) % MAX_N;
     double density = (double)(data[3] + 1) / 1024.0;
+    unsigned bits = TOPK_BITS_MIN + (unsigned)(data[0] >> 1 & 7) % (TOPK_BITS_MAX - TOPK_BITS_MIN + 1);
     const uint8_t *in = data + 4;
     size_t len = size - 4, bad;
     uint32_t w;
     if (!(data[0] & 1)) {
-        if (sparse_check(in, len, n, density, &bad) != 0) {
+        if (sparse_check(in, len, n, density, bits, &bad) != 0) {
             if (bad > n) abort();
             return 0;
         }
-        if (len != sparse_shard_bytes(density, n)) abort();
+        if (len != sparse_shard_bytes(density, bits, n)) abort();
         memset(a, 0, sizeof a);
         sparse_add_scaled(in, n, 0, n, 1.0f, a);
         for (size_t i = 0; i < n; i++)

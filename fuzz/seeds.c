@@ -14,6 +14,7 @@
 #include <sys/stat.h>
 
 #include "format/blob.h"
+#include "math/codec_sparse.h"
 
 static const char *root;
 
@@ -239,6 +240,47 @@ static void replays(void)
 
 /* ---- URLs and RESP -------------------------------------------------------------------------------- */
 
+/* fuzz_topk's input: byte 0 (bit 0 an update; bits 1-3 a push's width - 2), n in bytes 1-2, the density
+ * byte ((b + 1) / 1024), then a shard of n elements encoded as a worker does (codec_sparse.h). */
+static size_t topk_shard(unsigned bits, size_t n, double density, uint8_t *out)
+{
+    static float e[2 * TOPK_CHUNK];
+    for (size_t i = 0; i < n; i++) e[i] = (float)((i * 7919) % 1000) / 1000.0f - 0.5f;
+    size_t off = 0, bad;
+    for (size_t c = 0; c < n; c += TOPK_CHUNK) {
+        size_t m = n - c < TOPK_CHUNK ? n - c : TOPK_CHUNK;
+        uint32_t k = topk_count(density, m);
+        topk_encode_chunk(e + c, m, k, bits, out + off, &bad);
+        off += topk_chunk_bytes(k, m, bits);
+    }
+    return off;
+}
+
+static void topk(void)
+{
+    enum { N = 4796, DBYTE = 19 };
+    static uint8_t in[4 + 8 + 2 * 4 + 2 * 1024]; /* (a payload at 8 bits: 192 bytes) */
+    const double density = (DBYTE + 1) / 1024.0;
+    const unsigned widths[] = {2, 4, 8};
+    const char *tag[] = {"", "4bits-", "8bits-"};
+    for (int w = 0; w < 3; w++) {
+        in[0] = (uint8_t)((widths[w] - TOPK_BITS_MIN) << 1), in[1] = N & 0xFF, in[2] = N >> 8, in[3] = DBYTE;
+        size_t p = topk_shard(widths[w], N, density, in + 4);
+        char name[64];
+        snprintf(name, sizeof name, "push-%s%d.bin", tag[w], N);
+        put("topk", name, in, 4 + p);
+        /* the update of two participants with weights 1/2: the same payload twice */
+        float half[2] = {0.5f, 0.5f};
+        uint8_t *u = in + 4;
+        memmove(u + 16, u, p);
+        sparse_update_head(u, 2, p, half);
+        memcpy(u + 16 + p, u + 16, p);
+        in[0] = 1;
+        snprintf(name, sizeof name, "update-%s2x%d.bin", tag[w], N);
+        put("topk", name, in, 4 + sparse_update_bytes(2, p));
+    }
+}
+
 static void urls(void)
 {
     static const char *const u[] = {"redis://127.0.0.1",
@@ -334,6 +376,7 @@ int main(int argc, char **argv)
     frames();
     records();
     replays();
+    topk();
     urls();
     resp();
     configs();

@@ -2,7 +2,8 @@
  * commit_topk.c: the compute of a commit of a --compress topk run (SparseLoCo; common/math/codec_sparse.h,
  * docs/compression.md "The sparse codec").
  *
- * Each participant's Δ is a sparse payload (the top entries of its accumulator per chunk, 2 bits each).
+ * Each participant's Δ is a sparse payload (the top entries of its accumulator per chunk, at the run's
+ * --topk-bits each).
  * The mean g is, per element, +0 plus each participant's weight times its decoded value, in participant
  * order, in fp32: the weight is 1/W for W participants, or the token weight (--weight-by tokens). Then
  * the outer step (momentum 0 by default for this codec: the workers' accumulators are the momentum).
@@ -22,7 +23,7 @@ size_t commit_topk_update_bytes(const ss_commit *c, const ss_shard *s)
 {
     uint32_t w = 0;
     for (int i = 0; i < c->np; i++) w += !c->dropped[i];
-    return sparse_update_bytes(w, sparse_shard_bytes(c->ss->rc.topk_density, s->n));
+    return sparse_update_bytes(w, sparse_shard_bytes(c->ss->rc.topk_density, c->ss->rc.topk_bits, s->n));
 }
 
 /* Participant i's weight (i counts every participant, p the ones not dropped). */
@@ -36,7 +37,7 @@ static float weight_of(const ss_commit *c, int i, int used)
 static int write_update(ss_commit *c, ss_shard *s, ss_delta **ds, int used)
 {
     float w[MAX_PARTICIPANTS];
-    size_t p = sparse_shard_bytes(c->ss->rc.topk_density, s->n);
+    size_t p = sparse_shard_bytes(c->ss->rc.topk_density, c->ss->rc.topk_bits, s->n);
     if (sparse_update_bytes((uint32_t)used, p) != c->gq_len) return -1;
     for (int i = 0, j = 0; i < c->np; i++)
         if (!c->dropped[i]) w[j++] = weight_of(c, i, used);

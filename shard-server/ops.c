@@ -124,16 +124,18 @@ static int push_check_payload(ss_ctx *ss, ss_req *req)
     return 0;
 }
 
-/* A topk push (codec_sparse.h): its size follows the run's density (BADSIZE); after its checksum, its
- * chunks (counts, indices in order and in range, scales) must be the codec's (BADCODEC). */
+/* A topk push (codec_sparse.h): its size follows the run's density and value bits (BADSIZE); after its
+ * checksum, its chunks (counts, widths, indices in order and in range, scales) must be the codec's
+ * (BADCODEC). */
 static int push_check_sparse_size(ss_ctx *ss, ss_shard *s, ss_req *req)
 {
-    size_t want = sparse_shard_bytes(ss->rc.topk_density, s->n);
+    size_t want = sparse_shard_bytes(ss->rc.topk_density, ss->rc.topk_bits, s->n);
     if (req->h.count != req->payload_len || req->payload_len != want) {
         req_reject(ss, req, DP_BADSIZE,
-                   "shard %d has %zu elements: a top-k payload at density %g is %zu bytes; got count %llu with %zu "
-                   "payload bytes",
-                   s->k, s->n, ss->rc.topk_density, want, (unsigned long long)req->h.count, req->payload_len);
+                   "shard %d has %zu elements: a top-k payload at density %g and %u bits is %zu bytes; got count "
+                   "%llu with %zu payload bytes",
+                   s->k, s->n, ss->rc.topk_density, ss->rc.topk_bits, want, (unsigned long long)req->h.count,
+                   req->payload_len);
         return -1;
     }
     return 0;
@@ -142,11 +144,11 @@ static int push_check_sparse_size(ss_ctx *ss, ss_shard *s, ss_req *req)
 static int push_check_sparse_chunks(ss_ctx *ss, ss_shard *s, ss_req *req)
 {
     size_t bad = 0;
-    if (sparse_check(req->payload, req->payload_len, s->n, ss->rc.topk_density, &bad) != 0) {
+    if (sparse_check(req->payload, req->payload_len, s->n, ss->rc.topk_density, ss->rc.topk_bits, &bad) != 0) {
         req_reject(ss, req, DP_BADCODEC,
-                   "the top-k chunk at element %zu of shard %d is malformed (count, indices or scale): not what "
-                   "--compress topk at density %g sends",
-                   bad, s->k, ss->rc.topk_density);
+                   "the top-k chunk at element %zu of shard %d is malformed (count, width, indices or scale): not "
+                   "what --compress topk at density %g and %u bits sends",
+                   bad, s->k, ss->rc.topk_density, ss->rc.topk_bits);
         return -1;
     }
     return 0;

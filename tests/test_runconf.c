@@ -132,17 +132,29 @@ static void codec_settings(void **state)
     runconf_free(&rc);
     assert_int_equal(from("*8\r\n" BASE "$8\r\ndownload\r\n$4\r\nsome\r\n", &rc, err, sizeof err), -1);
     runconf_free(&rc);
-    /* topk: its density and beta, their defaults, and async refused */
-    assert_int_equal(from("*12\r\n" BASE "$8\r\ncompress\r\n$4\r\ntopk\r\n$12\r\ntopk_density\r\n$4\r\n0.05\r\n"
-                          "$9\r\ntopk_beta\r\n$3\r\n0.9\r\n",
+    /* topk: its density, bits and beta, their defaults (a run made before --topk-bits: 2 bits), bits out of
+     * range refused, and async refused */
+    assert_int_equal(from("*14\r\n" BASE "$8\r\ncompress\r\n$4\r\ntopk\r\n$12\r\ntopk_density\r\n$4\r\n0.05\r\n"
+                          "$9\r\ntopk_beta\r\n$3\r\n0.9\r\n$9\r\ntopk_bits\r\n$1\r\n4\r\n",
                           &rc, err, sizeof err),
                      0);
     assert_int_equal(rc.compress, BLOB_TOPK);
     assert_true(rc.topk_density == 0.05 && rc.topk_beta == 0.9f);
+    assert_int_equal(rc.topk_bits, 4);
     runconf_free(&rc);
     assert_int_equal(from("*8\r\n" BASE "$8\r\ncompress\r\n$4\r\ntopk\r\n", &rc, err, sizeof err), 0);
     assert_true(rc.topk_density == 0.02 && rc.topk_beta == 0.95f);
+    assert_int_equal(rc.topk_bits, 2);
     runconf_free(&rc);
+    const char *bad_bits[] = {"1", "9", "4x", ""};
+    for (size_t i = 0; i < sizeof bad_bits / sizeof bad_bits[0]; i++) {
+        char reply[512];
+        snprintf(reply, sizeof reply, "*10\r\n" BASE "$8\r\ncompress\r\n$4\r\ntopk\r\n$9\r\ntopk_bits\r\n$%zu\r\n%s\r\n",
+                 strlen(bad_bits[i]), bad_bits[i]);
+        assert_int_equal(from(reply, &rc, err, sizeof err), -1);
+        assert_non_null(strstr(err, "topk_bits"));
+        runconf_free(&rc);
+    }
     assert_int_equal(from("*10\r\n" BASE "$8\r\ncompress\r\n$4\r\ntopk\r\n$12\r\ntopk_density\r\n$1\r\n0\r\n", &rc,
                           err, sizeof err),
                      -1);

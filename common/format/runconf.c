@@ -65,10 +65,11 @@ static const char *field(const runconf_fields *r, const char *name)
     return NULL;
 }
 
-/* --compress topk's density and the accumulator's decay (defaults for a run that does not say). */
+/* --compress topk's density, value bits and the accumulator's decay (defaults for a run that does not
+ * say: a run made before --topk-bits has 2-bit values). */
 static int topk_fields(const runconf_fields *r, runconf *rc, char *err, size_t errlen)
 {
-    const char *d = field(r, "topk_density"), *b = field(r, "topk_beta");
+    const char *d = field(r, "topk_density"), *b = field(r, "topk_beta"), *w = field(r, "topk_bits");
     char *end = NULL;
     rc->topk_density = d ? strtod(d, &end) : SPARSE_DENSITY_DEFAULT;
     if (d && (end == d || *end != '\0' || !(rc->topk_density > 0 && rc->topk_density <= 1))) {
@@ -81,6 +82,12 @@ static int topk_fields(const runconf_fields *r, runconf *rc, char *err, size_t e
         return -1;
     }
     rc->topk_beta = (float)beta;
+    long long bits = TOPK_BITS_DEFAULT;
+    if (w && parse_int(w, TOPK_BITS_MIN, TOPK_BITS_MAX, &bits) < 0) {
+        err_set(err, errlen, "the run's topk_bits '%s' is not an integer from %d to %d", w, TOPK_BITS_MIN, TOPK_BITS_MAX);
+        return -1;
+    }
+    rc->topk_bits = (unsigned)bits;
     if (rc->compress == BLOB_TOPK && rc->async) {
         err_set(err, errlen,
                 "the run is async with --compress topk, which this build refuses (coordinator init says why)");

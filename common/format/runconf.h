@@ -38,6 +38,7 @@ typedef struct runconf {
                                  BLOB_BF16 by default (codec.h) */
     double topk_density;        /* --compress topk: the entries kept per chunk (--topk-density) */
     float topk_beta;            /* --compress topk: the worker accumulator's decay (--topk-beta) */
+    unsigned topk_bits;         /* --compress topk: bits a kept value (--topk-bits; 2 for older runs) */
     int download_update;        /* --download update: gets are answered with the round's averaged
                                  pseudo-gradient in the codec, workers apply the outer step themselves */
     int min_replicas;           /* a commit is durable once WAIT says this many replicas have it (0 = at once) */

@@ -13,30 +13,31 @@ static size_t chunk_len(size_t n, size_t c)
     return n - c < TOPK_CHUNK ? n - c : TOPK_CHUNK;
 }
 
-size_t sparse_shard_bytes(double density, size_t n)
+size_t sparse_shard_bytes(double density, unsigned bits, size_t n)
 {
     size_t bytes = 0;
     for (size_t c = 0; c < n; c += TOPK_CHUNK)
-        bytes += topk_chunk_bytes(topk_count(density, chunk_len(n, c)), chunk_len(n, c));
+        bytes += topk_chunk_bytes(topk_count(density, chunk_len(n, c)), chunk_len(n, c), bits);
     return bytes;
 }
 
 size_t sparse_chunk_offset(const uint8_t *payload, size_t c)
 {
-    return c == 0 ? 0 : c / TOPK_CHUNK * topk_chunk_bytes(topk_chunk_count(payload), TOPK_CHUNK);
+    return c == 0 ? 0 : c / TOPK_CHUNK * topk_chunk_size(payload, TOPK_CHUNK);
 }
 
-int sparse_check(const uint8_t *in, size_t len, size_t n, double density, size_t *bad)
+int sparse_check(const uint8_t *in, size_t len, size_t n, double density, unsigned bits, size_t *bad)
 {
-    if (len != sparse_shard_bytes(density, n)) {
+    if (len != sparse_shard_bytes(density, bits, n)) {
         *bad = n;
         return -1;
     }
     size_t off = 0;
     for (size_t c = 0; c < n; c += TOPK_CHUNK) {
         uint32_t want = topk_count(density, chunk_len(n, c)), k;
-        size_t bytes = topk_chunk_bytes(want, chunk_len(n, c));
-        if (topk_check_chunk(in + off, bytes, chunk_len(n, c), &k) != 0 || k != want) {
+        unsigned width;
+        size_t bytes = topk_chunk_bytes(want, chunk_len(n, c), bits);
+        if (topk_check_chunk(in + off, bytes, chunk_len(n, c), &k, &width) != 0 || k != want || width != bits) {
             *bad = c;
             return -1;
         }
@@ -45,14 +46,14 @@ int sparse_check(const uint8_t *in, size_t len, size_t n, double density, size_t
     return 0;
 }
 
-int sparse_accumulate_encode(float *e, const float *a, const float *b, size_t len, float beta, uint32_t k, uint8_t *out,
-                             size_t *bad)
+int sparse_accumulate_encode(float *e, const float *a, const float *b, size_t len, float beta, uint32_t k,
+                             unsigned bits, uint8_t *out, size_t *bad)
 {
     for (size_t i = 0; i < len; i++) {
         float delta = b != NULL ? a[i] - b[i] : a[i];
         e[i] = beta * e[i] + delta;
     }
-    return topk_encode_chunk(e, len, k, out, bad);
+    return topk_encode_chunk(e, len, k, bits, out, bad);
 }
 
 void sparse_add_scaled(const uint8_t *payload, size_t n, size_t lo, size_t len, float w, float *g)
@@ -60,7 +61,7 @@ void sparse_add_scaled(const uint8_t *payload, size_t n, size_t lo, size_t len, 
     const uint8_t *p = payload + sparse_chunk_offset(payload, lo);
     for (size_t c = lo; c < lo + len && c < n; c += TOPK_CHUNK) {
         topk_decode_add_scaled_chunk(p, chunk_len(n, c), w, g + (c - lo));
-        p += topk_chunk_bytes(topk_chunk_count(p), chunk_len(n, c));
+        p += topk_chunk_size(p, chunk_len(n, c));
     }
 }
 
@@ -106,9 +107,10 @@ static int payload_ok(const uint8_t *in, size_t p, size_t n)
     size_t off = 0, full = 0;
     for (size_t c = 0; c < n; c += TOPK_CHUNK) {
         if (p - off < 4) return -1;
-        size_t bytes = topk_chunk_bytes(topk_chunk_count(in + off), chunk_len(n, c));
+        size_t bytes = topk_chunk_size(in + off, chunk_len(n, c));
         uint32_t k;
-        if (bytes > p - off || topk_check_chunk(in + off, bytes, chunk_len(n, c), &k) != 0) return -1;
+        unsigned bits;
+        if (bytes > p - off || topk_check_chunk(in + off, bytes, chunk_len(n, c), &k, &bits) != 0) return -1;
         if (c == 0) full = bytes;
         if (chunk_len(n, c) == TOPK_CHUNK && bytes != full) return -1;
         off += bytes;

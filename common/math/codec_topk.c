@@ -1,6 +1,6 @@
 /*
  * codec_topk.c: the sparse chunk codec (codec_topk.h): selection of the k largest magnitudes with ties
- * broken by index, 2-bit codes with a per-chunk bf16 scale, chunk-relative indices in Elias-Fano form, the check of
+ * broken by index, b-bit codes (2 to 8) with a per-chunk bf16 scale, chunk-relative indices in Elias-Fano form, the check of
  * a received chunk, and its decoding into a sum. The error-feedback accumulator is the caller's: encoding
  * subtracts what it carried, so e keeps exactly what was not sent.
  */
@@ -33,7 +33,21 @@ static size_t index_bytes(size_t n, uint32_t k)
     return ef_low_bytes(n, k) + (ef_upper_bits(n, k, ef_low(n, k)) + 7) / 8;
 }
 
-size_t topk_chunk_bytes(uint32_t k, size_t n) { return 4 + index_bytes(n, k) + ((size_t)k * 2 + 7) / 8; }
+static int bits_ok(unsigned bits) { return bits >= TOPK_BITS_MIN && bits <= TOPK_BITS_MAX; }
+
+size_t topk_chunk_bytes(uint32_t k, size_t n, unsigned bits)
+{
+    return 4 + index_bytes(n, k) + ((size_t)k * bits + 7) / 8;
+}
+
+uint32_t topk_chunk_count(const uint8_t *in) { return (uint32_t)(in[0] | (in[1] & 0x1F) << 8); }
+
+unsigned topk_chunk_bits(const uint8_t *in) { return (unsigned)(in[1] >> 5) + TOPK_BITS_MIN; }
+
+size_t topk_chunk_size(const uint8_t *in, size_t n)
+{
+    return topk_chunk_bytes(topk_chunk_count(in), n, topk_chunk_bits(in));
+}
 
 uint32_t topk_count(double density, size_t n)
 {
@@ -87,10 +101,30 @@ static int get_indices(const uint8_t *p, size_t n, uint32_t k, uint16_t *idx)
     return j == k ? 0 : -1;
 }
 
-static float decode_code(unsigned code, float scale)
+/* Code j of b bits, packed from the lowest bit of codes[0] (b <= 8: it spans at most two bytes). */
+static void put_code(uint8_t *codes, uint32_t j, unsigned bits, unsigned code)
 {
-    float v = (float)((code & 1u) + 1u) * scale;
-    return code & 2u ? -v : v;
+    size_t pos = (size_t)j * bits;
+    unsigned shift = pos % 8;
+    codes[pos / 8] |= (uint8_t)(code << shift);
+    if (shift + bits > 8) codes[pos / 8 + 1] |= (uint8_t)(code >> (8 - shift));
+}
+
+static unsigned get_code(const uint8_t *codes, uint32_t j, unsigned bits)
+{
+    size_t pos = (size_t)j * bits;
+    unsigned shift = pos % 8, v = codes[pos / 8] >> shift;
+    if (shift + bits > 8) v |= (unsigned)codes[pos / 8 + 1] << (8 - shift);
+    return v & ((1u << bits) - 1u);
+}
+
+/* A b-bit code: bit b-1 the sign, the bits below the magnitude m - 1, m in 1..2^(b-1); m * scale is
+ * exact in fp32 (m has at most 8 significant bits, a bf16 scale 8). */
+static float decode_code(unsigned code, unsigned bits, float scale)
+{
+    unsigned sign = 1u << (bits - 1);
+    float v = (float)((code & (sign - 1u)) + 1u) * scale;
+    return code & sign ? -v : v;
 }
 
 /* The key of rank r (0: the largest) among the distinct keys a[0..n), by quickselect (a is reordered):
@@ -133,9 +167,9 @@ static int select_top(const float *e, size_t n, uint32_t k, uint16_t *idx)
     return 0;
 }
 
-int topk_encode_chunk(float *e, size_t n, uint32_t k, uint8_t *out, size_t *bad)
+int topk_encode_chunk(float *e, size_t n, uint32_t k, unsigned bits, uint8_t *out, size_t *bad)
 {
-    if (n > TOPK_CHUNK || k > n) {
+    if (n > TOPK_CHUNK || k > n || !bits_ok(bits)) {
         *bad = n;
         return -1;
     }
@@ -149,62 +183,58 @@ int topk_encode_chunk(float *e, size_t n, uint32_t k, uint8_t *out, size_t *bad)
         *bad = n;
         return -1;
     }
-    float largest = 0;
+    /* the grid: 1..M times the scale, M = 2^(b-1), its top at the largest kept magnitude (codec_topk.h) */
+    unsigned levels = 1u << (bits - 1);
+    float largest = 0, top = (float)levels;
     for (uint32_t j = 0; j < k; j++) largest = fmaxf(largest, fabsf(e[idx[j]]));
-    uint16_t sbits = bf16_from_f32(largest / 2.0f);
+    uint16_t sbits = bf16_from_f32(largest / top);
     float scale = bf16_to_f32(sbits);
-    size_t ib = index_bytes(n, k);
-    memset(out, 0, topk_chunk_bytes(k, n));
-    out[0] = (uint8_t)k, out[1] = (uint8_t)(k >> 8), out[2] = (uint8_t)sbits, out[3] = (uint8_t)(sbits >> 8);
+    unsigned head = k | (bits - TOPK_BITS_MIN) << 13;
+    memset(out, 0, topk_chunk_bytes(k, n, bits));
+    out[0] = (uint8_t)head, out[1] = (uint8_t)(head >> 8), out[2] = (uint8_t)sbits, out[3] = (uint8_t)(sbits >> 8);
     put_indices(out + 4, n, k, idx);
-    uint8_t *codes = out + 4 + ib;
+    uint8_t *codes = out + 4 + index_bytes(n, k);
     for (uint32_t j = 0; j < k; j++) {
         float x = e[idx[j]];
         float m = scale > 0 ? nearbyintf(fabsf(x) / scale) : 1.0f;
-        m = m < 1.0f ? 1.0f : m > 2.0f ? 2.0f : m;
-        unsigned code = (x < 0 ? 2u : 0u) | ((unsigned)m - 1u);
-        codes[j / 4] |= (uint8_t)(code << (2 * (j % 4)));
-        e[idx[j]] = x - decode_code(code, scale);
+        m = m < 1.0f ? 1.0f : m > top ? top : m;
+        unsigned code = (x < 0 ? levels : 0u) | ((unsigned)m - 1u);
+        put_code(codes, j, bits, code);
+        e[idx[j]] = x - decode_code(code, bits, scale);
     }
     return 0;
 }
 
-int topk_check_chunk(const uint8_t *in, size_t len, size_t n, uint32_t *k)
+int topk_check_chunk(const uint8_t *in, size_t len, size_t n, uint32_t *k, unsigned *bits)
 {
     if (len < 4 || n > TOPK_CHUNK) return -1;
     uint32_t count = topk_chunk_count(in);
+    unsigned width = topk_chunk_bits(in);
     uint16_t sbits = (uint16_t)(in[2] | in[3] << 8), idx[TOPK_CHUNK];
-    if (count > n || len != topk_chunk_bytes(count, n) || sbits > CODEC_SCALE_MAX_BITS) return -1;
+    if (!bits_ok(width) || count > n || len != topk_chunk_bytes(count, n, width) || sbits > CODEC_SCALE_MAX_BITS)
+        return -1;
     if (get_indices(in + 4, n, count, idx) != 0) return -1;
     *k = count;
+    *bits = width;
     return 0;
 }
 
-void topk_decode_add_scaled_chunk(const uint8_t *in, size_t n, float w, float *acc)
+/* acc[index] = acc[index] + (w * decoded value, or the value alone when !scaled), for each entry. */
+static void decode_add(const uint8_t *in, size_t n, int scaled, float w, float *acc)
 {
     uint32_t k = topk_chunk_count(in);
+    unsigned bits = topk_chunk_bits(in);
     float scale = bf16_to_f32((uint16_t)(in[2] | in[3] << 8));
     const uint8_t *codes = in + 4 + index_bytes(n, k);
     uint16_t idx[TOPK_CHUNK];
     if (get_indices(in + 4, n, k, idx) != 0) return; /* (checked before: cannot happen) */
     for (uint32_t j = 0; j < k; j++) {
-        unsigned code = codes[j / 4] >> (2 * (j % 4)) & 3u;
-        float v = w * decode_code(code, scale);
+        float v = decode_code(get_code(codes, j, bits), bits, scale);
+        if (scaled) v = w * v;
         acc[idx[j]] = acc[idx[j]] + v;
     }
 }
 
-void topk_decode_add_chunk(const uint8_t *in, size_t n, float *acc)
-{
-    uint32_t k = topk_chunk_count(in);
-    float scale = bf16_to_f32((uint16_t)(in[2] | in[3] << 8));
-    const uint8_t *codes = in + 4 + index_bytes(n, k);
-    uint16_t idx[TOPK_CHUNK];
-    if (get_indices(in + 4, n, k, idx) != 0) return;
-    for (uint32_t j = 0; j < k; j++) {
-        unsigned code = codes[j / 4] >> (2 * (j % 4)) & 3u;
-        acc[idx[j]] = acc[idx[j]] + decode_code(code, scale);
-    }
-}
+void topk_decode_add_scaled_chunk(const uint8_t *in, size_t n, float w, float *acc) { decode_add(in, n, 1, w, acc); }
 
-uint32_t topk_chunk_count(const uint8_t *in) { return (uint32_t)(in[0] | in[1] << 8); }
+void topk_decode_add_chunk(const uint8_t *in, size_t n, float *acc) { decode_add(in, n, 0, 1.0f, acc); }

@@ -6,13 +6,14 @@ Per round, each worker (ids in byte order) takes H AdamW steps from the global p
   delta = theta - x;  e = beta*e + delta
 and per chunk of 4096 elements counted from each shard's start (the last one shorter), keeps the k =
 max(1, round(density * len)) largest |e| (ties: the lower index), sends each as sign and magnitude code
-m = clamp(round(|e| / s), 1, 2) with s = bf16(max kept |e| / 2), and keeps e - m*s in e. The servers'
+m = clamp(round(|e| / s), 1, M) with M = 2^(bits-1) (bits 2 by default: M = 2) and s = bf16(max kept
+|e| / M), and keeps e - m*s in e. The servers'
 mean is g = +0 then + w*v of each worker in order (w = fp32(1/W)), and the step theta = fma(-lr, g, theta)
 (outer momentum 0, the codec's default; lr the run's, 2 by default for topk). Prints "shard K DIGEST" per shard and "all DIGEST" (XXH3 of
 the fp32 bytes, as dl:{R}:shards and the workers' logs have them).
 
 usage: topk_reference.py --numel N --seed S --workers a,b --rounds R --sync-every H --bounds b0,..,bS
-                         [--density 0.02] [--beta 0.95] [--outer-lr 2]"""
+                         [--density 0.02] [--bits 2] [--beta 0.95] [--outer-lr 2]"""
 import argparse
 import fractions
 import os
@@ -33,15 +34,16 @@ def bf16_round(x):
     return np.array([r << 16], dtype=np.uint32).view(np.float32)[0]
 
 
-def topk_chunk(e, k):
-    """The chunk's sent values (indices, fp32 values) and e minus them, in place."""
-    bits = np.abs(e).view(np.uint32).astype(np.int64)
-    order = np.lexsort((np.arange(len(e)), -bits))  # larger magnitude first, then the lower index
+def topk_chunk(e, k, bits):
+    """The chunk's sent values (indices, fp32 values) at `bits` a value and e minus them, in place."""
+    mag = np.abs(e).view(np.uint32).astype(np.int64)
+    order = np.lexsort((np.arange(len(e)), -mag))  # larger magnitude first, then the lower index
     idx = np.sort(order[:k])
     x = e[idx]
-    scale = bf16_round(np.max(np.abs(x)) / np.float32(2))
+    top = np.float32(2 ** (bits - 1))
+    scale = bf16_round(np.max(np.abs(x)) / top)
     if scale > 0:
-        m = np.clip(np.rint(np.abs(x) / scale), 1, 2).astype(np.float32)
+        m = np.clip(np.rint(np.abs(x) / scale), 1, top).astype(np.float32)
     else:
         m = np.ones(k, dtype=np.float32)
     v = (m * scale).astype(np.float32)
@@ -69,6 +71,7 @@ def main():
     ap.add_argument("--sync-every", type=int, required=True)
     ap.add_argument("--bounds", required=True)
     ap.add_argument("--density", type=float, default=0.02)
+    ap.add_argument("--bits", type=int, default=2)
     ap.add_argument("--beta", type=float, default=0.95)
     ap.add_argument("--outer-lr", type=float, default=2.0)  # coordinator init's default for topk
     a = ap.parse_args()
@@ -97,7 +100,7 @@ def main():
                 for lo in range(bounds[s], bounds[s + 1], CHUNK):
                     hi = min(lo + CHUNK, bounds[s + 1])
                     kk = int(min(hi - lo, max(1, round(a.density * (hi - lo)))))
-                    idx, v = topk_chunk(st["e"][lo:hi], kk)
+                    idx, v = topk_chunk(st["e"][lo:hi], kk, a.bits)
                     g[lo + idx] = g[lo + idx] + w * v
         for i in np.nonzero(g)[0]:
             theta[i] = fma32(-lr, g[i], theta[i])

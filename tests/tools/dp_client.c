@@ -7,10 +7,14 @@
  * code, or closing the connection for a frame it cannot read), 1 otherwise.
  *
  * usage: dp_client --redis URL --run R --case badsize|nan|checksum|unknown|stale|oversize|garbage|
- *                                             wrongsecret|nohello|badcodec|nanscale [--shard K]
+ *                                             wrongsecret|nohello|badcodec|nanscale|badtopk|topkbits|
+ *                                             topkwidth [--shard K]
  * (wrongsecret answers the challenge with a made-up secret, nohello pushes without the handshake:
  * both must get `err AUTH` and a closed connection; badcodec pushes int8 or int4 against the run's codec
- * (`err BADCODEC`), nanscale an int8/int4 payload of the run's codec whose second block has a NaN scale)
+ * (`err BADCODEC`), nanscale an int8/int4 payload of the run's codec whose second block has a NaN scale;
+ * against a topk run: badtopk a payload whose first chunk's index bitmap is empty (`err BADCODEC`),
+ * topkbits a payload encoded at another --topk-bits (its size is not the run's: `err BADSIZE`),
+ * topkwidth the run's payload with its first chunk's head claiming another width (`err BADCODEC`))
  */
 #include <inttypes.h>
 #include <math.h>
@@ -113,26 +117,33 @@ static void make_nan_scale(target *t, blob_header *h, float *x, size_t n)
     h->dtype = t->rc.compress;
 }
 
-/* A topk push (the run's codec, its size right) whose first chunk's index bitmap is empty: a forged
- * frame the codec's check refuses. */
-static void make_bad_topk(target *t, blob_header *h, float *x, size_t n)
+/* What a forged topk push gets wrong. */
+enum bad_topk { TOPK_EMPTY_BITMAP, TOPK_OTHER_BITS, TOPK_WIDTH_HEAD };
+
+/* A topk push in the run's codec: chunk 0's index bitmap emptied (its size right), encoded at another
+ * width than the run's (its size wrong), or chunk 0's head claiming another width (its size right). */
+static void make_bad_topk(target *t, blob_header *h, float *x, size_t n, enum bad_topk how)
 {
-    size_t bytes = sparse_shard_bytes(t->rc.topk_density, n), off = 0, bad;
+    unsigned bits = t->rc.topk_bits, other = bits == TOPK_BITS_DEFAULT ? 4 : TOPK_BITS_DEFAULT;
+    if (how == TOPK_OTHER_BITS) bits = other;
+    size_t bytes = sparse_shard_bytes(t->rc.topk_density, bits, n), off = 0, bad;
     uint8_t *q = malloc(bytes);
     for (size_t i = 0; i < n; i++) x[i] = (float)(i % 7) - 3.0f;
     for (size_t c = 0; c < n; c += TOPK_CHUNK) {
         size_t m = n - c < TOPK_CHUNK ? n - c : TOPK_CHUNK;
         uint32_t k = topk_count(t->rc.topk_density, m);
-        topk_encode_chunk(x + c, m, k, q + off, &bad);
-        off += topk_chunk_bytes(k, m);
+        topk_encode_chunk(x + c, m, k, bits, q + off, &bad);
+        off += topk_chunk_bytes(k, m, bits);
     }
-    /* chunk 0's upper bitmap (after its k low parts of l bits, from byte 4) cleared: no index left */
-    size_t m0 = n < TOPK_CHUNK ? n : TOPK_CHUNK;
-    uint32_t k0 = topk_count(t->rc.topk_density, m0);
-    unsigned l = 0;
-    while (((size_t)k0 << (l + 1)) <= m0) l++;
-    size_t upper = 4 + ((size_t)k0 * l + 7) / 8;
-    memset(q + upper, 0, (k0 + ((m0 - 1) >> l) + 1 + 7) / 8);
+    if (how == TOPK_EMPTY_BITMAP) { /* chunk 0's upper bitmap (after its k low parts of l bits) cleared */
+        size_t m0 = n < TOPK_CHUNK ? n : TOPK_CHUNK;
+        uint32_t k0 = topk_count(t->rc.topk_density, m0);
+        unsigned l = 0;
+        while (((size_t)k0 << (l + 1)) <= m0) l++;
+        size_t upper = 4 + ((size_t)k0 * l + 7) / 8;
+        memset(q + upper, 0, (k0 + ((m0 - 1) >> l) + 1 + 7) / 8);
+    }
+    if (how == TOPK_WIDTH_HEAD) q[1] = (uint8_t)((q[1] & 0x1F) | (other - TOPK_BITS_MIN) << 5); /* codec_topk.h */
     memcpy(x, q, bytes); /* fits: far fewer bytes than the n floats */
     free(q);
     h->dtype = BLOB_TOPK;
@@ -219,7 +230,14 @@ static int run_case(target *t, int fd, const char *which, int shard)
         want = "BADCODEC";
     } else if (!strcmp(which, "badtopk") && t->rc.compress == BLOB_TOPK &&
                topk_count(t->rc.topk_density, n < TOPK_CHUNK ? n : TOPK_CHUNK) >= 2) {
-        make_bad_topk(t, &h, x, n);
+        make_bad_topk(t, &h, x, n, TOPK_EMPTY_BITMAP);
+        want = "BADCODEC";
+    } else if (!strcmp(which, "topkbits") && t->rc.compress == BLOB_TOPK) {
+        make_bad_topk(t, &h, x, n, TOPK_OTHER_BITS);
+        /* (a shard so small that both widths give one size is refused for its chunks' heads) */
+        want = h.count != sparse_shard_bytes(t->rc.topk_density, t->rc.topk_bits, n) ? "BADSIZE" : "BADCODEC";
+    } else if (!strcmp(which, "topkwidth") && t->rc.compress == BLOB_TOPK) {
+        make_bad_topk(t, &h, x, n, TOPK_WIDTH_HEAD);
         want = "BADCODEC";
     } else if (!strcmp(which, "nanscale") && codec_is_block(t->rc.compress)) {
         make_nan_scale(t, &h, x, n);

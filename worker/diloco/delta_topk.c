@@ -3,7 +3,7 @@
  *
  * The worker keeps an accumulator e, one fp32 per parameter (d->ef, the buffer error feedback uses for
  * the block codecs). Each round, chunk by chunk of every shard: e = beta * e + Δ, the chunk's top k
- * entries of e go out at 2 bits (delta_q), and e keeps what they did not carry. e is updated once per
+ * entries of e go out at the run's --topk-bits (delta_q), and e keeps what they did not carry. e is updated once per
  * round, when Δ is made (a resend is the same bytes), and lives only in this process: a restarted
  * worker starts again from e = 0 and loses what its accumulator held (up to 1/(1-beta) rounds of
  * unsent pseudo-gradient). delta.c calls these; they call only the codec. */
@@ -20,7 +20,7 @@ int dl_delta_topk_alloc(diloco *d, char *err, size_t errlen)
     if (!d->delta_qoff || !d->ef) goto oom;
     for (int k = 0; k < d->rc.nshards; k++)
         d->delta_qoff[k + 1] =
-            d->delta_qoff[k] + sparse_shard_bytes(d->rc.topk_density, (size_t)runconf_shard_numel(&d->rc, k));
+            d->delta_qoff[k] + sparse_shard_bytes(d->rc.topk_density, d->rc.topk_bits, (size_t)runconf_shard_numel(&d->rc, k));
     d->delta_q = malloc(d->delta_qoff[d->rc.nshards] + 1);
     if (!d->delta_q) goto oom;
     return 0;
@@ -33,18 +33,19 @@ const uint8_t *dl_delta_topk_encode(diloco *d, int k, size_t c, size_t len, int 
 {
     size_t lo = (size_t)d->rc.shard_bounds[k];
     double density = d->rc.topk_density;
-    size_t full = topk_chunk_bytes(topk_count(density, TOPK_CHUNK), TOPK_CHUNK);
+    unsigned bits = d->rc.topk_bits;
+    size_t full = topk_chunk_bytes(topk_count(density, TOPK_CHUNK), TOPK_CHUNK, bits);
     uint8_t *q0 = d->delta_q + d->delta_qoff[k] + (c - lo) / TOPK_CHUNK * full, *q = q0;
     for (size_t i = c; i < c + len; i += TOPK_CHUNK) {
         size_t m = c + len - i < TOPK_CHUNK ? c + len - i : TOPK_CHUNK;
         uint32_t kk = topk_count(density, m); /* (len ends at the shard's end, or is whole chunks) */
         const float *a = from_device ? d->delta_f32 + i : d->base + i, *b = from_device ? NULL : d->params + i;
         size_t where = 0;
-        if (sparse_accumulate_encode(d->ef + i, a, b, m, d->rc.topk_beta, kk, q, &where) != 0) {
+        if (sparse_accumulate_encode(d->ef + i, a, b, m, d->rc.topk_beta, kk, bits, q, &where) != 0) {
             *bad = i - c + (where < m ? where : 0);
             return NULL;
         }
-        q += topk_chunk_bytes(kk, m);
+        q += topk_chunk_bytes(kk, m, bits);
     }
     *qlen = (size_t)(q - q0);
     return q0;

@@ -65,7 +65,7 @@ typedef struct ss_commit {
     int ahead_done;      /* and its compute is finished (no longer queued) */
 } ss_commit;
 
-/* commit.c */
+/* commit_obj.c: the commit object */
 /* A commit of shard s's next version (round = its version), under its current generation and epoch. */
 ss_commit *commit_new(ss_ctx *ss, ss_shard *s);
 void commit_free(ss_commit *c);
@@ -75,10 +75,12 @@ ss_shard *commit_shard(ss_commit *c);
 void commit_finish(ss_commit *c, int outcome);
 /* Give up: reload the shard from Redis (reload) or answer the waiting gets with an error. */
 void commit_fail(ss_commit *c, const char *why, int reload);
-/* The log entry is written (or not): dl_commit. */
-void commit_on_log_written(redisReply *r, void *priv);
 /* Parse "id:inc,id:inc" into c's participants, marking those listed in dropped ("id,id"). -1 if malformed. */
 int commit_parse_participants(ss_commit *c, const char *parts, const char *dropped);
+
+/* commit.c */
+/* The log entry is written (or not): dl_commit. */
+void commit_on_log_written(redisReply *r, void *priv);
 
 /* commit_ahead.c */
 enum ahead_outcome { AHEAD_NONE, AHEAD_COMPUTED, AHEAD_QUEUED };
@@ -88,8 +90,6 @@ enum ahead_outcome { AHEAD_NONE, AHEAD_COMPUTED, AHEAD_QUEUED };
 int ahead_take(ss_commit *c, ss_shard *s);
 /* A compute ahead finished its last slice: it waits for its commit. */
 void ahead_computed(ss_commit *c, ss_shard *s);
-/* A compute ahead (not in the queue) failed or lost a Δ: drop it and free c. */
-void ahead_abandon(ss_commit *c, const char *why);
 /* A commit succeeded: its participants (not dropped) are the guess for the shard's next round. */
 void ahead_note_participants(const ss_commit *c, ss_shard *s);
 

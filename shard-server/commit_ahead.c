@@ -125,16 +125,6 @@ void ahead_computed(ss_commit *c, ss_shard *s)
               (unsigned long long)(now_ms() - c->t0));
 }
 
-void ahead_abandon(ss_commit *c, const char *why)
-{
-    ss_shard *s = &c->ss->shards[c->k];
-    if (s->ahead == c) {
-        c->ss->m.ahead_discarded++;
-        log_debug("shard %d round %lld: compute ahead of the barrier dropped: %s", c->k, (long long)c->round, why);
-    }
-    commit_free(c);
-}
-
 void ahead_discard(ss_shard *s, const char *why)
 {
     ss_commit *a = s->ahead;

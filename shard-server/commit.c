@@ -95,7 +95,8 @@ static void crash_if_asked(ss_ctx *ss, const ss_commit *c)
     }
 }
 
-void commit_on_log_written(redisReply *r, void *priv)
+/* The log entry is written (or not): dl_commit. */
+static void commit_on_log_written(redisReply *r, void *priv)
 {
     ss_commit *c = priv;
     ss_ctx *ss = c->ss;
@@ -335,10 +336,17 @@ static void commit_on_submission(redisReply *r, void *priv)
     commit_check_deltas(c, s);
 }
 
+/* What follows a round's commit's compute, log entry and end (commit.h). */
+static const commit_steps round_steps = {
+    .computed = commit_log_write,
+    .logged = commit_on_log_written,
+    .ended = ahead_consider,
+};
+
 void commit_start(ss_ctx *ss, ss_shard *s)
 {
     if (s->committing || s->state != SH_READY) return;
-    ss_commit *c = commit_new(ss, s);
+    ss_commit *c = commit_new(ss, s, &round_steps);
     if (c == NULL) return;
     s->committing = 1;
     char f[16], round[24];

@@ -19,8 +19,26 @@
 
 enum commit_outcome { OUT_DONE, OUT_WAIT, OUT_NEED, OUT_ERR };
 
+struct ss_commit;
+
+/* What follows the steps of a commit that the files below commit.c take, which they cannot call
+ * themselves (it is above them): chosen by the file that makes the commit (commit.c for a round's
+ * commit, commit_ahead.c for a compute ahead of the barrier) and reached through c->steps, as libevent
+ * reaches its backends through a table. */
+typedef struct commit_steps {
+    /* commit_compute.c: θ' is computed. A round's commit serves it and writes the log entry
+     * (commit_log_write); a compute ahead waits for its barrier. */
+    void (*computed)(struct ss_commit *c, ss_shard *s);
+    /* commit_log.c: the log entry is written, or r says why not (store_set's callback): dl_commit. */
+    rlink_cb *logged;
+    /* commit_obj.c: the commit ended and its parked gets are answered: the next round's compute ahead
+     * may start (ahead_consider). NULL: nothing (a compute ahead has nobody waiting on it). */
+    void (*ended)(ss_ctx *ss, ss_shard *s);
+} commit_steps;
+
 typedef struct ss_commit {
     ss_ctx *ss;
+    const commit_steps *steps;
     int k;
     uint64_t gen;
     int64_t round; /* commits version round+1 */
@@ -66,8 +84,9 @@ typedef struct ss_commit {
 } ss_commit;
 
 /* commit_obj.c: the commit object */
-/* A commit of shard s's next version (round = its version), under its current generation and epoch. */
-ss_commit *commit_new(ss_ctx *ss, ss_shard *s);
+/* A commit of shard s's next version (round = its version), under its current generation and epoch;
+ * steps (static, not copied) says what follows its compute, its log entry and its end. */
+ss_commit *commit_new(ss_ctx *ss, ss_shard *s, const commit_steps *steps);
 void commit_free(ss_commit *c);
 /* The shard if this commit is still its current operation, else NULL. */
 ss_shard *commit_shard(ss_commit *c);
@@ -78,18 +97,12 @@ void commit_fail(ss_commit *c, const char *why, int reload);
 /* Parse "id:inc,id:inc" into c's participants, marking those listed in dropped ("id,id"). -1 if malformed. */
 int commit_parse_participants(ss_commit *c, const char *parts, const char *dropped);
 
-/* commit.c */
-/* The log entry is written (or not): dl_commit. */
-void commit_on_log_written(redisReply *r, void *priv);
-
 /* commit_ahead.c */
 enum ahead_outcome { AHEAD_NONE, AHEAD_COMPUTED, AHEAD_QUEUED };
 /* The commit c (participants known, every Δ here) takes over the shard's compute ahead if it was made
  * for the same Δ, version and tunables: AHEAD_COMPUTED (θ' is ready: write the log), AHEAD_QUEUED (c
  * took its place in the compute queue); else AHEAD_NONE (dropped if there was one: compute as usual). */
 int ahead_take(ss_commit *c, ss_shard *s);
-/* A compute ahead finished its last slice: it waits for its commit. */
-void ahead_computed(ss_commit *c, ss_shard *s);
 /* A commit succeeded: its participants (not dropped) are the guess for the shard's next round. */
 void ahead_note_participants(const ss_commit *c, ss_shard *s);
 

@@ -42,6 +42,18 @@ static int all_deltas_here(ss_shard *s, const ss_commit *c)
     return 1;
 }
 
+/* A compute ahead finished its last slice: it waits for its commit. */
+static void ahead_computed(ss_commit *c, ss_shard *s)
+{
+    c->ahead_done = 1;
+    log_debug("shard %d round %lld: step computed ahead of the barrier in %llu ms", s->k, (long long)c->round,
+              (unsigned long long)(now_ms() - c->t0));
+}
+
+/* What follows a compute ahead's compute (commit.h): nothing else, it is never logged and nobody
+ * waits on its end. */
+static const commit_steps ahead_steps = {.computed = ahead_computed};
+
 void ahead_consider(ss_ctx *ss, ss_shard *s)
 {
     if (s->ahead != NULL && commit_shard(s->ahead) == NULL) ahead_discard(s, "the shard changed under it");
@@ -51,7 +63,7 @@ void ahead_consider(ss_ctx *ss, ss_shard *s)
     int stored = 0;
     for (ss_delta *d = s->deltas; d != NULL; d = d->next) stored += d->round == s->version;
     if (stored != count_parts(s->last_parts)) return; /* cheap test first: a commit is a big struct */
-    ss_commit *c = commit_new(ss, s);
+    ss_commit *c = commit_new(ss, s, &ahead_steps);
     if (c == NULL) return; /* the commit computes at its barrier */
     c->ahead = 1;
     if (commit_parse_participants(c, s->last_parts, "") != 0 || !all_deltas_here(s, c)) {
@@ -116,13 +128,6 @@ int ahead_take(ss_commit *c, ss_shard *s)
     if (!done) cq_replace(c->ss, a, c); /* c computes the rest, from where a is */
     commit_free(a);
     return done ? AHEAD_COMPUTED : AHEAD_QUEUED;
-}
-
-void ahead_computed(ss_commit *c, ss_shard *s)
-{
-    c->ahead_done = 1;
-    log_debug("shard %d round %lld: step computed ahead of the barrier in %llu ms", s->k, (long long)c->round,
-              (unsigned long long)(now_ms() - c->t0));
 }
 
 void ahead_discard(ss_shard *s, const char *why)

@@ -219,10 +219,7 @@ static void commit_slice(ss_commit *c, ss_shard *s)
     if (c->pos < n) return;
     c->has_mom = s->has_mom || (c->used > 0 && (c->t.mu != 0.0f || c->dnbuf != NULL));
     cq_pop(c->ss);
-    if (c->ahead)
-        ahead_computed(c, s); /* it waits for its barrier */
-    else
-        commit_log_write(c, s);
+    c->steps->computed(c, s); /* a round's commit: the log entry; a compute ahead: it waits for its barrier */
 }
 
 /* The commit is then given up like any other that lost a Δ. */

@@ -99,7 +99,7 @@ static void commit_start_log(ss_commit *c, ss_shard *s)
     store_blob_key(ss, key, sizeof key, s->k, "log", c->round + 1, c->epoch);
     log_debug("shard %d round %lld: writing %zu bytes of log at +%llu ms", s->k, (long long)c->round, (size_t)hl + plen,
               (unsigned long long)(now_ms() - c->t0));
-    if (store_set(ss, key, c->head, (size_t)hl, payload, plen, commit_on_log_written, c) != 0)
+    if (store_set(ss, key, c->head, (size_t)hl, payload, plen, c->steps->logged, c) != 0)
         commit_fail(c, "Redis is unavailable", 0);
 }
 

@@ -6,7 +6,9 @@
  * ends its commits with these. Ending one means answering the gets parked on its round with the outcome
  * (done: judged again through ss->dispatch; wait, need, error: answered here), or, when the outcome of a
  * dl_commit is unknown, rebuilding the shard's cache through ss->reload. A compute ahead of the barrier
- * has nobody waiting on it: it is dropped instead.
+ * has nobody waiting on it: it is dropped instead. What follows a commit's end is the steps' (commit.h),
+ * which its maker chose: this file calls no other file of the commit, it is the bottom of the commit's
+ * layers (docs/architecture.md, "Layers").
  */
 #include "commit.h"
 
@@ -17,11 +19,12 @@
 #include "log.h"
 #include "util.h"
 
-ss_commit *commit_new(ss_ctx *ss, ss_shard *s)
+ss_commit *commit_new(ss_ctx *ss, ss_shard *s, const commit_steps *steps)
 {
     ss_commit *c = calloc(1, sizeof *c);
     if (c == NULL) return NULL;
     c->ss = ss;
+    c->steps = steps;
     c->k = s->k;
     c->gen = s->gen;
     c->round = s->version;
@@ -111,6 +114,7 @@ void commit_finish(ss_commit *c, int outcome)
     }
     s->committing = 0;
     ss_req *list = park_take(s);
+    const commit_steps *steps = c->steps;
     int64_t round = c->round;
     char need[512], errmsg[256];
     snprintf(need, sizeof need, "%s", c->need);
@@ -135,7 +139,8 @@ void commit_finish(ss_commit *c, int outcome)
             req_reply_err(req, DP_REDIS, "commit of shard %d round %lld failed: %s; retry", s->k, (long long)round,
                           errmsg);
     }
-    ahead_consider(ss, s); /* the Δ of the next round (or of this one, after a wait) may all be here */
+    if (steps->ended != NULL) /* the Δ of the next round (or of this one, after a wait) may all be here */
+        steps->ended(ss, s);
     snapshot_idle_work(ss);
 }
 

@@ -11,7 +11,9 @@
  * never wedges. FENCED/VERSION/unknown outcome: the cache is rebuilt from Redis (shard_reload), which
  * also drops the shard if the lease is gone. Only one commit per shard runs at a time.
  * The compute runs in commit_compute.c, the log entry in commit_log.c, snapshots in snapshot.c; the
- * commit object (made, freed, ended: its parked gets answered) is commit_obj.c's.
+ * commit object (made, freed, ended: its parked gets answered) is commit_obj.c's. This file is the top
+ * of the commit's files: it calls them, they reach what follows their step through the commit's steps,
+ * which this file chooses for a round's commits (round_steps).
  */
 #include "commit.h"
 
@@ -146,7 +148,11 @@ static void commit_after_checks(ss_commit *c)
         commit_finish(c, OUT_ERR);
         return;
     }
-    commit_compute(c, s);
+    switch (ahead_take(c, s)) { /* a compute ahead of the barrier may have made it with the same Δ */
+    case AHEAD_COMPUTED: commit_log_write(c, s); return;
+    case AHEAD_QUEUED: return; /* c took its place in the compute queue */
+    default: commit_compute(c, s);
+    }
 }
 
 static void need_add(ss_commit *c, const char *id)

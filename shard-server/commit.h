@@ -1,12 +1,14 @@
 /*
- * commit.h: what the files of a shard's commit share (commit.c, commit_compute.c, commit_log.c).
+ * commit.h: what the files of a shard's commit share (commit.c, commit_log.c, commit_ahead.c,
+ * commit_compute.c, commit_topk.c, commit_obj.c: from the top down, each calling only the ones below).
  *
- * A commit (ss_commit) goes through: the barrier and membership checks (commit.c), the compute of the
- * mean and the outer step in slices from a queue (commit_compute.c), tentative serving and the log
- * entry, deferred while parameters stream out (commit_log.c), then dl_commit (commit.c). In sync runs
- * the compute may have started before the barrier closed (commit_ahead.c). Snapshots
- * (snapshot.c) are written once no commit is running. The surface the other files of the
- * shard-server use is in ss.h.
+ * A commit (ss_commit, made and ended by commit_obj.c) goes through: the barrier and membership checks
+ * (commit.c), the compute of the mean and the outer step in slices from a queue (commit_compute.c),
+ * tentative serving and the log entry, deferred while parameters stream out (commit_log.c), then
+ * dl_commit (commit.c). In sync runs the compute may have started before the barrier closed
+ * (commit_ahead.c). A file below reaches the step that follows its own through the commit's steps
+ * (commit_steps, below). Snapshots (snapshot.c) are written once no commit is running. The surface the
+ * other files of the shard-server use is in ss.h.
  */
 #ifndef SHARD_SERVER_COMMIT_H
 #define SHARD_SERVER_COMMIT_H
@@ -101,14 +103,17 @@ int commit_parse_participants(ss_commit *c, const char *parts, const char *dropp
 enum ahead_outcome { AHEAD_NONE, AHEAD_COMPUTED, AHEAD_QUEUED };
 /* The commit c (participants known, every Δ here) takes over the shard's compute ahead if it was made
  * for the same Δ, version and tunables: AHEAD_COMPUTED (θ' is ready: write the log), AHEAD_QUEUED (c
- * took its place in the compute queue); else AHEAD_NONE (dropped if there was one: compute as usual). */
+ * took its place in the compute queue), either with its own weights; else AHEAD_NONE (dropped if there
+ * was one: compute as usual). */
 int ahead_take(ss_commit *c, ss_shard *s);
 /* A commit succeeded: its participants (not dropped) are the guess for the shard's next round. */
 void ahead_note_participants(const ss_commit *c, ss_shard *s);
 
 /* commit_compute.c */
-/* Every Δ is here: queue the compute of version round+1. */
+/* Every Δ is here: the participants' weights, then queue the compute of version round+1. */
 void commit_compute(ss_commit *c, ss_shard *s);
+/* --weight-by tokens, --staleness-weight: c->scale of each participant (nothing without them). */
+void commit_compute_weights(ss_commit *c, ss_shard *s);
 /* old's place in the compute queue goes to by. */
 void cq_replace(ss_ctx *ss, ss_commit *old, ss_commit *by);
 /* The loop turn that computes one slice of the queue's head commit (ss->cq_ev). */

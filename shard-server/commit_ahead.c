@@ -14,6 +14,10 @@
  * would compute itself; otherwise the compute ahead is dropped and the commit computes as before. A Δ
  * stored meanwhile (a resend, a worker outside the guess), a reload or a lost lease drops it too.
  *
+ * This file sits above the compute (it queues computes, and hands one's place in the queue to the
+ * commit that takes it over) and below commit.c, which asks it (ahead_take) before computing; a compute
+ * ahead that finishes comes back through its steps (ahead_steps), not a call.
+ *
  * Costs: one commit's copies (θ', momentum', the encoded mean) per shard while they wait for the
  * barrier, and the CPU of a wrong guess (a worker joined, left or restarted: one round each).
  * `shard-server --compute-ahead off` turns it off.
@@ -121,6 +125,7 @@ int ahead_take(ss_commit *c, ss_shard *s)
     }
     s->ahead = NULL;
     ahead_move(c, a);
+    commit_compute_weights(c, s); /* c's own, in its order of participants (a's had no dropped ones) */
     c->ss->m.ahead_used++;
     int done = a->ahead_done;
     log_debug("shard %d round %lld: barrier closed at +%llu ms; the compute ahead of it is %s", s->k,

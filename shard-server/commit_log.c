@@ -4,7 +4,9 @@
  *
  * Once θ' is computed, the gets that accept tentative parameters are answered with it; the log entry
  * (the averaged g, dl:{R:k}:log:<v>:<epoch>) is then written to Redis, in sync runs after the parameters
- * have gone out (at most LOG_DEFER_MAX_MS later), and commit.c runs dl_commit when it is written.
+ * have gone out (at most LOG_DEFER_MAX_MS later), and the commit's logged step (commit.c's dl_commit)
+ * runs when it is written. The fast path's g, which the entry carries, is computed here only then
+ * (commit_compute.c's cq_fill_g): this file sits above the compute.
  */
 #include "commit.h"
 

@@ -27,6 +27,7 @@
  *   commit_ahead.c    a sync commit's compute started before its barrier closes (taken over if the round
  *                     has the participants guessed)
  *   commit_log.c      tentative serving and the log entry, deferred while parameters stream out
+ *   commit_obj.c      the commit object: made, freed, ended (its parked gets answered)
  *   snapshot.c the snapshots (deferred until no commit runs; a rebase run's, until K versions old)
  *   past.c     --async-rule rebase: θ of the last K versions, which a commit rebases submissions with
  *   ops.c      the data-plane operations push and get (validation), called through ss->dispatch

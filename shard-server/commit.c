@@ -22,9 +22,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "keys.h"
-#include "log.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "format/keys.h"
 
 static void commit_on_commit(redisReply *r, void *priv)
 {

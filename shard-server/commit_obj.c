@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
 
 ss_commit *commit_new(ss_ctx *ss, ss_shard *s, const commit_steps *steps)
 {

@@ -254,7 +254,7 @@ typedef struct ss_ctx {
     char **owner_addr; /* per shard: address of its owner as last read (for `moved`) */
     /* shutdown */
     int stopping;
-    int refused; /* Redis refused one of our logins for good (ss_refused): exit status 1 */
+    int refused; /* Redis refused one of our logins for good (ctx.c): exit status 1 */
     struct event *exit_timer;
     ss_metrics m;
     struct ss_commit *cq_head, *cq_tail; /* commits being computed, in order (commit_compute.c) */
@@ -281,7 +281,6 @@ static inline int ss_lease_valid(const ss_ctx *ss)
 }
 
 /* ctx.c */
-extern ss_ctx *g_ss; /* the process's server, for ss_refused */
 /* Read the run from Redis (opts.redis, opts.run): library version, layout, tunables. Retries an
  * unreachable Redis for opts.connect_timeout_ms or until *stop is set. 0 ok, -1 (logged) fatal. */
 int ss_ctx_load_run(ss_ctx *ss, volatile int *stop);
@@ -291,9 +290,6 @@ int ss_ctx_start(ss_ctx *ss, struct event_base *base, char *err, size_t errlen);
 /* Free everything the context owns (connections, shards, commits, Redis links, events); the loop must
  * not run it again. The struct itself and the event base are the caller's. */
 void ss_ctx_free(ss_ctx *ss);
-/* Redis refused a login of connection `conn` for good (rconn_error_final: the password or user was
- * changed under us): nothing can work any more, so the loop stops and the process exits with status 1. */
-void ss_refused(const char *conn, const char *why);
 
 /* server.c */
 int server_listen(ss_ctx *ss, char *err, size_t errlen);

@@ -47,7 +47,7 @@ static void commit_on_commit(redisReply *r, void *priv)
     if (runconf_rebase(&ss->rc)) /* the replaced version: a later submission may be based on it */
         past_keep(s, ss->rc.rebase_window, s->theta, s->version);
     else
-        ss_buf_release(s->theta);
+        server_buf_release(s->theta);
     free(s->mom);
     s->tent_theta = NULL;
     s->theta = c->theta;

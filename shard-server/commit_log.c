@@ -122,7 +122,7 @@ static void lq_arm(ss_ctx *ss)
  * step is still to be computed (its parameters will go out next). */
 static int log_should_wait(const ss_ctx *ss, const ss_commit *c)
 {
-    return (ss_bufs_in_flight() > 0 || ss->cq_head != NULL) && now_ms() - c->t_computed < LOG_DEFER_MAX_MS;
+    return (server_bufs_in_flight() > 0 || ss->cq_head != NULL) && now_ms() - c->t_computed < LOG_DEFER_MAX_MS;
 }
 
 void lq_on_timer(evutil_socket_t fd, short what, void *arg)

@@ -41,8 +41,8 @@ void commit_free(ss_commit *c)
     for (int i = 0; i < c->np; i++) free(c->ids[i]);
     if (c->xs != NULL) XXH3_freeState(c->xs);
     free(c->g);
-    ss_buf_release(c->gq);    /* update replies may still be sending it */
-    ss_buf_release(c->theta); /* tentative replies may still be sending it */
+    server_buf_release(c->gq);    /* update replies may still be sending it */
+    server_buf_release(c->theta); /* tentative replies may still be sending it */
     free(c->mom);
     free(c->dnbuf);
     free(c);

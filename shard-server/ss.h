@@ -138,7 +138,7 @@ typedef struct ss_delta {
 
 /* --download update: the update that produced a version (the averaged pseudo-gradient in the run's
  * codec, as logged), sent to the gets that hold the version before. buf is sent by reference
- * (ss_buf_release). */
+ * (server_buf_release). */
 typedef struct ss_update {
     uint8_t *buf; /* NULL: none */
     size_t len;
@@ -300,12 +300,12 @@ void server_close(ss_ctx *ss);
 /* Reply to req and free it; the connection reads its next request. */
 void req_reply(ss_req *req, blob_header *h, const void *payload, size_t len);
 /* Same, sending buf by reference (no copy): buf must be a malloc'd buffer that is never changed and is
- * freed with ss_buf_release, which defers the free until every queued reply has been sent. h->xxh must
+ * freed with server_buf_release, which defers the free until every queued reply has been sent. h->xxh must
  * hold the buffer's XXH3_64bits (kept with the buffer, so it is hashed once, not once per reply). */
 void req_reply_buf(ss_req *req, blob_header *h, void *buf, size_t len);
-void ss_buf_release(void *buf);
+void server_buf_release(void *buf);
 /* Buffers sent by reference that some connection has not finished sending (parameters on the wire). */
-int ss_bufs_in_flight(void);
+int server_bufs_in_flight(void);
 void req_reply_simple(ss_req *req, const char *op, const char *text);
 void req_reply_err(ss_req *req, dp_err code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void req_free(ss_req *req);
@@ -365,7 +365,7 @@ ss_delta *delta_find(ss_shard *s, int64_t round, const char *worker, int64_t inc
 void delta_store(ss_shard *s, ss_req *req);
 
 /* past.c: the versions an async rebase needs (θ of the last rebase_window versions). */
-/* Keep theta (a buffer released with ss_buf_release, now the ring's) as version `version`, in a ring of
+/* Keep theta (a buffer released with server_buf_release, now the ring's) as version `version`, in a ring of
  * `window` versions: the one it replaces is released. -1 (theta released) out of memory. */
 int past_keep(ss_shard *s, int64_t window, float *theta, int64_t version);
 /* θ of the shard's version `version`: its current one or one the ring holds; NULL if not held. */

@@ -331,17 +331,18 @@ int heartbeat_start(diloco *d, char *err, size_t errlen);
 void heartbeat_stop(diloco *d);
 
 /* fanout.c: a job per shard, one thread per owner; each returns the worst outcome of its shards */
-/* Run fn(d, shard, arg) for every shard in [first, last). */
-typedef int (*shard_job_fn)(diloco *d, int shard, void *arg, char *err, size_t errlen);
-int fanout_run(diloco *d, int first, int last, shard_job_fn fn, void *arg, char *err, size_t errlen);
 /* Push our Δ of every shard for round (pipelined per owner first, then each with its retries). */
 int fanout_push(diloco *d, int first, int last, int64_t round, char *err, size_t errlen);
+/* Push our Δ of every shard k for its own place rounds[k] (async: each with its retries). */
+int fanout_push_each(diloco *d, int first, int last, const int64_t *rounds, char *err, size_t errlen);
 typedef struct fanout_get_arg {
     int64_t want; /* minimum version */
     int may_push; /* we are a participant of round want-1 and still hold our Δ */
     int flags;    /* BLOB_GET_TENTATIVE_OK: a version not yet durable will do */
     int once;     /* one attempt per shard (resending Δ if asked), no waiting in place: the
                      caller loops over the whole fragment (sync.c's get_round) */
+    const int64_t *after; /* when set (async), shard k's minimum version is after[k] + 1 (our
+                             submission's place, resent there on `need`) and want is unused */
 } fanout_get_arg;
 /* Get every shard at version >= ga->want into base (pipelined per owner first, then each with its
  * retries, or once); shard_version[k] = the version got. */

@@ -154,7 +154,7 @@ static int fetch_round_result(diloco *d, int f, int64_t want, char *err, size_t 
         if (rc == DL_EVICTED || rc == DL_FAIL || rc == DL_CORRUPT)
             return rc; /* STALE: committed already; the get tells how */
     }
-    fanout_get_arg ga = {want, 1, 0, 1};
+    fanout_get_arg ga = {.want = want, .may_push = 1, .once = 1};
     return get_round(d, first, last, &ga, err, errlen);
 }
 
@@ -283,7 +283,7 @@ int sync_run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
     d->cur.t_pushed_us = wall_us();
     rc = barrier_pass(d, f, round, err, errlen);
     if (rc != DL_OK) return rc;
-    fanout_get_arg ga = {round + 1, 1, BLOB_GET_TENTATIVE_OK, 1};
+    fanout_get_arg ga = {.want = round + 1, .may_push = 1, .flags = BLOB_GET_TENTATIVE_OK, .once = 1};
     /* until every shard's parameters are in, the round is incomplete for us: sync_confirm_durable
      * finishes it (with the Δ we keep) before fragment f computes another Δ */
     d->frag_incomplete[f] = 1;

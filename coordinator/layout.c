@@ -6,7 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 /* The tensor boundary nearest to x (tensor offsets and numel itself are boundaries). */
 static uint64_t nearest_boundary(const model_tensor *t, int nt, uint64_t numel, uint64_t x)

@@ -19,8 +19,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #define EXIT_CHECK_MS 2 /* how often the armed exit looks whether the tentative reply has left */
 

@@ -54,15 +54,7 @@ for w in w1 w2; do
   [ "$n" -eq $ROUNDS ] || fail "worker $w: $n complete syncs, expected $ROUNDS"
 done
 [ "$(shard_versions $RUN)" = "$ROUNDS $ROUNDS" ] || fail "versions: $(shard_versions $RUN)"
-build/tests/tools/ref_quadratic --numel $NUMEL --shards 2 --seed $SEED --workers w1,w2 --rounds $ROUNDS \
-  --sync-every $H --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" > "$TMP/ref.txt" || fail "reference"
-shard_digests $RUN > "$TMP/got.txt"
-grep '^shard' "$TMP/ref.txt" | diff - "$TMP/got.txt" > "$TMP/diff.txt" || fail "shard digests differ: $(cat "$TMP/diff.txt")"
-commits=$($RCLI XRANGE "dl:{$RUN}:events" - + | grep -c '^commit$')
-[ "$commits" -eq $((2 * ROUNDS)) ] || fail "expected $((2 * ROUNDS)) commits (each round once per shard), saw $commits"
-ref=$(awk '/^all/ {print $2}' "$TMP/ref.txt")
-for w in w1 w2; do
-  got=$(grep '"event":"sync"' "$TMP/$w.jsonl" | tail -n 1 | sed 's/.*"digest":"\([0-9a-f]*\)".*/\1/')
-  [ "$got" = "$ref" ] || fail "worker $w ends with digest $got, reference $ref"
-done
-say "bit-identical to the fault-free reference after $ROUNDS rounds: $ref"
+REF_SHARDS=2 REF_WORKERS=w1,w2
+assert_matches_reference
+assert_workers_end_at "$REF_DIGEST"
+say "bit-identical to the fault-free reference after $ROUNDS rounds: $REF_DIGEST"

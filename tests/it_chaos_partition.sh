@@ -65,12 +65,14 @@ for w in ("w2", "w3", "w4"):
 assert others <= {s["digest"]}, "w1's parameters after the heal differ: %s vs %s" % (s["digest"], others)
 new = [e for e in joins if e["t"] > th]
 if not new:
-    lost = sum(1 for e in w1 if e["event"] == "sync" and e["t"] > th and e.get("stale"))
-    print("BUG (worker): after the heal w1 never registered again: its heartbeat got UNKNOWN_WORKER but it kept "
-          "training as evicted incarnation %s, and all %d of its syncs after the heal were lost as STALE (one round "
-          "behind, so dl_arrive's UNKNOWN_WORKER, the only path that registers again, was never reached); it "
-          "never contributed again. Everything else held (eviction, %d rounds closed without it, no stale "
-          "pseudo-gradient applied, current parameters fetched)." % (old, lost, len(during)))
+    after_heal = [e for e in w1 if e["event"] == "sync" and e["t"] > th]
+    lost = sum(1 for e in after_heal if e.get("stale"))
+    print("BUG (worker): after the heal (begun at +%.2f s, logged at +%.2f s) w1 never registered again: its joins "
+          "at %s (s after the cut), %d syncs after the heal, %d of them lost as STALE; it kept training as evicted "
+          "incarnation %s (bug 1 of docs/chaos.md: an evicted worker must register again). Everything else held "
+          "(eviction, %d rounds closed without it, no stale pseudo-gradient applied, current parameters fetched)." % (
+          th - tc, heal["t"] - tc, ", ".join("%+.2f" % (e["t"] - tc) for e in joins), len(after_heal), lost, old,
+          len(during)))
     sys.exit(77)
 inc = new[0]["inc"]
 assert int(inc) > int(old), "w1 registered again with incarnation %s <= %s" % (inc, old)

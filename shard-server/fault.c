@@ -40,7 +40,7 @@ static void exit_on_timer(evutil_socket_t fd, short what, void *arg)
     (void)fd;
     (void)what;
     ss_ctx *ss = arg;
-    if (ss_bufs_in_flight() > 0) {
+    if (server_bufs_in_flight() > 0) {
         check_later(ss);
         return;
     }

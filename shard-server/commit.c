@@ -20,7 +20,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/log.h"
 #include "base/util.h"
@@ -84,19 +83,6 @@ static void commit_on_commit(redisReply *r, void *priv)
     commit_finish(c, OUT_DONE);
 }
 
-/* Fault injection (--fault-crash-before-commit): die in the worst place, with the pseudo-gradients
- * received and the log blob written but the version not committed. The crash tests use it. */
-static void crash_if_asked(ss_ctx *ss, const ss_commit *c)
-{
-    if (ss->opts.crash_before_commit <= 0) return;
-    static uint64_t state;
-    if (state == 0) state = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
-    if (rng_uniform(&state) < ss->opts.crash_before_commit) {
-        log_warn("shard %d round %lld: fault injection: exiting before dl_commit", c->k, (long long)c->round);
-        _exit(137);
-    }
-}
-
 /* The log entry is written (or not): dl_commit. */
 static void commit_on_log_written(redisReply *r, void *priv)
 {
@@ -117,7 +103,9 @@ static void commit_on_log_written(redisReply *r, void *priv)
         commit_fail(c, "the lease may have expired before dl_commit", 1);
         return;
     }
-    crash_if_asked(ss, c);
+    /* fault injection (fault.c): die in the worst place, with the pseudo-gradients received and the log
+     * entry written but the version not committed */
+    if (fault_before_commit(ss, c->k, c->round)) return; /* c stays: the process exits soon */
     char ep[24], shard[16], from[24], ref[64], parts[16], frag[16], round[24];
     snprintf(ep, sizeof ep, "%lld", (long long)c->epoch);
     snprintf(shard, sizeof shard, "%d", c->k);

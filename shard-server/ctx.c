@@ -154,6 +154,7 @@ void ss_ctx_free(ss_ctx *ss)
     rlink_close(&ss->bulkw);
     rlink_route_free(&ss->route);
     commit_free_all(ss);
+    fault_free(ss);
     free_event(&ss->beat_timer);
     free_event(&ss->exit_timer);
     free_event(&ss->park_timer);

@@ -36,6 +36,7 @@
  *   server.c   listener, connections, framing (big frames read straight into their buffer), replies,
  *              rejections
  *   metrics.c  counters kept in memory, logged every METRICS_PERIOD_S (metrics.c)
+ *   fault.c    fault injection for the crash tests (--fault-* flags; off by default)
  */
 #ifndef SHARD_SERVER_SS_H
 #define SHARD_SERVER_SS_H
@@ -70,6 +71,7 @@ typedef struct ss_opts {
     int max_pending_rounds;
     int log_level;
     double crash_before_commit; /* fault injection for crash tests: probability of _exit before dl_commit */
+    char fault_tentative_to[64]; /* fault injection: serve tentatively to this worker alone, then _exit (fault.c) */
     char metrics_host[256];     /* --metrics HOST:PORT: Prometheus /metrics over HTTP ("" = off) */
     int metrics_port;
     int compute_ahead_off; /* --compute-ahead off: commits start computing at the barrier only */
@@ -228,6 +230,16 @@ typedef struct ss_tunables {
     int nesterov;
 } ss_tunables;
 
+/* fault.c's state (--fault-* flags) */
+typedef struct ss_fault {
+    uint64_t rng; /* --fault-crash-before-commit's draws */
+    /* --fault-tentative-to: the worker has had a tentative version (which), a commit reached dl_commit
+     * (held), and the exit waits for the reply to leave */
+    int served, held, shard;
+    int64_t version;
+    struct event *exit_ev;
+} ss_fault;
+
 typedef struct ss_ctx {
     ss_opts opts;
     redis_url url;
@@ -264,6 +276,7 @@ typedef struct ss_ctx {
     struct event *metrics_timer;
     struct evhttp *metrics_http;
     struct event *park_timer;
+    ss_fault fault;
     /* The calls that go up, set by ctx.c (as libevent calls its backends through a table): the files
      * below the dispatcher and the shard cache reach them only through these (docs/architecture.md,
      * "Layers"). dispatch (ops.c): the transport hands it each request, and parked requests are judged
@@ -399,6 +412,17 @@ void snapshot_drop_pending(ss_shard *s);
 void ahead_consider(ss_ctx *ss, ss_shard *s);
 /* Drop the shard's compute ahead, if any (why: for the debug log). */
 void ahead_discard(ss_shard *s, const char *why);
+
+/* fault.c: fault injection for the crash tests (docs/shard-server.md, "Fault injection") */
+/* --fault-tentative-to: whether a running commit may serve req tentatively (always, without the flag). */
+int fault_may_serve_tentative(const ss_ctx *ss, const ss_req *req);
+/* A commit served version `version` of shard k tentatively to the worker --fault-tentative-to names. */
+void fault_tentative_served(ss_ctx *ss, int k, int64_t version);
+/* A commit of shard k's round is about to run dl_commit: 1 when it must not (the process exits soon);
+ * --fault-crash-before-commit may exit here at once. */
+int fault_before_commit(ss_ctx *ss, int k, int64_t round);
+/* Teardown: the armed exit's event. */
+void fault_free(ss_ctx *ss);
 
 /* store.c */
 void store_blob_key(ss_ctx *ss, char *dst, size_t cap, int k, const char *kind, int64_t v, int64_t e);

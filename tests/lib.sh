@@ -175,17 +175,20 @@ prepare_bible() {
 }
 
 # assert_matches_reference: the run's shard digests equal those of tests/tools/ref_quadratic for workers
-# w1,w2,w3 (RUN, NUMEL, SEED, ROUNDS, H; 8 shards), and dl:{R}:events shows every shard committed exactly
-# once per round. Sets REF_DIGEST, the reference's digest of the whole parameter vector. REF_ARGS: more
-# reference flags (e.g. --codec int8).
+# REF_WORKERS (default w1,w2,w3; RUN, NUMEL, SEED, ROUNDS, H; REF_SHARDS shards, default 8), and
+# dl:{R}:events shows every shard committed exactly once per round. Sets REF_DIGEST, the reference's digest
+# of the whole parameter vector. REF_ARGS: more reference flags (e.g. --codec int8).
 assert_matches_reference() {
-  build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers w1,w2,w3 --rounds $ROUNDS \
-    --sync-every $H ${REF_ARGS:-} --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" > "$TMP/ref.txt" || fail "reference"
+  _ref_shards=${REF_SHARDS:-8}
+  build/tests/tools/ref_quadratic --numel $NUMEL --shards $_ref_shards --seed $SEED --workers ${REF_WORKERS:-w1,w2,w3} \
+    --rounds $ROUNDS --sync-every $H ${REF_ARGS:-} --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" \
+    > "$TMP/ref.txt" || fail "reference"
   shard_digests $RUN > "$TMP/got.txt"
   grep '^shard' "$TMP/ref.txt" | diff - "$TMP/got.txt" > "$TMP/diff.txt" || fail "shard digests differ: $(cat "$TMP/diff.txt")"
   REF_DIGEST=$(awk '/^all/ {print $2}' "$TMP/ref.txt")
   commits=$($RCLI XRANGE "dl:{$RUN}:events" - + | grep -c '^commit$')
-  [ "$commits" -eq $((8 * ROUNDS)) ] || fail "expected $((8 * ROUNDS)) commits (each round once per shard), saw $commits"
+  [ "$commits" -eq $((_ref_shards * ROUNDS)) ] ||
+    fail "expected $((_ref_shards * ROUNDS)) commits (each round once per shard), saw $commits"
 }
 
 # assert_dump_matches_reference OUT: the shard digests in a chaos harness dump (OUT/redis_dump.json)
@@ -204,9 +207,10 @@ PY
     fail "shard digests differ from the fault-free reference: $(cat "$TMP/diff.txt")"
 }
 
-# assert_workers_end_at DIGEST: the last sync of w1, w2 and w3 reported that digest of the whole vector.
+# assert_workers_end_at DIGEST: the last sync of each of REF_WORKERS (default w1,w2,w3) reported that digest
+# of the whole vector.
 assert_workers_end_at() {
-  for w in w1 w2 w3; do
+  for w in $(echo "${REF_WORKERS:-w1,w2,w3}" | tr , ' '); do
     got=$(grep '"event":"sync"' "$TMP/$w.jsonl" | tail -n 1 | sed 's/.*"digest":"\([0-9a-f]*\)".*/\1/')
     [ "$got" = "$1" ] || fail "worker $w ends with digest $got, reference $1"
   done

@@ -237,7 +237,8 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen)
  * waits for ours: each waits for the other until the sync timeout (seen in it_codec_crash under its kill
  * storm). So a get that keeps waiting reads those shards' commits and leases (one HMGET): where the shard
  * is not at our version and its lease has another epoch than the one that served us (that server is
- * gone), our kept Δ of round want-1 goes to the new owner. Nothing is sent while the commit is merely slow. */
+ * gone), our kept Δ of round want-1 goes to the new owner. Nothing is sent while the commit is merely slow.
+ * tests/it_tentative_crossing.sh makes the crossing happen (shard-server --fault-tentative-to). */
 static void resend_tentative(diloco *d, int first, int last, int64_t want)
 {
     int n = last - first, held = 0;

@@ -13,7 +13,8 @@
 # each round the sharded group's ranks together send and receive what one process does, each rank
 # exactly its own slices' bytes. Then bad input: a sharded group on a run not cut for its size, ranks
 # whose slices overlap, ranks that disagree on being sharded: one clear error on every rank, nothing
-# registered. (A rank killed with -9: tests/it_python_group_sharded.sh.)
+# registered; coordinator init refuses --fsdp-ranks 1, a non-number, and --fsdp-ranks with --fragments or
+# --async. (A rank killed with -9: tests/it_python_group_sharded_crash.sh.)
 . "$(dirname "$0")/lib.sh"
 ROUNDS=4; H=10
 GPT="--trainer gpt --layers 1 --heads 2 --dim 16 --ctx 8 --vocab 16 --seed 5"
@@ -40,7 +41,6 @@ done
 for m in $MEMBERS; do
   wait "${m%%:*}" || fail "${m#*:} exited with status $?: $(cat "$TMP/${m#*:}.out")"
 done
-grep -q 'shard_bounds' "$TMP/init-sbf16.log" 2>/dev/null || true
 ns=$($RCLI HGET "dl:{sbf16}:config" shards)
 [ "$ns" -gt 40 ] || fail "--fsdp-ranks 3 cut $ns shards (16 tensors of 3 chunks each need more than 40)"
 
@@ -100,4 +100,9 @@ bad_case size 2 "rank [01]: slice [0-9]* of this rank [a-z]* at element [0-9]*, 
 bad_case overlap 3 'ranks 0 and 1 both hold shard 0 of run .sbad.: the ranks. slices must not overlap' --bad OVERLAP
 bad_case mixed 3 'disagree on sharded parameters' --bad UNSHARDED
 [ "$($RCLI HGET "dl:{$RUN}:state" joins)" = 0 ] || fail "bad input registered a member"
+for bad in "--fsdp-ranks 1" "--fsdp-ranks 2,x" "--fsdp-ranks 2 --fragments 2" "--fsdp-ranks 2 --async"; do
+  bin/coordinator init --redis "$URL" --run sbadinit $GPT $bad > "$TMP/badinit.log" 2>&1
+  [ $? = 2 ] && grep -q -- '--fsdp-ranks' "$TMP/badinit.log" || fail "coordinator init $bad: $(cat "$TMP/badinit.log")"
+done
+[ "$($RCLI EXISTS "dl:{sbadinit}:config")" = 0 ] || fail "a refused init made the run"
 say "bad input (a run not cut for the group's size, overlapping slices, ranks that disagree on being sharded): every rank says why, nothing registered"

@@ -27,14 +27,13 @@ Refused before anything is opened, with NotImplementedError: FSDP1 (FullySharded
 parameter is cut across parameters, not per parameter on dim 0), DTensors placed otherwise than one Shard(0)
 over the group (HSDP's 2-D mesh, Replicate, another dim), and a model with both sharded and plain parameters.
 """
-import bisect
 import ctypes
 import json
-import re
 
 import torch
 
 from .errors import DiLoCoError
+from .params import name_index
 
 FSDP1_CLASS = "FullyShardedDataParallel"
 
@@ -163,13 +162,8 @@ class ShardedParams:
                     t.copy_(self.flat[off:off + n].view(t.shape))
 
     def name_index(self, message):
-        m = re.search(r"at index (\d+)", message)
-        if not m or int(m.group(1)) >= self.numel:
-            return message
-        i = int(m.group(1))
-        t = bisect.bisect_right(self.offsets, i) - 1
-        return "%s [this rank's part: parameter %r, element %d of its chunk]" % (message, self.names[t],
-                                                                                 i - self.offsets[t])
+        return name_index(message, self.offsets, self.names, self.numel,
+                          "[this rank's part: parameter %r, element %d of its chunk]")
 
     def host_pointer(self):
         return ctypes.cast(self.flat.data_ptr(), ctypes.POINTER(ctypes.c_float))

@@ -23,16 +23,15 @@ import argparse
 import datetime
 import os
 import sys
-import tempfile
 import time
 
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rediloco  # noqa: E402
+import forked  # noqa: E402
 from group_quad import QuadLoss  # noqa: E402
 from quad_numpy import bias_corrections  # noqa: E402
 from quad_worker import QuadAdamW, problem  # noqa: E402
@@ -162,23 +161,7 @@ def run(args):
                                           fsdp="fsdp" in flags,
                                           heartbeat=args.heartbeat, step_delay=args.step_delay,
                                           out=os.path.join(args.out, "%s-%s" % (run_, wid))))
-    failed = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        running = [(m, mp.start_processes(member_main, args=(m, os.path.join(tmp, "init%d" % i)), nprocs=m.ranks,
-                                          join=False, start_method="fork")) for i, m in enumerate(members)]
-        for m, ctx in running:
-            status = 0
-            try:
-                while not ctx.join():
-                    pass
-            except Exception as e:  # noqa: BLE001 - a rank failed: that member's status, the others go on
-                print("member %s of run %s failed: %s" % (m.worker_id, m.run, str(e).strip().splitlines()[-1]))
-                status = 1
-            with open(m.out + ".exit", "w") as f:
-                f.write("%d\n" % status)
-            failed |= status
-    return failed
-
+    return forked.run_groups(member_main, members, "member")
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])

@@ -16,11 +16,12 @@ CC       ?= cc
 OPT      ?= -O2
 CSTD      = -std=c11 -D_GNU_SOURCE
 WARN      = -Wall -Wextra -Werror
-# common/ holds four kinds of module, one folder each: net/ (Redis connections, Cluster routing, URLs,
-# frames, the handshake), format/ (blobs, msgpack readers, key names, run config, safetensors, error
-# codes), math/ (the outer step, hashing, bf16, codecs, log replay) and base/ (logging, time, errors, signals).
-# Headers are included by name ("blob.h"), so a module can move between folders without touching callers.
-COMMON_INC = -Icommon/net -Icommon/format -Icommon/math -Icommon/base -Icommon
+# common/ holds five kinds of module, one folder each, in layers (docs/architecture.md "## Layers"):
+# redis/ (Redis connections, Cluster routing, Sentinel, URLs, reading a run's config and state), the
+# only one that knows Redis; net/ (data-plane frames, the handshake); format/ (blobs, msgpack readers,
+# key names, run config, safetensors, error codes); math/ (the outer step, hashing, bf16, codecs, log
+# replay); base/ (logging, time, errors, signals). Headers are named with their folder ("base/log.h").
+COMMON_INC = -Icommon
 # OpenBLAS's header and library as the distribution installs them (Debian: openblas-pthread/)
 OPENBLAS_CFLAGS := $(shell pkg-config --cflags openblas 2>/dev/null)
 OPENBLAS_LIBS   := $(or $(shell pkg-config --libs openblas 2>/dev/null),-lopenblas)
@@ -180,7 +181,7 @@ $(BIN)/shard-server: $(BUILD)/shard-server/main.o $(LIBSERVER) $(LIBCOMMON)
 $(BIN)/delay-proxy: tools/delay_proxy.c $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	@mkdir -p $(BUILD)/tools
-	$(CC) $(CFLAGS) -Icommon/base -MF $(BUILD)/tools/delay_proxy.d -o $@ $(filter-out %.h,$^) $(LDLIBS)
+	$(CC) $(CFLAGS) -MF $(BUILD)/tools/delay_proxy.d -o $@ $(filter-out %.h,$^) $(LDLIBS)
 # $ORIGIN: the CUDA backend is opened from bin/, beside the program
 $(BIN)/worker: $(WORKER_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON) | $(CUDA_BACKEND)
 	@mkdir -p $(BIN)

@@ -14,11 +14,11 @@
 #include <string.h>
 #include <time.h>
 
-#include "bf16.h"
-#include "codec.h"
-#include "opts.h"
-#include "outer.h"
-#include "util.h"
+#include "base/opts.h"
+#include "base/util.h"
+#include "math/bf16.h"
+#include "math/codec.h"
+#include "math/outer.h"
 
 static double mono(void)
 {

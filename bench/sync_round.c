@@ -48,14 +48,14 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "bf16.h"
-#include "codec.h"
+#include "base/opts.h"
+#include "base/util.h"
 #include "diloco.h"
-#include "frame.h"
-#include "hash.h"
-#include "opts.h"
-#include "outer.h"
-#include "util.h"
+#include "math/bf16.h"
+#include "math/codec.h"
+#include "math/hash.h"
+#include "math/outer.h"
+#include "net/frame.h"
 
 static double mono(void)
 {

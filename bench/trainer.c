@@ -15,8 +15,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/opts.h"
 #include "gpt/gpt.h"
-#include "opts.h"
 
 static double now(void)
 {

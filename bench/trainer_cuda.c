@@ -21,8 +21,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/opts.h"
 #include "gpt/gpt.h"
-#include "opts.h"
 #ifdef DILOCO_HAVE_CUDA
 #include "cuda/gpt_cuda.h"
 #endif

@@ -15,19 +15,20 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "base/file_atomic.h"
+#include "base/log.h"
+#include "base/util.h"
 #include "coordinator.h"
-#include "file_atomic.h"
-#include "keys.h"
+#include "format/keys.h"
+#include "format/replay.h"
+#include "format/runconf.h"
 #include "layout.h"
-#include "log.h"
+#include "math/outer.h"
+#include "math/outer_dn.h"
 #include "model.h"
-#include "outer.h"
-#include "outer_dn.h"
-#include "rconn.h"
-#include "replay.h"
-#include "run_state.h"
-#include "runconf.h"
-#include "util.h"
+#include "redis/rconn.h"
+#include "redis/run_state.h"
+#include "redis/runconf_load.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "checkpoint.c writes fp32 as in memory: safetensors is little-endian"

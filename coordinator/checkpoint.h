@@ -11,7 +11,7 @@
  * Both are written atomically: temp file in the same folder, fsync, rename, fsync of the folder.
  *
  * Export reads Redis only (dl:{R}:config, dl:{R}:state, dl:{R}:shards and the shard blobs): it
- * rebuilds each shard with common/math/replay.c (snapshot + log replay + digest check) from refs read in
+ * rebuilds each shard with common/format/replay.c (snapshot + log replay + digest check) from refs read in
  * one HMGET, so all shards come from the same instant and must all be at the same version; while
  * they are not (a round is being committed) it waits and retries, up to a timeout.
  *
@@ -24,7 +24,7 @@
 #include <stdint.h>
 #include <hiredis/hiredis.h>
 
-#include "rconn.h"
+#include "redis/rconn.h"
 
 #define CKPT_FORMAT "rediloco-checkpoint"
 #define CKPT_FORMAT_VERSION "1"

@@ -9,10 +9,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/opts.h"
+#include "base/util.h"
 #include "coordinator.h"
-#include "opts.h"
-#include "outer.h"
-#include "util.h"
+#include "math/outer.h"
 
 static void ck_usage(FILE *f)
 {

@@ -12,10 +12,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "outer.h"
-#include "runconf.h"
-#include "safetensors.h"
-#include "util.h"
+#include "base/util.h"
+#include "format/runconf.h"
+#include "format/safetensors.h"
+#include "math/outer.h"
 
 void checkpoint_free(checkpoint *ck)
 {

@@ -6,9 +6,10 @@
 
 #include "coordinator.h"
 #include "evals.h"
-#include "keys.h"
-#include "rconn.h"
-#include "runconf.h"
+#include "format/keys.h"
+#include "format/runconf.h"
+#include "redis/rconn.h"
+#include "redis/runconf_load.h"
 
 int coord_connect(coord_common *c, rconn **out)
 {

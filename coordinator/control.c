@@ -14,10 +14,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/opts.h"
+#include "base/util.h"
 #include "coordinator.h"
 #include "http.h"
-#include "opts.h"
-#include "util.h"
 
 static void usage(FILE *f)
 {

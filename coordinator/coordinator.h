@@ -19,9 +19,9 @@
 #include <hiredis/hiredis.h>
 #include <stdint.h>
 
-#include "rconn.h"
+#include "redis/rconn.h"
 
-#include "url.h"
+#include "redis/url.h"
 
 typedef struct coord_common {
     const char *redis_url;  /* --redis (NULL: --redis-file or $DL_REDIS_URL, see url.h) */

@@ -4,8 +4,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "keys.h"
-#include "util.h"
+#include "base/util.h"
+#include "format/keys.h"
 
 /* One entry [id, [field, value, ...]] as {version, loss, tokens, time}; NULL when malformed. */
 static json_t *entry(const redisReply *e)

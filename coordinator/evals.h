@@ -7,7 +7,7 @@
 #include <stddef.h>
 #include <jansson.h>
 
-#include "rconn.h"
+#include "redis/rconn.h"
 
 #define EVALS_SHOWN 500 /* entries the status document carries (the chart's points) */
 

@@ -7,9 +7,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "checkpoint.h"
-#include "safetensors.h"
-#include "util.h"
+#include "format/safetensors.h"
 
 #define MAX_TENSORS 1000000
 

@@ -10,12 +10,12 @@
 
 #include <hiredis/hiredis.h>
 
-#include "rconn.h"
+#include "redis/rconn.h"
 #include <jansson.h>
 #include <stddef.h>
 #include <stdint.h>
 
-#include "url.h"
+#include "redis/url.h"
 
 struct event_base;
 

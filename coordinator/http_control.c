@@ -18,13 +18,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/util.h"
 #include "checkpoint.h"
-#include "fcall.h"
+#include "format/keys.h"
 #include "http.h"
-#include "keys.h"
-#include "log.h"
-#include "rconn.h"
-#include "util.h"
+#include "redis/fcall.h"
+#include "redis/rconn.h"
 
 const char *const control_actions[] = {"save_state",         "kick_worker", "update_optimizer",
                                        "update_num_workers", "shutdown",    NULL};

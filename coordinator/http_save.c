@@ -14,11 +14,11 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/log.h"
+#include "base/util.h"
 #include "checkpoint.h"
 #include "http.h"
-#include "log.h"
-#include "rconn.h"
-#include "util.h"
+#include "redis/rconn.h"
 
 #define MAX_WAITERS 64
 

@@ -23,10 +23,10 @@
 #include <strings.h>
 #include <sys/socket.h>
 
+#include "base/log.h"
+#include "base/util.h"
 #include "coordinator.h"
 #include "http.h"
-#include "log.h"
-#include "util.h"
 
 struct http_server {
     struct evhttp *http;

@@ -12,12 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "evals.h"
+#include "format/keys.h"
+#include "format/runconf.h"
 #include "http.h"
-#include "keys.h"
-#include "rconn.h"
-#include "runconf.h"
-#include "util.h"
+#include "redis/rconn.h"
+#include "redis/runconf_load.h"
 
 /* cjson encodes an empty Lua table as {}: treat it as an empty array. */
 static json_t *arr(json_t *v)

@@ -11,24 +11,24 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "blob.h"
-#include "codec.h"
-#include "codec_topk.h"
+#include "base/log.h"
+#include "base/opts.h"
+#include "base/util.h"
+#include "base/version.h"
 #include "checkpoint.h"
 #include "coordinator.h"
-#include "init.h"
+#include "format/blob.h"
+#include "format/keys.h"
+#include "format/runconf.h"
 #include "from_state.h"
-#include "keys.h"
+#include "init.h"
 #include "layout.h"
-#include "log.h"
+#include "math/codec.h"
+#include "math/codec_topk.h"
+#include "math/outer.h"
 #include "model.h"
-#include "opts.h"
-#include "outer.h"
-#include "rconn.h"
-#include "runconf.h"
+#include "redis/rconn.h"
 #include "snapshot.h"
-#include "util.h"
-#include "version.h"
 
 extern const char lua_library[];
 extern const unsigned long lua_library_len;

@@ -8,24 +8,24 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "blob.h"
-#include "codec.h"
-#include "codec_sparse.h"
+#include "base/log.h"
+#include "base/opts.h"
+#include "base/util.h"
+#include "base/version.h"
 #include "checkpoint.h"
 #include "coordinator.h"
+#include "format/blob.h"
+#include "format/keys.h"
+#include "format/runconf.h"
 #include "from_state.h"
-#include "keys.h"
-#include "layout.h"
-#include "log.h"
-#include "model.h"
-#include "opts.h"
-#include "outer.h"
-#include "rconn.h"
-#include "runconf.h"
-#include "snapshot.h"
-#include "util.h"
-#include "version.h"
 #include "init.h"
+#include "layout.h"
+#include "math/codec.h"
+#include "math/codec_sparse.h"
+#include "math/outer.h"
+#include "model.h"
+#include "redis/rconn.h"
+#include "snapshot.h"
 
 static int flag_given(const init_args *a, const char *flag)
 {

@@ -6,8 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runconf.h"
-#include "util.h"
+#include "base/util.h"
+#include "format/runconf.h"
 
 /* The tensor boundary nearest to x (tensor offsets and numel itself are boundaries). */
 static uint64_t nearest_boundary(const model_tensor *t, int nt, uint64_t numel, uint64_t x)

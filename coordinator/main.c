@@ -3,9 +3,9 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "checkpoint.h"
 #include "coordinator.h"
-#include "log.h"
 
 static void usage(FILE *f)
 {

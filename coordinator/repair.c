@@ -3,7 +3,7 @@
  * A shard-server that cannot load a shard (a snapshot or log entry fails its checksum, is missing or
  * malformed, or the replay does not give k:digest) marks it corrupt in dl:{R}:shards and answers
  * `err CORRUPT`; workers wait, and no round closes. repair:
- *   1. verifies every shard the way a load does (common/math/replay.c: each blob's checksum, the replay in
+ *   1. verifies every shard the way a load does (common/format/replay.c: each blob's checksum, the replay in
  *      order, k:digest at the end) and finds each shard's newest version that verifies; a shard cannot
  *      go back past its snapshot (the log entries before it are trimmed);
  *   2. picks what to restore: every shard's parameters and outer momentum at the newest version t that
@@ -28,17 +28,19 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/opts.h"
+#include "base/util.h"
 #include "checkpoint.h"
 #include "coordinator.h"
-#include "fcall.h"
-#include "keys.h"
-#include "opts.h"
-#include "outer.h"
-#include "rconn.h"
-#include "replay.h"
-#include "runconf.h"
+#include "format/keys.h"
+#include "format/replay.h"
+#include "format/runconf.h"
+#include "math/outer.h"
+#include "redis/fcall.h"
+#include "redis/rconn.h"
+#include "redis/replay_load.h"
+#include "redis/runconf_load.h"
 #include "snapshot.h"
-#include "util.h"
 
 #define WAIT_DEFAULT_S 30
 #define VERIFY_ATTEMPTS 5

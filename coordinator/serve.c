@@ -14,13 +14,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/opts.h"
+#include "base/util.h"
 #include "coordinator.h"
+#include "format/keys.h"
 #include "http.h"
-#include "keys.h"
-#include "log.h"
-#include "opts.h"
-#include "rconn.h"
-#include "util.h"
+#include "redis/rconn.h"
 
 typedef struct serve_ctx {
     coord_common c;

@@ -9,10 +9,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "blob.h"
-#include "keys.h"
-#include "outer.h"
-#include "util.h"
+#include "base/util.h"
+#include "format/blob.h"
+#include "format/keys.h"
+#include "math/outer.h"
 
 int coord_write_snapshot(rconn *rc, const char *run, int k, int64_t version, int64_t epoch, const float *x,
                          const float *mom, const float *dnbuf, uint64_t n, int only_new, char *digest, char *err,

@@ -5,7 +5,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rconn.h"
+#include "redis/rconn.h"
 
 /* SET dl:{run:k}:snap:<version>:<epoch> to a snapshot of x (n fp32), then mom (flags bit 0) and dnbuf
  * (flags bit 1, after the momentum: zeros if mom is NULL) when given; digest (17 bytes) gets the

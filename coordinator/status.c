@@ -10,8 +10,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/opts.h"
 #include "coordinator.h"
-#include "opts.h"
 
 static void usage(FILE *f)
 {

@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/util.h"
 #include "coordinator.h"
-#include "log.h"
-#include "sentinel.h"
-#include "util.h"
+#include "redis/sentinel.h"
 
 /* INFO replication's "slaveN:ip=...,port=...,state=...,offset=...,lag=..." into a replica object. */
 static json_t *parse_replica(const char *v)

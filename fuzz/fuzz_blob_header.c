@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "blob.h"
+#include "format/blob.h"
 
 static void same_fields(const blob_header *a, const blob_header *b)
 {

@@ -1,4 +1,4 @@
-/* fuzz_cluster.c: libFuzzer target of the Redis Cluster routing decoders (common/net/cluster.c): the input
+/* fuzz_cluster.c: libFuzzer target of the Redis Cluster routing decoders (common/redis/cluster.c): the input
  * is RESP bytes as a Redis node sends them, read with hiredis' own reader; every reply goes through
  * cluster_map_load (CLUSTER SLOTS) and cluster_reply_redirect (MOVED/ASK), and the raw bytes through
  * cluster_resp_slot (a RESP command's key slot).
@@ -8,7 +8,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 
-#include "cluster.h"
+#include "redis/cluster.h"
 #include "resp_guard.h"
 
 static cluster_map map;

@@ -10,7 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec.h"
+#include "math/codec.h"
 
 static float a[4096], b[4096];
 

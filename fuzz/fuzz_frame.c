@@ -10,7 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
-#include "frame.h"
+#include "net/frame.h"
 
 static uint8_t *placed;
 static size_t placed_len;

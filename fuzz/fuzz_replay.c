@@ -1,4 +1,4 @@
-/* fuzz_replay.c: libFuzzer target of the log replay (common/math/replay.c): a shard's durable state as
+/* fuzz_replay.c: libFuzzer target of the log replay (common/format/replay.c): a shard's durable state as
  * blobs read from Redis, a snapshot then log entries, decoded with blob_decode and applied with
  * replay_state_snapshot / replay_state_log as a shard-server does when it loads a shard.
  * Input: byte 0 = the shard's element count n (1..16) and whether the run has a Delayed Nesterov
@@ -9,9 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "blob.h"
-#include "outer_dn.h"
-#include "replay.h"
+#include "format/blob.h"
+#include "format/replay.h"
+#include "math/outer_dn.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -9,8 +9,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/runconf.h"
+#include "redis/runconf_load.h"
 #include "resp_guard.h"
-#include "runconf.h"
 
 static void check(const runconf *rc)
 {

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec_sparse.h"
+#include "math/codec_sparse.h"
 
 #define MAX_N (3 * TOPK_CHUNK)
 static float a[MAX_N], b[MAX_N];

@@ -1,4 +1,4 @@
-/* fuzz_url.c: libFuzzer target of redis_url_parse and redis_url_format (common/net/url.c): the URL of
+/* fuzz_url.c: libFuzzer target of redis_url_parse and redis_url_format (common/redis/url.c): the URL of
  * --redis, --redis-file and $DL_REDIS_URL.
  * Checks besides the sanitizers: what is accepted is in range (ports 1..65535, db >= 0, terminated
  * fields, at most REDIS_URL_MAX_HOSTS hosts), and a URL without credentials (one host, cluster seeds
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "url.h"
+#include "redis/url.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
 {

@@ -13,7 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-#include "blob.h"
+#include "format/blob.h"
 
 static const char *root;
 

@@ -2,7 +2,7 @@
  * trainer that minimises it is worker/trainers/quadratic.c). */
 #include "model.h"
 
-#include "util.h"
+#include "base/util.h"
 
 model_tensor quadratic_tensor(size_t numel)
 {

@@ -19,9 +19,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "keys.h"
-#include "log.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "format/keys.h"
 
 void commit_free(ss_commit *c)
 {

@@ -16,13 +16,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec.h"
-#include "codec_topk.h"
-#include "hash.h"
-#include "log.h"
-#include "outer.h"
-#include "outer_dn.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "math/codec.h"
+#include "math/codec_topk.h"
+#include "math/hash.h"
+#include "math/outer.h"
+#include "math/outer_dn.h"
 
 /* The compute of a commit runs in slices of this many elements, one slice per turn of the event loop,
  * so a server's sockets (the log entry streaming to Redis, parameters to workers) are served while it

@@ -12,10 +12,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "hash.h"
-#include "keys.h"
-#include "log.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "format/keys.h"
+#include "math/hash.h"
 
 int commit_log_reply_tentative(ss_ctx *ss, ss_shard *s, ss_req *req)
 {

@@ -15,8 +15,8 @@
 
 #include <string.h>
 
-#include "codec_sparse.h"
-#include "outer.h"
+#include "math/codec_sparse.h"
+#include "math/outer.h"
 
 size_t commit_topk_update_bytes(const ss_commit *c, const ss_shard *s)
 {

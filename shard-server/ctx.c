@@ -12,10 +12,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "keys.h"
-#include "log.h"
-#include "rconn.h"
-#include "version.h"
+#include "base/log.h"
+#include "base/version.h"
+#include "format/keys.h"
+#include "redis/rconn.h"
+#include "redis/runconf_load.h"
 
 #define REDIS_TIMEOUT_MS 5000
 #define PARK_CHECK_MS 1000

@@ -19,10 +19,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "keys.h"
-#include "log.h"
-#include "mpmap.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "format/keys.h"
+#include "format/mpmap.h"
 
 static void release_all(ss_ctx *ss, const char *why)
 {

@@ -4,7 +4,7 @@
  * Loading reads k:version, k:snap, k:log and k:digest from dl:{R}:shards, GETs the snapshot blob and every
  * log blob on the bulk connection (pipelined: replies arrive in order, so each log entry is replayed as
  * soon as it arrives, without copying it), checks each blob against its key (blob_check_key), replays
- * them with common/math/replay.c exactly as recorded, and checks the XXH3 digest of the result against
+ * them with common/format/replay.c exactly as recorded, and checks the XXH3 digest of the result against
  * k:digest before the shard serves anything. A failure of the durable state itself makes the shard
  * CORRUPT (load_set_corrupt) with the first bad key named; a failure to reach it is retried.
  * A run with --async-rule rebase keeps a copy of each of the last rebase_window versions the replay
@@ -17,11 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "keys.h"
-#include "log.h"
-#include "outer.h"
-#include "replay.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "format/keys.h"
+#include "format/replay.h"
+#include "math/outer.h"
 
 struct ss_load;
 /* One GET of the load: its reply knows which blob it is. */
@@ -286,7 +286,7 @@ static int load_decode(ss_load *ld, redisReply *r, const char *key, const char *
     return 0;
 }
 
-/* The load's state as common/math/replay.c sees it (the one replay implementation). */
+/* The load's state as common/format/replay.c sees it (the one replay implementation). */
 static replay_state load_state(ss_load *ld, int64_t version)
 {
     const runconf *rc = &ld->ss->rc;

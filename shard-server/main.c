@@ -17,9 +17,9 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "log.h"
-#include "opts.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/opts.h"
+#include "base/util.h"
 
 #define EXIT_GRACE_MS 1500
 

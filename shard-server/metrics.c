@@ -13,7 +13,7 @@
 #include <event2/buffer.h>
 #include <event2/http.h>
 
-#include "log.h"
+#include "base/log.h"
 
 #define METRICS_PERIOD_S 30
 

@@ -10,7 +10,7 @@
  * commit of that round (commit.c); further behind means our cache is stale: reload, then retry.
  * Every rejection is answered with `err` and recorded with `dl_reject` (the process and the run go on).
  */
-#include "hash.h"
+#include "math/hash.h"
 #include "ss.h"
 
 #include <stdio.h>
@@ -19,10 +19,10 @@
 
 #include <xxhash.h>
 
-#include "codec.h"
-#include "codec_sparse.h"
-#include "log.h"
-#include "outer.h"
+#include "base/log.h"
+#include "math/codec.h"
+#include "math/codec_sparse.h"
+#include "math/outer.h"
 
 typedef struct member_check {
     ss_ctx *ss;

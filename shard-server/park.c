@@ -7,7 +7,7 @@
 
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 #define MAX_PARKED_PER_ROUND 64
 

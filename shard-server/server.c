@@ -12,7 +12,7 @@
  */
 #include "ss.h"
 
-#include "auth.h"
+#include "net/auth.h"
 
 #include <errno.h>
 #include <stdarg.h>
@@ -28,8 +28,8 @@
 #include <event2/buffer.h>
 #include <event2/bufferevent.h>
 
-#include "log.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #define SOCKET_IO_CHUNK (4u << 20) /* bytes libevent may move per read/write call */
 /* A frame at least this long is received straight from the socket into its own buffer (the bufferevent

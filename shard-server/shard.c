@@ -23,11 +23,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "keys.h"
-#include "log.h"
-#include "outer.h"
-#include "replay.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "format/keys.h"
+#include "format/replay.h"
+#include "math/outer.h"
 
 int shards_init(ss_ctx *ss, char *err, size_t errlen)
 {

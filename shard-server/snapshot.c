@@ -17,8 +17,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "keys.h"
-#include "log.h"
+#include "base/log.h"
+#include "format/keys.h"
 
 typedef struct ss_snap {
     ss_ctx *ss;

@@ -46,13 +46,13 @@
 #include <event2/listener.h>
 #include <hiredis/async.h>
 
-#include "blob.h"
-#include "cluster.h"
-#include "dp_error.h"
-#include "runconf.h"
-#include "url.h"
-#include "util.h"
+#include "base/util.h"
+#include "format/blob.h"
+#include "format/dp_error.h"
+#include "format/runconf.h"
 #include "link/rlink.h"
+#include "redis/cluster.h"
+#include "redis/url.h"
 
 /* ---------------------------------------------------------------------------------------------- */
 /* options (main.c) */

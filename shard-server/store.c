@@ -12,9 +12,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "fcall.h"
-#include "keys.h"
-#include "log.h"
+#include "base/log.h"
+#include "format/keys.h"
+#include "redis/fcall.h"
 
 void store_blob_key(ss_ctx *ss, char *dst, size_t cap, int k, const char *kind, int64_t v, int64_t e)
 {

@@ -8,7 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#include "util.h" /* splitmix64 */
+#include "base/util.h" /* splitmix64 */
 
 #ifdef DILOCO_HAVE_CUDA
 #include "cuda/gpt_cuda.h"

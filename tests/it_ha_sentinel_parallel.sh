@@ -1,5 +1,5 @@
 #!/bin/sh
-# it_ha_sentinel_parallel.sh: the blocking resolver (common/net/sentinel.c, used by workers and the
+# it_ha_sentinel_parallel.sh: the blocking resolver (common/redis/sentinel.c, used by workers and the
 # coordinator) asks every Sentinel at once, so a Sentinel that accepts connections and never answers
 # (a blackholed host), named first in the URL, costs a connect nothing while a majority of the others
 # answer.

@@ -9,11 +9,13 @@
 # that leaves out an edge the code has (delta.c → device.c), one whose list allows a circle
 # (control.c → session.c), one that gives owners.c another prefix, one without heartbeat.c's line;
 # for the shard-server, one without the edge commit_ahead.c → delta.c, and one without the commit
-# files' knot (their calls back up are then found).
+# files' knot (their calls back up are then found); for common/'s folders, one whose format/ may not call
+# math/ (the calls and the includes are both found), one whose base/ may call redis/ (a circle), and one
+# that lets only net/ use hiredis.
 . "$(dirname "$0")/lib.sh"
 ls build/worker/diloco/*.o build/shard-server/*.o > /dev/null 2>&1 || fail "build first: make all"
 
-python3 tools/layers.py --doc docs/architecture.md worker/diloco shard-server > "$TMP/ok.log" 2>&1 \
+python3 tools/layers.py --doc docs/architecture.md common worker/diloco shard-server > "$TMP/ok.log" 2>&1 \
   || fail "$(cat "$TMP/ok.log")"
 say "$(cat "$TMP/ok.log")"
 
@@ -35,4 +37,9 @@ expect_fail wrong_prefix 's/^owners\.c      owners_ /owners.c      own_    /' 'o
 expect_fail missing_file '/^heartbeat\.c /d' 'heartbeat.c was built but has no line'
 expect_fail ss_unlisted_call 's/^\(commit_ahead\.c  *ahead_  *→\) delta\.c$/\1/' 'commit_ahead.c calls delta_find (delta.c, not in its line)' shard-server
 expect_fail ss_no_knot '/^knot commit\.c /d' 'shard-server/commit_[a-z]*\.c calls commit_[a-z_]* (commit.c, above it)' shard-server
-say "the layers of worker/diloco and shard-server hold, and the check fails on each kind of violation"
+expect_fail common_call 's|^\(format/  *→\) math/ base/|\1 base/|' 'format/blob.c calls codec_[a-z_]* (common/math/codec.c, math/ not in its line)' common
+grep -q 'format/[a-z_]*\.[ch] includes math/[a-z_]*\.h (math/ is not in the line of format/)' "$TMP/common_call.log" \
+  || fail "common_call: the include of math/ by format/ was not found: $(cat "$TMP/common_call.log")"
+expect_fail common_circle 's|^\(base/  *→\)|\1 redis/|' 'base/ may call redis/, which is not below it in the list (a circle)' common
+expect_fail common_hiredis 's|^\(extern hiredis [^ ]* →\) redis/|\1 net/|' 'common/redis/[a-z_]*\.[ch] includes <hiredis/hiredis.h>, which only net/ may' common
+say "the layers of common, worker/diloco and shard-server hold, and the check fails on each kind of violation"

@@ -16,11 +16,11 @@
 
 #include <cmocka.h>
 
-#include "keys.h"
-#include "log.h"
-#include "outer.h"
-#include "rconn.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "format/keys.h"
+#include "math/outer.h"
+#include "redis/rconn.h"
 
 static pid_t g_redis_pid = -1;
 static char g_dir[] = "/tmp/test_ss_XXXXXX";

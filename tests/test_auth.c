@@ -8,7 +8,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "auth.h"
+#include "net/auth.h"
 
 static void test_known_answer(void **state)
 {

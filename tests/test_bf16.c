@@ -13,7 +13,7 @@
 #include <math.h>
 #include <cmocka.h>
 
-#include "bf16.h"
+#include "math/bf16.h"
 
 static float f32_from_bits(uint32_t b)
 {

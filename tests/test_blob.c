@@ -15,8 +15,8 @@
 #include <msgpack.h>
 #include <cmocka.h>
 
-#include "blob.h"
-#include "util.h"
+#include "base/util.h"
+#include "format/blob.h"
 
 #define SCHEMA_PATH "schemas/blob.md"
 

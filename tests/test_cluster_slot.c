@@ -1,5 +1,5 @@
 /*
- * test_cluster_slot.c: Redis Cluster routing without a server (common/net/cluster.c): CRC16/XMODEM and
+ * test_cluster_slot.c: Redis Cluster routing without a server (common/redis/cluster.c): CRC16/XMODEM and
  * hash slots against the values of the Redis Cluster specification, hash tags, the key of each kind
  * of command we send (plain and RESP-encoded), MOVED/ASK parsing, and the slot map built from a
  * CLUSTER SLOTS reply.
@@ -12,7 +12,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "cluster.h"
+#include "redis/cluster.h"
 
 static int slot(const char *key)
 {

@@ -15,11 +15,11 @@
 #include <math.h>
 #include <cmocka.h>
 
-#include "bf16.h"
-#include "blob.h"
-#include "codec.h"
-#include "outer.h"
-#include "util.h"
+#include "base/util.h"
+#include "format/blob.h"
+#include "math/bf16.h"
+#include "math/codec.h"
+#include "math/outer.h"
 
 static float scale_of(const uint8_t *block)
 {

@@ -15,9 +15,9 @@
 #include <math.h>
 #include <cmocka.h>
 
-#include "bf16.h"
-#include "codec_sparse.h"
-#include "codec_topk.h"
+#include "math/bf16.h"
+#include "math/codec_sparse.h"
+#include "math/codec_topk.h"
 
 static void sizes(void **state)
 {

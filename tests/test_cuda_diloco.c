@@ -25,11 +25,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bf16.h"
 #include "cuda_common.h"
 #include "diloco.h"
 #include "gpt/gpt.h"
-#include "outer.h"
+#include "math/bf16.h"
+#include "math/outer.h"
 
 #ifdef DILOCO_HAVE_CUDA
 #include "cuda/diloco_cuda.h"

@@ -19,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bf16.h"
 #include "cuda_common.h"
 #include "gpt/gpt.h"
+#include "math/bf16.h"
 
 #ifdef DILOCO_HAVE_CUDA
 #include "cuda/gpt_cuda_test.h" /* the single-kernel entry points */

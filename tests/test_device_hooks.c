@@ -21,10 +21,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/util.h"
 #include "diloco/internal.h"
+#include "math/hash.h"
 #include "trainers/host_device.h"
-#include "hash.h"
-#include "util.h"
 
 #define N 1000
 

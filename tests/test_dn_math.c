@@ -12,8 +12,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "outer_dn.h"
-#include "util.h"
+#include "base/util.h"
+#include "math/outer_dn.h"
 
 static void run(int variant, const double *want_theta, const double *want_m)
 {

@@ -14,8 +14,8 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "blob.h"
-#include "dp_error.h"
+#include "format/blob.h"
+#include "format/dp_error.h"
 
 static void codes_are_unique_and_fit_the_header(void **state)
 {

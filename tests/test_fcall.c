@@ -1,5 +1,5 @@
 /*
- * test_fcall.c: common/net/fcall.c, the one place that lays out a call of the run's function library
+ * test_fcall.c: common/redis/fcall.c, the one place that lays out a call of the run's function library
  * ("FCALL fn 1 dl:{R}:config args..."), for the shard-server's asynchronous links and the coordinator's
  * synchronous connection alike (issue 25: the coordinator had its own copy, named like the
  * shard-server's).
@@ -10,7 +10,7 @@
 #include <stdint.h>
 #include <cmocka.h>
 
-#include "fcall.h"
+#include "redis/fcall.h"
 
 static void lays_out_the_call(void **state)
 {

@@ -17,8 +17,8 @@
 #include <sys/socket.h>
 #include <cmocka.h>
 
-#include "frame.h"
-#include "util.h"
+#include "base/util.h"
+#include "net/frame.h"
 
 static void make_pair(int fds[2])
 {

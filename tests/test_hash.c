@@ -10,8 +10,8 @@
 #include <stdlib.h>
 #include <cmocka.h>
 
-#include "hash.h"
-#include "util.h"
+#include "base/util.h"
+#include "math/hash.h"
 
 static uint8_t *random_bytes(size_t n, uint64_t seed)
 {

@@ -17,7 +17,7 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "log.h"
+#include "base/log.h"
 
 #define THREADS 8
 #define LINES_PER_THREAD 500

@@ -11,7 +11,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "opts.h"
+#include "base/opts.h"
 
 typedef struct {
     int flag, on, count, level, count_given;

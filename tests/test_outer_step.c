@@ -14,9 +14,9 @@
 #include <math.h>
 #include <cmocka.h>
 
-#include "bf16.h"
-#include "outer.h"
-#include "util.h"
+#include "base/util.h"
+#include "math/bf16.h"
+#include "math/outer.h"
 
 static void two_workers_averaged_with_lr1_mu0_give_exact_result(void **state)
 {

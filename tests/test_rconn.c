@@ -1,5 +1,5 @@
 /*
- * test_rconn.c: Redis connections (common/net/rconn.c) against a private redis-server started on a unix
+ * test_rconn.c: Redis connections (common/redis/rconn.c) against a private redis-server started on a unix
  * socket in a temporary directory: password and ACL-user authentication, wrong credentials, database
  * selection, error replies, bounded/stoppable retries to an address where nothing listens, and a refused
  * password or database ending the retries at once.
@@ -18,8 +18,8 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
-#include "rconn.h"
-#include "util.h"
+#include "base/util.h"
+#include "redis/rconn.h"
 
 static pid_t redis_pid = -1;
 static char tmpdir[] = "/tmp/test_rconn_XXXXXX";

@@ -1,5 +1,5 @@
 /*
- * test_replay.c: common/math/replay.c, the snapshot + log replay that restores a shard's durable state,
+ * test_replay.c: common/format/replay.c, the snapshot + log replay that restores a shard's durable state,
  * checked bit for bit against applying outer_sgd_step directly (no Redis): first step, Nesterov and
  * plain momentum, no-op rounds (aux 0), momentum carried by a snapshot, mu 0, Delayed Nesterov
  * steps counted from a run's dn_t0 (a run resumed from a checkpoint), and rejection of blobs of the
@@ -13,11 +13,11 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "blob.h"
-#include "outer.h"
-#include "outer_dn.h"
-#include "replay.h"
-#include "util.h"
+#include "base/util.h"
+#include "format/blob.h"
+#include "format/replay.h"
+#include "math/outer.h"
+#include "math/outer_dn.h"
 
 #define N 1003 /* odd: payloads after the msgpack header are unaligned, vector loops have tails */
 

@@ -14,8 +14,9 @@
 #include <cmocka.h>
 #include <hiredis/hiredis.h>
 
-#include "blob.h"
-#include "runconf.h"
+#include "format/blob.h"
+#include "format/runconf.h"
+#include "redis/runconf_load.h"
 
 static void bounds_lists(void **state)
 {

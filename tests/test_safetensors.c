@@ -15,7 +15,7 @@
 #include <math.h>
 #include <cmocka.h>
 
-#include "safetensors.h"
+#include "format/safetensors.h"
 
 /* a file image: 8-byte length, the header, then dlen bytes of data (copied from data, or 0x00) */
 static unsigned char *image(const char *header, const void *data, size_t dlen, size_t *len)

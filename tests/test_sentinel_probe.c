@@ -1,6 +1,6 @@
 /*
- * test_sentinel_probe.c: following a Sentinel failover without waiting for timeouts (common/net/rconn.c,
- * common/net/sentinel.c), against real processes on loopback: a redis-server master, one replica and
+ * test_sentinel_probe.c: following a Sentinel failover without waiting for timeouts (common/redis/rconn.c,
+ * common/redis/sentinel.c), against real processes on loopback: a redis-server master, one replica and
  * one redis-sentinel (quorum 1, down-after 1 s) in a temporary directory.
  *   - a command slower than the probe interval (DEBUG SLEEP 1.6 s) on a healthy master gets its reply:
  *     asking the Sentinels between slices does not break slow commands;
@@ -27,9 +27,9 @@
 #include <sys/wait.h>
 #include <cmocka.h>
 
-#include "rconn.h"
-#include "sentinel.h"
-#include "util.h"
+#include "base/util.h"
+#include "redis/rconn.h"
+#include "redis/sentinel.h"
 
 #define COMMAND_TIMEOUT_MS 20000
 

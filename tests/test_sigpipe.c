@@ -2,7 +2,7 @@
  * test_sigpipe.c: no SIGPIPE out of our code in a process that keeps SIGPIPE's default action (which
  * ends the process), as a program embedding libdiloco may: the guard of common/base/sigpipe.c itself (the
  * write fails with EPIPE, nothing is left pending, the mask is restored, a SIGPIPE pending before is
- * left alone), a Redis connection (common/net/rconn.c) whose server closed it, and a log line to a closed
+ * left alone), a Redis connection (common/redis/rconn.c) whose server closed it, and a log line to a closed
  * stderr pipe (common/base/log.c). Without the guard the test process dies of SIGPIPE.
  */
 #include <stdarg.h>
@@ -20,9 +20,9 @@
 #include <unistd.h>
 #include <cmocka.h>
 
-#include "log.h"
-#include "rconn.h"
-#include "sigpipe.h"
+#include "base/log.h"
+#include "base/sigpipe.h"
+#include "redis/rconn.h"
 
 static int sigpipe_is_pending(void)
 {

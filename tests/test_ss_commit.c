@@ -22,8 +22,8 @@
 
 #include <cmocka.h>
 
-#include "keys.h"
-#include "outer.h"
+#include "format/keys.h"
+#include "math/outer.h"
 #include "ss_harness.h"
 
 #define RUN "sscommit"

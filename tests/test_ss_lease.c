@@ -18,8 +18,8 @@
 
 #include <cmocka.h>
 
+#include "base/util.h"
 #include "ss_harness.h"
-#include "util.h"
 
 #define RUN "sslease"
 #define TTL_MS 1000

@@ -1,8 +1,8 @@
 /*
- * test_url.c: Redis URL parsing (common/net/url.c): every accepted form with its defaults, the
+ * test_url.c: Redis URL parsing (common/redis/url.c): every accepted form with its defaults, the
  * password-free formatting used in logs, every class of rejection with a helpful message, and
  * redis_url_pick: where a process takes its URL from (--redis, --redis-file, $DL_REDIS_URL); and the
- * pieces of common/net/sentinel.c that read the Sentinels' replies: the failover announcements (which
+ * pieces of common/redis/sentinel.c that read the Sentinels' replies: the failover announcements (which
  * master, its new address; another master's or a malformed one ignored) and the count of their answers.
  */
 #include <stdarg.h>
@@ -17,8 +17,8 @@
 
 #include <hiredis/hiredis.h>
 
-#include "sentinel.h"
-#include "url.h"
+#include "redis/sentinel.h"
+#include "redis/url.h"
 
 static void parses_host_only_with_defaults(void **state)
 {

@@ -9,7 +9,7 @@
 #include <string.h>
 #include <cmocka.h>
 
-#include "util.h"
+#include "base/util.h"
 
 static void parse_int_is_strict(void **state)
 {

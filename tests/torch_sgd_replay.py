@@ -8,7 +8,7 @@ their XXH3, and applies torch.optim.SGD(lr, momentum=mu, nesterov=...) round by 
 parameter vector (p.grad = g, opt.step()). Then compares bit for bit:
   - every shard's XXH3 with the digest its shard-server committed (dl:{RUN}:shards k:digest);
   - the parameters and the momentum with CHECKPOINT (`coordinator checkpoint save` of the final
-    version: its momentum is what recovery rebuilds from the same snapshot and log, common/math/replay.c).
+    version: its momentum is what recovery rebuilds from the same snapshot and log, common/format/replay.c).
 Prints one line per check and exits 0 if every bit agrees, 1 otherwise (with how many elements differ
 and by how many ulp at most). Needs the run's log from version 1 on (--snapshot-every above the
 rounds) and no no-op round.

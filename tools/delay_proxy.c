@@ -39,7 +39,7 @@
 #include <sys/socket.h>
 #include <time.h>
 
-#include "opts.h"
+#include "base/opts.h"
 
 #define MAX_MAPS 16
 

@@ -23,6 +23,21 @@ fails when
   - an object of DIR has no line, or a line names a file that was not built.
 Another module (e.g. the shard-server) is layered by adding its own block.
 
+A block may layer folders instead of files (common/: a line's first word ends with `/`):
+
+    ```layers common
+    redis/   → net/ format/ math/ base/
+    ...
+    base/    →
+    extern hiredis redis[A-Z]|freeReplyObject → redis/
+    ```
+
+Then the check fails when a folder's line lists one not below it, an object of a folder calls a global
+symbol defined in another folder not in its line, a source or header of a folder includes a header of
+another folder (`#include "math/codec.h"`) not in its line, or a folder with sources has no line. An
+`extern NAME REGEX → folders` line says which folders may use a library: an undefined symbol matching
+REGEX, or an `#include <NAME/...>`, anywhere else fails. Prefixes are not checked in a folder block.
+
 A block may name `knot`s, one a line (`knot a.c b.c ...`): files not straightened yet, which still call
 each other both ways. A knot's lines must follow one another in the list (so the knot is one node of an
 otherwise downward graph); calls between its files need not be listed and are not checked, everything
@@ -46,7 +61,7 @@ def parse_blocks(text):
     blocks = {}
     for m in re.finditer(r"^```layers[ \t]+(\S+)[ \t]*\n(.*?)^```", text, re.S | re.M):
         d, body = m.group(1), m.group(2)
-        b = {"public": [], "knot": [], "order": [], "prefixes": {}, "calls": {}}
+        b = {"public": [], "knot": [], "order": [], "prefixes": {}, "calls": {}, "folders": False, "extern": []}
         for raw in body.splitlines():
             line = raw.split("#", 1)[0].strip()
             if not line:
@@ -59,7 +74,12 @@ def parse_blocks(text):
                 continue
             left, _, right = line.partition(ARROW)
             words = left.split()
-            if not words or not words[0].endswith(".c"):
+            if line.startswith("extern ") and len(words) == 3:
+                b["extern"].append((words[1], re.compile(words[2]), right.split()))
+                continue
+            if words and words[0].endswith("/") and len(words) == 1:
+                b["folders"] = True
+            elif not words or not words[0].endswith(".c"):
                 raise ValueError(f"layers {d}: cannot read the line '{raw.strip()}' (file.c prefixes → files)")
             f = words[0]
             if f in b["calls"]:
@@ -96,7 +116,67 @@ def objects(build, d):
     return objs
 
 
+def folder_sources(d, folder):
+    """{path: text} of the .c and .h files of d/folder."""
+    root, out = os.path.join(d, folder), {}
+    for n in sorted(os.listdir(root)) if os.path.isdir(root) else []:
+        if n.endswith((".c", ".h")):
+            with open(os.path.join(root, n), encoding="utf-8") as fh:
+                out[os.path.join(root, n)] = fh.read()
+    return out
+
+
+def check_folders(d, b, build):
+    """A block of folders (see the module's comment): calls (nm), includes and libraries."""
+    bad = []
+    order, calls = b["order"], b["calls"]
+    rank = {f: i for i, f in enumerate(order)}
+    for f in order:
+        for g in calls[f]:
+            if g not in rank:
+                bad.append(f"{d}/{f} may call {g}, which has no line")
+            elif rank[g] <= rank[f]:
+                bad.append(f"{d}/{f} may call {g}, which is not below it in the list (a circle)")
+    objs = objects(build, d)
+    if not objs:
+        return [f"no objects under {build}/{d}: build first (make all)"]
+    folder_of = {f: f.split("/")[0] + "/" for f in objs}
+    for f in sorted({folder_of[f] for f in objs} - set(rank)):
+        bad.append(f"{d}/{f} has sources but no line in the layers of {d}")
+    defined = {}
+    for f, lines in nm(objs, "-g", "--defined-only").items():
+        for line in lines:
+            parts = line.split()
+            if len(parts) == 3 and parts[1] in "TDBRCVWi":
+                defined[parts[2]] = f
+    for f, lines in sorted(nm(objs, "-u").items()):
+        mine = folder_of[f]
+        for line in lines:
+            sym = line.split()[-1]
+            g = defined.get(sym)
+            if g is not None and folder_of[g] != mine and folder_of[g] not in calls.get(mine, []):
+                where = "above it" if rank.get(folder_of[g], -1) < rank.get(mine, -1) else "not in its line"
+                bad.append(f"{d}/{f} calls {sym} ({d}/{g}, {folder_of[g]} {where})")
+            for name, rx, allowed in b["extern"]:
+                if g is None and rx.fullmatch(sym) and mine not in allowed:
+                    bad.append(f"{d}/{f} uses {name} ({sym}), which only {' '.join(allowed)} may")
+    inc = re.compile(r'^\s*#\s*include\s+([<"])([^">]+)[">]', re.M)
+    for folder in order:
+        for path, text in folder_sources(d, folder).items():
+            for m in inc.finditer(text):
+                target = m.group(2)
+                top = target.split("/")[0] + "/"
+                if m.group(1) == '"' and top in rank and top != folder and top not in calls[folder]:
+                    bad.append(f"{path} includes {target} ({top} is not in the line of {folder})")
+                for name, _, allowed in b["extern"]:
+                    if m.group(1) == "<" and target.startswith(name + "/") and folder not in allowed:
+                        bad.append(f"{path} includes <{target}>, which only {' '.join(allowed)} may")
+    return bad
+
+
 def check(d, b, build):
+    if b["folders"]:
+        return check_folders(d, b, build)
     bad = []
     order, calls = b["order"], b["calls"]
     rank = {f: i for i, f in enumerate(order)}
@@ -185,7 +265,8 @@ def main():
             print(f"layers: {d}: {len(blocks[d]['order'])} files, every call downward but within the knots, "
                   f"whose files still call each other: {ks}")
         else:
-            print(f"layers: {d}: {len(blocks[d]['order'])} files, every call downward")
+            kind = "folders" if blocks[d]["folders"] else "files"
+            print(f"layers: {d}: {len(blocks[d]['order'])} {kind}, every call downward")
     return failed
 
 

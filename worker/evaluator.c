@@ -6,12 +6,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "keys.h"
-#include "log.h"
-#include "mpmap.h"
-#include "run_state.h"
-#include "url.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "format/keys.h"
+#include "format/mpmap.h"
+#include "redis/run_state.h"
+#include "redis/url.h"
 
 /* The last version in dl:{R}:evals (its entry ID "<version>-1"), or -1 when the stream is empty. */
 static int last_evaluated(rconn *c, const char *run, long long *version, char *err, size_t errlen)

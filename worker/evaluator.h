@@ -4,7 +4,7 @@
  * pseudo-gradient, so it cannot slow a round. It polls the shard versions in dl:{R}:shards, and each
  * time the global model reaches the next multiple of N committed versions (or passed it: only the
  * current version can be read, so a busy evaluator takes the first one it sees) it rebuilds the parameters
- * from Redis (common/format/run_state.c: snapshot + log replay, digest-checked, as a shard-server loads them),
+ * from Redis (common/redis/run_state.c: snapshot + log replay, digest-checked, as a shard-server loads them),
  * computes the trainer's validation loss on them and appends it to the stream dl:{R}:evals with the
  * entry ID "<version>-1": fields loss, version, tokens (the tokens the live workers reported so far) and
  * time (unix seconds). Redis refuses an explicit ID that is not above the last one, so a restarted or
@@ -15,8 +15,8 @@
 #define DILOCO_EVALUATOR_H
 #include <stddef.h>
 
-#include "rconn.h"
-#include "runconf.h"
+#include "format/runconf.h"
+#include "redis/rconn.h"
 #include "trainer.h"
 
 typedef struct evaluator_options {

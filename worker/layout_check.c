@@ -5,7 +5,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 static void shape_str(json_t *shape, char *out, size_t cap)
 {

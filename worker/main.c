@@ -19,17 +19,18 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/log.h"
+#include "base/opts.h"
+#include "base/util.h"
 #include "diloco.h"
 #include "evaluator.h"
+#include "format/runconf.h"
 #include "gpt/gpt.h"
-#include "log.h"
-#include "opts.h"
-#include "rconn.h"
-#include "runconf.h"
 #include "layout_check.h"
+#include "redis/rconn.h"
+#include "redis/runconf_load.h"
 #include "trainers/host_device.h"
 #include "trainers/quadratic.h"
-#include "util.h"
 
 typedef struct worker_args {
     diloco_options dl;

@@ -2,7 +2,7 @@
  * file_atomic.c: file_write_atomic (file_atomic.h). The folder is synced after the rename so that the
  * new name survives a power loss too; a failure there is not reported (the data itself is synced).
  */
-#include "file_atomic.h"
+#include "base/file_atomic.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -11,7 +11,7 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "base/util.h"
 
 #define WRITE_MAX (1u << 30) /* bytes per write() call */
 

@@ -4,7 +4,7 @@
  * A thread's sink (log_use_sink) is thread-local: the same library code logs for whichever session
  * the thread is working for, without a session handle in every log call.
  */
-#include "log.h"
+#include "base/log.h"
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -14,7 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "sigpipe.h"
+#include "base/sigpipe.h"
 
 static pthread_mutex_t log_lock = PTHREAD_MUTEX_INITIALIZER;
 static char log_name[64] = "diloco";

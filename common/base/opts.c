@@ -4,13 +4,13 @@
  * option's kind and bounds, then stored. opts_parse prints nothing (errors go to the caller's err
  * buffer); opts_parse_cmd is the one place that prints what a command says about its command line.
  */
-#include "opts.h"
+#include "base/opts.h"
 
 #include <float.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 static const opt_spec *find_long(const opt_spec *specs, const char *name, size_t len)
 {

@@ -1,6 +1,6 @@
 /* sigpipe.c: the SIGPIPE guard of sigpipe.h. A few system calls per guarded call, made only around
  * Redis commands (a network round trip each), never on the data plane (MSG_NOSIGNAL there). */
-#include "sigpipe.h"
+#include "base/sigpipe.h"
 
 #include <errno.h>
 #include <pthread.h>

@@ -2,7 +2,7 @@
  * util.c: implementation of the helpers declared in util.h (errors, clocks, backoff, parsing, PRNG).
  * Nothing here allocates or keeps global state except the per-thread seed of the backoff jitter.
  */
-#include "util.h"
+#include "base/util.h"
 
 #include <errno.h>
 #include <math.h>

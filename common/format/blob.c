@@ -6,12 +6,12 @@
  * copies each known key into the C struct, checking its type and size; unknown keys are skipped so
  * that a newer peer can add keys without breaking an older one.
  */
-#include "hash.h"
-#include "blob.h"
-#include "codec.h"
-#include "keys.h"
-#include "mpscan.h"
-#include "util.h"
+#include "base/util.h"
+#include "format/blob.h"
+#include "format/keys.h"
+#include "format/mpscan.h"
+#include "math/codec.h"
+#include "math/hash.h"
 
 #include <math.h>
 #include <stddef.h>

@@ -12,25 +12,12 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "math/dtype.h" /* enum blob_dtype: the codecs a payload may be in */
+
 #define BLOB_MAGIC "DLB"
 #define BLOB_FORMAT 1
 #define BLOB_HEADER_MAX 1024 /* an encoded header never exceeds this */
 
-/* BLOB_I8, BLOB_I4, BLOB_I3, BLOB_I2: block-quantized pseudo-gradients (codec.h), whose size is not
- * count * element size. BLOB_DTYPE_MAX is the largest dtype a blob may carry. */
-/* BLOB_TOPK: top-k sparse pseudo-gradients and updates (codec_sparse.h), whose count is the payload's
- * length in bytes (the layout inside is the codec's). */
-enum blob_dtype {
-    BLOB_NONE = 0,
-    BLOB_F32 = 1,
-    BLOB_BF16 = 2,
-    BLOB_I8 = 3,
-    BLOB_I4 = 4,
-    BLOB_I3 = 5,
-    BLOB_I2 = 6,
-    BLOB_TOPK = 7
-};
-#define BLOB_DTYPE_MAX BLOB_TOPK
 
 typedef struct blob_header {
     char op[16];    /* "push","pull","get","params","ack","err","moved","need","hello","snap","log",... */
@@ -86,7 +73,7 @@ int blob_check_payload_hashed(const blob_header *h, size_t len, uint64_t xxh, ch
 
 /* A durable blob must be the one its Redis key names (docs/PROTOCOL.md, "Durable state"): its op is the
  * key's kind ("snap", "log") and its shard, version and epoch are the key's, and so is its run when the
- * header has one. Every reader of durable blobs (the shard-server's load, common/math/replay.c for repair,
+ * header has one. Every reader of durable blobs (the shard-server's load, common/format/replay.c for repair,
  * evaluation and checkpoint export) calls this, so a valid blob copied to another key is refused with
  * the key named: "KEY holds the log entry of shard 2, version 4, epoch 1 (run R), not the one its key
  * names". -1 + err on a mismatch or a key that is not a blob's name. */

@@ -1,5 +1,5 @@
 /* dp_error.c: the data-plane error table (see dp_error.h). The order of the rows is the enum's. */
-#include "dp_error.h"
+#include "format/dp_error.h"
 
 #include <string.h>
 

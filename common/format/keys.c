@@ -1,10 +1,10 @@
 /* keys.c: builds the Redis key names of a run (see keys.h and docs/PROTOCOL.md). */
-#include "keys.h"
+#include "format/keys.h"
 
 #include <stdio.h>
 #include <string.h>
 
-#include "util.h"
+#include "base/util.h"
 
 char *key_run(char *dst, size_t cap, const char *run, const char *suffix)
 {

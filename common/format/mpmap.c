@@ -1,11 +1,11 @@
 /* mpmap.c: field look-up in a msgpack map (see mpmap.h), on msgpack-c's unpacker. */
-#include "mpmap.h"
+#include "format/mpmap.h"
 
 #include <msgpack.h>
 #include <stdint.h>
 #include <string.h>
 
-#include "mpscan.h"
+#include "format/mpscan.h"
 
 /* Unpack buf and find key; on success *val points into the unpacked object (valid until destroy). */
 static int find(msgpack_unpacked *u, const void *buf, size_t len, const char *key, msgpack_object **val)

@@ -2,8 +2,8 @@
  * mpscan.c: the msgpack bounds scan of mpscan.h. It walks the bytes once without recursion: it keeps
  * the number of objects still to read, adding a container's elements when it meets one.
  */
-#include "mpscan.h"
-#include "util.h"
+#include "base/util.h"
+#include "format/mpscan.h"
 
 /* What one msgpack type byte announces. */
 struct mp_token {

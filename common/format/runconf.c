@@ -1,5 +1,6 @@
-/* runconf.c: reads a run's configuration from Redis and checks it is one this build understands. */
-#include "runconf.h"
+/* runconf.c: a run's configuration from the fields of dl:{R}:config, checked to be one this build
+ * understands. It knows no Redis: redis/runconf_load.c reads the hash and hands its fields here. */
+#include "format/runconf.h"
 
 #include <errno.h>
 #include <inttypes.h>
@@ -7,46 +8,14 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "blob.h"
-#include "codec.h"
-#include "codec_sparse.h"
-#include "keys.h"
-#include "outer_dn.h"
-#include "rconn.h"
-#include "util.h"
-#include "version.h"
+#include "base/util.h"
+#include "base/version.h"
+#include "format/blob.h"
+#include "format/keys.h"
+#include "math/codec.h"
+#include "math/codec_sparse.h"
+#include "math/outer_dn.h"
 
-int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen)
-{
-    char key[KEY_MAX];
-    key_run(key, sizeof key, run, "config");
-    redisReply *r = rconn_command(c, "FCALL dl_version 1 %s", key);
-    if (r == NULL) {
-        err_set(err, errlen, "redis: %s", rconn_errstr(c));
-        return -1;
-    }
-    int rc = -1;
-    if (r->type == REDIS_REPLY_ERROR && rconn_error_final(r->str)) {
-        err_set(err, errlen,
-                "Redis refuses this user: %s (check the user and password in the Redis URL and the "
-                "user's ACL, e.g. deploy/redis/users.acl)",
-                r->str);
-    } else if (r->type == REDIS_REPLY_ERROR) {
-        err_set(err, errlen,
-                "the ReDiLoCo function library is not loaded in this Redis (%s); "
-                "run `coordinator init` first",
-                r->str);
-    } else if (r->type != REDIS_REPLY_STRING || strcmp(r->str, DL_LIB_VERSION) != 0) {
-        err_set(err, errlen,
-                "Redis has function library version '%s' but this build speaks version '%s'; "
-                "use binaries of the same release as the coordinator that ran init",
-                r->type == REDIS_REPLY_STRING ? r->str : "?", DL_LIB_VERSION);
-    } else {
-        rc = 0;
-    }
-    freeReplyObject(r);
-    return rc;
-}
 
 int runconf_parse_bounds_u64(const char *s, uint64_t **out, int *n, char *err, size_t errlen)
 {
@@ -88,18 +57,16 @@ int runconf_format_bounds_u64(const uint64_t *b, int n, char *buf, size_t cap)
     return 0;
 }
 
-/* the value of field name in an HGETALL reply, when both are strings */
-static const char *field(const redisReply *r, const char *name)
+/* the value of field `name`, or NULL when the config does not have it */
+static const char *field(const runconf_fields *r, const char *name)
 {
-    for (size_t i = 0; i + 1 < r->elements; i += 2)
-        if (r->element[i]->type == REDIS_REPLY_STRING && r->element[i + 1]->type == REDIS_REPLY_STRING &&
-            strcmp(r->element[i]->str, name) == 0)
-            return r->element[i + 1]->str;
+    for (size_t i = 0; i < r->n; i++)
+        if (strcmp(r->name[i], name) == 0) return r->value[i];
     return NULL;
 }
 
 /* --compress topk's density and the accumulator's decay (defaults for a run that does not say). */
-static int topk_fields(const redisReply *r, runconf *rc, char *err, size_t errlen)
+static int topk_fields(const runconf_fields *r, runconf *rc, char *err, size_t errlen)
 {
     const char *d = field(r, "topk_density"), *b = field(r, "topk_beta");
     char *end = NULL;
@@ -122,12 +89,8 @@ static int topk_fields(const redisReply *r, runconf *rc, char *err, size_t errle
     return 0;
 }
 
-int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errlen)
+int runconf_parse(const runconf_fields *r, runconf *rc, char *err, size_t errlen)
 {
-    if (r->type != REDIS_REPLY_ARRAY) {
-        err_set(err, errlen, "run config is not a hash");
-        return -1;
-    }
     const char *numel = field(r, "numel"), *sb = field(r, "shard_bounds"), *fb = field(r, "frag_bounds");
     if (!numel || !sb || !fb) {
         err_set(err, errlen, "run config lacks numel/shard_bounds/frag_bounds: not a run made by `coordinator init`");
@@ -231,27 +194,6 @@ int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errle
     return 0;
 }
 
-int runconf_load(rconn *c, const char *run, runconf *rc, char *err, size_t errlen)
-{
-    memset(rc, 0, sizeof *rc);
-    if (key_check_run_name(run, err, errlen) < 0) return -1;
-    snprintf(rc->run, sizeof rc->run, "%s", run);
-    if (runconf_check_library(c, run, err, errlen) < 0) return -1;
-    char key[KEY_MAX];
-    redisReply *r = rconn_command(c, "HGETALL %s", key_run(key, sizeof key, run, "config"));
-    if (rconn_reply_error(c, r, err, errlen) < 0) goto error;
-    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
-        err_set(err, errlen, "run '%s' does not exist in this Redis; run `coordinator init --run %s` first", run, run);
-        goto error;
-    }
-    if (runconf_from_reply(r, rc, err, errlen) < 0) goto error;
-    freeReplyObject(r);
-    return 0;
-error:
-    if (r) freeReplyObject(r);
-    runconf_free(rc);
-    return -1;
-}
 
 void runconf_free(runconf *rc)
 {

@@ -2,15 +2,12 @@
  *
  * Workers, shard-servers and the coordinator all need the same facts about a run: how many
  * parameters, how they are cut into shards and fragments, the mode. The coordinator writes them once
- * at init (runconf_to_fields); everyone else reads them with runconf_load and checks the library
- * version on the way. */
+ * at init; everyone else reads them with runconf_load (redis/runconf_load.h, which checks the
+ * library version on the way) and this file parses and checks them without knowing Redis. */
 #ifndef DILOCO_RUNCONF_H
 #define DILOCO_RUNCONF_H
 #include <stddef.h>
 #include <stdint.h>
-#include <hiredis/hiredis.h>
-
-#include "rconn.h"
 
 #define RUNCONF_MAX_SHARDS 4096
 #define RUNCONF_MAX_FRAGMENTS 256
@@ -52,15 +49,16 @@ typedef struct runconf {
     char model[256];  /* trainer-specific model description, e.g. "layers=2 heads=4 dim=128 ctx=128 vocab=256" */
 } runconf;
 
-/* Check `FCALL dl_version` against DL_LIB_VERSION: -1 with a message that says what to do otherwise. */
-int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen);
-/* Read and validate dl:{run}:config (after checking the library). Free with runconf_free. */
-int runconf_load(rconn *c, const char *run, runconf *out, char *err, size_t errlen);
 void runconf_free(runconf *rc);
-/* The parsing half of runconf_load: rc's fields from an HGETALL reply of dl:{R}:config (rc->run is left
- * as it is). Every value is checked (bounds that cover numel in order, counts in range); optional
- * fields that do not parse keep their defaults. On error rc may hold allocations: runconf_free. */
-int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errlen);
+/* The fields of dl:{R}:config as read: n names and their values, NUL-terminated strings. */
+typedef struct runconf_fields {
+    const char *const *name, *const *value;
+    size_t n;
+} runconf_fields;
+/* rc's fields from the config's fields (rc->run is left as it is). Every value is checked (bounds that
+ * cover numel in order, counts in range); optional fields that do not parse keep their defaults. On
+ * error rc may hold allocations: runconf_free. */
+int runconf_parse(const runconf_fields *f, runconf *rc, char *err, size_t errlen);
 /* Whether a commit scales each pseudo-gradient (--weight-by tokens, or an async --staleness-weight). */
 int runconf_weighted(const runconf *rc);
 /* Whether an async commit rebases each submission on the version it is applied to (--async-rule rebase). */

@@ -1,7 +1,7 @@
 /* safetensors.c: the strict safetensors reader of safetensors.h. The header is parsed once into a
  * table of tensors whose sizes are all checked against the data section, so a caller may allocate
  * and read any tensor the table lists without further checks. */
-#include "safetensors.h"
+#include "format/safetensors.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -13,7 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "util.h"
+#include "base/util.h"
 
 #if !defined(__BYTE_ORDER__) || __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "safetensors.c reads little-endian values as in memory"

@@ -7,7 +7,7 @@
  * only loops whose trip count is known (its "very cheap" cost model), and the fixed-size inner loop
  * is such a loop.
  */
-#include "bf16.h"
+#include "math/bf16.h"
 
 #include <string.h>
 

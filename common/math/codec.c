@@ -4,21 +4,21 @@
  * shorter last block is padded with zeros into a full one, which changes neither its scale nor its
  * codes.
  */
-#include "codec.h"
+#include "math/codec.h"
 
 #include <math.h>
 #include <stdatomic.h>
 #include <string.h>
 
-#include "bf16.h"
-#include "blob.h"
-#include "codec_avx2.h"
-#include "outer.h"
-#include "util.h"
+#include "base/util.h"
+#include "math/bf16.h"
+#include "math/codec_avx2.h"
+#include "math/dtype.h"
+#include "math/outer.h"
 
 #define CK(name) name##_portable
 #define CK_LINKAGE static
-#include "codec_kernels.h"
+#include "math/codec_kernels.h"
 
 static atomic_int force_portable;
 

@@ -17,7 +17,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "blob.h" /* the dtypes */
+#include "math/dtype.h"
 
 #define CODEC_BLOCK 256
 

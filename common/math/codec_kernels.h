@@ -9,8 +9,8 @@
  */
 #include <string.h>
 
-#include "bf16.h"
-#include "codec.h"
+#include "math/bf16.h"
+#include "math/codec.h"
 
 /* v rounded to the nearest integer, ties to even, for |v| < 2^22 (the default rounding mode). */
 #define CODEC_RNE_MAGIC 12582912.0f

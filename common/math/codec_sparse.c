@@ -3,7 +3,7 @@
  * offsets of a shard's chunks, the check of a received payload or update, the worker's accumulate and
  * encode, and the weighted mean that the shard-servers, the workers and the replay share.
  */
-#include "codec_sparse.h"
+#include "math/codec_sparse.h"
 
 #include <math.h>
 #include <string.h>

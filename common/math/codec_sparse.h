@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "codec_topk.h"
+#include "math/codec_topk.h"
 
 #define SPARSE_DENSITY_DEFAULT 0.02 /* entries kept per chunk: SparseLoCo's 1-3% */
 #define SPARSE_BETA_DEFAULT 0.95    /* the accumulator's decay (e = beta * e + Δ) */

@@ -4,14 +4,14 @@
  * a received chunk, and its decoding into a sum. The error-feedback accumulator is the caller's: encoding
  * subtracts what it carried, so e keeps exactly what was not sent.
  */
-#include "codec_topk.h"
+#include "math/codec_topk.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "bf16.h"
-#include "codec.h"
+#include "math/bf16.h"
+#include "math/codec.h"
 
 /* The indices in Elias-Fano form: each one's low l bits (l the largest with k * 2^l <= n), then the
  * upper bitmap, where the j-th index i sets bit (i >> l) + j: k + ((n - 1) >> l) + 1 bits. Its size

@@ -2,10 +2,10 @@
  * hash.c: XXH3-64 through the fastest code path the CPU has (hash.h): AVX2 (hash_avx2.c) or the
  * library's baseline build.
  */
-#include "hash.h"
+#include "math/hash.h"
 
-#include "hash_avx2.h"
-#include "util.h"
+#include "base/util.h"
+#include "math/hash_avx2.h"
 
 uint64_t hash64(const void *p, size_t n)
 {

@@ -6,7 +6,7 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
-#include "hash_avx2.h"
+#include "math/hash_avx2.h"
 
 uint64_t hash_avx2_64(const void *p, size_t n)
 {

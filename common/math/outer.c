@@ -7,12 +7,12 @@
  * Loops run in blocks of OUTER_LANES elements plus a scalar tail: at -O2, gcc 12 vectorises only
  * loops whose trip count is known (its "very cheap" cost model), and the fixed-size inner loop is one.
  */
-#include "hash.h"
-#include "outer_avx2.h"
-#include "outer_fma.h"
-#include "outer_step_one.h"
-#include "util.h"
-#include "outer.h"
+#include "base/util.h"
+#include "math/hash.h"
+#include "math/outer.h"
+#include "math/outer_avx2.h"
+#include "math/outer_fma.h"
+#include "math/outer_step_one.h"
 
 #include <string.h>
 #include <xxhash.h>

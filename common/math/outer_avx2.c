@@ -11,11 +11,11 @@
  * those of every other kernel; test_outer_step compares them. This file alone is compiled with -mavx2
  * -mfma (Makefile); outer.c calls it only when the CPU has both.
  */
-#include "outer_avx2.h"
+#include "math/outer_avx2.h"
 
 #include <string.h>
 
-#include "outer_step_one.h"
+#include "math/outer_step_one.h"
 
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>

@@ -1,13 +1,13 @@
 /* outer_dn.c: Delayed Nesterov kernels (see outer_dn.h). Plain element-wise loops: every expression
  * is the documented formula, each operation rounded once (built with -ffp-contract=off), a + alpha*b
  * included where torch's SGD has that form (add_alpha, outer_fma.h; outer_dn.h lists them). */
-#include "outer_dn.h"
+#include "math/outer_dn.h"
 
 #include <math.h>
 #include <string.h>
 
-#include "outer.h"
-#include "outer_fma.h"
+#include "math/outer.h"
+#include "math/outer_fma.h"
 
 OUTER_INLINE void paper_step(float *restrict theta, float *restrict m, float *restrict buf, const float *restrict g,
                              size_t n, int flush, float N, float lr, float mu)

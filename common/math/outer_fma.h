@@ -19,7 +19,7 @@
 
 #include <math.h>
 
-#include "clones.h"
+#include "base/clones.h"
 
 /* torch's a.add(b, alpha=alpha) on its AVX2/AVX-512/CUDA kernels: a + alpha*b rounded once */
 static inline float add_alpha(float a, float b, float alpha)

@@ -11,7 +11,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "outer_fma.h"
+#include "math/outer_fma.h"
 
 /* The step variants; each build compiles one branch-free loop per variant. */
 enum { STEP_PLAIN, STEP_FIRST_NESTEROV, STEP_FIRST, STEP_NESTEROV, STEP_MOMENTUM };

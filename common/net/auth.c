@@ -1,5 +1,5 @@
 /* auth.c: the run-secret challenge of the data plane (see auth.h), on OpenSSL's HMAC. */
-#include "auth.h"
+#include "net/auth.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
@@ -7,9 +7,9 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "blob.h"
-#include "frame.h"
-#include "util.h"
+#include "base/util.h"
+#include "format/blob.h"
+#include "net/frame.h"
 
 static void to_hex(const unsigned char *b, size_t n, char *out)
 {

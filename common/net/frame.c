@@ -3,9 +3,9 @@
  * poll() against one deadline, so a stalled peer costs at most the timeout, whether the fd itself is
  * blocking or not.
  */
-#include "hash.h"
-#include "frame.h"
-#include "util.h"
+#include "base/util.h"
+#include "math/hash.h"
+#include "net/frame.h"
 
 #include <errno.h>
 #include <fcntl.h>

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "blob.h"
+#include "format/blob.h"
 
 #define FRAME_PREFIX_LEN 4
 

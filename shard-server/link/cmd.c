@@ -15,9 +15,9 @@
 
 #include <hiredis/adapters/libevent.h>
 
-#include "log.h"
-#include "rconn.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "redis/rconn.h"
 
 #define CMD_MAX_ARGS 64
 #define NOREPLICAS_PATIENCE_MS 10000

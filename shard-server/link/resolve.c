@@ -2,7 +2,7 @@
  * resolve.c: where a link should connect now, found without blocking the event loop (internal.h): the
  * master behind the Sentinels of a redis+sentinel:// URL, or a live seed of a Redis Cluster URL.
  *
- * The steps are those of the blocking redis_url_resolve() (common/net/sentinel.h), on hiredis
+ * The steps are those of the blocking redis_url_resolve() (common/redis/sentinel.h), on hiredis
  * asynchronous connections attached to the loop:
  *   1. every Sentinel is asked at once (SENTINEL get-master-addr-by-name). The asking ends when all
  *      have answered or failed, when one master is named by a majority of the URL's Sentinels, or
@@ -22,7 +22,7 @@
 
 #include <hiredis/adapters/libevent.h>
 
-#include "sentinel.h"
+#include "redis/sentinel.h"
 
 #define QUERY_TIMEOUT_MS 500 /* per step: the Sentinels together, then each server checked */
 

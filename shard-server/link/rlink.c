@@ -8,10 +8,10 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "log.h"
-#include "rconn.h"
-#include "sentinel.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "redis/rconn.h"
+#include "redis/sentinel.h"
 
 #define RL_BACKOFF_BASE_MS 100
 #define RL_BACKOFF_CAP_MS 5000

@@ -14,7 +14,7 @@
  *     stall_ms (a SIGSTOPped Redis, a silent partition: hiredis 0.14 has no command timeout); behind
  *     Sentinel it asks them after a second without a reply whether the master changed, and drops the
  *     connection at once if so (a stopped or partitioned master);
- *   - a URL that names several servers (Sentinels, cluster seeds: common/net/sentinel.h) is resolved to the
+ *   - a URL that names several servers (Sentinels, cluster seeds: common/redis/sentinel.h) is resolved to the
  *     current master at every (re)connect, and a reply saying the node is no longer that master
  *     (rconn_error_failover: READONLY, CLUSTERDOWN, ...) drops the connection like an I/O error, so
  *     following a failover is reconnecting. The Sentinels are asked from the loop, never waited for
@@ -40,8 +40,8 @@
 #include <event2/event.h>
 #include <hiredis/async.h>
 
-#include "cluster.h"
-#include "url.h"
+#include "redis/cluster.h"
+#include "redis/url.h"
 
 typedef void rlink_cb(redisReply *reply, void *priv); /* reply NULL: connection lost, outcome unknown */
 /* Redis refused the login of link `name` for good; why = its reply. */

@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #define ROUTE_REFRESH_MIN_MS 1000
 

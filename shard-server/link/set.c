@@ -25,10 +25,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
-#include "blob.h"
-#include "log.h"
-#include "rconn.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "format/blob.h"
+#include "redis/rconn.h"
 
 #define RS_SOCKET_BUFFER (4 * 1024 * 1024)
 #define RS_MAX_IOV 64

@@ -15,8 +15,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
 
 #define WAIT_TIMEOUT_MS 500
 #define WAIT_LOG_EVERY_MS 5000

@@ -18,9 +18,9 @@
 
 #include <hiredis/adapters/libevent.h>
 
-#include "log.h"
-#include "sentinel.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "redis/sentinel.h"
 
 #define WATCH_RETRY_MS 5000
 

@@ -18,7 +18,7 @@ def xxh3(data):
 
 
 def splitmix_uniform(state, count):
-    """count draws of common/util.c rng_uniform from state (vectorised: the k-th state is state + k*G)."""
+    """count draws of common/base/util.c rng_uniform from state (vectorised: the k-th state is state + k*G)."""
     with np.errstate(over="ignore"):
         k = np.arange(1, count + 1, dtype=np.uint64)
         z = np.uint64(state) + k * np.uint64(GOLDEN)

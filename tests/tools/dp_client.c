@@ -19,17 +19,18 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "blob.h"
-#include "codec.h"
-#include "codec_sparse.h"
-#include "frame.h"
-#include "keys.h"
-#include "mpmap.h"
-#include "opts.h"
-#include "rconn.h"
-#include "runconf.h"
-#include "util.h"
+#include "base/opts.h"
+#include "base/util.h"
+#include "format/blob.h"
+#include "format/keys.h"
+#include "format/mpmap.h"
+#include "format/runconf.h"
+#include "math/codec.h"
+#include "math/codec_sparse.h"
+#include "net/auth.h"
+#include "net/frame.h"
+#include "redis/rconn.h"
+#include "redis/runconf_load.h"
 
 typedef struct target {
     rconn *c;

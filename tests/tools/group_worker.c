@@ -56,13 +56,14 @@
 #include <time.h>
 
 #include "diloco.h"
+#include "format/runconf.h"
 #include "gpt/gpt.h"
-#include "hash.h"
+#include "math/hash.h"
 #include "model.h"
-#include "runconf.h"
+#include "redis/rconn.h"
+#include "redis/runconf_load.h"
+#include "redis/url.h"
 #include "trainers/quadratic.h"
-#include "rconn.h"
-#include "url.h"
 
 #define MAX_RANKS 16
 #define SLOT_MAX 4096

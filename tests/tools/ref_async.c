@@ -20,15 +20,16 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bf16.h"
-#include "keys.h"
-#include "opts.h"
-#include "outer.h"
-#include "outer_dn.h"
-#include "rconn.h"
-#include "runconf.h"
+#include "base/opts.h"
+#include "base/util.h"
+#include "format/keys.h"
+#include "format/runconf.h"
+#include "math/bf16.h"
+#include "math/outer.h"
+#include "math/outer_dn.h"
+#include "redis/rconn.h"
+#include "redis/runconf_load.h"
 #include "trainers/quadratic.h"
-#include "util.h"
 
 #define MAX_WORKERS 64
 

@@ -29,13 +29,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bf16.h"
-#include "codec.h"
-#include "opts.h"
-#include "outer.h"
-#include "runconf.h"
+#include "base/opts.h"
+#include "base/util.h"
+#include "format/runconf.h"
+#include "math/bf16.h"
+#include "math/codec.h"
+#include "math/outer.h"
 #include "trainers/quadratic.h"
-#include "util.h"
 
 #define MAX_WORKERS 64
 

@@ -15,10 +15,10 @@
 #include <string.h>
 #include <unistd.h>
 #include <hiredis/hiredis.h>
-#include "bf16.h"
-#include "blob.h"
-#include "frame.h"
-#include "outer.h"
+#include "format/blob.h"
+#include "math/bf16.h"
+#include "math/outer.h"
+#include "net/frame.h"
 
 static int die(const char *m) { fprintf(stderr, "sstool: %s\n", m); return 1; }
 

@@ -25,10 +25,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "diloco/internal.h"
-#include "keys.h"
-#include "rconn.h"
-#include "util.h"
+#include "format/keys.h"
+#include "redis/rconn.h"
 
 #define THREADS 3
 #define RUN_MS 1500

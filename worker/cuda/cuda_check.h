@@ -6,7 +6,7 @@
 
 #include <cuda_runtime.h>
 
-#include "util.h" /* err_set */
+#include "base/util.h" /* err_set */
 
 #define CK(call)                                                                                             \
     do {                                                                                                     \

@@ -8,9 +8,9 @@
  *   async DiLoCo (either of the above in an async run): the same schedule; the network part of a round
  *     is async.c's submission instead of sync.c's barrier round. */
 
+#include "base/log.h"
+#include "base/util.h"
 #include "internal.h"
-#include "log.h"
-#include "util.h"
 
 /* Count the step and the time it took (since the previous call returned): DyLU's speed. */
 static void count_step(diloco *d)

@@ -13,10 +13,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/util.h"
 #include "internal.h"
-#include "log.h"
-#include "rconn.h"
-#include "util.h"
+#include "redis/rconn.h"
 
 #define SUBMIT_ARGS_MAX (2 * RUNCONF_MAX_SHARDS + 8)
 

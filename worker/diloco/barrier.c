@@ -5,11 +5,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/util.h"
+#include "format/keys.h"
 #include "internal.h"
-#include "keys.h"
-#include "log.h"
-#include "rconn.h"
-#include "util.h"
+#include "redis/rconn.h"
 #include "wake.h"
 
 /* Did round (f, round) close with this incarnation among its participants? A STALE dl_arrive can answer

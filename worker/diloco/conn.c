@@ -12,13 +12,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "auth.h"
-#include "dp_error.h"
-#include "frame.h"
-#include "codec.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "format/dp_error.h"
 #include "internal.h"
-#include "log.h"
-#include "util.h"
+#include "math/codec.h"
+#include "net/auth.h"
+#include "net/frame.h"
 
 #define SMALL_REPLY_CAP (BLOB_HEADER_MAX + 64)
 

@@ -11,10 +11,10 @@
 #include <inttypes.h>
 #include <stdarg.h>
 
+#include "base/log.h"
+#include "base/util.h"
 #include "internal.h"
-#include "log.h"
-#include "rconn.h"
-#include "util.h"
+#include "redis/rconn.h"
 
 /* With ctl_mu held: a usable control connection, reconnecting if it is missing or broken (with backoff,
  * for as long as it takes: Redis restarts are survivable; a refusal of our credentials ends it at once).

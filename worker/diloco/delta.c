@@ -12,13 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bf16.h"
-#include "codec.h"
-#include "codec_topk.h"
-#include "hash.h"
+#include "base/util.h"
 #include "internal.h"
-#include "outer.h"
-#include "util.h"
+#include "math/bf16.h"
+#include "math/codec.h"
+#include "math/codec_topk.h"
+#include "math/hash.h"
+#include "math/outer.h"
 
 /* Δ is made and hashed in chunks of this many elements: each chunk is hashed (the push frame's
  * checksum) while it is still in the cache, instead of in a second pass over memory as it is sent. */

@@ -9,9 +9,9 @@
  * unsent pseudo-gradient). delta.c calls these; they call only the codec. */
 #include <stdlib.h>
 
-#include "codec_sparse.h"
+#include "base/util.h"
 #include "internal.h"
-#include "util.h"
+#include "math/codec_sparse.h"
 
 int dl_delta_topk_alloc(diloco *d, char *err, size_t errlen)
 {

@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "blob.h"
+#include "base/util.h"
+#include "format/blob.h"
 #include "internal.h"
-#include "util.h"
 
 int dl_dev_init(diloco *d, const float *params, char *err, size_t errlen)
 {

@@ -10,9 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/util.h"
 #include "internal.h"
-#include "log.h"
-#include "util.h"
 
 enum { BATCH_NONE, BATCH_PUSH, BATCH_GET };
 

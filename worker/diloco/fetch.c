@@ -4,10 +4,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 
+#include "base/log.h"
+#include "base/util.h"
+#include "format/keys.h"
 #include "internal.h"
-#include "keys.h"
-#include "log.h"
-#include "util.h"
 
 /* Registration and catching up use the same get, with no Δ to offer. */
 static int fetch_shards(diloco *d, int first, int last, int64_t min_version, char *err, size_t errlen)

@@ -27,10 +27,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/util.h"
+#include "format/keys.h"
 #include "internal.h"
-#include "keys.h"
-#include "log.h"
-#include "util.h"
 
 #define GROUP_MAGIC 0x70756f72676c6455ull /* "Udlgroup" */
 

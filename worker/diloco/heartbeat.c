@@ -15,11 +15,11 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/log.h"
+#include "base/util.h"
 #include "internal.h"
-#include "log.h"
-#include "rconn.h"
-#include "sentinel.h"
-#include "util.h"
+#include "redis/rconn.h"
+#include "redis/sentinel.h"
 
 static void beat_once(diloco *d, rconn *c)
 {

@@ -38,15 +38,15 @@
 
 #include <hiredis/hiredis.h>
 
-#include "rconn.h"
+#include "redis/rconn.h"
 #include <pthread.h>
 #include <stdint.h>
 
-#include "blob.h"
+#include "base/log.h"
 #include "diloco.h"
-#include "log.h"
-#include "runconf.h"
-#include "url.h"
+#include "format/blob.h"
+#include "format/runconf.h"
+#include "redis/url.h"
 
 #define OWNER_ID_MAX 64
 #define ADDR_MAX 128

@@ -8,12 +8,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/util.h"
+#include "format/keys.h"
+#include "format/mpmap.h"
 #include "internal.h"
-#include "keys.h"
-#include "log.h"
-#include "mpmap.h"
-#include "rconn.h"
-#include "util.h"
+#include "redis/rconn.h"
 
 static const char *hash_field(redisReply *r, const char *name)
 {

@@ -5,8 +5,8 @@
  * buffer. Every path that changes params calls params_changed afterwards, once. */
 #include <string.h>
 
+#include "base/util.h"
 #include "internal.h"
-#include "util.h"
 
 /* conn_get wrote each fetched shard into base; the trainer's buffer takes the same values. */
 void params_adopt(diloco *d, int first_shard, int last_shard)

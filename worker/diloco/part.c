@@ -16,9 +16,9 @@
 #include <stdlib.h>
 #include <xxhash.h>
 
+#include "base/util.h"
 #include "internal.h"
-#include "outer.h"
-#include "util.h"
+#include "math/outer.h"
 
 /* The shard of the run that starts at element x (its index), or -1 when no shard starts there. */
 static int shard_starting_at(const uint64_t *bounds, int nshards, uint64_t x)

@@ -9,12 +9,13 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/util.h"
 #include "diloco.h"
-#include "log.h"
-#include "rconn.h"
-#include "runconf.h"
-#include "url.h"
-#include "util.h"
+#include "format/runconf.h"
+#include "redis/rconn.h"
+#include "redis/runconf_load.h"
+#include "redis/url.h"
 
 static int64_t peek(const diloco_options *o, uint64_t *numel, char *layout, size_t cap, char *err, size_t errlen)
 {

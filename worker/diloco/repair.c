@@ -9,11 +9,11 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/util.h"
+#include "format/keys.h"
 #include "internal.h"
-#include "keys.h"
-#include "log.h"
-#include "rconn.h"
-#include "util.h"
+#include "redis/rconn.h"
 
 #define REPAIR_POLL_MS 2000
 #define REPAIR_TELL_MS 60000

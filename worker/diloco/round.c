@@ -11,10 +11,10 @@
 #include <inttypes.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/util.h"
 #include "internal.h"
-#include "log.h"
-#include "outer.h"
-#include "util.h"
+#include "math/outer.h"
 
 void round_begin(diloco *d)
 {

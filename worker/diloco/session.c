@@ -3,11 +3,11 @@
 #include <inttypes.h>
 #include <stdlib.h>
 
-#include "codec.h"
+#include "base/log.h"
+#include "base/util.h"
 #include "internal.h"
-#include "log.h"
-#include "rconn.h"
-#include "util.h"
+#include "math/codec.h"
+#include "redis/rconn.h"
 
 static int session_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
 {

@@ -7,12 +7,13 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "codec.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "format/keys.h"
 #include "internal.h"
-#include "keys.h"
-#include "log.h"
-#include "rconn.h"
-#include "util.h"
+#include "math/codec.h"
+#include "redis/rconn.h"
+#include "redis/runconf_load.h"
 
 void diloco_options_default(diloco_options *o)
 {

@@ -10,9 +10,9 @@
  * reproducible (tests/it_stream_*.sh). after_step.c calls stream_step at each interval; the round's
  * preparation and settling are round.c's. */
 
+#include "base/log.h"
+#include "base/util.h"
 #include "internal.h"
-#include "log.h"
-#include "util.h"
 
 static void *inflight_main(void *p)
 {

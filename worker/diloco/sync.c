@@ -16,11 +16,11 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
+#include "base/util.h"
+#include "format/keys.h"
 #include "internal.h"
-#include "keys.h"
-#include "log.h"
-#include "rconn.h"
-#include "util.h"
+#include "redis/rconn.h"
 
 /* ---- tentative parameters: confirming the previous round -------------------------------------- */
 

@@ -12,13 +12,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "codec.h"
-#include "codec_sparse.h"
-#include "hash.h"
+#include "base/log.h"
+#include "base/util.h"
 #include "internal.h"
-#include "log.h"
-#include "outer.h"
-#include "util.h"
+#include "math/codec.h"
+#include "math/codec_sparse.h"
+#include "math/hash.h"
+#include "math/outer.h"
 
 /* An update is applied in chunks of this many elements (whole codec blocks), each decoded (on the stack:
  * the shards of different servers are applied in parallel threads), stepped and hashed while it is in

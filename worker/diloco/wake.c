@@ -16,8 +16,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "format/keys.h"
 #include "internal.h"
-#include "keys.h"
 #include "wake.h"
 
 void wake_key(const struct diloco *d, char *key, size_t cap)

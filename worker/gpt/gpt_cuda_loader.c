@@ -25,10 +25,10 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/util.h"
 #include "cuda/diloco_cuda.h"
 #include "cuda/gpt_cuda.h"
 #include "gpt/gpt_cuda_loader.h"
-#include "util.h"
 
 #define BACKEND_SONAME "libdiloco_gpt_cuda.so"
 

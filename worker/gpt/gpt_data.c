@@ -1,8 +1,8 @@
 /* gpt_data.c: the token file (prepare-data) and its loader. */
-#include "file_atomic.h"
+#include "base/file_atomic.h"
+#include "base/opts.h"
+#include "base/util.h"
 #include "gpt.h"
-#include "opts.h"
-#include "util.h"
 
 #include <errno.h>
 #include <stdlib.h>

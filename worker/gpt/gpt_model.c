@@ -4,10 +4,10 @@
  * Style after llm.c: one forward/backward function per layer with the tensor shapes in the
  * signature. Matrix products go through cblas_sgemm; OpenBLAS itself runs single-threaded and we
  * split each product between OpenMP threads (one thread pool, no oversubscription). */
+#include "base/clones.h"
+#include "base/util.h"
 #include "gpt.h"
 #include "gpt_acts.h"
-#include "clones.h"
-#include "util.h"
 
 #include <cblas.h>
 #include <math.h>

@@ -1,8 +1,8 @@
 /* gpt_options.c: the gpt trainer's options (gpt.h): defaults, the flag table behind gpt_usage and
  * gpt_options_parse, and the learning-rate schedule gpt_lr_at. */
+#include "base/opts.h"
+#include "base/util.h"
 #include "gpt.h"
-#include "opts.h"
-#include "util.h"
 
 #include <errno.h>
 #include <float.h>

@@ -10,8 +10,8 @@
  * The trainer draws a window as the r-th of the part's `starts` window starts (gpt_part_start), so
  * random sampling stays a function of its splitmix64 stream; --data-order sequential walks the
  * part's windows in order (gpt_part_next). */
+#include "base/util.h"
 #include "gpt.h"
-#include "util.h"
 
 static uint64_t stripe_len(const gpt_part *p, uint64_t k)
 {

@@ -1,7 +1,7 @@
 /* gpt_trainer.c: the "gpt" trainer behind trainer.h: data windows, AdamW schedule, evaluation,
  * JSON-lines telemetry and the safetensors checkpoint (its options: gpt_options.c). */
+#include "base/util.h"
 #include "gpt.h"
-#include "util.h"
 
 #include <errno.h>
 #include <math.h>
@@ -9,8 +9,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/file_atomic.h"
 #include "diloco.h"
-#include "file_atomic.h"
 
 #ifdef DILOCO_HAVE_CUDA
 #include "cuda/diloco_cuda.h" /* DiLoCo on the device */

@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "bf16.h"
-#include "util.h"
+#include "base/util.h"
+#include "math/bf16.h"
 
 struct host_device {
     float *params; /* the trainer's */

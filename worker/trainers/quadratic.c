@@ -6,7 +6,7 @@
 #include <string.h>
 #include <xxhash.h>
 
-#include "util.h"
+#include "base/util.h"
 
 typedef struct quadratic {
     trainer t;

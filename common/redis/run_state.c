@@ -1,15 +1,17 @@
 /* run_state.c: a run's committed global state read from Redis (see run_state.h). */
-#include "run_state.h"
+#include "redis/run_state.h"
 
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "keys.h"
-#include "log.h"
-#include "replay.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/util.h"
+#include "format/keys.h"
+#include "format/replay.h"
+#include "redis/replay_load.h"
+#include "redis/runconf_load.h"
 
 static const char *const REF_FIELDS[4] = {"version", "snap", "log", "digest"};
 

@@ -2,7 +2,7 @@
  * buffer) out of Redis, without a shard-server.
  *
  * One HMGET of every shard's refs (version, snapshot, log, digest) in dl:{R}:shards, so all shards come
- * from the same instant, then common/replay.c rebuilds each shard (snapshot + log replay + digest
+ * from the same instant, then common/format/replay.c rebuilds each shard (snapshot + log replay + digest
  * check). The checkpoint export needs every shard at one common version; the evaluator
  * (worker/evaluator.c) also accepts a Streaming run's fragments at different versions, since they
  * never line up while it trains. */
@@ -11,8 +11,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rconn.h"
-#include "runconf.h"
+#include "format/runconf.h"
+#include "redis/rconn.h"
 
 typedef struct run_state {
     float *params, *mom; /* numel fp32 each */

@@ -2,7 +2,7 @@
  * cluster.h: Redis Cluster routing, without I/O: key hash slots, the slot map, redirections.
  *
  * hiredis 0.14 knows nothing of Redis Cluster, so our two client paths route themselves: the
- * synchronous one (common/net/rconn.c: workers, coordinator, tools) and the asynchronous one of the
+ * synchronous one (common/redis/rconn.c: workers, coordinator, tools) and the asynchronous one of the
  * shard-server (shard-server/link/). Both use this file to
  *   - find the key of a command and its hash slot (CRC16/XMODEM of the key, or of its hash tag: the
  *     part between the first '{' and the next '}' when non-empty, mod 16384);

@@ -3,8 +3,8 @@
  * into the fixed-size fields of redis_url; every rejection says which part is wrong so an operator
  * can fix a typo in a command line without reading code.
  */
-#include "url.h"
-#include "util.h"
+#include "base/util.h"
+#include "redis/url.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -3,12 +3,12 @@
  * formatted once (RESP), its key's slot read from that (cluster.c), and sent by route(): the single
  * place where MOVED and ASK are followed.
  */
-#include "rconn.h"
-#include "cluster.h"
-#include "log.h"
-#include "sentinel.h"
-#include "sigpipe.h"
-#include "util.h"
+#include "base/log.h"
+#include "base/sigpipe.h"
+#include "base/util.h"
+#include "redis/cluster.h"
+#include "redis/rconn.h"
+#include "redis/sentinel.h"
 
 #include <errno.h>
 #include <poll.h>

@@ -9,7 +9,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "rconn.h"
+#include "redis/rconn.h"
 
 /* Fill argv[0 .. 4 + nargs) with FCALL, fn, 1, config_key, args. -1 when cap is too small. */
 int fcall_argv(const char **argv, int cap, const char *fn, const char *config_key, int nargs, const char **args);

@@ -15,7 +15,7 @@
  *                                                pass log in to the master and its replicas, the query
  *                                                gives the Sentinels' own login when they have one)
  * Defaults: port 6379, db 0. The parsed form is what rconn_connect() needs; a URL with several hosts
- * or Sentinels is turned into the address of one server by redis_url_resolve() (common/net/sentinel.h).
+ * or Sentinels is turned into the address of one server by redis_url_resolve() (common/redis/sentinel.h).
  */
 #ifndef DILOCO_URL_H
 #define DILOCO_URL_H

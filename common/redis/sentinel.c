@@ -3,7 +3,7 @@
  * once (askall.h), check ROLE on the node they name; or pick the first seed that answers a PING sent
  * to all.
  */
-#include "sentinel.h"
+#include "redis/sentinel.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -15,9 +15,9 @@
 
 #include <hiredis/hiredis.h>
 
-#include "askall.h"
-#include "sigpipe.h"
-#include "util.h"
+#include "base/sigpipe.h"
+#include "base/util.h"
+#include "redis/askall.h"
 
 int redis_url_needs_resolve(const redis_url *u)
 {

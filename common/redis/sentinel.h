@@ -8,7 +8,7 @@
  *     others) may name a node that is a replica now, and writes there would be refused (READONLY);
  *   - redis://h1,h2,h3: seeds of a Redis Cluster, pinged at once; the first that answers is used (any node of a
  *     cluster routes us to the others with MOVED, so the one we start from only has to be alive).
- * Every Redis user of the project (common/net/rconn.c for the synchronous connections, the shard-server's
+ * Every Redis user of the project (common/redis/rconn.c for the synchronous connections, the shard-server's
  * links) resolves through redis_url_resolve() each time it (re)connects, so following a failover is
  * the same as reconnecting after a lost connection: retry with the backoff the caller already has.
  * Every Sentinel is asked and the master most of them name is checked first: right after a failover
@@ -31,7 +31,7 @@
 
 #include <stddef.h>
 
-#include "url.h"
+#include "redis/url.h"
 
 /* Whether u names more than one server and must go through redis_url_resolve(). */
 int redis_url_needs_resolve(const redis_url *u);

@@ -1,6 +1,6 @@
 /* fcall.c: the argument vector of a call of the run's function library, and the synchronous call (see
  * fcall.h). */
-#include "fcall.h"
+#include "redis/fcall.h"
 
 #include <stdlib.h>
 

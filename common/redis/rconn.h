@@ -7,7 +7,7 @@
  * never hangs a caller. rconn_connect_retry() is what long-running processes use at start and after
  * losing Redis.
  *
- * Redis Cluster (common/net/cluster.h): an rconn starts as a connection to the URL's server. The first
+ * Redis Cluster (common/redis/cluster.h): an rconn starts as a connection to the URL's server. The first
  * MOVED or ASK reply tells it the server is a cluster node: it then reads the slot map (CLUSTER
  * SLOTS), opens a connection per master as needed (same credentials) and sends each command to the
  * master of its key's slot; MOVED patches the map, re-reads it and retries there, ASK sends ASKING
@@ -35,7 +35,7 @@
 #include <stddef.h>
 #include <hiredis/hiredis.h>
 
-#include "url.h"
+#include "redis/url.h"
 
 typedef struct rconn rconn;
 

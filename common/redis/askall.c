@@ -4,7 +4,7 @@
  * progress completes as the socket turns writable) and reads what arrives, until the caller has its
  * answer, every target is done, or the deadline.
  */
-#include "askall.h"
+#include "redis/askall.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -13,7 +13,7 @@
 
 #include <hiredis/hiredis.h>
 
-#include "util.h"
+#include "base/util.h"
 
 typedef struct slot {
     redisContext *c; /* NULL once done */

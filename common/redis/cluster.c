@@ -1,14 +1,14 @@
 /*
  * cluster.c: hash slots, the slot map and MOVED/ASK parsing declared in cluster.h (no I/O).
  */
-#include "cluster.h"
+#include "redis/cluster.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <strings.h>
 
-#include "util.h"
+#include "base/util.h"
 
 /* CRC16/XMODEM (poly 0x1021, init 0, no reflection), the variant the Redis Cluster spec uses. */
 uint16_t cluster_crc16(const void *buf, size_t len)

@@ -1,0 +1,91 @@
+/* runconf_load.c: a run's configuration read from Redis (see runconf_load.h); the parsing and every
+ * check of the values are format/runconf.c's. */
+#include "redis/runconf_load.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "base/util.h"
+#include "base/version.h"
+#include "format/keys.h"
+
+int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen)
+{
+    char key[KEY_MAX];
+    key_run(key, sizeof key, run, "config");
+    redisReply *r = rconn_command(c, "FCALL dl_version 1 %s", key);
+    if (r == NULL) {
+        err_set(err, errlen, "redis: %s", rconn_errstr(c));
+        return -1;
+    }
+    int rc = -1;
+    if (r->type == REDIS_REPLY_ERROR && rconn_error_final(r->str)) {
+        err_set(err, errlen,
+                "Redis refuses this user: %s (check the user and password in the Redis URL and the "
+                "user's ACL, e.g. deploy/redis/users.acl)",
+                r->str);
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        err_set(err, errlen,
+                "the ReDiLoCo function library is not loaded in this Redis (%s); "
+                "run `coordinator init` first",
+                r->str);
+    } else if (r->type != REDIS_REPLY_STRING || strcmp(r->str, DL_LIB_VERSION) != 0) {
+        err_set(err, errlen,
+                "Redis has function library version '%s' but this build speaks version '%s'; "
+                "use binaries of the same release as the coordinator that ran init",
+                r->type == REDIS_REPLY_STRING ? r->str : "?", DL_LIB_VERSION);
+    } else {
+        rc = 0;
+    }
+    freeReplyObject(r);
+    return rc;
+}
+
+int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errlen)
+{
+    if (r->type != REDIS_REPLY_ARRAY) {
+        err_set(err, errlen, "run config is not a hash");
+        return -1;
+    }
+    size_t pairs = r->elements / 2;
+    const char **name = calloc(pairs ? pairs : 1, sizeof *name), **value = calloc(pairs ? pairs : 1, sizeof *value);
+    if (!name || !value) {
+        free(name);
+        free(value);
+        err_set(err, errlen, "out of memory for the run config's %zu fields", pairs);
+        return -1;
+    }
+    runconf_fields f = {name, value, 0};
+    for (size_t i = 0; i + 1 < r->elements; i += 2)
+        if (r->element[i]->type == REDIS_REPLY_STRING && r->element[i + 1]->type == REDIS_REPLY_STRING) {
+            name[f.n] = r->element[i]->str;
+            value[f.n++] = r->element[i + 1]->str;
+        }
+    int ret = runconf_parse(&f, rc, err, errlen);
+    free(name);
+    free(value);
+    return ret;
+}
+
+int runconf_load(rconn *c, const char *run, runconf *rc, char *err, size_t errlen)
+{
+    memset(rc, 0, sizeof *rc);
+    if (key_check_run_name(run, err, errlen) < 0) return -1;
+    snprintf(rc->run, sizeof rc->run, "%s", run);
+    if (runconf_check_library(c, run, err, errlen) < 0) return -1;
+    char key[KEY_MAX];
+    redisReply *r = rconn_command(c, "HGETALL %s", key_run(key, sizeof key, run, "config"));
+    if (rconn_reply_error(c, r, err, errlen) < 0) goto error;
+    if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
+        err_set(err, errlen, "run '%s' does not exist in this Redis; run `coordinator init --run %s` first", run, run);
+        goto error;
+    }
+    if (runconf_from_reply(r, rc, err, errlen) < 0) goto error;
+    freeReplyObject(r);
+    return 0;
+error:
+    if (r) freeReplyObject(r);
+    runconf_free(rc);
+    return -1;
+}

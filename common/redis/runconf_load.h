@@ -1,0 +1,21 @@
+/* runconf_load.h: reading a run's configuration (dl:{R}:config) out of Redis.
+ *
+ * The Redis half of format/runconf.h: check that Redis runs the function library this build speaks,
+ * HGETALL the config hash and hand its fields to runconf_parse. */
+#ifndef DILOCO_RUNCONF_LOAD_H
+#define DILOCO_RUNCONF_LOAD_H
+#include <stddef.h>
+#include <hiredis/hiredis.h>
+
+#include "format/runconf.h"
+#include "redis/rconn.h"
+
+/* Check `FCALL dl_version` against DL_LIB_VERSION: -1 with a message that says what to do otherwise. */
+int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen);
+/* Read and validate dl:{run}:config (after checking the library). Free with runconf_free. */
+int runconf_load(rconn *c, const char *run, runconf *out, char *err, size_t errlen);
+/* The parsing half of runconf_load: rc's fields from an HGETALL reply of dl:{R}:config (rc->run is left
+ * as it is): its string pairs go to runconf_parse; pairs that are not two strings are skipped. On error
+ * rc may hold allocations: runconf_free. */
+int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errlen);
+#endif

@@ -111,7 +111,8 @@ class ShardedParams:
             raise DiLoCoError("the model's parameters are not the run's tensors: entry %d is %r, the run's %r (the "
                               "same names in named_parameters() order)" % (i, mine[i] if i < len(mine) else None,
                                                                           theirs[i] if i < len(theirs) else None))
-        self.locals, self.slices, self.offsets, self.names = [], [], [], []
+        self.module = module
+        self.slices, self.offsets, self.names, self.counts = [], [], [], []
         self.layout = [(name, tuple(shape), off) for name, shape, off in layout]
         self.shapes = [s for _, s, _ in self.layout]
         off_local = 0
@@ -131,12 +132,12 @@ class ShardedParams:
                                   "now" % (name, local.dtype, local.device))
             if rows == 0:
                 continue
-            self.locals.append(local)
             self.names.append(name)
+            self.counts.append(rows * row)
             self.offsets.append(off_local)
             self.slices += [off + lo * row, rows * row]
             off_local += rows * row
-        if not self.locals:
+        if not self.names:
             raise DiLoCoError("rank %d holds no parameters (every tensor has fewer rows than rank %d needs): use "
                               "fewer ranks" % (rank, rank))
         self.numel = off_local
@@ -149,15 +150,20 @@ class ShardedParams:
         """The slices (offset, count pairs in the run's vector) as the uint64 array diloco_group_ops takes."""
         return (ctypes.c_uint64 * len(self.slices))(*self.slices), len(self.slices) // 2
 
+    def _locals(self):
+        """The chunks as they are now: looked up again each time, as FSDP may set a parameter's local tensor
+        anew (its lazy initialisation at the first forward)."""
+        params = dict(self.module.named_parameters())
+        return [_local(params[n]) for n in self.names]
+
     def _gather(self):
         with torch.no_grad():
-            for t, off in zip(self.locals, self.offsets):
-                self.flat[off:off + t.numel()].copy_(t.reshape(-1))
+            for t, off, n in zip(self._locals(), self.offsets, self.counts):
+                self.flat[off:off + n].copy_(t.reshape(-1))
 
     def _scatter(self, lo, hi):
         with torch.no_grad():
-            for t, off in zip(self.locals, self.offsets):
-                n = t.numel()
+            for t, off, n in zip(self._locals(), self.offsets, self.counts):
                 if off < hi and off + n > lo:
                     t.copy_(self.flat[off:off + n].view(t.shape))
 

@@ -12,7 +12,8 @@
 # group's allgather: no rank gathers the model); every closed round has the 3 members as participants;
 # each round the sharded group's ranks together send and receive what one process does, each rank
 # exactly its own slices' bytes. Then bad input: a sharded group on a run not cut for its size, ranks
-# whose slices overlap, ranks that disagree on being sharded: one clear error on every rank, nothing
+# whose slices overlap, ranks that disagree on being sharded, a rank with no rows of any tensor (2 parameters
+# over 3 ranks): one clear error on every rank, nothing
 # registered; coordinator init refuses --fsdp-ranks 1, a non-number, and --fsdp-ranks with --fragments or
 # --async. (A rank killed with -9: tests/it_python_group_sharded_crash.sh.)
 . "$(dirname "$0")/lib.sh"
@@ -99,10 +100,15 @@ bad_case() { # WHAT RANKS EXPECTED-TEXT [group_worker flags]
 bad_case size 2 "rank [01]: slice [0-9]* of this rank [a-z]* at element [0-9]*, inside shard [0-9]* .*--fsdp-ranks 2"
 bad_case overlap 3 'ranks 0 and 1 both hold shard 0 of run .sbad.: the ranks. slices must not overlap' --bad OVERLAP
 bad_case mixed 3 'disagree on sharded parameters' --bad UNSHARDED
+RUN=sbad2 # 2 parameters over 3 ranks: rank 2's dim-0 chunk is empty
+init_run $RUN --trainer quadratic --numel 2 --shards 1 --fsdp-ranks 3 --workers 1
+bad_case empty 3 'rank 2: this rank holds no parameters'
+[ "$($RCLI HGET "dl:{$RUN}:state" joins)" = 0 ] || fail "bad input registered a member"
+RUN=sbad
 [ "$($RCLI HGET "dl:{$RUN}:state" joins)" = 0 ] || fail "bad input registered a member"
 for bad in "--fsdp-ranks 1" "--fsdp-ranks 2,x" "--fsdp-ranks 2 --fragments 2" "--fsdp-ranks 2 --async"; do
   bin/coordinator init --redis "$URL" --run sbadinit $GPT $bad > "$TMP/badinit.log" 2>&1
   [ $? = 2 ] && grep -q -- '--fsdp-ranks' "$TMP/badinit.log" || fail "coordinator init $bad: $(cat "$TMP/badinit.log")"
 done
 [ "$($RCLI EXISTS "dl:{sbadinit}:config")" = 0 ] || fail "a refused init made the run"
-say "bad input (a run not cut for the group's size, overlapping slices, ranks that disagree on being sharded): every rank says why, nothing registered"
+say "bad input (a run not cut for the group's size, overlapping slices, ranks that disagree on being sharded, a rank with nothing to hold): every rank says why, nothing registered"

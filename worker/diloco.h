@@ -201,8 +201,9 @@ typedef struct diloco_group_ops {
     int (*broadcast)(void *ctx, float *params, size_t off, size_t n, int root, char *err, size_t errlen);
     /* Sharded parameters (FSDP, fully_shard; see "Sharded groups" above): this rank holds only the
      * elements [slices[2i], slices[2i] + slices[2i+1]) of the run's vector, i < nslices, ascending and
-     * disjoint, and params (numel = their sum) is their concatenation. nslices 0: every rank holds
-     * the whole vector (DDP). broadcast is then not used (may be NULL). */
+     * disjoint, and params (numel = their sum) is their concatenation. slices NULL: every rank holds
+     * the whole vector (DDP). broadcast is then not used (may be NULL). A rank of a sharded group that
+     * holds nothing passes slices with nslices 0 (and is refused: every rank must hold some). */
     const uint64_t *slices;
     int nslices;
 } diloco_group_ops;

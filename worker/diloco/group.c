@@ -366,7 +366,7 @@ static int check_hooks(const diloco_options *o, char *err, size_t errlen)
         err_set(err, errlen, "group rank %d is not in 0 .. %d (group size %d)", g->rank, g->size - 1, g->size);
         return -1;
     }
-    if (!g->allgather || (!g->broadcast && g->nslices == 0)) {
+    if (!g->allgather || (!g->broadcast && !g->slices && g->nslices == 0)) {
         err_set(err, errlen, "a process group needs both collectives (group.allgather and group.broadcast; a sharded "
                              "one, with group.slices, only allgather)");
         return -1;
@@ -459,7 +459,7 @@ static int hello(diloco *d, const diloco_options *o, float *params, size_t numel
         return -1;
     }
     me.status = state_init(d, o, params, numel, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
-    int sharded = o->group.nslices > 0;
+    int sharded = o->group.slices != NULL || o->group.nslices > 0;
     int64_t v[7] = {sharded ? (int64_t)d->run_numel : (int64_t)numel, o->sync_every, o->bf16, o->error_feedback,
                     o->dylu, o->device.delta != NULL, sharded};
     memcpy(me.v, v, sizeof v);

@@ -4,7 +4,8 @@
 # PyTorch worker c1, --heartbeat-timeout 4. The group leaves the run (torch.multiprocessing stops its other
 # rank, which leaves, or the group is evicted), the run goes on with c1, the group started again registers
 # and takes part in rounds again. Every closed round that lists the group has the arrival of both its ranks
-# under that incarnation: a half group (one rank's chunks) is never a participant.
+# under that incarnation: a half group (one rank's chunks) is never a participant. Then SIGTERM to rank 0 of
+# the restarted group: every process of the group is gone within 20 s and the group is no member.
 . "$(dirname "$0")/lib.sh"
 RUN=psc; PY=/usr/bin/python3
 round() { $RCLI HGET "dl:{$RUN}:state" round:0; }
@@ -24,4 +25,15 @@ wait_until 90 '$RCLI HGET "dl:{$RUN}:f0:r0" participants | grep -q g1:' "a round
 r1=$(rank_pid g1a 1)
 start=$(round)
 wait_until 30 '[ "$(round)" -ge $((start + 1)) ]' "one more round"
-group_crash $RUN "$GRP" "$r1" "$C1" "launch g1b $RUN:g1:2"
+group_crash $RUN "$GRP" "$r1" "$C1" "launch g1b $RUN:g1:2; GRP=\$LAST"
+
+# SIGTERM to rank 0 alone (the rank that registered the group) stops every process of the group within 20 s
+# and the group leaves the run
+r0=$(rank_pid g1b 0); r1=$(rank_pid g1b 1)
+kill -TERM "$r0"
+t0=$(date +%s)
+wait_until 20 '! alive "$r0" && ! alive "$r1" && ! alive "$GRP"' "every process of the group to stop after SIGTERM to rank 0"
+wait_until 5 '[ "$($RCLI HEXISTS "dl:{$RUN}:workers" g1)" = 0 ]' "the group to leave the run"
+grep -q "process 0 terminated with signal" "$TMP/launcher-g1b.log" && fail "rank 0 was killed by SIGTERM instead of stopping"
+alive "$C1" || fail "the worker c1 died"
+say "SIGTERM to rank 0: the group's processes were gone after $(( $(date +%s) - t0 )) s and it left the run"

@@ -281,6 +281,36 @@ static void group_leave(diloco *d)
  * otherwise find its group gone, and the round would be committed without the group's pseudo-gradient on
  * that shard. A stopping rank leaves at once. */
 #define LAST_ROUND_PATIENCE_MS 15000
+
+/* The first of the run's shards (the other ranks' too) whose committed version is below want, read in one
+ * HMGET (a sharded run may have thousands); -1 when none is, 0 when Redis could not say. */
+static int first_behind(diloco *d, const char *key, int64_t want)
+{
+    int n = d->run_nshards, behind = 0;
+    const char **argv = calloc((size_t)n + 2, sizeof *argv);
+    char(*fields)[24] = calloc((size_t)n, sizeof *fields);
+    if (argv && fields) {
+        argv[0] = "HMGET";
+        argv[1] = key;
+        for (int k = 0; k < n; k++) {
+            snprintf(fields[k], sizeof fields[k], "%d:version", k);
+            argv[2 + k] = fields[k];
+        }
+        redisReply *r = dl_command_argv(d, n + 2, argv, NULL, NULL, 0);
+        if (!dl_reply_failed(r) && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)n) {
+            behind = -1;
+            for (int k = 0; k < n && behind < 0; k++) {
+                const redisReply *e = r->element[k];
+                if (e->type != REDIS_REPLY_STRING || strtoll(e->str, NULL, 10) < want) behind = k;
+            }
+        }
+        if (r) freeReplyObject(r);
+    }
+    free(argv);
+    free(fields);
+    return behind;
+}
+
 void group_wait_committed(diloco *d)
 {
     if (!d->grp || dl_stopping(d) || dl_inc(d) <= 0 || !d->frag_version) return;
@@ -291,12 +321,7 @@ void group_wait_committed(diloco *d)
     char key[KEY_MAX];
     key_run(key, sizeof key, d->o.run, "shards");
     for (unsigned attempt = 0;; attempt++) {
-        int behind = -1;
-        for (int k = 0; k < d->run_nshards && behind < 0; k++) { /* the run's numbers: the other ranks' too */
-            redisReply *r = dl_command(d, NULL, 0, "HGET %s %d:version", key, k);
-            if (!r || r->type != REDIS_REPLY_STRING || strtoll(r->str, NULL, 10) < want) behind = k;
-            if (r) freeReplyObject(r);
-        }
+        int behind = first_behind(d, key, want);
         if (behind < 0) return;
         if (now_ms() > deadline || dl_stopping(d)) {
             log_warn("rank %d leaves before shard %d reached version %" PRId64 " (the group's last round)", d->grp_rank,

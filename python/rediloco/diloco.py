@@ -187,6 +187,9 @@ class DiLoCo:
             if self.handle_signals and threading.current_thread() is threading.main_thread():
                 self._signals = _SignalWatch(self._on_signal)
             self._open_group(tensors)  # a process group's ranks agree first: one error on every rank
+            if self.sharded and self._group is None:
+                raise DiLoCoError("a sharded model needs a process group of 2 or more processes (this one has 1): "
+                                  "a process holding the whole model joins without process_group")
             if self.sharded:
                 self._flat = self._sharded_params(module)  # checked against the run, on every rank
             else:

@@ -218,7 +218,6 @@ int main(int argc, char **argv)
 {
     static ss_ctx ctx;
     ss_ctx *ss = &ctx;
-    g_ss = ss;
     int rc = parse_args(argc, argv, &ss->opts);
     if (rc != 0) return opts_exit_status(rc);
     log_init("shard-server");

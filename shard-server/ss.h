@@ -27,6 +27,7 @@
  *   commit_ahead.c    a sync commit's compute started before its barrier closes (taken over if the round
  *                     has the participants guessed)
  *   commit_log.c      tentative serving and the log entry, deferred while parameters stream out
+ *   commit_obj.c      the commit object: made, freed, ended (its parked gets answered)
  *   snapshot.c the snapshots (deferred until no commit runs; a rebase run's, until K versions old)
  *   past.c     --async-rule rebase: θ of the last K versions, which a commit rebases submissions with
  *   ops.c      the data-plane operations push and get (validation), called through ss->dispatch
@@ -137,7 +138,7 @@ typedef struct ss_delta {
 
 /* --download update: the update that produced a version (the averaged pseudo-gradient in the run's
  * codec, as logged), sent to the gets that hold the version before. buf is sent by reference
- * (ss_buf_release). */
+ * (server_buf_release). */
 typedef struct ss_update {
     uint8_t *buf; /* NULL: none */
     size_t len;
@@ -253,7 +254,7 @@ typedef struct ss_ctx {
     char **owner_addr; /* per shard: address of its owner as last read (for `moved`) */
     /* shutdown */
     int stopping;
-    int refused; /* Redis refused one of our logins for good (ss_refused): exit status 1 */
+    int refused; /* Redis refused one of our logins for good (ctx.c): exit status 1 */
     struct event *exit_timer;
     ss_metrics m;
     struct ss_commit *cq_head, *cq_tail; /* commits being computed, in order (commit_compute.c) */
@@ -280,7 +281,6 @@ static inline int ss_lease_valid(const ss_ctx *ss)
 }
 
 /* ctx.c */
-extern ss_ctx *g_ss; /* the process's server, for ss_refused */
 /* Read the run from Redis (opts.redis, opts.run): library version, layout, tunables. Retries an
  * unreachable Redis for opts.connect_timeout_ms or until *stop is set. 0 ok, -1 (logged) fatal. */
 int ss_ctx_load_run(ss_ctx *ss, volatile int *stop);
@@ -290,9 +290,6 @@ int ss_ctx_start(ss_ctx *ss, struct event_base *base, char *err, size_t errlen);
 /* Free everything the context owns (connections, shards, commits, Redis links, events); the loop must
  * not run it again. The struct itself and the event base are the caller's. */
 void ss_ctx_free(ss_ctx *ss);
-/* Redis refused a login of connection `conn` for good (rconn_error_final: the password or user was
- * changed under us): nothing can work any more, so the loop stops and the process exits with status 1. */
-void ss_refused(const char *conn, const char *why);
 
 /* server.c */
 int server_listen(ss_ctx *ss, char *err, size_t errlen);
@@ -303,12 +300,12 @@ void server_close(ss_ctx *ss);
 /* Reply to req and free it; the connection reads its next request. */
 void req_reply(ss_req *req, blob_header *h, const void *payload, size_t len);
 /* Same, sending buf by reference (no copy): buf must be a malloc'd buffer that is never changed and is
- * freed with ss_buf_release, which defers the free until every queued reply has been sent. h->xxh must
+ * freed with server_buf_release, which defers the free until every queued reply has been sent. h->xxh must
  * hold the buffer's XXH3_64bits (kept with the buffer, so it is hashed once, not once per reply). */
 void req_reply_buf(ss_req *req, blob_header *h, void *buf, size_t len);
-void ss_buf_release(void *buf);
+void server_buf_release(void *buf);
 /* Buffers sent by reference that some connection has not finished sending (parameters on the wire). */
-int ss_bufs_in_flight(void);
+int server_bufs_in_flight(void);
 void req_reply_simple(ss_req *req, const char *op, const char *text);
 void req_reply_err(ss_req *req, dp_err code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void req_free(ss_req *req);
@@ -368,7 +365,7 @@ ss_delta *delta_find(ss_shard *s, int64_t round, const char *worker, int64_t inc
 void delta_store(ss_shard *s, ss_req *req);
 
 /* past.c: the versions an async rebase needs (θ of the last rebase_window versions). */
-/* Keep theta (a buffer released with ss_buf_release, now the ring's) as version `version`, in a ring of
+/* Keep theta (a buffer released with server_buf_release, now the ring's) as version `version`, in a ring of
  * `window` versions: the one it replaces is released. -1 (theta released) out of memory. */
 int past_keep(ss_shard *s, int64_t window, float *theta, int64_t version);
 /* θ of the shard's version `version`: its current one or one the ring holds; NULL if not held. */

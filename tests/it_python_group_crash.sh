@@ -30,21 +30,11 @@ wait_until 30 '[ "$(round)" -ge $((start + 1)) ]' "one more round"
 group_crash $RUN "$GRP" "$r1" "$WRK_c1" "start_group 2"
 
 # SIGINT to rank 1 alone stops the whole group within seconds
-r1=$(rank_pid 2 1); r0=$(rank_pid 2 0)
-kill -INT "$r1"
-t0=$(date +%s)
-wait_until 20 '! alive "$r0" && ! alive "$r1" && ! alive "$GRP"' "every process of the group to stop after SIGINT to rank 1"
-wait_until 5 '[ "$(member)" = 0 ]' "the group to leave the run"
-say "SIGINT to rank 1: the group's processes were gone after $(( $(date +%s) - t0 )) s and it left the run"
+group_signal $RUN INT 1 "$(rank_pid 2 0)" "$(rank_pid 2 1)" "$GRP"
 
 # SIGTERM to rank 0 alone (the rank that registered the group) does the same
 start_group 3
 wait_until 90 '[ "$(member)" = 1 ]' "the group to register again"
-r1=$(rank_pid 3 1); r0=$(rank_pid 3 0)
-kill -TERM "$r0"
-t0=$(date +%s)
-wait_until 20 '! alive "$r0" && ! alive "$r1" && ! alive "$GRP"' "every process of the group to stop after SIGTERM to rank 0"
-wait_until 5 '[ "$(member)" = 0 ]' "the group to leave the run"
+group_signal $RUN TERM 0 "$(rank_pid 3 0)" "$(rank_pid 3 1)" "$GRP"
 grep -q "process 0 terminated with signal" "$TMP/py-g1-3.log" && fail "rank 0 was killed by SIGTERM instead of stopping"
 alive "$WRK_c1" || fail "the C worker died"
-say "SIGTERM to rank 0: the group's processes were gone after $(( $(date +%s) - t0 )) s and it left the run"

@@ -29,11 +29,6 @@ group_crash $RUN "$GRP" "$r1" "$C1" "launch g1b $RUN:g1:2; GRP=\$LAST"
 
 # SIGTERM to rank 0 alone (the rank that registered the group) stops every process of the group within 20 s
 # and the group leaves the run
-r0=$(rank_pid g1b 0); r1=$(rank_pid g1b 1)
-kill -TERM "$r0"
-t0=$(date +%s)
-wait_until 20 '! alive "$r0" && ! alive "$r1" && ! alive "$GRP"' "every process of the group to stop after SIGTERM to rank 0"
-wait_until 5 '[ "$($RCLI HEXISTS "dl:{$RUN}:workers" g1)" = 0 ]' "the group to leave the run"
+group_signal $RUN TERM 0 "$(rank_pid g1b 0)" "$(rank_pid g1b 1)" "$GRP"
 grep -q "process 0 terminated with signal" "$TMP/launcher-g1b.log" && fail "rank 0 was killed by SIGTERM instead of stopping"
 alive "$C1" || fail "the worker c1 died"
-say "SIGTERM to rank 0: the group's processes were gone after $(( $(date +%s) - t0 )) s and it left the run"

@@ -221,6 +221,17 @@ shard_digests() {
   done
 }
 
+# group_signal RUN SIG RANK R0_PID R1_PID LAUNCHER_PID: signal SIG to rank RANK (0 or 1) of the 2-rank group g1
+# of RUN: every process of the group (both ranks, the launcher) is gone within 20 s and g1 is no member.
+group_signal() {
+  _run=$1; _sig=$2; _r0=$4; _r1=$5; _lp=$6
+  if [ "$3" = 0 ]; then kill "-$_sig" "$_r0"; else kill "-$_sig" "$_r1"; fi
+  _t0=$(date +%s)
+  wait_until 20 '! alive "$_r0" && ! alive "$_r1" && ! alive "$_lp"' "every process of the group to stop after SIG$_sig to rank $3"
+  wait_until 5 '[ "$($RCLI HEXISTS "dl:{$_run}:workers" g1)" = 0 ]' "the group to leave the run"
+  say "SIG$_sig to rank $3: the group's processes were gone after $(( $(date +%s) - _t0 )) s and it left the run"
+}
+
 # group_crash RUN LAUNCHER_PID RANK_PID OTHER_PID RESTART: the crash of a 2-rank group g1 of RUN (its launcher
 # LAUNCHER_PID): kill -9 of RANK_PID; g1 leaves the run within 15 s and its launcher fails; the run goes on
 # (2 more rounds, with the member OTHER_PID); RESTART (a command) starts the group again, which registers and

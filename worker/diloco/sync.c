@@ -51,7 +51,8 @@ static int read_committed(diloco *d, int first, int last, committed_shard *out, 
     argv[1] = key_run(key, sizeof key, d->o.run, "shards");
     const char *names[COMMIT_FIELDS] = {"version", "digest", "epoch", "replicated"};
     for (int i = 0; i < nf; i++) {
-        snprintf(fields[i], sizeof fields[0], "%d:%s", first + i / COMMIT_FIELDS, names[i % COMMIT_FIELDS]);
+        snprintf(fields[i], sizeof fields[0], "%d:%s", dl_shard_id(d, first + i / COMMIT_FIELDS),
+                 names[i % COMMIT_FIELDS]);
         argv[2 + i] = fields[i];
     }
     for (int i = 0; i < 2 + nf; i++) lens[i] = strlen(argv[i]);

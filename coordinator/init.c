@@ -407,11 +407,12 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     return ok;
 }
 
-static int create_run(rconn *rc, const init_args *a, char *err, size_t errlen)
+static int create_run(rconn *rc, const init_args *given, char *err, size_t errlen)
 {
     initial_params ip;
-    uint64_t *sb = calloc((size_t)a->shards + 1, sizeof *sb), fb[RUNCONF_MAX_FRAGMENTS + 1];
-    char(*digests)[17] = calloc((size_t)a->shards, sizeof *digests);
+    init_args cut = *given, *a = &cut; /* a->shards: --fsdp-ranks may add shards to the --shards cut */
+    uint64_t *sb = calloc(RUNCONF_MAX_SHARDS + 1, sizeof *sb), fb[RUNCONF_MAX_FRAGMENTS + 1];
+    char(*digests)[17] = calloc(RUNCONF_MAX_SHARDS, sizeof *digests);
     int rc_ = -1;
     if (!sb || !digests) {
         err_set(err, errlen, "out of memory");
@@ -419,6 +420,12 @@ static int create_run(rconn *rc, const init_args *a, char *err, size_t errlen)
     }
     if (make_initial(a, &ip, err, errlen) < 0) goto done_ip;
     if (layout_cut_shards(ip.tensors, ip.ntensors, ip.numel, (int)a->shards, sb, err, errlen) < 0) goto done_ip;
+    if (a->nfsdp_ranks > 0) {
+        int ns = (int)a->shards;
+        if (layout_cut_fsdp(ip.tensors, ip.ntensors, a->fsdp_ranks, a->nfsdp_ranks, sb, &ns, err, errlen) < 0)
+            goto done_ip;
+        a->shards = ns;
+    }
     if (layout_cut_fragments((int)a->shards, (int)a->fragments, fb, err, errlen) < 0) goto done_ip;
     for (int k = 0; k < a->shards; k++)
         if (coord_write_snapshot(rc, a->c.run, k, 0, 0, ip.params + sb[k], ip.mom ? ip.mom + sb[k] : NULL,

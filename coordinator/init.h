@@ -19,6 +19,8 @@ typedef struct init_args {
     gpt_config gpt;
     const char *from_checkpoint;
     const char *from_state;      /* --from-state: version 0 and the layout are this safetensors file's */
+    const char *fsdp_ranks_arg;  /* --fsdp-ranks R[,R2...]: shard bounds at the ranks' dim-0 chunks */
+    int fsdp_ranks[16], nfsdp_ranks;
     int reset_momentum;          /* --reset-momentum: take only the parameters from the checkpoint */
     int given[64];               /* given[k]: option k of the table was on the command line (checkpoint */
     const char *given_names[64]; /* values fill the rest); given_names[k] is its long name */

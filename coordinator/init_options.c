@@ -46,6 +46,11 @@ static void init_usage(FILE *f)
         "  --min-workers N            never wait for fewer than N workers (default 1)\n"
         "  --shards S                 shards of the parameter vector (default 8)\n"
         "  --fragments F              Streaming DiLoCo fragments (default 1)\n"
+        "  --fsdp-ranks R[,R2...]     for sharded process groups of R ranks (FSDP2's fully_shard, diloco.h\n"
+        "                             \"Sharded groups\"): the shards are also cut at every tensor boundary and at\n"
+        "                             every boundary between the R ranks' dim-0 chunks of a tensor (ceil(rows/R)\n"
+        "                             rows each, as torch.chunk), so each rank holds whole shards; with\n"
+        "                             --shards 1 those cuts alone (a sharded group's run: docs/PROTOCOL.md)\n"
         "  --trainer NAME             gpt (default) or quadratic\n"
         "  --numel N                  (quadratic) number of parameters (default 1000000)\n"
         "  --layers --heads --dim --ctx --vocab   (gpt) model shape (default 2 4 128 128 256)\n"
@@ -190,6 +195,7 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
         {.name = "redis", .kind = OPT_STRING, .dest = &a->c.redis_url},
         {.name = "redis-file", .kind = OPT_STRING, .dest = &a->c.redis_file},
         {.name = "run", .kind = OPT_STRING, .dest = &a->c.run},
+        {.name = "fsdp-ranks", .kind = OPT_STRING, .dest = &a->fsdp_ranks_arg},
         {.name = "no-nesterov", .kind = OPT_CLEAR, .dest = &a->nesterov},
         {.name = "dylu", .kind = OPT_FLAG, .dest = &a->dylu},
         {.name = "async", .kind = OPT_FLAG, .dest = &a->async},
@@ -315,6 +321,32 @@ static int check_async_rule(init_args *a)
     return 0;
 }
 
+/* --fsdp-ranks R[,R2...]: group sizes of 2 to 4096, at most 16 of them. */
+static int parse_fsdp_ranks(init_args *a)
+{
+    const char *p = a->fsdp_ranks_arg;
+    for (;;) {
+        char *end;
+        errno = 0;
+        long r = strtol(p, &end, 10);
+        if (end == p || errno || r < 2 || r > RUNCONF_MAX_SHARDS || (*end && *end != ',') || a->nfsdp_ranks == 16) {
+            fprintf(stderr, "coordinator init: --fsdp-ranks wants a comma list of at most 16 group sizes of 2 to %d "
+                            "(the ranks of the sharded groups that will join), got '%s'\n",
+                    RUNCONF_MAX_SHARDS, a->fsdp_ranks_arg);
+            return -1;
+        }
+        a->fsdp_ranks[a->nfsdp_ranks++] = (int)r;
+        if (!*end) break;
+        p = end + 1;
+    }
+    if (a->async || a->fragments > 1) {
+        fprintf(stderr, "coordinator init: --fsdp-ranks makes a run for process groups, which are for sync runs of "
+                        "one fragment (no --async, no --fragments)\n");
+        return -1;
+    }
+    return 0;
+}
+
 int parse_init(int argc, char **argv, init_args *a)
 {
     memset(a, 0, sizeof *a);
@@ -378,6 +410,7 @@ int parse_init(int argc, char **argv, init_args *a)
         return -1;
     }
     if (check_async_rule(a) != 0) return -1;
+    if (a->fsdp_ranks_arg && parse_fsdp_ranks(a) < 0) return -1;
     if (!flag_given(a, "--staleness-ref")) a->stale_ref = a->workers - 1; /* what equal workers see */
     /* Delayed Nesterov over one submission per worker: the outer step of a window of W submissions then
      * equals a sync round's (docs/quality.md, "Async": a buffer of 2W halves the step and trains worse) */

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "base/util.h"
+#include "format/runconf.h"
 
 /* The tensor boundary nearest to x (tensor offsets and numel itself are boundaries). */
 static uint64_t nearest_boundary(const model_tensor *t, int nt, uint64_t numel, uint64_t x)
@@ -40,6 +41,51 @@ int layout_cut_shards(const model_tensor *tensors, int ntensors, uint64_t numel,
         bounds[k] = b;
     }
     bounds[nshards] = numel;
+    return 0;
+}
+
+static int cmp_u64(const void *a, const void *b)
+{
+    uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Put x into bounds[0..*n] (one more than *n numbers, the last numel) unless there already; a sort at the
+ * end puts them in order. -1 when there is no room. */
+static int add_bound(uint64_t *bounds, int *n, int *extra, uint64_t x)
+{
+    uint64_t numel = bounds[*n];
+    if (x == 0 || x >= numel) return 0;
+    if (*n + *extra + 1 > RUNCONF_MAX_SHARDS) return -1;
+    bounds[*n + 1 + (*extra)++] = x; /* past numel for now */
+    return 0;
+}
+
+int layout_cut_fsdp(const model_tensor *tensors, int ntensors, const int *ranks, int nranks, uint64_t *bounds,
+                    int *nshards, char *err, size_t errlen)
+{
+    int n = *nshards, extra = 0;
+    for (int i = 0; i < ntensors; i++) {
+        int full = add_bound(bounds, &n, &extra, tensors[i].offset) < 0;
+        for (int j = 0; !full && j < nranks; j++)
+            for (int r = 1; !full && r < ranks[j]; r++) {
+                size_t off;
+                model_dim0_chunk(&tensors[i], ranks[j], r, &off);
+                full = add_bound(bounds, &n, &extra, off) < 0;
+            }
+        if (full) {
+            err_set(err, errlen,
+                    "--fsdp-ranks: the ranks' dim-0 chunks of the model's %d tensors need more than %d shards: use "
+                    "fewer ranks or a model with fewer tensors",
+                    ntensors, RUNCONF_MAX_SHARDS);
+            return -1;
+        }
+    }
+    qsort(bounds, (size_t)(n + 1 + extra), sizeof *bounds, cmp_u64); /* numel, the largest, ends last */
+    int m = 0;
+    for (int k = 1; k <= n + extra; k++)
+        if (bounds[k] != bounds[m]) bounds[++m] = bounds[k];
+    *nshards = m;
     return 0;
 }
 

@@ -13,6 +13,13 @@
 /* bounds: nshards+1 offsets. -1 + err when nshards is 0 or larger than numel. */
 int layout_cut_shards(const model_tensor *tensors, int ntensors, uint64_t numel, int nshards, uint64_t *bounds,
                       char *err, size_t errlen);
+/* Sharded process groups (FSDP, fully_shard: diloco.h "Sharded groups"): add to bounds (nshards+1 offsets,
+ * room for RUNCONF_MAX_SHARDS+1) every tensor boundary and, for each R of ranks[0..nranks), every
+ * boundary between two ranks' dim-0 chunks of a tensor (model_dim0_chunk), so that each rank of a group
+ * of any of those sizes holds whole shards. *nshards grows to the new count; -1 + err when that is over
+ * RUNCONF_MAX_SHARDS. */
+int layout_cut_fsdp(const model_tensor *tensors, int ntensors, const int *ranks, int nranks, uint64_t *bounds,
+                    int *nshards, char *err, size_t errlen);
 /* frag_bounds: nfragments+1 shard indices, as even as possible. -1 when nfragments > nshards. */
 int layout_cut_fragments(int nshards, int nfragments, uint64_t *frag_bounds, char *err, size_t errlen);
 /* [[name, [shape...], offset], ...] of the tensors as compact JSON (malloc'ed; NULL when out of memory):

@@ -92,3 +92,14 @@ void model_tensor_shape_str(const model_tensor *t, char *out, size_t cap)
         n += (size_t)snprintf(out + n, cap - n, d ? ", %zu" : "%zu", t->shape[d]);
     if (n < cap) snprintf(out + n, cap - n, "]");
 }
+
+size_t model_dim0_chunk(const model_tensor *t, int ranks, int rank, size_t *offset)
+{
+    *offset = t->offset;
+    if (t->ndim == 0 || ranks <= 1) return rank == 0 ? t->numel : 0;
+    size_t rows = t->shape[0], row = rows ? t->numel / rows : 0, c = (rows + (size_t)ranks - 1) / (size_t)ranks;
+    size_t lo = (size_t)rank * c < rows ? (size_t)rank * c : rows;
+    size_t hi = (size_t)(rank + 1) * c < rows ? (size_t)(rank + 1) * c : rows;
+    *offset = t->offset + lo * row;
+    return (hi - lo) * row;
+}

@@ -101,6 +101,11 @@ int model_spec_parse(const char *kind, const char *model, model_spec *s, char *e
 int model_layout(const model_spec *s, model_tensor **tensors, int *ntensors, size_t *numel, char *err, size_t errlen);
 /* t's shape as text, e.g. "[32, 16]" (messages that compare layouts). */
 void model_tensor_shape_str(const model_tensor *t, char *out, size_t cap);
+/* Rank `rank` of `ranks`' dim-0 chunk of tensor t, as torch.chunk and FSDP2's fully_shard cut it:
+ * c = ceil(rows / ranks) rows each, rank r rows [r*c, (r+1)*c) clipped to the tensor (the last ranks
+ * may get fewer rows or none; a 0-d tensor is rank 0's). Its elements are [*offset, *offset + return)
+ * of the flat vector (a count of 0: this rank holds nothing of t). */
+size_t model_dim0_chunk(const model_tensor *t, int ranks, int rank, size_t *offset);
 /* The deterministic initial parameters of s from seed; numel is model_layout's. */
 int model_init_params(const model_spec *s, uint64_t seed, float *params, size_t numel, char *err, size_t errlen);
 

@@ -10,104 +10,20 @@
  * Zero participants left: a no-op step (θ and momentum unchanged; log entry with aux 0) so the run
  * never wedges. FENCED/VERSION/unknown outcome: the cache is rebuilt from Redis (shard_reload), which
  * also drops the shard if the lease is gone. Only one commit per shard runs at a time.
- * The compute runs in commit_compute.c, the log entry in commit_log.c, snapshots in snapshot.c.
+ * The compute runs in commit_compute.c, the log entry in commit_log.c, snapshots in snapshot.c; the
+ * commit object (made, freed, ended: its parked gets answered) is commit_obj.c's. This file is the top
+ * of the commit's files: it calls them, they reach what follows their step through the commit's steps,
+ * which this file chooses for a round's commits (round_steps).
  */
 #include "commit.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <unistd.h>
 
 #include "base/log.h"
 #include "base/util.h"
 #include "format/keys.h"
-
-void commit_free(ss_commit *c)
-{
-    ss_shard *s = &c->ss->shards[c->k];
-    if (c->theta != NULL && s->tent_theta == c->theta) s->tent_theta = NULL;
-    if (s->ahead == c) s->ahead = NULL;
-    for (int i = 0; i < c->np; i++) free(c->ids[i]);
-    if (c->xs != NULL) XXH3_freeState(c->xs);
-    free(c->g);
-    ss_buf_release(c->gq);    /* update replies may still be sending it */
-    ss_buf_release(c->theta); /* tentative replies may still be sending it */
-    free(c->mom);
-    free(c->dnbuf);
-    free(c);
-}
-
-/* Is this commit still the shard's current operation? */
-ss_shard *commit_shard(ss_commit *c)
-{
-    ss_shard *s = &c->ss->shards[c->k];
-    if (c->ahead) /* a compute ahead is current while it is the shard's and the version is unchanged */
-        return s->ahead == c && s->gen == c->gen && s->state == SH_READY && s->version == c->round ? s : NULL;
-    if (s->gen != c->gen || s->state != SH_READY || !s->committing) return NULL;
-    return s;
-}
-
-/* Answer the gets waiting for this round with the outcome; everything else is judged again. */
-void commit_finish(ss_commit *c, int outcome)
-{
-    ss_ctx *ss = c->ss;
-    if (c->ahead) { /* nobody waits on a compute ahead: it is dropped, its commit computes as usual */
-        ahead_abandon(c, c->errmsg);
-        return;
-    }
-    ss_shard *s = commit_shard(c);
-    if (s == NULL) {
-        commit_free(c);
-        return;
-    }
-    s->committing = 0;
-    ss_req *list = park_take(s);
-    int64_t round = c->round;
-    char need[512], errmsg[256];
-    snprintf(need, sizeof need, "%s", c->need);
-    snprintf(errmsg, sizeof errmsg, "%s", c->errmsg);
-    commit_free(c);
-    while (list != NULL) {
-        ss_req *req = list;
-        list = req->next;
-        req->next = NULL;
-        /* async: a get for a later version waits on this one too (re-dispatching it would spin) */
-        int waiting_for_it = strcmp(req->h.op, "get") == 0 &&
-                             (req->h.version == round + 1 || (ss->rc.async && req->h.version > round + 1));
-        if (outcome == OUT_DONE || !waiting_for_it || s->state != SH_READY || s->version != round)
-            ss->dispatch(ss, req);
-        else if (outcome == OUT_WAIT)
-            req_reply_simple(req, "wait",
-                             ss->rc.async ? "an earlier submission has not arrived yet"
-                                          : "the round's barrier is not closed yet");
-        else if (outcome == OUT_NEED)
-            req_reply_simple(req, "need", need);
-        else
-            req_reply_err(req, DP_REDIS, "commit of shard %d round %lld failed: %s; retry", s->k, (long long)round,
-                          errmsg);
-    }
-    ahead_consider(ss, s); /* the Δ of the next round (or of this one, after a wait) may all be here */
-    snapshot_idle_work(ss);
-}
-
-void commit_fail(ss_commit *c, const char *why, int reload)
-{
-    ss_ctx *ss = c->ss;
-    if (c->ahead) {
-        ahead_abandon(c, why);
-        return;
-    }
-    ss_shard *s = commit_shard(c);
-    log_warn("shard %d: commit of round %lld failed: %s", c->k, (long long)c->round, why);
-    snprintf(c->errmsg, sizeof c->errmsg, "%s", why);
-    if (s != NULL && reload) {
-        commit_free(c);
-        ss->reload(ss, s, why); /* shard.c, above: parked gets wait for the reload, then are judged again */
-        return;
-    }
-    commit_finish(c, OUT_ERR);
-}
 
 static void commit_on_commit(redisReply *r, void *priv)
 {
@@ -130,7 +46,7 @@ static void commit_on_commit(redisReply *r, void *priv)
     if (runconf_rebase(&ss->rc)) /* the replaced version: a later submission may be based on it */
         past_keep(s, ss->rc.rebase_window, s->theta, s->version);
     else
-        ss_buf_release(s->theta);
+        server_buf_release(s->theta);
     free(s->mom);
     s->tent_theta = NULL;
     s->theta = c->theta;
@@ -167,20 +83,8 @@ static void commit_on_commit(redisReply *r, void *priv)
     commit_finish(c, OUT_DONE);
 }
 
-/* Fault injection (--fault-crash-before-commit): die in the worst place, with the pseudo-gradients
- * received and the log blob written but the version not committed. The crash tests use it. */
-static void crash_if_asked(ss_ctx *ss, const ss_commit *c)
-{
-    if (ss->opts.crash_before_commit <= 0) return;
-    static uint64_t state;
-    if (state == 0) state = (uint64_t)getpid() * 0x9e3779b97f4a7c15ull;
-    if (rng_uniform(&state) < ss->opts.crash_before_commit) {
-        log_warn("shard %d round %lld: fault injection: exiting before dl_commit", c->k, (long long)c->round);
-        _exit(137);
-    }
-}
-
-void commit_on_log_written(redisReply *r, void *priv)
+/* The log entry is written (or not): dl_commit. */
+static void commit_on_log_written(redisReply *r, void *priv)
 {
     ss_commit *c = priv;
     ss_ctx *ss = c->ss;
@@ -199,7 +103,9 @@ void commit_on_log_written(redisReply *r, void *priv)
         commit_fail(c, "the lease may have expired before dl_commit", 1);
         return;
     }
-    crash_if_asked(ss, c);
+    /* fault injection (fault.c): die in the worst place, with the pseudo-gradients received and the log
+     * entry written but the version not committed */
+    if (fault_before_commit(ss, c->k, c->round)) return; /* c stays: the process exits soon */
     char ep[24], shard[16], from[24], ref[64], parts[16], frag[16], round[24];
     snprintf(ep, sizeof ep, "%lld", (long long)c->epoch);
     snprintf(shard, sizeof shard, "%d", c->k);
@@ -230,7 +136,11 @@ static void commit_after_checks(ss_commit *c)
         commit_finish(c, OUT_ERR);
         return;
     }
-    commit_compute(c, s);
+    switch (ahead_take(c, s)) { /* a compute ahead of the barrier may have made it with the same Δ */
+    case AHEAD_COMPUTED: commit_log_write(c, s); return;
+    case AHEAD_QUEUED: return; /* c took its place in the compute queue */
+    default: commit_compute(c, s);
+    }
 }
 
 static void need_add(ss_commit *c, const char *id)
@@ -294,35 +204,6 @@ static void commit_on_member(redisReply *r, void *priv)
     }
     free(q);
     if (--c->outstanding == 0) commit_after_checks(c);
-}
-
-int commit_parse_participants(ss_commit *c, const char *parts, const char *dropped)
-{
-    char *copy = strdup(parts);
-    if (copy == NULL) return -1;
-    int rc = 0;
-    char *save = NULL;
-    for (char *tok = strtok_r(copy, ",", &save); tok != NULL; tok = strtok_r(NULL, ",", &save)) {
-        char *colon = strrchr(tok, ':');
-        if (colon == NULL || c->np >= MAX_PARTICIPANTS) {
-            rc = -1;
-            break;
-        }
-        *colon = '\0';
-        c->ids[c->np] = strdup(tok);
-        c->incs[c->np] = strtoll(colon + 1, NULL, 10);
-        c->dropped[c->np] = 0;
-        size_t idlen = strlen(tok);
-        for (const char *p = dropped; p != NULL && *p;) {
-            const char *end = strchr(p, ',');
-            size_t len = end ? (size_t)(end - p) : strlen(p);
-            if (len == idlen && strncmp(p, tok, len) == 0) c->dropped[c->np] = 1;
-            p = end ? end + 1 : p + len;
-        }
-        c->np++;
-    }
-    free(copy);
-    return rc;
 }
 
 static void commit_check_deltas(ss_commit *c, ss_shard *s);
@@ -449,23 +330,17 @@ static void commit_on_submission(redisReply *r, void *priv)
     commit_check_deltas(c, s);
 }
 
-ss_commit *commit_new(ss_ctx *ss, ss_shard *s)
-{
-    ss_commit *c = calloc(1, sizeof *c);
-    if (c == NULL) return NULL;
-    c->ss = ss;
-    c->k = s->k;
-    c->gen = s->gen;
-    c->round = s->version;
-    c->epoch = s->epoch;
-    c->t0 = now_ms();
-    return c;
-}
+/* What follows a round's commit's compute, log entry and end (commit.h). */
+static const commit_steps round_steps = {
+    .computed = commit_log_write,
+    .logged = commit_on_log_written,
+    .ended = ahead_consider,
+};
 
 void commit_start(ss_ctx *ss, ss_shard *s)
 {
     if (s->committing || s->state != SH_READY) return;
-    ss_commit *c = commit_new(ss, s);
+    ss_commit *c = commit_new(ss, s, &round_steps);
     if (c == NULL) return;
     s->committing = 1;
     char f[16], round[24];

@@ -1,12 +1,14 @@
 /*
- * commit.h: what the files of a shard's commit share (commit.c, commit_compute.c, commit_log.c).
+ * commit.h: what the files of a shard's commit share (commit.c, commit_log.c, commit_ahead.c,
+ * commit_compute.c, commit_topk.c, commit_obj.c: from the top down, each calling only the ones below).
  *
- * A commit (ss_commit) goes through: the barrier and membership checks (commit.c), the compute of the
- * mean and the outer step in slices from a queue (commit_compute.c), tentative serving and the log
- * entry, deferred while parameters stream out (commit_log.c), then dl_commit (commit.c). In sync runs
- * the compute may have started before the barrier closed (commit_ahead.c). Snapshots
- * (snapshot.c) are written once no commit is running. The surface the other files of the
- * shard-server use is in ss.h.
+ * A commit (ss_commit, made and ended by commit_obj.c) goes through: the barrier and membership checks
+ * (commit.c), the compute of the mean and the outer step in slices from a queue (commit_compute.c),
+ * tentative serving and the log entry, deferred while parameters stream out (commit_log.c), then
+ * dl_commit (commit.c). In sync runs the compute may have started before the barrier closed
+ * (commit_ahead.c). A file below reaches the step that follows its own through the commit's steps
+ * (commit_steps, below). Snapshots (snapshot.c) are written once no commit is running. The surface the
+ * other files of the shard-server use is in ss.h.
  */
 #ifndef SHARD_SERVER_COMMIT_H
 #define SHARD_SERVER_COMMIT_H
@@ -19,8 +21,26 @@
 
 enum commit_outcome { OUT_DONE, OUT_WAIT, OUT_NEED, OUT_ERR };
 
+struct ss_commit;
+
+/* What follows the steps of a commit that the files below commit.c take, which they cannot call
+ * themselves (it is above them): chosen by the file that makes the commit (commit.c for a round's
+ * commit, commit_ahead.c for a compute ahead of the barrier) and reached through c->steps, as libevent
+ * reaches its backends through a table. */
+typedef struct commit_steps {
+    /* commit_compute.c: θ' is computed. A round's commit serves it and writes the log entry
+     * (commit_log_write); a compute ahead waits for its barrier. */
+    void (*computed)(struct ss_commit *c, ss_shard *s);
+    /* commit_log.c: the log entry is written, or r says why not (store_set's callback): dl_commit. */
+    rlink_cb *logged;
+    /* commit_obj.c: the commit ended and its parked gets are answered: the next round's compute ahead
+     * may start (ahead_consider). NULL: nothing (a compute ahead has nobody waiting on it). */
+    void (*ended)(ss_ctx *ss, ss_shard *s);
+} commit_steps;
+
 typedef struct ss_commit {
     ss_ctx *ss;
+    const commit_steps *steps;
     int k;
     uint64_t gen;
     int64_t round; /* commits version round+1 */
@@ -65,9 +85,10 @@ typedef struct ss_commit {
     int ahead_done;      /* and its compute is finished (no longer queued) */
 } ss_commit;
 
-/* commit.c */
-/* A commit of shard s's next version (round = its version), under its current generation and epoch. */
-ss_commit *commit_new(ss_ctx *ss, ss_shard *s);
+/* commit_obj.c: the commit object */
+/* A commit of shard s's next version (round = its version), under its current generation and epoch;
+ * steps (static, not copied) says what follows its compute, its log entry and its end. */
+ss_commit *commit_new(ss_ctx *ss, ss_shard *s, const commit_steps *steps);
 void commit_free(ss_commit *c);
 /* The shard if this commit is still its current operation, else NULL. */
 ss_shard *commit_shard(ss_commit *c);
@@ -75,8 +96,6 @@ ss_shard *commit_shard(ss_commit *c);
 void commit_finish(ss_commit *c, int outcome);
 /* Give up: reload the shard from Redis (reload) or answer the waiting gets with an error. */
 void commit_fail(ss_commit *c, const char *why, int reload);
-/* The log entry is written (or not): dl_commit. */
-void commit_on_log_written(redisReply *r, void *priv);
 /* Parse "id:inc,id:inc" into c's participants, marking those listed in dropped ("id,id"). -1 if malformed. */
 int commit_parse_participants(ss_commit *c, const char *parts, const char *dropped);
 
@@ -84,18 +103,17 @@ int commit_parse_participants(ss_commit *c, const char *parts, const char *dropp
 enum ahead_outcome { AHEAD_NONE, AHEAD_COMPUTED, AHEAD_QUEUED };
 /* The commit c (participants known, every Δ here) takes over the shard's compute ahead if it was made
  * for the same Δ, version and tunables: AHEAD_COMPUTED (θ' is ready: write the log), AHEAD_QUEUED (c
- * took its place in the compute queue); else AHEAD_NONE (dropped if there was one: compute as usual). */
+ * took its place in the compute queue), either with its own weights; else AHEAD_NONE (dropped if there
+ * was one: compute as usual). */
 int ahead_take(ss_commit *c, ss_shard *s);
-/* A compute ahead finished its last slice: it waits for its commit. */
-void ahead_computed(ss_commit *c, ss_shard *s);
-/* A compute ahead (not in the queue) failed or lost a Δ: drop it and free c. */
-void ahead_abandon(ss_commit *c, const char *why);
 /* A commit succeeded: its participants (not dropped) are the guess for the shard's next round. */
 void ahead_note_participants(const ss_commit *c, ss_shard *s);
 
 /* commit_compute.c */
-/* Every Δ is here: queue the compute of version round+1. */
+/* Every Δ is here: the participants' weights, then queue the compute of version round+1. */
 void commit_compute(ss_commit *c, ss_shard *s);
+/* --weight-by tokens, --staleness-weight: c->scale of each participant (nothing without them). */
+void commit_compute_weights(ss_commit *c, ss_shard *s);
 /* old's place in the compute queue goes to by. */
 void cq_replace(ss_ctx *ss, ss_commit *old, ss_commit *by);
 /* The loop turn that computes one slice of the queue's head commit (ss->cq_ev). */

@@ -14,6 +14,10 @@
  * would compute itself; otherwise the compute ahead is dropped and the commit computes as before. A Δ
  * stored meanwhile (a resend, a worker outside the guess), a reload or a lost lease drops it too.
  *
+ * This file sits above the compute (it queues computes, and hands one's place in the queue to the
+ * commit that takes it over) and below commit.c, which asks it (ahead_take) before computing; a compute
+ * ahead that finishes comes back through its steps (ahead_steps), not a call.
+ *
  * Costs: one commit's copies (θ', momentum', the encoded mean) per shard while they wait for the
  * barrier, and the CPU of a wrong guess (a worker joined, left or restarted: one round each).
  * `shard-server --compute-ahead off` turns it off.
@@ -42,6 +46,18 @@ static int all_deltas_here(ss_shard *s, const ss_commit *c)
     return 1;
 }
 
+/* A compute ahead finished its last slice: it waits for its commit. */
+static void ahead_computed(ss_commit *c, ss_shard *s)
+{
+    c->ahead_done = 1;
+    log_debug("shard %d round %lld: step computed ahead of the barrier in %llu ms", s->k, (long long)c->round,
+              (unsigned long long)(now_ms() - c->t0));
+}
+
+/* What follows a compute ahead's compute (commit.h): nothing else, it is never logged and nobody
+ * waits on its end. */
+static const commit_steps ahead_steps = {.computed = ahead_computed};
+
 void ahead_consider(ss_ctx *ss, ss_shard *s)
 {
     if (s->ahead != NULL && commit_shard(s->ahead) == NULL) ahead_discard(s, "the shard changed under it");
@@ -51,7 +67,7 @@ void ahead_consider(ss_ctx *ss, ss_shard *s)
     int stored = 0;
     for (ss_delta *d = s->deltas; d != NULL; d = d->next) stored += d->round == s->version;
     if (stored != count_parts(s->last_parts)) return; /* cheap test first: a commit is a big struct */
-    ss_commit *c = commit_new(ss, s);
+    ss_commit *c = commit_new(ss, s, &ahead_steps);
     if (c == NULL) return; /* the commit computes at its barrier */
     c->ahead = 1;
     if (commit_parse_participants(c, s->last_parts, "") != 0 || !all_deltas_here(s, c)) {
@@ -109,6 +125,7 @@ int ahead_take(ss_commit *c, ss_shard *s)
     }
     s->ahead = NULL;
     ahead_move(c, a);
+    commit_compute_weights(c, s); /* c's own, in its order of participants (a's had no dropped ones) */
     c->ss->m.ahead_used++;
     int done = a->ahead_done;
     log_debug("shard %d round %lld: barrier closed at +%llu ms; the compute ahead of it is %s", s->k,
@@ -116,23 +133,6 @@ int ahead_take(ss_commit *c, ss_shard *s)
     if (!done) cq_replace(c->ss, a, c); /* c computes the rest, from where a is */
     commit_free(a);
     return done ? AHEAD_COMPUTED : AHEAD_QUEUED;
-}
-
-void ahead_computed(ss_commit *c, ss_shard *s)
-{
-    c->ahead_done = 1;
-    log_debug("shard %d round %lld: step computed ahead of the barrier in %llu ms", s->k, (long long)c->round,
-              (unsigned long long)(now_ms() - c->t0));
-}
-
-void ahead_abandon(ss_commit *c, const char *why)
-{
-    ss_shard *s = &c->ss->shards[c->k];
-    if (s->ahead == c) {
-        c->ss->m.ahead_discarded++;
-        log_debug("shard %d round %lld: compute ahead of the barrier dropped: %s", c->k, (long long)c->round, why);
-    }
-    commit_free(c);
 }
 
 void ahead_discard(ss_shard *s, const char *why)

@@ -8,7 +8,9 @@
  * round trip with --download update, in one pass per codec block before the step; any other computes
  * g first (and an async --async-rule rebase adds θ_now - θ_base to it); a topk run's (commit_topk.c) the
  * weighted mean of sparse Δ. The mean is in fp32, in
- * participant order, without FMA: the same bits on every server and in replay.
+ * participant order, without FMA: the same bits on every server and in replay. A finished compute goes
+ * on through the commit's steps (commit.h: the log entry, or a compute ahead's wait for its barrier):
+ * this file calls only commit_topk.c and commit_obj.c of the commit's files.
  */
 #include "commit.h"
 
@@ -219,10 +221,7 @@ static void commit_slice(ss_commit *c, ss_shard *s)
     if (c->pos < n) return;
     c->has_mom = s->has_mom || (c->used > 0 && (c->t.mu != 0.0f || c->dnbuf != NULL));
     cq_pop(c->ss);
-    if (c->ahead)
-        ahead_computed(c, s); /* it waits for its barrier */
-    else
-        commit_log_write(c, s);
+    c->steps->computed(c, s); /* a round's commit: the log entry; a compute ahead: it waits for its barrier */
 }
 
 /* The commit is then given up like any other that lost a Δ. */
@@ -259,10 +258,11 @@ void cq_on_turn(evutil_socket_t fd, short what, void *arg)
  * the one submission is scaled by tokens / weight_ref_tokens. An async --staleness-weight multiplies
  * that (or 1) by its weight of the submission's staleness (outer_stale_weight; round - base, as
  * dl_submit recorded them). Computed in double, used as fp32, in participant order: the same on every
- * server and in replay (the log keeps the weighted g). */
-static void commit_weights(ss_commit *c, ss_shard *s)
+ * server and in replay (the log keeps the weighted g). Nothing otherwise. */
+void commit_compute_weights(ss_commit *c, ss_shard *s)
 {
     const runconf *rc = &c->ss->rc;
+    if (!runconf_weighted(rc)) return;
     double total = 0;
     for (int i = 0; i < c->np; i++) {
         ss_delta *d = c->dropped[i] ? NULL : delta_find(s, c->round, c->ids[i], c->incs[i]);
@@ -291,16 +291,10 @@ static int commit_find_base(ss_commit *c, ss_shard *s)
     return -1;
 }
 
-/* Every Δ is here: queue the compute of version round+1, unless a compute ahead of the barrier made it
- * (or is making it) with the same Δ. */
+/* Every Δ is here: the participants' weights, then queue the compute of version round+1. */
 void commit_compute(ss_commit *c, ss_shard *s)
 {
-    if (runconf_weighted(&c->ss->rc)) commit_weights(c, s);
-    switch (ahead_take(c, s)) {
-    case AHEAD_COMPUTED: commit_log_write(c, s); return;
-    case AHEAD_QUEUED: return;
-    default: break;
-    }
+    commit_compute_weights(c, s);
     ss_ctx *ss = c->ss;
     size_t n = s->n;
     if (runconf_rebase(&ss->rc) && commit_find_base(c, s) != 0) return;

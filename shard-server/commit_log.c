@@ -4,7 +4,9 @@
  *
  * Once θ' is computed, the gets that accept tentative parameters are answered with it; the log entry
  * (the averaged g, dl:{R:k}:log:<v>:<epoch>) is then written to Redis, in sync runs after the parameters
- * have gone out (at most LOG_DEFER_MAX_MS later), and commit.c runs dl_commit when it is written.
+ * have gone out (at most LOG_DEFER_MAX_MS later), and the commit's logged step (commit.c's dl_commit)
+ * runs when it is written. The fast path's g, which the entry carries, is computed here only then
+ * (commit_compute.c's cq_fill_g): this file sits above the compute.
  */
 #include "commit.h"
 
@@ -20,12 +22,14 @@
 int commit_log_reply_tentative(ss_ctx *ss, ss_shard *s, ss_req *req)
 {
     if (s->tent_theta == NULL || !s->committing || strcmp(req->h.op, "get") != 0 ||
-        !(req->h.flags & BLOB_GET_TENTATIVE_OK) || req->h.version != s->tent_version)
+        !(req->h.flags & BLOB_GET_TENTATIVE_OK) || req->h.version != s->tent_version ||
+        !fault_may_serve_tentative(ss, req))
         return 0;
-    if (reply_wants_update(ss, req, &s->tent_upd))
+    int update = reply_wants_update(ss, req, &s->tent_upd);
+    if (!update && ss->rc.download_update) return 0; /* parameters with momentum: the cache's, once committed */
+    fault_tentative_served(ss, s->k, s->tent_version);
+    if (update)
         reply_update(ss, s, req, &s->tent_upd, 1);
-    else if (ss->rc.download_update)
-        return 0; /* parameters with momentum: the cache's, once the commit is done */
     else
         reply_params(ss, s, req, s->tent_theta, s->tent_version, s->tent_xxh, 1);
     return 1;
@@ -99,7 +103,7 @@ static void commit_start_log(ss_commit *c, ss_shard *s)
     store_blob_key(ss, key, sizeof key, s->k, "log", c->round + 1, c->epoch);
     log_debug("shard %d round %lld: writing %zu bytes of log at +%llu ms", s->k, (long long)c->round, (size_t)hl + plen,
               (unsigned long long)(now_ms() - c->t0));
-    if (store_set(ss, key, c->head, (size_t)hl, payload, plen, commit_on_log_written, c) != 0)
+    if (store_set(ss, key, c->head, (size_t)hl, payload, plen, c->steps->logged, c) != 0)
         commit_fail(c, "Redis is unavailable", 0);
 }
 
@@ -120,7 +124,7 @@ static void lq_arm(ss_ctx *ss)
  * step is still to be computed (its parameters will go out next). */
 static int log_should_wait(const ss_ctx *ss, const ss_commit *c)
 {
-    return (ss_bufs_in_flight() > 0 || ss->cq_head != NULL) && now_ms() - c->t_computed < LOG_DEFER_MAX_MS;
+    return (server_bufs_in_flight() > 0 || ss->cq_head != NULL) && now_ms() - c->t_computed < LOG_DEFER_MAX_MS;
 }
 
 void lq_on_timer(evutil_socket_t fd, short what, void *arg)

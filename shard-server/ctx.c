@@ -23,7 +23,9 @@
 #define PARK_MAX_MS 30000
 #define BULK_STALL_MS 60000
 
-ss_ctx *g_ss;
+/* The first server started in this process (its only one, but in the unit tests): on_refused's, as the
+ * links' refusal callback carries no pointer. */
+static ss_ctx *g_ss;
 
 /* Read the outer tunables from dl:{R}:tunables (the lease loop keeps them fresh afterwards). */
 static void read_tunables(rconn *c, ss_ctx *ss)
@@ -75,7 +77,9 @@ int ss_ctx_load_run(ss_ctx *ss, volatile int *stop)
     return 0;
 }
 
-void ss_refused(const char *conn, const char *why)
+/* Redis refused a login of connection `conn` for good (rconn_error_final: the password or user was
+ * changed under us): nothing can work any more, so the loop stops and the process exits with status 1. */
+static void on_refused(const char *conn, const char *why)
 {
     log_error("redis %s connection: Redis refuses this user: %s; stopping (check the user, password and ACL in "
               "the Redis URL)",
@@ -106,6 +110,7 @@ static int add_persist(ss_ctx *ss, struct event **ev, event_callback_fn fn, int 
 int ss_ctx_start(ss_ctx *ss, struct event_base *base, char *err, size_t errlen)
 {
     ss->base = base;
+    if (g_ss == NULL) g_ss = ss;
     ss->dispatch = ops_dispatch;
     ss->reload = shard_reload;
     ss->release = shard_release;
@@ -115,9 +120,9 @@ int ss_ctx_start(ss_ctx *ss, struct event_base *base, char *err, size_t errlen)
         return -1;
     }
     int stall = ss->opts.lease_ttl_ms < 2000 ? 2000 : ss->opts.lease_ttl_ms;
-    if (rlink_init(&ss->ctl, "control", RLINK_CMD, &ss->url, ss->base, stall, ss_refused) != 0 ||
-        rlink_init(&ss->bulk, "bulk", RLINK_CMD, &ss->url, ss->base, BULK_STALL_MS, ss_refused) != 0 ||
-        rlink_init(&ss->bulkw, "bulk-write", RLINK_SET, &ss->url, ss->base, BULK_STALL_MS, ss_refused) != 0) {
+    if (rlink_init(&ss->ctl, "control", RLINK_CMD, &ss->url, ss->base, stall, on_refused) != 0 ||
+        rlink_init(&ss->bulk, "bulk", RLINK_CMD, &ss->url, ss->base, BULK_STALL_MS, on_refused) != 0 ||
+        rlink_init(&ss->bulkw, "bulk-write", RLINK_SET, &ss->url, ss->base, BULK_STALL_MS, on_refused) != 0) {
         snprintf(err, errlen, "cannot set up the Redis connections");
         return -1;
     }
@@ -149,6 +154,7 @@ void ss_ctx_free(ss_ctx *ss)
     rlink_close(&ss->bulkw);
     rlink_route_free(&ss->route);
     commit_free_all(ss);
+    fault_free(ss);
     free_event(&ss->beat_timer);
     free_event(&ss->exit_timer);
     free_event(&ss->park_timer);

@@ -105,7 +105,7 @@ static void load_set_corrupt(ss_ctx *ss, ss_shard *s, int64_t version, const cha
     s->state = SH_CORRUPT;
     s->committing = 0;
     s->tent_theta = NULL;
-    ss_buf_release(s->theta); /* replies may still be sending it */
+    server_buf_release(s->theta); /* replies may still be sending it */
     free(s->mom);
     free(s->dnbuf);
     s->theta = s->mom = s->dnbuf = NULL;
@@ -236,7 +236,7 @@ static void load_finish(ss_load *ld)
         load_free(ld); /* otherwise the state stays LOADING; the next beat retries */
         return;
     }
-    ss_buf_release(s->theta); /* replies may still be sending it */
+    server_buf_release(s->theta); /* replies may still be sending it */
     free(s->mom);
     free(s->dnbuf);
     s->theta = ld->theta;

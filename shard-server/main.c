@@ -48,6 +48,9 @@ static void usage(FILE *f)
                "  --log-level LEVEL         debug, info, warn or error (default info, or $LOG_LEVEL)\n"
                "  --fault-crash-before-commit P  chaos testing: with probability P, die (exit 137) after a\n"
                "                            round's log entry is written and before it is committed\n"
+               "  --fault-tentative-to WORKER  chaos testing: serve versions tentatively to WORKER alone (other\n"
+               "                            gets wait for the commit), never commit, and die (exit 137) once\n"
+               "                            WORKER has one and a commit reached dl_commit\n"
                "  -h, --help                this help\n");
 }
 
@@ -85,6 +88,7 @@ static int parse_args(int argc, char **argv, ss_opts *o)
 {
     static const int levels[4] = {LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR};
     const char *redis_flag = NULL, *redis_file = NULL, *run = NULL, *advertise = NULL, *id = NULL;
+    const char *tentative_to = NULL;
     int level = -1;
     double connect_s = 60;
     memset(o, 0, sizeof *o);
@@ -115,6 +119,7 @@ static int parse_args(int argc, char **argv, ss_opts *o)
          .min = 0,
          .max = 1,
          .wants = "a probability in [0, 1]"},
+        {.name = "fault-tentative-to", .kind = OPT_STRING, .dest = &tentative_to},
         {0},
     };
     int rc = opts_parse_cmd("shard-server", usage, specs, argc, argv, 1, NULL, NULL);
@@ -125,6 +130,7 @@ static int parse_args(int argc, char **argv, ss_opts *o)
     snprintf(o->run, sizeof o->run, "%s", run ? run : "");
     snprintf(o->advertise, sizeof o->advertise, "%s", advertise ? advertise : "");
     snprintf(o->id, sizeof o->id, "%s", id ? id : "");
+    snprintf(o->fault_tentative_to, sizeof o->fault_tentative_to, "%s", tentative_to ? tentative_to : "");
     if (redis_url_pick(redis_flag, redis_file, o->redis, sizeof o->redis, err, sizeof err) != 0) {
         fprintf(stderr, "shard-server: %s (see --help)\n", err);
         return -1;
@@ -218,7 +224,6 @@ int main(int argc, char **argv)
 {
     static ss_ctx ctx;
     ss_ctx *ss = &ctx;
-    g_ss = ss;
     int rc = parse_args(argc, argv, &ss->opts);
     if (rc != 0) return opts_exit_status(rc);
     log_init("shard-server");

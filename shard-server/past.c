@@ -22,7 +22,7 @@
 
 void past_clear(ss_shard *s)
 {
-    for (int i = 0; i < s->past_cap; i++) ss_buf_release(s->past[i]); /* replies may still be sending one */
+    for (int i = 0; i < s->past_cap; i++) server_buf_release(s->past[i]); /* replies may still be sending one */
     free(s->past);
     free(s->past_v);
     s->past = NULL;
@@ -38,14 +38,14 @@ int past_keep(ss_shard *s, int64_t window, float *theta, int64_t version)
         s->past_v = malloc((size_t)window * sizeof *s->past_v);
         if (s->past == NULL || s->past_v == NULL) {
             past_clear(s);
-            ss_buf_release(theta);
+            server_buf_release(theta);
             return -1;
         }
         s->past_cap = (int)window;
         for (int i = 0; i < s->past_cap; i++) s->past_v[i] = -1;
     }
     int slot = (int)(version % window);
-    ss_buf_release(s->past[slot]); /* version - window: no submission may be based on it any more */
+    server_buf_release(s->past[slot]); /* version - window: no submission may be based on it any more */
     s->past[slot] = theta;
     s->past_v[slot] = version;
     return 0;

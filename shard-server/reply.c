@@ -32,7 +32,7 @@ void reply_params(ss_ctx *ss, ss_shard *s, ss_req *req, float *theta, int64_t ve
 
 void reply_update_clear(ss_update *u)
 {
-    ss_buf_release(u->buf); /* replies may still be sending it */
+    server_buf_release(u->buf); /* replies may still be sending it */
     memset(u, 0, sizeof *u);
 }
 

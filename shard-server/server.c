@@ -158,14 +158,14 @@ static void pin_on_sent(const void *data, size_t len, void *extra)
     }
 }
 
-int ss_bufs_in_flight(void)
+int server_bufs_in_flight(void)
 {
     int n = 0;
     for (ss_pin *pn = g_pins; pn != NULL; pn = pn->next) n += pn->refs > 0;
     return n;
 }
 
-void ss_buf_release(void *p)
+void server_buf_release(void *p)
 {
     if (p == NULL) return;
     ss_pin *pn = pin_find(p);
@@ -176,7 +176,7 @@ void ss_buf_release(void *p)
 }
 
 /* Write one frame: length prefix, header, payload (copied, or by reference when byref: the payload is
- * then a buffer released with ss_buf_release, and h->xxh already holds its checksum). Returns bytes
+ * then a buffer released with server_buf_release, and h->xxh already holds its checksum). Returns bytes
  * queued, 0 on failure. */
 static size_t conn_send(ss_conn *c, blob_header *h, const void *payload, size_t len, int byref)
 {

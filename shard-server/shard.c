@@ -84,7 +84,7 @@ static void shard_forget(ss_shard *s)
     s->committing = 0;
     s->tent_theta = NULL; /* the commit's buffer is its own; it frees it when its callback comes */
     load_abandon(s);
-    ss_buf_release(s->theta); /* replies may still be sending it */
+    server_buf_release(s->theta); /* replies may still be sending it */
     free(s->mom);
     free(s->dnbuf);
     s->dnbuf = NULL;

@@ -27,6 +27,7 @@
  *   commit_ahead.c    a sync commit's compute started before its barrier closes (taken over if the round
  *                     has the participants guessed)
  *   commit_log.c      tentative serving and the log entry, deferred while parameters stream out
+ *   commit_obj.c      the commit object: made, freed, ended (its parked gets answered)
  *   snapshot.c the snapshots (deferred until no commit runs; a rebase run's, until K versions old)
  *   past.c     --async-rule rebase: θ of the last K versions, which a commit rebases submissions with
  *   ops.c      the data-plane operations push and get (validation), called through ss->dispatch
@@ -35,6 +36,7 @@
  *   server.c   listener, connections, framing (big frames read straight into their buffer), replies,
  *              rejections
  *   metrics.c  counters kept in memory, logged every METRICS_PERIOD_S (metrics.c)
+ *   fault.c    fault injection for the crash tests (--fault-* flags; off by default)
  */
 #ifndef SHARD_SERVER_SS_H
 #define SHARD_SERVER_SS_H
@@ -69,6 +71,7 @@ typedef struct ss_opts {
     int max_pending_rounds;
     int log_level;
     double crash_before_commit; /* fault injection for crash tests: probability of _exit before dl_commit */
+    char fault_tentative_to[64]; /* fault injection: serve tentatively to this worker alone, then _exit (fault.c) */
     char metrics_host[256];     /* --metrics HOST:PORT: Prometheus /metrics over HTTP ("" = off) */
     int metrics_port;
     int compute_ahead_off; /* --compute-ahead off: commits start computing at the barrier only */
@@ -137,7 +140,7 @@ typedef struct ss_delta {
 
 /* --download update: the update that produced a version (the averaged pseudo-gradient in the run's
  * codec, as logged), sent to the gets that hold the version before. buf is sent by reference
- * (ss_buf_release). */
+ * (server_buf_release). */
 typedef struct ss_update {
     uint8_t *buf; /* NULL: none */
     size_t len;
@@ -227,6 +230,16 @@ typedef struct ss_tunables {
     int nesterov;
 } ss_tunables;
 
+/* fault.c's state (--fault-* flags) */
+typedef struct ss_fault {
+    uint64_t rng; /* --fault-crash-before-commit's draws */
+    /* --fault-tentative-to: the worker has had a tentative version (which), a commit reached dl_commit
+     * (held), and the exit waits for the reply to leave */
+    int served, held, shard;
+    int64_t version;
+    struct event *exit_ev;
+} ss_fault;
+
 typedef struct ss_ctx {
     ss_opts opts;
     redis_url url;
@@ -253,7 +266,7 @@ typedef struct ss_ctx {
     char **owner_addr; /* per shard: address of its owner as last read (for `moved`) */
     /* shutdown */
     int stopping;
-    int refused; /* Redis refused one of our logins for good (ss_refused): exit status 1 */
+    int refused; /* Redis refused one of our logins for good (ctx.c): exit status 1 */
     struct event *exit_timer;
     ss_metrics m;
     struct ss_commit *cq_head, *cq_tail; /* commits being computed, in order (commit_compute.c) */
@@ -263,6 +276,7 @@ typedef struct ss_ctx {
     struct event *metrics_timer;
     struct evhttp *metrics_http;
     struct event *park_timer;
+    ss_fault fault;
     /* The calls that go up, set by ctx.c (as libevent calls its backends through a table): the files
      * below the dispatcher and the shard cache reach them only through these (docs/architecture.md,
      * "Layers"). dispatch (ops.c): the transport hands it each request, and parked requests are judged
@@ -280,7 +294,6 @@ static inline int ss_lease_valid(const ss_ctx *ss)
 }
 
 /* ctx.c */
-extern ss_ctx *g_ss; /* the process's server, for ss_refused */
 /* Read the run from Redis (opts.redis, opts.run): library version, layout, tunables. Retries an
  * unreachable Redis for opts.connect_timeout_ms or until *stop is set. 0 ok, -1 (logged) fatal. */
 int ss_ctx_load_run(ss_ctx *ss, volatile int *stop);
@@ -290,9 +303,6 @@ int ss_ctx_start(ss_ctx *ss, struct event_base *base, char *err, size_t errlen);
 /* Free everything the context owns (connections, shards, commits, Redis links, events); the loop must
  * not run it again. The struct itself and the event base are the caller's. */
 void ss_ctx_free(ss_ctx *ss);
-/* Redis refused a login of connection `conn` for good (rconn_error_final: the password or user was
- * changed under us): nothing can work any more, so the loop stops and the process exits with status 1. */
-void ss_refused(const char *conn, const char *why);
 
 /* server.c */
 int server_listen(ss_ctx *ss, char *err, size_t errlen);
@@ -303,12 +313,12 @@ void server_close(ss_ctx *ss);
 /* Reply to req and free it; the connection reads its next request. */
 void req_reply(ss_req *req, blob_header *h, const void *payload, size_t len);
 /* Same, sending buf by reference (no copy): buf must be a malloc'd buffer that is never changed and is
- * freed with ss_buf_release, which defers the free until every queued reply has been sent. h->xxh must
+ * freed with server_buf_release, which defers the free until every queued reply has been sent. h->xxh must
  * hold the buffer's XXH3_64bits (kept with the buffer, so it is hashed once, not once per reply). */
 void req_reply_buf(ss_req *req, blob_header *h, void *buf, size_t len);
-void ss_buf_release(void *buf);
+void server_buf_release(void *buf);
 /* Buffers sent by reference that some connection has not finished sending (parameters on the wire). */
-int ss_bufs_in_flight(void);
+int server_bufs_in_flight(void);
 void req_reply_simple(ss_req *req, const char *op, const char *text);
 void req_reply_err(ss_req *req, dp_err code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 void req_free(ss_req *req);
@@ -368,7 +378,7 @@ ss_delta *delta_find(ss_shard *s, int64_t round, const char *worker, int64_t inc
 void delta_store(ss_shard *s, ss_req *req);
 
 /* past.c: the versions an async rebase needs (θ of the last rebase_window versions). */
-/* Keep theta (a buffer released with ss_buf_release, now the ring's) as version `version`, in a ring of
+/* Keep theta (a buffer released with server_buf_release, now the ring's) as version `version`, in a ring of
  * `window` versions: the one it replaces is released. -1 (theta released) out of memory. */
 int past_keep(ss_shard *s, int64_t window, float *theta, int64_t version);
 /* θ of the shard's version `version`: its current one or one the ring holds; NULL if not held. */
@@ -402,6 +412,17 @@ void snapshot_drop_pending(ss_shard *s);
 void ahead_consider(ss_ctx *ss, ss_shard *s);
 /* Drop the shard's compute ahead, if any (why: for the debug log). */
 void ahead_discard(ss_shard *s, const char *why);
+
+/* fault.c: fault injection for the crash tests (docs/shard-server.md, "Fault injection") */
+/* --fault-tentative-to: whether a running commit may serve req tentatively (always, without the flag). */
+int fault_may_serve_tentative(const ss_ctx *ss, const ss_req *req);
+/* A commit served version `version` of shard k tentatively to the worker --fault-tentative-to names. */
+void fault_tentative_served(ss_ctx *ss, int k, int64_t version);
+/* A commit of shard k's round is about to run dl_commit: 1 when it must not (the process exits soon);
+ * --fault-crash-before-commit may exit here at once. */
+int fault_before_commit(ss_ctx *ss, int k, int64_t round);
+/* Teardown: the armed exit's event. */
+void fault_free(ss_ctx *ss);
 
 /* store.c */
 void store_blob_key(ss_ctx *ss, char *dst, size_t cap, int k, const char *kind, int64_t v, int64_t e);

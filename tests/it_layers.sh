@@ -2,16 +2,16 @@
 # it_layers.sh: libdiloco's and the shard-server's files call downward only, as the ```layers blocks of
 # docs/architecture.md list them (tools/layers.py reads `nm` of build/worker/diloco/*.o and
 # build/shard-server/**/*.o): no call to a file above, or to one the caller's line does not name, and
-# every global name with its own file's prefix. The shard-server's two knots (files that still call
-# each other) are printed.
+# every global name with its own file's prefix.
 #
 # Then the check itself is shown to fail, on the same objects, for each rule: a copy of the document
 # that leaves out an edge the code has (delta.c → device.c), one whose list allows a circle
 # (control.c → session.c), one that gives owners.c another prefix, one without heartbeat.c's line;
-# for the shard-server, one without the edge commit_ahead.c → delta.c, and one without the commit
-# files' knot (their calls back up are then found); for common/'s folders, one whose format/ may not call
-# math/ (the calls and the includes are both found), one whose base/ may call redis/ (a circle), and one
-# that lets only net/ use hiredis.
+# for the shard-server, one without the edge commit_ahead.c → delta.c, one that lists commit_log.c
+# below commit_compute.c, without that edge (its call down to cq_fill_g is then a call up), and one
+# without link/set.c → link/state.c (the bookkeeping the transports report to, below them); for common/'s
+# folders, one whose format/ may not call math/ (the calls and the includes are both found), one whose
+# base/ may call redis/ (a circle), and one that lets only net/ use hiredis.
 . "$(dirname "$0")/lib.sh"
 ls build/worker/diloco/*.o build/shard-server/*.o > /dev/null 2>&1 || fail "build first: make all"
 
@@ -35,8 +35,9 @@ expect_fail unlisted_call 's/^\(delta\.c  *dl_delta_  *→.*\) device\.c$/\1/' '
 expect_fail circle 's/^\(control\.c  *dl_  *→\)$/\1 session.c/' 'control.c may call session.c, which is not below it'
 expect_fail wrong_prefix 's/^owners\.c      owners_ /owners.c      own_    /' 'owners.c defines owners_[a-z_]*, which starts with no prefix'
 expect_fail missing_file '/^heartbeat\.c /d' 'heartbeat.c was built but has no line'
-expect_fail ss_unlisted_call 's/^\(commit_ahead\.c  *ahead_  *→\) delta\.c$/\1/' 'commit_ahead.c calls delta_find (delta.c, not in its line)' shard-server
-expect_fail ss_no_knot '/^knot commit\.c /d' 'shard-server/commit_[a-z]*\.c calls commit_[a-z_]* (commit.c, above it)' shard-server
+expect_fail ss_unlisted_call 's/^\(commit_ahead\.c  *ahead_  *→.*\) delta\.c$/\1/' 'commit_ahead.c calls delta_find (delta.c, not in its line)' shard-server
+expect_fail ss_upward '/^commit_log\.c /{s/ commit_compute\.c//;h;d};/^commit_compute\.c /G' 'commit_log.c calls cq_fill_g (commit_compute.c, above it)' shard-server
+expect_fail ss_link_unlisted 's/^\(link\/set\.c  *rl_set_ rlink_set  *→\) link\/state\.c/\1/' 'link/set.c calls rl_state_[a-z_]* (link/state.c, not in its line)' shard-server
 expect_fail common_call 's|^\(format/  *→\) math/ base/|\1 base/|' 'format/blob.c calls codec_[a-z_]* (common/math/codec.c, math/ not in its line)' common
 grep -q 'format/[a-z_]*\.[ch] includes math/[a-z_]*\.h (math/ is not in the line of format/)' "$TMP/common_call.log" \
   || fail "common_call: the include of math/ by format/ was not found: $(cat "$TMP/common_call.log")"

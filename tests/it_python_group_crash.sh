@@ -27,49 +27,14 @@ wait_until 90 'took_part_since 0' "a round with the group"
 r1=$(rank_pid 1 1)
 start=$(round)
 wait_until 30 '[ "$(round)" -ge $((start + 1)) ]' "one more round"
-kill -9 "$r1"
-killed_at=$(round)
-say "kill -9 of rank 1 of group g1 at round $killed_at"
-wait_until 15 '[ "$(member)" = 0 ]' "the group to leave the run"
-wait "$GRP" && fail "the group's launcher exited 0 after a rank was killed"
-after=$(round)
-wait_until 20 '[ "$(round)" -ge $((after + 2)) ]' "the run to go on with c1 alone"
-say "the group is out; rounds $after..$(round) closed without it"
-start_group 2
-wait_until 90 '[ "$(member)" = 1 ]' "the group to register again"
-back=$(round)
-wait_until 60 "took_part_since $back" "the group to take part in a round after it came back"
-alive "$WRK_c1" || fail "the C worker died"
-say "the restarted group rejoined at round $back and syncs again"
-
-# no half group: a round listing g1:<inc> has both ranks' arrivals g:g1:0 and g:g1:1 = <inc>
-last=$(round)
-for x in $(seq 0 $((last - 1))); do echo "HMGET dl:{$RUN}:f0:r$x participants g:g1:0 g:g1:1"; done | $RCLI > "$TMP/rounds.txt"
-awk 'NR % 3 == 1 {p = $0} NR % 3 == 2 {a = $0} NR % 3 == 0 {
-       inc = ""; n = split(p, ids, ","); for (i = 1; i <= n; i++) if (ids[i] ~ /^g1:/) inc = substr(ids[i], 4)
-       if (inc == "") next
-       with++; if (a != inc || $0 != inc) {print "round " (NR / 3 - 1) ": " p " with rank arrivals " a ", " $0; bad = 1}}
-     END {print with + 0; exit bad}' "$TMP/rounds.txt" > "$TMP/half.txt" || fail "a half group in a round: $(cat "$TMP/half.txt")"
-n=$(tail -n 1 "$TMP/half.txt")
-[ "$n" -ge 2 ] || fail "only $n rounds with the group"
-say "$n of $last closed rounds list the group, each with both ranks' arrivals; none with half of it"
+group_crash $RUN "$GRP" "$r1" "$WRK_c1" "start_group 2"
 
 # SIGINT to rank 1 alone stops the whole group within seconds
-r1=$(rank_pid 2 1); r0=$(rank_pid 2 0)
-kill -INT "$r1"
-t0=$(date +%s)
-wait_until 20 '! alive "$r0" && ! alive "$r1" && ! alive "$GRP"' "every process of the group to stop after SIGINT to rank 1"
-wait_until 5 '[ "$(member)" = 0 ]' "the group to leave the run"
-say "SIGINT to rank 1: the group's processes were gone after $(( $(date +%s) - t0 )) s and it left the run"
+group_signal $RUN INT 1 "$(rank_pid 2 0)" "$(rank_pid 2 1)" "$GRP"
 
 # SIGTERM to rank 0 alone (the rank that registered the group) does the same
 start_group 3
 wait_until 90 '[ "$(member)" = 1 ]' "the group to register again"
-r1=$(rank_pid 3 1); r0=$(rank_pid 3 0)
-kill -TERM "$r0"
-t0=$(date +%s)
-wait_until 20 '! alive "$r0" && ! alive "$r1" && ! alive "$GRP"' "every process of the group to stop after SIGTERM to rank 0"
-wait_until 5 '[ "$(member)" = 0 ]' "the group to leave the run"
+group_signal $RUN TERM 0 "$(rank_pid 3 0)" "$(rank_pid 3 1)" "$GRP"
 grep -q "process 0 terminated with signal" "$TMP/py-g1-3.log" && fail "rank 0 was killed by SIGTERM instead of stopping"
 alive "$WRK_c1" || fail "the C worker died"
-say "SIGTERM to rank 0: the group's processes were gone after $(( $(date +%s) - t0 )) s and it left the run"

@@ -33,13 +33,15 @@ assert runs["h10_g2"]["workers"] == 2 and runs["h10_g2"]["final_version"] == run
 print("dp %.4f, h10 %.4f, h10_g2 %.4f" % (runs["dp"]["final_loss"], runs["h10"]["final_loss"], runs["h10_g2"]["final_loss"]))
 PY
 # the process groups trained data-parallel inside: before every sync both ranks of a group held the same
-# parameters (their gradients averaged each step), the two groups (other data) not; after it all four the same
+# parameters (their gradients averaged each step), the two groups (other data) not; after it all four the same.
+# local_of: "version local-digest" of each sync line (the field after "local": the rank's parameters before it)
+local_of() { awk '/^sync/ { for (i = 1; i < NF; i++) if ($i == "local") print $5, $(i + 1) }' "$@"; }
 for g in 0 1; do
-  grep -h '^sync' "$OUT/h10_g2/worker-$g.log" | awk '{print $5, $NF}' | sort -u | cut -d' ' -f1 | uniq -d > "$TMP/split.txt"
+  local_of "$OUT/h10_g2/worker-$g.log" | sort -u | cut -d' ' -f1 | uniq -d > "$TMP/split.txt"
   [ ! -s "$TMP/split.txt" ] || fail "group g$g: its ranks trained apart before version(s) $(cat "$TMP/split.txt")"
   [ "$(grep -c '^sync' "$OUT/h10_g2/worker-$g.log")" -eq 8 ] || fail "group g$g: $(grep -c '^sync' "$OUT/h10_g2/worker-$g.log") syncs, want 2 ranks x 4"
 done
-cat "$OUT"/h10_g2/worker-*.log | awk '/^sync/ {print $5, $NF}' | sort -u | cut -d' ' -f1 | uniq -d | grep -q . ||
+local_of "$OUT"/h10_g2/worker-*.log | sort -u | cut -d' ' -f1 | uniq -d | grep -q . ||
   fail "the two groups trained the same parameters (the same data?)"
 [ "$(cat "$OUT"/h10_g2/worker-*.log | awk '/^sync/ {print $5, $7}' | sort -u | wc -l)" -eq 4 ] ||
   fail "the four ranks do not hold one global version after each of the 4 syncs"

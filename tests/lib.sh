@@ -175,17 +175,20 @@ prepare_bible() {
 }
 
 # assert_matches_reference: the run's shard digests equal those of tests/tools/ref_quadratic for workers
-# w1,w2,w3 (RUN, NUMEL, SEED, ROUNDS, H; 8 shards), and dl:{R}:events shows every shard committed exactly
-# once per round. Sets REF_DIGEST, the reference's digest of the whole parameter vector. REF_ARGS: more
-# reference flags (e.g. --codec int8).
+# REF_WORKERS (default w1,w2,w3; RUN, NUMEL, SEED, ROUNDS, H; REF_SHARDS shards, default 8), and
+# dl:{R}:events shows every shard committed exactly once per round. Sets REF_DIGEST, the reference's digest
+# of the whole parameter vector. REF_ARGS: more reference flags (e.g. --codec int8).
 assert_matches_reference() {
-  build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers w1,w2,w3 --rounds $ROUNDS \
-    --sync-every $H ${REF_ARGS:-} --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" > "$TMP/ref.txt" || fail "reference"
+  _ref_shards=${REF_SHARDS:-8}
+  build/tests/tools/ref_quadratic --numel $NUMEL --shards $_ref_shards --seed $SEED --workers ${REF_WORKERS:-w1,w2,w3} \
+    --rounds $ROUNDS --sync-every $H ${REF_ARGS:-} --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" \
+    > "$TMP/ref.txt" || fail "reference"
   shard_digests $RUN > "$TMP/got.txt"
   grep '^shard' "$TMP/ref.txt" | diff - "$TMP/got.txt" > "$TMP/diff.txt" || fail "shard digests differ: $(cat "$TMP/diff.txt")"
   REF_DIGEST=$(awk '/^all/ {print $2}' "$TMP/ref.txt")
   commits=$($RCLI XRANGE "dl:{$RUN}:events" - + | grep -c '^commit$')
-  [ "$commits" -eq $((8 * ROUNDS)) ] || fail "expected $((8 * ROUNDS)) commits (each round once per shard), saw $commits"
+  [ "$commits" -eq $((_ref_shards * ROUNDS)) ] ||
+    fail "expected $((_ref_shards * ROUNDS)) commits (each round once per shard), saw $commits"
 }
 
 # assert_dump_matches_reference OUT: the shard digests in a chaos harness dump (OUT/redis_dump.json)
@@ -204,9 +207,10 @@ PY
     fail "shard digests differ from the fault-free reference: $(cat "$TMP/diff.txt")"
 }
 
-# assert_workers_end_at DIGEST: the last sync of w1, w2 and w3 reported that digest of the whole vector.
+# assert_workers_end_at DIGEST: the last sync of each of REF_WORKERS (default w1,w2,w3) reported that digest
+# of the whole vector.
 assert_workers_end_at() {
-  for w in w1 w2 w3; do
+  for w in $(echo "${REF_WORKERS:-w1,w2,w3}" | tr , ' '); do
     got=$(grep '"event":"sync"' "$TMP/$w.jsonl" | tail -n 1 | sed 's/.*"digest":"\([0-9a-f]*\)".*/\1/')
     [ "$got" = "$1" ] || fail "worker $w ends with digest $got, reference $1"
   done
@@ -219,6 +223,59 @@ shard_digests() {
     echo "shard $k $($RCLI HGET "dl:{$1}:shards" "$k:digest")"
     k=$((k + 1))
   done
+}
+
+# group_signal RUN SIG RANK R0_PID R1_PID LAUNCHER_PID: signal SIG to rank RANK (0 or 1) of the 2-rank group g1
+# of RUN: every process of the group (both ranks, the launcher) is gone within 20 s and g1 is no member.
+group_signal() {
+  _run=$1; _sig=$2; _r0=$4; _r1=$5; _lp=$6
+  if [ "$3" = 0 ]; then kill "-$_sig" "$_r0"; else kill "-$_sig" "$_r1"; fi
+  _t0=$(date +%s)
+  wait_until 20 '! alive "$_r0" && ! alive "$_r1" && ! alive "$_lp"' "every process of the group to stop after SIG$_sig to rank $3"
+  wait_until 5 '[ "$($RCLI HEXISTS "dl:{$_run}:workers" g1)" = 0 ]' "the group to leave the run"
+  say "SIG$_sig to rank $3: the group's processes were gone after $(( $(date +%s) - _t0 )) s and it left the run"
+}
+
+# group_crash RUN LAUNCHER_PID RANK_PID OTHER_PID RESTART: the crash of a 2-rank group g1 of RUN (its launcher
+# LAUNCHER_PID): kill -9 of RANK_PID; g1 leaves the run within 15 s and its launcher fails; the run goes on
+# (2 more rounds, with the member OTHER_PID); RESTART (a command) starts the group again, which registers and
+# takes part in a round; OTHER_PID is alive; and no closed round lists half of g1 (no_half_group).
+group_crash() {
+  _run=$1; _grp=$2; _rank=$3; _other=$4; _restart=$5
+  _round() { $RCLI HGET "dl:{$_run}:state" round:0; }
+  _member() { $RCLI HEXISTS "dl:{$_run}:workers" g1; }
+  kill -9 "$_rank"
+  say "kill -9 of a rank of group g1 at round $(_round)"
+  wait_until 15 '[ "$(_member)" = 0 ]' "the group to leave the run"
+  wait "$_grp" && fail "the group's launcher exited 0 after a rank was killed"
+  _after=$(_round)
+  wait_until 20 '[ "$(_round)" -ge $((_after + 2)) ]' "the run to go on without the group"
+  say "the group is out; rounds $_after..$(_round) closed without it"
+  eval "$_restart"
+  wait_until 90 '[ "$(_member)" = 1 ]' "the group to register again"
+  _back=$(_round)
+  wait_until 60 'for x in $(seq $_back $(_round)); do $RCLI HGET "dl:{$_run}:f0:r$x" participants; done | grep -q "g1:"' \
+    "the group to take part in a round after it came back"
+  alive "$_other" || fail "the other member died"
+  say "the restarted group rejoined at round $_back and syncs again"
+  no_half_group "$_run" g1 2 > "$TMP/half.txt" || fail "a half group in a round: $(cat "$TMP/half.txt")"
+  [ "$(tail -n 1 "$TMP/half.txt")" -ge 2 ] || fail "only $(tail -n 1 "$TMP/half.txt") rounds with the group"
+  say "$(tail -n 1 "$TMP/half.txt") of $(_round) closed rounds list the group, each with both ranks' arrivals; none with half of it"
+}
+
+# no_half_group RUN WORKER RANKS: every closed round of RUN (round:0 so far) that lists group WORKER as a
+# participant (WORKER:<inc>) has the arrival of each of its RANKS ranks (g:WORKER:<r>) under that incarnation;
+# prints the number of such rounds, fails (status 1, the round at fault printed) on a half group.
+no_half_group() {
+  _last=$($RCLI HGET "dl:{$1}:state" round:0)
+  _fields="participants"; for _r in $(seq 0 $(($3 - 1))); do _fields="$_fields g:$2:$_r"; done
+  for _x in $(seq 0 $((_last - 1))); do echo "HMGET dl:{$1}:f0:r$_x $_fields"; done | $RCLI |
+    awk -v w="$2" -v k=$(($3 + 1)) 'NR % k == 1 {p = $0; ok = 1; inc = ""
+         n = split(p, ids, ","); for (i = 1; i <= n; i++) if (index(ids[i], w ":") == 1) inc = substr(ids[i], length(w) + 2)
+         next}
+       {if (inc != "" && $0 != inc) ok = 0}
+       NR % k == 0 && inc != "" {with++; if (!ok) {print "round " (NR / k - 1) ": " p " with a rank arrival missing"; bad = 1}}
+       END {print with + 0; exit bad}'
 }
 
 shard_versions() { # RUN -> "v v v ..."

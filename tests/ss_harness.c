@@ -152,7 +152,6 @@ ss_ctx *ssh_server(struct event_base *base, const char *run, const char *id, int
 {
     ss_ctx *ss = calloc(1, sizeof *ss);
     if (ss == NULL) return NULL;
-    if (g_ss == NULL) g_ss = ss;
     snprintf(ss->opts.redis, sizeof ss->opts.redis, "%s", g_url);
     snprintf(ss->opts.run, sizeof ss->opts.run, "%s", run);
     snprintf(ss->opts.listen_host, sizeof ss->opts.listen_host, "127.0.0.1");

@@ -2,7 +2,8 @@
  * test_model.c: model/ (model.h): a run's (trainer, model) strings round-trip through model_spec;
  * each kind's layout covers the flat vector contiguously; gpt_params_bind, the map by role that the
  * CPU and CUDA GPT share, points every role at the tensor of that name; model_init_params gives each
- * kind's own initial values; bad input gets an error, never a layout.
+ * kind's own initial values; bad input gets an error, never a layout; model_dim0_chunk cuts as torch.chunk
+ * (and fully_shard) do.
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -151,6 +152,39 @@ static void init_is_each_kinds_own(void **state)
     free(b);
 }
 
+/* torch.chunk(t, R, dim=0): ceil(rows/R) rows each, the last ranks fewer or none (e.g. 10 rows over 4 ranks:
+ * 3, 3, 3, 1; 2 rows over 3: 1, 1, 0); the chunks tile the tensor in rank order. */
+static void dim0_chunks_follow_torch_chunk(void **state)
+{
+    (void)state;
+    struct {
+        size_t shape[3];
+        int ndim, ranks;
+        size_t rows[4];
+    } cases[] = {{{10, 6}, 2, 4, {3, 3, 3, 1}}, {{2, 5}, 2, 3, {1, 1, 0}}, {{7}, 1, 2, {4, 3}},
+                 {{3, 4, 2}, 3, 2, {2, 1}},     {{1, 5}, 2, 2, {1, 0}},    {{12}, 1, 3, {4, 4, 4}}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        model_tensor t = {.name = "t", .ndim = cases[i].ndim, .offset = 100};
+        size_t row = 1;
+        for (int d = 0; d < t.ndim; d++) t.shape[d] = cases[i].shape[d];
+        for (int d = 1; d < t.ndim; d++) row *= t.shape[d];
+        t.numel = t.shape[0] * row;
+        size_t at = t.offset;
+        for (int r = 0; r < cases[i].ranks; r++) {
+            size_t off, n = model_dim0_chunk(&t, cases[i].ranks, r, &off);
+            assert_int_equal(n, cases[i].rows[r] * row);
+            if (n) assert_int_equal(off, at);
+            at += n;
+        }
+        assert_int_equal(at, t.offset + t.numel);
+    }
+    model_tensor scalar = {.name = "s", .ndim = 0, .numel = 1, .offset = 7};
+    size_t off;
+    assert_int_equal(model_dim0_chunk(&scalar, 2, 0, &off), 1);
+    assert_int_equal(off, 7);
+    assert_int_equal(model_dim0_chunk(&scalar, 2, 1, &off), 0);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -158,6 +192,7 @@ int main(void)
         cmocka_unit_test(layouts_cover_the_flat_vector),
         cmocka_unit_test(bind_points_every_role_at_its_named_tensor),
         cmocka_unit_test(init_is_each_kinds_own),
+        cmocka_unit_test(dim0_chunks_follow_torch_chunk),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

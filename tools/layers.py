@@ -116,6 +116,18 @@ def objects(build, d):
     return objs
 
 
+def check_order(d, order, calls, rank):
+    """The list itself: every name a line may call has a line below it (so the list allows no circle)."""
+    bad = []
+    for f in order:
+        for g in calls[f]:
+            if g not in rank:
+                bad.append(f"{d}/{f} may call {g}, which has no line")
+            elif rank[g] <= rank[f]:
+                bad.append(f"{d}/{f} may call {g}, which is not below it in the list (a circle)")
+    return bad
+
+
 def folder_sources(d, folder):
     """{path: text} of the .c and .h files of d/folder."""
     root, out = os.path.join(d, folder), {}
@@ -131,12 +143,7 @@ def check_folders(d, b, build):
     bad = []
     order, calls = b["order"], b["calls"]
     rank = {f: i for i, f in enumerate(order)}
-    for f in order:
-        for g in calls[f]:
-            if g not in rank:
-                bad.append(f"{d}/{f} may call {g}, which has no line")
-            elif rank[g] <= rank[f]:
-                bad.append(f"{d}/{f} may call {g}, which is not below it in the list (a circle)")
+    bad += check_order(d, order, calls, rank)
     objs = objects(build, d)
     if not objs:
         return [f"no objects under {build}/{d}: build first (make all)"]
@@ -191,12 +198,7 @@ def check(d, b, build):
         kr = sorted(rank[f] for f in k if f in rank)
         if kr and kr[-1] - kr[0] + 1 != len(kr):
             bad.append(f"{d}: the knot's lines ({' '.join(k)}) do not follow one another")
-    for f in order:
-        for g in calls[f]:
-            if g not in rank:
-                bad.append(f"{d}/{f} may call {g}, which has no line")
-            elif rank[g] <= rank[f]:
-                bad.append(f"{d}/{f} may call {g}, which is not below it in the list (a circle)")
+    bad += check_order(d, order, calls, rank)
     objs = objects(build, d)
     if not objs:
         return [f"no objects under {build}/{d}: build first (make all)"]

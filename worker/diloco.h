@@ -169,13 +169,43 @@ typedef struct diloco_device_ops {
  *                                .broadcast = my_broadcast};
  *   diloco_open(&o, params, numel, &d, err, sizeof err);   // on every rank; then train as usual
  *
- * (tests/tools/group_worker.c runs ranks as threads with memcpy for both hooks.) */
+ * (tests/tools/group_worker.c runs ranks as threads with memcpy for both hooks.)
+ *
+ * Sharded groups (FSDP, fully_shard): each rank holds only its slices of the parameters, one range per
+ * tensor (fully_shard cuts every tensor on dim 0: rank r holds rows [r*c, (r+1)*c), c = ceil(rows/R),
+ * as torch.chunk). The run is made with a shard boundary at every rank's slice boundary (`coordinator
+ * init --fsdp-ranks R` cuts them), so each rank's slices are whole shards of the run. A rank passes its
+ * slices in group.slices and a params buffer of only those elements (their concatenation, in the run's
+ * order); it pushes and fetches exactly its shards: no rank holds, gathers or allocates the whole vector
+ * (base, pseudo-gradient, error feedback and momentum are the size of its slices) and nothing is
+ * exchanged after a sync. Every rank opens with the same group size; the ranks' slices must cover the
+ * run exactly once (checked at open, on every rank, before anything is written). diloco_numel is the
+ * rank's own count; diloco_sync_info.digest is the XXH3 of the rank's own elements, and shards_digest
+ * is the whole run's (the same on every member of the run, sharded or not):
+ *
+ *   uint64_t sl[2 * MAXT]; int ns = 0;                       // rank r's dim-0 chunk of every tensor
+ *   for (int t = 0; t < ntensors; t++) {
+ *       size_t rows = shape[t][0], row = numel_of[t] / rows, c = (rows + R - 1) / R;
+ *       size_t lo = r * c < rows ? r * c : rows, hi = (r + 1) * c < rows ? (r + 1) * c : rows;
+ *       if (hi > lo) { sl[2 * ns] = offset[t] + lo * row; sl[2 * ns + 1] = (hi - lo) * row; ns++; }
+ *   }
+ *   o.group = (diloco_group_ops){.size = R, .rank = r, .allgather = my_allgather, .slices = sl,
+ *                                .nslices = ns};
+ *   diloco_open(&o, my_local_params, local_numel, &d, err, sizeof err);  // local_numel = sum of sl[2i+1]
+ */
 typedef struct diloco_group_ops {
     int size;  /* processes in the group; 0 or 1: no group (a worker of one process) */
     int rank;  /* this process's place in it, 0 .. size-1; rank 0 registers the group */
     void *ctx; /* passed back to the hooks */
     int (*allgather)(void *ctx, const void *in, size_t len, void *out, char *err, size_t errlen);
     int (*broadcast)(void *ctx, float *params, size_t off, size_t n, int root, char *err, size_t errlen);
+    /* Sharded parameters (FSDP, fully_shard; see "Sharded groups" above): this rank holds only the
+     * elements [slices[2i], slices[2i] + slices[2i+1]) of the run's vector, i < nslices, ascending and
+     * disjoint, and params (numel = their sum) is their concatenation. slices NULL: every rank holds
+     * the whole vector (DDP). broadcast is then not used (may be NULL). A rank of a sharded group that
+     * holds nothing passes slices with nslices 0 (and is refused: every rank must hold some). */
+    const uint64_t *slices;
+    int nslices;
 } diloco_group_ops;
 
 typedef struct diloco_options {
@@ -230,7 +260,7 @@ typedef struct diloco_sync_info {
     /* Payload bytes this sync sent (pseudo-gradients, resends included: every frame that went out,
      * whatever its reply) and received (parameters). A lost round that sent nothing reports 0 up. */
     uint64_t bytes_up, bytes_down;
-    uint64_t digest; /* XXH3 of the whole new global parameter vector */
+    uint64_t digest; /* XXH3 of the whole new global parameter vector (a sharded group's rank: of its slices) */
     int stale;       /* 1 when the round was lost (STALE/evicted) and we re-fetched instead */
     /* Phase timestamps of the round, CLOCK_REALTIME in microseconds (comparable across processes on
      * one machine; 0 when the phase did not happen): first pseudo-gradient byte sent, every push
@@ -239,6 +269,10 @@ typedef struct diloco_sync_info {
     /* Before this round, confirming that the previous round's parameters (received before they were
      * durable, docs/PROTOCOL.md "Tentative parameters") were committed: usually one Redis read. */
     double confirm_seconds;
+    /* A digest of the whole new global vector that a sharded group computes without gathering it: the
+     * sum (mod 2^64) over the run's shards k of XXH3_64bits_withSeed(&d_k, 8, k), d_k the XXH3 of shard k's
+     * bytes (its k:digest in dl:{R}:shards). Equal on every member of the run after the same version. */
+    uint64_t shards_digest;
 } diloco_sync_info;
 
 DILOCO_API void diloco_options_default(diloco_options *o);
@@ -290,7 +324,7 @@ DILOCO_API int diloco_fragment_range(const diloco *d, int fragment, size_t *offs
 DILOCO_API const char *diloco_run_layout(const diloco *d);
 
 /* A process group's rank `rank` moves params[*offset, *offset + *count) (its shards): 0, or -1 when the
- * session is not in a group or there is no such rank. */
+ * session is not in a group (or in a sharded one, whose ranks move their slices) or there is no such rank. */
 DILOCO_API int diloco_group_range(const diloco *d, int rank, size_t *offset, size_t *count);
 
 /* Deregister and free. Safe on NULL. In a group, any rank closing ends the group's membership. */

@@ -585,10 +585,9 @@ int rconn_wait_replicas(rconn *c, const char *key, int replicas, int timeout_ms)
     return n;
 }
 
-redisReply *rconn_vcommand(rconn *c, const char *fmt, va_list ap)
+/* Send a command hiredis formatted (len < 0: it could not) and free it. */
+static redisReply *route_formatted(rconn *c, char *cmd, int len)
 {
-    char *cmd = NULL;
-    int len = redisvFormatCommand(&cmd, fmt, ap);
     if (len < 0) {
         set_broken(c, "cannot format the command");
         return NULL;
@@ -596,6 +595,13 @@ redisReply *rconn_vcommand(rconn *c, const char *fmt, va_list ap)
     redisReply *r = route(c, cmd, (size_t)len);
     redisFreeCommand(cmd);
     return r;
+}
+
+redisReply *rconn_vcommand(rconn *c, const char *fmt, va_list ap)
+{
+    char *cmd = NULL;
+    int len = redisvFormatCommand(&cmd, fmt, ap);
+    return route_formatted(c, cmd, len);
 }
 
 redisReply *rconn_command(rconn *c, const char *fmt, ...)
@@ -611,13 +617,7 @@ redisReply *rconn_command_argv(rconn *c, int argc, const char **argv, const size
 {
     char *cmd = NULL;
     int len = redisFormatCommandArgv(&cmd, argc, argv, argvlen);
-    if (len < 0) {
-        set_broken(c, "cannot format the command");
-        return NULL;
-    }
-    redisReply *r = route(c, cmd, (size_t)len);
-    redisFreeCommand(cmd);
-    return r;
+    return route_formatted(c, cmd, len);
 }
 
 static int each_master(rconn *c, rconn_node_fn *fn, void *arg, char *err, size_t errlen)

@@ -48,7 +48,8 @@ GROUP_BROADCAST_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, c_float_p, 
 
 class GroupOps(ctypes.Structure):
     _fields_ = [("size", ctypes.c_int), ("rank", ctypes.c_int), ("ctx", ctypes.c_void_p),
-                ("allgather", GROUP_ALLGATHER_FN), ("broadcast", GROUP_BROADCAST_FN)]
+                ("allgather", GROUP_ALLGATHER_FN), ("broadcast", GROUP_BROADCAST_FN),
+                ("slices", ctypes.POINTER(ctypes.c_uint64)), ("nslices", ctypes.c_int)]
 
 
 class Options(ctypes.Structure):
@@ -73,6 +74,7 @@ class SyncInfoC(ctypes.Structure):
         ("stale", ctypes.c_int),
         ("t_first_send_us", ctypes.c_uint64), ("t_pushed_us", ctypes.c_uint64), ("t_get_us", ctypes.c_uint64),
         ("t_last_recv_us", ctypes.c_uint64), ("confirm_seconds", ctypes.c_double),
+        ("shards_digest", ctypes.c_uint64),
     ]
 
 

@@ -26,7 +26,7 @@ import signal
 import threading
 from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
-from . import _lib, checks, devicehooks, group
+from . import _lib, checks, devicehooks, group, sharded
 from .buffers import BufferWatch
 from .errors import DiLoCoError, Stopped
 from .params import FlatParams
@@ -104,7 +104,10 @@ class DiLoCo:
     process_group (a torch.distributed process group, e.g. dist.group.WORLD, of more than one process):
     the processes of the group are ONE worker of the run, data-parallel inside (DDP; a DDP model is synced
     through its module); every rank makes the same DiLoCo(...) call; worker_id is the group's (group.py). A
-    sharded model (FSDP, fully_shard) is refused with NotImplementedError: not supported yet."""
+    model sharded by fully_shard (torch >= 2.4: its parameters are DTensors, Shard(0) over the group), or with
+    sharded=True one whose parameters are this rank's dim-0 chunks already, makes a sharded group: each rank
+    moves exactly its chunks, in a run made with init_run(..., fsdp_ranks=R) (sharded.py). FSDP1 and HSDP are
+    refused with NotImplementedError."""
 
     def __init__(self, url: str, run: str, model: torch.nn.Module, inner_optimizer: torch.optim.Optimizer,
                  outer_optimizer: None = None, sync_every: int = 500,
@@ -114,7 +117,7 @@ class DiLoCo:
                  connect_timeout: float = 60.0, net_timeout: float = 60.0, sync_timeout: float = 120.0,
                  handle_signals: bool = True, log: Optional[Callable[[int, str], None]] = None,
                  log_level: Optional[str] = None,
-                 process_group: Optional[torch.distributed.ProcessGroup] = None) -> None:
+                 process_group: Optional[torch.distributed.ProcessGroup] = None, sharded: bool = False) -> None:
         checks.check_arguments(url, run, model, inner_optimizer)
         if outer_optimizer is not None:
             raise TypeError("outer_optimizer must be None: the outer optimizer runs on the shard-servers; set it "
@@ -154,6 +157,8 @@ class DiLoCo:
         self._callbacks = []  # ctypes callbacks the library holds: alive until close
         self.process_group = process_group
         self._group = None
+        self.sharded_requested = bool(sharded)
+        self.sharded = False  # set at open: sharded=True, or a fully_shard model
 
     # ---- opening and closing ------------------------------------------------------------------------
 
@@ -169,8 +174,12 @@ class DiLoCo:
         """Join the run: the model's parameters become the run's current global ones."""
         if self._d is not None:
             return self
-        if self.process_group is not None:
-            group.refuse_sharded(self.model)  # every rank the same error, before anything is touched
+        if self.process_group is not None:  # every rank the same error, before anything is touched
+            fully_shard = sharded.check_model(self.model, lambda: group.Group(self.process_group).size)
+            self.sharded = fully_shard or self.sharded_requested
+        elif self.sharded_requested or any(sharded.is_dtensor(p) for p in self.model.parameters()):
+            raise DiLoCoError("a sharded model (sharded=True, or fully_shard's DTensor parameters) needs its "
+                              "process_group: each rank holds only its chunks, the group is the worker")
         self._lib = _lib.load()
         module = group.unwrap(self.model)  # a DDP model is synced through its module
         tensors = checks.model_tensors(module)
@@ -178,13 +187,20 @@ class DiLoCo:
             if self.handle_signals and threading.current_thread() is threading.main_thread():
                 self._signals = _SignalWatch(self._on_signal)
             self._open_group(tensors)  # a process group's ranks agree first: one error on every rank
-            self._check_run(tensors)  # before anything is written anywhere, the model's tensors included
-            self._flat = FlatParams(module)
+            if self.sharded and self._group is None:
+                raise DiLoCoError("a sharded model needs a process group of 2 or more processes (this one has 1): "
+                                  "a process holding the whole model joins without process_group")
+            if self.sharded:
+                self._flat = self._sharded_params(module)  # checked against the run, on every rank
+            else:
+                self._check_run(tensors)  # before anything is written anywhere, the model's tensors included
+                self._flat = FlatParams(module)
             self._buffers = BufferWatch(module)
             if self._group is not None:
                 self._group.attach(self._flat)
             self._open_session()
-            self._check_layout(self._layout_json(), self._flat.layout)  # the run as diloco_open read it
+            if not self.sharded:
+                self._check_layout(self._layout_json(), self._flat.layout)  # the run as diloco_open read it
             self._check_fragments()
             self._hook = _install_step_hook(self.inner_optimizer, self._after_step)
         except BaseException:
@@ -199,6 +215,17 @@ class DiLoCo:
         except DiLoCoError as e:
             raise DiLoCoError("cannot join run %r at %s: %s" % (self.run, _redact(self.url), e)) from e
         self._check_layout(layout, tensors, numel)
+
+    def _sharded_params(self, module):
+        """This rank's chunks against the run's layout (read without joining): one error on every rank."""
+        flat, error = None, None
+        try:
+            numel, layout = checks.peek_run(self._lib, self._base_options())
+            flat = sharded.ShardedParams(module, layout, self._group.size, self._group.rank)
+        except DiLoCoError as e:
+            error = "cannot join run %r: %s" % (self.run, e)
+        self._group.agree_ok(error)
+        return flat
 
     def _check_layout(self, layout, tensors, numel=None):
         try:
@@ -227,9 +254,10 @@ class DiLoCo:
         if g.size < 2:
             return  # a group of one process is a worker like any other
         self._group = g
+        # a sharded rank's shapes are its chunks' (they differ by rank): the names, and sharded, must agree
         g.agree({"run": self.run, "sync_every": self.sync_every_requested, "worker_id": self.worker_id_requested,
-                 "bf16": self.bf16, "error_feedback": self.error_feedback,
-                 "model tensors": [[name, list(shape)] for name, shape, _ in tensors]})
+                 "bf16": self.bf16, "error_feedback": self.error_feedback, "sharded": self.sharded,
+                 "model tensors": [[name] if self.sharded else [name, list(shape)] for name, shape, _ in tensors]})
 
     def _base_options(self):
         """The options that say who joins what, without the model's buffer (diloco_peek_run takes these)."""

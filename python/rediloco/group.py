@@ -1,4 +1,4 @@
-"""group.py: several processes (one per GPU of a node, data-parallel inside with DDP) as ONE worker.
+"""group.py: several processes (one per GPU of a node, data-parallel inside: DDP, or fully_shard) as ONE worker.
 
     dist.init_process_group("gloo", ...)            # the user's, as usual (one process per GPU)
     model = DDP(MyModel())
@@ -7,7 +7,8 @@
         ...
 
 libdiloco does the group's protocol (worker/diloco.h "Process groups", docs/PROTOCOL.md): rank 0 registers,
-each rank pushes and fetches its part of the shards, the ranks then broadcast their parts to each other.
+each rank pushes and fetches its part of the shards, the ranks then broadcast their parts to each other (a
+sharded group, sharded.py: each rank its own chunks, nothing exchanged).
 It needs two collectives, which this module makes from torch.distributed on the given process group:
 allgather of a small message (all_gather of uint8 tensors) and broadcast of a slice of the flat parameter
 buffer. Before the session opens, the ranks compare what they were given (run, H, worker id, the model's
@@ -28,33 +29,6 @@ def unwrap(model):
     if ddp is not None and isinstance(model, ddp):
         return model.module
     return model
-
-
-# The classes of a sharded model: torch's FSDP wrapper (torch.distributed.fsdp.FullyShardedDataParallel) and
-# the module classes fully_shard (torch >= 2.4) makes, which derive from FSDPModule (their parameters are
-# DTensors). Matched by name, so the check needs no import of FSDP (Debian's torch 1.13 cannot import it
-# on Python 3.11).
-SHARDED_CLASSES = ("FullyShardedDataParallel", "FSDPModule")
-
-
-def refuse_sharded(model):
-    """A sharded (FSDP / fully_shard) model in a process group: NotImplementedError, before anything is opened.
-
-    Each rank of such a group holds a slice of every parameter, while group.c expects every rank to hold all
-    of them (DDP) and exchanges whole parts of the run's shards; the layout that would let each rank move
-    exactly its slice is designed in docs/PROTOCOL.md ("FSDP") but not built."""
-    for m in model.modules():
-        names = [c.__name__ for c in type(m).__mro__]
-        hit = next((n for n in names if n in SHARDED_CLASSES), None)
-        if hit is None:
-            hit = next(("DTensor parameter" for p in m.parameters(recurse=False)
-                        if "DTensor" in [c.__name__ for c in type(p).__mro__]), None)
-        if hit is not None:
-            raise NotImplementedError(
-                "process groups support replicated models (DDP) only: this model is sharded (%s in %s); "
-                "FSDP / fully_shard groups are designed (docs/PROTOCOL.md, \"Process groups\", FSDP) but not built. "
-                "Wrap the model with DistributedDataParallel, or run each process as its own worker "
-                "(no process_group)" % (hit, type(m).__name__))
 
 
 def _global_rank(group, rank):
@@ -79,13 +53,15 @@ class Group:
         self.rank = dist.get_rank(process_group)
         self.size = dist.get_world_size(process_group)
         self.flat = None
+        self.slices = None
         self._callbacks = []
 
     def attach(self, flat):
-        """The flat parameter buffer (params.FlatParams) the broadcasts move."""
+        """The flat parameter buffer (params.FlatParams, or sharded.ShardedParams: its slices) libdiloco holds."""
         if flat.path != "cpu":
             raise DiLoCoError("process groups work on models on the CPU for now (this one is on %s)" % flat.device)
         self.flat = flat
+        self.slices = flat.slice_array() if hasattr(flat, "slice_array") else None
 
     def agree(self, facts):
         """Every rank's facts (a dict) must equal rank 0's: otherwise the same DiLoCoError on every rank."""
@@ -109,7 +85,18 @@ class Group:
         g.allgather = _lib.GROUP_ALLGATHER_FN(self._allgather)
         g.broadcast = _lib.GROUP_BROADCAST_FN(self._broadcast)
         self._callbacks += [g.allgather, g.broadcast]
+        if self.slices is not None:  # a sharded group: this rank's slices of the run's vector
+            g.slices = ctypes.cast(self.slices[0], ctypes.POINTER(ctypes.c_uint64))
+            g.nslices = self.slices[1]
         return g
+
+    def agree_ok(self, error):
+        """error (a message, or None) of each rank: the first rank's one raised as DiLoCoError on every rank."""
+        everyone = [None] * self.size
+        dist.all_gather_object(everyone, error, group=self.pg)
+        for r, e in enumerate(everyone):
+            if e is not None:
+                raise DiLoCoError(e if r == self.rank else "rank %d: %s" % (r, e))
 
     def _allgather(self, ctx, inp, n, out, err, errlen):
         try:

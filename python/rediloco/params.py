@@ -19,6 +19,17 @@ from . import devicehooks
 from .checks import model_tensors
 
 
+def name_index(message, offsets, names, numel, where):
+    """message with "at index N" of a buffer of tensors names[i] at offsets[i] (numel in all) followed by where
+    % (the tensor's name, the element in it)."""
+    m = re.search(r"at index (\d+)", message)
+    if not m or int(m.group(1)) >= numel:
+        return message
+    i = int(m.group(1))
+    t = bisect.bisect_right(offsets, i) - 1
+    return "%s %s" % (message, where % (names[t], i - offsets[t]))
+
+
 class FlatParams:
     def __init__(self, model):
         tensors = model_tensors(model)
@@ -49,12 +60,7 @@ class FlatParams:
 
     def name_index(self, message):
         """message with "at index N" of the flat vector followed by the tensor and element it is."""
-        m = re.search(r"at index (\d+)", message)
-        if not m or int(m.group(1)) >= self.numel:
-            return message
-        i = int(m.group(1))
-        t = bisect.bisect_right(self.offsets, i) - 1
-        return "%s [parameter %r, element %d]" % (message, self.names[t], i - self.offsets[t])
+        return name_index(message, self.offsets, self.names, self.numel, "[parameter %r, element %d]")
 
     def host_pointer(self):
         if self.host is None:

@@ -19,7 +19,7 @@ from .errors import DiLoCoError
 if TYPE_CHECKING:
     import torch
 
-_FLAGS = ("trainer", "layers", "heads", "dim", "ctx", "vocab", "numel", "workers", "min_workers", "shards", "fragments", "seed", "outer_lr", "outer_momentum",
+_FLAGS = ("fsdp_ranks", "trainer", "layers", "heads", "dim", "ctx", "vocab", "numel", "workers", "min_workers", "shards", "fragments", "seed", "outer_lr", "outer_momentum",
           "heartbeat_timeout", "dn_buffer_size", "dn_variant", "max_staleness", "staleness_weight", "staleness_ref",
           "async_rule", "rebase_fraction", "weight_by", "weight_ref_tokens",
           "dylu_base_sync_every", "snapshot_every", "compress", "topk_density", "topk_beta", "download", "min_replicas")
@@ -77,7 +77,7 @@ def init_run(url: str, run: str, model: torch.nn.Module, workers: int = 2, shard
     heartbeat_timeout, async_, dn_buffer_size, dn_variant, max_staleness, staleness_weight, staleness_ref,
     async_rule, rebase_fraction, weight_by, weight_ref_tokens,
     dylu, dylu_base_sync_every, snapshot_every, compress, topk_density, topk_beta, download, min_replicas,
-    force). Returns the
+    force; fsdp_ranks=R for sharded groups of R ranks: give the whole model, before fully_shard). Returns the
     coordinator's summary line; DiLoCoError with its message when it refuses."""
     flags = init_flags(workers=workers, shards=shards, **settings)
     with tempfile.TemporaryDirectory(prefix="rediloco-") as tmp:

@@ -3,7 +3,7 @@
  * attached to the libevent loop.
  *
  * A lost connection hands NULL replies to the commands in flight (hiredis does) and is reported to
- * rlink.c, which schedules the reconnect. Each command's arguments are copied with it and kept until
+ * state.c, which schedules the reconnect. Each command's arguments are copied with it and kept until
  * its reply, so a MOVED or ASK reply can resend it on the right twin (route.c): callers only see the
  * final reply.
  */
@@ -43,10 +43,10 @@ static void cmd_on_connect(const redisAsyncContext *ac, int status)
     if (status != REDIS_OK) {
         log_warn("redis %s connection: connect failed: %s; retrying", l->name, ac->errstr);
         l->ac = NULL; /* hiredis frees it after this callback */
-        rl_lost(l);
+        rl_state_lost(l);
         return;
     }
-    rl_connected(l);
+    rl_state_connected(l);
 }
 
 static void cmd_on_disconnect(const redisAsyncContext *ac, int status)
@@ -56,7 +56,7 @@ static void cmd_on_disconnect(const redisAsyncContext *ac, int status)
     if (!l->stopping)
         log_warn("redis %s connection lost (%s); reconnecting", l->name, status == REDIS_OK ? "closed" : ac->errstr);
     l->ac = NULL;
-    rl_lost(l);
+    rl_state_lost(l);
 }
 
 static void cmd_on_login(redisAsyncContext *ac, void *reply, void *what)
@@ -64,7 +64,7 @@ static void cmd_on_login(redisAsyncContext *ac, void *reply, void *what)
     redisReply *r = reply;
     rlink *l = ac->data;
     if (r != NULL && r->type == REDIS_REPLY_ERROR) {
-        if (l != NULL) rl_login_failed(l, what, r->str);
+        if (l != NULL) rl_state_login_failed(l, what, r->str);
         redisAsyncDisconnect(ac);
     }
 }
@@ -72,9 +72,9 @@ static void cmd_on_login(redisAsyncContext *ac, void *reply, void *what)
 static void cmd_open(rlink *l)
 {
     if (l->stopping || l->ac != NULL) return;
-    int where = rl_resolve(l);
+    int where = rl_state_resolve(l);
     if (where != 0) {
-        if (where < 0) rl_lost(l);
+        if (where < 0) rl_state_lost(l);
         return; /* 1: open is called again once the Sentinels answer */
     }
     const redis_url *u = &l->target;
@@ -82,7 +82,7 @@ static void cmd_open(rlink *l)
     if (ac == NULL || ac->err) {
         log_warn("redis %s connection: %s; retrying", l->name, ac ? ac->errstr : "out of memory");
         if (ac != NULL) redisAsyncFree(ac);
-        rl_lost(l);
+        rl_state_lost(l);
         return;
     }
     ac->data = l;
@@ -92,7 +92,7 @@ static void cmd_open(rlink *l)
     redisAsyncSetConnectCallback(ac, cmd_on_connect);
     redisAsyncSetDisconnectCallback(ac, cmd_on_disconnect);
     rl_login login;
-    rl_login_commands(u, &login);
+    rl_state_login_commands(u, &login);
     for (int i = 0; i < login.n; i++)
         redisAsyncCommandArgv(ac, cmd_on_login, (void *)login.what[i], login.argc[i], login.argv[i], NULL);
 }
@@ -107,7 +107,7 @@ static void cmd_drop(rlink *l, const char *why)
         l->ready = 0;
         redisAsyncFree(ac);
     }
-    rl_lost(l);
+    rl_state_lost(l);
 }
 
 static int cmd_is_open(const rlink *l)
@@ -134,7 +134,7 @@ static int cmd_send(rlink *conn, cmd_call *call, int asking)
     if (redisAsyncCommandArgv(conn->ac, cmd_on_reply, call, call->argc, call->argv, call->argvlen) != REDIS_OK)
         return -1;
     call->conn = conn;
-    rl_sent(conn);
+    rl_state_sent(conn);
     return 0;
 }
 
@@ -160,7 +160,7 @@ static int cmd_retry_refused(cmd_call *call, const redisReply *r)
     uint64_t now = now_ms();
     if (call->refused++ == 0) call->first_refused_ms = now;
     if (now - call->first_refused_ms >= NOREPLICAS_PATIENCE_MS) return 0;
-    rl_check_master(call->conn); /* if another master leads now, the connection is dropped: the resend fails */
+    rl_state_check_master(call->conn); /* if another master leads now, the connection is dropped: the resend fails */
     unsigned wait = backoff_ms(call->refused - 1, 20, 500);
     struct timeval tv = {.tv_sec = wait / 1000, .tv_usec = (wait % 1000) * 1000};
     return event_base_once(call->conn->base, -1, EV_TIMEOUT, cmd_on_resend, call, &tv) == 0;
@@ -170,15 +170,15 @@ static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
 {
     cmd_call *call = privdata;
     rlink *conn = call->conn;
-    if (conn->ac == ac && reply != NULL) rl_replied(conn);
+    if (conn->ac == ac && reply != NULL) rl_state_replied(conn);
     if (cmd_retry_refused(call, reply)) return;
-    if (rl_failover_reply(conn, reply)) {
+    if (rl_state_failover_reply(conn, reply)) {
         if (conn->ac == ac) redisAsyncDisconnect(ac); /* the reconnect finds the master again */
         reply = NULL;                                 /* not executed; the caller retries as after a lost connection */
     }
     rlink *to;
     int ask;
-    if (reply != NULL && rl_redirect(call->owner, reply, conn->target.host, call->hops, &to, &ask)) {
+    if (reply != NULL && rl_route_redirect(call->owner, reply, conn->target.host, call->hops, &to, &ask)) {
         call->hops++;
         if (to != NULL && cmd_send(to, call, ask) == 0) return;
         log_warn("redis %s connection: cannot follow %s: " RLINK_CANNOT_FOLLOW_HINT, call->owner->name, ((redisReply *)reply)->str);
@@ -220,8 +220,8 @@ static int cmd_route_send(rlink *l, int replicas, rlink_cb *cb, void *priv, int 
     size_t lens[CMD_MAX_ARGS];
     if (l->kind != RLINK_CMD || argc <= 0 || argc > CMD_MAX_ARGS) return -1;
     for (int i = 0; i < argc; i++) lens[i] = argvlen != NULL ? argvlen[i] : strlen(argv[i]);
-    rlink *conn = rl_twin(l, rl_route_node(l->route, cluster_command_slot(argc, argv, lens)));
-    if (conn != NULL && conn != l && !cmd_accepting(conn)) conn = l; /* see rl_twin in internal.h */
+    rlink *conn = rl_route_twin(l, rl_route_node(l->route, cluster_command_slot(argc, argv, lens)));
+    if (conn != NULL && conn != l && !cmd_accepting(conn)) conn = l; /* see rl_route_twin in internal.h */
     if (conn == NULL || !cmd_accepting(conn)) return -1;
     cmd_call *call = cmd_new(l, cb, priv, argc, argv, lens);
     if (call == NULL) return -1;

@@ -105,7 +105,7 @@ static void finish(rl_query *q, int end, const redis_url *found)
     snprintf(why, sizeof why, "%s", q->why);
     rl_query_done_fn *done = q->done;
     void *arg = q->arg;
-    rl_query_cancel(q);
+    rl_resolve_cancel(q);
     done(arg, end, found, why);
 }
 
@@ -228,8 +228,8 @@ static void on_timeout(evutil_socket_t fd, short what, void *arg)
     check_next(q);
 }
 
-rl_query *rl_query_start(struct event_base *base, const redis_url *url, const redis_url *current,
-                         rl_query_done_fn *done, void *arg)
+rl_query *rl_resolve_start(struct event_base *base, const redis_url *url, const redis_url *current,
+                           rl_query_done_fn *done, void *arg)
 {
     rl_query *q = calloc(1, sizeof *q);
     if (q == NULL) return NULL;
@@ -259,7 +259,7 @@ rl_query *rl_query_start(struct event_base *base, const redis_url *url, const re
     return q;
 }
 
-void rl_query_cancel(rl_query *q)
+void rl_resolve_cancel(rl_query *q)
 {
     if (q == NULL) return;
     close_all(q);

@@ -7,7 +7,7 @@
  *   RLINK_SET  SET of a big blob sent straight from the caller's memory with writev() (hiredis copies
  *              a command into a buffer it then memmoves after every partial write: a 12.5 MB SET costs
  *              hundreds of moves of megabytes), parsing the only replies SET gives (+status/-error).
- * What every link does, whatever its kind (rlink.c):
+ * What every link does, whatever its kind (rlink.c, state.c):
  *   - a lost connection is re-opened with exponential backoff (100 ms .. 5 s, jittered); every command
  *     in flight gets a NULL reply, so its owner treats the outcome as unknown;
  *   - a stall watchdog drops the connection when commands are pending and nothing has come back for
@@ -51,12 +51,13 @@ enum rlink_kind { RLINK_CMD = 0, RLINK_SET = 1 };
 
 struct rlink_route;
 struct rlink_item;
+struct rlink_transport;
 typedef struct rl_query rl_query;
 
 typedef struct rlink {
     const char *name;
     const redis_url *url;       /* as given (may name Sentinels or several seeds) */
-    redis_url target;           /* the one server of the current connection (rlink.c) */
+    redis_url target;           /* the one server of the current connection (state.c) */
     uint64_t moved_checked_ms;  /* last time a NOREPLICAS reply made us ask where the master is */
     uint64_t resolve_logged_ms; /* last "no master found" warning (one every 5 s at most) */
     unsigned master_seen;       /* the route's master_gen this link last compared its target with */
@@ -66,6 +67,8 @@ typedef struct rlink {
     struct event_base *base;
     int kind;     /* enum rlink_kind */
     int stall_ms; /* no reply for this long while commands are pending: drop the connection */
+    /* the kind's transport table (cmd.c's or set.c's), chosen once by rlink_init */
+    const struct rlink_transport *transport;
     rlink_refused_fn *on_refused;
     void (*on_ready)(void *arg); /* called each time the connection is (re-)established */
     void *on_ready_arg;
@@ -112,7 +115,7 @@ int rlink_set(rlink *l, const char *key, const uint8_t *head, size_t hlen, const
 void rlink_close(rlink *l);
 
 /* ---------------------------------------------------------------------------------------------- */
-/* Redis Cluster routing shared by a process's links (route.c) */
+/* A group of links: Redis Cluster routing (route.c) and the master they follow; attached and freed by rlink.c */
 
 #define RLINK_ROUTE_MAX 8
 /* What a redirection that cannot be followed means to an operator (cmd.c, set.c log it after the reply). */
@@ -136,9 +139,13 @@ typedef struct rlink_route {
     int nlinks;
     /* Sentinel URLs: the subscription to the Sentinels' failover announcements (watch.c) */
     struct rl_watch *watch;
+    /* route.c's calls upward, set by rlink_route_attach (rlink.c) only: a twin of l on url (a link of
+     * l's kind, routed like l; NULL if it cannot be made), and a command sent on via (rlink_cmds) */
+    struct rlink *(*open_twin)(struct rlink *l, const redis_url *url);
+    int (*send)(struct rlink *via, rlink_cb *cb, void *priv, int argc, const char **argv);
 } rlink_route;
 
-/* Route the links (of any kind, at most RLINK_ROUTE_MAX) by rt; CLUSTER SLOTS goes on `via`. */
+/* Route the links (of any kind, at most RLINK_ROUTE_MAX) by rt; CLUSTER SLOTS goes on `via` (rlink.c). */
 void rlink_route_attach(rlink_route *rt, rlink *via, rlink **links, int nlinks);
 /* Free the slot map and close the Sentinel subscriptions (after the links are closed). */
 void rlink_route_free(rlink_route *rt);

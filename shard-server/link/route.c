@@ -9,6 +9,9 @@
  * opened on first use with the URL's credentials): the control FCALLs to the master of {R}, the blob
  * GET/SET/DEL of shard k to the master of {R:k}. ASK redirections (a slot being migrated) are followed
  * once with ASKING and leave the map unchanged.
+ * The transports (cmd.c, set.c) call here to route and to follow a redirection; route.c calls nothing
+ * above it: a twin is opened, and CLUSTER SLOTS sent, through the pointers rlink_route_attach (rlink.c)
+ * sets in the route.
  */
 #include "internal.h"
 
@@ -21,20 +24,8 @@
 
 #define ROUTE_REFRESH_MIN_MS 1000
 
-void rlink_route_attach(rlink_route *rt, rlink *via, rlink **links, int nlinks)
+void rl_route_free(rlink_route *rt)
 {
-    rt->via = via;
-    rt->nlinks = 0;
-    for (int i = 0; i < nlinks && i < RLINK_ROUTE_MAX; i++) {
-        links[i]->route = rt;
-        rt->links[rt->nlinks++] = links[i];
-    }
-    rl_watch_open(rt, via->url, rl_announced);
-}
-
-void rlink_route_free(rlink_route *rt)
-{
-    rl_watch_close(rt);
     free(rt->map);
     rt->map = NULL;
 }
@@ -72,7 +63,7 @@ static int route_learn(rlink_route *rt, const cluster_redirect *rd)
     uint64_t now = now_ms();
     if (!rt->refreshing && now - rt->refreshed_ms >= ROUTE_REFRESH_MIN_MS) {
         const char *argv[2] = {"CLUSTER", "SLOTS"};
-        if (rlink_cmds(rt->via, on_slots, rt, 2, argv) == 0) {
+        if (rt->send(rt->via, on_slots, rt, 2, argv) == 0) {
             rt->refreshing = 1;
             rt->refreshed_ms = now;
         }
@@ -99,49 +90,23 @@ static int route_node_url(const rlink_route *rt, int node, const redis_url *seed
     return 0;
 }
 
-/* A twin owns its URL and name. */
-typedef struct rl_twin_link {
-    rlink l; /* first: a twin is freed through its rlink pointer */
-    redis_url url;
-    char name[300];
-} rl_twin_link;
-
-rlink *rl_twin(rlink *l, int node)
+rlink *rl_route_twin(rlink *l, int node)
 {
     if (node < 0) return l;
     if (l->twin[node] != NULL) return l->twin[node];
-    rl_twin_link *t = calloc(1, sizeof *t);
+    redis_url url;
+    if (route_node_url(l->route, node, &l->target, &url)) return l->twin[node] = l;
+    rlink *t = l->route->open_twin(l, &url);
     if (t == NULL) return NULL;
-    if (route_node_url(l->route, node, &l->target, &t->url)) {
-        free(t);
-        return l->twin[node] = l;
-    }
-    snprintf(t->name, sizeof t->name, "%s@%s:%d", l->name, t->url.host, t->url.port);
-    if (rlink_init(&t->l, t->name, l->kind, &t->url, l->base, l->stall_ms, l->on_refused) != 0) {
-        free(t);
-        return NULL;
-    }
-    t->l.is_twin = 1;
-    t->l.route = l->route;
-    return l->twin[node] = &t->l;
+    return l->twin[node] = t;
 }
 
-int rl_redirect(rlink *owner, const redisReply *reply, const char *host_asked, int hops, rlink **to, int *ask)
+int rl_route_redirect(rlink *owner, const redisReply *reply, const char *host_asked, int hops, rlink **to, int *ask)
 {
     cluster_redirect rd;
     if (owner->route == NULL || hops >= CLUSTER_MAX_HOPS || !cluster_reply_redirect(reply, host_asked, &rd)) return 0;
     int node = route_learn(owner->route, &rd);
-    *to = node >= 0 ? rl_twin(owner, node) : NULL;
+    *to = node >= 0 ? rl_route_twin(owner, node) : NULL;
     *ask = rd.ask;
     return 1;
-}
-
-void rl_close_twins(rlink *l)
-{
-    for (int i = 0; i < CLUSTER_MAX_NODES; i++)
-        if (l->twin[i] != NULL && l->twin[i] != l) {
-            rlink_close(l->twin[i]);
-            free(l->twin[i]);
-            l->twin[i] = NULL;
-        }
 }

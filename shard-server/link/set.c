@@ -76,7 +76,7 @@ static void rs_drop(rlink *rs, const char *why)
     rl_item *list = rs->head;
     rs->head = rs->tail = rs->send = NULL;
     rs->rlen = 0;
-    rl_lost(rs);
+    rl_state_lost(rs);
     while (list != NULL) {
         rl_item *it = list;
         list = it->next;
@@ -94,7 +94,7 @@ static void rs_enqueue(rlink *rs, rl_item *it)
         rs->head = it;
     rs->tail = it;
     if (rs->send == NULL) rs->send = it;
-    rl_sent(rs);
+    rl_state_sent(rs);
 }
 
 /* A small command of string arguments (AUTH, SELECT, ASKING). */
@@ -119,7 +119,7 @@ static void rs_enqueue_small(rlink *rs, int argc, const char **argv, int login)
 static void rs_enqueue_login(rlink *rs)
 {
     rl_login login;
-    rl_login_commands(&rs->target, &login);
+    rl_state_login_commands(&rs->target, &login);
     for (int i = 0; i < login.n; i++) rs_enqueue_small(rs, login.argc[i], login.argv[i], 1);
 }
 
@@ -128,7 +128,7 @@ static void rs_on_connected(rlink *rs)
     rs->connecting = 0;
     event_add(rs->ev_read, NULL);
     rs_set_events(rs);
-    rl_connected(rs);
+    rl_state_connected(rs);
 }
 
 /* Write what the socket takes now. soft: a failure only leaves the write event armed (the loop's
@@ -194,7 +194,7 @@ static int rs_reply(rlink *rs, char *line, size_t len)
     if (line[0] != '+' && line[0] != '-') return -1;
     rs->head = it->next;
     if (rs->head == NULL) rs->tail = NULL;
-    rl_replied(rs);
+    rl_state_replied(rs);
     redisReply r;
     memset(&r, 0, sizeof r);
     r.type = line[0] == '+' ? REDIS_REPLY_STATUS : REDIS_REPLY_ERROR;
@@ -202,19 +202,19 @@ static int rs_reply(rlink *rs, char *line, size_t len)
     r.len = len - 1;
     int drop = 0;
     if (it->login && r.type == REDIS_REPLY_ERROR) {
-        rl_login_failed(rs, "login", r.str);
+        rl_state_login_failed(rs, "login", r.str);
         drop = 1;
     }
     if (r.type == REDIS_REPLY_ERROR && rconn_error_noreplicas(r.str))
-        rl_check_master(rs); /* cut off from its replicas: if another master leads now, leave this one */
-    if (rl_failover_reply(rs, &r)) {
+        rl_state_check_master(rs); /* cut off from its replicas: if another master leads now, leave this one */
+    if (rl_state_failover_reply(rs, &r)) {
         if (it->cb != NULL) it->cb(NULL, it->priv); /* not executed; the caller retries as after a lost connection */
         free(it);
         return -1; /* drop: the reconnect finds the master again */
     }
     rlink *to;
     int ask;
-    if (it->owner != NULL && rl_redirect(it->owner, &r, rs->target.host, it->hops, &to, &ask)) {
+    if (it->owner != NULL && rl_route_redirect(it->owner, &r, rs->target.host, it->hops, &to, &ask)) {
         if (to != NULL && rs_follow(it, to, ask) == 0) {
             free(it);
             return 0;
@@ -278,9 +278,9 @@ static void rs_on_read(evutil_socket_t fd, short what, void *arg)
 static void rs_connect(rlink *rs)
 {
     if (rs->stopping || rs->fd >= 0) return;
-    int where = rl_resolve(rs);
+    int where = rl_state_resolve(rs);
     if (where != 0) {
-        if (where < 0) rl_lost(rs);
+        if (where < 0) rl_state_lost(rs);
         return; /* 1: rs_connect is called again once the Sentinels answer */
     }
     const redis_url *u = &rs->target;
@@ -328,7 +328,7 @@ static void rs_connect(rlink *rs)
 fail:
     log_warn("redis %s connection: cannot connect: %s; retrying", rs->name, strerror(errno));
     if (fd >= 0) close(fd);
-    rl_lost(rs);
+    rl_state_lost(rs);
 }
 
 static int rs_is_open(const rlink *rs)
@@ -402,7 +402,7 @@ int rlink_set(rlink *l, const char *key, const uint8_t *head, size_t hlen, const
 {
     if (l->kind != RLINK_SET) return -1;
     size_t klen = strlen(key);
-    rlink *to = rl_twin(l, rl_route_node(l->route, cluster_key_slot(key, klen)));
-    if (to != NULL && to != l && !rs_accepting(to)) to = l; /* see rl_twin in internal.h */
+    rlink *to = rl_route_twin(l, rl_route_node(l->route, cluster_key_slot(key, klen)));
+    if (to != NULL && to != l && !rs_accepting(to)) to = l; /* see rl_route_twin in internal.h */
     return to == NULL ? -1 : rs_send(to, l, key, klen, head, hlen, payload, plen, cb, priv, 0, 0);
 }

@@ -7,8 +7,8 @@
  * One hiredis asynchronous connection per Sentinel of the URL, on the loop, subscribed to
  * +switch-master and +promoted-slave (the leader's +promoted-slave comes first, the others'
  * +switch-master as each learns); both name the new master, which goes to the group's `announced`
- * callback (rlink.c's rl_announced, handed down by the opener: watch.c calls nothing above it). Nothing here
- * waits: a Sentinel that is down or never answers only leaves its subscription closed or silent. A
+ * callback (state.c's rl_state_announced, handed down by the opener: watch.c calls nothing above it).
+ * Nothing here waits: a Sentinel that is down or never answers only leaves its subscription closed or silent. A
  * subscription that closed (a Sentinel restarted) is opened again by the group's watchdog tick, at
  * most every WATCH_RETRY_MS.
  */

@@ -60,6 +60,21 @@ def free_port():
 
 # ---- a minimal RESP client (no dependency on redis-py) -------------------------------------------
 
+# Harness.dump's reads, in one script (KEYS[1] routes it; ARGV[1] = "dl:{RUN}"): the config, state, shards,
+# servers and workers hashes, the events stream, then every barrier hash of every fragment, in order.
+DUMP_LUA = """
+local P = ARGV[1]
+local function all(k) return redis.call('HGETALL', k) end
+local out = {all(P .. ':config'), all(P .. ':state'), all(P .. ':shards'), all(P .. ':servers'),
+             all(P .. ':workers'), redis.call('XRANGE', P .. ':events', '-', '+')}
+local nfrag = tonumber(redis.call('HGET', P .. ':config', 'fragments')) or 1
+for f = 0, nfrag - 1 do
+    local rnd = tonumber(redis.call('HGET', P .. ':state', 'round:' .. f)) or 0
+    for r = 0, rnd do out[#out + 1] = all(P .. ':f' .. f .. ':r' .. r) end
+end
+return out
+"""
+
 class Redis:
     def __init__(self, host, port):
         self.addr = (host, port)
@@ -352,9 +367,12 @@ class Harness:
                 p.state = "running"
                 self.log("cont", target=p.name, role=p.role, pid=p.p.pid)
             if p.heal_at and now >= p.heal_at:
+                # packets may flow from any moment between `begun` and `t` (the two tc/ip commands take
+                # tens of ms on a busy machine): a worker can register again before `t`
+                begun = time.time()
                 self.cut(p, False)
                 p.heal_at = 0.0
-                self.log("heal", target=p.name, role=p.role)
+                self.log("heal", target=p.name, role=p.role, begun=round(begun, 3))
 
     def eligible(self, kind, role):
         ps = [p for p in self.procs if p.role == role and p.state != "done"]
@@ -537,20 +555,25 @@ class Harness:
             time.sleep(0.5)
 
     def dump(self):
-        r, P = self.redis, "dl:{%s}" % self.a.run
-        d = {"config": pairs(r.cmd("HGETALL", P + ":config")), "state": pairs(r.cmd("HGETALL", P + ":state")),
-             "shards": pairs(r.cmd("HGETALL", P + ":shards")), "servers": list(pairs(r.cmd("HGETALL", P + ":servers"))),
-             "members": list(pairs(r.cmd("HGETALL", P + ":workers"))), "events": [], "barriers": {}}
-        for eid, fields in r.cmd("XRANGE", P + ":events", "-", "+", timeout=10) or []:
+        # one script, so the dump is one moment of the run: the workers still train after the settle, and
+        # a commit landing between a read of the shards hash and one of the events stream made the audit
+        # see 'hash version 47, max commit 48'
+        P = "dl:{%s}" % self.a.run
+        got = self.redis.cmd("EVAL", DUMP_LUA, 1, P + ":config", P, timeout=10)
+        got = got if isinstance(got, list) and len(got) >= 6 else [None] * 6
+        d = {"config": pairs(got[0]), "state": pairs(got[1]), "shards": pairs(got[2]),
+             "servers": list(pairs(got[3])), "members": list(pairs(got[4])), "events": [], "barriers": {}}
+        for eid, fields in got[5] or []:
             e = pairs(fields)
             e["id"] = eid
             e["t"] = int(eid.split("-")[0]) / 1000.0
             d["events"].append(e)
-        nfrag = int(d["config"].get("fragments", 1))
+        nfrag, i = int(d["config"].get("fragments", 1)), 6
         for f in range(nfrag):
             rnd = int(d["state"].get("round:%d" % f, 0))
             for rr in range(rnd + 1):
-                b = pairs(r.cmd("HGETALL", "%s:f%d:r%d" % (P, f, rr)))
+                b = pairs(got[i] if i < len(got) else None)
+                i += 1
                 d["barriers"]["%d:%d" % (f, rr)] = {k: v for k, v in b.items() if not k.startswith("a:")}
         with open(os.path.join(self.out, "redis_dump.json"), "w") as f:
             json.dump(d, f)

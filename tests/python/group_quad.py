@@ -27,6 +27,7 @@ import torch.multiprocessing as mp
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rediloco  # noqa: E402
+import forked  # noqa: E402
 from quad_worker import QuadAdamW, problem  # noqa: E402
 
 
@@ -140,22 +141,7 @@ def main():
         g.no_bf16, g.error_feedback = args.no_bf16 or flag == ["fp32"], args.error_feedback or flag == ["ef"]
         g.out = os.path.join(os.path.dirname(args.out), "%s-%s" % (run, wid))
         groups.append(g)
-    failed = 0
-    with tempfile.TemporaryDirectory() as tmp:
-        running = [(g, mp.start_processes(rank_main, args=(g, os.path.join(tmp, "init%d" % i)), nprocs=g.ranks,
-                                          join=False, start_method="fork")) for i, g in enumerate(groups)]
-        for g, ctx in running:
-            status = 0
-            try:
-                while not ctx.join():
-                    pass
-            except Exception as e:  # noqa: BLE001 - a rank failed: that group's status, the others go on
-                print("group %s of run %s failed: %s" % (g.worker_id, g.run, str(e).strip().splitlines()[-1]))
-                status = 1
-            with open(g.out + ".exit", "w") as f:
-                f.write("%d\n" % status)
-            failed |= status
-    return failed
+    return forked.run_groups(rank_main, groups)
 
 
 if __name__ == "__main__":

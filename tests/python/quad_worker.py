@@ -47,6 +47,8 @@ class QuadAdamW(torch.optim.Optimizer):
     def step(self, closure=None):
         for group in self.param_groups:
             for x in group["params"]:
+                if x.grad is None:  # (a sharded rank's empty chunk: group_sharded.py)
+                    continue
                 st = self.state[x]
                 if not st:
                     st["step"], st["m"], st["v"] = 0, torch.zeros_like(x), torch.zeros_like(x)

@@ -12,7 +12,16 @@
  * (the phase stamps in wall-clock microseconds: diloco_after_step called, diloco_sync_info's four, and
  * diloco_after_step returned; bench/group_round splits a round's time with them), and the digest of the
  * rank's own parameters as it trained them, before the sync (the ranks of a group hold the same: DDP).
- * With --ranks 1 it is one process of its own (no group): bench/group_round's reference.
+ * With --ranks 1 it is one process of its own (no group): bench/group_round's reference. Every sync line
+ * ends with "shards <16 hex>", diloco_sync_info.shards_digest (the whole run's, on every member).
+ *
+ * With --sharded the group is a sharded one (FSDP, fully_shard: diloco.h "Sharded groups"): rank r hands
+ * libdiloco only its dim-0 chunk of every tensor of the run's layout (model_dim0_chunk, as fully_shard
+ * holds them; the run made with coordinator init --fsdp-ranks R), in a buffer of those elements alone.
+ * The quadratic problem is separable (each element trains on its own), so the rank's trainer still runs
+ * on a whole vector of this tool's, and its slices are copied into the rank's buffer before every
+ * diloco_after_step and back after a sync: what libdiloco sees and moves is the rank's part only. A sync
+ * line's digest is then the XXH3 of the rank's part, local the digest of its part before the sync.
  *
  * and a rank whose session fails prints "error rank <r>: <message>" and the program exits 1.
  *
@@ -23,13 +32,14 @@
  * so every rank takes the same AdamW step and the ranks' parameters stay identical.
  *
  * usage: group_worker --redis URL --run RUN --worker-id ID --ranks R --steps N --sync-every H
- *                     [--no-bf16] [--error-feedback] [--heartbeat-ms MS]
+ *                     [--no-bf16] [--error-feedback] [--heartbeat-ms MS] [--sharded]
  *                     [--trainer gpt [-- GPT FLAGS (--data, --batch, --lr, --num-shards, --shard-index...)]]
  *                     [--rank-netns NS0,NS1,...] (root: rank r's thread enters network namespace NSr before it
  *                     connects, so each rank uses a link of its own, as on a node with a NIC per GPU;
  *                     bench/group_round --nics)
  *                     [--bad SIZE|RUN|H|NUMEL] (rank 1 is given another group size, run, H or parameter
  *                     count, a model of another layout: a bad-input test)
+ *                     [--bad OVERLAP|UNSHARDED] (with --sharded: rank 1 passes rank 0's slices, or none)
  *                     [--bad RESTART] (after its first sync rank 1 opens a new session, as a rank restarted
  *                     alone would, while rank 0 goes on in the group) */
 #include <errno.h>
@@ -49,6 +59,7 @@
 #include "format/runconf.h"
 #include "gpt/gpt.h"
 #include "math/hash.h"
+#include "model.h"
 #include "redis/rconn.h"
 #include "redis/runconf_load.h"
 #include "redis/url.h"
@@ -56,6 +67,7 @@
 
 #define MAX_RANKS 16
 #define SLOT_MAX 4096
+#define MAX_SLICES 512 /* --sharded: slices (tensors) per rank */
 
 typedef struct shared {
     int ranks;
@@ -78,6 +90,7 @@ typedef struct rank_ctx {
     uint64_t seed;
     const runconf *rc;
     int gpt, ngpt; /* --trainer gpt, with the GPT flags gpt_argv[0..ngpt) */
+    int sharded;   /* --sharded: this rank holds its dim-0 chunks only */
     char **gpt_argv;
     int failed;
 } rank_ctx;
@@ -199,6 +212,47 @@ static int enter_netns(const char *name, char *err, size_t errlen)
     return 0;
 }
 
+/* --sharded: rank r's dim-0 chunk of every tensor of the run's layout (offset, count pairs into sl, cap
+ * pairs), as fully_shard holds them; the number of slices, or -1. */
+static int rank_slices(const rank_ctx *c, int rank, uint64_t *sl, int cap, size_t *total, char *err, size_t errlen)
+{
+    model_spec ms;
+    model_tensor *t;
+    int nt, n = 0;
+    size_t numel;
+    if (model_spec_parse(c->rc->trainer, c->rc->model, &ms, err, errlen) < 0 ||
+        model_layout(&ms, &t, &nt, &numel, err, errlen) < 0)
+        return -1;
+    *total = 0;
+    for (int i = 0; i < nt; i++) {
+        size_t off, cnt = model_dim0_chunk(&t[i], c->sh->ranks, rank, &off);
+        if (cnt == 0) continue;
+        if (n == cap) {
+            snprintf(err, errlen, "more than %d slices", cap);
+            free(t);
+            return -1;
+        }
+        sl[2 * n] = off;
+        sl[2 * n + 1] = cnt;
+        *total += cnt;
+        n++;
+    }
+    free(t);
+    return n;
+}
+
+/* --sharded: the rank's slices of the trainer's vector into its part (to_part), or back. */
+static void copy_slices(float *full, float *part, const uint64_t *sl, int n, int to_part)
+{
+    for (int i = 0; i < n; i++) {
+        float *f = full + sl[2 * i];
+        size_t bytes = sl[2 * i + 1] * sizeof(float);
+        if (to_part) memcpy(part, f, bytes);
+        else memcpy(f, part, bytes);
+        part += sl[2 * i + 1];
+    }
+}
+
 static void *rank_main(void *p)
 {
     rank_ctx *c = p;
@@ -243,21 +297,44 @@ static void *rank_main(void *p)
         if (!strcmp(c->bad, "H")) o.sync_every = c->sync_every + 1;
     }
     size_t numel = c->bad && !strcmp(c->bad, "NUMEL") && c->rank == 1 ? t->numel - 1 : t->numel;
+    float *mine = t->params; /* what libdiloco holds: the whole vector, or (--sharded) this rank's part */
+    static uint64_t slices[MAX_RANKS][2 * MAX_SLICES];
+    uint64_t *sl = slices[c->rank];
+    int nsl = 0;
+    int bad1 = c->bad && c->rank == 1;
+    if (c->sharded && !(bad1 && !strcmp(c->bad, "UNSHARDED"))) {
+        int as = bad1 && !strcmp(c->bad, "OVERLAP") ? 0 : c->rank; /* OVERLAP: rank 1 takes rank 0's slices */
+        nsl = rank_slices(c, as, sl, MAX_SLICES, &numel, err, sizeof err);
+        mine = nsl >= 0 ? malloc((numel ? numel : 1) * sizeof(float)) : NULL;
+        if (!mine) {
+            say(c, "error rank %d: %s\n", c->rank, nsl < 0 ? err : "out of memory");
+            c->failed = 1;
+            t->destroy(t);
+            return NULL;
+        }
+        o.group.slices = sl;
+        o.group.nslices = nsl;
+        o.group.broadcast = NULL; /* a sharded group exchanges nothing */
+    }
     diloco *d;
-    if (diloco_open(&o, t->params, numel, &d, err, sizeof err) < 0) {
+    if (diloco_open(&o, mine, numel, &d, err, sizeof err) < 0) {
         say(c, "error rank %d: %s\n", c->rank, err);
         c->failed = 1;
+        if (mine != t->params) free(mine);
         t->destroy(t);
         return NULL;
     }
+    if (mine != t->params) copy_slices(t->params, mine, sl, nsl, 0);
     trainer_stats st;
     for (long step = 1; step <= c->steps; step++) {
         if (t->step(t, &st, err, sizeof err) < 0) break;
         diloco_report(d, st.loss, st.tokens);
-        uint64_t local = step % c->sync_every == 0 ? hash64(t->params, t->numel * sizeof(float)) : 0;
+        if (mine != t->params) copy_slices(t->params, mine, sl, nsl, 1);
+        uint64_t local = step % c->sync_every == 0 ? hash64(mine, numel * sizeof(float)) : 0;
         uint64_t t_call = wall_us();
         int rc = diloco_after_step(d, err, sizeof err);
         uint64_t t_ret = wall_us();
+        if (rc == 1 && mine != t->params) copy_slices(t->params, mine, sl, nsl, 0);
         if (rc < 0) {
             say(c, "error rank %d: %s\n", c->rank, err);
             c->failed = 1;
@@ -268,9 +345,9 @@ static void *rank_main(void *p)
             say(c,
                 "sync rank %d version %" PRId64 " digest %016" PRIx64 " up %" PRIu64 " down %" PRIu64
                 " stale %d seconds %.4f wait %.4f at %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
-                " %" PRIu64 " local %016" PRIx64 "\n",
+                " %" PRIu64 " local %016" PRIx64 " shards %016" PRIx64 "\n",
                 c->rank, s.version, s.digest, s.bytes_up, s.bytes_down, s.stale, s.seconds, s.wait_seconds, t_call,
-                s.t_first_send_us, s.t_pushed_us, s.t_get_us, s.t_last_recv_us, t_ret, local);
+                s.t_first_send_us, s.t_pushed_us, s.t_get_us, s.t_last_recv_us, t_ret, local, s.shards_digest);
         if (rc == 1 && c->bad && !strcmp(c->bad, "RESTART") && c->rank == 1) {
             diloco *again; /* the old session stays open: the group, with rank 0 in it, goes on */
             if (diloco_open(&o, t->params, t->numel, &again, err, sizeof err) == 0) {
@@ -284,6 +361,7 @@ static void *rank_main(void *p)
         }
     }
     diloco_close(d);
+    if (mine != t->params) free(mine);
     t->destroy(t);
     return NULL;
 }
@@ -323,6 +401,7 @@ int main(int argc, char **argv)
                                    {"bad", 1, 0, 'x'},
                                    {"trainer", 1, 0, 't'},
                                    {"rank-netns", 1, 0, 'N'},
+                                   {"sharded", 0, 0, 'S'},
                                    {0, 0, 0, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (ch) {
@@ -338,6 +417,7 @@ int main(int argc, char **argv)
         case 'x': base.bad = optarg; break;
         case 't': base.gpt = !strcmp(optarg, "gpt"); break;
         case 'N': netns = optarg; break;
+        case 'S': base.sharded = 1; break;
         default: fprintf(stderr, "usage: see the comment at the top of tests/tools/group_worker.c\n"); return 2;
         }
     }

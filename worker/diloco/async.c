@@ -65,38 +65,6 @@ static int submit(diloco *d, int f, int first, int last, char *err, size_t errle
     return rc;
 }
 
-/* Push our Δ of one shard for its place in the order. */
-static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
-{
-    (void)arg;
-    uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
-    unsigned attempt = 0;
-    for (;;) {
-        int rc = conn_push(d, shard, d->seq[shard], err, errlen);
-        if (rc != DL_RETRY) return rc;
-        if (owners_retry_pause(d, &attempt, deadline, shard, "push", err, errlen) != DL_OK) return DL_FAIL;
-    }
-}
-
-/* Get a shard once our submission is applied; resend Δ to an owner that lacks it. */
-static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
-{
-    (void)arg;
-    uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
-    unsigned attempt = 0;
-    for (;;) {
-        int64_t got = -1;
-        int rc = conn_get(d, shard, d->seq[shard] + 1, 0, &got, err, errlen);
-        if (rc == DL_OK) {
-            d->shard_version[shard] = got;
-            return DL_OK;
-        }
-        if (rc == DL_NEED && conn_push(d, shard, d->seq[shard], err, errlen) == DL_OK) continue;
-        if (rc != DL_RETRY && rc != DL_NEED) return rc;
-        if (owners_retry_pause(d, &attempt, deadline, shard, "get", err, errlen) != DL_OK) return DL_FAIL;
-    }
-}
-
 int async_submit_net(diloco *d, int f, char *err, size_t errlen)
 {
     int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
@@ -107,8 +75,11 @@ int async_submit_net(diloco *d, int f, char *err, size_t errlen)
         if (rc == DL_RETRY) sleep_ms(backoff_ms(attempt, 50, 1000));
     }
     if (rc != DL_OK) return rc == DL_RETRY ? DL_FAIL : rc;
-    rc = fanout_run(d, first, last, push_job, NULL, err, errlen);
-    if (rc == DL_OK) rc = fanout_run(d, first, last, get_job, NULL, err, errlen);
+    /* each shard's Δ for its place in that shard's order; then each shard once our submission is
+     * applied (resent to an owner that lacks it) */
+    rc = fanout_push_each(d, first, last, d->seq, err, errlen);
+    fanout_get_arg ga = {.may_push = 1, .after = d->seq};
+    if (rc == DL_OK) rc = fanout_get(d, first, last, &ga, err, errlen);
     if (rc != DL_OK) return rc;
     int64_t lo = d->shard_version[first];
     for (int k = first + 1; k < last; k++)

@@ -160,7 +160,7 @@ static int await_reply(diloco *d, int fd, int shard, char *err, size_t errlen)
             return -1;
         }
         if (dl_stopping(d) || now_ms() > deadline) {
-            err_set(err, errlen, "no reply from the owner of shard %d (%s)", shard,
+            err_set(err, errlen, "no reply from the owner of shard %d (%s)", dl_shard_id(d, shard),
                     dl_stopping(d) ? "stopping" : "timed out");
             return -1;
         }
@@ -168,7 +168,7 @@ static int await_reply(diloco *d, int fd, int shard, char *err, size_t errlen)
         owners_refresh(d, ignore, sizeof ignore);
         owners_get(d, shard, &now);
         if (strcmp(now.server, before.server) != 0 || now.epoch != before.epoch) {
-            err_set(err, errlen, "shard %d moved from %s to %s while we waited for a reply", shard, before.server,
+            err_set(err, errlen, "shard %d moved from %s to %s while we waited for a reply", dl_shard_id(d, shard), before.server,
                     now.server[0] ? now.server : "(nobody yet)");
             return -1;
         }
@@ -181,7 +181,7 @@ static int owner_conn(diloco *d, int shard, dp_conn **out, char *err, size_t err
     shard_owner o;
     owners_get(d, shard, &o);
     if (o.addr[0] == '\0') {
-        err_set(err, errlen, "shard %d has no live owner yet: is a shard-server of this run up?", shard);
+        err_set(err, errlen, "shard %d has no live owner yet: is a shard-server of this run up?", dl_shard_id(d, shard));
         return DL_RETRY;
     }
     *out = conn_acquire(d, o.addr, err, errlen);
@@ -193,7 +193,7 @@ static void push_request(diloco *d, int shard, int64_t round, blob_header *h, co
 {
     size_t n = (size_t)runconf_shard_numel(&d->rc, shard);
     blob_header_init(h, "push");
-    h->shard = shard;
+    h->shard = dl_shard_id(d, shard); /* the run's number (a sharded rank's own differs) */
     h->round = round;
     h->frag = runconf_fragment_of_shard(&d->rc, shard);
     h->inc = dl_inc(d);
@@ -296,7 +296,7 @@ static void *place_params(const blob_header *h, size_t plen, void *p)
     if (upd) return upd;
     size_t off = (size_t)a->d->rc.shard_bounds[a->shard], n = (size_t)runconf_shard_numel(&a->d->rc, a->shard);
     if (strcmp(h->op, "params") != 0 || h->dtype != BLOB_F32 || h->count != n || plen != n * sizeof(float) ||
-        h->shard != a->shard || h->version < a->min_version)
+        h->shard != dl_shard_id(a->d, a->shard) || h->version < a->min_version)
         return NULL;
     a->d->tent_version[a->shard] = -1; /* until take_params: a broken receive leaves garbage */
     dl_dev_base_written(a->d, a->shard);
@@ -322,9 +322,10 @@ static int take_update(diloco *d, int shard, const blob_header *h, const uint8_t
                        int64_t min_version, int64_t *got, char *err, size_t errlen)
 {
     size_t n = (size_t)runconf_shard_numel(&d->rc, shard);
-    if (!d->rc.download_update || !dl_update_fits(d, n, h, payload, plen) || h->shard != shard ||
+    if (!d->rc.download_update || !dl_update_fits(d, n, h, payload, plen) || h->shard != dl_shard_id(d, shard) ||
         h->version != min_version) {
-        err_set(err, errlen, "bad update reply for shard %d (dtype %d, count %" PRIu64 ", version %" PRId64 ")", shard,
+        err_set(err, errlen, "bad update reply for shard %d (dtype %d, count %" PRIu64 ", version %" PRId64 ")",
+                dl_shard_id(d, shard),
                 h->dtype, h->count, h->version);
         return DL_FAIL;
     }
@@ -342,9 +343,10 @@ static int take_params(diloco *d, int shard, const blob_header *h, const uint8_t
     size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
     int with_mom = d->rc.download_update && (h->flags & BLOB_PARAMS_MOMENTUM);
     size_t count = with_mom ? 2 * n : n;
-    if (h->dtype != BLOB_F32 || h->count != count || plen != count * sizeof(float) || h->shard != shard ||
+    if (h->dtype != BLOB_F32 || h->count != count || plen != count * sizeof(float) || h->shard != dl_shard_id(d, shard) ||
         h->version < min_version) {
-        err_set(err, errlen, "bad params reply for shard %d (dtype %d, count %" PRIu64 ", version %" PRId64 ")", shard,
+        err_set(err, errlen, "bad params reply for shard %d (dtype %d, count %" PRIu64 ", version %" PRId64 ")",
+                dl_shard_id(d, shard),
                 h->dtype, h->count, h->version);
         return DL_FAIL;
     }
@@ -367,7 +369,7 @@ int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got,
     if (rc != DL_OK) return rc;
     blob_header h;
     blob_header_init(&h, "get");
-    h.shard = shard;
+    h.shard = dl_shard_id(d, shard);
     h.version = min_version;
     h.flags = dl_update_get_flags(d, shard, min_version, flags);
     h.inc = dl_inc(d);
@@ -405,7 +407,7 @@ int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version,
     for (; sent < count; sent++) {
         blob_header h;
         blob_header_init(&h, "get");
-        h.shard = shards[sent];
+        h.shard = dl_shard_id(d, shards[sent]);
         h.version = min_version;
         h.flags = dl_update_get_flags(d, shards[sent], min_version, flags);
         h.inc = dl_inc(d);

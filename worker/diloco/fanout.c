@@ -3,9 +3,9 @@
  *
  * The shards of one owner go over one connection. fanout_push and fanout_get first try all of them
  * pipelined (conn_push_batch, conn_get_batch: every request sent before the first reply is read), then
- * run the one-shard job, with its retries, for each shard that did not succeed. fanout_run runs the
- * caller's own job for every shard (owners in parallel) with no pipelined first try: async.c's pushes
- * each go for their own place in their shard's order, which conn_push_batch (one round) cannot say. */
+ * run the one-shard job, with its retries, for each shard that did not succeed. Async submissions
+ * (fanout_push_each, fanout_get with `after`) go for each shard's own place in its order, which the
+ * pipelined requests (one round for all) cannot say: their shards go one by one from the start. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +15,15 @@
 #include "internal.h"
 
 enum { BATCH_NONE, BATCH_PUSH, BATCH_GET };
+
+/* A job for one shard; its return is that shard's outcome. */
+typedef int (*shard_job_fn)(diloco *d, int shard, void *arg, char *err, size_t errlen);
+
+/* What a push sends: round, or each shard's own (each[k]) */
+typedef struct push_arg {
+    int64_t round;
+    const int64_t *each;
+} push_arg;
 
 typedef struct owner_work {
     diloco *d;
@@ -46,7 +55,7 @@ static void *owner_main(void *p)
     for (int i = 0; i < g->nshards; i++) rcs[i] = NOT_TRIED;
     /* first try: all of this owner's shards pipelined; what did not succeed goes through the job's retries */
     if (g->batch == BATCH_PUSH && g->nshards > 1)
-        conn_push_batch(g->d, g->shards, g->nshards, *(int64_t *)g->arg, rcs, g->err, sizeof g->err);
+        conn_push_batch(g->d, g->shards, g->nshards, ((const push_arg *)g->arg)->round, rcs, g->err, sizeof g->err);
     if (g->batch == BATCH_GET) {
         /* shards we already have (an earlier pass of sync.c's get_round) are done; the rest are asked pipelined */
         const fanout_get_arg *ga = g->arg;
@@ -144,7 +153,8 @@ static int run_jobs(diloco *d, int first, int last, shard_job_fn fn, void *arg, 
 
 static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
 {
-    int64_t round = *(int64_t *)arg;
+    const push_arg *pa = arg;
+    int64_t round = pa->each ? pa->each[shard] : pa->round;
     uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
     unsigned attempt = 0;
     for (;;) {
@@ -157,7 +167,7 @@ static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
 static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
 {
     const fanout_get_arg *ga = arg;
-    int64_t want = ga->want;
+    int64_t want = ga->after ? ga->after[shard] + 1 : ga->want;
     uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
     unsigned attempt = 0;
     for (;;) {
@@ -179,17 +189,19 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
     }
 }
 
-int fanout_run(diloco *d, int first, int last, shard_job_fn fn, void *arg, char *err, size_t errlen)
-{
-    return run_jobs(d, first, last, fn, arg, BATCH_NONE, err, errlen);
-}
-
 int fanout_push(diloco *d, int first, int last, int64_t round, char *err, size_t errlen)
 {
-    return run_jobs(d, first, last, push_job, &round, BATCH_PUSH, err, errlen);
+    push_arg pa = {round, NULL};
+    return run_jobs(d, first, last, push_job, &pa, BATCH_PUSH, err, errlen);
+}
+
+int fanout_push_each(diloco *d, int first, int last, const int64_t *rounds, char *err, size_t errlen)
+{
+    push_arg pa = {0, rounds};
+    return run_jobs(d, first, last, push_job, &pa, BATCH_NONE, err, errlen);
 }
 
 int fanout_get(diloco *d, int first, int last, const fanout_get_arg *ga, char *err, size_t errlen)
 {
-    return run_jobs(d, first, last, get_job, (void *)ga, BATCH_GET, err, errlen);
+    return run_jobs(d, first, last, get_job, (void *)ga, ga->after ? BATCH_NONE : BATCH_GET, err, errlen);
 }

@@ -12,7 +12,7 @@
 /* Registration and catching up use the same get, with no Δ to offer. */
 static int fetch_shards(diloco *d, int first, int last, int64_t min_version, char *err, size_t errlen)
 {
-    fanout_get_arg ga = {min_version, 0, 0, 0};
+    fanout_get_arg ga = {.want = min_version};
     return fanout_get(d, first, last, &ga, err, errlen);
 }
 

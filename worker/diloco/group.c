@@ -57,6 +57,7 @@ typedef struct group_msg {
     /* every message: the group this rank is in (0: none yet, e.g. a rank opening), for out-of-step errors */
     int64_t ginc, gversion;
     char gworker[64];
+    uint64_t held[RUNCONF_MAX_SHARDS / 64]; /* HELLO of a sharded group: the run's shards this rank holds */
 } group_msg;
 
 /* The ranks are out of step (all[r] is at another collective than all[0] or this rank): one message,
@@ -178,10 +179,30 @@ int diloco_group_range(const diloco *d, int rank, size_t *offset, size_t *count)
 
 /* ---- parameters: one version on every rank, then the exchange -------------------------------------- */
 
+/* The run's shards digest from the ranks' parts of it (v[1] of each: a sharded rank's own shards). */
+static uint64_t shards_digest_sum(const group_msg *all, int size)
+{
+    uint64_t sum = 0;
+    for (int r = 0; r < size; r++) sum += (uint64_t)all[r].v[1];
+    return sum;
+}
+
+/* round_record, with a sharded group's digest of the whole run (its rank alone knows only its part's). */
+static void record(diloco *d, int64_t round, uint64_t t0, int stale)
+{
+    round_record(d, 0, round, t0, stale);
+    if (d->shard_ids) d->last.shards_digest = d->grp_digest;
+}
+
 /* Every rank's part in base is the new global version: params take it, each rank broadcasts its part
  * of params to the others, and base takes the others' parts (so base is the whole vector everywhere). */
 static int exchange(diloco *d, char *err, size_t errlen)
 {
+    if (d->shard_ids) { /* sharded: every rank holds only its part, nothing to exchange */
+        memcpy(d->params, d->base, d->numel * sizeof(float));
+        d->grp_dirty = 0;
+        return params_changed(d, 0, d->numel, err, errlen);
+    }
     size_t lo = (size_t)d->rc.shard_bounds[d->part_lo], hi = (size_t)d->rc.shard_bounds[d->part_hi];
     memcpy(d->params + lo, d->base + lo, (hi - lo) * sizeof(float));
     for (int r = 0; r < d->o.group.size; r++) {
@@ -214,6 +235,7 @@ static int group_fetch(diloco *d, int64_t want, char *err, size_t errlen)
         group_msg me = {0};
         me.status = fetch_fragment(d, 0, want, 0, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
         me.v[0] = d->frag_version[0];
+        me.v[1] = me.status == DL_OK && d->shard_ids ? (int64_t)part_shards_digest(d) : 0;
         if (gather(d, GRP_FETCH, &me, all, err, errlen) < 0) break;
         if (first_failure(all, size, err, errlen) != DL_OK) break;
         int64_t lo = all[0].v[0], hi = lo;
@@ -222,6 +244,7 @@ static int group_fetch(diloco *d, int64_t want, char *err, size_t errlen)
             if (all[r].v[0] > hi) hi = all[r].v[0];
         }
         if (lo == hi) {
+            d->grp_digest = shards_digest_sum(all, size);
             rc = exchange(d, err, errlen);
             break;
         }
@@ -258,6 +281,36 @@ static void group_leave(diloco *d)
  * otherwise find its group gone, and the round would be committed without the group's pseudo-gradient on
  * that shard. A stopping rank leaves at once. */
 #define LAST_ROUND_PATIENCE_MS 15000
+
+/* The first of the run's shards (the other ranks' too) whose committed version is below want, read in one
+ * HMGET (a sharded run may have thousands); -1 when none is, 0 when Redis could not say. */
+static int first_behind(diloco *d, const char *key, int64_t want)
+{
+    int n = d->run_nshards, behind = 0;
+    const char **argv = calloc((size_t)n + 2, sizeof *argv);
+    char(*fields)[24] = calloc((size_t)n, sizeof *fields);
+    if (argv && fields) {
+        argv[0] = "HMGET";
+        argv[1] = key;
+        for (int k = 0; k < n; k++) {
+            snprintf(fields[k], sizeof fields[k], "%d:version", k);
+            argv[2 + k] = fields[k];
+        }
+        redisReply *r = dl_command_argv(d, n + 2, argv, NULL, NULL, 0);
+        if (!dl_reply_failed(r) && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)n) {
+            behind = -1;
+            for (int k = 0; k < n && behind < 0; k++) {
+                const redisReply *e = r->element[k];
+                if (e->type != REDIS_REPLY_STRING || strtoll(e->str, NULL, 10) < want) behind = k;
+            }
+        }
+        if (r) freeReplyObject(r);
+    }
+    free(argv);
+    free(fields);
+    return behind;
+}
+
 void group_wait_committed(diloco *d)
 {
     if (!d->grp || dl_stopping(d) || dl_inc(d) <= 0 || !d->frag_version) return;
@@ -268,12 +321,7 @@ void group_wait_committed(diloco *d)
     char key[KEY_MAX];
     key_run(key, sizeof key, d->o.run, "shards");
     for (unsigned attempt = 0;; attempt++) {
-        int behind = -1;
-        for (int k = 0; k < d->rc.nshards && behind < 0; k++) {
-            redisReply *r = dl_command(d, NULL, 0, "HGET %s %d:version", key, k);
-            if (!r || r->type != REDIS_REPLY_STRING || strtoll(r->str, NULL, 10) < want) behind = k;
-            if (r) freeReplyObject(r);
-        }
+        int behind = first_behind(d, key, want);
         if (behind < 0) return;
         if (now_ms() > deadline || dl_stopping(d)) {
             log_warn("rank %d leaves before shard %d reached version %" PRId64 " (the group's last round)", d->grp_rank,
@@ -322,8 +370,12 @@ static int group_register(diloco *d, char *err, size_t errlen)
         set_incarnation(d, 0);
         goto out;
     }
-    log_info("group of %d: rank %d of worker %s (incarnation %" PRId64 "), shards [%d, %d) of %d", size, d->grp_rank,
-             d->worker_id, dl_inc(d), d->part_lo, d->part_hi, d->rc.nshards);
+    if (d->shard_ids)
+        log_info("group of %d: rank %d of worker %s (incarnation %" PRId64 "), sharded: %d of the run's %d shards",
+                 size, d->grp_rank, d->worker_id, dl_inc(d), d->rc.nshards, d->run_nshards);
+    else
+        log_info("group of %d: rank %d of worker %s (incarnation %" PRId64 "), shards [%d, %d) of %d", size,
+                 d->grp_rank, d->worker_id, dl_inc(d), d->part_lo, d->part_hi, d->rc.nshards);
     rc = 0;
 out:
     free(all);
@@ -339,10 +391,42 @@ static int check_hooks(const diloco_options *o, char *err, size_t errlen)
         err_set(err, errlen, "group rank %d is not in 0 .. %d (group size %d)", g->rank, g->size - 1, g->size);
         return -1;
     }
-    if (!g->allgather || !g->broadcast) {
-        err_set(err, errlen, "a process group needs both collectives (group.allgather and group.broadcast)");
+    if (!g->allgather || (!g->broadcast && !g->slices && g->nslices == 0)) {
+        err_set(err, errlen, "a process group needs both collectives (group.allgather and group.broadcast; a sharded "
+                             "one, with group.slices, only allgather)");
         return -1;
     }
+    return 0;
+}
+
+/* A sharded group: the ranks' slices (their shards, as each told in HELLO) cover the run's shards exactly
+ * once. This rank moves all of its own (its view, part.c). */
+static int sharded_cover(diloco *d, const group_msg *all, char *err, size_t errlen)
+{
+    int size = d->o.group.size;
+    for (int k = 0; k < d->run_nshards; k++) {
+        int holder = -1;
+        for (int r = 0; r < size; r++) {
+            if (!(all[r].held[k / 64] >> (k % 64) & 1)) continue;
+            if (holder >= 0) {
+                err_set(err, errlen,
+                        "ranks %d and %d both hold shard %d of run '%s': the ranks' slices must not overlap (each "
+                        "rank passes its own dim-0 chunk of every tensor)",
+                        holder, r, k, d->run);
+                return -1;
+            }
+            holder = r;
+        }
+        if (holder < 0) {
+            err_set(err, errlen,
+                    "no rank holds shard %d of run '%s': the ranks' slices must cover the run (is the group size the "
+                    "--fsdp-ranks the run was made for?)",
+                    k, d->run);
+            return -1;
+        }
+    }
+    d->part_lo = 0;
+    d->part_hi = d->rc.nshards;
     return 0;
 }
 
@@ -350,14 +434,16 @@ static int check_hooks(const diloco_options *o, char *err, size_t errlen)
 static int check_hello(diloco *d, const group_msg *all, char *err, size_t errlen)
 {
     int size = d->o.group.size;
-    static const char *what[] = {"the parameter count", "sync_every", "bf16", "error_feedback", "dylu", "device hooks"};
+    static const char *what[] = {"the parameter count", "sync_every",   "bf16",
+                                 "error_feedback",      "dylu",         "device hooks",
+                                 "sharded parameters (group.slices given or not)"};
     for (int r = 1; r < size; r++) {
         if (strcmp(all[r].run, all[0].run) != 0) {
             err_set(err, errlen, "the ranks of the group disagree on the run: rank 0 has '%s', rank %d '%s'",
                     all[0].run, r, all[r].run);
             return -1;
         }
-        for (int i = 0; i < 6; i++)
+        for (int i = 0; i < 7; i++)
             if (all[r].v[i] != all[0].v[i]) {
                 err_set(err, errlen, "the ranks of the group disagree on %s: rank 0 has %" PRId64 ", rank %d %" PRId64,
                         what[i], all[0].v[i], r, all[r].v[i]);
@@ -378,6 +464,7 @@ static int check_hello(diloco *d, const group_msg *all, char *err, size_t errlen
         err_set(err, errlen, "process groups do not support %s yet: join this run with one process per worker", why);
         return -1;
     }
+    if (d->shard_ids) return sharded_cover(d, all, err, errlen);
     if (size > d->rc.nshards) {
         err_set(err, errlen,
                 "a group of %d processes needs a run of at least %d shards (each rank moves whole shards) and run "
@@ -397,8 +484,12 @@ static int hello(diloco *d, const diloco_options *o, float *params, size_t numel
         return -1;
     }
     me.status = state_init(d, o, params, numel, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
-    int64_t v[6] = {(int64_t)numel, o->sync_every, o->bf16, o->error_feedback, o->dylu, o->device.delta != NULL};
+    int sharded = o->group.slices != NULL || o->group.nslices > 0;
+    int64_t v[7] = {sharded ? (int64_t)d->run_numel : (int64_t)numel, o->sync_every, o->bf16, o->error_feedback,
+                    o->dylu, o->device.delta != NULL, sharded};
     memcpy(me.v, v, sizeof v);
+    for (int k = 0; me.status == DL_OK && d->shard_ids && k < d->rc.nshards; k++)
+        me.held[d->shard_ids[k] / 64] |= 1ull << (d->shard_ids[k] % 64);
     snprintf(me.run, sizeof me.run, "%s", o->run ? o->run : "");
     const char *id = d->grp_rank == 0 ? d->worker_id : o->worker_id ? o->worker_id : ""; /* "": rank 0's */
     snprintf(me.worker, sizeof me.worker, "%s", id);
@@ -418,8 +509,9 @@ int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, 
     if (owners_refresh(d, err, errlen) < 0 || heartbeat_start(d, err, errlen) < 0) return -1;
     if (fetch_wait_joined(d, 0, err, errlen) < 0) return -1;
     if (group_fetch(d, d->frag_version[0], err, errlen) < 0) return -1;
-    log_info("rank %d of group %s joined run %s at version %" PRId64 " (%zu parameters, shards [%d, %d) of %d)",
-             d->grp_rank, d->worker_id, d->run, d->frag_version[0], numel, d->part_lo, d->part_hi, d->rc.nshards);
+    log_info("rank %d of group %s joined run %s at version %" PRId64 " (%zu parameters, %s %d of %d shards)",
+             d->grp_rank, d->worker_id, d->run, d->frag_version[0], numel, d->shard_ids ? "sharded:" : "moves",
+             d->part_hi - d->part_lo, d->run_nshards);
     return 0;
 }
 
@@ -468,7 +560,7 @@ static int recover(diloco *d, int worst, const char *why, int64_t round, uint64_
         log_error("the group could not recover: %s (the next sync tries again)", err);
         return dl_stopping(d) ? stopped(d, err, err, errlen) : 0;
     }
-    round_record(d, 0, round, t0, 1);
+    record(d, round, t0, 1);
     return 1;
 }
 
@@ -499,6 +591,7 @@ int group_round(diloco *d, char *err, size_t errlen)
         d->push_tokens[0] = tokens;
         memset(&me, 0, sizeof me);
         me.status = round_net(d, 0, me.err, sizeof me.err);
+        me.v[1] = me.status == DL_OK && d->shard_ids ? (int64_t)part_shards_digest(d) : 0; /* of the new part */
         if (dl_stopping(d)) goto stop;
         if ((me.status == DL_FAIL || me.status == DL_CORRUPT) && d->cur.t_pushed_us == 0)
             group_leave(d); /* we never arrived: the others would wait at the barrier for the group forever */
@@ -506,9 +599,10 @@ int group_round(diloco *d, char *err, size_t errlen)
         worst = worst_status(all, size);
         first_failure(all, size, err, errlen);
         if (worst == DL_OK) {
+            d->grp_digest = shards_digest_sum(all, size);
             free(all);
             if (exchange(d, err, errlen) < 0) return -1;
-            round_record(d, 0, round, t0, 0);
+            record(d, round, t0, 0);
             return 1;
         }
     }

@@ -24,6 +24,7 @@
  *   delta_topk.c --compress topk: the accumulator e = beta*e + Δ and its top-k chunks (delta.c calls it)
  *   params.c     base into the trainer's parameters (copy or mix, host or device), telling the trainer
  *   device.c     device-resident parameters (diloco_device_ops): the hooks that replace params
+ *   part.c       a sharded group's rank: its shards of the run as its own view (rc), the shards digest
  *   control.c    the control connection (dl_command), registration and our incarnation
  *   info.c       the library's version and the facts about a session (accessors)
  *   peek.c       the run read without joining it (diloco_peek_run): calls only common/, no session
@@ -195,7 +196,21 @@ struct diloco {
     int *grp_bounds;    /* size+1 shard indices: rank r moves shards [grp_bounds[r], grp_bounds[r+1]) */
     uint32_t grp_calls; /* collectives so far: the ranks of a group in step have made the same number */
     int grp_dirty;      /* the ranks' parts may disagree: the next sync fetches instead of sending */
+    /* a sharded group's rank (part.c: group.slices): rc is this rank's view of the run, its shards only,
+     * renumbered 0 .. rc.nshards-1 with bounds into its own buffers; shard_ids[k] is shard k's number in
+     * the run (what goes on the wire and into Redis field names). NULL otherwise: the numbers are the run's */
+    int *shard_ids;
+    int run_nshards;      /* the run's shards (= rc.nshards unless sharded) */
+    uint64_t run_numel;   /* the run's parameters (= rc.numel unless sharded) */
+    uint64_t *run_bounds; /* sharded: the run's run_nshards+1 shard bounds (rc.shard_bounds otherwise) */
+    uint64_t grp_digest;  /* sharded: the run's shards digest, summed over the ranks at the last agreement */
 };
+
+/* Shard k of this session (an index into its buffers and per-shard arrays) as the run numbers it. */
+static inline int dl_shard_id(const diloco *d, int k)
+{
+    return d->shard_ids ? d->shard_ids[k] : k;
+}
 
 /* The shards of fragment f this session moves: the fragment's, or its part of them in a group. */
 static inline int dl_first_shard(const diloco *d, int f)
@@ -230,6 +245,15 @@ int dl_register(diloco *d, char *err, size_t errlen);
 int dl_register_now(diloco *d, char *err, size_t errlen); /* dl_register; rank 0 registers its group */
 /* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */
 int dl_still_member(diloco *d);
+
+/* part.c: a sharded group's rank's view of the run (its slices' shards only), and the shards digest */
+/* Make rc this rank's view of the run from o.group.slices (numel: the params buffer's length): every
+ * slice must be whole shards of the run. -1 + err (the slice at fault and the nearest shard bounds). */
+int part_view(diloco *d, size_t numel, char *err, size_t errlen);
+void part_free(diloco *d);
+/* Σ over the shards this session holds of XXH3_64bits_withSeed(&XXH3(shard), 8, run's shard number)
+ * (diloco_sync_info.shards_digest: a sharded group sums its ranks'). */
+uint64_t part_shards_digest(const diloco *d);
 
 /* device.c: device-resident parameters (the hooks of diloco_device_ops) */
 int dl_dev_init(diloco *d, const float *params, char *err, size_t errlen); /* checks o.device, sets dev */
@@ -331,17 +355,18 @@ int heartbeat_start(diloco *d, char *err, size_t errlen);
 void heartbeat_stop(diloco *d);
 
 /* fanout.c: a job per shard, one thread per owner; each returns the worst outcome of its shards */
-/* Run fn(d, shard, arg) for every shard in [first, last). */
-typedef int (*shard_job_fn)(diloco *d, int shard, void *arg, char *err, size_t errlen);
-int fanout_run(diloco *d, int first, int last, shard_job_fn fn, void *arg, char *err, size_t errlen);
 /* Push our Δ of every shard for round (pipelined per owner first, then each with its retries). */
 int fanout_push(diloco *d, int first, int last, int64_t round, char *err, size_t errlen);
+/* Push our Δ of every shard k for its own place rounds[k] (async: each with its retries). */
+int fanout_push_each(diloco *d, int first, int last, const int64_t *rounds, char *err, size_t errlen);
 typedef struct fanout_get_arg {
     int64_t want; /* minimum version */
     int may_push; /* we are a participant of round want-1 and still hold our Δ */
     int flags;    /* BLOB_GET_TENTATIVE_OK: a version not yet durable will do */
     int once;     /* one attempt per shard (resending Δ if asked), no waiting in place: the
                      caller loops over the whole fragment (sync.c's get_round) */
+    const int64_t *after; /* when set (async), shard k's minimum version is after[k] + 1 (our
+                             submission's place, resent there on `need`) and want is unused */
 } fanout_get_arg;
 /* Get every shard at version >= ga->want into base (pipelined per owner first, then each with its
  * retries, or once); shard_version[k] = the version got. */

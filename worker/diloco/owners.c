@@ -37,9 +37,9 @@ static void owners_fill(diloco *d, redisReply *shards, redisReply *servers)
     pthread_mutex_lock(&d->owners_mu);
     for (int k = 0; k < d->rc.nshards; k++) {
         shard_owner *o = &d->owners[k];
-        snprintf(name, sizeof name, "%d:owner", k);
+        snprintf(name, sizeof name, "%d:owner", dl_shard_id(d, k));
         const char *owner = hash_field(shards, name);
-        snprintf(name, sizeof name, "%d:epoch", k);
+        snprintf(name, sizeof name, "%d:epoch", dl_shard_id(d, k));
         const char *epoch = hash_field(shards, name);
         snprintf(o->server, sizeof o->server, "%s", owner ? owner : "");
         o->epoch = epoch ? atoll(epoch) : 0;

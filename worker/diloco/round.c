@@ -29,6 +29,7 @@ void round_record(diloco *d, int f, int64_t round, uint64_t t0, int stale)
     s.version = d->frag_version[f];
     s.seconds = (double)(now_ms() - t0) / 1000.0;
     s.digest = digest_f32(d->base, d->numel);
+    s.shards_digest = part_shards_digest(d); /* a sharded group's rank: its part's (group.c sums them) */
     s.stale = stale;
     d->last = s;
     d->have_last = 1;

@@ -32,6 +32,8 @@ int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **o
         err_set(err, errlen, "out of memory");
         return -1;
     }
+    d->inflight = -1; /* a session that fails before state_init is closed as one with nothing in flight */
+    for (int i = 0; i < MAX_CONNS; i++) d->conns[i].fd = -1; /* and no connection (not fd 0) */
     log_sink_init(&d->log, o->log_callback, o->log_ctx, o->log_level);
     log_sink *prev = log_use_sink(&d->log);
     int rc = session_open(d, o, params, numel, err, errlen);

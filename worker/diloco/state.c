@@ -132,6 +132,10 @@ int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, 
         err_set(err, errlen, "fragment alpha must be in [0, 1), got %g", o->fragment_alpha);
         return -1;
     }
+    d->run_nshards = d->rc.nshards;
+    d->run_numel = d->rc.numel;
+    /* a sharded group's rank: rc becomes its view (its shards only, numel its slices' sum) */
+    if ((o->group.nslices != 0 || o->group.slices) && part_view(d, numel, err, errlen) < 0) return -1;
     if (d->rc.numel != numel) {
         err_set(err, errlen,
                 "run '%s' has %" PRIu64 " parameters but this trainer has %zu: start the worker "
@@ -150,6 +154,7 @@ void state_free(diloco *d)
     if (d->ctl) rconn_free(d->ctl);
     if (d->blk) rconn_free(d->blk);
     runconf_free(&d->rc);
+    part_free(d);
     dl_host_free(d, d->base);
     dl_delta_free(d);
     dl_update_free(d);

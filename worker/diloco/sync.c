@@ -51,7 +51,8 @@ static int read_committed(diloco *d, int first, int last, committed_shard *out, 
     argv[1] = key_run(key, sizeof key, d->o.run, "shards");
     const char *names[COMMIT_FIELDS] = {"version", "digest", "epoch", "replicated"};
     for (int i = 0; i < nf; i++) {
-        snprintf(fields[i], sizeof fields[0], "%d:%s", first + i / COMMIT_FIELDS, names[i % COMMIT_FIELDS]);
+        snprintf(fields[i], sizeof fields[0], "%d:%s", dl_shard_id(d, first + i / COMMIT_FIELDS),
+                 names[i % COMMIT_FIELDS]);
         argv[2 + i] = fields[i];
     }
     for (int i = 0; i < 2 + nf; i++) lens[i] = strlen(argv[i]);
@@ -154,7 +155,7 @@ static int fetch_round_result(diloco *d, int f, int64_t want, char *err, size_t 
         if (rc == DL_EVICTED || rc == DL_FAIL || rc == DL_CORRUPT)
             return rc; /* STALE: committed already; the get tells how */
     }
-    fanout_get_arg ga = {want, 1, 0, 1};
+    fanout_get_arg ga = {.want = want, .may_push = 1, .once = 1};
     return get_round(d, first, last, &ga, err, errlen);
 }
 
@@ -237,7 +238,8 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen)
  * waits for ours: each waits for the other until the sync timeout (seen in it_codec_crash under its kill
  * storm). So a get that keeps waiting reads those shards' commits and leases (one HMGET): where the shard
  * is not at our version and its lease has another epoch than the one that served us (that server is
- * gone), our kept Δ of round want-1 goes to the new owner. Nothing is sent while the commit is merely slow. */
+ * gone), our kept Δ of round want-1 goes to the new owner. Nothing is sent while the commit is merely slow.
+ * tests/it_tentative_crossing.sh makes the crossing happen (shard-server --fault-tentative-to). */
 static void resend_tentative(diloco *d, int first, int last, int64_t want)
 {
     int n = last - first, held = 0;
@@ -283,7 +285,7 @@ int sync_run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
     d->cur.t_pushed_us = wall_us();
     rc = barrier_pass(d, f, round, err, errlen);
     if (rc != DL_OK) return rc;
-    fanout_get_arg ga = {round + 1, 1, BLOB_GET_TENTATIVE_OK, 1};
+    fanout_get_arg ga = {.want = round + 1, .may_push = 1, .flags = BLOB_GET_TENTATIVE_OK, .once = 1};
     /* until every shard's parameters are in, the round is incomplete for us: sync_confirm_durable
      * finishes it (with the Δ we keep) before fragment f computes another Δ */
     d->frag_incomplete[f] = 1;

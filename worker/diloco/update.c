@@ -96,7 +96,7 @@ int dl_update_get_flags(const diloco *d, int shard, int64_t min_version, int fla
 void *dl_update_place(diloco *d, int shard, const blob_header *h, size_t plen)
 {
     size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
-    if (!d->rc.download_update || h->shard != shard) return NULL;
+    if (!d->rc.download_update || h->shard != dl_shard_id(d, shard)) return NULL;
     if (strcmp(h->op, "update") == 0 && h->dtype == BLOB_TOPK && d->rc.compress == BLOB_TOPK && h->count == plen)
         return sparse_place(d, shard, plen);
     if (strcmp(h->op, "update") == 0 && h->dtype == d->rc.compress && h->count == n &&

@@ -8,8 +8,7 @@
 # two folders (as configurations run side by side are) merge back into one result.json and table, the
 # init seed recorded; a folder made with another data seed is refused. Then a straggler side by side
 # (--side-by-side, _slowS, _idleK, async _dylu): model time, tokens per submission, the straggler table.
-# The figures themselves come from
-# the full benchmark (docs/quality.md), never from this test.
+# The figures themselves come from the full benchmark (docs/quality.md), never from this test.
 . "$(dirname "$0")/lib.sh"
 prepare_bible
 OUT=$TMP/quality

@@ -86,6 +86,10 @@ def mode_text(r):
     if r.get("slow"):
         mode += ", worker 0 %gx slower" % r["slow"] + (", steps in proportion to speed" if r.get("balanced") else "") + \
             (", fast workers S x the steps" if r.get("equal_time") else "")
+    if r.get("dylu"):
+        mode += ", DyLU"
+    if r.get("idle"):
+        mode += ", every worker %gx idle" % r["idle"]
     return mode
 
 
@@ -177,7 +181,46 @@ def compare_table(result, other, other_name):
     return lines
 
 
+def first_at(r, loss):
+    """The first curve point of r at or below loss, or None."""
+    return next((e for e in r["curve"] if e["loss"] <= loss), None)
+
+
+def straggler_table(result):
+    """Runs with a straggler (_slowS): for each sync one as the reference, every straggler run's wall
+    seconds and load-free model time (a fast step 1 unit, the straggler's S) to the reference's final
+    loss, as a share of the reference's own (the commit of each version, from the workers' start), and
+    the wall milliseconds one model unit took (equal in every row when the machine treats them alike)."""
+    slow = [r for r in result["runs"] if r.get("slow") and r.get("curve")]
+    lines = []
+    for ref in [r for r in slow if r.get("mode", "sync") == "sync"]:
+        end = ref["curve"][-1]
+        if "seconds" not in end:
+            continue
+        lines += ["", "Time to `%s`'s final loss %.4f (its last commit: %.1f s, %s model units):" % (
+            ref["name"], ref["final_loss"], end["seconds"], "%g" % end["model_units"] if "model_units" in end else "-"),
+            "", "| configuration | final eval loss | tokens | load average (mean, max) | wall s to the end | "
+            "wall s to the target (share) | model units to the end | model units to the target (share) | "
+            "wall ms per unit |", "|---|---|---|---|---|---|---|---|---|"]
+        for r in slow:
+            hit, last = first_at(r, ref["final_loss"]), r["curve"][-1]
+            ld = r.get("load_average")
+
+            def share(key, e):
+                if not e or key not in e:
+                    return "never" if not e else "-"
+                return "%g (%.0f%%)" % (e[key], 100.0 * e[key] / end[key]) if end.get(key) else "%g" % e[key]
+            per_unit = "%.1f" % (1000.0 * last["seconds"] / last["model_units"]) \
+                if last.get("seconds") and last.get("model_units") else "-"
+            lines.append("| %s | %.4f | %d | %s | %s | %s | %s | %s | %s |" % (
+                r["name"], r["final_loss"], r["tokens"], "%.1f, %.1f" % (ld["mean"], ld["max"]) if ld else "-",
+                "%g" % last["seconds"] if "seconds" in last else "-", share("seconds", hit),
+                "%g" % last["model_units"] if "model_units" in last else "-", share("model_units", hit), per_unit))
+    return lines
+
+
 def finish_report(out, result, lines, headline, compare=None):
+    lines += straggler_table(result)
     lines += ["", "Wall time per configuration (training only): " + ", ".join(
         "%s %.0f s" % (r["name"], r["train_seconds"]) for r in result["runs"] if not r.get("build")) + "."]
     with open(os.path.join(out, "table.md"), "w") as f:

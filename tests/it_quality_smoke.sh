@@ -6,8 +6,9 @@
 # a group hold the same parameters before every sync (and all ranks after it), and the
 # table has the H=10 row with its signed gap to data-parallel. Then --merge: the two runs split into
 # two folders (as configurations run side by side are) merge back into one result.json and table, the
-# init seed recorded; a folder made with another data seed is refused. The figures themselves come from
-# the full benchmark (docs/quality.md), never from this test.
+# init seed recorded; a folder made with another data seed is refused. Then a straggler side by side
+# (--side-by-side, _slowS, _idleK, async _dylu): model time, tokens per submission, the straggler table.
+# The figures themselves come from the full benchmark (docs/quality.md), never from this test.
 . "$(dirname "$0")/lib.sh"
 prepare_bible
 OUT=$TMP/quality
@@ -72,3 +73,30 @@ grep -Eq '^\| 10 \| 0\.7 \| 0\.5 \| 0\.003 \| [0-9.]+ \| [+-][0-9.]+% \|' "$TMP/
   fail "a folder made with another data seed was merged"
 grep -q "other data settings" "$TMP/merge2.log" || fail "no clear refusal: $(tail -n 2 "$TMP/merge2.log")"
 say "merged: $(grep '^| 10 ' "$TMP/m/table.md")"
+
+# a straggler, side by side (--side-by-side, _slow2, _idle2, async _dylu _eqtime): sync's curve has the load-free
+# model time (4 rounds x H 10 x 2 = 80 units at the end), the async run counts the tokens its workers sent
+# (their sync events' steps: DyLU's submissions are of any size) and has a time per version; table.md has the
+# straggler table
+A=h10_lr0.7_m0.5_async_dn4_dylu_slow2_eqtime_idle2
+/usr/bin/python3 bench/quality --smoke --side-by-side --out "$TMP/s" --only h10_lr0.7_m0.5_slow2_idle2,$A \
+  > "$TMP/straggler.log" 2>&1 || fail "bench/quality --side-by-side: $(tail -n 5 "$TMP/straggler.log")"
+python3 - "$TMP/s" "$A" <<'PY' || fail "straggler result.json: $(head -c 1500 "$TMP/s/result.json")"
+import json, os, sys
+d, a = sys.argv[1], sys.argv[2]
+r = {x["name"]: x for x in json.load(open(os.path.join(d, "result.json")))["runs"]}
+s, a = r["h10_lr0.7_m0.5_slow2_idle2"], r[a]
+assert s["curve"][-1]["model_units"] == 80 and s["tokens"] == 4 * 40 * 4 * 32, (s["curve"][-1], s["tokens"])
+steps = 0
+for i in range(4):
+    ev = [json.loads(l) for l in open(os.path.join(d, a["name"], "w%d.jsonl" % i))]
+    st = [e["step"] for e in ev if e.get("event") == "sync" and not e.get("stale")]
+    steps += st[-1] if st else 0
+assert a["tokens"] == steps * 4 * 32 and a["curve"][-1]["tokens"] == a["tokens"], (a["tokens"], steps)
+assert a["curve"][-1]["version"] == a["final_version"] > 0, (a["curve"][-1], a["final_version"])
+assert 0 < a["curve"][-1]["model_units"] <= 80, a["curve"][-1]
+assert all("seconds" in e and "model_units" in e for e in a["curve"][1:]), a["curve"]
+assert s["load_average"]["max"] > 0 and a["staleness"]["hist"], (s.get("load_average"), a.get("staleness"))
+PY
+grep -q "^Time to .h10_lr0.7_m0.5_slow2_idle2..s final loss" "$TMP/s/table.md" || fail "no straggler table: $(cat "$TMP/s/table.md")"
+say "straggler side by side: $(grep "^| $A " "$TMP/s/table.md" | cut -c1-160)"

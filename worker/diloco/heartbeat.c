@@ -1,7 +1,7 @@
 /* heartbeat.c: the heartbeat thread of a libdiloco session.
  *
  * Every heartbeat_interval_ms it calls dl_heartbeat with our speed (inner steps per second of
- * training time since the last beat: time spent syncing or waiting at a barrier is not counted, so
+ * training time, over the last beats with decaying weights: time spent syncing or waiting at a barrier is not counted, so
  * DyLU sees how fast this machine trains, not how long it waited for others), loss and tokens, on its own Redis connection so a blocked training thread never delays
  * it. The reply tells us if we were evicted (the training thread registers again at its next sync;
  * no beats until then), whether the run was shut down, and the H that DyLU computed for us.
@@ -21,6 +21,22 @@
 #include "redis/rconn.h"
 #include "redis/sentinel.h"
 
+/* Each past heartbeat's share of the speed is SPEED_DECAY times the next one's: about ten beats count.
+ * DyLU gives every worker H in proportion to its speed against the fastest member's, so the speed of
+ * one interval (2 s), noisy on a shared machine, made the fastest at that moment everyone's reference
+ * and every H too short (bench/quality's DyLU runs: 39-40 instead of 50, docs/quality.md). */
+#define SPEED_DECAY 0.8
+
+/* The speed we report: steps over seconds of inner steps, both summed with decaying weights (a ratio of
+ * sums, so the first beat already gives the first interval's speed). Called under hb_mu. */
+static void speed_update(diloco *d)
+{
+    d->speed_steps = SPEED_DECAY * d->speed_steps + (double)d->compute_steps;
+    d->speed_us = SPEED_DECAY * d->speed_us + (double)d->compute_us;
+    if (d->speed_us > 0) d->speed = d->speed_steps / (d->speed_us / 1e6);
+    d->compute_us = d->compute_steps = 0;
+}
+
 static void beat_once(diloco *d, rconn *c)
 {
     pthread_mutex_lock(&d->hb_mu);
@@ -30,8 +46,7 @@ static void beat_once(diloco *d, rconn *c)
         return;
     }
     uint64_t steps = d->total_steps;
-    if (d->compute_us > 0) d->speed = (double)d->compute_steps / ((double)d->compute_us / 1e6);
-    d->compute_us = d->compute_steps = 0;
+    speed_update(d);
     long long inc = d->inc;
     double speed = d->speed, loss = d->loss;
     unsigned long long tokens = d->tokens;

@@ -177,6 +177,7 @@ struct diloco {
     double loss, speed;
     uint64_t tokens, total_steps;
     uint64_t compute_us, compute_steps; /* inner-step time and steps since the last heartbeat */
+    double speed_us, speed_steps;       /* the same, decayed over past heartbeats (heartbeat.c) */
     uint64_t step_end_us;               /* when diloco_after_step last returned (0: never) */
 
     /* device hooks (device.c); used on the training thread, except dev_snap_ok[f], which the thread

@@ -29,7 +29,8 @@ void round_record(diloco *d, int f, int64_t round, uint64_t t0, int stale)
     s.version = d->frag_version[f];
     s.seconds = (double)(now_ms() - t0) / 1000.0;
     s.digest = digest_f32(d->base, d->numel);
-    s.shards_digest = part_shards_digest(d); /* a sharded group's rank: its part's (group.c sums them) */
+    /* a sharded group's rank knows only its part's: group.c's record writes the sum over the ranks */
+    s.shards_digest = d->shard_ids ? 0 : part_shards_digest(d);
     s.stale = stale;
     d->last = s;
     d->have_last = 1;

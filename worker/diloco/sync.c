@@ -222,11 +222,6 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen)
     return DL_OK;
 }
 
-/* Every shard of [first, last) at version ga->want: passes over all the shards still missing, each
- * asked once (and sent our Δ again where an owner asks for it), until none is missing or the sync
- * timeout. Never waiting on one shard while others are missing matters after an owner changed: other
- * workers may be waiting for our Δ of a shard later in our list before they can send theirs of this
- * one. */
 /* While a get waits: after RESEND_TENTATIVE_AFTER_MS, and every RESEND_TENTATIVE_EVERY_MS after, the shards
  * we already took from this round tentatively are looked at in Redis. */
 #define RESEND_TENTATIVE_AFTER_MS 1000
@@ -253,12 +248,17 @@ static void resend_tentative(diloco *d, int first, int last, int64_t want)
                 c[k - first].epoch != d->tent_epoch[k]) {
                 log_info("shard %d: the server that served version %" PRId64 " before committing it is gone (lease "
                          "epoch %" PRId64 ", now %" PRId64 "): our pseudo-gradient goes to the new owner",
-                         k, want, d->tent_epoch[k], c[k - first].epoch);
+                         dl_shard_id(d, k), want, d->tent_epoch[k], c[k - first].epoch);
                 (void)conn_push(d, k, want - 1, err, sizeof err);
             }
     free(c);
 }
 
+/* Every shard of [first, last) at version ga->want: passes over all the shards still missing, each
+ * asked once (and sent our Δ again where an owner asks for it), until none is missing or the sync
+ * timeout. Never waiting on one shard while others are missing matters after an owner changed: other
+ * workers may be waiting for our Δ of a shard later in our list before they can send theirs of this
+ * one. */
 static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, char *err, size_t errlen)
 {
     uint64_t start = now_ms(), deadline = start + (uint64_t)d->o.sync_timeout_ms;

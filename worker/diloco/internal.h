@@ -427,8 +427,10 @@ void round_confirm_early(diloco *d, int f);
 int round_blocking(diloco *d, int f, double alpha, char *err, size_t errlen);
 /* Fragment f's Δ from params; if our own parameters diverged, take the global ones instead. */
 prep_outcome round_prepare_delta(diloco *d, int f, char *err, size_t errlen);
-/* Settle fragment f's round (opened at `round`, started at t0) whose Δ was not sent (p != PREP_SEND):
- * 1 params changed (reset, or repaired), 0 a failure counted, -1 unrecoverable (err). */
+/* Settle fragment f's round (opened at `round`, started at t0) whose Δ was not sent (p != PREP_SEND); after
+ * a reset, a worker that is no longer a member (dropped from its last round) registers again and fetches
+ * everything. 1 params changed (reset, registered again, or repaired), 0 a failure counted, -1
+ * unrecoverable (err). */
 int round_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64_t t0, char *err, size_t errlen);
 /* Apply the outcome rc of fragment f's network round (why: its error): the new global parameters
  * (mixed with ours by alpha), or the failure streak, or a repair wait. */

@@ -49,32 +49,9 @@ kill -TERM "$WRK_w3"
 wait "$WRK_w3" || fail "w3 exited with status $? after SIGTERM"
 [ "$($RCLI HGET "dl:{$RUN}:state" round:0)" -eq $ROUNDS ] || fail "the run closed $($RCLI HGET "dl:{$RUN}:state" round:0) rounds"
 
-# w3's incarnations and the round each joined (its join events)
-$RCLI XRANGE "dl:{$RUN}:events" - + > "$TMP/events.txt"
-awk '/^join$/ {j = 1; next} j && /^worker$/ {getline; w = $0; next} j && /^inc$/ {getline; inc = $0; next}
-  j && /^joined$/ {getline; if (w == "w3") print inc, $0; j = 0}' "$TMP/events.txt" > "$TMP/joins.txt"
-[ "$(wc -l < "$TMP/joins.txt")" -eq 2 ] || fail "w3 joined $(wc -l < "$TMP/joins.txt") time(s), expected twice: $(cat "$TMP/joins.txt")"
-set -- $(tail -n 1 "$TMP/joins.txt"); inc=$1; J=$2
-[ "$J" -ge 2 ] && [ "$J" -lt $ROUNDS ] || fail "w3 joined round $J again: expected 2..$((ROUNDS - 1))"
-for r in $(seq 0 $((J - 1))); do
-  $RCLI HGET "dl:{$RUN}:f0:r$r" participants | grep -q "w3:$inc" && fail "round $r closed with w3's new incarnation"
-done
-for r in $(seq "$J" $((ROUNDS - 1))); do
-  $RCLI HGET "dl:{$RUN}:f0:r$r" participants | grep -q "w3:$inc" || fail "round $r closed without w3:$inc"
-done
-# inner steps w3 trained as a dead incarnation: between the sync whose confirm lost round 0 (its first stale
-# one) and the start of round J (H steps before its sync of round J)
-sr=$(grep '"event":"sync"' "$TMP/w3.jsonl" | grep '"stale":true' | head -n 1 | sed 's/.*"step":\([0-9]*\).*/\1/')
-sj=$(grep '"event":"sync"' "$TMP/w3.jsonl" | grep "\"round\":$J," | head -n 1 | sed 's/.*"step":\([0-9]*\).*/\1/')
-[ -n "$sr" ] && [ -n "$sj" ] || fail "w3 logged no lost sync or none of round $J: $(grep '"event":"sync"' "$TMP/w3.jsonl")"
-dead=$((sj - H - sr))
-say "w3: its confirm lost round 0 at step $sr, registered again as incarnation $inc joining round $J; $dead inner steps trained in between"
-[ "$dead" -eq 0 ] || fail "w3 trained $dead inner steps as its evicted incarnation before registering again"
+rejoin_check w3 0
+# the sync whose confirm lost round 0 is w3's first stale one
+rejoin_dead_steps w3 "$(sync_field w3 '"stale":true' step)"
 grep -q "committed with other parameters" "$TMP/worker-w3.log" || fail "w3's confirm did not find round 0 committed without it"
-
-REF_SHARDS=1 REF_ARGS="--away w3=0-$((J - 1)) --away-tentative"
-assert_matches_reference
-REF_WORKERS=w1,w2 assert_workers_end_at "$REF_DIGEST"
-got=$(grep '"event":"sync"' "$TMP/w3.jsonl" | grep "\"round\":$((ROUNDS - 1))," | sed 's/.*"digest":"\([0-9a-f]*\)".*/\1/')
-[ "$got" = "$REF_DIGEST" ] || fail "w3's sync of round $((ROUNDS - 1)) has digest $got, reference $REF_DIGEST"
-say "digests equal the reference with w3 away from rounds 0..$((J - 1)) (round 1 trained from the tentative version)"
+REF_SHARDS=1 assert_rejoin_reference w3 "--away w3=0-$((REJOIN_ROUND - 1)) --away-tentative"
+say "digests equal the reference with w3 away from rounds 0..$((REJOIN_ROUND - 1)) (round 1 trained from the tentative version)"

@@ -44,31 +44,8 @@ kill -TERM "$WRK_w3"
 wait "$WRK_w3" || fail "w3 exited with status $? after SIGTERM"
 [ "$(round)" -eq $ROUNDS ] || fail "the run closed $(round) rounds, expected $ROUNDS"
 
-# w3's incarnations and the round each joined (its join events)
-$RCLI XRANGE "dl:{$RUN}:events" - + > "$TMP/events.txt"
-awk '/^join$/ {j = 1; next} j && /^worker$/ {getline; w = $0; next} j && /^inc$/ {getline; inc = $0; next}
-  j && /^joined$/ {getline; if (w == "w3") print inc, $0; j = 0}' "$TMP/events.txt" > "$TMP/joins.txt"
-[ "$(wc -l < "$TMP/joins.txt")" -eq 2 ] || fail "w3 joined $(wc -l < "$TMP/joins.txt") time(s), expected twice: $(cat "$TMP/joins.txt")"
-set -- $(tail -n 1 "$TMP/joins.txt"); inc=$1; J=$2
-for r in $(seq $((A + 1)) $((J - 1))); do
-  $RCLI HGET "dl:{$RUN}:f0:r$r" participants | grep -q w3 && fail "round $r closed with w3, which was away"
-done
-for r in $(seq "$J" $((ROUNDS - 1))); do
-  $RCLI HGET "dl:{$RUN}:f0:r$r" participants | grep -q "w3:$inc" || fail "round $r closed without w3:$inc"
-done
-# inner steps w3 trained as a dead incarnation: between its sync of round A (the one it lost) and the start
-# of round J (H steps before its sync of round J)
-steps_at() { grep '"event":"sync"' "$TMP/w3.jsonl" | grep "\"round\":$1," | head -n 1 | sed 's/.*"step":\([0-9]*\).*/\1/'; }
-sa=$(steps_at $A); sj=$(steps_at "$J")
-[ -n "$sa" ] && [ -n "$sj" ] || fail "w3 logged no sync of round $A or $J: $(grep '"event":"sync"' "$TMP/w3.jsonl")"
-dead=$((sj - H - sa))
-say "w3: lost round $A at step $sa, registered again as incarnation $inc joining round $J; $dead inner steps trained in between"
-[ "$dead" -eq 0 ] || fail "w3 trained $dead inner steps as its evicted incarnation before registering again"
+rejoin_check w3 $A
+rejoin_dead_steps w3 "$(sync_field w3 "\"round\":$A," step)"
 grep -q "closed without us" "$TMP/worker-w3.log" || fail "w3 did not log that round $A closed without it"
-
-REF_SHARDS=2 REF_ARGS="--away w3=$A-$((J - 1))"
-assert_matches_reference
-REF_WORKERS=w1,w2 assert_workers_end_at "$REF_DIGEST"
-got=$(grep '"event":"sync"' "$TMP/w3.jsonl" | grep "\"round\":$((ROUNDS - 1))," | sed 's/.*"digest":"\([0-9a-f]*\)".*/\1/')
-[ "$got" = "$REF_DIGEST" ] || fail "w3's sync of round $((ROUNDS - 1)) has digest $got, reference $REF_DIGEST"
-say "digests equal the reference with w3 away from rounds $A..$((J - 1))"
+REF_SHARDS=2 assert_rejoin_reference w3 "--away w3=$A-$((REJOIN_ROUND - 1))"
+say "digests equal the reference with w3 away from rounds $A..$((REJOIN_ROUND - 1))"

@@ -60,9 +60,11 @@ int round_net(diloco *d, int f, char *err, size_t errlen)
     pthread_mutex_unlock(&d->hb_mu);
     if (evicted) return register_if_evicted(d, err, errlen);
     if (d->o.simulate_latency_ms > 0) sleep_ms((unsigned)d->o.simulate_latency_ms);
+    if (d->rc.async) lookahead_keep(d, f);
     int rc = d->rc.async ? async_submit_net(d, f, err, errlen) : sync_run_round(d, f, round, err, errlen);
     if (rc == DL_OK) {
         if (!d->rc.async) d->frag_version[f] = round + 1; /* (async sets it from the versions it got) */
+        if (d->rc.async) lookahead_aim(d, f);
         return DL_OK;
     }
     if (rc == DL_STALE && register_if_evicted(d, err, errlen) != DL_OK) /* stale because we were evicted? */
@@ -137,7 +139,11 @@ int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint6
     if (rc == DL_FAIL) return on_failure(d, why, err, errlen);
     d->fail_streak = 0;
     if (d->refetch_all) return refetch_everything(d, f, round, t0, err, errlen); /* evicted */
-    if (params_apply(d, f, rc == DL_OK ? alpha : 0.0, err, errlen) < 0) return -1;
+    if (rc == DL_OK && d->la != NULL) { /* --async-lookahead: from the start ahead (alpha is 0 then) */
+        if (lookahead_enter(d, f, err, errlen) < 0) return -1;
+    } else if (params_apply(d, f, rc == DL_OK ? alpha : 0.0, err, errlen) < 0) {
+        return -1;
+    }
     round_record(d, f, round, t0, rc != DL_OK);
     adopt_dylu(d);
     return 1;

@@ -77,7 +77,7 @@ def mode_text(r):
         mode += " + DN %d" % r["dn"]
     if r.get("rule"):
         mode += " + %s" % r["rule"] + (" x %g" % r["rebase_fraction"] if r.get("rebase_fraction") else "")
-    if r.get("lookahead"):
+    if "lookahead" in r:
         mode += " + ahead %g" % r["lookahead"]
     if r.get("fragments", 1) > 1:
         mode += " Streaming F=%d" % r["fragments"]

@@ -11,17 +11,7 @@
 . "$(dirname "$0")/lib.sh"
 H=10
 start_redis
-check() { # RUN: digests against the replay with the run's lookahead, and against one without it
-  build/tests/tools/ref_async --redis "$URL" --run "$1" --sync-every $H > "$TMP/ref-$1.txt" 2> "$TMP/ref-$1.log" ||
-    fail "reference of $1: $(cat "$TMP/ref-$1.log")"
-  shard_digests "$1" > "$TMP/got-$1.txt"
-  diff "$TMP/ref-$1.txt" "$TMP/got-$1.txt" > "$TMP/diff.txt" || fail "$1: digests differ from the replayed order: $(cat "$TMP/diff.txt")"
-  build/tests/tools/ref_async --redis "$URL" --run "$1" --sync-every $H --async-lookahead 0 > "$TMP/off-$1.txt" 2>/dev/null ||
-    fail "reference of $1 without the lookahead"
-  cmp -s "$TMP/off-$1.txt" "$TMP/got-$1.txt" && fail "$1: the run equals the replay without the lookahead"
-  hist=$($RCLI XRANGE "dl:{$1}:events" - + | awk '/^staleness$/ {getline; n[$0]++} END {for (s in n) printf "%s:%d ", s, n[s]}')
-  say "$1: bit-identical to the replay of $(sed 's/.*replayed //' "$TMP/ref-$1.log") with its starts ahead, not to the one without; staleness $hist"
-}
+check() { ref_async_check "$1" $H "with its starts ahead" --async-lookahead 0; } # RUN: against the replay with the run's settings, and without
 workers() { # STEPS DELAY...: fast, mid, slow
   steps=$1; shift; set -- fast "$1" mid "$2" slow "$3"
   while [ $# -gt 0 ]; do start_worker "$1" --sync-every $H --steps "$steps" --heartbeat-interval 1 --step-delay-ms "$2"; shift 2; done

@@ -15,17 +15,7 @@
 . "$(dirname "$0")/lib.sh"
 H=10; K=8; E=4
 start_redis
-check() { # RUN: digests against the replay with the run's rule, and against one without it
-  build/tests/tools/ref_async --redis "$URL" --run "$1" --sync-every $H > "$TMP/ref-$1.txt" 2> "$TMP/ref-$1.log" ||
-    fail "reference of $1: $(cat "$TMP/ref-$1.log")"
-  shard_digests "$1" > "$TMP/got-$1.txt"
-  diff "$TMP/ref-$1.txt" "$TMP/got-$1.txt" > "$TMP/diff.txt" || fail "$1: digests differ from the replayed order: $(cat "$TMP/diff.txt")"
-  build/tests/tools/ref_async --redis "$URL" --run "$1" --sync-every $H --async-rule plain > "$TMP/plain-$1.txt" 2>/dev/null ||
-    fail "plain reference of $1"
-  cmp -s "$TMP/plain-$1.txt" "$TMP/got-$1.txt" && fail "$1: the run equals the replay without the rebase"
-  hist=$($RCLI XRANGE "dl:{$1}:events" - + | awk '/^staleness$/ {getline; n[$0]++} END {for (s in n) printf "%s:%d ", s, n[s]}')
-  say "$1: bit-identical to the rebased replay of $(sed 's/.*replayed //' "$TMP/ref-$1.log"), not to the plain one; staleness $hist"
-}
+check() { ref_async_check "$1" $H "(rebased)" --async-rule plain; } # RUN: against the replay with the run's settings, and without
 check_durable() { # RUN: every shard's snapshot is K to 2K + E versions behind it
   n=$($RCLI HGET "dl:{$1}:config" shards); k=0
   while [ "$k" -lt "$n" ]; do

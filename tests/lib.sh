@@ -224,6 +224,21 @@ shard_digests() {
     k=$((k + 1))
   done
 }
+# ref_async_check RUN H WHAT ARGS...: RUN's shard digests equal the in-process replay of its submission
+# order (tests/tools/ref_async) and differ from the replay with ARGS (the setting under test turned off);
+# says so with WHAT and the staleness the submissions saw.
+ref_async_check() {
+  run=$1; h=$2; what=$3; shift 3
+  build/tests/tools/ref_async --redis "$URL" --run "$run" --sync-every "$h" > "$TMP/ref-$run.txt" 2> "$TMP/ref-$run.log" ||
+    fail "reference of $run: $(cat "$TMP/ref-$run.log")"
+  shard_digests "$run" > "$TMP/got-$run.txt"
+  diff "$TMP/ref-$run.txt" "$TMP/got-$run.txt" > "$TMP/diff.txt" || fail "$run: digests differ from the replayed order: $(cat "$TMP/diff.txt")"
+  build/tests/tools/ref_async --redis "$URL" --run "$run" --sync-every "$h" "$@" > "$TMP/off-$run.txt" 2>/dev/null ||
+    fail "reference of $run with $*"
+  cmp -s "$TMP/off-$run.txt" "$TMP/got-$run.txt" && fail "$run: the run equals the replay with $*"
+  hist=$($RCLI XRANGE "dl:{$run}:events" - + | awk '/^staleness$/ {getline; n[$0]++} END {for (s in n) printf "%s:%d ", s, n[s]}')
+  say "$run: bit-identical to the replay of $(sed 's/.*replayed //' "$TMP/ref-$run.log") $what, not to the one with $*; staleness $hist"
+}
 
 # group_signal RUN SIG RANK R0_PID R1_PID LAUNCHER_PID: signal SIG to rank RANK (0 or 1) of the 2-rank group g1
 # of RUN: every process of the group (both ranks, the launcher) is gone within 20 s and g1 is no member.

@@ -7,7 +7,8 @@
 # order (tests/tools/ref_async, which recomputes every start from the versions it replayed) and differs
 # from the replay without the lookahead. No submission may be refused as STALE (the replay cannot know a
 # refused one), so staleness is unbounded in the plain run and K is large in the rebase run.
-# Also: the flag's checks (async only, G in [0, 2], the summary line).
+# Also: the flag's checks (async only, G in [0, 2], the summary line), and workers it does not support yet
+# (device hooks, a Streaming mix) refused at open with the reason.
 . "$(dirname "$0")/lib.sh"
 H=10
 start_redis
@@ -31,6 +32,12 @@ init_run $RUN --async --trainer quadratic --numel 40000 --shards 4 --workers 3 -
 grep -q "workers start 0.5 ahead" "$TMP/init-$RUN.log" || fail "init summary: $(cat "$TMP/init-$RUN.log")"
 [ "$($RCLI HGET "dl:{$RUN}:config" async_lookahead)" = 0.5 ] || fail "config async_lookahead: $($RCLI HGET "dl:{$RUN}:config" async_lookahead)"
 NSRV=0; keep_servers 2
+for bad in "--device-hooks host" "--fragment-alpha 0.5"; do # what the lookahead does not support yet: refused at open
+  timeout 30 bin/worker --redis "$URL" --run $RUN --worker-id refused --steps 10 --sync-every $H $bad > "$TMP/refused.log" 2>&1 &&
+    fail "a worker with $bad joined a lookahead run"
+  grep -q "async-lookahead" "$TMP/refused.log" || fail "worker with $bad: $(tail -3 "$TMP/refused.log")"
+done
+say "a worker with device hooks or a fragment alpha is refused with the reason"
 workers 60 5 10 20
 wait_workers fast mid slow
 check $RUN

@@ -77,6 +77,8 @@ def mode_text(r):
         mode += " + DN %d" % r["dn"]
     if r.get("rule"):
         mode += " + %s" % r["rule"] + (" x %g" % r["rebase_fraction"] if r.get("rebase_fraction") else "")
+    if r.get("lookahead"):
+        mode += " + ahead %g" % r["lookahead"]
     if r.get("fragments", 1) > 1:
         mode += " Streaming F=%d" % r["fragments"]
     if r.get("group", 1) > 1:

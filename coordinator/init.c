@@ -301,8 +301,9 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     snprintf(wref, sizeof wref, "%lld", a->weight_ref > 0 ? a->weight_ref : 1);
     snprintf(minrep, sizeof minrep, "%lld", a->min_replicas);
     snprintf(sref, sizeof sref, "%lld", a->stale_ref);
-    char tkd[32], tkb[32], tkw[8];
+    char tkd[32], tkb[32], tkw[8], ahead[32];
     format_exact(a->topk_density, tkd, sizeof tkd);
+    format_exact(a->async_lookahead, ahead, sizeof ahead);
     snprintf(tkw, sizeof tkw, "%lld", a->topk_bits);
     format_exact(a->topk_beta, tkb, sizeof tkb);
     int rebase = a->async_rule != NULL && strcmp(a->async_rule, "rebase") == 0;
@@ -314,7 +315,7 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
                            "dl_init",
                            "1",
                            key,
-                           "28",
+                           "29",
                            "layout",
                            layout,
                            "numel",
@@ -371,6 +372,8 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
                            tkb,
                            "topk_bits",
                            tkw,
+                           "async_lookahead",
+                           ahead,
                            "10",
                            "target_workers",
                            target,
@@ -459,13 +462,14 @@ static int create_run(rconn *rc, const init_args *given, char *err, size_t errle
                                  ip.dnbuf ? ip.dnbuf + sb[k] : NULL, sb[k + 1] - sb[k], 0, digests[k], err, errlen) < 0)
             goto done_ip;
     if (call_dl_init(rc, a, &ip, sb, fb, digests, err, errlen) < 0) goto done_ip;
-    char asy[160] = "", rule[64] = "";
+    char asy[200] = "", rule[64] = "", look[40] = "";
     if (a->async_rule != NULL && strcmp(a->async_rule, "rebase") == 0)
         snprintf(rule, sizeof rule, ", rebase x %.9g on the last %lld versions", a->rebase_fraction, a->max_staleness);
+    if (a->async_lookahead > 0) snprintf(look, sizeof look, ", workers start %.9g ahead", a->async_lookahead);
     if (a->async)
-        snprintf(asy, sizeof asy, "async (Delayed Nesterov %lld%s%s%s), ", a->dn_buffer,
+        snprintf(asy, sizeof asy, "async (Delayed Nesterov %lld%s%s%s%s), ", a->dn_buffer,
                  a->stale_weight && strcmp(a->stale_weight, "none") ? ", staleness weight " : "",
-                 a->stale_weight && strcmp(a->stale_weight, "none") ? a->stale_weight : "", rule);
+                 a->stale_weight && strcmp(a->stale_weight, "none") ? a->stale_weight : "", rule, look);
     printf("run '%s' created: %s%s trainer (%s), %" PRIu64 " parameters in %lld shards, %lld fragment(s), "
            "waiting for %lld worker(s), outer lr %g momentum %g%s, pseudo-gradients %s, download %s\n",
            a->c.run, asy, a->trainer, ip.model, ip.numel, a->shards, a->fragments, a->workers, a->outer_lr,

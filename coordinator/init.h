@@ -12,7 +12,7 @@ typedef struct init_args {
     long long workers, min_workers, shards, fragments, numel, seed, snapshot_every, dylu_base, min_replicas;
     long long dn_buffer, max_staleness, weight_ref, stale_ref;
     const char *dn_variant, *weight_by, *compress, *download, *stale_weight, *async_rule;
-    double outer_lr, outer_momentum, heartbeat_timeout, rebase_fraction;
+    double outer_lr, outer_momentum, heartbeat_timeout, rebase_fraction, async_lookahead;
     double topk_density, topk_beta; /* --compress topk (codec_sparse.h) */
     long long topk_bits;            /* --compress topk: bits a kept value (codec_topk.h) */
     int nesterov, force, async, dylu;

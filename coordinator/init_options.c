@@ -70,6 +70,9 @@ static void init_usage(FILE *f)
         "                             theta_base (measured from the version it is applied to); the servers hold\n"
         "                             the last --max-staleness versions (default then 4 x workers) (docs/async.md)\n"
         "  --rebase-fraction A        (--async-rule rebase) g + A (theta_now - theta_base), A in (0, 1] (default 1)\n"
+        "  --async-lookahead G        (async) each worker starts its next interval G x the others' expected\n"
+        "                             progress ahead of the version it got, G in [0, 2] (default 0; 0.5 with\n"
+        "                             --async-rule rebase) (docs/async.md)\n"
         "  --weight-by none|tokens    weight pseudo-gradients by the tokens behind them (default none)\n"
         "  --weight-ref-tokens N      (async, --weight-by tokens) a submission of N tokens has weight 1\n"
         "  --compress C               codec of pseudo-gradients on the wire: bf16 (default; workers may send\n"
@@ -286,6 +289,12 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
          .min = 0x1p-24,
          .max = 1,
          .wants = "a number in (0, 1]"},
+        {.name = "async-lookahead",
+         .kind = OPT_DOUBLE,
+         .dest = &a->async_lookahead,
+         .min = 0,
+         .max = ASYNC_LOOKAHEAD_MAX,
+         .wants = "a number in [0, 2]"},
         {.name = "from-checkpoint", .kind = OPT_STRING, .dest = &a->from_checkpoint},
         {.name = "from-state", .kind = OPT_STRING, .dest = &a->from_state},
         {0},
@@ -303,11 +312,17 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
     return 0;
 }
 
+#define REBASE_LOOKAHEAD_DEFAULT 0.5
+
 /* --async-rule rebase: an async run whose staleness is bounded (the shard-servers hold every version a
  * submission may be based on: the last --max-staleness, by default 4 x the workers: a worker at half the
  * speed of the others submits about 2 x workers versions stale). */
 static int check_async_rule(init_args *a)
 {
+    if (a->async_lookahead > 0 && !a->async) {
+        fprintf(stderr, "coordinator init: --async-lookahead is an async setting: add --async\n");
+        return -1;
+    }
     if (a->async_rule == NULL || strcmp(a->async_rule, "rebase") != 0) {
         if (!flag_given(a, "--rebase-fraction")) return 0;
         fprintf(stderr, "coordinator init: --rebase-fraction goes with --async-rule rebase\n");
@@ -318,6 +333,8 @@ static int check_async_rule(init_args *a)
         return -1;
     }
     if (!flag_given(a, "--max-staleness")) a->max_staleness = 4 * a->workers;
+    /* a rebased submission trains best from a start ahead (docs/quality.md, "Starting ahead") */
+    if (!flag_given(a, "--async-lookahead")) a->async_lookahead = REBASE_LOOKAHEAD_DEFAULT;
     if (a->max_staleness < 1) {
         fprintf(stderr, "coordinator init: --async-rule rebase needs --max-staleness K of 1 or more (the "
                         "shard-servers keep the last K versions, each as large as the shard)\n");

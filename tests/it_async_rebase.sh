@@ -10,7 +10,8 @@
 # versions behind it (so a load can rebuild K versions back), and not more than 2K + snapshot_every (one
 # snapshot is prepared at a time: the next multiple of snapshot_every after the last one was written).
 # (K is large enough that no submission is refused as STALE: the reference cannot replay a refused one.)
-# Also: the flag's checks (async only, K >= 1, default K = 4 x workers) and dl_set max_staleness within K.
+# Also: the flag's checks (async only, K >= 1, default K = 4 x workers, --async-lookahead 0.5 by default:
+# its runs start ahead, docs/async.md) and dl_set max_staleness within K.
 . "$(dirname "$0")/lib.sh"
 H=10; K=8; E=4
 start_redis
@@ -54,13 +55,14 @@ grep -q "max-staleness K of 1 or more" "$TMP/bad2.txt" || fail "bad2: $(cat "$TM
 init_run defaults --async --trainer quadratic --numel 100 --shards 2 --workers 3 --async-rule rebase
 [ "$($RCLI HGET 'dl:{defaults}:config' rebase_window)" = 12 ] && [ "$($RCLI HGET 'dl:{defaults}:tunables' max_staleness)" = 12 ] ||
   fail "default window: $($RCLI HGET 'dl:{defaults}:config' rebase_window), want 4 x 3 workers"
-grep -q "rebase x 1 on the last 12 versions" "$TMP/init-defaults.log" || fail "init summary: $(cat "$TMP/init-defaults.log")"
+grep -q "rebase x 1 on the last 12 versions, workers start 0.5 ahead" "$TMP/init-defaults.log" || fail "init summary: $(cat "$TMP/init-defaults.log")"
+[ "$($RCLI HGET 'dl:{defaults}:config' async_lookahead)" = 0.5 ] || fail "default lookahead with rebase: $($RCLI HGET 'dl:{defaults}:config' async_lookahead)"
 for bad in 0 13; do
   out=$($RCLI FCALL dl_set 1 'dl:{defaults}:config' max_staleness $bad 2>&1)
   echo "$out" | grep -q "must be in \[1, 12\]" || fail "dl_set max_staleness $bad in a run that holds 12 versions: $out"
 done
 [ "$($RCLI FCALL dl_set 1 'dl:{defaults}:config' max_staleness 2)" = OK ] || fail "dl_set max_staleness 2 refused"
-say "flags: sync and unbounded runs refused, default K = 4 x workers, max_staleness kept within [1, K]"
+say "flags: sync and unbounded runs refused, default K = 4 x workers and lookahead 0.5, max_staleness kept within [1, K]"
 
 RUN=rebase_half
 init_run $RUN --async --trainer quadratic --numel 40000 --shards 4 --workers 3 --dn-buffer-size 3 --snapshot-every $E \

@@ -339,3 +339,42 @@ crash_storm() {
   FAULTS=$(cat "$TMP"/server-*.log | grep -c "fault injection: exiting before dl_commit")
   say "$KILLS kill -9s by the harness, $FAULTS crashes between log write and commit, $NSRV servers started"
 }
+
+# ---- a worker dropped from a round that registers again (it_sync_dropped_*): RUN, ROUNDS, H
+# rejoin_check W FIRST: W registered twice; its second incarnation (REJOIN_INC) joined round REJOIN_ROUND
+# (from its join event); no round from FIRST to REJOIN_ROUND - 1 counts that incarnation, every later one
+# up to ROUNDS - 1 does
+rejoin_check() {
+  $RCLI XRANGE "dl:{$RUN}:events" - + |
+    awk '/^join$/ {j = 1; next} j && /^worker$/ {getline; w = $0; next} j && /^inc$/ {getline; inc = $0; next}
+      j && /^joined$/ {getline; if (w == "'"$1"'") print inc, $0; j = 0}' > "$TMP/joins-$1.txt"
+  [ "$(wc -l < "$TMP/joins-$1.txt")" -eq 2 ] || fail "$1 joined $(wc -l < "$TMP/joins-$1.txt") time(s), expected twice: $(cat "$TMP/joins-$1.txt")"
+  set -- "$1" "$2" $(tail -n 1 "$TMP/joins-$1.txt")
+  REJOIN_INC=$3; REJOIN_ROUND=$4
+  [ "$REJOIN_ROUND" -gt "$2" ] && [ "$REJOIN_ROUND" -lt "$ROUNDS" ] || fail "$1 joined round $REJOIN_ROUND again"
+  for _r in $(seq "$2" $((ROUNDS - 1))); do
+    _in=0; $RCLI HGET "dl:{$RUN}:f0:r$_r" participants | grep -q "$1:$REJOIN_INC" && _in=1
+    [ "$_in" -eq $((_r >= REJOIN_ROUND)) ] || fail "round $_r: $1:$REJOIN_INC a participant: $_in (it rejoined at round $REJOIN_ROUND)"
+  done
+}
+# sync_field W FILTER FIELD: FIELD (step, digest) of the first sync record of W's log with FILTER in it
+sync_field() {
+  grep '"event":"sync"' "$TMP/$1.jsonl" | grep -- "$2" | head -n 1 | sed "s/.*\"$3\":\"\{0,1\}\([0-9a-f]*\).*/\1/"
+}
+# rejoin_dead_steps W LOST_STEP: the inner steps W trained after its sync at LOST_STEP (the one that lost the
+# round it was dropped from) before round REJOIN_ROUND (H steps before its sync of that round); 0 expected
+rejoin_dead_steps() {
+  _sj=$(sync_field "$1" "\"round\":$REJOIN_ROUND," step)
+  [ -n "$2" ] && [ -n "$_sj" ] || fail "$1 logged no lost sync or none of round $REJOIN_ROUND: $(grep '"event":"sync"' "$TMP/$1.jsonl")"
+  _dead=$((_sj - H - $2))
+  say "$1: lost its round at step $2, registered again as incarnation $REJOIN_INC joining round $REJOIN_ROUND; $_dead inner steps trained in between"
+  [ "$_dead" -eq 0 ] || fail "$1 trained $_dead inner steps as its evicted incarnation before registering again"
+}
+# assert_rejoin_reference W REF_ARGS: shard digests and commits equal ref_quadratic with REF_ARGS (w1,w2,W;
+# REF_SHARDS), and so do w1's, w2's and W's digests after the last round
+assert_rejoin_reference() {
+  REF_ARGS=$2 REF_WORKERS=w1,w2,$1 assert_matches_reference
+  REF_WORKERS=w1,w2 assert_workers_end_at "$REF_DIGEST"
+  _got=$(sync_field "$1" "\"round\":$((ROUNDS - 1))," digest)
+  [ "$_got" = "$REF_DIGEST" ] || fail "$1's sync of round $((ROUNDS - 1)) has digest $_got, reference $REF_DIGEST"
+}

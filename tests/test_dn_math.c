@@ -170,6 +170,23 @@ static void test_rebase(void **state)
     assert_int_equal(outer_async_rule_parse(NULL), -1);
 }
 
+/* --async-lookahead: c = G stale / moved (0 without a stretch to extrapolate from), and the start
+ * got + c (got - prev), each operation rounded once, in place over prev as lookahead.c calls it. */
+static void test_lookahead(void **state)
+{
+    (void)state;
+    assert_true(outer_lookahead_coef(0.5, 3, 4) == 0.375f);
+    assert_true(outer_lookahead_coef(1.0, 2, 3) == (float)(2.0 / 3.0));
+    assert_true(outer_lookahead_coef(0.5, 0, 4) == 0.0f); /* nobody else moved it: no lookahead */
+    assert_true(outer_lookahead_coef(0.5, 3, 0) == 0.0f);
+    float prev[3] = {1.0f, 2.0f, 1.0f};
+    const float got[3] = {2.0f, 1.0f, 1.0f + 0x1p-23f};
+    outer_lookahead(prev, got, prev, 0.5f, 3);
+    assert_true(prev[0] == 2.5f); /* 2 + 0.5 (2 - 1) */
+    assert_true(prev[1] == 0.5f); /* 1 + 0.5 (1 - 2) */
+    assert_true(prev[2] == 1.0f + 0x1p-22f); /* 1 + 2^-23 + 2^-24, a tie, rounds to even once */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -179,6 +196,7 @@ int main(void)
         cmocka_unit_test(test_bitwise_against_the_documented_formula),
         cmocka_unit_test(test_stale_weight),
         cmocka_unit_test(test_rebase),
+        cmocka_unit_test(test_lookahead),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

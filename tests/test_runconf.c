@@ -165,6 +165,29 @@ static void codec_settings(void **state)
         -1);
     assert_non_null(strstr(err, "async"));
     runconf_free(&rc);
+    /* --async-lookahead: off in runs made before it, read in an async run, refused out of [0, 2] or in a
+     * sync run */
+    assert_int_equal(from("*6\r\n" BASE, &rc, err, sizeof err), 0);
+    assert_true(rc.async_lookahead == 0.0f);
+    runconf_free(&rc);
+    assert_int_equal(from("*10\r\n" BASE "$4\r\nmode\r\n$5\r\nasync\r\n$15\r\nasync_lookahead\r\n$3\r\n0.5\r\n", &rc, err,
+                          sizeof err),
+                     0);
+    assert_true(rc.async_lookahead == 0.5f);
+    runconf_free(&rc);
+    const char *bad_ahead[] = {"-1", "2.5", "x", ""};
+    for (size_t i = 0; i < sizeof bad_ahead / sizeof bad_ahead[0]; i++) {
+        char reply[512];
+        snprintf(reply, sizeof reply,
+                 "*10\r\n" BASE "$4\r\nmode\r\n$5\r\nasync\r\n$15\r\nasync_lookahead\r\n$%zu\r\n%s\r\n",
+                 strlen(bad_ahead[i]), bad_ahead[i]);
+        assert_int_equal(from(reply, &rc, err, sizeof err), -1);
+        assert_non_null(strstr(err, "async_lookahead"));
+        runconf_free(&rc);
+    }
+    assert_int_equal(from("*8\r\n" BASE "$15\r\nasync_lookahead\r\n$3\r\n0.5\r\n", &rc, err, sizeof err), -1);
+    assert_non_null(strstr(err, "needs an async run"));
+    runconf_free(&rc);
 #undef BASE
 }
 

@@ -158,6 +158,18 @@ int runconf_parse(const runconf_fields *r, runconf *rc, char *err, size_t errlen
         return -1;
     }
     rc->rebase_fraction = (float)frac;
+    const char *la = field(r, "async_lookahead");
+    char *la_end = NULL;
+    double ahead = la ? strtod(la, &la_end) : 0.0; /* runs made before it existed: off */
+    if (la && (la_end == la || *la_end != '\0' || !(ahead >= 0 && ahead <= ASYNC_LOOKAHEAD_MAX))) {
+        err_set(err, errlen, "the run's async_lookahead '%s' is not in [0, %g]", la, (double)ASYNC_LOOKAHEAD_MAX);
+        return -1;
+    }
+    if (ahead > 0 && !rc->async) {
+        err_set(err, errlen, "the run's async_lookahead %s needs an async run", la);
+        return -1;
+    }
+    rc->async_lookahead = (float)ahead;
     if (rc->async_rule == ASYNC_RULE_REBASE && (!rc->async || rc->rebase_window < 1)) {
         err_set(err, errlen, "the run's rebase rule needs an async run and a rebase_window of 1 or more (got %s)",
                 rw ? rw : "none");

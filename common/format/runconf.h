@@ -10,6 +10,7 @@
 #include <stdint.h>
 
 #define RUNCONF_MAX_SHARDS 4096
+#define ASYNC_LOOKAHEAD_MAX 2 /* --async-lookahead: at most twice the expected progress ahead */
 #define RUNCONF_MAX_FRAGMENTS 256
 #define RUNCONF_MAX_REPLICAS 64
 
@@ -34,6 +35,7 @@ typedef struct runconf {
     int async_rule;             /* async: ASYNC_RULE_* (outer_dn.h), --async-rule (plain for older runs) */
     int64_t rebase_window;      /* async rebase: the staleness bound K; servers hold the last K versions */
     float rebase_fraction;      /* async rebase: a in g + a (θ_now - θ_base), --rebase-fraction (1) */
+    float async_lookahead;      /* async: G of the workers' start ahead, --async-lookahead (0: off) */
     int compress;               /* codec of pseudo-gradients (coordinator init --compress): a blob dtype,
                                  BLOB_BF16 by default (codec.h) */
     double topk_density;        /* --compress topk: the entries kept per chunk (--topk-density) */

@@ -76,6 +76,20 @@ int outer_async_rule_parse(const char *name)
     return -1;
 }
 
+float outer_lookahead_coef(double g, int64_t stale, int64_t moved)
+{
+    return moved > 0 && stale > 0 ? (float)(g * (double)stale / (double)moved) : 0.0f;
+}
+
+OUTER_HOT void outer_lookahead(float *start, const float *got, const float *prev, float c, size_t n)
+{
+    for (size_t i = 0; i < n; i++) {
+        float d = got[i] - prev[i];
+        float cd = c * d;
+        start[i] = got[i] + cd;
+    }
+}
+
 OUTER_HOT void outer_rebase(float *g, const float *now, const float *base, float a, size_t n)
 {
     for (size_t i = 0; i < n; i++) {

@@ -58,6 +58,17 @@ int outer_async_rule_parse(const char *name);
 /* g[i] += a * (now[i] - base[i]) for n elements. */
 void outer_rebase(float *g, const float *now, const float *base, float a, size_t n);
 
+/* --async-lookahead G (docs/async.md, "Starting ahead"): a worker's next interval starts from
+ *   start = theta_got + c (theta_got - theta_prev),   c = G * stale / moved,
+ * where theta_prev is the version its previous submission was based on, theta_got the one that submission
+ * got back, moved their distance in versions and stale the versions the others applied between its base
+ * and its place: the others' progress expected while it trains, extrapolated from the last stretch.
+ * fp32, each operation rounded once (the difference, the product by c, the sum; no FMA), so the reference
+ * recomputes the same start. outer_lookahead_coef is 0 when moved <= 0. */
+float outer_lookahead_coef(double g, int64_t stale, int64_t moved);
+/* start[i] = got[i] + c * (got[i] - prev[i]) for n elements (start may be prev). */
+void outer_lookahead(float *start, const float *got, const float *prev, float c, size_t n);
+
 /* One submission g (already scaled, fp32) for submission number t >= 1. m, buf: n floats each. */
 void outer_dn_step(int variant, float *theta, float *m, float *buf, const float *g, size_t n, uint64_t t, uint32_t N,
                    float lr, float mu, int nesterov);

@@ -21,7 +21,7 @@ if TYPE_CHECKING:
 
 _FLAGS = ("fsdp_ranks", "trainer", "layers", "heads", "dim", "ctx", "vocab", "numel", "workers", "min_workers", "shards", "fragments", "seed", "outer_lr", "outer_momentum",
           "heartbeat_timeout", "dn_buffer_size", "dn_variant", "max_staleness", "staleness_weight", "staleness_ref",
-          "async_rule", "rebase_fraction", "weight_by", "weight_ref_tokens",
+          "async_rule", "rebase_fraction", "async_lookahead", "weight_by", "weight_ref_tokens",
           "dylu_base_sync_every", "snapshot_every", "compress", "topk_density", "topk_bits", "topk_beta", "download",
           "min_replicas")
 _SWITCHES = ("async_", "dylu", "force")
@@ -76,7 +76,7 @@ def init_run(url: str, run: str, model: torch.nn.Module, workers: int = 2, shard
     """Create run `run` at Redis `url` whose version 0 is `model`'s parameters. Keyword arguments are the
     flags of `coordinator init` (min_workers, fragments, outer_lr, outer_momentum, nesterov,
     heartbeat_timeout, async_, dn_buffer_size, dn_variant, max_staleness, staleness_weight, staleness_ref,
-    async_rule, rebase_fraction, weight_by, weight_ref_tokens,
+    async_rule, rebase_fraction, async_lookahead, weight_by, weight_ref_tokens,
     dylu, dylu_base_sync_every, snapshot_every, compress, topk_density, topk_bits, topk_beta, download, min_replicas,
     force; fsdp_ranks=R for sharded groups of R ranks: give the whole model, before fully_shard). Returns the
     coordinator's summary line; DiLoCoError with its message when it refuses."""

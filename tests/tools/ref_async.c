@@ -9,11 +9,13 @@
  *   shard <k> <digest>
  *
  * usage: ref_async --redis URL --run R --sync-every H [--quad-lr 0.01] [--no-bf16] [--async-rule RULE]
- * (--async-rule: replay with this rule instead of the run's, to show that the rule matters)
+ *                  [--async-lookahead G]
+ * (--async-rule, --async-lookahead: replay with this setting instead of the run's, to show that it matters)
  * (a worker's k-th submission trains H steps from the versions its previous submission got back; with
  * --weight-by tokens its pseudo-gradient is scaled by H / weight_ref_tokens, a quadratic step being a token;
  * with --staleness-weight, per shard, by outer_stale_weight of its seq - base; with --async-rule rebase
- * it enters the outer step as g + theta_seq - theta_base) */
+ * it enters the outer step as g + theta_seq - theta_base; with --async-lookahead a worker's later submissions
+ * start ahead of their base, start_of) */
 #include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -49,6 +51,7 @@ typedef struct ref {
     float **theta; /* theta[v]: the whole vector at version v (all shards move together) */
     char *ids[MAX_WORKERS];
     trainer *t[MAX_WORKERS];
+    int64_t last[MAX_WORKERS]; /* each worker's latest submission replayed so far (-1: none) */
     int nworkers;
 } ref;
 
@@ -105,10 +108,10 @@ static int read_submissions(rconn *c, const char *run, ref *r)
     return 0;
 }
 
-static trainer *worker_trainer(ref *r, const char *id, double qlr)
+static int worker_index(ref *r, const char *id, double qlr)
 {
     for (int w = 0; w < r->nworkers; w++)
-        if (!strcmp(r->ids[w], id)) return r->t[w];
+        if (!strcmp(r->ids[w], id)) return w;
     char err[128];
     quadratic_options q;
     quadratic_options_default(&q);
@@ -117,7 +120,27 @@ static trainer *worker_trainer(ref *r, const char *id, double qlr)
     q.worker_id = r->ids[r->nworkers] = strdup(id);
     q.lr = (float)qlr;
     r->t[r->nworkers] = quadratic_trainer_create(&q, err, sizeof err);
-    return r->t[r->nworkers++];
+    r->last[r->nworkers] = -1;
+    return r->nworkers++;
+}
+
+/* Where submission s's worker started: the versions of its base, or with --async-lookahead G (and a
+ * submission of the same worker before it, p) each shard ahead by c (base - p's base), c from p's place
+ * and the versions in between: the worker's own computation (worker/diloco/lookahead.c), replayed. */
+static void start_of(const ref *r, int64_t s, int64_t p, float *start)
+{
+    const submission *sub = &r->subs[s];
+    for (int k = 0; k < r->rc.nshards; k++) {
+        size_t lo = (size_t)r->rc.shard_bounds[k], len = (size_t)runconf_shard_numel(&r->rc, k);
+        const float *got = r->theta[sub->base[k]] + lo;
+        if (r->rc.async_lookahead > 0 && p >= 0) {
+            int64_t prev = r->subs[p].base[k];
+            float c = outer_lookahead_coef(r->rc.async_lookahead, p - prev, sub->base[k] - prev);
+            outer_lookahead(start + lo, got, r->theta[prev] + lo, c, len);
+        } else {
+            memcpy(start + lo, got, len * sizeof(float));
+        }
+    }
 }
 
 /* Submission s: its worker trains H steps from the versions it started from; the shard-servers apply
@@ -125,19 +148,23 @@ static trainer *worker_trainer(ref *r, const char *id, double qlr)
 static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *mom, float *buf, float *g)
 {
     const submission *sub = &r->subs[s];
-    trainer *t = worker_trainer(r, sub->worker, qlr);
+    int w = worker_index(r, sub->worker, qlr);
+    trainer *t = r->t[w];
     float *start = malloc(r->n * sizeof(float));
-    for (int k = 0; k < r->rc.nshards; k++) {
-        size_t lo = (size_t)r->rc.shard_bounds[k], len = (size_t)runconf_shard_numel(&r->rc, k);
-        memcpy(start + lo, r->theta[sub->base[k]] + lo, len * sizeof(float));
-    }
+    start_of(r, s, r->last[w], start);
+    r->last[w] = s;
     memcpy(t->params, start, r->n * sizeof(float));
     char err[128];
     trainer_stats st;
     for (long long i = 0; i < H; i++) t->step(t, &st, err, sizeof err);
     float *d = malloc(r->n * sizeof(float));
     uint16_t *d16 = malloc(r->n * sizeof(uint16_t));
-    for (size_t i = 0; i < r->n; i++) d[i] = start[i] - t->params[i];
+    /* Δ from where it started; a rebase run's worker measures it from its base (lookahead.c) */
+    for (int k = 0; k < r->rc.nshards; k++) {
+        size_t lo = (size_t)r->rc.shard_bounds[k], hi = lo + (size_t)runconf_shard_numel(&r->rc, k);
+        const float *from = runconf_rebase(&r->rc) ? r->theta[sub->base[k]] : start;
+        for (size_t i = lo; i < hi; i++) d[i] = from[i] - t->params[i];
+    }
     outer_sum_zero(g, r->n); /* exactly the servers' mean of one submission (or its scaling) */
     if (bf16) bf16_encode(d, d16, r->n);
     for (int k = 0; k < r->rc.nshards; k++) {
@@ -184,14 +211,15 @@ static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *m
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: ref_async --redis URL --run R --sync-every H [--quad-lr LR] [--no-bf16] [--async-rule RULE]\n");
+    fprintf(f, "usage: ref_async --redis URL --run R --sync-every H [--quad-lr LR] [--no-bf16] [--async-rule RULE]\n"
+               "                 [--async-lookahead G]\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *url = NULL, *run = NULL, *rule = NULL;
     long long H = 0;
-    double qlr = 0.01;
+    double qlr = 0.01, ahead = -1;
     int bf16 = 1;
     const opt_spec specs[] = {
         {.name = "no-bf16", .kind = OPT_CLEAR, .dest = &bf16},
@@ -200,6 +228,7 @@ int main(int argc, char **argv)
         {.name = "sync-every", .kind = OPT_LLONG, .dest = &H, .lo = 1, .hi = INT64_MAX},
         {.name = "quad-lr", .kind = OPT_DOUBLE, .dest = &qlr, .min = -DBL_MAX, .max = DBL_MAX},
         {.name = "async-rule", .kind = OPT_STRING, .dest = &rule},
+        {.name = "async-lookahead", .kind = OPT_DOUBLE, .dest = &ahead, .min = 0, .max = ASYNC_LOOKAHEAD_MAX},
         {0},
     };
     int prc = opts_parse_cmd("ref_async", usage, specs, argc, argv, 1, NULL, NULL);
@@ -221,6 +250,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "ref_async: --async-rule wants plain or rebase, got '%s'\n", rule);
         return OPTS_EXIT_USAGE;
     }
+    if (ahead >= 0) r.rc.async_lookahead = (float)ahead;
     if (read_tunables(c, run, &r) < 0 || read_submissions(c, run, &r) < 0) {
         fprintf(stderr, "ref_async: cannot read the run's state or events\n");
         return 1;

@@ -22,7 +22,13 @@
  *                      [--codec int8|int4|int3|int2 [--error-feedback]]   block-quantized pseudo-gradients (blocks from
  *                      each shard's start), decoded and summed in fp32, as the shard-servers do
  *                      [--download update]   the mean is put through the codec (bf16 without --codec) per
- *                      shard before the step, as a run with coordinator init --download update does */
+ *                      shard before the step, as a run with coordinator init --download update does
+ *                      [--away id=A-B,...]   (plain DiLoCo) worker id was dropped from round A after training it
+ *                      (its Δ of rounds A..B does not count), trained nothing in rounds A+1..B and takes part
+ *                      again from round B+1, from that round's global parameters (its AdamW state kept)
+ *                      [--away-tentative]   with --away: each worker away learnt it was dropped one round late:
+ *                      it got round A's result as it would have been with it (served tentatively before the
+ *                      commit that dropped it) and trained round A+1 from it too, its Δ never sent */
 #include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -56,6 +62,9 @@ typedef struct ref_args {
     int codec;      /* BLOB_I8 / BLOB_I4, or 0 */
     int error_feedback;
     int download_update;
+    const char *away;
+    int away_tentative;
+    long long away_from[MAX_WORKERS], away_to[MAX_WORKERS]; /* --away: rounds [from, to], none when from > to */
 } ref_args;
 
 /* id's number in a list "id=N,id2=M,..." (--h-of, --ranks-of), or dflt when it has none */
@@ -86,6 +95,18 @@ static int parse_workers(const char *v, void *dest)
     char *list = strdup(v);
     for (char *t = strtok(list, ","); t && a->nworkers < MAX_WORKERS; t = strtok(NULL, ",")) a->ids[a->nworkers++] = t;
     return list ? 0 : -1;
+}
+
+/* --away's rounds of worker id ("id=A-B" in the list), or none (from > to). -1 when its entry is malformed. */
+static int away_of(const char *list, const char *id, long long *from, long long *to)
+{
+    *from = 0;
+    *to = -1;
+    size_t len = strlen(id);
+    for (const char *p = list ? strstr(list, id) : NULL; p; p = strstr(p + 1, id))
+        if (p[len] == '=' && (p == list || p[-1] == ','))
+            return sscanf(p + len + 1, "%lld-%lld", from, to) == 2 && *from <= *to ? 0 : -1;
+    return 0;
 }
 
 static void usage(FILE *f)
@@ -122,6 +143,8 @@ static int parse(int argc, char **argv, ref_args *a)
         {.name = "bounds", .kind = OPT_STRING, .dest = &a->bounds},
         {.name = "frag-bounds", .kind = OPT_STRING, .dest = &a->frag_bounds},
         {.name = "h-of", .kind = OPT_STRING, .dest = &a->h_of},
+        {.name = "away", .kind = OPT_STRING, .dest = &a->away},
+        {.name = "away-tentative", .kind = OPT_FLAG, .dest = &a->away_tentative},
         {.name = "ranks-of", .kind = OPT_STRING, .dest = &a->ranks_of},
         {.name = "download", .kind = OPT_CHOICE, .dest = &a->download_update, .choices = "params|update"},
         {.name = "codec", .kind = OPT_CUSTOM, .dest = a, .parse = parse_codec, .wants = "int8, int4, int3 or int2"},
@@ -138,6 +161,14 @@ static int parse(int argc, char **argv, ref_args *a)
     for (int w = 0; w < a->nworkers; w++) {
         a->h[w] = of_worker(a->h_of, a->ids[w], a->sync_every);
         a->ranks[w] = of_worker(a->ranks_of, a->ids[w], 1);
+        if (away_of(a->away, a->ids[w], &a->away_from[w], &a->away_to[w]) < 0) {
+            fprintf(stderr, "ref_quadratic: --away wants id=FIRST-LAST rounds (FIRST <= LAST) for %s\n", a->ids[w]);
+            return -1;
+        }
+    }
+    if (a->away && (a->frag_bounds || a->codec)) {
+        fprintf(stderr, "ref_quadratic: --away is for plain DiLoCo runs without a block codec\n");
+        return -1;
     }
     return 0;
 }
@@ -156,6 +187,8 @@ typedef struct sim {
     uint16_t *d16[MAX_WORKERS];
     float *d32[MAX_WORKERS];
     float *ef[MAX_WORKERS]; /* --error-feedback: each worker's kept quantization error */
+    float *tent;            /* --away-tentative: a round's result with every worker */
+    int count_all;          /* while computing it */
     float *x;               /* one shard's Δ before quantization */
     uint8_t *q;             /* and encoded */
 } sim;
@@ -167,6 +200,24 @@ static size_t frag_lo(const sim *s, int f)
 static size_t frag_hi(const sim *s, int f)
 {
     return (size_t)s->bounds[s->fb[f + 1]];
+}
+
+/* Does worker w's Δ count in round r (--away)? Does it train in round r? (It trains the round it is
+ * dropped from, and with --away-tentative the next one too: it learns only at the end.) */
+static int counted(const ref_args *a, int w, long long r)
+{
+    return r < a->away_from[w] || r > a->away_to[w];
+}
+
+static int trains(const ref_args *a, int w, long long r)
+{
+    return r <= a->away_from[w] + a->away_tentative || r > a->away_to[w];
+}
+
+/* Was worker w dropped from round r, learning it only from the tentative result (--away-tentative)? */
+static int dropped_late(const ref_args *a, int w, long long r)
+{
+    return a->away_tentative && a->away_from[w] <= a->away_to[w] && r == a->away_from[w];
 }
 
 /* Worker w's Δ of shard k quantized (plus its kept error), and decoded into d32. */
@@ -211,8 +262,14 @@ static void outer_fragment(sim *s, int f)
     size_t lo = frag_lo(s, f), len = frag_hi(s, f) - lo;
     outer_sum_zero(s->g + lo, len);
     double total = 0;
-    for (int w = 0; w < s->a->nworkers; w++) total += (double)(s->a->h[w] * s->a->ranks[w]);
+    uint32_t n = 0;
+    for (int w = 0; w < s->a->nworkers; w++)
+        if (s->count_all || counted(s->a, w, s->rounds[f])) {
+            total += (double)(s->a->h[w] * s->a->ranks[w]);
+            n++;
+        }
     for (int w = 0; w < s->a->nworkers; w++) {
+        if (!s->count_all && !counted(s->a, w, s->rounds[f])) continue;
         /* tokens of a quadratic round = its steps, of every rank of a group */
         float scale = (float)((double)(s->a->h[w] * s->a->ranks[w]) / total);
         if (s->a->weight_tokens && s->a->bf16)
@@ -224,7 +281,7 @@ static void outer_fragment(sim *s, int f)
         else
             outer_sum_add_f32(s->g + lo, s->d32[w] + lo, len);
     }
-    if (!s->a->weight_tokens) outer_mean_finish(s->g + lo, len, (uint32_t)s->a->nworkers);
+    if (!s->a->weight_tokens) outer_mean_finish(s->g + lo, len, n);
     int codec = s->a->codec ? s->a->codec : s->a->bf16 ? BLOB_BF16 : BLOB_F32;
     for (uint64_t k = s->fb[f]; k < s->fb[f + 1]; k++) {
         size_t off = (size_t)s->bounds[k], kl = (size_t)(s->bounds[k + 1] - s->bounds[k]), bad;
@@ -288,16 +345,47 @@ static void run_streaming(sim *s)
     }
 }
 
+/* --away-tentative: s->tent = the result of the coming outer step of fragment 0 with every worker's Δ (the
+ * version served tentatively before the commit that dropped some), the run's own state unchanged. */
+static void tentative_result(sim *s)
+{
+    float *theta = s->theta, *mom = s->mom, *mom_copy = malloc(s->n * sizeof(float));
+    if (!mom_copy) {
+        fprintf(stderr, "ref_quadratic: out of memory\n");
+        exit(1);
+    }
+    memcpy(s->tent, theta, s->n * sizeof(float));
+    memcpy(mom_copy, mom, s->n * sizeof(float));
+    s->theta = s->tent;
+    s->mom = mom_copy;
+    s->count_all = 1;
+    outer_fragment(s, 0);
+    s->rounds[0]--;
+    s->count_all = 0;
+    s->theta = theta;
+    s->mom = mom;
+    free(mom_copy);
+}
+
 static void run_plain(sim *s)
 {
     char err[128];
     trainer_stats st;
     for (long long r = 0; r < s->a->rounds; r++) {
         for (int w = 0; w < s->a->nworkers; w++)
-            for (long long i = 0; i < s->a->h[w]; i++) s->t[w]->step(s->t[w], &st, err, sizeof err);
+            for (long long i = 0; trains(s->a, w, r) && i < s->a->h[w]; i++)
+                s->t[w]->step(s->t[w], &st, err, sizeof err);
         take_deltas(s, 0);
+        int late = 0;
+        for (int w = 0; w < s->a->nworkers; w++) late |= dropped_late(s->a, w, r);
+        if (late) tentative_result(s);
         outer_fragment(s, 0);
         adopt_fragment(s, 0, 0.0);
+        for (int w = 0; w < s->a->nworkers; w++)
+            if (dropped_late(s->a, w, r)) { /* it trains on from the tentative result */
+                memcpy(s->t[w]->params, s->tent, s->n * sizeof(float));
+                memcpy(s->base[w], s->tent, s->n * sizeof(float));
+            }
     }
 }
 
@@ -333,6 +421,7 @@ int main(int argc, char **argv)
     sm.theta = malloc(n * sizeof(float));
     sm.mom = calloc(n, sizeof(float));
     sm.g = malloc(n * sizeof(float));
+    sm.tent = malloc(n * sizeof(float));
     sm.rounds = calloc((size_t)sm.nfrag, sizeof *sm.rounds);
     sm.x = malloc(n * sizeof(float));
     sm.q = malloc(codec_bytes(BLOB_F32, n) + 1);

@@ -1,7 +1,8 @@
 /* barrier.c: a sync round's barrier from the worker's side (docs/PROTOCOL.md, "A sync round", step 3):
  * arrive (dl_arrive), listening on our wake list meanwhile (wake.c); if the close's token did not come,
- * wait on the list (BLPOP, with a timeout) and read the barrier (dl_barrier) until it closes. A joiner
- * of the next round waits here for the open round to close (barrier_wait_closed). */
+ * wait on the list (BLPOP, with a timeout) and read the barrier (dl_barrier) until it closes (STALE if it
+ * closed without us: we were dropped from it). A joiner of the next round waits here for the open round
+ * to close (barrier_wait_closed). */
 #include <stdio.h>
 #include <string.h>
 
@@ -12,6 +13,14 @@
 #include "redis/rconn.h"
 #include "wake.h"
 
+/* Is this incarnation in a closed barrier's participants (dl_barrier's second element)? */
+static int among_participants(diloco *d, const redisReply *participants)
+{
+    char me[160];
+    snprintf(me, sizeof me, "%s:%lld", d->worker_id, (long long)dl_inc(d));
+    return participants->type == REDIS_REPLY_STRING && csv_has(participants->str, me);
+}
+
 /* Did round (f, round) close with this incarnation among its participants? A STALE dl_arrive can answer
  * dl_command's resend after a lost reply, the first try having run and closed the round. */
 static int closed_with_us(diloco *d, int f, int64_t round)
@@ -19,11 +28,8 @@ static int closed_with_us(diloco *d, int f, int64_t round)
     redisReply *b = dl_command(d, NULL, 0, "FCALL dl_barrier 1 %s %d %lld", d->config_key, f, (long long)round);
     int in = 0;
     if (b != NULL && b->type == REDIS_REPLY_ARRAY && b->elements >= 2 && b->element[0]->type == REDIS_REPLY_STRING &&
-        strcmp(b->element[0]->str, "closed") == 0 && b->element[1]->type == REDIS_REPLY_STRING) {
-        char me[160];
-        snprintf(me, sizeof me, "%s:%lld", d->worker_id, (long long)dl_inc(d));
-        in = csv_has(b->element[1]->str, me);
-    }
+        strcmp(b->element[0]->str, "closed") == 0)
+        in = among_participants(d, b->element[1]);
     if (in)
         log_info("round %lld of fragment %d: closed with us (our arrival ran; its reply was lost)", (long long)round,
                  f);
@@ -111,6 +117,15 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
         if (!dl_reply_failed(b) && b->type == REDIS_REPLY_ARRAY && b->elements >= 1) {
             const char *state = b->element[0]->str;
             int rc = strcmp(state, "closed") == 0 ? DL_OK : strcmp(state, "open") == 0 ? DL_RETRY : DL_STALE;
+            /* closed without our arrival: we were dropped from it (evicted after a long stop or a network cut,
+             * which took our arrival out of the barrier). STALE, so that we register again now instead of
+             * taking the round's result and training the next round as a dead incarnation */
+            if (!joiner && rc == DL_OK && b->elements >= 2 && !among_participants(d, b->element[1])) {
+                err_set(err, errlen, "round %lld of fragment %d closed without us (we were dropped from it)",
+                        (long long)round, f);
+                log_warn("%s", err);
+                rc = DL_STALE;
+            }
             /* a Redis library older than this worker sends no count: do not wait */
             if (joiner && rc == DL_RETRY &&
                 (b->elements < 5 || b->element[4]->type != REDIS_REPLY_INTEGER || b->element[4]->integer == 0))

@@ -1,6 +1,7 @@
 /* delta.c: the worker's pseudo-gradient of a round, as it goes on the wire (docs/compression.md).
  *
- * Δ = base - params, in the run's codec (sync.c sends it): bf16 or fp32 in one pass with its finite
+ * Δ = base - params (with --async-lookahead's plain rule: the start it trained from, lookahead.c), in the
+ * run's codec (sync.c sends it): bf16 or fp32 in one pass with its finite
  * check and checksum; the block codecs (int8, int4, int3, int2) quantize base - params (or a device's
  * fp32 Δ) per shard in one pass per block (blocks count from each shard's first element, as the
  * shard-server decodes them). With --error-feedback, what quantization
@@ -75,13 +76,14 @@ const void *dl_delta_shard(const diloco *d, int k, size_t *bytes)
     return d->push_dtype == BLOB_BF16 ? (const void *)(d->delta_bf16 + off) : (const void *)(d->delta_f32 + off);
 }
 
-/* Elements [c, c+len) of shard k (c - lo a multiple of CODEC_BLOCK) of Δ = base - params (from_device:
+/* Elements [c, c+len) of shard k (c - lo a multiple of CODEC_BLOCK) of Δ = from - params (from_device:
  * the fp32 Δ in delta_f32), plus the kept error, quantized, the new error kept, in one pass per codec
  * block. Returns the encoded bytes (in delta_q), or NULL with *bad set when Δ is not finite. */
-static const uint8_t *encode_chunk(diloco *d, int k, size_t c, size_t len, int from_device, size_t *bad, size_t *qlen)
+static const uint8_t *encode_chunk(diloco *d, const float *from, int k, size_t c, size_t len, int from_device,
+                                   size_t *bad, size_t *qlen)
 {
     size_t lo = (size_t)d->rc.shard_bounds[k];
-    const float *a = from_device ? d->delta_f32 + c : d->base + c, *b = from_device ? NULL : d->params + c;
+    const float *a = from_device ? d->delta_f32 + c : from + c, *b = from_device ? NULL : d->params + c;
     uint8_t *q = d->delta_q + d->delta_qoff[k] + codec_offset(d->push_dtype, c - lo);
     /* a non-finite Δ stays non-finite with the error added: the encoder finds it */
     if (codec_encode_delta(d->push_dtype, a, b, d->ef ? d->ef + c : NULL, len, q, bad) < 0) return NULL;
@@ -89,10 +91,10 @@ static const uint8_t *encode_chunk(diloco *d, int k, size_t c, size_t len, int f
     return q;
 }
 
-/* Δ = base - params of shard k on the host (or, from_device, already in delta_f32), its finite check
- * (base is finite, so a non-finite Δ means params are not), its encoding and its checksum, in one pass.
+/* Δ = from - params of shard k on the host (or, from_device, already in delta_f32), its finite check
+ * (from is finite, so a non-finite Δ means params are not), its encoding and its checksum, in one pass.
  * 0, or -1 with *bad its first bad index. */
-static int shard_delta(diloco *d, int k, int from_device, XXH3_state_t *xs, size_t *bad)
+static int shard_delta(diloco *d, const float *from, int k, int from_device, XXH3_state_t *xs, size_t *bad)
 {
     size_t lo = (size_t)d->rc.shard_bounds[k], hi = (size_t)d->rc.shard_bounds[k + 1];
     int block = codec_is_block(d->push_dtype) || d->push_dtype == BLOB_TOPK;
@@ -101,15 +103,15 @@ static int shard_delta(diloco *d, int k, int from_device, XXH3_state_t *xs, size
         size_t len = hi - c < DELTA_CHUNK ? hi - c : DELTA_CHUNK, b = 0, qlen = 0;
         int rc;
         if (d->push_dtype == BLOB_BF16) {
-            rc = bf16_encode_diff(d->base + c, d->params + c, d->delta_bf16 + c, len, &b);
+            rc = bf16_encode_diff(from + c, d->params + c, d->delta_bf16 + c, len, &b);
             hash_update(xs, d->delta_bf16 + c, len * sizeof(uint16_t));
         } else if (!block) {
-            for (size_t i = c; i < c + len; i++) d->delta_f32[i] = d->base[i] - d->params[i];
+            for (size_t i = c; i < c + len; i++) d->delta_f32[i] = from[i] - d->params[i];
             rc = outer_check_finite(d->delta_f32 + c, len, &b);
             hash_update(xs, d->delta_f32 + c, len * sizeof(float));
         } else {
             const uint8_t *q = d->push_dtype == BLOB_TOPK ? dl_delta_topk_encode(d, k, c, len, from_device, &b, &qlen)
-                                                          : encode_chunk(d, k, c, len, from_device, &b, &qlen);
+                                                          : encode_chunk(d, from, k, c, len, from_device, &b, &qlen);
             rc = q ? 0 : -1;
             if (q) hash_update(xs, q, qlen);
         }
@@ -120,6 +122,13 @@ static int shard_delta(diloco *d, int k, int from_device, XXH3_state_t *xs, size
     }
     d->delta_xxh[k] = hi > lo ? XXH3_64bits_digest(xs) : 0; /* (0 is the checksum of no bytes) */
     return 0;
+}
+
+/* Where fragment f's training started, what Δ is measured from: base, or with --async-lookahead's plain
+ * rule the start ahead that the trainer was given (lookahead.c; a rebase run measures from base). */
+static const float *delta_origin(const diloco *d, int f)
+{
+    return d->la_on != NULL && d->la_on[f] && !runconf_rebase(&d->rc) ? d->la : d->base;
 }
 
 /* Δ of fragment f into delta_*, each shard's checksum into delta_xxh; -1 if our own training produced
@@ -145,7 +154,7 @@ int dl_delta_compute(diloco *d, int f, char *err, size_t errlen)
             return -1;
         }
         for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f) && rc == 0; k++)
-            rc = shard_delta(d, k, d->dev, xs, &bad);
+            rc = shard_delta(d, delta_origin(d, f), k, d->dev, xs, &bad);
         XXH3_freeState(xs);
     }
     if (rc < 0) {

@@ -105,6 +105,11 @@ struct diloco {
     float *params; /* the trainer's buffer */
     size_t numel;
     float *base;          /* global parameters this round started from */
+    /* --async-lookahead (lookahead.c): the previous base while a submission is out, then the start of
+     * the next interval; la_on[f]: params[f] started from it (cleared by params.c when base is taken) */
+    float *la;
+    int64_t *la_prev_version; /* per shard: the version la held before the get */
+    int *la_on;
     int push_dtype;       /* our pushes' codec: the run's (fp32 in a bf16 run with o.bf16 = 0) */
     uint16_t *delta_bf16; /* pseudo-gradient of the round, kept until it is committed */
     float *delta_f32;     /* (block codecs: only with device hooks, the device's fp32 Δ) */
@@ -268,6 +273,13 @@ int dl_dev_load(diloco *d, size_t off, size_t n, int mode, double alpha, char *e
 int dl_dev_delta(diloco *d, int f, size_t *bad, char *err, size_t errlen);
 /* base[shard] is being written (a params reply): its fragment's device snapshot is out of date. */
 void dl_dev_base_written(diloco *d, int shard);
+
+/* lookahead.c: --async-lookahead, the next interval's start ahead of the version we got */
+int lookahead_alloc(diloco *d, char *err, size_t errlen); /* nothing when the run has none */
+void lookahead_free(diloco *d);
+void lookahead_keep(diloco *d, int f); /* before fragment f's submission: its base */
+void lookahead_aim(diloco *d, int f);  /* after its get: the start, per shard */
+int lookahead_enter(diloco *d, int f, char *err, size_t errlen); /* params[f] = the start; tell the trainer */
 
 /* params.c: base into the trainer's parameters */
 /* params[shards] = base[shards] (with device hooks: a DILOCO_LOAD_COPY load, whose error, if any, the
@@ -443,8 +455,10 @@ void round_confirm_early(diloco *d, int f);
 int round_blocking(diloco *d, int f, double alpha, char *err, size_t errlen);
 /* Fragment f's Δ from params; if our own parameters diverged, take the global ones instead. */
 prep_outcome round_prepare_delta(diloco *d, int f, char *err, size_t errlen);
-/* Settle fragment f's round (opened at `round`, started at t0) whose Δ was not sent (p != PREP_SEND):
- * 1 params changed (reset, or repaired), 0 a failure counted, -1 unrecoverable (err). */
+/* Settle fragment f's round (opened at `round`, started at t0) whose Δ was not sent (p != PREP_SEND); after
+ * a reset, a worker that is no longer a member (dropped from its last round) registers again and fetches
+ * everything. 1 params changed (reset, registered again, or repaired), 0 a failure counted, -1
+ * unrecoverable (err). */
 int round_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64_t t0, char *err, size_t errlen);
 /* Apply the outcome rc of fragment f's network round (why: its error): the new global parameters
  * (mixed with ours by alpha), or the failure streak, or a repair wait. */

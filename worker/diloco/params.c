@@ -13,6 +13,8 @@ void params_adopt(diloco *d, int first_shard, int last_shard)
 {
     size_t off = (size_t)d->rc.shard_bounds[first_shard];
     size_t n = (size_t)d->rc.shard_bounds[last_shard] - off;
+    for (int f = 0; d->la_on != NULL && f < d->rc.nfragments; f++) /* these fragments start from base again */
+        if (dl_first_shard(d, f) < last_shard && dl_last_shard(d, f) > first_shard) d->la_on[f] = 0;
     if (!d->dev) {
         memcpy(d->params + off, d->base + off, n * sizeof(float));
     } else if (dl_dev_load(d, off, n, DILOCO_LOAD_COPY, 0.0, d->dev_err, sizeof d->dev_err) < 0) {

@@ -60,9 +60,11 @@ int round_net(diloco *d, int f, char *err, size_t errlen)
     pthread_mutex_unlock(&d->hb_mu);
     if (evicted) return register_if_evicted(d, err, errlen);
     if (d->o.simulate_latency_ms > 0) sleep_ms((unsigned)d->o.simulate_latency_ms);
+    if (d->rc.async) lookahead_keep(d, f);
     int rc = d->rc.async ? async_submit_net(d, f, err, errlen) : sync_run_round(d, f, round, err, errlen);
     if (rc == DL_OK) {
         if (!d->rc.async) d->frag_version[f] = round + 1; /* (async sets it from the versions it got) */
+        if (d->rc.async) lookahead_aim(d, f);
         return DL_OK;
     }
     if (rc == DL_STALE && register_if_evicted(d, err, errlen) != DL_OK) /* stale because we were evicted? */
@@ -121,19 +123,27 @@ static int round_after_repair(diloco *d, int f, int64_t round, const char *why, 
     return 1;
 }
 
+/* Registered again (refetch_all): every fragment comes from the run again. */
+static int refetch_everything(diloco *d, int f, int64_t round, uint64_t t0, char *err, size_t errlen)
+{
+    d->refetch_all = 0;
+    if (fetch_all(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
+    round_record(d, f, round, t0, 1);
+    return 1;
+}
+
 int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint64_t t0, double alpha, char *err,
                  size_t errlen)
 {
     if (rc == DL_CORRUPT) return round_after_repair(d, f, round, why, t0, err, errlen);
     if (rc == DL_FAIL) return on_failure(d, why, err, errlen);
     d->fail_streak = 0;
-    if (d->refetch_all) { /* evicted: everything comes from the run again */
-        d->refetch_all = 0;
-        if (fetch_all(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
-        round_record(d, f, round, t0, 1);
-        return 1;
+    if (d->refetch_all) return refetch_everything(d, f, round, t0, err, errlen); /* evicted */
+    if (rc == DL_OK && d->la != NULL) { /* --async-lookahead: from the start ahead (alpha is 0 then) */
+        if (lookahead_enter(d, f, err, errlen) < 0) return -1;
+    } else if (params_apply(d, f, rc == DL_OK ? alpha : 0.0, err, errlen) < 0) {
+        return -1;
     }
-    if (params_apply(d, f, rc == DL_OK ? alpha : 0.0, err, errlen) < 0) return -1;
     round_record(d, f, round, t0, rc != DL_OK);
     adopt_dylu(d);
     return 1;
@@ -160,10 +170,26 @@ prep_outcome round_prepare_delta(diloco *d, int f, char *err, size_t errlen)
     return PREP_RESET;
 }
 
+/* Fragment f was reset to the global parameters instead of sending a Δ, most often because the confirm
+ * found its previous round committed without our pseudo-gradient. The usual reason for that is that we
+ * were dropped: evicted (a long stop, a network cut) while a shard's new owner needed our Δ again, so the
+ * owner dropped us from the round (dl_drop). Training the next round as that dead incarnation would be H
+ * steps for nothing (its push and arrival are refused at the next sync, and only then would we register):
+ * if we are no longer a member, register again now and take every fragment from the run, waiting as a
+ * joiner for the open round to close. (A group's ranks decide this together in group.c's recover.) */
+static int rejoin_if_dropped(diloco *d, int f, int64_t round, uint64_t t0, char *err, size_t errlen)
+{
+    int rc = register_if_evicted(d, err, errlen);
+    if (rc == DL_OK) return 1;
+    if (rc == DL_FAIL) return on_failure(d, err, err, errlen);
+    return refetch_everything(d, f, round, t0, err, errlen);
+}
+
 int round_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64_t t0, char *err, size_t errlen)
 {
     if (p == PREP_CORRUPT) return round_after_repair(d, f, round, err, t0, err, errlen);
     if (p == PREP_FAILED) return on_failure(d, err, err, errlen);
+    if (p == PREP_RESET) return rejoin_if_dropped(d, f, round, t0, err, errlen);
     return 1;
 }
 

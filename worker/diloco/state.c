@@ -42,7 +42,8 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen)
         log_warn("--no-bf16 applies to bf16 runs (it sends fp32 pseudo-gradients instead of bf16); this run's "
                  "pseudo-gradients are %s: ignored",
                  codec_name(d->rc.compress));
-    if (dl_delta_alloc(d, err, errlen) < 0 || dl_update_alloc(d, err, errlen) < 0) return -1;
+    if (dl_delta_alloc(d, err, errlen) < 0 || dl_update_alloc(d, err, errlen) < 0 || lookahead_alloc(d, err, errlen) < 0)
+        return -1;
     d->owners = calloc((size_t)d->rc.nshards, sizeof(shard_owner));
     d->shard_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->frag_version = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
@@ -157,6 +158,7 @@ void state_free(diloco *d)
     part_free(d);
     dl_host_free(d, d->base);
     dl_delta_free(d);
+    lookahead_free(d);
     dl_update_free(d);
     dl_dev_free(d);
     free(d->owners);

@@ -1,0 +1,55 @@
+#!/bin/sh
+# it_async_lookahead.sh: async DiLoCo with --async-lookahead G (docs/async.md, "Starting ahead"): each
+# worker starts its next interval at got + c (got - prev), c = G x stale / moved from the versions of its
+# previous submission (worker/diloco/lookahead.c). Three workers of different speeds (so c varies), the
+# quadratic trainer, Delayed Nesterov; once with the plain rule (Δ measured from the start) and once with
+# the rebase rule (Δ measured from the base). Each run is bit-identical to the in-process replay of its
+# order (tests/tools/ref_async, which recomputes every start from the versions it replayed) and differs
+# from the replay without the lookahead. No submission may be refused as STALE (the replay cannot know a
+# refused one), so staleness is unbounded in the plain run and K is large in the rebase run.
+# Also: the flag's checks (async only, G in [0, 2], the summary line).
+. "$(dirname "$0")/lib.sh"
+H=10
+start_redis
+check() { # RUN: digests against the replay with the run's lookahead, and against one without it
+  build/tests/tools/ref_async --redis "$URL" --run "$1" --sync-every $H > "$TMP/ref-$1.txt" 2> "$TMP/ref-$1.log" ||
+    fail "reference of $1: $(cat "$TMP/ref-$1.log")"
+  shard_digests "$1" > "$TMP/got-$1.txt"
+  diff "$TMP/ref-$1.txt" "$TMP/got-$1.txt" > "$TMP/diff.txt" || fail "$1: digests differ from the replayed order: $(cat "$TMP/diff.txt")"
+  build/tests/tools/ref_async --redis "$URL" --run "$1" --sync-every $H --async-lookahead 0 > "$TMP/off-$1.txt" 2>/dev/null ||
+    fail "reference of $1 without the lookahead"
+  cmp -s "$TMP/off-$1.txt" "$TMP/got-$1.txt" && fail "$1: the run equals the replay without the lookahead"
+  hist=$($RCLI XRANGE "dl:{$1}:events" - + | awk '/^staleness$/ {getline; n[$0]++} END {for (s in n) printf "%s:%d ", s, n[s]}')
+  say "$1: bit-identical to the replay of $(sed 's/.*replayed //' "$TMP/ref-$1.log") with its starts ahead, not to the one without; staleness $hist"
+}
+workers() { # STEPS DELAY...: fast, mid, slow
+  steps=$1; shift; set -- fast "$1" mid "$2" slow "$3"
+  while [ $# -gt 0 ]; do start_worker "$1" --sync-every $H --steps "$steps" --heartbeat-interval 1 --step-delay-ms "$2"; shift 2; done
+}
+
+# the flag's checks
+bin/coordinator init --redis "$URL" --run bad1 --trainer quadratic --numel 100 --async-lookahead 0.5 > "$TMP/bad1.txt" 2>&1 &&
+  fail "a sync run took --async-lookahead"
+grep -q "async setting" "$TMP/bad1.txt" || fail "bad1: $(cat "$TMP/bad1.txt")"
+bin/coordinator init --redis "$URL" --run bad2 --trainer quadratic --numel 100 --async --async-lookahead 3 > "$TMP/bad2.txt" 2>&1 &&
+  fail "--async-lookahead 3 was taken"
+grep -q "async-lookahead" "$TMP/bad2.txt" || fail "bad2: $(cat "$TMP/bad2.txt")"
+say "flags: a sync run and G = 3 refused"
+
+RUN=ahead_plain
+init_run $RUN --async --trainer quadratic --numel 40000 --shards 4 --workers 3 --dn-buffer-size 3 --async-lookahead 0.5
+grep -q "workers start 0.5 ahead" "$TMP/init-$RUN.log" || fail "init summary: $(cat "$TMP/init-$RUN.log")"
+[ "$($RCLI HGET "dl:{$RUN}:config" async_lookahead)" = 0.5 ] || fail "config async_lookahead: $($RCLI HGET "dl:{$RUN}:config" async_lookahead)"
+NSRV=0; keep_servers 2
+workers 60 5 10 20
+wait_workers fast mid slow
+check $RUN
+for p in $(live_servers); do eval "kill \$SRV_s$p"; done
+
+RUN=ahead_rebase
+init_run $RUN --async --trainer quadratic --numel 40000 --shards 4 --workers 3 --dn-buffer-size 3 --async-lookahead 0.75 \
+  --async-rule rebase --max-staleness 64
+NSRV=0; keep_servers 2
+workers 60 5 10 20
+wait_workers fast mid slow
+check $RUN

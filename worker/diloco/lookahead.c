@@ -1,0 +1,99 @@
+/* lookahead.c: async runs with `coordinator init --async-lookahead G`: a worker starts its next interval
+ * ahead of the version it got back, where the others' submissions are expected to take the parameters
+ * while it trains (docs/async.md, "Starting ahead").
+ *
+ * In a steady async run each submission is applied a few versions after the one it started from (N - 1
+ * with N equal workers), so the worker trained from parameters that had not yet moved by the others'
+ * progress. The versions it saw give that progress: between the base of its previous submission and the
+ * version that submission got back, the parameters moved by got - prev over `moved` versions, of which
+ * `stale` were the others' while it trained. The next interval starts from
+ *     start = got + G * stale / moved * (got - prev)          (outer_lookahead, common/math/outer_dn.c)
+ * per shard. The shard-servers do not change: what they apply depends on the rule's pseudo-gradient,
+ *   - plain: Δ = start - params, the worker's own drift from where it started (delta.c reads la);
+ *   - rebase: Δ = base - params, so that the rebased g' = θ_now - params pulls the current version towards
+ *     the worker's result, which was trained from nearer to θ_now.
+ * Everything is a function of versions recorded in Redis (the submit events: base and place of every
+ * submission), so tests/tools/ref_async recomputes each start and the run's parameters bit for bit.
+ *
+ * Host memory only: one more fp32 copy of the parameters (la: prev while a submission is out, then the
+ * start). Not with device hooks or Streaming's mix (fragment alpha > 0), refused at open. After any other
+ * change of params (a stale round's fetch, a reset, a new registration) params.c clears la_on and the
+ * next interval starts from base, as without the setting. */
+#include <inttypes.h>
+#include <string.h>
+
+#include "base/log.h"
+#include "base/util.h"
+#include "internal.h"
+#include "math/outer_dn.h"
+
+int lookahead_alloc(diloco *d, char *err, size_t errlen)
+{
+    if (d->rc.async_lookahead <= 0) return 0;
+    if (d->o.device.delta != NULL) {
+        err_set(err, errlen,
+                "run '%s' has --async-lookahead %g, which this worker's device hooks do not support yet: use "
+                "host parameters (no device hooks) or a run without the lookahead",
+                d->run, (double)d->rc.async_lookahead);
+        return -1;
+    }
+    if (d->o.fragment_alpha > 0) {
+        err_set(err, errlen,
+                "run '%s' has --async-lookahead %g, which does not combine with a fragment alpha (%g): leave "
+                "--fragment-alpha at 0",
+                d->run, (double)d->rc.async_lookahead, d->o.fragment_alpha);
+        return -1;
+    }
+    d->la = dl_host_alloc(d, d->numel * sizeof(float));
+    d->la_prev_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));
+    d->la_on = calloc((size_t)d->rc.nfragments, sizeof(int));
+    if (!d->la || !d->la_prev_version || !d->la_on) {
+        err_set(err, errlen, "out of memory for the lookahead's copy of %zu parameters", d->numel);
+        return -1;
+    }
+    return 0;
+}
+
+void lookahead_free(diloco *d)
+{
+    dl_host_free(d, d->la);
+    free(d->la_prev_version);
+    free(d->la_on);
+}
+
+/* Before fragment f's submission: the base it is measured from, and its versions. */
+void lookahead_keep(diloco *d, int f)
+{
+    if (d->la == NULL) return;
+    size_t lo = (size_t)d->rc.shard_bounds[dl_first_shard(d, f)];
+    size_t hi = (size_t)d->rc.shard_bounds[dl_last_shard(d, f)];
+    memcpy(d->la + lo, d->base + lo, (hi - lo) * sizeof(float));
+    for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f); k++) d->la_prev_version[k] = d->shard_version[k];
+}
+
+/* After the submission's get: la[f] becomes the start of the next interval, shard by shard. */
+void lookahead_aim(diloco *d, int f)
+{
+    if (d->la == NULL) return;
+    for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f); k++) {
+        size_t lo = (size_t)d->rc.shard_bounds[k], n = (size_t)runconf_shard_numel(&d->rc, k);
+        int64_t prev = d->la_prev_version[k];
+        float c = outer_lookahead_coef(d->rc.async_lookahead, d->seq[k] - prev, d->shard_version[k] - prev);
+        outer_lookahead(d->la + lo, d->base + lo, d->la + lo, c, n);
+        if (k == dl_first_shard(d, f))
+            log_debug("fragment %d: starting ahead by %.3f x (version %" PRId64 " - version %" PRId64 ")", f, (double)c,
+                      d->shard_version[k], prev);
+    }
+}
+
+/* The trainer takes the start (instead of base) for fragment f. */
+int lookahead_enter(diloco *d, int f, char *err, size_t errlen)
+{
+    if (d->la == NULL) return 0;
+    size_t lo = (size_t)d->rc.shard_bounds[dl_first_shard(d, f)];
+    size_t hi = (size_t)d->rc.shard_bounds[dl_last_shard(d, f)];
+    memcpy(d->params + lo, d->la + lo, (hi - lo) * sizeof(float));
+    if (params_changed(d, lo, hi - lo, err, errlen) < 0) return -1;
+    d->la_on[f] = 1;
+    return 0;
+}

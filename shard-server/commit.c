@@ -225,12 +225,25 @@ static void commit_on_barrier(redisReply *r, void *priv)
         return;
     }
     const char *state = r->element[0]->str ? r->element[0]->str : "";
+    if (strcmp(state, "open") == 0) {
+        /* the gets wait parked for the close (subscribe.c hears it), unless it was heard while we asked */
+        if (closes_heard_since(c->ss, s->frag, c->round, c->closes_seen)) {
+            commit_finish(c, OUT_AGAIN);
+        } else if (closes_parking(c->ss)) {
+            closes_found_open(c->ss, s->frag, c->round);
+            commit_finish(c, OUT_OPEN);
+        } else {
+            commit_finish(c, OUT_WAIT);
+        }
+        return;
+    }
     if (strcmp(state, "closed") != 0) {
         if (strcmp(state, "expired") == 0)
             log_warn("shard %d: the barrier of round %lld has expired; cannot commit", c->k, (long long)c->round);
         commit_finish(c, OUT_WAIT);
         return;
     }
+    closes_found_closed(c->ss, s->frag, c->round);
     const char *parts = r->element[1]->type == REDIS_REPLY_STRING ? r->element[1]->str : "";
     const char *dropped = r->element[2]->type == REDIS_REPLY_STRING ? r->element[2]->str : "";
     if (commit_parse_participants(c, parts, dropped) != 0) {
@@ -358,6 +371,7 @@ void commit_start(ss_ctx *ss, ss_shard *s)
         return;
     }
     const char *args[2] = {f, round};
+    c->closes_seen = ss->m.closes_heard; /* a close heard after this read makes its `open` out of date */
     if (store_fcall(ss, commit_on_barrier, c, "dl_barrier", 2, args) != 0) {
         snprintf(c->errmsg, sizeof c->errmsg, "Redis is unavailable");
         commit_finish(c, OUT_ERR);

@@ -19,7 +19,10 @@
 
 #define MAX_PARTICIPANTS 4096
 
-enum commit_outcome { OUT_DONE, OUT_WAIT, OUT_NEED, OUT_ERR };
+/* How a commit ended, for the gets parked on it (commit_finish): done (judged again), the barrier not
+ * closed (`wait`), open but a close is on its way (kept parked until it is heard: closes.c), a close heard
+ * while dl_barrier was in flight (judged again: the barrier is read anew), Δ missing (`need`), an error. */
+enum commit_outcome { OUT_DONE, OUT_WAIT, OUT_OPEN, OUT_AGAIN, OUT_NEED, OUT_ERR };
 
 struct ss_commit;
 
@@ -49,6 +52,7 @@ typedef struct ss_commit {
     const float *base_theta;
     int64_t epoch;
     uint64_t t0;
+    uint64_t closes_seen; /* sync: the closes heard when its dl_barrier was sent (closes.c) */
     int np; /* participants not dropped at barrier time */
     char *ids[MAX_PARTICIPANTS];
     int64_t incs[MAX_PARTICIPANTS];

@@ -127,9 +127,13 @@ void commit_finish(ss_commit *c, int outcome)
         /* async: a get for a later version waits on this one too (re-dispatching it would spin) */
         int waiting_for_it = strcmp(req->h.op, "get") == 0 &&
                              (req->h.version == round + 1 || (ss->rc.async && req->h.version > round + 1));
-        if (outcome == OUT_DONE || !waiting_for_it || s->state != SH_READY || s->version != round)
+        if (outcome == OUT_DONE || outcome == OUT_AGAIN || !waiting_for_it || s->state != SH_READY ||
+            s->version != round) {
             ss->dispatch(ss, req);
-        else if (outcome == OUT_WAIT)
+        } else if (outcome == OUT_OPEN) {
+            req->waits_close = 1; /* until the close is heard, or the barrier is read again (subscribe.c) */
+            park_add(ss, s, req);
+        } else if (outcome == OUT_WAIT)
             req_reply_simple(req, "wait",
                              ss->rc.async ? "an earlier submission has not arrived yet"
                                           : "the round's barrier is not closed yet");

@@ -96,6 +96,7 @@ static void on_park_timer(evutil_socket_t fd, short what, void *arg)
     ss_ctx *ss = arg;
     lease_check_expiry(ss);
     park_expire(ss, PARK_MAX_MS);
+    subscribe_tick(ss);
     snapshot_idle_work(ss);
 }
 
@@ -126,8 +127,17 @@ int ss_ctx_start(ss_ctx *ss, struct event_base *base, char *err, size_t errlen)
         snprintf(err, errlen, "cannot set up the Redis connections");
         return -1;
     }
-    rlink *links[3] = {&ss->ctl, &ss->bulk, &ss->bulkw};
-    rlink_route_attach(&ss->route, &ss->bulk, links, 3);
+    rlink *links[4] = {&ss->ctl, &ss->bulk, &ss->bulkw, &ss->closes.link};
+    int nlinks = 3;
+    if (!ss->rc.async) { /* sync runs: the barrier closes (subscribe.c) */
+        if (rlink_init(&ss->closes.link, "closes", RLINK_CMD, &ss->url, ss->base, stall, on_refused) != 0 ||
+            subscribe_start(ss) != 0) {
+            snprintf(err, errlen, "cannot set up the subscription to the barrier closes");
+            return -1;
+        }
+        nlinks = 4;
+    }
+    rlink_route_attach(&ss->route, &ss->bulk, links, nlinks);
     if (metrics_start(ss, err, errlen) != 0 || lease_start(ss, err, errlen) != 0) return -1;
     if (add_persist(ss, &ss->park_timer, on_park_timer, PARK_CHECK_MS) != 0) {
         snprintf(err, errlen, "cannot start the park timer");
@@ -152,6 +162,8 @@ void ss_ctx_free(ss_ctx *ss)
     rlink_close(&ss->ctl);
     rlink_close(&ss->bulk);
     rlink_close(&ss->bulkw);
+    if (ss->closes.link.base != NULL) rlink_close(&ss->closes.link);
+    closes_free(ss);
     rlink_route_free(&ss->route);
     commit_free_all(ss);
     fault_free(ss);

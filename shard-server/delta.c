@@ -16,6 +16,13 @@ ss_delta *delta_find(ss_shard *s, int64_t round, const char *worker, int64_t inc
     return NULL;
 }
 
+int delta_has_round(const ss_shard *s, int64_t round)
+{
+    for (const ss_delta *d = s->deltas; d != NULL; d = d->next)
+        if (d->round == round) return 1;
+    return 0;
+}
+
 /* Keep the request's payload (the frame moves into the delta); replaces an earlier push of the same key. */
 void delta_store(ss_shard *s, ss_req *req)
 {

@@ -17,7 +17,8 @@
 
 #define METRICS_PERIOD_S 30
 
-/* Connections to Redis re-established after a loss, over the server's three links. */
+/* Connections to Redis re-established after a loss, over the server's three links (not the closes
+ * subscription: a Redis restart counts 3 whatever the mode). */
 static uint64_t metrics_redis_reconnects(const ss_ctx *ss)
 {
     return ss->ctl.reconnects + ss->bulk.reconnects + ss->bulkw.reconnects;
@@ -44,7 +45,8 @@ void metrics_log(ss_ctx *ss)
              "max %.3f s; "
              "pushes %llu, gets %llu (tentative %llu); bytes in %llu out %llu; conflicts %llu; lease changes %llu; "
              "rejections %llu, duplicates %llu; computed ahead %llu (dropped %llu); "
-             "loads %llu (failed %llu); snapshots %llu; connections %llu; redis reconnects %llu",
+             "loads %llu (failed %llu); snapshots %llu; connections %llu; redis reconnects %llu; barrier closes heard "
+             "%llu (missed %llu)",
              held, ready, corrupt, (unsigned long long)m->rounds_committed, (unsigned long long)m->noop_commits, mean,
              m->commit_seconds_max, (unsigned long long)m->pushes, (unsigned long long)m->gets,
              (unsigned long long)m->tentative_gets, (unsigned long long)m->bytes_in, (unsigned long long)m->bytes_out,
@@ -52,7 +54,8 @@ void metrics_log(ss_ctx *ss)
              (unsigned long long)m->duplicates, (unsigned long long)m->ahead_used,
              (unsigned long long)m->ahead_discarded, (unsigned long long)m->loads, (unsigned long long)m->load_failures,
              (unsigned long long)m->snapshots, (unsigned long long)m->connections,
-             (unsigned long long)metrics_redis_reconnects(ss));
+             (unsigned long long)metrics_redis_reconnects(ss), (unsigned long long)m->closes_heard,
+             (unsigned long long)m->closes_missed);
 }
 
 static void on_metrics_timer(evutil_socket_t fd, short what, void *arg)
@@ -120,6 +123,12 @@ static void metrics_format(struct evbuffer *out, const ss_ctx *ss)
     prom_counter(out, ss, "redis_reconnects_total",
                  "Connections to Redis re-established after a loss (control, bulk and bulk-write each count).",
                  metrics_redis_reconnects(ss));
+    prom_counter(out, ss, "barrier_closes_heard_total",
+                 "Sync barrier closes announced on dl:{R}:closes (the gets parked on them answered at once).",
+                 m->closes_heard);
+    prom_counter(out, ss, "barrier_closes_missed_total",
+                 "Sync barrier closes found by reading the barrier, never announced (a lost message).",
+                 m->closes_missed);
 }
 
 static void on_metrics_request(struct evhttp_request *req, void *arg)

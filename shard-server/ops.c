@@ -279,22 +279,22 @@ static void reply_current(ss_ctx *ss, ss_shard *s, ss_req *req)
     reply_params(ss, s, req, s->theta, s->version, s->theta_xxh, 0);
 }
 
-/* A get for version r+1 means the barrier of round r has closed: the worker will ask for every other
- * shard of the fragment next. Start their commits now (those that have a pushed Δ of round r), so the
- * server computes, logs and commits them back to back instead of one per request. */
+/* A get for version r+1 comes when the barrier of round r has closed or while its worker arrives: the
+ * worker asks for every other shard of the fragment with it. Start their commits now (those that have a
+ * pushed Δ of round r), so the server computes, logs and commits them back to back instead of one per
+ * request (each reads the barrier: open, they end at once and the close starts them again, subscribe.c). */
 static void commit_siblings(ss_ctx *ss, const ss_shard *s)
 {
     for (int k = 0; k < ss->nshards; k++) {
         ss_shard *o = &ss->shards[k];
         if (o == s || o->state != SH_READY || o->committing || o->frag != s->frag || o->version != s->version) continue;
-        int pushed = 0;
-        for (ss_delta *d = o->deltas; d != NULL && !pushed; d = d->next) pushed = d->round == o->version;
-        if (pushed) commit_start(ss, o);
+        if (delta_has_round(o, o->version)) commit_start(ss, o);
     }
 }
 
 static void op_get(ss_ctx *ss, ss_req *req)
 {
+    req->waits_close = 0;
     ss_shard *s = own_shard(ss, req);
     if (s == NULL) return;
     int64_t v = req->h.version;
@@ -319,6 +319,11 @@ static void op_get(ss_ctx *ss, ss_req *req)
          * another worker: then this get waits for it) */
         park_add(ss, s, req);
         commit_start(ss, s);
+        return;
+    }
+    if (s->version == v - 1 && closes_known_open(ss, s->frag, s->version)) {
+        req->waits_close = 1; /* (sent while its worker arrives) the close starts the commit: subscribe.c */
+        park_add(ss, s, req);
         return;
     }
     if (s->version == v - 1) {

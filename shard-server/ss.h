@@ -20,6 +20,10 @@
  *   shard.c    per-shard cache: lease transitions (acquire, release, reload), teardown
  *   load.c     a shard's cache rebuilt from Redis (snapshot + log replay + digest check); CORRUPT
  *   park.c     requests waiting on a shard, judged again through ss->dispatch
+ *   subscribe.c  the subscription to the run's barrier closes (dl:{R}:closes): a close heard starts the
+ *              commits of its fragment and answers the gets parked on its barrier; the re-check of the
+ *              barriers they wait on when no close was heard
+ *   closes.c   what the server knows of each fragment's open barrier: closes heard, found open, missed
  *   delta.c    the pseudo-gradients a shard holds, as received
  *   commit.c   the commit chain of a round (barrier, drops, membership checks, dl_commit); commit.h
  *              holds what the commit files share
@@ -101,6 +105,8 @@ typedef struct ss_metrics {
     uint64_t connections;
     uint64_t ahead_used;      /* commits that took over the compute made ahead of their barrier */
     uint64_t ahead_discarded; /* computes ahead that were dropped (another set of Δ, a resend, a reload) */
+    uint64_t closes_heard;    /* barrier closes announced on dl:{R}:closes (subscribe.c) */
+    uint64_t closes_missed;   /* closes found by reading the barrier, never announced (closes.c) */
 } ss_metrics;
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -117,6 +123,7 @@ typedef struct ss_req {
     size_t payload_len;
     uint64_t parked_ms;  /* when it started waiting on a shard */
     int reloads;         /* shard reloads this request caused (at most one) */
+    int waits_close;     /* a get parked until the barrier of the round before the version it asks for closes */
     struct ss_req *next; /* in a shard's list of parked requests */
     /* Called with the reply just before the request is freed (NULL: none). A request without a
      * connection (conn NULL) is answered only here: the unit tests feed requests to ops_dispatch so. */
@@ -240,6 +247,21 @@ typedef struct ss_fault {
     struct event *exit_ev;
 } ss_fault;
 
+/* What the server knows of the open barrier of each fragment (closes.c), for the gets of round r+1 that
+ * a worker sends while it arrives at barrier r: they wait parked for the close instead of being answered
+ * `wait` (docs/PROTOCOL.md, "A sync round"). The closes are announced on the channel by the Lua function
+ * that closes a barrier; this server hears them on its own subscribed link (subscribe.c). */
+typedef struct ss_closes {
+    rlink link;           /* subscribed to channel; in the route group, so it follows a failover */
+    char channel[200];    /* dl:{R}:closes */
+    int subscribed;       /* the current connection's SUBSCRIBE is confirmed */
+    int nfrag;
+    int64_t *heard;       /* per fragment: the highest round whose close was announced (-1: none) */
+    uint64_t *heard_no;   /* and which close heard it was (ss->m.closes_heard then) */
+    int64_t *open_round;  /* per fragment: the round dl_barrier last found open (-1: none) */
+    uint64_t *open_ms;    /* when it did */
+} ss_closes;
+
 typedef struct ss_ctx {
     ss_opts opts;
     redis_url url;
@@ -252,7 +274,8 @@ typedef struct ss_ctx {
     rlink ctl;         /* FCALLs */
     rlink bulk;        /* blobs: GET, DEL */
     rlink bulkw;       /* blobs: SET (log entries, snapshots) without copies (RLINK_SET) */
-    rlink_route route; /* Redis Cluster slot map of those three */
+    rlink_route route; /* Redis Cluster slot map of those three (and of closes.link) */
+    ss_closes closes;  /* sync runs: the barrier closes heard (closes.c, subscribe.c) */
     struct evconnlistener *listener;
     struct ss_conn *conns; /* every data-plane connection (server.c) */
     size_t max_frame;      /* largest acceptable frame */
@@ -370,10 +393,43 @@ void park_redispatch(ss_ctx *ss, ss_shard *s);
 /* Answer the requests that waited longer than max_age_ms: the worker will retry. */
 void park_expire(ss_ctx *ss, uint64_t max_age_ms);
 
+/* closes.c: what the server knows of each fragment's open barrier (ss_closes) */
+/* The per-fragment state (all unknown); -1 out of memory. Freed by closes_free. */
+int closes_init(ss_ctx *ss);
+void closes_free(ss_ctx *ss);
+/* The close of round r of fragment f was announced. */
+void closes_heard(ss_ctx *ss, int f, int64_t r);
+/* Whether the close of round r of fragment f (or a later one) was announced after the `seen`-th close
+ * heard (ss->m.closes_heard when a dl_barrier was sent): that read, which found the barrier open, is out
+ * of date and the barrier is read again. (A read sent after the announcement that still finds it open is
+ * believed: a failover lost the close.) */
+int closes_heard_since(const ss_ctx *ss, int f, int64_t r, uint64_t seen);
+/* Whether a get may wait parked for a close: the subscription is confirmed, and closes have not been
+ * found missing with none ever heard (a Lua library without the PUBLISH, an ACL without the channel). */
+int closes_parking(const ss_ctx *ss);
+/* dl_barrier found barrier r of f open, or closed (a close not announced by then counts as missed). */
+void closes_found_open(ss_ctx *ss, int f, int64_t r);
+void closes_found_closed(ss_ctx *ss, int f, int64_t r);
+/* Whether barrier r of f is known open: found so less than CLOSES_RECHECK_MS ago, its close not heard,
+ * and parking allowed. A get then waits parked without asking Redis. */
+int closes_known_open(const ss_ctx *ss, int f, int64_t r);
+/* Forget what was found open (the next get asks Redis again). */
+void closes_forget_open(ss_ctx *ss);
+
+/* subscribe.c: the subscription to the barrier closes (sync runs) */
+/* Set up the link's subscription (each time it connects) and the state; the link itself is made by
+ * ctx.c with the other links. 0, or -1 out of memory. */
+int subscribe_start(ss_ctx *ss);
+/* The park timer's tick: the gets parked on a barrier that is no longer known open are judged again
+ * (dl_barrier read again), so a close whose message was lost costs at most a tick or two. */
+void subscribe_tick(ss_ctx *ss);
+
 /* delta.c: the pseudo-gradients a shard holds */
 /* Free the deltas of rounds < below_round (or all of them). */
 void delta_free(ss_shard *s, int64_t below_round, int all);
 ss_delta *delta_find(ss_shard *s, int64_t round, const char *worker, int64_t inc);
+/* Whether any pseudo-gradient of round is held. */
+int delta_has_round(const ss_shard *s, int64_t round);
 /* Keep the request's payload (the frame moves into the delta); replaces an earlier push of the same key. */
 void delta_store(ss_shard *s, ss_req *req);
 

@@ -4,7 +4,8 @@
 #  1. bad input (NaN, wrong size, bad checksum, unknown worker, stale round, oversize frame): each is
 #     answered `err` with its code, recorded in dl:{R}:events, and changes nothing;
 #  2. five sync rounds (f32 and bf16 pushes, dl_arrive by hand, get -> commit -> params), snapshots
-#     every 2 versions with the obsolete blobs deleted;
+#     every 2 versions with the obsolete blobs deleted; a get sent before the barrier closes is held by
+#     the server (no answer) and answered at the close, which the server hears on dl:{R}:closes;
 #  3. a participant that dies after the barrier closed is dropped and the round commits without it;
 #  4. a second server takes over (SIGTERM of the first) and rebuilds the shards from snapshot + log:
 #     the digests it serves are those committed;
@@ -70,6 +71,7 @@ inc() { $R FCALL dl_member 1 "$C" "$1"; }
 
 start_server A
 wait_owner 0 A; wait_owner 1 A
+for i in $(seq 50); do grep -q 'subscribed to' "$TMP/ssA.log" && break; sleep 0.1; done
 A=$ADDR_A
 v0=$(wait_params "$A" 0 0)
 check "shard 0 served at version 0" "params 0 $(field 0:digest)" "$v0"
@@ -97,12 +99,21 @@ for r in 0 1 2 3 4; do
     check "push w1 k$k r$r" "ack" "$("$T" push "$A" $k $r w1 "$I1" 500 f32 0.0$((r+1)))"
     check "push w2 k$k r$r" "ack" "$("$T" push "$A" $k $r w2 "$I2" 500 bf16 -0.0$((r+2)))"
   done
-  check "get before the barrier closes" "wait" "$("$T" get "$A" 0 $((r+1)) w1 "$I1")"
+  "$T" get "$A" 0 $((r+1)) w1 "$I1" > "$TMP/held.out" 2>&1 & # sent before the barrier closes: held
+  held=$!
+  sleep 0.3
+  kill -0 $held 2>/dev/null || fail "a get before the barrier closes was answered at once: $(cat "$TMP/held.out")"
   $R FCALL dl_arrive 1 "$C" w1 "$I1" 0 $r >/dev/null
   $R FCALL dl_arrive 1 "$C" w2 "$I2" 0 $r >/dev/null
+  if [ $r -eq 0 ]; then
+    wait $held
+    check "the held get, answered at the close" "params 1 $(field 0:digest)" "$(cat "$TMP/held.out")"
+  fi
   if [ $r -ge 1 ]; then   # w3 arrives without having pushed: the server asks for it
     I3=$(inc w3)
     $R FCALL dl_arrive 1 "$C" w3 "$I3" 0 $r >/dev/null
+    wait $held
+    check "the held get, answered at the close: need lists w3" "need -1 - - w3" "$(cat "$TMP/held.out")"
     check "need lists w3" "need -1 - - w3" "$("$T" get "$A" 0 $((r+1)) w1 "$I1")"
     for k in 0 1; do "$T" push "$A" $k $r w3 "$I3" 500 f32 0.02 >/dev/null; done
   fi

@@ -3,7 +3,9 @@
  * redis-server.
  *
  * One shard-server holds the run's only shard; two workers are members. Round 0: a get of version 1
- * while the barrier is open is answered `wait`; closed with w2's Δ missing, `need w2`; with both Δ,
+ * while the barrier is open waits parked (the server subscribed to the barrier closes), and the close,
+ * announced on dl:{R}:closes, answers it: w2's Δ is missing, `need w2`; the same get from a server that
+ * does not hear closes is answered `wait`; with both Δ,
  * the commit is computed, its log entry written and dl_commit applied: the reply, the shard's version
  * and digest in Redis are version 1 with the bits that common/math/outer.c gives from the v0 snapshot.
  * Round 1: w2 dies (deregisters) without pushing: it is dropped and version 2 is w1's step alone, its
@@ -60,6 +62,27 @@ static void do_push(const char *w, long long inc, int round, const float *d)
     assert_string_equal(rep.h.op, "ack");
 }
 
+static int subscribed(void *ss)
+{
+    return ((ss_ctx *)ss)->closes.subscribed;
+}
+
+static int replied(void *rep)
+{
+    return ((ssh_reply *)rep)->done;
+}
+
+/* A get of version v of shard 0 sent now; its reply comes into *rep whenever it comes. */
+static int get_sent(long long v, ssh_reply *rep)
+{
+    blob_header h;
+    blob_header_init(&h, "get");
+    h.shard = 0;
+    h.version = v;
+    snprintf(h.worker, sizeof h.worker, "tester");
+    return ssh_request(g_server, &h, NULL, 0, rep, 300);
+}
+
 static void fill_delta(float *d, int seed)
 {
     for (int i = 0; i < NUMEL; i++) d[i] = 0.001f * (float)((i * 37 + seed * 11) % 23) - 0.011f;
@@ -95,16 +118,23 @@ static void test_commit_rounds(void **state)
     long long i1 = ssh_register(RUN, "w1"), i2 = ssh_register(RUN, "w2");
     ssh_reply rep;
 
-    /* round 0, barrier open: wait */
+    /* round 0, barrier open: the get waits parked for the close (no reply within 300 ms) */
+    assert_int_equal(ssh_pump_until(g_base, subscribed, g_server, 5000), 0);
     ssh_arrive(RUN, "w1", i1, 0, "open");
     do_push("w1", i1, 0, d1);
-    assert_int_equal(ssh_get(g_server, 0, 1, &rep), 0);
-    assert_string_equal(rep.h.op, "wait");
-    /* closed, w2's Δ missing: need w2 */
+    static ssh_reply parked; /* the harness writes the reply here when it comes */
+    assert_int_not_equal(get_sent(1, &parked), 0);
+    assert_int_equal(g_server->shards[0].nparked, 1);
+    /* closed, w2's Δ missing: the close is heard and answers the parked get with need w2 */
+    uint64_t heard = g_server->m.closes_heard;
     ssh_arrive(RUN, "w2", i2, 0, "closed");
-    assert_int_equal(ssh_get(g_server, 0, 1, &rep), 0);
-    assert_string_equal(rep.h.op, "need");
-    assert_string_equal(rep.h.text, "w2");
+    assert_int_equal(ssh_pump_until(g_base, replied, &parked, 5000), 0);
+    assert_string_equal(parked.h.op, "need");
+    assert_string_equal(parked.h.text, "w2");
+    assert_true(g_server->m.closes_heard > heard);
+    assert_int_equal(ssh_shard_int(RUN, 0, "version"), 0);
+    /* a server that does not hear the closes (its subscription lost) answers a get of an open barrier
+     * `wait` at once: round 1's barrier is open once round 0 committed, below */
     assert_int_equal(ssh_shard_int(RUN, 0, "version"), 0);
     /* every Δ present: version 1 = outer step of the mean (w1, w2 in that order) */
     do_push("w2", i2, 0, d2);
@@ -125,6 +155,11 @@ static void test_commit_rounds(void **state)
     assert_int_equal(g_server->m.duplicates, 1);
     assert_int_equal(g_server->m.rejections, 0);
 
+    /* round 1, open: not subscribed, `wait` */
+    g_server->closes.subscribed = 0;
+    assert_int_equal(ssh_get(g_server, 0, 2, &rep), 0);
+    assert_string_equal(rep.h.op, "wait");
+    g_server->closes.subscribed = 1;
     /* round 1: w2 dies before pushing: dropped, version 2 is w1's Δ alone */
     ssh_arrive(RUN, "w1", i1, 1, "open");
     ssh_arrive(RUN, "w2", i2, 1, "closed");

@@ -4,8 +4,9 @@
  * Two servers of one run, A and B, on one event base the test drives. A takes the run's only shard,
  * loads it and keeps it across renewals without a new epoch. Then A stops beating (as if SIGSTOPped)
  * while still trusting its lease (its bound pinned ahead: the worst case the fence exists for), B takes
- * the shard over after the ttl with a higher epoch, and A's commit of a round is refused by dl_commit
- * (FENCED): the version in Redis does not move and A gives the shard up. Last, B's own bound passes
+ * the shard over after the ttl with a higher epoch, and A's commit of a round (started when A hears the
+ * round's barrier close, shard-server/subscribe.c) is refused by dl_commit (FENCED): the version in Redis
+ * does not move and A gives the shard up, so a get finds it moved. Last, B's own bound passes
  * without a renewal: lease_check_expiry drops the shard and a get is answered `moved`.
  * Exits 77 (skipped) when redis-server is not installed.
  */
@@ -48,14 +49,14 @@ static int owner_is(void *id)
     return strcmp(o, id) == 0;
 }
 
-/* A worker w that has pushed d to ss for round 0 and arrived (closing the barrier). */
-static void join_push_arrive(ss_ctx *ss, const char *w, const float *d)
+/* A worker w that has pushed d to ss for round 0 (its incarnation; it arrives later). */
+static long long join_push(ss_ctx *ss, const char *w, const float *d)
 {
     long long inc = ssh_register(RUN, w);
     ssh_reply rep;
     assert_int_equal(ssh_push(ss, 0, 0, w, inc, d, NUMEL, &rep), 0);
     assert_string_equal(rep.h.op, "ack");
-    ssh_arrive(RUN, w, inc, 0, "closed");
+    return inc;
 }
 
 static void test_lease_takeover_fence_expiry(void **state)
@@ -80,7 +81,7 @@ static void test_lease_takeover_fence_expiry(void **state)
     /* a pseudo-gradient for round 0 reaches A; then A stops renewing but still trusts its lease */
     float d[NUMEL];
     for (int i = 0; i < NUMEL; i++) d[i] = 0.01f * (float)(i % 7) - 0.02f;
-    join_push_arrive(a, "w1", d);
+    long long inc = join_push(a, "w1", d);
     event_del(a->beat_timer);
     a->lease_valid_until = now_ms() + 60000;
 
@@ -93,9 +94,11 @@ static void test_lease_takeover_fence_expiry(void **state)
     assert_int_equal(b->shards[0].epoch, e2);
     assert_int_equal(a->shards[0].state, SH_READY); /* A has not noticed */
 
-    /* A commits round 0 under epoch e1: dl_commit is fenced, Redis stays at version 0 */
+    /* w1 arrives, closing the barrier: A commits round 0 under epoch e1: dl_commit is fenced, Redis stays
+     * at version 0 */
     char digest0[32], digest_after[32];
     ssh_shard_str(RUN, 0, "digest", digest0, sizeof digest0);
+    ssh_arrive(RUN, "w1", inc, 0, "closed");
     ssh_reply rep;
     assert_int_equal(ssh_get(a, 0, 1, &rep), 0);
     assert_int_equal(a->m.conflicts, 1);

@@ -264,7 +264,8 @@ typedef struct diloco_sync_info {
     int stale;       /* 1 when the round was lost (STALE/evicted) and we re-fetched instead */
     /* Phase timestamps of the round, CLOCK_REALTIME in microseconds (comparable across processes on
      * one machine; 0 when the phase did not happen): first pseudo-gradient byte sent, every push
-     * acknowledged, barrier closed (first get sent), last parameter byte received. */
+     * acknowledged, barrier closed (the gets' replies read from then on: they were sent with the arrival,
+     * docs/PROTOCOL.md "A sync round"), last parameter byte received. */
     uint64_t t_first_send_us, t_pushed_us, t_get_us, t_last_recv_us;
     /* Before this round, confirming that the previous round's parameters (received before they were
      * durable, docs/PROTOCOL.md "Tentative parameters") were committed: usually one Redis read. */

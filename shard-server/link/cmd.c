@@ -263,3 +263,20 @@ static int cmd_here(rlink *conn, rlink_cb *cb, void *priv, int argc, const char 
     }
     return 0;
 }
+
+/* A subscription's confirmation or message (the reply array), or NULL once its connection is gone. */
+static void cmd_on_subscribed(redisAsyncContext *ac, void *reply, void *privdata)
+{
+    rlink *l = privdata;
+    if (reply != NULL && l->ac != ac) return; /* (a connection being replaced) */
+    if (l->sub_cb != NULL) l->sub_cb(reply, l->sub_priv);
+}
+
+int rlink_cmd_subscribe(rlink *l, const char *channel, rlink_cb *cb, void *priv)
+{
+    if (l->kind != RLINK_CMD || !cmd_accepting(l)) return -1;
+    l->sub_cb = cb;
+    l->sub_priv = priv;
+    const char *argv[2] = {"SUBSCRIBE", channel};
+    return redisAsyncCommandArgv(l->ac, cmd_on_subscribed, l, 2, argv, NULL) == REDIS_OK ? 0 : -1;
+}

@@ -86,6 +86,8 @@ typedef struct rlink {
     int is_twin;
     /* RLINK_CMD transport (cmd.c) */
     redisAsyncContext *ac;
+    rlink_cb *sub_cb; /* rlink_cmd_subscribe's: each message of the subscription */
+    void *sub_priv;
     /* RLINK_SET transport (set.c) */
     int fd; /* -1 when down */
     int connecting;
@@ -107,6 +109,11 @@ int rlink_cmds(rlink *l, rlink_cb *cb, void *priv, int argc, const char **argv);
  * once; a connection lost first gives NULL (outcome unknown, as for every command). */
 int rlink_cmd_replicated(rlink *l, int replicas, rlink_cb *cb, void *priv, int argc, const char **argv,
                          const size_t *argvlen);
+/* RLINK_CMD: subscribe the link's connection (not routed: a PUBLISH reaches every node of a Cluster) to
+ * channel. cb gets the confirmation and every message (the reply array: kind, channel, payload), then NULL
+ * once the connection is lost; the connection carries nothing else from then on. A reconnect does not
+ * subscribe again: the caller does, from on_ready. -1 when the link is not connected. */
+int rlink_cmd_subscribe(rlink *l, const char *channel, rlink_cb *cb, void *priv);
 /* RLINK_SET: SET key to head||payload; payload must stay valid until cb runs. */
 int rlink_set(rlink *l, const char *key, const uint8_t *head, size_t hlen, const void *payload, size_t plen,
               rlink_cb *cb, void *priv);

@@ -396,15 +396,14 @@ int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got,
     return rc;
 }
 
-int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version, int flags, int *rcs, int64_t *got,
-                   char *err, size_t errlen)
+int conn_get_batch_send(diloco *d, const int *shards, int count, int64_t min_version, int flags, dp_conn **out,
+                        char *err, size_t errlen)
 {
-    for (int i = 0; i < count; i++) rcs[i] = DL_RETRY;
     dp_conn *c;
+    *out = NULL;
     int rc = owner_conn(d, shards[0], &c, err, errlen);
     if (rc != DL_OK) return rc;
-    int sent = 0, broken = 0;
-    for (; sent < count; sent++) {
+    for (int sent = 0; sent < count; sent++) {
         blob_header h;
         blob_header_init(&h, "get");
         h.shard = dl_shard_id(d, shards[sent]);
@@ -413,12 +412,20 @@ int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version,
         h.inc = dl_inc(d);
         snprintf(h.worker, sizeof h.worker, "%s", d->worker_id);
         if (frame_send(c->fd, &h, NULL, 0, d->o.net_timeout_ms, err, errlen) < 0) {
-            broken = 1;
-            break;
+            conn_release(d, c, 1);
+            return DL_RETRY;
         }
     }
-    int worst = DL_OK;
-    for (int i = 0; i < sent && !broken; i++) {
+    *out = c;
+    return DL_OK;
+}
+
+int conn_get_batch_recv(diloco *d, dp_conn *c, const int *shards, int count, int64_t min_version, int *rcs,
+                        int64_t *got, char *err, size_t errlen)
+{
+    for (int i = 0; i < count; i++) rcs[i] = DL_RETRY;
+    int worst = DL_OK, broken = 0;
+    for (int i = 0; i < count && !broken; i++) {
         blob_header h;
         uint8_t buf[SMALL_REPLY_CAP];
         place_arg pa = {d, shards[i], min_version};
@@ -444,4 +451,16 @@ int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version,
     }
     conn_release(d, c, broken);
     return broken ? DL_RETRY : worst;
+}
+
+int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version, int flags, int *rcs, int64_t *got,
+                   char *err, size_t errlen)
+{
+    dp_conn *c;
+    int rc = conn_get_batch_send(d, shards, count, min_version, flags, &c, err, errlen);
+    if (rc != DL_OK) {
+        for (int i = 0; i < count; i++) rcs[i] = DL_RETRY;
+        return rc;
+    }
+    return conn_get_batch_recv(d, c, shards, count, min_version, rcs, got, err, errlen);
 }

@@ -5,7 +5,13 @@
  * pipelined (conn_push_batch, conn_get_batch: every request sent before the first reply is read), then
  * run the one-shard job, with its retries, for each shard that did not succeed. Async submissions
  * (fanout_push_each, fanout_get with `after`) go for each shard's own place in its order, which the
- * pipelined requests (one round for all) cannot say: their shards go one by one from the start. */
+ * pipelined requests (one round for all) cannot say: their shards go one by one from the start.
+ *
+ * A sync round's get goes out early (fanout_get_start, while the worker arrives at the barrier: sync.c):
+ * each owner's thread sends its pipelined gets, then waits at a gate before it reads a reply;
+ * fanout_get_finish opens the gate once the barrier said we are in the round (the replies are read and
+ * the pass goes on as fanout_get's), or drops the gets (their connections are closed unread, so nothing
+ * of what they brought reaches our state). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -15,6 +21,15 @@
 #include "internal.h"
 
 enum { BATCH_NONE, BATCH_PUSH, BATCH_GET };
+
+/* Where the threads of an early get wait before they read a reply (fanout_get_start). */
+typedef struct fanout_gate {
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    int state; /* GATE_* */
+} fanout_gate;
+
+enum { GATE_SHUT, GATE_OPEN, GATE_DROP };
 
 /* A job for one shard; its return is that shard's outcome. */
 typedef int (*shard_job_fn)(diloco *d, int shard, void *arg, char *err, size_t errlen);
@@ -33,6 +48,7 @@ typedef struct owner_work {
     shard_job_fn fn;
     void *arg;
     int batch; /* BATCH_*: how the first try of several shards goes */
+    fanout_gate *gate; /* an early get's (else NULL): its requests are sent, then it waits here */
     int rc;
     char err[256];
     pthread_t thread;
@@ -45,6 +61,67 @@ static int outcome_rank(int rc);
 
 #define NOT_TRIED 100 /* a shard the pipelined first try did not cover */
 
+/* Wait until the gate opens (1) or says drop (0). */
+static int gate_wait(fanout_gate *gate)
+{
+    pthread_mutex_lock(&gate->mu);
+    while (gate->state == GATE_SHUT) pthread_cond_wait(&gate->cv, &gate->mu);
+    int open = gate->state == GATE_OPEN;
+    pthread_mutex_unlock(&gate->mu);
+    return open;
+}
+
+/* An early get of an owner's shards: send them all, wait at the gate, then read the replies (trc, tgot as
+ * conn_get_batch's). -1 when the gate said drop: the connection is closed unread. */
+static int get_early(owner_work *g, const int *todo, int nt, int *trc, int64_t *tgot)
+{
+    const fanout_get_arg *ga = g->arg;
+    dp_conn *c = NULL;
+    int rc = conn_get_batch_send(g->d, todo, nt, ga->want, ga->flags, &c, g->err, sizeof g->err);
+    if (!gate_wait(g->gate)) {
+        if (c != NULL) conn_release(g->d, c, 1);
+        g->rc = DL_RETRY;
+        return -1;
+    }
+    if (rc == DL_OK) return conn_get_batch_recv(g->d, c, todo, nt, ga->want, trc, tgot, g->err, sizeof g->err), 0;
+    for (int j = 0; j < nt; j++) trc[j] = DL_RETRY;
+    return 0;
+}
+
+/* The first try of an owner's shards: all of them pipelined (a get: those an earlier pass of sync.c's
+ * get_round has not brought yet), rcs[i] each one's outcome (NOT_TRIED: not covered). -1: an early get
+ * that was dropped. */
+static int first_try(owner_work *g, int *rcs)
+{
+    for (int i = 0; i < g->nshards; i++) rcs[i] = NOT_TRIED;
+    if (g->batch == BATCH_PUSH && g->nshards > 1)
+        conn_push_batch(g->d, g->shards, g->nshards, ((const push_arg *)g->arg)->round, rcs, g->err, sizeof g->err);
+    if (g->batch != BATCH_GET) return 0;
+    const fanout_get_arg *ga = g->arg;
+    int todo[RUNCONF_MAX_SHARDS], idx[RUNCONF_MAX_SHARDS], nt = 0, trc[RUNCONF_MAX_SHARDS];
+    int64_t tgot[RUNCONF_MAX_SHARDS];
+    for (int i = 0; i < g->nshards; i++) {
+        if (ga->once && g->d->shard_version[g->shards[i]] >= ga->want)
+            rcs[i] = DL_OK;
+        else {
+            todo[nt] = g->shards[i];
+            idx[nt++] = i;
+        }
+    }
+    if (g->gate != NULL && nt > 0) {
+        if (get_early(g, todo, nt, trc, tgot) != 0) return -1;
+    } else if (nt > 1) {
+        conn_get_batch(g->d, todo, nt, ga->want, ga->flags, trc, tgot, g->err, sizeof g->err);
+    } else {
+        return 0;
+    }
+    for (int j = 0; j < nt; j++) {
+        if (trc[j] == DL_OK) g->d->shard_version[todo[j]] = tgot[j];
+        rcs[idx[j]] = trc[j];
+    }
+    return 0;
+}
+
 static void *owner_main(void *p)
 {
     owner_work *g = p;
@@ -52,36 +129,16 @@ static void *owner_main(void *p)
     g->rc = DL_OK;
     int rcs[RUNCONF_MAX_SHARDS];
     int once = g->batch == BATCH_GET && ((const fanout_get_arg *)g->arg)->once;
-    for (int i = 0; i < g->nshards; i++) rcs[i] = NOT_TRIED;
-    /* first try: all of this owner's shards pipelined; what did not succeed goes through the job's retries */
-    if (g->batch == BATCH_PUSH && g->nshards > 1)
-        conn_push_batch(g->d, g->shards, g->nshards, ((const push_arg *)g->arg)->round, rcs, g->err, sizeof g->err);
-    if (g->batch == BATCH_GET) {
-        /* shards we already have (an earlier pass of sync.c's get_round) are done; the rest are asked pipelined */
-        const fanout_get_arg *ga = g->arg;
-        int todo[RUNCONF_MAX_SHARDS], idx[RUNCONF_MAX_SHARDS], nt = 0, trc[RUNCONF_MAX_SHARDS];
-        int64_t tgot[RUNCONF_MAX_SHARDS];
-        for (int i = 0; i < g->nshards; i++) {
-            if (ga->once && g->d->shard_version[g->shards[i]] >= ga->want)
-                rcs[i] = DL_OK;
-            else {
-                todo[nt] = g->shards[i];
-                idx[nt++] = i;
-            }
-        }
-        if (nt > 1) {
-            conn_get_batch(g->d, todo, nt, ga->want, ga->flags, trc, tgot, g->err, sizeof g->err);
-            for (int j = 0; j < nt; j++) {
-                if (trc[j] == DL_OK) g->d->shard_version[todo[j]] = tgot[j];
-                rcs[idx[j]] = trc[j];
-            }
-        }
+    if (first_try(g, rcs) != 0) { /* an early get dropped: its outcome is not looked at */
+        log_use_sink(prev);
+        return NULL;
     }
     /* a corrupt shard stops the group: nothing completes before coordinator repair, and its message
      * (which the pipelined try kept) is the one to report */
     for (int i = 0; i < g->nshards; i++)
         if (rcs[i] == DL_CORRUPT) {
             g->rc = DL_CORRUPT;
+            log_use_sink(prev);
             return NULL;
         }
     /* then each shard's job (with its retries, or once: after a pass, only where our Δ is asked for);
@@ -112,13 +169,10 @@ static int outcome_rank(int rc)
     }
 }
 
-static int run_jobs(diloco *d, int first, int last, shard_job_fn fn, void *arg, int batch, char *err, size_t errlen)
+/* The shards of [first, last) grouped by owner into work (the caller's array of last - first); the
+ * number of owners. */
+static int plan_owners(diloco *d, int first, int last, shard_job_fn fn, void *arg, int batch, owner_work *work)
 {
-    owner_work *work = calloc((size_t)(last - first), sizeof *work);
-    if (!work) {
-        err_set(err, errlen, "out of memory");
-        return DL_FAIL;
-    }
     int ng = 0;
     for (int k = first; k < last; k++) {
         shard_owner o;
@@ -132,6 +186,29 @@ static int run_jobs(diloco *d, int first, int last, shard_job_fn fn, void *arg, 
         }
         work[g].shards[work[g].nshards++] = k;
     }
+    return ng;
+}
+
+/* The worst outcome of the owners (with its message). */
+static int worst_outcome(const owner_work *work, int ng, char *err, size_t errlen)
+{
+    int worst = DL_OK;
+    for (int g = 0; g < ng; g++)
+        if (outcome_rank(work[g].rc) > outcome_rank(worst)) {
+            worst = work[g].rc;
+            err_set(err, errlen, "%s", work[g].err);
+        }
+    return worst;
+}
+
+static int run_jobs(diloco *d, int first, int last, shard_job_fn fn, void *arg, int batch, char *err, size_t errlen)
+{
+    owner_work *work = calloc((size_t)(last - first), sizeof *work);
+    if (!work) {
+        err_set(err, errlen, "out of memory");
+        return DL_FAIL;
+    }
+    int ng = plan_owners(d, first, last, fn, arg, batch, work);
     for (int g = 1; g < ng; g++)
         if (pthread_create(&work[g].thread, NULL, owner_main, &work[g]) != 0) work[g].thread = 0;
     owner_main(&work[0]);
@@ -141,12 +218,7 @@ static int run_jobs(diloco *d, int first, int last, shard_job_fn fn, void *arg, 
         else
             owner_main(&work[g]);
     }
-    int worst = DL_OK;
-    for (int g = 0; g < ng; g++)
-        if (outcome_rank(work[g].rc) > outcome_rank(worst)) {
-            worst = work[g].rc;
-            err_set(err, errlen, "%s", work[g].err);
-        }
+    int worst = worst_outcome(work, ng, err, errlen);
     free(work);
     return worst;
 }
@@ -204,4 +276,60 @@ int fanout_push_each(diloco *d, int first, int last, const int64_t *rounds, char
 int fanout_get(diloco *d, int first, int last, const fanout_get_arg *ga, char *err, size_t errlen)
 {
     return run_jobs(d, first, last, get_job, (void *)ga, ga->after ? BATCH_NONE : BATCH_GET, err, errlen);
+}
+
+/* ---- a get sent early, read once the barrier says so (sync.c) ------------------------------------------ */
+
+struct fanout_early {
+    fanout_get_arg ga; /* a copy: the caller's may go */
+    fanout_gate gate;
+    owner_work *work;
+    int *started; /* per owner: its thread runs (else it runs in fanout_get_finish, after the gate) */
+    int ng;
+};
+
+fanout_early *fanout_get_start(diloco *d, int first, int last, const fanout_get_arg *ga)
+{
+    fanout_early *e = calloc(1, sizeof *e);
+    owner_work *work = calloc((size_t)(last - first), sizeof *work);
+    int *started = calloc((size_t)(last - first), sizeof *started);
+    if (e == NULL || work == NULL || started == NULL) {
+        free(e);
+        free(work);
+        free(started);
+        return NULL;
+    }
+    e->ga = *ga;
+    e->work = work;
+    e->started = started;
+    e->gate.state = GATE_SHUT;
+    pthread_mutex_init(&e->gate.mu, NULL);
+    pthread_cond_init(&e->gate.cv, NULL);
+    e->ng = plan_owners(d, first, last, get_job, &e->ga, BATCH_GET, work);
+    for (int g = 0; g < e->ng; g++) {
+        work[g].gate = &e->gate;
+        started[g] = pthread_create(&work[g].thread, NULL, owner_main, &work[g]) == 0;
+    }
+    return e;
+}
+
+int fanout_get_finish(fanout_early *e, int take, char *err, size_t errlen)
+{
+    pthread_mutex_lock(&e->gate.mu);
+    e->gate.state = take ? GATE_OPEN : GATE_DROP;
+    pthread_cond_broadcast(&e->gate.cv);
+    pthread_mutex_unlock(&e->gate.mu);
+    for (int g = 0; g < e->ng; g++) {
+        if (e->started[g])
+            pthread_join(e->work[g].thread, NULL);
+        else if (take)
+            owner_main(&e->work[g]); /* (no thread: sent and read now, as an ordinary pass) */
+    }
+    int worst = take ? worst_outcome(e->work, e->ng, err, errlen) : DL_OK;
+    pthread_mutex_destroy(&e->gate.mu);
+    pthread_cond_destroy(&e->gate.cv);
+    free(e->work);
+    free(e->started);
+    free(e);
+    return worst;
 }

@@ -352,6 +352,14 @@ int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int 
  * parameter payload straight into base): rcs[i] and got[i] per shard, as conn_get. */
 int conn_get_batch(diloco *d, const int *shards, int count, int64_t min_version, int flags, int *rcs, int64_t *got,
                    char *err, size_t errlen);
+/* conn_get_batch in two halves, for gets sent before their replies may be taken (fanout_get_start):
+ * send every request (DL_OK: *out holds the connection; else DL_RETRY and nothing is held), then read
+ * the replies, which releases the connection. Dropping them instead: conn_release(d, *out, 1) (the
+ * connection is closed unread: nothing of the replies reaches our state). */
+int conn_get_batch_send(diloco *d, const int *shards, int count, int64_t min_version, int flags, dp_conn **out,
+                        char *err, size_t errlen);
+int conn_get_batch_recv(diloco *d, dp_conn *c, const int *shards, int count, int64_t min_version, int *rcs,
+                        int64_t *got, char *err, size_t errlen);
 /* get shard k at version >= min_version into base and params; sets *got_version. DL_NEED when the
  * server lists us as missing, DL_RETRY for wait/moved/broken. */
 int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got_version, char *err, size_t errlen);
@@ -384,6 +392,14 @@ typedef struct fanout_get_arg {
 /* Get every shard at version >= ga->want into base (pipelined per owner first, then each with its
  * retries, or once); shard_version[k] = the version got. */
 int fanout_get(diloco *d, int first, int last, const fanout_get_arg *ga, char *err, size_t errlen);
+/* A pass of fanout_get (ga->once, no `after`) whose requests go out now, one thread per owner, and whose
+ * replies are read only once fanout_get_finish says take (sync.c sends the gets of round r+1 while it
+ * arrives at barrier r: the owners hold them until the close). NULL out of memory (nothing sent). */
+typedef struct fanout_early fanout_early;
+fanout_early *fanout_get_start(diloco *d, int first, int last, const fanout_get_arg *ga);
+/* take: the replies are read and the pass ends as fanout_get's (its outcome); else the gets are dropped,
+ * their connections closed unread, and nothing of our state changed (DL_OK). Frees e. */
+int fanout_get_finish(fanout_early *e, int take, char *err, size_t errlen);
 
 /* barrier.c: arriving at a sync round's barrier and waiting for its close */
 /* Arrive at barrier (f, round) and wait until it closes: DL_OK; DL_STALE (it closed without us),

@@ -3,7 +3,10 @@
  *   1. pseudo-gradient Δ = base - params (the global parameters we started from minus ours), in the run's codec
  *      (delta.c; with device hooks the trainer's device computes it, device.c)
  *   2. push every shard's Δ to its owner (fanout.c: one thread per shard-server, so bandwidth adds up)
- *   3. arrive at the barrier and wait for its close (barrier.c)
+ *   3. arrive at the barrier and wait for its close (barrier.c); the gets of step 4 go out at the same
+ *      time (fanout_get_start): each owner holds them until the close, which it hears itself
+ *      (shard-server/subscribe.c), and answers at once; we read the answers only once the barrier says
+ *      we are in the round (issue 28: no round trip of its own for the get after the close)
  *   4. get every shard at version round+1; resend Δ to whoever says it lacks it (a new owner)
  *   5. the new global parameters become both base and params
  *
@@ -138,7 +141,8 @@ static int confirm_reset(diloco *d, int f, const char *why, char *err, size_t er
     return DL_STALE;
 }
 
-static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, char *err, size_t errlen);
+static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, fanout_early *early, char *err,
+                     size_t errlen);
 
 /* How long sync_confirm_durable waits for a commit that the lease says is on its way before it sends
  * its Δ again and asks: longer than a commit takes, even when Redis is slow. */
@@ -156,7 +160,7 @@ static int fetch_round_result(diloco *d, int f, int64_t want, char *err, size_t 
             return rc; /* STALE: committed already; the get tells how */
     }
     fanout_get_arg ga = {.want = want, .may_push = 1, .once = 1};
-    return get_round(d, first, last, &ga, err, errlen);
+    return get_round(d, first, last, &ga, NULL, err, errlen);
 }
 
 int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen)
@@ -258,40 +262,54 @@ static void resend_tentative(diloco *d, int first, int last, int64_t want)
  * asked once (and sent our Δ again where an owner asks for it), until none is missing or the sync
  * timeout. Never waiting on one shard while others are missing matters after an owner changed: other
  * workers may be waiting for our Δ of a shard later in our list before they can send theirs of this
- * one. */
-static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, char *err, size_t errlen)
+ * one. The first pass is early's when given (its requests were sent with the arrival). */
+static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, fanout_early *early, char *err,
+                     size_t errlen)
 {
     uint64_t start = now_ms(), deadline = start + (uint64_t)d->o.sync_timeout_ms;
     uint64_t resend_at = start + RESEND_TENTATIVE_AFTER_MS;
     unsigned attempt = 0;
     for (int k = first; k < last; k++) d->shard_version[k] = -1;
     for (;;) {
-        int rc = fanout_get(d, first, last, ga, err, errlen);
+        int was_early = early != NULL;
+        int rc = early ? fanout_get_finish(early, 1, err, errlen) : fanout_get(d, first, last, ga, err, errlen);
+        early = NULL;
         if (rc != DL_RETRY && rc != DL_NEED) return rc;
         if (ga->may_push && now_ms() >= resend_at) {
             resend_tentative(d, first, last, ga->want);
             resend_at = now_ms() + RESEND_TENTATIVE_EVERY_MS;
         }
+        /* an early get answered `wait` was answered before the close (an owner that does not hear closes):
+         * the barrier is closed now, so ask again at once, as the get used to go after the close */
+        if (was_early) continue;
         if (owners_retry_pause(d, &attempt, deadline, first, "get", err, errlen) != DL_OK) return DL_FAIL;
     }
 }
 
-/* Push, arrive, wait, get, for the shards of fragment f. */
+/* Push, arrive (the gets sent meanwhile), wait, get, for the shards of fragment f. */
 int sync_run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
 {
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
     int rc = fanout_push(d, first, last, round, err, errlen);
     if (rc != DL_OK) return rc;
     d->cur.t_pushed_us = wall_us();
-    rc = barrier_pass(d, f, round, err, errlen);
-    if (rc != DL_OK) return rc;
     fanout_get_arg ga = {.want = round + 1, .may_push = 1, .flags = BLOB_GET_TENTATIVE_OK, .once = 1};
+    /* The gets leave now, with the arrival (after every push's ack: an arrival promises the owners hold our
+     * Δ). Their answers are read only once the barrier says we are in the round: any other outcome drops
+     * them unread, and the round goes on exactly as if they had never been sent. (NULL: no threads; the
+     * gets go after the barrier, as before.) */
+    fanout_early *early = fanout_get_start(d, first, last, &ga);
+    rc = barrier_pass(d, f, round, err, errlen);
+    if (rc != DL_OK) {
+        if (early) fanout_get_finish(early, 0, NULL, 0);
+        return rc;
+    }
     /* until every shard's parameters are in, the round is incomplete for us: sync_confirm_durable
      * finishes it (with the Δ we keep) before fragment f computes another Δ */
     d->frag_incomplete[f] = 1;
     d->tent_round[f] = round;
     d->cur.t_get_us = wall_us();
-    rc = get_round(d, first, last, &ga, err, errlen);
+    rc = get_round(d, first, last, &ga, early, err, errlen);
     if (rc != DL_OK) return rc;
     d->frag_incomplete[f] = 0;
     for (int k = first; k < last; k++)

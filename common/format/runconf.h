@@ -10,9 +10,9 @@
 #include <stdint.h>
 
 #define RUNCONF_MAX_SHARDS 4096
-#define ASYNC_LOOKAHEAD_MAX 2 /* --async-lookahead: at most twice the expected progress ahead */
 #define RUNCONF_MAX_FRAGMENTS 256
 #define RUNCONF_MAX_REPLICAS 64
+#define ASYNC_LOOKAHEAD_MAX 2 /* --async-lookahead: at most twice the expected progress ahead */
 
 typedef struct runconf {
     char run[80];

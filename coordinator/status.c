@@ -80,6 +80,11 @@ static void print_run(json_t *doc)
         printf(" (density %s, %s bits, beta %s)", str(cfg, "topk_density"),
                strcmp(str(cfg, "topk_bits"), "-") ? str(cfg, "topk_bits") : "2", str(cfg, "topk_beta"));
     printf("  download %s\n", strcmp(dl, "-") ? dl : "params");
+    if (!strcmp(str(cfg, "mode"), "async")) /* (runs made before the rule or the lookahead: plain, 0) */
+        printf("async: Delayed Nesterov %s (%s), rule %s, workers start %s ahead, max staleness %s\n",
+               str(cfg, "dn_buffer"), str(cfg, "dn_variant"),
+               strcmp(str(cfg, "async_rule"), "-") ? str(cfg, "async_rule") : "plain",
+               strcmp(str(cfg, "async_lookahead"), "-") ? str(cfg, "async_lookahead") : "0", str(st, "max_staleness"));
 }
 
 /* The evaluator's newest validation losses (worker --evaluate-every), or how to get them. */

@@ -50,3 +50,7 @@ NSRV=0; keep_servers 2
 workers 60 5 10 20
 wait_workers fast mid slow
 check $RUN
+bin/coordinator status --redis "$URL" --run $RUN > "$TMP/status.txt" 2>&1 || fail "coordinator status: $(cat "$TMP/status.txt")"
+grep -q "async: Delayed Nesterov 3 (paper), rule rebase, workers start 0.75 ahead, max staleness 64" "$TMP/status.txt" ||
+  fail "status: $(cat "$TMP/status.txt")"
+say "coordinator status shows the rule and the lookahead"

@@ -93,6 +93,14 @@ static void zero_chunk(void **state)
     for (int i = 0; i < 8; i++) assert_true(acc[i] == 0.0f && e[i] == 0.0f);
 }
 
+/* v: uniform in [-0.5, 0.5) from seed, every `every`-th element `big` times larger (a few outliers for
+ * the top-k to pick). */
+static void fill_spiky(float *v, int n, unsigned seed, int every, float big)
+{
+    srand(seed);
+    for (int i = 0; i < n; i++) v[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * (i % every == 0 ? big : 1.0f);
+}
+
 /* Whatever the values, e afterwards is e before minus what the receiver decodes, element by element. */
 static void accumulator_keeps_what_was_not_sent(void **state)
 {
@@ -100,8 +108,7 @@ static void accumulator_keeps_what_was_not_sent(void **state)
     enum { N = TOPK_CHUNK };
     static float e[N], before[N], acc[N];
     static uint8_t out[8192];
-    srand(7);
-    for (int i = 0; i < N; i++) e[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * (i % 97 == 0 ? 100.0f : 1.0f);
+    fill_spiky(e, N, 7, 97, 100.0f);
     memcpy(before, e, sizeof e);
     uint32_t k = topk_count(0.02, N);
     size_t bad;
@@ -232,8 +239,7 @@ static void every_width_keeps_the_rest(void **state)
     enum { N = TOPK_CHUNK };
     static float e[N], before[N], acc[N];
     static uint8_t out[8192];
-    srand(5);
-    for (int i = 0; i < N; i++) before[i] = ((float)rand() / (float)RAND_MAX - 0.5f) * (i % 89 == 0 ? 20.0f : 1.0f);
+    fill_spiky(before, N, 5, 89, 20.0f);
     double last = INFINITY;
     uint32_t k = topk_count(0.02, N);
     for (unsigned b = TOPK_BITS_MIN; b <= TOPK_BITS_MAX; b++) {

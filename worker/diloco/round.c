@@ -60,13 +60,16 @@ int round_net(diloco *d, int f, char *err, size_t errlen)
     pthread_mutex_unlock(&d->hb_mu);
     if (evicted) return register_if_evicted(d, err, errlen);
     if (d->o.simulate_latency_ms > 0) sleep_ms((unsigned)d->o.simulate_latency_ms);
-    if (d->rc.async) lookahead_keep(d, f);
-    int rc = d->rc.async ? async_submit_net(d, f, err, errlen) : sync_run_round(d, f, round, err, errlen);
-    if (rc == DL_OK) {
-        if (!d->rc.async) d->frag_version[f] = round + 1; /* (async sets it from the versions it got) */
-        if (d->rc.async) lookahead_aim(d, f);
-        return DL_OK;
+    int rc;
+    if (d->rc.async) { /* (it sets frag_version from the versions it got) */
+        lookahead_keep(d, f);
+        rc = async_submit_net(d, f, err, errlen);
+        if (rc == DL_OK) lookahead_aim(d, f);
+    } else {
+        rc = sync_run_round(d, f, round, err, errlen);
+        if (rc == DL_OK) d->frag_version[f] = round + 1;
     }
+    if (rc == DL_OK) return DL_OK;
     if (rc == DL_STALE && register_if_evicted(d, err, errlen) != DL_OK) /* stale because we were evicted? */
         return d->refetch_all ? DL_EVICTED : DL_FAIL;
     if (rc == DL_STALE) {

@@ -7,15 +7,27 @@
 # order (tests/tools/ref_async, which recomputes every start from the versions it replayed) and differs
 # from the replay without the lookahead. No submission may be refused as STALE (the replay cannot know a
 # refused one), so staleness is unbounded in the plain run and K is large in the rebase run.
-# Also: the flag's checks (async only, G in [0, 2], the summary line), and workers it does not support yet
-# (device hooks, a Streaming mix) refused at open with the reason.
+# One worker of each run has device hooks (--device-hooks host, worker/trainers/host_device.c: the path of
+# a CUDA worker, with the parameters in host memory): it takes its start through the load hook and its Δ
+# against the device's snapshot (the start for plain, base for rebase), and the run stays bit-identical.
+# Also: the flag's checks (async only, G in [0, 2], the summary line), and a Streaming mix (fragment
+# alpha > 0), which it does not support yet, refused at open with the reason.
 . "$(dirname "$0")/lib.sh"
 H=10
 start_redis
 check() { ref_async_check "$1" $H "with its starts ahead" --async-lookahead 0; } # RUN: against the replay with the run's settings, and without
-workers() { # STEPS DELAY...: fast, mid, slow
-  steps=$1; shift; set -- fast "$1" mid "$2" slow "$3"
-  while [ $# -gt 0 ]; do start_worker "$1" --sync-every $H --steps "$steps" --heartbeat-interval 1 --step-delay-ms "$2"; shift 2; done
+workers() { # STEPS DELAY DELAY DELAY HOOKED: fast, mid, slow; HOOKED (one of them) with device hooks
+  steps=$1; hooked=$5; shift; set -- fast "$1" mid "$2" slow "$3"
+  while [ $# -gt 0 ]; do
+    hooks=""; [ "$1" = "$hooked" ] && hooks="--device-hooks host"
+    start_worker "$1" --sync-every $H --steps "$steps" --heartbeat-interval 1 --step-delay-ms "$2" $hooks
+    shift 2
+  done
+}
+hooks_used() { # WORKER: its log says how often it called the hooks; the delta and load copy were called
+  line=$(grep -o 'device hooks: [0-9]* delta, [0-9]* load snapshot, [0-9]* load copy' "$TMP/worker-$1.log")
+  echo "$line" | grep -q 'hooks: [1-9][0-9]* delta,.* [1-9][0-9]* load copy' || fail "$1 did not use its device hooks: '$line'"
+  say "$1 ran through its device hooks ($line)"
 }
 
 # the flag's checks
@@ -32,24 +44,24 @@ init_run $RUN --async --trainer quadratic --numel 40000 --shards 4 --workers 3 -
 grep -q "workers start 0.5 ahead" "$TMP/init-$RUN.log" || fail "init summary: $(cat "$TMP/init-$RUN.log")"
 [ "$($RCLI HGET "dl:{$RUN}:config" async_lookahead)" = 0.5 ] || fail "config async_lookahead: $($RCLI HGET "dl:{$RUN}:config" async_lookahead)"
 NSRV=0; keep_servers 2
-for bad in "--device-hooks host" "--fragment-alpha 0.5"; do # what the lookahead does not support yet: refused at open
-  timeout 30 bin/worker --redis "$URL" --run $RUN --worker-id refused --steps 10 --sync-every $H $bad > "$TMP/refused.log" 2>&1 &&
-    fail "a worker with $bad joined a lookahead run"
-  grep -q "async-lookahead" "$TMP/refused.log" || fail "worker with $bad: $(tail -3 "$TMP/refused.log")"
-done
-say "a worker with device hooks or a fragment alpha is refused with the reason"
-workers 60 5 10 20
+timeout 30 bin/worker --redis "$URL" --run $RUN --worker-id refused --steps 10 --sync-every $H --fragment-alpha 0.5 \
+  > "$TMP/refused.log" 2>&1 && fail "a worker with --fragment-alpha 0.5 joined a lookahead run"
+grep -q "async-lookahead" "$TMP/refused.log" || fail "worker with a fragment alpha: $(tail -3 "$TMP/refused.log")"
+say "a worker with a fragment alpha is refused with the reason"
+workers 60 5 10 20 mid
 wait_workers fast mid slow
 check $RUN
+hooks_used mid
 for p in $(live_servers); do eval "kill \$SRV_s$p"; done
 
 RUN=ahead_rebase
 init_run $RUN --async --trainer quadratic --numel 40000 --shards 4 --workers 3 --dn-buffer-size 3 --async-lookahead 0.75 \
   --async-rule rebase --max-staleness 64
 NSRV=0; keep_servers 2
-workers 60 5 10 20
+workers 60 5 10 20 slow
 wait_workers fast mid slow
 check $RUN
+hooks_used slow
 bin/coordinator status --redis "$URL" --run $RUN > "$TMP/status.txt" 2>&1 || fail "coordinator status: $(cat "$TMP/status.txt")"
 grep -q "async: Delayed Nesterov 3 (paper), rule rebase, workers start 0.75 ahead, max staleness 64" "$TMP/status.txt" ||
   fail "status: $(cat "$TMP/status.txt")"

@@ -138,7 +138,7 @@ int dl_delta_compute(diloco *d, int f, char *err, size_t errlen)
     size_t lo = (size_t)d->rc.shard_bounds[dl_first_shard(d, f)], bad = 0;
     int rc = 0, block = codec_is_block(d->push_dtype) || d->push_dtype == BLOB_TOPK;
     if (d->dev) { /* the device computes it against its snapshot (device.c); -1 here: a device error */
-        if ((rc = dl_dev_delta(d, f, &bad, err, errlen)) < 0) return -1;
+        if ((rc = dl_dev_delta(d, f, delta_origin(d, f), &bad, err, errlen)) < 0) return -1;
         rc = -rc;
         for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f) && rc == 0 && !block; k++) {
             size_t bytes;

@@ -6,8 +6,9 @@
  * writes it (params.c, params_apply). With hooks each of them becomes one hook call at the same
  * place, through the functions below, and nothing else changes: the same bytes go on the wire.
  *
- * The device keeps its own copy of the global parameters (the snapshot). Every load puts base into it,
- * and libdiloco's base normally changes only just before a load. It can also change without one (a
+ * The device keeps its own copy of the global parameters (the snapshot). Every load puts base into it
+ * (or, for --async-lookahead's plain rule, the start ahead that Δ is measured from: lookahead.c), and
+ * libdiloco's base normally changes only just before a load. It can also change without one (a
  * stale round re-fetched into base before the trainer takes it, a sync that failed half-way through
  * its gets): so that the device never takes Δ against other values than the host path would, every
  * write into base (conn.c, one place) marks its fragment's snapshot out of date, a load of the whole
@@ -71,12 +72,13 @@ static size_t frag_lo(const diloco *d, int f)
     return (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f]];
 }
 
-int dl_dev_load(diloco *d, size_t off, size_t n, int mode, double alpha, char *err, size_t errlen)
+int dl_dev_load(diloco *d, const float *src, size_t off, size_t n, int mode, double alpha, char *err, size_t errlen)
 {
     const diloco_device_ops *o = &d->o.device;
-    int rc = o->load(o->ctx, d->base + off, off, n, mode, alpha, err, errlen) < 0 ? -1 : 0;
-    /* which fragments' snapshots now hold a base we know (a load of exactly one fragment, the only
-     * kind libdiloco makes) and which are unknown (a partial or failed load: reloaded before their Δ) */
+    int rc = o->load(o->ctx, src + off, off, n, mode, alpha, err, errlen) < 0 ? -1 : 0;
+    /* which fragments' snapshots now hold what their Δ is measured from (a load of exactly one
+     * fragment, the only kind libdiloco makes, from the buffer its caller says is that origin) and which
+     * are unknown (a partial or failed load: reloaded before their Δ) */
     for (int f = 0; f < d->rc.nfragments; f++) {
         size_t lo = frag_lo(d, f), hi = frag_lo(d, f + 1);
         if (hi <= off || lo >= off + n) continue;
@@ -92,12 +94,17 @@ void dl_dev_base_written(diloco *d, int shard)
         if (shard >= d->rc.frag_bounds[f] && shard < d->rc.frag_bounds[f + 1]) d->dev_snap_ok[f] = 0;
 }
 
-int dl_dev_delta(diloco *d, int f, size_t *bad, char *err, size_t errlen)
+void dl_dev_origin_written(diloco *d, int f)
+{
+    if (d->dev) d->dev_snap_ok[f] = 0;
+}
+
+int dl_dev_delta(diloco *d, int f, const float *origin, size_t *bad, char *err, size_t errlen)
 {
     const diloco_device_ops *o = &d->o.device;
     size_t lo = frag_lo(d, f), hi = frag_lo(d, f + 1);
     if (!d->dev_snap_ok[f])
-        if (dl_dev_load(d, lo, hi - lo, DILOCO_LOAD_SNAPSHOT, 0.0, err, errlen) < 0) return -1;
+        if (dl_dev_load(d, origin, lo, hi - lo, DILOCO_LOAD_SNAPSHOT, 0.0, err, errlen) < 0) return -1;
     int bf16 = d->push_dtype == BLOB_BF16;
     void *out = bf16 ? (void *)(d->delta_bf16 + lo) : (void *)(d->delta_f32 + lo);
     *bad = 0;

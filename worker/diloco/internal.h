@@ -188,7 +188,7 @@ struct diloco {
     /* device hooks (device.c); used on the training thread, except dev_snap_ok[f], which the thread
      * receiving fragment f's parameters clears */
     int dev;          /* o.device is set: params is never touched, the hooks are called */
-    int *dev_snap_ok; /* per fragment: the device snapshot holds base[f] as it is now */
+    int *dev_snap_ok; /* per fragment: the device snapshot holds f's origin (base[f], or la[f]) as it is now */
     int dev_failed;   /* a load in params_adopt failed: params_changed reports dev_err */
     char dev_err[256];
 
@@ -266,13 +266,17 @@ int dl_dev_init(diloco *d, const float *params, char *err, size_t errlen); /* ch
 void dl_dev_free(diloco *d);
 void *dl_host_alloc(diloco *d, size_t bytes); /* o.device.host_alloc, or malloc */
 void dl_host_free(diloco *d, void *p);
-/* o.device.load of base[off, off+n) with mode DILOCO_LOAD_*. */
-int dl_dev_load(diloco *d, size_t off, size_t n, int mode, double alpha, char *err, size_t errlen);
-/* o.device.delta of fragment f into delta_bf16 / delta_f32 (int8/int4: fp32, quantized by delta.c) (reloading the snapshot first if base[f]
- * changed since it was loaded). 0; 1: not finite, *bad = offset in f; -1: device error (err). */
-int dl_dev_delta(diloco *d, int f, size_t *bad, char *err, size_t errlen);
+/* o.device.load of src[off, off+n) (base, or la: what Δ of those fragments is measured from) with mode
+ * DILOCO_LOAD_*. */
+int dl_dev_load(diloco *d, const float *src, size_t off, size_t n, int mode, double alpha, char *err, size_t errlen);
+/* o.device.delta of fragment f into delta_bf16 / delta_f32 (int8/int4: fp32, quantized by delta.c), against
+ * origin[f] (base or la), reloading the snapshot from it first if it changed since it was loaded. 0; 1: not
+ * finite, *bad = offset in f; -1: device error (err). */
+int dl_dev_delta(diloco *d, int f, const float *origin, size_t *bad, char *err, size_t errlen);
 /* base[shard] is being written (a params reply): its fragment's device snapshot is out of date. */
 void dl_dev_base_written(diloco *d, int shard);
+/* la[f] was written while Δ of f is measured from it: the snapshot is out of date. */
+void dl_dev_origin_written(diloco *d, int f);
 
 /* lookahead.c: --async-lookahead, the next interval's start ahead of the version we got */
 int lookahead_alloc(diloco *d, char *err, size_t errlen); /* nothing when the run has none */

@@ -15,8 +15,10 @@
  * Everything is a function of versions recorded in Redis (the submit events: base and place of every
  * submission), so tests/tools/ref_async recomputes each start and the run's parameters bit for bit.
  *
- * Host memory only: one more fp32 copy of the parameters (la: prev while a submission is out, then the
- * start). Not with device hooks or Streaming's mix (fragment alpha > 0), refused at open. After any other
+ * One more fp32 host copy of the parameters (la: prev while a submission is out, then the start). With
+ * device hooks the trainer's parameters take the start through the load hook, and the device's snapshot
+ * holds what Δ is measured from (the start for plain, base for rebase), so a CUDA worker sends the same
+ * bytes as a host one. Not with Streaming's mix (fragment alpha > 0), refused at open. After any other
  * change of params (a stale round's fetch, a reset, a new registration) params.c clears la_on and the
  * next interval starts from base, as without the setting. */
 #include <inttypes.h>
@@ -30,13 +32,6 @@
 int lookahead_alloc(diloco *d, char *err, size_t errlen)
 {
     if (d->rc.async_lookahead <= 0) return 0;
-    if (d->o.device.delta != NULL) {
-        err_set(err, errlen,
-                "run '%s' has --async-lookahead %g, which this worker's device hooks do not support yet: use "
-                "host parameters (no device hooks) or a run without the lookahead",
-                d->run, (double)d->rc.async_lookahead);
-        return -1;
-    }
     if (d->o.fragment_alpha > 0) {
         err_set(err, errlen,
                 "run '%s' has --async-lookahead %g, which does not combine with a fragment alpha (%g): leave "
@@ -69,6 +64,7 @@ void lookahead_keep(diloco *d, int f)
     size_t hi = (size_t)d->rc.shard_bounds[dl_last_shard(d, f)];
     memcpy(d->la + lo, d->base + lo, (hi - lo) * sizeof(float));
     for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f); k++) d->la_prev_version[k] = d->shard_version[k];
+    if (d->la_on[f] && !runconf_rebase(&d->rc)) dl_dev_origin_written(d, f); /* a Δ before the next start is from la */
 }
 
 /* After the submission's get: la[f] becomes the start of the next interval, shard by shard. */
@@ -86,14 +82,26 @@ void lookahead_aim(diloco *d, int f)
     }
 }
 
+/* With device hooks: params = start; the snapshot = start (plain: Δ = start - params) or base (rebase). */
+static int enter_device(diloco *d, size_t lo, size_t n, char *err, size_t errlen)
+{
+    if (dl_dev_load(d, d->la, lo, n, DILOCO_LOAD_COPY, 0.0, err, errlen) < 0) return -1;
+    if (!runconf_rebase(&d->rc)) return 0;
+    return dl_dev_load(d, d->base, lo, n, DILOCO_LOAD_SNAPSHOT, 0.0, err, errlen);
+}
+
 /* The trainer takes the start (instead of base) for fragment f. */
 int lookahead_enter(diloco *d, int f, char *err, size_t errlen)
 {
     if (d->la == NULL) return 0;
     size_t lo = (size_t)d->rc.shard_bounds[dl_first_shard(d, f)];
     size_t hi = (size_t)d->rc.shard_bounds[dl_last_shard(d, f)];
-    memcpy(d->params + lo, d->la + lo, (hi - lo) * sizeof(float));
-    if (params_changed(d, lo, hi - lo, err, errlen) < 0) return -1;
+    if (d->dev) {
+        if (enter_device(d, lo, hi - lo, err, errlen) < 0) return -1;
+    } else {
+        memcpy(d->params + lo, d->la + lo, (hi - lo) * sizeof(float));
+        if (params_changed(d, lo, hi - lo, err, errlen) < 0) return -1;
+    }
     d->la_on[f] = 1;
     return 0;
 }

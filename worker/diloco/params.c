@@ -17,7 +17,7 @@ void params_adopt(diloco *d, int first_shard, int last_shard)
         if (dl_first_shard(d, f) < last_shard && dl_last_shard(d, f) > first_shard) d->la_on[f] = 0;
     if (!d->dev) {
         memcpy(d->params + off, d->base + off, n * sizeof(float));
-    } else if (dl_dev_load(d, off, n, DILOCO_LOAD_COPY, 0.0, d->dev_err, sizeof d->dev_err) < 0) {
+    } else if (dl_dev_load(d, d->base, off, n, DILOCO_LOAD_COPY, 0.0, d->dev_err, sizeof d->dev_err) < 0) {
         d->dev_failed = 1;
     }
 }
@@ -30,7 +30,7 @@ int params_apply(diloco *d, int f, double alpha, char *err, size_t errlen)
     if (alpha == 0) {
         params_adopt(d, dl_first_shard(d, f), dl_last_shard(d, f));
     } else if (d->dev) {
-        if (dl_dev_load(d, lo, hi - lo, DILOCO_LOAD_MIX, alpha, err, errlen) < 0) return -1;
+        if (dl_dev_load(d, d->base, lo, hi - lo, DILOCO_LOAD_MIX, alpha, err, errlen) < 0) return -1;
     } else {
         float a = (float)alpha, b = (float)(1.0 - alpha);
         for (size_t i = lo; i < hi; i++) d->params[i] = a * d->params[i] + b * d->base[i];

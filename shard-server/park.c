@@ -9,13 +9,25 @@
 
 #include "base/util.h"
 
-#define MAX_PARKED_PER_ROUND 64
+/* A parked push holds its Δ (a frame the size of the shard), so how many may wait is bounded by the rounds
+ * a server holds at once. A parked get holds only its header, and every worker's early get waits here for
+ * the close of its round (one per worker and shard): bounded far higher, so that a run of many workers
+ * keeps the early get. */
+#define MAX_PARKED_PUSHES_PER_ROUND 64
+#define MAX_PARKED_GETS 16384
+
+static int is_get(const ss_req *req)
+{
+    return strcmp(req->h.op, "get") == 0;
+}
 
 void park_add(ss_ctx *ss, ss_shard *s, ss_req *req)
 {
-    int cap = MAX_PARKED_PER_ROUND * (ss->opts.max_pending_rounds > 0 ? ss->opts.max_pending_rounds : 1);
-    if (s->nparked >= cap) {
-        req_reply_err(req, DP_BUSY, "shard %d has %d requests waiting; retry", s->k, s->nparked);
+    int get = is_get(req);
+    int push_cap = MAX_PARKED_PUSHES_PER_ROUND * (ss->opts.max_pending_rounds > 0 ? ss->opts.max_pending_rounds : 1);
+    if (get ? s->nparked_gets >= MAX_PARKED_GETS : s->nparked - s->nparked_gets >= push_cap) {
+        req_reply_err(req, DP_BUSY, "shard %d has %d %s waiting; retry", s->k,
+                      get ? s->nparked_gets : s->nparked - s->nparked_gets, get ? "gets" : "requests with a payload");
         return;
     }
     if (req->parked_ms == 0) req->parked_ms = now_ms();
@@ -26,13 +38,14 @@ void park_add(ss_ctx *ss, ss_shard *s, ss_req *req)
         s->parked = req;
     s->parked_tail = req;
     s->nparked++;
+    s->nparked_gets += get;
 }
 
 ss_req *park_take(ss_shard *s)
 {
     ss_req *list = s->parked;
     s->parked = s->parked_tail = NULL;
-    s->nparked = 0;
+    s->nparked = s->nparked_gets = 0;
     return list;
 }
 
@@ -66,10 +79,12 @@ void park_expire(ss_ctx *ss, uint64_t max_age_ms)
             *pp = req->next;
             if (s->parked_tail == req) s->parked_tail = prev;
             s->nparked--;
-            if (strcmp(req->h.op, "get") == 0)
+            if (is_get(req)) {
+                s->nparked_gets--;
                 req_reply_simple(req, "wait", "the shard is still loading or committing");
-            else
+            } else {
                 req_reply_err(req, DP_NOTREADY, "shard %d is not loaded yet; retry", k);
+            }
         }
     }
 }

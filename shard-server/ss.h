@@ -210,7 +210,7 @@ typedef struct ss_shard {
     struct ss_commit *ahead;
     char *last_parts;
     ss_req *parked, *parked_tail;
-    int nparked;
+    int nparked, nparked_gets; /* all parked requests, and the gets among them (park.c) */
     struct ss_load *load; /* in-progress load */
 } ss_shard;
 

@@ -2,9 +2,10 @@
  * test_ss_commit.c: the commit state machine of one shard (shard-server/commit*.c, ops.c) against a real
  * redis-server.
  *
- * One shard-server holds the run's only shard; two workers are members. Round 0: a get of version 1
- * while the barrier is open waits parked (the server subscribed to the barrier closes), and the close,
- * announced on dl:{R}:closes, answers it: w2's Δ is missing, `need w2`; the same get from a server that
+ * One shard-server holds the run's only shard; two workers are members. Round 0: gets of version 1
+ * while the barrier is open wait parked (the server subscribed to the barrier closes), more of them than
+ * the 64 pushes a shard may park per pending round (a run of many workers sends one early get each), and
+ * the close, announced on dl:{R}:closes, answers every one: w2's Δ is missing, `need w2`; the same get from a server that
  * does not hear closes is answered `wait`; with both Δ,
  * the commit is computed, its log entry written and dl_commit applied: the reply, the shard's version
  * and digest in Redis are version 1 with the bits that common/math/outer.c gives from the v0 snapshot.
@@ -72,15 +73,28 @@ static int replied(void *rep)
     return ((ssh_reply *)rep)->done;
 }
 
-/* A get of version v of shard 0 sent now; its reply comes into *rep whenever it comes. */
-static int get_sent(long long v, ssh_reply *rep)
+/* gets parked at once in round 0: more than a shard parks pushes (64 per pending round, 4 rounds) */
+#define NGETS 300
+
+/* A get of version v of shard 0 sent now, waiting up to wait_ms; its reply comes into *rep whenever it comes. */
+static int get_sent_within(long long v, ssh_reply *rep, int wait_ms)
 {
     blob_header h;
     blob_header_init(&h, "get");
     h.shard = 0;
     h.version = v;
     snprintf(h.worker, sizeof h.worker, "tester");
-    return ssh_request(g_server, &h, NULL, 0, rep, 300);
+    return ssh_request(g_server, &h, NULL, 0, rep, wait_ms);
+}
+
+static int get_sent(long long v, ssh_reply *rep)
+{
+    return get_sent_within(v, rep, 300);
+}
+
+static int get_sent_now(long long v, ssh_reply *rep)
+{
+    return get_sent_within(v, rep, 0);
 }
 
 static void fill_delta(float *d, int seed)
@@ -122,15 +136,20 @@ static void test_commit_rounds(void **state)
     assert_int_equal(ssh_pump_until(g_base, subscribed, g_server, 5000), 0);
     ssh_arrive(RUN, "w1", i1, 0, "open");
     do_push("w1", i1, 0, d1);
-    static ssh_reply parked; /* the harness writes the reply here when it comes */
+    static ssh_reply parked, many[NGETS]; /* the harness writes each reply here when it comes */
     assert_int_not_equal(get_sent(1, &parked), 0);
-    assert_int_equal(g_server->shards[0].nparked, 1);
-    /* closed, w2's Δ missing: the close is heard and answers the parked get with need w2 */
+    for (int i = 0; i < NGETS; i++) assert_int_not_equal(get_sent_now(1, &many[i]), 0);
+    assert_int_equal(g_server->shards[0].nparked, 1 + NGETS);
+    /* closed, w2's Δ missing: the close is heard and answers every parked get with need w2 */
     uint64_t heard = g_server->m.closes_heard;
     ssh_arrive(RUN, "w2", i2, 0, "closed");
     assert_int_equal(ssh_pump_until(g_base, replied, &parked, 5000), 0);
     assert_string_equal(parked.h.op, "need");
     assert_string_equal(parked.h.text, "w2");
+    for (int i = 0; i < NGETS; i++) {
+        assert_int_equal(ssh_pump_until(g_base, replied, &many[i], 5000), 0);
+        assert_string_equal(many[i].h.op, "need");
+    }
     assert_true(g_server->m.closes_heard > heard);
     assert_int_equal(ssh_shard_int(RUN, 0, "version"), 0);
     /* a server that does not hear the closes (its subscription lost) answers a get of an open barrier

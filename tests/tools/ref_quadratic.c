@@ -28,7 +28,10 @@
  *                      again from round B+1, from that round's global parameters (its AdamW state kept)
  *                      [--away-tentative]   with --away: each worker away learnt it was dropped one round late:
  *                      it got round A's result as it would have been with it (served tentatively before the
- *                      commit that dropped it) and trained round A+1 from it too, its Δ never sent */
+ *                      commit that dropped it) and trained round A+1 from it too, its Δ never sent
+ *                      [--away-steps id=N,...]   with --away: worker id trained only N inner steps of round A
+ *                      (stopped mid-interval, it learnt from its heartbeat that it was evicted and registered
+ *                      again at once instead of training the rest; default H) */
 #include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -65,6 +68,8 @@ typedef struct ref_args {
     const char *away;
     int away_tentative;
     long long away_from[MAX_WORKERS], away_to[MAX_WORKERS]; /* --away: rounds [from, to], none when from > to */
+    const char *away_steps;
+    long long away_n[MAX_WORKERS]; /* --away-steps: inner steps trained in round away_from (default h) */
 } ref_args;
 
 /* id's number in a list "id=N,id2=M,..." (--h-of, --ranks-of), or dflt when it has none */
@@ -145,6 +150,7 @@ static int parse(int argc, char **argv, ref_args *a)
         {.name = "h-of", .kind = OPT_STRING, .dest = &a->h_of},
         {.name = "away", .kind = OPT_STRING, .dest = &a->away},
         {.name = "away-tentative", .kind = OPT_FLAG, .dest = &a->away_tentative},
+        {.name = "away-steps", .kind = OPT_STRING, .dest = &a->away_steps},
         {.name = "ranks-of", .kind = OPT_STRING, .dest = &a->ranks_of},
         {.name = "download", .kind = OPT_CHOICE, .dest = &a->download_update, .choices = "params|update"},
         {.name = "codec", .kind = OPT_CUSTOM, .dest = a, .parse = parse_codec, .wants = "int8, int4, int3 or int2"},
@@ -165,6 +171,11 @@ static int parse(int argc, char **argv, ref_args *a)
             fprintf(stderr, "ref_quadratic: --away wants id=FIRST-LAST rounds (FIRST <= LAST) for %s\n", a->ids[w]);
             return -1;
         }
+        a->away_n[w] = of_worker(a->away_steps, a->ids[w], a->h[w]);
+    }
+    if (a->away_steps && (!a->away || a->away_tentative)) {
+        fprintf(stderr, "ref_quadratic: --away-steps goes with --away (and not --away-tentative)\n");
+        return -1;
     }
     if (a->away && (a->frag_bounds || a->codec)) {
         fprintf(stderr, "ref_quadratic: --away is for plain DiLoCo runs without a block codec\n");
@@ -212,6 +223,13 @@ static int counted(const ref_args *a, int w, long long r)
 static int trains(const ref_args *a, int w, long long r)
 {
     return r <= a->away_from[w] + a->away_tentative || r > a->away_to[w];
+}
+
+/* The inner steps worker w trains in round r: H, fewer in the round it was dropped from with --away-steps. */
+static long long steps_in(const ref_args *a, int w, long long r)
+{
+    if (!trains(a, w, r)) return 0;
+    return a->away_from[w] <= a->away_to[w] && r == a->away_from[w] ? a->away_n[w] : a->h[w];
 }
 
 /* Was worker w dropped from round r, learning it only from the tentative result (--away-tentative)? */
@@ -373,7 +391,7 @@ static void run_plain(sim *s)
     trainer_stats st;
     for (long long r = 0; r < s->a->rounds; r++) {
         for (int w = 0; w < s->a->nworkers; w++)
-            for (long long i = 0; trains(s->a, w, r) && i < s->a->h[w]; i++)
+            for (long long i = 0; i < steps_in(s->a, w, r); i++)
                 s->t[w]->step(s->t[w], &st, err, sizeof err);
         take_deltas(s, 0);
         int late = 0;

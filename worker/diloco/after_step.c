@@ -12,8 +12,10 @@
 #include "base/util.h"
 #include "internal.h"
 
-/* Count the step and the time it took (since the previous call returned): DyLU's speed. */
-static void count_step(diloco *d)
+/* Count the step and the time it took (since the previous call returned): DyLU's speed. Returns whether the
+ * heartbeat thread found us evicted: read under the lock taken here anyway, so checking it at every step
+ * costs nothing. */
+static int count_step(diloco *d)
 {
     uint64_t now = wall_us();
     pthread_mutex_lock(&d->hb_mu);
@@ -22,16 +24,18 @@ static void count_step(diloco *d)
         d->compute_us += now - d->step_end_us;
         d->compute_steps++;
     }
+    int evicted = d->evicted;
     pthread_mutex_unlock(&d->hb_mu);
+    return evicted;
 }
 
-static int after_step(diloco *d, char *err, size_t errlen);
+static int after_step(diloco *d, int evicted, char *err, size_t errlen);
 
 int diloco_after_step(diloco *d, char *err, size_t errlen)
 {
-    count_step(d);
+    int evicted = count_step(d);
     log_sink *prev = log_use_sink(&d->log);
-    int rc = after_step(d, err, errlen);
+    int rc = after_step(d, evicted, err, errlen);
     log_use_sink(prev);
     pthread_mutex_lock(&d->hb_mu);
     d->step_end_us = wall_us();
@@ -39,9 +43,28 @@ int diloco_after_step(diloco *d, char *err, size_t errlen)
     return rc;
 }
 
-static int after_step(diloco *d, char *err, size_t errlen)
+/* Evicted mid-interval (the heartbeat thread learnt it): stop training the interval as a dead incarnation
+ * at once, and start a new one from the parameters fetched on registering again (round_rejoin). Only a
+ * worker of one process in plain DiLoCo:
+ *   - a process group's ranks must all decide the same at the same step, and each rank's heartbeat learns
+ *     of the eviction at its own time; agreeing would take a collective per step, so a group finds out at
+ *     its sync (group.c's recover);
+ *   - Streaming DiLoCo has a fragment in flight on a background thread whose round may register again
+ *     itself, and a schedule that is a pure function of the step count: it finds out at its next fragment
+ *     boundary. */
+static int rejoin_checked(diloco *d, int evicted)
+{
+    return evicted && !d->grp && d->rc.nfragments == 1;
+}
+
+static int after_step(diloco *d, int evicted, char *err, size_t errlen)
 {
     d->steps++;
+    if (rejoin_checked(d, evicted)) {
+        int step = d->steps;
+        d->steps = 0; /* the next sync comes H steps after the parameters we are about to fetch */
+        return round_rejoin(d, step, err, errlen);
+    }
     if (d->rc.nfragments == 1) {
         if (d->steps < d->sync_every) return 0;
         d->steps = 0;

@@ -171,3 +171,11 @@ int dl_delta_compute(diloco *d, int f, char *err, size_t errlen)
     d->tokens_at_send[f] = tokens;
     return 0;
 }
+
+void dl_delta_forget_tokens(diloco *d)
+{
+    pthread_mutex_lock(&d->hb_mu);
+    uint64_t tokens = d->tokens;
+    pthread_mutex_unlock(&d->hb_mu);
+    for (int f = 0; f < d->rc.nfragments; f++) d->tokens_at_send[f] = tokens;
+}

@@ -3,8 +3,9 @@
  * Every heartbeat_interval_ms it calls dl_heartbeat with our speed (inner steps per second of
  * training time, over the last beats with decaying weights: time spent syncing or waiting at a barrier is not counted, so
  * DyLU sees how fast this machine trains, not how long it waited for others), loss and tokens, on its own Redis connection so a blocked training thread never delays
- * it. The reply tells us if we were evicted (the training thread registers again at its next sync;
- * no beats until then), whether the run was shut down, and the H that DyLU computed for us.
+ * it. The reply tells us if we were evicted (the training thread registers again at its next inner
+ * step, after_step.c, or for a process group or a Streaming worker at its next sync; no beats until
+ * then), whether the run was shut down, and the H that DyLU computed for us.
  *
  * A lost connection (Redis restarted, or a Sentinel failover) is opened again at once, not an
  * interval later; while that fails, the thread watches the Sentinels' failover announcements

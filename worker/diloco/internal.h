@@ -301,6 +301,8 @@ int dl_delta_alloc(diloco *d, char *err, size_t errlen);
 void dl_delta_free(diloco *d);
 /* Δ of fragment f from params (on the thread that owns params). -1 if params are not finite. */
 int dl_delta_compute(diloco *d, int f, char *err, size_t errlen);
+/* The tokens trained so far weigh no Δ (every fragment's count starts again from here: round_rejoin). */
+void dl_delta_forget_tokens(diloco *d);
 /* Shard k's part of delta_* (as pushed, in push_dtype) and its size in *bytes. */
 const void *dl_delta_shard(const diloco *d, int k, size_t *bytes);
 
@@ -468,6 +470,10 @@ int round_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64_t t0, c
  * (mixed with ours by alpha), or the failure streak, or a repair wait. */
 int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint64_t t0, double alpha, char *err,
                  size_t errlen);
+/* The heartbeat found us evicted during inner step `step` of the interval (plain DiLoCo, one process): register
+ * again and fetch everything as a joiner now, dropping the interval. 1 params changed, 0 a failure counted
+ * (on_failure), -1 unrecoverable (err). */
+int round_rejoin(diloco *d, int step, char *err, size_t errlen);
 
 /* streaming.c: Streaming DiLoCo's fragment in flight. */
 /* Steps between two fragment boundaries (H/F, at least 1). */

@@ -9,6 +9,7 @@
  * a lost round means in both (stale: fetch the current parameters; evicted: register again). */
 
 #include <inttypes.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "base/log.h"
@@ -38,15 +39,17 @@ void round_record(diloco *d, int f, int64_t round, uint64_t t0, int stale)
 
 /* ---- the network part: sync.c or async.c, by mode ----------------------------------------------------- */
 
+#define REGISTERING "; registering again" /* register_if_evicted's warning, at a sync */
+
 /* The heartbeat thread learnt we were evicted (a long stop, a network cut): register again before
- * sending anything, instead of pushing as a dead incarnation. */
-static int register_if_evicted(diloco *d, char *err, size_t errlen)
+ * sending anything, instead of pushing as a dead incarnation. then: what the warning says we do now. */
+static int register_if_evicted(diloco *d, const char *then, char *err, size_t errlen)
 {
     pthread_mutex_lock(&d->hb_mu);
     int evicted = d->evicted;
     pthread_mutex_unlock(&d->hb_mu);
     if (!evicted && dl_still_member(d)) return DL_OK;
-    log_warn("we were evicted (heartbeats missed for longer than the timeout); registering again");
+    log_warn("we were evicted (heartbeats missed for longer than the timeout)%s", then);
     if (dl_register(d, err, errlen) < 0) return DL_FAIL;
     d->refetch_all = 1;
     return DL_EVICTED;
@@ -58,7 +61,7 @@ int round_net(diloco *d, int f, char *err, size_t errlen)
     pthread_mutex_lock(&d->hb_mu);
     int evicted = d->evicted;
     pthread_mutex_unlock(&d->hb_mu);
-    if (evicted) return register_if_evicted(d, err, errlen);
+    if (evicted) return register_if_evicted(d, REGISTERING, err, errlen);
     if (d->o.simulate_latency_ms > 0) sleep_ms((unsigned)d->o.simulate_latency_ms);
     int rc;
     if (d->rc.async) { /* (it sets frag_version from the versions it got) */
@@ -70,7 +73,7 @@ int round_net(diloco *d, int f, char *err, size_t errlen)
         if (rc == DL_OK) d->frag_version[f] = round + 1;
     }
     if (rc == DL_OK) return DL_OK;
-    if (rc == DL_STALE && register_if_evicted(d, err, errlen) != DL_OK) /* stale because we were evicted? */
+    if (rc == DL_STALE && register_if_evicted(d, REGISTERING, err, errlen) != DL_OK) /* stale: evicted? */
         return d->refetch_all ? DL_EVICTED : DL_FAIL;
     if (rc == DL_STALE) {
         log_warn("round %" PRId64 " of fragment %d lost (stale): %s; continuing from the current global "
@@ -182,10 +185,31 @@ prep_outcome round_prepare_delta(diloco *d, int f, char *err, size_t errlen)
  * joiner for the open round to close. (A group's ranks decide this together in group.c's recover.) */
 static int rejoin_if_dropped(diloco *d, int f, int64_t round, uint64_t t0, char *err, size_t errlen)
 {
-    int rc = register_if_evicted(d, err, errlen);
+    int rc = register_if_evicted(d, REGISTERING, err, errlen);
     if (rc == DL_OK) return 1;
     if (rc == DL_FAIL) return on_failure(d, err, err, errlen);
     return refetch_everything(d, f, round, t0, err, errlen);
+}
+
+/* The heartbeat thread found us evicted between two syncs (stopped or cut off mid-interval for longer than the
+ * heartbeat timeout). The rest of the interval would be trained as a dead incarnation, its Δ refused at the
+ * sync: register again now and take every fragment from the run, as a joiner, as a sync that finds us evicted
+ * does. The interval's steps are dropped, and so are its tokens, which would otherwise weigh the next Δ
+ * (there, they went with the Δ computed before the eviction showed). The trainer's inner optimizer state is
+ * kept, as at every sync. */
+int round_rejoin(diloco *d, int step, char *err, size_t errlen)
+{
+    round_begin(d);
+    uint64_t t0 = now_ms();
+    int64_t round = d->frag_version[0];
+    char then[160];
+    snprintf(then, sizeof then, " during inner step %d of %d; registering again now instead of training the rest of "
+             "the interval as a dead incarnation (its steps are dropped)", step, d->sync_every);
+    int rc = register_if_evicted(d, then, err, errlen);
+    if (rc == DL_OK) return 0; /* (not reached: the flag stays set until we register) */
+    if (rc == DL_FAIL) return on_failure(d, err, err, errlen);
+    dl_delta_forget_tokens(d);
+    return refetch_everything(d, 0, round, t0, err, errlen);
 }
 
 int round_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64_t t0, char *err, size_t errlen)

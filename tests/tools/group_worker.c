@@ -33,6 +33,7 @@
  *
  * usage: group_worker --redis URL --run RUN --worker-id ID --ranks R --steps N --sync-every H
  *                     [--no-bf16] [--error-feedback] [--heartbeat-ms MS] [--sharded]
+ *                     [--step-delay-ms MS] (every rank sleeps MS after each inner step: a slower machine)
  *                     [--trainer gpt [-- GPT FLAGS (--data, --batch, --lr, --num-shards, --shard-index...)]]
  *                     [--rank-netns NS0,NS1,...] (root: rank r's thread enters network namespace NSr before it
  *                     connects, so each rank uses a link of its own, as on a node with a NIC per GPU;
@@ -55,6 +56,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "base/util.h"
 #include "diloco.h"
 #include "format/runconf.h"
 #include "gpt/gpt.h"
@@ -85,7 +87,7 @@ typedef struct rank_ctx {
     const char *redis, *run, *worker_id, *bad;
     char netns[64]; /* --rank-netns: this rank's network namespace ("" : the process's) */
     long steps;
-    int sync_every, bf16, error_feedback, heartbeat_ms;
+    int sync_every, bf16, error_feedback, heartbeat_ms, step_delay_ms;
     size_t numel;
     uint64_t seed;
     const runconf *rc;
@@ -175,14 +177,6 @@ static trainer *make_gpt(rank_ctx *c, char *err, size_t errlen)
         o.grad_reduce_ctx = c;
     }
     return gpt_trainer_create(&o, err, errlen);
-}
-
-/* wall clock in microseconds, as diloco_sync_info's phase stamps */
-static uint64_t wall_us(void)
-{
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
 }
 
 static void say(rank_ctx *c, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
@@ -328,6 +322,7 @@ static void *rank_main(void *p)
     trainer_stats st;
     for (long step = 1; step <= c->steps; step++) {
         if (t->step(t, &st, err, sizeof err) < 0) break;
+        if (c->step_delay_ms > 0) sleep_ms((unsigned)c->step_delay_ms);
         diloco_report(d, st.loss, st.tokens);
         if (mine != t->params) copy_slices(t->params, mine, sl, nsl, 1);
         uint64_t local = step % c->sync_every == 0 ? hash64(mine, numel * sizeof(float)) : 0;
@@ -402,6 +397,7 @@ int main(int argc, char **argv)
                                    {"trainer", 1, 0, 't'},
                                    {"rank-netns", 1, 0, 'N'},
                                    {"sharded", 0, 0, 'S'},
+                                   {"step-delay-ms", 1, 0, 'd'},
                                    {0, 0, 0, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (ch) {
@@ -418,6 +414,7 @@ int main(int argc, char **argv)
         case 't': base.gpt = !strcmp(optarg, "gpt"); break;
         case 'N': netns = optarg; break;
         case 'S': base.sharded = 1; break;
+        case 'd': base.step_delay_ms = atoi(optarg); break;
         default: fprintf(stderr, "usage: see the comment at the top of tests/tools/group_worker.c\n"); return 2;
         }
     }

@@ -13,7 +13,8 @@
  *   a round:  PREPARE (each rank's Δ of its part: all fine, or the group fetches instead), the network
  *             round of its part (sync.c: push, arrive as its rank, wait, get), NET (all fine: the
  *             exchange; else RECOVER: rank 0 says whether the group is still a member, it registers
- *             again if not, and FETCH as at open).
+ *             again if not (then every rank waits, as a joiner, for the open round to close), and FETCH
+ *             as at open).
  *
  * A rank moves shards [grp_bounds[r], grp_bounds[r+1]) (contiguous, balanced by elements), which
  * dl_first_shard / dl_last_shard give every per-fragment loop of sync.c, delta.c and fetch.c: the
@@ -555,6 +556,11 @@ static int recover(diloco *d, int worst, const char *why, int64_t round, uint64_
     free(all);
     if (rc < 0) return -1;
     if (!member && group_register(d, err, errlen) < 0) rc = -1;
+    /* Registered again: a joiner of the next round waits for the open one to close, as at open. The open
+     * round does not wait for the group, so training for it would be lost as STALE unless the group
+     * happened to arrive before it closed. A failed wait (only when stopping) is not acted on by this rank
+     * alone: every rank goes on to group_fetch, whose collective gathers every rank's outcome. */
+    if (rc == 0 && !member) (void)fetch_wait_joined(d, 0, err, errlen);
     if (rc == 0 && group_fetch(d, d->frag_version[0], err, errlen) < 0) rc = -1;
     if (rc < 0) {
         log_error("the group could not recover: %s (the next sync tries again)", err);

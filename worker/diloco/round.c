@@ -51,6 +51,7 @@ static int register_if_evicted(diloco *d, const char *then, char *err, size_t er
     if (!evicted && dl_still_member(d)) return DL_OK;
     log_warn("we were evicted (heartbeats missed for longer than the timeout)%s", then);
     if (dl_register(d, err, errlen) < 0) return DL_FAIL;
+    err_set(err, errlen, "evicted (heartbeats missed for longer than the timeout)"); /* a group's recover says it */
     d->refetch_all = 1;
     return DL_EVICTED;
 }
@@ -202,9 +203,11 @@ int round_rejoin(diloco *d, int step, char *err, size_t errlen)
     round_begin(d);
     uint64_t t0 = now_ms();
     int64_t round = d->frag_version[0];
-    char then[160];
-    snprintf(then, sizeof then, " during inner step %d of %d; registering again now instead of training the rest of "
-             "the interval as a dead incarnation (its steps are dropped)", step, d->sync_every);
+    char then[200];
+    snprintf(then, sizeof then,
+             " during inner step %d of %d; registering again now instead of training the rest of "
+             "the interval as a dead incarnation (its steps are dropped)",
+             step, d->sync_every);
     int rc = register_if_evicted(d, then, err, errlen);
     if (rc == DL_OK) return 0; /* (not reached: the flag stays set until we register) */
     if (rc == DL_FAIL) return on_failure(d, err, err, errlen);

@@ -13,15 +13,8 @@
 # final digest equal tests/tools/ref_quadratic with g3 away from round 1 until it rejoined.
 . "$(dirname "$0")/lib.sh"
 RUN=grejoin; NUMEL=4000; SEED=5; ROUNDS=5; H=10; A=1
-start_redis
-# min-workers 2: once w1 and w2 have left, the group alone closes no round (the run stops at ROUNDS)
-init_run $RUN --trainer quadratic --numel $NUMEL --shards 2 --workers 3 --min-workers 2 --seed $SEED \
-  --heartbeat-timeout 0.8
-start_server s1 --lease-ttl-ms 2000
+rejoin_run 200
 round() { $RCLI HGET "dl:{$RUN}:state" round:0; }
-for w in w1 w2; do
-  start_worker $w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 0.2 --step-delay-ms 200
-done
 build/tests/tools/group_worker --redis "$URL" --run $RUN --worker-id g3 --ranks 2 --steps 100000 --sync-every $H \
   --heartbeat-ms 200 --step-delay-ms 200 > "$TMP/g3.out" 2> "$TMP/group-g3.log" &
 G3=$!; PIDS="$PIDS $G3"

@@ -13,15 +13,8 @@
 # until it rejoined, having trained only the steps of round 1 it did (--away-steps, from its log).
 . "$(dirname "$0")/lib.sh"
 RUN=midstep; NUMEL=4000; SEED=5; ROUNDS=4; H=10; A=1
-start_redis
-# min-workers 2: once w1 and w2 have left, w3 alone closes no round (the run stops at ROUNDS)
-init_run $RUN --trainer quadratic --numel $NUMEL --shards 2 --workers 3 --min-workers 2 --seed $SEED \
-  --heartbeat-timeout 0.8
-start_server s1 --lease-ttl-ms 2000
+rejoin_run 200
 round() { $RCLI HGET "dl:{$RUN}:state" round:0; }
-for w in w1 w2; do
-  start_worker $w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 0.2 --step-delay-ms 200
-done
 start_worker w3 --sync-every $H --steps 0 --heartbeat-interval 0.2 --step-delay-ms 200
 
 wait_until 15 '[ "$(round)" -ge $A ]' "round 0 to close"

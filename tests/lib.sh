@@ -355,7 +355,20 @@ crash_storm() {
   say "$KILLS kill -9s by the harness, $FAULTS crashes between log write and commit, $NSRV servers started"
 }
 
-# ---- a worker dropped from a round that registers again (it_sync_dropped_*): RUN, ROUNDS, H
+# ---- a worker dropped from a round that registers again (it_sync_dropped_*, it_*_evicted_*, it_group_rejoin):
+# RUN, NUMEL, SEED, ROUNDS, H
+# rejoin_run DELAY_MS: Redis; run RUN of 3 workers on 2 shards, heartbeat timeout 0.8 s, min-workers 2 (once w1
+# and w2 have left, the third alone closes no round: the run stops at ROUNDS); shard-server s1; w1 and w2 each
+# training ROUNDS rounds of H steps at DELAY_MS a step, beating every 0.2 s. The third is the test's.
+rejoin_run() {
+  start_redis
+  init_run $RUN --trainer quadratic --numel $NUMEL --shards 2 --workers 3 --min-workers 2 --seed $SEED \
+    --heartbeat-timeout 0.8
+  start_server s1 --lease-ttl-ms 2000
+  for _w in w1 w2; do
+    start_worker $_w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 0.2 --step-delay-ms "$1"
+  done
+}
 # rejoin_check W FIRST: W registered twice; its second incarnation (REJOIN_INC) joined round REJOIN_ROUND
 # (from its join event); no round from FIRST to REJOIN_ROUND - 1 counts that incarnation, every later one
 # up to ROUNDS - 1 does

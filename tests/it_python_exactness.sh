@@ -27,7 +27,7 @@ for mode in bf16 fp32 stream async; do
     --steps $((ROUNDS * H)) --heartbeat-interval 1 $flag > "$TMP/worker-w1-$mode.log" 2>&1 &
   eval "C_$mode=$!"; PIDS="$PIDS $!"
   for w in $(pyworkers_of $mode); do
-    /usr/bin/python3 tests/python/quad_worker.py "$URL" $RUN $w $((ROUNDS * H)) $H --numel $NUMEL --seed $SEED \
+    $PYTHON tests/python/quad_worker.py "$URL" $RUN $w $((ROUNDS * H)) $H --numel $NUMEL --seed $SEED \
       $flag --digests "$TMP/$w-$mode.digests" > "$TMP/py-$w-$mode.log" 2>&1 &
     eval "PY_${w}_$mode=$!"; PIDS="$PIDS $!"
   done

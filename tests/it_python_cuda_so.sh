@@ -14,6 +14,7 @@ cd "$(dirname "$0")/.." || exit 1
 NVCC=$(command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 if [ -z "$NVCC" ]; then echo "nvcc not found: build/libdiloco_cuda.so is not built: skipped"; exit 77; fi
 . tests/lib.sh
+need_torch
 SO=build/libdiloco_cuda.so
 [ -f $SO ] || fail "$SO missing although nvcc exists: run make"
 readelf -d $SO | grep -q 'SONAME.*\[libdiloco_cuda.so.0\]' || fail "soname: $(readelf -d $SO | grep SONAME)"

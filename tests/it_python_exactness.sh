@@ -9,6 +9,7 @@
 # Redis applied the submissions); in the plain runs every worker's last sync also reports the
 # reference's digest of the whole vector, and the PyTorch workers saw the same digest every round.
 . "$(dirname "$0")/lib.sh"
+need_torch
 NUMEL=50000; SEED=11; ROUNDS=4; H=10
 start_redis
 flags_of() { case $1 in fp32) echo --no-bf16;; stream) echo --fragment-alpha 0.5;; esac; }

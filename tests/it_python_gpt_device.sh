@@ -7,6 +7,7 @@
 #     train it together: both end, each names its device and dtype, every loss is finite and both report
 #     the same digest of the global parameters after each sync (DiLoCo works on the fp32 weights).
 . "$(dirname "$0")/lib.sh"
+need_torch
 prepare_bible
 H=5; ROUNDS=2; STEPS=$((H * ROUNDS))
 MODEL="--layers 1 --heads 2 --dim 32 --ctx 32"

@@ -8,6 +8,7 @@
 #   - no parameters, or parameters on two devices: DiLoCoError.
 # The CUDA paths themselves need a GPU: tests/it_cuda_python_hooks.sh (skipped here).
 . "$(dirname "$0")/lib.sh"
+need_torch
 start_redis
 RUN=tp
 init_run $RUN --trainer quadratic --numel 1000 --shards 2 --workers 1

@@ -24,6 +24,13 @@ PIDS=""
 PORT=""
 CLUSTER_PORTS=""
 
+# need_torch: exits 77 (skipped) with the reason when $PYTHON cannot import torch and numpy
+need_torch() {
+  $PYTHON -c 'import torch, numpy' 2>/dev/null && return 0
+  echo "SKIP: $PYTHON cannot import torch and numpy (Debian: apt-get install python3-torch python3-numpy; or set PYTHON to a python3 that has them)"
+  exit 77
+}
+
 cleanup() {
   for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
   for p in ${CLUSTER_PORTS:-$PORT}; do redis-cli -p "$p" shutdown nosave >/dev/null 2>&1; done

@@ -30,7 +30,7 @@ for l in .gpu/x/lib/*; do # the machine's own copy wins: ours may be older than 
 done
 export LD_LIBRARY_PATH="$PWD/.gpu/x/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 export PATH="$PWD/.gpu/x/tools:$PATH"
-PYTHON=$(command -v python3); export PYTHON PYTHONUNBUFFERED=1
+PYTHON=${PYTHON:-$(command -v python3)}; export PYTHON PYTHONUNBUFFERED=1 # the machine's own, with its CUDA torch
 
 step() { # NAME LIMIT COMMAND...: its output to the screen and to $O/NAME.txt
   name=$1; limit=$2; shift 2

@@ -13,12 +13,12 @@
 #   wait_until SECONDS 'shell condition' [message]
 #   fail MESSAGE                         prints the tails of every log, exits 1
 #   shard_digests RUN                    "shard k digest" lines from dl:{RUN}:shards
-# The Python tests run $PYTHON: Debian's $PYTHON (with python3-torch) unless the environment says
+# The Python tests run $PYTHON: Debian's /usr/bin/python3 (with python3-torch) unless the environment says
 # otherwise, e.g. PYTHON=$(command -v python3) on a GPU machine whose own python3 has a CUDA torch
 # (tools/gpu_check.sh).
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
-PYTHON=${PYTHON:-$PYTHON}
+PYTHON=${PYTHON:-/usr/bin/python3}
 TMP=$(mktemp -d /tmp/dltest.XXXXXX)
 PIDS=""
 PORT=""

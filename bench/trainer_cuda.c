@@ -11,7 +11,7 @@
  * the measured sgemm. Configurations: (a) and (b) of bench/trainer.c (the CPU benchmark), and
  * (c) GPT-2 small (12 layers, 12 heads, 768 dim, ctx 1024, vocab 50257, batch 8, seq 1024).
  * --precision bf16: the trainer's bf16 path (bf16 products and fused attention on fp32 master weights,
- * docs/cuda.md). When `/usr/bin/python3` imports a torch that sees the GPU, each configuration also runs
+ * docs/cuda.md). When $PYTHON (default /usr/bin/python3) imports a torch that sees the GPU, each configuration also runs
  * bench/torch_gpt_speed.py on the same model, batch and precision (bf16: autocast + SDPA + fused AdamW,
  * what users run; fp32 / TF32 likewise) and prints torch's tokens/s beside ours and their ratio, in the
  * same run on the same GPU (--no-torch: not). MFU uses the fp32 or TF32 peak; bf16 prints none.
@@ -39,17 +39,18 @@ static double now(void)
  * it printed, or why not, in why) */
 static double torch_figure(gpt_config c, int batch, int seq, int tf32, int bf16, int steps, char *why, size_t whylen)
 {
-    char cmd[512], line[512] = "";
+    char cmd[1024], line[512] = "";
+    const char *python = getenv("PYTHON") && getenv("PYTHON")[0] ? getenv("PYTHON") : "/usr/bin/python3";
     snprintf(cmd, sizeof cmd,
-             "/usr/bin/python3 bench/torch_gpt_speed.py --layers %d --heads %d --dim %d --ctx %d --vocab %d "
+             "%s bench/torch_gpt_speed.py --layers %d --heads %d --dim %d --ctx %d --vocab %d "
              "--batch %d --seq %d --steps %d --precision %s 2>&1",
-             c.layers, c.heads, c.dim, c.ctx, c.vocab, batch, seq, steps,
+             python, c.layers, c.heads, c.dim, c.ctx, c.vocab, batch, seq, steps,
              bf16   ? "bf16"
              : tf32 ? "tf32"
                     : "fp32");
     FILE *f = popen(cmd, "r");
     if (!f) {
-        snprintf(why, whylen, "could not start /usr/bin/python3");
+        snprintf(why, whylen, "could not start %s", python);
         return 0;
     }
     char buf[512];

@@ -20,7 +20,7 @@
 #    (--reset-momentum) and one with the buffer but the schedule restarted (dn_t0 forced to 0) end
 #    different; the resumed run exports the same buffer again; a sync resume of it is refused.
 . "$(dirname "$0")/lib.sh"
-/usr/bin/python3 -c 'import numpy' 2>/dev/null || { echo "SKIP: /usr/bin/python3 has no numpy (apt-get install python3-numpy)"; exit 77; }
+$PYTHON -c 'import numpy' 2>/dev/null || { echo "SKIP: $PYTHON has no numpy (apt-get install python3-numpy)"; exit 77; }
 RUN=ck; NUMEL=200000; SEED=7; H=20; ROUNDS=3
 CK="$TMP/ck.safetensors"
 start_redis
@@ -36,7 +36,7 @@ bin/coordinator checkpoint save --redis "$URL" --run $RUN --out "$CK" > "$TMP/sa
 cat "$TMP/save.log"
 [ -f "$TMP/ck.json" ] || fail "no JSON side file"
 ls "$TMP" | grep -q '\.tmp\.' && fail "a temp file was left behind"
-/usr/bin/python3 tests/checkpoint_read.py "$CK" > "$TMP/py.txt" 2>&1 || fail "checkpoint_read.py: $(cat "$TMP/py.txt")"
+$PYTHON tests/checkpoint_read.py "$CK" > "$TMP/py.txt" 2>&1 || fail "checkpoint_read.py: $(cat "$TMP/py.txt")"
 cat "$TMP/py.txt"
 shard_digests $RUN > "$TMP/redis-digests.txt"
 grep '^shard' "$TMP/py.txt" | diff - "$TMP/redis-digests.txt" > "$TMP/diff.txt" || fail "python's shard digests differ from Redis: $(cat "$TMP/diff.txt")"
@@ -91,7 +91,7 @@ bin/coordinator checkpoint save --redis "$URL" --run ck2 --dir "$D" --keep 2 > "
 bin/coordinator checkpoint save --redis "$URL" --run $RUN --dir "$D" --keep 2 > "$TMP/save3.log" 2>&1 || fail "save --dir: $(cat "$TMP/save3.log")"
 [ "$(cd "$D" && ls | tr '\n' ' ')" = "checkpoint-2.safetensors checkpoint-4.json checkpoint-4.safetensors unrelated.txt " ] ||
   fail "checkpoint dir holds: $(ls "$D")"
-/usr/bin/python3 tests/checkpoint_read.py "$D/checkpoint-4.safetensors" | grep '^shard' | diff - "$TMP/r4.txt" > /dev/null ||
+$PYTHON tests/checkpoint_read.py "$D/checkpoint-4.safetensors" | grep '^shard' | diff - "$TMP/r4.txt" > /dev/null ||
   fail "checkpoint-4 does not hold version 4"
 
 say "export while a run trains: every checkpoint is one committed version"
@@ -108,7 +108,7 @@ wait_workers w1 w2 w3
 RUN=$RUN0
 n=0
 for f in "$L"/checkpoint-*.safetensors; do
-  /usr/bin/python3 tests/checkpoint_read.py "$f" > "$TMP/live.txt" || fail "reading $f"
+  $PYTHON tests/checkpoint_read.py "$f" > "$TMP/live.txt" || fail "reading $f"
   v=$(awk '/^version/ {print $2}' "$TMP/live.txt"); got=$(awk '/^all/ {print $2}' "$TMP/live.txt")
   [ "$v" -eq 1 ] && continue # the version before these workers, logged by nobody
   want=$(cat "$TMP"/w[123].jsonl | grep '"event":"sync"' | grep "\"version\":$v," | tail -n 1 | sed 's/.*"digest":"\([0-9a-f]*\)".*/\1/')
@@ -128,7 +128,7 @@ refuse() { # RUN what-to-grep init-flags...
 }
 refuse bad1 "layout mismatch" --from-checkpoint "$CK" --numel 1000
 refuse bad2 "layout mismatch" --from-checkpoint "$CK" --trainer gpt
-/usr/bin/python3 - "$TMP/foreign.safetensors" <<'PY'
+$PYTHON - "$TMP/foreign.safetensors" <<'PY'
 import json, struct, sys
 h = json.dumps({"__metadata__": {"format": "pt"}, "w": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}}).encode()
 h += b" " * (-len(h) % 8)
@@ -154,7 +154,7 @@ wait_workers u1 u2
 DD="$TMP/dnck"
 bin/coordinator checkpoint save --redis "$URL" --run $RUN --dir "$DD" > "$TMP/save-dn.log" 2>&1 || fail "DN save: $(cat "$TMP/save-dn.log")"
 CKD="$DD/checkpoint-8.safetensors"
-/usr/bin/python3 tests/checkpoint_read.py "$CKD" > "$TMP/py-dn.txt" 2>&1 || fail "checkpoint_read.py (DN): $(cat "$TMP/py-dn.txt")"
+$PYTHON tests/checkpoint_read.py "$CKD" > "$TMP/py-dn.txt" 2>&1 || fail "checkpoint_read.py (DN): $(cat "$TMP/py-dn.txt")"
 shard_digests $RUN > "$TMP/dn-digests.txt"
 grep '^shard' "$TMP/py-dn.txt" | diff - "$TMP/dn-digests.txt" > /dev/null || fail "DN checkpoint params differ from Redis"
 grep -qx "dn_buffer 3" "$TMP/py-dn.txt" && grep -qx "dn_t 8" "$TMP/py-dn.txt" || fail "DN metadata: $(grep ^dn "$TMP/py-dn.txt")"
@@ -171,7 +171,7 @@ grep -q "with its Delayed Nesterov buffer" "$TMP/init-ckdn2.log" || fail "init d
 shard_digests ckdn2 | diff - "$TMP/dn-digests.txt" > /dev/null || fail "ckdn2's shard digests differ"
 # the restored buffer is what was exported: export the resumed run at version 0 and compare
 bin/coordinator checkpoint save --redis "$URL" --run ckdn2 --out "$TMP/ckdn2-v0.safetensors" > /dev/null 2>&1 || fail "save ckdn2"
-/usr/bin/python3 tests/checkpoint_read.py "$TMP/ckdn2-v0.safetensors" > "$TMP/py-dn2.txt" 2>&1 || fail "read ckdn2 export"
+$PYTHON tests/checkpoint_read.py "$TMP/ckdn2-v0.safetensors" > "$TMP/py-dn2.txt" 2>&1 || fail "read ckdn2 export"
 [ "$(grep '^dn_all\|^momentum_all\|^all' "$TMP/py-dn2.txt")" = "$(grep '^dn_all\|^momentum_all\|^all' "$TMP/py-dn.txt")" ] ||
   fail "ckdn2 at version 0 does not hold the exported params/momentum/buffer"
 grep -qx "dn_t 8" "$TMP/py-dn2.txt" || fail "ckdn2 export: $(grep ^dn_t "$TMP/py-dn2.txt")"

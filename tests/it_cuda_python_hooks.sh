@@ -11,7 +11,7 @@
 # the development machine or on CI (docs/python.md).
 cd "$(dirname "$0")/.." || exit 1
 [ -f build/libdiloco_cuda.so ] || { echo "build/libdiloco_cuda.so not built (no nvcc): skipped"; exit 77; }
-if ! /usr/bin/python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+if ! $PYTHON -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   echo "torch.cuda.is_available() is false (no GPU): the CUDA device-hook path is not exercised: skipped"; exit 77
 fi
 . tests/lib.sh
@@ -24,10 +24,10 @@ start_server s2
 bin/worker --redis "$URL" --run $RUN --worker-id w1 --quiet --log "$TMP/w1.jsonl" --sync-every $H \
   --steps $((ROUNDS * H)) --heartbeat-interval 1 > "$TMP/w1.log" 2>&1 &
 C=$!; PIDS="$PIDS $!"
-/usr/bin/python3 tests/python/quad_worker.py "$URL" $RUN w2 $((ROUNDS * H)) $H --numel $NUMEL --seed $SEED \
+$PYTHON tests/python/quad_worker.py "$URL" $RUN w2 $((ROUNDS * H)) $H --numel $NUMEL --seed $SEED \
   --device cuda --digests "$TMP/w2.digests" > "$TMP/w2.log" 2>&1 &
 P2=$!; PIDS="$PIDS $!"
-REDILOCO_CUDA_LIB= /usr/bin/python3 tests/python/quad_worker.py "$URL" $RUN w3 $((ROUNDS * H)) $H --numel $NUMEL \
+REDILOCO_CUDA_LIB= $PYTHON tests/python/quad_worker.py "$URL" $RUN w3 $((ROUNDS * H)) $H --numel $NUMEL \
   --seed $SEED --device cuda --digests "$TMP/w3.digests" > "$TMP/w3.log" 2>&1 &
 P3=$!; PIDS="$PIDS $!"
 wait $C || fail "C worker: $(tail -n 5 "$TMP/w1.log")"

@@ -28,7 +28,7 @@ version=$(sed -n 's/^#define DILOCO_VERSION_STRING "\(.*\)"/\1/p' worker/diloco.
 readelf -d build/libdiloco.so | grep -q "SONAME.*\[libdiloco\.so\.$abi\]" \
   || fail "soname: $(readelf -d build/libdiloco.so | grep SONAME), want libdiloco.so.$abi"
 
-got=$(/usr/bin/python3 - <<EOF
+got=$($PYTHON - <<EOF
 import ctypes
 lib = ctypes.CDLL("build/libdiloco.so")
 lib.diloco_version_string.restype = ctypes.c_char_p

@@ -13,7 +13,7 @@ start_redis
 init_run $RUN --trainer quadratic --numel $NUMEL --shards 2 --workers 1
 start_server s1
 dead="redis://127.0.0.1:$(free_port)"
-/usr/bin/python3 tests/python/bad_input.py "$URL" $RUN $NUMEL "$dead" > "$TMP/bad.log" 2>&1 \
+$PYTHON tests/python/bad_input.py "$URL" $RUN $NUMEL "$dead" > "$TMP/bad.log" 2>&1 \
   || fail "bad_input.py: $(grep -v '^ok' "$TMP/bad.log" | tail -n 20)"
 cat "$TMP/bad.log" | grep '^ok' | cut -c1-200
 n=$(grep -c '^ok' "$TMP/bad.log")

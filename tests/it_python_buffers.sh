@@ -6,7 +6,7 @@
 # nothing; strict=False loads the parameters and keeps the buffers; a shape mismatch changes nothing.
 . "$(dirname "$0")/lib.sh"
 RUN=pybuf
-PY="/usr/bin/python3 tests/python/buffers.py"
+PY="$PYTHON tests/python/buffers.py"
 start_redis
 $PY init "$URL" $RUN > "$TMP/init.txt" 2>&1 || fail "init: $(cat "$TMP/init.txt")"
 start_server s1

@@ -7,7 +7,7 @@ RUN=pycrash; NUMEL=20000
 round() { $RCLI HGET "dl:{$RUN}:state" round:0; }
 participants() { $RCLI HGET "dl:{$RUN}:f0:r$1" participants; }
 start_py() {
-  /usr/bin/python3 tests/python/quad_worker.py "$URL" $RUN p2 100000 10 --numel $NUMEL --seed 0 --step-delay 0.01 \
+  $PYTHON tests/python/quad_worker.py "$URL" $RUN p2 100000 10 --numel $NUMEL --seed 0 --step-delay 0.01 \
     --heartbeat 0.5 > "$TMP/py-p2-$1.log" 2>&1 &
   PY=$!; PIDS="$PIDS $PY"
 }

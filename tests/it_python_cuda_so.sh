@@ -14,12 +14,13 @@ cd "$(dirname "$0")/.." || exit 1
 NVCC=$(command -v nvcc 2>/dev/null || { test -x /usr/local/cuda/bin/nvcc && echo /usr/local/cuda/bin/nvcc; })
 if [ -z "$NVCC" ]; then echo "nvcc not found: build/libdiloco_cuda.so is not built: skipped"; exit 77; fi
 . tests/lib.sh
+need_torch
 SO=build/libdiloco_cuda.so
 [ -f $SO ] || fail "$SO missing although nvcc exists: run make"
 readelf -d $SO | grep -q 'SONAME.*\[libdiloco_cuda.so.0\]' || fail "soname: $(readelf -d $SO | grep SONAME)"
 syms=$(nm -D --defined-only $SO | awk '{print $3}' | sort | tr '\n' ' ')
 [ "$syms" = "diloco_cuda_ops_for diloco_cuda_release " ] || fail "exported symbols: $syms"
-cd python && /usr/bin/python3 - > "$TMP/load.log" 2>&1 <<'PY' || fail "ctypes: $(cat "$TMP/load.log")"
+cd python && $PYTHON - > "$TMP/load.log" 2>&1 <<'PY' || fail "ctypes: $(cat "$TMP/load.log")"
 import ctypes
 import os
 import torch
@@ -55,10 +56,10 @@ if [ -n "$missing" ] && ! make -q build/libdiloco.so $SO > /dev/null 2>&1; then
   exit 0
 fi
 make -s install-python PREFIX="$TMP/prefix" > "$TMP/install.log" 2>&1 || fail "install: $(cat "$TMP/install.log")"
-site=$(/usr/bin/python3 -c 'import sys; print("lib/python%d.%d/dist-packages" % sys.version_info[:2])')
+site=$($PYTHON -c 'import sys; print("lib/python%d.%d/dist-packages" % sys.version_info[:2])')
 PKG="$TMP/prefix/$site"
 [ -f "$PKG/rediloco/libdiloco_cuda.so.0" ] || fail "install-python: no libdiloco_cuda.so.0 in $PKG/rediloco"
-got=$(cd "$TMP" && env -u PYTHONPATH PYTHONPATH="$PKG" /usr/bin/python3 -c \
+got=$(cd "$TMP" && env -u PYTHONPATH PYTHONPATH="$PKG" $PYTHON -c \
   'from rediloco import devicehooks; print(devicehooks.cuda_library_status())' 2>&1)
 [ "$got" = "$PKG/rediloco/libdiloco_cuda.so.0" ] || fail "the installed package loads $got"
 say "$SO: exports only diloco_cuda_*, loads with ctypes ($(tail -n 1 "$TMP/load.log")), installed beside the package"

@@ -9,10 +9,10 @@ awk '/^## A complete example/ {on = 1} on && /^```python$/ {code = 1; next} code
   docs/python.md | sed "s|redis://127.0.0.1:6390|$URL|" > "$TMP/train.py"
 grep -q "rediloco.DiLoCo" "$TMP/train.py" || fail "no example found in docs/python.md"
 export PYTHONPATH="$ROOT/python"
-(cd "$TMP" && /usr/bin/python3 train.py init) > "$TMP/init.txt" 2>&1 || fail "train.py init: $(cat "$TMP/init.txt")"
+(cd "$TMP" && $PYTHON train.py init) > "$TMP/init.txt" 2>&1 || fail "train.py init: $(cat "$TMP/init.txt")"
 RUN=r1 start_server s1
 for w in 0 1; do
-  (cd "$TMP" && /usr/bin/python3 train.py $w) > "$TMP/w$w.txt" 2>&1 &
+  (cd "$TMP" && $PYTHON train.py $w) > "$TMP/w$w.txt" 2>&1 &
   eval "P$w=\$!"
 done
 wait $P0 || fail "worker 0: $(tail -n 5 "$TMP/w0.txt")"

@@ -9,7 +9,7 @@ start_redis
 init_run $RUN --trainer quadratic --numel 20000 --shards 2 --workers 2 --dylu --dylu-base-sync-every 40
 start_server s1 --lease-ttl-ms 2000
 start_worker fast --dylu --sync-every 40 --steps 0 --heartbeat-interval 0.5 --step-delay-ms 10
-/usr/bin/python3 tests/python/quad_worker.py "$URL" $RUN slow 100000 40 --numel 20000 --seed 0 --dylu --step-delay 0.04 \
+$PYTHON tests/python/quad_worker.py "$URL" $RUN slow 100000 40 --numel 20000 --seed 0 --dylu --step-delay 0.04 \
   --heartbeat 0.5 --sync-log "$TMP/slow.syncs" > "$TMP/py-slow.log" 2>&1 &
 PIDS="$PIDS $!"
 near() { awk -v x="$1" -v want="$2" 'BEGIN { exit !(x >= want * 0.8 && x <= want * 1.2) }'; }

@@ -9,6 +9,7 @@
 # Redis applied the submissions); in the plain runs every worker's last sync also reports the
 # reference's digest of the whole vector, and the PyTorch workers saw the same digest every round.
 . "$(dirname "$0")/lib.sh"
+need_torch
 NUMEL=50000; SEED=11; ROUNDS=4; H=10
 start_redis
 flags_of() { case $1 in fp32) echo --no-bf16;; stream) echo --fragment-alpha 0.5;; esac; }
@@ -27,7 +28,7 @@ for mode in bf16 fp32 stream async; do
     --steps $((ROUNDS * H)) --heartbeat-interval 1 $flag > "$TMP/worker-w1-$mode.log" 2>&1 &
   eval "C_$mode=$!"; PIDS="$PIDS $!"
   for w in $(pyworkers_of $mode); do
-    /usr/bin/python3 tests/python/quad_worker.py "$URL" $RUN $w $((ROUNDS * H)) $H --numel $NUMEL --seed $SEED \
+    $PYTHON tests/python/quad_worker.py "$URL" $RUN $w $((ROUNDS * H)) $H --numel $NUMEL --seed $SEED \
       $flag --digests "$TMP/$w-$mode.digests" > "$TMP/py-$w-$mode.log" 2>&1 &
     eval "PY_${w}_$mode=$!"; PIDS="$PIDS $!"
   done

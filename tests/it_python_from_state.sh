@@ -12,7 +12,7 @@
 #     each and create nothing; a BF16 file becomes its values widened to fp32;
 #   - `coordinator init --from-checkpoint` of the state run's checkpoint: same trainer, layout and values.
 . "$(dirname "$0")/lib.sh"
-PY="/usr/bin/python3 tests/python/from_state.py"
+PY="$PYTHON tests/python/from_state.py"
 start_redis
 RUN=fs
 mkdir "$TMP/odd"
@@ -32,7 +32,7 @@ grep -q "tensor 0 of the run is '0.weight' \[32, 16\] at offset 0, the quadratic
 
 # the command line: bad files get one clear error each and create nothing; a BF16 file is converted
 for bad in truncated int; do
-  PYTHONPATH=python /usr/bin/python3 -m rediloco init --redis "$URL" --run bad$bad --from-state "$TMP/odd/$bad.safetensors" \
+  PYTHONPATH=python $PYTHON -m rediloco init --redis "$URL" --run bad$bad --from-state "$TMP/odd/$bad.safetensors" \
     > "$TMP/bad$bad.txt" 2>&1 && fail "init accepted $bad.safetensors"
   [ "$(wc -l < "$TMP/bad$bad.txt")" -eq 1 ] || fail "$bad: more than one line: $(cat "$TMP/bad$bad.txt")"
   grep -q "$bad.safetensors" "$TMP/bad$bad.txt" || fail "$bad: the message does not name the file"
@@ -40,7 +40,7 @@ for bad in truncated int; do
   say "$bad: $(cat "$TMP/bad$bad.txt")"
 done
 grep -q "tensor 'steps' is I64" "$TMP/badint.txt" || fail "int: $(cat "$TMP/badint.txt")"
-(cd python && /usr/bin/python3 -m rediloco init --redis "$URL" --run bf --workers 1 --shards 2 \
+(cd python && $PYTHON -m rediloco init --redis "$URL" --run bf --workers 1 --shards 2 \
   --from-state "$TMP/odd/bf16.safetensors") > "$TMP/bf.txt" 2>&1 || fail "bf16 init: $(cat "$TMP/bf.txt")"
 RUN=bf start_server sbf
 

@@ -7,14 +7,15 @@
 #     train it together: both end, each names its device and dtype, every loss is finite and both report
 #     the same digest of the global parameters after each sync (DiLoCo works on the fp32 weights).
 . "$(dirname "$0")/lib.sh"
+need_torch
 prepare_bible
 H=5; ROUNDS=2; STEPS=$((H * ROUNDS))
 MODEL="--layers 1 --heads 2 --dim 32 --ctx 32"
 COMMON="--batch 4 --seq 32 --lr 3e-3 --warmup 2 --steps $STEPS --sync-every $H --eval-every $H --eval-batches 2 --threads 1"
-EX="env PYTHONPATH=python /usr/bin/python3 -m rediloco.examples.gpt"
+EX="env PYTHONPATH=python $PYTHON -m rediloco.examples.gpt"
 start_redis
 second="--device cpu --dtype bf16"
-if /usr/bin/python3 -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
+if $PYTHON -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)' 2>/dev/null; then
   second="--device cuda"; say "torch sees a GPU: the second worker trains on cuda"
 else
   $EX --redis "$URL" --run nogpu --data build/kjv.tok --device cuda > "$TMP/nogpu.txt" 2>&1 \

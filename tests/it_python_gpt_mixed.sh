@@ -18,7 +18,7 @@ start_redis
 # mixed_run RUN "INIT FLAGS OF THE EXAMPLE" "WORKER FLAGS OF BOTH"
 mixed_run() {
   RUN=$1
-  PYTHONPATH=python /usr/bin/python3 -m rediloco.examples.gpt --redis "$URL" --run $RUN $MODEL $COMMON --init-run $2 $3 \
+  PYTHONPATH=python $PYTHON -m rediloco.examples.gpt --redis "$URL" --run $RUN $MODEL $COMMON --init-run $2 $3 \
     --workers 2 --shards 4 --data build/kjv.tok --num-shards 2 --shard-index 1 --worker-id p1 --log "$TMP/$RUN-p1.jsonl" \
     > "$TMP/py-$RUN-p1.log" 2>&1 &
   PY=$!; PIDS="$PIDS $PY"

@@ -8,7 +8,7 @@
 prepare_bible
 MODEL="--layers 1 --heads 2 --dim 32 --ctx 32"
 COMMON="--batch 2 --seq 16 --warmup 1 --steps 3 --eval-every 0 --threads 1 --data build/kjv.tok"
-EX="env PYTHONPATH=python /usr/bin/python3 -m rediloco.examples.gpt"
+EX="env PYTHONPATH=python $PYTHON -m rediloco.examples.gpt"
 WARN="WARN --sync-every 5 is more than --steps 3: this worker would stop before its first sync and send nothing (the run does not move); lower --sync-every, or add --final-sync"
 start_redis
 RUN=gse
@@ -27,7 +27,7 @@ grep -q "WARN --sync-every" "$TMP/w2.log" && fail "--final-sync still warned: $(
 grep -q "^worker w2: 3 steps, version 1," "$TMP/w2.log" || fail "--final-sync did not sync: $(tail -n 2 "$TMP/w2.log")"
 
 # the boundary, from the argument parsing alone: H equal to the steps syncs at the last step
-env PYTHONPATH=python /usr/bin/python3 -c 'from rediloco.examples.gpt import parse
+env PYTHONPATH=python $PYTHON -c 'from rediloco.examples.gpt import parse
 parse(["--redis", "redis://x", "--run", "r", "--data", "d", "--steps", "3", "--sync-every", "3"])' > "$TMP/w3.log" 2>&1 \
   || fail "parse: $(cat "$TMP/w3.log")"
 [ ! -s "$TMP/w3.log" ] || fail "--sync-every 3 --steps 3 warned: $(cat "$TMP/w3.log")"

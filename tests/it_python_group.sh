@@ -21,7 +21,7 @@ init_run pgi --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $S
 for RUN in pgx pgmix pgf pgi; do start_server a$RUN --lease-ttl-ms 2000; start_server b$RUN --lease-ttl-ms 2000; done
 group() { # RUN ID [FLAGS]: a launcher of its own (START=spawn)
   r=$1; id=$2; shift 2
-  (/usr/bin/python3 tests/python/group_quad.py "$URL" $r $id $((ROUNDS * H)) $H --ranks 2 --numel $NUMEL --seed $SEED \
+  ($PYTHON tests/python/group_quad.py "$URL" $r $id $((ROUNDS * H)) $H --ranks 2 --numel $NUMEL --seed $SEED \
     --out "$TMP/$r-$id" --start-method spawn "$@" > "$TMP/py-$r-$id.log" 2>&1; echo $? > "$TMP/$r-$id.exit") &
   PIDS="$PIDS $!"; GROUPS_PIDS="$GROUPS_PIDS $!"
 }
@@ -29,12 +29,12 @@ if [ "${START:-fork}" = spawn ]; then
   group pgx g1; group pgx g2; group pgmix g1; group pgx gbad --bad-model
   group pgf g1 --no-bf16; group pgf g2 --no-bf16; group pgi g1 --error-feedback; group pgi g2 --error-feedback
 else # one launcher (one torch import) forks the ranks of all four groups
-  /usr/bin/python3 tests/python/group_quad.py "$URL" pgx g1 $((ROUNDS * H)) $H --ranks 2 --numel $NUMEL --seed $SEED \
+  $PYTHON tests/python/group_quad.py "$URL" pgx g1 $((ROUNDS * H)) $H --ranks 2 --numel $NUMEL --seed $SEED \
     --out "$TMP/pgx-g1" --start-method fork --also pgx:g2 --also pgmix:g1 --also pgx:gbad:bad \
     --also pgf:g1:fp32 --also pgf:g2:fp32 --also pgi:g1:ef --also pgi:g2:ef > "$TMP/py-groups.log" 2>&1 &
   PIDS="$PIDS $!"; GROUPS_PIDS=$!
 fi
-/usr/bin/python3 tests/python/quad_worker.py "$URL" pgmix w2 $((ROUNDS * H)) $H --numel $NUMEL --seed $SEED \
+$PYTHON tests/python/quad_worker.py "$URL" pgmix w2 $((ROUNDS * H)) $H --numel $NUMEL --seed $SEED \
   --digests "$TMP/pgmix-w2.digests" > "$TMP/py-pgmix-w2.log" 2>&1 &
 PW2=$!; PIDS="$PIDS $!"
 RUN=pgmix start_worker w3 --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1

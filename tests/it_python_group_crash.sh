@@ -12,7 +12,7 @@ RUN=pgcrash; NUMEL=20000
 round() { $RCLI HGET "dl:{$RUN}:state" round:0; }
 member() { $RCLI HEXISTS "dl:{$RUN}:workers" g1; }
 start_group() {
-  /usr/bin/python3 tests/python/group_quad.py "$URL" $RUN g1 100000 10 --ranks 2 --numel $NUMEL --seed 0 \
+  $PYTHON tests/python/group_quad.py "$URL" $RUN g1 100000 10 --ranks 2 --numel $NUMEL --seed 0 \
     --step-delay 0.02 --heartbeat 0.5 --start-method fork --out "$TMP/g1-$1" > "$TMP/py-g1-$1.log" 2>&1 &
   GRP=$!; PIDS="$PIDS $GRP"
 }

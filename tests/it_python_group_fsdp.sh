@@ -9,7 +9,7 @@
 # and every rank's shards digest per version equal to the reference's. Debian's torch 1.13 cannot import FSDP
 # on Python 3.11: there the test ends after the refusals with status 77 (skipped), saying so.
 . "$(dirname "$0")/lib.sh"
-PY=/usr/bin/python3
+PY=$PYTHON
 dead="redis://127.0.0.1:$(free_port)"
 $PY tests/python/group_fsdp_refusal.py "$dead" > "$TMP/refusal.log" 2>&1 || fail "group_fsdp_refusal.py: $(tail -n 20 "$TMP/refusal.log")"
 cut -c1-200 "$TMP/refusal.log"

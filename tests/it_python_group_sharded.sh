@@ -11,7 +11,7 @@
 # send what one process sends, each its own chunks. Then bad input: a group of 2 on a run cut for 3 ranks:
 # the same DiLoCoError on both ranks, nothing registered.
 . "$(dirname "$0")/lib.sh"
-ROUNDS=3; H=5; PY=/usr/bin/python3
+ROUNDS=3; H=5; PY=$PYTHON
 start_redis
 for mode in bf16 int3; do
   extra=""; [ $mode = int3 ] && extra="--flag compress=int3 --flag download=update"

@@ -7,7 +7,7 @@
 # under that incarnation: a half group (one rank's chunks) is never a participant. Then SIGTERM to rank 0 of
 # the restarted group: every process of the group is gone within 20 s and the group is no member.
 . "$(dirname "$0")/lib.sh"
-RUN=psc; PY=/usr/bin/python3
+RUN=psc; PY=$PYTHON
 round() { $RCLI HGET "dl:{$RUN}:state" round:0; }
 launch() { # NAME MEMBER: a launcher of its own
   $PY tests/python/group_sharded.py run "$URL" 100000 10 --member "$2" --out "$TMP/$1" --heartbeat 0.5 \

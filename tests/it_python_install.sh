@@ -7,7 +7,7 @@
 #   - `make uninstall-python` removes it.
 . "$(dirname "$0")/lib.sh"
 make -s install-python PREFIX=/usr/local DESTDIR="$TMP/stage" > "$TMP/stage.log" 2>&1 || fail "DESTDIR install: $(cat "$TMP/stage.log")"
-site=$(/usr/bin/python3 -c 'import sys; print("lib/python%d.%d/dist-packages" % sys.version_info[:2])')
+site=$($PYTHON -c 'import sys; print("lib/python%d.%d/dist-packages" % sys.version_info[:2])')
 [ -f "$TMP/stage/usr/local/$site/rediloco/__init__.py" ] && [ -f "$TMP/stage/usr/local/$site/rediloco/libdiloco.so.0" ] \
   && [ -f "$TMP/stage/usr/local/$site/rediloco/examples/gpt.py" ] || fail "staged files: $(find "$TMP/stage" -type f | head)"
 make -s install-python PREFIX="$TMP/prefix" > "$TMP/install.log" 2>&1 || fail "install: $(cat "$TMP/install.log")"
@@ -33,7 +33,7 @@ with rediloco.DiLoCo(sys.argv[1], sys.argv[2], m, opt, sync_every=3, worker_id="
         opt.step()
     print("synced to version", dl.last_sync.version)
 PY
-(cd "$TMP" && env -u PYTHONPATH PYTHONPATH="$PKG" /usr/bin/python3 use.py "$URL" $RUN) > "$TMP/use.log" 2>&1 \
+(cd "$TMP" && env -u PYTHONPATH PYTHONPATH="$PKG" $PYTHON use.py "$URL" $RUN) > "$TMP/use.log" 2>&1 \
   || fail "the installed package: $(cat "$TMP/use.log")"
 grep -q "^package $PKG/rediloco/__init__.py" "$TMP/use.log" || fail "imported another package: $(grep package "$TMP/use.log")"
 grep -q "^library $PKG/rediloco/libdiloco.so.0" "$TMP/use.log" || fail "loaded another library: $(grep library "$TMP/use.log")"

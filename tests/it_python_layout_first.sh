@@ -7,7 +7,7 @@
 # moves those counters: the check above could fail.
 . "$(dirname "$0")/lib.sh"
 RUN=pylay
-PY="/usr/bin/python3 tests/python/layout_first.py"
+PY="$PYTHON tests/python/layout_first.py"
 start_redis
 $PY init "$URL" $RUN > "$TMP/init.txt" 2>&1 || fail "init: $(cat "$TMP/init.txt")"
 start_server s1

@@ -10,7 +10,7 @@
 #   - the installed package carries py.typed, its public API is fully type-hinted, and every exception
 #     raised while handling another names its cause (`raise ... from`).
 . "$(dirname "$0")/lib.sh"
-/usr/bin/python3 -c 'import setuptools, wheel, venv, pip' 2>/dev/null \
+$PYTHON -c 'import setuptools, wheel, venv, pip' 2>/dev/null \
   || { echo "SKIP: Debian's python3-venv, python3-pip, python3-setuptools or python3-wheel is missing (make deps)"; exit 77; }
 [ -f build/libdiloco.so ] || fail "build/libdiloco.so missing: run make"
 ROOT=$PWD
@@ -44,9 +44,9 @@ PY
 # pip_install NAME TREE: a venv $TMP/NAME with the package of TREE/python installed, offline, by Debian's
 # pip (`pip --python VENV`: the same pip a venv gets, without the 28 s that seeding each venv with it costs)
 pip_install() {
-  /usr/bin/python3 -m venv --system-site-packages --without-pip "$TMP/$1" > "$TMP/$1.venv.log" 2>&1 \
+  $PYTHON -m venv --system-site-packages --without-pip "$TMP/$1" > "$TMP/$1.venv.log" 2>&1 \
     || fail "venv: $(cat "$TMP/$1.venv.log")"
-  (cd "$TMP" && /usr/bin/python3 -m pip --python "$TMP/$1/bin/python" install --no-index --no-build-isolation "$2/python") \
+  (cd "$TMP" && $PYTHON -m pip --python "$TMP/$1/bin/python" install --no-index --no-build-isolation "$2/python") \
     > "$TMP/$1.pip.log" 2>&1 \
     || fail "pip install $2/python: $(tail -20 "$TMP/$1.pip.log")"
 }

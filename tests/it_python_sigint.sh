@@ -11,7 +11,7 @@ start_redis
 init_run $RUN --trainer quadratic --numel $NUMEL --shards 2 --workers 2
 start_server s1
 py() { # NAME H: a PyTorch worker that would train for a long time
-  /usr/bin/python3 tests/python/quad_worker.py "$URL" $RUN "$1" 100000 "$2" --numel $NUMEL --seed 0 --step-delay 0.01 \
+  $PYTHON tests/python/quad_worker.py "$URL" $RUN "$1" 100000 "$2" --numel $NUMEL --seed 0 --step-delay 0.01 \
     > "$TMP/py-$1.log" 2>&1 &
   PY=$!; PIDS="$PIDS $PY"
 }

@@ -8,6 +8,7 @@
 #   - no parameters, or parameters on two devices: DiLoCoError.
 # The CUDA paths themselves need a GPU: tests/it_cuda_python_hooks.sh (skipped here).
 . "$(dirname "$0")/lib.sh"
+need_torch
 start_redis
 RUN=tp
 init_run $RUN --trainer quadratic --numel 1000 --shards 2 --workers 1
@@ -42,7 +43,7 @@ if len(sys.argv) > 1:
             opt.step()
         print("session:", dl.transfer_path, "version", dl.last_sync.version)
 PY
-/usr/bin/python3 "$TMP/paths.py" "$URL" $RUN > "$TMP/with.log" 2>&1 || fail "with the library: $(cat "$TMP/with.log")"
+$PYTHON "$TMP/paths.py" "$URL" $RUN > "$TMP/with.log" 2>&1 || fail "with the library: $(cat "$TMP/with.log")"
 if [ -f build/libdiloco_cuda.so ]; then
   grep -q "^cuda: device hooks | .*build/libdiloco_cuda.so$" "$TMP/with.log" || fail "with the library: $(cat "$TMP/with.log")"
 else  # built without nvcc
@@ -50,6 +51,6 @@ else  # built without nvcc
 fi
 grep -q "^session: cpu version 1$" "$TMP/with.log" || fail "CPU session: $(cat "$TMP/with.log")"
 [ "$(grep -c '^error: the model' "$TMP/with.log")" -eq 2 ] || fail "bad models: $(cat "$TMP/with.log")"
-REDILOCO_CUDA_LIB= /usr/bin/python3 "$TMP/paths.py" > "$TMP/without.log" 2>&1 || fail "without: $(cat "$TMP/without.log")"
+REDILOCO_CUDA_LIB= $PYTHON "$TMP/paths.py" > "$TMP/without.log" 2>&1 || fail "without: $(cat "$TMP/without.log")"
 grep -q '^cuda: pinned host copy | libdiloco_cuda.so not found' "$TMP/without.log" || fail "without: $(cat "$TMP/without.log")"
 say "cpu, meta -> pinned host copy, cuda -> device hooks (pinned host copy without the library); CPU session synced"

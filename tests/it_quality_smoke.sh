@@ -12,7 +12,7 @@
 . "$(dirname "$0")/lib.sh"
 prepare_bible
 OUT=$TMP/quality
-/usr/bin/python3 bench/quality --smoke --out "$OUT" > "$TMP/bench.log" 2>&1 || fail "bench/quality --smoke: $(tail -n 5 "$TMP/bench.log")"
+$PYTHON bench/quality --smoke --out "$OUT" > "$TMP/bench.log" 2>&1 || fail "bench/quality --smoke: $(tail -n 5 "$TMP/bench.log")"
 for f in result.json table.md; do [ -s "$OUT/$f" ] || fail "no $f"; done
 if command -v gnuplot >/dev/null 2>&1; then
   for f in loss_vs_tokens.png final_vs_h.png; do
@@ -59,7 +59,7 @@ for d, names, seed in ((sys.argv[2], {"dp"}, 1), (sys.argv[3], {"h10"}, 1), (sys
     part = dict(r, runs=[x for x in r["runs"] if x["name"] in names], data=dict(r["data"], data_seed=seed))
     json.dump(part, open(os.path.join(d, "result.json"), "w"))
 PY
-/usr/bin/python3 bench/quality --smoke --out "$TMP/m" --merge "$TMP/a,$TMP/b" > "$TMP/merge.log" 2>&1 ||
+$PYTHON bench/quality --smoke --out "$TMP/m" --merge "$TMP/a,$TMP/b" > "$TMP/merge.log" 2>&1 ||
   fail "bench/quality --merge: $(tail -n 5 "$TMP/merge.log")"
 python3 - "$OUT/result.json" "$TMP/m/result.json" <<'PY' || fail "merged result.json: $(head -c 600 "$TMP/m/result.json")"
 import json, sys
@@ -69,7 +69,7 @@ assert sorted(x["name"] for x in m["runs"]) == ["dp", "h10"], [x["name"] for x i
 assert {x["name"]: x["final_loss"] for x in m["runs"]} == {x["name"]: x["final_loss"] for x in a["runs"] if x["name"] != "h10_g2"}
 PY
 grep -Eq '^\| 10 \| 0\.7 \| 0\.5 \| 0\.003 \| [0-9.]+ \| [+-][0-9.]+% \|' "$TMP/m/table.md" || fail "merged table: $(cat "$TMP/m/table.md")"
-/usr/bin/python3 bench/quality --smoke --out "$TMP/m" --merge "$TMP/other" > "$TMP/merge2.log" 2>&1 &&
+$PYTHON bench/quality --smoke --out "$TMP/m" --merge "$TMP/other" > "$TMP/merge2.log" 2>&1 &&
   fail "a folder made with another data seed was merged"
 grep -q "other data settings" "$TMP/merge2.log" || fail "no clear refusal: $(tail -n 2 "$TMP/merge2.log")"
 say "merged: $(grep '^| 10 ' "$TMP/m/table.md")"
@@ -79,7 +79,7 @@ say "merged: $(grep '^| 10 ' "$TMP/m/table.md")"
 # (their sync events' steps: DyLU's submissions are of any size) and has a time per version; table.md has the
 # straggler table
 A=h10_lr0.7_m0.5_async_dn4_dylu_slow2_eqtime_idle2
-/usr/bin/python3 bench/quality --smoke --side-by-side --out "$TMP/s" --only h10_lr0.7_m0.5_slow2_idle2,$A \
+$PYTHON bench/quality --smoke --side-by-side --out "$TMP/s" --only h10_lr0.7_m0.5_slow2_idle2,$A \
   > "$TMP/straggler.log" 2>&1 || fail "bench/quality --side-by-side: $(tail -n 5 "$TMP/straggler.log")"
 python3 - "$TMP/s" "$A" <<'PY' || fail "straggler result.json: $(head -c 1500 "$TMP/s/result.json")"
 import json, os, sys

@@ -16,7 +16,7 @@ crash_storm w1 w2 w3
 v="$ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS"
 [ "$(shard_versions $RUN)" = "$v" ] || fail "versions: $(shard_versions $RUN)"
 lr=$($RCLI HGET "dl:{$RUN}:tunables" outer_lr)
-/usr/bin/python3 tests/python/topk_reference.py --outer-lr "$lr" --numel $NUMEL --seed $SEED --workers w1,w2,w3 --rounds $ROUNDS \
+$PYTHON tests/python/topk_reference.py --outer-lr "$lr" --numel $NUMEL --seed $SEED --workers w1,w2,w3 --rounds $ROUNDS \
   --sync-every $H --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" > "$TMP/ref.txt" || fail "the numpy reference failed"
 shard_digests $RUN > "$TMP/got.txt"
 grep '^shard' "$TMP/ref.txt" | diff - "$TMP/got.txt" > "$TMP/diff.txt" || fail "shard digests differ from the reference: $(cat "$TMP/diff.txt")"

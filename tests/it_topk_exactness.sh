@@ -48,11 +48,11 @@ for dl in $RUNS; do
   for w in w1 w2; do eval "pid=\$W_${w}_$dl"; wait "$pid" || fail "worker $w ($dl) exited with status $?: $(tail -n 3 "$TMP/worker-$w-$dl.log")"; done
   [ "$(shard_versions $RUN)" = "$ROUNDS $ROUNDS $ROUNDS $ROUNDS" ] || fail "$dl: shard versions $(shard_versions $RUN)"
   lr=$($RCLI HGET "dl:{$RUN}:tunables" outer_lr)
-  /usr/bin/python3 tests/python/topk_reference.py --outer-lr "$lr" --numel $NUMEL --seed $SEED --workers w1,w2 --rounds $ROUNDS \
+  $PYTHON tests/python/topk_reference.py --outer-lr "$lr" --numel $NUMEL --seed $SEED --workers w1,w2 --rounds $ROUNDS \
     --sync-every "$(h_of $dl)" --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" --density 0.02 --bits $bits \
     > "$TMP/ref-$dl.txt" || fail "the numpy reference failed"
   if [ $bits != 2 ]; then # the width must change the outcome, or this run would not test it
-    /usr/bin/python3 tests/python/topk_reference.py --outer-lr "$lr" --numel $NUMEL --seed $SEED --workers w1,w2 \
+    $PYTHON tests/python/topk_reference.py --outer-lr "$lr" --numel $NUMEL --seed $SEED --workers w1,w2 \
       --rounds $ROUNDS --sync-every "$(h_of $dl)" --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" \
       --density 0.02 --bits 2 > "$TMP/ref2-$dl.txt" || fail "the numpy reference failed"
     [ "$(tail -n 1 "$TMP/ref2-$dl.txt")" != "$(tail -n 1 "$TMP/ref-$dl.txt")" ] \

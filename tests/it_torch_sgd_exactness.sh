@@ -5,12 +5,12 @@
 # rounds): one with fp32 pseudo-gradients (--no-bf16: the general commit path, outer_sgd_step_to) and
 # one with bf16 (the one-pass commit kernel, AVX2 build). tests/torch_sgd_replay.py reads each run's
 # initial parameters and logged averaged pseudo-gradients from Redis, applies torch.optim.SGD round by
-# round on /usr/bin/python3, and compares every parameter and momentum bit with what the shard-servers
+# round on $PYTHON, and compares every parameter and momentum bit with what the shard-servers
 # committed and what `coordinator checkpoint save` exports.
 # Skips (77) without torch or on a CPU without AVX2 and FMA, where torch rounds a + alpha*b twice.
 . "$(dirname "$0")/lib.sh"
-/usr/bin/python3 -c 'import torch, numpy' 2>/dev/null ||
-  { echo "SKIP: /usr/bin/python3 cannot import torch and numpy (Debian python3-torch python3-numpy)"; exit 77; }
+$PYTHON -c 'import torch, numpy' 2>/dev/null ||
+  { echo "SKIP: $PYTHON cannot import torch and numpy (Debian python3-torch python3-numpy)"; exit 77; }
 grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo ||
   { echo "SKIP: this CPU has no AVX2/FMA: torch's default kernels round a + alpha*b twice, ours once"; exit 77; }
 NUMEL=100003; ROUNDS=6; H=5
@@ -29,7 +29,7 @@ torch_run() {
   kill $SRV_s1 $SRV_s2
   bin/coordinator checkpoint save --redis "$URL" --run $RUN --out "$TMP/$RUN.safetensors" > "$TMP/save-$RUN.log" 2>&1 ||
     fail "$RUN: checkpoint save: $(cat "$TMP/save-$RUN.log")"
-  ATEN_CPU_CAPABILITY=avx2 /usr/bin/python3 tests/torch_sgd_replay.py "$PORT" $RUN "$TMP/$RUN.safetensors" \
+  ATEN_CPU_CAPABILITY=avx2 $PYTHON tests/torch_sgd_replay.py "$PORT" $RUN "$TMP/$RUN.safetensors" \
     > "$TMP/torch-$RUN.txt" 2>&1
   rc=$?
   cat "$TMP/torch-$RUN.txt"

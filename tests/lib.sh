@@ -13,12 +13,23 @@
 #   wait_until SECONDS 'shell condition' [message]
 #   fail MESSAGE                         prints the tails of every log, exits 1
 #   shard_digests RUN                    "shard k digest" lines from dl:{RUN}:shards
+# The Python tests run $PYTHON: Debian's /usr/bin/python3 (with python3-torch) unless the environment says
+# otherwise, e.g. PYTHON=$(command -v python3) on a GPU machine whose own python3 has a CUDA torch
+# (tools/gpu_check.sh).
 cd "$(dirname "$0")/.." || exit 1
 ROOT=$(pwd)
+PYTHON=${PYTHON:-/usr/bin/python3}
 TMP=$(mktemp -d /tmp/dltest.XXXXXX)
 PIDS=""
 PORT=""
 CLUSTER_PORTS=""
+
+# need_torch: exits 77 (skipped) with the reason when $PYTHON cannot import torch and numpy
+need_torch() {
+  $PYTHON -c 'import torch, numpy' 2>/dev/null && return 0
+  echo "SKIP: $PYTHON cannot import torch and numpy (Debian: apt-get install python3-torch python3-numpy; or set PYTHON to a python3 that has them)"
+  exit 77
+}
 
 cleanup() {
   for p in $PIDS; do kill -9 "$p" 2>/dev/null; done

@@ -23,7 +23,7 @@ export DL_REDIS_URL="$URL"
 MODEL="--layers 2 --heads 4 --dim 128 --ctx 128"
 TRAIN="--sync-every $H --steps $STEPS --batch 8 --seq 128 --lr 2e-3 --warmup 50 --eval-every $H --threads 1"
 echo "== the PyTorch worker creates run '$RUN' from its model's initial weights (rediloco.init_run) and trains"
-PYTHONPATH=python /usr/bin/python3 -m rediloco.examples.gpt --run $RUN $MODEL $TRAIN --init-run --workers 2 --device auto \
+PYTHONPATH=python ${PYTHON:-/usr/bin/python3} -m rediloco.examples.gpt --run $RUN $MODEL $TRAIN --init-run --workers 2 --device auto \
   --data "$DATA/kjv.tok" --num-shards 2 --shard-index 0 --worker-id torch1 --log "$DIR/torch1.jsonl" &
 PY=$!; PIDS="$PIDS $PY"
 i=0

@@ -68,12 +68,30 @@ int stream_interval(const diloco *d)
     return i < 1 ? 1 : i;
 }
 
+/* The fragment this boundary sends. A sync run's fragments take their rounds in turn (0, 1, ..., F-1, 0,
+ * ...), so the one the run syncs next is the first whose round is the lowest: the same as counting in
+ * turn while we keep pace, and the run's own order again after anything moved one of ours (a round lost
+ * as stale, a new registration, a joiner's first fetch). Counting alone would keep such a worker one
+ * fragment out of phase: its fragment in flight would wait at a barrier for the others, whose own
+ * fragment in flight waits for it, for ever. After a round that failed (its version unknown to us) the
+ * same fragment goes again: its round is found committed (stale) or still open, and the next boundary
+ * is in phase again. Async fragments have no common round, and go in turn. */
+static int next_fragment(const diloco *d)
+{
+    if (d->rc.async) return d->frag_next;
+    int next = 0;
+    for (int f = 1; f < d->rc.nfragments; f++)
+        if (d->frag_version[f] < d->frag_version[next]) next = f;
+    return next;
+}
+
 int stream_step(diloco *d, char *err, size_t errlen)
 {
     int changed = stream_finish_fragment(d, err, errlen);
     if (changed < 0) return -1;
-    int began = begin_fragment(d, d->frag_next, err, errlen);
+    int f = next_fragment(d);
+    int began = begin_fragment(d, f, err, errlen);
     if (began < 0) return -1;
-    d->frag_next = (d->frag_next + 1) % d->rc.nfragments;
+    d->frag_next = (f + 1) % d->rc.nfragments;
     return changed | began;
 }

@@ -88,7 +88,10 @@ static int force_sync(diloco *d, char *err, size_t errlen)
 {
     int changed = stream_finish_fragment(d, err, errlen);
     if (changed < 0) return -1;
-    for (int f = 0; f < d->rc.nfragments; f++) {
+    int order[RUNCONF_MAX_FRAGMENTS];
+    stream_force_order(d, order);
+    for (int i = 0; i < d->rc.nfragments; i++) {
+        int f = order[i];
         int rc = d->grp ? group_round(d, err, errlen) : round_blocking(d, f, 0.0, err, errlen);
         if (rc < 0) return -1;
         changed |= rc;

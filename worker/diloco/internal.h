@@ -478,6 +478,12 @@ int round_rejoin(diloco *d, int step, char *err, size_t errlen);
 /* streaming.c: Streaming DiLoCo's fragment in flight. */
 /* Steps between two fragment boundaries (H/F, at least 1). */
 int stream_interval(const diloco *d);
+/* The fragment the next boundary sends: the first whose round is the lowest in a sync run, the next in
+ * turn in an async one. */
+int stream_next_fragment(const diloco *d);
+/* The order in which a force sync takes every fragment once (order[F]): by round, then index, in a sync
+ * run (the order the others' boundaries take them in); 0..F-1 in an async one. */
+void stream_force_order(const diloco *d, int *order);
 /* A fragment boundary: settle the fragment in flight, start the next one. */
 int stream_step(diloco *d, char *err, size_t errlen);
 /* Wait for the fragment in flight, if any, and settle it. */

@@ -76,7 +76,7 @@ int stream_interval(const diloco *d)
  * fragment in flight waits for it, for ever. After a round that failed (its version unknown to us) the
  * same fragment goes again: its round is found committed (stale) or still open, and the next boundary
  * is in phase again. Async fragments have no common round, and go in turn. */
-static int next_fragment(const diloco *d)
+int stream_next_fragment(const diloco *d)
 {
     if (d->rc.async) return d->frag_next;
     int next = 0;
@@ -85,11 +85,20 @@ static int next_fragment(const diloco *d)
     return next;
 }
 
+void stream_force_order(const diloco *d, int *order)
+{
+    for (int i = 0; i < d->rc.nfragments; i++) { /* insertion by (round, index): stable, F is small */
+        int j = i;
+        for (; j > 0 && !d->rc.async && d->frag_version[order[j - 1]] > d->frag_version[i]; j--) order[j] = order[j - 1];
+        order[j] = i;
+    }
+}
+
 int stream_step(diloco *d, char *err, size_t errlen)
 {
     int changed = stream_finish_fragment(d, err, errlen);
     if (changed < 0) return -1;
-    int f = next_fragment(d);
+    int f = stream_next_fragment(d);
     int began = begin_fragment(d, f, err, errlen);
     if (began < 0) return -1;
     d->frag_next = (f + 1) % d->rc.nfragments;

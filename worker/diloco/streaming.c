@@ -6,9 +6,10 @@
  *      (push, barrier, get) runs on a background thread that touches only base[f].
  * So at most one fragment is in flight, its result is applied after one interval (torchft's
  * fragment_sync_delay = H/F), and compute waits only if a transfer takes longer than an interval.
- * The schedule is a pure function of the step count, which is what makes a Streaming run exactly
- * reproducible (tests/it_stream_*.sh). after_step.c calls stream_step at each interval; the round's
- * preparation and settling are round.c's. */
+ * While every worker keeps pace the schedule is a pure function of the step count, which is what makes a
+ * Streaming run exactly reproducible (tests/it_stream_exactness.sh); a worker that joins or registers again
+ * mid-run takes the run's order from the fragments' rounds (stream_next_fragment). after_step.c calls
+ * stream_step at each interval; the round's preparation and settling are round.c's. */
 
 #include "base/log.h"
 #include "base/util.h"

@@ -43,28 +43,36 @@ int diloco_after_step(diloco *d, char *err, size_t errlen)
     return rc;
 }
 
-/* Evicted mid-interval (the heartbeat thread learnt it): stop training the interval as a dead incarnation
- * at once, and start a new one from the parameters fetched on registering again (round_rejoin). Only a
- * worker of one process in plain DiLoCo:
- *   - a process group's ranks must all decide the same at the same step, and each rank's heartbeat learns
- *     of the eviction at its own time; agreeing would take a collective per step, so a group finds out at
- *     its sync (group.c's recover);
- *   - Streaming DiLoCo has a fragment in flight on a background thread whose round may register again
- *     itself, and a schedule that is a pure function of the step count: it finds out at its next fragment
- *     boundary. */
-static int rejoin_checked(diloco *d, int evicted)
+static int evicted_now(diloco *d)
 {
-    return evicted && !d->grp && d->rc.nfragments == 1;
+    pthread_mutex_lock(&d->hb_mu);
+    int evicted = d->evicted;
+    pthread_mutex_unlock(&d->hb_mu);
+    return evicted;
+}
+
+/* Evicted mid-interval (the heartbeat thread learnt it): stop training the interval as a dead incarnation
+ * at once, and start a new one from the parameters fetched on registering again (round_rejoin). A Streaming
+ * worker first settles its fragment in flight (that round may have registered us again already: then only
+ * the interval starts over). Not a process group: its ranks must all decide the same at the same step, and
+ * each rank's heartbeat learns of the eviction at its own time; agreeing would take a collective per step,
+ * so a group finds out at its sync (group.c's recover). */
+static int rejoin_now(diloco *d, char *err, size_t errlen)
+{
+    int stream = d->rc.nfragments > 1;
+    int interval = stream ? stream_interval(d) : d->sync_every;
+    int step = stream ? (d->steps - 1) % interval + 1 : d->steps;
+    d->steps = 0; /* the next sync (boundary) comes a whole interval after the parameters we are about to take */
+    int changed = stream ? stream_finish_fragment(d, err, errlen) : 0;
+    if (changed < 0) return -1;
+    if (stream && !evicted_now(d)) return changed;
+    return round_rejoin(d, step, interval, err, errlen) | changed;
 }
 
 static int after_step(diloco *d, int evicted, char *err, size_t errlen)
 {
     d->steps++;
-    if (rejoin_checked(d, evicted)) {
-        int step = d->steps;
-        d->steps = 0; /* the next sync comes H steps after the parameters we are about to fetch */
-        return round_rejoin(d, step, err, errlen);
-    }
+    if (evicted && !d->grp) return rejoin_now(d, err, errlen);
     if (d->rc.nfragments == 1) {
         if (d->steps < d->sync_every) return 0;
         d->steps = 0;

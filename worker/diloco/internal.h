@@ -470,10 +470,10 @@ int round_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64_t t0, c
  * (mixed with ours by alpha), or the failure streak, or a repair wait. */
 int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint64_t t0, double alpha, char *err,
                  size_t errlen);
-/* The heartbeat found us evicted during inner step `step` of the interval (plain DiLoCo, one process): register
- * again and fetch everything as a joiner now, dropping the interval. 1 params changed, 0 a failure counted
- * (on_failure), -1 unrecoverable (err). */
-int round_rejoin(diloco *d, int step, char *err, size_t errlen);
+/* The heartbeat found us evicted during inner step `step` of an interval of `interval` steps (one process; a
+ * Streaming worker's fragment in flight already settled): register again and fetch everything as a joiner
+ * now, dropping the interval. 1 params changed, 0 a failure counted (on_failure), -1 unrecoverable (err). */
+int round_rejoin(diloco *d, int step, int interval, char *err, size_t errlen);
 
 /* streaming.c: Streaming DiLoCo's fragment in flight. */
 /* Steps between two fragment boundaries (H/F, at least 1). */

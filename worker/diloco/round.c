@@ -198,7 +198,7 @@ static int rejoin_if_dropped(diloco *d, int f, int64_t round, uint64_t t0, char 
  * does. The interval's steps are dropped, and so are its tokens, which would otherwise weigh the next Δ
  * (there, they went with the Δ computed before the eviction showed). The trainer's inner optimizer state is
  * kept, as at every sync. */
-int round_rejoin(diloco *d, int step, char *err, size_t errlen)
+int round_rejoin(diloco *d, int step, int interval, char *err, size_t errlen)
 {
     round_begin(d);
     uint64_t t0 = now_ms();
@@ -207,7 +207,7 @@ int round_rejoin(diloco *d, int step, char *err, size_t errlen)
     snprintf(then, sizeof then,
              " during inner step %d of %d; registering again now instead of training the rest of "
              "the interval as a dead incarnation (its steps are dropped)",
-             step, d->sync_every);
+             step, interval);
     int rc = register_if_evicted(d, then, err, errlen);
     if (rc == DL_OK) return 0; /* (not reached: the flag stays set until we register) */
     if (rc == DL_FAIL) return on_failure(d, err, err, errlen);

@@ -43,8 +43,7 @@ back=$(sync_field w3 '"stale":true' step)
 inc=$($RCLI XRANGE "dl:{$RUN}:events" - + | awk '/^join$/ {j = 1; next} j && /^worker$/ {getline; w = $0; next}
   j && /^inc$/ {getline; if (w == "w3") last = $0; j = 0} END {print last}')
 for f in 0 1; do
-  in=0
-  for r in $(seq 0 $(($(round $f) - 1))); do $RCLI HGET "dl:{$RUN}:f$f:r$r" participants | grep -q "w3:$inc" && in=$((in + 1)); done
+  in=$(rounds_with $RUN $f "w3:$inc")
   [ "$in" -ge 1 ] || fail "w3's incarnation $inc took part in no round of fragment $f"
   say "fragment $f: w3's incarnation $inc took part in $in of its $(round $f) rounds"
 done

@@ -22,8 +22,7 @@ for w in w1 w2 w3; do eval "wait \$WRK_$w" || fail "$w exited with status $?"; d
 v0=$(round 0); v1=$(round 1)
 [ "$(shard_versions $RUN)" = "$v0 $v1" ] || fail "shard versions $(shard_versions $RUN), rounds closed $v0 $v1"
 for f in 0 1; do
-  in=0
-  for r in $(seq 0 $(($(round $f) - 1))); do $RCLI HGET "dl:{$RUN}:f$f:r$r" participants | grep -q "w3:" && in=$((in + 1)); done
+  in=$(rounds_with $RUN $f "w3:")
   [ "$in" -ge 2 ] || fail "w3 took part in $in round(s) of fragment $f"
   say "fragment $f: $(round $f) rounds closed, w3 in $in of them"
 done

@@ -396,6 +396,15 @@ rejoin_check() {
     [ "$_in" -eq $((_r >= REJOIN_ROUND)) ] || fail "round $_r: $1:$REJOIN_INC a participant: $_in (it rejoined at round $REJOIN_ROUND)"
   done
 }
+# rounds_with RUN F WHO: how many closed rounds of fragment F list a participant matching WHO ("w3:" any
+# incarnation of w3, "w3:7" that one)
+rounds_with() {
+  _n=0
+  for _r in $(seq 0 $(($($RCLI HGET "dl:{$1}:state" round:$2) - 1))); do
+    $RCLI HGET "dl:{$1}:f$2:r$_r" participants | grep -q "$3" && _n=$((_n + 1))
+  done
+  echo $_n
+}
 # sync_field W FILTER FIELD: FIELD (step, digest) of the first sync record of W's log with FILTER in it
 sync_field() {
   grep '"event":"sync"' "$TMP/$1.jsonl" | grep -- "$2" | head -n 1 | sed "s/.*\"$3\":\"\{0,1\}\([0-9a-f]*\).*/\1/"

@@ -179,8 +179,8 @@ alive() { kill -0 "$1" 2>/dev/null && ! grep -q '^State:.*Z' "/proc/$1/status" 2
 
 # prepare_bible: the King James Bible as byte tokens in build/kjv.tok (exits 77 without the bible command)
 prepare_bible() {
+  [ -s build/kjv.tok ] && return 0 # (made here, or carried to a machine without the bible: tools/gpu_pack.sh)
   command -v bible >/dev/null 2>&1 || { echo "SKIP: the bible command is missing (apt-get install bible-kjv bible-kjv-text)"; exit 77; }
-  [ -s build/kjv.tok ] && return 0
   bible 'Gen1:1-Rev22:21' > build/kjv.txt.tmp && mv build/kjv.txt.tmp build/kjv.txt || fail "bible dump"
   bin/worker prepare-data --input build/kjv.txt --output build/kjv.tok > /dev/null || fail "prepare-data"
 }

@@ -43,14 +43,6 @@ int diloco_after_step(diloco *d, char *err, size_t errlen)
     return rc;
 }
 
-static int evicted_now(diloco *d)
-{
-    pthread_mutex_lock(&d->hb_mu);
-    int evicted = d->evicted;
-    pthread_mutex_unlock(&d->hb_mu);
-    return evicted;
-}
-
 /* Evicted mid-interval (the heartbeat thread learnt it): stop training the interval as a dead incarnation
  * at once, and start a new one from the parameters fetched on registering again (round_rejoin). A Streaming
  * worker first settles its fragment in flight (that round may have registered us again already: then only
@@ -65,7 +57,7 @@ static int rejoin_now(diloco *d, char *err, size_t errlen)
     d->steps = 0; /* the next sync (boundary) comes a whole interval after the parameters we are about to take */
     int changed = stream ? stream_finish_fragment(d, err, errlen) : 0;
     if (changed < 0) return -1;
-    if (stream && !evicted_now(d)) return changed;
+    if (stream && !dl_evicted(d)) return changed;
     return round_rejoin(d, step, interval, err, errlen) | changed;
 }
 

@@ -158,8 +158,13 @@ int dl_still_member(diloco *d)
     redisReply *r = dl_command(d, NULL, 0, "FCALL dl_member 1 %s %s", d->config_key, d->worker_id);
     int ok = !r || (r->type == REDIS_REPLY_INTEGER && r->integer == dl_inc(d)) || r->type == REDIS_REPLY_ERROR;
     if (r) freeReplyObject(r);
+    return ok && !dl_evicted(d);
+}
+
+int dl_evicted(diloco *d)
+{
     pthread_mutex_lock(&d->hb_mu);
-    if (d->evicted) ok = 0;
+    int evicted = d->evicted;
     pthread_mutex_unlock(&d->hb_mu);
-    return ok;
+    return evicted;
 }

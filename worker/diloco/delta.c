@@ -153,8 +153,9 @@ int dl_delta_compute(diloco *d, int f, char *err, size_t errlen)
             err_set(err, errlen, "out of memory");
             return -1;
         }
+        const float *from = delta_origin(d, f);
         for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f) && rc == 0; k++)
-            rc = shard_delta(d, delta_origin(d, f), k, d->dev, xs, &bad);
+            rc = shard_delta(d, from, k, d->dev, xs, &bad);
         XXH3_freeState(xs);
     }
     if (rc < 0) {

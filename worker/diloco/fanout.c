@@ -283,8 +283,7 @@ int fanout_get(diloco *d, int first, int last, const fanout_get_arg *ga, char *e
 struct fanout_early {
     fanout_get_arg ga; /* a copy: the caller's may go */
     fanout_gate gate;
-    owner_work *work;
-    int *started; /* per owner: its thread runs (else it runs in fanout_get_finish, after the gate) */
+    owner_work *work; /* an owner whose thread did not start (thread 0) runs in fanout_get_finish */
     int ng;
 };
 
@@ -292,23 +291,20 @@ fanout_early *fanout_get_start(diloco *d, int first, int last, const fanout_get_
 {
     fanout_early *e = calloc(1, sizeof *e);
     owner_work *work = calloc((size_t)(last - first), sizeof *work);
-    int *started = calloc((size_t)(last - first), sizeof *started);
-    if (e == NULL || work == NULL || started == NULL) {
+    if (e == NULL || work == NULL) {
         free(e);
         free(work);
-        free(started);
         return NULL;
     }
     e->ga = *ga;
     e->work = work;
-    e->started = started;
     e->gate.state = GATE_SHUT;
     pthread_mutex_init(&e->gate.mu, NULL);
     pthread_cond_init(&e->gate.cv, NULL);
     e->ng = plan_owners(d, first, last, get_job, &e->ga, BATCH_GET, work);
     for (int g = 0; g < e->ng; g++) {
         work[g].gate = &e->gate;
-        started[g] = pthread_create(&work[g].thread, NULL, owner_main, &work[g]) == 0;
+        if (pthread_create(&work[g].thread, NULL, owner_main, &work[g]) != 0) work[g].thread = 0;
     }
     return e;
 }
@@ -320,7 +316,7 @@ int fanout_get_finish(fanout_early *e, int take, char *err, size_t errlen)
     pthread_cond_broadcast(&e->gate.cv);
     pthread_mutex_unlock(&e->gate.mu);
     for (int g = 0; g < e->ng; g++) {
-        if (e->started[g])
+        if (e->work[g].thread)
             pthread_join(e->work[g].thread, NULL);
         else if (take)
             owner_main(&e->work[g]); /* (no thread: sent and read now, as an ordinary pass) */
@@ -329,7 +325,6 @@ int fanout_get_finish(fanout_early *e, int take, char *err, size_t errlen)
     pthread_mutex_destroy(&e->gate.mu);
     pthread_cond_destroy(&e->gate.cv);
     free(e->work);
-    free(e->started);
     free(e);
     return worst;
 }

@@ -251,6 +251,8 @@ int dl_register(diloco *d, char *err, size_t errlen);
 int dl_register_now(diloco *d, char *err, size_t errlen); /* dl_register; rank 0 registers its group */
 /* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */
 int dl_still_member(diloco *d);
+/* The heartbeat thread found us evicted (its flag, read under hb_mu; cleared when we register again). */
+int dl_evicted(diloco *d);
 
 /* part.c: a sharded group's rank's view of the run (its slices' shards only), and the shards digest */
 /* Make rc this rank's view of the run from o.group.slices (numel: the params buffer's length): every

@@ -45,10 +45,7 @@ void round_record(diloco *d, int f, int64_t round, uint64_t t0, int stale)
  * sending anything, instead of pushing as a dead incarnation. then: what the warning says we do now. */
 static int register_if_evicted(diloco *d, const char *then, char *err, size_t errlen)
 {
-    pthread_mutex_lock(&d->hb_mu);
-    int evicted = d->evicted;
-    pthread_mutex_unlock(&d->hb_mu);
-    if (!evicted && dl_still_member(d)) return DL_OK;
+    if (!dl_evicted(d) && dl_still_member(d)) return DL_OK;
     log_warn("we were evicted (heartbeats missed for longer than the timeout)%s", then);
     if (dl_register(d, err, errlen) < 0) return DL_FAIL;
     err_set(err, errlen, "evicted (heartbeats missed for longer than the timeout)"); /* a group's recover says it */
@@ -59,10 +56,7 @@ static int register_if_evicted(diloco *d, const char *then, char *err, size_t er
 int round_net(diloco *d, int f, char *err, size_t errlen)
 {
     int64_t round = d->frag_version[f];
-    pthread_mutex_lock(&d->hb_mu);
-    int evicted = d->evicted;
-    pthread_mutex_unlock(&d->hb_mu);
-    if (evicted) return register_if_evicted(d, REGISTERING, err, errlen);
+    if (dl_evicted(d)) return register_if_evicted(d, REGISTERING, err, errlen);
     if (d->o.simulate_latency_ms > 0) sleep_ms((unsigned)d->o.simulate_latency_ms);
     int rc;
     if (d->rc.async) { /* (it sets frag_version from the versions it got) */

@@ -88,9 +88,10 @@ int stream_next_fragment(const diloco *d)
 
 void stream_force_order(const diloco *d, int *order)
 {
-    for (int i = 0; i < d->rc.nfragments; i++) { /* insertion by (round, index): stable, F is small */
+    for (int i = 0; i < d->rc.nfragments; i++) { /* insertion by (round, index) in a sync run: F is small */
         int j = i;
-        for (; j > 0 && !d->rc.async && d->frag_version[order[j - 1]] > d->frag_version[i]; j--) order[j] = order[j - 1];
+        if (!d->rc.async)
+            for (; j > 0 && d->frag_version[order[j - 1]] > d->frag_version[i]; j--) order[j] = order[j - 1];
         order[j] = i;
     }
 }

@@ -269,7 +269,10 @@ static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, f
     uint64_t start = now_ms(), deadline = start + (uint64_t)d->o.sync_timeout_ms;
     uint64_t resend_at = start + RESEND_TENTATIVE_AFTER_MS;
     unsigned attempt = 0;
-    for (int k = first; k < last; k++) d->shard_version[k] = -1;
+    /* (an early pass's threads have judged their shards on the versions they found, and may still read
+     * them: both those and -1 are below want, so the early pass keeps them) */
+    if (early == NULL)
+        for (int k = first; k < last; k++) d->shard_version[k] = -1;
     for (;;) {
         int was_early = early != NULL;
         int rc = early ? fanout_get_finish(early, 1, err, errlen) : fanout_get(d, first, last, ga, err, errlen);

@@ -88,12 +88,13 @@ static void attention_case(int B, int T, int C, int NH)
     free(d16);
 }
 
+/* the attention shapes (B, T, C, NH): head sizes 16, 64 and 96 (a partial last lane group) */
+static const int SHAPES[3][4] = {{2, 33, 64, 4}, {2, 50, 128, 2}, {1, 64, 192, 2}};
+
 static void test_fused_attention(void **state)
 {
     (void)state;
-    attention_case(2, 33, 64, 4);
-    attention_case(2, 50, 128, 2);
-    attention_case(1, 64, 192, 2);
+    for (int i = 0; i < 3; i++) attention_case(SHAPES[i][0], SHAPES[i][1], SHAPES[i][2], SHAPES[i][3]);
 }
 
 /* out (B,T,C) = bf16(P) v and dv (B,T,C) = bf16(P)^T dout per head, in double, from the probabilities att
@@ -180,9 +181,7 @@ static void gemm_case(int B, int T, int C, int NH)
 static void test_gemm_attention(void **state)
 {
     (void)state;
-    gemm_case(2, 33, 64, 4);
-    gemm_case(2, 50, 128, 2);
-    gemm_case(1, 64, 192, 2);
+    for (int i = 0; i < 3; i++) gemm_case(SHAPES[i][0], SHAPES[i][1], SHAPES[i][2], SHAPES[i][3]);
 }
 
 /* out = inp W^T + b, dinp = dout W, dw = dout^T inp, db = column sums of dout, in double */
@@ -297,21 +296,58 @@ static double worst_grad(const model_tensor *t, int nt, const float *a, const fl
     return worst;
 }
 
-static void test_model(void **state)
-{
-    (void)state;
-    char err[512];
-    gpt_config c = {.layers = 2, .heads = 4, .dim = 64, .ctx = 64, .vocab = 97};
-    int B = 4, T = 50;
+/* what the model tests step (a fresh one each): 2 layers, 4 heads, dim 64, vocab 97, batch 4 x 50, its
+ * initial weights p and one batch */
+typedef struct {
     model_tensor *t;
     int nt;
     size_t n;
-    assert_int_equal(gpt_layout(&c, &t, &nt, &n, err, sizeof err), 0);
-    float *p = malloc(n * 4), *p2 = malloc(n * 4), *g32 = malloc(n * 4), *g16 = malloc(n * 4);
-    assert_int_equal(gpt_init_params(&c, 7, p, n, err, sizeof err), 0);
-    int *inp = tc_randint((size_t)B * T, c.vocab, 11), *tgt = tc_randint((size_t)B * T, c.vocab, 12);
-    gpt_cuda *g = gpt_cuda_create(&c, B, T, 0, err, sizeof err);
-    assert_non_null(g);
+    float *p;
+    int *inp, *tgt;
+    gpt_cuda *g;
+} model_fixture;
+
+static int model_open(void **state)
+{
+    char err[512];
+    gpt_config c = {.layers = 2, .heads = 4, .dim = 64, .ctx = 64, .vocab = 97};
+    int B = 4, T = 50;
+    model_fixture *f = calloc(1, sizeof *f);
+    *state = f;
+    if (!f || gpt_layout(&c, &f->t, &f->nt, &f->n, err, sizeof err)) return -1;
+    f->p = malloc(f->n * 4);
+    f->inp = tc_randint((size_t)B * T, c.vocab, 11);
+    f->tgt = tc_randint((size_t)B * T, c.vocab, 12);
+    if (gpt_init_params(&c, 7, f->p, f->n, err, sizeof err) ||
+        !(f->g = gpt_cuda_create(&c, B, T, 0, err, sizeof err))) {
+        printf("model fixture: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static int model_close(void **state)
+{
+    model_fixture *f = *state;
+    if (!f) return 0;
+    gpt_cuda_free(f->g);
+    free(f->t);
+    free(f->p);
+    free(f->inp);
+    free(f->tgt);
+    free(f);
+    return 0;
+}
+
+static void test_model(void **state)
+{
+    model_fixture *f = *state;
+    char err[512];
+    model_tensor *t = f->t;
+    int nt = f->nt, *inp = f->inp, *tgt = f->tgt;
+    size_t n = f->n;
+    float *p = f->p, *p2 = malloc(n * 4), *g32 = malloc(n * 4), *g16 = malloc(n * 4);
+    gpt_cuda *g = f->g;
     float l32 = model_step(g, 0, p, n, inp, tgt, g32), l16 = model_step(g, 1, p, n, inp, tgt, g16);
     assert_int_equal(gpt_cuda_precision_bf16(g), 1);
     double le = fabs((double)l16 - l32) / l32;
@@ -344,36 +380,25 @@ static void test_model(void **state)
     printf("after new weights: loss bf16 %.6f fp32 %.6f (before %.6f)\n", n16, n32, l16);
     assert_true(fabs((double)n16 - n32) / n32 <= LOSS_LIMIT);
     assert_true(fabs((double)n16 - l16) > 10 * fabs((double)n16 - n32));
-    gpt_cuda_free(g);
-    free(t);
-    free(p);
     free(p2);
     free(g32);
     free(g16);
     free(m);
     free(v);
     free(pg);
-    free(inp);
-    free(tgt);
 }
 
 /* a model step with the gemm attention against fp32 and against fused; repeated bit for bit; and fp32 is
  * the same bytes whichever bf16 attention is set */
 static void test_model_gemm(void **state)
 {
-    (void)state;
+    model_fixture *f = *state;
     char err[512];
-    gpt_config c = {.layers = 2, .heads = 4, .dim = 64, .ctx = 64, .vocab = 97};
-    int B = 4, T = 50;
-    model_tensor *t;
-    int nt;
-    size_t n;
-    assert_int_equal(gpt_layout(&c, &t, &nt, &n, err, sizeof err), 0);
-    float *p = malloc(n * 4), *g32 = malloc(n * 4), *gf = malloc(n * 4), *gg = malloc(n * 4), *g2 = malloc(n * 4);
-    assert_int_equal(gpt_init_params(&c, 7, p, n, err, sizeof err), 0);
-    int *inp = tc_randint((size_t)B * T, c.vocab, 11), *tgt = tc_randint((size_t)B * T, c.vocab, 12);
-    gpt_cuda *g = gpt_cuda_create(&c, B, T, 0, err, sizeof err);
-    assert_non_null(g);
+    model_tensor *t = f->t;
+    int nt = f->nt, *inp = f->inp, *tgt = f->tgt;
+    size_t n = f->n;
+    float *p = f->p, *g32 = malloc(n * 4), *gf = malloc(n * 4), *gg = malloc(n * 4), *g2 = malloc(n * 4);
+    gpt_cuda *g = f->g;
     assert_int_equal(gpt_cuda_attention(g), GPT_ATTENTION_FUSED);
     assert_int_equal(gpt_cuda_set_attention(g, 2, err, sizeof err), -1);
     printf("attention 2: %s\n", err);
@@ -397,15 +422,10 @@ static void test_model_gemm(void **state)
     assert_true(l3 == l32);
     assert_memory_equal(g2, g32, n * 4);
     printf("gemm repeated: the same bytes; fp32 with gemm set: the same bytes as fp32\n");
-    gpt_cuda_free(g);
-    free(t);
-    free(p);
     free(g32);
     free(gf);
     free(gg);
     free(g2);
-    free(inp);
-    free(tgt);
 }
 #endif
 
@@ -416,9 +436,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fused_attention),
         cmocka_unit_test(test_bf16_linear),
-        cmocka_unit_test(test_model),
+        cmocka_unit_test_setup_teardown(test_model, model_open, model_close),
         cmocka_unit_test(test_gemm_attention),
-        cmocka_unit_test(test_model_gemm),
+        cmocka_unit_test_setup_teardown(test_model_gemm, model_open, model_close),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 #else

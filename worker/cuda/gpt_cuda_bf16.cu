@@ -13,9 +13,10 @@
  *   l_attention_*_bf16    the other attention (gpt_cuda_set_attention, --attention gemm): the fp32 path's
  *                         (gpt_cuda_kernels.cu: q, k, v permuted to (B, NH, T, hs), T x T probabilities
  *                         kept, fp32 softmax and softmax backward) with its six strided-batched products
- *                         on bf16 operands, fp32 accumulation and fp32 results: tensor cores do the
- *                         products, which the fused kernels do with scalar dot products. Which of the two
- *                         is faster is for a GPU to say (tools/gpu_check.sh runs both)
+ *                         on bf16 copies (l_to_bf16) of their operands, fp32 accumulation and fp32
+ *                         results: tensor cores do the products the fused kernels do with scalar dot
+ *                         products. Which of the two is faster is for a GPU to say (tools/gpu_check.sh
+ *                         runs both)
  *
  * Everything else (LayerNorm, GELU, residuals, cross-entropy, clipping, AdamW) is the fp32 path's, on
  * fp32 activations; the parameters, their gradients and AdamW's moments stay fp32, so DiLoCo works on
@@ -107,35 +108,22 @@ int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const float *dlogits,
 
 /* ---- attention with bf16 products (gemm) ----------------------------------------------------- */
 
-/* bh (B,NH,T,hs) = the bf16 of columns [col0, col0 + C) of bt (B,T,ld), as permute_bt_k (bt -> bh) */
-__global__ void permute_to_bf16_k(__nv_bfloat16 *bh, const float *bt, int B, int T, int C, int NH, int ld, int col0)
+/* bh16 (B,NH,T,hs) = the bf16 of columns [col0, col0 + C) of bt (B,T,ld): the fp32 path's permute into
+ * bh (fp32 scratch), then its bf16 copy */
+static int permute_bf16(ctx *x, __nv_bfloat16 *bh16, float *bh, const float *bt, int B, int T, int C, int NH, int ld,
+                        int col0)
 {
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= (size_t)B * T * C) return;
-    int hs = C / NH;
-    int d = (int)(i % hs);
-    size_t r = i / hs;
-    int t = (int)(r % T);
-    r /= T;
-    int h = (int)(r % NH), b = (int)(r / NH);
-    bh[i] = __float2bfloat16_rn(bt[((size_t)b * T + t) * ld + col0 + h * hs + d]);
-}
-
-static int permute_to_bf16(ctx *x, __nv_bfloat16 *bh, const float *bt, int B, int T, int C, int NH, int ld, int col0)
-{
-    char *err = x->err;
-    size_t errlen = x->errlen;
-    permute_to_bf16_k<<<nblocks((size_t)B * T * C, BS), BS, 0, x->st>>>(bh, bt, B, T, C, NH, ld, col0);
-    CKL();
+    if (l_permute_bt(x, (float *)bt, bh, B, T, C, NH, ld, col0, 0) || l_to_bf16(x, bh16, bh, (size_t)B * T * C))
+        return -1;
     return 0;
 }
 
-/* q, k, v of qkv (B,T,3C) -> (B,NH,T,hs) bf16 */
-static int qkv_to_bf16(ctx *x, __nv_bfloat16 *q16, __nv_bfloat16 *k16, __nv_bfloat16 *v16, const float *qkv, int B,
-                       int T, int C, int NH)
+/* q, k, v of qkv (B,T,3C) -> (B,NH,T,hs) bf16, through the fp32 scratch q, k, v */
+static int qkv_bf16(ctx *x, __nv_bfloat16 *q16, __nv_bfloat16 *k16, __nv_bfloat16 *v16, float *q, float *k, float *v,
+                    const float *qkv, int B, int T, int C, int NH)
 {
-    if (permute_to_bf16(x, q16, qkv, B, T, C, NH, 3 * C, 0) || permute_to_bf16(x, k16, qkv, B, T, C, NH, 3 * C, C) ||
-        permute_to_bf16(x, v16, qkv, B, T, C, NH, 3 * C, 2 * C))
+    if (permute_bf16(x, q16, q, qkv, B, T, C, NH, 3 * C, 0) || permute_bf16(x, k16, k, qkv, B, T, C, NH, 3 * C, C) ||
+        permute_bf16(x, v16, v, qkv, B, T, C, NH, 3 * C, 2 * C))
         return -1;
     return 0;
 }
@@ -153,15 +141,16 @@ static cublasStatus_t mmb16(cublasHandle_t h, int ta, int tb, int M, int N, int 
 }
 
 /* l_attention_forward with bf16 products: S = scale q k^T, softmax in fp32 (kept in att), Y = P v */
-int l_attention_forward_bf16(ctx *x, float *out, float *att, const float *qkv, __nv_bfloat16 *q16, __nv_bfloat16 *k16,
-                             __nv_bfloat16 *v16, __nv_bfloat16 *p16, float *y, int B, int T, int C, int NH)
+int l_attention_forward_bf16(ctx *x, float *out, float *att, const float *qkv, float *q, float *k, float *v, float *y,
+                             __nv_bfloat16 *q16, __nv_bfloat16 *k16, __nv_bfloat16 *v16, __nv_bfloat16 *p16, int B,
+                             int T, int C, int NH)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
     int hs = C / NH, BH = B * NH;
     float scale = 1.0f / sqrtf((float)hs);
     long long sT = (long long)T * hs, sTT = (long long)T * T;
-    if (qkv_to_bf16(x, q16, k16, v16, qkv, B, T, C, NH)) return -1;
+    if (qkv_bf16(x, q16, k16, v16, q, k, v, qkv, B, T, C, NH)) return -1;
     CKB(mmb16(x->h, 0, 1, T, T, hs, scale, q16, hs, sT, k16, hs, sT, att, T, sTT, BH));
     if (l_softmax_causal(x, att, BH * T, T) || l_to_bf16(x, p16, att, (size_t)BH * T * T)) return -1;
     CKB(mmb16(x->h, 0, 0, T, hs, T, 1.0f, p16, T, sTT, v16, hs, sT, y, hs, sT, BH));
@@ -169,10 +158,10 @@ int l_attention_forward_bf16(ctx *x, float *out, float *att, const float *qkv, _
 }
 
 /* l_attention_backward with bf16 products; p16 holds P for dV, then dS (the stream orders them) */
-int l_attention_backward_bf16(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *att,
+int l_attention_backward_bf16(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *att, float *q,
+                              float *k, float *v, float *dy, float *dq, float *dk, float *dv, float *dp,
                               __nv_bfloat16 *q16, __nv_bfloat16 *k16, __nv_bfloat16 *v16, __nv_bfloat16 *dy16,
-                              __nv_bfloat16 *p16, float *dq, float *dk, float *dv, float *dp, int B, int T, int C,
-                              int NH)
+                              __nv_bfloat16 *p16, int B, int T, int C, int NH)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
@@ -180,7 +169,7 @@ int l_attention_backward_bf16(ctx *x, float *dqkv, const float *dout, const floa
     float scale = 1.0f / sqrtf((float)hs);
     long long sT = (long long)T * hs, sTT = (long long)T * T;
     size_t A = (size_t)BH * T * T;
-    if (qkv_to_bf16(x, q16, k16, v16, qkv, B, T, C, NH) || permute_to_bf16(x, dy16, dout, B, T, C, NH, C, 0) ||
+    if (qkv_bf16(x, q16, k16, v16, q, k, v, qkv, B, T, C, NH) || permute_bf16(x, dy16, dy, dout, B, T, C, NH, C, 0) ||
         l_to_bf16(x, p16, att, A))
         return -1;
     /* dP = dY V^T ; dV = P^T dY */

@@ -134,15 +134,17 @@ int l_flash_forward(ctx *x, float *out, float *lse, const float *qkv, int B, int
 int l_flash_backward(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                      float *dsum, int B, int T, int C, int NH);
 /* causal attention as the fp32 path's (l_attention_*) with its products on bf16 operands, fp32 accumulation
- * and fp32 results (cublasGemmStridedBatchedEx): att (B,NH,T,T) keeps the fp32 probabilities; softmax and
- * its backward are the fp32 kernels. Scratch: q16, k16, v16, dy16 (B*T*C bf16), p16 (B*NH*T*T bf16),
- * y, dq, dk, dv (B*T*C floats), dp (B*NH*T*T floats). The backward writes all of dqkv. */
-int l_attention_forward_bf16(ctx *x, float *out, float *att, const float *qkv, __nv_bfloat16 *q16, __nv_bfloat16 *k16,
-                             __nv_bfloat16 *v16, __nv_bfloat16 *p16, float *y, int B, int T, int C, int NH);
-int l_attention_backward_bf16(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *att,
+ * and fp32 results (cublasGemmStridedBatchedEx): att (B,NH,T,T) keeps the fp32 probabilities; permutes,
+ * softmax and its backward are the fp32 kernels. Scratch as l_attention_* (q, k, v, y / dy, dq, dk, dv:
+ * B*T*C floats, dp B*NH*T*T floats) and the bf16 copies q16, k16, v16, dy16 (B*T*C), p16 (B*NH*T*T). The
+ * backward writes all of dqkv. */
+int l_attention_forward_bf16(ctx *x, float *out, float *att, const float *qkv, float *q, float *k, float *v, float *y,
+                             __nv_bfloat16 *q16, __nv_bfloat16 *k16, __nv_bfloat16 *v16, __nv_bfloat16 *p16, int B,
+                             int T, int C, int NH);
+int l_attention_backward_bf16(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *att, float *q,
+                              float *k, float *v, float *dy, float *dq, float *dk, float *dv, float *dp,
                               __nv_bfloat16 *q16, __nv_bfloat16 *k16, __nv_bfloat16 *v16, __nv_bfloat16 *dy16,
-                              __nv_bfloat16 *p16, float *dq, float *dk, float *dv, float *dp, int B, int T, int C,
-                              int NH);
+                              __nv_bfloat16 *p16, int B, int T, int C, int NH);
 
 /* AdamW over tensors, one launch per run of consecutive tensors with the same decay */
 int l_adamw(ctx *x, const model_tensor *tensors, int ntensors, float *p, const float *g, float *m, float *v, long t,

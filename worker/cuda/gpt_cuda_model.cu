@@ -181,7 +181,8 @@ extern "C" int gpt_cuda_precision_bf16(const gpt_cuda *g)
  * one (B, NH, T, T) matrix for P, then dS. GPT-2 small at batch 8 x 1024 (N 8192, C 768, NH 12): 4 x
  * 8192 x 768 x 2 B = 48 MiB and 96 x 1024 x 1024 x 2 B = 192 MiB, 240 MiB in all. The fp32 buffers it
  * also uses are the fp32 attention's, allocated by gpt_cuda_create in every precision: the probabilities
- * of each layer (a->att, 12 x 384 MiB = 4.5 GiB there), dP (384 MiB), y, dq, dk, dv (24 MiB each). */
+ * of each layer (a->att, 12 x 384 MiB = 4.5 GiB there), dP (384 MiB), q, k, v, y, dq, dk, dv (24 MiB
+ * each). */
 extern "C" int gpt_cuda_set_attention(gpt_cuda *g, int attention, char *err, size_t errlen)
 {
     if (attention != GPT_ATTENTION_FUSED && attention != GPT_ATTENTION_GEMM) {
@@ -234,7 +235,8 @@ static int mm_backward(gpt_cuda *g, ctx *x, float *dinp, float *dw, float *db, c
 static int attention_forward(gpt_cuda *g, ctx *x, gpt_layer_acts *a, int B, int T, int C, int NH)
 {
     if (g->bf16 && g->attention == GPT_ATTENTION_GEMM)
-        return l_attention_forward_bf16(x, a->atty, a->att, a->qkv, g->q16, g->k16, g->v16, g->p16, g->y, B, T, C, NH);
+        return l_attention_forward_bf16(x, a->atty, a->att, a->qkv, g->q, g->k, g->vv, g->y, g->q16, g->k16, g->v16,
+                                        g->p16, B, T, C, NH);
     if (g->bf16) return l_flash_forward(x, a->atty, a->att, a->qkv, B, T, C, NH);
     return l_attention_forward(x, a->atty, a->att, a->qkv, g->q, g->k, g->vv, g->y, B, T, C, NH);
 }
@@ -242,8 +244,8 @@ static int attention_forward(gpt_cuda *g, ctx *x, gpt_layer_acts *a, int B, int 
 static int attention_backward(gpt_cuda *g, ctx *x, gpt_layer_acts *a, int B, int T, int C, int NH)
 {
     if (g->bf16 && g->attention == GPT_ATTENTION_GEMM)
-        return l_attention_backward_bf16(x, g->a.dqkv, g->a.datty, a->qkv, a->att, g->q16, g->k16, g->v16, g->dy16,
-                                         g->p16, g->dq, g->dk, g->dv, g->dp, B, T, C, NH);
+        return l_attention_backward_bf16(x, g->a.dqkv, g->a.datty, a->qkv, a->att, g->q, g->k, g->vv, g->y, g->dq,
+                                         g->dk, g->dv, g->dp, g->q16, g->k16, g->v16, g->dy16, g->p16, B, T, C, NH);
     if (g->bf16) return l_flash_backward(x, g->a.dqkv, g->a.datty, a->qkv, a->atty, a->att, g->dp, B, T, C, NH);
     return l_attention_backward(x, g->a.dqkv, g->a.datty, a->qkv, a->att, g->q, g->k, g->vv, g->y, g->dq, g->dk, g->dv,
                                 g->dp, B, T, C, NH);

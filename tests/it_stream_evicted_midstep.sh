@@ -6,8 +6,10 @@
 # interval, evicted, and continued. Checks: w3's log says it registered again during an inner step of that
 # interval, within 2 s of SIGCONT, and its stale sync record is at that step; its second incarnation takes
 # part in later rounds of both fragments; every round of both fragments closes (versions 4 and 3 after w1's
-# and w2's 70 steps).
+# and w2's 70 steps). With IN_FLIGHT=D in the environment every worker runs with --fragments-in-flight D
+# (it_stream_in_flight_evicted.sh: D = 2, both fragments' rounds in flight as w3 stops).
 . "$(dirname "$0")/lib.sh"
+FLIGHT=${IN_FLIGHT:+--fragments-in-flight $IN_FLIGHT}
 RUN=streamevict; H=20; F=2; STEPS=70
 start_redis
 init_run $RUN --trainer quadratic --numel 4000 --shards 2 --fragments $F --workers 3 --min-workers 2 --seed 3 \
@@ -15,9 +17,9 @@ init_run $RUN --trainer quadratic --numel 4000 --shards 2 --fragments $F --worke
 start_server s1 --lease-ttl-ms 2000
 round() { $RCLI HGET "dl:{$RUN}:state" round:$1; }
 for w in w1 w2; do
-  start_worker $w --sync-every $H --steps $STEPS --heartbeat-interval 0.2 --step-delay-ms 120
+  start_worker $w --sync-every $H --steps $STEPS --heartbeat-interval 0.2 --step-delay-ms 120 $FLIGHT
 done
-start_worker w3 --sync-every $H --steps 0 --heartbeat-interval 0.2 --step-delay-ms 120
+start_worker w3 --sync-every $H --steps 0 --heartbeat-interval 0.2 --step-delay-ms 120 $FLIGHT
 
 wait_until 15 '[ "$(round 0)" -ge 1 ]' "fragment 0's round 0 to close"
 sleep 0.4

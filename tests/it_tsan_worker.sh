@@ -11,6 +11,10 @@
 #      under the push and get threads);
 #   2. Streaming DiLoCo, 4 fragments (a fragment's round on its own thread while training goes on), with a
 #      worker that joins mid-run and a shard-server killed and replaced as it joins;
+#   2b. Streaming DiLoCo with 2 fragments in flight (--fragments-in-flight 2), rounds longer than an interval
+#      (--simulate-latency-ms) and one slower worker: two rounds of a worker at their barriers at once, the
+#      session's wake listener (wake.c's hub) and each round's counters on its own threads; bit-identical
+#      to the reference of that schedule;
 #   3. async DiLoCo with --async-lookahead and a worker with device hooks (--device-hooks host);
 #   4. int3 pseudo-gradients with error feedback and --download update, a worker stopped (SIGSTOP) past the
 #      heartbeat timeout mid-interval: evicted, it registers again from the training thread while the
@@ -67,6 +71,24 @@ no_reports w1 w2 w3
 syncs=$(syncs_of w3)
 [ "$syncs" -ge 4 ] || fail "the joiner made $syncs fragment syncs, expected at least 4"
 say "Streaming: 2 sanitized workers, a joiner ($syncs fragment syncs) and a server replaced: no report"
+
+# 2b. Streaming with 2 fragments in flight, rounds longer than an interval, w3 slower: rounds overlap
+rm -f "$TMP"/w*.jsonl
+RUN=tsan_flight; H=20; STEPS=60
+init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --fragments 4 --workers 3 --seed $SEED
+start_server k --lease-ttl-ms 2000
+start_server l --lease-ttl-ms 2000
+for w in w1 w2 w3; do
+  delay=10; [ $w = w3 ] && delay=25
+  start_worker $w --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms $delay --simulate-latency-ms 80 \
+    --fragments-in-flight 2
+done
+wait_workers w1 w2 w3
+no_reports w1 w2 w3
+stream_reference $RUN 2 "$TMP/ref.txt" --alpha 0
+shard_digests $RUN > "$TMP/got.txt"
+grep '^shard' "$TMP/ref.txt" | diff - "$TMP/got.txt" > "$TMP/diff.txt" || fail "2 in flight: shard digests differ: $(cat "$TMP/diff.txt")"
+say "Streaming, 2 fragments in flight, rounds of 80 ms and more over intervals of 50 ms: no report, bit-identical to the reference"
 
 # 3. async with the start ahead; one worker through the device hooks
 RUN=tsan_async

@@ -227,6 +227,16 @@ assert_workers_end_at() {
   done
 }
 
+# stream_reference RUN D OUT [ref_quadratic args...]: the in-process reference of Streaming run RUN (NUMEL,
+# SEED, H, STEPS, workers REF_WORKERS or w1,w2,w3, the run's shard and fragment bounds) with D fragments in
+# flight, its lines into OUT.
+stream_reference() {
+  _run=$1; _d=$2; _out=$3; shift 3
+  build/tests/tools/ref_quadratic --numel $NUMEL --shards "$($RCLI HGET "dl:{$_run}:config" shards)" --seed $SEED \
+    --workers ${REF_WORKERS:-w1,w2,w3} --sync-every $H --steps $STEPS --in-flight $_d "$@" \
+    --bounds "$($RCLI HGET "dl:{$_run}:config" shard_bounds)" \
+    --frag-bounds "$($RCLI HGET "dl:{$_run}:config" frag_bounds)" > "$_out" || fail "reference"
+}
 shard_digests() {
   n=$($RCLI HGET "dl:{$1}:config" shards)
   k=0

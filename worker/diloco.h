@@ -249,6 +249,11 @@ typedef struct diloco_options {
     /* several processes as one worker (see above); all zero: off. worker_id is rank 0's (the others may
      * leave it NULL; one given must be the same) */
     diloco_group_ops group;
+    /* Streaming DiLoCo: fragments whose rounds may be in flight at once (default 1; 0 means 1; at most the
+     * run's fragments; sync runs only). A fragment sent at a boundary is applied D boundaries later, so a
+     * round may take D intervals (H/F steps each) before training waits for it: over a distant link, where
+     * a round outlasts an interval, D = 2 keeps training going (docs/compression.md, "What a user feels") */
+    int fragments_in_flight;
 } diloco_options;
 
 typedef struct diloco_sync_info {
@@ -260,7 +265,8 @@ typedef struct diloco_sync_info {
     /* Payload bytes this sync sent (pseudo-gradients, resends included: every frame that went out,
      * whatever its reply) and received (parameters). A lost round that sent nothing reports 0 up. */
     uint64_t bytes_up, bytes_down;
-    uint64_t digest; /* XXH3 of the whole new global parameter vector (a sharded group's rank: of its slices) */
+    uint64_t digest; /* XXH3 of the whole new global parameter vector (a sharded group's rank: of its slices);
+                        0 while other fragments' rounds were in flight (fragments_in_flight > 1: they write it) */
     int stale;       /* 1 when the round was lost (STALE/evicted) and we re-fetched instead */
     /* Phase timestamps of the round, CLOCK_REALTIME in microseconds (comparable across processes on
      * one machine; 0 when the phase did not happen): first pseudo-gradient byte sent, every push
@@ -272,7 +278,8 @@ typedef struct diloco_sync_info {
     double confirm_seconds;
     /* A digest of the whole new global vector that a sharded group computes without gathering it: the
      * sum (mod 2^64) over the run's shards k of XXH3_64bits_withSeed(&d_k, 8, k), d_k the XXH3 of shard k's
-     * bytes (its k:digest in dl:{R}:shards). Equal on every member of the run after the same version. */
+     * bytes (its k:digest in dl:{R}:shards). Equal on every member of the run after the same version.
+     * 0 when digest is (other rounds in flight). */
     uint64_t shards_digest;
 } diloco_sync_info;
 

@@ -81,6 +81,10 @@ static void usage(FILE *f)
                "  --dylu                    follow the sync interval the run's DyLU assigns\n"
                "  --num-fragments F         Streaming DiLoCo fragments: optional, must equal the run's\n"
                "  --fragment-alpha A        Streaming mixing: params = A*local + (1-A)*global (default 0)\n"
+               "  --fragments-in-flight D   Streaming: rounds in flight at once (default 1, at most the run's\n"
+               "                            fragments, sync runs only): a fragment sent at a boundary is applied\n"
+               "                            D boundaries later, so a round may last D intervals before training\n"
+               "                            waits for it (2 over a distant link: docs/compression.md)\n"
                "  --simulate-latency-ms MS  testing: delay each background fragment sync by MS\n"
                "  --trainer NAME            gpt or quadratic (default: what the run was initialised for)\n"
                "  --log FILE                JSON-lines telemetry (steps, syncs)\n"
@@ -152,6 +156,12 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
          .lo = 0,
          .hi = 100000,
          .wants = "a non-negative integer"},
+        {.name = "fragments-in-flight",
+         .kind = OPT_INT,
+         .dest = &a->dl.fragments_in_flight,
+         .lo = 1,
+         .hi = 256,
+         .wants = "an integer from 1 to the run's fragments"},
         {.name = "fragment-alpha",
          .kind = OPT_CUSTOM,
          .dest = &a->dl.fragment_alpha,

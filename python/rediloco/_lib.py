@@ -62,7 +62,7 @@ class Options(ctypes.Structure):
         ("simulate_latency_ms", ctypes.c_int), ("stop", ctypes.POINTER(ctypes.c_int)),
         ("on_params", ON_PARAMS_FN), ("on_params_ctx", ctypes.c_void_p), ("device", DeviceOps),
         ("log_callback", LOG_FN), ("log_ctx", ctypes.c_void_p), ("log_level", ctypes.c_int),
-        ("error_feedback", ctypes.c_int), ("group", GroupOps),
+        ("error_feedback", ctypes.c_int), ("group", GroupOps), ("fragments_in_flight", ctypes.c_int),
     ]
 
 

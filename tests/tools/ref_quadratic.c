@@ -15,6 +15,8 @@
  *                      [--bounds b0,b1,...,bS]   (shard offsets; default: as coordinator init cuts them)
  *                      [--frag-bounds f0,..,fF --alpha A --steps S]   Streaming DiLoCo: F fragments of whole
  *                      shards, one sent every H/F steps and applied one interval later, S steps per worker
+ *                      [--in-flight D]   with --frag-bounds: each fragment applied D intervals after it was
+ *                      sent (worker --fragments-in-flight D)
  *                      [--h-of id=H,...] [--weight-tokens]   per-worker H (plain DiLoCo) and weighting of
  *                      each worker's pseudo-gradient by its tokens (steps) in the round
  *                      [--ranks-of id=R,...]   a worker that is a process group of R ranks (each training the
@@ -57,6 +59,7 @@ typedef struct ref_args {
     const char *bounds, *frag_bounds;
     double alpha;
     long long steps;
+    long long in_flight; /* --in-flight D: Streaming fragments in flight (0: 1) */
     long long h[MAX_WORKERS];     /* per worker (sorted ids), default sync_every */
     long long ranks[MAX_WORKERS]; /* per worker: its process group's ranks, default 1 */
     const char *h_of, *ranks_of;
@@ -141,6 +144,7 @@ static int parse(int argc, char **argv, ref_args *a)
         {.name = "rounds", .kind = OPT_LLONG, .dest = &a->rounds, .lo = 0, .hi = 1000000},
         {.name = "sync-every", .kind = OPT_LLONG, .dest = &a->sync_every, .lo = 1, .hi = 1000000},
         {.name = "steps", .kind = OPT_LLONG, .dest = &a->steps, .lo = 0, .hi = 100000000},
+        {.name = "in-flight", .kind = OPT_LLONG, .dest = &a->in_flight, .lo = 1, .hi = RUNCONF_MAX_FRAGMENTS},
         {.name = "outer-lr", .kind = OPT_DOUBLE, .dest = &a->outer_lr, .min = -DBL_MAX, .max = DBL_MAX},
         {.name = "outer-momentum", .kind = OPT_DOUBLE, .dest = &a->outer_mu, .min = -DBL_MAX, .max = DBL_MAX},
         {.name = "quad-lr", .kind = OPT_DOUBLE, .dest = &a->quad_lr, .min = -DBL_MAX, .max = DBL_MAX},
@@ -331,31 +335,32 @@ static void train_all(sim *s)
     for (int w = 0; w < s->a->nworkers; w++) s->t[w]->step(s->t[w], &st, err, sizeof err);
 }
 
-/* Streaming DiLoCo: every interval, apply the fragment in flight, then send the next one. */
+/* Streaming DiLoCo: every interval, once D fragments are in flight (--in-flight D, default 1) apply the
+ * oldest (sent D intervals ago), then send the next one. */
 static void run_streaming(sim *s)
 {
     long long interval = s->a->sync_every / s->nfrag;
     if (interval < 1) interval = 1;
-    int inflight = -1, next = 0;
+    int depth = s->a->in_flight > 0 ? (int)s->a->in_flight : 1;
+    int queue[RUNCONF_MAX_FRAGMENTS], nq = 0, next = 0; /* in flight, oldest first */
     for (long long step = 1; step <= s->a->steps; step++) {
         train_all(s);
         if (step % interval != 0) continue;
-        if (inflight >= 0) {
-            outer_fragment(s, inflight);
-            adopt_fragment(s, inflight, s->a->alpha);
+        for (; nq >= depth; nq--) {
+            outer_fragment(s, queue[0]);
+            adopt_fragment(s, queue[0], s->a->alpha);
+            memmove(queue, queue + 1, (size_t)(nq - 1) * sizeof queue[0]);
         }
         take_deltas(s, next);
-        inflight = next;
+        queue[nq++] = next;
         next = (next + 1) % s->nfrag;
     }
-    if (!s->a->final_sync) {
-        if (inflight >= 0) outer_fragment(s, inflight); /* the last round completes when the workers leave */
-        return;
+    for (int i = 0; i < nq; i++) {
+        outer_fragment(s, queue[i]); /* the last rounds complete when the workers leave */
+        /* diloco_force_sync: apply the fragments in flight, then sync every fragment */
+        if (s->a->final_sync) adopt_fragment(s, queue[i], s->a->alpha);
     }
-    if (inflight >= 0) { /* diloco_force_sync: apply the fragment in flight, then sync every fragment */
-        outer_fragment(s, inflight);
-        adopt_fragment(s, inflight, s->a->alpha);
-    }
+    if (!s->a->final_sync) return;
     for (int f = 0; f < s->nfrag; f++) {
         take_deltas(s, f);
         outer_fragment(s, f);

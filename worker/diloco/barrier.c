@@ -101,12 +101,14 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
             err_set(err, errlen, "stopped while waiting for round %lld", (long long)round);
             return DL_FAIL;
         }
-        if (!d->blk || rconn_broken(d->blk)) {
+        if (d->hub) {
+            (void)wake_hub_wait(d, f, round, d->o.wait_poll_ms); /* (the barrier below says what happened) */
+        } else if (!d->blk || rconn_broken(d->blk)) {
             if (d->blk) rconn_free(d->blk);
             d->blk = rconn_connect(&d->url, d->o.wait_poll_ms + 10000, err, errlen);
             if (!d->blk) sleep_ms((unsigned)d->o.wait_poll_ms);
         }
-        if (d->blk) {
+        if (!d->hub && d->blk) {
             redisReply *r = rconn_command(d->blk, "BLPOP %s %.3f", wake, d->o.wait_poll_ms / 1000.0);
             if (r) freeReplyObject(r);
         }
@@ -153,16 +155,26 @@ int barrier_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errle
     return wait_barrier_as(d, f, round, 1, err, errlen);
 }
 
-int barrier_pass(diloco *d, int f, int64_t round, char *err, size_t errlen)
+/* Arrive, listening for the close meanwhile: 1 when its token came within a poll of the arrival. */
+static int arrive_listening(diloco *d, int f, int64_t round, int *rc, char *err, size_t errlen)
 {
+    if (d->hub) { /* the session's listener pops the tokens (rounds in flight at once) */
+        *rc = arrive(d, f, round, err, errlen);
+        return *rc == DL_RETRY ? wake_hub_wait(d, f, round, d->o.wait_poll_ms) : 0; /* (DL_OK: closed by us) */
+    }
     wake_wait w; /* listen for the close while we arrive (wake.c): no round trip after the arrive's */
     wake_start(d, f, round, &w);
-    int rc = arrive(d, f, round, err, errlen);
-    int closed = rc == DL_OK || rc == DL_RETRY ? wake_finish(&w) : (wake_cancel(&w), 0);
+    *rc = arrive(d, f, round, err, errlen);
+    return *rc == DL_OK || *rc == DL_RETRY ? wake_finish(&w) : (wake_cancel(&w), 0);
+}
+
+int barrier_pass(diloco *d, int f, int64_t round, char *err, size_t errlen)
+{
+    int rc, closed = arrive_listening(d, f, round, &rc, err, errlen);
     if (rc == DL_RETRY && !closed) { /* open: wait for the others */
         uint64_t tw = now_ms();
         rc = wait_barrier(d, f, round, err, errlen);
-        d->cur.wait_seconds = (double)(now_ms() - tw) / 1000.0;
+        dl_round_info(d)->wait_seconds = (double)(now_ms() - tw) / 1000.0;
     } else if (rc == DL_RETRY) {
         rc = DL_OK;
     }

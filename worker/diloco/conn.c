@@ -215,7 +215,7 @@ int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int 
     if (rc != DL_OK) return rc;
     int sent = 0, broken = 0;
     size_t bytes[RUNCONF_MAX_SHARDS];
-    stamp_min(&d->cur.t_first_send_us, wall_us());
+    stamp_min(&dl_round_info(d)->t_first_send_us, wall_us());
     for (; sent < count; sent++) {
         blob_header h;
         const void *payload;
@@ -224,7 +224,7 @@ int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int 
             broken = 1;
             break;
         }
-        __atomic_add_fetch(&d->cur.bytes_up, bytes[sent], __ATOMIC_RELAXED);
+        __atomic_add_fetch(&dl_round_info(d)->bytes_up, bytes[sent], __ATOMIC_RELAXED);
     }
     int worst = DL_OK;
     for (int i = 0; i < sent && !broken; i++) {
@@ -263,12 +263,12 @@ int conn_push(diloco *d, int shard, int64_t round, char *err, size_t errlen)
     uint8_t buf[SMALL_REPLY_CAP];
     const uint8_t *rp;
     size_t rlen;
-    stamp_min(&d->cur.t_first_send_us, wall_us());
+    stamp_min(&dl_round_info(d)->t_first_send_us, wall_us());
     if (frame_send_hashed(c->fd, &h, payload, plen, d->o.net_timeout_ms, err, errlen) < 0) {
         conn_release(d, c, 1);
         return DL_RETRY;
     }
-    __atomic_add_fetch(&d->cur.bytes_up, plen, __ATOMIC_RELAXED); /* sent, whatever the reply says */
+    __atomic_add_fetch(&dl_round_info(d)->bytes_up, plen, __ATOMIC_RELAXED); /* sent, whatever the reply says */
     if (await_reply(d, c->fd, shard, err, errlen) < 0 ||
         frame_recv(c->fd, buf, sizeof buf, &h, &rp, &rlen, d->o.net_timeout_ms, err, errlen) < 0) {
         conn_release(d, c, 1);
@@ -311,9 +311,9 @@ static int took_version(diloco *d, int shard, const blob_header *h, int tentativ
     d->tent_version[shard] = tentative ? h->version : 0;
     d->tent_xxh[shard] = xxh;
     d->tent_epoch[shard] = h->epoch;
-    stamp_max(&d->cur.t_last_recv_us, wall_us());
+    stamp_max(&dl_round_info(d)->t_last_recv_us, wall_us());
     *got = h->version;
-    __atomic_add_fetch(&d->cur.bytes_down, plen, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&dl_round_info(d)->bytes_down, plen, __ATOMIC_RELAXED);
     return DL_OK;
 }
 

@@ -168,3 +168,30 @@ int dl_evicted(diloco *d)
     pthread_mutex_unlock(&d->hb_mu);
     return evicted;
 }
+
+/* ---- the counters of the round a thread works for ------------------------------------------------------ */
+
+/* (one pointer per thread: a Streaming round's thread and its owner threads point at the round's slot) */
+static _Thread_local diloco_sync_info *round_info;
+
+diloco_sync_info *dl_round_info(diloco *d)
+{
+    return round_info ? round_info : &d->cur;
+}
+
+diloco_sync_info *dl_round_info_use(diloco_sync_info *info)
+{
+    diloco_sync_info *prev = round_info;
+    round_info = info;
+    return prev;
+}
+
+diloco_sync_info *dl_round_info_current(void)
+{
+    return round_info;
+}
+
+int dl_defer_register(const diloco *d)
+{
+    return d->o.fragments_in_flight > 1;
+}

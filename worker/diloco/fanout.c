@@ -49,6 +49,7 @@ typedef struct owner_work {
     void *arg;
     int batch; /* BATCH_*: how the first try of several shards goes */
     fanout_gate *gate; /* an early get's (else NULL): its requests are sent, then it waits here */
+    diloco_sync_info *info; /* where the round's counters go (dl_round_info): the starting thread's */
     int rc;
     char err[256];
     pthread_t thread;
@@ -122,24 +123,18 @@ static int first_try(owner_work *g, int *rcs)
     return 0;
 }
 
-static void *owner_main(void *p)
+static void owner_run(owner_work *g)
 {
-    owner_work *g = p;
-    log_sink *prev = log_use_sink(&g->d->log); /* also run on the caller's thread */
     g->rc = DL_OK;
     int rcs[RUNCONF_MAX_SHARDS];
     int once = g->batch == BATCH_GET && ((const fanout_get_arg *)g->arg)->once;
-    if (first_try(g, rcs) != 0) { /* an early get dropped: its outcome is not looked at */
-        log_use_sink(prev);
-        return NULL;
-    }
+    if (first_try(g, rcs) != 0) return; /* an early get dropped: its outcome is not looked at */
     /* a corrupt shard stops the group: nothing completes before coordinator repair, and its message
      * (which the pipelined try kept) is the one to report */
     for (int i = 0; i < g->nshards; i++)
         if (rcs[i] == DL_CORRUPT) {
             g->rc = DL_CORRUPT;
-            log_use_sink(prev);
-            return NULL;
+            return;
         }
     /* then each shard's job (with its retries, or once: after a pass, only where our Δ is asked for);
      * a blocking job stops the group at the first failure, a pass goes over every shard */
@@ -150,6 +145,17 @@ static void *owner_main(void *p)
         if (outcome_rank(rc) > outcome_rank(g->rc)) g->rc = rc;
         if ((!once && g->rc != DL_OK) || rc == DL_CORRUPT) break;
     }
+}
+
+/* An owner's work, on its own thread or in line on the caller's: logging to the session's sink and counting
+ * in the round's info, as the thread that started it. */
+static void *owner_main(void *p)
+{
+    owner_work *g = p;
+    log_sink *prev = log_use_sink(&g->d->log);
+    diloco_sync_info *prev_info = dl_round_info_use(g->info);
+    owner_run(g);
+    dl_round_info_use(prev_info);
     log_use_sink(prev);
     return NULL;
 }
@@ -180,7 +186,7 @@ static int plan_owners(diloco *d, int first, int last, shard_job_fn fn, void *ar
         int g = 0;
         while (g < ng && strcmp(work[g].addr, o.addr) != 0) g++;
         if (g == ng) {
-            work[ng] = (owner_work){.d = d, .fn = fn, .arg = arg, .batch = batch};
+            work[ng] = (owner_work){.d = d, .fn = fn, .arg = arg, .batch = batch, .info = dl_round_info_current()};
             snprintf(work[ng].addr, sizeof work[ng].addr, "%s", o.addr);
             ng++;
         }

@@ -84,6 +84,7 @@ int fetch_wait_joined(diloco *d, int f, char *err, size_t errlen)
  * round's start), into base and params. */
 int fetch_all(diloco *d, char *err, size_t errlen)
 {
+    d->fetched_all++;
     for (int f = 0; f < d->rc.nfragments; f++) {
         if (fetch_wait_joined(d, f, err, errlen) < 0) return -1;
         if (fetch_fragment(d, f, d->frag_version[f], 1, err, errlen) < 0) return -1;

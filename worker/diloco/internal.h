@@ -5,7 +5,7 @@
  *   session.c    diloco_open, diloco_close: a session's life
  *   after_step.c when a worker syncs (diloco_after_step, diloco_force_sync): dispatch by mode
  *   group.c      process groups: several processes as one worker (open, the group's round, exchange)
- *   streaming.c  Streaming DiLoCo: one fragment in flight on a thread while training goes on
+ *   streaming.c  Streaming DiLoCo: fragments in flight on threads while training goes on
  *   round.c      one fragment's round as the schedule sees it: Δ, the network part by mode (round_net),
  *                settling the outcome, the record of the sync
  *   sync.c       the network part of a sync-mode round: push, barrier, get, confirming it durable
@@ -87,6 +87,21 @@ typedef enum prep_outcome {
     PREP_CORRUPT, /* a shard's durable state is corrupt (err says which): wait for coordinator repair */
 } prep_outcome;
 
+/* A fragment's round in flight on a background thread (streaming.c). Its threads count what the round
+ * sends and receives in info (dl_round_info), not in the session's cur: rounds in flight at once would
+ * mix their counters there. */
+typedef struct stream_slot {
+    int frag;
+    int64_t round; /* the fragment's open round when it was sent */
+    uint64_t t0;
+    pthread_t thread;
+    int threaded;
+    int rc; /* round_net's outcome */
+    char err[256];
+    diloco_sync_info info;
+    struct diloco *d;
+} stream_slot;
+
 struct diloco {
     diloco_options o; /* the caller's, with the strings pointing at our copies below */
     char run[65];     /* a run name is at most 64 characters (key_check_run_name) */
@@ -143,15 +158,14 @@ struct diloco {
     uint64_t *push_tokens;    /* per fragment: tokens trained since its previous send (--weight-by tokens) */
     uint64_t *tokens_at_send; /* per fragment: our token count when it was last sent */
 
-    /* Streaming DiLoCo: at most one fragment syncs on a background thread while training goes on */
-    int frag_next; /* the fragment the next boundary sends */
-    int inflight;  /* fragment in flight, -1 when none */
-    pthread_t inflight_thread;
-    int inflight_threaded;
-    int inflight_rc;
-    char inflight_err[256];
-    uint64_t inflight_t0;
-    int64_t inflight_round;
+    /* Streaming DiLoCo: up to o.fragments_in_flight fragments sync on background threads while training
+     * goes on (streaming.c): a FIFO of slots, the oldest at inflight_head */
+    int frag_next; /* the fragment the next boundary sends (async) */
+    stream_slot inflight[RUNCONF_MAX_FRAGMENTS];
+    int inflight_head, inflight_count;
+    struct wake_hub *hub; /* fragments_in_flight > 1: the session's one listener on our wake list (wake.c) */
+    int fetched_all;      /* fetch_all calls so far (training thread): streaming.c sees a full refetch by it */
+    int base_busy;        /* rounds in flight write base (theirs) right now: round_record leaves the digests 0 */
     int refetch_all; /* a background sync found us evicted: fetch everything at the boundary */
     uint64_t stream_wait_told_ms; /* when we last said a round outlasts an interval (streaming.c) */
 
@@ -166,7 +180,9 @@ struct diloco {
     int sync_every;
     int fail_streak;
     diloco_sync_info cur; /* the sync in progress: bytes and phase stamps, counted by conn.c as
-                                    they happen (round_begin clears it, round_record copies it to last) */
+                                    they happen (round_begin clears it, round_record copies it to last);
+                                    a round on a background thread counts in its slot's info instead
+                                    (dl_round_info), which streaming.c copies here before it settles */
     diloco_sync_info last;
     int have_last;
 
@@ -254,6 +270,16 @@ int dl_register_now(diloco *d, char *err, size_t errlen); /* dl_register; rank 0
 int dl_still_member(diloco *d);
 /* The heartbeat thread found us evicted (its flag, read under hb_mu; cleared when we register again). */
 int dl_evicted(diloco *d);
+/* Where the round this thread works for counts its bytes and phase stamps: the info the thread was
+ * pointed at (dl_round_info_use: a Streaming round's thread, and the owner threads fanout.c starts for it),
+ * else the session's cur (the training thread). */
+diloco_sync_info *dl_round_info(diloco *d);
+/* Point this thread at info (NULL: the session's cur); returns what it pointed at before. */
+diloco_sync_info *dl_round_info_use(diloco_sync_info *info);
+diloco_sync_info *dl_round_info_current(void); /* what this thread points at (NULL: the session's cur) */
+/* Whether rounds in flight at once (fragments_in_flight > 1) leave registering again to the training
+ * thread: a round that finds us evicted then only says DL_EVICTED (round.c, streaming.c). */
+int dl_defer_register(const diloco *d);
 
 /* part.c: a sharded group's rank's view of the run (its slices' shards only), and the shards digest */
 /* Make rc this rank's view of the run from o.group.slices (numel: the params buffer's length): every
@@ -424,7 +450,7 @@ int barrier_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errle
 int fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
 /* A joiner of the round after the open one waits for it to close (sync mode, one fragment). */
 int fetch_wait_joined(diloco *d, int f, char *err, size_t errlen);
-int fetch_all(diloco *d, char *err, size_t errlen); /* every fragment, into base and params */
+int fetch_all(diloco *d, char *err, size_t errlen); /* every fragment, into base and params (fetched_all++) */
 /* Our round of fragment f is gone: base[f] takes the current global version (params untouched). */
 int fetch_current(diloco *d, int f, char *err, size_t errlen);
 
@@ -462,6 +488,9 @@ int round_net(diloco *d, int f, char *err, size_t errlen);
 void round_confirm_early(diloco *d, int f);
 /* Fragment f, blocking: Δ, the network round (sync.c or async.c), then round_settle. */
 int round_blocking(diloco *d, int f, double alpha, char *err, size_t errlen);
+/* Whether settling outcome rc may register again or fetch every fragment (evicted, corrupt, a failure past
+ * --max-sync-retries): every other round in flight must have ended before (streaming.c). */
+int round_settle_refetches(const diloco *d, int rc);
 /* Fragment f's Δ from params; if our own parameters diverged, take the global ones instead. */
 prep_outcome round_prepare_delta(diloco *d, int f, char *err, size_t errlen);
 /* Settle fragment f's round (opened at `round`, started at t0) whose Δ was not sent (p != PREP_SEND); after
@@ -478,7 +507,7 @@ int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint6
  * now, dropping the interval. 1 params changed, 0 a failure counted (on_failure), -1 unrecoverable (err). */
 int round_rejoin(diloco *d, int step, int interval, char *err, size_t errlen);
 
-/* streaming.c: Streaming DiLoCo's fragment in flight. */
+/* streaming.c: Streaming DiLoCo's fragments in flight. */
 /* Steps between two fragment boundaries (H/F, at least 1). */
 int stream_interval(const diloco *d);
 /* The fragment the next boundary sends: the first whose round is the lowest in a sync run, the next in
@@ -487,9 +516,9 @@ int stream_next_fragment(const diloco *d);
 /* The order in which a force sync takes every fragment once (order[F]): by round, then index, in a sync
  * run (the order the others' boundaries take them in); 0..F-1 in an async one. */
 void stream_force_order(const diloco *d, int *order);
-/* A fragment boundary: settle the fragment in flight, start the next one. */
+/* A fragment boundary: settle the oldest fragment in flight once fragments_in_flight are, start the next. */
 int stream_step(diloco *d, char *err, size_t errlen);
-/* Wait for the fragment in flight, if any, and settle it. */
+/* Wait for every fragment in flight, oldest first, and settle each. */
 int stream_finish_fragment(diloco *d, char *err, size_t errlen);
 /* The same at close, its outcome dropped. */
 void stream_finish_inflight(diloco *d);

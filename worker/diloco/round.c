@@ -29,9 +29,10 @@ void round_record(diloco *d, int f, int64_t round, uint64_t t0, int stale)
     s.round = round;
     s.version = d->frag_version[f];
     s.seconds = (double)(now_ms() - t0) / 1000.0;
-    s.digest = digest_f32(d->base, d->numel);
+    /* (not while other rounds in flight receive into base: the vector is theirs to write, and half-way) */
+    s.digest = d->base_busy ? 0 : digest_f32(d->base, d->numel);
     /* a sharded group's rank knows only its part's: group.c's record writes the sum over the ranks */
-    s.shards_digest = d->shard_ids ? 0 : part_shards_digest(d);
+    s.shards_digest = d->shard_ids || d->base_busy ? 0 : part_shards_digest(d);
     s.stale = stale;
     d->last = s;
     d->have_last = 1;
@@ -42,21 +43,32 @@ void round_record(diloco *d, int f, int64_t round, uint64_t t0, int stale)
 #define REGISTERING "; registering again" /* register_if_evicted's warning, at a sync */
 
 /* The heartbeat thread learnt we were evicted (a long stop, a network cut): register again before
- * sending anything, instead of pushing as a dead incarnation. then: what the warning says we do now. */
-static int register_if_evicted(diloco *d, const char *then, char *err, size_t errlen)
+ * sending anything, instead of pushing as a dead incarnation. then: what the warning says we do now.
+ * defer (a round on a background thread while others are in flight: dl_defer_register): only say
+ * DL_EVICTED; the training thread registers at the round's settling (round_settle), once. */
+static int register_if_evicted_as(diloco *d, const char *then, int defer, char *err, size_t errlen)
 {
     if (!dl_evicted(d) && dl_still_member(d)) return DL_OK;
     log_warn("we were evicted (heartbeats missed for longer than the timeout)%s", then);
-    if (dl_register(d, err, errlen) < 0) return DL_FAIL;
+    if (!defer && dl_register(d, err, errlen) < 0) return DL_FAIL;
     err_set(err, errlen, "evicted (heartbeats missed for longer than the timeout)"); /* a group's recover says it */
-    d->refetch_all = 1;
+    if (!defer) d->refetch_all = 1;
     return DL_EVICTED;
 }
+
+static int register_if_evicted(diloco *d, const char *then, char *err, size_t errlen)
+{
+    return register_if_evicted_as(d, then, 0, err, errlen);
+}
+
+#define REGISTERING_LATER "; registering again once the rounds in flight have ended"
 
 int round_net(diloco *d, int f, char *err, size_t errlen)
 {
     int64_t round = d->frag_version[f];
-    if (dl_evicted(d)) return register_if_evicted(d, REGISTERING, err, errlen);
+    int defer = dl_defer_register(d);
+    const char *then = defer ? REGISTERING_LATER : REGISTERING;
+    if (dl_evicted(d)) return register_if_evicted_as(d, then, defer, err, errlen);
     if (d->o.simulate_latency_ms > 0) sleep_ms((unsigned)d->o.simulate_latency_ms);
     int rc;
     if (d->rc.async) { /* (it sets frag_version from the versions it got) */
@@ -68,8 +80,10 @@ int round_net(diloco *d, int f, char *err, size_t errlen)
         if (rc == DL_OK) d->frag_version[f] = round + 1;
     }
     if (rc == DL_OK) return DL_OK;
-    if (rc == DL_STALE && register_if_evicted(d, REGISTERING, err, errlen) != DL_OK) /* stale: evicted? */
-        return d->refetch_all ? DL_EVICTED : DL_FAIL;
+    if (rc == DL_STALE) { /* stale: evicted? */
+        int member = register_if_evicted_as(d, then, defer, err, errlen);
+        if (member != DL_OK) return member;
+    }
     if (rc == DL_STALE) {
         if (!d->rc.async && round < d->frag_joined[f]) /* a joiner volunteered for a round that did not wait for it: expected */
             log_info("round %" PRId64 " of fragment %d closed without us (we joined for round %" PRId64
@@ -82,7 +96,8 @@ int round_net(diloco *d, int f, char *err, size_t errlen)
         return fetch_current(d, f, err, errlen) < 0 ? DL_FAIL : DL_STALE;
     }
     if (rc == DL_EVICTED) {
-        log_warn("round %" PRId64 " of fragment %d lost: we were evicted (%s); registering again", round, f, err);
+        log_warn("round %" PRId64 " of fragment %d lost: we were evicted (%s)%s", round, f, err, then);
+        if (defer) return DL_EVICTED;
         if (dl_register(d, err, errlen) < 0) return DL_FAIL;
         d->refetch_all = 1;
         return DL_EVICTED;
@@ -143,6 +158,10 @@ int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint6
 {
     if (rc == DL_CORRUPT) return round_after_repair(d, f, round, why, t0, err, errlen);
     if (rc == DL_FAIL) return on_failure(d, why, err, errlen);
+    if (rc == DL_EVICTED && !d->refetch_all) { /* a round in flight found us evicted and left registering to us */
+        if (dl_register(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
+        d->refetch_all = 1;
+    }
     d->fail_streak = 0;
     if (d->refetch_all) return refetch_everything(d, f, round, t0, err, errlen); /* evicted */
     if (rc == DL_OK && d->la != NULL) { /* --async-lookahead: from the start ahead (alpha is 0 then) */
@@ -153,6 +172,12 @@ int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint6
     round_record(d, f, round, t0, rc != DL_OK);
     adopt_dylu(d);
     return 1;
+}
+
+int round_settle_refetches(const diloco *d, int rc)
+{
+    if (rc == DL_CORRUPT || rc == DL_EVICTED || d->refetch_all) return 1;
+    return rc == DL_FAIL && !dl_stopping(d) && d->fail_streak + 1 > d->o.max_sync_retries;
 }
 
 /* Sync mode first settles the previous round (whose parameters we took before they were durable),

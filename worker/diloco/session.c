@@ -8,12 +8,15 @@
 #include "internal.h"
 #include "math/codec.h"
 #include "redis/rconn.h"
+#include "wake.h"
 
 static int session_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
 {
     if (o->group.size > 1) return group_open(d, o, params, numel, err, errlen);
     if (state_init(d, o, params, numel, err, errlen) < 0) return -1;
     if (dl_register(d, err, errlen) < 0) return -1;
+    /* rounds of several fragments at their barriers at once: one listener pops our wake list (wake.c) */
+    if (d->o.fragments_in_flight > 1 && wake_hub_start(d, err, errlen) < 0) return -1;
     if (owners_refresh(d, err, errlen) < 0) return -1;
     /* beating before the first fetch: with a short heartbeat timeout, a fetch that waits for a round to
      * close or for a shard-server to come back would otherwise get us evicted before we trained */
@@ -32,7 +35,6 @@ int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **o
         err_set(err, errlen, "out of memory");
         return -1;
     }
-    d->inflight = -1; /* a session that fails before state_init is closed as one with nothing in flight */
     for (int i = 0; i < MAX_CONNS; i++) d->conns[i].fd = -1; /* and no connection (not fd 0) */
     log_sink_init(&d->log, o->log_callback, o->log_ctx, o->log_level);
     log_sink *prev = log_use_sink(&d->log);
@@ -56,6 +58,7 @@ static void session_close(diloco *d)
         if (dl_inc(d) > 0 && sync_confirm_durable(d, f, err, sizeof err) == DL_FAIL)
             log_warn("closing before fragment %d's last round was confirmed durable: %s", f, err);
     }
+    wake_hub_stop(d);
     group_wait_committed(d); /* still beating: the other ranks' parts of the last round too */
     heartbeat_stop(d);
     int64_t inc = dl_inc(d);

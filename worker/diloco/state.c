@@ -27,6 +27,7 @@ void diloco_options_default(diloco_options *o)
     o->wait_poll_ms = 1000;
     o->connect_timeout_ms = 60000;
     o->log_level = DILOCO_LOG_DEFAULT;
+    o->fragments_in_flight = 1;
 }
 
 static int alloc_buffers(diloco *d, char *err, size_t errlen)
@@ -103,12 +104,34 @@ static int keep_options(diloco *d, const diloco_options *o, char *err, size_t er
     return redis_url_parse(o->redis_url, &d->url, err, errlen);
 }
 
+/* --fragments-in-flight D: 1 <= D <= the run's fragments, and 1 in an async run (its submissions share the
+ * session's submission number and order places: one at a time). 0 is the default, 1. */
+static int check_in_flight(diloco *d, const diloco_options *o, char *err, size_t errlen)
+{
+    int want = o->fragments_in_flight;
+    if (want == 0) want = d->o.fragments_in_flight = 1;
+    if (want < 0 || want > d->rc.nfragments) {
+        err_set(err, errlen,
+                "--fragments-in-flight %d: run '%s' has %d fragment(s), and at most that many can be in flight "
+                "(1 <= D <= %d)",
+                want, o->run, d->rc.nfragments, d->rc.nfragments);
+        return -1;
+    }
+    if (want > 1 && d->rc.async) {
+        err_set(err, errlen,
+                "--fragments-in-flight %d: run '%s' is asynchronous, whose fragments go one at a time (a worker's "
+                "submissions share one submission number and order place); use 1 in an async run",
+                want, o->run);
+        return -1;
+    }
+    return 0;
+}
+
 int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
 {
     d->params = params;
     d->numel = numel;
     d->sync_every = o->sync_every > 0 ? o->sync_every : 500;
-    d->inflight = -1;
     for (int i = 0; i < MAX_CONNS; i++) d->conns[i].fd = -1;
     pthread_mutex_init(&d->ctl_mu, NULL);
     pthread_mutex_init(&d->owners_mu, NULL);
@@ -129,6 +152,7 @@ int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, 
                 o->run, d->rc.nfragments, o->num_fragments);
         return -1;
     }
+    if (check_in_flight(d, o, err, errlen) < 0) return -1;
     if (o->fragment_alpha < 0 || o->fragment_alpha >= 1) {
         err_set(err, errlen, "fragment alpha must be in [0, 1), got %g", o->fragment_alpha);
         return -1;

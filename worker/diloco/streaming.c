@@ -1,15 +1,28 @@
 /* streaming.c: Streaming DiLoCo's schedule (F fragments, from the run): every H/F steps one fragment,
  * in turn, is sent while training goes on. At each fragment boundary:
- *   1. the fragment in flight (sent one interval ago) is waited for and applied:
+ *   1. once D fragments are in flight (--fragments-in-flight D, default 1), the oldest (sent D intervals
+ *      ago) is waited for and applied:
  *      params[f] = alpha*params[f] + (1-alpha)*global[f]  (alpha 0: take the global values);
  *   2. the next fragment's pseudo-gradient is computed here (we own params) and its network round
  *      (push, barrier, get) runs on a background thread that touches only base[f].
- * So at most one fragment is in flight, its result is applied after one interval (torchft's
- * fragment_sync_delay = H/F), and compute waits only if a transfer takes longer than an interval.
+ * So at most D fragments are in flight, each applied D intervals after it was sent (D = 1 is torchft's
+ * fragment_sync_delay = H/F), and compute waits only if a round takes longer than D intervals. A round
+ * slower than one interval (a distant link: about 2 RTT plus its bytes) stalls every boundary at D = 1;
+ * D = 2 hides it (docs/compression.md, "What a user feels").
  * While every worker keeps pace the schedule is a pure function of the step count, which is what makes a
- * Streaming run exactly reproducible (tests/it_stream_exactness.sh); a worker that joins or registers again
- * mid-run takes the run's order from the fragments' rounds (stream_next_fragment). after_step.c calls
- * stream_step at each interval; the round's preparation and settling are round.c's. */
+ * Streaming run exactly reproducible (tests/it_stream_exactness.sh, it_stream_in_flight.sh for D > 1); a
+ * worker that joins or registers again mid-run takes the run's order from the fragments' rounds
+ * (stream_next_fragment). after_step.c calls stream_step at each interval; the round's preparation and
+ * settling are round.c's.
+ *
+ * The rounds in flight are a FIFO of slots (d->inflight). With D > 1 (sync runs only: async submissions
+ * share the session's submission number), rounds of different fragments run at once, which the layers
+ * below allow: each round touches only its fragment's shards (base, Δ, tentative state, versions), counts
+ * its bytes and stamps in its slot's info (dl_round_info), waits at its barrier through the session's one
+ * listener on the wake list (wake.c's hub), and, finding us evicted, only says so: registering again and
+ * fetching everything (round_settle) run on this thread once every other round in flight has ended
+ * (settle_alone), so they never overlap a round. A fragment in flight is never sent again before it is
+ * settled, and its version (written by its thread) is not read meanwhile. */
 
 #include "base/log.h"
 #include "base/util.h"
@@ -19,15 +32,50 @@
 
 static void *inflight_main(void *p)
 {
-    diloco *d = p;
+    stream_slot *s = p;
+    diloco *d = s->d;
     log_sink *prev = log_use_sink(&d->log); /* also run in line, on the caller's thread */
-    d->inflight_rc = round_net(d, d->inflight, d->inflight_err, sizeof d->inflight_err);
+    diloco_sync_info *prev_info = dl_round_info_use(&s->info);
+    s->rc = round_net(d, s->frag, s->err, sizeof s->err);
     /* here, in the background: otherwise the fragment's next boundary asks Redis on the training thread,
      * one round trip of the WAN per interval (bench/wan_training, RTT 100 ms, intervals of 10 CPU GPT
      * steps: 96.7% and 82.0% of the speed kept before, 103.6% and 94.4% after, in two pairs of runs) */
-    if (d->inflight_rc == DL_OK) round_confirm_early(d, d->inflight);
+    if (s->rc == DL_OK) round_confirm_early(d, s->frag);
+    dl_round_info_use(prev_info);
     log_use_sink(prev);
     return NULL;
+}
+
+static int in_flight_max(const diloco *d)
+{
+    return d->o.fragments_in_flight > 1 ? d->o.fragments_in_flight : 1;
+}
+
+static stream_slot *slot_at(diloco *d, int i) /* the i-th oldest in flight */
+{
+    return &d->inflight[(d->inflight_head + i) % RUNCONF_MAX_FRAGMENTS];
+}
+
+/* Whether a round's thread may be writing base now (then the record of a sync leaves its digests 0). */
+static int base_busy(diloco *d)
+{
+    for (int i = 0; i < d->inflight_count; i++)
+        if (slot_at(d, i)->threaded) return 1;
+    return 0;
+}
+
+static int finish_all(diloco *d, int at_boundary, char *err, size_t errlen);
+
+/* Fragment f's Δ was not sent (p): settle that. With other rounds in flight (D > 1), what it does may
+ * register again or fetch everything: they end first; if that fetched everything, f is done too. */
+static int settle_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64_t t0, char *err, size_t errlen)
+{
+    if (d->inflight_count > 0) {
+        int fetched = d->fetched_all, changed = finish_all(d, 0, err, errlen);
+        if (changed < 0) return -1;
+        if (d->fetched_all != fetched) return 1;
+    }
+    return round_unsent(d, f, round, p, t0, err, errlen);
 }
 
 /* 1 when params changed (reset to the global ones, a repair waited for), -1 unrecoverable, else 0. A
@@ -38,64 +86,123 @@ static int begin_fragment(diloco *d, int f, char *err, size_t errlen)
     uint64_t t0 = now_ms();
     int64_t round = d->frag_version[f];
     round_begin(d);
+    d->base_busy = base_busy(d);
     prep_outcome p = round_prepare_delta(d, f, err, errlen);
-    if (p != PREP_SEND) return round_unsent(d, f, round, p, t0, err, errlen);
-    d->inflight = f;
-    d->inflight_t0 = now_ms();
-    d->inflight_round = d->frag_version[f];
-    d->inflight_err[0] = '\0';
-    d->inflight_threaded = pthread_create(&d->inflight_thread, NULL, inflight_main, d) == 0;
-    if (!d->inflight_threaded) inflight_main(d); /* no thread: sync in line, correct but not overlapped */
+    d->base_busy = 0;
+    if (p != PREP_SEND) return settle_unsent(d, f, round, p, t0, err, errlen);
+    stream_slot *s = slot_at(d, d->inflight_count);
+    /* (info starts as cur: what preparing counted, the confirm of f's previous round) */
+    *s = (stream_slot){.d = d, .frag = f, .round = d->frag_version[f], .t0 = now_ms(), .info = d->cur};
+    d->inflight_count++;
+    s->threaded = pthread_create(&s->thread, NULL, inflight_main, s) == 0;
+    if (!s->threaded) inflight_main(s); /* no thread: sync in line, correct but not overlapped */
     return 0;
 }
 
 /* Training waited `waited` ms at a boundary for fragment f's round, sent `trained` ms earlier: the round is
- * longer than an interval, and compute stalls at every boundary. Say so, with what hides it, at most once a
- * minute (a short wait is noise: a tenth of the interval and 50 ms). */
+ * longer than the D intervals it had, and compute stalls at every boundary. Say so, with what hides it, at
+ * most once a minute (a short wait is noise: a tenth of the intervals and 50 ms). */
 static void tell_round_longer(diloco *d, int f, uint64_t trained, uint64_t waited)
 {
     uint64_t now = now_ms();
     if (waited < 50 || waited * 10 < trained) return;
     if (d->stream_wait_told_ms != 0 && now - d->stream_wait_told_ms < STREAM_WAIT_TELL_MS) return;
     d->stream_wait_told_ms = now;
-    log_warn("fragment %d's round took %.2f s, longer than the interval of %d steps (%.2f s): training waited "
-             "%.2f s for it. Over a slow or distant link, fewer fragments (coordinator init --fragments) or a "
-             "larger --sync-every make an interval long enough to hide a round (docs/compression.md, \"What a "
-             "user feels\")",
-             f, (double)(trained + waited) / 1000.0, stream_interval(d), (double)trained / 1000.0,
-             (double)waited / 1000.0);
+    char had[96];
+    if (in_flight_max(d) == 1)
+        snprintf(had, sizeof had, "the interval of %d steps", stream_interval(d));
+    else
+        snprintf(had, sizeof had, "the %d intervals of %d steps it had in flight", in_flight_max(d), stream_interval(d));
+    log_warn("fragment %d's round took %.2f s, longer than %s (%.2f s): training waited %.2f s for it. Over a slow "
+             "or distant link, more fragments in flight (--fragments-in-flight, at most the run's %d), fewer "
+             "fragments (coordinator init --fragments) or a larger --sync-every hide a round (docs/compression.md, "
+             "\"What a user feels\")",
+             f, (double)(trained + waited) / 1000.0, had, (double)trained / 1000.0, (double)waited / 1000.0,
+             d->rc.nfragments);
 }
 
-/* Wait for the fragment in flight and apply its result. at_boundary: the schedule's own wait (stream_step),
- * where a wait means the round outlasts an interval; not a force sync's or the session's end. */
-static int finish_fragment(diloco *d, int at_boundary, char *err, size_t errlen)
+static void join_slot(stream_slot *s)
 {
-    if (d->inflight < 0) return 0;
+    if (s->threaded) pthread_join(s->thread, NULL);
+    s->threaded = 0;
+}
+
+static int settle_slot(diloco *d, stream_slot *s, char *err, size_t errlen)
+{
+    d->cur = s->info; /* what the round counted, for its record */
+    d->base_busy = base_busy(d);
+    int rc = round_settle(d, s->frag, s->round, s->rc, s->err, s->t0, d->o.fragment_alpha, err, errlen);
+    d->base_busy = 0;
+    return rc;
+}
+
+/* Settle s, whose outcome may register again or fetch everything, with no round running: the others in
+ * flight are waited for first (their outcomes kept, settled after it, unless everything was fetched again
+ * meanwhile: then they are dropped, as superseded). */
+static int settle_alone(diloco *d, stream_slot *s, char *err, size_t errlen)
+{
+    for (int i = 0; i < d->inflight_count; i++) join_slot(slot_at(d, i));
+    int fetched = d->fetched_all, changed = settle_slot(d, s, err, errlen);
+    if (d->inflight_count > 0 && (changed < 0 || d->fetched_all != fetched)) {
+        log_info("fragment %d's round: dropping the outcome of the %d later round(s) in flight (%s)", s->frag,
+                 d->inflight_count, changed < 0 ? "an unrecoverable error" : "every fragment was fetched again");
+        d->inflight_count = 0;
+    }
+    return changed;
+}
+
+/* Wait for the oldest fragment in flight and apply its result. at_boundary: the schedule's own wait
+ * (stream_step), where a wait means the round outlasts the intervals in flight; not a force sync's or the
+ * session's end. */
+static int finish_oldest(diloco *d, int at_boundary, char *err, size_t errlen)
+{
+    stream_slot *s = slot_at(d, 0);
     uint64_t t_join = now_ms();
-    if (d->inflight_threaded) pthread_join(d->inflight_thread, NULL);
-    if (d->inflight_threaded && at_boundary)
-        tell_round_longer(d, d->inflight, t_join - d->inflight_t0, now_ms() - t_join);
-    int f = d->inflight;
-    d->inflight = -1;
-    return round_settle(d, f, d->inflight_round, d->inflight_rc, d->inflight_err, d->inflight_t0, d->o.fragment_alpha,
-                        err, errlen);
+    int threaded = s->threaded;
+    join_slot(s);
+    if (threaded && at_boundary) tell_round_longer(d, s->frag, t_join - s->t0, now_ms() - t_join);
+    d->inflight_head = (d->inflight_head + 1) % RUNCONF_MAX_FRAGMENTS;
+    d->inflight_count--;
+    if (d->inflight_count > 0 && round_settle_refetches(d, s->rc)) return settle_alone(d, s, err, errlen);
+    return settle_slot(d, s, err, errlen);
+}
+
+/* Every fragment in flight, oldest first: 1 when params changed, -1 at the first unrecoverable outcome
+ * (the rest stay in flight). */
+static int finish_all(diloco *d, int at_boundary, char *err, size_t errlen)
+{
+    int changed = 0;
+    while (d->inflight_count > 0) {
+        int rc = finish_oldest(d, at_boundary, err, errlen);
+        if (rc < 0) return -1;
+        changed |= rc;
+    }
+    return changed;
 }
 
 int stream_finish_fragment(diloco *d, char *err, size_t errlen)
 {
-    return finish_fragment(d, 0, err, errlen);
+    return finish_all(d, 0, err, errlen);
 }
 
 void stream_finish_inflight(diloco *d)
 {
     char err[256];
-    if (d->inflight >= 0) stream_finish_fragment(d, err, sizeof err);
+    while (d->inflight_count > 0) stream_finish_fragment(d, err, sizeof err);
 }
 
 int stream_interval(const diloco *d)
 {
     int i = d->sync_every / d->rc.nfragments;
     return i < 1 ? 1 : i;
+}
+
+/* Whether fragment f's round is in flight (its version is its thread's until it is settled). */
+static int fragment_in_flight(const diloco *d, int f)
+{
+    for (int i = 0; i < d->inflight_count; i++)
+        if (d->inflight[(d->inflight_head + i) % RUNCONF_MAX_FRAGMENTS].frag == f) return 1;
+    return 0;
 }
 
 /* The fragment this boundary sends. A sync run's fragments take their rounds in turn (0, 1, ..., F-1, 0,
@@ -105,13 +212,14 @@ int stream_interval(const diloco *d)
  * fragment out of phase: its fragment in flight would wait at a barrier for the others, whose own
  * fragment in flight waits for it, for ever. After a round that failed (its version unknown to us) the
  * same fragment goes again: its round is found committed (stale) or still open, and the next boundary
- * is in phase again. Async fragments have no common round, and go in turn. */
+ * is in phase again. Fragments in flight are not candidates (D > 1: the others are). Async fragments have no
+ * common round, and go in turn. */
 int stream_next_fragment(const diloco *d)
 {
     if (d->rc.async) return d->frag_next;
-    int next = 0;
-    for (int f = 1; f < d->rc.nfragments; f++)
-        if (d->frag_version[f] < d->frag_version[next]) next = f;
+    int next = -1;
+    for (int f = 0; f < d->rc.nfragments; f++)
+        if (!fragment_in_flight(d, f) && (next < 0 || d->frag_version[f] < d->frag_version[next])) next = f;
     return next;
 }
 
@@ -127,8 +235,12 @@ void stream_force_order(const diloco *d, int *order)
 
 int stream_step(diloco *d, char *err, size_t errlen)
 {
-    int changed = finish_fragment(d, 1, err, errlen);
-    if (changed < 0) return -1;
+    int changed = 0;
+    while (d->inflight_count >= in_flight_max(d)) {
+        int rc = finish_oldest(d, 1, err, errlen);
+        if (rc < 0) return -1;
+        changed |= rc;
+    }
     int f = stream_next_fragment(d);
     int began = begin_fragment(d, f, err, errlen);
     if (began < 0) return -1;

@@ -186,7 +186,7 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen)
             if (conflict || pending != 1 || now_ms() > deadline || dl_stopping(d)) break;
             sleep_ms(backoff_ms(attempt, 2, 100));
         }
-        d->cur.confirm_seconds = (double)(now_ms() - t0) / 1000.0;
+        dl_round_info(d)->confirm_seconds = (double)(now_ms() - t0) / 1000.0;
         if (conflict) return confirm_reset(d, f, "the previous round was committed with other parameters", err, errlen);
         if (!pending) return DL_OK;
     }
@@ -205,7 +205,7 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen)
     for (int k = first; !incomplete && k < last; k++)
         if (d->tent_version[k] == 0 && d->shard_version[k] == want && d->tent_xxh[k] != held[k - first]) conflict = 1;
     free(held);
-    d->cur.confirm_seconds = (double)(now_ms() - t0) / 1000.0;
+    dl_round_info(d)->confirm_seconds = (double)(now_ms() - t0) / 1000.0;
     if (conflict) return confirm_reset(d, f, "the previous round was committed with other parameters", err, errlen);
     for (int k = first; rc == DL_OK && k < last; k++)
         if (d->shard_version[k] != want) rc = DL_STALE;
@@ -295,7 +295,7 @@ int sync_run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
     int rc = fanout_push(d, first, last, round, err, errlen);
     if (rc != DL_OK) return rc;
-    d->cur.t_pushed_us = wall_us();
+    dl_round_info(d)->t_pushed_us = wall_us();
     fanout_get_arg ga = {.want = round + 1, .may_push = 1, .flags = BLOB_GET_TENTATIVE_OK, .once = 1};
     /* The gets leave now, with the arrival (after every push's ack: an arrival promises the owners hold our
      * Δ). Their answers are read only once the barrier says we are in the round: any other outcome drops
@@ -311,7 +311,7 @@ int sync_run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
      * finishes it (with the Δ we keep) before fragment f computes another Δ */
     d->frag_incomplete[f] = 1;
     d->tent_round[f] = round;
-    d->cur.t_get_us = wall_us();
+    dl_round_info(d)->t_get_us = wall_us();
     rc = get_round(d, first, last, &ga, early, err, errlen);
     if (rc != DL_OK) return rc;
     d->frag_incomplete[f] = 0;

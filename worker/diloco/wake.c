@@ -11,12 +11,24 @@
  * close of round r of fragment f, in the same Lua call). Any other outcome (a timeout, a token of another
  * fragment, a repair token) leaves the decision to barrier.c's usual wait, which reads dl_barrier as before.
  * Tokens of our own earlier rounds of the fragment (the last arriver's, which nobody used to pop) are
- * dropped on the way. */
+ * dropped on the way.
+ *
+ * With rounds of several fragments in flight (--fragments-in-flight D > 1), two barriers may be waited at
+ * once: one blocking connection cannot serve two threads, and each would pop, and lose, the other's token.
+ * Then the session keeps one listener (the hub) on the list for its whole life: it pops every token and
+ * records, per fragment, the highest round whose close it popped; a barrier wait (barrier.c) asks it with
+ * wake_hub_wait instead of popping itself. The list and its tokens are the same: other workers of the run
+ * see no difference. */
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
+#include "base/log.h"
+#include "base/util.h"
 #include "format/keys.h"
+#include "format/runconf.h"
 #include "internal.h"
 #include "wake.h"
 
@@ -82,4 +94,138 @@ void wake_cancel(wake_wait *w)
     redisReply *r = dl_command(d, NULL, 0, "RPUSH %s %s", key, WAKE_CANCEL);
     if (r) freeReplyObject(r);
     wake_finish(w);
+}
+
+/* ---- the hub: one listener per session, for rounds in flight at once ------------------------------------ */
+
+struct wake_hub {
+    struct diloco *d;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv; /* on CLOCK_MONOTONIC: broadcast at each token popped and at stop */
+    int stop;
+    int64_t closed[RUNCONF_MAX_FRAGMENTS]; /* per fragment: the highest round whose close we popped (-1: none) */
+};
+
+static void deadline_in(struct timespec *ts, int ms)
+{
+    clock_gettime(CLOCK_MONOTONIC, ts);
+    ts->tv_sec += ms / 1000;
+    ts->tv_nsec += (long)(ms % 1000) * 1000000L;
+    if (ts->tv_nsec >= 1000000000L) {
+        ts->tv_sec++;
+        ts->tv_nsec -= 1000000000L;
+    }
+}
+
+static int hub_stopping(struct wake_hub *h)
+{
+    pthread_mutex_lock(&h->mu);
+    int stop = h->stop;
+    pthread_mutex_unlock(&h->mu);
+    return stop;
+}
+
+/* A popped token: "f:r" is the close of round r of fragment f (anything else, "repair" or "cancel", only
+ * wakes the hub, which looks at its stop flag). */
+static void hub_record(struct wake_hub *h, const redisReply *r)
+{
+    int f = -1;
+    long long round = -1;
+    if (!r || r->type != REDIS_REPLY_ARRAY || r->elements != 2 || r->element[1]->type != REDIS_REPLY_STRING ||
+        sscanf(r->element[1]->str, "%d:%lld", &f, &round) != 2 || f < 0 || f >= h->d->rc.nfragments)
+        return;
+    pthread_mutex_lock(&h->mu);
+    if (round > h->closed[f]) h->closed[f] = round;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+}
+
+static void *hub_main(void *p)
+{
+    struct wake_hub *h = p;
+    diloco *d = h->d;
+    log_sink *prev = log_use_sink(&d->log);
+    char err[256], key[KEY_MAX];
+    wake_key(d, key, sizeof key);
+    while (!hub_stopping(h)) {
+        if (!d->blk || rconn_broken(d->blk)) { /* Redis away: the barrier waits poll dl_barrier meanwhile */
+            if (d->blk) rconn_free(d->blk);
+            d->blk = rconn_connect(&d->url, d->o.wait_poll_ms + 10000, err, sizeof err);
+            if (!d->blk) {
+                struct timespec ts;
+                deadline_in(&ts, d->o.wait_poll_ms);
+                pthread_mutex_lock(&h->mu);
+                if (!h->stop) pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+                pthread_mutex_unlock(&h->mu);
+                continue;
+            }
+        }
+        redisReply *r = rconn_command(d->blk, "BLPOP %s %.3f", key, d->o.wait_poll_ms / 1000.0);
+        hub_record(h, r);
+        if (r) freeReplyObject(r);
+    }
+    log_use_sink(prev);
+    return NULL;
+}
+
+int wake_hub_start(diloco *d, char *err, size_t errlen)
+{
+    struct wake_hub *h = calloc(1, sizeof *h);
+    if (!h) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    h->d = d;
+    for (int f = 0; f < RUNCONF_MAX_FRAGMENTS; f++) h->closed[f] = -1;
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
+    pthread_cond_init(&h->cv, &ca);
+    pthread_condattr_destroy(&ca);
+    pthread_mutex_init(&h->mu, NULL);
+    if (pthread_create(&h->thread, NULL, hub_main, h) != 0) {
+        pthread_cond_destroy(&h->cv);
+        pthread_mutex_destroy(&h->mu);
+        free(h);
+        err_set(err, errlen, "cannot start the thread that listens for barrier closes");
+        return -1;
+    }
+    d->hub = h;
+    return 0;
+}
+
+void wake_hub_stop(diloco *d)
+{
+    struct wake_hub *h = d->hub;
+    if (!h) return;
+    pthread_mutex_lock(&h->mu);
+    h->stop = 1;
+    pthread_cond_broadcast(&h->cv);
+    pthread_mutex_unlock(&h->mu);
+    char key[KEY_MAX]; /* end its BLPOP now rather than at its timeout */
+    wake_key(d, key, sizeof key);
+    redisReply *r = dl_command(d, NULL, 0, "RPUSH %s %s", key, WAKE_CANCEL);
+    if (r) freeReplyObject(r);
+    pthread_join(h->thread, NULL);
+    pthread_cond_destroy(&h->cv);
+    pthread_mutex_destroy(&h->mu);
+    free(h);
+    d->hub = NULL;
+}
+
+int wake_hub_wait(diloco *d, int f, int64_t round, int ms)
+{
+    struct wake_hub *h = d->hub;
+    struct timespec ts;
+    deadline_in(&ts, ms);
+    pthread_mutex_lock(&h->mu);
+    /* a token of a later round is no proof about this one (left by an earlier process of the same id?): the
+     * caller reads the barrier, after the wait a BLPOP would have made */
+    int later = h->closed[f] > round;
+    while (!h->stop && (later || h->closed[f] < round))
+        if (pthread_cond_timedwait(&h->cv, &h->mu, &ts) == ETIMEDOUT) break;
+    int closed = h->closed[f] == round;
+    pthread_mutex_unlock(&h->mu);
+    return closed;
 }

@@ -32,4 +32,17 @@ int wake_finish(wake_wait *w);
 /* End the listening early (push WAKE_CANCEL to our wake list) and wait for it: after a failed arrival. */
 void wake_cancel(wake_wait *w);
 
+/* With rounds of several fragments in flight at once (fragments_in_flight > 1), their barriers would share
+ * the blocking connection from several threads and pop each other's tokens. Then one thread per session
+ * (the hub) pops our wake list instead, and records the close of each fragment's round it popped; the
+ * barrier waits ask it (wake_hub_wait). */
+struct wake_hub;
+/* Start the session's hub (d->hub). 0, or -1 + err. */
+int wake_hub_start(struct diloco *d, char *err, size_t errlen);
+/* Stop and free it (none: nothing). */
+void wake_hub_stop(struct diloco *d);
+/* Wait at most ms for the token of the close of round `round` of fragment f: 1 when the hub popped it
+ * (before the call or during it), 0 after the timeout. */
+int wake_hub_wait(struct diloco *d, int f, int64_t round, int ms);
+
 #endif

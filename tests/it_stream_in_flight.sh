@@ -1,0 +1,61 @@
+#!/bin/sh
+# it_stream_in_flight.sh: Streaming DiLoCo with more than one fragment in flight (worker --fragments-in-flight
+# D, worker/diloco/streaming.c): a fragment sent at boundary k is applied at boundary k + D. 4 fragments of 2
+# shards, 3 workers, H = 20 (a fragment every 5 steps):
+#   1. D = 2 (alpha 0.5 and a final sync of every fragment) and D = 3 (alpha 0): the final global parameters
+#      are bit-identical to the in-process reference of that schedule (ref_quadratic --in-flight D) and differ
+#      from the reference of D = 1, so the run did apply each fragment D intervals late;
+#   2. D = 2 with rounds longer than an interval (--simulate-latency-ms 150, intervals of 5 steps of 20 ms;
+#      w3 slower, so the others wait at barriers: two rounds of one worker at their barriers at once): the run
+#      finishes, every round closed, bit-identical to the reference;
+#   3. the option's checks: 0, more than the run's fragments, and more than 1 in an async run are refused,
+#      each naming the option.
+. "$(dirname "$0")/lib.sh"
+NUMEL=40000; SEED=23; H=20; STEPS=100
+start_redis
+exact() { # RUN D [ref args]: bit-identical to the reference of D in flight, and (D > 1) not to that of 1
+  _r=$1; _dd=$2; shift 2
+  stream_reference $_r $_dd "$TMP/ref-$_r.txt" "$@"
+  shard_digests $_r > "$TMP/got-$_r.txt"
+  grep '^shard' "$TMP/ref-$_r.txt" | diff - "$TMP/got-$_r.txt" > "$TMP/diff.txt" ||
+    fail "$_r: shard digests differ from the reference of $_dd fragments in flight: $(cat "$TMP/diff.txt")"
+  stream_reference $_r 1 "$TMP/ref1-$_r.txt" "$@"
+  grep '^shard' "$TMP/ref1-$_r.txt" | diff - "$TMP/got-$_r.txt" > /dev/null &&
+    fail "$_r: the run equals the reference of one fragment in flight: D was not applied"
+  return 0
+}
+for cfg in 2:0.5 3:0 2:slow; do
+  D=${cfg%%:*}; alpha=${cfg#*:}; extra=""; final=""; STEPS=100
+  [ "$alpha" = 0.5 ] && final=--final-sync
+  [ "$alpha" = slow ] && { alpha=0; STEPS=60; extra="--simulate-latency-ms 150 --step-delay-ms 20"; }
+  RUN="flight$D${extra:+slow}"
+  init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --fragments 4 --workers 3 --seed $SEED
+  start_server "a$RUN" --lease-ttl-ms 2000
+  start_server "b$RUN" --lease-ttl-ms 2000
+  for w in w1 w2 w3; do
+    slower=""; [ -n "$extra" ] && [ $w = w3 ] && slower="--step-delay-ms 30"
+    start_worker $w --sync-every $H --steps $STEPS --heartbeat-interval 1 --fragment-alpha $alpha \
+      --fragments-in-flight $D $final $extra $slower
+  done
+  wait_workers w1 w2 w3
+  exact $RUN $D --alpha $alpha $final
+  want=$((STEPS / (H / 4) / 4)); [ -n "$final" ] && want=$((want + 1))
+  [ "$(shard_versions $RUN)" = "$want $want $want $want $want $want $want $want" ] ||
+    fail "$RUN: versions per shard $(shard_versions $RUN), expected $want each (a round that did not close)"
+  syncs=$(grep -c '"event":"sync"' "$TMP/w1.jsonl")
+  say "D $D alpha $alpha ${extra:+(rounds of 150 ms over intervals of 100 ms) }: bit-identical to the reference of D in flight, not to D = 1 ($want versions per shard, $syncs fragment syncs by w1, $(grep -c 'longer than' "$TMP/worker-w1.log") warnings of rounds that outlast their intervals)"
+  rm -f "$TMP"/w*.jsonl
+done
+# the option's checks: each refused at open with the option named
+bin/worker --redis "$URL" --run flight2 --trainer quadratic --fragments-in-flight 0 --steps 1 > "$TMP/d0.log" 2>&1 &&
+  fail "--fragments-in-flight 0 was accepted"
+grep -q "fragments-in-flight" "$TMP/d0.log" || fail "D 0: no clear error: $(cat "$TMP/d0.log")"
+bin/worker --redis "$URL" --run flight2 --trainer quadratic --fragments-in-flight 5 --steps 4 --sync-every 4 \
+  > "$TMP/d5.log" 2>&1 && fail "--fragments-in-flight 5 joined a run of 4 fragments"
+grep -q "fragments-in-flight 5: run 'flight2' has 4 fragment(s)" "$TMP/d5.log" || fail "D 5: no clear error: $(cat "$TMP/d5.log")"
+RUN=flightasync
+init_run $RUN --trainer quadratic --numel 4000 --shards 4 --fragments 2 --async
+bin/worker --redis "$URL" --run $RUN --trainer quadratic --fragments-in-flight 2 --steps 4 --sync-every 4 \
+  > "$TMP/da.log" 2>&1 && fail "--fragments-in-flight 2 joined an async run"
+grep -q "fragments-in-flight 2: run 'flightasync' is asynchronous" "$TMP/da.log" || fail "async: no clear error: $(cat "$TMP/da.log")"
+say "refused: $(tail -c 120 "$TMP/d0.log" | tr '\n' ' ') | $(grep -h 'fragments-in-flight 5' "$TMP/d5.log" | sed 's/.*ERROR //' | cut -c1-110) | $(grep -h 'asynchronous' "$TMP/da.log" | sed 's/.*ERROR //' | cut -c1-110)"

@@ -16,17 +16,41 @@
 #include "internal.h"
 #include "redis/rconn.h"
 
-/* With ctl_mu held: a usable control connection, reconnecting if it is missing or broken (with backoff,
- * for as long as it takes: Redis restarts are survivable; a refusal of our credentials ends it at once).
- * 0, or -1 when there is none (stopping, or refused). */
-static int ctl_ready(diloco *d)
+/* A round in flight's own control connection (dl_round_ctl_use), used by its thread alone: rounds of several
+ * fragments in flight at once would otherwise take turns on ctl, a round trip of the WAN each. */
+static _Thread_local rconn **round_ctl;
+
+rconn **dl_round_ctl_use(rconn **c)
 {
-    if (d->ctl != NULL && !rconn_broken(d->ctl)) return 0;
+    rconn **prev = round_ctl;
+    round_ctl = c;
+    return prev;
+}
+
+/* The connection this thread's commands go on, taken: the round's own, or ctl under ctl_mu. */
+static rconn **ctl_take(diloco *d)
+{
+    if (round_ctl) return round_ctl;
+    pthread_mutex_lock(&d->ctl_mu);
+    return &d->ctl;
+}
+
+static void ctl_give(diloco *d, rconn **c)
+{
+    if (c != round_ctl) pthread_mutex_unlock(&d->ctl_mu);
+}
+
+/* With *c taken: a usable control connection, reconnecting if it is missing or broken (with backoff, for
+ * as long as it takes: Redis restarts are survivable; a refusal of our credentials ends it at once).
+ * 0, or -1 when there is none (stopping, or refused). */
+static int ctl_ready(diloco *d, rconn **c)
+{
+    if (*c != NULL && !rconn_broken(*c)) return 0;
     char err[256];
-    if (d->ctl) rconn_free(d->ctl);
-    d->ctl = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, -1, d->o.stop, NULL, err, sizeof err);
-    if (d->ctl == NULL && !dl_stopping(d)) log_error("%s", err);
-    return d->ctl ? 0 : -1;
+    if (*c) rconn_free(*c);
+    *c = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, -1, d->o.stop, NULL, err, sizeof err);
+    if (*c == NULL && !dl_stopping(d)) log_error("%s", err);
+    return *c ? 0 : -1;
 }
 
 /* Run a command on the control connection; on a connection error reconnect and try once more. The
@@ -37,26 +61,35 @@ static int ctl_ready(diloco *d)
 redisReply *dl_command(diloco *d, char *err, size_t errlen, const char *fmt, ...)
 {
     redisReply *r = NULL;
-    pthread_mutex_lock(&d->ctl_mu);
-    for (int attempt = 0; attempt < 2 && r == NULL && ctl_ready(d) == 0; attempt++) {
+    rconn **c = ctl_take(d);
+    for (int attempt = 0; attempt < 2 && r == NULL && ctl_ready(d, c) == 0; attempt++) {
         va_list ap;
         va_start(ap, fmt);
-        r = rconn_vcommand(d->ctl, fmt, ap);
+        r = rconn_vcommand(*c, fmt, ap);
         va_end(ap);
     }
-    rconn_reply_error(d->ctl, r, err, errlen);
-    pthread_mutex_unlock(&d->ctl_mu);
+    rconn_reply_error(*c, r, err, errlen);
+    ctl_give(d, c);
     return r;
 }
 
 redisReply *dl_command_argv(diloco *d, int argc, const char **argv, const size_t *lens, char *err, size_t errlen)
 {
     redisReply *r = NULL;
-    pthread_mutex_lock(&d->ctl_mu);
-    for (int attempt = 0; attempt < 2 && r == NULL && ctl_ready(d) == 0; attempt++)
-        r = rconn_command_argv(d->ctl, argc, argv, lens);
-    rconn_reply_error(d->ctl, r, err, errlen);
-    pthread_mutex_unlock(&d->ctl_mu);
+    rconn **c = ctl_take(d);
+    for (int attempt = 0; attempt < 2 && r == NULL && ctl_ready(d, c) == 0; attempt++)
+        r = rconn_command_argv(*c, argc, argv, lens);
+    rconn_reply_error(*c, r, err, errlen);
+    ctl_give(d, c);
+    return r;
+}
+
+redisReply *dl_command_argv_once(diloco *d, int argc, const char **argv, const size_t *lens, char *err, size_t errlen)
+{
+    rconn **c = ctl_take(d);
+    redisReply *r = *c && !rconn_broken(*c) ? rconn_command_argv(*c, argc, argv, lens) : NULL;
+    rconn_reply_error(*c, r, err, errlen);
+    ctl_give(d, c);
     return r;
 }
 
@@ -73,11 +106,10 @@ int dl_wait_replicas(diloco *d, char *err, size_t errlen)
     if (d->rc.min_replicas <= 0) return 0;
     uint64_t t0 = now_ms(), logged = t0;
     for (;;) {
-        pthread_mutex_lock(&d->ctl_mu);
-        int n = d->ctl && !rconn_broken(d->ctl)
-                    ? rconn_wait_replicas(d->ctl, d->config_key, d->rc.min_replicas, WAIT_REPLICAS_MS)
-                    : -1;
-        pthread_mutex_unlock(&d->ctl_mu);
+        rconn **c = ctl_take(d); /* (the connection our writes went on) */
+        int n = *c && !rconn_broken(*c) ? rconn_wait_replicas(*c, d->config_key, d->rc.min_replicas, WAIT_REPLICAS_MS)
+                                        : -1;
+        ctl_give(d, c);
         if (n >= d->rc.min_replicas) return 0;
         if (n < 0 || dl_stopping(d)) {
             err_set(err, errlen, "waiting for %d Redis replica(s) to have our write: %s", d->rc.min_replicas,

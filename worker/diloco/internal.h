@@ -96,7 +96,8 @@ typedef struct stream_slot {
     uint64_t t0;
     pthread_t thread;
     int threaded;
-    int rc; /* round_net's outcome */
+    int lane; /* fragments_in_flight > 1: its control connection, d->lane_ctl[lane] (lanes < D) */
+    int rc;   /* round_net's outcome */
     char err[256];
     diloco_sync_info info;
     struct diloco *d;
@@ -164,6 +165,7 @@ struct diloco {
     stream_slot inflight[RUNCONF_MAX_FRAGMENTS];
     int inflight_head, inflight_count;
     struct wake_hub *hub; /* fragments_in_flight > 1: the session's one listener on our wake list (wake.c) */
+    rconn *lane_ctl[RUNCONF_MAX_FRAGMENTS]; /* fragments_in_flight > 1: each lane's control connection */
     int fetched_all;      /* fetch_all calls so far (training thread): streaming.c sees a full refetch by it */
     int base_busy;        /* rounds in flight write base (theirs) right now: round_record leaves the digests 0 */
     int refetch_all; /* a background sync found us evicted: fetch everything at the boundary */
@@ -256,6 +258,8 @@ static inline int dl_last_shard(const diloco *d, int f)
 redisReply *dl_command(diloco *d, char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 4, 5)));
 /* The same, argv form (lens may be NULL: strlen of each) */
 redisReply *dl_command_argv(diloco *d, int argc, const char **argv, const size_t *lens, char *err, size_t errlen);
+/* The same without reconnecting: NULL at once (err says why) while the connection is broken. */
+redisReply *dl_command_argv_once(diloco *d, int argc, const char **argv, const size_t *lens, char *err, size_t errlen);
 int dl_reply_failed(const redisReply *r); /* NULL or an error reply */
 /* With the run's min_replicas > 0: wait until that many Redis replicas have our writes on ctl so far
  * (WAIT, again while fewer do); 0 at once when min_replicas is 0, -1 + err when ctl broke or we stop. */
@@ -277,6 +281,9 @@ diloco_sync_info *dl_round_info(diloco *d);
 /* Point this thread at info (NULL: the session's cur); returns what it pointed at before. */
 diloco_sync_info *dl_round_info_use(diloco_sync_info *info);
 diloco_sync_info *dl_round_info_current(void); /* what this thread points at (NULL: the session's cur) */
+/* Point this thread's commands (dl_command, dl_command_argv, dl_wait_replicas) at *c, a connection only it
+ * uses (NULL: ctl, shared under ctl_mu); made on the first command. Returns what it pointed at before. */
+rconn **dl_round_ctl_use(rconn **c);
 /* Whether rounds in flight at once (fragments_in_flight > 1) leave registering again to the training
  * thread: a round that finds us evicted then only says DL_EVICTED (round.c, streaming.c). */
 int dl_defer_register(const diloco *d);

@@ -177,6 +177,8 @@ int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, 
 void state_free(diloco *d)
 {
     if (d->ctl) rconn_free(d->ctl);
+    for (int i = 0; i < RUNCONF_MAX_FRAGMENTS; i++)
+        if (d->lane_ctl[i]) rconn_free(d->lane_ctl[i]);
     if (d->blk) rconn_free(d->blk);
     runconf_free(&d->rc);
     part_free(d);

@@ -18,7 +18,9 @@
  * The rounds in flight are a FIFO of slots (d->inflight). With D > 1 (sync runs only: async submissions
  * share the session's submission number), rounds of different fragments run at once, which the layers
  * below allow: each round touches only its fragment's shards (base, Δ, tentative state, versions), counts
- * its bytes and stamps in its slot's info (dl_round_info), waits at its barrier through the session's one
+ * its bytes and stamps in its slot's info (dl_round_info), sends its Redis commands on its lane's own
+ * control connection (dl_round_ctl_use: on the shared one, rounds took turns, a round trip each, and D = 2
+ * kept 80% of the speed at RTT 300 ms instead of 92%), waits at its barrier through the session's one
  * listener on the wake list (wake.c's hub), and, finding us evicted, only says so: registering again and
  * fetching everything (round_settle) run on this thread once every other round in flight has ended
  * (settle_alone), so they never overlap a round. A fragment in flight is never sent again before it is
@@ -30,25 +32,28 @@
 
 #define STREAM_WAIT_TELL_MS 60000 /* how often a round longer than an interval is said (tell_round_longer) */
 
+static int in_flight_max(const diloco *d)
+{
+    return d->o.fragments_in_flight > 1 ? d->o.fragments_in_flight : 1;
+}
+
 static void *inflight_main(void *p)
 {
     stream_slot *s = p;
     diloco *d = s->d;
     log_sink *prev = log_use_sink(&d->log); /* also run in line, on the caller's thread */
     diloco_sync_info *prev_info = dl_round_info_use(&s->info);
+    /* D > 1: its own control connection (the rounds' arrivals and reads would take turns on ctl) */
+    rconn **prev_ctl = dl_round_ctl_use(in_flight_max(d) > 1 ? &d->lane_ctl[s->lane] : NULL);
     s->rc = round_net(d, s->frag, s->err, sizeof s->err);
     /* here, in the background: otherwise the fragment's next boundary asks Redis on the training thread,
      * one round trip of the WAN per interval (bench/wan_training, RTT 100 ms, intervals of 10 CPU GPT
      * steps: 96.7% and 82.0% of the speed kept before, 103.6% and 94.4% after, in two pairs of runs) */
     if (s->rc == DL_OK) round_confirm_early(d, s->frag);
+    dl_round_ctl_use(prev_ctl);
     dl_round_info_use(prev_info);
     log_use_sink(prev);
     return NULL;
-}
-
-static int in_flight_max(const diloco *d)
-{
-    return d->o.fragments_in_flight > 1 ? d->o.fragments_in_flight : 1;
 }
 
 static stream_slot *slot_at(diloco *d, int i) /* the i-th oldest in flight */
@@ -62,6 +67,16 @@ static int base_busy(diloco *d)
     for (int i = 0; i < d->inflight_count; i++)
         if (slot_at(d, i)->threaded) return 1;
     return 0;
+}
+
+/* The lowest lane no round in flight uses (there are fewer than D of them here). */
+static int free_lane(diloco *d)
+{
+    for (int lane = 0;; lane++) {
+        int used = 0;
+        for (int i = 0; i < d->inflight_count && !used; i++) used = slot_at(d, i)->lane == lane;
+        if (!used) return lane;
+    }
 }
 
 static int finish_all(diloco *d, int at_boundary, char *err, size_t errlen);
@@ -92,7 +107,8 @@ static int begin_fragment(diloco *d, int f, char *err, size_t errlen)
     if (p != PREP_SEND) return settle_unsent(d, f, round, p, t0, err, errlen);
     stream_slot *s = slot_at(d, d->inflight_count);
     /* (info starts as cur: what preparing counted, the confirm of f's previous round) */
-    *s = (stream_slot){.d = d, .frag = f, .round = d->frag_version[f], .t0 = now_ms(), .info = d->cur};
+    *s = (stream_slot){.d = d, .frag = f, .round = d->frag_version[f], .t0 = now_ms(), .info = d->cur,
+                       .lane = free_lane(d)};
     d->inflight_count++;
     s->threaded = pthread_create(&s->thread, NULL, inflight_main, s) == 0;
     if (!s->threaded) inflight_main(s); /* no thread: sync in line, correct but not overlapped */

@@ -59,10 +59,8 @@ static int read_committed(diloco *d, int first, int last, committed_shard *out, 
         argv[2 + i] = fields[i];
     }
     for (int i = 0; i < 2 + nf; i++) lens[i] = strlen(argv[i]);
-    pthread_mutex_lock(&d->ctl_mu); /* err is written under it: another thread's reconnect frees ctl */
-    redisReply *r = d->ctl && !rconn_broken(d->ctl) ? rconn_command_argv(d->ctl, 2 + nf, argv, lens) : NULL;
-    int failed = rconn_reply_error(d->ctl, r, err, errlen) < 0;
-    pthread_mutex_unlock(&d->ctl_mu);
+    redisReply *r = dl_command_argv_once(d, 2 + nf, argv, lens, err, errlen); /* (no waiting for Redis here) */
+    int failed = dl_reply_failed(r);
     free(argv);
     free(lens);
     free(fields);

@@ -90,13 +90,24 @@ typedef enum prep_outcome {
 /* A fragment's round in flight on a background thread (streaming.c). Its threads count what the round
  * sends and receives in info (dl_round_info), not in the session's cur: rounds in flight at once would
  * mix their counters there. */
+/* fragments_in_flight > 1: the thread of fragment f's latest round, which goes on after its round (the
+ * confirm's look, round_confirm_early) while training does: joined before f is sent again, or before
+ * anything fetches every fragment (streaming.c). */
+typedef struct stream_tail {
+    pthread_t thread;
+    int running; /* started, not joined */
+    int lane;
+    int done; /* (atomic) the thread has ended: joining it does not wait */
+} stream_tail;
+
 typedef struct stream_slot {
     int frag;
     int64_t round; /* the fragment's open round when it was sent */
     uint64_t t0;
     pthread_t thread;
     int threaded;
-    int lane; /* fragments_in_flight > 1: its control connection, d->lane_ctl[lane] (lanes < D) */
+    int net_done; /* fragments_in_flight > 1: the network round is over (under stream_mu) */
+    int lane;     /* fragments_in_flight > 1: its control connection, d->lane_ctl[lane] */
     int rc;   /* round_net's outcome */
     char err[256];
     diloco_sync_info info;
@@ -166,6 +177,9 @@ struct diloco {
     int inflight_head, inflight_count;
     struct wake_hub *hub; /* fragments_in_flight > 1: the session's one listener on our wake list (wake.c) */
     rconn *lane_ctl[RUNCONF_MAX_FRAGMENTS]; /* fragments_in_flight > 1: each lane's control connection */
+    stream_tail tails[RUNCONF_MAX_FRAGMENTS]; /* fragments_in_flight > 1: per fragment */
+    pthread_mutex_t stream_mu; /* with stream_cv: a round's thread says its round is over (net_done) */
+    pthread_cond_t stream_cv;
     int fetched_all;      /* fetch_all calls so far (training thread): streaming.c sees a full refetch by it */
     int base_busy;        /* rounds in flight write base (theirs) right now: round_record leaves the digests 0 */
     int refetch_all; /* a background sync found us evicted: fetch everything at the boundary */

@@ -137,6 +137,8 @@ int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, 
     pthread_mutex_init(&d->owners_mu, NULL);
     pthread_mutex_init(&d->conns_mu, NULL);
     pthread_mutex_init(&d->hb_mu, NULL);
+    pthread_mutex_init(&d->stream_mu, NULL);
+    pthread_cond_init(&d->stream_cv, NULL);
     pthread_cond_init(&d->hb_cond, NULL);
     if (gethostname(d->host, sizeof d->host) != 0) snprintf(d->host, sizeof d->host, "unknown");
     d->host[sizeof d->host - 1] = '\0';

@@ -19,12 +19,15 @@
  * share the session's submission number), rounds of different fragments run at once, which the layers
  * below allow: each round touches only its fragment's shards (base, Δ, tentative state, versions), counts
  * its bytes and stamps in its slot's info (dl_round_info), sends its Redis commands on its lane's own
- * control connection (dl_round_ctl_use: on the shared one, rounds took turns, a round trip each, and D = 2
- * kept 80% of the speed at RTT 300 ms instead of 92%), waits at its barrier through the session's one
- * listener on the wake list (wake.c's hub), and, finding us evicted, only says so: registering again and
- * fetching everything (round_settle) run on this thread once every other round in flight has ended
- * (settle_alone), so they never overlap a round. A fragment in flight is never sent again before it is
- * settled, and its version (written by its thread) is not read meanwhile. */
+ * control connection (dl_round_ctl_use: on the shared one, rounds took turns, a round trip each), waits at
+ * its barrier through the session's one listener on the wake list (wake.c's hub), and, finding us evicted,
+ * only says so: registering again and fetching everything (round_settle) run on this thread once every
+ * other round in flight has ended (settle_alone), so they never overlap a round. A fragment in flight is
+ * never sent again before it is settled, and its version (written by its thread) is not read meanwhile.
+ * With D > 1 the boundary settles a round as soon as its thread says the round is over (net_done); the
+ * thread goes on with the look at the commit (round_confirm_early) as the fragment's tail, joined before
+ * the fragment is sent again or anything fetches every fragment. bench/wan_training at RTT 300 ms, H = 40,
+ * 4 fragments: D = 1 53.8%, D = 2 97.2%, D = 3 100.2% of the speed kept (docs/compression.md). */
 
 #include "base/log.h"
 #include "base/util.h"
@@ -41,19 +44,53 @@ static void *inflight_main(void *p)
 {
     stream_slot *s = p;
     diloco *d = s->d;
+    int f = s->frag, many = in_flight_max(d) > 1;
     log_sink *prev = log_use_sink(&d->log); /* also run in line, on the caller's thread */
     diloco_sync_info *prev_info = dl_round_info_use(&s->info);
     /* D > 1: its own control connection (the rounds' arrivals and reads would take turns on ctl) */
-    rconn **prev_ctl = dl_round_ctl_use(in_flight_max(d) > 1 ? &d->lane_ctl[s->lane] : NULL);
-    s->rc = round_net(d, s->frag, s->err, sizeof s->err);
+    rconn **prev_ctl = dl_round_ctl_use(many ? &d->lane_ctl[d->tails[f].lane] : NULL);
+    s->rc = round_net(d, f, s->err, sizeof s->err);
+    int ok = s->rc == DL_OK;
+    diloco_sync_info after = {0}; /* what the look counts (nothing today) must not go to s, settled meanwhile */
+    if (many) { /* the boundary may settle it now (s is not touched after this) */
+        dl_round_info_use(&after);
+        pthread_mutex_lock(&d->stream_mu);
+        s->net_done = 1;
+        pthread_cond_broadcast(&d->stream_cv);
+        pthread_mutex_unlock(&d->stream_mu);
+    }
     /* here, in the background: otherwise the fragment's next boundary asks Redis on the training thread,
      * one round trip of the WAN per interval (bench/wan_training, RTT 100 ms, intervals of 10 CPU GPT
-     * steps: 96.7% and 82.0% of the speed kept before, 103.6% and 94.4% after, in two pairs of runs) */
-    if (s->rc == DL_OK) round_confirm_early(d, s->frag);
+     * steps: 96.7% and 82.0% of the speed kept before, 103.6% and 94.4% after, in two pairs of runs). With
+     * D > 1 after the boundary's wait: it touches only f's tentative state, which nothing reads before
+     * this thread is joined (streaming.c's tails), and a round trip less in the round's D intervals */
+    if (ok) round_confirm_early(d, f);
     dl_round_ctl_use(prev_ctl);
     dl_round_info_use(prev_info);
     log_use_sink(prev);
+    if (many) __atomic_store_n(&d->tails[f].done, 1, __ATOMIC_RELEASE);
     return NULL;
+}
+
+/* D > 1: join fragment f's thread (its round settled; it may still be looking at the commit). */
+static void join_tail(diloco *d, int f)
+{
+    stream_tail *t = &d->tails[f];
+    if (t->running) pthread_join(t->thread, NULL);
+    t->running = 0;
+}
+
+/* Every fragment's (before anything that fetches every fragment, and at the end). */
+static void join_tails(diloco *d)
+{
+    for (int f = 0; f < d->rc.nfragments; f++) join_tail(d, f);
+}
+
+/* Those that have ended, so that their lanes are free again. */
+static void reap_tails(diloco *d)
+{
+    for (int f = 0; f < d->rc.nfragments; f++)
+        if (d->tails[f].running && __atomic_load_n(&d->tails[f].done, __ATOMIC_ACQUIRE)) join_tail(d, f);
 }
 
 static stream_slot *slot_at(diloco *d, int i) /* the i-th oldest in flight */
@@ -69,12 +106,12 @@ static int base_busy(diloco *d)
     return 0;
 }
 
-/* The lowest lane no round in flight uses (there are fewer than D of them here). */
+/* The lowest lane no running thread uses (each fragment has at most one: fewer than F lanes). */
 static int free_lane(diloco *d)
 {
     for (int lane = 0;; lane++) {
         int used = 0;
-        for (int i = 0; i < d->inflight_count && !used; i++) used = slot_at(d, i)->lane == lane;
+        for (int f = 0; f < d->rc.nfragments && !used; f++) used = d->tails[f].running && d->tails[f].lane == lane;
         if (!used) return lane;
     }
 }
@@ -101,16 +138,25 @@ static int begin_fragment(diloco *d, int f, char *err, size_t errlen)
     uint64_t t0 = now_ms();
     int64_t round = d->frag_version[f];
     round_begin(d);
+    if (in_flight_max(d) > 1) { /* f's previous thread first: it may still write f's tentative state */
+        join_tail(d, f);
+        reap_tails(d);
+    }
     d->base_busy = base_busy(d);
     prep_outcome p = round_prepare_delta(d, f, err, errlen);
     d->base_busy = 0;
     if (p != PREP_SEND) return settle_unsent(d, f, round, p, t0, err, errlen);
     stream_slot *s = slot_at(d, d->inflight_count);
     /* (info starts as cur: what preparing counted, the confirm of f's previous round) */
-    *s = (stream_slot){.d = d, .frag = f, .round = d->frag_version[f], .t0 = now_ms(), .info = d->cur,
-                       .lane = free_lane(d)};
+    *s = (stream_slot){.d = d, .frag = f, .round = d->frag_version[f], .t0 = now_ms(), .info = d->cur};
     d->inflight_count++;
-    s->threaded = pthread_create(&s->thread, NULL, inflight_main, s) == 0;
+    if (in_flight_max(d) == 1) {
+        s->threaded = pthread_create(&s->thread, NULL, inflight_main, s) == 0;
+    } else { /* the thread is f's tail: joined before f goes again */
+        stream_tail *t = &d->tails[f];
+        *t = (stream_tail){.lane = free_lane(d)};
+        t->running = s->threaded = pthread_create(&t->thread, NULL, inflight_main, s) == 0;
+    }
     if (!s->threaded) inflight_main(s); /* no thread: sync in line, correct but not overlapped */
     return 0;
 }
@@ -137,9 +183,17 @@ static void tell_round_longer(diloco *d, int f, uint64_t trained, uint64_t waite
              d->rc.nfragments);
 }
 
-static void join_slot(stream_slot *s)
+/* Wait until s's round is over: its thread ended (D = 1), or said so (D > 1: it goes on as f's tail). */
+static void join_slot(diloco *d, stream_slot *s)
 {
-    if (s->threaded) pthread_join(s->thread, NULL);
+    if (!s->threaded) return;
+    if (in_flight_max(d) == 1) {
+        pthread_join(s->thread, NULL);
+    } else {
+        pthread_mutex_lock(&d->stream_mu);
+        while (!s->net_done) pthread_cond_wait(&d->stream_cv, &d->stream_mu);
+        pthread_mutex_unlock(&d->stream_mu);
+    }
     s->threaded = 0;
 }
 
@@ -157,7 +211,8 @@ static int settle_slot(diloco *d, stream_slot *s, char *err, size_t errlen)
  * meanwhile: then they are dropped, as superseded). */
 static int settle_alone(diloco *d, stream_slot *s, char *err, size_t errlen)
 {
-    for (int i = 0; i < d->inflight_count; i++) join_slot(slot_at(d, i));
+    for (int i = 0; i < d->inflight_count; i++) join_slot(d, slot_at(d, i));
+    join_tails(d);
     int fetched = d->fetched_all, changed = settle_slot(d, s, err, errlen);
     if (d->inflight_count > 0 && (changed < 0 || d->fetched_all != fetched)) {
         log_info("fragment %d's round: dropping the outcome of the %d later round(s) in flight (%s)", s->frag,
@@ -175,7 +230,7 @@ static int finish_oldest(diloco *d, int at_boundary, char *err, size_t errlen)
     stream_slot *s = slot_at(d, 0);
     uint64_t t_join = now_ms();
     int threaded = s->threaded;
-    join_slot(s);
+    join_slot(d, s);
     if (threaded && at_boundary) tell_round_longer(d, s->frag, t_join - s->t0, now_ms() - t_join);
     d->inflight_head = (d->inflight_head + 1) % RUNCONF_MAX_FRAGMENTS;
     d->inflight_count--;
@@ -193,6 +248,7 @@ static int finish_all(diloco *d, int at_boundary, char *err, size_t errlen)
         if (rc < 0) return -1;
         changed |= rc;
     }
+    join_tails(d); /* what follows (a force sync, a registration, the end) may touch every fragment */
     return changed;
 }
 
@@ -205,6 +261,7 @@ void stream_finish_inflight(diloco *d)
 {
     char err[256];
     while (d->inflight_count > 0) stream_finish_fragment(d, err, sizeof err);
+    join_tails(d);
 }
 
 int stream_interval(const diloco *d)

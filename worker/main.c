@@ -378,9 +378,11 @@ static void progress(const worker_args *a, diloco *d, long step, const trainer_s
     if (diloco_last_sync(d, &s) == 0) snprintf(last, sizeof last, "%.2fs", s.seconds);
     char eval[32] = "";
     if (st->eval_loss >= 0) snprintf(eval, sizeof eval, " eval %.4f", st->eval_loss);
-    fprintf(stderr, "%sstep %ld%s%ld  loss %.4f%s  %.0f %s  v%" PRId64 "  sync in %d  last sync %s%s",
-            tty ? "\r\033[K" : "", step, a->steps ? "/" : "", a->steps ? a->steps : 0L, st->loss, eval, rate, unit,
-            diloco_version(d), diloco_steps_to_sync(d), last, tty ? "" : "\n");
+    char of[32] = ""; /* "/N" with --steps N; nothing when it trains until stopped */
+    if (a->steps) snprintf(of, sizeof of, "/%ld", a->steps);
+    fprintf(stderr, "%sstep %ld%s  loss %.4f%s  %.0f %s  v%" PRId64 "  sync in %d  last sync %s%s",
+            tty ? "\r\033[K" : "", step, of, st->loss, eval, rate, unit, diloco_version(d), diloco_steps_to_sync(d),
+            last, tty ? "" : "\n");
     fflush(stderr);
 }
 

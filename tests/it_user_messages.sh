@@ -1,0 +1,53 @@
+#!/bin/sh
+# it_user_messages.sh: what a user sees when a run goes wrong in ordinary ways (none of it changes what is
+# trained):
+#   - a worker that waits at a barrier for workers that have not come (one started of a run made with
+#     --workers 2) says so after 10 s, with the way out; once the second one comes both sync;
+#   - bin/worker without --steps prints "step N" with N its own step count (it printed N followed by a 0);
+#   - the run gone from Redis under running processes (a Redis restarted without its data; here FUNCTION
+#     FLUSH and FLUSHALL, which leave it as such a restart does): the worker, the shard-server and
+#     `coordinator serve` each say once that the run is gone and what to do, and stay up;
+#   - `coordinator --redis URL status` (flags before the command) says that the command comes first.
+. "$(dirname "$0")/lib.sh"
+start_redis
+RUN=walk
+init_run $RUN --trainer quadratic --numel 100 --workers 2 --shards 2
+start_server s1
+bin/coordinator serve --redis "$URL" --run $RUN --print-every 0 > "$TMP/serve.log" 2>&1 &
+SERVE=$!; PIDS="$PIDS $SERVE"
+# not start_worker: it passes --quiet, and the progress line is looked at here
+bin/worker --redis "$URL" --run $RUN --worker-id w1 --sync-every 5 --step-delay-ms 20 --heartbeat-interval 1 \
+  > "$TMP/worker-w1.log" 2>&1 &
+W1=$!; PIDS="$PIDS $W1"
+wait_until 16 'grep -q "round 0 of fragment 0: waited 10 s at the barrier for the other workers of run .walk. .*coordinator control set-workers N" "$TMP/worker-w1.log"' \
+  "w1 to say that it waits at the barrier"
+start_worker w2 --sync-every 5 --step-delay-ms 20 --heartbeat-interval 1
+wait_until 10 'grep -q "^step [0-9]*  loss .*  v2  " "$TMP/worker-w1.log"' "w1 to sync twice once w2 came"
+say "a worker alone at the barrier of a 2-worker run said so after 10 s; with a second one both synced"
+
+kill -INT $W1
+wait $W1 || fail "w1 exit status $? on SIGINT"
+n=$(sed -n 's/.*stopped after \([0-9]*\) steps (signal).*/\1/p' "$TMP/worker-w1.log")
+last=$(sed -n 's/^step \([0-9]*\)  loss.*/\1/p' "$TMP/worker-w1.log" | tail -n 1)
+[ -n "$n" ] && [ -n "$last" ] || fail "no 'stopped after' or no progress line: $(tail -n 3 "$TMP/worker-w1.log")"
+[ "$last" -ge 10 ] && [ "$last" -le "$n" ] || fail "the last progress line says step $last of $n steps trained"
+say "progress line without --steps: step $last, of $n steps trained"
+
+$RCLI function flush > /dev/null && $RCLI flushall > /dev/null || fail "flush"
+gone="run 'walk' is gone from this Redis (no .*): Redis restarted without its data .*coordinator init"
+wait_until 8 'grep -q "heartbeat failed: $gone" "$TMP/worker-w2.log"' "w2 to say that the run is gone"
+wait_until 8 'grep -q "lease renewal failed: $gone" "$TMP/server-s1.log"' "s1 to say that the run is gone"
+wait_until 8 'grep -q "reap: $gone" "$TMP/serve.log"' "serve to say that the run is gone"
+sleep 3 # several heartbeats, lease renewals and reaps more
+for f in worker-w2 server-s1 serve; do
+  [ "$(grep -c "is gone from this Redis" "$TMP/$f.log")" = 1 ] || fail "$f said the run is gone more than once"
+done
+alive $WRK_w2 && alive $SRV_s1 && alive $SERVE || fail "a process exited when the run went"
+say "the run gone from Redis: worker, shard-server and serve said so once each, and stayed up"
+
+bin/coordinator --redis "$URL" --run $RUN status > "$TMP/out" 2>&1
+rc=$?
+[ $rc = 2 ] || fail "coordinator --redis URL --run R status: exit $rc (want 2)"
+head -n 1 "$TMP/out" | grep -q "coordinator: the COMMAND comes first, then its flags (e.g. .bin/coordinator status" \
+  || fail "flags before the command: $(head -n 1 "$TMP/out")"
+say "flags before the command: exit 2, saying that the command comes first"

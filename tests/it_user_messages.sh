@@ -6,7 +6,8 @@
 #   - bin/worker without --steps prints "step N" with N its own step count (it printed N followed by a 0);
 #   - the run gone from Redis under running processes (a Redis restarted without its data; here FUNCTION
 #     FLUSH and FLUSHALL, which leave it as such a restart does): the worker, the shard-server and
-#     `coordinator serve` each say once that the run is gone and what to do, and stay up;
+#     `coordinator serve` each say once that the run is gone and what to do, and stay up; SIGTERM then
+#     stops the shard-server with "stopped" as its last line;
 #   - `coordinator --redis URL status` (flags before the command) says that the command comes first.
 . "$(dirname "$0")/lib.sh"
 start_redis
@@ -44,6 +45,10 @@ for f in worker-w2 server-s1 serve; do
 done
 alive $WRK_w2 && alive $SRV_s1 && alive $SERVE || fail "a process exited when the run went"
 say "the run gone from Redis: worker, shard-server and serve said so once each, and stayed up"
+kill -TERM $SRV_s1
+wait $SRV_s1 || fail "s1: exit status $? on SIGTERM"
+tail -n 1 "$TMP/server-s1.log" | grep -q "shard-server s1 stopped$" || fail "s1's last line: $(tail -n 2 "$TMP/server-s1.log")"
+say "SIGTERM: the shard-server's last line says it stopped (no 'subscription lost' after it)"
 
 bin/coordinator --redis "$URL" --run $RUN status > "$TMP/out" 2>&1
 rc=$?

@@ -8,7 +8,9 @@
 #     FLUSH and FLUSHALL, which leave it as such a restart does): the worker, the shard-server and
 #     `coordinator serve` each say once that the run is gone and what to do, and stay up; SIGTERM then
 #     stops the shard-server with "stopped" as its last line;
-#   - `coordinator --redis URL status` (flags before the command) says that the command comes first.
+#   - `coordinator --redis URL status` (flags before the command) says that the command comes first;
+#   - a GPT worker with a token file too short for its --seq, or --shard-index out of range, says the
+#     values and what to change.
 . "$(dirname "$0")/lib.sh"
 start_redis
 RUN=walk
@@ -56,3 +58,15 @@ rc=$?
 head -n 1 "$TMP/out" | grep -q "coordinator: the COMMAND comes first, then its flags (e.g. .bin/coordinator status" \
   || fail "flags before the command: $(head -n 1 "$TMP/out")"
 say "flags before the command: exit 2, saying that the command comes first"
+
+# a GPT worker's data and part flags that cannot work: one line with the values and the way out
+init_run tiny --trainer gpt --layers 1 --heads 2 --dim 32 --ctx 64
+printf 'hi\n' > "$TMP/tiny.txt"
+bin/worker prepare-data --input "$TMP/tiny.txt" --output "$TMP/tiny.tok" > /dev/null || fail "prepare-data"
+bin/worker --redis "$URL" --run tiny --data "$TMP/tiny.tok" > "$TMP/out" 2>&1 && fail "a 3-token file: exit 0"
+grep -q "data shard 0/1 has 3 tokens, fewer than seq+2 = 66; use a longer token file" "$TMP/out" \
+  || fail "a 3-token file: $(cat "$TMP/out")"
+bin/worker --redis "$URL" --run tiny --num-shards 2 --shard-index 2 > "$TMP/out" 2>&1 && fail "--shard-index 2 of 2: exit 0"
+grep -q "need 0 <= --shard-index < --num-shards, got --shard-index 2 --num-shards 2" "$TMP/out" \
+  || fail "--shard-index 2 of 2: $(cat "$TMP/out")"
+say "a token file too short for --seq, and --shard-index out of range: the values and the way out"

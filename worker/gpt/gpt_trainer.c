@@ -523,7 +523,8 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
         return NULL;
     }
     if (o->num_shards < 1 || o->shard_index < 0 || o->shard_index >= o->num_shards) {
-        err_set(err, errlen, "gpt: need 0 <= shard-index < num-shards");
+        err_set(err, errlen, "gpt: need 0 <= --shard-index < --num-shards, got --shard-index %d --num-shards %d",
+                o->shard_index, o->num_shards);
         return NULL;
     }
     if (o->shard_stripe < 0 || (o->shard_stripe && o->shard_layout != GPT_SHARD_STRIPE)) {

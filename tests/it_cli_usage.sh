@@ -45,6 +45,14 @@ expect 2 "give one FILE" bin/coordinator checkpoint show
 expect 2 "\-\-trainer wants gpt or quadratic, got 'gtp'" bin/coordinator init --redis "$DEAD" --run r --trainer gtp
 expect 2 "\-\-from-state $TMP/none.safetensors: No such file" bin/coordinator init --redis "$DEAD" --run r --from-state "$TMP/none.safetensors"
 expect 2 "\-\-from-checkpoint $TMP/none.safetensors: cannot open it: No such file" bin/coordinator init --redis "$DEAD" --run r --from-checkpoint "$TMP/none.safetensors"
+# a time in seconds becomes an int of milliseconds: 0 for a timeout that can never pass, and more than fits,
+# are refused (1e10 s once became a negative time); inf is no number at all
+expect 2 "\-\-sync-timeout wants seconds in (0, 2000000\], got '0'" bin/worker --redis "$DEAD" --run r --sync-timeout 0
+expect 2 "\-\-connect-timeout wants seconds in \[0, 2000000\], got '1e10'" bin/worker --redis "$DEAD" --run r --connect-timeout 1e10
+expect 2 "\-\-connect-timeout wants seconds in \[0, 2000000\], got '3e7'" bin/shard-server --redis "$DEAD" --run r --connect-timeout 3e7
+expect 2 "\-\-heartbeat-timeout wants seconds in \[0, 2000000\] (0 = never), got 'inf'" bin/coordinator init --redis "$DEAD" --run r --heartbeat-timeout inf
+expect 2 "\-\-outer-lr wants a non-negative number, got 'inf'" bin/coordinator init --redis "$DEAD" --run r --outer-lr inf
+expect 2 "set-lr wants a number, got 'inf'" bin/coordinator control --redis "$DEAD" --run r set-lr inf
 say "bad values and trainer flags: exit 2 before any connection"
 
 hint="is redis-server running, and is the URL right?"

@@ -40,6 +40,7 @@ expect 2 "\-\-batch wants an integer, got 'x'" bin/worker --redis "$DEAD" --run 
 expect 2 "unknown option --batch" bin/worker --redis "$DEAD" --run r --trainer quadratic --batch 8
 expect 2 "\-\-trainer wants gpt or quadratic, got 'gtp'" bin/worker --redis "$DEAD" --run r --trainer gtp
 expect 2 "unknown option --bogus" bin/shard-server --redis "$DEAD" --run r --bogus
+expect 2 "\-\-advertise wants HOST:PORT with a port in \[1, 65535\], got '127.0.0.1'" bin/shard-server --redis "$DEAD" --run r --advertise 127.0.0.1
 expect 2 "which ACTION? kick, set-lr" bin/coordinator control --redis "$DEAD" --run r
 expect 2 "give one FILE" bin/coordinator checkpoint show
 expect 2 "\-\-trainer wants gpt or quadratic, got 'gtp'" bin/coordinator init --redis "$DEAD" --run r --trainer gtp

@@ -10,7 +10,7 @@
 #     stops the shard-server with "stopped" as its last line;
 #   - `coordinator --redis URL status` (flags before the command) says that the command comes first;
 #   - a GPT worker with a token file too short for its --seq, or --shard-index out of range, says the
-#     values and what to change.
+#     values and what to change; one started on a run an operator shut down says how to train on.
 . "$(dirname "$0")/lib.sh"
 start_redis
 RUN=walk
@@ -70,3 +70,11 @@ bin/worker --redis "$URL" --run tiny --num-shards 2 --shard-index 2 > "$TMP/out"
 grep -q "need 0 <= --shard-index < --num-shards, got --shard-index 2 --num-shards 2" "$TMP/out" \
   || fail "--shard-index 2 of 2: $(cat "$TMP/out")"
 say "a token file too short for --seq, and --shard-index out of range: the values and the way out"
+
+# a worker started on a run an operator shut down: refused, with the way to train on
+init_run over --trainer quadratic --numel 10 --workers 1
+bin/coordinator control --redis "$URL" --run over shutdown > /dev/null 2>&1 || fail "control shutdown"
+bin/worker --redis "$URL" --run over --sync-every 5 > "$TMP/out" 2>&1 && fail "a worker joined a shut-down run"
+grep -q "SHUTDOWN the run has been shut down by an operator and takes no more workers; to train on, start a new run from it: .coordinator checkpoint save., then .coordinator init --from-checkpoint." "$TMP/out" \
+  || fail "a shut-down run: $(cat "$TMP/out")"
+say "a worker on a shut-down run: refused, saying how to train on"

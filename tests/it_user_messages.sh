@@ -9,8 +9,10 @@
 #     `coordinator serve` each say once that the run is gone and what to do, and stay up; SIGTERM then
 #     stops the shard-server with "stopped" as its last line;
 #   - `coordinator --redis URL status` (flags before the command) says that the command comes first;
-#   - a GPT worker with a token file too short for its --seq, or --shard-index out of range, says the
-#     values and what to change; one started on a run an operator shut down says how to train on.
+#   - a GPT worker with a token file too short for its --seq, --shard-index out of range, or a
+#     --min-lr-ratio or --weight-decay that would make its lr negative or its weights grow, says the
+#     values and what to change (it trained with them before);
+#   - a worker started on a run an operator shut down says how to train on.
 . "$(dirname "$0")/lib.sh"
 start_redis
 RUN=walk
@@ -69,7 +71,11 @@ grep -q "data shard 0/1 has 3 tokens, fewer than seq+2 = 66; use a longer token 
 bin/worker --redis "$URL" --run tiny --num-shards 2 --shard-index 2 > "$TMP/out" 2>&1 && fail "--shard-index 2 of 2: exit 0"
 grep -q "need 0 <= --shard-index < --num-shards, got --shard-index 2 --num-shards 2" "$TMP/out" \
   || fail "--shard-index 2 of 2: $(cat "$TMP/out")"
-say "a token file too short for --seq, and --shard-index out of range: the values and the way out"
+bin/worker --redis "$URL" --run tiny --min-lr-ratio -0.5 > "$TMP/out" 2>&1 && fail "--min-lr-ratio -0.5: exit 0"
+grep -q "min-lr-ratio is the final lr over the peak lr, in \[0, 1\]; got -0.5" "$TMP/out" || fail "--min-lr-ratio -0.5: $(cat "$TMP/out")"
+bin/worker --redis "$URL" --run tiny --weight-decay -1 > "$TMP/out" 2>&1 && fail "--weight-decay -1: exit 0"
+grep -q "need --lr >= 0, .* and --weight-decay >= 0, got .* --weight-decay -1" "$TMP/out" || fail "--weight-decay -1: $(cat "$TMP/out")"
+say "a token file too short for --seq, --shard-index out of range, a negative final lr or weight decay: the values and the way out"
 
 # a worker started on a run an operator shut down: refused, with the way to train on
 init_run over --trainer quadratic --numel 10 --workers 1

@@ -532,8 +532,16 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
                 o->shard_stripe);
         return NULL;
     }
-    if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) || !(o->eps > 0)) {
-        err_set(err, errlen, "gpt: bad AdamW hyperparameters");
+    if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) || !(o->eps > 0) ||
+        !(o->weight_decay >= 0)) {
+        err_set(err, errlen,
+                "gpt: need --lr >= 0, --beta1 and --beta2 in [0, 1), --eps > 0 and --weight-decay >= 0, got --lr %g "
+                "--beta1 %g --beta2 %g --eps %g --weight-decay %g",
+                o->lr, o->beta1, o->beta2, o->eps, o->weight_decay);
+        return NULL;
+    }
+    if (!(o->min_lr_ratio >= 0 && o->min_lr_ratio <= 1)) { /* outside, the cosine ends above the peak or below 0 */
+        err_set(err, errlen, "gpt: --min-lr-ratio is the final lr over the peak lr, in [0, 1]; got %g", o->min_lr_ratio);
         return NULL;
     }
     gpt_trainer *g = calloc(1, sizeof *g);

@@ -12,7 +12,8 @@
 #   - a GPT worker with a token file too short for its --seq, --shard-index out of range, or a
 #     --min-lr-ratio or --weight-decay that would make its lr negative or its weights grow, says the
 #     values and what to change (it trained with them before);
-#   - a worker started on a run an operator shut down says how to train on.
+#   - a worker started on a run an operator shut down says how to train on; one Ctrl-C'd while it waits
+#     to start (no shard-server up) says it stopped, exit 0 (it said "ERROR stopped", exit 1).
 . "$(dirname "$0")/lib.sh"
 start_redis
 RUN=walk
@@ -84,3 +85,14 @@ bin/worker --redis "$URL" --run over --sync-every 5 > "$TMP/out" 2>&1 && fail "a
 grep -q "SHUTDOWN the run has been shut down by an operator and takes no more workers; to train on, start a new run from it: .coordinator checkpoint save., then .coordinator init --from-checkpoint." "$TMP/out" \
   || fail "a shut-down run: $(cat "$TMP/out")"
 say "a worker on a shut-down run: refused, saying how to train on"
+
+# Ctrl-C of a worker that waits to start (no shard-server up for its run): a stop, not an error
+init_run nosrv --trainer quadratic --numel 10 --workers 1
+bin/worker --redis "$URL" --run nosrv --worker-id early > "$TMP/early.log" 2>&1 &
+p=$!; PIDS="$PIDS $p"
+wait_until 10 'grep -q "registered as early" "$TMP/early.log"' "the worker to register"
+kill -INT $p
+wait $p || fail "SIGINT before training: exit $? (want 0): $(tail -n 2 "$TMP/early.log")"
+tail -n 1 "$TMP/early.log" | grep -q "INFO stopped by a signal before training started" \
+  || fail "SIGINT before training: $(tail -n 2 "$TMP/early.log")"
+say "SIGINT of a worker waiting to start: exit 0, 'stopped by a signal before training started'"

@@ -445,6 +445,22 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf)
     return 0;
 }
 
+/* The exit of a start that did not get to train: a signal while it waited (for Redis, a shard-server, the
+ * run's parameters) is a stop the user asked for, said as such with exit 0 as after training (and as the
+ * shard-server does); anything else is an error, exit 1. */
+static int failed_or_stopped(const char *err)
+{
+    if (g_stop) {
+        if (strcmp(err, "stopped") == 0)
+            log_info("stopped by a signal before training started");
+        else
+            log_info("stopped by a signal before training started (%s)", err);
+        return 0;
+    }
+    log_error("%s", err);
+    return 1;
+}
+
 /* libdiloco's device hooks for this trainer (--device-hooks): 1 when set (params then stay away from
  * libdiloco), 0 when the host buffer is used, -1 on error. */
 static int device_hooks(const worker_args *a, trainer *t, diloco_device_ops *ops, host_device **hd, char *err,
@@ -494,9 +510,8 @@ static int run_worker(int argc, char **argv)
     FILE *logf = NULL;
     int status = 1;
     if (read_run(&a, &rc, err, sizeof err) < 0) {
-        log_error("%s", err);
         free(rest);
-        return 1;
+        return failed_or_stopped(err);
     }
     t = make_trainer(&a, &rc, rest, nrest, err, sizeof err);
     if (!t || layout_check(rc.layout, t->tensors, t->ntensors, t->name, err, sizeof err) < 0) goto error;
@@ -538,7 +553,7 @@ static int run_worker(int argc, char **argv)
     status = train(&a, t, d, logf) < 0 ? 1 : 0;
     goto done;
 error:
-    log_error("%s", err);
+    status = failed_or_stopped(err);
 done:
     diloco_close(d); /* before the trainer: it may free host buffers through the device hooks */
     if (hd) {

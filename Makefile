@@ -323,6 +323,20 @@ $(BUILD)/tests/test_tsan_%: tests/tsan/test_tsan_%.c $(BUILD)/tsan/libtsan-diloc
 	@mkdir -p $(dir $@)
 	$(CC) $(TSAN_CFLAGS) -Itests -o $@ $< $(BUILD)/tsan/libtsan-diloco.a $(LDLIBS)
 tests-build: $(TSAN_BIN)
+# bin/worker and tests/tools/group_worker built the same way, into build/tsan/bin/, for
+# tests/it_tsan_worker.sh: real runs' threads (the training thread, the heartbeat, a Streaming fragment's
+# round, the barrier's wake listener, the early get's and the per-owner push/get threads, a group's ranks)
+# under ThreadSanitizer. The GPT trainer is compiled in, but the test trains the quadratic one: OpenBLAS
+# and OpenMP are not instrumented.
+TSAN_TRAINERS_OBJ = $(TRAINERS_SRC:%.c=$(BUILD)/tsan/%.o) $(MODEL_SRC:%.c=$(BUILD)/tsan/%.o)
+$(BUILD)/tsan/worker/gpt/%.o: TSAN_CFLAGS += -fopenmp
+$(BUILD)/tsan/bin/worker: $(WORKER_SRC:%.c=$(BUILD)/tsan/%.o) $(TSAN_TRAINERS_OBJ) $(BUILD)/tsan/libtsan-diloco.a
+	@mkdir -p $(dir $@)
+	$(CC) $(TSAN_CFLAGS) -o $@ $^ $(BLASLIBS) $(LDLIBS)
+$(BUILD)/tsan/bin/group_worker: tests/tools/group_worker.c $(TSAN_TRAINERS_OBJ) $(BUILD)/tsan/libtsan-diloco.a
+	@mkdir -p $(dir $@)
+	$(CC) $(TSAN_CFLAGS) -Itests -o $@ $^ $(BLASLIBS) $(LDLIBS)
+tests-build: $(BUILD)/tsan/bin/worker $(BUILD)/tsan/bin/group_worker
 
 # ---- libdiloco for other programs: build/libdiloco.so and .a, libdiloco.pc, make install -----------
 #

@@ -1,6 +1,7 @@
 /* bench/trainer_cuda.c -> bin/bench-trainer_cuda: GPT trainer speed on a CUDA device.
  *
- *   bin/bench-trainer_cuda [--tf32] [--precision fp32|bf16] [--steps N] [--no-gpt2] [--no-torch]
+ *   bin/bench-trainer_cuda [--tf32] [--precision fp32|bf16] [--attention fused|gemm] [--steps N] [--no-gpt2]
+ *                          [--no-torch]
  *
  * Prints the device, its fp32 (and TF32) peak estimated from SM count x clock x lanes, the measured
  * cublasSgemm 4096^3 rate, then for each configuration ms/step and tokens/s of
@@ -11,9 +12,11 @@
  * the measured sgemm. Configurations: (a) and (b) of bench/trainer.c (the CPU benchmark), and
  * (c) GPT-2 small (12 layers, 12 heads, 768 dim, ctx 1024, vocab 50257, batch 8, seq 1024).
  * --precision bf16: the trainer's bf16 path (bf16 products and fused attention on fp32 master weights,
- * docs/cuda.md). When $PYTHON (default /usr/bin/python3) imports a torch that sees the GPU, each configuration also runs
- * bench/torch_gpt_speed.py on the same model, batch and precision (bf16: autocast + SDPA + fused AdamW,
- * what users run; fp32 / TF32 likewise) and prints torch's tokens/s beside ours and their ratio, in the
+ * docs/cuda.md); with --attention gemm its other attention (the fp32 path's products on bf16 operands,
+ * tensor cores, T x T probabilities kept). fused is the default until a GPU measurement decides:
+ * tools/gpu_check.sh runs both. When $PYTHON (default /usr/bin/python3) imports a torch that sees the
+ * GPU, each configuration also runs bench/torch_gpt_speed.py on the same model, batch and precision
+ * (bf16: autocast + SDPA + fused AdamW, what users run; fp32 / TF32 likewise) and prints torch's tokens/s beside ours and their ratio, in the
  * same run on the same GPU (--no-torch: not). MFU uses the fp32 or TF32 peak; bf16 prints none.
  * Exits 77 without a CUDA device or without the CUDA build. */
 #include <stdio.h>
@@ -62,8 +65,8 @@ static double torch_figure(gpt_config c, int batch, int seq, int tf32, int bf16,
     return rc == 0 && at ? atof(at + 9) : 0;
 }
 
-static int run(const char *label, gpt_config c, int batch, int seq, int tf32, int bf16, int torch, int steps,
-               double peak, double sgemm)
+static int run(const char *label, gpt_config c, int batch, int seq, int tf32, int bf16, int attention, int torch,
+               int steps, double peak, double sgemm)
 {
     gpt_options o;
     gpt_options_default(&o);
@@ -75,6 +78,7 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
     o.device = GPT_DEVICE_CUDA;
     o.tf32 = tf32;
     o.precision = bf16 ? GPT_PRECISION_BF16 : GPT_PRECISION_FP32;
+    o.attention = attention;
     char err[512];
     trainer *t = gpt_trainer_create(&o, err, sizeof err);
     if (!t) {
@@ -102,7 +106,8 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
     /* the device-only step, same shapes, random tokens */
     double dt2 = 0;
     gpt_cuda *g = gpt_cuda_create(&c, batch, seq, tf32, err, sizeof err);
-    if (g && gpt_cuda_set_precision(g, bf16, err, sizeof err)) {
+    if (g &&
+        (gpt_cuda_set_precision(g, bf16, err, sizeof err) || gpt_cuda_set_attention(g, attention, err, sizeof err))) {
         printf("(%s) device-only step: %s\n", label, err);
         gpt_cuda_free(g);
         g = NULL;
@@ -166,15 +171,19 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bench-trainer_cuda [--tf32] [--precision fp32|bf16] [--steps 20] [--no-gpt2] [--no-torch]\n");
+    fprintf(f, "usage: bench-trainer_cuda [--tf32] [--precision fp32|bf16] [--attention fused|gemm] [--steps 20] "
+               "[--no-gpt2] [--no-torch]\n"
+               "  --attention  with --precision bf16: fused (one kernel, the default until a GPU measurement decides)\n"
+               "               or gemm (tensor-core products, T x T probabilities kept); fp32 has its own attention\n");
 }
 
 int main(int argc, char **argv)
 {
-    int tf32 = 0, steps = 20, gpt2 = 1, bf16 = 0, torch = 1;
+    int tf32 = 0, steps = 20, gpt2 = 1, bf16 = 0, attention = GPT_ATTENTION_FUSED, torch = 1;
     const opt_spec specs[] = {
         {.name = "tf32", .kind = OPT_FLAG, .dest = &tf32},
         {.name = "precision", .kind = OPT_CHOICE, .dest = &bf16, .choices = "fp32|bf16"},
+        {.name = "attention", .kind = OPT_CHOICE, .dest = &attention, .choices = "fused|gemm"}, /* GPT_ATTENTION_* */
         {.name = "no-torch", .kind = OPT_CLEAR, .dest = &torch},
         {.name = "no-gpt2", .kind = OPT_CLEAR, .dest = &gpt2},
         {.name = "steps", .kind = OPT_INT, .dest = &steps, .lo = 1, .hi = 1000000},
@@ -182,10 +191,16 @@ int main(int argc, char **argv)
     };
     int rc = opts_parse_cmd("bench-trainer_cuda", usage, specs, argc, argv, 1, NULL, NULL);
     if (rc != 0) return opts_exit_status(rc);
+    if (attention == GPT_ATTENTION_GEMM && !bf16) {
+        fprintf(stderr, "bench-trainer_cuda: --attention gemm needs --precision bf16: fp32 has its own attention "
+                        "(see --help)\n");
+        return OPTS_EXIT_USAGE;
+    }
 #ifndef DILOCO_HAVE_CUDA
     (void)tf32;
     (void)gpt2;
     (void)bf16;
+    (void)attention;
     (void)torch;
     printf("bench-trainer_cuda: built without CUDA (nvcc not found at build time): skipped\n");
     return 77;
@@ -204,16 +219,19 @@ int main(int argc, char **argv)
            tf > 0 ? "" : "unknown ", tf / 1e12);
     double sg = gpt_cuda_sgemm_flops(4096, tf32, 5);
     printf("cublasSgemm 4096^3 %s: %.1f TFLOP/s measured\n", tf32 ? "TF32" : "fp32", sg / 1e12);
-    printf("products: %s\n", bf16   ? "bf16 operands, fp32 accumulation, fused attention (--precision bf16)"
-                             : tf32 ? "TF32 tensor cores allowed (--tf32)"
-                                    : "fp32 (TF32 off)");
-    run("a", (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 256}, 8, 256, tf32, bf16, torch,
-        steps, peak, sg);
-    run("b", (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 50257}, 4, 64, tf32, bf16, torch,
-        steps, peak, sg);
+    printf("products: %s\n", !bf16 ? (tf32 ? "TF32 tensor cores allowed (--tf32)" : "fp32 (TF32 off)")
+                             : attention == GPT_ATTENTION_GEMM
+                                 ? "bf16 operands, fp32 accumulation; attention: bf16 strided-batched products "
+                                   "(--precision bf16 --attention gemm)"
+                                 : "bf16 operands, fp32 accumulation; attention: fused kernels "
+                                   "(--precision bf16 --attention fused)");
+    run("a", (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 256}, 8, 256, tf32, bf16, attention,
+        torch, steps, peak, sg);
+    run("b", (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 50257}, 4, 64, tf32, bf16,
+        attention, torch, steps, peak, sg);
     if (gpt2)
         run("c", (gpt_config){.layers = 12, .heads = 12, .dim = 768, .ctx = 1024, .vocab = 50257}, 8, 1024, tf32, bf16,
-            torch, steps, peak, sg);
+            attention, torch, steps, peak, sg);
     return 0;
 #endif
 }

@@ -9,7 +9,7 @@
 #                                        (the first), URL (its node), RCLI ("redis-cli -c -p PORT")
 #   init_run RUN [coordinator init flags]
 #   start_server NAME [flags]            bin/shard-server; its pid in SRV_<NAME>
-#   start_worker NAME [flags]            bin/worker --worker-id NAME; pid in WRK_<NAME>, log NAME.jsonl
+#   start_worker NAME [flags]            $WORKER (bin/worker) --worker-id NAME; pid in WRK_<NAME>, log NAME.jsonl
 #   wait_until SECONDS 'shell condition' [message]
 #   fail MESSAGE                         prints the tails of every log, exits 1
 #   shard_digests RUN                    "shard k digest" lines from dl:{RUN}:shards
@@ -150,7 +150,7 @@ start_server() {
 
 start_worker() {
   name=$1; shift
-  bin/worker --redis "$URL" --run "$RUN" --worker-id "$name" --quiet --log "$TMP/$name.jsonl" "$@" \
+  ${WORKER:-bin/worker} --redis "$URL" --run "$RUN" --worker-id "$name" --quiet --log "$TMP/$name.jsonl" "$@" \
     > "$TMP/worker-$name.log" 2>&1 &
   pid=$!
   PIDS="$PIDS $pid"

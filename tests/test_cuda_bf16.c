@@ -14,7 +14,22 @@
  *     gradient tensor rel <= 5e-2 (the rounding of every product's operands, through the layers and
  *     back); the parameters stay fp32 master weights: AdamW on the bf16 step's gradients is the CPU's
  *     AdamW bit for bit (as in test_cuda_step) and leaves values bf16 cannot hold; new parameters set
- *     between steps (what DiLoCo does) are seen by the next bf16 forward.
+ *     between steps (what DiLoCo does) are seen by the next bf16 forward;
+ *   - the other bf16 attention (gpt_cuda_set_attention, --attention gemm: the fp32 path's six products on
+ *     bf16 operands, fp32 accumulation, T x T probabilities kept), same three shapes: against the fp32
+ *     kernels and against the fused kernels on arbitrary fp32 q, k, v and dout, rel <= 2e-2 and, against
+ *     fp32, rel >= 1e-4 (the operands really were rounded). Why 2e-2: q, k, v, P, dY and dS are each
+ *     rounded by up to 2^-9; these roundings emulated against float64 (tools/attention_bf16_error.py: torch
+ *     1.13 on the CPU, 30 seeds per shape, normal(0, 1) inputs as here) gave out rel 2.2e-3 .. 5.6e-3 and
+ *     dqkv rel 1.8e-3 .. 5.8e-3, so 2e-2 leaves a margin of 3 and still fails any wrong operand, transpose
+ *     or stride (rel ~1).
+ *     Then each product alone where it can be exact: with q, k, v and dout already bf16 values, the
+ *     probabilities (S = scale q k^T: products of bf16 values are exact in fp32, then the fp32 softmax)
+ *     equal the fp32 kernels' to the fused check's 3e-5, and out = bf16(P) v and dv = bf16(P)^T dout
+ *     equal a double reference built from the probabilities the kernel kept to 1e-5 (as the linear
+ *     layers'); dq and dk go through dS, whose bf16 rounding a host reference cannot reproduce bit for
+ *     bit, so they have only the 2e-2 bound; and at model level, a step with gemm against fp32 and
+ *     against fused with the model step's limits, bit-identical when repeated, and fp32 unchanged by it.
  * Exits 77 (skipped) without a CUDA device or the CUDA build. NOT RUN: written on a machine without a
  * GPU (it compiles there). */
 #include <setjmp.h>
@@ -40,6 +55,13 @@
 #define BF16_LIMIT 1e-2
 #define LOSS_LIMIT 1e-2
 #define GRAD_LIMIT 5e-2
+#define GEMM_LIMIT 2e-2 /* the gemm attention on fp32 inputs (see the top) */
+#define GEMM_FLOOR 1e-4 /* ... and the proof that it rounded them */
+
+static void round_bf16(float *x, size_t n)
+{
+    for (size_t i = 0; i < n; i++) x[i] = bf16_to_f32(bf16_from_f32(x[i]));
+}
 
 static void attention_case(int B, int T, int C, int NH)
 {
@@ -66,17 +88,100 @@ static void attention_case(int B, int T, int C, int NH)
     free(d16);
 }
 
+/* the attention shapes (B, T, C, NH): head sizes 16, 64 and 96 (a partial last lane group) */
+static const int SHAPES[3][4] = {{2, 33, 64, 4}, {2, 50, 128, 2}, {1, 64, 192, 2}};
+
 static void test_fused_attention(void **state)
 {
     (void)state;
-    attention_case(2, 33, 64, 4);
-    attention_case(2, 50, 128, 2);
-    attention_case(1, 64, 192, 2);
+    for (int i = 0; i < 3; i++) attention_case(SHAPES[i][0], SHAPES[i][1], SHAPES[i][2], SHAPES[i][3]);
 }
 
-static void round_bf16(float *x, size_t n)
+/* out (B,T,C) = bf16(P) v and dv (B,T,C) = bf16(P)^T dout per head, in double, from the probabilities att
+ * (B,NH,T,T) and qkv, dout that are already bf16 values */
+static void host_pv(double *out, double *dv, const float *att, const float *qkv, const float *dout, int B, int T, int C,
+                    int NH)
 {
-    for (size_t i = 0; i < n; i++) x[i] = bf16_to_f32(bf16_from_f32(x[i]));
+    int hs = C / NH;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < NH; h++)
+            for (int t = 0; t < T; t++)
+                for (int d = 0; d < hs; d++) {
+                    double y = 0, g = 0;
+                    for (int s = 0; s < T; s++) {
+                        const float *p = att + ((size_t)(b * NH + h) * T) * T;
+                        y += (double)bf16_to_f32(bf16_from_f32(p[(size_t)t * T + s])) *
+                             qkv[((size_t)b * T + s) * 3 * C + 2 * C + h * hs + d];
+                        g += (double)bf16_to_f32(bf16_from_f32(p[(size_t)s * T + t])) *
+                             dout[((size_t)b * T + s) * C + h * hs + d];
+                    }
+                    out[((size_t)b * T + t) * C + h * hs + d] = y;
+                    dv[((size_t)b * T + t) * C + h * hs + d] = g;
+                }
+}
+
+/* the gemm attention against the fp32 and fused kernels (arbitrary inputs), then product by product on
+ * inputs that are already bf16 values */
+static void gemm_case(int B, int T, int C, int NH)
+{
+    size_t N = (size_t)B * T, A = (size_t)B * NH * T * T, R = (size_t)B * NH * T;
+    float *qkv = tc_randn(N * 3 * C, 1.0f, 21), *dout = tc_randn(N * C, 1.0f, 22);
+    float *o32 = malloc(N * C * 4), *a32 = malloc(A * 4), *d32 = malloc(N * 3 * C * 4);
+    float *of = malloc(N * C * 4), *lse = malloc(R * 4), *df = malloc(N * 3 * C * 4);
+    float *og = malloc(N * C * 4), *ag = malloc(A * 4), *dg = malloc(N * 3 * C * 4), *dv = malloc(N * C * 4);
+    double *ry = malloc(N * C * 8), *rdv = malloc(N * C * 8);
+    for (int pre = 0; pre < 2; pre++) {
+        if (pre) {
+            round_bf16(qkv, N * 3 * C);
+            round_bf16(dout, N * C);
+        }
+        assert_int_equal(gpt_cuda_k_attention_forward(o32, a32, qkv, B, T, C, NH, 0), 0);
+        assert_int_equal(gpt_cuda_k_attention_backward(d32, dout, qkv, a32, B, T, C, NH, 0), 0);
+        assert_int_equal(gpt_cuda_k_attention_forward_bf16(og, ag, qkv, B, T, C, NH), 0);
+        assert_int_equal(gpt_cuda_k_attention_backward_bf16(dg, dout, qkv, ag, B, T, C, NH), 0);
+        if (!pre) {
+            assert_int_equal(gpt_cuda_k_flash_forward(of, lse, qkv, B, T, C, NH), 0);
+            assert_int_equal(gpt_cuda_k_flash_backward(df, dout, qkv, of, lse, B, T, C, NH), 0);
+            double e[4] = {tc_relerr(og, o32, N * C), tc_relerr(dg, d32, N * 3 * C), tc_relerr(og, of, N * C),
+                           tc_relerr(dg, df, N * 3 * C)};
+            printf("gemm attention B%d T%d C%d NH%d (head %d): vs fp32 out %.3g dqkv %.3g, vs fused out %.3g dqkv "
+                   "%.3g (limit %g, vs fp32 at least %g)\n",
+                   B, T, C, NH, C / NH, e[0], e[1], e[2], e[3], GEMM_LIMIT, GEMM_FLOOR);
+            for (int i = 0; i < 4; i++) assert_true(e[i] <= GEMM_LIMIT);
+            assert_true(e[0] >= GEMM_FLOOR);
+            assert_true(e[1] >= GEMM_FLOOR);
+            continue;
+        }
+        host_pv(ry, rdv, ag, qkv, dout, B, T, C, NH);
+        for (size_t n = 0; n < N; n++) memcpy(dv + n * C, dg + n * 3 * C + 2 * C, (size_t)C * 4);
+        double ea = tc_relerr(ag, a32, A), ey = tc_relerr_d(og, ry, N * C), ev = tc_relerr_d(dv, rdv, N * C);
+        printf("  operands already bf16: probabilities vs fp32 %.3g (limit %g), out %.3g and dv %.3g vs double "
+               "bf16(P) v, bf16(P)^T dout (limit %g)\n",
+               ea, ATTN_LIMIT, ey, ev, EXACT_LIMIT);
+        assert_true(ea <= ATTN_LIMIT);
+        assert_true(ey <= EXACT_LIMIT);
+        assert_true(ev <= EXACT_LIMIT);
+    }
+    free(qkv);
+    free(dout);
+    free(o32);
+    free(a32);
+    free(d32);
+    free(of);
+    free(lse);
+    free(df);
+    free(og);
+    free(ag);
+    free(dg);
+    free(dv);
+    free(ry);
+    free(rdv);
+}
+
+static void test_gemm_attention(void **state)
+{
+    (void)state;
+    for (int i = 0; i < 3; i++) gemm_case(SHAPES[i][0], SHAPES[i][1], SHAPES[i][2], SHAPES[i][3]);
 }
 
 /* out = inp W^T + b, dinp = dout W, dw = dout^T inp, db = column sums of dout, in double */
@@ -157,12 +262,14 @@ static void test_bf16_linear(void **state)
     assert_true(e >= 1e-4);
 }
 
-/* loss and gradients of one step of a model in the given precision */
-static float model_step(gpt_cuda *g, int bf16, const float *p, size_t n, const int *inp, const int *tgt, float *grads)
+/* loss and gradients of one step of a model in the given precision and attention */
+static float model_step_with(gpt_cuda *g, int bf16, int attention, const float *p, size_t n, const int *inp,
+                             const int *tgt, float *grads)
 {
     char err[512];
     float loss = 0;
     assert_int_equal(gpt_cuda_set_precision(g, bf16, err, sizeof err), 0);
+    assert_int_equal(gpt_cuda_set_attention(g, attention, err, sizeof err), 0);
     assert_int_equal(gpt_cuda_set_params(g, p, 0, n, err, sizeof err), 0);
     assert_int_equal(gpt_cuda_forward(g, inp, tgt, &loss, err, sizeof err), 0);
     assert_int_equal(gpt_cuda_backward(g, err, sizeof err), 0);
@@ -170,32 +277,82 @@ static float model_step(gpt_cuda *g, int bf16, const float *p, size_t n, const i
     return loss;
 }
 
-static void test_model(void **state)
+static float model_step(gpt_cuda *g, int bf16, const float *p, size_t n, const int *inp, const int *tgt, float *grads)
 {
-    (void)state;
-    char err[512];
-    gpt_config c = {.layers = 2, .heads = 4, .dim = 64, .ctx = 64, .vocab = 97};
-    int B = 4, T = 50;
+    return model_step_with(g, bf16, GPT_ATTENTION_FUSED, p, n, inp, tgt, grads);
+}
+
+/* the worst tensor's rel of gradients a against b; its name in *wname */
+static double worst_grad(const model_tensor *t, int nt, const float *a, const float *b, const char **wname)
+{
+    double worst = 0;
+    for (int k = 0; k < nt; k++) {
+        double e = tc_relerr(a + t[k].offset, b + t[k].offset, t[k].numel);
+        if (!(e <= worst)) {
+            worst = e;
+            *wname = t[k].name;
+        }
+    }
+    return worst;
+}
+
+/* what the model tests step (a fresh one each): 2 layers, 4 heads, dim 64, vocab 97, batch 4 x 50, its
+ * initial weights p and one batch */
+typedef struct {
     model_tensor *t;
     int nt;
     size_t n;
-    assert_int_equal(gpt_layout(&c, &t, &nt, &n, err, sizeof err), 0);
-    float *p = malloc(n * 4), *p2 = malloc(n * 4), *g32 = malloc(n * 4), *g16 = malloc(n * 4);
-    assert_int_equal(gpt_init_params(&c, 7, p, n, err, sizeof err), 0);
-    int *inp = tc_randint((size_t)B * T, c.vocab, 11), *tgt = tc_randint((size_t)B * T, c.vocab, 12);
-    gpt_cuda *g = gpt_cuda_create(&c, B, T, 0, err, sizeof err);
-    assert_non_null(g);
+    float *p;
+    int *inp, *tgt;
+    gpt_cuda *g;
+} model_fixture;
+
+static int model_open(void **state)
+{
+    char err[512];
+    gpt_config c = {.layers = 2, .heads = 4, .dim = 64, .ctx = 64, .vocab = 97};
+    int B = 4, T = 50;
+    model_fixture *f = calloc(1, sizeof *f);
+    *state = f;
+    if (!f || gpt_layout(&c, &f->t, &f->nt, &f->n, err, sizeof err)) return -1;
+    f->p = malloc(f->n * 4);
+    f->inp = tc_randint((size_t)B * T, c.vocab, 11);
+    f->tgt = tc_randint((size_t)B * T, c.vocab, 12);
+    if (gpt_init_params(&c, 7, f->p, f->n, err, sizeof err) ||
+        !(f->g = gpt_cuda_create(&c, B, T, 0, err, sizeof err))) {
+        printf("model fixture: %s\n", err);
+        return -1;
+    }
+    return 0;
+}
+
+static int model_close(void **state)
+{
+    model_fixture *f = *state;
+    if (!f) return 0;
+    gpt_cuda_free(f->g);
+    free(f->t);
+    free(f->p);
+    free(f->inp);
+    free(f->tgt);
+    free(f);
+    return 0;
+}
+
+static void test_model(void **state)
+{
+    model_fixture *f = *state;
+    char err[512];
+    model_tensor *t = f->t;
+    int nt = f->nt, *inp = f->inp, *tgt = f->tgt;
+    size_t n = f->n;
+    float *p = f->p, *p2 = malloc(n * 4), *g32 = malloc(n * 4), *g16 = malloc(n * 4);
+    gpt_cuda *g = f->g;
     float l32 = model_step(g, 0, p, n, inp, tgt, g32), l16 = model_step(g, 1, p, n, inp, tgt, g16);
     assert_int_equal(gpt_cuda_precision_bf16(g), 1);
-    double le = fabs((double)l16 - l32) / l32, worst = 0;
+    double le = fabs((double)l16 - l32) / l32;
     const char *wname = "";
-    for (int k = 0; k < nt; k++) {
-        double e = tc_relerr(g16 + t[k].offset, g32 + t[k].offset, t[k].numel);
-        if (!(e <= worst)) {
-            worst = e;
-            wname = t[k].name;
-        }
-    }
+    double worst = worst_grad(t, nt, g16, g32, &wname);
     printf("model step bf16 vs fp32: loss %.6f vs %.6f rel %.3g (limit %g); gradients: worst %s rel %.3g (limit %g)\n",
            l16, l32, le, LOSS_LIMIT, wname, worst, GRAD_LIMIT);
     assert_true(le <= LOSS_LIMIT);
@@ -223,17 +380,52 @@ static void test_model(void **state)
     printf("after new weights: loss bf16 %.6f fp32 %.6f (before %.6f)\n", n16, n32, l16);
     assert_true(fabs((double)n16 - n32) / n32 <= LOSS_LIMIT);
     assert_true(fabs((double)n16 - l16) > 10 * fabs((double)n16 - n32));
-    gpt_cuda_free(g);
-    free(t);
-    free(p);
     free(p2);
     free(g32);
     free(g16);
     free(m);
     free(v);
     free(pg);
-    free(inp);
-    free(tgt);
+}
+
+/* a model step with the gemm attention against fp32 and against fused; repeated bit for bit; and fp32 is
+ * the same bytes whichever bf16 attention is set */
+static void test_model_gemm(void **state)
+{
+    model_fixture *f = *state;
+    char err[512];
+    model_tensor *t = f->t;
+    int nt = f->nt, *inp = f->inp, *tgt = f->tgt;
+    size_t n = f->n;
+    float *p = f->p, *g32 = malloc(n * 4), *gf = malloc(n * 4), *gg = malloc(n * 4), *g2 = malloc(n * 4);
+    gpt_cuda *g = f->g;
+    assert_int_equal(gpt_cuda_attention(g), GPT_ATTENTION_FUSED);
+    assert_int_equal(gpt_cuda_set_attention(g, 2, err, sizeof err), -1);
+    printf("attention 2: %s\n", err);
+    assert_non_null(strstr(err, "neither fused"));
+    float l32 = model_step(g, 0, p, n, inp, tgt, g32), lf = model_step(g, 1, p, n, inp, tgt, gf);
+    float lg = model_step_with(g, 1, GPT_ATTENTION_GEMM, p, n, inp, tgt, gg);
+    assert_int_equal(gpt_cuda_attention(g), GPT_ATTENTION_GEMM);
+    const char *w32 = "", *wf = "";
+    double e32 = worst_grad(t, nt, gg, g32, &w32), ef = worst_grad(t, nt, gg, gf, &wf);
+    double le32 = fabs((double)lg - l32) / l32, lef = fabs((double)lg - lf) / lf;
+    printf("model step bf16 gemm: loss %.6f (fp32 %.6f rel %.3g, fused %.6f rel %.3g; limit %g); gradients vs fp32 "
+           "worst %s %.3g, vs fused worst %s %.3g (limit %g)\n",
+           lg, l32, le32, lf, lef, LOSS_LIMIT, w32, e32, wf, ef, GRAD_LIMIT);
+    assert_true(le32 <= LOSS_LIMIT && lef <= LOSS_LIMIT);
+    assert_true(e32 <= GRAD_LIMIT && ef <= GRAD_LIMIT);
+    float l2 = model_step_with(g, 1, GPT_ATTENTION_GEMM, p, n, inp, tgt, g2);
+    assert_true(l2 == lg);
+    assert_memory_equal(g2, gg, n * 4);
+    /* fp32 keeps its own attention whatever is set */
+    float l3 = model_step_with(g, 0, GPT_ATTENTION_GEMM, p, n, inp, tgt, g2);
+    assert_true(l3 == l32);
+    assert_memory_equal(g2, g32, n * 4);
+    printf("gemm repeated: the same bytes; fp32 with gemm set: the same bytes as fp32\n");
+    free(g32);
+    free(gf);
+    free(gg);
+    free(g2);
 }
 #endif
 
@@ -244,7 +436,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fused_attention),
         cmocka_unit_test(test_bf16_linear),
-        cmocka_unit_test(test_model),
+        cmocka_unit_test_setup_teardown(test_model, model_open, model_close),
+        cmocka_unit_test(test_gemm_attention),
+        cmocka_unit_test_setup_teardown(test_model_gemm, model_open, model_close),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 #else

@@ -1,8 +1,8 @@
 /* test_cuda_options: the CPU side of the CUDA backend, which runs everywhere (no GPU needed):
- * --device / --tf32 / --precision parsing, the backend gpt_trainer_create picks (auto: cuda only when a
- * device is present), a clear error for --device cuda without a device (or without the CUDA build) and
- * for --precision bf16 on the CPU backend, and that asking for the CUDA backend directly without a
- * device fails cleanly instead of crashing. Linked like bin/worker: the backend is opened by
+ * --device / --tf32 / --precision / --attention parsing, the backend gpt_trainer_create picks (auto: cuda
+ * only when a device is present), a clear error for --device cuda without a device (or without the CUDA
+ * build), for --precision bf16 on the CPU backend and for --attention gemm without --precision bf16, and
+ * that asking for the CUDA backend directly without a device fails cleanly instead of crashing. Linked like bin/worker: the backend is opened by
  * worker/gpt/gpt_cuda_loader.c, and it must load here too. */
 #include <setjmp.h>
 #include <stdarg.h>
@@ -147,6 +147,46 @@ static void test_precision(void **state)
     }
 }
 
+/* --attention: parsed (fused is the default), and gemm without --precision bf16 refused before anything
+ * is created, on any device */
+static void test_attention(void **state)
+{
+    (void)state;
+    gpt_options o;
+    gpt_options_default(&o);
+    assert_int_equal(o.attention, GPT_ATTENTION_FUSED);
+    char a0[] = "--attention", a1[] = "gemm", a2[] = "--attention=fused", a3[] = "--attention=flash";
+    char *argv[] = {a0, a1, NULL}, *argv2[] = {a2, NULL}, *argv3[] = {a3, NULL};
+    char err[256];
+    assert_int_equal(gpt_options_parse(&o, 2, argv, err, sizeof err), 2);
+    assert_int_equal(o.attention, GPT_ATTENTION_GEMM);
+    assert_int_equal(gpt_options_parse(&o, 1, argv2, err, sizeof err), 1);
+    assert_int_equal(o.attention, GPT_ATTENTION_FUSED);
+    assert_int_equal(gpt_options_parse(&o, 1, argv3, err, sizeof err), -1);
+    printf("--attention=flash: %s\n", err);
+    assert_non_null(strstr(err, "--attention"));
+    for (int dev = GPT_DEVICE_AUTO; dev <= GPT_DEVICE_CUDA; dev++) {
+        o = small(dev);
+        o.attention = GPT_ATTENTION_GEMM;
+        assert_null(gpt_trainer_create(&o, err, sizeof err));
+        assert_non_null(strstr(err, "--attention gemm chooses the attention of --precision bf16"));
+    }
+    printf("--attention gemm with fp32: %s\n", err);
+    o = small(GPT_DEVICE_AUTO);
+    o.precision = GPT_PRECISION_BF16;
+    o.attention = GPT_ATTENTION_GEMM;
+    trainer *t = gpt_trainer_create(&o, err, sizeof err);
+    if (have_device()) { /* the gemm attention itself: tests/test_cuda_bf16.c */
+        assert_non_null(t);
+        trainer_stats st;
+        assert_int_equal(t->step(t, &st, err, sizeof err), 0);
+        t->destroy(t);
+    } else {
+        assert_null(t);
+        assert_non_null(strstr(err, "--precision bf16 needs the CUDA backend"));
+    }
+}
+
 static void test_no_device_paths(void **state)
 {
     (void)state;
@@ -175,6 +215,7 @@ int main(void)
         cmocka_unit_test(test_parse),
         cmocka_unit_test(test_backend_choice),
         cmocka_unit_test(test_precision),
+        cmocka_unit_test(test_attention),
         cmocka_unit_test(test_no_device_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

@@ -13,10 +13,15 @@
 #   tests-python.txt the Python tests that meet the GPU or torch's version: it_python_exactness (fp32 and bf16
 #                    with this torch), it_python_transfer_path, it_python_gpt_device (the example with
 #                    --device cuda), it_python_group_fsdp (FSDP needs torch >= 2.4)
-#   bench-bf16.txt   bin/bench-trainer_cuda --precision bf16 (GPT-2 small against torch bf16, the issue's target)
+#   bench-bf16.txt   bin/bench-trainer_cuda --precision bf16 --attention fused (GPT-2 small against torch bf16,
+#                    the issue's target)
+#   bench-bf16-gemm.txt  the same with --attention gemm (the attention's products on tensor cores) and --no-torch
+#                    (torch's figure is bench-bf16's, same GPU, a minute before), then one line with both
+#                    attentions and torch side by side (GPT-2 small, tokens/s), also printed at the end
 #   bench-tf32.txt   bin/bench-trainer_cuda --tf32
 #   test-logs.tar.gz every test's log
-# The limits add up to 560 s, inside one run's 600 s. Without a GPU the CUDA steps skip (77), so the script
+# The limits add up to 560 s, inside one run's 600 s: 180 + 150 + 100 + 60 + 70 (tests-python had 180 and
+# bench-tf32 100 before the gemm attention's bench took 60 s of them). Without a GPU the CUDA steps skip (77), so the script
 # can be tried on the build machine: OUT=/tmp/gpu-out sh tools/gpu_check.sh (after gpu_pack.sh).
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -48,9 +53,18 @@ step() { # NAME LIMIT COMMAND...: its output to the screen and to $O/NAME.txt
 } > "$O/machine.txt" 2>&1
 cat "$O/machine.txt"
 step tests-cuda 180 sh tests/run.sh cuda_
-step tests-python 180 sh -c 'for t in it_python_exactness it_python_transfer_path it_python_gpt_device it_python_group_fsdp; do
+step tests-python 150 sh -c 'for t in it_python_exactness it_python_transfer_path it_python_gpt_device it_python_group_fsdp; do
   sh tests/run.sh "$t"; done'
-step bench-bf16 100 bin/bench-trainer_cuda --precision bf16
-step bench-tf32 100 bin/bench-trainer_cuda --tf32
+step bench-bf16 100 bin/bench-trainer_cuda --precision bf16 --attention fused
+step bench-bf16-gemm 60 bin/bench-trainer_cuda --precision bf16 --attention gemm --no-torch
+gpt2_small() { # BENCH-OUTPUT: config (c)'s tokens/s (trainer step, device-only step, PyTorch), - where absent
+  awk 'function tok(s, a, n) { if (s == "") return "-"; sub(/ tokens\/s.*/, "", s); n = split(s, a, " "); return a[n] }
+       /^\(c\) / { c = 1 } c && /trainer step/ { t = $0 } c && /device-only step:/ { d = $0 } c && /PyTorch, same model/ { p = $0 }
+       END { printf "trainer %s, device-only %s, PyTorch %s", tok(t), tok(d), tok(p) }' "$1"
+}
+echo "== bf16 GPT-2 small (c), tokens/s: fused: $(gpt2_small "$O/bench-bf16.txt") | gemm: $(gpt2_small "$O/bench-bf16-gemm.txt")" |
+  tee -a "$O/bench-bf16-gemm.txt"
+step bench-tf32 70 bin/bench-trainer_cuda --tf32
 tar -czf "$O/test-logs.tar.gz" build/test-logs 2>/dev/null
+grep -h '^== bf16 GPT-2 small' "$O/bench-bf16-gemm.txt"
 echo "== done $(date +%T): $(grep -h -E '^[0-9]+ passed' "$O"/tests-*.txt | tr '\n' ' ')"

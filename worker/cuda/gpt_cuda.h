@@ -4,9 +4,10 @@
  * worker/gpt/gpt_model.c: cuBLAS sgemm for every matrix product (strided-batched for attention;
  * TF32 only when asked), our own kernels for the embedding, LayerNorm, causal softmax, GELU,
  * residuals, cross-entropy, gradient clipping and AdamW. bf16 precision (gpt_cuda_set_precision) is
- * the exception to "same math": bf16 products and a fused attention kernel (gpt_cuda_bf16.cu). Every
+ * the exception to "same math": bf16 products and a fused attention kernel or, with
+ * gpt_cuda_set_attention, the fp32 attention's products in bf16 (gpt_cuda_bf16.cu). Every
  * device buffer is allocated once in gpt_cuda_create with cudaMalloc (no managed memory), the bf16
- * copies once in gpt_cuda_set_precision; a step allocates nothing.
+ * copies once in gpt_cuda_set_precision (and gpt_cuda_set_attention); a step allocates nothing.
  *
  * Parameters, gradients and the AdamW moments live on the device. In a DiLoCo run the worker hands
  * libdiloco the device hooks of worker/cuda/diloco_cuda.h over gpt_cuda_params_device (the
@@ -55,6 +56,14 @@ void gpt_cuda_free(gpt_cuda *g);
  * sees the fp32 master weights). 0: back to fp32. -1 with err when the head size is over 256. */
 int gpt_cuda_set_precision(gpt_cuda *g, int bf16, char *err, size_t errlen);
 int gpt_cuda_precision_bf16(const gpt_cuda *g);
+/* The attention of bf16 precision, from the next forward on (fp32 always uses its sgemm attention):
+ * GPT_ATTENTION_FUSED (gpt.h; the default): the fused kernels above. GPT_ATTENTION_GEMM: the fp32
+ * path's layout (q, k, v permuted to (B, NH, T, hs), the T x T probabilities kept per layer, softmax and
+ * its backward in fp32) with its six products on bf16 operands, fp32 accumulation and fp32 results
+ * (cublasGemmStridedBatchedEx: tensor cores); the first call with GEMM allocates its bf16 operands. Set
+ * it between steps: a backward after it needs a new forward. -1 with err for another value or no memory. */
+int gpt_cuda_set_attention(gpt_cuda *g, int attention, char *err, size_t errlen);
+int gpt_cuda_attention(const gpt_cuda *g);
 size_t gpt_cuda_numel(const gpt_cuda *g);
 
 /* Host <-> device copies of params[off, off+n) (host pointers are to the whole flat buffer).

@@ -10,6 +10,13 @@
  *   l_flash_backward      sum (online softmax) over its keys, so the T x T probabilities are never
  *                         stored; the row's log-sum-exp is kept for the backward, which recomputes the
  *                         probabilities: one kernel for dq (query rows), one for dk and dv (key rows)
+ *   l_attention_*_bf16    the other attention (gpt_cuda_set_attention, --attention gemm): the fp32 path's
+ *                         (gpt_cuda_kernels.cu: q, k, v permuted to (B, NH, T, hs), T x T probabilities
+ *                         kept, fp32 softmax and softmax backward) with its six strided-batched products
+ *                         on bf16 copies (l_to_bf16) of their operands, fp32 accumulation and fp32
+ *                         results: tensor cores do the products the fused kernels do with scalar dot
+ *                         products. Which of the two is faster is for a GPU to say (tools/gpu_check.sh
+ *                         runs both)
  *
  * Everything else (LayerNorm, GELU, residuals, cross-entropy, clipping, AdamW) is the fp32 path's, on
  * fp32 activations; the parameters, their gradients and AdamW's moments stay fp32, so DiLoCo works on
@@ -96,6 +103,85 @@ int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const float *dlogits,
     if (l_to_bf16(x, dlogits16, dlogits, (size_t)N * V) || l_to_bf16(x, lnf16, lnf, (size_t)N * C)) return -1;
     CKB(mm16(x->h, 0, 0, N, C, V, 1.0f, dlogits16, V, wte16, C, 0.0f, dlnf, C));
     CKB(mm16(x->h, 1, 0, V, C, N, 1.0f, dlogits16, V, lnf16, C, 0.0f, dwte, C));
+    return 0;
+}
+
+/* ---- attention with bf16 products (gemm) ----------------------------------------------------- */
+
+/* bh16 (B,NH,T,hs) = the bf16 of columns [col0, col0 + C) of bt (B,T,ld): the fp32 path's permute into
+ * bh (fp32 scratch), then its bf16 copy */
+static int permute_bf16(ctx *x, __nv_bfloat16 *bh16, float *bh, const float *bt, int B, int T, int C, int NH, int ld,
+                        int col0)
+{
+    if (l_permute_bt(x, (float *)bt, bh, B, T, C, NH, ld, col0, 0) || l_to_bf16(x, bh16, bh, (size_t)B * T * C))
+        return -1;
+    return 0;
+}
+
+/* q, k, v of qkv (B,T,3C) -> (B,NH,T,hs) bf16, through the fp32 scratch q, k, v */
+static int qkv_bf16(ctx *x, __nv_bfloat16 *q16, __nv_bfloat16 *k16, __nv_bfloat16 *v16, float *q, float *k, float *v,
+                    const float *qkv, int B, int T, int C, int NH)
+{
+    if (permute_bf16(x, q16, q, qkv, B, T, C, NH, 3 * C, 0) || permute_bf16(x, k16, k, qkv, B, T, C, NH, 3 * C, C) ||
+        permute_bf16(x, v16, v, qkv, B, T, C, NH, 3 * C, 2 * C))
+        return -1;
+    return 0;
+}
+
+/* mmb (gpt_cuda_internal.h) on bf16 operands: batched row-major C = alpha op(A) op(B), fp32 C and
+ * accumulation */
+static cublasStatus_t mmb16(cublasHandle_t h, int ta, int tb, int M, int N, int K, float alpha, const __nv_bfloat16 *A,
+                            int lda, long long sA, const __nv_bfloat16 *B, int ldb, long long sB, float *C, int ldc,
+                            long long sC, int batch)
+{
+    const float beta = 0.0f;
+    return cublasGemmStridedBatchedEx(h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, N, M, K,
+                                      &alpha, B, CUDA_R_16BF, ldb, sB, A, CUDA_R_16BF, lda, sA, &beta, C, CUDA_R_32F,
+                                      ldc, sC, batch, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+}
+
+/* l_attention_forward with bf16 products: S = scale q k^T, softmax in fp32 (kept in att), Y = P v */
+int l_attention_forward_bf16(ctx *x, float *out, float *att, const float *qkv, float *q, float *k, float *v, float *y,
+                             __nv_bfloat16 *q16, __nv_bfloat16 *k16, __nv_bfloat16 *v16, __nv_bfloat16 *p16, int B,
+                             int T, int C, int NH)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    int hs = C / NH, BH = B * NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    long long sT = (long long)T * hs, sTT = (long long)T * T;
+    if (qkv_bf16(x, q16, k16, v16, q, k, v, qkv, B, T, C, NH)) return -1;
+    CKB(mmb16(x->h, 0, 1, T, T, hs, scale, q16, hs, sT, k16, hs, sT, att, T, sTT, BH));
+    if (l_softmax_causal(x, att, BH * T, T) || l_to_bf16(x, p16, att, (size_t)BH * T * T)) return -1;
+    CKB(mmb16(x->h, 0, 0, T, hs, T, 1.0f, p16, T, sTT, v16, hs, sT, y, hs, sT, BH));
+    return l_permute_bt(x, out, y, B, T, C, NH, C, 0, 1);
+}
+
+/* l_attention_backward with bf16 products; p16 holds P for dV, then dS (the stream orders them) */
+int l_attention_backward_bf16(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *att, float *q,
+                              float *k, float *v, float *dy, float *dq, float *dk, float *dv, float *dp,
+                              __nv_bfloat16 *q16, __nv_bfloat16 *k16, __nv_bfloat16 *v16, __nv_bfloat16 *dy16,
+                              __nv_bfloat16 *p16, int B, int T, int C, int NH)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    int hs = C / NH, BH = B * NH;
+    float scale = 1.0f / sqrtf((float)hs);
+    long long sT = (long long)T * hs, sTT = (long long)T * T;
+    size_t A = (size_t)BH * T * T;
+    if (qkv_bf16(x, q16, k16, v16, q, k, v, qkv, B, T, C, NH) || permute_bf16(x, dy16, dy, dout, B, T, C, NH, C, 0) ||
+        l_to_bf16(x, p16, att, A))
+        return -1;
+    /* dP = dY V^T ; dV = P^T dY */
+    CKB(mmb16(x->h, 0, 1, T, T, hs, 1.0f, dy16, hs, sT, v16, hs, sT, dp, T, sTT, BH));
+    CKB(mmb16(x->h, 1, 0, T, hs, T, 1.0f, p16, T, sTT, dy16, hs, sT, dv, hs, sT, BH));
+    if (l_softmax_backward(x, dp, att, BH * T, T) || l_to_bf16(x, p16, dp, A)) return -1;
+    /* dQ = scale dS K ; dK = scale dS^T Q */
+    CKB(mmb16(x->h, 0, 0, T, hs, T, scale, p16, T, sTT, k16, hs, sT, dq, hs, sT, BH));
+    CKB(mmb16(x->h, 1, 0, T, hs, T, scale, p16, T, sTT, q16, hs, sT, dk, hs, sT, BH));
+    if (l_permute_bt(x, dqkv, dq, B, T, C, NH, 3 * C, 0, 1) || l_permute_bt(x, dqkv, dk, B, T, C, NH, 3 * C, C, 1) ||
+        l_permute_bt(x, dqkv, dv, B, T, C, NH, 3 * C, 2 * C, 1))
+        return -1;
     return 0;
 }
 

@@ -2,7 +2,8 @@
  *
  *   gpt_cuda_kernels.cu  the kernels and one launch function per layer (l_*), shared by the model and
  *                        by the single-kernel test entry points, so the tests run the trainer's code
- *   gpt_cuda_bf16.cu     what the bf16 precision adds: bf16 copies, bf16 products, fused attention
+ *   gpt_cuda_bf16.cu     what the bf16 precision adds: bf16 copies, bf16 products, fused attention and
+ *                        the attention with bf16 products (gemm)
  *   gpt_cuda_model.cu    the model: buffers, forward, backward, clipping, AdamW (gpt_cuda.h)
  *   gpt_cuda_device.cu   device count and description, pinned host memory, the sgemm rate
  *   gpt_cuda_test.cu     the single-kernel entry points on host arrays (gpt_cuda_test.h)
@@ -98,6 +99,10 @@ int l_attention_backward(ctx *x, float *dqkv, const float *dout, const float *qk
                          float *v, float *dy, float *dq, float *dk, float *dv, float *dp, int B, int T, int C, int NH);
 /* rows of length T, row index % T = t: softmax over columns 0..t, zero above, in place */
 int l_softmax_causal(ctx *x, float *s, int rows, int T);
+/* its backward in place on dp: dS = P * (dP - sum_j P dP) on columns 0..t, zero above */
+int l_softmax_backward(ctx *x, float *dp, const float *p, int rows, int T);
+/* (B,NH,T,hs) bh <-> columns [col0, col0 + C) of the (B,T,ld) tensor bt; to_bt: bh -> bt, else bt -> bh */
+int l_permute_bt(ctx *x, float *bt, float *bh, int B, int T, int C, int NH, int ld, int col0, int to_bt);
 int l_gelu_forward(ctx *x, float *out, const float *inp, size_t n);
 int l_gelu_backward(ctx *x, float *dinp, const float *inp, const float *dout, size_t n);
 int l_residual(ctx *x, float *out, const float *a, const float *b, size_t n);
@@ -128,6 +133,18 @@ int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const float *dlogits,
 int l_flash_forward(ctx *x, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
 int l_flash_backward(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                      float *dsum, int B, int T, int C, int NH);
+/* causal attention as the fp32 path's (l_attention_*) with its products on bf16 operands, fp32 accumulation
+ * and fp32 results (cublasGemmStridedBatchedEx): att (B,NH,T,T) keeps the fp32 probabilities; permutes,
+ * softmax and its backward are the fp32 kernels. Scratch as l_attention_* (q, k, v, y / dy, dq, dk, dv:
+ * B*T*C floats, dp B*NH*T*T floats) and the bf16 copies q16, k16, v16, dy16 (B*T*C), p16 (B*NH*T*T). The
+ * backward writes all of dqkv. */
+int l_attention_forward_bf16(ctx *x, float *out, float *att, const float *qkv, float *q, float *k, float *v, float *y,
+                             __nv_bfloat16 *q16, __nv_bfloat16 *k16, __nv_bfloat16 *v16, __nv_bfloat16 *p16, int B,
+                             int T, int C, int NH);
+int l_attention_backward_bf16(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *att, float *q,
+                              float *k, float *v, float *dy, float *dq, float *dk, float *dv, float *dp,
+                              __nv_bfloat16 *q16, __nv_bfloat16 *k16, __nv_bfloat16 *v16, __nv_bfloat16 *dy16,
+                              __nv_bfloat16 *p16, int B, int T, int C, int NH);
 
 /* AdamW over tensors, one launch per run of consecutive tensors with the same decay */
 int l_adamw(ctx *x, const model_tensor *tensors, int ntensors, float *p, const float *g, float *m, float *v, long t,

@@ -626,3 +626,21 @@ int l_softmax_causal(ctx *x, float *s, int rows, int T)
     CKL();
     return 0;
 }
+
+int l_softmax_backward(ctx *x, float *dp, const float *p, int rows, int T)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    softmax_backward_k<<<nblocks((size_t)rows, ROWS_PER_BLOCK), BS, 0, x->st>>>(dp, p, rows, T);
+    CKL();
+    return 0;
+}
+
+int l_permute_bt(ctx *x, float *bt, float *bh, int B, int T, int C, int NH, int ld, int col0, int to_bt)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    permute_bt_k<<<nblocks((size_t)B * T * C, BS), BS, 0, x->st>>>(bt, bh, B, T, C, NH, ld, col0, to_bt);
+    CKL();
+    return 0;
+}

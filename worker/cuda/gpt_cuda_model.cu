@@ -1,9 +1,9 @@
 /* gpt_cuda_model.cu: the CUDA GPT model behind gpt_cuda.h: every buffer allocated once, host <->
  * device copies, forward, backward, gradient clipping and AdamW, each layer through the launchers of
  * gpt_cuda_kernels.cu in the order of worker/gpt/gpt_model.c. In bf16 precision (gpt_cuda_set_precision)
- * the products and the attention go through gpt_cuda_bf16.cu's launchers instead (mm_forward,
- * attention_forward and their backwards pick), on a bf16 copy of the fp32 master weights made at the
- * start of each forward. */
+ * the products and the attention (fused, or with bf16 products: gpt_cuda_set_attention) go through
+ * gpt_cuda_bf16.cu's launchers instead (mm_forward, attention_forward and their backwards pick), on a
+ * bf16 copy of the fp32 master weights made at the start of each forward. */
 #include "gpt_cuda_internal.h"
 #include "gpt/gpt_acts.h"
 
@@ -31,8 +31,10 @@ struct gpt_cuda {
     int nuniq, have_targets;
     double *red, *hred; /* device reduction scratch, pinned host copy of the results */
     float *arena;
-    int bf16;                         /* gpt_cuda_set_precision */
-    __nv_bfloat16 *w16, *s16a, *s16b; /* bf16: the weights' copy (numel), scratch N*max(V,4C) and N*4C */
+    int bf16;                                    /* gpt_cuda_set_precision */
+    __nv_bfloat16 *w16, *s16a, *s16b;            /* bf16: the weights' copy (numel), scratch N*max(V,4C) and N*4C */
+    int attention;                               /* gpt_cuda_set_attention: GPT_ATTENTION_FUSED or _GEMM (bf16 only) */
+    __nv_bfloat16 *q16, *k16, *v16, *dy16, *p16; /* gemm attention's operands: N*C each, B*NH*T*T */
 };
 
 extern "C" size_t gpt_cuda_numel(const gpt_cuda *g)
@@ -48,6 +50,7 @@ extern "C" void gpt_cuda_free(gpt_cuda *g)
     if (g->st) cudaStreamDestroy(g->st);
     cudaFree(g->arena);
     cudaFree(g->w16);
+    cudaFree(g->q16);
     cudaFree(g->params);
     cudaFree(g->dtok);
     cudaFree(g->red);
@@ -174,6 +177,38 @@ extern "C" int gpt_cuda_precision_bf16(const gpt_cuda *g)
     return g->bf16;
 }
 
+/* The gemm attention's bf16 operands in one allocation, made on first use: q, k, v, dy (N*C each) and
+ * one (B, NH, T, T) matrix for P, then dS. GPT-2 small at batch 8 x 1024 (N 8192, C 768, NH 12): 4 x
+ * 8192 x 768 x 2 B = 48 MiB and 96 x 1024 x 1024 x 2 B = 192 MiB, 240 MiB in all. The fp32 buffers it
+ * also uses are the fp32 attention's, allocated by gpt_cuda_create in every precision: the probabilities
+ * of each layer (a->att, 12 x 384 MiB = 4.5 GiB there), dP (384 MiB), q, k, v, y, dq, dk, dv (24 MiB
+ * each). */
+extern "C" int gpt_cuda_set_attention(gpt_cuda *g, int attention, char *err, size_t errlen)
+{
+    if (attention != GPT_ATTENTION_FUSED && attention != GPT_ATTENTION_GEMM) {
+        err_set(err, errlen, "gpt cuda: attention %d is neither fused (%d) nor gemm (%d)", attention,
+                GPT_ATTENTION_FUSED, GPT_ATTENTION_GEMM);
+        return -1;
+    }
+    if (attention == GPT_ATTENTION_GEMM && !g->q16) {
+        size_t NC = gpt_arena_round((size_t)g->B * g->T * g->c.dim, 128);
+        size_t A = (size_t)g->B * g->c.heads * g->T * g->T;
+        CK(cudaMalloc((void **)&g->q16, (4 * NC + A) * sizeof(__nv_bfloat16)));
+        g->k16 = g->q16 + NC;
+        g->v16 = g->k16 + NC;
+        g->dy16 = g->v16 + NC;
+        g->p16 = g->dy16 + NC;
+    }
+    g->attention = attention;
+    g->have_targets = 0; /* a->att holds what the forward's attention keeps (fused: lse, gemm: probabilities) */
+    return 0;
+}
+
+extern "C" int gpt_cuda_attention(const gpt_cuda *g)
+{
+    return g->attention;
+}
+
 /* the bf16 copy of a weight of the flat buffer (valid after the forward made the copy) */
 static const __nv_bfloat16 *w16_of(const gpt_cuda *g, const float *w)
 {
@@ -195,15 +230,22 @@ static int mm_backward(gpt_cuda *g, ctx *x, float *dinp, float *dw, float *db, c
     return l_matmul_backward(x, dinp, dw, db, dout, inp, w, N, C, OC);
 }
 
-/* attention: fp32 keeps the probabilities in a->att; bf16 (fused) keeps only each row's log-sum-exp there */
+/* attention: fp32 and bf16 gemm keep the probabilities in a->att; bf16 fused keeps only each row's
+ * log-sum-exp there */
 static int attention_forward(gpt_cuda *g, ctx *x, gpt_layer_acts *a, int B, int T, int C, int NH)
 {
+    if (g->bf16 && g->attention == GPT_ATTENTION_GEMM)
+        return l_attention_forward_bf16(x, a->atty, a->att, a->qkv, g->q, g->k, g->vv, g->y, g->q16, g->k16, g->v16,
+                                        g->p16, B, T, C, NH);
     if (g->bf16) return l_flash_forward(x, a->atty, a->att, a->qkv, B, T, C, NH);
     return l_attention_forward(x, a->atty, a->att, a->qkv, g->q, g->k, g->vv, g->y, B, T, C, NH);
 }
 
 static int attention_backward(gpt_cuda *g, ctx *x, gpt_layer_acts *a, int B, int T, int C, int NH)
 {
+    if (g->bf16 && g->attention == GPT_ATTENTION_GEMM)
+        return l_attention_backward_bf16(x, g->a.dqkv, g->a.datty, a->qkv, a->att, g->q, g->k, g->vv, g->y, g->dq,
+                                         g->dk, g->dv, g->dp, g->q16, g->k16, g->v16, g->dy16, g->p16, B, T, C, NH);
     if (g->bf16) return l_flash_backward(x, g->a.dqkv, g->a.datty, a->qkv, a->atty, a->att, g->dp, B, T, C, NH);
     return l_attention_backward(x, g->a.dqkv, g->a.datty, a->qkv, a->att, g->q, g->k, g->vv, g->y, g->dq, g->dk, g->dv,
                                 g->dp, B, T, C, NH);

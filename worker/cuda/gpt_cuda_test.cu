@@ -330,6 +330,37 @@ extern "C" int gpt_cuda_k_flash_backward(float *dqkv, const float *dout, const f
     return done(&pl, rc, "flash_backward", kerr);
 }
 
+extern "C" int gpt_cuda_k_attention_forward_bf16(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
+{
+    KBEGIN(0);
+    size_t N = (size_t)B * T, A = (size_t)B * NH * T * T, NC = N * C;
+    float *d_o = (float *)dup_to_dev(&pl, NULL, F(NC)), *da = (float *)dup_to_dev(&pl, NULL, F(A)),
+          *dq = (float *)dup_to_dev(&pl, qkv, F(N * 3 * C)), *s = (float *)dup_to_dev(&pl, NULL, F(4 * NC));
+    __nv_bfloat16 *s16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (3 * NC + A) * 2);
+    if (!pl.fail)
+        rc = l_attention_forward_bf16(&x, d_o, da, dq, s, s + NC, s + 2 * NC, s + 3 * NC, s16, s16 + NC, s16 + 2 * NC,
+                                      s16 + 3 * NC, B, T, C, NH);
+    if (!rc) rc = back(&pl, out, d_o, F(NC)) || back(&pl, att, da, F(A));
+    return done(&pl, rc, "attention_forward_bf16", kerr);
+}
+
+extern "C" int gpt_cuda_k_attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const float *att,
+                                                  int B, int T, int C, int NH)
+{
+    KBEGIN(0);
+    size_t N = (size_t)B * T, A = (size_t)B * NH * T * T, NC = N * C;
+    float *ddq = (float *)dup_to_dev(&pl, NULL, F(N * 3 * C)), *ddo = (float *)dup_to_dev(&pl, dout, F(NC)),
+          *dq = (float *)dup_to_dev(&pl, qkv, F(N * 3 * C)), *da = (float *)dup_to_dev(&pl, att, F(A)),
+          *s = (float *)dup_to_dev(&pl, NULL, F(7 * NC)), *dp = (float *)dup_to_dev(&pl, NULL, F(A));
+    __nv_bfloat16 *s16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (4 * NC + A) * 2);
+    if (!pl.fail)
+        rc = l_attention_backward_bf16(&x, ddq, ddo, dq, da, s, s + NC, s + 2 * NC, s + 3 * NC, s + 4 * NC, s + 5 * NC,
+                                       s + 6 * NC, dp, s16, s16 + NC, s16 + 2 * NC, s16 + 3 * NC, s16 + 4 * NC, B, T, C,
+                                       NH);
+    if (!rc) rc = back(&pl, dqkv, ddq, F(N * 3 * C));
+    return done(&pl, rc, "attention_backward_bf16", kerr);
+}
+
 extern "C" int gpt_cuda_k_adamw(const model_tensor *tensors, int ntensors, float *params, const float *grads, float *m,
                                 float *v, long t, double lr, double beta1, double beta2, double eps,
                                 double weight_decay)

@@ -51,6 +51,11 @@ int gpt_cuda_k_matmul_backward_bf16(float *dinp, float *dw, float *dbias, const 
 int gpt_cuda_k_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
 int gpt_cuda_k_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                               int B, int T, int C, int NH);
+/* the attention with bf16 products (--attention gemm): as gpt_cuda_k_attention_forward / _backward (att:
+ * the fp32 probabilities it keeps), with q, k, v, P, dY and dS rounded to bf16 before each product */
+int gpt_cuda_k_attention_forward_bf16(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
+int gpt_cuda_k_attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
+                                       int C, int NH);
 int gpt_cuda_k_adamw(const model_tensor *tensors, int ntensors, float *params, const float *grads, float *m, float *v,
                      long t, double lr, double beta1, double beta2, double eps, double weight_decay);
 

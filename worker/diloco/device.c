@@ -87,11 +87,14 @@ int dl_dev_load(diloco *d, const float *src, size_t off, size_t n, int mode, dou
     return rc;
 }
 
+/* Called by the get threads: the shards of one fragment may come from several owners at once, each on its
+ * own thread, so the flag is cleared with an atomic store (the training thread reads it after joining them). */
 void dl_dev_base_written(diloco *d, int shard)
 {
     if (!d->dev) return;
     for (int f = 0; f < d->rc.nfragments; f++)
-        if (shard >= d->rc.frag_bounds[f] && shard < d->rc.frag_bounds[f + 1]) d->dev_snap_ok[f] = 0;
+        if (shard >= d->rc.frag_bounds[f] && shard < d->rc.frag_bounds[f + 1])
+            __atomic_store_n(&d->dev_snap_ok[f], 0, __ATOMIC_RELAXED);
 }
 
 void dl_dev_origin_written(diloco *d, int f)

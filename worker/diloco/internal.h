@@ -186,8 +186,8 @@ struct diloco {
     double speed_us, speed_steps;       /* the same, decayed over past heartbeats (heartbeat.c) */
     uint64_t step_end_us;               /* when diloco_after_step last returned (0: never) */
 
-    /* device hooks (device.c); used on the training thread, except dev_snap_ok[f], which the thread
-     * receiving fragment f's parameters clears */
+    /* device hooks (device.c); used on the training thread, except dev_snap_ok[f], which the threads
+     * receiving fragment f's parameters clear (atomically: one per owner) */
     int dev;          /* o.device is set: params is never touched, the hooks are called */
     int *dev_snap_ok; /* per fragment: the device snapshot holds f's origin (base[f], or la[f]) as it is now */
     int dev_failed;   /* a load in params_adopt failed: params_changed reports dev_err */

@@ -46,6 +46,7 @@ enum {
     F_LAYOUT,
     F_DEVICE,
     F_PRECISION,
+    F_ATTENTION,
     F_BOOL /* --flag alone = 1, or --flag=0|1 */
 };
 typedef struct {
@@ -91,6 +92,9 @@ static const flag FLAGS[] = {
     {"tf32", F_BOOL, OFF(tf32), "cuda: let cuBLAS use TF32 tensor cores (off: fp32 products)"},
     {"precision", F_PRECISION, OFF(precision),
      "cuda: fp32 | bf16 (bf16 products and fused attention on fp32 master weights; fp32: exact, the default)"},
+    {"attention", F_ATTENTION, OFF(attention),
+     "cuda, bf16 only: fused | gemm (fused: one kernel per direction, probabilities recomputed; gemm: "
+     "tensor-core products, T x T probabilities kept; fused is the default until a GPU measurement decides)"},
 };
 #undef OFF
 #define NFLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
@@ -167,6 +171,10 @@ static opt_spec flag_spec(const flag *fl, gpt_options *o)
         s.kind = OPT_CHOICE;
         s.choices = "fp32|bf16";
         break; /* GPT_PRECISION_* in this order */
+    case F_ATTENTION:
+        s.kind = OPT_CHOICE;
+        s.choices = "fused|gemm";
+        break; /* GPT_ATTENTION_* in this order */
     case F_BOOL: s.kind = OPT_FLAG; break;
     }
     return s;

@@ -532,6 +532,12 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
                 o->shard_stripe);
         return NULL;
     }
+    if (o->attention == GPT_ATTENTION_GEMM && o->precision != GPT_PRECISION_BF16) {
+        err_set(err, errlen,
+                "gpt: --attention gemm chooses the attention of --precision bf16; the fp32 attention is always "
+                "its own sgemm path: add --precision bf16 or drop --attention");
+        return NULL;
+    }
     if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) || !(o->eps > 0) ||
         !(o->weight_decay >= 0)) {
         err_set(err, errlen,
@@ -586,6 +592,7 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
         g->cu = gpt_cuda_create(&o->model, o->batch, o->seq, o->tf32, err, errlen);
         if (!g->cu) goto fail;
         if (o->precision == GPT_PRECISION_BF16 && gpt_cuda_set_precision(g->cu, 1, err, errlen)) goto fail;
+        if (gpt_cuda_set_attention(g->cu, o->attention, err, errlen)) goto fail;
         g->pinned = gpt_cuda_pin(t->params, bytes) == 1;
         t->params_changed = cuda_params_changed;
     }

@@ -1,0 +1,117 @@
+#!/bin/sh
+# it_tsan_worker.sh: real runs with every worker built under ThreadSanitizer (build/tsan/bin/worker: bin/worker
+# with libdiloco, common/ and the trainers compiled with -fsanitize=thread; the Makefile's tsan rules).
+#
+# A worker is several threads around one session: the training thread, the heartbeat, a Streaming
+# fragment's round in the background, the barrier's wake listener, the early get's per-owner threads and
+# the per-owner push and get threads, sharing the control connection, the owners table and the round's
+# counters. test_tsan_ctl covers the control connection alone; this test runs the whole worker through
+# the paths a user's run takes, so that ThreadSanitizer sees the threads of a real round:
+#   1. sync DiLoCo, 3 workers, 2 shard-servers, one of them killed (-9) and restarted mid-run (owners change
+#      under the push and get threads);
+#   2. Streaming DiLoCo, 4 fragments (a fragment's round on its own thread while training goes on), with a
+#      worker that joins mid-run;
+#   3. async DiLoCo with --async-lookahead and a worker with device hooks (--device-hooks host);
+#   4. int3 pseudo-gradients with error feedback and --download update, a worker stopped (SIGSTOP) past the
+#      heartbeat timeout mid-interval: evicted, it registers again from the training thread while the
+#      heartbeat thread runs;
+#   5. process groups: two groups of 2 ranks (tests/tools/group_worker, ranks as threads of one process).
+# Every process must exit 0 with no ThreadSanitizer report in its log (a report makes it exit 66), and the
+# runs' parameters are bit-identical to their references where the mode's own test checks that (the
+# sanitized build computes the same bits). The quadratic trainer: OpenBLAS and OpenMP are not instrumented.
+# It found a race in its first run: the get threads of two owners clearing one fragment's device-snapshot
+# flag at once (device.c, dl_dev_base_written; now an atomic store).
+. "$(dirname "$0")/lib.sh"
+WORKER=build/tsan/bin/worker
+[ -x "$WORKER" ] || fail "build first: make tests-build (builds $WORKER)"
+TSAN_OPTIONS="exitcode=66 halt_on_error=0 second_deadlock_stack=1"
+export TSAN_OPTIONS
+no_reports() { # WORKER...: no ThreadSanitizer report in their logs (a group's: group-NAME.log)
+  for w in "$@"; do
+    log="$TMP/worker-$w.log"; [ -f "$log" ] || log="$TMP/group-$w.log"
+    grep -q "ThreadSanitizer" "$log" &&
+      fail "ThreadSanitizer reported in $w: $(grep -A30 'WARNING: ThreadSanitizer' "$log" | head -60)"
+  done
+  return 0
+}
+syncs_of() { cat "$TMP/$1.jsonl" 2>/dev/null | grep -c '"event":"sync"'; } # WORKER: its syncs so far
+start_redis
+
+# 1. sync, a shard-server killed and restarted while the workers train
+RUN=tsan_sync; NUMEL=40000; SEED=5; H=5; ROUNDS=8
+init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --workers 3 --seed $SEED
+start_server a --lease-ttl-ms 1000
+start_server b --lease-ttl-ms 1000
+for w in w1 w2 w3; do start_worker $w --sync-every $H --steps $((H * ROUNDS)) --heartbeat-interval 1 --step-delay-ms 20; done
+wait_until 30 '[ "$(syncs_of w1)" -ge 2 ]' "w1's second sync"
+kill -9 "$SRV_b"
+start_server b2 --lease-ttl-ms 1000
+wait_workers w1 w2 w3
+no_reports w1 w2 w3
+assert_matches_reference
+say "sync: 3 sanitized workers, a shard-server killed and replaced mid-run: no report, bit-identical to the reference"
+
+# 2. Streaming, 4 fragments, a third worker joins mid-run
+rm -f "$TMP"/w*.jsonl
+RUN=tsan_stream
+init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --fragments 4 --workers 2 --seed $SEED
+start_server c --lease-ttl-ms 2000
+start_server d --lease-ttl-ms 2000
+for w in w1 w2; do start_worker $w --sync-every 20 --steps 100 --heartbeat-interval 1 --step-delay-ms 10; done
+wait_until 30 '[ "$(syncs_of w1)" -ge 3 ]' "w1's third fragment sync"
+start_worker w3 --sync-every 20 --steps 40 --heartbeat-interval 1 --step-delay-ms 10
+wait_workers w1 w2 w3
+no_reports w1 w2 w3
+syncs=$(syncs_of w3)
+[ "$syncs" -ge 4 ] || fail "the joiner made $syncs fragment syncs, expected at least 4"
+say "Streaming: 2 sanitized workers and a joiner ($syncs fragment syncs): no report"
+
+# 3. async with the start ahead; one worker through the device hooks
+RUN=tsan_async
+init_run $RUN --async --trainer quadratic --numel $NUMEL --shards 4 --workers 3 --dn-buffer-size 3 --async-lookahead 0.5
+start_server e --lease-ttl-ms 2000
+start_server f --lease-ttl-ms 2000
+start_worker fast --sync-every 10 --steps 60 --heartbeat-interval 1 --step-delay-ms 5
+start_worker mid --sync-every 10 --steps 60 --heartbeat-interval 1 --step-delay-ms 15 --device-hooks host
+start_worker slow --sync-every 10 --steps 60 --heartbeat-interval 1 --step-delay-ms 25
+wait_workers fast mid slow
+no_reports fast mid slow
+ref_async_check $RUN 10 "with its starts ahead" --async-lookahead 0
+say "async with --async-lookahead and device hooks: no report"
+
+# 4. int3 + error feedback + --download update; w3 evicted mid-interval and back
+RUN=tsan_evict; NUMEL=8000; H=10; ROUNDS=5
+init_run $RUN --trainer quadratic --numel $NUMEL --shards 4 --workers 3 --min-workers 2 --seed $SEED \
+  --heartbeat-timeout 0.8 --compress int3 --download update
+start_server g --lease-ttl-ms 2000
+start_server h --lease-ttl-ms 2000
+for w in w1 w2; do
+  start_worker $w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 0.2 --step-delay-ms 100 --error-feedback
+done
+start_worker w3 --sync-every $H --steps 0 --heartbeat-interval 0.2 --step-delay-ms 100 --error-feedback # stopped by SIGTERM
+wait_until 30 '[ "$($RCLI HGET "dl:{$RUN}:state" round:0)" -ge 1 ]' "round 0 to close"
+sleep 0.3
+kill -STOP "$WRK_w3"
+wait_until 10 '[ "$($RCLI HEXISTS "dl:{$RUN}:workers" w3)" = 0 ]' "w3 to be evicted"
+kill -CONT "$WRK_w3"
+wait_workers w1 w2
+kill -TERM "$WRK_w3" # (it lost steps to the eviction: it would wait for a second worker at its next barrier)
+wait_workers w3
+no_reports w1 w2 w3
+grep -q "registering again" "$TMP/worker-w3.log" || fail "w3 did not register again: $(grep -i evict "$TMP/worker-w3.log")"
+say "int3 / update: w3 evicted mid-interval, registered again, stopped by SIGTERM: no report"
+
+# 5. two groups of 2 ranks
+RUN=tsan_group; NUMEL=60000; ROUNDS=4; H=10
+init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED
+start_server i --lease-ttl-ms 2000
+start_server j --lease-ttl-ms 2000
+for g in g1 g2; do
+  build/tsan/bin/group_worker --redis "$URL" --run $RUN --worker-id $g --ranks 2 --steps $((ROUNDS * H)) \
+    --sync-every $H > "$TMP/$g.out" 2> "$TMP/group-$g.log" &
+  eval "G_$g=$!"; PIDS="$PIDS $!"
+done
+for g in g1 g2; do eval "pid=\$G_$g"; wait "$pid" || fail "group $g exited with status $?: $(tail -5 "$TMP/group-$g.log")"; done
+no_reports g1 g2
+REF_WORKERS=g1,g2 assert_matches_reference
+say "groups: 2 sanitized groups of 2 ranks, no report, bit-identical to the reference"

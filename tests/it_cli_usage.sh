@@ -67,6 +67,10 @@ say "Redis down, one attempt: exit 1, one line with '$hint'"
 # (it is then in the wait): a fixed sleep raced the start, which under load was slow before main() for
 # bin/worker when it linked cuBLAS (2.3 s on a loaded 2-core machine; it opens CUDA on demand now).
 for cmd in "coordinator serve" shard-server worker; do
+  # emptied here, not by the redirection below: that runs in the child, so the wait could read the last
+  # binary's "retrying" and signal this one before it had its handler (dash, holding the test's TERM trap
+  # between fork and exec, then swallowed the signal: the worker waited its 60 s)
+  : > "$TMP/wait.log"
   bin/$cmd --redis "$DEAD" --run r > "$TMP/wait.log" 2>&1 &
   p=$!; PIDS="$PIDS $p"
   wait_until 20 'grep -q "retrying for up to" "$TMP/wait.log"' "$cmd to say it waits for Redis"

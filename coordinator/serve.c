@@ -187,7 +187,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
     serve_ctx *x = arg;
-    log_info("signal %d: stopping", (int)sig);
+    log_info("%s: stopping", sig == SIGINT ? "SIGINT (Ctrl-C)" : sig == SIGTERM ? "SIGTERM" : "signal");
     event_base_loopbreak(x->base);
 }
 

@@ -7,7 +7,7 @@
 #   - the run gone from Redis under running processes (a Redis restarted without its data; here FUNCTION
 #     FLUSH and FLUSHALL, which leave it as such a restart does): the worker, the shard-server and
 #     `coordinator serve` each say once that the run is gone and what to do, and stay up; SIGTERM then
-#     stops the shard-server with "stopped" as its last line;
+#     stops the shard-server with "stopped" as its last line, and it and serve (SIGINT) name the signal;
 #   - `coordinator --redis URL status` (flags before the command) says that the command comes first;
 #   - a GPT worker with a token file too short for its --seq, --shard-index out of range, or a
 #     --min-lr-ratio or --weight-decay that would make its lr negative or its weights grow, says the
@@ -53,7 +53,11 @@ say "the run gone from Redis: worker, shard-server and serve said so once each, 
 kill -TERM $SRV_s1
 wait $SRV_s1 || fail "s1: exit status $? on SIGTERM"
 tail -n 1 "$TMP/server-s1.log" | grep -q "shard-server s1 stopped$" || fail "s1's last line: $(tail -n 2 "$TMP/server-s1.log")"
-say "SIGTERM: the shard-server's last line says it stopped (no 'subscription lost' after it)"
+grep -q "INFO SIGTERM: stopping (giving leases back)" "$TMP/server-s1.log" || fail "s1 did not name the signal"
+kill -INT $SERVE
+wait $SERVE || fail "serve: exit status $? on SIGINT"
+grep -q "INFO SIGINT (Ctrl-C): stopping" "$TMP/serve.log" || fail "serve did not name the signal: $(tail -n 2 "$TMP/serve.log")"
+say "SIGTERM, SIGINT: the shard-server and serve name the signal; the server's last line says it stopped"
 
 bin/coordinator --redis "$URL" --run $RUN status > "$TMP/out" 2>&1
 rc=$?

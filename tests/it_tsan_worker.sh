@@ -10,7 +10,7 @@
 #   1. sync DiLoCo, 3 workers, 2 shard-servers, one of them killed (-9) and restarted mid-run (owners change
 #      under the push and get threads);
 #   2. Streaming DiLoCo, 4 fragments (a fragment's round on its own thread while training goes on), with a
-#      worker that joins mid-run;
+#      worker that joins mid-run and a shard-server killed and replaced as it joins;
 #   3. async DiLoCo with --async-lookahead and a worker with device hooks (--device-hooks host);
 #   4. int3 pseudo-gradients with error feedback and --download update, a worker stopped (SIGSTOP) past the
 #      heartbeat timeout mid-interval: evicted, it registers again from the training thread while the
@@ -60,11 +60,13 @@ start_server d --lease-ttl-ms 2000
 for w in w1 w2; do start_worker $w --sync-every 20 --steps 100 --heartbeat-interval 1 --step-delay-ms 10; done
 wait_until 30 '[ "$(syncs_of w1)" -ge 3 ]' "w1's third fragment sync"
 start_worker w3 --sync-every 20 --steps 40 --heartbeat-interval 1 --step-delay-ms 10
+kill -9 "$SRV_d"
+start_server d2 --lease-ttl-ms 2000
 wait_workers w1 w2 w3
 no_reports w1 w2 w3
 syncs=$(syncs_of w3)
 [ "$syncs" -ge 4 ] || fail "the joiner made $syncs fragment syncs, expected at least 4"
-say "Streaming: 2 sanitized workers and a joiner ($syncs fragment syncs): no report"
+say "Streaming: 2 sanitized workers, a joiner ($syncs fragment syncs) and a server replaced: no report"
 
 # 3. async with the start ahead; one worker through the device hooks
 RUN=tsan_async

@@ -152,7 +152,8 @@ struct diloco {
     char inflight_err[256];
     uint64_t inflight_t0;
     int64_t inflight_round;
-    int refetch_all; /* a background sync found us evicted: fetch everything at the boundary */
+    int refetch_all;              /* a background sync found us evicted: fetch everything at the boundary */
+    uint64_t stream_wait_told_ms; /* when we last said a round outlasts an interval (streaming.c) */
 
     shard_owner *owners;
     pthread_mutex_t owners_mu;

@@ -71,9 +71,15 @@ int round_net(diloco *d, int f, char *err, size_t errlen)
     if (rc == DL_STALE && register_if_evicted(d, REGISTERING, err, errlen) != DL_OK) /* stale: evicted? */
         return d->refetch_all ? DL_EVICTED : DL_FAIL;
     if (rc == DL_STALE) {
-        log_warn("round %" PRId64 " of fragment %d lost (stale): %s; continuing from the current global "
-                 "parameters",
-                 round, f, err);
+        /* a joiner that volunteered for a round which did not wait for it: expected, not a loss */
+        if (!d->rc.async && round < d->frag_joined[f])
+            log_info("round %" PRId64 " of fragment %d closed without us (we joined for round %" PRId64
+                     " of it); continuing from its result",
+                     round, f, d->frag_joined[f]);
+        else
+            log_warn("round %" PRId64 " of fragment %d lost (stale): %s; continuing from the current global "
+                     "parameters",
+                     round, f, err);
         return fetch_current(d, f, err, errlen) < 0 ? DL_FAIL : DL_STALE;
     }
     if (rc == DL_EVICTED) {

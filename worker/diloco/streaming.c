@@ -15,6 +15,8 @@
 #include "base/util.h"
 #include "internal.h"
 
+#define STREAM_WAIT_TELL_MS 60000 /* how often a round longer than an interval is said (tell_round_longer) */
+
 static void *inflight_main(void *p)
 {
     diloco *d = p;
@@ -47,14 +49,41 @@ static int begin_fragment(diloco *d, int f, char *err, size_t errlen)
     return 0;
 }
 
-int stream_finish_fragment(diloco *d, char *err, size_t errlen)
+/* Training waited `waited` ms at a boundary for fragment f's round, sent `trained` ms earlier: the round is
+ * longer than an interval, and compute stalls at every boundary. Say so, with what hides it, at most once a
+ * minute (a short wait is noise: a tenth of the interval and 50 ms). */
+static void tell_round_longer(diloco *d, int f, uint64_t trained, uint64_t waited)
+{
+    uint64_t now = now_ms();
+    if (waited < 50 || waited * 10 < trained) return;
+    if (d->stream_wait_told_ms != 0 && now - d->stream_wait_told_ms < STREAM_WAIT_TELL_MS) return;
+    d->stream_wait_told_ms = now;
+    log_warn("fragment %d's round took %.2f s, longer than the interval of %d steps (%.2f s): training waited "
+             "%.2f s for it. Over a slow or distant link, fewer fragments (coordinator init --fragments) or a "
+             "larger --sync-every make an interval long enough to hide a round (docs/compression.md, \"What a "
+             "user feels\")",
+             f, (double)(trained + waited) / 1000.0, stream_interval(d), (double)trained / 1000.0,
+             (double)waited / 1000.0);
+}
+
+/* Wait for the fragment in flight and apply its result. at_boundary: the schedule's own wait (stream_step),
+ * where a wait means the round outlasts an interval; not a force sync's or the session's end. */
+static int finish_fragment(diloco *d, int at_boundary, char *err, size_t errlen)
 {
     if (d->inflight < 0) return 0;
+    uint64_t t_join = now_ms();
     if (d->inflight_threaded) pthread_join(d->inflight_thread, NULL);
+    if (d->inflight_threaded && at_boundary)
+        tell_round_longer(d, d->inflight, t_join - d->inflight_t0, now_ms() - t_join);
     int f = d->inflight;
     d->inflight = -1;
     return round_settle(d, f, d->inflight_round, d->inflight_rc, d->inflight_err, d->inflight_t0, d->o.fragment_alpha,
                         err, errlen);
+}
+
+int stream_finish_fragment(diloco *d, char *err, size_t errlen)
+{
+    return finish_fragment(d, 0, err, errlen);
 }
 
 void stream_finish_inflight(diloco *d)
@@ -98,7 +127,7 @@ void stream_force_order(const diloco *d, int *order)
 
 int stream_step(diloco *d, char *err, size_t errlen)
 {
-    int changed = stream_finish_fragment(d, err, errlen);
+    int changed = finish_fragment(d, 1, err, errlen);
     if (changed < 0) return -1;
     int f = stream_next_fragment(d);
     int began = begin_fragment(d, f, err, errlen);

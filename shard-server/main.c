@@ -196,8 +196,9 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
         event_base_loopbreak(ss->base);
         return;
     }
-    log_info("%s: stopping (giving leases back)",
-             sig == SIGINT ? "SIGINT (Ctrl-C)" : sig == SIGTERM ? "SIGTERM" : "signal");
+    log_info("%s: stopping (giving leases back)", sig == SIGINT    ? "SIGINT (Ctrl-C)"
+                                                  : sig == SIGTERM ? "SIGTERM"
+                                                                   : "signal");
     ss->stopping = 1;
     server_stop_accepting(ss);
     struct timeval tv = {.tv_sec = EXIT_GRACE_MS / 1000, .tv_usec = (EXIT_GRACE_MS % 1000) * 1000};

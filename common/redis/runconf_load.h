@@ -24,8 +24,8 @@ int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errle
  * without its data, or flushed) or the run's config (NORUN). Processes that were running the run say
  * "run 'R' is gone from this Redis (<what>): " RUN_GONE_HINT instead of repeating the raw error. */
 const char *runconf_error_gone(const char *redis_error);
-#define RUN_GONE_HINT                                                                                      \
-    "Redis restarted without its data (a Redis without AOF keeps nothing; docs/deploy.md has the durable " \
+#define RUN_GONE_HINT                                                                                         \
+    "Redis restarted without its data (a Redis without AOF keeps nothing; docs/deploy.md has the durable "    \
     "config) or was flushed; this process cannot continue the run: stop it, then `coordinator init` the run " \
     "again (--from-checkpoint FILE resumes a checkpoint)"
 #define RUN_GONE_LOG_EVERY_MS 60000 /* a process that keeps trying says it once a minute, not every try */

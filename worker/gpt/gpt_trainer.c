@@ -547,7 +547,8 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
         return NULL;
     }
     if (!(o->min_lr_ratio >= 0 && o->min_lr_ratio <= 1)) { /* outside, the cosine ends above the peak or below 0 */
-        err_set(err, errlen, "gpt: --min-lr-ratio is the final lr over the peak lr, in [0, 1]; got %g", o->min_lr_ratio);
+        err_set(err, errlen, "gpt: --min-lr-ratio is the final lr over the peak lr, in [0, 1]; got %g",
+                o->min_lr_ratio);
         return NULL;
     }
     gpt_trainer *g = calloc(1, sizeof *g);

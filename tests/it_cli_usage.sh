@@ -78,8 +78,9 @@ for cmd in "coordinator serve" shard-server worker; do
   wait_until 3 '! alive $p' "$cmd to stop on SIGTERM while it waits for Redis"
   wait $p; rc=$?
   [ $rc -le 1 ] || fail "$cmd waiting for Redis: SIGTERM gave exit $rc (killed, not stopped)"
+  grep -q "ERROR" "$TMP/wait.log" && fail "$cmd waiting for Redis: a stop asked for, logged as an error: $(grep ERROR "$TMP/wait.log")"
 done
-say "SIGTERM while waiting for a down Redis: each binary stops itself at once"
+say "SIGTERM while waiting for a down Redis: each binary stops itself at once, without an ERROR line"
 
 # serve started before its run exists waits for it, saying so once, not every second
 start_redis

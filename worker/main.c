@@ -191,23 +191,23 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
          .kind = OPT_DOUBLE,
          .dest = &hb_s,
          .min = 0,
-         .max = HUGE_VAL,
+         .max = OPTS_SECONDS_MAX,
          .given = &hb_given,
-         .wants = "a non-negative number"},
+         .wants = "seconds in [0, 2000000]"},
         {.name = "sync-timeout",
          .kind = OPT_DOUBLE,
          .dest = &st_s,
-         .min = 0,
-         .max = HUGE_VAL,
+         .min = 0.001,
+         .max = OPTS_SECONDS_MAX,
          .given = &st_given,
-         .wants = "a non-negative number"},
+         .wants = "seconds in (0, 2000000]"},
         {.name = "connect-timeout",
          .kind = OPT_DOUBLE,
          .dest = &ct_s,
          .min = 0,
-         .max = HUGE_VAL,
+         .max = OPTS_SECONDS_MAX,
          .given = &ct_given,
-         .wants = "a non-negative number"},
+         .wants = "seconds in [0, 2000000]"},
         {.name = "slowdown", .kind = OPT_DOUBLE, .dest = &a->slowdown, .min = 1, .max = 1000, .wants = "a number in [1, 1000]"},
         {.name = "quad-lr",
          .kind = OPT_DOUBLE,
@@ -378,9 +378,11 @@ static void progress(const worker_args *a, diloco *d, long step, const trainer_s
     if (diloco_last_sync(d, &s) == 0) snprintf(last, sizeof last, "%.2fs", s.seconds);
     char eval[32] = "";
     if (st->eval_loss >= 0) snprintf(eval, sizeof eval, " eval %.4f", st->eval_loss);
-    fprintf(stderr, "%sstep %ld%s%ld  loss %.4f%s  %.0f %s  v%" PRId64 "  sync in %d  last sync %s%s",
-            tty ? "\r\033[K" : "", step, a->steps ? "/" : "", a->steps ? a->steps : 0L, st->loss, eval, rate, unit,
-            diloco_version(d), diloco_steps_to_sync(d), last, tty ? "" : "\n");
+    char of[32] = ""; /* "/N" with --steps N; nothing when it trains until stopped */
+    if (a->steps) snprintf(of, sizeof of, "/%ld", a->steps);
+    fprintf(stderr, "%sstep %ld%s  loss %.4f%s  %.0f %s  v%" PRId64 "  sync in %d  last sync %s%s",
+            tty ? "\r\033[K" : "", step, of, st->loss, eval, rate, unit, diloco_version(d), diloco_steps_to_sync(d),
+            last, tty ? "" : "\n");
     fflush(stderr);
 }
 
@@ -443,6 +445,22 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf)
     return 0;
 }
 
+/* The exit of a start that did not get to train: a signal while it waited (for Redis, a shard-server, the
+ * run's parameters) is a stop the user asked for, said as such with exit 0 as after training (and as the
+ * shard-server does); anything else is an error, exit 1. */
+static int failed_or_stopped(const char *err)
+{
+    if (g_stop) {
+        if (strcmp(err, "stopped") == 0)
+            log_info("stopped by a signal before training started");
+        else
+            log_info("stopped by a signal before training started (%s)", err);
+        return 0;
+    }
+    log_error("%s", err);
+    return 1;
+}
+
 /* libdiloco's device hooks for this trainer (--device-hooks): 1 when set (params then stay away from
  * libdiloco), 0 when the host buffer is used, -1 on error. */
 static int device_hooks(const worker_args *a, trainer *t, diloco_device_ops *ops, host_device **hd, char *err,
@@ -492,9 +510,8 @@ static int run_worker(int argc, char **argv)
     FILE *logf = NULL;
     int status = 1;
     if (read_run(&a, &rc, err, sizeof err) < 0) {
-        log_error("%s", err);
         free(rest);
-        return 1;
+        return failed_or_stopped(err);
     }
     t = make_trainer(&a, &rc, rest, nrest, err, sizeof err);
     if (!t || layout_check(rc.layout, t->tensors, t->ntensors, t->name, err, sizeof err) < 0) goto error;
@@ -536,7 +553,7 @@ static int run_worker(int argc, char **argv)
     status = train(&a, t, d, logf) < 0 ? 1 : 0;
     goto done;
 error:
-    log_error("%s", err);
+    status = failed_or_stopped(err);
 done:
     diloco_close(d); /* before the trainer: it may free host buffers through the device hooks */
     if (hd) {

@@ -176,6 +176,7 @@ struct diloco {
     pthread_mutex_t hb_mu;
     pthread_cond_t hb_cond;
     int hb_stop;
+    uint64_t hb_gone_told_ms; /* heartbeat thread only: when it last said the run is gone from Redis */
     int64_t inc; /* our incarnation (0 = not registered) */
     int evicted;
     int stop_requested;

@@ -85,7 +85,8 @@ static void usage(FILE *f)
                "  --trainer NAME            gpt or quadratic (default: what the run was initialised for)\n"
                "  --log FILE                JSON-lines telemetry (steps, syncs)\n"
                "  --quiet                   no progress line\n"
-               "  --eval-only               fetch the current global parameters, print their validation loss, leave\n"
+               "  --eval-only               print the validation loss of the current global parameters (read from\n"
+               "                            Redis, as the evaluator does: without joining the run) and leave\n"
                "  --evaluate-every N        evaluator: do not train; publish the validation loss of every N-th\n"
                "                            committed version to the stream dl:{R}:evals (see docs/quality.md)\n"
                "  --final-sync              after the last step, sync every fragment at once (diloco_force_sync)\n"
@@ -515,14 +516,22 @@ static int run_worker(int argc, char **argv)
     }
     t = make_trainer(&a, &rc, rest, nrest, err, sizeof err);
     if (!t || layout_check(rc.layout, t->tensors, t->ntensors, t->name, err, sizeof err) < 0) goto error;
+    evaluator_options eo = {.redis_url = a.dl.redis_url,
+                            .run = a.dl.run,
+                            .every = a.evaluate_every,
+                            .poll_ms = 200,
+                            .connect_timeout_ms = a.dl.connect_timeout_ms,
+                            .stop = (const volatile int *)&g_stop};
     if (a.evaluate_every) {
-        evaluator_options eo = {.redis_url = a.dl.redis_url,
-                                .run = a.dl.run,
-                                .every = a.evaluate_every,
-                                .poll_ms = 200,
-                                .connect_timeout_ms = a.dl.connect_timeout_ms,
-                                .stop = (const volatile int *)&g_stop};
         if (evaluator_run(&eo, &rc, t, err, sizeof err) < 0) goto error;
+        status = 0;
+        goto done;
+    }
+    if (a.eval_only) { /* not a member: the run's barriers must not wait for an evaluation */
+        int64_t version;
+        double loss;
+        if (evaluator_once(&eo, &rc, t, &version, &loss, err, sizeof err) < 0) goto error;
+        printf("eval_loss %.6f version %" PRId64 "\n", loss, version);
         status = 0;
         goto done;
     }
@@ -540,16 +549,6 @@ static int run_worker(int argc, char **argv)
     if (diloco_open(&a.dl, hooks ? NULL : t->params, t->numel, &d, err, sizeof err) < 0) goto error;
     log_json(logf, json_pack("{s:s, s:s, s:I}", "event", "join", "worker", diloco_worker_id(d), "version",
                              (json_int_t)diloco_version(d)));
-    if (a.eval_only) {
-        double loss;
-        if (!t->evaluate || t->evaluate(t, &loss, err, sizeof err) < 0) {
-            if (!t->evaluate) err_set(err, sizeof err, "the %s trainer has no validation loss", t->name);
-            goto error;
-        }
-        printf("eval_loss %.6f version %" PRId64 "\n", loss, diloco_version(d));
-        status = 0;
-        goto done;
-    }
     status = train(&a, t, d, logf) < 0 ? 1 : 0;
     goto done;
 error:

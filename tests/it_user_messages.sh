@@ -13,7 +13,9 @@
 #     --min-lr-ratio or --weight-decay that would make its lr negative or its weights grow, says the
 #     values and what to change (it trained with them before);
 #   - a worker started on a run an operator shut down says how to train on; one Ctrl-C'd while it waits
-#     to start (no shard-server up) says it stopped, exit 0 (it said "ERROR stopped", exit 1).
+#     to start (no shard-server up) says it stopped, exit 0 (it said "ERROR stopped", exit 1);
+#   - `coordinator init --force` over a run whose shard-server is still registered warns first (they carry on
+#     in the new run); over an idle run it says nothing more.
 . "$(dirname "$0")/lib.sh"
 start_redis
 RUN=walk
@@ -100,3 +102,16 @@ wait $p || fail "SIGINT before training: exit $? (want 0): $(tail -n 2 "$TMP/ear
 tail -n 1 "$TMP/early.log" | grep -q "INFO stopped by a signal before training started" \
   || fail "SIGINT before training: $(tail -n 2 "$TMP/early.log")"
 say "SIGINT of a worker waiting to start: exit 0, 'stopped by a signal before training started'"
+
+# init --force over a run that still has a shard-server: said before it is replaced; over an idle run: nothing
+init_run live --trainer quadratic --numel 10 --workers 1
+RUN=live; start_server live1
+wait_until 10 '[ "$($RCLI HLEN "dl:{live}:servers")" -ge 1 ]' "the shard-server to register"
+bin/coordinator init --redis "$URL" --run live --trainer quadratic --numel 10 --workers 1 --force > "$TMP/force.log" 2>&1 \
+  || fail "init --force: $(cat "$TMP/force.log")"
+grep -q "warning: run 'live' still has 0 registered worker(s) and 1 shard-server(s)" "$TMP/force.log" \
+  || fail "init --force under a live shard-server: $(cat "$TMP/force.log")"
+bin/coordinator init --redis "$URL" --run nosrv --trainer quadratic --numel 10 --workers 1 --force > "$TMP/force2.log" 2>&1 \
+  || fail "init --force: $(cat "$TMP/force2.log")"
+grep -q "warning" "$TMP/force2.log" && fail "init --force of an idle run warned: $(cat "$TMP/force2.log")"
+say "init --force over a run with a live shard-server warns first; over an idle run it does not"

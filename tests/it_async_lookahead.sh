@@ -65,4 +65,6 @@ hooks_used slow
 bin/coordinator status --redis "$URL" --run $RUN > "$TMP/status.txt" 2>&1 || fail "coordinator status: $(cat "$TMP/status.txt")"
 grep -q "async: Delayed Nesterov 3 (paper), rule rebase, workers start 0.75 ahead, max staleness 64" "$TMP/status.txt" ||
   fail "status: $(cat "$TMP/status.txt")"
-say "coordinator status shows the rule and the lookahead"
+grep -q "^submissions applied [0-9]" "$TMP/status.txt" || fail "status of an async run, no submissions line: $(head -3 "$TMP/status.txt")"
+grep -q "open round" "$TMP/status.txt" && fail "status of an async run speaks of rounds: $(head -3 "$TMP/status.txt")"
+say "coordinator status shows the rule, the lookahead and the submissions applied ($(grep -o '^submissions applied [0-9]*' "$TMP/status.txt"))"

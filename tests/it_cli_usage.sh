@@ -54,6 +54,7 @@ expect 2 "\-\-connect-timeout wants seconds in \[0, 2000000\], got '3e7'" bin/sh
 expect 2 "\-\-heartbeat-timeout wants seconds in \[0, 2000000\] (0 = never), got 'inf'" bin/coordinator init --redis "$DEAD" --run r --heartbeat-timeout inf
 expect 2 "\-\-outer-lr wants a non-negative number, got 'inf'" bin/coordinator init --redis "$DEAD" --run r --outer-lr inf
 expect 2 "set-lr wants a number, got 'inf'" bin/coordinator control --redis "$DEAD" --run r set-lr inf
+expect 2 "set-max-staleness wants an integer, got '-1'" bin/coordinator control --redis "$DEAD" --run r set-max-staleness -1
 say "bad values and trainer flags: exit 2 before any connection"
 
 hint="is redis-server running, and is the URL right?"

@@ -5,6 +5,7 @@
  *   coordinator control --redis URL --run R set-momentum MU
  *   coordinator control --redis URL --run R set-workers N
  *   coordinator control --redis URL --run R set-min-workers N
+ *   coordinator control --redis URL --run R set-max-staleness K
  *   coordinator control --redis URL --run R shutdown
  *
  * Each builds the same JSON body the HTTP endpoint takes and runs it through control_run(), so the
@@ -30,6 +31,8 @@ static void usage(FILE *f)
                "  set-nesterov 0|1    Nesterov momentum off/on                 [update_optimizer]\n"
                "  set-workers N       expected workers per round, >= 1         [update_num_workers]\n"
                "  set-min-workers N   floor of the expected workers            [update_num_workers]\n"
+               "  set-max-staleness K async: refuse submissions more than K versions old, 0: no\n"
+               "                      limit (a rebase run: 1 to its --max-staleness) [update_staleness]\n"
                "  shutdown            stop the run: workers leave at their next heartbeat [shutdown]\n"
                "\n"
                "Prints the JSON reply; exit status 0 on success, 1 if the action failed, 2 on usage errors.\n");
@@ -74,7 +77,7 @@ int cmd_control(int argc, char **argv)
     }
     if (npos == 0) {
         fprintf(stderr, "coordinator control: which ACTION? kick, set-lr, set-momentum, set-nesterov, set-workers, "
-                        "set-min-workers or shutdown (see --help)\n");
+                        "set-min-workers, set-max-staleness or shutdown (see --help)\n");
         return OPTS_EXIT_USAGE;
     }
     const char *verb = pos[0], *action = NULL;
@@ -104,6 +107,10 @@ int cmd_control(int argc, char **argv)
         action = "update_num_workers";
         if (npos == 2 && !(v = int_arg(pos[1], verb))) goto usage_error;
         if (v) json_object_set_new(body, verb[4] == 'w' ? "num_workers" : "min_workers", v);
+    } else if (!strcmp(verb, "set-max-staleness")) {
+        action = "update_staleness";
+        if (npos == 2 && !(v = int_arg(pos[1], verb))) goto usage_error;
+        if (v) json_object_set_new(body, "max_staleness", v);
     } else if (!strcmp(verb, "shutdown")) {
         action = "shutdown";
         want = 0;

@@ -7,6 +7,8 @@
  *                       (either may be omitted; also "nesterov": true/false)
  *   update_num_workers  {"num_workers": 4}                  -> dl_set target_workers 4
  *                       (also "min_workers": N)
+ *   update_staleness    {"max_staleness": 8}                -> dl_set max_staleness 8
+ *                       (async runs: submissions older than K versions are refused; 0: no limit)
  *   shutdown            {}                                  -> dl_shutdown
  *
  * Everything is validated before the one FCALL that makes the change, and the Redis Function checks
@@ -26,8 +28,8 @@
 #include "redis/fcall.h"
 #include "redis/rconn.h"
 
-const char *const control_actions[] = {"save_state",         "kick_worker", "update_optimizer",
-                                       "update_num_workers", "shutdown",    NULL};
+const char *const control_actions[] = {
+    "save_state", "kick_worker", "update_optimizer", "update_num_workers", "update_staleness", "shutdown", NULL};
 
 static int error_reply(json_t **reply, int code, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 static int error_reply(json_t **reply, int code, const char *fmt, ...)
@@ -197,6 +199,26 @@ static int do_num_workers(rconn *rc, const char *run, json_t *body, json_t **rep
     return 200;
 }
 
+/* max_staleness K (docs/async.md): the Function refuses a K a rebase run cannot serve (outside [1, its window]) */
+static int do_staleness(rconn *rc, const char *run, json_t *body, json_t **reply)
+{
+    static const char *const allowed[] = {"max_staleness", NULL};
+    if (check_fields(body, allowed, "update_staleness", reply)) return 400;
+    json_t *v = json_object_get(body, "max_staleness");
+    long long k;
+    if (!v || int_field(v, 0, 1000000000, &k) < 0)
+        return error_reply(reply, 400,
+                           "update_staleness: body must be {\"max_staleness\": K}, K an integer >= 0 (0: no limit)");
+    char ks[32], what[64];
+    snprintf(ks, sizeof ks, "%lld", k);
+    snprintf(what, sizeof what, "set max_staleness=%s", ks);
+    const char *args[2] = {"max_staleness", ks};
+    int code = control_fcall(rc, run, "dl_set", 2, args, reply, what);
+    if (code != 200) return code;
+    *reply = json_pack("{s:s,s:I}", "status", "ok", "max_staleness", (json_int_t)k);
+    return 200;
+}
+
 static int do_shutdown(rconn *rc, const char *run, json_t *body, json_t **reply)
 {
     static const char *const allowed[] = {NULL};
@@ -238,10 +260,11 @@ int control_run(rconn *rc, const control_env *env, const char *action, json_t *b
     if (!strcmp(action, "kick_worker")) return do_kick(rc, run, body, reply);
     if (!strcmp(action, "update_optimizer")) return do_optimizer(rc, run, body, reply);
     if (!strcmp(action, "update_num_workers")) return do_num_workers(rc, run, body, reply);
+    if (!strcmp(action, "update_staleness")) return do_staleness(rc, run, body, reply);
     if (!strcmp(action, "shutdown")) return do_shutdown(rc, run, body, reply);
     if (!strcmp(action, "save_state")) return do_save(rc, env, body, reply);
     return error_reply(reply, 404,
                        "unknown control action '%.100s' (known: save_state, kick_worker, update_optimizer, "
-                       "update_num_workers, shutdown)",
+                       "update_num_workers, update_staleness, shutdown)",
                        action);
 }

@@ -245,6 +245,29 @@ static int run_exists(rconn *rc, const char *run, int *exists, char *err, size_t
     return 0;
 }
 
+/* HLEN of one of the run's hashes (0 when Redis does not answer: only a warning depends on it). */
+static long long run_hash_len(rconn *rc, const char *run, const char *name)
+{
+    char key[KEY_MAX];
+    redisReply *r = rconn_command(rc, "HLEN %s", key_run(key, sizeof key, run, name));
+    long long n = r && r->type == REDIS_REPLY_INTEGER ? r->integer : 0;
+    if (r) freeReplyObject(r);
+    return n;
+}
+
+/* --force over a run that still has registered workers or shard-servers: they are not told, and carry on
+ * in the new run under the same name (registering again, loading its shards). Said before it happens. */
+static void warn_if_live(rconn *rc, const char *run)
+{
+    long long workers = run_hash_len(rc, run, "workers"), servers = run_hash_len(rc, run, "servers");
+    if (workers == 0 && servers == 0) return;
+    fprintf(stderr,
+            "coordinator init: warning: run '%s' still has %lld registered worker(s) and %lld shard-server(s); "
+            "--force replaces it under them and they carry on in the new run (stop them first for a clean "
+            "start: `coordinator status --run %s` lists them)\n",
+            run, workers, servers, run);
+}
+
 static void random_secret(char *out, size_t cap)
 {
     unsigned char b[16] = {0};
@@ -515,6 +538,7 @@ int cmd_init(int argc, char **argv)
                 a.c.run);
         goto done;
     }
+    if (exists) warn_if_live(rc, a.c.run);
     if (exists && delete_run(rc, a.c.run, err, sizeof err) < 0) goto fail;
     if (create_run(rc, &a, err, sizeof err) < 0) goto fail;
     status = 0;

@@ -38,7 +38,13 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "checkpoint")) return cmd_checkpoint(argc - 2, argv + 2);
     if (!strcmp(argv[1], "control")) return cmd_control(argc - 2, argv + 2);
     if (!strcmp(argv[1], "repair")) return cmd_repair(argc - 2, argv + 2);
-    fprintf(stderr, "coordinator: unknown command '%s'\n\n", argv[1]);
+    if (argv[1][0] == '-') /* `coordinator --redis URL --run R status`: the command goes first */
+        fprintf(stderr,
+                "coordinator: the COMMAND comes first, then its flags (e.g. `bin/coordinator status --redis URL "
+                "--run NAME`), got '%s'\n\n",
+                argv[1]);
+    else
+        fprintf(stderr, "coordinator: unknown command '%s'\n\n", argv[1]);
     usage(stderr);
     return 2;
 }

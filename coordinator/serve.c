@@ -21,6 +21,7 @@
 #include "format/keys.h"
 #include "http.h"
 #include "redis/rconn.h"
+#include "redis/runconf_load.h"
 
 typedef struct serve_ctx {
     coord_common c;
@@ -37,6 +38,7 @@ typedef struct serve_ctx {
     topology_watch topo;  /* the Redis master last seen, and the last failover (topology.c) */
     char reap_err[256];   /* the last error dl_reap gave, and when it was logged: a lasting one */
     uint64_t reap_logged; /* (no run yet, say) is logged once a minute, not every second */
+    int saw_run;          /* a reap succeeded once: a missing run since then is a run gone, not one to come */
 } serve_ctx;
 
 #define REAP_ERROR_LOG_EVERY_MS 60000
@@ -156,14 +158,21 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     else if (r && r->type == REDIS_REPLY_ERROR &&
              (strncmp(x->reap_err, r->str, sizeof x->reap_err - 1) != 0 ||
               now_ms() - x->reap_logged >= REAP_ERROR_LOG_EVERY_MS)) {
-        log_warn("reap: %s%s", r->str,
-                 strstr(r->str, "Function not found") ? " (no run in this Redis yet: `coordinator init` loads the "
-                                                        "functions and creates it)"
-                                                      : "");
+        if (x->saw_run && runconf_error_gone(r->str))
+            log_error("reap: run '%s' is gone from this Redis (%s): " RUN_GONE_HINT, x->c.run,
+                      runconf_error_gone(r->str));
+        else
+            log_warn("reap: %s%s", r->str,
+                     strstr(r->str, "Function not found") ? " (no run in this Redis yet: `coordinator init` loads "
+                                                            "the functions and creates it)"
+                                                          : "");
         snprintf(x->reap_err, sizeof x->reap_err, "%s", r->str);
         x->reap_logged = now_ms();
     }
-    if (r && r->type != REDIS_REPLY_ERROR) x->reap_err[0] = '\0'; /* the next error is news */
+    if (r && r->type != REDIS_REPLY_ERROR) {
+        x->reap_err[0] = '\0'; /* the next error is news */
+        x->saw_run = 1;
+    }
     if (r) freeReplyObject(r);
     if (!rconn_broken(rc)) maybe_save(x, rc);
     char master[300];
@@ -178,7 +187,7 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
 {
     (void)what;
     serve_ctx *x = arg;
-    log_info("signal %d: stopping", (int)sig);
+    log_info("%s: stopping", sig == SIGINT ? "SIGINT (Ctrl-C)" : sig == SIGTERM ? "SIGTERM" : "signal");
     event_base_loopbreak(x->base);
 }
 
@@ -270,8 +279,8 @@ int cmd_serve(int argc, char **argv)
          .kind = OPT_DOUBLE,
          .dest = &connect_s,
          .min = 0,
-         .max = 86400 * 365,
-         .wants = "seconds >= 0"},
+         .max = OPTS_SECONDS_MAX,
+         .wants = "seconds in [0, 2000000]"},
         {.name = "http", .kind = OPT_STRING, .dest = &http_arg},
         {.name = "host", .kind = OPT_STRING, .dest = &host_arg},
         {.name = "token-file", .kind = OPT_STRING, .dest = &token_file},

@@ -57,6 +57,23 @@ static void print_corrupt(json_t *doc)
     }
 }
 
+/* An async run's progress: the lowest and highest shard version (each shard applies submissions on its own). */
+static void print_async_versions(json_t *doc)
+{
+    json_t *ss = json_object_get(doc, "shards"), *s;
+    double lo = 0, hi = 0;
+    size_t i;
+    json_array_foreach(ss, i, s)
+    {
+        double v = num(s, "version");
+        if (i == 0 || v < lo) lo = v;
+        if (i == 0 || v > hi) hi = v;
+    }
+    printf("submissions applied %.0f", lo);
+    if (hi > lo) printf(" to %.0f (by shard)", hi);
+    printf("  ");
+}
+
 static void print_run(json_t *doc)
 {
     json_t *cfg = json_object_get(doc, "config"), *st = json_object_get(doc, "state");
@@ -67,10 +84,13 @@ static void print_run(json_t *doc)
     printf("run %s  mode %s  status %s  trainer %s  %s parameters in %s shards, %s fragment(s)\n", name,
            str(cfg, "mode"), str(st, "status"), str(cfg, "trainer"), str(cfg, "numel"), str(cfg, "shards"),
            str(cfg, "fragments"));
-    printf("open round %s  rounds closed %s  commits %s  workers needed %s (min %s)  deaths %s  rejections %s  "
-           "duplicates %.0f\n",
-           str(st, "round:0"), str(st, "rounds_closed"), str(st, "commits"), str(st, "target_workers"),
-           str(st, "min_workers"), str(st, "deaths"), str(st, "rejections"), num(st, "duplicates"));
+    if (!strcmp(str(cfg, "mode"), "async")) /* no rounds: each shard's version counts the submissions applied */
+        print_async_versions(doc);
+    else
+        printf("open round %s  rounds closed %s  ", str(st, "round:0"), str(st, "rounds_closed"));
+    printf("commits %s  workers needed %s (min %s)  deaths %s  rejections %s  duplicates %.0f\n", str(st, "commits"),
+           str(st, "target_workers"), str(st, "min_workers"), str(st, "deaths"), str(st, "rejections"),
+           num(st, "duplicates"));
     printf("outer lr %s  momentum %s  nesterov %s  heartbeat timeout %.0f s\n", str(st, "outer_lr"),
            str(st, "outer_momentum"), str(st, "nesterov"), num(st, "heartbeat_timeout_ms") / 1000.0);
     /* runs made before these settings have neither field: bf16 and params */

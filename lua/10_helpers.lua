@@ -55,7 +55,11 @@ end
 local function load_run(keys)
     local P = prefix_of(keys[1])
     local v = redis.call('HGET', keys[1], 'lib_version')
-    if not v then error('NORUN run ' .. P .. ' does not exist; run `coordinator init` first') end
+    if not v then
+        local name = string.match(P, '^dl:{(.*)}$') or P
+        error('NORUN run \'' .. name .. '\' does not exist in this Redis; run `coordinator init --run ' .. name ..
+              '` first')
+    end
     -- a run made by another library version keeps its keys differently (version 1: the operator's
     -- settings in dl:{R}:state): reading it with these functions would silently use defaults
     if v ~= LIB_VERSION then

@@ -192,7 +192,8 @@ end
 
 local function check_running(P)
     if tunable(P, 'status') == 'shutdown' then
-        error('SHUTDOWN the run has been shut down by an operator')
+        error('SHUTDOWN the run has been shut down by an operator and takes no more workers; to train on, ' ..
+              'start a new run from it: `coordinator checkpoint save`, then `coordinator init --from-checkpoint`')
     end
 end
 

@@ -59,7 +59,10 @@ int ss_ctx_load_run(ss_ctx *ss, volatile int *stop)
     rconn *c =
         rconn_connect_retry(&ss->url, REDIS_TIMEOUT_MS, ss->opts.connect_timeout_ms, stop, NULL, err, sizeof err);
     if (c == NULL) {
-        log_error("%s", err);
+        if (stop != NULL && *stop) /* a signal while it waited for Redis: the stop asked for, not an error */
+            log_info("%s", err);
+        else
+            log_error("%s", err);
         return -1;
     }
     if (runconf_check_library(c, ss->opts.run, err, sizeof err) != 0 ||

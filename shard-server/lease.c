@@ -23,6 +23,7 @@
 #include "base/util.h"
 #include "format/keys.h"
 #include "format/mpmap.h"
+#include "redis/runconf_load.h"
 
 static void release_all(ss_ctx *ss, const char *why)
 {
@@ -158,6 +159,16 @@ static void on_beat(redisReply *r, void *priv)
     if (ss->stopping) return;
     uint64_t now = now_ms();
     uint64_t took = now - ss->beat_sent_ms;
+    const char *gone = r != NULL && r->type == REDIS_REPLY_ERROR ? runconf_error_gone(r->str) : NULL;
+    if (gone) {
+        if (ss->gone_logged_ms == 0 || now - ss->gone_logged_ms >= RUN_GONE_LOG_EVERY_MS) {
+            log_error("lease renewal failed: run '%s' is gone from this Redis (%s): " RUN_GONE_HINT, ss->opts.run,
+                      gone);
+            ss->gone_logged_ms = now;
+        }
+        lease_check_expiry(ss);
+        return;
+    }
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
         log_warn("lease renewal failed: %s", r == NULL                      ? "Redis connection lost"
                                              : r->type == REDIS_REPLY_ERROR ? r->str
@@ -165,6 +176,7 @@ static void on_beat(redisReply *r, void *priv)
         lease_check_expiry(ss);
         return;
     }
+    ss->gone_logged_ms = 0;
     if (took > (uint64_t)ss->opts.lease_ttl_ms) {
         log_warn("lease renewal answered after %llu ms (> ttl %d ms): treating every lease as lost",
                  (unsigned long long)took, ss->opts.lease_ttl_ms);

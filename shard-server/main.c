@@ -84,11 +84,23 @@ static int parse_metrics(const char *v, void *dest)
     return parse_hostport(v, o->metrics_host, sizeof o->metrics_host, &o->metrics_port);
 }
 
+/* --advertise: what workers are told, kept as given, once it is HOST:PORT with a port workers can connect
+ * to (without one, or with 0, the server ran and every worker was sent nowhere) */
+static int parse_advertise(const char *v, void *dest)
+{
+    ss_opts *o = dest;
+    char host[256];
+    int port;
+    if (parse_hostport(v, host, sizeof host, &port) < 0 || port == 0 || strlen(v) >= sizeof o->advertise) return -1;
+    snprintf(o->advertise, sizeof o->advertise, "%s", v);
+    return 0;
+}
+
 /* 0 ok, 1 help printed, -1 error printed. */
 static int parse_args(int argc, char **argv, ss_opts *o)
 {
     static const int levels[4] = {LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR};
-    const char *redis_flag = NULL, *redis_file = NULL, *run = NULL, *advertise = NULL, *id = NULL;
+    const char *redis_flag = NULL, *redis_file = NULL, *run = NULL, *id = NULL;
     const char *tentative_to = NULL;
     int level = -1;
     double connect_s = 60;
@@ -102,7 +114,11 @@ static int parse_args(int argc, char **argv, ss_opts *o)
         {.name = "run", .kind = OPT_STRING, .dest = &run},
         {.name = "listen", .kind = OPT_CUSTOM, .dest = o, .parse = parse_listen, .wants = "HOST:PORT"},
         {.name = "metrics", .kind = OPT_CUSTOM, .dest = o, .parse = parse_metrics, .wants = "HOST:PORT"},
-        {.name = "advertise", .kind = OPT_STRING, .dest = &advertise},
+        {.name = "advertise",
+         .kind = OPT_CUSTOM,
+         .dest = o,
+         .parse = parse_advertise,
+         .wants = "HOST:PORT with a port in [1, 65535]"},
         {.name = "id", .kind = OPT_STRING, .dest = &id},
         {.name = "lease-ttl-ms", .kind = OPT_INT, .dest = &o->lease_ttl_ms, .lo = 300, .hi = 3600000},
         {.name = "max-pending-rounds", .kind = OPT_INT, .dest = &o->max_pending_rounds, .lo = 1, .hi = 1000},
@@ -112,8 +128,8 @@ static int parse_args(int argc, char **argv, ss_opts *o)
          .kind = OPT_DOUBLE,
          .dest = &connect_s,
          .min = 0,
-         .max = 86400 * 365,
-         .wants = "seconds >= 0"},
+         .max = OPTS_SECONDS_MAX,
+         .wants = "seconds in [0, 2000000]"},
         {.name = "fault-crash-before-commit",
          .kind = OPT_DOUBLE,
          .dest = &o->crash_before_commit,
@@ -129,7 +145,6 @@ static int parse_args(int argc, char **argv, ss_opts *o)
     o->log_level = level < 0 ? -1 : levels[level];
     o->connect_timeout_ms = (int)(connect_s * 1000);
     snprintf(o->run, sizeof o->run, "%s", run ? run : "");
-    snprintf(o->advertise, sizeof o->advertise, "%s", advertise ? advertise : "");
     snprintf(o->id, sizeof o->id, "%s", id ? id : "");
     snprintf(o->fault_tentative_to, sizeof o->fault_tentative_to, "%s", tentative_to ? tentative_to : "");
     if (redis_url_pick(redis_flag, redis_file, o->redis, sizeof o->redis, err, sizeof err) != 0) {
@@ -181,7 +196,9 @@ static void on_signal(evutil_socket_t sig, short what, void *arg)
         event_base_loopbreak(ss->base);
         return;
     }
-    log_info("signal %d: stopping (giving leases back)", (int)sig);
+    log_info("%s: stopping (giving leases back)", sig == SIGINT    ? "SIGINT (Ctrl-C)"
+                                                  : sig == SIGTERM ? "SIGTERM"
+                                                                   : "signal");
     ss->stopping = 1;
     server_stop_accepting(ss);
     struct timeval tv = {.tv_sec = EXIT_GRACE_MS / 1000, .tv_usec = (EXIT_GRACE_MS % 1000) * 1000};

@@ -285,6 +285,7 @@ typedef struct ss_ctx {
     uint64_t lease_valid_until; /* now_ms() bound: beyond it no held lease may be trusted */
     int beat_in_flight;
     uint64_t beat_sent_ms;
+    uint64_t gone_logged_ms; /* when lease.c last said the run is gone from Redis (0: not since it was back) */
     struct event *beat_timer;
     char **owner_addr; /* per shard: address of its owner as last read (for `moved`) */
     /* shutdown */

@@ -61,7 +61,8 @@ static void on_message(redisReply *r, void *priv)
     ss_ctx *ss = priv;
     ss_closes *c = &ss->closes;
     if (r == NULL) { /* the connection is gone: the link reconnects and on_ready subscribes again */
-        if (c->subscribed) log_info("barrier closes: subscription to %s lost; gets are answered `wait` meanwhile", c->channel);
+        if (c->subscribed && !ss->stopping) /* (at shutdown the connection goes with everything else) */
+            log_info("barrier closes: subscription to %s lost; gets are answered `wait` meanwhile", c->channel);
         c->subscribed = 0;
         return;
     }

@@ -65,4 +65,13 @@ hooks_used slow
 bin/coordinator status --redis "$URL" --run $RUN > "$TMP/status.txt" 2>&1 || fail "coordinator status: $(cat "$TMP/status.txt")"
 grep -q "async: Delayed Nesterov 3 (paper), rule rebase, workers start 0.75 ahead, max staleness 64" "$TMP/status.txt" ||
   fail "status: $(cat "$TMP/status.txt")"
-say "coordinator status shows the rule and the lookahead"
+grep -q "^submissions applied [0-9]" "$TMP/status.txt" || fail "status of an async run, no submissions line: $(head -3 "$TMP/status.txt")"
+grep -q "open round" "$TMP/status.txt" && fail "status of an async run speaks of rounds: $(head -3 "$TMP/status.txt")"
+say "coordinator status shows the rule, the lookahead and the submissions applied ($(grep -o '^submissions applied [0-9]*' "$TMP/status.txt"))"
+# the limit is a tunable: coordinator control set-max-staleness (a rebase run keeps it within its window)
+bin/coordinator control --redis "$URL" --run $RUN set-max-staleness 8 > "$TMP/ms.txt" 2>&1 || fail "set-max-staleness 8: $(cat "$TMP/ms.txt")"
+[ "$($RCLI HGET "dl:{$RUN}:tunables" max_staleness)" = 8 ] || fail "max_staleness is $($RCLI HGET "dl:{$RUN}:tunables" max_staleness) after set-max-staleness 8"
+bin/coordinator control --redis "$URL" --run $RUN set-max-staleness 0 > "$TMP/ms0.txt" 2>&1 && fail "a rebase run took max_staleness 0"
+grep -q "max_staleness" "$TMP/ms0.txt" || fail "set-max-staleness 0: $(cat "$TMP/ms0.txt")"
+[ "$($RCLI HGET "dl:{$RUN}:tunables" max_staleness)" = 8 ] || fail "a refused set-max-staleness changed the limit"
+say "coordinator control set-max-staleness: 8 taken, 0 refused in a rebase run ($(cat "$TMP/ms0.txt" | cut -c1-120))"

@@ -40,11 +40,21 @@ expect 2 "\-\-batch wants an integer, got 'x'" bin/worker --redis "$DEAD" --run 
 expect 2 "unknown option --batch" bin/worker --redis "$DEAD" --run r --trainer quadratic --batch 8
 expect 2 "\-\-trainer wants gpt or quadratic, got 'gtp'" bin/worker --redis "$DEAD" --run r --trainer gtp
 expect 2 "unknown option --bogus" bin/shard-server --redis "$DEAD" --run r --bogus
+expect 2 "\-\-advertise wants HOST:PORT with a port in \[1, 65535\], got '127.0.0.1'" bin/shard-server --redis "$DEAD" --run r --advertise 127.0.0.1
 expect 2 "which ACTION? kick, set-lr" bin/coordinator control --redis "$DEAD" --run r
 expect 2 "give one FILE" bin/coordinator checkpoint show
 expect 2 "\-\-trainer wants gpt or quadratic, got 'gtp'" bin/coordinator init --redis "$DEAD" --run r --trainer gtp
 expect 2 "\-\-from-state $TMP/none.safetensors: No such file" bin/coordinator init --redis "$DEAD" --run r --from-state "$TMP/none.safetensors"
 expect 2 "\-\-from-checkpoint $TMP/none.safetensors: cannot open it: No such file" bin/coordinator init --redis "$DEAD" --run r --from-checkpoint "$TMP/none.safetensors"
+# a time in seconds becomes an int of milliseconds: 0 for a timeout that can never pass, and more than fits,
+# are refused (1e10 s once became a negative time); inf is no number at all
+expect 2 "\-\-sync-timeout wants seconds in (0, 2000000\], got '0'" bin/worker --redis "$DEAD" --run r --sync-timeout 0
+expect 2 "\-\-connect-timeout wants seconds in \[0, 2000000\], got '1e10'" bin/worker --redis "$DEAD" --run r --connect-timeout 1e10
+expect 2 "\-\-connect-timeout wants seconds in \[0, 2000000\], got '3e7'" bin/shard-server --redis "$DEAD" --run r --connect-timeout 3e7
+expect 2 "\-\-heartbeat-timeout wants seconds in \[0, 2000000\] (0 = never), got 'inf'" bin/coordinator init --redis "$DEAD" --run r --heartbeat-timeout inf
+expect 2 "\-\-outer-lr wants a non-negative number, got 'inf'" bin/coordinator init --redis "$DEAD" --run r --outer-lr inf
+expect 2 "set-lr wants a number, got 'inf'" bin/coordinator control --redis "$DEAD" --run r set-lr inf
+expect 2 "set-max-staleness wants an integer, got '-1'" bin/coordinator control --redis "$DEAD" --run r set-max-staleness -1
 say "bad values and trainer flags: exit 2 before any connection"
 
 hint="is redis-server running, and is the URL right?"
@@ -58,6 +68,10 @@ say "Redis down, one attempt: exit 1, one line with '$hint'"
 # (it is then in the wait): a fixed sleep raced the start, which under load was slow before main() for
 # bin/worker when it linked cuBLAS (2.3 s on a loaded 2-core machine; it opens CUDA on demand now).
 for cmd in "coordinator serve" shard-server worker; do
+  # emptied here, not by the redirection below: that runs in the child, so the wait could read the last
+  # binary's "retrying" and signal this one before it had its handler (dash, holding the test's TERM trap
+  # between fork and exec, then swallowed the signal: the worker waited its 60 s)
+  : > "$TMP/wait.log"
   bin/$cmd --redis "$DEAD" --run r > "$TMP/wait.log" 2>&1 &
   p=$!; PIDS="$PIDS $p"
   wait_until 20 'grep -q "retrying for up to" "$TMP/wait.log"' "$cmd to say it waits for Redis"
@@ -65,8 +79,9 @@ for cmd in "coordinator serve" shard-server worker; do
   wait_until 3 '! alive $p' "$cmd to stop on SIGTERM while it waits for Redis"
   wait $p; rc=$?
   [ $rc -le 1 ] || fail "$cmd waiting for Redis: SIGTERM gave exit $rc (killed, not stopped)"
+  grep -q "ERROR" "$TMP/wait.log" && fail "$cmd waiting for Redis: a stop asked for, logged as an error: $(grep ERROR "$TMP/wait.log")"
 done
-say "SIGTERM while waiting for a down Redis: each binary stops itself at once"
+say "SIGTERM while waiting for a down Redis: each binary stops itself at once, without an ERROR line"
 
 # serve started before its run exists waits for it, saying so once, not every second
 start_redis

@@ -4,7 +4,8 @@
 #  1. quadratic run, evaluator every 2 versions: killed (SIGKILL) mid-run and restarted, with a second
 #     evaluator racing it: the stream's versions are strictly increasing (no duplicate), the restarted
 #     ones continued after the last entry, and the final version's loss equals
-#     what `bin/worker --eval-only` prints for the same parameters.
+#     what `bin/worker --eval-only` prints for the same parameters. --eval-only run mid-run does not join
+#     (no event names it): a run's barriers never wait for an evaluation.
 #     `coordinator status`, /status and /metrics show the newest evaluation.
 #  2. a tiny GPT on the Bible: the loss published for the final version equals --eval-only's, and falls.
 . "$(dirname "$0")/lib.sh"
@@ -35,6 +36,10 @@ start_server s1 --lease-ttl-ms 3000
 start_evaluator a $RUN 2
 for w in w1 w2; do start_worker $w --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 25; done
 wait_until 30 "[ \$($RCLI XLEN 'dl:{$RUN}:evals') -ge 2 ]" "two evaluations"
+mid=$(eval_only $RUN) # while the workers train: --eval-only reads the run, it does not join it
+$RCLI XRANGE "dl:{$RUN}:events" - + | grep -q "eval-only-$RUN" &&
+  fail "--eval-only joined the run (a member's barrier would wait for its evaluation)"
+say "quadratic: --eval-only mid-run printed $mid and left no trace among the run's members and events"
 kill -9 "$EV_a"
 before=$(evals $RUN | tail -n 1 | cut -d' ' -f1)
 start_evaluator b $RUN 2

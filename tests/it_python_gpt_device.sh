@@ -5,7 +5,9 @@
 #   - a real run (2 rounds of H=5, one shard-server): a worker with --device cpu --dtype fp32 (it creates
 #     the run, --init-run) and one with --device cpu --dtype bf16 (CPU autocast, fp32 master weights)
 #     train it together: both end, each names its device and dtype, every loss is finite and both report
-#     the same digest of the global parameters after each sync (DiLoCo works on the fp32 weights).
+#     the same digest of the global parameters after each sync (DiLoCo works on the fp32 weights);
+#   - a python3 that cannot import torch (here python3 -S: no site-packages) exits at once with one line
+#     naming that python3 and python3-torch, not a traceback.
 . "$(dirname "$0")/lib.sh"
 need_torch
 prepare_bible
@@ -50,3 +52,9 @@ for w in p1 p2; do
 done
 cmp -s "$TMP/p1.sync" "$TMP/p2.sync" || fail "the workers' digests differ: $(paste "$TMP/p1.sync" "$TMP/p2.sync")"
 say "fp32 and $second workers trained one run: $(head -n 1 "$TMP/p2.log"); same digest after each of $ROUNDS syncs ($(tail -n 1 "$TMP/p1.sync"))"
+
+$EX --help > /dev/null 2>&1 || fail "--help: exit $?"
+env PYTHONPATH=python $PYTHON -S -m rediloco.examples.gpt --help > "$TMP/notorch.log" 2>&1 && fail "python3 -S: exit 0"
+[ "$(wc -l < "$TMP/notorch.log")" = 1 ] && grep -q "needs PyTorch, which .* cannot import .*python3-torch" "$TMP/notorch.log" \
+  || fail "python3 without torch: $(head -n 5 "$TMP/notorch.log")"
+say "a python3 without torch: one line naming it and python3-torch"

@@ -42,6 +42,9 @@ static void parse_double_is_strict(void **state)
     assert_int_equal(parse_double("0.7s", &d), -1);
     assert_int_equal(parse_double("x", &d), -1);
     assert_int_equal(parse_double("1e999", &d), -1);
+    assert_int_equal(parse_double("inf", &d), -1);
+    assert_int_equal(parse_double("-Infinity", &d), -1);
+    assert_int_equal(parse_double("nan", &d), -1);
 }
 
 static void backoff_grows_caps_and_jitters_within_25_percent(void **state)

@@ -286,7 +286,9 @@ typedef struct diloco_sync_info {
 DILOCO_API void diloco_options_default(diloco_options *o);
 
 /* Connect, register and write the current global parameters into params (numel must match the run;
- * with device hooks params may be NULL and the parameters are loaded through o->device.load). */
+ * with device hooks params may be NULL and the parameters are loaded through o->device.load). Refused
+ * before anything connects: sync_timeout_ms, net_timeout_ms or wait_poll_ms below 1, a negative
+ * heartbeat_interval_ms, connect_timeout_ms or max_sync_retries (the message names the field). */
 DILOCO_API int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **out, char *err,
                            size_t errlen);
 

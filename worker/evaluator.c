@@ -167,3 +167,38 @@ int evaluator_run(const evaluator_options *o, const runconf *rc, trainer *t, cha
     run_state_free(&st);
     return status;
 }
+
+int evaluator_once(const evaluator_options *o, const runconf *rc, trainer *t, int64_t *version, double *loss, char *err,
+                   size_t errlen)
+{
+    if (!t->evaluate) {
+        err_set(err, errlen, "the %s trainer has no validation loss", t->name);
+        return -1;
+    }
+    redis_url u;
+    if (redis_url_parse(o->redis_url, &u, err, errlen) < 0) return -1;
+    run_state st;
+    if (run_state_alloc(&st, rc, err, errlen) < 0) return -1;
+    rconn *c = rconn_connect_retry(&u, 5000, o->connect_timeout_ms, o->stop, NULL, err, errlen);
+    int status = -1;
+    for (uint64_t deadline = now_ms() + EVALUATOR_ONCE_WAIT_MS; c;) {
+        int r = evaluate_now(c, rc, &st, t, version, loss, err, errlen);
+        if (r == 1) status = 0;
+        if (r != 0) break;
+        if (*o->stop) {
+            err_set(err, errlen, "stopped");
+            break;
+        }
+        if (now_ms() > deadline) {
+            err_set(err, errlen,
+                    "the shards of run '%s' stayed at different versions for %d s (a commit that does "
+                    "not finish: `coordinator status` shows the shard-servers)",
+                    rc->run, EVALUATOR_ONCE_WAIT_MS / 1000);
+            break;
+        }
+        sleep_ms((unsigned)o->poll_ms);
+    }
+    rconn_free(c);
+    run_state_free(&st);
+    return status;
+}

@@ -1,4 +1,4 @@
-/* evaluator.h: the evaluator role of bin/worker (--evaluate-every N).
+/* evaluator.h: the evaluator role of bin/worker (--evaluate-every N), and --eval-only (one evaluation).
  *
  * An evaluator is not a member of the run: it never registers, arrives at a barrier or sends a
  * pseudo-gradient, so it cannot slow a round. It polls the shard versions in dl:{R}:shards, and each
@@ -14,6 +14,7 @@
 #ifndef DILOCO_EVALUATOR_H
 #define DILOCO_EVALUATOR_H
 #include <stddef.h>
+#include <stdint.h>
 
 #include "format/runconf.h"
 #include "redis/rconn.h"
@@ -31,4 +32,12 @@ typedef struct evaluator_options {
 /* Evaluate run `rc` with trainer `t` (its params are overwritten) until *stop or the run is shut
  * down. 0 on a clean stop, -1 with err when Redis refuses us for good or the trainer fails. */
 int evaluator_run(const evaluator_options *o, const runconf *rc, trainer *t, char *err, size_t errlen);
+
+/* bin/worker --eval-only: the validation loss of the global model as it is now, rebuilt from Redis the
+ * same way, once (o->every is not used; while the shards are between two versions it looks again every
+ * o->poll_ms, for at most EVALUATOR_ONCE_WAIT_MS). Not a member either: a run's barriers never wait for it,
+ * and it needs no shard-server. Publishes nothing. 0 with *version and *loss, -1 with err. */
+#define EVALUATOR_ONCE_WAIT_MS 60000
+int evaluator_once(const evaluator_options *o, const runconf *rc, trainer *t, int64_t *version, double *loss,
+                   char *err, size_t errlen);
 #endif

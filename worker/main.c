@@ -89,7 +89,8 @@ static void usage(FILE *f)
                "  --trainer NAME            gpt or quadratic (default: what the run was initialised for)\n"
                "  --log FILE                JSON-lines telemetry (steps, syncs)\n"
                "  --quiet                   no progress line\n"
-               "  --eval-only               fetch the current global parameters, print their validation loss, leave\n"
+               "  --eval-only               print the validation loss of the current global parameters (read from\n"
+               "                            Redis, as the evaluator does: without joining the run) and leave\n"
                "  --evaluate-every N        evaluator: do not train; publish the validation loss of every N-th\n"
                "                            committed version to the stream dl:{R}:evals (see docs/quality.md)\n"
                "  --final-sync              after the last step, sync every fragment at once (diloco_force_sync)\n"
@@ -201,23 +202,23 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
          .kind = OPT_DOUBLE,
          .dest = &hb_s,
          .min = 0,
-         .max = HUGE_VAL,
+         .max = OPTS_SECONDS_MAX,
          .given = &hb_given,
-         .wants = "a non-negative number"},
+         .wants = "seconds in [0, 2000000]"},
         {.name = "sync-timeout",
          .kind = OPT_DOUBLE,
          .dest = &st_s,
-         .min = 0,
-         .max = HUGE_VAL,
+         .min = 0.001,
+         .max = OPTS_SECONDS_MAX,
          .given = &st_given,
-         .wants = "a non-negative number"},
+         .wants = "seconds in (0, 2000000]"},
         {.name = "connect-timeout",
          .kind = OPT_DOUBLE,
          .dest = &ct_s,
          .min = 0,
-         .max = HUGE_VAL,
+         .max = OPTS_SECONDS_MAX,
          .given = &ct_given,
-         .wants = "a non-negative number"},
+         .wants = "seconds in [0, 2000000]"},
         {.name = "slowdown", .kind = OPT_DOUBLE, .dest = &a->slowdown, .min = 1, .max = 1000, .wants = "a number in [1, 1000]"},
         {.name = "quad-lr",
          .kind = OPT_DOUBLE,
@@ -388,9 +389,11 @@ static void progress(const worker_args *a, diloco *d, long step, const trainer_s
     if (diloco_last_sync(d, &s) == 0) snprintf(last, sizeof last, "%.2fs", s.seconds);
     char eval[32] = "";
     if (st->eval_loss >= 0) snprintf(eval, sizeof eval, " eval %.4f", st->eval_loss);
-    fprintf(stderr, "%sstep %ld%s%ld  loss %.4f%s  %.0f %s  v%" PRId64 "  sync in %d  last sync %s%s",
-            tty ? "\r\033[K" : "", step, a->steps ? "/" : "", a->steps ? a->steps : 0L, st->loss, eval, rate, unit,
-            diloco_version(d), diloco_steps_to_sync(d), last, tty ? "" : "\n");
+    char of[32] = ""; /* "/N" with --steps N; nothing when it trains until stopped */
+    if (a->steps) snprintf(of, sizeof of, "/%ld", a->steps);
+    fprintf(stderr, "%sstep %ld%s  loss %.4f%s  %.0f %s  v%" PRId64 "  sync in %d  last sync %s%s",
+            tty ? "\r\033[K" : "", step, of, st->loss, eval, rate, unit, diloco_version(d), diloco_steps_to_sync(d),
+            last, tty ? "" : "\n");
     fflush(stderr);
 }
 
@@ -453,6 +456,22 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf)
     return 0;
 }
 
+/* The exit of a start that did not get to train: a signal while it waited (for Redis, a shard-server, the
+ * run's parameters) is a stop the user asked for, said as such with exit 0 as after training (and as the
+ * shard-server does); anything else is an error, exit 1. */
+static int failed_or_stopped(const char *err)
+{
+    if (g_stop) {
+        if (strcmp(err, "stopped") == 0)
+            log_info("stopped by a signal before training started");
+        else
+            log_info("stopped by a signal before training started (%s)", err);
+        return 0;
+    }
+    log_error("%s", err);
+    return 1;
+}
+
 /* libdiloco's device hooks for this trainer (--device-hooks): 1 when set (params then stay away from
  * libdiloco), 0 when the host buffer is used, -1 on error. */
 static int device_hooks(const worker_args *a, trainer *t, diloco_device_ops *ops, host_device **hd, char *err,
@@ -502,20 +521,27 @@ static int run_worker(int argc, char **argv)
     FILE *logf = NULL;
     int status = 1;
     if (read_run(&a, &rc, err, sizeof err) < 0) {
-        log_error("%s", err);
         free(rest);
-        return 1;
+        return failed_or_stopped(err);
     }
     t = make_trainer(&a, &rc, rest, nrest, err, sizeof err);
     if (!t || layout_check(rc.layout, t->tensors, t->ntensors, t->name, err, sizeof err) < 0) goto error;
+    evaluator_options eo = {.redis_url = a.dl.redis_url,
+                            .run = a.dl.run,
+                            .every = a.evaluate_every,
+                            .poll_ms = 200,
+                            .connect_timeout_ms = a.dl.connect_timeout_ms,
+                            .stop = (const volatile int *)&g_stop};
     if (a.evaluate_every) {
-        evaluator_options eo = {.redis_url = a.dl.redis_url,
-                                .run = a.dl.run,
-                                .every = a.evaluate_every,
-                                .poll_ms = 200,
-                                .connect_timeout_ms = a.dl.connect_timeout_ms,
-                                .stop = (const volatile int *)&g_stop};
         if (evaluator_run(&eo, &rc, t, err, sizeof err) < 0) goto error;
+        status = 0;
+        goto done;
+    }
+    if (a.eval_only) { /* not a member: the run's barriers must not wait for an evaluation */
+        int64_t version;
+        double loss;
+        if (evaluator_once(&eo, &rc, t, &version, &loss, err, sizeof err) < 0) goto error;
+        printf("eval_loss %.6f version %" PRId64 "\n", loss, version);
         status = 0;
         goto done;
     }
@@ -533,20 +559,10 @@ static int run_worker(int argc, char **argv)
     if (diloco_open(&a.dl, hooks ? NULL : t->params, t->numel, &d, err, sizeof err) < 0) goto error;
     log_json(logf, json_pack("{s:s, s:s, s:I}", "event", "join", "worker", diloco_worker_id(d), "version",
                              (json_int_t)diloco_version(d)));
-    if (a.eval_only) {
-        double loss;
-        if (!t->evaluate || t->evaluate(t, &loss, err, sizeof err) < 0) {
-            if (!t->evaluate) err_set(err, sizeof err, "the %s trainer has no validation loss", t->name);
-            goto error;
-        }
-        printf("eval_loss %.6f version %" PRId64 "\n", loss, diloco_version(d));
-        status = 0;
-        goto done;
-    }
     status = train(&a, t, d, logf) < 0 ? 1 : 0;
     goto done;
 error:
-    log_error("%s", err);
+    status = failed_or_stopped(err);
 done:
     diloco_close(d); /* before the trainer: it may free host buffers through the device hooks */
     if (hd) {

@@ -63,6 +63,10 @@ int opts_parse_cmd(const char *prog, void (*usage)(FILE *f), const opt_spec *spe
 
 #define OPTS_EXIT_USAGE 2 /* exit status of every binary on a usage error */
 
+/* The most seconds a flag that becomes an int of milliseconds may take (INT_MAX ms is 24.8 days): a
+ * larger value would not fit (converting it is undefined behaviour, and on x86 gave a negative time). */
+#define OPTS_SECONDS_MAX 2000000.0
+
 /* The exit status a command returns after opts_parse_cmd returned rc != 0: 0 after --help,
  * OPTS_EXIT_USAGE after a bad option. */
 int opts_exit_status(int rc);

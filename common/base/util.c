@@ -108,6 +108,7 @@ int parse_double(const char *s, double *out)
     errno = 0;
     double v = strtod(s, &end);
     if (errno == ERANGE || end == s || *end != '\0') return -1;
+    if (!isfinite(v)) return -1; /* "inf" and "nan": no setting, time or rate of ours is infinite */
     *out = v;
     return 0;
 }

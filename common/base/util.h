@@ -29,7 +29,8 @@ unsigned backoff_ms(unsigned attempt, unsigned base_ms, unsigned cap_ms);
 /* Whether the comma-separated list csv has item as one of its entries (a whole entry, not a prefix). */
 int csv_has(const char *csv, const char *item);
 
-/* Strict parsers: the whole string must be a number (no trailing junk, no empty string). */
+/* Strict parsers: the whole string must be a number (no trailing junk, no empty string; parse_double: a
+ * finite one, neither inf nor nan). */
 int parse_int(const char *s, long long min, long long max, long long *out);
 int parse_double(const char *s, double *out);
 

@@ -89,3 +89,10 @@ error:
     runconf_free(rc);
     return -1;
 }
+
+const char *runconf_error_gone(const char *e)
+{
+    if (e != NULL && strncmp(e, "ERR Function not found", 22) == 0) return "no ReDiLoCo function library";
+    if (e != NULL && strncmp(e, "NORUN", 5) == 0) return "no config of the run";
+    return NULL;
+}

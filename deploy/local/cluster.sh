@@ -24,7 +24,9 @@
 # Example:
 #   deploy/local/cluster.sh up --servers 3
 #   deploy/local/cluster.sh init -- --trainer quadratic --numel 1000000 --workers 2
-#   DL_REDIS_URL=$(deploy/local/cluster.sh url) bin/worker --run local --sync-every 50 --steps 500 &
+#   export DL_REDIS_URL=$(deploy/local/cluster.sh url)   # the run waits for the 2 workers init asked for:
+#   bin/worker --run local --worker-id w1 --sync-every 50 --steps 500 &
+#   bin/worker --run local --worker-id w2 --sync-every 50 --steps 500 &
 #   deploy/local/cluster.sh status; deploy/local/cluster.sh down
 set -u
 HERE=$(cd "$(dirname "$0")" && pwd)

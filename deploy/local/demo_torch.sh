@@ -40,8 +40,8 @@ C=$!; PIDS="$PIDS $C"
 wait $PY; rc=$?
 wait $C || rc=1
 echo
-bin/coordinator status --run $RUN | head -12
-echo
+# the status up to its shards table (a cut in mid-table showed one of the two shard-servers)
+bin/coordinator status --run $RUN | awk '/^shards \(/ { exit } { print }'
 echo "== the same global parameters on both workers after each sync (round, digest):"
 grep '"event": "sync"' "$DIR/torch1.jsonl" | sed 's/.*"round": \([0-9]*\).*"digest": "\([0-9a-f]*\)".*/  torch1 round \1 \2/' | tail -n 3
 grep '"event":"sync"' "$DIR/c1.jsonl" | sed 's/.*"round":\([0-9]*\).*"digest":"\([0-9a-f]*\)".*/  c1     round \1 \2/' | tail -n 3

@@ -39,9 +39,11 @@ _LEVELS = {"debug": _lib.LOG_DEBUG, "info": _lib.LOG_INFO, "warn": _lib.LOG_WARN
 _ERRLEN = 1024
 
 
-def _ms(seconds, what):
-    if seconds is None or seconds < 0:
-        raise ValueError("%s must be a number of seconds >= 0, got %r" % (what, seconds))
+def _ms(seconds, what, positive=False):
+    """seconds as libdiloco's milliseconds; positive: a limit that 0 would make fail at once (a timeout of
+    a request or a sync), where 0 elsewhere means one attempt (connect_timeout) or none (heartbeats)."""
+    if seconds is None or seconds < 0 or (positive and int(round(seconds * 1000)) < 1):
+        raise ValueError("%s must be a number of seconds %s, got %r" % (what, "> 0" if positive else ">= 0", seconds))
     return int(round(seconds * 1000))
 
 
@@ -138,8 +140,8 @@ class DiLoCo:
         self.bf16, self.dylu, self.error_feedback = bool(bf16), bool(dylu), bool(error_feedback)
         self.timeouts = {"heartbeat_interval_ms": _ms(heartbeat_interval, "heartbeat_interval"),
                          "connect_timeout_ms": _ms(connect_timeout, "connect_timeout"),
-                         "net_timeout_ms": _ms(net_timeout, "net_timeout"),
-                         "sync_timeout_ms": _ms(sync_timeout, "sync_timeout")}
+                         "net_timeout_ms": _ms(net_timeout, "net_timeout", positive=True),
+                         "sync_timeout_ms": _ms(sync_timeout, "sync_timeout", positive=True)}
         self.max_sync_retries = int(max_sync_retries)
         self.handle_signals = handle_signals
         self.log, self.log_level = log, log_level

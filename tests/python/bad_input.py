@@ -56,6 +56,8 @@ expect("fp64 parameter", rediloco.DiLoCoError, ["'x'", "float64", "fp32"], lambd
 expect("unknown run", rediloco.DiLoCoError, ["no-such-run"], lambda: join(model_of(NUMEL), run="no-such-run"))
 expect("dead Redis", rediloco.DiLoCoError, [DEAD.split("//")[1]], lambda: join(model_of(NUMEL), url=DEAD))
 expect("bad URL", rediloco.DiLoCoError, ["http://"], lambda: join(model_of(NUMEL), url="http://127.0.0.1:1"))
+expect("zero sync timeout", ValueError, ["sync_timeout", "> 0"], lambda: join(model_of(NUMEL), sync_timeout=0))
+expect("negative net timeout", ValueError, ["net_timeout"], lambda: join(model_of(NUMEL), net_timeout=-1))
 expect("outer optimizer", TypeError, ["shard-servers"],
        lambda: rediloco.DiLoCo(URL, RUN, model_of(NUMEL), sgd(), outer_optimizer=torch.optim.SGD([torch.zeros(1)], lr=1)))
 expect("bad sync_every", ValueError, ["sync_every"], lambda: rediloco.DiLoCo(URL, RUN, model_of(NUMEL), sgd(), sync_every=0))

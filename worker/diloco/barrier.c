@@ -88,6 +88,25 @@ static int arrive_again(diloco *d, int f, int64_t round, char *err, size_t errle
     return arrive(d, f, round, err, errlen);
 }
 
+/* A long wait at a barrier is said in the log, first after BARRIER_NOTE_FIRST_MS, then every
+ * BARRIER_NOTE_EVERY_MS: otherwise a worker whose run waits for workers that never come (one started
+ * of a run made with --workers 2, say) just stops printing, with nothing saying why. */
+#define BARRIER_NOTE_FIRST_MS 10000
+#define BARRIER_NOTE_EVERY_MS 60000
+
+static void note_wait(const diloco *d, int f, int64_t round, int joiner, uint64_t waited_ms)
+{
+    if (joiner)
+        log_info("round %lld of fragment %d: waited %.0f s for it to close before joining; it waits for its "
+                 "participants (`coordinator status` shows the run's workers)",
+                 (long long)round, f, (double)waited_ms / 1000.0);
+    else
+        log_info("round %lld of fragment %d: waited %.0f s at the barrier for the other workers of run '%s' "
+                 "(`coordinator status` shows how many it waits for; start more workers, or lower the number: "
+                 "`coordinator control set-workers N`)",
+                 (long long)round, f, (double)waited_ms / 1000.0, d->run);
+}
+
 /* Block until barrier (f, round) closes: BLPOP our wake list with a timeout, then look. A joiner (not
  * expected at round, not arrived) stops waiting with DL_NEED when the barrier waits for nobody else:
  * it needs an arrival to close (at least target_workers), and only we can bring one. A participant whose
@@ -96,7 +115,12 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
 {
     char wake[KEY_MAX];
     wake_key(d, wake, sizeof wake);
+    uint64_t t0 = now_ms(), next_note = t0 + BARRIER_NOTE_FIRST_MS;
     for (unsigned polls = 1;; polls++) {
+        if (now_ms() >= next_note) {
+            note_wait(d, f, round, joiner, now_ms() - t0);
+            next_note = now_ms() + BARRIER_NOTE_EVERY_MS;
+        }
         if (dl_stopping(d)) {
             err_set(err, errlen, "stopped while waiting for round %lld", (long long)round);
             return DL_FAIL;

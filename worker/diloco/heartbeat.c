@@ -20,6 +20,7 @@
 #include "base/util.h"
 #include "internal.h"
 #include "redis/rconn.h"
+#include "redis/runconf_load.h"
 #include "redis/sentinel.h"
 
 /* Each past heartbeat's share of the speed is SPEED_DECAY times the next one's: about ten beats count.
@@ -73,6 +74,15 @@ static void beat_once(diloco *d, rconn *c)
     }
     pthread_mutex_unlock(&d->hb_mu);
     /* not under hb_mu: the host's log callback must never hold up the training thread's calls */
+    const char *gone = r->type == REDIS_REPLY_ERROR ? runconf_error_gone(r->str) : NULL;
+    if (gone) {
+        if (d->hb_gone_told_ms == 0 || now_ms() - d->hb_gone_told_ms >= RUN_GONE_LOG_EVERY_MS) {
+            log_error("heartbeat failed: run '%s' is gone from this Redis (%s): " RUN_GONE_HINT, d->run, gone);
+            d->hb_gone_told_ms = now_ms();
+        }
+    } else {
+        d->hb_gone_told_ms = 0;
+    }
     if (newly_evicted) log_warn("heartbeat: %s", r->str);
     if (group_gone) log_info("heartbeat: %s; heartbeats stop", r->str + 5);
     freeReplyObject(r);

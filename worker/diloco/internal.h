@@ -182,7 +182,7 @@ struct diloco {
     pthread_cond_t stream_cv;
     int fetched_all;      /* fetch_all calls so far (training thread): streaming.c sees a full refetch by it */
     int base_busy;        /* rounds in flight write base (theirs) right now: round_record leaves the digests 0 */
-    int refetch_all; /* a background sync found us evicted: fetch everything at the boundary */
+    int refetch_all;              /* a background sync found us evicted: fetch everything at the boundary */
     uint64_t stream_wait_told_ms; /* when we last said a round outlasts an interval (streaming.c) */
 
     shard_owner *owners;
@@ -208,6 +208,7 @@ struct diloco {
     pthread_mutex_t hb_mu;
     pthread_cond_t hb_cond;
     int hb_stop;
+    uint64_t hb_gone_told_ms; /* heartbeat thread only: when it last said the run is gone from Redis */
     int64_t inc; /* our incarnation (0 = not registered) */
     int evicted;
     int stop_requested;

@@ -85,7 +85,8 @@ int round_net(diloco *d, int f, char *err, size_t errlen)
         if (member != DL_OK) return member;
     }
     if (rc == DL_STALE) {
-        if (!d->rc.async && round < d->frag_joined[f]) /* a joiner volunteered for a round that did not wait for it: expected */
+        /* a joiner that volunteered for a round which did not wait for it: expected, not a loss */
+        if (!d->rc.async && round < d->frag_joined[f])
             log_info("round %" PRId64 " of fragment %d closed without us (we joined for round %" PRId64
                      " of it); continuing from its result",
                      round, f, d->frag_joined[f]);

@@ -43,7 +43,8 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen)
         log_warn("--no-bf16 applies to bf16 runs (it sends fp32 pseudo-gradients instead of bf16); this run's "
                  "pseudo-gradients are %s: ignored",
                  codec_name(d->rc.compress));
-    if (dl_delta_alloc(d, err, errlen) < 0 || dl_update_alloc(d, err, errlen) < 0 || lookahead_alloc(d, err, errlen) < 0)
+    if (dl_delta_alloc(d, err, errlen) < 0 || dl_update_alloc(d, err, errlen) < 0 ||
+        lookahead_alloc(d, err, errlen) < 0)
         return -1;
     d->owners = calloc((size_t)d->rc.nshards, sizeof(shard_owner));
     d->shard_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));
@@ -77,6 +78,30 @@ static void default_worker_id(char *out, size_t cap, const char *host)
     snprintf(out, cap, "%.40s-%d", host, (int)getpid());
 }
 
+/* The limits and periods in o, each named as diloco_options names it: a zero timeout made every sync fail
+ * at once, a zero poll spun on Redis, and a negative one wrapped into a wait of weeks. */
+static int check_times(const diloco_options *o, char *err, size_t errlen)
+{
+    const struct {
+        const char *name;
+        int value, least;
+    } t[] = {{"net_timeout_ms", o->net_timeout_ms, 1},
+             {"sync_timeout_ms", o->sync_timeout_ms, 1},
+             {"wait_poll_ms", o->wait_poll_ms, 1},
+             {"heartbeat_interval_ms", o->heartbeat_interval_ms, 0},
+             {"connect_timeout_ms", o->connect_timeout_ms, 0},
+             {"max_sync_retries", o->max_sync_retries, 0},
+             {"simulate_latency_ms", o->simulate_latency_ms, 0},
+             {"fragments_in_flight", o->fragments_in_flight, 0}};
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (t[i].value < t[i].least) {
+            err_set(err, errlen, "diloco_options.%s must be at least %d, got %d (diloco_options_default sets it)",
+                    t[i].name, t[i].least, t[i].value);
+            return -1;
+        }
+    return 0;
+}
+
 /* Our own copies of the strings in o (the caller's may go away after diloco_open) and the checks of
  * what the options say about this worker. */
 static int keep_options(diloco *d, const diloco_options *o, char *err, size_t errlen)
@@ -87,7 +112,7 @@ static int keep_options(diloco *d, const diloco_options *o, char *err, size_t er
         err_set(err, errlen, "a Redis URL and a run name are required");
         return -1;
     }
-    if (key_check_run_name(o->run, err, errlen) < 0) return -1;
+    if (key_check_run_name(o->run, err, errlen) < 0 || check_times(o, err, errlen) < 0) return -1;
     snprintf(d->run, sizeof d->run, "%s", o->run);
     d->o.run = d->run;
     if (o->worker_id && strlen(o->worker_id) >= sizeof d->worker_id) {
@@ -110,17 +135,18 @@ static int check_in_flight(diloco *d, const diloco_options *o, char *err, size_t
 {
     int want = o->fragments_in_flight;
     if (want == 0) want = d->o.fragments_in_flight = 1;
-    if (want < 0 || want > d->rc.nfragments) {
+    if (want > d->rc.nfragments) { /* (below 0: check_times) */
         err_set(err, errlen,
-                "--fragments-in-flight %d: run '%s' has %d fragment(s), and at most that many can be in flight "
-                "(1 <= D <= %d)",
+                "--fragments-in-flight %d (diloco_options.fragments_in_flight): run '%s' has %d fragment(s), and at "
+                "most that many can be in flight (1 <= D <= %d)",
                 want, o->run, d->rc.nfragments, d->rc.nfragments);
         return -1;
     }
     if (want > 1 && d->rc.async) {
         err_set(err, errlen,
-                "--fragments-in-flight %d: run '%s' is asynchronous, whose fragments go one at a time (a worker's "
-                "submissions share one submission number and order place); use 1 in an async run",
+                "--fragments-in-flight %d (diloco_options.fragments_in_flight): run '%s' is asynchronous, whose "
+                "fragments go one at a time (a worker's submissions share one submission number and order place); "
+                "use 1 in an async run",
                 want, o->run);
         return -1;
     }

@@ -25,8 +25,10 @@ static int init_contiguous(gpt_part *p, char *err, size_t errlen)
     p->lo = p->ntrain * p->index / p->parts;
     p->hi = p->ntrain * (p->index + 1) / p->parts;
     if (p->hi - p->lo < p->seq + 2) {
-        err_set(err, errlen, "gpt: data shard %d/%d has %llu tokens, fewer than seq+2", (int)p->index, (int)p->parts,
-                (unsigned long long)(p->hi - p->lo));
+        err_set(err, errlen,
+                "gpt: data shard %d/%d has %llu tokens, fewer than seq+2 = %llu; use a longer token file, fewer "
+                "--num-shards or a shorter --seq",
+                (int)p->index, (int)p->parts, (unsigned long long)(p->hi - p->lo), (unsigned long long)p->seq + 2);
         return -1;
     }
     p->starts = p->hi - p->lo - p->seq;

@@ -523,7 +523,8 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
         return NULL;
     }
     if (o->num_shards < 1 || o->shard_index < 0 || o->shard_index >= o->num_shards) {
-        err_set(err, errlen, "gpt: need 0 <= shard-index < num-shards");
+        err_set(err, errlen, "gpt: need 0 <= --shard-index < --num-shards, got --shard-index %d --num-shards %d",
+                o->shard_index, o->num_shards);
         return NULL;
     }
     if (o->shard_stripe < 0 || (o->shard_stripe && o->shard_layout != GPT_SHARD_STRIPE)) {
@@ -537,8 +538,17 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
                 "its own sgemm path: add --precision bf16 or drop --attention");
         return NULL;
     }
-    if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) || !(o->eps > 0)) {
-        err_set(err, errlen, "gpt: bad AdamW hyperparameters");
+    if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) || !(o->eps > 0) ||
+        !(o->weight_decay >= 0)) {
+        err_set(err, errlen,
+                "gpt: need --lr >= 0, --beta1 and --beta2 in [0, 1), --eps > 0 and --weight-decay >= 0, got --lr %g "
+                "--beta1 %g --beta2 %g --eps %g --weight-decay %g",
+                o->lr, o->beta1, o->beta2, o->eps, o->weight_decay);
+        return NULL;
+    }
+    if (!(o->min_lr_ratio >= 0 && o->min_lr_ratio <= 1)) { /* outside, the cosine ends above the peak or below 0 */
+        err_set(err, errlen, "gpt: --min-lr-ratio is the final lr over the peak lr, in [0, 1]; got %g",
+                o->min_lr_ratio);
         return NULL;
     }
     gpt_trainer *g = calloc(1, sizeof *g);

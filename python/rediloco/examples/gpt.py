@@ -32,8 +32,13 @@ import os
 import sys
 import time
 
-import torch
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:  # a python3 without torch: say which one, and where torch is
+    sys.exit("python3 -m rediloco.examples.gpt needs PyTorch, which %s cannot import (%s): on Debian, "
+             "apt-get install python3-torch%s" % (sys.executable, e, "" if sys.executable == "/usr/bin/python3" else
+                                                  " and run /usr/bin/python3 -m rediloco.examples.gpt"))
 
 import rediloco
 
@@ -166,38 +171,38 @@ def parse(argv):
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="The Redis URL may also come from DL_REDIS_URL (keeps a password out of ps).")
     ap.add_argument("--redis", default=os.environ.get("DL_REDIS_URL"), help="Redis URL of the run")
-    ap.add_argument("--run", required=True)
+    ap.add_argument("--run", required=True, help="the run's name")
     ap.add_argument("--worker-id", default=None, help="default <host>-<pid>")
     ap.add_argument("--data", required=True, help="token file from `bin/worker prepare-data`")
-    ap.add_argument("--num-shards", type=int, default=1, help="workers splitting the training text")
-    ap.add_argument("--shard-index", type=int, default=0)
+    ap.add_argument("--num-shards", type=int, default=1, help="workers splitting the training text (1)")
+    ap.add_argument("--shard-index", type=int, default=0, help="this worker's part, 0-based (0)")
     for flag, default in (("layers", 2), ("heads", 4), ("dim", 128), ("ctx", 128), ("vocab", 256)):
         ap.add_argument("--" + flag, type=int, default=default, help="model shape: the run's (%d)" % default)
-    ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--seq", type=int, default=128)
-    ap.add_argument("--lr", type=float, default=4e-4)
-    ap.add_argument("--warmup", type=int, default=100)
-    ap.add_argument("--min-lr-ratio", type=float, default=0.1)
-    ap.add_argument("--steps", type=int, default=600, help="inner steps (also the cosine horizon)")
-    ap.add_argument("--sync-every", type=int, default=100)
+    ap.add_argument("--batch", type=int, default=8, help="sequences per step (8)")
+    ap.add_argument("--seq", type=int, default=128, help="tokens per sequence, <= --ctx (128)")
+    ap.add_argument("--lr", type=float, default=4e-4, help="peak AdamW learning rate (4e-4)")
+    ap.add_argument("--warmup", type=int, default=100, help="linear warmup steps (100)")
+    ap.add_argument("--min-lr-ratio", type=float, default=0.1, help="final lr / peak lr of the cosine (0.1)")
+    ap.add_argument("--steps", type=int, default=600, help="inner steps, also the cosine horizon (600)")
+    ap.add_argument("--sync-every", type=int, default=100, help="inner steps between syncs (100)")
     ap.add_argument("--final-sync", action="store_true",
                     help="sync once more after the last step (steps since the last sync are not lost)")
     ap.add_argument("--no-bf16", action="store_true", help="send fp32 pseudo-gradients (runs with --compress bf16)")
     ap.add_argument("--error-feedback", action="store_true",
                     help="keep what the run's codec drops from a pseudo-gradient for the next one (int8/int4/int3/int2 "
                          "runs; docs/compression.md)")
-    ap.add_argument("--eval-every", type=int, default=100, help="validation loss every N steps (0: never)")
-    ap.add_argument("--eval-batches", type=int, default=8)
+    ap.add_argument("--eval-every", type=int, default=100, help="validation loss every N steps, 0 = never (100)")
+    ap.add_argument("--eval-batches", type=int, default=8, help="fixed validation batches per evaluation (8)")
     ap.add_argument("--device", default="auto", choices=("auto", "cuda", "cpu"),
                     help="where the model trains (auto: cuda when torch sees a GPU, else cpu)")
     ap.add_argument("--dtype", default=None, choices=("bf16", "fp32"),
                     help="bf16: autocast with fp32 master weights; fp32 (default: bf16 on cuda, fp32 on cpu)")
-    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
-    ap.add_argument("--seed", type=int, default=1234, help="initial weights (used by --init-run)")
-    ap.add_argument("--data-seed", type=int, default=1)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads, 0 = torch's default (0)")
+    ap.add_argument("--seed", type=int, default=1234, help="seed of the initial weights, used by --init-run (1234)")
+    ap.add_argument("--data-seed", type=int, default=1, help="data order seed, mixed with the shard index (1)")
     ap.add_argument("--init-run", action="store_true", help="create the run from this model's weights first")
-    ap.add_argument("--workers", type=int, default=2, help="(--init-run) workers the run waits for")
-    ap.add_argument("--shards", type=int, default=8, help="(--init-run) shards")
+    ap.add_argument("--workers", type=int, default=2, help="(--init-run) workers the run waits for (2)")
+    ap.add_argument("--shards", type=int, default=8, help="(--init-run) shards (8)")
     ap.add_argument("--compress", default="bf16", choices=("bf16", "fp32", "int8", "int4", "int3", "int2"),
                     help="(--init-run) the run's pseudo-gradient codec (default bf16)")
     ap.add_argument("--download", default="params", choices=("params", "update"),

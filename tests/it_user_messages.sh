@@ -1,0 +1,117 @@
+#!/bin/sh
+# it_user_messages.sh: what a user sees when a run goes wrong in ordinary ways (none of it changes what is
+# trained):
+#   - a worker that waits at a barrier for workers that have not come (one started of a run made with
+#     --workers 2) says so after 10 s, with the way out; once the second one comes both sync;
+#   - bin/worker without --steps prints "step N" with N its own step count (it printed N followed by a 0);
+#   - the run gone from Redis under running processes (a Redis restarted without its data; here FUNCTION
+#     FLUSH and FLUSHALL, which leave it as such a restart does): the worker, the shard-server and
+#     `coordinator serve` each say once that the run is gone and what to do, and stay up; SIGTERM then
+#     stops the shard-server with "stopped" as its last line, and it and serve (SIGINT) name the signal;
+#   - `coordinator --redis URL status` (flags before the command) says that the command comes first;
+#   - a GPT worker with a token file too short for its --seq, --shard-index out of range, or a
+#     --min-lr-ratio or --weight-decay that would make its lr negative or its weights grow, says the
+#     values and what to change (it trained with them before);
+#   - a worker started on a run an operator shut down says how to train on; one Ctrl-C'd while it waits
+#     to start (no shard-server up) says it stopped, exit 0 (it said "ERROR stopped", exit 1);
+#   - `coordinator init --force` over a run whose shard-server is still registered warns first (they carry on
+#     in the new run); over an idle run it says nothing more.
+. "$(dirname "$0")/lib.sh"
+start_redis
+RUN=walk
+init_run $RUN --trainer quadratic --numel 100 --workers 2 --shards 2
+start_server s1
+bin/coordinator serve --redis "$URL" --run $RUN --print-every 0 > "$TMP/serve.log" 2>&1 &
+SERVE=$!; PIDS="$PIDS $SERVE"
+# not start_worker: it passes --quiet, and the progress line is looked at here
+bin/worker --redis "$URL" --run $RUN --worker-id w1 --sync-every 5 --step-delay-ms 20 --heartbeat-interval 1 \
+  > "$TMP/worker-w1.log" 2>&1 &
+W1=$!; PIDS="$PIDS $W1"
+wait_until 16 'grep -q "round 0 of fragment 0: waited 10 s at the barrier for the other workers of run .walk. .*coordinator control set-workers N" "$TMP/worker-w1.log"' \
+  "w1 to say that it waits at the barrier"
+start_worker w2 --sync-every 5 --step-delay-ms 20 --heartbeat-interval 1
+wait_until 10 'grep -q "^step [0-9]*  loss .*  v2  " "$TMP/worker-w1.log"' "w1 to sync twice once w2 came"
+say "a worker alone at the barrier of a 2-worker run said so after 10 s; with a second one both synced"
+
+kill -INT $W1
+wait $W1 || fail "w1 exit status $? on SIGINT"
+n=$(sed -n 's/.*stopped after \([0-9]*\) steps (signal).*/\1/p' "$TMP/worker-w1.log")
+last=$(sed -n 's/^step \([0-9]*\)  loss.*/\1/p' "$TMP/worker-w1.log" | tail -n 1)
+[ -n "$n" ] && [ -n "$last" ] || fail "no 'stopped after' or no progress line: $(tail -n 3 "$TMP/worker-w1.log")"
+[ "$last" -ge 10 ] && [ "$last" -le "$n" ] || fail "the last progress line says step $last of $n steps trained"
+say "progress line without --steps: step $last, of $n steps trained"
+
+$RCLI function flush > /dev/null && $RCLI flushall > /dev/null || fail "flush"
+gone="run 'walk' is gone from this Redis (no .*): Redis restarted without its data .*coordinator init"
+wait_until 8 'grep -q "heartbeat failed: $gone" "$TMP/worker-w2.log"' "w2 to say that the run is gone"
+wait_until 8 'grep -q "lease renewal failed: $gone" "$TMP/server-s1.log"' "s1 to say that the run is gone"
+wait_until 8 'grep -q "reap: $gone" "$TMP/serve.log"' "serve to say that the run is gone"
+sleep 3 # several heartbeats, lease renewals and reaps more
+for f in worker-w2 server-s1 serve; do
+  [ "$(grep -c "is gone from this Redis" "$TMP/$f.log")" = 1 ] || fail "$f said the run is gone more than once"
+done
+alive $WRK_w2 && alive $SRV_s1 && alive $SERVE || fail "a process exited when the run went"
+say "the run gone from Redis: worker, shard-server and serve said so once each, and stayed up"
+kill -TERM $SRV_s1
+wait $SRV_s1 || fail "s1: exit status $? on SIGTERM"
+tail -n 1 "$TMP/server-s1.log" | grep -q "shard-server s1 stopped$" || fail "s1's last line: $(tail -n 2 "$TMP/server-s1.log")"
+grep -q "INFO SIGTERM: stopping (giving leases back)" "$TMP/server-s1.log" || fail "s1 did not name the signal"
+kill -INT $SERVE
+wait $SERVE || fail "serve: exit status $? on SIGINT"
+grep -q "INFO SIGINT (Ctrl-C): stopping" "$TMP/serve.log" || fail "serve did not name the signal: $(tail -n 2 "$TMP/serve.log")"
+say "SIGTERM, SIGINT: the shard-server and serve name the signal; the server's last line says it stopped"
+
+bin/coordinator --redis "$URL" --run $RUN status > "$TMP/out" 2>&1
+rc=$?
+[ $rc = 2 ] || fail "coordinator --redis URL --run R status: exit $rc (want 2)"
+head -n 1 "$TMP/out" | grep -q "coordinator: the COMMAND comes first, then its flags (e.g. .bin/coordinator status" \
+  || fail "flags before the command: $(head -n 1 "$TMP/out")"
+say "flags before the command: exit 2, saying that the command comes first"
+
+# a GPT worker's data and part flags that cannot work: one line with the values and the way out
+init_run tiny --trainer gpt --layers 1 --heads 2 --dim 32 --ctx 64
+printf 'hi\n' > "$TMP/tiny.txt"
+bin/worker prepare-data --input "$TMP/tiny.txt" --output "$TMP/tiny.tok" > /dev/null || fail "prepare-data"
+bin/worker --redis "$URL" --run tiny --data "$TMP/tiny.tok" > "$TMP/out" 2>&1 && fail "a 3-token file: exit 0"
+grep -q "data shard 0/1 has 3 tokens, fewer than seq+2 = 66; use a longer token file" "$TMP/out" \
+  || fail "a 3-token file: $(cat "$TMP/out")"
+bin/worker --redis "$URL" --run tiny --num-shards 2 --shard-index 2 > "$TMP/out" 2>&1 && fail "--shard-index 2 of 2: exit 0"
+grep -q "need 0 <= --shard-index < --num-shards, got --shard-index 2 --num-shards 2" "$TMP/out" \
+  || fail "--shard-index 2 of 2: $(cat "$TMP/out")"
+bin/worker --redis "$URL" --run tiny --min-lr-ratio -0.5 > "$TMP/out" 2>&1 && fail "--min-lr-ratio -0.5: exit 0"
+grep -q "min-lr-ratio is the final lr over the peak lr, in \[0, 1\]; got -0.5" "$TMP/out" || fail "--min-lr-ratio -0.5: $(cat "$TMP/out")"
+bin/worker --redis "$URL" --run tiny --weight-decay -1 > "$TMP/out" 2>&1 && fail "--weight-decay -1: exit 0"
+grep -q "need --lr >= 0, .* and --weight-decay >= 0, got .* --weight-decay -1" "$TMP/out" || fail "--weight-decay -1: $(cat "$TMP/out")"
+say "a token file too short for --seq, --shard-index out of range, a negative final lr or weight decay: the values and the way out"
+
+# a worker started on a run an operator shut down: refused, with the way to train on
+init_run over --trainer quadratic --numel 10 --workers 1
+bin/coordinator control --redis "$URL" --run over shutdown > /dev/null 2>&1 || fail "control shutdown"
+bin/worker --redis "$URL" --run over --sync-every 5 > "$TMP/out" 2>&1 && fail "a worker joined a shut-down run"
+grep -q "SHUTDOWN the run has been shut down by an operator and takes no more workers; to train on, start a new run from it: .coordinator checkpoint save., then .coordinator init --from-checkpoint." "$TMP/out" \
+  || fail "a shut-down run: $(cat "$TMP/out")"
+say "a worker on a shut-down run: refused, saying how to train on"
+
+# Ctrl-C of a worker that waits to start (no shard-server up for its run): a stop, not an error
+init_run nosrv --trainer quadratic --numel 10 --workers 1
+bin/worker --redis "$URL" --run nosrv --worker-id early > "$TMP/early.log" 2>&1 &
+p=$!; PIDS="$PIDS $p"
+wait_until 10 'grep -q "registered as early" "$TMP/early.log"' "the worker to register"
+kill -INT $p
+wait $p || fail "SIGINT before training: exit $? (want 0): $(tail -n 2 "$TMP/early.log")"
+tail -n 1 "$TMP/early.log" | grep -q "INFO stopped by a signal before training started" \
+  || fail "SIGINT before training: $(tail -n 2 "$TMP/early.log")"
+say "SIGINT of a worker waiting to start: exit 0, 'stopped by a signal before training started'"
+
+# init --force over a run that still has a shard-server: said before it is replaced; over an idle run: nothing
+init_run live --trainer quadratic --numel 10 --workers 1
+RUN=live; start_server live1
+wait_until 10 '[ "$($RCLI HLEN "dl:{live}:servers")" -ge 1 ]' "the shard-server to register"
+bin/coordinator init --redis "$URL" --run live --trainer quadratic --numel 10 --workers 1 --force > "$TMP/force.log" 2>&1 \
+  || fail "init --force: $(cat "$TMP/force.log")"
+grep -q "warning: run 'live' still has 0 registered worker(s) and 1 shard-server(s)" "$TMP/force.log" \
+  || fail "init --force under a live shard-server: $(cat "$TMP/force.log")"
+bin/coordinator init --redis "$URL" --run nosrv --trainer quadratic --numel 10 --workers 1 --force > "$TMP/force2.log" 2>&1 \
+  || fail "init --force: $(cat "$TMP/force2.log")"
+grep -q "warning" "$TMP/force2.log" && fail "init --force of an idle run warned: $(cat "$TMP/force2.log")"
+say "init --force over a run with a live shard-server warns first; over an idle run it does not"

@@ -56,6 +56,11 @@ static void negative_retries(diloco_options *o)
     o->max_sync_retries = -1;
 }
 
+static void negative_in_flight(diloco_options *o)
+{
+    o->fragments_in_flight = -2;
+}
+
 static void test_refused(void **state)
 {
     (void)state;
@@ -65,6 +70,7 @@ static void test_refused(void **state)
     refused("diloco_options.heartbeat_interval_ms must be at least 0, got -1", negative_heartbeat);
     refused("diloco_options.connect_timeout_ms must be at least 0, got -5", negative_connect);
     refused("diloco_options.max_sync_retries must be at least 0, got -1", negative_retries);
+    refused("diloco_options.fragments_in_flight must be at least 0, got -2", negative_in_flight);
 }
 
 static void keep_defaults(diloco_options *o)

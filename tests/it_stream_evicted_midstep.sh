@@ -12,10 +12,7 @@
 FLIGHT=${IN_FLIGHT:+--fragments-in-flight $IN_FLIGHT}
 RUN=streamevict; H=20; F=2; STEPS=70
 start_redis
-init_run $RUN --trainer quadratic --numel 4000 --shards 2 --fragments $F --workers 3 --min-workers 2 --seed 3 \
-  --heartbeat-timeout 0.8
-start_server s1 --lease-ttl-ms 2000
-round() { $RCLI HGET "dl:{$RUN}:state" round:$1; }
+stream_evict_run $RUN
 for w in w1 w2; do
   start_worker $w --sync-every $H --steps $STEPS --heartbeat-interval 0.2 --step-delay-ms 120 $FLIGHT
 done
@@ -42,11 +39,5 @@ wait "$WRK_w3" || fail "w3 exited with status $? after SIGTERM"
 back=$(sync_field w3 '"stale":true' step)
 [ -n "$back" ] && [ $(( (back - 1) % n + 1 )) -eq "$k" ] ||
   fail "w3's stale sync record is at step '$back', not at inner step $k of an interval: $(grep '"event":"sync"' "$TMP/w3.jsonl")"
-inc=$($RCLI XRANGE "dl:{$RUN}:events" - + | awk '/^join$/ {j = 1; next} j && /^worker$/ {getline; w = $0; next}
-  j && /^inc$/ {getline; if (w == "w3") last = $0; j = 0} END {print last}')
-for f in 0 1; do
-  in=$(rounds_with $RUN $f "w3:$inc")
-  [ "$in" -ge 1 ] || fail "w3's incarnation $inc took part in no round of fragment $f"
-  say "fragment $f: w3's incarnation $inc took part in $in of its $(round $f) rounds"
-done
+assert_back_in_both $RUN w3
 say "w3 registered again during inner step $k of $n (step $back), not at a fragment's round"

@@ -7,16 +7,14 @@
 # their threads: worker/diloco/round.c, dl_defer_register); the training thread, once every round in flight
 # has ended, registers again, once, and fetches everything. Checks: as w3 stops, it is at fragment 1's
 # barrier while fragment 0's round is still open (2 in flight); it registered again exactly once after the
-# stop, its rounds saying they left that to the training thread; its new incarnation takes part in later rounds of both fragments; every round
-# closes (versions 4 and 3 after w1's and w2's 70 steps); then the same with IN_FLIGHT=2 for the mid-interval
-# eviction of it_stream_evicted_midstep.sh (the heartbeat finds it between boundaries).
+# stop, its rounds saying they left that to the training thread; its new incarnation takes part in later
+# rounds of both fragments; every round closes (versions 4 and 3 after w1's and w2's 70 steps); then the same
+# with IN_FLIGHT=2 for the mid-interval eviction of it_stream_evicted_midstep.sh (the heartbeat finds it
+# between boundaries).
 . "$(dirname "$0")/lib.sh"
-RUN=flightevict; H=20; F=2; STEPS=70
+RUN=flightevict; H=20; STEPS=70
 start_redis
-init_run $RUN --trainer quadratic --numel 4000 --shards 2 --fragments $F --workers 3 --min-workers 2 --seed 3 \
-  --heartbeat-timeout 0.8
-start_server s1 --lease-ttl-ms 2000
-round() { $RCLI HGET "dl:{$RUN}:state" round:$1; }
+stream_evict_run $RUN
 for w in w1 w2; do
   start_worker $w --sync-every $H --steps $STEPS --heartbeat-interval 0.2 --step-delay-ms 100 --fragments-in-flight 2
 done
@@ -36,13 +34,7 @@ n=$(grep -c "registered as w3" "$TMP/worker-w3.log")
 [ "$n" -eq 2 ] || fail "w3 registered $n times, expected twice (at start, once after the eviction): $(grep -i regist "$TMP/worker-w3.log")"
 grep -q "registering again once the rounds in flight have ended" "$TMP/worker-w3.log" ||
   fail "w3's rounds in flight did not leave registering again to its training thread: $(grep -i evict "$TMP/worker-w3.log")"
-inc=$($RCLI XRANGE "dl:{$RUN}:events" - + | awk '/^join$/ {j = 1; next} j && /^worker$/ {getline; w = $0; next}
-  j && /^inc$/ {getline; if (w == "w3") last = $0; j = 0} END {print last}')
-for f in 0 1; do
-  in=$(rounds_with $RUN $f "w3:$inc")
-  [ "$in" -ge 1 ] || fail "w3's incarnation $inc took part in no round of fragment $f"
-  say "fragment $f: w3's incarnation $inc took part in $in of its $(round $f) rounds"
-done
+assert_back_in_both $RUN w3
 say "w3: $(grep -h 'evicted\|registering again once' "$TMP/worker-w3.log" | sed 's/.*WARN //' | cut -c1-140 | head -3 | tr '\n' '|')"
 IN_FLIGHT=2 sh "$(dirname "$0")/it_stream_evicted_midstep.sh" > "$TMP/midstep.log" 2>&1 ||
   fail "mid-interval eviction with 2 fragments in flight: $(tail -5 "$TMP/midstep.log")"

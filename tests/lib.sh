@@ -237,6 +237,24 @@ stream_reference() {
     --bounds "$($RCLI HGET "dl:{$_run}:config" shard_bounds)" \
     --frag-bounds "$($RCLI HGET "dl:{$_run}:config" frag_bounds)" > "$_out" || fail "reference"
 }
+# stream_evict_run RUN: the Streaming run of the eviction tests (2 fragments of one shard each, 3 workers
+# of which 2 close a round, heartbeat timeout 0.8 s) and its shard-server; round F: its open round of F.
+stream_evict_run() {
+  init_run $1 --trainer quadratic --numel 4000 --shards 2 --fragments 2 --workers 3 --min-workers 2 --seed 3 \
+    --heartbeat-timeout 0.8
+  start_server s1 --lease-ttl-ms 2000
+}
+round() { $RCLI HGET "dl:{$RUN}:state" round:$1; }
+# assert_back_in_both RUN W: W's latest incarnation took part in a round of fragment 0 and of fragment 1.
+assert_back_in_both() {
+  _inc=$($RCLI XRANGE "dl:{$1}:events" - + | awk -v who="$2" '/^join$/ {j = 1; next} j && /^worker$/ {getline; w = $0; next}
+    j && /^inc$/ {getline; if (w == who) last = $0; j = 0} END {print last}')
+  for _f in 0 1; do
+    _in=$(rounds_with $1 $_f "$2:$_inc")
+    [ "$_in" -ge 1 ] || fail "$2's incarnation $_inc took part in no round of fragment $_f"
+    say "fragment $_f: $2's incarnation $_inc took part in $_in of its $($RCLI HGET "dl:{$1}:state" round:$_f) rounds"
+  done
+}
 shard_digests() {
   n=$($RCLI HGET "dl:{$1}:config" shards)
   k=0

@@ -1,10 +1,11 @@
 #!/bin/sh
 # it_python_exactness.sh: PyTorch workers joined through the rediloco package make the same bytes as C
-# workers. Four runs at once (bf16 and fp32 pseudo-gradients, each with one C quadratic worker w1 and
+# workers. Five runs at once (bf16 and fp32 pseudo-gradients, each with one C quadratic worker w1 and
 # two PyTorch workers w2, w3; Streaming DiLoCo with 4 fragments and fragment_update_alpha 0.5, and an
 # async run, each with w1 and one PyTorch worker w2), 2 shard-servers and 8 shards each; the PyTorch
-# workers are tests/python/quad_worker.py: the C trainer's problem and AdamW in torch fp32 ops. Each
-# run's shard digests equal those of the in-process reference that replays C trainers of the same ids
+# workers are tests/python/quad_worker.py: the C trainer's problem and AdamW in torch fp32 ops; and the
+# Streaming run again with 2 fragments in flight (fragments_in_flight; the worker's --fragments-in-flight).
+# Each run's shard digests equal those of the in-process reference that replays C trainers of the same ids
 # (tests/tools/ref_quadratic; for the async run tests/tools/ref_async, in the order
 # Redis applied the submissions); in the plain runs every worker's last sync also reports the
 # reference's digest of the whole vector, and the PyTorch workers saw the same digest every round.
@@ -12,13 +13,13 @@
 need_torch
 NUMEL=50000; SEED=11; ROUNDS=4; H=10
 start_redis
-flags_of() { case $1 in fp32) echo --no-bf16;; stream) echo --fragment-alpha 0.5;; esac; }
+flags_of() { case $1 in fp32) echo --no-bf16;; stream) echo --fragment-alpha 0.5;; stream2) echo --fragment-alpha 0.5 --fragments-in-flight 2;; esac; }
 pyworkers_of() { case $1 in bf16|fp32) echo w2 w3;; *) echo w2;; esac; }   # (time: torch starts slowly)
 ids_of() { echo w1 $(pyworkers_of $1) | tr ' ' ,; }
 # the three runs train at the same time (each its own run, servers and workers); then each is checked
-for mode in bf16 fp32 stream async; do
+for mode in bf16 fp32 stream stream2 async; do
   RUN=py$mode; flag=$(flags_of $mode)
-  frags=1; [ $mode = stream ] && frags=4
+  frags=1; case $mode in stream*) frags=4 ;; esac
   async=""; [ $mode = async ] && async=--async
   init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --fragments $frags --seed $SEED $async \
     --workers $(( 1 + $(pyworkers_of $mode | wc -w) ))
@@ -33,16 +34,17 @@ for mode in bf16 fp32 stream async; do
     eval "PY_${w}_$mode=$!"; PIDS="$PIDS $!"
   done
 done
-for mode in bf16 fp32 stream async; do
+for mode in bf16 fp32 stream stream2 async; do
   RUN=py$mode; flag=$(flags_of $mode)
   eval "pid=\$C_$mode"; wait "$pid" || fail "C worker w1 ($mode) exited with status $?"
   for w in $(pyworkers_of $mode); do eval "pid=\$PY_${w}_$mode"; wait "$pid" || fail "PyTorch worker $w ($mode) exited with status $?"; done
   if [ $mode = async ]; then
     build/tests/tools/ref_async --redis "$URL" --run $RUN --sync-every $H > "$TMP/ref-$mode.txt" 2> "$TMP/ref-$mode.log" \
       || fail "async reference: $(cat "$TMP/ref-$mode.log")"
-  elif [ $mode = stream ]; then
+  elif [ $mode = stream ] || [ $mode = stream2 ]; then
+    d=1; [ $mode = stream2 ] && d=2
     build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers $(ids_of $mode) --sync-every $H \
-      --steps $((ROUNDS * H)) --alpha 0.5 --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" \
+      --steps $((ROUNDS * H)) --alpha 0.5 --in-flight $d --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" \
       --frag-bounds "$($RCLI HGET "dl:{$RUN}:config" frag_bounds)" > "$TMP/ref-$mode.txt" || fail "reference"
   else
     [ "$(shard_versions $RUN)" = "$ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS" ] \
@@ -58,8 +60,8 @@ for mode in bf16 fp32 stream async; do
     say "async: a C and a PyTorch worker bit-identical to the replay of $(sed 's/.*replayed //' "$TMP/ref-$mode.log")"
     continue
   fi
-  if [ $mode = stream ]; then
-    say "stream: a C and a PyTorch worker, 4 fragments, alpha 0.5: shards bit-identical to the fragment-schedule reference ($(shard_versions $RUN))"
+  if [ $mode = stream ] || [ $mode = stream2 ]; then
+    say "$mode: a C and a PyTorch worker, 4 fragments, $flag: shards bit-identical to the fragment-schedule reference ($(shard_versions $RUN))"
     continue
   fi
   want=$(awk '/^all/ {print $2}' "$TMP/ref-$mode.txt")

@@ -101,7 +101,8 @@ class DiLoCo:
     The outer optimizer runs on the shard-servers and is the run's (init_run's outer_lr, outer_momentum,
     nesterov); outer_optimizer exists for torchft's signature and must be None. Everything else is the
     worker's: sync_every (H), bf16 pseudo-gradients, error_feedback (int8/int4/int3/int2 runs), dylu, fragment_update_alpha (Streaming DiLoCo's
-    mixing of the local and global values), worker_id, heartbeat_interval, timeouts in seconds.
+    mixing of the local and global values), fragments_in_flight (Streaming: rounds in flight at once, each
+    fragment applied that many intervals after it was sent; sync runs only), worker_id, heartbeat_interval, timeouts in seconds.
 
     process_group (a torch.distributed process group, e.g. dist.group.WORLD, of more than one process):
     the processes of the group are ONE worker of the run, data-parallel inside (DDP; a DDP model is synced
@@ -114,7 +115,7 @@ class DiLoCo:
     def __init__(self, url: str, run: str, model: torch.nn.Module, inner_optimizer: torch.optim.Optimizer,
                  outer_optimizer: None = None, sync_every: int = 500,
                  fragment_sync_delay: Optional[int] = None, fragment_update_alpha: float = 0.0,
-                 worker_id: Optional[str] = None, bf16: bool = True, dylu: bool = False,
+                 fragments_in_flight: int = 1, worker_id: Optional[str] = None, bf16: bool = True, dylu: bool = False,
                  error_feedback: bool = False, heartbeat_interval: float = 30.0, max_sync_retries: int = 3,
                  connect_timeout: float = 60.0, net_timeout: float = 60.0, sync_timeout: float = 120.0,
                  handle_signals: bool = True, log: Optional[Callable[[int, str], None]] = None,
@@ -128,6 +129,8 @@ class DiLoCo:
             raise ValueError("sync_every must be a positive integer, got %r" % (sync_every,))
         if not 0 <= fragment_update_alpha < 1:
             raise ValueError("fragment_update_alpha must be in [0, 1), got %r" % (fragment_update_alpha,))
+        if not isinstance(fragments_in_flight, int) or fragments_in_flight < 1:
+            raise ValueError("fragments_in_flight must be a positive integer, got %r" % (fragments_in_flight,))
         if log_level is not None and log_level not in _LEVELS:
             raise ValueError("log_level is one of %s, got %r" % (", ".join(_LEVELS), log_level))
         if log is not None and not callable(log):
@@ -136,6 +139,7 @@ class DiLoCo:
         self.sync_every_requested = sync_every
         self.fragment_sync_delay = fragment_sync_delay
         self.fragment_update_alpha = float(fragment_update_alpha)
+        self.fragments_in_flight = fragments_in_flight
         self.worker_id_requested = worker_id
         self.bf16, self.dylu, self.error_feedback = bool(bf16), bool(dylu), bool(error_feedback)
         self.timeouts = {"heartbeat_interval_ms": _ms(heartbeat_interval, "heartbeat_interval"),
@@ -275,6 +279,7 @@ class DiLoCo:
         o.dylu = int(self.dylu)
         o.error_feedback = int(self.error_feedback)
         o.fragment_alpha = self.fragment_update_alpha
+        o.fragments_in_flight = self.fragments_in_flight
         o.max_sync_retries = self.max_sync_retries
         for field, ms in self.timeouts.items():
             setattr(o, field, ms)
@@ -303,11 +308,12 @@ class DiLoCo:
             raise DiLoCoError("run %r has %d Streaming fragments: a model off the CPU is supported for plain "
                               "DiLoCo only (move it to the CPU or use a run without --fragments)" % (self.run, nf))
         if self.fragment_sync_delay is not None:
-            want = max(1, self.sync_every // nf) if nf > 1 else 0
+            want = max(1, self.sync_every // nf) * self.fragments_in_flight if nf > 1 else 0
             if self.fragment_sync_delay != want:
-                raise ValueError("fragment_sync_delay=%r: in ReDiLoCo a fragment's new values are applied one "
-                                 "fragment interval after it was sent (sync_every / fragments = %d steps here); "
-                                 "leave it None" % (self.fragment_sync_delay, want))
+                raise ValueError("fragment_sync_delay=%r: in ReDiLoCo a fragment's new values are applied "
+                                 "fragments_in_flight fragment intervals after it was sent (fragments_in_flight * "
+                                 "sync_every / fragments = %d steps here); leave it None" %
+                                 (self.fragment_sync_delay, want))
 
     def close(self) -> None:
         """Deregister from the run and give the inner optimizer its own step back. Safe to call twice."""

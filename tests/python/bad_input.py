@@ -61,6 +61,10 @@ expect("negative net timeout", ValueError, ["net_timeout"], lambda: join(model_o
 expect("outer optimizer", TypeError, ["shard-servers"],
        lambda: rediloco.DiLoCo(URL, RUN, model_of(NUMEL), sgd(), outer_optimizer=torch.optim.SGD([torch.zeros(1)], lr=1)))
 expect("bad sync_every", ValueError, ["sync_every"], lambda: rediloco.DiLoCo(URL, RUN, model_of(NUMEL), sgd(), sync_every=0))
+expect("no fragment in flight", ValueError, ["fragments_in_flight", "positive"],
+       lambda: rediloco.DiLoCo(URL, RUN, model_of(NUMEL), sgd(), fragments_in_flight=0))
+expect("more in flight than fragments", rediloco.DiLoCoError, ["fragments_in_flight", "at most that many"],
+       lambda: join(model_of(NUMEL), fragments_in_flight=2))
 # arguments of the wrong kind: a TypeError with a sentence from the constructor, before Redis is asked anything
 expect("model a string", TypeError, ["model must be a torch.nn.Module", "str 'x'"], lambda: join("x", inner=sgd()))
 expect("model a list", TypeError, ["model must be a torch.nn.Module", "list"], lambda: join([model_of(NUMEL)], inner=sgd()))

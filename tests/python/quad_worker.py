@@ -95,6 +95,7 @@ def main():
     ap.add_argument("--no-bf16", action="store_true")
     ap.add_argument("--dylu", action="store_true", help="take the H the run's DyLU assigns")
     ap.add_argument("--fragment-alpha", type=float, default=0.0, help="Streaming DiLoCo's fragment_update_alpha")
+    ap.add_argument("--fragments-in-flight", type=int, default=1, help="Streaming DiLoCo's rounds in flight at once")
     ap.add_argument("--digests", default=None, help="write \"round digest\" per sync here")
     ap.add_argument("--sync-log", default=None, help="write each sync's SyncInfo as a JSON line here")
     ap.add_argument("--step-delay", type=float, default=0.0, help="seconds to sleep per step (a slower machine)")
@@ -111,7 +112,8 @@ def main():
     before = signal.getsignal(signal.SIGINT)
     with rediloco.DiLoCo(args.url, args.run, model, inner, sync_every=args.h, worker_id=args.worker_id,
                          bf16=not args.no_bf16, heartbeat_interval=args.heartbeat,
-                         fragment_update_alpha=args.fragment_alpha, dylu=args.dylu) as dl:
+                         fragment_update_alpha=args.fragment_alpha, fragments_in_flight=args.fragments_in_flight,
+                         dylu=args.dylu) as dl:
         step, last = 0, None
         for step in range(1, args.steps + 1):
             with torch.no_grad():

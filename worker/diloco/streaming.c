@@ -27,7 +27,7 @@
  * With D > 1 the boundary settles a round as soon as its thread says the round is over (net_done); the
  * thread goes on with the look at the commit (round_confirm_early) as the fragment's tail, joined before
  * the fragment is sent again or anything fetches every fragment. bench/wan_training at RTT 300 ms, H = 40,
- * 4 fragments: D = 1 53.8%, D = 2 97.2%, D = 3 100.2% of the speed kept (docs/compression.md). */
+ * 4 fragments: D = 1 54%, D = 2 94-97%, D = 3 99-100% of the speed kept (docs/compression.md). */
 
 #include "base/log.h"
 #include "base/util.h"

@@ -118,11 +118,12 @@ static int free_lane(diloco *d)
 
 static int finish_all(diloco *d, int at_boundary, char *err, size_t errlen);
 
-/* Fragment f's Δ was not sent (p): settle that. With other rounds in flight (D > 1), what it does may
- * register again or fetch everything: they end first; if that fetched everything, f is done too. */
+/* Fragment f's Δ was not sent (p): settle that. With D > 1, what it does may register again or fetch
+ * everything: the other rounds in flight and the fragments' threads end first; if that fetched everything,
+ * f is done too. */
 static int settle_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64_t t0, char *err, size_t errlen)
 {
-    if (d->inflight_count > 0) {
+    if (in_flight_max(d) > 1) {
         int fetched = d->fetched_all, changed = finish_all(d, 0, err, errlen);
         if (changed < 0) return -1;
         if (d->fetched_all != fetched) return 1;
@@ -206,9 +207,10 @@ static int settle_slot(diloco *d, stream_slot *s, char *err, size_t errlen)
     return rc;
 }
 
-/* Settle s, whose outcome may register again or fetch everything, with no round running: the others in
- * flight are waited for first (their outcomes kept, settled after it, unless everything was fetched again
- * meanwhile: then they are dropped, as superseded). */
+/* Settle s, whose outcome may register again or fetch everything, with no other thread of ours touching a
+ * fragment: the others in flight and the fragments' threads (D > 1) are waited for first (the outcomes of
+ * those in flight kept, settled after it, unless everything was fetched again meanwhile: then they are
+ * dropped, as superseded). */
 static int settle_alone(diloco *d, stream_slot *s, char *err, size_t errlen)
 {
     for (int i = 0; i < d->inflight_count; i++) join_slot(d, slot_at(d, i));
@@ -234,7 +236,7 @@ static int finish_oldest(diloco *d, int at_boundary, char *err, size_t errlen)
     if (threaded && at_boundary) tell_round_longer(d, s->frag, t_join - s->t0, now_ms() - t_join);
     d->inflight_head = (d->inflight_head + 1) % RUNCONF_MAX_FRAGMENTS;
     d->inflight_count--;
-    if (d->inflight_count > 0 && round_settle_refetches(d, s->rc)) return settle_alone(d, s, err, errlen);
+    if (in_flight_max(d) > 1 && round_settle_refetches(d, s->rc)) return settle_alone(d, s, err, errlen);
     return settle_slot(d, s, err, errlen);
 }
 

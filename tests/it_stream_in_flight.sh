@@ -8,7 +8,9 @@
 #   2. D = 2 with rounds longer than an interval (--simulate-latency-ms 150, intervals of 5 steps of 20 ms;
 #      w3 slower, so the others wait at barriers: two rounds of one worker at their barriers at once): the run
 #      finishes, every round closed, bit-identical to the reference;
-#   3. the option's checks: 0, more than the run's fragments, and more than 1 in an async run are refused,
+#   3. D = 2 with a shard-server killed (-9) after w1's sixth sync and replaced: the new owner gets the kept
+#      pseudo-gradients again, every round closes, bit-identical to the reference;
+#   4. the option's checks: 0, more than the run's fragments, and more than 1 in an async run are refused,
 #      each naming the option.
 . "$(dirname "$0")/lib.sh"
 NUMEL=40000; SEED=23; H=20; STEPS=100
@@ -24,26 +26,34 @@ exact() { # RUN D [ref args]: bit-identical to the reference of D in flight, and
     fail "$_r: the run equals the reference of one fragment in flight: D was not applied"
   return 0
 }
-for cfg in 2:0.5 3:0 2:slow; do
-  D=${cfg%%:*}; alpha=${cfg#*:}; extra=""; final=""; STEPS=100
+for cfg in 2:0.5 3:0 2:slow 2:kill; do
+  D=${cfg%%:*}; alpha=${cfg#*:}; extra=""; final=""; kill=""; STEPS=100
   [ "$alpha" = 0.5 ] && final=--final-sync
   [ "$alpha" = slow ] && { alpha=0; STEPS=60; extra="--simulate-latency-ms 150 --step-delay-ms 20"; }
-  RUN="flight$D${extra:+slow}"
+  [ "$alpha" = kill ] && { alpha=0; kill=1; extra="--simulate-latency-ms 60 --step-delay-ms 20"; }
+  RUN="flight$D${extra:+slow}$kill"
   init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --fragments 4 --workers 3 --seed $SEED
-  start_server "a$RUN" --lease-ttl-ms 2000
-  start_server "b$RUN" --lease-ttl-ms 2000
+  start_server "a$RUN" --lease-ttl-ms 1000
+  start_server "b$RUN" --lease-ttl-ms 1000
   for w in w1 w2 w3; do
-    slower=""; [ -n "$extra" ] && [ $w = w3 ] && slower="--step-delay-ms 30"
+    slower=""; [ -n "$extra" ] && [ -z "$kill" ] && [ $w = w3 ] && slower="--step-delay-ms 30"
     start_worker $w --sync-every $H --steps $STEPS --heartbeat-interval 1 --fragment-alpha $alpha \
       --fragments-in-flight $D $final $extra $slower
   done
+  if [ -n "$kill" ]; then
+    wait_until 30 '[ "$(cat "$TMP/w1.jsonl" 2>/dev/null | grep -c "\"event\":\"sync\"")" -ge 6 ]' "w1's sixth sync"
+    eval "kill -9 \$SRV_b$RUN"
+    start_server "c$RUN" --lease-ttl-ms 1000
+  fi
   wait_workers w1 w2 w3
+  [ -z "$kill" ] || grep -q "committed version" "$TMP/server-c$RUN.log" ||
+    fail "$RUN: the replacing shard-server committed nothing: $(tail -3 "$TMP/server-c$RUN.log")"
   exact $RUN $D --alpha $alpha $final
   want=$((STEPS / (H / 4) / 4)); [ -n "$final" ] && want=$((want + 1))
   [ "$(shard_versions $RUN)" = "$want $want $want $want $want $want $want $want" ] ||
     fail "$RUN: versions per shard $(shard_versions $RUN), expected $want each (a round that did not close)"
   syncs=$(grep -c '"event":"sync"' "$TMP/w1.jsonl")
-  say "D $D alpha $alpha ${extra:+(rounds of 150 ms over intervals of 100 ms) }: bit-identical to the reference of D in flight, not to D = 1 ($want versions per shard, $syncs fragment syncs by w1, $(grep -c 'longer than' "$TMP/worker-w1.log") warnings of rounds that outlast their intervals)"
+  say "D $D alpha $alpha ${extra:+(rounds delayed: $extra) }${kill:+(a server killed, replaced) }: bit-identical to the reference of D in flight, not to D = 1 ($want versions per shard, $syncs fragment syncs by w1, $(grep -c 'longer than' "$TMP/worker-w1.log") warnings of rounds that outlast their intervals)"
   rm -f "$TMP"/w*.jsonl
 done
 # the option's checks: each refused at open with the option named

@@ -119,16 +119,23 @@ static int poll_once(rconn *c, const runconf *rc, run_state *st, trainer *t, int
     return 0;
 }
 
-int evaluator_run(const evaluator_options *o, const runconf *rc, trainer *t, char *err, size_t errlen)
+/* What both roles need before their first look: a trainer that evaluates, the URL, the state's buffers. */
+static int evaluator_prepare(const evaluator_options *o, const runconf *rc, const trainer *t, redis_url *u,
+                             run_state *st, char *err, size_t errlen)
 {
     if (!t->evaluate) {
         err_set(err, errlen, "the %s trainer has no validation loss: nothing to evaluate", t->name);
         return -1;
     }
+    if (redis_url_parse(o->redis_url, u, err, errlen) < 0) return -1;
+    return run_state_alloc(st, rc, err, errlen);
+}
+
+int evaluator_run(const evaluator_options *o, const runconf *rc, trainer *t, char *err, size_t errlen)
+{
     redis_url u;
-    if (redis_url_parse(o->redis_url, &u, err, errlen) < 0) return -1;
     run_state st;
-    if (run_state_alloc(&st, rc, err, errlen) < 0) return -1;
+    if (evaluator_prepare(o, rc, t, &u, &st, err, errlen) < 0) return -1;
     rconn *c = NULL;
     long long next = -1;
     int status = 0;
@@ -171,14 +178,9 @@ int evaluator_run(const evaluator_options *o, const runconf *rc, trainer *t, cha
 int evaluator_once(const evaluator_options *o, const runconf *rc, trainer *t, int64_t *version, double *loss, char *err,
                    size_t errlen)
 {
-    if (!t->evaluate) {
-        err_set(err, errlen, "the %s trainer has no validation loss", t->name);
-        return -1;
-    }
     redis_url u;
-    if (redis_url_parse(o->redis_url, &u, err, errlen) < 0) return -1;
     run_state st;
-    if (run_state_alloc(&st, rc, err, errlen) < 0) return -1;
+    if (evaluator_prepare(o, rc, t, &u, &st, err, errlen) < 0) return -1;
     rconn *c = rconn_connect_retry(&u, 5000, o->connect_timeout_ms, o->stop, NULL, err, errlen);
     int status = -1;
     for (uint64_t deadline = now_ms() + EVALUATOR_ONCE_WAIT_MS; c;) {

@@ -223,7 +223,12 @@ diloco_sync_info *dl_round_info_current(void)
     return round_info;
 }
 
+int dl_stream_overlap(const diloco *d)
+{
+    return d->o.fragments_in_flight > 1 || (!d->rc.async && d->rc.nfragments > 1);
+}
+
 int dl_defer_register(const diloco *d)
 {
-    return d->o.fragments_in_flight > 1;
+    return dl_stream_overlap(d);
 }

@@ -302,6 +302,9 @@ rconn **dl_round_ctl_use(rconn **c);
 /* Whether rounds in flight at once (fragments_in_flight > 1) leave registering again to the training
  * thread: a round that finds us evicted then only says DL_EVICTED (round.c, streaming.c). */
 int dl_defer_register(const diloco *d);
+/* Whether a Streaming sync run's rounds (fragments_in_flight > 1) or their tails (the look at the commit after
+ * the boundary settled the round, any D) overlap: then streaming.c's lanes, tails and the wake hub are used. */
+int dl_stream_overlap(const diloco *d);
 
 /* part.c: a sharded group's rank's view of the run (its slices' shards only), and the shards digest */
 /* Make rc this rank's view of the run from o.group.slices (numel: the params buffer's length): every

@@ -16,7 +16,7 @@ static int session_open(diloco *d, const diloco_options *o, float *params, size_
     if (state_init(d, o, params, numel, err, errlen) < 0) return -1;
     if (dl_register(d, err, errlen) < 0) return -1;
     /* rounds of several fragments at their barriers at once: one listener pops our wake list (wake.c) */
-    if (d->o.fragments_in_flight > 1 && wake_hub_start(d, err, errlen) < 0) return -1;
+    if (dl_stream_overlap(d) && wake_hub_start(d, err, errlen) < 0) return -1;
     if (owners_refresh(d, err, errlen) < 0) return -1;
     /* beating before the first fetch: with a short heartbeat timeout, a fetch that waits for a round to
      * close or for a shard-server to come back would otherwise get us evicted before we trained */

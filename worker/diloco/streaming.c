@@ -15,8 +15,9 @@
  * (stream_next_fragment). after_step.c calls stream_step at each interval; the round's preparation and
  * settling are round.c's.
  *
- * The rounds in flight are a FIFO of slots (d->inflight). With D > 1 (sync runs only: async submissions
- * share the session's submission number), rounds of different fragments run at once, which the layers
+ * The rounds in flight are a FIFO of slots (d->inflight). In a sync run (dl_stream_overlap; D > 1 only there:
+ * async submissions share the session's submission number), rounds of different fragments, or a round and
+ * the tail of the one before it (below), run at once, which the layers
  * below allow: each round touches only its fragment's shards (base, Δ, tentative state, versions), counts
  * its bytes and stamps in its slot's info (dl_round_info), sends its Redis commands on its lane's own
  * control connection (dl_round_ctl_use: on the shared one, rounds took turns, a round trip each), waits at
@@ -24,10 +25,12 @@
  * only says so: registering again and fetching everything (round_settle) run on this thread once every
  * other round in flight has ended (settle_alone), so they never overlap a round. A fragment in flight is
  * never sent again before it is settled, and its version (written by its thread) is not read meanwhile.
- * With D > 1 the boundary settles a round as soon as its thread says the round is over (net_done); the
- * thread goes on with the look at the commit (round_confirm_early) as the fragment's tail, joined before
- * the fragment is sent again or anything fetches every fragment. bench/wan_training at RTT 300 ms, H = 40,
- * 4 fragments: D = 1 54%, D = 2 94-97%, D = 3 99-100% of the speed kept (docs/compression.md). */
+ * The boundary settles a round as soon as its thread says the round is over (net_done); the thread goes on
+ * with the look at the commit (round_confirm_early) as the fragment's tail, joined before the fragment is
+ * sent again or anything fetches every fragment: one RTT off every boundary, D = 1 included. bench/wan_training
+ * at RTT 300 ms, H = 40, 4 fragments: D = 1 50% with the look on the round's path and 67% without it, D = 2
+ * 94-97%, D = 3 99-100% of the speed kept (docs/compression.md). An async run keeps the plain path: one
+ * round at a time, joined at the boundary (its rounds have no look at the commit). */
 
 #include "base/log.h"
 #include "base/util.h"
@@ -44,10 +47,10 @@ static void *inflight_main(void *p)
 {
     stream_slot *s = p;
     diloco *d = s->d;
-    int f = s->frag, many = in_flight_max(d) > 1;
+    int f = s->frag, many = dl_stream_overlap(d);
     log_sink *prev = log_use_sink(&d->log); /* also run in line, on the caller's thread */
     diloco_sync_info *prev_info = dl_round_info_use(&s->info);
-    /* D > 1: its own control connection (the rounds' arrivals and reads would take turns on ctl) */
+    /* sync: its own control connection (the rounds' arrivals and reads, and a tail's look, would take turns on ctl) */
     rconn **prev_ctl = dl_round_ctl_use(many ? &d->lane_ctl[d->tails[f].lane] : NULL);
     s->rc = round_net(d, f, s->err, sizeof s->err);
     int ok = s->rc == DL_OK;
@@ -61,8 +64,8 @@ static void *inflight_main(void *p)
     }
     /* here, in the background: otherwise the fragment's next boundary asks Redis on the training thread,
      * one round trip of the WAN per interval (bench/wan_training, RTT 100 ms, intervals of 10 CPU GPT
-     * steps: 96.7% and 82.0% of the speed kept before, 103.6% and 94.4% after, in two pairs of runs). With
-     * D > 1 after the boundary's wait: it touches only f's tentative state, which nothing reads before
+     * steps: 96.7% and 82.0% of the speed kept before, 103.6% and 94.4% after, in two pairs of runs). In a
+     * sync run after the boundary's wait: it touches only f's tentative state, which nothing reads before
      * this thread is joined (streaming.c's tails), and a round trip less in the round's D intervals */
     if (ok) round_confirm_early(d, f);
     dl_round_ctl_use(prev_ctl);
@@ -72,7 +75,7 @@ static void *inflight_main(void *p)
     return NULL;
 }
 
-/* D > 1: join fragment f's thread (its round settled; it may still be looking at the commit). */
+/* Sync: join fragment f's thread (its round settled; it may still be looking at the commit). */
 static void join_tail(diloco *d, int f)
 {
     stream_tail *t = &d->tails[f];
@@ -118,12 +121,12 @@ static int free_lane(diloco *d)
 
 static int finish_all(diloco *d, int at_boundary, char *err, size_t errlen);
 
-/* Fragment f's Δ was not sent (p): settle that. With D > 1, what it does may register again or fetch
+/* Fragment f's Δ was not sent (p): settle that. In a sync run, what it does may register again or fetch
  * everything: the other rounds in flight and the fragments' threads end first; if that fetched everything,
  * f is done too. */
 static int settle_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64_t t0, char *err, size_t errlen)
 {
-    if (in_flight_max(d) > 1) {
+    if (dl_stream_overlap(d)) {
         int fetched = d->fetched_all, changed = finish_all(d, 0, err, errlen);
         if (changed < 0) return -1;
         if (d->fetched_all != fetched) return 1;
@@ -139,7 +142,7 @@ static int begin_fragment(diloco *d, int f, char *err, size_t errlen)
     uint64_t t0 = now_ms();
     int64_t round = d->frag_version[f];
     round_begin(d);
-    if (in_flight_max(d) > 1) { /* f's previous thread first: it may still write f's tentative state */
+    if (dl_stream_overlap(d)) { /* f's previous thread first: it may still write f's tentative state */
         join_tail(d, f);
         reap_tails(d);
     }
@@ -151,7 +154,7 @@ static int begin_fragment(diloco *d, int f, char *err, size_t errlen)
     /* (info starts as cur: what preparing counted, the confirm of f's previous round) */
     *s = (stream_slot){.d = d, .frag = f, .round = d->frag_version[f], .t0 = now_ms(), .info = d->cur};
     d->inflight_count++;
-    if (in_flight_max(d) == 1) {
+    if (!dl_stream_overlap(d)) {
         s->threaded = pthread_create(&s->thread, NULL, inflight_main, s) == 0;
     } else { /* the thread is f's tail: joined before f goes again */
         stream_tail *t = &d->tails[f];
@@ -184,11 +187,11 @@ static void tell_round_longer(diloco *d, int f, uint64_t trained, uint64_t waite
              d->rc.nfragments);
 }
 
-/* Wait until s's round is over: its thread ended (D = 1), or said so (D > 1: it goes on as f's tail). */
+/* Wait until s's round is over: its thread ended (async), or said so (sync: it goes on as f's tail). */
 static void join_slot(diloco *d, stream_slot *s)
 {
     if (!s->threaded) return;
-    if (in_flight_max(d) == 1) {
+    if (!dl_stream_overlap(d)) {
         pthread_join(s->thread, NULL);
     } else {
         pthread_mutex_lock(&d->stream_mu);
@@ -236,7 +239,7 @@ static int finish_oldest(diloco *d, int at_boundary, char *err, size_t errlen)
     if (threaded && at_boundary) tell_round_longer(d, s->frag, t_join - s->t0, now_ms() - t_join);
     d->inflight_head = (d->inflight_head + 1) % RUNCONF_MAX_FRAGMENTS;
     d->inflight_count--;
-    if (in_flight_max(d) > 1 && round_settle_refetches(d, s->rc)) return settle_alone(d, s, err, errlen);
+    if (dl_stream_overlap(d) && round_settle_refetches(d, s->rc)) return settle_alone(d, s, err, errlen);
     return settle_slot(d, s, err, errlen);
 }
 

@@ -54,7 +54,7 @@ static volatile sig_atomic_t g_stop;
 static void on_signal(int sig)
 {
     (void)sig;
-    g_stop = 1;
+    __atomic_store_n(&g_stop, 1, __ATOMIC_RELAXED); /* read by libdiloco's threads too (dl_stopping) */
 }
 
 static void usage(FILE *f)

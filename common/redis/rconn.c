@@ -217,7 +217,7 @@ rconn *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_t errle
  * when the Sentinels announce a new master. */
 static void sleep_unless_stopped(unsigned ms, const volatile int *stop, sentinel_watch *watch)
 {
-    for (unsigned slept = 0; slept < ms && !(stop != NULL && *stop); slept += 50) {
+    for (unsigned slept = 0; slept < ms && !(stop != NULL && __atomic_load_n(stop, __ATOMIC_RELAXED)); slept += 50) {
         unsigned slice = ms - slept < 50 ? ms - slept : 50;
         int heard = watch != NULL ? sentinel_watch_wait(watch, (int)slice) : -1;
         if (heard == 1) return;
@@ -236,7 +236,7 @@ static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, con
     uint64_t t0 = now_ms(), logged = 0;
     unsigned attempt = 0;
     for (;; attempt++) {
-        if (stop != NULL && *stop) {
+        if (stop != NULL && __atomic_load_n(stop, __ATOMIC_RELAXED)) {
             err_set(err, errlen, "stopped while connecting to %s (last error: %s)", where, why);
             return NULL;
         }

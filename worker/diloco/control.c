@@ -107,8 +107,8 @@ int dl_wait_replicas(diloco *d, char *err, size_t errlen)
     uint64_t t0 = now_ms(), logged = t0;
     for (;;) {
         rconn **c = ctl_take(d); /* (the connection our writes went on) */
-        int n = *c && !rconn_broken(*c) ? rconn_wait_replicas(*c, d->config_key, d->rc.min_replicas, WAIT_REPLICAS_MS)
-                                        : -1;
+        int n =
+            *c && !rconn_broken(*c) ? rconn_wait_replicas(*c, d->config_key, d->rc.min_replicas, WAIT_REPLICAS_MS) : -1;
         ctl_give(d, c);
         if (n >= d->rc.min_replicas) return 0;
         if (n < 0 || dl_stopping(d)) {
@@ -124,14 +124,17 @@ int dl_wait_replicas(diloco *d, char *err, size_t errlen)
     }
 }
 
+/* Read from every thread of the session while a signal handler or another thread sets the flags: atomic
+ * loads (lock-free on an int, so a handler's atomic store pairs with them) */
 int dl_stopping(const diloco *d)
 {
-    return d->stop_flag || (d->o.stop && *d->o.stop);
+    return __atomic_load_n(&d->stop_flag, __ATOMIC_RELAXED) ||
+           (d->o.stop && __atomic_load_n(d->o.stop, __ATOMIC_RELAXED));
 }
 
 void diloco_request_stop(diloco *d)
 {
-    d->stop_flag = 1;
+    __atomic_store_n(&d->stop_flag, 1, __ATOMIC_RELAXED);
 }
 
 int64_t dl_inc(diloco *d)

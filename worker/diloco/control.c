@@ -230,8 +230,3 @@ int dl_stream_overlap(const diloco *d)
 {
     return d->o.fragments_in_flight > 1 || (!d->rc.async && d->rc.nfragments > 1);
 }
-
-int dl_defer_register(const diloco *d)
-{
-    return dl_stream_overlap(d);
-}

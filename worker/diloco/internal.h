@@ -299,11 +299,10 @@ diloco_sync_info *dl_round_info_current(void); /* what this thread points at (NU
 /* Point this thread's commands (dl_command, dl_command_argv, dl_wait_replicas) at *c, a connection only it
  * uses (NULL: ctl, shared under ctl_mu); made on the first command. Returns what it pointed at before. */
 rconn **dl_round_ctl_use(rconn **c);
-/* Whether rounds in flight at once (fragments_in_flight > 1) leave registering again to the training
- * thread: a round that finds us evicted then only says DL_EVICTED (round.c, streaming.c). */
-int dl_defer_register(const diloco *d);
 /* Whether a Streaming sync run's rounds (fragments_in_flight > 1) or their tails (the look at the commit after
- * the boundary settled the round, any D) overlap: then streaming.c's lanes, tails and the wake hub are used. */
+ * the boundary settled the round, any D) overlap: then streaming.c's lanes, tails and the wake hub are used,
+ * and registering again is left to the training thread (a round that finds us evicted only says DL_EVICTED:
+ * round.c). */
 int dl_stream_overlap(const diloco *d);
 
 /* part.c: a sharded group's rank's view of the run (its slices' shards only), and the shards digest */

@@ -44,7 +44,7 @@ void round_record(diloco *d, int f, int64_t round, uint64_t t0, int stale)
 
 /* The heartbeat thread learnt we were evicted (a long stop, a network cut): register again before
  * sending anything, instead of pushing as a dead incarnation. then: what the warning says we do now.
- * defer (a round on a background thread while others are in flight: dl_defer_register): only say
+ * defer (a round on a background thread while others or their tails run: dl_stream_overlap): only say
  * DL_EVICTED; the training thread registers at the round's settling (round_settle), once. */
 static int register_if_evicted_as(diloco *d, const char *then, int defer, char *err, size_t errlen)
 {
@@ -66,7 +66,7 @@ static int register_if_evicted(diloco *d, const char *then, char *err, size_t er
 int round_net(diloco *d, int f, char *err, size_t errlen)
 {
     int64_t round = d->frag_version[f];
-    int defer = dl_defer_register(d);
+    int defer = dl_stream_overlap(d);
     const char *then = defer ? REGISTERING_LATER : REGISTERING;
     if (dl_evicted(d)) return register_if_evicted_as(d, then, defer, err, errlen);
     if (d->o.simulate_latency_ms > 0) sleep_ms((unsigned)d->o.simulate_latency_ms);

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gpt_cuda_internal.h"
+#include "warp_mma_check.cuh"
 
 /* ------------------------------------------------------------------------------------------- */
 /* single kernels on host arrays (tests)                                                       */
@@ -372,4 +373,29 @@ extern "C" int gpt_cuda_k_adamw(const model_tensor *tensors, int ntensors, float
     if (!pl.fail) rc = l_adamw(&x, tensors, ntensors, dp, dg, dm, dv, t, lr, beta1, beta2, eps, weight_decay);
     if (!rc) rc = back(&pl, params, dp, F(n)) || back(&pl, m, dm, F(n)) || back(&pl, v, dv, F(n));
     return done(&pl, rc, "adamw", kerr);
+}
+
+/* the warp primitives of warp_mma.h (warp_mma_check.cuh): one warp, 16x16 A, 16x8 B, C and B2; outputs
+ * 16x8 d_frag, d_ldm, d_reuse and 32 sums (tests/test_cuda_kernels.c and tests/test_simt_emu.cc assert
+ * the same values) */
+extern "C" int gpt_cuda_k_warp_mma_check(float *d_frag, float *d_ldm, float *d_reuse, float *sums, const float *A,
+                                         const float *B, const float *C, const float *B2)
+{
+    KBEGIN(0);
+    float *df = (float *)dup_to_dev(&pl, NULL, F(128)), *dl = (float *)dup_to_dev(&pl, NULL, F(128)),
+          *dr = (float *)dup_to_dev(&pl, NULL, F(128)), *ds = (float *)dup_to_dev(&pl, NULL, F(32)),
+          *da = (float *)dup_to_dev(&pl, A, F(256)), *db = (float *)dup_to_dev(&pl, B, F(128)),
+          *dc = (float *)dup_to_dev(&pl, C, F(128)), *db2 = (float *)dup_to_dev(&pl, B2, F(128));
+    if (!pl.fail) {
+        warp_mma_check_k<<<1, 32>>>(df, dl, dr, ds, da, db, dc, db2);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) {
+            snprintf(kerr, sizeof kerr, "warp_mma_check_k launch: %s", cudaGetErrorString(e));
+            rc = -1;
+        }
+    }
+    if (!rc)
+        rc = back(&pl, d_frag, df, F(128)) || back(&pl, d_ldm, dl, F(128)) || back(&pl, d_reuse, dr, F(128)) ||
+             back(&pl, sums, ds, F(32));
+    return done(&pl, rc, "warp_mma_check", kerr);
 }

@@ -56,6 +56,10 @@ int gpt_cuda_k_flash_backward(float *dqkv, const float *dout, const float *qkv, 
 int gpt_cuda_k_attention_forward_bf16(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 int gpt_cuda_k_attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
                                        int C, int NH);
+/* warp_mma_check_k (worker/cuda/warp_mma_check.cuh) on one warp: A 16x16, B, C, B2 16x8 in; d_frag,
+ * d_ldm, d_reuse 16x8 and sums[32] out */
+int gpt_cuda_k_warp_mma_check(float *d_frag, float *d_ldm, float *d_reuse, float *sums, const float *A, const float *B,
+                              const float *C, const float *B2);
 int gpt_cuda_k_adamw(const model_tensor *tensors, int ntensors, float *params, const float *grads, float *m, float *v,
                      long t, double lr, double beta1, double beta2, double eps, double weight_decay);
 

@@ -222,7 +222,7 @@ $(BUILD)/tests/test_cuda_options: | $(CUDA_BACKEND)
 # tiled bf16 kernels (worker/cuda/*.cuh) are checked here and in CI, where there is no GPU
 CXX_TEST_SRC  = $(wildcard tests/test_*.cc)
 CXX_TEST_BIN  = $(CXX_TEST_SRC:tests/%.cc=$(BUILD)/tests/%)
-SIMT_CXXFLAGS = -std=c++17 -O2 -g $(WARN) -MMD -MP -Itests -Itests/tools -Iworker/cuda
+SIMT_CXXFLAGS = -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas -MMD -MP -Itests -Itests/tools -Iworker/cuda
 $(CXX_TEST_BIN): $(BUILD)/tests/%: tests/%.cc tests/tools/simt_emu.cc tests/tools/simt_emu.h
 	@mkdir -p $(dir $@)
 	$(CXX) $(SIMT_CXXFLAGS) -o $@ $< tests/tools/simt_emu.cc -lm

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <setjmp.h>
 #include <ucontext.h>
 
 enum { F_RUN, F_WAIT_WARP, F_WAIT_BLOCK, F_DONE };
@@ -21,7 +22,9 @@ enum { C_SYNCWARP = 1, C_SHFL, C_SHFL_READ, C_MMA, C_MMA_READ, C_LDMATRIX, C_LDM
 #define SLOTS 10 /* per lane: mma's a[4], b[2], c[4] */
 
 struct fiber {
-    ucontext_t ctx;
+    ucontext_t ctx; /* its first start */
+    jmp_buf at;     /* where it waits, once started */
+    int started;
     char *stack;
     simt_dim3 tid;
     int state, coll;
@@ -41,7 +44,9 @@ static struct {
     fiber *f;
     unsigned n;
     warp_slots *w;
-    ucontext_t sched;
+    unsigned *runq, nrun; /* the runnable fibers, in no order */
+    unsigned *warp_waiting, *warp_done, block_waiting, done;
+    jmp_buf sched;
     fiber *cur;
     void (*body)(void *);
     void *arg;
@@ -73,14 +78,14 @@ static void fail(const char *fmt, ...)
 static void fail_here(const char *what)
 {
     fail("block (%u,%u,%u) thread %u: %s", blockIdx.x, blockIdx.y, blockIdx.z, E.cur->tid.x, what);
-    swapcontext(&E.cur->ctx, &E.sched);
+    _longjmp(E.sched, 1); /* never resumed: the launch ends */
 }
 
 static void wait_at(int state, int coll)
 {
     E.cur->state = state;
     E.cur->coll = coll;
-    swapcontext(&E.cur->ctx, &E.sched);
+    if (!_setjmp(E.cur->at)) _longjmp(E.sched, 1);
 }
 
 static int lane(void)
@@ -97,23 +102,35 @@ static void fiber_entry(void)
 {
     E.body(E.arg);
     E.cur->state = F_DONE;
+    _longjmp(E.sched, 1);
+}
+
+/* runs f until it waits or ends: its first start through its ucontext, then by longjmp (a switch
+ * without the signal-mask system calls of swapcontext) */
+static void run_fiber(fiber *f)
+{
+    E.cur = f;
+    if (_setjmp(E.sched)) return;
+    if (f->started) _longjmp(f->at, 1);
+    f->started = 1;
+    setcontext(&f->ctx);
 }
 
 /* ---- the scheduler ---------------------------------------------------------------------------- */
 
-/* releases warp w if all its lanes wait at one collective; -1 on lanes at different places */
+static void make_runnable(fiber *f)
+{
+    f->state = F_RUN;
+    E.runq[E.nrun++] = (unsigned)(f - E.f);
+}
+
+/* warp w's lanes have all arrived (waiting, or exited): releases them if they wait at one collective */
 static int release_warp(unsigned w)
 {
     fiber *l = E.f + 32 * w;
-    int waiting = 0, done = 0;
-    for (int i = 0; i < 32; i++) {
-        waiting += l[i].state == F_WAIT_WARP;
-        done += l[i].state == F_DONE;
-    }
-    if (!waiting || waiting + done < 32) return 0;
-    if (done) {
-        fail("block (%u,%u,%u) warp %u: %d lanes exited while the others wait at a warp collective", blockIdx.x,
-             blockIdx.y, blockIdx.z, w, done);
+    if (E.warp_done[w]) {
+        fail("block (%u,%u,%u) warp %u: %u lanes exited while the others wait at a warp collective", blockIdx.x,
+             blockIdx.y, blockIdx.z, w, E.warp_done[w]);
         return -1;
     }
     for (int i = 1; i < 32; i++)
@@ -122,34 +139,41 @@ static int release_warp(unsigned w)
                  blockIdx.y, blockIdx.z, w, i, l[0].coll, l[i].coll);
             return -1;
         }
-    for (int i = 0; i < 32; i++) l[i].state = F_RUN;
-    return 1;
+    E.warp_waiting[w] = 0;
+    for (int i = 0; i < 32; i++) make_runnable(&l[i]);
+    return 0;
 }
 
-/* releases __syncthreads once every thread waits there or has exited */
-static int release_block(void)
+/* every thread waits at __syncthreads or has exited: releases them */
+static void release_block(void)
 {
-    unsigned waiting = 0, done = 0;
-    for (unsigned i = 0; i < E.n; i++) {
-        waiting += E.f[i].state == F_WAIT_BLOCK;
-        done += E.f[i].state == F_DONE;
-    }
-    if (!waiting || waiting + done < E.n) return 0;
+    E.block_waiting = 0;
     for (unsigned i = 0; i < E.n; i++)
-        if (E.f[i].state == F_WAIT_BLOCK) E.f[i].state = F_RUN;
-    return 1;
+        if (E.f[i].state == F_WAIT_BLOCK) make_runnable(&E.f[i]);
+}
+
+/* counts where f stopped, and releases the barrier it completes */
+static int account(fiber *f)
+{
+    unsigned w = f->tid.x >> 5;
+    if (f->state == F_WAIT_WARP) E.warp_waiting[w]++;
+    if (f->state == F_WAIT_BLOCK) E.block_waiting++;
+    if (f->state == F_DONE) {
+        E.done++;
+        E.warp_done[w]++;
+    }
+    if (E.warp_waiting[w] && E.warp_waiting[w] + E.warp_done[w] == 32 && release_warp(w)) return -1;
+    if (E.block_waiting && E.block_waiting + E.done == E.n) release_block();
+    return 0;
 }
 
 static void describe_deadlock(void)
 {
-    unsigned at_warp = 0, at_block = 0;
-    for (unsigned i = 0; i < E.n; i++) {
-        at_warp += E.f[i].state == F_WAIT_WARP;
-        at_block += E.f[i].state == F_WAIT_BLOCK;
-    }
+    unsigned at_warp = 0;
+    for (unsigned i = 0; i < E.n; i++) at_warp += E.f[i].state == F_WAIT_WARP;
     fail("block (%u,%u,%u): deadlock: %u threads wait at __syncthreads while %u wait at a warp collective or "
          "__syncwarp (a barrier inside divergent code?)",
-         blockIdx.x, blockIdx.y, blockIdx.z, at_block, at_warp);
+         blockIdx.x, blockIdx.y, blockIdx.z, E.block_waiting, at_warp);
 }
 
 static uint64_t next_random(void)
@@ -160,53 +184,39 @@ static uint64_t next_random(void)
     return E.rng;
 }
 
+/* takes a random fiber off the run queue */
 static fiber *pick_runnable(void)
 {
-    unsigned runnable = 0;
-    for (unsigned i = 0; i < E.n; i++) runnable += E.f[i].state == F_RUN;
-    if (!runnable) return NULL;
-    unsigned k = (unsigned)(next_random() % runnable);
-    for (unsigned i = 0; i < E.n; i++)
-        if (E.f[i].state == F_RUN && k-- == 0) return &E.f[i];
-    return NULL;
-}
-
-static int all_done(void)
-{
-    for (unsigned i = 0; i < E.n; i++)
-        if (E.f[i].state != F_DONE) return 0;
-    return 1;
+    if (!E.nrun) return NULL;
+    unsigned k = (unsigned)(next_random() % E.nrun), i = E.runq[k];
+    E.runq[k] = E.runq[--E.nrun];
+    return &E.f[i];
 }
 
 static int run_block(void)
 {
+    E.nrun = E.block_waiting = E.done = 0;
     for (unsigned i = 0; i < E.n; i++) {
         fiber *f = &E.f[i];
         f->tid = simt_dim3{i, 0, 0};
-        f->state = F_RUN;
+        f->started = 0;
         getcontext(&f->ctx);
         f->ctx.uc_stack.ss_sp = f->stack;
         f->ctx.uc_stack.ss_size = STACK_BYTES;
-        f->ctx.uc_link = &E.sched;
+        f->ctx.uc_link = NULL; /* fiber_entry never returns */
         makecontext(&f->ctx, fiber_entry, 0);
+        make_runnable(f);
     }
+    for (unsigned w = 0; w < E.n / 32; w++) E.warp_waiting[w] = E.warp_done[w] = 0;
     while (!E.failed) {
         fiber *f = pick_runnable();
         if (!f) {
-            if (all_done()) return 0;
-            int released = release_block();
-            for (unsigned w = 0; w < E.n / 32 && released >= 0; w++) {
-                int r = release_warp(w);
-                released = r < 0 ? r : released + r;
-            }
-            if (released < 0) return -1;
-            if (!released) describe_deadlock();
-            continue;
+            if (E.done == E.n) return 0;
+            describe_deadlock();
+            return -1;
         }
-        E.cur = f;
-        swapcontext(&E.sched, &f->ctx);
-        if (f->state == F_WAIT_WARP && release_warp(f->tid.x >> 5) < 0) return -1;
-        if ((f->state == F_WAIT_BLOCK || f->state == F_DONE) && release_block() < 0) return -1;
+        run_fiber(f);
+        if (!E.failed && account(f)) return -1;
     }
     return -1;
 }
@@ -221,7 +231,10 @@ int simt_launch(simt_dim3 grid, unsigned block, unsigned seed, void (*body)(void
     E.n = block;
     E.f = (fiber *)calloc(block, sizeof(fiber));
     E.w = (warp_slots *)calloc(block / 32, sizeof(warp_slots));
-    int rc = E.f && E.w ? 0 : -1;
+    E.runq = (unsigned *)calloc(block, sizeof(unsigned));
+    E.warp_waiting = (unsigned *)calloc(block / 32, sizeof(unsigned));
+    E.warp_done = (unsigned *)calloc(block / 32, sizeof(unsigned));
+    int rc = E.f && E.w && E.runq && E.warp_waiting && E.warp_done ? 0 : -1;
     for (unsigned i = 0; i < block && !rc; i++)
         if (!(E.f[i].stack = (char *)malloc(STACK_BYTES))) rc = -1;
     if (rc) snprintf(err, errlen, "simt: out of memory for %u fibers", block);
@@ -242,6 +255,9 @@ int simt_launch(simt_dim3 grid, unsigned block, unsigned seed, void (*body)(void
     for (unsigned i = 0; E.f && i < block; i++) free(E.f[i].stack);
     free(E.f);
     free(E.w);
+    free(E.runq);
+    free(E.warp_waiting);
+    free(E.warp_done);
     E.f = NULL;
     E.w = NULL;
     return rc;
@@ -265,10 +281,11 @@ void __syncwarp(unsigned mask)
     wait_at(F_WAIT_WARP, C_SYNCWARP);
 }
 
-static uint32_t shfl_xor_bits(unsigned mask, uint32_t v, int lane_mask)
+/* every lane gives v and reads the value of lane src (its own where src is outside the warp) */
+static uint32_t shfl_bits(unsigned mask, uint32_t v, int src)
 {
     check_full_mask(mask);
-    int l = lane(), src = l ^ lane_mask;
+    int l = lane();
     warp()->s[l][0].u = v;
     wait_at(F_WAIT_WARP, C_SHFL);
     uint32_t r = src >= 0 && src < 32 ? warp()->s[src][0].u : v;
@@ -276,14 +293,40 @@ static uint32_t shfl_xor_bits(unsigned mask, uint32_t v, int lane_mask)
     return r;
 }
 
+static uint32_t shfl_xor_bits(unsigned mask, uint32_t v, int lane_mask)
+{
+    return shfl_bits(mask, v, lane() ^ lane_mask);
+}
+
+static uint32_t float_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bits_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
 float __shfl_xor_sync(unsigned mask, float v, int lane_mask)
 {
-    uint32_t u, r;
-    memcpy(&u, &v, 4);
-    r = shfl_xor_bits(mask, u, lane_mask);
-    float out;
-    memcpy(&out, &r, 4);
-    return out;
+    return bits_float(shfl_xor_bits(mask, float_bits(v), lane_mask));
+}
+
+/* lane l reads lane l + delta; the top delta lanes keep their own value */
+float __shfl_down_sync(unsigned mask, float v, unsigned delta)
+{
+    int src = lane() + (int)delta;
+    return bits_float(shfl_bits(mask, float_bits(v), src < 32 ? src : lane()));
+}
+
+float __shfl_sync(unsigned mask, float v, int src_lane)
+{
+    return bits_float(shfl_bits(mask, float_bits(v), src_lane & 31));
 }
 
 int __shfl_xor_sync(unsigned mask, int v, int lane_mask)

@@ -47,6 +47,8 @@ void __syncwarp(unsigned mask = 0xffffffffu);
 float __shfl_xor_sync(unsigned mask, float v, int lane_mask);
 int __shfl_xor_sync(unsigned mask, int v, int lane_mask);
 unsigned __shfl_xor_sync(unsigned mask, unsigned v, int lane_mask);
+float __shfl_down_sync(unsigned mask, float v, unsigned delta);
+float __shfl_sync(unsigned mask, float v, int src_lane);
 
 /* warp_mma.h's primitives */
 uint16_t bf16_bits(float x);

@@ -1,6 +1,6 @@
 /* bench/trainer_cuda.c -> bin/bench-trainer_cuda: GPT trainer speed on a CUDA device.
  *
- *   bin/bench-trainer_cuda [--tf32] [--precision fp32|bf16] [--attention fused|gemm] [--steps N] [--no-gpt2]
+ *   bin/bench-trainer_cuda [--tf32] [--precision fp32|bf16] [--attention fused|gemm|flash] [--steps N] [--no-gpt2]
  *                          [--no-torch]
  *
  * Prints the device, its fp32 (and TF32) peak estimated from SM count x clock x lanes, the measured
@@ -13,8 +13,9 @@
  * (c) GPT-2 small (12 layers, 12 heads, 768 dim, ctx 1024, vocab 50257, batch 8, seq 1024).
  * --precision bf16: the trainer's bf16 path (bf16 products and fused attention on fp32 master weights,
  * docs/cuda.md); with --attention gemm its other attention (the fp32 path's products on bf16 operands,
- * tensor cores, T x T probabilities kept). fused is the default until a GPU measurement decides:
- * tools/gpu_check.sh runs both. When $PYTHON (default /usr/bin/python3) imports a torch that sees the
+ * tensor cores, T x T probabilities kept), with --attention flash the tensor-core flash kernels
+ * (worker/cuda/flash_mma.cuh: tiles on mma.m16n8k16, online softmax, probabilities recomputed). fused is
+ * the default until a GPU measurement decides: tools/gpu_check.sh runs all three. When $PYTHON (default /usr/bin/python3) imports a torch that sees the
  * GPU, each configuration also runs bench/torch_gpt_speed.py on the same model, batch and precision
  * (bf16: autocast + SDPA + fused AdamW, what users run; fp32 / TF32 likewise) and prints torch's tokens/s beside ours and their ratio, in the
  * same run on the same GPU (--no-torch: not). MFU uses the fp32 or TF32 peak; bf16 prints none.
@@ -171,10 +172,12 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bench-trainer_cuda [--tf32] [--precision fp32|bf16] [--attention fused|gemm] [--steps 20] "
-               "[--no-gpt2] [--no-torch]\n"
-               "  --attention  with --precision bf16: fused (one kernel, the default until a GPU measurement decides)\n"
-               "               or gemm (tensor-core products, T x T probabilities kept); fp32 has its own attention\n");
+    fprintf(f,
+            "usage: bench-trainer_cuda [--tf32] [--precision fp32|bf16] [--attention fused|gemm|flash] [--steps 20] "
+            "[--no-gpt2] [--no-torch]\n"
+            "  --attention  with --precision bf16: fused (one kernel, the default until a GPU measurement decides),\n"
+            "               gemm (tensor-core products, T x T probabilities kept) or flash (tensor-core tiles,\n"
+            "               probabilities recomputed); fp32 has its own attention\n");
 }
 
 int main(int argc, char **argv)
@@ -183,7 +186,10 @@ int main(int argc, char **argv)
     const opt_spec specs[] = {
         {.name = "tf32", .kind = OPT_FLAG, .dest = &tf32},
         {.name = "precision", .kind = OPT_CHOICE, .dest = &bf16, .choices = "fp32|bf16"},
-        {.name = "attention", .kind = OPT_CHOICE, .dest = &attention, .choices = "fused|gemm"}, /* GPT_ATTENTION_* */
+        {.name = "attention",
+         .kind = OPT_CHOICE,
+         .dest = &attention,
+         .choices = "fused|gemm|flash"}, /* GPT_ATTENTION_* */
         {.name = "no-torch", .kind = OPT_CLEAR, .dest = &torch},
         {.name = "no-gpt2", .kind = OPT_CLEAR, .dest = &gpt2},
         {.name = "steps", .kind = OPT_INT, .dest = &steps, .lo = 1, .hi = 1000000},
@@ -191,9 +197,11 @@ int main(int argc, char **argv)
     };
     int rc = opts_parse_cmd("bench-trainer_cuda", usage, specs, argc, argv, 1, NULL, NULL);
     if (rc != 0) return opts_exit_status(rc);
-    if (attention == GPT_ATTENTION_GEMM && !bf16) {
-        fprintf(stderr, "bench-trainer_cuda: --attention gemm needs --precision bf16: fp32 has its own attention "
-                        "(see --help)\n");
+    if (attention != GPT_ATTENTION_FUSED && !bf16) {
+        fprintf(stderr,
+                "bench-trainer_cuda: --attention %s needs --precision bf16: fp32 has its own attention "
+                "(see --help)\n",
+                attention == GPT_ATTENTION_GEMM ? "gemm" : "flash");
         return OPTS_EXIT_USAGE;
     }
 #ifndef DILOCO_HAVE_CUDA
@@ -223,6 +231,9 @@ int main(int argc, char **argv)
                              : attention == GPT_ATTENTION_GEMM
                                  ? "bf16 operands, fp32 accumulation; attention: bf16 strided-batched products "
                                    "(--precision bf16 --attention gemm)"
+                             : attention == GPT_ATTENTION_FLASH
+                                 ? "bf16 operands, fp32 accumulation; attention: tensor-core flash kernels "
+                                   "(--precision bf16 --attention flash)"
                                  : "bf16 operands, fp32 accumulation; attention: fused kernels "
                                    "(--precision bf16 --attention fused)");
     run("a", (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 256}, 8, 256, tf32, bf16, attention,

@@ -18,23 +18,6 @@
 
 static int failures;
 
-static float *randn(size_t n, float sd, unsigned seed)
-{
-    float *x = (float *)malloc(n * sizeof(float));
-    uint64_t s = 0x2545f4914f6cdd1dull * (seed + 1);
-    for (size_t i = 0; i < n; i++) {
-        double u = 0.0;
-        for (int k = 0; k < 4; k++) { /* a sum of uniforms: near-normal, enough for a test input */
-            s ^= s << 13;
-            s ^= s >> 7;
-            s ^= s << 17;
-            u += (double)(s >> 11) / 9007199254740992.0 - 0.5;
-        }
-        x[i] = (float)(u * sd * 1.7320508);
-    }
-    return x;
-}
-
 static void report(const char *what, double rel, double limit)
 {
     int ok = rel <= limit;
@@ -53,7 +36,8 @@ static void run_case(int B, int T, int C, int NH)
 {
     size_t N = (size_t)B * T, R = (size_t)B * NH * T;
     float scale = 1.0f / sqrtf((float)(C / NH));
-    float *qkv = randn(N * 3 * C, 1.0f, (unsigned)(T * 7 + C)), *dout = randn(N * C, 1.0f, (unsigned)(T + C));
+    float *qkv = attn_ref_randn(N * 3 * C, 1.0f, (unsigned)(T * 7 + C)),
+          *dout = attn_ref_randn(N * C, 1.0f, (unsigned)(T + C));
     float *out = (float *)calloc(N * C, 4), *lse = (float *)calloc(R, 4), *dsum = (float *)calloc(R, 4);
     float *dqkv[2] = {(float *)calloc(N * 3 * C, 4), (float *)calloc(N * 3 * C, 4)};
     double *rout = (double *)malloc(N * C * 8), *rlse = (double *)malloc(R * 8), *rd = (double *)malloc(N * 3 * C * 8);

@@ -204,17 +204,25 @@ int l_flash_forward(ctx *x, float *out, float *lse, const float *qkv, int B, int
     return 0;
 }
 
+int l_flash_dsum(ctx *x, float *dsum, const float *dout, const float *out, int B, int T, int C, int NH)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    if (head_size_ok(x, C, NH)) return -1;
+    flash_dsum_k<<<nblocks((size_t)B * NH * T, ROWS_PER_BLOCK), BS, 0, x->st>>>(dsum, dout, out, B, T, C, NH);
+    CKL();
+    return 0;
+}
+
 int l_flash_backward(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                      float *dsum, int B, int T, int C, int NH)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    if (head_size_ok(x, C, NH)) return -1;
+    if (l_flash_dsum(x, dsum, dout, out, B, T, C, NH)) return -1;
     size_t rows = (size_t)B * NH * T;
     float scale = 1.0f / sqrtf((float)(C / NH));
     unsigned nb = nblocks(rows, ROWS_PER_BLOCK);
-    flash_dsum_k<<<nb, BS, 0, x->st>>>(dsum, dout, out, B, T, C, NH);
-    CKL();
     flash_dq_k<<<nb, BS, 0, x->st>>>(dqkv, dout, qkv, lse, dsum, B, T, C, NH, scale);
     CKL();
     flash_dkv_k<<<nb, BS, 0, x->st>>>(dqkv, dout, qkv, lse, dsum, B, T, C, NH, scale);

@@ -133,6 +133,14 @@ int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const float *dlogits,
 int l_flash_forward(ctx *x, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
 int l_flash_backward(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                      float *dsum, int B, int T, int C, int NH);
+/* dsum (B*NH*T) = per row, sum over the head of dout * out: the backward's D term (both flash attentions) */
+int l_flash_dsum(ctx *x, float *dsum, const float *dout, const float *out, int B, int T, int C, int NH);
+/* the tensor-core flash attention (gpt_cuda_flash.cu, kernels in flash_mma.cuh): the same arguments and
+ * lse semantics as l_flash_forward / l_flash_backward; head size a multiple of 16 up to 128 */
+int l_flash_mma_check(int B, int T, int C, int NH, char *err, size_t errlen); /* 0, or -1 with err */
+int l_flash_mma_forward(ctx *x, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+int l_flash_mma_backward(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                         float *dsum, int B, int T, int C, int NH);
 /* causal attention as the fp32 path's (l_attention_*) with its products on bf16 operands, fp32 accumulation
  * and fp32 results (cublasGemmStridedBatchedEx): att (B,NH,T,T) keeps the fp32 probabilities; permutes,
  * softmax and its backward are the fp32 kernels. Scratch as l_attention_* (q, k, v, y / dy, dq, dk, dv:

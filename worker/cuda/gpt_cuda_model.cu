@@ -33,7 +33,7 @@ struct gpt_cuda {
     float *arena;
     int bf16;                                    /* gpt_cuda_set_precision */
     __nv_bfloat16 *w16, *s16a, *s16b;            /* bf16: the weights' copy (numel), scratch N*max(V,4C) and N*4C */
-    int attention;                               /* gpt_cuda_set_attention: GPT_ATTENTION_FUSED or _GEMM (bf16 only) */
+    int attention;                               /* gpt_cuda_set_attention: GPT_ATTENTION_* (bf16 only) */
     __nv_bfloat16 *q16, *k16, *v16, *dy16, *p16; /* gemm attention's operands: N*C each, B*NH*T*T */
 };
 
@@ -185,11 +185,12 @@ extern "C" int gpt_cuda_precision_bf16(const gpt_cuda *g)
  * each). */
 extern "C" int gpt_cuda_set_attention(gpt_cuda *g, int attention, char *err, size_t errlen)
 {
-    if (attention != GPT_ATTENTION_FUSED && attention != GPT_ATTENTION_GEMM) {
-        err_set(err, errlen, "gpt cuda: attention %d is neither fused (%d) nor gemm (%d)", attention,
-                GPT_ATTENTION_FUSED, GPT_ATTENTION_GEMM);
+    if (attention != GPT_ATTENTION_FUSED && attention != GPT_ATTENTION_GEMM && attention != GPT_ATTENTION_FLASH) {
+        err_set(err, errlen, "gpt cuda: attention %d is none of fused (%d), gemm (%d), flash (%d)", attention,
+                GPT_ATTENTION_FUSED, GPT_ATTENTION_GEMM, GPT_ATTENTION_FLASH);
         return -1;
     }
+    if (attention == GPT_ATTENTION_FLASH && l_flash_mma_check(g->B, g->T, g->c.dim, g->c.heads, err, errlen)) return -1;
     if (attention == GPT_ATTENTION_GEMM && !g->q16) {
         size_t NC = gpt_arena_round((size_t)g->B * g->T * g->c.dim, 128);
         size_t A = (size_t)g->B * g->c.heads * g->T * g->T;
@@ -200,7 +201,7 @@ extern "C" int gpt_cuda_set_attention(gpt_cuda *g, int attention, char *err, siz
         g->p16 = g->dy16 + NC;
     }
     g->attention = attention;
-    g->have_targets = 0; /* a->att holds what the forward's attention keeps (fused: lse, gemm: probabilities) */
+    g->have_targets = 0; /* a->att holds what the forward's attention keeps (fused, flash: lse; gemm: probabilities) */
     return 0;
 }
 
@@ -230,13 +231,15 @@ static int mm_backward(gpt_cuda *g, ctx *x, float *dinp, float *dw, float *db, c
     return l_matmul_backward(x, dinp, dw, db, dout, inp, w, N, C, OC);
 }
 
-/* attention: fp32 and bf16 gemm keep the probabilities in a->att; bf16 fused keeps only each row's
- * log-sum-exp there */
+/* attention: fp32 and bf16 gemm keep the probabilities in a->att; bf16 fused and flash keep only each
+ * row's log-sum-exp there */
 static int attention_forward(gpt_cuda *g, ctx *x, gpt_layer_acts *a, int B, int T, int C, int NH)
 {
     if (g->bf16 && g->attention == GPT_ATTENTION_GEMM)
         return l_attention_forward_bf16(x, a->atty, a->att, a->qkv, g->q, g->k, g->vv, g->y, g->q16, g->k16, g->v16,
                                         g->p16, B, T, C, NH);
+    if (g->bf16 && g->attention == GPT_ATTENTION_FLASH)
+        return l_flash_mma_forward(x, a->atty, a->att, a->qkv, B, T, C, NH);
     if (g->bf16) return l_flash_forward(x, a->atty, a->att, a->qkv, B, T, C, NH);
     return l_attention_forward(x, a->atty, a->att, a->qkv, g->q, g->k, g->vv, g->y, B, T, C, NH);
 }
@@ -246,6 +249,8 @@ static int attention_backward(gpt_cuda *g, ctx *x, gpt_layer_acts *a, int B, int
     if (g->bf16 && g->attention == GPT_ATTENTION_GEMM)
         return l_attention_backward_bf16(x, g->a.dqkv, g->a.datty, a->qkv, a->att, g->q, g->k, g->vv, g->y, g->dq,
                                          g->dk, g->dv, g->dp, g->q16, g->k16, g->v16, g->dy16, g->p16, B, T, C, NH);
+    if (g->bf16 && g->attention == GPT_ATTENTION_FLASH)
+        return l_flash_mma_backward(x, g->a.dqkv, g->a.datty, a->qkv, a->atty, a->att, g->dp, B, T, C, NH);
     if (g->bf16) return l_flash_backward(x, g->a.dqkv, g->a.datty, a->qkv, a->atty, a->att, g->dp, B, T, C, NH);
     return l_attention_backward(x, g->a.dqkv, g->a.datty, a->qkv, a->att, g->q, g->k, g->vv, g->y, g->dq, g->dk, g->dv,
                                 g->dp, B, T, C, NH);

@@ -307,26 +307,29 @@ extern "C" int gpt_cuda_k_matmul_backward_bf16(float *dinp, float *dw, float *db
     return done(&pl, rc, "matmul_backward_bf16", kerr);
 }
 
-extern "C" int gpt_cuda_k_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
+extern "C" int gpt_cuda_k_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int mma)
 {
     KBEGIN(0);
     size_t N = (size_t)B * T, R = (size_t)B * NH * T;
     float *d_o = (float *)dup_to_dev(&pl, NULL, F(N * C)), *dl = (float *)dup_to_dev(&pl, NULL, F(R)),
           *dq = (float *)dup_to_dev(&pl, qkv, F(N * 3 * C));
-    if (!pl.fail) rc = l_flash_forward(&x, d_o, dl, dq, B, T, C, NH);
+    if (!pl.fail)
+        rc = mma ? l_flash_mma_forward(&x, d_o, dl, dq, B, T, C, NH) : l_flash_forward(&x, d_o, dl, dq, B, T, C, NH);
     if (!rc) rc = back(&pl, out, d_o, F(N * C)) || back(&pl, lse, dl, F(R));
     return done(&pl, rc, "flash_forward", kerr);
 }
 
 extern "C" int gpt_cuda_k_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                                         const float *lse, int B, int T, int C, int NH)
+                                         const float *lse, int B, int T, int C, int NH, int mma)
 {
     KBEGIN(0);
     size_t N = (size_t)B * T, R = (size_t)B * NH * T;
     float *ddq = (float *)dup_to_dev(&pl, NULL, F(N * 3 * C)), *ddo = (float *)dup_to_dev(&pl, dout, F(N * C)),
           *dq = (float *)dup_to_dev(&pl, qkv, F(N * 3 * C)), *d_o = (float *)dup_to_dev(&pl, out, F(N * C)),
           *dl = (float *)dup_to_dev(&pl, lse, F(R)), *ds = (float *)dup_to_dev(&pl, NULL, F(R));
-    if (!pl.fail) rc = l_flash_backward(&x, ddq, ddo, dq, d_o, dl, ds, B, T, C, NH);
+    if (!pl.fail)
+        rc = mma ? l_flash_mma_backward(&x, ddq, ddo, dq, d_o, dl, ds, B, T, C, NH)
+                 : l_flash_backward(&x, ddq, ddo, dq, d_o, dl, ds, B, T, C, NH);
     if (!rc) rc = back(&pl, dqkv, ddq, F(N * 3 * C));
     return done(&pl, rc, "flash_backward", kerr);
 }

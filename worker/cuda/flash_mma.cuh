@@ -1,8 +1,9 @@
 /* flash_mma.cuh: causal attention on tensor cores, FlashAttention-2 style (--attention flash), the
  * kernels only. Launched by gpt_cuda_flash.cu (nvcc); compiled by g++ as well and run on the CPU by
  * tests/test_flash_emu.cc under the lane emulator (tests/tools/simt_emu.h), so this file uses nothing
- * but what /work/notes/flash_contract.md lists: plain CUDA builtins, static __shared__ arrays, full-warp
- * shuffles and the warp primitives of warp_mma.h (mma.m16n8k16 on bf16, ldmatrix, bf16 packing).
+ * but what that emulator provides (listed in simt_emu.h): plain CUDA builtins, static __shared__ arrays,
+ * full-warp shuffles and the warp primitives of warp_mma.h (mma.m16n8k16 on bf16, ldmatrix, bf16
+ * packing).
  *
  *   flash_mma_forward_k  one block per 64 query rows of one (batch, head): 4 warps of 16 rows each.
  *                        Key tiles of 64 are streamed through shared memory; S = Q K^T and O += P V are

@@ -60,8 +60,11 @@ int gpt_cuda_precision_bf16(const gpt_cuda *g);
  * GPT_ATTENTION_FUSED (gpt.h; the default): the fused kernels above. GPT_ATTENTION_GEMM: the fp32
  * path's layout (q, k, v permuted to (B, NH, T, hs), the T x T probabilities kept per layer, softmax and
  * its backward in fp32) with its six products on bf16 operands, fp32 accumulation and fp32 results
- * (cublasGemmStridedBatchedEx: tensor cores); the first call with GEMM allocates its bf16 operands. Set
- * it between steps: a backward after it needs a new forward. -1 with err for another value or no memory. */
+ * (cublasGemmStridedBatchedEx: tensor cores); the first call with GEMM allocates its bf16 operands.
+ * GPT_ATTENTION_FLASH: tensor-core flash kernels (gpt_cuda_flash.cu: tiles on mma.m16n8k16, online
+ * softmax, probabilities recomputed in the backward), head size a multiple of 16 up to 128. Set it
+ * between steps: a backward after it needs a new forward. -1 with err for another value, a head size
+ * FLASH does not take, or no memory. */
 int gpt_cuda_set_attention(gpt_cuda *g, int attention, char *err, size_t errlen);
 int gpt_cuda_attention(const gpt_cuda *g);
 size_t gpt_cuda_numel(const gpt_cuda *g);

@@ -4,6 +4,7 @@
  *                        by the single-kernel test entry points, so the tests run the trainer's code
  *   gpt_cuda_bf16.cu     what the bf16 precision adds: bf16 copies, bf16 products, fused attention and
  *                        the attention with bf16 products (gemm)
+ *   gpt_cuda_flash.cu    the tensor-core flash attention's launchers (kernels: flash_mma.cuh)
  *   gpt_cuda_model.cu    the model: buffers, forward, backward, clipping, AdamW (gpt_cuda.h)
  *   gpt_cuda_device.cu   device count and description, pinned host memory, the sgemm rate
  *   gpt_cuda_test.cu     the single-kernel entry points on host arrays (gpt_cuda_test.h)

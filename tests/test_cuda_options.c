@@ -148,6 +148,23 @@ static void test_precision(void **state)
     }
 }
 
+/* a --precision bf16 trainer of o: with a GPU it takes a step; without one it is refused, needing the
+ * CUDA backend */
+static void bf16_step_or_refused(const gpt_options *o)
+{
+    char err[256];
+    trainer *t = gpt_trainer_create(o, err, sizeof err);
+    if (have_device()) {
+        assert_non_null(t);
+        trainer_stats st;
+        assert_int_equal(t->step(t, &st, err, sizeof err), 0);
+        t->destroy(t);
+    } else {
+        assert_null(t);
+        assert_non_null(strstr(err, "--precision bf16 needs the CUDA backend"));
+    }
+}
+
 /* --attention: parsed (fused is the default), and gemm or flash without --precision bf16 refused before
  * anything is created, on any device */
 static void test_attention(void **state)
@@ -179,16 +196,7 @@ static void test_attention(void **state)
     o = small(GPT_DEVICE_AUTO);
     o.precision = GPT_PRECISION_BF16;
     o.attention = GPT_ATTENTION_GEMM;
-    trainer *t = gpt_trainer_create(&o, err, sizeof err);
-    if (have_device()) { /* the gemm attention itself: tests/test_cuda_bf16.c */
-        assert_non_null(t);
-        trainer_stats st;
-        assert_int_equal(t->step(t, &st, err, sizeof err), 0);
-        t->destroy(t);
-    } else {
-        assert_null(t);
-        assert_non_null(strstr(err, "--precision bf16 needs the CUDA backend"));
-    }
+    bf16_step_or_refused(&o); /* the gemm attention itself: tests/test_cuda_bf16.c */
 }
 
 /* --attention flash: parsed; with --precision bf16 on a GPU a step runs at head size 16 and head size 8
@@ -205,17 +213,8 @@ static void test_attention_flash(void **state)
     assert_null(t);
     printf("--attention flash, head size 8: %s\n", err);
     assert_non_null(strstr(err, have_device() ? "multiple of 16" : "--precision bf16 needs the CUDA backend"));
-    o.model.dim = 32; /* head size 16 */
-    t = gpt_trainer_create(&o, err, sizeof err);
-    if (have_device()) { /* the flash attention itself: tests/test_cuda_bf16.c */
-        assert_non_null(t);
-        trainer_stats st;
-        assert_int_equal(t->step(t, &st, err, sizeof err), 0);
-        t->destroy(t);
-    } else {
-        assert_null(t);
-        assert_non_null(strstr(err, "--precision bf16 needs the CUDA backend"));
-    }
+    o.model.dim = 32;         /* head size 16 */
+    bf16_step_or_refused(&o); /* the flash attention itself: tests/test_cuda_bf16.c */
 }
 
 static void test_no_device_paths(void **state)

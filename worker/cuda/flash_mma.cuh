@@ -103,38 +103,40 @@ __device__ __forceinline__ void flash_load_a(uint32_t (*a)[4], const uint32_t *t
     for (int kk = 0; kk < KS; kk++) ldmatrix_x4(a[kk], flash_ldsm_row<RW>(tile, row0, 16 * kk, lane, true));
 }
 
-/* acc (16 x 8NT) += A (16 x 16KS, fragments) tile^T, the tile stored [8NT rows][16KS columns]: S = Q K^T,
- * dP = dO V^T and their transposes. ldmatrix without .trans gives the B fragments of two n8 tiles. */
-template <int NT, int KS, int RW>
-__device__ __forceinline__ void flash_mma_abt(float (*acc)[4], const uint32_t (*a)[4], const uint32_t *tile, int lane)
+/* acc (16 x 8NT) += A (16 x 16KS, fragments) B, B read from a shared tile: stored [16KS rows][8NT
+ * columns] (k_rows: B itself; ldmatrix .trans gives its fragments, pairs along k) or [8NT rows][16KS
+ * columns] (B transposed; ldmatrix without .trans). Each ldmatrix_x4 gives the B fragments of two n8
+ * tiles. */
+template <int NT, int KS, int RW, bool k_rows>
+__device__ __forceinline__ void flash_mma_tile(float (*acc)[4], const uint32_t (*a)[4], const uint32_t *tile, int lane)
 {
     FLASH_UNROLL
     for (int kk = 0; kk < KS; kk++) {
         FLASH_UNROLL
         for (int n = 0; n < NT; n += 2) {
             uint32_t b[4];
-            ldmatrix_x4(b, flash_ldsm_row<RW>(tile, 8 * n, 16 * kk, lane, false));
+            if (k_rows)
+                ldmatrix_x4_trans(b, flash_ldsm_row<RW>(tile, 16 * kk, 8 * n, lane, true));
+            else
+                ldmatrix_x4(b, flash_ldsm_row<RW>(tile, 8 * n, 16 * kk, lane, false));
             mma_bf16_16816(acc[n], a[kk], b, acc[n]);
             mma_bf16_16816(acc[n + 1], a[kk], b + 2, acc[n + 1]);
         }
     }
 }
 
-/* acc (16 x 8NT) += A (16 x 16KS, fragments) tile, the tile stored [16KS rows][8NT columns]: O += P V,
- * dV += P^T dO, dK += dS^T Q, dQ += dS K. ldmatrix .trans gives the B fragments (pairs along k). */
+/* acc += A tile^T, the tile stored [8NT rows][16KS columns]: S = Q K^T, dP = dO V^T and their transposes */
+template <int NT, int KS, int RW>
+__device__ __forceinline__ void flash_mma_abt(float (*acc)[4], const uint32_t (*a)[4], const uint32_t *tile, int lane)
+{
+    flash_mma_tile<NT, KS, RW, false>(acc, a, tile, lane);
+}
+
+/* acc += A tile, the tile stored [16KS rows][8NT columns]: O += P V, dV += P^T dO, dK += dS^T Q, dQ += dS K */
 template <int NT, int KS, int RW>
 __device__ __forceinline__ void flash_mma_ab(float (*acc)[4], const uint32_t (*a)[4], const uint32_t *tile, int lane)
 {
-    FLASH_UNROLL
-    for (int kk = 0; kk < KS; kk++) {
-        FLASH_UNROLL
-        for (int n = 0; n < NT; n += 2) {
-            uint32_t b[4];
-            ldmatrix_x4_trans(b, flash_ldsm_row<RW>(tile, 16 * kk, 8 * n, lane, true));
-            mma_bf16_16816(acc[n], a[kk], b, acc[n]);
-            mma_bf16_16816(acc[n + 1], a[kk], b + 2, acc[n + 1]);
-        }
-    }
+    flash_mma_tile<NT, KS, RW, true>(acc, a, tile, lane);
 }
 
 /* accumulators of NT n8 tiles (16 x 8NT) rounded to bf16 as the A fragments of NT/2 k16 steps: tiles

@@ -6,14 +6,14 @@
  * tests/attention_ref.h on the same bf16-rounded q, k, v and dout, so what is left is the kernels' own
  * rounding of P and dS to bf16 (2^-9 relative each) and fp32 arithmetic.
  *
- * Limits: out rel <= 5e-3, each of dq, dk, dv alone rel <= 2e-2, lse rel <= 1e-5 (fp32 sums of products
- * of bf16 values, which are exact). tools/attention_bf16_error.py emu emulates these roundings on these
- * shapes (torch on the CPU, 100 seeds each): out rel <= 1.5e-3, the worst of dq, dk, dv alone <= 5.9e-3;
- * the limits leave a margin of 3, and a wrong fragment, mask or tile offset gives rel ~1.
+ * Limits: out rel <= 5e-3, each of dq, dk, dv alone rel <= 2.5e-2, lse rel <= 1e-5 (fp32 sums of
+ * products of bf16 values, which are exact). tools/attention_bf16_error.py emu emulates these roundings
+ * on these shapes (torch on the CPU, 100 seeds each): out rel <= 1.5e-3, the worst of dq, dk, dv alone
+ * <= 8.2e-3; the limits leave a margin of 3, and a wrong fragment, mask or tile offset gives rel ~1.
  * Also: every element of out, lse and dqkv is written (they start as NaN) and nothing past them (a
  * guard of NaN-boxed sentinels after each); two interleavings of the threads give the same bytes (no
- * atomics, fixed summation order). Shapes: T 1, 17, 64, 100, 130 (one to three tiles of 64, partial
- * ones), head sizes 16, 64, 128, one and two batches, two heads. */
+ * atomics, fixed summation order). Shapes: T 1, 17, 64, 70, 100, 129, 130 (one to three tiles of 64,
+ * partial ones), head sizes 16, 48, 64, 96, 128, one and two batches, one and two heads. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,7 +25,7 @@
 
 #define GUARD 64 /* floats after each output that no kernel may touch */
 #define OUT_LIMIT 5e-3
-#define GRAD_LIMIT 2e-2
+#define GRAD_LIMIT 2.5e-2
 #define LSE_LIMIT 1e-5
 
 static int failures;
@@ -131,6 +131,8 @@ int main(void)
     run_case<128>(1, 130, 2);
     run_case<16>(2, 64, 2);
     run_case<64>(1, 1, 2);
+    run_case<48>(1, 70, 2);  /* three k16 steps: an odd count */
+    run_case<96>(1, 129, 1); /* above 64: the backward's tiles of 32 rows */
     if (failures) {
         printf("%d checks failed\n", failures);
         return 1;

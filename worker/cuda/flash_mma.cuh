@@ -16,7 +16,8 @@
  *                        dK += dS^T Q; writes dk, dv into dqkv (B,T,3C)
  *   flash_mma_dq_k       one block per 64 query rows: over the key tiles up to the diagonal, S, P, dP
  *                        and dS are recomputed and dQ += dS K; writes dq into dqkv
- * D = rowsum(dO * O) comes from gpt_cuda_bf16.cu's flash_dsum_k, run before the two backward kernels.
+ * D = rowsum(dO * O) comes from the fused attention's flash_dsum_k (attention_rows.cuh, launched by
+ * l_flash_dsum in gpt_cuda_bf16.cu), run before the two backward kernels.
  * The backward is split in two so that every output element is summed by one thread in a fixed order:
  * no atomics, the same bytes run after run.
  *
@@ -28,11 +29,12 @@
  * is C[g][2t..2t+1] in c[0..1] and C[g+8][2t..2t+1] in c[2..3]; the A operand (16 x 16) is
  * A[g][2t..], A[g+8][2t..], A[g][2t+8..], A[g+8][2t+8..]. So the accumulators of two adjacent n8
  * tiles (columns 0-7 and 8-15) are, element for element, the A operand of one k16 step over the same
- * columns: P and dS go from one product into the next without leaving registers (pack_a).
+ * columns: P and dS go from one product into the next without leaving registers (flash_pack_a).
  *
- * Shared tiles hold bf16 pairs (uint32_t words), each row padded by 8 bf16 (16 bytes): a row is a
- * multiple of 16 bytes (ldmatrix's alignment), and the 8 rows one ldmatrix matrix reads start 4 banks
- * apart, so they fall in distinct banks. Head size HS: a multiple of 16, at most 128 (the launcher
+ * Shared tiles hold bf16 pairs (uint32_t words), each row padded by 8 bf16 (16 bytes): a row is
+ * HS/2 + 4 words, a multiple of 16 bytes (ldmatrix's alignment) and 4 times an odd number of words, so
+ * the 8 consecutive rows one ldmatrix matrix reads (16 bytes = 4 banks each) start at 8 distinct
+ * multiples of 4 modulo the 32 banks: no bank conflict. Head size HS: a multiple of 16, at most 128 (the launcher
  * checks). For HS > 64 the streamed tiles of the backward are 32 rows instead of 64, to keep the
  * accumulators of dK, dV (or dQ) and the register-resident operands within the register file. */
 #ifndef DILOCO_FLASH_MMA_CUH

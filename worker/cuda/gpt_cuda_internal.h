@@ -6,6 +6,7 @@
  *                        the attention with bf16 products (gemm)
  *   gpt_cuda_model.cu    the model: buffers, forward, backward, clipping, AdamW (gpt_cuda.h)
  *   gpt_cuda_device.cu   device count and description, pinned host memory, the sgemm rate
+ *   gpt_cuda_profile.cu  per-phase timing of the steps with CUDA events (gpt_cuda_set_profile)
  *   gpt_cuda_test.cu     the single-kernel entry points on host arrays (gpt_cuda_test.h)
  *
  * A kernel is launched only from the file that defines it (no relocatable device code): the other
@@ -35,6 +36,32 @@ static inline unsigned nblocks(size_t n, int bs)
 {
     return (unsigned)((n + bs - 1) / bs);
 }
+
+/* ---- per-phase timing (gpt_cuda_profile.cu) ------------------------------------------------- */
+
+enum gpt_phase {
+    GPT_PHASE_CAST, /* the bf16 copy of the weights */
+    GPT_PHASE_EMBED,
+    GPT_PHASE_LAYERNORM,
+    GPT_PHASE_LINEAR,
+    GPT_PHASE_ATTENTION,
+    GPT_PHASE_GELU,
+    GPT_PHASE_RESIDUAL,
+    GPT_PHASE_HEAD,
+    GPT_PHASE_LOSS,
+    GPT_PHASE_CLIP,
+    GPT_PHASE_ADAMW,
+    GPT_PHASES
+};
+typedef struct gpt_prof gpt_prof;
+gpt_prof *gpt_prof_create(char *err, size_t errlen);
+void gpt_prof_free(gpt_prof *p);
+/* brackets one launcher call: begin before it, end after it with its status, which end returns; both
+ * do nothing when p is NULL (profiling off) */
+void gpt_prof_begin(gpt_prof *p, int phase, cudaStream_t st);
+int gpt_prof_end(gpt_prof *p, cudaStream_t st, int rc);
+void gpt_prof_fold(gpt_prof *p);
+int gpt_prof_read(gpt_prof *p, const char **names, double *ms, int max, long *steps);
 
 #define BS 256                   /* threads per block of the elementwise kernels */
 #define ROWS_PER_BLOCK (BS / 32) /* one warp per row */

@@ -35,7 +35,11 @@ struct gpt_cuda {
     __nv_bfloat16 *w16, *s16a, *s16b;            /* bf16: the weights' copy (numel), scratch N*max(V,4C) and N*4C */
     int attention;                               /* gpt_cuda_set_attention: GPT_ATTENTION_FUSED or _GEMM (bf16 only) */
     __nv_bfloat16 *q16, *k16, *v16, *dy16, *p16; /* gemm attention's operands: N*C each, B*NH*T*T */
+    gpt_prof *prof;                              /* gpt_cuda_set_profile: NULL when off */
 };
+
+/* a launcher call timed as `phase` when profiling is on (gpt_cuda_profile.cu): its status passes through */
+#define TIMED(phase, call) (gpt_prof_begin(g->prof, (phase), g->st), gpt_prof_end(g->prof, g->st, (call)))
 
 extern "C" size_t gpt_cuda_numel(const gpt_cuda *g)
 {
@@ -46,6 +50,7 @@ extern "C" void gpt_cuda_free(gpt_cuda *g)
 {
     if (!g) return;
     if (g->st) cudaStreamSynchronize(g->st);
+    gpt_prof_free(g->prof);
     if (g->h) cublasDestroy(g->h);
     if (g->st) cudaStreamDestroy(g->st);
     cudaFree(g->arena);
@@ -251,6 +256,30 @@ static int attention_backward(gpt_cuda *g, ctx *x, gpt_layer_acts *a, int B, int
                                 g->dp, B, T, C, NH);
 }
 
+/* the lm head: logits (N,V) = lnf wte^T, and its backward dlnf = dlogits wte, dwte = dlogits^T lnf (dlogits
+ * in the logits buffer) */
+static int head_forward(gpt_cuda *g, ctx *x, int N, int C, int V)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    if (g->bf16) return l_head_forward_bf16(x, g->a.logits, g->a.lnf, w16_of(g, g->p.wte), g->s16b, N, C, V);
+    CKB(mm(g->h, 0, 1, N, V, C, 1.0f, g->a.lnf, C, g->p.wte, C, 0.0f, g->a.logits, V));
+    return 0;
+}
+
+static int head_backward(gpt_cuda *g, ctx *x, int N, int C, int V)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    const float *dlogits = g->a.logits;
+    if (g->bf16)
+        return l_head_backward_bf16(x, g->a.dln, g->g.wte, dlogits, g->a.lnf, w16_of(g, g->p.wte), g->s16a, g->s16b, N,
+                                    C, V);
+    CKB(mm(g->h, 0, 0, N, C, V, 1.0f, dlogits, V, g->p.wte, C, 0.0f, g->a.dln, C));
+    CKB(mm(g->h, 1, 0, V, C, N, 1.0f, dlogits, V, g->a.lnf, C, 0.0f, g->g.wte, C));
+    return 0;
+}
+
 static int copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t st, int wait, char *err,
                 size_t errlen)
 {
@@ -320,41 +349,42 @@ extern "C" int gpt_cuda_forward(gpt_cuda *g, const int *inputs, const int *targe
     ctx x = {g->st, g->h, err, errlen};
     /* the staging buffer may still be read by the copy of the previous batch */
     CK(cudaStreamSynchronize(g->st));
+    gpt_prof_fold(g->prof); /* the previous step's events, complete now */
     g->nuniq = bucket_tokens(g->htok, inputs, targets, N, g->slot, g->cnt);
     g->have_targets = targets != NULL;
     CK(cudaMemcpyAsync(g->dtok, g->htok, (5 * (size_t)N + 1) * sizeof(int), cudaMemcpyHostToDevice, g->st));
     const int *din = g->dtok, *dtg = g->dtok + N;
-    if (g->bf16 && l_to_bf16(&x, g->w16, g->params, g->numel)) return -1; /* this step's bf16 weights */
-    if (l_encoder_forward(&x, g->a.encoded, din, g->p.wte, g->p.wpe, B, T, C)) return -1;
+    if (g->bf16 && TIMED(GPT_PHASE_CAST, l_to_bf16(&x, g->w16, g->params, g->numel))) return -1; /* this step's */
+    if (TIMED(GPT_PHASE_EMBED, l_encoder_forward(&x, g->a.encoded, din, g->p.wte, g->p.wpe, B, T, C))) return -1;
     const float *xin = g->a.encoded;
     for (int l = 0; l < L; l++) {
         gpt_layer_params *p = &g->p.h[l];
         gpt_layer_acts *a = &g->a.h[l];
-        if (l_layernorm_forward(&x, a->ln1, a->ln1_mean, a->ln1_rstd, xin, p->ln1w, p->ln1b, N, C) ||
-            mm_forward(g, &x, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C) ||
-            attention_forward(g, &x, a, B, T, C, NH) ||
-            mm_forward(g, &x, a->res2, a->atty, p->projw, p->projb, N, C, C) ||
-            l_residual(&x, a->res2, a->res2, xin, (size_t)N * C) ||
-            l_layernorm_forward(&x, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C) ||
-            mm_forward(g, &x, a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C) ||
-            l_gelu_forward(&x, a->fch_gelu, a->fch, (size_t)N * 4 * C) ||
-            mm_forward(g, &x, a->res3, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C) ||
-            l_residual(&x, a->res3, a->res3, a->res2, (size_t)N * C))
+        if (TIMED(GPT_PHASE_LAYERNORM,
+                  l_layernorm_forward(&x, a->ln1, a->ln1_mean, a->ln1_rstd, xin, p->ln1w, p->ln1b, N, C)) ||
+            TIMED(GPT_PHASE_LINEAR, mm_forward(g, &x, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C)) ||
+            TIMED(GPT_PHASE_ATTENTION, attention_forward(g, &x, a, B, T, C, NH)) ||
+            TIMED(GPT_PHASE_LINEAR, mm_forward(g, &x, a->res2, a->atty, p->projw, p->projb, N, C, C)) ||
+            TIMED(GPT_PHASE_RESIDUAL, l_residual(&x, a->res2, a->res2, xin, (size_t)N * C)) ||
+            TIMED(GPT_PHASE_LAYERNORM,
+                  l_layernorm_forward(&x, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C)) ||
+            TIMED(GPT_PHASE_LINEAR, mm_forward(g, &x, a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C)) ||
+            TIMED(GPT_PHASE_GELU, l_gelu_forward(&x, a->fch_gelu, a->fch, (size_t)N * 4 * C)) ||
+            TIMED(GPT_PHASE_LINEAR, mm_forward(g, &x, a->res3, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C)) ||
+            TIMED(GPT_PHASE_RESIDUAL, l_residual(&x, a->res3, a->res3, a->res2, (size_t)N * C)))
             return -1;
         xin = a->res3;
     }
-    if (l_layernorm_forward(&x, g->a.lnf, g->a.lnf_mean, g->a.lnf_rstd, xin, g->p.lnfw, g->p.lnfb, N, C)) return -1;
-    if (g->bf16) {
-        if (l_head_forward_bf16(&x, g->a.logits, g->a.lnf, w16_of(g, g->p.wte), g->s16b, N, C, V)) return -1;
-    } else {
-        CKB(mm(g->h, 0, 1, N, V, C, 1.0f, g->a.lnf, C, g->p.wte, C, 0.0f, g->a.logits, V));
-    }
+    if (TIMED(GPT_PHASE_LAYERNORM,
+              l_layernorm_forward(&x, g->a.lnf, g->a.lnf_mean, g->a.lnf_rstd, xin, g->p.lnfw, g->p.lnfb, N, C)))
+        return -1;
+    if (TIMED(GPT_PHASE_HEAD, head_forward(g, &x, N, C, V))) return -1;
     if (!targets) {
         if (loss) *loss = 0.0f;
         CK(cudaStreamSynchronize(g->st));
         return 0;
     }
-    if (l_crossentropy_forward(&x, g->a.logits, g->a.losses, dtg, N, V, g->red)) return -1;
+    if (TIMED(GPT_PHASE_LOSS, l_crossentropy_forward(&x, g->a.logits, g->a.losses, dtg, N, V, g->red))) return -1;
     CK(cudaMemcpyAsync(g->hred, g->red + RED_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, g->st));
     CK(cudaStreamSynchronize(g->st));
     if (loss) *loss = (float)g->hred[0];
@@ -370,43 +400,40 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, char *err, size_t errlen)
     }
     ctx x = {g->st, g->h, err, errlen};
     const int *dtg = g->dtok + N, *order = g->dtok + 2 * N, *uniq = g->dtok + 3 * N, *ustart = g->dtok + 4 * N;
-    if (l_crossentropy_backward(&x, g->a.logits, dtg, N, V)) return -1;
-    float *dlogits = g->a.logits;
-    if (g->bf16) {
-        if (l_head_backward_bf16(&x, g->a.dln, g->g.wte, dlogits, g->a.lnf, w16_of(g, g->p.wte), g->s16a, g->s16b, N, C,
-                                 V))
-            return -1;
-    } else {
-        CKB(mm(g->h, 0, 0, N, C, V, 1.0f, dlogits, V, g->p.wte, C, 0.0f, g->a.dln, C));
-        CKB(mm(g->h, 1, 0, V, C, N, 1.0f, dlogits, V, g->a.lnf, C, 0.0f, g->g.wte, C));
-    }
+    if (TIMED(GPT_PHASE_LOSS, l_crossentropy_backward(&x, g->a.logits, dtg, N, V))) return -1;
+    if (TIMED(GPT_PHASE_HEAD, head_backward(g, &x, N, C, V))) return -1;
     const float *xlast = L > 0 ? g->a.h[L - 1].res3 : g->a.encoded;
-    if (l_layernorm_backward(&x, g->a.dres, g->g.lnfw, g->g.lnfb, g->a.dln, xlast, g->p.lnfw, g->a.lnf_mean,
-                             g->a.lnf_rstd, N, C, 0))
+    if (TIMED(GPT_PHASE_LAYERNORM, l_layernorm_backward(&x, g->a.dres, g->g.lnfw, g->g.lnfb, g->a.dln, xlast, g->p.lnfw,
+                                                        g->a.lnf_mean, g->a.lnf_rstd, N, C, 0)))
         return -1;
     for (int l = L - 1; l >= 0; l--) {
         gpt_layer_params *p = &g->p.h[l], *gg = &g->g.h[l];
         gpt_layer_acts *a = &g->a.h[l];
         const float *xin = l > 0 ? g->a.h[l - 1].res3 : g->a.encoded;
-        if (mm_backward(g, &x, g->a.dfch, gg->fcprojw, gg->fcprojb, g->a.dres, a->fch_gelu, p->fcprojw, N, 4 * C, C) ||
-            l_gelu_backward(&x, g->a.dfch, a->fch, g->a.dfch, (size_t)N * 4 * C) ||
-            mm_backward(g, &x, g->a.dln, gg->fcw, gg->fcb, g->a.dfch, a->ln2, p->fcw, N, C, 4 * C) ||
-            l_layernorm_backward(&x, g->a.dres, gg->ln2w, gg->ln2b, g->a.dln, a->res2, p->ln2w, a->ln2_mean,
-                                 a->ln2_rstd, N, C, 1) ||
-            mm_backward(g, &x, g->a.datty, gg->projw, gg->projb, g->a.dres, a->atty, p->projw, N, C, C) ||
-            attention_backward(g, &x, a, B, T, C, NH) ||
-            mm_backward(g, &x, g->a.dln, gg->qkvw, gg->qkvb, g->a.dqkv, a->ln1, p->qkvw, N, C, 3 * C) ||
-            l_layernorm_backward(&x, g->a.dres, gg->ln1w, gg->ln1b, g->a.dln, xin, p->ln1w, a->ln1_mean, a->ln1_rstd, N,
-                                 C, 1))
+        if (TIMED(GPT_PHASE_LINEAR, mm_backward(g, &x, g->a.dfch, gg->fcprojw, gg->fcprojb, g->a.dres, a->fch_gelu,
+                                                p->fcprojw, N, 4 * C, C)) ||
+            TIMED(GPT_PHASE_GELU, l_gelu_backward(&x, g->a.dfch, a->fch, g->a.dfch, (size_t)N * 4 * C)) ||
+            TIMED(GPT_PHASE_LINEAR,
+                  mm_backward(g, &x, g->a.dln, gg->fcw, gg->fcb, g->a.dfch, a->ln2, p->fcw, N, C, 4 * C)) ||
+            TIMED(GPT_PHASE_LAYERNORM, l_layernorm_backward(&x, g->a.dres, gg->ln2w, gg->ln2b, g->a.dln, a->res2,
+                                                            p->ln2w, a->ln2_mean, a->ln2_rstd, N, C, 1)) ||
+            TIMED(GPT_PHASE_LINEAR,
+                  mm_backward(g, &x, g->a.datty, gg->projw, gg->projb, g->a.dres, a->atty, p->projw, N, C, C)) ||
+            TIMED(GPT_PHASE_ATTENTION, attention_backward(g, &x, a, B, T, C, NH)) ||
+            TIMED(GPT_PHASE_LINEAR,
+                  mm_backward(g, &x, g->a.dln, gg->qkvw, gg->qkvb, g->a.dqkv, a->ln1, p->qkvw, N, C, 3 * C)) ||
+            TIMED(GPT_PHASE_LAYERNORM, l_layernorm_backward(&x, g->a.dres, gg->ln1w, gg->ln1b, g->a.dln, xin, p->ln1w,
+                                                            a->ln1_mean, a->ln1_rstd, N, C, 1)))
             return -1;
     }
-    return l_encoder_backward(&x, g->g.wte, g->g.wpe, g->a.dres, order, uniq, ustart, g->nuniq, B, T, C, g->c.ctx);
+    return TIMED(GPT_PHASE_EMBED, l_encoder_backward(&x, g->g.wte, g->g.wpe, g->a.dres, order, uniq, ustart, g->nuniq,
+                                                     B, T, C, g->c.ctx));
 }
 
 extern "C" int gpt_cuda_clip(gpt_cuda *g, double max_norm, double *norm, char *err, size_t errlen)
 {
     ctx x = {g->st, g->h, err, errlen};
-    if (l_clip(&x, g->grads, g->numel, max_norm, g->red)) return -1;
+    if (TIMED(GPT_PHASE_CLIP, l_clip(&x, g->grads, g->numel, max_norm, g->red))) return -1;
     CK(cudaMemcpyAsync(g->hred + 1, g->red + RED_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, g->st));
     if (norm) {
         CK(cudaStreamSynchronize(g->st));
@@ -424,8 +451,8 @@ extern "C" int gpt_cuda_adamw(gpt_cuda *g, long t, double lr, double beta1, doub
                               double weight_decay, char *err, size_t errlen)
 {
     ctx x = {g->st, g->h, err, errlen};
-    return l_adamw(&x, g->tensors, g->ntensors, g->params, g->grads, g->m, g->v, t, lr, beta1, beta2, eps,
-                   weight_decay);
+    return TIMED(GPT_PHASE_ADAMW, l_adamw(&x, g->tensors, g->ntensors, g->params, g->grads, g->m, g->v, t, lr, beta1,
+                                          beta2, eps, weight_decay));
 }
 
 extern "C" float *gpt_cuda_params_device(gpt_cuda *g)
@@ -435,4 +462,28 @@ extern "C" float *gpt_cuda_params_device(gpt_cuda *g)
 extern "C" void *gpt_cuda_stream(gpt_cuda *g)
 {
     return (void *)g->st;
+}
+
+extern "C" int gpt_cuda_set_profile(gpt_cuda *g, int on, char *err, size_t errlen)
+{
+    if (!on) {
+        CK(cudaStreamSynchronize(g->st));
+        gpt_prof_free(g->prof);
+        g->prof = NULL;
+        return 0;
+    }
+    if (!g->prof && !(g->prof = gpt_prof_create(err, errlen))) return -1;
+    return 0;
+}
+
+extern "C" int gpt_cuda_profile(gpt_cuda *g, const char **names, double *ms, int max, long *steps, char *err,
+                                size_t errlen)
+{
+    if (!g->prof) {
+        err_set(err, errlen, "gpt cuda: profiling is off (gpt_cuda_set_profile)");
+        return -1;
+    }
+    CK(cudaStreamSynchronize(g->st));
+    gpt_prof_fold(g->prof);
+    return gpt_prof_read(g->prof, names, ms, max, steps);
 }

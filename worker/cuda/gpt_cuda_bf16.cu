@@ -17,8 +17,11 @@
  *                         results: tensor cores do the products the fused kernels do with scalar dot
  *                         products. Which of the two is faster is for a GPU to say (tools/gpu_check.sh
  *                         runs both)
+ *   l_loss_forward_rows   the cross-entropy in two passes over the logits (loss_rows.cuh): the forward
+ *   l_loss_backward_bf16  keeps each row's max and sum, the backward writes the bf16 gradient straight
+ *                         into the operand of the head's products (l_head_backward_bf16)
  *
- * Everything else (LayerNorm, GELU, residuals, cross-entropy, clipping, AdamW) is the fp32 path's, on
+ * Everything else (LayerNorm, GELU, residuals, clipping, AdamW) is the fp32 path's, on
  * fp32 activations; the parameters, their gradients and AdamW's moments stay fp32, so DiLoCo works on
  * the fp32 master weights exactly as in fp32.
  *
@@ -30,6 +33,7 @@
 #include <math.h>
 
 #include "attention_rows.cuh"
+#include "loss_rows.cuh"
 
 __global__ void to_bf16_k(__nv_bfloat16 *out, const float *in, size_t n)
 {
@@ -91,15 +95,37 @@ int l_head_forward_bf16(ctx *x, float *logits, const float *lnf, const __nv_bflo
     return 0;
 }
 
-int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const float *dlogits, const float *lnf,
-                         const __nv_bfloat16 *wte16, __nv_bfloat16 *dlogits16, __nv_bfloat16 *lnf16, int N, int C,
-                         int V)
+int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const __nv_bfloat16 *dlogits16, const float *lnf,
+                         const __nv_bfloat16 *wte16, __nv_bfloat16 *lnf16, int N, int C, int V)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    if (l_to_bf16(x, dlogits16, dlogits, (size_t)N * V) || l_to_bf16(x, lnf16, lnf, (size_t)N * C)) return -1;
+    if (l_to_bf16(x, lnf16, lnf, (size_t)N * C)) return -1;
     CKB(mm16(x->h, 0, 0, N, C, V, 1.0f, dlogits16, V, wte16, C, 0.0f, dlnf, C));
     CKB(mm16(x->h, 1, 0, V, C, N, 1.0f, dlogits16, V, lnf16, C, 0.0f, dwte, C));
+    return 0;
+}
+
+/* ---- the cross-entropy in two passes (loss_rows.cuh) ------------------------------------------ */
+
+int l_loss_forward_rows(ctx *x, float *losses, float *stats, const float *logits, const int *targets, int N, int V,
+                        double *red)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    loss_rows_k<<<N, LOSS_ROW_THREADS, 0, x->st>>>(losses, stats, logits, targets, V);
+    CKL();
+    return l_mean(x, losses, N, red);
+}
+
+int l_loss_backward_bf16(ctx *x, __nv_bfloat16 *dlogits16, const float *logits, const float *stats, const int *targets,
+                         int N, int V)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    dim3 grid(nblocks((size_t)V, BS), N < 65535 ? N : 65535); /* the kernel loops over rows past 65535 */
+    loss_grad_bf16_k<<<grid, BS, 0, x->st>>>((uint16_t *)dlogits16, logits, stats, targets, N, V);
+    CKL();
     return 0;
 }
 

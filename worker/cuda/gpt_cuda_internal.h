@@ -136,6 +136,7 @@ int l_residual(ctx *x, float *out, const float *a, const float *b, size_t n);
 /* red: RED_BLOCKS + 2 doubles; the mean loss ends up in red[RED_BLOCKS] */
 int l_crossentropy_forward(ctx *x, float *logits, float *losses, const int *targets, int N, int V, double *red);
 int l_crossentropy_backward(ctx *x, float *probs, const int *targets, int N, int V);
+int l_mean(ctx *x, const float *v, int n, double *red);
 /* norm in red[RED_BLOCKS], coefficient in red[RED_BLOCKS+1] */
 int l_clip(ctx *x, float *g, size_t n, double max_norm, double *red);
 /* out (N,OC) = bias broadcast (before a product adds into it); dbias (OC) = column sums of dout (N,OC) */
@@ -152,9 +153,15 @@ int l_matmul_backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const f
 /* the tied lm head: logits = lnf wte^T; backward dlnf (written), dwte (written) */
 int l_head_forward_bf16(ctx *x, float *logits, const float *lnf, const __nv_bfloat16 *wte16, __nv_bfloat16 *lnf16,
                         int N, int C, int V);
-int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const float *dlogits, const float *lnf,
-                         const __nv_bfloat16 *wte16, __nv_bfloat16 *dlogits16, __nv_bfloat16 *lnf16, int N, int C,
-                         int V);
+int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const __nv_bfloat16 *dlogits16, const float *lnf,
+                         const __nv_bfloat16 *wte16, __nv_bfloat16 *lnf16, int N, int C, int V);
+/* the bf16 path's cross-entropy (loss_rows.cuh): the forward leaves the logits and keeps each row's
+ * (max, 1 / sum) in stats (2N floats), the mean loss in red[RED_BLOCKS]; the backward writes the bf16
+ * gradient of the logits for l_head_backward_bf16 */
+int l_loss_forward_rows(ctx *x, float *losses, float *stats, const float *logits, const int *targets, int N, int V,
+                        double *red);
+int l_loss_backward_bf16(ctx *x, __nv_bfloat16 *dlogits16, const float *logits, const float *stats, const int *targets,
+                         int N, int V);
 /* fused causal attention on qkv (B,T,3C): out (B,T,C), lse (B*NH*T) kept for the backward; the backward
  * writes all of dqkv; dsum: B*NH*T scratch. Head size <= 256. */
 int l_flash_forward(ctx *x, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);

@@ -565,9 +565,17 @@ int l_crossentropy_forward(ctx *x, float *logits, float *losses, const int *targ
     int bs = V >= 4096 ? 1024 : V >= 1024 ? 512 : 256;
     crossentropy_forward_k<<<N, bs, 0, x->st>>>(logits, losses, targets, V);
     CKL();
-    sum_partial_k<<<RED_BLOCKS, RED_THREADS, 0, x->st>>>(red, losses, (size_t)N, 0);
+    return l_mean(x, losses, N, red);
+}
+
+/* red[RED_BLOCKS] = the mean of v[0..n), a deterministic double sum */
+int l_mean(ctx *x, const float *v, int n, double *red)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    sum_partial_k<<<RED_BLOCKS, RED_THREADS, 0, x->st>>>(red, v, (size_t)n, 0);
     CKL();
-    sum_final_k<<<1, RED_BLOCKS, 0, x->st>>>(red, 0, 0.0, 1.0 / N);
+    sum_final_k<<<1, RED_BLOCKS, 0, x->st>>>(red, 0, 0.0, 1.0 / n);
     CKL();
     return 0;
 }

@@ -35,6 +35,7 @@ struct gpt_cuda {
     __nv_bfloat16 *w16, *s16a, *s16b;            /* bf16: the weights' copy (numel), scratch N*max(V,4C) and N*4C */
     int attention;                               /* gpt_cuda_set_attention: GPT_ATTENTION_FUSED or _GEMM (bf16 only) */
     __nv_bfloat16 *q16, *k16, *v16, *dy16, *p16; /* gemm attention's operands: N*C each, B*NH*T*T */
+    float *loss_stats;                           /* bf16: each row's (max, 1 / sum) of the logits, 2N */
     gpt_prof *prof;                              /* gpt_cuda_set_profile: NULL when off */
 };
 
@@ -55,6 +56,7 @@ extern "C" void gpt_cuda_free(gpt_cuda *g)
     if (g->st) cudaStreamDestroy(g->st);
     cudaFree(g->arena);
     cudaFree(g->w16);
+    cudaFree(g->loss_stats);
     cudaFree(g->q16);
     cudaFree(g->params);
     cudaFree(g->dtok);
@@ -160,6 +162,7 @@ extern "C" gpt_cuda *gpt_cuda_create(const gpt_config *c, int B, int T, int tf32
 extern "C" int gpt_cuda_set_precision(gpt_cuda *g, int bf16, char *err, size_t errlen)
 {
     g->bf16 = 0;
+    g->have_targets = 0; /* a backward needs a forward in its precision: what the logits buffer holds differs */
     if (!bf16) return 0;
     size_t N = (size_t)g->B * g->T, C = (size_t)g->c.dim, V = (size_t)g->c.vocab, wide = V > 4 * C ? V : 4 * C;
     if (!g->w16) {
@@ -168,6 +171,7 @@ extern "C" int gpt_cuda_set_precision(gpt_cuda *g, int bf16, char *err, size_t e
         g->s16a = g->w16 + gpt_arena_round(g->numel, 128);
         g->s16b = g->s16a + gpt_arena_round(N * wide, 128);
     }
+    if (!g->loss_stats) CK(cudaMalloc((void **)&g->loss_stats, 2 * N * sizeof(float)));
     if (g->c.dim % g->c.heads || g->c.dim / g->c.heads > 256) {
         err_set(err, errlen, "gpt cuda: --precision bf16 takes a head size (dim / heads) up to 256, got %d / %d",
                 g->c.dim, g->c.heads);
@@ -256,6 +260,21 @@ static int attention_backward(gpt_cuda *g, ctx *x, gpt_layer_acts *a, int B, int
                                 g->dp, B, T, C, NH);
 }
 
+/* the cross-entropy: fp32 turns the logits into probabilities in place and its backward into their
+ * gradient; bf16 leaves the logits, keeps each row's statistics and writes the gradient in bf16 straight
+ * into s16a, the head backward's operand (loss_rows.cuh: 2 passes over the logits instead of 7) */
+static int loss_forward(gpt_cuda *g, ctx *x, const int *targets, int N, int V)
+{
+    if (g->bf16) return l_loss_forward_rows(x, g->a.losses, g->loss_stats, g->a.logits, targets, N, V, g->red);
+    return l_crossentropy_forward(x, g->a.logits, g->a.losses, targets, N, V, g->red);
+}
+
+static int loss_backward(gpt_cuda *g, ctx *x, const int *targets, int N, int V)
+{
+    if (g->bf16) return l_loss_backward_bf16(x, g->s16a, g->a.logits, g->loss_stats, targets, N, V);
+    return l_crossentropy_backward(x, g->a.logits, targets, N, V);
+}
+
 /* the lm head: logits (N,V) = lnf wte^T, and its backward dlnf = dlogits wte, dwte = dlogits^T lnf (dlogits
  * in the logits buffer) */
 static int head_forward(gpt_cuda *g, ctx *x, int N, int C, int V)
@@ -272,9 +291,8 @@ static int head_backward(gpt_cuda *g, ctx *x, int N, int C, int V)
     char *err = x->err;
     size_t errlen = x->errlen;
     const float *dlogits = g->a.logits;
-    if (g->bf16)
-        return l_head_backward_bf16(x, g->a.dln, g->g.wte, dlogits, g->a.lnf, w16_of(g, g->p.wte), g->s16a, g->s16b, N,
-                                    C, V);
+    if (g->bf16) /* the bf16 gradient of the logits is in s16a (l_loss_backward_bf16) */
+        return l_head_backward_bf16(x, g->a.dln, g->g.wte, g->s16a, g->a.lnf, w16_of(g, g->p.wte), g->s16b, N, C, V);
     CKB(mm(g->h, 0, 0, N, C, V, 1.0f, dlogits, V, g->p.wte, C, 0.0f, g->a.dln, C));
     CKB(mm(g->h, 1, 0, V, C, N, 1.0f, dlogits, V, g->a.lnf, C, 0.0f, g->g.wte, C));
     return 0;
@@ -309,8 +327,20 @@ extern "C" int gpt_cuda_get_grads(gpt_cuda *g, float *host, char *err, size_t er
 
 extern "C" int gpt_cuda_get_logits(gpt_cuda *g, float *host, char *err, size_t errlen)
 {
-    size_t n = (size_t)g->B * g->T * g->c.vocab;
-    return copy(host, g->a.logits, n * sizeof(float), cudaMemcpyDeviceToHost, g->st, 1, err, errlen);
+    size_t N = (size_t)g->B * g->T, V = (size_t)g->c.vocab;
+    if (copy(host, g->a.logits, N * V * sizeof(float), cudaMemcpyDeviceToHost, g->st, 1, err, errlen)) return -1;
+    if (!g->bf16 || !g->have_targets) return 0;
+    /* bf16 kept the logits and each row's (max, 1 / sum): the probabilities, as fp32 gives them */
+    float *stats = (float *)malloc(2 * N * sizeof(float));
+    if (!stats) {
+        err_set(err, errlen, "gpt cuda: out of memory");
+        return -1;
+    }
+    int rc = copy(stats, g->loss_stats, 2 * N * sizeof(float), cudaMemcpyDeviceToHost, g->st, 1, err, errlen);
+    for (size_t n = 0; !rc && n < N; n++)
+        for (size_t i = 0; i < V; i++) host[n * V + i] = expf(host[n * V + i] - stats[2 * n]) * stats[2 * n + 1];
+    free(stats);
+    return rc;
 }
 
 extern "C" int gpt_cuda_set_moments(gpt_cuda *g, const float *m, const float *v, char *err, size_t errlen)
@@ -384,7 +414,7 @@ extern "C" int gpt_cuda_forward(gpt_cuda *g, const int *inputs, const int *targe
         CK(cudaStreamSynchronize(g->st));
         return 0;
     }
-    if (TIMED(GPT_PHASE_LOSS, l_crossentropy_forward(&x, g->a.logits, g->a.losses, dtg, N, V, g->red))) return -1;
+    if (TIMED(GPT_PHASE_LOSS, loss_forward(g, &x, dtg, N, V))) return -1;
     CK(cudaMemcpyAsync(g->hred, g->red + RED_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, g->st));
     CK(cudaStreamSynchronize(g->st));
     if (loss) *loss = (float)g->hred[0];
@@ -400,7 +430,7 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, char *err, size_t errlen)
     }
     ctx x = {g->st, g->h, err, errlen};
     const int *dtg = g->dtok + N, *order = g->dtok + 2 * N, *uniq = g->dtok + 3 * N, *ustart = g->dtok + 4 * N;
-    if (TIMED(GPT_PHASE_LOSS, l_crossentropy_backward(&x, g->a.logits, dtg, N, V))) return -1;
+    if (TIMED(GPT_PHASE_LOSS, loss_backward(g, &x, dtg, N, V))) return -1;
     if (TIMED(GPT_PHASE_HEAD, head_backward(g, &x, N, C, V))) return -1;
     const float *xlast = L > 0 ? g->a.h[L - 1].res3 : g->a.encoded;
     if (TIMED(GPT_PHASE_LAYERNORM, l_layernorm_backward(&x, g->a.dres, g->g.lnfw, g->g.lnfb, g->a.dln, xlast, g->p.lnfw,

@@ -131,6 +131,10 @@ int l_softmax_backward(ctx *x, float *dp, const float *p, int rows, int T);
 /* (B,NH,T,hs) bh <-> columns [col0, col0 + C) of the (B,T,ld) tensor bt; to_bt: bh -> bt, else bt -> bh */
 int l_permute_bt(ctx *x, float *bt, float *bh, int B, int T, int C, int NH, int ld, int col0, int to_bt);
 int l_gelu_forward(ctx *x, float *out, const float *inp, size_t n);
+/* the bf16 path: the output only in bf16 (layer_rows.cuh) */
+int l_gelu_forward_bf16(ctx *x, __nv_bfloat16 *out16, const float *inp, size_t n);
+int l_layernorm_forward_bf16(ctx *x, __nv_bfloat16 *out16, float *mean, float *rstd, const float *inp, const float *w,
+                             const float *b, int N, int C);
 int l_gelu_backward(ctx *x, float *dinp, const float *inp, const float *dout, size_t n);
 int l_residual(ctx *x, float *out, const float *a, const float *b, size_t n);
 /* red: RED_BLOCKS + 2 doubles; the mean loss ends up in red[RED_BLOCKS] */
@@ -141,20 +145,22 @@ int l_mean(ctx *x, const float *v, int n, double *red);
 int l_clip(ctx *x, float *g, size_t n, double max_norm, double *red);
 /* out (N,OC) = bias broadcast (before a product adds into it); dbias (OC) = column sums of dout (N,OC) */
 int l_bias_broadcast(ctx *x, float *out, const float *bias, int N, int OC);
+int l_bias_residual(ctx *x, float *out, const float *bias, const float *res, int N, int OC);
 int l_colsum(ctx *x, float *dbias, const float *dout, int N, int OC);
 
 /* ---- bf16 precision (gpt_cuda_bf16.cu): bf16 operands, fp32 accumulation and results ---------- */
 int l_to_bf16(ctx *x, __nv_bfloat16 *out, const float *in, size_t n);
 /* w16: the weight's bf16 copy; inp16 (N*C), dout16 (N*OC): scratch */
-int l_matmul_forward_bf16(ctx *x, float *out, const float *inp, const __nv_bfloat16 *w16, const float *bias,
-                          __nv_bfloat16 *inp16, int N, int C, int OC);
-int l_matmul_backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                           const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, __nv_bfloat16 *inp16, int N, int C, int OC);
-/* the tied lm head: logits = lnf wte^T; backward dlnf (written), dwte (written) */
-int l_head_forward_bf16(ctx *x, float *logits, const float *lnf, const __nv_bfloat16 *wte16, __nv_bfloat16 *lnf16,
-                        int N, int C, int V);
-int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const __nv_bfloat16 *dlogits16, const float *lnf,
-                         const __nv_bfloat16 *wte16, __nv_bfloat16 *lnf16, int N, int C, int V);
+/* out = inp16 W^T + bias (+ res when not NULL), inputs already in bf16; backward from the forward's inp16 */
+int l_matmul_forward_bf16(ctx *x, float *out, const __nv_bfloat16 *inp16, const __nv_bfloat16 *w16, const float *bias,
+                          const float *res, int N, int C, int OC);
+int l_matmul_backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const __nv_bfloat16 *inp16,
+                           const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, int N, int C, int OC);
+/* the tied lm head: logits = lnf16 wte^T; backward dlnf (written), dwte (written) */
+int l_head_forward_bf16(ctx *x, float *logits, const __nv_bfloat16 *lnf16, const __nv_bfloat16 *wte16, int N, int C,
+                        int V);
+int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const __nv_bfloat16 *dlogits16, const __nv_bfloat16 *lnf16,
+                         const __nv_bfloat16 *wte16, int N, int C, int V);
 /* the bf16 path's cross-entropy (loss_rows.cuh): the forward leaves the logits and keeps each row's
  * (max, 1 / sum) in stats (2N floats), the mean loss in red[RED_BLOCKS]; the backward writes the bf16
  * gradient of the logits for l_head_backward_bf16 */

@@ -12,19 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "emu_check.h"
 #include "layer_rows.cuh"
-
-static int failures;
-
-#define CHECK(cond, ...)         \
-    do {                         \
-        if (!(cond)) {           \
-            failures++;          \
-            printf("FAIL: ");    \
-            printf(__VA_ARGS__); \
-            printf("\n");        \
-        }                        \
-    } while (0)
 
 static float input(size_t i, float scale)
 {
@@ -122,10 +111,6 @@ int main(void)
     test_layernorm(19, 64);
     test_layernorm(19, 200);
     test_gelu_residual();
-    if (failures) {
-        printf("%d checks failed\n", failures);
-        return 1;
-    }
-    printf("layernorm, gelu and bias + residual match float64; their bf16 outputs are the fp32 ones rounded\n");
-    return 0;
+    return emu_finish(
+        "layernorm, gelu and bias + residual match float64; their bf16 outputs are the fp32 ones rounded");
 }

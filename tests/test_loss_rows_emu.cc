@@ -14,19 +14,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "emu_check.h"
 #include "loss_rows.cuh"
-
-static int failures;
-
-#define CHECK(cond, ...)         \
-    do {                         \
-        if (!(cond)) {           \
-            failures++;          \
-            printf("FAIL: ");    \
-            printf(__VA_ARGS__); \
-            printf("\n");        \
-        }                        \
-    } while (0)
 
 static float value(int row, int i, int V)
 {
@@ -95,10 +84,5 @@ int main(void)
 {
     run_case(6, 77);
     run_case(7, 1000);
-    if (failures) {
-        printf("%d checks failed\n", failures);
-        return 1;
-    }
-    printf("the two-pass cross-entropy matches float64: losses, row statistics and bf16 gradients\n");
-    return 0;
+    return emu_finish("the two-pass cross-entropy matches float64: losses, row statistics and bf16 gradients");
 }

@@ -13,16 +13,14 @@
 #include <string.h>
 
 #include "attention_ref.h"
+#include "emu_check.h"
 #include "simt_emu.h"
 #include "attention_rows.cuh"
 
-static int failures;
-
 static void report(const char *what, double rel, double limit)
 {
-    int ok = rel <= limit;
-    printf("  %-44s rel err %.3g (limit %.0e)%s\n", what, rel, limit, ok ? "" : "  FAIL");
-    failures += !ok;
+    printf("  %-44s rel err %.3g (limit %.0e)\n", what, rel, limit);
+    CHECK(rel <= limit, "%s: rel err %g over %g", what, rel, limit);
 }
 
 /* grid of l_flash_*: one warp per row, 8 rows per block of 256 threads */
@@ -36,8 +34,8 @@ static void run_case(int B, int T, int C, int NH)
 {
     size_t N = (size_t)B * T, R = (size_t)B * NH * T;
     float scale = 1.0f / sqrtf((float)(C / NH));
-    float *qkv = attn_ref_randn(N * 3 * C, 1.0f, (unsigned)(T * 7 + C)),
-          *dout = attn_ref_randn(N * C, 1.0f, (unsigned)(T + C));
+    float *qkv = attn_ref_randn(N * 3 * C, 1.0f, (unsigned)(T * 7 + C));
+    float *dout = attn_ref_randn(N * C, 1.0f, (unsigned)(T + C));
     float *out = (float *)calloc(N * C, 4), *lse = (float *)calloc(R, 4), *dsum = (float *)calloc(R, 4);
     float *dqkv[2] = {(float *)calloc(N * 3 * C, 4), (float *)calloc(N * 3 * C, 4)};
     double *rout = (double *)malloc(N * C * 8), *rlse = (double *)malloc(R * 8), *rd = (double *)malloc(N * 3 * C * 8);
@@ -59,8 +57,7 @@ static void run_case(int B, int T, int C, int NH)
                 : simt_run(g, 256, seed, err, sizeof err, flash_dkv_k, d, (const float *)dout, (const float *)qkv,
                            (const float *)lse, (const float *)dsum, B, T, C, NH, scale);
         if (rc) {
-            printf("  B %d T %d C %d NH %d: %s  FAIL\n", B, T, C, NH, err);
-            failures++;
+            CHECK(0, "B %d T %d C %d NH %d: %s", B, T, C, NH, err);
             return;
         }
     }
@@ -80,8 +77,7 @@ static void run_case(int B, int T, int C, int NH)
         report(names[j], attn_ref_relerr(part, rpart, N * C), 1e-5);
     }
     int same = memcmp(dqkv[0], dqkv[1], N * 3 * C * 4) == 0;
-    printf("  two interleavings, the same bytes: %s\n", same ? "yes" : "no  FAIL");
-    failures += !same;
+    CHECK(same, "B %d T %d hs %d: two interleavings gave different bytes", B, T, C / NH);
     free(qkv), free(dout), free(out), free(lse), free(dsum), free(dqkv[0]), free(dqkv[1]);
     free(rout), free(rlse), free(rd), free(part), free(rpart);
 }
@@ -92,10 +88,5 @@ int main(void)
     run_case(2, 33, 32, 2);
     run_case(1, 20, 128, 2);
     run_case(1, 12, 96, 1);
-    if (failures) {
-        printf("%d checks failed\n", failures);
-        return 1;
-    }
-    printf("the fused row attention matches float64 forward and backward under the emulator\n");
-    return 0;
+    return emu_finish("the fused row attention matches float64 forward and backward under the emulator");
 }

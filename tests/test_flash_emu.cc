@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "attention_ref.h"
+#include "emu_check.h"
 #include "simt_emu.h"
 #include "attention_rows.cuh"
 #include "flash_mma.cuh"
@@ -28,13 +29,10 @@
 #define GRAD_LIMIT 2.5e-2
 #define LSE_LIMIT 1e-5
 
-static int failures;
-
 static void check(const char *what, double rel, double limit)
 {
-    int ok = rel <= limit;
-    printf("  %-36s rel err %.3g (limit %.0e)%s\n", what, rel, limit, ok ? "" : "  FAIL");
-    failures += !ok;
+    printf("  %-36s rel err %.3g (limit %.0e)\n", what, rel, limit);
+    CHECK(rel <= limit, "%s: rel err %g over %g", what, rel, limit);
 }
 
 /* n floats of NaN and a guard of sentinels after them */
@@ -100,8 +98,7 @@ template <int HS> static void run_case(int B, int T, int NH)
     for (int run = 0; run < 2; run++) {
         out[run] = outputs(N * C), lse[run] = outputs(R), dqkv[run] = outputs(N * 3 * C);
         if (flash_emulated<HS>(out[run], lse[run], dqkv[run], dsum, qkv, dout, B, T, NH, 1 + run, err, sizeof err)) {
-            printf("B %d T %d hs %d: %s  FAIL\n", B, T, HS, err);
-            failures++;
+            CHECK(0, "B %d T %d hs %d: %s", B, T, HS, err);
             return;
         }
     }
@@ -117,9 +114,10 @@ template <int HS> static void run_case(int B, int T, int NH)
     int guards = guard_intact(out[0], N * C) && guard_intact(lse[0], R) && guard_intact(dqkv[0], N * 3 * C);
     int same = !memcmp(out[0], out[1], N * C * 4) && !memcmp(lse[0], lse[1], R * 4) &&
                !memcmp(dqkv[0], dqkv[1], N * 3 * C * 4);
-    printf("  nothing written past the outputs: %s; two interleavings, the same bytes: %s\n",
-           guards ? "yes" : "no  FAIL", same ? "yes" : "no  FAIL");
-    failures += !guards + !same;
+    printf("  nothing written past the outputs: %s; two interleavings, the same bytes: %s\n", guards ? "yes" : "no",
+           same ? "yes" : "no");
+    CHECK(guards, "B %d T %d hs %d: an output's guard was overwritten", B, T, HS);
+    CHECK(same, "B %d T %d hs %d: two interleavings gave different bytes", B, T, HS);
     for (int run = 0; run < 2; run++) free(out[run]), free(lse[run]), free(dqkv[run]);
     free(qkv), free(dout), free(dsum), free(rout), free(rlse), free(rd);
 }
@@ -133,10 +131,5 @@ int main(void)
     run_case<64>(1, 1, 2);
     run_case<48>(1, 70, 2);  /* three k16 steps: an odd count */
     run_case<96>(1, 129, 1); /* above 64: the backward's tiles of 32 rows */
-    if (failures) {
-        printf("%d checks failed\n", failures);
-        return 1;
-    }
-    printf("the tensor-core flash attention matches float64 forward and backward under the emulator\n");
-    return 0;
+    return emu_finish("the tensor-core flash attention matches float64 forward and backward under the emulator");
 }

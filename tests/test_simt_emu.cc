@@ -15,21 +15,10 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "emu_check.h"
 #include "simt_emu.h"
 #include "warp_mma_check.cuh"
 #include "warp_mma_expect.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                \
-    do {                                                \
-        if (!(cond)) {                                  \
-            failures++;                                 \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__); \
-            printf(__VA_ARGS__);                        \
-            printf("\n");                               \
-        }                                               \
-    } while (0)
 
 static void test_warp_mma(void)
 {
@@ -124,10 +113,6 @@ int main(void)
     test_warp_mma();
     test_interleaving();
     test_failures_reported();
-    if (failures) {
-        printf("%d checks failed\n", failures);
-        return 1;
-    }
-    printf("simt emulator: warp mma, ldmatrix, reuse, shuffles, interleavings and failure reports as expected\n");
-    return 0;
+    return emu_finish(
+        "simt emulator: warp mma, ldmatrix, reuse, shuffles, interleavings and failure reports as expected");
 }

@@ -103,6 +103,15 @@ int gpt_cuda_adamw(gpt_cuda *g, long t, double lr, double beta1, double beta2, d
 /* Waits for everything queued. */
 int gpt_cuda_sync(gpt_cuda *g, char *err, size_t errlen);
 
+/* Where the steps' GPU time goes (bin/bench-trainer_cuda --profile): on, each launcher call of a step is
+ * bracketed by CUDA events (a few microseconds of host time each, so profiled steps run a little slower);
+ * off frees them. gpt_cuda_profile waits for the stream, then gives up to max phases (names[i], ms[i] =
+ * mean ms per step of phase i since profiling went on; the weights' bf16 copy, embedding, layernorm,
+ * linear layers, attention, gelu, residual, lm head, loss, clip, adamw) and *steps (may be NULL);
+ * returns the number of phases, or -1 with err when profiling is off. */
+int gpt_cuda_set_profile(gpt_cuda *g, int on, char *err, size_t errlen);
+int gpt_cuda_profile(gpt_cuda *g, const char **names, double *ms, int max, long *steps, char *err, size_t errlen);
+
 /* DiLoCo on the device (worker/cuda/diloco_cuda.h works on these): the flat device parameter
  * buffer (numel floats) and the cudaStream_t every step runs on. */
 float *gpt_cuda_params_device(gpt_cuda *g);

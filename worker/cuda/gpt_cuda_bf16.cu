@@ -17,8 +17,11 @@
  *                         results: tensor cores do the products the fused kernels do with scalar dot
  *                         products. Which of the two is faster is for a GPU to say (tools/gpu_check.sh
  *                         runs both)
+ *   l_loss_forward_rows   the cross-entropy in two passes over the logits (loss_rows.cuh): the forward
+ *   l_loss_backward_bf16  keeps each row's max and sum, the backward writes the bf16 gradient straight
+ *                         into the operand of the head's products (l_head_backward_bf16)
  *
- * Everything else (LayerNorm, GELU, residuals, cross-entropy, clipping, AdamW) is the fp32 path's, on
+ * Everything else (LayerNorm, GELU, residuals, clipping, AdamW) is the fp32 path's, on
  * fp32 activations; the parameters, their gradients and AdamW's moments stay fp32, so DiLoCo works on
  * the fp32 master weights exactly as in fp32.
  *
@@ -30,6 +33,7 @@
 #include <math.h>
 
 #include "attention_rows.cuh"
+#include "loss_rows.cuh"
 
 __global__ void to_bf16_k(__nv_bfloat16 *out, const float *in, size_t n)
 {
@@ -56,50 +60,72 @@ static cublasStatus_t mm16(cublasHandle_t h, int ta, int tb, int M, int N, int K
                         CUBLAS_GEMM_DEFAULT);
 }
 
-/* out (N,OC) = inp (N,C) W^T + bias; w16 is W's bf16 copy; inp16 is scratch for N*C bf16 */
-int l_matmul_forward_bf16(ctx *x, float *out, const float *inp, const __nv_bfloat16 *w16, const float *bias,
-                          __nv_bfloat16 *inp16, int N, int C, int OC)
+/* out (N,OC) = inp16 (N,C) W^T + bias, plus res (N,OC) when it is not NULL (the residual a projection
+ * adds: it and the bias are the C the product adds to, beta = 1); inp16 is the input in bf16, w16 W's */
+int l_matmul_forward_bf16(ctx *x, float *out, const __nv_bfloat16 *inp16, const __nv_bfloat16 *w16, const float *bias,
+                          const float *res, int N, int C, int OC)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    if (l_to_bf16(x, inp16, inp, (size_t)N * C) || l_bias_broadcast(x, out, bias, N, OC)) return -1;
+    if (res ? l_bias_residual(x, out, bias, res, N, OC) : l_bias_broadcast(x, out, bias, N, OC)) return -1;
     CKB(mm16(x->h, 0, 1, N, OC, C, 1.0f, inp16, C, w16, C, 1.0f, out, OC));
     return 0;
 }
 
-/* dinp (N,C) = dout W; dw (OC,C) = dout^T inp; dbias = column sums of dout (fp32); dout16 (N*OC) and
- * inp16 (N*C) are scratch */
-int l_matmul_backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                           const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, __nv_bfloat16 *inp16, int N, int C, int OC)
+/* dinp (N,C) = dout W; dw (OC,C) = dout^T inp from inp16, the forward's bf16 input; dbias = column sums
+ * of dout (fp32); dout16 (N*OC) is scratch */
+int l_matmul_backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const __nv_bfloat16 *inp16,
+                           const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, int N, int C, int OC)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    if (l_to_bf16(x, dout16, dout, (size_t)N * OC) || l_to_bf16(x, inp16, inp, (size_t)N * C)) return -1;
+    if (l_to_bf16(x, dout16, dout, (size_t)N * OC)) return -1;
     CKB(mm16(x->h, 0, 0, N, C, OC, 1.0f, dout16, OC, w16, C, 0.0f, dinp, C));
     CKB(mm16(x->h, 1, 0, OC, C, N, 1.0f, dout16, OC, inp16, C, 0.0f, dw, C));
     return l_colsum(x, dbias, dout, N, OC);
 }
 
-/* the lm head: logits (N,V) = lnf (N,C) wte^T, and its backward dlnf = dlogits wte, dwte = dlogits^T lnf */
-int l_head_forward_bf16(ctx *x, float *logits, const float *lnf, const __nv_bfloat16 *wte16, __nv_bfloat16 *lnf16,
-                        int N, int C, int V)
+/* the lm head: logits (N,V) = lnf16 (N,C) wte^T, and its backward dlnf = dlogits wte, dwte = dlogits^T lnf
+ * (lnf16: the final LayerNorm's bf16 output) */
+int l_head_forward_bf16(ctx *x, float *logits, const __nv_bfloat16 *lnf16, const __nv_bfloat16 *wte16, int N, int C,
+                        int V)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    if (l_to_bf16(x, lnf16, lnf, (size_t)N * C)) return -1;
     CKB(mm16(x->h, 0, 1, N, V, C, 1.0f, lnf16, C, wte16, C, 0.0f, logits, V));
     return 0;
 }
 
-int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const float *dlogits, const float *lnf,
-                         const __nv_bfloat16 *wte16, __nv_bfloat16 *dlogits16, __nv_bfloat16 *lnf16, int N, int C,
-                         int V)
+int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const __nv_bfloat16 *dlogits16, const __nv_bfloat16 *lnf16,
+                         const __nv_bfloat16 *wte16, int N, int C, int V)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    if (l_to_bf16(x, dlogits16, dlogits, (size_t)N * V) || l_to_bf16(x, lnf16, lnf, (size_t)N * C)) return -1;
     CKB(mm16(x->h, 0, 0, N, C, V, 1.0f, dlogits16, V, wte16, C, 0.0f, dlnf, C));
     CKB(mm16(x->h, 1, 0, V, C, N, 1.0f, dlogits16, V, lnf16, C, 0.0f, dwte, C));
+    return 0;
+}
+
+/* ---- the cross-entropy in two passes (loss_rows.cuh) ------------------------------------------ */
+
+int l_loss_forward_rows(ctx *x, float *losses, float *stats, const float *logits, const int *targets, int N, int V,
+                        double *red)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    loss_rows_k<<<N, LOSS_ROW_THREADS, 0, x->st>>>(losses, stats, logits, targets, V);
+    CKL();
+    return l_mean(x, losses, N, red);
+}
+
+int l_loss_backward_bf16(ctx *x, __nv_bfloat16 *dlogits16, const float *logits, const float *stats, const int *targets,
+                         int N, int V)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    dim3 grid(nblocks((size_t)V, BS), N < 65535 ? N : 65535); /* the kernel loops over rows past 65535 */
+    loss_grad_bf16_k<<<grid, BS, 0, x->st>>>((uint16_t *)dlogits16, logits, stats, targets, N, V);
+    CKL();
     return 0;
 }
 

@@ -282,7 +282,8 @@ extern "C" int gpt_cuda_k_matmul_forward_bf16(float *out, const float *inp, cons
     __nv_bfloat16 *w16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)OC * C * 2),
                   *i16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)N * C * 2);
     if (!pl.fail)
-        rc = l_to_bf16(&x, w16, dw, (size_t)OC * C) || l_matmul_forward_bf16(&x, d_o, di, w16, db, i16, N, C, OC);
+        rc = l_to_bf16(&x, w16, dw, (size_t)OC * C) || l_to_bf16(&x, i16, di, (size_t)N * C) ||
+             l_matmul_forward_bf16(&x, d_o, i16, w16, db, NULL, N, C, OC);
     if (!rc) rc = back(&pl, out, d_o, F((size_t)N * OC));
     return done(&pl, rc, "matmul_forward_bf16", kerr);
 }
@@ -299,8 +300,8 @@ extern "C" int gpt_cuda_k_matmul_backward_bf16(float *dinp, float *dw, float *db
                   *o16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)N * OC * 2),
                   *i16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)N * C * 2);
     if (!pl.fail)
-        rc = l_to_bf16(&x, w16, dwt, (size_t)OC * C) ||
-             l_matmul_backward_bf16(&x, ddi, ddw, ddb, ddo, di, w16, o16, i16, N, C, OC);
+        rc = l_to_bf16(&x, w16, dwt, (size_t)OC * C) || l_to_bf16(&x, i16, di, (size_t)N * C) ||
+             l_matmul_backward_bf16(&x, ddi, ddw, ddb, ddo, i16, w16, o16, N, C, OC);
     if (!rc)
         rc = back(&pl, dinp, ddi, F((size_t)N * C)) || back(&pl, dw, ddw, F((size_t)OC * C)) ||
              back(&pl, dbias, ddb, F(OC));

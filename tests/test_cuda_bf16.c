@@ -228,10 +228,11 @@ static void flash_case(int B, int T, int C, int NH)
 {
     size_t N = (size_t)B * T, A = (size_t)B * NH * T * T, R = (size_t)B * NH * T;
     float *qkv = tc_randn(N * 3 * C, 1.0f, 31), *dout = tc_randn(N * C, 1.0f, 32);
-    float *o32 = malloc(N * C * 4), *a32 = malloc(A * 4), *d32 = malloc(N * 3 * C * 4);
-    float *of = malloc(N * C * 4), *lf = malloc(R * 4), *df = malloc(N * 3 * C * 4);
-    float *om = malloc(N * C * 4), *lm = malloc(R * 4), *dm = malloc(N * 3 * C * 4);
-    double *ro = malloc(N * C * 8), *rl = malloc(R * 8), *rd = malloc(N * 3 * C * 8);
+    /* out, lse (or fp32's probabilities) and dqkv of fp32 (32), fused (f) and flash (m), in one block */
+    float *o32 = malloc((12 * N * C + A + 2 * R) * 4), *a32 = o32 + N * C, *d32 = a32 + A;
+    float *of = d32 + N * 3 * C, *lf = of + N * C, *df = lf + R, *om = df + N * 3 * C, *lm = om + N * C;
+    float *dm = lm + R;
+    double *ro = malloc((N * C + R + N * 3 * C) * 8), *rl = ro + N * C, *rd = rl + R;
     assert_int_equal(gpt_cuda_k_attention_forward(o32, a32, qkv, B, T, C, NH, 0), 0);
     assert_int_equal(gpt_cuda_k_attention_backward(d32, dout, qkv, a32, B, T, C, NH, 0), 0);
     assert_int_equal(gpt_cuda_k_flash_forward(of, lf, qkv, B, T, C, NH, 0), 0);
@@ -257,17 +258,7 @@ static void flash_case(int B, int T, int C, int NH)
     free(qkv);
     free(dout);
     free(o32);
-    free(a32);
-    free(d32);
-    free(of);
-    free(lf);
-    free(df);
-    free(om);
-    free(lm);
-    free(dm);
     free(ro);
-    free(rl);
-    free(rd);
 }
 
 static void test_flash_attention(void **state)

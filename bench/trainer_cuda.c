@@ -1,6 +1,6 @@
 /* bench/trainer_cuda.c -> bin/bench-trainer_cuda: GPT trainer speed on a CUDA device.
  *
- *   bin/bench-trainer_cuda [--tf32] [--precision fp32|bf16] [--attention fused|gemm|flash] [--steps N] [--no-gpt2]
+ *   bin/bench-trainer_cuda [--tf32] [--precision fp32|bf16] [--attention auto|flash|fused|gemm] [--steps N] [--no-gpt2]
  *                          [--no-torch] [--profile]
  *
  * Prints the device, its fp32 (and TF32) peak estimated from SM count x clock x lanes, the measured
@@ -11,11 +11,12 @@
  * and MFU = (6*params + 6*layers*dim*seq) * tokens/s / peak, against the estimated peak and against
  * the measured sgemm. Configurations: (a) and (b) of bench/trainer.c (the CPU benchmark), and
  * (c) GPT-2 small (12 layers, 12 heads, 768 dim, ctx 1024, vocab 50257, batch 8, seq 1024).
- * --precision bf16: the trainer's bf16 path (bf16 products and fused attention on fp32 master weights,
- * docs/cuda.md); with --attention gemm its other attention (the fp32 path's products on bf16 operands,
- * tensor cores, T x T probabilities kept), with --attention flash the tensor-core flash kernels
- * (worker/cuda/flash_mma.cuh: tiles on mma.m16n8k16, online softmax, probabilities recomputed). fused is
- * the default until a GPU measurement decides: tools/gpu_check.sh runs all three. When $PYTHON (default /usr/bin/python3) imports a torch that sees the
+ * --precision bf16: the trainer's bf16 path (bf16 products and attention on fp32 master weights,
+ * docs/cuda.md), with the trainer's default attention, auto: the tensor-core flash kernels
+ * (worker/cuda/flash_mma.cuh: tiles on mma.m16n8k16, online softmax, probabilities recomputed) where they
+ * take the head size (all three configurations here), else the fused ones; --attention fused, gemm (the
+ * fp32 path's products on bf16 operands, T x T probabilities kept) or flash choose one (tools/gpu_check.sh
+ * runs all three). Each configuration prints the attention it ran. When $PYTHON (default /usr/bin/python3) imports a torch that sees the
  * GPU, each configuration also runs bench/torch_gpt_speed.py on the same model, batch and precision
  * (bf16: autocast + SDPA + fused AdamW, what users run; fp32 / TF32 likewise) and prints torch's tokens/s beside ours and their ratio, in the
  * same run on the same GPU (--no-torch: not). MFU uses the fp32 or TF32 peak; bf16 prints none.
@@ -139,6 +140,8 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
         gpt_cuda_free(g);
         g = NULL;
     }
+    static const char *const attention_name[] = {"fused", "gemm", "flash"}; /* GPT_ATTENTION_*, resolved */
+    if (g && bf16) printf("(%s) attention: %s\n", label, attention_name[gpt_cuda_attention(g)]);
     if (g) {
         int N = batch * seq;
         int *inp = malloc((size_t)N * sizeof(int)), *tgt = malloc((size_t)N * sizeof(int));
@@ -199,26 +202,26 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: bench-trainer_cuda [--tf32] [--precision fp32|bf16] [--attention fused|gemm|flash] [--steps 20] "
-            "[--no-gpt2] [--no-torch] [--profile]\n"
-            "  --attention  with --precision bf16: fused (one kernel, the default until a GPU measurement decides),\n"
-            "               gemm (tensor-core products, T x T probabilities kept) or flash (tensor-core tiles,\n"
-            "               probabilities recomputed); fp32 has its own attention\n"
-            "  --profile    after the timed steps, 5 profiled ones: the GPU time of each phase (embedding,\n"
-            "               layernorm, linear layers, attention, ..., adamw) per step and its share\n");
+    fprintf(f, "usage: bench-trainer_cuda [--tf32] [--precision fp32|bf16] [--attention auto|flash|fused|gemm] "
+               "[--steps 20] [--no-gpt2] [--no-torch] [--profile]\n"
+               "  --attention  with --precision bf16: auto (the trainer's default: flash where the head size allows,\n"
+               "               else fused), flash (tensor-core tiles, probabilities recomputed), fused (one warp a\n"
+               "               row) or gemm (tensor-core products, T x T probabilities kept); fp32 has its own\n"
+               "               attention\n"
+               "  --profile    after the timed steps, 5 profiled ones: the GPU time of each phase (embedding,\n"
+               "               layernorm, linear layers, attention, ..., adamw) per step and its share\n");
 }
 
 int main(int argc, char **argv)
 {
-    int tf32 = 0, steps = 20, gpt2 = 1, bf16 = 0, attention = GPT_ATTENTION_FUSED, torch = 1, profile = 0;
+    int tf32 = 0, steps = 20, gpt2 = 1, bf16 = 0, attention = GPT_ATTENTION_AUTO, torch = 1, profile = 0;
     const opt_spec specs[] = {
         {.name = "tf32", .kind = OPT_FLAG, .dest = &tf32},
         {.name = "precision", .kind = OPT_CHOICE, .dest = &bf16, .choices = "fp32|bf16"},
         {.name = "attention",
          .kind = OPT_CHOICE,
          .dest = &attention,
-         .choices = "fused|gemm|flash"}, /* GPT_ATTENTION_* */
+         .choices = "fused|gemm|flash|auto"}, /* GPT_ATTENTION_* */
         {.name = "no-torch", .kind = OPT_CLEAR, .dest = &torch},
         {.name = "profile", .kind = OPT_FLAG, .dest = &profile},
         {.name = "no-gpt2", .kind = OPT_CLEAR, .dest = &gpt2},
@@ -227,7 +230,7 @@ int main(int argc, char **argv)
     };
     int rc = opts_parse_cmd("bench-trainer_cuda", usage, specs, argc, argv, 1, NULL, NULL);
     if (rc != 0) return opts_exit_status(rc);
-    if (attention != GPT_ATTENTION_FUSED && !bf16) {
+    if (attention != GPT_ATTENTION_FUSED && attention != GPT_ATTENTION_AUTO && !bf16) {
         fprintf(stderr,
                 "bench-trainer_cuda: --attention %s needs --precision bf16: fp32 has its own attention "
                 "(see --help)\n",
@@ -265,8 +268,11 @@ int main(int argc, char **argv)
                              : attention == GPT_ATTENTION_FLASH
                                  ? "bf16 operands, fp32 accumulation; attention: tensor-core flash kernels "
                                    "(--precision bf16 --attention flash)"
-                                 : "bf16 operands, fp32 accumulation; attention: fused kernels "
-                                   "(--precision bf16 --attention fused)");
+                             : attention == GPT_ATTENTION_FUSED
+                                 ? "bf16 operands, fp32 accumulation; attention: fused kernels "
+                                   "(--precision bf16 --attention fused)"
+                                 : "bf16 operands, fp32 accumulation; attention: auto, flash where the head size "
+                                   "allows, else fused (--precision bf16)");
     run("a", (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 256}, 8, 256, tf32, bf16, attention,
         torch, steps, profile, peak, sg);
     run("b", (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 50257}, 4, 64, tf32, bf16,

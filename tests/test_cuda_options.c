@@ -165,17 +165,24 @@ static void bf16_step_or_refused(const gpt_options *o)
     }
 }
 
-/* --attention: parsed (fused is the default), and gemm or flash without --precision bf16 refused before
- * anything is created, on any device */
+/* --attention: parsed (auto is the default), auto and fused taken with fp32 (which has its own
+ * attention), and gemm or flash without --precision bf16 refused before anything is created, on any
+ * device */
 static void test_attention(void **state)
 {
     (void)state;
     gpt_options o;
     gpt_options_default(&o);
-    assert_int_equal(o.attention, GPT_ATTENTION_FUSED);
-    char a0[] = "--attention", a1[] = "gemm", a2[] = "--attention=fused", a3[] = "--attention=sdpa";
-    char *argv[] = {a0, a1, NULL}, *argv2[] = {a2, NULL}, *argv3[] = {a3, NULL};
+    assert_int_equal(o.attention, GPT_ATTENTION_AUTO);
+    char a0[] = "--attention", a1[] = "gemm", a2[] = "--attention=fused", a3[] = "--attention=sdpa",
+         a4[] = "--attention=fused", a5[] = "--attention=auto"; /* a parse may reorder its argv: one each */
+    char *argv[] = {a0, a1, NULL}, *argv2[] = {a2, NULL}, *argv3[] = {a3, NULL}, *argv4[] = {a4, NULL},
+         *argv5[] = {a5, NULL};
     char err[256];
+    assert_int_equal(gpt_options_parse(&o, 1, argv4, err, sizeof err), 1);
+    assert_int_equal(o.attention, GPT_ATTENTION_FUSED);
+    assert_int_equal(gpt_options_parse(&o, 1, argv5, err, sizeof err), 1);
+    assert_int_equal(o.attention, GPT_ATTENTION_AUTO);
     assert_int_equal(gpt_options_parse(&o, 2, argv, err, sizeof err), 2);
     assert_int_equal(o.attention, GPT_ATTENTION_GEMM);
     assert_int_equal(gpt_options_parse(&o, 1, argv2, err, sizeof err), 1);
@@ -193,6 +200,13 @@ static void test_attention(void **state)
         assert_non_null(strstr(err, "--attention flash chooses the attention of --precision bf16"));
     }
     printf("--attention flash with fp32: %s\n", err);
+    for (int a = GPT_ATTENTION_FUSED; a <= GPT_ATTENTION_AUTO; a += GPT_ATTENTION_AUTO - GPT_ATTENTION_FUSED) {
+        o = small(GPT_DEVICE_CPU); /* fp32: fused and auto are taken */
+        o.attention = a;
+        trainer *t = gpt_trainer_create(&o, err, sizeof err);
+        assert_non_null(t);
+        t->destroy(t);
+    }
     o = small(GPT_DEVICE_AUTO);
     o.precision = GPT_PRECISION_BF16;
     o.attention = GPT_ATTENTION_GEMM;
@@ -215,6 +229,11 @@ static void test_attention_flash(void **state)
     assert_non_null(strstr(err, have_device() ? "multiple of 16" : "--precision bf16 needs the CUDA backend"));
     o.model.dim = 32;         /* head size 16 */
     bf16_step_or_refused(&o); /* the flash attention itself: tests/test_cuda_bf16.c */
+    /* auto, the default: flash at head size 16, the fused kernels at head size 8 (no refusal) */
+    o.attention = GPT_ATTENTION_AUTO;
+    bf16_step_or_refused(&o);
+    o.model.dim = 16;
+    bf16_step_or_refused(&o);
 }
 
 static void test_no_device_paths(void **state)

@@ -57,7 +57,8 @@ void gpt_cuda_free(gpt_cuda *g);
 int gpt_cuda_set_precision(gpt_cuda *g, int bf16, char *err, size_t errlen);
 int gpt_cuda_precision_bf16(const gpt_cuda *g);
 /* The attention of bf16 precision, from the next forward on (fp32 always uses its sgemm attention):
- * GPT_ATTENTION_FUSED (gpt.h; the default): the fused kernels above. GPT_ATTENTION_GEMM: the fp32
+ * GPT_ATTENTION_FUSED (gpt.h; a new model's): the fused kernels above. GPT_ATTENTION_AUTO (the trainer's
+ * default): FLASH where its kernels take the shapes, else FUSED; gpt_cuda_attention then says which. GPT_ATTENTION_GEMM: the fp32
  * path's layout (q, k, v permuted to (B, NH, T, hs), the T x T probabilities kept per layer, softmax and
  * its backward in fp32) with its six products on bf16 operands, fp32 accumulation and fp32 results
  * (cublasGemmStridedBatchedEx: tensor cores); the first call with GEMM allocates its bf16 operands.

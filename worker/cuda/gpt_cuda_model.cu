@@ -225,9 +225,14 @@ extern "C" int gpt_cuda_precision_bf16(const gpt_cuda *g)
  * each). */
 extern "C" int gpt_cuda_set_attention(gpt_cuda *g, int attention, char *err, size_t errlen)
 {
+    if (attention == GPT_ATTENTION_AUTO) { /* flash where its kernels take the shapes, else fused */
+        char why[256];
+        attention = l_flash_mma_check(g->B, g->T, g->c.dim, g->c.heads, why, sizeof why) ? GPT_ATTENTION_FUSED
+                                                                                         : GPT_ATTENTION_FLASH;
+    }
     if (attention != GPT_ATTENTION_FUSED && attention != GPT_ATTENTION_GEMM && attention != GPT_ATTENTION_FLASH) {
-        err_set(err, errlen, "gpt cuda: attention %d is none of fused (%d), gemm (%d), flash (%d)", attention,
-                GPT_ATTENTION_FUSED, GPT_ATTENTION_GEMM, GPT_ATTENTION_FLASH);
+        err_set(err, errlen, "gpt cuda: attention %d is none of fused (%d), gemm (%d), flash (%d), auto (%d)",
+                attention, GPT_ATTENTION_FUSED, GPT_ATTENTION_GEMM, GPT_ATTENTION_FLASH, GPT_ATTENTION_AUTO);
         return -1;
     }
     if (attention == GPT_ATTENTION_FLASH && l_flash_mma_check(g->B, g->T, g->c.dim, g->c.heads, err, errlen)) return -1;

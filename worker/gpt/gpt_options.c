@@ -32,6 +32,7 @@ void gpt_options_default(gpt_options *o)
     o->eval_batches = 8;
     o->threads = 0;
     o->seed = 1234;
+    o->attention = GPT_ATTENTION_AUTO;
     o->data_seed = 1;
     o->checkpoint_every = 0;
 }
@@ -91,11 +92,12 @@ static const flag FLAGS[] = {
     {"device", F_DEVICE, OFF(device), "auto | cpu | cuda (auto: cuda when built with CUDA and a GPU is present)"},
     {"tf32", F_BOOL, OFF(tf32), "cuda: let cuBLAS use TF32 tensor cores (off: fp32 products)"},
     {"precision", F_PRECISION, OFF(precision),
-     "cuda: fp32 | bf16 (bf16 products and fused attention on fp32 master weights; fp32: exact, the default)"},
+     "cuda: fp32 | bf16 (bf16 products and attention on fp32 master weights, see --attention; fp32: exact, the "
+     "default)"},
     {"attention", F_ATTENTION, OFF(attention),
-     "cuda, bf16 only: fused | gemm | flash (fused: one kernel per direction, probabilities recomputed; gemm: "
-     "tensor-core products, T x T probabilities kept; flash: tensor-core tiles, probabilities recomputed, head "
-     "size a multiple of 16 up to 128; fused is the default until a GPU measurement decides)"},
+     "cuda, bf16 only: auto | flash | fused | gemm (flash: tensor-core tiles, probabilities recomputed, head size "
+     "a multiple of 16 up to 128; fused: one warp per row, any head size up to 256; gemm: tensor-core products, "
+     "T x T probabilities kept; auto, the default: flash where the head size allows, else fused)"},
 };
 #undef OFF
 #define NFLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
@@ -174,7 +176,7 @@ static opt_spec flag_spec(const flag *fl, gpt_options *o)
         break; /* GPT_PRECISION_* in this order */
     case F_ATTENTION:
         s.kind = OPT_CHOICE;
-        s.choices = "fused|gemm|flash";
+        s.choices = "fused|gemm|flash|auto";
         break; /* GPT_ATTENTION_* in this order */
     case F_BOOL: s.kind = OPT_FLAG; break;
     }

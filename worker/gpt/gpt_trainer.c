@@ -205,8 +205,7 @@ static void layout_text(char *buf, size_t len, unsigned long long stripe)
  * split (shard index, number of parts, layout and stripe; a checkpoint without a layout is
  * contiguous): a position in another part would draw from or walk the wrong tokens. Otherwise the
  * part's position starts afresh, and stderr says why. */
-static void resume_data_position(gpt_trainer *g, const char *h, uint64_t rng, uint64_t cursor,
-                                 unsigned long long index)
+static void resume_data_position(gpt_trainer *g, const char *h, uint64_t rng, uint64_t cursor, unsigned long long index)
 {
     unsigned long long parts = 1, stripe = 0;
     if (meta_u64(h, "num_shards", &parts)) parts = (unsigned long long)g->o.num_shards;
@@ -518,8 +517,8 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
 {
     if (gpt_config_check(&o->model, err, errlen)) return NULL;
     if (o->batch < 1 || o->seq < 1 || o->seq > o->model.ctx) {
-        err_set(err, errlen, "gpt: need --batch >= 1 and 1 <= --seq <= --ctx (%d), got --batch %d --seq %d", o->model.ctx,
-                o->batch, o->seq);
+        err_set(err, errlen, "gpt: need --batch >= 1 and 1 <= --seq <= --ctx (%d), got --batch %d --seq %d",
+                o->model.ctx, o->batch, o->seq);
         return NULL;
     }
     if (o->num_shards < 1 || o->shard_index < 0 || o->shard_index >= o->num_shards) {
@@ -532,7 +531,8 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
                 o->shard_stripe);
         return NULL;
     }
-    if (o->attention != GPT_ATTENTION_FUSED && o->precision != GPT_PRECISION_BF16) {
+    if (o->attention != GPT_ATTENTION_FUSED && o->attention != GPT_ATTENTION_AUTO &&
+        o->precision != GPT_PRECISION_BF16) {
         err_set(err, errlen,
                 "gpt: --attention %s chooses the attention of --precision bf16; the fp32 attention is always "
                 "its own sgemm path: add --precision bf16 or drop --attention",

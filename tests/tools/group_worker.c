@@ -23,7 +23,11 @@
  * diloco_after_step and back after a sync: what libdiloco sees and moves is the rank's part only. A sync
  * line's digest is then the XXH3 of the rank's part, local the digest of its part before the sync.
  *
- * and a rank whose session fails prints "error rank <r>: <message>" and the program exits 1.
+ * Every rank asks its session its version (diloco_version) after every inner step, as a host's progress
+ * line may (tests/it_tsan_worker.sh runs that under ThreadSanitizer while a Streaming fragment's round writes
+ * it on its thread), and fails if it ever goes down.
+ *
+ * A rank whose session fails prints "error rank <r>: <message>" and the program exits 1.
  *
  * With --trainer gpt (bench/quality's group configurations) every rank trains the run's GPT instead, on
  * its own part of the data (the GPT flags after "--", as bin/worker takes them; rank r reads part
@@ -320,6 +324,7 @@ static void *rank_main(void *p)
     }
     if (mine != t->params) copy_slices(t->params, mine, sl, nsl, 0);
     trainer_stats st;
+    int64_t version = diloco_version(d);
     for (long step = 1; step <= c->steps; step++) {
         if (t->step(t, &st, err, sizeof err) < 0) break;
         if (c->step_delay_ms > 0) sleep_ms((unsigned)c->step_delay_ms);
@@ -335,6 +340,15 @@ static void *rank_main(void *p)
             c->failed = 1;
             break;
         }
+        /* asked after every step, as a host's progress line may (Streaming: while fragment 0 is in flight) */
+        int64_t now_at = diloco_version(d);
+        if (now_at < version) {
+            say(c, "error rank %d: diloco_version went down from %" PRId64 " to %" PRId64 "\n", c->rank, version,
+                now_at);
+            c->failed = 1;
+            break;
+        }
+        version = now_at;
         diloco_sync_info s;
         if (rc == 1 && diloco_last_sync(d, &s) == 0)
             say(c,

@@ -358,7 +358,7 @@ static int group_register(diloco *d, char *err, size_t errlen)
     if (d->grp_rank > 0) {
         snprintf(d->worker_id, sizeof d->worker_id, "%s", all[0].worker);
         set_incarnation(d, all[0].v[0]);
-        d->frag_version[0] = all[0].v[1];
+        dl_set_frag_version(d, 0, all[0].v[1]);
         d->frag_joined[0] = all[0].v[2];
         redisReply *r = dl_command(d, me.err, sizeof me.err, "FCALL dl_group_join 1 %s %s %lld %d %d", d->config_key,
                                    d->worker_id, (long long)all[0].v[0], d->grp_rank, size);

@@ -153,7 +153,8 @@ struct diloco {
     size_t *upd_sparse_cap;
     float *upd_both;        /* parameters with momentum as received (2 floats per parameter) */
     uint64_t *delta_xxh;    /* per shard: the checksum of its part of delta_* (computed with it) */
-    int64_t *frag_version;  /* global version of each fragment's part of base (= its open round for us) */
+    int64_t *frag_version;  /* global version of each fragment's part of base (= its open round for us);
+                               written through dl_set_frag_version */
     int64_t *frag_joined;   /* per fragment: the first round the barrier expects us at (dl_register) */
     int64_t *shard_version; /* version of each shard of base, while fetching */
     /* Tentative parameters (docs/PROTOCOL.md): a sync round ends when the new parameters arrive, which
@@ -250,6 +251,14 @@ struct diloco {
 static inline int dl_shard_id(const diloco *d, int k)
 {
     return d->shard_ids ? d->shard_ids[k] : k;
+}
+
+/* Fragment f's version is written only through this: a Streaming fragment's round writes it on its own
+ * thread, and diloco_version reads fragment 0's on the host's while that round may be in flight (an
+ * atomic store and load; the library's other reads are on the thread that wrote it, or after it was joined). */
+static inline void dl_set_frag_version(diloco *d, int f, int64_t version)
+{
+    __atomic_store_n(&d->frag_version[f], version, __ATOMIC_RELAXED);
 }
 
 /* The shards of fragment f this session moves: the fragment's, or its part of them in a group. */

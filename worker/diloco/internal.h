@@ -236,6 +236,9 @@ struct diloco {
     int part_lo, part_hi;
     int *grp_bounds;    /* size+1 shard indices: rank r moves shards [grp_bounds[r], grp_bounds[r+1]) */
     uint32_t grp_calls; /* collectives so far: the ranks of a group in step have made the same number */
+    int grp_check_every;   /* inner steps from one CHECK (group.c: was the group evicted?) to the next, rank 0's */
+    int grp_since_check;   /* inner steps since the ranks last agreed (open, a sync, a CHECK) */
+    uint64_t grp_check_ms; /* when they did (rank 0 paces the CHECKs by it) */
     int grp_dirty;      /* the ranks' parts may disagree: the next sync fetches instead of sending */
     /* a sharded group's rank (part.c: group.slices): rc is this rank's view of the run, its shards only,
      * renumbered 0 .. rc.nshards-1 with bounds into its own buffers; shard_ids[k] is shard k's number in
@@ -561,6 +564,9 @@ void stream_finish_inflight(diloco *d);
 int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);
 /* The group's sync round (plain DiLoCo): each rank its part, then the exchange. As round_blocking. */
 int group_round(diloco *d, char *err, size_t errlen);
+/* A group's inner step that is not a sync: every grp_check_every steps the ranks agree whether the group
+ * was evicted, and if so all stop the interval there and register again. As group_round. */
+int group_step(diloco *d, char *err, size_t errlen);
 void group_wait_committed(diloco *d); /* before a group rank's normal close ends the group */
 
 #endif

@@ -90,7 +90,7 @@ typedef enum prep_outcome {
 /* A fragment's round in flight on a background thread (streaming.c). Its threads count what the round
  * sends and receives in info (dl_round_info), not in the session's cur: rounds in flight at once would
  * mix their counters there. */
-/* fragments_in_flight > 1: the thread of fragment f's latest round, which goes on after its round (the
+/* dl_stream_overlap: the thread of fragment f's latest round, which goes on after its round (the
  * confirm's look, round_confirm_early) while training does: joined before f is sent again, or before
  * anything fetches every fragment (streaming.c). */
 typedef struct stream_tail {
@@ -173,12 +173,12 @@ struct diloco {
 
     /* Streaming DiLoCo: up to o.fragments_in_flight fragments sync on background threads while training
      * goes on (streaming.c): a FIFO of slots, the oldest at inflight_head */
-    int frag_next; /* the fragment the next boundary sends (async) */
-    stream_slot inflight[RUNCONF_MAX_FRAGMENTS];
-    int inflight_head, inflight_count;
-    struct wake_hub *hub; /* fragments_in_flight > 1: the session's one listener on our wake list (wake.c) */
-    rconn *lane_ctl[RUNCONF_MAX_FRAGMENTS]; /* fragments_in_flight > 1: each lane's control connection */
-    stream_tail tails[RUNCONF_MAX_FRAGMENTS]; /* fragments_in_flight > 1: per fragment */
+    int frag_next;         /* the fragment the next boundary sends (async) */
+    stream_slot *inflight; /* inflight_max slots (D, allocated at open): the FIFO, oldest at inflight_head */
+    int inflight_max, inflight_head, inflight_count;
+    struct wake_hub *hub;      /* dl_stream_overlap: the session's one listener on our wake list (wake.c) */
+    rconn **lane_ctl;          /* dl_stream_overlap: each lane's control connection (F of them, made on first use) */
+    stream_tail *tails;        /* dl_stream_overlap: per fragment (F) */
     pthread_mutex_t stream_mu; /* with stream_cv: a round's thread says its round is over (net_done) */
     pthread_cond_t stream_cv;
     int fetched_all;      /* fetch_all calls so far (training thread): streaming.c sees a full refetch by it */

@@ -218,6 +218,15 @@ $(CUDA_STATIC_TESTS): $(BUILD)/tests/%: tests/%.c $(TESTLIB_OBJ) $(CUDA_OBJ) $(L
 	$(CC) $(CFLAGS) $(DETERMINISTIC) -Itests -o $@ $(filter-out %.h,$^) -lcmocka $(BLASLIBS) $(CUDA_LIBS) $(LDLIBS)
 $(BUILD)/tests/test_cuda_options: | $(CUDA_BACKEND)
 
+# tests in C++ run CUDA kernel source on the CPU under the lane emulator (tests/tools/simt_emu.h): the
+# tiled bf16 kernels (worker/cuda/*.cuh) are checked here and in CI, where there is no GPU
+CXX_TEST_SRC  = $(wildcard tests/test_*.cc)
+CXX_TEST_BIN  = $(CXX_TEST_SRC:tests/%.cc=$(BUILD)/tests/%)
+SIMT_CXXFLAGS = -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas -MMD -MP -Itests -Itests/tools -Iworker/cuda
+$(CXX_TEST_BIN): $(BUILD)/tests/%: tests/%.cc tests/tools/simt_emu.cc tests/tools/simt_emu.h
+	@mkdir -p $(dir $@)
+	$(CXX) $(SIMT_CXXFLAGS) -o $@ $< tests/tools/simt_emu.cc -lm
+
 $(BIN)/bench-%: bench/%.c $(CUDA_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(BIN)
 	@mkdir -p $(BUILD)/bench
@@ -228,7 +237,7 @@ test: deps
 	$(MAKE) -j$$(nproc) all tests-build
 	sh tests/run.sh
 
-tests-build: $(TEST_BIN) $(TOOL_BIN)
+tests-build: $(TEST_BIN) $(TOOL_BIN) $(CXX_TEST_BIN)
 bench: all $(BENCH_BIN)
 
 cuda-check: all tests-build

@@ -1,7 +1,7 @@
 /* bench/trainer_cuda.c -> bin/bench-trainer_cuda: GPT trainer speed on a CUDA device.
  *
- *   bin/bench-trainer_cuda [--tf32] [--precision fp32|bf16] [--attention fused|gemm] [--steps N] [--no-gpt2]
- *                          [--no-torch]
+ *   bin/bench-trainer_cuda [--tf32] [--precision fp32|bf16] [--attention fused|gemm|flash] [--steps N] [--no-gpt2]
+ *                          [--no-torch] [--profile]
  *
  * Prints the device, its fp32 (and TF32) peak estimated from SM count x clock x lanes, the measured
  * cublasSgemm 4096^3 rate, then for each configuration ms/step and tokens/s of
@@ -13,11 +13,14 @@
  * (c) GPT-2 small (12 layers, 12 heads, 768 dim, ctx 1024, vocab 50257, batch 8, seq 1024).
  * --precision bf16: the trainer's bf16 path (bf16 products and fused attention on fp32 master weights,
  * docs/cuda.md); with --attention gemm its other attention (the fp32 path's products on bf16 operands,
- * tensor cores, T x T probabilities kept). fused is the default until a GPU measurement decides:
- * tools/gpu_check.sh runs both. When $PYTHON (default /usr/bin/python3) imports a torch that sees the
+ * tensor cores, T x T probabilities kept), with --attention flash the tensor-core flash kernels
+ * (worker/cuda/flash_mma.cuh: tiles on mma.m16n8k16, online softmax, probabilities recomputed). fused is
+ * the default until a GPU measurement decides: tools/gpu_check.sh runs all three. When $PYTHON (default /usr/bin/python3) imports a torch that sees the
  * GPU, each configuration also runs bench/torch_gpt_speed.py on the same model, batch and precision
  * (bf16: autocast + SDPA + fused AdamW, what users run; fp32 / TF32 likewise) and prints torch's tokens/s beside ours and their ratio, in the
  * same run on the same GPU (--no-torch: not). MFU uses the fp32 or TF32 peak; bf16 prints none.
+ * --profile: after the timed device-only steps, 5 more with gpt_cuda_set_profile on, and where their GPU
+ * time went, phase by phase (ms per step and share; gpt_cuda_profile.cu).
  * Exits 77 without a CUDA device or without the CUDA build. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,6 +39,30 @@ static double now(void)
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* 5 device-only steps with profiling on, then each phase's ms per step and share of their sum */
+static void print_profile(gpt_cuda *g, const int *inp, const int *tgt, int steps0)
+{
+    char err[512];
+    const char *names[32];
+    double ms[32], sum = 0;
+    long steps = 0;
+    float loss;
+    int bad = gpt_cuda_set_profile(g, 1, err, sizeof err);
+    for (int i = 0; !bad && i < 5; i++)
+        bad = gpt_cuda_forward(g, inp, tgt, &loss, err, sizeof err) || gpt_cuda_backward(g, err, sizeof err) ||
+              gpt_cuda_clip(g, 1.0, NULL, err, sizeof err) ||
+              gpt_cuda_adamw(g, steps0 + i + 1, 1e-4, 0.9, 0.95, 1e-8, 0.1, err, sizeof err);
+    int n = bad ? -1 : gpt_cuda_profile(g, names, ms, 32, &steps, err, sizeof err);
+    if (n < 0) {
+        printf("    profile: %s\n", err);
+        return;
+    }
+    for (int i = 0; i < n; i++) sum += ms[i];
+    printf("    where a step's GPU time goes (%ld profiled steps, %.2f ms/step in the phases):\n", steps, sum);
+    for (int i = 0; i < n; i++)
+        if (ms[i] > 0) printf("      %-16s %8.3f ms  %5.1f%%\n", names[i], ms[i], 100 * ms[i] / sum);
 }
 
 /* bench/torch_gpt_speed.py on the same configuration: torch's tokens/s, 0 when it gives none (the line
@@ -66,7 +93,7 @@ static double torch_figure(gpt_config c, int batch, int seq, int tf32, int bf16,
 }
 
 static int run(const char *label, gpt_config c, int batch, int seq, int tf32, int bf16, int attention, int torch,
-               int steps, double peak, double sgemm)
+               int steps, int profile, double peak, double sgemm)
 {
     gpt_options o;
     gpt_options_default(&o);
@@ -134,6 +161,7 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
             dt2 = (now() - t0) / steps;
         else
             printf("(%s) device-only step failed: %s\n", label, err);
+        if (!bad && profile) print_profile(g, inp, tgt, steps + 3);
         free(inp);
         free(tgt);
         free(p);
@@ -171,29 +199,39 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bench-trainer_cuda [--tf32] [--precision fp32|bf16] [--attention fused|gemm] [--steps 20] "
-               "[--no-gpt2] [--no-torch]\n"
-               "  --attention  with --precision bf16: fused (one kernel, the default until a GPU measurement decides)\n"
-               "               or gemm (tensor-core products, T x T probabilities kept); fp32 has its own attention\n");
+    fprintf(f,
+            "usage: bench-trainer_cuda [--tf32] [--precision fp32|bf16] [--attention fused|gemm|flash] [--steps 20] "
+            "[--no-gpt2] [--no-torch] [--profile]\n"
+            "  --attention  with --precision bf16: fused (one kernel, the default until a GPU measurement decides),\n"
+            "               gemm (tensor-core products, T x T probabilities kept) or flash (tensor-core tiles,\n"
+            "               probabilities recomputed); fp32 has its own attention\n"
+            "  --profile    after the timed steps, 5 profiled ones: the GPU time of each phase (embedding,\n"
+            "               layernorm, linear layers, attention, ..., adamw) per step and its share\n");
 }
 
 int main(int argc, char **argv)
 {
-    int tf32 = 0, steps = 20, gpt2 = 1, bf16 = 0, attention = GPT_ATTENTION_FUSED, torch = 1;
+    int tf32 = 0, steps = 20, gpt2 = 1, bf16 = 0, attention = GPT_ATTENTION_FUSED, torch = 1, profile = 0;
     const opt_spec specs[] = {
         {.name = "tf32", .kind = OPT_FLAG, .dest = &tf32},
         {.name = "precision", .kind = OPT_CHOICE, .dest = &bf16, .choices = "fp32|bf16"},
-        {.name = "attention", .kind = OPT_CHOICE, .dest = &attention, .choices = "fused|gemm"}, /* GPT_ATTENTION_* */
+        {.name = "attention",
+         .kind = OPT_CHOICE,
+         .dest = &attention,
+         .choices = "fused|gemm|flash"}, /* GPT_ATTENTION_* */
         {.name = "no-torch", .kind = OPT_CLEAR, .dest = &torch},
+        {.name = "profile", .kind = OPT_FLAG, .dest = &profile},
         {.name = "no-gpt2", .kind = OPT_CLEAR, .dest = &gpt2},
         {.name = "steps", .kind = OPT_INT, .dest = &steps, .lo = 1, .hi = 1000000},
         {0},
     };
     int rc = opts_parse_cmd("bench-trainer_cuda", usage, specs, argc, argv, 1, NULL, NULL);
     if (rc != 0) return opts_exit_status(rc);
-    if (attention == GPT_ATTENTION_GEMM && !bf16) {
-        fprintf(stderr, "bench-trainer_cuda: --attention gemm needs --precision bf16: fp32 has its own attention "
-                        "(see --help)\n");
+    if (attention != GPT_ATTENTION_FUSED && !bf16) {
+        fprintf(stderr,
+                "bench-trainer_cuda: --attention %s needs --precision bf16: fp32 has its own attention "
+                "(see --help)\n",
+                attention == GPT_ATTENTION_GEMM ? "gemm" : "flash");
         return OPTS_EXIT_USAGE;
     }
 #ifndef DILOCO_HAVE_CUDA
@@ -202,6 +240,7 @@ int main(int argc, char **argv)
     (void)bf16;
     (void)attention;
     (void)torch;
+    (void)profile;
     printf("bench-trainer_cuda: built without CUDA (nvcc not found at build time): skipped\n");
     return 77;
 #else
@@ -223,15 +262,18 @@ int main(int argc, char **argv)
                              : attention == GPT_ATTENTION_GEMM
                                  ? "bf16 operands, fp32 accumulation; attention: bf16 strided-batched products "
                                    "(--precision bf16 --attention gemm)"
+                             : attention == GPT_ATTENTION_FLASH
+                                 ? "bf16 operands, fp32 accumulation; attention: tensor-core flash kernels "
+                                   "(--precision bf16 --attention flash)"
                                  : "bf16 operands, fp32 accumulation; attention: fused kernels "
                                    "(--precision bf16 --attention fused)");
     run("a", (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 256}, 8, 256, tf32, bf16, attention,
-        torch, steps, peak, sg);
+        torch, steps, profile, peak, sg);
     run("b", (gpt_config){.layers = 4, .heads = 4, .dim = 256, .ctx = 256, .vocab = 50257}, 4, 64, tf32, bf16,
-        attention, torch, steps, peak, sg);
+        attention, torch, steps, profile, peak, sg);
     if (gpt2)
         run("c", (gpt_config){.layers = 12, .heads = 12, .dim = 768, .ctx = 1024, .vocab = 50257}, 8, 1024, tf32, bf16,
-            attention, torch, steps, peak, sg);
+            attention, torch, steps, profile, peak, sg);
     return 0;
 #endif
 }

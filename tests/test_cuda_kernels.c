@@ -25,6 +25,7 @@
 
 #ifdef DILOCO_HAVE_CUDA
 #include "cuda/gpt_cuda_test.h" /* the single-kernel entry points */
+#include "warp_mma_expect.h"
 
 static void report(const char *what, double rel, double limit)
 {
@@ -463,6 +464,21 @@ static void test_adamw(void **state)
     free(u2);
 }
 
+/* ---- the warp primitives of the tiled kernels (worker/cuda/warp_mma.h) ------------------------ */
+
+/* the same kernel and assertions as tests/test_simt_emu.cc: if both pass, the CPU lane emulator that
+ * checks the flash kernels there implements this GPU's fragment layouts */
+static void test_warp_mma(void **state)
+{
+    (void)state;
+    float A[256], B[128], C[128], B2[128], frag[128], ldm[128], reuse[128], sums[32];
+    wmc_inputs(A, B, C, B2);
+    assert_int_equal(gpt_cuda_k_warp_mma_check(frag, ldm, reuse, sums, A, B, C, B2), 0);
+    int bad = wmc_count_bad(frag, ldm, reuse, sums, A, B, C, B2);
+    printf("  warp mma, ldmatrix, fragment reuse, shuffle: %d of 416 outputs wrong\n", bad);
+    assert_int_equal(bad, 0);
+}
+
 #endif
 
 int main(void)
@@ -473,6 +489,7 @@ int main(void)
         cmocka_unit_test(test_encoder),      cmocka_unit_test(test_layernorm), cmocka_unit_test(test_linear),
         cmocka_unit_test(test_attention),    cmocka_unit_test(test_softmax),   cmocka_unit_test(test_gelu_residual),
         cmocka_unit_test(test_crossentropy), cmocka_unit_test(test_clip),      cmocka_unit_test(test_adamw),
+        cmocka_unit_test(test_warp_mma),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 #else

@@ -1,7 +1,8 @@
 /* test_cuda_options: the CPU side of the CUDA backend, which runs everywhere (no GPU needed):
  * --device / --tf32 / --precision / --attention parsing, the backend gpt_trainer_create picks (auto: cuda
  * only when a device is present), a clear error for --device cuda without a device (or without the CUDA
- * build), for --precision bf16 on the CPU backend and for --attention gemm without --precision bf16, and
+ * build), for --precision bf16 on the CPU backend and for --attention gemm or flash without --precision bf16
+ * (flash also for a head size that is not a multiple of 16 up to 128, on a GPU), and
  * that asking for the CUDA backend directly without a device fails cleanly instead of crashing. Linked like bin/worker: the backend is opened by
  * worker/gpt/gpt_cuda_loader.c, and it must load here too. */
 #include <setjmp.h>
@@ -147,36 +148,13 @@ static void test_precision(void **state)
     }
 }
 
-/* --attention: parsed (fused is the default), and gemm without --precision bf16 refused before anything
- * is created, on any device */
-static void test_attention(void **state)
+/* a --precision bf16 trainer of o: with a GPU it takes a step; without one it is refused, needing the
+ * CUDA backend */
+static void bf16_step_or_refused(const gpt_options *o)
 {
-    (void)state;
-    gpt_options o;
-    gpt_options_default(&o);
-    assert_int_equal(o.attention, GPT_ATTENTION_FUSED);
-    char a0[] = "--attention", a1[] = "gemm", a2[] = "--attention=fused", a3[] = "--attention=flash";
-    char *argv[] = {a0, a1, NULL}, *argv2[] = {a2, NULL}, *argv3[] = {a3, NULL};
     char err[256];
-    assert_int_equal(gpt_options_parse(&o, 2, argv, err, sizeof err), 2);
-    assert_int_equal(o.attention, GPT_ATTENTION_GEMM);
-    assert_int_equal(gpt_options_parse(&o, 1, argv2, err, sizeof err), 1);
-    assert_int_equal(o.attention, GPT_ATTENTION_FUSED);
-    assert_int_equal(gpt_options_parse(&o, 1, argv3, err, sizeof err), -1);
-    printf("--attention=flash: %s\n", err);
-    assert_non_null(strstr(err, "--attention"));
-    for (int dev = GPT_DEVICE_AUTO; dev <= GPT_DEVICE_CUDA; dev++) {
-        o = small(dev);
-        o.attention = GPT_ATTENTION_GEMM;
-        assert_null(gpt_trainer_create(&o, err, sizeof err));
-        assert_non_null(strstr(err, "--attention gemm chooses the attention of --precision bf16"));
-    }
-    printf("--attention gemm with fp32: %s\n", err);
-    o = small(GPT_DEVICE_AUTO);
-    o.precision = GPT_PRECISION_BF16;
-    o.attention = GPT_ATTENTION_GEMM;
-    trainer *t = gpt_trainer_create(&o, err, sizeof err);
-    if (have_device()) { /* the gemm attention itself: tests/test_cuda_bf16.c */
+    trainer *t = gpt_trainer_create(o, err, sizeof err);
+    if (have_device()) {
         assert_non_null(t);
         trainer_stats st;
         assert_int_equal(t->step(t, &st, err, sizeof err), 0);
@@ -185,6 +163,58 @@ static void test_attention(void **state)
         assert_null(t);
         assert_non_null(strstr(err, "--precision bf16 needs the CUDA backend"));
     }
+}
+
+/* --attention: parsed (fused is the default), and gemm or flash without --precision bf16 refused before
+ * anything is created, on any device */
+static void test_attention(void **state)
+{
+    (void)state;
+    gpt_options o;
+    gpt_options_default(&o);
+    assert_int_equal(o.attention, GPT_ATTENTION_FUSED);
+    char a0[] = "--attention", a1[] = "gemm", a2[] = "--attention=fused", a3[] = "--attention=sdpa";
+    char *argv[] = {a0, a1, NULL}, *argv2[] = {a2, NULL}, *argv3[] = {a3, NULL};
+    char err[256];
+    assert_int_equal(gpt_options_parse(&o, 2, argv, err, sizeof err), 2);
+    assert_int_equal(o.attention, GPT_ATTENTION_GEMM);
+    assert_int_equal(gpt_options_parse(&o, 1, argv2, err, sizeof err), 1);
+    assert_int_equal(o.attention, GPT_ATTENTION_FUSED);
+    assert_int_equal(gpt_options_parse(&o, 1, argv3, err, sizeof err), -1);
+    printf("--attention=sdpa: %s\n", err);
+    assert_non_null(strstr(err, "--attention"));
+    for (int dev = GPT_DEVICE_AUTO; dev <= GPT_DEVICE_CUDA; dev++) {
+        o = small(dev);
+        o.attention = GPT_ATTENTION_GEMM;
+        assert_null(gpt_trainer_create(&o, err, sizeof err));
+        assert_non_null(strstr(err, "--attention gemm chooses the attention of --precision bf16"));
+        o.attention = GPT_ATTENTION_FLASH;
+        assert_null(gpt_trainer_create(&o, err, sizeof err));
+        assert_non_null(strstr(err, "--attention flash chooses the attention of --precision bf16"));
+    }
+    printf("--attention flash with fp32: %s\n", err);
+    o = small(GPT_DEVICE_AUTO);
+    o.precision = GPT_PRECISION_BF16;
+    o.attention = GPT_ATTENTION_GEMM;
+    bf16_step_or_refused(&o); /* the gemm attention itself: tests/test_cuda_bf16.c */
+}
+
+/* --attention flash: parsed; with --precision bf16 on a GPU a step runs at head size 16 and head size 8
+ * is refused by gpt_trainer_create with the kernels' limit; without a GPU both need the CUDA backend */
+static void test_attention_flash(void **state)
+{
+    (void)state;
+    gpt_options o = small(GPT_DEVICE_AUTO);
+    char a0[] = "--attention=flash", *argv[] = {a0, NULL}, err[256];
+    assert_int_equal(gpt_options_parse(&o, 1, argv, err, sizeof err), 1);
+    assert_int_equal(o.attention, GPT_ATTENTION_FLASH);
+    o.precision = GPT_PRECISION_BF16; /* small: dim 16, 2 heads: head size 8 */
+    trainer *t = gpt_trainer_create(&o, err, sizeof err);
+    assert_null(t);
+    printf("--attention flash, head size 8: %s\n", err);
+    assert_non_null(strstr(err, have_device() ? "multiple of 16" : "--precision bf16 needs the CUDA backend"));
+    o.model.dim = 32;         /* head size 16 */
+    bf16_step_or_refused(&o); /* the flash attention itself: tests/test_cuda_bf16.c */
 }
 
 static void test_no_device_paths(void **state)
@@ -212,11 +242,9 @@ static void test_no_device_paths(void **state)
 int main(void)
 {
     const struct CMUnitTest tests[] = {
-        cmocka_unit_test(test_parse),
-        cmocka_unit_test(test_backend_choice),
-        cmocka_unit_test(test_precision),
-        cmocka_unit_test(test_attention),
-        cmocka_unit_test(test_no_device_paths),
+        cmocka_unit_test(test_parse),           cmocka_unit_test(test_backend_choice),
+        cmocka_unit_test(test_precision),       cmocka_unit_test(test_attention),
+        cmocka_unit_test(test_attention_flash), cmocka_unit_test(test_no_device_paths),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

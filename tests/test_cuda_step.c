@@ -124,6 +124,27 @@ static void model_case(const gpt_config *c, int B, int T)
             assert_true(l2 == loss_gpu);
             assert_memory_equal(g2, g_gpu, n * 4);
             printf("  repeated step: bit-identical loss and gradients\n");
+            /* profiled (gpt_cuda_set_profile): the same bytes, and GPU time in every phase the step has */
+            assert_int_equal(gpt_cuda_set_profile(gpu, 1, err, sizeof err), 0);
+            assert_int_equal(gpt_cuda_forward(gpu, inp, tgt, &l2, err, sizeof err), 0);
+            assert_int_equal(gpt_cuda_backward(gpu, err, sizeof err), 0);
+            assert_int_equal(gpt_cuda_get_grads(gpu, g2, err, sizeof err), 0);
+            assert_true(l2 == loss_gpu);
+            assert_memory_equal(g2, g_gpu, n * 4);
+            const char *names[16];
+            double ms[16];
+            long steps = 0;
+            int np = gpt_cuda_profile(gpu, names, ms, 16, &steps, err, sizeof err);
+            assert_true(np >= 9);
+            assert_int_equal(steps, 1);
+            for (int i = 0; i < np; i++) {
+                printf("  profile %-16s %.4f ms\n", names[i], ms[i]);
+                int in_step = strcmp(names[i], "weights to bf16") && strcmp(names[i], "clip") &&
+                              strcmp(names[i], "adamw"); /* fp32, no clip or AdamW called here */
+                assert_true(in_step ? ms[i] > 0 : ms[i] == 0);
+            }
+            assert_int_equal(gpt_cuda_set_profile(gpu, 0, err, sizeof err), 0);
+            assert_int_equal(gpt_cuda_profile(gpu, names, ms, 16, &steps, err, sizeof err), -1);
             free(g2);
         }
 

@@ -15,13 +15,16 @@
 #                    --device cuda), it_python_group_fsdp (FSDP needs torch >= 2.4)
 #   bench-bf16.txt   bin/bench-trainer_cuda --precision bf16 --attention fused (GPT-2 small against torch bf16,
 #                    the issue's target)
-#   bench-bf16-gemm.txt  the same with --attention gemm (the attention's products on tensor cores) and --no-torch
-#                    (torch's figure is bench-bf16's, same GPU, a minute before), then one line with both
-#                    attentions and torch side by side (GPT-2 small, tokens/s), also printed at the end
-#   bench-tf32.txt   bin/bench-trainer_cuda --tf32
+#   bench-bf16-flash.txt the same with --attention flash (tensor-core flash kernels) and --no-torch (torch's
+#                    figure is bench-bf16's, same GPU, a minute before)
+#   bench-bf16-gemm.txt  the same with --attention gemm (the attention's products on tensor cores) and
+#                    --no-torch, then one line with the three attentions and torch side by side (GPT-2 small,
+#                    tokens/s), also printed at the end
+#   bench-tf32.txt   bin/bench-trainer_cuda --tf32 --no-torch (torch's TF32 figure is in issue 27)
 #   test-logs.tar.gz every test's log
-# The limits add up to 560 s, inside one run's 600 s: 180 + 150 + 100 + 60 + 70 (tests-python had 180 and
-# bench-tf32 100 before the gemm attention's bench took 60 s of them). Without a GPU the CUDA steps skip (77), so the script
+# The limits add up to 560 s, inside one run's 600 s: 180 + 130 + 100 + 55 + 55 + 40 (tests-python had 180,
+# then 150; bench-tf32 100, then 70, and it ran torch too: the gemm and flash benches took the time). None of
+# these limits has been tried on a GPU. Without a GPU the CUDA steps skip (77), so the script
 # can be tried on the build machine: OUT=/tmp/gpu-out sh tools/gpu_check.sh (after gpu_pack.sh).
 set -u
 cd "$(dirname "$0")/.." || exit 1
@@ -53,18 +56,19 @@ step() { # NAME LIMIT COMMAND...: its output to the screen and to $O/NAME.txt
 } > "$O/machine.txt" 2>&1
 cat "$O/machine.txt"
 step tests-cuda 180 sh tests/run.sh cuda_
-step tests-python 150 sh -c 'for t in it_python_exactness it_python_transfer_path it_python_gpt_device it_python_group_fsdp; do
+step tests-python 130 sh -c 'for t in it_python_exactness it_python_transfer_path it_python_gpt_device it_python_group_fsdp; do
   sh tests/run.sh "$t"; done'
 step bench-bf16 100 bin/bench-trainer_cuda --precision bf16 --attention fused
-step bench-bf16-gemm 60 bin/bench-trainer_cuda --precision bf16 --attention gemm --no-torch
+step bench-bf16-flash 55 bin/bench-trainer_cuda --precision bf16 --attention flash --no-torch
+step bench-bf16-gemm 55 bin/bench-trainer_cuda --precision bf16 --attention gemm --no-torch
 gpt2_small() { # BENCH-OUTPUT: config (c)'s tokens/s (trainer step, device-only step, PyTorch), - where absent
   awk 'function tok(s, a, n) { if (s == "") return "-"; sub(/ tokens\/s.*/, "", s); n = split(s, a, " "); return a[n] }
        /^\(c\) / { c = 1 } c && /trainer step/ { t = $0 } c && /device-only step:/ { d = $0 } c && /PyTorch, same model/ { p = $0 }
        END { printf "trainer %s, device-only %s, PyTorch %s", tok(t), tok(d), tok(p) }' "$1"
 }
-echo "== bf16 GPT-2 small (c), tokens/s: fused: $(gpt2_small "$O/bench-bf16.txt") | gemm: $(gpt2_small "$O/bench-bf16-gemm.txt")" |
+echo "== bf16 GPT-2 small (c), tokens/s: fused: $(gpt2_small "$O/bench-bf16.txt") | gemm: $(gpt2_small "$O/bench-bf16-gemm.txt") | flash: $(gpt2_small "$O/bench-bf16-flash.txt")" |
   tee -a "$O/bench-bf16-gemm.txt"
-step bench-tf32 70 bin/bench-trainer_cuda --tf32
+step bench-tf32 40 bin/bench-trainer_cuda --tf32 --no-torch
 tar -czf "$O/test-logs.tar.gz" build/test-logs 2>/dev/null
 grep -h '^== bf16 GPT-2 small' "$O/bench-bf16-gemm.txt"
 echo "== done $(date +%T): $(grep -h -E '^[0-9]+ passed' "$O"/tests-*.txt | tr '\n' ' ')"

@@ -60,8 +60,11 @@ int gpt_cuda_precision_bf16(const gpt_cuda *g);
  * GPT_ATTENTION_FUSED (gpt.h; the default): the fused kernels above. GPT_ATTENTION_GEMM: the fp32
  * path's layout (q, k, v permuted to (B, NH, T, hs), the T x T probabilities kept per layer, softmax and
  * its backward in fp32) with its six products on bf16 operands, fp32 accumulation and fp32 results
- * (cublasGemmStridedBatchedEx: tensor cores); the first call with GEMM allocates its bf16 operands. Set
- * it between steps: a backward after it needs a new forward. -1 with err for another value or no memory. */
+ * (cublasGemmStridedBatchedEx: tensor cores); the first call with GEMM allocates its bf16 operands.
+ * GPT_ATTENTION_FLASH: tensor-core flash kernels (gpt_cuda_flash.cu: tiles on mma.m16n8k16, online
+ * softmax, probabilities recomputed in the backward), head size a multiple of 16 up to 128. Set it
+ * between steps: a backward after it needs a new forward. -1 with err for another value, a head size
+ * FLASH does not take, or no memory. */
 int gpt_cuda_set_attention(gpt_cuda *g, int attention, char *err, size_t errlen);
 int gpt_cuda_attention(const gpt_cuda *g);
 size_t gpt_cuda_numel(const gpt_cuda *g);
@@ -99,6 +102,15 @@ int gpt_cuda_adamw(gpt_cuda *g, long t, double lr, double beta1, double beta2, d
                    char *err, size_t errlen);
 /* Waits for everything queued. */
 int gpt_cuda_sync(gpt_cuda *g, char *err, size_t errlen);
+
+/* Where the steps' GPU time goes (bin/bench-trainer_cuda --profile): on, each launcher call of a step is
+ * bracketed by CUDA events (a few microseconds of host time each, so profiled steps run a little slower);
+ * off frees them. gpt_cuda_profile waits for the stream, then gives up to max phases (names[i], ms[i] =
+ * mean ms per step of phase i since profiling went on; the weights' bf16 copy, embedding, layernorm,
+ * linear layers, attention, gelu, residual, lm head, loss, clip, adamw) and *steps (may be NULL);
+ * returns the number of phases, or -1 with err when profiling is off. */
+int gpt_cuda_set_profile(gpt_cuda *g, int on, char *err, size_t errlen);
+int gpt_cuda_profile(gpt_cuda *g, const char **names, double *ms, int max, long *steps, char *err, size_t errlen);
 
 /* DiLoCo on the device (worker/cuda/diloco_cuda.h works on these): the flat device parameter
  * buffer (numel floats) and the cudaStream_t every step runs on. */

@@ -17,22 +17,23 @@
  *                         results: tensor cores do the products the fused kernels do with scalar dot
  *                         products. Which of the two is faster is for a GPU to say (tools/gpu_check.sh
  *                         runs both)
+ *   l_loss_forward_rows   the cross-entropy in two passes over the logits (loss_rows.cuh): the forward
+ *   l_loss_backward_bf16  keeps each row's max and sum, the backward writes the bf16 gradient straight
+ *                         into the operand of the head's products (l_head_backward_bf16)
  *
- * Everything else (LayerNorm, GELU, residuals, cross-entropy, clipping, AdamW) is the fp32 path's, on
+ * Everything else (LayerNorm, GELU, residuals, clipping, AdamW) is the fp32 path's, on
  * fp32 activations; the parameters, their gradients and AdamW's moments stay fp32, so DiLoCo works on
  * the fp32 master weights exactly as in fp32.
  *
- * The attention kernels give one warp to a row and read q, k and v straight from qkv (B, T, 3C): slow
- * next to a tiled flash kernel, but short and plainly correct. Each dot product is summed across the
- * warp and lane 0's sum is broadcast, so every lane uses the same value and the result is
- * reproducible bit for bit (no atomics: every output element is written by one lane). */
+ * The fused attention's kernels (one warp per row) are in attention_rows.cuh, where the CPU lane
+ * emulator of the tests runs them too. */
 #include "gpt_cuda_internal.h"
 
 #include <cuda_bf16.h>
 #include <math.h>
 
-#define HS_MAX 256 /* head size the attention kernels take: HS_MAX / 32 values per lane */
-#define PER_LANE (HS_MAX / 32)
+#include "attention_rows.cuh"
+#include "loss_rows.cuh"
 
 __global__ void to_bf16_k(__nv_bfloat16 *out, const float *in, size_t n)
 {
@@ -59,50 +60,72 @@ static cublasStatus_t mm16(cublasHandle_t h, int ta, int tb, int M, int N, int K
                         CUBLAS_GEMM_DEFAULT);
 }
 
-/* out (N,OC) = inp (N,C) W^T + bias; w16 is W's bf16 copy; inp16 is scratch for N*C bf16 */
-int l_matmul_forward_bf16(ctx *x, float *out, const float *inp, const __nv_bfloat16 *w16, const float *bias,
-                          __nv_bfloat16 *inp16, int N, int C, int OC)
+/* out (N,OC) = inp16 (N,C) W^T + bias, plus res (N,OC) when it is not NULL (the residual a projection
+ * adds: it and the bias are the C the product adds to, beta = 1); inp16 is the input in bf16, w16 W's */
+int l_matmul_forward_bf16(ctx *x, float *out, const __nv_bfloat16 *inp16, const __nv_bfloat16 *w16, const float *bias,
+                          const float *res, int N, int C, int OC)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    if (l_to_bf16(x, inp16, inp, (size_t)N * C) || l_bias_broadcast(x, out, bias, N, OC)) return -1;
+    if (res ? l_bias_residual(x, out, bias, res, N, OC) : l_bias_broadcast(x, out, bias, N, OC)) return -1;
     CKB(mm16(x->h, 0, 1, N, OC, C, 1.0f, inp16, C, w16, C, 1.0f, out, OC));
     return 0;
 }
 
-/* dinp (N,C) = dout W; dw (OC,C) = dout^T inp; dbias = column sums of dout (fp32); dout16 (N*OC) and
- * inp16 (N*C) are scratch */
-int l_matmul_backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                           const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, __nv_bfloat16 *inp16, int N, int C, int OC)
+/* dinp (N,C) = dout W; dw (OC,C) = dout^T inp from inp16, the forward's bf16 input; dbias = column sums
+ * of dout (fp32); dout16 (N*OC) is scratch */
+int l_matmul_backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const __nv_bfloat16 *inp16,
+                           const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, int N, int C, int OC)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    if (l_to_bf16(x, dout16, dout, (size_t)N * OC) || l_to_bf16(x, inp16, inp, (size_t)N * C)) return -1;
+    if (l_to_bf16(x, dout16, dout, (size_t)N * OC)) return -1;
     CKB(mm16(x->h, 0, 0, N, C, OC, 1.0f, dout16, OC, w16, C, 0.0f, dinp, C));
     CKB(mm16(x->h, 1, 0, OC, C, N, 1.0f, dout16, OC, inp16, C, 0.0f, dw, C));
     return l_colsum(x, dbias, dout, N, OC);
 }
 
-/* the lm head: logits (N,V) = lnf (N,C) wte^T, and its backward dlnf = dlogits wte, dwte = dlogits^T lnf */
-int l_head_forward_bf16(ctx *x, float *logits, const float *lnf, const __nv_bfloat16 *wte16, __nv_bfloat16 *lnf16,
-                        int N, int C, int V)
+/* the lm head: logits (N,V) = lnf16 (N,C) wte^T, and its backward dlnf = dlogits wte, dwte = dlogits^T lnf
+ * (lnf16: the final LayerNorm's bf16 output) */
+int l_head_forward_bf16(ctx *x, float *logits, const __nv_bfloat16 *lnf16, const __nv_bfloat16 *wte16, int N, int C,
+                        int V)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    if (l_to_bf16(x, lnf16, lnf, (size_t)N * C)) return -1;
     CKB(mm16(x->h, 0, 1, N, V, C, 1.0f, lnf16, C, wte16, C, 0.0f, logits, V));
     return 0;
 }
 
-int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const float *dlogits, const float *lnf,
-                         const __nv_bfloat16 *wte16, __nv_bfloat16 *dlogits16, __nv_bfloat16 *lnf16, int N, int C,
-                         int V)
+int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const __nv_bfloat16 *dlogits16, const __nv_bfloat16 *lnf16,
+                         const __nv_bfloat16 *wte16, int N, int C, int V)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    if (l_to_bf16(x, dlogits16, dlogits, (size_t)N * V) || l_to_bf16(x, lnf16, lnf, (size_t)N * C)) return -1;
     CKB(mm16(x->h, 0, 0, N, C, V, 1.0f, dlogits16, V, wte16, C, 0.0f, dlnf, C));
     CKB(mm16(x->h, 1, 0, V, C, N, 1.0f, dlogits16, V, lnf16, C, 0.0f, dwte, C));
+    return 0;
+}
+
+/* ---- the cross-entropy in two passes (loss_rows.cuh) ------------------------------------------ */
+
+int l_loss_forward_rows(ctx *x, float *losses, float *stats, const float *logits, const int *targets, int N, int V,
+                        double *red)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    loss_rows_k<<<N, LOSS_ROW_THREADS, 0, x->st>>>(losses, stats, logits, targets, V);
+    CKL();
+    return l_mean(x, losses, N, red);
+}
+
+int l_loss_backward_bf16(ctx *x, __nv_bfloat16 *dlogits16, const float *logits, const float *stats, const int *targets,
+                         int N, int V)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    dim3 grid(nblocks((size_t)V, BS), N < 65535 ? N : 65535); /* the kernel loops over rows past 65535 */
+    loss_grad_bf16_k<<<grid, BS, 0, x->st>>>((uint16_t *)dlogits16, logits, stats, targets, N, V);
+    CKL();
     return 0;
 }
 
@@ -185,170 +208,6 @@ int l_attention_backward_bf16(ctx *x, float *dqkv, const float *dout, const floa
     return 0;
 }
 
-/* ---- fused causal attention ------------------------------------------------------------------- */
-
-/* the sum of v over the warp, lane 0's result given to every lane */
-__device__ __forceinline__ float warp_dot(float v)
-{
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_down_sync(0xffffffffu, v, o);
-    return __shfl_sync(0xffffffffu, v, 0);
-}
-
-/* this lane's share of a head vector: elements lane, lane + 32, ... below hs */
-__device__ __forceinline__ void load_head(float *r, const float *p, int hs, int lane, float scale)
-{
-#pragma unroll
-    for (int j = 0; j < PER_LANE; j++) {
-        int d = lane + 32 * j;
-        r[j] = d < hs ? p[d] * scale : 0.0f;
-    }
-}
-
-__device__ __forceinline__ float dot_head(const float *r, const float *p, int hs, int lane)
-{
-    float s = 0.0f;
-#pragma unroll
-    for (int j = 0; j < PER_LANE; j++) {
-        int d = lane + 32 * j;
-        if (d < hs) s += r[j] * p[d];
-    }
-    return warp_dot(s);
-}
-
-/* which row a warp owns: (b, h, t) of B*NH*T rows; q, k, v of position t in qkv (B,T,3C) */
-struct row_at {
-    int b, h, t;
-};
-__device__ __forceinline__ row_at row_of(int row, int T, int NH)
-{
-    row_at r;
-    r.t = row % T;
-    r.h = (row / T) % NH;
-    r.b = row / (T * NH);
-    return r;
-}
-__device__ __forceinline__ size_t qkv_at(int b, int t, int h, int T, int C, int hs)
-{
-    return ((size_t)b * T + t) * 3 * C + (size_t)h * hs;
-}
-
-/* out (B,T,C) = softmax(q k^T * scale, causal) v per head; lse (B,NH,T) = the rows' log-sum-exp of the
- * scaled scores. One warp per row; online softmax over keys 0..t. */
-__global__ void flash_forward_k(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, float scale)
-{
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
-    if (row >= B * NH * T) return;
-    int hs = C / NH;
-    row_at r = row_of(row, T, NH);
-    float q[PER_LANE], acc[PER_LANE];
-    load_head(q, qkv + qkv_at(r.b, r.t, r.h, T, C, hs), hs, lane, scale);
-#pragma unroll
-    for (int j = 0; j < PER_LANE; j++) acc[j] = 0.0f;
-    float m = -INFINITY, l = 0.0f;
-    for (int s = 0; s <= r.t; s++) {
-        const float *k = qkv + qkv_at(r.b, s, r.h, T, C, hs) + C, *v = k + C;
-        float sc = dot_head(q, k, hs, lane);
-        float mn = fmaxf(m, sc), corr = expf(m - mn), p = expf(sc - mn);
-        l = l * corr + p;
-#pragma unroll
-        for (int j = 0; j < PER_LANE; j++) {
-            int d = lane + 32 * j;
-            acc[j] = acc[j] * corr + (d < hs ? p * v[d] : 0.0f);
-        }
-        m = mn;
-    }
-    float *o = out + ((size_t)r.b * T + r.t) * C + (size_t)r.h * hs;
-#pragma unroll
-    for (int j = 0; j < PER_LANE; j++) {
-        int d = lane + 32 * j;
-        if (d < hs) o[d] = acc[j] / l;
-    }
-    if (lane == 0) lse[row] = m + logf(l);
-}
-
-/* dsum (B,NH,T) = per row, sum over the head of dout * out (the softmax backward's row term) */
-__global__ void flash_dsum_k(float *dsum, const float *dout, const float *out, int B, int T, int C, int NH)
-{
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
-    if (row >= B * NH * T) return;
-    int hs = C / NH;
-    row_at r = row_of(row, T, NH);
-    size_t at = ((size_t)r.b * T + r.t) * C + (size_t)r.h * hs;
-    float o[PER_LANE];
-    load_head(o, out + at, hs, lane, 1.0f);
-    float s = dot_head(o, dout + at, hs, lane);
-    if (lane == 0) dsum[row] = s;
-}
-
-/* dq of query row t: scale * sum over s <= t of p_ts (dout_t . v_s - dsum_t) k_s, p recomputed from lse */
-__global__ void flash_dq_k(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dsum, int B,
-                           int T, int C, int NH, float scale)
-{
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
-    if (row >= B * NH * T) return;
-    int hs = C / NH;
-    row_at r = row_of(row, T, NH);
-    float q[PER_LANE], dy[PER_LANE], dq[PER_LANE];
-    load_head(q, qkv + qkv_at(r.b, r.t, r.h, T, C, hs), hs, lane, scale);
-    load_head(dy, dout + ((size_t)r.b * T + r.t) * C + (size_t)r.h * hs, hs, lane, 1.0f);
-#pragma unroll
-    for (int j = 0; j < PER_LANE; j++) dq[j] = 0.0f;
-    float L = lse[row], D = dsum[row];
-    for (int s = 0; s <= r.t; s++) {
-        const float *k = qkv + qkv_at(r.b, s, r.h, T, C, hs) + C, *v = k + C;
-        float p = expf(dot_head(q, k, hs, lane) - L), ds = p * (dot_head(dy, v, hs, lane) - D);
-#pragma unroll
-        for (int j = 0; j < PER_LANE; j++) {
-            int d = lane + 32 * j;
-            if (d < hs) dq[j] += ds * k[d];
-        }
-    }
-    float *o = dqkv + qkv_at(r.b, r.t, r.h, T, C, hs);
-#pragma unroll
-    for (int j = 0; j < PER_LANE; j++) {
-        int d = lane + 32 * j;
-        if (d < hs) o[d] = dq[j] * scale;
-    }
-}
-
-/* dk, dv of key row s: over queries t >= s, dv_s += p_ts dout_t and dk_s += scale * ds_ts q_t */
-__global__ void flash_dkv_k(float *dqkv, const float *dout, const float *qkv, const float *lse, const float *dsum,
-                            int B, int T, int C, int NH, float scale)
-{
-    int row = blockIdx.x * (blockDim.x / 32) + threadIdx.x / 32, lane = threadIdx.x & 31;
-    if (row >= B * NH * T) return;
-    int hs = C / NH;
-    row_at r = row_of(row, T, NH);
-    size_t kat = qkv_at(r.b, r.t, r.h, T, C, hs) + C;
-    float k[PER_LANE], v[PER_LANE], dk[PER_LANE], dv[PER_LANE];
-    load_head(k, qkv + kat, hs, lane, 1.0f);
-    load_head(v, qkv + kat + C, hs, lane, 1.0f);
-#pragma unroll
-    for (int j = 0; j < PER_LANE; j++) dk[j] = dv[j] = 0.0f;
-    size_t row0 = (size_t)row - r.t; /* row of query 0 of this (b, h) */
-    for (int t = r.t; t < T; t++) {
-        const float *q = qkv + qkv_at(r.b, t, r.h, T, C, hs), *dy = dout + ((size_t)r.b * T + t) * C + (size_t)r.h * hs;
-        float p = expf(dot_head(k, q, hs, lane) * scale - lse[row0 + t]);
-        float ds = p * (dot_head(v, dy, hs, lane) - dsum[row0 + t]);
-#pragma unroll
-        for (int j = 0; j < PER_LANE; j++) {
-            int d = lane + 32 * j;
-            if (d < hs) {
-                dv[j] += p * dy[d];
-                dk[j] += ds * q[d];
-            }
-        }
-    }
-#pragma unroll
-    for (int j = 0; j < PER_LANE; j++) {
-        int d = lane + 32 * j;
-        if (d < hs) {
-            dqkv[kat + d] = dk[j] * scale;
-            dqkv[kat + C + d] = dv[j];
-        }
-    }
-}
-
 static int head_size_ok(ctx *x, int C, int NH)
 {
     if (C % NH || C / NH > HS_MAX) {
@@ -371,17 +230,25 @@ int l_flash_forward(ctx *x, float *out, float *lse, const float *qkv, int B, int
     return 0;
 }
 
+int l_flash_dsum(ctx *x, float *dsum, const float *dout, const float *out, int B, int T, int C, int NH)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    if (head_size_ok(x, C, NH)) return -1;
+    flash_dsum_k<<<nblocks((size_t)B * NH * T, ROWS_PER_BLOCK), BS, 0, x->st>>>(dsum, dout, out, B, T, C, NH);
+    CKL();
+    return 0;
+}
+
 int l_flash_backward(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                      float *dsum, int B, int T, int C, int NH)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    if (head_size_ok(x, C, NH)) return -1;
+    if (l_flash_dsum(x, dsum, dout, out, B, T, C, NH)) return -1;
     size_t rows = (size_t)B * NH * T;
     float scale = 1.0f / sqrtf((float)(C / NH));
     unsigned nb = nblocks(rows, ROWS_PER_BLOCK);
-    flash_dsum_k<<<nb, BS, 0, x->st>>>(dsum, dout, out, B, T, C, NH);
-    CKL();
     flash_dq_k<<<nb, BS, 0, x->st>>>(dqkv, dout, qkv, lse, dsum, B, T, C, NH, scale);
     CKL();
     flash_dkv_k<<<nb, BS, 0, x->st>>>(dqkv, dout, qkv, lse, dsum, B, T, C, NH, scale);

@@ -4,8 +4,10 @@
  *                        by the single-kernel test entry points, so the tests run the trainer's code
  *   gpt_cuda_bf16.cu     what the bf16 precision adds: bf16 copies, bf16 products, fused attention and
  *                        the attention with bf16 products (gemm)
+ *   gpt_cuda_flash.cu    the tensor-core flash attention's launchers (kernels: flash_mma.cuh)
  *   gpt_cuda_model.cu    the model: buffers, forward, backward, clipping, AdamW (gpt_cuda.h)
  *   gpt_cuda_device.cu   device count and description, pinned host memory, the sgemm rate
+ *   gpt_cuda_profile.cu  per-phase timing of the steps with CUDA events (gpt_cuda_set_profile)
  *   gpt_cuda_test.cu     the single-kernel entry points on host arrays (gpt_cuda_test.h)
  *
  * A kernel is launched only from the file that defines it (no relocatable device code): the other
@@ -35,6 +37,32 @@ static inline unsigned nblocks(size_t n, int bs)
 {
     return (unsigned)((n + bs - 1) / bs);
 }
+
+/* ---- per-phase timing (gpt_cuda_profile.cu) ------------------------------------------------- */
+
+enum gpt_phase {
+    GPT_PHASE_CAST, /* the bf16 copy of the weights */
+    GPT_PHASE_EMBED,
+    GPT_PHASE_LAYERNORM,
+    GPT_PHASE_LINEAR,
+    GPT_PHASE_ATTENTION,
+    GPT_PHASE_GELU,
+    GPT_PHASE_RESIDUAL,
+    GPT_PHASE_HEAD,
+    GPT_PHASE_LOSS,
+    GPT_PHASE_CLIP,
+    GPT_PHASE_ADAMW,
+    GPT_PHASES
+};
+typedef struct gpt_prof gpt_prof;
+gpt_prof *gpt_prof_create(char *err, size_t errlen);
+void gpt_prof_free(gpt_prof *p);
+/* brackets one launcher call: begin before it, end after it with its status, which end returns; both
+ * do nothing when p is NULL (profiling off) */
+void gpt_prof_begin(gpt_prof *p, int phase, cudaStream_t st);
+int gpt_prof_end(gpt_prof *p, cudaStream_t st, int rc);
+void gpt_prof_fold(gpt_prof *p);
+int gpt_prof_read(gpt_prof *p, const char **names, double *ms, int max, long *steps);
 
 #define BS 256                   /* threads per block of the elementwise kernels */
 #define ROWS_PER_BLOCK (BS / 32) /* one warp per row */
@@ -104,35 +132,56 @@ int l_softmax_backward(ctx *x, float *dp, const float *p, int rows, int T);
 /* (B,NH,T,hs) bh <-> columns [col0, col0 + C) of the (B,T,ld) tensor bt; to_bt: bh -> bt, else bt -> bh */
 int l_permute_bt(ctx *x, float *bt, float *bh, int B, int T, int C, int NH, int ld, int col0, int to_bt);
 int l_gelu_forward(ctx *x, float *out, const float *inp, size_t n);
+/* the bf16 path: the output only in bf16 (layer_rows.cuh) */
+int l_gelu_forward_bf16(ctx *x, __nv_bfloat16 *out16, const float *inp, size_t n);
+int l_layernorm_forward_bf16(ctx *x, __nv_bfloat16 *out16, float *mean, float *rstd, const float *inp, const float *w,
+                             const float *b, int N, int C);
 int l_gelu_backward(ctx *x, float *dinp, const float *inp, const float *dout, size_t n);
 int l_residual(ctx *x, float *out, const float *a, const float *b, size_t n);
 /* red: RED_BLOCKS + 2 doubles; the mean loss ends up in red[RED_BLOCKS] */
 int l_crossentropy_forward(ctx *x, float *logits, float *losses, const int *targets, int N, int V, double *red);
 int l_crossentropy_backward(ctx *x, float *probs, const int *targets, int N, int V);
+int l_mean(ctx *x, const float *v, int n, double *red);
 /* norm in red[RED_BLOCKS], coefficient in red[RED_BLOCKS+1] */
 int l_clip(ctx *x, float *g, size_t n, double max_norm, double *red);
 /* out (N,OC) = bias broadcast (before a product adds into it); dbias (OC) = column sums of dout (N,OC) */
 int l_bias_broadcast(ctx *x, float *out, const float *bias, int N, int OC);
+int l_bias_residual(ctx *x, float *out, const float *bias, const float *res, int N, int OC);
 int l_colsum(ctx *x, float *dbias, const float *dout, int N, int OC);
 
 /* ---- bf16 precision (gpt_cuda_bf16.cu): bf16 operands, fp32 accumulation and results ---------- */
 int l_to_bf16(ctx *x, __nv_bfloat16 *out, const float *in, size_t n);
 /* w16: the weight's bf16 copy; inp16 (N*C), dout16 (N*OC): scratch */
-int l_matmul_forward_bf16(ctx *x, float *out, const float *inp, const __nv_bfloat16 *w16, const float *bias,
-                          __nv_bfloat16 *inp16, int N, int C, int OC);
-int l_matmul_backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                           const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, __nv_bfloat16 *inp16, int N, int C, int OC);
-/* the tied lm head: logits = lnf wte^T; backward dlnf (written), dwte (written) */
-int l_head_forward_bf16(ctx *x, float *logits, const float *lnf, const __nv_bfloat16 *wte16, __nv_bfloat16 *lnf16,
-                        int N, int C, int V);
-int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const float *dlogits, const float *lnf,
-                         const __nv_bfloat16 *wte16, __nv_bfloat16 *dlogits16, __nv_bfloat16 *lnf16, int N, int C,
-                         int V);
+/* out = inp16 W^T + bias (+ res when not NULL), inputs already in bf16; backward from the forward's inp16 */
+int l_matmul_forward_bf16(ctx *x, float *out, const __nv_bfloat16 *inp16, const __nv_bfloat16 *w16, const float *bias,
+                          const float *res, int N, int C, int OC);
+int l_matmul_backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const __nv_bfloat16 *inp16,
+                           const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, int N, int C, int OC);
+/* the tied lm head: logits = lnf16 wte^T; backward dlnf (written), dwte (written) */
+int l_head_forward_bf16(ctx *x, float *logits, const __nv_bfloat16 *lnf16, const __nv_bfloat16 *wte16, int N, int C,
+                        int V);
+int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const __nv_bfloat16 *dlogits16, const __nv_bfloat16 *lnf16,
+                         const __nv_bfloat16 *wte16, int N, int C, int V);
+/* the bf16 path's cross-entropy (loss_rows.cuh): the forward leaves the logits and keeps each row's
+ * (max, 1 / sum) in stats (2N floats), the mean loss in red[RED_BLOCKS]; the backward writes the bf16
+ * gradient of the logits for l_head_backward_bf16 */
+int l_loss_forward_rows(ctx *x, float *losses, float *stats, const float *logits, const int *targets, int N, int V,
+                        double *red);
+int l_loss_backward_bf16(ctx *x, __nv_bfloat16 *dlogits16, const float *logits, const float *stats, const int *targets,
+                         int N, int V);
 /* fused causal attention on qkv (B,T,3C): out (B,T,C), lse (B*NH*T) kept for the backward; the backward
  * writes all of dqkv; dsum: B*NH*T scratch. Head size <= 256. */
 int l_flash_forward(ctx *x, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
 int l_flash_backward(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                      float *dsum, int B, int T, int C, int NH);
+/* dsum (B*NH*T) = per row, sum over the head of dout * out: the backward's D term (both flash attentions) */
+int l_flash_dsum(ctx *x, float *dsum, const float *dout, const float *out, int B, int T, int C, int NH);
+/* the tensor-core flash attention (gpt_cuda_flash.cu, kernels in flash_mma.cuh): the same arguments and
+ * lse semantics as l_flash_forward / l_flash_backward; head size a multiple of 16 up to 128 */
+int l_flash_mma_check(int B, int T, int C, int NH, char *err, size_t errlen); /* 0, or -1 with err */
+int l_flash_mma_forward(ctx *x, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+int l_flash_mma_backward(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
+                         float *dsum, int B, int T, int C, int NH);
 /* causal attention as the fp32 path's (l_attention_*) with its products on bf16 operands, fp32 accumulation
  * and fp32 results (cublasGemmStridedBatchedEx): att (B,NH,T,T) keeps the fp32 probabilities; permutes,
  * softmax and its backward are the fp32 kernels. Scratch as l_attention_* (q, k, v, y / dy, dq, dk, dv:

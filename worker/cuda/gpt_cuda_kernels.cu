@@ -12,14 +12,11 @@
 #include <math.h>
 #include <string.h>
 
+#include "layer_rows.cuh"
+
 /* ------------------------------------------------------------------------------------------- */
 /* kernels                                                                                     */
 
-__device__ __forceinline__ float warp_sum(float v)
-{
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 __device__ __forceinline__ float warp_max(float v)
 {
     for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
@@ -79,31 +76,6 @@ __global__ void encoder_backward_wte_k(float *dwte, const float *dout, const int
         float acc = *w;
         for (int k = ustart[u]; k < ustart[u + 1]; k++) acc += dout[(size_t)order[k] * C + c];
         *w = acc;
-    }
-}
-
-/* one warp per row */
-__global__ void layernorm_forward_k(float *out, float *mean, float *rstd, const float *inp, const float *w,
-                                    const float *b, int N, int C)
-{
-    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (row >= N) return;
-    const float *x = inp + (size_t)row * C;
-    float s = 0.0f;
-    for (int i = lane; i < C; i += 32) s += x[i];
-    float mu = warp_sum(s) / C;
-    float v = 0.0f;
-    for (int i = lane; i < C; i += 32) {
-        float d = x[i] - mu;
-        v += d * d;
-    }
-    v = warp_sum(v);
-    float rs = 1.0f / sqrtf(v / C + 1e-5f);
-    float *o = out + (size_t)row * C;
-    for (int i = lane; i < C; i += 32) o[i] = (x[i] - mu) * rs * w[i] + b[i];
-    if (lane == 0) {
-        mean[row] = mu;
-        rstd[row] = rs;
     }
 }
 
@@ -232,17 +204,6 @@ __global__ void softmax_backward_k(float *dp, const float *p, int rows, int T)
     for (int j = lane; j <= t; j += 32) s += pp[j] * d[j];
     s = warp_sum(s);
     for (int j = lane; j < T; j += 32) d[j] = j <= t ? pp[j] * (d[j] - s) : 0.0f;
-}
-
-#define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
-
-__global__ void gelu_forward_k(float *out, const float *inp, size_t n)
-{
-    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
-    float x = inp[i];
-    float u = GELU_S * (x + 0.044715f * x * x * x);
-    out[i] = 0.5f * x * (1.0f + tanhf(u));
 }
 
 __global__ void gelu_backward_k(float *dinp, const float *inp, const float *dout, size_t n)
@@ -420,7 +381,18 @@ int l_layernorm_forward(ctx *x, float *out, float *mean, float *rstd, const floa
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    layernorm_forward_k<<<nblocks((size_t)N, ROWS_PER_BLOCK), BS, 0, x->st>>>(out, mean, rstd, inp, w, b, N, C);
+    layernorm_forward_k<<<nblocks((size_t)N, ROWS_PER_BLOCK), BS, 0, x->st>>>(out, NULL, mean, rstd, inp, w, b, N, C);
+    CKL();
+    return 0;
+}
+
+int l_layernorm_forward_bf16(ctx *x, __nv_bfloat16 *out16, float *mean, float *rstd, const float *inp, const float *w,
+                             const float *b, int N, int C)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    layernorm_forward_k<<<nblocks((size_t)N, ROWS_PER_BLOCK), BS, 0, x->st>>>(NULL, (uint16_t *)out16, mean, rstd, inp,
+                                                                              w, b, N, C);
     CKL();
     return 0;
 }
@@ -445,6 +417,16 @@ int l_matmul_forward(ctx *x, float *out, const float *inp, const float *w, const
     bias_broadcast_k<<<nblocks((size_t)N * OC, BS), BS, 0, x->st>>>(out, bias, N, OC);
     CKL();
     CKB(mm(x->h, 0, 1, N, OC, C, 1.0f, inp, C, w, C, 1.0f, out, OC));
+    return 0;
+}
+
+/* out (N,OC) = bias + res: the C of a product with beta = 1 that adds the residual too */
+int l_bias_residual(ctx *x, float *out, const float *bias, const float *res, int N, int OC)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    bias_residual_k<<<nblocks((size_t)N * OC, BS), BS, 0, x->st>>>(out, bias, res, N, OC);
+    CKL();
     return 0;
 }
 
@@ -534,7 +516,16 @@ int l_gelu_forward(ctx *x, float *out, const float *inp, size_t n)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    gelu_forward_k<<<nblocks(n, BS), BS, 0, x->st>>>(out, inp, n);
+    gelu_forward_k<<<nblocks(n, BS), BS, 0, x->st>>>(out, NULL, inp, n);
+    CKL();
+    return 0;
+}
+
+int l_gelu_forward_bf16(ctx *x, __nv_bfloat16 *out16, const float *inp, size_t n)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    gelu_forward_k<<<nblocks(n, BS), BS, 0, x->st>>>(NULL, (uint16_t *)out16, inp, n);
     CKL();
     return 0;
 }
@@ -565,9 +556,17 @@ int l_crossentropy_forward(ctx *x, float *logits, float *losses, const int *targ
     int bs = V >= 4096 ? 1024 : V >= 1024 ? 512 : 256;
     crossentropy_forward_k<<<N, bs, 0, x->st>>>(logits, losses, targets, V);
     CKL();
-    sum_partial_k<<<RED_BLOCKS, RED_THREADS, 0, x->st>>>(red, losses, (size_t)N, 0);
+    return l_mean(x, losses, N, red);
+}
+
+/* red[RED_BLOCKS] = the mean of v[0..n), a deterministic double sum */
+int l_mean(ctx *x, const float *v, int n, double *red)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    sum_partial_k<<<RED_BLOCKS, RED_THREADS, 0, x->st>>>(red, v, (size_t)n, 0);
     CKL();
-    sum_final_k<<<1, RED_BLOCKS, 0, x->st>>>(red, 0, 0.0, 1.0 / N);
+    sum_final_k<<<1, RED_BLOCKS, 0, x->st>>>(red, 0, 0.0, 1.0 / n);
     CKL();
     return 0;
 }

@@ -13,6 +13,14 @@
 /* ------------------------------------------------------------------------------------------- */
 /* the model                                                                                   */
 
+/* the bf16 path's inputs of a layer's products (N*C each, fch_gelu N*4C): written by the kernel that
+ * produces them (LayerNorm, GELU) or copied once (the attention's output), read by the forward product
+ * and again by the backward's weight gradient, so nothing is converted twice and their fp32 copies are
+ * never written */
+typedef struct {
+    __nv_bfloat16 *ln1, *atty, *ln2, *fch_gelu;
+} layer_bf16;
+
 struct gpt_cuda {
     gpt_config c;
     int B, T, tf32;
@@ -32,10 +40,17 @@ struct gpt_cuda {
     double *red, *hred; /* device reduction scratch, pinned host copy of the results */
     float *arena;
     int bf16;                                    /* gpt_cuda_set_precision */
-    __nv_bfloat16 *w16, *s16a, *s16b;            /* bf16: the weights' copy (numel), scratch N*max(V,4C) and N*4C */
-    int attention;                               /* gpt_cuda_set_attention: GPT_ATTENTION_FUSED or _GEMM (bf16 only) */
+    __nv_bfloat16 *w16, *s16a;                   /* bf16: the weights' copy (numel), scratch N*max(V,4C) */
+    layer_bf16 *l16;                             /* bf16: each layer's bf16 product inputs, kept for the backward */
+    __nv_bfloat16 *lnf16;                        /* bf16: the final LayerNorm's output, the head's input (N*C) */
+    int attention;                               /* gpt_cuda_set_attention: GPT_ATTENTION_* (bf16 only) */
     __nv_bfloat16 *q16, *k16, *v16, *dy16, *p16; /* gemm attention's operands: N*C each, B*NH*T*T */
+    float *loss_stats;                           /* bf16: each row's (max, 1 / sum) of the logits, 2N */
+    gpt_prof *prof;                              /* gpt_cuda_set_profile: NULL when off */
 };
+
+/* a launcher call timed as `phase` when profiling is on (gpt_cuda_profile.cu): its status passes through */
+#define TIMED(phase, call) (gpt_prof_begin(g->prof, (phase), g->st), gpt_prof_end(g->prof, g->st, (call)))
 
 extern "C" size_t gpt_cuda_numel(const gpt_cuda *g)
 {
@@ -46,10 +61,12 @@ extern "C" void gpt_cuda_free(gpt_cuda *g)
 {
     if (!g) return;
     if (g->st) cudaStreamSynchronize(g->st);
+    gpt_prof_free(g->prof);
     if (g->h) cublasDestroy(g->h);
     if (g->st) cudaStreamDestroy(g->st);
     cudaFree(g->arena);
     cudaFree(g->w16);
+    cudaFree(g->loss_stats);
     cudaFree(g->q16);
     cudaFree(g->params);
     cudaFree(g->dtok);
@@ -61,6 +78,7 @@ extern "C" void gpt_cuda_free(gpt_cuda *g)
     free(g->p.h);
     free(g->g.h);
     free(g->a.h);
+    free(g->l16);
     free(g->tensors);
     free(g);
     cudaGetLastError();
@@ -152,17 +170,39 @@ extern "C" gpt_cuda *gpt_cuda_create(const gpt_config *c, int B, int T, int tf32
     return g;
 }
 
+/* The bf16 buffers in one allocation: the weights' copy (numel), the scratch s16a (N*max(V,4C): an
+ * incoming gradient before its product, or the logits' gradient), each layer's product inputs (7N*C)
+ * and the head's (N*C). GPT-2 small at 8 x 1024: 0.25 + 0.82 + 1.06 + 0.01 GB. */
+static int alloc_bf16(gpt_cuda *g, char *err, size_t errlen)
+{
+    size_t N = (size_t)g->B * g->T, C = (size_t)g->c.dim, V = (size_t)g->c.vocab, wide = V > 4 * C ? V : 4 * C;
+    size_t NC = gpt_arena_round(N * C, 128), L = (size_t)g->c.layers;
+    size_t total = gpt_arena_round(g->numel, 128) + gpt_arena_round(N * wide, 128) + L * 7 * NC + NC;
+    if (!g->l16 && !(g->l16 = (layer_bf16 *)calloc(L ? L : 1, sizeof(layer_bf16)))) {
+        err_set(err, errlen, "gpt cuda: out of memory");
+        return -1;
+    }
+    CK(cudaMalloc((void **)&g->w16, total * sizeof(__nv_bfloat16)));
+    g->s16a = g->w16 + gpt_arena_round(g->numel, 128);
+    __nv_bfloat16 *cur = g->s16a + gpt_arena_round(N * wide, 128);
+    for (size_t l = 0; l < L; l++) {
+        g->l16[l].ln1 = cur;
+        g->l16[l].atty = cur + NC;
+        g->l16[l].ln2 = cur + 2 * NC;
+        g->l16[l].fch_gelu = cur + 3 * NC;
+        cur += 7 * NC;
+    }
+    g->lnf16 = cur;
+    return 0;
+}
+
 extern "C" int gpt_cuda_set_precision(gpt_cuda *g, int bf16, char *err, size_t errlen)
 {
     g->bf16 = 0;
+    g->have_targets = 0; /* a backward needs a forward in its precision: what the logits buffer holds differs */
     if (!bf16) return 0;
-    size_t N = (size_t)g->B * g->T, C = (size_t)g->c.dim, V = (size_t)g->c.vocab, wide = V > 4 * C ? V : 4 * C;
-    if (!g->w16) {
-        size_t total = gpt_arena_round(g->numel, 128) + gpt_arena_round(N * wide, 128) + N * 4 * C;
-        CK(cudaMalloc((void **)&g->w16, total * sizeof(__nv_bfloat16)));
-        g->s16a = g->w16 + gpt_arena_round(g->numel, 128);
-        g->s16b = g->s16a + gpt_arena_round(N * wide, 128);
-    }
+    if (!g->w16 && alloc_bf16(g, err, errlen)) return -1;
+    if (!g->loss_stats) CK(cudaMalloc((void **)&g->loss_stats, 2 * (size_t)g->B * g->T * sizeof(float)));
     if (g->c.dim % g->c.heads || g->c.dim / g->c.heads > 256) {
         err_set(err, errlen, "gpt cuda: --precision bf16 takes a head size (dim / heads) up to 256, got %d / %d",
                 g->c.dim, g->c.heads);
@@ -185,11 +225,12 @@ extern "C" int gpt_cuda_precision_bf16(const gpt_cuda *g)
  * each). */
 extern "C" int gpt_cuda_set_attention(gpt_cuda *g, int attention, char *err, size_t errlen)
 {
-    if (attention != GPT_ATTENTION_FUSED && attention != GPT_ATTENTION_GEMM) {
-        err_set(err, errlen, "gpt cuda: attention %d is neither fused (%d) nor gemm (%d)", attention,
-                GPT_ATTENTION_FUSED, GPT_ATTENTION_GEMM);
+    if (attention != GPT_ATTENTION_FUSED && attention != GPT_ATTENTION_GEMM && attention != GPT_ATTENTION_FLASH) {
+        err_set(err, errlen, "gpt cuda: attention %d is none of fused (%d), gemm (%d), flash (%d)", attention,
+                GPT_ATTENTION_FUSED, GPT_ATTENTION_GEMM, GPT_ATTENTION_FLASH);
         return -1;
     }
+    if (attention == GPT_ATTENTION_FLASH && l_flash_mma_check(g->B, g->T, g->c.dim, g->c.heads, err, errlen)) return -1;
     if (attention == GPT_ATTENTION_GEMM && !g->q16) {
         size_t NC = gpt_arena_round((size_t)g->B * g->T * g->c.dim, 128);
         size_t A = (size_t)g->B * g->c.heads * g->T * g->T;
@@ -200,7 +241,7 @@ extern "C" int gpt_cuda_set_attention(gpt_cuda *g, int attention, char *err, siz
         g->p16 = g->dy16 + NC;
     }
     g->attention = attention;
-    g->have_targets = 0; /* a->att holds what the forward's attention keeps (fused: lse, gemm: probabilities) */
+    g->have_targets = 0; /* a->att holds what the forward's attention keeps (fused, flash: lse; gemm: probabilities) */
     return 0;
 }
 
@@ -215,28 +256,15 @@ static const __nv_bfloat16 *w16_of(const gpt_cuda *g, const float *w)
     return g->w16 + (w - g->params);
 }
 
-/* one linear layer (out = inp W^T + b) in the model's precision, and its backward */
-static int mm_forward(gpt_cuda *g, ctx *x, float *out, const float *inp, const float *w, const float *b, int N, int C,
-                      int OC)
-{
-    if (g->bf16) return l_matmul_forward_bf16(x, out, inp, w16_of(g, w), b, g->s16b, N, C, OC);
-    return l_matmul_forward(x, out, inp, w, b, N, C, OC);
-}
-
-static int mm_backward(gpt_cuda *g, ctx *x, float *dinp, float *dw, float *db, const float *dout, const float *inp,
-                       const float *w, int N, int C, int OC)
-{
-    if (g->bf16) return l_matmul_backward_bf16(x, dinp, dw, db, dout, inp, w16_of(g, w), g->s16a, g->s16b, N, C, OC);
-    return l_matmul_backward(x, dinp, dw, db, dout, inp, w, N, C, OC);
-}
-
-/* attention: fp32 and bf16 gemm keep the probabilities in a->att; bf16 fused keeps only each row's
- * log-sum-exp there */
+/* attention: fp32 and bf16 gemm keep the probabilities in a->att; bf16 fused and flash keep only each
+ * row's log-sum-exp there */
 static int attention_forward(gpt_cuda *g, ctx *x, gpt_layer_acts *a, int B, int T, int C, int NH)
 {
     if (g->bf16 && g->attention == GPT_ATTENTION_GEMM)
         return l_attention_forward_bf16(x, a->atty, a->att, a->qkv, g->q, g->k, g->vv, g->y, g->q16, g->k16, g->v16,
                                         g->p16, B, T, C, NH);
+    if (g->bf16 && g->attention == GPT_ATTENTION_FLASH)
+        return l_flash_mma_forward(x, a->atty, a->att, a->qkv, B, T, C, NH);
     if (g->bf16) return l_flash_forward(x, a->atty, a->att, a->qkv, B, T, C, NH);
     return l_attention_forward(x, a->atty, a->att, a->qkv, g->q, g->k, g->vv, g->y, B, T, C, NH);
 }
@@ -246,9 +274,49 @@ static int attention_backward(gpt_cuda *g, ctx *x, gpt_layer_acts *a, int B, int
     if (g->bf16 && g->attention == GPT_ATTENTION_GEMM)
         return l_attention_backward_bf16(x, g->a.dqkv, g->a.datty, a->qkv, a->att, g->q, g->k, g->vv, g->y, g->dq,
                                          g->dk, g->dv, g->dp, g->q16, g->k16, g->v16, g->dy16, g->p16, B, T, C, NH);
+    if (g->bf16 && g->attention == GPT_ATTENTION_FLASH)
+        return l_flash_mma_backward(x, g->a.dqkv, g->a.datty, a->qkv, a->atty, a->att, g->dp, B, T, C, NH);
     if (g->bf16) return l_flash_backward(x, g->a.dqkv, g->a.datty, a->qkv, a->atty, a->att, g->dp, B, T, C, NH);
     return l_attention_backward(x, g->a.dqkv, g->a.datty, a->qkv, a->att, g->q, g->k, g->vv, g->y, g->dq, g->dk, g->dv,
                                 g->dp, B, T, C, NH);
+}
+
+/* the cross-entropy: fp32 turns the logits into probabilities in place and its backward into their
+ * gradient; bf16 leaves the logits, keeps each row's statistics and writes the gradient in bf16 straight
+ * into s16a, the head backward's operand (loss_rows.cuh: 2 passes over the logits instead of 7) */
+static int loss_forward(gpt_cuda *g, ctx *x, const int *targets, int N, int V)
+{
+    if (g->bf16) return l_loss_forward_rows(x, g->a.losses, g->loss_stats, g->a.logits, targets, N, V, g->red);
+    return l_crossentropy_forward(x, g->a.logits, g->a.losses, targets, N, V, g->red);
+}
+
+static int loss_backward(gpt_cuda *g, ctx *x, const int *targets, int N, int V)
+{
+    if (g->bf16) return l_loss_backward_bf16(x, g->s16a, g->a.logits, g->loss_stats, targets, N, V);
+    return l_crossentropy_backward(x, g->a.logits, targets, N, V);
+}
+
+/* the lm head: logits (N,V) = lnf wte^T, and its backward dlnf = dlogits wte, dwte = dlogits^T lnf (dlogits
+ * in the logits buffer) */
+static int head_forward(gpt_cuda *g, ctx *x, int N, int C, int V)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    if (g->bf16) return l_head_forward_bf16(x, g->a.logits, g->lnf16, w16_of(g, g->p.wte), N, C, V);
+    CKB(mm(g->h, 0, 1, N, V, C, 1.0f, g->a.lnf, C, g->p.wte, C, 0.0f, g->a.logits, V));
+    return 0;
+}
+
+static int head_backward(gpt_cuda *g, ctx *x, int N, int C, int V)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    const float *dlogits = g->a.logits;
+    if (g->bf16) /* the bf16 gradient of the logits is in s16a (l_loss_backward_bf16) */
+        return l_head_backward_bf16(x, g->a.dln, g->g.wte, g->s16a, g->lnf16, w16_of(g, g->p.wte), N, C, V);
+    CKB(mm(g->h, 0, 0, N, C, V, 1.0f, dlogits, V, g->p.wte, C, 0.0f, g->a.dln, C));
+    CKB(mm(g->h, 1, 0, V, C, N, 1.0f, dlogits, V, g->a.lnf, C, 0.0f, g->g.wte, C));
+    return 0;
 }
 
 static int copy(void *dst, const void *src, size_t bytes, cudaMemcpyKind kind, cudaStream_t st, int wait, char *err,
@@ -280,8 +348,20 @@ extern "C" int gpt_cuda_get_grads(gpt_cuda *g, float *host, char *err, size_t er
 
 extern "C" int gpt_cuda_get_logits(gpt_cuda *g, float *host, char *err, size_t errlen)
 {
-    size_t n = (size_t)g->B * g->T * g->c.vocab;
-    return copy(host, g->a.logits, n * sizeof(float), cudaMemcpyDeviceToHost, g->st, 1, err, errlen);
+    size_t N = (size_t)g->B * g->T, V = (size_t)g->c.vocab;
+    if (copy(host, g->a.logits, N * V * sizeof(float), cudaMemcpyDeviceToHost, g->st, 1, err, errlen)) return -1;
+    if (!g->bf16 || !g->have_targets) return 0;
+    /* bf16 kept the logits and each row's (max, 1 / sum): the probabilities, as fp32 gives them */
+    float *stats = (float *)malloc(2 * N * sizeof(float));
+    if (!stats) {
+        err_set(err, errlen, "gpt cuda: out of memory");
+        return -1;
+    }
+    int rc = copy(stats, g->loss_stats, 2 * N * sizeof(float), cudaMemcpyDeviceToHost, g->st, 1, err, errlen);
+    for (size_t n = 0; !rc && n < N; n++)
+        for (size_t i = 0; i < V; i++) host[n * V + i] = expf(host[n * V + i] - stats[2 * n]) * stats[2 * n + 1];
+    free(stats);
+    return rc;
 }
 
 extern "C" int gpt_cuda_set_moments(gpt_cuda *g, const float *m, const float *v, char *err, size_t errlen)
@@ -308,10 +388,111 @@ extern "C" int gpt_cuda_sync(gpt_cuda *g, char *err, size_t errlen)
     return 0;
 }
 
+/* ---- one transformer block, forward and backward, in each precision --------------------------------- */
+
+/* fp32: the layer of worker/gpt/gpt_model.c, kernel for kernel */
+static int layer_forward_fp32(gpt_cuda *g, ctx *x, int l, const float *xin)
+{
+    int B = g->B, T = g->T, C = g->c.dim, NH = g->c.heads, N = B * T;
+    gpt_layer_params *p = &g->p.h[l];
+    gpt_layer_acts *a = &g->a.h[l];
+    return TIMED(GPT_PHASE_LAYERNORM,
+                 l_layernorm_forward(x, a->ln1, a->ln1_mean, a->ln1_rstd, xin, p->ln1w, p->ln1b, N, C)) ||
+           TIMED(GPT_PHASE_LINEAR, l_matmul_forward(x, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C)) ||
+           TIMED(GPT_PHASE_ATTENTION, attention_forward(g, x, a, B, T, C, NH)) ||
+           TIMED(GPT_PHASE_LINEAR, l_matmul_forward(x, a->res2, a->atty, p->projw, p->projb, N, C, C)) ||
+           TIMED(GPT_PHASE_RESIDUAL, l_residual(x, a->res2, a->res2, xin, (size_t)N * C)) ||
+           TIMED(GPT_PHASE_LAYERNORM,
+                 l_layernorm_forward(x, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C)) ||
+           TIMED(GPT_PHASE_LINEAR, l_matmul_forward(x, a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C)) ||
+           TIMED(GPT_PHASE_GELU, l_gelu_forward(x, a->fch_gelu, a->fch, (size_t)N * 4 * C)) ||
+           TIMED(GPT_PHASE_LINEAR, l_matmul_forward(x, a->res3, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C)) ||
+           TIMED(GPT_PHASE_RESIDUAL, l_residual(x, a->res3, a->res3, a->res2, (size_t)N * C));
+}
+
+static int layer_backward_fp32(gpt_cuda *g, ctx *x, int l, const float *xin)
+{
+    int B = g->B, T = g->T, C = g->c.dim, NH = g->c.heads, N = B * T;
+    gpt_layer_params *p = &g->p.h[l], *gg = &g->g.h[l];
+    gpt_layer_acts *a = &g->a.h[l];
+    return TIMED(GPT_PHASE_LINEAR, l_matmul_backward(x, g->a.dfch, gg->fcprojw, gg->fcprojb, g->a.dres, a->fch_gelu,
+                                                     p->fcprojw, N, 4 * C, C)) ||
+           TIMED(GPT_PHASE_GELU, l_gelu_backward(x, g->a.dfch, a->fch, g->a.dfch, (size_t)N * 4 * C)) ||
+           TIMED(GPT_PHASE_LINEAR,
+                 l_matmul_backward(x, g->a.dln, gg->fcw, gg->fcb, g->a.dfch, a->ln2, p->fcw, N, C, 4 * C)) ||
+           TIMED(GPT_PHASE_LAYERNORM, l_layernorm_backward(x, g->a.dres, gg->ln2w, gg->ln2b, g->a.dln, a->res2, p->ln2w,
+                                                           a->ln2_mean, a->ln2_rstd, N, C, 1)) ||
+           TIMED(GPT_PHASE_LINEAR,
+                 l_matmul_backward(x, g->a.datty, gg->projw, gg->projb, g->a.dres, a->atty, p->projw, N, C, C)) ||
+           TIMED(GPT_PHASE_ATTENTION, attention_backward(g, x, a, B, T, C, NH)) ||
+           TIMED(GPT_PHASE_LINEAR,
+                 l_matmul_backward(x, g->a.dln, gg->qkvw, gg->qkvb, g->a.dqkv, a->ln1, p->qkvw, N, C, 3 * C)) ||
+           TIMED(GPT_PHASE_LAYERNORM, l_layernorm_backward(x, g->a.dres, gg->ln1w, gg->ln1b, g->a.dln, xin, p->ln1w,
+                                                           a->ln1_mean, a->ln1_rstd, N, C, 1));
+}
+
+/* bf16: the LayerNorms and the GELU write their outputs only in bf16 (l16), the inputs of the products;
+ * the attention's fp32 output is copied once; the projections add their residual as the C of their
+ * product (l_matmul_forward_bf16's res), so the layer has no residual pass */
+static int layer_forward_bf16(gpt_cuda *g, ctx *x, int l, const float *xin)
+{
+    int B = g->B, T = g->T, C = g->c.dim, NH = g->c.heads, N = B * T;
+    gpt_layer_params *p = &g->p.h[l];
+    gpt_layer_acts *a = &g->a.h[l];
+    layer_bf16 *o = &g->l16[l];
+    return TIMED(GPT_PHASE_LAYERNORM,
+                 l_layernorm_forward_bf16(x, o->ln1, a->ln1_mean, a->ln1_rstd, xin, p->ln1w, p->ln1b, N, C)) ||
+           TIMED(GPT_PHASE_LINEAR,
+                 l_matmul_forward_bf16(x, a->qkv, o->ln1, w16_of(g, p->qkvw), p->qkvb, NULL, N, C, 3 * C)) ||
+           TIMED(GPT_PHASE_ATTENTION, attention_forward(g, x, a, B, T, C, NH)) ||
+           TIMED(GPT_PHASE_LINEAR,
+                 l_to_bf16(x, o->atty, a->atty, (size_t)N * C) ||
+                     l_matmul_forward_bf16(x, a->res2, o->atty, w16_of(g, p->projw), p->projb, xin, N, C, C)) ||
+           TIMED(GPT_PHASE_LAYERNORM,
+                 l_layernorm_forward_bf16(x, o->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C)) ||
+           TIMED(GPT_PHASE_LINEAR,
+                 l_matmul_forward_bf16(x, a->fch, o->ln2, w16_of(g, p->fcw), p->fcb, NULL, N, C, 4 * C)) ||
+           TIMED(GPT_PHASE_GELU, l_gelu_forward_bf16(x, o->fch_gelu, a->fch, (size_t)N * 4 * C)) ||
+           TIMED(GPT_PHASE_LINEAR, l_matmul_forward_bf16(x, a->res3, o->fch_gelu, w16_of(g, p->fcprojw), p->fcprojb,
+                                                         a->res2, N, 4 * C, C));
+}
+
+/* the weight gradients read the bf16 inputs the forward kept; each incoming gradient is copied to bf16
+ * in s16a just before its product */
+static int layer_backward_bf16(gpt_cuda *g, ctx *x, int l, const float *xin)
+{
+    int B = g->B, T = g->T, C = g->c.dim, NH = g->c.heads, N = B * T;
+    gpt_layer_params *p = &g->p.h[l], *gg = &g->g.h[l];
+    gpt_layer_acts *a = &g->a.h[l];
+    layer_bf16 *o = &g->l16[l];
+    return TIMED(GPT_PHASE_LINEAR, l_matmul_backward_bf16(x, g->a.dfch, gg->fcprojw, gg->fcprojb, g->a.dres,
+                                                          o->fch_gelu, w16_of(g, p->fcprojw), g->s16a, N, 4 * C, C)) ||
+           TIMED(GPT_PHASE_GELU, l_gelu_backward(x, g->a.dfch, a->fch, g->a.dfch, (size_t)N * 4 * C)) ||
+           TIMED(GPT_PHASE_LINEAR, l_matmul_backward_bf16(x, g->a.dln, gg->fcw, gg->fcb, g->a.dfch, o->ln2,
+                                                          w16_of(g, p->fcw), g->s16a, N, C, 4 * C)) ||
+           TIMED(GPT_PHASE_LAYERNORM, l_layernorm_backward(x, g->a.dres, gg->ln2w, gg->ln2b, g->a.dln, a->res2, p->ln2w,
+                                                           a->ln2_mean, a->ln2_rstd, N, C, 1)) ||
+           TIMED(GPT_PHASE_LINEAR, l_matmul_backward_bf16(x, g->a.datty, gg->projw, gg->projb, g->a.dres, o->atty,
+                                                          w16_of(g, p->projw), g->s16a, N, C, C)) ||
+           TIMED(GPT_PHASE_ATTENTION, attention_backward(g, x, a, B, T, C, NH)) ||
+           TIMED(GPT_PHASE_LINEAR, l_matmul_backward_bf16(x, g->a.dln, gg->qkvw, gg->qkvb, g->a.dqkv, o->ln1,
+                                                          w16_of(g, p->qkvw), g->s16a, N, C, 3 * C)) ||
+           TIMED(GPT_PHASE_LAYERNORM, l_layernorm_backward(x, g->a.dres, gg->ln1w, gg->ln1b, g->a.dln, xin, p->ln1w,
+                                                           a->ln1_mean, a->ln1_rstd, N, C, 1));
+}
+
+/* the LayerNorm before the head: fp32 into a.lnf, bf16 into lnf16 (the head's input) */
+static int final_layernorm(gpt_cuda *g, ctx *x, const float *xin, int N, int C)
+{
+    if (g->bf16)
+        return l_layernorm_forward_bf16(x, g->lnf16, g->a.lnf_mean, g->a.lnf_rstd, xin, g->p.lnfw, g->p.lnfb, N, C);
+    return l_layernorm_forward(x, g->a.lnf, g->a.lnf_mean, g->a.lnf_rstd, xin, g->p.lnfw, g->p.lnfb, N, C);
+}
+
 extern "C" int gpt_cuda_forward(gpt_cuda *g, const int *inputs, const int *targets, float *loss, char *err,
                                 size_t errlen)
 {
-    int B = g->B, T = g->T, C = g->c.dim, NH = g->c.heads, V = g->c.vocab, L = g->c.layers, N = B * T;
+    int B = g->B, T = g->T, C = g->c.dim, V = g->c.vocab, L = g->c.layers, N = B * T;
     for (int n = 0; n < N; n++)
         if (inputs[n] < 0 || inputs[n] >= V || (targets && (targets[n] < 0 || targets[n] >= V))) {
             err_set(err, errlen, "gpt cuda: token id out of range at position %d", n);
@@ -320,41 +501,26 @@ extern "C" int gpt_cuda_forward(gpt_cuda *g, const int *inputs, const int *targe
     ctx x = {g->st, g->h, err, errlen};
     /* the staging buffer may still be read by the copy of the previous batch */
     CK(cudaStreamSynchronize(g->st));
+    gpt_prof_fold(g->prof); /* the previous step's events, complete now */
     g->nuniq = bucket_tokens(g->htok, inputs, targets, N, g->slot, g->cnt);
     g->have_targets = targets != NULL;
     CK(cudaMemcpyAsync(g->dtok, g->htok, (5 * (size_t)N + 1) * sizeof(int), cudaMemcpyHostToDevice, g->st));
     const int *din = g->dtok, *dtg = g->dtok + N;
-    if (g->bf16 && l_to_bf16(&x, g->w16, g->params, g->numel)) return -1; /* this step's bf16 weights */
-    if (l_encoder_forward(&x, g->a.encoded, din, g->p.wte, g->p.wpe, B, T, C)) return -1;
+    if (g->bf16 && TIMED(GPT_PHASE_CAST, l_to_bf16(&x, g->w16, g->params, g->numel))) return -1; /* this step's */
+    if (TIMED(GPT_PHASE_EMBED, l_encoder_forward(&x, g->a.encoded, din, g->p.wte, g->p.wpe, B, T, C))) return -1;
     const float *xin = g->a.encoded;
     for (int l = 0; l < L; l++) {
-        gpt_layer_params *p = &g->p.h[l];
-        gpt_layer_acts *a = &g->a.h[l];
-        if (l_layernorm_forward(&x, a->ln1, a->ln1_mean, a->ln1_rstd, xin, p->ln1w, p->ln1b, N, C) ||
-            mm_forward(g, &x, a->qkv, a->ln1, p->qkvw, p->qkvb, N, C, 3 * C) ||
-            attention_forward(g, &x, a, B, T, C, NH) ||
-            mm_forward(g, &x, a->res2, a->atty, p->projw, p->projb, N, C, C) ||
-            l_residual(&x, a->res2, a->res2, xin, (size_t)N * C) ||
-            l_layernorm_forward(&x, a->ln2, a->ln2_mean, a->ln2_rstd, a->res2, p->ln2w, p->ln2b, N, C) ||
-            mm_forward(g, &x, a->fch, a->ln2, p->fcw, p->fcb, N, C, 4 * C) ||
-            l_gelu_forward(&x, a->fch_gelu, a->fch, (size_t)N * 4 * C) ||
-            mm_forward(g, &x, a->res3, a->fch_gelu, p->fcprojw, p->fcprojb, N, 4 * C, C) ||
-            l_residual(&x, a->res3, a->res3, a->res2, (size_t)N * C))
-            return -1;
-        xin = a->res3;
+        if (g->bf16 ? layer_forward_bf16(g, &x, l, xin) : layer_forward_fp32(g, &x, l, xin)) return -1;
+        xin = g->a.h[l].res3;
     }
-    if (l_layernorm_forward(&x, g->a.lnf, g->a.lnf_mean, g->a.lnf_rstd, xin, g->p.lnfw, g->p.lnfb, N, C)) return -1;
-    if (g->bf16) {
-        if (l_head_forward_bf16(&x, g->a.logits, g->a.lnf, w16_of(g, g->p.wte), g->s16b, N, C, V)) return -1;
-    } else {
-        CKB(mm(g->h, 0, 1, N, V, C, 1.0f, g->a.lnf, C, g->p.wte, C, 0.0f, g->a.logits, V));
-    }
+    if (TIMED(GPT_PHASE_LAYERNORM, final_layernorm(g, &x, xin, N, C))) return -1;
+    if (TIMED(GPT_PHASE_HEAD, head_forward(g, &x, N, C, V))) return -1;
     if (!targets) {
         if (loss) *loss = 0.0f;
         CK(cudaStreamSynchronize(g->st));
         return 0;
     }
-    if (l_crossentropy_forward(&x, g->a.logits, g->a.losses, dtg, N, V, g->red)) return -1;
+    if (TIMED(GPT_PHASE_LOSS, loss_forward(g, &x, dtg, N, V))) return -1;
     CK(cudaMemcpyAsync(g->hred, g->red + RED_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, g->st));
     CK(cudaStreamSynchronize(g->st));
     if (loss) *loss = (float)g->hred[0];
@@ -363,50 +529,31 @@ extern "C" int gpt_cuda_forward(gpt_cuda *g, const int *inputs, const int *targe
 
 extern "C" int gpt_cuda_backward(gpt_cuda *g, char *err, size_t errlen)
 {
-    int B = g->B, T = g->T, C = g->c.dim, NH = g->c.heads, V = g->c.vocab, L = g->c.layers, N = B * T;
+    int B = g->B, T = g->T, C = g->c.dim, V = g->c.vocab, L = g->c.layers, N = B * T;
     if (!g->have_targets) {
         err_set(err, errlen, "gpt cuda: backward needs a forward with targets");
         return -1;
     }
     ctx x = {g->st, g->h, err, errlen};
     const int *dtg = g->dtok + N, *order = g->dtok + 2 * N, *uniq = g->dtok + 3 * N, *ustart = g->dtok + 4 * N;
-    if (l_crossentropy_backward(&x, g->a.logits, dtg, N, V)) return -1;
-    float *dlogits = g->a.logits;
-    if (g->bf16) {
-        if (l_head_backward_bf16(&x, g->a.dln, g->g.wte, dlogits, g->a.lnf, w16_of(g, g->p.wte), g->s16a, g->s16b, N, C,
-                                 V))
-            return -1;
-    } else {
-        CKB(mm(g->h, 0, 0, N, C, V, 1.0f, dlogits, V, g->p.wte, C, 0.0f, g->a.dln, C));
-        CKB(mm(g->h, 1, 0, V, C, N, 1.0f, dlogits, V, g->a.lnf, C, 0.0f, g->g.wte, C));
-    }
+    if (TIMED(GPT_PHASE_LOSS, loss_backward(g, &x, dtg, N, V))) return -1;
+    if (TIMED(GPT_PHASE_HEAD, head_backward(g, &x, N, C, V))) return -1;
     const float *xlast = L > 0 ? g->a.h[L - 1].res3 : g->a.encoded;
-    if (l_layernorm_backward(&x, g->a.dres, g->g.lnfw, g->g.lnfb, g->a.dln, xlast, g->p.lnfw, g->a.lnf_mean,
-                             g->a.lnf_rstd, N, C, 0))
+    if (TIMED(GPT_PHASE_LAYERNORM, l_layernorm_backward(&x, g->a.dres, g->g.lnfw, g->g.lnfb, g->a.dln, xlast, g->p.lnfw,
+                                                        g->a.lnf_mean, g->a.lnf_rstd, N, C, 0)))
         return -1;
     for (int l = L - 1; l >= 0; l--) {
-        gpt_layer_params *p = &g->p.h[l], *gg = &g->g.h[l];
-        gpt_layer_acts *a = &g->a.h[l];
         const float *xin = l > 0 ? g->a.h[l - 1].res3 : g->a.encoded;
-        if (mm_backward(g, &x, g->a.dfch, gg->fcprojw, gg->fcprojb, g->a.dres, a->fch_gelu, p->fcprojw, N, 4 * C, C) ||
-            l_gelu_backward(&x, g->a.dfch, a->fch, g->a.dfch, (size_t)N * 4 * C) ||
-            mm_backward(g, &x, g->a.dln, gg->fcw, gg->fcb, g->a.dfch, a->ln2, p->fcw, N, C, 4 * C) ||
-            l_layernorm_backward(&x, g->a.dres, gg->ln2w, gg->ln2b, g->a.dln, a->res2, p->ln2w, a->ln2_mean,
-                                 a->ln2_rstd, N, C, 1) ||
-            mm_backward(g, &x, g->a.datty, gg->projw, gg->projb, g->a.dres, a->atty, p->projw, N, C, C) ||
-            attention_backward(g, &x, a, B, T, C, NH) ||
-            mm_backward(g, &x, g->a.dln, gg->qkvw, gg->qkvb, g->a.dqkv, a->ln1, p->qkvw, N, C, 3 * C) ||
-            l_layernorm_backward(&x, g->a.dres, gg->ln1w, gg->ln1b, g->a.dln, xin, p->ln1w, a->ln1_mean, a->ln1_rstd, N,
-                                 C, 1))
-            return -1;
+        if (g->bf16 ? layer_backward_bf16(g, &x, l, xin) : layer_backward_fp32(g, &x, l, xin)) return -1;
     }
-    return l_encoder_backward(&x, g->g.wte, g->g.wpe, g->a.dres, order, uniq, ustart, g->nuniq, B, T, C, g->c.ctx);
+    return TIMED(GPT_PHASE_EMBED, l_encoder_backward(&x, g->g.wte, g->g.wpe, g->a.dres, order, uniq, ustart, g->nuniq,
+                                                     B, T, C, g->c.ctx));
 }
 
 extern "C" int gpt_cuda_clip(gpt_cuda *g, double max_norm, double *norm, char *err, size_t errlen)
 {
     ctx x = {g->st, g->h, err, errlen};
-    if (l_clip(&x, g->grads, g->numel, max_norm, g->red)) return -1;
+    if (TIMED(GPT_PHASE_CLIP, l_clip(&x, g->grads, g->numel, max_norm, g->red))) return -1;
     CK(cudaMemcpyAsync(g->hred + 1, g->red + RED_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, g->st));
     if (norm) {
         CK(cudaStreamSynchronize(g->st));
@@ -424,8 +571,8 @@ extern "C" int gpt_cuda_adamw(gpt_cuda *g, long t, double lr, double beta1, doub
                               double weight_decay, char *err, size_t errlen)
 {
     ctx x = {g->st, g->h, err, errlen};
-    return l_adamw(&x, g->tensors, g->ntensors, g->params, g->grads, g->m, g->v, t, lr, beta1, beta2, eps,
-                   weight_decay);
+    return TIMED(GPT_PHASE_ADAMW, l_adamw(&x, g->tensors, g->ntensors, g->params, g->grads, g->m, g->v, t, lr, beta1,
+                                          beta2, eps, weight_decay));
 }
 
 extern "C" float *gpt_cuda_params_device(gpt_cuda *g)
@@ -435,4 +582,28 @@ extern "C" float *gpt_cuda_params_device(gpt_cuda *g)
 extern "C" void *gpt_cuda_stream(gpt_cuda *g)
 {
     return (void *)g->st;
+}
+
+extern "C" int gpt_cuda_set_profile(gpt_cuda *g, int on, char *err, size_t errlen)
+{
+    if (!on) {
+        CK(cudaStreamSynchronize(g->st));
+        gpt_prof_free(g->prof);
+        g->prof = NULL;
+        return 0;
+    }
+    if (!g->prof && !(g->prof = gpt_prof_create(err, errlen))) return -1;
+    return 0;
+}
+
+extern "C" int gpt_cuda_profile(gpt_cuda *g, const char **names, double *ms, int max, long *steps, char *err,
+                                size_t errlen)
+{
+    if (!g->prof) {
+        err_set(err, errlen, "gpt cuda: profiling is off (gpt_cuda_set_profile)");
+        return -1;
+    }
+    CK(cudaStreamSynchronize(g->st));
+    gpt_prof_fold(g->prof);
+    return gpt_prof_read(g->prof, names, ms, max, steps);
 }

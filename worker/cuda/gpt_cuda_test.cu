@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "gpt_cuda_internal.h"
+#include "warp_mma_check.cuh"
 
 /* ------------------------------------------------------------------------------------------- */
 /* single kernels on host arrays (tests)                                                       */
@@ -281,7 +282,8 @@ extern "C" int gpt_cuda_k_matmul_forward_bf16(float *out, const float *inp, cons
     __nv_bfloat16 *w16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)OC * C * 2),
                   *i16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)N * C * 2);
     if (!pl.fail)
-        rc = l_to_bf16(&x, w16, dw, (size_t)OC * C) || l_matmul_forward_bf16(&x, d_o, di, w16, db, i16, N, C, OC);
+        rc = l_to_bf16(&x, w16, dw, (size_t)OC * C) || l_to_bf16(&x, i16, di, (size_t)N * C) ||
+             l_matmul_forward_bf16(&x, d_o, i16, w16, db, NULL, N, C, OC);
     if (!rc) rc = back(&pl, out, d_o, F((size_t)N * OC));
     return done(&pl, rc, "matmul_forward_bf16", kerr);
 }
@@ -298,34 +300,37 @@ extern "C" int gpt_cuda_k_matmul_backward_bf16(float *dinp, float *dw, float *db
                   *o16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)N * OC * 2),
                   *i16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)N * C * 2);
     if (!pl.fail)
-        rc = l_to_bf16(&x, w16, dwt, (size_t)OC * C) ||
-             l_matmul_backward_bf16(&x, ddi, ddw, ddb, ddo, di, w16, o16, i16, N, C, OC);
+        rc = l_to_bf16(&x, w16, dwt, (size_t)OC * C) || l_to_bf16(&x, i16, di, (size_t)N * C) ||
+             l_matmul_backward_bf16(&x, ddi, ddw, ddb, ddo, i16, w16, o16, N, C, OC);
     if (!rc)
         rc = back(&pl, dinp, ddi, F((size_t)N * C)) || back(&pl, dw, ddw, F((size_t)OC * C)) ||
              back(&pl, dbias, ddb, F(OC));
     return done(&pl, rc, "matmul_backward_bf16", kerr);
 }
 
-extern "C" int gpt_cuda_k_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH)
+extern "C" int gpt_cuda_k_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int mma)
 {
     KBEGIN(0);
     size_t N = (size_t)B * T, R = (size_t)B * NH * T;
     float *d_o = (float *)dup_to_dev(&pl, NULL, F(N * C)), *dl = (float *)dup_to_dev(&pl, NULL, F(R)),
           *dq = (float *)dup_to_dev(&pl, qkv, F(N * 3 * C));
-    if (!pl.fail) rc = l_flash_forward(&x, d_o, dl, dq, B, T, C, NH);
+    if (!pl.fail)
+        rc = mma ? l_flash_mma_forward(&x, d_o, dl, dq, B, T, C, NH) : l_flash_forward(&x, d_o, dl, dq, B, T, C, NH);
     if (!rc) rc = back(&pl, out, d_o, F(N * C)) || back(&pl, lse, dl, F(R));
     return done(&pl, rc, "flash_forward", kerr);
 }
 
 extern "C" int gpt_cuda_k_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out,
-                                         const float *lse, int B, int T, int C, int NH)
+                                         const float *lse, int B, int T, int C, int NH, int mma)
 {
     KBEGIN(0);
     size_t N = (size_t)B * T, R = (size_t)B * NH * T;
     float *ddq = (float *)dup_to_dev(&pl, NULL, F(N * 3 * C)), *ddo = (float *)dup_to_dev(&pl, dout, F(N * C)),
           *dq = (float *)dup_to_dev(&pl, qkv, F(N * 3 * C)), *d_o = (float *)dup_to_dev(&pl, out, F(N * C)),
           *dl = (float *)dup_to_dev(&pl, lse, F(R)), *ds = (float *)dup_to_dev(&pl, NULL, F(R));
-    if (!pl.fail) rc = l_flash_backward(&x, ddq, ddo, dq, d_o, dl, ds, B, T, C, NH);
+    if (!pl.fail)
+        rc = mma ? l_flash_mma_backward(&x, ddq, ddo, dq, d_o, dl, ds, B, T, C, NH)
+                 : l_flash_backward(&x, ddq, ddo, dq, d_o, dl, ds, B, T, C, NH);
     if (!rc) rc = back(&pl, dqkv, ddq, F(N * 3 * C));
     return done(&pl, rc, "flash_backward", kerr);
 }
@@ -372,4 +377,29 @@ extern "C" int gpt_cuda_k_adamw(const model_tensor *tensors, int ntensors, float
     if (!pl.fail) rc = l_adamw(&x, tensors, ntensors, dp, dg, dm, dv, t, lr, beta1, beta2, eps, weight_decay);
     if (!rc) rc = back(&pl, params, dp, F(n)) || back(&pl, m, dm, F(n)) || back(&pl, v, dv, F(n));
     return done(&pl, rc, "adamw", kerr);
+}
+
+/* the warp primitives of warp_mma.h (warp_mma_check.cuh): one warp, 16x16 A, 16x8 B, C and B2; outputs
+ * 16x8 d_frag, d_ldm, d_reuse and 32 sums (tests/test_cuda_kernels.c and tests/test_simt_emu.cc assert
+ * the same values) */
+extern "C" int gpt_cuda_k_warp_mma_check(float *d_frag, float *d_ldm, float *d_reuse, float *sums, const float *A,
+                                         const float *B, const float *C, const float *B2)
+{
+    KBEGIN(0);
+    float *df = (float *)dup_to_dev(&pl, NULL, F(128)), *dl = (float *)dup_to_dev(&pl, NULL, F(128)),
+          *dr = (float *)dup_to_dev(&pl, NULL, F(128)), *ds = (float *)dup_to_dev(&pl, NULL, F(32)),
+          *da = (float *)dup_to_dev(&pl, A, F(256)), *db = (float *)dup_to_dev(&pl, B, F(128)),
+          *dc = (float *)dup_to_dev(&pl, C, F(128)), *db2 = (float *)dup_to_dev(&pl, B2, F(128));
+    if (!pl.fail) {
+        warp_mma_check_k<<<1, 32>>>(df, dl, dr, ds, da, db, dc, db2);
+        cudaError_t e = cudaGetLastError();
+        if (e != cudaSuccess) {
+            snprintf(kerr, sizeof kerr, "warp_mma_check_k launch: %s", cudaGetErrorString(e));
+            rc = -1;
+        }
+    }
+    if (!rc)
+        rc = back(&pl, d_frag, df, F(128)) || back(&pl, d_ldm, dl, F(128)) || back(&pl, d_reuse, dr, F(128)) ||
+             back(&pl, sums, ds, F(32));
+    return done(&pl, rc, "warp_mma_check", kerr);
 }

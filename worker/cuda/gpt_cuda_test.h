@@ -43,19 +43,24 @@ int gpt_cuda_k_crossentropy_forward(float *logits, float *losses, const int *tar
 int gpt_cuda_k_crossentropy_backward(float *probs, const int *targets, int N, int V);
 int gpt_cuda_k_clip(float *grads, size_t numel, double max_norm, double *norm);
 /* bf16 precision (gpt_cuda_bf16.cu): out (N,OC) = inp W^T + bias with inp and W rounded to bf16 on the
- * device, fp32 accumulation; the fused causal attention, forward (out, lse B*NH*T) and backward (dqkv) */
+ * device, fp32 accumulation; the fused causal attention, forward (out, lse B*NH*T) and backward (dqkv),
+ * or with mma != 0 the tensor-core flash attention (gpt_cuda_flash.cu, --attention flash) */
 int gpt_cuda_k_matmul_forward_bf16(float *out, const float *inp, const float *w, const float *bias, int N, int C,
                                    int OC);
 int gpt_cuda_k_matmul_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                                     const float *w, int N, int C, int OC);
-int gpt_cuda_k_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
+int gpt_cuda_k_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int mma);
 int gpt_cuda_k_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
-                              int B, int T, int C, int NH);
+                              int B, int T, int C, int NH, int mma);
 /* the attention with bf16 products (--attention gemm): as gpt_cuda_k_attention_forward / _backward (att:
  * the fp32 probabilities it keeps), with q, k, v, P, dY and dS rounded to bf16 before each product */
 int gpt_cuda_k_attention_forward_bf16(float *out, float *att, const float *qkv, int B, int T, int C, int NH);
 int gpt_cuda_k_attention_backward_bf16(float *dqkv, const float *dout, const float *qkv, const float *att, int B, int T,
                                        int C, int NH);
+/* warp_mma_check_k (worker/cuda/warp_mma_check.cuh) on one warp: A 16x16, B, C, B2 16x8 in; d_frag,
+ * d_ldm, d_reuse 16x8 and sums[32] out */
+int gpt_cuda_k_warp_mma_check(float *d_frag, float *d_ldm, float *d_reuse, float *sums, const float *A, const float *B,
+                              const float *C, const float *B2);
 int gpt_cuda_k_adamw(const model_tensor *tensors, int ntensors, float *params, const float *grads, float *m, float *v,
                      long t, double lr, double beta1, double beta2, double eps, double weight_decay);
 

@@ -81,8 +81,9 @@ typedef struct gpt_options {
     int precision;               /* GPT_PRECISION_FP32 (default, exact) or _BF16 (cuda only: bf16 products and
                                   fused attention on fp32 master weights, docs/cuda.md) */
     int attention;               /* --precision bf16's attention: GPT_ATTENTION_FUSED (default until a GPU
-                                  measurement decides) or _GEMM (tensor-core products, T x T probabilities
-                                  kept); fp32 always uses its sgemm attention (docs/cuda.md) */
+                                  measurement decides), _GEMM (tensor-core products, T x T probabilities
+                                  kept) or _FLASH (tensor-core flash kernels, head size a multiple of 16
+                                  up to 128); fp32 always uses its sgemm attention (docs/cuda.md) */
     /* Data-parallel training inside a process group (DDP's all-reduce, CPU backend only): called after each
      * backward with this rank's gradients (numel floats), before clipping; it must replace them by the
      * ranks' mean, the same bytes on every rank, so every rank takes the same AdamW step. NULL: none. */
@@ -91,9 +92,9 @@ typedef struct gpt_options {
 } gpt_options;
 
 enum { GPT_DEVICE_AUTO = 0, GPT_DEVICE_CPU = 1, GPT_DEVICE_CUDA = 2 };
-enum { GPT_PRECISION_FP32 = 0, GPT_PRECISION_BF16 = 1 }; /* --precision, in this order */
-enum { GPT_ATTENTION_FUSED = 0, GPT_ATTENTION_GEMM = 1 }; /* --attention, in this order */
-enum { GPT_SHARD_CONTIGUOUS = 0, GPT_SHARD_STRIPE = 1 }; /* --shard-layout, in this order */
+enum { GPT_PRECISION_FP32 = 0, GPT_PRECISION_BF16 = 1 };                           /* --precision, in this order */
+enum { GPT_ATTENTION_FUSED = 0, GPT_ATTENTION_GEMM = 1, GPT_ATTENTION_FLASH = 2 }; /* --attention, in this order */
+enum { GPT_SHARD_CONTIGUOUS = 0, GPT_SHARD_STRIPE = 1 };                           /* --shard-layout, in this order */
 #define GPT_SHARD_STRIPE_DEFAULT 4096
 
 void gpt_options_default(gpt_options *o);

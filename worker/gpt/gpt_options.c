@@ -93,8 +93,9 @@ static const flag FLAGS[] = {
     {"precision", F_PRECISION, OFF(precision),
      "cuda: fp32 | bf16 (bf16 products and fused attention on fp32 master weights; fp32: exact, the default)"},
     {"attention", F_ATTENTION, OFF(attention),
-     "cuda, bf16 only: fused | gemm (fused: one kernel per direction, probabilities recomputed; gemm: "
-     "tensor-core products, T x T probabilities kept; fused is the default until a GPU measurement decides)"},
+     "cuda, bf16 only: fused | gemm | flash (fused: one kernel per direction, probabilities recomputed; gemm: "
+     "tensor-core products, T x T probabilities kept; flash: tensor-core tiles, probabilities recomputed, head "
+     "size a multiple of 16 up to 128; fused is the default until a GPU measurement decides)"},
 };
 #undef OFF
 #define NFLAGS ((int)(sizeof FLAGS / sizeof FLAGS[0]))
@@ -173,7 +174,7 @@ static opt_spec flag_spec(const flag *fl, gpt_options *o)
         break; /* GPT_PRECISION_* in this order */
     case F_ATTENTION:
         s.kind = OPT_CHOICE;
-        s.choices = "fused|gemm";
+        s.choices = "fused|gemm|flash";
         break; /* GPT_ATTENTION_* in this order */
     case F_BOOL: s.kind = OPT_FLAG; break;
     }

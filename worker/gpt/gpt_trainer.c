@@ -532,10 +532,11 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
                 o->shard_stripe);
         return NULL;
     }
-    if (o->attention == GPT_ATTENTION_GEMM && o->precision != GPT_PRECISION_BF16) {
+    if (o->attention != GPT_ATTENTION_FUSED && o->precision != GPT_PRECISION_BF16) {
         err_set(err, errlen,
-                "gpt: --attention gemm chooses the attention of --precision bf16; the fp32 attention is always "
-                "its own sgemm path: add --precision bf16 or drop --attention");
+                "gpt: --attention %s chooses the attention of --precision bf16; the fp32 attention is always "
+                "its own sgemm path: add --precision bf16 or drop --attention",
+                o->attention == GPT_ATTENTION_GEMM ? "gemm" : "flash");
         return NULL;
     }
     if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) || !(o->eps > 0) ||

@@ -1,0 +1,465 @@
+/* simt_emu.cc: the CPU lane emulator of simt_emu.h: the fiber scheduler, the barriers, the warp
+ * collectives and the bf16 conversions.
+ *
+ * Each collective is two waits at the warp's barrier: every lane deposits its operands in the warp's
+ * slots, and once all 32 have, each computes its own result from all the slots; the second wait keeps
+ * a lane from depositing its next operands before every lane has read. The scheduler releases a
+ * barrier as soon as its last thread arrives, and otherwise runs a runnable fiber chosen by a
+ * xorshift generator seeded per launch. */
+#include "simt_emu.h"
+
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <setjmp.h>
+#include <ucontext.h>
+
+enum { F_RUN, F_WAIT_WARP, F_WAIT_BLOCK, F_DONE };
+enum { C_SYNCWARP = 1, C_SHFL, C_SHFL_READ, C_MMA, C_MMA_READ, C_LDMATRIX, C_LDMATRIX_READ };
+
+#define STACK_BYTES (256 * 1024)
+#define SLOTS 10 /* per lane: mma's a[4], b[2], c[4] */
+
+struct fiber {
+    ucontext_t ctx; /* its first start */
+    jmp_buf at;     /* where it waits, once started */
+    int started;
+    char *stack;
+    simt_dim3 tid;
+    int state, coll;
+};
+
+union slot {
+    float f;
+    uint32_t u;
+    const void *p;
+};
+
+struct warp_slots {
+    slot s[32][SLOTS];
+};
+
+static struct {
+    fiber *f;
+    unsigned n;
+    warp_slots *w;
+    unsigned *runq, nrun; /* the runnable fibers, in no order */
+    unsigned *warp_waiting, *warp_done, block_waiting, done;
+    jmp_buf sched;
+    fiber *cur;
+    void (*body)(void *);
+    void *arg;
+    uint64_t rng;
+    int failed;
+    char *err;
+    size_t errlen;
+} E;
+
+simt_dim3 blockIdx, blockDim, gridDim;
+
+const simt_dim3 &simt_thread_idx(void)
+{
+    return E.cur->tid;
+}
+
+/* records the first failure; called on the scheduler's side or by a fiber (which then never resumes) */
+static void fail(const char *fmt, ...)
+{
+    if (!E.failed) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(E.err, E.errlen, fmt, ap);
+        va_end(ap);
+    }
+    E.failed = 1;
+}
+
+static void fail_here(const char *what)
+{
+    fail("block (%u,%u,%u) thread %u: %s", blockIdx.x, blockIdx.y, blockIdx.z, E.cur->tid.x, what);
+    _longjmp(E.sched, 1); /* never resumed: the launch ends */
+}
+
+static void wait_at(int state, int coll)
+{
+    E.cur->state = state;
+    E.cur->coll = coll;
+    if (!_setjmp(E.cur->at)) _longjmp(E.sched, 1);
+}
+
+static int lane(void)
+{
+    return (int)(E.cur->tid.x & 31);
+}
+
+static warp_slots *warp(void)
+{
+    return &E.w[E.cur->tid.x >> 5];
+}
+
+static void fiber_entry(void)
+{
+    E.body(E.arg);
+    E.cur->state = F_DONE;
+    _longjmp(E.sched, 1);
+}
+
+/* runs f until it waits or ends: its first start through its ucontext, then by longjmp (a switch
+ * without the signal-mask system calls of swapcontext) */
+static void run_fiber(fiber *f)
+{
+    E.cur = f;
+    if (_setjmp(E.sched)) return;
+    if (f->started) _longjmp(f->at, 1);
+    f->started = 1;
+    setcontext(&f->ctx);
+}
+
+/* ---- the scheduler ---------------------------------------------------------------------------- */
+
+static void make_runnable(fiber *f)
+{
+    f->state = F_RUN;
+    E.runq[E.nrun++] = (unsigned)(f - E.f);
+}
+
+/* warp w's lanes have all arrived (waiting, or exited): releases them if they wait at one collective */
+static int release_warp(unsigned w)
+{
+    fiber *l = E.f + 32 * w;
+    if (E.warp_done[w]) {
+        fail("block (%u,%u,%u) warp %u: %u lanes exited while the others wait at a warp collective", blockIdx.x,
+             blockIdx.y, blockIdx.z, w, E.warp_done[w]);
+        return -1;
+    }
+    for (int i = 1; i < 32; i++)
+        if (l[i].coll != l[0].coll) {
+            fail("block (%u,%u,%u) warp %u: lanes 0 and %d at different warp collectives (%d, %d)", blockIdx.x,
+                 blockIdx.y, blockIdx.z, w, i, l[0].coll, l[i].coll);
+            return -1;
+        }
+    E.warp_waiting[w] = 0;
+    for (int i = 0; i < 32; i++) make_runnable(&l[i]);
+    return 0;
+}
+
+/* every thread waits at __syncthreads or has exited: releases them */
+static void release_block(void)
+{
+    E.block_waiting = 0;
+    for (unsigned i = 0; i < E.n; i++)
+        if (E.f[i].state == F_WAIT_BLOCK) make_runnable(&E.f[i]);
+}
+
+/* counts where f stopped, and releases the barrier it completes */
+static int account(fiber *f)
+{
+    unsigned w = f->tid.x >> 5;
+    if (f->state == F_WAIT_WARP) E.warp_waiting[w]++;
+    if (f->state == F_WAIT_BLOCK) E.block_waiting++;
+    if (f->state == F_DONE) {
+        E.done++;
+        E.warp_done[w]++;
+    }
+    if (E.warp_waiting[w] && E.warp_waiting[w] + E.warp_done[w] == 32 && release_warp(w)) return -1;
+    if (E.block_waiting && E.block_waiting + E.done == E.n) release_block();
+    return 0;
+}
+
+static void describe_deadlock(void)
+{
+    unsigned at_warp = 0;
+    for (unsigned i = 0; i < E.n; i++) at_warp += E.f[i].state == F_WAIT_WARP;
+    fail("block (%u,%u,%u): deadlock: %u threads wait at __syncthreads while %u wait at a warp collective or "
+         "__syncwarp (a barrier inside divergent code?)",
+         blockIdx.x, blockIdx.y, blockIdx.z, E.block_waiting, at_warp);
+}
+
+static uint64_t next_random(void)
+{
+    E.rng ^= E.rng << 13;
+    E.rng ^= E.rng >> 7;
+    E.rng ^= E.rng << 17;
+    return E.rng;
+}
+
+/* takes a random fiber off the run queue */
+static fiber *pick_runnable(void)
+{
+    if (!E.nrun) return NULL;
+    unsigned k = (unsigned)(next_random() % E.nrun), i = E.runq[k];
+    E.runq[k] = E.runq[--E.nrun];
+    return &E.f[i];
+}
+
+static int run_block(void)
+{
+    E.nrun = E.block_waiting = E.done = 0;
+    for (unsigned i = 0; i < E.n; i++) {
+        fiber *f = &E.f[i];
+        f->tid = simt_dim3{i, 0, 0};
+        f->started = 0;
+        getcontext(&f->ctx);
+        f->ctx.uc_stack.ss_sp = f->stack;
+        f->ctx.uc_stack.ss_size = STACK_BYTES;
+        f->ctx.uc_link = NULL; /* fiber_entry never returns */
+        makecontext(&f->ctx, fiber_entry, 0);
+        make_runnable(f);
+    }
+    for (unsigned w = 0; w < E.n / 32; w++) E.warp_waiting[w] = E.warp_done[w] = 0;
+    while (!E.failed) {
+        fiber *f = pick_runnable();
+        if (!f) {
+            if (E.done == E.n) return 0;
+            describe_deadlock();
+            return -1;
+        }
+        run_fiber(f);
+        if (!E.failed && account(f)) return -1;
+    }
+    return -1;
+}
+
+int simt_launch(simt_dim3 grid, unsigned block, unsigned seed, void (*body)(void *), void *arg, char *err,
+                size_t errlen)
+{
+    if (block == 0 || block % 32 || block > 1024) {
+        snprintf(err, errlen, "simt: a block of %u threads: it must be a multiple of 32 up to 1024", block);
+        return -1;
+    }
+    E.n = block;
+    E.f = (fiber *)calloc(block, sizeof(fiber));
+    E.w = (warp_slots *)calloc(block / 32, sizeof(warp_slots));
+    E.runq = (unsigned *)calloc(block, sizeof(unsigned));
+    E.warp_waiting = (unsigned *)calloc(block / 32, sizeof(unsigned));
+    E.warp_done = (unsigned *)calloc(block / 32, sizeof(unsigned));
+    int rc = E.f && E.w && E.runq && E.warp_waiting && E.warp_done ? 0 : -1;
+    for (unsigned i = 0; i < block && !rc; i++)
+        if (!(E.f[i].stack = (char *)malloc(STACK_BYTES))) rc = -1;
+    if (rc) snprintf(err, errlen, "simt: out of memory for %u fibers", block);
+    E.body = body;
+    E.arg = arg;
+    E.rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)seed * 0xbf58476d1ce4e5b9ull) ^ 1;
+    E.failed = 0;
+    E.err = err;
+    E.errlen = errlen;
+    gridDim = grid;
+    blockDim = simt_dim3{block, 1, 1};
+    for (unsigned z = 0; z < grid.z && !rc; z++)
+        for (unsigned y = 0; y < grid.y && !rc; y++)
+            for (unsigned x = 0; x < grid.x && !rc; x++) {
+                blockIdx = simt_dim3{x, y, z};
+                rc = run_block();
+            }
+    for (unsigned i = 0; E.f && i < block; i++) free(E.f[i].stack);
+    free(E.f);
+    free(E.w);
+    free(E.runq);
+    free(E.warp_waiting);
+    free(E.warp_done);
+    E.f = NULL;
+    E.w = NULL;
+    return rc;
+}
+
+/* ---- barriers and shuffles ------------------------------------------------------------------ */
+
+void __syncthreads(void)
+{
+    wait_at(F_WAIT_BLOCK, 0);
+}
+
+static void check_full_mask(unsigned mask)
+{
+    if (mask != 0xffffffffu) fail_here("a warp primitive with a partial mask (not emulated)");
+}
+
+void __syncwarp(unsigned mask)
+{
+    check_full_mask(mask);
+    wait_at(F_WAIT_WARP, C_SYNCWARP);
+}
+
+/* every lane gives v and reads the value of lane src (its own where src is outside the warp) */
+static uint32_t shfl_bits(unsigned mask, uint32_t v, int src)
+{
+    check_full_mask(mask);
+    int l = lane();
+    warp()->s[l][0].u = v;
+    wait_at(F_WAIT_WARP, C_SHFL);
+    uint32_t r = src >= 0 && src < 32 ? warp()->s[src][0].u : v;
+    wait_at(F_WAIT_WARP, C_SHFL_READ);
+    return r;
+}
+
+static uint32_t shfl_xor_bits(unsigned mask, uint32_t v, int lane_mask)
+{
+    return shfl_bits(mask, v, lane() ^ lane_mask);
+}
+
+static uint32_t float_bits(float f)
+{
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+
+static float bits_float(uint32_t u)
+{
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float __shfl_xor_sync(unsigned mask, float v, int lane_mask)
+{
+    return bits_float(shfl_xor_bits(mask, float_bits(v), lane_mask));
+}
+
+/* lane l reads lane l + delta; the top delta lanes keep their own value */
+float __shfl_down_sync(unsigned mask, float v, unsigned delta)
+{
+    int src = lane() + (int)delta;
+    return bits_float(shfl_bits(mask, float_bits(v), src < 32 ? src : lane()));
+}
+
+float __shfl_sync(unsigned mask, float v, int src_lane)
+{
+    return bits_float(shfl_bits(mask, float_bits(v), src_lane & 31));
+}
+
+int __shfl_xor_sync(unsigned mask, int v, int lane_mask)
+{
+    return (int)shfl_xor_bits(mask, (uint32_t)v, lane_mask);
+}
+
+unsigned __shfl_xor_sync(unsigned mask, unsigned v, int lane_mask)
+{
+    return shfl_xor_bits(mask, v, lane_mask);
+}
+
+/* ---- bf16 ------------------------------------------------------------------------------------- */
+
+uint16_t bf16_bits(float x)
+{
+    uint32_t u;
+    memcpy(&u, &x, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* a quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1);                                           /* round to nearest even */
+    return (uint16_t)(u >> 16);
+}
+
+float bf16_float(uint16_t b)
+{
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+float bf16_round(float x)
+{
+    return bf16_float(bf16_bits(x));
+}
+
+uint32_t bf16x2_pack(float lo, float hi)
+{
+    return (uint32_t)bf16_bits(lo) | ((uint32_t)bf16_bits(hi) << 16);
+}
+
+float bf16x2_lo(uint32_t p)
+{
+    return bf16_float((uint16_t)(p & 0xffffu));
+}
+
+float bf16x2_hi(uint32_t p)
+{
+    return bf16_float((uint16_t)(p >> 16));
+}
+
+/* ---- mma and ldmatrix ------------------------------------------------------------------------- */
+
+static float half_of(uint32_t p, int k)
+{
+    return k & 1 ? bf16x2_hi(p) : bf16x2_lo(p);
+}
+
+/* A[r][k] of the 16x16 operand the warp deposited: lane 4 (r % 8) + (k % 8) / 2, register
+ * r / 8 + 2 (k / 8) */
+static float a_at(const warp_slots *w, int r, int k)
+{
+    return half_of(w->s[4 * (r % 8) + (k % 8) / 2][r / 8 + 2 * (k / 8)].u, k);
+}
+
+/* B[k][n] of the 16x8 operand: lane 4 n + (k % 8) / 2, register k / 8 (slots 4, 5) */
+static float b_at(const warp_slots *w, int k, int n)
+{
+    return half_of(w->s[4 * n + (k % 8) / 2][4 + k / 8].u, k);
+}
+
+void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4])
+{
+    warp_slots *w = warp();
+    int l = lane(), g = l >> 2, t = l & 3;
+    for (int i = 0; i < 4; i++) w->s[l][i].u = a[i];
+    w->s[l][4].u = b[0];
+    w->s[l][5].u = b[1];
+    for (int i = 0; i < 4; i++) w->s[l][6 + i].f = c[i];
+    wait_at(F_WAIT_WARP, C_MMA);
+    float out[4];
+    for (int i = 0; i < 4; i++) {
+        int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+        double sum = 0.0; /* bf16 products are exact in double, and 16 of them sum exactly enough */
+        for (int k = 0; k < 16; k++) sum += (double)a_at(w, row, k) * (double)b_at(w, k, col);
+        out[i] = (float)(sum + (double)w->s[l][6 + i].f);
+    }
+    wait_at(F_WAIT_WARP, C_MMA_READ);
+    memcpy(d, out, sizeof out);
+}
+
+/* ldmatrix of `count` 8x8 matrices: lane l's register i is matrix i's row l / 4, columns 2 (l % 4) and
+ * 2 (l % 4) + 1; transposed, column l / 4 of rows 2 (l % 4) and 2 (l % 4) + 1 */
+static void ldmatrix(uint32_t *r, int count, int trans, const void *row)
+{
+    warp_slots *w = warp();
+    int l = lane();
+    if (l < 8 * count && (uintptr_t)row % 16) fail_here("ldmatrix row address not 16-byte aligned");
+    w->s[l][0].p = row;
+    wait_at(F_WAIT_WARP, C_LDMATRIX);
+    uint32_t out[4];
+    for (int i = 0; i < count; i++) {
+        uint16_t lo, hi;
+        if (!trans) {
+            const uint16_t *p = (const uint16_t *)w->s[8 * i + l / 4][0].p;
+            lo = p[2 * (l % 4)];
+            hi = p[2 * (l % 4) + 1];
+        } else {
+            lo = ((const uint16_t *)w->s[8 * i + 2 * (l % 4)][0].p)[l / 4];
+            hi = ((const uint16_t *)w->s[8 * i + 2 * (l % 4) + 1][0].p)[l / 4];
+        }
+        out[i] = (uint32_t)lo | ((uint32_t)hi << 16);
+    }
+    wait_at(F_WAIT_WARP, C_LDMATRIX_READ);
+    memcpy(r, out, (size_t)count * sizeof(uint32_t));
+}
+
+void ldmatrix_x4(uint32_t r[4], const void *row)
+{
+    ldmatrix(r, 4, 0, row);
+}
+
+void ldmatrix_x4_trans(uint32_t r[4], const void *row)
+{
+    ldmatrix(r, 4, 1, row);
+}
+
+void ldmatrix_x2(uint32_t r[2], const void *row)
+{
+    ldmatrix(r, 2, 0, row);
+}
+
+void ldmatrix_x2_trans(uint32_t r[2], const void *row)
+{
+    ldmatrix(r, 2, 1, row);
+}

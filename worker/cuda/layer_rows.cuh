@@ -1,0 +1,80 @@
+/* layer_rows.cuh: the CUDA GPT's layer kernels that write the bf16 path's operands, as kernels only:
+ * gpt_cuda_kernels.cu launches them, and tests/test_layer_rows_emu.cc runs them on the CPU under the
+ * lane emulator against float64.
+ *
+ *   layernorm_forward_k   one warp per row; its output in fp32 (the fp32 path), or in bf16 (out16) when
+ *   gelu_forward_k        it only feeds a product, as in the bf16 path: the fp32 copy is then never
+ *                         written nor converted again (l_to_bf16) before the product and its backward
+ *   bias_residual_k       out = bias + res, the C a product with beta = 1 adds to: the bf16 path's
+ *                         projections add their residual there instead of in a separate pass
+ *
+ * The fp32 arithmetic is the same either way, so the bf16 output is the fp32 output rounded once. */
+#ifndef DILOCO_LAYER_ROWS_CUH
+#define DILOCO_LAYER_ROWS_CUH
+
+#include <math.h>
+#include <stddef.h>
+
+#include "warp_mma.h" /* bf16_bits; without nvcc, the emulator's CUDA builtins */
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+/* one warp per row; out16 non-NULL: the output in bf16 there instead of fp32 in out (the bf16 path's
+ * operand of the next product) */
+__global__ void layernorm_forward_k(float *out, uint16_t *out16, float *mean, float *rstd, const float *inp,
+                                    const float *w, const float *b, int N, int C)
+{
+    int row = blockIdx.x * (blockDim.x >> 5) + (threadIdx.x >> 5), lane = threadIdx.x & 31;
+    if (row >= N) return;
+    const float *x = inp + (size_t)row * C;
+    float s = 0.0f;
+    for (int i = lane; i < C; i += 32) s += x[i];
+    float mu = warp_sum(s) / C;
+    float v = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float d = x[i] - mu;
+        v += d * d;
+    }
+    v = warp_sum(v);
+    float rs = 1.0f / sqrtf(v / C + 1e-5f);
+    size_t at = (size_t)row * C;
+    for (int i = lane; i < C; i += 32) {
+        float y = (x[i] - mu) * rs * w[i] + b[i];
+        if (out16)
+            out16[at + i] = bf16_bits(y);
+        else
+            out[at + i] = y;
+    }
+    if (lane == 0) {
+        mean[row] = mu;
+        rstd[row] = rs;
+    }
+}
+
+#define GELU_S 0.7978845608028654f /* sqrt(2/pi) */
+
+/* out16 non-NULL: the output in bf16 there instead of fp32 in out */
+__global__ void gelu_forward_k(float *out, uint16_t *out16, const float *inp, size_t n)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    float x = inp[i];
+    float u = GELU_S * (x + 0.044715f * x * x * x);
+    float y = 0.5f * x * (1.0f + tanhf(u));
+    if (out16)
+        out16[i] = bf16_bits(y);
+    else
+        out[i] = y;
+}
+
+__global__ void bias_residual_k(float *out, const float *bias, const float *res, int N, int OC)
+{
+    size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < (size_t)N * OC) out[i] = bias[i % OC] + res[i];
+}
+
+#endif

@@ -1,16 +1,20 @@
 #!/bin/sh
-# it_group_rejoin.sh: a process group evicted mid-round registers again as a joiner and waits for the open
-# round to close, as a single process does (group.c's recover, fetch_wait_joined). Two bin/workers w1, w2 and
-# a group g3 of 2 ranks (tests/tools/group_worker) train at the same pace (200 ms a step, H = 10: 2 s a
-# round). Half a second into round 1 the group's process is SIGSTOPped (both ranks); the reaper evicts it and
-# round 1 closes with w1 and w2. Then SIGCONT: the ranks end their interval, find the group evicted at their
-# sync and recover, about a second into round 2, which does not wait for the group registered again. Before,
-# recover fetched round 2's start and the group trained round 2 for nothing: it arrived after round 2 closed
-# and lost it as STALE too. Now it waits for round 2 to close and trains round 3 with the others.
-# Checks: the corner happened as arranged; every rank reports exactly one stale sync (round 1), the next one
-# at the version after the round the group rejoined; the group's second incarnation is in no round before
-# that one and in every round after, with both ranks' arrivals; shard digests, commits and every member's
-# final digest equal tests/tools/ref_quadratic with g3 away from round 1 until it rejoined.
+# it_group_rejoin.sh: a process group evicted mid-interval stops training the interval as a dead incarnation
+# at the same inner step on every rank, registers again as a joiner and waits for the open round to close, as
+# a single process does (tests/it_sync_evicted_midstep.sh). Two bin/workers w1, w2 and a group g3 of 2 ranks
+# (tests/tools/group_worker) train at the same pace (200 ms a step, H = 10: 2 s a round). Half a second into
+# round 1 the group's process is SIGSTOPped (both ranks); the reaper evicts it and round 1 closes with w1 and
+# w2. Then SIGCONT: each rank's heartbeat is told UNKNOWN_WORKER, and at the group's next CHECK (a small
+# allgather every few steps, group.c; every step at this pace) every rank stops the interval at that step, the
+# group registers again, waits for the open round to close and trains the next with the others. Before, the
+# ranks trained the rest of the interval (to step 20) as the evicted incarnation and learnt it only at that
+# sync (group.c's recover), their steps thrown away.
+# Checks: the corner happened as arranged; both ranks logged the eviction at the same inner step, during round
+# 1's interval (step < 20), within 1.5 s of SIGCONT, and report exactly one stale sync (that step); the next
+# sync of each comes H steps later at the version after the round the group rejoined (nothing trained dead);
+# the group's second incarnation is in no round before that one and in every round after, with both ranks'
+# arrivals; shard digests, commits and every member's final digest equal tests/tools/ref_quadratic with g3
+# away from round 1 until it rejoined, having trained only the steps of round 1 it did (--away-steps).
 . "$(dirname "$0")/lib.sh"
 RUN=grejoin; NUMEL=4000; SEED=5; ROUNDS=5; H=10; A=1
 rejoin_run 200
@@ -26,31 +30,47 @@ kill -STOP $G3
 say "g3 stopped during round $A"
 wait_until 5 '[ "$($RCLI HEXISTS "dl:{$RUN}:workers" g3)" = 0 ]' "g3 to be evicted"
 kill -CONT $G3
+t_cont=$(date +%s.%N)
 say "g3 evicted during round $A (closed rounds: $(round)); g3 continued"
+wait_until 5 '[ "$(grep -c "^sync rank . .* stale 1 " "$TMP/g3.out")" -ge 2 ]' "both ranks of g3 to register again"
+t_back=$(date +%s.%N)
 
 wait_workers w1 w2
 wait_until 10 '[ "$(shard_versions $RUN)" = "$ROUNDS $ROUNDS" ]' "every shard at version $ROUNDS"
 kill -TERM $G3
 [ "$(round)" -eq $ROUNDS ] || fail "the run closed $(round) rounds, expected $ROUNDS"
 $RCLI HGET "dl:{$RUN}:f0:r$A" participants | grep -q g3 && fail "round $A closed with g3"
-grep -q "did not complete for the group" "$TMP/group-g3.log" || fail "g3 did not recover"
+
+# the same inner step on both ranks, during round A's interval, soon after SIGCONT
+steps=$(sed -n 's/.*the group was evicted .* during inner step \([0-9]*\) of .*/\1/p' "$TMP/group-g3.log" | sort -u)
+[ "$(grep -c 'the group was evicted' "$TMP/group-g3.log")" -eq 2 ] && [ "$(echo "$steps" | wc -l)" -eq 1 ] ||
+  fail "the ranks did not stop at one step: $(grep 'evicted' "$TMP/group-g3.log")"
+trained=$steps
+[ "$trained" -gt 0 ] && [ "$trained" -lt $H ] || fail "g3 registered again after inner step $trained of round $A"
+secs=$(awk -v a="$t_back" -v b="$t_cont" 'BEGIN {printf "%.1f", a - b}')
+awk -v s="$secs" 'BEGIN {exit !(s < 1.5)}' || fail "g3 registered again $secs s after SIGCONT"
+say "both ranks stopped after inner step $trained of $H of round $A, $secs s after SIGCONT"
 
 rejoin_check g3 $A
 for r in 0 1; do
-  grep "^sync rank $r " "$TMP/g3.out" | awk '{print $5, $13}' > "$TMP/g3-$r.txt"
-  stale=$(awk '$2 == 1' "$TMP/g3-$r.txt" | wc -l)
-  [ "$stale" -eq 1 ] || fail "g3 rank $r lost $stale rounds (want 1, round $A): $(cat "$TMP/g3-$r.txt")"
-  next=$(awk 'seen {print $1; exit} $2 == 1 {seen = 1}' "$TMP/g3-$r.txt")
-  [ "$next" = $((REJOIN_ROUND + 1)) ] ||
-    fail "g3 rank $r's first sync after it recovered is at version $next, not $((REJOIN_ROUND + 1)) (the round it joined)"
+  grep "^sync rank $r " "$TMP/g3.out" | awk '{print $5, $13, $NF}' > "$TMP/g3-$r.txt" # version stale step
+  stale=$(awk '$2 == 1' "$TMP/g3-$r.txt")
+  [ "$(echo "$stale" | wc -l)" -eq 1 ] || fail "g3 rank $r lost $(echo "$stale" | wc -l) rounds (want 1, round $A): $(cat "$TMP/g3-$r.txt")"
+  back=$(echo "$stale" | awk '{print $3}')
+  [ "$back" -eq $((A * H + trained)) ] || fail "g3 rank $r's stale sync is at step $back, not $((A * H + trained))"
+  set -- $(awk 'seen {print $1, $3; exit} $2 == 1 {seen = 1}' "$TMP/g3-$r.txt")
+  [ "$1" = $((REJOIN_ROUND + 1)) ] ||
+    fail "g3 rank $r's first sync after it registered again is at version $1, not $((REJOIN_ROUND + 1)) (the round it joined)"
+  [ "$2" -eq $((back + H)) ] || fail "g3 rank $r trained $(($2 - back - H)) inner steps as its evicted incarnation"
 done
-say "each rank lost round $A only; registered again as incarnation $REJOIN_INC, the group waited for round $((REJOIN_ROUND - 1)) to close and synced round $REJOIN_ROUND"
+say "each rank lost round $A only; registered again as incarnation $REJOIN_INC, the group waited for round $((REJOIN_ROUND - 1)) to close and synced round $REJOIN_ROUND H steps later"
 no_half_group $RUN g3 2 > "$TMP/half.txt" || fail "a half group in a round: $(cat "$TMP/half.txt")"
 
-REF_SHARDS=2 REF_ARGS="--away g3=$A-$((REJOIN_ROUND - 1))" REF_WORKERS=w1,w2,g3 assert_matches_reference
+REF_SHARDS=2 REF_ARGS="--away g3=$A-$((REJOIN_ROUND - 1)) --away-steps g3=$trained" REF_WORKERS=w1,w2,g3 \
+  assert_matches_reference
 REF_WORKERS=w1,w2 assert_workers_end_at "$REF_DIGEST"
 for r in 0 1; do
   got=$(grep "^sync rank $r version $ROUNDS " "$TMP/g3.out" | awk '{print $7}')
   [ "$got" = "$REF_DIGEST" ] || fail "g3 rank $r at version $ROUNDS has digest $got, reference $REF_DIGEST"
 done
-say "digests equal the reference with g3 away from rounds $A..$((REJOIN_ROUND - 1))"
+say "digests equal the reference with g3 away from rounds $A..$((REJOIN_ROUND - 1)) after $trained steps of round $A"

@@ -4,14 +4,17 @@
 # thread: the wait gives up at once): the `with rediloco.DiLoCo(...)` block ends, the worker leaves the
 # run (deregistered), the code after the block runs with the previous SIGINT handler back, exit status 0.
 #  A. SIGINT while waiting at the barrier for a second worker that is still far from it;
-#  B. SIGTERM to that second worker in the middle of its inner steps.
+#  B. SIGTERM to that second worker in the middle of its inner steps;
+#  C. SIGINT while joining a run that has no shard-server yet (diloco_open waiting for its parameters): the
+#     `with` statement raises rediloco.Stopped, as a stop in training does (not a DiLoCoError "cannot join
+#     run ...: stopped", as it did), the handler is restored and the worker is deregistered.
 . "$(dirname "$0")/lib.sh"
 RUN=pysig; NUMEL=20000
 start_redis
 init_run $RUN --trainer quadratic --numel $NUMEL --shards 2 --workers 2
 start_server s1
-py() { # NAME H: a PyTorch worker that would train for a long time
-  $PYTHON tests/python/quad_worker.py "$URL" $RUN "$1" 100000 "$2" --numel $NUMEL --seed 0 --step-delay 0.01 \
+py() { # NAME H [RUN]: a PyTorch worker that would train for a long time
+  $PYTHON tests/python/quad_worker.py "$URL" "${3:-$RUN}" "$1" 100000 "$2" --numel $NUMEL --seed 0 --step-delay 0.01 \
     > "$TMP/py-$1.log" 2>&1 &
   PY=$!; PIDS="$PIDS $PY"
 }
@@ -42,3 +45,15 @@ ends_within "$P2" 5 "the training worker"
 grep -q "(stopped by SIGTERM); SIGINT handler restored: True" "$TMP/py-p2.log" || fail "B: $(tail -n 3 "$TMP/py-p2.log")"
 [ "$($RCLI HEXISTS "dl:{$RUN}:workers" p2)" -eq 0 ] || fail "B: p2 is still registered"
 say "B: SIGTERM mid-training: $(grep 'left the run' "$TMP/py-p2.log")"
+
+# C. a run with no shard-server: p3 registers, then waits in diloco_open for the run's parameters
+init_run pysig_c --trainer quadratic --numel $NUMEL --shards 2 --workers 1
+py p3 10 pysig_c; P3=$PY
+wait_until 30 '$RCLI HEXISTS "dl:{pysig_c}:workers" p3 | grep -q 1' "p3 to register"
+sleep 1
+kill -INT "$P3"
+ends_within "$P3" 5 "the worker joining"
+grep -q "stopped while joining (stopped by SIGINT); SIGINT handler restored: True" "$TMP/py-p3.log" \
+  || fail "C: $(tail -n 5 "$TMP/py-p3.log")"
+[ "$($RCLI HEXISTS "dl:{pysig_c}:workers" p3)" -eq 0 ] || fail "C: p3 is still registered"
+say "C: SIGINT while joining: rediloco.Stopped from the with statement, deregistered, handler restored"

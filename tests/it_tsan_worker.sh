@@ -19,12 +19,17 @@
 #   4. int3 pseudo-gradients with error feedback and --download update, a worker stopped (SIGSTOP) past the
 #      heartbeat timeout mid-interval: evicted, it registers again from the training thread while the
 #      heartbeat thread runs;
-#   5. process groups: two groups of 2 ranks (tests/tools/group_worker, ranks as threads of one process).
+#   5. process groups: two groups of 2 ranks (tests/tools/group_worker, ranks as threads of one process);
+#   6. Streaming DiLoCo, 4 fragments, two one-process group_workers (--ranks 1), which ask their session its
+#      version (diloco_version) after every inner step, as a host's progress line may, while fragment 0's
+#      round runs on its thread and writes that version when it ends.
 # Every process must exit 0 with no ThreadSanitizer report in its log (a report makes it exit 66), and the
 # runs' parameters are bit-identical to their references where the mode's own test checks that (the
 # sanitized build computes the same bits). The quadratic trainer: OpenBLAS and OpenMP are not instrumented.
 # It found a race in its first run: the get threads of two owners clearing one fragment's device-snapshot
-# flag at once (device.c, dl_dev_base_written; now an atomic store).
+# flag at once (device.c, dl_dev_base_written; now an atomic store). Scenario 6 failed in every run before
+# fragment versions were written atomically (dl_set_frag_version): diloco_version's read raced with round_net's
+# write of fragment 0's version.
 . "$(dirname "$0")/lib.sh"
 WORKER=build/tsan/bin/worker
 [ -x "$WORKER" ] || fail "build first: make tests-build (builds $WORKER)"
@@ -139,3 +144,18 @@ for g in g1 g2; do eval "pid=\$G_$g"; wait "$pid" || fail "group $g exited with 
 no_reports g1 g2
 REF_WORKERS=g1,g2 assert_matches_reference
 say "groups: 2 sanitized groups of 2 ranks, no report, bit-identical to the reference"
+
+# 6. Streaming, diloco_version asked after every step while fragment 0 is in flight
+RUN=tsan_version; NUMEL=20000; H=20
+init_run $RUN --trainer quadratic --numel $NUMEL --shards 4 --fragments 4 --workers 2 --seed $SEED
+start_server m --lease-ttl-ms 2000
+for g in v1 v2; do
+  build/tsan/bin/group_worker --redis "$URL" --run $RUN --worker-id $g --ranks 1 --steps $((3 * H)) \
+    --sync-every $H --step-delay-ms 5 > "$TMP/$g.out" 2> "$TMP/group-$g.log" &
+  eval "G_$g=$!"; PIDS="$PIDS $!"
+done
+for g in v1 v2; do eval "pid=\$G_$g"; wait "$pid" || fail "$g exited with status $?: $(tail -5 "$TMP/group-$g.log")"; done
+no_reports v1 v2
+syncs=$(grep -c '^sync rank 0' "$TMP/v1.out")
+[ "$syncs" -ge 10 ] || fail "v1 made $syncs fragment syncs, expected at least 10 (3 intervals of 4 fragments)"
+say "Streaming, diloco_version after every step while fragment 0 is in flight ($syncs fragment syncs): no report"

@@ -155,6 +155,9 @@ typedef struct diloco_device_ops {
  * Both hooks are collectives: every rank calls them in the same order, from the thread inside
  * diloco_open / diloco_after_step / diloco_force_sync. They return 0, or -1 with err filled; they must
  * not block forever when a rank died (give the transport a timeout, or let the launcher kill the group).
+ * allgather is also called between syncs, from diloco_after_step every few inner steps (about twice per
+ * heartbeat interval, at the same step on every rank): the ranks agree there whether the group was
+ * evicted, so that all stop the interval at once (docs/PROTOCOL.md "Process groups": Eviction between syncs).
  *
  *   static int my_allgather(void *ctx, const void *in, size_t len, void *out, char *err, size_t errlen)
  *   {   // out[r*len .. (r+1)*len) = rank r's in

@@ -14,8 +14,10 @@ writes the new global parameters into the same buffer, so the model sees them wi
 Python. Leaving the block deregisters the worker.
 
 SIGINT and SIGTERM while the block runs stop the session (diloco_request_stop: a sync waiting gives up at
-once); the next hook raises Stopped, which the block swallows, so the code after it runs. The previous
-handlers come back when the block ends. The names of the arguments follow torchft's local_sgd.DiLoCo
+once); the next hook raises Stopped, which the block swallows, so the code after it runs. A stop while
+entering (joining: waiting for Redis, a shard-server, the run's parameters) raises the same Stopped, from
+the `with` statement itself: the block never ran, so nothing swallows it. The previous handlers come back
+when the block ends (or the join gives up). The names of the arguments follow torchft's local_sgd.DiLoCo
 where they mean the same thing (sync_every, fragment_sync_delay, fragment_update_alpha).
 """
 from __future__ import annotations
@@ -177,7 +179,8 @@ class DiLoCo:
         return exc_type is not None and issubclass(exc_type, Stopped)
 
     def open(self) -> DiLoCo:
-        """Join the run: the model's parameters become the run's current global ones."""
+        """Join the run: the model's parameters become the run's current global ones. Raises Stopped when a
+        stop (SIGINT, SIGTERM, stop()) came while it joined: the session is closed, nothing of it left."""
         if self._d is not None:
             return self
         if self.process_group is not None:  # every rank the same error, before anything is touched
@@ -209,8 +212,11 @@ class DiLoCo:
                 self._check_layout(self._layout_json(), self._flat.layout)  # the run as diloco_open read it
             self._check_fragments()
             self._hook = _install_step_hook(self.inner_optimizer, self._after_step)
-        except BaseException:
+        except BaseException as e:
             self.close()
+            if isinstance(e, DiLoCoError) and self._stop_reason is not None:
+                # a stop while joining (e.g. Ctrl-C while it waits for a shard-server) is a stop, as in training
+                raise Stopped(self._stop_reason) from e
             raise
         return self
 

@@ -110,28 +110,33 @@ def main():
     out = open(args.digests, "w") if args.digests else None
     synclog = open(args.sync_log, "w") if args.sync_log else None
     before = signal.getsignal(signal.SIGINT)
-    with rediloco.DiLoCo(args.url, args.run, model, inner, sync_every=args.h, worker_id=args.worker_id,
-                         bf16=not args.no_bf16, heartbeat_interval=args.heartbeat,
-                         fragment_update_alpha=args.fragment_alpha, fragments_in_flight=args.fragments_in_flight,
-                         dylu=args.dylu) as dl:
-        step, last = 0, None
-        for step in range(1, args.steps + 1):
-            with torch.no_grad():
-                loss = gradient(model.x, a, c)
-            inner.step()  # the sync runs in here every H steps
-            dl.report(loss, tokens=1)
-            info = dl.last_sync
-            if info and info != last:  # a sync happened in this step
-                last = info
-                if out:
-                    out.write("%d %s\n" % (info.round, info.digest))
-                    out.flush()
-                if synclog:
-                    synclog.write(json.dumps(dict(dataclasses.asdict(info), step=step, h=dl.sync_every)) + "\n")
-                    synclog.flush()
-            if args.step_delay:
-                time.sleep(args.step_delay)
-        print("worker %s done at step %d over %s, %s" % (dl.worker_id, step, dl.transfer_path, dl.last_sync))
+    try:
+        with rediloco.DiLoCo(args.url, args.run, model, inner, sync_every=args.h, worker_id=args.worker_id,
+                             bf16=not args.no_bf16, heartbeat_interval=args.heartbeat,
+                             fragment_update_alpha=args.fragment_alpha, fragments_in_flight=args.fragments_in_flight,
+                             dylu=args.dylu) as dl:
+            step, last = 0, None
+            for step in range(1, args.steps + 1):
+                with torch.no_grad():
+                    loss = gradient(model.x, a, c)
+                inner.step()  # the sync runs in here every H steps
+                dl.report(loss, tokens=1)
+                info = dl.last_sync
+                if info and info != last:  # a sync happened in this step
+                    last = info
+                    if out:
+                        out.write("%d %s\n" % (info.round, info.digest))
+                        out.flush()
+                    if synclog:
+                        synclog.write(json.dumps(dict(dataclasses.asdict(info), step=step, h=dl.sync_every)) + "\n")
+                        synclog.flush()
+                if args.step_delay:
+                    time.sleep(args.step_delay)
+            print("worker %s done at step %d over %s, %s" % (dl.worker_id, step, dl.transfer_path, dl.last_sync))
+    except rediloco.Stopped as e:  # a stop while joining: raised by the `with` itself, the block never ran
+        print("stopped while joining (%s); SIGINT handler restored: %s" % (
+            e, signal.getsignal(signal.SIGINT) == before))
+        return 0
     # reached after a stop too: the block swallows rediloco.Stopped
     print("left the run at step %d (%s); SIGINT handler restored: %s" % (
         step, dl._stop_reason or "all steps done", signal.getsignal(signal.SIGINT) == before))

@@ -7,13 +7,13 @@
  * others'. Every sync of every rank is one line on stdout:
  *
  *   sync rank <r> version <v> digest <16 hex> up <bytes> down <bytes> stale <0|1> seconds <s> wait <s>
- *        at <call> <first send> <pushed> <get> <last recv> <return> local <16 hex>
+ *        at <call> <first send> <pushed> <get> <last recv> <return> local <16 hex> shards <16 hex> step <n>
  *
  * (the phase stamps in wall-clock microseconds: diloco_after_step called, diloco_sync_info's four, and
  * diloco_after_step returned; bench/group_round splits a round's time with them), and the digest of the
  * rank's own parameters as it trained them, before the sync (the ranks of a group hold the same: DDP).
- * With --ranks 1 it is one process of its own (no group): bench/group_round's reference. Every sync line
- * ends with "shards <16 hex>", diloco_sync_info.shards_digest (the whole run's, on every member).
+ * With --ranks 1 it is one process of its own (no group): bench/group_round's reference. shards is
+ * diloco_sync_info.shards_digest (the whole run's, on every member), step the rank's inner steps so far.
  *
  * With --sharded the group is a sharded one (FSDP, fully_shard: diloco.h "Sharded groups"): rank r hands
  * libdiloco only its dim-0 chunk of every tensor of the run's layout (model_dim0_chunk, as fully_shard
@@ -23,7 +23,11 @@
  * diloco_after_step and back after a sync: what libdiloco sees and moves is the rank's part only. A sync
  * line's digest is then the XXH3 of the rank's part, local the digest of its part before the sync.
  *
- * and a rank whose session fails prints "error rank <r>: <message>" and the program exits 1.
+ * Every rank asks its session its version (diloco_version) after every inner step, as a host's progress
+ * line may (tests/it_tsan_worker.sh runs that under ThreadSanitizer while a Streaming fragment's round writes
+ * it on its thread), and fails if it ever goes down.
+ *
+ * A rank whose session fails prints "error rank <r>: <message>" and the program exits 1.
  *
  * With --trainer gpt (bench/quality's group configurations) every rank trains the run's GPT instead, on
  * its own part of the data (the GPT flags after "--", as bin/worker takes them; rank r reads part
@@ -320,6 +324,7 @@ static void *rank_main(void *p)
     }
     if (mine != t->params) copy_slices(t->params, mine, sl, nsl, 0);
     trainer_stats st;
+    int64_t version = diloco_version(d);
     for (long step = 1; step <= c->steps; step++) {
         if (t->step(t, &st, err, sizeof err) < 0) break;
         if (c->step_delay_ms > 0) sleep_ms((unsigned)c->step_delay_ms);
@@ -335,14 +340,23 @@ static void *rank_main(void *p)
             c->failed = 1;
             break;
         }
+        /* asked after every step, as a host's progress line may (Streaming: while fragment 0 is in flight) */
+        int64_t now_at = diloco_version(d);
+        if (now_at < version) {
+            say(c, "error rank %d: diloco_version went down from %" PRId64 " to %" PRId64 "\n", c->rank, version,
+                now_at);
+            c->failed = 1;
+            break;
+        }
+        version = now_at;
         diloco_sync_info s;
         if (rc == 1 && diloco_last_sync(d, &s) == 0)
             say(c,
                 "sync rank %d version %" PRId64 " digest %016" PRIx64 " up %" PRIu64 " down %" PRIu64
                 " stale %d seconds %.4f wait %.4f at %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
-                " %" PRIu64 " local %016" PRIx64 " shards %016" PRIx64 "\n",
+                " %" PRIu64 " local %016" PRIx64 " shards %016" PRIx64 " step %ld\n",
                 c->rank, s.version, s.digest, s.bytes_up, s.bytes_down, s.stale, s.seconds, s.wait_seconds, t_call,
-                s.t_first_send_us, s.t_pushed_us, s.t_get_us, s.t_last_recv_us, t_ret, local, s.shards_digest);
+                s.t_first_send_us, s.t_pushed_us, s.t_get_us, s.t_last_recv_us, t_ret, local, s.shards_digest, step);
         if (rc == 1 && c->bad && !strcmp(c->bad, "RESTART") && c->rank == 1) {
             diloco *again; /* the old session stays open: the group, with rank 0 in it, goes on */
             if (diloco_open(&o, t->params, t->numel, &again, err, sizeof err) == 0) {

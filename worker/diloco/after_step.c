@@ -46,9 +46,9 @@ int diloco_after_step(diloco *d, char *err, size_t errlen)
 /* Evicted mid-interval (the heartbeat thread learnt it): stop training the interval as a dead incarnation
  * at once, and start a new one from the parameters fetched on registering again (round_rejoin). A Streaming
  * worker first settles its fragment in flight (that round may have registered us again already: then only
- * the interval starts over). Not a process group: its ranks must all decide the same at the same step, and
- * each rank's heartbeat learns of the eviction at its own time; agreeing would take a collective per step,
- * so a group finds out at its sync (group.c's recover). */
+ * the interval starts over). Not a process group: its ranks must all stop at the same step, and each rank's
+ * heartbeat learns of the eviction at its own time, so they agree at collectives made every few steps
+ * (group_step, group.c's CHECK). */
 static int rejoin_now(diloco *d, char *err, size_t errlen)
 {
     int stream = d->rc.nfragments > 1;
@@ -66,7 +66,7 @@ static int after_step(diloco *d, int evicted, char *err, size_t errlen)
     d->steps++;
     if (evicted && !d->grp) return rejoin_now(d, err, errlen);
     if (d->rc.nfragments == 1) {
-        if (d->steps < d->sync_every) return 0;
+        if (d->steps < d->sync_every) return d->grp ? group_step(d, err, errlen) : 0;
         d->steps = 0;
         return d->grp ? group_round(d, err, errlen) : round_blocking(d, 0, 0.0, err, errlen);
     }

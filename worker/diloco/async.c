@@ -84,7 +84,7 @@ int async_submit_net(diloco *d, int f, char *err, size_t errlen)
     int64_t lo = d->shard_version[first];
     for (int k = first + 1; k < last; k++)
         if (d->shard_version[k] < lo) lo = d->shard_version[k];
-    d->frag_version[f] = lo;
+    dl_set_frag_version(d, f, lo);
     log_debug("fragment %d: submission applied at version %" PRId64 " (got up to %" PRId64 ")", f, d->seq[first] + 1,
               d->shard_version[first]);
     return DL_OK;

@@ -175,7 +175,7 @@ int dl_register_now(diloco *d, char *err, size_t errlen)
         return -1;
     }
     for (int f = 0; f < d->rc.nfragments; f++) {
-        d->frag_version[f] = rounds->element[f]->integer;
+        dl_set_frag_version(d, f, rounds->element[f]->integer);
         d->frag_joined[f] = joined->type == REDIS_REPLY_ARRAY && (int)joined->elements == d->rc.nfragments &&
                                     joined->element[f]->type == REDIS_REPLY_INTEGER
                                 ? joined->element[f]->integer

@@ -38,7 +38,7 @@ int fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, 
                 if (d->shard_version[k] > hi) hi = d->shard_version[k];
             }
             if (lo == hi) {
-                d->frag_version[f] = hi;
+                dl_set_frag_version(d, f, hi);
                 d->frag_incomplete[f] = 0; /* base is one consistent version: no earlier round to finish */
                 if (!adopt) return 0;
                 params_adopt(d, first, last);
@@ -73,7 +73,7 @@ int fetch_wait_joined(diloco *d, int f, char *err, size_t errlen)
     if (d->rc.async || d->rc.nfragments != 1 || d->frag_joined[f] <= d->frag_version[f]) return 0;
     int rc = barrier_wait_closed(d, f, d->frag_version[f], err, errlen);
     if (rc == DL_FAIL) return -1;
-    if (rc == DL_OK) d->frag_version[f] = d->frag_joined[f];
+    if (rc == DL_OK) dl_set_frag_version(d, f, d->frag_joined[f]);
     /* DL_NEED (every member it waited for is gone: it needs our arrival to close), DL_STALE,
      * DL_EVICTED: the fetch below takes the version registration gave us and we train for the open
      * round (an eviction shows at the first arrival, which registers again) */

@@ -14,7 +14,13 @@
  *             round of its part (sync.c: push, arrive as its rank, wait, get), NET (all fine: the
  *             exchange; else RECOVER: rank 0 says whether the group is still a member, it registers
  *             again if not (then every rank waits, as a joiner, for the open round to close), and FETCH
- *             as at open).
+ *             as at open);
+ *   between:  CHECK every grp_check_every inner steps (a number rank 0 sets at each CHECK from its pace: about
+ *             two per heartbeat interval): whether any rank's heartbeat found the group evicted; if so every
+ *             rank stops the interval at that same step, and the group registers again and fetches as in
+ *             RECOVER (a worker of one process does that at its next inner step, after_step.c; the ranks
+ *             learn of an eviction each from its own heartbeat, at different steps, and can act on it only
+ *             together: at a collective made at a step they all know in advance).
  *
  * A rank moves shards [grp_bounds[r], grp_bounds[r+1]) (contiguous, balanced by elements), which
  * dl_first_shard / dl_last_shard give every per-fragment loop of sync.c, delta.c and fetch.c: the
@@ -35,12 +41,12 @@
 
 #define GROUP_MAGIC 0x70756f72676c6455ull /* "Udlgroup" */
 
-enum { GRP_HELLO = 1, GRP_REGISTER, GRP_JOIN, GRP_FETCH, GRP_PREPARE, GRP_NET, GRP_RECOVER };
+enum { GRP_HELLO = 1, GRP_REGISTER, GRP_JOIN, GRP_FETCH, GRP_PREPARE, GRP_NET, GRP_RECOVER, GRP_CHECK };
 
 static const char *step_name(int what)
 {
-    static const char *names[] = {"?", "open", "register", "join", "fetch", "prepare", "round", "recover"};
-    return what >= GRP_HELLO && what <= GRP_RECOVER ? names[what] : names[0];
+    static const char *names[] = {"?", "open", "register", "join", "fetch", "prepare", "round", "recover", "check"};
+    return what >= GRP_HELLO && what <= GRP_CHECK ? names[what] : names[0];
 }
 
 /* What one rank tells the others at one collective. */
@@ -358,7 +364,7 @@ static int group_register(diloco *d, char *err, size_t errlen)
     if (d->grp_rank > 0) {
         snprintf(d->worker_id, sizeof d->worker_id, "%s", all[0].worker);
         set_incarnation(d, all[0].v[0]);
-        d->frag_version[0] = all[0].v[1];
+        dl_set_frag_version(d, 0, all[0].v[1]);
         d->frag_joined[0] = all[0].v[2];
         redisReply *r = dl_command(d, me.err, sizeof me.err, "FCALL dl_group_join 1 %s %s %lld %d %d", d->config_key,
                                    d->worker_id, (long long)all[0].v[0], d->grp_rank, size);
@@ -384,6 +390,13 @@ out:
 }
 
 /* ---- open ------------------------------------------------------------------------------------------- */
+
+/* The ranks agreed (open, a sync, a CHECK): the steps to the next CHECK count from here. */
+static void check_restart(diloco *d)
+{
+    d->grp_since_check = 0;
+    d->grp_check_ms = now_ms();
+}
 
 static int check_hooks(const diloco_options *o, char *err, size_t errlen)
 {
@@ -513,6 +526,8 @@ int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, 
     log_info("rank %d of group %s joined run %s at version %" PRId64 " (%zu parameters, %s %d of %d shards)",
              d->grp_rank, d->worker_id, d->run, d->frag_version[0], numel, d->shard_ids ? "sharded:" : "moves",
              d->part_hi - d->part_lo, d->run_nshards);
+    d->grp_check_every = 1; /* rank 0 sets the pace at the first CHECK */
+    check_restart(d);
     return 0;
 }
 
@@ -527,6 +542,27 @@ static int stopped(diloco *d, const char *why, char *err, size_t errlen)
     set_incarnation(d, 0);
     err_set(err, errlen, "%s", msg);
     return -1;
+}
+
+/* Every rank: register the group again unless it is still a member, and continue from the current global
+ * parameters (the round's record, at round and t0, says stale). 1; 0 when that failed (the next sync tries
+ * again); -1 when stopping. */
+static int rejoin(diloco *d, int member, int64_t round, uint64_t t0, char *err, size_t errlen)
+{
+    int rc = 0;
+    if (!member && group_register(d, err, errlen) < 0) rc = -1;
+    /* Registered again: a joiner of the next round waits for the open one to close, as at open. The open
+     * round does not wait for the group, so training for it would be lost as STALE unless the group
+     * happened to arrive before it closed. A failed wait (only when stopping) is not acted on by this rank
+     * alone: every rank goes on to group_fetch, whose collective gathers every rank's outcome. */
+    if (rc == 0 && !member) (void)fetch_wait_joined(d, 0, err, errlen);
+    if (rc == 0 && group_fetch(d, d->frag_version[0], err, errlen) < 0) rc = -1;
+    if (rc < 0) {
+        log_error("the group could not recover: %s (the next sync tries again)", err);
+        return dl_stopping(d) ? stopped(d, err, err, errlen) : 0;
+    }
+    record(d, round, t0, 1);
+    return 1;
 }
 
 /* The round did not complete on every rank (why: the first rank's reason): wait out a repair if that was
@@ -555,22 +591,10 @@ static int recover(diloco *d, int worst, const char *why, int64_t round, uint64_
     int member = rc == 0 && all[0].v[0];
     free(all);
     if (rc < 0) return -1;
-    if (!member && group_register(d, err, errlen) < 0) rc = -1;
-    /* Registered again: a joiner of the next round waits for the open one to close, as at open. The open
-     * round does not wait for the group, so training for it would be lost as STALE unless the group
-     * happened to arrive before it closed. A failed wait (only when stopping) is not acted on by this rank
-     * alone: every rank goes on to group_fetch, whose collective gathers every rank's outcome. */
-    if (rc == 0 && !member) (void)fetch_wait_joined(d, 0, err, errlen);
-    if (rc == 0 && group_fetch(d, d->frag_version[0], err, errlen) < 0) rc = -1;
-    if (rc < 0) {
-        log_error("the group could not recover: %s (the next sync tries again)", err);
-        return dl_stopping(d) ? stopped(d, err, err, errlen) : 0;
-    }
-    record(d, round, t0, 1);
-    return 1;
+    return rejoin(d, member, round, t0, err, errlen);
 }
 
-int group_round(diloco *d, char *err, size_t errlen)
+static int round_once(diloco *d, char *err, size_t errlen)
 {
     round_begin(d);
     uint64_t t0 = now_ms();
@@ -620,4 +644,69 @@ stop:
 fatal:
     free(all);
     return -1;
+}
+
+int group_round(diloco *d, char *err, size_t errlen)
+{
+    int rc = round_once(d, err, errlen);
+    check_restart(d);
+    return rc;
+}
+
+/* ---- between syncs ----------------------------------------------------------------------------------- */
+
+/* Rank 0's steps from one CHECK to the next: about half a heartbeat interval at the pace of the n steps
+ * since the last agreement (ms), so the group acts on an eviction within about 1.5 heartbeat intervals
+ * (a worker of one process: 1) for one small allgather per half interval; at least 1; sync_every (none
+ * before the sync) without heartbeats, which are what finds an eviction. */
+static int64_t next_check(const diloco *d, int n, uint64_t ms)
+{
+    double half = d->o.heartbeat_interval_ms / 2.0, most = d->sync_every;
+    if (d->o.heartbeat_interval_ms <= 0) return d->sync_every;
+    double k = ms > 0 ? (double)n * half / (double)ms : most;
+    return k < 1 ? 1 : k > most ? d->sync_every : (int64_t)k;
+}
+
+/* CHECK: whether any rank's heartbeat found the group evicted. If one did, every rank (the same step on
+ * each) drops the rest of the interval, and the group registers again and continues from the global
+ * parameters as a joiner. 1 params changed, 0 not (or a failed rejoin: the next sync tries again), -1 when
+ * the collective failed or we stop. */
+static int check(diloco *d, char *err, size_t errlen)
+{
+    int size = d->o.group.size;
+    group_msg me = {0}, *all = calloc((size_t)size, sizeof *all);
+    if (!all) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    me.v[0] = dl_evicted(d);
+    if (d->grp_rank == 0) me.v[1] = next_check(d, d->grp_since_check, now_ms() - d->grp_check_ms);
+    int rc = gather(d, GRP_CHECK, &me, all, err, errlen), saw = -1;
+    for (int r = 0; rc == 0 && r < size && saw < 0; r++)
+        if (all[r].v[0]) saw = r;
+    int64_t every = all[0].v[1];
+    free(all);
+    if (rc < 0) return -1;
+    d->grp_check_every = every >= 1 && every <= d->sync_every ? (int)every : 1;
+    check_restart(d);
+    if (saw < 0) return 0;
+    log_warn("the group was evicted (rank %d's heartbeat was told) during inner step %d of %d; registering it again "
+             "now instead of training the rest of the interval as a dead incarnation (its steps are dropped)",
+             saw, d->steps, d->sync_every);
+    d->steps = 0; /* the next sync comes a whole interval after the parameters we are about to take */
+    round_begin(d);
+    uint64_t t0 = now_ms();
+    int64_t round = d->frag_version[0];
+    d->grp_dirty = 1;
+    d->refetch_all = 0;
+    dl_delta_forget_tokens(d);
+    rc = rejoin(d, 0, round, t0, err, errlen);
+    check_restart(d);
+    return rc;
+}
+
+int group_step(diloco *d, char *err, size_t errlen)
+{
+    if (++d->grp_since_check < d->grp_check_every) return 0;
+    return check(d, err, errlen);
 }

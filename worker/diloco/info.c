@@ -42,7 +42,8 @@ const char *diloco_worker_id(const diloco *d)
 }
 int64_t diloco_version(const diloco *d)
 {
-    return d->frag_version ? d->frag_version[0] : -1;
+    /* fragment 0's round may be writing it on its thread (dl_set_frag_version) */
+    return d->frag_version ? __atomic_load_n(&d->frag_version[0], __ATOMIC_RELAXED) : -1;
 }
 
 int diloco_stop_requested(const diloco *d)

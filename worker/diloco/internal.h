@@ -90,7 +90,7 @@ typedef enum prep_outcome {
 /* A fragment's round in flight on a background thread (streaming.c). Its threads count what the round
  * sends and receives in info (dl_round_info), not in the session's cur: rounds in flight at once would
  * mix their counters there. */
-/* fragments_in_flight > 1: the thread of fragment f's latest round, which goes on after its round (the
+/* dl_stream_overlap: the thread of fragment f's latest round, which goes on after its round (the
  * confirm's look, round_confirm_early) while training does: joined before f is sent again, or before
  * anything fetches every fragment (streaming.c). */
 typedef struct stream_tail {
@@ -153,7 +153,8 @@ struct diloco {
     size_t *upd_sparse_cap;
     float *upd_both;        /* parameters with momentum as received (2 floats per parameter) */
     uint64_t *delta_xxh;    /* per shard: the checksum of its part of delta_* (computed with it) */
-    int64_t *frag_version;  /* global version of each fragment's part of base (= its open round for us) */
+    int64_t *frag_version;  /* global version of each fragment's part of base (= its open round for us);
+                               written through dl_set_frag_version */
     int64_t *frag_joined;   /* per fragment: the first round the barrier expects us at (dl_register) */
     int64_t *shard_version; /* version of each shard of base, while fetching */
     /* Tentative parameters (docs/PROTOCOL.md): a sync round ends when the new parameters arrive, which
@@ -172,12 +173,12 @@ struct diloco {
 
     /* Streaming DiLoCo: up to o.fragments_in_flight fragments sync on background threads while training
      * goes on (streaming.c): a FIFO of slots, the oldest at inflight_head */
-    int frag_next; /* the fragment the next boundary sends (async) */
-    stream_slot inflight[RUNCONF_MAX_FRAGMENTS];
-    int inflight_head, inflight_count;
-    struct wake_hub *hub; /* fragments_in_flight > 1: the session's one listener on our wake list (wake.c) */
-    rconn *lane_ctl[RUNCONF_MAX_FRAGMENTS]; /* fragments_in_flight > 1: each lane's control connection */
-    stream_tail tails[RUNCONF_MAX_FRAGMENTS]; /* fragments_in_flight > 1: per fragment */
+    int frag_next;         /* the fragment the next boundary sends (async) */
+    stream_slot *inflight; /* inflight_max slots (D, allocated at open): the FIFO, oldest at inflight_head */
+    int inflight_max, inflight_head, inflight_count;
+    struct wake_hub *hub;      /* dl_stream_overlap: the session's one listener on our wake list (wake.c) */
+    rconn **lane_ctl;          /* dl_stream_overlap: each lane's control connection (F of them, made on first use) */
+    stream_tail *tails;        /* dl_stream_overlap: per fragment (F) */
     pthread_mutex_t stream_mu; /* with stream_cv: a round's thread says its round is over (net_done) */
     pthread_cond_t stream_cv;
     int fetched_all;      /* fetch_all calls so far (training thread): streaming.c sees a full refetch by it */
@@ -235,6 +236,9 @@ struct diloco {
     int part_lo, part_hi;
     int *grp_bounds;    /* size+1 shard indices: rank r moves shards [grp_bounds[r], grp_bounds[r+1]) */
     uint32_t grp_calls; /* collectives so far: the ranks of a group in step have made the same number */
+    int grp_check_every;   /* inner steps from one CHECK (group.c: was the group evicted?) to the next, rank 0's */
+    int grp_since_check;   /* inner steps since the ranks last agreed (open, a sync, a CHECK) */
+    uint64_t grp_check_ms; /* when they did (rank 0 paces the CHECKs by it) */
     int grp_dirty;      /* the ranks' parts may disagree: the next sync fetches instead of sending */
     /* a sharded group's rank (part.c: group.slices): rc is this rank's view of the run, its shards only,
      * renumbered 0 .. rc.nshards-1 with bounds into its own buffers; shard_ids[k] is shard k's number in
@@ -250,6 +254,14 @@ struct diloco {
 static inline int dl_shard_id(const diloco *d, int k)
 {
     return d->shard_ids ? d->shard_ids[k] : k;
+}
+
+/* Fragment f's version is written only through this: a Streaming fragment's round writes it on its own
+ * thread, and diloco_version reads fragment 0's on the host's while that round may be in flight (an
+ * atomic store and load; the library's other reads are on the thread that wrote it, or after it was joined). */
+static inline void dl_set_frag_version(diloco *d, int f, int64_t version)
+{
+    __atomic_store_n(&d->frag_version[f], version, __ATOMIC_RELAXED);
 }
 
 /* The shards of fragment f this session moves: the fragment's, or its part of them in a group. */
@@ -552,6 +564,9 @@ void stream_finish_inflight(diloco *d);
 int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);
 /* The group's sync round (plain DiLoCo): each rank its part, then the exchange. As round_blocking. */
 int group_round(diloco *d, char *err, size_t errlen);
+/* A group's inner step that is not a sync: every grp_check_every steps the ranks agree whether the group
+ * was evicted, and if so all stop the interval there and register again. As group_round. */
+int group_step(diloco *d, char *err, size_t errlen);
 void group_wait_committed(diloco *d); /* before a group rank's normal close ends the group */
 
 #endif

@@ -77,7 +77,7 @@ int round_net(diloco *d, int f, char *err, size_t errlen)
         if (rc == DL_OK) lookahead_aim(d, f);
     } else {
         rc = sync_run_round(d, f, round, err, errlen);
-        if (rc == DL_OK) d->frag_version[f] = round + 1;
+        if (rc == DL_OK) dl_set_frag_version(d, f, round + 1);
     }
     if (rc == DL_OK) return DL_OK;
     if (rc == DL_STALE) { /* stale: evicted? */

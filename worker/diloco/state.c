@@ -30,6 +30,10 @@ void diloco_options_default(diloco_options *o)
     o->fragments_in_flight = 1;
 }
 
+/* What grows with the run (shards, fragments, fragments in flight) is allocated below, at open: struct diloco
+ * had room for 256 rounds in flight, tails and lanes whatever D and F were, 134 KB a session (15 KB now). */
+_Static_assert(sizeof(struct diloco) < 32 * 1024, "struct diloco holds per-fragment arrays: allocate them at open");
+
 static int alloc_buffers(diloco *d, char *err, size_t errlen)
 {
     size_t n = d->numel;
@@ -59,9 +63,14 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen)
     d->tent_epoch = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->tent_round = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
     d->frag_incomplete = calloc((size_t)d->rc.nfragments, sizeof(int));
+    /* Streaming (streaming.c): D slots for the rounds in flight, a tail and a lane per fragment */
+    d->inflight_max = d->o.fragments_in_flight > 1 ? d->o.fragments_in_flight : 1;
+    d->inflight = calloc((size_t)d->inflight_max, sizeof(stream_slot));
+    d->tails = calloc((size_t)d->rc.nfragments, sizeof(stream_tail));
+    d->lane_ctl = calloc((size_t)d->rc.nfragments, sizeof(rconn *));
     if (!d->base || !d->owners || !d->shard_version || !d->frag_version || !d->frag_joined || !d->seq ||
         !d->push_tokens || !d->tokens_at_send || !d->tent_version || !d->tent_xxh || !d->delta_xxh || !d->tent_epoch ||
-        !d->tent_round || !d->frag_incomplete) {
+        !d->tent_round || !d->frag_incomplete || !d->inflight || !d->tails || !d->lane_ctl) {
         err_set(err, errlen, "out of memory for %zu parameters", n);
         return -1;
     }
@@ -205,8 +214,9 @@ int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, 
 void state_free(diloco *d)
 {
     if (d->ctl) rconn_free(d->ctl);
-    for (int i = 0; i < RUNCONF_MAX_FRAGMENTS; i++)
+    for (int i = 0; d->lane_ctl && i < d->rc.nfragments; i++)
         if (d->lane_ctl[i]) rconn_free(d->lane_ctl[i]);
+    free(d->lane_ctl);
     if (d->blk) rconn_free(d->blk);
     runconf_free(&d->rc);
     part_free(d);
@@ -228,5 +238,7 @@ void state_free(diloco *d)
     free(d->seq);
     free(d->push_tokens);
     free(d->tokens_at_send);
+    free(d->inflight);
+    free(d->tails);
     free(d->grp_bounds);
 }

@@ -38,10 +38,6 @@
 
 #define STREAM_WAIT_TELL_MS 60000 /* how often a round longer than an interval is said (tell_round_longer) */
 
-static int in_flight_max(const diloco *d)
-{
-    return d->o.fragments_in_flight > 1 ? d->o.fragments_in_flight : 1;
-}
 
 static void *inflight_main(void *p)
 {
@@ -98,7 +94,7 @@ static void reap_tails(diloco *d)
 
 static stream_slot *slot_at(diloco *d, int i) /* the i-th oldest in flight */
 {
-    return &d->inflight[(d->inflight_head + i) % RUNCONF_MAX_FRAGMENTS];
+    return &d->inflight[(d->inflight_head + i) % d->inflight_max];
 }
 
 /* Whether a round's thread may be writing base now (then the record of a sync leaves its digests 0). */
@@ -175,10 +171,10 @@ static void tell_round_longer(diloco *d, int f, uint64_t trained, uint64_t waite
     if (d->stream_wait_told_ms != 0 && now - d->stream_wait_told_ms < STREAM_WAIT_TELL_MS) return;
     d->stream_wait_told_ms = now;
     char had[96];
-    if (in_flight_max(d) == 1)
+    if (d->inflight_max == 1)
         snprintf(had, sizeof had, "the interval of %d steps", stream_interval(d));
     else
-        snprintf(had, sizeof had, "the %d intervals of %d steps it had in flight", in_flight_max(d), stream_interval(d));
+        snprintf(had, sizeof had, "the %d intervals of %d steps it had in flight", d->inflight_max, stream_interval(d));
     log_warn("fragment %d's round took %.2f s, longer than %s (%.2f s): training waited %.2f s for it. Over a slow "
              "or distant link, more fragments in flight (--fragments-in-flight, at most the run's %d), fewer "
              "fragments (coordinator init --fragments) or a larger --sync-every hide a round (docs/compression.md, "
@@ -237,7 +233,7 @@ static int finish_oldest(diloco *d, int at_boundary, char *err, size_t errlen)
     int threaded = s->threaded;
     join_slot(d, s);
     if (threaded && at_boundary) tell_round_longer(d, s->frag, t_join - s->t0, now_ms() - t_join);
-    d->inflight_head = (d->inflight_head + 1) % RUNCONF_MAX_FRAGMENTS;
+    d->inflight_head = (d->inflight_head + 1) % d->inflight_max;
     d->inflight_count--;
     if (dl_stream_overlap(d) && round_settle_refetches(d, s->rc)) return settle_alone(d, s, err, errlen);
     return settle_slot(d, s, err, errlen);
@@ -264,6 +260,7 @@ int stream_finish_fragment(diloco *d, char *err, size_t errlen)
 
 void stream_finish_inflight(diloco *d)
 {
+    if (!d->inflight || !d->tails) return; /* an open that failed before its buffers: nothing ran */
     char err[256];
     while (d->inflight_count > 0) stream_finish_fragment(d, err, sizeof err);
     join_tails(d);
@@ -279,7 +276,7 @@ int stream_interval(const diloco *d)
 static int fragment_in_flight(const diloco *d, int f)
 {
     for (int i = 0; i < d->inflight_count; i++)
-        if (d->inflight[(d->inflight_head + i) % RUNCONF_MAX_FRAGMENTS].frag == f) return 1;
+        if (d->inflight[(d->inflight_head + i) % d->inflight_max].frag == f) return 1;
     return 0;
 }
 
@@ -314,7 +311,7 @@ void stream_force_order(const diloco *d, int *order)
 int stream_step(diloco *d, char *err, size_t errlen)
 {
     int changed = 0;
-    while (d->inflight_count >= in_flight_max(d)) {
+    while (d->inflight_count >= d->inflight_max) {
         int rc = finish_oldest(d, 1, err, errlen);
         if (rc < 0) return -1;
         changed |= rc;

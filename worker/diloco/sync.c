@@ -213,7 +213,7 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen)
     if (rc != DL_OK) return DL_FAIL; /* per-shard state is accurate (-1 where a receive broke): again next time */
     if (incomplete) {
         /* the round completed after all: take its result, as the sync would have had it not failed */
-        d->frag_version[f] = want;
+        dl_set_frag_version(d, f, want);
         d->frag_incomplete[f] = 0;
         params_adopt(d, first, last);
         size_t off = (size_t)d->rc.shard_bounds[first];

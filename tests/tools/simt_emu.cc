@@ -221,6 +221,33 @@ static int run_block(void)
     return -1;
 }
 
+/* the grid's blocks one after another, in a random order: a GPU runs them in any order and at once, so
+ * a kernel must not depend on it; and a block that reads shared memory before writing it then reads
+ * another block's leftovers, not its own previous values */
+static int run_grid(simt_dim3 grid, char *err, size_t errlen)
+{
+    size_t n = (size_t)grid.x * grid.y * grid.z;
+    size_t *order = (size_t *)malloc((n ? n : 1) * sizeof *order);
+    if (!order) {
+        snprintf(err, errlen, "simt: out of memory for a grid of %zu blocks", n);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++) order[i] = i;
+    for (size_t i = n; i > 1; i--) { /* Fisher-Yates */
+        size_t j = (size_t)(next_random() % i), t = order[i - 1];
+        order[i - 1] = order[j];
+        order[j] = t;
+    }
+    int rc = 0;
+    for (size_t i = 0; i < n && !rc; i++) {
+        size_t b = order[i];
+        blockIdx = simt_dim3{(unsigned)(b % grid.x), (unsigned)(b / grid.x % grid.y), (unsigned)(b / grid.x / grid.y)};
+        rc = run_block();
+    }
+    free(order);
+    return rc;
+}
+
 int simt_launch(simt_dim3 grid, unsigned block, unsigned seed, void (*body)(void *), void *arg, char *err,
                 size_t errlen)
 {
@@ -246,12 +273,7 @@ int simt_launch(simt_dim3 grid, unsigned block, unsigned seed, void (*body)(void
     E.errlen = errlen;
     gridDim = grid;
     blockDim = simt_dim3{block, 1, 1};
-    for (unsigned z = 0; z < grid.z && !rc; z++)
-        for (unsigned y = 0; y < grid.y && !rc; y++)
-            for (unsigned x = 0; x < grid.x && !rc; x++) {
-                blockIdx = simt_dim3{x, y, z};
-                rc = run_block();
-            }
+    rc = rc ? rc : run_grid(grid, err, errlen);
     for (unsigned i = 0; E.f && i < block; i++) free(E.f[i].stack);
     free(E.f);
     free(E.w);

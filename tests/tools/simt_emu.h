@@ -1,9 +1,9 @@
 /* simt_emu.h: a CPU lane emulator that runs CUDA kernel source, compiled by g++, for the tests of
  * kernels no GPU can check here (tests/test_flash_emu.cc runs worker/cuda/flash_mma.cuh under it).
  *
- * A launch runs the grid's blocks one after another. A block's threads are fibers (ucontext) on the
- * calling thread: one runs until it reaches __syncthreads, __syncwarp or a warp collective (a
- * shuffle, mma_bf16_16816, ldmatrix), then a fiber picked in a seeded random order runs. So every
+ * A launch runs the grid's blocks one after another, in a seeded random order. A block's threads are
+ * fibers (ucontext) on the calling thread: one runs until it reaches __syncthreads, __syncwarp or a
+ * warp collective (a shuffle, mma_bf16_16816, ldmatrix), then a fiber picked at random runs. So every
  * interleaving the barriers allow can happen, and a kernel that reads shared memory before the
  * barrier that orders its writes gets the wrong values, as on a GPU. The collectives implement the
  * layouts warp_mma.h documents (the PTX ISA's). A lane that exits counts as arrived at __syncthreads

@@ -263,7 +263,10 @@ typedef struct diloco_sync_info {
     int fragment;        /* which fragment synced (0 without Streaming DiLoCo) */
     int64_t round;       /* the round this sync completed (the new version is round+1) */
     int64_t version;     /* global version now held */
-    double seconds;      /* first pseudo-gradient byte sent to last parameter byte received */
+    double seconds;      /* from the round's start (its first pseudo-gradient byte sent) until it was settled:
+                            in a Streaming run that is at a later boundary, so it includes the steps trained
+                            while the round was in flight (the network round alone: t_last_recv_us -
+                            t_first_send_us) */
     double wait_seconds; /* part of it spent waiting for the barrier */
     /* Payload bytes this sync sent (pseudo-gradients, resends included: every frame that went out,
      * whatever its reply) and received (parameters). A lost round that sent nothing reports 0 up. */

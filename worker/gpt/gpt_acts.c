@@ -3,10 +3,9 @@
 #include "gpt_acts.h"
 
 /* Walks the buffers from offset 0; binds them when arena is not NULL. Returns the floats used. */
-static size_t walk(const gpt_config *c, int B, int T, size_t align, float *arena, gpt_acts *a)
+static size_t walk(const gpt_config *c, int B, int T, size_t align, size_t att, float *arena, gpt_acts *a)
 {
-    size_t N = (size_t)B * T, C = (size_t)c->dim, NH = (size_t)c->heads, V = (size_t)c->vocab;
-    size_t att = (size_t)B * NH * T * T;
+    size_t N = (size_t)B * T, C = (size_t)c->dim, V = (size_t)c->vocab;
     size_t off = 0;
 #define TAKE(field, n)                              \
     do {                                            \
@@ -44,12 +43,27 @@ static size_t walk(const gpt_config *c, int B, int T, size_t align, float *arena
     return off;
 }
 
+static size_t att_full(const gpt_config *c, int B, int T)
+{
+    return (size_t)B * (size_t)c->heads * (size_t)T * (size_t)T;
+}
+
 size_t gpt_acts_size(const gpt_config *c, int B, int T, size_t align)
 {
-    return walk(c, B, T, align, NULL, NULL);
+    return walk(c, B, T, align, att_full(c, B, T), NULL, NULL);
 }
 
 size_t gpt_acts_bind(const gpt_config *c, int B, int T, size_t align, float *arena, gpt_acts *a)
 {
-    return walk(c, B, T, align, arena, a);
+    return walk(c, B, T, align, att_full(c, B, T), arena, a);
+}
+
+size_t gpt_acts_size_att(const gpt_config *c, int B, int T, size_t align, size_t att)
+{
+    return walk(c, B, T, align, att, NULL, NULL);
+}
+
+size_t gpt_acts_bind_att(const gpt_config *c, int B, int T, size_t align, size_t att, float *arena, gpt_acts *a)
+{
+    return walk(c, B, T, align, att, arena, a);
 }

@@ -7,7 +7,10 @@
  *     mean and rstd: the two paths differ only in the store;
  *   - GELU (tanh form) against float64 (rel 1e-6 of the largest value), n 1000 (a partial last block),
  *     and its bf16 output the rounding of the fp32 one, exactly;
- *   - bias + residual exactly. */
+ *   - bias + residual exactly;
+ *   - the column sums (block 32 x 32, a fixed tree; N 77, C 70: a partial tile of columns) against float64,
+ *     rel 1e-5: a bias's gradient, with the bf16 copy of what it sums written in the same pass (exactly
+ *     the rounding of each value), and LayerNorm's weight gradient; two interleavings, the same bytes. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -106,11 +109,63 @@ static void test_gelu_residual(void)
     free(inp), free(out), free(bias), free(res), free(sum), free(out16);
 }
 
+static void test_colsum(void)
+{
+    int N = 77, C = 70;
+    size_t n = (size_t)N * C;
+    float *d = (float *)malloc(n * 4), *inp = (float *)malloc(n * 4), *mean = (float *)malloc(N * 4);
+    float *rstd = (float *)malloc(N * 4), *db[2], *dw = (float *)calloc(C, 4);
+    uint16_t *d16 = (uint16_t *)calloc(n, 2);
+    for (size_t i = 0; i < n; i++) {
+        d[i] = input(i, 1.0f);
+        inp[i] = input(i + 11, 2.0f);
+    }
+    for (int r = 0; r < N; r++) {
+        mean[r] = input((size_t)r + 3, 0.5f);
+        rstd[r] = 1.0f + input((size_t)r + 5, 0.5f);
+    }
+    char err[256] = "";
+    simt_dim3 grid = blocks((size_t)C, 32), block = {32, 32, 1};
+    for (int k = 0; k < 2; k++) {
+        db[k] = (float *)calloc(C, 4);
+        CHECK(simt_run(grid, block, (unsigned)k + 1, err, sizeof err, colsum_k, db[k], (float *)NULL, d16,
+                       (const float *)d, (const float *)NULL, (const float *)NULL, (const float *)NULL, N, C) == 0,
+              "%s", err);
+    }
+    float *db2 = (float *)calloc(C, 4);
+    CHECK(simt_run(grid, block, 3, err, sizeof err, colsum_k, db2, dw, (uint16_t *)NULL, (const float *)d,
+                   (const float *)inp, (const float *)mean, (const float *)rstd, N, C) == 0,
+          "%s", err);
+    double wb = 0, ww = 0, tb = 0, tw = 0;
+    int off16 = 0;
+    for (int c = 0; c < C; c++) {
+        double sb = 0, sw = 0;
+        for (int r = 0; r < N; r++) {
+            size_t i = (size_t)r * C + c;
+            sb += d[i];
+            sw += ((double)inp[i] - mean[r]) * rstd[r] * d[i];
+            off16 += d16[i] != bf16_bits(d[i]);
+        }
+        wb = fmax(wb, fabs(db[0][c] - sb));
+        ww = fmax(ww, fabs(dw[c] - sw));
+        tb = fmax(tb, fabs(sb));
+        tw = fmax(tw, fabs(sw));
+    }
+    printf("  colsum N %d C %d: bias rel err %.2g, weight rel err %.2g, %d bf16 copies wrong\n", N, C, wb / tb, ww / tw,
+           off16);
+    CHECK(wb / tb <= 1e-5 && ww / tw <= 1e-5, "colsum rel err %g, %g", wb / tb, ww / tw);
+    CHECK(off16 == 0, "%d bf16 copies differ from the rounding of the values", off16);
+    CHECK(memcmp(db[0], db[1], C * 4) == 0 && memcmp(db[0], db2, C * 4) == 0,
+          "the column sums differ between interleavings or with the weight gradient on");
+    free(d), free(inp), free(mean), free(rstd), free(db[0]), free(db[1]), free(db2), free(dw), free(d16);
+}
+
 int main(void)
 {
     test_layernorm(19, 64);
     test_layernorm(19, 200);
     test_gelu_residual();
-    return emu_finish(
-        "layernorm, gelu and bias + residual match float64; their bf16 outputs are the fp32 ones rounded");
+    test_colsum();
+    return emu_finish("layernorm, gelu, bias + residual and column sums match float64; their bf16 outputs are the "
+                      "fp32 ones rounded");
 }

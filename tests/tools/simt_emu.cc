@@ -77,7 +77,7 @@ static void fail(const char *fmt, ...)
 
 static void fail_here(const char *what)
 {
-    fail("block (%u,%u,%u) thread %u: %s", blockIdx.x, blockIdx.y, blockIdx.z, E.cur->tid.x, what);
+    fail("block (%u,%u,%u) thread %u: %s", blockIdx.x, blockIdx.y, blockIdx.z, (unsigned)(E.cur - E.f), what);
     _longjmp(E.sched, 1); /* never resumed: the launch ends */
 }
 
@@ -90,12 +90,12 @@ static void wait_at(int state, int coll)
 
 static int lane(void)
 {
-    return (int)(E.cur->tid.x & 31);
+    return (int)((E.cur - E.f) & 31); /* warps are 32 consecutive threads in linear order */
 }
 
 static warp_slots *warp(void)
 {
-    return &E.w[E.cur->tid.x >> 5];
+    return &E.w[(E.cur - E.f) >> 5];
 }
 
 static void fiber_entry(void)
@@ -155,7 +155,7 @@ static void release_block(void)
 /* counts where f stopped, and releases the barrier it completes */
 static int account(fiber *f)
 {
-    unsigned w = f->tid.x >> 5;
+    unsigned w = (unsigned)(f - E.f) >> 5;
     if (f->state == F_WAIT_WARP) E.warp_waiting[w]++;
     if (f->state == F_WAIT_BLOCK) E.block_waiting++;
     if (f->state == F_DONE) {
@@ -198,7 +198,7 @@ static int run_block(void)
     E.nrun = E.block_waiting = E.done = 0;
     for (unsigned i = 0; i < E.n; i++) {
         fiber *f = &E.f[i];
-        f->tid = simt_dim3{i, 0, 0};
+        f->tid = simt_dim3{i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y)};
         f->started = 0;
         getcontext(&f->ctx);
         f->ctx.uc_stack.ss_sp = f->stack;
@@ -248,11 +248,13 @@ static int run_grid(simt_dim3 grid, char *err, size_t errlen)
     return rc;
 }
 
-int simt_launch(simt_dim3 grid, unsigned block, unsigned seed, void (*body)(void *), void *arg, char *err,
+int simt_launch(simt_dim3 grid, simt_dim3 shape, unsigned seed, void (*body)(void *), void *arg, char *err,
                 size_t errlen)
 {
+    unsigned block = shape.x * shape.y * shape.z;
     if (block == 0 || block % 32 || block > 1024) {
-        snprintf(err, errlen, "simt: a block of %u threads: it must be a multiple of 32 up to 1024", block);
+        snprintf(err, errlen, "simt: a block of %u x %u x %u threads: it must be a multiple of 32 up to 1024", shape.x,
+                 shape.y, shape.z);
         return -1;
     }
     E.n = block;
@@ -272,7 +274,7 @@ int simt_launch(simt_dim3 grid, unsigned block, unsigned seed, void (*body)(void
     E.err = err;
     E.errlen = errlen;
     gridDim = grid;
-    blockDim = simt_dim3{block, 1, 1};
+    blockDim = shape;
     rc = rc ? rc : run_grid(grid, err, errlen);
     for (unsigned i = 0; E.f && i < block; i++) free(E.f[i].stack);
     free(E.f);

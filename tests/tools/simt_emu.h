@@ -12,7 +12,8 @@
  * hanging or guessing.
  *
  * Kernel source may use: the qualifiers below, threadIdx,
- * blockIdx, blockDim, gridDim (1-D blocks, a multiple of 32 threads, at most 1024), __shared__
+ * blockIdx, blockDim, gridDim (blocks of a multiple of 32 threads, at most 1024; threadIdx.x varies
+ * fastest, and warps are 32 consecutive threads in that order, as on a GPU), __shared__
  * arrays of static size declared in the kernel (one copy, reused by each block in turn), the math of
  * <math.h>, and warp_mma.h. Not emulated: dynamic shared memory, atomics, partial-warp masks,
  * cooperative groups. tensor-core accumulation is emulated exactly (double) then rounded once to fp32,
@@ -65,12 +66,12 @@ void ldmatrix_x2_trans(uint32_t r[2], const void *row);
 
 /* Runs body(arg) as every thread of grid.x * grid.y * grid.z blocks of `block` threads. seed picks the
  * interleaving. Returns 0, or -1 with the reason in err (a deadlock, a bad launch). */
-int simt_launch(simt_dim3 grid, unsigned block, unsigned seed, void (*body)(void *), void *arg, char *err,
+int simt_launch(simt_dim3 grid, simt_dim3 block, unsigned seed, void (*body)(void *), void *arg, char *err,
                 size_t errlen);
 
 /* simt_launch of a kernel with its arguments: simt_run(grid, block, seed, err, errlen, kernel, args...) */
 template <typename... P, typename... A>
-int simt_run(simt_dim3 grid, unsigned block, unsigned seed, char *err, size_t errlen, void (*kernel)(P...), A... args)
+int simt_run(simt_dim3 grid, simt_dim3 block, unsigned seed, char *err, size_t errlen, void (*kernel)(P...), A... args)
 {
     struct call {
         void (*kernel)(P...);
@@ -78,6 +79,13 @@ int simt_run(simt_dim3 grid, unsigned block, unsigned seed, char *err, size_t er
     } c{kernel, std::tuple<P...>(args...)};
     return simt_launch(
         grid, block, seed, [](void *p) { std::apply(((call *)p)->kernel, ((call *)p)->args); }, &c, err, errlen);
+}
+
+/* 1-D blocks of `block` threads */
+template <typename... P, typename... A>
+int simt_run(simt_dim3 grid, unsigned block, unsigned seed, char *err, size_t errlen, void (*kernel)(P...), A... args)
+{
+    return simt_run(grid, simt_dim3{block, 1, 1}, seed, err, errlen, kernel, args...);
 }
 
 #endif

@@ -79,10 +79,10 @@ int l_matmul_backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const f
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    if (l_to_bf16(x, dout16, dout, (size_t)N * OC)) return -1;
+    if (l_colsum_bf16(x, dbias, dout16, dout, N, OC)) return -1; /* dbias and dout's bf16 in one pass */
     CKB(mm16(x->h, 0, 0, N, C, OC, 1.0f, dout16, OC, w16, C, 0.0f, dinp, C));
     CKB(mm16(x->h, 1, 0, OC, C, N, 1.0f, dout16, OC, inp16, C, 0.0f, dw, C));
-    return l_colsum(x, dbias, dout, N, OC);
+    return 0;
 }
 
 /* the lm head: logits (N,V) = lnf16 (N,C) wte^T, and its backward dlnf = dlogits wte, dwte = dlogits^T lnf

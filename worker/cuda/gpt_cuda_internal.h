@@ -147,7 +147,7 @@ int l_clip(ctx *x, float *g, size_t n, double max_norm, double *red);
 /* out (N,OC) = bias broadcast (before a product adds into it); dbias (OC) = column sums of dout (N,OC) */
 int l_bias_broadcast(ctx *x, float *out, const float *bias, int N, int OC);
 int l_bias_residual(ctx *x, float *out, const float *bias, const float *res, int N, int OC);
-int l_colsum(ctx *x, float *dbias, const float *dout, int N, int OC);
+int l_colsum_bf16(ctx *x, float *dbias, __nv_bfloat16 *dout16, const float *dout, int N, int OC);
 
 /* ---- bf16 precision (gpt_cuda_bf16.cu): bf16 operands, fp32 accumulation and results ---------- */
 int l_to_bf16(ctx *x, __nv_bfloat16 *out, const float *in, size_t n);

@@ -100,36 +100,6 @@ __global__ void layernorm_backward_dx_k(float *dinp, const float *dout, const fl
     }
 }
 
-/* column sums over N rows, block (32, 32): x = column in a tile of 32, y = row lane.
- * dw[c] = sum_r (x[r,c]-mean[r])*rstd[r]*d[r,c] (when inp != NULL), db[c] = sum_r d[r,c]. */
-__global__ void colsum_k(float *db, float *dw, const float *d, const float *inp, const float *mean, const float *rstd,
-                         int N, int C)
-{
-    __shared__ float sb[32][33], sw[32][33];
-    int c = blockIdx.x * 32 + threadIdx.x;
-    float ab = 0.0f, aw = 0.0f;
-    if (c < C)
-        for (int r = threadIdx.y; r < N; r += 32) {
-            float g = d[(size_t)r * C + c];
-            ab += g;
-            if (inp) aw += (inp[(size_t)r * C + c] - mean[r]) * rstd[r] * g;
-        }
-    sb[threadIdx.y][threadIdx.x] = ab;
-    sw[threadIdx.y][threadIdx.x] = aw;
-    __syncthreads();
-    for (int s = 16; s > 0; s >>= 1) {
-        if ((int)threadIdx.y < s) {
-            sb[threadIdx.y][threadIdx.x] += sb[threadIdx.y + s][threadIdx.x];
-            sw[threadIdx.y][threadIdx.x] += sw[threadIdx.y + s][threadIdx.x];
-        }
-        __syncthreads();
-    }
-    if (threadIdx.y == 0 && c < C) {
-        db[c] = sb[0][threadIdx.x];
-        if (dw) dw[c] = sw[0][threadIdx.x];
-    }
-}
-
 __global__ void bias_broadcast_k(float *out, const float *bias, int N, int OC)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
@@ -405,7 +375,7 @@ int l_layernorm_backward(ctx *x, float *dinp, float *dw, float *db, const float 
     layernorm_backward_dx_k<<<nblocks((size_t)N, ROWS_PER_BLOCK), BS, 0, x->st>>>(dinp, dout, inp, w, mean, rstd, N, C,
                                                                                   accumulate);
     CKL();
-    colsum_k<<<nblocks((size_t)C, 32), dim3(32, 32), 0, x->st>>>(db, dw, dout, inp, mean, rstd, N, C);
+    colsum_k<<<nblocks((size_t)C, 32), dim3(32, 32), 0, x->st>>>(db, dw, NULL, dout, inp, mean, rstd, N, C);
     CKL();
     return 0;
 }
@@ -439,11 +409,13 @@ int l_bias_broadcast(ctx *x, float *out, const float *bias, int N, int OC)
     return 0;
 }
 
-int l_colsum(ctx *x, float *dbias, const float *dout, int N, int OC)
+/* dbias = the column sums of dout (N,OC), and dout16 = its bf16 copy, in one pass over it */
+int l_colsum_bf16(ctx *x, float *dbias, __nv_bfloat16 *dout16, const float *dout, int N, int OC)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    colsum_k<<<nblocks((size_t)OC, 32), dim3(32, 32), 0, x->st>>>(dbias, NULL, dout, NULL, NULL, NULL, N, OC);
+    colsum_k<<<nblocks((size_t)OC, 32), dim3(32, 32), 0, x->st>>>(dbias, NULL, (uint16_t *)dout16, dout, NULL, NULL,
+                                                                  NULL, N, OC);
     CKL();
     return 0;
 }
@@ -455,7 +427,7 @@ int l_matmul_backward(ctx *x, float *dinp, float *dw, float *dbias, const float 
     size_t errlen = x->errlen;
     CKB(mm(x->h, 0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C));
     CKB(mm(x->h, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 0.0f, dw, C));
-    colsum_k<<<nblocks((size_t)OC, 32), dim3(32, 32), 0, x->st>>>(dbias, NULL, dout, NULL, NULL, NULL, N, OC);
+    colsum_k<<<nblocks((size_t)OC, 32), dim3(32, 32), 0, x->st>>>(dbias, NULL, NULL, dout, NULL, NULL, NULL, N, OC);
     CKL();
     return 0;
 }

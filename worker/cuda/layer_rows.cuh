@@ -7,6 +7,9 @@
  *                         written nor converted again (l_to_bf16) before the product and its backward
  *   bias_residual_k       out = bias + res, the C a product with beta = 1 adds to: the bf16 path's
  *                         projections add their residual there instead of in a separate pass
+ *   colsum_k              column sums (a bias's gradient, and LayerNorm's weight gradient), and with d16
+ *                         the bf16 copy of what it sums, in the same pass: the incoming gradient of the
+ *                         bf16 path's products is read once, not twice
  *
  * The fp32 arithmetic is the same either way, so the bf16 output is the fp32 output rounded once. */
 #ifndef DILOCO_LAYER_ROWS_CUH
@@ -69,6 +72,38 @@ __global__ void gelu_forward_k(float *out, uint16_t *out16, const float *inp, si
         out16[i] = bf16_bits(y);
     else
         out[i] = y;
+}
+
+/* column sums over N rows, block (32, 32): x = column in a tile of 32, y = row lane, summed in a fixed
+ * tree. dw[c] = sum_r (x[r,c]-mean[r])*rstd[r]*d[r,c] (when inp != NULL), db[c] = sum_r d[r,c]; d16 (when
+ * not NULL) = d in bf16, in the same pass: the bf16 path's incoming gradient, the operand of its products */
+__global__ void colsum_k(float *db, float *dw, uint16_t *d16, const float *d, const float *inp, const float *mean,
+                         const float *rstd, int N, int C)
+{
+    __shared__ float sb[32][33], sw[32][33];
+    int c = blockIdx.x * 32 + threadIdx.x;
+    float ab = 0.0f, aw = 0.0f;
+    if (c < C)
+        for (int r = threadIdx.y; r < N; r += 32) {
+            float g = d[(size_t)r * C + c];
+            if (d16) d16[(size_t)r * C + c] = bf16_bits(g);
+            ab += g;
+            if (inp) aw += (inp[(size_t)r * C + c] - mean[r]) * rstd[r] * g;
+        }
+    sb[threadIdx.y][threadIdx.x] = ab;
+    sw[threadIdx.y][threadIdx.x] = aw;
+    __syncthreads();
+    for (int s = 16; s > 0; s >>= 1) {
+        if ((int)threadIdx.y < s) {
+            sb[threadIdx.y][threadIdx.x] += sb[threadIdx.y + s][threadIdx.x];
+            sw[threadIdx.y][threadIdx.x] += sw[threadIdx.y + s][threadIdx.x];
+        }
+        __syncthreads();
+    }
+    if (threadIdx.y == 0 && c < C) {
+        db[c] = sb[0][threadIdx.x];
+        if (dw) dw[c] = sw[0][threadIdx.x];
+    }
 }
 
 __global__ void bias_residual_k(float *out, const float *bias, const float *res, int N, int OC)

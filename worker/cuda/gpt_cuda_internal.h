@@ -10,8 +10,10 @@
  *   gpt_cuda_profile.cu  per-phase timing of the steps with CUDA events (gpt_cuda_set_profile)
  *   gpt_cuda_test.cu     the single-kernel entry points on host arrays (gpt_cuda_test.h)
  *
- * A kernel is launched only from the file that defines it (no relocatable device code): the other
- * files call the launchers declared here. */
+ * A kernel is launched only from the file that includes it (no relocatable device code): the other
+ * files call the launchers declared here. Kernels the CPU tests run under the lane emulator live in
+ * headers of kernels only (attention_rows.cuh, loss_rows.cuh, layer_rows.cuh, flash_mma.cuh,
+ * warp_mma_check.cuh), each included by the one .cu file that launches them. */
 #ifndef DILOCO_GPT_CUDA_INTERNAL_H
 #define DILOCO_GPT_CUDA_INTERNAL_H
 

@@ -1,8 +1,9 @@
 /* test_gpt_acts: the activation layout of worker/gpt/gpt_acts.h, with the full (B,NH,T,T) attention
- * matrices and with one value per row in their place (gpt_acts_bind_att: what the CUDA bf16 fused and
- * flash attentions keep, gpt_cuda_model.cu's alloc_arena). The two layouts differ exactly by the layers'
- * att sizes; every buffer starts on the alignment, inside the arena, after the previous one's end, so
- * none overlaps; and gpt_acts_size/_bind are the _att forms with the full matrices. */
+ * matrices and with one value per row in their place, with and without the fp32 inputs of the products
+ * (gpt_acts_bind_shaped: what the CUDA bf16 path keeps, gpt_cuda_model.cu's alloc_arena). The layouts
+ * differ exactly by the sizes left out; every buffer starts on the alignment, inside the arena, after the
+ * previous one's end, so none overlaps; a buffer left out is NULL; and gpt_acts_size/_bind are the shaped
+ * forms with the CPU's shape. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -19,9 +20,9 @@ typedef struct {
     size_t n;
 } span;
 
-static int spans(const gpt_config *c, int B, int T, size_t att, const gpt_acts *a, span *s)
+static int spans(const gpt_config *c, int B, int T, const gpt_acts_shape *shape, const gpt_acts *a, span *s)
 {
-    size_t N = (size_t)B * T, C = (size_t)c->dim, V = (size_t)c->vocab;
+    size_t N = (size_t)B * T, C = (size_t)c->dim, V = (size_t)c->vocab, att = shape->att;
     int k = 0;
     for (int l = 0; l < c->layers; l++) {
         const gpt_layer_acts *h = &a->h[l];
@@ -38,17 +39,22 @@ static int spans(const gpt_config *c, int B, int T, size_t att, const gpt_acts *
     return k;
 }
 
-static void check_layout(const gpt_config *c, int B, int T, size_t att, size_t align)
+static void check_layout(const gpt_config *c, int B, int T, const gpt_acts_shape *shape, size_t align)
 {
-    size_t total = gpt_acts_size_att(c, B, T, align, att);
+    size_t total = gpt_acts_size_shaped(c, B, T, align, shape);
     float *arena = calloc(total, sizeof(float));
     gpt_layer_acts h[4];
     gpt_acts a = {.h = h};
-    assert_int_equal(gpt_acts_bind_att(c, B, T, align, att, arena, &a), total);
+    assert_int_equal(gpt_acts_bind_shaped(c, B, T, align, shape, arena, &a), total);
     span s[64];
-    int n = spans(c, B, T, att, &a, s);
+    int n = spans(c, B, T, shape, &a, s);
     float *end = arena;
+    int left_out = 0;
     for (int i = 0; i < n; i++) {
+        if (!s[i].p) { /* left out by the shape: only the products' fp32 inputs may be */
+            left_out++;
+            continue;
+        }
         assert_true(s[i].p >= end);                            /* after the previous buffer's end */
         assert_int_equal((size_t)(s[i].p - arena) % align, 0); /* aligned */
         end = s[i].p + s[i].n;
@@ -62,20 +68,26 @@ static void test_layouts(void **state)
     (void)state;
     gpt_config c = {.layers = 3, .heads = 4, .dim = 32, .ctx = 64, .vocab = 97};
     int B = 2, T = 50;
-    size_t rows = (size_t)B * 4 * T, full = rows * T;
+    size_t rows = (size_t)B * 4 * T, full = rows * T, N = (size_t)B * T;
     for (size_t align = 1; align <= 64; align *= 4) {
-        assert_int_equal(gpt_acts_size(&c, B, T, align), gpt_acts_size_att(&c, B, T, align, full));
-        assert_int_equal(gpt_acts_size_att(&c, B, T, align, full) - gpt_acts_size_att(&c, B, T, align, rows),
+        gpt_acts_shape cpu = {full, 0}, lse = {rows, 0}, lean = {rows, 1};
+        assert_int_equal(gpt_acts_size(&c, B, T, align), gpt_acts_size_shaped(&c, B, T, align, &cpu));
+        assert_int_equal(gpt_acts_size_shaped(&c, B, T, align, &cpu) - gpt_acts_size_shaped(&c, B, T, align, &lse),
                          3 * (gpt_arena_round(full, align) - gpt_arena_round(rows, align)));
-        check_layout(&c, B, T, full, align);
-        check_layout(&c, B, T, rows, align);
+        assert_int_equal(gpt_acts_size_shaped(&c, B, T, align, &lse) - gpt_acts_size_shaped(&c, B, T, align, &lean),
+                         3 * (2 * gpt_arena_round(N * 32, align) + gpt_arena_round(N * 128, align)) +
+                             gpt_arena_round(N * 32, align));
+        check_layout(&c, B, T, &cpu, align);
+        check_layout(&c, B, T, &lse, align);
+        check_layout(&c, B, T, &lean, align);
     }
-    /* gpt_acts_bind is bind_att with the full matrices: the same pointers */
+    /* gpt_acts_bind is bind_shaped with the CPU's shape: the same pointers */
     size_t total = gpt_acts_size(&c, B, T, 16);
     float *arena = calloc(total, sizeof(float));
     gpt_layer_acts h1[3], h2[3];
     gpt_acts a1 = {.h = h1}, a2 = {.h = h2};
-    assert_int_equal(gpt_acts_bind(&c, B, T, 16, arena, &a1), gpt_acts_bind_att(&c, B, T, 16, full, arena, &a2));
+    gpt_acts_shape cpu = {full, 0};
+    assert_int_equal(gpt_acts_bind(&c, B, T, 16, arena, &a1), gpt_acts_bind_shaped(&c, B, T, 16, &cpu, arena, &a2));
     assert_ptr_equal(a1.h[2].att, a2.h[2].att);
     assert_ptr_equal(a1.dfch, a2.dfch);
     free(arena);

@@ -64,9 +64,9 @@ int gpt_cuda_precision_bf16(const gpt_cuda *g);
  * (cublasGemmStridedBatchedEx: tensor cores); the first call with GEMM allocates its bf16 operands.
  * GPT_ATTENTION_FLASH: tensor-core flash kernels (gpt_cuda_flash.cu: tiles on mma.m16n8k16, online
  * softmax, probabilities recomputed in the backward), head size a multiple of 16 up to 128. Set it
- * between steps: a backward after it needs a new forward. With FUSED or FLASH in bf16 (one value per row
- * kept, not a T x T matrix) this and gpt_cuda_set_precision allocate the activations again without the
- * T x T buffers, and with the full ones on the way back. -1 with err for another value, a head size
+ * between steps: a backward after it needs a new forward. This and gpt_cuda_set_precision allocate the
+ * activations again when what they need changes: bf16 keeps the products' inputs in bf16 only (no fp32
+ * copies), and FUSED or FLASH in bf16 keep one value per row (no T x T buffers). -1 with err for another value, a head size
  * FLASH does not take, or no memory. */
 int gpt_cuda_set_attention(gpt_cuda *g, int attention, char *err, size_t errlen);
 int gpt_cuda_attention(const gpt_cuda *g);

@@ -39,12 +39,12 @@ struct gpt_cuda {
     int nuniq, have_targets;
     double *red, *hred; /* device reduction scratch, pinned host copy of the results */
     float *arena;
-    int arena_square;                            /* alloc_arena: it holds the (B, NH, T, T) buffers */
-    int bf16;                                    /* gpt_cuda_set_precision */
-    __nv_bfloat16 *w16, *s16a;                   /* bf16: the weights' copy (numel), scratch N*max(V,4C) */
-    layer_bf16 *l16;                             /* bf16: each layer's bf16 product inputs, kept for the backward */
-    __nv_bfloat16 *lnf16;                        /* bf16: the final LayerNorm's output, the head's input (N*C) */
-    int attention;                               /* gpt_cuda_set_attention: GPT_ATTENTION_* (bf16 only) */
+    int arena_square, arena_lean; /* alloc_arena: it holds the (B, NH, T, T) buffers; it lacks bf16's inputs */
+    int bf16;                     /* gpt_cuda_set_precision */
+    __nv_bfloat16 *w16, *s16a;    /* bf16: the weights' copy (numel), scratch N*max(V,4C) */
+    layer_bf16 *l16;              /* bf16: each layer's bf16 product inputs, kept for the backward */
+    __nv_bfloat16 *lnf16;         /* bf16: the final LayerNorm's output, the head's input (N*C) */
+    int attention;                /* gpt_cuda_set_attention: GPT_ATTENTION_* (bf16 only) */
     __nv_bfloat16 *q16, *k16, *v16, *dy16, *p16; /* gemm attention's operands: N*C each, B*NH*T*T */
     float *loss_stats;                           /* bf16: each row's (max, 1 / sum) of the logits, 2N */
     gpt_prof *prof;                              /* gpt_cuda_set_profile: NULL when off */
@@ -88,24 +88,26 @@ extern "C" void gpt_cuda_free(gpt_cuda *g)
 /* The activations (gpt_acts.h), then the attention's scratch, in one allocation; every sub-buffer starts
  * on 64 floats (256 bytes). square: the (B, NH, T, T) buffers the fp32 and gemm attentions need (each
  * layer's probabilities in att, dP); without, the fused and flash attentions' one value per row (the
- * log-sum-exp in att, D in dp: B*NH*T) takes their place. GPT-2 small at 8 x 1024: 4.9 GB less. Replaces
+ * log-sum-exp in att, D in dp: B*NH*T) takes their place (GPT-2 small at 8 x 1024: 4.9 GB less). lean:
+ * no fp32 ln1, ln2, fch_gelu, lnf, which bf16 keeps in bf16 only (layer_bf16; 1.8 GB less there). Replaces
  * the arena there was: its contents are a step's, and a step after a precision or attention change
  * starts with a forward. */
-static int alloc_arena(gpt_cuda *g, int square, char *err, size_t errlen)
+static int alloc_arena(gpt_cuda *g, int square, int lean, char *err, size_t errlen)
 {
     const gpt_config *c = &g->c;
     int B = g->B, T = g->T;
     size_t N = (size_t)B * T, C = (size_t)c->dim, rows = (size_t)B * c->heads * T, tt = square ? rows * T : rows;
+    gpt_acts_shape shape = {tt, lean};
     if (g->arena) {
         CK(cudaStreamSynchronize(g->st));
         cudaFree(g->arena);
         g->arena = NULL;
     }
     size_t scratch = gpt_arena_round(N * C, 64) * 7 + gpt_arena_round(tt, 64);
-    size_t total = gpt_acts_size_att(c, B, T, 64, tt) + scratch;
+    size_t total = gpt_acts_size_shaped(c, B, T, 64, &shape) + scratch;
     CK(cudaMalloc((void **)&g->arena, total * sizeof(float)));
     CK(cudaMemsetAsync(g->arena, 0, total * sizeof(float), g->st));
-    float *cur = g->arena + gpt_acts_bind_att(c, B, T, 64, tt, g->arena, &g->a);
+    float *cur = g->arena + gpt_acts_bind_shaped(c, B, T, 64, &shape, g->arena, &g->a);
     g->q = gpt_arena_take(&cur, N * C, 64);
     g->k = gpt_arena_take(&cur, N * C, 64);
     g->vv = gpt_arena_take(&cur, N * C, 64);
@@ -115,14 +117,15 @@ static int alloc_arena(gpt_cuda *g, int square, char *err, size_t errlen)
     g->dv = gpt_arena_take(&cur, N * C, 64);
     g->dp = gpt_arena_take(&cur, tt, 64);
     g->arena_square = square;
+    g->arena_lean = lean;
     return 0;
 }
 
 /* the arena the precision and attention now set need (alloc_arena) */
 static int fit_arena(gpt_cuda *g, char *err, size_t errlen)
 {
-    int square = !g->bf16 || g->attention == GPT_ATTENTION_GEMM;
-    return square == g->arena_square ? 0 : alloc_arena(g, square, err, errlen);
+    int square = !g->bf16 || g->attention == GPT_ATTENTION_GEMM, lean = g->bf16;
+    return square == g->arena_square && lean == g->arena_lean ? 0 : alloc_arena(g, square, lean, err, errlen);
 }
 
 static int create_inner(gpt_cuda *g, char *err, size_t errlen)
@@ -140,7 +143,7 @@ static int create_inner(gpt_cuda *g, char *err, size_t errlen)
     g->m = g->grads + g->numel;
     g->v = g->m + g->numel;
     CK(cudaMemsetAsync(g->params, 0, 4 * g->numel * sizeof(float), g->st));
-    if (alloc_arena(g, 1, err, errlen)) return -1;
+    if (alloc_arena(g, 1, 0, err, errlen)) return -1;
     CK(cudaMalloc((void **)&g->dtok, (5 * N + 1) * sizeof(int)));
     CK(cudaMallocHost((void **)&g->htok, (5 * N + 1) * sizeof(int)));
     CK(cudaMalloc((void **)&g->red, (RED_BLOCKS + 2) * sizeof(double)));

@@ -43,10 +43,17 @@ size_t gpt_acts_size(const gpt_config *c, int B, int T, size_t align);
 /* Points a's fields (a->h: c->layers entries) into arena, which holds at least gpt_acts_size floats;
  * arena may be a device address (only offsets are added). Returns the floats used. */
 size_t gpt_acts_bind(const gpt_config *c, int B, int T, size_t align, float *arena, gpt_acts *a);
-/* The same with each layer's att taking att floats instead of (B,NH,T,T): an attention that keeps only a
- * value per row there (the CUDA bf16 fused and flash attentions keep the log-sum-exp, B*NH*T). */
-size_t gpt_acts_size_att(const gpt_config *c, int B, int T, size_t align, size_t att);
-size_t gpt_acts_bind_att(const gpt_config *c, int B, int T, size_t align, size_t att, float *arena, gpt_acts *a);
+/* What a backend's layout may change from the CPU's: each layer's att of att floats instead of
+ * (B,NH,T,T) (an attention that keeps one value per row there: the CUDA bf16 fused and flash attentions
+ * keep the log-sum-exp, B*NH*T), and with no_fp32_inputs no fp32 ln1, ln2, fch_gelu and lnf (left NULL:
+ * the CUDA bf16 path keeps those in bf16 only). */
+typedef struct gpt_acts_shape {
+    size_t att;
+    int no_fp32_inputs;
+} gpt_acts_shape;
+size_t gpt_acts_size_shaped(const gpt_config *c, int B, int T, size_t align, const gpt_acts_shape *shape);
+size_t gpt_acts_bind_shaped(const gpt_config *c, int B, int T, size_t align, const gpt_acts_shape *shape, float *arena,
+                            gpt_acts *a);
 
 /* n rounded up to a multiple of align. */
 static inline size_t gpt_arena_round(size_t n, size_t align)

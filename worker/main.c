@@ -161,7 +161,7 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
          .kind = OPT_INT,
          .dest = &a->dl.fragments_in_flight,
          .lo = 1,
-         .hi = 256,
+         .hi = RUNCONF_MAX_FRAGMENTS,
          .wants = "an integer from 1 to the run's fragments"},
         {.name = "fragment-alpha",
          .kind = OPT_CUSTOM,

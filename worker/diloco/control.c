@@ -228,5 +228,5 @@ diloco_sync_info *dl_round_info_current(void)
 
 int dl_stream_overlap(const diloco *d)
 {
-    return d->o.fragments_in_flight > 1 || (!d->rc.async && d->rc.nfragments > 1);
+    return !d->rc.async && d->rc.nfragments > 1; /* (D > 1 is refused elsewhere: check_in_flight) */
 }

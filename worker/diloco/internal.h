@@ -87,28 +87,27 @@ typedef enum prep_outcome {
     PREP_CORRUPT, /* a shard's durable state is corrupt (err says which): wait for coordinator repair */
 } prep_outcome;
 
-/* A fragment's round in flight on a background thread (streaming.c). Its threads count what the round
- * sends and receives in info (dl_round_info), not in the session's cur: rounds in flight at once would
- * mix their counters there. */
 /* dl_stream_overlap: the thread of fragment f's latest round, which goes on after its round (the
  * confirm's look, round_confirm_early) while training does: joined before f is sent again, or before
  * anything fetches every fragment (streaming.c). */
 typedef struct stream_tail {
     pthread_t thread;
     int running; /* started, not joined */
-    int lane;
-    int done; /* (atomic) the thread has ended: joining it does not wait */
+    int lane;    /* its control connection, d->lane_ctl[lane] */
+    int done;    /* (atomic) the thread has ended: joining it does not wait */
 } stream_tail;
 
+/* A fragment's round in flight on a background thread (streaming.c). Its threads count what the round
+ * sends and receives in info (dl_round_info), not in the session's cur: rounds in flight at once would
+ * mix their counters there. */
 typedef struct stream_slot {
     int frag;
     int64_t round; /* the fragment's open round when it was sent */
     uint64_t t0;
     pthread_t thread;
     int threaded;
-    int net_done; /* fragments_in_flight > 1: the network round is over (under stream_mu) */
-    int lane;     /* fragments_in_flight > 1: its control connection, d->lane_ctl[lane] */
-    int rc;   /* round_net's outcome */
+    int net_done; /* dl_stream_overlap: the network round is over (under stream_mu) */
+    int rc;       /* round_net's outcome */
     char err[256];
     diloco_sync_info info;
     struct diloco *d;
@@ -131,7 +130,7 @@ struct diloco {
 
     float *params; /* the trainer's buffer */
     size_t numel;
-    float *base;          /* global parameters this round started from */
+    float *base; /* global parameters this round started from */
     /* --async-lookahead (lookahead.c): the previous base while a submission is out, then the start of
      * the next interval; la_on[f]: params[f] started from it (cleared by params.c when base is taken) */
     float *la;
@@ -181,9 +180,9 @@ struct diloco {
     stream_tail *tails;        /* dl_stream_overlap: per fragment (F) */
     pthread_mutex_t stream_mu; /* with stream_cv: a round's thread says its round is over (net_done) */
     pthread_cond_t stream_cv;
-    int fetched_all;      /* fetch_all calls so far (training thread): streaming.c sees a full refetch by it */
-    int base_busy;        /* rounds in flight write base (theirs) right now: round_record leaves the digests 0 */
-    int refetch_all;              /* a background sync found us evicted: fetch everything at the boundary */
+    int fetched_all; /* fetch_all calls so far (training thread): streaming.c sees a full refetch by it */
+    int base_busy;   /* rounds in flight write base (theirs) right now: round_record leaves the digests 0 */
+    int refetch_all; /* a background sync found us evicted: fetch everything at the boundary */
     uint64_t stream_wait_told_ms; /* when we last said a round outlasts an interval (streaming.c) */
 
     shard_owner *owners;
@@ -210,7 +209,7 @@ struct diloco {
     pthread_cond_t hb_cond;
     int hb_stop;
     uint64_t hb_gone_told_ms; /* heartbeat thread only: when it last said the run is gone from Redis */
-    int64_t inc; /* our incarnation (0 = not registered) */
+    int64_t inc;              /* our incarnation (0 = not registered) */
     int evicted;
     int stop_requested;
     int dylu_h;
@@ -234,12 +233,12 @@ struct diloco {
     int grp;      /* o.group.size > 1 */
     int grp_rank; /* o.group.rank (0 without a group) */
     int part_lo, part_hi;
-    int *grp_bounds;    /* size+1 shard indices: rank r moves shards [grp_bounds[r], grp_bounds[r+1]) */
-    uint32_t grp_calls; /* collectives so far: the ranks of a group in step have made the same number */
+    int *grp_bounds;       /* size+1 shard indices: rank r moves shards [grp_bounds[r], grp_bounds[r+1]) */
+    uint32_t grp_calls;    /* collectives so far: the ranks of a group in step have made the same number */
     int grp_check_every;   /* inner steps from one CHECK (group.c: was the group evicted?) to the next, rank 0's */
     int grp_since_check;   /* inner steps since the ranks last agreed (open, a sync, a CHECK) */
     uint64_t grp_check_ms; /* when they did (rank 0 paces the CHECKs by it) */
-    int grp_dirty;      /* the ranks' parts may disagree: the next sync fetches instead of sending */
+    int grp_dirty;         /* the ranks' parts may disagree: the next sync fetches instead of sending */
     /* a sharded group's rank (part.c: group.slices): rc is this rank's view of the run, its shards only,
      * renumbered 0 .. rc.nshards-1 with bounds into its own buffers; shard_ids[k] is shard k's number in
      * the run (what goes on the wire and into Redis field names). NULL otherwise: the numbers are the run's */
@@ -346,8 +345,8 @@ void dl_dev_origin_written(diloco *d, int f);
 /* lookahead.c: --async-lookahead, the next interval's start ahead of the version we got */
 int lookahead_alloc(diloco *d, char *err, size_t errlen); /* nothing when the run has none */
 void lookahead_free(diloco *d);
-void lookahead_keep(diloco *d, int f); /* before fragment f's submission: its base */
-void lookahead_aim(diloco *d, int f);  /* after its get: the start, per shard */
+void lookahead_keep(diloco *d, int f);                           /* before fragment f's submission: its base */
+void lookahead_aim(diloco *d, int f);                            /* after its get: the start, per shard */
 int lookahead_enter(diloco *d, int f, char *err, size_t errlen); /* params[f] = the start; tell the trainer */
 
 /* params.c: base into the trainer's parameters */
@@ -452,10 +451,10 @@ int fanout_push(diloco *d, int first, int last, int64_t round, char *err, size_t
 /* Push our Δ of every shard k for its own place rounds[k] (async: each with its retries). */
 int fanout_push_each(diloco *d, int first, int last, const int64_t *rounds, char *err, size_t errlen);
 typedef struct fanout_get_arg {
-    int64_t want; /* minimum version */
-    int may_push; /* we are a participant of round want-1 and still hold our Δ */
-    int flags;    /* BLOB_GET_TENTATIVE_OK: a version not yet durable will do */
-    int once;     /* one attempt per shard (resending Δ if asked), no waiting in place: the
+    int64_t want;         /* minimum version */
+    int may_push;         /* we are a participant of round want-1 and still hold our Δ */
+    int flags;            /* BLOB_GET_TENTATIVE_OK: a version not yet durable will do */
+    int once;             /* one attempt per shard (resending Δ if asked), no waiting in place: the
                      caller loops over the whole fragment (sync.c's get_round) */
     const int64_t *after; /* when set (async), shard k's minimum version is after[k] + 1 (our
                              submission's place, resent there on `need`) and want is unused */

@@ -64,7 +64,7 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen)
     d->tent_round = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
     d->frag_incomplete = calloc((size_t)d->rc.nfragments, sizeof(int));
     /* Streaming (streaming.c): D slots for the rounds in flight, a tail and a lane per fragment */
-    d->inflight_max = d->o.fragments_in_flight > 1 ? d->o.fragments_in_flight : 1;
+    d->inflight_max = d->o.fragments_in_flight; /* at least 1: check_in_flight ran before */
     d->inflight = calloc((size_t)d->inflight_max, sizeof(stream_slot));
     d->tails = calloc((size_t)d->rc.nfragments, sizeof(stream_tail));
     d->lane_ctl = calloc((size_t)d->rc.nfragments, sizeof(rconn *));

@@ -38,7 +38,6 @@
 
 #define STREAM_WAIT_TELL_MS 60000 /* how often a round longer than an interval is said (tell_round_longer) */
 
-
 static void *inflight_main(void *p)
 {
     stream_slot *s = p;
@@ -51,7 +50,7 @@ static void *inflight_main(void *p)
     s->rc = round_net(d, f, s->err, sizeof s->err);
     int ok = s->rc == DL_OK;
     diloco_sync_info after = {0}; /* what the look counts (nothing today) must not go to s, settled meanwhile */
-    if (many) { /* the boundary may settle it now (s is not touched after this) */
+    if (many) {                   /* the boundary may settle it now (s is not touched after this) */
         dl_round_info_use(&after);
         pthread_mutex_lock(&d->stream_mu);
         s->net_done = 1;
@@ -92,7 +91,7 @@ static void reap_tails(diloco *d)
         if (d->tails[f].running && __atomic_load_n(&d->tails[f].done, __ATOMIC_ACQUIRE)) join_tail(d, f);
 }
 
-static stream_slot *slot_at(diloco *d, int i) /* the i-th oldest in flight */
+static stream_slot *slot_at(const diloco *d, int i) /* the i-th oldest in flight */
 {
     return &d->inflight[(d->inflight_head + i) % d->inflight_max];
 }
@@ -276,7 +275,7 @@ int stream_interval(const diloco *d)
 static int fragment_in_flight(const diloco *d, int f)
 {
     for (int i = 0; i < d->inflight_count; i++)
-        if (d->inflight[(d->inflight_head + i) % d->inflight_max].frag == f) return 1;
+        if (slot_at(d, i)->frag == f) return 1;
     return 0;
 }
 

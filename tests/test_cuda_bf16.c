@@ -525,9 +525,13 @@ static void test_model_gemm(void **state)
     model_fixture *f = *state;
     char err[512];
     assert_int_equal(gpt_cuda_attention(f->g), GPT_ATTENTION_FUSED);
-    assert_int_equal(gpt_cuda_set_attention(f->g, 3, err, sizeof err), -1);
-    printf("attention 3: %s\n", err);
+    assert_int_equal(gpt_cuda_set_attention(f->g, 4, err, sizeof err), -1);
+    printf("attention 4: %s\n", err);
     assert_non_null(strstr(err, "none of fused"));
+    /* auto resolves on the spot: flash, whose kernels take this head size (16) */
+    assert_int_equal(gpt_cuda_set_attention(f->g, GPT_ATTENTION_AUTO, err, sizeof err), 0);
+    assert_int_equal(gpt_cuda_attention(f->g), GPT_ATTENTION_FLASH);
+    printf("attention auto: flash (head 16)\n");
     model_attention_check(f, GPT_ATTENTION_GEMM, "gemm");
 }
 

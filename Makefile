@@ -222,10 +222,38 @@ $(BUILD)/tests/test_cuda_options: | $(CUDA_BACKEND)
 # tiled bf16 kernels (worker/cuda/*.cuh) are checked here and in CI, where there is no GPU
 CXX_TEST_SRC  = $(wildcard tests/test_*.cc)
 CXX_TEST_BIN  = $(CXX_TEST_SRC:tests/%.cc=$(BUILD)/tests/%)
-SIMT_CXXFLAGS = -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas -MMD -MP -Itests -Itests/tools -Iworker/cuda
-$(CXX_TEST_BIN): $(BUILD)/tests/%: tests/%.cc tests/tools/simt_emu.cc tests/tools/simt_emu.h
+SIMT_CXXFLAGS = -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas -MMD -MP -Itests -Itests/tools -Itests/tools/cuda_emu \
+                -Iworker/cuda
+$(CXX_TEST_BIN): $(BUILD)/tests/%: tests/%.cc $(BUILD)/emu/simt_emu.o $(BUILD)/emu/cuda_emu.o
 	@mkdir -p $(dir $@)
-	$(CXX) $(SIMT_CXXFLAGS) -o $@ $< tests/tools/simt_emu.cc -lm
+	$(CXX) $(SIMT_CXXFLAGS) -o $@ $< $(filter %.o,$^) -lm
+
+# The GPU tests again on the CPU (test_cuda_*_emu): the CUDA sources compiled by g++ against the CPU CUDA
+# emulator (tests/tools/cuda_emu/: the runtime, cuBLAS's products, bf16; kernels run by the lane
+# emulator), with each launch `k<<<...>>>(` rewritten to `simt_cuda_launch("k", k, ...)(` on the way: the
+# only change to the source. They need no GPU (nor nvcc), but the trainer they drive has its CUDA paths
+# only in a build with nvcc (DILOCO_HAVE_CUDA), so they are built with the CUDA backend.
+EMU_CU       = $(filter-out worker/cuda/diloco_cuda_so.cu,$(wildcard worker/cuda/*.cu))
+EMU_OBJ      = $(EMU_CU:worker/cuda/%.cu=$(BUILD)/emu/%.o) $(BUILD)/emu/cuda_emu.o $(BUILD)/emu/simt_emu.o
+EMU_CXXFLAGS = -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas -MMD -MP -DDILOCO_HAVE_CUDA=1 \
+               -Itests/tools/cuda_emu -Itests/tools -Iworker/cuda $(COMMON_INC) -Imodel -Iworker
+EMU_TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%_emu,$(filter-out tests/test_cuda_options.c,$(wildcard tests/test_cuda_*.c)))
+$(BUILD)/emu/%.cc: worker/cuda/%.cu
+	@mkdir -p $(dir $@)
+	{ echo '#line 1 "$<"'; sed -E 's/([A-Za-z_][A-Za-z0-9_]*(<[^<>]*>)?)<<<(.*)>>>\(/simt_cuda_launch("\1", \1, \3)(/' $<; } > $@.tmp
+	@! grep -n '<<<' $@.tmp || { echo "$<: a kernel launch the rewrite to simt_cuda_launch missed"; exit 1; }
+	mv $@.tmp $@
+$(BUILD)/emu/%.o: $(BUILD)/emu/%.cc
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+$(BUILD)/emu/%.o: tests/tools/%.cc
+	@mkdir -p $(dir $@)
+	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
+$(EMU_TESTS): $(BUILD)/tests/%_emu: tests/%.c $(TESTLIB_OBJ) $(EMU_OBJ) $(BUILD)/worker/gpt/gpt_acts.o $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DDILOCO_HAVE_CUDA=1 $(DETERMINISTIC) -Itests -MF $@.d -o $@ $(filter-out %.h,$^) -lcmocka \
+	    $(BLASLIBS) -lstdc++ $(LDLIBS)
+-include $(wildcard $(BUILD)/emu/*.d)
+.PRECIOUS: $(BUILD)/emu/%.cc
 
 $(BIN)/bench-%: bench/%.c $(CUDA_OBJ) $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(BIN)
@@ -237,7 +265,7 @@ test: deps
 	$(MAKE) -j$$(nproc) all tests-build
 	sh tests/run.sh
 
-tests-build: $(TEST_BIN) $(TOOL_BIN) $(CXX_TEST_BIN)
+tests-build: $(TEST_BIN) $(TOOL_BIN) $(CXX_TEST_BIN) $(if $(CUDA_OBJ),$(EMU_TESTS))
 bench: all $(BENCH_BIN)
 
 cuda-check: all tests-build

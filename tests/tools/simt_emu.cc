@@ -47,6 +47,9 @@ static struct {
     unsigned *runq, nrun; /* the runnable fibers, in no order */
     unsigned *warp_waiting, *warp_done, block_waiting, done;
     jmp_buf sched;
+    ucontext_t ctx0; /* the context each fiber's is made from (one getcontext per launch) */
+    char **stacks;   /* fiber stacks, kept from launch to launch */
+    unsigned nstacks;
     fiber *cur;
     void (*body)(void *);
     void *arg;
@@ -98,11 +101,15 @@ static warp_slots *warp(void)
     return &E.w[(E.cur - E.f) >> 5];
 }
 
+/* a fiber serves every block of its launch: after the body it parks, and run_block's next start resumes
+ * it here for the next block (one makecontext and setcontext per fiber and launch, not per block) */
 static void fiber_entry(void)
 {
-    E.body(E.arg);
-    E.cur->state = F_DONE;
-    _longjmp(E.sched, 1);
+    for (;;) {
+        E.body(E.arg);
+        E.cur->state = F_DONE;
+        if (!_setjmp(E.cur->at)) _longjmp(E.sched, 1);
+    }
 }
 
 /* runs f until it waits or ends: its first start through its ucontext, then by longjmp (a switch
@@ -199,12 +206,13 @@ static int run_block(void)
     for (unsigned i = 0; i < E.n; i++) {
         fiber *f = &E.f[i];
         f->tid = simt_dim3{i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y)};
-        f->started = 0;
-        getcontext(&f->ctx);
-        f->ctx.uc_stack.ss_sp = f->stack;
-        f->ctx.uc_stack.ss_size = STACK_BYTES;
-        f->ctx.uc_link = NULL; /* fiber_entry never returns */
-        makecontext(&f->ctx, fiber_entry, 0);
+        if (!f->started) { /* a copy of ctx0 (its saved FP state stays ctx0's, alive for the launch) */
+            f->ctx = E.ctx0;
+            f->ctx.uc_stack.ss_sp = f->stack;
+            f->ctx.uc_stack.ss_size = STACK_BYTES;
+            f->ctx.uc_link = NULL; /* fiber_entry never returns */
+            makecontext(&f->ctx, fiber_entry, 0);
+        }
         make_runnable(f);
     }
     for (unsigned w = 0; w < E.n / 32; w++) E.warp_waiting[w] = E.warp_done[w] = 0;
@@ -264,8 +272,18 @@ int simt_launch(simt_dim3 grid, simt_dim3 shape, unsigned seed, void (*body)(voi
     E.warp_waiting = (unsigned *)calloc(block / 32, sizeof(unsigned));
     E.warp_done = (unsigned *)calloc(block / 32, sizeof(unsigned));
     int rc = E.f && E.w && E.runq && E.warp_waiting && E.warp_done ? 0 : -1;
-    for (unsigned i = 0; i < block && !rc; i++)
-        if (!(E.f[i].stack = (char *)malloc(STACK_BYTES))) rc = -1;
+    if (!rc && block > E.nstacks) {
+        char **s = (char **)realloc(E.stacks, block * sizeof *s);
+        if (!s) rc = -1;
+        if (s) E.stacks = s;
+        while (!rc && E.nstacks < block) {
+            char *stack = (char *)malloc(STACK_BYTES);
+            if (!stack) rc = -1;
+            else E.stacks[E.nstacks++] = stack;
+        }
+    }
+    for (unsigned i = 0; i < block && !rc; i++) E.f[i].stack = E.stacks[i];
+    if (!rc) getcontext(&E.ctx0);
     if (rc) snprintf(err, errlen, "simt: out of memory for %u fibers", block);
     E.body = body;
     E.arg = arg;
@@ -276,7 +294,6 @@ int simt_launch(simt_dim3 grid, simt_dim3 shape, unsigned seed, void (*body)(voi
     gridDim = grid;
     blockDim = shape;
     rc = rc ? rc : run_grid(grid, err, errlen);
-    for (unsigned i = 0; E.f && i < block; i++) free(E.f[i].stack);
     free(E.f);
     free(E.w);
     free(E.runq);

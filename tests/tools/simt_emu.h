@@ -15,8 +15,9 @@
  * blockIdx, blockDim, gridDim (blocks of a multiple of 32 threads, at most 1024; threadIdx.x varies
  * fastest, and warps are 32 consecutive threads in that order, as on a GPU), __shared__
  * arrays of static size declared in the kernel (one copy, reused by each block in turn), the math of
- * <math.h>, and warp_mma.h. Not emulated: dynamic shared memory, atomics, partial-warp masks,
- * cooperative groups. tensor-core accumulation is emulated exactly (double) then rounded once to fp32,
+ * <math.h>, warp_mma.h, and atomicMin / atomicAdd (a fiber runs until it reaches a barrier or a
+ * collective, so a read-modify-write is atomic by construction). Not emulated: dynamic shared memory,
+ * partial-warp masks, cooperative groups. tensor-core accumulation is emulated exactly (double) then rounded once to fp32,
  * so results match a GPU to accumulation-order rounding, not bit for bit. */
 #ifndef DILOCO_SIMT_EMU_H
 #define DILOCO_SIMT_EMU_H
@@ -50,6 +51,19 @@ int __shfl_xor_sync(unsigned mask, int v, int lane_mask);
 unsigned __shfl_xor_sync(unsigned mask, unsigned v, int lane_mask);
 float __shfl_down_sync(unsigned mask, float v, unsigned delta);
 float __shfl_sync(unsigned mask, float v, int src_lane);
+
+static inline unsigned long long atomicMin(unsigned long long *p, unsigned long long v)
+{
+    unsigned long long old = *p;
+    if (v < old) *p = v;
+    return old;
+}
+static inline float atomicAdd(float *p, float v)
+{
+    float old = *p;
+    *p = old + v;
+    return old;
+}
 
 /* warp_mma.h's primitives */
 uint16_t bf16_bits(float x);

@@ -13,7 +13,10 @@
  * A kernel is launched only from the file that includes it (no relocatable device code): the other
  * files call the launchers declared here. Kernels the CPU tests run under the lane emulator live in
  * headers of kernels only (attention_rows.cuh, loss_rows.cuh, layer_rows.cuh, flash_mma.cuh,
- * warp_mma_check.cuh), each included by the one .cu file that launches them. */
+ * warp_mma_check.cuh), each included by the one .cu file that launches them. The CPU tests also compile
+ * every .cu file here with g++ against tests/tools/cuda_emu (a CPU CUDA runtime and cuBLAS; launches
+ * rewritten by the Makefile), so use only the runtime calls that emulator provides, and launch with
+ * <<<grid, block, 0, stream>>> on one line (the rewrite's form). */
 #ifndef DILOCO_GPT_CUDA_INTERNAL_H
 #define DILOCO_GPT_CUDA_INTERNAL_H
 

@@ -279,6 +279,14 @@ ref_async_check() {
   say "$run: bit-identical to the replay of $(sed 's/.*replayed //' "$TMP/ref-$run.log") $what, not to the one with $*; staleness $hist"
 }
 
+# device_hooks_used WORKER: its log says how often it called the device hooks (--device-hooks host); the
+# delta and the load copy were called.
+device_hooks_used() {
+  line=$(grep -o 'device hooks: [0-9]* delta, [0-9]* load snapshot, [0-9]* load copy' "$TMP/worker-$1.log")
+  echo "$line" | grep -q 'hooks: [1-9][0-9]* delta,.* [1-9][0-9]* load copy' || fail "$1 did not use its device hooks: '$line'"
+  say "$1 ran through its device hooks ($line)"
+}
+
 # group_signal RUN SIG RANK R0_PID R1_PID LAUNCHER_PID: signal SIG to rank RANK (0 or 1) of the 2-rank group g1
 # of RUN: every process of the group (both ranks, the launcher) is gone within 20 s and g1 is no member.
 group_signal() {

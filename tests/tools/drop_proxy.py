@@ -1,16 +1,20 @@
 #!/usr/bin/env python3
 """drop_proxy.py: a TCP proxy in front of Redis that loses chosen commands with their connection.
 
-    drop_proxy.py --redis-port P --match dl_arrive --drops 2 [--lose command|reply] --port-file FILE [--log FILE]
+    drop_proxy.py --redis-port P --match dl_arrive --drops 2 [--skip K] [--lose command|reply|error]
+                  --port-file FILE [--log FILE]
 
 Listens on a free loopback port (written to --port-file once listening) and relays every connection
 to Redis on 127.0.0.1:P, both ways, byte for byte, except the first --drops client writes that contain
-the --match bytes. With --lose command (the default) such a write is not relayed: the proxy closes the
-connection at once, so Redis never runs the command. With --lose reply it is relayed, Redis runs it,
-and the proxy closes the connection when the reply comes instead of relaying it. Either way the client
-sees its command's connection go away with no reply: what it sees when Redis is killed while the
-command is in flight, before it ran or after. Each loss is one line in --log. Standard library only;
-runs until killed (a test adds its pid to the processes it kills on exit).
+the --match bytes (after the first --skip such writes, relayed). With --lose command (the default) such
+a write is not relayed: the proxy closes the connection at once, so Redis never runs the command. With
+--lose reply it is relayed, Redis runs it, and the proxy closes the connection when the reply comes
+instead of relaying it. Either way the client sees its command's connection go away with no reply:
+what it sees when Redis is killed while the command is in flight, before it ran or after. With --lose
+error it is not relayed either, and the proxy answers it with Redis's out-of-memory refusal (ERROR_REPLY)
+on the same connection, which stays up: a command that Redis refused without running it. Each loss is
+one line in --log. Standard library only; runs until killed (a test adds its pid to the processes it
+kills on exit).
 """
 import argparse
 import os
@@ -19,6 +23,8 @@ import sys
 import threading
 
 lock = threading.Lock()
+# what Redis answers a write over its maxmemory (a refusal no client retries as a failover or a restart)
+ERROR_REPLY = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
 
 
 def pump(src, dst, state, conn, to_redis):
@@ -31,6 +37,9 @@ def pump(src, dst, state, conn, to_redis):
             if to_redis:
                 with lock:
                     lose = state["left"] > 0 and state["match"] in data
+                    if lose and state["skip"] > 0:
+                        state["skip"] -= 1
+                        lose = False
                     if lose:
                         state["left"] -= 1
                         state["log"].write("lost the %s of a command containing %s\n" % (
@@ -38,6 +47,9 @@ def pump(src, dst, state, conn, to_redis):
                         state["log"].flush()
                 if lose and state["lose"] == "command":
                     break
+                if lose and state["lose"] == "error":
+                    src.sendall(ERROR_REPLY)  # (a client waits for its reply: Redis has nothing to send meanwhile)
+                    continue
                 conn["lose_reply"] = conn["lose_reply"] or lose
             dst.sendall(data)
     except OSError:
@@ -55,12 +67,13 @@ def main():
     ap.add_argument("--redis-port", type=int, required=True)
     ap.add_argument("--match", required=True, help="bytes that mark a command to lose")
     ap.add_argument("--drops", type=int, default=1, help="how many such commands to lose")
-    ap.add_argument("--lose", choices=["command", "reply"], default="command",
-                    help="lose the command (it never runs) or its reply (it runs)")
+    ap.add_argument("--skip", type=int, default=0, help="relay this many such commands first")
+    ap.add_argument("--lose", choices=["command", "reply", "error"], default="command",
+                    help="lose the command (it never runs), its reply (it runs), or answer it with an error")
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--log", default="-")
     a = ap.parse_args()
-    state = {"left": a.drops, "match": a.match.encode(), "lose": a.lose,
+    state = {"left": a.drops, "skip": a.skip, "match": a.match.encode(), "lose": a.lose,
              "log": sys.stdout if a.log == "-" else open(a.log, "a")}
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -9,8 +9,10 @@
  *   shard <k> <digest>
  *
  * usage: ref_async --redis URL --run R --sync-every H [--quad-lr 0.01] [--no-bf16] [--async-rule RULE]
- *                  [--async-lookahead G]
+ *                  [--async-lookahead G] [--failed W:N,...]
  * (--async-rule, --async-lookahead: replay with this setting instead of the run's, to show that it matters)
+ * (--failed W:N: worker W's N-th try to submit failed without a trace in Redis (DL_FAIL, training went on):
+ * the submission it made next trained 2H steps from the start of the one before, and Δ covers both windows)
  * (a worker's k-th submission trains H steps from the versions its previous submission got back; with
  * --weight-by tokens its pseudo-gradient is scaled by H / weight_ref_tokens, a quadratic step being a token;
  * with --staleness-weight, per shard, by outer_stale_weight of its seq - base; with --async-rule rebase
@@ -52,7 +54,9 @@ typedef struct ref {
     char *ids[MAX_WORKERS];
     trainer *t[MAX_WORKERS];
     int64_t last[MAX_WORKERS]; /* each worker's latest submission replayed so far (-1: none) */
+    int tries[MAX_WORKERS];    /* each worker's tries to submit so far, the failed ones included */
     int nworkers;
+    const char *failed; /* --failed: "W:N,..." */
 } ref;
 
 static const char *field(redisReply *e, const char *name)
@@ -121,7 +125,27 @@ static int worker_index(ref *r, const char *id, double qlr)
     q.lr = (float)qlr;
     r->t[r->nworkers] = quadratic_trainer_create(&q, err, sizeof err);
     r->last[r->nworkers] = -1;
+    r->tries[r->nworkers] = 0;
     return r->nworkers++;
+}
+
+/* Did worker id's try n fail (--failed lists "id:n")? */
+static int try_failed(const ref *r, const char *id, int n)
+{
+    char want[96];
+    snprintf(want, sizeof want, "%s:%d", id, n);
+    size_t len = strlen(want);
+    for (const char *p = r->failed; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
+        if (strncmp(p, want, len) == 0 && (p[len] == ',' || p[len] == '\0')) return 1;
+    return 0;
+}
+
+/* How many windows of H steps submission s's worker trained for it: 1, plus one per failed try just before. */
+static int windows_of(ref *r, int w)
+{
+    int n = 1;
+    while (try_failed(r, r->ids[w], ++r->tries[w])) n++;
+    return n;
 }
 
 /* Where submission s's worker started: the versions of its base, or with --async-lookahead G (and a
@@ -143,8 +167,8 @@ static void start_of(const ref *r, int64_t s, int64_t p, float *start)
     }
 }
 
-/* Submission s: its worker trains H steps from the versions it started from; the shard-servers apply
- * its Δ (bf16 unless told otherwise) as version s+1. */
+/* Submission s: its worker trains H steps (more after a failed try: windows_of) from the versions it started
+ * from; the shard-servers apply its Δ (bf16 unless told otherwise) as version s+1. */
 static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *mom, float *buf, float *g)
 {
     const submission *sub = &r->subs[s];
@@ -156,7 +180,8 @@ static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *m
     memcpy(t->params, start, r->n * sizeof(float));
     char err[128];
     trainer_stats st;
-    for (long long i = 0; i < H; i++) t->step(t, &st, err, sizeof err);
+    long long steps = H * windows_of(r, w);
+    for (long long i = 0; i < steps; i++) t->step(t, &st, err, sizeof err);
     float *d = malloc(r->n * sizeof(float));
     uint16_t *d16 = malloc(r->n * sizeof(uint16_t));
     /* Δ from where it started; a rebase run's worker measures it from its base (lookahead.c) */
@@ -212,7 +237,7 @@ static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *m
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ref_async --redis URL --run R --sync-every H [--quad-lr LR] [--no-bf16] [--async-rule RULE]\n"
-               "                 [--async-lookahead G]\n");
+               "                 [--async-lookahead G] [--failed W:N,...]\n");
 }
 
 int main(int argc, char **argv)
@@ -221,6 +246,7 @@ int main(int argc, char **argv)
     long long H = 0;
     double qlr = 0.01, ahead = -1;
     int bf16 = 1;
+    ref r = {0};
     const opt_spec specs[] = {
         {.name = "no-bf16", .kind = OPT_CLEAR, .dest = &bf16},
         {.name = "redis", .kind = OPT_STRING, .dest = &url},
@@ -229,6 +255,7 @@ int main(int argc, char **argv)
         {.name = "quad-lr", .kind = OPT_DOUBLE, .dest = &qlr, .min = -DBL_MAX, .max = DBL_MAX},
         {.name = "async-rule", .kind = OPT_STRING, .dest = &rule},
         {.name = "async-lookahead", .kind = OPT_DOUBLE, .dest = &ahead, .min = 0, .max = ASYNC_LOOKAHEAD_MAX},
+        {.name = "failed", .kind = OPT_STRING, .dest = &r.failed},
         {0},
     };
     int prc = opts_parse_cmd("ref_async", usage, specs, argc, argv, 1, NULL, NULL);
@@ -240,7 +267,6 @@ int main(int argc, char **argv)
     char err[512];
     redis_url u;
     rconn *c;
-    ref r = {0};
     if (redis_url_parse(url, &u, err, sizeof err) < 0 || !(c = rconn_connect(&u, 5000, err, sizeof err)) ||
         runconf_load(c, run, &r.rc, err, sizeof err) < 0) {
         fprintf(stderr, "ref_async: %s\n", err);

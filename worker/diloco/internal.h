@@ -131,10 +131,11 @@ struct diloco {
     float *params; /* the trainer's buffer */
     size_t numel;
     float *base; /* global parameters this round started from */
-    /* --async-lookahead (lookahead.c): the previous base while a submission is out, then the start of
-     * the next interval; la_on[f]: params[f] started from it (cleared by params.c when base is taken) */
+    /* --async-lookahead (lookahead.c): la, the start of each fragment's interval (kept through a failed
+     * submission); la_on[f]: params[f] started from it (cleared by params.c when base is taken) */
     float *la;
-    int64_t *la_prev_version; /* per shard: the version la held before the get */
+    float *la_base;           /* the base of the submission out, from its fragment's first element */
+    int64_t *la_prev_version; /* per shard: la_base's version */
     int *la_on;
     int push_dtype;       /* our pushes' codec: the run's (fp32 in a bf16 run with o.bf16 = 0) */
     uint16_t *delta_bf16; /* pseudo-gradient of the round, kept until it is committed */

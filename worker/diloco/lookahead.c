@@ -15,12 +15,17 @@
  * Everything is a function of versions recorded in Redis (the submit events: base and place of every
  * submission), so tests/tools/ref_async recomputes each start and the run's parameters bit for bit.
  *
- * One more fp32 host copy of the parameters (la: prev while a submission is out, then the start). With
- * device hooks the trainer's parameters take the start through the load hook, and the device's snapshot
- * holds what Δ is measured from (the start for plain, base for rebase), so a CUDA worker sends the same
- * bytes as a host one. Not with Streaming's mix (fragment alpha > 0), refused at open. After any other
- * change of params (a stale round's fetch, a reset, a new registration) params.c clears la_on and the
- * next interval starts from base, as without the setting. */
+ * Host memory: la, an fp32 copy of the parameters, holds each fragment's start from the get that aimed it
+ * until the next successful one; la_base, an fp32 copy of the largest fragment, holds the base of the
+ * submission out (prev of the formula once its get has overwritten base). Both are needed: a submission
+ * that fails (DL_FAIL: training goes on, round.c) leaves the start in la, so the next Δ is measured from
+ * where the worker began, across both windows (tests/it_async_lookahead_failed.sh); a start overwritten
+ * by the base would add the lookahead's offset to that Δ. (An async run has one submission out at a
+ * time: streaming.c.) With device hooks the trainer's parameters take the start through the load hook,
+ * and the device's snapshot holds what Δ is measured from (the start for plain, base for rebase), so a
+ * CUDA worker sends the same bytes as a host one. Not with Streaming's mix (fragment alpha > 0), refused
+ * at open. After any other change of params (a stale round's fetch, a reset, a new registration)
+ * params.c clears la_on and the next interval starts from base, as without the setting. */
 #include <inttypes.h>
 #include <string.h>
 
@@ -28,6 +33,17 @@
 #include "base/util.h"
 #include "internal.h"
 #include "math/outer_dn.h"
+
+/* The largest fragment's parameters: la_base's length. */
+static size_t largest_fragment(const diloco *d)
+{
+    size_t most = 0;
+    for (int f = 0; f < d->rc.nfragments; f++) {
+        size_t n = (size_t)(d->rc.shard_bounds[dl_last_shard(d, f)] - d->rc.shard_bounds[dl_first_shard(d, f)]);
+        if (n > most) most = n;
+    }
+    return most;
+}
 
 int lookahead_alloc(diloco *d, char *err, size_t errlen)
 {
@@ -39,11 +55,12 @@ int lookahead_alloc(diloco *d, char *err, size_t errlen)
                 d->run, (double)d->rc.async_lookahead, d->o.fragment_alpha);
         return -1;
     }
-    d->la = dl_host_alloc(d, d->numel * sizeof(float));
+    d->la = dl_host_alloc(d, d->numel * sizeof(float)); /* (loaded through the hooks: the host's kind of memory) */
+    d->la_base = malloc((largest_fragment(d) ? largest_fragment(d) : 1) * sizeof(float)); /* (read on the host only) */
     d->la_prev_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->la_on = calloc((size_t)d->rc.nfragments, sizeof(int));
-    if (!d->la || !d->la_prev_version || !d->la_on) {
-        err_set(err, errlen, "out of memory for the lookahead's copy of %zu parameters", d->numel);
+    if (!d->la || !d->la_base || !d->la_prev_version || !d->la_on) {
+        err_set(err, errlen, "out of memory for the lookahead's copies of %zu parameters", d->numel);
         return -1;
     }
     return 0;
@@ -52,34 +69,37 @@ int lookahead_alloc(diloco *d, char *err, size_t errlen)
 void lookahead_free(diloco *d)
 {
     dl_host_free(d, d->la);
+    free(d->la_base);
     free(d->la_prev_version);
     free(d->la_on);
 }
 
-/* Before fragment f's submission: the base it is measured from, and its versions. */
+/* Before fragment f's submission: its base and versions, into la_base (the get overwrites base; la keeps
+ * the start, which a failed submission leaves the next Δ measured from). */
 void lookahead_keep(diloco *d, int f)
 {
     if (d->la == NULL) return;
     size_t lo = (size_t)d->rc.shard_bounds[dl_first_shard(d, f)];
     size_t hi = (size_t)d->rc.shard_bounds[dl_last_shard(d, f)];
-    memcpy(d->la + lo, d->base + lo, (hi - lo) * sizeof(float));
+    memcpy(d->la_base, d->base + lo, (hi - lo) * sizeof(float));
     for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f); k++) d->la_prev_version[k] = d->shard_version[k];
-    if (d->la_on[f] && !runconf_rebase(&d->rc)) dl_dev_origin_written(d, f); /* a Δ before the next start is from la */
 }
 
 /* After the submission's get: la[f] becomes the start of the next interval, shard by shard. */
 void lookahead_aim(diloco *d, int f)
 {
     if (d->la == NULL) return;
+    size_t first = (size_t)d->rc.shard_bounds[dl_first_shard(d, f)];
     for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f); k++) {
         size_t lo = (size_t)d->rc.shard_bounds[k], n = (size_t)runconf_shard_numel(&d->rc, k);
         int64_t prev = d->la_prev_version[k];
         float c = outer_lookahead_coef(d->rc.async_lookahead, d->seq[k] - prev, d->shard_version[k] - prev);
-        outer_lookahead(d->la + lo, d->base + lo, d->la + lo, c, n);
+        outer_lookahead(d->la + lo, d->base + lo, d->la_base + (lo - first), c, n);
         if (k == dl_first_shard(d, f))
             log_debug("fragment %d: starting ahead by %.3f x (version %" PRId64 " - version %" PRId64 ")", f, (double)c,
                       d->shard_version[k], prev);
     }
+    if (d->la_on[f] && !runconf_rebase(&d->rc)) dl_dev_origin_written(d, f); /* until lookahead_enter loads it */
 }
 
 /* With device hooks: params = start; the snapshot = start (plain: Δ = start - params) or base (rebase). */

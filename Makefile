@@ -235,7 +235,7 @@ $(CXX_TEST_BIN): $(BUILD)/tests/%: tests/%.cc $(BUILD)/emu/simt_emu.o $(BUILD)/e
 # only in a build with nvcc (DILOCO_HAVE_CUDA), so they are built with the CUDA backend.
 EMU_CU       = $(filter-out worker/cuda/diloco_cuda_so.cu,$(wildcard worker/cuda/*.cu))
 EMU_OBJ      = $(EMU_CU:worker/cuda/%.cu=$(BUILD)/emu/%.o) $(BUILD)/emu/cuda_emu.o $(BUILD)/emu/simt_emu.o
-EMU_CXXFLAGS = -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas -MMD -MP -DDILOCO_HAVE_CUDA=1 \
+EMU_CXXFLAGS = -std=c++17 -O2 -g -fPIC $(WARN) -Wno-unknown-pragmas -MMD -MP -DDILOCO_HAVE_CUDA=1 \
                -Itests/tools/cuda_emu -Itests/tools -Iworker/cuda $(COMMON_INC) -Imodel -Iworker
 EMU_TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%_emu,$(filter-out tests/test_cuda_options.c,$(wildcard tests/test_cuda_*.c)))
 $(BUILD)/emu/%.cc: worker/cuda/%.cu
@@ -252,6 +252,11 @@ $(EMU_TESTS): $(BUILD)/tests/%_emu: tests/%.c $(TESTLIB_OBJ) $(EMU_OBJ) $(BUILD)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -DDILOCO_HAVE_CUDA=1 $(DETERMINISTIC) -Itests -MF $@.d -o $@ $(filter-out %.h,$^) -lcmocka \
 	    $(BLASLIBS) -lstdc++ $(LDLIBS)
+# the same objects as a backend bin/worker can open (DILOCO_CUDA_BACKEND=build/emu/libdiloco_gpt_cuda.so):
+# tests/it_cuda_emu.sh runs test_cuda_options and it_cuda_sync_exactness with CUDA workers on it
+EMU_BACKEND = $(BUILD)/emu/libdiloco_gpt_cuda.so
+$(EMU_BACKEND): $(filter-out $(BUILD)/emu/gpt_cuda_test.o,$(EMU_OBJ)) $(BUILD)/worker/gpt/gpt_acts.o $(LIBMODEL) $(LIBCOMMON) worker/cuda/backend.map
+	$(CC) -shared -o $@ -Wl,-z,defs -Wl,--version-script=worker/cuda/backend.map $(filter %.o %.a,$^) -lstdc++ -lm -pthread
 -include $(wildcard $(BUILD)/emu/*.d)
 .PRECIOUS: $(BUILD)/emu/%.cc
 
@@ -265,7 +270,7 @@ test: deps
 	$(MAKE) -j$$(nproc) all tests-build
 	sh tests/run.sh
 
-tests-build: $(TEST_BIN) $(TOOL_BIN) $(CXX_TEST_BIN) $(if $(CUDA_OBJ),$(EMU_TESTS))
+tests-build: $(TEST_BIN) $(TOOL_BIN) $(CXX_TEST_BIN) $(if $(CUDA_OBJ),$(EMU_TESTS) $(EMU_BACKEND))
 bench: all $(BENCH_BIN)
 
 cuda-check: all tests-build

@@ -9,12 +9,14 @@
 # libdiloco computes Δ there). Both must give the same digest after every round.
 #
 # Exits 77 (skipped) unless bin/worker was built with the CUDA backend and a GPU is visible
-# (nvidia-smi -L). NOT RUN so far: no GPU on the development machine or on CI (docs/cuda.md).
+# (nvidia-smi -L), or DILOCO_CUDA_BACKEND names another backend (tests/it_cuda_emu.sh runs this test
+# on the CPU CUDA emulator's). Not run on a GPU so far (docs/cuda.md).
 cd "$(dirname "$0")/.." || exit 1
-if [ ! -f bin/libdiloco_gpt_cuda.so ]; then
+if [ -n "$DILOCO_CUDA_BACKEND" ]; then
+  [ -f "$DILOCO_CUDA_BACKEND" ] || { echo "DILOCO_CUDA_BACKEND=$DILOCO_CUDA_BACKEND: no such file: skipped"; exit 77; }
+elif [ ! -f bin/libdiloco_gpt_cuda.so ]; then
   echo "bin/worker has no CUDA backend (nvcc missing at build time): skipped"; exit 77
-fi
-if ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
+elif ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
   echo "no CUDA device: skipped"; exit 77
 fi
 . tests/lib.sh

@@ -1,0 +1,24 @@
+#!/bin/sh
+# it_cuda_emu.sh: the CUDA tests that reach the backend through bin/worker's loader, run on the CPU CUDA
+# emulator's backend (build/emu/libdiloco_gpt_cuda.so: the backend's .cu files compiled by g++ against
+# tests/tools/cuda_emu, kernels run by the lane emulator; docs/cuda.md, "Tests"), named by
+# DILOCO_CUDA_BACKEND as a user would name another build:
+#   - test_cuda_options takes its device branch: --device auto picks cuda, bf16 and flash steps run,
+#     flash with head size 8 is refused by the backend itself;
+#   - it_cuda_sync_exactness: two --device cuda workers and a CPU worker, 4 DiLoCo rounds, every worker
+#     holds the same global parameters after each round, with the device hooks (diloco_cuda.cu's kernels)
+#     and without, the same digests; the CUDA workers' losses go down.
+# Skipped (77) in a build without nvcc, where the trainer has no CUDA paths and the backend is not built.
+cd "$(dirname "$0")/.." || exit 1
+EMU=build/emu/libdiloco_gpt_cuda.so
+if [ ! -f "$EMU" ]; then
+  echo "no $EMU (built only with nvcc, whose build gives the trainer its CUDA paths): skipped"; exit 77
+fi
+export DILOCO_CUDA_BACKEND="$PWD/$EMU"
+out=$(build/tests/test_cuda_options 2>&1) || { echo "$out"; echo "FAIL: test_cuda_options on the emulated backend"; exit 1; }
+echo "$out" | grep -q 'picked cuda (CUDA device present: yes)' ||
+  { echo "$out"; echo "FAIL: test_cuda_options did not see the emulated device"; exit 1; }
+echo "$out" | grep -q 'head size 8: gpt cuda:' ||
+  { echo "$out"; echo "FAIL: flash with head size 8 was not refused by the backend"; exit 1; }
+echo "test_cuda_options: the device branch passes on the emulated backend"
+sh tests/it_cuda_sync_exactness.sh

@@ -1,7 +1,9 @@
 /* test_cuda_emu: the CPU CUDA emulator (tests/tools/cuda_emu.cc) refuses what a GPU or cuBLAS would, and
  * catches what a GPU would fault on, so the GPU tests it runs in CI (test_cuda_*_emu) can fail for the
  * reasons they would fail on a device:
- *   - fresh device memory reads as NaN; a kernel's writes come back through cudaMemcpy;
+ *   - fresh device memory reads as NaN; a kernel's writes come back through cudaMemcpy; host code that
+ *     dereferences a device pointer dies of SIGSEGV (device memory is mapped only while the emulated
+ *     device works), naming the allocation;
  *   - refusals (the call's error, cudaGetLastError once, then the device works on): a launch of 0 or 2048
  *     threads, a copy in the wrong direction or past its allocation, cuBLAS leading dimensions below the
  *     rows, type combinations cublasGemmEx does not take, events made without timing;
@@ -11,6 +13,7 @@
  *   - products: both transposes, batch strides, beta 0 never reads C (NaN there stays out), TF32 rounding
  *     under CUBLAS_TF32_TENSOR_OP_MATH, bf16 operands with fp32 results. */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +47,7 @@ __global__ void divergent_barrier_k(float *out)
     out[threadIdx.x] = v;
 }
 
-/* runs body in a child; returns its exit status (what body returned), 99 for a crash */
+/* runs body in a child; returns its exit status (what body returned), or 128 + the signal that killed it */
 static int in_child(int (*body)(void))
 {
     fflush(stdout);
@@ -52,7 +55,18 @@ static int in_child(int (*body)(void))
     if (pid == 0) _exit(body());
     int st = 0;
     waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 99;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* host code reading a device pointer: a GPU faults, and so does the emulator (the allocation is named on
+ * stderr) */
+static int host_reads_device(void)
+{
+    float *d = NULL;
+    if (cudaMalloc(&d, 64 * sizeof(float))) return 2;
+    volatile float x = d[3];
+    (void)x;
+    return 0; /* not reached when the read faults */
 }
 
 /* after a fault: the device refuses everything, as a GPU context does */
@@ -219,6 +233,7 @@ int main(void)
 {
     memory_and_launches();
     products();
+    CHECK(in_child(host_reads_device) == 128 + SIGSEGV, "host code reading device memory faults");
     CHECK(in_child(host_pointer_arg) == 0, "a kernel given host memory faults the device");
     CHECK(in_child(write_past_end) == 0, "a kernel writing one past its allocation faults the device");
     CHECK(in_child(divergent_barrier) == 0, "a warp split between __syncthreads and a shuffle faults the device");

@@ -14,11 +14,14 @@
 
 #include <math.h>
 #include <mutex>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
+#include <unistd.h>
 #include <vector>
 
 /* ---- state ------------------------------------------------------------------------------------ */
@@ -31,7 +34,8 @@ struct region {
     char *base; /* what the caller got */
     size_t bytes;
     int kind;
-    char *raw; /* what was allocated (device: the guards around base) */
+    char *raw; /* what was allocated (device: pages mapped for the guards around base) */
+    size_t mapped;
     unsigned long serial;
 };
 
@@ -57,6 +61,56 @@ static unsigned g_launches;
 static char g_last_op[160] = "(none)";
 
 #define LOCK std::lock_guard<std::recursive_mutex> lock_(g_mu)
+
+/* Device memory is mapped PROT_NONE except while an emulated device operation runs (a launch, a copy, a
+ * memset, a product), so host code that dereferences a device pointer faults here as on a GPU, and
+ * on_segv names the allocation it touched. Windows nest (a product checks the guards). */
+static int g_window;
+
+static void device_protect(int open)
+{
+    for (region &r : g_regions)
+        if (r.kind == MEM_DEVICE) mprotect(r.raw, r.mapped, open ? PROT_READ | PROT_WRITE : PROT_NONE);
+}
+
+struct device_window {
+    device_window()
+    {
+        if (!g_window++) device_protect(1);
+    }
+    ~device_window()
+    {
+        if (!--g_window) device_protect(0);
+    }
+};
+
+static void on_segv(int sig, siginfo_t *si, void *uc)
+{
+    (void)uc;
+    const char *a = (const char *)si->si_addr;
+    for (region &r : g_regions)
+        if (r.kind == MEM_DEVICE && a >= r.raw && a < r.raw + r.mapped) {
+            char msg[256];
+            int n = snprintf(msg, sizeof msg,
+                             "cuda_emu: host code touched device memory at %p (allocation #%lu of %zu bytes, offset "
+                             "%td): a GPU faults there; copy it to the host with cudaMemcpy\n",
+                             si->si_addr, r.serial, r.bytes, a - r.base);
+            if (write(2, msg, (size_t)n) < 0) _exit(134);
+            break;
+        }
+    signal(sig, SIG_DFL); /* the fault happens again, now fatal */
+}
+
+static void install_segv_handler(void)
+{
+    static int done;
+    if (done++) return;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_RESETHAND | SA_ONSTACK;
+    sigaction(SIGSEGV, &sa, NULL);
+}
 
 static void say(const char *fmt, ...)
 {
@@ -115,6 +169,7 @@ static int device_span(const void *p, size_t bytes)
 /* every device allocation's guards intact, else a fault naming the operation that just ran */
 static int check_guards(void)
 {
+    device_window w;
     for (region &r : g_regions) {
         if (r.kind != MEM_DEVICE) continue;
         for (size_t i = 0; i < GUARD; i++)
@@ -221,14 +276,16 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     LOCK;
     *p = NULL;
     if (g_sticky) return g_sticky;
-    size_t total = (2 * GUARD + bytes + 255) / 256 * 256;
-    char *raw = (char *)aligned_alloc(256, total);
-    if (!raw) return refuse(cudaErrorMemoryAllocation);
+    install_segv_handler();
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), total = (2 * GUARD + bytes + page - 1) / page * page;
+    char *raw = (char *)mmap(NULL, total, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return refuse(cudaErrorMemoryAllocation);
     char *base = raw + GUARD;
     memset(raw, GUARD_BYTE, GUARD);
     memset(base, 0xff, bytes); /* NaN as floats: what nothing wrote must not read as zero */
     memset(base + bytes, GUARD_BYTE, GUARD);
-    g_regions.push_back(region{base, bytes, MEM_DEVICE, raw, ++g_serial});
+    if (!g_window) mprotect(raw, total, PROT_NONE);
+    g_regions.push_back(region{base, bytes, MEM_DEVICE, raw, total, ++g_serial});
     *p = base;
     return cudaSuccess;
 }
@@ -239,7 +296,10 @@ static cudaError_t release(void *p, int kind)
     if (!p) return g_sticky;
     for (size_t i = 0; i < g_regions.size(); i++)
         if (g_regions[i].base == p && g_regions[i].kind == kind) {
-            if (kind != MEM_REGISTERED) free(g_regions[i].raw);
+            if (kind == MEM_DEVICE)
+                munmap(g_regions[i].raw, g_regions[i].mapped);
+            else if (kind == MEM_PINNED)
+                free(g_regions[i].raw);
             g_regions.erase(g_regions.begin() + (long)i);
             return g_sticky;
         }
@@ -260,7 +320,7 @@ cudaError_t cudaMallocHost(void **p, size_t bytes)
     if (g_sticky) return g_sticky;
     char *raw = (char *)malloc(bytes ? bytes : 1);
     if (!raw) return refuse(cudaErrorMemoryAllocation);
-    g_regions.push_back(region{raw, bytes, MEM_PINNED, raw, ++g_serial});
+    g_regions.push_back(region{raw, bytes, MEM_PINNED, raw, bytes, ++g_serial});
     *p = raw;
     return cudaSuccess;
 }
@@ -277,7 +337,7 @@ cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned flags)
     if (g_sticky) return g_sticky;
     if (!p || !bytes) return refuse(cudaErrorInvalidValue);
     if (find(p) || find((char *)p + bytes - 1)) return refuse(cudaErrorHostMemoryAlreadyRegistered);
-    g_regions.push_back(region{(char *)p, bytes, MEM_REGISTERED, (char *)p, ++g_serial});
+    g_regions.push_back(region{(char *)p, bytes, MEM_REGISTERED, (char *)p, bytes, ++g_serial});
     return cudaSuccess;
 }
 
@@ -322,6 +382,7 @@ cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, cudaMemcpyKind 
         say("cudaMemcpy%s of %zu bytes runs past the end of its device allocation", kind_name(kind), bytes);
         return refuse(cudaErrorInvalidValue);
     }
+    device_window w;
     memmove(dst, src, bytes);
     return cudaSuccess;
 }
@@ -349,6 +410,7 @@ cudaError_t cudaMemset(void *p, int value, size_t bytes)
         say("cudaMemset of %zu bytes at %p: not inside a device allocation", bytes, p);
         return refuse(cudaErrorInvalidValue);
     }
+    device_window w;
     memset(p, value, bytes);
     return cudaSuccess;
 }
@@ -495,6 +557,7 @@ void cuda_emu_launch_run(const char *name, dim3 grid, dim3 block, void (*body)(v
     static unsigned base_seed = getenv("CUDA_EMU_SEED") ? (unsigned)atoi(getenv("CUDA_EMU_SEED")) : 1;
     char err[512] = "";
     if (!g_sticky) {
+        device_window w;
         int rc = simt_launch(simt_dim3{grid.x, grid.y, grid.z}, simt_dim3{block.x, block.y, block.z},
                              base_seed + 7919u * ++g_launches, body, arg, err, sizeof err);
         if (rc) {
@@ -636,6 +699,7 @@ static cublasStatus_t gemm(const char *call, cublasHandle_t h, cublasOperation_t
         fault(); /* on a GPU: an illegal address, or a wrong result */
         return CUBLAS_STATUS_EXECUTION_FAILED;
     }
+    device_window w;
     int tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32 || (h->math == CUBLAS_TF32_TENSOR_OP_MATH && at == CUDA_R_32F);
     /* op(A) as m rows of k and op(B) as n rows of k, in double: each element of C is then one dot */
     std::vector<double> a((size_t)m * k), bb((size_t)n * k);

@@ -10,7 +10,9 @@
  * argument that is not device memory, a copy past an allocation or in the wrong direction, a write past
  * the end of an allocation (guard bytes checked after every launch and product). Those are sticky, as a
  * GPU's faults are: every later call returns the error. Fresh device memory is filled with 0xff bytes
- * (NaN as floats, -1 as ints), so a kernel that reads what nothing wrote gives NaN instead of zeros.
+ * (NaN as floats, -1 as ints), so a kernel that reads what nothing wrote gives NaN instead of zeros, and
+ * it is mapped only while an emulated device operation runs: host code that dereferences a device
+ * pointer dies of SIGSEGV, with the allocation named on stderr.
  * cuda_bf16.h and cublas_v2.h beside this file complete the surface. */
 #ifndef DILOCO_CUDA_EMU_RUNTIME_H
 #define DILOCO_CUDA_EMU_RUNTIME_H

@@ -37,7 +37,7 @@
 
 enum { MEM_DEVICE, MEM_PINNED, MEM_REGISTERED };
 #define GUARD 256 /* bytes checked on each side of a device allocation */
-#define GUARD_BYTE 0xa5
+#define GUARD_BYTE 0xff /* NaN as floats, like fresh memory: a read past the end gives NaN, not a small number */
 
 struct region {
     char *base; /* what the caller got */

@@ -12,7 +12,7 @@
  * (simt_emu.h). What a GPU would reject is rejected here too, with the reason on
  * stderr: a bad launch shape (cudaGetLastError), a kernel that deadlocks or faults at a barrier, a pointer
  * argument that is not device memory, a copy past an allocation or in the wrong direction, a write past
- * the end of an allocation (guard bytes checked after every launch and product). Those are sticky, as a
+ * the end of an allocation (guard bytes checked after every launch and product; they read as NaN). Those are sticky, as a
  * GPU's faults are: every later call returns the error. Fresh device memory is filled with 0xff bytes
  * (NaN as floats, -1 as ints), so a kernel that reads what nothing wrote gives NaN instead of zeros, and
  * it is mapped only while an emulated device operation runs: host code that dereferences a device

@@ -221,10 +221,12 @@ $(BUILD)/tests/test_cuda_options: | $(CUDA_BACKEND)
 # tests in C++ run CUDA kernel source on the CPU under the lane emulator (tests/tools/simt_emu.h): the
 # tiled bf16 kernels (worker/cuda/*.cuh) are checked here and in CI, where there is no GPU
 CXX_TEST_SRC  = $(wildcard tests/test_*.cc)
+# the emulators' runtime (tests/tools): the lane emulator, the CPU CUDA runtime and cuBLAS (below)
+EMU_RT_OBJ    = $(BUILD)/emu/cuda_emu.o $(BUILD)/emu/cuda_emu_blas.o $(BUILD)/emu/simt_emu.o
 CXX_TEST_BIN  = $(CXX_TEST_SRC:tests/%.cc=$(BUILD)/tests/%)
 SIMT_CXXFLAGS = -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas -MMD -MP -Itests -Itests/tools -Itests/tools/cuda_emu \
                 -Iworker/cuda
-$(CXX_TEST_BIN): $(BUILD)/tests/%: tests/%.cc $(BUILD)/emu/simt_emu.o $(BUILD)/emu/cuda_emu.o
+$(CXX_TEST_BIN): $(BUILD)/tests/%: tests/%.cc $(EMU_RT_OBJ)
 	@mkdir -p $(dir $@)
 	$(CXX) $(SIMT_CXXFLAGS) -o $@ $< $(filter %.o,$^) -lm
 
@@ -234,7 +236,7 @@ $(CXX_TEST_BIN): $(BUILD)/tests/%: tests/%.cc $(BUILD)/emu/simt_emu.o $(BUILD)/e
 # only change to the source. They need no GPU (nor nvcc), but the trainer they drive has its CUDA paths
 # only in a build with nvcc (DILOCO_HAVE_CUDA), so they are built with the CUDA backend.
 EMU_CU       = $(filter-out worker/cuda/diloco_cuda_so.cu,$(wildcard worker/cuda/*.cu))
-EMU_OBJ      = $(EMU_CU:worker/cuda/%.cu=$(BUILD)/emu/%.o) $(BUILD)/emu/cuda_emu.o $(BUILD)/emu/simt_emu.o
+EMU_OBJ      = $(EMU_CU:worker/cuda/%.cu=$(BUILD)/emu/%.o) $(EMU_RT_OBJ)
 EMU_CXXFLAGS = -std=c++17 -O2 -g -fPIC $(WARN) -Wno-unknown-pragmas -MMD -MP -DDILOCO_HAVE_CUDA=1 \
                -Itests/tools/cuda_emu -Itests/tools -Iworker/cuda $(COMMON_INC) -Imodel -Iworker
 EMU_TESTS    = $(patsubst tests/%.c,$(BUILD)/tests/%_emu,$(filter-out tests/test_cuda_options.c,$(wildcard tests/test_cuda_*.c)))

@@ -3,6 +3,8 @@
 # emulator's backend (build/emu/libdiloco_gpt_cuda.so: the backend's .cu files compiled by g++ against
 # tests/tools/cuda_emu, kernels run by the lane emulator; docs/cuda.md, "Tests"), named by
 # DILOCO_CUDA_BACKEND as a user would name another build:
+#   - test_cuda_diloco_emu (the device hooks' two streams) under the emulator's seeds 2-8: other orders of
+#     the streams' queued work;
 #   - test_cuda_options takes its device branch: --device auto picks cuda, bf16 and flash steps run,
 #     flash with head size 8 is refused by the backend itself;
 #   - it_cuda_sync_exactness: two --device cuda workers and a CPU worker, 4 DiLoCo rounds, every worker
@@ -21,4 +23,11 @@ echo "$out" | grep -q 'picked cuda (CUDA device present: yes)' ||
 echo "$out" | grep -q 'head size 8: gpt cuda:' ||
   { echo "$out"; echo "FAIL: flash with head size 8 was not refused by the backend"; exit 1; }
 echo "test_cuda_options: the device branch passes on the emulated backend"
+# the device hooks' two streams under other orders of the emulator's choices (the suite's own run is seed 1)
+for seed in 2 3 4 5 6 7 8; do
+  CUDA_EMU_SEED=$seed build/tests/test_cuda_diloco_emu > "${TMPDIR:-/tmp}/cuda_emu_diloco.$$" 2>&1 ||
+    { cat "${TMPDIR:-/tmp}/cuda_emu_diloco.$$"; rm -f "${TMPDIR:-/tmp}/cuda_emu_diloco.$$"; echo "FAIL: test_cuda_diloco_emu under CUDA_EMU_SEED=$seed"; exit 1; }
+done
+rm -f "${TMPDIR:-/tmp}/cuda_emu_diloco.$$"
+echo "test_cuda_diloco_emu: passes under CUDA_EMU_SEED 2-8 (the streams' work in other orders)"
 sh tests/it_cuda_sync_exactness.sh

@@ -6,7 +6,8 @@
 # default --device-hooks auto: the CUDA workers' pseudo-gradients come from the kernel of
 # worker/cuda/diloco_cuda.cu, the new parameters go to the device through its loads) and with
 # --device-hooks off (the device copies its parameters back to the host buffer after every step and
-# libdiloco computes Δ there). Both must give the same digest after every round.
+# libdiloco computes Δ there). Both must give the same digest after every round. The pair is made
+# again with the CUDA workers in --precision bf16: the same digests with and without the hooks, not fp32's.
 #
 # Exits 77 (skipped) unless bin/worker was built with the CUDA backend and a GPU is visible
 # (nvidia-smi -L), or DILOCO_CUDA_BACKEND names another backend (tests/it_cuda_emu.sh runs this test
@@ -27,13 +28,13 @@ prepare_bible
 TRAIN="--sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1 --batch 4 --seq 64 --warmup 2 --lr 2e-3 --num-shards 3 --data build/kjv.tok"
 start_redis
 
-run_once() { # RUN HOOKS: the digests of every round in $TMP/digests-RUN
+run_once() { # RUN HOOKS PRECISION: the digests of every round in $TMP/digests-RUN
   RUN=$1
   init_run $RUN --trainer gpt $MODEL --shards 4 --workers 3 --seed 3
   start_server "a$RUN" --lease-ttl-ms 2000
   start_server "b$RUN" --lease-ttl-ms 2000
-  start_worker g1 $TRAIN --device cuda --device-hooks "$2" --shard-index 0
-  start_worker g2 $TRAIN --device cuda --device-hooks "$2" --shard-index 1
+  start_worker g1 $TRAIN --device cuda --device-hooks "$2" --precision "$3" --shard-index 0
+  start_worker g2 $TRAIN --device cuda --device-hooks "$2" --precision "$3" --shard-index 1
   start_worker c1 $TRAIN --device cpu --threads 1 --shard-index 2
   wait_workers g1 g2 c1
   grep -q 'no CUDA device\|built without' "$TMP"/worker-g*.log && fail "a CUDA worker did not get a device"
@@ -66,8 +67,17 @@ run_once() { # RUN HOOKS: the digests of every round in $TMP/digests-RUN
   mkdir -p "$TMP/$RUN" && mv "$TMP"/*.jsonl "$TMP"/worker-*.log "$TMP/$RUN/"
 }
 
-run_once cudadev auto
-run_once cudahost off
+run_once cudadev auto fp32
+run_once cudahost off fp32
 diff "$TMP/digests-cudadev" "$TMP/digests-cudahost" > /dev/null || \
   fail "DiLoCo on the device and through the host buffer differ: $(paste "$TMP/digests-cudadev" "$TMP/digests-cudahost")"
 say "DiLoCo with CUDA workers: $ROUNDS rounds, identical global parameters on every worker, the same with and without the device hooks"
+# the bf16 trainer (bf16 products and attention, fp32 master weights: DiLoCo exact on them) in the same run
+run_once bf16dev auto bf16
+run_once bf16host off bf16
+grep -q 'gpt trainer: cuda, bf16 products' "$TMP/bf16dev/worker-g1.log" || fail "g1 of bf16dev does not say it trains in bf16"
+diff "$TMP/digests-bf16dev" "$TMP/digests-bf16host" > /dev/null ||
+  fail "bf16: DiLoCo on the device and through the host buffer differ: $(paste "$TMP/digests-bf16dev" "$TMP/digests-bf16host")"
+diff "$TMP/digests-bf16dev" "$TMP/digests-cudadev" > /dev/null &&
+  fail "bf16 workers gave fp32's digests: was --precision bf16 applied?"
+say "bf16 CUDA workers: identical global parameters on every worker, the same with and without the device hooks, not fp32's"

@@ -1,16 +1,22 @@
 /* test_cuda_emu: the CPU CUDA emulator (tests/tools/cuda_emu.cc) refuses what a GPU or cuBLAS would, and
  * catches what a GPU would fault on, so the GPU tests it runs in CI (test_cuda_*_emu) can fail for the
  * reasons they would fail on a device:
- *   - fresh device memory reads as NaN; a kernel's writes come back through cudaMemcpy;
+ *   - fresh device memory reads as NaN; a kernel's writes come back through cudaMemcpy; host code that
+ *     dereferences a device pointer dies of SIGSEGV (device memory is mapped only while the emulated
+ *     device works), naming the allocation;
  *   - refusals (the call's error, cudaGetLastError once, then the device works on): a launch of 0 or 2048
  *     threads, a copy in the wrong direction or past its allocation, cuBLAS leading dimensions below the
  *     rows, type combinations cublasGemmEx does not take, events made without timing;
  *   - faults (every later call fails, as on a GPU; each in a child process): a kernel given host memory,
  *     a kernel that writes one element past its allocation, a kernel whose warp splits between __syncthreads and a shuffle, a
  *     product whose operand runs past its allocation;
+ *   - streams: a pinned async copy has not run before the synchronization; two non-blocking streams race
+ *     (under some of 16 seeds the reader runs first) unless an event orders them (never then); an elapsed
+ *     time before the events ran is not ready;
  *   - products: both transposes, batch strides, beta 0 never reads C (NaN there stays out), TF32 rounding
  *     under CUBLAS_TF32_TENSOR_OP_MATH, bf16 operands with fp32 results. */
 #include <math.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,7 +50,7 @@ __global__ void divergent_barrier_k(float *out)
     out[threadIdx.x] = v;
 }
 
-/* runs body in a child; returns its exit status (what body returned), 99 for a crash */
+/* runs body in a child; returns its exit status (what body returned), or 128 + the signal that killed it */
 static int in_child(int (*body)(void))
 {
     fflush(stdout);
@@ -52,7 +58,18 @@ static int in_child(int (*body)(void))
     if (pid == 0) _exit(body());
     int st = 0;
     waitpid(pid, &st, 0);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 99;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
+/* host code reading a device pointer: a GPU faults, and so does the emulator (the allocation is named on
+ * stderr) */
+static int host_reads_device(void)
+{
+    float *d = NULL;
+    if (cudaMalloc(&d, 64 * sizeof(float))) return 2;
+    volatile float x = d[3];
+    (void)x;
+    return 0; /* not reached when the read faults */
 }
 
 /* after a fault: the device refuses everything, as a GPU context does */
@@ -130,6 +147,8 @@ static void memory_and_launches(void)
     cudaEventRecord(e0, 0);
     cudaEventRecord(e1, 0);
     cudaEventRecord(nt, 0);
+    CHECK(cudaEventElapsedTime(&ms, e0, e1) == cudaErrorNotReady, "elapsed time before the events ran: not ready");
+    CHECK(cudaEventSynchronize(e1) == cudaSuccess, "cudaEventSynchronize");
     CHECK(cudaEventElapsedTime(&ms, e0, e1) == cudaSuccess && ms >= 0, "elapsed time %g ms", ms);
     CHECK(cudaEventElapsedTime(&ms, e0, nt) == cudaErrorInvalidResourceHandle, "an event without timing refused");
     cudaGetLastError();
@@ -137,6 +156,56 @@ static void memory_and_launches(void)
     cudaEventDestroy(e1);
     cudaEventDestroy(nt);
     cudaFree(d);
+}
+
+/* streams are asynchronous: a pinned result read before the synchronization is the old one; two
+ * non-blocking streams race unless an event orders them */
+static void streams(void)
+{
+    enum { N = 64 };
+    float *d, *e, *h;
+    cudaStream_t s1, s2;
+    cudaEvent_t written;
+    CHECK(cudaMalloc(&d, N * 4) == 0 && cudaMalloc(&e, N * 4) == 0 && cudaMallocHost(&h, N * 4) == 0 &&
+              cudaStreamCreateWithFlags(&s1, cudaStreamNonBlocking) == 0 &&
+              cudaStreamCreateWithFlags(&s2, cudaStreamNonBlocking) == 0 &&
+              cudaEventCreateWithFlags(&written, cudaEventDisableTiming) == 0,
+          "stream setup");
+    h[0] = -5;
+    simt_cuda_launch("fill_k", fill_k, 2, 32, 0, s1)(d, N, 7.0f);
+    cudaMemcpyAsync(h, d, N * 4, cudaMemcpyDeviceToHost, s1);
+    CHECK(h[0] == -5, "a pinned async copy has not run before the synchronization: %g", h[0]);
+    cudaStreamSynchronize(s1);
+    CHECK(h[0] == 7 && h[N - 1] == 7 + N - 1, "after cudaStreamSynchronize: %g", h[0]);
+
+    int stale = 0, stale_ordered = 0;
+    for (unsigned seed = 1; seed <= 16; seed++) {
+        cuda_emu_seed(seed);
+        for (int ordered = 0; ordered <= 1; ordered++) {
+            float v = (float)(100 * seed + 10 * ordered);
+            simt_cuda_launch("fill_k", fill_k, 2, 32, 0, s1)(d, N, v); /* s1 writes d */
+            if (ordered) {
+                cudaEventRecord(written, s1);
+                cudaStreamWaitEvent(s2, written, 0);
+            }
+            cudaMemcpyAsync(e, d, N * 4, cudaMemcpyDeviceToDevice, s2); /* s2 reads d */
+            cudaMemcpyAsync(h, e, N * 4, cudaMemcpyDeviceToHost, s2);
+            cudaDeviceSynchronize();
+            if (h[0] != v) (ordered ? stale_ordered : stale)++;
+        }
+    }
+    CHECK(stale > 0 && stale_ordered == 0,
+          "without the event s2 read before s1 wrote in %d of 16 seeds (want some), with it in %d (want 0)", stale,
+          stale_ordered);
+    printf("streams: a pinned copy waits for the synchronization; unordered streams raced in %d of 16 seeds, "
+           "ordered by an event in none\n",
+           stale);
+    cudaEventDestroy(written);
+    cudaStreamDestroy(s1);
+    cudaStreamDestroy(s2);
+    cudaFreeHost(h);
+    cudaFree(d);
+    cudaFree(e);
 }
 
 /* row-major M x N = A (M x K) B (K x N), through cuBLAS's column-major as the backend's mm does */
@@ -218,7 +287,9 @@ static void products(void)
 int main(void)
 {
     memory_and_launches();
+    streams();
     products();
+    CHECK(in_child(host_reads_device) == 128 + SIGSEGV, "host code reading device memory faults");
     CHECK(in_child(host_pointer_arg) == 0, "a kernel given host memory faults the device");
     CHECK(in_child(write_past_end) == 0, "a kernel writing one past its allocation faults the device");
     CHECK(in_child(divergent_barrier) == 0, "a warp split between __syncthreads and a shuffle faults the device");

@@ -526,6 +526,11 @@ static int run_worker(int argc, char **argv)
     }
     t = make_trainer(&a, &rc, rest, nrest, err, sizeof err);
     if (!t || layout_check(rc.layout, t->tensors, t->ntensors, t->name, err, sizeof err) < 0) goto error;
+    if (!strcmp(t->name, "gpt")) {
+        char what[192];
+        gpt_trainer_describe(t, what, sizeof what);
+        log_info("gpt trainer: %s", what);
+    }
     evaluator_options eo = {.redis_url = a.dl.redis_url,
                             .run = a.dl.run,
                             .every = a.evaluate_every,

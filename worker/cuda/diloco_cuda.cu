@@ -137,17 +137,20 @@ static int create_inner(dl_cuda *c, char *err, size_t errlen)
         CK(cudaStreamCreateWithFlags(&c->st, cudaStreamNonBlocking));
         c->own_stream = 1;
     }
+    /* the zeroing goes on the stream that uses each buffer next: a plain cudaMemset would go on the
+     * legacy default stream, which our non-blocking streams do not wait for (the first load's copy into
+     * the snapshot could run before the zeros and be overwritten; the CUDA emulator's streams showed it) */
+    CK(cudaStreamCreateWithFlags(&c->ss, cudaStreamNonBlocking));
     if (!c->params) {
         CK(cudaMalloc((void **)&c->params, bytes));
         c->own_params = 1;
-        CK(cudaMemset(c->params, 0, bytes));
+        CK(cudaMemsetAsync(c->params, 0, bytes, c->st));
     }
-    CK(cudaStreamCreateWithFlags(&c->ss, cudaStreamNonBlocking));
     CK(cudaEventCreateWithFlags(&c->ev_compute, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&c->ev_loaded, cudaEventDisableTiming));
     CK(cudaEventCreateWithFlags(&c->ev_copied, cudaEventDisableTiming));
     CK(cudaMalloc((void **)&c->snap, bytes));
-    CK(cudaMemset(c->snap, 0, bytes));
+    CK(cudaMemsetAsync(c->snap, 0, bytes, c->ss));
     CK(cudaMalloc((void **)&c->dbad, sizeof *c->dbad));
     CK(cudaMallocHost((void **)&c->hbad, sizeof *c->hbad));
     return 0;

@@ -125,6 +125,9 @@ long gpt_trainer_steps(const trainer *t);
 void gpt_trainer_data_position(const trainer *t, uint64_t *rng, uint64_t *cursor);
 /* "cpu" or "cuda": the backend gpt_trainer_create picked. */
 const char *gpt_trainer_device(const trainer *t);
+/* One line for the worker's log: the backend and its arithmetic, e.g. "cuda, bf16 products on fp32 master
+ * weights, flash attention" or "cpu, fp32, 2 threads". */
+void gpt_trainer_describe(const trainer *t, char *buf, size_t len);
 /* The CUDA backend of a trainer on "cuda" (worker/cuda/gpt_cuda.h), NULL on the CPU: tests read its
  * gradients and moments to replay a step on the CPU (tests/test_cuda_step.c). */
 struct gpt_cuda;

@@ -411,6 +411,24 @@ const char *gpt_trainer_device(const trainer *t)
     return ((const gpt_trainer *)t->impl)->cu ? "cuda" : "cpu";
 }
 
+void gpt_trainer_describe(const trainer *t, char *buf, size_t len)
+{
+    const gpt_trainer *g = t->impl;
+#ifdef DILOCO_HAVE_CUDA
+    if (g->cu) {
+        static const char *attention[] = {"fused", "gemm", "flash"}; /* GPT_ATTENTION_*, as resolved */
+        int a = gpt_cuda_attention(g->cu);
+        if (g->o.precision == GPT_PRECISION_BF16)
+            snprintf(buf, len, "cuda, bf16 products on fp32 master weights, %s attention",
+                     a >= 0 && a < 3 ? attention[a] : "?");
+        else
+            snprintf(buf, len, "cuda, fp32%s", g->o.tf32 ? " (TF32 products, --tf32)" : "");
+        return;
+    }
+#endif
+    snprintf(buf, len, "cpu, fp32, %d threads", g->o.threads);
+}
+
 struct gpt_cuda *gpt_trainer_cuda(trainer *t)
 {
     return ((gpt_trainer *)t->impl)->cu;

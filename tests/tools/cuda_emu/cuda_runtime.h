@@ -3,14 +3,20 @@
  * (tests/test_cuda_*.c) run in CI as test_cuda_*_emu against these sources compiled by g++.
  *
  * The Makefile rewrites each kernel launch `k<<<grid, block, smem, stream>>>(args)` of a .cu file into
- * `simt_cuda_launch("k", k, grid, block, smem, stream)(args)` (the only change to the source). A launch
- * runs the kernel at once under the lane emulator (simt_emu.h), so every stream is synchronous and an
- * event completes when it is recorded. What a GPU would reject is rejected here too, with the reason on
+ * `simt_cuda_launch("k", k, grid, block, smem, stream)(args)` (the only change to the source). Streams are
+ * asynchronous, as on a GPU: a launch, an async copy or memset, a product, an event record or wait goes
+ * on its stream's queue and runs when a synchronization needs it (cudaStreamSynchronize,
+ * cudaEventSynchronize, a synchronous copy, cudaFree, ...), streams interleaved in a seeded random order
+ * that respects their events. So host code that reads a pinned result before synchronizing reads the old
+ * value, and two streams without the event that orders them race. Kernels run under the lane emulator
+ * (simt_emu.h). What a GPU would reject is rejected here too, with the reason on
  * stderr: a bad launch shape (cudaGetLastError), a kernel that deadlocks or faults at a barrier, a pointer
  * argument that is not device memory, a copy past an allocation or in the wrong direction, a write past
  * the end of an allocation (guard bytes checked after every launch and product). Those are sticky, as a
  * GPU's faults are: every later call returns the error. Fresh device memory is filled with 0xff bytes
- * (NaN as floats, -1 as ints), so a kernel that reads what nothing wrote gives NaN instead of zeros.
+ * (NaN as floats, -1 as ints), so a kernel that reads what nothing wrote gives NaN instead of zeros, and
+ * it is mapped only while an emulated device operation runs: host code that dereferences a device
+ * pointer dies of SIGSEGV, with the allocation named on stderr.
  * cuda_bf16.h and cublas_v2.h beside this file complete the surface. */
 #ifndef DILOCO_CUDA_EMU_RUNTIME_H
 #define DILOCO_CUDA_EMU_RUNTIME_H
@@ -18,6 +24,8 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
+#include <functional>
+#include <tuple>
 #include <type_traits>
 
 #include "simt_emu.h"
@@ -30,6 +38,7 @@ typedef enum cudaError {
     cudaErrorInvalidDevicePointer = 17,
     cudaErrorInvalidMemcpyDirection = 21,
     cudaErrorInvalidResourceHandle = 400,
+    cudaErrorNotReady = 600,
     cudaErrorHostMemoryAlreadyRegistered = 712,
     cudaErrorHostMemoryNotRegistered = 713,
     cudaErrorLaunchFailure = 719,
@@ -168,13 +177,17 @@ static inline float __uint_as_float(unsigned u)
 
 /* ---- launches (the rewritten `<<<>>>`) --------------------------------------------------------- */
 
-/* 0 when a launch of `name` with this shape on st may run; otherwise the launch error is recorded */
-int cuda_emu_launch_begin(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t st);
-/* a pointer argument of the kernel: NULL or inside a device allocation, else a sticky error */
+/* 0 when a launch of `name` with this shape may go on st; otherwise the launch error is recorded
+ * (cudaGetLastError), as a GPU refuses a launch */
+int cuda_emu_launch_check(const char *name, dim3 grid, dim3 block, size_t smem, cudaStream_t st);
+/* a pointer argument of the kernel: NULL or device memory, else the device faults */
 void cuda_emu_check_arg(const char *name, int index, const void *p);
-/* runs the launch (simt_launch's arguments) and records what it found: a failed run, guard bytes
- * overwritten */
-void cuda_emu_launch_run(const char *name, dim3 grid, dim3 block, void (*body)(void *), void *arg);
+/* queues the launch on st: run(seed, err, errlen) runs its blocks under the lane emulator (simt_launch's
+ * status and message) when a synchronization reaches it */
+void cuda_emu_launch_enqueue(const char *name, cudaStream_t st, std::function<int(unsigned, char *, size_t)> run);
+/* the emulator's own: the seed of its choices from now on (which stream's work runs next, the
+ * interleavings of a launch); CUDA_EMU_SEED in the environment sets the first */
+void cuda_emu_seed(unsigned seed);
 
 template <typename T> void cuda_emu_arg(const char *name, int index, T v)
 {
@@ -189,17 +202,20 @@ template <typename... P> struct cuda_emu_launcher {
     size_t smem;
     cudaStream_t st;
 
-    /* the kernel's own parameter types, so arguments convert as in a <<<>>> launch (NULL to a pointer) */
+    /* the kernel's own parameter types, so arguments convert as in a <<<>>> launch (NULL to a pointer);
+     * they are copied into the queued launch, as a GPU copies a launch's parameters */
     void operator()(P... args) const
     {
-        if (cuda_emu_launch_begin(name, grid, block, smem, st)) return;
-        struct call {
-            void (*kernel)(P...);
-            std::tuple<P...> args;
-        } c{kernel, std::tuple<P...>(args...)};
-        std::apply([this](P... a) { int i = 0; (cuda_emu_arg(name, i++, a), ...); }, c.args);
-        cuda_emu_launch_run(
-            name, grid, block, [](void *p) { std::apply(((call *)p)->kernel, ((call *)p)->args); }, &c);
+        if (cuda_emu_launch_check(name, grid, block, smem, st)) return;
+        int i = 0;
+        (cuda_emu_arg(name, i++, args), ...);
+        (void)i;
+        void (*k)(P...) = kernel;
+        simt_dim3 g{grid.x, grid.y, grid.z}, b{block.x, block.y, block.z};
+        std::tuple<P...> t(args...);
+        cuda_emu_launch_enqueue(name, st, [k, g, b, t](unsigned seed, char *err, size_t errlen) {
+            return std::apply([&](P... a) { return simt_run(g, b, seed, err, errlen, k, a...); }, t);
+        });
     }
 };
 

@@ -17,17 +17,8 @@ start_redis
 # behind NAME SKIP: a proxy for worker NAME that relays its first SKIP dl_submit and refuses the next one;
 # sets URL_NAME, the proxy's pid in PROXY_NAME
 behind() {
-  pfile="$TMP/proxy-$RUN-$1.port"; plog="$TMP/proxy-$RUN-$1.log"
-  python3 tests/tools/drop_proxy.py --redis-port "$PORT" --match dl_submit --skip "$2" --drops 1 --lose error \
-    --port-file "$pfile" --log "$plog" > /dev/null 2>&1 &
-  PIDS="$PIDS $!"; eval "PROXY_$1=$!"
-  wait_until 10 '[ -s "$pfile" ]' "the proxy of $1"
-  eval "URL_$1=redis://127.0.0.1:$(cat "$pfile")"
-}
-# submissions RUN W: W's submissions recorded (its submit events of shard 0)
-submissions() {
-  $RCLI XRANGE "dl:{$1}:events" - + | awk -v who="$2" '/^worker$/ {getline; w = $0} /^type$/ {getline; t = $0}
-    /^shard$/ {getline; if (t == "submit" && w == who && $0 == "0") n++} END {print n + 0}'
+  drop_proxy "$1" "$PORT" --match dl_submit --skip "$2" --drops 1 --lose error
+  eval "URL_$1=redis://127.0.0.1:\$PPORT_$1"
 }
 
 # failed_run RUN INIT_FLAGS...: the run, w1 failing its 3rd try, w2 (hooked) its 4th; checked against the replays

@@ -13,6 +13,7 @@
 #   wait_until SECONDS 'shell condition' [message]
 #   fail MESSAGE                         prints the tails of every log, exits 1
 #   shard_digests RUN                    "shard k digest" lines from dl:{RUN}:shards
+#   drop_proxy NAME UPSTREAM_PORT ARGS   tests/tools/drop_proxy.py in front of Redis or a shard-server
 # The Python tests run $PYTHON: Debian's /usr/bin/python3 (with python3-torch) unless the environment says
 # otherwise, e.g. PYTHON=$(command -v python3) on a GPU machine whose own python3 has a CUDA torch
 # (tools/gpu_check.sh).
@@ -277,6 +278,24 @@ ref_async_check() {
   cmp -s "$TMP/off-$run.txt" "$TMP/got-$run.txt" && fail "$run: the run equals the replay with $*"
   hist=$($RCLI XRANGE "dl:{$run}:events" - + | awk '/^staleness$/ {getline; n[$0]++} END {for (s in n) printf "%s:%d ", s, n[s]}')
   say "$run: bit-identical to the replay of $(sed 's/.*replayed //' "$TMP/ref-$run.log") $what, not to the one with $*; staleness $hist"
+}
+
+# drop_proxy NAME UPSTREAM_PORT ARGS...: tests/tools/drop_proxy.py in front of UPSTREAM_PORT (Redis, or a
+# shard-server with --dataplane) with ARGS; its port in PPORT_NAME, its pid in PROXY_NAME (killed on exit),
+# its log $TMP/proxy-$RUN-NAME.log
+drop_proxy() {
+  _pname=$1; _up=$2; shift 2
+  _pfile="$TMP/proxy-$RUN-$_pname.port"
+  python3 tests/tools/drop_proxy.py --redis-port "$_up" "$@" --port-file "$_pfile" --log "$TMP/proxy-$RUN-$_pname.log" \
+    > /dev/null 2>&1 &
+  PIDS="$PIDS $!"; eval "PROXY_$_pname=$!"
+  wait_until 10 '[ -s "$_pfile" ]' "the proxy $_pname"
+  eval "PPORT_$_pname=$(cat "$_pfile")"
+}
+# submissions RUN W: W's async submissions recorded (its submit events of shard 0)
+submissions() {
+  $RCLI XRANGE "dl:{$1}:events" - + | awk -v who="$2" '/^worker$/ {getline; w = $0} /^type$/ {getline; t = $0}
+    /^shard$/ {getline; if (t == "submit" && w == who && $0 == "0") n++} END {print n + 0}'
 }
 
 # device_hooks_used WORKER: its log says how often it called the device hooks (--device-hooks host); the

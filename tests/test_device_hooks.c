@@ -63,8 +63,10 @@ static diloco *session(float *params, const diloco_device_ops *ops, int bf16)
     d->delta_f32 = dl_host_alloc(d, N * sizeof(float));
     d->push_tokens = calloc(2, sizeof(uint64_t));
     d->tokens_at_send = calloc(2, sizeof(uint64_t));
+    d->tokens_before = calloc(2, sizeof(uint64_t));
     d->delta_xxh = calloc(4, sizeof(uint64_t));
-    assert_true(d->base && d->delta_bf16 && d->delta_f32 && d->push_tokens && d->tokens_at_send && d->delta_xxh);
+    assert_true(d->base && d->delta_bf16 && d->delta_f32 && d->push_tokens && d->tokens_at_send && d->tokens_before &&
+                d->delta_xxh);
     return d;
 }
 
@@ -76,6 +78,7 @@ static void session_free(diloco *d)
     dl_dev_free(d);
     free(d->push_tokens);
     free(d->tokens_at_send);
+    free(d->tokens_before);
     free(d->delta_xxh);
     pthread_mutex_destroy(&d->hb_mu);
     free(d);

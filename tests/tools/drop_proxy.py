@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
-"""drop_proxy.py: a TCP proxy in front of Redis that loses chosen commands with their connection.
+"""drop_proxy.py: a TCP proxy in front of Redis (or a shard-server) that loses chosen commands.
 
     drop_proxy.py --redis-port P --match dl_arrive --drops 2 [--skip K] [--lose command|reply|error]
-                  --port-file FILE [--log FILE]
+                  [--dataplane WORKER [--after-pushes K]] --port-file FILE [--log FILE]
 
 Listens on a free loopback port (written to --port-file once listening) and relays every connection
 to Redis on 127.0.0.1:P, both ways, byte for byte, except the first --drops client writes that contain
@@ -15,6 +15,16 @@ error it is not relayed either, and the proxy answers it with Redis's out-of-mem
 on the same connection, which stays up: a command that Redis refused without running it. Each loss is
 one line in --log. Standard library only; runs until killed (a test adds its pid to the processes it
 kills on exit).
+
+With --dataplane WORKER the proxy stands in front of a shard-server's data plane instead (--redis-port is
+then its port, and the server advertises the proxy's: shard-server --advertise). --match names an
+operation (get, push), and only WORKER's frames of it count: their msgpack header holds both, "op" and
+"w" (common/format/blob.c). --lose error answers such a frame, each one when several came in one write (a
+sync's gets go pipelined), with the data plane's `err` frame, code BADARG: the worker's sync fails at once
+(common/format/dp_error.c), as when a server refuses the request. --after-pushes K counts only the frames
+after WORKER's K-th push of shard 0, one per submission or round (its pushes go before its gets), so the
+get refused is that submission's or round's, however many gets the worker sent before (registration,
+retries). Proxies chain (one in front of another), so each of several workers can have its own.
 """
 import argparse
 import os
@@ -27,6 +37,19 @@ lock = threading.Lock()
 ERROR_REPLY = b"-OOM command not allowed when used memory > 'maxmemory'.\r\n"
 
 
+def mp_str(text):
+    """text as a msgpack str (fixstr or str 8: all a header key or short value needs)"""
+    b = text.encode()
+    return (bytes([0xa0 | len(b)]) if len(b) < 32 else bytes([0xd9, len(b)])) + b
+
+
+def dataplane_error(text):
+    """A data-plane frame: 4-byte little-endian length, then the blob header {m, f, op: err, c, t}."""
+    blob = bytes([0x85]) + mp_str("m") + mp_str("DLB") + mp_str("f") + bytes([1]) + mp_str("op") + mp_str("err") + \
+        mp_str("c") + mp_str("BADARG") + mp_str("t") + mp_str(text)
+    return len(blob).to_bytes(4, "little") + blob
+
+
 def pump(src, dst, state, conn, to_redis):
     """Relay src to dst; conn["lose_reply"] is set by the client side, read by the Redis side."""
     try:
@@ -36,19 +59,22 @@ def pump(src, dst, state, conn, to_redis):
                 break
             if to_redis:
                 with lock:
-                    lose = state["left"] > 0 and state["match"] in data
+                    if state["arm"] and state["arm_left"] > 0 and all(m in data for m in state["arm"]):
+                        state["arm_left"] -= 1
+                    lose = state["left"] > 0 and state["arm_left"] == 0 and all(m in data for m in state["match"])
                     if lose and state["skip"] > 0:
                         state["skip"] -= 1
                         lose = False
                     if lose:
                         state["left"] -= 1
                         state["log"].write("lost the %s of a command containing %s\n" % (
-                            state["lose"], state["match"].decode()))
+                            state["lose"], state["what"]))
                         state["log"].flush()
                 if lose and state["lose"] == "command":
                     break
                 if lose and state["lose"] == "error":
-                    src.sendall(ERROR_REPLY)  # (a client waits for its reply: Redis has nothing to send meanwhile)
+                    # (one refusal per request: a data-plane client may have sent several at once, pipelined)
+                    src.sendall(state["error"] * max(1, data.count(state["match"][0])))  # (a client waits for its reply: Redis has nothing to send meanwhile)
                     continue
                 conn["lose_reply"] = conn["lose_reply"] or lose
             dst.sendall(data)
@@ -70,10 +96,23 @@ def main():
     ap.add_argument("--skip", type=int, default=0, help="relay this many such commands first")
     ap.add_argument("--lose", choices=["command", "reply", "error"], default="command",
                     help="lose the command (it never runs), its reply (it runs), or answer it with an error")
+    ap.add_argument("--dataplane", metavar="WORKER",
+                    help="in front of a shard-server: --match is an operation of this worker's frames")
+    ap.add_argument("--after-pushes", type=int, default=0, metavar="K",
+                    help="with --dataplane: count only the frames after the worker's K-th push of shard 0")
     ap.add_argument("--port-file", required=True)
     ap.add_argument("--log", default="-")
     a = ap.parse_args()
-    state = {"left": a.drops, "skip": a.skip, "match": a.match.encode(), "lose": a.lose,
+    match, what, error, arm = [a.match.encode()], a.match, ERROR_REPLY, []
+    if a.after_pushes and not a.dataplane:
+        ap.error("--after-pushes needs --dataplane")
+    if a.dataplane:
+        arm = [mp_str("op") + mp_str("push"), mp_str("w") + mp_str(a.dataplane), mp_str("s") + bytes([0])]
+        match = [mp_str("op") + mp_str(a.match), mp_str("w") + mp_str(a.dataplane)]
+        what = "%s of %s" % (a.match, a.dataplane)
+        error = dataplane_error("refused by drop_proxy")
+    state = {"left": a.drops, "skip": a.skip, "match": match, "what": what, "error": error, "lose": a.lose,
+             "arm": arm, "arm_left": a.after_pushes,
              "log": sys.stdout if a.log == "-" else open(a.log, "a")}
     srv = socket.socket()
     srv.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)

@@ -9,12 +9,20 @@
  *   shard <k> <digest>
  *
  * usage: ref_async --redis URL --run R --sync-every H [--quad-lr 0.01] [--no-bf16] [--async-rule RULE]
- *                  [--async-lookahead G] [--failed W:N,...]
+ *                  [--async-lookahead G] [--failed W:N,...] [--late W:N,...] [--twice W:N,...]
  * (--async-rule, --async-lookahead: replay with this setting instead of the run's, to show that it matters)
  * (--failed W:N: worker W's N-th try to submit failed without a trace in Redis (DL_FAIL, training went on):
  * the submission it made next trained 2H steps from the start of the one before, and Δ covers both windows)
+ * (--late W:N: worker W's N-th try got its places, and so is recorded, but not its result (its get
+ * failed): the worker completed it at its next sync, dropped the H steps trained meanwhile and took the
+ * versions it got, from which its next submission trains H steps (not ahead: --async-lookahead starts
+ * only an interval that follows a submission's own get). --twice W:N: the same failure as the
+ * worker handled it before 29 November (without --async-lookahead): its next submission continued from
+ * where that window ended and measured Δ from the same start, so the window was applied twice, and its
+ * weight was H)
  * (a worker's k-th submission trains H steps from the versions its previous submission got back; with
- * --weight-by tokens its pseudo-gradient is scaled by H / weight_ref_tokens, a quadratic step being a token;
+ * --weight-by tokens its pseudo-gradient is scaled by its steps / weight_ref_tokens (2H after a failed
+ * try), a quadratic step being a token;
  * with --staleness-weight, per shard, by outer_stale_weight of its seq - base; with --async-rule rebase
  * it enters the outer step as g + theta_seq - theta_base; with --async-lookahead a worker's later submissions
  * start ahead of their base, start_of) */
@@ -55,9 +63,12 @@ typedef struct ref {
     trainer *t[MAX_WORKERS];
     int64_t last[MAX_WORKERS]; /* each worker's latest submission replayed so far (-1: none) */
     int tries[MAX_WORKERS];    /* each worker's tries to submit so far, the failed ones included */
+    int after[MAX_WORKERS];    /* what its latest submission's try left: AFTER_* */
     int nworkers;
-    const char *failed; /* --failed: "W:N,..." */
+    const char *failed, *late, *twice; /* --failed, --late, --twice: "W:N,..." */
 } ref;
+
+enum { AFTER_OK, AFTER_LATE, AFTER_TWICE };
 
 static const char *field(redisReply *e, const char *name)
 {
@@ -129,22 +140,26 @@ static int worker_index(ref *r, const char *id, double qlr)
     return r->nworkers++;
 }
 
-/* Did worker id's try n fail (--failed lists "id:n")? */
-static int try_failed(const ref *r, const char *id, int n)
+/* Does list ("W:N,...": --failed, --late, --twice) name worker id's try n? */
+static int listed(const char *list, const char *id, int n)
 {
     char want[96];
     snprintf(want, sizeof want, "%s:%d", id, n);
     size_t len = strlen(want);
-    for (const char *p = r->failed; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
+    for (const char *p = list; p && *p; p = strchr(p, ',') ? strchr(p, ',') + 1 : "")
         if (strncmp(p, want, len) == 0 && (p[len] == ',' || p[len] == '\0')) return 1;
     return 0;
 }
 
-/* How many windows of H steps submission s's worker trained for it: 1, plus one per failed try just before. */
+/* How many windows of H steps submission s's worker trained for it: 1, plus one per failed try just before;
+ * its try's outcome into after[w]. */
 static int windows_of(ref *r, int w)
 {
     int n = 1;
-    while (try_failed(r, r->ids[w], ++r->tries[w])) n++;
+    while (listed(r->failed, r->ids[w], ++r->tries[w])) n++;
+    r->after[w] = listed(r->late, r->ids[w], r->tries[w])    ? AFTER_LATE
+                  : listed(r->twice, r->ids[w], r->tries[w]) ? AFTER_TWICE
+                                                             : AFTER_OK;
     return n;
 }
 
@@ -174,13 +189,19 @@ static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *m
     const submission *sub = &r->subs[s];
     int w = worker_index(r, sub->worker, qlr);
     trainer *t = r->t[w];
+    int before = r->after[w]; /* what the worker's previous submission left */
     float *start = malloc(r->n * sizeof(float));
-    start_of(r, s, r->last[w], start);
+    start_of(r, s, before == AFTER_LATE ? -1 : r->last[w], start); /* (a late one's completion took base) */
     r->last[w] = s;
-    memcpy(t->params, start, r->n * sizeof(float));
     char err[128];
     trainer_stats st;
-    long long steps = H * windows_of(r, w);
+    if (before == AFTER_LATE) { /* the window of the try that completed the late one: trained, dropped */
+        for (long long i = 0; i < H; i++) t->step(t, &st, err, sizeof err);
+        r->tries[w]++;
+    }
+    /* (--twice: the worker went on from where the late window ended; its base, and so start, did not move) */
+    if (before != AFTER_TWICE) memcpy(t->params, start, r->n * sizeof(float));
+    long long steps = H * windows_of(r, w), weighed = before == AFTER_TWICE ? H : steps;
     for (long long i = 0; i < steps; i++) t->step(t, &st, err, sizeof err);
     float *d = malloc(r->n * sizeof(float));
     uint16_t *d16 = malloc(r->n * sizeof(uint16_t));
@@ -194,9 +215,10 @@ static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *m
     if (bf16) bf16_encode(d, d16, r->n);
     for (int k = 0; k < r->rc.nshards; k++) {
         size_t lo = (size_t)r->rc.shard_bounds[k], len = (size_t)runconf_shard_numel(&r->rc, k);
-        /* --weight-by tokens: H / weight_ref_tokens; --staleness-weight: times its weight of s - base */
-        double w =
-            r->rc.weight_tokens ? (double)H / (double)(r->rc.weight_ref_tokens ? r->rc.weight_ref_tokens : 1) : 1.0;
+        /* --weight-by tokens: its steps / weight_ref_tokens; --staleness-weight: times its weight of s - base */
+        double w = r->rc.weight_tokens
+                       ? (double)weighed / (double)(r->rc.weight_ref_tokens ? r->rc.weight_ref_tokens : 1)
+                       : 1.0;
         float scale = (float)(w * outer_stale_weight(r->rc.stale_weight, s - sub->base[k], r->rc.stale_ref));
         if (runconf_weighted(&r->rc) && bf16)
             outer_sum_add_scaled_bf16(g + lo, d16 + lo, scale, len);
@@ -237,7 +259,7 @@ static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *m
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ref_async --redis URL --run R --sync-every H [--quad-lr LR] [--no-bf16] [--async-rule RULE]\n"
-               "                 [--async-lookahead G] [--failed W:N,...]\n");
+               "                 [--async-lookahead G] [--failed W:N,...] [--late W:N,...] [--twice W:N,...]\n");
 }
 
 int main(int argc, char **argv)
@@ -256,6 +278,8 @@ int main(int argc, char **argv)
         {.name = "async-rule", .kind = OPT_STRING, .dest = &rule},
         {.name = "async-lookahead", .kind = OPT_DOUBLE, .dest = &ahead, .min = 0, .max = ASYNC_LOOKAHEAD_MAX},
         {.name = "failed", .kind = OPT_STRING, .dest = &r.failed},
+        {.name = "late", .kind = OPT_STRING, .dest = &r.late},
+        {.name = "twice", .kind = OPT_STRING, .dest = &r.twice},
         {0},
     };
     int prc = opts_parse_cmd("ref_async", usage, specs, argc, argv, 1, NULL, NULL);

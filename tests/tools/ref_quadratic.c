@@ -33,7 +33,10 @@
  *                      commit that dropped it) and trained round A+1 from it too, its Δ never sent
  *                      [--away-steps id=N,...]   with --away: worker id trained only N inner steps of round A
  *                      (stopped mid-interval, it learnt from its heartbeat that it was evicted and registered
- *                      again at once instead of training the rest; default H) */
+ *                      again at once instead of training the rest; default H)
+ *                      [--late id=R,...]   (plain DiLoCo) worker id's get of round R failed after the round took its
+ *                      Δ: it trained on H steps from its own parameters, dropped them at its next sync (which
+ *                      completed round R), and trained round R+1 from round R's result (its AdamW state kept) */
 #include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -73,6 +76,8 @@ typedef struct ref_args {
     long long away_from[MAX_WORKERS], away_to[MAX_WORKERS]; /* --away: rounds [from, to], none when from > to */
     const char *away_steps;
     long long away_n[MAX_WORKERS]; /* --away-steps: inner steps trained in round away_from (default h) */
+    const char *late;
+    long long late_round[MAX_WORKERS]; /* --late: the round whose get failed (-1: none) */
 } ref_args;
 
 /* id's number in a list "id=N,id2=M,..." (--h-of, --ranks-of), or dflt when it has none */
@@ -155,6 +160,7 @@ static int parse(int argc, char **argv, ref_args *a)
         {.name = "away", .kind = OPT_STRING, .dest = &a->away},
         {.name = "away-tentative", .kind = OPT_FLAG, .dest = &a->away_tentative},
         {.name = "away-steps", .kind = OPT_STRING, .dest = &a->away_steps},
+        {.name = "late", .kind = OPT_STRING, .dest = &a->late},
         {.name = "ranks-of", .kind = OPT_STRING, .dest = &a->ranks_of},
         {.name = "download", .kind = OPT_CHOICE, .dest = &a->download_update, .choices = "params|update"},
         {.name = "codec", .kind = OPT_CUSTOM, .dest = a, .parse = parse_codec, .wants = "int8, int4, int3 or int2"},
@@ -176,6 +182,7 @@ static int parse(int argc, char **argv, ref_args *a)
             return -1;
         }
         a->away_n[w] = of_worker(a->away_steps, a->ids[w], a->h[w]);
+        a->late_round[w] = of_worker(a->late, a->ids[w], -1);
     }
     if (a->away_steps && (!a->away || a->away_tentative)) {
         fprintf(stderr, "ref_quadratic: --away-steps goes with --away (and not --away-tentative)\n");
@@ -183,6 +190,10 @@ static int parse(int argc, char **argv, ref_args *a)
     }
     if (a->away && (a->frag_bounds || a->codec)) {
         fprintf(stderr, "ref_quadratic: --away is for plain DiLoCo runs without a block codec\n");
+        return -1;
+    }
+    if (a->late && (a->frag_bounds || a->away)) {
+        fprintf(stderr, "ref_quadratic: --late is for plain DiLoCo runs without --away\n");
         return -1;
     }
     return 0;
@@ -203,6 +214,7 @@ typedef struct sim {
     float *d32[MAX_WORKERS];
     float *ef[MAX_WORKERS]; /* --error-feedback: each worker's kept quantization error */
     float *tent;            /* --away-tentative: a round's result with every worker */
+    float *own;             /* --late: a worker's own parameters at the end of the round whose get failed */
     int count_all;          /* while computing it */
     float *x;               /* one shard's Δ before quantization */
     uint8_t *q;             /* and encoded */
@@ -390,15 +402,29 @@ static void tentative_result(sim *s)
     free(mom_copy);
 }
 
+/* --late: worker w's get of round r - 1 failed: it trains H steps on from its own parameters (s->own), then
+ * drops them and starts round r from round r - 1's result, its base. */
+static void late_window(sim *s, int w)
+{
+    char err[128];
+    trainer_stats st;
+    memcpy(s->t[w]->params, s->own, s->n * sizeof(float));
+    for (long long i = 0; i < s->a->h[w]; i++) s->t[w]->step(s->t[w], &st, err, sizeof err);
+    memcpy(s->t[w]->params, s->base[w], s->n * sizeof(float));
+}
+
 static void run_plain(sim *s)
 {
     char err[128];
     trainer_stats st;
     for (long long r = 0; r < s->a->rounds; r++) {
-        for (int w = 0; w < s->a->nworkers; w++)
-            for (long long i = 0; i < steps_in(s->a, w, r); i++)
-                s->t[w]->step(s->t[w], &st, err, sizeof err);
+        for (int w = 0; w < s->a->nworkers; w++) {
+            if (s->a->late_round[w] >= 0 && r == s->a->late_round[w] + 1) late_window(s, w);
+            for (long long i = 0; i < steps_in(s->a, w, r); i++) s->t[w]->step(s->t[w], &st, err, sizeof err);
+        }
         take_deltas(s, 0);
+        for (int w = 0; w < s->a->nworkers; w++) /* (s->own: one late worker a round) */
+            if (s->a->late_round[w] == r) memcpy(s->own, s->t[w]->params, s->n * sizeof(float));
         int late = 0;
         for (int w = 0; w < s->a->nworkers; w++) late |= dropped_late(s->a, w, r);
         if (late) tentative_result(s);
@@ -445,6 +471,7 @@ int main(int argc, char **argv)
     sm.mom = calloc(n, sizeof(float));
     sm.g = malloc(n * sizeof(float));
     sm.tent = malloc(n * sizeof(float));
+    sm.own = malloc(n * sizeof(float));
     sm.rounds = calloc((size_t)sm.nfrag, sizeof *sm.rounds);
     sm.x = malloc(n * sizeof(float));
     sm.q = malloc(codec_bytes(BLOB_F32, n) + 1);

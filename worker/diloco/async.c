@@ -7,7 +7,9 @@
  *   3. a get for version s_k+1 returns once the owner has applied every submission up to ours (it may
  *      return a later version: others kept submitting);
  * and the versions we got become our base (they may differ per shard: each shard moves on its own).
- * As in sync mode, Δ is kept until every get returned, and resent to whoever says it lacks it. */
+ * As in sync mode, Δ is kept until every get returned, and resent to whoever says it lacks it. A
+ * submission that got its places and then failed (DL_FAIL: training goes on) is completed before the
+ * fragment's next Δ, never redone (async_complete): its Δ may have been applied already. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,27 +67,72 @@ static int submit(diloco *d, int f, int first, int last, char *err, size_t errle
     return rc;
 }
 
-int async_submit_net(diloco *d, int f, char *err, size_t errlen)
+/* Our submission's Δ of each shard to its place in that shard's order, then each shard once the submission
+ * is applied (resent to an owner that lacks it); base[f] takes the versions got. */
+static int deliver(diloco *d, int f, char *err, size_t errlen)
 {
     int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
-    int rc = DL_RETRY;
-    d->submission++;
-    for (unsigned attempt = 0; rc == DL_RETRY && attempt < 5; attempt++) {
-        rc = submit(d, f, first, last, err, errlen);
-        if (rc == DL_RETRY) sleep_ms(backoff_ms(attempt, 50, 1000));
-    }
-    if (rc != DL_OK) return rc == DL_RETRY ? DL_FAIL : rc;
-    /* each shard's Δ for its place in that shard's order; then each shard once our submission is
-     * applied (resent to an owner that lacks it) */
-    rc = fanout_push_each(d, first, last, d->seq, err, errlen);
+    int rc = fanout_push_each(d, first, last, d->seq, err, errlen);
     fanout_get_arg ga = {.may_push = 1, .after = d->seq};
     if (rc == DL_OK) rc = fanout_get(d, first, last, &ga, err, errlen);
     if (rc != DL_OK) return rc;
+    d->frag_incomplete[f] = 0;
     int64_t lo = d->shard_version[first];
     for (int k = first + 1; k < last; k++)
         if (d->shard_version[k] < lo) lo = d->shard_version[k];
     dl_set_frag_version(d, f, lo);
+    return DL_OK;
+}
+
+int async_submit_net(diloco *d, int f, char *err, size_t errlen)
+{
+    int first = d->rc.frag_bounds[f];
+    int rc = DL_RETRY;
+    d->submission++;
+    for (unsigned attempt = 0; rc == DL_RETRY && attempt < 5; attempt++) {
+        rc = submit(d, f, first, d->rc.frag_bounds[f + 1], err, errlen);
+        if (rc == DL_RETRY) sleep_ms(backoff_ms(attempt, 50, 1000));
+    }
+    if (rc != DL_OK) return rc == DL_RETRY ? DL_FAIL : rc;
+    /* From here the submission has its places: if it fails now, it is completed later (async_complete),
+     * never sent again as part of another one. */
+    d->frag_incomplete[f] = 1;
+    if ((rc = deliver(d, f, err, errlen)) != DL_OK) return rc;
     log_debug("fragment %d: submission applied at version %" PRId64 " (got up to %" PRId64 ")", f, d->seq[first] + 1,
               d->shard_version[first]);
     return DL_OK;
+}
+
+/* Fragment f's submission got its places but not its result: its push or get failed (DL_FAIL) and training
+ * went on from the same parameters. Its Δ may well have been applied (an owner acknowledged the push and
+ * applied it in turn; an acknowledgement or get lost on the way says nothing), so the next Δ must not cover
+ * its window again: that would apply it twice. Instead it is completed, as it is: the kept Δ goes to its
+ * places again (an owner that has it or applied it already says so, and a place belongs to one submission:
+ * lua/40_barriers.lua, dl_submit) and each shard is fetched once it is applied. The steps trained since it
+ * went out started from parameters that never were a version: they are dropped, and the fragment continues
+ * from the versions got, as a sync round completed late does (sync.c). DL_STALE then (params changed);
+ * DL_OK when nothing was pending. When we are no longer a member (evicted) or a place moved out of reach,
+ * the fragment takes the current parameters instead (DL_STALE). DL_FAIL, DL_CORRUPT: as they say, the
+ * submission is still pending. */
+int async_complete(diloco *d, int f, char *err, size_t errlen)
+{
+    if (!d->frag_incomplete[f]) return DL_OK;
+    int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
+    int rc = deliver(d, f, err, errlen);
+    if (rc == DL_STALE || rc == DL_EVICTED) {
+        log_warn("fragment %d: the submission whose result did not come cannot be completed (%s); continuing from "
+                 "the current global parameters",
+                 f, err);
+        if (fetch_current(d, f, err, errlen) < 0) return DL_FAIL;
+    } else if (rc != DL_OK) {
+        return rc;
+    } else {
+        log_warn("fragment %d: the submission whose result did not come is applied (version %" PRId64
+                 " of shard %d); continuing from the parameters it got, the steps trained meanwhile are dropped",
+                 f, d->seq[first] + 1, dl_shard_id(d, first));
+    }
+    params_adopt(d, first, last);
+    size_t off = (size_t)d->rc.shard_bounds[first];
+    if (params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
+    return DL_STALE;
 }

@@ -124,6 +124,15 @@ static int shard_delta(diloco *d, const float *from, int k, int from_device, XXH
     return 0;
 }
 
+/* The tokens the trainer has reported so far (diloco_report, on the training thread; the heartbeat reads them). */
+static uint64_t tokens_now(diloco *d)
+{
+    pthread_mutex_lock(&d->hb_mu);
+    uint64_t tokens = d->tokens;
+    pthread_mutex_unlock(&d->hb_mu);
+    return tokens;
+}
+
 /* Where fragment f's training started, what Δ is measured from: base, or with --async-lookahead's plain
  * rule the start ahead that the trainer was given (lookahead.c; a rebase run measures from base). */
 static const float *delta_origin(const diloco *d, int f)
@@ -165,18 +174,24 @@ int dl_delta_compute(diloco *d, int f, char *err, size_t errlen)
                 bad);
         return -1;
     }
-    pthread_mutex_lock(&d->hb_mu);
-    uint64_t tokens = d->tokens;
-    pthread_mutex_unlock(&d->hb_mu);
+    uint64_t tokens = tokens_now(d);
     d->push_tokens[f] = tokens > d->tokens_at_send[f] ? tokens - d->tokens_at_send[f] : 1;
+    d->tokens_before[f] = d->tokens_at_send[f];
     d->tokens_at_send[f] = tokens;
     return 0;
 }
 
+void dl_delta_untaken(diloco *d, int f)
+{
+    d->tokens_at_send[f] = d->tokens_before[f];
+}
+
+void dl_delta_restart_tokens(diloco *d, int f)
+{
+    d->tokens_at_send[f] = d->tokens_before[f] = tokens_now(d);
+}
+
 void dl_delta_forget_tokens(diloco *d)
 {
-    pthread_mutex_lock(&d->hb_mu);
-    uint64_t tokens = d->tokens;
-    pthread_mutex_unlock(&d->hb_mu);
-    for (int f = 0; f < d->rc.nfragments; f++) d->tokens_at_send[f] = tokens;
+    for (int f = 0; f < d->rc.nfragments; f++) dl_delta_restart_tokens(d, f);
 }

@@ -165,11 +165,13 @@ struct diloco {
     uint64_t *tent_xxh;
     int64_t *tent_epoch;      /* lease epoch of the server that sent them: while it holds, wait */
     int64_t *tent_round;      /* per fragment: the round whose Δ delta_* holds */
-    int *frag_incomplete;     /* per fragment: that round's get phase did not finish for us */
+    int *frag_incomplete;     /* per fragment: that round's get phase (async: that submission, which has its
+                                 places) did not finish for us */
     int64_t *seq;             /* async: each shard's place in its order for our current submission */
     int64_t submission;       /* async: number of our current submission (dl_submit knows a resend by it) */
     uint64_t *push_tokens;    /* per fragment: tokens trained since its previous send (--weight-by tokens) */
     uint64_t *tokens_at_send; /* per fragment: our token count when it was last sent */
+    uint64_t *tokens_before;  /* per fragment: tokens_at_send before the Δ out (back if it is not taken) */
 
     /* Streaming DiLoCo: up to o.fragments_in_flight fragments sync on background threads while training
      * goes on (streaming.c): a FIFO of slots, the oldest at inflight_head */
@@ -366,8 +368,13 @@ int dl_delta_alloc(diloco *d, char *err, size_t errlen);
 void dl_delta_free(diloco *d);
 /* Δ of fragment f from params (on the thread that owns params). -1 if params are not finite. */
 int dl_delta_compute(diloco *d, int f, char *err, size_t errlen);
-/* The tokens trained so far weigh no Δ (every fragment's count starts again from here: round_rejoin). */
-void dl_delta_forget_tokens(diloco *d);
+/* --weight-by tokens: a Δ weighs the tokens of every step it covers. dl_delta_compute counts them from
+ * the previous Δ of f. A Δ that nothing took (its round or submission failed before any server had it:
+ * training goes on, and the next Δ covers its steps too) gives its tokens back to the next one; steps that
+ * are dropped (params reset to the global ones) count for no Δ: their fragment's count starts again. */
+void dl_delta_untaken(diloco *d, int f);
+void dl_delta_restart_tokens(diloco *d, int f);
+void dl_delta_forget_tokens(diloco *d); /* every fragment's (a new registration: round_rejoin, on_failure) */
 /* Shard k's part of delta_* (as pushed, in push_dtype) and its size in *bytes. */
 const void *dl_delta_shard(const diloco *d, int k, size_t *bytes);
 
@@ -491,8 +498,13 @@ int fetch_all(diloco *d, char *err, size_t errlen); /* every fragment, into base
 int fetch_current(diloco *d, int f, char *err, size_t errlen);
 
 /* async.c: the network part of an async-mode round */
-/* Submit, push, get for fragment f; base[f] holds the versions we got. */
+/* Submit, push, get for fragment f; base[f] holds the versions we got. Once dl_submit gave the places,
+ * a failure leaves the submission pending (frag_incomplete[f]) for async_complete. */
 int async_submit_net(diloco *d, int f, char *err, size_t errlen);
+/* Before fragment f computes its next Δ: complete its pending submission, if any (DL_OK: none; DL_STALE:
+ * completed, params[f] took the versions got and the steps trained meanwhile are dropped; DL_FAIL,
+ * DL_CORRUPT: still pending). */
+int async_complete(diloco *d, int f, char *err, size_t errlen);
 
 /* sync.c: the network part of a sync-mode round */
 /* Make sure the tentative parameters fragment f continued from were committed as they are, resending

@@ -129,6 +129,7 @@ static int on_failure(diloco *d, const char *why, char *err, size_t errlen)
     d->fail_streak = 0;
     log_warn("registering again after %d failed syncs", d->o.max_sync_retries + 1);
     if (dl_register(d, err, errlen) < 0 || fetch_all(d, err, errlen) < 0) return -1;
+    dl_delta_forget_tokens(d);
     return 1;
 }
 
@@ -150,6 +151,7 @@ static int refetch_everything(diloco *d, int f, int64_t round, uint64_t t0, char
 {
     d->refetch_all = 0;
     if (fetch_all(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
+    dl_delta_forget_tokens(d); /* the steps trained before are dropped */
     round_record(d, f, round, t0, 1);
     return 1;
 }
@@ -158,7 +160,12 @@ int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint6
                  size_t errlen)
 {
     if (rc == DL_CORRUPT) return round_after_repair(d, f, round, why, t0, err, errlen);
-    if (rc == DL_FAIL) return on_failure(d, why, err, errlen);
+    if (rc == DL_FAIL) {
+        /* no server has our Δ (a round or submission under way has: frag_incomplete, completed later):
+         * the next Δ covers its steps too, and weighs their tokens */
+        if (!d->frag_incomplete[f]) dl_delta_untaken(d, f);
+        return on_failure(d, why, err, errlen);
+    }
     if (rc == DL_EVICTED && !d->refetch_all) { /* a round in flight found us evicted and left registering to us */
         if (dl_register(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
         d->refetch_all = 1;
@@ -181,23 +188,24 @@ int round_settle_refetches(const diloco *d, int rc)
     return rc == DL_FAIL && !dl_stopping(d) && d->fail_streak + 1 > d->o.max_sync_retries;
 }
 
-/* Sync mode first settles the previous round (whose parameters we took before they were durable),
- * because Δ is about to overwrite the pseudo-gradient kept for it. */
+/* Sync mode first settles the previous round (whose parameters we took before they were durable), async
+ * mode completes a submission whose result did not come, because Δ is about to overwrite the pseudo-gradient
+ * kept for it. A reset drops the steps trained since: their tokens weigh no Δ. */
 prep_outcome round_prepare_delta(diloco *d, int f, char *err, size_t errlen)
 {
     uint64_t t0 = now_ms();
-    if (!d->rc.async) {
-        int c = sync_confirm_durable(d, f, err, errlen);
-        if (c == DL_STALE) {
-            round_record(d, f, d->frag_version[f] - 1, t0, 1); /* params changed: report the version taken */
-            return PREP_RESET;
-        }
-        if (c == DL_CORRUPT) return PREP_CORRUPT;
-        if (c != DL_OK) return PREP_FAILED;
+    int c = d->rc.async ? async_complete(d, f, err, errlen) : sync_confirm_durable(d, f, err, errlen);
+    if (c == DL_STALE) {
+        dl_delta_restart_tokens(d, f);
+        round_record(d, f, d->frag_version[f] - 1, t0, 1); /* params changed: report the version taken */
+        return PREP_RESET;
     }
+    if (c == DL_CORRUPT) return PREP_CORRUPT;
+    if (c != DL_OK) return PREP_FAILED;
     if (dl_delta_compute(d, f, err, errlen) == 0) return PREP_SEND;
     log_error("%s; resetting to the global parameters", err);
     if (fetch_fragment(d, f, d->frag_version[f], 1, err, errlen) < 0) return PREP_FAILED;
+    dl_delta_restart_tokens(d, f);
     round_record(d, f, d->frag_version[f] - 1, t0, 1);
     return PREP_RESET;
 }
@@ -236,8 +244,7 @@ int round_rejoin(diloco *d, int step, int interval, char *err, size_t errlen)
     int rc = register_if_evicted(d, then, err, errlen);
     if (rc == DL_OK) return 0; /* (not reached: the flag stays set until we register) */
     if (rc == DL_FAIL) return on_failure(d, err, err, errlen);
-    dl_delta_forget_tokens(d);
-    return refetch_everything(d, 0, round, t0, err, errlen);
+    return refetch_everything(d, 0, round, t0, err, errlen); /* (its tokens too: dl_delta_forget_tokens) */
 }
 
 int round_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64_t t0, char *err, size_t errlen)

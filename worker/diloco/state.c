@@ -57,6 +57,7 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen)
     d->seq = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->push_tokens = calloc((size_t)d->rc.nfragments, sizeof(uint64_t));
     d->tokens_at_send = calloc((size_t)d->rc.nfragments, sizeof(uint64_t));
+    d->tokens_before = calloc((size_t)d->rc.nfragments, sizeof(uint64_t));
     d->tent_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->tent_xxh = calloc((size_t)d->rc.nshards, sizeof(uint64_t));
     d->delta_xxh = calloc((size_t)d->rc.nshards, sizeof(uint64_t));
@@ -69,8 +70,9 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen)
     d->tails = calloc((size_t)d->rc.nfragments, sizeof(stream_tail));
     d->lane_ctl = calloc((size_t)d->rc.nfragments, sizeof(rconn *));
     if (!d->base || !d->owners || !d->shard_version || !d->frag_version || !d->frag_joined || !d->seq ||
-        !d->push_tokens || !d->tokens_at_send || !d->tent_version || !d->tent_xxh || !d->delta_xxh || !d->tent_epoch ||
-        !d->tent_round || !d->frag_incomplete || !d->inflight || !d->tails || !d->lane_ctl) {
+        !d->push_tokens || !d->tokens_at_send || !d->tokens_before || !d->tent_version || !d->tent_xxh ||
+        !d->delta_xxh || !d->tent_epoch || !d->tent_round || !d->frag_incomplete || !d->inflight || !d->tails ||
+        !d->lane_ctl) {
         err_set(err, errlen, "out of memory for %zu parameters", n);
         return -1;
     }
@@ -238,6 +240,7 @@ void state_free(diloco *d)
     free(d->seq);
     free(d->push_tokens);
     free(d->tokens_at_send);
+    free(d->tokens_before);
     free(d->inflight);
     free(d->tails);
     free(d->grp_bounds);

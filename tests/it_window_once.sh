@@ -1,0 +1,153 @@
+#!/bin/sh
+# it_window_once.sh: after a failed sync, every window of inner steps is applied once, and with
+# --weight-by tokens a pseudo-gradient weighs the tokens of every step it covers (worker/diloco/async.c,
+# round.c, delta.c). Each run has one shard-server and two workers of different speeds, w2 through device
+# hooks (the CUDA worker's path), each failing one sync mid-run; each is bit-identical to the in-process
+# replay that knows the failures, and differs from the replay without (or with the old behaviour).
+#
+# refused (async): Redis refuses a dl_submit (a proxy in front of it answers with the out-of-memory error:
+#   nothing of it reached a server). Training goes on, and the next Δ covers both windows (2H steps) and
+#   weighs 2H steps' tokens. Before, it weighed H: the tokens counted as sent when Δ was computed.
+# late (async): the submission got its places and its pushes were acknowledged, but its get is refused (a
+#   proxy in front of the shard-server answers it with a data-plane error): its Δ is applied, the worker
+#   does not know the result. At its next sync the worker completes that submission (its Δ again to its
+#   places, acknowledged as applied; the gets) and continues from the versions it got: the steps trained
+#   meanwhile are dropped, with their tokens. Before, the next Δ covered both windows from the same start,
+#   so the first window was applied twice (ref_async --twice replays exactly that).
+# sync_late (sync): the same refused get in a sync round. The round has the worker's Δ; the worker's next
+#   sync completes the round (sync.c, as before) and drops the steps trained meanwhile: now with their
+#   tokens, which before weighed its next round's Δ too (2H).
+. "$(dirname "$0")/lib.sh"
+H=10; STEPS=60
+start_redis
+
+# workers_ran STEPS: start w1 and w2 (URL_w1, URL_w2: their Redis) for STEPS steps and wait for them
+workers_ran() {
+  direct=$URL
+  URL=$URL_w1; start_worker w1 --sync-every $H --steps $1 --heartbeat-interval 1 --step-delay-ms 3
+  URL=$URL_w2; start_worker w2 --sync-every $H --steps $1 --heartbeat-interval 1 --step-delay-ms 5 --device-hooks host
+  URL=$direct
+  wait_workers w1 w2
+  joins=$($RCLI XRANGE "dl:{$RUN}:events" - + | grep -c '^join$')
+  [ "$joins" = 2 ] || fail "$RUN: $joins registrations, want 2"
+  device_hooks_used w2
+}
+# failed_once RUN: each proxy refused one request and each worker reported one failed sync
+failed_once() {
+  for w in w1 w2; do
+    [ "$(grep -c "lost the error" "$TMP/proxy-$1-$w.log")" = 1 ] || fail "$w's proxy did not refuse one request: $(cat "$TMP/proxy-$1-$w.log")"
+    grep -q "sync failed (1 in a row" "$TMP/worker-$w.log" || fail "$w did not report its failed sync"
+    eval "kill \$PROXY_$w"
+  done
+}
+# check_run WANT_SUBMISSIONS REF_ARGS -- OTHER_REF_ARGS: the async run failed once per worker and each worker
+# made WANT submissions; the digests equal ref_async with REF_ARGS and differ from it with OTHER_REF_ARGS
+check_run() {
+  want=$1; shift
+  args=""; while [ "$1" != "--" ]; do args="$args $1"; shift; done; shift
+  failed_once $RUN
+  for w in w1 w2; do
+    n=$(submissions $RUN $w)
+    [ "$n" = "$want" ] || fail "$RUN: $w made $n submissions, want $want"
+  done
+  build/tests/tools/ref_async --redis "$URL" --run $RUN --sync-every $H $args > "$TMP/ref-$RUN.txt" \
+    2> "$TMP/ref-$RUN.log" || fail "reference of $RUN: $(cat "$TMP/ref-$RUN.log")"
+  shard_digests $RUN > "$TMP/got-$RUN.txt"
+  diff "$TMP/ref-$RUN.txt" "$TMP/got-$RUN.txt" > "$TMP/diff.txt" ||
+    fail "$RUN: digests differ from the replay with$args: $(cat "$TMP/diff.txt")"
+  build/tests/tools/ref_async --redis "$URL" --run $RUN --sync-every $H "$@" > "$TMP/off-$RUN.txt" 2> /dev/null ||
+    fail "reference of $RUN with $*"
+  cmp -s "$TMP/off-$RUN.txt" "$TMP/got-$RUN.txt" && fail "$RUN: the run equals the replay with $*"
+  other="the replay with $*"; [ $# = 0 ] && other="the replay without them"
+  say "$RUN: bit-identical to the replay of $(sed 's/.*replayed //' "$TMP/ref-$RUN.log") with$args, not to $other"
+}
+
+WEIGHT="--weight-by tokens --weight-ref-tokens $H"
+
+# refused: w1's 3rd dl_submit and w2's 4th are refused by Redis (a proxy in front of it for each)
+RUN=refused
+init_run $RUN --async --trainer quadratic --numel 20000 --shards 4 --workers 2 --dn-buffer-size 2 $WEIGHT
+NSRV=0; keep_servers 1
+drop_proxy w1 "$PORT" --match dl_submit --skip 2 --drops 1 --lose error; URL_w1=redis://127.0.0.1:$PPORT_w1
+drop_proxy w2 "$PORT" --match dl_submit --skip 3 --drops 1 --lose error; URL_w2=redis://127.0.0.1:$PPORT_w2
+workers_ran $STEPS
+grep -q "OOM" "$TMP/worker-w1.log" || fail "w1's failed sync was not Redis's refusal"
+# (the replay without the failed tries trains H steps for those submissions instead of 2H)
+check_run $((STEPS / H - 1)) --failed w1:3,w2:4 --
+for p in $(live_servers); do eval "kill \$SRV_s$p"; done
+
+# behind_dataplane: the run's shard-server behind two proxies in a chain (w2's in front of w1's); each refuses
+# its worker's get of shard 0 after its push of shard 0 of its 3rd (w1) or 4th (w2) submission or round
+behind_dataplane() {
+  SPORT=$(free_port)
+  drop_proxy w1 "$SPORT" --dataplane w1 --match get --after-pushes 3 --drops 1 --lose error
+  drop_proxy w2 "$PPORT_w1" --dataplane w2 --match get --after-pushes 4 --drops 1 --lose error
+  start_server s0 --listen 127.0.0.1:$SPORT --advertise 127.0.0.1:$PPORT_w2
+  URL_w1=$URL; URL_w2=$URL
+}
+
+RUN=late
+init_run $RUN --async --trainer quadratic --numel 20000 --shards 4 --workers 2 --dn-buffer-size 2 $WEIGHT
+behind_dataplane
+workers_ran $STEPS
+grep -q "refused by drop_proxy" "$TMP/worker-w1.log" || fail "w1's failed sync was not the refused get"
+for w in w1 w2; do
+  grep -q "the submission whose result did not come is applied" "$TMP/worker-$w.log" ||
+    fail "$w did not complete its submission whose get failed"
+done
+# each made every submission but the one at the sync that completed the late one
+check_run $((STEPS / H - 1)) --late w1:3,w2:4 -- --twice w1:3,w2:4
+kill $SRV_s0
+
+# late_ahead: the same with --async-lookahead 0.5, where a failed submission keeps the start (lookahead.c):
+# the interval after the completion starts from the versions got, not ahead
+RUN=late_ahead
+init_run $RUN --async --trainer quadratic --numel 20000 --shards 4 --workers 2 --dn-buffer-size 2 $WEIGHT \
+  --async-lookahead 0.5
+behind_dataplane
+workers_ran $STEPS
+check_run $((STEPS / H - 1)) --late w1:3,w2:4 -- --late w1:3,w2:4 --async-lookahead 0
+kill $SRV_s0
+
+# stream_late: Streaming async (2 fragments of 2 shards, one sent every H/2 steps): the same refused get of
+# a fragment 0 submission (its 3rd, 4th) is completed at that fragment's next turn, which sends nothing;
+# fragment 1 goes on as usual. (ref_async cannot replay fragments: this checks the submissions and that the
+# completion came, not the bits; before, each worker made every submission.)
+RUN=stream_late
+init_run $RUN --async --fragments 2 --trainer quadratic --numel 20000 --shards 4 --workers 2 --dn-buffer-size 2 $WEIGHT
+behind_dataplane
+workers_ran $STEPS
+failed_once $RUN
+for w in w1 w2; do
+  grep -q "fragment 0: the submission whose result did not come is applied" "$TMP/worker-$w.log" ||
+    fail "$RUN: $w did not complete its submission whose get failed"
+  got=$($RCLI XRANGE "dl:{$RUN}:events" - + | awk -v who="$w" '/^worker$/ {getline; w = $0} /^type$/ {getline; t = $0}
+    /^shard$/ {getline; if (t == "submit" && w == who) n[$0]++} END {print n[0] + 0, n[1] + 0, n[2] + 0, n[3] + 0}')
+  want="$((STEPS / H - 1)) $((STEPS / H - 1)) $((STEPS / H)) $((STEPS / H))"
+  [ "$got" = "$want" ] || fail "$RUN: $w's submissions of shards 0-3: $got, want $want"
+done
+say "$RUN: each worker completed its fragment 0 submission whose get failed, and sent one fewer of fragment 0"
+kill $SRV_s0
+
+# sync_late: w1's get of round 2 and w2's of round 3 refused. Each takes part in the round after it only once
+# it has trained and dropped a window (the others wait at that round's barrier), so each trains a window more
+# than the rounds; the rounds take every worker's Δ.
+RUN=sync_late; SEED=5; ROUNDS=$((STEPS / H))
+init_run $RUN --trainer quadratic --numel 20000 --shards 4 --workers 2 --seed $SEED $WEIGHT
+behind_dataplane
+workers_ran $((STEPS + H))
+failed_once $RUN
+for w in w1 w2; do
+  grep -q "completed late; continuing from its parameters" "$TMP/worker-$w.log" || fail "$w did not complete its round"
+done
+commits=$($RCLI XRANGE "dl:{$RUN}:events" - + | grep -c '^commit$')
+[ "$commits" = $((4 * ROUNDS)) ] || fail "$RUN: $commits commits, want $((4 * ROUNDS)) (each round once per shard)"
+ref() { build/tests/tools/ref_quadratic --numel 20000 --shards 4 --seed $SEED --workers w1,w2 --rounds $ROUNDS \
+          --sync-every $H --weight-tokens --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" "$@" | grep '^shard'; }
+ref --late w1=2,w2=3 > "$TMP/ref-$RUN.txt" || fail "reference of $RUN"
+ref > "$TMP/off-$RUN.txt" || fail "reference of $RUN without the failures"
+shard_digests $RUN > "$TMP/got-$RUN.txt"
+diff "$TMP/ref-$RUN.txt" "$TMP/got-$RUN.txt" > "$TMP/diff.txt" ||
+  fail "$RUN: digests differ from the replay with --late w1=2,w2=3: $(cat "$TMP/diff.txt")"
+cmp -s "$TMP/off-$RUN.txt" "$TMP/got-$RUN.txt" && fail "$RUN: the run equals the replay without the failures"
+say "$RUN: $ROUNDS rounds bit-identical to the replay with --late w1=2,w2=3, not without"

@@ -130,6 +130,7 @@ int async_complete(diloco *d, int f, char *err, size_t errlen)
         log_warn("fragment %d: the submission whose result did not come is applied (version %" PRId64
                  " of shard %d); continuing from the parameters it got, the steps trained meanwhile are dropped",
                  f, d->seq[first] + 1, dl_shard_id(d, first));
+        d->fail_streak = 0; /* the sync that failed succeeded after all: no longer failures in a row (round.c) */
     }
     params_adopt(d, first, last);
     size_t off = (size_t)d->rc.shard_bounds[first];

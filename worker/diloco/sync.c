@@ -219,6 +219,7 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen)
         size_t off = (size_t)d->rc.shard_bounds[first];
         if (params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
         log_warn("fragment %d: round %" PRId64 " completed late; continuing from its parameters", f, want - 1);
+        d->fail_streak = 0; /* the sync that failed succeeded after all: no longer failures in a row (round.c) */
         return DL_STALE;
     }
     return DL_OK;

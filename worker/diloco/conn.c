@@ -393,6 +393,7 @@ int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got,
         rc = take_update(d, shard, &h, payload, plen, min_version, got, err, errlen);
     else
         rc = reply_outcome(d, &h, err, errlen);
+    if (rc == DL_NEED) *got = h.round; /* the round whose Δ of ours the owner lacks (-1: not said) */
     return rc;
 }
 

@@ -12,6 +12,7 @@
  * fanout_get_finish opens the gate once the barrier said we are in the round (the replies are read and
  * the pass goes on as fanout_get's), or drops the gets (their connections are closed unread, so nothing
  * of what they brought reaches our state). */
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -248,6 +249,7 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
     int64_t want = ga->after ? ga->after[shard] + 1 : ga->want;
     uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
     unsigned attempt = 0;
+    int resent = 0; /* our Δ went again since the last pause */
     for (;;) {
         int64_t got = -1;
         int rc = conn_get(d, shard, want, ga->flags, &got, err, errlen);
@@ -255,12 +257,26 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
             d->shard_version[shard] = got;
             return DL_OK;
         }
-        if (rc == DL_NEED && ga->may_push) {
-            /* the owner has no Δ of ours for this round (it is new, or restarted): send it again */
+        /* the owner has no Δ of ours for this round (it is new, or restarted): send it again, once between
+         * two pauses. A `need` of an earlier round (async: a place of ours before this one, whose submission
+         * got no reply: async.c) asks for a Δ we do not have: only the pauses go on, until the sync timeout
+         * or our next registration makes that place a no-op. Before, each `need` sent our Δ again and asked
+         * at once, with no pause and no look at the deadline: a loop without end while the order stalled. */
+        int ours = got < 0 || got == want - 1;
+        if (rc == DL_NEED && ga->may_push && ours && !resent) {
             rc = conn_push(d, shard, want - 1, err, errlen);
             if (rc == DL_OK && ga->once) return DL_RETRY; /* the next pass asks again */
-            if (rc == DL_OK) continue;
+            if (rc == DL_OK) {
+                resent = 1;
+                continue;
+            }
+        } else if (rc == DL_NEED) {
+            err_set(err, errlen, ours ? "the owner still asks for our pseudo-gradient of round %" PRId64
+                                      : "the owner waits for our pseudo-gradient of round %" PRId64
+                                        ", an earlier place than ours, which we cannot send",
+                    ours ? want - 1 : got);
         }
+        resent = 0;
         if (ga->once && (rc == DL_RETRY || rc == DL_NEED)) return DL_RETRY;
         if (rc != DL_RETRY && rc != DL_NEED) return rc;
         if (owners_retry_pause(d, &attempt, deadline, shard, "get", err, errlen) != DL_OK) return DL_FAIL;

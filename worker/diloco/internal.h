@@ -440,7 +440,8 @@ int conn_get_batch_send(diloco *d, const int *shards, int count, int64_t min_ver
 int conn_get_batch_recv(diloco *d, dp_conn *c, const int *shards, int count, int64_t min_version, int *rcs,
                         int64_t *got, char *err, size_t errlen);
 /* get shard k at version >= min_version into base and params; sets *got_version. DL_NEED when the
- * server lists us as missing, DL_RETRY for wait/moved/broken. */
+ * server lists us as missing (*got_version: the round, async: the place, whose Δ it lacks; -1 when the
+ * server does not say), DL_RETRY for wait/moved/broken. */
 int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got_version, char *err, size_t errlen);
 
 /* repair.c: waiting out a shard whose durable state is corrupt */

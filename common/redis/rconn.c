@@ -14,6 +14,7 @@
 #include <poll.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
 #include <sys/time.h>
 
 #define RETRY_BASE_MS 100
@@ -303,6 +304,15 @@ void rconn_free(rconn *c)
     free(c);
 }
 
+void rconn_interrupt(rconn *c)
+{
+    if (c->seed != NULL) shutdown(c->seed->fd, SHUT_RDWR);
+    for (int i = 0; i < CLUSTER_MAX_NODES; i++) {
+        redisContext *n = __atomic_load_n(&c->node[i], __ATOMIC_ACQUIRE); /* (node_ctx may open one meanwhile) */
+        if (n != NULL && n != c->seed) shutdown(n->fd, SHUT_RDWR);
+    }
+}
+
 static int set_socket_timeouts(rconn *c, struct timeval tv)
 {
     int rc = redisSetTimeout(c->seed, tv) == REDIS_OK ? 0 : -1;
@@ -361,13 +371,17 @@ static redisContext *node_ctx(rconn *c, int i)
 {
     if (c->node[i] != NULL) return c->node[i];
     const cluster_node *n = &c->map->node[i];
-    if (!c->url.is_unix && n->port == c->url.port && strcmp(n->host, c->url.host) == 0) return c->node[i] = c->seed;
+    if (!c->url.is_unix && n->port == c->url.port && strcmp(n->host, c->url.host) == 0) {
+        __atomic_store_n(&c->node[i], c->seed, __ATOMIC_RELEASE); /* (rconn_interrupt reads it from another thread) */
+        return c->seed;
+    }
     char err[300];
     int final;
-    c->node[i] = open_node(&c->url, n->host, n->port, c->timeout_ms, socket_timeout(&c->given, c->timeout_ms), &final,
-                           err, sizeof err);
-    if (c->node[i] == NULL) set_broken(c, err);
-    return c->node[i];
+    redisContext *opened = open_node(&c->url, n->host, n->port, c->timeout_ms, socket_timeout(&c->given, c->timeout_ms),
+                                     &final, err, sizeof err);
+    __atomic_store_n(&c->node[i], opened, __ATOMIC_RELEASE);
+    if (opened == NULL) set_broken(c, err);
+    return opened;
 }
 
 static const char *node_host(const rconn *c, int i)

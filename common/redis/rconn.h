@@ -72,6 +72,13 @@ rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int wait_ms, cons
 
 void rconn_free(rconn *c);
 
+/* End now a command blocked on c in another thread (shutdown(2) of its sockets: its read sees the
+ * connection closed, so it returns NULL and c is broken) and any later one: for a thread that must stop
+ * while Redis does not answer (frozen, or its packets dropped), which the command timeout would make wait
+ * for. Thread-safe against that command (a node the command opens after the call is not interrupted);
+ * the caller keeps c allocated meanwhile. */
+void rconn_interrupt(rconn *c);
+
 /* Change the command timeout (of every connection, and of those opened later); -1 on failure. */
 int rconn_set_timeout(rconn *c, int timeout_ms);
 

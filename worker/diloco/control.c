@@ -84,6 +84,13 @@ redisReply *dl_command_argv(diloco *d, int argc, const char **argv, const size_t
     return r;
 }
 
+void dl_ctl_closing(diloco *d)
+{
+    rconn **c = ctl_take(d);
+    if (*c != NULL) (void)rconn_set_timeout(*c, CLOSING_REDIS_TIMEOUT_MS);
+    ctl_give(d, c);
+}
+
 redisReply *dl_command_argv_once(diloco *d, int argc, const char **argv, const size_t *lens, char *err, size_t errlen)
 {
     rconn **c = ctl_take(d);

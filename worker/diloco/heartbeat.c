@@ -97,12 +97,26 @@ static void beat_once(diloco *d, rconn *c)
 
 /* The connection for the next beat: c itself while it works, else a new one (NULL while Redis is
  * away; *warned rate-limits the warning to one per WARN_EVERY_MS). */
+/* The thread's connection, published in d->hb_conn under hb_mu, where heartbeat_stop interrupts it: the
+ * stop sees it (and ends a beat that Redis does not answer), or the thread, which looks at the stop after
+ * this, sees the stop. */
+static void hb_publish(diloco *d, rconn *c)
+{
+    pthread_mutex_lock(&d->hb_mu);
+    d->hb_conn = c;
+    pthread_mutex_unlock(&d->hb_mu);
+}
+
 static rconn *beat_conn(diloco *d, rconn *c, uint64_t *warned)
 {
     if (c && !rconn_broken(c)) return c;
     char err[256];
-    if (c) rconn_free(c);
+    if (c) {
+        hb_publish(d, NULL);
+        rconn_free(c);
+    }
     c = rconn_connect(&d->url, CONNECT_MS, err, sizeof err);
+    hb_publish(d, c);
     if (!c && now_ms() - *warned >= WARN_EVERY_MS) {
         log_warn("heartbeat: cannot reach Redis: %s", err);
         *warned = now_ms();
@@ -166,12 +180,13 @@ static void *heartbeat_main(void *p)
     int again = 0;       /* the last beat broke a working connection and is being sent again */
     for (int stop = 0; !stop;) {
         c = beat_conn(d, c, &warned);
-        if (c) {
+        if (c && !stopping(d)) {
             sentinel_watch_close(watch);
             watch = NULL;
             beat_once(d, c);
         }
-        if (c && rconn_broken(c) && !again) { /* lost during the beat: reconnect (and beat) at once, once */
+        if (c && rconn_broken(c) && !again && !stopping(d)) { /* lost during the beat: reconnect (and beat) at
+                                                               once, once; not when heartbeat_stop broke it */
             again = 1;
             continue;
         }
@@ -179,6 +194,7 @@ static void *heartbeat_main(void *p)
         stop = c ? wait_interval(d, c, d->o.heartbeat_interval_ms) : wait_reconnect(d, &watch);
     }
     sentinel_watch_close(watch);
+    hb_publish(d, NULL);
     if (c) rconn_free(c);
     return NULL;
 }
@@ -198,6 +214,8 @@ void heartbeat_stop(diloco *d)
 {
     pthread_mutex_lock(&d->hb_mu);
     d->hb_stop = 1;
+    /* a beat Redis does not answer (frozen, packets dropped) ends now, not at its timeout */
+    if (d->hb_conn) rconn_interrupt(d->hb_conn);
     pthread_cond_broadcast(&d->hb_cond);
     pthread_mutex_unlock(&d->hb_mu);
     if (d->hb_running) pthread_join(d->hb_thread, NULL);

@@ -212,6 +212,7 @@ struct diloco {
     pthread_mutex_t hb_mu;
     pthread_cond_t hb_cond;
     int hb_stop;
+    rconn *hb_conn;           /* the heartbeat thread's connection (heartbeat_stop interrupts it) */
     uint64_t hb_gone_told_ms; /* heartbeat thread only: when it last said the run is gone from Redis */
     int64_t inc;              /* our incarnation (0 = not registered) */
     int evicted;
@@ -282,6 +283,10 @@ static inline int dl_last_shard(const diloco *d, int f)
 
 /* control.c: the control connection and our membership (the bottom of the library) */
 #define REDIS_TIMEOUT_MS 10000 /* the control connection's command timeout */
+/* ... while closing after a stop (SIGINT, SIGTERM): the confirm of the last round and the deregistration
+ * are best effort, and a Redis that does not answer (frozen, packets dropped) must not hold the exit for
+ * 10 s each */
+#define CLOSING_REDIS_TIMEOUT_MS 1000
 /* A command on ctl, reconnecting as needed; the caller frees the reply. NULL or an error reply (see
  * dl_reply_failed): err (may be NULL) says why, written while ctl_mu is held, since any thread's
  * reconnect may free ctl as soon as it is released: never pass d->ctl to rconn_reply_error. */
@@ -289,6 +294,9 @@ redisReply *dl_command(diloco *d, char *err, size_t errlen, const char *fmt, ...
 /* The same, argv form (lens may be NULL: strlen of each) */
 redisReply *dl_command_argv(diloco *d, int argc, const char **argv, const size_t *lens, char *err, size_t errlen);
 /* The same without reconnecting: NULL at once (err says why) while the connection is broken. */
+/* Closing after a stop: each command on the control connection waits CLOSING_REDIS_TIMEOUT_MS for Redis
+ * instead of REDIS_TIMEOUT_MS. */
+void dl_ctl_closing(diloco *d);
 redisReply *dl_command_argv_once(diloco *d, int argc, const char **argv, const size_t *lens, char *err, size_t errlen);
 int dl_reply_failed(const redisReply *r); /* NULL or an error reply */
 /* With the run's min_replicas > 0: wait until that many Redis replicas have our writes on ctl so far

@@ -51,6 +51,7 @@ int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **o
 static void session_close(diloco *d)
 {
     stream_finish_inflight(d);
+    if (dl_stopping(d)) dl_ctl_closing(d); /* asked to stop: a Redis that does not answer gets 1 s a command */
     /* our last Δ must not vanish with us while its round is not durable (a server that died before its
      * commit needs it again); best effort, within the sync timeout */
     for (int f = 0; !d->rc.async && d->base && f < d->rc.nfragments; f++) {

@@ -41,15 +41,32 @@ void wake_key(const struct diloco *d, char *key, size_t cap)
     key_run(key, cap, d->o.run, name);
 }
 
+/* How long opening the blocking connection may take. Short: a Redis that is frozen or whose packets are
+ * dropped may accept a connection and answer nothing, and whoever waits for the thread that connects (a
+ * barrier's wait, the hub's stop) would wait as long; the BLPOPs then get their own, longer timeout. */
+#define BLK_CONNECT_MS 2000
+
+/* The blocking connection, opened: NULL when Redis cannot be reached. */
+static rconn *blk_open(diloco *d)
+{
+    char err[256];
+    rconn *c = rconn_connect(&d->url, BLK_CONNECT_MS, err, sizeof err);
+    if (c != NULL && rconn_set_timeout(c, d->o.wait_poll_ms + 10000) < 0) {
+        rconn_free(c);
+        return NULL;
+    }
+    return c;
+}
+
 static void *wake_main(void *p)
 {
     wake_wait *w = p;
     diloco *d = w->d;
-    char err[256], key[KEY_MAX];
+    char key[KEY_MAX];
     wake_key(d, key, sizeof key);
     if (!d->blk || rconn_broken(d->blk)) {
         if (d->blk) rconn_free(d->blk);
-        d->blk = rconn_connect(&d->url, d->o.wait_poll_ms + 10000, err, sizeof err);
+        d->blk = blk_open(d);
     }
     while (d->blk) {
         redisReply *r = rconn_command(d->blk, "BLPOP %s %.3f", key, d->o.wait_poll_ms / 1000.0);
@@ -141,26 +158,39 @@ static void hub_record(struct wake_hub *h, const redisReply *r)
     pthread_mutex_unlock(&h->mu);
 }
 
+/* Open the blocking connection again (it broke, or none yet). It is published in d->blk under mu, where
+ * wake_hub_stop interrupts it: either the stop sees it and interrupts it, or the hub sees the stop. 1: a
+ * connection, go on; 0: none (Redis away: the barrier waits poll dl_barrier meanwhile), or stopping. */
+static int hub_connect(struct wake_hub *h)
+{
+    diloco *d = h->d;
+    pthread_mutex_lock(&h->mu);
+    rconn *old = d->blk;
+    d->blk = NULL;
+    pthread_mutex_unlock(&h->mu);
+    if (old) rconn_free(old);
+    rconn *c = blk_open(d);
+    pthread_mutex_lock(&h->mu);
+    d->blk = c;
+    int stop = h->stop;
+    if (c == NULL && !stop) { /* wait before the next try */
+        struct timespec ts;
+        deadline_in(&ts, d->o.wait_poll_ms);
+        pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+    }
+    pthread_mutex_unlock(&h->mu);
+    return c != NULL && !stop;
+}
+
 static void *hub_main(void *p)
 {
     struct wake_hub *h = p;
     diloco *d = h->d;
     log_sink *prev = log_use_sink(&d->log);
-    char err[256], key[KEY_MAX];
+    char key[KEY_MAX];
     wake_key(d, key, sizeof key);
     while (!hub_stopping(h)) {
-        if (!d->blk || rconn_broken(d->blk)) { /* Redis away: the barrier waits poll dl_barrier meanwhile */
-            if (d->blk) rconn_free(d->blk);
-            d->blk = rconn_connect(&d->url, d->o.wait_poll_ms + 10000, err, sizeof err);
-            if (!d->blk) {
-                struct timespec ts;
-                deadline_in(&ts, d->o.wait_poll_ms);
-                pthread_mutex_lock(&h->mu);
-                if (!h->stop) pthread_cond_timedwait(&h->cv, &h->mu, &ts);
-                pthread_mutex_unlock(&h->mu);
-                continue;
-            }
-        }
+        if ((!d->blk || rconn_broken(d->blk)) && !hub_connect(h)) continue;
         redisReply *r = rconn_command(d->blk, "BLPOP %s %.3f", key, d->o.wait_poll_ms / 1000.0);
         hub_record(h, r);
         if (r) freeReplyObject(r);
@@ -201,12 +231,11 @@ void wake_hub_stop(diloco *d)
     if (!h) return;
     pthread_mutex_lock(&h->mu);
     h->stop = 1;
+    /* end its BLPOP now rather than at its timeout, without a command to Redis: a Redis that does not answer
+     * (frozen, packets dropped) would hold the stop for a command timeout, then the BLPOP's */
+    if (d->blk) rconn_interrupt(d->blk);
     pthread_cond_broadcast(&h->cv);
     pthread_mutex_unlock(&h->mu);
-    char key[KEY_MAX]; /* end its BLPOP now rather than at its timeout */
-    wake_key(d, key, sizeof key);
-    redisReply *r = dl_command(d, NULL, 0, "RPUSH %s %s", key, WAKE_CANCEL);
-    if (r) freeReplyObject(r);
     pthread_join(h->thread, NULL);
     pthread_cond_destroy(&h->cv);
     pthread_mutex_destroy(&h->mu);

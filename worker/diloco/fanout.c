@@ -271,9 +271,10 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
                 continue;
             }
         } else if (rc == DL_NEED) {
-            err_set(err, errlen, ours ? "the owner still asks for our pseudo-gradient of round %" PRId64
-                                      : "the owner waits for our pseudo-gradient of round %" PRId64
-                                        ", an earlier place than ours, which we cannot send",
+            err_set(err, errlen,
+                    ours ? "the owner still asks for our pseudo-gradient of round %" PRId64
+                         : "the owner waits for our pseudo-gradient of round %" PRId64
+                           ", an earlier place than ours, which we cannot send",
                     ours ? want - 1 : got);
         }
         resent = 0;

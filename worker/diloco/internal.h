@@ -197,8 +197,9 @@ struct diloco {
 
     int steps; /* inner steps since the last sync */
     int sync_every;
-    int fail_streak; /* failed syncs in a row (round.c); a success ends it, so does a completion (async_complete,
-                        sync_confirm_durable: the failed sync succeeded after all) */
+    /* failed syncs in a row (round.c); a success ends it, so does a completion (async_complete,
+     * sync_confirm_durable: the failed sync succeeded after all) */
+    int fail_streak;
     diloco_sync_info cur; /* the sync in progress: bytes and phase stamps, counted by conn.c as
                                     they happen (round_begin clears it, round_record copies it to last);
                                     a round on a background thread counts in its slot's info instead

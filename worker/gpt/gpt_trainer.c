@@ -427,7 +427,7 @@ void gpt_trainer_describe(const trainer *t, char *buf, size_t len)
         return;
     }
 #endif
-    snprintf(buf, len, "cpu, fp32, %d threads", g->o.threads);
+    snprintf(buf, len, "cpu, fp32, %d thread%s", g->o.threads, g->o.threads == 1 ? "" : "s");
 }
 
 struct gpt_cuda *gpt_trainer_cuda(trainer *t)

@@ -141,7 +141,11 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
         g = NULL;
     }
     static const char *const attention_name[] = {"fused", "gemm", "flash"}; /* GPT_ATTENTION_*, resolved */
-    if (g && bf16) printf("(%s) attention: %s\n", label, attention_name[gpt_cuda_attention(g)]);
+    if (g && bf16) {
+        const char *note = gpt_cuda_attention_note(g);
+        printf("(%s) attention: %s%s%s%s\n", label, attention_name[gpt_cuda_attention(g)], note[0] ? " (" : "", note,
+               note[0] ? ")" : "");
+    }
     if (g) {
         int N = batch * seq;
         int *inp = malloc((size_t)N * sizeof(int)), *tgt = malloc((size_t)N * sizeof(int));

@@ -528,11 +528,36 @@ static void test_model_gemm(void **state)
     assert_int_equal(gpt_cuda_set_attention(f->g, 4, err, sizeof err), -1);
     printf("attention 4: %s\n", err);
     assert_non_null(strstr(err, "none of fused"));
-    /* auto resolves on the spot: flash, whose kernels take this head size (16) */
+    /* auto resolves on the spot: flash, whose kernels take this head size (16) and pass the device check */
     assert_int_equal(gpt_cuda_set_attention(f->g, GPT_ATTENTION_AUTO, err, sizeof err), 0);
     assert_int_equal(gpt_cuda_attention(f->g), GPT_ATTENTION_FLASH);
-    printf("attention auto: flash (head 16)\n");
+    const char *note = gpt_cuda_attention_note(f->g);
+    printf("attention auto: flash (%s)\n", note);
+    assert_non_null(strstr(note, "flash checked on this device, head size 16"));
+    assert_int_equal(gpt_cuda_set_attention(f->g, GPT_ATTENTION_FUSED, err, sizeof err), 0);
+    assert_string_equal(gpt_cuda_attention_note(f->g), "");
     model_attention_check(f, GPT_ATTENTION_GEMM, "gemm");
+}
+
+/* --attention auto's device check: flash agrees with the fused kernels at every head size it takes (the
+ * differences are bf16 rounding, far under the limit and above 0), and a limit of 0 refuses it */
+static void test_flash_verify(void **state)
+{
+    (void)state;
+    char note[256];
+    for (int hs = 16; hs <= 128; hs += 48) {
+        assert_int_equal(gpt_cuda_k_flash_verify(hs, 2e-2, note, sizeof note), 1);
+        printf("%s\n", note);
+        double ro = -1, rd = -1;
+        const char *p = strstr(note, "out rel ");
+        assert_non_null(p);
+        assert_int_equal(sscanf(p, "out rel %lf, dqkv rel %lf", &ro, &rd), 2);
+        assert_true(ro > 0 && ro < 1e-2 && rd > 0 && rd < 1e-2);
+    }
+    assert_int_equal(gpt_cuda_k_flash_verify(64, 0.0, note, sizeof note), 0);
+    printf("limit 0: %s\n", note);
+    assert_non_null(strstr(note, "FAILED"));
+    assert_int_equal(gpt_cuda_k_flash_verify(24, 2e-2, note, sizeof note), -1); /* not a head size flash takes */
 }
 
 /* the model's head size is 16 (dim 64, 4 heads) and its sequence 50: a partial key and query tile */
@@ -554,6 +579,7 @@ int main(void)
         cmocka_unit_test_setup_teardown(test_model_gemm, model_open, model_close),
         cmocka_unit_test(test_flash_attention),
         cmocka_unit_test(test_flash_refusals),
+        cmocka_unit_test(test_flash_verify),
         cmocka_unit_test_setup_teardown(test_model_flash, model_open, model_close),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);

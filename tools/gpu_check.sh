@@ -67,7 +67,7 @@ gpt2_small() { # BENCH-OUTPUT: config (c)'s tokens/s (trainer step, device-only 
        /^\(c\) / { c = 1 } c && /trainer step/ { t = $0 } c && /device-only step:/ { d = $0 } c && /PyTorch, same model/ { p = $0 }
        END { printf "trainer %s, device-only %s, PyTorch %s", tok(t), tok(d), tok(p) }' "$1"
 }
-echo "== bf16 GPT-2 small (c), tokens/s: auto ($(grep -m1 '^(c) attention:' "$O/bench-bf16.txt" | sed 's/.*: //')): $(gpt2_small "$O/bench-bf16.txt") | fused: $(gpt2_small "$O/bench-bf16-fused.txt") | gemm: $(gpt2_small "$O/bench-bf16-gemm.txt")" |
+echo "== bf16 GPT-2 small (c), tokens/s: auto ($(grep -m1 '^(c) attention:' "$O/bench-bf16.txt" | sed 's/^(c) attention: \([a-z]*\).*/\1/')): $(gpt2_small "$O/bench-bf16.txt") | fused: $(gpt2_small "$O/bench-bf16-fused.txt") | gemm: $(gpt2_small "$O/bench-bf16-gemm.txt")" |
   tee -a "$O/bench-bf16-gemm.txt"
 step bench-tf32 40 bin/bench-trainer_cuda --tf32 --no-torch
 tar -czf "$O/test-logs.tar.gz" build/test-logs 2>/dev/null

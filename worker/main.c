@@ -527,7 +527,7 @@ static int run_worker(int argc, char **argv)
     t = make_trainer(&a, &rc, rest, nrest, err, sizeof err);
     if (!t || layout_check(rc.layout, t->tensors, t->ntensors, t->name, err, sizeof err) < 0) goto error;
     if (!strcmp(t->name, "gpt")) {
-        char what[192];
+        char what[384];
         gpt_trainer_describe(t, what, sizeof what);
         log_info("gpt trainer: %s", what);
     }

@@ -58,7 +58,8 @@ int gpt_cuda_set_precision(gpt_cuda *g, int bf16, char *err, size_t errlen);
 int gpt_cuda_precision_bf16(const gpt_cuda *g);
 /* The attention of bf16 precision, from the next forward on (fp32 always uses its sgemm attention):
  * GPT_ATTENTION_FUSED (gpt.h; a new model's): the fused kernels above. GPT_ATTENTION_AUTO (the trainer's
- * default): FLASH where its kernels take the shapes, else FUSED; gpt_cuda_attention then says which. GPT_ATTENTION_GEMM: the fp32
+ * default): FLASH where its kernels take the shapes and agree with the fused ones on this device (one
+ * small check per head size and process: gpt_cuda_attention_note), else FUSED; gpt_cuda_attention then says which. GPT_ATTENTION_GEMM: the fp32
  * path's layout (q, k, v permuted to (B, NH, T, hs), the T x T probabilities kept per layer, softmax and
  * its backward in fp32) with its six products on bf16 operands, fp32 accumulation and fp32 results
  * (cublasGemmStridedBatchedEx: tensor cores); the first call with GEMM allocates its bf16 operands.
@@ -70,6 +71,10 @@ int gpt_cuda_precision_bf16(const gpt_cuda *g);
  * FLASH does not take, or no memory. */
 int gpt_cuda_set_attention(gpt_cuda *g, int attention, char *err, size_t errlen);
 int gpt_cuda_attention(const gpt_cuda *g);
+/* After GPT_ATTENTION_AUTO: what the device check of the flash kernels found ("flash checked on this device,
+ * head size 64: out rel .., dqkv rel .. against the fused kernels", or "flash FAILED its check ...", auto
+ * then took FUSED); "" when no check ran (another attention, or a head size flash does not take). */
+const char *gpt_cuda_attention_note(const gpt_cuda *g);
 size_t gpt_cuda_numel(const gpt_cuda *g);
 
 /* Host <-> device copies of params[off, off+n) (host pointers are to the whole flat buffer).

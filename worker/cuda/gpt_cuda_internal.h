@@ -5,6 +5,7 @@
  *   gpt_cuda_bf16.cu     what the bf16 precision adds: bf16 copies, bf16 products, fused attention and
  *                        the attention with bf16 products (gemm)
  *   gpt_cuda_flash.cu    the tensor-core flash attention's launchers (kernels: flash_mma.cuh)
+ *   gpt_cuda_flash_check.cu  the device check --attention auto trusts flash by (flash against fused)
  *   gpt_cuda_model.cu    the model: buffers, forward, backward, clipping, AdamW (gpt_cuda.h)
  *   gpt_cuda_device.cu   device count and description, pinned host memory, the sgemm rate
  *   gpt_cuda_profile.cu  per-phase timing of the steps with CUDA events (gpt_cuda_set_profile)
@@ -187,6 +188,12 @@ int l_flash_mma_check(int B, int T, int C, int NH, char *err, size_t errlen); /*
 int l_flash_mma_forward(ctx *x, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);
 int l_flash_mma_backward(ctx *x, float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                          float *dsum, int B, int T, int C, int NH);
+/* the device check --attention auto trusts flash by (gpt_cuda_flash_check.cu): one small attention
+ * through flash and through the fused kernels, forward and backward. verify: 1 when they agree within
+ * limit, 0 when not, -1 on a CUDA error (err); note says by how much either way. trusted: verify's
+ * verdict at the trust limit, computed once per head size and process. */
+int l_flash_mma_verify(cudaStream_t st, int hs, double limit, char *note, size_t notelen, char *err, size_t errlen);
+int l_flash_mma_trusted(cudaStream_t st, int hs, char *note, size_t notelen, char *err, size_t errlen);
 /* causal attention as the fp32 path's (l_attention_*) with its products on bf16 operands, fp32 accumulation
  * and fp32 results (cublasGemmStridedBatchedEx): att (B,NH,T,T) keeps the fp32 probabilities; permutes,
  * softmax and its backward are the fp32 kernels. Scratch as l_attention_* (q, k, v, y / dy, dq, dk, dv:

@@ -47,6 +47,7 @@ struct gpt_cuda {
     int attention;                /* gpt_cuda_set_attention: GPT_ATTENTION_* (bf16 only) */
     __nv_bfloat16 *q16, *k16, *v16, *dy16, *p16; /* gemm attention's operands: N*C each, B*NH*T*T */
     float *loss_stats;                           /* bf16: each row's (max, 1 / sum) of the logits, 2N */
+    char attention_note[192];                    /* auto's flash check on this device (gpt_cuda_attention_note) */
     gpt_prof *prof;                              /* gpt_cuda_set_profile: NULL when off */
 };
 
@@ -256,10 +257,16 @@ extern "C" int gpt_cuda_precision_bf16(const gpt_cuda *g)
  * each). */
 extern "C" int gpt_cuda_set_attention(gpt_cuda *g, int attention, char *err, size_t errlen)
 {
-    if (attention == GPT_ATTENTION_AUTO) { /* flash where its kernels take the shapes, else fused */
+    g->attention_note[0] = 0;
+    if (attention == GPT_ATTENTION_AUTO) { /* flash where its kernels take the shapes and pass the device check */
         char why[256];
-        attention = l_flash_mma_check(g->B, g->T, g->c.dim, g->c.heads, why, sizeof why) ? GPT_ATTENTION_FUSED
-                                                                                         : GPT_ATTENTION_FLASH;
+        attention = GPT_ATTENTION_FUSED;
+        if (!l_flash_mma_check(g->B, g->T, g->c.dim, g->c.heads, why, sizeof why)) {
+            int t = l_flash_mma_trusted(g->st, g->c.dim / g->c.heads, g->attention_note, sizeof g->attention_note, err,
+                                        errlen);
+            if (t < 0) return -1;
+            if (t) attention = GPT_ATTENTION_FLASH;
+        }
     }
     if (attention != GPT_ATTENTION_FUSED && attention != GPT_ATTENTION_GEMM && attention != GPT_ATTENTION_FLASH) {
         err_set(err, errlen, "gpt cuda: attention %d is none of fused (%d), gemm (%d), flash (%d), auto (%d)",
@@ -284,6 +291,11 @@ extern "C" int gpt_cuda_set_attention(gpt_cuda *g, int attention, char *err, siz
 extern "C" int gpt_cuda_attention(const gpt_cuda *g)
 {
     return g->attention;
+}
+
+extern "C" const char *gpt_cuda_attention_note(const gpt_cuda *g)
+{
+    return g->attention_note;
 }
 
 /* the bf16 copy of a weight of the flat buffer (valid after the forward made the copy) */

@@ -335,6 +335,14 @@ extern "C" int gpt_cuda_k_flash_backward(float *dqkv, const float *dout, const f
     return done(&pl, rc, "flash_backward", kerr);
 }
 
+extern "C" int gpt_cuda_k_flash_verify(int hs, double limit, char *note, size_t notelen)
+{
+    char err[256] = "";
+    int rc = l_flash_mma_verify(0, hs, limit, note, notelen, err, sizeof err);
+    if (rc < 0) fprintf(stderr, "gpt_cuda_k_flash_verify: %s\n", err);
+    return rc;
+}
+
 extern "C" int gpt_cuda_k_attention_forward_bf16(float *out, float *att, const float *qkv, int B, int T, int C, int NH)
 {
     KBEGIN(0);

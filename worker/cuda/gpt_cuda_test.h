@@ -50,6 +50,9 @@ int gpt_cuda_k_matmul_forward_bf16(float *out, const float *inp, const float *w,
 int gpt_cuda_k_matmul_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
                                     const float *w, int N, int C, int OC);
 int gpt_cuda_k_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int mma);
+/* --attention auto's device check (gpt_cuda_flash_check.cu) for head size hs with this limit, not kept:
+ * 1 flash agrees with the fused kernels, 0 not, -1 error; note says by how much */
+int gpt_cuda_k_flash_verify(int hs, double limit, char *note, size_t notelen);
 int gpt_cuda_k_flash_backward(float *dqkv, const float *dout, const float *qkv, const float *out, const float *lse,
                               int B, int T, int C, int NH, int mma);
 /* the attention with bf16 products (--attention gemm): as gpt_cuda_k_attention_forward / _backward (att:

@@ -1,40 +1,53 @@
 #!/bin/sh
 # it_async_need_pause.sh: an async worker whose get is answered `need <itself>` for an earlier place of its
-# own, which it cannot send, waits with pauses instead of sending its Δ again and asking at once.
-# The stall: w1 (alone in the run) talks to Redis through tests/tools/drop_proxy.py, which loses the reply
-# of every try of its 3rd dl_submit (5 tries, each sent twice: 10 writes). The first try ran and gave the
-# submission its places; the worker, with no reply, trains on and its 4th submission takes the next places.
-# Its get of those is answered `need w1` for the 3rd's place, which nobody will push: the shard's order
-# waits until w1 registers again (after --max-sync-retries 1 + 1 failed syncs of --sync-timeout 2 s) and that
-# place becomes a no-op. The shard-server's `need` reply carries the round it lacks (shard-server/
-# commit_obj.c), and the worker pushes only its own (worker/diloco/fanout.c, get_job).
-# Before: every `need` sent the Δ again and asked at once, with no look at the deadline either, so the
-# sync timeout never came: the loop ran without end (2.7 million pushes, 54 GB in 10 minutes on loopback).
-# Asserts: w1 finishes its steps, registered twice, each of its failed syncs says why, and the server took
-# a handful of pushes (each submission's, the completions' resends), not thousands.
+# own, which it can never fill, registers again at once, which makes that place a no-op and ends the stall
+# of the shard's order for every worker.
+# The stall: w1 talks to Redis through tests/tools/drop_proxy.py, which loses the reply of every try of its
+# 3rd dl_submit (5 tries, each sent twice: 10 writes). The first try ran and gave the submission its places;
+# the worker, with no reply, trains on and its 4th submission takes the next places. Its get of those is
+# answered `need w1` for the 3rd's place, which nobody will push: the shard's order waits there, and so do
+# the submissions of w2 (direct to Redis, --sync-timeout 30 s so that it waits the stall out). The
+# shard-server's `need` reply carries the round it lacks (shard-server/commit_obj.c); the worker pushes only
+# its own (worker/diloco/fanout.c, get_job) and, for an earlier place, registers again now (round.c,
+# on_failure). Before, every `need` sent the Δ again and asked at once with no look at the deadline (a loop
+# without end: 2.7 million pushes in 10 minutes); then w1 only paused, and registered after
+# --max-sync-retries 2 + 1 failed syncs (the lost dl_submit, then two of --sync-timeout 10 s each): w2's
+# longest sync was ~22 s.
+# Asserts: both finish their steps; w1 says why and registered again at its second failed sync (the first
+# is the lost dl_submit); the longest sync of w2 stays well under w1's sync timeout (under 4 s: the ~1.8 s
+# of w1's dl_submit tries, whose replies are lost, then the stall itself, ~30 ms); the server took a
+# handful of pushes, not thousands.
 . "$(dirname "$0")/lib.sh"
-H=10; STEPS=60
+H=10; STEPS=60; W1_TIMEOUT=10; W2_MAX=4
 start_redis
 RUN=stall
-init_run $RUN --async --trainer quadratic --numel 20000 --shards 2 --workers 1
+init_run $RUN --async --trainer quadratic --numel 20000 --shards 2 --workers 2
 start_server s0
 drop_proxy w1 "$PORT" --match dl_submit --skip 2 --drops 10 --lose reply
 direct=$URL; URL=redis://127.0.0.1:$PPORT_w1
-start_worker w1 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 2 --sync-timeout 2 \
-  --max-sync-retries 1
+start_worker w1 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 2 --sync-timeout $W1_TIMEOUT \
+  --max-sync-retries 2
 URL=$direct
-wait_until 30 "! alive $WRK_w1" "w1 to finish $STEPS steps (a stalled order's get that never pauses never ends)"
-wait_workers w1
+start_worker w2 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 5 --sync-timeout 30
+wait_until 40 "! alive $WRK_w1 && ! alive $WRK_w2" "w1 and w2 to finish $STEPS steps"
+wait_workers w1 w2
 kill $SRV_s0; wait $SRV_s0
 [ "$(grep -c "lost the reply" "$TMP/proxy-$RUN-w1.log")" = 10 ] || fail "the proxy did not lose 10 replies"
 log="$TMP/worker-w1.log"
 grep -q "an earlier place than ours" "$log" || fail "w1 did not say that the owner waits for an earlier place"
-grep -q "registering again" "$log" || fail "w1 did not register again"
+grep -q "registering again now" "$log" || fail "w1 did not register again at once"
+fails=$(grep -c "sync failed" "$log")
+[ "$fails" = 2 ] || fail "w1 failed $fails syncs, want 2 (the lost dl_submit, then the first \`need\`)"
 joins=$($RCLI XRANGE "dl:{$RUN}:events" - + | grep -c '^join$')
-[ "$joins" = 2 ] || fail "$joins registrations, want 2"
+[ "$joins" = 3 ] || fail "$joins registrations, want 3 (w1 twice, w2)"
+longest=$(grep '"event":"sync"' "$TMP/w2.jsonl" | sed 's/.*"seconds":\([0-9.e+-]*\).*/\1/' | sort -g | tail -n 1 |
+  awk '{ printf "%.2f", $1 }')
+[ -n "$longest" ] || fail "no sync in w2's log"
+awk -v s="$longest" -v m=$W2_MAX 'BEGIN { exit !(s < m) }' ||
+  fail "w2's longest sync took $longest s, want < $W2_MAX s (the order stalled until w1's sync timeouts)"
 pushes=$(sed -n 's/.*metrics:.* pushes \([0-9]*\),.*/\1/p' "$TMP/server-s0.log" | tail -n 1)
 [ -n "$pushes" ] || fail "no metrics line in the server's log"
-# 2 shards x (6 submissions + 2 completions' resends) = 16, and one more per shard where a `need` asked for
-# our own round; thousands before
-[ "$pushes" -le 40 ] || fail "the server took $pushes pushes, want at most 40"
-say "w1 waited out the stalled order with pauses: $pushes pushes in all, registered again, finished"
+# 2 shards x 6 submissions per worker = 24, a few resends where a `need` asked for our own round; thousands before
+[ "$pushes" -le 60 ] || fail "the server took $pushes pushes, want at most 60"
+say "the stalled order ended at once: w1 registered again at its 2nd failed sync, w2's longest sync $longest s" \
+  "(w1's sync timeout $W1_TIMEOUT s), $pushes pushes in all"

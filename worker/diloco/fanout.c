@@ -258,10 +258,7 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
             return DL_OK;
         }
         /* the owner has no Δ of ours for this round (it is new, or restarted): send it again, once between
-         * two pauses. A `need` of an earlier round (async: a place of ours before this one, whose submission
-         * got no reply: async.c) asks for a Δ we do not have: only the pauses go on, until the sync timeout
-         * or our next registration makes that place a no-op. Before, each `need` sent our Δ again and asked
-         * at once, with no pause and no look at the deadline: a loop without end while the order stalled. */
+         * two pauses (each `need` sent it again and asked at once before: a loop without end) */
         int ours = got < 0 || got == want - 1;
         if (rc == DL_NEED && ga->may_push && ours && !resent) {
             rc = conn_push(d, shard, want - 1, err, errlen);
@@ -270,12 +267,22 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
                 resent = 1;
                 continue;
             }
-        } else if (rc == DL_NEED) {
-            err_set(err, errlen,
-                    ours ? "the owner still asks for our pseudo-gradient of round %" PRId64
-                         : "the owner waits for our pseudo-gradient of round %" PRId64
-                           ", an earlier place than ours, which we cannot send",
+        } else if (rc == DL_NEED && (ours || !d->rc.async)) {
+            err_set(err, errlen, "the owner still asks for our pseudo-gradient of round %" PRId64,
                     ours ? want - 1 : got);
+        } else if (rc == DL_NEED) {
+            /* async: a place of ours before this one (got), which only an earlier submission of this
+             * incarnation can have: one whose dl_submit ran but whose reply was lost (async.c), since any
+             * other is applied or completed before the next goes out. Its window is in our Δ; nobody will
+             * ever push to it, and the shard's order waits there for every worker until this incarnation
+             * ends. Nothing is gained by waiting: fail now, and on_failure registers again at once, which
+             * makes that place a no-op (the Δ we pushed to ours is applied all the same: it is stored). */
+            err_set(err, errlen,
+                    "the owner waits for our pseudo-gradient of round %" PRId64
+                    ", an earlier place than ours, which we cannot send (a submission whose reply was lost)",
+                    got);
+            __atomic_store_n(&d->place_lost, 1, __ATOMIC_RELEASE);
+            return DL_FAIL;
         }
         resent = 0;
         if (ga->once && (rc == DL_RETRY || rc == DL_NEED)) return DL_RETRY;

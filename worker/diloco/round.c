@@ -125,9 +125,14 @@ static int on_failure(diloco *d, const char *why, char *err, size_t errlen)
     }
     d->fail_streak++;
     log_error("sync failed (%d in a row, limit %d): %s", d->fail_streak, d->o.max_sync_retries, why);
-    if (d->fail_streak <= d->o.max_sync_retries) return 0; /* training goes on; the next sync tries again */
+    int lost = __atomic_exchange_n(&d->place_lost, 0, __ATOMIC_ACQ_REL);
+    if (d->fail_streak <= d->o.max_sync_retries && !lost) return 0; /* training goes on; the next sync tries again */
     d->fail_streak = 0;
-    log_warn("registering again after %d failed syncs", d->o.max_sync_retries + 1);
+    if (lost) /* an owner waits for a place of ours we cannot fill (fanout.c, get_job): end this incarnation now */
+        log_warn("registering again now: a shard's order waits for a place of ours that no Δ will fill, and only "
+                 "a new incarnation makes it a no-op");
+    else
+        log_warn("registering again after %d failed syncs", d->o.max_sync_retries + 1);
     if (dl_register(d, err, errlen) < 0 || fetch_all(d, err, errlen) < 0) return -1;
     dl_delta_forget_tokens(d);
     return 1;
@@ -185,7 +190,8 @@ int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint6
 int round_settle_refetches(const diloco *d, int rc)
 {
     if (rc == DL_CORRUPT || rc == DL_EVICTED || d->refetch_all) return 1;
-    return rc == DL_FAIL && !dl_stopping(d) && d->fail_streak + 1 > d->o.max_sync_retries;
+    return rc == DL_FAIL && !dl_stopping(d) &&
+           (d->fail_streak + 1 > d->o.max_sync_retries || __atomic_load_n(&d->place_lost, __ATOMIC_ACQUIRE));
 }
 
 /* Sync mode first settles the previous round (whose parameters we took before they were durable), async

@@ -175,6 +175,7 @@ int dl_register_now(diloco *d, char *err, size_t errlen)
     d->inc = r->element[0]->integer;
     d->evicted = 0;
     pthread_mutex_unlock(&d->hb_mu);
+    __atomic_store_n(&d->place_lost, 0, __ATOMIC_RELEASE); /* (the old incarnation's places are no-ops now) */
     redisReply *rounds = r->element[2], *joined = r->element[3];
     if ((int)rounds->elements != d->rc.nfragments) {
         err_set(err, errlen, "dl_register returned %zu rounds for %d fragments", rounds->elements, d->rc.nfragments);

@@ -267,11 +267,11 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
                 resent = 1;
                 continue;
             }
-        } else if (rc == DL_NEED && (ours || !d->rc.async)) {
+        } else if (rc == DL_NEED && (ours || !d->rc.async || !ga->may_push)) {
             err_set(err, errlen, "the owner still asks for our pseudo-gradient of round %" PRId64,
                     ours ? want - 1 : got);
         } else if (rc == DL_NEED) {
-            /* async: a place of ours before this one (got), which only an earlier submission of this
+            /* async, a submission's get: a place of ours before its own (got), which only an earlier one of this
              * incarnation can have: one whose dl_submit ran but whose reply was lost (async.c), since any
              * other is applied or completed before the next goes out. Its window is in our Δ; nobody will
              * ever push to it, and the shard's order waits there for every worker until this incarnation

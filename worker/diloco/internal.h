@@ -202,7 +202,8 @@ struct diloco {
     int fail_streak;
     /* async: an owner waits for a place of ours that we can never fill (an earlier submission's dl_submit
      * ran but its reply was lost): set by a data-plane job (fanout.c, get_job; atomic), taken by on_failure
-     * (round.c), which registers again at once, so that the place becomes a no-op */
+     * (round.c), which registers again at once, so that the place becomes a no-op; any registration
+     * clears it (control.c) */
     int place_lost;
     diloco_sync_info cur; /* the sync in progress: bytes and phase stamps, counted by conn.c as
                                     they happen (round_begin clears it, round_record copies it to last);

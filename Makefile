@@ -225,10 +225,10 @@ CXX_TEST_SRC  = $(wildcard tests/test_*.cc)
 EMU_RT_OBJ    = $(BUILD)/emu/cuda_emu.o $(BUILD)/emu/cuda_emu_blas.o $(BUILD)/emu/simt_emu.o
 CXX_TEST_BIN  = $(CXX_TEST_SRC:tests/%.cc=$(BUILD)/tests/%)
 SIMT_CXXFLAGS = -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas -MMD -MP -Itests -Itests/tools -Itests/tools/cuda_emu \
-                -Iworker/cuda
-$(CXX_TEST_BIN): $(BUILD)/tests/%: tests/%.cc $(EMU_RT_OBJ)
+                -Iworker/cuda $(COMMON_INC)
+$(CXX_TEST_BIN): $(BUILD)/tests/%: tests/%.cc $(EMU_RT_OBJ) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
-	$(CXX) $(SIMT_CXXFLAGS) -o $@ $< $(filter %.o,$^) -lm
+	$(CXX) $(SIMT_CXXFLAGS) -o $@ $< $(filter %.o %.a,$^) -lm
 
 # The GPU tests again on the CPU (test_cuda_*_emu): the CUDA sources compiled by g++ against the CPU CUDA
 # emulator (tests/tools/cuda_emu/: the runtime, cuBLAS's products, bf16; kernels run by the lane

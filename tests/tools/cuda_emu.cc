@@ -20,6 +20,8 @@
 #include "cuda_emu/cuda_runtime.h"
 #include "cuda_emu_internal.h"
 
+#include "base/util.h" /* splitmix64 */
+
 #include <deque>
 #include <math.h>
 #include <signal.h>
@@ -105,25 +107,27 @@ int cuda_emu_faulted(void)
     return g_sticky != cudaSuccess;
 }
 
+static int g_seeded;
+
 static uint64_t next_random(void)
 {
-    if (!g_rng) {
+    if (!g_seeded) {
         const char *s = getenv("CUDA_EMU_SEED");
         cuda_emu_seed(s ? (unsigned)atoi(s) : 1);
     }
-    g_rng ^= g_rng << 13;
-    g_rng ^= g_rng >> 7;
-    g_rng ^= g_rng << 17;
-    return g_rng;
+    return splitmix64(&g_rng);
 }
 
 void cuda_emu_seed(unsigned seed)
 {
     LOCK;
-    g_rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)seed * 0xbf58476d1ce4e5b9ull);
+    g_rng = seed;
+    g_seeded = 1;
 }
 
-static double now_ms(void)
+/* when an event's record runs, in fractional ms (util.h's now_ms counts whole ms: too coarse for the
+ * profile's per-phase event times) */
+static double event_clock_ms(void)
 {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -661,7 +665,7 @@ cudaError_t cudaEventRecord(cudaEvent_t ev, cudaStream_t st)
     unsigned long gen = ++ev->recorded;
     cuda_emu_enqueue(st, "cudaEventRecord", [ev, gen] {
         ev->done = gen;
-        ev->ms = now_ms();
+        ev->ms = event_clock_ms();
     });
     return g_sticky;
 }

@@ -5,8 +5,10 @@
  * slots, and once all 32 have, each computes its own result from all the slots; the second wait keeps
  * a lane from depositing its next operands before every lane has read. The scheduler releases a
  * barrier as soon as its last thread arrives, and otherwise runs a runnable fiber chosen by a
- * xorshift generator seeded per launch. */
+ * splitmix64 sequence (base/util.h) seeded per launch. */
 #include "simt_emu.h"
+
+#include "base/util.h" /* splitmix64 */
 
 #include <stdarg.h>
 #include <stdio.h>
@@ -185,10 +187,7 @@ static void describe_deadlock(void)
 
 static uint64_t next_random(void)
 {
-    E.rng ^= E.rng << 13;
-    E.rng ^= E.rng >> 7;
-    E.rng ^= E.rng << 17;
-    return E.rng;
+    return splitmix64(&E.rng);
 }
 
 /* takes a random fiber off the run queue */
@@ -287,7 +286,7 @@ int simt_launch(simt_dim3 grid, simt_dim3 shape, unsigned seed, void (*body)(voi
     if (rc) snprintf(err, errlen, "simt: out of memory for %u fibers", block);
     E.body = body;
     E.arg = arg;
-    E.rng = 0x9e3779b97f4a7c15ull ^ ((uint64_t)seed * 0xbf58476d1ce4e5b9ull) ^ 1;
+    E.rng = seed;
     E.failed = 0;
     E.err = err;
     E.errlen = errlen;

@@ -4,6 +4,7 @@
  *                        by the single-kernel test entry points, so the tests run the trainer's code
  *   gpt_cuda_bf16.cu     what the bf16 precision adds: bf16 copies, bf16 products, fused attention and
  *                        the attention with bf16 products (gemm)
+ *   gpt_cuda_lt.cu       the bf16 forward products with bias and residual in cuBLASLt's epilogue
  *   gpt_cuda_flash.cu    the tensor-core flash attention's launchers (kernels: flash_mma.cuh)
  *   gpt_cuda_flash_check.cu  the device check --attention auto trusts flash by (flash against fused)
  *   gpt_cuda_model.cu    the model: buffers, forward, backward, clipping, AdamW (gpt_cuda.h)
@@ -101,12 +102,16 @@ static inline int set_math(cublasHandle_t h, int tf32, char *err, size_t errlen)
     return 0;
 }
 
-/* where a launch goes: the stream, the cuBLAS handle bound to it, and the error buffer */
+typedef struct gpt_lt gpt_lt; /* cuBLASLt's handle, workspace and plans (gpt_cuda_lt.cu) */
+
+/* where a launch goes: the stream, the cuBLAS handle bound to it, and the error buffer; lt, when not
+ * NULL, lets the bf16 forward products run through cuBLASLt (the model's; the tests' entry points choose) */
 typedef struct {
     cudaStream_t st;
     cublasHandle_t h;
     char *err;
     size_t errlen;
+    gpt_lt *lt;
 } ctx;
 
 /* ---- launches (gpt_cuda_kernels.cu): shapes as in worker/gpt/gpt_model.c; 0 or -1 with x->err ---- */
@@ -206,6 +211,19 @@ int l_attention_backward_bf16(ctx *x, float *dqkv, const float *dout, const floa
                               float *k, float *v, float *dy, float *dq, float *dk, float *dv, float *dp,
                               __nv_bfloat16 *q16, __nv_bfloat16 *k16, __nv_bfloat16 *v16, __nv_bfloat16 *dy16,
                               __nv_bfloat16 *p16, int B, int T, int C, int NH);
+
+/* ---- cuBLASLt (gpt_cuda_lt.cu) ------------------------------------------------------------- */
+gpt_lt *gpt_lt_create(char *err, size_t errlen);
+void gpt_lt_free(gpt_lt *lt);
+/* l_matmul_forward_bf16's product with the bias (and res, when not NULL) in the epilogue, through x->lt:
+ * 1 when done, 0 when cuBLASLt has no algorithm for it (nothing was launched: take the two passes), -1
+ * on an error (x->err). _plan only chooses the algorithm (kept per shape and pointer alignments). */
+int l_linear_lt(ctx *x, float *out, const __nv_bfloat16 *inp16, const __nv_bfloat16 *w16, const float *bias,
+                const float *res, int N, int C, int OC);
+int l_linear_lt_plan(ctx *x, float *out, const __nv_bfloat16 *inp16, const __nv_bfloat16 *w16, const float *bias,
+                     const float *res, int N, int C, int OC);
+/* what the planned products got: "" before any plan */
+const char *gpt_lt_note(const gpt_lt *lt);
 
 /* AdamW over tensors, one launch per run of consecutive tensors with the same decay */
 int l_adamw(ctx *x, const model_tensor *tensors, int ntensors, float *p, const float *g, float *m, float *v, long t,

@@ -65,7 +65,7 @@ static cublasHandle_t test_handle(int tf32)
     char kerr[512] = "";                                      \
     pool pl;                                                  \
     memset(&pl, 0, sizeof pl);                                \
-    ctx x = {0, test_handle(tf32), kerr, sizeof kerr};        \
+    ctx x = {0, test_handle(tf32), kerr, sizeof kerr, NULL};  \
     if (!x.h) {                                               \
         fprintf(stderr, "gpt_cuda_k: cublasCreate failed\n"); \
         return -1;                                            \
@@ -272,20 +272,32 @@ extern "C" int gpt_cuda_k_clip(float *grads, size_t numel, double max_norm, doub
     return done(&pl, rc, "clip", kerr);
 }
 
-extern "C" int gpt_cuda_k_matmul_forward_bf16(float *out, const float *inp, const float *w, const float *bias, int N,
-                                              int C, int OC)
+static gpt_lt *test_lt; /* the entry points' cuBLASLt, made on first use */
+
+extern "C" int gpt_cuda_k_matmul_forward_bf16(float *out, const float *inp, const float *w, const float *bias,
+                                              const float *res, int N, int C, int OC, int lt)
 {
     KBEGIN(0);
+    if (lt && !test_lt && !(test_lt = gpt_lt_create(kerr, sizeof kerr)))
+        return done(&pl, -1, "matmul_forward_bf16", kerr);
+    x.lt = lt ? test_lt : NULL;
     float *d_o = (float *)dup_to_dev(&pl, NULL, F((size_t)N * OC)),
           *di = (float *)dup_to_dev(&pl, inp, F((size_t)N * C)), *dw = (float *)dup_to_dev(&pl, w, F((size_t)OC * C)),
-          *db = (float *)dup_to_dev(&pl, bias, F(OC));
+          *db = (float *)dup_to_dev(&pl, bias, F(OC)),
+          *dr = res ? (float *)dup_to_dev(&pl, res, F((size_t)N * OC)) : NULL;
     __nv_bfloat16 *w16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)OC * C * 2),
                   *i16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)N * C * 2);
-    if (!pl.fail)
-        rc = l_to_bf16(&x, w16, dw, (size_t)OC * C) || l_to_bf16(&x, i16, di, (size_t)N * C) ||
-             l_matmul_forward_bf16(&x, d_o, i16, w16, db, NULL, N, C, OC);
-    if (!rc) rc = back(&pl, out, d_o, F((size_t)N * OC));
-    return done(&pl, rc, "matmul_forward_bf16", kerr);
+    int via = 1; /* lt: 1 when cuBLASLt ran it, 0 when it has no algorithm for the shape */
+    if (!pl.fail) rc = l_to_bf16(&x, w16, dw, (size_t)OC * C) || l_to_bf16(&x, i16, di, (size_t)N * C) ? -1 : 0;
+    if (!pl.fail && !rc && lt) {
+        via = l_linear_lt(&x, d_o, i16, w16, db, dr, N, C, OC);
+        rc = via < 0 ? -1 : 0;
+    } else if (!pl.fail && !rc) {
+        rc = l_matmul_forward_bf16(&x, d_o, i16, w16, db, dr, N, C, OC);
+    }
+    if (!rc && via) rc = back(&pl, out, d_o, F((size_t)N * OC));
+    rc = done(&pl, rc, "matmul_forward_bf16", kerr);
+    return rc ? rc : !via;
 }
 
 extern "C" int gpt_cuda_k_matmul_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,

@@ -2,7 +2,7 @@
 # tools/gpu_check.sh: the GPU checks (issue 27) in one command on a lent GPU machine, from the repo root:
 #
 #   here:  sh tools/gpu_pack.sh
-#   there: the device tool's run, carry [".gpu"], command "sh tools/gpu_check.sh", timeout_s 590
+#   there: the device tool's run, carry [".gpu"], command "sh tools/gpu_check.sh", timeout_s 600
 #
 # It unpacks .gpu/pack.tar.xz (bin/, build/, redis-server, libraries: tools/gpu_pack.sh), keeps only the
 # libraries the machine lacks, and runs with the machine's own python3 (a CUDA torch: PYTHON, tests/lib.sh)

@@ -104,14 +104,22 @@ static inline int set_math(cublasHandle_t h, int tf32, char *err, size_t errlen)
 
 typedef struct gpt_lt gpt_lt; /* cuBLASLt's handle, workspace and plans (gpt_cuda_lt.cu) */
 
+/* row chunks of the column sums (the bias and LayerNorm gradients: gpt_cuda_kernels.cu's colsum) */
+#define COLSUM_CHUNKS 32
+/* floats of ctx.part for sums over up to `cols` columns */
+#define COLSUM_PART(cols) (2 * (size_t)COLSUM_CHUNKS * (size_t)(cols))
+
 /* where a launch goes: the stream, the cuBLAS handle bound to it, and the error buffer; lt, when not
- * NULL, lets the bf16 forward products run through cuBLASLt (the model's; the tests' entry points choose) */
+ * NULL, lets the bf16 forward products run through cuBLASLt (the model's; the tests' entry points choose);
+ * part, when not NULL, COLSUM_PART(widest) floats of scratch for the column sums' chunks (without it they
+ * run in one chunk: far fewer blocks) */
 typedef struct {
     cudaStream_t st;
     cublasHandle_t h;
     char *err;
     size_t errlen;
     gpt_lt *lt;
+    float *part;
 } ctx;
 
 /* ---- launches (gpt_cuda_kernels.cu): shapes as in worker/gpt/gpt_model.c; 0 or -1 with x->err ---- */

@@ -38,6 +38,7 @@ struct gpt_cuda {
     int *slot, *cnt;                           /* host: V (token -> bucket+1), N */
     int nuniq, have_targets;
     double *red, *hred; /* device reduction scratch, pinned host copy of the results */
+    float *part;        /* the column sums' chunks (ctx.part): COLSUM_PART(4C) floats */
     float *arena;
     int arena_square, arena_lean; /* alloc_arena: it holds the (B, NH, T, T) buffers; it lacks bf16's inputs */
     int bf16;                     /* gpt_cuda_set_precision */
@@ -75,6 +76,7 @@ extern "C" void gpt_cuda_free(gpt_cuda *g)
     cudaFree(g->params);
     cudaFree(g->dtok);
     cudaFree(g->red);
+    cudaFree(g->part);
     if (g->htok) cudaFreeHost(g->htok);
     if (g->hred) cudaFreeHost(g->hred);
     free(g->slot);
@@ -150,6 +152,7 @@ static int create_inner(gpt_cuda *g, char *err, size_t errlen)
     CK(cudaMalloc((void **)&g->dtok, (5 * N + 1) * sizeof(int)));
     CK(cudaMallocHost((void **)&g->htok, (5 * N + 1) * sizeof(int)));
     CK(cudaMalloc((void **)&g->red, (RED_BLOCKS + 2) * sizeof(double)));
+    CK(cudaMalloc((void **)&g->part, COLSUM_PART(4 * (size_t)c->dim) * sizeof(float)));
     CK(cudaMallocHost((void **)&g->hred, 2 * sizeof(double)));
     g->slot = (int *)calloc(V, sizeof(int));
     g->cnt = (int *)calloc(N + 1, sizeof(int));
@@ -240,7 +243,7 @@ static const __nv_bfloat16 *w16_of(const gpt_cuda *g, const float *w)
  * differ between layers), so gpt_cuda_precision_note can say what they got before the first step */
 static int plan_products(gpt_cuda *g, char *err, size_t errlen)
 {
-    ctx x = {g->st, g->h, err, errlen, g->lt};
+    ctx x = {g->st, g->h, err, errlen, g->lt, g->part};
     if (!g->lt) return 0;
     int C = g->c.dim, N = g->B * g->T;
     for (int l = 0; l < g->c.layers; l++) {
@@ -585,7 +588,7 @@ extern "C" int gpt_cuda_forward(gpt_cuda *g, const int *inputs, const int *targe
             err_set(err, errlen, "gpt cuda: token id out of range at position %d", n);
             return -1;
         }
-    ctx x = {g->st, g->h, err, errlen, g->lt};
+    ctx x = {g->st, g->h, err, errlen, g->lt, g->part};
     /* the staging buffer may still be read by the copy of the previous batch */
     CK(cudaStreamSynchronize(g->st));
     gpt_prof_fold(g->prof); /* the previous step's events, complete now */
@@ -621,7 +624,7 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, char *err, size_t errlen)
         err_set(err, errlen, "gpt cuda: backward needs a forward with targets");
         return -1;
     }
-    ctx x = {g->st, g->h, err, errlen, g->lt};
+    ctx x = {g->st, g->h, err, errlen, g->lt, g->part};
     const int *dtg = g->dtok + N, *order = g->dtok + 2 * N, *uniq = g->dtok + 3 * N, *ustart = g->dtok + 4 * N;
     if (TIMED(GPT_PHASE_LOSS, loss_backward(g, &x, dtg, N, V))) return -1;
     if (TIMED(GPT_PHASE_HEAD, head_backward(g, &x, N, C, V))) return -1;
@@ -639,7 +642,7 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, char *err, size_t errlen)
 
 extern "C" int gpt_cuda_clip(gpt_cuda *g, double max_norm, double *norm, char *err, size_t errlen)
 {
-    ctx x = {g->st, g->h, err, errlen, g->lt};
+    ctx x = {g->st, g->h, err, errlen, g->lt, g->part};
     if (TIMED(GPT_PHASE_CLIP, l_clip(&x, g->grads, g->numel, max_norm, g->red))) return -1;
     CK(cudaMemcpyAsync(g->hred + 1, g->red + RED_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, g->st));
     if (norm) {
@@ -657,7 +660,7 @@ extern "C" double gpt_cuda_last_norm(const gpt_cuda *g)
 extern "C" int gpt_cuda_adamw(gpt_cuda *g, long t, double lr, double beta1, double beta2, double eps,
                               double weight_decay, char *err, size_t errlen)
 {
-    ctx x = {g->st, g->h, err, errlen, g->lt};
+    ctx x = {g->st, g->h, err, errlen, g->lt, g->part};
     return TIMED(GPT_PHASE_ADAMW, l_adamw(&x, g->tensors, g->ntensors, g->params, g->grads, g->m, g->v, t, lr, beta1,
                                           beta2, eps, weight_decay));
 }

@@ -65,7 +65,7 @@ static cublasHandle_t test_handle(int tf32)
     char kerr[512] = "";                                      \
     pool pl;                                                  \
     memset(&pl, 0, sizeof pl);                                \
-    ctx x = {0, test_handle(tf32), kerr, sizeof kerr, NULL};  \
+    ctx x = {0, test_handle(tf32), kerr, sizeof kerr, NULL, NULL}; \
     if (!x.h) {                                               \
         fprintf(stderr, "gpt_cuda_k: cublasCreate failed\n"); \
         return -1;                                            \
@@ -136,6 +136,7 @@ extern "C" int gpt_cuda_k_layernorm_backward(float *dinp, float *dw, float *db, 
           *ddb = (float *)dup_to_dev(&pl, NULL, F(C)), *ddo = (float *)dup_to_dev(&pl, dout, F((size_t)N * C)),
           *di = (float *)dup_to_dev(&pl, inp, F((size_t)N * C)), *dwt = (float *)dup_to_dev(&pl, w, F(C)),
           *dm = (float *)dup_to_dev(&pl, mean, F(N)), *dr = (float *)dup_to_dev(&pl, rstd, F(N));
+    x.part = (float *)dup_to_dev(&pl, NULL, F(COLSUM_PART(C))); /* the column sums in chunks, as the model */
     if (!pl.fail) rc = l_layernorm_backward(&x, ddi, ddw, ddb, ddo, di, dwt, dm, dr, N, C, accumulate);
     if (!rc) rc = back(&pl, dinp, ddi, F((size_t)N * C)) || back(&pl, dw, ddw, F(C)) || back(&pl, db, ddb, F(C));
     return done(&pl, rc, "layernorm_backward", kerr);
@@ -161,6 +162,7 @@ extern "C" int gpt_cuda_k_matmul_backward(float *dinp, float *dw, float *dbias, 
           *ddw = (float *)dup_to_dev(&pl, NULL, F((size_t)OC * C)), *ddb = (float *)dup_to_dev(&pl, NULL, F(OC)),
           *ddo = (float *)dup_to_dev(&pl, dout, F((size_t)N * OC)),
           *di = (float *)dup_to_dev(&pl, inp, F((size_t)N * C)), *dwt = (float *)dup_to_dev(&pl, w, F((size_t)OC * C));
+    x.part = (float *)dup_to_dev(&pl, NULL, F(COLSUM_PART(OC)));
     if (!pl.fail) rc = l_matmul_backward(&x, ddi, ddw, ddb, ddo, di, dwt, N, C, OC);
     if (!rc)
         rc = back(&pl, dinp, ddi, F((size_t)N * C)) || back(&pl, dw, ddw, F((size_t)OC * C)) ||
@@ -311,6 +313,7 @@ extern "C" int gpt_cuda_k_matmul_backward_bf16(float *dinp, float *dw, float *db
     __nv_bfloat16 *w16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)OC * C * 2),
                   *o16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)N * OC * 2),
                   *i16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)N * C * 2);
+    x.part = (float *)dup_to_dev(&pl, NULL, F(COLSUM_PART(OC)));
     if (!pl.fail)
         rc = l_to_bf16(&x, w16, dwt, (size_t)OC * C) || l_to_bf16(&x, i16, di, (size_t)N * C) ||
              l_matmul_backward_bf16(&x, ddi, ddw, ddb, ddo, i16, w16, o16, N, C, OC);

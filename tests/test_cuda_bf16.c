@@ -14,6 +14,8 @@
  *     (gpt_cuda_lt.cu, the model's way) and in two passes (the fallback): each against the double
  *     reference as above, with and without a residual; and a whole bf16 model step each way: loss to
  *     1e-4, gradients to 1e-2 (test_model_epilogue says why);
+ *   - the fc layer's backward with the GELU's backward fused into the pass that makes its bf16 operand:
+ *     the same bytes as the GELU's kernel followed by the plain backward;
  *   - a whole model step, bf16 against fp32 on the same weights and batch: loss rel <= 1e-2 and each
  *     gradient tensor rel <= 5e-2 (the rounding of every product's operands, through the layers and
  *     back); the parameters stay fp32 master weights: AdamW on the bf16 step's gradients is the CPU's
@@ -331,7 +333,7 @@ static double linear_err(int N, int C, int OC, int pre_rounded, int with_res, in
     double *ro = malloc((size_t)N * OC * 8), *rdi = malloc((size_t)N * C * 8), *rdw = malloc((size_t)OC * C * 8),
            *rdb = malloc(OC * 8);
     assert_int_equal(gpt_cuda_k_matmul_forward_bf16(out, inp, w, b, res, N, C, OC, lt), 0);
-    assert_int_equal(gpt_cuda_k_matmul_backward_bf16(dinp, dw, db, dout, inp, w, N, C, OC), 0);
+    assert_int_equal(gpt_cuda_k_matmul_backward_bf16(dinp, dw, db, dout, NULL, inp, w, N, C, OC), 0);
     host_linear(ro, rdi, rdw, rdb, inp, w, b, dout, N, C, OC);
     for (size_t i = 0; res && i < (size_t)N * OC; i++) ro[i] += res[i];
     double e[4] = {tc_relerr_d(out, ro, (size_t)N * OC), tc_relerr_d(dinp, rdi, (size_t)N * C),
@@ -371,6 +373,42 @@ static void test_bf16_linear(void **state)
             assert_true(e <= BF16_LIMIT);
             assert_true(e >= 1e-4);
         }
+}
+
+/* the fc layer's backward with the GELU's backward fused into the pass that makes its bf16 operand
+ * (l_matmul_backward_gelu_bf16) against the GELU's backward kernel and then the plain backward: the same
+ * fp32 operations in the same order, so the same bytes */
+static void test_bf16_linear_gelu(void **state)
+{
+    (void)state;
+    int N = 96, C = 64, OC = 256;
+    float *inp = tc_randn((size_t)N * C, 1.0f, 3), *w = tc_randn((size_t)OC * C, 0.05f, 4);
+    float *dout = tc_randn((size_t)N * OC, 1.0f, 6), *pre = tc_randn((size_t)N * OC, 1.5f, 8);
+    float *dg = malloc((size_t)N * OC * 4), *di[2], *dw[2], *db[2];
+    for (int k = 0; k < 2; k++) {
+        di[k] = malloc((size_t)N * C * 4);
+        dw[k] = malloc((size_t)OC * C * 4);
+        db[k] = malloc(OC * 4);
+    }
+    assert_int_equal(gpt_cuda_k_matmul_backward_bf16(di[0], dw[0], db[0], dout, pre, inp, w, N, C, OC), 0);
+    assert_int_equal(gpt_cuda_k_gelu_backward(dg, pre, dout, (size_t)N * OC), 0);
+    assert_int_equal(gpt_cuda_k_matmul_backward_bf16(di[1], dw[1], db[1], dg, NULL, inp, w, N, C, OC), 0);
+    assert_memory_equal(di[0], di[1], (size_t)N * C * 4);
+    assert_memory_equal(dw[0], dw[1], (size_t)OC * C * 4);
+    assert_memory_equal(db[0], db[1], OC * 4);
+    printf("bf16 fc backward with the GELU's fused (N%d C%d OC%d): dinp, dw, dbias the same bytes as the GELU's kernel "
+           "then the backward\n",
+           N, C, OC);
+    for (int k = 0; k < 2; k++) {
+        free(di[k]);
+        free(dw[k]);
+        free(db[k]);
+    }
+    free(inp);
+    free(w);
+    free(dout);
+    free(pre);
+    free(dg);
 }
 
 /* loss and gradients of one step of a model in the given precision and attention */
@@ -632,6 +670,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fused_attention),
         cmocka_unit_test(test_bf16_linear),
+        cmocka_unit_test(test_bf16_linear_gelu),
         cmocka_unit_test_setup_teardown(test_model, model_open, model_close),
         cmocka_unit_test_setup_teardown(test_model_epilogue, model_open, model_close),
         cmocka_unit_test(test_gemm_attention),

@@ -77,16 +77,31 @@ int l_matmul_forward_bf16(ctx *x, float *out, const __nv_bfloat16 *inp16, const 
 }
 
 /* dinp (N,C) = dout W; dw (OC,C) = dout^T inp from inp16, the forward's bf16 input; dbias = column sums
- * of dout (fp32); dout16 (N*OC) is scratch */
-int l_matmul_backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const __nv_bfloat16 *inp16,
-                           const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, int N, int C, int OC)
+ * of dout (fp32); dout16 (N*OC) is scratch. gelu_in, when not NULL: dout is first multiplied by
+ * GELU'(gelu_in), in the same pass */
+static int backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *gelu_in,
+                         const __nv_bfloat16 *inp16, const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, int N, int C,
+                         int OC)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    if (l_colsum_bf16(x, dbias, dout16, dout, N, OC)) return -1; /* dbias and dout's bf16 in one pass */
+    if (l_colsum_bf16(x, dbias, dout16, dout, gelu_in, N, OC)) return -1; /* dbias and dout's bf16 in one pass */
     CKB(mm16(x->h, 0, 0, N, C, OC, 1.0f, dout16, OC, w16, C, 0.0f, dinp, C));
     CKB(mm16(x->h, 1, 0, OC, C, N, 1.0f, dout16, OC, inp16, C, 0.0f, dw, C));
     return 0;
+}
+
+int l_matmul_backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const __nv_bfloat16 *inp16,
+                           const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, int N, int C, int OC)
+{
+    return backward_bf16(x, dinp, dw, dbias, dout, NULL, inp16, w16, dout16, N, C, OC);
+}
+
+int l_matmul_backward_gelu_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *gelu_in,
+                                const __nv_bfloat16 *inp16, const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, int N,
+                                int C, int OC)
+{
+    return backward_bf16(x, dinp, dw, dbias, dout, gelu_in, inp16, w16, dout16, N, C, OC);
 }
 
 /* the lm head: logits (N,V) = lnf16 (N,C) wte^T, and its backward dlnf = dlogits wte, dwte = dlogits^T lnf

@@ -166,7 +166,9 @@ int l_clip(ctx *x, float *g, size_t n, double max_norm, double *red);
 /* out (N,OC) = bias broadcast (before a product adds into it); dbias (OC) = column sums of dout (N,OC) */
 int l_bias_broadcast(ctx *x, float *out, const float *bias, int N, int OC);
 int l_bias_residual(ctx *x, float *out, const float *bias, const float *res, int N, int OC);
-int l_colsum_bf16(ctx *x, float *dbias, __nv_bfloat16 *dout16, const float *dout, int N, int OC);
+/* dout16 = the bf16 of dout, or of dout * GELU'(gelu_in) when gelu_in is not NULL, and dbias its column
+ * sums, in one pass */
+int l_colsum_bf16(ctx *x, float *dbias, __nv_bfloat16 *dout16, const float *dout, const float *gelu_in, int N, int OC);
 
 /* ---- bf16 precision (gpt_cuda_bf16.cu): bf16 operands, fp32 accumulation and results ---------- */
 int l_to_bf16(ctx *x, __nv_bfloat16 *out, const float *in, size_t n);
@@ -176,6 +178,12 @@ int l_matmul_forward_bf16(ctx *x, float *out, const __nv_bfloat16 *inp16, const 
                           const float *res, int N, int C, int OC);
 int l_matmul_backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const __nv_bfloat16 *inp16,
                            const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, int N, int C, int OC);
+/* the same for the fc layer, whose incoming gradient is dout * GELU'(gelu_in) (gelu_in: the GELU's input,
+ * the fc product's output): the GELU's backward done in the pass that makes the bf16 operand, so that
+ * gradient is never written in fp32 */
+int l_matmul_backward_gelu_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *gelu_in,
+                                const __nv_bfloat16 *inp16, const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, int N,
+                                int C, int OC);
 /* the tied lm head: logits = lnf16 wte^T; backward dlnf (written), dwte (written) */
 int l_head_forward_bf16(ctx *x, float *logits, const __nv_bfloat16 *lnf16, const __nv_bfloat16 *wte16, int N, int C,
                         int V);

@@ -548,7 +548,8 @@ static int layer_forward_bf16(gpt_cuda *g, ctx *x, int l, const float *xin)
 }
 
 /* the weight gradients read the bf16 inputs the forward kept; each incoming gradient is copied to bf16
- * in s16a just before its product */
+ * in s16a just before its product, the fc layer's through the GELU's backward in the same pass (the
+ * profile counts that GELU in the linear layers) */
 static int layer_backward_bf16(gpt_cuda *g, ctx *x, int l, const float *xin)
 {
     int B = g->B, T = g->T, C = g->c.dim, NH = g->c.heads, N = B * T;
@@ -557,9 +558,8 @@ static int layer_backward_bf16(gpt_cuda *g, ctx *x, int l, const float *xin)
     layer_bf16 *o = &g->l16[l];
     return TIMED(GPT_PHASE_LINEAR, l_matmul_backward_bf16(x, g->a.dfch, gg->fcprojw, gg->fcprojb, g->a.dres,
                                                           o->fch_gelu, w16_of(g, p->fcprojw), g->s16a, N, 4 * C, C)) ||
-           TIMED(GPT_PHASE_GELU, l_gelu_backward(x, g->a.dfch, a->fch, g->a.dfch, (size_t)N * 4 * C)) ||
-           TIMED(GPT_PHASE_LINEAR, l_matmul_backward_bf16(x, g->a.dln, gg->fcw, gg->fcb, g->a.dfch, o->ln2,
-                                                          w16_of(g, p->fcw), g->s16a, N, C, 4 * C)) ||
+           TIMED(GPT_PHASE_LINEAR, l_matmul_backward_gelu_bf16(x, g->a.dln, gg->fcw, gg->fcb, g->a.dfch, a->fch, o->ln2,
+                                                               w16_of(g, p->fcw), g->s16a, N, C, 4 * C)) ||
            TIMED(GPT_PHASE_LAYERNORM, l_layernorm_backward(x, g->a.dres, gg->ln2w, gg->ln2b, g->a.dln, a->res2, p->ln2w,
                                                            a->ln2_mean, a->ln2_rstd, N, C, 1)) ||
            TIMED(GPT_PHASE_LINEAR, l_matmul_backward_bf16(x, g->a.datty, gg->projw, gg->projb, g->a.dres, o->atty,

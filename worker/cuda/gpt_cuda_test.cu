@@ -303,9 +303,11 @@ extern "C" int gpt_cuda_k_matmul_forward_bf16(float *out, const float *inp, cons
 }
 
 extern "C" int gpt_cuda_k_matmul_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,
-                                               const float *inp, const float *w, int N, int C, int OC)
+                                               const float *gelu_in, const float *inp, const float *w, int N, int C,
+                                               int OC)
 {
     KBEGIN(0);
+    float *dg = gelu_in ? (float *)dup_to_dev(&pl, gelu_in, F((size_t)N * OC)) : NULL;
     float *ddi = (float *)dup_to_dev(&pl, NULL, F((size_t)N * C)),
           *ddw = (float *)dup_to_dev(&pl, NULL, F((size_t)OC * C)), *ddb = (float *)dup_to_dev(&pl, NULL, F(OC)),
           *ddo = (float *)dup_to_dev(&pl, dout, F((size_t)N * OC)),
@@ -316,7 +318,8 @@ extern "C" int gpt_cuda_k_matmul_backward_bf16(float *dinp, float *dw, float *db
     x.part = (float *)dup_to_dev(&pl, NULL, F(COLSUM_PART(OC)));
     if (!pl.fail)
         rc = l_to_bf16(&x, w16, dwt, (size_t)OC * C) || l_to_bf16(&x, i16, di, (size_t)N * C) ||
-             l_matmul_backward_bf16(&x, ddi, ddw, ddb, ddo, i16, w16, o16, N, C, OC);
+             (dg ? l_matmul_backward_gelu_bf16(&x, ddi, ddw, ddb, ddo, dg, i16, w16, o16, N, C, OC)
+                 : l_matmul_backward_bf16(&x, ddi, ddw, ddb, ddo, i16, w16, o16, N, C, OC));
     if (!rc)
         rc = back(&pl, dinp, ddi, F((size_t)N * C)) || back(&pl, dw, ddw, F((size_t)OC * C)) ||
              back(&pl, dbias, ddb, F(OC));

@@ -50,8 +50,10 @@ int gpt_cuda_k_clip(float *grads, size_t numel, double max_norm, double *norm);
  * flash) */
 int gpt_cuda_k_matmul_forward_bf16(float *out, const float *inp, const float *w, const float *bias, const float *res,
                                    int N, int C, int OC, int lt);
-int gpt_cuda_k_matmul_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout, const float *inp,
-                                    const float *w, int N, int C, int OC);
+/* its backward from the incoming gradient dout, or with gelu_in not NULL from dout * GELU'(gelu_in), the
+ * GELU's backward fused into the pass that makes the bf16 operand (the fc layer's) */
+int gpt_cuda_k_matmul_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout, const float *gelu_in,
+                                    const float *inp, const float *w, int N, int C, int OC);
 int gpt_cuda_k_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int mma);
 /* --attention auto's device check (gpt_cuda_flash_check.cu) for head size hs with this limit, not kept:
  * 1 flash agrees with the fused kernels, 0 not, -1 error; note says by how much */

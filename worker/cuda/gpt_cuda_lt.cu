@@ -26,6 +26,7 @@
 
 #define LT_WORKSPACE (32u << 20) /* cuBLASLt's split-K and Hopper kernels want up to 32 MiB */
 #define LT_PLANS 16              /* a GPT has 4 shapes; alignments differ between layers' biases */
+#define LT_BIAS_ALIGN 16         /* bytes: a bias less aligned is added before the product (plan_choose) */
 
 /* one shape and the alignments of its pointers: what a plan was made for */
 typedef struct {
@@ -131,8 +132,10 @@ static int plan_choose(gpt_lt *lt, lt_plan *p, char *err, size_t errlen)
     if (s == CUBLAS_STATUS_SUCCESS)
         s = cublasLtMatmulAlgoGetHeuristic(lt->h, p->op, p->a, p->b, p->cd, p->cd, pref, 1, &r, &n);
     cublasLtMatmulPreferenceDestroy(pref);
-    /* no algorithm, or a query refused, is an answer: the caller's two passes always work */
-    p->ok = s == CUBLAS_STATUS_SUCCESS && n > 0 && r.state == CUBLAS_STATUS_SUCCESS;
+    /* no algorithm, or a query refused, is an answer: the caller's two passes always work. A bias less
+     * than 16-byte aligned takes them too: the epilogue's vector loads have been seen to fault on such
+     * biases whatever the heuristic said (marian-nmt keeps the same limit) */
+    p->ok = s == CUBLAS_STATUS_SUCCESS && n > 0 && r.state == CUBLAS_STATUS_SUCCESS && p->key.align[4] >= LT_BIAS_ALIGN;
     if (p->ok) p->algo = r.algo;
     return 0;
 }
@@ -211,6 +214,7 @@ const char *gpt_lt_note(const gpt_lt *lt)
     }
     if (!ok && !none) return "";
     if (!none) return "bias in the products' epilogue (cuBLASLt)";
-    if (!ok) return "bias added before each product (cuBLASLt has no algorithm for these shapes)";
+    if (!ok)
+        return "bias added before each product (no cuBLASLt algorithm for these shapes, or biases not 16-byte aligned)";
     return "bias in the products' epilogue (cuBLASLt) for some shapes, added before the product for others";
 }

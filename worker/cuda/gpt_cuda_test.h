@@ -45,7 +45,7 @@ int gpt_cuda_k_clip(float *grads, size_t numel, double max_norm, double *norm);
 /* bf16 precision (gpt_cuda_bf16.cu): out (N,OC) = inp W^T + bias (+ res when not NULL) with inp and W
  * rounded to bf16 on the device, fp32 accumulation; lt 0: the bias (and res) written first, the product
  * added (two passes); lt 1: in cuBLASLt's epilogue (gpt_cuda_lt.cu), or 1 returned, nothing computed,
- * when cuBLASLt has no algorithm for the shape. The fused causal attention, forward (out, lse B*NH*T)
+ * when cuBLASLt has no algorithm for the shape; lt 2: the same with the bias 4 bytes off alignment. The fused causal attention, forward (out, lse B*NH*T)
  * and backward (dqkv), or with mma != 0 the tensor-core flash attention (gpt_cuda_flash.cu, --attention
  * flash) */
 int gpt_cuda_k_matmul_forward_bf16(float *out, const float *inp, const float *w, const float *bias, const float *res,

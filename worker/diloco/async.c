@@ -91,7 +91,8 @@ int async_submit_net(diloco *d, int f, char *err, size_t errlen)
     d->submission++;
     for (unsigned attempt = 0; rc == DL_RETRY && attempt < 5; attempt++) {
         rc = submit(d, f, first, d->rc.frag_bounds[f + 1], err, errlen);
-        if (rc == DL_RETRY) sleep_ms(backoff_ms(attempt, 50, 1000));
+        if (rc != DL_RETRY || dl_stopping(d)) break; /* (a stop: not sent again, as after the 5th) */
+        sleep_ms(backoff_ms(attempt, 50, 1000));
     }
     if (rc != DL_OK) return rc == DL_RETRY ? DL_FAIL : rc;
     /* From here the submission has its places: if it fails now, it is completed later (async_complete),

@@ -119,6 +119,8 @@ struct diloco {
     char worker_id[64];
     log_sink log;           /* o.log_callback; every thread working for the session logs here */
     volatile int stop_flag; /* diloco_request_stop */
+    int closing;               /* (atomic) diloco_close has begun (dl_closing) */
+    int redis_unanswered;      /* (atomic) while stopping, Redis left a command or a reopen unanswered (control.c) */
     char host[64];
     redis_url url;
     runconf rc;
@@ -289,10 +291,14 @@ static inline int dl_last_shard(const diloco *d, int f)
 
 /* control.c: the control connection and our membership (the bottom of the library) */
 #define REDIS_TIMEOUT_MS 10000 /* the control connection's command timeout */
-/* ... while closing after a stop (SIGINT, SIGTERM): the confirm of the last round and the deregistration
- * are best effort, and a Redis that does not answer (frozen, packets dropped) must not hold the exit for
- * 10 s each */
+/* ... of a command begun after a stop (SIGINT, SIGTERM; one in flight at the stop ends at once): the confirm
+ * of the last round and the deregistration are best effort, and a Redis that does not answer (frozen,
+ * packets dropped) must not hold the exit for 10 s each (control.c's top comment) */
 #define CLOSING_REDIS_TIMEOUT_MS 1000
+/* Let the stop end c's commands (a connection the host's stop may find blocked: ctl, a lane, blk). */
+void dl_watch_stop(diloco *d, rconn *c);
+/* diloco_close begins: while stopping, only its commands may open a broken control connection again. */
+void dl_closing(diloco *d);
 /* A command on ctl, reconnecting as needed; the caller frees the reply. NULL or an error reply (see
  * dl_reply_failed): err (may be NULL) says why, written while ctl_mu is held, since any thread's
  * reconnect may free ctl as soon as it is released: never pass d->ctl to rconn_reply_error. */
@@ -300,9 +306,6 @@ redisReply *dl_command(diloco *d, char *err, size_t errlen, const char *fmt, ...
 /* The same, argv form (lens may be NULL: strlen of each) */
 redisReply *dl_command_argv(diloco *d, int argc, const char **argv, const size_t *lens, char *err, size_t errlen);
 /* The same without reconnecting: NULL at once (err says why) while the connection is broken. */
-/* Closing after a stop: each command on the control connection waits CLOSING_REDIS_TIMEOUT_MS for Redis
- * instead of REDIS_TIMEOUT_MS. */
-void dl_ctl_closing(diloco *d);
 redisReply *dl_command_argv_once(diloco *d, int argc, const char **argv, const size_t *lens, char *err, size_t errlen);
 int dl_reply_failed(const redisReply *r); /* NULL or an error reply */
 /* With the run's min_replicas > 0: wait until that many Redis replicas have our writes on ctl so far

@@ -50,8 +50,9 @@ int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **o
 
 static void session_close(diloco *d)
 {
+    dl_closing(d);
     stream_finish_inflight(d);
-    if (dl_stopping(d)) dl_ctl_closing(d); /* asked to stop: a Redis that does not answer gets 1 s a command */
+    /* (asked to stop: a Redis that does not answer gets CLOSING_REDIS_TIMEOUT_MS a command, control.c) */
     /* our last Δ must not vanish with us while its round is not durable (a server that died before its
      * commit needs it again); best effort, within the sync timeout */
     for (int f = 0; !d->rc.async && d->base && f < d->rc.nfragments; f++) {

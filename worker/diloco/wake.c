@@ -46,8 +46,7 @@ void wake_key(const struct diloco *d, char *key, size_t cap)
  * barrier's wait, the hub's stop) would wait as long; the BLPOPs then get their own, longer timeout. */
 #define BLK_CONNECT_MS 2000
 
-/* The blocking connection, opened: NULL when Redis cannot be reached. */
-static rconn *blk_open(diloco *d)
+rconn *wake_blk_open(diloco *d)
 {
     char err[256];
     rconn *c = rconn_connect(&d->url, BLK_CONNECT_MS, err, sizeof err);
@@ -55,6 +54,7 @@ static rconn *blk_open(diloco *d)
         rconn_free(c);
         return NULL;
     }
+    if (c != NULL) dl_watch_stop(d, c); /* (a stop ends a BLPOP that the training thread may be waiting for) */
     return c;
 }
 
@@ -66,7 +66,7 @@ static void *wake_main(void *p)
     wake_key(d, key, sizeof key);
     if (!d->blk || rconn_broken(d->blk)) {
         if (d->blk) rconn_free(d->blk);
-        d->blk = blk_open(d);
+        d->blk = wake_blk_open(d);
     }
     while (d->blk) {
         redisReply *r = rconn_command(d->blk, "BLPOP %s %.3f", key, d->o.wait_poll_ms / 1000.0);
@@ -160,7 +160,9 @@ static void hub_record(struct wake_hub *h, const redisReply *r)
 
 /* Open the blocking connection again (it broke, or none yet). It is published in d->blk under mu, where
  * wake_hub_stop interrupts it: either the stop sees it and interrupts it, or the hub sees the stop. 1: a
- * connection, go on; 0: none (Redis away: the barrier waits poll dl_barrier meanwhile), or stopping. */
+ * connection, go on; 0: none (Redis away: the barrier waits poll dl_barrier meanwhile), or stopping. Not
+ * while the session stops (dl_stopping: the stop ended its BLPOP, and the barrier waits end too): a Redis
+ * that does not answer would hold wake_hub_stop for the connect's limit. */
 static int hub_connect(struct wake_hub *h)
 {
     diloco *d = h->d;
@@ -169,7 +171,7 @@ static int hub_connect(struct wake_hub *h)
     d->blk = NULL;
     pthread_mutex_unlock(&h->mu);
     if (old) rconn_free(old);
-    rconn *c = blk_open(d);
+    rconn *c = dl_stopping(d) ? NULL : wake_blk_open(d);
     pthread_mutex_lock(&h->mu);
     d->blk = c;
     int stop = h->stop;

@@ -524,6 +524,9 @@ int async_submit_net(diloco *d, int f, char *err, size_t errlen);
  * completed, params[f] took the versions got and the steps trained meanwhile are dropped; DL_FAIL,
  * DL_CORRUPT: still pending). */
 int async_complete(diloco *d, int f, char *err, size_t errlen);
+/* At diloco_close: fragment f's pending submission completed best effort (bounded by the sync timeout, or
+ * promptly after a stop), nothing adopted. DL_OK: none pending, or applied; else still pending (err). */
+int async_complete_closing(diloco *d, int f, char *err, size_t errlen);
 
 /* sync.c: the network part of a sync-mode round */
 /* Make sure the tentative parameters fragment f continued from were committed as they are, resending

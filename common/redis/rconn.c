@@ -305,6 +305,7 @@ static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, con
             err_set(err, errlen, "%s", why);
             return NULL;
         }
+        if (stop != NULL && __atomic_load_n(stop, __ATOMIC_RELAXED)) continue; /* (ended by the stop: said above) */
         uint64_t elapsed = now_ms() - t0;
         if (wait_ms >= 0 && elapsed >= (uint64_t)wait_ms) break;
         if (*watch == NULL && u->sentinel_master[0] != '\0' && attempt == 0) {

@@ -219,7 +219,7 @@ struct diloco {
     int hb_running;
     pthread_mutex_t hb_mu;
     pthread_cond_t hb_cond;
-    int hb_stop;
+    int hb_stop;              /* written atomically: a connect's handshake also reads it (heartbeat.c) */
     rconn *hb_conn;           /* the heartbeat thread's connection (heartbeat_stop interrupts it) */
     uint64_t hb_gone_told_ms; /* heartbeat thread only: when it last said the run is gone from Redis */
     int64_t inc;              /* our incarnation (0 = not registered) */

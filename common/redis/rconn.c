@@ -134,9 +134,10 @@ static int slice_passed(const redisContext *ctx)
 }
 
 /* A command of a connection's opening (AUTH, PING, SELECT). With stop, its socket timeout is a STOP_SLICE_MS
- * slice and the reply is awaited up to timeout_ms, slice after slice, while *stop is 0: a process told to
- * stop does not wait out the whole timeout on a Redis that accepts connections but answers nothing
- * (frozen), as a reconnect to it would. Without, one wait of the socket timeout. NULL: failed (c->errstr). */
+ * slice and the reply is awaited up to timeout_ms (what the socket timeout would be without), slice after
+ * slice, while *stop is 0: a process told to stop does not wait out the whole timeout on a Redis that
+ * accepts connections but answers nothing (frozen), as a reconnect to it would. Without, one wait of the
+ * socket timeout. NULL: failed (c->errstr). */
 static redisReply *handshake(redisContext *c, const volatile int *stop, int timeout_ms, const char *fmt, ...)
 {
     va_list ap;
@@ -214,11 +215,14 @@ static redisContext *open_node(const redis_url *u, const char *host, int port, i
         err_set(err, errlen, "cannot set the command timeout on %s: %s", where, c->errstr);
         goto error;
     }
-    if (authenticate(c, u, stop, timeout_ms, final, err, errlen) != 0) goto error;
+    /* (the handshake's limit is the socket timeout's, in slices or not: a PROBE_MS slice behind Sentinel, so
+     * that a stopped master is given up and the Sentinels asked again) */
+    int limit_ms = (int)(io_tv.tv_sec * 1000 + io_tv.tv_usec / 1000);
+    if (authenticate(c, u, stop, limit_ms, final, err, errlen) != 0) goto error;
     /* SELECT 0 is skipped so the same URL also works against a Redis Cluster node. */
     if (host == NULL && u->db != 0 &&
         run_simple(c, "SELECT (check the database number in the Redis URL)", final, err, errlen,
-                   handshake(c, stop, timeout_ms, "SELECT %d", u->db)) != 0)
+                   handshake(c, stop, limit_ms, "SELECT %d", u->db)) != 0)
         goto error;
     if (stop && redisSetTimeout(c, io_tv) != REDIS_OK) {
         err_set(err, errlen, "cannot set the command timeout on %s: %s", where, c->errstr);

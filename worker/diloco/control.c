@@ -18,7 +18,8 @@
  * or such a reopen, unanswered (d->redis_unanswered: a close pays one closing timeout for a Redis that does
  * not answer, not one per command). The heartbeat's
  * and the hub's connections, which never carry the training thread's commands, are ended by their stops
- * (heartbeat_stop, wake_hub_stop: rconn_interrupt).
+ * (heartbeat_stop, wake_hub_stop: rconn_interrupt, and their flags end a connect's handshake). A reconnect's
+ * handshake watches o.stop (rconn_connect_retry).
  *
  * Registration gives us an incarnation number. Everything we send (arrivals, pushes, heartbeats)
  * carries it, so a worker that was evicted and came back can never have an old pseudo-gradient of

@@ -574,6 +574,15 @@ io_error:
     return NULL;
 }
 
+/* A keyless command of rconn's own (CLUSTER SLOTS, CLUSTER NODES) on ctx, its reply awaited as a caller's
+ * command's is (get_reply: in slices when sliced). NULL: failed (ctx->errstr). */
+static redisReply *own_command(rconn *c, redisContext *ctx, const char *cmd)
+{
+    void *reply = NULL;
+    if (redisAppendCommand(ctx, cmd) != REDIS_OK || get_reply(c, ctx, now_ms(), &reply) != 0) return NULL;
+    return reply;
+}
+
 static int enter_cluster(rconn *c)
 {
     if (c->map != NULL) return 0;
@@ -593,7 +602,7 @@ static int refresh(rconn *c, int i)
 {
     redisContext *ctx = node_ctx(c, i);
     if (ctx == NULL) return -1;
-    redisReply *r = redisCommand(ctx, "CLUSTER SLOTS");
+    redisReply *r = own_command(c, ctx, "CLUSTER SLOTS");
     if (r == NULL) {
         set_broken(c, ctx->errstr[0] ? ctx->errstr : "connection error");
         return -1;
@@ -613,7 +622,7 @@ static void explain_failover(rconn *c, redisContext *ctx, const char *why)
         set_broken(c, why);
         return;
     }
-    redisReply *n = redisCommand(ctx, "CLUSTER NODES");
+    redisReply *n = own_command(c, ctx, "CLUSTER NODES");
     char seed[300], text[sizeof c->errstr];
     snprintf(seed, sizeof seed, "%s:%d", ctx->tcp.host ? ctx->tcp.host : c->url.host, ctx->tcp.port);
     cluster_explain_down(why, n && n->type == REDIS_REPLY_STRING ? n->str : NULL, seed, text, sizeof text);

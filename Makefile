@@ -72,7 +72,7 @@ ifneq ($(CUDA_SRC),)
 CUDA_OBJ    = $(CUDA_SRC:%.cu=$(BUILD)/%.o)
 CUDA_HOME  ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 # -lstdc++: the host stubs nvcc generates for kernel launches use C++ guarded statics
-CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -lcublas -lcudart -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
+CUDA_LIBS   = -L$(CUDA_HOME)/lib64 -lcublasLt -lcublas -lcudart -lstdc++ -Wl,-rpath,$(CUDA_HOME)/lib64
 CFLAGS     += -DDILOCO_HAVE_CUDA=1
 # The GPT trainer's CUDA backend as a library bin/worker opens only for --device cuda (or auto on a
 # machine with an NVIDIA driver): worker/gpt/gpt_cuda_loader.c. Linking cuBLAS into bin/worker cost
@@ -221,8 +221,8 @@ $(BUILD)/tests/test_cuda_options: | $(CUDA_BACKEND)
 # tests in C++ run CUDA kernel source on the CPU under the lane emulator (tests/tools/simt_emu.h): the
 # tiled bf16 kernels (worker/cuda/*.cuh) are checked here and in CI, where there is no GPU
 CXX_TEST_SRC  = $(wildcard tests/test_*.cc)
-# the emulators' runtime (tests/tools): the lane emulator, the CPU CUDA runtime and cuBLAS (below)
-EMU_RT_OBJ    = $(BUILD)/emu/cuda_emu.o $(BUILD)/emu/cuda_emu_blas.o $(BUILD)/emu/simt_emu.o
+# the emulators' runtime (tests/tools): the lane emulator, the CPU CUDA runtime, cuBLAS and cuBLASLt (below)
+EMU_RT_OBJ    = $(BUILD)/emu/cuda_emu.o $(BUILD)/emu/cuda_emu_blas.o $(BUILD)/emu/cuda_emu_lt.o $(BUILD)/emu/simt_emu.o
 CXX_TEST_BIN  = $(CXX_TEST_SRC:tests/%.cc=$(BUILD)/tests/%)
 SIMT_CXXFLAGS = -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas -MMD -MP -Itests -Itests/tools -Itests/tools/cuda_emu \
                 -Iworker/cuda $(COMMON_INC)

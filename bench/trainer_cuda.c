@@ -145,6 +145,7 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
         const char *note = gpt_cuda_attention_note(g);
         printf("(%s) attention: %s%s%s%s\n", label, attention_name[gpt_cuda_attention(g)], note[0] ? " (" : "", note,
                note[0] ? ")" : "");
+        printf("(%s) linear layers: %s\n", label, gpt_cuda_precision_note(g));
     }
     if (g) {
         int N = batch * seq;

@@ -75,7 +75,7 @@ say "DiLoCo with CUDA workers: $ROUNDS rounds, identical global parameters on ev
 # the bf16 trainer (bf16 products and attention, fp32 master weights: DiLoCo exact on them) in the same run
 run_once bf16dev auto bf16
 run_once bf16host off bf16
-grep -q 'gpt trainer: cuda, bf16 products on fp32 master weights, flash attention (flash checked on this device' \
+grep -qE 'gpt trainer: cuda, bf16 products on fp32 master weights, bias .*, flash attention \(flash checked on this device' \
   "$TMP/bf16dev/worker-g1.log" || fail "g1 of bf16dev does not say it trains in bf16 with the checked flash attention: $(grep 'gpt trainer' "$TMP/bf16dev/worker-g1.log")"
 diff "$TMP/digests-bf16dev" "$TMP/digests-bf16host" > /dev/null ||
   fail "bf16: DiLoCo on the device and through the host buffer differ: $(paste "$TMP/digests-bf16dev" "$TMP/digests-bf16host")"

@@ -10,6 +10,12 @@
  *   - the same on arbitrary fp32 operands: bf16 keeps 8 significant bits, each operand is rounded by up
  *     to 2^-9 of itself and the products' errors partly cancel in the sum, so rel <= 1e-2; and rel >=
  *     1e-4, which shows the operands really were rounded to bf16;
+ *   - the forward products with the bias (and the projections' residual) in cuBLASLt's epilogue
+ *     (gpt_cuda_lt.cu, the model's way) and in two passes (the fallback): each against the double
+ *     reference as above, with and without a residual; and a whole bf16 model step each way: loss to
+ *     1e-4, gradients to 1e-2 (test_model_epilogue says why);
+ *   - the fc layer's backward with the GELU's backward fused into the pass that makes its bf16 operand:
+ *     the same bytes as the GELU's kernel followed by the plain backward;
  *   - a whole model step, bf16 against fp32 on the same weights and batch: loss rel <= 1e-2 and each
  *     gradient tensor rel <= 5e-2 (the rounding of every product's operands, through the layers and
  *     back); the parameters stay fp32 master weights: AdamW on the bf16 step's gradients is the CPU's
@@ -41,8 +47,8 @@
  *     test_flash_emu's shapes) and lse <= 1e-5 (fp32 sums of exact products). Each run twice: the same
  *     bytes (no atomics). Head sizes 24, 144, 10 refused. A model step with flash (head 16, T 50) as the
  *     gemm one above. The same kernels ran on the CPU under the lane emulator (test_flash_emu).
- * Exits 77 (skipped) without a CUDA device or the CUDA build. NOT RUN: written on a machine without a
- * GPU (it compiles there). */
+ * Exits 77 (skipped) without a CUDA device or the CUDA build. test_cuda_bf16_emu runs it on the CPU
+ * CUDA emulator (tests/tools/cuda_emu), where a GPU is not lent. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -310,11 +316,13 @@ static void host_linear(double *out, double *dinp, double *dw, double *db, const
     }
 }
 
-/* the worst of the four results' rel against the double reference */
-static double linear_err(int N, int C, int OC, int pre_rounded)
+/* the worst of the four results' rel against the double reference; with_res: a residual added to the
+ * forward's output (the projections'); lt: the forward's bias (and residual) in cuBLASLt's epilogue */
+static double linear_err(int N, int C, int OC, int pre_rounded, int with_res, int lt)
 {
     float *inp = tc_randn((size_t)N * C, 1.0f, 3), *w = tc_randn((size_t)OC * C, 0.05f, 4);
     float *b = tc_randn(OC, 0.1f, 5), *dout = tc_randn((size_t)N * OC, 1.0f, 6);
+    float *res = with_res ? tc_randn((size_t)N * OC, 1.0f, 7) : NULL;
     if (pre_rounded) {
         round_bf16(inp, (size_t)N * C);
         round_bf16(w, (size_t)OC * C);
@@ -324,13 +332,15 @@ static double linear_err(int N, int C, int OC, int pre_rounded)
           *db = malloc(OC * 4);
     double *ro = malloc((size_t)N * OC * 8), *rdi = malloc((size_t)N * C * 8), *rdw = malloc((size_t)OC * C * 8),
            *rdb = malloc(OC * 8);
-    assert_int_equal(gpt_cuda_k_matmul_forward_bf16(out, inp, w, b, N, C, OC), 0);
-    assert_int_equal(gpt_cuda_k_matmul_backward_bf16(dinp, dw, db, dout, inp, w, N, C, OC), 0);
+    assert_int_equal(gpt_cuda_k_matmul_forward_bf16(out, inp, w, b, res, N, C, OC, lt), 0);
+    assert_int_equal(gpt_cuda_k_matmul_backward_bf16(dinp, dw, db, dout, NULL, inp, w, N, C, OC), 0);
     host_linear(ro, rdi, rdw, rdb, inp, w, b, dout, N, C, OC);
+    for (size_t i = 0; res && i < (size_t)N * OC; i++) ro[i] += res[i];
     double e[4] = {tc_relerr_d(out, ro, (size_t)N * OC), tc_relerr_d(dinp, rdi, (size_t)N * C),
                    tc_relerr_d(dw, rdw, (size_t)OC * C), tc_relerr_d(db, rdb, OC)};
-    printf("bf16 linear N%d C%d OC%d (%s): out %.3g dinp %.3g dw %.3g dbias %.3g\n", N, C, OC,
-           pre_rounded ? "operands already bf16" : "fp32 operands", e[0], e[1], e[2], e[3]);
+    printf("bf16 linear N%d C%d OC%d (%s%s, %s): out %.3g dinp %.3g dw %.3g dbias %.3g\n", N, C, OC,
+           pre_rounded ? "operands already bf16" : "fp32 operands", with_res ? ", plus a residual" : "",
+           lt ? "cuBLASLt epilogue" : "bias, then the product", e[0], e[1], e[2], e[3]);
     double worst = 0;
     for (int i = 0; i < 3; i++)
         if (!(e[i] <= worst)) worst = e[i];
@@ -347,17 +357,68 @@ static double linear_err(int N, int C, int OC, int pre_rounded)
     free(rdi);
     free(rdw);
     free(rdb);
+    free(res);
     return worst;
 }
 
+/* each forward path (bias then the product; cuBLASLt's epilogue), with and without the residual */
 static void test_bf16_linear(void **state)
 {
     (void)state;
-    assert_true(linear_err(96, 64, 192, 1) <= EXACT_LIMIT);
-    assert_true(linear_err(50, 48, 40, 1) <= EXACT_LIMIT); /* sizes off the tensor cores' multiples */
-    double e = linear_err(96, 64, 192, 0);
-    assert_true(e <= BF16_LIMIT);
-    assert_true(e >= 1e-4);
+    for (int lt = 0; lt < 2; lt++)
+        for (int with_res = 0; with_res < 2; with_res++) {
+            assert_true(linear_err(96, 64, 192, 1, with_res, lt) <= EXACT_LIMIT);
+            assert_true(linear_err(50, 48, 40, 1, with_res, lt) <= EXACT_LIMIT); /* off the tensor cores' multiples */
+            double e = linear_err(96, 64, 192, 0, with_res, lt);
+            assert_true(e <= BF16_LIMIT);
+            assert_true(e >= 1e-4);
+        }
+    /* a bias only 4-byte aligned: cuBLASLt is not given it (its epilogue's loads want 16), the launcher
+     * takes the two passes */
+    float *inp = tc_randn(96 * 64, 1.0f, 3), *w = tc_randn(192 * 64, 0.05f, 4), *b = tc_randn(192, 0.1f, 5);
+    float *out = malloc(96 * 192 * 4);
+    assert_int_equal(gpt_cuda_k_matmul_forward_bf16(out, inp, w, b, NULL, 96, 64, 192, 2), 1);
+    printf("bf16 linear with a bias 4 bytes off alignment: no cuBLASLt plan (the two passes)\n");
+    free(inp);
+    free(w);
+    free(b);
+    free(out);
+}
+
+/* the fc layer's backward with the GELU's backward fused into the pass that makes its bf16 operand
+ * (l_matmul_backward_gelu_bf16) against the GELU's backward kernel and then the plain backward: the same
+ * fp32 operations in the same order, so the same bytes */
+static void test_bf16_linear_gelu(void **state)
+{
+    (void)state;
+    int N = 96, C = 64, OC = 256;
+    float *inp = tc_randn((size_t)N * C, 1.0f, 3), *w = tc_randn((size_t)OC * C, 0.05f, 4);
+    float *dout = tc_randn((size_t)N * OC, 1.0f, 6), *pre = tc_randn((size_t)N * OC, 1.5f, 8);
+    float *dg = malloc((size_t)N * OC * 4), *di[2], *dw[2], *db[2];
+    for (int k = 0; k < 2; k++) {
+        di[k] = malloc((size_t)N * C * 4);
+        dw[k] = malloc((size_t)OC * C * 4);
+        db[k] = malloc(OC * 4);
+    }
+    assert_int_equal(gpt_cuda_k_matmul_backward_bf16(di[0], dw[0], db[0], dout, pre, inp, w, N, C, OC), 0);
+    assert_int_equal(gpt_cuda_k_gelu_backward(dg, pre, dout, (size_t)N * OC), 0);
+    assert_int_equal(gpt_cuda_k_matmul_backward_bf16(di[1], dw[1], db[1], dg, NULL, inp, w, N, C, OC), 0);
+    assert_memory_equal(di[0], di[1], (size_t)N * C * 4);
+    assert_memory_equal(dw[0], dw[1], (size_t)OC * C * 4);
+    assert_memory_equal(db[0], db[1], OC * 4);
+    printf("bf16 fc backward with the GELU's fused (N%d C%d OC%d): dinp, dw, dbias the same bytes as the GELU's kernel "
+           "then the backward\n",
+           N, C, OC);
+    for (int k = 0; k < 2; k++) {
+        free(di[k]);
+        free(dw[k]);
+        free(db[k]);
+    }
+    free(inp);
+    free(w);
+    free(dout);
+    free(pre);
+    free(dg);
 }
 
 /* loss and gradients of one step of a model in the given precision and attention */
@@ -403,6 +464,8 @@ typedef struct {
     float *p;
     int *inp, *tgt;
     gpt_cuda *g;
+    gpt_config c;
+    int B, T;
 } model_fixture;
 
 static int model_open(void **state)
@@ -413,6 +476,9 @@ static int model_open(void **state)
     model_fixture *f = calloc(1, sizeof *f);
     *state = f;
     if (!f || gpt_layout(&c, &f->t, &f->nt, &f->n, err, sizeof err)) return -1;
+    f->c = c;
+    f->B = B;
+    f->T = T;
     f->p = malloc(f->n * 4);
     f->inp = tc_randint((size_t)B * T, c.vocab, 11);
     f->tgt = tc_randint((size_t)B * T, c.vocab, 12);
@@ -539,6 +605,46 @@ static void test_model_gemm(void **state)
     model_attention_check(f, GPT_ATTENTION_GEMM, "gemm");
 }
 
+/* The bias and the projections' residual in cuBLASLt's epilogue (the model's way) against the two passes
+ * (DILOCO_CUDA_LT=0: bias and residual written first, the product added), a whole bf16 step on the same
+ * weights (biases made non-zero) and batch. The products are the same; where the bias is added (and on
+ * a GPU the kernels' fp32 accumulation order) differs by an fp32 ulp, which flips the bf16 rounding of
+ * a few operands downstream by 2^-8: so the loss agrees to 1e-4 (2e-7 under the emulator) and each
+ * gradient to 1e-2 (1.7e-3 there, wte's). The bias left out of the epilogue gave loss rel 3.3e-3 and
+ * gradient rel 0.98 (lnf.weight). */
+static void test_model_epilogue(void **state)
+{
+    model_fixture *f = *state;
+    char err[512];
+    size_t n = f->n;
+    float *glt = malloc(n * 4), *gtwo = malloc(n * 4), *p = tc_randn(n, 0.02f, 13);
+    for (size_t i = 0; i < n; i++) p[i] += f->p[i]; /* the initial biases are zeros: make them count */
+    float llt = model_step(f->g, 1, p, n, f->inp, f->tgt, glt);
+    const char *note = gpt_cuda_precision_note(f->g);
+    printf("bf16 linear layers: %s\n", note);
+    assert_non_null(strstr(note, "cuBLASLt"));
+    setenv("DILOCO_CUDA_LT", "0", 1);
+    gpt_cuda *two = gpt_cuda_create(&f->c, f->B, f->T, 0, err, sizeof err);
+    assert_non_null(two);
+    float ltwo = model_step(two, 1, p, n, f->inp, f->tgt, gtwo);
+    unsetenv("DILOCO_CUDA_LT");
+    printf("with DILOCO_CUDA_LT=0: %s\n", gpt_cuda_precision_note(two));
+    assert_non_null(strstr(gpt_cuda_precision_note(two), "DILOCO_CUDA_LT=0"));
+    const char *wname = "";
+    double le = fabs((double)llt - ltwo) / ltwo, worst = worst_grad(f->t, f->nt, glt, gtwo, &wname);
+    printf("model step, epilogue vs two passes: loss %.7f vs %.7f rel %.3g (limit 1e-4); gradients: worst %s rel "
+           "%.3g (limit 1e-2)\n",
+           llt, ltwo, le, wname, worst);
+    assert_true(le <= 1e-4);
+    assert_true(worst <= 1e-2);
+    assert_int_equal(gpt_cuda_set_precision(f->g, 0, err, sizeof err), 0);
+    assert_string_equal(gpt_cuda_precision_note(f->g), ""); /* fp32 has its own path */
+    gpt_cuda_free(two);
+    free(glt);
+    free(gtwo);
+    free(p);
+}
+
 /* --attention auto's device check: flash agrees with the fused kernels at every head size it takes (the
  * differences are bf16 rounding, far under the limit and above 0), and a limit of 0 refuses it */
 static void test_flash_verify(void **state)
@@ -574,7 +680,9 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_fused_attention),
         cmocka_unit_test(test_bf16_linear),
+        cmocka_unit_test(test_bf16_linear_gelu),
         cmocka_unit_test_setup_teardown(test_model, model_open, model_close),
+        cmocka_unit_test_setup_teardown(test_model_epilogue, model_open, model_close),
         cmocka_unit_test(test_gemm_attention),
         cmocka_unit_test_setup_teardown(test_model_gemm, model_open, model_close),
         cmocka_unit_test(test_flash_attention),

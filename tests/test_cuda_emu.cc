@@ -14,7 +14,10 @@
  *     (under some of 16 seeds the reader runs first) unless an event orders them (never then); an elapsed
  *     time before the events ran is not ready;
  *   - products: both transposes, batch strides, beta 0 never reads C (NaN there stays out), TF32 rounding
- *     under CUBLAS_TF32_TENSOR_OP_MATH, bf16 operands with fp32 results. */
+ *     under CUBLAS_TF32_TENSOR_OP_MATH, bf16 operands with fp32 results;
+ *   - cuBLASLt: the bias epilogue with and without a C apart from D; an attribute of the wrong size, an
+ *     algorithm chosen for other layouts refused; no algorithm under CUDA_EMU_LT_ALGOS=0; a pointer less
+ *     aligned than the algorithm was chosen for faults the device (misaligned address). */
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -23,6 +26,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "cublasLt.h"
 #include "cublas_v2.h"
 #include "cuda_bf16.h"
 #include "cuda_runtime.h"
@@ -284,15 +288,115 @@ static void products(void)
     cudaFree(v);
 }
 
+/* a 2 x 2 product's descriptors with the bias epilogue (bias at `bias`), D = A B + bias (+ C), fp32 */
+typedef struct {
+    cublasLtHandle_t h;
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t l;
+    cublasLtMatmulAlgo_t algo;
+    void *ws;
+} lt_case;
+
+static int lt_open(lt_case *t, const float *bias)
+{
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulHeuristicResult_t r;
+    uint64_t ws = 1u << 20;
+    int n = 0;
+    if (cublasLtCreate(&t->h) || cublasLtMatmulDescCreate(&t->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) ||
+        cublasLtMatmulDescSetAttribute(t->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi) ||
+        cublasLtMatmulDescSetAttribute(t->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias) ||
+        cublasLtMatrixLayoutCreate(&t->l, CUDA_R_32F, 2, 2, 2) || cublasLtMatmulPreferenceCreate(&pref) ||
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws) ||
+        cublasLtMatmulAlgoGetHeuristic(t->h, t->op, t->l, t->l, t->l, t->l, pref, 1, &r, &n) || n != 1 ||
+        cudaMalloc(&t->ws, ws))
+        return -1;
+    cublasLtMatmulPreferenceDestroy(pref);
+    t->algo = r.algo;
+    return 0;
+}
+
+static cublasStatus_t lt_run(lt_case *t, const float *a, const float *b, float beta, const float *c, float *d,
+                             const float *bias)
+{
+    float one = 1;
+    cublasLtMatmulDescSetAttribute(t->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    return cublasLtMatmul(t->h, t->op, &one, a, t->l, b, t->l, &beta, c, t->l, d, t->l, &t->algo, t->ws, 1u << 20, 0);
+}
+
+/* the bias pointer 4 bytes past where the heuristic saw it (256-aligned): the kernel would fault */
+static int lt_misaligned(void)
+{
+    float *m = NULL;
+    lt_case t;
+    if (cudaMalloc(&m, 320 * sizeof(float)) || lt_open(&t, m + 256)) return 2;
+    return lt_run(&t, m, m + 64, 0, m + 128, m + 128, m + 257) == CUBLAS_STATUS_EXECUTION_FAILED && faulted() ? 0 : 1;
+}
+
+static void lt_products(void)
+{
+    /* column-major 2 x 2: A = [1 2; 3 4], B = I, bias (10, 20), C all 100 */
+    float ha[4] = {1, 3, 2, 4}, hb[4] = {1, 0, 0, 1}, hbias[2] = {10, 20}, hc[4] = {100, 100, 100, 100}, hd[4];
+    float *m = NULL;
+    CHECK(cudaMalloc(&m, 320 * sizeof(float)) == 0, "allocation");
+    float *a = m, *b = m + 64, *c = m + 128, *d = m + 192, *bias = m + 256; /* 256-byte aligned: the defaults */
+    cudaMemcpy(a, ha, 16, cudaMemcpyHostToDevice);
+    cudaMemcpy(b, hb, 16, cudaMemcpyHostToDevice);
+    cudaMemcpy(c, hc, 16, cudaMemcpyHostToDevice);
+    cudaMemcpy(bias, hbias, 8, cudaMemcpyHostToDevice);
+    lt_case t;
+    CHECK(lt_open(&t, bias) == 0, "cuBLASLt descriptors and the heuristic");
+    CHECK(lt_run(&t, a, b, 0, d, d, bias) == 0, "matmul, bias epilogue");
+    cudaMemcpy(hd, d, 16, cudaMemcpyDeviceToHost);
+    CHECK(hd[0] == 11 && hd[1] == 23 && hd[2] == 12 && hd[3] == 24, "A B + bias along D's rows: %g %g %g %g", hd[0],
+          hd[1], hd[2], hd[3]);
+    CHECK(lt_run(&t, a, b, 1, c, d, bias) == 0, "matmul, C apart from D");
+    cudaMemcpy(hd, d, 16, cudaMemcpyDeviceToHost);
+    CHECK(hd[0] == 111 && hd[3] == 124, "A B + C + bias: %g %g", hd[0], hd[3]);
+    int32_t small = 0;
+    CHECK(cublasLtMatmulDescSetAttribute(t.op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &small, sizeof small) ==
+              CUBLAS_STATUS_INVALID_VALUE,
+          "an attribute of the wrong size refused");
+    cublasLtMatrixLayout_t other;
+    float one = 1, zero = 0;
+    CHECK(cublasLtMatrixLayoutCreate(&other, CUDA_R_32F, 2, 2, 4) == 0, "layout");
+    CHECK(cublasLtMatmul(t.h, t.op, &one, a, other, b, t.l, &zero, d, t.l, d, t.l, &t.algo, t.ws, 1u << 20, 0) ==
+              CUBLAS_STATUS_INVALID_VALUE,
+          "an algorithm chosen for other layouts refused");
+    cublasLtMatmulPreference_t pref;
+    cublasLtMatmulHeuristicResult_t r;
+    int n = -1;
+    uint64_t ws = 1u << 20;
+    setenv("CUDA_EMU_LT_ALGOS", "0", 1);
+    cublasLtMatmulPreferenceCreate(&pref);
+    cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws);
+    CHECK(cublasLtMatmulAlgoGetHeuristic(t.h, t.op, t.l, t.l, t.l, t.l, pref, 1, &r, &n) ==
+                  CUBLAS_STATUS_NOT_SUPPORTED &&
+              n == 0,
+          "CUDA_EMU_LT_ALGOS=0: no algorithm");
+    unsetenv("CUDA_EMU_LT_ALGOS");
+    CHECK(cudaGetLastError() == cudaSuccess, "refusals are not faults");
+    cublasLtMatmulPreferenceDestroy(pref);
+    cublasLtMatrixLayoutDestroy(other);
+    cublasLtMatrixLayoutDestroy(t.l);
+    cublasLtMatmulDescDestroy(t.op);
+    cublasLtDestroy(t.h);
+    cudaFree(t.ws);
+    cudaFree(m);
+}
+
 int main(void)
 {
     memory_and_launches();
     streams();
     products();
+    lt_products();
     CHECK(in_child(host_reads_device) == 128 + SIGSEGV, "host code reading device memory faults");
     CHECK(in_child(host_pointer_arg) == 0, "a kernel given host memory faults the device");
     CHECK(in_child(write_past_end) == 0, "a kernel writing one past its allocation faults the device");
     CHECK(in_child(divergent_barrier) == 0, "a warp split between __syncthreads and a shuffle faults the device");
     CHECK(in_child(gemm_past_end) == 0, "a product past its allocation faults the device");
+    CHECK(in_child(lt_misaligned) == 0, "a cuBLASLt bias less aligned than its algorithm assumed faults the device");
     return emu_finish("the CUDA emulator refuses and faults where a GPU would; its products are right");
 }

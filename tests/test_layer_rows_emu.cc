@@ -126,15 +126,26 @@ static void test_colsum(void)
     }
     char err[256] = "";
     simt_dim3 grid = blocks((size_t)C, 32), block = {32, 32, 1};
-    for (int k = 0; k < 2; k++) {
+    for (int k = 0; k < 2; k++) { /* one chunk of all N rows: the sums themselves */
         db[k] = (float *)calloc(C, 4);
         CHECK(simt_run(grid, block, (unsigned)k + 1, err, sizeof err, colsum_k, db[k], (float *)NULL, d16,
-                       (const float *)d, (const float *)NULL, (const float *)NULL, (const float *)NULL, N, C) == 0,
+                       (const float *)d, (const float *)NULL, (const float *)NULL, (const float *)NULL,
+                       (const float *)NULL, N, C, N) == 0,
               "%s", err);
     }
     float *db2 = (float *)calloc(C, 4);
     CHECK(simt_run(grid, block, 3, err, sizeof err, colsum_k, db2, dw, (uint16_t *)NULL, (const float *)d,
-                   (const float *)inp, (const float *)mean, (const float *)rstd, N, C) == 0,
+                   (const float *)NULL, (const float *)inp, (const float *)mean, (const float *)rstd, N, C, N) == 0,
+          "%s", err);
+    /* three chunks of 26 rows (the last 25) summed apart, then in order: the launchers' way */
+    int chunks = 3, rpc = (N + chunks - 1) / chunks;
+    float *pb = (float *)calloc((size_t)chunks * C, 4), *pw = (float *)calloc((size_t)chunks * C, 4);
+    float *cb = (float *)calloc(C, 4), *cw = (float *)calloc(C, 4);
+    simt_dim3 cgrid = {grid.x, (unsigned)chunks, 1};
+    CHECK(simt_run(cgrid, block, 4, err, sizeof err, colsum_k, pb, pw, (uint16_t *)NULL, (const float *)d,
+                   (const float *)NULL, (const float *)inp, (const float *)mean, (const float *)rstd, N, C, rpc) == 0 &&
+              simt_run(blocks((size_t)C, 256), simt_dim3{256, 1, 1}, 5, err, sizeof err, colsum_final_k, cb, cw,
+                       (const float *)pb, (const float *)pw, chunks, C) == 0,
           "%s", err);
     double wb = 0, ww = 0, tb = 0, tw = 0;
     int off16 = 0;
@@ -146,18 +157,40 @@ static void test_colsum(void)
             sw += ((double)inp[i] - mean[r]) * rstd[r] * d[i];
             off16 += d16[i] != bf16_bits(d[i]);
         }
-        wb = fmax(wb, fabs(db[0][c] - sb));
-        ww = fmax(ww, fabs(dw[c] - sw));
+        wb = fmax(wb, fmax(fabs(db[0][c] - sb), fabs(cb[c] - sb)));
+        ww = fmax(ww, fmax(fabs(dw[c] - sw), fabs(cw[c] - sw)));
         tb = fmax(tb, fabs(sb));
         tw = fmax(tw, fabs(sw));
     }
-    printf("  colsum N %d C %d: bias rel err %.2g, weight rel err %.2g, %d bf16 copies wrong\n", N, C, wb / tb, ww / tw,
-           off16);
+    printf("  colsum N %d C %d, one chunk and three: bias rel err %.2g, weight rel err %.2g, %d bf16 copies wrong\n",
+           N, C, wb / tb, ww / tw, off16);
     CHECK(wb / tb <= 1e-5 && ww / tw <= 1e-5, "colsum rel err %g, %g", wb / tb, ww / tw);
     CHECK(off16 == 0, "%d bf16 copies differ from the rounding of the values", off16);
     CHECK(memcmp(db[0], db[1], C * 4) == 0 && memcmp(db[0], db2, C * 4) == 0,
           "the column sums differ between interleavings or with the weight gradient on");
+    /* the GELU's backward fused in (gelu_in: the fc layer's incoming gradient): the copies are exactly the
+     * rounding of d * gelu_grad(inp), the sums match float64's of it */
+    float *gb = (float *)calloc(C, 4);
+    CHECK(simt_run(grid, block, 6, err, sizeof err, colsum_k, gb, (float *)NULL, d16, (const float *)d,
+                   (const float *)inp, (const float *)NULL, (const float *)NULL, (const float *)NULL, N, C, N) == 0,
+          "%s", err);
+    double wg = 0, tg = 0;
+    int offg = 0;
+    for (int c = 0; c < C; c++) {
+        double sg = 0;
+        for (int r = 0; r < N; r++) {
+            size_t i = (size_t)r * C + c;
+            float g = gelu_grad(inp[i]) * d[i];
+            sg += g;
+            offg += d16[i] != bf16_bits(g);
+        }
+        wg = fmax(wg, fabs(gb[c] - sg));
+        tg = fmax(tg, fabs(sg));
+    }
+    printf("  colsum with the GELU's backward: rel err %.2g, %d bf16 copies wrong\n", wg / tg, offg);
+    CHECK(wg / tg <= 1e-5 && offg == 0, "colsum with gelu: rel err %g, %d copies wrong", wg / tg, offg);
     free(d), free(inp), free(mean), free(rstd), free(db[0]), free(db[1]), free(db2), free(dw), free(d16);
+    free(pb), free(pw), free(cb), free(cw), free(gb);
 }
 
 int main(void)

@@ -2,7 +2,7 @@
 # tools/gpu_check.sh: the GPU checks (issue 27) in one command on a lent GPU machine, from the repo root:
 #
 #   here:  sh tools/gpu_pack.sh
-#   there: the device tool's run, carry [".gpu"], command "sh tools/gpu_check.sh", timeout_s 590
+#   there: the device tool's run, carry [".gpu"], command "sh tools/gpu_check.sh", timeout_s 600
 #
 # It unpacks .gpu/pack.tar.xz (bin/, build/, redis-server, libraries: tools/gpu_pack.sh), keeps only the
 # libraries the machine lacks, and runs with the machine's own python3 (a CUDA torch: PYTHON, tests/lib.sh)
@@ -70,6 +70,11 @@ gpt2_small() { # BENCH-OUTPUT: config (c)'s tokens/s (trainer step, device-only 
 echo "== bf16 GPT-2 small (c), tokens/s: auto ($(grep -m1 '^(c) attention:' "$O/bench-bf16.txt" | sed 's/^(c) attention: \([a-z]*\).*/\1/')): $(gpt2_small "$O/bench-bf16.txt") | fused: $(gpt2_small "$O/bench-bf16-fused.txt") | gemm: $(gpt2_small "$O/bench-bf16-gemm.txt")" |
   tee -a "$O/bench-bf16-gemm.txt"
 step bench-tf32 40 bin/bench-trainer_cuda --tf32 --no-torch
+# the bias in the products' epilogue (cuBLASLt, the default) against the two passes, last: it goes first
+# when the loan runs short
+step bench-bf16-nolt 50 env DILOCO_CUDA_LT=0 bin/bench-trainer_cuda --precision bf16 --no-torch
+echo "== bf16 GPT-2 small (c), tokens/s, bias: epilogue $(gpt2_small "$O/bench-bf16.txt") | two passes (DILOCO_CUDA_LT=0) $(gpt2_small "$O/bench-bf16-nolt.txt")" |
+  tee -a "$O/bench-bf16-nolt.txt"
 tar -czf "$O/test-logs.tar.gz" build/test-logs 2>/dev/null
-grep -h '^== bf16 GPT-2 small' "$O/bench-bf16-gemm.txt"
+grep -h '^== bf16 GPT-2 small' "$O/bench-bf16-gemm.txt" "$O/bench-bf16-nolt.txt"
 echo "== done $(date +%T): $(grep -h -E '^[0-9]+ passed' "$O"/tests-*.txt | tr '\n' ' ')"

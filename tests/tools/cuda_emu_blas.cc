@@ -2,7 +2,8 @@
  * and the products checked as cuBLAS checks them (sizes, leading dimensions, type combinations: refused
  * with cuBLAS's status) and as a GPU would fault on them (an operand past its allocation or not device
  * memory: the device faults), then queued on the handle's stream (cuda_emu.cc runs the queues) and
- * computed there in double, rounded once to the result's type. */
+ * computed there in double, rounded once to the result's type. cuBLASLt's matmul (cuda_emu_lt.cc) runs
+ * through the same checks and product (cuda_emu_gemm). */
 #include "cuda_emu/cublas_v2.h"
 #include "cuda_emu_internal.h"
 
@@ -115,18 +116,21 @@ static int supported(cudaDataType at, cudaDataType bt, cudaDataType ct, cublasCo
     return 0;
 }
 
-/* C (m x n) = alpha op(A) op(B) + beta C for each of the batch, column-major, in double; C is not read
- * when beta is 0 (cuBLAS's rule: it may hold NaN) */
+/* D (m x n) = alpha op(A) op(B) + beta C + bias for each of the batch, column-major, in double; C is not
+ * read when beta is 0 (cuBLAS's rule: it may hold NaN); bias (m floats, one per row) may be NULL; D has
+ * C's type and leading dimension and may be C */
 static void gemm_compute(cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k, float alpha, const void *A,
                          cudaDataType at, int lda, long long sA, const void *B, cudaDataType bt, int ldb, long long sB,
-                         float beta, void *C, cudaDataType ct, int ldc, long long sC, int batch, int tf32)
+                         float beta, const void *C, cudaDataType ct, int ldc, long long sC, void *D, const float *bias,
+                         int batch, int tf32)
 {
-    /* op(A) as m rows of k and op(B) as n rows of k: each element of C is then one dot */
+    /* op(A) as m rows of k and op(B) as n rows of k: each element of D is then one dot */
     std::vector<double> a((size_t)m * k), bb((size_t)n * k);
     for (int b = 0; b < batch; b++) {
         const char *Ab = (const char *)A + (size_t)b * sA * type_bytes(at);
         const char *Bb = (const char *)B + (size_t)b * sB * type_bytes(bt);
-        char *Cb = (char *)C + (size_t)b * sC * type_bytes(ct);
+        const char *Cb = (const char *)C + (size_t)b * sC * type_bytes(ct);
+        char *Db = (char *)D + (size_t)b * sC * type_bytes(ct);
         for (int i = 0; i < m; i++)
             for (int l = 0; l < k; l++)
                 a[(size_t)i * k + l] = load(Ab, ta == CUBLAS_OP_N ? (size_t)l * lda + i : (size_t)i * lda + l, at, tf32);
@@ -140,19 +144,18 @@ static void gemm_compute(cublasOperation_t ta, cublasOperation_t tb, int m, int 
                 for (int l = 0; l < k; l++) s += x[l] * y[l];
                 size_t ic = (size_t)j * ldc + i;
                 double v = (double)alpha * s + (beta != 0.0f ? (double)beta * load(Cb, ic, ct, 0) : 0.0);
-                store(Cb, ic, ct, v);
+                store(Db, ic, ct, bias ? v + bias[i] : v);
             }
     }
 }
 
-/* the checks of one product, then the product queued on the handle's stream */
-static cublasStatus_t gemm(const char *call, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
-                           int k, float alpha, const void *A, cudaDataType at, int lda, long long sA, const void *B,
-                           cudaDataType bt, int ldb, long long sB, float beta, void *C, cudaDataType ct, int ldc,
-                           long long sC, int batch, cublasComputeType_t compute)
+cublasStatus_t cuda_emu_gemm(const char *call, cudaStream_t st, int tf32, cublasOperation_t ta, cublasOperation_t tb,
+                             int m, int n, int k, float alpha, const void *A, cudaDataType at, int lda, long long sA,
+                             const void *B, cudaDataType bt, int ldb, long long sB, float beta, const void *C,
+                             cudaDataType ct, int ldc, long long sC, void *D, const float *bias, int batch,
+                             cublasComputeType_t compute)
 {
     CUDA_EMU_LOCK;
-    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
     if (cuda_emu_faulted()) return CUBLAS_STATUS_EXECUTION_FAILED;
     if (m < 0 || n < 0 || k < 0 || batch < 0 || (ta != CUBLAS_OP_N && ta != CUBLAS_OP_T) ||
         (tb != CUBLAS_OP_N && tb != CUBLAS_OP_T)) {
@@ -170,15 +173,29 @@ static cublasStatus_t gemm(const char *call, cublasHandle_t h, cublasOperation_t
         return CUBLAS_STATUS_INVALID_VALUE;
     if (check_extent(call, "A", A, at, ar, ac, lda, sA, k ? batch : 0) ||
         check_extent(call, "B", B, bt, br, bc, ldb, sB, k ? batch : 0) ||
-        check_extent(call, "C", C, ct, m, n, ldc, sC, batch)) {
+        (beta != 0.0f && C != D && check_extent(call, "C", C, ct, m, n, ldc, sC, batch)) ||
+        check_extent(call, C == D ? "C" : "D", D, ct, m, n, ldc, sC, batch) ||
+        (bias && check_extent(call, "bias", bias, CUDA_R_32F, m, 1, m, 0, 1))) {
         cuda_emu_fault(); /* on a GPU: an illegal address, or a wrong result */
         return CUBLAS_STATUS_EXECUTION_FAILED;
     }
-    int tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32 || (h->math == CUBLAS_TF32_TENSOR_OP_MATH && at == CUDA_R_32F);
-    cuda_emu_enqueue(h->st, call, [=] {
-        gemm_compute(ta, tb, m, n, k, alpha, A, at, lda, sA, B, bt, ldb, sB, beta, C, ct, ldc, sC, batch, tf32);
+    cuda_emu_enqueue(st, call, [=] {
+        gemm_compute(ta, tb, m, n, k, alpha, A, at, lda, sA, B, bt, ldb, sB, beta, C, ct, ldc, sC, D, bias, batch, tf32);
     });
     return CUBLAS_STATUS_SUCCESS;
+}
+
+/* a cuBLAS product: the handle's stream and math mode, C updated in place */
+static cublasStatus_t gemm(const char *call, cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n,
+                           int k, float alpha, const void *A, cudaDataType at, int lda, long long sA, const void *B,
+                           cudaDataType bt, int ldb, long long sB, float beta, void *C, cudaDataType ct, int ldc,
+                           long long sC, int batch, cublasComputeType_t compute)
+{
+    CUDA_EMU_LOCK;
+    if (!h) return CUBLAS_STATUS_NOT_INITIALIZED;
+    int tf32 = compute == CUBLAS_COMPUTE_32F_FAST_TF32 || (h->math == CUBLAS_TF32_TENSOR_OP_MATH && at == CUDA_R_32F);
+    return cuda_emu_gemm(call, h->st, tf32, ta, tb, m, n, k, alpha, A, at, lda, sA, B, bt, ldb, sB, beta, C, ct, ldc, sC,
+                         C, NULL, batch, compute);
 }
 
 cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperation_t tb, int m, int n, int k,

@@ -1,7 +1,7 @@
 /* cuda_emu_internal.h: what the CPU CUDA emulator's runtime (cuda_emu.cc) gives its cuBLAS
- * (cuda_emu_blas.cc): the lock, the fault and refusal reports, the device-memory checks, and the stream
- * queues a product goes on. Not for the code under test, which sees only the CUDA headers of
- * tests/tools/cuda_emu/. */
+ * (cuda_emu_blas.cc) and cuBLASLt (cuda_emu_lt.cc): the lock, the fault and refusal reports, the
+ * device-memory checks, the stream queues a product goes on, and the product they share. Not for the
+ * code under test, which sees only the CUDA headers of tests/tools/cuda_emu/. */
 #ifndef DILOCO_CUDA_EMU_INTERNAL_H
 #define DILOCO_CUDA_EMU_INTERNAL_H
 
@@ -9,6 +9,7 @@
 #include <mutex>
 #include <stddef.h>
 
+#include "cuda_emu/cublas_v2.h"
 #include "cuda_emu/cuda_runtime.h"
 
 /* every emulator call holds it: one device, serialized */
@@ -27,5 +28,16 @@ int cuda_emu_stream_ok(cudaStream_t st);
  * runs at a synchronization that reaches it, with device memory mapped, and its guard bytes are checked
  * after; `what` names it in fault reports */
 void cuda_emu_enqueue(cudaStream_t st, const char *what, std::function<void()> run);
+
+/* one product (cuda_emu_blas.cc), column-major, batched: D = alpha op(A) op(B) + beta C + bias, bias m
+ * floats along D's rows or NULL, D of C's type and leading dimension (D may be C; C is read only when
+ * beta != 0). Checked as cuBLAS checks (refused: its status, the reason on stderr) and as a GPU faults
+ * (an operand outside device memory: the device faulted), then queued on st, computed in double and
+ * rounded once; tf32: fp32 operands rounded to TF32 first. */
+cublasStatus_t cuda_emu_gemm(const char *call, cudaStream_t st, int tf32, cublasOperation_t ta, cublasOperation_t tb,
+                             int m, int n, int k, float alpha, const void *A, cudaDataType at, int lda, long long sA,
+                             const void *B, cudaDataType bt, int ldb, long long sB, float beta, const void *C,
+                             cudaDataType ct, int ldc, long long sC, void *D, const float *bias, int batch,
+                             cublasComputeType_t compute);
 
 #endif

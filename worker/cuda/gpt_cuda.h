@@ -56,6 +56,9 @@ void gpt_cuda_free(gpt_cuda *g);
  * sees the fp32 master weights). 0: back to fp32. -1 with err when the head size is over 256. */
 int gpt_cuda_set_precision(gpt_cuda *g, int bf16, char *err, size_t errlen);
 int gpt_cuda_precision_bf16(const gpt_cuda *g);
+/* In bf16: how the linear layers add their bias ("bias in the products' epilogue (cuBLASLt)", or added
+ * by a kernel before each product where cuBLASLt has no algorithm for the shapes); "" in fp32 */
+const char *gpt_cuda_precision_note(const gpt_cuda *g);
 /* The attention of bf16 precision, from the next forward on (fp32 always uses its sgemm attention):
  * GPT_ATTENTION_FUSED (gpt.h; a new model's): the fused kernels above. GPT_ATTENTION_AUTO (the trainer's
  * default): FLASH where its kernels take the shapes and agree with the fused ones on this device (one

@@ -5,7 +5,7 @@
  *                         activation or its gradient just before a product), round to nearest even
  *   l_matmul_*_bf16       the linear layers' products as cublasGemmEx on bf16 operands with fp32
  *                         accumulation and fp32 results (what torch.autocast does); bias and its
- *                         gradient stay fp32 (the fp32 path's kernels)
+ *                         gradient stay fp32 (the forward's in cuBLASLt's epilogue: gpt_cuda_lt.cu)
  *   l_flash_forward       causal attention fused in one kernel: each query row keeps a running max and
  *   l_flash_backward      sum (online softmax) over its keys, so the T x T probabilities are never
  *                         stored; the row's log-sum-exp is kept for the backward, which recomputes the
@@ -61,28 +61,47 @@ static cublasStatus_t mm16(cublasHandle_t h, int ta, int tb, int M, int N, int K
 }
 
 /* out (N,OC) = inp16 (N,C) W^T + bias, plus res (N,OC) when it is not NULL (the residual a projection
- * adds: it and the bias are the C the product adds to, beta = 1); inp16 is the input in bf16, w16 W's */
+ * adds); inp16 is the input in bf16, w16 W's. Through cuBLASLt's epilogue where x->lt has an algorithm
+ * (gpt_cuda_lt.cu), else in two passes: the bias (and res) written into out, the C the product adds to
+ * (beta = 1) */
 int l_matmul_forward_bf16(ctx *x, float *out, const __nv_bfloat16 *inp16, const __nv_bfloat16 *w16, const float *bias,
                           const float *res, int N, int C, int OC)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
+    int lt = x->lt ? l_linear_lt(x, out, inp16, w16, bias, res, N, C, OC) : 0;
+    if (lt) return lt < 0 ? -1 : 0;
     if (res ? l_bias_residual(x, out, bias, res, N, OC) : l_bias_broadcast(x, out, bias, N, OC)) return -1;
     CKB(mm16(x->h, 0, 1, N, OC, C, 1.0f, inp16, C, w16, C, 1.0f, out, OC));
     return 0;
 }
 
 /* dinp (N,C) = dout W; dw (OC,C) = dout^T inp from inp16, the forward's bf16 input; dbias = column sums
- * of dout (fp32); dout16 (N*OC) is scratch */
-int l_matmul_backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const __nv_bfloat16 *inp16,
-                           const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, int N, int C, int OC)
+ * of dout (fp32); dout16 (N*OC) is scratch. gelu_in, when not NULL: dout is first multiplied by
+ * GELU'(gelu_in), in the same pass */
+static int backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *gelu_in,
+                         const __nv_bfloat16 *inp16, const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, int N, int C,
+                         int OC)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    if (l_colsum_bf16(x, dbias, dout16, dout, N, OC)) return -1; /* dbias and dout's bf16 in one pass */
+    if (l_colsum_bf16(x, dbias, dout16, dout, gelu_in, N, OC)) return -1; /* dbias and dout's bf16 in one pass */
     CKB(mm16(x->h, 0, 0, N, C, OC, 1.0f, dout16, OC, w16, C, 0.0f, dinp, C));
     CKB(mm16(x->h, 1, 0, OC, C, N, 1.0f, dout16, OC, inp16, C, 0.0f, dw, C));
     return 0;
+}
+
+int l_matmul_backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const __nv_bfloat16 *inp16,
+                           const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, int N, int C, int OC)
+{
+    return backward_bf16(x, dinp, dw, dbias, dout, NULL, inp16, w16, dout16, N, C, OC);
+}
+
+int l_matmul_backward_gelu_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *gelu_in,
+                                const __nv_bfloat16 *inp16, const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, int N,
+                                int C, int OC)
+{
+    return backward_bf16(x, dinp, dw, dbias, dout, gelu_in, inp16, w16, dout16, N, C, OC);
 }
 
 /* the lm head: logits (N,V) = lnf16 (N,C) wte^T, and its backward dlnf = dlogits wte, dwte = dlogits^T lnf

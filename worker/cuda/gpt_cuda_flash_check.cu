@@ -61,7 +61,7 @@ int l_flash_mma_verify(cudaStream_t st, int hs, double limit, char *note, size_t
     const float *qkv = d, *dout = d + n3;
     float *out = d + n3 + n1, *dqkv = out + 2 * n1, *lse = dqkv + 2 * n3, *dsum = lse + 2 * nl;
     float *hout = h + n3 + n1, *hdqkv = hout + 2 * n1;
-    ctx x = {st, NULL, err, errlen};
+    ctx x = {st, NULL, err, errlen, NULL, NULL};
     int rc = cudaMemcpyAsync(d, h, (n3 + n1) * sizeof(float), cudaMemcpyHostToDevice, st) != cudaSuccess ||
              l_flash_forward(&x, out, lse, qkv, 1, T, C, NH) ||
              l_flash_backward(&x, dqkv, dout, qkv, out, lse, dsum, 1, T, C, NH) ||

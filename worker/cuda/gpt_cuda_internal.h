@@ -4,6 +4,7 @@
  *                        by the single-kernel test entry points, so the tests run the trainer's code
  *   gpt_cuda_bf16.cu     what the bf16 precision adds: bf16 copies, bf16 products, fused attention and
  *                        the attention with bf16 products (gemm)
+ *   gpt_cuda_lt.cu       the bf16 forward products with bias and residual in cuBLASLt's epilogue
  *   gpt_cuda_flash.cu    the tensor-core flash attention's launchers (kernels: flash_mma.cuh)
  *   gpt_cuda_flash_check.cu  the device check --attention auto trusts flash by (flash against fused)
  *   gpt_cuda_model.cu    the model: buffers, forward, backward, clipping, AdamW (gpt_cuda.h)
@@ -101,12 +102,24 @@ static inline int set_math(cublasHandle_t h, int tf32, char *err, size_t errlen)
     return 0;
 }
 
-/* where a launch goes: the stream, the cuBLAS handle bound to it, and the error buffer */
+typedef struct gpt_lt gpt_lt; /* cuBLASLt's handle, workspace and plans (gpt_cuda_lt.cu) */
+
+/* row chunks of the column sums (the bias and LayerNorm gradients: gpt_cuda_kernels.cu's colsum) */
+#define COLSUM_CHUNKS 32
+/* floats of ctx.part for sums over up to `cols` columns */
+#define COLSUM_PART(cols) (2 * (size_t)COLSUM_CHUNKS * (size_t)(cols))
+
+/* where a launch goes: the stream, the cuBLAS handle bound to it, and the error buffer; lt, when not
+ * NULL, lets the bf16 forward products run through cuBLASLt (the model's; the tests' entry points choose);
+ * part, when not NULL, COLSUM_PART(widest) floats of scratch for the column sums' chunks (without it they
+ * run in one chunk: far fewer blocks) */
 typedef struct {
     cudaStream_t st;
     cublasHandle_t h;
     char *err;
     size_t errlen;
+    gpt_lt *lt;
+    float *part;
 } ctx;
 
 /* ---- launches (gpt_cuda_kernels.cu): shapes as in worker/gpt/gpt_model.c; 0 or -1 with x->err ---- */
@@ -153,7 +166,9 @@ int l_clip(ctx *x, float *g, size_t n, double max_norm, double *red);
 /* out (N,OC) = bias broadcast (before a product adds into it); dbias (OC) = column sums of dout (N,OC) */
 int l_bias_broadcast(ctx *x, float *out, const float *bias, int N, int OC);
 int l_bias_residual(ctx *x, float *out, const float *bias, const float *res, int N, int OC);
-int l_colsum_bf16(ctx *x, float *dbias, __nv_bfloat16 *dout16, const float *dout, int N, int OC);
+/* dout16 = the bf16 of dout, or of dout * GELU'(gelu_in) when gelu_in is not NULL, and dbias its column
+ * sums, in one pass */
+int l_colsum_bf16(ctx *x, float *dbias, __nv_bfloat16 *dout16, const float *dout, const float *gelu_in, int N, int OC);
 
 /* ---- bf16 precision (gpt_cuda_bf16.cu): bf16 operands, fp32 accumulation and results ---------- */
 int l_to_bf16(ctx *x, __nv_bfloat16 *out, const float *in, size_t n);
@@ -163,6 +178,12 @@ int l_matmul_forward_bf16(ctx *x, float *out, const __nv_bfloat16 *inp16, const 
                           const float *res, int N, int C, int OC);
 int l_matmul_backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const __nv_bfloat16 *inp16,
                            const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, int N, int C, int OC);
+/* the same for the fc layer, whose incoming gradient is dout * GELU'(gelu_in) (gelu_in: the GELU's input,
+ * the fc product's output): the GELU's backward done in the pass that makes the bf16 operand, so that
+ * gradient is never written in fp32 */
+int l_matmul_backward_gelu_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *gelu_in,
+                                const __nv_bfloat16 *inp16, const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, int N,
+                                int C, int OC);
 /* the tied lm head: logits = lnf16 wte^T; backward dlnf (written), dwte (written) */
 int l_head_forward_bf16(ctx *x, float *logits, const __nv_bfloat16 *lnf16, const __nv_bfloat16 *wte16, int N, int C,
                         int V);
@@ -206,6 +227,19 @@ int l_attention_backward_bf16(ctx *x, float *dqkv, const float *dout, const floa
                               float *k, float *v, float *dy, float *dq, float *dk, float *dv, float *dp,
                               __nv_bfloat16 *q16, __nv_bfloat16 *k16, __nv_bfloat16 *v16, __nv_bfloat16 *dy16,
                               __nv_bfloat16 *p16, int B, int T, int C, int NH);
+
+/* ---- cuBLASLt (gpt_cuda_lt.cu) ------------------------------------------------------------- */
+gpt_lt *gpt_lt_create(char *err, size_t errlen);
+void gpt_lt_free(gpt_lt *lt);
+/* l_matmul_forward_bf16's product with the bias (and res, when not NULL) in the epilogue, through x->lt:
+ * 1 when done, 0 when cuBLASLt has no algorithm for it (nothing was launched: take the two passes), -1
+ * on an error (x->err). _plan only chooses the algorithm (kept per shape and pointer alignments). */
+int l_linear_lt(ctx *x, float *out, const __nv_bfloat16 *inp16, const __nv_bfloat16 *w16, const float *bias,
+                const float *res, int N, int C, int OC);
+int l_linear_lt_plan(ctx *x, float *out, const __nv_bfloat16 *inp16, const __nv_bfloat16 *w16, const float *bias,
+                     const float *res, int N, int C, int OC);
+/* what the planned products got: "" before any plan */
+const char *gpt_lt_note(const gpt_lt *lt);
 
 /* AdamW over tensors, one launch per run of consecutive tensors with the same decay */
 int l_adamw(ctx *x, const model_tensor *tensors, int ntensors, float *p, const float *g, float *m, float *v, long t,

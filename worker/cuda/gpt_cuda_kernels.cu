@@ -180,12 +180,7 @@ __global__ void gelu_backward_k(float *dinp, const float *inp, const float *dout
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= n) return;
-    float x = inp[i];
-    float u = GELU_S * (x + 0.044715f * x * x * x);
-    float th = tanhf(u);
-    float sech2 = 1.0f - th * th;
-    float g = 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
-    dinp[i] = g * dout[i];
+    dinp[i] = gelu_grad(inp[i]) * dout[i];
 }
 
 __global__ void residual_k(float *out, const float *a, const float *b, size_t n)
@@ -367,6 +362,30 @@ int l_layernorm_forward_bf16(ctx *x, __nv_bfloat16 *out16, float *mean, float *r
     return 0;
 }
 
+/* db (C) = the column sums of d (N,C), or of d * GELU'(gelu_in) when gelu_in is not NULL; dw (C), when
+ * inp is not NULL, LayerNorm's weight gradient; d16, when not NULL, what is summed in bf16. In COLSUM_CHUNKS chunks of rows summed apart into x->part, then added in
+ * order (layer_rows.cuh); without x->part in one chunk (a block per 32 columns walks every row). The
+ * chunk count depends on N only: the sums are the same bytes on any GPU. */
+static int colsum(ctx *x, float *db, float *dw, uint16_t *d16, const float *d, const float *gelu_in, const float *inp,
+                  const float *mean, const float *rstd, int N, int C)
+{
+    char *err = x->err;
+    size_t errlen = x->errlen;
+    int chunks = x->part ? (N + 31) / 32 : 1;
+    if (chunks > COLSUM_CHUNKS) chunks = COLSUM_CHUNKS;
+    if (chunks < 1) chunks = 1;
+    int rpc = (N + chunks - 1) / chunks;
+    float *pb = chunks > 1 ? x->part : db, *pw = chunks > 1 && dw ? x->part + (size_t)chunks * C : dw;
+    colsum_k<<<dim3(nblocks((size_t)C, 32), chunks), dim3(32, 32), 0, x->st>>>(pb, pw, d16, d, gelu_in, inp, mean, rstd,
+                                                                               N, C, rpc);
+    CKL();
+    if (chunks > 1) {
+        colsum_final_k<<<nblocks((size_t)C, BS), BS, 0, x->st>>>(db, dw, pb, pw, chunks, C);
+        CKL();
+    }
+    return 0;
+}
+
 int l_layernorm_backward(ctx *x, float *dinp, float *dw, float *db, const float *dout, const float *inp, const float *w,
                          const float *mean, const float *rstd, int N, int C, int accumulate)
 {
@@ -375,9 +394,7 @@ int l_layernorm_backward(ctx *x, float *dinp, float *dw, float *db, const float 
     layernorm_backward_dx_k<<<nblocks((size_t)N, ROWS_PER_BLOCK), BS, 0, x->st>>>(dinp, dout, inp, w, mean, rstd, N, C,
                                                                                   accumulate);
     CKL();
-    colsum_k<<<nblocks((size_t)C, 32), dim3(32, 32), 0, x->st>>>(db, dw, NULL, dout, inp, mean, rstd, N, C);
-    CKL();
-    return 0;
+    return colsum(x, db, dw, NULL, dout, NULL, inp, mean, rstd, N, C);
 }
 
 int l_matmul_forward(ctx *x, float *out, const float *inp, const float *w, const float *bias, int N, int C, int OC)
@@ -410,14 +427,9 @@ int l_bias_broadcast(ctx *x, float *out, const float *bias, int N, int OC)
 }
 
 /* dbias = the column sums of dout (N,OC), and dout16 = its bf16 copy, in one pass over it */
-int l_colsum_bf16(ctx *x, float *dbias, __nv_bfloat16 *dout16, const float *dout, int N, int OC)
+int l_colsum_bf16(ctx *x, float *dbias, __nv_bfloat16 *dout16, const float *dout, const float *gelu_in, int N, int OC)
 {
-    char *err = x->err;
-    size_t errlen = x->errlen;
-    colsum_k<<<nblocks((size_t)OC, 32), dim3(32, 32), 0, x->st>>>(dbias, NULL, (uint16_t *)dout16, dout, NULL, NULL,
-                                                                  NULL, N, OC);
-    CKL();
-    return 0;
+    return colsum(x, dbias, NULL, (uint16_t *)dout16, dout, gelu_in, NULL, NULL, NULL, N, OC);
 }
 
 int l_matmul_backward(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *inp, const float *w,
@@ -427,9 +439,7 @@ int l_matmul_backward(ctx *x, float *dinp, float *dw, float *dbias, const float 
     size_t errlen = x->errlen;
     CKB(mm(x->h, 0, 0, N, C, OC, 1.0f, dout, OC, w, C, 0.0f, dinp, C));
     CKB(mm(x->h, 1, 0, OC, C, N, 1.0f, dout, OC, inp, C, 0.0f, dw, C));
-    colsum_k<<<nblocks((size_t)OC, 32), dim3(32, 32), 0, x->st>>>(dbias, NULL, NULL, dout, NULL, NULL, NULL, N, OC);
-    CKL();
-    return 0;
+    return colsum(x, dbias, NULL, NULL, dout, NULL, NULL, NULL, NULL, N, OC);
 }
 
 /* scratch: q, k, v, y each B*T*C */

@@ -38,9 +38,11 @@ struct gpt_cuda {
     int *slot, *cnt;                           /* host: V (token -> bucket+1), N */
     int nuniq, have_targets;
     double *red, *hred; /* device reduction scratch, pinned host copy of the results */
+    float *part;        /* the column sums' chunks (ctx.part): COLSUM_PART(4C) floats */
     float *arena;
     int arena_square, arena_lean; /* alloc_arena: it holds the (B, NH, T, T) buffers; it lacks bf16's inputs */
     int bf16;                     /* gpt_cuda_set_precision */
+    gpt_lt *lt;                   /* bf16: cuBLASLt for the forward products (gpt_cuda_lt.cu) */
     __nv_bfloat16 *w16, *s16a;    /* bf16: the weights' copy (numel), scratch N*max(V,4C) */
     layer_bf16 *l16;              /* bf16: each layer's bf16 product inputs, kept for the backward */
     __nv_bfloat16 *lnf16;         /* bf16: the final LayerNorm's output, the head's input (N*C) */
@@ -64,6 +66,7 @@ extern "C" void gpt_cuda_free(gpt_cuda *g)
     if (!g) return;
     if (g->st) cudaStreamSynchronize(g->st);
     gpt_prof_free(g->prof);
+    gpt_lt_free(g->lt);
     if (g->h) cublasDestroy(g->h);
     if (g->st) cudaStreamDestroy(g->st);
     cudaFree(g->arena);
@@ -73,6 +76,7 @@ extern "C" void gpt_cuda_free(gpt_cuda *g)
     cudaFree(g->params);
     cudaFree(g->dtok);
     cudaFree(g->red);
+    cudaFree(g->part);
     if (g->htok) cudaFreeHost(g->htok);
     if (g->hred) cudaFreeHost(g->hred);
     free(g->slot);
@@ -148,6 +152,7 @@ static int create_inner(gpt_cuda *g, char *err, size_t errlen)
     CK(cudaMalloc((void **)&g->dtok, (5 * N + 1) * sizeof(int)));
     CK(cudaMallocHost((void **)&g->htok, (5 * N + 1) * sizeof(int)));
     CK(cudaMalloc((void **)&g->red, (RED_BLOCKS + 2) * sizeof(double)));
+    CK(cudaMalloc((void **)&g->part, COLSUM_PART(4 * (size_t)c->dim) * sizeof(float)));
     CK(cudaMallocHost((void **)&g->hred, 2 * sizeof(double)));
     g->slot = (int *)calloc(V, sizeof(int));
     g->cnt = (int *)calloc(N + 1, sizeof(int));
@@ -228,6 +233,41 @@ static int alloc_bf16(gpt_cuda *g, char *err, size_t errlen)
     return 0;
 }
 
+/* the bf16 copy of a weight (w points into params) */
+static const __nv_bfloat16 *w16_of(const gpt_cuda *g, const float *w)
+{
+    return g->w16 + (w - g->params);
+}
+
+/* cuBLASLt's algorithm for each forward product of each layer, chosen now (the pointers' alignments
+ * differ between layers), so gpt_cuda_precision_note can say what they got before the first step */
+static int plan_products(gpt_cuda *g, char *err, size_t errlen)
+{
+    ctx x = {g->st, g->h, err, errlen, g->lt, g->part};
+    if (!g->lt) return 0;
+    int C = g->c.dim, N = g->B * g->T;
+    for (int l = 0; l < g->c.layers; l++) {
+        gpt_layer_params *p = &g->p.h[l];
+        gpt_layer_acts *a = &g->a.h[l];
+        layer_bf16 *o = &g->l16[l];
+        const float *xin = l ? g->a.h[l - 1].res3 : g->a.encoded;
+        if (l_linear_lt_plan(&x, a->qkv, o->ln1, w16_of(g, p->qkvw), p->qkvb, NULL, N, C, 3 * C) < 0 ||
+            l_linear_lt_plan(&x, a->res2, o->atty, w16_of(g, p->projw), p->projb, xin, N, C, C) < 0 ||
+            l_linear_lt_plan(&x, a->fch, o->ln2, w16_of(g, p->fcw), p->fcb, NULL, N, C, 4 * C) < 0 ||
+            l_linear_lt_plan(&x, a->res3, o->fch_gelu, w16_of(g, p->fcprojw), p->fcprojb, a->res2, N, 4 * C, C) < 0)
+            return -1;
+    }
+    return 0;
+}
+
+/* cuBLASLt for the forward products unless DILOCO_CUDA_LT=0: then the two passes (a way round a library
+ * that misbehaves, and the tests' way to run that path in a whole model) */
+static int lt_wanted(void)
+{
+    const char *v = getenv("DILOCO_CUDA_LT");
+    return !(v && !strcmp(v, "0"));
+}
+
 extern "C" int gpt_cuda_set_precision(gpt_cuda *g, int bf16, char *err, size_t errlen)
 {
     g->bf16 = 0;
@@ -240,13 +280,20 @@ extern "C" int gpt_cuda_set_precision(gpt_cuda *g, int bf16, char *err, size_t e
                 g->c.dim, g->c.heads);
         return -1;
     }
+    if (!g->lt && lt_wanted() && !(g->lt = gpt_lt_create(err, errlen))) return -1;
     g->bf16 = 1;
-    return fit_arena(g, err, errlen);
+    return fit_arena(g, err, errlen) || plan_products(g, err, errlen) ? -1 : 0;
 }
 
 extern "C" int gpt_cuda_precision_bf16(const gpt_cuda *g)
 {
     return g->bf16;
+}
+
+extern "C" const char *gpt_cuda_precision_note(const gpt_cuda *g)
+{
+    if (!g->bf16) return "";
+    return g->lt ? gpt_lt_note(g->lt) : "bias added before each product (cuBLASLt off: DILOCO_CUDA_LT=0)";
 }
 
 /* The gemm attention's bf16 operands in one allocation, made on first use: q, k, v, dy (N*C each) and
@@ -299,11 +346,6 @@ extern "C" const char *gpt_cuda_attention_note(const gpt_cuda *g)
 }
 
 /* the bf16 copy of a weight of the flat buffer (valid after the forward made the copy) */
-static const __nv_bfloat16 *w16_of(const gpt_cuda *g, const float *w)
-{
-    return g->w16 + (w - g->params);
-}
-
 /* attention: fp32 and bf16 gemm keep the probabilities in a->att; bf16 fused and flash keep only each
  * row's log-sum-exp there */
 static int attention_forward(gpt_cuda *g, ctx *x, gpt_layer_acts *a, int B, int T, int C, int NH)
@@ -506,7 +548,8 @@ static int layer_forward_bf16(gpt_cuda *g, ctx *x, int l, const float *xin)
 }
 
 /* the weight gradients read the bf16 inputs the forward kept; each incoming gradient is copied to bf16
- * in s16a just before its product */
+ * in s16a just before its product, the fc layer's through the GELU's backward in the same pass (the
+ * profile counts that GELU in the linear layers) */
 static int layer_backward_bf16(gpt_cuda *g, ctx *x, int l, const float *xin)
 {
     int B = g->B, T = g->T, C = g->c.dim, NH = g->c.heads, N = B * T;
@@ -515,9 +558,8 @@ static int layer_backward_bf16(gpt_cuda *g, ctx *x, int l, const float *xin)
     layer_bf16 *o = &g->l16[l];
     return TIMED(GPT_PHASE_LINEAR, l_matmul_backward_bf16(x, g->a.dfch, gg->fcprojw, gg->fcprojb, g->a.dres,
                                                           o->fch_gelu, w16_of(g, p->fcprojw), g->s16a, N, 4 * C, C)) ||
-           TIMED(GPT_PHASE_GELU, l_gelu_backward(x, g->a.dfch, a->fch, g->a.dfch, (size_t)N * 4 * C)) ||
-           TIMED(GPT_PHASE_LINEAR, l_matmul_backward_bf16(x, g->a.dln, gg->fcw, gg->fcb, g->a.dfch, o->ln2,
-                                                          w16_of(g, p->fcw), g->s16a, N, C, 4 * C)) ||
+           TIMED(GPT_PHASE_LINEAR, l_matmul_backward_gelu_bf16(x, g->a.dln, gg->fcw, gg->fcb, g->a.dfch, a->fch, o->ln2,
+                                                               w16_of(g, p->fcw), g->s16a, N, C, 4 * C)) ||
            TIMED(GPT_PHASE_LAYERNORM, l_layernorm_backward(x, g->a.dres, gg->ln2w, gg->ln2b, g->a.dln, a->res2, p->ln2w,
                                                            a->ln2_mean, a->ln2_rstd, N, C, 1)) ||
            TIMED(GPT_PHASE_LINEAR, l_matmul_backward_bf16(x, g->a.datty, gg->projw, gg->projb, g->a.dres, o->atty,
@@ -546,7 +588,7 @@ extern "C" int gpt_cuda_forward(gpt_cuda *g, const int *inputs, const int *targe
             err_set(err, errlen, "gpt cuda: token id out of range at position %d", n);
             return -1;
         }
-    ctx x = {g->st, g->h, err, errlen};
+    ctx x = {g->st, g->h, err, errlen, g->lt, g->part};
     /* the staging buffer may still be read by the copy of the previous batch */
     CK(cudaStreamSynchronize(g->st));
     gpt_prof_fold(g->prof); /* the previous step's events, complete now */
@@ -582,7 +624,7 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, char *err, size_t errlen)
         err_set(err, errlen, "gpt cuda: backward needs a forward with targets");
         return -1;
     }
-    ctx x = {g->st, g->h, err, errlen};
+    ctx x = {g->st, g->h, err, errlen, g->lt, g->part};
     const int *dtg = g->dtok + N, *order = g->dtok + 2 * N, *uniq = g->dtok + 3 * N, *ustart = g->dtok + 4 * N;
     if (TIMED(GPT_PHASE_LOSS, loss_backward(g, &x, dtg, N, V))) return -1;
     if (TIMED(GPT_PHASE_HEAD, head_backward(g, &x, N, C, V))) return -1;
@@ -600,7 +642,7 @@ extern "C" int gpt_cuda_backward(gpt_cuda *g, char *err, size_t errlen)
 
 extern "C" int gpt_cuda_clip(gpt_cuda *g, double max_norm, double *norm, char *err, size_t errlen)
 {
-    ctx x = {g->st, g->h, err, errlen};
+    ctx x = {g->st, g->h, err, errlen, g->lt, g->part};
     if (TIMED(GPT_PHASE_CLIP, l_clip(&x, g->grads, g->numel, max_norm, g->red))) return -1;
     CK(cudaMemcpyAsync(g->hred + 1, g->red + RED_BLOCKS, sizeof(double), cudaMemcpyDeviceToHost, g->st));
     if (norm) {
@@ -618,7 +660,7 @@ extern "C" double gpt_cuda_last_norm(const gpt_cuda *g)
 extern "C" int gpt_cuda_adamw(gpt_cuda *g, long t, double lr, double beta1, double beta2, double eps,
                               double weight_decay, char *err, size_t errlen)
 {
-    ctx x = {g->st, g->h, err, errlen};
+    ctx x = {g->st, g->h, err, errlen, g->lt, g->part};
     return TIMED(GPT_PHASE_ADAMW, l_adamw(&x, g->tensors, g->ntensors, g->params, g->grads, g->m, g->v, t, lr, beta1,
                                           beta2, eps, weight_decay));
 }

@@ -65,7 +65,7 @@ static cublasHandle_t test_handle(int tf32)
     char kerr[512] = "";                                      \
     pool pl;                                                  \
     memset(&pl, 0, sizeof pl);                                \
-    ctx x = {0, test_handle(tf32), kerr, sizeof kerr};        \
+    ctx x = {0, test_handle(tf32), kerr, sizeof kerr, NULL, NULL}; \
     if (!x.h) {                                               \
         fprintf(stderr, "gpt_cuda_k: cublasCreate failed\n"); \
         return -1;                                            \
@@ -136,6 +136,7 @@ extern "C" int gpt_cuda_k_layernorm_backward(float *dinp, float *dw, float *db, 
           *ddb = (float *)dup_to_dev(&pl, NULL, F(C)), *ddo = (float *)dup_to_dev(&pl, dout, F((size_t)N * C)),
           *di = (float *)dup_to_dev(&pl, inp, F((size_t)N * C)), *dwt = (float *)dup_to_dev(&pl, w, F(C)),
           *dm = (float *)dup_to_dev(&pl, mean, F(N)), *dr = (float *)dup_to_dev(&pl, rstd, F(N));
+    x.part = (float *)dup_to_dev(&pl, NULL, F(COLSUM_PART(C))); /* the column sums in chunks, as the model */
     if (!pl.fail) rc = l_layernorm_backward(&x, ddi, ddw, ddb, ddo, di, dwt, dm, dr, N, C, accumulate);
     if (!rc) rc = back(&pl, dinp, ddi, F((size_t)N * C)) || back(&pl, dw, ddw, F(C)) || back(&pl, db, ddb, F(C));
     return done(&pl, rc, "layernorm_backward", kerr);
@@ -161,6 +162,7 @@ extern "C" int gpt_cuda_k_matmul_backward(float *dinp, float *dw, float *dbias, 
           *ddw = (float *)dup_to_dev(&pl, NULL, F((size_t)OC * C)), *ddb = (float *)dup_to_dev(&pl, NULL, F(OC)),
           *ddo = (float *)dup_to_dev(&pl, dout, F((size_t)N * OC)),
           *di = (float *)dup_to_dev(&pl, inp, F((size_t)N * C)), *dwt = (float *)dup_to_dev(&pl, w, F((size_t)OC * C));
+    x.part = (float *)dup_to_dev(&pl, NULL, F(COLSUM_PART(OC)));
     if (!pl.fail) rc = l_matmul_backward(&x, ddi, ddw, ddb, ddo, di, dwt, N, C, OC);
     if (!rc)
         rc = back(&pl, dinp, ddi, F((size_t)N * C)) || back(&pl, dw, ddw, F((size_t)OC * C)) ||
@@ -272,26 +274,42 @@ extern "C" int gpt_cuda_k_clip(float *grads, size_t numel, double max_norm, doub
     return done(&pl, rc, "clip", kerr);
 }
 
-extern "C" int gpt_cuda_k_matmul_forward_bf16(float *out, const float *inp, const float *w, const float *bias, int N,
-                                              int C, int OC)
+static gpt_lt *test_lt; /* the entry points' cuBLASLt, made on first use */
+
+extern "C" int gpt_cuda_k_matmul_forward_bf16(float *out, const float *inp, const float *w, const float *bias,
+                                              const float *res, int N, int C, int OC, int lt)
 {
     KBEGIN(0);
+    if (lt && !test_lt && !(test_lt = gpt_lt_create(kerr, sizeof kerr)))
+        return done(&pl, -1, "matmul_forward_bf16", kerr);
+    x.lt = lt ? test_lt : NULL;
     float *d_o = (float *)dup_to_dev(&pl, NULL, F((size_t)N * OC)),
           *di = (float *)dup_to_dev(&pl, inp, F((size_t)N * C)), *dw = (float *)dup_to_dev(&pl, w, F((size_t)OC * C)),
-          *db = (float *)dup_to_dev(&pl, bias, F(OC));
+          *db = (float *)dup_to_dev(&pl, NULL, F(OC + 1)),
+          *dr = res ? (float *)dup_to_dev(&pl, res, F((size_t)N * OC)) : NULL;
     __nv_bfloat16 *w16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)OC * C * 2),
                   *i16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)N * C * 2);
-    if (!pl.fail)
-        rc = l_to_bf16(&x, w16, dw, (size_t)OC * C) || l_to_bf16(&x, i16, di, (size_t)N * C) ||
-             l_matmul_forward_bf16(&x, d_o, i16, w16, db, NULL, N, C, OC);
-    if (!rc) rc = back(&pl, out, d_o, F((size_t)N * OC));
-    return done(&pl, rc, "matmul_forward_bf16", kerr);
+    if (db && lt == 2) db++; /* a bias 4 bytes off its allocation's 256-byte alignment */
+    if (db && cudaMemcpy(db, bias, F(OC), cudaMemcpyHostToDevice) != cudaSuccess) pl.fail = 1;
+    int via = 1; /* lt: 1 when cuBLASLt ran it, 0 when it has no algorithm for the shape */
+    if (!pl.fail) rc = l_to_bf16(&x, w16, dw, (size_t)OC * C) || l_to_bf16(&x, i16, di, (size_t)N * C) ? -1 : 0;
+    if (!pl.fail && !rc && lt) {
+        via = l_linear_lt(&x, d_o, i16, w16, db, dr, N, C, OC);
+        rc = via < 0 ? -1 : 0;
+    } else if (!pl.fail && !rc) {
+        rc = l_matmul_forward_bf16(&x, d_o, i16, w16, db, dr, N, C, OC);
+    }
+    if (!rc && via) rc = back(&pl, out, d_o, F((size_t)N * OC));
+    rc = done(&pl, rc, "matmul_forward_bf16", kerr);
+    return rc ? rc : !via;
 }
 
 extern "C" int gpt_cuda_k_matmul_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout,
-                                               const float *inp, const float *w, int N, int C, int OC)
+                                               const float *gelu_in, const float *inp, const float *w, int N, int C,
+                                               int OC)
 {
     KBEGIN(0);
+    float *dg = gelu_in ? (float *)dup_to_dev(&pl, gelu_in, F((size_t)N * OC)) : NULL;
     float *ddi = (float *)dup_to_dev(&pl, NULL, F((size_t)N * C)),
           *ddw = (float *)dup_to_dev(&pl, NULL, F((size_t)OC * C)), *ddb = (float *)dup_to_dev(&pl, NULL, F(OC)),
           *ddo = (float *)dup_to_dev(&pl, dout, F((size_t)N * OC)),
@@ -299,9 +317,11 @@ extern "C" int gpt_cuda_k_matmul_backward_bf16(float *dinp, float *dw, float *db
     __nv_bfloat16 *w16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)OC * C * 2),
                   *o16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)N * OC * 2),
                   *i16 = (__nv_bfloat16 *)dup_to_dev(&pl, NULL, (size_t)N * C * 2);
+    x.part = (float *)dup_to_dev(&pl, NULL, F(COLSUM_PART(OC)));
     if (!pl.fail)
         rc = l_to_bf16(&x, w16, dwt, (size_t)OC * C) || l_to_bf16(&x, i16, di, (size_t)N * C) ||
-             l_matmul_backward_bf16(&x, ddi, ddw, ddb, ddo, i16, w16, o16, N, C, OC);
+             (dg ? l_matmul_backward_gelu_bf16(&x, ddi, ddw, ddb, ddo, dg, i16, w16, o16, N, C, OC)
+                 : l_matmul_backward_bf16(&x, ddi, ddw, ddb, ddo, i16, w16, o16, N, C, OC));
     if (!rc)
         rc = back(&pl, dinp, ddi, F((size_t)N * C)) || back(&pl, dw, ddw, F((size_t)OC * C)) ||
              back(&pl, dbias, ddb, F(OC));

@@ -7,9 +7,10 @@
  *                         written nor converted again (l_to_bf16) before the product and its backward
  *   bias_residual_k       out = bias + res, the C a product with beta = 1 adds to: the bf16 path's
  *                         projections add their residual there instead of in a separate pass
- *   colsum_k              column sums (a bias's gradient, and LayerNorm's weight gradient), and with d16
- *                         the bf16 copy of what it sums, in the same pass: the incoming gradient of the
- *                         bf16 path's products is read once, not twice
+ *   colsum_k              column sums (a bias's gradient, and LayerNorm's weight gradient) over chunks
+ *   colsum_final_k        of rows, then the chunks added in order; with d16 the bf16 copy of what it
+ *                         sums, in the same pass: the incoming gradient of the bf16 path's products is
+ *                         read once, not twice
  *
  * The fp32 arithmetic is the same either way, so the bf16 output is the fp32 output rounded once. */
 #ifndef DILOCO_LAYER_ROWS_CUH
@@ -74,18 +75,34 @@ __global__ void gelu_forward_k(float *out, uint16_t *out16, const float *inp, si
         out[i] = y;
 }
 
-/* column sums over N rows, block (32, 32): x = column in a tile of 32, y = row lane, summed in a fixed
- * tree. dw[c] = sum_r (x[r,c]-mean[r])*rstd[r]*d[r,c] (when inp != NULL), db[c] = sum_r d[r,c]; d16 (when
- * not NULL) = d in bf16, in the same pass: the bf16 path's incoming gradient, the operand of its products */
-__global__ void colsum_k(float *db, float *dw, uint16_t *d16, const float *d, const float *inp, const float *mean,
-                         const float *rstd, int N, int C)
+/* d gelu(x) / dx of gelu_forward_k's tanh GELU: gelu_backward_k's factor, and colsum_k's with gelu_in */
+__device__ __forceinline__ float gelu_grad(float x)
+{
+    float u = GELU_S * (x + 0.044715f * x * x * x);
+    float th = tanhf(u);
+    float sech2 = 1.0f - th * th;
+    return 0.5f * (1.0f + th) + 0.5f * x * sech2 * GELU_S * (1.0f + 3.0f * 0.044715f * x * x);
+}
+
+/* Column sums over the rows of chunk blockIdx.y (rows [blockIdx.y * rpc, + rpc) of N), block (32, 32): x =
+ * column in a tile of 32, y = row lane, summed in a fixed tree. db[blockIdx.y * C + c] = sum_r d[r,c],
+ * dw[blockIdx.y * C + c] = sum_r (x[r,c]-mean[r])*rstd[r]*d[r,c] (when inp != NULL); d16 (when not NULL) =
+ * d in bf16, in the same pass: the bf16 path's incoming gradient, the operand of its products. gelu_in
+ * (when not NULL): what is summed and copied is d[r,c] * gelu_grad(gelu_in[r,c]), the GELU's backward
+ * fused into the pass (the fc layer's incoming gradient, never written in fp32). With one
+ * chunk (gridDim.y 1, rpc >= N) these are the sums; with more, the partial sums colsum_final_k adds. The
+ * chunks are what keeps a GPU busy: one block per 32 columns is 24 blocks for 768 columns, a fifth of an
+ * H100's SMs, each walking all N rows. */
+__global__ void colsum_k(float *db, float *dw, uint16_t *d16, const float *d, const float *gelu_in, const float *inp,
+                         const float *mean, const float *rstd, int N, int C, int rpc)
 {
     __shared__ float sb[32][33], sw[32][33];
-    int c = blockIdx.x * 32 + threadIdx.x;
+    int c = blockIdx.x * 32 + threadIdx.x, r0 = blockIdx.y * rpc, r1 = r0 + rpc < N ? r0 + rpc : N;
     float ab = 0.0f, aw = 0.0f;
     if (c < C)
-        for (int r = threadIdx.y; r < N; r += 32) {
+        for (int r = r0 + threadIdx.y; r < r1; r += 32) {
             float g = d[(size_t)r * C + c];
+            if (gelu_in) g = gelu_grad(gelu_in[(size_t)r * C + c]) * g;
             if (d16) d16[(size_t)r * C + c] = bf16_bits(g);
             ab += g;
             if (inp) aw += (inp[(size_t)r * C + c] - mean[r]) * rstd[r] * g;
@@ -101,9 +118,25 @@ __global__ void colsum_k(float *db, float *dw, uint16_t *d16, const float *d, co
         __syncthreads();
     }
     if (threadIdx.y == 0 && c < C) {
-        db[c] = sb[0][threadIdx.x];
-        if (dw) dw[c] = sw[0][threadIdx.x];
+        size_t at = (size_t)blockIdx.y * C + c;
+        db[at] = sb[0][threadIdx.x];
+        if (dw) dw[at] = sw[0][threadIdx.x];
     }
+}
+
+/* the chunks' partial sums of colsum_k (pb, pw: chunks x C) added in chunk order: db[c], and dw[c] when pw
+ * is not NULL. A fixed order, so the same bytes on any GPU */
+__global__ void colsum_final_k(float *db, float *dw, const float *pb, const float *pw, int chunks, int C)
+{
+    int c = blockIdx.x * blockDim.x + threadIdx.x;
+    if (c >= C) return;
+    float sb = 0.0f, sw = 0.0f;
+    for (int k = 0; k < chunks; k++) {
+        sb += pb[(size_t)k * C + c];
+        if (pw) sw += pw[(size_t)k * C + c];
+    }
+    db[c] = sb;
+    if (pw) dw[c] = sw;
 }
 
 __global__ void bias_residual_k(float *out, const float *bias, const float *res, int N, int OC)

@@ -36,7 +36,7 @@
 #define BACKEND_SYMBOLS(X)                                                                                     \
     X(gpt_cuda_device_count)                                                                                   \
     X(gpt_cuda_create) X(gpt_cuda_free) X(gpt_cuda_set_precision) X(gpt_cuda_set_attention)                   \
-    X(gpt_cuda_attention) X(gpt_cuda_attention_note)                                                           \
+    X(gpt_cuda_attention) X(gpt_cuda_attention_note) X(gpt_cuda_precision_note)                               \
     X(gpt_cuda_set_params)                                                                                     \
     X(gpt_cuda_get_params) X(gpt_cuda_set_moments) X(gpt_cuda_get_moments) X(gpt_cuda_pin) X(gpt_cuda_unpin)  \
     X(gpt_cuda_forward) X(gpt_cuda_backward) X(gpt_cuda_clip) X(gpt_cuda_last_norm) X(gpt_cuda_adamw)         \
@@ -140,6 +140,11 @@ int gpt_cuda_attention(const gpt_cuda *g)
 const char *gpt_cuda_attention_note(const gpt_cuda *g)
 {
     return backend.gpt_cuda_attention_note(g);
+}
+
+const char *gpt_cuda_precision_note(const gpt_cuda *g)
+{
+    return backend.gpt_cuda_precision_note(g);
 }
 
 int gpt_cuda_set_params(gpt_cuda *g, const float *host, size_t off, size_t n, char *err, size_t errlen)

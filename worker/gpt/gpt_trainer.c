@@ -418,10 +418,11 @@ void gpt_trainer_describe(const trainer *t, char *buf, size_t len)
     if (g->cu) {
         static const char *attention[] = {"fused", "gemm", "flash"}; /* GPT_ATTENTION_*, as resolved */
         int a = gpt_cuda_attention(g->cu);
-        const char *note = gpt_cuda_attention_note(g->cu);
+        const char *note = gpt_cuda_attention_note(g->cu), *bias = gpt_cuda_precision_note(g->cu);
         if (g->o.precision == GPT_PRECISION_BF16)
-            snprintf(buf, len, "cuda, bf16 products on fp32 master weights, %s attention%s%s%s",
-                     a >= 0 && a < 3 ? attention[a] : "?", note[0] ? " (" : "", note, note[0] ? ")" : "");
+            snprintf(buf, len, "cuda, bf16 products on fp32 master weights%s%s, %s attention%s%s%s",
+                     bias[0] ? ", " : "", bias, a >= 0 && a < 3 ? attention[a] : "?", note[0] ? " (" : "", note,
+                     note[0] ? ")" : "");
         else
             snprintf(buf, len, "cuda, fp32%s", g->o.tf32 ? " (TF32 products, --tf32)" : "");
         return;

@@ -59,8 +59,8 @@ static void settle_last_rounds(diloco *d)
         if (!d->rc.async && sync_confirm_durable(d, f, err, sizeof err) == DL_FAIL)
             log_warn("closing before fragment %d's last round was confirmed durable: %s", f, err);
         if (d->rc.async && async_complete_closing(d, f, err, sizeof err) != DL_OK)
-            log_warn("closing with fragment %d's last submission not completed: %s (its window is lost, never "
-                     "applied twice)",
+            log_warn("closing with fragment %d's last submission not completed: %s (its window may be lost; it is "
+                     "never applied twice)",
                      f, err);
     }
 }

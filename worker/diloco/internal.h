@@ -119,8 +119,8 @@ struct diloco {
     char worker_id[64];
     log_sink log;           /* o.log_callback; every thread working for the session logs here */
     volatile int stop_flag; /* diloco_request_stop */
-    int closing;               /* (atomic) diloco_close has begun (dl_closing) */
-    int redis_unanswered;      /* (atomic) while stopping, Redis left a command or a reopen unanswered (control.c) */
+    int closing;            /* (atomic) diloco_close has begun (dl_closing) */
+    int redis_unanswered;   /* (atomic) while stopping, Redis left a command or a reopen unanswered (control.c) */
     char host[64];
     redis_url url;
     runconf rc;

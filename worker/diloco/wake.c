@@ -120,7 +120,7 @@ struct wake_hub {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv; /* on CLOCK_MONOTONIC: broadcast at each token popped and at stop */
-    int stop; /* under mu; written atomically: the hub's connect also reads it (hub_connect) */
+    int stop;          /* under mu; written atomically: the hub's connect also reads it (hub_connect) */
     int64_t closed[RUNCONF_MAX_FRAGMENTS]; /* per fragment: the highest round whose close we popped (-1: none) */
 };
 

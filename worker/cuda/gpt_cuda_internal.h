@@ -241,7 +241,7 @@ int l_linear_lt_plan(ctx *x, float *out, const __nv_bfloat16 *inp16, const __nv_
 /* what the planned products got: "" before any plan */
 const char *gpt_lt_note(const gpt_lt *lt);
 
-/* AdamW over tensors, one launch per run of consecutive tensors with the same decay */
+/* AdamW over tensors (decay on the 2-D ones), one launch for up to 240 runs of consecutive tensors with the same decay */
 int l_adamw(ctx *x, const model_tensor *tensors, int ntensors, float *p, const float *g, float *m, float *v, long t,
             double lr, double beta1, double beta2, double eps, double weight_decay);
 

@@ -272,19 +272,40 @@ __global__ void clip_scale_k(float *g, size_t n, const double *red)
     if (i < n) g[i] *= c;
 }
 
-/* torch.optim.AdamW on [0, n), float math in the CPU's order (no contraction into FMAs) */
-__global__ void adamw_k(float *p, const float *g, float *m, float *v, size_t n, float b1, float b2, float e,
+/* up to ADAMW_RUNS runs of consecutive tensors of one AdamW launch, passed by value (kernel parameters:
+ * about 2 KB, under CUDA's 4 KB): run r is [start[r], start[r + 1]) of the launch's elements, decayed
+ * when decay[r]. One launch for a whole GPT-2 small (98 runs: each 2-D weight decays, the 1-D tensors
+ * between them do not) where one launch per run was 98, most of them a bias of 3 to 12 blocks. */
+#define ADAMW_RUNS 240
+typedef struct {
+    unsigned long long start[ADAMW_RUNS + 1];
+    unsigned char decay[ADAMW_RUNS];
+    int n;
+} adamw_runs;
+
+/* torch.optim.AdamW on [0, runs.start[runs.n]), float math in the CPU's order (no contraction into FMAs);
+ * decay: the decayed runs' factor (1 - lr * weight_decay), the others' is 1 */
+__global__ void adamw_k(float *p, const float *g, float *m, float *v, adamw_runs runs, float b1, float b2, float e,
                         float step_size, float bc2s, float decay)
 {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (i >= n) return;
+    if (i >= runs.start[runs.n]) return;
+    int lo = 0, hi = runs.n - 1; /* the run of i: the last r with start[r] <= i */
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (runs.start[mid] <= i)
+            lo = mid;
+        else
+            hi = mid - 1;
+    }
+    float d = runs.decay[lo] ? decay : 1.0f;
     float gi = g[i];
     float mi = __fadd_rn(__fmul_rn(b1, m[i]), __fmul_rn(1.0f - b1, gi));
     float vi = __fadd_rn(__fmul_rn(b2, v[i]), __fmul_rn(__fmul_rn(1.0f - b2, gi), gi));
     m[i] = mi;
     v[i] = vi;
     float denom = __fadd_rn(__fdiv_rn(__fsqrt_rn(vi), bc2s), e);
-    p[i] = __fsub_rn(__fmul_rn(p[i], decay), __fdiv_rn(__fmul_rn(step_size, mi), denom));
+    p[i] = __fsub_rn(__fmul_rn(p[i], d), __fdiv_rn(__fmul_rn(step_size, mi), denom));
 }
 
 /* ------------------------------------------------------------------------------------------- */
@@ -587,16 +608,23 @@ int l_adamw(ctx *x, const model_tensor *tensors, int ntensors, float *p, const f
     size_t errlen = x->errlen;
     double bc1 = 1.0 - pow(beta1, (double)t), bc2 = 1.0 - pow(beta2, (double)t);
     float step_size = (float)(lr / bc1), bc2s = (float)sqrt(bc2);
-    float b1 = (float)beta1, b2 = (float)beta2, e = (float)eps;
-    for (int k = 0; k < ntensors;) {
-        int dec = tensors[k].ndim >= 2, j = k + 1;
-        while (j < ntensors && (tensors[j].ndim >= 2) == dec) j++;
-        size_t off = tensors[k].offset, n = tensors[j - 1].offset + tensors[j - 1].numel - off;
-        float decay = dec ? (float)(1.0 - lr * weight_decay) : 1.0f;
-        adamw_k<<<nblocks(n, BS), BS, 0, x->st>>>(p + off, g + off, m + off, v + off, n, b1, b2, e, step_size, bc2s,
+    float b1 = (float)beta1, b2 = (float)beta2, e = (float)eps, decay = (float)(1.0 - lr * weight_decay);
+    for (int k = 0; k < ntensors;) { /* a launch per ADAMW_RUNS runs: one for a GPT of up to ~30 layers */
+        adamw_runs runs;
+        memset(&runs, 0, sizeof runs); /* copied whole into the launch's parameters */
+        size_t off = tensors[k].offset;
+        for (; k < ntensors && runs.n < ADAMW_RUNS; runs.n++) {
+            int dec = tensors[k].ndim >= 2, j = k + 1;
+            while (j < ntensors && (tensors[j].ndim >= 2) == dec) j++;
+            runs.start[runs.n] = tensors[k].offset - off;
+            runs.decay[runs.n] = (unsigned char)dec;
+            runs.start[runs.n + 1] = tensors[j - 1].offset + tensors[j - 1].numel - off;
+            k = j;
+        }
+        size_t n = runs.start[runs.n];
+        adamw_k<<<nblocks(n, BS), BS, 0, x->st>>>(p + off, g + off, m + off, v + off, runs, b1, b2, e, step_size, bc2s,
                                                   decay);
         CKL();
-        k = j;
     }
     return 0;
 }

@@ -19,33 +19,32 @@
  * so a fragment's elements depend on that fragment's history alone: the replay keeps one trainer per worker
  * and fragment, stepped as the worker's whole trainer was, and of which only the fragment's elements are read.
  *
- * Plain async (one fragment): a worker's k-th submission trains H steps from the versions its previous
- * submission got back (the base of the next one, as recorded).
- * Streaming (F > 1 fragments, worker/diloco/streaming.c with async.c): every I = H/F steps the worker sends
- * the next fragment in turn (0, 1, ..., F-1, 0, ...), one submission in flight, whose result the next boundary
- * applies. So fragment f goes at steps (f+1)I, (f+1+F)I, ...: its first submission trained (f+1)I steps from the
- * versions the worker started from; each later one, after the I steps trained while the one before was in
- * flight (dropped when its result was applied; the AdamW moments keep them), trained (F-1)I steps from the
- * versions that one got back (again the base of the next one).
- * In both: with --weight-by tokens its pseudo-gradient is scaled by its steps / weight_ref_tokens (its
- * steps since the fragment's previous Δ: (f+1)I, then FI; plain: H, 2H after a failed try), a quadratic step
- * being a token; with --staleness-weight, per shard, by outer_stale_weight of its seq - base; with
- * --async-rule rebase it enters the outer step as g + theta_seq - theta_base; with --async-lookahead a worker's
- * later submissions of a fragment start ahead of their base (start_of), and a plain rule's Δ is measured from
- * that start.
- * Failures (plain async only):
- * (--failed W:N: worker W's N-th try to submit failed without a trace in Redis (DL_FAIL, training went on):
- * the submission it made next trained 2H steps from the start of the one before, and Δ covers both windows)
- * (--late W:N: worker W's N-th try got its places, and so is recorded, but not its result (its get
- * failed): the worker completed it at its next sync, dropped the H steps trained meanwhile and took the
- * versions it got, from which its next submission trains H steps (not ahead: --async-lookahead starts
- * only an interval that follows a submission's own get). --twice W:N: the same failure as the
- * worker handled it before 29 November (without --async-lookahead): its next submission continued from
- * where that window ended and measured Δ from the same start, so the window was applied twice, and its
- * weight was H)
- * What the events do not say, and the replay assumes: every worker trained with the H given here and kept its
- * schedule (no stale refusal, no new registration, no --final-sync, no DyLU; a Streaming failure is not
- * replayed), and a worker's first submission of a fragment started from the versions it names as its base. */
+ * The schedule: a worker's boundaries come every I = H/F inner steps (plain async: I = H, F = 1), and
+ * boundary b (its b-th try) sends fragment (b-1) mod F (worker/diloco/streaming.c: the fragments in turn,
+ * one submission in flight, settled at the next boundary; async.c). So fragment f goes at boundaries f+1,
+ * f+1+F, ...: its first submission trained (f+1)I steps from the versions the worker started from (those
+ * it names as base); each later one trained from the versions the one before got back (the base of the
+ * next one, as recorded): plain, H steps from the boundary; Streaming, (F-1)I steps from the boundary after
+ * it, the I steps trained while it was in flight being dropped when its result came (the AdamW moments keep
+ * them). With --weight-by tokens its pseudo-gradient is scaled by its steps since the fragment's previous Δ
+ * (H; a fragment's first: (f+1)I) / weight_ref_tokens, a quadratic step being a token; with
+ * --staleness-weight, per shard, by outer_stale_weight of its seq - base; with --async-rule rebase it enters
+ * the outer step as g + theta_seq - theta_base; with --async-lookahead a worker's later submissions of a
+ * fragment start ahead of their base (start_of), and a plain rule's Δ is measured from that start.
+ *
+ * Failures, W:N naming worker W's try at its boundary N (plain async: its N-th try):
+ * (--failed W:N: the try failed without a trace in Redis (DL_FAIL, training went on): the fragment's next
+ * submission, F boundaries later, trained on from the start of the one before, and Δ covers both windows
+ * and weighs their steps)
+ * (--late W:N: the try got its places, and so is recorded, but not its result (its get failed): the worker
+ * completed it at the fragment's next boundary, which sent nothing, dropped the steps trained since it went
+ * out and took the versions it got, from which the fragment's next submission trains H steps (not ahead:
+ * --async-lookahead starts only an interval that follows a submission's own get). --twice W:N (plain async
+ * only): the same failure as the worker handled it before 29 November (without --async-lookahead): its next
+ * submission continued from where that window ended and measured Δ from the same start, so the window was
+ * applied twice, and its weight was H)
+ * What the events do not say, and the replay assumes: every worker trained with the H given here and kept
+ * its schedule (no stale refusal, no new registration, no --final-sync, no DyLU), and failed only as told. */
 #include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -83,11 +82,10 @@ typedef struct line {
 /* A worker as replayed so far. */
 typedef struct replayed {
     char *id;
-    trainer **t;      /* per fragment: its trainer (the header says why one per fragment) */
-    int64_t *last;    /* per fragment: its latest submission replayed so far (-1: none) */
-    long long *steps; /* per fragment: Streaming: the step at which that submission's Δ was taken */
-    int tries;        /* plain async: its tries to submit so far, the failed ones included */
-    int after;        /* plain async: what its latest submission's try left: AFTER_* */
+    trainer **t;         /* per fragment: its trainer (the header says why one per fragment) */
+    int64_t *last;       /* per fragment: its latest submission replayed so far (-1: none) */
+    long long *boundary; /* per fragment: the boundary (try) at which that submission went (0: none) */
+    int *after;          /* per fragment: what that submission's try left: AFTER_* */
 } replayed;
 
 typedef struct ref {
@@ -203,12 +201,17 @@ static int worker_index(ref *r, const char *id)
 {
     for (int w = 0; w < r->nworkers; w++)
         if (!strcmp(r->w[w].id, id)) return w;
+    if (r->nworkers == MAX_WORKERS) {
+        fprintf(stderr, "ref_async: the run has more than %d workers, more than this replay holds\n", MAX_WORKERS);
+        exit(1);
+    }
     replayed *rw = &r->w[r->nworkers];
     size_t nf = (size_t)r->rc.nfragments;
     rw->id = strdup(id);
     rw->t = calloc(nf, sizeof *rw->t);
     rw->last = malloc(nf * sizeof *rw->last);
-    rw->steps = calloc(nf, sizeof *rw->steps);
+    rw->boundary = calloc(nf, sizeof *rw->boundary);
+    rw->after = calloc(nf, sizeof *rw->after);
     for (size_t f = 0; f < nf; f++) rw->last[f] = -1;
     return r->nworkers++;
 }
@@ -244,19 +247,6 @@ static int listed(const char *list, const char *id, int n)
     return 0;
 }
 
-/* Plain async: how many windows of H steps worker w trained for its submission: 1, plus one per failed try
- * just before; its try's outcome into after. */
-static int windows_of(ref *r, int w)
-{
-    replayed *rw = &r->w[w];
-    int n = 1;
-    while (listed(r->failed, rw->id, ++rw->tries)) n++;
-    rw->after = listed(r->late, rw->id, rw->tries)    ? AFTER_LATE
-                : listed(r->twice, rw->id, rw->tries) ? AFTER_TWICE
-                                                      : AFTER_OK;
-    return n;
-}
-
 /* Where submission s of line l started: the versions of its base, or with --async-lookahead G (and a
  * submission of the same worker and fragment before it, p) each shard ahead by c (base - p's base), c from
  * p's place and the versions in between: the worker's own computation (worker/diloco/lookahead.c), replayed. */
@@ -283,38 +273,47 @@ static void steps(trainer *t, long long n)
     for (long long i = 0; i < n; i++) t->step(t, &st, err, sizeof err);
 }
 
-/* Plain async: worker w's submission s trains H steps (more after a failed try: windows_of) from its start;
- * returns the steps its Δ weighs. */
-static long long train_plain(ref *r, const line *l, int64_t s, int w, trainer *t, float *start)
+/* The worker's inner steps between two boundaries: H/F (at least 1; H with one fragment). */
+static long long interval(const ref *r)
 {
-    replayed *rw = &r->w[w];
-    int before = rw->after;                                            /* what the worker's previous submission left */
-    start_of(r, l, s, before == AFTER_LATE ? -1 : rw->last[0], start); /* (a late one's completion took base) */
-    if (before == AFTER_LATE) { /* the window of the try that completed the late one: trained, dropped */
-        steps(t, r->H);
-        rw->tries++;
-    }
-    /* (--twice: the worker went on from where the late window ended; its base, and so start, did not move) */
-    if (before != AFTER_TWICE) memcpy(t->params, start, r->n * sizeof(float));
-    long long n = r->H * windows_of(r, w);
-    steps(t, n);
-    return before == AFTER_TWICE ? r->H : n;
+    return r->H / r->rc.nfragments < 1 ? 1 : r->H / r->rc.nfragments;
 }
 
-/* Streaming: worker w's submission s of fragment f (the header's schedule): the I steps trained while its
- * previous one was in flight, then from its start until the fragment's boundary; returns the steps since
- * the fragment's previous Δ, which its Δ weighs. */
-static long long train_streaming(ref *r, const line *l, int64_t s, int w, int f, trainer *t, float *start)
+/* Worker w's submission s of fragment f, on the schedule of the header: the boundary it went at (past the
+ * fragment's boundaries that sent nothing: a late one's completion, failed tries), its outcome into after[f],
+ * and the trainer taken there from the previous one: the steps before its params took the start (none
+ * after a plain submission; the interval in flight in Streaming; until the completion of a late one), then
+ * to the boundary. Returns the steps its Δ weighs: those since the fragment's previous Δ that was taken (a
+ * failed try's was not; a late one's completion restarted the count). */
+static long long train(ref *r, const line *l, int64_t s, int w, int f, trainer *t, float *start)
 {
     replayed *rw = &r->w[w];
-    long long F = r->rc.nfragments, I = r->H / F < 1 ? 1 : r->H / F, was = rw->steps[f];
-    start_of(r, l, s, rw->last[f], start);
-    if (rw->last[f] >= 0) steps(t, I); /* in flight: trained on, then dropped by its result */
-    memcpy(t->params + l->lo, start + l->lo, (l->hi - l->lo) * sizeof(float));
-    long long n = rw->last[f] < 0 ? (f + 1) * I : (F - 1) * I;
-    steps(t, n);
-    rw->steps[f] = rw->last[f] < 0 ? n : was + F * I;
-    return rw->steps[f] - was;
+    long long F = r->rc.nfragments, I = interval(r), prev = rw->boundary[f], b, reset;
+    int before = rw->after[f]; /* what the fragment's previous submission left */
+    if (prev == 0) {
+        b = f + 1, reset = 0;
+    } else if (before == AFTER_LATE) {
+        b = prev + 2 * F, reset = (prev + F) * I;
+    } else if (before == AFTER_TWICE) { /* the worker went on from where the late window ended */
+        b = prev + F, reset = -1;
+    } else {
+        b = prev + F, reset = prev * I + (F > 1 ? I : 0);
+    }
+    while (listed(r->failed, rw->id, (int)b)) b += F;
+    rw->after[f] = listed(r->late, rw->id, (int)b)    ? AFTER_LATE
+                   : listed(r->twice, rw->id, (int)b) ? AFTER_TWICE
+                                                      : AFTER_OK;
+    rw->boundary[f] = b;
+    start_of(r, l, s, before == AFTER_LATE ? -1 : rw->last[f], start); /* (a late one's completion took base) */
+    if (reset >= 0) {
+        steps(t, reset - prev * I);
+        memcpy(t->params + l->lo, start + l->lo, (l->hi - l->lo) * sizeof(float));
+        steps(t, b * I - reset);
+    } else {
+        steps(t, (b - prev) * I);
+    }
+    long long counted = before == AFTER_LATE ? reset : prev * I;
+    return before == AFTER_TWICE ? F * I : b * I - counted;
 }
 
 /* The servers' mean of submission s of line l (one pseudo-gradient, or its scaling: --weight-by tokens by
@@ -362,8 +361,7 @@ static void apply(ref *r, int f, int64_t s)
     int w = worker_index(r, sub->worker);
     trainer *t = trainer_of(r, w, f);
     float *start = malloc(r->n * sizeof(float));
-    long long weighed =
-        r->rc.nfragments > 1 ? train_streaming(r, l, s, w, f, t, start) : train_plain(r, l, s, w, t, start);
+    long long weighed = train(r, l, s, w, f, t, start);
     r->w[w].last[f] = s;
     float *d = malloc(r->n * sizeof(float));
     uint16_t *d16 = malloc(r->n * sizeof(uint16_t));
@@ -420,7 +418,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: ref_async --redis URL --run R --sync-every H [--quad-lr LR] [--no-bf16] [--async-rule RULE]\n"
                "                 [--async-lookahead G] [--failed W:N,...] [--late W:N,...] [--twice W:N,...]\n"
-               "(--failed, --late and --twice are for runs of one fragment)\n");
+               "(--twice is for runs of one fragment)\n");
 }
 
 int main(int argc, char **argv)
@@ -459,10 +457,10 @@ int main(int argc, char **argv)
         fprintf(stderr, "ref_async: --async-rule wants plain or rebase, got '%s'\n", rule);
         return OPTS_EXIT_USAGE;
     }
-    if (r.rc.nfragments > 1 && (r.failed || r.late || r.twice)) {
+    if (r.rc.nfragments > 1 && r.twice) {
         fprintf(stderr,
-                "ref_async: run '%s' has %d fragments: --failed, --late and --twice replay failures of "
-                "plain async runs only\n",
+                "ref_async: run '%s' has %d fragments: --twice replays the old handling of a late "
+                "submission, in plain async runs only\n",
                 run, r.rc.nfragments);
         return OPTS_EXIT_USAGE;
     }

@@ -13,13 +13,16 @@
 #   --async-lookahead 0.75, rebase Δ from the base, rebased by the servers (replayed with the plain rule)
 #   --weight-by tokens, --staleness-weight sqrt   a fragment's first Δ weighs its (f+1) H/F steps, later
 #                                  ones H (replayed with the rebase rule)
+# One worker of the 3-fragment and of the rebase run has device hooks (--device-hooks host: a CUDA worker's
+# path), through which it takes each fragment's start and measures its Δ against the device's snapshot.
 # No submission may be refused as STALE (the replay cannot know a refused one): staleness is unbounded, or
 # K large for rebase.
 . "$(dirname "$0")/lib.sh"
 STEPS=60
 start_redis
-one_run() { # RUN H FRAGMENTS WHAT OFF-ARGS -- INIT-FLAGS...: three workers, checked against the replay
-  RUN=$1; h=$2; nf=$3; what=$4; off=$5; shift 6
+one_run() { # RUN H FRAGMENTS HOOKED WHAT OFF-ARGS -- INIT-FLAGS...: three workers (HOOKED, one of them or
+  # -, through device hooks), checked against the replay
+  RUN=$1; h=$2; nf=$3; hooked=$4; what=$5; off=$6; shift 7
   init_run $RUN --async --trainer quadratic --numel 12000 --shards $((2 * nf)) --fragments $nf --workers 3 \
     --dn-buffer-size 3 "$@"
   [ "$($RCLI HGET "dl:{$RUN}:config" frag_bounds)" = "$(seq -s, 0 2 $((2 * nf)))" ] ||
@@ -27,18 +30,19 @@ one_run() { # RUN H FRAGMENTS WHAT OFF-ARGS -- INIT-FLAGS...: three workers, che
   NSRV=0; keep_servers 2
   i=0
   for w in fast mid slow; do
-    i=$((i + 1))
-    start_worker $w --sync-every $h --steps $STEPS --heartbeat-interval 1 --step-delay-ms $((5 * i))
+    i=$((i + 1)); hooks=""; [ $w = "$hooked" ] && hooks="--device-hooks host"
+    start_worker $w --sync-every $h --steps $STEPS --heartbeat-interval 1 --step-delay-ms $((5 * i)) $hooks
   done
   wait_workers fast mid slow
   ref_async_check $RUN $h "$what" $off
+  [ "$hooked" = - ] || device_hooks_used "$hooked"
   for p in $(live_servers); do eval "kill \$SRV_s$p"; done
   rm -f "$TMP"/*.jsonl
 }
-one_run stream_plain 10 2 "of its fragments' orders" "--sync-every 20" --
-one_run stream_ahead 10 2 "with its starts ahead" "--async-lookahead 0" -- --async-lookahead 0.5
-one_run stream_ahead3 12 3 "with its starts ahead" "--async-lookahead 0" -- --async-lookahead 0.5
-one_run stream_rebase 10 2 "with its starts ahead and the rebase rule" "--async-rule plain" -- \
+one_run stream_plain 10 2 - "of its fragments' orders" "--sync-every 20" --
+one_run stream_ahead 10 2 - "with its starts ahead" "--async-lookahead 0" -- --async-lookahead 0.5
+one_run stream_ahead3 12 3 mid "with its starts ahead" "--async-lookahead 0" -- --async-lookahead 0.5
+one_run stream_rebase 10 2 slow "with its starts ahead and the rebase rule" "--async-rule plain" -- \
   --async-lookahead 0.75 --async-rule rebase --max-staleness 64
-one_run stream_weighted 10 2 "weighted by its tokens and staleness" "--async-rule rebase" -- \
+one_run stream_weighted 10 2 - "weighted by its tokens and staleness" "--async-rule rebase" -- \
   --weight-by tokens --weight-ref-tokens 10 --staleness-weight sqrt --staleness-ref 1

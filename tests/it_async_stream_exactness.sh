@@ -7,7 +7,8 @@
 # order of its own in Redis; the in-process replay of those orders (tests/tools/ref_async: one line of
 # versions per fragment, the worker's fragment schedule) gives the shards' digests bit for bit, and a replay
 # with a wrong setting differs:
-#   plain                         (replayed as if H were 20: the schedule matters)
+#   plain                         one worker joining mid-run, from the versions each fragment had then
+#                                  (replayed as if H were 20: the schedule matters)
 #   --async-lookahead 0.5          each fragment's next interval starts ahead, its Δ from that start
 #                                  (replayed without the lookahead); also with 3 fragments
 #   --async-lookahead 0.75, rebase Δ from the base, rebased by the servers (replayed with the plain rule)
@@ -18,11 +19,11 @@
 # No submission may be refused as STALE (the replay cannot know a refused one): staleness is unbounded, or
 # K large for rebase.
 . "$(dirname "$0")/lib.sh"
-STEPS=60
+STEPS=60; JOINER=-
 start_redis
 one_run() { # RUN H FRAGMENTS HOOKED WHAT OFF-ARGS -- INIT-FLAGS...: three workers (HOOKED, one of them or
   # -, through device hooks), checked against the replay
-  RUN=$1; h=$2; nf=$3; hooked=$4; what=$5; off=$6; shift 7
+  RUN=$1; h=$2; nf=$3; hooked=$4; said=$5; off=$6; shift 7
   init_run $RUN --async --trainer quadratic --numel 12000 --shards $((2 * nf)) --fragments $nf --workers 3 \
     --dn-buffer-size 3 "$@"
   [ "$($RCLI HGET "dl:{$RUN}:config" frag_bounds)" = "$(seq -s, 0 2 $((2 * nf)))" ] ||
@@ -31,15 +32,20 @@ one_run() { # RUN H FRAGMENTS HOOKED WHAT OFF-ARGS -- INIT-FLAGS...: three worke
   i=0
   for w in fast mid slow; do
     i=$((i + 1)); hooks=""; [ $w = "$hooked" ] && hooks="--device-hooks host"
+    [ $w = "$JOINER" ] && wait_until 20 '[ "$(submissions $RUN fast)" -ge 3 ]' "fast's first submissions"
     start_worker $w --sync-every $h --steps $STEPS --heartbeat-interval 1 --step-delay-ms $((5 * i)) $hooks
   done
   wait_workers fast mid slow
-  ref_async_check $RUN $h "$what" $off
+  ref_async_check $RUN $h "$said" $off
   [ "$hooked" = - ] || device_hooks_used "$hooked"
   for p in $(live_servers); do eval "kill \$SRV_s$p"; done
   rm -f "$TMP"/*.jsonl
 }
-one_run stream_plain 10 2 - "of its fragments' orders" "--sync-every 20" --
+JOINER=slow # (it starts once fast has made 3 submissions)
+one_run stream_plain 10 2 - "of its fragments' orders, slow joining late" "--sync-every 20" --
+grep -q "worker slow joined run stream_plain at version [1-9]" "$TMP/worker-slow.log" ||
+  fail "slow did not join mid-run: $(grep joined "$TMP/worker-slow.log")"
+JOINER=-
 one_run stream_ahead 10 2 - "with its starts ahead" "--async-lookahead 0" -- --async-lookahead 0.5
 one_run stream_ahead3 12 3 mid "with its starts ahead" "--async-lookahead 0" -- --async-lookahead 0.5
 one_run stream_rebase 10 2 slow "with its starts ahead and the rebase rule" "--async-rule plain" -- \

@@ -95,7 +95,7 @@ LIBTRAINERS = $(BUILD)/libtrainers.a
 # the shard-server but its main.c: bin/shard-server and its unit tests (tests/test_ss_*.c) link it
 LIBSERVER = $(BUILD)/libshardserver.a
 
-.PHONY: all deps test demo bench clean cuda-check format
+.PHONY: all deps test demo bench clean cuda-check cuda-census format
 all: $(BIN)/coordinator $(BIN)/shard-server $(BIN)/worker $(BIN)/delay-proxy lib $(BUILD)/diloco.lua
 
 deps:
@@ -222,7 +222,8 @@ $(BUILD)/tests/test_cuda_options: | $(CUDA_BACKEND)
 # tiled bf16 kernels (worker/cuda/*.cuh) are checked here and in CI, where there is no GPU
 CXX_TEST_SRC  = $(wildcard tests/test_*.cc)
 # the emulators' runtime (tests/tools): the lane emulator, the CPU CUDA runtime, cuBLAS and cuBLASLt (below)
-EMU_RT_OBJ    = $(BUILD)/emu/cuda_emu.o $(BUILD)/emu/cuda_emu_blas.o $(BUILD)/emu/cuda_emu_lt.o $(BUILD)/emu/simt_emu.o
+EMU_RT_OBJ    = $(BUILD)/emu/cuda_emu.o $(BUILD)/emu/cuda_emu_blas.o $(BUILD)/emu/cuda_emu_lt.o $(BUILD)/emu/cuda_emu_census.o \
+                $(BUILD)/emu/simt_emu.o
 CXX_TEST_BIN  = $(CXX_TEST_SRC:tests/%.cc=$(BUILD)/tests/%)
 SIMT_CXXFLAGS = -std=c++17 -O2 -g $(WARN) -Wno-unknown-pragmas -MMD -MP -Itests -Itests/tools -Itests/tools/cuda_emu \
                 -Iworker/cuda $(COMMON_INC)
@@ -259,6 +260,12 @@ $(EMU_TESTS): $(BUILD)/tests/%_emu: tests/%.c $(TESTLIB_OBJ) $(EMU_OBJ) $(BUILD)
 EMU_BACKEND = $(BUILD)/emu/libdiloco_gpt_cuda.so
 $(EMU_BACKEND): $(filter-out $(BUILD)/emu/gpt_cuda_test.o,$(EMU_OBJ)) $(BUILD)/worker/gpt/gpt_acts.o $(LIBMODEL) $(LIBCOMMON) worker/cuda/backend.map
 	$(CC) -shared -o $@ -Wl,-z,defs -Wl,--version-script=worker/cuda/backend.map $(filter %.o %.a,$^) -lstdc++ -lm -pthread
+# build/bench/cuda_census_emu (`make cuda-census`): one GPT step's launches and products at real sizes,
+# counted by the emulator in census mode (nothing runs): which kernels leave a GPU's SMs idle
+CENSUS = $(BUILD)/bench/cuda_census_emu
+$(CENSUS): bench/emu/census.c $(filter-out $(BUILD)/emu/gpt_cuda_test.o,$(EMU_OBJ)) $(BUILD)/worker/gpt/gpt_acts.o $(LIBMODEL) $(LIBCOMMON)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DDILOCO_HAVE_CUDA=1 -Itests/tools -MF $@.d -o $@ $(filter-out %.h,$^) -lstdc++ $(LDLIBS)
 -include $(wildcard $(BUILD)/emu/*.d)
 .PRECIOUS: $(BUILD)/emu/%.cc
 
@@ -272,11 +279,14 @@ test: deps
 	$(MAKE) -j$$(nproc) all tests-build
 	sh tests/run.sh
 
-tests-build: $(TEST_BIN) $(TOOL_BIN) $(CXX_TEST_BIN) $(if $(CUDA_OBJ),$(EMU_TESTS) $(EMU_BACKEND))
+tests-build: $(TEST_BIN) $(TOOL_BIN) $(CXX_TEST_BIN) $(if $(CUDA_OBJ),$(EMU_TESTS) $(EMU_BACKEND) $(CENSUS))
 bench: all $(BENCH_BIN)
 
 cuda-check: all tests-build
 	sh tests/run.sh cuda_
+
+cuda-census: $(CENSUS)
+	$(CENSUS) --precision bf16
 
 demo: deps
 	$(MAKE) -j$$(nproc) all

@@ -424,7 +424,10 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf)
         step++;
         diloco_report(d, st.loss, st.tokens);
         int synced = diloco_after_step(d, err, sizeof err);
-        if (synced < 0 && g_stop) break;
+        if (synced < 0 && g_stop) { /* (a command to Redis or a shard-server that the stop ended, said as such) */
+            log_info("stopped during a sync: %s", err);
+            break;
+        }
         if (synced < 0) {
             log_error("sync failed for good: %s", err);
             return -1;

@@ -29,6 +29,8 @@
  * stopped or partitioned master keeps the connection open); it waits on, up to the connection's
  * timeout, while the Sentinels still name our master (a slow command, a big blob). */
 #define PROBE_MS 1000
+/* With a stop watched (rconn_watch_stop), replies are awaited in slices this long: a stop is seen within it. */
+#define STOP_SLICE_MS 100
 /* A new master has no replica for a second or two, until the Sentinels point the others at it. */
 #define NOREPLICAS_PATIENCE_MS 10000
 /* A Redis restarted from its AOF or RDB answers LOADING until the data set is in memory: seconds for
@@ -46,6 +48,11 @@ struct rconn {
     redisContext *node[CLUSTER_MAX_NODES]; /* per map node, opened on first use; may be seed */
     int broken;
     char errstr[768];
+    /* rconn_watch_stop: the stop, read by the thread that runs c's command (never another) */
+    rconn_stop_fn *stopped; /* NULL: none watched */
+    void *stop_arg;
+    int closing_ms;
+    int armed; /* the command in progress began before the stop: the stop ends it at once */
 };
 
 static struct timeval timeval_from_ms(int ms)
@@ -61,10 +68,19 @@ static int probing(const redis_url *given)
     return given->sentinel_master[0] != '\0';
 }
 
-/* The socket timeout of a connection: the command timeout, or its slice when probing. */
-static struct timeval socket_timeout(const redis_url *given, int timeout_ms)
+/* Whether replies are awaited in slices: when probing, or watching a stop. */
+static int sliced(const rconn *c)
 {
-    return timeval_from_ms(probing(given) && timeout_ms > PROBE_MS ? PROBE_MS : timeout_ms);
+    return probing(&c->given) || c->stopped != NULL;
+}
+
+/* The socket timeout of c's connections: the command timeout, or its slice when sliced. */
+static struct timeval socket_timeout(const rconn *c)
+{
+    int ms = c->timeout_ms;
+    if (probing(&c->given) && ms > PROBE_MS) ms = PROBE_MS;
+    if (c->stopped != NULL && ms > STOP_SLICE_MS) ms = STOP_SLICE_MS;
+    return timeval_from_ms(ms);
 }
 
 int rconn_reply_error(const rconn *c, redisReply *r, char *err, size_t errlen)
@@ -111,6 +127,36 @@ int rconn_error_failover(const char *e)
     return 0;
 }
 
+/* Whether redisGetReply failed only because the socket timeout (a slice: PROBE_MS, STOP_SLICE_MS) passed. */
+static int slice_passed(const redisContext *ctx)
+{
+    return ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
+}
+
+/* A command of a connection's opening (AUTH, PING, SELECT). With stop, its socket timeout is a STOP_SLICE_MS
+ * slice and the reply is awaited up to timeout_ms (what the socket timeout would be without), slice after
+ * slice, while *stop is 0: a process told to stop does not wait out the whole timeout on a Redis that
+ * accepts connections but answers nothing (frozen), as a reconnect to it would. Without, one wait of the
+ * socket timeout. NULL: failed (c->errstr). */
+static redisReply *handshake(redisContext *c, const volatile int *stop, int timeout_ms, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    int queued = redisvAppendCommand(c, fmt, ap) == REDIS_OK;
+    va_end(ap);
+    void *reply = NULL;
+    for (uint64_t t0 = now_ms(); queued && redisGetReply(c, &reply) != REDIS_OK;) {
+        if (stop == NULL || !slice_passed(c) || now_ms() - t0 >= (uint64_t)timeout_ms) return NULL;
+        if (__atomic_load_n(stop, __ATOMIC_RELAXED)) {
+            snprintf(c->errstr, sizeof c->errstr, "stopped while Redis did not answer");
+            return NULL;
+        }
+        c->err = 0;
+        c->errstr[0] = '\0';
+    }
+    return reply;
+}
+
 /* Run one command whose only interesting outcome is error or not; *final when Redis refused it for good. */
 static int run_simple(redisContext *c, const char *what, int *final, char *err, size_t errlen, redisReply *r)
 {
@@ -124,26 +170,27 @@ static int run_simple(redisContext *c, const char *what, int *final, char *err, 
     return rc;
 }
 
-static int authenticate(redisContext *c, const redis_url *u, int *final, char *err, size_t errlen)
+static int authenticate(redisContext *c, const redis_url *u, const volatile int *stop, int timeout_ms, int *final,
+                        char *err, size_t errlen)
 {
     if (u->user[0] != '\0')
         return run_simple(c, "AUTH (check the user and password in the Redis URL)", final, err, errlen,
-                          redisCommand(c, "AUTH %s %s", u->user, u->pass));
+                          handshake(c, stop, timeout_ms, "AUTH %s %s", u->user, u->pass));
     if (u->pass[0] != '\0')
         return run_simple(c, "AUTH (check the password in the Redis URL)", final, err, errlen,
-                          redisCommand(c, "AUTH %s", u->pass));
+                          handshake(c, stop, timeout_ms, "AUTH %s", u->pass));
     /* No credentials: a PING finds out at once whether the server wants some (NOAUTH, final), so that no
      * caller's first command is refused in its own way (a large FUNCTION LOAD before AUTH is answered
      * "Protocol error: unauthenticated bulk length"). */
     return run_simple(c, "PING (a server that requires a password needs it in the URL: redis://:PASSWORD@HOST:PORT)",
-                      final, err, errlen, redisCommand(c, "PING"));
+                      final, err, errlen, handshake(c, stop, timeout_ms, "PING"));
 }
 
 /* Open, authenticate and configure one connection: to the URL's server (host NULL) or to host:port
- * with the URL's credentials (a cluster node); io_tv is its socket timeout (socket_timeout). *final:
- * Redis refused the credentials or the database. */
+ * with the URL's credentials (a cluster node); io_tv is its socket timeout (socket_timeout); stop (may
+ * be NULL) ends its handshake (handshake). *final: Redis refused the credentials or the database. */
 static redisContext *open_node(const redis_url *u, const char *host, int port, int timeout_ms, struct timeval io_tv,
-                               int *final, char *err, size_t errlen)
+                               const volatile int *stop, int *final, char *err, size_t errlen)
 {
     struct timeval tv = timeval_from_ms(timeout_ms);
     char where[600];
@@ -164,16 +211,23 @@ static redisContext *open_node(const redis_url *u, const char *host, int port, i
         err_set(err, errlen, "cannot connect to %s: %s", where, c->errstr);
         goto error;
     }
-    if (redisSetTimeout(c, io_tv) != REDIS_OK) {
+    if (redisSetTimeout(c, stop ? timeval_from_ms(STOP_SLICE_MS) : io_tv) != REDIS_OK) {
         err_set(err, errlen, "cannot set the command timeout on %s: %s", where, c->errstr);
         goto error;
     }
-    if (authenticate(c, u, final, err, errlen) != 0) goto error;
+    /* (the handshake's limit is the socket timeout's, in slices or not: a PROBE_MS slice behind Sentinel, so
+     * that a stopped master is given up and the Sentinels asked again) */
+    int limit_ms = (int)(io_tv.tv_sec * 1000 + io_tv.tv_usec / 1000);
+    if (authenticate(c, u, stop, limit_ms, final, err, errlen) != 0) goto error;
     /* SELECT 0 is skipped so the same URL also works against a Redis Cluster node. */
     if (host == NULL && u->db != 0 &&
         run_simple(c, "SELECT (check the database number in the Redis URL)", final, err, errlen,
-                   redisCommand(c, "SELECT %d", u->db)) != 0)
+                   handshake(c, stop, limit_ms, "SELECT %d", u->db)) != 0)
         goto error;
+    if (stop && redisSetTimeout(c, io_tv) != REDIS_OK) {
+        err_set(err, errlen, "cannot set the command timeout on %s: %s", where, c->errstr);
+        goto error;
+    }
     return c;
 
 error:
@@ -181,8 +235,9 @@ error:
     return NULL;
 }
 
-/* One attempt; *final as open_node. */
-static rconn *connect_once(const redis_url *u, int timeout_ms, int *final, char *err, size_t errlen)
+/* One attempt; stop and *final as open_node. */
+static rconn *connect_once(const redis_url *u, int timeout_ms, const volatile int *stop, int *final, char *err,
+                           size_t errlen)
 {
     *final = 0;
     rconn *c = calloc(1, sizeof *c);
@@ -199,7 +254,7 @@ static rconn *connect_once(const redis_url *u, int timeout_ms, int *final, char 
     }
     sigpipe_guard g;
     sigpipe_hold(&g);
-    c->seed = open_node(&c->url, NULL, 0, timeout_ms, socket_timeout(u, timeout_ms), final, err, errlen);
+    c->seed = open_node(&c->url, NULL, 0, timeout_ms, socket_timeout(c), stop, final, err, errlen);
     sigpipe_release(&g);
     if (c->seed == NULL) {
         free(c);
@@ -211,7 +266,7 @@ static rconn *connect_once(const redis_url *u, int timeout_ms, int *final, char 
 rconn *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_t errlen)
 {
     int final;
-    return connect_once(u, timeout_ms, &final, err, errlen);
+    return connect_once(u, timeout_ms, NULL, &final, err, errlen);
 }
 
 /* Sleep ms in slices so a stop request is honoured promptly; with a watch (Sentinel URL), wake early
@@ -242,7 +297,7 @@ static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, con
             return NULL;
         }
         int final;
-        rconn *c = connect_once(u, timeout_ms, &final, why, sizeof why);
+        rconn *c = connect_once(u, timeout_ms, stop, &final, why, sizeof why);
         if (c != NULL) {
             if (attempt > 0)
                 log_info("connected to Redis at %s after %u failed attempts (%.1f s)", where, attempt,
@@ -254,6 +309,7 @@ static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, con
             err_set(err, errlen, "%s", why);
             return NULL;
         }
+        if (stop != NULL && __atomic_load_n(stop, __ATOMIC_RELAXED)) continue; /* (ended by the stop: said above) */
         uint64_t elapsed = now_ms() - t0;
         if (wait_ms >= 0 && elapsed >= (uint64_t)wait_ms) break;
         if (*watch == NULL && u->sentinel_master[0] != '\0' && attempt == 0) {
@@ -324,7 +380,30 @@ static int set_socket_timeouts(rconn *c, struct timeval tv)
 int rconn_set_timeout(rconn *c, int timeout_ms)
 {
     c->timeout_ms = timeout_ms;
-    return set_socket_timeouts(c, socket_timeout(&c->given, timeout_ms));
+    return set_socket_timeouts(c, socket_timeout(c));
+}
+
+void rconn_watch_stop(rconn *c, rconn_stop_fn *stopped, void *arg, int closing_ms)
+{
+    c->stopped = stopped;
+    c->stop_arg = arg;
+    c->closing_ms = closing_ms;
+    (void)set_socket_timeouts(c, socket_timeout(c));
+}
+
+/* At the start of each command: does the stop (if watched) end it at once, or only its wait? */
+static void stop_arm(rconn *c)
+{
+    c->armed = c->stopped != NULL && !c->stopped(c->stop_arg);
+}
+
+/* Whether the stop ends now the command begun at t0 (NULL when it does not; else why): one begun before
+ * the stop at once, one begun after it once closing_ms passed. */
+static const char *stop_ends(rconn *c, uint64_t t0)
+{
+    if (c->stopped == NULL || !c->stopped(c->stop_arg)) return NULL;
+    if (c->armed) return "interrupted by a stop (the command had no reply yet)";
+    return now_ms() - t0 >= (uint64_t)c->closing_ms ? "no reply within the closing timeout, after a stop" : NULL;
 }
 
 int rconn_broken(const rconn *c)
@@ -377,8 +456,8 @@ static redisContext *node_ctx(rconn *c, int i)
     }
     char err[300];
     int final;
-    redisContext *opened = open_node(&c->url, n->host, n->port, c->timeout_ms, socket_timeout(&c->given, c->timeout_ms),
-                                     &final, err, sizeof err);
+    redisContext *opened =
+        open_node(&c->url, n->host, n->port, c->timeout_ms, socket_timeout(c), NULL, &final, err, sizeof err);
     __atomic_store_n(&c->node[i], opened, __ATOMIC_RELEASE);
     if (opened == NULL) set_broken(c, err);
     return opened;
@@ -435,7 +514,7 @@ static redisReply *execute(rconn *c, redisContext *ctx, const char *cmd, size_t 
     for (unsigned attempt = 0;; attempt++) {
         redisReply *r = execute_once(c, ctx, cmd, len, asking);
         uint64_t patience = refusal_patience_ms(r);
-        if (patience == 0 || now_ms() - t0 >= patience) return r;
+        if (patience == 0 || now_ms() - t0 >= patience || stop_ends(c, t0) != NULL) return r;
         if (!logged++) log_info("Redis at %s:%d answers %.60s: trying again", c->url.host, c->url.port, r->str);
         if (master_moved(c)) {
             set_broken(c, r->str); /* the caller reconnects, to the new master */
@@ -447,23 +526,28 @@ static redisReply *execute(rconn *c, redisContext *ctx, const char *cmd, size_t 
     }
 }
 
-/* Whether redisGetReply failed only because the socket timeout (a PROBE_MS slice) passed. */
-static int slice_passed(const redisContext *ctx)
-{
-    return ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
-}
-
-/* redisGetReply, that (when probing) asks the Sentinels after each silent slice: the master they name
- * is another one -> broken; else wait on up to c->timeout_ms from t0. hiredis marks the context
- * failed at a timeout but keeps what it read and has still to write, so clearing the mark resumes it. */
+/* redisGetReply in slices (sliced: when probing, or watching a stop). After each silent slice: a stop
+ * that ends the command (stop_ends) -> broken; when probing, once every PROBE_MS, ask the Sentinels: the
+ * master they name is another one -> broken; else wait on up to c->timeout_ms from t0. hiredis marks the
+ * context failed at a timeout but keeps what it read and has still to write, so clearing the mark
+ * resumes it. */
 static int get_reply(rconn *c, redisContext *ctx, uint64_t t0, void **reply)
 {
+    uint64_t probe_at = t0 + PROBE_MS;
     for (;;) {
         if (redisGetReply(ctx, reply) == REDIS_OK) return 0;
-        if (!probing(&c->given) || !slice_passed(ctx) || now_ms() - t0 >= (uint64_t)c->timeout_ms) return -1;
-        if (master_moved(c)) {
-            snprintf(ctx->errstr, sizeof ctx->errstr, "no reply, and the Sentinels name another master");
+        if (!sliced(c) || !slice_passed(ctx) || now_ms() - t0 >= (uint64_t)c->timeout_ms) return -1;
+        const char *stop = stop_ends(c, t0);
+        if (stop != NULL) {
+            snprintf(ctx->errstr, sizeof ctx->errstr, "%s", stop);
             return -1;
+        }
+        if (now_ms() >= probe_at) {
+            if (master_moved(c)) {
+                snprintf(ctx->errstr, sizeof ctx->errstr, "no reply, and the Sentinels name another master");
+                return -1;
+            }
+            probe_at = now_ms() + PROBE_MS;
         }
         ctx->err = 0;
         ctx->errstr[0] = '\0';
@@ -490,6 +574,15 @@ io_error:
     return NULL;
 }
 
+/* A keyless command of rconn's own (CLUSTER SLOTS, CLUSTER NODES) on ctx, its reply awaited as a caller's
+ * command's is (get_reply: in slices when sliced). NULL: failed (ctx->errstr). */
+static redisReply *own_command(rconn *c, redisContext *ctx, const char *cmd)
+{
+    void *reply = NULL;
+    if (redisAppendCommand(ctx, cmd) != REDIS_OK || get_reply(c, ctx, now_ms(), &reply) != 0) return NULL;
+    return reply;
+}
+
 static int enter_cluster(rconn *c)
 {
     if (c->map != NULL) return 0;
@@ -509,7 +602,7 @@ static int refresh(rconn *c, int i)
 {
     redisContext *ctx = node_ctx(c, i);
     if (ctx == NULL) return -1;
-    redisReply *r = redisCommand(ctx, "CLUSTER SLOTS");
+    redisReply *r = own_command(c, ctx, "CLUSTER SLOTS");
     if (r == NULL) {
         set_broken(c, ctx->errstr[0] ? ctx->errstr : "connection error");
         return -1;
@@ -529,7 +622,7 @@ static void explain_failover(rconn *c, redisContext *ctx, const char *why)
         set_broken(c, why);
         return;
     }
-    redisReply *n = redisCommand(ctx, "CLUSTER NODES");
+    redisReply *n = own_command(c, ctx, "CLUSTER NODES");
     char seed[300], text[sizeof c->errstr];
     snprintf(seed, sizeof seed, "%s:%d", ctx->tcp.host ? ctx->tcp.host : c->url.host, ctx->tcp.port);
     cluster_explain_down(why, n && n->type == REDIS_REPLY_STRING ? n->str : NULL, seed, text, sizeof text);
@@ -574,6 +667,7 @@ static redisReply *route_to(rconn *c, const char *cmd, size_t len, int slot)
 {
     sigpipe_guard g;
     sigpipe_hold(&g);
+    stop_arm(c);
     redisReply *r = route_unguarded(c, cmd, len, slot);
     sigpipe_release(&g);
     return r;
@@ -712,9 +806,9 @@ int rconn_each_master(rconn *c, rconn_node_fn *fn, void *arg, char *err, size_t 
     sigpipe_guard g;
     sigpipe_hold(&g);
     /* fn's commands (FUNCTION LOAD, SCAN) are not sliced: they get the whole timeout at once */
-    if (probing(&c->given)) set_socket_timeouts(c, timeval_from_ms(c->timeout_ms));
+    if (sliced(c)) set_socket_timeouts(c, timeval_from_ms(c->timeout_ms));
     int rc = each_master(c, fn, arg, err, errlen);
-    if (probing(&c->given)) set_socket_timeouts(c, socket_timeout(&c->given, c->timeout_ms));
+    if (sliced(c)) set_socket_timeouts(c, socket_timeout(c));
     sigpipe_release(&g);
     return rc;
 }

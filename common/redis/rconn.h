@@ -65,7 +65,8 @@ int rconn_error_loading(const char *redis_error);
 
 /* Connect, retrying with exponential backoff (100 ms .. 5 s, jittered) while Redis cannot be reached,
  * for up to wait_ms (0: one attempt; negative: until connected) or until *stop becomes non-zero (stop
- * may be NULL). A final refusal (rconn_error_final) ends it at once and sets *refused (may be NULL).
+ * may be NULL; it also ends an attempt whose handshake Redis does not answer, within 100 ms: a frozen Redis
+ * accepts connections). A final refusal (rconn_error_final) ends it at once and sets *refused (may be NULL).
  * While it retries it logs one WARN line at the first failure, then at most one every 5 s. */
 rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int wait_ms, const volatile int *stop, int *refused,
                            char *err, size_t errlen);
@@ -78,6 +79,15 @@ void rconn_free(rconn *c);
  * for. Thread-safe against that command (a node the command opens after the call is not interrupted);
  * the caller keeps c allocated meanwhile. */
 void rconn_interrupt(rconn *c);
+
+/* A stop that ends c's commands, for a process that must exit promptly while Redis does not answer
+ * (frozen, its packets dropped): stopped(arg) is looked at by the thread that runs a command on c, every
+ * 100 ms while it waits for a reply, and at its start. A command that began before the stop ends as soon
+ * as it is seen (NULL, c broken: "interrupted by a stop"); one that begins after it waits at most
+ * closing_ms (a close's best-effort commands). No other thread touches c for it, so it needs no lock;
+ * stopped must be safe to call from any thread that uses c (atomic loads of flags). */
+typedef int rconn_stop_fn(void *arg);
+void rconn_watch_stop(rconn *c, rconn_stop_fn *stopped, void *arg, int closing_ms);
 
 /* Change the command timeout (of every connection, and of those opened later); -1 on failure. */
 int rconn_set_timeout(rconn *c, int timeout_ms);

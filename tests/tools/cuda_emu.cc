@@ -18,6 +18,7 @@
  * GPU's context does: every later call returns cudaErrorLaunchFailure. The reason goes to stderr,
  * prefixed "cuda_emu:". */
 #include "cuda_emu/cuda_runtime.h"
+#include "cuda_emu_census.h"
 #include "cuda_emu_internal.h"
 
 #include "base/util.h" /* splitmix64 */
@@ -261,6 +262,7 @@ static void run_next(cuda_emu_stream *s)
     pending p = std::move(s->q.front());
     s->q.pop_front();
     if (p.ev || g_sticky) return;
+    if (cuda_emu_census_on() && p.what != "cudaEventRecord") return; /* census: counted when queued, not run */
     snprintf(g_last_op, sizeof g_last_op, "%s", p.what.c_str());
     device_window w;
     p.run();
@@ -421,7 +423,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     if (raw == MAP_FAILED) return refuse(cudaErrorMemoryAllocation);
     char *base = raw + GUARD;
     memset(raw, GUARD_BYTE, GUARD);
-    memset(base, 0xff, bytes); /* NaN as floats: what nothing wrote must not read as zero */
+    if (!cuda_emu_census_on()) memset(base, 0xff, bytes); /* NaN as floats: what nothing wrote must not read as zero */
     memset(base + bytes, GUARD_BYTE, GUARD);
     if (!g_window) mprotect(raw, total, PROT_NONE);
     g_regions.push_back(region{base, bytes, MEM_DEVICE, raw, total, ++g_serial});
@@ -715,6 +717,7 @@ int cuda_emu_launch_check(const char *name, dim3 grid, dim3 block, size_t smem, 
         cuda_emu_fault();
         return -1;
     }
+    if (cuda_emu_census_on()) cuda_emu_census_kernel(name, grid, block);
     return 0;
 }
 

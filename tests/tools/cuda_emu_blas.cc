@@ -5,6 +5,7 @@
  * computed there in double, rounded once to the result's type. cuBLASLt's matmul (cuda_emu_lt.cc) runs
  * through the same checks and product (cuda_emu_gemm). */
 #include "cuda_emu/cublas_v2.h"
+#include "cuda_emu_census.h"
 #include "cuda_emu_internal.h"
 
 #include <math.h>
@@ -179,6 +180,7 @@ cublasStatus_t cuda_emu_gemm(const char *call, cudaStream_t st, int tf32, cublas
         cuda_emu_fault(); /* on a GPU: an illegal address, or a wrong result */
         return CUBLAS_STATUS_EXECUTION_FAILED;
     }
+    if (cuda_emu_census_on()) cuda_emu_census_product(call, m, n, k, batch, bias != NULL);
     cuda_emu_enqueue(st, call, [=] {
         gemm_compute(ta, tb, m, n, k, alpha, A, at, lda, sA, B, bt, ldb, sB, beta, C, ct, ldc, sC, D, bias, batch, tf32);
     });

@@ -363,9 +363,10 @@ int l_layernorm_forward_bf16(ctx *x, __nv_bfloat16 *out16, float *mean, float *r
 }
 
 /* db (C) = the column sums of d (N,C), or of d * GELU'(gelu_in) when gelu_in is not NULL; dw (C), when
- * inp is not NULL, LayerNorm's weight gradient; d16, when not NULL, what is summed in bf16. In COLSUM_CHUNKS chunks of rows summed apart into x->part, then added in
- * order (layer_rows.cuh); without x->part in one chunk (a block per 32 columns walks every row). The
- * chunk count depends on N only: the sums are the same bytes on any GPU. */
+ * inp is not NULL, LayerNorm's weight gradient; d16, when not NULL, what is summed in bf16. In up to
+ * COLSUM_CHUNKS chunks of rows summed apart into x->part, then added in order (layer_rows.cuh); without
+ * x->part in one chunk (a block per 32 columns walks every row). The chunk count depends on N only: the
+ * sums are the same bytes on any GPU. */
 static int colsum(ctx *x, float *db, float *dw, uint16_t *d16, const float *d, const float *gelu_in, const float *inp,
                   const float *mean, const float *rstd, int N, int C)
 {

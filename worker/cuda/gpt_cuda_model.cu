@@ -233,7 +233,7 @@ static int alloc_bf16(gpt_cuda *g, char *err, size_t errlen)
     return 0;
 }
 
-/* the bf16 copy of a weight (w points into params) */
+/* the bf16 copy of a weight (w points into params; its values are the forward's copy, made at its start) */
 static const __nv_bfloat16 *w16_of(const gpt_cuda *g, const float *w)
 {
     return g->w16 + (w - g->params);
@@ -345,7 +345,6 @@ extern "C" const char *gpt_cuda_attention_note(const gpt_cuda *g)
     return g->attention_note;
 }
 
-/* the bf16 copy of a weight of the flat buffer (valid after the forward made the copy) */
 /* attention: fp32 and bf16 gemm keep the probabilities in a->att; bf16 fused and flash keep only each
  * row's log-sum-exp there */
 static int attention_forward(gpt_cuda *g, ctx *x, gpt_layer_acts *a, int B, int T, int C, int NH)

@@ -45,15 +45,15 @@ int gpt_cuda_k_clip(float *grads, size_t numel, double max_norm, double *norm);
 /* bf16 precision (gpt_cuda_bf16.cu): out (N,OC) = inp W^T + bias (+ res when not NULL) with inp and W
  * rounded to bf16 on the device, fp32 accumulation; lt 0: the bias (and res) written first, the product
  * added (two passes); lt 1: in cuBLASLt's epilogue (gpt_cuda_lt.cu), or 1 returned, nothing computed,
- * when cuBLASLt has no algorithm for the shape; lt 2: the same with the bias 4 bytes off alignment. The fused causal attention, forward (out, lse B*NH*T)
- * and backward (dqkv), or with mma != 0 the tensor-core flash attention (gpt_cuda_flash.cu, --attention
- * flash) */
+ * when cuBLASLt has no algorithm for the shape; lt 2: the same with the bias 4 bytes off alignment */
 int gpt_cuda_k_matmul_forward_bf16(float *out, const float *inp, const float *w, const float *bias, const float *res,
                                    int N, int C, int OC, int lt);
 /* its backward from the incoming gradient dout, or with gelu_in not NULL from dout * GELU'(gelu_in), the
  * GELU's backward fused into the pass that makes the bf16 operand (the fc layer's) */
 int gpt_cuda_k_matmul_backward_bf16(float *dinp, float *dw, float *dbias, const float *dout, const float *gelu_in,
                                     const float *inp, const float *w, int N, int C, int OC);
+/* the fused causal attention, forward (out, lse B*NH*T) and backward (dqkv), or with mma != 0 the tensor-core
+ * flash attention (gpt_cuda_flash.cu, --attention flash) */
 int gpt_cuda_k_flash_forward(float *out, float *lse, const float *qkv, int B, int T, int C, int NH, int mma);
 /* --attention auto's device check (gpt_cuda_flash_check.cu) for head size hs with this limit, not kept:
  * 1 flash agrees with the fused kernels, 0 not, -1 error; note says by how much */

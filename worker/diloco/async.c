@@ -9,7 +9,8 @@
  * and the versions we got become our base (they may differ per shard: each shard moves on its own).
  * As in sync mode, Δ is kept until every get returned, and resent to whoever says it lacks it. A
  * submission that got its places and then failed (DL_FAIL: training goes on) is completed before the
- * fragment's next Δ, never redone (async_complete): its Δ may have been applied already. */
+ * fragment's next Δ, never redone (async_complete): its Δ may have been applied already; one still pending
+ * when the session closes is completed by the close (async_complete_closing). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -91,7 +92,8 @@ int async_submit_net(diloco *d, int f, char *err, size_t errlen)
     d->submission++;
     for (unsigned attempt = 0; rc == DL_RETRY && attempt < 5; attempt++) {
         rc = submit(d, f, first, d->rc.frag_bounds[f + 1], err, errlen);
-        if (rc == DL_RETRY) sleep_ms(backoff_ms(attempt, 50, 1000));
+        if (rc != DL_RETRY || dl_stopping(d)) break; /* (a stop: not sent again, as after the 5th) */
+        sleep_ms(backoff_ms(attempt, 50, 1000));
     }
     if (rc != DL_OK) return rc == DL_RETRY ? DL_FAIL : rc;
     /* From here the submission has its places: if it fails now, it is completed later (async_complete),
@@ -136,4 +138,22 @@ int async_complete(diloco *d, int f, char *err, size_t errlen)
     size_t off = (size_t)d->rc.shard_bounds[first];
     if (params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
     return DL_STALE;
+}
+
+/* At close, the same completion without adopting anything (the session ends): without it, the window of the
+ * pending submission would be lost, its places left to become no-ops (an owner applies place s only with
+ * its Δ and on a get of s+1, and nobody else asks for our places). Best effort, bounded like sync's confirm
+ * at close: a normal close waits up to the sync timeout for the owners; after a stop, every wait for a
+ * shard-server ends within 100 ms of silence (conn.c) and every Redis command within the closing timeout
+ * (control.c), so a stop adds at most what answering servers take. */
+int async_complete_closing(diloco *d, int f, char *err, size_t errlen)
+{
+    if (!d->frag_incomplete[f]) return DL_OK;
+    int first = d->rc.frag_bounds[f];
+    int rc = deliver(d, f, err, errlen);
+    if (rc == DL_OK)
+        log_info("fragment %d: the submission whose result did not come is applied (version %" PRId64
+                 " of shard %d) before closing",
+                 f, d->seq[first] + 1, dl_shard_id(d, first));
+    return rc;
 }

@@ -146,14 +146,15 @@ static int reply_outcome(diloco *d, const blob_header *h, char *err, size_t errl
  * retries). */
 #define AWAIT_LEASE_FIRST_MS 1000
 #define AWAIT_LEASE_POLL_MS 250
+#define AWAIT_STOP_MS 100 /* a stop (dl_stopping) is seen within this long */
 static int await_reply(diloco *d, int fd, int shard, char *err, size_t errlen)
 {
     shard_owner before, now;
     owners_get(d, shard, &before);
-    uint64_t deadline = now_ms() + (uint64_t)d->o.net_timeout_ms;
-    for (int wait_ms = AWAIT_LEASE_FIRST_MS;; wait_ms = AWAIT_LEASE_POLL_MS) {
+    uint64_t deadline = now_ms() + (uint64_t)d->o.net_timeout_ms, look = now_ms() + AWAIT_LEASE_FIRST_MS;
+    for (;;) {
         struct pollfd p = {.fd = fd, .events = POLLIN};
-        int r = poll(&p, 1, wait_ms);
+        int r = poll(&p, 1, AWAIT_STOP_MS);
         if (r > 0) return 0; /* data, or EOF/error: the receive says which */
         if (r < 0 && errno != EINTR) {
             err_set(err, errlen, "poll: %s", strerror(errno));
@@ -164,6 +165,8 @@ static int await_reply(diloco *d, int fd, int shard, char *err, size_t errlen)
                     dl_stopping(d) ? "stopping" : "timed out");
             return -1;
         }
+        if (now_ms() < look) continue;
+        look = now_ms() + AWAIT_LEASE_POLL_MS;
         char ignore[128];
         owners_refresh(d, ignore, sizeof ignore);
         owners_get(d, shard, &now);

@@ -5,6 +5,22 @@
  * Every other file of the library talks to Redis through dl_command; this file calls none of them
  * (docs/architecture.md "Layers").
  *
+ * A stop (SIGINT, SIGTERM: o.stop, or diloco_request_stop) must not wait for a Redis that does not answer
+ * (frozen, its packets dropped). Every connection of the session that the host's stop could find blocked
+ * watches it (dl_watch_stop, rconn_watch_stop): the training thread's and the owner threads' ctl, each
+ * round's lane, the barrier's blocking connection. The thread that runs a command looks at the stop itself
+ * while it waits (every 100 ms), so no thread ever touches another's connection for it: ctl stays under
+ * ctl_mu, a lane with its round's thread, blk with whoever pops (wake.c). A command in flight at the stop
+ * ends at once and breaks its connection; one begun after it gets CLOSING_REDIS_TIMEOUT_MS. A broken
+ * connection is not opened again while stopping, except by the close itself (diloco_close: dl_closing),
+ * which needs it for its best-effort commands (confirming the last round, completing a submission,
+ * deregistering): then with that timeout, and not at all once Redis left a command begun after the stop,
+ * or such a reopen, unanswered (d->redis_unanswered: a close pays one closing timeout for a Redis that does
+ * not answer, not one per command). The heartbeat's
+ * and the hub's connections, which never carry the training thread's commands, are ended by their stops
+ * (heartbeat_stop, wake_hub_stop: rconn_interrupt, and their flags end a connect's handshake). A reconnect's
+ * handshake watches o.stop (rconn_connect_retry).
+ *
  * Registration gives us an incarnation number. Everything we send (arrivals, pushes, heartbeats)
  * carries it, so a worker that was evicted and came back can never have an old pseudo-gradient of
  * its previous life counted. */
@@ -40,20 +56,71 @@ static void ctl_give(diloco *d, rconn **c)
     if (c != round_ctl) pthread_mutex_unlock(&d->ctl_mu);
 }
 
+static int stop_seen(void *d)
+{
+    return dl_stopping(d);
+}
+
+void dl_watch_stop(diloco *d, rconn *c)
+{
+    rconn_watch_stop(c, stop_seen, d, CLOSING_REDIS_TIMEOUT_MS);
+}
+
+void dl_closing(diloco *d)
+{
+    __atomic_store_n(&d->closing, 1, __ATOMIC_RELAXED);
+}
+
+/* While stopping: none before the close; in it, one attempt with the closing timeout, none once one failed
+ * (see the top). */
+static rconn *reopen_stopping(diloco *d, char *err, size_t errlen)
+{
+    if (!__atomic_load_n(&d->closing, __ATOMIC_RELAXED)) {
+        err_set(err, errlen, "stopping (the connection to Redis was cut)");
+        return NULL;
+    }
+    if (__atomic_load_n(&d->redis_unanswered, __ATOMIC_RELAXED)) {
+        err_set(err, errlen, "stopping, and Redis did not answer since the stop");
+        return NULL;
+    }
+    rconn *c = rconn_connect(&d->url, CLOSING_REDIS_TIMEOUT_MS, err, errlen);
+    if (c == NULL) __atomic_store_n(&d->redis_unanswered, 1, __ATOMIC_RELAXED);
+    return c;
+}
+
 /* With *c taken: a usable control connection, reconnecting if it is missing or broken (with backoff, for
- * as long as it takes: Redis restarts are survivable; a refusal of our credentials ends it at once).
- * 0, or -1 when there is none (stopping, or refused). */
-static int ctl_ready(diloco *d, rconn **c)
+ * as long as it takes: Redis restarts are survivable; a refusal of our credentials ends it at once;
+ * stopping: reopen_stopping). 0, or -1 + err when there is none (stopping, or refused). */
+static int ctl_ready(diloco *d, rconn **c, char *err, size_t errlen)
 {
     if (*c != NULL && !rconn_broken(*c)) return 0;
-    char err[256];
     if (*c) rconn_free(*c);
-    *c = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, -1, d->o.stop, NULL, err, sizeof err);
+    *c = dl_stopping(d) ? reopen_stopping(d, err, errlen)
+                        : rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, -1, d->o.stop, NULL, err, errlen);
     if (*c == NULL && !dl_stopping(d)) log_error("%s", err);
+    if (*c != NULL) dl_watch_stop(d, *c);
     return *c ? 0 : -1;
 }
 
-/* Run a command on the control connection; on a connection error reconnect and try once more. The
+/* Whether a command whose try `attempt` broke its connection is tried again: once, not while stopping
+ * (what a stop interrupted is not sent again). */
+static int try_again(diloco *d, int attempt)
+{
+    return attempt == 0 || (attempt == 1 && !dl_stopping(d));
+}
+
+/* Why the command with reply r failed, if it did: no connection (why: the reconnect's error), or c's. A
+ * command begun while stopping that broke its connection was not answered in time: no reopen after it. */
+static void ctl_error(diloco *d, int stopping, const rconn *c, redisReply *r, const char *why, char *err, size_t errlen)
+{
+    if (stopping && r == NULL && c != NULL) __atomic_store_n(&d->redis_unanswered, 1, __ATOMIC_RELAXED);
+    if (c == NULL)
+        err_set(err, errlen, "no connection to Redis: %s", why);
+    else
+        rconn_reply_error(c, r, err, errlen);
+}
+
+/* Run a command on the control connection; on a connection error reconnect and try once more (try_again). The
  * command may then run twice (the first try ran, its reply was lost): only idempotent commands, or
  * ones whose caller finds out (dl_arrive: STALE, closed with us; dl_submit: its submission number).
  * NULL or an error reply: err says why. It is written before ctl_mu is released: a NULL reply's reason
@@ -62,13 +129,15 @@ redisReply *dl_command(diloco *d, char *err, size_t errlen, const char *fmt, ...
 {
     redisReply *r = NULL;
     rconn **c = ctl_take(d);
-    for (int attempt = 0; attempt < 2 && r == NULL && ctl_ready(d, c) == 0; attempt++) {
+    char why[256] = "";
+    int stopping = dl_stopping(d);
+    for (int attempt = 0; try_again(d, attempt) && r == NULL && ctl_ready(d, c, why, sizeof why) == 0; attempt++) {
         va_list ap;
         va_start(ap, fmt);
         r = rconn_vcommand(*c, fmt, ap);
         va_end(ap);
     }
-    rconn_reply_error(*c, r, err, errlen);
+    ctl_error(d, stopping, *c, r, why, err, errlen);
     ctl_give(d, c);
     return r;
 }
@@ -77,25 +146,21 @@ redisReply *dl_command_argv(diloco *d, int argc, const char **argv, const size_t
 {
     redisReply *r = NULL;
     rconn **c = ctl_take(d);
-    for (int attempt = 0; attempt < 2 && r == NULL && ctl_ready(d, c) == 0; attempt++)
+    char why[256] = "";
+    int stopping = dl_stopping(d);
+    for (int attempt = 0; try_again(d, attempt) && r == NULL && ctl_ready(d, c, why, sizeof why) == 0; attempt++)
         r = rconn_command_argv(*c, argc, argv, lens);
-    rconn_reply_error(*c, r, err, errlen);
+    ctl_error(d, stopping, *c, r, why, err, errlen);
     ctl_give(d, c);
     return r;
-}
-
-void dl_ctl_closing(diloco *d)
-{
-    rconn **c = ctl_take(d);
-    if (*c != NULL) (void)rconn_set_timeout(*c, CLOSING_REDIS_TIMEOUT_MS);
-    ctl_give(d, c);
 }
 
 redisReply *dl_command_argv_once(diloco *d, int argc, const char **argv, const size_t *lens, char *err, size_t errlen)
 {
     rconn **c = ctl_take(d);
-    redisReply *r = *c && !rconn_broken(*c) ? rconn_command_argv(*c, argc, argv, lens) : NULL;
-    rconn_reply_error(*c, r, err, errlen);
+    int stopping = dl_stopping(d), tried = *c && !rconn_broken(*c);
+    redisReply *r = tried ? rconn_command_argv(*c, argc, argv, lens) : NULL;
+    ctl_error(d, stopping && tried, *c, r, "the connection to Redis is broken", err, errlen);
     ctl_give(d, c);
     return r;
 }

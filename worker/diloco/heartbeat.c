@@ -115,7 +115,9 @@ static rconn *beat_conn(diloco *d, rconn *c, uint64_t *warned)
         hb_publish(d, NULL);
         rconn_free(c);
     }
-    c = rconn_connect(&d->url, CONNECT_MS, err, sizeof err);
+    /* (one attempt, whose handshake heartbeat_stop ends: a frozen Redis accepts the connection and answers
+     * nothing, and the stop would wait for CONNECT_MS) */
+    c = rconn_connect_retry(&d->url, CONNECT_MS, 0, (const volatile int *)&d->hb_stop, NULL, err, sizeof err);
     hb_publish(d, c);
     if (!c && now_ms() - *warned >= WARN_EVERY_MS) {
         log_warn("heartbeat: cannot reach Redis: %s", err);
@@ -213,7 +215,7 @@ int heartbeat_start(diloco *d, char *err, size_t errlen)
 void heartbeat_stop(diloco *d)
 {
     pthread_mutex_lock(&d->hb_mu);
-    d->hb_stop = 1;
+    __atomic_store_n(&d->hb_stop, 1, __ATOMIC_RELAXED); /* (read without hb_mu by a connect's handshake) */
     /* a beat Redis does not answer (frozen, packets dropped) ends now, not at its timeout */
     if (d->hb_conn) rconn_interrupt(d->hb_conn);
     pthread_cond_broadcast(&d->hb_cond);

@@ -119,6 +119,8 @@ struct diloco {
     char worker_id[64];
     log_sink log;           /* o.log_callback; every thread working for the session logs here */
     volatile int stop_flag; /* diloco_request_stop */
+    int closing;            /* (atomic) diloco_close has begun (dl_closing) */
+    int redis_unanswered;   /* (atomic) while stopping, Redis left a command or a reopen unanswered (control.c) */
     char host[64];
     redis_url url;
     runconf rc;
@@ -217,7 +219,7 @@ struct diloco {
     int hb_running;
     pthread_mutex_t hb_mu;
     pthread_cond_t hb_cond;
-    int hb_stop;
+    int hb_stop;              /* written atomically: a connect's handshake also reads it (heartbeat.c) */
     rconn *hb_conn;           /* the heartbeat thread's connection (heartbeat_stop interrupts it) */
     uint64_t hb_gone_told_ms; /* heartbeat thread only: when it last said the run is gone from Redis */
     int64_t inc;              /* our incarnation (0 = not registered) */
@@ -289,10 +291,14 @@ static inline int dl_last_shard(const diloco *d, int f)
 
 /* control.c: the control connection and our membership (the bottom of the library) */
 #define REDIS_TIMEOUT_MS 10000 /* the control connection's command timeout */
-/* ... while closing after a stop (SIGINT, SIGTERM): the confirm of the last round and the deregistration
- * are best effort, and a Redis that does not answer (frozen, packets dropped) must not hold the exit for
- * 10 s each */
+/* ... of a command begun after a stop (SIGINT, SIGTERM; one in flight at the stop ends at once): the confirm
+ * of the last round and the deregistration are best effort, and a Redis that does not answer (frozen,
+ * packets dropped) must not hold the exit for 10 s each (control.c's top comment) */
 #define CLOSING_REDIS_TIMEOUT_MS 1000
+/* Let the stop end c's commands (a connection the host's stop may find blocked: ctl, a lane, blk). */
+void dl_watch_stop(diloco *d, rconn *c);
+/* diloco_close begins: while stopping, only its commands may open a broken control connection again. */
+void dl_closing(diloco *d);
 /* A command on ctl, reconnecting as needed; the caller frees the reply. NULL or an error reply (see
  * dl_reply_failed): err (may be NULL) says why, written while ctl_mu is held, since any thread's
  * reconnect may free ctl as soon as it is released: never pass d->ctl to rconn_reply_error. */
@@ -300,9 +306,6 @@ redisReply *dl_command(diloco *d, char *err, size_t errlen, const char *fmt, ...
 /* The same, argv form (lens may be NULL: strlen of each) */
 redisReply *dl_command_argv(diloco *d, int argc, const char **argv, const size_t *lens, char *err, size_t errlen);
 /* The same without reconnecting: NULL at once (err says why) while the connection is broken. */
-/* Closing after a stop: each command on the control connection waits CLOSING_REDIS_TIMEOUT_MS for Redis
- * instead of REDIS_TIMEOUT_MS. */
-void dl_ctl_closing(diloco *d);
 redisReply *dl_command_argv_once(diloco *d, int argc, const char **argv, const size_t *lens, char *err, size_t errlen);
 int dl_reply_failed(const redisReply *r); /* NULL or an error reply */
 /* With the run's min_replicas > 0: wait until that many Redis replicas have our writes on ctl so far
@@ -521,6 +524,9 @@ int async_submit_net(diloco *d, int f, char *err, size_t errlen);
  * completed, params[f] took the versions got and the steps trained meanwhile are dropped; DL_FAIL,
  * DL_CORRUPT: still pending). */
 int async_complete(diloco *d, int f, char *err, size_t errlen);
+/* At diloco_close: fragment f's pending submission completed best effort (bounded by the sync timeout, or
+ * promptly after a stop), nothing adopted. DL_OK: none pending, or applied; else still pending (err). */
+int async_complete_closing(diloco *d, int f, char *err, size_t errlen);
 
 /* sync.c: the network part of a sync-mode round */
 /* Make sure the tentative parameters fragment f continued from were committed as they are, resending

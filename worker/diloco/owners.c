@@ -105,13 +105,13 @@ static void log_long_wait(diloco *d, uint64_t deadline, int shard, const char *w
 int owners_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
                        size_t errlen)
 {
+    char why[256];
+    snprintf(why, sizeof why, "%s", err ? err : "");
     if (dl_stopping(d)) {
-        err_set(err, errlen, "stopped");
+        err_set(err, errlen, "stopped before %s of shard %d succeeded (last: %s)", what, shard, why);
         return DL_FAIL;
     }
     if (now_ms() > deadline) {
-        char why[256];
-        snprintf(why, sizeof why, "%s", err ? err : "");
         err_set(err, errlen, "%s of shard %d did not succeed within %d ms (last: %s)", what, shard,
                 d->o.sync_timeout_ms, why);
         return DL_FAIL;

@@ -48,17 +48,28 @@ int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **o
     return 0;
 }
 
+/* Our last Δ of each fragment must not vanish with us: in sync mode while its round is not durable (a
+ * server that died before its commit needs it again), in async mode while its submission is pending (its
+ * places wait for it). Best effort, within the sync timeout; asked to stop, a Redis that does not answer
+ * gets CLOSING_REDIS_TIMEOUT_MS a command (control.c) and a silent shard-server 100 ms (conn.c). */
+static void settle_last_rounds(diloco *d)
+{
+    for (int f = 0; d->base && dl_inc(d) > 0 && f < d->rc.nfragments; f++) {
+        char err[256];
+        if (!d->rc.async && sync_confirm_durable(d, f, err, sizeof err) == DL_FAIL)
+            log_warn("closing before fragment %d's last round was confirmed durable: %s", f, err);
+        if (d->rc.async && async_complete_closing(d, f, err, sizeof err) != DL_OK)
+            log_warn("closing with fragment %d's last submission not completed: %s (its window may be lost; it is "
+                     "never applied twice)",
+                     f, err);
+    }
+}
+
 static void session_close(diloco *d)
 {
+    dl_closing(d);
     stream_finish_inflight(d);
-    if (dl_stopping(d)) dl_ctl_closing(d); /* asked to stop: a Redis that does not answer gets 1 s a command */
-    /* our last Δ must not vanish with us while its round is not durable (a server that died before its
-     * commit needs it again); best effort, within the sync timeout */
-    for (int f = 0; !d->rc.async && d->base && f < d->rc.nfragments; f++) {
-        char err[256];
-        if (dl_inc(d) > 0 && sync_confirm_durable(d, f, err, sizeof err) == DL_FAIL)
-            log_warn("closing before fragment %d's last round was confirmed durable: %s", f, err);
-    }
+    settle_last_rounds(d);
     wake_hub_stop(d);
     group_wait_committed(d); /* still beating: the other ranks' parts of the last round too */
     heartbeat_stop(d);

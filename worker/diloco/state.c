@@ -183,6 +183,7 @@ int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, 
     key_run(d->config_key, sizeof d->config_key, o->run, "config");
     d->ctl = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, o->connect_timeout_ms, o->stop, NULL, err, errlen);
     if (!d->ctl) return -1;
+    dl_watch_stop(d, d->ctl);
     if (runconf_load(d->ctl, o->run, &d->rc, err, errlen) < 0) return -1;
     if (o->num_fragments > 0 && o->num_fragments != d->rc.nfragments) {
         err_set(err, errlen,

@@ -46,15 +46,15 @@ void wake_key(const struct diloco *d, char *key, size_t cap)
  * barrier's wait, the hub's stop) would wait as long; the BLPOPs then get their own, longer timeout. */
 #define BLK_CONNECT_MS 2000
 
-/* The blocking connection, opened: NULL when Redis cannot be reached. */
-static rconn *blk_open(diloco *d)
+rconn *wake_blk_open(diloco *d, const volatile int *stop)
 {
     char err[256];
-    rconn *c = rconn_connect(&d->url, BLK_CONNECT_MS, err, sizeof err);
+    rconn *c = rconn_connect_retry(&d->url, BLK_CONNECT_MS, 0, stop, NULL, err, sizeof err);
     if (c != NULL && rconn_set_timeout(c, d->o.wait_poll_ms + 10000) < 0) {
         rconn_free(c);
         return NULL;
     }
+    if (c != NULL) dl_watch_stop(d, c); /* (a stop ends a BLPOP that the training thread may be waiting for) */
     return c;
 }
 
@@ -66,7 +66,7 @@ static void *wake_main(void *p)
     wake_key(d, key, sizeof key);
     if (!d->blk || rconn_broken(d->blk)) {
         if (d->blk) rconn_free(d->blk);
-        d->blk = blk_open(d);
+        d->blk = wake_blk_open(d, d->o.stop);
     }
     while (d->blk) {
         redisReply *r = rconn_command(d->blk, "BLPOP %s %.3f", key, d->o.wait_poll_ms / 1000.0);
@@ -120,7 +120,7 @@ struct wake_hub {
     pthread_t thread;
     pthread_mutex_t mu;
     pthread_cond_t cv; /* on CLOCK_MONOTONIC: broadcast at each token popped and at stop */
-    int stop;
+    int stop;          /* under mu; written atomically: the hub's connect also reads it (hub_connect) */
     int64_t closed[RUNCONF_MAX_FRAGMENTS]; /* per fragment: the highest round whose close we popped (-1: none) */
 };
 
@@ -160,7 +160,10 @@ static void hub_record(struct wake_hub *h, const redisReply *r)
 
 /* Open the blocking connection again (it broke, or none yet). It is published in d->blk under mu, where
  * wake_hub_stop interrupts it: either the stop sees it and interrupts it, or the hub sees the stop. 1: a
- * connection, go on; 0: none (Redis away: the barrier waits poll dl_barrier meanwhile), or stopping. */
+ * connection, go on; 0: none (Redis away: the barrier waits poll dl_barrier meanwhile), or stopping. Not
+ * while the session stops (dl_stopping: the stop ended its BLPOP, and the barrier waits end too): a Redis
+ * that does not answer would hold wake_hub_stop for the connect's limit; and a connect under way when
+ * wake_hub_stop comes ends with it (the handshake watches h->stop). */
 static int hub_connect(struct wake_hub *h)
 {
     diloco *d = h->d;
@@ -169,7 +172,7 @@ static int hub_connect(struct wake_hub *h)
     d->blk = NULL;
     pthread_mutex_unlock(&h->mu);
     if (old) rconn_free(old);
-    rconn *c = blk_open(d);
+    rconn *c = dl_stopping(d) ? NULL : wake_blk_open(d, (const volatile int *)&h->stop);
     pthread_mutex_lock(&h->mu);
     d->blk = c;
     int stop = h->stop;
@@ -230,7 +233,7 @@ void wake_hub_stop(diloco *d)
     struct wake_hub *h = d->hub;
     if (!h) return;
     pthread_mutex_lock(&h->mu);
-    h->stop = 1;
+    __atomic_store_n(&h->stop, 1, __ATOMIC_RELAXED); /* (read without mu by the hub's connect: hub_connect) */
     /* end its BLPOP now rather than at its timeout, without a command to Redis: a Redis that does not answer
      * (frozen, packets dropped) would hold the stop for a command timeout, then the BLPOP's */
     if (d->blk) rconn_interrupt(d->blk);

@@ -7,7 +7,7 @@
 # order of its own in Redis; the in-process replay of those orders (tests/tools/ref_async: one line of
 # versions per fragment, the worker's fragment schedule) gives the shards' digests bit for bit, and a replay
 # with a wrong setting differs:
-#   plain                         one worker joining mid-run, from the versions each fragment had then
+#   plain                          one worker joining mid-run, from the versions each fragment had then
 #                                  (replayed as if H were 20: the schedule matters)
 #   --async-lookahead 0.5          each fragment's next interval starts ahead, its Δ from that start
 #                                  (replayed without the lookahead); also with 3 fragments
@@ -16,8 +16,8 @@
 #                                  ones H (replayed with the rebase rule)
 # One worker of the 3-fragment and of the rebase run has device hooks (--device-hooks host: a CUDA worker's
 # path), through which it takes each fragment's start and measures its Δ against the device's snapshot.
-# No submission may be refused as STALE (the replay cannot know a refused one): staleness is unbounded, or
-# K large for rebase.
+# No submission may be refused as STALE (the replay cannot know the versions a refused one trained from):
+# staleness is unbounded, or K large for rebase.
 . "$(dirname "$0")/lib.sh"
 STEPS=60; JOINER=-
 start_redis

@@ -44,7 +44,10 @@
  * submission continued from where that window ended and measured Δ from the same start, so the window was
  * applied twice, and its weight was H)
  * What the events do not say, and the replay assumes: every worker trained with the H given here and kept
- * its schedule (no stale refusal, no new registration, no --final-sync, no DyLU), and failed only as told. */
+ * its schedule (no new registration, no --final-sync, no DyLU), and failed only as told. No submission was
+ * refused as STALE: the window before such a try trained from the versions the submission before it got,
+ * which its reject event does not record (it names one shard's staleness), and the next base does not
+ * give (the worker fetched the current versions instead). */
 #include <float.h>
 #include <inttypes.h>
 #include <stdio.h>

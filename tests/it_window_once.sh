@@ -14,6 +14,9 @@
 #   places, acknowledged as applied; the gets) and continues from the versions it got: the steps trained
 #   meanwhile are dropped, with their tokens. Before, the next Δ covered both windows from the same start,
 #   so the first window was applied twice (ref_async --twice replays exactly that).
+# stream_refused, stream_late (Streaming async, 2 fragments): the same two failures of one fragment's
+#   submission; the other fragment goes on as usual, and ref_async replays each fragment's order with them
+#   (the first with --async-lookahead 0.5: the fragment's start ahead is kept across the refused try).
 # sync_late (sync): the same refused get in a sync round. The round has the worker's Δ; the worker's next
 #   sync completes the round (sync.c, as before) and drops the steps trained meanwhile: now with their
 #   tokens, which before weighed its next round's Δ too (2H).
@@ -41,12 +44,14 @@ failed_once() {
   done
 }
 # check_run WANT_SUBMISSIONS REF_ARGS -- OTHER_REF_ARGS: the async run failed once per worker and each worker
-# made WANT submissions; the digests equal ref_async with REF_ARGS and differ from it with OTHER_REF_ARGS
+# made WANT submissions (of shard 0; -: the caller counted them); the digests equal ref_async with REF_ARGS and
+# differ from it with OTHER_REF_ARGS
 check_run() {
   want=$1; shift
   args=""; while [ "$1" != "--" ]; do args="$args $1"; shift; done; shift
   failed_once $RUN
   for w in w1 w2; do
+    [ "$want" = - ] && break
     n=$(submissions $RUN $w)
     [ "$n" = "$want" ] || fail "$RUN: $w made $n submissions, want $want"
   done
@@ -109,24 +114,46 @@ workers_ran $STEPS
 check_run $((STEPS / H - 1)) --late w1:3,w2:4 -- --late w1:3,w2:4 --async-lookahead 0
 kill $SRV_s0
 
-# stream_late: Streaming async (2 fragments of 2 shards, one sent every H/2 steps): the same refused get of
-# a fragment 0 submission (its 3rd, 4th) is completed at that fragment's next turn, which sends nothing;
-# fragment 1 goes on as usual. (ref_async cannot replay fragments: this checks the submissions and that the
-# completion came, not the bits; before, each worker made every submission.)
+# stream_subs RUN: each worker's submissions of shards 0-3 ("w1 N N N N w2 N N N N")
+stream_subs() {
+  for w in w1 w2; do
+    $RCLI XRANGE "dl:{$1}:events" - + | awk -v who="$w" '/^worker$/ {getline; w = $0} /^type$/ {getline; t = $0}
+      /^shard$/ {getline; if (t == "submit" && w == who) n[$0]++} END {printf "%s %d %d %d %d ", who, n[0], n[1], n[2], n[3]}'
+  done
+}
+# Streaming async (2 fragments of 2 shards, one sent every H/2 steps: a worker's try N sends fragment
+# (N-1) mod 2). stream_refused, with --async-lookahead 0.5: Redis refuses w1's 3rd dl_submit (fragment 0)
+# and w2's 4th (fragment 1): that fragment's next submission covers both windows from the start ahead before
+# them (lookahead.c keeps it per fragment), and weighs their tokens.
+S=$((STEPS / H))
+RUN=stream_refused
+init_run $RUN --async --fragments 2 --trainer quadratic --numel 20000 --shards 4 --workers 2 --dn-buffer-size 2 $WEIGHT \
+  --async-lookahead 0.5
+NSRV=0; keep_servers 1
+drop_proxy w1 "$PORT" --match dl_submit --skip 2 --drops 1 --lose error; URL_w1=redis://127.0.0.1:$PPORT_w1
+drop_proxy w2 "$PORT" --match dl_submit --skip 3 --drops 1 --lose error; URL_w2=redis://127.0.0.1:$PPORT_w2
+workers_ran $STEPS
+subs=$(stream_subs $RUN)
+[ "$subs" = "w1 $((S - 1)) $((S - 1)) $S $S w2 $S $S $((S - 1)) $((S - 1)) " ] ||
+  fail "$RUN: submissions of shards 0-3: $subs (want one fewer of w1's fragment 0 and of w2's fragment 1)"
+check_run - --failed w1:3,w2:4 -- --failed w1:3,w2:4 --async-lookahead 0
+for p in $(live_servers); do eval "kill \$SRV_s$p"; done
+
+# stream_late: the same refused get of a fragment 0 submission (w1's 3rd, w2's 4th of it: tries 5 and 7) is
+# completed at that fragment's next turn, which sends nothing; fragment 1 goes on as usual (before, each
+# worker made every submission). The replay without the failures differs.
 RUN=stream_late
 init_run $RUN --async --fragments 2 --trainer quadratic --numel 20000 --shards 4 --workers 2 --dn-buffer-size 2 $WEIGHT
 behind_dataplane
 workers_ran $STEPS
-failed_once $RUN
 for w in w1 w2; do
   grep -q "fragment 0: the submission whose result did not come is applied" "$TMP/worker-$w.log" ||
     fail "$RUN: $w did not complete its submission whose get failed"
-  got=$($RCLI XRANGE "dl:{$RUN}:events" - + | awk -v who="$w" '/^worker$/ {getline; w = $0} /^type$/ {getline; t = $0}
-    /^shard$/ {getline; if (t == "submit" && w == who) n[$0]++} END {print n[0] + 0, n[1] + 0, n[2] + 0, n[3] + 0}')
-  want="$((STEPS / H - 1)) $((STEPS / H - 1)) $((STEPS / H)) $((STEPS / H))"
-  [ "$got" = "$want" ] || fail "$RUN: $w's submissions of shards 0-3: $got, want $want"
 done
-say "$RUN: each worker completed its fragment 0 submission whose get failed, and sent one fewer of fragment 0"
+subs=$(stream_subs $RUN)
+[ "$subs" = "w1 $((S - 1)) $((S - 1)) $S $S w2 $((S - 1)) $((S - 1)) $S $S " ] ||
+  fail "$RUN: submissions of shards 0-3: $subs (want one fewer of fragment 0 for each)"
+check_run - --late w1:5,w2:7 --
 kill $SRV_s0
 
 # sync_late: w1's get of round 2 and w2's of round 3 refused. Each takes part in the round after it only once

@@ -1,4 +1,4 @@
-/* ref_async.c: the in-process reference of an async DiLoCo run of the quadratic trainer.
+/* ref_async.c: the in-process reference of an async DiLoCo run of the quadratic trainer, plain or Streaming.
  *
  * Async runs are not deterministic in their order (who submits first depends on timing), but every
  * version is a pure function of the previous one and of the submission Redis placed there. This tool
@@ -11,21 +11,43 @@
  * usage: ref_async --redis URL --run R --sync-every H [--quad-lr 0.01] [--no-bf16] [--async-rule RULE]
  *                  [--async-lookahead G] [--failed W:N,...] [--late W:N,...] [--twice W:N,...]
  * (--async-rule, --async-lookahead: replay with this setting instead of the run's, to show that it matters)
- * (--failed W:N: worker W's N-th try to submit failed without a trace in Redis (DL_FAIL, training went on):
- * the submission it made next trained 2H steps from the start of the one before, and Δ covers both windows)
- * (--late W:N: worker W's N-th try got its places, and so is recorded, but not its result (its get
- * failed): the worker completed it at its next sync, dropped the H steps trained meanwhile and took the
- * versions it got, from which its next submission trains H steps (not ahead: --async-lookahead starts
- * only an interval that follows a submission's own get). --twice W:N: the same failure as the
- * worker handled it before 29 November (without --async-lookahead): its next submission continued from
- * where that window ended and measured Δ from the same start, so the window was applied twice, and its
- * weight was H)
- * (a worker's k-th submission trains H steps from the versions its previous submission got back; with
- * --weight-by tokens its pseudo-gradient is scaled by its steps / weight_ref_tokens (2H after a failed
- * try), a quadratic step being a token;
- * with --staleness-weight, per shard, by outer_stale_weight of its seq - base; with --async-rule rebase
- * it enters the outer step as g + theta_seq - theta_base; with --async-lookahead a worker's later submissions
- * start ahead of their base, start_of) */
+ *
+ * Each fragment is an order of its own. A submission covers one fragment's shards (all of them, or none:
+ * dl_submit), each shard counts its own seq, and a fragment's shards move together, so the replay runs one
+ * line of versions per fragment (plain async DiLoCo: one fragment, the whole vector). The quadratic trainer
+ * is elementwise (AdamW per element; only its step count is shared, and every fragment steps at every step),
+ * so a fragment's elements depend on that fragment's history alone: the replay keeps one trainer per worker
+ * and fragment, stepped as the worker's whole trainer was, and of which only the fragment's elements are read.
+ *
+ * The schedule: a worker's boundaries come every I = H/F inner steps (plain async: I = H, F = 1), and
+ * boundary b (its b-th try) sends fragment (b-1) mod F (worker/diloco/streaming.c: the fragments in turn,
+ * one submission in flight, settled at the next boundary; async.c). So fragment f goes at boundaries f+1,
+ * f+1+F, ...: its first submission trained (f+1)I steps from the versions the worker started from (those
+ * it names as base); each later one trained from the versions the one before got back (the base of the
+ * next one, as recorded): plain, H steps from the boundary; Streaming, (F-1)I steps from the boundary after
+ * it, the I steps trained while it was in flight being dropped when its result came (the AdamW moments keep
+ * them). With --weight-by tokens its pseudo-gradient is scaled by its steps since the fragment's previous Δ
+ * (H; a fragment's first: (f+1)I) / weight_ref_tokens, a quadratic step being a token; with
+ * --staleness-weight, per shard, by outer_stale_weight of its seq - base; with --async-rule rebase it enters
+ * the outer step as g + theta_seq - theta_base; with --async-lookahead a worker's later submissions of a
+ * fragment start ahead of their base (start_of), and a plain rule's Δ is measured from that start.
+ *
+ * Failures, W:N naming worker W's try at its boundary N (plain async: its N-th try):
+ * (--failed W:N: the try failed without a trace in Redis (DL_FAIL, training went on): the fragment's next
+ * submission, F boundaries later, trained on from the start of the one before, and Δ covers both windows
+ * and weighs their steps)
+ * (--late W:N: the try got its places, and so is recorded, but not its result (its get failed): the worker
+ * completed it at the fragment's next boundary, which sent nothing, dropped the steps trained since it went
+ * out and took the versions it got, from which the fragment's next submission trains H steps (not ahead:
+ * --async-lookahead starts only an interval that follows a submission's own get). --twice W:N (plain async
+ * only): the same failure as the worker handled it before 29 November (without --async-lookahead): its next
+ * submission continued from where that window ended and measured Δ from the same start, so the window was
+ * applied twice, and its weight was H)
+ * What the events do not say, and the replay assumes: every worker trained with the H given here and kept
+ * its schedule (no new registration, no --final-sync, no DyLU), and failed only as told. No submission was
+ * refused as STALE: the window before such a try trained from the versions the submission before it got,
+ * which its reject event does not record (it names one shard's staleness), and the next base does not
+ * give (the worker fetched the current versions instead). */
 #include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -47,24 +69,40 @@
 
 typedef struct submission {
     char worker[64];
-    int64_t *base; /* per shard */
+    int64_t *base; /* per shard (its fragment's) */
     int seen;      /* shards recorded */
 } submission;
+
+/* One fragment's order: its shards move together, version by version. */
+typedef struct line {
+    int first, last;  /* its shards [first, last) */
+    size_t lo, hi;    /* its elements [lo, hi) */
+    submission *subs; /* by seq */
+    int64_t nsubs;
+    float **theta; /* theta[v]: the vector at version v of this fragment (only [lo, hi) is the fragment's) */
+} line;
+
+/* A worker as replayed so far. */
+typedef struct replayed {
+    char *id;
+    trainer **t;         /* per fragment: its trainer (the header says why one per fragment) */
+    int64_t *last;       /* per fragment: its latest submission replayed so far (-1: none) */
+    long long *boundary; /* per fragment: the boundary (try) at which that submission went (0: none) */
+    int *after;          /* per fragment: what that submission's try left: AFTER_* */
+} replayed;
 
 typedef struct ref {
     runconf rc;
     size_t n;
+    long long H;
+    double qlr;
+    int bf16;
     float lr, mu;
     int nesterov;
-    submission *subs; /* by seq */
-    int64_t nsubs;
-    float **theta; /* theta[v]: the whole vector at version v (all shards move together) */
-    char *ids[MAX_WORKERS];
-    trainer *t[MAX_WORKERS];
-    int64_t last[MAX_WORKERS]; /* each worker's latest submission replayed so far (-1: none) */
-    int tries[MAX_WORKERS];    /* each worker's tries to submit so far, the failed ones included */
-    int after[MAX_WORKERS];    /* what its latest submission's try left: AFTER_* */
+    line *lines; /* per fragment */
+    replayed w[MAX_WORKERS];
     int nworkers;
+    float *mom, *buf, *g; /* the servers' outer state and one submission's mean (each shard its own range) */
     const char *failed, *late, *twice; /* --failed, --late, --twice: "W:N,..." */
 } ref;
 
@@ -90,54 +128,115 @@ static int read_tunables(rconn *c, const char *run, ref *r)
     return 0;
 }
 
-/* Every submit event, indexed by seq. */
-static int read_submissions(rconn *c, const char *run, ref *r)
+static int is_submit(redisReply *e)
 {
-    char key[KEY_MAX];
-    redisReply *x = rconn_command(c, "XRANGE %s - +", key_run(key, sizeof key, run, "events"));
-    if (!x || x->type != REDIS_REPLY_ARRAY) return -1;
-    int64_t max = -1;
+    const char *type = field(e, "type");
+    return type && !strcmp(type, "submit") && field(e, "seq") && field(e, "shard") && field(e, "worker") &&
+           field(e, "base");
+}
+
+/* Each fragment's line, its submissions counted (the largest seq of its shards, plus one) and allocated. */
+static void make_lines(ref *r, redisReply *x)
+{
+    r->lines = calloc((size_t)r->rc.nfragments, sizeof *r->lines);
+    for (int f = 0; f < r->rc.nfragments; f++) {
+        line *l = &r->lines[f];
+        l->first = r->rc.frag_bounds[f];
+        l->last = r->rc.frag_bounds[f + 1];
+        l->lo = (size_t)r->rc.shard_bounds[l->first];
+        l->hi = (size_t)r->rc.shard_bounds[l->last];
+    }
     for (size_t i = 0; i < x->elements; i++) {
         redisReply *e = x->element[i]->element[1];
-        const char *type = field(e, "type"), *seq = field(e, "seq");
-        if (type && !strcmp(type, "submit") && seq && atoll(seq) > max) max = atoll(seq);
+        if (!is_submit(e)) continue;
+        line *l = &r->lines[runconf_fragment_of_shard(&r->rc, atoi(field(e, "shard")))];
+        if (atoll(field(e, "seq")) + 1 > l->nsubs) l->nsubs = atoll(field(e, "seq")) + 1;
     }
-    r->nsubs = max + 1;
-    r->subs = calloc((size_t)r->nsubs + 1, sizeof *r->subs);
-    for (int64_t s = 0; s < r->nsubs; s++) r->subs[s].base = calloc((size_t)r->rc.nshards, sizeof(int64_t));
-    for (size_t i = 0; i < x->elements; i++) {
-        redisReply *e = x->element[i]->element[1];
-        const char *type = field(e, "type");
-        if (!type || strcmp(type, "submit") != 0) continue;
-        submission *s = &r->subs[atoll(field(e, "seq"))];
-        snprintf(s->worker, sizeof s->worker, "%s", field(e, "worker"));
-        s->base[atoi(field(e, "shard"))] = atoll(field(e, "base"));
-        s->seen++;
+    for (int f = 0; f < r->rc.nfragments; f++) {
+        line *l = &r->lines[f];
+        l->subs = calloc((size_t)l->nsubs + 1, sizeof *l->subs);
+        for (int64_t s = 0; s < l->nsubs; s++) l->subs[s].base = calloc((size_t)r->rc.nshards, sizeof(int64_t));
+        l->theta = calloc((size_t)l->nsubs + 1, sizeof(float *));
     }
-    freeReplyObject(x);
-    for (int64_t s = 0; s < r->nsubs; s++)
-        if (r->subs[s].seen != r->rc.nshards) {
-            fprintf(stderr, "ref_async: submission %" PRId64 " is not recorded for every shard\n", s);
+}
+
+/* Every submission of the fragment's line complete: recorded for each of its shards, by one worker. */
+static int check_line(const ref *r, int f)
+{
+    const line *l = &r->lines[f];
+    for (int64_t s = 0; s < l->nsubs; s++)
+        if (l->subs[s].seen != l->last - l->first) {
+            fprintf(stderr, "ref_async: submission %" PRId64 " of fragment %d is not recorded for each of its shards\n",
+                    s, f);
             return -1;
         }
     return 0;
 }
 
-static int worker_index(ref *r, const char *id, double qlr)
+/* Every submit event, into its fragment's line, indexed by seq. */
+static int read_submissions(rconn *c, const char *run, ref *r)
+{
+    char key[KEY_MAX];
+    redisReply *x = rconn_command(c, "XRANGE %s - +", key_run(key, sizeof key, run, "events"));
+    if (!x || x->type != REDIS_REPLY_ARRAY) return -1;
+    make_lines(r, x);
+    int rc = 0;
+    for (size_t i = 0; i < x->elements && rc == 0; i++) {
+        redisReply *e = x->element[i]->element[1];
+        if (!is_submit(e)) continue;
+        int k = atoi(field(e, "shard")), f = runconf_fragment_of_shard(&r->rc, k);
+        submission *s = &r->lines[f].subs[atoll(field(e, "seq"))];
+        if (s->seen > 0 && strcmp(s->worker, field(e, "worker")) != 0) {
+            fprintf(stderr, "ref_async: seq %s of fragment %d is %s's on one shard, %s's on shard %d\n",
+                    field(e, "seq"), f, s->worker, field(e, "worker"), k);
+            rc = -1;
+        }
+        snprintf(s->worker, sizeof s->worker, "%s", field(e, "worker"));
+        s->base[k] = atoll(field(e, "base"));
+        s->seen++;
+    }
+    freeReplyObject(x);
+    for (int f = 0; f < r->rc.nfragments && rc == 0; f++) rc = check_line(r, f);
+    return rc;
+}
+
+static int worker_index(ref *r, const char *id)
 {
     for (int w = 0; w < r->nworkers; w++)
-        if (!strcmp(r->ids[w], id)) return w;
+        if (!strcmp(r->w[w].id, id)) return w;
+    if (r->nworkers == MAX_WORKERS) {
+        fprintf(stderr, "ref_async: the run has more than %d workers, more than this replay holds\n", MAX_WORKERS);
+        exit(1);
+    }
+    replayed *rw = &r->w[r->nworkers];
+    size_t nf = (size_t)r->rc.nfragments;
+    rw->id = strdup(id);
+    rw->t = calloc(nf, sizeof *rw->t);
+    rw->last = malloc(nf * sizeof *rw->last);
+    rw->boundary = calloc(nf, sizeof *rw->boundary);
+    rw->after = calloc(nf, sizeof *rw->after);
+    for (size_t f = 0; f < nf; f++) rw->last[f] = -1;
+    return r->nworkers++;
+}
+
+/* Worker w's trainer of fragment f, made at its first use (its problem from the run's seed and its id). */
+static trainer *trainer_of(ref *r, int w, int f)
+{
+    replayed *rw = &r->w[w];
+    if (rw->t[f]) return rw->t[f];
     char err[128];
     quadratic_options q;
     quadratic_options_default(&q);
     q.numel = r->n;
     q.seed = r->rc.seed;
-    q.worker_id = r->ids[r->nworkers] = strdup(id);
-    q.lr = (float)qlr;
-    r->t[r->nworkers] = quadratic_trainer_create(&q, err, sizeof err);
-    r->last[r->nworkers] = -1;
-    r->tries[r->nworkers] = 0;
-    return r->nworkers++;
+    q.worker_id = rw->id;
+    q.lr = (float)r->qlr;
+    rw->t[f] = quadratic_trainer_create(&q, err, sizeof err);
+    if (!rw->t[f]) {
+        fprintf(stderr, "ref_async: %s\n", err);
+        exit(1);
+    }
+    return rw->t[f];
 }
 
 /* Does list ("W:N,...": --failed, --late, --twice) name worker id's try n? */
@@ -151,130 +250,191 @@ static int listed(const char *list, const char *id, int n)
     return 0;
 }
 
-/* How many windows of H steps submission s's worker trained for it: 1, plus one per failed try just before;
- * its try's outcome into after[w]. */
-static int windows_of(ref *r, int w)
+/* Where submission s of line l started: the versions of its base, or with --async-lookahead G (and a
+ * submission of the same worker and fragment before it, p) each shard ahead by c (base - p's base), c from
+ * p's place and the versions in between: the worker's own computation (worker/diloco/lookahead.c), replayed. */
+static void start_of(const ref *r, const line *l, int64_t s, int64_t p, float *start)
 {
-    int n = 1;
-    while (listed(r->failed, r->ids[w], ++r->tries[w])) n++;
-    r->after[w] = listed(r->late, r->ids[w], r->tries[w])    ? AFTER_LATE
-                  : listed(r->twice, r->ids[w], r->tries[w]) ? AFTER_TWICE
-                                                             : AFTER_OK;
-    return n;
-}
-
-/* Where submission s's worker started: the versions of its base, or with --async-lookahead G (and a
- * submission of the same worker before it, p) each shard ahead by c (base - p's base), c from p's place
- * and the versions in between: the worker's own computation (worker/diloco/lookahead.c), replayed. */
-static void start_of(const ref *r, int64_t s, int64_t p, float *start)
-{
-    const submission *sub = &r->subs[s];
-    for (int k = 0; k < r->rc.nshards; k++) {
+    const submission *sub = &l->subs[s];
+    for (int k = l->first; k < l->last; k++) {
         size_t lo = (size_t)r->rc.shard_bounds[k], len = (size_t)runconf_shard_numel(&r->rc, k);
-        const float *got = r->theta[sub->base[k]] + lo;
+        const float *got = l->theta[sub->base[k]] + lo;
         if (r->rc.async_lookahead > 0 && p >= 0) {
-            int64_t prev = r->subs[p].base[k];
+            int64_t prev = l->subs[p].base[k];
             float c = outer_lookahead_coef(r->rc.async_lookahead, p - prev, sub->base[k] - prev);
-            outer_lookahead(start + lo, got, r->theta[prev] + lo, c, len);
+            outer_lookahead(start + lo, got, l->theta[prev] + lo, c, len);
         } else {
             memcpy(start + lo, got, len * sizeof(float));
         }
     }
 }
 
-/* Submission s: its worker trains H steps (more after a failed try: windows_of) from the versions it started
- * from; the shard-servers apply its Δ (bf16 unless told otherwise) as version s+1. */
-static void apply(ref *r, int64_t s, long long H, double qlr, int bf16, float *mom, float *buf, float *g)
+static void steps(trainer *t, long long n)
 {
-    const submission *sub = &r->subs[s];
-    int w = worker_index(r, sub->worker, qlr);
-    trainer *t = r->t[w];
-    int before = r->after[w]; /* what the worker's previous submission left */
-    float *start = malloc(r->n * sizeof(float));
-    start_of(r, s, before == AFTER_LATE ? -1 : r->last[w], start); /* (a late one's completion took base) */
-    r->last[w] = s;
     char err[128];
     trainer_stats st;
-    if (before == AFTER_LATE) { /* the window of the try that completed the late one: trained, dropped */
-        for (long long i = 0; i < H; i++) t->step(t, &st, err, sizeof err);
-        r->tries[w]++;
+    for (long long i = 0; i < n; i++) t->step(t, &st, err, sizeof err);
+}
+
+/* The worker's inner steps between two boundaries: H/F (at least 1; H with one fragment). */
+static long long interval(const ref *r)
+{
+    return r->H / r->rc.nfragments < 1 ? 1 : r->H / r->rc.nfragments;
+}
+
+/* Worker w's submission s of fragment f, on the schedule of the header: the boundary it went at (past the
+ * fragment's boundaries that sent nothing: a late one's completion, failed tries), its outcome into after[f],
+ * and the trainer taken there from the previous one: the steps before its params took the start (none
+ * after a plain submission; the interval in flight in Streaming; until the completion of a late one), then
+ * to the boundary. Returns the steps its Δ weighs: those since the fragment's previous Δ that was taken (a
+ * failed try's was not; a late one's completion restarted the count). */
+static long long train(ref *r, const line *l, int64_t s, int w, int f, trainer *t, float *start)
+{
+    replayed *rw = &r->w[w];
+    long long F = r->rc.nfragments, I = interval(r), prev = rw->boundary[f], b, reset;
+    int before = rw->after[f]; /* what the fragment's previous submission left */
+    if (prev == 0) {
+        b = f + 1, reset = 0;
+    } else if (before == AFTER_LATE) {
+        b = prev + 2 * F, reset = (prev + F) * I;
+    } else if (before == AFTER_TWICE) { /* the worker went on from where the late window ended */
+        b = prev + F, reset = -1;
+    } else {
+        b = prev + F, reset = prev * I + (F > 1 ? I : 0);
     }
-    /* (--twice: the worker went on from where the late window ended; its base, and so start, did not move) */
-    if (before != AFTER_TWICE) memcpy(t->params, start, r->n * sizeof(float));
-    long long steps = H * windows_of(r, w), weighed = before == AFTER_TWICE ? H : steps;
-    for (long long i = 0; i < steps; i++) t->step(t, &st, err, sizeof err);
-    float *d = malloc(r->n * sizeof(float));
-    uint16_t *d16 = malloc(r->n * sizeof(uint16_t));
-    /* Δ from where it started; a rebase run's worker measures it from its base (lookahead.c) */
-    for (int k = 0; k < r->rc.nshards; k++) {
-        size_t lo = (size_t)r->rc.shard_bounds[k], hi = lo + (size_t)runconf_shard_numel(&r->rc, k);
-        const float *from = runconf_rebase(&r->rc) ? r->theta[sub->base[k]] : start;
-        for (size_t i = lo; i < hi; i++) d[i] = from[i] - t->params[i];
+    while (listed(r->failed, rw->id, (int)b)) b += F;
+    rw->after[f] = listed(r->late, rw->id, (int)b)    ? AFTER_LATE
+                   : listed(r->twice, rw->id, (int)b) ? AFTER_TWICE
+                                                      : AFTER_OK;
+    rw->boundary[f] = b;
+    start_of(r, l, s, before == AFTER_LATE ? -1 : rw->last[f], start); /* (a late one's completion took base) */
+    if (reset >= 0) {
+        steps(t, reset - prev * I);
+        memcpy(t->params + l->lo, start + l->lo, (l->hi - l->lo) * sizeof(float));
+        steps(t, b * I - reset);
+    } else {
+        steps(t, (b - prev) * I);
     }
-    outer_sum_zero(g, r->n); /* exactly the servers' mean of one submission (or its scaling) */
-    if (bf16) bf16_encode(d, d16, r->n);
-    for (int k = 0; k < r->rc.nshards; k++) {
+    long long counted = before == AFTER_LATE ? reset : prev * I;
+    return before == AFTER_TWICE ? F * I : b * I - counted;
+}
+
+/* The servers' mean of submission s of line l (one pseudo-gradient, or its scaling: --weight-by tokens by
+ * weighed / weight_ref_tokens, --staleness-weight by its weight of s - base) into r->g, from Δ in d (and
+ * bf16 in d16 unless --no-bf16); with --async-rule rebase plus a (theta_s - theta_base), written out here
+ * (fp32, each rounded once). */
+static void outer_mean(ref *r, const line *l, int64_t s, long long weighed, const float *d, const uint16_t *d16)
+{
+    const submission *sub = &l->subs[s];
+    float *g = r->g;
+    outer_sum_zero(g + l->lo, l->hi - l->lo);
+    for (int k = l->first; k < l->last; k++) {
         size_t lo = (size_t)r->rc.shard_bounds[k], len = (size_t)runconf_shard_numel(&r->rc, k);
-        /* --weight-by tokens: its steps / weight_ref_tokens; --staleness-weight: times its weight of s - base */
         double w = r->rc.weight_tokens
                        ? (double)weighed / (double)(r->rc.weight_ref_tokens ? r->rc.weight_ref_tokens : 1)
                        : 1.0;
         float scale = (float)(w * outer_stale_weight(r->rc.stale_weight, s - sub->base[k], r->rc.stale_ref));
-        if (runconf_weighted(&r->rc) && bf16)
+        if (runconf_weighted(&r->rc) && r->bf16)
             outer_sum_add_scaled_bf16(g + lo, d16 + lo, scale, len);
         else if (runconf_weighted(&r->rc))
             outer_sum_add_scaled_f32(g + lo, d + lo, scale, len);
-        else if (bf16)
+        else if (r->bf16)
             outer_sum_add_bf16(g + lo, d16 + lo, len);
         else
             outer_sum_add_f32(g + lo, d + lo, len);
     }
-    if (!runconf_weighted(&r->rc)) outer_mean_finish(g, r->n, 1);
-    for (int k = 0; runconf_rebase(&r->rc) && k < r->rc.nshards; k++) {
-        /* --async-rule rebase: g + a (theta_s - theta_base), written out here (fp32, each rounded once) */
+    if (!runconf_weighted(&r->rc)) outer_mean_finish(g + l->lo, l->hi - l->lo, 1);
+    for (int k = l->first; runconf_rebase(&r->rc) && k < l->last; k++) {
         size_t lo = (size_t)r->rc.shard_bounds[k], len = (size_t)runconf_shard_numel(&r->rc, k);
-        const float *now = r->theta[s], *base = r->theta[sub->base[k]];
+        const float *now = l->theta[s], *base = l->theta[sub->base[k]];
         for (size_t i = lo; i < lo + len; i++) {
             float diff = now[i] - base[i];
             float part = r->rc.rebase_fraction * diff;
             g[i] = g[i] + part;
         }
     }
+}
+
+/* Submission s of fragment f: its worker trains from the versions it started from; the shard-servers apply
+ * its Δ (bf16 unless told otherwise) as version s+1 of the fragment's shards. */
+static void apply(ref *r, int f, int64_t s)
+{
+    line *l = &r->lines[f];
+    const submission *sub = &l->subs[s];
+    int w = worker_index(r, sub->worker);
+    trainer *t = trainer_of(r, w, f);
+    float *start = malloc(r->n * sizeof(float));
+    long long weighed = train(r, l, s, w, f, t, start);
+    r->w[w].last[f] = s;
+    float *d = malloc(r->n * sizeof(float));
+    uint16_t *d16 = malloc(r->n * sizeof(uint16_t));
+    /* Δ from where it started; a rebase run's worker measures it from its base (lookahead.c) */
+    for (int k = l->first; k < l->last; k++) {
+        size_t lo = (size_t)r->rc.shard_bounds[k], hi = lo + (size_t)runconf_shard_numel(&r->rc, k);
+        const float *from = runconf_rebase(&r->rc) ? l->theta[sub->base[k]] : start;
+        for (size_t i = lo; i < hi; i++) d[i] = from[i] - t->params[i];
+    }
+    if (r->bf16) bf16_encode(d + l->lo, d16 + l->lo, l->hi - l->lo);
+    outer_mean(r, l, s, weighed, d, d16);
     free(d);
     free(d16);
     float *next = malloc(r->n * sizeof(float));
-    memcpy(next, r->theta[s], r->n * sizeof(float));
-    for (int k = 0; k < r->rc.nshards; k++) {
+    memcpy(next, l->theta[s], r->n * sizeof(float));
+    for (int k = l->first; k < l->last; k++) {
         size_t lo = (size_t)r->rc.shard_bounds[k], len = (size_t)runconf_shard_numel(&r->rc, k);
         if (r->rc.dn_buffer > 0)
-            outer_dn_step(r->rc.dn_variant, next + lo, mom + lo, buf + lo, g + lo, len, r->rc.dn_t0 + (uint64_t)s + 1,
-                          (uint32_t)r->rc.dn_buffer, r->lr, r->mu, r->nesterov);
+            outer_dn_step(r->rc.dn_variant, next + lo, r->mom + lo, r->buf + lo, r->g + lo, len,
+                          r->rc.dn_t0 + (uint64_t)s + 1, (uint32_t)r->rc.dn_buffer, r->lr, r->mu, r->nesterov);
         else
-            outer_sgd_step(next + lo, mom + lo, s == 0, g + lo, len, r->lr, r->mu, r->nesterov);
+            outer_sgd_step(next + lo, r->mom + lo, s == 0, r->g + lo, len, r->lr, r->mu, r->nesterov);
     }
-    r->theta[s + 1] = next;
+    l->theta[s + 1] = next;
     free(start);
+}
+
+/* Every fragment's line, from the run's initial parameters (fragments are independent: see the header). */
+static void replay(ref *r)
+{
+    r->mom = calloc(r->n, sizeof(float));
+    r->buf = calloc(r->n, sizeof(float));
+    r->g = malloc(r->n * sizeof(float));
+    for (int f = 0; f < r->rc.nfragments; f++) {
+        line *l = &r->lines[f];
+        l->theta[0] = malloc(r->n * sizeof(float));
+        quadratic_init_params(r->rc.seed, l->theta[0], r->n);
+        for (int64_t s = 0; s < l->nsubs; s++) apply(r, f, s);
+    }
+}
+
+/* "replayed N submissions of W workers" (in F fragments: n0+n1+... per fragment), on stderr. */
+static void say_replayed(const ref *r)
+{
+    int64_t total = 0;
+    for (int f = 0; f < r->rc.nfragments; f++) total += r->lines[f].nsubs;
+    fprintf(stderr, "ref_async: replayed %" PRId64 " submissions of %d workers", total, r->nworkers);
+    for (int f = 0; r->rc.nfragments > 1 && f < r->rc.nfragments; f++)
+        fprintf(stderr, "%s%" PRId64, f == 0 ? " (fragments: " : "+", r->lines[f].nsubs);
+    fprintf(stderr, "%s\n", r->rc.nfragments > 1 ? ")" : "");
 }
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ref_async --redis URL --run R --sync-every H [--quad-lr LR] [--no-bf16] [--async-rule RULE]\n"
-               "                 [--async-lookahead G] [--failed W:N,...] [--late W:N,...] [--twice W:N,...]\n");
+               "                 [--async-lookahead G] [--failed W:N,...] [--late W:N,...] [--twice W:N,...]\n"
+               "(--twice is for runs of one fragment)\n");
 }
 
 int main(int argc, char **argv)
 {
     const char *url = NULL, *run = NULL, *rule = NULL;
-    long long H = 0;
-    double qlr = 0.01, ahead = -1;
-    int bf16 = 1;
-    ref r = {0};
+    double ahead = -1;
+    ref r = {.qlr = 0.01, .bf16 = 1};
     const opt_spec specs[] = {
-        {.name = "no-bf16", .kind = OPT_CLEAR, .dest = &bf16},
+        {.name = "no-bf16", .kind = OPT_CLEAR, .dest = &r.bf16},
         {.name = "redis", .kind = OPT_STRING, .dest = &url},
         {.name = "run", .kind = OPT_STRING, .dest = &run},
-        {.name = "sync-every", .kind = OPT_LLONG, .dest = &H, .lo = 1, .hi = INT64_MAX},
-        {.name = "quad-lr", .kind = OPT_DOUBLE, .dest = &qlr, .min = -DBL_MAX, .max = DBL_MAX},
+        {.name = "sync-every", .kind = OPT_LLONG, .dest = &r.H, .lo = 1, .hi = INT64_MAX},
+        {.name = "quad-lr", .kind = OPT_DOUBLE, .dest = &r.qlr, .min = -DBL_MAX, .max = DBL_MAX},
         {.name = "async-rule", .kind = OPT_STRING, .dest = &rule},
         {.name = "async-lookahead", .kind = OPT_DOUBLE, .dest = &ahead, .min = 0, .max = ASYNC_LOOKAHEAD_MAX},
         {.name = "failed", .kind = OPT_STRING, .dest = &r.failed},
@@ -284,7 +444,7 @@ int main(int argc, char **argv)
     };
     int prc = opts_parse_cmd("ref_async", usage, specs, argc, argv, 1, NULL, NULL);
     if (prc != 0) return opts_exit_status(prc);
-    if (!url || !run || H <= 0) {
+    if (!url || !run || r.H <= 0) {
         usage(stderr);
         return OPTS_EXIT_USAGE;
     }
@@ -300,20 +460,25 @@ int main(int argc, char **argv)
         fprintf(stderr, "ref_async: --async-rule wants plain or rebase, got '%s'\n", rule);
         return OPTS_EXIT_USAGE;
     }
+    if (r.rc.nfragments > 1 && r.twice) {
+        fprintf(stderr,
+                "ref_async: run '%s' has %d fragments: --twice replays the old handling of a late "
+                "submission, in plain async runs only\n",
+                run, r.rc.nfragments);
+        return OPTS_EXIT_USAGE;
+    }
     if (ahead >= 0) r.rc.async_lookahead = (float)ahead;
     if (read_tunables(c, run, &r) < 0 || read_submissions(c, run, &r) < 0) {
         fprintf(stderr, "ref_async: cannot read the run's state or events\n");
         return 1;
     }
     r.n = (size_t)r.rc.numel;
-    r.theta = calloc((size_t)r.nsubs + 1, sizeof(float *));
-    r.theta[0] = malloc(r.n * sizeof(float));
-    quadratic_init_params(r.rc.seed, r.theta[0], r.n);
-    float *mom = calloc(r.n, sizeof(float)), *buf = calloc(r.n, sizeof(float)), *g = malloc(r.n * sizeof(float));
-    for (int64_t s = 0; s < r.nsubs; s++) apply(&r, s, H, qlr, bf16, mom, buf, g);
-    for (int k = 0; k < r.rc.nshards; k++)
+    replay(&r);
+    for (int k = 0; k < r.rc.nshards; k++) {
+        const line *l = &r.lines[runconf_fragment_of_shard(&r.rc, k)];
         printf("shard %d %016" PRIx64 "\n", k,
-               digest_f32(r.theta[r.nsubs] + r.rc.shard_bounds[k], (size_t)runconf_shard_numel(&r.rc, k)));
-    fprintf(stderr, "ref_async: replayed %" PRId64 " submissions of %d workers\n", r.nsubs, r.nworkers);
+               digest_f32(l->theta[l->nsubs] + r.rc.shard_bounds[k], (size_t)runconf_shard_numel(&r.rc, k)));
+    }
+    say_replayed(&r);
     return 0;
 }

@@ -132,6 +132,38 @@ local function repeated_submission(rec, n, f, nshards)
     return rec.sub_seqs
 end
 
+-- dl_submit's (shard, base_version) pairs from args[5], each checked: -> {{shard, base, next}, ...}
+local function check_plan(shards, args)
+    local plan = {}
+    for i = 5, #args, 2 do
+        local k, base = to_int(args[i], 'shard'), to_int(args[i + 1], 'base_version')
+        local nxt = tonumber(redis.call('HGET', shards, k .. ':next'))
+        if not nxt then error('BADARG shard ' .. k .. ' does not exist') end
+        if base > nxt then error('BADARG base version ' .. base .. ' of shard ' .. k .. ' is in the future') end
+        plan[#plan + 1] = {k, base, nxt}
+    end
+    return plan
+end
+
+-- The first entry of plan more than limit versions stale (limit 0: none is), or nil.
+local function first_over(plan, limit)
+    if limit <= 0 then return nil end
+    for _, p in ipairs(plan) do
+        if p[3] - p[2] > limit then return p end
+    end
+    return nil
+end
+
+-- A submission refused as STALE, recorded: the first shard over the limit and its staleness, its fragment, and the base
+-- of every shard the submission was trained from ("shard:base,...": bases), which a replay of the run needs
+-- (the worker trained that window from them, then took the current versions: tests/tools/ref_async.c).
+local function reject_stale(P, w, f, plan, over)
+    local bases = {}
+    for i, p in ipairs(plan) do bases[i] = p[1] .. ':' .. p[2] end
+    record_reject(P, {'by', 'dl_submit', 'worker', w, 'code', 'STALE', 'shard', over[1], 'staleness',
+                      over[3] - over[2], 'frag', f, 'bases', table.concat(bases, ',')})
+end
+
 -- dl_submit KEYS[1]=config ARGV: worker_id, incarnation, fragment, submission, (shard, base_version)*
 -- Gives each shard's submission its place in that shard's order: seq s means the submission turns
 -- version s into s+1 (staleness = s - base). All shards are checked before any is assigned, so a
@@ -163,19 +195,13 @@ local function dl_submit(keys, args)
     -- --async-rule rebase: the servers hold only the last rebase_window versions, so none may be staler
     local window = tonumber(redis.call('HGET', keys[1], 'rebase_window')) or 0
     if window > 0 and (limit == 0 or limit > window) then limit = window end
-    local plan = {}
-    for i = 5, #args, 2 do
-        local k, base = to_int(args[i], 'shard'), to_int(args[i + 1], 'base_version')
-        local nxt = tonumber(redis.call('HGET', shards, k .. ':next'))
-        if not nxt then error('BADARG shard ' .. k .. ' does not exist') end
-        if base > nxt then error('BADARG base version ' .. base .. ' of shard ' .. k .. ' is in the future') end
-        if limit > 0 and nxt - base > limit then
-            -- the rejection itself is recorded (the only writes before this error), nothing else changes
-            record_reject(P, {'by', 'dl_submit', 'worker', w, 'code', 'STALE', 'shard', k, 'staleness', nxt - base})
-            error('STALE a submission for shard ' .. k .. ' from version ' .. base .. ' would be ' .. (nxt - base) ..
-                  ' versions stale (limit ' .. limit .. '); fetch the current parameters')
-        end
-        plan[#plan + 1] = {k, base, nxt}
+    local plan = check_plan(shards, args)
+    local over = first_over(plan, limit)
+    if over then
+        -- the rejection itself is recorded (the only writes before this error), nothing else changes
+        reject_stale(P, w, f, plan, over)
+        error('STALE a submission for shard ' .. over[1] .. ' from version ' .. over[2] .. ' would be ' ..
+              (over[3] - over[2]) .. ' versions stale (limit ' .. limit .. '); fetch the current parameters')
     end
     local seqs, worst, sum = {}, 0, 0
     for i, p in ipairs(plan) do

@@ -9,8 +9,9 @@
  *   shard <k> <digest>
  *
  * usage: ref_async --redis URL --run R --sync-every H [--quad-lr 0.01] [--no-bf16] [--async-rule RULE]
- *                  [--async-lookahead G] [--failed W:N,...] [--late W:N,...] [--twice W:N,...]
- * (--async-rule, --async-lookahead: replay with this setting instead of the run's, to show that it matters)
+ *                  [--async-lookahead G] [--failed W:N,...] [--late W:N,...] [--twice W:N,...] [--skip-refused]
+ * (--async-rule, --async-lookahead: replay with this setting instead of the run's, to show that it matters;
+ * --skip-refused: as if no try had been refused as STALE, the replay before such tries were replayed)
  *
  * Each fragment is an order of its own. A submission covers one fragment's shards (all of them, or none:
  * dl_submit), each shard counts its own seq, and a fragment's shards move together, so the replay runs one
@@ -44,10 +45,11 @@
  * submission continued from where that window ended and measured Δ from the same start, so the window was
  * applied twice, and its weight was H)
  * What the events do not say, and the replay assumes: every worker trained with the H given here and kept
- * its schedule (no new registration, no --final-sync, no DyLU), and failed only as told. No submission was
- * refused as STALE: the window before such a try trained from the versions the submission before it got,
- * which its reject event does not record (it names one shard's staleness), and the next base does not
- * give (the worker fetched the current versions instead). */
+ * its schedule (no new registration, no --final-sync, no DyLU), and failed only as told.
+ * A try refused as STALE (dl_submit's reject event, with the base of each shard it trained from: `bases`)
+ * trained its window from those bases and sent nothing; its worker fetched the current versions, which its
+ * next submission names as base, and trained on from them, not ahead (replay_refusals). A run whose reject
+ * events lack `bases` (older than that field) is refused: that window is not in its events. */
 #include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -73,6 +75,14 @@ typedef struct submission {
     int seen;      /* shards recorded */
 } submission;
 
+/* A try refused as STALE (its reject event): the window its worker trained from base, before fetching the
+ * current versions. It came after `before` submissions of its worker and fragment, in the events' order. */
+typedef struct refusal {
+    int worker, frag;
+    int64_t before;
+    int64_t *base; /* per shard (its fragment's) */
+} refusal;
+
 /* One fragment's order: its shards move together, version by version. */
 typedef struct line {
     int first, last;  /* its shards [first, last) */
@@ -89,6 +99,7 @@ typedef struct replayed {
     int64_t *last;       /* per fragment: its latest submission replayed so far (-1: none) */
     long long *boundary; /* per fragment: the boundary (try) at which that submission went (0: none) */
     int *after;          /* per fragment: what that submission's try left: AFTER_* */
+    int64_t *read, *done; /* per fragment: its submissions read from the events so far, and replayed so far */
 } replayed;
 
 typedef struct ref {
@@ -102,8 +113,11 @@ typedef struct ref {
     line *lines; /* per fragment */
     replayed w[MAX_WORKERS];
     int nworkers;
+    refusal *refusals; /* in the events' order */
+    int nrefusals;
     float *mom, *buf, *g; /* the servers' outer state and one submission's mean (each shard its own range) */
     const char *failed, *late, *twice; /* --failed, --late, --twice: "W:N,..." */
+    int skip_refused;                  /* --skip-refused */
 } ref;
 
 enum { AFTER_OK, AFTER_LATE, AFTER_TWICE };
@@ -173,33 +187,6 @@ static int check_line(const ref *r, int f)
     return 0;
 }
 
-/* Every submit event, into its fragment's line, indexed by seq. */
-static int read_submissions(rconn *c, const char *run, ref *r)
-{
-    char key[KEY_MAX];
-    redisReply *x = rconn_command(c, "XRANGE %s - +", key_run(key, sizeof key, run, "events"));
-    if (!x || x->type != REDIS_REPLY_ARRAY) return -1;
-    make_lines(r, x);
-    int rc = 0;
-    for (size_t i = 0; i < x->elements && rc == 0; i++) {
-        redisReply *e = x->element[i]->element[1];
-        if (!is_submit(e)) continue;
-        int k = atoi(field(e, "shard")), f = runconf_fragment_of_shard(&r->rc, k);
-        submission *s = &r->lines[f].subs[atoll(field(e, "seq"))];
-        if (s->seen > 0 && strcmp(s->worker, field(e, "worker")) != 0) {
-            fprintf(stderr, "ref_async: seq %s of fragment %d is %s's on one shard, %s's on shard %d\n",
-                    field(e, "seq"), f, s->worker, field(e, "worker"), k);
-            rc = -1;
-        }
-        snprintf(s->worker, sizeof s->worker, "%s", field(e, "worker"));
-        s->base[k] = atoll(field(e, "base"));
-        s->seen++;
-    }
-    freeReplyObject(x);
-    for (int f = 0; f < r->rc.nfragments && rc == 0; f++) rc = check_line(r, f);
-    return rc;
-}
-
 static int worker_index(ref *r, const char *id)
 {
     for (int w = 0; w < r->nworkers; w++)
@@ -215,8 +202,93 @@ static int worker_index(ref *r, const char *id)
     rw->last = malloc(nf * sizeof *rw->last);
     rw->boundary = calloc(nf, sizeof *rw->boundary);
     rw->after = calloc(nf, sizeof *rw->after);
+    rw->read = calloc(nf, sizeof *rw->read);
+    rw->done = calloc(nf, sizeof *rw->done);
     for (size_t f = 0; f < nf; f++) rw->last[f] = -1;
     return r->nworkers++;
+}
+
+static int is_stale_reject(redisReply *e)
+{
+    const char *type = field(e, "type"), *by = field(e, "by"), *code = field(e, "code");
+    return type && by && code && field(e, "worker") && !strcmp(type, "reject") && !strcmp(by, "dl_submit") &&
+           !strcmp(code, "STALE");
+}
+
+/* "shard:base,..." (a STALE reject event's bases: lua/40_barriers.lua, reject_stale) into base; -> the
+ * fragment of its shards, all of them named once, or -1. */
+static int parse_bases(const ref *r, const char *bases, int64_t *base)
+{
+    int f = -1, n = 0;
+    for (const char *p = bases; *p;) {
+        char *end;
+        long k = strtol(p, &end, 10);
+        if (end == p || *end != ':' || k < 0 || k >= r->rc.nshards) return -1;
+        const char *v = end + 1;
+        long long b = strtoll(v, &end, 10);
+        if (end == v || (*end != ',' && *end != '\0') || b < 0) return -1;
+        int fk = runconf_fragment_of_shard(&r->rc, (int)k);
+        if (f >= 0 && fk != f) return -1;
+        if (b > r->lines[fk].nsubs) return -1;
+        f = fk, base[k] = b, n++;
+        p = *end ? end + 1 : end;
+    }
+    return f >= 0 && n == r->lines[f].last - r->lines[f].first ? f : -1;
+}
+
+/* A try refused as STALE (event id e), after the submissions of its worker read so far. */
+static int read_refusal(ref *r, const char *id, redisReply *e)
+{
+    const char *bases = field(e, "bases"), *worker = field(e, "worker");
+    if (!bases) {
+        fprintf(stderr,
+                "ref_async: event %s: a submission of worker %s was refused as STALE, and the event does not "
+                "record the base of each shard (`bases`: a run from before that field), so the window it trained "
+                "cannot be replayed\n",
+                id, worker);
+        return -1;
+    }
+    int64_t *base = calloc((size_t)r->rc.nshards, sizeof *base);
+    int f = parse_bases(r, bases, base);
+    if (f < 0) {
+        fprintf(stderr, "ref_async: event %s: bases '%s' do not name one fragment's shards with versions of the run\n",
+                id, bases);
+        free(base);
+        return -1;
+    }
+    int w = worker_index(r, worker);
+    r->refusals = realloc(r->refusals, (size_t)(r->nrefusals + 1) * sizeof *r->refusals);
+    r->refusals[r->nrefusals++] = (refusal){.worker = w, .frag = f, .before = r->w[w].read[f], .base = base};
+    return 0;
+}
+
+/* Every submit event, into its fragment's line, indexed by seq; every STALE refusal, in order. */
+static int read_submissions(rconn *c, const char *run, ref *r)
+{
+    char key[KEY_MAX];
+    redisReply *x = rconn_command(c, "XRANGE %s - +", key_run(key, sizeof key, run, "events"));
+    if (!x || x->type != REDIS_REPLY_ARRAY) return -1;
+    make_lines(r, x);
+    int rc = 0;
+    for (size_t i = 0; i < x->elements && rc == 0; i++) {
+        redisReply *e = x->element[i]->element[1];
+        if (!r->skip_refused && is_stale_reject(e)) rc = read_refusal(r, x->element[i]->element[0]->str, e);
+        if (!is_submit(e)) continue;
+        int k = atoi(field(e, "shard")), f = runconf_fragment_of_shard(&r->rc, k);
+        submission *s = &r->lines[f].subs[atoll(field(e, "seq"))];
+        if (s->seen > 0 && strcmp(s->worker, field(e, "worker")) != 0) {
+            fprintf(stderr, "ref_async: seq %s of fragment %d is %s's on one shard, %s's on shard %d\n",
+                    field(e, "seq"), f, s->worker, field(e, "worker"), k);
+            rc = -1;
+        }
+        snprintf(s->worker, sizeof s->worker, "%s", field(e, "worker"));
+        s->base[k] = atoll(field(e, "base"));
+        s->seen++;
+        if (k == r->lines[f].first) r->w[worker_index(r, s->worker)].read[f]++;
+    }
+    freeReplyObject(x);
+    for (int f = 0; f < r->rc.nfragments && rc == 0; f++) rc = check_line(r, f);
+    return rc;
 }
 
 /* Worker w's trainer of fragment f, made at its first use (its problem from the run's seed and its id). */
@@ -250,18 +322,17 @@ static int listed(const char *list, const char *id, int n)
     return 0;
 }
 
-/* Where submission s of line l started: the versions of its base, or with --async-lookahead G (and a
+/* Where a try of line l from base started: those versions, or with --async-lookahead G (and a
  * submission of the same worker and fragment before it, p) each shard ahead by c (base - p's base), c from
  * p's place and the versions in between: the worker's own computation (worker/diloco/lookahead.c), replayed. */
-static void start_of(const ref *r, const line *l, int64_t s, int64_t p, float *start)
+static void start_of(const ref *r, const line *l, const int64_t *base, int64_t p, float *start)
 {
-    const submission *sub = &l->subs[s];
     for (int k = l->first; k < l->last; k++) {
         size_t lo = (size_t)r->rc.shard_bounds[k], len = (size_t)runconf_shard_numel(&r->rc, k);
-        const float *got = l->theta[sub->base[k]] + lo;
+        const float *got = l->theta[base[k]] + lo;
         if (r->rc.async_lookahead > 0 && p >= 0) {
             int64_t prev = l->subs[p].base[k];
-            float c = outer_lookahead_coef(r->rc.async_lookahead, p - prev, sub->base[k] - prev);
+            float c = outer_lookahead_coef(r->rc.async_lookahead, p - prev, base[k] - prev);
             outer_lookahead(start + lo, got, l->theta[prev] + lo, c, len);
         } else {
             memcpy(start + lo, got, len * sizeof(float));
@@ -288,7 +359,7 @@ static long long interval(const ref *r)
  * after a plain submission; the interval in flight in Streaming; until the completion of a late one), then
  * to the boundary. Returns the steps its Δ weighs: those since the fragment's previous Δ that was taken (a
  * failed try's was not; a late one's completion restarted the count). */
-static long long train(ref *r, const line *l, int64_t s, int w, int f, trainer *t, float *start)
+static long long train(ref *r, const line *l, const int64_t *base, int w, int f, trainer *t, float *start)
 {
     replayed *rw = &r->w[w];
     long long F = r->rc.nfragments, I = interval(r), prev = rw->boundary[f], b, reset;
@@ -307,7 +378,7 @@ static long long train(ref *r, const line *l, int64_t s, int w, int f, trainer *
                    : listed(r->twice, rw->id, (int)b) ? AFTER_TWICE
                                                       : AFTER_OK;
     rw->boundary[f] = b;
-    start_of(r, l, s, before == AFTER_LATE ? -1 : rw->last[f], start); /* (a late one's completion took base) */
+    start_of(r, l, base, before == AFTER_LATE ? -1 : rw->last[f], start); /* (a late one's completion took base) */
     if (reset >= 0) {
         steps(t, reset - prev * I);
         memcpy(t->params + l->lo, start + l->lo, (l->hi - l->lo) * sizeof(float));
@@ -355,6 +426,21 @@ static void outer_mean(ref *r, const line *l, int64_t s, long long weighed, cons
     }
 }
 
+/* Worker w's tries of fragment f refused as STALE before its next submission: each trained its window from the
+ * bases it named, on the schedule (train), and sent nothing; the worker then fetched the current versions
+ * (round.c, round_net: fetch_current) and took them at the settle (params_apply with alpha 0), which clears
+ * the lookahead (params.c): its next submission starts from its own base, not ahead. The tokens of the refused
+ * window are not given back, so the next Δ weighs the steps since the refused try, as after a taken one. */
+static void replay_refusals(ref *r, int f, int w, trainer *t, float *start)
+{
+    for (int i = 0; i < r->nrefusals; i++) {
+        const refusal *x = &r->refusals[i];
+        if (x->worker != w || x->frag != f || x->before != r->w[w].done[f]) continue;
+        train(r, &r->lines[f], x->base, w, f, t, start);
+        r->w[w].last[f] = -1;
+    }
+}
+
 /* Submission s of fragment f: its worker trains from the versions it started from; the shard-servers apply
  * its Δ (bf16 unless told otherwise) as version s+1 of the fragment's shards. */
 static void apply(ref *r, int f, int64_t s)
@@ -364,8 +450,10 @@ static void apply(ref *r, int f, int64_t s)
     int w = worker_index(r, sub->worker);
     trainer *t = trainer_of(r, w, f);
     float *start = malloc(r->n * sizeof(float));
-    long long weighed = train(r, l, s, w, f, t, start);
+    replay_refusals(r, f, w, t, start);
+    long long weighed = train(r, l, sub->base, w, f, t, start);
     r->w[w].last[f] = s;
+    r->w[w].done[f]++;
     float *d = malloc(r->n * sizeof(float));
     uint16_t *d16 = malloc(r->n * sizeof(uint16_t));
     /* Δ from where it started; a rebase run's worker measures it from its base (lookahead.c) */
@@ -414,13 +502,15 @@ static void say_replayed(const ref *r)
     fprintf(stderr, "ref_async: replayed %" PRId64 " submissions of %d workers", total, r->nworkers);
     for (int f = 0; r->rc.nfragments > 1 && f < r->rc.nfragments; f++)
         fprintf(stderr, "%s%" PRId64, f == 0 ? " (fragments: " : "+", r->lines[f].nsubs);
-    fprintf(stderr, "%s\n", r->rc.nfragments > 1 ? ")" : "");
+    fprintf(stderr, "%s", r->rc.nfragments > 1 ? ")" : "");
+    fprintf(stderr, " and %d tries refused as STALE\n", r->nrefusals);
 }
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ref_async --redis URL --run R --sync-every H [--quad-lr LR] [--no-bf16] [--async-rule RULE]\n"
                "                 [--async-lookahead G] [--failed W:N,...] [--late W:N,...] [--twice W:N,...]\n"
+               "                 [--skip-refused]\n"
                "(--twice is for runs of one fragment)\n");
 }
 
@@ -440,6 +530,7 @@ int main(int argc, char **argv)
         {.name = "failed", .kind = OPT_STRING, .dest = &r.failed},
         {.name = "late", .kind = OPT_STRING, .dest = &r.late},
         {.name = "twice", .kind = OPT_STRING, .dest = &r.twice},
+        {.name = "skip-refused", .kind = OPT_FLAG, .dest = &r.skip_refused},
         {0},
     };
     int prc = opts_parse_cmd("ref_async", usage, specs, argc, argv, 1, NULL, NULL);

@@ -187,6 +187,7 @@ static int check_line(const ref *r, int f)
     return 0;
 }
 
+/* The index of worker id in r->w, made at its first use. */
 static int worker_index(ref *r, const char *id)
 {
     for (int w = 0; w < r->nworkers; w++)
@@ -208,6 +209,7 @@ static int worker_index(ref *r, const char *id)
     return r->nworkers++;
 }
 
+/* A reject event of dl_submit's staleness bound (lua/40_barriers.lua, reject_stale). */
 static int is_stale_reject(redisReply *e)
 {
     const char *type = field(e, "type"), *by = field(e, "by"), *code = field(e, "code");
@@ -215,8 +217,8 @@ static int is_stale_reject(redisReply *e)
            !strcmp(code, "STALE");
 }
 
-/* "shard:base,..." (a STALE reject event's bases: lua/40_barriers.lua, reject_stale) into base; -> the
- * fragment of its shards, all of them named once, or -1. */
+/* "shard:base,..." (a STALE reject event's bases) into base (filled with -1 by the caller); -> the fragment
+ * of its shards, each of them named once with a version the replay holds, or -1. */
 static int parse_bases(const ref *r, const char *bases, int64_t *base)
 {
     int f = -1, n = 0;
@@ -228,15 +230,14 @@ static int parse_bases(const ref *r, const char *bases, int64_t *base)
         long long b = strtoll(v, &end, 10);
         if (end == v || (*end != ',' && *end != '\0') || b < 0) return -1;
         int fk = runconf_fragment_of_shard(&r->rc, (int)k);
-        if (f >= 0 && fk != f) return -1;
-        if (b > r->lines[fk].nsubs) return -1;
+        if ((f >= 0 && fk != f) || base[k] >= 0 || b > r->lines[fk].nsubs) return -1;
         f = fk, base[k] = b, n++;
         p = *end ? end + 1 : end;
     }
     return f >= 0 && n == r->lines[f].last - r->lines[f].first ? f : -1;
 }
 
-/* A try refused as STALE (event id e), after the submissions of its worker read so far. */
+/* A try refused as STALE (event e, whose id is id), placed after its worker's submissions read so far. */
 static int read_refusal(ref *r, const char *id, redisReply *e)
 {
     const char *bases = field(e, "bases"), *worker = field(e, "worker");
@@ -248,7 +249,8 @@ static int read_refusal(ref *r, const char *id, redisReply *e)
                 id, worker);
         return -1;
     }
-    int64_t *base = calloc((size_t)r->rc.nshards, sizeof *base);
+    int64_t *base = malloc((size_t)r->rc.nshards * sizeof *base);
+    for (int k = 0; k < r->rc.nshards; k++) base[k] = -1;
     int f = parse_bases(r, bases, base);
     if (f < 0) {
         fprintf(stderr, "ref_async: event %s: bases '%s' do not name one fragment's shards with versions of the run\n",

@@ -5,8 +5,8 @@
 # quadratic trainer, Delayed Nesterov; once with the plain rule (Δ measured from the start) and once with
 # the rebase rule (Δ measured from the base). Each run is bit-identical to the in-process replay of its
 # order (tests/tools/ref_async, which recomputes every start from the versions it replayed) and differs
-# from the replay without the lookahead. No submission may be refused as STALE (the replay cannot know a
-# refused one), so staleness is unbounded in the plain run and K is large in the rebase run.
+# from the replay without the lookahead. Staleness is unbounded in the plain run and K is large in the
+# rebase run (runs with STALE refusals are replayed in it_async_stale_replay.sh).
 # One worker of each run has device hooks (--device-hooks host, worker/trainers/host_device.c: the path of
 # a CUDA worker, with the parameters in host memory): it takes its start through the load hook and its Δ
 # against the device's snapshot (the start for plain, base for rebase), and the run stays bit-identical.

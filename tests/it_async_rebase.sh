@@ -9,7 +9,7 @@
 # Redis keeps what the rule needs and no more: each shard's snapshot is at least K = --max-staleness
 # versions behind it (so a load can rebuild K versions back), and not more than 2K + snapshot_every (one
 # snapshot is prepared at a time: the next multiple of snapshot_every after the last one was written).
-# (K is large enough that no submission is refused as STALE: the reference cannot replay a refused one.)
+# (K is large enough that no submission is refused as STALE: it_async_stale_replay.sh replays refusals.)
 # Also: the flag's checks (async only, K >= 1, default K = 4 x workers, --async-lookahead 0.5 by default:
 # its runs start ahead, docs/async.md) and dl_set max_staleness within K.
 . "$(dirname "$0")/lib.sh"

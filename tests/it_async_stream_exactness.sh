@@ -16,8 +16,8 @@
 #                                  ones H (replayed with the rebase rule)
 # One worker of the 3-fragment and of the rebase run has device hooks (--device-hooks host: a CUDA worker's
 # path), through which it takes each fragment's start and measures its Δ against the device's snapshot.
-# No submission may be refused as STALE (the replay cannot know the versions a refused one trained from):
-# staleness is unbounded, or K large for rebase.
+# Staleness is unbounded, or K large for rebase (runs with STALE refusals, Streaming too, are replayed in
+# it_async_stale_replay.sh).
 . "$(dirname "$0")/lib.sh"
 STEPS=60; JOINER=-
 start_redis

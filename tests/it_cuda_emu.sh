@@ -6,7 +6,9 @@
 #   - test_cuda_diloco_emu (the device hooks' two streams) under the emulator's seeds 2-8: other orders of
 #     the streams' queued work;
 #   - test_cuda_options takes its device branch: --device auto picks cuda, bf16 and flash steps run,
-#     flash with head size 8 is refused by the backend itself;
+#     flash with head size 8 is refused by the backend itself; then again with the flash kernels' launches
+#     refused (CUDA_EMU_REFUSE_KERNEL): auto's check fails the trainer with a message naming --attention
+#     fused, which trains;
 #   - it_cuda_sync_exactness: two --device cuda workers and a CPU worker, 4 DiLoCo rounds, every worker
 #     holds the same global parameters after each round, with the device hooks (diloco_cuda.cu's kernels)
 #     and without, the same digests; the CUDA workers' losses go down.
@@ -23,6 +25,13 @@ echo "$out" | grep -q 'picked cuda (CUDA device present: yes)' ||
 echo "$out" | grep -q 'head size 8: gpt cuda:' ||
   { echo "$out"; echo "FAIL: flash with head size 8 was not refused by the backend"; exit 1; }
 echo "test_cuda_options: the device branch passes on the emulated backend"
+# the flash kernels' launches refused (as a GPU refuses a kernel it has not the resources for): auto's
+# device check fails the trainer's creation with a message that names --attention fused, which trains
+out=$(CUDA_EMU_REFUSE_KERNEL=flash_mma_forward_k build/tests/test_cuda_options 2>&1) ||
+  { echo "$out"; echo "FAIL: test_cuda_options with the flash launches refused"; exit 1; }
+echo "$out" | grep -q 'auto, flash launches refused: .*--attention fused trains without them' ||
+  { echo "$out"; echo "FAIL: the failed flash check does not say how to train without flash"; exit 1; }
+echo "test_cuda_options: a CUDA error in auto's flash check says to use --attention fused, which trains"
 # the device hooks' two streams under other orders of the emulator's choices (the suite's own run is seed 1)
 for seed in 2 3 4 5 6 7 8; do
   CUDA_EMU_SEED=$seed build/tests/test_cuda_diloco_emu > "${TMPDIR:-/tmp}/cuda_emu_diloco.$$" 2>&1 ||

@@ -4,7 +4,8 @@
  * build), for --precision bf16 on the CPU backend and for --attention gemm or flash without --precision bf16
  * (flash also for a head size that is not a multiple of 16 up to 128, on a GPU), and
  * that asking for the CUDA backend directly without a device fails cleanly instead of crashing. Linked like bin/worker: the backend is opened by
- * worker/gpt/gpt_cuda_loader.c, and it must load here too. */
+ * worker/gpt/gpt_cuda_loader.c, and it must load here too. With CUDA_EMU_REFUSE_KERNEL set (it_cuda_emu.sh,
+ * the CPU CUDA emulator's fault injection) it runs test_flash_check_refused alone. */
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
@@ -236,6 +237,27 @@ static void test_attention_flash(void **state)
     bf16_step_or_refused(&o);
 }
 
+/* Run alone by it_cuda_emu.sh, with the CPU CUDA emulator refusing every launch of flash_mma_forward_k
+ * (CUDA_EMU_REFUSE_KERNEL, as a GPU refuses a kernel it has not the resources for): --attention auto's
+ * device check of the flash kernels meets a CUDA error, and gpt_trainer_create fails saying where and how
+ * to train without them; --attention fused then trains. */
+static void test_flash_check_refused(void **state)
+{
+    (void)state;
+    gpt_options o = small(GPT_DEVICE_CUDA);
+    char err[512];
+    o.model.dim = 32; /* head size 16: auto checks flash */
+    o.precision = GPT_PRECISION_BF16;
+    o.attention = GPT_ATTENTION_AUTO;
+    assert_null(gpt_trainer_create(&o, err, sizeof err));
+    printf("auto, flash launches refused: %s\n", err);
+    assert_non_null(strstr(err, "too many resources requested for launch"));
+    assert_non_null(strstr(err, "--attention fused trains without them"));
+    o.attention = GPT_ATTENTION_FUSED;
+    bf16_step_or_refused(&o);
+    printf("--attention fused: a bf16 step runs\n");
+}
+
 static void test_no_device_paths(void **state)
 {
     (void)state;
@@ -265,5 +287,9 @@ int main(void)
         cmocka_unit_test(test_precision),       cmocka_unit_test(test_attention),
         cmocka_unit_test(test_attention_flash), cmocka_unit_test(test_no_device_paths),
     };
+    /* the emulator's fault injection (it_cuda_emu.sh) breaks the flash kernels for the whole process: the
+     * one test of that, alone */
+    const struct CMUnitTest refused[] = {cmocka_unit_test(test_flash_check_refused)};
+    if (getenv("CUDA_EMU_REFUSE_KERNEL")) return cmocka_run_group_tests(refused, NULL, NULL);
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -403,6 +403,7 @@ const char *cudaGetErrorString(cudaError_t e)
     case cudaErrorInvalidMemcpyDirection: return "invalid copy direction for memcpy";
     case cudaErrorInvalidResourceHandle: return "invalid resource handle";
     case cudaErrorNotReady: return "device not ready";
+    case cudaErrorLaunchOutOfResources: return "too many resources requested for launch";
     case cudaErrorHostMemoryAlreadyRegistered: return "part or all of the requested memory range is already mapped";
     case cudaErrorHostMemoryNotRegistered: return "pointer does not correspond to a registered memory region";
     case cudaErrorLaunchFailure: return "unspecified launch failure (cuda_emu: the reason is on stderr)";
@@ -705,6 +706,12 @@ int cuda_emu_launch_check(const char *name, dim3 grid, dim3 block, size_t smem, 
         cuda_emu_say("kernel %s: launch of (%u,%u,%u) blocks of (%u,%u,%u) threads: invalid configuration", name,
                      grid.x, grid.y, grid.z, block.x, block.y, block.z);
         refuse(cudaErrorInvalidConfiguration);
+        return -1;
+    }
+    const char *refused = getenv("CUDA_EMU_REFUSE_KERNEL");
+    if (refused && refused[0] && strstr(name, refused)) { /* fault injection (cuda_runtime.h) */
+        cuda_emu_say("kernel %s: refused (CUDA_EMU_REFUSE_KERNEL=%s): too many resources requested", name, refused);
+        refuse(cudaErrorLaunchOutOfResources);
         return -1;
     }
     if (!cuda_emu_stream_ok(st)) {

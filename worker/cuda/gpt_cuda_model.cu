@@ -311,7 +311,14 @@ extern "C" int gpt_cuda_set_attention(gpt_cuda *g, int attention, char *err, siz
         if (!l_flash_mma_check(g->B, g->T, g->c.dim, g->c.heads, why, sizeof why)) {
             int t = l_flash_mma_trusted(g->st, g->c.dim / g->c.heads, g->attention_note, sizeof g->attention_note, err,
                                         errlen);
-            if (t < 0) return -1;
+            if (t < 0) { /* a CUDA error in the check: the device is in doubt, but say how to train without flash */
+                size_t len = strlen(err);
+                if (len + 1 < errlen)
+                    snprintf(
+                        err + len, errlen - len,
+                        " (in --attention auto's check of the flash kernels: --attention fused trains without them)");
+                return -1;
+            }
             if (t) attention = GPT_ATTENTION_FLASH;
         }
     }

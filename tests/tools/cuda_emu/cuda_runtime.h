@@ -16,7 +16,10 @@
  * GPU's faults are: every later call returns the error. Fresh device memory is filled with 0xff bytes
  * (NaN as floats, -1 as ints), so a kernel that reads what nothing wrote gives NaN instead of zeros, and
  * it is mapped only while an emulated device operation runs: host code that dereferences a device
- * pointer dies of SIGSEGV, with the allocation named on stderr.
+ * pointer dies of SIGSEGV, with the allocation named on stderr. CUDA_EMU_REFUSE_KERNEL=NAME in the
+ * environment refuses every launch of a kernel whose name contains NAME, as a GPU refuses a kernel that
+ * asks more registers than it has ("too many resources requested for launch": not sticky), for tests of
+ * what the code does then.
  * cuda_bf16.h and cublas_v2.h beside this file complete the surface. */
 #ifndef DILOCO_CUDA_EMU_RUNTIME_H
 #define DILOCO_CUDA_EMU_RUNTIME_H
@@ -39,6 +42,7 @@ typedef enum cudaError {
     cudaErrorInvalidMemcpyDirection = 21,
     cudaErrorInvalidResourceHandle = 400,
     cudaErrorNotReady = 600,
+    cudaErrorLaunchOutOfResources = 701,
     cudaErrorHostMemoryAlreadyRegistered = 712,
     cudaErrorHostMemoryNotRegistered = 713,
     cudaErrorLaunchFailure = 719,

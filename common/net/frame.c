@@ -36,7 +36,18 @@ static uint64_t deadline_from(int timeout_ms)
     return timeout_ms <= 0 ? 0 : now_ms() + (uint64_t)timeout_ms;
 }
 
-/* 0 when fd is ready for events, -1 on timeout or error. */
+#define STOP_SLICE_MS 100 /* with a stop watched, a silent wait looks at it this often */
+
+static _Thread_local frame_stop_fn *t_stopped; /* frame_watch_stop: this thread's, or NULL */
+static _Thread_local void *t_stop_arg;
+
+void frame_watch_stop(frame_stop_fn *stopped, void *arg)
+{
+    t_stopped = stopped;
+    t_stop_arg = arg;
+}
+
+/* 0 when fd is ready for events, -1 on timeout, error or the thread's stop (frame_watch_stop). */
 static int wait_ready(int fd, short events, uint64_t deadline, const char *what, char *err, size_t errlen)
 {
     for (;;) {
@@ -45,11 +56,16 @@ static int wait_ready(int fd, short events, uint64_t deadline, const char *what,
             err_set(err, errlen, "timeout while %s", what);
             return -1;
         }
+        if (t_stopped != NULL && (left < 0 || left > STOP_SLICE_MS)) left = STOP_SLICE_MS;
         struct pollfd p = {.fd = fd, .events = events};
         int rc = poll(&p, 1, left);
         if (rc > 0) return 0; /* errors and hang-ups surface in the following send/recv */
         if (rc < 0 && errno != EINTR) {
             err_set(err, errlen, "poll failed while %s: %s", what, strerror(errno));
+            return -1;
+        }
+        if (rc == 0 && t_stopped != NULL && t_stopped(t_stop_arg)) {
+            err_set(err, errlen, "stopped while %s (no progress for %d ms)", what, STOP_SLICE_MS);
             return -1;
         }
     }

@@ -40,6 +40,14 @@ int frame_recv_place(int fd, uint8_t *buf, size_t cap, size_t max_total, frame_p
                      blob_header *h, const uint8_t **payload, size_t *payload_len, int timeout_ms, char *err,
                      size_t errlen);
 
+/* A stop for the calling thread's frame I/O (and tcp_connect): while stopped(arg) is true, a wait that sees
+ * 100 ms without progress ends the operation with "stopped while ..." (a peer that answers is not cut
+ * short). stopped NULL: none, the default (the shard-server and the coordinator never set one).
+ * Thread-local, and consulted only inside these calls: a caller sets it before each of its calls (the
+ * worker's conn.c does, with its session), so one left from an earlier session is never used. */
+typedef int frame_stop_fn(void *arg);
+void frame_watch_stop(frame_stop_fn *stopped, void *arg);
+
 /* Connect to "host:port" ("[v6]:port" for IPv6) within timeout_ms. The returned fd is blocking and
  * has TCP_NODELAY; its buffers are left to the kernel's autotuning (bulk transfers need a large window). */
 int tcp_connect(const char *host_port, int timeout_ms, char *err, size_t errlen);

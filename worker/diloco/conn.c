@@ -40,6 +40,19 @@ static void stamp_max(uint64_t *slot, uint64_t t)
  * accepts connections (the kernel does) but never answers. */
 #define HANDSHAKE_MS 5000
 
+static int session_stopped(void *d)
+{
+    return dl_stopping(d);
+}
+
+/* This thread's frame I/O (and connects) for d from here on end when d stops, after 100 ms without
+ * progress (frame_watch_stop): a push or get to a frozen or unreachable shard-server does not hold a
+ * stopping worker for net_timeout_ms. Called at each entry below that does I/O, with its own d. */
+static void watch_stop(diloco *d)
+{
+    frame_watch_stop(session_stopped, d);
+}
+
 /* Say who we are and prove we know the run's secret (auth.h). */
 static int hello(diloco *d, int fd, char *err, size_t errlen)
 {
@@ -49,6 +62,7 @@ static int hello(diloco *d, int fd, char *err, size_t errlen)
 
 dp_conn *conn_acquire(diloco *d, const char *addr, char *err, size_t errlen)
 {
+    watch_stop(d);
     dp_conn *c = NULL;
     pthread_mutex_lock(&d->conns_mu);
     for (int i = 0; i < MAX_CONNS && !c; i++)
@@ -212,6 +226,7 @@ static void push_request(diloco *d, int shard, int64_t round, blob_header *h, co
 
 int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int *rcs, char *err, size_t errlen)
 {
+    watch_stop(d);
     for (int i = 0; i < count; i++) rcs[i] = DL_RETRY;
     dp_conn *c;
     int rc = owner_conn(d, shards[0], &c, err, errlen);
@@ -256,6 +271,7 @@ int conn_push_batch(diloco *d, const int *shards, int count, int64_t round, int 
 
 int conn_push(diloco *d, int shard, int64_t round, char *err, size_t errlen)
 {
+    watch_stop(d);
     dp_conn *c;
     int rc = owner_conn(d, shard, &c, err, errlen);
     if (rc != DL_OK) return rc;
@@ -367,6 +383,7 @@ static int take_params(diloco *d, int shard, const blob_header *h, const uint8_t
 
 int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got, char *err, size_t errlen)
 {
+    watch_stop(d);
     dp_conn *c;
     int rc = owner_conn(d, shard, &c, err, errlen);
     if (rc != DL_OK) return rc;
@@ -403,6 +420,7 @@ int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got,
 int conn_get_batch_send(diloco *d, const int *shards, int count, int64_t min_version, int flags, dp_conn **out,
                         char *err, size_t errlen)
 {
+    watch_stop(d);
     dp_conn *c;
     *out = NULL;
     int rc = owner_conn(d, shards[0], &c, err, errlen);
@@ -427,6 +445,7 @@ int conn_get_batch_send(diloco *d, const int *shards, int count, int64_t min_ver
 int conn_get_batch_recv(diloco *d, dp_conn *c, const int *shards, int count, int64_t min_version, int *rcs,
                         int64_t *got, char *err, size_t errlen)
 {
+    watch_stop(d);
     for (int i = 0; i < count; i++) rcs[i] = DL_RETRY;
     int worst = DL_OK, broken = 0;
     for (int i = 0; i < count && !broken; i++) {

@@ -1,0 +1,32 @@
+#!/bin/sh
+# it_stop_frozen_server.sh: a stop (SIGTERM) that finds the worker pushing to a frozen shard-server ends
+# the push at once. The server is frozen (SIGSTOP: its connections stay open, nothing is read) between two
+# rounds; the next round's push of 16 MB (8 M parameters in bf16, one shard) fills the socket's buffers and
+# waits for the server to read. That wait used to last the data plane's net_timeout_ms (60 s) before the
+# close could begin; now the worker's frame I/O watches the stop (frame_watch_stop, worker/diloco/conn.c)
+# and ends after 100 ms without progress. Asserts the worker exits within 4 s of SIGTERM and says what the
+# stop cut short. (it_stop_frozen_command does the same for a frozen Redis.)
+. "$(dirname "$0")/lib.sh"
+start_redis
+RUN=frozensrv
+init_run "$RUN" --trainer quadratic --numel 8000000 --shards 1 --workers 1
+start_server s1
+SRV_PID=$(pgrep -f -- "--id s1" | head -1)
+trap 'kill -CONT $SRV_PID 2>/dev/null; cleanup' EXIT
+start_worker w1 --sync-every 5 --steps 1000000 --heartbeat-interval 1 --step-delay-ms 1
+pid=$WRK_w1
+wait_until 60 "grep -q 'committed version 2' $TMP/server-s1.log" "two rounds committed"
+kill -STOP "$SRV_PID"
+sleep 2 # the next round's push is under way, into a server that reads nothing
+alive "$pid" || fail "the worker exited before the stop"
+t_term=$(date +%s.%N)
+kill -TERM "$pid"
+wait_until 90 "! alive $pid" "the worker to exit"
+t_exit=$(date +%s.%N)
+kill -CONT "$SRV_PID"
+secs=$(awk -v a="$t_exit" -v b="$t_term" 'BEGIN { printf "%.2f", a - b }')
+log=$TMP/worker-w1.log
+say "the worker exited $secs s after SIGTERM, its shard-server frozen; $(grep -o 'stopped during a sync: .*' "$log" | head -1)"
+grep -q 'stopped after .*(signal)' "$log" || fail "the worker did not say it stopped on the signal"
+awk -v s="$secs" 'BEGIN { exit !(s < 4) }' || fail "the worker took $secs s to exit after SIGTERM (want < 4 s)"
+say "PASS: a stop ends a push to a frozen shard-server at once ($secs s)"

@@ -28,13 +28,10 @@ stop_frozen() {
   kill -STOP "$REDIS_PID"
   sleep "${4:-1}"
   alive "$pid" || fail "$RUN: the worker exited before the stop"
-  t_term=$(date +%s.%N)
-  kill -TERM "$pid"
-  wait_until 30 "! alive $pid" "$RUN: the worker to exit"
-  t_exit=$(date +%s.%N)
+  term_and_time "$pid" "$RUN: the worker to exit"
   kill -CONT "$REDIS_PID"
   log=$TMP/worker-w_$RUN.log
-  secs=$(awk -v a="$t_exit" -v b="$t_term" 'BEGIN { printf "%.2f", a - b }')
+  secs=$TERM_SECS
   say "$RUN: the worker exited $secs s after SIGTERM, Redis frozen; $(grep -o 'stopped during a sync: .*' "$log")"
   grep -q 'stopped after .*(signal)' "$log" || fail "$RUN: the worker did not say it stopped on the signal"
   awk -v s="$secs" 'BEGIN { exit !(s < 4) }' || slow="$slow $RUN: $secs s;"

@@ -19,12 +19,9 @@ wait_until 60 "grep -q 'committed version 2' $TMP/server-s1.log" "two rounds com
 kill -STOP "$SRV_PID"
 sleep 2 # the next round's push is under way, into a server that reads nothing
 alive "$pid" || fail "the worker exited before the stop"
-t_term=$(date +%s.%N)
-kill -TERM "$pid"
-wait_until 90 "! alive $pid" "the worker to exit"
-t_exit=$(date +%s.%N)
+term_and_time "$pid" "the worker to exit"
 kill -CONT "$SRV_PID"
-secs=$(awk -v a="$t_exit" -v b="$t_term" 'BEGIN { printf "%.2f", a - b }')
+secs=$TERM_SECS
 log=$TMP/worker-w1.log
 say "the worker exited $secs s after SIGTERM, its shard-server frozen; $(grep -o 'stopped during a sync: .*' "$log" | head -1)"
 grep -q 'stopped after .*(signal)' "$log" || fail "the worker did not say it stopped on the signal"

@@ -178,6 +178,15 @@ wait_until() {
 # Is the process alive (and not a zombie)?
 alive() { kill -0 "$1" 2>/dev/null && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
 
+# term_and_time PID WHAT: SIGTERM to PID, then wait (up to 90 s) until it exited; TERM_SECS = the seconds
+# that took, two decimals (a variable, not output: a failed wait must end the test, not a subshell)
+term_and_time() {
+  _t0=$(date +%s.%N)
+  kill -TERM "$1"
+  wait_until 90 "! alive $1" "$2"
+  TERM_SECS=$(awk -v a="$(date +%s.%N)" -v b="$_t0" 'BEGIN { printf "%.2f", a - b }')
+}
+
 # prepare_bible: the King James Bible as byte tokens in build/kjv.tok (exits 77 without the bible command)
 prepare_bible() {
   [ -s build/kjv.tok ] && return 0 # (made here, or carried to a machine without the bible: tools/gpu_pack.sh)

@@ -113,6 +113,14 @@ int parse_double(const char *s, double *out)
     return 0;
 }
 
+uint32_t ptr_alignment(const void *p, uint32_t cap)
+{
+    uintptr_t u = (uintptr_t)p;
+    uint32_t a = cap;
+    while (a > 1 && u % a) a >>= 1;
+    return a;
+}
+
 uint64_t splitmix64(uint64_t *state)
 {
     uint64_t z = (*state += 0x9E3779B97F4A7C15ull);

@@ -39,6 +39,11 @@ int parse_double(const char *s, double *out);
 int cpu_has_avx2(void);
 int cpu_has_avx2_fma(void);
 
+/* The largest power of two, up to cap (a power of two), that the address p is a multiple of: the
+ * alignment a kernel may assume of p (cuBLASLt's plans, worker/cuda/gpt_cuda_lt.cu, and the CPU CUDA
+ * emulator's check of them). */
+uint32_t ptr_alignment(const void *p, uint32_t cap);
+
 /* Deterministic PRNG (SplitMix64): the same seed gives the same sequence on every machine. */
 uint64_t splitmix64(uint64_t *state);
 float rng_uniform(uint64_t *state); /* in [0,1) */

@@ -8,10 +8,13 @@
 #include "cuda_emu/cublasLt.h"
 #include "cuda_emu_internal.h"
 
+#include "base/util.h" /* ptr_alignment */
+
 #include <stdlib.h>
 #include <string.h>
 
 #define ALGO_MAGIC 0x4c54454d55414c47ull /* "LTEMUALG": an algorithm this heuristic gave */
+#define ALIGN_MAX 256                    /* bytes: cuBLASLt's default minimum alignments, the most they assume */
 #define ALGO_WORKSPACE (1u << 20)        /* what every algorithm asks of the workspace */
 
 struct cuda_emu_lt {
@@ -37,15 +40,6 @@ struct cuda_emu_lt_pref {
     uint64_t max_workspace;
     uint32_t min_align[4]; /* A, B, C, D */
 };
-
-/* the largest power of two, up to 256, that p is a multiple of */
-static uint32_t align_of(const void *p)
-{
-    uintptr_t u = (uintptr_t)p;
-    uint32_t a = 256;
-    while (a > 1 && u % a) a >>= 1;
-    return a;
-}
 
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h)
 {
@@ -215,7 +209,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     r.algo.data[0] = ALGO_MAGIC;
     r.algo.data[1] = fingerprint(op, lay);
     for (int i = 0; i < 4; i++) r.algo.data[2 + i] = pref->min_align[i];
-    r.algo.data[6] = op->epilogue == CUBLASLT_EPILOGUE_BIAS ? align_of(op->bias) : 1; /* the bias pointer's, as set */
+    r.algo.data[6] = op->epilogue == CUBLASLT_EPILOGUE_BIAS ? ptr_alignment(op->bias, ALIGN_MAX)
+                                                            : 1; /* the bias pointer's, as set */
     r.algo.data[7] = ALGO_WORKSPACE;
     r.workspaceSize = ALGO_WORKSPACE;
     r.state = CUBLAS_STATUS_SUCCESS;
@@ -229,10 +224,10 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
  * faults (misaligned address) */
 static int misaligned(const char *which, const void *p, uint64_t assumed)
 {
-    if (!p || align_of(p) >= assumed) return 0;
+    if (!p || ptr_alignment(p, ALIGN_MAX) >= assumed) return 0;
     cuda_emu_say("cublasLtMatmul: %s at %p is aligned to %u bytes, its algorithm was chosen for %llu: misaligned "
                  "address",
-                 which, p, align_of(p), (unsigned long long)assumed);
+                 which, p, ptr_alignment(p, ALIGN_MAX), (unsigned long long)assumed);
     return 1;
 }
 

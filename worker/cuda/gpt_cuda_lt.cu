@@ -26,6 +26,7 @@
 
 #define LT_WORKSPACE (32u << 20) /* cuBLASLt's split-K and Hopper kernels want up to 32 MiB */
 #define LT_PLANS 16              /* a GPT has 4 shapes; alignments differ between layers' biases */
+#define LT_ALIGN_MAX 256         /* bytes: the most alignment cuBLASLt's preferences speak of (its default) */
 #define LT_BIAS_ALIGN 16         /* bytes: a bias less aligned is added before the product (plan_choose) */
 
 /* one shape and the alignments of its pointers: what a plan was made for */
@@ -50,15 +51,6 @@ struct gpt_lt {
 };
 
 #define CKT(call) CKB(call) /* cuBLASLt's calls return cuBLAS's statuses */
-
-/* the largest power of two, up to 256, that p is a multiple of */
-static uint32_t align_of(const void *p)
-{
-    uintptr_t u = (uintptr_t)p;
-    uint32_t a = 256;
-    while (a > 1 && u % a) a >>= 1;
-    return a;
-}
 
 static void plan_free(lt_plan *p)
 {
@@ -173,11 +165,11 @@ static lt_plan *plan_of(ctx *x, float *out, const __nv_bfloat16 *inp16, const __
     key.C = C;
     key.OC = OC;
     key.res = res != NULL;
-    key.align[0] = align_of(w16);
-    key.align[1] = align_of(inp16);
-    key.align[2] = align_of(c);
-    key.align[3] = align_of(out);
-    key.align[4] = align_of(bias);
+    key.align[0] = ptr_alignment(w16, LT_ALIGN_MAX);
+    key.align[1] = ptr_alignment(inp16, LT_ALIGN_MAX);
+    key.align[2] = ptr_alignment(c, LT_ALIGN_MAX);
+    key.align[3] = ptr_alignment(out, LT_ALIGN_MAX);
+    key.align[4] = ptr_alignment(bias, LT_ALIGN_MAX);
     return plan_for(x->lt, &key, bias, x->err, x->errlen);
 }
 

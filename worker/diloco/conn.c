@@ -40,17 +40,12 @@ static void stamp_max(uint64_t *slot, uint64_t t)
  * accepts connections (the kernel does) but never answers. */
 #define HANDSHAKE_MS 5000
 
-static int session_stopped(void *d)
-{
-    return dl_stopping(d);
-}
-
 /* This thread's frame I/O (and connects) for d from here on end when d stops, after 100 ms without
  * progress (frame_watch_stop): a push or get to a frozen or unreachable shard-server does not hold a
  * stopping worker for net_timeout_ms. Called at each entry below that does I/O, with its own d. */
 static void watch_stop(diloco *d)
 {
-    frame_watch_stop(session_stopped, d);
+    frame_watch_stop(dl_stop_seen, d);
 }
 
 /* Say who we are and prove we know the run's secret (auth.h). */
@@ -185,8 +180,8 @@ static int await_reply(diloco *d, int fd, int shard, char *err, size_t errlen)
         owners_refresh(d, ignore, sizeof ignore);
         owners_get(d, shard, &now);
         if (strcmp(now.server, before.server) != 0 || now.epoch != before.epoch) {
-            err_set(err, errlen, "shard %d moved from %s to %s while we waited for a reply", dl_shard_id(d, shard), before.server,
-                    now.server[0] ? now.server : "(nobody yet)");
+            err_set(err, errlen, "shard %d moved from %s to %s while we waited for a reply", dl_shard_id(d, shard),
+                    before.server, now.server[0] ? now.server : "(nobody yet)");
             return -1;
         }
     }
@@ -198,7 +193,8 @@ static int owner_conn(diloco *d, int shard, dp_conn **out, char *err, size_t err
     shard_owner o;
     owners_get(d, shard, &o);
     if (o.addr[0] == '\0') {
-        err_set(err, errlen, "shard %d has no live owner yet: is a shard-server of this run up?", dl_shard_id(d, shard));
+        err_set(err, errlen, "shard %d has no live owner yet: is a shard-server of this run up?",
+                dl_shard_id(d, shard));
         return DL_RETRY;
     }
     *out = conn_acquire(d, o.addr, err, errlen);
@@ -344,8 +340,7 @@ static int take_update(diloco *d, int shard, const blob_header *h, const uint8_t
     if (!d->rc.download_update || !dl_update_fits(d, n, h, payload, plen) || h->shard != dl_shard_id(d, shard) ||
         h->version != min_version) {
         err_set(err, errlen, "bad update reply for shard %d (dtype %d, count %" PRIu64 ", version %" PRId64 ")",
-                dl_shard_id(d, shard),
-                h->dtype, h->count, h->version);
+                dl_shard_id(d, shard), h->dtype, h->count, h->version);
         return DL_FAIL;
     }
     uint64_t digest;
@@ -362,11 +357,10 @@ static int take_params(diloco *d, int shard, const blob_header *h, const uint8_t
     size_t off = (size_t)d->rc.shard_bounds[shard], n = (size_t)runconf_shard_numel(&d->rc, shard);
     int with_mom = d->rc.download_update && (h->flags & BLOB_PARAMS_MOMENTUM);
     size_t count = with_mom ? 2 * n : n;
-    if (h->dtype != BLOB_F32 || h->count != count || plen != count * sizeof(float) || h->shard != dl_shard_id(d, shard) ||
-        h->version < min_version) {
+    if (h->dtype != BLOB_F32 || h->count != count || plen != count * sizeof(float) ||
+        h->shard != dl_shard_id(d, shard) || h->version < min_version) {
         err_set(err, errlen, "bad params reply for shard %d (dtype %d, count %" PRIu64 ", version %" PRId64 ")",
-                dl_shard_id(d, shard),
-                h->dtype, h->count, h->version);
+                dl_shard_id(d, shard), h->dtype, h->count, h->version);
         return DL_FAIL;
     }
     if (with_mom) {

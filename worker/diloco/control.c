@@ -56,14 +56,14 @@ static void ctl_give(diloco *d, rconn **c)
     if (c != round_ctl) pthread_mutex_unlock(&d->ctl_mu);
 }
 
-static int stop_seen(void *d)
+int dl_stop_seen(void *d)
 {
     return dl_stopping(d);
 }
 
 void dl_watch_stop(diloco *d, rconn *c)
 {
-    rconn_watch_stop(c, stop_seen, d, CLOSING_REDIS_TIMEOUT_MS);
+    rconn_watch_stop(c, dl_stop_seen, d, CLOSING_REDIS_TIMEOUT_MS);
 }
 
 void dl_closing(diloco *d)

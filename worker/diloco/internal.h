@@ -312,6 +312,7 @@ int dl_reply_failed(const redisReply *r); /* NULL or an error reply */
  * (WAIT, again while fewer do); 0 at once when min_replicas is 0, -1 + err when ctl broke or we stop. */
 int dl_wait_replicas(diloco *d, char *err, size_t errlen);
 int dl_stopping(const diloco *d); /* the embedding program asked us to stop (o.stop, diloco_request_stop) */
+int dl_stop_seen(void *d);        /* dl_stopping as the watch of a connection or of frame I/O takes it */
 int64_t dl_inc(diloco *d);
 /* Register (again). A group's rank does not: the group registers together (group.c), so this only
  * returns 0 and the round that found us evicted reports DL_EVICTED. */

@@ -95,8 +95,6 @@ static void beat_once(diloco *d, rconn *c)
 #define CONNECT_MS 5000    /* a connection attempt's limit */
 #define WARN_EVERY_MS 5000 /* while Redis is away: one warning per this long */
 
-/* The connection for the next beat: c itself while it works, else a new one (NULL while Redis is
- * away; *warned rate-limits the warning to one per WARN_EVERY_MS). */
 /* The thread's connection, published in d->hb_conn under hb_mu, where heartbeat_stop interrupts it: the
  * stop sees it (and ends a beat that Redis does not answer), or the thread, which looks at the stop after
  * this, sees the stop. */
@@ -107,6 +105,8 @@ static void hb_publish(diloco *d, rconn *c)
     pthread_mutex_unlock(&d->hb_mu);
 }
 
+/* The connection for the next beat: c itself while it works, else a new one (NULL while Redis is
+ * away; *warned rate-limits the warning to one per WARN_EVERY_MS). */
 static rconn *beat_conn(diloco *d, rconn *c, uint64_t *warned)
 {
     if (c && !rconn_broken(c)) return c;

@@ -50,10 +50,30 @@ local function dl_version(keys, args) return LIB_VERSION end
 -- ---------------------------------------------------------------------------------------------------
 -- functions: workers
 
--- dl_register KEYS[1]=config ARGV: worker_id, host, sync_every [, group size]
+-- A registration's `held` ("shard:version,...": the versions of the shards the worker's parameters were
+-- trained from since it last took versions), checked: each shard of the run once at most, versions from 0.
+-- -> the same string, or error BADARG.
+local function check_held(held, shards)
+    local seen = {}
+    for pair in string.gmatch(held, '[^,]+') do
+        local k, v = string.match(pair, '^(%d+):(%d+)$')
+        k = tonumber(k)
+        if not k or k >= shards or seen[k] then
+            error('BADARG held versions must be shard:version pairs, each shard of the run (0 .. ' .. (shards - 1) ..
+                  ') once at most, got ' .. held)
+        end
+        seen[k] = tonumber(v)
+    end
+    return held
+end
+
+-- dl_register KEYS[1]=config ARGV: worker_id, host, sync_every [, group size [, steps [, held]]]
 -- -> {incarnation, lib_version, {round per fragment}, {joined round per fragment}}
 -- A group size R > 1 registers a process group (lua/15_groups.lua) as rank 0; its other ranks join with
 -- dl_group_join. R may not exceed the run's shards (each rank moves at least one).
+-- steps (the inner steps the process trained before this registration) and held (check_held) are only
+-- recorded, in the join event: a worker that registers again drops the steps trained since it last took
+-- versions, from the versions it held, and a replay of the run needs both (tests/tools/ref_async.c).
 local function dl_register(keys, args)
     local P = load_run(keys)
     local w, host, h = args[1], args[2] or '', tonumber(args[3] or '0') or 0
@@ -66,6 +86,9 @@ local function dl_register(keys, args)
         error('BADARG a group of ' .. size .. ' processes: a group has 1 to ' .. math.min(GROUP_MAX, shards) ..
               ' (each process moves whole shards and run ' .. P .. ' has ' .. shards .. ')')
     end
+    local steps = args[5] and to_int(args[5], 'steps')
+    if steps and steps < 0 then error('BADARG steps must be 0 or more, got ' .. steps) end
+    local held = args[6] and check_held(args[6], shards)
     check_running(P)
     local now = now_ms()
     reap(P, now)
@@ -88,7 +111,10 @@ local function dl_register(keys, args)
     put_worker(P, w, rec)
     redis.call('ZADD', P .. ':heartbeats', now, w)
     redis.call('HINCRBY', state, 'joins', 1)
-    event(P, 'join', {'worker', w, 'inc', inc, 'host', host, 'joined', joined[1], 'group', size})
+    local fields = {'worker', w, 'inc', inc, 'host', host, 'joined', joined[1], 'group', size}
+    if steps then fields[#fields + 1] = 'steps'; fields[#fields + 1] = steps end
+    if held then fields[#fields + 1] = 'held'; fields[#fields + 1] = held end
+    event(P, 'join', fields)
     return {inc, LIB_VERSION, rounds, joined}
 end
 

@@ -61,6 +61,19 @@ oinc=$($RCLI FCALL dl_member 1 "$CFG" overdue)
 $RCLI FCALL dl_deregister 1 "$CFG" overdue "$oinc" >/dev/null || fail "could not deregister 'overdue'"
 kill -CONT $WRK_w1
 
+# a registration's steps and held versions (recorded for a replay) are checked before anything is written
+joins=$($RCLI HGET "dl:{$RUN}:state" joins)
+for bad in "-1 0:1,1:1" "x 0:1" "3 0:1,0:2" "3 2:1" "3 0:-1" "3 0:1;1:1"; do
+  out=$($RCLI FCALL dl_register 1 "$CFG" newbie test-host 20 1 $bad 2>&1)
+  case "$out" in *BADARG*) ;; *) fail "dl_register with steps and held '$bad' was not refused with BADARG: $out";; esac
+done
+[ "$($RCLI HGET "dl:{$RUN}:state" joins)" = "$joins" ] && [ "$($RCLI HEXISTS "dl:{$RUN}:workers" newbie)" = 0 ] ||
+  fail "a refused dl_register wrote something"
+$RCLI FCALL dl_register 1 "$CFG" newbie test-host 20 1 7 0:3,1:4 > /dev/null || fail "dl_register with steps and held"
+$RCLI XREVRANGE "dl:{$RUN}:events" + - COUNT 1 | tr '\n' ' ' | grep -q "type join .* steps 7 held 0:3,1:4" ||
+  fail "the join event does not record steps and held: $($RCLI XREVRANGE "dl:{$RUN}:events" + - COUNT 1 | tr '\n' ' ')"
+$RCLI FCALL dl_deregister 1 "$CFG" newbie "$($RCLI FCALL dl_member 1 "$CFG" newbie)" >/dev/null || fail "deregister newbie"
+
 r=$(round)
 wait_until 10 '[ "$(round)" -ge $((r + 2)) ]' "the run to go on"
 say "4 refused control-plane calls recorded (rejections $before -> $(rejections)); the run went on"

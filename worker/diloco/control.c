@@ -26,6 +26,8 @@
  * its previous life counted. */
 #include <inttypes.h>
 #include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
 
 #include "base/log.h"
 #include "base/util.h"
@@ -222,10 +224,36 @@ int dl_register(diloco *d, char *err, size_t errlen)
     return d->grp ? 0 : dl_register_now(d, err, errlen);
 }
 
+/* What a registration records for a replay of the run (lua/30_workers.lua, dl_register): the inner steps
+ * trained so far, and the versions held ("shard:version,...": those the parameters were trained from since
+ * they last took versions), whose steps registering again drops. NULL when out of memory. */
+static char *held_versions(diloco *d, uint64_t *steps)
+{
+    pthread_mutex_lock(&d->hb_mu);
+    *steps = d->total_steps;
+    pthread_mutex_unlock(&d->hb_mu);
+    size_t len = (size_t)d->rc.nshards * 32 + 1, at = 0;
+    char *held = malloc(len);
+    if (held == NULL) return NULL;
+    held[0] = '\0';
+    for (int k = 0; k < d->rc.nshards; k++)
+        at += (size_t)snprintf(held + at, len - at, "%s%d:%" PRId64, k ? "," : "", dl_shard_id(d, k),
+                               d->shard_version[k]);
+    return held;
+}
+
 int dl_register_now(diloco *d, char *err, size_t errlen)
 {
-    redisReply *r = dl_command(d, err, errlen, "FCALL dl_register 1 %s %s %s %d %d", d->config_key, d->worker_id,
-                               d->host, d->sync_every, d->grp ? d->o.group.size : 1);
+    uint64_t steps;
+    char *held = held_versions(d, &steps);
+    if (held == NULL) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    redisReply *r =
+        dl_command(d, err, errlen, "FCALL dl_register 1 %s %s %s %d %d %" PRIu64 " %s", d->config_key, d->worker_id,
+                   d->host, d->sync_every, d->grp ? d->o.group.size : 1, steps, held);
+    free(held);
     if (dl_reply_failed(r)) {
         if (r) freeReplyObject(r);
         return -1;

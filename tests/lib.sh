@@ -275,14 +275,14 @@ shard_digests() {
 }
 # ref_async_check RUN H WHAT ARGS...: RUN's shard digests equal the in-process replay of its submission
 # order (tests/tools/ref_async) and differ from the replay with ARGS (the setting under test turned off);
-# says so with WHAT and the staleness the submissions saw.
+# says so with WHAT and the staleness the submissions saw. REF_ASYNC: another build of the replay (a mutant).
 ref_async_check() {
   run=$1; h=$2; what=$3; shift 3
-  build/tests/tools/ref_async --redis "$URL" --run "$run" --sync-every "$h" > "$TMP/ref-$run.txt" 2> "$TMP/ref-$run.log" ||
+  ${REF_ASYNC:-build/tests/tools/ref_async} --redis "$URL" --run "$run" --sync-every "$h" > "$TMP/ref-$run.txt" 2> "$TMP/ref-$run.log" ||
     fail "reference of $run: $(cat "$TMP/ref-$run.log")"
   shard_digests "$run" > "$TMP/got-$run.txt"
   diff "$TMP/ref-$run.txt" "$TMP/got-$run.txt" > "$TMP/diff.txt" || fail "$run: digests differ from the replayed order: $(cat "$TMP/diff.txt")"
-  build/tests/tools/ref_async --redis "$URL" --run "$run" --sync-every "$h" "$@" > "$TMP/off-$run.txt" 2>/dev/null ||
+  ${REF_ASYNC:-build/tests/tools/ref_async} --redis "$URL" --run "$run" --sync-every "$h" "$@" > "$TMP/off-$run.txt" 2>/dev/null ||
     fail "reference of $run with $*"
   cmp -s "$TMP/off-$run.txt" "$TMP/got-$run.txt" && fail "$run: the run equals the replay with $*"
   hist=$($RCLI XRANGE "dl:{$run}:events" - + | awk '/^staleness$/ {getline; n[$0]++} END {for (s in n) printf "%s:%d ", s, n[s]}')

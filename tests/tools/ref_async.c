@@ -10,8 +10,11 @@
  *
  * usage: ref_async --redis URL --run R --sync-every H [--quad-lr 0.01] [--no-bf16] [--async-rule RULE]
  *                  [--async-lookahead G] [--failed W:N,...] [--late W:N,...] [--twice W:N,...] [--skip-refused]
+ *                  [--skip-rejoins] [--skip-noops]
  * (--async-rule, --async-lookahead: replay with this setting instead of the run's, to show that it matters;
- * --skip-refused: as if no try had been refused as STALE, the replay before such tries were replayed)
+ * --skip-refused: as if no try had been refused as STALE, --skip-rejoins: as if no worker had registered
+ * again, --skip-noops: each no-op place replayed as the submission it was, the replays before such events
+ * were replayed)
  *
  * Each fragment is an order of its own. A submission covers one fragment's shards (all of them, or none:
  * dl_submit), each shard counts its own seq, and a fragment's shards move together, so the replay runs one
@@ -45,10 +48,24 @@
  * submission continued from where that window ended and measured Δ from the same start, so the window was
  * applied twice, and its weight was H)
  * What the events do not say, and the replay assumes: every worker trained with the H given here and kept
- * its schedule (no new registration, no --final-sync, no DyLU), and failed only as told.
+ * its schedule (no --final-sync, no DyLU), and failed only as told.
+ * A new registration (a join event after the worker's first; plain async only: one fragment): the worker
+ * was evicted (a stop longer than the heartbeat timeout) or left a place no Δ will fill (a lost dl_submit
+ * reply: the owner's `need`), or failed too many syncs (worker/diloco/round.c: round_rejoin, round_net,
+ * on_failure). It had trained `steps` inner steps in all (recorded by dl_register); those since its last
+ * boundary were trained from the versions it `held` (recorded too; ahead as after any taken submission), or
+ * on from where its window ended when that try took nothing, and are dropped. It took every fragment from
+ * the run (fetch_all: not ahead, tokens counted anew, AdamW state kept), and its boundaries count from there
+ * (W:N above counts from its latest registration): its next submission trains H steps from its base, the
+ * versions taken (replay_rejoin). A join event without `steps` and `held` (a run from before those
+ * fields) is refused, unless it is the worker's first; so is a process restarted under the same id.
+ * A place committed as a no-op (`participants` 0 in its commit events: its worker's incarnation was gone)
+ * leaves the version as it was (momentum and Delayed Nesterov state too). If its worker submitted again
+ * before registering again, it never knew of the place (its dl_submit reply was lost) and its next Δ carries
+ * that window, as after --failed; else the window was trained and dropped at the registration (apply_noop).
  * A try refused as STALE (dl_submit's reject event, with the base of each shard it trained from: `bases`)
  * trained its window from those bases and sent nothing; its worker fetched the current versions, which its
- * next submission names as base, and trained on from them, not ahead (replay_refusals). A run whose reject
+ * next submission names as base, and trained on from them, not ahead (replay_refusal). A run whose reject
  * events lack `bases` (older than that field) is refused: that window is not in its events. */
 #include <float.h>
 #include <inttypes.h>
@@ -73,15 +90,21 @@ typedef struct submission {
     char worker[64];
     int64_t *base; /* per shard (its fragment's) */
     int seen;      /* shards recorded */
+    int noops;     /* shards on which it was committed as a no-op (its incarnation was gone: none or all) */
 } submission;
 
-/* A try refused as STALE (its reject event): the window its worker trained from base, before fetching the
- * current versions. It came after `before` submissions of its worker and fragment, in the events' order. */
-typedef struct refusal {
-    int worker, frag;
+/* What happened to a worker between two of its submissions of a fragment, in the events' order: after
+ * `before` of them (counted in the events' order). A try refused as STALE (its reject event): the window its
+ * worker trained from base, before fetching the current versions. A new registration (a join event, plain
+ * async only): the worker had trained `steps` inner steps in all, those since it last took versions from
+ * base (the versions it held), and took the versions its next submission names as base. */
+enum { BETWEEN_REFUSED, BETWEEN_REJOINED };
+typedef struct between {
+    int kind, worker, frag;
     int64_t before;
-    int64_t *base; /* per shard (its fragment's) */
-} refusal;
+    int64_t *base;     /* per shard (its fragment's; a registration: every shard it held) */
+    long long steps;   /* a registration's */
+} between;
 
 /* One fragment's order: its shards move together, version by version. */
 typedef struct line {
@@ -90,6 +113,7 @@ typedef struct line {
     submission *subs; /* by seq */
     int64_t nsubs;
     float **theta; /* theta[v]: the vector at version v of this fragment (only [lo, hi) is the fragment's) */
+    int has_mom;   /* a Δ was applied (a no-op leaves the momentum as it is: its first step is still to come) */
 } line;
 
 /* A worker as replayed so far. */
@@ -100,6 +124,9 @@ typedef struct replayed {
     long long *boundary; /* per fragment: the boundary (try) at which that submission went (0: none) */
     int *after;          /* per fragment: what that submission's try left: AFTER_* */
     int64_t *read, *done; /* per fragment: its submissions read from the events so far, and replayed so far */
+    int *untaken;         /* per fragment: its no-op places since its last submission that the worker never knew of */
+    long long origin;     /* the inner step at which its boundaries started counting: 0, or its latest registration */
+    int joins;            /* its registrations read (the first one, at its start, drops nothing) */
 } replayed;
 
 typedef struct ref {
@@ -113,14 +140,15 @@ typedef struct ref {
     line *lines; /* per fragment */
     replayed w[MAX_WORKERS];
     int nworkers;
-    refusal *refusals; /* in the events' order */
-    int nrefusals;
+    between *betweens; /* refusals and registrations, in the events' order */
+    int nbetweens, nrefusals, nrejoins, nnoops;
     float *mom, *buf, *g; /* the servers' outer state and one submission's mean (each shard its own range) */
     const char *failed, *late, *twice; /* --failed, --late, --twice: "W:N,..." */
     int skip_refused;                  /* --skip-refused */
+    int skip_rejoins, skip_noops;      /* --skip-rejoins, --skip-noops */
 } ref;
 
-enum { AFTER_OK, AFTER_LATE, AFTER_TWICE };
+enum { AFTER_OK, AFTER_LATE, AFTER_TWICE, AFTER_NOOP };
 
 static const char *field(redisReply *e, const char *name)
 {
@@ -183,6 +211,10 @@ static int check_line(const ref *r, int f)
             fprintf(stderr, "ref_async: submission %" PRId64 " of fragment %d is not recorded for each of its shards\n",
                     s, f);
             return -1;
+        } else if (l->subs[s].noops != 0 && l->subs[s].noops != l->last - l->first) {
+            fprintf(stderr, "ref_async: submission %" PRId64 " of fragment %d is a no-op on some of its shards only\n",
+                    s, f);
+            return -1;
         }
     return 0;
 }
@@ -205,6 +237,7 @@ static int worker_index(ref *r, const char *id)
     rw->after = calloc(nf, sizeof *rw->after);
     rw->read = calloc(nf, sizeof *rw->read);
     rw->done = calloc(nf, sizeof *rw->done);
+    rw->untaken = calloc(nf, sizeof *rw->untaken);
     for (size_t f = 0; f < nf; f++) rw->last[f] = -1;
     return r->nworkers++;
 }
@@ -237,6 +270,31 @@ static int parse_bases(const ref *r, const char *bases, int64_t *base)
     return f >= 0 && n == r->lines[f].last - r->lines[f].first ? f : -1;
 }
 
+/* "shard:version,..." (a join event's held versions) into base (filled with -1 by the caller): each shard of the
+ * run once, with a version the replay holds. */
+static int parse_held(const ref *r, const char *held, int64_t *base)
+{
+    int n = 0;
+    for (const char *p = held; *p;) {
+        char *end;
+        long k = strtol(p, &end, 10);
+        if (end == p || *end != ':' || k < 0 || k >= r->rc.nshards || base[k] >= 0) return -1;
+        const char *v = end + 1;
+        long long b = strtoll(v, &end, 10);
+        int fk = runconf_fragment_of_shard(&r->rc, (int)k);
+        if (end == v || (*end != ',' && *end != '\0') || b < 0 || b > r->lines[fk].nsubs) return -1;
+        base[k] = b, n++;
+        p = *end ? end + 1 : end;
+    }
+    return n == r->rc.nshards ? 0 : -1;
+}
+
+static void add_between(ref *r, between b)
+{
+    r->betweens = realloc(r->betweens, (size_t)(r->nbetweens + 1) * sizeof *r->betweens);
+    r->betweens[r->nbetweens++] = b;
+}
+
 /* A try refused as STALE (event e, whose id is id), placed after its worker's submissions read so far. */
 static int read_refusal(ref *r, const char *id, redisReply *e)
 {
@@ -259,9 +317,62 @@ static int read_refusal(ref *r, const char *id, redisReply *e)
         return -1;
     }
     int w = worker_index(r, worker);
-    r->refusals = realloc(r->refusals, (size_t)(r->nrefusals + 1) * sizeof *r->refusals);
-    r->refusals[r->nrefusals++] = (refusal){.worker = w, .frag = f, .before = r->w[w].read[f], .base = base};
+    add_between(r, (between){.kind = BETWEEN_REFUSED, .worker = w, .frag = f, .before = r->w[w].read[f], .base = base});
+    r->nrefusals++;
     return 0;
+}
+
+/* A join event: a worker's registration. Its first one (at its start) drops nothing; a later one (plain async
+ * only) needs the steps it had trained and the versions it held, which dl_register records (held: every shard
+ * "shard:version,...", lua/30_workers.lua). */
+static int read_join(ref *r, const char *id, redisReply *e)
+{
+    const char *worker = field(e, "worker"), *steps = field(e, "steps"), *held = field(e, "held");
+    int w = worker_index(r, worker);
+    if (r->w[w].joins++ == 0 && (!steps || atoll(steps) == 0)) return 0;
+    if (r->rc.nfragments > 1) {
+        fprintf(stderr, "ref_async: event %s: worker %s registered again in a Streaming run (%d fragments), which "
+                        "this replay does not follow\n", id, worker, r->rc.nfragments);
+        return -1;
+    }
+    if (!steps || !held) {
+        fprintf(stderr, "ref_async: event %s: worker %s registered again and the event does not record the steps "
+                        "it had trained and the versions it held (`steps`, `held`: a run from before those fields)\n",
+                id, worker);
+        return -1;
+    }
+    int64_t *base = malloc((size_t)r->rc.nshards * sizeof *base);
+    for (int k = 0; k < r->rc.nshards; k++) base[k] = -1;
+    if (parse_held(r, held, base) < 0) {
+        fprintf(stderr, "ref_async: event %s: held versions '%s' do not name each shard once with a version of "
+                        "the run\n", id, held);
+        free(base);
+        return -1;
+    }
+    add_between(r, (between){.kind = BETWEEN_REJOINED, .worker = w, .frag = 0, .before = r->w[w].read[0],
+                             .base = base, .steps = atoll(steps)});
+    r->nrejoins++;
+    return 0;
+}
+
+static int is_join(redisReply *e)
+{
+    const char *type = field(e, "type");
+    return type && !strcmp(type, "join") && field(e, "worker");
+}
+
+/* A commit event of a version that applied nothing (participants 0: the submitter's incarnation was gone,
+ * shard-server/commit.c, commit_on_member): marks that place of its shard's line. */
+static void read_noop(ref *r, redisReply *e)
+{
+    const char *type = field(e, "type"), *parts = field(e, "participants"), *k = field(e, "shard"),
+               *v = field(e, "version");
+    if (!type || strcmp(type, "commit") || !parts || strcmp(parts, "0") || !k || !v) return;
+    int shard = atoi(k);
+    if (shard < 0 || shard >= r->rc.nshards) return;
+    line *l = &r->lines[runconf_fragment_of_shard(&r->rc, shard)];
+    int64_t s = atoll(v) - 1;
+    if (s >= 0 && s < l->nsubs) l->subs[s].noops++;
 }
 
 /* Every submit event, into its fragment's line, indexed by seq; every STALE refusal, in order. */
@@ -275,6 +386,8 @@ static int read_submissions(rconn *c, const char *run, ref *r)
     for (size_t i = 0; i < x->elements && rc == 0; i++) {
         redisReply *e = x->element[i]->element[1];
         if (!r->skip_refused && is_stale_reject(e)) rc = read_refusal(r, x->element[i]->element[0]->str, e);
+        if (!r->skip_rejoins && is_join(e) && rc == 0) rc = read_join(r, x->element[i]->element[0]->str, e);
+        if (!r->skip_noops) read_noop(r, e);
         if (!is_submit(e)) continue;
         int k = atoi(field(e, "shard")), f = runconf_fragment_of_shard(&r->rc, k);
         submission *s = &r->lines[f].subs[atoll(field(e, "seq"))];
@@ -375,6 +488,8 @@ static long long train(ref *r, const line *l, const int64_t *base, int w, int f,
     } else {
         b = prev + F, reset = prev * I + (F > 1 ? I : 0);
     }
+    b += F * rw->untaken[f]; /* (its no-op places it never knew of: tries that failed, as far as it knew) */
+    rw->untaken[f] = 0;
     while (listed(r->failed, rw->id, (int)b)) b += F;
     rw->after[f] = listed(r->late, rw->id, (int)b)    ? AFTER_LATE
                    : listed(r->twice, rw->id, (int)b) ? AFTER_TWICE
@@ -428,19 +543,97 @@ static void outer_mean(ref *r, const line *l, int64_t s, long long weighed, cons
     }
 }
 
-/* Worker w's tries of fragment f refused as STALE before its next submission: each trained its window from the
- * bases it named, on the schedule (train), and sent nothing; the worker then fetched the current versions
- * (round.c, round_net: fetch_current) and took them at the settle (params_apply with alpha 0), which clears
- * the lookahead (params.c): its next submission starts from its own base, not ahead. The tokens of the refused
- * window are not given back, so the next Δ weighs the steps since the refused try, as after a taken one. */
-static void replay_refusals(ref *r, int f, int w, trainer *t, float *start)
+/* A try refused as STALE: it trained its window from the bases it named, on the schedule (train), and sent
+ * nothing; the worker then fetched the current versions (round.c, round_net: fetch_current) and took them at
+ * the settle (params_apply with alpha 0), which clears the lookahead (params.c): its next submission starts
+ * from its own base, not ahead. The tokens of the refused window are not given back, so the next Δ weighs the
+ * steps since the refused try, as after a taken one. */
+static void replay_refusal(ref *r, const between *x, trainer *t, float *start)
 {
-    for (int i = 0; i < r->nrefusals; i++) {
-        const refusal *x = &r->refusals[i];
-        if (x->worker != w || x->frag != f || x->before != r->w[w].done[f]) continue;
-        train(r, &r->lines[f], x->base, w, f, t, start);
-        r->w[w].last[f] = -1;
+    train(r, &r->lines[x->frag], x->base, x->worker, x->frag, t, start);
+    r->w[x->worker].last[x->frag] = -1;
+}
+
+/* A new registration (evicted, or a place of ours left without a Δ: round.c, round_rejoin, round_net,
+ * on_failure): the worker had trained x->steps inner steps in all; those since its last boundary were trained
+ * from the versions it held (ahead of them as after any taken submission), or on from where its last window
+ * ended when that try took nothing (a no-op place it never knew of: it holds that try's base still), and are
+ * dropped. It then took every fragment from the run (fetch_all: not ahead, the tokens counted anew, the AdamW
+ * state kept) and its boundaries count from there: its next submission, whose base names the versions taken,
+ * trains a whole interval from them (train: a first one). */
+static void replay_rejoin(ref *r, const between *x, trainer *t, float *start)
+{
+    replayed *rw = &r->w[x->worker];
+    line *l = &r->lines[x->frag];
+    long long at = rw->origin + rw->boundary[x->frag] * interval(r);
+    if (x->steps < at) {
+        fprintf(stderr, "ref_async: worker %s registered after %lld inner steps in all, fewer than the %lld it had "
+                        "trained: a restarted process, which this replay does not follow\n", rw->id, x->steps, at);
+        exit(1);
     }
+    int kept = rw->after[x->frag] == AFTER_NOOP;
+    for (int k = l->first; kept && k < l->last; k++) kept = x->base[k] == l->subs[rw->last[x->frag]].base[k];
+    if (x->steps > at && !kept) {
+        int from = rw->after[x->frag] == AFTER_OK || rw->after[x->frag] == AFTER_NOOP ? (int)rw->last[x->frag] : -1;
+        start_of(r, l, x->base, from, start);
+        memcpy(t->params + l->lo, start + l->lo, (l->hi - l->lo) * sizeof(float));
+    }
+    steps(t, x->steps - at);
+    rw->origin = x->steps;
+    rw->boundary[x->frag] = 0;
+    rw->after[x->frag] = AFTER_OK;
+    rw->last[x->frag] = -1;
+    rw->untaken[x->frag] = 0;
+}
+
+/* What worker w did between its submissions of fragment f, up to its next one (the done[f]-th): its refused
+ * tries and its registrations, in the events' order. */
+static void replay_between(ref *r, int f, int w, trainer *t, float *start)
+{
+    for (int i = 0; i < r->nbetweens; i++) {
+        const between *x = &r->betweens[i];
+        if (x->worker != w || x->frag != f || x->before != r->w[w].done[f]) continue;
+        if (x->kind == BETWEEN_REFUSED)
+            replay_refusal(r, x, t, start);
+        else
+            replay_rejoin(r, x, t, start);
+    }
+}
+
+/* Does worker w register again after its n-th submission of fragment f and before its next one? */
+static int rejoins_after(const ref *r, int w, int f, int64_t n)
+{
+    for (int i = 0; i < r->nbetweens; i++) {
+        const between *x = &r->betweens[i];
+        if (x->kind == BETWEEN_REJOINED && x->worker == w && x->frag == f && x->before == n) return 1;
+    }
+    return 0;
+}
+
+/* Place s of fragment f, committed as a no-op: its worker's incarnation was gone when the owner came to it,
+ * so version s+1 is version s (momentum and Delayed Nesterov state as they were). Its worker either never
+ * knew of the place (dl_submit's reply was lost: the try failed as far as it knew, and its next submission
+ * of this incarnation carries the window, async.c, round.c), or registered again before its next submission
+ * (evicted with the place in hand: the window was trained and is dropped, replay_rejoin). */
+static void apply_noop(ref *r, int f, int64_t s, float *start)
+{
+    line *l = &r->lines[f];
+    const submission *sub = &l->subs[s];
+    int w = worker_index(r, sub->worker);
+    trainer *t = trainer_of(r, w, f);
+    replay_between(r, f, w, t, start);
+    replayed *rw = &r->w[w];
+    if (rejoins_after(r, w, f, rw->done[f] + 1)) {
+        train(r, l, sub->base, w, f, t, start);
+        rw->after[f] = AFTER_NOOP;
+        rw->last[f] = s;
+    } else {
+        rw->untaken[f]++;
+    }
+    rw->done[f]++;
+    l->theta[s + 1] = malloc(r->n * sizeof(float));
+    memcpy(l->theta[s + 1], l->theta[s], r->n * sizeof(float));
+    r->nnoops++;
 }
 
 /* Submission s of fragment f: its worker trains from the versions it started from; the shard-servers apply
@@ -450,9 +643,14 @@ static void apply(ref *r, int f, int64_t s)
     line *l = &r->lines[f];
     const submission *sub = &l->subs[s];
     int w = worker_index(r, sub->worker);
-    trainer *t = trainer_of(r, w, f);
     float *start = malloc(r->n * sizeof(float));
-    replay_refusals(r, f, w, t, start);
+    if (sub->noops) {
+        apply_noop(r, f, s, start);
+        free(start);
+        return;
+    }
+    trainer *t = trainer_of(r, w, f);
+    replay_between(r, f, w, t, start);
     long long weighed = train(r, l, sub->base, w, f, t, start);
     r->w[w].last[f] = s;
     r->w[w].done[f]++;
@@ -476,8 +674,9 @@ static void apply(ref *r, int f, int64_t s)
             outer_dn_step(r->rc.dn_variant, next + lo, r->mom + lo, r->buf + lo, r->g + lo, len,
                           r->rc.dn_t0 + (uint64_t)s + 1, (uint32_t)r->rc.dn_buffer, r->lr, r->mu, r->nesterov);
         else
-            outer_sgd_step(next + lo, r->mom + lo, s == 0, r->g + lo, len, r->lr, r->mu, r->nesterov);
+            outer_sgd_step(next + lo, r->mom + lo, !l->has_mom, r->g + lo, len, r->lr, r->mu, r->nesterov);
     }
+    l->has_mom = 1;
     l->theta[s + 1] = next;
     free(start);
 }
@@ -505,14 +704,15 @@ static void say_replayed(const ref *r)
     for (int f = 0; r->rc.nfragments > 1 && f < r->rc.nfragments; f++)
         fprintf(stderr, "%s%" PRId64, f == 0 ? " (fragments: " : "+", r->lines[f].nsubs);
     fprintf(stderr, "%s", r->rc.nfragments > 1 ? ")" : "");
-    fprintf(stderr, " and %d tries refused as STALE\n", r->nrefusals);
+    fprintf(stderr, " and %d tries refused as STALE, %d new registrations, %d no-op places\n", r->nrefusals,
+            r->nrejoins, r->nnoops);
 }
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ref_async --redis URL --run R --sync-every H [--quad-lr LR] [--no-bf16] [--async-rule RULE]\n"
                "                 [--async-lookahead G] [--failed W:N,...] [--late W:N,...] [--twice W:N,...]\n"
-               "                 [--skip-refused]\n"
+               "                 [--skip-refused] [--skip-rejoins] [--skip-noops]\n"
                "(--twice is for runs of one fragment)\n");
 }
 
@@ -533,6 +733,8 @@ int main(int argc, char **argv)
         {.name = "late", .kind = OPT_STRING, .dest = &r.late},
         {.name = "twice", .kind = OPT_STRING, .dest = &r.twice},
         {.name = "skip-refused", .kind = OPT_FLAG, .dest = &r.skip_refused},
+        {.name = "skip-rejoins", .kind = OPT_FLAG, .dest = &r.skip_rejoins},
+        {.name = "skip-noops", .kind = OPT_FLAG, .dest = &r.skip_noops},
         {0},
     };
     int prc = opts_parse_cmd("ref_async", usage, specs, argc, argv, 1, NULL, NULL);

@@ -69,4 +69,6 @@ stall_run stall "24 2" --shards 2
 # Streaming (2 fragments of 2 shards): the lost submission is of fragment 0, whose 2 shards stall; before, w1
 # never registered again at all, since fragment 1's syncs succeeded in between and the failures were never in
 # a row (4 failed syncs "1 in a row", 10 s each: fragment 0's order stalled until w1 left, 11.5 s for w2)
-stall_run stream "48 2" --shards 4 --fragments 2
+# 46 commits: 12 submissions of w2 and 11 of w1, 2 shards each; the boundary at which w1 registered again sends
+# nothing (before 29 November it sent the next fragment's zero Δ there: 48, it_async_reregister_replay.sh)
+stall_run stream "46 2" --shards 4 --fragments 2

@@ -5,15 +5,22 @@
 # its AdamW state kept) and its next boundary comes a whole interval later; a place of its old incarnation
 # that no Δ reached is committed as a no-op (participants 0). Its join event records the inner steps it had
 # trained (`steps`) and the versions it held (`held`, lua/30_workers.lua), from which tests/tools/ref_async
-# replays the dropped steps. Two runs (2 workers of different speeds, the quadratic trainer, starts ahead,
-# weighted by tokens):
-#   evicted: w1 is SIGSTOPped after its 2nd submission until the reaper evicts it, then SIGCONTed: it
-#     registers again (mid-interval, or at its next sync) and trains on;
-#   lost: w1 reaches Redis through tests/tools/drop_proxy.py, which loses every reply of its 3rd dl_submit:
-#     that place stays without a Δ, the get of its 4th is answered `need` for it and w1 registers again at
-#     once (it_async_need_pause.sh): one no-op place, whose window went with the 4th submission's Δ.
-# Each run: w1 registered twice, the second time after trained steps; the shards' digests equal the replay's
-# and differ from the replay that ignores the registrations (--skip-rejoins).
+# replays the dropped steps. Four runs (2 workers of different speeds, the quadratic trainer, starts ahead,
+# weighted by tokens), plain async and Streaming (2 fragments):
+#   evicted, stream_evicted: w1 is SIGSTOPped after its 2nd submission until the reaper evicts it, then
+#     SIGCONTed: it registers again, mid-interval (its heartbeat told it) or at a boundary (its submission in
+#     flight was refused: Streaming registers at that round's settling, on the training thread), and trains on;
+#   lost, stream_lost: w1 reaches Redis through tests/tools/drop_proxy.py, which loses every reply of its 3rd
+#     dl_submit: that place stays without a Δ, the get of the fragment's next submission is answered `need`
+#     for it and w1 registers again at once (it_async_need_pause.sh): one no-op place, whose window went with
+#     that next submission's Δ.
+# Each run: w1 registered twice, the second time after trained steps, holding a version of every shard; the
+# shards' digests equal the replay's and differ from the replay that ignores the registrations
+# (--skip-rejoins) or replays the no-op place as a submission (--skip-noops). Before 29 November a Streaming
+# worker that registered again at a boundary sent the next fragment at once, a zero Δ over no step that took a
+# place and an outer step (stream_lost's digests then differ from the replay), and one whose round in flight
+# learnt of the eviction registered on the round's thread, its steps counted while training went on (a
+# stream_evicted run that takes that path differed).
 . "$(dirname "$0")/lib.sh"
 H=10
 start_redis
@@ -27,44 +34,57 @@ rejoined() {
   $RCLI XRANGE "dl:{$1}:events" - + > "$TMP/events-$1.txt"
   joins "$1" w1 > "$TMP/joins-$1.txt"
   [ "$(wc -l < "$TMP/joins-$1.txt")" = 2 ] && head -n 1 "$TMP/joins-$1.txt" | grep -q '^0 ' &&
-    tail -n 1 "$TMP/joins-$1.txt" | grep -Eq '^[1-9][0-9]* 0:[0-9]+,1:[0-9]+$' ||
+    tail -n 1 "$TMP/joins-$1.txt" | grep -Eq '^[1-9][0-9]* 0:[0-9]+(,[1-9]:[0-9]+)+$' ||
     fail "$1: w1's registrations (steps, held): $(tr '\n' ';' < "$TMP/joins-$1.txt")"
   say "$1: w1 registered again after $(tail -n 1 "$TMP/joins-$1.txt" | cut -d' ' -f1) steps," \
     "holding $(tail -n 1 "$TMP/joins-$1.txt" | cut -d' ' -f2)"
 }
-init_flags="--async --trainer quadratic --numel 12000 --shards 2 --workers 2 --async-lookahead 0.5 --weight-by tokens
-  --weight-ref-tokens 10"
+init_flags="--async --trainer quadratic --numel 12000 --async-lookahead 0.5 --weight-by tokens --weight-ref-tokens 10
+  --workers 2"
 
-RUN=evicted
-init_run $RUN $init_flags --heartbeat-timeout 0.8
-start_server s0
-start_worker w1 --sync-every $H --steps 80 --heartbeat-interval 0.2 --step-delay-ms 15
-start_worker w2 --sync-every $H --steps 300 --heartbeat-interval 0.2 --step-delay-ms 8
-wait_until 10 '[ "$(submissions $RUN w1)" -ge 2 ]' "w1's 2nd submission"
-kill -STOP "$WRK_w1"
-wait_until 5 '[ "$($RCLI HEXISTS "dl:{$RUN}:workers" w1)" = 0 ]' "w1 to be evicted"
-kill -CONT "$WRK_w1"
-wait_workers w1 w2
-how=$(grep -o "during inner step [0-9]* of [0-9]*\|round [0-9]* of fragment 0 lost: we were evicted" "$TMP/worker-w1.log")
-[ -n "$how" ] || fail "$RUN: w1 did not say that it was evicted"
-mv "$TMP/worker-w1.log" "$TMP/worker-w1-$RUN.log"
-rejoined $RUN
-say "$RUN: w1 learnt it was evicted $how"
-ref_async_check $RUN $H "(w1 evicted, registered again)" --skip-rejoins
-kill $SRV_s0; wait $SRV_s0
+# evicted RUN INIT_FLAGS...: w1 stopped past the heartbeat timeout after its 2nd submission, then continued
+evicted() {
+  RUN=$1; shift
+  init_run $RUN $init_flags --heartbeat-timeout 0.8 "$@"
+  start_server s0
+  start_worker w1 --sync-every $H --steps 80 --heartbeat-interval 0.2 --step-delay-ms 15
+  start_worker w2 --sync-every $H --steps 300 --heartbeat-interval 0.2 --step-delay-ms 8
+  wait_until 10 '[ "$(submissions $RUN w1)" -ge 2 ]' "w1's 2nd submission"
+  kill -STOP "$WRK_w1"
+  wait_until 5 '[ "$($RCLI HEXISTS "dl:{$RUN}:workers" w1)" = 0 ]' "w1 to be evicted"
+  kill -CONT "$WRK_w1"
+  wait_workers w1 w2
+  how=$(grep -o "during inner step [0-9]* of [0-9]*\|round [0-9]* of fragment [0-9]* lost: we were evicted" \
+    "$TMP/worker-w1.log" | head -n 1)
+  [ -n "$how" ] || fail "$RUN: w1 did not say that it was evicted"
+  mv "$TMP/worker-w1.log" "$TMP/worker-w1-$RUN.log"
+  rejoined $RUN
+  say "$RUN: w1 learnt it was evicted $how"
+  ref_async_check $RUN $H "(w1 evicted, registered again)" --skip-rejoins
+  kill $SRV_s0; wait $SRV_s0
+}
 
-RUN=lost
-init_run $RUN $init_flags
-start_server s0
-drop_proxy w1 "$PORT" --match dl_submit --skip 2 --drops 10 --lose reply
-direct=$URL; URL=redis://127.0.0.1:$PPORT_w1
-start_worker w1 --sync-every $H --steps 60 --heartbeat-interval 1 --step-delay-ms 2 --max-sync-retries 2
-URL=$direct
-start_worker w2 --sync-every $H --steps 60 --heartbeat-interval 1 --step-delay-ms 5
-wait_workers w1 w2
-grep -q "registering again now" "$TMP/worker-w1.log" || fail "$RUN: w1 did not register again at once"
-rejoined $RUN
-ref_async_check $RUN $H "(w1's 3rd dl_submit reply lost, registered again)" --skip-noops
-grep -q ", 1 new registrations, 1 no-op places" "$TMP/ref-$RUN.log" ||
-  fail "$RUN: the replay did not take one registration and one no-op: $(cat "$TMP/ref-$RUN.log")"
-kill $SRV_s0; wait $SRV_s0
+# lost RUN INIT_FLAGS...: every reply of w1's 3rd dl_submit lost, then w1 registers again at once
+lost() {
+  RUN=$1; shift
+  init_run $RUN $init_flags "$@"
+  start_server s0
+  drop_proxy w1 "$PORT" --match dl_submit --skip 2 --drops 10 --lose reply
+  direct=$URL; URL=redis://127.0.0.1:$PPORT_w1
+  start_worker w1 --sync-every $H --steps 60 --heartbeat-interval 1 --step-delay-ms 2 --max-sync-retries 2
+  URL=$direct
+  start_worker w2 --sync-every $H --steps 60 --heartbeat-interval 1 --step-delay-ms 5
+  wait_workers w1 w2
+  grep -q "registering again now" "$TMP/worker-w1.log" || fail "$RUN: w1 did not register again at once"
+  mv "$TMP/worker-w1.log" "$TMP/worker-w1-$RUN.log"
+  rejoined $RUN
+  ref_async_check $RUN $H "(w1's 3rd dl_submit reply lost, registered again)" --skip-noops
+  grep -q ", 1 new registrations, 1 no-op places" "$TMP/ref-$RUN.log" ||
+    fail "$RUN: the replay did not take one registration and one no-op: $(cat "$TMP/ref-$RUN.log")"
+  kill $SRV_s0; wait $SRV_s0
+}
+
+evicted evicted --shards 2
+lost lost --shards 2
+evicted stream_evicted --shards 4 --fragments 2
+lost stream_lost --shards 4 --fragments 2

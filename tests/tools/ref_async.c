@@ -49,16 +49,18 @@
  * applied twice, and its weight was H)
  * What the events do not say, and the replay assumes: every worker trained with the H given here and kept
  * its schedule (no --final-sync, no DyLU), and failed only as told.
- * A new registration (a join event after the worker's first; plain async only: one fragment): the worker
- * was evicted (a stop longer than the heartbeat timeout) or left a place no Δ will fill (a lost dl_submit
- * reply: the owner's `need`), or failed too many syncs (worker/diloco/round.c: round_rejoin, round_net,
- * on_failure). It had trained `steps` inner steps in all (recorded by dl_register); those since its last
- * boundary were trained from the versions it `held` (recorded too; ahead as after any taken submission), or
- * on from where its window ended when that try took nothing, and are dropped. It took every fragment from
- * the run (fetch_all: not ahead, tokens counted anew, AdamW state kept), and its boundaries count from there
- * (W:N above counts from its latest registration): its next submission trains H steps from its base, the
- * versions taken (replay_rejoin). A join event without `steps` and `held` (a run from before those
- * fields) is refused, unless it is the worker's first; so is a process restarted under the same id.
+ * A new registration (a join event after the worker's first), plain or Streaming: the worker was evicted (a
+ * stop longer than the heartbeat timeout) or left a place no Δ will fill (a lost dl_submit reply: the owner's
+ * `need`), or failed too many syncs (worker/diloco/round.c: round_rejoin, round_settle, on_failure), and
+ * registered and took every fragment at once, on its training thread. It had trained `steps` inner steps in
+ * all (recorded by dl_register); those since each fragment's settle were trained from the versions it `held`
+ * (recorded too; ahead as after any taken submission), or on from where it was when that try took nothing,
+ * and are dropped. It took the versions not ahead (fetch_all), its tokens count anew, its AdamW state is
+ * kept; its boundaries count from there, nothing going at the registration's own step, the fragments on in
+ * turn (W:N above counts from its latest registration): a fragment's next submission trains from its base,
+ * the versions taken, until its boundary (replay_rejoin). A join event without `steps` and `held` (a run from
+ * before those fields) is refused, unless it is the worker's first; so is a process restarted under the same
+ * id.
  * A place committed as a no-op (`participants` 0 in its commit events: its worker's incarnation was gone)
  * leaves the version as it was (momentum and Delayed Nesterov state too). If its worker submitted again
  * before registering again, it never knew of the place (its dl_submit reply was lost) and its next Δ carries
@@ -125,7 +127,8 @@ typedef struct replayed {
     int *after;          /* per fragment: what that submission's try left: AFTER_* */
     int64_t *read, *done; /* per fragment: its submissions read from the events so far, and replayed so far */
     int *untaken;         /* per fragment: its no-op places since its last submission that the worker never knew of */
-    long long origin;     /* the inner step at which its boundaries started counting: 0, or its latest registration */
+    long long *origin;    /* per fragment: the inner step its boundaries count from: 0, or its latest registration */
+    int *turn;            /* per fragment: the fragment its first boundary after origin sends (streaming.c, frag_next) */
     int joins;            /* its registrations read (the first one, at its start, drops nothing) */
 } replayed;
 
@@ -238,6 +241,8 @@ static int worker_index(ref *r, const char *id)
     rw->read = calloc(nf, sizeof *rw->read);
     rw->done = calloc(nf, sizeof *rw->done);
     rw->untaken = calloc(nf, sizeof *rw->untaken);
+    rw->origin = calloc(nf, sizeof *rw->origin);
+    rw->turn = calloc(nf, sizeof *rw->turn);
     for (size_t f = 0; f < nf; f++) rw->last[f] = -1;
     return r->nworkers++;
 }
@@ -322,19 +327,14 @@ static int read_refusal(ref *r, const char *id, redisReply *e)
     return 0;
 }
 
-/* A join event: a worker's registration. Its first one (at its start) drops nothing; a later one (plain async
- * only) needs the steps it had trained and the versions it held, which dl_register records (held: every shard
+/* A join event: a worker's registration. Its first one (at its start) drops nothing; a later one needs the
+ * steps it had trained and the versions it held, which dl_register records (held: every shard
  * "shard:version,...", lua/30_workers.lua). */
 static int read_join(ref *r, const char *id, redisReply *e)
 {
     const char *worker = field(e, "worker"), *steps = field(e, "steps"), *held = field(e, "held");
     int w = worker_index(r, worker);
     if (r->w[w].joins++ == 0 && (!steps || atoll(steps) == 0)) return 0;
-    if (r->rc.nfragments > 1) {
-        fprintf(stderr, "ref_async: event %s: worker %s registered again in a Streaming run (%d fragments), which "
-                        "this replay does not follow\n", id, worker, r->rc.nfragments);
-        return -1;
-    }
     if (!steps || !held) {
         fprintf(stderr, "ref_async: event %s: worker %s registered again and the event does not record the steps "
                         "it had trained and the versions it held (`steps`, `held`: a run from before those fields)\n",
@@ -349,8 +349,9 @@ static int read_join(ref *r, const char *id, redisReply *e)
         free(base);
         return -1;
     }
-    add_between(r, (between){.kind = BETWEEN_REJOINED, .worker = w, .frag = 0, .before = r->w[w].read[0],
-                             .base = base, .steps = atoll(steps)});
+    for (int f = 0; f < r->rc.nfragments; f++) /* (every fragment replays it in its own line; base is shared) */
+        add_between(r, (between){.kind = BETWEEN_REJOINED, .worker = w, .frag = f, .before = r->w[w].read[f],
+                                 .base = base, .steps = atoll(steps)});
     r->nrejoins++;
     return 0;
 }
@@ -479,8 +480,8 @@ static long long train(ref *r, const line *l, const int64_t *base, int w, int f,
     replayed *rw = &r->w[w];
     long long F = r->rc.nfragments, I = interval(r), prev = rw->boundary[f], b, reset;
     int before = rw->after[f]; /* what the fragment's previous submission left */
-    if (prev == 0) {
-        b = f + 1, reset = 0;
+    if (prev == 0) { /* its first since origin: the fragments go in turn from rw->turn[f] */
+        b = ((f - rw->turn[f]) % F + F) % F + 1, reset = 0;
     } else if (before == AFTER_LATE) {
         b = prev + 2 * F, reset = (prev + F) * I;
     } else if (before == AFTER_TWICE) { /* the worker went on from where the late window ended */
@@ -554,36 +555,46 @@ static void replay_refusal(ref *r, const between *x, trainer *t, float *start)
     r->w[x->worker].last[x->frag] = -1;
 }
 
-/* A new registration (evicted, or a place of ours left without a Δ: round.c, round_rejoin, round_net,
- * on_failure): the worker had trained x->steps inner steps in all; those since its last boundary were trained
- * from the versions it held (ahead of them as after any taken submission), or on from where its last window
- * ended when that try took nothing (a no-op place it never knew of: it holds that try's base still), and are
- * dropped. It then took every fragment from the run (fetch_all: not ahead, the tokens counted anew, the AdamW
- * state kept) and its boundaries count from there: its next submission, whose base names the versions taken,
- * trains a whole interval from them (train: a first one). */
+/* A new registration (evicted, or a place of ours left without a Δ: round.c, round_rejoin, round_settle,
+ * on_failure), as fragment f's line sees it: the worker had trained x->steps inner steps in all, registered
+ * and took every fragment from the run at once, on its training thread. Since f's last boundary it trained on
+ * (Streaming: the interval its submission was in flight), then, from f's settle on, from the versions it
+ * held (ahead of them as after any taken submission), or on from where it was when that try took nothing
+ * (a no-op place it never knew of: it holds that try's base still); all of it is dropped. It took the
+ * versions not ahead, its tokens count anew, its AdamW state is kept, and its boundaries count from there,
+ * the fragments going on in turn from the one the first boundary after the registration sends (at the
+ * registration's own step nothing goes: streaming.c, stream_step): f's next submission, whose base names
+ * the versions taken, trains from them until its boundary (train: a first one). */
 static void replay_rejoin(ref *r, const between *x, trainer *t, float *start)
 {
     replayed *rw = &r->w[x->worker];
-    line *l = &r->lines[x->frag];
-    long long at = rw->origin + rw->boundary[x->frag] * interval(r);
+    int f = x->frag, F = r->rc.nfragments;
+    line *l = &r->lines[f];
+    long long I = interval(r), at = rw->origin[f] + rw->boundary[f] * I;
+    long long settle = rw->boundary[f] > 0 && F > 1 ? at + I : at; /* (plain: settled at its boundary) */
     if (x->steps < at) {
         fprintf(stderr, "ref_async: worker %s registered after %lld inner steps in all, fewer than the %lld it had "
                         "trained: a restarted process, which this replay does not follow\n", rw->id, x->steps, at);
         exit(1);
     }
-    int kept = rw->after[x->frag] == AFTER_NOOP;
-    for (int k = l->first; kept && k < l->last; k++) kept = x->base[k] == l->subs[rw->last[x->frag]].base[k];
-    if (x->steps > at && !kept) {
-        int from = rw->after[x->frag] == AFTER_OK || rw->after[x->frag] == AFTER_NOOP ? (int)rw->last[x->frag] : -1;
-        start_of(r, l, x->base, from, start);
+    int kept = rw->after[f] == AFTER_NOOP;
+    for (int k = l->first; kept && k < l->last; k++) kept = x->base[k] == l->subs[rw->last[f]].base[k];
+    if (x->steps > settle && !kept) {
+        steps(t, settle - at);
+        int ok = rw->boundary[f] > 0 && (rw->after[f] == AFTER_OK || rw->after[f] == AFTER_NOOP);
+        start_of(r, l, x->base, ok ? rw->last[f] : -1, start);
         memcpy(t->params + l->lo, start + l->lo, (l->hi - l->lo) * sizeof(float));
+        steps(t, x->steps - settle);
+    } else {
+        steps(t, x->steps - at);
     }
-    steps(t, x->steps - at);
-    rw->origin = x->steps;
-    rw->boundary[x->frag] = 0;
-    rw->after[x->frag] = AFTER_OK;
-    rw->last[x->frag] = -1;
-    rw->untaken[x->frag] = 0;
+    long long sent = x->steps > rw->origin[f] ? (x->steps - rw->origin[f] - 1) / I : 0; /* boundaries before */
+    rw->turn[f] = (int)((rw->turn[f] + sent) % F);
+    rw->origin[f] = x->steps;
+    rw->boundary[f] = 0;
+    rw->after[f] = AFTER_OK;
+    rw->last[f] = -1;
+    rw->untaken[f] = 0;
 }
 
 /* What worker w did between its submissions of fragment f, up to its next one (the done[f]-th): its refused

@@ -44,8 +44,9 @@ void round_record(diloco *d, int f, int64_t round, uint64_t t0, int stale)
 
 /* The heartbeat thread learnt we were evicted (a long stop, a network cut): register again before
  * sending anything, instead of pushing as a dead incarnation. then: what the warning says we do now.
- * defer (a round on a background thread while others or their tails run: dl_stream_overlap): only say
- * DL_EVICTED; the training thread registers at the round's settling (round_settle), once. */
+ * defer (a round on a background thread: Streaming, round_in_background): only say DL_EVICTED; the
+ * training thread registers at the round's settling (round_settle), once, where it also fetches every
+ * fragment: the registration records the steps trained until the parameters were taken (dl_register). */
 static int register_if_evicted_as(diloco *d, const char *then, int defer, char *err, size_t errlen)
 {
     if (!dl_evicted(d) && dl_still_member(d)) return DL_OK;
@@ -63,10 +64,17 @@ static int register_if_evicted(diloco *d, const char *then, char *err, size_t er
 
 #define REGISTERING_LATER "; registering again once the rounds in flight have ended"
 
+/* A Streaming round runs on a background thread while training goes on (streaming.c): sync rounds beside
+ * others or their tails (dl_stream_overlap), an async submission alone. */
+static int round_in_background(const diloco *d)
+{
+    return dl_stream_overlap(d) || (d->rc.async && d->rc.nfragments > 1);
+}
+
 int round_net(diloco *d, int f, char *err, size_t errlen)
 {
     int64_t round = d->frag_version[f];
-    int defer = dl_stream_overlap(d);
+    int defer = round_in_background(d);
     const char *then = defer ? REGISTERING_LATER : REGISTERING;
     if (dl_evicted(d)) return register_if_evicted_as(d, then, defer, err, errlen);
     if (d->o.simulate_latency_ms > 0) sleep_ms((unsigned)d->o.simulate_latency_ms);

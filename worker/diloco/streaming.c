@@ -307,14 +307,20 @@ void stream_force_order(const diloco *d, int *order)
     }
 }
 
+/* An async boundary whose settling registered again and fetched every fragment sends nothing: the
+ * parameters were just taken, so the next fragment's Δ would be zero, trained over no step, and would still
+ * take a place in its order and an outer step (its momentum alone). The next boundary comes a whole
+ * interval later and sends that fragment, as after a registration between two boundaries (after_step.c,
+ * rejoin_now). (A sync run's barrier counts on the joiner: it sends on.) */
 int stream_step(diloco *d, char *err, size_t errlen)
 {
-    int changed = 0;
+    int changed = 0, fetched = d->fetched_all;
     while (d->inflight_count >= d->inflight_max) {
         int rc = finish_oldest(d, 1, err, errlen);
         if (rc < 0) return -1;
         changed |= rc;
     }
+    if (d->rc.async && d->fetched_all != fetched) return changed;
     int f = stream_next_fragment(d);
     int began = begin_fragment(d, f, err, errlen);
     if (began < 0) return -1;

@@ -104,8 +104,8 @@ enum { BETWEEN_REFUSED, BETWEEN_REJOINED };
 typedef struct between {
     int kind, worker, frag;
     int64_t before;
-    int64_t *base;     /* per shard (its fragment's; a registration: every shard it held) */
-    long long steps;   /* a registration's */
+    int64_t *base;   /* per shard (its fragment's; a registration: every shard it held) */
+    long long steps; /* a registration's */
 } between;
 
 /* One fragment's order: its shards move together, version by version. */
@@ -121,15 +121,15 @@ typedef struct line {
 /* A worker as replayed so far. */
 typedef struct replayed {
     char *id;
-    trainer **t;         /* per fragment: its trainer (the header says why one per fragment) */
-    int64_t *last;       /* per fragment: its latest submission replayed so far (-1: none) */
-    long long *boundary; /* per fragment: the boundary (try) at which that submission went (0: none) */
-    int *after;          /* per fragment: what that submission's try left: AFTER_* */
+    trainer **t;          /* per fragment: its trainer (the header says why one per fragment) */
+    int64_t *last;        /* per fragment: its latest submission replayed so far (-1: none) */
+    long long *boundary;  /* per fragment: the boundary (try) at which that submission went (0: none) */
+    int *after;           /* per fragment: what that submission's try left: AFTER_* */
     int64_t *read, *done; /* per fragment: its submissions read from the events so far, and replayed so far */
     int *untaken;         /* per fragment: its no-op places since its last submission that the worker never knew of */
     long long *origin;    /* per fragment: the inner step its boundaries count from: 0, or its latest registration */
-    int *turn;            /* per fragment: the fragment its first boundary after origin sends (streaming.c, frag_next) */
-    int joins;            /* its registrations read (the first one, at its start, drops nothing) */
+    int *turn; /* per fragment: the fragment its first boundary after origin sends (streaming.c, frag_next) */
+    int joins; /* its registrations read (the first one, at its start, drops nothing) */
 } replayed;
 
 typedef struct ref {
@@ -336,22 +336,29 @@ static int read_join(ref *r, const char *id, redisReply *e)
     int w = worker_index(r, worker);
     if (r->w[w].joins++ == 0 && (!steps || atoll(steps) == 0)) return 0;
     if (!steps || !held) {
-        fprintf(stderr, "ref_async: event %s: worker %s registered again and the event does not record the steps "
-                        "it had trained and the versions it held (`steps`, `held`: a run from before those fields)\n",
+        fprintf(stderr,
+                "ref_async: event %s: worker %s registered again and the event does not record the steps "
+                "it had trained and the versions it held (`steps`, `held`: a run from before those fields)\n",
                 id, worker);
         return -1;
     }
     int64_t *base = malloc((size_t)r->rc.nshards * sizeof *base);
     for (int k = 0; k < r->rc.nshards; k++) base[k] = -1;
     if (parse_held(r, held, base) < 0) {
-        fprintf(stderr, "ref_async: event %s: held versions '%s' do not name each shard once with a version of "
-                        "the run\n", id, held);
+        fprintf(stderr,
+                "ref_async: event %s: held versions '%s' do not name each shard once with a version of "
+                "the run\n",
+                id, held);
         free(base);
         return -1;
     }
     for (int f = 0; f < r->rc.nfragments; f++) /* (every fragment replays it in its own line; base is shared) */
-        add_between(r, (between){.kind = BETWEEN_REJOINED, .worker = w, .frag = f, .before = r->w[w].read[f],
-                                 .base = base, .steps = atoll(steps)});
+        add_between(r, (between){.kind = BETWEEN_REJOINED,
+                                 .worker = w,
+                                 .frag = f,
+                                 .before = r->w[w].read[f],
+                                 .base = base,
+                                 .steps = atoll(steps)});
     r->nrejoins++;
     return 0;
 }
@@ -480,7 +487,7 @@ static long long train(ref *r, const line *l, const int64_t *base, int w, int f,
     replayed *rw = &r->w[w];
     long long F = r->rc.nfragments, I = interval(r), prev = rw->boundary[f], b, reset;
     int before = rw->after[f]; /* what the fragment's previous submission left */
-    if (prev == 0) { /* its first since origin: the fragments go in turn from rw->turn[f] */
+    if (prev == 0) {           /* its first since origin: the fragments go in turn from rw->turn[f] */
         b = ((f - rw->turn[f]) % F + F) % F + 1, reset = 0;
     } else if (before == AFTER_LATE) {
         b = prev + 2 * F, reset = (prev + F) * I;
@@ -573,8 +580,10 @@ static void replay_rejoin(ref *r, const between *x, trainer *t, float *start)
     long long I = interval(r), at = rw->origin[f] + rw->boundary[f] * I;
     long long settle = rw->boundary[f] > 0 && F > 1 ? at + I : at; /* (plain: settled at its boundary) */
     if (x->steps < at) {
-        fprintf(stderr, "ref_async: worker %s registered after %lld inner steps in all, fewer than the %lld it had "
-                        "trained: a restarted process, which this replay does not follow\n", rw->id, x->steps, at);
+        fprintf(stderr,
+                "ref_async: worker %s registered after %lld inner steps in all, fewer than the %lld it had "
+                "trained: a restarted process, which this replay does not follow\n",
+                rw->id, x->steps, at);
         exit(1);
     }
     int kept = rw->after[f] == AFTER_NOOP;

@@ -251,9 +251,8 @@ int dl_register_now(diloco *d, char *err, size_t errlen)
         err_set(err, errlen, "out of memory");
         return -1;
     }
-    redisReply *r =
-        dl_command(d, err, errlen, "FCALL dl_register 1 %s %s %s %d %d %" PRIu64 " %s", d->config_key, d->worker_id,
-                   d->host, d->sync_every, d->grp ? d->o.group.size : 1, steps, held);
+    redisReply *r = dl_command(d, err, errlen, "FCALL dl_register 1 %s %s %s %d %d %" PRIu64 " %s", d->config_key,
+                               d->worker_id, d->host, d->sync_every, d->grp ? d->o.group.size : 1, steps, held);
     free(held);
     if (dl_reply_failed(r)) {
         if (r) freeReplyObject(r);

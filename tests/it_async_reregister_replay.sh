@@ -5,7 +5,7 @@
 # its AdamW state kept) and its next boundary comes a whole interval later; a place of its old incarnation
 # that no Δ reached is committed as a no-op (participants 0). Its join event records the inner steps it had
 # trained (`steps`) and the versions it held (`held`, lua/30_workers.lua), from which tests/tools/ref_async
-# replays the dropped steps. Four runs (2 workers of different speeds, the quadratic trainer, starts ahead,
+# replays the dropped steps. Five runs (2 workers of different speeds, the quadratic trainer, starts ahead,
 # weighted by tokens), plain async and Streaming (2 fragments):
 #   evicted, stream_evicted: w1 is SIGSTOPped after its 2nd submission until the reaper evicts it, then
 #     SIGCONTed: it registers again, mid-interval (its heartbeat told it) or at a boundary (its submission in
@@ -13,7 +13,9 @@
 #   lost, stream_lost: w1 reaches Redis through tests/tools/drop_proxy.py, which loses every reply of its 3rd
 #     dl_submit: that place stays without a Δ, the get of the fragment's next submission is answered `need`
 #     for it and w1 registers again at once (it_async_need_pause.sh): one no-op place, whose window went with
-#     that next submission's Δ.
+#     that next submission's Δ;
+#   lost_evicted: the same lost reply, w1 stopped during its tries until the reaper evicts it: the no-op place
+#     is followed by the registration, not by a submission; w1 trained on from that try's start and dropped it.
 # Each run: w1 registered twice, the second time after trained steps, holding a version of every shard; the
 # shards' digests equal the replay's and differ from the replay that ignores the registrations
 # (--skip-rejoins) or replays the no-op place as a submission (--skip-noops). Before 29 November a Streaming
@@ -84,7 +86,33 @@ lost() {
   kill $SRV_s0; wait $SRV_s0
 }
 
+# lost_evicted: the same lost reply, w1 stopped during its tries until it is evicted: it never knew of the place,
+# trained on from the window's start (its tries failed) and registered again before its next submission, holding
+# that try's base: the no-op's window and the steps after it are dropped, trained on from where it was
+lost_evicted() {
+  RUN=lost_evicted
+  init_run $RUN $init_flags --shards 2 --heartbeat-timeout 0.8
+  start_server s0
+  drop_proxy w1 "$PORT" --match dl_submit --skip 2 --drops 10 --lose reply
+  direct=$URL; URL=redis://127.0.0.1:$PPORT_w1
+  start_worker w1 --sync-every $H --steps 60 --heartbeat-interval 0.2 --step-delay-ms 2
+  URL=$direct
+  start_worker w2 --sync-every $H --steps 300 --heartbeat-interval 0.2 --step-delay-ms 5
+  wait_until 10 'grep -q "lost the reply" "$TMP/proxy-$RUN-w1.log"' "the first lost reply"
+  kill -STOP "$WRK_w1"
+  wait_until 5 '[ "$($RCLI HEXISTS "dl:{$RUN}:workers" w1)" = 0 ]' "w1 to be evicted"
+  kill -CONT "$WRK_w1"
+  wait_workers w1 w2
+  mv "$TMP/worker-w1.log" "$TMP/worker-w1-$RUN.log"
+  rejoined $RUN
+  ref_async_check $RUN $H "(w1's 3rd dl_submit reply lost, w1 evicted meanwhile)" --skip-noops
+  grep -q ", 1 new registrations, 1 no-op places" "$TMP/ref-$RUN.log" ||
+    fail "$RUN: the replay did not take one registration and one no-op: $(cat "$TMP/ref-$RUN.log")"
+  kill $SRV_s0; wait $SRV_s0
+}
+
 evicted evicted --shards 2
+lost_evicted
 lost lost --shards 2
 evicted stream_evicted --shards 4 --fragments 2
 lost stream_lost --shards 4 --fragments 2

@@ -44,6 +44,13 @@ rejoined() {
 init_flags="--async --trainer quadratic --numel 12000 --async-lookahead 0.5 --weight-by tokens --weight-ref-tokens 10
   --workers 2"
 
+# stop_until_evicted: SIGSTOP w1 until the reaper removes it, then SIGCONT
+stop_until_evicted() {
+  kill -STOP "$WRK_w1"
+  wait_until 5 '[ "$($RCLI HEXISTS "dl:{$RUN}:workers" w1)" = 0 ]' "w1 to be evicted"
+  kill -CONT "$WRK_w1"
+}
+
 # evicted RUN INIT_FLAGS...: w1 stopped past the heartbeat timeout after its 2nd submission, then continued
 evicted() {
   RUN=$1; shift
@@ -52,9 +59,7 @@ evicted() {
   start_worker w1 --sync-every $H --steps 80 --heartbeat-interval 0.2 --step-delay-ms 15
   start_worker w2 --sync-every $H --steps 300 --heartbeat-interval 0.2 --step-delay-ms 8
   wait_until 10 '[ "$(submissions $RUN w1)" -ge 2 ]' "w1's 2nd submission"
-  kill -STOP "$WRK_w1"
-  wait_until 5 '[ "$($RCLI HEXISTS "dl:{$RUN}:workers" w1)" = 0 ]' "w1 to be evicted"
-  kill -CONT "$WRK_w1"
+  stop_until_evicted
   wait_workers w1 w2
   how=$(grep -o "during inner step [0-9]* of [0-9]*\|round [0-9]* of fragment [0-9]* lost: we were evicted" \
     "$TMP/worker-w1.log" | head -n 1)
@@ -66,49 +71,48 @@ evicted() {
   kill $SRV_s0; wait $SRV_s0
 }
 
-# lost RUN INIT_FLAGS...: every reply of w1's 3rd dl_submit lost, then w1 registers again at once
-lost() {
-  RUN=$1; shift
-  init_run $RUN $init_flags "$@"
+# lossy RUN HB_TIMEOUT W2_STEPS W1_FLAGS... -- INIT_FLAGS...: a run whose w1 reaches Redis through
+# tests/tools/drop_proxy.py, which loses every reply of its 3rd dl_submit; w2 talks to Redis directly
+lossy() {
+  RUN=$1; hb=$2; w2_steps=$3; shift 3
+  w1_flags=""; while [ "$1" != "--" ]; do w1_flags="$w1_flags $1"; shift; done; shift
+  init_run $RUN $init_flags --heartbeat-timeout $hb "$@"
   start_server s0
   drop_proxy w1 "$PORT" --match dl_submit --skip 2 --drops 10 --lose reply
   direct=$URL; URL=redis://127.0.0.1:$PPORT_w1
-  start_worker w1 --sync-every $H --steps 60 --heartbeat-interval 1 --step-delay-ms 2 --max-sync-retries 2
+  start_worker w1 --sync-every $H --steps 60 --step-delay-ms 2 $w1_flags
   URL=$direct
-  start_worker w2 --sync-every $H --steps 60 --heartbeat-interval 1 --step-delay-ms 5
+  start_worker w2 --sync-every $H --steps $w2_steps --heartbeat-interval 0.2 --step-delay-ms 5
+}
+
+# one_noop WHAT: the lossy run's w1 registered again, and the replay, bit-identical, took that registration and
+# the lost reply's no-op place
+one_noop() {
   wait_workers w1 w2
-  grep -q "registering again now" "$TMP/worker-w1.log" || fail "$RUN: w1 did not register again at once"
   mv "$TMP/worker-w1.log" "$TMP/worker-w1-$RUN.log"
   rejoined $RUN
-  ref_async_check $RUN $H "(w1's 3rd dl_submit reply lost, registered again)" --skip-noops
+  ref_async_check $RUN $H "($1)" --skip-noops
   grep -q ", 1 new registrations, 1 no-op places" "$TMP/ref-$RUN.log" ||
     fail "$RUN: the replay did not take one registration and one no-op: $(cat "$TMP/ref-$RUN.log")"
   kill $SRV_s0; wait $SRV_s0
+}
+
+# lost RUN INIT_FLAGS...: w1 registers again at once, at the `need` for its lost place
+lost() {
+  run=$1; shift
+  lossy $run 10 60 --heartbeat-interval 1 --max-sync-retries 2 -- "$@"
+  one_noop "w1's 3rd dl_submit reply lost, registered again"
+  grep -q "registering again now" "$TMP/worker-w1-$RUN.log" || fail "$RUN: w1 did not register again at once"
 }
 
 # lost_evicted: the same lost reply, w1 stopped during its tries until it is evicted: it never knew of the place,
 # trained on from the window's start (its tries failed) and registered again before its next submission, holding
 # that try's base: the no-op's window and the steps after it are dropped, trained on from where it was
 lost_evicted() {
-  RUN=lost_evicted
-  init_run $RUN $init_flags --shards 2 --heartbeat-timeout 0.8
-  start_server s0
-  drop_proxy w1 "$PORT" --match dl_submit --skip 2 --drops 10 --lose reply
-  direct=$URL; URL=redis://127.0.0.1:$PPORT_w1
-  start_worker w1 --sync-every $H --steps 60 --heartbeat-interval 0.2 --step-delay-ms 2
-  URL=$direct
-  start_worker w2 --sync-every $H --steps 300 --heartbeat-interval 0.2 --step-delay-ms 5
+  lossy lost_evicted 0.8 300 --heartbeat-interval 0.2 -- --shards 2
   wait_until 10 'grep -q "lost the reply" "$TMP/proxy-$RUN-w1.log"' "the first lost reply"
-  kill -STOP "$WRK_w1"
-  wait_until 5 '[ "$($RCLI HEXISTS "dl:{$RUN}:workers" w1)" = 0 ]' "w1 to be evicted"
-  kill -CONT "$WRK_w1"
-  wait_workers w1 w2
-  mv "$TMP/worker-w1.log" "$TMP/worker-w1-$RUN.log"
-  rejoined $RUN
-  ref_async_check $RUN $H "(w1's 3rd dl_submit reply lost, w1 evicted meanwhile)" --skip-noops
-  grep -q ", 1 new registrations, 1 no-op places" "$TMP/ref-$RUN.log" ||
-    fail "$RUN: the replay did not take one registration and one no-op: $(cat "$TMP/ref-$RUN.log")"
-  kill $SRV_s0; wait $SRV_s0
+  stop_until_evicted
+  one_noop "w1's 3rd dl_submit reply lost, w1 evicted meanwhile"
 }
 
 evicted evicted --shards 2

@@ -255,43 +255,49 @@ static int is_stale_reject(redisReply *e)
            !strcmp(code, "STALE");
 }
 
-/* "shard:base,..." (a STALE reject event's bases) into base (filled with -1 by the caller); -> the fragment
- * of its shards, each of them named once with a version the replay holds, or -1. */
-static int parse_bases(const ref *r, const char *bases, int64_t *base)
+/* "shard:version,..." (a STALE reject event's bases, a join event's held versions) -> a new array by shard
+ * (-1: not named), each shard of the run named once at most, with a version the replay holds; NULL if not. */
+static int64_t *parse_versions(const ref *r, const char *text)
 {
-    int f = -1, n = 0;
-    for (const char *p = bases; *p;) {
+    int64_t *v = malloc((size_t)r->rc.nshards * sizeof *v);
+    for (int k = 0; k < r->rc.nshards; k++) v[k] = -1;
+    for (const char *p = text; *p;) {
         char *end;
         long k = strtol(p, &end, 10);
-        if (end == p || *end != ':' || k < 0 || k >= r->rc.nshards) return -1;
-        const char *v = end + 1;
-        long long b = strtoll(v, &end, 10);
-        if (end == v || (*end != ',' && *end != '\0') || b < 0) return -1;
-        int fk = runconf_fragment_of_shard(&r->rc, (int)k);
-        if ((f >= 0 && fk != f) || base[k] >= 0 || b > r->lines[fk].nsubs) return -1;
-        f = fk, base[k] = b, n++;
+        int ok = end != p && *end == ':' && k >= 0 && k < r->rc.nshards && v[k] < 0;
+        const char *at = end + 1;
+        long long b = ok ? strtoll(at, &end, 10) : -1;
+        if (!ok || end == at || (*end != ',' && *end != '\0') || b < 0 ||
+            b > r->lines[runconf_fragment_of_shard(&r->rc, (int)k)].nsubs) {
+            free(v);
+            return NULL;
+        }
+        v[k] = b;
         p = *end ? end + 1 : end;
     }
-    return f >= 0 && n == r->lines[f].last - r->lines[f].first ? f : -1;
+    return v;
 }
 
-/* "shard:version,..." (a join event's held versions) into base (filled with -1 by the caller): each shard of the
- * run once, with a version the replay holds. */
-static int parse_held(const ref *r, const char *held, int64_t *base)
+/* The fragment whose shards, every one and no other, v names (a refused submission's bases); -1 if none. */
+static int fragment_named(const ref *r, const int64_t *v)
 {
-    int n = 0;
-    for (const char *p = held; *p;) {
-        char *end;
-        long k = strtol(p, &end, 10);
-        if (end == p || *end != ':' || k < 0 || k >= r->rc.nshards || base[k] >= 0) return -1;
-        const char *v = end + 1;
-        long long b = strtoll(v, &end, 10);
-        int fk = runconf_fragment_of_shard(&r->rc, (int)k);
-        if (end == v || (*end != ',' && *end != '\0') || b < 0 || b > r->lines[fk].nsubs) return -1;
-        base[k] = b, n++;
-        p = *end ? end + 1 : end;
+    int f = -1;
+    for (int k = 0; k < r->rc.nshards; k++) {
+        int fk = runconf_fragment_of_shard(&r->rc, k);
+        if (v[k] >= 0 && f >= 0 && fk != f) return -1;
+        if (v[k] >= 0) f = fk;
     }
-    return n == r->rc.nshards ? 0 : -1;
+    for (int k = f < 0 ? 0 : r->lines[f].first; f >= 0 && k < r->lines[f].last; k++)
+        if (v[k] < 0) return -1;
+    return f;
+}
+
+/* Does v name every shard of the run (a registration's held versions)? */
+static int names_all(const ref *r, const int64_t *v)
+{
+    for (int k = 0; k < r->rc.nshards; k++)
+        if (v[k] < 0) return 0;
+    return 1;
 }
 
 static void add_between(ref *r, between b)
@@ -312,9 +318,8 @@ static int read_refusal(ref *r, const char *id, redisReply *e)
                 id, worker);
         return -1;
     }
-    int64_t *base = malloc((size_t)r->rc.nshards * sizeof *base);
-    for (int k = 0; k < r->rc.nshards; k++) base[k] = -1;
-    int f = parse_bases(r, bases, base);
+    int64_t *base = parse_versions(r, bases);
+    int f = base ? fragment_named(r, base) : -1;
     if (f < 0) {
         fprintf(stderr, "ref_async: event %s: bases '%s' do not name one fragment's shards with versions of the run\n",
                 id, bases);
@@ -342,13 +347,11 @@ static int read_join(ref *r, const char *id, redisReply *e)
                 id, worker);
         return -1;
     }
-    int64_t *base = malloc((size_t)r->rc.nshards * sizeof *base);
-    for (int k = 0; k < r->rc.nshards; k++) base[k] = -1;
-    if (parse_held(r, held, base) < 0) {
+    int64_t *base = parse_versions(r, held);
+    if (!base || !names_all(r, base)) {
         fprintf(stderr,
-                "ref_async: event %s: held versions '%s' do not name each shard once with a version of "
-                "the run\n",
-                id, held);
+                "ref_async: event %s: held versions '%s' do not name each shard once with a version of the run\n", id,
+                held);
         free(base);
         return -1;
     }

@@ -561,6 +561,89 @@ static void warn_if_never_syncs(const worker_args *a)
                  a->dl.sync_every, a->steps);
 }
 
+/* What a worker holds once the run's config is read; release_worker lets it go. */
+typedef struct worker_parts {
+    trainer *t;
+    diloco *d;
+    host_device *hd; /* --device-hooks host */
+    FILE *logf;      /* --log */
+} worker_parts;
+
+/* The trainer (the run's, or --trainer's, with the trainer flags), checked against the run's layout. */
+static int build_trainer(const worker_args *a, const runconf *rc, char **rest, int nrest, trainer **t, char *err,
+                         size_t errlen)
+{
+    *t = make_trainer(a, rc, rest, nrest, err, errlen);
+    if (!*t || layout_check(rc->layout, (*t)->tensors, (*t)->ntensors, (*t)->name, err, errlen) < 0) return -1;
+    if (!strcmp((*t)->name, "gpt")) {
+        char what[384];
+        gpt_trainer_describe(*t, what, sizeof what);
+        log_info("gpt trainer: %s", what);
+    }
+    return 0;
+}
+
+/* --evaluate-every (the evaluator, until stopped) or --eval-only (one loss, printed): the run's parameters
+ * read from Redis, without joining the run (its barriers must not wait for an evaluation). */
+static int evaluate(const worker_args *a, const runconf *rc, trainer *t, char *err, size_t errlen)
+{
+    evaluator_options eo = {.redis_url = a->dl.redis_url,
+                            .run = a->dl.run,
+                            .every = a->evaluate_every,
+                            .poll_ms = 200,
+                            .connect_timeout_ms = a->dl.connect_timeout_ms,
+                            .stop = (const volatile int *)&g_stop};
+    if (a->evaluate_every) return evaluator_run(&eo, rc, t, err, errlen);
+    int64_t version;
+    double loss;
+    if (evaluator_once(&eo, rc, t, &version, &loss, err, errlen) < 0) return -1;
+    printf("eval_loss %.6f version %" PRId64 "\n", loss, version);
+    return 0;
+}
+
+/* Open --log, join the run through libdiloco (by the device hooks where they apply) and train. -1 with
+ * err when it could not start; else the exit status of the training. */
+static int join_and_train(worker_args *a, worker_parts *w, char *err, size_t errlen)
+{
+    warn_if_never_syncs(a);
+    if (a->log_path && !(w->logf = fopen(a->log_path, "a"))) {
+        err_set(err, errlen, "cannot open log file %s", a->log_path);
+        return -1;
+    }
+    a->dl.stop = (const volatile int *)&g_stop;
+    a->dl.on_params = on_params;
+    a->dl.on_params_ctx = w->t;
+    int hooks = device_hooks(a, w->t, &a->dl.device, &w->hd, err, errlen);
+    if (hooks < 0) return -1;
+    /* with hooks libdiloco gets no host buffer: it must go through them */
+    if (diloco_open(&a->dl, hooks ? NULL : w->t->params, w->t->numel, &w->d, err, errlen) < 0) return -1;
+    log_json(w->logf, json_pack("{s:s, s:s, s:I}", "event", "join", "worker", diloco_worker_id(w->d), "version",
+                                (json_int_t)diloco_version(w->d)));
+    return train(a, w->t, w->d, w->logf) < 0 ? 1 : 0;
+}
+
+/* libdiloco first: it may free host buffers through the device hooks, so before the trainer. */
+static void release_worker(worker_parts *w)
+{
+    diloco_close(w->d);
+    if (w->hd) {
+        unsigned long nd, nl[3];
+        host_device_counts(w->hd, &nd, nl);
+        log_info("device hooks: %lu delta, %lu load snapshot, %lu load copy, %lu load mix", nd, nl[0], nl[1], nl[2]);
+        host_device_free(w->hd);
+    }
+    if (w->t) w->t->destroy(w->t);
+    if (w->logf) fclose(w->logf);
+}
+
+/* With the run's config read: the trainer, then evaluating or training. The exit status, or -1 with err. */
+static int work(worker_args *a, const runconf *rc, char **rest, int nrest, worker_parts *w, char *err, size_t errlen)
+{
+    if (build_trainer(a, rc, rest, nrest, &w->t, err, errlen) < 0) return -1;
+    if (a->evaluate_every || a->eval_only) return evaluate(a, rc, w->t, err, errlen) < 0 ? -1 : 0;
+    return join_and_train(a, w, err, errlen);
+}
+
 static int run_worker(int argc, char **argv)
 {
     worker_args a;
@@ -574,69 +657,14 @@ static int run_worker(int argc, char **argv)
     }
     char err[512];
     runconf rc;
-    trainer *t = NULL;
-    diloco *d = NULL;
-    host_device *hd = NULL;
-    FILE *logf = NULL;
-    int status = 1;
     if (read_run(&a, &rc, err, sizeof err) < 0) {
         free(rest);
         return failed_or_stopped(err);
     }
-    t = make_trainer(&a, &rc, rest, nrest, err, sizeof err);
-    if (!t || layout_check(rc.layout, t->tensors, t->ntensors, t->name, err, sizeof err) < 0) goto error;
-    if (!strcmp(t->name, "gpt")) {
-        char what[384];
-        gpt_trainer_describe(t, what, sizeof what);
-        log_info("gpt trainer: %s", what);
-    }
-    evaluator_options eo = {.redis_url = a.dl.redis_url,
-                            .run = a.dl.run,
-                            .every = a.evaluate_every,
-                            .poll_ms = 200,
-                            .connect_timeout_ms = a.dl.connect_timeout_ms,
-                            .stop = (const volatile int *)&g_stop};
-    if (a.evaluate_every) {
-        if (evaluator_run(&eo, &rc, t, err, sizeof err) < 0) goto error;
-        status = 0;
-        goto done;
-    }
-    if (a.eval_only) { /* not a member: the run's barriers must not wait for an evaluation */
-        int64_t version;
-        double loss;
-        if (evaluator_once(&eo, &rc, t, &version, &loss, err, sizeof err) < 0) goto error;
-        printf("eval_loss %.6f version %" PRId64 "\n", loss, version);
-        status = 0;
-        goto done;
-    }
-    warn_if_never_syncs(&a);
-    if (a.log_path && !(logf = fopen(a.log_path, "a"))) {
-        err_set(err, sizeof err, "cannot open log file %s", a.log_path);
-        goto error;
-    }
-    a.dl.stop = (const volatile int *)&g_stop;
-    a.dl.on_params = on_params;
-    a.dl.on_params_ctx = t;
-    int hooks = device_hooks(&a, t, &a.dl.device, &hd, err, sizeof err);
-    if (hooks < 0) goto error;
-    /* with hooks libdiloco gets no host buffer: it must go through them */
-    if (diloco_open(&a.dl, hooks ? NULL : t->params, t->numel, &d, err, sizeof err) < 0) goto error;
-    log_json(logf, json_pack("{s:s, s:s, s:I}", "event", "join", "worker", diloco_worker_id(d), "version",
-                             (json_int_t)diloco_version(d)));
-    status = train(&a, t, d, logf) < 0 ? 1 : 0;
-    goto done;
-error:
-    status = failed_or_stopped(err);
-done:
-    diloco_close(d); /* before the trainer: it may free host buffers through the device hooks */
-    if (hd) {
-        unsigned long nd, nl[3];
-        host_device_counts(hd, &nd, nl);
-        log_info("device hooks: %lu delta, %lu load snapshot, %lu load copy, %lu load mix", nd, nl[0], nl[1], nl[2]);
-        host_device_free(hd);
-    }
-    if (t) t->destroy(t);
-    if (logf) fclose(logf);
+    worker_parts w = {0};
+    int status = work(&a, &rc, rest, nrest, &w, err, sizeof err);
+    if (status < 0) status = failed_or_stopped(err);
+    release_worker(&w);
     runconf_free(&rc);
     free(rest);
     return status;

@@ -134,9 +134,7 @@ int async_complete(diloco *d, int f, char *err, size_t errlen)
                  f, d->seq[first] + 1, dl_shard_id(d, first));
         d->fail_streak = 0; /* the sync that failed succeeded after all: no longer failures in a row (round.c) */
     }
-    params_adopt(d, first, last);
-    size_t off = (size_t)d->rc.shard_bounds[first];
-    if (params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
+    if (params_take(d, first, last, err, errlen) < 0) return DL_FAIL;
     return DL_STALE;
 }
 

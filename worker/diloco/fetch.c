@@ -41,9 +41,7 @@ int fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, 
                 dl_set_frag_version(d, f, hi);
                 d->frag_incomplete[f] = 0; /* base is one consistent version: no earlier round to finish */
                 if (!adopt) return 0;
-                params_adopt(d, first, last);
-                size_t off = (size_t)d->rc.shard_bounds[first];
-                return params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen);
+                return params_take(d, first, last, err, errlen);
             }
             min_version = hi;
         }

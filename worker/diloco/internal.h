@@ -378,6 +378,9 @@ void params_adopt(diloco *d, int first_shard, int last_shard);
 /* Put base[f] into params[f]: copy, or params = alpha*params + (1-alpha)*base; tell the trainer. */
 int params_apply(diloco *d, int f, double alpha, char *err, size_t errlen);
 int params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen); /* trainer callback */
+/* params_adopt then params_changed over shards [first_shard, last_shard): the trainer takes what base holds
+ * there. 0, or -1 + err (a failed device load or trainer callback). */
+int params_take(diloco *d, int first_shard, int last_shard, char *err, size_t errlen);
 
 /* delta.c: the pseudo-gradient in the codec of our pushes, and error feedback */
 /* The codec of our pushes (push_dtype): the run's, except fp32 in a bf16 run when o.bf16 is 0. */

@@ -49,3 +49,10 @@ int params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen)
     if (!d->o.on_params) return 0;
     return d->o.on_params(d->o.on_params_ctx, off, n, err, errlen) < 0 ? -1 : 0;
 }
+
+int params_take(diloco *d, int first_shard, int last_shard, char *err, size_t errlen)
+{
+    params_adopt(d, first_shard, last_shard);
+    size_t off = (size_t)d->rc.shard_bounds[first_shard];
+    return params_changed(d, off, (size_t)d->rc.shard_bounds[last_shard] - off, err, errlen);
+}

@@ -133,9 +133,7 @@ static int confirm_reset(diloco *d, int f, const char *why, char *err, size_t er
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
     log_warn("fragment %d: %s; continuing from the committed global parameters", f, why);
     if (fetch_current(d, f, err, errlen) < 0) return DL_FAIL; /* state unchanged: tried again next time */
-    params_adopt(d, first, last);
-    size_t off = (size_t)d->rc.shard_bounds[first];
-    if (params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
+    if (params_take(d, first, last, err, errlen) < 0) return DL_FAIL;
     return DL_STALE;
 }
 
@@ -209,9 +207,7 @@ static int take_late_round(diloco *d, int f, int64_t want, char *err, size_t err
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
     dl_set_frag_version(d, f, want);
     d->frag_incomplete[f] = 0;
-    params_adopt(d, first, last);
-    size_t off = (size_t)d->rc.shard_bounds[first];
-    if (params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
+    if (params_take(d, first, last, err, errlen) < 0) return DL_FAIL;
     log_warn("fragment %d: round %" PRId64 " completed late; continuing from its parameters", f, want - 1);
     d->fail_streak = 0; /* the sync that failed succeeded after all: no longer failures in a row (round.c) */
     return DL_STALE;

@@ -279,7 +279,6 @@ static void random_secret(char *out, size_t cap)
     for (size_t i = 0; i < sizeof b && 2 * i + 2 < cap; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
-/* dl_init with the config and state fields and one digest per shard. */
 /* x in the fewest digits that read back as the same double ("0.02", not "0.020000000000000000416"):
  * every process computes the run's top-k counts from the value read back. */
 static void format_exact(double x, char *buf, size_t cap)
@@ -290,147 +289,154 @@ static void format_exact(double x, char *buf, size_t cap)
     }
 }
 
+/* dl_init's field values, formatted as the strings it takes. */
+typedef struct init_values {
+    char *layout;                           /* layout_json (call_dl_init frees it) */
+    const char *shard_bounds, *frag_bounds; /* format_config's static buffers */
+    char numel[32], shards[16], frags[16], seed[32], snap[16], secret[40];
+    char dnb[24], dnt0[24], wref[24], sref[24], minrep[16], window[24], frac[32];
+    char tkd[32], tkb[32], tkw[8], ahead[32];
+    int rebase; /* --async-rule rebase */
+    char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32], dylu[4], dbase[24], stale[24];
+    char nconfig[8], nstate[8]; /* how many fields of each follow */
+} init_values;
+
+/* The config fields (fixed for the run's life); random_secret draws its secret. */
+static void format_config(const init_args *a, const initial_params *ip, const uint64_t *sb, const uint64_t *fb,
+                          init_values *v)
+{
+    static char sbuf[RUNCONF_MAX_SHARDS * 12], fbuf[RUNCONF_MAX_FRAGMENTS * 8];
+    runconf_format_bounds_u64(sb, (int)a->shards, sbuf, sizeof sbuf);
+    runconf_format_bounds_u64(fb, (int)a->fragments, fbuf, sizeof fbuf);
+    v->shard_bounds = sbuf;
+    v->frag_bounds = fbuf;
+    snprintf(v->numel, sizeof v->numel, "%" PRIu64, ip->numel);
+    snprintf(v->shards, sizeof v->shards, "%lld", a->shards);
+    snprintf(v->frags, sizeof v->frags, "%lld", a->fragments);
+    snprintf(v->seed, sizeof v->seed, "%lld", a->seed);
+    snprintf(v->snap, sizeof v->snap, "%lld", a->snapshot_every);
+    random_secret(v->secret, sizeof v->secret);
+    snprintf(v->dnb, sizeof v->dnb, "%lld", a->dn_buffer);
+    snprintf(v->dnt0, sizeof v->dnt0, "%" PRIu64, ip->dn_t0);
+    snprintf(v->wref, sizeof v->wref, "%lld", a->weight_ref > 0 ? a->weight_ref : 1);
+    snprintf(v->minrep, sizeof v->minrep, "%lld", a->min_replicas);
+    snprintf(v->sref, sizeof v->sref, "%lld", a->stale_ref);
+    format_exact(a->topk_density, v->tkd, sizeof v->tkd);
+    format_exact(a->async_lookahead, v->ahead, sizeof v->ahead);
+    snprintf(v->tkw, sizeof v->tkw, "%lld", a->topk_bits);
+    format_exact(a->topk_beta, v->tkb, sizeof v->tkb);
+    v->rebase = a->async_rule != NULL && strcmp(a->async_rule, "rebase") == 0;
+    snprintf(v->window, sizeof v->window, "%lld", v->rebase ? a->max_staleness : 0);
+    snprintf(v->frac, sizeof v->frac, "%.9g", a->rebase_fraction);
+}
+
+/* The state fields: the settings an operator may change later (control.c). */
+static void format_state(const init_args *a, init_values *v)
+{
+    snprintf(v->target, sizeof v->target, "%lld", a->workers);
+    snprintf(v->minw, sizeof v->minw, "%lld", a->min_workers);
+    snprintf(v->lr, sizeof v->lr, "%.9g", a->outer_lr);
+    snprintf(v->mu, sizeof v->mu, "%.9g", a->outer_momentum);
+    snprintf(v->nest, sizeof v->nest, "%d", a->nesterov);
+    snprintf(v->hbt, sizeof v->hbt, "%lld", (long long)(a->heartbeat_timeout * 1000));
+    snprintf(v->dylu, sizeof v->dylu, "%d", a->dylu);
+    snprintf(v->dbase, sizeof v->dbase, "%lld", a->dylu_base > 0 ? a->dylu_base : 500);
+    snprintf(v->stale, sizeof v->stale, "%lld", a->max_staleness);
+}
+
+static void add_field(const char **argv, size_t *n, const char *name, const char *value)
+{
+    argv[(*n)++] = name;
+    argv[(*n)++] = value;
+}
+
+static void config_fields(const init_args *a, const initial_params *ip, const init_values *v, const char **argv,
+                          size_t *n)
+{
+    add_field(argv, n, "layout", v->layout);
+    add_field(argv, n, "numel", v->numel);
+    add_field(argv, n, "shards", v->shards);
+    add_field(argv, n, "fragments", v->frags);
+    add_field(argv, n, "mode", a->async ? "async" : "sync");
+    add_field(argv, n, "shard_bounds", v->shard_bounds);
+    add_field(argv, n, "frag_bounds", v->frag_bounds);
+    add_field(argv, n, "trainer", a->trainer);
+    add_field(argv, n, "model", ip->model);
+    add_field(argv, n, "seed", v->seed);
+    add_field(argv, n, "snapshot_every", v->snap);
+    add_field(argv, n, "secret", v->secret);
+    add_field(argv, n, "dn_buffer", v->dnb);
+    add_field(argv, n, "dn_variant", a->dn_variant ? a->dn_variant : "paper");
+    add_field(argv, n, "dn_t0", v->dnt0);
+    add_field(argv, n, "weight_by", a->weight_by ? a->weight_by : "none");
+    add_field(argv, n, "weight_ref_tokens", v->wref);
+    add_field(argv, n, "stale_weight", a->stale_weight ? a->stale_weight : "none");
+    add_field(argv, n, "stale_ref", v->sref);
+    add_field(argv, n, "async_rule", v->rebase ? "rebase" : "plain");
+    add_field(argv, n, "rebase_window", v->window);
+    add_field(argv, n, "rebase_fraction", v->frac);
+    add_field(argv, n, "compress", a->compress ? a->compress : "bf16");
+    add_field(argv, n, "min_replicas", v->minrep);
+    add_field(argv, n, "download", a->download ? a->download : "params");
+    add_field(argv, n, "topk_density", v->tkd);
+    add_field(argv, n, "topk_beta", v->tkb);
+    add_field(argv, n, "topk_bits", v->tkw);
+    add_field(argv, n, "async_lookahead", v->ahead);
+}
+
+static void state_fields(const init_values *v, const char **argv, size_t *n)
+{
+    add_field(argv, n, "target_workers", v->target);
+    add_field(argv, n, "expected_workers", v->target);
+    add_field(argv, n, "min_workers", v->minw);
+    add_field(argv, n, "outer_lr", v->lr);
+    add_field(argv, n, "outer_momentum", v->mu);
+    add_field(argv, n, "nesterov", v->nest);
+    add_field(argv, n, "heartbeat_timeout_ms", v->hbt);
+    add_field(argv, n, "dylu", v->dylu);
+    add_field(argv, n, "dylu_base_sync_every", v->dbase);
+    add_field(argv, n, "max_staleness", v->stale);
+}
+
+#define DL_INIT_FIELDS_MAX 64 /* config and state fields together (39 today) */
+
+/* dl_init with the config and state fields and one digest per shard:
+ * FCALL dl_init 1 KEY NCONFIG config... NSTATE state... S digest_0 ... digest_{S-1} */
 static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip, const uint64_t *sb, const uint64_t *fb,
                         char digests[][17], char *err, size_t errlen)
 {
-    static char sbuf[RUNCONF_MAX_SHARDS * 12], fbuf[RUNCONF_MAX_FRAGMENTS * 8];
-    char numel[32], shards[16], frags[16], seed[32], snap[16], secret[40] = "";
-    char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32], dylu[4], dbase[24], dnb[24], stale[24], wref[24];
-    char dnt0[24], minrep[16], sref[24], window[24], frac[32];
-    char *layout = layout_json(ip->tensors, ip->ntensors);
-    if (!layout) {
+    init_values v;
+    if (!(v.layout = layout_json(ip->tensors, ip->ntensors))) {
         err_set(err, errlen, "out of memory for the layout");
         return -1;
     }
-    runconf_format_bounds_u64(sb, (int)a->shards, sbuf, sizeof sbuf);
-    runconf_format_bounds_u64(fb, (int)a->fragments, fbuf, sizeof fbuf);
-    snprintf(numel, sizeof numel, "%" PRIu64, ip->numel);
-    snprintf(shards, sizeof shards, "%lld", a->shards);
-    snprintf(frags, sizeof frags, "%lld", a->fragments);
-    snprintf(seed, sizeof seed, "%lld", a->seed);
-    snprintf(snap, sizeof snap, "%lld", a->snapshot_every);
-    random_secret(secret, sizeof secret);
-    snprintf(target, sizeof target, "%lld", a->workers);
-    snprintf(minw, sizeof minw, "%lld", a->min_workers);
-    snprintf(lr, sizeof lr, "%.9g", a->outer_lr);
-    snprintf(mu, sizeof mu, "%.9g", a->outer_momentum);
-    snprintf(nest, sizeof nest, "%d", a->nesterov);
-    snprintf(hbt, sizeof hbt, "%lld", (long long)(a->heartbeat_timeout * 1000));
-    snprintf(dylu, sizeof dylu, "%d", a->dylu);
-    snprintf(dbase, sizeof dbase, "%lld", a->dylu_base > 0 ? a->dylu_base : 500);
-    snprintf(dnb, sizeof dnb, "%lld", a->dn_buffer);
-    snprintf(dnt0, sizeof dnt0, "%" PRIu64, ip->dn_t0);
-    snprintf(stale, sizeof stale, "%lld", a->max_staleness);
-    snprintf(wref, sizeof wref, "%lld", a->weight_ref > 0 ? a->weight_ref : 1);
-    snprintf(minrep, sizeof minrep, "%lld", a->min_replicas);
-    snprintf(sref, sizeof sref, "%lld", a->stale_ref);
-    char tkd[32], tkb[32], tkw[8], ahead[32];
-    format_exact(a->topk_density, tkd, sizeof tkd);
-    format_exact(a->async_lookahead, ahead, sizeof ahead);
-    snprintf(tkw, sizeof tkw, "%lld", a->topk_bits);
-    format_exact(a->topk_beta, tkb, sizeof tkb);
-    int rebase = a->async_rule != NULL && strcmp(a->async_rule, "rebase") == 0;
-    snprintf(window, sizeof window, "%lld", rebase ? a->max_staleness : 0);
-    snprintf(frac, sizeof frac, "%.9g", a->rebase_fraction);
-    char key[KEY_MAX];
-    key_run(key, sizeof key, a->c.run, "config");
-    const char *fixed[] = {"FCALL",
-                           "dl_init",
-                           "1",
-                           key,
-                           "29",
-                           "layout",
-                           layout,
-                           "numel",
-                           numel,
-                           "shards",
-                           shards,
-                           "fragments",
-                           frags,
-                           "mode",
-                           a->async ? "async" : "sync",
-                           "shard_bounds",
-                           sbuf,
-                           "frag_bounds",
-                           fbuf,
-                           "trainer",
-                           a->trainer,
-                           "model",
-                           ip->model,
-                           "seed",
-                           seed,
-                           "snapshot_every",
-                           snap,
-                           "secret",
-                           secret,
-                           "dn_buffer",
-                           dnb,
-                           "dn_variant",
-                           a->dn_variant ? a->dn_variant : "paper",
-                           "dn_t0",
-                           dnt0,
-                           "weight_by",
-                           a->weight_by ? a->weight_by : "none",
-                           "weight_ref_tokens",
-                           wref,
-                           "stale_weight",
-                           a->stale_weight ? a->stale_weight : "none",
-                           "stale_ref",
-                           sref,
-                           "async_rule",
-                           rebase ? "rebase" : "plain",
-                           "rebase_window",
-                           window,
-                           "rebase_fraction",
-                           frac,
-                           "compress",
-                           a->compress ? a->compress : "bf16",
-                           "min_replicas",
-                           minrep,
-                           "download",
-                           a->download ? a->download : "params",
-                           "topk_density",
-                           tkd,
-                           "topk_beta",
-                           tkb,
-                           "topk_bits",
-                           tkw,
-                           "async_lookahead",
-                           ahead,
-                           "10",
-                           "target_workers",
-                           target,
-                           "expected_workers",
-                           target,
-                           "min_workers",
-                           minw,
-                           "outer_lr",
-                           lr,
-                           "outer_momentum",
-                           mu,
-                           "nesterov",
-                           nest,
-                           "heartbeat_timeout_ms",
-                           hbt,
-                           "dylu",
-                           dylu,
-                           "dylu_base_sync_every",
-                           dbase,
-                           "max_staleness",
-                           stale,
-                           shards};
-    size_t nfixed = sizeof fixed / sizeof fixed[0], argc = nfixed + (size_t)a->shards;
-    const char **argv = calloc(argc + 2, sizeof *argv);
+    format_config(a, ip, sb, fb, &v);
+    format_state(a, &v);
+    const char **argv = calloc(7 + 2 * DL_INIT_FIELDS_MAX + (size_t)a->shards, sizeof *argv);
     if (!argv) {
-        free(layout);
+        free(v.layout);
         err_set(err, errlen, "out of memory");
         return -1;
     }
-    memcpy(argv, fixed, sizeof fixed);
-    for (long long k = 0; k < a->shards; k++) argv[nfixed + (size_t)k] = digests[k];
-    redisReply *r = rconn_command_argv(rc, (int)argc, argv, NULL);
+    char key[KEY_MAX];
+    size_t n = 0;
+    argv[n++] = "FCALL";
+    argv[n++] = "dl_init";
+    argv[n++] = "1";
+    argv[n++] = key_run(key, sizeof key, a->c.run, "config");
+    size_t nconfig_at = n++; /* each count goes before its fields */
+    config_fields(a, ip, &v, argv, &n);
+    snprintf(v.nconfig, sizeof v.nconfig, "%zu", (n - nconfig_at - 1) / 2);
+    argv[nconfig_at] = v.nconfig;
+    size_t nstate_at = n++;
+    state_fields(&v, argv, &n);
+    snprintf(v.nstate, sizeof v.nstate, "%zu", (n - nstate_at - 1) / 2);
+    argv[nstate_at] = v.nstate;
+    argv[n++] = v.shards;
+    for (long long k = 0; k < a->shards; k++) argv[n++] = digests[k];
+    redisReply *r = rconn_command_argv(rc, (int)n, argv, NULL);
     free(argv);
-    free(layout);
+    free(v.layout);
     int ok = rconn_reply_error(rc, r, err, errlen);
     if (r) freeReplyObject(r);
     return ok;

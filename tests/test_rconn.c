@@ -1,8 +1,8 @@
 /*
  * test_rconn.c: Redis connections (common/redis/rconn.c) against a private redis-server started on a unix
  * socket in a temporary directory: password and ACL-user authentication, wrong credentials, database
- * selection, error replies, bounded/stoppable retries to an address where nothing listens, and a refused
- * password or database ending the retries at once.
+ * selection, error replies, bounded/stoppable retries to an address where nothing listens, a stop function
+ * ending retries and a frozen Redis's handshake, and a refused password or database ending the retries at once.
  * Exits 77 (skipped) when redis-server is not installed.
  */
 #include <stdarg.h>
@@ -174,6 +174,53 @@ static void retry_gives_up_after_its_wait(void **state)
     assert_true(now_ms() - t0 < 500);
 }
 
+/* A stop given as a function (rconn_connect_watched: libdiloco's o.stop or diloco_request_stop) ends the
+ * retries to an address where nothing listens, and the handshake of a Redis that accepts the connection and
+ * answers nothing (frozen: SIGSTOP), within about 100 ms of the stop instead of the connect's 5 s limit. */
+static uint64_t stop_at_ms; /* stop_after's moment (now_ms) */
+
+static int stop_after(void *arg)
+{
+    int *calls = arg;
+    (*calls)++;
+    return now_ms() >= stop_at_ms;
+}
+
+static void watched_stop_ends_retries_and_a_frozen_handshake(void **state)
+{
+    (void)state;
+    char url[400], err[512] = "";
+    redis_url u;
+    snprintf(url, sizeof url, "unix://%s/nobody-here.sock", tmpdir);
+    assert_int_equal(redis_url_parse(url, &u, err, sizeof err), 0);
+    int calls = 0;
+    uint64_t t0 = now_ms();
+    stop_at_ms = t0 + 300;
+    assert_null(rconn_connect_watched(&u, 200, -1, stop_after, &calls, NULL, err, sizeof err));
+    uint64_t took = now_ms() - t0;
+    assert_non_null(strstr(err, "stopped while connecting"));
+    assert_true(calls > 1);
+    if (took < 300 || took > 800)
+        fail_msg("retries ended %llu ms after the start, the stop at 300", (unsigned long long)took);
+
+    snprintf(url, sizeof url, "unix://:pw@%s", sock_path);
+    assert_int_equal(redis_url_parse(url, &u, err, sizeof err), 0);
+    assert_int_equal(kill(redis_pid, SIGSTOP), 0);
+    t0 = now_ms();
+    stop_at_ms = t0 + 300;
+    rconn *c = rconn_connect_watched(&u, 5000, 0, stop_after, &calls, NULL, err, sizeof err);
+    took = now_ms() - t0;
+    assert_int_equal(kill(redis_pid, SIGCONT), 0);
+    assert_null(c);
+    printf("  frozen Redis: %s (%llu ms)\n", err, (unsigned long long)took);
+    assert_non_null(strstr(err, "stopped while Redis did not answer"));
+    if (took < 300 || took > 800)
+        fail_msg("the handshake ended %llu ms after the start, the stop at 300", (unsigned long long)took);
+    c = rconn_connect_watched(&u, 5000, 0, NULL, NULL, NULL, err, sizeof err); /* no stop: as rconn_connect */
+    assert_non_null(c);
+    rconn_free(c);
+}
+
 /* A wrong password, user or database is final: no retry for the whole wait. */
 static void refusal_ends_retries_at_once(void **state)
 {
@@ -226,6 +273,7 @@ int main(void)
         cmocka_unit_test(reply_error_reports_connection_loss),
         cmocka_unit_test(retry_gives_up_after_its_wait),
         cmocka_unit_test(refusal_ends_retries_at_once),
+        cmocka_unit_test(watched_stop_ends_retries_and_a_frozen_handshake),
         cmocka_unit_test(final_errors),
     };
     return cmocka_run_group_tests(tests, start_redis, stop_redis);

@@ -133,12 +133,24 @@ static int slice_passed(const redisContext *ctx)
     return ctx->err == REDIS_ERR_IO && (errno == EAGAIN || errno == EWOULDBLOCK);
 }
 
+/* What ends a connect's retries and its handshake early: rconn_connect_retry's flag or
+ * rconn_connect_watched's function, as one function and its argument (fn NULL: nothing does). */
+typedef struct stop_src {
+    rconn_stop_fn *fn;
+    void *arg;
+} stop_src;
+
+static int stop_now(const stop_src *s)
+{
+    return s != NULL && s->fn != NULL && s->fn(s->arg);
+}
+
 /* A command of a connection's opening (AUTH, PING, SELECT). With stop, its socket timeout is a STOP_SLICE_MS
  * slice and the reply is awaited up to timeout_ms (what the socket timeout would be without), slice after
- * slice, while *stop is 0: a process told to stop does not wait out the whole timeout on a Redis that
+ * slice, while the stop says go on: a process told to stop does not wait out the whole timeout on a Redis that
  * accepts connections but answers nothing (frozen), as a reconnect to it would. Without, one wait of the
  * socket timeout. NULL: failed (c->errstr). */
-static redisReply *handshake(redisContext *c, const volatile int *stop, int timeout_ms, const char *fmt, ...)
+static redisReply *handshake(redisContext *c, const stop_src *stop, int timeout_ms, const char *fmt, ...)
 {
     va_list ap;
     va_start(ap, fmt);
@@ -147,7 +159,7 @@ static redisReply *handshake(redisContext *c, const volatile int *stop, int time
     void *reply = NULL;
     for (uint64_t t0 = now_ms(); queued && redisGetReply(c, &reply) != REDIS_OK;) {
         if (stop == NULL || !slice_passed(c) || now_ms() - t0 >= (uint64_t)timeout_ms) return NULL;
-        if (__atomic_load_n(stop, __ATOMIC_RELAXED)) {
+        if (stop_now(stop)) {
             snprintf(c->errstr, sizeof c->errstr, "stopped while Redis did not answer");
             return NULL;
         }
@@ -170,7 +182,7 @@ static int run_simple(redisContext *c, const char *what, int *final, char *err, 
     return rc;
 }
 
-static int authenticate(redisContext *c, const redis_url *u, const volatile int *stop, int timeout_ms, int *final,
+static int authenticate(redisContext *c, const redis_url *u, const stop_src *stop, int timeout_ms, int *final,
                         char *err, size_t errlen)
 {
     if (u->user[0] != '\0')
@@ -190,7 +202,7 @@ static int authenticate(redisContext *c, const redis_url *u, const volatile int 
  * with the URL's credentials (a cluster node); io_tv is its socket timeout (socket_timeout); stop (may
  * be NULL) ends its handshake (handshake). *final: Redis refused the credentials or the database. */
 static redisContext *open_node(const redis_url *u, const char *host, int port, int timeout_ms, struct timeval io_tv,
-                               const volatile int *stop, int *final, char *err, size_t errlen)
+                               const stop_src *stop, int *final, char *err, size_t errlen)
 {
     struct timeval tv = timeval_from_ms(timeout_ms);
     char where[600];
@@ -236,7 +248,7 @@ error:
 }
 
 /* One attempt; stop and *final as open_node. */
-static rconn *connect_once(const redis_url *u, int timeout_ms, const volatile int *stop, int *final, char *err,
+static rconn *connect_once(const redis_url *u, int timeout_ms, const stop_src *stop, int *final, char *err,
                            size_t errlen)
 {
     *final = 0;
@@ -271,9 +283,9 @@ rconn *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_t errle
 
 /* Sleep ms in slices so a stop request is honoured promptly; with a watch (Sentinel URL), wake early
  * when the Sentinels announce a new master. */
-static void sleep_unless_stopped(unsigned ms, const volatile int *stop, sentinel_watch *watch)
+static void sleep_unless_stopped(unsigned ms, const stop_src *stop, sentinel_watch *watch)
 {
-    for (unsigned slept = 0; slept < ms && !(stop != NULL && __atomic_load_n(stop, __ATOMIC_RELAXED)); slept += 50) {
+    for (unsigned slept = 0; slept < ms && !stop_now(stop); slept += 50) {
         unsigned slice = ms - slept < 50 ? ms - slept : 50;
         int heard = watch != NULL ? sentinel_watch_wait(watch, (int)slice) : -1;
         if (heard == 1) return;
@@ -282,7 +294,7 @@ static void sleep_unless_stopped(unsigned ms, const volatile int *stop, sentinel
 }
 
 /* rconn_connect_retry; *watch: the Sentinel subscriptions it opened, for the caller to close. */
-static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, const volatile int *stop, int *refused,
+static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, const stop_src *stop, int *refused,
                             sentinel_watch **watch, char *err, size_t errlen)
 {
     char where[600];
@@ -292,7 +304,7 @@ static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, con
     uint64_t t0 = now_ms(), logged = 0;
     unsigned attempt = 0;
     for (;; attempt++) {
-        if (stop != NULL && __atomic_load_n(stop, __ATOMIC_RELAXED)) {
+        if (stop_now(stop)) {
             err_set(err, errlen, "stopped while connecting to %s (last error: %s)", where, why);
             return NULL;
         }
@@ -309,7 +321,7 @@ static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, con
             err_set(err, errlen, "%s", why);
             return NULL;
         }
-        if (stop != NULL && __atomic_load_n(stop, __ATOMIC_RELAXED)) continue; /* (ended by the stop: said above) */
+        if (stop_now(stop)) continue; /* (ended by the stop: said above) */
         uint64_t elapsed = now_ms() - t0;
         if (wait_ms >= 0 && elapsed >= (uint64_t)wait_ms) break;
         if (*watch == NULL && u->sentinel_master[0] != '\0' && attempt == 0) {
@@ -341,13 +353,27 @@ static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, con
     return NULL;
 }
 
+rconn *rconn_connect_watched(const redis_url *u, int timeout_ms, int wait_ms, rconn_stop_fn *stopped, void *arg,
+                             int *refused, char *err, size_t errlen)
+{
+    stop_src stop = {stopped, arg};
+    sentinel_watch *watch = NULL;
+    rconn *c = connect_retry(u, timeout_ms, wait_ms, stopped != NULL ? &stop : NULL, refused, &watch, err, errlen);
+    sentinel_watch_close(watch);
+    return c;
+}
+
+static int flag_set(void *flag)
+{
+    return __atomic_load_n((const volatile int *)flag, __ATOMIC_RELAXED);
+}
+
 rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int wait_ms, const volatile int *stop, int *refused,
                            char *err, size_t errlen)
 {
-    sentinel_watch *watch = NULL;
-    rconn *c = connect_retry(u, timeout_ms, wait_ms, stop, refused, &watch, err, errlen);
-    sentinel_watch_close(watch);
-    return c;
+    /* (the flag is only read: the cast drops its qualifiers to pass it as the function's argument) */
+    return rconn_connect_watched(u, timeout_ms, wait_ms, stop != NULL ? flag_set : NULL, (void *)(uintptr_t)stop,
+                                 refused, err, errlen);
 }
 
 void rconn_free(rconn *c)

@@ -71,6 +71,16 @@ int rconn_error_loading(const char *redis_error);
 rconn *rconn_connect_retry(const redis_url *u, int timeout_ms, int wait_ms, const volatile int *stop, int *refused,
                            char *err, size_t errlen);
 
+/* A stop as a function: stopped(arg) is looked at from the thread that runs the command or the connect, and
+ * must be safe to call from any thread (atomic loads of flags). */
+typedef int rconn_stop_fn(void *arg);
+
+/* rconn_connect_retry with the stop a function (stopped(arg) non-zero ends it, as *stop does there; NULL:
+ * none), for a process whose stop is more than one flag (libdiloco: its host's flag or
+ * diloco_request_stop's). */
+rconn *rconn_connect_watched(const redis_url *u, int timeout_ms, int wait_ms, rconn_stop_fn *stopped, void *arg,
+                             int *refused, char *err, size_t errlen);
+
 void rconn_free(rconn *c);
 
 /* End now a command blocked on c in another thread (shutdown(2) of its sockets: its read sees the
@@ -84,9 +94,7 @@ void rconn_interrupt(rconn *c);
  * (frozen, its packets dropped): stopped(arg) is looked at by the thread that runs a command on c, every
  * 100 ms while it waits for a reply, and at its start. A command that began before the stop ends as soon
  * as it is seen (NULL, c broken: "interrupted by a stop"); one that begins after it waits at most
- * closing_ms (a close's best-effort commands). No other thread touches c for it, so it needs no lock;
- * stopped must be safe to call from any thread that uses c (atomic loads of flags). */
-typedef int rconn_stop_fn(void *arg);
+ * closing_ms (a close's best-effort commands). No other thread touches c for it, so it needs no lock. */
 void rconn_watch_stop(rconn *c, rconn_stop_fn *stopped, void *arg, int closing_ms);
 
 /* Change the command timeout (of every connection, and of those opened later); -1 on failure. */

@@ -129,7 +129,7 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
             (void)wake_hub_wait(d, f, round, d->o.wait_poll_ms); /* (the barrier below says what happened) */
         } else if (!d->blk || rconn_broken(d->blk)) {
             if (d->blk) rconn_free(d->blk);
-            d->blk = wake_blk_open(d, d->o.stop);
+            d->blk = wake_blk_open(d, dl_stop_seen, d);
             if (!d->blk) sleep_ms((unsigned)d->o.wait_poll_ms);
         }
         if (!d->hub && d->blk) {

@@ -18,8 +18,9 @@
  * or such a reopen, unanswered (d->redis_unanswered: a close pays one closing timeout for a Redis that does
  * not answer, not one per command). The heartbeat's
  * and the hub's connections, which never carry the training thread's commands, are ended by their stops
- * (heartbeat_stop, wake_hub_stop: rconn_interrupt, and their flags end a connect's handshake). A reconnect's
- * handshake watches o.stop (rconn_connect_retry).
+ * (heartbeat_stop, wake_hub_stop: rconn_interrupt, and their flags end a connect's handshake). A reconnect
+ * (its retries, its handshake) watches the stop too, o.stop or diloco_request_stop (rconn_connect_watched):
+ * a host that stops only through diloco_request_stop must not wait for Redis to come back.
  *
  * Registration gives us an incarnation number. Everything we send (arrivals, pushes, heartbeats)
  * carries it, so a worker that was evicted and came back can never have an old pseudo-gradient of
@@ -96,7 +97,7 @@ static int ctl_ready(diloco *d, rconn **c, char *err, size_t errlen)
     if (*c != NULL && !rconn_broken(*c)) return 0;
     if (*c) rconn_free(*c);
     *c = dl_stopping(d) ? reopen_stopping(d, err, errlen)
-                        : rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, -1, d->o.stop, NULL, err, errlen);
+                        : rconn_connect_watched(&d->url, REDIS_TIMEOUT_MS, -1, dl_stop_seen, d, NULL, err, errlen);
     if (*c == NULL && !dl_stopping(d)) log_error("%s", err);
     if (*c != NULL) dl_watch_stop(d, *c);
     return *c ? 0 : -1;

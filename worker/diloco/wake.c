@@ -46,10 +46,10 @@ void wake_key(const struct diloco *d, char *key, size_t cap)
  * barrier's wait, the hub's stop) would wait as long; the BLPOPs then get their own, longer timeout. */
 #define BLK_CONNECT_MS 2000
 
-rconn *wake_blk_open(diloco *d, const volatile int *stop)
+rconn *wake_blk_open(diloco *d, rconn_stop_fn *stopped, void *arg)
 {
     char err[256];
-    rconn *c = rconn_connect_retry(&d->url, BLK_CONNECT_MS, 0, stop, NULL, err, sizeof err);
+    rconn *c = rconn_connect_watched(&d->url, BLK_CONNECT_MS, 0, stopped, arg, NULL, err, sizeof err);
     if (c != NULL && rconn_set_timeout(c, d->o.wait_poll_ms + 10000) < 0) {
         rconn_free(c);
         return NULL;
@@ -66,7 +66,7 @@ static void *wake_main(void *p)
     wake_key(d, key, sizeof key);
     if (!d->blk || rconn_broken(d->blk)) {
         if (d->blk) rconn_free(d->blk);
-        d->blk = wake_blk_open(d, d->o.stop);
+        d->blk = wake_blk_open(d, dl_stop_seen, d);
     }
     while (d->blk) {
         redisReply *r = rconn_command(d->blk, "BLPOP %s %.3f", key, d->o.wait_poll_ms / 1000.0);
@@ -158,12 +158,19 @@ static void hub_record(struct wake_hub *h, const redisReply *r)
     pthread_mutex_unlock(&h->mu);
 }
 
+/* What ends the hub's connect: wake_hub_stop, or the session's stop (its BLPOPs end then anyway). */
+static int hub_stopped(void *arg)
+{
+    struct wake_hub *h = arg;
+    return __atomic_load_n(&h->stop, __ATOMIC_RELAXED) || dl_stopping(h->d);
+}
+
 /* Open the blocking connection again (it broke, or none yet). It is published in d->blk under mu, where
  * wake_hub_stop interrupts it: either the stop sees it and interrupts it, or the hub sees the stop. 1: a
  * connection, go on; 0: none (Redis away: the barrier waits poll dl_barrier meanwhile), or stopping. Not
  * while the session stops (dl_stopping: the stop ended its BLPOP, and the barrier waits end too): a Redis
  * that does not answer would hold wake_hub_stop for the connect's limit; and a connect under way when
- * wake_hub_stop comes ends with it (the handshake watches h->stop). */
+ * wake_hub_stop or the session's stop comes ends with it (the handshake watches both: hub_stopped). */
 static int hub_connect(struct wake_hub *h)
 {
     diloco *d = h->d;
@@ -172,7 +179,7 @@ static int hub_connect(struct wake_hub *h)
     d->blk = NULL;
     pthread_mutex_unlock(&h->mu);
     if (old) rconn_free(old);
-    rconn *c = dl_stopping(d) ? NULL : wake_blk_open(d, (const volatile int *)&h->stop);
+    rconn *c = dl_stopping(d) ? NULL : wake_blk_open(d, hub_stopped, h);
     pthread_mutex_lock(&h->mu);
     d->blk = c;
     int stop = h->stop;

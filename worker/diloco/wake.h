@@ -6,16 +6,17 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "redis/rconn.h"
+
 struct diloco;
-struct rconn;
 
 /* Our wake list, dl:{R}:wake:<id> (a process group's rank r > 0: dl:{R}:wake:<id>:<r>), into key. */
 void wake_key(const struct diloco *d, char *key, size_t cap);
 
-/* The blocking connection for BLPOPs on our wake list (a 2 s limit to open it, which *stop ends (NULL:
- * none), then wait_poll_ms + 10 s a command; the session's stop ends a BLPOP, dl_watch_stop): NULL when
- * Redis cannot be reached. */
-struct rconn *wake_blk_open(struct diloco *d, const volatile int *stop);
+/* The blocking connection for BLPOPs on our wake list (a 2 s limit to open it, which stopped(arg) ends
+ * (NULL: nothing), then wait_poll_ms + 10 s a command; the session's stop ends a BLPOP, dl_watch_stop):
+ * NULL when Redis cannot be reached. */
+struct rconn *wake_blk_open(struct diloco *d, rconn_stop_fn *stopped, void *arg);
 
 /* A token a worker pushes to its own wake list to end its listening thread early (a failed arrival). */
 #define WAKE_CANCEL "cancel"

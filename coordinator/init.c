@@ -65,6 +65,42 @@ static int layout_of_checkpoint(const checkpoint *ck, initial_params *ip, char *
     return 0;
 }
 
+/* The checkpoint holds the model this run asks for (trainer, parameter count, model). 0, or -1 + err. */
+static int check_same_model(const init_args *a, const checkpoint *ck, const initial_params *ip, char *err,
+                            size_t errlen)
+{
+    if (strcmp(ck->trainer, a->trainer) == 0 && ck->numel == ip->numel && strcmp(ck->model, ip->model) == 0) return 0;
+    err_set(err, errlen,
+            "--from-checkpoint %s: layout mismatch: the checkpoint holds a %s model (%s, %" PRIu64
+            " parameters), this run asks for a %s model (%s, %" PRIu64 " parameters); drop the trainer and model flags "
+            "to take the checkpoint's, or use a checkpoint of this model",
+            a->from_checkpoint, ck->trainer, ck->model, ck->numel, a->trainer, ip->model, ip->numel);
+    return -1;
+}
+
+/* The checkpoint's Delayed Nesterov buffer into ip (unless --reset-momentum). A DN buffer holds the
+ * submissions since the last momentum step, counted against the every-N schedule that dn_t fixes: only a
+ * run with the same N and variant can continue it. 0, or -1 + err. */
+static int take_dn_buffer(const init_args *a, checkpoint *ck, initial_params *ip, char *err, size_t errlen)
+{
+    const char *dnv = a->dn_variant ? a->dn_variant : "paper";
+    if (ck->dn_buffer <= 0 || a->reset_momentum) return 0;
+    if (!a->async || a->dn_buffer != ck->dn_buffer || strcmp(dnv, ck->dn_variant) != 0) {
+        err_set(err, errlen,
+                "--from-checkpoint %s: the checkpoint holds a Delayed Nesterov buffer (async, "
+                "--dn-buffer-size %d --dn-variant %s, %" PRIu64 " submissions applied), which this run (%s, "
+                "--dn-buffer-size %lld --dn-variant %s) cannot continue: add --async (the DN settings then come "
+                "from the checkpoint), or --reset-momentum to start the outer optimizer afresh",
+                a->from_checkpoint, ck->dn_buffer, ck->dn_variant, ck->dn_t, a->async ? "async" : "sync", a->dn_buffer,
+                dnv);
+        return -1;
+    }
+    ip->dnbuf = ck->dnbuf;
+    ck->dnbuf = NULL;
+    ip->dn_t0 = ck->dn_t;
+    return 0;
+}
+
 /* The run's layout as requested, then the checkpoint's values in place of the seeded ones. */
 static int make_initial_checkpoint(const init_args *a, initial_params *ip, char *err, size_t errlen)
 {
@@ -77,17 +113,8 @@ static int make_initial_checkpoint(const init_args *a, initial_params *ip, char 
         return -1;
     }
     if ((!strcmp(a->trainer, "state") ? layout_of_checkpoint(&ck, ip, err, errlen)
-                                      : make_initial_seed(a, ip, err, errlen)) < 0) {
-        checkpoint_free(&ck);
-        return -1;
-    }
-    if (strcmp(ck.trainer, a->trainer) != 0 || ck.numel != ip->numel || strcmp(ck.model, ip->model) != 0) {
-        err_set(err, errlen,
-                "--from-checkpoint %s: layout mismatch: the checkpoint holds a %s model (%s, %" PRIu64
-                " parameters), this run asks for a %s model (%s, %" PRIu64
-                " parameters); drop the trainer and model flags "
-                "to take the checkpoint's, or use a checkpoint of this model",
-                a->from_checkpoint, ck.trainer, ck.model, ck.numel, a->trainer, ip->model, ip->numel);
+                                      : make_initial_seed(a, ip, err, errlen)) < 0 ||
+        check_same_model(a, &ck, ip, err, errlen) < 0) {
         checkpoint_free(&ck);
         return -1;
     }
@@ -98,24 +125,9 @@ static int make_initial_checkpoint(const init_args *a, initial_params *ip, char 
         ip->mom = ck.mom;
         ck.mom = NULL;
     }
-    /* A DN buffer holds the submissions since the last momentum step, counted against the every-N
-     * schedule that dn_t fixes: only a run with the same N and variant can continue it. */
-    const char *dnv = a->dn_variant ? a->dn_variant : "paper";
-    if (ck.dn_buffer > 0 && !a->reset_momentum) {
-        if (!a->async || a->dn_buffer != ck.dn_buffer || strcmp(dnv, ck.dn_variant) != 0) {
-            err_set(err, errlen,
-                    "--from-checkpoint %s: the checkpoint holds a Delayed Nesterov buffer (async, "
-                    "--dn-buffer-size %d --dn-variant %s, %" PRIu64 " submissions applied), which this run (%s, "
-                    "--dn-buffer-size %lld --dn-variant %s) cannot continue: add --async (the DN settings then come "
-                    "from the checkpoint), or --reset-momentum to start the outer optimizer afresh",
-                    a->from_checkpoint, ck.dn_buffer, ck.dn_variant, ck.dn_t, a->async ? "async" : "sync", a->dn_buffer,
-                    dnv);
-            checkpoint_free(&ck);
-            return -1;
-        }
-        ip->dnbuf = ck.dnbuf;
-        ck.dnbuf = NULL;
-        ip->dn_t0 = ck.dn_t;
+    if (take_dn_buffer(a, &ck, ip, err, errlen) < 0) {
+        checkpoint_free(&ck);
+        return -1;
     }
     ip->ck_version = ck.version;
     snprintf(ip->ck_run, sizeof ip->ck_run, "%s", ck.run);
@@ -466,6 +478,59 @@ static void print_topk_summary(const init_args *a, const uint64_t *sb, uint64_t 
                               : "");
 }
 
+/* The shard bounds sb (at --shards, then also at --fsdp-ranks' chunks: a->shards may grow) and the
+ * fragment bounds fb. 0, or -1 + err. */
+static int cut_run(init_args *a, const initial_params *ip, uint64_t *sb, uint64_t *fb, char *err, size_t errlen)
+{
+    if (layout_cut_shards(ip->tensors, ip->ntensors, ip->numel, (int)a->shards, sb, err, errlen) < 0) return -1;
+    if (a->nfsdp_ranks > 0) {
+        int ns = (int)a->shards;
+        if (layout_cut_fsdp(ip->tensors, ip->ntensors, a->fsdp_ranks, a->nfsdp_ranks, sb, &ns, err, errlen) < 0)
+            return -1;
+        a->shards = ns;
+    }
+    return layout_cut_fragments((int)a->shards, (int)a->fragments, fb, err, errlen) < 0 ? -1 : 0;
+}
+
+/* Version 0 of every shard as a snapshot blob (with the momentum and DN buffer it starts from), its
+ * digest into digests. 0, or -1 + err. */
+static int write_version0(rconn *rc, const init_args *a, const initial_params *ip, const uint64_t *sb,
+                          char digests[][17], char *err, size_t errlen)
+{
+    for (int k = 0; k < a->shards; k++)
+        if (coord_write_snapshot(rc, a->c.run, k, 0, 0, ip->params + sb[k], ip->mom ? ip->mom + sb[k] : NULL,
+                                 ip->dnbuf ? ip->dnbuf + sb[k] : NULL, sb[k + 1] - sb[k], 0, digests[k], err,
+                                 errlen) < 0)
+            return -1;
+    return 0;
+}
+
+/* What init made, on stdout: the run in one line, then top-k's figures and where version 0 came from
+ * when they apply. */
+static void print_created(const init_args *a, const initial_params *ip, const uint64_t *sb)
+{
+    char asy[200] = "", rule[64] = "", look[40] = "";
+    if (a->async_rule != NULL && strcmp(a->async_rule, "rebase") == 0)
+        snprintf(rule, sizeof rule, ", rebase x %.9g on the last %lld versions", a->rebase_fraction, a->max_staleness);
+    if (a->async_lookahead > 0) snprintf(look, sizeof look, ", workers start %.9g ahead", a->async_lookahead);
+    if (a->async)
+        snprintf(asy, sizeof asy, "async (Delayed Nesterov %lld%s%s%s%s), ", a->dn_buffer,
+                 a->stale_weight && strcmp(a->stale_weight, "none") ? ", staleness weight " : "",
+                 a->stale_weight && strcmp(a->stale_weight, "none") ? a->stale_weight : "", rule, look);
+    printf("run '%s' created: %s%s trainer (%s), %" PRIu64 " parameters in %lld shards, %lld fragment(s), "
+           "waiting for %lld worker(s), outer lr %g momentum %g%s, pseudo-gradients %s, download %s\n",
+           a->c.run, asy, a->trainer, ip->model, ip->numel, a->shards, a->fragments, a->workers, a->outer_lr,
+           a->outer_momentum, a->nesterov ? " nesterov" : "", a->compress ? a->compress : "bf16",
+           a->download ? a->download : "params");
+    if (a->compress && !strcmp(a->compress, "topk")) print_topk_summary(a, sb, ip->numel);
+    if (a->from_checkpoint)
+        printf("version 0 = checkpoint %s (run '%s' at version %" PRId64 "), %s%s\n", a->from_checkpoint, ip->ck_run,
+               ip->ck_version, ip->mom ? "with its outer momentum" : "outer momentum starts afresh",
+               ip->dnbuf ? ", with its Delayed Nesterov buffer" : "");
+    if (a->from_state)
+        printf("version 0 = the %d tensors of %s (layout stored in the run's config)\n", ip->ntensors, a->from_state);
+}
+
 static int create_run(rconn *rc, const init_args *given, char *err, size_t errlen)
 {
     initial_params ip;
@@ -477,41 +542,11 @@ static int create_run(rconn *rc, const init_args *given, char *err, size_t errle
         err_set(err, errlen, "out of memory");
         goto done;
     }
-    if (make_initial(a, &ip, err, errlen) < 0) goto done_ip;
-    if (layout_cut_shards(ip.tensors, ip.ntensors, ip.numel, (int)a->shards, sb, err, errlen) < 0) goto done_ip;
-    if (a->nfsdp_ranks > 0) {
-        int ns = (int)a->shards;
-        if (layout_cut_fsdp(ip.tensors, ip.ntensors, a->fsdp_ranks, a->nfsdp_ranks, sb, &ns, err, errlen) < 0)
-            goto done_ip;
-        a->shards = ns;
-    }
-    if (layout_cut_fragments((int)a->shards, (int)a->fragments, fb, err, errlen) < 0) goto done_ip;
-    for (int k = 0; k < a->shards; k++)
-        if (coord_write_snapshot(rc, a->c.run, k, 0, 0, ip.params + sb[k], ip.mom ? ip.mom + sb[k] : NULL,
-                                 ip.dnbuf ? ip.dnbuf + sb[k] : NULL, sb[k + 1] - sb[k], 0, digests[k], err, errlen) < 0)
-            goto done_ip;
-    if (call_dl_init(rc, a, &ip, sb, fb, digests, err, errlen) < 0) goto done_ip;
-    char asy[200] = "", rule[64] = "", look[40] = "";
-    if (a->async_rule != NULL && strcmp(a->async_rule, "rebase") == 0)
-        snprintf(rule, sizeof rule, ", rebase x %.9g on the last %lld versions", a->rebase_fraction, a->max_staleness);
-    if (a->async_lookahead > 0) snprintf(look, sizeof look, ", workers start %.9g ahead", a->async_lookahead);
-    if (a->async)
-        snprintf(asy, sizeof asy, "async (Delayed Nesterov %lld%s%s%s%s), ", a->dn_buffer,
-                 a->stale_weight && strcmp(a->stale_weight, "none") ? ", staleness weight " : "",
-                 a->stale_weight && strcmp(a->stale_weight, "none") ? a->stale_weight : "", rule, look);
-    printf("run '%s' created: %s%s trainer (%s), %" PRIu64 " parameters in %lld shards, %lld fragment(s), "
-           "waiting for %lld worker(s), outer lr %g momentum %g%s, pseudo-gradients %s, download %s\n",
-           a->c.run, asy, a->trainer, ip.model, ip.numel, a->shards, a->fragments, a->workers, a->outer_lr,
-           a->outer_momentum, a->nesterov ? " nesterov" : "", a->compress ? a->compress : "bf16",
-           a->download ? a->download : "params");
-    if (a->compress && !strcmp(a->compress, "topk"))
-        print_topk_summary(a, sb, ip.numel);
-    if (a->from_checkpoint)
-        printf("version 0 = checkpoint %s (run '%s' at version %" PRId64 "), %s%s\n", a->from_checkpoint, ip.ck_run,
-               ip.ck_version, ip.mom ? "with its outer momentum" : "outer momentum starts afresh",
-               ip.dnbuf ? ", with its Delayed Nesterov buffer" : "");
-    if (a->from_state)
-        printf("version 0 = the %d tensors of %s (layout stored in the run's config)\n", ip.ntensors, a->from_state);
+    if (make_initial(a, &ip, err, errlen) < 0 || cut_run(a, &ip, sb, fb, err, errlen) < 0 ||
+        write_version0(rc, a, &ip, sb, digests, err, errlen) < 0 ||
+        call_dl_init(rc, a, &ip, sb, fb, digests, err, errlen) < 0)
+        goto done_ip;
+    print_created(a, &ip, sb);
     rc_ = 0;
 done_ip:
     free_initial(&ip);

@@ -58,6 +58,44 @@ static void setn(json_t *o, const char *k, double d)
     json_object_set_new(o, k, jnum(d));
 }
 
+/* One entry of dl:{R}:events, [id, [field, value, ...]], as {id, t_ms, field: value, ...}; NULL when
+ * malformed. */
+static json_t *event_doc(const redisReply *e)
+{
+    if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[0]->type != REDIS_REPLY_STRING ||
+        e->element[1]->type != REDIS_REPLY_ARRAY)
+        return NULL;
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(e->element[0]->str));
+    json_object_set_new(o, "t_ms", json_integer(strtoll(e->element[0]->str, NULL, 10)));
+    const redisReply *f = e->element[1];
+    for (size_t j = 0; j + 1 < f->elements; j += 2) {
+        if (f->element[j]->type != REDIS_REPLY_STRING || f->element[j + 1]->type != REDIS_REPLY_STRING) continue;
+        if (!strcmp(f->element[j]->str, "id") || !strcmp(f->element[j]->str, "t_ms")) continue;
+        json_object_set_new(o, f->element[j]->str, json_string(f->element[j + 1]->str));
+    }
+    return o;
+}
+
+/* The newest n events of the run, newest first. 0, or -1 + err. */
+static int fetch_events(rconn *rc, const char *run, int n, json_t **events, char *err, size_t errlen)
+{
+    char key[KEY_MAX];
+    redisReply *r = rconn_command(rc, "XREVRANGE %s + - COUNT %d", key_run(key, sizeof key, run, "events"), n);
+    if (rconn_reply_error(rc, r, err, errlen) < 0 || r->type != REDIS_REPLY_ARRAY) {
+        if (r) freeReplyObject(r);
+        return -1;
+    }
+    json_t *ev = json_array();
+    for (size_t i = 0; i < r->elements; i++) {
+        json_t *o = event_doc(r->element[i]);
+        if (o) json_array_append_new(ev, o);
+    }
+    freeReplyObject(r);
+    *events = ev;
+    return 0;
+}
+
 int status_fetch(rconn *rc, const char *run, int n_events, json_t **raw, json_t **events, char *err, size_t errlen)
 {
     char key[KEY_MAX];
@@ -79,32 +117,7 @@ int status_fetch(rconn *rc, const char *run, int n_events, json_t **raw, json_t 
     }
     if (evals_attach(rc, run, *raw, err, errlen) < 0) return -1;
     if (!events || n_events <= 0) return 0;
-    /* newest first: [[id, [field, value, ...]], ...] */
-    r = rconn_command(rc, "XREVRANGE %s + - COUNT %d", key_run(key, sizeof key, run, "events"), n_events);
-    if (rconn_reply_error(rc, r, err, errlen) < 0 || r->type != REDIS_REPLY_ARRAY) {
-        if (r) freeReplyObject(r);
-        return -1;
-    }
-    json_t *ev = json_array();
-    for (size_t i = 0; i < r->elements; i++) {
-        redisReply *e = r->element[i];
-        if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[0]->type != REDIS_REPLY_STRING ||
-            e->element[1]->type != REDIS_REPLY_ARRAY)
-            continue;
-        json_t *o = json_object();
-        json_object_set_new(o, "id", json_string(e->element[0]->str));
-        json_object_set_new(o, "t_ms", json_integer(strtoll(e->element[0]->str, NULL, 10)));
-        redisReply *f = e->element[1];
-        for (size_t j = 0; j + 1 < f->elements; j += 2) {
-            if (f->element[j]->type != REDIS_REPLY_STRING || f->element[j + 1]->type != REDIS_REPLY_STRING) continue;
-            if (!strcmp(f->element[j]->str, "id") || !strcmp(f->element[j]->str, "t_ms")) continue;
-            json_object_set_new(o, f->element[j]->str, json_string(f->element[j + 1]->str));
-        }
-        json_array_append_new(ev, o);
-    }
-    freeReplyObject(r);
-    *events = ev;
-    return 0;
+    return fetch_events(rc, run, n_events, events, err, errlen);
 }
 
 static json_t *worker_doc(json_t *w, json_t *arrived0)

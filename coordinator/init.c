@@ -356,61 +356,72 @@ static void format_state(const init_args *a, init_values *v)
     snprintf(v->stale, sizeof v->stale, "%lld", a->max_staleness);
 }
 
-static void add_field(const char **argv, size_t *n, const char *name, const char *value)
+/* The most fields of each group call_dl_init has room for (29 and 10 today). */
+#define DL_INIT_CONFIG_MAX 40
+#define DL_INIT_STATE_MAX 24
+
+/* dl_init's config fields, name and value, into out; returns how many. */
+static size_t config_fields(const init_args *a, const initial_params *ip, const init_values *v, const char **out)
 {
-    argv[(*n)++] = name;
-    argv[(*n)++] = value;
+    const char *f[][2] = {
+        {"layout", v->layout},
+        {"numel", v->numel},
+        {"shards", v->shards},
+        {"fragments", v->frags},
+        {"mode", a->async ? "async" : "sync"},
+        {"shard_bounds", v->shard_bounds},
+        {"frag_bounds", v->frag_bounds},
+        {"trainer", a->trainer},
+        {"model", ip->model},
+        {"seed", v->seed},
+        {"snapshot_every", v->snap},
+        {"secret", v->secret},
+        {"dn_buffer", v->dnb},
+        {"dn_variant", a->dn_variant ? a->dn_variant : "paper"},
+        {"dn_t0", v->dnt0},
+        {"weight_by", a->weight_by ? a->weight_by : "none"},
+        {"weight_ref_tokens", v->wref},
+        {"stale_weight", a->stale_weight ? a->stale_weight : "none"},
+        {"stale_ref", v->sref},
+        {"async_rule", v->rebase ? "rebase" : "plain"},
+        {"rebase_window", v->window},
+        {"rebase_fraction", v->frac},
+        {"compress", a->compress ? a->compress : "bf16"},
+        {"min_replicas", v->minrep},
+        {"download", a->download ? a->download : "params"},
+        {"topk_density", v->tkd},
+        {"topk_beta", v->tkb},
+        {"topk_bits", v->tkw},
+        {"async_lookahead", v->ahead},
+    };
+    _Static_assert(sizeof f / sizeof *f <= DL_INIT_CONFIG_MAX, "init: raise DL_INIT_CONFIG_MAX");
+    memcpy(out, f, sizeof f);
+    return sizeof f / sizeof *f;
 }
 
-static void config_fields(const init_args *a, const initial_params *ip, const init_values *v, const char **argv,
-                          size_t *n)
+/* dl_init's state fields, name and value, into out; returns how many. */
+static size_t state_fields(const init_values *v, const char **out)
 {
-    add_field(argv, n, "layout", v->layout);
-    add_field(argv, n, "numel", v->numel);
-    add_field(argv, n, "shards", v->shards);
-    add_field(argv, n, "fragments", v->frags);
-    add_field(argv, n, "mode", a->async ? "async" : "sync");
-    add_field(argv, n, "shard_bounds", v->shard_bounds);
-    add_field(argv, n, "frag_bounds", v->frag_bounds);
-    add_field(argv, n, "trainer", a->trainer);
-    add_field(argv, n, "model", ip->model);
-    add_field(argv, n, "seed", v->seed);
-    add_field(argv, n, "snapshot_every", v->snap);
-    add_field(argv, n, "secret", v->secret);
-    add_field(argv, n, "dn_buffer", v->dnb);
-    add_field(argv, n, "dn_variant", a->dn_variant ? a->dn_variant : "paper");
-    add_field(argv, n, "dn_t0", v->dnt0);
-    add_field(argv, n, "weight_by", a->weight_by ? a->weight_by : "none");
-    add_field(argv, n, "weight_ref_tokens", v->wref);
-    add_field(argv, n, "stale_weight", a->stale_weight ? a->stale_weight : "none");
-    add_field(argv, n, "stale_ref", v->sref);
-    add_field(argv, n, "async_rule", v->rebase ? "rebase" : "plain");
-    add_field(argv, n, "rebase_window", v->window);
-    add_field(argv, n, "rebase_fraction", v->frac);
-    add_field(argv, n, "compress", a->compress ? a->compress : "bf16");
-    add_field(argv, n, "min_replicas", v->minrep);
-    add_field(argv, n, "download", a->download ? a->download : "params");
-    add_field(argv, n, "topk_density", v->tkd);
-    add_field(argv, n, "topk_beta", v->tkb);
-    add_field(argv, n, "topk_bits", v->tkw);
-    add_field(argv, n, "async_lookahead", v->ahead);
+    const char *f[][2] = {
+        {"target_workers", v->target},      {"expected_workers", v->target},
+        {"min_workers", v->minw},           {"outer_lr", v->lr},
+        {"outer_momentum", v->mu},          {"nesterov", v->nest},
+        {"heartbeat_timeout_ms", v->hbt},   {"dylu", v->dylu},
+        {"dylu_base_sync_every", v->dbase}, {"max_staleness", v->stale},
+    };
+    _Static_assert(sizeof f / sizeof *f <= DL_INIT_STATE_MAX, "init: raise DL_INIT_STATE_MAX");
+    memcpy(out, f, sizeof f);
+    return sizeof f / sizeof *f;
 }
 
-static void state_fields(const init_values *v, const char **argv, size_t *n)
+/* A group of fields at argv[n]: its count (formatted into buf), then its k name/value pairs (already
+ * at argv[n + 1]). Returns the index after the group. */
+static size_t count_group(const char **argv, size_t n, char *buf, size_t cap, size_t k)
 {
-    add_field(argv, n, "target_workers", v->target);
-    add_field(argv, n, "expected_workers", v->target);
-    add_field(argv, n, "min_workers", v->minw);
-    add_field(argv, n, "outer_lr", v->lr);
-    add_field(argv, n, "outer_momentum", v->mu);
-    add_field(argv, n, "nesterov", v->nest);
-    add_field(argv, n, "heartbeat_timeout_ms", v->hbt);
-    add_field(argv, n, "dylu", v->dylu);
-    add_field(argv, n, "dylu_base_sync_every", v->dbase);
-    add_field(argv, n, "max_staleness", v->stale);
+    snprintf(buf, cap, "%zu", k);
+    argv[n] = buf;
+    return n + 1 + 2 * k;
 }
-
-#define DL_INIT_FIELDS_MAX 64 /* config and state fields together (39 today) */
 
 /* dl_init with the config and state fields and one digest per shard:
  * FCALL dl_init 1 KEY NCONFIG config... NSTATE state... S digest_0 ... digest_{S-1} */
@@ -424,7 +435,7 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     }
     format_config(a, ip, sb, fb, &v);
     format_state(a, &v);
-    const char **argv = calloc(7 + 2 * DL_INIT_FIELDS_MAX + (size_t)a->shards, sizeof *argv);
+    const char **argv = calloc(7 + 2 * (DL_INIT_CONFIG_MAX + DL_INIT_STATE_MAX) + (size_t)a->shards, sizeof *argv);
     if (!argv) {
         free(v.layout);
         err_set(err, errlen, "out of memory");
@@ -436,14 +447,8 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     argv[n++] = "dl_init";
     argv[n++] = "1";
     argv[n++] = key_run(key, sizeof key, a->c.run, "config");
-    size_t nconfig_at = n++; /* each count goes before its fields */
-    config_fields(a, ip, &v, argv, &n);
-    snprintf(v.nconfig, sizeof v.nconfig, "%zu", (n - nconfig_at - 1) / 2);
-    argv[nconfig_at] = v.nconfig;
-    size_t nstate_at = n++;
-    state_fields(&v, argv, &n);
-    snprintf(v.nstate, sizeof v.nstate, "%zu", (n - nstate_at - 1) / 2);
-    argv[nstate_at] = v.nstate;
+    n = count_group(argv, n, v.nconfig, sizeof v.nconfig, config_fields(a, ip, &v, argv + n + 1));
+    n = count_group(argv, n, v.nstate, sizeof v.nstate, state_fields(&v, argv + n + 1));
     argv[n++] = v.shards;
     for (long long k = 0; k < a->shards; k++) argv[n++] = digests[k];
     redisReply *r = rconn_command_argv(rc, (int)n, argv, NULL);

@@ -349,76 +349,82 @@ static int split_refs(char *csv, char **out, int cap)
     return n;
 }
 
-/* The shards hash told us what to read: issue every GET in order on the bulk connection. */
-static void load_on_meta(redisReply *r, void *priv)
+/* The shards hash answered with the 9 fields asked, the first 6 of them strings: 1; else the load has
+ * failed (and is finished): 0. */
+static int meta_complete(ss_load *ld, redisReply *r)
 {
-    ss_load *ld = priv;
-    ss_ctx *ss = ld->ss;
-    if (load_settle(ld)) return;
-    ss_shard *s = &ss->shards[ld->k];
-    if (ld->abandoned) return;
     if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 9) {
         load_fail(ld, "cannot read dl:{R}:shards: %s", r == NULL ? "Redis connection lost" : "bad reply");
         load_finish(ld);
-        return;
+        return 0;
     }
     for (size_t i = 0; i < 6; i++)
         if (r->element[i]->type != REDIS_REPLY_STRING) {
             load_fail(ld, "%s", "the shard's entry in dl:{R}:shards is incomplete (was the run initialised?)");
             load_finish(ld);
-            return;
+            return 0;
         }
+    return 1;
+}
+
+/* The lease went to another server (or epoch) while the HMGET was out: the load is dropped and the
+ * shard released (1). 0: it is still ours. */
+static int meta_lease_moved(ss_load *ld, ss_shard *s, redisReply *r)
+{
+    ss_ctx *ss = ld->ss;
     const char *owner = r->element[4]->str;
     long long epoch = strtoll(r->element[5]->str, NULL, 10);
-    if (strcmp(owner, ss->id) != 0 || epoch != s->epoch) {
-        log_info("shard %d: owned by '%s' epoch %lld now, not by us (epoch %lld): dropping", s->k, owner, epoch,
-                 (long long)s->epoch);
-        s->load = NULL;
-        load_free(ld);
-        ss->release(ss, s, "the lease moved while loading"); /* shard.c, above */
-        return;
-    }
-    ld->version = strtoll(r->element[0]->str, NULL, 10);
-    snprintf(ld->digest, sizeof ld->digest, "%s", r->element[3]->str);
-    if (r->element[8]->type == REDIS_REPLY_STRING) ld->digests = strdup(r->element[8]->str);
-    if (r->element[6]->type == REDIS_REPLY_STRING) {
-        const char *reason = r->element[7]->type == REDIS_REPLY_STRING ? r->element[7]->str : "";
-        log_error("shard %d: marked corrupt in Redis (key %s: %s); not loading it (see coordinator repair)", s->k,
-                  r->element[6]->str, reason);
-        int64_t version = ld->version;
-        s->load = NULL;
-        load_free(ld);
-        load_set_corrupt(ss, s, version, r->element[6]->str, reason, 0);
-        return;
-    }
-    char *logs = strdup(r->element[2]->str);
-    char *refs[4096];
-    int nrefs = logs ? split_refs(logs, refs, 4096) : 0;
+    if (strcmp(owner, ss->id) == 0 && epoch == s->epoch) return 0;
+    log_info("shard %d: owned by '%s' epoch %lld now, not by us (epoch %lld): dropping", s->k, owner, epoch,
+             (long long)s->epoch);
+    s->load = NULL;
+    load_free(ld);
+    ss->release(ss, s, "the lease moved while loading"); /* shard.c, above */
+    return 1;
+}
+
+/* The shard is marked corrupt in Redis: it becomes CORRUPT without a load, and the load is freed (1).
+ * 0: no mark. */
+static int meta_marked_corrupt(ss_load *ld, ss_shard *s, redisReply *r)
+{
+    if (r->element[6]->type != REDIS_REPLY_STRING) return 0;
+    const char *reason = r->element[7]->type == REDIS_REPLY_STRING ? r->element[7]->str : "";
+    log_error("shard %d: marked corrupt in Redis (key %s: %s); not loading it (see coordinator repair)", s->k,
+              r->element[6]->str, reason);
+    ss_ctx *ss = ld->ss;
+    int64_t version = ld->version;
+    s->load = NULL;
+    load_free(ld);
+    load_set_corrupt(ss, s, version, r->element[6]->str, reason, 0);
+    return 1;
+}
+
+/* The snapshot's GET, the first on the bulk connection: 0, or -1 when the load has failed. */
+static int load_get_snapshot(ss_load *ld, ss_shard *s, const char *snap)
+{
+    ss_ctx *ss = ld->ss;
     char field[256];
-    ld->keys = calloc((size_t)nrefs + 1, sizeof *ld->keys);
-    ld->gets = calloc((size_t)nrefs + 1, sizeof *ld->gets);
-    if (ld->keys == NULL || ld->gets == NULL) {
-        free(logs);
-        load_fail(ld, "%s", "out of memory");
-        load_finish(ld);
-        return;
-    }
     ld->nkeys = 1;
     ld->gets[0] = (load_get){ld, 0};
-    if (key_shard_ref(ld->keys[0], sizeof ld->keys[0], ss->opts.run, s->k, "snap", r->element[1]->str) != 0) {
-        free(logs);
+    if (key_shard_ref(ld->keys[0], sizeof ld->keys[0], ss->opts.run, s->k, "snap", snap) != 0) {
         load_corrupt(ld, shards_field(ss, s->k, "snap", field, sizeof field), "malformed snapshot ref");
-        load_finish(ld);
-        return;
+        return -1;
     }
     ld->outstanding++;
     if (store_get(ss, ld->keys[0], load_on_blob, &ld->gets[0]) != 0) {
         ld->outstanding--;
-        free(logs);
         load_fail(ld, "%s", "the bulk Redis connection is down");
-        load_finish(ld);
-        return;
+        return -1;
     }
+    return 0;
+}
+
+/* A GET for each log entry, after the snapshot's. A malformed ref or a GET that cannot go out fails the
+ * load and stops there: the replies to the GETs sent finish it. */
+static void load_get_logs(ss_load *ld, ss_shard *s, char **refs, int nrefs)
+{
+    ss_ctx *ss = ld->ss;
+    char field[256];
     for (int i = 0; i < nrefs; i++) {
         char *logkey = ld->keys[1 + i];
         if (key_shard_ref(logkey, sizeof ld->keys[0], ss->opts.run, s->k, "log", refs[i]) != 0) {
@@ -433,10 +439,46 @@ static void load_on_meta(redisReply *r, void *priv)
             break;
         }
     }
+}
+
+/* The GETs of the snapshot (ref snap) and of each log entry (the comma list log_csv), in that order. */
+static void load_issue_gets(ss_load *ld, ss_shard *s, const char *snap, const char *log_csv)
+{
+    char *logs = strdup(log_csv);
+    char *refs[4096];
+    int nrefs = logs ? split_refs(logs, refs, 4096) : 0;
+    ld->keys = calloc((size_t)nrefs + 1, sizeof *ld->keys);
+    ld->gets = calloc((size_t)nrefs + 1, sizeof *ld->gets);
+    if (ld->keys == NULL || ld->gets == NULL) {
+        free(logs);
+        load_fail(ld, "%s", "out of memory");
+        load_finish(ld);
+        return;
+    }
+    if (load_get_snapshot(ld, s, snap) != 0) {
+        free(logs);
+        load_finish(ld);
+        return;
+    }
+    load_get_logs(ld, s, refs, nrefs);
     ld->nlogs = nrefs;
     free(logs);
-    log_debug("shard %d: loading version %lld from snapshot %s + %d log entries", s->k, (long long)ld->version,
-              r->element[1]->str, nrefs);
+    log_debug("shard %d: loading version %lld from snapshot %s + %d log entries", s->k, (long long)ld->version, snap,
+              nrefs);
+}
+
+/* The shards hash told us what to read: issue every GET in order on the bulk connection. */
+static void load_on_meta(redisReply *r, void *priv)
+{
+    ss_load *ld = priv;
+    if (load_settle(ld)) return;
+    ss_shard *s = &ld->ss->shards[ld->k];
+    if (ld->abandoned || !meta_complete(ld, r) || meta_lease_moved(ld, s, r)) return;
+    ld->version = strtoll(r->element[0]->str, NULL, 10);
+    snprintf(ld->digest, sizeof ld->digest, "%s", r->element[3]->str);
+    if (r->element[8]->type == REDIS_REPLY_STRING) ld->digests = strdup(r->element[8]->str);
+    if (meta_marked_corrupt(ld, s, r)) return;
+    load_issue_gets(ld, s, r->element[1]->str, r->element[2]->str);
 }
 
 void load_start(ss_ctx *ss, ss_shard *s)

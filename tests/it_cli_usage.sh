@@ -3,8 +3,9 @@
 # bin/worker, with nothing listening at the Redis URL: a usage error (unknown flag, missing --run or
 # Redis URL, a bad URL, a bad value, an unknown trainer flag) is one line naming what is wrong, exit 2,
 # at once (never a wait for Redis); a Redis that is down, tried once, is one line saying what to check,
-# exit 1; --help exits 0; SIGTERM ends a wait for a down Redis; `serve` started before its run waits,
-# saying so once; a worker with no shard-server up says so within seconds.
+# exit 1; --help exits 0 (bin/worker's names each of its flags); SIGTERM ends a wait for a down Redis;
+# `serve` started before its run waits, saying so once; a worker with no shard-server up says so within
+# seconds.
 . "$(dirname "$0")/lib.sh"
 DEAD="redis://127.0.0.1:$(free_port)" # nothing listens there
 
@@ -50,6 +51,17 @@ expect 2 "\-\-from-checkpoint $TMP/none.safetensors: cannot open it: No such fil
 # are refused (1e10 s once became a negative time); inf is no number at all
 expect 2 "\-\-sync-timeout wants seconds in (0, 2000000\], got '0'" bin/worker --redis "$DEAD" --run r --sync-timeout 0
 expect 2 "\-\-connect-timeout wants seconds in \[0, 2000000\], got '1e10'" bin/worker --redis "$DEAD" --run r --connect-timeout 1e10
+# a flag from each of bin/worker's tables (worker/main.c: session, sync, time), and of two bad ones the first
+expect 2 "\-\-device-hooks wants auto, off or host, got 'gpu'" bin/worker --redis "$DEAD" --run r --device-hooks gpu
+expect 2 "\-\-fragment-alpha wants a number in \[0, 1), got '1'" bin/worker --redis "$DEAD" --run r --fragment-alpha 1
+expect 2 "\-\-slowdown wants a number in \[1, 1000\], got '0.5'" bin/worker --redis "$DEAD" --run r --slowdown 0.5
+expect 2 "\-\-sync-every wants a positive integer, got '0'" bin/worker --redis "$DEAD" --run r --sync-every 0 --steps -1
+bin/worker --help > "$TMP/help" 2>&1 || fail "worker --help: exit $?"
+for f in redis redis-file run worker-id sync-every steps no-bf16 error-feedback heartbeat-interval max-sync-retries \
+  sync-timeout connect-timeout dylu num-fragments fragment-alpha fragments-in-flight simulate-latency-ms trainer log \
+  quiet eval-only evaluate-every final-sync step-delay-ms slowdown quad-lr device-hooks; do
+  grep -q -- "^  --$f " "$TMP/help" || fail "worker --help does not show --$f"
+done
 expect 2 "\-\-connect-timeout wants seconds in \[0, 2000000\], got '3e7'" bin/shard-server --redis "$DEAD" --run r --connect-timeout 3e7
 expect 2 "\-\-heartbeat-timeout wants seconds in \[0, 2000000\] (0 = never), got 'inf'" bin/coordinator init --redis "$DEAD" --run r --heartbeat-timeout inf
 expect 2 "\-\-outer-lr wants a non-negative number, got 'inf'" bin/coordinator init --redis "$DEAD" --run r --outer-lr inf

@@ -15,9 +15,10 @@
 #  3. with the workers stopped: shard 0's latest log entry corrupted, nobody has noticed yet: repair finds
 #     it itself, and a checkpoint of the result holds exactly the parameters the workers had at the
 #     rollback version (their sync log);
-#  4. shard 2's snapshot corrupted: reported the same way; repair without a checkpoint refuses with a
-#     message that says to use one; `repair --from-checkpoint` restores the checkpoint of step 1 (shard
-#     digests equal), deletes the old blobs, and two workers train from it to one digest;
+#  4. shard 2's snapshot corrupted: reported the same way (a server that takes the marked shard over says
+#     so and does not load it); repair without a checkpoint refuses with a message that says to use one;
+#     `repair --from-checkpoint` restores the checkpoint of step 1 (shard digests equal), deletes the old
+#     blobs, and two workers train from it to one digest;
 #  5. a mark that no longer holds (the state verifies) is cleared and its lease revoked;
 #  6. Streaming DiLoCo: the repair moves every fragment's open round to the one new version and workers
 #     train on from it to one digest;
@@ -152,6 +153,14 @@ corrupt_blob "$BAD"
 start_server s5 $TTL
 wait_until 20 "[ \"\$($RCLI HGET $SH 2:corrupt)\" = '$BAD' ]" "shard 2 marked corrupt"
 [ "$(n_events corrupt)" = 2 ] || fail "$(n_events corrupt) corrupt events"
+# a server that takes the marked shard over does not load it: it says so, stays up, records nothing again
+kill -9 "$SRV_s5"
+start_server s6 $TTL
+wait_until 20 "grep -q 'shard 2: marked corrupt in Redis (key $BAD: corrupt snapshot blob: .*); not loading it' '$TMP/server-s6.log'" \
+  "s6 on the marked shard 2"
+sleep 0.5
+alive "$SRV_s6" || fail "s6 died on the marked shard"
+[ "$(n_events corrupt)" = 2 ] || fail "the mark was recorded again"
 repair > "$TMP/repair3.txt" 2>&1 && fail "repair without a checkpoint succeeded: $(cat "$TMP/repair3.txt")"
 grep -q "shard 2 has no version that verifies.*--from-checkpoint FILE" "$TMP/repair3.txt" ||
   fail "repair does not say what to do: $(cat "$TMP/repair3.txt")"

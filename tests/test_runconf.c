@@ -2,7 +2,7 @@
  * test_runconf.c: the parsing half of a run's configuration (common/format/runconf.c): the bounds lists
  * of dl:{R}:config (digits only, in order, no overflow) and runconf_from_reply on HGETALL replies as a
  * Redis sends them (RESP read with hiredis' own reader), including fields that are not strings, and the
- * codec settings (compress, download).
+ * codec settings (compress, download) and an async run's rules (staleness weight, rebase and its fraction).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -191,12 +191,54 @@ static void codec_settings(void **state)
 #undef BASE
 }
 
+/* the config in resp is refused with a message that contains says */
+static void refused(const char *resp, const char *says)
+{
+    runconf rc;
+    char err[256];
+    assert_int_equal(from(resp, &rc, err, sizeof err), -1);
+    if (!strstr(err, says)) fail_msg("'%s' does not say '%s'", err, says);
+    runconf_free(&rc);
+}
+
+/* an async run's staleness weight, rule, rebase window and fraction: read, refused when unknown or out of
+ * range, and the first thing wrong is the one reported (the staleness weight before the rule) */
+static void async_rules(void **state)
+{
+    (void)state;
+    runconf rc;
+    char err[256];
+#define BASE "$5\r\nnumel\r\n$2\r\n10\r\n$12\r\nshard_bounds\r\n$4\r\n0,10\r\n$11\r\nfrag_bounds\r\n$3\r\n0,1\r\n"
+#define ASYNC "$4\r\nmode\r\n$5\r\nasync\r\n"
+    assert_int_equal(from("*14\r\n" BASE ASYNC
+                          "$10\r\nasync_rule\r\n$6\r\nrebase\r\n$13\r\nrebase_window\r\n$1\r\n3\r\n"
+                          "$15\r\nrebase_fraction\r\n$4\r\n0.25\r\n",
+                          &rc, err, sizeof err),
+                     0);
+    assert_true(runconf_rebase(&rc) && rc.rebase_window == 3 && rc.rebase_fraction == 0.25f);
+    runconf_free(&rc);
+    const char *bad_frac[] = {"0", "1.5", "0.5x", "", "nan"};
+    for (size_t i = 0; i < sizeof bad_frac / sizeof bad_frac[0]; i++) {
+        char reply[512];
+        snprintf(reply, sizeof reply, "*10\r\n" BASE ASYNC "$15\r\nrebase_fraction\r\n$%zu\r\n%s\r\n",
+                 strlen(bad_frac[i]), bad_frac[i]);
+        refused(reply, "rebase_fraction");
+    }
+    refused("*10\r\n" BASE ASYNC "$10\r\nasync_rule\r\n$6\r\nrebase\r\n", "rebase_window of 1 or more (got none)");
+    refused("*12\r\n" BASE ASYNC "$10\r\nasync_rule\r\n$5\r\nnewer\r\n$12\r\nstale_weight\r\n$5\r\nnewer\r\n",
+            "staleness weight 'newer'");
+    refused("*10\r\n" BASE "$8\r\ncompress\r\n$4\r\ntopk\r\n$9\r\ntopk_beta\r\n$2\r\n-1\r\n", "topk_beta '-1'");
+#undef ASYNC
+#undef BASE
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(bounds_lists),
         cmocka_unit_test(config_from_hgetall),
         cmocka_unit_test(codec_settings),
+        cmocka_unit_test(async_rules),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -120,30 +120,55 @@ static void seconds_to_ms(int given, double s, int *ms)
     if (given) *ms = (int)(s * 1000);
 }
 
-/* Parse our own flags; leave the rest (trainer flags) in rest[]. 0 ready, 1 after --help printed the usage,
- * -1 after a message on stderr. */
-static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *nrest)
+/* The flags whose values parse_args converts once they are all read: as typed, before they become
+ * worker_args' (a mode's index, seconds that become milliseconds, counts that become narrower). */
+typedef struct typed_flags {
+    int hooks;                        /* --device-hooks: index in "auto|off|host" */
+    double hb_s, st_s, ct_s;          /* --heartbeat-interval, --sync-timeout, --connect-timeout */
+    int hb_given, st_given, ct_given; /* whether each was given (the library's default otherwise) */
+    long long steps, delay;           /* --steps, --step-delay-ms */
+} typed_flags;
+
+/* How many flags each table below holds (parse_args puts them one after the other). */
+enum { SESSION_FLAGS = 11, SYNC_FLAGS = 10, TIME_FLAGS = 6, WORKER_FLAGS = SESSION_FLAGS + SYNC_FLAGS + TIME_FLAGS };
+
+/* Which run, as whom, with which trainer, doing what (training, evaluating), logging where. */
+static void session_flags(opt_spec *specs, worker_args *a, typed_flags *t)
 {
-    memset(a, 0, sizeof *a);
-    diloco_options_default(&a->dl);
-    a->quad_lr = 0.01;
-    a->slowdown = 1;
-    int hooks = 0, hb_given = 0, st_given = 0, ct_given = 0;
-    double hb_s = 0, st_s = 0, ct_s = 0;
-    long long steps = 0, delay = 0; /* a->steps and a->step_delay_ms are 0 by default too */
-    const opt_spec specs[] = {
+    const opt_spec table[] = {
         {.name = "redis", .kind = OPT_STRING, .dest = &a->dl.redis_url},
         {.name = "redis-file", .kind = OPT_STRING, .dest = &a->redis_file},
         {.name = "run", .kind = OPT_STRING, .dest = &a->dl.run},
         {.name = "worker-id", .kind = OPT_STRING, .dest = &a->dl.worker_id},
         {.name = "trainer", .kind = OPT_STRING, .dest = &a->trainer},
         {.name = "log", .kind = OPT_STRING, .dest = &a->log_path},
-        {.name = "device-hooks", .kind = OPT_CHOICE, .dest = &hooks, .choices = "auto|off|host"},
+        {.name = "device-hooks", .kind = OPT_CHOICE, .dest = &t->hooks, .choices = "auto|off|host"},
+        {.name = "quiet", .kind = OPT_FLAG, .dest = &a->quiet},
+        {.name = "eval-only", .kind = OPT_FLAG, .dest = &a->eval_only},
+        {.name = "evaluate-every",
+         .kind = OPT_INT,
+         .dest = &a->evaluate_every,
+         .lo = 1,
+         .hi = 1000000000,
+         .wants = "a positive integer"},
+        {.name = "quad-lr",
+         .kind = OPT_DOUBLE,
+         .dest = &a->quad_lr,
+         .min = 0,
+         .max = HUGE_VAL,
+         .wants = "a non-negative number"},
+    };
+    _Static_assert(sizeof table / sizeof table[0] == SESSION_FLAGS, "SESSION_FLAGS counts session_flags' table");
+    memcpy(specs, table, sizeof table);
+}
+
+/* What a sync sends and when: the codec's options, the interval, Streaming DiLoCo's fragments, retries. */
+static void sync_flags(opt_spec *specs, worker_args *a)
+{
+    const opt_spec table[] = {
         {.name = "no-bf16", .kind = OPT_CLEAR, .dest = &a->dl.bf16},
         {.name = "error-feedback", .kind = OPT_FLAG, .dest = &a->dl.error_feedback},
         {.name = "dylu", .kind = OPT_FLAG, .dest = &a->dl.dylu},
-        {.name = "quiet", .kind = OPT_FLAG, .dest = &a->quiet},
-        {.name = "eval-only", .kind = OPT_FLAG, .dest = &a->eval_only},
         {.name = "final-sync", .kind = OPT_FLAG, .dest = &a->final_sync},
         {.name = "num-fragments",
          .kind = OPT_INT,
@@ -174,69 +199,81 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
          .lo = 1,
          .hi = 1000000000,
          .wants = "a positive integer"},
-        {.name = "evaluate-every",
-         .kind = OPT_INT,
-         .dest = &a->evaluate_every,
-         .lo = 1,
-         .hi = 1000000000,
-         .wants = "a positive integer"},
-        {.name = "steps",
-         .kind = OPT_LLONG,
-         .dest = &steps,
-         .lo = 0,
-         .hi = 1000000000,
-         .wants = "a non-negative integer"},
         {.name = "max-sync-retries",
          .kind = OPT_INT,
          .dest = &a->dl.max_sync_retries,
          .lo = 0,
          .hi = 1000000000,
          .wants = "a non-negative integer"},
+    };
+    _Static_assert(sizeof table / sizeof table[0] == SYNC_FLAGS, "SYNC_FLAGS counts sync_flags' table");
+    memcpy(specs, table, sizeof table);
+}
+
+/* How long: the steps to train, the pace of a simulated slower machine, heartbeats and timeouts. */
+static void time_flags(opt_spec *specs, worker_args *a, typed_flags *t)
+{
+    const opt_spec table[] = {
+        {.name = "steps",
+         .kind = OPT_LLONG,
+         .dest = &t->steps,
+         .lo = 0,
+         .hi = 1000000000,
+         .wants = "a non-negative integer"},
         {.name = "step-delay-ms",
          .kind = OPT_LLONG,
-         .dest = &delay,
+         .dest = &t->delay,
          .lo = 0,
          .hi = 1000000000,
          .wants = "a non-negative integer"},
         {.name = "heartbeat-interval",
          .kind = OPT_DOUBLE,
-         .dest = &hb_s,
+         .dest = &t->hb_s,
          .min = 0,
          .max = OPTS_SECONDS_MAX,
-         .given = &hb_given,
+         .given = &t->hb_given,
          .wants = "seconds in [0, 2000000]"},
         {.name = "sync-timeout",
          .kind = OPT_DOUBLE,
-         .dest = &st_s,
+         .dest = &t->st_s,
          .min = 0.001,
          .max = OPTS_SECONDS_MAX,
-         .given = &st_given,
+         .given = &t->st_given,
          .wants = "seconds in (0, 2000000]"},
         {.name = "connect-timeout",
          .kind = OPT_DOUBLE,
-         .dest = &ct_s,
+         .dest = &t->ct_s,
          .min = 0,
          .max = OPTS_SECONDS_MAX,
-         .given = &ct_given,
+         .given = &t->ct_given,
          .wants = "seconds in [0, 2000000]"},
-        {.name = "slowdown", .kind = OPT_DOUBLE, .dest = &a->slowdown, .min = 1, .max = 1000, .wants = "a number in [1, 1000]"},
-        {.name = "quad-lr",
+        {.name = "slowdown",
          .kind = OPT_DOUBLE,
-         .dest = &a->quad_lr,
-         .min = 0,
-         .max = HUGE_VAL,
-         .wants = "a non-negative number"},
-        {0},
+         .dest = &a->slowdown,
+         .min = 1,
+         .max = 1000,
+         .wants = "a number in [1, 1000]"},
     };
+    _Static_assert(sizeof table / sizeof table[0] == TIME_FLAGS, "TIME_FLAGS counts time_flags' table");
+    memcpy(specs, table, sizeof table);
+}
+
+/* The typed flags into worker_args, in the units and types it holds. */
+static void convert_flags(worker_args *a, const typed_flags *t)
+{
     static const char *hook_modes[] = {"auto", "off", "host"};
-    int prc = opts_parse_cmd("worker", usage, specs, argc, argv, 0, rest, nrest);
-    if (prc != 0) return prc;
-    a->device_hooks = hook_modes[hooks];
-    a->steps = (long)steps;
-    a->step_delay_ms = (unsigned)delay;
-    seconds_to_ms(hb_given, hb_s, &a->dl.heartbeat_interval_ms);
-    seconds_to_ms(st_given, st_s, &a->dl.sync_timeout_ms);
-    seconds_to_ms(ct_given, ct_s, &a->dl.connect_timeout_ms);
+    a->device_hooks = hook_modes[t->hooks];
+    a->steps = (long)t->steps;
+    a->step_delay_ms = (unsigned)t->delay;
+    seconds_to_ms(t->hb_given, t->hb_s, &a->dl.heartbeat_interval_ms);
+    seconds_to_ms(t->st_given, t->st_s, &a->dl.sync_timeout_ms);
+    seconds_to_ms(t->ct_given, t->ct_s, &a->dl.connect_timeout_ms);
+}
+
+/* The Redis URL (--redis, --redis-file or $DL_REDIS_URL, exactly one) and --run, which every command
+ * line needs: 0, or -1 after a message. */
+static int check_redis_and_run(worker_args *a)
+{
     char err[256];
     if (redis_url_pick(a->dl.redis_url, a->redis_file, a->redis_text, sizeof a->redis_text, err, sizeof err) < 0) {
         fprintf(stderr, "worker: %s (see --help)\n", err);
@@ -248,6 +285,25 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
         return -1;
     }
     return 0;
+}
+
+/* Parse our own flags; leave the rest (trainer flags) in rest[]. 0 ready, 1 after --help printed the usage,
+ * -1 after a message on stderr. */
+static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *nrest)
+{
+    memset(a, 0, sizeof *a);
+    diloco_options_default(&a->dl);
+    a->quad_lr = 0.01;
+    a->slowdown = 1;
+    typed_flags t = {0}; /* --steps and --step-delay-ms are 0 by default too */
+    opt_spec specs[WORKER_FLAGS + 1] = {{0}};
+    session_flags(specs, a, &t);
+    sync_flags(specs + SESSION_FLAGS, a);
+    time_flags(specs + SESSION_FLAGS + SYNC_FLAGS, a, &t);
+    int prc = opts_parse_cmd("worker", usage, specs, argc, argv, 0, rest, nrest);
+    if (prc != 0) return prc;
+    convert_flags(a, &t);
+    return check_redis_and_run(a);
 }
 
 /* --trainer and the trainer flags left by parse_args, checked before Redis is asked anything (a typo
@@ -505,6 +561,89 @@ static void warn_if_never_syncs(const worker_args *a)
                  a->dl.sync_every, a->steps);
 }
 
+/* What a worker holds once the run's config is read; release_worker lets it go. */
+typedef struct worker_parts {
+    trainer *t;
+    diloco *d;
+    host_device *hd; /* --device-hooks host */
+    FILE *logf;      /* --log */
+} worker_parts;
+
+/* The trainer (the run's, or --trainer's, with the trainer flags), checked against the run's layout. */
+static int build_trainer(const worker_args *a, const runconf *rc, char **rest, int nrest, trainer **t, char *err,
+                         size_t errlen)
+{
+    *t = make_trainer(a, rc, rest, nrest, err, errlen);
+    if (!*t || layout_check(rc->layout, (*t)->tensors, (*t)->ntensors, (*t)->name, err, errlen) < 0) return -1;
+    if (!strcmp((*t)->name, "gpt")) {
+        char what[384];
+        gpt_trainer_describe(*t, what, sizeof what);
+        log_info("gpt trainer: %s", what);
+    }
+    return 0;
+}
+
+/* --evaluate-every (the evaluator, until stopped) or --eval-only (one loss, printed): the run's parameters
+ * read from Redis, without joining the run (its barriers must not wait for an evaluation). */
+static int evaluate(const worker_args *a, const runconf *rc, trainer *t, char *err, size_t errlen)
+{
+    evaluator_options eo = {.redis_url = a->dl.redis_url,
+                            .run = a->dl.run,
+                            .every = a->evaluate_every,
+                            .poll_ms = 200,
+                            .connect_timeout_ms = a->dl.connect_timeout_ms,
+                            .stop = (const volatile int *)&g_stop};
+    if (a->evaluate_every) return evaluator_run(&eo, rc, t, err, errlen);
+    int64_t version;
+    double loss;
+    if (evaluator_once(&eo, rc, t, &version, &loss, err, errlen) < 0) return -1;
+    printf("eval_loss %.6f version %" PRId64 "\n", loss, version);
+    return 0;
+}
+
+/* Open --log, join the run through libdiloco (by the device hooks where they apply) and train. -1 with
+ * err when it could not start; else the exit status of the training. */
+static int join_and_train(worker_args *a, worker_parts *w, char *err, size_t errlen)
+{
+    warn_if_never_syncs(a);
+    if (a->log_path && !(w->logf = fopen(a->log_path, "a"))) {
+        err_set(err, errlen, "cannot open log file %s", a->log_path);
+        return -1;
+    }
+    a->dl.stop = (const volatile int *)&g_stop;
+    a->dl.on_params = on_params;
+    a->dl.on_params_ctx = w->t;
+    int hooks = device_hooks(a, w->t, &a->dl.device, &w->hd, err, errlen);
+    if (hooks < 0) return -1;
+    /* with hooks libdiloco gets no host buffer: it must go through them */
+    if (diloco_open(&a->dl, hooks ? NULL : w->t->params, w->t->numel, &w->d, err, errlen) < 0) return -1;
+    log_json(w->logf, json_pack("{s:s, s:s, s:I}", "event", "join", "worker", diloco_worker_id(w->d), "version",
+                                (json_int_t)diloco_version(w->d)));
+    return train(a, w->t, w->d, w->logf) < 0 ? 1 : 0;
+}
+
+/* libdiloco first: it may free host buffers through the device hooks, so before the trainer. */
+static void release_worker(worker_parts *w)
+{
+    diloco_close(w->d);
+    if (w->hd) {
+        unsigned long nd, nl[3];
+        host_device_counts(w->hd, &nd, nl);
+        log_info("device hooks: %lu delta, %lu load snapshot, %lu load copy, %lu load mix", nd, nl[0], nl[1], nl[2]);
+        host_device_free(w->hd);
+    }
+    if (w->t) w->t->destroy(w->t);
+    if (w->logf) fclose(w->logf);
+}
+
+/* With the run's config read: the trainer, then evaluating or training. The exit status, or -1 with err. */
+static int work(worker_args *a, const runconf *rc, char **rest, int nrest, worker_parts *w, char *err, size_t errlen)
+{
+    if (build_trainer(a, rc, rest, nrest, &w->t, err, errlen) < 0) return -1;
+    if (a->evaluate_every || a->eval_only) return evaluate(a, rc, w->t, err, errlen) < 0 ? -1 : 0;
+    return join_and_train(a, w, err, errlen);
+}
+
 static int run_worker(int argc, char **argv)
 {
     worker_args a;
@@ -518,69 +657,14 @@ static int run_worker(int argc, char **argv)
     }
     char err[512];
     runconf rc;
-    trainer *t = NULL;
-    diloco *d = NULL;
-    host_device *hd = NULL;
-    FILE *logf = NULL;
-    int status = 1;
     if (read_run(&a, &rc, err, sizeof err) < 0) {
         free(rest);
         return failed_or_stopped(err);
     }
-    t = make_trainer(&a, &rc, rest, nrest, err, sizeof err);
-    if (!t || layout_check(rc.layout, t->tensors, t->ntensors, t->name, err, sizeof err) < 0) goto error;
-    if (!strcmp(t->name, "gpt")) {
-        char what[384];
-        gpt_trainer_describe(t, what, sizeof what);
-        log_info("gpt trainer: %s", what);
-    }
-    evaluator_options eo = {.redis_url = a.dl.redis_url,
-                            .run = a.dl.run,
-                            .every = a.evaluate_every,
-                            .poll_ms = 200,
-                            .connect_timeout_ms = a.dl.connect_timeout_ms,
-                            .stop = (const volatile int *)&g_stop};
-    if (a.evaluate_every) {
-        if (evaluator_run(&eo, &rc, t, err, sizeof err) < 0) goto error;
-        status = 0;
-        goto done;
-    }
-    if (a.eval_only) { /* not a member: the run's barriers must not wait for an evaluation */
-        int64_t version;
-        double loss;
-        if (evaluator_once(&eo, &rc, t, &version, &loss, err, sizeof err) < 0) goto error;
-        printf("eval_loss %.6f version %" PRId64 "\n", loss, version);
-        status = 0;
-        goto done;
-    }
-    warn_if_never_syncs(&a);
-    if (a.log_path && !(logf = fopen(a.log_path, "a"))) {
-        err_set(err, sizeof err, "cannot open log file %s", a.log_path);
-        goto error;
-    }
-    a.dl.stop = (const volatile int *)&g_stop;
-    a.dl.on_params = on_params;
-    a.dl.on_params_ctx = t;
-    int hooks = device_hooks(&a, t, &a.dl.device, &hd, err, sizeof err);
-    if (hooks < 0) goto error;
-    /* with hooks libdiloco gets no host buffer: it must go through them */
-    if (diloco_open(&a.dl, hooks ? NULL : t->params, t->numel, &d, err, sizeof err) < 0) goto error;
-    log_json(logf, json_pack("{s:s, s:s, s:I}", "event", "join", "worker", diloco_worker_id(d), "version",
-                             (json_int_t)diloco_version(d)));
-    status = train(&a, t, d, logf) < 0 ? 1 : 0;
-    goto done;
-error:
-    status = failed_or_stopped(err);
-done:
-    diloco_close(d); /* before the trainer: it may free host buffers through the device hooks */
-    if (hd) {
-        unsigned long nd, nl[3];
-        host_device_counts(hd, &nd, nl);
-        log_info("device hooks: %lu delta, %lu load snapshot, %lu load copy, %lu load mix", nd, nl[0], nl[1], nl[2]);
-        host_device_free(hd);
-    }
-    if (t) t->destroy(t);
-    if (logf) fclose(logf);
+    worker_parts w = {0};
+    int status = work(&a, &rc, rest, nrest, &w, err, sizeof err);
+    if (status < 0) status = failed_or_stopped(err);
+    release_worker(&w);
     runconf_free(&rc);
     free(rest);
     return status;

@@ -65,19 +65,27 @@ static const char *field(const runconf_fields *r, const char *name)
     return NULL;
 }
 
+/* The whole of s as a number (strtod with nothing left over): 1, or 0 when it is not one. Ranges are
+ * the caller's; NaN and the infinities pass here and fail there. */
+static int whole_double(const char *s, double *x)
+{
+    char *end = NULL;
+    *x = strtod(s, &end);
+    return end != s && *end == '\0';
+}
+
 /* --compress topk's density, value bits and the accumulator's decay (defaults for a run that does not
  * say: a run made before --topk-bits has 2-bit values). */
 static int topk_fields(const runconf_fields *r, runconf *rc, char *err, size_t errlen)
 {
     const char *d = field(r, "topk_density"), *b = field(r, "topk_beta"), *w = field(r, "topk_bits");
-    char *end = NULL;
-    rc->topk_density = d ? strtod(d, &end) : SPARSE_DENSITY_DEFAULT;
-    if (d && (end == d || *end != '\0' || !(rc->topk_density > 0 && rc->topk_density <= 1))) {
+    rc->topk_density = SPARSE_DENSITY_DEFAULT;
+    if (d && (!whole_double(d, &rc->topk_density) || !(rc->topk_density > 0 && rc->topk_density <= 1))) {
         err_set(err, errlen, "the run's topk_density '%s' is not in (0, 1]", d);
         return -1;
     }
-    double beta = b ? strtod(b, &end) : SPARSE_BETA_DEFAULT;
-    if (b && (end == b || *end != '\0' || !(beta >= 0 && beta <= 1))) {
+    double beta = SPARSE_BETA_DEFAULT;
+    if (b && (!whole_double(b, &beta) || !(beta >= 0 && beta <= 1))) {
         err_set(err, errlen, "the run's topk_beta '%s' is not in [0, 1]", b);
         return -1;
     }
@@ -96,7 +104,9 @@ static int topk_fields(const runconf_fields *r, runconf *rc, char *err, size_t e
     return 0;
 }
 
-int runconf_parse(const runconf_fields *r, runconf *rc, char *err, size_t errlen)
+/* numel and the shard bounds, which must cover [0, numel) in order (a config without numel, shard_bounds
+ * and frag_bounds is not a run's at all). */
+static int shard_fields(const runconf_fields *r, runconf *rc, char *err, size_t errlen)
 {
     const char *numel = field(r, "numel"), *sb = field(r, "shard_bounds"), *fb = field(r, "frag_bounds");
     if (!numel || !sb || !fb) {
@@ -115,6 +125,14 @@ int runconf_parse(const runconf_fields *r, runconf *rc, char *err, size_t errlen
         err_set(err, errlen, "shard bounds '%s' do not cover [0, %" PRIu64 ")", sb, rc->numel);
         return -1;
     }
+    return 0;
+}
+
+/* The fragment bounds (shard indices), which must cover the shards in order (shard_fields checked that
+ * the field is there). */
+static int fragment_fields(const runconf_fields *r, runconf *rc, char *err, size_t errlen)
+{
+    const char *fb = field(r, "frag_bounds");
     uint64_t *f64;
     if (runconf_parse_bounds_u64(fb, &f64, &rc->nfragments, err, errlen) < 0) return -1;
     int bad = rc->nfragments < 1 || rc->nfragments > RUNCONF_MAX_FRAGMENTS || f64[0] != 0 ||
@@ -126,7 +144,14 @@ int runconf_parse(const runconf_fields *r, runconf *rc, char *err, size_t errlen
         err_set(err, errlen, "fragment bounds '%s' do not cover the %d shards", fb, rc->nshards);
         return -1;
     }
-    const char *mode = field(r, "mode"), *se = field(r, "snapshot_every"), *seed = field(r, "seed");
+    return 0;
+}
+
+/* The mode and how the outer step weighs what it averages: Delayed Nesterov, tokens, staleness. */
+static int outer_fields(const runconf_fields *r, runconf *rc, char *err, size_t errlen)
+{
+    long long v;
+    const char *mode = field(r, "mode");
     rc->async = mode && strcmp(mode, "async") == 0;
     const char *dnb = field(r, "dn_buffer"), *dnv = field(r, "dn_variant");
     if (dnb && parse_int(dnb, 0, 1000000, &v) == 0) rc->dn_buffer = (int)v;
@@ -143,6 +168,14 @@ int runconf_parse(const runconf_fields *r, runconf *rc, char *err, size_t errlen
         return -1;
     }
     if (sr && parse_int(sr, 0, INT64_MAX, &v) == 0) rc->stale_ref = v;
+    return 0;
+}
+
+/* An async run's rule for a stale submission (plain or rebase, its window and fraction) and its
+ * lookahead; each only where it makes sense. */
+static int async_rule_fields(const runconf_fields *r, runconf *rc, char *err, size_t errlen)
+{
+    long long v;
     const char *ar = field(r, "async_rule"), *rw = field(r, "rebase_window");
     rc->async_rule = ar ? outer_async_rule_parse(ar) : ASYNC_RULE_PLAIN; /* runs made before it existed */
     if (rc->async_rule < 0) {
@@ -151,17 +184,15 @@ int runconf_parse(const runconf_fields *r, runconf *rc, char *err, size_t errlen
     }
     if (rw && parse_int(rw, 0, 1000000000, &v) == 0) rc->rebase_window = v;
     const char *rf = field(r, "rebase_fraction");
-    char *rf_end = NULL;
-    double frac = rf ? strtod(rf, &rf_end) : 1.0;
-    if (rf && (rf_end == rf || *rf_end != '\0' || !(frac > 0 && frac <= 1))) {
+    double frac = 1.0;
+    if (rf && (!whole_double(rf, &frac) || !(frac > 0 && frac <= 1))) {
         err_set(err, errlen, "the run's rebase_fraction '%s' is not in (0, 1]", rf);
         return -1;
     }
     rc->rebase_fraction = (float)frac;
     const char *la = field(r, "async_lookahead");
-    char *la_end = NULL;
-    double ahead = la ? strtod(la, &la_end) : 0.0; /* runs made before it existed: off */
-    if (la && (la_end == la || *la_end != '\0' || !(ahead >= 0 && ahead <= ASYNC_LOOKAHEAD_MAX))) {
+    double ahead = 0.0; /* runs made before it existed: off */
+    if (la && (!whole_double(la, &ahead) || !(ahead >= 0 && ahead <= ASYNC_LOOKAHEAD_MAX))) {
         err_set(err, errlen, "the run's async_lookahead '%s' is not in [0, %g]", la, (double)ASYNC_LOOKAHEAD_MAX);
         return -1;
     }
@@ -175,6 +206,12 @@ int runconf_parse(const runconf_fields *r, runconf *rc, char *err, size_t errlen
                 rw ? rw : "none");
         return -1;
     }
+    return 0;
+}
+
+/* What travels: the pseudo-gradients' codec (with topk's settings) and what a get answers with. */
+static int codec_fields(const runconf_fields *r, runconf *rc, char *err, size_t errlen)
+{
     const char *cz = field(r, "compress");
     rc->compress = cz ? codec_parse(cz) : BLOB_BF16; /* runs made before the setting existed: bf16 */
     if (rc->compress == 0) {
@@ -195,7 +232,15 @@ int runconf_parse(const runconf_fields *r, runconf *rc, char *err, size_t errlen
                 dl, rc->async ? "async" : "Streaming DiLoCo");
         return -1;
     }
-    const char *mr = field(r, "min_replicas");
+    return 0;
+}
+
+/* The rest: durability, the seed, the data-plane secret and what the trainer needs to know (its name,
+ * model and the tensors' layout). */
+static int run_fields(const runconf_fields *r, runconf *rc, char *err, size_t errlen)
+{
+    long long v;
+    const char *mr = field(r, "min_replicas"), *se = field(r, "snapshot_every"), *seed = field(r, "seed");
     if (mr && parse_int(mr, 0, RUNCONF_MAX_REPLICAS, &v) == 0) rc->min_replicas = (int)v;
     rc->snapshot_every = 8;
     if (se && parse_int(se, 1, 1000000, &v) == 0) rc->snapshot_every = (int)v;
@@ -213,6 +258,13 @@ int runconf_parse(const runconf_fields *r, runconf *rc, char *err, size_t errlen
     return 0;
 }
 
+int runconf_parse(const runconf_fields *r, runconf *rc, char *err, size_t errlen)
+{
+    if (shard_fields(r, rc, err, errlen) < 0 || fragment_fields(r, rc, err, errlen) < 0) return -1;
+    if (outer_fields(r, rc, err, errlen) < 0 || async_rule_fields(r, rc, err, errlen) < 0) return -1;
+    if (codec_fields(r, rc, err, errlen) < 0) return -1;
+    return run_fields(r, rc, err, errlen);
+}
 
 void runconf_free(runconf *rc)
 {

@@ -161,68 +161,96 @@ static int fetch_round_result(diloco *d, int f, int64_t want, char *err, size_t 
     return get_round(d, first, last, &ga, NULL, err, errlen);
 }
 
+/* While the server that sent them still holds the lease with the same epoch, its commit is on its way:
+ * wait for it (its lease expires if it is frozen or dead, and a restarted server takes it with a new
+ * epoch). Patience is bounded all the same: a server whose commit failed keeps its lease, and then only
+ * our Δ and a get make it commit again. Returns what confirm_from_redis last said (0: all confirmed). */
+static int wait_for_commit(diloco *d, int f, uint64_t t0, int *conflict, char *err, size_t errlen)
+{
+    uint64_t patience =
+        d->o.sync_timeout_ms < CONFIRM_PATIENCE_MS ? (uint64_t)d->o.sync_timeout_ms : CONFIRM_PATIENCE_MS;
+    uint64_t deadline = t0 + patience;
+    int pending;
+    for (unsigned attempt = 0;; attempt++) {
+        pending = confirm_from_redis(d, f, conflict, err, errlen);
+        if (*conflict || pending != 1 || now_ms() > deadline || dl_stopping(d)) break;
+        sleep_ms(backoff_ms(attempt, 2, 100));
+    }
+    dl_round_info(d)->confirm_seconds = (double)(now_ms() - t0) / 1000.0;
+    return pending;
+}
+
+/* Every shard of f at version want, durably, resending our kept Δ where asked (fetch_round_result). A
+ * slice received now that differs from the tentative one we trained from is a conflict (unless the
+ * round broke off before we took its parameters: then there is nothing to compare with). The get's
+ * status. */
+static int get_and_compare(diloco *d, int f, int64_t want, int incomplete, uint64_t t0, int *conflict, char *err,
+                           size_t errlen)
+{
+    int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
+    uint64_t *held = malloc((size_t)(last - first) * sizeof *held);
+    if (!held) {
+        err_set(err, errlen, "out of memory");
+        return DL_FAIL;
+    }
+    for (int k = first; k < last; k++) held[k - first] = d->tent_xxh[k];
+    int rc = fetch_round_result(d, f, want, err, errlen);
+    for (int k = first; !incomplete && k < last; k++)
+        if (d->tent_version[k] == 0 && d->shard_version[k] == want && d->tent_xxh[k] != held[k - first]) *conflict = 1;
+    free(held);
+    dl_round_info(d)->confirm_seconds = (double)(now_ms() - t0) / 1000.0;
+    return rc;
+}
+
+/* The round that broke off completed after all: take its result, as the sync would have had it not
+ * failed. */
+static int take_late_round(diloco *d, int f, int64_t want, char *err, size_t errlen)
+{
+    int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
+    dl_set_frag_version(d, f, want);
+    d->frag_incomplete[f] = 0;
+    params_adopt(d, first, last);
+    size_t off = (size_t)d->rc.shard_bounds[first];
+    if (params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
+    log_warn("fragment %d: round %" PRId64 " completed late; continuing from its parameters", f, want - 1);
+    d->fail_streak = 0; /* the sync that failed succeeded after all: no longer failures in a row (round.c) */
+    return DL_STALE;
+}
+
+/* What the get of get_and_compare (status rc) makes of the round: confirmed with every shard at want
+ * (a round that broke off, incomplete, is taken now), lost to us (we continue from the committed
+ * parameters), or a failure to try again. */
+static int settle_confirm(diloco *d, int f, int64_t want, int incomplete, int rc, char *err, size_t errlen)
+{
+    for (int k = dl_first_shard(d, f); rc == DL_OK && k < dl_last_shard(d, f); k++)
+        if (d->shard_version[k] != want) rc = DL_STALE;
+    if (rc == DL_STALE || rc == DL_EVICTED)
+        return confirm_reset(d, f, "the previous round closed without our pseudo-gradient", err, errlen);
+    if (rc == DL_CORRUPT) return rc;
+    if (rc != DL_OK) return DL_FAIL; /* per-shard state is accurate (-1 where a receive broke): again next time */
+    return incomplete ? take_late_round(d, f, want, err, errlen) : DL_OK;
+}
+
 int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen)
 {
-    int first = dl_first_shard(d, f), last = dl_last_shard(d, f), n = last - first;
     int incomplete = d->frag_incomplete[f], garbage = 0, pending = 0, conflict = 0;
-    for (int k = first; k < last; k++) {
+    for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f); k++) {
         garbage |= d->tent_version[k] < 0;
         pending |= d->tent_version[k] > 0;
     }
     if (!incomplete && !garbage && !pending) return DL_OK;
     uint64_t t0 = now_ms();
     if (!incomplete && !garbage) {
-        /* while the server that sent them still holds the lease with the same epoch, its commit is on
-         * its way: wait for it (its lease expires if it is frozen or dead, and a restarted server takes
-         * it with a new epoch). Patience is bounded all the same: a server whose commit failed keeps its
-         * lease, and then only our Δ and a get make it commit again. */
-        uint64_t patience =
-            d->o.sync_timeout_ms < CONFIRM_PATIENCE_MS ? (uint64_t)d->o.sync_timeout_ms : CONFIRM_PATIENCE_MS;
-        uint64_t deadline = t0 + patience;
-        for (unsigned attempt = 0;; attempt++) {
-            pending = confirm_from_redis(d, f, &conflict, err, errlen);
-            if (conflict || pending != 1 || now_ms() > deadline || dl_stopping(d)) break;
-            sleep_ms(backoff_ms(attempt, 2, 100));
-        }
-        dl_round_info(d)->confirm_seconds = (double)(now_ms() - t0) / 1000.0;
+        pending = wait_for_commit(d, f, t0, &conflict, err, errlen);
         if (conflict) return confirm_reset(d, f, "the previous round was committed with other parameters", err, errlen);
         if (!pending) return DL_OK;
     }
     /* Not committed yet (a new owner must recompute it and needs our Δ again), or the round broke off:
      * every shard of f at round+1, durably, resending our kept Δ where asked. */
-    uint64_t *held = malloc((size_t)n * sizeof *held);
-    if (!held) {
-        err_set(err, errlen, "out of memory");
-        return DL_FAIL;
-    }
-    for (int k = first; k < last; k++) held[k - first] = d->tent_xxh[k];
     int64_t want = d->tent_round[f] + 1;
-    int rc = fetch_round_result(d, f, want, err, errlen);
-    /* A slice received now that differs from the tentative one we trained from is a conflict (unless the
-     * round broke off before we took its parameters: then there is nothing to compare with). */
-    for (int k = first; !incomplete && k < last; k++)
-        if (d->tent_version[k] == 0 && d->shard_version[k] == want && d->tent_xxh[k] != held[k - first]) conflict = 1;
-    free(held);
-    dl_round_info(d)->confirm_seconds = (double)(now_ms() - t0) / 1000.0;
+    int rc = get_and_compare(d, f, want, incomplete, t0, &conflict, err, errlen);
     if (conflict) return confirm_reset(d, f, "the previous round was committed with other parameters", err, errlen);
-    for (int k = first; rc == DL_OK && k < last; k++)
-        if (d->shard_version[k] != want) rc = DL_STALE;
-    if (rc == DL_STALE || rc == DL_EVICTED)
-        return confirm_reset(d, f, "the previous round closed without our pseudo-gradient", err, errlen);
-    if (rc == DL_CORRUPT) return rc;
-    if (rc != DL_OK) return DL_FAIL; /* per-shard state is accurate (-1 where a receive broke): again next time */
-    if (incomplete) {
-        /* the round completed after all: take its result, as the sync would have had it not failed */
-        dl_set_frag_version(d, f, want);
-        d->frag_incomplete[f] = 0;
-        params_adopt(d, first, last);
-        size_t off = (size_t)d->rc.shard_bounds[first];
-        if (params_changed(d, off, (size_t)d->rc.shard_bounds[last] - off, err, errlen) < 0) return DL_FAIL;
-        log_warn("fragment %d: round %" PRId64 " completed late; continuing from its parameters", f, want - 1);
-        d->fail_streak = 0; /* the sync that failed succeeded after all: no longer failures in a row (round.c) */
-        return DL_STALE;
-    }
-    return DL_OK;
+    return settle_confirm(d, f, want, incomplete, rc, err, errlen);
 }
 
 /* While a get waits: after RESEND_TENTATIVE_AFTER_MS, and every RESEND_TENTATIVE_EVERY_MS after, the shards

@@ -86,64 +86,89 @@ void gpt_tokens_free(gpt_tokens *t)
     memset(t, 0, sizeof *t);
 }
 
-int gpt_prepare_data(const char *input, const char *output, double val_fraction, char *err, size_t errlen)
+/* The whole of file `input` into *buf (malloc'ed, *n bytes): 0, or -1 with err. */
+static int read_input(const char *input, unsigned char **buf, size_t *n, char *err, size_t errlen)
 {
-    if (!(val_fraction >= 0 && val_fraction < 1)) {
-        err_set(err, errlen, "--val-fraction must be in [0, 1)");
-        return -1;
-    }
     FILE *f = fopen(input, "rb");
     if (!f) {
         err_set(err, errlen, "%s: %s", input, strerror(errno));
         return -1;
     }
-    size_t cap = 1 << 20, n = 0;
-    unsigned char *buf = malloc(cap);
+    size_t cap = 1 << 20, len = 0;
+    unsigned char *b = malloc(cap);
     for (;;) {
-        if (!buf) {
+        if (!b) {
             fclose(f);
             err_set(err, errlen, "out of memory");
             return -1;
         }
-        size_t r = fread(buf + n, 1, cap - n, f);
-        n += r;
-        if (n < cap) break;
+        size_t r = fread(b + len, 1, cap - len, f);
+        len += r;
+        if (len < cap) break;
         cap *= 2;
-        unsigned char *nb = realloc(buf, cap);
-        if (!nb) free(buf);
-        buf = nb;
+        unsigned char *nb = realloc(b, cap);
+        if (!nb) free(b);
+        b = nb;
     }
     int rerr = ferror(f);
     fclose(f);
     if (rerr) {
-        free(buf);
+        free(b);
         err_set(err, errlen, "%s: read error", input);
         return -1;
     }
-    if (n < 2) {
-        free(buf);
-        err_set(err, errlen, "%s: too short (%zu bytes)", input, n);
-        return -1;
-    }
-    uint64_t nval = (uint64_t)(n * val_fraction), ntrain = n - nval;
-    unsigned char h[GPT_TOKEN_HEADER] = {0};
+    *buf = b;
+    *n = len;
+    return 0;
+}
+
+/* The header of a token file of n byte-level tokens, the first ntrain of them the training split. */
+static void token_header(unsigned char h[GPT_TOKEN_HEADER], uint64_t n, uint64_t ntrain)
+{
+    memset(h, 0, GPT_TOKEN_HEADER);
     memcpy(h, GPT_TOKEN_MAGIC, 8);
     put32(h + 8, GPT_TOKEN_VERSION);
     put32(h + 12, 2);
     put64(h + 16, n);
     put64(h + 24, ntrain);
     put32(h + 32, 256);
-    unsigned char *tokens = malloc(2 * n); /* each byte as a 16-bit little-endian token */
-    if (!tokens) {
-        free(buf);
-        err_set(err, errlen, "out of memory");
-        return -1;
-    }
+}
+
+/* Each of the n bytes as a 16-bit little-endian token (malloc'ed, 2n bytes), or NULL. */
+static unsigned char *bytes_to_tokens(const unsigned char *buf, size_t n)
+{
+    unsigned char *tokens = malloc(2 * n);
+    if (!tokens) return NULL;
     for (size_t i = 0; i < n; i++) {
         tokens[2 * i] = buf[i];
         tokens[2 * i + 1] = 0;
     }
+    return tokens;
+}
+
+int gpt_prepare_data(const char *input, const char *output, double val_fraction, char *err, size_t errlen)
+{
+    if (!(val_fraction >= 0 && val_fraction < 1)) {
+        err_set(err, errlen, "--val-fraction must be in [0, 1)");
+        return -1;
+    }
+    unsigned char *buf;
+    size_t n;
+    if (read_input(input, &buf, &n, err, errlen) < 0) return -1;
+    if (n < 2) {
+        free(buf);
+        err_set(err, errlen, "%s: too short (%zu bytes)", input, n);
+        return -1;
+    }
+    uint64_t nval = (uint64_t)(n * val_fraction), ntrain = n - nval;
+    unsigned char h[GPT_TOKEN_HEADER];
+    token_header(h, n, ntrain);
+    unsigned char *tokens = bytes_to_tokens(buf, n);
     free(buf);
+    if (!tokens) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
     const file_chunk chunks[2] = {{h, sizeof h}, {tokens, 2 * n}};
     char why[512];
     int rc = file_write_atomic(output, chunks, 2, why, sizeof why);

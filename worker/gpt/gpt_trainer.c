@@ -533,23 +533,24 @@ static char *dupstr(const char *s)
     return s ? strdup(s) : NULL;
 }
 
-trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
+/* The model, batch, data part and attention the options ask for, checked before anything is built. */
+static int check_shape(const gpt_options *o, char *err, size_t errlen)
 {
-    if (gpt_config_check(&o->model, err, errlen)) return NULL;
+    if (gpt_config_check(&o->model, err, errlen)) return -1;
     if (o->batch < 1 || o->seq < 1 || o->seq > o->model.ctx) {
         err_set(err, errlen, "gpt: need --batch >= 1 and 1 <= --seq <= --ctx (%d), got --batch %d --seq %d",
                 o->model.ctx, o->batch, o->seq);
-        return NULL;
+        return -1;
     }
     if (o->num_shards < 1 || o->shard_index < 0 || o->shard_index >= o->num_shards) {
         err_set(err, errlen, "gpt: need 0 <= --shard-index < --num-shards, got --shard-index %d --num-shards %d",
                 o->shard_index, o->num_shards);
-        return NULL;
+        return -1;
     }
     if (o->shard_stripe < 0 || (o->shard_stripe && o->shard_layout != GPT_SHARD_STRIPE)) {
         err_set(err, errlen, "gpt: --shard-stripe %d: a stripe length in tokens, for --shard-layout stripe only",
                 o->shard_stripe);
-        return NULL;
+        return -1;
     }
     if (o->attention != GPT_ATTENTION_FUSED && o->attention != GPT_ATTENTION_AUTO &&
         o->precision != GPT_PRECISION_BF16) {
@@ -557,21 +558,34 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
                 "gpt: --attention %s chooses the attention of --precision bf16; the fp32 attention is always "
                 "its own sgemm path: add --precision bf16 or drop --attention",
                 o->attention == GPT_ATTENTION_GEMM ? "gemm" : "flash");
-        return NULL;
+        return -1;
     }
+    return 0;
+}
+
+/* AdamW's settings and the schedule's floor, checked: out of range they make the lr negative or the
+ * weights grow. */
+static int check_optimizer(const gpt_options *o, char *err, size_t errlen)
+{
     if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) || !(o->eps > 0) ||
         !(o->weight_decay >= 0)) {
         err_set(err, errlen,
                 "gpt: need --lr >= 0, --beta1 and --beta2 in [0, 1), --eps > 0 and --weight-decay >= 0, got --lr %g "
                 "--beta1 %g --beta2 %g --eps %g --weight-decay %g",
                 o->lr, o->beta1, o->beta2, o->eps, o->weight_decay);
-        return NULL;
+        return -1;
     }
     if (!(o->min_lr_ratio >= 0 && o->min_lr_ratio <= 1)) { /* outside, the cosine ends above the peak or below 0 */
         err_set(err, errlen, "gpt: --min-lr-ratio is the final lr over the peak lr, in [0, 1]; got %g",
                 o->min_lr_ratio);
-        return NULL;
+        return -1;
     }
+    return 0;
+}
+
+/* A trainer with its own copy of the options (and of their strings) and its functions, nothing built yet. */
+static gpt_trainer *trainer_new(const gpt_options *o, char *err, size_t errlen)
+{
     gpt_trainer *g = calloc(1, sizeof *g);
     if (!g) {
         err_set(err, errlen, "gpt: out of memory");
@@ -593,76 +607,114 @@ trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
     t->params_changed = NULL;
     t->evaluate = gpt_eval_public;
     t->destroy = gpt_destroy;
+    return g;
+}
+
+/* The layout, the parameters (initialised from the seed), their gradients, AdamW's moments and the
+ * batch's token buffers. */
+static int alloc_state(gpt_trainer *g, const gpt_options *o, char *err, size_t errlen)
+{
+    trainer *t = &g->t;
     model_tensor *tens;
-    if (gpt_layout(&o->model, &tens, &t->ntensors, &t->numel, err, errlen)) goto fail;
+    if (gpt_layout(&o->model, &tens, &t->ntensors, &t->numel, err, errlen)) return -1;
     t->tensors = tens;
     size_t N = (size_t)o->batch * o->seq, bytes = t->numel * sizeof(float);
     if (posix_memalign((void **)&t->params, 64, bytes) || posix_memalign((void **)&g->grads, 64, bytes) ||
         posix_memalign((void **)&g->am, 64, bytes) || posix_memalign((void **)&g->av, 64, bytes) ||
         !(g->inp = malloc(N * sizeof(int))) || !(g->tgt = malloc(N * sizeof(int)))) {
         err_set(err, errlen, "gpt: out of memory for %zu parameters", t->numel);
-        goto fail;
+        return -1;
     }
     memset(g->am, 0, bytes);
     memset(g->av, 0, bytes);
     memset(g->grads, 0, bytes);
-    if (gpt_init_params(&o->model, o->seed, t->params, t->numel, err, errlen)) goto fail;
+    return gpt_init_params(&o->model, o->seed, t->params, t->numel, err, errlen) ? -1 : 0;
+}
+
+/* The backend --device picks: CUDA (with its precision and attention, the parameters pinned for its
+ * copies) or the CPU model, which is fp32 only and the only one a gradient reduction works with. */
+static int open_backend(gpt_trainer *g, const gpt_options *o, char *err, size_t errlen)
+{
     int use_cuda;
-    if (resolve_device(o, &use_cuda, err, errlen)) goto fail;
+    if (resolve_device(o, &use_cuda, err, errlen)) return -1;
 #ifdef DILOCO_HAVE_CUDA
     if (use_cuda) {
         g->cu = gpt_cuda_create(&o->model, o->batch, o->seq, o->tf32, err, errlen);
-        if (!g->cu) goto fail;
-        if (o->precision == GPT_PRECISION_BF16 && gpt_cuda_set_precision(g->cu, 1, err, errlen)) goto fail;
-        if (gpt_cuda_set_attention(g->cu, o->attention, err, errlen)) goto fail;
-        g->pinned = gpt_cuda_pin(t->params, bytes) == 1;
-        t->params_changed = cuda_params_changed;
+        if (!g->cu) return -1;
+        if (o->precision == GPT_PRECISION_BF16 && gpt_cuda_set_precision(g->cu, 1, err, errlen)) return -1;
+        if (gpt_cuda_set_attention(g->cu, o->attention, err, errlen)) return -1;
+        g->pinned = gpt_cuda_pin(g->t.params, g->t.numel * sizeof(float)) == 1;
+        g->t.params_changed = cuda_params_changed;
     }
 #endif
     if (use_cuda && o->grad_reduce) {
         err_set(err, errlen,
                 "gpt: a gradient reduction (data-parallel ranks) is for the CPU backend only: use --device cpu");
-        goto fail;
+        return -1;
     }
     if (!use_cuda && o->precision != GPT_PRECISION_FP32) {
         err_set(err, errlen,
                 "gpt: --precision bf16 needs the CUDA backend (--device cuda and a GPU); the CPU "
                 "trainer is fp32 only");
-        goto fail;
+        return -1;
     }
     if (!use_cuda) {
         g->m = gpt_model_create(&o->model, o->batch, o->seq, o->threads, err, errlen);
-        if (!g->m) goto fail;
+        if (!g->m) return -1;
         g->o.threads = gpt_model_threads(g->m);
     }
-    if (o->data_path) {
-        if (gpt_tokens_load(o->data_path, &g->data, err, errlen)) goto fail;
-        if (g->data.vocab > (uint32_t)o->model.vocab) {
-            err_set(err, errlen, "gpt: %s has vocab %u > model vocab %d", o->data_path, g->data.vocab, o->model.vocab);
-            goto fail;
-        }
-        int stripe = o->shard_stripe ? o->shard_stripe : GPT_SHARD_STRIPE_DEFAULT;
-        if (gpt_part_init(&g->part, g->data.ntrain, o->num_shards, o->shard_index, o->shard_layout, stripe, o->seq, err,
-                          errlen))
-            goto fail;
-        g->cursor = g->part.lo;
+    return 0;
+}
+
+/* --data: the token file and this worker's part of its training split (without it, random tokens). */
+static int open_data(gpt_trainer *g, const gpt_options *o, char *err, size_t errlen)
+{
+    if (!o->data_path) return 0;
+    if (gpt_tokens_load(o->data_path, &g->data, err, errlen)) return -1;
+    if (g->data.vocab > (uint32_t)o->model.vocab) {
+        err_set(err, errlen, "gpt: %s has vocab %u > model vocab %d", o->data_path, g->data.vocab, o->model.vocab);
+        return -1;
     }
+    int stripe = o->shard_stripe ? o->shard_stripe : GPT_SHARD_STRIPE_DEFAULT;
+    if (gpt_part_init(&g->part, g->data.ntrain, o->num_shards, o->shard_index, o->shard_layout, stripe, o->seq, err,
+                      errlen))
+        return -1;
+    g->cursor = g->part.lo;
+    return 0;
+}
+
+/* The data order's seed, then --checkpoint's state where its file exists (the parameters, moments, step
+ * and data position), handed to the device on CUDA. */
+static int resume(gpt_trainer *g, const gpt_options *o, char *err, size_t errlen)
+{
     g->rng = o->data_seed * 0x9e3779b97f4a7c15ULL ^ ((uint64_t)o->shard_index + 1) * 0xd1b54a32d192ed03ULL;
     int loaded = g->ckpt_path ? ckpt_load(g, err, errlen) : 0;
-    if (loaded < 0) goto fail;
+    if (loaded < 0) return -1;
 #ifdef DILOCO_HAVE_CUDA
+    trainer *t = &g->t;
     if (g->cu &&
         (gpt_cuda_set_params(g->cu, t->params, 0, t->numel, err, errlen) ||
          (loaded && gpt_cuda_set_moments(g->cu, g->am, g->av, err, errlen)) || gpt_cuda_sync(g->cu, err, errlen)))
-        goto fail;
+        return -1;
 #endif
+    return 0;
+}
+
+trainer *gpt_trainer_create(const gpt_options *o, char *err, size_t errlen)
+{
+    if (check_shape(o, err, errlen) || check_optimizer(o, err, errlen)) return NULL;
+    gpt_trainer *g = trainer_new(o, err, errlen);
+    if (!g) return NULL;
+    if (alloc_state(g, o, err, errlen) || open_backend(g, o, err, errlen) || open_data(g, o, err, errlen) ||
+        resume(g, o, err, errlen))
+        goto fail;
     if (g->log_path && !(g->log = fopen(g->log_path, "a"))) {
         err_set(err, errlen, "gpt: --log %s: %s", g->log_path, strerror(errno));
         goto fail;
     }
-    return t;
+    return &g->t;
 fail:
     g->step = 0; /* no checkpoint from a half-built trainer */
-    gpt_destroy(t);
+    gpt_destroy(&g->t);
     return NULL;
 }

@@ -132,13 +132,14 @@ static void meta_set(json_t *m, const char *k, const char *fmt, ...)
     json_object_set_new(m, k, json_string(buf));
 }
 
-static json_t *build_metadata(const char *run, const export_data *d)
+/* The run's identity and shape: format, run, version, model, shards and fragments with their bounds,
+ * seed, snapshots. */
+static void meta_run(json_t *m, const char *run, const export_data *d)
 {
     const runconf *rc = &d->rc;
-    json_t *m = json_object();
     int S = rc->nshards, F = rc->nfragments;
     size_t cap = (size_t)S * 24 + 64;
-    char *buf = malloc(cap), *dg = malloc((size_t)S * 17 + 1);
+    char *buf = malloc(cap);
     meta_set(m, "format", "%s", CKPT_FORMAT);
     meta_set(m, "format_version", "%s", CKPT_FORMAT_VERSION);
     meta_set(m, "run", "%s", run);
@@ -157,16 +158,22 @@ static json_t *build_metadata(const char *run, const export_data *d)
     json_object_set_new(m, "frag_bounds", json_string(buf));
     meta_set(m, "seed", "%" PRIu64, rc->seed);
     meta_set(m, "snapshot_every", "%d", rc->snapshot_every);
-    meta_set(m, "outer_lr", "%s", d->lr);
-    meta_set(m, "outer_momentum", "%s", d->mu);
-    meta_set(m, "nesterov", "%s", d->nesterov);
-    meta_set(m, "has_momentum", "%s", d->has_mom ? "true" : "false");
+    free(buf);
+}
+
+/* What a reader checks the file against: each shard's digest, each tensor's xxh3, and the Delayed
+ * Nesterov buffer's settings and schedule when there is one. */
+static void meta_digests(json_t *m, const export_data *d)
+{
+    const runconf *rc = &d->rc;
+    char *dg = malloc((size_t)rc->nshards * 17 + 1);
     dg[0] = '\0';
-    for (int k = 0; k < S; k++) {
+    for (int k = 0; k < rc->nshards; k++) {
         if (k) strcat(dg, ",");
         strcat(dg, d->digests[k]);
     }
     json_object_set_new(m, "shard_digests", json_string(dg));
+    free(dg);
     meta_set(m, "params_xxh3", "%016" PRIx64, digest_f32(d->params, rc->numel));
     meta_set(m, "momentum_xxh3", "%016" PRIx64, digest_f32(d->mom, rc->numel));
     if (d->dnbuf) {
@@ -175,12 +182,21 @@ static json_t *build_metadata(const char *run, const export_data *d)
         meta_set(m, "dn_t", "%" PRIu64, rc->dn_t0 + (uint64_t)d->version);
         meta_set(m, "dn_buffer_xxh3", "%016" PRIx64, digest_f32(d->dnbuf, rc->numel));
     }
+}
+
+static json_t *build_metadata(const char *run, const export_data *d)
+{
+    json_t *m = json_object();
+    meta_run(m, run, d);
+    meta_set(m, "outer_lr", "%s", d->lr);
+    meta_set(m, "outer_momentum", "%s", d->mu);
+    meta_set(m, "nesterov", "%s", d->nesterov);
+    meta_set(m, "has_momentum", "%s", d->has_mom ? "true" : "false");
+    meta_digests(m, d);
     meta_set(m, "created_ms", "%" PRIu64, wall_ms());
-    char *layout = checkpoint_layout(rc);
+    char *layout = checkpoint_layout(&d->rc);
     if (layout) json_object_set_new(m, "layout", json_string(layout));
     free(layout);
-    free(buf);
-    free(dg);
     return m;
 }
 
@@ -188,6 +204,45 @@ static json_t *tensor_entry(uint64_t numel, uint64_t begin)
 {
     return json_pack("{s:s, s:[I], s:[I,I]}", "dtype", "F32", "shape", (json_int_t)numel, "data_offsets",
                      (json_int_t)begin, (json_int_t)(begin + numel * sizeof(float)));
+}
+
+/* The safetensors header: its length (8 bytes, little-endian), then the JSON padded with spaces so that
+ * the data starts 8-byte aligned; *size = all of it. NULL when out of memory. */
+static char *pad_header(const char *hdr, size_t *size)
+{
+    size_t hlen = strlen(hdr), padded = (hlen + 7) & ~(size_t)7;
+    char *h = malloc(8 + padded);
+    if (!h) return NULL;
+    uint64_t le = padded;
+    memcpy(h, &le, 8);
+    memcpy(h + 8, hdr, hlen);
+    memset(h + 8 + hlen, ' ', padded - hlen);
+    *size = 8 + padded;
+    return h;
+}
+
+/* The side file's text: the same metadata and tensor table (root's), readable. NULL on failure. */
+static char *side_text(const char *path, json_t *meta, json_t *root)
+{
+    json_t *side = json_pack("{s:s, s:O, s:{s:O, s:O}}", "file", strrchr(path, '/') ? strrchr(path, '/') + 1 : path,
+                             "metadata", meta, "tensors", "params", json_object_get(root, "params"), "momentum",
+                             json_object_get(root, "momentum"));
+    if (side && json_object_get(root, "dn_buffer"))
+        json_object_set(json_object_get(side, "tensors"), "dn_buffer", json_object_get(root, "dn_buffer"));
+    char *text = side ? json_dumps(side, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
+    json_decref(side);
+    return text;
+}
+
+/* The side file beside path: text and a newline, written atomically. */
+static int write_side_file(const char *path, char *text, char *err, size_t errlen)
+{
+    char sp[4200];
+    checkpoint_side_path(path, sp, sizeof sp);
+    size_t sl = strlen(text);
+    text[sl] = '\n'; /* replaces the NUL: written with its length */
+    file_chunk sc[1] = {{text, sl + 1}};
+    return file_write_atomic(sp, sc, 1, err, errlen);
 }
 
 static int write_checkpoint(const char *path, const char *run, const export_data *d, char *err, size_t errlen)
@@ -199,51 +254,26 @@ static int write_checkpoint(const char *path, const char *run, const export_data
     json_object_set_new(root, "params", tensor_entry(n, 0));
     json_object_set_new(root, "momentum", tensor_entry(n, n * sizeof(float)));
     if (d->dnbuf) json_object_set_new(root, "dn_buffer", tensor_entry(n, 2 * n * sizeof(float)));
-    char *hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER);
-    /* the side file: the same metadata and tensor table, readable */
-    json_t *side = json_pack("{s:s, s:O, s:{s:O, s:O}}", "file", strrchr(path, '/') ? strrchr(path, '/') + 1 : path,
-                             "metadata", meta, "tensors", "params", json_object_get(root, "params"), "momentum",
-                             json_object_get(root, "momentum"));
-    if (side && d->dnbuf)
-        json_object_set(json_object_get(side, "tensors"), "dn_buffer", json_object_get(root, "dn_buffer"));
-    char *side_text = side ? json_dumps(side, JSON_INDENT(2) | JSON_PRESERVE_ORDER) : NULL;
-    json_decref(side);
+    char *hdr = json_dumps(root, JSON_COMPACT | JSON_PRESERVE_ORDER), *side = side_text(path, meta, root);
     json_decref(root);
     json_decref(meta);
-    if (!hdr || !side_text) {
-        free(hdr);
-        free(side_text);
-        err_set(err, errlen, "cannot build the checkpoint header");
-        return -1;
-    }
-    size_t hlen = strlen(hdr), padded = (hlen + 7) & ~(size_t)7; /* data starts 8-byte aligned */
-    char *h = malloc(8 + padded);
-    if (!h) {
-        free(hdr);
-        free(side_text);
-        err_set(err, errlen, "out of memory");
-        return -1;
-    }
-    uint64_t le = padded;
-    memcpy(h, &le, 8);
-    memcpy(h + 8, hdr, hlen);
-    memset(h + 8 + hlen, ' ', padded - hlen);
+    size_t hsize = 0;
+    int built = hdr && side;
+    char *h = built ? pad_header(hdr, &hsize) : NULL;
     free(hdr);
-    file_chunk chunks[4] = {{h, 8 + padded},
+    if (!h) {
+        free(side);
+        err_set(err, errlen, built ? "out of memory" : "cannot build the checkpoint header");
+        return -1;
+    }
+    file_chunk chunks[4] = {{h, hsize},
                             {d->params, n * sizeof(float)},
                             {d->mom, n * sizeof(float)},
                             {d->dnbuf, d->dnbuf ? n * sizeof(float) : 0}};
     int rc = file_write_atomic(path, chunks, d->dnbuf ? 4 : 3, err, errlen);
     free(h);
-    if (rc == 0) {
-        char sp[4200];
-        checkpoint_side_path(path, sp, sizeof sp);
-        size_t sl = strlen(side_text);
-        side_text[sl] = '\n'; /* replaces the NUL: written with its length */
-        file_chunk sc[1] = {{side_text, sl + 1}};
-        rc = file_write_atomic(sp, sc, 1, err, errlen);
-    }
-    free(side_text);
+    if (rc == 0) rc = write_side_file(path, side, err, errlen);
+    free(side);
     return rc;
 }
 

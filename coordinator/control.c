@@ -58,89 +58,109 @@ static json_t *int_arg(const char *s, const char *what)
     return json_integer(v);
 }
 
-int cmd_control(int argc, char **argv)
+/* The common flags, and the positional arguments into pos (ACTION [ARG]). 0, or -1 with the exit
+ * status: after --help (0), or after a message (a usage error). */
+static int control_args(int argc, char **argv, coord_common *c, char **pos, int *npos, int *status)
 {
-    coord_common c = {0};
-    const opt_spec specs[] = {COORD_COMMON_OPTS(&c), {0}};
-    char *pos[16]; /* the positional arguments (and unknown options, refused below) */
-    int npos = 0, prc = argc > 16 ? 0 : opts_parse_cmd("coordinator control", usage, specs, argc, argv, 0, pos, &npos);
-    if (prc != 0) return opts_exit_status(prc);
-    for (int k = 0; k < npos; k++)
+    const opt_spec specs[] = {COORD_COMMON_OPTS(c), {0}};
+    /* pos holds 16: the positional arguments (and unknown options, refused below) */
+    int prc = argc > 16 ? 0 : opts_parse_cmd("coordinator control", usage, specs, argc, argv, 0, pos, npos);
+    *status = OPTS_EXIT_USAGE;
+    if (prc != 0) {
+        *status = opts_exit_status(prc);
+        return -1;
+    }
+    for (int k = 0; k < *npos; k++)
         if (pos[k][0] == '-' && pos[k][1] == '-') {
             fprintf(stderr, "coordinator control: unknown option %s (see --help)\n", pos[k]);
-            return OPTS_EXIT_USAGE;
+            return -1;
         }
-    if (argc > 16 || npos > 3) {
+    if (argc > 16 || *npos > 3) {
         fprintf(stderr, "coordinator control: too many arguments\n\n");
         usage(stderr);
-        return OPTS_EXIT_USAGE;
+        return -1;
     }
-    if (npos == 0) {
+    if (*npos == 0) {
         fprintf(stderr, "coordinator control: which ACTION? kick, set-lr, set-momentum, set-nesterov, set-workers, "
                         "set-min-workers, set-max-staleness or shutdown (see --help)\n");
-        return OPTS_EXIT_USAGE;
+        return -1;
     }
-    const char *verb = pos[0], *action = NULL;
-    json_t *body = json_object(), *v = NULL;
-    int want = 1; /* positional arguments after the verb */
+    return 0;
+}
+
+/* The action pos[0] names and its JSON body (from pos[1], checked here when it is the only argument);
+ * *want = the positional arguments it takes after the verb. 0, or -1 after a message (a usage error). */
+static int verb_body(char **pos, int npos, const char **action, int *want, json_t *body)
+{
+    const char *verb = pos[0];
+    json_t *v = NULL;
+    *want = 1;
     if (!strcmp(verb, "kick")) {
-        action = "kick_worker";
+        *action = "kick_worker";
         if (npos == 2) json_object_set_new(body, "worker_id", json_string(pos[1]));
-    } else if (!strcmp(verb, "set-lr")) {
-        action = "update_optimizer";
-        if (npos == 2 && !(v = number_arg(pos[1], verb))) goto usage_error;
-        if (v) json_object_set_new(body, "lr", v);
-    } else if (!strcmp(verb, "set-momentum")) {
-        action = "update_optimizer";
-        if (npos == 2 && !(v = number_arg(pos[1], verb))) goto usage_error;
-        if (v) json_object_set_new(body, "momentum", v);
+    } else if (!strcmp(verb, "set-lr") || !strcmp(verb, "set-momentum")) {
+        *action = "update_optimizer";
+        if (npos == 2 && !(v = number_arg(pos[1], verb))) return -1;
+        if (v) json_object_set_new(body, verb[4] == 'l' ? "lr" : "momentum", v);
     } else if (!strcmp(verb, "set-nesterov")) {
-        action = "update_optimizer";
-        if (npos == 2) {
-            if (strcmp(pos[1], "0") && strcmp(pos[1], "1")) {
-                fprintf(stderr, "coordinator control: set-nesterov wants 0 or 1\n");
-                goto usage_error;
-            }
-            json_object_set_new(body, "nesterov", json_boolean(pos[1][0] == '1'));
+        *action = "update_optimizer";
+        if (npos == 2 && strcmp(pos[1], "0") && strcmp(pos[1], "1")) {
+            fprintf(stderr, "coordinator control: set-nesterov wants 0 or 1\n");
+            return -1;
         }
+        if (npos == 2) json_object_set_new(body, "nesterov", json_boolean(pos[1][0] == '1'));
     } else if (!strcmp(verb, "set-workers") || !strcmp(verb, "set-min-workers")) {
-        action = "update_num_workers";
-        if (npos == 2 && !(v = int_arg(pos[1], verb))) goto usage_error;
+        *action = "update_num_workers";
+        if (npos == 2 && !(v = int_arg(pos[1], verb))) return -1;
         if (v) json_object_set_new(body, verb[4] == 'w' ? "num_workers" : "min_workers", v);
     } else if (!strcmp(verb, "set-max-staleness")) {
-        action = "update_staleness";
-        if (npos == 2 && !(v = int_arg(pos[1], verb))) goto usage_error;
+        *action = "update_staleness";
+        if (npos == 2 && !(v = int_arg(pos[1], verb))) return -1;
         if (v) json_object_set_new(body, "max_staleness", v);
     } else if (!strcmp(verb, "shutdown")) {
-        action = "shutdown";
-        want = 0;
+        *action = "shutdown";
+        *want = 0;
     } else {
         fprintf(stderr, "coordinator control: unknown action '%s'\n\n", verb);
         usage(stderr);
-        json_decref(body);
-        return 2;
+        return -1;
     }
-    if (npos != want + 1) {
-        fprintf(stderr, "coordinator control: %s takes %s\n", verb, want ? "one argument" : "no argument");
-        json_decref(body);
-        return 2;
-    }
+    return 0;
+}
+
+/* The action through control_run, its JSON reply printed: on stdout if it succeeded (exit 0), else on
+ * stderr (exit 1); the exit status of coord_connect when Redis cannot be reached. */
+static int run_action(coord_common *c, const char *action, json_t *body)
+{
     rconn *rc;
-    int st = coord_connect(&c, &rc);
-    if (st != 0) {
-        json_decref(body);
-        return st;
-    }
+    int st = coord_connect(c, &rc);
+    if (st != 0) return st;
     json_t *reply = NULL;
-    control_env env = {.run = c.run};
+    control_env env = {.run = c->run};
     int code = control_run(rc, &env, action, body, &reply);
     rconn_free(rc);
-    json_decref(body);
     json_dumpf(reply, code == 200 ? stdout : stderr, JSON_COMPACT | JSON_REAL_PRECISION(15));
     fputc('\n', code == 200 ? stdout : stderr);
     json_decref(reply);
     return code == 200 ? 0 : 1;
-usage_error:
+}
+
+int cmd_control(int argc, char **argv)
+{
+    coord_common c = {0};
+    char *pos[16];
+    int npos = 0, want, status;
+    if (control_args(argc, argv, &c, pos, &npos, &status) < 0) return status;
+    const char *action = NULL;
+    json_t *body = json_object();
+    if (verb_body(pos, npos, &action, &want, body) < 0) {
+        status = OPTS_EXIT_USAGE;
+    } else if (npos != want + 1) {
+        fprintf(stderr, "coordinator control: %s takes %s\n", pos[0], want ? "one argument" : "no argument");
+        status = OPTS_EXIT_USAGE;
+    } else {
+        status = run_action(&c, action, body);
+    }
     json_decref(body);
-    return 2;
+    return status;
 }

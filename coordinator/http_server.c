@@ -235,7 +235,9 @@ static void save_async(http_server *s, struct evhttp_request *req)
     evhttp_connection_set_closecb(w->conn, save_conn_closed, w);
 }
 
-static void serve_control(http_server *s, struct evhttp_request *req, const char *action)
+/* Who may control: a browser's POST only from this very server (Origin), and the bearer token when serve
+ * has one. 1, or 0 after the refusal was answered (403, 401). */
+static int control_allowed(http_server *s, struct evhttp_request *req)
 {
     struct evkeyvalq *in = evhttp_request_get_input_headers(req);
     /* a browser sends Origin with every POST; it must be this very server */
@@ -245,34 +247,41 @@ static void serve_control(http_server *s, struct evhttp_request *req, const char
         snprintf(self, sizeof self, "http://%s", host ? host : "");
         if (!host || strcasecmp(origin, self)) {
             reply_error(req, 403, "cross-origin control request refused");
-            return;
+            return 0;
         }
     }
     if (!token_ok(s, req)) {
         evhttp_add_header(evhttp_request_get_output_headers(req), "WWW-Authenticate", "Bearer");
         reply_error(req, 401, "control endpoints need 'Authorization: Bearer <token>' (the --token-file of serve)");
-        return;
+        return 0;
     }
+    return 1;
+}
+
+/* The request's JSON body (an empty one is {}); NULL after the error was answered (413, 400). */
+static json_t *control_body(struct evhttp_request *req)
+{
     struct evbuffer *body = evhttp_request_get_input_buffer(req);
     size_t len = evbuffer_get_length(body);
     if (len > HTTP_MAX_BODY) {
         reply_error(req, 413, "body larger than 64 KiB");
-        return;
+        return NULL;
     }
+    if (len == 0) return json_object(); /* Forgather's {} bodies may be sent empty */
+    json_error_t jerr;
+    json_t *doc = json_loadb((const char *)evbuffer_pullup(body, (ev_ssize_t)len), len, JSON_REJECT_DUPLICATES, &jerr);
+    if (!doc) {
+        char msg[400];
+        snprintf(msg, sizeof msg, "malformed JSON body (line %d, column %d): %s", jerr.line, jerr.column, jerr.text);
+        reply_error(req, 400, msg);
+    }
+    return doc;
+}
+
+static void serve_control(http_server *s, struct evhttp_request *req, const char *action)
+{
     json_t *doc;
-    if (len == 0) {
-        doc = json_object(); /* Forgather's {} bodies may be sent empty */
-    } else {
-        json_error_t jerr;
-        doc = json_loadb((const char *)evbuffer_pullup(body, (ev_ssize_t)len), len, JSON_REJECT_DUPLICATES, &jerr);
-        if (!doc) {
-            char msg[400];
-            snprintf(msg, sizeof msg, "malformed JSON body (line %d, column %d): %s", jerr.line, jerr.column,
-                     jerr.text);
-            reply_error(req, 400, msg);
-            return;
-        }
-    }
+    if (!control_allowed(s, req) || !(doc = control_body(req))) return;
     control_env env = {.run = s->o.run, .save_dir = s->o.save_dir, .keep = s->o.keep};
     if (!strcmp(action, "save_state") && s->o.saver && json_is_object(doc) && json_object_size(doc) == 0) {
         json_decref(doc);
@@ -281,15 +290,8 @@ static void serve_control(http_server *s, struct evhttp_request *req, const char
     }
     int known = 0;
     for (const char *const *a = control_actions; *a; a++) known |= !strcmp(*a, action);
-    if (!known || !json_is_object(doc)) { /* answered without touching Redis */
-        json_t *reply;
-        int code = control_run(NULL, &env, action, doc, &reply);
-        json_decref(doc);
-        reply_json(req, code, reply);
-        return;
-    }
-    rconn *rc = redis_or_503(s, req);
-    if (!rc) {
+    rconn *rc = NULL; /* an unknown action, or a body that is no object, is answered without Redis */
+    if (known && json_is_object(doc) && !(rc = redis_or_503(s, req))) {
         json_decref(doc);
         return;
     }

@@ -58,6 +58,44 @@ static void setn(json_t *o, const char *k, double d)
     json_object_set_new(o, k, jnum(d));
 }
 
+/* One entry of dl:{R}:events, [id, [field, value, ...]], as {id, t_ms, field: value, ...}; NULL when
+ * malformed. */
+static json_t *event_doc(const redisReply *e)
+{
+    if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[0]->type != REDIS_REPLY_STRING ||
+        e->element[1]->type != REDIS_REPLY_ARRAY)
+        return NULL;
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(e->element[0]->str));
+    json_object_set_new(o, "t_ms", json_integer(strtoll(e->element[0]->str, NULL, 10)));
+    const redisReply *f = e->element[1];
+    for (size_t j = 0; j + 1 < f->elements; j += 2) {
+        if (f->element[j]->type != REDIS_REPLY_STRING || f->element[j + 1]->type != REDIS_REPLY_STRING) continue;
+        if (!strcmp(f->element[j]->str, "id") || !strcmp(f->element[j]->str, "t_ms")) continue;
+        json_object_set_new(o, f->element[j]->str, json_string(f->element[j + 1]->str));
+    }
+    return o;
+}
+
+/* The newest n events of the run, newest first. 0, or -1 + err. */
+static int fetch_events(rconn *rc, const char *run, int n, json_t **events, char *err, size_t errlen)
+{
+    char key[KEY_MAX];
+    redisReply *r = rconn_command(rc, "XREVRANGE %s + - COUNT %d", key_run(key, sizeof key, run, "events"), n);
+    if (rconn_reply_error(rc, r, err, errlen) < 0 || r->type != REDIS_REPLY_ARRAY) {
+        if (r) freeReplyObject(r);
+        return -1;
+    }
+    json_t *ev = json_array();
+    for (size_t i = 0; i < r->elements; i++) {
+        json_t *o = event_doc(r->element[i]);
+        if (o) json_array_append_new(ev, o);
+    }
+    freeReplyObject(r);
+    *events = ev;
+    return 0;
+}
+
 int status_fetch(rconn *rc, const char *run, int n_events, json_t **raw, json_t **events, char *err, size_t errlen)
 {
     char key[KEY_MAX];
@@ -79,32 +117,7 @@ int status_fetch(rconn *rc, const char *run, int n_events, json_t **raw, json_t 
     }
     if (evals_attach(rc, run, *raw, err, errlen) < 0) return -1;
     if (!events || n_events <= 0) return 0;
-    /* newest first: [[id, [field, value, ...]], ...] */
-    r = rconn_command(rc, "XREVRANGE %s + - COUNT %d", key_run(key, sizeof key, run, "events"), n_events);
-    if (rconn_reply_error(rc, r, err, errlen) < 0 || r->type != REDIS_REPLY_ARRAY) {
-        if (r) freeReplyObject(r);
-        return -1;
-    }
-    json_t *ev = json_array();
-    for (size_t i = 0; i < r->elements; i++) {
-        redisReply *e = r->element[i];
-        if (e->type != REDIS_REPLY_ARRAY || e->elements != 2 || e->element[0]->type != REDIS_REPLY_STRING ||
-            e->element[1]->type != REDIS_REPLY_ARRAY)
-            continue;
-        json_t *o = json_object();
-        json_object_set_new(o, "id", json_string(e->element[0]->str));
-        json_object_set_new(o, "t_ms", json_integer(strtoll(e->element[0]->str, NULL, 10)));
-        redisReply *f = e->element[1];
-        for (size_t j = 0; j + 1 < f->elements; j += 2) {
-            if (f->element[j]->type != REDIS_REPLY_STRING || f->element[j + 1]->type != REDIS_REPLY_STRING) continue;
-            if (!strcmp(f->element[j]->str, "id") || !strcmp(f->element[j]->str, "t_ms")) continue;
-            json_object_set_new(o, f->element[j]->str, json_string(f->element[j + 1]->str));
-        }
-        json_array_append_new(ev, o);
-    }
-    freeReplyObject(r);
-    *events = ev;
-    return 0;
+    return fetch_events(rc, run, n_events, events, err, errlen);
 }
 
 static json_t *worker_doc(json_t *w, json_t *arrived0)
@@ -136,10 +149,10 @@ static json_t *worker_doc(json_t *w, json_t *arrived0)
     return o;
 }
 
-json_t *status_document(json_t *raw, json_t *events, int auth_required, int dashboard, int can_save, double uptime_s)
+/* The run's name, its settings for the dashboard and who may do what: the head of the document. */
+static void doc_identity(json_t *d, json_t *raw, int auth_required, int dashboard, int can_save, double uptime_s)
 {
     json_t *cfg = json_object_get(raw, "config"), *st = json_object_get(raw, "state");
-    json_t *d = json_object();
     const char *run = str(raw, "run", "");
     /* "dl:{R}" -> "R" */
     const char *lb = strchr(run, '{'), *rb = strrchr(run, '}');
@@ -151,7 +164,11 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
     json_object_set_new(d, "auth_required", json_boolean(auth_required));
     json_object_set_new(d, "dashboard", json_boolean(dashboard));
     json_object_set_new(d, "save_state_available", json_boolean(can_save));
+}
 
+/* The open round of each fragment, the run's shape, and the counters of dl:{R}:state. */
+static void doc_rounds_and_counters(json_t *d, json_t *cfg, json_t *st)
+{
     int F = (int)num(cfg, "fragments", 1);
     json_t *rounds = json_array();
     for (int f = 0; f < F; f++) {
@@ -169,6 +186,11 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
                                      "joins",         "lease_changes", "corruptions", "repairs"};
     for (size_t i = 0; i < sizeof counters / sizeof *counters; i++) setn(d, counters[i], num(st, counters[i], 0));
     setn(d, "total_worker_deaths", num(st, "deaths", 0));
+}
+
+/* The settings an operator changes (control.c): membership, the outer optimizer, timeouts, DyLU, DN. */
+static void doc_settings(json_t *d, json_t *st)
+{
     setn(d, "num_workers", num(st, "target_workers", 1));
     setn(d, "min_workers", num(st, "min_workers", 1));
     json_object_set_new(d, "outer_lr", json_real(num(st, "outer_lr", 0.7)));
@@ -181,12 +203,15 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
         setn(d, "dylu_base_sync_every", num(st, "dylu_base_sync_every", 0));
     if (json_object_get(st, "dn_buffer_size")) setn(d, "dn_buffer_size", num(st, "dn_buffer_size", 0));
     if (json_object_get(st, "dn_buffered")) setn(d, "dn_buffered", num(st, "dn_buffered", 0));
+}
 
-    /* open barriers: who has submitted (arrived) for the open round of each fragment */
-    json_t *barriers = arr(json_object_get(raw, "barriers")), *b, *arrived0 = NULL;
-    json_t *pending = json_array();
+/* Open barriers: who has submitted (arrived) for the open round of each fragment. Returns fragment
+ * 0's arrivals (raw's, NULL when it has no barrier): each worker's "submitted" is read from it. */
+static json_t *doc_pending(json_t *d, json_t *raw)
+{
+    json_t *b, *arrived0 = NULL, *pending = json_array();
     size_t i;
-    json_array_foreach(barriers, i, b)
+    json_array_foreach(arr(json_object_get(raw, "barriers")), i, b)
     {
         json_t *p = json_object();
         setn(p, "fragment", num(b, "frag", 0));
@@ -197,93 +222,146 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
     }
     json_object_set_new(d, "pending", pending);
     setn(d, "pending_submissions", json_array_size(arr(arrived0)));
+    return arrived0;
+}
 
+static void doc_workers(json_t *d, json_t *raw, json_t *arrived0)
+{
     json_t *workers = json_array(), *w;
+    size_t i;
     json_array_foreach(arr(json_object_get(raw, "workers")), i, w)
         json_array_append_new(workers, worker_doc(w, arrived0));
     json_object_set_new(d, "workers", workers);
     setn(d, "workers_live", json_array_size(workers));
+}
 
+static json_t *server_doc(json_t *s)
+{
+    json_t *o = json_object();
+    json_object_set_new(o, "id", json_string(str(s, "id", "")));
+    json_object_set_new(o, "addr", json_string(str(s, "addr", "")));
+    json_t *pid = json_object_get(s, "pid");
+    json_object_set_new(o, "pid", json_is_string(pid) ? json_copy(pid) : jnum(num(s, "pid", 0)));
+    setn(o, "last_beat_age_ms", num(s, "age_ms", 0));
+    setn(o, "shards_held", num(s, "held", 0));
+    return o;
+}
+
+static void doc_servers(json_t *d, json_t *raw)
+{
     json_t *servers = json_array(), *s;
-    json_array_foreach(arr(json_object_get(raw, "servers")), i, s)
-    {
-        json_t *o = json_object();
-        json_object_set_new(o, "id", json_string(str(s, "id", "")));
-        json_object_set_new(o, "addr", json_string(str(s, "addr", "")));
-        json_t *pid = json_object_get(s, "pid");
-        json_object_set_new(o, "pid", json_is_string(pid) ? json_copy(pid) : jnum(num(s, "pid", 0)));
-        setn(o, "last_beat_age_ms", num(s, "age_ms", 0));
-        setn(o, "shards_held", num(s, "held", 0));
-        json_array_append_new(servers, o);
-    }
+    size_t i;
+    json_array_foreach(arr(json_object_get(raw, "servers")), i, s) json_array_append_new(servers, server_doc(s));
     json_object_set_new(d, "servers", servers);
     setn(d, "servers_live", json_array_size(servers));
+}
 
+/* A lease's age = time since the owner last renewed it (its last beat, from the last server record of
+ * that id); null when the shard is unowned or its lease expired. */
+static json_t *lease_age(json_t *servers, const char *owner, double left)
+{
+    json_t *age = json_null(), *srv;
+    size_t j;
+    json_array_foreach(arr(servers), j, srv)
+    {
+        if (owner[0] && left > 0 && !strcmp(str(srv, "id", ""), owner)) {
+            json_decref(age);
+            age = jnum(num(srv, "age_ms", 0));
+        }
+    }
+    return age;
+}
+
+/* Shard i of raw's "shards": its version, lease, digest, and its corruption mark if it has one. */
+static json_t *shard_doc(json_t *sh, size_t i, json_t *servers)
+{
+    json_t *o = json_object();
+    /* the key at fault and why, while the shard is marked corrupt (until coordinator repair) */
+    json_t *ck = json_object_get(sh, "corrupt");
+    json_object_set_new(o, "corrupt", json_is_string(ck) ? json_copy(ck) : json_null());
+    json_object_set_new(o, "corrupt_reason",
+                        json_is_string(ck) ? json_string(str(sh, "corrupt_reason", "")) : json_null());
+    setn(o, "shard", num(sh, "shard", (double)i));
+    setn(o, "version", num(sh, "version", 0));
+    const char *owner = str(sh, "owner", "");
+    json_object_set_new(o, "owner", owner[0] ? json_string(owner) : json_null());
+    setn(o, "epoch", num(sh, "epoch", 0));
+    double left = num(sh, "lease_left_ms", 0);
+    setn(o, "lease_left_ms", left);
+    json_object_set_new(o, "lease_age_ms", lease_age(servers, owner, left));
+    json_object_set_new(o, "lease_valid", json_boolean(owner[0] && left > 0));
+    json_object_set_new(o, "digest", json_string(str(sh, "digest", "")));
+    json_object_set_new(o, "snapshot", json_string(str(sh, "snap", "")));
+    return o;
+}
+
+static void doc_shards(json_t *d, json_t *raw)
+{
     json_t *shards = json_array(), *sh;
     int corrupt = 0;
+    size_t i;
     json_array_foreach(arr(json_object_get(raw, "shards")), i, sh)
     {
-        json_t *o = json_object();
-        /* the key at fault and why, while the shard is marked corrupt (until coordinator repair) */
-        json_t *ck = json_object_get(sh, "corrupt");
-        json_object_set_new(o, "corrupt", json_is_string(ck) ? json_copy(ck) : json_null());
-        json_object_set_new(o, "corrupt_reason",
-                            json_is_string(ck) ? json_string(str(sh, "corrupt_reason", "")) : json_null());
-        corrupt += json_is_string(ck);
-        setn(o, "shard", num(sh, "shard", (double)i));
-        setn(o, "version", num(sh, "version", 0));
-        const char *owner = str(sh, "owner", "");
-        json_object_set_new(o, "owner", owner[0] ? json_string(owner) : json_null());
-        setn(o, "epoch", num(sh, "epoch", 0));
-        double left = num(sh, "lease_left_ms", 0);
-        setn(o, "lease_left_ms", left);
-        /* lease age = time since the owner last renewed it (its last beat); null when unowned/expired */
-        json_t *age = json_null(), *srv;
-        size_t j;
-        json_array_foreach(arr(json_object_get(raw, "servers")), j, srv)
-        {
-            if (owner[0] && left > 0 && !strcmp(str(srv, "id", ""), owner)) {
-                json_decref(age);
-                age = jnum(num(srv, "age_ms", 0));
-            }
-        }
-        json_object_set_new(o, "lease_age_ms", age);
-        json_object_set_new(o, "lease_valid", json_boolean(owner[0] && left > 0));
-        json_object_set_new(o, "digest", json_string(str(sh, "digest", "")));
-        json_object_set_new(o, "snapshot", json_string(str(sh, "snap", "")));
-        json_array_append_new(shards, o);
+        corrupt += json_is_string(json_object_get(sh, "corrupt"));
+        json_array_append_new(shards, shard_doc(sh, i, json_object_get(raw, "servers")));
     }
     json_object_set_new(d, "shards", shards);
     setn(d, "corrupt_shards", corrupt);
+}
 
-    /* events (newest first): the last 30 that are not routine (joins, leaves, evictions, kicks,
-     * rejections, leases, settings, ...; commits and closes are in the counters), and the closed
-     * rounds (oldest first) for the participation chart */
+/* A 'close' event as the participation chart wants it. */
+static json_t *close_doc(json_t *e)
+{
+    json_t *c = json_object();
+    setn(c, "t_ms", num(e, "t_ms", 0));
+    setn(c, "fragment", num(e, "frag", 0));
+    setn(c, "round", num(e, "round", 0));
+    setn(c, "participants", num(e, "participants", 0));
+    return c;
+}
+
+/* events (newest first): the last 30 that are not routine (joins, leaves, evictions, kicks,
+ * rejections, leases, settings, ...; commits and closes are in the counters), and the closed
+ * rounds (oldest first) for the participation chart */
+static void doc_events(json_t *d, json_t *events)
+{
     json_t *recent = json_array(), *closes = json_array(), *e;
+    size_t i;
     json_array_foreach(arr(events), i, e)
     {
         const char *type = str(e, "type", "");
         if (json_array_size(recent) < 30 && strcmp(type, "commit") && strcmp(type, "close"))
             json_array_append(recent, e);
-        if (!strcmp(type, "close")) {
-            json_t *c = json_object();
-            setn(c, "t_ms", num(e, "t_ms", 0));
-            setn(c, "fragment", num(e, "frag", 0));
-            setn(c, "round", num(e, "round", 0));
-            setn(c, "participants", num(e, "participants", 0));
-            json_array_insert_new(closes, 0, c);
-        }
+        if (!strcmp(type, "close")) json_array_insert_new(closes, 0, close_doc(e));
     }
     json_object_set_new(d, "events", recent);
     json_object_set_new(d, "recent_rounds", closes);
+}
 
-    /* the evaluator's validation loss of the global model (oldest first) and the newest one */
+/* the evaluator's validation loss of the global model (oldest first) and the newest one */
+static void doc_evals(json_t *d, json_t *raw)
+{
     json_t *evals = arr(json_object_get(raw, "evals"));
     json_object_set_new(d, "evals", json_deep_copy(evals));
     json_t *last = json_array_get(evals, json_array_size(evals) - 1);
     json_object_set_new(d, "eval_loss", last ? json_real(num(last, "loss", 0)) : json_null());
     json_object_set_new(d, "eval_version", last ? jnum(num(last, "version", 0)) : json_null());
+}
 
+json_t *status_document(json_t *raw, json_t *events, int auth_required, int dashboard, int can_save, double uptime_s)
+{
+    json_t *cfg = json_object_get(raw, "config"), *st = json_object_get(raw, "state");
+    json_t *d = json_object();
+    doc_identity(d, raw, auth_required, dashboard, can_save, uptime_s);
+    doc_rounds_and_counters(d, cfg, st);
+    doc_settings(d, st);
+    json_t *arrived0 = doc_pending(d, raw);
+    doc_workers(d, raw, arrived0);
+    doc_servers(d, raw);
+    doc_shards(d, raw);
+    doc_events(d, events);
+    doc_evals(d, raw);
+    /* every raw field, for what the document does not name */
     json_object_set_new(d, "config", json_deep_copy(cfg ? cfg : json_object()));
     json_object_set_new(d, "state", json_deep_copy(st ? st : json_object()));
     return d;
@@ -349,12 +427,9 @@ static void family(sbuf *b, const char *name, const char *type, const char *help
     sb_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-char *metrics_text(json_t *raw, const char *run)
+/* The run's counters of dl:{R}:state; r is the run's name, escaped. */
+static void prom_counters(sbuf *b, const char *r, json_t *st)
 {
-    sbuf b = {0};
-    char r[256], l1[512];
-    esc(run, r, sizeof r);
-    json_t *st = json_object_get(raw, "state");
     static const struct {
         const char *field, *name, *help;
     } ctr[] = {
@@ -369,95 +444,143 @@ char *metrics_text(json_t *raw, const char *run)
         {"repairs", "diloco_repairs_total", "Runs of coordinator repair that installed a restored state."},
     };
     for (size_t i = 0; i < sizeof ctr / sizeof *ctr; i++) {
-        family(&b, ctr[i].name, "counter", ctr[i].help);
-        sb_printf(&b, "%s{run=\"%s\"} %.0f\n", ctr[i].name, r, num(st, ctr[i].field, 0));
+        family(b, ctr[i].name, "counter", ctr[i].help);
+        sb_printf(b, "%s{run=\"%s\"} %.0f\n", ctr[i].name, r, num(st, ctr[i].field, 0));
     }
-    family(&b, "diloco_up", "gauge", "1 while the run is running, 0 once shut down.");
-    sb_printf(&b, "diloco_up{run=\"%s\"} %d\n", r, !strcmp(str(st, "status", ""), "running"));
-    json_t *workers = arr(json_object_get(raw, "workers")), *servers = arr(json_object_get(raw, "servers"));
-    family(&b, "diloco_workers_live", "gauge", "Live (registered, heartbeating) workers.");
-    sb_printf(&b, "diloco_workers_live{run=\"%s\"} %zu\n", r, json_array_size(workers));
-    family(&b, "diloco_workers_target", "gauge", "Arrivals a barrier needs (expected workers).");
-    sb_printf(&b, "diloco_workers_target{run=\"%s\"} %.0f\n", r, num(st, "target_workers", 1));
-    family(&b, "diloco_workers_min", "gauge", "Floor of the expected workers.");
-    sb_printf(&b, "diloco_workers_min{run=\"%s\"} %.0f\n", r, num(st, "min_workers", 1));
-    family(&b, "diloco_servers_live", "gauge", "Live shard-servers.");
-    sb_printf(&b, "diloco_servers_live{run=\"%s\"} %zu\n", r, json_array_size(servers));
-    family(&b, "diloco_outer_lr", "gauge", "Outer learning rate.");
-    sb_printf(&b, "diloco_outer_lr{run=\"%s\"} %s\n", r, shortest(num(st, "outer_lr", 0), l1, sizeof l1));
-    family(&b, "diloco_outer_momentum", "gauge", "Outer momentum.");
-    sb_printf(&b, "diloco_outer_momentum{run=\"%s\"} %s\n", r, shortest(num(st, "outer_momentum", 0), l1, sizeof l1));
+}
 
-    family(&b, "diloco_round", "gauge", "Open round of each fragment.");
-    json_t *cfg = json_object_get(raw, "config");
-    int F = (int)num(cfg, "fragments", 1);
+/* The run's gauges: up, membership, the outer optimizer, and the open round of each fragment. */
+static void prom_run(sbuf *b, const char *r, json_t *raw)
+{
+    char l1[512];
+    json_t *st = json_object_get(raw, "state");
+    json_t *workers = arr(json_object_get(raw, "workers")), *servers = arr(json_object_get(raw, "servers"));
+    family(b, "diloco_up", "gauge", "1 while the run is running, 0 once shut down.");
+    sb_printf(b, "diloco_up{run=\"%s\"} %d\n", r, !strcmp(str(st, "status", ""), "running"));
+    family(b, "diloco_workers_live", "gauge", "Live (registered, heartbeating) workers.");
+    sb_printf(b, "diloco_workers_live{run=\"%s\"} %zu\n", r, json_array_size(workers));
+    family(b, "diloco_workers_target", "gauge", "Arrivals a barrier needs (expected workers).");
+    sb_printf(b, "diloco_workers_target{run=\"%s\"} %.0f\n", r, num(st, "target_workers", 1));
+    family(b, "diloco_workers_min", "gauge", "Floor of the expected workers.");
+    sb_printf(b, "diloco_workers_min{run=\"%s\"} %.0f\n", r, num(st, "min_workers", 1));
+    family(b, "diloco_servers_live", "gauge", "Live shard-servers.");
+    sb_printf(b, "diloco_servers_live{run=\"%s\"} %zu\n", r, json_array_size(servers));
+    family(b, "diloco_outer_lr", "gauge", "Outer learning rate.");
+    sb_printf(b, "diloco_outer_lr{run=\"%s\"} %s\n", r, shortest(num(st, "outer_lr", 0), l1, sizeof l1));
+    family(b, "diloco_outer_momentum", "gauge", "Outer momentum.");
+    sb_printf(b, "diloco_outer_momentum{run=\"%s\"} %s\n", r, shortest(num(st, "outer_momentum", 0), l1, sizeof l1));
+    family(b, "diloco_round", "gauge", "Open round of each fragment.");
+    int F = (int)num(json_object_get(raw, "config"), "fragments", 1);
     for (int f = 0; f < F; f++) {
         char k[32];
         snprintf(k, sizeof k, "round:%d", f);
-        sb_printf(&b, "diloco_round{run=\"%s\",fragment=\"%d\"} %.0f\n", r, f, num(st, k, 0));
+        sb_printf(b, "diloco_round{run=\"%s\",fragment=\"%d\"} %.0f\n", r, f, num(st, k, 0));
     }
+}
 
-    json_t *shards = arr(json_object_get(raw, "shards")), *sh;
+/* Each shard's committed version and lease epoch. */
+static void prom_shard_versions(sbuf *b, const char *r, json_t *shards)
+{
+    json_t *sh;
     size_t i;
-    family(&b, "diloco_shard_version", "gauge", "Committed version of each shard.");
-    json_array_foreach(shards, i, sh) sb_printf(&b, "diloco_shard_version{run=\"%s\",shard=\"%.0f\"} %.0f\n", r,
+    family(b, "diloco_shard_version", "gauge", "Committed version of each shard.");
+    json_array_foreach(shards, i, sh) sb_printf(b, "diloco_shard_version{run=\"%s\",shard=\"%.0f\"} %.0f\n", r,
                                                 num(sh, "shard", (double)i), num(sh, "version", 0));
-    family(&b, "diloco_shard_lease_epoch", "gauge", "Lease epoch (fencing token) of each shard.");
-    json_array_foreach(shards, i, sh) sb_printf(&b, "diloco_shard_lease_epoch{run=\"%s\",shard=\"%.0f\"} %.0f\n", r,
+    family(b, "diloco_shard_lease_epoch", "gauge", "Lease epoch (fencing token) of each shard.");
+    json_array_foreach(shards, i, sh) sb_printf(b, "diloco_shard_lease_epoch{run=\"%s\",shard=\"%.0f\"} %.0f\n", r,
                                                 num(sh, "shard", (double)i), num(sh, "epoch", 0));
-    family(&b, "diloco_shard_corrupt", "gauge",
+}
+
+/* Each shard's corruption mark and lease, and the count of those marked. */
+static void prom_shard_health(sbuf *b, const char *r, json_t *shards)
+{
+    json_t *sh;
+    size_t i;
+    family(b, "diloco_shard_corrupt", "gauge",
            "1 while the shard's durable state is marked corrupt (see coordinator repair).");
     int ncorrupt = 0;
     json_array_foreach(shards, i, sh)
     {
         int c = json_is_string(json_object_get(sh, "corrupt"));
         ncorrupt += c;
-        sb_printf(&b, "diloco_shard_corrupt{run=\"%s\",shard=\"%.0f\"} %d\n", r, num(sh, "shard", (double)i), c);
+        sb_printf(b, "diloco_shard_corrupt{run=\"%s\",shard=\"%.0f\"} %d\n", r, num(sh, "shard", (double)i), c);
     }
-    family(&b, "diloco_shards_corrupt", "gauge",
+    family(b, "diloco_shards_corrupt", "gauge",
            "Shards marked corrupt: the run cannot go on until coordinator repair.");
-    sb_printf(&b, "diloco_shards_corrupt{run=\"%s\"} %d\n", r, ncorrupt);
-    family(&b, "diloco_shard_lease_valid", "gauge", "1 if the shard is leased to a server now.");
+    sb_printf(b, "diloco_shards_corrupt{run=\"%s\"} %d\n", r, ncorrupt);
+    family(b, "diloco_shard_lease_valid", "gauge", "1 if the shard is leased to a server now.");
     json_array_foreach(shards, i, sh)
     {
         int valid = str(sh, "owner", "")[0] && num(sh, "lease_left_ms", 0) > 0;
-        sb_printf(&b, "diloco_shard_lease_valid{run=\"%s\",shard=\"%.0f\"} %d\n", r, num(sh, "shard", (double)i),
-                  valid);
+        sb_printf(b, "diloco_shard_lease_valid{run=\"%s\",shard=\"%.0f\"} %d\n", r, num(sh, "shard", (double)i), valid);
     }
+}
 
+/* What each worker reports: its heartbeat's age, speed, loss and inner steps. */
+static void prom_workers(sbuf *b, const char *r, json_t *workers)
+{
+    char l1[512];
     json_t *w;
-    family(&b, "diloco_worker_heartbeat_age_seconds", "gauge", "Seconds since each worker's last heartbeat.");
+    size_t i;
+    family(b, "diloco_worker_heartbeat_age_seconds", "gauge", "Seconds since each worker's last heartbeat.");
     json_array_foreach(workers, i, w)
-        sb_printf(&b, "diloco_worker_heartbeat_age_seconds{run=\"%s\",worker=\"%s\"} %.3f\n", r,
+        sb_printf(b, "diloco_worker_heartbeat_age_seconds{run=\"%s\",worker=\"%s\"} %.3f\n", r,
                   esc(str(w, "id", ""), l1, sizeof l1), num(w, "heartbeat_age_ms", 0) / 1000.0);
-    family(&b, "diloco_worker_steps_per_second", "gauge", "Training speed each worker reports.");
-    json_array_foreach(workers, i, w) sb_printf(&b, "diloco_worker_steps_per_second{run=\"%s\",worker=\"%s\"} %.6g\n",
-                                                r, esc(str(w, "id", ""), l1, sizeof l1), num(w, "speed", 0));
-    family(&b, "diloco_worker_loss", "gauge", "Training loss each worker reports (absent before its first report).");
+    family(b, "diloco_worker_steps_per_second", "gauge", "Training speed each worker reports.");
+    json_array_foreach(workers, i, w) sb_printf(b, "diloco_worker_steps_per_second{run=\"%s\",worker=\"%s\"} %.6g\n", r,
+                                                esc(str(w, "id", ""), l1, sizeof l1), num(w, "speed", 0));
+    family(b, "diloco_worker_loss", "gauge", "Training loss each worker reports (absent before its first report).");
     json_array_foreach(workers, i, w)
     {
         double loss = num(w, "loss", -1);
         if (loss >= 0)
-            sb_printf(&b, "diloco_worker_loss{run=\"%s\",worker=\"%s\"} %.9g\n", r,
-                      esc(str(w, "id", ""), l1, sizeof l1), loss);
+            sb_printf(b, "diloco_worker_loss{run=\"%s\",worker=\"%s\"} %.9g\n", r, esc(str(w, "id", ""), l1, sizeof l1),
+                      loss);
     }
-    family(&b, "diloco_worker_step", "gauge", "Inner steps each worker reports.");
-    json_array_foreach(workers, i, w) sb_printf(&b, "diloco_worker_step{run=\"%s\",worker=\"%s\"} %.0f\n", r,
+    family(b, "diloco_worker_step", "gauge", "Inner steps each worker reports.");
+    json_array_foreach(workers, i, w) sb_printf(b, "diloco_worker_step{run=\"%s\",worker=\"%s\"} %.0f\n", r,
                                                 esc(str(w, "id", ""), l1, sizeof l1), num(w, "step", 0));
+}
+
+/* The evaluator's last validation loss of the global model (evals.c), when there is one. */
+static void prom_evals(sbuf *b, const char *r, json_t *raw)
+{
     json_t *evals = arr(json_object_get(raw, "evals"));
     json_t *last = json_array_get(evals, json_array_size(evals) - 1);
-    family(&b, "diloco_eval_loss", "gauge",
+    family(b, "diloco_eval_loss", "gauge",
            "Validation loss of the global model at its last evaluated version (absent before the first evaluation).");
-    if (last) sb_printf(&b, "diloco_eval_loss{run=\"%s\"} %.9g\n", r, num(last, "loss", 0));
-    family(&b, "diloco_eval_version", "gauge", "The version the last validation loss is of.");
-    if (last) sb_printf(&b, "diloco_eval_version{run=\"%s\"} %.0f\n", r, num(last, "version", 0));
+    if (last) sb_printf(b, "diloco_eval_loss{run=\"%s\"} %.9g\n", r, num(last, "loss", 0));
+    family(b, "diloco_eval_version", "gauge", "The version the last validation loss is of.");
+    if (last) sb_printf(b, "diloco_eval_version{run=\"%s\"} %.0f\n", r, num(last, "version", 0));
+}
+
+/* Each shard-server's lease beat age and the shards it holds. */
+static void prom_servers(sbuf *b, const char *r, json_t *servers)
+{
+    char l1[512];
     json_t *s;
-    family(&b, "diloco_server_beat_age_seconds", "gauge", "Seconds since each shard-server's last lease beat.");
-    json_array_foreach(servers, i, s) sb_printf(&b, "diloco_server_beat_age_seconds{run=\"%s\",server=\"%s\"} %.3f\n",
-                                                r, esc(str(s, "id", ""), l1, sizeof l1), num(s, "age_ms", 0) / 1000.0);
-    family(&b, "diloco_server_shards_held", "gauge", "Shards each shard-server holds.");
-    json_array_foreach(servers, i, s) sb_printf(&b, "diloco_server_shards_held{run=\"%s\",server=\"%s\"} %.0f\n", r,
+    size_t i;
+    family(b, "diloco_server_beat_age_seconds", "gauge", "Seconds since each shard-server's last lease beat.");
+    json_array_foreach(servers, i, s) sb_printf(b, "diloco_server_beat_age_seconds{run=\"%s\",server=\"%s\"} %.3f\n", r,
+                                                esc(str(s, "id", ""), l1, sizeof l1), num(s, "age_ms", 0) / 1000.0);
+    family(b, "diloco_server_shards_held", "gauge", "Shards each shard-server holds.");
+    json_array_foreach(servers, i, s) sb_printf(b, "diloco_server_shards_held{run=\"%s\",server=\"%s\"} %.0f\n", r,
                                                 esc(str(s, "id", ""), l1, sizeof l1), num(s, "held", 0));
+}
+
+char *metrics_text(json_t *raw, const char *run)
+{
+    sbuf b = {0};
+    char r[256];
+    esc(run, r, sizeof r);
+    json_t *shards = arr(json_object_get(raw, "shards"));
+    prom_counters(&b, r, json_object_get(raw, "state"));
+    prom_run(&b, r, raw);
+    prom_shard_versions(&b, r, shards);
+    prom_shard_health(&b, r, shards);
+    prom_workers(&b, r, arr(json_object_get(raw, "workers")));
+    prom_evals(&b, r, raw);
+    prom_servers(&b, r, arr(json_object_get(raw, "servers")));
     if (!b.p) return strdup("");
     return b.p;
 }

@@ -65,6 +65,42 @@ static int layout_of_checkpoint(const checkpoint *ck, initial_params *ip, char *
     return 0;
 }
 
+/* The checkpoint holds the model this run asks for (trainer, parameter count, model). 0, or -1 + err. */
+static int check_same_model(const init_args *a, const checkpoint *ck, const initial_params *ip, char *err,
+                            size_t errlen)
+{
+    if (strcmp(ck->trainer, a->trainer) == 0 && ck->numel == ip->numel && strcmp(ck->model, ip->model) == 0) return 0;
+    err_set(err, errlen,
+            "--from-checkpoint %s: layout mismatch: the checkpoint holds a %s model (%s, %" PRIu64
+            " parameters), this run asks for a %s model (%s, %" PRIu64 " parameters); drop the trainer and model flags "
+            "to take the checkpoint's, or use a checkpoint of this model",
+            a->from_checkpoint, ck->trainer, ck->model, ck->numel, a->trainer, ip->model, ip->numel);
+    return -1;
+}
+
+/* The checkpoint's Delayed Nesterov buffer into ip (unless --reset-momentum). A DN buffer holds the
+ * submissions since the last momentum step, counted against the every-N schedule that dn_t fixes: only a
+ * run with the same N and variant can continue it. 0, or -1 + err. */
+static int take_dn_buffer(const init_args *a, checkpoint *ck, initial_params *ip, char *err, size_t errlen)
+{
+    const char *dnv = a->dn_variant ? a->dn_variant : "paper";
+    if (ck->dn_buffer <= 0 || a->reset_momentum) return 0;
+    if (!a->async || a->dn_buffer != ck->dn_buffer || strcmp(dnv, ck->dn_variant) != 0) {
+        err_set(err, errlen,
+                "--from-checkpoint %s: the checkpoint holds a Delayed Nesterov buffer (async, "
+                "--dn-buffer-size %d --dn-variant %s, %" PRIu64 " submissions applied), which this run (%s, "
+                "--dn-buffer-size %lld --dn-variant %s) cannot continue: add --async (the DN settings then come "
+                "from the checkpoint), or --reset-momentum to start the outer optimizer afresh",
+                a->from_checkpoint, ck->dn_buffer, ck->dn_variant, ck->dn_t, a->async ? "async" : "sync", a->dn_buffer,
+                dnv);
+        return -1;
+    }
+    ip->dnbuf = ck->dnbuf;
+    ck->dnbuf = NULL;
+    ip->dn_t0 = ck->dn_t;
+    return 0;
+}
+
 /* The run's layout as requested, then the checkpoint's values in place of the seeded ones. */
 static int make_initial_checkpoint(const init_args *a, initial_params *ip, char *err, size_t errlen)
 {
@@ -77,17 +113,8 @@ static int make_initial_checkpoint(const init_args *a, initial_params *ip, char 
         return -1;
     }
     if ((!strcmp(a->trainer, "state") ? layout_of_checkpoint(&ck, ip, err, errlen)
-                                      : make_initial_seed(a, ip, err, errlen)) < 0) {
-        checkpoint_free(&ck);
-        return -1;
-    }
-    if (strcmp(ck.trainer, a->trainer) != 0 || ck.numel != ip->numel || strcmp(ck.model, ip->model) != 0) {
-        err_set(err, errlen,
-                "--from-checkpoint %s: layout mismatch: the checkpoint holds a %s model (%s, %" PRIu64
-                " parameters), this run asks for a %s model (%s, %" PRIu64
-                " parameters); drop the trainer and model flags "
-                "to take the checkpoint's, or use a checkpoint of this model",
-                a->from_checkpoint, ck.trainer, ck.model, ck.numel, a->trainer, ip->model, ip->numel);
+                                      : make_initial_seed(a, ip, err, errlen)) < 0 ||
+        check_same_model(a, &ck, ip, err, errlen) < 0) {
         checkpoint_free(&ck);
         return -1;
     }
@@ -98,24 +125,9 @@ static int make_initial_checkpoint(const init_args *a, initial_params *ip, char 
         ip->mom = ck.mom;
         ck.mom = NULL;
     }
-    /* A DN buffer holds the submissions since the last momentum step, counted against the every-N
-     * schedule that dn_t fixes: only a run with the same N and variant can continue it. */
-    const char *dnv = a->dn_variant ? a->dn_variant : "paper";
-    if (ck.dn_buffer > 0 && !a->reset_momentum) {
-        if (!a->async || a->dn_buffer != ck.dn_buffer || strcmp(dnv, ck.dn_variant) != 0) {
-            err_set(err, errlen,
-                    "--from-checkpoint %s: the checkpoint holds a Delayed Nesterov buffer (async, "
-                    "--dn-buffer-size %d --dn-variant %s, %" PRIu64 " submissions applied), which this run (%s, "
-                    "--dn-buffer-size %lld --dn-variant %s) cannot continue: add --async (the DN settings then come "
-                    "from the checkpoint), or --reset-momentum to start the outer optimizer afresh",
-                    a->from_checkpoint, ck.dn_buffer, ck.dn_variant, ck.dn_t, a->async ? "async" : "sync", a->dn_buffer,
-                    dnv);
-            checkpoint_free(&ck);
-            return -1;
-        }
-        ip->dnbuf = ck.dnbuf;
-        ck.dnbuf = NULL;
-        ip->dn_t0 = ck.dn_t;
+    if (take_dn_buffer(a, &ck, ip, err, errlen) < 0) {
+        checkpoint_free(&ck);
+        return -1;
     }
     ip->ck_version = ck.version;
     snprintf(ip->ck_run, sizeof ip->ck_run, "%s", ck.run);
@@ -279,7 +291,6 @@ static void random_secret(char *out, size_t cap)
     for (size_t i = 0; i < sizeof b && 2 * i + 2 < cap; i++) snprintf(out + 2 * i, 3, "%02x", b[i]);
 }
 
-/* dl_init with the config and state fields and one digest per shard. */
 /* x in the fewest digits that read back as the same double ("0.02", not "0.020000000000000000416"):
  * every process computes the run's top-k counts from the value read back. */
 static void format_exact(double x, char *buf, size_t cap)
@@ -290,147 +301,159 @@ static void format_exact(double x, char *buf, size_t cap)
     }
 }
 
+/* dl_init's field values, formatted as the strings it takes. */
+typedef struct init_values {
+    char *layout;                           /* layout_json (call_dl_init frees it) */
+    const char *shard_bounds, *frag_bounds; /* format_config's static buffers */
+    char numel[32], shards[16], frags[16], seed[32], snap[16], secret[40];
+    char dnb[24], dnt0[24], wref[24], sref[24], minrep[16], window[24], frac[32];
+    char tkd[32], tkb[32], tkw[8], ahead[32];
+    int rebase; /* --async-rule rebase */
+    char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32], dylu[4], dbase[24], stale[24];
+    char nconfig[8], nstate[8]; /* how many fields of each follow */
+} init_values;
+
+/* The config fields (fixed for the run's life); random_secret draws its secret. */
+static void format_config(const init_args *a, const initial_params *ip, const uint64_t *sb, const uint64_t *fb,
+                          init_values *v)
+{
+    static char sbuf[RUNCONF_MAX_SHARDS * 12], fbuf[RUNCONF_MAX_FRAGMENTS * 8];
+    runconf_format_bounds_u64(sb, (int)a->shards, sbuf, sizeof sbuf);
+    runconf_format_bounds_u64(fb, (int)a->fragments, fbuf, sizeof fbuf);
+    v->shard_bounds = sbuf;
+    v->frag_bounds = fbuf;
+    snprintf(v->numel, sizeof v->numel, "%" PRIu64, ip->numel);
+    snprintf(v->shards, sizeof v->shards, "%lld", a->shards);
+    snprintf(v->frags, sizeof v->frags, "%lld", a->fragments);
+    snprintf(v->seed, sizeof v->seed, "%lld", a->seed);
+    snprintf(v->snap, sizeof v->snap, "%lld", a->snapshot_every);
+    random_secret(v->secret, sizeof v->secret);
+    snprintf(v->dnb, sizeof v->dnb, "%lld", a->dn_buffer);
+    snprintf(v->dnt0, sizeof v->dnt0, "%" PRIu64, ip->dn_t0);
+    snprintf(v->wref, sizeof v->wref, "%lld", a->weight_ref > 0 ? a->weight_ref : 1);
+    snprintf(v->minrep, sizeof v->minrep, "%lld", a->min_replicas);
+    snprintf(v->sref, sizeof v->sref, "%lld", a->stale_ref);
+    format_exact(a->topk_density, v->tkd, sizeof v->tkd);
+    format_exact(a->async_lookahead, v->ahead, sizeof v->ahead);
+    snprintf(v->tkw, sizeof v->tkw, "%lld", a->topk_bits);
+    format_exact(a->topk_beta, v->tkb, sizeof v->tkb);
+    v->rebase = a->async_rule != NULL && strcmp(a->async_rule, "rebase") == 0;
+    snprintf(v->window, sizeof v->window, "%lld", v->rebase ? a->max_staleness : 0);
+    snprintf(v->frac, sizeof v->frac, "%.9g", a->rebase_fraction);
+}
+
+/* The state fields: the settings an operator may change later (control.c). */
+static void format_state(const init_args *a, init_values *v)
+{
+    snprintf(v->target, sizeof v->target, "%lld", a->workers);
+    snprintf(v->minw, sizeof v->minw, "%lld", a->min_workers);
+    snprintf(v->lr, sizeof v->lr, "%.9g", a->outer_lr);
+    snprintf(v->mu, sizeof v->mu, "%.9g", a->outer_momentum);
+    snprintf(v->nest, sizeof v->nest, "%d", a->nesterov);
+    snprintf(v->hbt, sizeof v->hbt, "%lld", (long long)(a->heartbeat_timeout * 1000));
+    snprintf(v->dylu, sizeof v->dylu, "%d", a->dylu);
+    snprintf(v->dbase, sizeof v->dbase, "%lld", a->dylu_base > 0 ? a->dylu_base : 500);
+    snprintf(v->stale, sizeof v->stale, "%lld", a->max_staleness);
+}
+
+/* The most fields of each group call_dl_init has room for (29 and 10 today). */
+#define DL_INIT_CONFIG_MAX 40
+#define DL_INIT_STATE_MAX 24
+
+/* dl_init's config fields, name and value, into out; returns how many. */
+static size_t config_fields(const init_args *a, const initial_params *ip, const init_values *v, const char **out)
+{
+    const char *f[][2] = {
+        {"layout", v->layout},
+        {"numel", v->numel},
+        {"shards", v->shards},
+        {"fragments", v->frags},
+        {"mode", a->async ? "async" : "sync"},
+        {"shard_bounds", v->shard_bounds},
+        {"frag_bounds", v->frag_bounds},
+        {"trainer", a->trainer},
+        {"model", ip->model},
+        {"seed", v->seed},
+        {"snapshot_every", v->snap},
+        {"secret", v->secret},
+        {"dn_buffer", v->dnb},
+        {"dn_variant", a->dn_variant ? a->dn_variant : "paper"},
+        {"dn_t0", v->dnt0},
+        {"weight_by", a->weight_by ? a->weight_by : "none"},
+        {"weight_ref_tokens", v->wref},
+        {"stale_weight", a->stale_weight ? a->stale_weight : "none"},
+        {"stale_ref", v->sref},
+        {"async_rule", v->rebase ? "rebase" : "plain"},
+        {"rebase_window", v->window},
+        {"rebase_fraction", v->frac},
+        {"compress", a->compress ? a->compress : "bf16"},
+        {"min_replicas", v->minrep},
+        {"download", a->download ? a->download : "params"},
+        {"topk_density", v->tkd},
+        {"topk_beta", v->tkb},
+        {"topk_bits", v->tkw},
+        {"async_lookahead", v->ahead},
+    };
+    _Static_assert(sizeof f / sizeof *f <= DL_INIT_CONFIG_MAX, "init: raise DL_INIT_CONFIG_MAX");
+    memcpy(out, f, sizeof f);
+    return sizeof f / sizeof *f;
+}
+
+/* dl_init's state fields, name and value, into out; returns how many. */
+static size_t state_fields(const init_values *v, const char **out)
+{
+    const char *f[][2] = {
+        {"target_workers", v->target},      {"expected_workers", v->target},
+        {"min_workers", v->minw},           {"outer_lr", v->lr},
+        {"outer_momentum", v->mu},          {"nesterov", v->nest},
+        {"heartbeat_timeout_ms", v->hbt},   {"dylu", v->dylu},
+        {"dylu_base_sync_every", v->dbase}, {"max_staleness", v->stale},
+    };
+    _Static_assert(sizeof f / sizeof *f <= DL_INIT_STATE_MAX, "init: raise DL_INIT_STATE_MAX");
+    memcpy(out, f, sizeof f);
+    return sizeof f / sizeof *f;
+}
+
+/* A group of fields at argv[n]: its count (formatted into buf), then its k name/value pairs (already
+ * at argv[n + 1]). Returns the index after the group. */
+static size_t count_group(const char **argv, size_t n, char *buf, size_t cap, size_t k)
+{
+    snprintf(buf, cap, "%zu", k);
+    argv[n] = buf;
+    return n + 1 + 2 * k;
+}
+
+/* dl_init with the config and state fields and one digest per shard:
+ * FCALL dl_init 1 KEY NCONFIG config... NSTATE state... S digest_0 ... digest_{S-1} */
 static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip, const uint64_t *sb, const uint64_t *fb,
                         char digests[][17], char *err, size_t errlen)
 {
-    static char sbuf[RUNCONF_MAX_SHARDS * 12], fbuf[RUNCONF_MAX_FRAGMENTS * 8];
-    char numel[32], shards[16], frags[16], seed[32], snap[16], secret[40] = "";
-    char target[16], minw[16], lr[32], mu[32], nest[4], hbt[32], dylu[4], dbase[24], dnb[24], stale[24], wref[24];
-    char dnt0[24], minrep[16], sref[24], window[24], frac[32];
-    char *layout = layout_json(ip->tensors, ip->ntensors);
-    if (!layout) {
+    init_values v;
+    if (!(v.layout = layout_json(ip->tensors, ip->ntensors))) {
         err_set(err, errlen, "out of memory for the layout");
         return -1;
     }
-    runconf_format_bounds_u64(sb, (int)a->shards, sbuf, sizeof sbuf);
-    runconf_format_bounds_u64(fb, (int)a->fragments, fbuf, sizeof fbuf);
-    snprintf(numel, sizeof numel, "%" PRIu64, ip->numel);
-    snprintf(shards, sizeof shards, "%lld", a->shards);
-    snprintf(frags, sizeof frags, "%lld", a->fragments);
-    snprintf(seed, sizeof seed, "%lld", a->seed);
-    snprintf(snap, sizeof snap, "%lld", a->snapshot_every);
-    random_secret(secret, sizeof secret);
-    snprintf(target, sizeof target, "%lld", a->workers);
-    snprintf(minw, sizeof minw, "%lld", a->min_workers);
-    snprintf(lr, sizeof lr, "%.9g", a->outer_lr);
-    snprintf(mu, sizeof mu, "%.9g", a->outer_momentum);
-    snprintf(nest, sizeof nest, "%d", a->nesterov);
-    snprintf(hbt, sizeof hbt, "%lld", (long long)(a->heartbeat_timeout * 1000));
-    snprintf(dylu, sizeof dylu, "%d", a->dylu);
-    snprintf(dbase, sizeof dbase, "%lld", a->dylu_base > 0 ? a->dylu_base : 500);
-    snprintf(dnb, sizeof dnb, "%lld", a->dn_buffer);
-    snprintf(dnt0, sizeof dnt0, "%" PRIu64, ip->dn_t0);
-    snprintf(stale, sizeof stale, "%lld", a->max_staleness);
-    snprintf(wref, sizeof wref, "%lld", a->weight_ref > 0 ? a->weight_ref : 1);
-    snprintf(minrep, sizeof minrep, "%lld", a->min_replicas);
-    snprintf(sref, sizeof sref, "%lld", a->stale_ref);
-    char tkd[32], tkb[32], tkw[8], ahead[32];
-    format_exact(a->topk_density, tkd, sizeof tkd);
-    format_exact(a->async_lookahead, ahead, sizeof ahead);
-    snprintf(tkw, sizeof tkw, "%lld", a->topk_bits);
-    format_exact(a->topk_beta, tkb, sizeof tkb);
-    int rebase = a->async_rule != NULL && strcmp(a->async_rule, "rebase") == 0;
-    snprintf(window, sizeof window, "%lld", rebase ? a->max_staleness : 0);
-    snprintf(frac, sizeof frac, "%.9g", a->rebase_fraction);
-    char key[KEY_MAX];
-    key_run(key, sizeof key, a->c.run, "config");
-    const char *fixed[] = {"FCALL",
-                           "dl_init",
-                           "1",
-                           key,
-                           "29",
-                           "layout",
-                           layout,
-                           "numel",
-                           numel,
-                           "shards",
-                           shards,
-                           "fragments",
-                           frags,
-                           "mode",
-                           a->async ? "async" : "sync",
-                           "shard_bounds",
-                           sbuf,
-                           "frag_bounds",
-                           fbuf,
-                           "trainer",
-                           a->trainer,
-                           "model",
-                           ip->model,
-                           "seed",
-                           seed,
-                           "snapshot_every",
-                           snap,
-                           "secret",
-                           secret,
-                           "dn_buffer",
-                           dnb,
-                           "dn_variant",
-                           a->dn_variant ? a->dn_variant : "paper",
-                           "dn_t0",
-                           dnt0,
-                           "weight_by",
-                           a->weight_by ? a->weight_by : "none",
-                           "weight_ref_tokens",
-                           wref,
-                           "stale_weight",
-                           a->stale_weight ? a->stale_weight : "none",
-                           "stale_ref",
-                           sref,
-                           "async_rule",
-                           rebase ? "rebase" : "plain",
-                           "rebase_window",
-                           window,
-                           "rebase_fraction",
-                           frac,
-                           "compress",
-                           a->compress ? a->compress : "bf16",
-                           "min_replicas",
-                           minrep,
-                           "download",
-                           a->download ? a->download : "params",
-                           "topk_density",
-                           tkd,
-                           "topk_beta",
-                           tkb,
-                           "topk_bits",
-                           tkw,
-                           "async_lookahead",
-                           ahead,
-                           "10",
-                           "target_workers",
-                           target,
-                           "expected_workers",
-                           target,
-                           "min_workers",
-                           minw,
-                           "outer_lr",
-                           lr,
-                           "outer_momentum",
-                           mu,
-                           "nesterov",
-                           nest,
-                           "heartbeat_timeout_ms",
-                           hbt,
-                           "dylu",
-                           dylu,
-                           "dylu_base_sync_every",
-                           dbase,
-                           "max_staleness",
-                           stale,
-                           shards};
-    size_t nfixed = sizeof fixed / sizeof fixed[0], argc = nfixed + (size_t)a->shards;
-    const char **argv = calloc(argc + 2, sizeof *argv);
+    format_config(a, ip, sb, fb, &v);
+    format_state(a, &v);
+    const char **argv = calloc(7 + 2 * (DL_INIT_CONFIG_MAX + DL_INIT_STATE_MAX) + (size_t)a->shards, sizeof *argv);
     if (!argv) {
-        free(layout);
+        free(v.layout);
         err_set(err, errlen, "out of memory");
         return -1;
     }
-    memcpy(argv, fixed, sizeof fixed);
-    for (long long k = 0; k < a->shards; k++) argv[nfixed + (size_t)k] = digests[k];
-    redisReply *r = rconn_command_argv(rc, (int)argc, argv, NULL);
+    char key[KEY_MAX];
+    size_t n = 0;
+    argv[n++] = "FCALL";
+    argv[n++] = "dl_init";
+    argv[n++] = "1";
+    argv[n++] = key_run(key, sizeof key, a->c.run, "config");
+    n = count_group(argv, n, v.nconfig, sizeof v.nconfig, config_fields(a, ip, &v, argv + n + 1));
+    n = count_group(argv, n, v.nstate, sizeof v.nstate, state_fields(&v, argv + n + 1));
+    argv[n++] = v.shards;
+    for (long long k = 0; k < a->shards; k++) argv[n++] = digests[k];
+    redisReply *r = rconn_command_argv(rc, (int)n, argv, NULL);
     free(argv);
-    free(layout);
+    free(v.layout);
     int ok = rconn_reply_error(rc, r, err, errlen);
     if (r) freeReplyObject(r);
     return ok;
@@ -460,6 +483,59 @@ static void print_topk_summary(const init_args *a, const uint64_t *sb, uint64_t 
                               : "");
 }
 
+/* The shard bounds sb (at --shards, then also at --fsdp-ranks' chunks: a->shards may grow) and the
+ * fragment bounds fb. 0, or -1 + err. */
+static int cut_run(init_args *a, const initial_params *ip, uint64_t *sb, uint64_t *fb, char *err, size_t errlen)
+{
+    if (layout_cut_shards(ip->tensors, ip->ntensors, ip->numel, (int)a->shards, sb, err, errlen) < 0) return -1;
+    if (a->nfsdp_ranks > 0) {
+        int ns = (int)a->shards;
+        if (layout_cut_fsdp(ip->tensors, ip->ntensors, a->fsdp_ranks, a->nfsdp_ranks, sb, &ns, err, errlen) < 0)
+            return -1;
+        a->shards = ns;
+    }
+    return layout_cut_fragments((int)a->shards, (int)a->fragments, fb, err, errlen) < 0 ? -1 : 0;
+}
+
+/* Version 0 of every shard as a snapshot blob (with the momentum and DN buffer it starts from), its
+ * digest into digests. 0, or -1 + err. */
+static int write_version0(rconn *rc, const init_args *a, const initial_params *ip, const uint64_t *sb,
+                          char digests[][17], char *err, size_t errlen)
+{
+    for (int k = 0; k < a->shards; k++)
+        if (coord_write_snapshot(rc, a->c.run, k, 0, 0, ip->params + sb[k], ip->mom ? ip->mom + sb[k] : NULL,
+                                 ip->dnbuf ? ip->dnbuf + sb[k] : NULL, sb[k + 1] - sb[k], 0, digests[k], err,
+                                 errlen) < 0)
+            return -1;
+    return 0;
+}
+
+/* What init made, on stdout: the run in one line, then top-k's figures and where version 0 came from
+ * when they apply. */
+static void print_created(const init_args *a, const initial_params *ip, const uint64_t *sb)
+{
+    char asy[200] = "", rule[64] = "", look[40] = "";
+    if (a->async_rule != NULL && strcmp(a->async_rule, "rebase") == 0)
+        snprintf(rule, sizeof rule, ", rebase x %.9g on the last %lld versions", a->rebase_fraction, a->max_staleness);
+    if (a->async_lookahead > 0) snprintf(look, sizeof look, ", workers start %.9g ahead", a->async_lookahead);
+    if (a->async)
+        snprintf(asy, sizeof asy, "async (Delayed Nesterov %lld%s%s%s%s), ", a->dn_buffer,
+                 a->stale_weight && strcmp(a->stale_weight, "none") ? ", staleness weight " : "",
+                 a->stale_weight && strcmp(a->stale_weight, "none") ? a->stale_weight : "", rule, look);
+    printf("run '%s' created: %s%s trainer (%s), %" PRIu64 " parameters in %lld shards, %lld fragment(s), "
+           "waiting for %lld worker(s), outer lr %g momentum %g%s, pseudo-gradients %s, download %s\n",
+           a->c.run, asy, a->trainer, ip->model, ip->numel, a->shards, a->fragments, a->workers, a->outer_lr,
+           a->outer_momentum, a->nesterov ? " nesterov" : "", a->compress ? a->compress : "bf16",
+           a->download ? a->download : "params");
+    if (a->compress && !strcmp(a->compress, "topk")) print_topk_summary(a, sb, ip->numel);
+    if (a->from_checkpoint)
+        printf("version 0 = checkpoint %s (run '%s' at version %" PRId64 "), %s%s\n", a->from_checkpoint, ip->ck_run,
+               ip->ck_version, ip->mom ? "with its outer momentum" : "outer momentum starts afresh",
+               ip->dnbuf ? ", with its Delayed Nesterov buffer" : "");
+    if (a->from_state)
+        printf("version 0 = the %d tensors of %s (layout stored in the run's config)\n", ip->ntensors, a->from_state);
+}
+
 static int create_run(rconn *rc, const init_args *given, char *err, size_t errlen)
 {
     initial_params ip;
@@ -471,41 +547,11 @@ static int create_run(rconn *rc, const init_args *given, char *err, size_t errle
         err_set(err, errlen, "out of memory");
         goto done;
     }
-    if (make_initial(a, &ip, err, errlen) < 0) goto done_ip;
-    if (layout_cut_shards(ip.tensors, ip.ntensors, ip.numel, (int)a->shards, sb, err, errlen) < 0) goto done_ip;
-    if (a->nfsdp_ranks > 0) {
-        int ns = (int)a->shards;
-        if (layout_cut_fsdp(ip.tensors, ip.ntensors, a->fsdp_ranks, a->nfsdp_ranks, sb, &ns, err, errlen) < 0)
-            goto done_ip;
-        a->shards = ns;
-    }
-    if (layout_cut_fragments((int)a->shards, (int)a->fragments, fb, err, errlen) < 0) goto done_ip;
-    for (int k = 0; k < a->shards; k++)
-        if (coord_write_snapshot(rc, a->c.run, k, 0, 0, ip.params + sb[k], ip.mom ? ip.mom + sb[k] : NULL,
-                                 ip.dnbuf ? ip.dnbuf + sb[k] : NULL, sb[k + 1] - sb[k], 0, digests[k], err, errlen) < 0)
-            goto done_ip;
-    if (call_dl_init(rc, a, &ip, sb, fb, digests, err, errlen) < 0) goto done_ip;
-    char asy[200] = "", rule[64] = "", look[40] = "";
-    if (a->async_rule != NULL && strcmp(a->async_rule, "rebase") == 0)
-        snprintf(rule, sizeof rule, ", rebase x %.9g on the last %lld versions", a->rebase_fraction, a->max_staleness);
-    if (a->async_lookahead > 0) snprintf(look, sizeof look, ", workers start %.9g ahead", a->async_lookahead);
-    if (a->async)
-        snprintf(asy, sizeof asy, "async (Delayed Nesterov %lld%s%s%s%s), ", a->dn_buffer,
-                 a->stale_weight && strcmp(a->stale_weight, "none") ? ", staleness weight " : "",
-                 a->stale_weight && strcmp(a->stale_weight, "none") ? a->stale_weight : "", rule, look);
-    printf("run '%s' created: %s%s trainer (%s), %" PRIu64 " parameters in %lld shards, %lld fragment(s), "
-           "waiting for %lld worker(s), outer lr %g momentum %g%s, pseudo-gradients %s, download %s\n",
-           a->c.run, asy, a->trainer, ip.model, ip.numel, a->shards, a->fragments, a->workers, a->outer_lr,
-           a->outer_momentum, a->nesterov ? " nesterov" : "", a->compress ? a->compress : "bf16",
-           a->download ? a->download : "params");
-    if (a->compress && !strcmp(a->compress, "topk"))
-        print_topk_summary(a, sb, ip.numel);
-    if (a->from_checkpoint)
-        printf("version 0 = checkpoint %s (run '%s' at version %" PRId64 "), %s%s\n", a->from_checkpoint, ip.ck_run,
-               ip.ck_version, ip.mom ? "with its outer momentum" : "outer momentum starts afresh",
-               ip.dnbuf ? ", with its Delayed Nesterov buffer" : "");
-    if (a->from_state)
-        printf("version 0 = the %d tensors of %s (layout stored in the run's config)\n", ip.ntensors, a->from_state);
+    if (make_initial(a, &ip, err, errlen) < 0 || cut_run(a, &ip, sb, fb, err, errlen) < 0 ||
+        write_version0(rc, a, &ip, sb, digests, err, errlen) < 0 ||
+        call_dl_init(rc, a, &ip, sb, fb, digests, err, errlen) < 0)
+        goto done_ip;
+    print_created(a, &ip, sb);
     rc_ = 0;
 done_ip:
     free_initial(&ip);

@@ -191,76 +191,86 @@ static int topk_settings(init_args *a)
     return 0;
 }
 
-/* The option table of `init`; entry k records in a->given[k] whether it was on the command line. */
-static int parse_init_flags(int argc, char **argv, init_args *a)
+/* --weight-by, --download, --dn-variant, --staleness-weight, --async-rule: the index of the choice
+ * given (-1: none), turned into its name by apply_choices. */
+typedef struct init_choices {
+    int weight_by, download, dn_variant, stale_weight, async_rule;
+} init_choices;
+
+/* The option table of `init`, in four groups of at most *_SPECS_MAX entries each, so that the whole
+ * fits a->given: entry k of the table records in a->given[k] whether it was on the command line. */
+#define RUN_SPECS_MAX 12
+#define SHAPE_SPECS_MAX 18
+#define OUTER_SPECS_MAX 18
+#define ASYNC_SPECS_MAX 16
+#define INIT_SPECS_MAX (RUN_SPECS_MAX + SHAPE_SPECS_MAX + OUTER_SPECS_MAX + ASYNC_SPECS_MAX)
+_Static_assert(INIT_SPECS_MAX <= sizeof((init_args *)0)->given / sizeof((init_args *)0)->given[0],
+               "init: given[] too small");
+
+/* Which Redis and run, and what version 0 is made from. */
+static size_t run_specs(init_args *a, opt_spec *out)
 {
-    static const char *weight_by[] = {"none", "tokens"}, *download[] = {"params", "update"},
-                      *dn_variant[] = {"paper", "forgather"}, *stale_weight[] = {"none", "inverse", "sqrt"},
-                      *async_rule[] = {"plain", "rebase"};
-    int weight_idx = -1, download_idx = -1, dn_idx = -1, stale_idx = -1, rule_idx = -1;
-    opt_spec specs[] = {
+    const opt_spec s[] = {
         {.name = "redis", .kind = OPT_STRING, .dest = &a->c.redis_url},
         {.name = "redis-file", .kind = OPT_STRING, .dest = &a->c.redis_file},
         {.name = "run", .kind = OPT_STRING, .dest = &a->c.run},
-        {.name = "fsdp-ranks", .kind = OPT_STRING, .dest = &a->fsdp_ranks_arg},
-        {.name = "no-nesterov", .kind = OPT_CLEAR, .dest = &a->nesterov},
-        {.name = "dylu", .kind = OPT_FLAG, .dest = &a->dylu},
-        {.name = "async", .kind = OPT_FLAG, .dest = &a->async},
         {.name = "force", .kind = OPT_FLAG, .dest = &a->force},
+        {.name = "trainer", .kind = OPT_STRING, .dest = &a->trainer},
+        {.name = "from-checkpoint", .kind = OPT_STRING, .dest = &a->from_checkpoint},
         {.name = "reset-momentum", .kind = OPT_FLAG, .dest = &a->reset_momentum},
+        {.name = "from-state", .kind = OPT_STRING, .dest = &a->from_state},
+    };
+    _Static_assert(sizeof s / sizeof *s <= RUN_SPECS_MAX, "init: raise RUN_SPECS_MAX");
+    memcpy(out, s, sizeof s);
+    return sizeof s / sizeof *s;
+}
+
+/* Membership, the model, how its parameters are cut, and how they are kept. */
+static size_t shape_specs(init_args *a, opt_spec *out)
+{
+    const char *dims = "a positive integer";
+    const opt_spec s[] = {
         {.name = "workers", .alias = 'n', .kind = OPT_LLONG, .dest = &a->workers, .lo = 1, .hi = 100000},
         {.name = "min-workers", .kind = OPT_LLONG, .dest = &a->min_workers, .lo = 1, .hi = 100000},
         {.name = "shards", .kind = OPT_LLONG, .dest = &a->shards, .lo = 1, .hi = RUNCONF_MAX_SHARDS},
         {.name = "fragments", .kind = OPT_LLONG, .dest = &a->fragments, .lo = 1, .hi = RUNCONF_MAX_FRAGMENTS},
+        {.name = "fsdp-ranks", .kind = OPT_STRING, .dest = &a->fsdp_ranks_arg},
         {.name = "numel", .kind = OPT_LLONG, .dest = &a->numel, .lo = 1, .hi = 4000000000LL},
+        {.name = "layers", .kind = OPT_INT, .dest = &a->gpt.layers, .lo = 1, .hi = 1 << 24, .wants = dims},
+        {.name = "heads", .kind = OPT_INT, .dest = &a->gpt.heads, .lo = 1, .hi = 1 << 24, .wants = dims},
+        {.name = "dim", .kind = OPT_INT, .dest = &a->gpt.dim, .lo = 1, .hi = 1 << 24, .wants = dims},
+        {.name = "ctx", .kind = OPT_INT, .dest = &a->gpt.ctx, .lo = 1, .hi = 1 << 24, .wants = dims},
+        {.name = "vocab", .kind = OPT_INT, .dest = &a->gpt.vocab, .lo = 1, .hi = 1 << 24, .wants = dims},
         {.name = "seed", .kind = OPT_LLONG, .dest = &a->seed, .lo = 0, .hi = INT64_MAX},
         {.name = "snapshot-every", .kind = OPT_LLONG, .dest = &a->snapshot_every, .lo = 1, .hi = 1000000},
-        {.name = "dylu-base-sync-every", .kind = OPT_LLONG, .dest = &a->dylu_base, .lo = 1, .hi = 100000000},
-        {.name = "dn-buffer-size", .kind = OPT_LLONG, .dest = &a->dn_buffer, .lo = 0, .hi = 1000000},
-        {.name = "max-staleness", .kind = OPT_LLONG, .dest = &a->max_staleness, .lo = 0, .hi = 1000000000},
-        {.name = "weight-ref-tokens", .kind = OPT_LLONG, .dest = &a->weight_ref, .lo = 1, .hi = INT64_MAX},
-        {.name = "staleness-ref", .kind = OPT_LLONG, .dest = &a->stale_ref, .lo = 0, .hi = 1000000000},
         {.name = "min-replicas", .kind = OPT_LLONG, .dest = &a->min_replicas, .lo = 0, .hi = RUNCONF_MAX_REPLICAS},
-        {.name = "layers",
-         .kind = OPT_INT,
-         .dest = &a->gpt.layers,
-         .lo = 1,
-         .hi = 1 << 24,
-         .wants = "a positive integer"},
-        {.name = "heads",
-         .kind = OPT_INT,
-         .dest = &a->gpt.heads,
-         .lo = 1,
-         .hi = 1 << 24,
-         .wants = "a positive integer"},
-        {.name = "dim", .kind = OPT_INT, .dest = &a->gpt.dim, .lo = 1, .hi = 1 << 24, .wants = "a positive integer"},
-        {.name = "ctx", .kind = OPT_INT, .dest = &a->gpt.ctx, .lo = 1, .hi = 1 << 24, .wants = "a positive integer"},
-        {.name = "vocab",
-         .kind = OPT_INT,
-         .dest = &a->gpt.vocab,
-         .lo = 1,
-         .hi = 1 << 24,
-         .wants = "a positive integer"},
-        {.name = "outer-lr",
-         .kind = OPT_DOUBLE,
-         .dest = &a->outer_lr,
-         .min = 0,
-         .max = HUGE_VAL,
-         .wants = "a non-negative number"},
+    };
+    _Static_assert(sizeof s / sizeof *s <= SHAPE_SPECS_MAX, "init: raise SHAPE_SPECS_MAX");
+    memcpy(out, s, sizeof s);
+    return sizeof s / sizeof *s;
+}
+
+/* The outer optimizer, liveness and DyLU, and what travels on the wire (the codec, the download). */
+static size_t outer_specs(init_args *a, init_choices *ch, opt_spec *out)
+{
+    const char *nonneg = "a non-negative number";
+    const opt_spec s[] = {
+        {.name = "outer-lr", .kind = OPT_DOUBLE, .dest = &a->outer_lr, .min = 0, .max = HUGE_VAL, .wants = nonneg},
         {.name = "outer-momentum",
          .kind = OPT_DOUBLE,
          .dest = &a->outer_momentum,
          .min = 0,
          .max = HUGE_VAL,
-         .wants = "a non-negative number"},
+         .wants = nonneg},
+        {.name = "no-nesterov", .kind = OPT_CLEAR, .dest = &a->nesterov},
         {.name = "heartbeat-timeout",
          .kind = OPT_DOUBLE,
          .dest = &a->heartbeat_timeout,
          .min = 0,
          .max = OPTS_SECONDS_MAX,
          .wants = "seconds in [0, 2000000] (0 = never)"},
-        {.name = "trainer", .kind = OPT_STRING, .dest = &a->trainer},
-        {.name = "weight-by", .kind = OPT_CHOICE, .dest = &weight_idx, .choices = "none|tokens"},
+        {.name = "dylu", .kind = OPT_FLAG, .dest = &a->dylu},
+        {.name = "dylu-base-sync-every", .kind = OPT_LLONG, .dest = &a->dylu_base, .lo = 1, .hi = 100000000},
         {.name = "compress",
          .kind = OPT_CUSTOM,
          .dest = &a->compress,
@@ -279,10 +289,26 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
          .min = 0,
          .max = 1,
          .wants = "a number in [0, 1]"},
-        {.name = "download", .kind = OPT_CHOICE, .dest = &download_idx, .choices = "params|update"},
-        {.name = "dn-variant", .kind = OPT_CHOICE, .dest = &dn_idx, .choices = "paper|forgather"},
-        {.name = "staleness-weight", .kind = OPT_CHOICE, .dest = &stale_idx, .choices = "none|inverse|sqrt"},
-        {.name = "async-rule", .kind = OPT_CHOICE, .dest = &rule_idx, .choices = "plain|rebase"},
+        {.name = "download", .kind = OPT_CHOICE, .dest = &ch->download, .choices = "params|update"},
+        {.name = "weight-by", .kind = OPT_CHOICE, .dest = &ch->weight_by, .choices = "none|tokens"},
+        {.name = "weight-ref-tokens", .kind = OPT_LLONG, .dest = &a->weight_ref, .lo = 1, .hi = INT64_MAX},
+    };
+    _Static_assert(sizeof s / sizeof *s <= OUTER_SPECS_MAX, "init: raise OUTER_SPECS_MAX");
+    memcpy(out, s, sizeof s);
+    return sizeof s / sizeof *s;
+}
+
+/* Async DiLoCo: Delayed Nesterov, staleness, and the rebase rule. */
+static size_t async_specs(init_args *a, init_choices *ch, opt_spec *out)
+{
+    const opt_spec s[] = {
+        {.name = "async", .kind = OPT_FLAG, .dest = &a->async},
+        {.name = "dn-buffer-size", .kind = OPT_LLONG, .dest = &a->dn_buffer, .lo = 0, .hi = 1000000},
+        {.name = "dn-variant", .kind = OPT_CHOICE, .dest = &ch->dn_variant, .choices = "paper|forgather"},
+        {.name = "max-staleness", .kind = OPT_LLONG, .dest = &a->max_staleness, .lo = 0, .hi = 1000000000},
+        {.name = "staleness-weight", .kind = OPT_CHOICE, .dest = &ch->stale_weight, .choices = "none|inverse|sqrt"},
+        {.name = "staleness-ref", .kind = OPT_LLONG, .dest = &a->stale_ref, .lo = 0, .hi = 1000000000},
+        {.name = "async-rule", .kind = OPT_CHOICE, .dest = &ch->async_rule, .choices = "plain|rebase"},
         {.name = "rebase-fraction",
          .kind = OPT_DOUBLE,
          .dest = &a->rebase_fraction,
@@ -295,20 +321,40 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
          .min = 0,
          .max = ASYNC_LOOKAHEAD_MAX,
          .wants = "a number in [0, 2]"},
-        {.name = "from-checkpoint", .kind = OPT_STRING, .dest = &a->from_checkpoint},
-        {.name = "from-state", .kind = OPT_STRING, .dest = &a->from_state},
-        {0},
     };
-    _Static_assert(sizeof specs / sizeof specs[0] <= sizeof a->given / sizeof a->given[0], "init: given[] too small");
+    _Static_assert(sizeof s / sizeof *s <= ASYNC_SPECS_MAX, "init: raise ASYNC_SPECS_MAX");
+    memcpy(out, s, sizeof s);
+    return sizeof s / sizeof *s;
+}
+
+/* The names of the choices given (the strings live as long as the program). */
+static void apply_choices(init_args *a, const init_choices *ch)
+{
+    static const char *weight_by[] = {"none", "tokens"}, *download[] = {"params", "update"},
+                      *dn_variant[] = {"paper", "forgather"}, *stale_weight[] = {"none", "inverse", "sqrt"},
+                      *async_rule[] = {"plain", "rebase"};
+    if (ch->weight_by >= 0) a->weight_by = weight_by[ch->weight_by];
+    if (ch->download >= 0) a->download = download[ch->download];
+    if (ch->dn_variant >= 0) a->dn_variant = dn_variant[ch->dn_variant];
+    if (ch->stale_weight >= 0) a->stale_weight = stale_weight[ch->stale_weight];
+    if (ch->async_rule >= 0) a->async_rule = async_rule[ch->async_rule];
+}
+
+/* The flags into a, and which of them were given (a->given, a->given_names). */
+static int parse_init_flags(int argc, char **argv, init_args *a)
+{
+    init_choices ch = {-1, -1, -1, -1, -1};
+    opt_spec specs[INIT_SPECS_MAX + 1];
+    size_t n = run_specs(a, specs);
+    n += shape_specs(a, specs + n);
+    n += outer_specs(a, &ch, specs + n);
+    n += async_specs(a, &ch, specs + n);
+    specs[n] = (opt_spec){0};
     for (size_t k = 0; specs[k].name; k++) specs[k].given = &a->given[k];
     int rc = opts_parse_cmd("coordinator init", init_usage, specs, argc, argv, 0, NULL, NULL);
     if (rc != 0) return rc;
     for (size_t k = 0; specs[k].name; k++) a->given_names[k] = specs[k].name;
-    if (weight_idx >= 0) a->weight_by = weight_by[weight_idx];
-    if (download_idx >= 0) a->download = download[download_idx];
-    if (dn_idx >= 0) a->dn_variant = dn_variant[dn_idx];
-    if (stale_idx >= 0) a->stale_weight = stale_weight[stale_idx];
-    if (rule_idx >= 0) a->async_rule = async_rule[rule_idx];
+    apply_choices(a, &ch);
     return 0;
 }
 
@@ -369,7 +415,7 @@ static int parse_fsdp_ranks(init_args *a)
     return 0;
 }
 
-int parse_init(int argc, char **argv, init_args *a)
+static void init_defaults(init_args *a)
 {
     memset(a, 0, sizeof *a);
     a->workers = 2;
@@ -388,8 +434,12 @@ int parse_init(int argc, char **argv, init_args *a)
     a->rebase_fraction = 1;
     a->trainer = "gpt";
     a->gpt = (gpt_config){2, 4, 128, 128, 256};
-    int rc = parse_init_flags(argc, argv, a);
-    if (rc != 0) return rc;
+}
+
+/* What version 0 is made from: --from-checkpoint or --from-state (not both), a known trainer, a
+ * --from-state file that exists and is a model's state. 0, or -1 after a message. */
+static int check_sources(init_args *a)
+{
     if (a->reset_momentum && !a->from_checkpoint) {
         fprintf(stderr, "coordinator init: --reset-momentum goes with --from-checkpoint\n");
         return -1;
@@ -416,8 +466,13 @@ int parse_init(int argc, char **argv, init_args *a)
         return -1;
     }
     if (a->from_state && !flag_given(a, "--trainer")) a->trainer = "state";
-    if (a->from_checkpoint && (rc = adopt_checkpoint(a)) < 0) return rc;
-    if (topk_settings(a) < 0) return -1;
+    return 0;
+}
+
+/* The outer optimizer's range, what --download update and the staleness settings need, and the floor of
+ * the workers. 0, or -1 after a message. */
+static int check_run_settings(init_args *a)
+{
     if (a->outer_lr <= 0 || a->outer_momentum >= 1) {
         fprintf(stderr, "coordinator init: --outer-lr must be > 0 and --outer-momentum in [0, 1)\n");
         return -1;
@@ -432,8 +487,13 @@ int parse_init(int argc, char **argv, init_args *a)
         fprintf(stderr, "coordinator init: --staleness-weight and --staleness-ref are async settings: add --async\n");
         return -1;
     }
-    if (check_async_rule(a) != 0) return -1;
-    if (a->fsdp_ranks_arg && parse_fsdp_ranks(a) < 0) return -1;
+    return 0;
+}
+
+/* The defaults that follow from the workers: the staleness of equal workers, and the DN buffer. 0, or
+ * -1 after a message (async --weight-by tokens without its reference). */
+static int worker_defaults(init_args *a)
+{
     if (!flag_given(a, "--staleness-ref")) a->stale_ref = a->workers - 1; /* what equal workers see */
     /* Delayed Nesterov over one submission per worker: the outer step of a window of W submissions then
      * equals a sync round's (docs/quality.md, "Async": a buffer of 2W halves the step and trains worse) */
@@ -444,4 +504,16 @@ int parse_init(int argc, char **argv, init_args *a)
         return -1;
     }
     return 0;
+}
+
+int parse_init(int argc, char **argv, init_args *a)
+{
+    init_defaults(a);
+    int rc = parse_init_flags(argc, argv, a);
+    if (rc != 0) return rc;
+    if (check_sources(a) < 0) return -1;
+    if (a->from_checkpoint && (rc = adopt_checkpoint(a)) < 0) return rc;
+    if (topk_settings(a) < 0 || check_run_settings(a) < 0 || check_async_rule(a) != 0) return -1;
+    if (a->fsdp_ranks_arg && parse_fsdp_ranks(a) < 0) return -1;
+    return worker_defaults(a);
 }

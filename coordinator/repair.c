@@ -674,71 +674,86 @@ static int restore(rconn *c, repair *rp, const checkpoint *ck, const char *sourc
     return 0;
 }
 
-int cmd_repair(int argc, char **argv)
+/* --from-checkpoint FILE, read before anything is touched: a missing file is a usage error (exit 2), a
+ * file that is not a valid checkpoint bad data (exit 1; docs/checkpoints.md). 0, or -1 with the status. */
+static int load_checkpoint_arg(const repair_args *a, checkpoint *ck, int *status)
 {
-    repair_args a;
-    int prc = parse_args(argc, argv, &a);
-    if (prc != 0) return opts_exit_status(prc);
-    checkpoint ck;
-    memset(&ck, 0, sizeof ck);
     char err[1024];
-    if (a.checkpoint && access(a.checkpoint, R_OK) != 0) { /* 2 usage, 1 bad data (docs/checkpoints.md) */
-        fprintf(stderr, "coordinator repair: --from-checkpoint %s: %s\n", a.checkpoint, strerror(errno));
-        return OPTS_EXIT_USAGE;
+    memset(ck, 0, sizeof *ck);
+    if (a->checkpoint && access(a->checkpoint, R_OK) != 0) {
+        fprintf(stderr, "coordinator repair: --from-checkpoint %s: %s\n", a->checkpoint, strerror(errno));
+        *status = OPTS_EXIT_USAGE;
+        return -1;
     }
-    if (a.checkpoint && checkpoint_read(a.checkpoint, 1, &ck, err, sizeof err) < 0) {
+    if (a->checkpoint && checkpoint_read(a->checkpoint, 1, ck, err, sizeof err) < 0) {
         fprintf(stderr, "coordinator repair: --from-checkpoint: %s\n", err);
-        return 1;
+        *status = 1;
+        return -1;
     }
-    rconn *c;
-    int st = coord_connect(&a.c, &c);
-    if (st != 0) {
-        checkpoint_free(&ck);
-        return st;
-    }
-    repair rp = {.run = a.c.run};
-    int status = 1;
-    if (open_run(c, &rp, err, sizeof err) < 0 || verify_all(c, &rp, err, sizeof err) < 0) goto fail;
-    print_verification(&rp);
-    if (rp.bad == 0 && !a.checkpoint) {
-        status = settle_healthy(c, &rp, a.dry_run);
-        goto done;
-    }
-    if (rp.rc.async) {
-        err_set(err, sizeof err,
+    return 0;
+}
+
+/* What to restore (the checkpoint, checked against the run, or the newest version every shard reaches)
+ * and as which version V, printed as the plan. 0, or -1 + err (an async run is refused). */
+static int make_plan(repair *rp, const repair_args *a, const checkpoint *ck, char *err, size_t errlen)
+{
+    if (rp->rc.async) {
+        err_set(err, errlen,
                 "run '%s' is async: its submissions in flight are numbered by version, so repair "
                 "cannot move it; start a new run from a checkpoint: coordinator init --run NEW --from-checkpoint FILE",
-                rp.run);
-        goto fail;
+                rp->run);
+        return -1;
     }
-    if (a.checkpoint ? check_checkpoint(&rp, &ck, a.checkpoint, err, sizeof err) < 0
-                     : choose_target(&rp, err, sizeof err) < 0)
-        goto fail;
-    rp.version = (rp.max_version > rp.max_round ? rp.max_version : rp.max_round) + 1;
-    if (a.checkpoint)
+    if (a->checkpoint ? check_checkpoint(rp, ck, a->checkpoint, err, errlen) < 0 : choose_target(rp, err, errlen) < 0)
+        return -1;
+    rp->version = (rp->max_version > rp->max_round ? rp->max_version : rp->max_round) + 1;
+    if (a->checkpoint)
         printf("plan: restore %s (run '%s' at version %" PRId64 ") into every shard as version %" PRId64 "\n",
-               a.checkpoint, ck.run, ck.version, rp.version);
+               a->checkpoint, ck->run, ck->version, rp->version);
     else
         printf("plan: roll every shard back to its parameters of version %" PRId64 ", installed as version %" PRId64
                "; the rounds after version %" PRId64 " are lost\n",
-               rp.target, rp.version, rp.target);
-    if (a.dry_run) {
+               rp->target, rp->version, rp->target);
+    return 0;
+}
+
+/* Verify every shard, then leave a healthy run be (clearing stale marks) or plan and restore. The exit
+ * status. */
+static int repair_run(rconn *c, repair *rp, const repair_args *a, const checkpoint *ck)
+{
+    char err[1024], source[4200];
+    if (open_run(c, rp, err, sizeof err) < 0 || verify_all(c, rp, err, sizeof err) < 0) goto fail;
+    print_verification(rp);
+    if (rp->bad == 0 && !a->checkpoint) return settle_healthy(c, rp, a->dry_run);
+    if (make_plan(rp, a, ck, err, sizeof err) < 0) goto fail;
+    if (a->dry_run) {
         printf("dry run: nothing changed\n");
-        status = 0;
-        goto done;
+        return 0;
     }
-    char source[4200];
-    if (a.checkpoint)
-        snprintf(source, sizeof source, "%s (version %" PRId64 ")", a.checkpoint, ck.version);
+    if (a->checkpoint)
+        snprintf(source, sizeof source, "%s (version %" PRId64 ")", a->checkpoint, ck->version);
     else
-        snprintf(source, sizeof source, "version %" PRId64, rp.target);
-    status = restore(c, &rp, a.checkpoint ? &ck : NULL, source, (int)a.wait_s);
-    goto done;
+        snprintf(source, sizeof source, "version %" PRId64, rp->target);
+    return restore(c, rp, a->checkpoint ? ck : NULL, source, (int)a->wait_s);
 fail:
     fprintf(stderr, "coordinator repair: %s\n", err);
-done:
-    repair_free(&rp);
+    return 1;
+}
+
+int cmd_repair(int argc, char **argv)
+{
+    repair_args a;
+    checkpoint ck;
+    int status, prc = parse_args(argc, argv, &a);
+    if (prc != 0) return opts_exit_status(prc);
+    if (load_checkpoint_arg(&a, &ck, &status) < 0) return status;
+    rconn *c;
+    if ((status = coord_connect(&a.c, &c)) == 0) {
+        repair rp = {.run = a.c.run};
+        status = repair_run(c, &rp, &a, &ck);
+        repair_free(&rp);
+        rconn_free(c);
+    }
     checkpoint_free(&ck);
-    rconn_free(c);
     return status;
 }

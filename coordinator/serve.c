@@ -39,6 +39,8 @@ typedef struct serve_ctx {
     char reap_err[256];   /* the last error dl_reap gave, and when it was logged: a lasting one */
     uint64_t reap_logged; /* (no run yet, say) is logged once a minute, not every second */
     int saw_run;          /* a reap succeeded once: a missing run since then is a run gone, not one to come */
+    struct event *sigint, *sigterm, *tick; /* the loop's events (serve_loop_setup) */
+    http_server *http;                     /* --http's server, or NULL */
 } serve_ctx;
 
 #define REAP_ERROR_LOG_EVERY_MS 60000
@@ -260,147 +262,203 @@ static char *read_token(const char *path)
     return strdup(s);
 }
 
-int cmd_serve(int argc, char **argv)
+/* serve's settings beyond serve_ctx's: the HTTP listener and the checkpoint directory. */
+typedef struct serve_opts {
+    const char *http_arg, *host_arg, *token_file, *save_dir;
+    long long keep;
+    int no_dashboard;
+    double connect_s;
+    char host[256]; /* where --http listens: its HOST, --host, or 127.0.0.1 */
+    int port;
+    char *token; /* --token-file's first line (NULL: control needs no token) */
+} serve_opts;
+
+/* The flags into x and o: 0, or opts_parse_cmd's status after --help or a usage error. */
+static int serve_parse_flags(int argc, char **argv, serve_ctx *x, serve_opts *o)
 {
-    serve_ctx x = {0};
-    x.print_every = 10;
-    x.c.connect_timeout_ms = 60000;
-    const char *http_arg = NULL, *host_arg = NULL, *token_file = NULL, *save_dir = NULL;
-    long long keep = 0;
-    x.save_every = 0;
-    x.last_saved = -1;
-    int dashboard = 1;
-    int no_dashboard = 0;
-    double connect_s = 60;
+    x->print_every = 10;
+    x->c.connect_timeout_ms = 60000;
+    x->save_every = 0;
+    x->last_saved = -1;
+    o->connect_s = 60;
     const opt_spec specs[] = {
-        COORD_COMMON_OPTS(&x.c),
-        {.name = "print-every", .kind = OPT_LLONG, .dest = &x.print_every, .lo = 0, .hi = 86400, .wants = "seconds"},
+        COORD_COMMON_OPTS(&x->c),
+        {.name = "print-every", .kind = OPT_LLONG, .dest = &x->print_every, .lo = 0, .hi = 86400, .wants = "seconds"},
         {.name = "connect-timeout",
          .kind = OPT_DOUBLE,
-         .dest = &connect_s,
+         .dest = &o->connect_s,
          .min = 0,
          .max = OPTS_SECONDS_MAX,
          .wants = "seconds in [0, 2000000]"},
-        {.name = "http", .kind = OPT_STRING, .dest = &http_arg},
-        {.name = "host", .kind = OPT_STRING, .dest = &host_arg},
-        {.name = "token-file", .kind = OPT_STRING, .dest = &token_file},
-        {.name = "save-dir", .kind = OPT_STRING, .dest = &save_dir},
+        {.name = "http", .kind = OPT_STRING, .dest = &o->http_arg},
+        {.name = "host", .kind = OPT_STRING, .dest = &o->host_arg},
+        {.name = "token-file", .kind = OPT_STRING, .dest = &o->token_file},
+        {.name = "save-dir", .kind = OPT_STRING, .dest = &o->save_dir},
         {.name = "save-every",
          .kind = OPT_LLONG,
-         .dest = &x.save_every,
+         .dest = &x->save_every,
          .lo = 0,
          .hi = 1000000000,
          .wants = "a number of rounds >= 0"},
-        {.name = "keep", .kind = OPT_LLONG, .dest = &keep, .lo = 0, .hi = 1000000, .wants = "an integer >= 0"},
-        {.name = "no-dashboard", .kind = OPT_FLAG, .dest = &no_dashboard},
+        {.name = "keep", .kind = OPT_LLONG, .dest = &o->keep, .lo = 0, .hi = 1000000, .wants = "an integer >= 0"},
+        {.name = "no-dashboard", .kind = OPT_FLAG, .dest = &o->no_dashboard},
         {0},
     };
     int prc = opts_parse_cmd("coordinator serve", usage, specs, argc, argv, 0, NULL, NULL);
-    if (prc != 0) return opts_exit_status(prc);
-    x.c.connect_timeout_ms = (int)(connect_s * 1000);
-    dashboard = !no_dashboard;
-    char host[256] = "127.0.0.1";
-    int port = 0;
-    if (http_arg && parse_listen(http_arg, host, sizeof host, &port) < 0) {
-        fprintf(stderr, "coordinator serve: --http wants [HOST:]PORT, got '%s'\n", http_arg);
-        return 2;
-    }
-    if (host_arg) {
-        if (http_arg && strchr(http_arg, ':') && strcmp(host, host_arg)) {
-            fprintf(stderr, "coordinator serve: --host %s contradicts --http %s\n", host_arg, http_arg);
-            return 2;
-        }
-        snprintf(host, sizeof host, "%s", host_arg);
-    }
-    if (x.save_every > 0 && !save_dir) {
-        fprintf(stderr, "coordinator serve: --save-every needs --save-dir DIR\n");
-        return 2;
-    }
-    if ((host_arg || token_file || !dashboard) && !http_arg) {
-        fprintf(stderr, "coordinator serve: --host, --token-file and --no-dashboard need --http\n");
-        return 2;
-    }
-    char *token = NULL;
-    if (token_file && !(token = read_token(token_file))) {
-        fprintf(stderr, "coordinator serve: cannot read a token from %s (first line, non-empty)\n", token_file);
-        return 2;
-    }
+    if (prc != 0) return prc;
+    x->c.connect_timeout_ms = (int)(o->connect_s * 1000);
+    return 0;
+}
 
-    /* SIGINT/SIGTERM while it waits for Redis end it cleanly, as later (the event loop's handlers) */
+/* What the flags mean together: --http's address (and --host's), the flags that need another, the
+ * token. 0, or -1 after a message (a usage error, exit 2). */
+static int serve_check_flags(const serve_ctx *x, serve_opts *o)
+{
+    snprintf(o->host, sizeof o->host, "127.0.0.1");
+    if (o->http_arg && parse_listen(o->http_arg, o->host, sizeof o->host, &o->port) < 0) {
+        fprintf(stderr, "coordinator serve: --http wants [HOST:]PORT, got '%s'\n", o->http_arg);
+        return -1;
+    }
+    if (o->host_arg) {
+        if (o->http_arg && strchr(o->http_arg, ':') && strcmp(o->host, o->host_arg)) {
+            fprintf(stderr, "coordinator serve: --host %s contradicts --http %s\n", o->host_arg, o->http_arg);
+            return -1;
+        }
+        snprintf(o->host, sizeof o->host, "%s", o->host_arg);
+    }
+    if (x->save_every > 0 && !o->save_dir) {
+        fprintf(stderr, "coordinator serve: --save-every needs --save-dir DIR\n");
+        return -1;
+    }
+    if ((o->host_arg || o->token_file || o->no_dashboard) && !o->http_arg) {
+        fprintf(stderr, "coordinator serve: --host, --token-file and --no-dashboard need --http\n");
+        return -1;
+    }
+    if (o->token_file && !(o->token = read_token(o->token_file))) {
+        fprintf(stderr, "coordinator serve: cannot read a token from %s (first line, non-empty)\n", o->token_file);
+        return -1;
+    }
+    return 0;
+}
+
+/* The connection to Redis (waiting up to --connect-timeout for it). 0, or -1 with the exit status:
+ * SIGINT/SIGTERM while it waits end it cleanly (0), as later (the event loop's handlers). */
+static int serve_connect(serve_ctx *x, int *status)
+{
     struct sigaction sa = {.sa_handler = on_startup_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    x.c.stop = &g_startup_stop;
+    x->c.stop = &g_startup_stop;
     rconn *rc;
-    int st = coord_connect(&x.c, &rc);
+    int st = coord_connect(&x->c, &rc);
     if (st != 0) {
-        free(token);
-        return g_startup_stop ? 0 : st;
+        *status = g_startup_stop ? 0 : st;
+        return -1;
     }
-    x.rc = rc;
-    key_run(x.key, sizeof x.key, x.c.run, "config");
+    x->rc = rc;
+    key_run(x->key, sizeof x->key, x->c.run, "config");
     signal(SIGPIPE, SIG_IGN);
+    return 0;
+}
 
-    x.base = event_base_new();
-    if (!x.base) {
+/* The event loop: SIGINT/SIGTERM end it, and on_tick runs every second. 0, or -1 after a message. */
+static int serve_loop_setup(serve_ctx *x)
+{
+    x->base = event_base_new();
+    if (!x->base) {
         fprintf(stderr, "coordinator serve: event_base_new failed\n");
-        return 1;
+        return -1;
     }
-    struct event *sigint = evsignal_new(x.base, SIGINT, on_signal, &x);
-    struct event *sigterm = evsignal_new(x.base, SIGTERM, on_signal, &x);
-    event_add(sigint, NULL);
-    event_add(sigterm, NULL);
-    struct event *tick = event_new(x.base, -1, EV_PERSIST, on_tick, &x);
+    x->sigint = evsignal_new(x->base, SIGINT, on_signal, x);
+    x->sigterm = evsignal_new(x->base, SIGTERM, on_signal, x);
+    event_add(x->sigint, NULL);
+    event_add(x->sigterm, NULL);
+    x->tick = event_new(x->base, -1, EV_PERSIST, on_tick, x);
     struct timeval one = {1, 0};
-    event_add(tick, &one);
+    event_add(x->tick, &one);
+    return 0;
+}
 
-    if (save_dir && !(x.saver = saver_new(x.base, &x.c.url, x.c.run, save_dir, (int)keep))) {
+/* With --save-dir, the thread that exports checkpoints (http_save.c). 0, or -1 after a message. */
+static int serve_start_saver(serve_ctx *x, const serve_opts *o)
+{
+    if (o->save_dir && !(x->saver = saver_new(x->base, &x->c.url, x->c.run, o->save_dir, (int)o->keep))) {
         fprintf(stderr, "coordinator serve: cannot set up the checkpoint saver\n");
-        return 1;
+        return -1;
     }
-    if (x.save_every > 0) log_info("checkpoints every %lld versions into %s (keep %lld)", x.save_every, save_dir, keep);
-    http_server *hs = NULL;
-    if (http_arg) {
-        char err[512];
-        http_options o = {.host = host,
-                          .port = port,
-                          .run = x.c.run,
-                          .token = token,
-                          .dashboard = dashboard,
-                          .save_dir = save_dir,
-                          .keep = (int)keep,
-                          .saver = x.saver,
-                          .redis = ctx_redis,
-                          .redis_arg = &x,
-                          .url = &x.c.url,
-                          .topology = &x.topo};
-        hs = http_start(x.base, &o, err, sizeof err);
-        if (!hs) {
-            fprintf(stderr, "coordinator serve: %s\n", err);
-            return 1;
-        }
-        int v6 = strchr(host, ':') != NULL;
-        log_info("HTTP on %s%s%s:%d: /status, /metrics, /control/<action>, %s%s", v6 ? "[" : "", host, v6 ? "]" : "",
-                 http_port(hs), dashboard ? "dashboard at /dashboard" : "no dashboard",
-                 token ? " (control needs the bearer token)" : "");
-        printf("http://%s%s%s:%d/dashboard\n", v6 ? "[" : "", host, v6 ? "]" : "", http_port(hs));
-        fflush(stdout);
-        if (!addr_loopback_hint(host) && !token)
-            log_warn("listening on %s without --token-file: anyone who can reach it can control the run", host);
+    if (x->save_every > 0)
+        log_info("checkpoints every %lld versions into %s (keep %lld)", x->save_every, o->save_dir, o->keep);
+    return 0;
+}
+
+/* With --http, the HTTP server on the loop (http_server.c), and its dashboard's URL on stdout. 0, or -1
+ * after a message. */
+static int serve_start_http(serve_ctx *x, const serve_opts *o)
+{
+    if (!o->http_arg) return 0;
+    char err[512];
+    int dashboard = !o->no_dashboard;
+    http_options ho = {.host = o->host,
+                       .port = o->port,
+                       .run = x->c.run,
+                       .token = o->token,
+                       .dashboard = dashboard,
+                       .save_dir = o->save_dir,
+                       .keep = (int)o->keep,
+                       .saver = x->saver,
+                       .redis = ctx_redis,
+                       .redis_arg = x,
+                       .url = &x->c.url,
+                       .topology = &x->topo};
+    if (!(x->http = http_start(x->base, &ho, err, sizeof err))) {
+        fprintf(stderr, "coordinator serve: %s\n", err);
+        return -1;
+    }
+    const char *host = o->host;
+    int v6 = strchr(host, ':') != NULL, port = http_port(x->http);
+    log_info("HTTP on %s%s%s:%d: /status, /metrics, /control/<action>, %s%s", v6 ? "[" : "", host, v6 ? "]" : "", port,
+             dashboard ? "dashboard at /dashboard" : "no dashboard",
+             o->token ? " (control needs the bearer token)" : "");
+    printf("http://%s%s%s:%d/dashboard\n", v6 ? "[" : "", host, v6 ? "]" : "", port);
+    fflush(stdout);
+    if (!addr_loopback_hint(host) && !o->token)
+        log_warn("listening on %s without --token-file: anyone who can reach it can control the run", host);
+    return 0;
+}
+
+/* Everything serve_connect and the setup made, in reverse; a checkpoint in progress is finished first. */
+static void serve_free(serve_ctx *x, serve_opts *o)
+{
+    http_stop(x->http);
+    if (x->saver && saver_busy(x->saver)) log_info("waiting for the checkpoint in progress");
+    saver_free(x->saver);
+    if (x->tick) event_free(x->tick);
+    if (x->sigint) event_free(x->sigint);
+    if (x->sigterm) event_free(x->sigterm);
+    if (x->base) event_base_free(x->base);
+    if (x->rc) rconn_free(x->rc);
+    free(o->token);
+}
+
+int cmd_serve(int argc, char **argv)
+{
+    serve_ctx x = {0};
+    serve_opts o = {0};
+    int status, prc = serve_parse_flags(argc, argv, &x, &o);
+    if (prc != 0) return opts_exit_status(prc);
+    if (serve_check_flags(&x, &o) < 0) return OPTS_EXIT_USAGE;
+    if (serve_connect(&x, &status) < 0) {
+        free(o.token);
+        return status;
+    }
+    if (serve_loop_setup(&x) < 0 || serve_start_saver(&x, &o) < 0 || serve_start_http(&x, &o) < 0) {
+        serve_free(&x, &o);
+        return 1;
     }
     log_info("serving run %s (reaping every second)", x.c.run);
     on_tick(-1, 0, &x);
     if (!x.refused) event_base_dispatch(x.base);
-
-    http_stop(hs);
-    if (x.saver && saver_busy(x.saver)) log_info("waiting for the checkpoint in progress");
-    saver_free(x.saver);
-    event_free(tick);
-    event_free(sigint);
-    event_free(sigterm);
-    event_base_free(x.base);
-    if (x.rc) rconn_free(x.rc);
-    free(token);
+    serve_free(&x, &o);
     log_info("stopped");
     return x.refused ? 1 : 0;
 }

@@ -67,6 +67,16 @@ expect 2 "\-\-heartbeat-timeout wants seconds in \[0, 2000000\] (0 = never), got
 expect 2 "\-\-outer-lr wants a non-negative number, got 'inf'" bin/coordinator init --redis "$DEAD" --run r --outer-lr inf
 expect 2 "set-lr wants a number, got 'inf'" bin/coordinator control --redis "$DEAD" --run r set-lr inf
 expect 2 "set-max-staleness wants an integer, got '-1'" bin/coordinator control --redis "$DEAD" --run r set-max-staleness -1
+# serve's flags that need another or contradict one, and control's argument counts (serve.c, control.c)
+expect 2 "\-\-http wants \[HOST:\]PORT, got 'foo'" bin/coordinator serve --redis "$DEAD" --run r --http foo
+expect 2 "\-\-host 5.6.7.8 contradicts \-\-http 1.2.3.4:80" bin/coordinator serve --redis "$DEAD" --run r --http 1.2.3.4:80 --host 5.6.7.8
+expect 2 "\-\-save-every needs \-\-save-dir DIR" bin/coordinator serve --redis "$DEAD" --run r --save-every 3
+expect 2 "\-\-host, \-\-token-file and \-\-no-dashboard need \-\-http" bin/coordinator serve --redis "$DEAD" --run r --no-dashboard
+expect 2 "cannot read a token from $TMP/none" bin/coordinator serve --redis "$DEAD" --run r --http 0 --token-file "$TMP/none"
+expect 2 "kick takes one argument" bin/coordinator control --redis "$DEAD" --run r kick a b
+expect 2 "shutdown takes no argument" bin/coordinator control --redis "$DEAD" --run r shutdown now
+expect 2 "set-nesterov wants 0 or 1" bin/coordinator control --redis "$DEAD" --run r set-nesterov 2
+expect 2 "unknown option \-\-zap" bin/coordinator control --redis "$DEAD" --run r kick --zap
 say "bad values and trainer flags: exit 2 before any connection"
 
 hint="is redis-server running, and is the URL right?"

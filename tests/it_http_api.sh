@@ -74,6 +74,19 @@ assert len(d['shards'])==2 and all(s['owner'] in ('A','B') and s['lease_valid'] 
 assert d['commits']>=4 and d['rounds_closed']>=2 and d['deaths']==0 and 'rejections' in d, d
 assert any(r['participants']==2 for r in d['recent_rounds']), d['recent_rounds']
 assert any(e['type']=='join' for e in d['events']) and not any(e['type'] in ('commit','close') for e in d['events'])
+# the document's keys and their order (jansson keeps insertion order; the optional DyLU/DN keys aside)
+keys = ['run', 'mode', 'status', 'now_ms', 'coordinator_uptime_s', 'auth_required', 'dashboard',
+        'save_state_available', 'sync_round', 'rounds', 'num_fragments', 'numel', 'num_shards', 'trainer',
+        'rounds_closed', 'commits', 'rejections', 'duplicates', 'deaths', 'joins', 'lease_changes', 'corruptions',
+        'repairs', 'total_worker_deaths', 'num_workers', 'min_workers', 'outer_lr', 'outer_momentum', 'nesterov',
+        'heartbeat_timeout_ms', 'heartbeat_timeout', 'dylu_enabled', 'pending', 'pending_submissions', 'workers',
+        'workers_live', 'servers', 'servers_live', 'shards', 'corrupt_shards', 'events', 'recent_rounds', 'evals',
+        'eval_loss', 'eval_version', 'config', 'state', 'redis']
+assert [k for k in d if k not in ('dylu_base_sync_every', 'dn_buffer_size', 'dn_buffered')] == keys, list(d)
+assert list(d['shards'][0]) == ['corrupt', 'corrupt_reason', 'shard', 'version', 'owner', 'epoch', 'lease_left_ms',
+                                'lease_age_ms', 'lease_valid', 'digest', 'snapshot'], list(d['shards'][0])
+assert list(d['servers'][0]) == ['id', 'addr', 'pid', 'last_beat_age_ms', 'shards_held'], list(d['servers'][0])
+assert list(d['pending'][0]) == ['fragment', 'round', 'submitted'] and isinstance(d['pending_submissions'], int)
 print('status ok: round', d['sync_round'], 'versions', [s['version'] for s in d['shards']])
 " || fail "/status content"
 v0=$(jq_ "print(min(s['version'] for s in d['shards']))")
@@ -101,6 +114,20 @@ for line in open(sys.argv[1]):
     fams.add(m.group(1)); float(m.group(4))
 assert fams <= typed, fams - typed
 EOF
+# the families, in their order, each with its type (http_status.c's metrics_text)
+[ "$(grep '^# TYPE ' "$TMP/metrics1" | awk '{printf "%s:%s ", $3, $4}')" = "$(printf '%s ' \
+  diloco_rounds_closed_total:counter diloco_commits_total:counter diloco_rejections_total:counter \
+  diloco_duplicates_total:counter diloco_worker_deaths_total:counter diloco_worker_joins_total:counter \
+  diloco_lease_changes_total:counter diloco_corruptions_total:counter diloco_repairs_total:counter diloco_up:gauge \
+  diloco_workers_live:gauge diloco_workers_target:gauge diloco_workers_min:gauge diloco_servers_live:gauge \
+  diloco_outer_lr:gauge diloco_outer_momentum:gauge diloco_round:gauge diloco_shard_version:gauge \
+  diloco_shard_lease_epoch:gauge diloco_shard_corrupt:gauge diloco_shards_corrupt:gauge \
+  diloco_shard_lease_valid:gauge diloco_worker_heartbeat_age_seconds:gauge diloco_worker_steps_per_second:gauge \
+  diloco_worker_loss:gauge diloco_worker_step:gauge diloco_eval_loss:gauge diloco_eval_version:gauge \
+  diloco_server_beat_age_seconds:gauge diloco_server_shards_held:gauge)" ] ||
+  fail "metrics: the families or their order changed: $(grep '^# TYPE ' "$TMP/metrics1" | awk '{printf "%s ", $3}')"
+grep -q "^diloco_shard_lease_valid{run=\"$RUN\",shard=\"1\"} 1$" "$TMP/metrics1" || fail "metrics: lease of shard 1"
+grep -q "^diloco_round{run=\"$RUN\",fragment=\"0\"} [0-9]" "$TMP/metrics1" || fail "metrics: round of fragment 0"
 ver() { grep "^diloco_shard_version{run=\"$RUN\",shard=\"$1\"}" "$2" | awk '{print $2}'; }
 wait_until 10 "curl -s $H/metrics > $TMP/metrics2 && [ \"\$(ver 0 $TMP/metrics2)\" -gt \"$(ver 0 "$TMP/metrics1")\" ]" \
   "shard 0 version to advance in /metrics"

@@ -133,13 +133,14 @@ static void meta_set(json_t *m, const char *k, const char *fmt, ...)
 }
 
 /* The run's identity and shape: format, run, version, model, shards and fragments with their bounds,
- * seed, snapshots. */
-static void meta_run(json_t *m, const char *run, const export_data *d)
+ * seed, snapshots. -1 when out of memory. */
+static int meta_run(json_t *m, const char *run, const export_data *d)
 {
     const runconf *rc = &d->rc;
     int S = rc->nshards, F = rc->nfragments;
     size_t cap = (size_t)S * 24 + 64;
     char *buf = malloc(cap);
+    if (buf == NULL) return -1;
     meta_set(m, "format", "%s", CKPT_FORMAT);
     meta_set(m, "format_version", "%s", CKPT_FORMAT_VERSION);
     meta_set(m, "run", "%s", run);
@@ -159,14 +160,16 @@ static void meta_run(json_t *m, const char *run, const export_data *d)
     meta_set(m, "seed", "%" PRIu64, rc->seed);
     meta_set(m, "snapshot_every", "%d", rc->snapshot_every);
     free(buf);
+    return 0;
 }
 
 /* What a reader checks the file against: each shard's digest, each tensor's xxh3, and the Delayed
- * Nesterov buffer's settings and schedule when there is one. */
-static void meta_digests(json_t *m, const export_data *d)
+ * Nesterov buffer's settings and schedule when there is one. -1 when out of memory. */
+static int meta_digests(json_t *m, const export_data *d)
 {
     const runconf *rc = &d->rc;
     char *dg = malloc((size_t)rc->nshards * 17 + 1);
+    if (dg == NULL) return -1;
     dg[0] = '\0';
     for (int k = 0; k < rc->nshards; k++) {
         if (k) strcat(dg, ",");
@@ -182,17 +185,25 @@ static void meta_digests(json_t *m, const export_data *d)
         meta_set(m, "dn_t", "%" PRIu64, rc->dn_t0 + (uint64_t)d->version);
         meta_set(m, "dn_buffer_xxh3", "%016" PRIx64, digest_f32(d->dnbuf, rc->numel));
     }
+    return 0;
 }
 
+/* The header's __metadata__; NULL when out of memory (write_checkpoint then cannot build the header). */
 static json_t *build_metadata(const char *run, const export_data *d)
 {
     json_t *m = json_object();
-    meta_run(m, run, d);
+    if (m == NULL || meta_run(m, run, d) < 0) {
+        json_decref(m);
+        return NULL;
+    }
     meta_set(m, "outer_lr", "%s", d->lr);
     meta_set(m, "outer_momentum", "%s", d->mu);
     meta_set(m, "nesterov", "%s", d->nesterov);
     meta_set(m, "has_momentum", "%s", d->has_mom ? "true" : "false");
-    meta_digests(m, d);
+    if (meta_digests(m, d) < 0) {
+        json_decref(m);
+        return NULL;
+    }
     meta_set(m, "created_ms", "%" PRIu64, wall_ms());
     char *layout = checkpoint_layout(&d->rc);
     if (layout) json_object_set_new(m, "layout", json_string(layout));

@@ -362,8 +362,8 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
     doc_events(d, events);
     doc_evals(d, raw);
     /* every raw field, for what the document does not name */
-    json_object_set_new(d, "config", json_deep_copy(cfg ? cfg : json_object()));
-    json_object_set_new(d, "state", json_deep_copy(st ? st : json_object()));
+    json_object_set_new(d, "config", cfg ? json_deep_copy(cfg) : json_object());
+    json_object_set_new(d, "state", st ? json_deep_copy(st) : json_object());
     return d;
 }
 

@@ -158,7 +158,11 @@ static redisReply *handshake(redisContext *c, const stop_src *stop, int timeout_
     va_end(ap);
     void *reply = NULL;
     for (uint64_t t0 = now_ms(); queued && redisGetReply(c, &reply) != REDIS_OK;) {
-        if (stop == NULL || !slice_passed(c) || now_ms() - t0 >= (uint64_t)timeout_ms) return NULL;
+        if (!slice_passed(c)) return NULL; /* (an I/O error: errstr says which) */
+        if (stop == NULL || now_ms() - t0 >= (uint64_t)timeout_ms) {
+            snprintf(c->errstr, sizeof c->errstr, "no reply within %d ms (is Redis frozen or overloaded?)", timeout_ms);
+            return NULL;
+        }
         if (stop_now(stop)) {
             snprintf(c->errstr, sizeof c->errstr, "stopped while Redis did not answer");
             return NULL;
@@ -169,13 +173,19 @@ static redisReply *handshake(redisContext *c, const stop_src *stop, int timeout_
     return reply;
 }
 
-/* Run one command whose only interesting outcome is error or not; *final when Redis refused it for good. */
-static int run_simple(redisContext *c, const char *what, int *final, char *err, size_t errlen, redisReply *r)
+/* Run one command whose only interesting outcome is error or not; *final when Redis refused it for good.
+ * check: what to look at when Redis refuses it, said only then (no reply is not a matter of credentials:
+ * a frozen or overloaded Redis, or a cut connection). */
+static int run_simple(redisContext *c, const char *what, const char *check, int *final, char *err, size_t errlen,
+                      redisReply *r)
 {
     int rc = 0;
-    if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-        err_set(err, errlen, "%s failed: %s", what, r ? r->str : c->errstr[0] ? c->errstr : "no reply");
-        *final = r != NULL && rconn_error_final(r->str);
+    if (r == NULL) {
+        err_set(err, errlen, "%s failed: %s", what, c->errstr[0] ? c->errstr : "no reply");
+        rc = -1;
+    } else if (r->type == REDIS_REPLY_ERROR) {
+        err_set(err, errlen, "%s (%s) failed: %s", what, check, r->str);
+        *final = rconn_error_final(r->str);
         rc = -1;
     }
     if (r != NULL) freeReplyObject(r);
@@ -186,15 +196,15 @@ static int authenticate(redisContext *c, const redis_url *u, const stop_src *sto
                         char *err, size_t errlen)
 {
     if (u->user[0] != '\0')
-        return run_simple(c, "AUTH (check the user and password in the Redis URL)", final, err, errlen,
+        return run_simple(c, "AUTH", "check the user and password in the Redis URL", final, err, errlen,
                           handshake(c, stop, timeout_ms, "AUTH %s %s", u->user, u->pass));
     if (u->pass[0] != '\0')
-        return run_simple(c, "AUTH (check the password in the Redis URL)", final, err, errlen,
+        return run_simple(c, "AUTH", "check the password in the Redis URL", final, err, errlen,
                           handshake(c, stop, timeout_ms, "AUTH %s", u->pass));
     /* No credentials: a PING finds out at once whether the server wants some (NOAUTH, final), so that no
      * caller's first command is refused in its own way (a large FUNCTION LOAD before AUTH is answered
      * "Protocol error: unauthenticated bulk length"). */
-    return run_simple(c, "PING (a server that requires a password needs it in the URL: redis://:PASSWORD@HOST:PORT)",
+    return run_simple(c, "PING", "a server that requires a password needs it in the URL: redis://:PASSWORD@HOST:PORT",
                       final, err, errlen, handshake(c, stop, timeout_ms, "PING"));
 }
 
@@ -233,7 +243,7 @@ static redisContext *open_node(const redis_url *u, const char *host, int port, i
     if (authenticate(c, u, stop, limit_ms, final, err, errlen) != 0) goto error;
     /* SELECT 0 is skipped so the same URL also works against a Redis Cluster node. */
     if (host == NULL && u->db != 0 &&
-        run_simple(c, "SELECT (check the database number in the Redis URL)", final, err, errlen,
+        run_simple(c, "SELECT", "check the database number in the Redis URL", final, err, errlen,
                    handshake(c, stop, limit_ms, "SELECT %d", u->db)) != 0)
         goto error;
     if (stop && redisSetTimeout(c, io_tv) != REDIS_OK) {

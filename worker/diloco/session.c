@@ -65,6 +65,26 @@ static void settle_last_rounds(diloco *d)
     }
 }
 
+/* Leave the run (a group's rank: the group leaves, GONE if it has). Best effort: a worker that cannot
+ * say so is counted out when its heartbeats stop (the run's heartbeat timeout), and the log says which. */
+static void deregister(diloco *d)
+{
+    int64_t inc = dl_inc(d);
+    if (inc <= 0 || !d->ctl || rconn_broken(d->ctl)) return;
+    redisReply *r = d->grp ? rconn_command(d->ctl, "FCALL dl_deregister 1 %s %s %lld %d", d->config_key, d->worker_id,
+                                           (long long)inc, d->grp_rank)
+                           : rconn_command(d->ctl, "FCALL dl_deregister 1 %s %s %lld", d->config_key, d->worker_id,
+                                           (long long)inc);
+    char why[256];
+    if (r == NULL || r->type == REDIS_REPLY_ERROR) rconn_reply_error(d->ctl, r, why, sizeof why);
+    if (r == NULL)
+        log_warn("leaving run %s without deregistering (%s): the run counts us out when our heartbeats time out",
+                 d->run, why);
+    else if (r->type == REDIS_REPLY_ERROR) /* (counted out already: evicted, or the run was reset) */
+        log_info("leaving run %s: %s", d->run, why);
+    if (r) freeReplyObject(r);
+}
+
 static void session_close(diloco *d)
 {
     dl_closing(d);
@@ -73,14 +93,7 @@ static void session_close(diloco *d)
     wake_hub_stop(d);
     group_wait_committed(d); /* still beating: the other ranks' parts of the last round too */
     heartbeat_stop(d);
-    int64_t inc = dl_inc(d);
-    if (inc > 0 && d->ctl && !rconn_broken(d->ctl)) { /* a group's rank: the group leaves (GONE if it has) */
-        redisReply *r = d->grp ? rconn_command(d->ctl, "FCALL dl_deregister 1 %s %s %lld %d", d->config_key,
-                                               d->worker_id, (long long)inc, d->grp_rank)
-                               : rconn_command(d->ctl, "FCALL dl_deregister 1 %s %s %lld", d->config_key, d->worker_id,
-                                               (long long)inc);
-        if (r) freeReplyObject(r);
-    }
+    deregister(d);
     conn_close_all(d);
     state_free(d);
 }

@@ -108,6 +108,7 @@ typedef struct stream_slot {
     int threaded;
     int net_done; /* dl_stream_overlap: the network round is over (under stream_mu) */
     int rc;       /* round_net's outcome */
+    int fresh;    /* sent right after every fragment was fetched: round_net_fresh */
     char err[256];
     diloco_sync_info info;
     struct diloco *d;
@@ -545,6 +546,9 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen);
 void sync_confirm_peek(diloco *d, int f);
 /* Push, arrive, wait, get, for the shards of fragment f (round: its open round). */
 int sync_run_round(diloco *d, int f, int64_t round, char *err, size_t errlen);
+/* Wait, without a Δ or an arrival, for fragment f's round to close, then get its result durably: as
+ * sync_run_round (DL_OK: base[f] at round+1), or barrier_wait_closed's DL_NEED (only an arrival closes it). */
+int sync_join_round(diloco *d, int f, int64_t round, char *err, size_t errlen);
 
 /* round.c: one fragment's round as the schedule sees it (after_step.c: when; streaming.c: in flight).
  * Each returns 1 when params changed, 0 when not, -1 when unrecoverable (err says why). */
@@ -556,6 +560,9 @@ void round_record(diloco *d, int f, int64_t round, uint64_t t0, int stale);
  * DL_OK: base[f] is version round+1; DL_STALE: base[f] is the current global version; DL_EVICTED:
  * registered again, everything must be fetched (refetch_all); DL_CORRUPT (repair_wait); DL_FAIL. */
 int round_net(diloco *d, int f, char *err, size_t errlen);
+/* round_net for a sync round sent right after every fragment was fetched (registered again at this boundary's
+ * settling): our Δ is zero, and a round that does not expect us is taken without it (round.c, sync_round). */
+int round_net_fresh(diloco *d, int f, char *err, size_t errlen);
 /* After round_net of fragment f returned DL_OK, on the same thread: in sync mode, one look at whether
  * the parameters it took are durable yet (sync_confirm_peek), so that f's next Δ usually finds nothing
  * to confirm and costs the training thread no round trip to Redis. */

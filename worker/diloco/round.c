@@ -71,7 +71,28 @@ static int round_in_background(const diloco *d)
     return dl_stream_overlap(d) || (d->rc.async && d->rc.nfragments > 1);
 }
 
-int round_net(diloco *d, int f, char *err, size_t errlen)
+/* A sync round of fragment f. fresh: every fragment was just fetched (we registered again at this boundary's
+ * settling: streaming.c, stream_step), so our Δ is zero, trained over no step. Arriving with it in a round
+ * that does not expect us (dl_register joined us to the next one) would still count it among the
+ * participants: the mean of N pseudo-gradients of which ours is zero, the fragment's outer step shrunk by
+ * (N-1)/N. So we wait for that round to close as a joiner does and take its result, with nothing sent: the
+ * others never waited for us there. A round that expects us (a barrier short of members at our
+ * registration, or one that closed between the registration and the fetch), or one that nobody else is
+ * left to close (DL_NEED), gets the zero Δ: it waits for our arrival. */
+static int sync_round(diloco *d, int f, int64_t round, int fresh, char *err, size_t errlen)
+{
+    if (!fresh || round >= d->frag_joined[f]) return sync_run_round(d, f, round, err, errlen);
+    int rc = sync_join_round(d, f, round, err, errlen);
+    if (rc == DL_OK)
+        log_info("round %" PRId64 " of fragment %d: registered again just before it, with no step trained for it: "
+                 "took its result without arriving (it did not expect us)",
+                 round, f);
+    if (rc != DL_NEED) return rc;
+    log_info("round %" PRId64 " of fragment %d waits for nobody else: arriving, with nothing trained for it", round, f);
+    return sync_run_round(d, f, round, err, errlen);
+}
+
+static int net_round(diloco *d, int f, int fresh, char *err, size_t errlen)
 {
     int64_t round = d->frag_version[f];
     int defer = round_in_background(d);
@@ -84,7 +105,7 @@ int round_net(diloco *d, int f, char *err, size_t errlen)
         rc = async_submit_net(d, f, err, errlen);
         if (rc == DL_OK) lookahead_aim(d, f);
     } else {
-        rc = sync_run_round(d, f, round, err, errlen);
+        rc = sync_round(d, f, round, fresh, err, errlen);
         if (rc == DL_OK) dl_set_frag_version(d, f, round + 1);
     }
     if (rc == DL_OK) return DL_OK;
@@ -112,6 +133,16 @@ int round_net(diloco *d, int f, char *err, size_t errlen)
         return DL_EVICTED;
     }
     return rc == DL_CORRUPT ? rc : DL_FAIL;
+}
+
+int round_net(diloco *d, int f, char *err, size_t errlen)
+{
+    return net_round(d, f, 0, err, errlen);
+}
+
+int round_net_fresh(diloco *d, int f, char *err, size_t errlen)
+{
+    return net_round(d, f, 1, err, errlen);
 }
 
 /* ---- settling ---------------------------------------------------------------------------------------- */

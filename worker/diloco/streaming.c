@@ -47,7 +47,7 @@ static void *inflight_main(void *p)
     diloco_sync_info *prev_info = dl_round_info_use(&s->info);
     /* sync: its own control connection (the rounds' arrivals and reads, and a tail's look, would take turns on ctl) */
     rconn **prev_ctl = dl_round_ctl_use(many ? &d->lane_ctl[d->tails[f].lane] : NULL);
-    s->rc = round_net(d, f, s->err, sizeof s->err);
+    s->rc = s->fresh ? round_net_fresh(d, f, s->err, sizeof s->err) : round_net(d, f, s->err, sizeof s->err);
     int ok = s->rc == DL_OK;
     diloco_sync_info after = {0}; /* what the look counts (nothing today) must not go to s, settled meanwhile */
     if (many) {                   /* the boundary may settle it now (s is not touched after this) */
@@ -131,8 +131,9 @@ static int settle_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64
 
 /* 1 when params changed (reset to the global ones, a repair waited for), -1 unrecoverable, else 0. A
  * fragment whose Δ could not be prepared is a failed sync, as in round_blocking: it counts toward
- * --max-sync-retries (it used to be dropped, so a worker cut off from every shard-server never got there). */
-static int begin_fragment(diloco *d, int f, char *err, size_t errlen)
+ * --max-sync-retries (it used to be dropped, so a worker cut off from every shard-server never got there).
+ * fresh: every fragment was fetched at this boundary (round_net_fresh). */
+static int begin_fragment(diloco *d, int f, int fresh, char *err, size_t errlen)
 {
     uint64_t t0 = now_ms();
     int64_t round = d->frag_version[f];
@@ -147,7 +148,7 @@ static int begin_fragment(diloco *d, int f, char *err, size_t errlen)
     if (p != PREP_SEND) return settle_unsent(d, f, round, p, t0, err, errlen);
     stream_slot *s = slot_at(d, d->inflight_count);
     /* (info starts as cur: what preparing counted, the confirm of f's previous round) */
-    *s = (stream_slot){.d = d, .frag = f, .round = d->frag_version[f], .t0 = now_ms(), .info = d->cur};
+    *s = (stream_slot){.d = d, .frag = f, .round = d->frag_version[f], .t0 = now_ms(), .info = d->cur, .fresh = fresh};
     d->inflight_count++;
     if (!dl_stream_overlap(d)) {
         s->threaded = pthread_create(&s->thread, NULL, inflight_main, s) == 0;
@@ -307,11 +308,13 @@ void stream_force_order(const diloco *d, int *order)
     }
 }
 
-/* An async boundary whose settling registered again and fetched every fragment sends nothing: the
- * parameters were just taken, so the next fragment's Δ would be zero, trained over no step, and would still
- * take a place in its order and an outer step (its momentum alone). The next boundary comes a whole
- * interval later and sends that fragment, as after a registration between two boundaries (after_step.c,
- * rejoin_now). (A sync run's barrier counts on the joiner: it sends on.) */
+/* A boundary whose settling registered again and fetched every fragment has, for the next fragment, a Δ
+ * of zero, trained over no step. Async, it sends nothing: the Δ would still take a place in its order and
+ * an outer step (its momentum alone); the next boundary comes a whole interval later and sends that
+ * fragment, as after a registration between two boundaries (after_step.c, rejoin_now). Sync, the fragment's
+ * round goes on in turn, fresh: where it does not expect us we take its result without arriving, so that
+ * the zero Δ is not averaged in (round.c, sync_round). (Skipping the boundary would put each of our next
+ * rounds one interval behind the others' and lose it as stale, until a round that waits for us.) */
 int stream_step(diloco *d, char *err, size_t errlen)
 {
     int changed = 0, fetched = d->fetched_all;
@@ -320,9 +323,10 @@ int stream_step(diloco *d, char *err, size_t errlen)
         if (rc < 0) return -1;
         changed |= rc;
     }
-    if (d->rc.async && d->fetched_all != fetched) return changed;
+    int fresh = d->fetched_all != fetched;
+    if (d->rc.async && fresh) return changed;
     int f = stream_next_fragment(d);
-    int began = begin_fragment(d, f, err, errlen);
+    int began = begin_fragment(d, f, fresh, err, errlen);
     if (began < 0) return -1;
     d->frag_next = (f + 1) % d->rc.nfragments;
     return changed | began;

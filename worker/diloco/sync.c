@@ -312,6 +312,14 @@ static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, f
     }
 }
 
+/* Whether every shard of [first, last) is at version want (a get for at least want may bring a later one). */
+static int all_at(const diloco *d, int first, int last, int64_t want)
+{
+    for (int k = first; k < last; k++)
+        if (d->shard_version[k] != want) return 0;
+    return 1;
+}
+
 /* Push, arrive (the gets sent meanwhile), wait, get, for the shards of fragment f. */
 int sync_run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
 {
@@ -338,7 +346,19 @@ int sync_run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
     rc = get_round(d, first, last, &ga, early, err, errlen);
     if (rc != DL_OK) return rc;
     d->frag_incomplete[f] = 0;
-    for (int k = first; k < last; k++)
-        if (d->shard_version[k] != ga.want) return DL_STALE; /* the run moved on past us meanwhile */
-    return DL_OK;
+    return all_at(d, first, last, ga.want) ? DL_OK : DL_STALE; /* STALE: the run moved on past us meanwhile */
+}
+
+/* Take part in fragment f's round with nothing: wait as a joiner (no push, no arrival) for it to close,
+ * then get its result, durably (a tentative version would be confirmed later with a Δ of ours that the
+ * round never had). round.c's sync_round: a round that does not expect us, right after we registered again. */
+int sync_join_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
+{
+    int rc = barrier_wait_closed(d, f, round, err, errlen);
+    if (rc != DL_OK) return rc;
+    int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
+    fanout_get_arg ga = {.want = round + 1, .once = 1};
+    rc = get_round(d, first, last, &ga, NULL, err, errlen);
+    if (rc != DL_OK) return rc;
+    return all_at(d, first, last, ga.want) ? DL_OK : DL_STALE;
 }

@@ -16,7 +16,7 @@ trap 'kill -CONT $REDIS_PID 2>/dev/null; cleanup' EXIT
 RUN=frozen
 init_run $RUN --trainer quadratic --numel 20000 --shards 4 --fragments 2 --workers 1
 start_server s0
-start_worker w1 --sync-every 3000 --steps 1000000 --heartbeat-interval 1 --step-delay-ms 1 --fragments-in-flight 2
+start_worker w1 --sync-every 3000 --steps 1000000 --heartbeat-interval 1 --step-delay-ms 1 --fragments-in-flight 2 --fragment-alpha 0.5
 wait_until 30 "grep -q 'committed version 2' $TMP/server-s0.log" "two rounds committed"
 kill -STOP "$REDIS_PID"
 sleep 0.5

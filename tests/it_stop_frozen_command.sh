@@ -40,7 +40,7 @@ stop_frozen() {
 slow="" # the runs whose worker took 4 s or more (all three are measured before the test fails)
 
 stop_frozen sync1 "--fragments 1" ""
-stop_frozen stream "--fragments 2" "--fragments-in-flight 2"
+stop_frozen stream "--fragments 2" "--fragments-in-flight 2 --fragment-alpha 0.5"
 stop_frozen async "--fragments 1 --async" ""
 # Redis frozen 6 s: the heartbeat's beat (5 s) timed out and it is reconnecting, in the handshake (PING) that a
 # frozen Redis accepts and never answers; heartbeat_stop ends it (rconn_connect_retry's stop). 5.3 s before.

@@ -9,7 +9,7 @@
 # and w2's 70 steps). With IN_FLIGHT=D in the environment every worker runs with --fragments-in-flight D
 # (it_stream_in_flight_evicted.sh: D = 2, both fragments' rounds in flight as w3 stops).
 . "$(dirname "$0")/lib.sh"
-FLIGHT=${IN_FLIGHT:+--fragments-in-flight $IN_FLIGHT}
+FLIGHT=${IN_FLIGHT:+--fragments-in-flight $IN_FLIGHT --fragment-alpha 0.5}
 RUN=streamevict; H=20; F=2; STEPS=70
 start_redis
 stream_evict_run $RUN

@@ -63,9 +63,15 @@ grep -q "fragments-in-flight" "$TMP/d0.log" || fail "D 0: no clear error: $(cat 
 bin/worker --redis "$URL" --run flight2 --trainer quadratic --fragments-in-flight 5 --steps 4 --sync-every 4 \
   > "$TMP/d5.log" 2>&1 && fail "--fragments-in-flight 5 joined a run of 4 fragments"
 grep -q "fragments-in-flight 5 (diloco_options.fragments_in_flight): run 'flight2' has 4 fragment(s)" "$TMP/d5.log" || fail "D 5: no clear error: $(cat "$TMP/d5.log")"
+# D = F with alpha 0: each fragment's new values come back just as it is due again, so every Δ after its
+# first would be zero (the run would learn nothing): refused, naming both ways out
+bin/worker --redis "$URL" --run flight2 --trainer quadratic --fragments-in-flight 4 --steps 4 --sync-every 4 \
+  > "$TMP/d4.log" 2>&1 && fail "--fragments-in-flight 4 with alpha 0 joined a run of 4 fragments"
+grep -q "fragments-in-flight 4 .*every pseudo-gradient after its first would be zero; use at most 3 in flight, or a --fragment-alpha" "$TMP/d4.log" ||
+  fail "D 4 = F, alpha 0: no clear error: $(cat "$TMP/d4.log")"
 RUN=flightasync
 init_run $RUN --trainer quadratic --numel 4000 --shards 4 --fragments 2 --async
 bin/worker --redis "$URL" --run $RUN --trainer quadratic --fragments-in-flight 2 --steps 4 --sync-every 4 \
   > "$TMP/da.log" 2>&1 && fail "--fragments-in-flight 2 joined an async run"
 grep -q "fragments-in-flight 2 (diloco_options.fragments_in_flight): run 'flightasync' is asynchronous" "$TMP/da.log" || fail "async: no clear error: $(cat "$TMP/da.log")"
-say "refused: $(tail -c 120 "$TMP/d0.log" | tr '\n' ' ') | $(grep -h 'fragments-in-flight 5' "$TMP/d5.log" | sed 's/.*ERROR //' | cut -c1-110) | $(grep -h 'asynchronous' "$TMP/da.log" | sed 's/.*ERROR //' | cut -c1-110)"
+say "refused: $(tail -c 120 "$TMP/d0.log" | tr '\n' ' ') | $(grep -h 'fragments-in-flight 5' "$TMP/d5.log" | sed 's/.*ERROR //' | cut -c1-110) | $(grep -h 'asynchronous' "$TMP/da.log" | sed 's/.*ERROR //' | cut -c1-110) | $(grep -h 'would be zero' "$TMP/d4.log" | sed 's/.*ERROR //' | cut -c1-110)"

@@ -16,9 +16,9 @@ RUN=flightevict; H=20; STEPS=70
 start_redis
 stream_evict_run $RUN
 for w in w1 w2; do
-  start_worker $w --sync-every $H --steps $STEPS --heartbeat-interval 0.2 --step-delay-ms 100 --fragments-in-flight 2
+  start_worker $w --sync-every $H --steps $STEPS --heartbeat-interval 0.2 --step-delay-ms 100 --fragments-in-flight 2 --fragment-alpha 0.5
 done
-start_worker w3 --sync-every $H --steps 0 --heartbeat-interval 0.2 --step-delay-ms 20 --fragments-in-flight 2
+start_worker w3 --sync-every $H --steps 0 --heartbeat-interval 0.2 --step-delay-ms 20 --fragments-in-flight 2 --fragment-alpha 0.5
 wait_until 15 '[ "$($RCLI HEXISTS "dl:{$RUN}:f1:r0" a:w3)" = 1 ]' "w3 to arrive at fragment 1's round 0"
 kill -STOP "$WRK_w3"
 [ "$(round 0)" = 0 ] && [ "$($RCLI HEXISTS "dl:{$RUN}:f0:r0" a:w3)" = 1 ] ||

@@ -104,7 +104,8 @@ class DiLoCo:
     nesterov); outer_optimizer exists for torchft's signature and must be None. Everything else is the
     worker's: sync_every (H), bf16 pseudo-gradients, error_feedback (int8/int4/int3/int2 runs), dylu, fragment_update_alpha (Streaming DiLoCo's
     mixing of the local and global values), fragments_in_flight (Streaming: rounds in flight at once, each
-    fragment applied that many intervals after it was sent; sync runs only), worker_id, heartbeat_interval, timeouts in seconds.
+    fragment applied that many intervals after it was sent; sync runs only; at most the run's fragments - 1
+    with fragment_update_alpha 0), worker_id, heartbeat_interval, timeouts in seconds.
 
     process_group (a torch.distributed process group, e.g. dist.group.WORLD, of more than one process):
     the processes of the group are ONE worker of the run, data-parallel inside (DDP; a DDP model is synced

@@ -161,6 +161,17 @@ static int check_in_flight(diloco *d, const diloco_options *o, char *err, size_t
                 want, o->run);
         return -1;
     }
+    if (want > 1 && want == d->rc.nfragments && o->fragment_alpha == 0) {
+        /* the fragment a boundary settles is then the only one not in flight, so it goes again at once:
+         * its parameters were just set to the global ones (alpha 0), and its Δ is zero over no step */
+        err_set(err, errlen,
+                "--fragments-in-flight %d (diloco_options.fragments_in_flight) with --fragment-alpha 0: run '%s' has "
+                "%d fragments, so each fragment's new values would come back just as it is due again, with no step "
+                "trained since, and every pseudo-gradient after its first would be zero; use at most %d in flight, "
+                "or a --fragment-alpha (diloco_options.fragment_alpha) above 0",
+                want, o->run, d->rc.nfragments, d->rc.nfragments - 1);
+        return -1;
+    }
     return 0;
 }
 

@@ -176,11 +176,11 @@ static void tell_round_longer(diloco *d, int f, uint64_t trained, uint64_t waite
     else
         snprintf(had, sizeof had, "the %d intervals of %d steps it had in flight", d->inflight_max, stream_interval(d));
     log_warn("fragment %d's round took %.2f s, longer than %s (%.2f s): training waited %.2f s for it. Over a slow "
-             "or distant link, more fragments in flight (--fragments-in-flight, at most the run's %d), fewer "
+             "or distant link, more fragments in flight (--fragments-in-flight, at most %d here), fewer "
              "fragments (coordinator init --fragments) or a larger --sync-every hide a round (docs/compression.md, "
              "\"What a user feels\")",
              f, (double)(trained + waited) / 1000.0, had, (double)trained / 1000.0, (double)waited / 1000.0,
-             d->rc.nfragments);
+             d->o.fragment_alpha == 0 ? d->rc.nfragments - 1 : d->rc.nfragments);
 }
 
 /* Wait until s's round is over: its thread ended (async), or said so (sync: it goes on as f's tail). */

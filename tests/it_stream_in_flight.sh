@@ -11,7 +11,7 @@
 #   3. D = 2 with a shard-server killed (-9) after w1's sixth sync and replaced: the new owner gets the kept
 #      pseudo-gradients again, every round closes, bit-identical to the reference;
 #   4. the option's checks: 0, more than the run's fragments, and more than 1 in an async run are refused,
-#      each naming the option.
+#      each naming the option; an H the fragments do not divide (6 with 4) is warned about at open.
 . "$(dirname "$0")/lib.sh"
 NUMEL=40000; SEED=23; H=20; STEPS=100
 start_redis
@@ -69,6 +69,14 @@ bin/worker --redis "$URL" --run flight2 --trainer quadratic --fragments-in-fligh
   > "$TMP/d4.log" 2>&1 && fail "--fragments-in-flight 4 with alpha 0 joined a run of 4 fragments"
 grep -q "fragments-in-flight 4 .*every pseudo-gradient after its first would be zero; use at most 3 in flight, or a --fragment-alpha" "$TMP/d4.log" ||
   fail "D 4 = F, alpha 0: no clear error: $(cat "$TMP/d4.log")"
+# H that the fragments do not divide: legal, but each fragment syncs every F x floor(H/F) steps, not H: said at open
+RUN=flight2
+start_worker hodd --sync-every 6 --steps 0 --heartbeat-interval 1
+wait_until 10 "grep -q 'sync-every 6 (diloco_options.sync_every) is not a multiple of the 4 fragments' \"\$TMP/worker-hodd.log\"" \
+  "the warning of an H the fragments do not divide"
+grep -q "each fragment syncs every 4 steps, not 6; use a multiple of 4 (e.g. 8)" "$TMP/worker-hodd.log" ||
+  fail "H 6, F 4: the warning does not say the H it gets and one to use: $(cat "$TMP/worker-hodd.log")"
+kill -TERM "$WRK_hodd"
 RUN=flightasync
 init_run $RUN --trainer quadratic --numel 4000 --shards 4 --fragments 2 --async
 bin/worker --redis "$URL" --run $RUN --trainer quadratic --fragments-in-flight 2 --steps 4 --sync-every 4 \

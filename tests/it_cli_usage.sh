@@ -4,8 +4,8 @@
 # Redis URL, a bad URL, a bad value, an unknown trainer flag) is one line naming what is wrong, exit 2,
 # at once (never a wait for Redis); a Redis that is down, tried once, is one line saying what to check,
 # exit 1; --help exits 0 (bin/worker's names each of its flags); SIGTERM ends a wait for a down Redis;
-# `serve` started before its run waits, saying so once; a worker with no shard-server up says so within
-# seconds.
+# `serve` started before its run waits, saying so once; init warns about an outer lr above 10 and a
+# Delayed Nesterov buffer larger than the workers; a worker with no shard-server up says so within seconds.
 . "$(dirname "$0")/lib.sh"
 DEAD="redis://127.0.0.1:$(free_port)" # nothing listens there
 
@@ -117,6 +117,17 @@ bin/coordinator init --redis "$URL" --run later --trainer quadratic --numel 10 >
 sleep 1.5
 kill -TERM $p; wait $p || fail "serve exit status $?"
 say "serve before its run: one line saying coordinator init creates it, then serves it"
+
+# settings a run accepts that make it learn almost nothing: init warns (and still creates the run)
+bin/coordinator init --redis "$URL" --run lr --trainer quadratic --numel 10 --outer-lr 1e6 > "$TMP/lr.log" 2>&1 || fail "init --outer-lr 1e6"
+grep -q "warning: --outer-lr 1e+06 is far above DiLoCo's 0.7 .*use 0.7 to 2" "$TMP/lr.log" || fail "--outer-lr 1e6: no warning: $(cat "$TMP/lr.log")"
+bin/coordinator init --redis "$URL" --run dn --trainer quadratic --numel 10 --async --workers 4 --dn-buffer-size 100 > "$TMP/dn.log" 2>&1 ||
+  fail "init --dn-buffer-size 100"
+grep -q "warning: --dn-buffer-size 100 with --workers 4: .* moves them 4/100 of a sync round's step .*use --dn-buffer-size 4" "$TMP/dn.log" ||
+  fail "--dn-buffer-size 100 with 4 workers: no warning: $(cat "$TMP/dn.log")"
+bin/coordinator init --redis "$URL" --run dnok --trainer quadratic --numel 10 --async --workers 4 --outer-lr 2 > "$TMP/dnok.log" 2>&1 || fail "init"
+grep -q "warning" "$TMP/dnok.log" && fail "the defaults warned: $(cat "$TMP/dnok.log")"
+say "init warns about --outer-lr 1e6 and a Delayed Nesterov buffer of 100 for 4 workers, not about the defaults"
 
 # a worker whose run has no shard-server up says so within seconds (not only at --sync-timeout), then
 # trains once one starts

@@ -6,7 +6,8 @@
 # sqrt (each submission scaled by its weight of seq - base, the values dl_submit recorded; reference 0 and
 # 1, so most weights are below 1), and again while shard-servers are
 # killed at random (kill -9 every 1-1.5 s, and deaths between
-# log write and commit). An async run made without --dn-buffer-size gets N = --workers.
+# log write and commit). An async run made without --dn-buffer-size gets N = --workers. A --weight-ref-tokens
+# far from the submissions' tokens (1000000 for 10) is warned about once.
 . "$(dirname "$0")/lib.sh"
 H=10; STEPS=120
 start_redis
@@ -45,6 +46,18 @@ one_run async_dn3 --dn-buffer-size 3
 one_run async_weighted --dn-buffer-size 0 --weight-by tokens --weight-ref-tokens 20
 one_run async_stale_inverse --dn-buffer-size 3 --staleness-weight inverse --staleness-ref 0
 one_run async_stale_sqrt --staleness-weight sqrt --staleness-ref 1 --weight-by tokens --weight-ref-tokens 20
+# a --weight-ref-tokens far from a submission's tokens scales every step far down: said once (scale 0.5 above: not)
+grep -q "enters the outer step scaled" "$TMP"/worker-*.log && fail "a token scale of 0.5 was warned about"
+RUN=async_ref_far
+init_run $RUN --async --trainer quadratic --numel 1000 --shards 2 --workers 1 --weight-by tokens --weight-ref-tokens 1000000
+NSRV=0; keep_servers 1
+start_worker far --sync-every 10 --steps 20 --heartbeat-interval 1
+wait_workers far
+grep -q "submission of 10 tokens enters the outer step scaled by 10 / 1000000 = 1e-05 .*the run barely moves; init the run with --weight-ref-tokens near the tokens of a normal submission (about 10 here)" "$TMP/worker-far.log" ||
+  fail "--weight-ref-tokens 1000000 for submissions of 10 tokens: no warning: $(cat "$TMP/worker-far.log")"
+[ "$(grep -c 'enters the outer step scaled' "$TMP/worker-far.log")" = 1 ] || fail "the token scale was warned about more than once"
+say "--weight-ref-tokens 1000000 for 10-token submissions: warned once (scale 1e-05)"
+for p in $(live_servers); do eval "kill \$SRV_s$p"; done
 
 RUN=async_storm
 init_run $RUN --async --trainer quadratic --numel 40000 --shards 4 --workers 3 --dn-buffer-size 3 --snapshot-every 4

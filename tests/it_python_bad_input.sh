@@ -7,7 +7,9 @@
 # None, run 7) get a TypeError before Redis is touched. NaN in the parameters at a sync is not sent:
 # libdiloco logs it (through the package's log callback) and resets the worker to the global
 # parameters, as it does for a C worker. Afterwards
-# the run is still at version 0 with no worker left registered, and a good worker syncs round 0.
+# the run is still at version 0 with no worker left registered, and a good worker syncs round 0. In a run
+# that weighs pseudo-gradients by tokens, a worker that reports none (report(loss) without tokens=) is told
+# once that each of its pseudo-gradients counts as 1 token.
 . "$(dirname "$0")/lib.sh"
 RUN=pybad; NUMEL=5000
 start_redis
@@ -23,3 +25,30 @@ n=$(grep -c '^ok' "$TMP/bad.log")
 [ "$($RCLI HLEN "dl:{$RUN}:workers")" -eq 0 ] || fail "workers left registered: $($RCLI HKEYS "dl:{$RUN}:workers")"
 $RCLI XRANGE "dl:{$RUN}:events" - + | grep -q '^bad$' && fail "worker 'bad' reached the run's events"
 say "every bad input refused with a clear exception; the run took only the good worker's round"
+
+RUN=pytok
+init_run $RUN --trainer quadratic --numel $NUMEL --shards 2 --workers 1 --weight-by tokens
+start_server t1
+$PYTHON - "$URL" $RUN $NUMEL > "$TMP/tok.log" 2>&1 <<'PY' || fail "a worker without tokens: $(tail -n 20 "$TMP/tok.log")"
+import sys
+import torch
+sys.path.insert(0, "python")
+import rediloco
+url, run, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+m = torch.nn.Module()
+m.x = torch.nn.Parameter(torch.zeros(n))
+inner = torch.optim.SGD(m.parameters(), lr=0.01)
+msgs = []
+with rediloco.DiLoCo(url, run, m, inner, sync_every=2, worker_id="notok", heartbeat_interval=1,
+                     log=lambda level, msg: msgs.append(msg)) as dl:
+    for _ in range(4):
+        m.x.grad = torch.ones(n)
+        inner.step()
+        dl.report(0.5)
+    assert dl.last_sync is not None and dl.last_sync.version == 2, dl.last_sync
+print("\n".join(msgs))
+PY
+grep -q "weighs pseudo-gradients by tokens (--weight-by tokens), but this worker reported none .*DiLoCo.report(loss, tokens=N)" "$TMP/tok.log" ||
+  fail "no warning of a worker that reports no tokens: $(cat "$TMP/tok.log")"
+[ "$(grep -c 'reported none' "$TMP/tok.log")" = 1 ] || fail "the missing tokens were said more than once: $(cat "$TMP/tok.log")"
+say "a worker reporting no tokens to a --weight-by tokens run: told once, and it syncs"

@@ -136,23 +136,25 @@ static uint64_t tokens_now(diloco *d)
 
 /* --weight-by tokens: a pseudo-gradient counts by the tokens behind it (the shard-server weighs them, and an
  * async run scales each submission by tokens / --weight-ref-tokens). A worker that reports no tokens
- * (diloco_report's count) sends 1, and an async reference far from a submission's tokens scales every step
+ * (diloco_report's count; a window after a new registration may have none, a session none at all is the
+ * mistake) sends 1, and an async reference far from a submission's tokens scales every step
  * far down or up: the quadratic, 4 async workers of 20-token submissions, --weight-ref-tokens 1000000 (scale
- * 2e-5): loss 0.2276 after 200 steps, flat since step 40, where 20 reaches 0.073. Said once, with what to do. */
+ * 2e-5): loss 0.2276 after 200 steps, flat since step 40, where 20 reaches 0.073. Checked at the first send,
+ * said with what to do. */
 static void warn_token_weight(diloco *d, int f, int reported)
 {
-    if (!d->rc.weight_tokens || d->tokens_warned) return;
+    if (!d->rc.weight_tokens || d->tokens_checked) return;
+    d->tokens_checked = 1; /* the first send: later windows may be short for a reason (a new registration) */
     uint64_t ref = d->rc.weight_ref_tokens ? d->rc.weight_ref_tokens : 1, n = d->push_tokens[f];
     double scale = (double)n / (double)ref;
-    if (!reported) {
-        log_warn("run '%s' weighs pseudo-gradients by tokens (--weight-by tokens), but this worker reported none "
-                 "since its previous send (diloco_report's tokens; Python: DiLoCo.report(loss, tokens=N)): its "
-                 "pseudo-gradient counts as 1 token, %s; report the tokens of every step",
+    if (!reported)
+        log_warn("run '%s' weighs pseudo-gradients by tokens (--weight-by tokens), but this worker has reported "
+                 "none (diloco_report's tokens; Python: DiLoCo.report(loss, tokens=N)): each of its "
+                 "pseudo-gradients counts as 1 token, %s; report the tokens of every step",
                  d->run,
                  d->rc.async ? "scaled by 1 / --weight-ref-tokens, so it barely moves the run"
                              : "next to the other workers' counts, so it barely enters the mean");
-        d->tokens_warned = 1;
-    } else if (d->rc.async && (scale < 0.1 || scale > 10)) {
+    else if (d->rc.async && (scale < 0.1 || scale > 10))
         log_warn("fragment %d's submission of %llu tokens enters the outer step scaled by %llu / %llu = %.3g (the "
                  "--weight-ref-tokens of run '%s'), so every step is %s; init the run with --weight-ref-tokens near "
                  "the tokens of a normal submission (about %llu here)",
@@ -160,8 +162,6 @@ static void warn_token_weight(diloco *d, int f, int reported)
                  scale < 1 ? "far smaller than the outer lr says and the run barely moves"
                            : "far larger than the outer lr says and overshoots",
                  (unsigned long long)n);
-        d->tokens_warned = 1;
-    }
 }
 
 /* Where fragment f's training started, what Δ is measured from: base, or with --async-lookahead's plain
@@ -207,7 +207,7 @@ int dl_delta_compute(diloco *d, int f, char *err, size_t errlen)
     }
     uint64_t tokens = tokens_now(d);
     d->push_tokens[f] = tokens > d->tokens_at_send[f] ? tokens - d->tokens_at_send[f] : 1;
-    warn_token_weight(d, f, tokens > d->tokens_at_send[f]);
+    warn_token_weight(d, f, tokens > 0);
     d->tokens_before[f] = d->tokens_at_send[f];
     d->tokens_at_send[f] = tokens;
     return 0;

@@ -175,7 +175,7 @@ struct diloco {
     uint64_t *push_tokens;    /* per fragment: tokens trained since its previous send (--weight-by tokens) */
     uint64_t *tokens_at_send; /* per fragment: our token count when it was last sent */
     uint64_t *tokens_before;  /* per fragment: tokens_at_send before the Δ out (back if it is not taken) */
-    int tokens_warned;        /* warn_token_weight said it once (delta.c) */
+    int tokens_checked;       /* warn_token_weight looked at the first send (delta.c) */
 
     /* Streaming DiLoCo: up to o.fragments_in_flight fragments sync on background threads while training
      * goes on (streaming.c): a FIFO of slots, the oldest at inflight_head */

@@ -10,7 +10,8 @@
 #     stops the shard-server with "stopped" as its last line, and it and serve (SIGINT) name the signal;
 #   - `coordinator --redis URL status` (flags before the command) says that the command comes first;
 #   - a GPT worker with a token file too short for its --seq, --shard-index out of range, or a
-#     --min-lr-ratio or --weight-decay that would make its lr negative or its weights grow, says the
+#     --min-lr-ratio or --weight-decay that would make its lr negative or its weights grow, or an inner lr of 0
+#     (--lr, --quad-lr: every pseudo-gradient zero), says the
 #     values and what to change (it trained with them before);
 #   - a worker started on a run an operator shut down says how to train on; one Ctrl-C'd while it waits
 #     to start (no shard-server up) says it stopped, exit 0 (it said "ERROR stopped", exit 1);
@@ -81,8 +82,14 @@ grep -q "need 0 <= --shard-index < --num-shards, got --shard-index 2 --num-shard
 bin/worker --redis "$URL" --run tiny --min-lr-ratio -0.5 > "$TMP/out" 2>&1 && fail "--min-lr-ratio -0.5: exit 0"
 grep -q "min-lr-ratio is the final lr over the peak lr, in \[0, 1\]; got -0.5" "$TMP/out" || fail "--min-lr-ratio -0.5: $(cat "$TMP/out")"
 bin/worker --redis "$URL" --run tiny --weight-decay -1 > "$TMP/out" 2>&1 && fail "--weight-decay -1: exit 0"
-grep -q "need --lr >= 0, .* and --weight-decay >= 0, got .* --weight-decay -1" "$TMP/out" || fail "--weight-decay -1: $(cat "$TMP/out")"
-say "a token file too short for --seq, --shard-index out of range, a negative final lr or weight decay: the values and the way out"
+grep -q "need --lr > 0 .* and --weight-decay >= 0, got .* --weight-decay -1" "$TMP/out" || fail "--weight-decay -1: $(cat "$TMP/out")"
+# an inner lr of 0 trains nothing: every pseudo-gradient would be zero (the quadratic's loss stays at its start)
+bin/worker --redis "$URL" --run tiny --lr 0 > "$TMP/out" 2>&1 && fail "--lr 0: exit 0"
+grep -q "need --lr > 0 (at 0 nothing is trained and every pseudo-gradient is zero; default 4e-4)" "$TMP/out" || fail "--lr 0: $(cat "$TMP/out")"
+bin/worker --redis "$URL" --run tiny --trainer quadratic --quad-lr 0 > "$TMP/out" 2>&1 && fail "--quad-lr 0: exit 0"
+grep -q "\-\-quad-lr wants a positive number (at 0 the worker trains nothing and sends only zero pseudo-gradients; default 0.01), got '0'" "$TMP/out" ||
+  fail "--quad-lr 0: $(cat "$TMP/out")"
+say "a token file too short for --seq, --shard-index out of range, a negative final lr or weight decay, an inner lr of 0: the values and the way out"
 
 # a worker started on a run an operator shut down: refused, with the way to train on
 init_run over --trainer quadratic --numel 10 --workers 1

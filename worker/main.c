@@ -10,6 +10,7 @@
  * run, so the others are not kept waiting for it). A trainer on a GPU gives libdiloco its device hooks
  * (--device-hooks auto): the pseudo-gradient and the new global parameters then go through the device
  * and the parameters never come back to the host (docs/cuda.md). */
+#include <float.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
@@ -99,7 +100,7 @@ static void usage(FILE *f)
                "  --step-delay-ms MS        sleep after each step, to simulate a slower machine (tests)\n"
                "  --slowdown F              after each step, sleep F - 1 times as long as the step took: a machine F\n"
                "                            times slower, whatever the load (benchmarks; default 1)\n"
-               "  --quad-lr LR              (quadratic) inner AdamW learning rate (default 0.01)\n"
+               "  --quad-lr LR              (quadratic) inner AdamW learning rate, above 0 (default 0.01)\n"
                "  --device-hooks MODE       auto: DiLoCo on the device when the trainer runs on a GPU (default);\n"
                "                            off: through the host buffer; host: testing, a host-memory stand-in\n"
                "                            for a device (tests/it_device_hooks.sh)\n"
@@ -153,12 +154,13 @@ static void session_flags(opt_spec *specs, worker_args *a, typed_flags *t)
          .lo = 1,
          .hi = 1000000000,
          .wants = "a positive integer"},
-        {.name = "quad-lr",
+        {.name = "quad-lr", /* 0 trained nothing: every pseudo-gradient zero, the run's loss flat (measured) */
          .kind = OPT_DOUBLE,
          .dest = &a->quad_lr,
-         .min = 0,
+         .min = FLT_MIN,
          .max = HUGE_VAL,
-         .wants = "a non-negative number"},
+         .wants = "a positive number (at 0 the worker trains nothing and sends only zero pseudo-gradients; "
+                  "default 0.01)"},
     };
     _Static_assert(sizeof table / sizeof table[0] == SESSION_FLAGS, "SESSION_FLAGS counts session_flags' table");
     memcpy(specs, table, sizeof table);

@@ -65,7 +65,7 @@ static const flag FLAGS[] = {
     {"vocab", F_INT, OFF(model.vocab), "vocabulary size, 256 = bytes (the run's)"},
     {"batch", F_INT, OFF(batch), "sequences per step (8)"},
     {"seq", F_INT, OFF(seq), "tokens per sequence, <= ctx (256, or the run's ctx if shorter)"},
-    {"lr", F_DBL, OFF(lr), "peak AdamW learning rate (4e-4)"},
+    {"lr", F_DBL, OFF(lr), "peak AdamW learning rate, above 0 (4e-4)"},
     {"beta1", F_DBL, OFF(beta1), "AdamW beta1 (0.9)"},
     {"beta2", F_DBL, OFF(beta2), "AdamW beta2 (0.95)"},
     {"eps", F_DBL, OFF(eps), "AdamW eps (1e-8)"},

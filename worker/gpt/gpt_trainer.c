@@ -564,13 +564,14 @@ static int check_shape(const gpt_options *o, char *err, size_t errlen)
 }
 
 /* AdamW's settings and the schedule's floor, checked: out of range they make the lr negative or the
- * weights grow. */
+ * weights grow; a peak lr of 0 trains nothing, so every pseudo-gradient the worker sends is zero. */
 static int check_optimizer(const gpt_options *o, char *err, size_t errlen)
 {
-    if (!(o->lr >= 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) || !(o->eps > 0) ||
+    if (!(o->lr > 0) || !(o->beta1 >= 0 && o->beta1 < 1) || !(o->beta2 >= 0 && o->beta2 < 1) || !(o->eps > 0) ||
         !(o->weight_decay >= 0)) {
         err_set(err, errlen,
-                "gpt: need --lr >= 0, --beta1 and --beta2 in [0, 1), --eps > 0 and --weight-decay >= 0, got --lr %g "
+                "gpt: need --lr > 0 (at 0 nothing is trained and every pseudo-gradient is zero; default 4e-4), "
+                "--beta1 and --beta2 in [0, 1), --eps > 0 and --weight-decay >= 0, got --lr %g "
                 "--beta1 %g --beta2 %g --eps %g --weight-decay %g",
                 o->lr, o->beta1, o->beta2, o->eps, o->weight_decay);
         return -1;

@@ -5,7 +5,9 @@
 # at once (never a wait for Redis); a Redis that is down, tried once, is one line saying what to check,
 # exit 1; --help exits 0 (bin/worker's names each of its flags); SIGTERM ends a wait for a down Redis;
 # `serve` started before its run waits, saying so once; init warns about an outer lr above 10 and a
-# Delayed Nesterov buffer larger than the workers; a worker with no shard-server up says so within seconds.
+# Delayed Nesterov buffer larger than the workers; a worker whose heartbeat interval is the run's heartbeat
+# timeout or more is refused at open (above half of it: warned); a worker with no shard-server up says so
+# within seconds.
 . "$(dirname "$0")/lib.sh"
 DEAD="redis://127.0.0.1:$(free_port)" # nothing listens there
 
@@ -128,6 +130,20 @@ grep -q "warning: --dn-buffer-size 100 with --workers 4: .* moves them 4/100 of 
 bin/coordinator init --redis "$URL" --run dnok --trainer quadratic --numel 10 --async --workers 4 --outer-lr 2 > "$TMP/dnok.log" 2>&1 || fail "init"
 grep -q "warning" "$TMP/dnok.log" && fail "the defaults warned: $(cat "$TMP/dnok.log")"
 say "init warns about --outer-lr 1e6 and a Delayed Nesterov buffer of 100 for 4 workers, not about the defaults"
+
+# a heartbeat no more often than the run's timeout: evicted between beats, every round lost: refused at open,
+# nothing registered; above half the timeout: a warning
+init_run hb --trainer quadratic --numel 10 --workers 1 --heartbeat-timeout 1
+bin/worker --redis "$URL" --run hb --heartbeat-interval 3 --steps 2 --sync-every 2 > "$TMP/hb.log" 2>&1 && fail "--heartbeat-interval 3 joined a run of timeout 1 s"
+grep -q "heartbeat-interval 3 s (diloco_options.heartbeat_interval_ms 3000): run 'hb' evicts a worker silent for 1 s .*use a --heartbeat-interval of 0.25 s or less" "$TMP/hb.log" ||
+  fail "--heartbeat-interval 3, timeout 1: no clear error: $(cat "$TMP/hb.log")"
+[ "$($RCLI HLEN 'dl:{hb}:workers')" = 0 ] || fail "the refused worker registered"
+bin/worker --redis "$URL" --run hb --heartbeat-interval 0.7 --steps 0 --sync-every 2 > "$TMP/hbw.log" 2>&1 &
+p=$!; PIDS="$PIDS $p"
+wait_until 10 "grep -q 'heartbeat-interval 0.7 s (diloco_options.heartbeat_interval_ms) is more than half of run .hb..s heartbeat timeout of 1 s' \"\$TMP/hbw.log\"" \
+  "the warning of a heartbeat above half the timeout"
+kill -TERM $p; wait $p
+say "a heartbeat interval of 3 s in a run of timeout 1 s: refused, nothing registered; 0.7 s: warned"
 
 # a worker whose run has no shard-server up says so within seconds (not only at --sync-timeout), then
 # trains once one starts

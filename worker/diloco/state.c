@@ -175,6 +175,34 @@ static int check_in_flight(diloco *d, const diloco_options *o, char *err, size_t
     return 0;
 }
 
+/* The heartbeat against the run's timeout (dl:{R}:tunables heartbeat_timeout_ms; 0: never evicts): a worker
+ * that beats no more often than the timeout is evicted between beats, its rounds lost (the quadratic, timeout
+ * 1 s, --heartbeat-interval 3, H of 1.2 s: 1 round of 5 closed, 8 evictions in 300 steps), so that is refused;
+ * above half the timeout one late beat evicts it, which is said. */
+static int check_heartbeat(diloco *d, const diloco_options *o, char *err, size_t errlen)
+{
+    char key[KEY_MAX];
+    redisReply *r = rconn_command(d->ctl, "HGET %s heartbeat_timeout_ms", key_run(key, sizeof key, o->run, "tunables"));
+    long long timeout = r && r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+    if (r) freeReplyObject(r);
+    int every = o->heartbeat_interval_ms;
+    if (timeout <= 0 || every <= 0 || every <= timeout / 2) return 0; /* (0: no heartbeat thread, syncs only) */
+    if (every < timeout) {
+        log_warn("--heartbeat-interval %.3g s (diloco_options.heartbeat_interval_ms) is more than half of run '%s''s "
+                 "heartbeat timeout of %.3g s: one late beat gets this worker evicted; use %.3g s or less (a quarter of "
+                 "the timeout, as the defaults 30 and 120 s)",
+                 every / 1000.0, o->run, timeout / 1000.0, timeout / 4000.0);
+        return 0;
+    }
+    err_set(err, errlen,
+            "--heartbeat-interval %.3g s (diloco_options.heartbeat_interval_ms %d): run '%s' evicts a worker silent "
+            "for %.3g s (coordinator init --heartbeat-timeout), so this worker would be evicted between its beats "
+            "and lose its rounds; use a --heartbeat-interval of %.3g s or less (a quarter of the timeout, as the "
+            "defaults 30 and 120 s), or a run with a longer --heartbeat-timeout",
+            every / 1000.0, every, o->run, timeout / 1000.0, timeout / 4000.0);
+    return -1;
+}
+
 /* Streaming: a fragment goes every H / F steps (rounded down, at least 1), so each fragment syncs every
  * F x that many steps: an H that F does not divide, or below F, is silently another H (H = 6 and H = 2 with
  * 4 fragments both sync each fragment every 4 steps, measured). Legal, so said once, with the H to use. */
@@ -217,7 +245,7 @@ int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, 
                 o->run, d->rc.nfragments, o->num_fragments);
         return -1;
     }
-    if (check_in_flight(d, o, err, errlen) < 0) return -1;
+    if (check_in_flight(d, o, err, errlen) < 0 || check_heartbeat(d, o, err, errlen) < 0) return -1;
     if (o->fragment_alpha < 0 || o->fragment_alpha >= 1) {
         err_set(err, errlen, "fragment alpha must be in [0, 1), got %g", o->fragment_alpha);
         return -1;

@@ -530,6 +530,14 @@ static void warn_degenerate(const init_args *a)
                 "sync round's step (the quadratic, 4 workers: loss 0.21 at N 100, 0.065 at N 4); use --dn-buffer-size "
                 "%lld (one submission per worker, the default), or say --workers N for the workers you run\n",
                 a->dn_buffer, a->workers, a->dn_buffer, a->workers, a->dn_buffer, a->workers);
+    /* equal workers submit W - 1 versions stale: a lower limit refuses most of their work */
+    if (a->async && a->max_staleness > 0 && a->max_staleness < a->workers - 1)
+        fprintf(stderr,
+                "coordinator init: warning: --max-staleness %lld with --workers %lld: workers of equal speed submit "
+                "about %lld versions stale, so most of their submissions would be refused and their training lost "
+                "(the quadratic, 6 workers, limit 1: 40 of 60 refused, loss 0.131 where no limit reaches 0.085); use "
+                "--max-staleness %lld or more (0: no limit)\n",
+                a->max_staleness, a->workers, a->workers - 1, a->workers - 1);
 }
 
 int parse_init(int argc, char **argv, init_args *a)

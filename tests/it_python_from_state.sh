@@ -2,7 +2,8 @@
 # it_python_from_state.sh: a run from a model's own weights, and back.
 #   - rediloco.init_run(url, run, model, ...) (rediloco.save_state + `coordinator init --from-state`): the
 #     run's trainer is "state", its config records the model's layout, and the shard digests Redis holds
-#     are the XXH3 of the model's own fp32 values (computed in torch);
+#     are the XXH3 of the model's own fp32 values (computed in torch); a setting init warns about (outer_lr
+#     1e6) comes back as a Python UserWarning;
 #   - a PyTorch worker with the same architecture starts from exactly those values; a model with the same
 #     parameter count but another layout is refused naming the tensor; bin/worker refuses the run clearly;
 #   - `coordinator checkpoint save` then rediloco.load_checkpoint gives back the tensors bit for bit, under
@@ -18,6 +19,7 @@ RUN=fs
 mkdir "$TMP/odd"
 $PY init "$URL" $RUN "$TMP/odd" > "$TMP/init.txt" 2>&1 || fail "init_run: $(cat "$TMP/init.txt")"
 grep -q "version 0 = the 6 tensors of" "$TMP/init.txt" || fail "init_run said: $(cat "$TMP/init.txt")"
+grep -q "ok init_run(outer_lr=1e6) warns: --outer-lr 1e+06 is far above" "$TMP/init.txt" || fail "init_run(outer_lr=1e6): $(cat "$TMP/init.txt")"
 [ "$($RCLI HGET "dl:{$RUN}:config" trainer)" = state ] || fail "trainer $($RCLI HGET "dl:{$RUN}:config" trainer)"
 layout=$($RCLI HGET "dl:{$RUN}:config" layout)
 [ "$layout" = '[["0.weight",[32,16],0],["0.bias",[32],512],["1.weight",[32],544],["1.bias",[32],576],["3.weight",[4,32],608],["3.bias",[4],736]]' ] \

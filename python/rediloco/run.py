@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import tempfile
+import warnings
 from typing import TYPE_CHECKING, Any
 
 from .errors import DiLoCoError
@@ -79,7 +80,8 @@ def init_run(url: str, run: str, model: torch.nn.Module, workers: int = 2, shard
     async_rule, rebase_fraction, async_lookahead, weight_by, weight_ref_tokens,
     dylu, dylu_base_sync_every, snapshot_every, compress, topk_density, topk_bits, topk_beta, download, min_replicas,
     force; fsdp_ranks=R for sharded groups of R ranks: give the whole model, before fully_shard). Returns the
-    coordinator's summary line; DiLoCoError with its message when it refuses."""
+    coordinator's summary line; DiLoCoError with its message when it refuses; a UserWarning for each
+    setting it accepts but warns about (e.g. outer_lr above 10)."""
     flags = init_flags(workers=workers, shards=shards, **settings)
     with tempfile.TemporaryDirectory(prefix="rediloco-") as tmp:
         path = os.path.join(tmp, "state.safetensors")
@@ -89,4 +91,7 @@ def init_run(url: str, run: str, model: torch.nn.Module, workers: int = 2, shard
         p = subprocess.run(cmd, env=env, capture_output=True, text=True)
     if p.returncode != 0:
         raise DiLoCoError("coordinator init refused run %r: %s" % (run, (p.stderr or p.stdout).strip()))
+    for line in p.stderr.splitlines():  # settings it accepted but warns about (an outer lr above 10, ...)
+        if "warning: " in line:
+            warnings.warn(line.split("warning: ", 1)[1], UserWarning, stacklevel=2)
     return p.stdout.strip()

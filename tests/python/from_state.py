@@ -19,6 +19,7 @@ import os
 import re
 import subprocess
 import sys
+import warnings
 
 import torch
 
@@ -135,6 +136,13 @@ def main(cmd, args):
     if cmd == "init":
         init_run_takes_every_init_flag()
         print(rediloco.init_run(args[0], args[1], net(1), workers=1, shards=4, outer_lr=0.5))
+        with warnings.catch_warnings(record=True) as w:  # a setting init accepts but warns about reaches Python
+            warnings.simplefilter("always")
+            rediloco.init_run(args[0], args[1] + "-lr", net(1), workers=1, shards=4, outer_lr=1e6)
+        said = [str(x.message) for x in w if issubclass(x.category, UserWarning)]
+        if not any("--outer-lr 1e+06 is far above" in m for m in said):
+            fail("init_run(outer_lr=1e6) did not warn: %s" % said)
+        print("ok init_run(outer_lr=1e6) warns: %s" % said[0][:80])
         write_odd(args[2])
     elif cmd == "check":
         url, run, bounds, d = args

@@ -5,7 +5,8 @@
 # at once (never a wait for Redis); a Redis that is down, tried once, is one line saying what to check,
 # exit 1; --help exits 0 (bin/worker's names each of its flags); SIGTERM ends a wait for a down Redis;
 # `serve` started before its run waits, saying so once; init warns about an outer lr above 10 and a
-# Delayed Nesterov buffer larger than the workers, and a staleness limit below workers - 1; a worker whose heartbeat interval is the run's heartbeat
+# Delayed Nesterov buffer larger than the workers, a staleness limit below workers - 1, and a top-k density
+# that keeps less than half an entry of a chunk; a worker whose heartbeat interval is the run's heartbeat
 # timeout or more is refused at open (above half of it: warned); a worker with no shard-server up says so
 # within seconds.
 . "$(dirname "$0")/lib.sh"
@@ -131,9 +132,13 @@ bin/coordinator init --redis "$URL" --run ms --trainer quadratic --numel 10 --as
   fail "init --max-staleness 1"
 grep -q "warning: --max-staleness 1 with --workers 6: .*about 5 versions stale.*use --max-staleness 5 or more (0: no limit)" "$TMP/ms.log" ||
   fail "--max-staleness 1 with 6 workers: no warning: $(cat "$TMP/ms.log")"
+bin/coordinator init --redis "$URL" --run tk --trainer quadratic --numel 10 --compress topk --topk-density 0.0001 > "$TMP/tk.log" 2>&1 ||
+  fail "init --topk-density 0.0001"
+grep -q "warning: --topk-density 0.0001 keeps 0.4096 of each chunk of 4096 entries, which rounds to none: .*use --topk-density 0.000244 or more" "$TMP/tk.log" ||
+  fail "--topk-density 0.0001: no warning: $(cat "$TMP/tk.log")"
 bin/coordinator init --redis "$URL" --run dnok --trainer quadratic --numel 10 --async --workers 4 --outer-lr 2 > "$TMP/dnok.log" 2>&1 || fail "init"
 grep -q "warning" "$TMP/dnok.log" && fail "the defaults warned: $(cat "$TMP/dnok.log")"
-say "init warns about --outer-lr 1e6, a Delayed Nesterov buffer of 100 for 4 workers and a staleness limit of 1 for 6, not about the defaults"
+say "init warns about --outer-lr 1e6, a Delayed Nesterov buffer of 100 for 4 workers and a staleness limit of 1 for 6, a top-k density of less than one entry a chunk, not about the defaults"
 
 # a heartbeat no more often than the run's timeout: evicted between beats, every round lost: refused at open,
 # nothing registered; above half the timeout: a warning

@@ -4,11 +4,11 @@
 # Redis URL, a bad URL, a bad value, an unknown trainer flag) is one line naming what is wrong, exit 2,
 # at once (never a wait for Redis); a Redis that is down, tried once, is one line saying what to check,
 # exit 1; --help exits 0 (bin/worker's names each of its flags); SIGTERM ends a wait for a down Redis;
-# `serve` started before its run waits, saying so once; init warns about an outer lr above 10 and a
-# Delayed Nesterov buffer larger than the workers, a staleness limit below workers - 1, and a top-k density
-# that keeps less than half an entry of a chunk; a worker whose heartbeat interval is the run's heartbeat
-# timeout or more is refused at open (above half of it: warned); a worker with no shard-server up says so
-# within seconds.
+# `serve` started before its run waits, saying so once; init warns about settings that make a run learn
+# almost nothing (an outer lr above 10, a Delayed Nesterov buffer larger than the workers, a staleness
+# limit below workers - 1, a top-k density below one entry a chunk, a sync run that never evicts) and not
+# about the defaults; a worker whose heartbeat interval is the run's heartbeat timeout or more is refused at
+# open (above half of it: warned); a worker with no shard-server up says so within seconds.
 . "$(dirname "$0")/lib.sh"
 DEAD="redis://127.0.0.1:$(free_port)" # nothing listens there
 
@@ -136,9 +136,12 @@ bin/coordinator init --redis "$URL" --run tk --trainer quadratic --numel 10 --co
   fail "init --topk-density 0.0001"
 grep -q "warning: --topk-density 0.0001 keeps 0.4096 of each chunk of 4096 entries, which rounds to none: .*use --topk-density 0.000244 or more" "$TMP/tk.log" ||
   fail "--topk-density 0.0001: no warning: $(cat "$TMP/tk.log")"
+bin/coordinator init --redis "$URL" --run hb0 --trainer quadratic --numel 10 --heartbeat-timeout 0 > "$TMP/hb0.log" 2>&1 || fail "init --heartbeat-timeout 0"
+grep -q "warning: --heartbeat-timeout 0 never evicts a worker: .*every sync round waits for it for ever" "$TMP/hb0.log" ||
+  fail "--heartbeat-timeout 0: no warning: $(cat "$TMP/hb0.log")"
 bin/coordinator init --redis "$URL" --run dnok --trainer quadratic --numel 10 --async --workers 4 --outer-lr 2 > "$TMP/dnok.log" 2>&1 || fail "init"
 grep -q "warning" "$TMP/dnok.log" && fail "the defaults warned: $(cat "$TMP/dnok.log")"
-say "init warns about --outer-lr 1e6, a Delayed Nesterov buffer of 100 for 4 workers and a staleness limit of 1 for 6, a top-k density of less than one entry a chunk, not about the defaults"
+say "init warns about --outer-lr 1e6, a Delayed Nesterov buffer of 100 for 4 workers and a staleness limit of 1 for 6, a top-k density of less than one entry a chunk, a sync run that never evicts, not about the defaults"
 
 # a heartbeat no more often than the run's timeout: evicted between beats, every round lost: refused at open,
 # nothing registered; above half the timeout: a warning

@@ -8,7 +8,8 @@
 # almost nothing (an outer lr above 10, a Delayed Nesterov buffer larger than the workers, a staleness
 # limit below workers - 1, a top-k density below one entry a chunk, a sync run that never evicts) and not
 # about the defaults; a worker whose heartbeat interval is the run's heartbeat timeout or more is refused at
-# open (above half of it: warned); a worker with no shard-server up says so within seconds.
+# open (above half of it, or no heartbeat at all: warned); a worker with no shard-server up says so within
+# seconds.
 . "$(dirname "$0")/lib.sh"
 DEAD="redis://127.0.0.1:$(free_port)" # nothing listens there
 
@@ -155,7 +156,12 @@ p=$!; PIDS="$PIDS $p"
 wait_until 10 "grep -q 'heartbeat-interval 0.7 s (diloco_options.heartbeat_interval_ms) is more than half of run .hb..s heartbeat timeout of 1 s' \"\$TMP/hbw.log\"" \
   "the warning of a heartbeat above half the timeout"
 kill -TERM $p; wait $p
-say "a heartbeat interval of 3 s in a run of timeout 1 s: refused, nothing registered; 0.7 s: warned"
+bin/worker --redis "$URL" --run hb --heartbeat-interval 0 --steps 0 --sync-every 2 > "$TMP/hb0w.log" 2>&1 &
+p=$!; PIDS="$PIDS $p"
+wait_until 10 "grep -q 'heartbeat-interval 0 (diloco_options.heartbeat_interval_ms): this worker sends no heartbeats, and run .hb. evicts a worker silent for 1 s' \"\$TMP/hb0w.log\"" \
+  "the warning of no heartbeats in a run that evicts"
+kill -TERM $p; wait $p
+say "a heartbeat interval of 3 s in a run of timeout 1 s: refused, nothing registered; 0.7 s and 0 (none): warned"
 
 # a worker whose run has no shard-server up says so within seconds (not only at --sync-timeout), then
 # trains once one starts

@@ -178,7 +178,8 @@ static int check_in_flight(diloco *d, const diloco_options *o, char *err, size_t
 /* The heartbeat against the run's timeout (dl:{R}:tunables heartbeat_timeout_ms; 0: never evicts): a worker
  * that beats no more often than the timeout is evicted between beats, its rounds lost (the quadratic, timeout
  * 1 s, --heartbeat-interval 3, H of 1.2 s: 1 round of 5 closed, 8 evictions in 300 steps), so that is refused;
- * above half the timeout one late beat evicts it, which is said. */
+ * above half the timeout one late beat evicts it, and with no heartbeat at all (0) any stretch between syncs
+ * longer than the timeout does: both are said. */
 static int check_heartbeat(diloco *d, const diloco_options *o, char *err, size_t errlen)
 {
     char key[KEY_MAX];
@@ -186,7 +187,15 @@ static int check_heartbeat(diloco *d, const diloco_options *o, char *err, size_t
     long long timeout = r && r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
     if (r) freeReplyObject(r);
     int every = o->heartbeat_interval_ms;
-    if (timeout <= 0 || every <= 0 || every <= timeout / 2) return 0; /* (0: no heartbeat thread, syncs only) */
+    if (timeout > 0 && every == 0) { /* no heartbeat thread: alive to the run only at its syncs */
+        log_warn("--heartbeat-interval 0 (diloco_options.heartbeat_interval_ms): this worker sends no heartbeats, "
+                 "and run '%s' evicts a worker silent for %.3g s, so any stretch between its syncs longer than that "
+                 "gets it evicted and its round lost (the quadratic, syncs 1.2 s apart, timeout 1 s: no round "
+                 "closed in 300 steps); beat every %.3g s or less",
+                 o->run, timeout / 1000.0, timeout / 4000.0);
+        return 0;
+    }
+    if (timeout <= 0 || every <= timeout / 2) return 0;
     if (every < timeout) {
         log_warn("--heartbeat-interval %.3g s (diloco_options.heartbeat_interval_ms) is more than half of run '%s''s "
                  "heartbeat timeout of %.3g s: one late beat gets this worker evicted; use %.3g s or less (a quarter of "

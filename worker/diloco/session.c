@@ -10,10 +10,25 @@
 #include "redis/rconn.h"
 #include "wake.h"
 
+/* Streaming: a fragment goes every H / F steps (rounded down, at least 1), so each fragment syncs every
+ * F x that many steps: an H that F does not divide, or below F, is silently another H (H = 6 and H = 2 with
+ * 4 fragments both sync each fragment every 4 steps, measured). Legal, so said once, with the H to use. */
+static void warn_stream_interval(const diloco *d)
+{
+    int f = d->rc.nfragments, h = d->sync_every;
+    if (f < 2 || h % f == 0 || d->o.dylu) return; /* (DyLU assigns H at every round) */
+    int every = stream_interval(d) * f, near = (h + f / 2) / f * f;
+    log_warn("--sync-every %d (diloco_options.sync_every) is %s the %d fragments of run '%s': a fragment is sent "
+             "every %d step(s), so each fragment syncs every %d steps, not %d; use a multiple of %d (e.g. %d) for "
+             "the H you meant",
+             h, h < f ? "below" : "not a multiple of", f, d->run, stream_interval(d), every, h, f, near < f ? f : near);
+}
+
 static int session_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
 {
     if (o->group.size > 1) return group_open(d, o, params, numel, err, errlen);
     if (state_init(d, o, params, numel, err, errlen) < 0) return -1;
+    warn_stream_interval(d);
     if (dl_register(d, err, errlen) < 0) return -1;
     /* rounds of several fragments at their barriers at once: one listener pops our wake list (wake.c) */
     if (dl_stream_overlap(d) && wake_hub_start(d, err, errlen) < 0) return -1;

@@ -212,20 +212,6 @@ static int check_heartbeat(diloco *d, const diloco_options *o, char *err, size_t
     return -1;
 }
 
-/* Streaming: a fragment goes every H / F steps (rounded down, at least 1), so each fragment syncs every
- * F x that many steps: an H that F does not divide, or below F, is silently another H (H = 6 and H = 2 with
- * 4 fragments both sync each fragment every 4 steps, measured). Legal, so said once, with the H to use. */
-static void warn_stream_interval(const diloco *d)
-{
-    int f = d->rc.nfragments, h = d->sync_every;
-    if (f < 2 || h % f == 0 || d->o.dylu) return; /* (DyLU assigns H at every round) */
-    int every = stream_interval(d) * f, near = (h + f / 2) / f * f;
-    log_warn("--sync-every %d (diloco_options.sync_every) is %s the %d fragments of run '%s': a fragment is sent "
-             "every %d step(s), so each fragment syncs every %d steps, not %d; use a multiple of %d (e.g. %d) for "
-             "the H you meant",
-             h, h < f ? "below" : "not a multiple of", f, d->run, stream_interval(d), every, h, f, near < f ? f : near);
-}
-
 int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
 {
     d->params = params;
@@ -259,7 +245,6 @@ int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, 
         err_set(err, errlen, "fragment alpha must be in [0, 1), got %g", o->fragment_alpha);
         return -1;
     }
-    warn_stream_interval(d);
     d->run_nshards = d->rc.nshards;
     d->run_numel = d->rc.numel;
     /* a sharded group's rank: rc becomes its view (its shards only, numel its slices' sum) */

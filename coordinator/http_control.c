@@ -25,6 +25,7 @@
 #include "checkpoint.h"
 #include "format/keys.h"
 #include "http.h"
+#include "math/outer.h"
 #include "redis/fcall.h"
 #include "redis/rconn.h"
 
@@ -108,6 +109,20 @@ static int do_kick(rconn *rc, const char *run, json_t *body, json_t **reply)
     return code;
 }
 
+/* An outer lr that makes the run diverge is set (the operator may mean it) but said, in the reply's "warning"
+ * and the log, with what to use, as coordinator init says it (OUTER_LR_WARN). */
+static void warn_outer_lr(const char *run, double lr, json_t *reply)
+{
+    if (!(lr > OUTER_LR_WARN)) return;
+    char msg[400];
+    snprintf(msg, sizeof msg,
+             "outer lr %g is far above DiLoCo's %g: the outer step moves the parameters lr times the workers' mean "
+             "drift, so above %g it overshoots and the run diverges instead of learning; use %g to 2",
+             lr, OUTER_DEFAULT_LR, OUTER_LR_WARN, OUTER_DEFAULT_LR);
+    json_object_set_new(reply, "warning", json_string(msg));
+    log_warn("control update_optimizer on run %s: %s", run, msg);
+}
+
 static int do_optimizer(rconn *rc, const char *run, json_t *body, json_t **reply)
 {
     static const char *const allowed[] = {"lr", "momentum", "nesterov", NULL};
@@ -150,6 +165,7 @@ static int do_optimizer(rconn *rc, const char *run, json_t *body, json_t **reply
     if (lr) json_object_set_new(*reply, "lr", json_real(strtod(lrs, NULL)));
     if (mu) json_object_set_new(*reply, "momentum", json_real(strtod(mus, NULL)));
     if (nest) json_object_set(*reply, "nesterov", nest);
+    if (lr) warn_outer_lr(run, json_number_value(lr), *reply);
     return 200;
 }
 

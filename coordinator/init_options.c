@@ -507,11 +507,6 @@ static int worker_defaults(init_args *a)
     return 0;
 }
 
-/* An outer lr above this is warned about: lr 1 moves the parameters to the workers' mean, and on the
- * quadratic (2 workers, H 20, 200 steps) lr 2 ends at loss 0.055, lr 10 with momentum 0.5 at 0.35 (above
- * its start), lr 1e6 at 7e10 from the first round on: the run goes on, learning nothing. */
-#define OUTER_LR_WARN 10.0
-
 /* Settings that are legal but make the run learn almost nothing: said once, with what to use. */
 static void warn_degenerate(const init_args *a)
 {

@@ -207,6 +207,11 @@ say "coordinator control (CLI)"
 CTL="$COORD_BIN control --redis $URL --run $RUN"
 $CTL set-lr 0.6 > "$TMP/ctl.out" 2>&1 || fail "control set-lr: $(cat "$TMP/ctl.out")"
 grep -q '"status":"ok"' "$TMP/ctl.out" || fail "control set-lr output: $(cat "$TMP/ctl.out")"
+# an outer lr that makes the run diverge is set (the operator may mean it) and said, with what to use
+$CTL set-lr 50 > "$TMP/ctl.out" 2>&1 || fail "control set-lr 50: $(cat "$TMP/ctl.out")"
+grep -q '"warning":"outer lr 50 is far above .*overshoots.*use 0.7 to 2"' "$TMP/ctl.out" ||
+  fail "control set-lr 50 gave no warning: $(cat "$TMP/ctl.out")"
+grep -q '"warning"' "$TMP/ctl.out" && $CTL set-lr 0.6 | grep -q '"warning"' && fail "control set-lr 0.6 warned"
 $CTL set-momentum 0.9 >/dev/null 2>&1 || fail "control set-momentum"
 [ "$(tun outer_lr)" = 0.6 ] && [ "$(tun outer_momentum)" = 0.9 ] || fail "CLI lr/momentum in Redis"
 $CTL set-workers 2 >/dev/null 2>&1 && [ "$(state target_workers)" = 2 ] || fail "control set-workers"

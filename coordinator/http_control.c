@@ -215,6 +215,35 @@ static int do_num_workers(rconn *rc, const char *run, json_t *body, json_t **rep
     return 200;
 }
 
+/* One field of one of the run's hashes (config, tunables) into out; "" when absent or unreadable. */
+static void run_hget(rconn *rc, const char *run, const char *hash, const char *field, char *out, size_t cap)
+{
+    char key[KEY_MAX];
+    redisReply *r = rconn_command(rc, "HGET %s %s", key_run(key, sizeof key, run, hash), field);
+    snprintf(out, cap, "%s", r && r->type == REDIS_REPLY_STRING ? r->str : "");
+    if (r) freeReplyObject(r);
+}
+
+/* A limit below the expected workers - 1 in an async run is set but said, in the reply's "warning" and the
+ * log, as coordinator init says it: workers of equal speed submit about W - 1 versions stale, so most of
+ * their work would be refused (the quadratic, 6 workers, limit 1: 40 of 60 submissions refused). */
+static void warn_staleness(rconn *rc, const char *run, long long k, json_t *reply)
+{
+    char workers[32], mode[16];
+    run_hget(rc, run, "tunables", "expected_workers", workers, sizeof workers);
+    run_hget(rc, run, "config", "mode", mode, sizeof mode);
+    long long w = atoll(workers);
+    int async = strcmp(mode, "async") == 0;
+    if (!async || k == 0 || k >= w - 1) return;
+    char msg[400];
+    snprintf(msg, sizeof msg,
+             "max_staleness %lld with %lld expected workers: workers of equal speed submit about %lld versions stale, "
+             "so most of their submissions would be refused and their training lost; use %lld or more (0: no limit)",
+             k, w, w - 1, w - 1);
+    json_object_set_new(reply, "warning", json_string(msg));
+    log_warn("control update_staleness on run %s: %s", run, msg);
+}
+
 /* max_staleness K (docs/async.md): the Function refuses a K a rebase run cannot serve (outside [1, its window]) */
 static int do_staleness(rconn *rc, const char *run, json_t *body, json_t **reply)
 {
@@ -232,6 +261,7 @@ static int do_staleness(rconn *rc, const char *run, json_t *body, json_t **reply
     int code = control_fcall(rc, run, "dl_set", 2, args, reply, what);
     if (code != 200) return code;
     *reply = json_pack("{s:s,s:I}", "status", "ok", "max_staleness", (json_int_t)k);
+    warn_staleness(rc, run, k, *reply);
     return 200;
 }
 

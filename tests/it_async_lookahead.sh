@@ -70,3 +70,9 @@ bin/coordinator control --redis "$URL" --run $RUN set-max-staleness 0 > "$TMP/ms
 grep -q "max_staleness" "$TMP/ms0.txt" || fail "set-max-staleness 0: $(cat "$TMP/ms0.txt")"
 [ "$($RCLI HGET "dl:{$RUN}:tunables" max_staleness)" = 8 ] || fail "a refused set-max-staleness changed the limit"
 say "coordinator control set-max-staleness: 8 taken, 0 refused in a rebase run ($(cat "$TMP/ms0.txt" | cut -c1-120))"
+# below the workers - 1 (3 workers: 2) it is set, and said: most submissions of equal workers would be refused
+grep -q '"warning"' "$TMP/ms.txt" && fail "set-max-staleness 8 with 3 workers warned: $(cat "$TMP/ms.txt")"
+bin/coordinator control --redis "$URL" --run $RUN set-max-staleness 1 > "$TMP/ms1.txt" 2>&1 || fail "set-max-staleness 1: $(cat "$TMP/ms1.txt")"
+grep -q '"warning":"max_staleness 1 with 3 expected workers: .*use 2 or more' "$TMP/ms1.txt" ||
+  fail "set-max-staleness 1 with 3 workers gave no warning: $(cat "$TMP/ms1.txt")"
+[ "$($RCLI HGET "dl:{$RUN}:tunables" max_staleness)" = 1 ] || fail "set-max-staleness 1 was not set"

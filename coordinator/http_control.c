@@ -24,10 +24,12 @@
 #include "base/util.h"
 #include "checkpoint.h"
 #include "format/keys.h"
+#include "format/runconf.h"
 #include "http.h"
 #include "math/outer.h"
 #include "redis/fcall.h"
 #include "redis/rconn.h"
+#include "redis/runconf_load.h"
 
 const char *const control_actions[] = {
     "save_state", "kick_worker", "update_optimizer", "update_num_workers", "update_staleness", "shutdown", NULL};
@@ -215,26 +217,20 @@ static int do_num_workers(rconn *rc, const char *run, json_t *body, json_t **rep
     return 200;
 }
 
-/* One field of one of the run's hashes (config, tunables) into out; "" when absent or unreadable. */
-static void run_hget(rconn *rc, const char *run, const char *hash, const char *field, char *out, size_t cap)
-{
-    char key[KEY_MAX];
-    redisReply *r = rconn_command(rc, "HGET %s %s", key_run(key, sizeof key, run, hash), field);
-    snprintf(out, cap, "%s", r && r->type == REDIS_REPLY_STRING ? r->str : "");
-    if (r) freeReplyObject(r);
-}
-
 /* A limit below the expected workers - 1 in an async run is set but said, in the reply's "warning" and the
  * log, as coordinator init says it: workers of equal speed submit about W - 1 versions stale, so most of
  * their work would be refused (the quadratic, 6 workers, limit 1: 40 of 60 submissions refused). */
 static void warn_staleness(rconn *rc, const char *run, long long k, json_t *reply)
 {
-    char workers[32], mode[16];
-    run_hget(rc, run, "tunables", "expected_workers", workers, sizeof workers);
-    run_hget(rc, run, "config", "mode", mode, sizeof mode);
-    long long w = atoll(workers);
-    int async = strcmp(mode, "async") == 0;
-    if (!async || k == 0 || k >= w - 1) return;
+    runconf conf = {0};
+    char why[256], key[KEY_MAX];
+    int async = k > 0 && runconf_load(rc, run, &conf, why, sizeof why) == 0 && conf.async;
+    runconf_free(&conf);
+    if (!async) return;
+    redisReply *r = rconn_command(rc, "HGET %s expected_workers", key_run(key, sizeof key, run, "tunables"));
+    long long w = r && r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
+    if (r) freeReplyObject(r);
+    if (k >= w - 1) return;
     char msg[400];
     snprintf(msg, sizeof msg,
              "max_staleness %lld with %lld expected workers: workers of equal speed submit about %lld versions stale, "

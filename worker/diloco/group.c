@@ -620,7 +620,7 @@ static int round_once(diloco *d, char *err, size_t errlen)
         for (int r = 0; r < size; r++) tokens += (uint64_t)all[r].v[0];
         d->push_tokens[0] = tokens;
         memset(&me, 0, sizeof me);
-        me.status = round_net(d, 0, me.err, sizeof me.err);
+        me.status = round_net(d, 0, 0, me.err, sizeof me.err);
         me.v[1] = me.status == DL_OK && d->shard_ids ? (int64_t)part_shards_digest(d) : 0; /* of the new part */
         if (dl_stopping(d)) goto stop;
         if ((me.status == DL_FAIL || me.status == DL_CORRUPT) && d->cur.t_pushed_us == 0)

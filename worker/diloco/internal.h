@@ -108,7 +108,7 @@ typedef struct stream_slot {
     int threaded;
     int net_done; /* dl_stream_overlap: the network round is over (under stream_mu) */
     int rc;       /* round_net's outcome */
-    int fresh;    /* sent right after every fragment was fetched: round_net_fresh */
+    int fresh;    /* sent right after every fragment was fetched: round_net */
     char err[256];
     diloco_sync_info info;
     struct diloco *d;
@@ -560,10 +560,9 @@ void round_record(diloco *d, int f, int64_t round, uint64_t t0, int stale);
 /* The network part of fragment f's round, safe on a background thread (touches base[f] only):
  * DL_OK: base[f] is version round+1; DL_STALE: base[f] is the current global version; DL_EVICTED:
  * registered again, everything must be fetched (refetch_all); DL_CORRUPT (repair_wait); DL_FAIL. */
-int round_net(diloco *d, int f, char *err, size_t errlen);
-/* round_net for a sync round sent right after every fragment was fetched (registered again at this boundary's
- * settling): our Δ is zero, and a round that does not expect us is taken without it (round.c, sync_round). */
-int round_net_fresh(diloco *d, int f, char *err, size_t errlen);
+/* fresh: sent right after every fragment was fetched (registered again at this boundary's settling): our Δ is
+ * zero, and a sync round that does not expect us is taken without it (round.c, sync_round). */
+int round_net(diloco *d, int f, int fresh, char *err, size_t errlen);
 /* After round_net of fragment f returned DL_OK, on the same thread: in sync mode, one look at whether
  * the parameters it took are durable yet (sync_confirm_peek), so that f's next Δ usually finds nothing
  * to confirm and costs the training thread no round trip to Redis. */

@@ -92,7 +92,7 @@ static int sync_round(diloco *d, int f, int64_t round, int fresh, char *err, siz
     return sync_run_round(d, f, round, err, errlen);
 }
 
-static int net_round(diloco *d, int f, int fresh, char *err, size_t errlen)
+int round_net(diloco *d, int f, int fresh, char *err, size_t errlen)
 {
     int64_t round = d->frag_version[f];
     int defer = round_in_background(d);
@@ -133,16 +133,6 @@ static int net_round(diloco *d, int f, int fresh, char *err, size_t errlen)
         return DL_EVICTED;
     }
     return rc == DL_CORRUPT ? rc : DL_FAIL;
-}
-
-int round_net(diloco *d, int f, char *err, size_t errlen)
-{
-    return net_round(d, f, 0, err, errlen);
-}
-
-int round_net_fresh(diloco *d, int f, char *err, size_t errlen)
-{
-    return net_round(d, f, 1, err, errlen);
 }
 
 /* ---- settling ---------------------------------------------------------------------------------------- */
@@ -312,6 +302,6 @@ int round_blocking(diloco *d, int f, double alpha, char *err, size_t errlen)
     int64_t round = d->frag_version[f];
     prep_outcome p = round_prepare_delta(d, f, err, errlen);
     if (p != PREP_SEND) return round_unsent(d, f, round, p, t0, err, errlen);
-    int rc = round_net(d, f, err, errlen);
+    int rc = round_net(d, f, 0, err, errlen);
     return round_settle(d, f, round, rc, err, t0, alpha, err, errlen);
 }

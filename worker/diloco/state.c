@@ -229,7 +229,8 @@ int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, 
     d->host[sizeof d->host - 1] = '\0';
     if (keep_options(d, o, err, errlen) < 0) return -1;
     key_run(d->config_key, sizeof d->config_key, o->run, "config");
-    d->ctl = rconn_connect_retry(&d->url, REDIS_TIMEOUT_MS, o->connect_timeout_ms, o->stop, NULL, err, errlen);
+    d->ctl =
+        rconn_connect_watched(&d->url, REDIS_TIMEOUT_MS, o->connect_timeout_ms, dl_stop_seen, d, NULL, err, errlen);
     if (!d->ctl) return -1;
     dl_watch_stop(d, d->ctl);
     if (runconf_load(d->ctl, o->run, &d->rc, err, errlen) < 0) return -1;

@@ -47,7 +47,7 @@ static void *inflight_main(void *p)
     diloco_sync_info *prev_info = dl_round_info_use(&s->info);
     /* sync: its own control connection (the rounds' arrivals and reads, and a tail's look, would take turns on ctl) */
     rconn **prev_ctl = dl_round_ctl_use(many ? &d->lane_ctl[d->tails[f].lane] : NULL);
-    s->rc = s->fresh ? round_net_fresh(d, f, s->err, sizeof s->err) : round_net(d, f, s->err, sizeof s->err);
+    s->rc = round_net(d, f, s->fresh, s->err, sizeof s->err);
     int ok = s->rc == DL_OK;
     diloco_sync_info after = {0}; /* what the look counts (nothing today) must not go to s, settled meanwhile */
     if (many) {                   /* the boundary may settle it now (s is not touched after this) */
@@ -132,7 +132,7 @@ static int settle_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64
 /* 1 when params changed (reset to the global ones, a repair waited for), -1 unrecoverable, else 0. A
  * fragment whose Δ could not be prepared is a failed sync, as in round_blocking: it counts toward
  * --max-sync-retries (it used to be dropped, so a worker cut off from every shard-server never got there).
- * fresh: every fragment was fetched at this boundary (round_net_fresh). */
+ * fresh: every fragment was fetched at this boundary (round_net). */
 static int begin_fragment(diloco *d, int f, int fresh, char *err, size_t errlen)
 {
     uint64_t t0 = now_ms();

@@ -200,6 +200,14 @@ static int get_and_compare(diloco *d, int f, int64_t want, int incomplete, uint6
     return rc;
 }
 
+/* Whether every shard of [first, last) is at version want (a get for at least want may bring a later one). */
+static int all_at(const diloco *d, int first, int last, int64_t want)
+{
+    for (int k = first; k < last; k++)
+        if (d->shard_version[k] != want) return 0;
+    return 1;
+}
+
 /* The round that broke off completed after all: take its result, as the sync would have had it not
  * failed. */
 static int take_late_round(diloco *d, int f, int64_t want, char *err, size_t errlen)
@@ -218,8 +226,7 @@ static int take_late_round(diloco *d, int f, int64_t want, char *err, size_t err
  * parameters), or a failure to try again. */
 static int settle_confirm(diloco *d, int f, int64_t want, int incomplete, int rc, char *err, size_t errlen)
 {
-    for (int k = dl_first_shard(d, f); rc == DL_OK && k < dl_last_shard(d, f); k++)
-        if (d->shard_version[k] != want) rc = DL_STALE;
+    if (rc == DL_OK && !all_at(d, dl_first_shard(d, f), dl_last_shard(d, f), want)) rc = DL_STALE;
     if (rc == DL_STALE || rc == DL_EVICTED)
         return confirm_reset(d, f, "the previous round closed without our pseudo-gradient", err, errlen);
     if (rc == DL_CORRUPT) return rc;
@@ -310,14 +317,6 @@ static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, f
         if (was_early) continue;
         if (owners_retry_pause(d, &attempt, deadline, first, "get", err, errlen) != DL_OK) return DL_FAIL;
     }
-}
-
-/* Whether every shard of [first, last) is at version want (a get for at least want may bring a later one). */
-static int all_at(const diloco *d, int first, int last, int64_t want)
-{
-    for (int k = first; k < last; k++)
-        if (d->shard_version[k] != want) return 0;
-    return 1;
 }
 
 /* Push, arrive (the gets sent meanwhile), wait, get, for the shards of fragment f. */

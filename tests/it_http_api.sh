@@ -225,6 +225,12 @@ grep -q '"warning":"outer lr 50 is far above .*overshoots.*use 0.7 to 2"' "$TMP/
   fail "control set-lr 50 gave no warning: $(cat "$TMP/ctl.out")"
 $CTL set-lr 0.6 > "$TMP/ctl.out" 2>&1 || fail "control set-lr 0.6: $(cat "$TMP/ctl.out")"
 grep -q '"warning"' "$TMP/ctl.out" && fail "control set-lr 0.6 warned: $(cat "$TMP/ctl.out")"
+# a staleness limit on this sync run is stored but said to change nothing (it limits async submissions)
+$CTL set-max-staleness 8 > "$TMP/ctl.out" 2>&1 || fail "control set-max-staleness 8: $(cat "$TMP/ctl.out")"
+grep -q '"warning":"run '"$RUN"' is sync: max_staleness limits the submissions of async runs only' "$TMP/ctl.out" ||
+  fail "set-max-staleness on a sync run gave no warning: $(cat "$TMP/ctl.out")"
+$CTL set-max-staleness 0 > "$TMP/ctl.out" 2>&1 && ! grep -q '"warning"' "$TMP/ctl.out" ||
+  fail "set-max-staleness 0 (no limit) on a sync run: $(cat "$TMP/ctl.out")"
 $CTL set-momentum 0.9 >/dev/null 2>&1 || fail "control set-momentum"
 [ "$(tun outer_lr)" = 0.6 ] && [ "$(tun outer_momentum)" = 0.9 ] || fail "CLI lr/momentum in Redis"
 $CTL set-workers 2 >/dev/null 2>&1 && [ "$(state target_workers)" = 2 ] || fail "control set-workers"

@@ -287,6 +287,9 @@ typedef struct diloco_sync_info {
      * bytes (its k:digest in dl:{R}:shards). Equal on every member of the run after the same version.
      * 0 when digest is (other rounds in flight). */
     uint64_t shards_digest;
+    /* Shards of the previous round that the confirm before this round sent our pseudo-gradient again and
+     * fetched again (not committed as we held them: a new owner recomputes them); 0 in the usual case. */
+    int confirm_shards;
 } diloco_sync_info;
 
 DILOCO_API void diloco_options_default(diloco_options *o);

@@ -74,7 +74,7 @@ class SyncInfoC(ctypes.Structure):
         ("stale", ctypes.c_int),
         ("t_first_send_us", ctypes.c_uint64), ("t_pushed_us", ctypes.c_uint64), ("t_get_us", ctypes.c_uint64),
         ("t_last_recv_us", ctypes.c_uint64), ("confirm_seconds", ctypes.c_double),
-        ("shards_digest", ctypes.c_uint64),
+        ("shards_digest", ctypes.c_uint64), ("confirm_shards", ctypes.c_int),
     ]
 
 

@@ -26,9 +26,11 @@ class SyncInfo:
     # the whole run's digest as a sum over its shards (diloco_sync_info.shards_digest): the same on every
     # member, a sharded group's ranks included (digest is then the XXH3 of the rank's own slices)
     shards_digest: str = "0" * 16
+    # shards of the previous round sent again and fetched again by that confirm (a new owner recomputed them)
+    confirm_shards: int = 0
 
     @classmethod
     def from_c(cls, c: Any) -> SyncInfo:
         return cls(c.fragment, c.round, c.version, c.seconds, c.wait_seconds, c.bytes_up, c.bytes_down,
                    "%016x" % c.digest, bool(c.stale), c.t_first_send_us, c.t_pushed_us, c.t_get_us,
-                   c.t_last_recv_us, c.confirm_seconds, "%016x" % c.shards_digest)
+                   c.t_last_recv_us, c.confirm_seconds, "%016x" % c.shards_digest, c.confirm_shards)

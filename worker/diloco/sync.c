@@ -81,36 +81,58 @@ static int read_committed(diloco *d, int first, int last, committed_shard *out, 
     return rc;
 }
 
+/* Whether Redis (c, shard k's commit) has version v of shard k with the digest we hold for it, durably: with
+ * min_replicas, once dl_replicated recorded it (the commit is on that many replicas); until then it is on
+ * its way, like an uncommitted one. */
+static int committed_as_ours(const diloco *d, int k, const committed_shard *c, int64_t v)
+{
+    char mine[17];
+    snprintf(mine, sizeof mine, "%016" PRIx64, d->tent_xxh[k]);
+    return c->version == v && strcmp(c->digest, mine) == 0 && (d->rc.min_replicas <= 0 || c->replicated >= v);
+}
+
+/* What the confirm does with each shard of the fragment (confirm_from_redis says, fetch_round_result
+ * acts): send our kept Δ again and get the shard (its lease moved, or Redis could not say; also a shard
+ * whose run moved past the version we hold: tent_version 0 too, but its get must happen, it says STALE),
+ * leave it (we hold it at its committed version, with its digest: received after its commit, or
+ * confirmed now or by an earlier look), or wait for it (not committed yet, but still leased under the
+ * epoch that served it: its commit is on its way, and that owner has our Δ). */
+enum { CONFIRM_FETCH, CONFIRM_HELD, CONFIRM_ON_WAY };
+
 /* Look up in Redis the commits of the shards of fragment f that hold tentative parameters: those
  * committed with the digest we hold are confirmed (tent_version 0). Returns 0 when none is left, 1 when
  * the rest are not committed yet but still leased to the server that sent them (its commit is on the
  * way), 2 when some lease moved (or Redis could not say): a new owner needs our Δ again. *conflict is
- * set if one was committed with another digest. */
-static int confirm_from_redis(diloco *d, int f, int *conflict, char *err, size_t errlen)
+ * set if one was committed with another digest. what (the fragment's shards, or NULL): CONFIRM_* of each. */
+static int confirm_from_redis(diloco *d, int f, int *conflict, char *what, char *err, size_t errlen)
 {
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f), n = last - first, pending = 2;
     committed_shard *c = calloc((size_t)n, sizeof *c);
+    char dummy[RUNCONF_MAX_SHARDS];
+    if (!what) what = dummy;
+    memset(what, CONFIRM_FETCH, (size_t)n);
     if (c && read_committed(d, first, last, c, err, errlen) == 0) {
         pending = 0;
         for (int i = 0; i < n; i++) {
             int k = first + i;
+            if (d->tent_version[k] == 0 && committed_as_ours(d, k, &c[i], d->shard_version[k])) what[i] = CONFIRM_HELD;
             if (d->tent_version[k] <= 0) continue;
             char mine[17];
             snprintf(mine, sizeof mine, "%016" PRIx64, d->tent_xxh[k]);
-            /* with min_replicas, our version counts once dl_replicated recorded it (the commit is on that
-             * many replicas); until then it is on its way, like an uncommitted one */
-            int on_replicas = d->rc.min_replicas <= 0 || c[i].replicated >= d->tent_version[k];
-            if (c[i].version > d->tent_version[k] ||
-                (c[i].version == d->tent_version[k] && strcmp(c[i].digest, mine) == 0 && on_replicas))
-                d->tent_version[k] = 0; /* durable (or the run moved on: our next push is STALE and re-fetches) */
-            else if (c[i].version == d->tent_version[k] && strcmp(c[i].digest, mine) == 0)
-                pending = c[i].epoch == d->tent_epoch[k] && pending < 2 ? 1 : 2;
-            else if (c[i].version == d->tent_version[k])
+            int same_epoch = c[i].epoch == d->tent_epoch[k];
+            if (committed_as_ours(d, k, &c[i], d->tent_version[k])) {
+                d->tent_version[k] = 0; /* durable */
+                if (d->shard_version[k] == c[i].version) what[i] = CONFIRM_HELD;
+            } else if (c[i].version > d->tent_version[k]) {
+                d->tent_version[k] = 0; /* the run moved on: our next push is STALE and re-fetches */
+            } else if (c[i].version == d->tent_version[k] && strcmp(c[i].digest, mine) != 0) {
                 *conflict = 1;
-            else if (c[i].epoch == d->tent_epoch[k] && pending < 2)
-                pending = 1;
-            else
+            } else if (same_epoch) { /* (committed as ours but not on the replicas yet, or not committed) */
+                what[i] = CONFIRM_ON_WAY;
+                if (pending < 1) pending = 1;
+            } else {
                 pending = 2;
+            }
         }
     }
     free(c);
@@ -122,7 +144,7 @@ void sync_confirm_peek(diloco *d, int f)
     int pending = 0, conflict = 0;
     for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f); k++) pending |= d->tent_version[k] > 0;
     char err[256];
-    if (pending) (void)confirm_from_redis(d, f, &conflict, err, sizeof err);
+    if (pending) (void)confirm_from_redis(d, f, &conflict, NULL, err, sizeof err);
 }
 
 /* Fragment f's previous round cannot be completed as we hold it (it was committed with other
@@ -137,40 +159,52 @@ static int confirm_reset(diloco *d, int f, const char *why, char *err, size_t er
     return DL_STALE;
 }
 
-static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, fanout_early *early, char *err,
-                     size_t errlen);
+static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, fanout_early *early, const char *what,
+                     char *err, size_t errlen);
 
 /* How long sync_confirm_durable waits for a commit that the lease says is on its way before it sends
  * its Δ again and asks: longer than a commit takes, even when Redis is slow. */
 #define CONFIRM_PATIENCE_MS 5000
 
+/* Whether the confirm leaves shard k alone (what: confirm_from_redis's, NULL: none is left): we hold it
+ * at version want as committed, or its commit at want is on its way. */
+static int confirm_leaves(const diloco *d, int k, int first, const char *what, int64_t want)
+{
+    return what && what[k - first] != CONFIRM_FETCH && d->shard_version[k] == want;
+}
+
 /* Fragment f's shards at version want, durably. Our kept Δ of round want-1 goes to every owner first
  * (a new owner needs it; one push saves the round trip of a `need`), then get_round's passes, which
- * resend it wherever an owner still asks and never wait on one shard while others are missing. */
-static int fetch_round_result(diloco *d, int f, int64_t want, char *err, size_t errlen)
+ * resend it wherever an owner still asks and never wait on one shard while others are missing. A shard
+ * the confirm leaves (confirm_leaves) is neither sent our Δ (an owner that committed it would count a
+ * duplicate; one whose commit is on its way has it) nor fetched again: its parameters are in base. */
+static int fetch_round_result(diloco *d, int f, int64_t want, const char *what, char *err, size_t errlen)
 {
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
+    diloco_sync_info *info = dl_round_info(d);
     for (int k = first; k < last; k++) {
+        if (confirm_leaves(d, k, first, what, want)) continue;
+        info->confirm_shards++;
         int rc = conn_push(d, k, want - 1, err, errlen);
         if (rc == DL_EVICTED || rc == DL_FAIL || rc == DL_CORRUPT)
             return rc; /* STALE: committed already; the get tells how */
     }
     fanout_get_arg ga = {.want = want, .may_push = 1, .once = 1};
-    return get_round(d, first, last, &ga, NULL, err, errlen);
+    return get_round(d, first, last, &ga, NULL, what, err, errlen);
 }
 
 /* While the server that sent them still holds the lease with the same epoch, its commit is on its way:
  * wait for it (its lease expires if it is frozen or dead, and a restarted server takes it with a new
  * epoch). Patience is bounded all the same: a server whose commit failed keeps its lease, and then only
  * our Δ and a get make it commit again. Returns what confirm_from_redis last said (0: all confirmed). */
-static int wait_for_commit(diloco *d, int f, uint64_t t0, int *conflict, char *err, size_t errlen)
+static int wait_for_commit(diloco *d, int f, uint64_t t0, int *conflict, char *what, char *err, size_t errlen)
 {
     uint64_t patience =
         d->o.sync_timeout_ms < CONFIRM_PATIENCE_MS ? (uint64_t)d->o.sync_timeout_ms : CONFIRM_PATIENCE_MS;
     uint64_t deadline = t0 + patience;
     int pending;
     for (unsigned attempt = 0;; attempt++) {
-        pending = confirm_from_redis(d, f, conflict, err, errlen);
+        pending = confirm_from_redis(d, f, conflict, what, err, errlen);
         if (*conflict || pending != 1 || now_ms() > deadline || dl_stopping(d)) break;
         sleep_ms(backoff_ms(attempt, 2, 100));
     }
@@ -182,20 +216,21 @@ static int wait_for_commit(diloco *d, int f, uint64_t t0, int *conflict, char *e
  * slice received now that differs from the tentative one we trained from is a conflict (unless the
  * round broke off before we took its parameters: then there is nothing to compare with). The get's
  * status. */
-static int get_and_compare(diloco *d, int f, int64_t want, int incomplete, uint64_t t0, int *conflict, char *err,
-                           size_t errlen)
+static int get_and_compare(diloco *d, int f, int64_t want, int incomplete, const char *what, uint64_t t0,
+                           int *conflict, char *err, size_t errlen)
 {
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
-    uint64_t *held = malloc((size_t)(last - first) * sizeof *held);
-    if (!held) {
+    uint64_t *trained = malloc((size_t)(last - first) * sizeof *trained); /* the digests we trained from */
+    if (!trained) {
         err_set(err, errlen, "out of memory");
         return DL_FAIL;
     }
-    for (int k = first; k < last; k++) held[k - first] = d->tent_xxh[k];
-    int rc = fetch_round_result(d, f, want, err, errlen);
+    for (int k = first; k < last; k++) trained[k - first] = d->tent_xxh[k];
+    int rc = fetch_round_result(d, f, want, what, err, errlen);
     for (int k = first; !incomplete && k < last; k++)
-        if (d->tent_version[k] == 0 && d->shard_version[k] == want && d->tent_xxh[k] != held[k - first]) *conflict = 1;
-    free(held);
+        if (d->tent_version[k] == 0 && d->shard_version[k] == want && d->tent_xxh[k] != trained[k - first])
+            *conflict = 1;
+    free(trained);
     dl_round_info(d)->confirm_seconds = (double)(now_ms() - t0) / 1000.0;
     return rc;
 }
@@ -234,24 +269,47 @@ static int settle_confirm(diloco *d, int f, int64_t want, int incomplete, int rc
     return incomplete ? take_late_round(d, f, want, err, errlen) : DL_OK;
 }
 
+/* Confirm fragment f's previous round (not broken off) from Redis, resending our kept Δ only where a lease
+ * moved: those shards are sent it and fetched (the new owner recomputes them), the others are left as they
+ * are, committed or on their way, and then looked at in Redis again. DL_OK: all confirmed; DL_NEED: a commit
+ * that was on its way did not come within the patience (what then says which shards the caller fetches);
+ * anything else: settled (a conflict's or a get's outcome). */
+static int confirm_moved(diloco *d, int f, int64_t want, uint64_t t0, char *what, char *err, size_t errlen)
+{
+    int first = dl_first_shard(d, f), last = dl_last_shard(d, f), conflict = 0;
+    for (;;) {
+        int pending = wait_for_commit(d, f, t0, &conflict, what, err, errlen);
+        if (conflict) return confirm_reset(d, f, "the previous round was committed with other parameters", err, errlen);
+        if (pending == 0) return DL_OK;
+        if (pending == 1) { /* a commit that failed keeps its lease: our Δ and a get make it commit again */
+            for (int i = 0; i < last - first; i++)
+                if (what[i] == CONFIRM_ON_WAY) what[i] = CONFIRM_FETCH;
+            return DL_NEED;
+        }
+        int rc = get_and_compare(d, f, want, 0, what, t0, &conflict, err, errlen);
+        if (conflict) return confirm_reset(d, f, "the previous round was committed with other parameters", err, errlen);
+        if (rc != DL_OK || !all_at(d, first, last, want)) return settle_confirm(d, f, want, 0, rc, err, errlen);
+    }
+}
+
 int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen)
 {
     int incomplete = d->frag_incomplete[f], garbage = 0, pending = 0, conflict = 0;
+    char what[RUNCONF_MAX_SHARDS] = {0}; /* CONFIRM_* per shard of f (all CONFIRM_FETCH unless Redis said) */
     for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f); k++) {
         garbage |= d->tent_version[k] < 0;
         pending |= d->tent_version[k] > 0;
     }
     if (!incomplete && !garbage && !pending) return DL_OK;
     uint64_t t0 = now_ms();
-    if (!incomplete && !garbage) {
-        pending = wait_for_commit(d, f, t0, &conflict, err, errlen);
-        if (conflict) return confirm_reset(d, f, "the previous round was committed with other parameters", err, errlen);
-        if (!pending) return DL_OK;
-    }
-    /* Not committed yet (a new owner must recompute it and needs our Δ again), or the round broke off:
-     * every shard of f at round+1, durably, resending our kept Δ where asked. */
     int64_t want = d->tent_round[f] + 1;
-    int rc = get_and_compare(d, f, want, incomplete, t0, &conflict, err, errlen);
+    if (!incomplete && !garbage) {
+        int rc = confirm_moved(d, f, want, t0, what, err, errlen);
+        if (rc != DL_NEED) return rc;
+    }
+    /* A commit that did not come, or the round broke off: every shard of f at round+1, durably, resending our
+     * kept Δ where asked (but to the shards Redis said we hold as committed). */
+    int rc = get_and_compare(d, f, want, incomplete, what, t0, &conflict, err, errlen);
     if (conflict) return confirm_reset(d, f, "the previous round was committed with other parameters", err, errlen);
     return settle_confirm(d, f, want, incomplete, rc, err, errlen);
 }
@@ -288,21 +346,23 @@ static void resend_tentative(diloco *d, int first, int last, int64_t want)
     free(c);
 }
 
-/* Every shard of [first, last) at version ga->want: passes over all the shards still missing, each
- * asked once (and sent our Δ again where an owner asks for it), until none is missing or the sync
- * timeout. Never waiting on one shard while others are missing matters after an owner changed: other
+/* Every shard of [first, last) at version ga->want (but those the confirm leaves: what): passes
+ * over all the shards still missing, each asked once (and sent our Δ again where an owner asks for it),
+ * until none is missing or the sync timeout. Never waiting on one shard while others are missing matters after an owner changed: other
  * workers may be waiting for our Δ of a shard later in our list before they can send theirs of this
  * one. The first pass is early's when given (its requests were sent with the arrival). */
-static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, fanout_early *early, char *err,
-                     size_t errlen)
+static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, fanout_early *early, const char *what,
+                     char *err, size_t errlen)
 {
     uint64_t start = now_ms(), deadline = start + (uint64_t)d->o.sync_timeout_ms;
     uint64_t resend_at = start + RESEND_TENTATIVE_AFTER_MS;
     unsigned attempt = 0;
     /* (an early pass's threads have judged their shards on the versions they found, and may still read
-     * them: both those and -1 are below want, so the early pass keeps them) */
+     * them: both those and -1 are below want, so the early pass keeps them; a shard the confirm leaves keeps
+     * its version want, and the passes, which ask once, skip it) */
     if (early == NULL)
-        for (int k = first; k < last; k++) d->shard_version[k] = -1;
+        for (int k = first; k < last; k++)
+            if (!confirm_leaves(d, k, first, what, ga->want)) d->shard_version[k] = -1;
     for (;;) {
         int was_early = early != NULL;
         int rc = early ? fanout_get_finish(early, 1, err, errlen) : fanout_get(d, first, last, ga, err, errlen);
@@ -342,7 +402,7 @@ int sync_run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
     d->frag_incomplete[f] = 1;
     d->tent_round[f] = round;
     dl_round_info(d)->t_get_us = wall_us();
-    rc = get_round(d, first, last, &ga, early, err, errlen);
+    rc = get_round(d, first, last, &ga, early, NULL, err, errlen);
     if (rc != DL_OK) return rc;
     d->frag_incomplete[f] = 0;
     return all_at(d, first, last, ga.want) ? DL_OK : DL_STALE; /* STALE: the run moved on past us meanwhile */
@@ -357,7 +417,7 @@ int sync_join_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
     if (rc != DL_OK) return rc;
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
     fanout_get_arg ga = {.want = round + 1, .once = 1};
-    rc = get_round(d, first, last, &ga, NULL, err, errlen);
+    rc = get_round(d, first, last, &ga, NULL, NULL, err, errlen);
     if (rc != DL_OK) return rc;
     return all_at(d, first, last, ga.want) ? DL_OK : DL_STALE;
 }

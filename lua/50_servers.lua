@@ -42,24 +42,37 @@ local function forgive_outage(P, S, now, ttl)
     event(P, 'outage', {'seconds', string.format('%.3f', (now - last) / 1000)})
 end
 
--- dl_server_beat KEYS[1]=config ARGV: server_id, address, ttl_ms, pid[, loaded]
+-- Tell the other shard-servers that shards were given back (shard-server/subscribe.c): they beat at once and
+-- take them, instead of at their next beat (up to ttl/3 later, the shards without an owner meanwhile). On
+-- the channel of the barrier closes, as "lease:<server id>"; only an accelerator (pcall: a message refused
+-- or lost changes nothing, the periodic beat takes them).
+local function announce_release(P, sid)
+    redis.pcall('PUBLISH', P .. ':closes', 'lease:' .. sid)
+end
+
+-- dl_server_beat KEYS[1]=config ARGV: server_id, address, ttl_ms, pid[, loaded[, busy]]
 -- Renews the caller's valid leases (after forgive_outage), takes free or expired shards up to its fair share
 -- ceil(shards/servers), and gives back shards above it so a new server gets work.
 -- loaded (comma-separated shard numbers, possibly empty) are the shards the caller has in memory: a
 -- valid lease of its id on a shard not among them is taken anew with a new epoch (the process restarted
 -- with the same id, or dropped the shard): what the old epoch promised (parameters sent but not yet
 -- committed, docs/PROTOCOL.md) died with that memory, and workers learn it from the epoch.
+-- busy (the same form) are shards whose commit is under way at the caller: not given back at this beat
+-- (its workers may hold the version it serves before dl_commit; given back now, that commit is fenced
+-- and the new owner needs every pseudo-gradient of the round again). The caller names a shard busy at a
+-- few beats in a row at most (shard-server/lease.c), so a give-back waits a few beats at most.
 -- -> flat {shard, epoch, shard, epoch, ...} of the leases the caller now holds.
 local function dl_server_beat(keys, args)
     local P = load_run(keys)
     local sid, addr = args[1], args[2]
     local ttl = to_int(args[3], 'ttl_ms')
     if sid == nil or sid == '' or ttl <= 0 then error('BADARG server id and a positive ttl are required') end
-    local loaded = nil
+    local loaded, busy = nil, {}
     if args[5] ~= nil then
         loaded = {}
         for k in string.gmatch(args[5], '%d+') do loaded[tonumber(k)] = true end
     end
+    for k in string.gmatch(args[6] or '', '%d+') do busy[tonumber(k)] = true end
     local now = now_ms()
     local S = tonumber(redis.call('HGET', keys[1], 'shards'))
     local shards = P .. ':shards'
@@ -80,13 +93,21 @@ local function dl_server_beat(keys, args)
             held[#held + 1] = k
         elseif owner == '' or expiry < now then free[#free + 1] = k end
     end
-    -- give back the highest-numbered shards above the fair share, but only when someone lacks work
-    while #held > fair and #free == 0 do
-        local k = table.remove(held)
-        redis.call('HSET', shards, k .. ':owner', '', k .. ':expiry', 0)
-        redis.call('HINCRBY', P .. ':state', 'lease_changes', 1)
-        event(P, 'release', {'shard', k, 'server', sid})
+    -- give back the highest-numbered shards above the fair share, but only when someone lacks work, and
+    -- none whose commit is under way (busy)
+    local i, released = #held, 0
+    while #held > fair and #free == 0 and i >= 1 do
+        local k = held[i]
+        if not busy[k] then
+            table.remove(held, i)
+            redis.call('HSET', shards, k .. ':owner', '', k .. ':expiry', 0)
+            redis.call('HINCRBY', P .. ':state', 'lease_changes', 1)
+            event(P, 'release', {'shard', k, 'server', sid})
+            released = released + 1
+        end
+        i = i - 1
     end
+    if released > 0 then announce_release(P, sid) end
     for _, k in ipairs(held) do redis.call('HSET', shards, k .. ':expiry', now + ttl) end
     for _, k in ipairs(free) do
         if #held >= fair then break end
@@ -112,14 +133,17 @@ local function dl_server_leave(keys, args)
     local P = load_run(keys)
     local sid = args[1]
     local S = tonumber(redis.call('HGET', keys[1], 'shards'))
+    local released = 0
     for k = 0, S - 1 do
         if redis.call('HGET', P .. ':shards', k .. ':owner') == sid then
             redis.call('HSET', P .. ':shards', k .. ':owner', '', k .. ':expiry', 0)
             event(P, 'release', {'shard', k, 'server', sid})
+            released = released + 1
         end
     end
     redis.call('ZREM', P .. ':server_beats', sid)
     redis.call('HDEL', P .. ':servers', sid)
+    if released > 0 then announce_release(P, sid) end
     return 'OK'
 end
 

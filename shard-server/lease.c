@@ -5,6 +5,9 @@
  * list of (shard, epoch) it now holds. `loaded` lists the shards this process has in memory: a lease of
  * our id on any other shard (we restarted, or dropped it) comes back with a new epoch, so workers holding
  * parameters we sent but had not committed know those are gone. Shards no longer held are dropped at once; newly held ones are loaded.
+ * `busy` lists the shards whose commit is under way: when a server joined and we hold more than our fair
+ * share, those are not given back at this beat (is_busy). A server that gives shards back announces it
+ * (lua/50_servers.lua); hearing that (subscribe.c), the others beat at once (lease_beat_now) to take them.
  * A lease is trusted only until (send time of the last answered beat) + ttl on our monotonic clock:
  * Redis set the expiry from a later instant, so this bound is conservative. If that bound passes (the
  * process was SIGSTOPped, Redis is unreachable) or a beat reply arrives more than a ttl after it was
@@ -152,10 +155,8 @@ static void refresh_views(ss_ctx *ss)
 /* ---------------------------------------------------------------------------------------------- */
 /* the beat */
 
-static void on_beat(redisReply *r, void *priv)
+static void beat_answered(ss_ctx *ss, redisReply *r)
 {
-    ss_ctx *ss = priv;
-    ss->beat_in_flight = 0;
     if (ss->stopping) return;
     uint64_t now = now_ms();
     uint64_t took = now - ss->beat_sent_ms;
@@ -211,34 +212,73 @@ static void on_beat(redisReply *r, void *priv)
     refresh_views(ss);
 }
 
-/* "k,k,..." of the shards this process holds in memory (loading or ready); NULL if out of memory. */
-static char *loaded_shards(const ss_ctx *ss)
+static void on_beat(redisReply *r, void *priv)
+{
+    ss_ctx *ss = priv;
+    ss->beat_in_flight = 0;
+    beat_answered(ss, r);
+    if (ss->beat_again) lease_beat_now(ss); /* another server gave shards back meanwhile (subscribe.c) */
+}
+
+/* "k,k,..." of the shards for which pick says yes; NULL if out of memory. */
+static char *shards_csv(ss_ctx *ss, int (*pick)(ss_ctx *ss, ss_shard *s))
 {
     size_t cap = (size_t)ss->nshards * 12 + 1, len = 0;
-    char *s = malloc(cap);
-    if (s == NULL) return NULL;
-    s[0] = '\0';
+    char *out = malloc(cap);
+    if (out == NULL) return NULL;
+    out[0] = '\0';
     for (int k = 0; k < ss->nshards; k++)
-        if (ss->shards[k].state != SH_FREE) len += (size_t)snprintf(s + len, cap - len, "%s%d", len ? "," : "", k);
-    return s;
+        if (pick(ss, &ss->shards[k])) len += (size_t)snprintf(out + len, cap - len, "%s%d", len ? "," : "", k);
+    return out;
+}
+
+/* The shards this process holds in memory (loading or ready): the beat's `loaded`. */
+static int is_loaded(ss_ctx *ss, ss_shard *s)
+{
+    (void)ss;
+    return s->state != SH_FREE;
+}
+
+/* A shard is named busy at this many beats in a row at most (is_busy). */
+#define BUSY_BEATS_MAX 3
+
+/* The shards whose sync commit is under way: the beat's `busy`, which dl_server_beat does not give back at
+ * this beat (lua/50_servers.lua): the workers may hold the version served before its dl_commit, and a
+ * commit fenced by the give-back makes the new owner recompute the round from every pseudo-gradient again
+ * (each worker's confirm resends its own, and the version becomes durable only then). A commit usually
+ * takes milliseconds; a shard is named busy at BUSY_BEATS_MAX beats in a row at most (busy_beats, counted
+ * here), so a give-back waits that many beats at most, however slow or frequent its commits. */
+static int is_busy(ss_ctx *ss, ss_shard *s)
+{
+    int busy = !ss->rc.async && s->state == SH_READY && s->committing && s->busy_beats < BUSY_BEATS_MAX;
+    s->busy_beats = busy ? s->busy_beats + 1 : 0;
+    return busy;
 }
 
 void lease_beat_now(ss_ctx *ss)
 {
-    if (ss->beat_in_flight || ss->stopping) return;
+    if (ss->stopping) return;
+    if (ss->beat_in_flight) { /* (asked while one is on its way: once it is answered) */
+        ss->beat_again = 1;
+        return;
+    }
+    ss->beat_again = 0;
     lease_check_expiry(ss);
     char ttl[24], pid[24];
     snprintf(ttl, sizeof ttl, "%d", ss->opts.lease_ttl_ms);
     snprintf(pid, sizeof pid, "%d", (int)getpid());
-    char *loaded = loaded_shards(ss);
-    if (loaded == NULL) {
+    char *loaded = shards_csv(ss, is_loaded), *busy = shards_csv(ss, is_busy);
+    if (loaded == NULL || busy == NULL) {
         log_warn("lease renewal skipped: out of memory");
+        free(loaded);
+        free(busy);
         return;
     }
-    const char *args[5] = {ss->id, ss->addr, ttl, pid, loaded};
+    const char *args[6] = {ss->id, ss->addr, ttl, pid, loaded, busy};
     ss->beat_sent_ms = now_ms();
-    if (store_fcall(ss, on_beat, ss, "dl_server_beat", 5, args) == 0) ss->beat_in_flight = 1;
+    if (store_fcall(ss, on_beat, ss, "dl_server_beat", 6, args) == 0) ss->beat_in_flight = 1;
     free(loaded);
+    free(busy);
 }
 
 static void on_beat_timer(evutil_socket_t fd, short what, void *arg)

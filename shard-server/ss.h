@@ -195,6 +195,7 @@ typedef struct ss_shard {
     ss_update upd;      /* --download update: the update of version `version` (upd.version) */
     ss_update tent_upd; /* and the running commit's, of tent_version (buf is the commit's) */
     int committing;
+    int busy_beats; /* beats in a row that named it busy: its commit was under way (lease.c, is_busy) */
     int snapshotting;
     /* refs ("version.epoch") of snapshots written but whose dl_snapshot had no answer (connection lost,
      * refused): recorded or not, they are obsolete once a later snapshot of ours is recorded */
@@ -284,6 +285,7 @@ typedef struct ss_ctx {
     /* leases */
     uint64_t lease_valid_until; /* now_ms() bound: beyond it no held lease may be trusted */
     int beat_in_flight;
+    int beat_again; /* a beat was asked for while one was on its way (lease.c): sent once it is answered */
     uint64_t beat_sent_ms;
     uint64_t gone_logged_ms; /* when lease.c last said the run is gone from Redis (0: not since it was back) */
     struct event *beat_timer;

@@ -13,6 +13,11 @@
  * The message is only an accelerator. A subscription confirmed again (a reconnect) and the park timer's
  * tick judge again every get parked on a barrier that is no longer known open (closes.c: found open less
  * than a second ago), which reads the barrier: a lost message costs a tick or two.
+ *
+ * The same channel says "lease:<server id>" when that server gave shards back (lua/50_servers.lua: it has
+ * more than its fair share now that a server joined, or it is shutting down): we beat at once (lease.c)
+ * and may take them, instead of at our next beat, up to ttl/3 later, while they have no owner. A lost
+ * message costs that wait.
  */
 #include "ss.h"
 
@@ -78,6 +83,11 @@ static void on_message(redisReply *r, void *priv)
     int f;
     long long round;
     char extra;
+    if (strcmp(kind, "message") == 0 && r->element[2]->type == REDIS_REPLY_STRING &&
+        strncmp(r->element[2]->str, "lease:", 6) == 0) {
+        if (strcmp(r->element[2]->str + 6, ss->id) != 0) lease_beat_now(ss); /* shards given back: take ours */
+        return;
+    }
     if (strcmp(kind, "message") != 0 || r->element[2]->type != REDIS_REPLY_STRING ||
         sscanf(r->element[2]->str, "%d:%lld%c", &f, &round, &extra) != 2) {
         log_debug("barrier closes: ignoring a message that is not f:r");

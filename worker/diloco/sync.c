@@ -271,7 +271,9 @@ static int settle_confirm(diloco *d, int f, int64_t want, int incomplete, int rc
 
 /* Confirm fragment f's previous round (not broken off) from Redis, resending our kept Δ only where a lease
  * moved: those shards are sent it and fetched (the new owner recomputes them), the others are left as they
- * are, committed or on their way, and then looked at in Redis again. DL_OK: all confirmed; DL_NEED: a commit
+ * are, committed or on their way, and those on their way are then looked at in Redis again (a shard fetched
+ * here is durable: the get asks for no tentative version; a failed read of Redis fetches every shard, as
+ * before, and ends there). DL_OK: all confirmed; DL_NEED: a commit
  * that was on its way did not come within the patience (what then says which shards the caller fetches);
  * anything else: settled (a conflict's or a get's outcome). */
 static int confirm_moved(diloco *d, int f, int64_t want, uint64_t t0, char *what, char *err, size_t errlen)
@@ -288,7 +290,8 @@ static int confirm_moved(diloco *d, int f, int64_t want, uint64_t t0, char *what
         }
         int rc = get_and_compare(d, f, want, 0, what, t0, &conflict, err, errlen);
         if (conflict) return confirm_reset(d, f, "the previous round was committed with other parameters", err, errlen);
-        if (rc != DL_OK || !all_at(d, first, last, want)) return settle_confirm(d, f, want, 0, rc, err, errlen);
+        if (rc != DL_OK || !all_at(d, first, last, want) || !memchr(what, CONFIRM_ON_WAY, (size_t)(last - first)))
+            return settle_confirm(d, f, want, 0, rc, err, errlen); /* (every shard fetched durably is confirmed) */
     }
 }
 

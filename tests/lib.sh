@@ -11,6 +11,7 @@
 #   start_server NAME [flags]            bin/shard-server; its pid in SRV_<NAME>
 #   start_worker NAME [flags]            $WORKER (bin/worker) --worker-id NAME; pid in WRK_<NAME>, log NAME.jsonl
 #   wait_until SECONDS 'shell condition' [message]
+#   pick_ports VAR...                    distinct free loopback ports into VARs (free_port: one)
 #   fail MESSAGE                         prints the tails of every log, exits 1
 #   shard_digests RUN                    "shard k digest" lines from dl:{RUN}:shards
 #   drop_proxy NAME UPSTREAM_PORT ARGS   tests/tools/drop_proxy.py in front of Redis or a shard-server
@@ -48,8 +49,21 @@ fail() {
   exit 1
 }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+# free_ports N: N distinct free loopback ports, each socket held until all are picked (ports picked one by
+# one, each closed before the next, repeat: 15 of 20000 sets of 5 had a port twice here)
+free_ports() {
+  python3 -c '
+import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))' "$1"
+}
+free_port() { free_ports 1; }
+# pick_ports VAR...: sets each VAR to one of distinct free ports (the ports of one setup: none is bound
+# before all are picked)
+pick_ports() {
+  _ports=$(free_ports $#)
+  for _var; do eval "$_var=\${_ports%% *}"; _ports=${_ports#* }; done
 }
 
 start_redis() {
@@ -64,11 +78,7 @@ start_redis() {
 
 start_redis_cluster() {
   replicas=${1:-0}; nodes=$((3 * (1 + replicas)))
-  ports=$(python3 -c '
-import socket, sys
-ss = [socket.socket() for _ in range(2 * int(sys.argv[1]))]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))' $nodes)
+  ports=$(free_ports $((2 * nodes)))
   set -- $ports
   CLUSTER_PORTS=""; i=0
   while [ $i -lt $nodes ]; do CLUSTER_PORTS="$CLUSTER_PORTS $1"; shift; i=$((i + 1)); done

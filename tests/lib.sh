@@ -66,14 +66,29 @@ pick_ports() {
   for _var; do eval "$_var=\${_ports%% *}"; _ports=${_ports#* }; done
 }
 
+# start_redis: the Redis that answers must be ours (its pid in our pid file). A port taken by someone else
+# between free_port and the bind (another test's Redis, say) makes our daemonized redis-server exit ("Address
+# already in use": no pid file) while the port's owner answers PING; we would run in it, and our cleanup
+# would shut it down. Then another port.
 start_redis() {
-  PORT=$(free_port)
-  URL="redis://127.0.0.1:$PORT"
-  RCLI="redis-cli -p $PORT"
-  redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
-    --logfile "$TMP/redis.log" --pidfile "$TMP/redis.pid" "$@" >/dev/null || fail "redis-server did not start"
-  for _ in $(seq 50); do $RCLI ping 2>/dev/null | grep -q PONG && return 0; sleep 0.1; done
-  fail "redis-server did not answer PING"
+  for _try in 1 2 3 4 5; do
+    PORT=$(free_port)
+    URL="redis://127.0.0.1:$PORT"
+    RCLI="redis-cli -p $PORT"
+    rm -f "$TMP/redis.pid"
+    redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+      --logfile "$TMP/redis.log" --pidfile "$TMP/redis.pid" "$@" >/dev/null || fail "redis-server did not start"
+    for _ in $(seq 50); do
+      [ -s "$TMP/redis.pid" ] &&
+        [ "$($RCLI info server 2>/dev/null | sed -n 's/^process_id:\([0-9]*\).*/\1/p')" = "$(cat "$TMP/redis.pid")" ] && return 0
+      grep -q 'Address already in use' "$TMP/redis.log" 2>/dev/null && break
+      sleep 0.1
+    done
+    grep -q 'Address already in use' "$TMP/redis.log" 2>/dev/null || fail "redis-server did not answer PING"
+    mv "$TMP/redis.log" "$TMP/redis-port-$PORT-taken.log"
+    say "port $PORT was taken before redis-server could bind it; another port"
+  done
+  fail "redis-server found its port taken 5 times"
 }
 
 start_redis_cluster() {

@@ -216,7 +216,8 @@ term_and_time() {
 prepare_bible() {
   [ -s build/kjv.tok ] && return 0 # (made here, or carried to a machine without the bible: tools/gpu_pack.sh)
   command -v bible >/dev/null 2>&1 || { echo "SKIP: the bible command is missing (apt-get install bible-kjv bible-kjv-text)"; exit 77; }
-  bible 'Gen1:1-Rev22:21' > build/kjv.txt.tmp && mv build/kjv.txt.tmp build/kjv.txt || fail "bible dump"
+  # (a temporary file of our own: two tests that prepare at once must not write into one file)
+  bible 'Gen1:1-Rev22:21' > build/kjv.txt.$$ && mv -f build/kjv.txt.$$ build/kjv.txt || fail "bible dump"
   bin/worker prepare-data --input build/kjv.txt --output build/kjv.tok > /dev/null || fail "prepare-data"
 }
 

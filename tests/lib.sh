@@ -191,11 +191,12 @@ wait_workers() {
   done
 }
 
+# (the deadline in ns: in whole seconds, a wait of N s started late in a second ended after N - 1 s and a bit)
 wait_until() {
   limit=$1; cond=$2; what=${3:-$2}
-  end=$(( $(date +%s) + limit ))
+  end=$(( $(date +%s%N) + limit * 1000000000 ))
   while ! eval "$cond"; do
-    [ "$(date +%s)" -ge "$end" ] && fail "timed out after ${limit}s waiting for: $what"
+    [ "$(date +%s%N)" -ge "$end" ] && fail "timed out after ${limit}s waiting for: $what"
     sleep 0.2
   done
 }

@@ -10,7 +10,7 @@
 #   init_run RUN [coordinator init flags]
 #   start_server NAME [flags]            bin/shard-server; its pid in SRV_<NAME>
 #   start_worker NAME [flags]            $WORKER (bin/worker) --worker-id NAME; pid in WRK_<NAME>, log NAME.jsonl
-#   wait_until SECONDS 'shell condition' [message]
+#   wait_until SECONDS 'shell condition' [message [POLL]]
 #   pick_ports VAR...                    distinct free loopback ports into VARs (free_port: one)
 #   fail MESSAGE                         prints the tails of every log, exits 1
 #   shard_digests RUN                    "shard k digest" lines from dl:{RUN}:shards
@@ -192,12 +192,13 @@ wait_workers() {
 }
 
 # (the deadline in ns: in whole seconds, a wait of N s started late in a second ended after N - 1 s and a bit)
+# POLL (default 0.2 s): for a test that must act within a fraction of a second of the condition
 wait_until() {
-  limit=$1; cond=$2; what=${3:-$2}
+  limit=$1; cond=$2; what=${3:-$2}; poll=${4:-0.2}
   end=$(( $(date +%s%N) + limit * 1000000000 ))
   while ! eval "$cond"; do
     [ "$(date +%s%N)" -ge "$end" ] && fail "timed out after ${limit}s waiting for: $what"
-    sleep 0.2
+    sleep "$poll"
   done
 }
 

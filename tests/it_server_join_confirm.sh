@@ -29,8 +29,7 @@ URL=$URL_DIRECT
 for w in w1 w2; do start_worker $w --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1 --step-delay-ms 20; done
 # s2 starts 0.3 s after round 1's close: s1 (which hears the close 0.2 s after it) has served version 2
 # tentatively by then, and its next beat comes within 0.5 s, with its commits still under way (1.2 s)
-wait_until 60 '[ "$($RCLI HGET "dl:{$RUN}:state" round:0)" -ge 1 ]' "round 0 to close"
-while [ "$($RCLI HGET "dl:{$RUN}:state" round:0)" -lt 2 ]; do sleep 0.02; done
+wait_until 60 '[ "$($RCLI HGET "dl:{$RUN}:state" round:0)" -ge 2 ]' "round 1 to close" 0.02
 sleep 0.3
 owners() { for k in 0 1 2 3 4 5 6 7; do $RCLI HGET "dl:{$RUN}:shards" $k:owner; done | tr '\n' ' '; }
 [ "$(owners)" = "s1 s1 s1 s1 s1 s1 s1 s1 " ] || fail "s1 does not hold every shard: $(owners)"

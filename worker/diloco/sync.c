@@ -273,9 +273,9 @@ static int settle_confirm(diloco *d, int f, int64_t want, int incomplete, int rc
  * moved: those shards are sent it and fetched (the new owner recomputes them), the others are left as they
  * are, committed or on their way, and those on their way are then looked at in Redis again (a shard fetched
  * here is durable: the get asks for no tentative version; a failed read of Redis fetches every shard, as
- * before, and ends there). DL_OK: all confirmed; DL_NEED: a commit
- * that was on its way did not come within the patience (what then says which shards the caller fetches);
- * anything else: settled (a conflict's or a get's outcome). */
+ * before, and ends there). DL_OK: all confirmed; DL_NEED: a commit that was on its way did not come within
+ * the patience (what then says which shards the caller fetches); anything else: settled (a conflict's or
+ * a get's outcome). */
 static int confirm_moved(diloco *d, int f, int64_t want, uint64_t t0, char *what, char *err, size_t errlen)
 {
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f), conflict = 0;
@@ -349,11 +349,11 @@ static void resend_tentative(diloco *d, int first, int last, int64_t want)
     free(c);
 }
 
-/* Every shard of [first, last) at version ga->want (but those the confirm leaves: what): passes
- * over all the shards still missing, each asked once (and sent our Δ again where an owner asks for it),
- * until none is missing or the sync timeout. Never waiting on one shard while others are missing matters after an owner changed: other
- * workers may be waiting for our Δ of a shard later in our list before they can send theirs of this
- * one. The first pass is early's when given (its requests were sent with the arrival). */
+/* Every shard of [first, last) at version ga->want (but those the confirm leaves: what): passes over all
+ * the shards still missing, each asked once (and sent our Δ again where an owner asks for it), until none
+ * is missing or the sync timeout. Never waiting on one shard while others are missing matters after an
+ * owner changed: other workers may be waiting for our Δ of a shard later in our list before they can send
+ * theirs of this one. The first pass is early's when given (its requests were sent with the arrival). */
 static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, fanout_early *early, const char *what,
                      char *err, size_t errlen)
 {

@@ -509,7 +509,7 @@ demo-torch: deps
 	$(MAKE) all python
 	sh deploy/local/demo_torch.sh
 
-# ---- AddressSanitizer + UBSan: the whole product, in a copy of the tree (README "Sanitizers") ---------
+# ---- AddressSanitizer + UBSan: the whole product, in a copy of the tree (README "The two commands") --
 #
 # The fuzz targets sanitize the decoders and build/tsan/ the threads; `make asan` builds everything the
 # integration tests run (bin/*, build/libdiloco.so, the unit tests and tests/tools) with gcc and
@@ -519,6 +519,9 @@ demo-torch: deps
 #   make asan-test FILTER=it_bad_input     tests/run.sh FILTER there under the sanitizers (tools/asan_test.sh);
 #                                          every report is gathered into ASAN_DIR/reports/
 # Not part of `make test`: it builds the product a second time. A finding stops the process (abort).
+# Tests of the build itself fail there by design: it_layers (ASan's __odr_asan symbols), it_lib_installed
+# (links libdiloco.a without the sanitizers), it_portable_* (qemu-user cannot run ASan's shadow memory),
+# it_python_pip (a venv's python3 without libasan preloaded), it_fuzz and it_tsan_worker (other builds).
 ASAN_DIR   = build-asan
 ASAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -fPIC
 .PHONY: asan asan-build asan-test

@@ -24,10 +24,11 @@ static void ck_usage(FILE *f)
             "save: export the run's global parameters, outer momentum (and an async run's Delayed Nesterov\n"
             "      buffer) and run config, all shards at one committed version, as one safetensors file\n"
             "      (+ a .json side file), written atomically.\n"
-            "  --out FILE     write FILE (e.g. run.safetensors)\n"
-            "  --dir DIR      write DIR/checkpoint-<version>.safetensors ...\n"
-            "  --keep K       ... and delete all but the newest K there (default 0: keep all)\n"
-            "  --timeout S    wait up to S seconds for every shard to be at the same version (default 60)\n" COORD_HELP
+            "  --out FILE                write FILE (e.g. run.safetensors)\n"
+            "  --dir DIR                 write DIR/checkpoint-<version>.safetensors ...\n"
+            "  --keep K                  ... and delete all but the newest K there (default 0: keep all)\n"
+            "  --timeout S               wait up to S seconds for every shard to be at the same version\n"
+            "                            (default 60)\n" COORD_HELP
             "show: validate FILE (format, sizes, checksums) and print its metadata.\n"
             "\n"
             "Resume with: bin/coordinator init --redis URL --run NEW --from-checkpoint FILE\n"

@@ -1,8 +1,10 @@
 /* coordinator.h: the subcommands of bin/coordinator and what they share; a map of the process.
  *
- *   init        init.c, layout.c, snapshot.c   create a run: load the function library, cut the
- *                                              parameters into shards and fragments, write version 0
- *   status      status.c                       the run (rounds, workers, shards, leases) as a table or JSON
+ *   init        init.c, init_options.c,        create a run: load the function library, cut the
+ *               layout.c, snapshot.c,          parameters into shards and fragments, write version 0
+ *               from_state.c                   (--from-state: a safetensors file's tensors)
+ *   status      status.c, topology.c, evals.c  the run (rounds, workers, shards, leases, Redis itself,
+ *                                              the evaluator's losses) as a table or JSON
  *   serve       serve.c, http_*.c              the operator's long-running process: reaps dead members on
  *                                              time; --http adds the dashboard, /status, /metrics, /control
  *   control     control.c, http_control.c      kick a worker, set outer lr/momentum/workers, shut down

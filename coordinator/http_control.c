@@ -219,19 +219,28 @@ static int do_num_workers(rconn *rc, const char *run, json_t *body, json_t **rep
 
 /* A limit below the expected workers - 1 in an async run is set but said, in the reply's "warning" and the
  * log, as coordinator init says it: workers of equal speed submit about W - 1 versions stale, so most of
- * their work would be refused (the quadratic, 6 workers, limit 1: 40 of 60 submissions refused). */
+ * their work would be refused (the quadratic, 6 workers, limit 1: 40 of 60 submissions refused). A limit
+ * set on a sync run is said too: it is stored, but only async submissions are ever judged by it. */
 static void warn_staleness(rconn *rc, const char *run, long long k, json_t *reply)
 {
     runconf conf = {0};
-    char why[256], key[KEY_MAX];
-    int async = k > 0 && runconf_load(rc, run, &conf, why, sizeof why) == 0 && conf.async;
+    char why[256], key[KEY_MAX], msg[400];
+    int loaded = k > 0 && runconf_load(rc, run, &conf, why, sizeof why) == 0, async = loaded && conf.async;
     runconf_free(&conf);
+    if (loaded && !async) {
+        snprintf(msg, sizeof msg,
+                 "run %s is sync: max_staleness limits the submissions of async runs only, so it changes nothing "
+                 "here (a sync round takes only pseudo-gradients of its own round)",
+                 run);
+        json_object_set_new(reply, "warning", json_string(msg));
+        log_warn("control update_staleness on run %s: %s", run, msg);
+        return;
+    }
     if (!async) return;
     redisReply *r = rconn_command(rc, "HGET %s expected_workers", key_run(key, sizeof key, run, "tunables"));
     long long w = r && r->type == REDIS_REPLY_STRING ? atoll(r->str) : 0;
     if (r) freeReplyObject(r);
     if (k >= w - 1) return;
-    char msg[400];
     snprintf(msg, sizeof msg,
              "max_staleness %lld with %lld expected workers: workers of equal speed submit about %lld versions stale, "
              "so most of their submissions would be refused and their training lost; use %lld or more (0: no limit)",

@@ -75,6 +75,8 @@ typedef struct repair {
     int64_t version;    /* V: the version the restored state is installed as */
     int bad, marked;    /* shards that do not verify; shards marked corrupt */
     float *theta, *mom; /* one shard's worth */
+    float *dnbuf;       /* one shard's Delayed Nesterov buffer (async runs with one, so that their
+                           shards verify: repair then refuses the run, but says the truth first) */
 } repair;
 
 static void usage(FILE *f)
@@ -103,8 +105,9 @@ static void usage(FILE *f)
             "  --wait S                  after the repair, wait up to S seconds for the shard-servers to take\n"
             "                            every shard again (default %d; 0: do not wait)\n"
             "\n"
-            "Sync runs only (Streaming included: every fragment goes to the new version); for an async run,\n"
-            "start a new run from a checkpoint (`coordinator init --from-checkpoint`).\n"
+            "Sync runs only (Streaming included: every fragment goes to the new version); an async run is\n"
+            "verified, but to bring a corrupt one back start a new run from a checkpoint (`coordinator init\n"
+            "--from-checkpoint`).\n"
             "Exit status: 0 repaired or nothing to repair, 1 repair impossible or failed, 2 usage.\n",
             WAIT_DEFAULT_S);
 }
@@ -118,6 +121,7 @@ static void repair_free(repair *rp)
     free(rp->sh);
     free(rp->theta);
     free(rp->mom);
+    free(rp->dnbuf);
     runconf_free(&rp->rc);
 }
 
@@ -246,7 +250,14 @@ static int replay_upto(rconn *c, repair *rp, int k, int64_t upto, replay_state *
         err_set(err, errlen, "out of memory");
         return -1;
     }
-    *st = (replay_state){.theta = rp->theta, .mom = rp->mom, .digests = rp->sh[k].digests, .verified = -1};
+    *st = (replay_state){.theta = rp->theta,
+                         .mom = rp->mom,
+                         .dnbuf = rp->dnbuf,
+                         .dn_buffer = (uint32_t)rp->rc.dn_buffer,
+                         .dn_variant = rp->rc.dn_variant,
+                         .dn_t0 = rp->rc.dn_t0,
+                         .digests = rp->sh[k].digests,
+                         .verified = -1};
     int rc = replay_refs_state(c, rp->run, k, (size_t)runconf_shard_numel(&rp->rc, k), rp->sh[k].snap, logs, st, err,
                                errlen);
     free(logs);
@@ -618,7 +629,8 @@ static int open_run(rconn *c, repair *rp, char *err, size_t errlen)
     rp->sh = calloc((size_t)rp->rc.nshards, sizeof *rp->sh);
     rp->theta = malloc(largest * sizeof(float) + 1);
     rp->mom = malloc(largest * sizeof(float) + 1);
-    if (!rp->sh || !rp->theta || !rp->mom) {
+    if (rp->rc.dn_buffer > 0) rp->dnbuf = malloc(largest * sizeof(float) + 1);
+    if (!rp->sh || !rp->theta || !rp->mom || (rp->rc.dn_buffer > 0 && !rp->dnbuf)) {
         err_set(err, errlen, "out of memory");
         return -1;
     }

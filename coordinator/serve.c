@@ -205,17 +205,18 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: bin/coordinator serve --redis URL --run NAME [options]\n"
-            "\n" COORD_HELP "  --print-every S      one-line summary every S seconds (default 10, 0 = never)\n"
-            "  --connect-timeout S  at start, wait up to S seconds for an unreachable Redis (default 60;\n"
-            "                       0: try once); a refused password or user fails at once\n"
-            "  --http [HOST:]PORT   serve the dashboard, /status, /metrics and /control on PORT\n"
-            "                       (default host 127.0.0.1; PORT 0 = any free port)\n"
-            "  --host HOST          bind address of --http (e.g. 0.0.0.0: must be explicit)\n"
-            "  --token-file FILE    POST /control/* needs 'Authorization: Bearer <first line of FILE>'\n"
-            "  --no-dashboard       GET / and /dashboard answer 404 (status, metrics, control stay)\n"
-            "  --save-dir DIR       POST /control/save_state exports a checkpoint to DIR/checkpoint-<v>.safetensors\n"
-            "  --save-every N       export a checkpoint to --save-dir every N committed versions\n"
-            "  --keep K             keep the newest K checkpoints in --save-dir (default 0 = all)\n");
+            "\n" COORD_HELP "  --print-every S           one-line summary every S seconds (default 10, 0 = never)\n"
+            "  --connect-timeout S       at start, wait up to S seconds for an unreachable Redis (default 60;\n"
+            "                            0: try once); a refused password or user fails at once\n"
+            "  --http [HOST:]PORT        serve the dashboard, /status, /metrics and /control on PORT\n"
+            "                            (default host 127.0.0.1; PORT 0 = any free port)\n"
+            "  --host HOST               bind address of --http (e.g. 0.0.0.0: must be explicit)\n"
+            "  --token-file FILE         POST /control/* needs 'Authorization: Bearer <first line of FILE>'\n"
+            "  --no-dashboard            GET / and /dashboard answer 404 (status, metrics, control stay)\n"
+            "  --save-dir DIR            POST /control/save_state exports a checkpoint to\n"
+            "                            DIR/checkpoint-<v>.safetensors\n"
+            "  --save-every N            export a checkpoint to --save-dir every N committed versions\n"
+            "  --keep K                  keep the newest K checkpoints in --save-dir (default 0 = all)\n");
 }
 
 /* "[HOST:]PORT", "[v6]:PORT" -> host (into buf, or untouched) and port. */

@@ -44,6 +44,33 @@ static void read_tunables(rconn *c, ss_ctx *ss)
     if (r != NULL) freeReplyObject(r);
 }
 
+/* Shard-servers may be started before their run is made (a service that comes up with Redis): until
+ * `coordinator init` has made it, wait, saying so once and then once a minute, until it exists or we are
+ * told to stop. Any other failure (a library of another version, a config that does not parse, Redis gone)
+ * ends the start at once. 0 loaded; -1 with the reason logged. */
+static int load_config_when_made(rconn *c, ss_ctx *ss, volatile int *stop)
+{
+    char err[512];
+    uint64_t said_at = 0;
+    for (;;) {
+        int rc = runconf_load(c, ss->opts.run, &ss->rc, err, sizeof err);
+        if (rc == 0) return 0;
+        if (rc != RUNCONF_ABSENT) {
+            log_error("%s", err);
+            return -1;
+        }
+        if (said_at == 0 || now_ms() - said_at >= RUN_GONE_LOG_EVERY_MS) {
+            log_warn("waiting for run %s to be made (SIGINT/SIGTERM to stop): %s", ss->opts.run, err);
+            said_at = now_ms();
+        }
+        for (int i = 0; i < 10 && !(stop != NULL && *stop); i++) sleep_ms(100);
+        if (stop != NULL && *stop) {
+            log_info("stopped while waiting for run %s to be made", ss->opts.run);
+            return -1;
+        }
+    }
+}
+
 int ss_ctx_load_run(ss_ctx *ss, volatile int *stop)
 {
     char err[512];
@@ -65,9 +92,7 @@ int ss_ctx_load_run(ss_ctx *ss, volatile int *stop)
             log_error("%s", err);
         return -1;
     }
-    if (runconf_check_library(c, ss->opts.run, err, sizeof err) != 0 ||
-        runconf_load(c, ss->opts.run, &ss->rc, err, sizeof err) != 0) {
-        log_error("%s", err);
+    if (load_config_when_made(c, ss, stop) != 0) {
         rconn_free(c);
         return -1;
     }

@@ -3,9 +3,9 @@
  *
  * Start-up: parse the options, then (ctx.c) connect to Redis (retrying with backoff for up to --connect-timeout or
  * until we are told to stop; a refused password fails at once), check that the function library is the
- * version this build speaks, read the run's layout (dl:{R}:config) and outer tunables
- * (dl:{R}:tunables), then hand over to the event loop: the data-plane listener, two asynchronous Redis
- * connections (control and bulk), the lease loop.
+ * version this build speaks, read the run's layout (dl:{R}:config; a run not made yet is waited for) and
+ * outer tunables (dl:{R}:tunables), then hand over to the event loop: the data-plane listener, two
+ * asynchronous Redis connections (control and bulk), the lease loop.
  * SIGINT/SIGTERM: stop accepting, give the leases back (dl_server_leave), exit 0 within 2 s.
  */
 #include "ss.h"
@@ -32,7 +32,8 @@ static void usage(FILE *f)
                "A stateless outer-optimizer process of ReDiLoCo: it leases shards of the run's parameters in\n"
                "Redis, receives pseudo-gradients from workers over TCP, commits each round's outer step to Redis\n"
                "and serves the new parameters. Start as many as you like, any time; kill them any time.\n"
-               "\n" REDIS_URL_HELP "  --run NAME                run name (as given to `coordinator init`)\n"
+               "\n" REDIS_URL_HELP "  --run NAME                run name (as given to `coordinator init`; started before the run is\n"
+               "                            made, the server waits for it)\n"
                "  --listen HOST:PORT        data-plane address to bind (default 127.0.0.1:0, an ephemeral port)\n"
                "  --advertise HOST:PORT     address workers should use (default: the bound address)\n"
                "  --id ID                   server id in Redis (default ss-<hostname>-<pid>)\n"

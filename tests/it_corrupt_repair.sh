@@ -22,7 +22,8 @@
 #  5. a mark that no longer holds (the state verifies) is cleared and its lease revoked;
 #  6. Streaming DiLoCo: the repair moves every fragment's open round to the one new version and workers
 #     train on from it to one digest;
-#  7. an async run is refused with a message that says what to do instead;
+#  7. an async run with Delayed Nesterov verifies (its log replayed with the DN buffer: before, every
+#     shard was called CORRUPT); a corrupt async run is refused with a message that says what to do instead;
 #  8. a valid blob in the wrong place (redis-cli COPY): another shard's log entry under shard 1's key, then
 #     another version's entry of shard 3 under its key, then a forged entry of shard 0 (its payload
 #     changed, its checksum fixed): the load names that key (not the last one) and says what is wrong
@@ -204,9 +205,15 @@ for w in w1 w2; do mv "$TMP/$w.jsonl" "$TMP/$w-4.jsonl"; mv "$TMP/worker-$w.log"
 run_workers $((2 * H))
 join_workers
 
-say "7. an async run: refused with what to do instead"
+say "7. an async run: its Delayed Nesterov steps verify; a corrupt one is refused with what to do instead"
 RUN=cra
-init_run $RUN --trainer quadratic --numel 20000 --shards 2 --async
+init_run $RUN --trainer quadratic --numel 20000 --shards 2 --async --workers 1 --dn-buffer-size 2
+start_server s7 $TTL
+start_worker w7 --sync-every 5 --steps 20   # 4 submissions: two Delayed Nesterov windows in the log
+wait_workers w7
+repair > "$TMP/repair7a.txt" 2>&1 || fail "repair of a healthy async run: $(cat "$TMP/repair7a.txt")"
+[ "$(grep -c 'verifies at version 4$' "$TMP/repair7a.txt")" = 2 ] && grep -q "nothing to repair" "$TMP/repair7a.txt" ||
+  fail "repair of a healthy async run (Delayed Nesterov) says: $(cat "$TMP/repair7a.txt")"
 corrupt_blob "dl:{$RUN:0}:snap:0:0"
 repair > "$TMP/repair7.txt" 2>&1 && fail "repair of an async run succeeded"
 grep -q "is async.*coordinator init --run NEW --from-checkpoint FILE" "$TMP/repair7.txt" ||

@@ -42,7 +42,7 @@ done
 
 RUN=prox; NUMEL=200000; SEED=7; ROUNDS=5; H=20
 init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --workers 3 --seed $SEED
-PR=$(free_port); L1=$(free_port); L2=$(free_port); A1=$(free_port); A2=$(free_port)
+pick_ports PR L1 L2 A1 A2
 start_proxy run --rtt-ms 20 --jitter-ms 5 --map "127.0.0.1:$PR=127.0.0.1:$PORT" \
   --map "127.0.0.1:$A1=127.0.0.1:$L1" --map "127.0.0.1:$A2=127.0.0.1:$L2"
 start_server s1 --lease-ttl-ms 2000 --listen "127.0.0.1:$L1" --advertise "127.0.0.1:$A1"
@@ -72,7 +72,7 @@ say "through the proxy (RTT 20 ms, jitter 5 ms), bit-identical to the reference:
 # now: the owners are read at the join, not during the rounds.
 RUN=far; ROUNDS=3
 init_run $RUN --trainer quadratic --numel 20000 --shards 4 --workers 2 --seed $SEED
-PR=$(free_port); L1=$(free_port); A1=$(free_port)
+pick_ports PR L1 A1
 start_proxy far --rtt-ms 300 --map "127.0.0.1:$PR=127.0.0.1:$PORT" --map "127.0.0.1:$A1=127.0.0.1:$L1"
 start_server f1 --lease-ttl-ms 2000 --listen "127.0.0.1:$L1" --advertise "127.0.0.1:$A1"
 $RCLI MONITOR > "$TMP/monitor-far.txt" 2>&1 &

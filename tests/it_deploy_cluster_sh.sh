@@ -3,7 +3,8 @@
 #  up (Redis only, no run yet) -> init (run created, 2 shard-servers + coordinator --http start) ->
 #  a worker trains 3 rounds -> status shows processes and the run -> a kill -9'd shard-server is
 #  restarted by `up` -> down stops every process it started -> up again: the run survived in the
-#  AOF (same round, same digests) -> down: nothing left running, the port is free. No process it
+#  AOF (same round, same digests) -> a worker of `up --workers 1` that finished its steps shows as exited
+#  (not dead) -> down: nothing left running, the port is free. No process it
 #  starts has the Redis URL on its command line (it passes DL_REDIS_URL), and a worker started the
 #  way the docs say (DL_REDIS_URL=$(cluster.sh url) bin/worker ...) trains.
 . "$(dirname "$0")/lib.sh"
@@ -71,6 +72,13 @@ $CL up --dir "$D" > "$TMP/up3.log" 2>&1 || fail "cluster.sh up after down"
 grep -q "2 shard-server(s)" "$TMP/up3.log" || fail "up after down did not start the servers: $(cat "$TMP/up3.log")"
 [ "$($RCLI HGET "dl:{clt}:state" round:0)" = 3 ] || fail "the run did not survive down/up"
 [ "$(shard_digests clt)" = "$digests" ] || fail "digests changed across down/up"
+# a worker started by up --workers that finished its steps shows as exited, not dead
+$CL up --dir "$D" --workers 1 --worker-args "--sync-every 20 --steps 20" > "$TMP/up4.log" 2>&1 || fail "cluster.sh up --workers 1"
+wp=$(cat "$D/pids/worker-w1.pid")
+wait_until 20 '! alive $wp' "worker w1 of up --workers to finish its 20 steps"
+$CL status --dir "$D" > "$TMP/status2.log" 2>&1
+grep -q "worker-w1 .*exited: stopped after 20 steps (done)" "$TMP/status2.log" ||
+  fail "status of a worker that finished: $(cat "$TMP/status2.log")"
 all=$(pids_of_cluster)
 $CL down --dir "$D" > "$TMP/down2.log" 2>&1 || fail "cluster.sh down (2)"
 wait_until 3 'none_alive "$all"' "every process of the cluster to exit"

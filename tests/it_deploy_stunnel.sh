@@ -24,7 +24,7 @@ fi
 
 RUN=tls
 start_redis                                  # RP = $PORT, the "server machine"'s plain Redis
-RP=$PORT; RS=$(free_port); RC=$(free_port); SP=$(free_port); SS=$(free_port); SC=$(free_port)
+RP=$PORT; pick_ports RS RC SP SS SC
 
 # Self-signed certificates: one for the server side (name diloco-redis), one for the worker side.
 cd "$TMP" || exit 1

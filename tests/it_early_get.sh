@@ -21,7 +21,7 @@ stop_servers() {
 
 RUN=early
 init_run $RUN --trainer quadratic --numel $NUMEL --shards 4 --workers 2 --seed $SEED
-PR=$(free_port); L1=$(free_port); L2=$(free_port); A1=$(free_port); A2=$(free_port)
+pick_ports PR L1 L2 A1 A2
 bin/delay-proxy --rtt-ms $RTT --map "127.0.0.1:$PR=127.0.0.1:$PORT" --map "127.0.0.1:$A1=127.0.0.1:$L1" \
   --map "127.0.0.1:$A2=127.0.0.1:$L2" > "$TMP/proxy.log" 2>&1 &
 PIDS="$PIDS $!"

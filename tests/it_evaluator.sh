@@ -48,6 +48,10 @@ wait_workers w1 w2
 final=$((STEPS / H))
 wait_until 30 "evals $RUN | tail -n 1 | grep -q '^$final '" "the evaluation of version $final"
 kill "$EV_b" "$EV_c"
+for e in b c; do
+  eval "wait \$EV_$e" || fail "evaluator $e exited with status $? on SIGTERM"
+  grep -q "evaluator of run '$RUN': stopped by a signal" "$TMP/evaluator-$e.log" || fail "evaluator $e did not say it stopped"
+done
 evals $RUN > "$TMP/quad.evals"
 say "quadratic: $(wc -l < "$TMP/quad.evals") evaluations: $(cut -d' ' -f1 "$TMP/quad.evals" | tr '\n' ' ')"
 awk 'NR > 1 && $1 <= last {exit 1} {last = $1}' "$TMP/quad.evals" \

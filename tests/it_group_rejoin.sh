@@ -29,11 +29,14 @@ kill -STOP $G3
 [ "$(round)" -eq $A ] || fail "round $A closed before g3 was stopped (the machine is too slow for this arrangement)"
 say "g3 stopped during round $A"
 wait_until 5 '[ "$($RCLI HEXISTS "dl:{$RUN}:workers" g3)" = 0 ]' "g3 to be evicted"
-kill -CONT $G3
 t_cont=$(date +%s.%N)
+kill -CONT $G3
 say "g3 evicted during round $A (closed rounds: $(round)); g3 continued"
 wait_until 5 '[ "$(grep -c "^sync rank . .* stale 1 " "$TMP/g3.out")" -ge 2 ]' "both ranks of g3 to register again"
-t_back=$(date +%s.%N)
+# when the later rank logged the eviction (its line's time), not when this loop, polling every 0.2 s, saw the syncs
+stamp=$(sed -n 's/^\([0-9T:.-]*\)Z .*the group was evicted .* during inner step.*/\1/p' "$TMP/group-g3.log" | sort | tail -n 1)
+[ -n "$stamp" ] || fail "no dated eviction line in g3's log: $(grep evicted "$TMP/group-g3.log")"
+t_back=$(date -u -d "$stamp" +%s.%N)
 
 wait_workers w1 w2
 wait_until 10 '[ "$(shard_versions $RUN)" = "$ROUNDS $ROUNDS" ]' "every shard at version $ROUNDS"

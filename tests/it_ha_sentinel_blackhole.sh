@@ -15,7 +15,7 @@
 . "$(dirname "$0")/lib.sh"
 RUN=bh
 start_redis
-RPORT=$(free_port); SPORT=$(free_port); BPORT=$(free_port); MPORT=$(free_port)
+pick_ports RPORT SPORT BPORT MPORT
 redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --replicaof 127.0.0.1 "$PORT" \
   --logfile "$TMP/replica.log" --pidfile "$TMP/replica.pid" > /dev/null || fail "the replica did not start"
 CLUSTER_PORTS="$PORT $RPORT $SPORT" # cleanup shuts these down

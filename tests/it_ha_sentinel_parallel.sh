@@ -17,7 +17,7 @@
 . "$(dirname "$0")/lib.sh"
 RUN=par
 start_redis
-S1=$(free_port); S2=$(free_port); BPORT=$(free_port)
+pick_ports S1 S2 BPORT
 CLUSTER_PORTS="$PORT $S1 $S2" # cleanup shuts these down
 for s in $S1 $S2; do
   cat > "$TMP/sentinel-$s.conf" <<EOF

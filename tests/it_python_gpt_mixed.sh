@@ -7,7 +7,9 @@
 # measures falls, and a C worker with another model (--layers 2) is refused naming the tensor.
 # Twice: a default run (bf16 up, parameters down), and the under-1-byte one (the example's --compress int3
 # --download update, both workers with --error-feedback: docs/compression.md), where each worker applies
-# the round's encoded update itself and the digests still agree.
+# the round's encoded update itself and the digests still agree. Then the sparse codec (--compress topk
+# --download update): both workers keep the top-k accumulator and apply the sparse update alike (the
+# digests only: 3 rounds are too few for 2% of the entries a round to lower the loss).
 . "$(dirname "$0")/lib.sh"
 prepare_bible
 H=15; ROUNDS=3; STEPS=$((H * ROUNDS))
@@ -37,6 +39,10 @@ mixed_run() {
   [ "$(wc -l < "$TMP/$RUN-c.txt")" -eq $ROUNDS ] || fail "$RUN: C worker synced $(wc -l < "$TMP/$RUN-c.txt") times, want $ROUNDS"
   diff "$TMP/$RUN-c.txt" "$TMP/$RUN-p.txt" > "$TMP/$RUN-diff.txt" ||
     fail "$RUN: digests differ between the C and the PyTorch worker: $(cat "$TMP/$RUN-diff.txt")"
+  # top-k at 2% moves 2% of the entries a round: over these 3 rounds of a 22k-parameter model its loss
+  # need not fall (measured: 3.89 -> 4.04 -> 4.67; docs/compression.md "Quality of top-k"), so that run
+  # checks the digests alone
+  [ "$4" = no-loss-check ] && { say "$RUN: C and PyTorch GPT workers, the same digest after each of $ROUNDS syncs"; return; }
   for w in c1$RUN $RUN-p1; do
     grep '"eval_loss": *[0-9]' "$TMP/$w.jsonl" | sed 's/.*"eval_loss": *\([0-9.]*\).*/\1/' > "$TMP/$w-eval.txt"
     first=$(head -n 1 "$TMP/$w-eval.txt"); last=$(tail -n 1 "$TMP/$w-eval.txt")
@@ -53,3 +59,5 @@ mixed_run mixedint3 "--compress int3 --download update" --error-feedback
 for log in worker-c1mixedint3 py-mixedint3-p1; do
   grep -q "int3 with error feedback" "$TMP/$log.log" || fail "$log does not say it sends int3 with error feedback"
 done
+mixed_run mixedtopk "--compress topk --download update" "" no-loss-check
+[ "$($RCLI HGET "dl:{mixedtopk}:config" compress)" = topk ] || fail "the topk run's codec: $($RCLI HGET "dl:{mixedtopk}:config" compress)"

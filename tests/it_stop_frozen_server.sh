@@ -11,7 +11,7 @@ start_redis
 RUN=frozensrv
 init_run "$RUN" --trainer quadratic --numel 8000000 --shards 1 --workers 1
 start_server s1
-SRV_PID=$(pgrep -f -- "--id s1" | head -1)
+SRV_PID=$SRV_s1 # its own s1: a pgrep by command line also finds the s1 of a test running beside it
 trap 'kill -CONT $SRV_PID 2>/dev/null; cleanup' EXIT
 start_worker w1 --sync-every 5 --steps 1000000 --heartbeat-interval 1 --step-delay-ms 1
 pid=$WRK_w1
@@ -25,5 +25,7 @@ secs=$TERM_SECS
 log=$TMP/worker-w1.log
 say "the worker exited $secs s after SIGTERM, its shard-server frozen; $(grep -o 'stopped during a sync: .*' "$log" | head -1)"
 grep -q 'stopped after .*(signal)' "$log" || fail "the worker did not say it stopped on the signal"
+grep -q 'stopped during a sync: .*no progress' "$log" ||
+  fail "the stop cut no push or get to the frozen server short (was s1 frozen?): $(grep 'stopped' "$log")"
 awk -v s="$secs" 'BEGIN { exit !(s < 4) }' || fail "the worker took $secs s to exit after SIGTERM (want < 4 s)"
 say "PASS: a stop ends a push to a frozen shard-server at once ($secs s)"

@@ -19,7 +19,9 @@ for w in w1 w2; do
   start_worker $w --sync-every $H --steps $STEPS --heartbeat-interval 0.2 --step-delay-ms 100 --fragments-in-flight 2 --fragment-alpha 0.5
 done
 start_worker w3 --sync-every $H --steps 0 --heartbeat-interval 0.2 --step-delay-ms 20 --fragments-in-flight 2 --fragment-alpha 0.5
-wait_until 15 '[ "$($RCLI HEXISTS "dl:{$RUN}:f1:r0" a:w3)" = 1 ]' "w3 to arrive at fragment 1's round 0"
+# (looking every 20 ms: w1 and w2 close fragment 0's round 0 about 0.6 s after w3's arrival, and w3 must be
+# stopped before that)
+wait_until 15 '[ "$($RCLI HEXISTS "dl:{$RUN}:f1:r0" a:w3)" = 1 ]' "w3 to arrive at fragment 1's round 0" 0.02
 kill -STOP "$WRK_w3"
 [ "$(round 0)" = 0 ] && [ "$($RCLI HEXISTS "dl:{$RUN}:f0:r0" a:w3)" = 1 ] ||
   fail "w3 arrived at fragment 1's round 0 without fragment 0's round 0 in flight (round 0 is at $(round 0)): not 2 in flight"

@@ -23,11 +23,14 @@ kill -STOP "$WRK_w3"
 [ "$(round)" -eq $A ] || fail "round $A closed before w3 was stopped (the machine is too slow for this arrangement)"
 say "w3 stopped during round $A"
 wait_until 5 '[ "$($RCLI HEXISTS "dl:{$RUN}:workers" w3)" = 0 ]' "w3 to be evicted"
-kill -CONT "$WRK_w3"
 t_cont=$(date +%s.%N)
+kill -CONT "$WRK_w3"
 say "w3 evicted during round $A (closed rounds: $(round)); w3 continued"
 wait_until 5 'grep -q "during inner step" "$TMP/worker-w3.log"' "w3 to register again during the interval"
-t_back=$(date +%s.%N)
+# when w3 said so (its log line's time), not when this loop, polling every 0.2 s on a loaded box, saw it
+stamp=$(sed -n 's/^\([0-9T:.-]*\)Z .*during inner step.*/\1/p' "$TMP/worker-w3.log" | head -n 1)
+[ -n "$stamp" ] || fail "no dated 'during inner step' line in w3's log: $(grep 'inner step' "$TMP/worker-w3.log")"
+t_back=$(date -u -d "$stamp" +%s.%N)
 
 wait_workers w1 w2
 wait_until 10 '[ "$(shard_versions $RUN)" = "$ROUNDS $ROUNDS" ]' "every shard at version $ROUNDS"

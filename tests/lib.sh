@@ -10,7 +10,8 @@
 #   init_run RUN [coordinator init flags]
 #   start_server NAME [flags]            bin/shard-server; its pid in SRV_<NAME>
 #   start_worker NAME [flags]            $WORKER (bin/worker) --worker-id NAME; pid in WRK_<NAME>, log NAME.jsonl
-#   wait_until SECONDS 'shell condition' [message]
+#   wait_until SECONDS 'shell condition' [message [POLL]]
+#   pick_ports VAR...                    distinct free loopback ports into VARs (free_port: one)
 #   fail MESSAGE                         prints the tails of every log, exits 1
 #   shard_digests RUN                    "shard k digest" lines from dl:{RUN}:shards
 #   drop_proxy NAME UPSTREAM_PORT ARGS   tests/tools/drop_proxy.py in front of Redis or a shard-server
@@ -48,27 +49,51 @@ fail() {
   exit 1
 }
 
-free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'
+# free_ports N: N distinct free loopback ports, each socket held until all are picked (ports picked one by
+# one, each closed before the next, repeat: 15 of 20000 sets of 5 had a port twice here)
+free_ports() {
+  python3 -c '
+import socket, sys
+ss = [socket.socket() for _ in range(int(sys.argv[1]))]
+for s in ss: s.bind(("127.0.0.1", 0))
+print(" ".join(str(s.getsockname()[1]) for s in ss))' "$1"
+}
+free_port() { free_ports 1; }
+# pick_ports VAR...: sets each VAR to one of distinct free ports (the ports of one setup: none is bound
+# before all are picked)
+pick_ports() {
+  _ports=$(free_ports $#)
+  for _var; do eval "$_var=\${_ports%% *}"; _ports=${_ports#* }; done
 }
 
+# start_redis: the Redis that answers must be ours (its pid in our pid file). A port taken by someone else
+# between free_port and the bind (another test's Redis, say) makes our daemonized redis-server exit ("Address
+# already in use": no pid file) while the port's owner answers PING; we would run in it, and our cleanup
+# would shut it down. Then another port.
 start_redis() {
-  PORT=$(free_port)
-  URL="redis://127.0.0.1:$PORT"
-  RCLI="redis-cli -p $PORT"
-  redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
-    --logfile "$TMP/redis.log" --pidfile "$TMP/redis.pid" "$@" >/dev/null || fail "redis-server did not start"
-  for _ in $(seq 50); do $RCLI ping 2>/dev/null | grep -q PONG && return 0; sleep 0.1; done
-  fail "redis-server did not answer PING"
+  for _try in 1 2 3 4 5; do
+    PORT=$(free_port)
+    URL="redis://127.0.0.1:$PORT"
+    RCLI="redis-cli -p $PORT"
+    rm -f "$TMP/redis.pid"
+    redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+      --logfile "$TMP/redis.log" --pidfile "$TMP/redis.pid" "$@" >/dev/null || fail "redis-server did not start"
+    for _ in $(seq 50); do
+      [ -s "$TMP/redis.pid" ] &&
+        [ "$($RCLI info server 2>/dev/null | sed -n 's/^process_id:\([0-9]*\).*/\1/p')" = "$(cat "$TMP/redis.pid")" ] && return 0
+      grep -q 'Address already in use' "$TMP/redis.log" 2>/dev/null && break
+      sleep 0.1
+    done
+    grep -q 'Address already in use' "$TMP/redis.log" 2>/dev/null || fail "redis-server did not answer PING"
+    mv "$TMP/redis.log" "$TMP/redis-port-$PORT-taken.log"
+    say "port $PORT was taken before redis-server could bind it; another port"
+  done
+  fail "redis-server found its port taken 5 times"
 }
 
 start_redis_cluster() {
   replicas=${1:-0}; nodes=$((3 * (1 + replicas)))
-  ports=$(python3 -c '
-import socket, sys
-ss = [socket.socket() for _ in range(2 * int(sys.argv[1]))]
-for s in ss: s.bind(("127.0.0.1", 0))
-print(" ".join(str(s.getsockname()[1]) for s in ss))' $nodes)
+  ports=$(free_ports $((2 * nodes)))
   set -- $ports
   CLUSTER_PORTS=""; i=0
   while [ $i -lt $nodes ]; do CLUSTER_PORTS="$CLUSTER_PORTS $1"; shift; i=$((i + 1)); done
@@ -166,12 +191,14 @@ wait_workers() {
   done
 }
 
+# (the deadline in ns: in whole seconds, a wait of N s started late in a second ended after N - 1 s and a bit)
+# POLL (default 0.2 s): for a test that must act within a fraction of a second of the condition
 wait_until() {
-  limit=$1; cond=$2; what=${3:-$2}
-  end=$(( $(date +%s) + limit ))
+  limit=$1; cond=$2; what=${3:-$2}; poll=${4:-0.2}
+  end=$(( $(date +%s%N) + limit * 1000000000 ))
   while ! eval "$cond"; do
-    [ "$(date +%s)" -ge "$end" ] && fail "timed out after ${limit}s waiting for: $what"
-    sleep 0.2
+    [ "$(date +%s%N)" -ge "$end" ] && fail "timed out after ${limit}s waiting for: $what"
+    sleep "$poll"
   done
 }
 
@@ -191,7 +218,8 @@ term_and_time() {
 prepare_bible() {
   [ -s build/kjv.tok ] && return 0 # (made here, or carried to a machine without the bible: tools/gpu_pack.sh)
   command -v bible >/dev/null 2>&1 || { echo "SKIP: the bible command is missing (apt-get install bible-kjv bible-kjv-text)"; exit 77; }
-  bible 'Gen1:1-Rev22:21' > build/kjv.txt.tmp && mv build/kjv.txt.tmp build/kjv.txt || fail "bible dump"
+  # (a temporary file of our own: two tests that prepare at once must not write into one file)
+  bible 'Gen1:1-Rev22:21' > build/kjv.txt.$$ && mv -f build/kjv.txt.$$ build/kjv.txt || fail "bible dump"
   bin/worker prepare-data --input build/kjv.txt --output build/kjv.tok > /dev/null || fail "prepare-data"
 }
 

@@ -38,17 +38,25 @@ static pid_t master_pid = -1, replica_pid = -1, sentinel_pid = -1;
 static int master_port, replica_port, sentinel_port;
 static redis_url sentinel_url;
 
-static int free_port(void)
+/* n (at most 8) distinct free loopback ports into ports: every socket stays bound until all are picked (ports
+ * picked one by one, each closed before the next, can repeat). 0, or -1. */
+static int free_ports(int *ports, int n)
 {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-    socklen_t len = sizeof a;
-    if (fd < 0 || bind(fd, (struct sockaddr *)&a, sizeof a) != 0 || getsockname(fd, (struct sockaddr *)&a, &len) != 0) {
-        if (fd >= 0) close(fd);
-        return -1;
+    int fds[8], rc = n <= 8 ? 0 : -1;
+    for (int i = 0; i < n && i < 8; i++) fds[i] = -1;
+    for (int i = 0; i < n && rc == 0; i++) {
+        struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+        socklen_t len = sizeof a;
+        fds[i] = socket(AF_INET, SOCK_STREAM, 0);
+        if (fds[i] < 0 || bind(fds[i], (struct sockaddr *)&a, sizeof a) != 0 ||
+            getsockname(fds[i], (struct sockaddr *)&a, &len) != 0)
+            rc = -1;
+        else
+            ports[i] = ntohs(a.sin_port);
     }
-    close(fd);
-    return ntohs(a.sin_port);
+    for (int i = 0; i < n && i < 8; i++)
+        if (fds[i] >= 0) close(fds[i]);
+    return rc;
 }
 
 static pid_t spawn(char *const argv[])
@@ -117,9 +125,9 @@ static int start_all(void **state)
         exit(77);
     }
     if (mkdtemp(tmpdir) == NULL) return -1;
-    master_port = free_port();
-    replica_port = free_port();
-    sentinel_port = free_port();
+    int ports[3];
+    if (free_ports(ports, 3) != 0) return -1;
+    master_port = ports[0], replica_port = ports[1], sentinel_port = ports[2];
     master_pid = start_node(master_port, 0);
     replica_pid = start_node(replica_port, master_port);
     if (wait_for(replica_port, "INFO replication", "master_link_status:up") != 0) return -1;

@@ -170,6 +170,7 @@ int evaluator_run(const evaluator_options *o, const runconf *rc, trainer *t, cha
         log_warn("evaluator: %s (trying again)", err);
         sleep_ms(1000);
     }
+    if (*o->stop && status == 0) log_info("evaluator of run '%s': stopped by a signal", rc->run);
     rconn_free(c);
     run_state_free(&st);
     return status;

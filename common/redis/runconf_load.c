@@ -30,6 +30,7 @@ int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen)
                 "the ReDiLoCo function library is not loaded in this Redis (%s); "
                 "run `coordinator init` first",
                 r->str);
+        if (runconf_error_gone(r->str) != NULL) rc = RUNCONF_ABSENT;
     } else if (r->type != REDIS_REPLY_STRING || strcmp(r->str, DL_LIB_VERSION) != 0) {
         err_set(err, errlen,
                 "Redis has function library version '%s' but this build speaks version '%s'; "
@@ -73,12 +74,15 @@ int runconf_load(rconn *c, const char *run, runconf *rc, char *err, size_t errle
     memset(rc, 0, sizeof *rc);
     if (key_check_run_name(run, err, errlen) < 0) return -1;
     snprintf(rc->run, sizeof rc->run, "%s", run);
-    if (runconf_check_library(c, run, err, errlen) < 0) return -1;
+    int lib = runconf_check_library(c, run, err, errlen);
+    if (lib < 0) return lib;
     char key[KEY_MAX];
+    int ret = -1;
     redisReply *r = rconn_command(c, "HGETALL %s", key_run(key, sizeof key, run, "config"));
     if (rconn_reply_error(c, r, err, errlen) < 0) goto error;
     if (r->type != REDIS_REPLY_ARRAY || r->elements == 0) {
         err_set(err, errlen, "run '%s' does not exist in this Redis; run `coordinator init --run %s` first", run, run);
+        ret = r->type == REDIS_REPLY_ARRAY ? RUNCONF_ABSENT : -1;
         goto error;
     }
     if (runconf_from_reply(r, rc, err, errlen) < 0) goto error;
@@ -87,7 +91,7 @@ int runconf_load(rconn *c, const char *run, runconf *rc, char *err, size_t errle
 error:
     if (r) freeReplyObject(r);
     runconf_free(rc);
-    return -1;
+    return ret;
 }
 
 const char *runconf_error_gone(const char *e)

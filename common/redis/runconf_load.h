@@ -10,9 +10,14 @@
 #include "format/runconf.h"
 #include "redis/rconn.h"
 
-/* Check `FCALL dl_version` against DL_LIB_VERSION: -1 with a message that says what to do otherwise. */
+/* What runconf_check_library and runconf_load return when the run is not there (yet): no function library
+ * in this Redis, or no config of the run. Other failures are -1. */
+#define RUNCONF_ABSENT (-2)
+/* Check `FCALL dl_version` against DL_LIB_VERSION: RUNCONF_ABSENT (no library) or -1 with a message that
+ * says what to do otherwise. */
 int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen);
-/* Read and validate dl:{run}:config (after checking the library). Free with runconf_free. */
+/* Read and validate dl:{run}:config (after checking the library): 0, RUNCONF_ABSENT or -1 with a message.
+ * Free with runconf_free. */
 int runconf_load(rconn *c, const char *run, runconf *out, char *err, size_t errlen);
 /* The parsing half of runconf_load: rc's fields from an HGETALL reply of dl:{R}:config (rc->run is left
  * as it is): its string pairs go to runconf_parse; pairs that are not two strings are skipped. On error

@@ -219,6 +219,8 @@ status() {
     n=$(basename "$f" .pid)
     case "$n" in redis) prog=redis-server;; server*) prog=shard-server;; coordinator) prog=coordinator;; *) prog=worker;; esac
     if p=$(pid_of "$n" "$prog"); then printf '  %-14s pid %-8s running\n' "$n" "$p"
+    elif [ "$prog" = worker ] && done=$(tail -n 1 "$LOGS/$n.log" 2>/dev/null | grep -o 'stopped after .*') && [ -n "$done" ]; then
+      printf '  %-14s %-12s exited: %s\n' "$n" "" "$done"   # a worker that finished its --steps is no crash
     else printf '  %-14s %-12s dead (log: %s)\n' "$n" "" "$LOGS/$n.log"; fi
   done
   if ! redis_alive; then echo "  Redis is not running"; return 1; fi

@@ -80,7 +80,8 @@ typedef struct rlink {
     int pending;            /* commands sent, reply not yet received */
     uint64_t last_activity; /* now_ms() of the last reply, or of the first send after idle */
     struct event *retry_timer, *watch_timer;
-    /* Redis Cluster (route.c): twins on the other masters, opened on first use; may be this link */
+    /* Redis Cluster (route.c): twins on the other masters, opened on first use (never this link: the
+     * node it is on changes when it moves, so route.c asks each time) */
     struct rlink_route *route;
     struct rlink *twin[CLUSTER_MAX_NODES];
     int is_twin;

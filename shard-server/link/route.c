@@ -90,12 +90,19 @@ static int route_node_url(const rlink_route *rt, int node, const redis_url *seed
     return 0;
 }
 
+/* Whether l is on `node` is asked each time, never cached: a link of a seed list (redis://h1,h2,...)
+ * connects to whichever seed answers first, and moves when its group does (state.c: a CLUSTERDOWN
+ * reply during a failover makes a link ask the seeds again, and the others follow the one that
+ * answered), so the node it stood on may be another's later. Cached, l would stay that node's twin after it moved: a command for
+ * that node's slots would go to l, whose node answers MOVED to it, back to l, and so on until the hops
+ * run out, for as long as l stays where it is (it_ha_cluster_failover saw a shard's load fail so for a
+ * minute after a failover moved the bulk link off a node that stayed up). */
 rlink *rl_route_twin(rlink *l, int node)
 {
     if (node < 0) return l;
-    if (l->twin[node] != NULL) return l->twin[node];
     redis_url url;
-    if (route_node_url(l->route, node, &l->target, &url)) return l->twin[node] = l;
+    if (route_node_url(l->route, node, &l->target, &url)) return l;
+    if (l->twin[node] != NULL) return l->twin[node];
     rlink *t = l->route->open_twin(l, &url);
     if (t == NULL) return NULL;
     return l->twin[node] = t;

@@ -50,12 +50,20 @@ def _child_setup():
     os.setpgrp()                              # Ctrl-C goes to the harness only; it cleans up
 
 
+def free_ports(n):
+    """n distinct free loopback ports: every socket stays bound until all are picked (ports picked one by
+    one, each closed before the next, can repeat: the 6 of a --redis-ha run did 28 times in 30000)."""
+    ss = [socket.socket() for _ in range(n)]
+    for s in ss:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in ss]
+    for s in ss:
+        s.close()
+    return ports
+
+
 def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+    return free_ports(1)[0]
 
 
 # ---- a minimal RESP client (no dependency on redis-py) -------------------------------------------
@@ -263,7 +271,7 @@ class Harness:
 
     # -- start-up
     def start_redis_ha(self):
-        self.ha = RedisHA(self, Proc, Redis, free_port, ROOT)
+        self.ha = RedisHA(self, Proc, Redis, free_ports, ROOT)
         self.ha.start()
         self.procs += self.ha.procs()
         self.rproc = self.ha

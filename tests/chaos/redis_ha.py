@@ -51,11 +51,11 @@ class MasterClient:
 
 
 class RedisHA:
-    def __init__(self, h, proc_cls, redis_cls, free_port, root):
+    def __init__(self, h, proc_cls, redis_cls, free_ports, root):
         self.h, self.a = h, h.a
         self.name = "diloco"
-        self.ports = [free_port() for _ in range(3)]
-        self.sports = [free_port() for _ in range(3)]
+        ports = free_ports(6)  # (picked together: distinct)
+        self.ports, self.sports = ports[:3], ports[3:]
         self.nodes, self.sentinels = [], []
         self.redis_cls = redis_cls
         rdir = os.path.join(h.out, "redis")

@@ -203,8 +203,9 @@ def parse(argv):
     ap.add_argument("--init-run", action="store_true", help="create the run from this model's weights first")
     ap.add_argument("--workers", type=int, default=2, help="(--init-run) workers the run waits for (2)")
     ap.add_argument("--shards", type=int, default=8, help="(--init-run) shards (8)")
-    ap.add_argument("--compress", default="bf16", choices=("bf16", "fp32", "int8", "int4", "int3", "int2"),
-                    help="(--init-run) the run's pseudo-gradient codec (default bf16)")
+    ap.add_argument("--compress", default="bf16", choices=("bf16", "fp32", "int8", "int4", "int3", "int2", "topk"),
+                    help="(--init-run) the run's pseudo-gradient codec (default bf16; topk: SparseLoCo's "
+                         "top-k with an accumulator, docs/compression.md)")
     ap.add_argument("--download", default="params", choices=("params", "update"),
                     help="(--init-run) what a round sends back: parameters, or the encoded update (default params)")
     ap.add_argument("--log", default=None, help="append JSON lines (steps, syncs) to this file")

@@ -19,18 +19,20 @@ export LSAN_OPTIONS="suppressions=$root/tests/lsan.supp"
 export PYTHON="env LD_PRELOAD=$(${CC:-cc} -print-file-name=libasan.so) ASAN_OPTIONS=$ASAN_OPTIONS:detect_leaks=0 /usr/bin/python3"
 export KEEP_TMP=1
 touch reports/.start
+# the first line of a report (not a mention of one, as in docs/fuzzing.md, which some tests copy)
+report='^[^ ]+:[0-9]+:[0-9]+: runtime error: |^==[0-9]+==ERROR: (AddressSanitizer|LeakSanitizer)'
 sh tests/run.sh "${1:-}"
 rc=$?
 for log in $(find build/test-logs -name '*.log' -newer reports/.start); do
   t=$(basename "$log" .log)
   for d in $(sed -n 's|^logs kept in \(/tmp/dltest\.[A-Za-z0-9]*\)$|\1|p' "$log"); do
-    for f in $(grep -rl 'runtime error:\|ERROR: AddressSanitizer\|ERROR: LeakSanitizer' "$d" 2>/dev/null); do
+    for f in $(grep -rlE "$report" "$d" 2>/dev/null); do
       cp "$f" "reports/$t-$(basename "$f")"
     done
     rm -rf "$d"
   done
 done
-found=$(grep -l 'runtime error:\|ERROR: AddressSanitizer\|ERROR: LeakSanitizer' $(find reports -type f -newer reports/.start) 2>/dev/null)
+found=$(grep -lE "$report" $(find reports -type f -newer reports/.start) 2>/dev/null)
 if [ -n "$found" ]; then
   echo "asan_test: sanitizer reports:"; echo "$found" | sed "s|^|  $root/|"
   exit 1

@@ -508,3 +508,29 @@ uninstall-python:
 demo-torch: deps
 	$(MAKE) all python
 	sh deploy/local/demo_torch.sh
+
+# ---- AddressSanitizer + UBSan: the whole product, in a copy of the tree (README "The two commands") --
+#
+# The fuzz targets sanitize the decoders and build/tsan/ the threads; `make asan` builds everything the
+# integration tests run (bin/*, build/libdiloco.so, the unit tests and tests/tools) with gcc and
+# ASAN_FLAGS, in a copy of the source tree (git's files, ASAN_DIR), so the tests run there as they are
+# and the normal build is untouched. A copied file keeps its time: only what changed is rebuilt.
+#   make asan                              build ASAN_DIR/bin, ASAN_DIR/build (first time: minutes)
+#   make asan-test FILTER=it_bad_input     tests/run.sh FILTER there under the sanitizers (tools/asan_test.sh);
+#                                          every report is gathered into ASAN_DIR/reports/
+# Not part of `make test`: it builds the product a second time. A finding stops the process (abort).
+# Tests of the build itself fail there by design: it_layers (ASan's __odr_asan symbols), it_lib_installed
+# (links libdiloco.a without the sanitizers), it_portable_* (qemu-user cannot run ASan's shadow memory),
+# it_python_pip (a venv's python3 without libasan preloaded), it_fuzz and it_tsan_worker (other builds).
+ASAN_DIR   = build-asan
+ASAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -fPIC
+.PHONY: asan asan-build asan-test
+asan:
+	@mkdir -p $(ASAN_DIR)
+	find $(ASAN_DIR) -mindepth 1 -maxdepth 1 ! -name build ! -name bin ! -name reports -exec rm -rf {} +
+	git ls-files -co --exclude-standard | tar -cf - --ignore-failed-read -T - | tar -xf - -C $(ASAN_DIR)
+	$(MAKE) -C $(ASAN_DIR) CC="$(CC) $(ASAN_FLAGS)" asan-build
+# what asan builds (run in ASAN_DIR): not the fuzz targets or the ThreadSanitizer build (one sanitizer each)
+asan-build: all lib $(filter-out $(BUILD)/tests/test_cuda_%,$(TEST_BIN)) $(TOOL_BIN)
+asan-test: asan
+	sh $(ASAN_DIR)/tools/asan_test.sh $(FILTER)

@@ -23,6 +23,7 @@ void checkpoint_free(checkpoint *ck)
     free(ck->mom);
     free(ck->dnbuf);
     free(ck->shard_bounds);
+    free(ck->layout);
     memset(ck, 0, sizeof *ck);
 }
 

@@ -34,8 +34,10 @@ def checkpoint_meta(numel, bounds, dn=None):
     return m
 
 
-def checkpoint(numel, tensor_numel, offsets, data, bounds=None, dn=False):
+def checkpoint(numel, tensor_numel, offsets, data, bounds=None, dn=False, layout=None):
     hdr = {"__metadata__": checkpoint_meta(numel, bounds or [0, numel], dn)}
+    if layout:
+        hdr["__metadata__"]["layout"] = layout
     for name, (b, e) in zip(["params", "momentum", "dn_buffer"], offsets):
         hdr[name] = {"dtype": "F32", "shape": [tensor_numel], "data_offsets": [b, e]}
     return safetensors(hdr, data)
@@ -53,6 +55,9 @@ def main():
     p, m, d = floats(1, 2, 3, 4), floats(0.5, 0, -0.5, 1), floats(0.25, 0.25, 0, 0)
     files = {
         (ck, "valid.safetensors"): checkpoint(4, 4, [(0, 16), (16, 32)], p + m, [0, 2, 4]),
+        # with the model's layout, a string checkpoint_read copies (and checkpoint_free must free)
+        (ck, "valid-layout.safetensors"):
+            checkpoint(4, 4, [(0, 16), (16, 32)], p + m, [0, 2, 4], layout='[["w",[2,2],0]]'),
         (ck, "valid-dn.safetensors"): checkpoint(4, 4, [(0, 16), (16, 32), (32, 48)], p + m + d, [0, 2, 4], dn=True),
         # issue 17: 2^62 * 4 wraps to 0 bytes, (2^62 + 1) * 4 to 4
         (ck, "crafted-numel-2p62.safetensors"): checkpoint(1 << 62, 1 << 62, [(0, 0), (0, 0)], b""),

@@ -329,6 +329,20 @@ static void op_auth(ss_ctx *ss, ss_req *req)
     req_reply_simple(req, "ack", ss->id);
 }
 
+int req_take_frame(ss_req *req, uint8_t *frame, size_t len, char *err, size_t errlen)
+{
+    req->frame = frame;
+    req->frame_len = len;
+    size_t hlen = 0;
+    if (blob_decode_header(frame, len, &req->h, &hlen, err, errlen) != 0) return -1;
+    uint8_t *payload = frame + hlen;
+    size_t shift = (FRAME_PAYLOAD_ALIGN - (uintptr_t)payload % FRAME_PAYLOAD_ALIGN) % FRAME_PAYLOAD_ALIGN;
+    if (shift != 0 && len > hlen) memmove(payload + shift, payload, len - hlen);
+    req->payload = payload + shift;
+    req->payload_len = len - hlen;
+    return 0;
+}
+
 /* Hand a complete frame to its handler. The request owns the frame from here on. */
 static void conn_dispatch(ss_conn *c, uint8_t *frame, size_t len)
 {
@@ -340,19 +354,14 @@ static void conn_dispatch(ss_conn *c, uint8_t *frame, size_t len)
         return;
     }
     req->conn = c;
-    req->frame = frame;
-    req->frame_len = len;
     c->busy = 1;
     char err[256];
-    size_t hlen = 0;
-    if (blob_decode_header(frame, len, &req->h, &hlen, err, sizeof err) != 0) {
+    if (req_take_frame(req, frame, len, err, sizeof err) != 0) {
         blob_header_init(&req->h, "?");
         snprintf(req->h.worker, sizeof req->h.worker, "%s", c->worker);
         req_reject(ss, req, DP_BADFRAME, "malformed blob header from %s: %s", c->peer, err);
         return;
     }
-    req->payload = frame + hlen;
-    req->payload_len = len - hlen;
     if (strcmp(req->h.op, "hello") == 0)
         op_hello(ss, req);
     else if (strcmp(req->h.op, "auth") == 0)
@@ -388,7 +397,7 @@ static void conn_on_direct(evutil_socket_t fd, short what, void *arg);
  * (only this frame's bytes: it is incomplete), stop the bufferevent reading, and read the socket here. */
 static void conn_start_direct(ss_conn *c, struct evbuffer *in, uint32_t flen)
 {
-    uint8_t *frame = malloc(flen);
+    uint8_t *frame = malloc((size_t)flen + FRAME_SLACK);
     if (frame == NULL) {
         conn_close(c, "out of memory");
         return;
@@ -454,7 +463,7 @@ static void conn_process(ss_conn *c)
             if (flen >= DIRECT_MIN_FRAME) conn_start_direct(c, in, flen);
             return;
         }
-        uint8_t *frame = malloc(flen);
+        uint8_t *frame = malloc((size_t)flen + FRAME_SLACK);
         if (frame == NULL) {
             conn_close(c, "out of memory");
             return;

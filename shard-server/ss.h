@@ -119,7 +119,7 @@ typedef struct ss_req {
     blob_header h;
     uint8_t *frame; /* the whole received blob (owned) */
     size_t frame_len;
-    const uint8_t *payload; /* into frame */
+    const uint8_t *payload; /* into frame, FRAME_PAYLOAD_ALIGN-aligned (req_take_frame) */
     size_t payload_len;
     uint64_t parked_ms;  /* when it started waiting on a shard */
     int reloads;         /* shard reloads this request caused (at most one) */
@@ -331,6 +331,14 @@ int ss_ctx_start(ss_ctx *ss, struct event_base *base, char *err, size_t errlen);
 void ss_ctx_free(ss_ctx *ss);
 
 /* server.c */
+/* A payload is read in place as floats or bf16 codes (the push checks, the commit), but it starts where
+ * the sender's msgpack header ends, at any address: a frame is allocated with FRAME_SLACK spare bytes at
+ * its end, and req_take_frame moves a misaligned payload up to the next FRAME_PAYLOAD_ALIGN boundary. */
+#define FRAME_PAYLOAD_ALIGN 8
+#define FRAME_SLACK (FRAME_PAYLOAD_ALIGN - 1)
+/* req takes the frame (len bytes in a buffer of len + FRAME_SLACK): decodes its header into req->h and
+ * sets req->payload, aligned. -1 with err on a malformed header (req owns the frame all the same). */
+int req_take_frame(ss_req *req, uint8_t *frame, size_t len, char *err, size_t errlen);
 int server_listen(ss_ctx *ss, char *err, size_t errlen);
 void server_stop_accepting(ss_ctx *ss);
 /* Teardown: stop accepting and close every connection (one whose request is still out is freed with

@@ -232,7 +232,7 @@ int ssh_request(ss_ctx *ss, blob_header *h, const void *payload, size_t len, ssh
     char err[256];
     int hlen = blob_encode_header(h, payload, len, hdr, sizeof hdr, err, sizeof err);
     ss_req *req = calloc(1, sizeof *req);
-    uint8_t *frame = malloc((size_t)(hlen > 0 ? hlen : 0) + len + 1);
+    uint8_t *frame = malloc((size_t)(hlen > 0 ? hlen : 0) + len + FRAME_SLACK);
     if (hlen < 0 || req == NULL || frame == NULL) {
         free(req);
         free(frame);
@@ -240,16 +240,11 @@ int ssh_request(ss_ctx *ss, blob_header *h, const void *payload, size_t len, ssh
     }
     memcpy(frame, hdr, (size_t)hlen);
     if (len > 0) memcpy(frame + hlen, payload, len);
-    size_t dlen = 0;
-    if (blob_decode_header(frame, (size_t)hlen + len, &req->h, &dlen, err, sizeof err) != 0) {
+    if (req_take_frame(req, frame, (size_t)hlen + len, err, sizeof err) != 0) {
         free(req);
         free(frame);
         return -1;
     }
-    req->frame = frame;
-    req->frame_len = (size_t)hlen + len;
-    req->payload = frame + dlen;
-    req->payload_len = req->frame_len - dlen;
     req->on_reply = on_reply;
     req->reply_arg = out;
     ops_dispatch(ss, req);

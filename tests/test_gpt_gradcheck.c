@@ -299,6 +299,7 @@ static void test_layout_init(void **state)
     assert_true(a[t[2].offset] == 1.0f && a[t[3].offset] == 0.0f);
     assert_int_equal(gpt_init_params(&c, 100, b, numel, err, sizeof err), 0);
     assert_memory_not_equal(a, b, numel * 4);
+    free(t);
     gpt_config bad = c;
     bad.heads = 5;
     assert_int_equal(gpt_layout(&bad, &t, &n, &numel, err, sizeof err) == 0 ? 0 : -1, -1);

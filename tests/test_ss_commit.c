@@ -212,10 +212,45 @@ static void test_commit_rounds(void **state)
     freeReplyObject(r);
 }
 
+/* A payload starts where the sender's header ends, at any address; the commit reads it in place as
+ * bf16 codes or floats, so req_take_frame moves it to an aligned one: every header length mod 8. */
+static void test_payload_aligned(void **state)
+{
+    (void)state;
+    const uint16_t codes[5] = {0x3f80, 0xbf80, 0x4000, 0x0001, 0x7f7f};
+    int residues = 0;
+    for (int name_len = 1; name_len <= 16; name_len++) {
+        blob_header h;
+        blob_header_init(&h, "push");
+        h.dtype = BLOB_BF16;
+        h.count = 5;
+        memset(h.worker, 'w', (size_t)name_len);
+        h.worker[name_len] = 0;
+        uint8_t hdr[BLOB_HEADER_MAX];
+        char err[256];
+        int hlen = blob_encode_header(&h, codes, sizeof codes, hdr, sizeof hdr, err, sizeof err);
+        assert_true(hlen > 0);
+        residues |= 1 << (hlen % FRAME_PAYLOAD_ALIGN);
+        uint8_t *frame = malloc((size_t)hlen + sizeof codes + FRAME_SLACK);
+        assert_non_null(frame);
+        memcpy(frame, hdr, (size_t)hlen);
+        memcpy(frame + hlen, codes, sizeof codes);
+        ss_req req = {0};
+        assert_int_equal(req_take_frame(&req, frame, (size_t)hlen + sizeof codes, err, sizeof err), 0);
+        assert_int_equal((uintptr_t)req.payload % FRAME_PAYLOAD_ALIGN, 0);
+        assert_int_equal(req.payload_len, sizeof codes);
+        assert_memory_equal(req.payload, codes, sizeof codes);
+        assert_string_equal(req.h.worker, h.worker);
+        free(frame);
+    }
+    assert_int_equal(residues, 0xff); /* the loop met every misalignment */
+}
+
 int main(void)
 {
     if (system("command -v redis-server >/dev/null 2>&1") != 0) return 77;
     const struct CMUnitTest tests[] = {
+        cmocka_unit_test(test_payload_aligned),
         cmocka_unit_test(test_commit_rounds),
     };
     return cmocka_run_group_tests(tests, setup, teardown);

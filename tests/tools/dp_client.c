@@ -338,5 +338,7 @@ int main(int argc, char **argv)
         redisReply *r = rconn_command(t.c, "FCALL dl_deregister 1 %s %s %lld", t.config_key, t.worker, t.inc);
         if (r) freeReplyObject(r);
     }
+    runconf_free(&t.rc);
+    rconn_free(t.c);
     return rc;
 }

@@ -65,6 +65,10 @@ static int init_run(const char *host, int port, const char *run, int S, long lon
     redisReply *r = redisCommandArgv(c, a, argv, NULL);
     if (!r || r->type == REDIS_REPLY_ERROR) { fprintf(stderr, "dl_init: %s\n", r ? r->str : c->errstr); return 1; }
     printf("init ok\n");
+    freeReplyObject(r);
+    redisFree(c);
+    free(dig);
+    free(x);
     return 0;
 }
 
@@ -77,11 +81,16 @@ static int roundtrip(const char *addr, blob_header *h, const void *payload, size
     uint8_t *buf = malloc(cap);
     const uint8_t *p; size_t plen;
     blob_header r;
-    if (frame_recv(fd, buf, cap, &r, &p, &plen, 30000, err, sizeof err) < 0) { printf("recv-failed %s\n", err); return 0; }
+    if (frame_recv(fd, buf, cap, &r, &p, &plen, 30000, err, sizeof err) < 0) {
+        printf("recv-failed %s\n", err);
+        free(buf);
+        return 0;
+    }
     char dig[17] = "-";
     if (strcmp(r.op, "params") == 0) snprintf(dig, 17, "%016" PRIx64, digest_f32((const float *)p, plen / 4));
     printf("%s %lld %s %s %s\n", r.op, (long long)r.version, dig, r.code[0] ? r.code : "-", r.text[0] ? r.text : "-");
     close(fd);
+    free(buf);
     return 0;
 }
 
@@ -129,8 +138,11 @@ int main(int argc, char **argv) {
         uint16_t *b = NULL;
         if (bf) { b = malloc(n * 2 + 4); bf16_encode(x, b, n); payload = b; len = n * 2; }
         if (!strcmp(mode, "short")) { h.count = n - 1; len -= bf ? 2 : 4; }
-        if (!strcmp(mode, "badsum") || !strcmp(mode, "oversize")) return rawpush(argv[2], &h, payload, len, mode);
-        return roundtrip(argv[2], &h, payload, len);
+        int rc = !strcmp(mode, "badsum") || !strcmp(mode, "oversize") ? rawpush(argv[2], &h, payload, len, mode)
+                                                                       : roundtrip(argv[2], &h, payload, len);
+        free(x);
+        free(b);
+        return rc;
     }
     if (!strcmp(argv[1], "get") && argc >= 7) {
         blob_header h; blob_header_init(&h, "get");

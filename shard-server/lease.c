@@ -4,7 +4,8 @@
  * Every lease_ttl/3 the server calls dl_server_beat(id, addr, ttl, pid, loaded); the reply is the full
  * list of (shard, epoch) it now holds. `loaded` lists the shards this process has in memory: a lease of
  * our id on any other shard (we restarted, or dropped it) comes back with a new epoch, so workers holding
- * parameters we sent but had not committed know those are gone. Shards no longer held are dropped at once; newly held ones are loaded.
+ * parameters we sent but had not committed know those are gone. Shards no longer held are dropped at once;
+ * newly held ones are loaded.
  * `busy` lists the shards whose commit is under way: when a server joined and we hold more than our fair
  * share, those are not given back at this beat (is_busy). A server that gives shards back announces it
  * (lua/50_servers.lua); hearing that (subscribe.c), the others beat at once (lease_beat_now) to take them.

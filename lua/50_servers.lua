@@ -5,13 +5,22 @@
 -- ---------------------------------------------------------------------------------------------------
 -- functions: shard-servers and leases
 
--- Forget servers silent for longer than a lease (their leases have expired too) and count the rest.
+-- Forget servers silent for longer than their own lease (their leases have expired too) and count the rest.
+-- Each server is judged by its own ttl (--lease-ttl-ms, which its beat records in dl:{R}:servers), not by the
+-- caller's: a server with a longer ttl beats less often than a shorter ttl, and the other servers' beats would
+-- declare it gone between two of its own (its address deleted, its shards' fair share recomputed) over and
+-- over. A record without a ttl (none yet) is judged by the caller's.
 local function live_servers(P, now, ttl)
-    local dead = redis.call('ZRANGEBYSCORE', P .. ':server_beats', '-inf', '(' .. (now - ttl))
-    for _, sid in ipairs(dead) do
-        redis.call('ZREM', P .. ':server_beats', sid)
-        redis.call('HDEL', P .. ':servers', sid)
-        event(P, 'server_gone', {'server', sid})
+    local older = redis.call('ZRANGEBYSCORE', P .. ':server_beats', '-inf', '(' .. (now - ttl), 'WITHSCORES')
+    for i = 1, #older, 2 do
+        local sid, beat = older[i], tonumber(older[i + 1])
+        local rec = redis.call('HGET', P .. ':servers', sid)
+        local own = rec and tonumber(cmsgpack.unpack(rec).ttl) or ttl
+        if beat < now - own then
+            redis.call('ZREM', P .. ':server_beats', sid)
+            redis.call('HDEL', P .. ':servers', sid)
+            event(P, 'server_gone', {'server', sid})
+        end
     end
     return redis.call('ZCARD', P .. ':server_beats')
 end
@@ -124,7 +133,7 @@ local function dl_server_beat(keys, args)
         out[#out + 1] = tonumber(redis.call('HGET', shards, k .. ':epoch'))
     end
     redis.call('HSET', P .. ':servers', sid, cmsgpack.pack({addr = addr, pid = args[4] or '', last = now,
-                                                           held = #held}))
+                                                           held = #held, ttl = ttl}))
     return out
 end
 

@@ -1,0 +1,33 @@
+#!/bin/sh
+# it_lease_mixed_ttl.sh: shard-servers with different --lease-ttl-ms (lua/50_servers.lua live_servers).
+# Each server is judged gone by its own ttl, which its beat records, not by the beating server's: s1
+# (ttl 500 ms) beats every 0.1 s while s2 (ttl 2000 ms) is silent for 1 s, as a server with that ttl is
+# between two beats (every ttl/3, 0.67 s, and later on a loaded box): s2 must stay a member (its address in
+# dl:{R}:servers, which workers read, no server_gone event) and keep its shards. Judged by s1's ttl, it was
+# declared gone at every such gap, its address deleted until its next beat (two real servers with ttls 1500
+# and 6000 flapped so forever). Once s2 is silent past its own ttl, s1 takes its shards as before.
+# Driven with redis-cli FCALLs, the way bin/shard-server calls them.
+. "$(dirname "$0")/lib.sh"
+start_redis
+RUN=mt
+init_run $RUN --trainer quadratic --numel 1000 --shards 4 --workers 1
+beat() { $RCLI FCALL dl_server_beat 1 "dl:{$RUN}:config" "$1" "127.0.0.1:$2" "$3" 1 "$4" | paste -sd' '; }
+beat s1 1 500 "" > /dev/null; beat s2 2 2000 "" > /dev/null; beat s1 1 500 "0,1,2,3" > /dev/null
+s2=$(beat s2 2 2000 "")
+s1=$(beat s1 1 500 "0,1")
+[ "$(echo "$s1" | awk '{print $1, $3}')" = "0 1" ] && [ "$(echo "$s2" | awk '{print $1, $3}')" = "2 3" ] \
+  || fail "the two servers did not split the shards: s1 '$s1', s2 '$s2'"
+t0=$(date +%s%N)
+while [ $(( ($(date +%s%N) - t0) / 1000000 )) -lt 1000 ]; do
+  held=$(beat s1 1 500 "0,1")
+  [ "$held" = "$s1" ] || fail "s1 holds '$held' while s2 (ttl 2000 ms) was silent for less than its ttl"
+  sleep 0.1
+done
+$RCLI XRANGE "dl:{$RUN}:events" - + | grep -qx server_gone && fail "s2 was declared gone within its own ttl: $($RCLI XRANGE "dl:{$RUN}:events" - + | tr '\n' ' ')"
+[ "$($RCLI HEXISTS "dl:{$RUN}:servers" s2)" = 1 ] || fail "s2's address was deleted within its own ttl"
+[ "$(beat s2 2 2000 "2,3")" = "$s2" ] || fail "s2 lost its shards or epochs within its own ttl"
+say "s2 (ttl 2000 ms) silent for 1 s while s1 (ttl 500 ms) beat: still a member, its shards and epochs kept"
+wait_until 5 '[ "$(beat s1 1 500 "0,1" | awk "{print \$1, \$3, \$5, \$7}")" = "0 1 2 3" ]' "s1 to take the silent s2's shards past its own ttl"
+$RCLI XRANGE "dl:{$RUN}:events" - + | grep -qx server_gone || fail "no server_gone event for s2"
+[ "$($RCLI HEXISTS "dl:{$RUN}:servers" s2)" = 0 ] || fail "s2's address stayed after it was gone"
+say "s2 silent past its own ttl: gone, and s1 took its shards"

@@ -84,11 +84,16 @@ static int read_committed(diloco *d, int first, int last, committed_shard *out, 
 /* Whether Redis (c, shard k's commit) has version v of shard k with the digest we hold for it, durably: with
  * min_replicas, once dl_replicated recorded it (the commit is on that many replicas); until then it is on
  * its way, like an uncommitted one. */
-static int committed_as_ours(const diloco *d, int k, const committed_shard *c, int64_t v)
+static int digest_is_ours(const diloco *d, int k, const committed_shard *c)
 {
     char mine[17];
     snprintf(mine, sizeof mine, "%016" PRIx64, d->tent_xxh[k]);
-    return c->version == v && strcmp(c->digest, mine) == 0 && (d->rc.min_replicas <= 0 || c->replicated >= v);
+    return strcmp(c->digest, mine) == 0;
+}
+
+static int committed_as_ours(const diloco *d, int k, const committed_shard *c, int64_t v)
+{
+    return c->version == v && digest_is_ours(d, k, c) && (d->rc.min_replicas <= 0 || c->replicated >= v);
 }
 
 /* What the confirm does with each shard of the fragment (confirm_from_redis says, fetch_round_result
@@ -103,13 +108,11 @@ enum { CONFIRM_FETCH, CONFIRM_HELD, CONFIRM_ON_WAY };
  * committed with the digest we hold are confirmed (tent_version 0). Returns 0 when none is left, 1 when
  * the rest are not committed yet but still leased to the server that sent them (its commit is on the
  * way), 2 when some lease moved (or Redis could not say): a new owner needs our Δ again. *conflict is
- * set if one was committed with another digest. what (the fragment's shards, or NULL): CONFIRM_* of each. */
+ * set if one was committed with another digest. what (one per shard of the fragment): CONFIRM_* of each. */
 static int confirm_from_redis(diloco *d, int f, int *conflict, char *what, char *err, size_t errlen)
 {
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f), n = last - first, pending = 2;
     committed_shard *c = calloc((size_t)n, sizeof *c);
-    char dummy[RUNCONF_MAX_SHARDS];
-    if (!what) what = dummy;
     memset(what, CONFIRM_FETCH, (size_t)n);
     if (c && read_committed(d, first, last, c, err, errlen) == 0) {
         pending = 0;
@@ -117,15 +120,13 @@ static int confirm_from_redis(diloco *d, int f, int *conflict, char *what, char 
             int k = first + i;
             if (d->tent_version[k] == 0 && committed_as_ours(d, k, &c[i], d->shard_version[k])) what[i] = CONFIRM_HELD;
             if (d->tent_version[k] <= 0) continue;
-            char mine[17];
-            snprintf(mine, sizeof mine, "%016" PRIx64, d->tent_xxh[k]);
             int same_epoch = c[i].epoch == d->tent_epoch[k];
             if (committed_as_ours(d, k, &c[i], d->tent_version[k])) {
                 d->tent_version[k] = 0; /* durable */
                 if (d->shard_version[k] == c[i].version) what[i] = CONFIRM_HELD;
             } else if (c[i].version > d->tent_version[k]) {
                 d->tent_version[k] = 0; /* the run moved on: our next push is STALE and re-fetches */
-            } else if (c[i].version == d->tent_version[k] && strcmp(c[i].digest, mine) != 0) {
+            } else if (c[i].version == d->tent_version[k] && !digest_is_ours(d, k, &c[i])) {
                 *conflict = 1;
             } else if (same_epoch) { /* (committed as ours but not on the replicas yet, or not committed) */
                 what[i] = CONFIRM_ON_WAY;
@@ -143,8 +144,8 @@ void sync_confirm_peek(diloco *d, int f)
 {
     int pending = 0, conflict = 0;
     for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f); k++) pending |= d->tent_version[k] > 0;
-    char err[256];
-    if (pending) (void)confirm_from_redis(d, f, &conflict, NULL, err, sizeof err);
+    char err[256], what[RUNCONF_MAX_SHARDS];
+    if (pending) (void)confirm_from_redis(d, f, &conflict, what, err, sizeof err);
 }
 
 /* Fragment f's previous round cannot be completed as we hold it (it was committed with other

@@ -5,6 +5,13 @@
 -- ---------------------------------------------------------------------------------------------------
 -- functions: shard-servers and leases
 
+-- The ttl a server's beat recorded in dl:{R}:servers (its --lease-ttl-ms), or `default` for a server without a
+-- record or without a ttl in it (none yet).
+local function server_ttl(P, sid, default)
+    local rec = redis.call('HGET', P .. ':servers', sid)
+    return rec and tonumber(cmsgpack.unpack(rec).ttl) or default
+end
+
 -- Forget servers silent for longer than their own lease (their leases have expired too) and count the rest.
 -- Each server is judged by its own ttl (--lease-ttl-ms, which its beat records in dl:{R}:servers), not by the
 -- caller's: a server with a longer ttl beats less often than a shorter ttl, and the other servers' beats would
@@ -14,9 +21,7 @@ local function live_servers(P, now, ttl)
     local older = redis.call('ZRANGEBYSCORE', P .. ':server_beats', '-inf', '(' .. (now - ttl), 'WITHSCORES')
     for i = 1, #older, 2 do
         local sid, beat = older[i], tonumber(older[i + 1])
-        local rec = redis.call('HGET', P .. ':servers', sid)
-        local own = rec and tonumber(cmsgpack.unpack(rec).ttl) or ttl
-        if beat < now - own then
+        if beat < now - server_ttl(P, sid, ttl) then
             redis.call('ZREM', P .. ':server_beats', sid)
             redis.call('HDEL', P .. ':servers', sid)
             event(P, 'server_gone', {'server', sid})
@@ -25,27 +30,43 @@ local function live_servers(P, now, ttl)
     return redis.call('ZCARD', P .. ':server_beats')
 end
 
--- No server beat for longer than a lease (now - the newest beat > ttl): Redis was unreachable to every
--- server (a failover, a restart), or every server stopped at once. Nobody could renew a lease meanwhile,
--- and nobody took one, so the time does not count: the leases valid at the last beat, and the servers
--- then alive, get a ttl from now. Otherwise the first server back would find every other lease expired
--- and take all the shards, and hand most of them back a beat later (each move costs a load and, for
+-- No server beat for longer than a lease (now - the newest beat > the shortest ttl among the servers alive at
+-- that beat: some lease expired while nobody renewed anything): Redis was unreachable to every server (a
+-- failover, a restart), or every server stopped at once. Nobody could renew a lease meanwhile, and nobody took
+-- one, so the time does not count: the leases valid at the last beat, and the servers then alive (each by its
+-- own ttl), get their owner's ttl from now. Otherwise the first server back would find every other lease
+-- expired and take all the shards, and hand most of them back a beat later (each move costs a load and, for
 -- the workers, a resend). A server that died meanwhile loses its leases one ttl later.
+-- Each server's own ttl, not the caller's (as in live_servers): extended by a short ttl, a long-ttl server's
+-- leases expired before its next beat and it took them anew under new epochs; a caller with a long ttl saw
+-- no outage where the short-ttl servers' leases had all expired; and a new caller with a short ttl saw an
+-- outage in the usual gap between two beats of long-ttl servers. A server dead before the last beat (its
+-- own ttl had run out then) does not count: its short ttl would make every gap look like an outage.
 local function forgive_outage(P, S, now, ttl)
     local beats = P .. ':server_beats'
-    -- only ZRANGEBYSCORE: the shard-server's ACL user (deploy/redis/users.acl) may not run ZREVRANGE
-    if #redis.call('ZRANGEBYSCORE', beats, now - ttl, '+inf', 'LIMIT', 0, 1) > 0 then return end
+    -- The usual case at a glance, without reading every server's record: a beat in the last 300 ms (the
+    -- shortest --lease-ttl-ms bin/shard-server takes) is no outage. Only ZRANGEBYSCORE: the shard-server's
+    -- ACL user (deploy/redis/users.acl) may not run ZREVRANGE.
+    local glance = math.min(ttl, 300)
+    if #redis.call('ZRANGEBYSCORE', beats, now - glance, '+inf', 'LIMIT', 0, 1) > 0 then return end
     local all = redis.call('ZRANGEBYSCORE', beats, '-inf', '+inf', 'WITHSCORES')
     if #all < 2 then return end
-    local last = tonumber(all[#all])
-    for _, sid in ipairs(redis.call('ZRANGEBYSCORE', beats, last - ttl, '+inf')) do
-        redis.call('ZADD', beats, now, sid)
+    local last, own, alive, shortest = tonumber(all[#all]), {}, {}, nil
+    for i = 1, #all, 2 do
+        local sid = all[i]
+        own[sid] = server_ttl(P, sid, ttl)
+        if tonumber(all[i + 1]) >= last - own[sid] then
+            alive[#alive + 1] = sid
+            shortest = math.min(shortest or own[sid], own[sid])
+        end
     end
+    if now - last <= shortest then return end
+    for _, sid in ipairs(alive) do redis.call('ZADD', beats, now, sid) end
     local shards = P .. ':shards'
     for k = 0, S - 1 do
         local v = redis.call('HMGET', shards, k .. ':owner', k .. ':expiry')
         if v[1] and v[1] ~= '' and (tonumber(v[2]) or 0) >= last then
-            redis.call('HSET', shards, k .. ':expiry', now + ttl)
+            redis.call('HSET', shards, k .. ':expiry', now + (own[v[1]] or ttl))
         end
     end
     event(P, 'outage', {'seconds', string.format('%.3f', (now - last) / 1000)})

@@ -5,29 +5,15 @@
 # snapshot blobs + dl_init, through tests/tools/sstool.c), starts two shard-servers, checks that
 # each holds one lease and serves it, kill -9s one and checks the other takes its shard (and loads it)
 # after the lease ttl; then SIGTERM gives the leases back and exits 0.
-cd "$(dirname "$0")/.." || exit 1
+. "$(dirname "$0")/lib.sh"
 
 SSTOOL=build/tests/tools/sstool
-[ -x $SSTOOL ] || make $SSTOOL >/dev/null || { echo "cannot build $SSTOOL"; exit 1; }
-
-fail() { echo "FAIL: $*"; for f in "$TMP"/ss*.log; do echo "--- $f"; tail -n 30 "$f"; done; exit 1; }
-
+[ -x $SSTOOL ] || make $SSTOOL >/dev/null || fail "cannot build $SSTOOL"
 [ -x bin/shard-server ] || make bin/shard-server >/dev/null || fail "cannot build bin/shard-server"
 [ -f build/libcommon.a ] || make build/libcommon.a >/dev/null || fail "cannot build libcommon"
-TMP=$(mktemp -d /tmp/it_ss_basic.XXXXXX)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-PIDS=""
-cleanup() {
-  for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
-  redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1
-  rm -rf "$TMP"
-}
-trap cleanup EXIT INT TERM
-
-redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
-  --logfile "$TMP/redis.log" --pidfile "$TMP/redis.pid" >/dev/null || fail "redis-server did not start"
-for i in $(seq 50); do redis-cli -p "$PORT" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
-R="redis-cli -p $PORT"
+# (lib.sh's Redis: one that is ours, on a port nobody took between the pick and the bind, shut down at exit)
+start_redis
+R=$RCLI
 RUN=itbasic
 $R FUNCTION LOAD REPLACE "$(cat build/diloco.lua)" >/dev/null || fail "FUNCTION LOAD"
 $SSTOOL init 127.0.0.1 "$PORT" "$RUN" 2 1000 4 >/dev/null || fail "init"

@@ -12,31 +12,18 @@
 #  5. SIGSTOP of the owner beyond the lease ttl: another server takes the shards; the stopped one,
 #     resumed, treats its leases as lost and redirects instead of serving stale data.
 # The data-plane client is tests/tools/sstool.c.
-cd "$(dirname "$0")/.." || exit 1
-
-fail() { echo "FAIL: $*"; for f in "$TMP"/ss*.log; do echo "--- $f"; tail -n 25 "$f"; done; exit 1; }
+. "$(dirname "$0")/lib.sh"
 check() { # what expected-prefix actual
   case "$3" in "$2"*) echo "ok: $1";; *) fail "$1: expected '$2...', got '$3'";; esac
 }
 
 [ -x bin/shard-server ] || make bin/shard-server >/dev/null || fail "cannot build bin/shard-server"
 [ -f build/libcommon.a ] || make build/libcommon.a >/dev/null || fail "cannot build libcommon"
-TMP=$(mktemp -d /tmp/it_ss_ops.XXXXXX)
-PORT=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')
-PIDS=""
-cleanup() {
-  for p in $PIDS; do kill -CONT "$p" 2>/dev/null; kill -9 "$p" 2>/dev/null; done
-  redis-cli -p "$PORT" shutdown nosave >/dev/null 2>&1
-  rm -rf "$TMP"
-}
-trap cleanup EXIT INT TERM
-
 T=build/tests/tools/sstool
 [ -x $T ] || make $T >/dev/null || fail "cannot build $T"
-redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
-  --logfile "$TMP/redis.log" >/dev/null || fail "redis-server did not start"
-for i in $(seq 50); do redis-cli -p "$PORT" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
-R="redis-cli -p $PORT"
+# (lib.sh's Redis: one that is ours, on a port nobody took between the pick and the bind, shut down at exit)
+start_redis
+R=$RCLI
 RUN=itops
 C="dl:{$RUN}:config"
 $R FUNCTION LOAD REPLACE "$(cat build/diloco.lua)" >/dev/null || fail "FUNCTION LOAD"

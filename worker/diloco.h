@@ -149,8 +149,9 @@ typedef struct diloco_device_ops {
  * by size) over its own connections, so the group sends and receives what one process would, and the
  * ranks broadcast their parts to each other after every sync. The group arrives at a barrier only when
  * every rank pushed its part, and a rank that stops beating (dies) has the whole group evicted, so no
- * partial contribution of a group is ever committed. Plain DiLoCo in sync runs (one fragment), without
- * device hooks or DyLU, for now. docs/PROTOCOL.md "Process groups" has the protocol.
+ * partial contribution of a group is ever committed. Plain DiLoCo in sync runs (one fragment), with or
+ * without DyLU (the group is assigned one H; every rank takes it at the same sync), without device hooks,
+ * for now. docs/PROTOCOL.md "Process groups" has the protocol.
  *
  * Both hooks are collectives: every rank calls them in the same order, from the thread inside
  * diloco_open / diloco_after_step / diloco_force_sync. They return 0, or -1 with err filled; they must

@@ -38,6 +38,7 @@
  * usage: group_worker --redis URL --run RUN --worker-id ID --ranks R --steps N --sync-every H
  *                     [--no-bf16] [--error-feedback] [--heartbeat-ms MS] [--sharded]
  *                     [--step-delay-ms MS] (every rank sleeps MS after each inner step: a slower machine)
+ *                     [--dylu] (follow the H the run's DyLU assigns the group: diloco_options.dylu)
  *                     [--trainer gpt [-- GPT FLAGS (--data, --batch, --lr, --num-shards, --shard-index...)]]
  *                     [--rank-netns NS0,NS1,...] (root: rank r's thread enters network namespace NSr before it
  *                     connects, so each rank uses a link of its own, as on a node with a NIC per GPU;
@@ -91,7 +92,7 @@ typedef struct rank_ctx {
     const char *redis, *run, *worker_id, *bad;
     char netns[64]; /* --rank-netns: this rank's network namespace ("" : the process's) */
     long steps;
-    int sync_every, bf16, error_feedback, heartbeat_ms, step_delay_ms;
+    int sync_every, bf16, error_feedback, heartbeat_ms, step_delay_ms, dylu;
     size_t numel;
     uint64_t seed;
     const runconf *rc;
@@ -285,6 +286,7 @@ static void *rank_main(void *p)
     o.sync_every = c->sync_every;
     o.bf16 = c->bf16;
     o.error_feedback = c->error_feedback;
+    o.dylu = c->dylu;
     o.heartbeat_interval_ms = c->heartbeat_ms;
     o.sync_timeout_ms = 30000;
     o.group = (diloco_group_ops){
@@ -412,6 +414,7 @@ int main(int argc, char **argv)
                                    {"rank-netns", 1, 0, 'N'},
                                    {"sharded", 0, 0, 'S'},
                                    {"step-delay-ms", 1, 0, 'd'},
+                                   {"dylu", 0, 0, 'D'},
                                    {0, 0, 0, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (ch) {
@@ -429,6 +432,7 @@ int main(int argc, char **argv)
         case 'N': netns = optarg; break;
         case 'S': base.sharded = 1; break;
         case 'd': base.step_delay_ms = atoi(optarg); break;
+        case 'D': base.dylu = 1; break;
         default: fprintf(stderr, "usage: see the comment at the top of tests/tools/group_worker.c\n"); return 2;
         }
     }

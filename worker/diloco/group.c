@@ -472,7 +472,6 @@ static int check_hello(diloco *d, const group_msg *all, char *err, size_t errlen
     const char *why = d->rc.async             ? "asynchronous runs"
                       : d->rc.nfragments != 1 ? "Streaming DiLoCo (runs of several fragments)"
                       : d->dev                ? "device hooks"
-                      : d->o.dylu             ? "DyLU"
                                               : NULL;
     if (why) {
         err_set(err, errlen, "process groups do not support %s yet: join this run with one process per worker", why);
@@ -533,6 +532,27 @@ int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, 
 
 /* ---- a round ----------------------------------------------------------------------------------------- */
 
+/* DyLU: the run assigns the group one H, told to rank 0's heartbeat (lua/30_workers.lua dl_heartbeat: a
+ * group's speed is rank 0's, its ranks step together). Rank 0 offers it in the last collective of a round
+ * (NET, or RECOVER) and every rank takes all[0]'s, so the ranks change H at the same sync; each taking the
+ * H of its own heartbeat would put them at different steps. 0: nothing to offer (keep H). */
+static int64_t dylu_offer(diloco *d)
+{
+    if (!d->o.dylu || d->grp_rank != 0) return 0;
+    pthread_mutex_lock(&d->hb_mu);
+    int64_t h = d->dylu_h;
+    pthread_mutex_unlock(&d->hb_mu);
+    return h;
+}
+
+static void dylu_adopt(diloco *d, int64_t h)
+{
+    if (!d->o.dylu || h <= 0 || h > INT32_MAX) return;
+    pthread_mutex_lock(&d->hb_mu);
+    d->sync_every = (int)h;
+    pthread_mutex_unlock(&d->hb_mu);
+}
+
 /* A stop was asked for: leave the run (the others see the group gone) rather than wait for them. */
 static int stopped(diloco *d, const char *why, char *err, size_t errlen)
 {
@@ -587,8 +607,10 @@ static int recover(diloco *d, int worst, const char *why, int64_t round, uint64_
         me.v[0] = r && r->type == REDIS_REPLY_INTEGER && r->integer == dl_inc(d) && dl_inc(d) > 0;
         if (r) freeReplyObject(r);
     }
+    me.v[1] = dylu_offer(d);
     int rc = gather(d, GRP_RECOVER, &me, all, err, errlen);
     int member = rc == 0 && all[0].v[0];
+    if (rc == 0) dylu_adopt(d, all[0].v[1]);
     free(all);
     if (rc < 0) return -1;
     return rejoin(d, member, round, t0, err, errlen);
@@ -622,6 +644,7 @@ static int round_once(diloco *d, char *err, size_t errlen)
         memset(&me, 0, sizeof me);
         me.status = round_net(d, 0, 0, me.err, sizeof me.err);
         me.v[1] = me.status == DL_OK && d->shard_ids ? (int64_t)part_shards_digest(d) : 0; /* of the new part */
+        me.v[2] = dylu_offer(d);
         if (dl_stopping(d)) goto stop;
         if ((me.status == DL_FAIL || me.status == DL_CORRUPT) && d->cur.t_pushed_us == 0)
             group_leave(d); /* we never arrived: the others would wait at the barrier for the group forever */
@@ -630,6 +653,7 @@ static int round_once(diloco *d, char *err, size_t errlen)
         first_failure(all, size, err, errlen);
         if (worst == DL_OK) {
             d->grp_digest = shards_digest_sum(all, size);
+            dylu_adopt(d, all[0].v[2]);
             free(all);
             if (exchange(d, err, errlen) < 0) return -1;
             record(d, round, t0, 0);

@@ -5,7 +5,8 @@
 # from its own launcher with spawn). Four runs at once: (1) two groups g1, g2 of 2
 # ranks: the run's shard digests and every rank's digest after its last sync equal the in-process
 # reference of two single workers g1, g2 (tests/tools/ref_quadratic; bf16, and in two more runs fp32, and
-# int3 with --download update and error feedback), the two groups are each closed
+# int3 with --download update and error feedback; in the fp32 run g2's ranks sync through a host mirror of their
+# parameters, REDILOCO_HOST_COPY=1, the path of a rank whose model is on a GPU), the two groups are each closed
 # round's only participants, and in the last rounds a group's ranks together sent and received exactly
 # one process's bytes (2 and 4 per parameter, bf16); (2) mixed: a group g1, a single PyTorch worker w2
 # and a C worker w3 in one run: bit-identical to the reference of g1, w2, w3, and every member reports
@@ -27,11 +28,11 @@ group() { # RUN ID [FLAGS]: a launcher of its own (START=spawn)
 }
 if [ "${START:-fork}" = spawn ]; then
   group pgx g1; group pgx g2; group pgmix g1; group pgx gbad --bad-model
-  group pgf g1 --no-bf16; group pgf g2 --no-bf16; group pgi g1 --error-feedback; group pgi g2 --error-feedback
+  group pgf g1 --no-bf16; group pgf g2 --no-bf16 --host-copy; group pgi g1 --error-feedback; group pgi g2 --error-feedback
 else # one launcher (one torch import) forks the ranks of all four groups
   $PYTHON tests/python/group_quad.py "$URL" pgx g1 $((ROUNDS * H)) $H --ranks 2 --numel $NUMEL --seed $SEED \
     --out "$TMP/pgx-g1" --start-method fork --also pgx:g2 --also pgmix:g1 --also pgx:gbad:bad \
-    --also pgf:g1:fp32 --also pgf:g2:fp32 --also pgi:g1:ef --also pgi:g2:ef > "$TMP/py-groups.log" 2>&1 &
+    --also pgf:g1:fp32 --also pgf:g2:fp32:copy --also pgi:g1:ef --also pgi:g2:ef > "$TMP/py-groups.log" 2>&1 &
   PIDS="$PIDS $!"; GROUPS_PIDS=$!
 fi
 $PYTHON tests/python/quad_worker.py "$URL" pgmix w2 $((ROUNDS * H)) $H --numel $NUMEL --seed $SEED \
@@ -85,6 +86,13 @@ for mode in "pgf --no-bf16" "pgi --codec int3 --error-feedback --download update
   done
   say "$run (${mode#* }): 2 PyTorch groups of 2 ranks bit-identical to 2 single workers: $REF"
 done
+# pgf's g2 synced through a host mirror of its parameters (REDILOCO_HOST_COPY=1), as a rank whose model is on a
+# GPU does: copied to the mirror before each sync, back after it, the group's exchange included
+for r in 0 1; do
+  [ "$(grep '^path' "$TMP/pgf-g2.rank$r")" = "path pinned host copy" ] || fail "pgf g2 rank $r: $(grep '^path' "$TMP/pgf-g2.rank$r")"
+  [ "$(grep '^path' "$TMP/pgf-g1.rank$r")" = "path cpu" ] || fail "pgf g1 rank $r: $(grep '^path' "$TMP/pgf-g1.rank$r")"
+done
+say "pgf: g2's ranks synced through a host mirror (the path of a model on a GPU), g1's in place: the same digests"
 
 check_ref pgmix g1,w2,w3
 { grep -h '^sync' "$TMP/pgmix-g1.rank0" "$TMP/pgmix-g1.rank1" | awk '{print $2, $3}'

@@ -6,6 +6,17 @@
                          worker_id="node7") as dl:
         ...
 
+On GPUs with NCCL, DDP keeps its NCCL group and DiLoCo gets a gloo group of the same processes:
+
+    dist.init_process_group("nccl", ...); torch.cuda.set_device(local_rank)
+    model = DDP(MyModel().cuda(), device_ids=[local_rank])
+    host_group = dist.new_group(backend="gloo")    # every rank calls it
+    with rediloco.DiLoCo(url, run, model, inner, process_group=host_group, worker_id="node7") as dl:
+        ...
+
+A rank's model on a GPU is synced through a host mirror of its parameters (devicehooks "pinned host copy":
+copied device -> host before a sync, host -> device after it), never the device hooks.
+
 libdiloco does the group's protocol (worker/diloco.h "Process groups", docs/PROTOCOL.md): rank 0 registers,
 each rank pushes and fetches its part of the shards, the ranks then broadcast their parts to each other (a
 sharded group, sharded.py: each rank its own chunks, nothing exchanged).
@@ -37,6 +48,20 @@ def _global_rank(group, rank):
     return dist.distributed_c10d._get_global_rank(group, rank)
 
 
+def _check_backend(pg):
+    """libdiloco's two collectives move host memory (its group protocol's messages, the parameters' host
+    buffer): the group must take CPU tensors. gloo and MPI do; NCCL takes only CUDA tensors, so a node that
+    trains on NCCL gives DiLoCo a gloo group of the same processes (every rank calls dist.new_group, or one
+    init_process_group backend "cpu:gloo,cuda:nccl" serves both). The same verdict on every rank."""
+    backend = str(dist.get_backend(pg)).lower()
+    if "gloo" in backend or backend == "mpi":
+        return
+    raise DiLoCoError("process_group uses the %r backend, whose collectives take only GPU tensors; DiLoCo's "
+                      "collectives move host memory: pass a gloo group of the same processes, e.g. "
+                      "process_group=dist.new_group(backend=\"gloo\") (called on every rank; DDP keeps its NCCL "
+                      "group), or init the default group with backend \"cpu:gloo,cuda:nccl\"" % backend)
+
+
 def _fill_err(err, errlen, exc):
     msg = ("%s: %s" % (type(exc).__name__, exc)).encode(errors="replace")[:errlen - 1]
     ctypes.memmove(err, msg + b"\0", len(msg) + 1)
@@ -50,6 +75,7 @@ class Group:
             raise DiLoCoError("process_group was given but torch.distributed is not initialised: call "
                               "dist.init_process_group(...) in every process first")
         self.pg = process_group
+        _check_backend(process_group)
         self.rank = dist.get_rank(process_group)
         self.size = dist.get_world_size(process_group)
         self.flat = None
@@ -57,9 +83,11 @@ class Group:
         self._callbacks = []
 
     def attach(self, flat):
-        """The flat parameter buffer (params.FlatParams, or sharded.ShardedParams: its slices) libdiloco holds."""
-        if flat.path != "cpu":
-            raise DiLoCoError("process groups work on models on the CPU for now (this one is on %s)" % flat.device)
+        """The flat parameter buffer (params.FlatParams, or sharded.ShardedParams: its slices) libdiloco holds: the
+        model's own on the CPU, or its host mirror (a model on a GPU: devicehooks "pinned host copy")."""
+        if flat.host is None:
+            raise DiLoCoError("a process group's rank needs its parameters in host memory (on the CPU, or a host "
+                              "copy of a device's), not on %s through device hooks" % flat.device)
         self.flat = flat
         self.slices = flat.slice_array() if hasattr(flat, "slice_array") else None
 

@@ -31,7 +31,8 @@ def name_index(message, offsets, names, numel, where):
 
 
 class FlatParams:
-    def __init__(self, model):
+    def __init__(self, model, hooks=True):
+        """hooks=False: never the device hooks (a process group's rank: devicehooks.path_for_device)."""
         tensors = model_tensors(model)
         named = list(model.named_parameters())
         self.names = [n for n, _, _ in tensors]
@@ -39,7 +40,7 @@ class FlatParams:
         self.layout = tensors
         self.numel = sum(p.numel() for _, p in named)
         self.device = named[0][1].device
-        self.path = devicehooks.path_for_device(self.device)
+        self.path = devicehooks.path_for_device(self.device, hooks)
         self.device_copy = self.path == devicehooks.PINNED_HOST_COPY
         self.flat = torch.empty(self.numel, dtype=torch.float32, device=self.device)
         self.offsets = []
@@ -54,7 +55,8 @@ class FlatParams:
         if self.path == devicehooks.DEVICE_HOOKS:
             self.host = None  # diloco_open gets NULL: the hooks load the parameters
         elif self.device_copy:
-            self.host = torch.empty(self.numel, dtype=torch.float32, pin_memory=True)
+            # page-locked for a device's copies; a CPU model on this path (REDILOCO_HOST_COPY=1) has no device
+            self.host = torch.empty(self.numel, dtype=torch.float32, pin_memory=self.device.type == "cuda")
         else:
             self.host = self.flat
 

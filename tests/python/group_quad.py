@@ -8,9 +8,16 @@ Every rank runs DDP over the same model and the same problem, so DDP's averaged 
 writes PREFIX.rank<r>: "pid <pid>" first, then one line per sync: "sync <version> <digest> <bytes_up>
 <bytes_down> <stale>", or "error <message>" when it could not join. --step-delay slows every step (the crash test kills a rank mid-run).
 
---also RUN:WORKER_ID[:bad|:fp32|:ef] (repeatable, with --start-method fork): this launcher starts those groups too,
-with the same arguments (their --out PREFIX: PREFIX's folder, RUN-WORKER_ID; ":bad" as --bad-model, ":fp32" as
---no-bf16, ":ef" as --error-feedback), so a test
+--device cuda: rank r's model on GPU r (modulo the GPUs there are: tests/it_cuda_python_group.sh); --nccl: the
+default group on NCCL for DDP (a GPU per rank) and DiLoCo on a gloo group of the same processes, as a node would.
+
+--host-copy: every rank syncs through a host mirror of its parameters (REDILOCO_HOST_COPY=1: the path of a rank
+whose model is on a GPU, devicehooks.py) although the model is on the CPU; each rank writes "path <transfer path>"
+after it joined.
+
+--also RUN:WORKER_ID[:bad|:fp32|:ef|:copy...] (repeatable, with --start-method fork): this launcher starts those groups
+too, with the same arguments (their --out PREFIX: PREFIX's folder, RUN-WORKER_ID; ":bad" as --bad-model, ":fp32" as
+--no-bf16, ":ef" as --error-feedback, ":copy" as --host-copy; several may follow each other), so a test
 imports torch once for all its groups. Each group's exit status goes to its PREFIX.exit; the launcher exits 0
 when every group did."""
 import argparse
@@ -57,13 +64,22 @@ class Quad(torch.nn.Module):
 
 
 def rank_main(rank, args, init_file):
-    dist.init_process_group("gloo", init_method="file://" + init_file, rank=rank, world_size=args.ranks)
-    a, c = problem(args.seed, args.worker_id, args.numel)
-    module = Quad(args.numel, a, c)
+    if args.host_copy:  # (this rank's process only: a forked launcher runs other groups' ranks too)
+        os.environ["REDILOCO_HOST_COPY"] = "1"
+    device = torch.device(args.device)
+    if device.type == "cuda":  # rank r on GPU r (all on the one GPU of a machine that has one)
+        device = torch.device("cuda", rank % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+    init = "file://" + init_file
+    dist.init_process_group("nccl" if args.nccl else "gloo", init_method=init, rank=rank, world_size=args.ranks)
+    # DDP on NCCL, DiLoCo on a gloo group of the same processes (group.py: its collectives move host memory)
+    pg = dist.new_group(backend="gloo") if args.nccl else dist.group.WORLD
+    a, c = (t.to(device) for t in problem(args.seed, args.worker_id, args.numel))
+    module = Quad(args.numel, a, c).to(device)
     if args.bad_model and rank == 1:  # the same shapes (DDP checks those) under another name
         module.y = module.x
         del module.x
-    model = torch.nn.parallel.DistributedDataParallel(module)
+    model = torch.nn.parallel.DistributedDataParallel(module, device_ids=[device.index] if device.type == "cuda" else None)
     inner = QuadAdamW(model.parameters())
     out = open("%s.rank%d" % (args.out, rank), "w") if args.out else None
     if out:
@@ -71,7 +87,7 @@ def rank_main(rank, args, init_file):
         out.flush()
     dl = rediloco.DiLoCo(args.url, args.run, model, inner, sync_every=args.h, worker_id=args.worker_id,
                          bf16=not args.no_bf16, error_feedback=args.error_feedback, heartbeat_interval=args.heartbeat,
-                         process_group=dist.group.WORLD)
+                         process_group=pg)
     try:
         dl.open()
     except rediloco.DiLoCoError as e:
@@ -85,6 +101,9 @@ def rank_main(rank, args, init_file):
         except Exception:  # noqa: BLE001 - the other rank did not get there: its own error is its own
             pass
         raise
+    if out:
+        out.write("path %s\n" % dl.transfer_path)
+        out.flush()
     with dl:
         last = None
         for step in range(1, args.steps + 1):
@@ -120,9 +139,12 @@ def main():
     ap.add_argument("--heartbeat", type=float, default=1.0)
     ap.add_argument("--step-delay", type=float, default=0.0)
     ap.add_argument("--bad-model", action="store_true", help="rank 1's parameter is named y, not x")
+    ap.add_argument("--host-copy", action="store_true", help="sync through a host mirror (REDILOCO_HOST_COPY=1)")
+    ap.add_argument("--device", default="cpu", help="the ranks' models on this device (cuda: rank r on GPU r, modulo)")
+    ap.add_argument("--nccl", action="store_true", help="DDP on NCCL (one GPU per rank), DiLoCo on a gloo group")
     ap.add_argument("--start-method", default="spawn", choices=("spawn", "fork"),
                     help="fork: the ranks need not import torch again (the tests, on a busy machine)")
-    ap.add_argument("--also", action="append", default=[], metavar="RUN:WORKER_ID[:bad|:fp32|:ef]",
+    ap.add_argument("--also", action="append", default=[], metavar="RUN:WORKER_ID[:bad|:fp32|:ef|:copy...]",
                     help="start this group too (fork only): one torch import for several groups")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -137,8 +159,9 @@ def main():
     for spec in args.also:
         run, wid, *flag = spec.split(":")
         g = argparse.Namespace(**vars(args))
-        g.run, g.worker_id, g.bad_model = run, wid, flag == ["bad"]
-        g.no_bf16, g.error_feedback = args.no_bf16 or flag == ["fp32"], args.error_feedback or flag == ["ef"]
+        g.run, g.worker_id, g.bad_model = run, wid, "bad" in flag
+        g.no_bf16, g.error_feedback = args.no_bf16 or "fp32" in flag, args.error_feedback or "ef" in flag
+        g.host_copy = args.host_copy or "copy" in flag
         g.out = os.path.join(os.path.dirname(args.out), "%s-%s" % (run, wid))
         groups.append(g)
     return forked.run_groups(rank_main, groups)

@@ -18,6 +18,12 @@ torch.nn.functional.scaled_dot_product_attention (flash / memory-efficient kerne
 has it (>= 2.0), and AdamW is torch's fused one on a GPU where torch has it; older torch (Debian's 1.13)
 gets the plain equivalents.
 
+--ranks R trains as a node of R processes (torch.multiprocessing, DDP inside: the ranks average their
+gradients every step) that is ONE worker of the run (rediloco.DiLoCo's process_group): on the CPU with gloo,
+on cuda with rank r on GPU r, DDP on NCCL and DiLoCo on a gloo group of the same processes (docs/python.md,
+"A node of GPUs"). Each rank trains on its own part of the worker's slice of the text; rank 0 prints the
+progress, evaluates and writes the log.
+
 --init-run creates the run from this model's own initial weights first (rediloco.init_run with
 --trainer gpt and the model flags, so C GPT workers can join it too; --compress int3 --download update
 with --error-feedback on every worker moves 0.77 bytes per parameter per round instead of 6,
@@ -30,6 +36,7 @@ import json
 import math
 import os
 import sys
+import tempfile
 import time
 
 try:
@@ -197,6 +204,8 @@ def parse(argv):
                     help="where the model trains (auto: cuda when torch sees a GPU, else cpu)")
     ap.add_argument("--dtype", default=None, choices=("bf16", "fp32"),
                     help="bf16: autocast with fp32 master weights; fp32 (default: bf16 on cuda, fp32 on cpu)")
+    ap.add_argument("--ranks", type=int, default=1,
+                    help="processes of this worker, data-parallel inside (DDP): a node of R GPUs or CPU ranks (1)")
     ap.add_argument("--threads", type=int, default=0, help="torch threads, 0 = torch's default (0)")
     ap.add_argument("--seed", type=int, default=1234, help="seed of the initial weights, used by --init-run (1234)")
     ap.add_argument("--data-seed", type=int, default=1, help="data order seed, mixed with the shard index (1)")
@@ -215,6 +224,8 @@ def parse(argv):
         ap.error("--redis URL (or DL_REDIS_URL) is required")
     if a.seq > a.ctx:
         ap.error("--seq %d is longer than the model's --ctx %d" % (a.seq, a.ctx))
+    if a.ranks < 1:
+        ap.error("--ranks must be 1 or more")
     warn_if_never_syncs(a)
     return a
 
@@ -228,15 +239,19 @@ def warn_if_never_syncs(a):
                          "to sync once after the last step\n" % (a.sync_every, a.steps))
 
 
-def pick_device(a):
-    """--device and --dtype resolved: (torch.device, "bf16" | "fp32"); a clear exit when cuda is asked for and
-    torch has no GPU."""
+def pick_device(a, rank=0):
+    """--device and --dtype resolved: (torch.device, "bf16" | "fp32"), rank r of --ranks on GPU r; a clear exit
+    when cuda is asked for and torch has no GPU, or fewer GPUs than ranks."""
     if a.device == "cuda" and not torch.cuda.is_available():
         built = getattr(torch.version, "cuda", None)
         raise SystemExit("--device cuda: torch %s sees no GPU (%s); use --device cpu, or auto to take a GPU when "
                          "there is one" % (torch.__version__, "built with CUDA %s: no device or driver" % built
                                            if built else "built without CUDA"))
-    dev = torch.device("cuda" if a.device == "cuda" or (a.device == "auto" and torch.cuda.is_available()) else "cpu")
+    cuda = a.device == "cuda" or (a.device == "auto" and torch.cuda.is_available())
+    if cuda and a.ranks > torch.cuda.device_count():
+        raise SystemExit("--ranks %d on cuda: torch sees %d GPU(s) and DDP on NCCL takes one per rank; use --ranks "
+                         "%d, or --device cpu" % (a.ranks, torch.cuda.device_count(), torch.cuda.device_count()))
+    dev = torch.device("cuda", rank) if cuda and a.ranks > 1 else torch.device("cuda" if cuda else "cpu")
     return dev, a.dtype or ("bf16" if dev.type == "cuda" else "fp32")
 
 
@@ -272,10 +287,15 @@ def progress(a, dl, step, loss, ev, tok_s, tty):
     sys.stderr.flush()
 
 
-def train(a, model, data, dl, inner, log, dev, dtype):
+def train(a, model, data, dl, inner, log, dev, dtype, rank=0):
+    """The inner steps. model: the module, or its DDP wrapper on a rank of --ranks (which trains on its part
+    of the worker's slice; rank 0 alone evaluates, logs and prints)."""
     span = data.ntrain
     lo, hi = span * a.shard_index // a.num_shards, span * (a.shard_index + 1) // a.num_shards
-    gen = torch.Generator().manual_seed(a.data_seed * 1000003 + a.shard_index)
+    lo, hi = lo + (hi - lo) * rank // a.ranks, lo + (hi - lo) * (rank + 1) // a.ranks
+    gen = torch.Generator().manual_seed(a.data_seed * 1000003 + a.shard_index * 1009 + rank)
+    module = getattr(model, "module", model)  # evaluated unwrapped: no collective of DDP's on rank 0 alone
+    quiet = a.quiet or rank != 0
     tty = sys.stderr.isatty()
     t0, synced = time.time(), None
     for step in range(1, a.steps + 1):
@@ -290,7 +310,7 @@ def train(a, model, data, dl, inner, log, dev, dtype):
         inner.step()  # DiLoCo's sync happens in here every --sync-every steps
         inner.zero_grad(set_to_none=True)
         dl.report(loss.item(), tokens=x.numel())
-        ev = evaluate(model, data, a, dev, dtype) if a.eval_every and step % a.eval_every == 0 else None
+        ev = evaluate(module, data, a, dev, dtype) if rank == 0 and a.eval_every and step % a.eval_every == 0 else None
         info = dl.last_sync
         if log and info and info != synced:
             synced = info
@@ -303,10 +323,59 @@ def train(a, model, data, dl, inner, log, dev, dtype):
                 rec["eval_loss"] = round(ev, 6)
             log.write(json.dumps(rec) + "\n")
             log.flush()
-        if not a.quiet and (tty or step % 10 == 0 or ev is not None or step == a.steps):
-            progress(a, dl, step, loss.item(), ev, step * x.numel() / (time.time() - t0), tty)
-    if tty and not a.quiet:
+        if not quiet and (tty or step % 10 == 0 or ev is not None or step == a.steps):
+            progress(a, dl, step, loss.item(), ev, a.ranks * step * x.numel() / (time.time() - t0), tty)
+    if tty and not quiet:
         sys.stderr.write("\n")
+
+
+def describe(a, dev, dtype, inner):
+    if a.quiet:
+        return
+    sys.stderr.write("model on %s%s, %s (%s attention, %s AdamW), torch %s%s\n" % (
+        dev, " (%s)" % torch.cuda.get_device_name(dev) if dev.type == "cuda" else "",
+        "bf16 autocast, fp32 master weights" if dtype == "bf16" else "fp32",
+        "SDPA" if HAVE_SDPA else "plain", "fused" if inner.defaults.get("fused") else "plain", torch.__version__,
+        "; %d ranks, DDP on %s" % (a.ranks, "NCCL" if dev.type == "cuda" else "gloo") if a.ranks > 1 else ""))
+
+
+def run_worker(a, model, data, dev, dtype, process_group=None, rank=0):
+    """Join the run with model (on dev), train, and report: the whole life of a worker, or of one rank of it."""
+    inner = make_inner(model, a, dev)
+    if rank == 0:
+        describe(a, dev, dtype, inner)
+    log = open(a.log, "a") if a.log and rank == 0 else None
+    with rediloco.DiLoCo(a.redis, a.run, model, inner, sync_every=a.sync_every, worker_id=a.worker_id,
+                         bf16=not a.no_bf16, error_feedback=a.error_feedback, process_group=process_group) as dl:
+        train(a, model, data, dl, inner, log, dev, dtype, rank)
+        if a.final_sync and not dl.stopping:
+            dl.sync()
+        if not dl.stopping and rank == 0:
+            version = dl.last_sync.version if dl.last_sync else dl.version
+            print("worker %s: %d steps%s, version %s, validation loss %.4f" % (
+                dl.worker_id, a.steps, " on %d ranks" % a.ranks if a.ranks > 1 else "", version,
+                evaluate(getattr(model, "module", model), data, a, dev, dtype)))
+
+
+def rank_main(rank, a, init_file):
+    """One process of --ranks: DDP inside the node, the node one worker of the run."""
+    import torch.distributed as dist
+    if a.threads > 0:
+        torch.set_num_threads(a.threads)
+    dev, dtype = pick_device(a, rank)
+    if dev.type == "cuda":
+        torch.cuda.set_device(dev)
+    dist.init_process_group("nccl" if dev.type == "cuda" else "gloo", init_method="file://" + init_file, rank=rank,
+                            world_size=a.ranks)
+    # DiLoCo's collectives move host memory: on NCCL it gets a gloo group of the same processes
+    group = dist.new_group(backend="gloo") if dev.type == "cuda" else dist.group.WORLD
+    torch.manual_seed(a.seed)
+    model = GPT(a.layers, a.heads, a.dim, a.ctx, a.vocab).to(dev)  # the same weights on every rank
+    ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
+    try:
+        run_worker(a, ddp, Tokens(a.data), dev, dtype, process_group=group, rank=rank)
+    finally:
+        dist.destroy_process_group()
 
 
 def main(argv=None):
@@ -323,23 +392,14 @@ def main(argv=None):
         print(rediloco.init_run(a.redis, a.run, model, workers=a.workers, shards=a.shards, trainer="gpt",
                                 layers=a.layers, heads=a.heads, dim=a.dim, ctx=a.ctx, vocab=a.vocab,
                                 compress=a.compress, download=a.download, force=True))
+        sys.stdout.flush()
+    if a.ranks > 1:
+        import torch.multiprocessing as mp
+        with tempfile.TemporaryDirectory() as tmp:
+            mp.spawn(rank_main, args=(a, os.path.join(tmp, "init")), nprocs=a.ranks, join=True)
+        return 0
     model.to(dev)
-    inner = make_inner(model, a, dev)
-    if not a.quiet:
-        sys.stderr.write("model on %s%s, %s (%s attention, %s AdamW), torch %s\n" % (
-            dev, " (%s)" % torch.cuda.get_device_name(dev) if dev.type == "cuda" else "",
-            "bf16 autocast, fp32 master weights" if dtype == "bf16" else "fp32",
-            "SDPA" if HAVE_SDPA else "plain", "fused" if inner.defaults.get("fused") else "plain", torch.__version__))
-    log = open(a.log, "a") if a.log else None
-    with rediloco.DiLoCo(a.redis, a.run, model, inner, sync_every=a.sync_every, worker_id=a.worker_id,
-                         bf16=not a.no_bf16, error_feedback=a.error_feedback) as dl:
-        train(a, model, data, dl, inner, log, dev, dtype)
-        if a.final_sync and not dl.stopping:
-            dl.sync()
-        if not dl.stopping:
-            version = dl.last_sync.version if dl.last_sync else dl.version
-            print("worker %s: %d steps, version %s, validation loss %.4f" % (
-                dl.worker_id, a.steps, version, evaluate(model, data, a, dev, dtype)))
+    run_worker(a, model, data, dev, dtype)
     return 0
 
 

@@ -7,10 +7,11 @@
 # fp32 on the CPU; docs/python.md). The PyTorch worker's progress line is shown; the rest logs under run/demo-torch/logs/. Ctrl-C
 # stops everything.
 #
-# Knobs (environment): DEMO_STEPS (300), DEMO_SYNC_EVERY (50), DEMO_PORT (free port).
+# Knobs (environment): DEMO_STEPS (300), DEMO_SYNC_EVERY (50), DEMO_PORT (free port), DEMO_TORCH_RANKS (1: the
+# PyTorch worker as a node of that many processes, DDP inside: the example's --ranks; on cuda one GPU each).
 set -u
 cd "$(dirname "$0")/../.." || exit 1
-STEPS=${DEMO_STEPS:-300}; H=${DEMO_SYNC_EVERY:-50}
+STEPS=${DEMO_STEPS:-300}; H=${DEMO_SYNC_EVERY:-50}; RANKS=${DEMO_TORCH_RANKS:-1}
 DIR=$PWD/run/demo-torch; DATA=data; RUN=demo-torch
 . deploy/local/demo_lib.sh
 demo_corpus || exit 1
@@ -23,7 +24,7 @@ export DL_REDIS_URL="$URL"
 MODEL="--layers 2 --heads 4 --dim 128 --ctx 128"
 TRAIN="--sync-every $H --steps $STEPS --batch 8 --seq 128 --lr 2e-3 --warmup 50 --eval-every $H --threads 1"
 echo "== the PyTorch worker creates run '$RUN' from its model's initial weights (rediloco.init_run) and trains"
-PYTHONPATH=python ${PYTHON:-/usr/bin/python3} -m rediloco.examples.gpt --run $RUN $MODEL $TRAIN --init-run --workers 2 --device auto \
+PYTHONPATH=python ${PYTHON:-/usr/bin/python3} -m rediloco.examples.gpt --run $RUN $MODEL $TRAIN --init-run --workers 2 --device auto --ranks "$RANKS" \
   --data "$DATA/kjv.tok" --num-shards 2 --shard-index 0 --worker-id torch1 --log "$DIR/torch1.jsonl" &
 PY=$!; PIDS="$PIDS $PY"
 i=0

@@ -75,9 +75,10 @@ class Group:
             raise DiLoCoError("process_group was given but torch.distributed is not initialised: call "
                               "dist.init_process_group(...) in every process first")
         self.pg = process_group
-        _check_backend(process_group)
         self.rank = dist.get_rank(process_group)
         self.size = dist.get_world_size(process_group)
+        if self.size > 1:  # (a group of one process is a worker like any other: no collective is made)
+            _check_backend(process_group)
         self.flat = None
         self.slices = None
         self._callbacks = []

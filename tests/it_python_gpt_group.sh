@@ -5,7 +5,8 @@
 # (--init-run) and its two ranks train their halves of the node's slice of the King James Bible. After
 # every sync the node and the C worker report the same digest of the global parameters, every closed round
 # has the two workers as its participants (the node once, not once per rank), the node's rank 0 alone
-# evaluates and logs, and the validation loss it measures falls. (On cuda the ranks would be on GPUs 0 and 1,
+# evaluates and logs, and the validation loss it measures falls; then SIGTERM to a node's launcher stops its
+# ranks, which leave the run, and the launcher exits 0. (On cuda the ranks would be on GPUs 0 and 1,
 # DDP on NCCL: docs/python.md "A node of GPUs"; not run here, no GPU.)
 . "$(dirname "$0")/lib.sh"
 need_torch
@@ -41,3 +42,23 @@ grep '"eval_loss": *[0-9]' "$TMP/node1.jsonl" | sed 's/.*"eval_loss": *\([0-9.]*
 first=$(head -n 1 "$TMP/eval.txt"); last=$(tail -n 1 "$TMP/eval.txt")
 awk -v a="$first" -v b="$last" 'BEGIN { exit !(b < a && b < 4.0) }' || fail "the node's validation loss did not fall: $(tr '\n' ' ' < "$TMP/eval.txt")"
 say "a node of 2 PyTorch ranks (DDP) and a C worker: the same digest after each of $ROUNDS syncs ($(tail -n 1 "$TMP/c.txt")), validation $(tr '\n' ' ' < "$TMP/eval.txt")"
+# SIGTERM to the node's launcher (as `kill <pid>` would): it passes the signal on to its ranks, which leave the
+# run as a stopped worker does; the launcher exits 0 once they did, and no rank is left running
+RUN=nodestop
+PYTHONPATH=python $PYTHON -m rediloco.examples.gpt --redis "$URL" --run $RUN $MODEL --batch 8 --seq 32 --steps 100000 \
+  --sync-every 5 --eval-every 0 --threads 1 --init-run --ranks 2 --device cpu --workers 1 --shards 4 --data build/kjv.tok \
+  --worker-id node2 --quiet > "$TMP/py-node2.log" 2>&1 &
+PY=$!; PIDS="$PIDS $PY"
+wait_until 60 '$RCLI EXISTS "dl:{$RUN}:config" | grep -q 1' "the second node to create its run"
+start_server s2
+wait_until 60 '[ "$($RCLI HGET "dl:{$RUN}:state" rounds_closed)" -ge 2 ] 2>/dev/null' "the second node to sync twice"
+ranks=$(pgrep -P $PY | tr '\n' ' ')
+kill -TERM $PY
+launcher_gone() { for _ in $(seq 150); do alive $PY || return 0; sleep 0.1; done; return 1; }
+launcher_gone || fail "the launcher still runs 15 s after SIGTERM: $(tail -n 5 "$TMP/py-node2.log")"
+wait $PY; rc=$?
+[ $rc = 0 ] || fail "the launcher exited $rc after SIGTERM: $(tail -n 10 "$TMP/py-node2.log")"
+for p in $ranks; do alive "$p" && fail "process $p of the node still runs after its launcher exited"; done
+$RCLI XRANGE "dl:{$RUN}:events" - + | grep -qx left || fail "the node did not leave the run: $($RCLI XRANGE "dl:{$RUN}:events" - + | tail -n 20 | tr '\n' ' ')"
+[ "$($RCLI HLEN "dl:{$RUN}:workers")" = 0 ] || fail "the node is still a member of the run"
+say "SIGTERM to a node's launcher: its ranks left the run, and it exited 0"

@@ -378,6 +378,30 @@ def rank_main(rank, a, init_file):
         dist.destroy_process_group()
 
 
+def spawn_ranks(a):
+    """--ranks: start the ranks and wait for them. SIGINT and SIGTERM to this launcher are passed on to every
+    rank, which leaves the run as a stopped worker does (rediloco.DiLoCo's handlers), so `kill <launcher>`
+    stops the node cleanly instead of leaving its ranks to find their launcher gone. A rank that fails ends
+    the others (torch.multiprocessing) and raises here with its traceback."""
+    import signal
+    import torch.multiprocessing as mp
+    with tempfile.TemporaryDirectory() as tmp:
+        ctx = mp.spawn(rank_main, args=(a, os.path.join(tmp, "init")), nprocs=a.ranks, join=False)
+
+        def pass_on(signum, frame):
+            for p in ctx.processes:
+                if p.is_alive():
+                    os.kill(p.pid, signum)
+        old = {s: signal.signal(s, pass_on) for s in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            while not ctx.join():
+                pass
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+    return 0
+
+
 def main(argv=None):
     a = parse(sys.argv[1:] if argv is None else argv)
     if a.threads > 0:
@@ -394,10 +418,7 @@ def main(argv=None):
                                 compress=a.compress, download=a.download, force=True))
         sys.stdout.flush()
     if a.ranks > 1:
-        import torch.multiprocessing as mp
-        with tempfile.TemporaryDirectory() as tmp:
-            mp.spawn(rank_main, args=(a, os.path.join(tmp, "init")), nprocs=a.ranks, join=True)
-        return 0
+        return spawn_ranks(a)
     model.to(dev)
     run_worker(a, model, data, dev, dtype)
     return 0

@@ -6,7 +6,8 @@
 # ranks: the run's shard digests and every rank's digest after its last sync equal the in-process
 # reference of two single workers g1, g2 (tests/tools/ref_quadratic; bf16, and in two more runs fp32, and
 # int3 with --download update and error feedback; in the fp32 run g2's ranks sync through a host mirror of their
-# parameters, REDILOCO_HOST_COPY=1, the path of a rank whose model is on a GPU), the two groups are each closed
+# parameters, REDILOCO_HOST_COPY=1, the path of a rank whose model is on a GPU; and a Streaming run of 2
+# fragments, against the fragment-schedule reference), the two groups are each closed
 # round's only participants, and in the last rounds a group's ranks together sent and received exactly
 # one process's bytes (2 and 4 per parameter, bf16); (2) mixed: a group g1, a single PyTorch worker w2
 # and a C worker w3 in one run: bit-identical to the reference of g1, w2, w3, and every member reports
@@ -19,7 +20,8 @@ init_run pgx --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $S
 init_run pgmix --trainer quadratic --numel $NUMEL --shards 8 --workers 3 --seed $SEED
 init_run pgf --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED
 init_run pgi --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED --compress int3 --download update
-for RUN in pgx pgmix pgf pgi; do start_server a$RUN --lease-ttl-ms 2000; start_server b$RUN --lease-ttl-ms 2000; done
+init_run pgs --trainer quadratic --numel $NUMEL --shards 8 --fragments 2 --workers 2 --seed $SEED
+for RUN in pgx pgmix pgf pgi pgs; do start_server a$RUN --lease-ttl-ms 2000; start_server b$RUN --lease-ttl-ms 2000; done
 group() { # RUN ID [FLAGS]: a launcher of its own (START=spawn)
   r=$1; id=$2; shift 2
   ($PYTHON tests/python/group_quad.py "$URL" $r $id $((ROUNDS * H)) $H --ranks 2 --numel $NUMEL --seed $SEED \
@@ -29,10 +31,12 @@ group() { # RUN ID [FLAGS]: a launcher of its own (START=spawn)
 if [ "${START:-fork}" = spawn ]; then
   group pgx g1; group pgx g2; group pgmix g1; group pgx gbad --bad-model
   group pgf g1 --no-bf16; group pgf g2 --no-bf16 --host-copy; group pgi g1 --error-feedback; group pgi g2 --error-feedback
+  group pgs g1; group pgs g2
 else # one launcher (one torch import) forks the ranks of all four groups
   $PYTHON tests/python/group_quad.py "$URL" pgx g1 $((ROUNDS * H)) $H --ranks 2 --numel $NUMEL --seed $SEED \
     --out "$TMP/pgx-g1" --start-method fork --also pgx:g2 --also pgmix:g1 --also pgx:gbad:bad \
-    --also pgf:g1:fp32 --also pgf:g2:fp32:copy --also pgi:g1:ef --also pgi:g2:ef > "$TMP/py-groups.log" 2>&1 &
+    --also pgf:g1:fp32 --also pgf:g2:fp32:copy --also pgi:g1:ef --also pgi:g2:ef --also pgs:g1 --also pgs:g2 \
+    > "$TMP/py-groups.log" 2>&1 &
   PIDS="$PIDS $!"; GROUPS_PIDS=$!
 fi
 $PYTHON tests/python/quad_worker.py "$URL" pgmix w2 $((ROUNDS * H)) $H --numel $NUMEL --seed $SEED \
@@ -41,7 +45,7 @@ PW2=$!; PIDS="$PIDS $!"
 RUN=pgmix start_worker w3 --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1
 for pid in $GROUPS_PIDS; do wait "$pid"; done
 exit_of() { cat "$TMP/$1.exit" 2>/dev/null || echo "none"; } # GROUP: its launcher's exit status (per group)
-for p in pgx-g1 pgx-g2 pgmix-g1 pgf-g1 pgf-g2 pgi-g1 pgi-g2; do [ "$(exit_of $p)" = 0 ] || fail "group $p failed: $(cat "$TMP"/py-*.log | tail -n 20)"; done
+for p in pgx-g1 pgx-g2 pgmix-g1 pgf-g1 pgf-g2 pgi-g1 pgi-g2 pgs-g1 pgs-g2; do [ "$(exit_of $p)" = 0 ] || fail "group $p failed: $(cat "$TMP"/py-*.log | tail -n 20)"; done
 wait "$PW2" || fail "PyTorch worker w2 exited with status $?"
 RUN=pgmix; wait_workers w3
 
@@ -93,6 +97,15 @@ for r in 0 1; do
   [ "$(grep '^path' "$TMP/pgf-g1.rank$r")" = "path cpu" ] || fail "pgf g1 rank $r: $(grep '^path' "$TMP/pgf-g1.rank$r")"
 done
 say "pgf: g2's ranks synced through a host mirror (the path of a model on a GPU), g1's in place: the same digests"
+# Streaming (2 fragments of 4 shards, a fragment every 5 steps): each rank moves a part of every fragment, and a
+# fragment's round made at one boundary is applied at the next, as a single worker applies its fragment in flight
+build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers g1,g2 --sync-every $H --steps $((ROUNDS * H)) \
+  --alpha 0 --bounds "$($RCLI HGET "dl:{pgs}:config" shard_bounds)" --frag-bounds "$($RCLI HGET "dl:{pgs}:config" frag_bounds)" \
+  > "$TMP/ref-pgs.txt" || fail "Streaming reference"
+shard_digests pgs > "$TMP/got-pgs.txt"
+grep '^shard' "$TMP/ref-pgs.txt" | diff - "$TMP/got-pgs.txt" > "$TMP/diff.txt" \
+  || fail "pgs: shard digests differ from the fragment-schedule reference of two single workers: $(cat "$TMP/diff.txt")"
+say "pgs (Streaming, 2 fragments): 2 PyTorch groups of 2 ranks bit-identical to 2 single workers ($(shard_versions pgs) versions)"
 
 check_ref pgmix g1,w2,w3
 { grep -h '^sync' "$TMP/pgmix-g1.rank0" "$TMP/pgmix-g1.rank1" | awk '{print $2, $3}'

@@ -146,12 +146,13 @@ typedef struct diloco_device_ops {
  * collectives over a transport the ranks already share: MPI, torch.distributed, NCCL, threads...}.
  * Rank 0 registers the group and hands the registration to the others through allgather; each rank
  * then pushes and fetches only its part of the run's shards (diloco_group_range: contiguous, balanced
- * by size) over its own connections, so the group sends and receives what one process would, and the
+ * by size; in a Streaming run a part of each fragment) over its own connections, so the group sends and receives what one process would, and the
  * ranks broadcast their parts to each other after every sync. The group arrives at a barrier only when
  * every rank pushed its part, and a rank that stops beating (dies) has the whole group evicted, so no
- * partial contribution of a group is ever committed. Plain DiLoCo in sync runs (one fragment), with or
- * without DyLU (the group is assigned one H; every rank takes it at the same sync), without device hooks,
- * for now. docs/PROTOCOL.md "Process groups" has the protocol.
+ * partial contribution of a group is ever committed. Sync runs, plain DiLoCo or Streaming (each rank moves
+ * a part of every fragment; one fragment in flight, fragment alpha 0), with or without DyLU (the group is
+ * assigned one H; every rank takes it at the same sync), without device hooks, for now. docs/PROTOCOL.md
+ * "Process groups" has the protocol.
  *
  * Both hooks are collectives: every rank calls them in the same order, from the thread inside
  * diloco_open / diloco_after_step / diloco_force_sync. They return 0, or -1 with err filled; they must
@@ -344,7 +345,8 @@ DILOCO_API int diloco_fragment_range(const diloco *d, int fragment, size_t *offs
 DILOCO_API const char *diloco_run_layout(const diloco *d);
 
 /* A process group's rank `rank` moves params[*offset, *offset + *count) (its shards): 0, or -1 when the
- * session is not in a group (or in a sharded one, whose ranks move their slices) or there is no such rank. */
+ * session is not in a group (or in a sharded one, whose ranks move their slices, or in a Streaming run,
+ * where a rank moves a range of each fragment) or there is no such rank. */
 DILOCO_API int diloco_group_range(const diloco *d, int rank, size_t *offset, size_t *count);
 
 /* Deregister and free. Safe on NULL. In a group, any rank closing ends the group's membership. */

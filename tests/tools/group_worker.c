@@ -39,6 +39,7 @@
  *                     [--no-bf16] [--error-feedback] [--heartbeat-ms MS] [--sharded]
  *                     [--step-delay-ms MS] (every rank sleeps MS after each inner step: a slower machine)
  *                     [--dylu] (follow the H the run's DyLU assigns the group: diloco_options.dylu)
+ *                     [--fragment-alpha A] [--fragments-in-flight D] (Streaming: diloco_options')
  *                     [--trainer gpt [-- GPT FLAGS (--data, --batch, --lr, --num-shards, --shard-index...)]]
  *                     [--rank-netns NS0,NS1,...] (root: rank r's thread enters network namespace NSr before it
  *                     connects, so each rank uses a link of its own, as on a node with a NIC per GPU;
@@ -92,7 +93,8 @@ typedef struct rank_ctx {
     const char *redis, *run, *worker_id, *bad;
     char netns[64]; /* --rank-netns: this rank's network namespace ("" : the process's) */
     long steps;
-    int sync_every, bf16, error_feedback, heartbeat_ms, step_delay_ms, dylu;
+    int sync_every, bf16, error_feedback, heartbeat_ms, step_delay_ms, dylu, in_flight;
+    double alpha;
     size_t numel;
     uint64_t seed;
     const runconf *rc;
@@ -287,6 +289,8 @@ static void *rank_main(void *p)
     o.bf16 = c->bf16;
     o.error_feedback = c->error_feedback;
     o.dylu = c->dylu;
+    o.fragment_alpha = c->alpha;
+    if (c->in_flight > 0) o.fragments_in_flight = c->in_flight;
     o.heartbeat_interval_ms = c->heartbeat_ms;
     o.sync_timeout_ms = 30000;
     o.group = (diloco_group_ops){
@@ -415,6 +419,8 @@ int main(int argc, char **argv)
                                    {"sharded", 0, 0, 'S'},
                                    {"step-delay-ms", 1, 0, 'd'},
                                    {"dylu", 0, 0, 'D'},
+                                   {"fragment-alpha", 1, 0, 'A'},
+                                   {"fragments-in-flight", 1, 0, 'F'},
                                    {0, 0, 0, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (ch) {
@@ -433,6 +439,8 @@ int main(int argc, char **argv)
         case 'S': base.sharded = 1; break;
         case 'd': base.step_delay_ms = atoi(optarg); break;
         case 'D': base.dylu = 1; break;
+        case 'A': base.alpha = atof(optarg); break;
+        case 'F': base.in_flight = atoi(optarg); break;
         default: fprintf(stderr, "usage: see the comment at the top of tests/tools/group_worker.c\n"); return 2;
         }
     }

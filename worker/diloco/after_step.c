@@ -68,10 +68,10 @@ static int after_step(diloco *d, int evicted, char *err, size_t errlen)
     if (d->rc.nfragments == 1) {
         if (d->steps < d->sync_every) return d->grp ? group_step(d, err, errlen) : 0;
         d->steps = 0;
-        return d->grp ? group_round(d, err, errlen) : round_blocking(d, 0, 0.0, err, errlen);
+        return d->grp ? group_round(d, 0, err, errlen) : round_blocking(d, 0, 0.0, err, errlen);
     }
-    if (d->steps % stream_interval(d) != 0) return 0;
-    return stream_step(d, err, errlen);
+    if (d->steps % stream_interval(d) != 0) return d->grp ? group_step(d, err, errlen) : 0;
+    return d->grp ? group_stream_step(d, err, errlen) : stream_step(d, err, errlen);
 }
 
 static int force_sync(diloco *d, char *err, size_t errlen);
@@ -92,7 +92,7 @@ static int force_sync(diloco *d, char *err, size_t errlen)
     stream_force_order(d, order);
     for (int i = 0; i < d->rc.nfragments; i++) {
         int f = order[i];
-        int rc = d->grp ? group_round(d, err, errlen) : round_blocking(d, f, 0.0, err, errlen);
+        int rc = d->grp ? group_round(d, f, err, errlen) : round_blocking(d, f, 0.0, err, errlen);
         if (rc < 0) return -1;
         changed |= rc;
     }

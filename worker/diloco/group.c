@@ -15,6 +15,11 @@
  *             exchange; else RECOVER: rank 0 says whether the group is still a member, it registers
  *             again if not (then every rank waits, as a joiner, for the open round to close), and FETCH
  *             as at open);
+ *   Streaming (F fragments, one at a time): at each fragment boundary the fragment of the last boundary is
+ *             applied (its exchange), then the next fragment's round is made as above, blocking, and its
+ *             new values wait in base until the next boundary: a worker of one process applies a fragment
+ *             in flight one interval after it sent it, and so does a group (the same parameters; only the
+ *             waiting differs: the ranks' collectives are the host's, made on the training thread);
  *   between:  CHECK every grp_check_every inner steps (a number rank 0 sets at each CHECK from its pace: about
  *             two per heartbeat interval): whether any rank's heartbeat found the group evicted; if so every
  *             rank stops the interval at that same step, and the group registers again and fetches as in
@@ -22,8 +27,8 @@
  *             learn of an eviction each from its own heartbeat, at different steps, and can act on it only
  *             together: at a collective made at a step they all know in advance).
  *
- * A rank moves shards [grp_bounds[r], grp_bounds[r+1]) (contiguous, balanced by elements), which
- * dl_first_shard / dl_last_shard give every per-fragment loop of sync.c, delta.c and fetch.c: the
+ * A rank moves a part of every fragment (a contiguous range of its shards, balanced by elements: grp_parts),
+ * which dl_first_shard / dl_last_shard give every per-fragment loop of sync.c, delta.c and fetch.c: the
  * pseudo-gradient of a shard is computed from the same bytes as in a process of its own, so a group's
  * contribution is bit-identical to one process's. The group arrives at the barrier only when every rank
  * arrived (after its own pushes, lua/15_groups.lua), so a group whose rank died never contributes half.
@@ -40,6 +45,7 @@
 #include "internal.h"
 
 #define GROUP_MAGIC 0x70756f72676c6455ull /* "Udlgroup" */
+#define GROUP_FRAGMENTS_MAX 32            /* a group's run has at most this many fragments (group_msg.fv) */
 
 enum { GRP_HELLO = 1, GRP_REGISTER, GRP_JOIN, GRP_FETCH, GRP_PREPARE, GRP_NET, GRP_RECOVER, GRP_CHECK };
 
@@ -65,6 +71,7 @@ typedef struct group_msg {
     int64_t ginc, gversion;
     char gworker[64];
     uint64_t held[RUNCONF_MAX_SHARDS / 64]; /* HELLO of a sharded group: the run's shards this rank holds */
+    int64_t fv[GROUP_FRAGMENTS_MAX];        /* REGISTER: rank 0's round of each fragment */
 } group_msg;
 
 /* The ranks are out of step (all[r] is at another collective than all[0] or this rank): one message,
@@ -150,37 +157,80 @@ static int worst_status(const group_msg *all, int size)
 
 /* ---- the ranks' parts ----------------------------------------------------------------------------- */
 
-/* Rank r's first shard: the shard boundary nearest to r/size of the elements, leaving every rank at
- * least one shard. A function of the run and the size only: every rank computes the same. */
-static int part_bounds(diloco *d, char *err, size_t errlen)
+/* The ranks' parts of shards [a, b) (a fragment): rank r's first shard is the shard boundary nearest to r/size
+ * of the fragment's elements, leaving every rank at least one shard; b[0..size] = the size+1 bounds. A
+ * function of the run and the size only: every rank computes the same. */
+static void split_shards(const diloco *d, int a, int b, int *bounds)
 {
-    int size = d->o.group.size, ns = d->rc.nshards;
-    d->grp_bounds = calloc((size_t)size + 1, sizeof(int));
-    if (!d->grp_bounds) {
-        err_set(err, errlen, "out of memory");
-        return -1;
-    }
-    d->grp_bounds[size] = ns;
+    int size = d->o.group.size;
+    uint64_t lo_el = d->rc.shard_bounds[a], n_el = d->rc.shard_bounds[b] - lo_el;
+    bounds[0] = a;
+    bounds[size] = b;
     for (int r = 1; r < size; r++) {
-        uint64_t target = d->rc.numel * (uint64_t)r / (uint64_t)size;
-        int lo = d->grp_bounds[r - 1] + 1, hi = ns - (size - r), best = lo;
+        uint64_t target = lo_el + n_el * (uint64_t)r / (uint64_t)size;
+        int lo = bounds[r - 1] + 1, hi = b - (size - r), best = lo;
         for (int k = lo; k <= hi; k++) {
             uint64_t at = d->rc.shard_bounds[k], bat = d->rc.shard_bounds[best];
             uint64_t dist = at > target ? at - target : target - at, bdist = bat > target ? bat - target : target - bat;
             if (dist < bdist) best = k;
         }
-        d->grp_bounds[r] = best;
+        bounds[r] = best;
     }
-    d->part_lo = d->grp_bounds[d->grp_rank];
-    d->part_hi = d->grp_bounds[d->grp_rank + 1];
+}
+
+/* Every rank moves a part of every fragment (one fragment: of the run), so each fragment's round uses every
+ * rank's connections. Checked first: each fragment has at least one shard per rank. */
+static int part_bounds(diloco *d, char *err, size_t errlen)
+{
+    int size = d->o.group.size, nf = d->rc.nfragments;
+    for (int f = 0; f < nf; f++)
+        if (d->rc.frag_bounds[f + 1] - d->rc.frag_bounds[f] < size) {
+            err_set(err, errlen,
+                    "a group of %d processes needs at least %d shards in each fragment (each rank moves whole "
+                    "shards of every fragment) and fragment %d of run '%s' has %d: init it with --shards %d or "
+                    "more, or use fewer ranks",
+                    size, size, f, d->run, d->rc.frag_bounds[f + 1] - d->rc.frag_bounds[f], size * nf);
+            return -1;
+        }
+    d->grp_bounds = calloc((size_t)nf * (size_t)(size + 1), sizeof(int));
+    d->grp_parts = calloc(2 * (size_t)nf, sizeof(int));
+    if (!d->grp_bounds || !d->grp_parts) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    for (int f = 0; f < nf; f++) {
+        int *b = d->grp_bounds + (size_t)f * (size_t)(size + 1);
+        split_shards(d, d->rc.frag_bounds[f], d->rc.frag_bounds[f + 1], b);
+        d->grp_parts[2 * f] = b[d->grp_rank];
+        d->grp_parts[2 * f + 1] = b[d->grp_rank + 1];
+    }
     return 0;
+}
+
+/* Rank r's shards of fragment f: [*first, *last). */
+static void rank_shards(const diloco *d, int r, int f, int *first, int *last)
+{
+    const int *b = d->grp_bounds + (size_t)f * (size_t)(d->o.group.size + 1);
+    *first = b[r];
+    *last = b[r + 1];
+}
+
+/* The shards this rank moves, over every fragment. */
+static int part_count(const diloco *d)
+{
+    if (!d->grp_parts) return d->part_hi - d->part_lo;
+    int n = 0;
+    for (int f = 0; f < d->rc.nfragments; f++) n += d->grp_parts[2 * f + 1] - d->grp_parts[2 * f];
+    return n;
 }
 
 int diloco_group_range(const diloco *d, int rank, size_t *offset, size_t *count)
 {
-    if (!d->grp || !d->grp_bounds || rank < 0 || rank >= d->o.group.size) return -1;
-    *offset = (size_t)d->rc.shard_bounds[d->grp_bounds[rank]];
-    *count = (size_t)d->rc.shard_bounds[d->grp_bounds[rank + 1]] - *offset;
+    if (!d->grp || !d->grp_bounds || d->rc.nfragments != 1 || rank < 0 || rank >= d->o.group.size) return -1;
+    int first, last;
+    rank_shards(d, rank, 0, &first, &last);
+    *offset = (size_t)d->rc.shard_bounds[first];
+    *count = (size_t)d->rc.shard_bounds[last] - *offset;
     return 0;
 }
 
@@ -195,26 +245,25 @@ static uint64_t shards_digest_sum(const group_msg *all, int size)
 }
 
 /* round_record, with a sharded group's digest of the whole run (its rank alone knows only its part's). */
-static void record(diloco *d, int64_t round, uint64_t t0, int stale)
+static void record(diloco *d, int f, int64_t round, uint64_t t0, int stale)
 {
-    round_record(d, 0, round, t0, stale);
+    round_record(d, f, round, t0, stale);
     if (d->shard_ids) d->last.shards_digest = d->grp_digest;
 }
 
-/* Every rank's part in base is the new global version: params take it, each rank broadcasts its part
- * of params to the others, and base takes the others' parts (so base is the whole vector everywhere). */
-static int exchange(diloco *d, char *err, size_t errlen)
+/* Fragment f: every rank's part of it in base is the new global version: params take it, each rank
+ * broadcasts its part of params to the others, and base takes the others' parts (so base holds the whole
+ * fragment everywhere). */
+static int exchange_fragment(diloco *d, int f, char *err, size_t errlen)
 {
-    if (d->shard_ids) { /* sharded: every rank holds only its part, nothing to exchange */
-        memcpy(d->params, d->base, d->numel * sizeof(float));
-        d->grp_dirty = 0;
-        return params_changed(d, 0, d->numel, err, errlen);
-    }
-    size_t lo = (size_t)d->rc.shard_bounds[d->part_lo], hi = (size_t)d->rc.shard_bounds[d->part_hi];
-    memcpy(d->params + lo, d->base + lo, (hi - lo) * sizeof(float));
+    int first, last;
+    rank_shards(d, d->grp_rank, f, &first, &last);
+    size_t off = (size_t)d->rc.shard_bounds[first], n = (size_t)d->rc.shard_bounds[last] - off;
+    memcpy(d->params + off, d->base + off, n * sizeof(float));
     for (int r = 0; r < d->o.group.size; r++) {
-        size_t off, n;
-        diloco_group_range(d, r, &off, &n);
+        rank_shards(d, r, f, &first, &last);
+        off = (size_t)d->rc.shard_bounds[first];
+        n = (size_t)d->rc.shard_bounds[last] - off;
         char herr[256] = "";
         if (d->o.group.broadcast(d->o.group.ctx, d->params, off, n, r, herr, sizeof herr) < 0) {
             err_set(err, errlen, "the group's broadcast of rank %d's parameters failed (%s)", r,
@@ -223,28 +272,38 @@ static int exchange(diloco *d, char *err, size_t errlen)
         }
         if (r != d->grp_rank) memcpy(d->base + off, d->params + off, n * sizeof(float));
     }
-    d->grp_dirty = 0;
-    return params_changed(d, 0, d->numel, err, errlen);
+    return 0;
 }
 
-/* Every rank fetches its part at version >= want, again at the highest version any rank got until all
- * agree; then the exchange. -1 (the same on every rank) when a rank could not fetch. */
-static int group_fetch(diloco *d, int64_t want, char *err, size_t errlen)
+/* The exchange of fragment f, or of every fragment (f < 0), then the trainer told. */
+static int exchange(diloco *d, int f, char *err, size_t errlen)
+{
+    if (d->shard_ids) { /* sharded: every rank holds only its part, nothing to exchange (one fragment) */
+        memcpy(d->params, d->base, d->numel * sizeof(float));
+        d->grp_dirty = 0;
+        return params_changed(d, 0, d->numel, err, errlen);
+    }
+    for (int g = f < 0 ? 0 : f; g < (f < 0 ? d->rc.nfragments : f + 1); g++)
+        if (exchange_fragment(d, g, err, errlen) < 0) return -1;
+    d->grp_dirty = 0;
+    size_t lo = f < 0 ? 0 : (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f]];
+    size_t hi = f < 0 ? d->numel : (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f + 1]];
+    return params_changed(d, lo, hi - lo, err, errlen);
+}
+
+/* Every rank fetches its part of fragment f at version >= the fragment's round, again at the highest
+ * version any rank got until all agree. 0; -1 (the same on every rank) when a rank could not fetch. */
+static int fetch_agreed(diloco *d, int f, group_msg *all, char *err, size_t errlen)
 {
     int size = d->o.group.size;
-    group_msg *all = calloc((size_t)size, sizeof *all);
-    if (!all) {
-        err_set(err, errlen, "out of memory");
-        return -1;
-    }
-    int rc = -1;
+    int64_t want = d->frag_version[f];
     for (;;) {
         group_msg me = {0};
-        me.status = fetch_fragment(d, 0, want, 0, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
-        me.v[0] = d->frag_version[0];
+        me.status = fetch_fragment(d, f, want, 0, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
+        me.v[0] = d->frag_version[f];
         me.v[1] = me.status == DL_OK && d->shard_ids ? (int64_t)part_shards_digest(d) : 0;
-        if (gather(d, GRP_FETCH, &me, all, err, errlen) < 0) break;
-        if (first_failure(all, size, err, errlen) != DL_OK) break;
+        if (gather(d, GRP_FETCH, &me, all, err, errlen) < 0) return -1;
+        if (first_failure(all, size, err, errlen) != DL_OK) return -1;
         int64_t lo = all[0].v[0], hi = lo;
         for (int r = 1; r < size; r++) {
             if (all[r].v[0] < lo) lo = all[r].v[0];
@@ -252,12 +311,24 @@ static int group_fetch(diloco *d, int64_t want, char *err, size_t errlen)
         }
         if (lo == hi) {
             d->grp_digest = shards_digest_sum(all, size);
-            rc = exchange(d, err, errlen);
-            break;
+            return 0;
         }
         want = hi; /* a round committed between the ranks' fetches */
     }
+}
+
+/* Every fragment at one version on every rank (fetch_agreed), then the exchange of them all: params are the
+ * global ones everywhere, and no fragment waits to be applied. -1 (the same on every rank) when a rank could
+ * not fetch. */
+static int group_fetch(diloco *d, char *err, size_t errlen)
+{
+    group_msg *all = calloc((size_t)d->o.group.size, sizeof *all);
+    int rc = all ? 0 : -1;
+    if (!all) err_set(err, errlen, "out of memory");
+    for (int f = 0; rc == 0 && f < d->rc.nfragments; f++) rc = fetch_agreed(d, f, all, err, errlen);
     free(all);
+    d->grp_pending = -1;
+    if (rc == 0) rc = exchange(d, -1, err, errlen);
     if (rc < 0) d->grp_dirty = 1;
     return rc;
 }
@@ -289,9 +360,19 @@ static void group_leave(diloco *d)
  * that shard. A stopping rank leaves at once. */
 #define LAST_ROUND_PATIENCE_MS 15000
 
-/* The first of the run's shards (the other ranks' too) whose committed version is below want, read in one
- * HMGET (a sharded run may have thousands); -1 when none is, 0 when Redis could not say. */
-static int first_behind(diloco *d, const char *key, int64_t want)
+/* The version of shard k (the run's numbering) the group's last round of its fragment made. A sharded
+ * group's run has one fragment. */
+static int64_t last_round_of(const diloco *d, int k)
+{
+    int f = 0;
+    while (!d->shard_ids && f + 1 < d->rc.nfragments && k >= d->rc.frag_bounds[f + 1]) f++;
+    return d->frag_version[f];
+}
+
+/* The first of the run's shards (the other ranks' too) whose committed version is below the group's last
+ * round of its fragment, read in one HMGET (a sharded run may have thousands); -1 when none is, 0 when Redis
+ * could not say. */
+static int first_behind(diloco *d, const char *key)
 {
     int n = d->run_nshards, behind = 0;
     const char **argv = calloc((size_t)n + 2, sizeof *argv);
@@ -308,7 +389,7 @@ static int first_behind(diloco *d, const char *key, int64_t want)
             behind = -1;
             for (int k = 0; k < n && behind < 0; k++) {
                 const redisReply *e = r->element[k];
-                if (e->type != REDIS_REPLY_STRING || strtoll(e->str, NULL, 10) < want) behind = k;
+                if (e->type != REDIS_REPLY_STRING || strtoll(e->str, NULL, 10) < last_round_of(d, k)) behind = k;
             }
         }
         if (r) freeReplyObject(r);
@@ -321,18 +402,17 @@ static int first_behind(diloco *d, const char *key, int64_t want)
 void group_wait_committed(diloco *d)
 {
     if (!d->grp || dl_stopping(d) || dl_inc(d) <= 0 || !d->frag_version) return;
-    int64_t want = d->frag_version[0];
     uint64_t patience =
         d->o.sync_timeout_ms < LAST_ROUND_PATIENCE_MS ? (uint64_t)d->o.sync_timeout_ms : LAST_ROUND_PATIENCE_MS;
     uint64_t deadline = now_ms() + patience;
     char key[KEY_MAX];
     key_run(key, sizeof key, d->o.run, "shards");
     for (unsigned attempt = 0;; attempt++) {
-        int behind = first_behind(d, key, want);
+        int behind = first_behind(d, key);
         if (behind < 0) return;
         if (now_ms() > deadline || dl_stopping(d)) {
             log_warn("rank %d leaves before shard %d reached version %" PRId64 " (the group's last round)", d->grp_rank,
-                     behind, want);
+                     behind, last_round_of(d, behind));
             return;
         }
         sleep_ms(backoff_ms(attempt, 2, 100));
@@ -353,6 +433,7 @@ static int group_register(diloco *d, char *err, size_t errlen)
         me.v[0] = dl_inc(d);
         me.v[1] = d->frag_version[0];
         me.v[2] = d->frag_joined[0];
+        for (int f = 0; f < d->rc.nfragments; f++) me.fv[f] = d->frag_version[f];
         snprintf(me.worker, sizeof me.worker, "%s", d->worker_id);
     }
     if (gather(d, GRP_REGISTER, &me, all, err, errlen) < 0) goto out;
@@ -364,7 +445,7 @@ static int group_register(diloco *d, char *err, size_t errlen)
     if (d->grp_rank > 0) {
         snprintf(d->worker_id, sizeof d->worker_id, "%s", all[0].worker);
         set_incarnation(d, all[0].v[0]);
-        dl_set_frag_version(d, 0, all[0].v[1]);
+        for (int f = 0; f < d->rc.nfragments; f++) dl_set_frag_version(d, f, all[0].fv[f]);
         d->frag_joined[0] = all[0].v[2];
         redisReply *r = dl_command(d, me.err, sizeof me.err, "FCALL dl_group_join 1 %s %s %lld %d %d", d->config_key,
                                    d->worker_id, (long long)all[0].v[0], d->grp_rank, size);
@@ -380,9 +461,13 @@ static int group_register(diloco *d, char *err, size_t errlen)
     if (d->shard_ids)
         log_info("group of %d: rank %d of worker %s (incarnation %" PRId64 "), sharded: %d of the run's %d shards",
                  size, d->grp_rank, d->worker_id, dl_inc(d), d->rc.nshards, d->run_nshards);
+    else if (d->rc.nfragments > 1)
+        log_info("group of %d: rank %d of worker %s (incarnation %" PRId64 "), %d of the run's %d shards (a part "
+                 "of each of its %d fragments)",
+                 size, d->grp_rank, d->worker_id, dl_inc(d), part_count(d), d->rc.nshards, d->rc.nfragments);
     else
         log_info("group of %d: rank %d of worker %s (incarnation %" PRId64 "), shards [%d, %d) of %d", size,
-                 d->grp_rank, d->worker_id, dl_inc(d), d->part_lo, d->part_hi, d->rc.nshards);
+                 d->grp_rank, d->worker_id, dl_inc(d), dl_first_shard(d, 0), dl_last_shard(d, 0), d->rc.nshards);
     rc = 0;
 out:
     free(all);
@@ -469,10 +554,12 @@ static int check_hello(diloco *d, const group_msg *all, char *err, size_t errlen
             return -1;
         }
     }
-    const char *why = d->rc.async             ? "asynchronous runs"
-                      : d->rc.nfragments != 1 ? "Streaming DiLoCo (runs of several fragments)"
-                      : d->dev                ? "device hooks"
-                                              : NULL;
+    const char *why = d->rc.async                                    ? "asynchronous runs"
+                      : d->rc.nfragments > GROUP_FRAGMENTS_MAX       ? "runs of more than 32 fragments"
+                      : d->rc.nfragments > 1 && d->inflight_max > 1  ? "--fragments-in-flight above 1"
+                      : d->rc.nfragments > 1 && d->o.fragment_alpha > 0 ? "a --fragment-alpha above 0"
+                      : d->dev                                       ? "device hooks"
+                                                                     : NULL;
     if (why) {
         err_set(err, errlen, "process groups do not support %s yet: join this run with one process per worker", why);
         return -1;
@@ -516,15 +603,16 @@ int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, 
 {
     if (check_hooks(o, err, errlen) < 0) return -1;
     d->grp = 1;
+    d->grp_pending = -1;
     d->grp_rank = o->group.rank;
     if (hello(d, o, params, numel, err, errlen) < 0) return -1;
     if (group_register(d, err, errlen) < 0) return -1;
     if (owners_refresh(d, err, errlen) < 0 || heartbeat_start(d, err, errlen) < 0) return -1;
     if (fetch_wait_joined(d, 0, err, errlen) < 0) return -1;
-    if (group_fetch(d, d->frag_version[0], err, errlen) < 0) return -1;
+    if (group_fetch(d, err, errlen) < 0) return -1;
     log_info("rank %d of group %s joined run %s at version %" PRId64 " (%zu parameters, %s %d of %d shards)",
              d->grp_rank, d->worker_id, d->run, d->frag_version[0], numel, d->shard_ids ? "sharded:" : "moves",
-             d->part_hi - d->part_lo, d->run_nshards);
+             part_count(d), d->run_nshards);
     d->grp_check_every = 1; /* rank 0 sets the pace at the first CHECK */
     check_restart(d);
     return 0;
@@ -567,7 +655,7 @@ static int stopped(diloco *d, const char *why, char *err, size_t errlen)
 /* Every rank: register the group again unless it is still a member, and continue from the current global
  * parameters (the round's record, at round and t0, says stale). 1; 0 when that failed (the next sync tries
  * again); -1 when stopping. */
-static int rejoin(diloco *d, int member, int64_t round, uint64_t t0, char *err, size_t errlen)
+static int rejoin(diloco *d, int member, int f, int64_t round, uint64_t t0, char *err, size_t errlen)
 {
     int rc = 0;
     if (!member && group_register(d, err, errlen) < 0) rc = -1;
@@ -576,26 +664,28 @@ static int rejoin(diloco *d, int member, int64_t round, uint64_t t0, char *err, 
      * happened to arrive before it closed. A failed wait (only when stopping) is not acted on by this rank
      * alone: every rank goes on to group_fetch, whose collective gathers every rank's outcome. */
     if (rc == 0 && !member) (void)fetch_wait_joined(d, 0, err, errlen);
-    if (rc == 0 && group_fetch(d, d->frag_version[0], err, errlen) < 0) rc = -1;
+    if (rc == 0 && group_fetch(d, err, errlen) < 0) rc = -1;
     if (rc < 0) {
         log_error("the group could not recover: %s (the next sync tries again)", err);
         return dl_stopping(d) ? stopped(d, err, err, errlen) : 0;
     }
-    record(d, round, t0, 1);
+    record(d, f, round, t0, 1);
     return 1;
 }
 
 /* The round did not complete on every rank (why: the first rank's reason): wait out a repair if that was
  * it, register the group again if it is no longer a member, and continue from the current global
  * parameters on every rank. 1; 0 when that failed too (the next sync tries again); -1 when stopping. */
-static int recover(diloco *d, int worst, const char *why, int64_t round, uint64_t t0, char *err, size_t errlen)
+static int recover(diloco *d, int worst, const char *why, int f, int64_t round, uint64_t t0, char *err,
+                   size_t errlen)
 {
     d->refetch_all = 0;
     d->grp_dirty = 1;
     char reason[512];
     snprintf(reason, sizeof reason, "%s", why);
-    log_warn("round %" PRId64 " did not complete for the group (%s); continuing from the global parameters", round,
-             reason);
+    log_warn("round %" PRId64 " of fragment %d did not complete for the group (%s); continuing from the global "
+             "parameters",
+             round, f, reason);
     if (worst == DL_CORRUPT && repair_wait(d, reason, err, errlen) < 0) return stopped(d, err, err, errlen);
     group_msg me = {0}, *all = calloc((size_t)d->o.group.size, sizeof *all);
     if (!all) {
@@ -613,14 +703,29 @@ static int recover(diloco *d, int worst, const char *why, int64_t round, uint64_
     if (rc == 0) dylu_adopt(d, all[0].v[1]);
     free(all);
     if (rc < 0) return -1;
-    return rejoin(d, member, round, t0, err, errlen);
+    return rejoin(d, member, f, round, t0, err, errlen);
 }
 
-static int round_once(diloco *d, char *err, size_t errlen)
+/* Streaming: the fragment whose round completed at the last boundary takes its new values now (its exchange),
+ * as a fragment in flight is applied a boundary after it was sent. 1 params changed, 0 none pending, -1. */
+static int apply_pending(diloco *d, char *err, size_t errlen)
+{
+    int f = d->grp_pending;
+    if (f < 0) return 0;
+    d->grp_pending = -1;
+    if (exchange(d, f, err, errlen) < 0) return -1;
+    record(d, f, d->grp_pending_round, d->grp_pending_t0, 0);
+    return 1;
+}
+
+/* The group's round of fragment f: each rank's Δ of its part (PREPARE: all fine, or the group fetches
+ * instead), the network round of its part (NET), then the exchange at once, or at the next boundary (defer:
+ * Streaming, apply_pending). 1 params changed, 0 not (a deferred round), -1 fatal. */
+static int round_once(diloco *d, int f, int defer, char *err, size_t errlen)
 {
     round_begin(d);
     uint64_t t0 = now_ms();
-    int64_t round = d->frag_version[0];
+    int64_t round = d->frag_version[f];
     int size = d->o.group.size, worst = DL_STALE;
     group_msg me = {0}, *all = calloc((size_t)size, sizeof *all);
     if (!all) {
@@ -629,9 +734,9 @@ static int round_once(diloco *d, char *err, size_t errlen)
     }
     snprintf(err, errlen, "a rank's parameters were out of step with the group's");
     if (!d->grp_dirty) {
-        prep_outcome p = round_prepare_delta(d, 0, me.err, sizeof me.err);
+        prep_outcome p = round_prepare_delta(d, f, me.err, sizeof me.err);
         me.status = p == PREP_SEND ? DL_OK : p == PREP_CORRUPT ? DL_CORRUPT : p == PREP_RESET ? DL_STALE : DL_FAIL;
-        me.v[0] = (int64_t)d->push_tokens[0];
+        me.v[0] = (int64_t)d->push_tokens[f];
         if (dl_stopping(d)) goto stop;
         if (gather(d, GRP_PREPARE, &me, all, err, errlen) < 0) goto fatal;
         worst = worst_status(all, size);
@@ -640,9 +745,9 @@ static int round_once(diloco *d, char *err, size_t errlen)
     if (!d->grp_dirty && worst == DL_OK) {
         uint64_t tokens = 0; /* the group's pseudo-gradient weighs all its ranks' tokens */
         for (int r = 0; r < size; r++) tokens += (uint64_t)all[r].v[0];
-        d->push_tokens[0] = tokens;
+        d->push_tokens[f] = tokens;
         memset(&me, 0, sizeof me);
-        me.status = round_net(d, 0, 0, me.err, sizeof me.err);
+        me.status = round_net(d, f, 0, me.err, sizeof me.err);
         me.v[1] = me.status == DL_OK && d->shard_ids ? (int64_t)part_shards_digest(d) : 0; /* of the new part */
         me.v[2] = dylu_offer(d);
         if (dl_stopping(d)) goto stop;
@@ -655,13 +760,19 @@ static int round_once(diloco *d, char *err, size_t errlen)
             d->grp_digest = shards_digest_sum(all, size);
             dylu_adopt(d, all[0].v[2]);
             free(all);
-            if (exchange(d, err, errlen) < 0) return -1;
-            record(d, round, t0, 0);
+            if (defer) {
+                d->grp_pending = f;
+                d->grp_pending_round = round;
+                d->grp_pending_t0 = t0;
+                return 0;
+            }
+            if (exchange(d, f, err, errlen) < 0) return -1;
+            record(d, f, round, t0, 0);
             return 1;
         }
     }
     free(all);
-    return recover(d, worst, err, round, t0, err, errlen);
+    return recover(d, worst, err, f, round, t0, err, errlen);
 stop:
     free(all);
     return stopped(d, me.err, err, errlen);
@@ -670,11 +781,20 @@ fatal:
     return -1;
 }
 
-int group_round(diloco *d, char *err, size_t errlen)
+int group_round(diloco *d, int f, char *err, size_t errlen)
 {
-    int rc = round_once(d, err, errlen);
+    int changed = apply_pending(d, err, errlen);
+    int rc = changed < 0 ? -1 : round_once(d, f, 0, err, errlen);
     check_restart(d);
-    return rc;
+    return rc < 0 ? -1 : rc | changed;
+}
+
+int group_stream_step(diloco *d, char *err, size_t errlen)
+{
+    int changed = apply_pending(d, err, errlen);
+    int rc = changed < 0 ? -1 : round_once(d, stream_next_fragment(d), 1, err, errlen);
+    check_restart(d);
+    return rc < 0 ? -1 : rc | changed;
 }
 
 /* ---- between syncs ----------------------------------------------------------------------------------- */
@@ -685,10 +805,11 @@ int group_round(diloco *d, char *err, size_t errlen)
  * before the sync) without heartbeats, which are what finds an eviction. */
 static int64_t next_check(const diloco *d, int n, uint64_t ms)
 {
-    double half = d->o.heartbeat_interval_ms / 2.0, most = d->sync_every;
-    if (d->o.heartbeat_interval_ms <= 0) return d->sync_every;
+    int sync = d->rc.nfragments > 1 ? stream_interval(d) : d->sync_every; /* steps between two rounds */
+    double half = d->o.heartbeat_interval_ms / 2.0, most = sync;
+    if (d->o.heartbeat_interval_ms <= 0) return sync;
     double k = ms > 0 ? (double)n * half / (double)ms : most;
-    return k < 1 ? 1 : k > most ? d->sync_every : (int64_t)k;
+    return k < 1 ? 1 : k > most ? sync : (int64_t)k;
 }
 
 /* CHECK: whether any rank's heartbeat found the group evicted. If one did, every rank (the same step on
@@ -724,7 +845,7 @@ static int check(diloco *d, char *err, size_t errlen)
     d->grp_dirty = 1;
     d->refetch_all = 0;
     dl_delta_forget_tokens(d);
-    rc = rejoin(d, 0, round, t0, err, errlen);
+    rc = rejoin(d, 0, 0, round, t0, err, errlen);
     check_restart(d);
     return rc;
 }

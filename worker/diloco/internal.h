@@ -248,12 +248,19 @@ struct diloco {
     int grp;      /* o.group.size > 1 */
     int grp_rank; /* o.group.rank (0 without a group) */
     int part_lo, part_hi;
-    int *grp_bounds;       /* size+1 shard indices: rank r moves shards [grp_bounds[r], grp_bounds[r+1]) */
+    /* an unsharded group: in fragment f rank r moves shards [grp_bounds[f*(size+1)+r], [..+r+1]) (a part of
+     * every fragment); grp_parts[2f], [2f+1]: this rank's of fragment f (dl_first_shard). NULL otherwise */
+    int *grp_bounds, *grp_parts;
     uint32_t grp_calls;    /* collectives so far: the ranks of a group in step have made the same number */
     int grp_check_every;   /* inner steps from one CHECK (group.c: was the group evicted?) to the next, rank 0's */
     int grp_since_check;   /* inner steps since the ranks last agreed (open, a sync, a CHECK) */
     uint64_t grp_check_ms; /* when they did (rank 0 paces the CHECKs by it) */
     int grp_dirty;         /* the ranks' parts may disagree: the next sync fetches instead of sending */
+    /* Streaming: the fragment whose round completed at the last boundary, its new values in base (each rank
+     * its part) and applied at the next boundary, as a fragment in flight is (-1: none); its round, start */
+    int grp_pending;
+    int64_t grp_pending_round;
+    uint64_t grp_pending_t0;
     /* a sharded group's rank (part.c: group.slices): rc is this rank's view of the run, its shards only,
      * renumbered 0 .. rc.nshards-1 with bounds into its own buffers; shard_ids[k] is shard k's number in
      * the run (what goes on the wire and into Redis field names). NULL otherwise: the numbers are the run's */
@@ -281,10 +288,12 @@ static inline void dl_set_frag_version(diloco *d, int f, int64_t version)
 /* The shards of fragment f this session moves: the fragment's, or its part of them in a group. */
 static inline int dl_first_shard(const diloco *d, int f)
 {
+    if (d->grp_parts) return d->grp_parts[2 * f];
     return d->rc.frag_bounds[f] > d->part_lo ? d->rc.frag_bounds[f] : d->part_lo;
 }
 static inline int dl_last_shard(const diloco *d, int f)
 {
+    if (d->grp_parts) return d->grp_parts[2 * f + 1];
     return d->rc.frag_bounds[f + 1] < d->part_hi ? d->rc.frag_bounds[f + 1] : d->part_hi;
 }
 
@@ -607,8 +616,13 @@ void stream_finish_inflight(diloco *d);
 /* group.c: process groups, several processes as one worker */
 /* diloco_open of a group's rank: what session_open does, with the group's collectives. */
 int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);
-/* The group's sync round (plain DiLoCo): each rank its part, then the exchange. As round_blocking. */
-int group_round(diloco *d, char *err, size_t errlen);
+/* The group's sync round of fragment f, applied at once (plain DiLoCo, diloco_force_sync): each rank its part,
+ * then the exchange. As round_blocking. */
+int group_round(diloco *d, int f, char *err, size_t errlen);
+/* A Streaming group's fragment boundary: the fragment of the last boundary applied, the next one's round made
+ * (blocking: the ranks' collectives are the host's, made on this thread) and applied at the next boundary, as
+ * a worker of one process applies a fragment in flight. As round_blocking. */
+int group_stream_step(diloco *d, char *err, size_t errlen);
 /* A group's inner step that is not a sync: every grp_check_every steps the ranks agree whether the group
  * was evicted, and if so all stop the interval there and register again. As group_round. */
 int group_step(diloco *d, char *err, size_t errlen);

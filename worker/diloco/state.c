@@ -294,4 +294,5 @@ void state_free(diloco *d)
     free(d->inflight);
     free(d->tails);
     free(d->grp_bounds);
+    free(d->grp_parts);
 }

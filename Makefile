@@ -8,6 +8,7 @@
 #   make demo    deps + build + train a GPT on the King James Bible with Redis, shard-servers, workers
 #   make bench   build the benchmarks under bench/
 #   make fuzz    build the libFuzzer targets (clang-14) and run each for FUZZ_SECONDS (docs/fuzzing.md)
+#   make analyze GCC -fanalyzer, cppcheck and clang-tidy over the product's C (tools/analyze/README.md)
 #
 # Sources are found by wildcard: a new .c file in a module folder is built without touching this file.
 # Each test is tests/test_*.c (a cmocka program) or tests/it_*.sh (an integration script).
@@ -534,3 +535,21 @@ asan:
 asan-build: all lib $(filter-out $(BUILD)/tests/test_cuda_%,$(TEST_BIN)) $(TOOL_BIN)
 asan-test: asan
 	sh $(ASAN_DIR)/tools/asan_test.sh $(FILTER)
+
+# ---- static analysis: GCC's -fanalyzer, cppcheck and clang-tidy over the product's C (tools/analyze/) --
+#
+# `make analyze` builds the product's objects again into ANALYZE_DIR with GCC's -fanalyzer
+# (tools/analyze/cc.sh keeps each file's diagnostics and command line beside its object), then
+# tools/analyze/analyze.py runs cppcheck and clang-tidy-14 on the same command lines and prints every
+# finding that tools/analyze/suppressions does not explain (tools/analyze/README.md: the tools, their
+# checks, how to judge a finding). Exits 1 on an unexplained finding. Not part of `make test`: a first
+# run takes tens of minutes on two cores; a later one analyzes again only the files make rebuilds.
+ANALYZE_DIR = $(BUILD)/analyze
+ANALYZE_CC ?= gcc
+ANALYZE_SRC = $(COMMON_SRC) $(MODEL_SRC) $(DILOCO_SRC) $(TRAINERS_SRC) $(WORKER_SRC) $(SERVER_SRC) shard-server/main.c \
+              $(COORD_SRC) tools/delay_proxy.c
+.PHONY: analyze analyze-build
+analyze:
+	$(MAKE) BUILD=$(ANALYZE_DIR) CC="sh tools/analyze/cc.sh $(ANALYZE_CC)" analyze-build
+	python3 tools/analyze/analyze.py $(ANALYZE_DIR) $(ANALYZE_SRC)
+analyze-build: $(ANALYZE_SRC:%.c=$(BUILD)/%.o)

@@ -346,6 +346,10 @@ static void prune_dir(const char *dir, int keep)
         vs[nv++] = v;
     }
     closedir(dh);
+    if (vs == NULL || nv <= (size_t)keep) { /* nothing read (qsort wants an array), or nothing to delete */
+        free(vs);
+        return;
+    }
     qsort(vs, nv, sizeof *vs, cmp_desc);
     for (size_t i = (size_t)keep; i < nv; i++) {
         char p[4200], sp[4200];

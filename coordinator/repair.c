@@ -245,11 +245,7 @@ static char *log_upto(const char *log, int64_t upto)
  * rp->theta/mom. 0 ok, REPLAY_GONE a blob vanished, -1 it does not verify (err) or Redis failed. */
 static int replay_upto(rconn *c, repair *rp, int k, int64_t upto, replay_state *st, char *err, size_t errlen)
 {
-    char *logs = log_upto(rp->sh[k].log, upto);
-    if (!logs) {
-        err_set(err, errlen, "out of memory");
-        return -1;
-    }
+    /* st first: the callers read its version and verified after a failure too */
     *st = (replay_state){.theta = rp->theta,
                          .mom = rp->mom,
                          .dnbuf = rp->dnbuf,
@@ -258,6 +254,11 @@ static int replay_upto(rconn *c, repair *rp, int k, int64_t upto, replay_state *
                          .dn_t0 = rp->rc.dn_t0,
                          .digests = rp->sh[k].digests,
                          .verified = -1};
+    char *logs = log_upto(rp->sh[k].log, upto);
+    if (!logs) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
     int rc = replay_refs_state(c, rp->run, k, (size_t)runconf_shard_numel(&rp->rc, k), rp->sh[k].snap, logs, st, err,
                                errlen);
     free(logs);

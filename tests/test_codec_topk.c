@@ -151,6 +151,22 @@ static void nan_refused_and_nothing_changed(void **state)
     assert_int_equal(bad, 5);
 }
 
+/* k = 0 (and so an empty chunk) is refused like k > n: the selection looked for the key of rank
+ * k - 1 = 2^32 - 1, far past the chunk's keys (clang-tidy, make analyze) */
+static void no_entries_refused(void **state)
+{
+    (void)state;
+    float e[5] = {1, 2, 3, 4, 5}, copy[5];
+    memcpy(copy, e, sizeof e);
+    uint8_t out[16];
+    size_t bad = 0;
+    assert_int_equal(topk_encode_chunk(e, 5, 0, 2, out, &bad), -1);
+    assert_int_equal(bad, 5);
+    assert_int_equal(topk_encode_chunk(e, 0, 0, 2, out, &bad), -1);
+    assert_int_equal(bad, 0);
+    assert_memory_equal(e, copy, sizeof e);
+}
+
 static void forged_chunks_refused(void **state)
 {
     (void)state;
@@ -409,6 +425,7 @@ int main(void)
         cmocka_unit_test(zero_chunk),
         cmocka_unit_test(accumulator_keeps_what_was_not_sent),
         cmocka_unit_test(nan_refused_and_nothing_changed),
+        cmocka_unit_test(no_entries_refused),
         cmocka_unit_test(forged_chunks_refused),
         cmocka_unit_test(known_vectors_at_other_widths),
         cmocka_unit_test(every_width_keeps_the_rest),

@@ -169,7 +169,7 @@ static int select_top(const float *e, size_t n, uint32_t k, uint16_t *idx)
 
 int topk_encode_chunk(float *e, size_t n, uint32_t k, unsigned bits, uint8_t *out, size_t *bad)
 {
-    if (n > TOPK_CHUNK || k > n || !bits_ok(bits)) {
+    if (n > TOPK_CHUNK || k == 0 || k > n || !bits_ok(bits)) { /* k = 0: no key of rank k - 1 to select */
         *bad = n;
         return -1;
     }

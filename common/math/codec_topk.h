@@ -41,7 +41,7 @@ uint32_t topk_count(double density, size_t n);
 /* Encode the k largest magnitudes of e[0..n) at b bits into out (topk_chunk_bytes(k, n, bits) bytes) and
  * subtract their decoded values from e (what the chunk did not carry stays for the next round). 0, or -1
  * with *bad = the first index of a NaN or infinite element (nothing written, e unchanged); -1 with
- * *bad = n when n > TOPK_CHUNK, k > n or bits is outside TOPK_BITS_MIN..TOPK_BITS_MAX. */
+ * *bad = n when n > TOPK_CHUNK, k is 0 or > n, or bits is outside TOPK_BITS_MIN..TOPK_BITS_MAX. */
 int topk_encode_chunk(float *e, size_t n, uint32_t k, unsigned bits, uint8_t *out, size_t *bad);
 /* A received chunk for n elements in in[0..len): 0, *k = its count and *bits = its code width when the
  * width is one of TOPK_BITS_MIN..TOPK_BITS_MAX, the length matches count and width, the indices increase

@@ -190,6 +190,7 @@ struct diloco {
     int fetched_all; /* fetch_all calls so far (training thread): streaming.c sees a full refetch by it */
     int base_busy;   /* rounds in flight write base (theirs) right now: round_record leaves the digests 0 */
     int refetch_all; /* a background sync found us evicted: fetch everything at the boundary */
+    int base_taken;  /* a fetch put the global parameters into base (0 at open): later fetches skip what it holds */
     uint64_t stream_wait_told_ms; /* when we last said a round outlasts an interval (streaming.c) */
 
     shard_owner *owners;
@@ -491,6 +492,8 @@ typedef struct fanout_get_arg {
                      caller loops over the whole fragment (sync.c's get_round) */
     const int64_t *after; /* when set (async), shard k's minimum version is after[k] + 1 (our
                              submission's place, resent there on `need`) and want is unused */
+    const char *have;     /* when set, per shard k of the session: nonzero = base holds it at a version >= want
+                             already (fetch.c), not asked */
 } fanout_get_arg;
 /* Get every shard at version >= ga->want into base (pipelined per owner first, then each with its
  * retries, or once); shard_version[k] = the version got. */
@@ -514,6 +517,15 @@ int barrier_pass(diloco *d, int f, int64_t round, char *err, size_t errlen);
 int barrier_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errlen);
 
 /* fetch.c: the global parameters, with no pseudo-gradient to offer */
+/* What Redis has committed of a shard (dl:{R}:shards): k:version, k:epoch (the lease), k:replicated, k:digest
+ * (-1, -1, 0, "" for a field that is not there). */
+typedef struct committed_shard {
+    int64_t version, epoch, replicated;
+    char digest[17];
+} committed_shard;
+/* Read them for every shard of [first, last) into out[0 .. last-first) (one HMGET, not waiting for a broken
+ * connection to Redis). 0, or -1 + err. */
+int fetch_committed(diloco *d, int first, int last, committed_shard *out, char *err, size_t errlen);
 /* Every shard of fragment f at one version >= min_version into base (and params when adopt). */
 int fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
 /* A joiner of the round after the open one waits for it to close (sync mode, one fragment). */

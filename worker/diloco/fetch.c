@@ -6,7 +6,8 @@
  * is its k:digest), is not asked of its owner: a worker that registers again after a stop used to fetch
  * every shard, though a round that could not close without it, or a Streaming fragment whose round did not
  * close meanwhile, had left them as they were (bench/rejoin_fetch; tests/it_rejoin_held.sh). The same read
- * of the shards' commits (fetch_committed) serves sync.c's confirmation. */
+ * of the shards' commits (fetch_committed) serves sync.c's confirmation; it also brings the leases' epochs, and
+ * where one moved the owner map is read again before any request goes to the shard's old owner (owners_follow). */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -64,6 +65,8 @@ int fetch_committed(diloco *d, int first, int last, committed_shard *out, char *
         err_set(err, errlen, "unexpected reply reading the shard versions");
     }
     if (r) freeReplyObject(r);
+    char ignore[256]; /* (a failed read of the owners is retried where a request fails) */
+    if (rc == 0) (void)owners_follow(d, first, last, out, ignore, sizeof ignore);
     return rc;
 }
 
@@ -90,7 +93,7 @@ static int holds_committed(diloco *d, int k, const committed_shard *c)
 static int mark_held(diloco *d, int first, int last, int64_t min_version, char *have)
 {
     memset(have + first, 0, (size_t)(last - first));
-    if (!d->base_taken) return 0;
+    if (!__atomic_load_n(&d->base_taken, __ATOMIC_RELAXED)) return 0;
     committed_shard *c = calloc((size_t)(last - first), sizeof *c);
     char err[256];
     int held = 0;
@@ -148,7 +151,7 @@ int fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, 
             if (lo == hi) {
                 dl_set_frag_version(d, f, hi);
                 d->frag_incomplete[f] = 0; /* base is one consistent version: no earlier round to finish */
-                d->base_taken = 1;
+                __atomic_store_n(&d->base_taken, 1, __ATOMIC_RELAXED); /* (a Streaming round's thread too) */
                 if (!adopt) return 0;
                 return params_take(d, first, last, err, errlen);
             }

@@ -89,8 +89,8 @@ static int watch_seen(void *arg)
 
 /* From here on, this thread's frame I/O (and connects) for d end when d stops, or when shard's lease moves (-1:
  * the stop alone), after 100 ms without progress: a push or get to a frozen or unreachable shard-server does not
- * hold a stopping worker for net_timeout_ms, nor a connect to one any worker once another server took the shard.
- * watch_stop is called at each entry below that does I/O, with its own d. */
+ * hold a stopping worker for net_timeout_ms, and a connect to one (conn_acquire: with its shard) holds no worker
+ * once another server took the shard. watch_stop is called at each entry below that does I/O, with its own d. */
 static void watch_lease(diloco *d, int shard)
 {
     t_watch = (lease_watch){.d = d, .shard = shard, .look = now_ms() + AWAIT_LEASE_FIRST_MS};

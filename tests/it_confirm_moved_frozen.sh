@@ -13,6 +13,7 @@
 # took less than one handshake timeout (5 s; a discrete wait, not a speed target: the fixed confirm takes
 # about 1 s here, bench/confirm_moved --old frozen); no duplicate push; shard digests, commits and the
 # workers' final digests equal the fault-free reference (tests/tools/ref_quadratic).
+# test: alone (it bounds w1's confirm below one 5 s handshake timeout)
 . "$(dirname "$0")/lib.sh"
 RUN=cfrozen; NUMEL=80000; SEED=31; ROUNDS=3; H=10
 start_redis

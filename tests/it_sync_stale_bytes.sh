@@ -1,8 +1,10 @@
 #!/bin/sh
 # it_sync_stale_bytes.sh: a sync's bytes_up (diloco_sync_info, the worker's `sync` telemetry) counts only
 # the pseudo-gradient bytes that sync sent. A worker kicked while it trains (its heartbeat learns it at
-# once) loses its round: that sync sends nothing, registers again and re-fetches the parameters, so it
-# reports bytes_up 0 (and the parameters it received as bytes_down), not the bytes of the round before.
+# once) loses its round: that sync sends nothing, registers again and takes the parameters again, so it
+# reports bytes_up 0, not the bytes of the round before. It is the run's only worker, so it registers into
+# the round it left, whose parameters it holds: it fetches none of them (bytes_down 0; worker/diloco/fetch.c
+# leaves out the shards held at their committed version: before, bytes_down was the whole vector again).
 . "$(dirname "$0")/lib.sh"
 RUN=stalebytes; NUMEL=20000
 syncs() { n=$(grep -c '"event":"sync"' "$TMP/w1.jsonl" 2>/dev/null); echo "${n:-0}"; }
@@ -23,7 +25,9 @@ wait_until 15 'grep -q "\"stale\":true" "$TMP/w1.jsonl"' "the kicked worker's lo
 stale=$(grep '"stale":true' "$TMP/w1.jsonl" | head -n 1)
 grep -q "heartbeat: UNKNOWN_WORKER" "$TMP/worker-w1.log" || fail "the heartbeat did not notice the kick before the sync: $stale"
 [ "$(echo "$stale" | field bytes_up)" -eq 0 ] || fail "the lost round sent nothing but reports bytes_up: $stale"
-[ "$(echo "$stale" | field bytes_down)" -eq $((NUMEL * 4)) ] || fail "the lost round fetched the fp32 parameters once: $stale"
+[ "$(echo "$stale" | field bytes_down)" -eq 0 ] || fail "the lost round fetched parameters it held at their committed version: $stale"
+grep -q "fragment 0: 2 of its 2 shard(s) held at their committed version" "$TMP/worker-w1.log" ||
+  fail "w1 does not say it held both shards: $(grep -i held "$TMP/worker-w1.log")"
 n=$(syncs)
 wait_until 10 '[ "$(syncs)" -gt $((n + 1)) ]' "syncs after registering again"
 [ "$(grep '"event":"sync"' "$TMP/w1.jsonl" | tail -n 1 | field bytes_up)" -eq $((NUMEL * 2)) ] || fail "syncs after the kick"

@@ -36,7 +36,10 @@
  *                      again at once instead of training the rest; default H)
  *                      [--late id=R,...]   (plain DiLoCo) worker id's get of round R failed after the round took its
  *                      Δ: it trained on H steps from its own parameters, dropped them at its next sync (which
- *                      completed round R), and trained round R+1 from round R's result (its AdamW state kept) */
+ *                      completed round R), and trained round R+1 from round R's result (its AdamW state kept)
+ *                      [--redo id=R --redo-steps id=N]   (plain DiLoCo) worker id trained N inner steps of round R,
+ *                      dropped them (evicted mid-interval, it registered again into round R, which could not
+ *                      close without it) and trained round R again from its start, its AdamW state kept */
 #include <float.h>
 #include <inttypes.h>
 #include <stdio.h>
@@ -78,6 +81,8 @@ typedef struct ref_args {
     long long away_n[MAX_WORKERS]; /* --away-steps: inner steps trained in round away_from (default h) */
     const char *late;
     long long late_round[MAX_WORKERS]; /* --late: the round whose get failed (-1: none) */
+    const char *redo, *redo_steps;
+    long long redo_round[MAX_WORKERS], redo_n[MAX_WORKERS]; /* --redo, --redo-steps (-1: none) */
 } ref_args;
 
 /* id's number in a list "id=N,id2=M,..." (--h-of, --ranks-of), or dflt when it has none */
@@ -161,6 +166,8 @@ static int parse(int argc, char **argv, ref_args *a)
         {.name = "away-tentative", .kind = OPT_FLAG, .dest = &a->away_tentative},
         {.name = "away-steps", .kind = OPT_STRING, .dest = &a->away_steps},
         {.name = "late", .kind = OPT_STRING, .dest = &a->late},
+        {.name = "redo", .kind = OPT_STRING, .dest = &a->redo},
+        {.name = "redo-steps", .kind = OPT_STRING, .dest = &a->redo_steps},
         {.name = "ranks-of", .kind = OPT_STRING, .dest = &a->ranks_of},
         {.name = "download", .kind = OPT_CHOICE, .dest = &a->download_update, .choices = "params|update"},
         {.name = "codec", .kind = OPT_CUSTOM, .dest = a, .parse = parse_codec, .wants = "int8, int4, int3 or int2"},
@@ -183,6 +190,12 @@ static int parse(int argc, char **argv, ref_args *a)
         }
         a->away_n[w] = of_worker(a->away_steps, a->ids[w], a->h[w]);
         a->late_round[w] = of_worker(a->late, a->ids[w], -1);
+        a->redo_round[w] = of_worker(a->redo, a->ids[w], -1);
+        a->redo_n[w] = of_worker(a->redo_steps, a->ids[w], -1);
+        if ((a->redo_round[w] >= 0) != (a->redo_n[w] >= 0)) {
+            fprintf(stderr, "ref_quadratic: --redo and --redo-steps name the same workers (%s)\n", a->ids[w]);
+            return -1;
+        }
     }
     if (a->away_steps && (!a->away || a->away_tentative)) {
         fprintf(stderr, "ref_quadratic: --away-steps goes with --away (and not --away-tentative)\n");
@@ -190,6 +203,10 @@ static int parse(int argc, char **argv, ref_args *a)
     }
     if (a->away && (a->frag_bounds || a->codec)) {
         fprintf(stderr, "ref_quadratic: --away is for plain DiLoCo runs without a block codec\n");
+        return -1;
+    }
+    if (a->redo && (a->frag_bounds || a->away || a->late)) {
+        fprintf(stderr, "ref_quadratic: --redo is for plain DiLoCo runs without --away or --late\n");
         return -1;
     }
     if (a->late && (a->frag_bounds || a->away)) {
@@ -413,6 +430,15 @@ static void late_window(sim *s, int w)
     memcpy(s->t[w]->params, s->base[w], s->n * sizeof(float));
 }
 
+/* --redo: worker w trains N inner steps of the round, then drops them: its parameters are its base again. */
+static void redo_window(sim *s, int w)
+{
+    char err[128];
+    trainer_stats st;
+    for (long long i = 0; i < s->a->redo_n[w]; i++) s->t[w]->step(s->t[w], &st, err, sizeof err);
+    memcpy(s->t[w]->params, s->base[w], s->n * sizeof(float));
+}
+
 static void run_plain(sim *s)
 {
     char err[128];
@@ -420,6 +446,7 @@ static void run_plain(sim *s)
     for (long long r = 0; r < s->a->rounds; r++) {
         for (int w = 0; w < s->a->nworkers; w++) {
             if (s->a->late_round[w] >= 0 && r == s->a->late_round[w] + 1) late_window(s, w);
+            if (s->a->redo_round[w] == r) redo_window(s, w);
             for (long long i = 0; i < steps_in(s->a, w, r); i++) s->t[w]->step(s->t[w], &st, err, sizeof err);
         }
         take_deltas(s, 0);

@@ -103,7 +103,7 @@ static int first_try(owner_work *g, int *rcs)
     int todo[RUNCONF_MAX_SHARDS], idx[RUNCONF_MAX_SHARDS], nt = 0, trc[RUNCONF_MAX_SHARDS];
     int64_t tgot[RUNCONF_MAX_SHARDS];
     for (int i = 0; i < g->nshards; i++) {
-        if (ga->once && g->d->shard_version[g->shards[i]] >= ga->want)
+        if ((ga->once && g->d->shard_version[g->shards[i]] >= ga->want) || (ga->have && ga->have[g->shards[i]]))
             rcs[i] = DL_OK;
         else {
             todo[nt] = g->shards[i];

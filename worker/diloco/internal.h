@@ -58,6 +58,13 @@ typedef struct shard_owner {
     int64_t epoch;
 } shard_owner;
 
+/* What Redis has committed of a shard (dl:{R}:shards): k:version, k:epoch (the lease), k:replicated, k:digest
+ * (-1, -1, 0, "" for a field that is not there); fetch.c reads it (fetch_committed). */
+typedef struct committed_shard {
+    int64_t version, epoch, replicated;
+    char digest[17];
+} committed_shard;
+
 typedef struct dp_conn {
     char addr[ADDR_MAX];
     int fd; /* -1 when closed */
@@ -190,6 +197,8 @@ struct diloco {
     int fetched_all; /* fetch_all calls so far (training thread): streaming.c sees a full refetch by it */
     int base_busy;   /* rounds in flight write base (theirs) right now: round_record leaves the digests 0 */
     int refetch_all; /* a background sync found us evicted: fetch everything at the boundary */
+    int base_taken;  /* (atomic) a fetch put the global parameters into base (0 at open): later fetches leave out
+                        what it holds (fetch.c) */
     uint64_t stream_wait_told_ms; /* when we last said a round outlasts an interval (streaming.c) */
 
     shard_owner *owners;
@@ -445,12 +454,18 @@ void state_free(diloco *d); /* after the connections to shard-servers are closed
 /* owners.c: which shard-server owns which shard */
 int owners_refresh(diloco *d, char *err, size_t errlen);
 void owners_get(diloco *d, int shard, shard_owner *out);
+/* c[0 .. last-first): shards [first, last) as just read from Redis. If a lease's epoch there is not the one our
+ * map holds (it moved since we read the owners), read the owners again now: a request about to go to that shard
+ * would go to its old owner. 1 when they were read again, 0 when nothing moved, -1 + err when the read failed. */
+int owners_follow(diloco *d, int first, int last, const committed_shard *c, char *err, size_t errlen);
 /* After a transient failure of shard's `what`: re-read the owners, back off; DL_FAIL past deadline. */
 int owners_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
                        size_t errlen);
 
 /* conn.c: the data plane: connections to shard-servers, push and get */
-dp_conn *conn_acquire(diloco *d, const char *addr, char *err, size_t errlen);
+/* A connection to addr, the owner of shard (-1: none), for this thread: its connect and handshake end when d
+ * stops or that shard's lease moves (conn.c, watch_lease); its I/O after, when d stops. */
+dp_conn *conn_acquire(diloco *d, const char *addr, int shard, char *err, size_t errlen);
 void conn_release(diloco *d, dp_conn *c, int broken);
 void conn_close_all(diloco *d);
 /* push our pseudo-gradient of shard k for round r; DL_OK on ack. */
@@ -500,6 +515,8 @@ typedef struct fanout_get_arg {
                      caller loops over the whole fragment (sync.c's get_round) */
     const int64_t *after; /* when set (async), shard k's minimum version is after[k] + 1 (our
                              submission's place, resent there on `need`) and want is unused */
+    const char *have;     /* when set, per shard k of the session: nonzero = base holds it at a version >= want
+                             already (fetch.c), not asked */
 } fanout_get_arg;
 /* Get every shard at version >= ga->want into base (pipelined per owner first, then each with its
  * retries, or once); shard_version[k] = the version got. */
@@ -523,6 +540,10 @@ int barrier_pass(diloco *d, int f, int64_t round, char *err, size_t errlen);
 int barrier_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errlen);
 
 /* fetch.c: the global parameters, with no pseudo-gradient to offer */
+/* What Redis has committed of every shard of [first, last) (committed_shard) into out[0 .. last-first): one HMGET,
+ * not waiting for a broken connection to Redis; where a lease's epoch is not our map's, the owners are read again
+ * (owners_follow). 0, or -1 + err. */
+int fetch_committed(diloco *d, int first, int last, committed_shard *out, char *err, size_t errlen);
 /* Every shard of fragment f at one version >= min_version into base (and params when adopt). */
 int fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
 /* A joiner of the round after the open one waits for it to close (sync mode, one fragment). */

@@ -80,6 +80,20 @@ void owners_get(diloco *d, int shard, shard_owner *out)
     pthread_mutex_unlock(&d->owners_mu);
 }
 
+/* The map is read again only when a lease did move: two HGETALLs, against a request to an owner that refuses it
+ * (`moved`), or, gone, makes the worker wait for a connect or a handshake to time out (5 s each). The confirm reads
+ * the leases' epochs anyway (sync.c), and so does a fetch (fetch.c): tests/it_confirm_moved.sh, bench/confirm_moved. */
+int owners_follow(diloco *d, int first, int last, const committed_shard *c, char *err, size_t errlen)
+{
+    int moved = 0;
+    pthread_mutex_lock(&d->owners_mu);
+    for (int k = first; k < last && !moved; k++)
+        moved = c[k - first].epoch >= 0 && c[k - first].epoch != d->owners[k].epoch;
+    pthread_mutex_unlock(&d->owners_mu);
+    if (!moved) return 0;
+    return owners_refresh(d, err, errlen) < 0 ? -1 : 1;
+}
+
 /* A wait that lasts (no shard-server running, an owner still loading) would otherwise be silent until
  * the sync timeout: one line per session every WAIT_LOG_EVERY_MS, from whichever job waits. `control` is
  * why the owners could not be read from Redis ("" when they could): when the control plane itself is

@@ -27,60 +27,6 @@
 
 /* ---- tentative parameters: confirming the previous round -------------------------------------- */
 
-/* Read k:version, k:digest and k:epoch (the lease) of every shard of [first, last) from Redis (one
- * HMGET). */
-#define COMMIT_FIELDS 4
-
-typedef struct committed_shard {
-    int64_t version, epoch, replicated;
-    char digest[17];
-} committed_shard;
-
-static int read_committed(diloco *d, int first, int last, committed_shard *out, char *err, size_t errlen)
-{
-    int n = last - first, nf = COMMIT_FIELDS * n;
-    const char **argv = calloc((size_t)(2 + nf), sizeof *argv);
-    size_t *lens = calloc((size_t)(2 + nf), sizeof *lens);
-    char(*fields)[40] = calloc((size_t)nf, sizeof *fields);
-    char key[KEY_MAX];
-    if (!argv || !lens || !fields) {
-        free(argv);
-        free(lens);
-        free(fields);
-        err_set(err, errlen, "out of memory");
-        return -1;
-    }
-    argv[0] = "HMGET";
-    argv[1] = key_run(key, sizeof key, d->o.run, "shards");
-    const char *names[COMMIT_FIELDS] = {"version", "digest", "epoch", "replicated"};
-    for (int i = 0; i < nf; i++) {
-        snprintf(fields[i], sizeof fields[0], "%d:%s", dl_shard_id(d, first + i / COMMIT_FIELDS),
-                 names[i % COMMIT_FIELDS]);
-        argv[2 + i] = fields[i];
-    }
-    for (int i = 0; i < 2 + nf; i++) lens[i] = strlen(argv[i]);
-    redisReply *r = dl_command_argv_once(d, 2 + nf, argv, lens, err, errlen); /* (no waiting for Redis here) */
-    int failed = dl_reply_failed(r);
-    free(argv);
-    free(lens);
-    free(fields);
-    int rc = -1;
-    if (!failed && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)nf) {
-        rc = 0;
-        for (int i = 0; i < n; i++) {
-            redisReply **e = r->element + COMMIT_FIELDS * i;
-            out[i].version = e[0]->type == REDIS_REPLY_STRING ? atoll(e[0]->str) : -1;
-            snprintf(out[i].digest, sizeof out[i].digest, "%s", e[1]->type == REDIS_REPLY_STRING ? e[1]->str : "");
-            out[i].epoch = e[2]->type == REDIS_REPLY_STRING ? atoll(e[2]->str) : -1;
-            out[i].replicated = e[3]->type == REDIS_REPLY_STRING ? atoll(e[3]->str) : 0;
-        }
-    } else if (r) {
-        err_set(err, errlen, "unexpected reply reading the shard versions");
-    }
-    if (r) freeReplyObject(r);
-    return rc;
-}
-
 /* Whether Redis (c, shard k's commit) has version v of shard k with the digest we hold for it, durably: with
  * min_replicas, once dl_replicated recorded it (the commit is on that many replicas); until then it is on
  * its way, like an uncommitted one. */
@@ -114,7 +60,7 @@ static int confirm_from_redis(diloco *d, int f, int *conflict, char *what, char 
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f), n = last - first, pending = 2;
     committed_shard *c = calloc((size_t)n, sizeof *c);
     memset(what, CONFIRM_FETCH, (size_t)n);
-    if (c && read_committed(d, first, last, c, err, errlen) == 0) {
+    if (c && fetch_committed(d, first, last, c, err, errlen) == 0) {
         pending = 0;
         for (int i = 0; i < n; i++) {
             int k = first + i;
@@ -338,7 +284,7 @@ static void resend_tentative(diloco *d, int first, int last, int64_t want)
     if (!held) return;
     committed_shard *c = calloc((size_t)n, sizeof *c);
     char err[256];
-    if (c && read_committed(d, first, last, c, err, sizeof err) == 0)
+    if (c && fetch_committed(d, first, last, c, err, sizeof err) == 0)
         for (int k = first; k < last; k++)
             if (d->shard_version[k] == want && d->tent_version[k] == want && c[k - first].version < want &&
                 c[k - first].epoch != d->tent_epoch[k]) {

@@ -11,13 +11,8 @@ start_server s1 --lease-ttl-ms 2000
 start_worker slow --dylu --sync-every 40 --steps 0 --heartbeat-interval 0.5 --step-delay-ms 40
 start_worker mid  --dylu --sync-every 40 --steps 0 --heartbeat-interval 0.5 --step-delay-ms 20
 start_worker fast --dylu --sync-every 40 --steps 0 --heartbeat-interval 0.5 --step-delay-ms 10
-h_of() { $RCLI FCALL dl_status 1 "dl:{$RUN}:config" | python3 -c "
-import json, sys
-d = json.load(sys.stdin)
-print({w['id']: w.get('h', 0) for w in d['workers']}.get('$1', 0))"; }
-near() { awk -v x="$1" -v want="$2" 'BEGIN { exit !(x >= want * 0.8 && x <= want * 1.2) }'; }
-wait_until 20 'near "$(h_of slow)" 10 && near "$(h_of mid)" 20 && near "$(h_of fast)" 40' "H to follow speed"
-say "status shows H: slow $(h_of slow), mid $(h_of mid), fast $(h_of fast)"
+wait_until 20 'near "$(dylu_h slow)" 10 && near "$(dylu_h mid)" 20 && near "$(dylu_h fast)" 40' "H to follow speed"
+say "status shows H: slow $(dylu_h slow), mid $(dylu_h mid), fast $(dylu_h fast)"
 # the workers sync at their own H once they adopted it: steps between the last two syncs
 gap() { grep '"event":"sync"' "$TMP/$1.jsonl" | tail -n 2 | sed 's/.*"step":\([0-9]*\).*/\1/' | awk 'NR==1 {a=$1} NR==2 {print $1 - a}'; }
 wait_until 30 'near "$(gap slow)" 10 && near "$(gap mid)" 20 && near "$(gap fast)" 40' "workers to sync at their H"

@@ -14,13 +14,8 @@ build/tests/tools/group_worker --redis "$URL" --run $RUN --worker-id g1 --ranks 
   --dylu --heartbeat-ms 500 --step-delay-ms 20 > "$TMP/g1.out" 2> "$TMP/group-g1.log" &
 PIDS="$PIDS $!"
 start_worker fast --dylu --sync-every 40 --steps 0 --heartbeat-interval 0.5 --step-delay-ms 10
-h_of() { $RCLI FCALL dl_status 1 "dl:{$RUN}:config" | python3 -c "
-import json, sys
-d = json.load(sys.stdin)
-print({w['id']: w.get('h', 0) for w in d['workers']}.get('$1', 0))"; }
-near() { awk -v x="$1" -v want="$2" 'BEGIN { exit !(x >= want * 0.8 && x <= want * 1.2) }'; }
-wait_until 30 'near "$(h_of g1)" 20 && near "$(h_of fast)" 40' "H to follow speed (group g1 $(h_of g1), fast $(h_of fast))"
-say "status shows H: group g1 $(h_of g1), fast $(h_of fast)"
+wait_until 30 'near "$(dylu_h g1)" 20 && near "$(dylu_h fast)" 40' "H to follow speed (group g1 $(dylu_h g1), fast $(dylu_h fast))"
+say "status shows H: group g1 $(dylu_h g1), fast $(dylu_h fast)"
 # a rank's inner steps at each of its syncs (the last field of its sync lines)
 steps_of() { grep "^sync rank $1 " "$TMP/g1.out" | awk '{print $NF}'; }
 gap() { steps_of "$1" | tail -n 2 | awk 'NR==1 {a=$1} NR==2 {print $1 - a}'; }

@@ -12,7 +12,6 @@ start_worker fast --dylu --sync-every 40 --steps 0 --heartbeat-interval 0.5 --st
 $PYTHON tests/python/quad_worker.py "$URL" $RUN slow 100000 40 --numel 20000 --seed 0 --dylu --step-delay 0.04 \
   --heartbeat 0.5 --sync-log "$TMP/slow.syncs" > "$TMP/py-slow.log" 2>&1 &
 PIDS="$PIDS $!"
-near() { awk -v x="$1" -v want="$2" 'BEGIN { exit !(x >= want * 0.8 && x <= want * 1.2) }'; }
 # steps between the PyTorch worker's last two syncs, and the H the package reports at the last one
 gap() { tail -n 2 "$TMP/slow.syncs" 2>/dev/null | sed 's/.*"step": \([0-9]*\).*/\1/' | awk 'NR==1 {a=$1} NR==2 {print $1 - a}'; }
 h() { tail -n 1 "$TMP/slow.syncs" 2>/dev/null | sed 's/.*"h": \([0-9]*\).*/\1/'; }

@@ -202,6 +202,17 @@ wait_until() {
   done
 }
 
+# dylu_h WORKER: the H the DyLU of run $RUN assigned WORKER (dl_status; 0 when none yet)
+dylu_h() {
+  $RCLI FCALL dl_status 1 "dl:{$RUN}:config" | python3 -c "
+import json, sys
+d = json.load(sys.stdin)
+print({w['id']: w.get('h', 0) for w in d['workers']}.get('$1', 0))"
+}
+
+# near X WANT: whether X is within 20% of WANT
+near() { awk -v x="$1" -v want="$2" 'BEGIN { exit !(x >= want * 0.8 && x <= want * 1.2) }'; }
+
 # Is the process alive (and not a zombie)?
 alive() { kill -0 "$1" 2>/dev/null && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
 

@@ -6,6 +6,11 @@
 # failure used to be dropped by the Streaming schedule (streaming.c mapped it to "nothing changed"), so
 # the worker trained on forever without syncing; now it counts: after 3 failures in a row
 # (--max-sync-retries 2) it registers again, cannot fetch the parameters, and exits with an error.
+# A fetch leaves out the shards whose committed version the worker holds already (fetch.c: digest equal), and
+# a lone worker's resets hold every shard: with the server gone they succeeded without it and the worker
+# trained on. So, once the server is killed, each shard's committed digest is changed in Redis, as another
+# worker's commit would have changed it: the worker's copy is no longer the committed one, and every reset
+# must fetch from a shard-server.
 . "$(dirname "$0")/lib.sh"
 start_redis
 init_run st --trainer quadratic --numel 4000 --shards 2 --fragments 2 --workers 1
@@ -15,7 +20,8 @@ start_worker w --sync-every 20 --steps 1000000 --step-delay-ms 20 --heartbeat-in
   --max-sync-retries 2 --sync-timeout 2 --quad-lr 1e30
 wait_until 30 'grep -q "resetting to the global parameters" "$TMP/worker-w.log"' "the worker's first reset"
 kill -9 "$SRV_s1"
-say "shard-server killed; the worker's fetches now fail"
+for k in 0 1; do $RCLI HSET "dl:{$RUN}:shards" "$k:digest" 0123456789abcdef > /dev/null; done
+say "shard-server killed, the committed digests no longer the worker's copy; the worker's fetches now fail"
 wait_until 45 '! alive "$WRK_w"' "the worker to stop after --max-sync-retries failed syncs"
 wait "$WRK_w" && fail "the worker exited 0; it should have failed (no shard-server)"
 grep -q "sync failed (3 in a row, limit 2)" "$TMP/worker-w.log" || fail "the third failed sync was not counted"

@@ -42,6 +42,7 @@ s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 s.bind(("127.0.0.1", int(sys.argv[1])))
 s.listen(128)
+open(sys.argv[2] + ".ready", "w").close()  # listening: the test waits for this before any status
 held = []
 while True:  # accept, hold, never read nor answer; count the connections
     held.append(s.accept()[0])
@@ -49,6 +50,9 @@ while True:  # accept, hold, never read nor answer; count the connections
     os.rename(sys.argv[2] + ".new", sys.argv[2])
 PY
 PIDS="$PIDS $!"
+# (a status run before the blackhole listens is refused at once instead of held: "the blackhole was not
+# asked", seen once under load)
+wait_until 10 "[ -e '$TMP/blackhole.count.ready' ]" "the blackhole to listen"
 for s in $S1 $S2; do
   wait_until 10 "redis-cli -p $s -a spw --no-auth-warning sentinel get-master-addr-by-name m 2>/dev/null | grep -q '^$PORT\$'" "Sentinel $s to know m"
 done

@@ -835,9 +835,10 @@ static int check(diloco *d, char *err, size_t errlen)
     d->grp_check_every = every >= 1 && every <= d->sync_every ? (int)every : 1;
     check_restart(d);
     if (saw < 0) return 0;
+    int stream = d->rc.nfragments > 1, interval = stream ? stream_interval(d) : d->sync_every;
     log_warn("the group was evicted (rank %d's heartbeat was told) during inner step %d of %d; registering it again "
              "now instead of training the rest of the interval as a dead incarnation (its steps are dropped)",
-             saw, d->steps, d->sync_every);
+             saw, stream ? (d->steps - 1) % interval + 1 : d->steps, interval);
     d->steps = 0; /* the next sync comes a whole interval after the parameters we are about to take */
     round_begin(d);
     uint64_t t0 = now_ms();

@@ -1,0 +1,30 @@
+#!/bin/sh
+# it_servers_gone_keep_training.sh: a worker cut off from every shard-server, in a run that did not move
+# since its last sync, keeps training and syncs again once a server is back. Its syncs fail (nobody to push
+# to), and after --max-sync-retries + 1 of them in a row it registers again; the registration's fetch leaves
+# out the shards it holds at their committed version (worker/diloco/fetch.c: digest equal), so it needs no
+# server and the worker trains on (before, that fetch failed after the sync timeout and the worker exited with
+# an error, though nothing was lost). A lone worker, 2 shards, H = 10 at 20 ms a step; its only shard-server
+# is killed after 2 rounds; 6 s later (at least two registrations) a new shard-server with another id starts,
+# takes the expired leases, and the worker's next rounds commit.
+. "$(dirname "$0")/lib.sh"
+start_redis
+RUN=gone
+init_run $RUN --trainer quadratic --numel 4000 --shards 2 --workers 1
+start_server s1 --lease-ttl-ms 1000
+start_worker w --sync-every 10 --steps 0 --step-delay-ms 20 --max-sync-retries 1 --sync-timeout 2 --heartbeat-interval 0.5
+version() { $RCLI HGET "dl:{$RUN}:shards" 0:version; }
+wait_until 20 '[ "$(version)" -ge 2 ] 2>/dev/null' "the worker's first two rounds"
+kill -9 "$SRV_s1"
+at=$(version)
+say "the only shard-server killed at version $at"
+wait_until 20 '[ "$(grep -c "registering again after 2 failed syncs" "$TMP/worker-w.log")" -ge 2 ]' \
+  "the worker to register again twice"
+alive "$WRK_w" || fail "the worker exited without a shard-server: $(tail -n 5 "$TMP/worker-w.log")"
+grep -q "held at their committed version already" "$TMP/worker-w.log" || fail "the registration fetched (no 'held' line)"
+[ "$(version)" = "$at" ] || fail "the version moved without a shard-server: $(version)"
+say "no shard-server: the worker registered again $(grep -c 'registering again' "$TMP/worker-w.log") times and trains on"
+start_server s2 --lease-ttl-ms 1000
+wait_until 30 '[ "$(version)" -ge $((at + 2)) ]' "the worker's rounds to commit again through s2 (version $at + 2)"
+alive "$WRK_w" || fail "the worker exited"
+say "a new shard-server: the worker synced again (version $(version))"

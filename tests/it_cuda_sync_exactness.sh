@@ -1,8 +1,9 @@
 #!/bin/sh
 # it_cuda_sync_exactness.sh: DiLoCo with GPU workers. 2 GPT workers with --device cuda (and a third
-# on the CPU), 2 shard-servers, 4 shards, 4 sync rounds of a tiny GPT. Every shard reaches version 4;
-# after each round every worker reports the same XXH3 digest of the new global parameters; the CUDA
-# workers' losses (on the King James Bible; skipped without it) are finite and go down. The run is made twice: with DiLoCo on the device (the
+# on the CPU), 2 shard-servers, 4 shards, 4 sync rounds of a tiny GPT (3 with CUDA_SYNC_QUICK). Every
+# shard reaches the last round's version; after each round every worker reports the same XXH3 digest of
+# the new global parameters; the CUDA workers' losses (on the King James Bible; skipped without it) are
+# finite and go down. The run is made twice: with DiLoCo on the device (the
 # default --device-hooks auto: the CUDA workers' pseudo-gradients come from the kernel of
 # worker/cuda/diloco_cuda.cu, the new parameters go to the device through its loads) and with
 # --device-hooks off (the device copies its parameters back to the host buffer after every step and
@@ -21,11 +22,14 @@ elif ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
   echo "no CUDA device: skipped"; exit 77
 fi
 . tests/lib.sh
-ROUNDS=4; H=5
+ROUNDS=4; H=5; BATCH="--batch 4 --seq 64"
+# CUDA_SYNC_QUICK=1 (tests/it_cuda_emu.sh, on the CPU emulator, where a step takes seconds): 3 rounds of
+# 3 steps on 2 x 32 tokens; the same checks
+if [ -n "${CUDA_SYNC_QUICK:-}" ]; then ROUNDS=3; H=3; BATCH="--batch 2 --seq 32"; fi
 MODEL="--layers 2 --heads 4 --dim 64 --ctx 64 --vocab 256"
 # the Bible, not the synthetic tokens: uniform random tokens have nothing to learn (the loss stays at ln 256)
 prepare_bible
-TRAIN="--sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1 --batch 4 --seq 64 --warmup 2 --lr 2e-3 --num-shards 3 --data build/kjv.tok"
+TRAIN="--sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1 $BATCH --warmup 2 --lr 2e-3 --num-shards 3 --data build/kjv.tok"
 start_redis
 
 run_once() { # RUN HOOKS PRECISION: the digests of every round in $TMP/digests-RUN

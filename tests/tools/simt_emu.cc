@@ -5,7 +5,12 @@
  * slots, and once all 32 have, each computes its own result from all the slots; the second wait keeps
  * a lane from depositing its next operands before every lane has read. The scheduler releases a
  * barrier as soon as its last thread arrives, and otherwise runs a runnable fiber chosen by a
- * splitmix64 sequence (base/util.h) seeded per launch. */
+ * splitmix64 sequence (base/util.h) seeded per launch.
+ *
+ * The fibers, their stacks and the scheduler's arrays live from launch to launch (a suite launches
+ * thousands of kernels): a fiber that finished its block parks in fiber_entry and the next block, of
+ * this launch or a later one, resumes it there; only a launch that failed (a fiber abandoned inside the
+ * body) makes every fiber start afresh. */
 #include "simt_emu.h"
 
 #include "base/util.h" /* splitmix64 */
@@ -44,14 +49,12 @@ struct warp_slots {
 
 static struct {
     fiber *f;
-    unsigned n;
+    unsigned n, cap; /* the launch's threads per block; the threads the arrays below hold */
     warp_slots *w;
     unsigned *runq, nrun; /* the runnable fibers, in no order */
     unsigned *warp_waiting, *warp_done, block_waiting, done;
     jmp_buf sched;
-    ucontext_t ctx0; /* the context each fiber's is made from (one getcontext per launch) */
-    char **stacks;   /* fiber stacks, kept from launch to launch */
-    unsigned nstacks;
+    ucontext_t ctx0; /* what a fiber starting in this launch is made from (one getcontext per launch) */
     fiber *cur;
     void (*body)(void *);
     void *arg;
@@ -190,11 +193,11 @@ static uint64_t next_random(void)
     return splitmix64(&E.rng);
 }
 
-/* takes a random fiber off the run queue */
+/* takes a random fiber off the run queue (k: the top 32 random bits scaled to [0, nrun), no division) */
 static fiber *pick_runnable(void)
 {
     if (!E.nrun) return NULL;
-    unsigned k = (unsigned)(next_random() % E.nrun), i = E.runq[k];
+    unsigned k = (unsigned)(((next_random() >> 32) * E.nrun) >> 32), i = E.runq[k];
     E.runq[k] = E.runq[--E.nrun];
     return &E.f[i];
 }
@@ -205,7 +208,7 @@ static int run_block(void)
     for (unsigned i = 0; i < E.n; i++) {
         fiber *f = &E.f[i];
         f->tid = simt_dim3{i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y)};
-        if (!f->started) { /* a copy of ctx0 (its saved FP state stays ctx0's, alive for the launch) */
+        if (!f->started) { /* a copy of ctx0 (its FP state points into ctx0, which this launch made) */
             f->ctx = E.ctx0;
             f->ctx.uc_stack.ss_sp = f->stack;
             f->ctx.uc_stack.ss_size = STACK_BYTES;
@@ -255,6 +258,30 @@ static int run_grid(simt_dim3 grid, char *err, size_t errlen)
     return rc;
 }
 
+/* makes room for `block` fibers (their stacks included) in the arrays kept from launch to launch */
+static int reserve_fibers(unsigned block)
+{
+    if (block <= E.cap) return 0;
+    fiber *f = (fiber *)realloc(E.f, block * sizeof *f);
+    if (f) E.f = f;
+    warp_slots *w = f ? (warp_slots *)realloc(E.w, block / 32 * sizeof *w) : NULL;
+    if (w) E.w = w;
+    unsigned *runq = w ? (unsigned *)realloc(E.runq, block * sizeof *runq) : NULL;
+    if (runq) E.runq = runq;
+    unsigned *ww = runq ? (unsigned *)realloc(E.warp_waiting, block / 32 * sizeof *ww) : NULL;
+    if (ww) E.warp_waiting = ww;
+    unsigned *wd = ww ? (unsigned *)realloc(E.warp_done, block / 32 * sizeof *wd) : NULL;
+    if (wd) E.warp_done = wd;
+    if (!wd) return -1;
+    for (; E.cap < block; E.cap++) { /* fibers are appended: the parked ones keep their places */
+        fiber *n = &E.f[E.cap];
+        memset(n, 0, sizeof *n);
+        n->stack = (char *)malloc(STACK_BYTES);
+        if (!n->stack) return -1;
+    }
+    return 0;
+}
+
 int simt_launch(simt_dim3 grid, simt_dim3 shape, unsigned seed, void (*body)(void *), void *arg, char *err,
                 size_t errlen)
 {
@@ -264,26 +291,12 @@ int simt_launch(simt_dim3 grid, simt_dim3 shape, unsigned seed, void (*body)(voi
                  shape.y, shape.z);
         return -1;
     }
-    E.n = block;
-    E.f = (fiber *)calloc(block, sizeof(fiber));
-    E.w = (warp_slots *)calloc(block / 32, sizeof(warp_slots));
-    E.runq = (unsigned *)calloc(block, sizeof(unsigned));
-    E.warp_waiting = (unsigned *)calloc(block / 32, sizeof(unsigned));
-    E.warp_done = (unsigned *)calloc(block / 32, sizeof(unsigned));
-    int rc = E.f && E.w && E.runq && E.warp_waiting && E.warp_done ? 0 : -1;
-    if (!rc && block > E.nstacks) {
-        char **s = (char **)realloc(E.stacks, block * sizeof *s);
-        if (!s) rc = -1;
-        if (s) E.stacks = s;
-        while (!rc && E.nstacks < block) {
-            char *stack = (char *)malloc(STACK_BYTES);
-            if (!stack) rc = -1;
-            else E.stacks[E.nstacks++] = stack;
-        }
+    if (reserve_fibers(block)) {
+        snprintf(err, errlen, "simt: out of memory for %u fibers", block);
+        return -1;
     }
-    for (unsigned i = 0; i < block && !rc; i++) E.f[i].stack = E.stacks[i];
-    if (!rc) getcontext(&E.ctx0);
-    if (rc) snprintf(err, errlen, "simt: out of memory for %u fibers", block);
+    E.n = block;
+    getcontext(&E.ctx0); /* what a fiber that has not started yet is made from */
     E.body = body;
     E.arg = arg;
     E.rng = seed;
@@ -292,14 +305,9 @@ int simt_launch(simt_dim3 grid, simt_dim3 shape, unsigned seed, void (*body)(voi
     E.errlen = errlen;
     gridDim = grid;
     blockDim = shape;
-    rc = rc ? rc : run_grid(grid, err, errlen);
-    free(E.f);
-    free(E.w);
-    free(E.runq);
-    free(E.warp_waiting);
-    free(E.warp_done);
-    E.f = NULL;
-    E.w = NULL;
+    int rc = run_grid(grid, err, errlen);
+    if (rc) /* fibers were abandoned inside the body (or never ran): each starts afresh next time */
+        for (unsigned i = 0; i < E.cap; i++) E.f[i].started = 0;
     return rc;
 }
 

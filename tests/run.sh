@@ -64,22 +64,31 @@ wait_below() {
   done
 }
 
-for t in build/tests/test_* tests/it_*.sh; do
-  [ -e "$t" ] || continue
-  case "$t" in *.d) continue;; esac
-  name=$(basename "$t" .sh)
-  case "$name" in *"$filter"*) ;; *) continue;; esac
-  rm -f "$logdir/$name.rc"
-  src=$t; case "$t" in build/tests/*) src=tests/$name.c;; esac
-  if [ "$jobs_max" -le 1 ] || grep -q '^\(#\|/\*\|//\) *test: alone' "$src" 2>/dev/null; then
-    wait_below 1
-    run_test "$t" "$name"
-    report "$name"
-  else
-    wait_below "$jobs_max"
-    run_test "$t" "$name" &
-    running="$running $name"
-  fi
+# is_alone SRC: the test's file asks to run by itself ("# test: alone")
+is_alone() { grep -q '^\(#\|/\*\|//\) *test: alone' "$1" 2>/dev/null; }
+
+# Two passes: first the tests that run alone, one after another while nothing else runs (later, each
+# would first wait for both running tests to end, a core idle meanwhile), then the others two at a time.
+for pass_kind in alone shared; do
+  for t in build/tests/test_* tests/it_*.sh; do
+    [ -e "$t" ] || continue
+    case "$t" in *.d) continue;; esac
+    name=$(basename "$t" .sh)
+    case "$name" in *"$filter"*) ;; *) continue;; esac
+    src=$t; case "$t" in build/tests/*) src=tests/$name.c;; esac
+    if [ "$jobs_max" -le 1 ] || is_alone "$src"; then kind=alone; else kind=shared; fi
+    [ "$kind" = "$pass_kind" ] || continue
+    rm -f "$logdir/$name.rc"
+    if [ "$kind" = alone ]; then
+      wait_below 1
+      run_test "$t" "$name"
+      report "$name"
+    else
+      wait_below "$jobs_max"
+      run_test "$t" "$name" &
+      running="$running $name"
+    fi
+  done
 done
 wait_below 1
 echo "$pass passed, $fail failed, $skip skipped"

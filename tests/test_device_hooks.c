@@ -53,8 +53,6 @@ static diloco *session(float *params, const diloco_device_ops *ops, int bf16)
     d->rc.shard_bounds = shard_bounds;
     d->rc.nfragments = 2;
     d->rc.frag_bounds = frag_bounds;
-    d->part_lo = 0; /* a worker of one process moves every shard (a group's rank: its part, group.c) */
-    d->part_hi = d->rc.nshards;
     pthread_mutex_init(&d->hb_mu, NULL);
     char err[256] = "";
     assert_int_equal(dl_dev_init(d, params, err, sizeof err), 0);

@@ -67,11 +67,6 @@ void dl_host_free(diloco *d, void *p)
         free(p);
 }
 
-static size_t frag_lo(const diloco *d, int f)
-{
-    return (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f]];
-}
-
 int dl_dev_load(diloco *d, const float *src, size_t off, size_t n, int mode, double alpha, char *err, size_t errlen)
 {
     const diloco_device_ops *o = &d->o.device;
@@ -80,7 +75,7 @@ int dl_dev_load(diloco *d, const float *src, size_t off, size_t n, int mode, dou
      * fragment, the only kind libdiloco makes, from the buffer its caller says is that origin) and which
      * are unknown (a partial or failed load: reloaded before their Δ) */
     for (int f = 0; f < d->rc.nfragments; f++) {
-        size_t lo = frag_lo(d, f), hi = frag_lo(d, f + 1);
+        size_t lo = dl_frag_start(d, f), hi = dl_frag_start(d, f + 1);
         if (hi <= off || lo >= off + n) continue;
         d->dev_snap_ok[f] = rc == 0 && lo == off && hi == off + n;
     }
@@ -105,7 +100,7 @@ void dl_dev_origin_written(diloco *d, int f)
 int dl_dev_delta(diloco *d, int f, const float *origin, size_t *bad, char *err, size_t errlen)
 {
     const diloco_device_ops *o = &d->o.device;
-    size_t lo = frag_lo(d, f), hi = frag_lo(d, f + 1);
+    size_t lo = dl_frag_start(d, f), hi = dl_frag_start(d, f + 1);
     if (!d->dev_snap_ok[f])
         if (dl_dev_load(d, origin, lo, hi - lo, DILOCO_LOAD_SNAPSHOT, 0.0, err, errlen) < 0) return -1;
     int bf16 = d->push_dtype == BLOB_BF16;

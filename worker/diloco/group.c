@@ -218,7 +218,7 @@ static void rank_shards(const diloco *d, int r, int f, int *first, int *last)
 /* The shards this rank moves, over every fragment. */
 static int part_count(const diloco *d)
 {
-    if (!d->grp_parts) return d->part_hi - d->part_lo;
+    if (!d->grp_parts) return d->rc.nshards;
     int n = 0;
     for (int f = 0; f < d->rc.nfragments; f++) n += d->grp_parts[2 * f + 1] - d->grp_parts[2 * f];
     return n;
@@ -283,11 +283,11 @@ static int exchange(diloco *d, int f, char *err, size_t errlen)
         d->grp_dirty = 0;
         return params_changed(d, 0, d->numel, err, errlen);
     }
-    for (int g = f < 0 ? 0 : f; g < (f < 0 ? d->rc.nfragments : f + 1); g++)
+    int first = f < 0 ? 0 : f, end = f < 0 ? d->rc.nfragments : f + 1; /* the fragments exchanged */
+    for (int g = first; g < end; g++)
         if (exchange_fragment(d, g, err, errlen) < 0) return -1;
     d->grp_dirty = 0;
-    size_t lo = f < 0 ? 0 : (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f]];
-    size_t hi = f < 0 ? d->numel : (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f + 1]];
+    size_t lo = dl_frag_start(d, first), hi = dl_frag_start(d, end);
     return params_changed(d, lo, hi - lo, err, errlen);
 }
 
@@ -524,8 +524,6 @@ static int sharded_cover(diloco *d, const group_msg *all, char *err, size_t errl
             return -1;
         }
     }
-    d->part_lo = 0;
-    d->part_hi = d->rc.nshards;
     return 0;
 }
 

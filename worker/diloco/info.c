@@ -75,8 +75,7 @@ const char *diloco_run_layout(const diloco *d)
 int diloco_fragment_range(const diloco *d, int fragment, size_t *offset, size_t *count)
 {
     if (fragment < 0 || fragment >= d->rc.nfragments) return -1;
-    size_t lo = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[fragment]];
-    size_t hi = (size_t)d->rc.shard_bounds[d->rc.frag_bounds[fragment + 1]];
+    size_t lo = dl_frag_start(d, fragment), hi = dl_frag_start(d, fragment + 1);
     *offset = lo;
     *count = hi - lo;
     return 0;

@@ -252,11 +252,11 @@ struct diloco {
 
     uint64_t corrupt_told_ms; /* repair.c, under hb_mu: when we last said a shard is corrupt (REPAIR_TELL_MS) */
 
-    /* process groups (group.c). Every session pushes and fetches only shards [part_lo, part_hi): all of
-     * them for a worker of one process, its part for a rank of a group (dl_first_shard) */
+    /* process groups (group.c). A session pushes and fetches the shards of each fragment that
+     * dl_first_shard .. dl_last_shard name: all of them for a worker of one process and a sharded group's
+     * rank (rc is its own shards then), its part of them for a rank of an unsharded group */
     int grp;      /* o.group.size > 1 */
     int grp_rank; /* o.group.rank (0 without a group) */
-    int part_lo, part_hi;
     /* an unsharded group: in fragment f rank r moves shards [grp_bounds[f*(size+1)+r], [..+r+1]) (a part of
      * every fragment); grp_parts[2f], [2f+1]: this rank's of fragment f (dl_first_shard). NULL otherwise */
     int *grp_bounds, *grp_parts;
@@ -294,16 +294,21 @@ static inline void dl_set_frag_version(diloco *d, int f, int64_t version)
     __atomic_store_n(&d->frag_version[f], version, __ATOMIC_RELAXED);
 }
 
-/* The shards of fragment f this session moves: the fragment's, or its part of them in a group. */
+/* The shards of fragment f this session moves, [dl_first_shard, dl_last_shard): the fragment's, or this
+ * rank's part of them in an unsharded group. */
 static inline int dl_first_shard(const diloco *d, int f)
 {
-    if (d->grp_parts) return d->grp_parts[2 * f];
-    return d->rc.frag_bounds[f] > d->part_lo ? d->rc.frag_bounds[f] : d->part_lo;
+    return d->grp_parts ? d->grp_parts[2 * f] : d->rc.frag_bounds[f];
 }
 static inline int dl_last_shard(const diloco *d, int f)
 {
-    if (d->grp_parts) return d->grp_parts[2 * f + 1];
-    return d->rc.frag_bounds[f + 1] < d->part_hi ? d->rc.frag_bounds[f + 1] : d->part_hi;
+    return d->grp_parts ? d->grp_parts[2 * f + 1] : d->rc.frag_bounds[f + 1];
+}
+
+/* The first parameter of fragment f in this session's buffers (f = nfragments: their end). */
+static inline size_t dl_frag_start(const diloco *d, int f)
+{
+    return (size_t)d->rc.shard_bounds[d->rc.frag_bounds[f]];
 }
 
 /* ---- the files' functions, in their layers from the bottom up (docs/architecture.md "Layers": a file

@@ -258,7 +258,6 @@ int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, 
         return -1;
     }
     if (dl_dev_init(d, params, err, errlen) < 0) return -1;
-    d->part_hi = d->rc.nshards; /* all of them (a group's rank: its part, group.c) */
     return alloc_buffers(d, err, errlen);
 }
 

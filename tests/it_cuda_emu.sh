@@ -3,7 +3,7 @@
 # emulator's backend (build/emu/libdiloco_gpt_cuda.so: the backend's .cu files compiled by g++ against
 # tests/tools/cuda_emu, kernels run by the lane emulator; docs/cuda.md, "Tests"), named by
 # DILOCO_CUDA_BACKEND as a user would name another build:
-#   - test_cuda_diloco_emu (the device hooks' two streams) under the emulator's seeds 2-8: other orders of
+#   - test_cuda_diloco_emu (the device hooks' two streams) under the emulator's seeds 2-5: other orders of
 #     the streams' queued work;
 #   - test_cuda_options takes its device branch: --device auto picks cuda, bf16 and flash steps run,
 #     flash with head size 8 is refused by the backend itself; then again with the flash kernels' launches
@@ -33,10 +33,10 @@ echo "$out" | grep -q 'auto, flash launches refused: .*--attention fused trains 
   { echo "$out"; echo "FAIL: the failed flash check does not say how to train without flash"; exit 1; }
 echo "test_cuda_options: a CUDA error in auto's flash check says to use --attention fused, which trains"
 # the device hooks' two streams under other orders of the emulator's choices (the suite's own run is seed 1)
-for seed in 2 3 4 5 6 7 8; do
+for seed in 2 3 4 5; do
   CUDA_EMU_SEED=$seed build/tests/test_cuda_diloco_emu > "${TMPDIR:-/tmp}/cuda_emu_diloco.$$" 2>&1 ||
     { cat "${TMPDIR:-/tmp}/cuda_emu_diloco.$$"; rm -f "${TMPDIR:-/tmp}/cuda_emu_diloco.$$"; echo "FAIL: test_cuda_diloco_emu under CUDA_EMU_SEED=$seed"; exit 1; }
 done
 rm -f "${TMPDIR:-/tmp}/cuda_emu_diloco.$$"
-echo "test_cuda_diloco_emu: passes under CUDA_EMU_SEED 2-8 (the streams' work in other orders)"
+echo "test_cuda_diloco_emu: passes under CUDA_EMU_SEED 2-5 (the streams' work in other orders)"
 CUDA_SYNC_QUICK=1 sh tests/it_cuda_sync_exactness.sh # 3 rounds of 3 steps on fewer tokens: a step takes seconds here

@@ -2,11 +2,11 @@
 # it_fuzz.sh: every libFuzzer target (fuzz/fuzz_*.c, built by `make tests-build` with clang,
 # AddressSanitizer and UBSan) runs each of its committed seeds (fuzz/corpus/NAME: valid inputs, the
 # crafted ones of issue 17, and every input a fuzzer once crashed on), then fuzzes for FUZZ_TEST_SECONDS
-# (default 2) from them, so a decoder that crashes, reads out of bounds, overflows or breaks a
+# (default 1) from them, so a decoder that crashes, reads out of bounds, overflows or breaks a
 # target's own checks again fails `make test`. A failure prints the input (base64) and the command
 # that reproduces it. New inputs go to a temporary folder, never into the committed corpus.
 . "$(dirname "$0")/lib.sh"
-secs=${FUZZ_TEST_SECONDS:-2}
+secs=${FUZZ_TEST_SECONDS:-1}
 n=0
 for src in fuzz/fuzz_*.c; do
   t=$(basename "$src" .c | sed 's/^fuzz_//')

@@ -275,8 +275,18 @@ static int exchange_fragment(diloco *d, int f, char *err, size_t errlen)
     return 0;
 }
 
-/* The exchange of fragment f, or of every fragment (f < 0), then the trainer told. */
-static int exchange(diloco *d, int f, char *err, size_t errlen)
+/* params[lo, hi) = alpha*local + (1-alpha)*base, base the new global values: a Streaming fragment with
+ * --fragment-alpha, in params_apply's arithmetic (a group applies it as a single worker does) */
+static void mix_local(diloco *d, size_t lo, size_t hi, const float *local, double alpha)
+{
+    float a = (float)alpha, b = (float)(1.0 - alpha);
+    for (size_t i = lo; i < hi; i++) d->params[i] = a * local[i - lo] + b * d->base[i];
+}
+
+/* The exchange of fragment f, or of every fragment (f < 0), then the trainer told. With alpha above 0 the
+ * parameters of f become the mix of the ranks' own (the same on every rank: their data-parallel training
+ * keeps them equal) and the new global values, which the exchange itself overwrites: kept aside first. */
+static int exchange(diloco *d, int f, double alpha, char *err, size_t errlen)
 {
     if (d->shard_ids) { /* sharded: every rank holds only its part, nothing to exchange (one fragment) */
         memcpy(d->params, d->base, d->numel * sizeof(float));
@@ -284,10 +294,24 @@ static int exchange(diloco *d, int f, char *err, size_t errlen)
         return params_changed(d, 0, d->numel, err, errlen);
     }
     int first = f < 0 ? 0 : f, end = f < 0 ? d->rc.nfragments : f + 1; /* the fragments exchanged */
-    for (int g = first; g < end; g++)
-        if (exchange_fragment(d, g, err, errlen) < 0) return -1;
-    d->grp_dirty = 0;
     size_t lo = dl_frag_start(d, first), hi = dl_frag_start(d, end);
+    float *local = NULL;
+    if (alpha > 0) {
+        local = malloc((hi - lo) * sizeof(float));
+        if (!local) {
+            err_set(err, errlen, "out of memory");
+            return -1;
+        }
+        memcpy(local, d->params + lo, (hi - lo) * sizeof(float));
+    }
+    for (int g = first; g < end; g++)
+        if (exchange_fragment(d, g, err, errlen) < 0) {
+            free(local);
+            return -1;
+        }
+    d->grp_dirty = 0;
+    if (local) mix_local(d, lo, hi, local, alpha);
+    free(local);
     return params_changed(d, lo, hi - lo, err, errlen);
 }
 
@@ -328,7 +352,7 @@ static int group_fetch(diloco *d, char *err, size_t errlen)
     for (int f = 0; rc == 0 && f < d->rc.nfragments; f++) rc = fetch_agreed(d, f, all, err, errlen);
     free(all);
     d->grp_pending = -1;
-    if (rc == 0) rc = exchange(d, -1, err, errlen);
+    if (rc == 0) rc = exchange(d, -1, 0.0, err, errlen);
     if (rc < 0) d->grp_dirty = 1;
     return rc;
 }
@@ -546,18 +570,25 @@ static int check_hello(diloco *d, const group_msg *all, char *err, size_t errlen
                         what[i], all[0].v[i], r, all[r].v[i]);
                 return -1;
             }
+        if (all[r].v[7] != all[0].v[7]) {
+            double a0, ar;
+            memcpy(&a0, &all[0].v[7], sizeof a0);
+            memcpy(&ar, &all[r].v[7], sizeof ar);
+            err_set(err, errlen, "the ranks of the group disagree on the fragment alpha: rank 0 has %g, rank %d %g", a0,
+                    r, ar);
+            return -1;
+        }
         if (all[r].worker[0] && strcmp(all[r].worker, all[0].worker) != 0) {
             err_set(err, errlen, "rank %d was given worker id '%s' but rank 0 '%s': a group has one (rank 0's)", r,
                     all[r].worker, all[0].worker);
             return -1;
         }
     }
-    const char *why = d->rc.async                                    ? "asynchronous runs"
-                      : d->rc.nfragments > GROUP_FRAGMENTS_MAX       ? "runs of more than 32 fragments"
-                      : d->rc.nfragments > 1 && d->inflight_max > 1  ? "--fragments-in-flight above 1"
-                      : d->rc.nfragments > 1 && d->o.fragment_alpha > 0 ? "a --fragment-alpha above 0"
-                      : d->dev                                       ? "device hooks"
-                                                                     : NULL;
+    const char *why = d->rc.async                                   ? "asynchronous runs"
+                      : d->rc.nfragments > GROUP_FRAGMENTS_MAX      ? "runs of more than 32 fragments"
+                      : d->rc.nfragments > 1 && d->inflight_max > 1 ? "--fragments-in-flight above 1"
+                      : d->dev                                      ? "device hooks"
+                                                                    : NULL;
     if (why) {
         err_set(err, errlen, "process groups do not support %s yet: join this run with one process per worker", why);
         return -1;
@@ -586,6 +617,7 @@ static int hello(diloco *d, const diloco_options *o, float *params, size_t numel
     int64_t v[7] = {sharded ? (int64_t)d->run_numel : (int64_t)numel, o->sync_every, o->bf16, o->error_feedback,
                     o->dylu, o->device.delta != NULL, sharded};
     memcpy(me.v, v, sizeof v);
+    memcpy(&me.v[7], &o->fragment_alpha, sizeof(double)); /* compared as its bits: check_hello */
     for (int k = 0; me.status == DL_OK && d->shard_ids && k < d->rc.nshards; k++)
         me.held[d->shard_ids[k] / 64] |= 1ull << (d->shard_ids[k] % 64);
     snprintf(me.run, sizeof me.run, "%s", o->run ? o->run : "");
@@ -704,14 +736,15 @@ static int recover(diloco *d, int worst, const char *why, int f, int64_t round, 
     return rejoin(d, member, f, round, t0, err, errlen);
 }
 
-/* Streaming: the fragment whose round completed at the last boundary takes its new values now (its exchange),
- * as a fragment in flight is applied a boundary after it was sent. 1 params changed, 0 none pending, -1. */
+/* Streaming: the fragment whose round completed at the last boundary takes its new values now (its exchange,
+ * mixed with the ranks' own by --fragment-alpha), as a fragment in flight is applied a boundary after it was
+ * sent. 1 params changed, 0 none pending, -1. */
 static int apply_pending(diloco *d, char *err, size_t errlen)
 {
     int f = d->grp_pending;
     if (f < 0) return 0;
     d->grp_pending = -1;
-    if (exchange(d, f, err, errlen) < 0) return -1;
+    if (exchange(d, f, d->o.fragment_alpha, err, errlen) < 0) return -1;
     record(d, f, d->grp_pending_round, d->grp_pending_t0, 0);
     return 1;
 }
@@ -764,7 +797,7 @@ static int round_once(diloco *d, int f, int defer, char *err, size_t errlen)
                 d->grp_pending_t0 = t0;
                 return 0;
             }
-            if (exchange(d, f, err, errlen) < 0) return -1;
+            if (exchange(d, f, 0.0, err, errlen) < 0) return -1;
             record(d, f, round, t0, 0);
             return 1;
         }

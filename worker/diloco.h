@@ -150,7 +150,7 @@ typedef struct diloco_device_ops {
  * ranks broadcast their parts to each other after every sync. The group arrives at a barrier only when
  * every rank pushed its part, and a rank that stops beating (dies) has the whole group evicted, so no
  * partial contribution of a group is ever committed. Sync runs, plain DiLoCo or Streaming (each rank moves
- * a part of every fragment; one fragment in flight, any fragment alpha), with or without DyLU (the group is
+ * a part of every fragment; any fragments in flight and fragment alpha), with or without DyLU (the group is
  * assigned one H; every rank takes it at the same sync), without device hooks, for now. docs/PROTOCOL.md
  * "Process groups" has the protocol.
  *

@@ -45,7 +45,6 @@
 #include "internal.h"
 
 #define GROUP_MAGIC 0x70756f72676c6455ull /* "Udlgroup" */
-#define GROUP_FRAGMENTS_MAX 32            /* a group's run has at most this many fragments (group_msg.fv) */
 
 enum { GRP_HELLO = 1, GRP_REGISTER, GRP_JOIN, GRP_FETCH, GRP_PREPARE, GRP_NET, GRP_RECOVER, GRP_CHECK };
 
@@ -351,7 +350,7 @@ static int group_fetch(diloco *d, char *err, size_t errlen)
     if (!all) err_set(err, errlen, "out of memory");
     for (int f = 0; rc == 0 && f < d->rc.nfragments; f++) rc = fetch_agreed(d, f, all, err, errlen);
     free(all);
-    d->grp_pending = -1;
+    d->grp_npending = 0;
     if (rc == 0) rc = exchange(d, -1, 0.0, err, errlen);
     if (rc < 0) d->grp_dirty = 1;
     return rc;
@@ -586,7 +585,6 @@ static int check_hello(diloco *d, const group_msg *all, char *err, size_t errlen
     }
     const char *why = d->rc.async                                   ? "asynchronous runs"
                       : d->rc.nfragments > GROUP_FRAGMENTS_MAX      ? "runs of more than 32 fragments"
-                      : d->rc.nfragments > 1 && d->inflight_max > 1 ? "--fragments-in-flight above 1"
                       : d->dev                                      ? "device hooks"
                                                                     : NULL;
     if (why) {
@@ -633,7 +631,7 @@ int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, 
 {
     if (check_hooks(o, err, errlen) < 0) return -1;
     d->grp = 1;
-    d->grp_pending = -1;
+    d->grp_npending = 0;
     d->grp_rank = o->group.rank;
     if (hello(d, o, params, numel, err, errlen) < 0) return -1;
     if (group_register(d, err, errlen) < 0) return -1;
@@ -736,17 +734,23 @@ static int recover(diloco *d, int worst, const char *why, int f, int64_t round, 
     return rejoin(d, member, f, round, t0, err, errlen);
 }
 
-/* Streaming: the fragment whose round completed at the last boundary takes its new values now (its exchange,
- * mixed with the ranks' own by --fragment-alpha), as a fragment in flight is applied a boundary after it was
- * sent. 1 params changed, 0 none pending, -1. */
-static int apply_pending(diloco *d, char *err, size_t errlen)
+/* Streaming: the oldest fragments whose rounds completed take their new values now (their exchange, mixed with
+ * the ranks' own by --fragment-alpha), until `keep` wait: a boundary keeps D - 1 of them, as a fragment in
+ * flight is applied D boundaries after it was sent. 1 params changed, 0 none applied, -1. */
+static int apply_pending(diloco *d, int keep, char *err, size_t errlen)
 {
-    int f = d->grp_pending;
-    if (f < 0) return 0;
-    d->grp_pending = -1;
-    if (exchange(d, f, d->o.fragment_alpha, err, errlen) < 0) return -1;
-    record(d, f, d->grp_pending_round, d->grp_pending_t0, 0);
-    return 1;
+    int changed = 0;
+    while (d->grp_npending > keep) {
+        int f = d->grp_pending[0].frag;
+        int64_t round = d->grp_pending[0].round;
+        uint64_t t0 = d->grp_pending[0].t0;
+        d->grp_npending--;
+        memmove(d->grp_pending, d->grp_pending + 1, (size_t)d->grp_npending * sizeof d->grp_pending[0]);
+        if (exchange(d, f, d->o.fragment_alpha, err, errlen) < 0) return -1;
+        record(d, f, round, t0, 0);
+        changed = 1;
+    }
+    return changed;
 }
 
 /* The group's round of fragment f: each rank's Δ of its part (PREPARE: all fine, or the group fetches
@@ -792,9 +796,10 @@ static int round_once(diloco *d, int f, int defer, char *err, size_t errlen)
             dylu_adopt(d, all[0].v[2]);
             free(all);
             if (defer) {
-                d->grp_pending = f;
-                d->grp_pending_round = round;
-                d->grp_pending_t0 = t0;
+                d->grp_pending[d->grp_npending].frag = f; /* (at most D, itself at most the fragments) */
+                d->grp_pending[d->grp_npending].round = round;
+                d->grp_pending[d->grp_npending].t0 = t0;
+                d->grp_npending++;
                 return 0;
             }
             if (exchange(d, f, 0.0, err, errlen) < 0) return -1;
@@ -814,7 +819,7 @@ fatal:
 
 int group_round(diloco *d, int f, char *err, size_t errlen)
 {
-    int changed = apply_pending(d, err, errlen);
+    int changed = apply_pending(d, 0, err, errlen);
     int rc = changed < 0 ? -1 : round_once(d, f, 0, err, errlen);
     check_restart(d);
     return rc < 0 ? -1 : rc | changed;
@@ -822,7 +827,7 @@ int group_round(diloco *d, int f, char *err, size_t errlen)
 
 int group_stream_step(diloco *d, char *err, size_t errlen)
 {
-    int changed = apply_pending(d, err, errlen);
+    int changed = apply_pending(d, d->inflight_max - 1, err, errlen);
     int rc = changed < 0 ? -1 : round_once(d, stream_next_fragment(d), 1, err, errlen);
     check_restart(d);
     return rc < 0 ? -1 : rc | changed;

@@ -51,6 +51,7 @@
 #define OWNER_ID_MAX 64
 #define ADDR_MAX 128
 #define MAX_CONNS 64
+#define GROUP_FRAGMENTS_MAX 32 /* a process group's run has at most this many fragments (group.c) */
 
 typedef struct shard_owner {
     char server[OWNER_ID_MAX]; /* "" while the shard has no live lease */
@@ -265,11 +266,15 @@ struct diloco {
     int grp_since_check;   /* inner steps since the ranks last agreed (open, a sync, a CHECK) */
     uint64_t grp_check_ms; /* when they did (rank 0 paces the CHECKs by it) */
     int grp_dirty;         /* the ranks' parts may disagree: the next sync fetches instead of sending */
-    /* Streaming: the fragment whose round completed at the last boundary, its new values in base (each rank
-     * its part) and applied at the next boundary, as a fragment in flight is (-1: none); its round, start */
-    int grp_pending;
-    int64_t grp_pending_round;
-    uint64_t grp_pending_t0;
+    /* Streaming: the fragments whose rounds completed, oldest first, their new values in base (each rank its
+     * part); each is applied D boundaries after its round (--fragments-in-flight D), as a fragment in flight
+     * is. Their rounds and starts. */
+    int grp_npending;
+    struct {
+        int frag;
+        int64_t round;
+        uint64_t t0;
+    } grp_pending[GROUP_FRAGMENTS_MAX];
     /* a sharded group's rank (part.c: group.slices): rc is this rank's view of the run, its shards only,
      * renumbered 0 .. rc.nshards-1 with bounds into its own buffers; shard_ids[k] is shard k's number in
      * the run (what goes on the wire and into Redis field names). NULL otherwise: the numbers are the run's */

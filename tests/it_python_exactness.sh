@@ -4,7 +4,10 @@
 # two PyTorch workers w2, w3; Streaming DiLoCo with 4 fragments and fragment_update_alpha 0.5, and an
 # async run, each with w1 and one PyTorch worker w2), 2 shard-servers and 8 shards each; the PyTorch
 # workers are tests/python/quad_worker.py: the C trainer's problem and AdamW in torch fp32 ops; and the
-# Streaming run again with 2 fragments in flight (fragments_in_flight; the worker's --fragments-in-flight).
+# Streaming run again with 2 fragments in flight (fragments_in_flight; the worker's --fragments-in-flight),
+# its PyTorch worker through a host mirror of its parameters (REDILOCO_HOST_COPY=1: the path of a model on a
+# GPU without device hooks, e.g. a process group's rank; copied to the mirror before each boundary, back
+# for each fragment applied).
 # Each run's shard digests equal those of the in-process reference that replays C trainers of the same ids
 # (tests/tools/ref_quadratic; for the async run tests/tools/ref_async, in the order
 # Redis applied the submissions); in the plain runs every worker's last sync also reports the
@@ -29,7 +32,7 @@ for mode in bf16 fp32 stream stream2 async; do
     --steps $((ROUNDS * H)) --heartbeat-interval 1 $flag > "$TMP/worker-w1-$mode.log" 2>&1 &
   eval "C_$mode=$!"; PIDS="$PIDS $!"
   for w in $(pyworkers_of $mode); do
-    $PYTHON tests/python/quad_worker.py "$URL" $RUN $w $((ROUNDS * H)) $H --numel $NUMEL --seed $SEED \
+    REDILOCO_HOST_COPY=$([ $mode = stream2 ] && echo 1) $PYTHON tests/python/quad_worker.py "$URL" $RUN $w $((ROUNDS * H)) $H --numel $NUMEL --seed $SEED \
       $flag --digests "$TMP/$w-$mode.digests" > "$TMP/py-$w-$mode.log" 2>&1 &
     eval "PY_${w}_$mode=$!"; PIDS="$PIDS $!"
   done
@@ -59,6 +62,9 @@ for mode in bf16 fp32 stream stream2 async; do
   if [ $mode = async ]; then
     say "async: a C and a PyTorch worker bit-identical to the replay of $(sed 's/.*replayed //' "$TMP/ref-$mode.log")"
     continue
+  fi
+  if [ $mode = stream2 ]; then
+    grep -q 'over pinned host copy' "$TMP/py-w2-$mode.log" || fail "stream2: w2 not through the host mirror: $(cat "$TMP/py-w2-$mode.log")"
   fi
   if [ $mode = stream ] || [ $mode = stream2 ]; then
     say "$mode: a C and a PyTorch worker, 4 fragments, $flag: shards bit-identical to the fragment-schedule reference ($(shard_versions $RUN))"

@@ -311,9 +311,6 @@ class DiLoCo:
 
     def _check_fragments(self):
         nf = self.num_fragments
-        if self._flat.device_copy and nf > 1:
-            raise DiLoCoError("run %r has %d Streaming fragments: a model off the CPU is supported for plain "
-                              "DiLoCo only (move it to the CPU or use a run without --fragments)" % (self.run, nf))
         if self.fragment_sync_delay is not None:
             want = max(1, self.sync_every // nf) * self.fragments_in_flight if nf > 1 else 0
             if self.fragment_sync_delay != want:

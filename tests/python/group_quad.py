@@ -87,6 +87,7 @@ def rank_main(rank, args, init_file):
         out.flush()
     dl = rediloco.DiLoCo(args.url, args.run, model, inner, sync_every=args.h, worker_id=args.worker_id,
                          bf16=not args.no_bf16, error_feedback=args.error_feedback, heartbeat_interval=args.heartbeat,
+                         fragment_update_alpha=args.fragment_alpha, fragments_in_flight=args.fragments_in_flight,
                          process_group=pg)
     try:
         dl.open()
@@ -135,6 +136,8 @@ def main():
     ap.add_argument("--seed", type=int, required=True)
     ap.add_argument("--no-bf16", action="store_true")
     ap.add_argument("--error-feedback", action="store_true")
+    ap.add_argument("--fragment-alpha", type=float, default=0.0, help="Streaming: fragment_update_alpha")
+    ap.add_argument("--fragments-in-flight", type=int, default=1, help="Streaming: fragments_in_flight")
     ap.add_argument("--out", default=None)
     ap.add_argument("--heartbeat", type=float, default=1.0)
     ap.add_argument("--step-delay", type=float, default=0.0)

@@ -7,7 +7,8 @@
 # reference of two single workers g1, g2 (tests/tools/ref_quadratic; bf16, and in two more runs fp32, and
 # int3 with --download update and error feedback; in the fp32 run g2's ranks sync through a host mirror of their
 # parameters, REDILOCO_HOST_COPY=1, the path of a rank whose model is on a GPU; and a Streaming run of 2
-# fragments, against the fragment-schedule reference), the two groups are each closed
+# fragments, fragment alpha 0.5 and 2 in flight, g2 through the host mirror again, against the
+# fragment-schedule reference), the two groups are each closed
 # round's only participants, and in the last rounds a group's ranks together sent and received exactly
 # one process's bytes (2 and 4 per parameter, bf16); (2) mixed: a group g1, a single PyTorch worker w2
 # and a C worker w3 in one run: bit-identical to the reference of g1, w2, w3, and every member reports
@@ -31,11 +32,11 @@ group() { # RUN ID [FLAGS]: a launcher of its own (START=spawn)
 if [ "${START:-fork}" = spawn ]; then
   group pgx g1; group pgx g2; group pgmix g1; group pgx gbad --bad-model
   group pgf g1 --no-bf16; group pgf g2 --no-bf16 --host-copy; group pgi g1 --error-feedback; group pgi g2 --error-feedback
-  group pgs g1; group pgs g2
+  group pgs g1 --fragment-alpha 0.5 --fragments-in-flight 2; group pgs g2 --fragment-alpha 0.5 --fragments-in-flight 2 --host-copy
 else # one launcher (one torch import) forks the ranks of all four groups
   $PYTHON tests/python/group_quad.py "$URL" pgx g1 $((ROUNDS * H)) $H --ranks 2 --numel $NUMEL --seed $SEED \
     --out "$TMP/pgx-g1" --start-method fork --also pgx:g2 --also pgmix:g1 --also pgx:gbad:bad \
-    --also pgf:g1:fp32 --also pgf:g2:fp32:copy --also pgi:g1:ef --also pgi:g2:ef --also pgs:g1 --also pgs:g2 \
+    --also pgf:g1:fp32 --also pgf:g2:fp32:copy --also pgi:g1:ef --also pgi:g2:ef --also pgs:g1:alpha=0.5:flight=2 --also pgs:g2:alpha=0.5:flight=2:copy \
     > "$TMP/py-groups.log" 2>&1 &
   PIDS="$PIDS $!"; GROUPS_PIDS=$!
 fi
@@ -97,15 +98,19 @@ for r in 0 1; do
   [ "$(grep '^path' "$TMP/pgf-g1.rank$r")" = "path cpu" ] || fail "pgf g1 rank $r: $(grep '^path' "$TMP/pgf-g1.rank$r")"
 done
 say "pgf: g2's ranks synced through a host mirror (the path of a model on a GPU), g1's in place: the same digests"
-# Streaming (2 fragments of 4 shards, a fragment every 5 steps): each rank moves a part of every fragment, and a
-# fragment's round made at one boundary is applied at the next, as a single worker applies its fragment in flight
+# Streaming (2 fragments of 4 shards, a fragment every 5 steps, alpha 0.5, 2 in flight): each rank moves a part of
+# every fragment, and a fragment's round made at one boundary is applied two boundaries later, mixed half and half
+# with the ranks' own values, as a single worker applies its fragments in flight; g2 through the host mirror
 build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers g1,g2 --sync-every $H --steps $((ROUNDS * H)) \
-  --alpha 0 --bounds "$($RCLI HGET "dl:{pgs}:config" shard_bounds)" --frag-bounds "$($RCLI HGET "dl:{pgs}:config" frag_bounds)" \
+  --alpha 0.5 --in-flight 2 --bounds "$($RCLI HGET "dl:{pgs}:config" shard_bounds)" --frag-bounds "$($RCLI HGET "dl:{pgs}:config" frag_bounds)" \
   > "$TMP/ref-pgs.txt" || fail "Streaming reference"
 shard_digests pgs > "$TMP/got-pgs.txt"
 grep '^shard' "$TMP/ref-pgs.txt" | diff - "$TMP/got-pgs.txt" > "$TMP/diff.txt" \
   || fail "pgs: shard digests differ from the fragment-schedule reference of two single workers: $(cat "$TMP/diff.txt")"
-say "pgs (Streaming, 2 fragments): 2 PyTorch groups of 2 ranks bit-identical to 2 single workers ($(shard_versions pgs) versions)"
+for r in 0 1; do
+  [ "$(grep '^path' "$TMP/pgs-g2.rank$r")" = "path pinned host copy" ] || fail "pgs g2 rank $r: $(grep '^path' "$TMP/pgs-g2.rank$r")"
+done
+say "pgs (Streaming, 2 fragments, alpha 0.5, 2 in flight, g2 through the host mirror): 2 PyTorch groups of 2 ranks bit-identical to 2 single workers ($(shard_versions pgs) versions)"
 
 check_ref pgmix g1,w2,w3
 { grep -h '^sync' "$TMP/pgmix-g1.rank0" "$TMP/pgmix-g1.rank1" | awk '{print $2, $3}'

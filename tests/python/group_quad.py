@@ -15,9 +15,10 @@ default group on NCCL for DDP (a GPU per rank) and DiLoCo on a gloo group of the
 whose model is on a GPU, devicehooks.py) although the model is on the CPU; each rank writes "path <transfer path>"
 after it joined.
 
---also RUN:WORKER_ID[:bad|:fp32|:ef|:copy...] (repeatable, with --start-method fork): this launcher starts those groups
-too, with the same arguments (their --out PREFIX: PREFIX's folder, RUN-WORKER_ID; ":bad" as --bad-model, ":fp32" as
---no-bf16, ":ef" as --error-feedback, ":copy" as --host-copy; several may follow each other), so a test
+--also RUN:WORKER_ID[:bad|:fp32|:ef|:copy|:alpha=A|:flight=D...] (repeatable, with --start-method fork): this launcher
+starts those groups too, with the same arguments (their --out PREFIX: PREFIX's folder, RUN-WORKER_ID; ":bad" as
+--bad-model, ":fp32" as --no-bf16, ":ef" as --error-feedback, ":copy" as --host-copy, ":alpha=A" as --fragment-alpha A,
+":flight=D" as --fragments-in-flight D; several may follow each other), so a test
 imports torch once for all its groups. Each group's exit status goes to its PREFIX.exit; the launcher exits 0
 when every group did."""
 import argparse
@@ -147,7 +148,7 @@ def main():
     ap.add_argument("--nccl", action="store_true", help="DDP on NCCL (one GPU per rank), DiLoCo on a gloo group")
     ap.add_argument("--start-method", default="spawn", choices=("spawn", "fork"),
                     help="fork: the ranks need not import torch again (the tests, on a busy machine)")
-    ap.add_argument("--also", action="append", default=[], metavar="RUN:WORKER_ID[:bad|:fp32|:ef|:copy...]",
+    ap.add_argument("--also", action="append", default=[], metavar="RUN:WORKER_ID[:bad|:fp32|:ef|:copy|:alpha=A|:flight=D...]",
                     help="start this group too (fork only): one torch import for several groups")
     args = ap.parse_args()
     torch.set_num_threads(1)
@@ -165,6 +166,11 @@ def main():
         g.run, g.worker_id, g.bad_model = run, wid, "bad" in flag
         g.no_bf16, g.error_feedback = args.no_bf16 or "fp32" in flag, args.error_feedback or "ef" in flag
         g.host_copy = args.host_copy or "copy" in flag
+        for f in flag:
+            if f.startswith("alpha="):
+                g.fragment_alpha = float(f[len("alpha="):])
+            elif f.startswith("flight="):
+                g.fragments_in_flight = int(f[len("flight="):])
         g.out = os.path.join(os.path.dirname(args.out), "%s-%s" % (run, wid))
         groups.append(g)
     return forked.run_groups(rank_main, groups)

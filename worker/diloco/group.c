@@ -274,14 +274,6 @@ static int exchange_fragment(diloco *d, int f, char *err, size_t errlen)
     return 0;
 }
 
-/* params[lo, hi) = alpha*local + (1-alpha)*base, base the new global values: a Streaming fragment with
- * --fragment-alpha, in params_apply's arithmetic (a group applies it as a single worker does) */
-static void mix_local(diloco *d, size_t lo, size_t hi, const float *local, double alpha)
-{
-    float a = (float)alpha, b = (float)(1.0 - alpha);
-    for (size_t i = lo; i < hi; i++) d->params[i] = a * local[i - lo] + b * d->base[i];
-}
-
 /* The exchange of fragment f, or of every fragment (f < 0), then the trainer told. With alpha above 0 the
  * parameters of f become the mix of the ranks' own (the same on every rank: their data-parallel training
  * keeps them equal) and the new global values, which the exchange itself overwrites: kept aside first. */
@@ -309,7 +301,7 @@ static int exchange(diloco *d, int f, double alpha, char *err, size_t errlen)
             return -1;
         }
     d->grp_dirty = 0;
-    if (local) mix_local(d, lo, hi, local, alpha);
+    if (local) params_mix(d, lo, hi, local, alpha); /* params_apply's arithmetic: as a single worker mixes */
     free(local);
     return params_changed(d, lo, hi - lo, err, errlen);
 }

@@ -407,6 +407,9 @@ int lookahead_enter(diloco *d, int f, char *err, size_t errlen); /* params[f] = 
 void params_adopt(diloco *d, int first_shard, int last_shard);
 /* Put base[f] into params[f]: copy, or params = alpha*params + (1-alpha)*base; tell the trainer. */
 int params_apply(diloco *d, int f, double alpha, char *err, size_t errlen);
+/* params[lo, hi) = alpha*own + (1-alpha)*base in host memory, own[0] the value of element lo (params + lo
+ * itself, or a copy a process group's exchange kept aside): Streaming's mix, one arithmetic for both */
+void params_mix(diloco *d, size_t lo, size_t hi, const float *own, double alpha);
 int params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen); /* trainer callback */
 /* params_adopt then params_changed over shards [first_shard, last_shard): the trainer takes what base holds
  * there. 0, or -1 + err (a failed device load or trainer callback). */

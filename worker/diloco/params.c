@@ -22,6 +22,12 @@ void params_adopt(diloco *d, int first_shard, int last_shard)
     }
 }
 
+void params_mix(diloco *d, size_t lo, size_t hi, const float *own, double alpha)
+{
+    float a = (float)alpha, b = (float)(1.0 - alpha);
+    for (size_t i = lo; i < hi; i++) d->params[i] = a * own[i - lo] + b * d->base[i];
+}
+
 /* params[f] = base[f], or params[f] = alpha*params[f] + (1-alpha)*base[f] (Streaming DiLoCo). */
 int params_apply(diloco *d, int f, double alpha, char *err, size_t errlen)
 {
@@ -32,8 +38,7 @@ int params_apply(diloco *d, int f, double alpha, char *err, size_t errlen)
     } else if (d->dev) {
         if (dl_dev_load(d, d->base, lo, hi - lo, DILOCO_LOAD_MIX, alpha, err, errlen) < 0) return -1;
     } else {
-        float a = (float)alpha, b = (float)(1.0 - alpha);
-        for (size_t i = lo; i < hi; i++) d->params[i] = a * d->params[i] + b * d->base[i];
+        params_mix(d, lo, hi, d->params + lo, alpha);
     }
     return params_changed(d, lo, hi - lo, err, errlen);
 }

@@ -409,8 +409,8 @@ static int parse_fsdp_ranks(init_args *a)
         p = end + 1;
     }
     if (a->async || a->fragments > 1) {
-        fprintf(stderr, "coordinator init: --fsdp-ranks makes a run for process groups, which are for sync runs of "
-                        "one fragment (no --async, no --fragments)\n");
+        fprintf(stderr, "coordinator init: --fsdp-ranks makes a run for sharded process groups, which are for sync "
+                        "runs of one fragment (no --async, no --fragments)\n");
         return -1;
     }
     return 0;

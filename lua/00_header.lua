@@ -26,7 +26,7 @@ and fails with a fixed error code (first word of the error):
   SHUTDOWN        the run has been shut down
   OLDRUN          the run was created by another version of this library (its keys are laid out differently)
   GROUP           a process group's ranks are not in step (a rank joining a group that already synced,
-                  a rank arriving before every rank joined)
+                  a rank arriving, or its rank 0 submitting, before every rank joined)
 
 All keys of run R carry the hash tag {R} so a Redis Cluster keeps them on one node; KEYS[1] is always
 dl:{R}:config and the other names are derived from it. The format of every key is documented in

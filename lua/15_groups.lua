@@ -73,6 +73,18 @@ end
 
 -- Record rank `rank`'s arrival at barrier B; true when the whole group (every rank, this incarnation)
 -- has arrived, so the group's own arrival a:<w> may be written.
+-- A group takes part in a round (arrives: dl_arrive; async, its rank 0 submits: dl_submit) only once every
+-- rank joined. GROUP otherwise.
+local function check_group_joined(w, rec, verb)
+    if group_size(rec) <= 1 then return end
+    for q = 1, rec.group do
+        if rec.gjoin[q] ~= 1 then
+            error('GROUP rank ' .. (q - 1) .. ' of worker ' .. w .. ' has not joined: a group ' .. verb ..
+                  ' only once every rank joined')
+        end
+    end
+end
+
 local function group_arrived(B, w, rec, inc, rank)
     redis.call('HSET', B, 'g:' .. w .. ':' .. rank, inc)
     for q = 0, rec.group - 1 do

@@ -25,14 +25,7 @@ local function dl_arrive(keys, args)
         error('STALE round ' .. r .. ' of fragment ' .. f .. ' is not open (open round is ' .. cur ..
               '); fetch the current parameters and start a new round')
     end
-    if group_size(rec) > 1 then
-        for q = 1, rec.group do
-            if rec.gjoin[q] ~= 1 then
-                error('GROUP rank ' .. (q - 1) .. ' of worker ' .. w .. ' has not joined: a group arrives ' ..
-                      'only once every rank joined')
-            end
-        end
-    end
+    check_group_joined(w, rec, 'arrives')
     local B = barrier_key(P, f, r)
     local whole = group_size(rec) <= 1 or group_arrived(B, w, rec, inc, rank)
     if group_size(rec) > 1 then rec.synced = true end
@@ -185,6 +178,7 @@ local function dl_submit(keys, args)
     reap(P, now)
     check_running(P)
     local rec = check_member(P, w, inc, 'dl_submit', {'frag', f})
+    check_group_joined(w, rec, 'submits')
     local again = repeated_submission(rec, n, f, (#args - 4) / 2)
     if again then
         redis.call('ZADD', P .. ':heartbeats', now, w)
@@ -220,6 +214,7 @@ local function dl_submit(keys, args)
     rec.stale_mean = rec.stale_sum / rec.stale_n
     rec.stale_max = math.max(rec.stale_max or 0, worst)
     rec.sub_no, rec.sub_frag, rec.sub_seqs = n, f, seqs
+    if group_size(rec) > 1 then rec.synced = true end
     put_worker(P, w, rec)
     redis.call('ZADD', P .. ':heartbeats', now, w)
     return seqs

@@ -8,7 +8,7 @@
 # int3 with --download update and error feedback; in the fp32 run g2's ranks sync through a host mirror of their
 # parameters, REDILOCO_HOST_COPY=1, the path of a rank whose model is on a GPU; and a Streaming run of 2
 # fragments, fragment alpha 0.5 and 2 in flight, g2 through the host mirror again, against the
-# fragment-schedule reference), the two groups are each closed
+# fragment-schedule reference; and an async run, against the replay of its order, tests/tools/ref_async), the two groups are each closed
 # round's only participants, and in the last rounds a group's ranks together sent and received exactly
 # one process's bytes (2 and 4 per parameter, bf16); (2) mixed: a group g1, a single PyTorch worker w2
 # and a C worker w3 in one run: bit-identical to the reference of g1, w2, w3, and every member reports
@@ -22,7 +22,8 @@ init_run pgmix --trainer quadratic --numel $NUMEL --shards 8 --workers 3 --seed 
 init_run pgf --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED
 init_run pgi --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED --compress int3 --download update
 init_run pgs --trainer quadratic --numel $NUMEL --shards 8 --fragments 2 --workers 2 --seed $SEED
-for RUN in pgx pgmix pgf pgi pgs; do start_server a$RUN --lease-ttl-ms 2000; start_server b$RUN --lease-ttl-ms 2000; done
+init_run pga --async --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED --dn-buffer-size 2
+for RUN in pgx pgmix pgf pgi pgs pga; do start_server a$RUN --lease-ttl-ms 2000; start_server b$RUN --lease-ttl-ms 2000; done
 group() { # RUN ID [FLAGS]: a launcher of its own (START=spawn)
   r=$1; id=$2; shift 2
   ($PYTHON tests/python/group_quad.py "$URL" $r $id $((ROUNDS * H)) $H --ranks 2 --numel $NUMEL --seed $SEED \
@@ -33,10 +34,11 @@ if [ "${START:-fork}" = spawn ]; then
   group pgx g1; group pgx g2; group pgmix g1; group pgx gbad --bad-model
   group pgf g1 --no-bf16; group pgf g2 --no-bf16 --host-copy; group pgi g1 --error-feedback; group pgi g2 --error-feedback
   group pgs g1 --fragment-alpha 0.5 --fragments-in-flight 2; group pgs g2 --fragment-alpha 0.5 --fragments-in-flight 2 --host-copy
+  group pga g1; group pga g2 --host-copy
 else # one launcher (one torch import) forks the ranks of all four groups
   $PYTHON tests/python/group_quad.py "$URL" pgx g1 $((ROUNDS * H)) $H --ranks 2 --numel $NUMEL --seed $SEED \
     --out "$TMP/pgx-g1" --start-method fork --also pgx:g2 --also pgmix:g1 --also pgx:gbad:bad \
-    --also pgf:g1:fp32 --also pgf:g2:fp32:copy --also pgi:g1:ef --also pgi:g2:ef --also pgs:g1:alpha=0.5:flight=2 --also pgs:g2:alpha=0.5:flight=2:copy \
+    --also pgf:g1:fp32 --also pgf:g2:fp32:copy --also pgi:g1:ef --also pgi:g2:ef --also pgs:g1:alpha=0.5:flight=2 --also pgs:g2:alpha=0.5:flight=2:copy --also pga:g1 --also pga:g2:copy \
     > "$TMP/py-groups.log" 2>&1 &
   PIDS="$PIDS $!"; GROUPS_PIDS=$!
 fi
@@ -46,7 +48,7 @@ PW2=$!; PIDS="$PIDS $!"
 RUN=pgmix start_worker w3 --sync-every $H --steps $((ROUNDS * H)) --heartbeat-interval 1
 for pid in $GROUPS_PIDS; do wait "$pid"; done
 exit_of() { cat "$TMP/$1.exit" 2>/dev/null || echo "none"; } # GROUP: its launcher's exit status (per group)
-for p in pgx-g1 pgx-g2 pgmix-g1 pgf-g1 pgf-g2 pgi-g1 pgi-g2 pgs-g1 pgs-g2; do [ "$(exit_of $p)" = 0 ] || fail "group $p failed: $(cat "$TMP"/py-*.log | tail -n 20)"; done
+for p in pgx-g1 pgx-g2 pgmix-g1 pgf-g1 pgf-g2 pgi-g1 pgi-g2 pgs-g1 pgs-g2 pga-g1 pga-g2; do [ "$(exit_of $p)" = 0 ] || fail "group $p failed: $(cat "$TMP"/py-*.log | tail -n 20)"; done
 wait "$PW2" || fail "PyTorch worker w2 exited with status $?"
 RUN=pgmix; wait_workers w3
 
@@ -111,6 +113,13 @@ for r in 0 1; do
   [ "$(grep '^path' "$TMP/pgs-g2.rank$r")" = "path pinned host copy" ] || fail "pgs g2 rank $r: $(grep '^path' "$TMP/pgs-g2.rank$r")"
 done
 say "pgs (Streaming, 2 fragments, alpha 0.5, 2 in flight, g2 through the host mirror): 2 PyTorch groups of 2 ranks bit-identical to 2 single workers ($(shard_versions pgs) versions)"
+# async (Delayed Nesterov 2): each group's rank 0 places the group's submission, every rank delivers its part;
+# the run is the replay of the order Redis recorded, each group one worker (tests/tools/ref_async); g2 through the
+# host mirror
+ref_async_check pga $H "(2 PyTorch groups of 2 ranks, g2 through the host mirror)" --sync-every 20
+for r in 0 1; do
+  [ "$(grep '^path' "$TMP/pga-g2.rank$r")" = "path pinned host copy" ] || fail "pga g2 rank $r: $(grep '^path' "$TMP/pga-g2.rank$r")"
+done
 
 check_ref pgmix g1,w2,w3
 { grep -h '^sync' "$TMP/pgmix-g1.rank0" "$TMP/pgmix-g1.rank1" | awk '{print $2, $3}'

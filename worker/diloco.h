@@ -149,10 +149,11 @@ typedef struct diloco_device_ops {
  * by size; in a Streaming run a part of each fragment) over its own connections, so the group sends and receives what one process would, and the
  * ranks broadcast their parts to each other after every sync. The group arrives at a barrier only when
  * every rank pushed its part, and a rank that stops beating (dies) has the whole group evicted, so no
- * partial contribution of a group is ever committed. Sync runs, plain DiLoCo or Streaming (each rank moves
- * a part of every fragment; any fragments in flight and fragment alpha), with or without DyLU (the group is
- * assigned one H; every rank takes it at the same sync), without device hooks, for now. docs/PROTOCOL.md
- * "Process groups" has the protocol.
+ * partial contribution of a group is ever committed. Sync and async runs (async: rank 0 places the group's
+ * submission, every rank delivers its part), plain DiLoCo or Streaming (each rank moves a part of every
+ * fragment; any fragments in flight and fragment alpha), with or without DyLU (the group is assigned one H;
+ * every rank takes it at the same sync); for now without device hooks, --async-lookahead, and sharded
+ * groups in async runs. docs/PROTOCOL.md "Process groups" has the protocol.
  *
  * Both hooks are collectives: every rank calls them in the same order, from the thread inside
  * diloco_open / diloco_after_step / diloco_force_sync. They return 0, or -1 with err filled; they must

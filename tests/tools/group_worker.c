@@ -36,7 +36,8 @@
  * so every rank takes the same AdamW step and the ranks' parameters stay identical.
  *
  * usage: group_worker --redis URL --run RUN --worker-id ID --ranks R --steps N --sync-every H
- *                     [--no-bf16] [--error-feedback] [--heartbeat-ms MS] [--sharded]
+ *                     [--no-bf16] [--error-feedback] [--heartbeat-ms MS] [--sync-timeout-ms MS (30000)]
+ *                     [--net-timeout-ms MS (diloco_options')] [--sharded]
  *                     [--step-delay-ms MS] (every rank sleeps MS after each inner step: a slower machine)
  *                     [--dylu] (follow the H the run's DyLU assigns the group: diloco_options.dylu)
  *                     [--fragment-alpha A] [--fragments-in-flight D] (Streaming: diloco_options')
@@ -93,7 +94,7 @@ typedef struct rank_ctx {
     const char *redis, *run, *worker_id, *bad;
     char netns[64]; /* --rank-netns: this rank's network namespace ("" : the process's) */
     long steps;
-    int sync_every, bf16, error_feedback, heartbeat_ms, step_delay_ms, dylu, in_flight;
+    int sync_every, bf16, error_feedback, heartbeat_ms, sync_timeout_ms, net_timeout_ms, step_delay_ms, dylu, in_flight;
     double alpha;
     size_t numel;
     uint64_t seed;
@@ -292,7 +293,8 @@ static void *rank_main(void *p)
     o.fragment_alpha = c->alpha;
     if (c->in_flight > 0) o.fragments_in_flight = c->in_flight;
     o.heartbeat_interval_ms = c->heartbeat_ms;
-    o.sync_timeout_ms = 30000;
+    o.sync_timeout_ms = c->sync_timeout_ms;
+    if (c->net_timeout_ms > 0) o.net_timeout_ms = c->net_timeout_ms;
     o.group = (diloco_group_ops){
         .size = c->sh->ranks, .rank = c->rank, .ctx = c, .allgather = allgather, .broadcast = broadcast};
     if (c->bad && c->rank == 1) {
@@ -401,7 +403,7 @@ int main(int argc, char **argv)
 {
     gpt_openblas_autotune(argv); /* may re-execute us with faster BLAS kernels: must come first */
     static shared sh;
-    rank_ctx base = {.sh = &sh, .bf16 = 1, .heartbeat_ms = 1000};
+    rank_ctx base = {.sh = &sh, .bf16 = 1, .heartbeat_ms = 1000, .sync_timeout_ms = 30000};
     int ranks = 2;
     const char *netns = NULL;
     static struct option opts[] = {{"redis", 1, 0, 'r'},
@@ -413,6 +415,8 @@ int main(int argc, char **argv)
                                    {"no-bf16", 0, 0, 'b'},
                                    {"error-feedback", 0, 0, 'e'},
                                    {"heartbeat-ms", 1, 0, 'm'},
+                                   {"sync-timeout-ms", 1, 0, 'T'},
+                                   {"net-timeout-ms", 1, 0, 'W'},
                                    {"bad", 1, 0, 'x'},
                                    {"trainer", 1, 0, 't'},
                                    {"rank-netns", 1, 0, 'N'},
@@ -433,6 +437,8 @@ int main(int argc, char **argv)
         case 'b': base.bf16 = 0; break;
         case 'e': base.error_feedback = 1; break;
         case 'm': base.heartbeat_ms = atoi(optarg); break;
+        case 'T': base.sync_timeout_ms = atoi(optarg); break;
+        case 'W': base.net_timeout_ms = atoi(optarg); break;
         case 'x': base.bad = optarg; break;
         case 't': base.gpt = !strcmp(optarg, "gpt"); break;
         case 'N': netns = optarg; break;

@@ -10,7 +10,11 @@
  * As in sync mode, Δ is kept until every get returned, and resent to whoever says it lacks it. A
  * submission that got its places and then failed (DL_FAIL: training goes on) is completed before the
  * fragment's next Δ, never redone (async_complete): its Δ may have been applied already; one still pending
- * when the session closes is completed by the close (async_complete_closing). */
+ * when the session closes is completed by the close (async_complete_closing).
+ *
+ * A process group's rank moves only its part of a fragment's shards (dl_first_shard): its rank 0 places the
+ * group's submission for the whole fragment (async_place) and every rank delivers its part (async_deliver),
+ * group.c making the collectives around them. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -68,11 +72,9 @@ static int submit(diloco *d, int f, int first, int last, char *err, size_t errle
     return rc;
 }
 
-/* Our submission's Δ of each shard to its place in that shard's order, then each shard once the submission
- * is applied (resent to an owner that lacks it); base[f] takes the versions got. */
-static int deliver(diloco *d, int f, char *err, size_t errlen)
+int async_deliver(diloco *d, int f, char *err, size_t errlen)
 {
-    int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
+    int first = dl_first_shard(d, f), last = dl_last_shard(d, f); /* (a group's rank: its part of f) */
     int rc = fanout_push_each(d, first, last, d->seq, err, errlen);
     fanout_get_arg ga = {.may_push = 1, .after = d->seq};
     if (rc == DL_OK) rc = fanout_get(d, first, last, &ga, err, errlen);
@@ -85,21 +87,27 @@ static int deliver(diloco *d, int f, char *err, size_t errlen)
     return DL_OK;
 }
 
-int async_submit_net(diloco *d, int f, char *err, size_t errlen)
+int async_place(diloco *d, int f, char *err, size_t errlen)
 {
-    int first = d->rc.frag_bounds[f];
     int rc = DL_RETRY;
     d->submission++;
     for (unsigned attempt = 0; rc == DL_RETRY && attempt < 5; attempt++) {
-        rc = submit(d, f, first, d->rc.frag_bounds[f + 1], err, errlen);
+        rc = submit(d, f, d->rc.frag_bounds[f], d->rc.frag_bounds[f + 1], err, errlen);
         if (rc != DL_RETRY || dl_stopping(d)) break; /* (a stop: not sent again, as after the 5th) */
         sleep_ms(backoff_ms(attempt, 50, 1000));
     }
-    if (rc != DL_OK) return rc == DL_RETRY ? DL_FAIL : rc;
+    return rc == DL_RETRY ? DL_FAIL : rc;
+}
+
+int async_submit_net(diloco *d, int f, char *err, size_t errlen)
+{
+    int first = d->rc.frag_bounds[f];
+    int rc = async_place(d, f, err, errlen);
+    if (rc != DL_OK) return rc;
     /* From here the submission has its places: if it fails now, it is completed later (async_complete),
      * never sent again as part of another one. */
     d->frag_incomplete[f] = 1;
-    if ((rc = deliver(d, f, err, errlen)) != DL_OK) return rc;
+    if ((rc = async_deliver(d, f, err, errlen)) != DL_OK) return rc;
     log_debug("fragment %d: submission applied at version %" PRId64 " (got up to %" PRId64 ")", f, d->seq[first] + 1,
               d->shard_version[first]);
     return DL_OK;
@@ -119,8 +127,8 @@ int async_submit_net(diloco *d, int f, char *err, size_t errlen)
 int async_complete(diloco *d, int f, char *err, size_t errlen)
 {
     if (!d->frag_incomplete[f]) return DL_OK;
-    int first = d->rc.frag_bounds[f], last = d->rc.frag_bounds[f + 1];
-    int rc = deliver(d, f, err, errlen);
+    int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
+    int rc = async_deliver(d, f, err, errlen);
     if (rc == DL_STALE || rc == DL_EVICTED) {
         log_warn("fragment %d: the submission whose result did not come cannot be completed (%s); continuing from "
                  "the current global parameters",
@@ -147,8 +155,8 @@ int async_complete(diloco *d, int f, char *err, size_t errlen)
 int async_complete_closing(diloco *d, int f, char *err, size_t errlen)
 {
     if (!d->frag_incomplete[f]) return DL_OK;
-    int first = d->rc.frag_bounds[f];
-    int rc = deliver(d, f, err, errlen);
+    int first = dl_first_shard(d, f);
+    int rc = async_deliver(d, f, err, errlen);
     if (rc == DL_OK)
         log_info("fragment %d: the submission whose result did not come is applied (version %" PRId64
                  " of shard %d) before closing",

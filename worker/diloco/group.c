@@ -2,8 +2,8 @@
  * that are ONE worker of the run (diloco.h "Process groups", docs/PROTOCOL.md "Process groups").
  *
  * The ranks talk to each other only through the host's two collectives (o.group.allgather, .broadcast).
- * Every step below that involves more than one rank is one allgather of a fixed-size group_msg, made by
- * every rank whatever its own outcome, so the ranks always decide the same thing from the same facts
+ * Every step below that involves more than one rank is one allgather of a fixed-size group_msg (in an async
+ * round followed by a number per shard of the fragment: gather_with), made by every rank whatever its own outcome, so the ranks always decide the same thing from the same facts
  * (and the same error reaches every rank):
  *
  *   open:     HELLO (each rank's options and whether it could read the run: they must agree), REGISTER
@@ -15,6 +15,11 @@
  *             exchange; else RECOVER: rank 0 says whether the group is still a member, it registers
  *             again if not (then every rank waits, as a joiner, for the open round to close), and FETCH
  *             as at open);
+ *   async:    the same, with a submission for the round: PREPARE also gives every rank's base versions of
+ *             its shards, rank 0 places the group's submission for the whole fragment (async.c async_place)
+ *             and PLACES hands the places to every rank, which delivers its part (async_deliver); a part
+ *             that failed gets one more try (COMPLETE), after which the group leaves the run rather than
+ *             carry a half-delivered submission (async_settle);
  *   Streaming (F fragments, one at a time): at each fragment boundary the fragment of the last boundary is
  *             applied (its exchange), then the next fragment's round is made as above, blocking, and its
  *             new values wait in base until the next boundary: a worker of one process applies a fragment
@@ -46,12 +51,24 @@
 
 #define GROUP_MAGIC 0x70756f72676c6455ull /* "Udlgroup" */
 
-enum { GRP_HELLO = 1, GRP_REGISTER, GRP_JOIN, GRP_FETCH, GRP_PREPARE, GRP_NET, GRP_RECOVER, GRP_CHECK };
+enum {
+    GRP_HELLO = 1,
+    GRP_REGISTER,
+    GRP_JOIN,
+    GRP_FETCH,
+    GRP_PREPARE,
+    GRP_NET,
+    GRP_RECOVER,
+    GRP_CHECK,
+    GRP_PLACES,
+    GRP_COMPLETE
+};
 
 static const char *step_name(int what)
 {
-    static const char *names[] = {"?", "open", "register", "join", "fetch", "prepare", "round", "recover", "check"};
-    return what >= GRP_HELLO && what <= GRP_CHECK ? names[what] : names[0];
+    static const char *names[] = {"?",     "open",    "register", "join",   "fetch",   "prepare",
+                                  "round", "recover", "check",    "places", "complete"};
+    return what >= GRP_HELLO && what <= GRP_COMPLETE ? names[what] : names[0];
 }
 
 /* What one rank tells the others at one collective. */
@@ -97,25 +114,10 @@ static void out_of_step(diloco *d, const group_msg *all, int r, char *err, size_
             r, all[r].call, step_name(all[r].what), d->grp_rank, all[d->grp_rank].call, step_name(all[d->grp_rank].what));
 }
 
-/* One allgather of msg from every rank into all[size], checked: every slot holds the rank it should, at
- * the same collective. -1 + err when the transport failed or the ranks are out of step. */
-static int gather(diloco *d, int what, group_msg *msg, group_msg *all, char *err, size_t errlen)
+/* The slots of one allgather: every one holds the rank it should, at the same collective. */
+static int check_gathered(diloco *d, const group_msg *all, char *err, size_t errlen)
 {
     int size = d->o.group.size;
-    msg->magic = GROUP_MAGIC;
-    msg->call = ++d->grp_calls;
-    msg->what = what;
-    msg->rank = d->grp_rank;
-    msg->size = size;
-    msg->ginc = dl_inc(d);
-    msg->gversion = d->frag_version ? d->frag_version[0] : 0;
-    snprintf(msg->gworker, sizeof msg->gworker, "%s", msg->ginc > 0 ? d->worker_id : "");
-    char herr[256] = "";
-    if (d->o.group.allgather(d->o.group.ctx, msg, sizeof *msg, all, herr, sizeof herr) < 0) {
-        err_set(err, errlen, "the group's allgather failed at its %s step (%s): a rank died or the transport broke",
-                step_name(what), herr[0] ? herr : "no message");
-        return -1;
-    }
     for (int r = 0; r < size; r++) {
         const group_msg *m = &all[r];
         if (m->magic != GROUP_MAGIC || m->size != size || m->rank != r) {
@@ -131,6 +133,58 @@ static int gather(diloco *d, int what, group_msg *msg, group_msg *all, char *err
         }
     }
     return 0;
+}
+
+/* One allgather of msg, followed by n numbers (mine), from every rank: all[size] the messages, vals[r * n + i]
+ * rank r's i-th number (vals may be NULL when n is 0). -1 + err when the transport failed or the ranks are out
+ * of step. */
+static int gather_with(diloco *d, int what, group_msg *msg, const int64_t *mine, int n, group_msg *all, int64_t *vals,
+                       char *err, size_t errlen)
+{
+    int size = d->o.group.size;
+    msg->magic = GROUP_MAGIC;
+    msg->call = ++d->grp_calls;
+    msg->what = what;
+    msg->rank = d->grp_rank;
+    msg->size = size;
+    msg->ginc = dl_inc(d);
+    msg->gversion = d->frag_version ? d->frag_version[0] : 0;
+    snprintf(msg->gworker, sizeof msg->gworker, "%s", msg->ginc > 0 ? d->worker_id : "");
+    size_t slot = sizeof *msg + (size_t)n * sizeof(int64_t);
+    unsigned char *in = (unsigned char *)msg, *out = (unsigned char *)all;
+    if (n > 0) { /* one slot per rank: the message, then its numbers */
+        in = malloc(slot);
+        out = malloc(slot * (size_t)size);
+        if (!in || !out) {
+            free(in);
+            free(out);
+            err_set(err, errlen, "out of memory");
+            return -1;
+        }
+        memcpy(in, msg, sizeof *msg);
+        memcpy(in + sizeof *msg, mine, (size_t)n * sizeof(int64_t));
+    }
+    char herr[256] = "";
+    int rc = d->o.group.allgather(d->o.group.ctx, in, slot, out, herr, sizeof herr);
+    if (rc < 0)
+        err_set(err, errlen, "the group's allgather failed at its %s step (%s): a rank died or the transport broke",
+                step_name(what), herr[0] ? herr : "no message");
+    if (n > 0) {
+        for (int r = 0; rc == 0 && r < size; r++) {
+            memcpy(&all[r], out + slot * (size_t)r, sizeof *msg);
+            memcpy(vals + (size_t)r * (size_t)n, out + slot * (size_t)r + sizeof *msg, (size_t)n * sizeof(int64_t));
+        }
+        free(in);
+        free(out);
+    }
+    return rc < 0 ? -1 : check_gathered(d, all, err, errlen);
+}
+
+/* One allgather of msg from every rank into all[size], checked: every slot holds the rank it should, at
+ * the same collective. -1 + err when the transport failed or the ranks are out of step. */
+static int gather(diloco *d, int what, group_msg *msg, group_msg *all, char *err, size_t errlen)
+{
+    return gather_with(d, what, msg, NULL, 0, all, NULL, err, errlen);
 }
 
 /* The first rank whose status is not DL_OK: its status, with "rank r: its message" in err. */
@@ -575,10 +629,11 @@ static int check_hello(diloco *d, const group_msg *all, char *err, size_t errlen
             return -1;
         }
     }
-    const char *why = d->rc.async                                   ? "asynchronous runs"
-                      : d->rc.nfragments > GROUP_FRAGMENTS_MAX      ? "runs of more than 32 fragments"
-                      : d->dev                                      ? "device hooks"
-                                                                    : NULL;
+    const char *why = d->rc.async && d->shard_ids                ? "asynchronous runs with a sharded group"
+                      : d->rc.async && d->rc.async_lookahead > 0 ? "--async-lookahead"
+                      : d->rc.nfragments > GROUP_FRAGMENTS_MAX   ? "runs of more than 32 fragments"
+                      : d->dev                                   ? "device hooks"
+                                                                 : NULL;
     if (why) {
         err_set(err, errlen, "process groups do not support %s yet: join this run with one process per worker", why);
         return -1;
@@ -638,7 +693,7 @@ int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, 
     return 0;
 }
 
-/* ---- a round ----------------------------------------------------------------------------------------- */
+/* ---- after a round: DyLU, a stop, recovery, the fragments that wait ------------------------------------ */
 
 /* DyLU: the run assigns the group one H, told to rank 0's heartbeat (lua/30_workers.lua dl_heartbeat: a
  * group's speed is rank 0's, its ranks step together). Rank 0 offers it in the last collective of a round
@@ -745,68 +800,211 @@ static int apply_pending(diloco *d, int keep, char *err, size_t errlen)
     return changed;
 }
 
+/* ---- async: the group's submission ------------------------------------------------------------------ */
+
+/* An async round's versions of fragment f's shards, which move on their own: rank 0 submits for all of them
+ * and so needs the base version of every shard, which only the rank moving it knows, and every rank reports
+ * the fragment's lowest. mine[i] (shard first + i) is filled for this rank's part; vals[r * n + i] is rank r's
+ * after a gather. n is 0 in a sync round (a fragment's shards are at one version there). */
+typedef struct frag_versions {
+    int first, n;
+    int64_t *mine, *vals;
+} frag_versions;
+
+static int versions_alloc(diloco *d, int f, frag_versions *v, char *err, size_t errlen)
+{
+    memset(v, 0, sizeof *v);
+    if (!d->rc.async) return 0;
+    v->first = d->rc.frag_bounds[f];
+    v->n = d->rc.frag_bounds[f + 1] - v->first;
+    v->mine = calloc((size_t)v->n, sizeof(int64_t));
+    v->vals = calloc((size_t)v->n * (size_t)d->o.group.size, sizeof(int64_t));
+    if (v->mine && v->vals) return 0;
+    err_set(err, errlen, "out of memory");
+    return -1;
+}
+
+static void versions_free(frag_versions *v)
+{
+    free(v->mine);
+    free(v->vals);
+}
+
+/* gather, with this rank's versions of its part of f (async rounds) */
+static int gather_versions(diloco *d, int f, int what, group_msg *me, frag_versions *v, group_msg *all, char *err,
+                           size_t errlen)
+{
+    for (int k = dl_first_shard(d, f); v->n > 0 && k < dl_last_shard(d, f); k++)
+        v->mine[k - v->first] = d->shard_version[k];
+    return gather_with(d, what, me, v->mine, v->n, all, v->vals, err, errlen);
+}
+
+/* After gather_versions: every shard's version is the one its rank gave, on every rank, and the fragment's
+ * version their lowest (a round's record and the group's messages say the same on every rank). */
+static void take_versions(diloco *d, int f, const frag_versions *v)
+{
+    if (v->n == 0) return;
+    int64_t lo = INT64_MAX;
+    for (int r = 0; r < d->o.group.size; r++) {
+        int first, last;
+        rank_shards(d, r, f, &first, &last);
+        for (int k = first; k < last; k++) {
+            d->shard_version[k] = v->vals[(size_t)r * (size_t)v->n + (size_t)(k - v->first)];
+            if (d->shard_version[k] < lo) lo = d->shard_version[k];
+        }
+    }
+    dl_set_frag_version(d, f, lo);
+}
+
+/* Async, instead of a barrier round: rank 0 places the group's submission for the whole fragment
+ * (async_place, from the base versions every rank gave at PREPARE), PLACES hands the places to every rank,
+ * and each delivers its part (async_deliver). me->status: rank 0's refusal (STALE, EVICTED, FAIL: nothing
+ * placed) on every rank, else this rank's delivery. -1 when the collective failed. */
+static int async_net(diloco *d, int f, group_msg *me, frag_versions *v, group_msg *all, char *err, size_t errlen)
+{
+    memset(me, 0, sizeof *me);
+    if (d->grp_rank == 0) {
+        me->status = dl_evicted(d) ? DL_EVICTED : async_place(d, f, me->err, sizeof me->err);
+        if (me->status == DL_EVICTED && !me->err[0])
+            snprintf(me->err, sizeof me->err, "evicted (heartbeats missed for longer than the timeout)");
+    }
+    if (gather_with(d, GRP_PLACES, me, d->seq + v->first, v->n, all, v->vals, err, errlen) < 0) return -1;
+    me->status = all[0].status;
+    snprintf(me->err, sizeof me->err, "%s", all[0].err);
+    if (me->status != DL_OK) return 0;
+    memcpy(d->seq + v->first, v->vals, (size_t)v->n * sizeof(int64_t)); /* rank 0's places */
+    /* From here the submission has its places: completed or abandoned together (async_settle), never
+     * sent again as part of another one. */
+    d->frag_incomplete[f] = 1;
+    me->status = async_deliver(d, f, me->err, sizeof me->err);
+    return 0;
+}
+
+/* Async, after NET: the group's submission has its places but a rank's part was not applied. Each such rank
+ * tries once more (its Δ kept: async_deliver); when every part is then applied, the round succeeded. When
+ * not, the group leaves the run, so that no owner waits for a place of ours (an async place of a dead
+ * incarnation becomes a no-op: shard-server/commit.c), and recover registers it again: a group does not
+ * carry a half-delivered submission into its next interval, where every rank would have to agree on its
+ * completion. *worst: the worst status of the ranks (DL_OK: applied); -1 when the collective failed. */
+static int async_settle(diloco *d, int f, frag_versions *v, group_msg *all, int *worst, char *err, size_t errlen)
+{
+    if (d->grp_rank == 0)
+        log_warn("fragment %d: the group's submission was not applied on every rank (%s); trying once more", f, err);
+    group_msg me = {0};
+    me.status = d->frag_incomplete[f] ? async_deliver(d, f, me.err, sizeof me.err) : DL_OK;
+    if (gather_versions(d, f, GRP_COMPLETE, &me, v, all, err, errlen) < 0) return -1;
+    *worst = worst_status(all, d->o.group.size);
+    if (*worst == DL_OK) {
+        if (d->grp_rank == 0) log_info("fragment %d: the group's submission was applied at a second try", f);
+        return 0;
+    }
+    first_failure(all, d->o.group.size, err, errlen);
+    if (d->grp_rank == 0) {
+        log_warn("fragment %d: the group's submission could not be delivered (%s); the group leaves the run and "
+                 "registers again (its places become no-ops)",
+                 f, err);
+        group_leave(d);
+    }
+    d->frag_incomplete[f] = 0; /* its places are no-ops once the incarnation is over */
+    return 0;
+}
+
+/* ---- a round ----------------------------------------------------------------------------------------- */
+
+/* The round's network part on every rank (NET): sync.c's round of this rank's part, or the group's async
+ * submission. The worst status of the ranks in *worst; -1 when a collective failed, 1 when stopping. */
+static int net(diloco *d, int f, frag_versions *v, group_msg *all, int *worst, char *err, size_t errlen)
+{
+    group_msg me = {0};
+    if (d->rc.async) {
+        if (async_net(d, f, &me, v, all, err, errlen) < 0) return -1;
+    } else {
+        me.status = round_net(d, f, 0, me.err, sizeof me.err);
+        if ((me.status == DL_FAIL || me.status == DL_CORRUPT) && d->cur.t_pushed_us == 0 && !dl_stopping(d))
+            group_leave(d); /* we never arrived: the others would wait at the barrier for the group forever */
+    }
+    me.v[1] = me.status == DL_OK && d->shard_ids ? (int64_t)part_shards_digest(d) : 0; /* of the new part */
+    me.v[2] = dylu_offer(d);
+    if (dl_stopping(d)) {
+        snprintf(err, errlen, "%s", me.err);
+        return 1;
+    }
+    int placed = d->rc.async && all[0].status == DL_OK; /* (all: the PLACES gather's) */
+    if (gather_versions(d, f, GRP_NET, &me, v, all, err, errlen) < 0) return -1;
+    *worst = worst_status(all, d->o.group.size);
+    first_failure(all, d->o.group.size, err, errlen);
+    if (*worst != DL_OK && placed && async_settle(d, f, v, all, worst, err, errlen) < 0) return -1;
+    if (*worst != DL_OK) return 0;
+    take_versions(d, f, v);
+    d->grp_digest = shards_digest_sum(all, d->o.group.size);
+    dylu_adopt(d, all[0].v[2]);
+    return 0;
+}
+
+/* PREPARE: each rank's Δ of its part, the group's tokens, and (async) every shard's base version. The worst
+ * status of the ranks in *worst (err: the first failure's); -1 when the collective failed, 1 when stopping. */
+static int prepare(diloco *d, int f, frag_versions *v, group_msg *all, int *worst, char *err, size_t errlen)
+{
+    group_msg me = {0};
+    prep_outcome p = round_prepare_delta(d, f, me.err, sizeof me.err);
+    me.status = p == PREP_SEND ? DL_OK : p == PREP_CORRUPT ? DL_CORRUPT : p == PREP_RESET ? DL_STALE : DL_FAIL;
+    me.v[0] = (int64_t)d->push_tokens[f];
+    if (dl_stopping(d)) {
+        snprintf(err, errlen, "%s", me.err);
+        return 1;
+    }
+    if (gather_versions(d, f, GRP_PREPARE, &me, v, all, err, errlen) < 0) return -1;
+    *worst = worst_status(all, d->o.group.size);
+    first_failure(all, d->o.group.size, err, errlen);
+    if (*worst != DL_OK) return 0;
+    uint64_t tokens = 0; /* the group's pseudo-gradient weighs all its ranks' tokens */
+    for (int r = 0; r < d->o.group.size; r++) tokens += (uint64_t)all[r].v[0];
+    d->push_tokens[f] = tokens;
+    take_versions(d, f, v);
+    return 0;
+}
+
+/* A round that completed on every rank: the exchange at once, or at the next boundary (defer: Streaming,
+ * apply_pending). 1 params changed, 0 not (deferred), -1. */
+static int completed(diloco *d, int f, int defer, int64_t round, uint64_t t0, char *err, size_t errlen)
+{
+    if (defer) {
+        d->grp_pending[d->grp_npending].frag = f; /* (at most D, itself at most the fragments) */
+        d->grp_pending[d->grp_npending].round = round;
+        d->grp_pending[d->grp_npending].t0 = t0;
+        d->grp_npending++;
+        return 0;
+    }
+    if (exchange(d, f, 0.0, err, errlen) < 0) return -1;
+    record(d, f, round, t0, 0);
+    return 1;
+}
+
 /* The group's round of fragment f: each rank's Δ of its part (PREPARE: all fine, or the group fetches
- * instead), the network round of its part (NET), then the exchange at once, or at the next boundary (defer:
- * Streaming, apply_pending). 1 params changed, 0 not (a deferred round), -1 fatal. */
+ * instead), the network round of its part (NET), then the exchange (completed). 1 params changed, 0 not (a
+ * deferred round), -1 fatal. */
 static int round_once(diloco *d, int f, int defer, char *err, size_t errlen)
 {
     round_begin(d);
     uint64_t t0 = now_ms();
     int64_t round = d->frag_version[f];
-    int size = d->o.group.size, worst = DL_STALE;
-    group_msg me = {0}, *all = calloc((size_t)size, sizeof *all);
-    if (!all) {
+    int worst = DL_STALE, rc = 0;
+    frag_versions v;
+    group_msg *all = calloc((size_t)d->o.group.size, sizeof *all);
+    if (!all || versions_alloc(d, f, &v, err, errlen) < 0) {
+        free(all);
         err_set(err, errlen, "out of memory");
         return -1;
     }
     snprintf(err, errlen, "a rank's parameters were out of step with the group's");
-    if (!d->grp_dirty) {
-        prep_outcome p = round_prepare_delta(d, f, me.err, sizeof me.err);
-        me.status = p == PREP_SEND ? DL_OK : p == PREP_CORRUPT ? DL_CORRUPT : p == PREP_RESET ? DL_STALE : DL_FAIL;
-        me.v[0] = (int64_t)d->push_tokens[f];
-        if (dl_stopping(d)) goto stop;
-        if (gather(d, GRP_PREPARE, &me, all, err, errlen) < 0) goto fatal;
-        worst = worst_status(all, size);
-        first_failure(all, size, err, errlen);
-    }
-    if (!d->grp_dirty && worst == DL_OK) {
-        uint64_t tokens = 0; /* the group's pseudo-gradient weighs all its ranks' tokens */
-        for (int r = 0; r < size; r++) tokens += (uint64_t)all[r].v[0];
-        d->push_tokens[f] = tokens;
-        memset(&me, 0, sizeof me);
-        me.status = round_net(d, f, 0, me.err, sizeof me.err);
-        me.v[1] = me.status == DL_OK && d->shard_ids ? (int64_t)part_shards_digest(d) : 0; /* of the new part */
-        me.v[2] = dylu_offer(d);
-        if (dl_stopping(d)) goto stop;
-        if ((me.status == DL_FAIL || me.status == DL_CORRUPT) && d->cur.t_pushed_us == 0)
-            group_leave(d); /* we never arrived: the others would wait at the barrier for the group forever */
-        if (gather(d, GRP_NET, &me, all, err, errlen) < 0) goto fatal;
-        worst = worst_status(all, size);
-        first_failure(all, size, err, errlen);
-        if (worst == DL_OK) {
-            d->grp_digest = shards_digest_sum(all, size);
-            dylu_adopt(d, all[0].v[2]);
-            free(all);
-            if (defer) {
-                d->grp_pending[d->grp_npending].frag = f; /* (at most D, itself at most the fragments) */
-                d->grp_pending[d->grp_npending].round = round;
-                d->grp_pending[d->grp_npending].t0 = t0;
-                d->grp_npending++;
-                return 0;
-            }
-            if (exchange(d, f, 0.0, err, errlen) < 0) return -1;
-            record(d, f, round, t0, 0);
-            return 1;
-        }
-    }
+    if (!d->grp_dirty) rc = prepare(d, f, &v, all, &worst, err, errlen);
+    if (rc == 0 && !d->grp_dirty && worst == DL_OK) rc = net(d, f, &v, all, &worst, err, errlen);
     free(all);
+    versions_free(&v);
+    if (rc < 0) return -1;
+    if (rc > 0) return stopped(d, err, err, errlen);
+    if (worst == DL_OK) return completed(d, f, defer, round, t0, err, errlen);
     return recover(d, worst, err, f, round, t0, err, errlen);
-stop:
-    free(all);
-    return stopped(d, me.err, err, errlen);
-fatal:
-    free(all);
-    return -1;
 }
 
 int group_round(diloco *d, int f, char *err, size_t errlen)
@@ -820,7 +1018,9 @@ int group_round(diloco *d, int f, char *err, size_t errlen)
 int group_stream_step(diloco *d, char *err, size_t errlen)
 {
     int changed = apply_pending(d, d->inflight_max - 1, err, errlen);
-    int rc = changed < 0 ? -1 : round_once(d, stream_next_fragment(d), 1, err, errlen);
+    int f = stream_next_fragment(d);
+    int rc = changed < 0 ? -1 : round_once(d, f, 1, err, errlen);
+    d->frag_next = (f + 1) % d->rc.nfragments; /* (async fragments go in turn: stream_next_fragment) */
     check_restart(d);
     return rc < 0 ? -1 : rc | changed;
 }

@@ -569,6 +569,15 @@ int fetch_current(diloco *d, int f, char *err, size_t errlen);
 /* Submit, push, get for fragment f; base[f] holds the versions we got. Once dl_submit gave the places,
  * a failure leaves the submission pending (frag_incomplete[f]) for async_complete. */
 int async_submit_net(diloco *d, int f, char *err, size_t errlen);
+/* The first half of it: dl_submit of a new submission (d->submission + 1) for every shard of fragment f
+ * from the base versions in shard_version, retried while Redis does not answer; d->seq takes the places.
+ * DL_OK; DL_STALE (older than --max-staleness), DL_EVICTED, DL_FAIL: no place was given. A process group's
+ * rank 0 places the group's submission (group.c). */
+int async_place(diloco *d, int f, char *err, size_t errlen);
+/* The second half: the Δ of each shard this session moves of fragment f (dl_first_shard..) to its place,
+ * then each such shard once the submission is applied (resent to an owner that lacks it); base takes the
+ * versions got, frag_incomplete[f] is cleared and frag_version[f] is the lowest of them. */
+int async_deliver(diloco *d, int f, char *err, size_t errlen);
 /* Before fragment f computes its next Δ: complete its pending submission, if any (DL_OK: none; DL_STALE:
  * completed, params[f] took the versions got and the steps trained meanwhile are dropped; DL_FAIL,
  * DL_CORRUPT: still pending). */

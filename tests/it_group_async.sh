@@ -1,0 +1,139 @@
+#!/bin/sh
+# it_group_async.sh: process groups in async runs (worker/diloco/group.c: async_net, async_settle). A group
+# of 2 ranks (tests/tools/group_worker, each rank moving half the shards of every fragment) submits as one
+# worker: at each boundary the ranks give their shards' base versions (PREPARE), rank 0 takes the places of
+# the whole fragment from dl_submit, hands them to the other rank (PLACES), each rank pushes its part's Δ to
+# its places and gets its shards once applied, and the ranks exchange the new values. So a group's
+# submission is the one a single process holding its parameters would make, and the run is bit-identical to
+# the in-process replay of the order Redis recorded (tests/tools/ref_async), in which the group is one
+# worker, and differs from the replay with the wrong H:
+#   gasync     plain async (Delayed Nesterov 3): the group g1 and two single workers of other speeds
+#   gastream   async Streaming, 2 fragments of 4 shards (H = 10: a fragment every 5 steps), alpha 0
+#   gastorm    plain async while shard-servers are killed at random (kill -9 every 1-1.5 s, and deaths
+#              between log write and commit): the ranks' pushes and gets follow the shards to their new
+#              owners, and nothing is applied twice or lost
+# Both ranks report a sync at the same steps. Then the limits: --async-lookahead and a sharded group in an
+# async run are refused on every rank, nothing registered.
+. "$(dirname "$0")/lib.sh"
+H=10; STEPS=60
+start_redis
+
+group() { # ID DELAY-MS [FLAGS...]: a group of 2 ranks as worker ID of $RUN; WRK_ID its pid (wait_workers)
+  id=$1; delay=$2; shift 2
+  build/tests/tools/group_worker --redis "$URL" --run "$RUN" --worker-id "$id" --ranks 2 --steps $STEPS \
+    --sync-every $H --heartbeat-ms 1000 --step-delay-ms "$delay" "$@" > "$TMP/$id-$RUN.out" 2> "$TMP/worker-$id.log" &
+  eval "WRK_$id=$!"; PIDS="$PIDS $!"
+}
+same_steps() { # ID: both ranks of group ID synced at the same steps, at least MIN times
+  s0=$(grep '^sync rank 0 ' "$TMP/$1-$RUN.out" | awk '{print $NF}' | tr '\n' ' ')
+  s1=$(grep '^sync rank 1 ' "$TMP/$1-$RUN.out" | awk '{print $NF}' | tr '\n' ' ')
+  [ -n "$s0" ] && [ "$s0" = "$s1" ] || fail "$RUN: the ranks of $1 synced at different steps: rank 0 '$s0', rank 1 '$s1'"
+  n=$(echo $s0 | wc -w)
+  [ "$n" -ge "$2" ] || fail "$RUN: $1 synced $n times, want $2 or more: $(tail -n 5 "$TMP/worker-$1.log")"
+}
+new_run() { # RUN FRAGMENTS INIT-FLAGS...: an async run whose fragments have 4 shards each
+  RUN=$1; nf=$2; shift 2
+  init_run $RUN --async --trainer quadratic --numel 24000 --shards $((4 * nf)) --fragments $nf --workers 3 "$@"
+  NSRV=0
+}
+start_three() { # the group g1 and the single workers w1, w2 of other speeds
+  group g1 5
+  start_worker w1 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 10
+  start_worker w2 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 15
+}
+finish() { # RUN: servers gone, logs cleared for the next run
+  for p in $(live_servers); do eval "kill \$SRV_s$p"; done
+  rm -f "$TMP"/*.jsonl
+}
+
+new_run gasync 1 --dn-buffer-size 3
+keep_servers 2 --lease-ttl-ms 2000
+start_three
+wait_workers g1 w1 w2
+same_steps g1 $((STEPS / H))
+ref_async_check gasync $H "(a group of 2 ranks and 2 workers)" --sync-every 20
+[ "$($RCLI XRANGE "dl:{gasync}:events" - + | grep -c '^g1$')" -ge $((STEPS / H)) ] || fail "gasync: g1 made too few submissions"
+finish
+
+new_run gastream 2 --dn-buffer-size 3
+keep_servers 2 --lease-ttl-ms 2000
+start_three
+wait_workers g1 w1 w2
+same_steps g1 $((STEPS * 2 / H - 1))
+ref_async_check gastream $H "(Streaming, a group of 2 ranks and 2 workers)" --sync-every 20
+finish
+
+new_run gastorm 1 --dn-buffer-size 3 --snapshot-every 4
+STEPS=120; start_three; STEPS=60
+storm 200 --lease-ttl-ms 600 --fault-crash-before-commit 0.05 -- g1 w1 w2
+wait_workers g1 w1 w2
+[ "$KILLS" -ge 2 ] || fail "only $KILLS kills happened: the storm proved too little"
+same_steps g1 $((120 / H))
+ref_async_check gastorm $H "(a group of 2 ranks and 2 workers, under $KILLS shard-server kills)" --sync-every 20
+finish
+
+# A rank's part not applied within the sync timeout (async_settle): the owner of shard 0 is stopped (SIGSTOP,
+# its leases long enough not to move) while the group alone trains, until the group says its submission was
+# not applied on every rank. Resumed at once, the server takes the second try, which completes the
+# submission (gastop); resumed only after the second try's timeout (galeave), the group leaves the run (its
+# places become no-ops), registers again and goes on. Either way nothing is lost or applied twice: the run
+# is the replay of its order, the new registration and the no-op places included.
+stopped_once() { # RUN PAUSE-S: the group g1 alone; shard 0's owner stopped until the first failure + PAUSE-S
+  new_run $1 1 --dn-buffer-size 0 --workers 1
+  keep_servers 2 --lease-ttl-ms 30000
+  group g1 20 --sync-timeout-ms 1500 --net-timeout-ms 1000
+  wait_until 20 '[ "$($RCLI HGET "dl:{$RUN}:shards" 0:version)" -ge 2 ]' "two submissions of g1"
+  eval "pid=\$SRV_$($RCLI HGET "dl:{$RUN}:shards" 0:owner)"
+  kill -STOP "$pid"
+  wait_until 20 'grep -q "not applied on every rank" "$TMP/worker-g1.log"' "the group to see its part fail" 0.05
+  sleep "$2"; kill -CONT "$pid"
+  wait_workers g1
+  same_steps g1 1
+}
+stopped_once gastop 0
+grep -q 'the group.s submission was applied at a second try' "$TMP/worker-g1.log" ||
+  fail "gastop: the second try did not complete the submission: $(grep -E 'WARN|ERROR' "$TMP/worker-g1.log" | head -n 5)"
+ref_async_check gastop $H "(a group of 2 ranks whose part failed once and was completed at a second try)" --sync-every 20
+finish
+stopped_once galeave 2.5
+grep -q 'the group leaves the run and registers again' "$TMP/worker-g1.log" ||
+  fail "galeave: the group did not leave: $(grep -E 'WARN|ERROR' "$TMP/worker-g1.log" | head -n 5)"
+build/tests/tools/ref_async --redis "$URL" --run galeave --sync-every $H > "$TMP/ref-galeave.txt" 2> "$TMP/ref-galeave.log" ||
+  fail "reference of galeave: $(cat "$TMP/ref-galeave.log")"
+shard_digests galeave | diff "$TMP/ref-galeave.txt" - > "$TMP/diff.txt" || fail "galeave: digests differ from the replay: $(cat "$TMP/diff.txt")"
+grep -q ' 1 new registrations, [1-9][0-9]* no-op places' "$TMP/ref-galeave.log" ||
+  fail "galeave: the replay saw no new registration or no no-op place: $(cat "$TMP/ref-galeave.log")"
+say "galeave: the group left and registered again; bit-identical to the $(sed 's/.*replayed //' "$TMP/ref-galeave.log")"
+finish
+
+# the limits: refused on every rank with the reason, nothing registered
+limit() { # RUN WHAT FLAGS...
+  r=$1; what=$2; shift 2
+  build/tests/tools/group_worker --redis "$URL" --run $r --worker-id gbad --ranks 2 --steps 10 --sync-every $H "$@" \
+    > "$TMP/bad-$r.out" 2>&1 && fail "a group joined run $r with $*"
+  [ "$(grep -c "^error rank [01]: .*$what" "$TMP/bad-$r.out")" = 2 ] || fail "run $r: not both ranks said '$what': $(cat "$TMP/bad-$r.out")"
+  [ "$($RCLI HEXISTS "dl:{$r}:workers" gbad)" = 0 ] || fail "run $r: the refused group is registered"
+}
+init_run galook --async --trainer quadratic --numel 8000 --shards 4 --workers 1 --async-lookahead 0.5
+limit galook "process groups do not support --async-lookahead yet"
+init_run gasharded --async --trainer quadratic --numel 8000 --shards 4 --workers 1
+limit gasharded "asynchronous runs with a sharded group" --sharded
+bin/coordinator init --redis "$URL" --run gafsdp --async --trainer gpt --layers 1 --heads 2 --dim 16 --ctx 8 --vocab 16 \
+  --shards 1 --fsdp-ranks 2 > "$TMP/gafsdp.out" 2>&1 && fail "coordinator init made an async run for sharded groups"
+grep -q 'for sharded process groups, which are for sync runs' "$TMP/gafsdp.out" || fail "init --async --fsdp-ranks: $(cat "$TMP/gafsdp.out")"
+say "an async run with --async-lookahead, and a sharded group in an async run: refused on both ranks, nothing registered; init --async --fsdp-ranks refused"
+
+# the Function itself: dl_submit of a group one of whose ranks has not joined is refused (GROUP), writing no
+# place; once both joined it gives the places and marks the group synced (a rank cannot join it any more)
+RUN=gasub
+init_run $RUN --async --trainer quadratic --numel 8000 --shards 2 --workers 1
+K="dl:{$RUN}:config"
+inc=$($RCLI FCALL dl_register 1 "$K" gl host 5 2 | head -n 1)
+$RCLI FCALL dl_submit 1 "$K" gl "$inc" 0 1 0 0 1 0 | grep -q 'GROUP rank 1 of worker gl has not joined: a group submits only once every rank joined' ||
+  fail "a submission before every rank joined was not refused: $($RCLI FCALL dl_submit 1 "$K" gl "$inc" 0 1 0 0 1 0)"
+[ "$($RCLI EXISTS "dl:{$RUN}:subs:0")" = 0 ] && [ "$($RCLI HGET "dl:{$RUN}:shards" 0:next)" != 1 ] ||
+  fail "the refused submission took a place"
+[ "$($RCLI FCALL dl_group_join 1 "$K" gl "$inc" 1 2)" = OK ] || fail "rank 1 could not join"
+[ "$($RCLI FCALL dl_submit 1 "$K" gl "$inc" 0 1 0 0 1 0 | tr '\n' ' ')" = "0 0 " ] || fail "the group's submission got no places"
+$RCLI FCALL dl_group_join 1 "$K" gl "$inc" 1 2 | grep -q 'GROUP' || fail "a rank joined a group that submitted"
+say "dl_submit: refused (GROUP, no place taken) until every rank joined; then places 0 0, and the group counts as synced"

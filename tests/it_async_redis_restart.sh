@@ -6,6 +6,7 @@
 # steps in one incarnation (one join each), no submission was lost or applied twice (each worker's
 # submissions of shard 0 number STEPS / H), and the shard digests are bit-identical to the in-process
 # replay of the order Redis recorded (tests/tools/ref_async).
+# test: light (it waits more than it computes: 4 s of CPU in 29 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=arr; H=10; STEPS=600; KILLS_WANTED=5
 mkdir -p "$TMP/rdir"

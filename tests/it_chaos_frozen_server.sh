@@ -6,6 +6,7 @@
 # (the audit: commits once each, identical digests). It guards against bug 2 of docs/chaos.md: workers
 # blocked on their open connection to the frozen server (per-request timeout 60 s, no reaction to the
 # lease change), which stalls the whole run for the length of the freeze.
+# test: light (it waits more than it computes: 4 s of CPU in 27 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 OUT="$TMP/frozen"; FREEZE=12
 python3 tests/chaos/chaos.py --out "$OUT" --run frozen --workers 3 --servers 3 --shards 6 --numel 20000 \

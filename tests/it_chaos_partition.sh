@@ -12,6 +12,7 @@
 # namespaces or tc are not available (needs root). "After the heal" means after the heal began (the heal
 # event's `begun`, before its tc commands): w1 can register again before the harness has logged the heal,
 # and on a busy machine it did (the clean-clone run of 43fc4b5: joined at +7.04 s, heal logged later).
+# test: light (it waits more than it computes: 5 s of CPU in 31 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 if ! { ip netns add "dlprobe$$" 2>/dev/null && ip netns del "dlprobe$$"; }; then
   echo "SKIP: network namespaces not available here (ip netns add failed; needs root)"; exit 77

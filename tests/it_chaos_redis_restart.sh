@@ -7,6 +7,7 @@
 # 60 rounds counted all 3 workers, and the final parameters are bit-identical to the fault-free
 # reference (tests/tools/ref_quadratic): nothing was lost, nothing applied twice. Each server's metrics
 # count the reconnects: 3 (control, bulk, bulk-write) per Redis restart.
+# test: light (it waits more than it computes: 8 s of CPU in 46 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 OUT="$TMP/redis"; NUMEL=60000; SHARDS=4; SEED=5; H=20; ROUNDS=60
 python3 tests/chaos/chaos.py --out "$OUT" --run rr --aof --workers 3 --servers 2 --shards $SHARDS --numel $NUMEL \

@@ -5,6 +5,7 @@
 # 10% of its commits between writing the log entry and dl_commit (--fault-crash-before-commit 0.1).
 # The final parameters must be bit-identical to the fault-free reference (tests/tools/ref_quadratic),
 # every round committed exactly once per shard and counted all 3 workers.
+# test: light (it waits more than it computes: 6 s of CPU in 40 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 OUT="$TMP/sstorm"; NUMEL=60000; SHARDS=6; SEED=21; H=20; ROUNDS=25
 python3 tests/chaos/chaos.py --out "$OUT" --run sstorm --workers 3 --servers 3 --shards $SHARDS --numel $NUMEL \

@@ -7,6 +7,7 @@
 # every faulted process came back (restart, join, sync), the loss fell and the run kept going.
 # (Whether every faulted worker became a participant again is printed, not enforced: a fault in the
 # last seconds may leave too little time; it_chaos_partition.sh enforces it.)
+# test: light (it waits more than it computes: 16 s of CPU in 95 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 OUT="$TMP/storm"
 say "storm: 6 workers, 3 shard-servers, a fault every 2 s for ${STORM_SECONDS:-90} s"

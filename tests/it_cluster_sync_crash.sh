@@ -5,6 +5,7 @@
 # kills itself in 10% of its commits right after its log entry was written, before dl_commit. The
 # shards' snapshots and log entries are spread over the masters. The final parameters must be
 # bit-identical to the fault-free reference (the same digests as it_sync_crash).
+# test: light (it waits more than it computes: 7 s of CPU in 26 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=crash; NUMEL=200000; SEED=11; ROUNDS=12; H=20
 start_redis_cluster

@@ -15,6 +15,7 @@
 # the group's second incarnation is in no round before that one and in every round after, with both ranks'
 # arrivals; shard digests, commits and every member's final digest equal tests/tools/ref_quadratic with g3
 # away from round 1 until it rejoined, having trained only the steps of round 1 it did (--away-steps).
+# test: light (it waits more than it computes: 3 s of CPU in 13 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=grejoin; NUMEL=4000; SEED=5; ROUNDS=5; H=10; A=1
 rejoin_run 200

@@ -9,6 +9,7 @@
 # round; the group's second incarnation arrived, with both ranks, in each fragment's last closed round (it went
 # on in the run's fragment order); no rank failed. (The fragment-schedule exactness of a Streaming group is
 # it_group_stream's; this is its eviction path.)
+# test: light (it waits more than it computes: 3 s of CPU in 18 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=gsrejoin; H=10; STEPS=80
 start_redis

@@ -7,6 +7,7 @@
 # and the new master's first reap plus its grace (docs/PROTOCOL.md, "Heartbeats and failovers"), so the
 # events stream has a 'failover' per switch and no 'evicted', every worker finishes in one incarnation,
 # and the chaos audit holds (no commit with a stale participant, every acknowledged commit kept).
+# test: light (it waits more than it computes: 5 s of CPU in 26 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 OUT="$TMP/ha"; H=20; ROUNDS=40
 python3 tests/chaos/chaos.py --out "$OUT" --run hf --redis-ha --workers 3 --servers 2 --shards 4 --numel 20000 \

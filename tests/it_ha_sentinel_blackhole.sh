@@ -12,6 +12,7 @@
 #      0.5 s (the requests did meet a pending query).
 #   2. SENTINEL FAILOVER: the shard-server logs the new master within 0.5 s of the Sentinel's first
 #      announcement (+promoted-slave, its log), and its three links are on the new master within 1 s.
+# test: light (it waits more than it computes: 4 s of CPU in 14 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=bh
 start_redis

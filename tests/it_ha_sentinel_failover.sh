@@ -7,6 +7,7 @@
 # steps in one incarnation, every round commits exactly once per shard, the round never goes back, every
 # commit a shard-server acknowledged is in the final stream (audit "acks"), and the final parameters are
 # bit-identical to the fault-free reference.
+# test: light (it waits more than it computes: 14 s of CPU in 64 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 # 15 ms a step: the 4 faults (each waits for the Sentinels to see both replicas again) must fit in the
 # run on a quiet machine too, where 60 rounds otherwise take under 20 s

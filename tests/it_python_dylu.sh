@@ -3,6 +3,7 @@
 # --dylu-base-sync-every 40, a PyTorch worker (DiLoCo(..., dylu=True), 40 ms per step) and a C worker
 # (10 ms per step): the run assigns the PyTorch worker H = 10 (a quarter of the fastest worker's speed),
 # dl.sync_every reports it, and the worker syncs every ~10 steps from then on.
+# test: light (it waits more than it computes: 2 s of CPU in 10 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=pydylu
 start_redis

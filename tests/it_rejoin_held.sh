@@ -9,6 +9,7 @@
 # (the stale sync record) received 0 bytes and its log says the 8 shards were held; shard digests, commits and
 # the final digests equal tests/tools/ref_quadratic with w3 having trained its steps of round 1 before the stop,
 # dropped them and trained round 1 again from version 1 (--redo, --redo-steps).
+# test: light (it waits more than it computes: 3 s of CPU in 13 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=held; NUMEL=40000; SEED=11; ROUNDS=4; H=10; A=1
 start_redis

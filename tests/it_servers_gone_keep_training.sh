@@ -7,6 +7,7 @@
 # an error, though nothing was lost). A lone worker, 2 shards, H = 10 at 20 ms a step; its only shard-server
 # is killed after 2 rounds; 6 s later (at least two registrations) a new shard-server with another id starts,
 # takes the expired leases, and the worker's next rounds commit.
+# test: light (it waits more than it computes: 3 s of CPU in 13 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 start_redis
 RUN=gone

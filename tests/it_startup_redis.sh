@@ -6,6 +6,7 @@
 #  B. a wrong password (WRONGPASS) is final: the worker, the shard-server and `coordinator serve` exit
 #     at once, without retrying, saying what Redis refused; a user without the permission to call the
 #     functions (NOPERM) too; and a shard-server whose password is changed while it runs stops.
+# test: light (it waits more than it computes: 2 s of CPU in 13 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=startup
 round() { $RCLI HGET "dl:{$RUN}:state" round:0; }

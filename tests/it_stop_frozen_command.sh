@@ -11,6 +11,7 @@
 # async (dl_submit), and sync with Redis frozen 6 s before the stop (the heartbeat reconnecting). Asserts each worker exits within 4 s of SIGTERM (about 0.5 s) and says it stopped on the
 # signal; where the stop cut a sync short, the log says why ("stopped during a sync: Redis connection error:
 # interrupted by a stop" for dl_submit, or which push or get it cut short when a shard-server waited for Redis).
+# test: light (it waits more than it computes: 2 s of CPU in 13 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 start_redis
 REDIS_PID=$(cat "$TMP/redis.pid")

@@ -12,6 +12,7 @@
 # interval later lists only w1 and w2, and its shard's version is bit-identical to tests/tools/ref_quadratic
 # of w1 and w2 alone (main's worker: 3 participants, another digest); every round closes; w3's new
 # incarnation takes part in later rounds of both fragments.
+# test: light (it waits more than it computes: 2 s of CPU in 13 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=boundaryevict; NUMEL=4000; SEED=3; H=20; I=10; STEPS=40
 start_redis

@@ -8,6 +8,7 @@
 # part in later rounds of both fragments; every round of both fragments closes (versions 4 and 3 after w1's
 # and w2's 70 steps). With IN_FLIGHT=D in the environment every worker runs with --fragments-in-flight D
 # (it_stream_in_flight_evicted.sh: D = 2, both fragments' rounds in flight as w3 stops).
+# test: light (it waits more than it computes: 2 s of CPU in 11 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 FLIGHT=${IN_FLIGHT:+--fragments-in-flight $IN_FLIGHT --fragment-alpha 0.5}
 RUN=streamevict; H=20; F=2; STEPS=70

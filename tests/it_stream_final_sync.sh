@@ -7,6 +7,7 @@
 # in index order it would wait at fragment 0's next round for w1 and w2 while they waited for it at
 # fragment 1's, for ever. Checks: every worker finishes, w3's force sync took part in round 1 of fragment 1
 # and round 2 of fragment 0, and every round of both fragments closes.
+# test: light (it waits more than it computes: 2 s of CPU in 9 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=streamfinal; H=20; F=2
 start_redis

@@ -11,6 +11,7 @@
 # rounds of both fragments; every round closes (versions 4 and 3 after w1's and w2's 70 steps); then the same
 # with IN_FLIGHT=2 for the mid-interval eviction of it_stream_evicted_midstep.sh (the heartbeat finds it
 # between boundaries).
+# test: light (it waits more than it computes: 5 s of CPU in 20 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=flightevict; H=20; STEPS=70
 start_redis

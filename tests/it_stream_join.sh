@@ -7,6 +7,7 @@
 # Now: every worker finishes, every round of both fragments closes, and the joiner takes part in rounds of
 # both fragments (after at most a round or two lost as stale while it catches up with the rounds in flight;
 # those rounds were not waiting for it, and its log says so without a "lost" warning).
+# test: light (it waits more than it computes: 3 s of CPU in 13 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=streamjoin; H=20; F=2; STEPS=80
 start_redis

@@ -11,6 +11,7 @@
 # trained on. So, once the server is killed, each shard's committed digest is changed in Redis, as another
 # worker's commit would have changed it: the worker's copy is no longer the committed one, and every reset
 # must fetch from a shard-server.
+# test: light (it waits more than it computes: 2 s of CPU in 10 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 start_redis
 init_run st --trainer quadratic --numel 4000 --shards 2 --fragments 2 --workers 1

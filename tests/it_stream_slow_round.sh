@@ -7,6 +7,7 @@
 # Run slow: 4 fragments, H = 20 (intervals of 5 steps of 20 ms), each round delayed 400 ms
 # (--simulate-latency-ms): both workers warn, once each, naming the fragments option. Run quick: the same
 # without the delay and with longer steps: no warning.
+# test: light (it waits more than it computes: 2 s of CPU in 9 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 start_redis
 for RUN in slow quick; do

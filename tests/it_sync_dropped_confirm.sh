@@ -17,6 +17,7 @@
 # round and the first round it took part in again; shard digests, commits and final digests equal
 # tests/tools/ref_quadratic with w3 away from round 0 until it rejoined, having trained round 1 from the
 # tentative version (--away-tentative).
+# test: light (it waits more than it computes: 4 s of CPU in 15 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=dropconf; NUMEL=4000; SEED=7; ROUNDS=4; H=10
 start_redis

@@ -11,6 +11,7 @@
 # without it); w3 trained 0 inner steps between the sync that lost round 1 and the first round it took part
 # in again (from its sync log); that round is the one its new incarnation joined; shard digests, commits and
 # the final digests equal tests/tools/ref_quadratic with w3 away from round 1 until it rejoined (--away).
+# test: light (it waits more than it computes: 3 s of CPU in 12 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=dropped; NUMEL=4000; SEED=5; ROUNDS=4; H=10; A=1
 rejoin_run 250

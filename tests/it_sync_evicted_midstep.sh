@@ -11,6 +11,7 @@
 # in every round after, and its first sync there comes H steps after the rejoin (it trained nothing dead);
 # shard digests, commits and the final digests equal tests/tools/ref_quadratic with w3 away from round 1
 # until it rejoined, having trained only the steps of round 1 it did (--away-steps, from its log).
+# test: light (it waits more than it computes: 3 s of CPU in 10 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=midstep; NUMEL=4000; SEED=5; ROUNDS=4; H=10; A=1
 rejoin_run 200

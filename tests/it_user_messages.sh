@@ -17,6 +17,7 @@
 #     to start (no shard-server up) says it stopped, exit 0 (it said "ERROR stopped", exit 1);
 #   - `coordinator init --force` over a run whose shard-server is still registered warns first (they carry on
 #     in the new run); over an idle run it says nothing more.
+# test: light (it waits more than it computes: 3 s of CPU in 19 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 start_redis
 RUN=walk

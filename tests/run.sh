@@ -5,9 +5,12 @@
 #
 # TEST_JOBS tests run at once (default 2). The suite waits far more than it computes: its tests sit on
 # sockets, heartbeats and timers (a serial run keeps the load average of 2 cores near 1), so two at a
-# time cut its wall time nearly in half. A test whose file has a line "# test: alone" runs by itself,
-# with nothing beside it: CPU-heavy tests, and tests that measure time against a bound. Every test has
-# its own Redis on its own free port and its own temporary folder (tests/lib.sh), so they do not meet.
+# time cut its wall time nearly in half. A test whose file has a line "# test: light" counts as half a
+# test: it waits on faults and timeouts most of its time (its CPU time a third of its wall time or less,
+# measured: the chaos, failover and eviction tests), so up to 2 x TEST_JOBS of those run at once, or one
+# other test and TEST_JOBS of them. A test whose file has a line "# test: alone" runs by itself, with
+# nothing beside it: CPU-heavy tests, and tests that measure time against a bound. Every test has its own
+# Redis on its own free port and its own temporary folder (tests/lib.sh), so they do not meet.
 # TEST_JOBS=1 is the old serial run.
 [ -n "${BASH_VERSION:-}" ] || exec bash "$0" "$@" # wait -n
 cd "$(dirname "$0")/.." || exit 1
@@ -16,6 +19,7 @@ jobs_max=${TEST_JOBS:-2}
 pass=0; fail=0; skip=0; failed=""
 logdir=build/test-logs; mkdir -p "$logdir"
 running="" # names of the tests in the background
+load=0     # their weight: 2 for a test, 1 for a light one, at most 2 x jobs_max
 
 # run_test PATH NAME: runs one test, then writes "EXIT SECONDS" to NAME.rc (its end, for the scheduler)
 run_test() {
@@ -41,31 +45,29 @@ report() {
   fi
 }
 
-# collect: reports the background tests that have finished
+# collect: reports the background tests that have finished (running holds NAME:WEIGHT)
 collect() {
-  local n still=""
-  for n in $running; do
-    if [ -f "$logdir/$n.rc" ]; then report "$n"; else still="$still $n"; fi
+  local e still=""
+  for e in $running; do
+    if [ -f "$logdir/${e%:*}.rc" ]; then report "${e%:*}"; load=$((load - ${e##*:})); else still="$still $e"; fi
   done
   running=$still
 }
 
-count() { set -- $running; echo $#; }
-
-# wait_below N: until fewer than N tests run in the background
-wait_below() {
-  local n
-  while [ "$(count)" -ge "$1" ]; do
+# wait_fit W: until a test of weight W fits beside those in the background (W = 2 x jobs_max: none left)
+wait_fit() {
+  local e
+  while [ -n "$running" ] && [ $((load + $1)) -gt $((2 * jobs_max)) ]; do
     wait -n 2>/dev/null
     if [ $? -eq 127 ]; then # no child left: one ended without its .rc (killed from outside)
-      for n in $running; do [ -f "$logdir/$n.rc" ] || echo "137 0" > "$logdir/$n.rc"; done
+      for e in $running; do [ -f "$logdir/${e%:*}.rc" ] || echo "137 0" > "$logdir/${e%:*}.rc"; done
     fi
     collect
   done
 }
 
-# is_alone SRC: the test's file asks to run by itself ("# test: alone")
-is_alone() { grep -q '^\(#\|/\*\|//\) *test: alone' "$1" 2>/dev/null; }
+# marked SRC WORD: the test's file has a line "# test: WORD" (alone: runs by itself; light: half a test)
+marked() { grep -q "^\(#\|/\*\|//\) *test: $2" "$1" 2>/dev/null; }
 
 # Two passes: first the tests that run alone, one after another while nothing else runs (later, each
 # would first wait for both running tests to end, a core idle meanwhile), then the others two at a time.
@@ -76,20 +78,21 @@ for pass_kind in alone shared; do
     name=$(basename "$t" .sh)
     case "$name" in *"$filter"*) ;; *) continue;; esac
     src=$t; case "$t" in build/tests/*) src=tests/$name.c;; esac
-    if [ "$jobs_max" -le 1 ] || is_alone "$src"; then kind=alone; else kind=shared; fi
+    if [ "$jobs_max" -le 1 ] || marked "$src" alone; then kind=alone; else kind=shared; fi
     [ "$kind" = "$pass_kind" ] || continue
     rm -f "$logdir/$name.rc"
     if [ "$kind" = alone ]; then
-      wait_below 1
+      wait_fit $((2 * jobs_max))
       run_test "$t" "$name"
       report "$name"
     else
-      wait_below "$jobs_max"
+      weight=2; marked "$src" light && weight=1
+      wait_fit $weight
       run_test "$t" "$name" &
-      running="$running $name"
+      running="$running $name:$weight"; load=$((load + weight))
     fi
   done
 done
-wait_below 1
+wait_fit $((2 * jobs_max))
 echo "$pass passed, $fail failed, $skip skipped"
 [ $fail -eq 0 ] && [ $pass -gt 0 ]

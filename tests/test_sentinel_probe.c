@@ -11,6 +11,7 @@
  *   - subscriptions open at once when a Sentinel named first never answers, with a Sentinel login.
  * Exits 77 (skipped) when redis-server or redis-sentinel is not installed.
  */
+/* test: light (it waits more than it computes: 0 s of CPU in 10 s, tests/run.sh) */
 #include <stdarg.h>
 #include <stddef.h>
 #include <setjmp.h>

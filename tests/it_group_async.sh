@@ -8,12 +8,14 @@
 # the in-process replay of the order Redis recorded (tests/tools/ref_async), in which the group is one
 # worker, and differs from the replay with the wrong H:
 #   gasync     plain async (Delayed Nesterov 3): the group g1 and two single workers of other speeds
-#   gastream   async Streaming, 2 fragments of 4 shards (H = 10: a fragment every 5 steps), alpha 0
-#   gastorm    plain async while shard-servers are killed at random (kill -9 every 1-1.5 s, and deaths
-#              between log write and commit): the ranks' pushes and gets follow the shards to their new
-#              owners, and nothing is applied twice or lost
-# Both ranks report a sync at the same steps. Then the limits: --async-lookahead and a sharded group in an
-# async run are refused on every rank, nothing registered.
+#   gastream   async Streaming, 2 fragments of 4 shards (H = 10: a fragment every 5 steps), alpha 0, and
+#              --async-lookahead 0.5: every rank aims the start of the whole fragment from the bases and
+#              versions the ranks exchanged (replayed without the lookahead: differs)
+#   gastorm    plain async with --async-lookahead 0.5 while shard-servers are killed at random (kill -9
+#              every 1-1.5 s, and deaths between log write and commit): the ranks' pushes and gets follow
+#              the shards to their new owners, and nothing is applied twice or lost
+# Both ranks report a sync at the same steps. Then the limit: a sharded group in an async run is refused on
+# every rank, nothing registered.
 . "$(dirname "$0")/lib.sh"
 H=10; STEPS=60
 start_redis
@@ -24,10 +26,12 @@ group() { # ID DELAY-MS [FLAGS...]: a group of 2 ranks as worker ID of $RUN; WRK
     --sync-every $H --heartbeat-ms 1000 --step-delay-ms "$delay" "$@" > "$TMP/$id-$RUN.out" 2> "$TMP/worker-$id.log" &
   eval "WRK_$id=$!"; PIDS="$PIDS $!"
 }
-same_steps() { # ID: both ranks of group ID synced at the same steps, at least MIN times
-  s0=$(grep '^sync rank 0 ' "$TMP/$1-$RUN.out" | awk '{print $NF}' | tr '\n' ' ')
-  s1=$(grep '^sync rank 1 ' "$TMP/$1-$RUN.out" | awk '{print $NF}' | tr '\n' ' ')
-  [ -n "$s0" ] && [ "$s0" = "$s1" ] || fail "$RUN: the ranks of $1 synced at different steps: rank 0 '$s0', rank 1 '$s1'"
+same_steps() { # ID MIN: both ranks of group ID synced at the same steps, at least MIN times, each time
+  # holding the same parameters (the digest of the whole vector as each rank trained it: DDP replicas)
+  s0=$(grep '^sync rank 0 ' "$TMP/$1-$RUN.out" | awk '{print $NF, $(NF-4)}' | tr '\n' ' ')
+  s1=$(grep '^sync rank 1 ' "$TMP/$1-$RUN.out" | awk '{print $NF, $(NF-4)}' | tr '\n' ' ')
+  [ -n "$s0" ] && [ "$s0" = "$s1" ] ||
+    fail "$RUN: the ranks of $1 synced at different steps or from different parameters (step, digest): rank 0 '$s0', rank 1 '$s1'"
   n=$(echo $s0 | wc -w)
   [ "$n" -ge "$2" ] || fail "$RUN: $1 synced $n times, want $2 or more: $(tail -n 5 "$TMP/worker-$1.log")"
 }
@@ -55,21 +59,21 @@ ref_async_check gasync $H "(a group of 2 ranks and 2 workers)" --sync-every 20
 [ "$($RCLI XRANGE "dl:{gasync}:events" - + | grep -c '^g1$')" -ge $((STEPS / H)) ] || fail "gasync: g1 made too few submissions"
 finish
 
-new_run gastream 2 --dn-buffer-size 3
+new_run gastream 2 --dn-buffer-size 3 --async-lookahead 0.5
 keep_servers 2 --lease-ttl-ms 2000
 start_three
 wait_workers g1 w1 w2
 same_steps g1 $((STEPS * 2 / H - 1))
-ref_async_check gastream $H "(Streaming, a group of 2 ranks and 2 workers)" --sync-every 20
+ref_async_check gastream $H "(Streaming, a group of 2 ranks and 2 workers, with its starts ahead)" --async-lookahead 0
 finish
 
-new_run gastorm 1 --dn-buffer-size 3 --snapshot-every 4
+new_run gastorm 1 --dn-buffer-size 3 --snapshot-every 4 --async-lookahead 0.5
 STEPS=120; start_three; STEPS=60
 storm 200 --lease-ttl-ms 600 --fault-crash-before-commit 0.05 -- g1 w1 w2
 wait_workers g1 w1 w2
 [ "$KILLS" -ge 2 ] || fail "only $KILLS kills happened: the storm proved too little"
 same_steps g1 $((120 / H))
-ref_async_check gastorm $H "(a group of 2 ranks and 2 workers, under $KILLS shard-server kills)" --sync-every 20
+ref_async_check gastorm $H "(a group of 2 ranks and 2 workers with starts ahead, under $KILLS shard-server kills)" --async-lookahead 0
 finish
 
 # A rank's part not applied within the sync timeout (async_settle): the owner of shard 0 is stopped (SIGSTOP,
@@ -114,14 +118,12 @@ limit() { # RUN WHAT FLAGS...
   [ "$(grep -c "^error rank [01]: .*$what" "$TMP/bad-$r.out")" = 2 ] || fail "run $r: not both ranks said '$what': $(cat "$TMP/bad-$r.out")"
   [ "$($RCLI HEXISTS "dl:{$r}:workers" gbad)" = 0 ] || fail "run $r: the refused group is registered"
 }
-init_run galook --async --trainer quadratic --numel 8000 --shards 4 --workers 1 --async-lookahead 0.5
-limit galook "process groups do not support --async-lookahead yet"
 init_run gasharded --async --trainer quadratic --numel 8000 --shards 4 --workers 1
 limit gasharded "asynchronous runs with a sharded group" --sharded
 bin/coordinator init --redis "$URL" --run gafsdp --async --trainer gpt --layers 1 --heads 2 --dim 16 --ctx 8 --vocab 16 \
   --shards 1 --fsdp-ranks 2 > "$TMP/gafsdp.out" 2>&1 && fail "coordinator init made an async run for sharded groups"
 grep -q 'for sharded process groups, which are for sync runs' "$TMP/gafsdp.out" || fail "init --async --fsdp-ranks: $(cat "$TMP/gafsdp.out")"
-say "an async run with --async-lookahead, and a sharded group in an async run: refused on both ranks, nothing registered; init --async --fsdp-ranks refused"
+say "a sharded group in an async run: refused on both ranks, nothing registered; init --async --fsdp-ranks refused"
 
 # the Function itself: dl_submit of a group one of whose ranks has not joined is refused (GROUP), writing no
 # place; once both joined it gives the places and marks the group synced (a rank cannot join it any more)

@@ -5,11 +5,12 @@
 # makes each fragment's round at its boundary and applies the new values at the next one, as a worker of one
 # process applies its fragment in flight, so the run is bit-identical to the fragment-schedule reference of
 # three single workers (tests/tools/ref_quadratic --frag-bounds): every shard's digest; both ranks of a group
-# report a sync at the same steps (one per boundary after the first). Made four times: --fragment-alpha 0 and
-# 0.5 (a group mixes its ranks' own values of the fragment with the new global ones, as a single worker does)
-# with one fragment in flight, then 2 in flight with alpha 0 and 4 (every fragment) with alpha 0.5: each
-# fragment applied D boundaries after its round (--fragments-in-flight D). Then a limit: a run whose fragments
-# have fewer shards than the group has ranks is refused, with its reason on every rank.
+# report a sync at the same steps (one per boundary after the first), each time from the same parameters.
+# Made four times: --fragment-alpha 0 and 0.5 (a group mixes its ranks' own values of the fragment with the
+# new global ones, as a single worker does) with one fragment in flight, then 2 in flight with alpha 0 and 4
+# (every fragment) with alpha 0.5: each fragment applied D boundaries after its round (--fragments-in-flight
+# D). Then a limit: a run whose fragments have fewer shards than the group has ranks is refused, with its
+# reason on every rank.
 . "$(dirname "$0")/lib.sh"
 NUMEL=64000; SEED=9; H=20; STEPS=100
 start_redis
@@ -34,10 +35,11 @@ stream_run() { # RUN ALPHA D: the two groups and w3, checked against the referen
   grep '^shard' "$TMP/ref-$RUN.txt" | diff - "$TMP/got-$RUN.txt" > "$TMP/diff.txt" \
     || fail "alpha $alpha, $depth in flight: shard digests differ from the fragment-schedule reference of g1, g2, w3: $(cat "$TMP/diff.txt")"
   for g in g1 g2; do
-    s0=$(grep '^sync rank 0 ' "$TMP/$g-$RUN.out" | awk '{print $NF}' | tr '\n' ' ')
-    s1=$(grep '^sync rank 1 ' "$TMP/$g-$RUN.out" | awk '{print $NF}' | tr '\n' ' ')
-    [ -n "$s0" ] && [ "$s0" = "$s1" ] || fail "$g: the ranks synced at different steps: rank 0 '$s0', rank 1 '$s1'"
-    n=$(echo $s0 | wc -w)
+    # (step, the digest of the rank's parameters before the sync: the ranks hold the same, as DDP replicas)
+    s0=$(grep '^sync rank 0 ' "$TMP/$g-$RUN.out" | awk '{print $NF, $(NF-4)}' | tr '\n' ' ')
+    s1=$(grep '^sync rank 1 ' "$TMP/$g-$RUN.out" | awk '{print $NF, $(NF-4)}' | tr '\n' ' ')
+    [ -n "$s0" ] && [ "$s0" = "$s1" ] || fail "$g: the ranks synced at different steps or from different parameters: rank 0 '$s0', rank 1 '$s1'"
+    n=$(($(echo $s0 | wc -w) / 2))
     [ "$n" -ge $((STEPS * 4 / H - depth)) ] || fail "$g: $n syncs, want one per boundary after the first $depth ($((STEPS * 4 / H - depth)))"
   done
   say "alpha $alpha, $depth in flight: 2 groups of 2 ranks and a single worker, Streaming (4 fragments): bit-identical to the reference ($(shard_versions $RUN) versions), each group's ranks synced at the same $n steps"

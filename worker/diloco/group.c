@@ -349,15 +349,28 @@ static int exchange(diloco *d, int f, double alpha, char *err, size_t errlen)
         }
         memcpy(local, d->params + lo, (hi - lo) * sizeof(float));
     }
-    for (int g = first; g < end; g++)
+    for (int g = first; g < end; g++) {
         if (exchange_fragment(d, g, err, errlen) < 0) {
             free(local);
             return -1;
         }
+        if (d->la_on) d->la_on[g] = 0; /* (--async-lookahead: from base again, unless take_round aims it) */
+    }
     d->grp_dirty = 0;
     if (local) params_mix(d, lo, hi, local, alpha); /* params_apply's arithmetic: as a single worker mixes */
     free(local);
     return params_changed(d, lo, hi - lo, err, errlen);
+}
+
+/* A round of fragment f completed on every rank: its exchange (mixed by alpha), and with --async-lookahead
+ * the start ahead of the new versions, which every rank aims for the whole fragment from the same bases and
+ * versions (lookahead.c) and the trainer takes instead of base, as a worker of one process does. */
+static int take_round(diloco *d, int f, double alpha, char *err, size_t errlen)
+{
+    if (exchange(d, f, alpha, err, errlen) < 0) return -1;
+    if (d->la == NULL) return 0;
+    lookahead_aim(d, f);
+    return lookahead_enter(d, f, err, errlen);
 }
 
 /* Every rank fetches its part of fragment f at version >= the fragment's round, again at the highest
@@ -629,11 +642,10 @@ static int check_hello(diloco *d, const group_msg *all, char *err, size_t errlen
             return -1;
         }
     }
-    const char *why = d->rc.async && d->shard_ids                ? "asynchronous runs with a sharded group"
-                      : d->rc.async && d->rc.async_lookahead > 0 ? "--async-lookahead"
-                      : d->rc.nfragments > GROUP_FRAGMENTS_MAX   ? "runs of more than 32 fragments"
-                      : d->dev                                   ? "device hooks"
-                                                                 : NULL;
+    const char *why = d->rc.async && d->shard_ids              ? "asynchronous runs with a sharded group"
+                      : d->rc.nfragments > GROUP_FRAGMENTS_MAX ? "runs of more than 32 fragments"
+                      : d->dev                                 ? "device hooks"
+                                                               : NULL;
     if (why) {
         err_set(err, errlen, "process groups do not support %s yet: join this run with one process per worker", why);
         return -1;
@@ -793,7 +805,7 @@ static int apply_pending(diloco *d, int keep, char *err, size_t errlen)
         uint64_t t0 = d->grp_pending[0].t0;
         d->grp_npending--;
         memmove(d->grp_pending, d->grp_pending + 1, (size_t)d->grp_npending * sizeof d->grp_pending[0]);
-        if (exchange(d, f, d->o.fragment_alpha, err, errlen) < 0) return -1;
+        if (take_round(d, f, d->o.fragment_alpha, err, errlen) < 0) return -1;
         record(d, f, round, t0, 0);
         changed = 1;
     }
@@ -863,6 +875,7 @@ static void take_versions(diloco *d, int f, const frag_versions *v)
 static int async_net(diloco *d, int f, group_msg *me, frag_versions *v, group_msg *all, char *err, size_t errlen)
 {
     memset(me, 0, sizeof *me);
+    lookahead_keep(d, f); /* (the bases and versions the next start is aimed from: every rank holds all) */
     if (d->grp_rank == 0) {
         me->status = dl_evicted(d) ? DL_EVICTED : async_place(d, f, me->err, sizeof me->err);
         if (me->status == DL_EVICTED && !me->err[0])
@@ -975,7 +988,7 @@ static int completed(diloco *d, int f, int defer, int64_t round, uint64_t t0, ch
         d->grp_npending++;
         return 0;
     }
-    if (exchange(d, f, 0.0, err, errlen) < 0) return -1;
+    if (take_round(d, f, 0.0, err, errlen) < 0) return -1;
     record(d, f, round, t0, 0);
     return 1;
 }

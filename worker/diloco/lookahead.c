@@ -25,7 +25,10 @@
  * and the device's snapshot holds what Δ is measured from (the start for plain, base for rebase), so a
  * CUDA worker sends the same bytes as a host one. Not with Streaming's mix (fragment alpha > 0), refused
  * at open. After any other change of params (a stale round's fetch, a reset, a new registration)
- * params.c clears la_on and the next interval starts from base, as without the setting. */
+ * params.c clears la_on and the next interval starts from base, as without the setting (a process group's
+ * exchange too). A process group's ranks each aim the whole fragment, not only the part they move: after
+ * the group's exchange every rank holds every shard's base and version, so all compute the same start
+ * (group.c, take_round). */
 #include <inttypes.h>
 #include <string.h>
 
@@ -34,12 +37,25 @@
 #include "internal.h"
 #include "math/outer_dn.h"
 
+/* The shards of fragment f whose start is aimed: all of them, also on a process group's rank, which moves
+ * only its part of them but holds every shard's base and version after the group's exchange, so that every
+ * rank computes the same start of the whole fragment (group.c) and measures its part's Δ from it. */
+static int first_of(const diloco *d, int f)
+{
+    return d->rc.frag_bounds[f];
+}
+
+static int last_of(const diloco *d, int f)
+{
+    return d->rc.frag_bounds[f + 1];
+}
+
 /* The largest fragment's parameters: la_base's length. */
 static size_t largest_fragment(const diloco *d)
 {
     size_t most = 0;
     for (int f = 0; f < d->rc.nfragments; f++) {
-        size_t n = (size_t)(d->rc.shard_bounds[dl_last_shard(d, f)] - d->rc.shard_bounds[dl_first_shard(d, f)]);
+        size_t n = (size_t)(d->rc.shard_bounds[last_of(d, f)] - d->rc.shard_bounds[first_of(d, f)]);
         if (n > most) most = n;
     }
     return most;
@@ -79,23 +95,23 @@ void lookahead_free(diloco *d)
 void lookahead_keep(diloco *d, int f)
 {
     if (d->la == NULL) return;
-    size_t lo = (size_t)d->rc.shard_bounds[dl_first_shard(d, f)];
-    size_t hi = (size_t)d->rc.shard_bounds[dl_last_shard(d, f)];
+    size_t lo = (size_t)d->rc.shard_bounds[first_of(d, f)];
+    size_t hi = (size_t)d->rc.shard_bounds[last_of(d, f)];
     memcpy(d->la_base, d->base + lo, (hi - lo) * sizeof(float));
-    for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f); k++) d->la_prev_version[k] = d->shard_version[k];
+    for (int k = first_of(d, f); k < last_of(d, f); k++) d->la_prev_version[k] = d->shard_version[k];
 }
 
 /* After the submission's get: la[f] becomes the start of the next interval, shard by shard. */
 void lookahead_aim(diloco *d, int f)
 {
     if (d->la == NULL) return;
-    size_t first = (size_t)d->rc.shard_bounds[dl_first_shard(d, f)];
-    for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f); k++) {
+    size_t first = (size_t)d->rc.shard_bounds[first_of(d, f)];
+    for (int k = first_of(d, f); k < last_of(d, f); k++) {
         size_t lo = (size_t)d->rc.shard_bounds[k], n = (size_t)runconf_shard_numel(&d->rc, k);
         int64_t prev = d->la_prev_version[k];
         float c = outer_lookahead_coef(d->rc.async_lookahead, d->seq[k] - prev, d->shard_version[k] - prev);
         outer_lookahead(d->la + lo, d->base + lo, d->la_base + (lo - first), c, n);
-        if (k == dl_first_shard(d, f))
+        if (k == first_of(d, f))
             log_debug("fragment %d: starting ahead by %.3f x (version %" PRId64 " - version %" PRId64 ")", f, (double)c,
                       d->shard_version[k], prev);
     }
@@ -114,8 +130,8 @@ static int enter_device(diloco *d, size_t lo, size_t n, char *err, size_t errlen
 int lookahead_enter(diloco *d, int f, char *err, size_t errlen)
 {
     if (d->la == NULL) return 0;
-    size_t lo = (size_t)d->rc.shard_bounds[dl_first_shard(d, f)];
-    size_t hi = (size_t)d->rc.shard_bounds[dl_last_shard(d, f)];
+    size_t lo = (size_t)d->rc.shard_bounds[first_of(d, f)];
+    size_t hi = (size_t)d->rc.shard_bounds[last_of(d, f)];
     if (d->dev) {
         if (enter_device(d, lo, hi - lo, err, errlen) < 0) return -1;
     } else {

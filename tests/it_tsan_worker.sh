@@ -22,7 +22,10 @@
 #   5. process groups: two groups of 2 ranks (tests/tools/group_worker, ranks as threads of one process);
 #   6. Streaming DiLoCo, 4 fragments, two one-process group_workers (--ranks 1), which ask their session its
 #      version (diloco_version) after every inner step, as a host's progress line may, while fragment 0's
-#      round runs on its thread and writes that version when it ends.
+#      round runs on its thread and writes that version when it ends;
+#   7. Streaming process groups: two groups of 2 ranks, 2 fragments in flight, each rank's round of a
+#      fragment on its own thread while the ranks train and agree at the boundaries; bit-identical to the
+#      fragment-schedule reference.
 # Every process must exit 0 with no ThreadSanitizer report in its log (a report makes it exit 66), and the
 # runs' parameters are bit-identical to their references where the mode's own test checks that (the
 # sanitized build computes the same bits). The quadratic trainer: OpenBLAS and OpenMP are not instrumented.
@@ -159,3 +162,23 @@ no_reports v1 v2
 syncs=$(grep -c '^sync rank 0' "$TMP/v1.out")
 [ "$syncs" -ge 10 ] || fail "v1 made $syncs fragment syncs, expected at least 10 (3 intervals of 4 fragments)"
 say "Streaming, diloco_version after every step while fragment 0 is in flight ($syncs fragment syncs): no report"
+
+# 7. Streaming process groups: each rank's round of a fragment on a thread of its own (two in flight, at their
+# barriers at once through the rank's wake listener) while the ranks train and agree at the boundaries
+RUN=tsan_gstream; NUMEL=32000; H=20; STEPS=60
+init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --fragments 4 --workers 2 --seed $SEED
+start_server n --lease-ttl-ms 2000
+for g in s1 s2; do
+  build/tsan/bin/group_worker --redis "$URL" --run $RUN --worker-id $g --ranks 2 --steps $STEPS --sync-every $H \
+    --step-delay-ms 5 --fragments-in-flight 2 > "$TMP/$g.out" 2> "$TMP/group-$g.log" &
+  eval "G_$g=$!"; PIDS="$PIDS $!"
+done
+for g in s1 s2; do eval "pid=\$G_$g"; wait "$pid" || fail "group $g exited with status $?: $(tail -5 "$TMP/group-$g.log")"; done
+no_reports s1 s2
+build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers s1,s2 --sync-every $H --steps $STEPS \
+  --in-flight 2 --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" --frag-bounds "$($RCLI HGET "dl:{$RUN}:config" frag_bounds)" \
+  > "$TMP/ref-$RUN.txt" || fail "Streaming groups: reference"
+shard_digests $RUN > "$TMP/got-$RUN.txt"
+grep '^shard' "$TMP/ref-$RUN.txt" | diff - "$TMP/got-$RUN.txt" > "$TMP/diff.txt" ||
+  fail "Streaming groups: shard digests differ from the fragment-schedule reference: $(cat "$TMP/diff.txt")"
+say "Streaming groups: 2 sanitized groups of 2 ranks, 2 fragments in flight, no report, bit-identical to the reference"

@@ -37,7 +37,9 @@
  *
  * usage: group_worker --redis URL --run RUN --worker-id ID --ranks R --steps N --sync-every H
  *                     [--no-bf16] [--error-feedback] [--heartbeat-ms MS] [--sync-timeout-ms MS (30000)]
- *                     [--net-timeout-ms MS (diloco_options')] [--sharded]
+ *                     [--net-timeout-ms MS (diloco_options')] [--latency-ms MS (each round waits MS first:
+ *                     diloco_options.simulate_latency_ms)] [--final-sync (after the steps, diloco_force_sync; then
+ *                     "final rank <r> version <v> local <16 hex>")] [--sharded]
  *                     [--step-delay-ms MS] (every rank sleeps MS after each inner step: a slower machine)
  *                     [--dylu] (follow the H the run's DyLU assigns the group: diloco_options.dylu)
  *                     [--fragment-alpha A] [--fragments-in-flight D] (Streaming: diloco_options')
@@ -95,6 +97,7 @@ typedef struct rank_ctx {
     char netns[64]; /* --rank-netns: this rank's network namespace ("" : the process's) */
     long steps;
     int sync_every, bf16, error_feedback, heartbeat_ms, sync_timeout_ms, net_timeout_ms, step_delay_ms, dylu, in_flight;
+    int latency_ms, final_sync;
     double alpha;
     size_t numel;
     uint64_t seed;
@@ -295,6 +298,7 @@ static void *rank_main(void *p)
     o.heartbeat_interval_ms = c->heartbeat_ms;
     o.sync_timeout_ms = c->sync_timeout_ms;
     if (c->net_timeout_ms > 0) o.net_timeout_ms = c->net_timeout_ms;
+    o.simulate_latency_ms = c->latency_ms;
     o.group = (diloco_group_ops){
         .size = c->sh->ranks, .rank = c->rank, .ctx = c, .allgather = allgather, .broadcast = broadcast};
     if (c->bad && c->rank == 1) {
@@ -377,6 +381,16 @@ static void *rank_main(void *p)
             break;
         }
     }
+    if (c->final_sync && !c->failed) { /* every fragment at once, the rounds in flight settled first */
+        if (diloco_force_sync(d, err, sizeof err) < 0) {
+            say(c, "error rank %d: %s\n", c->rank, err);
+            c->failed = 1;
+        } else {
+            if (mine != t->params) copy_slices(t->params, mine, sl, nsl, 0);
+            say(c, "final rank %d version %" PRId64 " local %016" PRIx64 "\n", c->rank, diloco_version(d),
+                hash64(mine, numel * sizeof(float)));
+        }
+    }
     diloco_close(d);
     if (mine != t->params) free(mine);
     t->destroy(t);
@@ -417,6 +431,8 @@ int main(int argc, char **argv)
                                    {"heartbeat-ms", 1, 0, 'm'},
                                    {"sync-timeout-ms", 1, 0, 'T'},
                                    {"net-timeout-ms", 1, 0, 'W'},
+                                   {"latency-ms", 1, 0, 'L'},
+                                   {"final-sync", 0, 0, 'Z'},
                                    {"bad", 1, 0, 'x'},
                                    {"trainer", 1, 0, 't'},
                                    {"rank-netns", 1, 0, 'N'},
@@ -439,6 +455,8 @@ int main(int argc, char **argv)
         case 'm': base.heartbeat_ms = atoi(optarg); break;
         case 'T': base.sync_timeout_ms = atoi(optarg); break;
         case 'W': base.net_timeout_ms = atoi(optarg); break;
+        case 'L': base.latency_ms = atoi(optarg); break;
+        case 'Z': base.final_sync = 1; break;
         case 'x': base.bad = optarg; break;
         case 't': base.gpt = !strcmp(optarg, "gpt"); break;
         case 'N': netns = optarg; break;

@@ -86,7 +86,7 @@ int diloco_force_sync(diloco *d, char *err, size_t errlen)
 
 static int force_sync(diloco *d, char *err, size_t errlen)
 {
-    int changed = stream_finish_fragment(d, err, errlen);
+    int changed = d->grp ? group_settle_all(d, err, errlen) : stream_finish_fragment(d, err, errlen);
     if (changed < 0) return -1;
     int order[RUNCONF_MAX_FRAGMENTS];
     stream_force_order(d, order);

@@ -327,6 +327,15 @@ diloco_sync_info *dl_round_info_current(void)
     return round_info;
 }
 
+void dl_group_leave(diloco *d)
+{
+    int64_t inc = dl_inc(d);
+    if (inc <= 0) return;
+    redisReply *r = dl_command(d, NULL, 0, "FCALL dl_deregister 1 %s %s %lld %d", d->config_key, d->worker_id,
+                               (long long)inc, d->grp_rank);
+    if (r) freeReplyObject(r);
+}
+
 int dl_stream_overlap(const diloco *d)
 {
     return !d->rc.async && d->rc.nfragments > 1; /* (D > 1 is refused elsewhere: check_in_flight) */

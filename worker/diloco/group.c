@@ -20,11 +20,14 @@
  *             and PLACES hands the places to every rank, which delivers its part (async_deliver); a part
  *             that failed gets one more try (COMPLETE), after which the group leaves the run rather than
  *             carry a half-delivered submission (async_settle);
- *   Streaming (F fragments, one at a time): at each fragment boundary the fragment of the last boundary is
- *             applied (its exchange), then the next fragment's round is made as above, blocking, and its
- *             new values wait in base until the next boundary: a worker of one process applies a fragment
- *             in flight one interval after it sent it, and so does a group (the same parameters; only the
- *             waiting differs: the ranks' collectives are the host's, made on the training thread);
+ *   Streaming (F fragments): at each fragment boundary the round sent D boundaries before is taken (NET:
+ *             every rank's outcome of it) and applied (its exchange), then the next fragment's PREPARE, and
+ *             each rank's network round of its part goes in flight on a thread of its own (streaming.c's
+ *             stream_launch, sync.c's round as a worker of one process sends a fragment) while the ranks
+ *             train: the collectives stay on the training thread, at the boundaries, and a worker of one
+ *             process applies a fragment in flight D intervals after it sent it, as the group does. An async
+ *             run's submission is made at its boundary, blocking (its PLACES is a collective), and applied
+ *             at the next;
  *   between:  CHECK every grp_check_every inner steps (a number rank 0 sets at each CHECK from its pace: about
  *             two per heartbeat interval): whether any rank's heartbeat found the group evicted; if so every
  *             rank stops the interval at that same step, and the group registers again and fetches as in
@@ -148,7 +151,7 @@ static int gather_with(diloco *d, int what, group_msg *msg, const int64_t *mine,
     msg->rank = d->grp_rank;
     msg->size = size;
     msg->ginc = dl_inc(d);
-    msg->gversion = d->frag_version ? d->frag_version[0] : 0;
+    msg->gversion = d->frag_version ? __atomic_load_n(&d->frag_version[0], __ATOMIC_RELAXED) : 0; /* (in flight) */
     snprintf(msg->gworker, sizeof msg->gworker, "%s", msg->ginc > 0 ? d->worker_id : "");
     size_t slot = sizeof *msg + (size_t)n * sizeof(int64_t);
     unsigned char *in = (unsigned char *)msg, *out = (unsigned char *)all;
@@ -425,15 +428,6 @@ static void set_incarnation(diloco *d, int64_t inc)
     pthread_mutex_unlock(&d->hb_mu);
 }
 
-/* End the group's membership (any rank may): the others see the eviction. */
-static void group_leave(diloco *d)
-{
-    int64_t inc = dl_inc(d);
-    if (inc <= 0) return;
-    redisReply *r = dl_command(d, NULL, 0, "FCALL dl_deregister 1 %s %s %lld %d", d->config_key, d->worker_id,
-                               (long long)inc, d->grp_rank);
-    if (r) freeReplyObject(r);
-}
 
 /* A rank closing normally waits (at most LAST_ROUND_PATIENCE_MS, or the sync timeout if shorter) until
  * every shard of the group's last round is committed, the other ranks' parts too, before it ends the
@@ -536,7 +530,7 @@ static int group_register(diloco *d, char *err, size_t errlen)
     }
     if (gather(d, GRP_JOIN, &me, all, err, errlen) < 0) goto out;
     if (first_failure(all, size, err, errlen) != DL_OK) {
-        if (d->grp_rank == 0) group_leave(d); /* nothing of this group may stay behind */
+        if (d->grp_rank == 0) dl_group_leave(d); /* nothing of this group may stay behind */
         set_incarnation(d, 0);
         goto out;
     }
@@ -733,7 +727,7 @@ static int stopped(diloco *d, const char *why, char *err, size_t errlen)
 {
     char msg[512];
     snprintf(msg, sizeof msg, "%s", why[0] ? why : "stopped");
-    group_leave(d);
+    dl_group_leave(d);
     set_incarnation(d, 0);
     err_set(err, errlen, "%s", msg);
     return -1;
@@ -916,7 +910,7 @@ static int async_settle(diloco *d, int f, frag_versions *v, group_msg *all, int 
         log_warn("fragment %d: the group's submission could not be delivered (%s); the group leaves the run and "
                  "registers again (its places become no-ops)",
                  f, err);
-        group_leave(d);
+        dl_group_leave(d);
     }
     d->frag_incomplete[f] = 0; /* its places are no-ops once the incarnation is over */
     return 0;
@@ -932,9 +926,7 @@ static int net(diloco *d, int f, frag_versions *v, group_msg *all, int *worst, c
     if (d->rc.async) {
         if (async_net(d, f, &me, v, all, err, errlen) < 0) return -1;
     } else {
-        me.status = round_net(d, f, 0, me.err, sizeof me.err);
-        if ((me.status == DL_FAIL || me.status == DL_CORRUPT) && d->cur.t_pushed_us == 0 && !dl_stopping(d))
-            group_leave(d); /* we never arrived: the others would wait at the barrier for the group forever */
+        me.status = round_net(d, f, 0, me.err, sizeof me.err); /* (a rank that never arrived left the run) */
     }
     me.v[1] = me.status == DL_OK && d->shard_ids ? (int64_t)part_shards_digest(d) : 0; /* of the new part */
     me.v[2] = dylu_offer(d);
@@ -1010,6 +1002,7 @@ static int round_once(diloco *d, int f, int defer, char *err, size_t errlen)
         return -1;
     }
     snprintf(err, errlen, "a rank's parameters were out of step with the group's");
+    stream_ready(d, f); /* (sync Streaming: f's last round's thread may still look at its commit) */
     if (!d->grp_dirty) rc = prepare(d, f, &v, all, &worst, err, errlen);
     if (rc == 0 && !d->grp_dirty && worst == DL_OK) rc = net(d, f, &v, all, &worst, err, errlen);
     free(all);
@@ -1017,12 +1010,103 @@ static int round_once(diloco *d, int f, int defer, char *err, size_t errlen)
     if (rc < 0) return -1;
     if (rc > 0) return stopped(d, err, err, errlen);
     if (worst == DL_OK) return completed(d, f, defer, round, t0, err, errlen);
+    stream_drop_inflight(d); /* recover fetches every fragment: no thread of ours may touch one */
     return recover(d, worst, err, f, round, t0, err, errlen);
+}
+
+/* ---- sync Streaming: rounds in flight on threads while the ranks train --------------------------------- */
+
+/* A round taken out of flight (s) on every rank: its outcome agreed (NET), then its exchange, mixed by the
+ * fragment alpha; one that did not complete everywhere drops the others in flight (every rank does: the
+ * same outcome) and the group recovers (*recovered). 1 params changed, 0 not (a recovery that failed: the
+ * next sync tries again), -1. */
+static int settle_taken(diloco *d, const stream_slot *s, int *recovered, char *err, size_t errlen)
+{
+    int size = d->o.group.size;
+    group_msg me = {0}, *all = calloc((size_t)size, sizeof *all);
+    if (!all) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    me.status = s->rc;
+    snprintf(me.err, sizeof me.err, "%s", s->err);
+    me.v[2] = dylu_offer(d);
+    d->cur = s->info; /* what the round counted, for its record */
+    int rc = gather(d, GRP_NET, &me, all, err, errlen);
+    int worst = rc < 0 ? DL_FAIL : worst_status(all, size);
+    if (rc == 0 && worst != DL_OK) first_failure(all, size, err, errlen);
+    if (rc == 0 && worst == DL_OK) dylu_adopt(d, all[0].v[2]);
+    free(all);
+    if (rc < 0) return -1;
+    if (worst == DL_OK) {
+        d->base_busy = stream_base_busy(d); /* (the later rounds' threads write base: no digest of it) */
+        rc = take_round(d, s->frag, d->o.fragment_alpha, err, errlen);
+        if (rc == 0) record(d, s->frag, s->round, s->t0, 0);
+        d->base_busy = 0;
+        return rc < 0 ? -1 : 1;
+    }
+    stream_drop_inflight(d); /* recover fetches every fragment */
+    *recovered = 1;
+    return recover(d, worst, err, s->frag, s->round, s->t0, err, errlen);
+}
+
+/* The rounds in flight, oldest first, until `keep` remain (a boundary keeps D - 1: a round is applied D
+ * boundaries after it was sent); stops at a recovery (*recovered), which dropped the rest. 1 params
+ * changed, 0 not, -1. */
+static int take_inflight(diloco *d, int keep, int *recovered, char *err, size_t errlen)
+{
+    int changed = 0;
+    while (d->inflight_count > keep && !*recovered) {
+        stream_slot s;
+        stream_take_oldest(d, &s);
+        int rc = settle_taken(d, &s, recovered, err, errlen);
+        if (rc < 0) return -1;
+        changed |= rc;
+    }
+    return changed;
+}
+
+/* Fragment f's Δ of each rank's part (PREPARE), then its network round in flight on a thread of each rank
+ * (stream_launch: sync.c's round of the rank's part, as a worker of one process sends a fragment), taken
+ * at a later boundary (take_inflight). 0 launched; 1 params changed instead (the group recovered), -1. */
+static int launch_round(diloco *d, int f, char *err, size_t errlen)
+{
+    round_begin(d);
+    uint64_t t0 = now_ms();
+    int64_t round = d->frag_version[f];
+    int worst = DL_STALE, rc = 0;
+    frag_versions v = {0}; /* (a sync round: no versions to give) */
+    group_msg *all = calloc((size_t)d->o.group.size, sizeof *all);
+    if (!all) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    snprintf(err, errlen, "a rank's parameters were out of step with the group's");
+    stream_ready(d, f);
+    d->base_busy = stream_base_busy(d);
+    if (!d->grp_dirty) rc = prepare(d, f, &v, all, &worst, err, errlen);
+    d->base_busy = 0;
+    free(all);
+    if (rc < 0) return -1;
+    if (rc > 0) return stopped(d, err, err, errlen);
+    if (worst == DL_OK) {
+        stream_launch(d, f);
+        return 0;
+    }
+    stream_drop_inflight(d); /* recover fetches every fragment */
+    return recover(d, worst, err, f, round, t0, err, errlen);
+}
+
+int group_settle_all(diloco *d, char *err, size_t errlen)
+{
+    int recovered = 0;
+    if (dl_stream_overlap(d)) return take_inflight(d, 0, &recovered, err, errlen);
+    return apply_pending(d, 0, err, errlen);
 }
 
 int group_round(diloco *d, int f, char *err, size_t errlen)
 {
-    int changed = apply_pending(d, 0, err, errlen);
+    int changed = group_settle_all(d, err, errlen);
     int rc = changed < 0 ? -1 : round_once(d, f, 0, err, errlen);
     check_restart(d);
     return rc < 0 ? -1 : rc | changed;
@@ -1030,12 +1114,18 @@ int group_round(diloco *d, int f, char *err, size_t errlen)
 
 int group_stream_step(diloco *d, char *err, size_t errlen)
 {
-    int changed = apply_pending(d, d->inflight_max - 1, err, errlen);
-    int f = stream_next_fragment(d);
-    int rc = changed < 0 ? -1 : round_once(d, f, 1, err, errlen);
-    d->frag_next = (f + 1) % d->rc.nfragments; /* (async fragments go in turn: stream_next_fragment) */
+    int changed, rc = 0, recovered = 0;
+    if (dl_stream_overlap(d)) { /* sync: the round goes in flight (after a recovery, at the next boundary) */
+        changed = take_inflight(d, d->inflight_max - 1, &recovered, err, errlen);
+        if (changed >= 0 && !recovered) rc = launch_round(d, stream_next_fragment(d), err, errlen);
+    } else { /* async: the submission is made here, blocking, and applied at the next boundary */
+        int f = stream_next_fragment(d);
+        changed = apply_pending(d, d->inflight_max - 1, err, errlen);
+        if (changed >= 0) rc = round_once(d, f, 1, err, errlen);
+        d->frag_next = (f + 1) % d->rc.nfragments; /* (async fragments go in turn: stream_next_fragment) */
+    }
     check_restart(d);
-    return rc < 0 ? -1 : rc | changed;
+    return changed < 0 || rc < 0 ? -1 : rc | changed;
 }
 
 /* ---- between syncs ----------------------------------------------------------------------------------- */
@@ -1081,6 +1171,7 @@ static int check(diloco *d, char *err, size_t errlen)
              "now instead of training the rest of the interval as a dead incarnation (its steps are dropped)",
              saw, stream ? (d->steps - 1) % interval + 1 : d->steps, interval);
     d->steps = 0; /* the next sync comes a whole interval after the parameters we are about to take */
+    stream_drop_inflight(d); /* (Streaming: the rounds in flight are the dead incarnation's) */
     round_begin(d);
     uint64_t t0 = now_ms();
     int64_t round = d->frag_version[0];

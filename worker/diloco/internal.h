@@ -367,6 +367,9 @@ rconn **dl_round_ctl_use(rconn **c);
  * and registering again is left to the training thread (a round that finds us evicted only says DL_EVICTED:
  * round.c). */
 int dl_stream_overlap(const diloco *d);
+/* A process group's rank ends the group's membership (dl_deregister with its rank; any rank may): the other
+ * ranks see the eviction instead of waiting at a barrier for the group's arrival. Best effort. */
+void dl_group_leave(diloco *d);
 
 /* part.c: a sharded group's rank's view of the run (its slices' shards only), and the shards digest */
 /* Make rc this rank's view of the run from o.group.slices (numel: the params buffer's length): every
@@ -655,6 +658,18 @@ int stream_step(diloco *d, char *err, size_t errlen);
 int stream_finish_fragment(diloco *d, char *err, size_t errlen);
 /* The same at close, its outcome dropped. */
 void stream_finish_inflight(diloco *d);
+/* Before fragment f's Δ is prepared (its round about to be sent): f's previous round's thread joined, as it
+ * may still write f's tentative state, and the ended threads of the others (their lanes free again). */
+void stream_ready(diloco *d, int f);
+/* A process group's Streaming (group.c), whose ranks settle each round together: fragment f's network round
+ * (stream_ready, its Δ prepared, agreed) goes in flight on a thread as a worker of one process's does (stream_launch); the
+ * oldest is waited for and taken out of flight, its outcome, message and counters copied to *out, nothing
+ * settled (stream_take_oldest); every round in flight waited for and dropped, before anything fetches every
+ * fragment (stream_drop_inflight); whether a round's thread may be writing base now (stream_base_busy). */
+void stream_launch(diloco *d, int f);
+void stream_take_oldest(diloco *d, stream_slot *out);
+void stream_drop_inflight(diloco *d);
+int stream_base_busy(diloco *d);
 
 /* group.c: process groups, several processes as one worker */
 /* diloco_open of a group's rank: what session_open does, with the group's collectives. */
@@ -666,6 +681,9 @@ int group_round(diloco *d, int f, char *err, size_t errlen);
  * (blocking: the ranks' collectives are the host's, made on this thread) and applied at the next boundary, as
  * a worker of one process applies a fragment in flight. As round_blocking. */
 int group_stream_step(diloco *d, char *err, size_t errlen);
+/* Every round of the group's in flight or waiting to be applied, settled by the ranks together (a force
+ * sync's first step, before it reads the fragments' order). 1 params changed, 0 not, -1. */
+int group_settle_all(diloco *d, char *err, size_t errlen);
 /* A group's inner step that is not a sync: every grp_check_every steps the ranks agree whether the group
  * was evicted, and if so all stop the interval there and register again. As group_round. */
 int group_step(diloco *d, char *err, size_t errlen);

@@ -26,7 +26,10 @@ static void warn_stream_interval(const diloco *d)
 
 static int session_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
 {
-    if (o->group.size > 1) return group_open(d, o, params, numel, err, errlen);
+    if (o->group.size > 1) { /* (a group's sync Streaming rounds are in flight on threads too: the listener) */
+        if (group_open(d, o, params, numel, err, errlen) < 0) return -1;
+        return dl_stream_overlap(d) && wake_hub_start(d, err, errlen) < 0 ? -1 : 0;
+    }
     if (state_init(d, o, params, numel, err, errlen) < 0) return -1;
     warn_stream_interval(d);
     if (dl_register(d, err, errlen) < 0) return -1;

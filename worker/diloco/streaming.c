@@ -129,23 +129,17 @@ static int settle_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64
     return round_unsent(d, f, round, p, t0, err, errlen);
 }
 
-/* 1 when params changed (reset to the global ones, a repair waited for), -1 unrecoverable, else 0. A
- * fragment whose Δ could not be prepared is a failed sync, as in round_blocking: it counts toward
- * --max-sync-retries (it used to be dropped, so a worker cut off from every shard-server never got there).
- * fresh: every fragment was fetched at this boundary (round_net). */
-static int begin_fragment(diloco *d, int f, int fresh, char *err, size_t errlen)
+void stream_ready(diloco *d, int f)
 {
-    uint64_t t0 = now_ms();
-    int64_t round = d->frag_version[f];
-    round_begin(d);
     if (dl_stream_overlap(d)) { /* f's previous thread first: it may still write f's tentative state */
         join_tail(d, f);
         reap_tails(d);
     }
-    d->base_busy = base_busy(d);
-    prep_outcome p = round_prepare_delta(d, f, err, errlen);
-    d->base_busy = 0;
-    if (p != PREP_SEND) return settle_unsent(d, f, round, p, t0, err, errlen);
+}
+
+/* Fragment f's network round (its Δ prepared) in flight on a thread of its own. */
+static void launch(diloco *d, int f, int fresh)
+{
     stream_slot *s = slot_at(d, d->inflight_count);
     /* (info starts as cur: what preparing counted, the confirm of f's previous round) */
     *s = (stream_slot){.d = d, .frag = f, .round = d->frag_version[f], .t0 = now_ms(), .info = d->cur, .fresh = fresh};
@@ -158,6 +152,23 @@ static int begin_fragment(diloco *d, int f, int fresh, char *err, size_t errlen)
         t->running = s->threaded = pthread_create(&t->thread, NULL, inflight_main, s) == 0;
     }
     if (!s->threaded) inflight_main(s); /* no thread: sync in line, correct but not overlapped */
+}
+
+/* 1 when params changed (reset to the global ones, a repair waited for), -1 unrecoverable, else 0. A
+ * fragment whose Δ could not be prepared is a failed sync, as in round_blocking: it counts toward
+ * --max-sync-retries (it used to be dropped, so a worker cut off from every shard-server never got there).
+ * fresh: every fragment was fetched at this boundary (round_net). */
+static int begin_fragment(diloco *d, int f, int fresh, char *err, size_t errlen)
+{
+    uint64_t t0 = now_ms();
+    int64_t round = d->frag_version[f];
+    round_begin(d);
+    stream_ready(d, f);
+    d->base_busy = base_busy(d);
+    prep_outcome p = round_prepare_delta(d, f, err, errlen);
+    d->base_busy = 0;
+    if (p != PREP_SEND) return settle_unsent(d, f, round, p, t0, err, errlen);
+    launch(d, f, fresh);
     return 0;
 }
 
@@ -226,7 +237,7 @@ static int settle_alone(diloco *d, stream_slot *s, char *err, size_t errlen)
 /* Wait for the oldest fragment in flight and apply its result. at_boundary: the schedule's own wait
  * (stream_step), where a wait means the round outlasts the intervals in flight; not a force sync's or the
  * session's end. */
-static int finish_oldest(diloco *d, int at_boundary, char *err, size_t errlen)
+static stream_slot *take_oldest(diloco *d, int at_boundary)
 {
     stream_slot *s = slot_at(d, 0);
     uint64_t t_join = now_ms();
@@ -235,6 +246,12 @@ static int finish_oldest(diloco *d, int at_boundary, char *err, size_t errlen)
     if (threaded && at_boundary) tell_round_longer(d, s->frag, t_join - s->t0, now_ms() - t_join);
     d->inflight_head = (d->inflight_head + 1) % d->inflight_max;
     d->inflight_count--;
+    return s; /* (its slot is free: valid until the next launch) */
+}
+
+static int finish_oldest(diloco *d, int at_boundary, char *err, size_t errlen)
+{
+    stream_slot *s = take_oldest(d, at_boundary);
     if (dl_stream_overlap(d) && round_settle_refetches(d, s->rc)) return settle_alone(d, s, err, errlen);
     return settle_slot(d, s, err, errlen);
 }
@@ -261,9 +278,37 @@ int stream_finish_fragment(diloco *d, char *err, size_t errlen)
 void stream_finish_inflight(diloco *d)
 {
     if (!d->inflight || !d->tails) return; /* an open that failed before its buffers: nothing ran */
+    if (d->grp) { /* a group's rounds are settled by its ranks together (group.c): at the end, only ended */
+        stream_drop_inflight(d);
+        return;
+    }
     char err[256];
     while (d->inflight_count > 0) stream_finish_fragment(d, err, sizeof err);
     join_tails(d);
+}
+
+/* ---- a process group's rounds in flight (group.c settles them, its ranks together) ------------------- */
+
+void stream_launch(diloco *d, int f)
+{
+    launch(d, f, 0);
+}
+
+void stream_take_oldest(diloco *d, stream_slot *out)
+{
+    *out = *take_oldest(d, 1);
+}
+
+void stream_drop_inflight(diloco *d)
+{
+    for (int i = 0; i < d->inflight_count; i++) join_slot(d, slot_at(d, i));
+    d->inflight_count = 0;
+    join_tails(d);
+}
+
+int stream_base_busy(diloco *d)
+{
+    return base_busy(d);
 }
 
 int stream_interval(const diloco *d)

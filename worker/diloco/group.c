@@ -3,8 +3,9 @@
  *
  * The ranks talk to each other only through the host's two collectives (o.group.allgather, .broadcast).
  * Every step below that involves more than one rank is one allgather of a fixed-size group_msg (in an async
- * round followed by a number per shard of the fragment: gather_with), made by every rank whatever its own outcome, so the ranks always decide the same thing from the same facts
- * (and the same error reaches every rank):
+ * round followed by a number per shard of the fragment: gather_with), made by every rank whatever its own
+ * outcome, so the ranks always decide the same thing from the same facts (and the same error reaches every
+ * rank):
  *
  *   open:     HELLO (each rank's options and whether it could read the run: they must agree), REGISTER
  *             (rank 0 registers the group; the others take its worker id and incarnation), JOIN (the
@@ -427,7 +428,6 @@ static void set_incarnation(diloco *d, int64_t inc)
     d->evicted = 0;
     pthread_mutex_unlock(&d->hb_mu);
 }
-
 
 /* A rank closing normally waits (at most LAST_ROUND_PATIENCE_MS, or the sync timeout if shorter) until
  * every shard of the group's last round is committed, the other ranks' parts too, before it ends the
@@ -899,6 +899,7 @@ static int async_settle(diloco *d, int f, frag_versions *v, group_msg *all, int 
         log_warn("fragment %d: the group's submission was not applied on every rank (%s); trying once more", f, err);
     group_msg me = {0};
     me.status = d->frag_incomplete[f] ? async_deliver(d, f, me.err, sizeof me.err) : DL_OK;
+    me.v[2] = dylu_offer(d); /* (this gather is the round's last, as NET's would have been) */
     if (gather_versions(d, f, GRP_COMPLETE, &me, v, all, err, errlen) < 0) return -1;
     *worst = worst_status(all, d->o.group.size);
     if (*worst == DL_OK) {
@@ -994,10 +995,11 @@ static int round_once(diloco *d, int f, int defer, char *err, size_t errlen)
     uint64_t t0 = now_ms();
     int64_t round = d->frag_version[f];
     int worst = DL_STALE, rc = 0;
-    frag_versions v;
+    frag_versions v = {0};
     group_msg *all = calloc((size_t)d->o.group.size, sizeof *all);
     if (!all || versions_alloc(d, f, &v, err, errlen) < 0) {
         free(all);
+        versions_free(&v);
         err_set(err, errlen, "out of memory");
         return -1;
     }

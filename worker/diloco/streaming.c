@@ -30,7 +30,11 @@
  * sent again or anything fetches every fragment: one RTT off every boundary, D = 1 included. bench/wan_training
  * at RTT 300 ms, H = 40, 4 fragments: D = 1 50% with the look on the round's path and 67% without it, D = 2
  * 94-97%, D = 3 99-100% of the speed kept (docs/compression.md). An async run keeps the plain path: one
- * round at a time, joined at the boundary (its rounds have no look at the commit). */
+ * round at a time, joined at the boundary (its rounds have no look at the commit).
+ *
+ * A process group's sync Streaming rounds use the same slots, threads and lanes (stream_ready,
+ * stream_launch, stream_take_oldest, stream_drop_inflight), but not the settling here: its ranks agree on
+ * each round's outcome and apply it together, at the boundaries (group.c). */
 
 #include "base/log.h"
 #include "base/util.h"

@@ -408,9 +408,9 @@ static int parse_fsdp_ranks(init_args *a)
         if (!*end) break;
         p = end + 1;
     }
-    if (a->async || a->fragments > 1) {
-        fprintf(stderr, "coordinator init: --fsdp-ranks makes a run for sharded process groups, which are for sync "
-                        "runs of one fragment (no --async, no --fragments)\n");
+    if (a->fragments > 1) {
+        fprintf(stderr, "coordinator init: --fsdp-ranks makes a run for sharded process groups, which are for runs "
+                        "of one fragment (no --fragments)\n");
         return -1;
     }
     return 0;

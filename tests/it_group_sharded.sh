@@ -14,8 +14,9 @@
 # exactly its own slices' bytes. Then bad input: a sharded group on a run not cut for its size, ranks
 # whose slices overlap, ranks that disagree on being sharded, a rank with no rows of any tensor (2 parameters
 # over 3 ranks): one clear error on every rank, nothing
-# registered; coordinator init refuses --fsdp-ranks 1, a non-number, and --fsdp-ranks with --fragments or
-# --async. (A rank killed with -9: tests/it_python_group_sharded_crash.sh.)
+# registered; coordinator init refuses --fsdp-ranks 1, a non-number, and --fsdp-ranks with --fragments (a
+# sharded group in an async run: tests/it_group_async.sh). (A rank killed with -9:
+# tests/it_python_group_sharded_crash.sh.)
 . "$(dirname "$0")/lib.sh"
 ROUNDS=4; H=10
 GPT="--trainer gpt --layers 1 --heads 2 --dim 16 --ctx 8 --vocab 16 --seed 5"
@@ -106,7 +107,7 @@ bad_case empty 3 'rank 2: this rank holds no parameters'
 [ "$($RCLI HGET "dl:{$RUN}:state" joins)" = 0 ] || fail "bad input registered a member"
 RUN=sbad
 [ "$($RCLI HGET "dl:{$RUN}:state" joins)" = 0 ] || fail "bad input registered a member"
-for bad in "--fsdp-ranks 1" "--fsdp-ranks 2,x" "--fsdp-ranks 2 --fragments 2" "--fsdp-ranks 2 --async"; do
+for bad in "--fsdp-ranks 1" "--fsdp-ranks 2,x" "--fsdp-ranks 2 --fragments 2"; do
   bin/coordinator init --redis "$URL" --run sbadinit $GPT $bad > "$TMP/badinit.log" 2>&1
   [ $? = 2 ] && grep -q -- '--fsdp-ranks' "$TMP/badinit.log" || fail "coordinator init $bad: $(cat "$TMP/badinit.log")"
 done

@@ -152,8 +152,8 @@ typedef struct diloco_device_ops {
  * partial contribution of a group is ever committed. Sync and async runs (async: rank 0 places the group's
  * submission, every rank delivers its part), plain DiLoCo or Streaming (each rank moves a part of every
  * fragment; any fragments in flight and fragment alpha), with or without DyLU (the group is assigned one H;
- * every rank takes it at the same sync); for now without device hooks, and without sharded groups in
- * async runs. docs/PROTOCOL.md "Process groups" has the protocol.
+ * every rank takes it at the same sync); for now without device hooks. docs/PROTOCOL.md "Process groups"
+ * has the protocol.
  *
  * Both hooks are collectives: every rank calls them in the same order, from the thread inside
  * diloco_open / diloco_after_step / diloco_force_sync. They return 0, or -1 with err filled; they must

@@ -13,8 +13,8 @@
  * when the session closes is completed by the close (async_complete_closing).
  *
  * A process group's rank moves only its part of a fragment's shards (dl_first_shard): its rank 0 places the
- * group's submission for the whole fragment (async_place) and every rank delivers its part (async_deliver),
- * group.c making the collectives around them. */
+ * group's submission for the whole fragment (async_place_shards) and every rank delivers its part
+ * (async_deliver), group.c making the collectives around them. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,10 +27,12 @@
 
 #define SUBMIT_ARGS_MAX (2 * RUNCONF_MAX_SHARDS + 8)
 
-/* dl_submit of submission d->submission for shards [first, last) from their current base versions;
- * fills d->seq. Sent again (here or by dl_command_argv after a reconnect) when no reply came: a try that
- * ran answers the same places again (lua/40_barriers.lua, repeated_submission). */
-static int submit(diloco *d, int f, int first, int last, char *err, size_t errlen)
+/* dl_submit of submission d->submission for the n shards ids[] (the run's numbers) of fragment f from the
+ * base versions bases[]; seqs[] takes their places. Sent again (here or by dl_command_argv after a
+ * reconnect) when no reply came: a try that ran answers the same places again (lua/40_barriers.lua,
+ * repeated_submission). */
+static int submit(diloco *d, int f, int n, const int *ids, const int64_t *bases, int64_t *seqs, char *err,
+                  size_t errlen)
 {
     static const char *argv[SUBMIT_ARGS_MAX];
     static char nums[SUBMIT_ARGS_MAX][24];
@@ -47,11 +49,11 @@ static int submit(diloco *d, int f, int first, int last, char *err, size_t errle
     argv[argc++] = inc;
     argv[argc++] = frag;
     argv[argc++] = no;
-    for (int k = first; k < last; k++) {
-        snprintf(nums[argc], sizeof nums[argc], "%d", k);
+    for (int i = 0; i < n; i++) {
+        snprintf(nums[argc], sizeof nums[argc], "%d", ids[i]);
         argv[argc] = nums[argc];
         argc++;
-        snprintf(nums[argc], sizeof nums[argc], "%" PRId64, d->shard_version[k]);
+        snprintf(nums[argc], sizeof nums[argc], "%" PRId64, bases[i]);
         argv[argc] = nums[argc];
         argc++;
     }
@@ -62,11 +64,11 @@ static int submit(diloco *d, int f, int first, int last, char *err, size_t errle
              : strncmp(r->str, "STALE", 5) == 0           ? DL_STALE
              : strncmp(r->str, "UNKNOWN_WORKER", 14) == 0 ? DL_EVICTED
                                                           : DL_FAIL;
-    } else if (r->type != REDIS_REPLY_ARRAY || (int)r->elements != last - first) {
+    } else if (r->type != REDIS_REPLY_ARRAY || (int)r->elements != n) {
         err_set(err, errlen, "unexpected reply to dl_submit");
         rc = DL_FAIL;
     } else {
-        for (int k = first; k < last; k++) d->seq[k] = r->element[k - first]->integer;
+        for (int i = 0; i < n; i++) seqs[i] = r->element[i]->integer;
     }
     if (r) freeReplyObject(r);
     return rc;
@@ -87,16 +89,32 @@ int async_deliver(diloco *d, int f, char *err, size_t errlen)
     return DL_OK;
 }
 
-int async_place(diloco *d, int f, char *err, size_t errlen)
+int async_place_shards(diloco *d, int f, int n, const int *ids, const int64_t *bases, int64_t *seqs, char *err,
+                       size_t errlen)
 {
     int rc = DL_RETRY;
     d->submission++;
     for (unsigned attempt = 0; rc == DL_RETRY && attempt < 5; attempt++) {
-        rc = submit(d, f, d->rc.frag_bounds[f], d->rc.frag_bounds[f + 1], err, errlen);
+        rc = submit(d, f, n, ids, bases, seqs, err, errlen);
         if (rc != DL_RETRY || dl_stopping(d)) break; /* (a stop: not sent again, as after the 5th) */
         sleep_ms(backoff_ms(attempt, 50, 1000));
     }
     return rc == DL_RETRY ? DL_FAIL : rc;
+}
+
+/* async_place_shards for the shards of fragment f, from shard_version into seq. */
+static int async_place(diloco *d, int f, char *err, size_t errlen)
+{
+    int first = d->rc.frag_bounds[f], n = d->rc.frag_bounds[f + 1] - first;
+    int *ids = malloc((size_t)n * sizeof *ids);
+    if (!ids) {
+        err_set(err, errlen, "out of memory");
+        return DL_FAIL;
+    }
+    for (int i = 0; i < n; i++) ids[i] = dl_shard_id(d, first + i);
+    int rc = async_place_shards(d, f, n, ids, d->shard_version + first, d->seq + first, err, errlen);
+    free(ids);
+    return rc;
 }
 
 int async_submit_net(diloco *d, int f, char *err, size_t errlen)

@@ -339,6 +339,7 @@ static int exchange(diloco *d, int f, double alpha, char *err, size_t errlen)
 {
     if (d->shard_ids) { /* sharded: every rank holds only its part, nothing to exchange (one fragment) */
         memcpy(d->params, d->base, d->numel * sizeof(float));
+        if (d->la_on) d->la_on[0] = 0; /* (--async-lookahead: from base again, unless take_round aims it) */
         d->grp_dirty = 0;
         return params_changed(d, 0, d->numel, err, errlen);
     }
@@ -636,8 +637,7 @@ static int check_hello(diloco *d, const group_msg *all, char *err, size_t errlen
             return -1;
         }
     }
-    const char *why = d->rc.async && d->shard_ids              ? "asynchronous runs with a sharded group"
-                      : d->rc.nfragments > GROUP_FRAGMENTS_MAX ? "runs of more than 32 fragments"
+    const char *why = d->rc.nfragments > GROUP_FRAGMENTS_MAX ? "runs of more than 32 fragments"
                       : d->dev                                 ? "device hooks"
                                                                : NULL;
     if (why) {
@@ -810,22 +810,27 @@ static int apply_pending(diloco *d, int keep, char *err, size_t errlen)
 
 /* An async round's versions of fragment f's shards, which move on their own: rank 0 submits for all of them
  * and so needs the base version of every shard, which only the rank moving it knows, and every rank reports
- * the fragment's lowest. mine[i] (shard first + i) is filled for this rank's part; vals[r * n + i] is rank r's
- * after a gather. n is 0 in a sync round (a fragment's shards are at one version there). */
+ * the fragment's lowest. The fragment's shards are the run's [first, first + n): of a sharded group, whose
+ * ranks each see only their own shards, all the run's. mine[i] (shard first + i) is this rank's version of
+ * it or -1 (not its shard); vals[r * n + i] is rank r's after a gather; whole[i] every shard's version (the
+ * one rank that moves it gave it: take_versions); seqs[i] rank 0's places. n is 0 in a sync round (a
+ * fragment's shards are at one version there). */
 typedef struct frag_versions {
     int first, n;
-    int64_t *mine, *vals;
+    int64_t *mine, *vals, *whole, *seqs;
 } frag_versions;
 
 static int versions_alloc(diloco *d, int f, frag_versions *v, char *err, size_t errlen)
 {
     memset(v, 0, sizeof *v);
     if (!d->rc.async) return 0;
-    v->first = d->rc.frag_bounds[f];
-    v->n = d->rc.frag_bounds[f + 1] - v->first;
+    v->first = d->shard_ids ? 0 : d->rc.frag_bounds[f]; /* (a sharded group's run has one fragment) */
+    v->n = d->shard_ids ? d->run_nshards : d->rc.frag_bounds[f + 1] - v->first;
     v->mine = calloc((size_t)v->n, sizeof(int64_t));
     v->vals = calloc((size_t)v->n * (size_t)d->o.group.size, sizeof(int64_t));
-    if (v->mine && v->vals) return 0;
+    v->whole = calloc((size_t)v->n, sizeof(int64_t));
+    v->seqs = calloc((size_t)v->n, sizeof(int64_t));
+    if (v->mine && v->vals && v->whole && v->seqs) return 0;
     err_set(err, errlen, "out of memory");
     return -1;
 }
@@ -834,52 +839,74 @@ static void versions_free(frag_versions *v)
 {
     free(v->mine);
     free(v->vals);
+    free(v->whole);
+    free(v->seqs);
 }
 
-/* gather, with this rank's versions of its part of f (async rounds) */
+/* gather, with this rank's versions of its shards of f (async rounds) */
 static int gather_versions(diloco *d, int f, int what, group_msg *me, frag_versions *v, group_msg *all, char *err,
                            size_t errlen)
 {
+    for (int i = 0; i < v->n; i++) v->mine[i] = -1;
     for (int k = dl_first_shard(d, f); v->n > 0 && k < dl_last_shard(d, f); k++)
-        v->mine[k - v->first] = d->shard_version[k];
+        v->mine[dl_shard_id(d, k) - v->first] = d->shard_version[k];
     return gather_with(d, what, me, v->mine, v->n, all, v->vals, err, errlen);
 }
 
-/* After gather_versions: every shard's version is the one its rank gave, on every rank, and the fragment's
+/* After gather_versions: every shard's version is the one its rank gave (whole; on every rank of a group
+ * that exchanges, also shard_version: each holds every shard after the exchange), and the fragment's
  * version their lowest (a round's record and the group's messages say the same on every rank). */
-static void take_versions(diloco *d, int f, const frag_versions *v)
+static void take_versions(diloco *d, int f, frag_versions *v)
 {
     if (v->n == 0) return;
     int64_t lo = INT64_MAX;
-    for (int r = 0; r < d->o.group.size; r++) {
-        int first, last;
-        rank_shards(d, r, f, &first, &last);
-        for (int k = first; k < last; k++) {
-            d->shard_version[k] = v->vals[(size_t)r * (size_t)v->n + (size_t)(k - v->first)];
-            if (d->shard_version[k] < lo) lo = d->shard_version[k];
-        }
+    for (int i = 0; i < v->n; i++) {
+        v->whole[i] = -1;
+        for (int r = 0; r < d->o.group.size; r++)
+            if (v->vals[(size_t)r * (size_t)v->n + (size_t)i] > v->whole[i])
+                v->whole[i] = v->vals[(size_t)r * (size_t)v->n + (size_t)i];
+        if (!d->shard_ids) d->shard_version[v->first + i] = v->whole[i];
+        if (v->whole[i] < lo) lo = v->whole[i];
     }
     dl_set_frag_version(d, f, lo);
 }
 
+/* Rank 0's submission of the group for every shard of fragment f (the run's ids, from the versions every
+ * rank gave at PREPARE) into v->seqs. */
+static int place_all(diloco *d, int f, frag_versions *v, char *err, size_t errlen)
+{
+    int *ids = malloc((size_t)v->n * sizeof *ids);
+    if (!ids) {
+        err_set(err, errlen, "out of memory");
+        return DL_FAIL;
+    }
+    for (int i = 0; i < v->n; i++) ids[i] = v->first + i;
+    int rc = async_place_shards(d, f, v->n, ids, v->whole, v->seqs, err, errlen);
+    free(ids);
+    return rc;
+}
+
 /* Async, instead of a barrier round: rank 0 places the group's submission for the whole fragment
- * (async_place, from the base versions every rank gave at PREPARE), PLACES hands the places to every rank,
- * and each delivers its part (async_deliver). me->status: rank 0's refusal (STALE, EVICTED, FAIL: nothing
- * placed) on every rank, else this rank's delivery. -1 when the collective failed. */
+ * (place_all), PLACES hands the places to every rank, and each delivers its part (async_deliver).
+ * me->status: rank 0's refusal (STALE, EVICTED, FAIL: nothing placed) on every rank, else this rank's
+ * delivery. -1 when the collective failed. */
 static int async_net(diloco *d, int f, group_msg *me, frag_versions *v, group_msg *all, char *err, size_t errlen)
 {
     memset(me, 0, sizeof *me);
     lookahead_keep(d, f); /* (the bases and versions the next start is aimed from: every rank holds all) */
     if (d->grp_rank == 0) {
-        me->status = dl_evicted(d) ? DL_EVICTED : async_place(d, f, me->err, sizeof me->err);
+        me->status = dl_evicted(d) ? DL_EVICTED : place_all(d, f, v, me->err, sizeof me->err);
         if (me->status == DL_EVICTED && !me->err[0])
             snprintf(me->err, sizeof me->err, "evicted (heartbeats missed for longer than the timeout)");
     }
-    if (gather_with(d, GRP_PLACES, me, d->seq + v->first, v->n, all, v->vals, err, errlen) < 0) return -1;
+    if (gather_with(d, GRP_PLACES, me, v->seqs, v->n, all, v->vals, err, errlen) < 0) return -1;
     me->status = all[0].status;
     snprintf(me->err, sizeof me->err, "%s", all[0].err);
     if (me->status != DL_OK) return 0;
-    memcpy(d->seq + v->first, v->vals, (size_t)v->n * sizeof(int64_t)); /* rank 0's places */
+    /* rank 0's places: of every shard of the fragment (the lookahead aims them all: take_round), or of a
+     * sharded rank's own */
+    for (int i = 0; !d->shard_ids && i < v->n; i++) d->seq[v->first + i] = v->vals[i];
+    for (int k = 0; d->shard_ids && k < d->rc.nshards; k++) d->seq[k] = v->vals[dl_shard_id(d, k)];
     /* From here the submission has its places: completed or abandoned together (async_settle), never
      * sent again as part of another one. */
     d->frag_incomplete[f] = 1;
@@ -899,6 +926,7 @@ static int async_settle(diloco *d, int f, frag_versions *v, group_msg *all, int 
         log_warn("fragment %d: the group's submission was not applied on every rank (%s); trying once more", f, err);
     group_msg me = {0};
     me.status = d->frag_incomplete[f] ? async_deliver(d, f, me.err, sizeof me.err) : DL_OK;
+    me.v[1] = me.status == DL_OK && d->shard_ids ? (int64_t)part_shards_digest(d) : 0; /* (as NET's) */
     me.v[2] = dylu_offer(d); /* (this gather is the round's last, as NET's would have been) */
     if (gather_versions(d, f, GRP_COMPLETE, &me, v, all, err, errlen) < 0) return -1;
     *worst = worst_status(all, d->o.group.size);

@@ -572,11 +572,12 @@ int fetch_current(diloco *d, int f, char *err, size_t errlen);
 /* Submit, push, get for fragment f; base[f] holds the versions we got. Once dl_submit gave the places,
  * a failure leaves the submission pending (frag_incomplete[f]) for async_complete. */
 int async_submit_net(diloco *d, int f, char *err, size_t errlen);
-/* The first half of it: dl_submit of a new submission (d->submission + 1) for every shard of fragment f
- * from the base versions in shard_version, retried while Redis does not answer; d->seq takes the places.
- * DL_OK; DL_STALE (older than --max-staleness), DL_EVICTED, DL_FAIL: no place was given. A process group's
- * rank 0 places the group's submission (group.c). */
-int async_place(diloco *d, int f, char *err, size_t errlen);
+/* The first half of it: dl_submit of a new submission (d->submission + 1) of fragment f for the n shards
+ * ids[] (the run's numbers) from the base versions bases[], retried while Redis does not answer; seqs[]
+ * takes the places. DL_OK; DL_STALE (older than --max-staleness), DL_EVICTED, DL_FAIL: no place was given.
+ * A process group's rank 0 places the group's submission for every shard its ranks move (group.c). */
+int async_place_shards(diloco *d, int f, int n, const int *ids, const int64_t *bases, int64_t *seqs, char *err,
+                       size_t errlen);
 /* The second half: the Δ of each shard this session moves of fragment f (dl_first_shard..) to its place,
  * then each such shard once the submission is applied (resent to an owner that lacks it); base takes the
  * versions got, frag_incomplete[f] is cleared and frag_version[f] is the lowest of them. */

@@ -6,7 +6,7 @@
 # its places and gets its shards once applied, and the ranks exchange the new values. So a group's
 # submission is the one a single process holding its parameters would make, and the run is bit-identical to
 # the in-process replay of the order Redis recorded (tests/tools/ref_async), in which the group is one
-# worker, and differs from the replay with the wrong H:
+# worker, and differs from the replay with a wrong setting (H, or no lookahead):
 #   gasync     plain async (Delayed Nesterov 3): the group g1 and two single workers of other speeds
 #   gastream   async Streaming, 2 fragments of 4 shards (H = 10: a fragment every 5 steps), alpha 0, and
 #              --async-lookahead 0.5: every rank aims the start of the whole fragment from the bases and
@@ -14,8 +14,10 @@
 #   gastorm    plain async with --async-lookahead 0.5 while shard-servers are killed at random (kill -9
 #              every 1-1.5 s, and deaths between log write and commit): the ranks' pushes and gets follow
 #              the shards to their new owners, and nothing is applied twice or lost
-# Both ranks report a sync at the same steps, from the same parameters. Then a sharded group (FSDP) in an
-# async run, and dl_submit's refusal of a group not every rank of which joined.
+# Both ranks report a sync at the same steps, from the same parameters. Then a group whose part is not
+# applied in time (gastop: completed at a second try; galeave: the group leaves and registers again), a
+# sharded group (FSDP) in an async run (gashard), and dl_submit's refusal of a group not every rank of which
+# joined.
 . "$(dirname "$0")/lib.sh"
 H=10; STEPS=60; SHARDED=""
 start_redis

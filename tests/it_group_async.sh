@@ -10,7 +10,9 @@
 #   gasync     plain async (Delayed Nesterov 3): the group g1 and two single workers of other speeds
 #   gastream   async Streaming, 2 fragments of 4 shards (H = 10: a fragment every 5 steps), alpha 0, and
 #              --async-lookahead 0.5: every rank aims the start of the whole fragment from the bases and
-#              versions the ranks exchanged (replayed without the lookahead: differs)
+#              versions the ranks exchanged (replayed without the lookahead: differs); the submission is
+#              placed at its boundary and delivered on the ranks' threads while they train (at least half
+#              got their parameters after the boundary that placed them had returned)
 #   gastorm    plain async with --async-lookahead 0.5 while shard-servers are killed at random (kill -9
 #              every 1-1.5 s, and deaths between log write and commit): the ranks' pushes and gets follow
 #              the shards to their new owners, and nothing is applied twice or lost
@@ -68,6 +70,13 @@ keep_servers 2 --lease-ttl-ms 2000
 start_three
 wait_workers g1 w1 w2
 same_steps g1 $((STEPS * 2 / H - 1))
+# the submissions were delivered while the ranks trained: line k settles the one placed at the boundary of
+# line k - 1, whose call returned (field 24) before the submission's last byte came (field 23; an async
+# round stamps no barrier or get phase)
+over=$(grep '^sync rank 0 ' "$TMP/g1-$RUN.out" | awk '{ret[NR] = $24} NR > 1 && $23 > ret[NR - 1] {k++} END {print k + 0}')
+n=$(grep -c '^sync rank 0 ' "$TMP/g1-$RUN.out")
+[ "$over" -ge $(((n - 1) / 2)) ] || fail "gastream: $over of $((n - 1)) submissions were delivered after the boundary that placed them returned"
+say "gastream: $over of $((n - 1)) submissions delivered while the ranks trained"
 ref_async_check gastream $H "(Streaming, a group of 2 ranks and 2 workers, with its starts ahead)" --async-lookahead 0
 finish
 

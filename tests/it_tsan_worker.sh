@@ -25,7 +25,8 @@
 #      round runs on its thread and writes that version when it ends;
 #   7. Streaming process groups: two groups of 2 ranks, 2 fragments in flight, each rank's round of a
 #      fragment on its own thread while the ranks train and agree at the boundaries; bit-identical to the
-#      fragment-schedule reference.
+#      fragment-schedule reference; and an async Streaming group, its submissions delivered on the ranks'
+#      threads, bit-identical to the replay of its order.
 # Every process must exit 0 with no ThreadSanitizer report in its log (a report makes it exit 66), and the
 # runs' parameters are bit-identical to their references where the mode's own test checks that (the
 # sanitized build computes the same bits). The quadratic trainer: OpenBLAS and OpenMP are not instrumented.
@@ -182,3 +183,11 @@ shard_digests $RUN > "$TMP/got-$RUN.txt"
 grep '^shard' "$TMP/ref-$RUN.txt" | diff - "$TMP/got-$RUN.txt" > "$TMP/diff.txt" ||
   fail "Streaming groups: shard digests differ from the fragment-schedule reference: $(cat "$TMP/diff.txt")"
 say "Streaming groups: 2 sanitized groups of 2 ranks, 2 fragments in flight, no report, bit-identical to the reference"
+# and async: each submission placed at its boundary, delivered on the ranks' threads while they train
+RUN=tsan_gastream; H=10
+init_run $RUN --async --trainer quadratic --numel $NUMEL --shards 8 --fragments 2 --workers 1 --seed $SEED
+start_server o --lease-ttl-ms 2000
+build/tsan/bin/group_worker --redis "$URL" --run $RUN --worker-id a1 --ranks 2 --steps $STEPS --sync-every $H \
+  --step-delay-ms 5 > "$TMP/a1.out" 2> "$TMP/group-a1.log" || fail "group a1 exited with status $?: $(tail -5 "$TMP/group-a1.log")"
+no_reports a1
+ref_async_check $RUN $H "(a sanitized async Streaming group)" --sync-every 20

@@ -26,9 +26,9 @@
  *             each rank's network round of its part goes in flight on a thread of its own (streaming.c's
  *             stream_launch, sync.c's round as a worker of one process sends a fragment) while the ranks
  *             train: the collectives stay on the training thread, at the boundaries, and a worker of one
- *             process applies a fragment in flight D intervals after it sent it, as the group does. An async
- *             run's submission is made at its boundary, blocking (its PLACES is a collective), and applied
- *             at the next;
+ *             process applies a fragment in flight D intervals after it sent it, as the group does. In an
+ *             async run the submission is placed at its boundary (PLACES is a collective) and only its
+ *             delivery goes on the threads;
  *   between:  CHECK every grp_check_every inner steps (a number rank 0 sets at each CHECK from its pace: about
  *             two per heartbeat interval): whether any rank's heartbeat found the group evicted; if so every
  *             rank stops the interval at that same step, and the group registers again and fetches as in
@@ -414,7 +414,6 @@ static int group_fetch(diloco *d, char *err, size_t errlen)
     if (!all) err_set(err, errlen, "out of memory");
     for (int f = 0; rc == 0 && f < d->rc.nfragments; f++) rc = fetch_agreed(d, f, all, err, errlen);
     free(all);
-    d->grp_npending = 0;
     if (rc == 0) rc = exchange(d, -1, 0.0, err, errlen);
     if (rc < 0) d->grp_dirty = 1;
     return rc;
@@ -684,7 +683,6 @@ int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, 
 {
     if (check_hooks(o, err, errlen) < 0) return -1;
     d->grp = 1;
-    d->grp_npending = 0;
     d->grp_rank = o->group.rank;
     if (hello(d, o, params, numel, err, errlen) < 0) return -1;
     if (group_register(d, err, errlen) < 0) return -1;
@@ -787,25 +785,6 @@ static int recover(diloco *d, int worst, const char *why, int f, int64_t round, 
     return rejoin(d, member, f, round, t0, err, errlen);
 }
 
-/* Streaming: the oldest fragments whose rounds completed take their new values now (their exchange, mixed with
- * the ranks' own by --fragment-alpha), until `keep` wait: a boundary keeps D - 1 of them, as a fragment in
- * flight is applied D boundaries after it was sent. 1 params changed, 0 none applied, -1. */
-static int apply_pending(diloco *d, int keep, char *err, size_t errlen)
-{
-    int changed = 0;
-    while (d->grp_npending > keep) {
-        int f = d->grp_pending[0].frag;
-        int64_t round = d->grp_pending[0].round;
-        uint64_t t0 = d->grp_pending[0].t0;
-        d->grp_npending--;
-        memmove(d->grp_pending, d->grp_pending + 1, (size_t)d->grp_npending * sizeof d->grp_pending[0]);
-        if (take_round(d, f, d->o.fragment_alpha, err, errlen) < 0) return -1;
-        record(d, f, round, t0, 0);
-        changed = 1;
-    }
-    return changed;
-}
-
 /* ---- async: the group's submission ------------------------------------------------------------------ */
 
 /* An async round's versions of fragment f's shards, which move on their own: rank 0 submits for all of them
@@ -886,11 +865,11 @@ static int place_all(diloco *d, int f, frag_versions *v, char *err, size_t errle
     return rc;
 }
 
-/* Async, instead of a barrier round: rank 0 places the group's submission for the whole fragment
- * (place_all), PLACES hands the places to every rank, and each delivers its part (async_deliver).
- * me->status: rank 0's refusal (STALE, EVICTED, FAIL: nothing placed) on every rank, else this rank's
- * delivery. -1 when the collective failed. */
-static int async_net(diloco *d, int f, group_msg *me, frag_versions *v, group_msg *all, char *err, size_t errlen)
+/* Async, instead of a barrier round's arrival: rank 0 places the group's submission for the whole fragment
+ * (place_all, from the base versions every rank gave at PREPARE) and PLACES hands the places to every rank.
+ * me->status: rank 0's (STALE, EVICTED, FAIL: nothing placed) on every rank. -1 when the collective failed. */
+static int async_places(diloco *d, int f, group_msg *me, frag_versions *v, group_msg *all, char *err,
+                        size_t errlen)
 {
     memset(me, 0, sizeof *me);
     lookahead_keep(d, f); /* (the bases and versions the next start is aimed from: every rank holds all) */
@@ -910,7 +889,15 @@ static int async_net(diloco *d, int f, group_msg *me, frag_versions *v, group_ms
     /* From here the submission has its places: completed or abandoned together (async_settle), never
      * sent again as part of another one. */
     d->frag_incomplete[f] = 1;
-    me->status = async_deliver(d, f, me->err, sizeof me->err);
+    return 0;
+}
+
+/* The places (async_places), then each rank delivers its part (async_deliver): me->status this rank's
+ * delivery, or rank 0's refusal. -1 when the collective failed. */
+static int async_net(diloco *d, int f, group_msg *me, frag_versions *v, group_msg *all, char *err, size_t errlen)
+{
+    if (async_places(d, f, me, v, all, err, errlen) < 0) return -1;
+    if (me->status == DL_OK) me->status = async_deliver(d, f, me->err, sizeof me->err);
     return 0;
 }
 
@@ -998,26 +985,20 @@ static int prepare(diloco *d, int f, frag_versions *v, group_msg *all, int *wors
     return 0;
 }
 
-/* A round that completed on every rank: the exchange at once, or at the next boundary (defer: Streaming,
- * apply_pending). 1 params changed, 0 not (deferred), -1. */
-static int completed(diloco *d, int f, int defer, int64_t round, uint64_t t0, char *err, size_t errlen)
+/* A round that completed on every rank: its exchange (take_round) and its record. 1 (params changed), -1. */
+static int completed(diloco *d, int f, double alpha, int64_t round, uint64_t t0, char *err, size_t errlen)
 {
-    if (defer) {
-        d->grp_pending[d->grp_npending].frag = f; /* (at most D, itself at most the fragments) */
-        d->grp_pending[d->grp_npending].round = round;
-        d->grp_pending[d->grp_npending].t0 = t0;
-        d->grp_npending++;
-        return 0;
-    }
-    if (take_round(d, f, 0.0, err, errlen) < 0) return -1;
-    record(d, f, round, t0, 0);
-    return 1;
+    d->base_busy = stream_base_busy(d); /* (Streaming: the later rounds' threads write base: no digest of it) */
+    int rc = take_round(d, f, alpha, err, errlen);
+    if (rc == 0) record(d, f, round, t0, 0);
+    d->base_busy = 0;
+    return rc < 0 ? -1 : 1;
 }
 
-/* The group's round of fragment f: each rank's Δ of its part (PREPARE: all fine, or the group fetches
- * instead), the network round of its part (NET), then the exchange (completed). 1 params changed, 0 not (a
- * deferred round), -1 fatal. */
-static int round_once(diloco *d, int f, int defer, char *err, size_t errlen)
+/* The group's round of fragment f, blocking: each rank's Δ of its part (PREPARE: all fine, or the group
+ * fetches instead), the network round of its part (NET), then the exchange (completed). 1 params changed, 0
+ * not (a recovery that failed), -1 fatal. */
+static int round_once(diloco *d, int f, char *err, size_t errlen)
 {
     round_begin(d);
     uint64_t t0 = now_ms();
@@ -1039,22 +1020,25 @@ static int round_once(diloco *d, int f, int defer, char *err, size_t errlen)
     versions_free(&v);
     if (rc < 0) return -1;
     if (rc > 0) return stopped(d, err, err, errlen);
-    if (worst == DL_OK) return completed(d, f, defer, round, t0, err, errlen);
+    if (worst == DL_OK) return completed(d, f, 0.0, round, t0, err, errlen);
     stream_drop_inflight(d); /* recover fetches every fragment: no thread of ours may touch one */
     return recover(d, worst, err, f, round, t0, err, errlen);
 }
 
-/* ---- sync Streaming: rounds in flight on threads while the ranks train --------------------------------- */
+/* ---- Streaming: rounds in flight on threads while the ranks train -------------------------------------- */
 
-/* A round taken out of flight (s) on every rank: its outcome agreed (NET), then its exchange, mixed by the
- * fragment alpha; one that did not complete everywhere drops the others in flight (every rank does: the
- * same outcome) and the group recovers (*recovered). 1 params changed, 0 not (a recovery that failed: the
- * next sync tries again), -1. */
+/* A round taken out of flight (s) on every rank: its outcome agreed (NET; async: with the versions got, and a
+ * part not applied tried once more, async_settle), then its exchange, mixed by the fragment alpha; one that
+ * did not complete everywhere drops the others in flight (every rank does: the same outcome) and the group
+ * recovers (*recovered). 1 params changed, 0 not (a recovery that failed: the next sync tries again), -1. */
 static int settle_taken(diloco *d, const stream_slot *s, int *recovered, char *err, size_t errlen)
 {
-    int size = d->o.group.size;
+    int size = d->o.group.size, f = s->frag, worst = DL_FAIL;
+    frag_versions v = {0};
     group_msg me = {0}, *all = calloc((size_t)size, sizeof *all);
-    if (!all) {
+    if (!all || versions_alloc(d, f, &v, err, errlen) < 0) {
+        free(all);
+        versions_free(&v);
         err_set(err, errlen, "out of memory");
         return -1;
     }
@@ -1062,22 +1046,23 @@ static int settle_taken(diloco *d, const stream_slot *s, int *recovered, char *e
     snprintf(me.err, sizeof me.err, "%s", s->err);
     me.v[2] = dylu_offer(d);
     d->cur = s->info; /* what the round counted, for its record */
-    int rc = gather(d, GRP_NET, &me, all, err, errlen);
-    int worst = rc < 0 ? DL_FAIL : worst_status(all, size);
-    if (rc == 0 && worst != DL_OK) first_failure(all, size, err, errlen);
-    if (rc == 0 && worst == DL_OK) dylu_adopt(d, all[0].v[2]);
-    free(all);
-    if (rc < 0) return -1;
-    if (worst == DL_OK) {
-        d->base_busy = stream_base_busy(d); /* (the later rounds' threads write base: no digest of it) */
-        rc = take_round(d, s->frag, d->o.fragment_alpha, err, errlen);
-        if (rc == 0) record(d, s->frag, s->round, s->t0, 0);
-        d->base_busy = 0;
-        return rc < 0 ? -1 : 1;
+    int rc = gather_versions(d, f, GRP_NET, &me, &v, all, err, errlen);
+    if (rc == 0) {
+        worst = worst_status(all, size);
+        if (worst != DL_OK) first_failure(all, size, err, errlen);
+        if (worst != DL_OK && d->rc.async) rc = async_settle(d, f, &v, all, &worst, err, errlen);
     }
+    if (rc == 0 && worst == DL_OK) {
+        take_versions(d, f, &v);
+        dylu_adopt(d, all[0].v[2]);
+    }
+    free(all);
+    versions_free(&v);
+    if (rc < 0) return -1;
+    if (worst == DL_OK) return completed(d, f, d->o.fragment_alpha, s->round, s->t0, err, errlen);
     stream_drop_inflight(d); /* recover fetches every fragment */
     *recovered = 1;
-    return recover(d, worst, err, s->frag, s->round, s->t0, err, errlen);
+    return recover(d, worst, err, f, s->round, s->t0, err, errlen);
 }
 
 /* The rounds in flight, oldest first, until `keep` remain (a boundary keeps D - 1: a round is applied D
@@ -1105,9 +1090,11 @@ static int launch_round(diloco *d, int f, char *err, size_t errlen)
     uint64_t t0 = now_ms();
     int64_t round = d->frag_version[f];
     int worst = DL_STALE, rc = 0;
-    frag_versions v = {0}; /* (a sync round: no versions to give) */
-    group_msg *all = calloc((size_t)d->o.group.size, sizeof *all);
-    if (!all) {
+    frag_versions v = {0};
+    group_msg me = {0}, *all = calloc((size_t)d->o.group.size, sizeof *all);
+    if (!all || versions_alloc(d, f, &v, err, errlen) < 0) {
+        free(all);
+        versions_free(&v);
         err_set(err, errlen, "out of memory");
         return -1;
     }
@@ -1116,11 +1103,17 @@ static int launch_round(diloco *d, int f, char *err, size_t errlen)
     d->base_busy = stream_base_busy(d);
     if (!d->grp_dirty) rc = prepare(d, f, &v, all, &worst, err, errlen);
     d->base_busy = 0;
+    if (rc == 0 && !d->grp_dirty && worst == DL_OK && d->rc.async) { /* async: the places, here (a collective) */
+        rc = async_places(d, f, &me, &v, all, err, errlen);
+        worst = me.status;
+        if (rc == 0 && worst != DL_OK) snprintf(err, errlen, "rank 0: %s", me.err);
+    }
     free(all);
+    versions_free(&v);
     if (rc < 0) return -1;
     if (rc > 0) return stopped(d, err, err, errlen);
     if (worst == DL_OK) {
-        stream_launch(d, f);
+        stream_launch(d, f, d->rc.async); /* (async: the thread delivers the placed submission) */
         return 0;
     }
     stream_drop_inflight(d); /* recover fetches every fragment */
@@ -1130,28 +1123,24 @@ static int launch_round(diloco *d, int f, char *err, size_t errlen)
 int group_settle_all(diloco *d, char *err, size_t errlen)
 {
     int recovered = 0;
-    if (dl_stream_overlap(d)) return take_inflight(d, 0, &recovered, err, errlen);
-    return apply_pending(d, 0, err, errlen);
+    return take_inflight(d, 0, &recovered, err, errlen);
 }
 
 int group_round(diloco *d, int f, char *err, size_t errlen)
 {
     int changed = group_settle_all(d, err, errlen);
-    int rc = changed < 0 ? -1 : round_once(d, f, 0, err, errlen);
+    int rc = changed < 0 ? -1 : round_once(d, f, err, errlen);
     check_restart(d);
     return rc < 0 ? -1 : rc | changed;
 }
 
 int group_stream_step(diloco *d, char *err, size_t errlen)
 {
-    int changed, rc = 0, recovered = 0;
-    if (dl_stream_overlap(d)) { /* sync: the round goes in flight (after a recovery, at the next boundary) */
-        changed = take_inflight(d, d->inflight_max - 1, &recovered, err, errlen);
-        if (changed >= 0 && !recovered) rc = launch_round(d, stream_next_fragment(d), err, errlen);
-    } else { /* async: the submission is made here, blocking, and applied at the next boundary */
+    int rc = 0, recovered = 0;
+    int changed = take_inflight(d, d->inflight_max - 1, &recovered, err, errlen);
+    if (changed >= 0 && !recovered) { /* (after a recovery the next round goes at the next boundary) */
         int f = stream_next_fragment(d);
-        changed = apply_pending(d, d->inflight_max - 1, err, errlen);
-        if (changed >= 0) rc = round_once(d, f, 1, err, errlen);
+        rc = launch_round(d, f, err, errlen);
         d->frag_next = (f + 1) % d->rc.nfragments; /* (async fragments go in turn: stream_next_fragment) */
     }
     check_restart(d);

@@ -117,6 +117,7 @@ typedef struct stream_slot {
     int net_done; /* dl_stream_overlap: the network round is over (under stream_mu) */
     int rc;       /* round_net's outcome */
     int fresh;    /* sent right after every fragment was fetched: round_net */
+    int deliver;  /* a process group's async submission, placed already: only async_deliver on the thread */
     char err[256];
     diloco_sync_info info;
     struct diloco *d;
@@ -266,15 +267,6 @@ struct diloco {
     int grp_since_check;   /* inner steps since the ranks last agreed (open, a sync, a CHECK) */
     uint64_t grp_check_ms; /* when they did (rank 0 paces the CHECKs by it) */
     int grp_dirty;         /* the ranks' parts may disagree: the next sync fetches instead of sending */
-    /* Streaming: the fragments whose rounds completed, oldest first, their new values in base (each rank its
-     * part); each is applied D boundaries after its round (--fragments-in-flight D), as a fragment in flight
-     * is. Their rounds and starts. */
-    int grp_npending;
-    struct {
-        int frag;
-        int64_t round;
-        uint64_t t0;
-    } grp_pending[GROUP_FRAGMENTS_MAX];
     /* a sharded group's rank (part.c: group.slices): rc is this rank's view of the run, its shards only,
      * renumbered 0 .. rc.nshards-1 with bounds into its own buffers; shard_ids[k] is shard k's number in
      * the run (what goes on the wire and into Redis field names). NULL otherwise: the numbers are the run's */
@@ -663,11 +655,12 @@ void stream_finish_inflight(diloco *d);
  * may still write f's tentative state, and the ended threads of the others (their lanes free again). */
 void stream_ready(diloco *d, int f);
 /* A process group's Streaming (group.c), whose ranks settle each round together: fragment f's network round
- * (stream_ready, its Δ prepared, agreed) goes in flight on a thread as a worker of one process's does (stream_launch); the
+ * (stream_ready, its Δ prepared, agreed; deliver: an async submission's places given, only its delivery)
+ * goes in flight on a thread as a worker of one process's does (stream_launch); the
  * oldest is waited for and taken out of flight, its outcome, message and counters copied to *out, nothing
  * settled (stream_take_oldest); every round in flight waited for and dropped, before anything fetches every
  * fragment (stream_drop_inflight); whether a round's thread may be writing base now (stream_base_busy). */
-void stream_launch(diloco *d, int f);
+void stream_launch(diloco *d, int f, int deliver);
 void stream_take_oldest(diloco *d, stream_slot *out);
 void stream_drop_inflight(diloco *d);
 int stream_base_busy(diloco *d);

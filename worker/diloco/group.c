@@ -17,7 +17,7 @@
  *             again if not (then every rank waits, as a joiner, for the open round to close), and FETCH
  *             as at open);
  *   async:    the same, with a submission for the round: PREPARE also gives every rank's base versions of
- *             its shards, rank 0 places the group's submission for the whole fragment (async.c async_place)
+ *             its shards, rank 0 places the group's submission for the whole fragment (async_place_shards)
  *             and PLACES hands the places to every rank, which delivers its part (async_deliver); a part
  *             that failed gets one more try (COMPLETE), after which the group leaves the run rather than
  *             carry a half-delivered submission (async_settle);

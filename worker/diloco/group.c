@@ -822,6 +822,24 @@ static void versions_free(frag_versions *v)
     free(v->seqs);
 }
 
+/* A round's buffers: the slots of its gathers (returned) and its versions (v). NULL when out of memory. */
+static group_msg *round_alloc(diloco *d, int f, frag_versions *v, char *err, size_t errlen)
+{
+    memset(v, 0, sizeof *v);
+    group_msg *all = calloc((size_t)d->o.group.size, sizeof *all);
+    if (all && versions_alloc(d, f, v, err, errlen) == 0) return all;
+    free(all);
+    versions_free(v);
+    err_set(err, errlen, "out of memory");
+    return NULL;
+}
+
+static void round_free(group_msg *all, frag_versions *v)
+{
+    free(all);
+    versions_free(v);
+}
+
 /* gather, with this rank's versions of its shards of f (async rounds) */
 static int gather_versions(diloco *d, int f, int what, group_msg *me, frag_versions *v, group_msg *all, char *err,
                            size_t errlen)
@@ -995,36 +1013,6 @@ static int completed(diloco *d, int f, double alpha, int64_t round, uint64_t t0,
     return rc < 0 ? -1 : 1;
 }
 
-/* The group's round of fragment f, blocking: each rank's Δ of its part (PREPARE: all fine, or the group
- * fetches instead), the network round of its part (NET), then the exchange (completed). 1 params changed, 0
- * not (a recovery that failed), -1 fatal. */
-static int round_once(diloco *d, int f, char *err, size_t errlen)
-{
-    round_begin(d);
-    uint64_t t0 = now_ms();
-    int64_t round = d->frag_version[f];
-    int worst = DL_STALE, rc = 0;
-    frag_versions v = {0};
-    group_msg *all = calloc((size_t)d->o.group.size, sizeof *all);
-    if (!all || versions_alloc(d, f, &v, err, errlen) < 0) {
-        free(all);
-        versions_free(&v);
-        err_set(err, errlen, "out of memory");
-        return -1;
-    }
-    snprintf(err, errlen, "a rank's parameters were out of step with the group's");
-    stream_ready(d, f); /* (sync Streaming: f's last round's thread may still look at its commit) */
-    if (!d->grp_dirty) rc = prepare(d, f, &v, all, &worst, err, errlen);
-    if (rc == 0 && !d->grp_dirty && worst == DL_OK) rc = net(d, f, &v, all, &worst, err, errlen);
-    free(all);
-    versions_free(&v);
-    if (rc < 0) return -1;
-    if (rc > 0) return stopped(d, err, err, errlen);
-    if (worst == DL_OK) return completed(d, f, 0.0, round, t0, err, errlen);
-    stream_drop_inflight(d); /* recover fetches every fragment: no thread of ours may touch one */
-    return recover(d, worst, err, f, round, t0, err, errlen);
-}
-
 /* ---- Streaming: rounds in flight on threads while the ranks train -------------------------------------- */
 
 /* A round taken out of flight (s) on every rank: its outcome agreed (NET; async: with the versions got, and a
@@ -1034,14 +1022,9 @@ static int round_once(diloco *d, int f, char *err, size_t errlen)
 static int settle_taken(diloco *d, const stream_slot *s, int *recovered, char *err, size_t errlen)
 {
     int size = d->o.group.size, f = s->frag, worst = DL_FAIL;
-    frag_versions v = {0};
-    group_msg me = {0}, *all = calloc((size_t)size, sizeof *all);
-    if (!all || versions_alloc(d, f, &v, err, errlen) < 0) {
-        free(all);
-        versions_free(&v);
-        err_set(err, errlen, "out of memory");
-        return -1;
-    }
+    frag_versions v;
+    group_msg me = {0}, *all = round_alloc(d, f, &v, err, errlen);
+    if (!all) return -1;
     me.status = s->rc;
     snprintf(me.err, sizeof me.err, "%s", s->err);
     me.v[2] = dylu_offer(d);
@@ -1056,8 +1039,7 @@ static int settle_taken(diloco *d, const stream_slot *s, int *recovered, char *e
         take_versions(d, f, &v);
         dylu_adopt(d, all[0].v[2]);
     }
-    free(all);
-    versions_free(&v);
+    round_free(all, &v);
     if (rc < 0) return -1;
     if (worst == DL_OK) return completed(d, f, d->o.fragment_alpha, s->round, s->t0, err, errlen);
     stream_drop_inflight(d); /* recover fetches every fragment */
@@ -1081,42 +1063,43 @@ static int take_inflight(diloco *d, int keep, int *recovered, char *err, size_t 
     return changed;
 }
 
-/* Fragment f's Δ of each rank's part (PREPARE), then its network round in flight on a thread of each rank
- * (stream_launch: sync.c's round of the rank's part, as a worker of one process sends a fragment), taken
- * at a later boundary (take_inflight). 0 launched; 1 params changed instead (the group recovered), -1. */
-static int launch_round(diloco *d, int f, char *err, size_t errlen)
+/* The group's round of fragment f: each rank's Δ of its part (PREPARE: all fine, or the group fetches
+ * instead), then either (in_flight: Streaming) its network round in flight on a thread of each rank
+ * (stream_launch: sync.c's round of the rank's part, or an async submission's delivery once PLACES gave its
+ * places here, as a worker of one process sends a fragment), taken at a later boundary (take_inflight); or,
+ * blocking, the network round of each rank's part (NET) and the exchange (completed). 1 params changed, 0
+ * not (launched; a recovery that failed), -1 fatal. */
+static int round_run(diloco *d, int f, int in_flight, char *err, size_t errlen)
 {
     round_begin(d);
     uint64_t t0 = now_ms();
     int64_t round = d->frag_version[f];
     int worst = DL_STALE, rc = 0;
-    frag_versions v = {0};
-    group_msg me = {0}, *all = calloc((size_t)d->o.group.size, sizeof *all);
-    if (!all || versions_alloc(d, f, &v, err, errlen) < 0) {
-        free(all);
-        versions_free(&v);
-        err_set(err, errlen, "out of memory");
-        return -1;
-    }
+    frag_versions v;
+    group_msg me = {0}, *all = round_alloc(d, f, &v, err, errlen);
+    if (!all) return -1;
     snprintf(err, errlen, "a rank's parameters were out of step with the group's");
-    stream_ready(d, f);
+    stream_ready(d, f); /* (sync Streaming: f's last round's thread may still look at its commit) */
     d->base_busy = stream_base_busy(d);
     if (!d->grp_dirty) rc = prepare(d, f, &v, all, &worst, err, errlen);
     d->base_busy = 0;
-    if (rc == 0 && !d->grp_dirty && worst == DL_OK && d->rc.async) { /* async: the places, here (a collective) */
+    int go = rc == 0 && !d->grp_dirty && worst == DL_OK;
+    if (go && in_flight && d->rc.async) { /* async: the places, here (a collective) */
         rc = async_places(d, f, &me, &v, all, err, errlen);
         worst = me.status;
         if (rc == 0 && worst != DL_OK) snprintf(err, errlen, "rank 0: %s", me.err);
+    } else if (go && !in_flight) {
+        rc = net(d, f, &v, all, &worst, err, errlen);
     }
-    free(all);
-    versions_free(&v);
+    round_free(all, &v);
     if (rc < 0) return -1;
     if (rc > 0) return stopped(d, err, err, errlen);
-    if (worst == DL_OK) {
+    if (worst == DL_OK && in_flight) {
         stream_launch(d, f, d->rc.async); /* (async: the thread delivers the placed submission) */
         return 0;
     }
-    stream_drop_inflight(d); /* recover fetches every fragment */
+    if (worst == DL_OK) return completed(d, f, 0.0, round, t0, err, errlen);
+    stream_drop_inflight(d); /* recover fetches every fragment: no thread of ours may touch one */
     return recover(d, worst, err, f, round, t0, err, errlen);
 }
 
@@ -1129,7 +1112,7 @@ int group_settle_all(diloco *d, char *err, size_t errlen)
 int group_round(diloco *d, int f, char *err, size_t errlen)
 {
     int changed = group_settle_all(d, err, errlen);
-    int rc = changed < 0 ? -1 : round_once(d, f, err, errlen);
+    int rc = changed < 0 ? -1 : round_run(d, f, 0, err, errlen);
     check_restart(d);
     return rc < 0 ? -1 : rc | changed;
 }
@@ -1140,7 +1123,7 @@ int group_stream_step(diloco *d, char *err, size_t errlen)
     int changed = take_inflight(d, d->inflight_max - 1, &recovered, err, errlen);
     if (changed >= 0 && !recovered) { /* (after a recovery the next round goes at the next boundary) */
         int f = stream_next_fragment(d);
-        rc = launch_round(d, f, err, errlen);
+        rc = round_run(d, f, 1, err, errlen);
         d->frag_next = (f + 1) % d->rc.nfragments; /* (async fragments go in turn: stream_next_fragment) */
     }
     check_restart(d);

@@ -54,6 +54,7 @@
 #include "internal.h"
 
 #define GROUP_MAGIC 0x70756f72676c6455ull /* "Udlgroup" */
+#define GROUP_FRAGMENTS_MAX 32 /* a group's run has at most this many fragments (REGISTER hands their rounds) */
 
 enum {
     GRP_HELLO = 1,

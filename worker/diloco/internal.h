@@ -51,7 +51,6 @@
 #define OWNER_ID_MAX 64
 #define ADDR_MAX 128
 #define MAX_CONNS 64
-#define GROUP_FRAGMENTS_MAX 32 /* a process group's run has at most this many fragments (group.c) */
 
 typedef struct shard_owner {
     char server[OWNER_ID_MAX]; /* "" while the shard has no live lease */

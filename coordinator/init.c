@@ -494,6 +494,9 @@ static int cut_run(init_args *a, const initial_params *ip, uint64_t *sb, uint64_
             return -1;
         a->shards = ns;
     }
+    if (a->nfsdp_ranks > 0) /* each fragment whole tensors: every rank of a sharded group holds a part of it */
+        return layout_cut_fragments_at_tensors(ip->tensors, ip->ntensors, sb, (int)a->shards, (int)a->fragments, fb,
+                                               err, errlen);
     return layout_cut_fragments((int)a->shards, (int)a->fragments, fb, err, errlen) < 0 ? -1 : 0;
 }
 

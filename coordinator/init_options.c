@@ -51,7 +51,8 @@ static void init_usage(FILE *f)
         "                            \"Sharded groups\"): the shards are also cut at every tensor boundary and at\n"
         "                            every boundary between the R ranks' dim-0 chunks of a tensor (ceil(rows/R)\n"
         "                            rows each, as torch.chunk), so each rank holds whole shards; with\n"
-        "                            --shards 1 those cuts alone (a sharded group's run: docs/PROTOCOL.md)\n"
+        "                            --shards 1 those cuts alone (a sharded group's run: docs/PROTOCOL.md);\n"
+        "                            with --fragments, each fragment is whole tensors\n"
         "  --trainer NAME            gpt (default) or quadratic\n"
         "  --numel N                 (quadratic) number of parameters (default 1000000)\n"
         "  --layers --heads --dim --ctx --vocab   (gpt) model shape (default 2 4 128 128 256)\n"
@@ -407,11 +408,6 @@ static int parse_fsdp_ranks(init_args *a)
         a->fsdp_ranks[a->nfsdp_ranks++] = (int)r;
         if (!*end) break;
         p = end + 1;
-    }
-    if (a->fragments > 1) {
-        fprintf(stderr, "coordinator init: --fsdp-ranks makes a run for sharded process groups, which are for runs "
-                        "of one fragment (no --fragments)\n");
-        return -1;
     }
     return 0;
 }

@@ -100,6 +100,51 @@ int layout_cut_fragments(int nshards, int nfragments, uint64_t *frag_bounds, cha
     return 0;
 }
 
+/* The shard indices (0 < k < nshards) at which a tensor starts, ascending, into idx; their count. */
+static int tensor_starts(const model_tensor *t, int nt, const uint64_t *shard_bounds, int nshards, int *idx)
+{
+    int n = 0, i = 0;
+    for (int k = 1; k < nshards; k++) {
+        while (i < nt && t[i].offset < shard_bounds[k]) i++;
+        if (i < nt && t[i].offset == shard_bounds[k]) idx[n++] = k;
+    }
+    return n;
+}
+
+int layout_cut_fragments_at_tensors(const model_tensor *tensors, int ntensors, const uint64_t *shard_bounds,
+                                    int nshards, int nfragments, uint64_t *frag_bounds, char *err, size_t errlen)
+{
+    int *starts = malloc((size_t)(nshards > 0 ? nshards : 1) * sizeof *starts);
+    if (!starts) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    int n = tensor_starts(tensors, ntensors, shard_bounds, nshards, starts), rc = 0;
+    if (nfragments < 1 || n < nfragments - 1) {
+        err_set(err, errlen,
+                "--fsdp-ranks: %d fragments of whole tensors need %d tensors and the model has %d: use "
+                "--fragments %d or fewer",
+                nfragments, nfragments, n + 1, n + 1);
+        rc = -1;
+    }
+    uint64_t numel = shard_bounds[nshards];
+    frag_bounds[0] = 0;
+    /* fragment f ends at the tensor start nearest to f/F of the parameters, leaving one for each fragment after */
+    for (int f = 1, j = 0; rc == 0 && f < nfragments; f++) {
+        uint64_t target = numel * (uint64_t)f / (uint64_t)nfragments;
+        int best = j, last = n - (nfragments - 1 - f);
+        for (int c = j; c < last; c++) {
+            uint64_t at = shard_bounds[starts[c]], bat = shard_bounds[starts[best]];
+            if ((at > target ? at - target : target - at) < (bat > target ? bat - target : target - bat)) best = c;
+        }
+        frag_bounds[f] = (uint64_t)starts[best];
+        j = best + 1;
+    }
+    frag_bounds[nfragments] = (uint64_t)nshards;
+    free(starts);
+    return rc;
+}
+
 char *layout_json(const model_tensor *t, int nt)
 {
     json_t *arr = json_array();

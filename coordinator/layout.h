@@ -22,6 +22,11 @@ int layout_cut_fsdp(const model_tensor *tensors, int ntensors, const int *ranks,
                     int *nshards, char *err, size_t errlen);
 /* frag_bounds: nfragments+1 shard indices, as even as possible. -1 when nfragments > nshards. */
 int layout_cut_fragments(int nshards, int nfragments, uint64_t *frag_bounds, char *err, size_t errlen);
+/* Sharded groups in Streaming runs: frag_bounds cut only where a tensor starts (each fragment whole tensors,
+ * so every rank of a sharded group holds a dim-0 chunk of it), as even by parameters as those cuts allow.
+ * -1 + err when the model has fewer tensors than nfragments. */
+int layout_cut_fragments_at_tensors(const model_tensor *tensors, int ntensors, const uint64_t *shard_bounds,
+                                    int nshards, int nfragments, uint64_t *frag_bounds, char *err, size_t errlen);
 /* [[name, [shape...], offset], ...] of the tensors as compact JSON (malloc'ed; NULL when out of memory):
  * the `layout` field of dl:{R}:config and of checkpoint metadata. */
 char *layout_json(const model_tensor *tensors, int ntensors);

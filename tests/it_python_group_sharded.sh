@@ -8,13 +8,16 @@
 # and the single PyTorch worker g2, run B the single workers g1 and g2. Both end on the same shard digests
 # (the same parameter bytes), every sync of every rank and worker reports the same shards digest per
 # version, each closed round of A has g1 and g2 as participants, and each round the group's ranks together
-# send what one process sends, each its own chunks. Then bad input: a group of 2 on a run cut for 3 ranks:
+# send what one process sends, each its own chunks. The same two runs in Streaming (stream: fragments=2,
+# which fsdp_ranks cuts where a tensor starts, fragment_update_alpha=0.5): the same digests, and the same
+# (version, shards digest) pairs on every rank and worker. Then bad input: a group of 2 on a run cut for 3 ranks:
 # the same DiLoCoError on both ranks, nothing registered.
 . "$(dirname "$0")/lib.sh"
-ROUNDS=3; H=5; PY=$PYTHON
+ROUNDS=3; H=6; PY=$PYTHON
 start_redis
-for mode in bf16 int3; do
+for mode in bf16 int3 stream; do
   extra=""; [ $mode = int3 ] && extra="--flag compress=int3 --flag download=update"
+  [ $mode = stream ] && extra="--flag fragments=2"
   for side in A B; do
     $PY tests/python/group_sharded.py init "$URL" $side$mode $extra > "$TMP/init-$side$mode.log" 2>&1 ||
       fail "init $side$mode: $(cat "$TMP/init-$side$mode.log")"
@@ -22,16 +25,16 @@ for mode in bf16 int3; do
   done
 done
 $PY tests/python/group_sharded.py init "$URL" bad3 --ranks 3 --workers 1 > "$TMP/init-bad3.log" 2>&1 || fail "init bad3"
-flag_of() { case $1 in fp32) echo :fp32;; int3) echo :ef;; esac; }
+flag_of() { case $1 in fp32) echo :fp32;; int3) echo :ef;; stream) echo :stream;; esac; }
 members=""
-for mode in bf16 int3; do
+for mode in bf16 int3 stream; do
   f=$(flag_of $mode)
   members="$members --member A$mode:g1:2$f --member A$mode:g2:1$f --member B$mode:g1:1$f --member B$mode:g2:1$f"
 done
 $PY tests/python/group_sharded.py run "$URL" $((ROUNDS * H)) $H --out "$TMP" $members \
   --member bad3:gb:2 > "$TMP/launcher.log" 2>&1
 exit_of() { cat "$TMP/$1.exit" 2>/dev/null || echo none; }
-for mode in bf16 int3; do
+for mode in bf16 int3 stream; do
   for m in A$mode-g1 A$mode-g2 B$mode-g1 B$mode-g2; do
     [ "$(exit_of $m)" = 0 ] || fail "$m failed: $(cat "$TMP/$m".rank* | tail -n 5; tail -n 20 "$TMP/launcher.log")"
   done
@@ -54,6 +57,18 @@ for mode in bf16 int3; do
   done
   say "$mode: a sharded group of 2 ends bit-identical to a single PyTorch worker: $(tail -n 1 "$TMP/want-$mode.txt")"
 done
+# Streaming: fragment 0 is w1, fragment 1 the other three tensors (s has one row: rank 1 holds none of it)
+[ "$($RCLI HGET "dl:{Astream}:config" frag_bounds)" = "0,2,7" ] || fail "stream: fragments $($RCLI HGET "dl:{Astream}:config" frag_bounds) (shards $($RCLI HGET "dl:{Astream}:config" shard_bounds))"
+shard_digests Astream > "$TMP/got-stream.txt"
+shard_digests Bstream > "$TMP/ref-stream.txt"
+diff "$TMP/ref-stream.txt" "$TMP/got-stream.txt" > "$TMP/diff.txt" ||
+  fail "stream: the sharded group's Streaming run ends on other parameters than the single workers': $(cat "$TMP/diff.txt")"
+versions "$TMP/Bstream-g2.rank0" > "$TMP/want-stream.txt"
+[ "$(wc -l < "$TMP/want-stream.txt")" -ge $((2 * ROUNDS - 1)) ] || fail "stream: the reference synced $(cat "$TMP/want-stream.txt")"
+for f in Astream-g1.rank0 Astream-g1.rank1 Astream-g2.rank0 Bstream-g1.rank0; do
+  versions "$TMP/$f" | diff "$TMP/want-stream.txt" - > "$TMP/diff.txt" || fail "stream: $f's shards digests: $(cat "$TMP/diff.txt")"
+done
+say "stream: a sharded group of 2 in a Streaming run of 2 fragments ends bit-identical to a single PyTorch worker, the same shards digests at every sync"
 # bytes (bf16): the two ranks' pushes add up to one process's each round; each rank sends only its chunks
 numel=$($RCLI HGET "dl:{Abf16}:config" numel)
 cat "$TMP/Abf16-g1.rank0" "$TMP/Abf16-g1.rank1" | awk -v n="$numel" '/^sync/ {up[$2] += $5; down[$2] += $6}

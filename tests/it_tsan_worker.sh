@@ -26,7 +26,8 @@
 #   7. Streaming process groups: two groups of 2 ranks, 2 fragments in flight, each rank's round of a
 #      fragment on its own thread while the ranks train and agree at the boundaries; bit-identical to the
 #      fragment-schedule reference; and an async Streaming group, its submissions delivered on the ranks'
-#      threads, bit-identical to the replay of its order.
+#      threads, bit-identical to the replay of its order; a sharded group in Streaming, bit-identical to a
+#      process alone.
 # Every process must exit 0 with no ThreadSanitizer report in its log (a report makes it exit 66), and the
 # runs' parameters are bit-identical to their references where the mode's own test checks that (the
 # sanitized build computes the same bits). The quadratic trainer: OpenBLAS and OpenMP are not instrumented.
@@ -174,15 +175,32 @@ for g in s1 s2; do
     --step-delay-ms 5 --fragments-in-flight 2 > "$TMP/$g.out" 2> "$TMP/group-$g.log" &
   eval "G_$g=$!"; PIDS="$PIDS $!"
 done
-for g in s1 s2; do eval "pid=\$G_$g"; wait "$pid" || fail "group $g exited with status $?: $(tail -5 "$TMP/group-$g.log")"; done
-no_reports s1 s2
+# beside them, a sharded (FSDP) group of 2 in a Streaming run of the tiny GPT (2 fragments of whole tensors,
+# 2 in flight) and, unsanitized, a process alone in a run of its own: the same digests
+GPT="--trainer gpt --layers 1 --heads 2 --dim 16 --ctx 8 --vocab 16 --seed 5"
+for RUN in tsan_gshard tsan_gshardref; do
+  init_run $RUN $GPT --shards 1 --fsdp-ranks 2 --fragments 2 --workers 1
+  start_server "n$RUN" --lease-ttl-ms 2000
+done
+RUN=tsan_gstream
+build/tsan/bin/group_worker --redis "$URL" --run tsan_gshard --worker-id f1 --ranks 2 --sharded --steps 40 --sync-every 10 \
+  --fragments-in-flight 2 --fragment-alpha 0.5 > "$TMP/f1.out" 2> "$TMP/group-f1.log" &
+G_f1=$!; PIDS="$PIDS $!"
+build/tests/tools/group_worker --redis "$URL" --run tsan_gshardref --worker-id f1 --ranks 1 --steps 40 --sync-every 10 \
+  --fragments-in-flight 2 --fragment-alpha 0.5 > "$TMP/f1ref.out" 2> "$TMP/group-f1ref.log" ||
+  fail "the sharded group's reference exited with status $?: $(tail -5 "$TMP/group-f1ref.log")"
+for g in s1 s2 f1; do eval "pid=\$G_$g"; wait "$pid" || fail "group $g exited with status $?: $(tail -5 "$TMP/group-$g.log")"; done
+no_reports s1 s2 f1
+shard_digests tsan_gshard > "$TMP/got-gshard.txt"; shard_digests tsan_gshardref > "$TMP/ref-gshard.txt"
+diff "$TMP/ref-gshard.txt" "$TMP/got-gshard.txt" > "$TMP/diff.txt" ||
+  fail "sharded Streaming group: shard digests differ from a process alone: $(cat "$TMP/diff.txt")"
 build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers s1,s2 --sync-every $H --steps $STEPS \
   --in-flight 2 --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" --frag-bounds "$($RCLI HGET "dl:{$RUN}:config" frag_bounds)" \
   > "$TMP/ref-$RUN.txt" || fail "Streaming groups: reference"
 shard_digests $RUN > "$TMP/got-$RUN.txt"
 grep '^shard' "$TMP/ref-$RUN.txt" | diff - "$TMP/got-$RUN.txt" > "$TMP/diff.txt" ||
   fail "Streaming groups: shard digests differ from the fragment-schedule reference: $(cat "$TMP/diff.txt")"
-say "Streaming groups: 2 sanitized groups of 2 ranks, 2 fragments in flight, no report, bit-identical to the reference"
+say "Streaming groups: 2 sanitized groups of 2 ranks, 2 fragments in flight, no report, bit-identical to the reference; a sanitized sharded group of 2 in Streaming: no report, bit-identical to a process"
 # and async: each submission placed at its boundary, delivered on the ranks' threads while they train
 RUN=tsan_gastream; H=10
 init_run $RUN --async --trainer quadratic --numel $NUMEL --shards 8 --fragments 2 --workers 1 --seed $SEED

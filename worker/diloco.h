@@ -185,9 +185,11 @@ typedef struct diloco_device_ops {
  * order); it pushes and fetches exactly its shards: no rank holds, gathers or allocates the whole vector
  * (base, pseudo-gradient, error feedback and momentum are the size of its slices) and nothing is
  * exchanged after a sync. Every rank opens with the same group size; the ranks' slices must cover the
- * run exactly once (checked at open, on every rank, before anything is written). diloco_numel is the
- * rank's own count; diloco_sync_info.digest is the XXH3 of the rank's own elements, and shards_digest
- * is the whole run's (the same on every member of the run, sharded or not):
+ * run exactly once (checked at open, on every rank, before anything is written). In a Streaming run
+ * (`coordinator init --fsdp-ranks R --fragments F` cuts fragments of whole tensors) each rank moves its
+ * own shards of every fragment. diloco_numel is the rank's own count; diloco_sync_info.digest is the
+ * XXH3 of the rank's own elements, and shards_digest is the whole run's (the same on every member of the
+ * run, sharded or not):
  *
  *   uint64_t sl[2 * MAXT]; int ns = 0;                       // rank r's dim-0 chunk of every tensor
  *   for (int t = 0; t < ntensors; t++) {

@@ -4,13 +4,14 @@ fully_shard holds them (Debian's torch 1.13 cannot import FSDP on Python 3.11), 
 
     group_sharded.py init URL RUN [--ranks R] [--flag NAME=VALUE ...]
         makes RUN from the test model (rediloco.init_run(..., shards=1, fsdp_ranks=R), and the flags)
-    group_sharded.py run URL STEPS H --member RUN:ID:RANKS[:fp32][:ef][:fsdp] ... --out DIR [--seed S]
+    group_sharded.py run URL STEPS H --member RUN:ID:RANKS[:fp32][:ef][:fsdp][:stream] ... --out DIR [--seed S]
         one launcher forks every member: RANKS 1 is one process holding the whole model (no group), RANKS > 1
         a sharded group (DiLoCo(..., process_group=WORLD, sharded=True)) whose rank r holds torch.chunk(p,
         RANKS)[r] of every parameter (an empty chunk where a tensor has too few rows); with :fsdp the whole
         model is given to torch's own fully_shard (torch >= 2.4, a 1-D CPU mesh over the group) instead, and
         DiLoCo(..., process_group=WORLD) finds its DTensor parameters (FSDP's reduce-scatter averages the
-        ranks' equal gradients: exact for 2 ranks)
+        ranks' equal gradients: exact for 2 ranks); :stream mixes a Streaming run's fragments with
+        fragment_update_alpha=0.5
 
 The model has four tensors of different shapes, one with fewer rows than ranks. Each member trains the
 quadratic problem of its id (tests/python/quad_worker.py: a, c drawn for the model's parameter count, cut
@@ -118,6 +119,7 @@ def member_main(rank, m, init_file):
     out.flush()
     dl = rediloco.DiLoCo(m.url, m.run, model, inner, sync_every=m.h, worker_id=m.worker_id, bf16=not m.fp32,
                          error_feedback=m.ef, heartbeat_interval=m.heartbeat,
+                         fragment_update_alpha=0.5 if m.stream else 0.0,
                          process_group=dist.group.WORLD if group else None, sharded=group and not m.fsdp)
     try:
         dl.open()
@@ -158,7 +160,7 @@ def run(args):
         run_, wid, ranks, *flags = spec.split(":")
         members.append(argparse.Namespace(url=args.url, run=run_, worker_id=wid, ranks=int(ranks), steps=args.steps,
                                           h=args.h, seed=args.seed, fp32="fp32" in flags, ef="ef" in flags,
-                                          fsdp="fsdp" in flags,
+                                          fsdp="fsdp" in flags, stream="stream" in flags,
                                           heartbeat=args.heartbeat, step_delay=args.step_delay,
                                           out=os.path.join(args.out, "%s-%s" % (run_, wid))))
     return forked.run_groups(member_main, members, "member")

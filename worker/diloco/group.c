@@ -294,11 +294,22 @@ int diloco_group_range(const diloco *d, int rank, size_t *offset, size_t *count)
 
 /* ---- parameters: one version on every rank, then the exchange -------------------------------------- */
 
-/* The run's shards digest from the ranks' parts of it (v[1] of each: a sharded rank's own shards). */
+/* This rank's part of the run's shards digest, for v[1] of a gather: of a sharded rank's own shards after
+ * an outcome `status`; 0 otherwise, and while a later round's thread may write base (Streaming with several
+ * fragments in flight: no digest then, as a worker of one process records none). */
+static int64_t part_digest(diloco *d, int status)
+{
+    return status == DL_OK && d->shard_ids && !stream_base_busy(d) ? (int64_t)part_shards_digest(d) : 0;
+}
+
+/* The run's shards digest from the ranks' parts of it (v[1] of each: part_digest); 0 when a rank had none. */
 static uint64_t shards_digest_sum(const group_msg *all, int size)
 {
     uint64_t sum = 0;
-    for (int r = 0; r < size; r++) sum += (uint64_t)all[r].v[1];
+    for (int r = 0; r < size; r++) {
+        if (all[r].v[1] == 0) return 0;
+        sum += (uint64_t)all[r].v[1];
+    }
     return sum;
 }
 
@@ -311,9 +322,14 @@ static void record(diloco *d, int f, int64_t round, uint64_t t0, int stale)
 
 /* Fragment f: every rank's part of it in base is the new global version: params take it, each rank
  * broadcasts its part of params to the others, and base takes the others' parts (so base holds the whole
- * fragment everywhere). */
+ * fragment everywhere). A sharded rank holds only its part: params take it, nothing is exchanged. */
 static int exchange_fragment(diloco *d, int f, char *err, size_t errlen)
 {
+    if (d->shard_ids) {
+        size_t lo = dl_frag_start(d, f);
+        memcpy(d->params + lo, d->base + lo, (dl_frag_start(d, f + 1) - lo) * sizeof(float));
+        return 0;
+    }
     int first, last;
     rank_shards(d, d->grp_rank, f, &first, &last);
     size_t off = (size_t)d->rc.shard_bounds[first], n = (size_t)d->rc.shard_bounds[last] - off;
@@ -338,12 +354,6 @@ static int exchange_fragment(diloco *d, int f, char *err, size_t errlen)
  * keeps them equal) and the new global values, which the exchange itself overwrites: kept aside first. */
 static int exchange(diloco *d, int f, double alpha, char *err, size_t errlen)
 {
-    if (d->shard_ids) { /* sharded: every rank holds only its part, nothing to exchange (one fragment) */
-        memcpy(d->params, d->base, d->numel * sizeof(float));
-        if (d->la_on) d->la_on[0] = 0; /* (--async-lookahead: from base again, unless take_round aims it) */
-        d->grp_dirty = 0;
-        return params_changed(d, 0, d->numel, err, errlen);
-    }
     int first = f < 0 ? 0 : f, end = f < 0 ? d->rc.nfragments : f + 1; /* the fragments exchanged */
     size_t lo = dl_frag_start(d, first), hi = dl_frag_start(d, end);
     float *local = NULL;
@@ -389,7 +399,7 @@ static int fetch_agreed(diloco *d, int f, group_msg *all, char *err, size_t errl
         group_msg me = {0};
         me.status = fetch_fragment(d, f, want, 0, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
         me.v[0] = d->frag_version[f];
-        me.v[1] = me.status == DL_OK && d->shard_ids ? (int64_t)part_shards_digest(d) : 0;
+        me.v[1] = part_digest(d, me.status);
         if (gather(d, GRP_FETCH, &me, all, err, errlen) < 0) return -1;
         if (first_failure(all, size, err, errlen) != DL_OK) return -1;
         int64_t lo = all[0].v[0], hi = lo;
@@ -437,12 +447,18 @@ static void set_incarnation(diloco *d, int64_t inc)
  * that shard. A stopping rank leaves at once. */
 #define LAST_ROUND_PATIENCE_MS 15000
 
-/* The version of shard k (the run's numbering) the group's last round of its fragment made. A sharded
- * group's run has one fragment. */
+/* The run's fragment bounds (shard numbers of the run; a sharded rank's rc has its own view of them). */
+static const int *run_frag_bounds(const diloco *d)
+{
+    return d->run_frag_bounds ? d->run_frag_bounds : d->rc.frag_bounds;
+}
+
+/* The version of shard k (the run's numbering) the group's last round of its fragment made. */
 static int64_t last_round_of(const diloco *d, int k)
 {
+    const int *fb = run_frag_bounds(d);
     int f = 0;
-    while (!d->shard_ids && f + 1 < d->rc.nfragments && k >= d->rc.frag_bounds[f + 1]) f++;
+    while (f + 1 < d->rc.nfragments && k >= fb[f + 1]) f++;
     return d->frag_version[f];
 }
 
@@ -790,8 +806,8 @@ static int recover(diloco *d, int worst, const char *why, int f, int64_t round, 
 
 /* An async round's versions of fragment f's shards, which move on their own: rank 0 submits for all of them
  * and so needs the base version of every shard, which only the rank moving it knows, and every rank reports
- * the fragment's lowest. The fragment's shards are the run's [first, first + n): of a sharded group, whose
- * ranks each see only their own shards, all the run's. mine[i] (shard first + i) is this rank's version of
+ * the fragment's lowest. The fragment's shards are the run's [first, first + n) (of a sharded group too, whose
+ * ranks each see only their own shards of it). mine[i] (shard first + i) is this rank's version of
  * it or -1 (not its shard); vals[r * n + i] is rank r's after a gather; whole[i] every shard's version (the
  * one rank that moves it gave it: take_versions); seqs[i] rank 0's places. n is 0 in a sync round (a
  * fragment's shards are at one version there). */
@@ -804,8 +820,8 @@ static int versions_alloc(diloco *d, int f, frag_versions *v, char *err, size_t 
 {
     memset(v, 0, sizeof *v);
     if (!d->rc.async) return 0;
-    v->first = d->shard_ids ? 0 : d->rc.frag_bounds[f]; /* (a sharded group's run has one fragment) */
-    v->n = d->shard_ids ? d->run_nshards : d->rc.frag_bounds[f + 1] - v->first;
+    v->first = run_frag_bounds(d)[f];
+    v->n = run_frag_bounds(d)[f + 1] - v->first;
     v->mine = calloc((size_t)v->n, sizeof(int64_t));
     v->vals = calloc((size_t)v->n * (size_t)d->o.group.size, sizeof(int64_t));
     v->whole = calloc((size_t)v->n, sizeof(int64_t));
@@ -904,7 +920,8 @@ static int async_places(diloco *d, int f, group_msg *me, frag_versions *v, group
     /* rank 0's places: of every shard of the fragment (the lookahead aims them all: take_round), or of a
      * sharded rank's own */
     for (int i = 0; !d->shard_ids && i < v->n; i++) d->seq[v->first + i] = v->vals[i];
-    for (int k = 0; d->shard_ids && k < d->rc.nshards; k++) d->seq[k] = v->vals[dl_shard_id(d, k)];
+    for (int k = dl_first_shard(d, f); d->shard_ids && k < dl_last_shard(d, f); k++)
+        d->seq[k] = v->vals[dl_shard_id(d, k) - v->first];
     /* From here the submission has its places: completed or abandoned together (async_settle), never
      * sent again as part of another one. */
     d->frag_incomplete[f] = 1;
@@ -932,7 +949,7 @@ static int async_settle(diloco *d, int f, frag_versions *v, group_msg *all, int 
         log_warn("fragment %d: the group's submission was not applied on every rank (%s); trying once more", f, err);
     group_msg me = {0};
     me.status = d->frag_incomplete[f] ? async_deliver(d, f, me.err, sizeof me.err) : DL_OK;
-    me.v[1] = me.status == DL_OK && d->shard_ids ? (int64_t)part_shards_digest(d) : 0; /* (as NET's) */
+    me.v[1] = part_digest(d, me.status); /* (as NET's) */
     me.v[2] = dylu_offer(d); /* (this gather is the round's last, as NET's would have been) */
     if (gather_versions(d, f, GRP_COMPLETE, &me, v, all, err, errlen) < 0) return -1;
     *worst = worst_status(all, d->o.group.size);
@@ -963,7 +980,7 @@ static int net(diloco *d, int f, frag_versions *v, group_msg *all, int *worst, c
     } else {
         me.status = round_net(d, f, 0, me.err, sizeof me.err); /* (a rank that never arrived left the run) */
     }
-    me.v[1] = me.status == DL_OK && d->shard_ids ? (int64_t)part_shards_digest(d) : 0; /* of the new part */
+    me.v[1] = part_digest(d, me.status); /* of the new part */
     me.v[2] = dylu_offer(d);
     if (dl_stopping(d)) {
         snprintf(err, errlen, "%s", me.err);
@@ -1028,6 +1045,7 @@ static int settle_taken(diloco *d, const stream_slot *s, int *recovered, char *e
     if (!all) return -1;
     me.status = s->rc;
     snprintf(me.err, sizeof me.err, "%s", s->err);
+    me.v[1] = part_digest(d, me.status); /* (its thread is joined: base holds the round's new values) */
     me.v[2] = dylu_offer(d);
     d->cur = s->info; /* what the round counted, for its record */
     int rc = gather_versions(d, f, GRP_NET, &me, &v, all, err, errlen);
@@ -1038,6 +1056,7 @@ static int settle_taken(diloco *d, const stream_slot *s, int *recovered, char *e
     }
     if (rc == 0 && worst == DL_OK) {
         take_versions(d, f, &v);
+        d->grp_digest = shards_digest_sum(all, size);
         dylu_adopt(d, all[0].v[2]);
     }
     round_free(all, &v);

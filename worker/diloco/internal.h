@@ -273,6 +273,7 @@ struct diloco {
     int run_nshards;      /* the run's shards (= rc.nshards unless sharded) */
     uint64_t run_numel;   /* the run's parameters (= rc.numel unless sharded) */
     uint64_t *run_bounds; /* sharded: the run's run_nshards+1 shard bounds (rc.shard_bounds otherwise) */
+    int *run_frag_bounds; /* sharded: the run's fragment bounds, run shard numbers (rc.frag_bounds otherwise) */
     uint64_t grp_digest;  /* sharded: the run's shards digest, summed over the ranks at the last agreement */
 };
 

@@ -3,10 +3,11 @@
  * Such a rank holds its slices of the run's vector (one range per tensor), each made of whole shards
  * of the run (coordinator init --fsdp-ranks cuts the shards at every rank's slice boundary). part_view
  * rewrites the session's runconf into the rank's view: its shards only, renumbered 0 .. m-1, with bounds
- * into its own buffers (the concatenation of its slices), one fragment of all of them. Every file of the
- * library then works on the rank's part as it works on a whole vector (Δ, error feedback, momentum, gets
- * straight into base), and only what leaves the process (a frame's shard number, a Redis field name)
- * takes the run's number, dl_shard_id. The run's own bounds are kept for the checks and the digest.
+ * into its own buffers (the concatenation of its slices), and its fragments: in fragment f its shards of the
+ * run's fragment f (view_fragments). Every file of the library then works on the rank's part as it works on
+ * a whole vector (Δ, error feedback, momentum, gets straight into base), and only what leaves the process (a
+ * frame's shard number, a Redis field name) takes the run's number, dl_shard_id. The run's own bounds are
+ * kept for the checks and the digest.
  *
  * The shards digest (diloco_sync_info.shards_digest) is defined so that parts add up to the whole: a sum
  * over shards, each shard's XXH3 hashed again with its run number as the seed, so a sharded group sums
@@ -14,6 +15,7 @@
  * the run computes over the whole vector. */
 #include <inttypes.h>
 #include <stdlib.h>
+#include <string.h>
 #include <xxhash.h>
 
 #include "base/util.h"
@@ -83,6 +85,41 @@ static int slice_shards(const diloco *d, int *first, int *last, char *err, size_
     return m;
 }
 
+/* The rank's view of the run's fragments (after d->shard_ids has its m shards): fragment f is its shards
+ * whose run numbers are in the run's fragment f, a contiguous range of its own as both number ascending;
+ * the run's bounds are kept in run_frag_bounds. Every fragment must hold some of this rank's shards (each
+ * rank's round of a fragment pushes its part: coordinator init --fsdp-ranks cuts fragments of whole
+ * tensors, every rank holding a dim-0 chunk of each, but a tensor of fewer rows than ranks has none for
+ * the last). */
+static int view_fragments(diloco *d, int m, char *err, size_t errlen)
+{
+    int nf = d->rc.nfragments;
+    d->run_frag_bounds = malloc(((size_t)nf + 1) * sizeof *d->run_frag_bounds);
+    if (!d->run_frag_bounds) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    memcpy(d->run_frag_bounds, d->rc.frag_bounds, ((size_t)nf + 1) * sizeof *d->run_frag_bounds);
+    for (int f = 0, j = 0; f < nf; f++) {
+        d->rc.frag_bounds[f] = j;
+        while (j < m && d->shard_ids[j] < d->run_frag_bounds[f + 1]) j++;
+        if (j == d->rc.frag_bounds[f]) {
+            err_set(err, errlen,
+                    "this rank holds none of fragment %d's shards [%d, %d) of run '%s' (its tensors have fewer "
+                    "dim-0 rows than the group has ranks, or the run was not made with coordinator init "
+                    "--fsdp-ranks, whose fragments are whole tensors): each rank of a sharded group moves its "
+                    "part of every fragment; use fewer fragments or fewer ranks",
+                    f, d->run_frag_bounds[f], d->run_frag_bounds[f + 1], d->run);
+            memcpy(d->rc.frag_bounds, d->run_frag_bounds, ((size_t)nf + 1) * sizeof *d->run_frag_bounds);
+            free(d->run_frag_bounds);
+            d->run_frag_bounds = NULL;
+            return -1;
+        }
+    }
+    d->rc.frag_bounds[nf] = m;
+    return 0;
+}
+
 int part_view(diloco *d, size_t numel, char *err, size_t errlen)
 {
     const diloco_group_ops *g = &d->o.group;
@@ -92,11 +129,6 @@ int part_view(diloco *d, size_t numel, char *err, size_t errlen)
     }
     if (g->nslices < 0 || (g->nslices > 0 && !g->slices)) {
         err_set(err, errlen, "group.nslices is %d but group.slices is %s", g->nslices, g->slices ? "set" : "NULL");
-        return -1;
-    }
-    if (d->rc.nfragments != 1) {
-        err_set(err, errlen, "process groups do not support Streaming DiLoCo (runs of several fragments) yet: "
-                             "join this run with one process per worker");
         return -1;
     }
     int *first = malloc((size_t)g->nslices * sizeof *first), *last = malloc((size_t)g->nslices * sizeof *last);
@@ -123,12 +155,11 @@ int part_view(diloco *d, size_t numel, char *err, size_t errlen)
                     "this rank's slices hold %" PRIu64 " parameters but its buffer has %zu: params must be the "
                     "concatenation of its slices",
                     local[m], numel);
-        } else { /* the rank's view: its shards, its bounds, its numel, one fragment of all of them */
+        } else if (view_fragments(d, m, err, errlen) == 0) { /* the rank's view: its shards, bounds, numel */
             d->run_bounds = d->rc.shard_bounds;
             d->rc.shard_bounds = local;
             d->rc.nshards = m;
             d->rc.numel = numel;
-            d->rc.frag_bounds[1] = m;
             local = NULL;
             rc = 0;
         }
@@ -147,8 +178,10 @@ void part_free(diloco *d)
 {
     free(d->shard_ids);
     free(d->run_bounds);
+    free(d->run_frag_bounds);
     d->shard_ids = NULL;
     d->run_bounds = NULL;
+    d->run_frag_bounds = NULL;
 }
 
 uint64_t part_shards_digest(const diloco *d)

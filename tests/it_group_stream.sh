@@ -14,7 +14,7 @@
 # (every fragment) with alpha 0.5: each fragment applied D boundaries after its round (--fragments-in-flight
 # D); the run with 2 in flight ends with a force sync (--final-sync: the rounds in flight settled by the ranks
 # together, then every fragment at once; the reference's --final-sync). Then a limit: a run whose fragments have fewer shards than the group has ranks is refused, with its
-# reason on every rank.
+# reason on every rank. And a run of 40 fragments, bit-identical to its reference.
 . "$(dirname "$0")/lib.sh"
 NUMEL=64000; SEED=9; H=20; STEPS=100
 start_redis
@@ -62,6 +62,25 @@ stream_run gstream 0 1
 stream_run gsalpha 0.5 1
 stream_run gsflight2 0 2 --final-sync
 stream_run gsflight4 0.5 4
+
+# a run of 40 fragments (more than a message's fixed fields once held: REGISTER hands each fragment's round
+# as an array): a group of 2 and a single worker, one fragment every 2 steps, bit-identical to the reference
+RUN=gsmany; FH=80
+init_run $RUN --trainer quadratic --numel $NUMEL --shards 80 --fragments 40 --workers 2 --seed $SEED
+start_server "a$RUN" --lease-ttl-ms 2000
+build/tests/tools/group_worker --redis "$URL" --run $RUN --worker-id g1 --ranks 2 --steps 160 --sync-every $FH \
+  --heartbeat-ms 1000 > "$TMP/g1-$RUN.out" 2> "$TMP/group-g1-$RUN.log" &
+G_g1=$!; PIDS="$PIDS $!"
+start_worker w3 --sync-every $FH --steps 160 --heartbeat-interval 1
+wait "$G_g1" || fail "the group of a 40-fragment run exited with status $?: $(cat "$TMP/g1-$RUN.out")"
+wait_workers w3
+build/tests/tools/ref_quadratic --numel $NUMEL --shards 80 --seed $SEED --workers g1,w3 --sync-every $FH --steps 160 \
+  --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" --frag-bounds "$($RCLI HGET "dl:{$RUN}:config" frag_bounds)" \
+  > "$TMP/ref-$RUN.txt" || fail "reference of $RUN"
+shard_digests $RUN > "$TMP/got-$RUN.txt"
+grep '^shard' "$TMP/ref-$RUN.txt" | diff - "$TMP/got-$RUN.txt" > "$TMP/diff.txt" ||
+  fail "40 fragments: shard digests differ from the fragment-schedule reference of g1, w3: $(cat "$TMP/diff.txt")"
+say "40 fragments: a group of 2 and a single worker, bit-identical to the reference ($(grep -c '^sync rank 0 ' "$TMP/g1-$RUN.out") syncs of rank 0)"
 
 # the limits: each refused on every rank with its reason, nothing registered
 limit() { # RUN WHAT FLAGS... -> the group refused with WHAT on both ranks

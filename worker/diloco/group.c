@@ -54,7 +54,6 @@
 #include "internal.h"
 
 #define GROUP_MAGIC 0x70756f72676c6455ull /* "Udlgroup" */
-#define GROUP_FRAGMENTS_MAX 32 /* a group's run has at most this many fragments (REGISTER hands their rounds) */
 
 enum {
     GRP_HELLO = 1,
@@ -92,7 +91,6 @@ typedef struct group_msg {
     int64_t ginc, gversion;
     char gworker[64];
     uint64_t held[RUNCONF_MAX_SHARDS / 64]; /* HELLO of a sharded group: the run's shards this rank holds */
-    int64_t fv[GROUP_FRAGMENTS_MAX];        /* REGISTER: rank 0's round of each fragment */
 } group_msg;
 
 /* The ranks are out of step (all[r] is at another collective than all[0] or this rank): one message,
@@ -512,24 +510,25 @@ void group_wait_committed(diloco *d)
     }
 }
 
-/* Rank 0 registers the group, hands its registration to the others, and they join it. */
+/* Rank 0 registers the group, hands its registration (with the round of each fragment) to the others, and
+ * they join it. */
 static int group_register(diloco *d, char *err, size_t errlen)
 {
-    int size = d->o.group.size, rc = -1;
+    int size = d->o.group.size, nf = d->rc.nfragments, rc = -1;
     group_msg me = {0}, *all = calloc((size_t)size, sizeof *all);
-    if (!all) {
+    int64_t *fv = calloc((size_t)nf, sizeof *fv), *fvs = calloc((size_t)nf * (size_t)size, sizeof *fvs);
+    if (!all || !fv || !fvs) {
         err_set(err, errlen, "out of memory");
-        return -1;
+        goto out;
     }
     if (d->grp_rank == 0) {
         me.status = dl_register_now(d, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
         me.v[0] = dl_inc(d);
-        me.v[1] = d->frag_version[0];
         me.v[2] = d->frag_joined[0];
-        for (int f = 0; f < d->rc.nfragments; f++) me.fv[f] = d->frag_version[f];
+        for (int f = 0; f < nf; f++) fv[f] = d->frag_version[f];
         snprintf(me.worker, sizeof me.worker, "%s", d->worker_id);
     }
-    if (gather(d, GRP_REGISTER, &me, all, err, errlen) < 0) goto out;
+    if (gather_with(d, GRP_REGISTER, &me, fv, nf, all, fvs, err, errlen) < 0) goto out; /* (fvs: rank 0's first) */
     if (all[0].status != DL_OK) {
         err_set(err, errlen, "rank 0 could not register the group: %s", all[0].err);
         goto out;
@@ -538,7 +537,7 @@ static int group_register(diloco *d, char *err, size_t errlen)
     if (d->grp_rank > 0) {
         snprintf(d->worker_id, sizeof d->worker_id, "%s", all[0].worker);
         set_incarnation(d, all[0].v[0]);
-        for (int f = 0; f < d->rc.nfragments; f++) dl_set_frag_version(d, f, all[0].fv[f]);
+        for (int f = 0; f < nf; f++) dl_set_frag_version(d, f, fvs[f]);
         d->frag_joined[0] = all[0].v[2];
         redisReply *r = dl_command(d, me.err, sizeof me.err, "FCALL dl_group_join 1 %s %s %lld %d %d", d->config_key,
                                    d->worker_id, (long long)all[0].v[0], d->grp_rank, size);
@@ -564,6 +563,8 @@ static int group_register(diloco *d, char *err, size_t errlen)
     rc = 0;
 out:
     free(all);
+    free(fv);
+    free(fvs);
     return rc;
 }
 
@@ -653,11 +654,9 @@ static int check_hello(diloco *d, const group_msg *all, char *err, size_t errlen
             return -1;
         }
     }
-    const char *why = d->rc.nfragments > GROUP_FRAGMENTS_MAX ? "runs of more than 32 fragments"
-                      : d->dev                                 ? "device hooks"
-                                                               : NULL;
-    if (why) {
-        err_set(err, errlen, "process groups do not support %s yet: join this run with one process per worker", why);
+    if (d->dev) {
+        err_set(err, errlen, "process groups do not support device hooks yet: join this run with one process per "
+                             "worker, or sync the group's model through host memory");
         return -1;
     }
     if (d->shard_ids) return sharded_cover(d, all, err, errlen);

@@ -1,10 +1,11 @@
 #!/bin/sh
 # it_ha_sentinel_failover.sh: a sync run (quadratic, 3 workers, 2 shard-servers, 4 shards, min_replicas 1)
 # on a Redis master + 2 replicas (AOF) + 3 Sentinels (tests/chaos/chaos.py --redis-ha), everyone given
-# the redis+sentinel:// URL. The master is kill -9'd three times (each time the Sentinels promote a
+# the redis+sentinel:// URL. Worker w1 is a process group of 2 ranks (--group-ranks 2: a multi-GPU node,
+# each rank with its own connections to Redis and the servers, following the master on its own). The master is kill -9'd three times (each time the Sentinels promote a
 # replica; the old master comes back as a replica of the new one), then SIGSTOPped past the failover and
-# resumed (a partitioned old master). Nobody restarts a worker or a server. Every worker finishes its
-# steps in one incarnation, every round commits exactly once per shard, the round never goes back, every
+# resumed (a partitioned old master). Nobody restarts a worker or a server. Every worker (the group: both
+# ranks, at the same steps) finishes its steps in one incarnation, every round commits exactly once per shard, the round never goes back, every
 # commit a shard-server acknowledged is in the final stream (audit "acks"), and the final parameters are
 # bit-identical to the fault-free reference.
 # test: light (it waits more than it computes: 14 s of CPU in 64 s, tests/run.sh)
@@ -16,7 +17,7 @@ python3 tests/chaos/chaos.py --out "$OUT" --run ha --redis-ha --aof --workers 3 
   --numel $NUMEL --seed $SEED --sync-every $H --steps $((ROUNDS * H)) --step-delay-ms 15 --heartbeat-timeout 10 \
   --lease-ttl-ms 3000 --duration 90 --fault-every 4 --redis-down 2 --stop-min 5 --stop-max 6 --settle-timeout 60 \
   --fault-plan kill:redis-master,kill:redis-master,kill:redis-master,stop:redis-master \
-  --init-arg=--min-replicas --init-arg=1 > "$TMP/chaos.log" 2>&1
+  --init-arg=--min-replicas --init-arg=1 --group-ranks 2 > "$TMP/chaos.log" 2>&1
 rc=$?
 tail -n 1 "$TMP/chaos.log"
 [ $rc -eq 3 ] && fail "the run did not finish after the failovers (settle timeout): a hang"
@@ -36,13 +37,19 @@ assert switches >= 4, "%d failovers for 3 kills and a stop (the stop did not out
 bad = [e for e in ch if e["event"] in ("restart", "exit") and e["role"] not in ("redis", "sentinel")]
 assert not bad, "a worker or server died or was restarted: %s" % bad
 assert sorted(e["target"] for e in ch if e["event"] == "done") == ["w1", "w2", "w3"]
-for w in ("w1", "w2", "w3"):
+# w1, the group: one registration, both ranks synced at the same steps up to the last, none stale
+g = open(out + "/worker-w1.log", errors="replace").read().splitlines()
+assert sum("registered as w1" in l for l in g) == 1, "the group registered %d times" % sum("registered as w1" in l for l in g)
+ranks = [[l.split()[-1] for l in g if l.startswith("sync rank %d " % r)] for r in (0, 1)]
+assert ranks[0] and ranks[0] == ranks[1] and ranks[0][-1] == str(steps), "the group's ranks synced at %s" % ranks
+assert not [l for l in g if l.startswith("sync rank") and l.split()[12] != "0"], "the group lost a round"
+for w in ("w2", "w3"):
     es = [json.loads(l) for l in open("%s/%s.jsonl" % (out, w))]
     assert len([e for e in es if e["event"] == "join"]) == 1, "%s joined more than once" % w
     assert [e for e in es if e["event"] == "step"][-1]["step"] == steps
     assert not [e for e in es if e["event"] == "sync" and e.get("stale")], "%s lost a round" % w
-print("3 master kills on %d nodes and a stopped master, %d failovers; every worker finished %d steps in one "
-      "incarnation" % (len({f["target"] for f in faults[:3]}), switches, steps))
+print("3 master kills on %d nodes and a stopped master, %d failovers; every worker (w1 a group of 2) finished %d "
+      "steps in one incarnation" % (len({f["target"] for f in faults[:3]}), switches, steps))
 PY
 cat "$TMP/check.log"
 assert_dump_matches_reference "$OUT"

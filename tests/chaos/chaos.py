@@ -14,6 +14,9 @@ the same arguments: same --worker-id, same server --id), and injects faults on a
                   ways on the worker's veth pair (tc pfifo limit 0, or netem loss 100%, or link down:
                   --cut-method), healed after a bound
 
+With --group-ranks R worker w1 is a process group of R ranks (tests/tools/group_worker), one worker of
+the run as a multi-GPU node is.
+
 Every fault, restart, resume and heal goes to OUT/chaos.jsonl with a wall-clock timestamp "t", plus a
 "sample" line per second (live workers / servers / members). After the storm the harness resumes and
 heals everything, waits until every worker has synced a few more rounds (the settle phase: a run that
@@ -345,6 +348,8 @@ class Harness:
             if a.trainer == "quadratic":
                 argv += ["--step-delay-ms", str(a.step_delay_ms)]
             argv += a.worker_arg
+            if i == 1 and a.group_ranks > 1:
+                argv = self.group_argv(ns)
             p = Proc(self, "w%d" % i, "worker", argv, netns=ns)
             p.start()
             self.procs.append(p)
@@ -353,6 +358,17 @@ class Harness:
                  netns_workers=len(self.netns), trainer=a.trainer, numel=a.numel, shards=a.shards,
                  sync_every=a.sync_every, seed=a.seed,
                  pids={p.name: p.p.pid for p in self.procs})
+
+    def group_argv(self, ns):
+        """--group-ranks R: w1 is a process group of R ranks (tests/tools/group_worker: threads of one
+        process, the quadratic trainer of its id on every rank, so the group is w1 to the reference); its
+        sync lines ("sync rank r version v ...") go to its log."""
+        a = self.a
+        url = self.svc_url if ns else self.url
+        return [os.path.join(ROOT, "build", "tests", "tools", "group_worker"), "--redis", url, "--run", a.run,
+                "--worker-id", "w1", "--ranks", str(a.group_ranks), "--steps", str(a.steps),
+                "--sync-every", str(a.sync_every), "--heartbeat-ms", str(int(float(a.heartbeat_interval) * 1000)),
+                "--sync-timeout-ms", str(int(float(a.sync_timeout) * 1000)), "--step-delay-ms", str(a.step_delay_ms)]
 
     # -- the supervisor (systemd-like restarts, resumes, heals)
     def supervise(self, now, restarting=True):
@@ -455,12 +471,22 @@ class Harness:
             self.log("beats", scores={r[i]: float(r[i + 1]) for i in range(0, len(r) - 1, 2)})
 
     def last_syncs(self):
-        """worker -> (last synced version, time) from its telemetry."""
+        """worker -> (last synced version, time) from its telemetry (a group's: rank 0's sync lines)."""
         out = {}
         for p in self.procs:
             if p.role != "worker":
                 continue
             v, t = -1, 0.0
+            if p.name == "w1" and self.a.group_ranks > 1:
+                try:
+                    with open(p.log, errors="replace") as f:
+                        for line in f:
+                            if line.startswith("sync rank 0 version "):  # (no time in it: t stays 0)
+                                v = max(v, int(line.split()[4]))
+                except (OSError, ValueError):
+                    pass
+                out[p.name] = (v, t)
+                continue
             try:
                 with open(os.path.join(self.out, p.name + ".jsonl")) as f:
                     for line in f:
@@ -695,6 +721,8 @@ def main():
     ap.add_argument("--settle-timeout", type=float, default=60.0)
     ap.add_argument("--seed", type=int, default=int(E("CHAOS_SEED", "1")))
     ap.add_argument("--worker-arg", action="append", default=[], help="extra worker argument (repeatable)")
+    ap.add_argument("--group-ranks", type=int, default=0,
+                    help="w1 is a process group of this many ranks (tests/tools/group_worker; quadratic only)")
     ap.add_argument("--server-arg", action="append", default=[], help="extra shard-server argument (repeatable)")
     ap.add_argument("--init-arg", action="append", default=[], help="extra coordinator init argument")
     ap.add_argument("--keep-redis-dir", action="store_true")

@@ -1,8 +1,8 @@
 #!/bin/sh
 # it_chaos_redis_restart.sh: Redis with AOF (appendonly yes, appendfsync always) is kill -9'd every
 # 6 s while 3 workers train 1200 steps (60 rounds) and 2 shard-servers commit; each time it comes back
-# on the same port with the same directory 1 s later. Nothing else is touched: no worker or server is
-# restarted by anyone. The run must continue from exactly where it was: the open round never goes
+# on the same port with the same directory 1 s later (worker w1 is a process group of 2 ranks: chaos.py
+# --group-ranks). Nothing else is touched: no worker or server is restarted by anyone. The run must continue from exactly where it was: the open round never goes
 # back, every worker finishes its 1200 steps (exit 0), every round is committed once per shard, all
 # 60 rounds counted all 3 workers, and the final parameters are bit-identical to the fault-free
 # reference (tests/tools/ref_quadratic): nothing was lost, nothing applied twice. Each server's metrics
@@ -13,7 +13,7 @@ OUT="$TMP/redis"; NUMEL=60000; SHARDS=4; SEED=5; H=20; ROUNDS=60
 python3 tests/chaos/chaos.py --out "$OUT" --run rr --aof --workers 3 --servers 2 --shards $SHARDS --numel $NUMEL \
   --seed $SEED --sync-every $H --steps $((ROUNDS * H)) --step-delay-ms 25 --heartbeat-timeout 10 --lease-ttl-ms 3000 \
   --duration 120 --fault-every 6 --faults kill:redis=1 --redis-down 1 --settle-timeout 60 --keep-redis-dir \
-  > "$TMP/chaos.log" 2>&1
+  --group-ranks 2 > "$TMP/chaos.log" 2>&1
 rc=$?
 tail -n 1 "$TMP/chaos.log"
 [ $rc -eq 3 ] && fail "the run did not finish after the Redis restarts (settle timeout): a hang"
@@ -28,7 +28,10 @@ bad = [e for e in ch if e["event"] in ("restart", "exit") and e["role"] != "redi
 assert not bad, "a worker or server died or was restarted: %s" % bad
 done = sorted(e["target"] for e in ch if e["event"] == "done")
 assert done == ["w1", "w2", "w3"], "workers that finished: %s" % done
-for w in ("w1", "w2", "w3"):
+sys.path.insert(0, "tests/chaos")
+import group_log
+group_log.check(out, steps)  # w1, the group: one registration, its ranks at the same steps, none stale
+for w in ("w2", "w3"):
     es = [json.loads(l) for l in open("%s/%s.jsonl" % (out, w))]
     joins = [e for e in es if e["event"] == "join"]
     last = [e for e in es if e["event"] == "step"][-1]["step"]
@@ -56,7 +59,7 @@ for s in ("s1", "s2"):
         assert 3 * over <= got <= 3 * began, "server %s at %.1f: redis reconnects %d, want %d..%d (%d kills over, %d begun)" % (
             s, t, got, 3 * over, 3 * began, over, began)
     print("server %s: redis reconnects %d in its last metrics line" % (s, got))
-print("%d Redis kill -9s; every worker finished %d steps in one incarnation; %d rounds, each with all 3 workers" % (len(kills), steps, rounds))
+print("%d Redis kill -9s; every worker (w1 a group of 2) finished %d steps in one incarnation; %d rounds, each with all 3 workers" % (len(kills), steps, rounds))
 PY
 cat "$TMP/check.log"
 # the final state equals the fault-free reference

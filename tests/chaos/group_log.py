@@ -1,0 +1,21 @@
+"""group_log.py: what a chaos run's process group did (chaos.py --group-ranks: worker w1 is
+tests/tools/group_worker, whose sync lines go to OUT/worker-w1.log), for the tests that run one.
+
+check(out, steps) asserts that the group registered once, that its ranks synced at the same inner steps,
+the last one `steps`, and that no sync of any rank was stale (a lost round); it returns the number of
+syncs of rank 0."""
+
+
+def check(out, steps, worker="w1"):
+    lines = open("%s/worker-%s.log" % (out, worker), errors="replace").read().splitlines()
+    regs = sum("registered as %s " % worker in l for l in lines)
+    assert regs == 1, "the group %s registered %d times" % (worker, regs)
+    syncs = [l.split() for l in lines if l.startswith("sync rank ")]
+    ranks = sorted({int(s[2]) for s in syncs})
+    assert len(ranks) >= 2, "the group %s has sync lines of ranks %s" % (worker, ranks)
+    at = {r: [s[-1] for s in syncs if int(s[2]) == r] for r in ranks}
+    assert all(at[r] == at[0] for r in ranks), "the group's ranks synced at other steps: %s" % at
+    assert at[0] and at[0][-1] == str(steps), "the group's last sync was at step %s, not %d" % (at[0][-1:], steps)
+    stale = [s for s in syncs if s[11] == "stale" and s[12] != "0"]
+    assert not stale, "the group lost %d rounds" % len(stale)
+    return len(at[0])

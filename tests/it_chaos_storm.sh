@@ -1,7 +1,8 @@
 #!/bin/sh
-# it_chaos_storm.sh: sync mode under a fault storm. 6 quadratic workers, 3 shard-servers, a coordinator
-# (serve: reaper + HTTP), one fault every 2 s for 90 s (kill -9 and SIGSTOP of all three kinds, seeded); a systemd-like
-# supervisor restarts what dies with the same ids. Afterwards (tests/chaos/audit.py): each round
+# it_chaos_storm.sh: sync mode under a fault storm. 6 quadratic workers (w1 a process group of 2 ranks:
+# chaos.py --group-ranks, its telemetry read from its log by tests/chaos/group_log.py), 3 shard-servers, a
+# coordinator (serve: reaper + HTTP), one fault every 2 s for 90 s (kill -9 and SIGSTOP of all three kinds,
+# seeded); a systemd-like supervisor restarts what dies with the same ids. Afterwards (tests/chaos/audit.py): each round
 # committed exactly once per shard (no (shard, version) twice, no gap), every worker that logged a
 # version logged the same digest for it, no participant of a closed round was a dead incarnation,
 # every faulted process came back (restart, join, sync), the loss fell and the run kept going.
@@ -16,7 +17,7 @@ python3 tests/chaos/chaos.py --out "$OUT" --run storm --workers 6 --servers 3 --
   --duration "${STORM_SECONDS:-90}" --fault-every 2 --seed "${STORM_SEED:-7}" \
   --faults kill:worker=3,stop:worker=2,kill:server=2,stop:server=2,kill:coordinator=1,stop:coordinator=1 \
   --coordinators 1 --max-down-workers 2 --max-down-servers 1 \
-  --stop-min 0.5 --stop-max 5 > "$TMP/chaos.log" 2>&1
+  --stop-min 0.5 --stop-max 5 --group-ranks 2 > "$TMP/chaos.log" 2>&1
 rc=$?
 tail -n 1 "$TMP/chaos.log"
 [ $rc -eq 3 ] && fail "the run did not make progress after the storm (settle timeout): a hang; see $OUT/chaos.jsonl"

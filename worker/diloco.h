@@ -333,7 +333,10 @@ DILOCO_API void diloco_request_stop(diloco *d);
 DILOCO_API int diloco_last_sync(const diloco *d, diloco_sync_info *out); /* 0 if a sync happened yet, else -1 */
 DILOCO_API int diloco_sync_every(const diloco *d);                       /* current H (DyLU may change it) */
 DILOCO_API int diloco_steps_to_sync(const diloco *d);
-DILOCO_API int diloco_stop_requested(const diloco *d); /* the operator shut the run down */
+/* The operator shut the run down (a heartbeat was told). A process group's ranks are each told at their own
+ * moment, so for them it turns true at the same inner step on every rank (the first collective whose
+ * messages say a rank was told): a host that stops on it stops all its ranks together. */
+DILOCO_API int diloco_stop_requested(const diloco *d);
 DILOCO_API const char *diloco_worker_id(const diloco *d);
 DILOCO_API int64_t diloco_version(const diloco *d); /* global version params started from */
 /* The run as this session sees it. */

@@ -30,6 +30,9 @@ import os
 import statistics
 import sys
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import group_log  # noqa: E402
+
 
 def load_jsonl(path):
     out = []
@@ -64,6 +67,8 @@ def main():
     chaos = load_jsonl(os.path.join(a.out, "chaos.jsonl"))
     dump = json.load(open(os.path.join(a.out, "redis_dump.json")))
     tele = {os.path.basename(p)[:-6]: load_jsonl(p) for p in sorted(glob.glob(os.path.join(a.out, "w*.jsonl")))}
+    if "w1" not in tele and os.path.exists(os.path.join(a.out, "worker-w1.log")):  # chaos.py --group-ranks
+        tele["w1"] = group_log.telemetry(a.out)
     ev = dump["events"]
     nshards = int(dump["config"]["shards"])
     H = None

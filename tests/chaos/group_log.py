@@ -3,7 +3,9 @@ tests/tools/group_worker, whose sync lines go to OUT/worker-w1.log), for the tes
 
 check(out, steps) asserts that the group registered once, that its ranks synced at the same inner steps,
 the last one `steps`, and that no sync of any rank was stale (a lost round); it returns the number of
-syncs of rank 0."""
+syncs of rank 0. telemetry(out) reads the group's rank 0 as bin/worker's --log telemetry for
+tests/chaos/audit.py: its syncs and its joins (a start, or a restart after a kill), by time."""
+import datetime
 
 
 def check(out, steps, worker="w1"):
@@ -19,3 +21,24 @@ def check(out, steps, worker="w1"):
     stale = [s for s in syncs if s[11] == "stale" and s[12] != "0"]
     assert not stale, "the group lost %d rounds" % len(stale)
     return len(at[0])
+
+
+def _log_time(stamp):
+    """A log line's first field (2026-11-30T06:04:35.955Z) in seconds since the epoch."""
+    t = datetime.datetime.strptime(stamp, "%Y-%m-%dT%H:%M:%S.%fZ")
+    return t.replace(tzinfo=datetime.timezone.utc).timestamp()
+
+
+def telemetry(out, worker="w1"):
+    """Rank 0's syncs ({"event": "sync", "version", "digest", "stale", "t": when the sync returned}) and
+    joins ({"event": "join", "version", "t"}: "rank 0 of group W joined run R at version V"), by time."""
+    es = []
+    for line in open("%s/worker-%s.log" % (out, worker), errors="replace"):
+        f = line.split()
+        if line.startswith("sync rank 0 ") and len(f) > 23:
+            es.append({"event": "sync", "version": int(f[4]), "digest": f[6], "stale": f[12] != "0",
+                       "t": int(f[23]) / 1e6})
+        elif " INFO rank 0 of group %s joined run " % worker in line:
+            at = f.index("version")
+            es.append({"event": "join", "version": int(f[at + 1]), "t": _log_time(f[0])})
+    return sorted(es, key=lambda e: e["t"])

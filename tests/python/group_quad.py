@@ -6,7 +6,8 @@ of WORKER_ID (tests/python/quad_worker.py: the C trainer's problem and AdamW in 
 Every rank runs DDP over the same model and the same problem, so DDP's averaged gradient is each rank's own
 (g/R summed R times: exact for R = 2), and the group trains what one process of that id would. Each rank
 writes PREFIX.rank<r>: "pid <pid>" first, then one line per sync: "sync <version> <digest> <bytes_up>
-<bytes_down> <stale>", or "error <message>" when it could not join. --step-delay slows every step (the crash test kills a rank mid-run).
+<bytes_down> <stale>", or "error <message>" when it could not join. STEPS 0 trains until the run is shut down
+(dl.stopping), then writes "stopped <inner steps trained>". --step-delay slows every step (the crash test kills a rank mid-run).
 
 --device cuda: rank r's model on GPU r (modulo the GPUs there are: tests/it_cuda_python_group.sh); --nccl: the
 default group on NCCL for DDP (a GPU per rank) and DiLoCo on a gloo group of the same processes, as a node would.
@@ -107,8 +108,9 @@ def rank_main(rank, args, init_file):
         out.write("path %s\n" % dl.transfer_path)
         out.flush()
     with dl:
-        last = None
-        for step in range(1, args.steps + 1):
+        last, step = None, 0
+        while step < args.steps or (args.steps == 0 and not dl.stopping):  # 0: until the run is shut down
+            step += 1
             loss = model()
             loss.backward()
             inner.step()  # the group's sync runs in here every H steps
@@ -123,6 +125,9 @@ def rank_main(rank, args, init_file):
                     out.flush()
             if args.step_delay:
                 time.sleep(args.step_delay)
+        if out and args.steps == 0:
+            out.write("stopped %d\n" % step)
+            out.flush()
     dist.destroy_process_group()
 
 

@@ -35,6 +35,10 @@
  * are replaced by their mean (summed in rank order, the same bytes on every rank; gpt_options.grad_reduce),
  * so every rank takes the same AdamW step and the ranks' parameters stay identical.
  *
+ * With --steps 0 the ranks train until the run is shut down (coordinator control shutdown), as bin/worker
+ * does; every rank stops when diloco_stop_requested says so, and prints "stopped rank <r> step <n>" (the
+ * inner steps it trained).
+ *
  * usage: group_worker --redis URL --run RUN --worker-id ID --ranks R --steps N --sync-every H
  *                     [--no-bf16] [--error-feedback] [--heartbeat-ms MS] [--sync-timeout-ms MS (30000)]
  *                     [--net-timeout-ms MS (diloco_options')] [--latency-ms MS (each round waits MS first:
@@ -337,7 +341,8 @@ static void *rank_main(void *p)
     if (mine != t->params) copy_slices(t->params, mine, sl, nsl, 0);
     trainer_stats st;
     int64_t version = diloco_version(d);
-    for (long step = 1; step <= c->steps; step++) {
+    long step = 1;
+    for (; (c->steps == 0 || step <= c->steps) && !diloco_stop_requested(d); step++) {
         if (t->step(t, &st, err, sizeof err) < 0) break;
         if (c->step_delay_ms > 0) sleep_ms((unsigned)c->step_delay_ms);
         diloco_report(d, st.loss, st.tokens);
@@ -381,6 +386,7 @@ static void *rank_main(void *p)
             break;
         }
     }
+    if (c->steps == 0 && !c->failed) say(c, "stopped rank %d step %ld\n", c->rank, step - 1);
     if (c->final_sync && !c->failed) { /* every fragment at once, the rounds in flight settled first */
         if (diloco_force_sync(d, err, sizeof err) < 0) {
             say(c, "error rank %d: %s\n", c->rank, err);

@@ -81,8 +81,8 @@ typedef struct group_msg {
     uint32_t call; /* the rank's count of collectives: the same on every rank in step */
     int32_t what;  /* GRP_* */
     int32_t rank, size;
-    int32_t status; /* DL_* (or 0 / -1) */
-    int32_t pad;
+    int32_t status;   /* DL_* (or 0 / -1) */
+    int32_t shutdown; /* every message: this rank's heartbeat was told the run was shut down (agree_shutdown) */
     int64_t v[8]; /* what-specific numbers */
     char run[72];
     char worker[64];
@@ -138,6 +138,25 @@ static int check_gathered(diloco *d, const group_msg *all, char *err, size_t err
     return 0;
 }
 
+/* The run was shut down: a rank's heartbeat was told, and every message says whether its rank's was. From
+ * the first collective where one says so, every rank's diloco_stop_requested says so, at the same inner
+ * step on each, so the host stops them all there; a rank stopping on its own heartbeat's word would leave
+ * the others waiting at their next collective. */
+static void agree_shutdown(diloco *d, const group_msg *all)
+{
+    int r = 0;
+    while (r < d->o.group.size && !all[r].shutdown) r++;
+    if (r == d->o.group.size) return;
+    pthread_mutex_lock(&d->hb_mu);
+    int first = !d->stop_requested;
+    d->stop_requested = 1;
+    pthread_mutex_unlock(&d->hb_mu);
+    if (first && d->grp_rank == 0)
+        log_info("the run was shut down (rank %d's heartbeat was told): every rank of the group stops after this "
+                 "inner step",
+                 r);
+}
+
 /* One allgather of msg, followed by n numbers (mine), from every rank: all[size] the messages, vals[r * n + i]
  * rank r's i-th number (vals may be NULL when n is 0). -1 + err when the transport failed or the ranks are out
  * of step. */
@@ -150,6 +169,7 @@ static int gather_with(diloco *d, int what, group_msg *msg, const int64_t *mine,
     msg->what = what;
     msg->rank = d->grp_rank;
     msg->size = size;
+    msg->shutdown = dl_shutdown_seen(d);
     msg->ginc = dl_inc(d);
     msg->gversion = d->frag_version ? __atomic_load_n(&d->frag_version[0], __ATOMIC_RELAXED) : 0; /* (in flight) */
     snprintf(msg->gworker, sizeof msg->gworker, "%s", msg->ginc > 0 ? d->worker_id : "");
@@ -180,7 +200,9 @@ static int gather_with(diloco *d, int what, group_msg *msg, const int64_t *mine,
         free(in);
         free(out);
     }
-    return rc < 0 ? -1 : check_gathered(d, all, err, errlen);
+    if (rc < 0 || check_gathered(d, all, err, errlen) < 0) return -1;
+    agree_shutdown(d, all);
+    return 0;
 }
 
 /* One allgather of msg from every rank into all[size], checked: every slot holds the rank it should, at
@@ -1186,7 +1208,7 @@ static int check(diloco *d, char *err, size_t errlen)
     if (rc < 0) return -1;
     d->grp_check_every = every >= 1 && every <= d->sync_every ? (int)every : 1;
     check_restart(d);
-    if (saw < 0) return 0;
+    if (saw < 0 || diloco_stop_requested(d)) return 0; /* (shut down: no registering again) */
     int stream = d->rc.nfragments > 1, interval = stream ? stream_interval(d) : d->sync_every;
     log_warn("the group was evicted (rank %d's heartbeat was told) during inner step %d of %d; registering it again "
              "now instead of training the rest of the interval as a dead incarnation (its steps are dropped)",

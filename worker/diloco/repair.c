@@ -50,7 +50,7 @@ int repair_wait(diloco *d, const char *why, char *err, size_t errlen)
         /* the pause comes first: a server's mark may still be on its way to Redis, and a fetch right
          * after an unmarked look would only meet the same CORRUPT again */
         for (int slept = 0; slept < REPAIR_POLL_MS; slept += 100) {
-            if (dl_stopping(d) || diloco_stop_requested(d)) {
+            if (dl_stopping(d) || dl_shutdown_seen(d)) {
                 err_set(err, errlen, "%s while waiting for a repair of the corrupt state (%s)",
                         dl_stopping(d) ? "stopped" : "the run was shut down", said);
                 return -1;

@@ -7,7 +7,9 @@
 # diloco_stop_requested is true, after the same step. A sync run, a group g1 of 2 ranks (tests/tools/group_worker
 # --steps 0: until the run is shut down) and a bin/worker w2; once 3 rounds closed, the run is shut down; then
 # with H = 1000, where no sync comes before the stop (the ranks agree at a CHECK, every few steps). Checks:
-# the group exits 0 within 10 s, both ranks stopped after the same step, and w2 exits 0. Then the same with
+# the group exits 0 within 10 s, both ranks stopped after the same step, and w2 exits 0 (a worker of one
+# process whose round is refused with SHUTDOWN before its heartbeat is told stops too: it counted 4 failed
+# syncs at this pace and exited 1). Then the same with
 # a PyTorch group of 2 (tests/python/group_quad.py, DDP on gloo, STEPS 0: until dl.stopping) beside a
 # bin/worker: both ranks leave their loop after the same step and the launcher exits 0 (skipped, saying
 # so, where torch does not import). (Without the agreement the C part hangs; the PyTorch part passed once

@@ -29,6 +29,7 @@
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "base/log.h"
 #include "base/util.h"
@@ -117,6 +118,13 @@ static int try_again(diloco *d, int attempt)
 static void ctl_error(diloco *d, int stopping, const rconn *c, redisReply *r, const char *why, char *err, size_t errlen)
 {
     if (stopping && r == NULL && c != NULL) __atomic_store_n(&d->redis_unanswered, 1, __ATOMIC_RELAXED);
+    if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "SHUTDOWN ", 9) == 0) {
+        /* a Function says the run was shut down: the same news as a heartbeat's, maybe sooner (a round's
+         * refused arrival), and a sync that fails on it is the end, not a failure to retry */
+        pthread_mutex_lock(&d->hb_mu);
+        dl_shutdown_told_locked(d);
+        pthread_mutex_unlock(&d->hb_mu);
+    }
     if (c == NULL)
         err_set(err, errlen, "no connection to Redis: %s", why);
     else
@@ -297,12 +305,23 @@ int dl_still_member(diloco *d)
     return ok && !dl_evicted(d);
 }
 
-int dl_evicted(diloco *d)
+/* A flag the heartbeat thread writes, read under its lock. */
+static int heartbeat_flag(diloco *d, const int *flag)
 {
     pthread_mutex_lock(&d->hb_mu);
-    int evicted = d->evicted;
+    int v = *flag;
     pthread_mutex_unlock(&d->hb_mu);
-    return evicted;
+    return v;
+}
+
+int dl_evicted(diloco *d)
+{
+    return heartbeat_flag(d, &d->evicted);
+}
+
+int dl_shutdown_seen(diloco *d)
+{
+    return heartbeat_flag(d, &d->shutdown_seen);
 }
 
 /* ---- the counters of the round a thread works for ------------------------------------------------------ */

@@ -1208,7 +1208,9 @@ static int check(diloco *d, char *err, size_t errlen)
     if (rc < 0) return -1;
     d->grp_check_every = every >= 1 && every <= d->sync_every ? (int)every : 1;
     check_restart(d);
-    if (saw < 0 || diloco_stop_requested(d)) return 0; /* (shut down: no registering again) */
+    /* shut down (agree_shutdown): no registering again. (A group's stop_requested is written only here,
+     * on the training thread.) */
+    if (saw < 0 || d->stop_requested) return 0;
     int stream = d->rc.nfragments > 1, interval = stream ? stream_interval(d) : d->sync_every;
     log_warn("the group was evicted (rank %d's heartbeat was told) during inner step %d of %d; registering it again "
              "now instead of training the rest of the interval as a dead incarnation (its steps are dropped)",

@@ -68,11 +68,8 @@ static void beat_once(diloco *d, rconn *c)
         group_gone = !d->evicted;
         d->evicted = 1;
     } else if (r->type == REDIS_REPLY_ARRAY && r->elements >= 2) {
-        if (r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "shutdown") == 0) {
-            d->shutdown_seen = 1;
-            /* a group's ranks see it at different steps: they stop at the same one, agreed at a CHECK */
-            if (!d->grp) d->stop_requested = 1;
-        }
+        if (r->element[0]->type == REDIS_REPLY_STRING && strcmp(r->element[0]->str, "shutdown") == 0)
+            dl_shutdown_told_locked(d);
         if (r->element[1]->type == REDIS_REPLY_INTEGER) d->dylu_h = (int)r->element[1]->integer;
     }
     pthread_mutex_unlock(&d->hb_mu);

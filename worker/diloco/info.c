@@ -46,15 +46,6 @@ int64_t diloco_version(const diloco *d)
     return d->frag_version ? __atomic_load_n(&d->frag_version[0], __ATOMIC_RELAXED) : -1;
 }
 
-int dl_shutdown_seen(const diloco *d)
-{
-    diloco *m = (diloco *)d;
-    pthread_mutex_lock(&m->hb_mu);
-    int s = m->shutdown_seen;
-    pthread_mutex_unlock(&m->hb_mu);
-    return s;
-}
-
 int diloco_stop_requested(const diloco *d)
 {
     diloco *m = (diloco *)d;

@@ -278,6 +278,14 @@ struct diloco {
     uint64_t grp_digest;  /* sharded: the run's shards digest, summed over the ranks at the last agreement */
 };
 
+/* The run was shut down (a heartbeat's reply said so, or a Function refused with SHUTDOWN); hb_mu held. A
+ * worker of one process stops on it; a group's ranks stop where they agree (group.c agree_shutdown). */
+static inline void dl_shutdown_told_locked(diloco *d)
+{
+    d->shutdown_seen = 1;
+    if (!d->grp) d->stop_requested = 1;
+}
+
 /* Shard k of this session (an index into its buffers and per-shard arrays) as the run numbers it. */
 static inline int dl_shard_id(const diloco *d, int k)
 {
@@ -336,7 +344,7 @@ int dl_reply_failed(const redisReply *r); /* NULL or an error reply */
 int dl_wait_replicas(diloco *d, char *err, size_t errlen);
 int dl_stopping(const diloco *d); /* the embedding program asked us to stop (o.stop, diloco_request_stop) */
 int dl_stop_seen(void *d);        /* dl_stopping as the watch of a connection or of frame I/O takes it */
-int dl_shutdown_seen(const diloco *d); /* a heartbeat was told the run was shut down (a group: not agreed yet) */
+int dl_shutdown_seen(diloco *d); /* a heartbeat was told the run was shut down (a group: not agreed yet) */
 int64_t dl_inc(diloco *d);
 /* Register (again). A group's rank does not: the group registers together (group.c), so this only
  * returns 0 and the round that found us evicted reports DL_EVICTED. */

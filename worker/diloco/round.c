@@ -154,6 +154,10 @@ static int on_failure(diloco *d, const char *why, char *err, size_t errlen)
         if (why != err) err_set(err, errlen, "%s", why); /* callers often pass err itself as why */
         return -1;
     }
+    if (dl_shutdown_seen(d)) { /* not a failure: the run is over (the host sees diloco_stop_requested) */
+        log_info("the run was shut down; this sync was not made (%s)", why);
+        return 0;
+    }
     d->fail_streak++;
     log_error("sync failed (%d in a row, limit %d): %s", d->fail_streak, d->o.max_sync_retries, why);
     int lost = __atomic_exchange_n(&d->place_lost, 0, __ATOMIC_ACQ_REL);

@@ -114,7 +114,7 @@ static int tensor_starts(const model_tensor *t, int nt, const uint64_t *shard_bo
 int layout_cut_fragments_at_tensors(const model_tensor *tensors, int ntensors, const uint64_t *shard_bounds,
                                     int nshards, int nfragments, uint64_t *frag_bounds, char *err, size_t errlen)
 {
-    int *starts = malloc((size_t)(nshards > 0 ? nshards : 1) * sizeof *starts);
+    int *starts = calloc((size_t)(nshards > 0 ? nshards : 1), sizeof *starts);
     if (!starts) {
         err_set(err, errlen, "out of memory");
         return -1;

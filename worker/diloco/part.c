@@ -138,7 +138,7 @@ int part_view(diloco *d, size_t numel, char *err, size_t errlen)
     if (m == 0) err_set(err, errlen, "this rank holds no parameters (no slices): a group needs every rank to hold some");
     if (m > 0) {
         local = malloc(((size_t)m + 1) * sizeof *local);
-        d->shard_ids = malloc((size_t)m * sizeof *d->shard_ids);
+        d->shard_ids = calloc((size_t)m, sizeof *d->shard_ids);
         if (!local || !d->shard_ids) err_set(err, errlen, "out of memory");
     }
     int rc = -1;

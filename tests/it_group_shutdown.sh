@@ -6,7 +6,8 @@
 # heartbeat was told (group.c agree_shutdown), and from the first one that says so every rank's
 # diloco_stop_requested is true, after the same step. A sync run, a group g1 of 2 ranks (tests/tools/group_worker
 # --steps 0: until the run is shut down) and a bin/worker w2; once 3 rounds closed, the run is shut down; then
-# with H = 1000, where no sync comes before the stop (the ranks agree at a CHECK, every few steps). Checks:
+# with H = 1000, where no sync comes before the stop (the ranks agree at a CHECK, every few steps); then an
+# Streaming run and an async one (2 fragments: the rounds on the ranks' threads). Checks:
 # the group exits 0 within 10 s, both ranks stopped after the same step, and w2 exits 0 (a worker of one
 # process whose round is refused with SHUTDOWN before its heartbeat is told stops too: it counted 4 failed
 # syncs at this pace and exited 1). Then the same with
@@ -17,16 +18,16 @@
 # test: light
 . "$(dirname "$0")/lib.sh"
 start_redis
-shut_run() { # RUN H
-  RUN=$1; h=$2
-  init_run $RUN --trainer quadratic --numel 8000 --shards 4 --workers 2 --seed 3
+shut_run() { # RUN H [INIT FLAGS...]
+  RUN=$1; h=$2; shift 2
+  init_run $RUN --trainer quadratic --numel 8000 --shards 4 --workers 2 --seed 3 "$@"
   start_server "a$RUN" --lease-ttl-ms 2000
   build/tests/tools/group_worker --redis "$URL" --run $RUN --worker-id g1 --ranks 2 --steps 0 --sync-every $h \
     --heartbeat-ms 300 --step-delay-ms 5 > "$TMP/g1-$RUN.out" 2> "$TMP/group-g1-$RUN.log" &
   G=$!; PIDS="$PIDS $!"
   start_worker w2 --sync-every $h --steps 0 --heartbeat-interval 0.3 --step-delay-ms 5
   if [ "$h" -lt 100 ]; then
-    wait_until 30 '[ "$($RCLI HGET "dl:{$RUN}:state" round:0)" -ge 3 ]' "3 rounds"
+    wait_until 30 '[ "$(grep -c "^sync rank 0 " "$TMP/g1-$RUN.out")" -ge 3 ]' "3 syncs of the group"
   else
     wait_until 30 '[ "$(grep -c "joined run" "$TMP/group-g1-$RUN.log")" -ge 2 ]' "the group to join"; sleep 1
   fi
@@ -39,10 +40,12 @@ shut_run() { # RUN H
   grep -q "the run was shut down (rank [01]'s heartbeat was told): every rank of the group stops after this inner step" \
     "$TMP/group-g1-$RUN.log" || fail "$RUN: rank 0 did not say why the group stops: $(tail -n 5 "$TMP/group-g1-$RUN.log")"
   wait_workers w2
-  say "H = $h: shut down; both ranks of the group stopped after inner step $s0, within $(( $(date +%s) - t0 )) s; w2 too"
+  say "$RUN, H = $h${1:+ ($*)}: shut down; both ranks of the group stopped after inner step $s0, within $(( $(date +%s) - t0 )) s; w2 too"
 }
 shut_run gshut 10
 shut_run gshutcheck 1000
+shut_run gshutstream 10 --fragments 2
+shut_run gshutasync 10 --async --fragments 2
 
 $PYTHON -c 'import torch, numpy' 2>/dev/null || { say "SKIP of the PyTorch part: $PYTHON cannot import torch and numpy"; exit 0; }
 RUN=gshutpy

@@ -236,8 +236,8 @@ struct diloco {
     uint64_t hb_gone_told_ms; /* heartbeat thread only: when it last said the run is gone from Redis */
     int64_t inc;              /* our incarnation (0 = not registered) */
     int evicted;
-    int shutdown_seen;  /* a heartbeat was told the run was shut down (dl_shutdown_seen) */
-    int stop_requested; /* diloco_stop_requested: shutdown_seen, or a group's agreement on it (group.c CHECK) */
+    int shutdown_seen;  /* the run was shut down: a heartbeat or a Function said so (dl_shutdown_told_locked) */
+    int stop_requested; /* diloco_stop_requested: shutdown_seen, or a group's agreement on it (agree_shutdown) */
     int dylu_h;
     double loss, speed;
     uint64_t tokens, total_steps;
@@ -344,7 +344,7 @@ int dl_reply_failed(const redisReply *r); /* NULL or an error reply */
 int dl_wait_replicas(diloco *d, char *err, size_t errlen);
 int dl_stopping(const diloco *d); /* the embedding program asked us to stop (o.stop, diloco_request_stop) */
 int dl_stop_seen(void *d);        /* dl_stopping as the watch of a connection or of frame I/O takes it */
-int dl_shutdown_seen(diloco *d); /* a heartbeat was told the run was shut down (a group: not agreed yet) */
+int dl_shutdown_seen(diloco *d); /* this session was told the run was shut down (a group: maybe not agreed) */
 int64_t dl_inc(diloco *d);
 /* Register (again). A group's rank does not: the group registers together (group.c), so this only
  * returns 0 and the round that found us evicted reports DL_EVICTED. */

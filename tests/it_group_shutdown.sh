@@ -15,7 +15,6 @@
 # bin/worker: both ranks leave their loop after the same step and the launcher exits 0 (skipped, saying
 # so, where torch does not import). (Without the agreement the C part hangs; the PyTorch part passed once
 # anyway: its ranks' heartbeats, started together and held in step by DDP, were told in the same step.)
-# test: light
 . "$(dirname "$0")/lib.sh"
 start_redis
 shut_run() { # RUN H [INIT FLAGS...]

@@ -7,7 +7,8 @@
 # diloco_stop_requested is true, after the same step. A sync run, a group g1 of 2 ranks (tests/tools/group_worker
 # --steps 0: until the run is shut down) and a bin/worker w2; once 3 rounds closed, the run is shut down; then
 # with H = 1000, where no sync comes before the stop (the ranks agree at a CHECK, every few steps); then an
-# Streaming run and an async one (2 fragments: the rounds on the ranks' threads). Checks:
+# Streaming run and an async one (2 fragments: the rounds on the ranks' threads). And a worker waiting at a
+# barrier for a SIGSTOPped group stops within 5 s of the shutdown (barrier waits end on it). Checks:
 # the group exits 0 within 10 s, both ranks stopped after the same step, and w2 exits 0 (a worker of one
 # process whose round is refused with SHUTDOWN before its heartbeat is told stops too: it counted 4 failed
 # syncs at this pace and exited 1). Then the same with
@@ -45,6 +46,33 @@ shut_run gshut 10
 shut_run gshutcheck 1000
 shut_run gshutstream 10 --fragments 2
 shut_run gshutasync 10 --async --fragments 2
+
+# a member waiting at a barrier that cannot close (the group, SIGSTOPped, never arrives; the reaper would take
+# 30 s to evict it) stops at once too: barrier waits end on the shutdown (a group's rank arrived before the
+# shutdown waited there for its other rank, refused after it, and hung the group under load)
+RUN=gshutwait
+init_run $RUN --trainer quadratic --numel 8000 --shards 4 --workers 2 --seed 3 --heartbeat-timeout 30
+start_server "a$RUN" --lease-ttl-ms 2000
+build/tests/tools/group_worker --redis "$URL" --run $RUN --worker-id g1 --ranks 2 --steps 0 --sync-every 10 \
+  --heartbeat-ms 300 --step-delay-ms 20 > "$TMP/g1-$RUN.out" 2> "$TMP/group-g1-$RUN.log" &
+G=$!; PIDS="$PIDS $!"
+start_worker w1 --sync-every 10 --steps 0 --heartbeat-interval 0.3 --step-delay-ms 5
+wait_until 30 '[ "$(grep -c "^sync rank 0 " "$TMP/g1-$RUN.out")" -ge 2 ]' "2 syncs of the group"
+kill -STOP $G
+round=$($RCLI HGET "dl:{$RUN}:state" round:0)
+wait_until 10 '[ "$($RCLI HEXISTS "dl:{$RUN}:f0:r$round" a:w1)" = 1 ]' "w1 to wait at round $round"
+bin/coordinator control --redis "$URL" --run $RUN shutdown > "$TMP/shutdown-$RUN.log" 2>&1 || fail "shutdown"
+eval "pid=\$WRK_w1"
+wait_until 5 '! kill -0 $pid 2>/dev/null' "w1, waiting at round $round, to stop after the shutdown"
+wait_workers w1
+grep -q "the run was shut down while we waited for round $round" "$TMP/worker-w1.log" ||
+  fail "w1 did not say it stopped waiting: $(tail -n 5 "$TMP/worker-w1.log")"
+kill -CONT $G
+wait_until 10 '! kill -0 $G 2>/dev/null' "the group to stop once resumed"
+wait "$G" || fail "the resumed group exited with status $?: $(grep -v '^sync' "$TMP/g1-$RUN.out")"
+s0=$(sed -n 's/^stopped rank 0 step //p' "$TMP/g1-$RUN.out"); s1=$(sed -n 's/^stopped rank 1 step //p' "$TMP/g1-$RUN.out")
+[ -n "$s0" ] && [ "$s0" = "$s1" ] || fail "$RUN: the ranks stopped after steps '$s0' and '$s1'"
+say "w1, waiting at round $round for a stopped group, stopped within 5 s of the shutdown; the group, resumed, after step $s0 on both ranks"
 
 $PYTHON -c 'import torch, numpy' 2>/dev/null || { say "SKIP of the PyTorch part: $PYTHON cannot import torch and numpy"; exit 0; }
 RUN=gshutpy

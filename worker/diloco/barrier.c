@@ -125,6 +125,11 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
             err_set(err, errlen, "stopped while waiting for round %lld", (long long)round);
             return DL_FAIL;
         }
+        if (dl_shutdown_seen(d)) { /* the round may never close: its other members stop (a group's other
+                                    * ranks, refused, never arrive) */
+            err_set(err, errlen, "the run was shut down while we waited for round %lld", (long long)round);
+            return DL_FAIL;
+        }
         if (d->hub) {
             (void)wake_hub_wait(d, f, round, d->o.wait_poll_ms); /* (the barrier below says what happened) */
         } else if (!d->blk || rconn_broken(d->blk)) {

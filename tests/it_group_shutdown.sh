@@ -5,9 +5,9 @@
 # group's other ranks failed on gloo's timeout). Now every collective's message says whether its rank's
 # heartbeat was told (group.c agree_shutdown), and from the first one that says so every rank's
 # diloco_stop_requested is true, after the same step. A sync run, a group g1 of 2 ranks (tests/tools/group_worker
-# --steps 0: until the run is shut down) and a bin/worker w2; once 3 rounds closed, the run is shut down; then
-# with H = 1000, where no sync comes before the stop (the ranks agree at a CHECK, every few steps); then an
-# Streaming run and an async one (2 fragments: the rounds on the ranks' threads). And a worker waiting at a
+# --steps 0: until the run is shut down) and a bin/worker w2; once the group synced 3 times, the run is shut down; then
+# with H = 1000, where no sync comes before the stop (the ranks agree at a CHECK, every few steps); then
+# a Streaming run and an async one (2 fragments: the rounds on the ranks' threads). And a worker waiting at a
 # barrier for a SIGSTOPped group stops within 5 s of the shutdown (barrier waits end on it). Checks:
 # the group exits 0 within 10 s, both ranks stopped after the same step, and w2 exits 0 (a worker of one
 # process whose round is refused with SHUTDOWN before its heartbeat is told stops too: it counted 4 failed

@@ -42,6 +42,7 @@ import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from redis_ha import RedisHA  # noqa: E402
+import group_log  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.join(ROOT, "bin")
@@ -479,13 +480,11 @@ class Harness:
             v, t = -1, 0.0
             if p.name == "w1" and self.a.group_ranks > 1:
                 try:
-                    with open(p.log, errors="replace") as f:
-                        for line in f:
-                            if line.startswith("sync rank 0 version "):  # (no time in it: t stays 0)
-                                v = max(v, int(line.split()[4]))
-                except (OSError, ValueError):
-                    pass
-                out[p.name] = (v, t)
+                    syncs = [e for e in group_log.telemetry(self.out) if e["event"] == "sync"]
+                except (OSError, ValueError, IndexError):  # (a line still being written)
+                    syncs = []
+                last = max(syncs, key=lambda e: e["version"], default=None)
+                out[p.name] = (last["version"], last["t"]) if last else (v, t)
                 continue
             try:
                 with open(os.path.join(self.out, p.name + ".jsonl")) as f:

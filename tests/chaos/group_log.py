@@ -32,8 +32,10 @@ def _log_time(stamp):
 def telemetry(out, worker="w1"):
     """Rank 0's syncs ({"event": "sync", "version", "digest", "stale", "t": when the sync returned}) and
     joins ({"event": "join", "version", "t"}: "rank 0 of group W joined run R at version V"), by time."""
+    with open("%s/worker-%s.log" % (out, worker), errors="replace") as log:
+        lines = log.read().splitlines()
     es = []
-    for line in open("%s/worker-%s.log" % (out, worker), errors="replace"):
+    for line in lines:
         f = line.split()
         if line.startswith("sync rank 0 ") and len(f) > 23:
             es.append({"event": "sync", "version": int(f[4]), "digest": f[6], "stale": f[12] != "0",

@@ -1162,11 +1162,8 @@ int group_stream_step(diloco *d, char *err, size_t errlen)
 {
     int rc = 0, recovered = 0;
     int changed = take_inflight(d, d->inflight_max - 1, &recovered, err, errlen);
-    if (changed >= 0 && !recovered) { /* (after a recovery the next round goes at the next boundary) */
-        int f = stream_next_fragment(d);
-        rc = round_run(d, f, 1, err, errlen);
-        d->frag_next = (f + 1) % d->rc.nfragments; /* (async fragments go in turn: stream_next_fragment) */
-    }
+    if (changed >= 0 && !recovered) /* (after a recovery the next round goes at the next boundary) */
+        rc = round_run(d, stream_next_fragment(d), 1, err, errlen);
     check_restart(d);
     return changed < 0 || rc < 0 ? -1 : rc | changed;
 }
@@ -1208,8 +1205,8 @@ static int check(diloco *d, char *err, size_t errlen)
     if (rc < 0) return -1;
     d->grp_check_every = every >= 1 && every <= d->sync_every ? (int)every : 1;
     check_restart(d);
-    /* shut down (agree_shutdown): no registering again. (A group's stop_requested is written only here,
-     * on the training thread.) */
+    /* shut down (agree_shutdown): no registering again. (A group's stop_requested is written only by
+     * agree_shutdown, on this thread.) */
     if (saw < 0 || d->stop_requested) return 0;
     int stream = d->rc.nfragments > 1, interval = stream ? stream_interval(d) : d->sync_every;
     log_warn("the group was evicted (rank %d's heartbeat was told) during inner step %d of %d; registering it again "

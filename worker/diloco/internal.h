@@ -650,8 +650,8 @@ int round_rejoin(diloco *d, int step, int interval, char *err, size_t errlen);
 /* Steps between two fragment boundaries (H/F, at least 1). */
 int stream_interval(const diloco *d);
 /* The fragment the next boundary sends: the first whose round is the lowest in a sync run, the next in
- * turn in an async one. */
-int stream_next_fragment(const diloco *d);
+ * turn in an async one (taken: the turn moves on). */
+int stream_next_fragment(diloco *d);
 /* The order in which a force sync takes every fragment once (order[F]): by round, then index, in a sync
  * run (the order the others' boundaries take them in); 0..F-1 in an async one. */
 void stream_force_order(const diloco *d, int *order);

@@ -338,10 +338,14 @@ static int fragment_in_flight(const diloco *d, int f)
  * fragment in flight waits for it, for ever. After a round that failed (its version unknown to us) the
  * same fragment goes again: its round is found committed (stale) or still open, and the next boundary
  * is in phase again. Fragments in flight are not candidates (D > 1: the others are). Async fragments have no
- * common round, and go in turn. */
-int stream_next_fragment(const diloco *d)
+ * common round, and go in turn: taking one moves the turn on. */
+int stream_next_fragment(diloco *d)
 {
-    if (d->rc.async) return d->frag_next;
+    if (d->rc.async) {
+        int f = d->frag_next;
+        d->frag_next = (f + 1) % d->rc.nfragments;
+        return f;
+    }
     int next = -1;
     for (int f = 0; f < d->rc.nfragments; f++)
         if (!fragment_in_flight(d, f) && (next < 0 || d->frag_version[f] < d->frag_version[next])) next = f;
@@ -377,7 +381,5 @@ int stream_step(diloco *d, char *err, size_t errlen)
     if (d->rc.async && fresh) return changed;
     int f = stream_next_fragment(d);
     int began = begin_fragment(d, f, fresh, err, errlen);
-    if (began < 0) return -1;
-    d->frag_next = (f + 1) % d->rc.nfragments;
-    return changed | began;
+    return began < 0 ? -1 : changed | began;
 }

@@ -3,7 +3,7 @@
 # told of the shutdown at its own moment, but the ranks must stop at the same inner step: a rank that stopped
 # on its own heartbeat's word left the others waiting at their next collective (a C group hung; a PyTorch
 # group is open to the same, until gloo's timeout). Now every collective's message says whether its rank's
-# heartbeat was told (group.c agree_shutdown), and from the first one that says so every rank's
+# heartbeat was told (group.c agree_stop), and from the first one that says so every rank's
 # diloco_stop_requested is true, after the same step. A sync run, a group g1 of 2 ranks (tests/tools/group_worker
 # --steps 0: until the run is shut down) and a bin/worker w2; once the group synced 3 times, the run is shut down; then
 # with H = 1000, where no sync comes before the stop (the ranks agree at a CHECK, every few steps); then

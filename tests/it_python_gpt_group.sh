@@ -6,7 +6,9 @@
 # every sync the node and the C worker report the same digest of the global parameters, every closed round
 # has the two workers as its participants (the node once, not once per rank), the node's rank 0 alone
 # evaluates and logs, and the validation loss it measures falls; then SIGTERM to a node's launcher stops its
-# ranks, which leave the run, and the launcher exits 0. (On cuda the ranks would be on GPUs 0 and 1,
+# ranks, which leave the run, and the launcher exits 0 (the launcher passes it on to both ranks, which get it
+# at their own moments: they agree on the stop at a collective and stop after the same step; stopping one
+# step apart, a rank died in its DDP all-reduce with the other gone). (On cuda the ranks would be on GPUs 0 and 1,
 # DDP on NCCL: docs/python.md "A node of GPUs"; not run here, no GPU.)
 . "$(dirname "$0")/lib.sh"
 need_torch

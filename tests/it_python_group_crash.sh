@@ -4,9 +4,11 @@
 # (its other rank is stopped by torch.multiprocessing and leaves, or the group is evicted), the run goes on
 # with c1, the group started again registers and takes part in rounds again. Every closed round that lists
 # the group has the arrival of both its ranks under that incarnation: a half group is never a participant.
-# (2) SIGINT to rank 1 alone: every process of the group is gone within 20 s (rank 1 leaves the run at
-# once, rank 0's next DDP all-reduce fails; interpreters exit slowly on a loaded machine) and the group is
-# no member. (3) The same with SIGTERM to rank 0 alone.
+# (2) SIGINT to rank 1 alone: both ranks stop after the same inner step (the stop agreed at the group's next
+# collective: each raises Stopped there; a rank stopping alone left the other to fail in its next DDP
+# all-reduce), the launcher exits 0, every process of the group is gone within 20 s (interpreters exit
+# slowly on a loaded machine) and the group is no member (lib.sh group_signal). (3) The same with SIGTERM to
+# rank 0 alone.
 . "$(dirname "$0")/lib.sh"
 RUN=pgcrash; NUMEL=20000
 round() { $RCLI HGET "dl:{$RUN}:state" round:0; }
@@ -30,11 +32,11 @@ wait_until 30 '[ "$(round)" -ge $((start + 1)) ]' "one more round"
 group_crash $RUN "$GRP" "$r1" "$WRK_c1" "start_group 2"
 
 # SIGINT to rank 1 alone stops the whole group within seconds
-group_signal $RUN INT 1 "$(rank_pid 2 0)" "$(rank_pid 2 1)" "$GRP"
+group_signal $RUN INT 1 "$(rank_pid 2 0)" "$(rank_pid 2 1)" "$GRP" "$TMP/g1-2"
 
 # SIGTERM to rank 0 alone (the rank that registered the group) does the same
 start_group 3
 wait_until 90 '[ "$(member)" = 1 ]' "the group to register again"
-group_signal $RUN TERM 0 "$(rank_pid 3 0)" "$(rank_pid 3 1)" "$GRP"
+group_signal $RUN TERM 0 "$(rank_pid 3 0)" "$(rank_pid 3 1)" "$GRP" "$TMP/g1-3"
 grep -q "process 0 terminated with signal" "$TMP/py-g1-3.log" && fail "rank 0 was killed by SIGTERM instead of stopping"
 alive "$WRK_c1" || fail "the C worker died"

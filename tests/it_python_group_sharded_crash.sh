@@ -5,7 +5,8 @@
 # rank, which leaves, or the group is evicted), the run goes on with c1, the group started again registers
 # and takes part in rounds again. Every closed round that lists the group has the arrival of both its ranks
 # under that incarnation: a half group (one rank's chunks) is never a participant. Then SIGTERM to rank 0 of
-# the restarted group: every process of the group is gone within 20 s and the group is no member.
+# the restarted group: both ranks stop after the same step, the launcher exits 0, every process of the group
+# is gone within 20 s and the group is no member (lib.sh group_signal).
 . "$(dirname "$0")/lib.sh"
 RUN=psc; PY=$PYTHON
 round() { $RCLI HGET "dl:{$RUN}:state" round:0; }
@@ -27,8 +28,8 @@ start=$(round)
 wait_until 30 '[ "$(round)" -ge $((start + 1)) ]' "one more round"
 group_crash $RUN "$GRP" "$r1" "$C1" "launch g1b $RUN:g1:2; GRP=\$LAST"
 
-# SIGTERM to rank 0 alone (the rank that registered the group) stops every process of the group within 20 s
-# and the group leaves the run
-group_signal $RUN TERM 0 "$(rank_pid g1b 0)" "$(rank_pid g1b 1)" "$GRP"
+# SIGTERM to rank 0 alone (the rank that registered the group) stops both ranks after the same step, and the
+# group leaves the run
+group_signal $RUN TERM 0 "$(rank_pid g1b 0)" "$(rank_pid g1b 1)" "$GRP" "$TMP/g1b/$RUN-g1"
 grep -q "process 0 terminated with signal" "$TMP/launcher-g1b.log" && fail "rank 0 was killed by SIGTERM instead of stopping"
 alive "$C1" || fail "the worker c1 died"

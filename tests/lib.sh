@@ -354,15 +354,20 @@ device_hooks_used() {
   say "$1 ran through its device hooks ($line)"
 }
 
-# group_signal RUN SIG RANK R0_PID R1_PID LAUNCHER_PID: signal SIG to rank RANK (0 or 1) of the 2-rank group g1
-# of RUN: every process of the group (both ranks, the launcher) is gone within 20 s and g1 is no member.
+# group_signal RUN SIG RANK R0_PID R1_PID LAUNCHER_PID OUT: signal SIG to rank RANK (0 or 1) of the 2-rank group
+# g1 of RUN (tests/python/group_quad.py --out OUT): every process of the group (both ranks, the launcher) is gone
+# within 20 s, g1 is no member, and the stop was the group's: both ranks stopped after the same inner step
+# ("stopped N" in OUT.rank0 and OUT.rank1: the stop agreed at a collective) and the launcher exited 0.
 group_signal() {
-  _run=$1; _sig=$2; _r0=$4; _r1=$5; _lp=$6
+  _run=$1; _sig=$2; _r0=$4; _r1=$5; _lp=$6; _out=$7
   if [ "$3" = 0 ]; then kill "-$_sig" "$_r0"; else kill "-$_sig" "$_r1"; fi
   _t0=$(date +%s)
   wait_until 20 '! alive "$_r0" && ! alive "$_r1" && ! alive "$_lp"' "every process of the group to stop after SIG$_sig to rank $3"
+  wait "$_lp" || fail "the group's launcher exited $? after SIG$_sig to rank $3: $(cat "$_out".rank0 "$_out".rank1 | grep -v '^sync' | tail -n 6)"
+  _s0=$(sed -n 's/^stopped //p' "$_out.rank0"); _s1=$(sed -n 's/^stopped //p' "$_out.rank1")
+  [ -n "$_s0" ] && [ "$_s0" = "$_s1" ] || fail "after SIG$_sig to rank $3 the ranks stopped after steps '$_s0' and '$_s1'"
   wait_until 5 '[ "$($RCLI HEXISTS "dl:{$_run}:workers" g1)" = 0 ]' "the group to leave the run"
-  say "SIG$_sig to rank $3: the group's processes were gone after $(( $(date +%s) - _t0 )) s and it left the run"
+  say "SIG$_sig to rank $3: both ranks stopped after inner step $_s0, the group's processes were gone after $(( $(date +%s) - _t0 )) s, it left the run"
 }
 
 # group_crash RUN LAUNCHER_PID RANK_PID OTHER_PID RESTART: the crash of a 2-rank group g1 of RUN (its launcher

@@ -326,16 +326,27 @@ DILOCO_API int diloco_force_sync(diloco *d, char *err, size_t errlen);
 DILOCO_API void diloco_report(diloco *d, double loss, uint64_t tokens);
 
 /* Give up waits and retries at once, as *o.stop becoming non-zero does: from any thread, or from a
- * signal handler (it only stores a flag). A sync waiting then returns -1, err saying it stopped. */
+ * signal handler (it only stores a flag). A sync waiting then returns -1, err saying it stopped. A rank of a
+ * process group stops with the others: its stop is agreed at the group's next collective (within about half
+ * a heartbeat interval, or the round under way), and from there diloco_stop_requested says so on every rank
+ * after the same inner step (a round under way returns -1 on every rank); until then the rank trains on. */
 DILOCO_API void diloco_request_stop(diloco *d);
 
 /* Facts about the session. */
 DILOCO_API int diloco_last_sync(const diloco *d, diloco_sync_info *out); /* 0 if a sync happened yet, else -1 */
 DILOCO_API int diloco_sync_every(const diloco *d);                       /* current H (DyLU may change it) */
 DILOCO_API int diloco_steps_to_sync(const diloco *d);
-/* The operator shut the run down (a heartbeat was told). A process group's ranks are each told at their own
- * moment, so for them it turns true at the same inner step on every rank (the first collective whose
- * messages say a rank was told): a host that stops on it stops all its ranks together. */
+/* Whether the host should stop training now: 0, or why (DILOCO_STOP_*): the operator shut the run down (a
+ * heartbeat was told), or a stop was asked for (diloco_request_stop, *o.stop). A process group's ranks are
+ * each told or asked at their own moment, so for them it turns non-zero at the same inner step on every rank
+ * (the first collective whose messages say a rank was told or asked): a host that stops on it stops all its
+ * ranks together, as their data-parallel training needs (a rank that stopped alone would leave the others
+ * waiting in their next allreduce). */
+enum {
+    DILOCO_STOP_SHUTDOWN = 1, /* the operator shut the run down (coordinator control shutdown) */
+    DILOCO_STOP_ASKED = 2,    /* this process asked (diloco_request_stop, *o.stop) */
+    DILOCO_STOP_RANK = 3,     /* another rank of this process group asked: the group stops together */
+};
 DILOCO_API int diloco_stop_requested(const diloco *d);
 DILOCO_API const char *diloco_worker_id(const diloco *d);
 DILOCO_API int64_t diloco_version(const diloco *d); /* global version params started from */

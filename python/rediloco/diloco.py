@@ -14,7 +14,10 @@ writes the new global parameters into the same buffer, so the model sees them wi
 Python. Leaving the block deregisters the worker.
 
 SIGINT and SIGTERM while the block runs stop the session (diloco_request_stop: a sync waiting gives up at
-once); the next hook raises Stopped, which the block swallows, so the code after it runs. A stop while
+once); the next hook raises Stopped, which the block swallows, so the code after it runs. The ranks of a
+process group stop together: a rank's stop is agreed at the group's next collective (within about half a
+heartbeat interval), and from there every rank raises Stopped at the same step (a rank stopping alone would
+leave the others waiting in their next DDP allreduce). A stop while
 entering (joining: waiting for Redis, a shard-server, the run's parameters) raises the same Stopped, from
 the `with` statement itself: the block never ran, so nothing swallows it. The previous handlers come back
 when the block ends (or the join gives up). The names of the arguments follow torchft's local_sgd.DiLoCo
@@ -160,7 +163,8 @@ class DiLoCo:
         self._signals = None
         self._hook = None
         self._stop = ctypes.c_int(0)
-        self._stop_reason = None
+        self._stop_reason = None  # this process's own stop (stop(), a signal)
+        self._why = None  # the session's stop once libdiloco said so (_stopped_why)
         self._tokens = 0
         self._err = ctypes.create_string_buffer(_ERRLEN)
         self._callbacks = []  # ctypes callbacks the library holds: alive until close
@@ -321,6 +325,8 @@ class DiLoCo:
 
     def close(self) -> None:
         """Deregister from the run and give the inner optimizer its own step back. Safe to call twice."""
+        if self._d is not None:
+            self._stopped_why()  # (kept: stopping still says so once the session is gone)
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
@@ -339,22 +345,19 @@ class DiLoCo:
     def _after_step(self):
         if self._d is None:
             return
-        if self._stop_reason is not None:
-            raise Stopped(self._stop_reason)
+        why = self._stopped_why()
+        if why is not None:
+            raise Stopped(why)
         self._flat.before_step(self)
         rc = self._lib.diloco_after_step(self._d, self._err, _ERRLEN)
         self._finish_call(rc)
 
     def _finish_call(self, rc):
         if rc < 0:
-            if self._stop_reason is not None:
-                raise Stopped(self._stop_reason)
-            if self._lib.diloco_stop_requested(self._d):
-                self._stop_reason = "the operator shut run %r down" % self.run
-                raise Stopped(self._stop_reason)
+            why = self._stopped_why() or self._stop_reason
+            if why is not None:
+                raise Stopped(why)
             raise DiLoCoError("sync failed: %s" % self._flat.name_index(self._message()))
-        if self._lib.diloco_stop_requested(self._d):
-            self._stop_reason = "the operator shut run %r down" % self.run
         if rc == 1:
             self._buffers.after_sync(self.run)
         return rc == 1
@@ -372,7 +375,9 @@ class DiLoCo:
         self._lib.diloco_report(self._d, float(loss), self._tokens)
 
     def stop(self, reason: str = "stop requested") -> None:
-        """Give up waits and retries at once (any thread); the next optimizer step raises Stopped."""
+        """Give up waits and retries at once (any thread); the next optimizer step raises Stopped. In a process
+        group every rank stops: once the ranks agreed on it (at their next collective), the same step raises
+        Stopped on each."""
         if self._stop_reason is None:
             self._stop_reason = reason
         self._stop.value = 1
@@ -384,12 +389,24 @@ class DiLoCo:
 
     # ---- facts --------------------------------------------------------------------------------------
 
+    def _stopped_why(self):
+        """None, or why the session stops: libdiloco's diloco_stop_requested (a process group's ranks: once
+        they agreed, at the same step on each), or this process's own stop while no session is open."""
+        if self._why is not None or self._d is None:
+            return self._why or self._stop_reason
+        kind = self._lib.diloco_stop_requested(self._d)
+        if kind:
+            self._why = self._stop_reason or {_lib.STOP_SHUTDOWN: "the operator shut run %r down" % self.run,
+                                              _lib.STOP_RANK: "another rank of the process group was asked to "
+                                                              "stop"}.get(kind, "stop requested")
+        return self._why
+
     @property
     def stopping(self) -> bool:
-        """True once a stop was asked for (signal, stop()) or the operator shut the run down."""
-        if self._stop_reason is None and self._d is not None and self._lib.diloco_stop_requested(self._d):
-            self._stop_reason = "the operator shut run %r down" % self.run
-        return self._stop_reason is not None
+        """True once a stop was asked for (signal, stop()) or the operator shut the run down; in a process
+        group, once its ranks agreed on a stop (the same step on every rank: a loop `while not dl.stopping`
+        ends after the same step on each)."""
+        return self._stopped_why() is not None
 
     @property
     def last_sync(self) -> Optional[SyncInfo]:

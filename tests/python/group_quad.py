@@ -7,7 +7,8 @@ Every rank runs DDP over the same model and the same problem, so DDP's averaged 
 (g/R summed R times: exact for R = 2), and the group trains what one process of that id would. Each rank
 writes PREFIX.rank<r>: "pid <pid>" first, then one line per sync: "sync <version> <digest> <bytes_up>
 <bytes_down> <stale>", or "error <message>" when it could not join. STEPS 0 trains until the run is shut down
-(dl.stopping), then writes "stopped <inner steps trained>". --step-delay slows every step (the crash test kills a rank mid-run).
+(dl.stopping), then writes "stopped <inner steps trained>", as does a rank stopped (a signal: every rank of the
+group stops after the same step). --step-delay slows every step (the crash test kills a rank mid-run).
 
 --device cuda: rank r's model on GPU r (modulo the GPUs there are: tests/it_cuda_python_group.sh); --nccl: the
 default group on NCCL for DDP (a GPU per rank) and DiLoCo on a gloo group of the same processes, as a node would.
@@ -125,9 +126,9 @@ def rank_main(rank, args, init_file):
                     out.flush()
             if args.step_delay:
                 time.sleep(args.step_delay)
-        if out and args.steps == 0:
-            out.write("stopped %d\n" % step)
-            out.flush()
+    if out and (args.steps == 0 or dl.stopping):  # (a stop: Stopped raised in inner.step, the block swallowed it)
+        out.write("stopped %d\n" % step)
+        out.flush()
     dist.destroy_process_group()
 
 

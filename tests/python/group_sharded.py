@@ -18,8 +18,8 @@ quadratic problem of its id (tests/python/quad_worker.py: a, c drawn for the mod
 like the parameters; gradient a*(x - c); QuadAdamW's numpy fp32 step, elementwise), so a rank's chunk
 trains exactly as the same elements of a whole model do, and a sharded group must end on the same bytes
 as one process. Each member rank writes DIR/RUN-ID.rank<r>: "pid <pid>", then per sync "sync <version>
-<digest> <shards digest> <bytes up> <bytes down> <stale>", or "error <message>"; DIR/RUN-ID.exit its
-status. --step-delay slows every step (a crash test kills a rank mid-run)."""
+<digest> <shards digest> <bytes up> <bytes down> <stale>", or "error <message>", and "stopped <inner steps>"
+when a stop (a signal) ended its training; DIR/RUN-ID.exit its status. --step-delay slows every step (a crash test kills a rank mid-run)."""
 import argparse
 import datetime
 import os
@@ -127,9 +127,10 @@ def member_main(rank, m, init_file):
         out.write("error %s\n" % e)
         out.flush()
         raise
+    step = 0
     with dl:
         last = None
-        for _ in range(m.steps):
+        for step in range(1, m.steps + 1):
             loss = model()
             loss.backward()
             inner.step()  # the sync runs in here every H steps
@@ -143,6 +144,9 @@ def member_main(rank, m, init_file):
                 out.flush()
             if m.step_delay:
                 time.sleep(m.step_delay)
+    if dl.stopping:  # (Stopped raised in inner.step, the block swallowed it: every rank at the same step)
+        out.write("stopped %d\n" % step)
+        out.flush()
     if group:
         dist.destroy_process_group()
 

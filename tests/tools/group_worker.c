@@ -37,7 +37,10 @@
  *
  * With --steps 0 the ranks train until the run is shut down (coordinator control shutdown), as bin/worker
  * does; every rank stops when diloco_stop_requested says so, and prints "stopped rank <r> step <n>" (the
- * inner steps it trained).
+ * inner steps it trained). --stop-rank R asks rank R's session alone to stop (diloco_request_stop), after its
+ * inner step --stop-step N, or (--stop-file PATH) from another thread once PATH exists, as a signal handler
+ * would, wherever the rank is then (at a barrier, say): the group stops together, each rank prints the same
+ * line, and a round a stop ended is not an error.
  *
  * usage: group_worker --redis URL --run RUN --worker-id ID --ranks R --steps N --sync-every H
  *                     [--no-bf16] [--error-feedback] [--heartbeat-ms MS] [--sync-timeout-ms MS (30000)]
@@ -55,7 +58,8 @@
  *                     count, a model of another layout: a bad-input test)
  *                     [--bad OVERLAP|UNSHARDED] (with --sharded: rank 1 passes rank 0's slices, or none)
  *                     [--bad RESTART] (after its first sync rank 1 opens a new session, as a rank restarted
- *                     alone would, while rank 0 goes on in the group) */
+ *                     alone would, while rank 0 goes on in the group)
+ *                     [--stop-rank R (--stop-step N | --stop-file PATH)] (rank R alone is asked to stop) */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -92,6 +96,8 @@ typedef struct shared {
     float *grads[MAX_RANKS]; /* --trainer gpt: each rank's gradients at the reduction, and their mean */
     float *mean;
     pthread_mutex_t out_mu;
+    diloco *sess[MAX_RANKS]; /* each rank's open session (--stop-file's thread asks one to stop); under out_mu */
+    int done;                /* every rank ended (--stop-file's thread gives up); under out_mu */
 } shared;
 
 typedef struct rank_ctx {
@@ -108,6 +114,9 @@ typedef struct rank_ctx {
     const runconf *rc;
     int gpt, ngpt; /* --trainer gpt, with the GPT flags gpt_argv[0..ngpt) */
     int sharded;   /* --sharded: this rank holds its dim-0 chunks only */
+    int stop_rank; /* --stop-rank (-1: none), asked after its inner step stop_step, or once stop_file exists */
+    long stop_step;
+    const char *stop_file;
     char **gpt_argv;
     int failed;
 } rank_ctx;
@@ -339,6 +348,9 @@ static void *rank_main(void *p)
         return NULL;
     }
     if (mine != t->params) copy_slices(t->params, mine, sl, nsl, 0);
+    pthread_mutex_lock(&c->sh->out_mu);
+    c->sh->sess[c->rank] = d;
+    pthread_mutex_unlock(&c->sh->out_mu);
     trainer_stats st;
     int64_t version = diloco_version(d);
     long step = 1;
@@ -348,10 +360,15 @@ static void *rank_main(void *p)
         diloco_report(d, st.loss, st.tokens);
         if (mine != t->params) copy_slices(t->params, mine, sl, nsl, 1);
         uint64_t local = diloco_steps_to_sync(d) == 1 ? hash64(mine, numel * sizeof(float)) : 0; /* (a boundary) */
+        if (c->rank == c->stop_rank && step == c->stop_step) diloco_request_stop(d);
         uint64_t t_call = wall_us();
         int rc = diloco_after_step(d, err, sizeof err);
         uint64_t t_ret = wall_us();
         if (rc == 1 && mine != t->params) copy_slices(t->params, mine, sl, nsl, 0);
+        if (rc < 0 && diloco_stop_requested(d)) { /* a round a stop ended: the step was trained */
+            step++;
+            break;
+        }
         if (rc < 0) {
             say(c, "error rank %d: %s\n", c->rank, err);
             c->failed = 1;
@@ -386,7 +403,7 @@ static void *rank_main(void *p)
             break;
         }
     }
-    if (c->steps == 0 && !c->failed) say(c, "stopped rank %d step %ld\n", c->rank, step - 1);
+    if ((c->steps == 0 || diloco_stop_requested(d)) && !c->failed) say(c, "stopped rank %d step %ld\n", c->rank, step - 1);
     if (c->final_sync && !c->failed) { /* every fragment at once, the rounds in flight settled first */
         if (diloco_force_sync(d, err, sizeof err) < 0) {
             say(c, "error rank %d: %s\n", c->rank, err);
@@ -397,10 +414,32 @@ static void *rank_main(void *p)
                 hash64(mine, numel * sizeof(float)));
         }
     }
+    pthread_mutex_lock(&c->sh->out_mu);
+    c->sh->sess[c->rank] = NULL;
+    pthread_mutex_unlock(&c->sh->out_mu);
     diloco_close(d);
     if (mine != t->params) free(mine);
     t->destroy(t);
     return NULL;
+}
+
+/* --stop-file: once the file exists, rank stop_rank's session is asked to stop from this thread, as a signal
+ * handler would, wherever that rank is. */
+static void *stop_watch(void *p)
+{
+    rank_ctx *c = p;
+    for (;;) {
+        pthread_mutex_lock(&c->sh->out_mu);
+        int done = c->sh->done;
+        diloco *d = c->sh->sess[c->stop_rank];
+        if (d && access(c->stop_file, F_OK) == 0) {
+            diloco_request_stop(d);
+            done = 1;
+        }
+        pthread_mutex_unlock(&c->sh->out_mu);
+        if (done) return NULL;
+        sleep_ms(20);
+    }
 }
 
 /* The run's config (the quadratic trainer's problem comes from numel and seed, the GPT from the model). */
@@ -423,7 +462,7 @@ int main(int argc, char **argv)
 {
     gpt_openblas_autotune(argv); /* may re-execute us with faster BLAS kernels: must come first */
     static shared sh;
-    rank_ctx base = {.sh = &sh, .bf16 = 1, .heartbeat_ms = 1000, .sync_timeout_ms = 30000};
+    rank_ctx base = {.sh = &sh, .bf16 = 1, .heartbeat_ms = 1000, .sync_timeout_ms = 30000, .stop_rank = -1};
     int ranks = 2;
     const char *netns = NULL;
     static struct option opts[] = {{"redis", 1, 0, 'r'},
@@ -447,6 +486,9 @@ int main(int argc, char **argv)
                                    {"dylu", 0, 0, 'D'},
                                    {"fragment-alpha", 1, 0, 'A'},
                                    {"fragments-in-flight", 1, 0, 'F'},
+                                   {"stop-rank", 1, 0, 'P'},
+                                   {"stop-step", 1, 0, 'p'},
+                                   {"stop-file", 1, 0, 'f'},
                                    {0, 0, 0, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (ch) {
@@ -471,10 +513,14 @@ int main(int argc, char **argv)
         case 'D': base.dylu = 1; break;
         case 'A': base.alpha = atof(optarg); break;
         case 'F': base.in_flight = atoi(optarg); break;
+        case 'P': base.stop_rank = atoi(optarg); break;
+        case 'p': base.stop_step = atol(optarg); break;
+        case 'f': base.stop_file = optarg; break;
         default: fprintf(stderr, "usage: see the comment at the top of tests/tools/group_worker.c\n"); return 2;
         }
     }
-    if (!base.redis || !base.run || !base.worker_id || ranks < 1 || ranks > MAX_RANKS || base.sync_every < 1) {
+    if (!base.redis || !base.run || !base.worker_id || ranks < 1 || ranks > MAX_RANKS || base.sync_every < 1 ||
+        base.stop_rank >= ranks || (base.stop_rank >= 0 && !base.stop_step && !base.stop_file)) {
         fprintf(stderr, "usage: see the comment at the top of tests/tools/group_worker.c\n");
         return 2;
     }
@@ -503,11 +549,17 @@ int main(int argc, char **argv)
         if (ns) snprintf(ctx[r].netns, sizeof ctx[r].netns, "%.*s", (int)strcspn(ns, ","), ns);
         pthread_create(&th[r], NULL, rank_main, &ctx[r]);
     }
+    pthread_t watch;
+    int watching = base.stop_rank >= 0 && base.stop_file && pthread_create(&watch, NULL, stop_watch, &ctx[0]) == 0;
     int failed = 0;
     for (int r = 0; r < ranks; r++) {
         pthread_join(th[r], NULL);
         failed |= ctx[r].failed;
     }
+    pthread_mutex_lock(&sh.out_mu);
+    sh.done = 1;
+    pthread_mutex_unlock(&sh.out_mu);
+    if (watching) pthread_join(watch, NULL);
     free(sh.mean);
     runconf_free(&rc);
     return failed ? 1 : 0;

@@ -220,6 +220,18 @@ void diloco_request_stop(diloco *d)
     __atomic_store_n(&d->stop_flag, 1, __ATOMIC_RELAXED);
 }
 
+/* A worker of one process stops on its host's word at once; a group's ranks only where they agreed on it
+ * (group.c agree_stop), so that they stop after the same inner step. */
+int diloco_stop_requested(const diloco *d)
+{
+    diloco *m = (diloco *)d;
+    pthread_mutex_lock(&m->hb_mu);
+    int s = m->stop_requested;
+    pthread_mutex_unlock(&m->hb_mu);
+    if (s == 0 && !d->grp && dl_stopping(d)) s = DILOCO_STOP_ASKED;
+    return s;
+}
+
 int64_t dl_inc(diloco *d)
 {
     pthread_mutex_lock(&d->hb_mu);

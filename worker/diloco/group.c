@@ -82,7 +82,9 @@ typedef struct group_msg {
     int32_t what;  /* GRP_* */
     int32_t rank, size;
     int32_t status;   /* DL_* (or 0 / -1) */
-    int32_t shutdown; /* every message: this rank's heartbeat was told the run was shut down (agree_shutdown) */
+    int32_t shutdown; /* every message: this rank's heartbeat was told the run was shut down (agree_stop) */
+    int32_t stop;     /* every message: this rank's host asked it to stop (dl_stopping: agree_stop) */
+    int32_t reserved; /* (zero: the v[] that follow are 8-aligned, and no byte sent is left unwritten) */
     int64_t v[8]; /* what-specific numbers */
     char run[72];
     char worker[64];
@@ -138,23 +140,37 @@ static int check_gathered(diloco *d, const group_msg *all, char *err, size_t err
     return 0;
 }
 
-/* The run was shut down: a rank's heartbeat was told, and every message says whether its rank's was. From
- * the first collective where one says so, every rank's diloco_stop_requested says so, at the same inner
- * step on each, so the host stops them all there; a rank stopping on its own heartbeat's word would leave
- * the others waiting at their next collective. */
-static void agree_shutdown(diloco *d, const group_msg *all)
+/* A stop, agreed. The run was shut down (a rank's heartbeat was told) or a rank's host asked it to stop
+ * (diloco_request_stop, *o.stop: a signal, Python's stop()), each rank at its own moment, and every message
+ * says whether its rank was told or asked. From the first collective where one says so, every rank's
+ * diloco_stop_requested says so, at the same inner step on each, so the host stops them all there: a rank
+ * stopping on its own word would leave the others waiting at their next collective, and in the host's next
+ * data-parallel allreduce. A host's stop, once agreed, is every rank's (grp_stop, and its stop flag: waits
+ * give up everywhere), and a round under way ends on every rank with the group leaving the run (stopped). */
+static void agree_stop(diloco *d, const group_msg *all)
 {
-    int r = 0;
-    while (r < d->o.group.size && !all[r].shutdown) r++;
-    if (r == d->o.group.size) return;
+    int size = d->o.group.size, told = -1, asked = -1;
+    for (int r = 0; r < size; r++) {
+        if (all[r].shutdown && told < 0) told = r;
+        if (all[r].stop && asked < 0) asked = r;
+    }
+    if (told < 0 && asked < 0) return;
+    int kind = asked < 0 ? DILOCO_STOP_SHUTDOWN : all[d->grp_rank].stop ? DILOCO_STOP_ASKED : DILOCO_STOP_RANK;
     pthread_mutex_lock(&d->hb_mu);
-    int first = !d->stop_requested;
-    d->stop_requested = 1;
+    int before = d->stop_requested;
+    if (before == 0 || before == DILOCO_STOP_SHUTDOWN) d->stop_requested = kind;
     pthread_mutex_unlock(&d->hb_mu);
-    if (first && d->grp_rank == 0)
+    if (asked >= 0 && !d->grp_stop) {
+        d->grp_stop = 1;
+        d->grp_stop_rank = asked;
+        diloco_request_stop(d);
+        if (d->grp_rank == 0)
+            log_info("rank %d was asked to stop: every rank of the group stops after this inner step", asked);
+    } else if (before == 0 && d->grp_rank == 0) {
         log_info("the run was shut down (rank %d's heartbeat was told): every rank of the group stops after this "
                  "inner step",
-                 r);
+                 told);
+    }
 }
 
 /* One allgather of msg, followed by n numbers (mine), from every rank: all[size] the messages, vals[r * n + i]
@@ -170,6 +186,7 @@ static int gather_with(diloco *d, int what, group_msg *msg, const int64_t *mine,
     msg->rank = d->grp_rank;
     msg->size = size;
     msg->shutdown = dl_shutdown_seen(d);
+    msg->stop = dl_stopping(d);
     msg->ginc = dl_inc(d);
     msg->gversion = d->frag_version ? __atomic_load_n(&d->frag_version[0], __ATOMIC_RELAXED) : 0; /* (in flight) */
     snprintf(msg->gworker, sizeof msg->gworker, "%s", msg->ginc > 0 ? d->worker_id : "");
@@ -201,7 +218,7 @@ static int gather_with(diloco *d, int what, group_msg *msg, const int64_t *mine,
         free(out);
     }
     if (rc < 0 || check_gathered(d, all, err, errlen) < 0) return -1;
-    agree_shutdown(d, all);
+    agree_stop(d, all);
     return 0;
 }
 
@@ -758,11 +775,14 @@ static void dylu_adopt(diloco *d, int64_t h)
     pthread_mutex_unlock(&d->hb_mu);
 }
 
-/* A stop was asked for: leave the run (the others see the group gone) rather than wait for them. */
+/* A stop was asked for and agreed (grp_stop): the group leaves the run, every rank at the same collective. */
 static int stopped(diloco *d, const char *why, char *err, size_t errlen)
 {
     char msg[512];
-    snprintf(msg, sizeof msg, "%s", why[0] ? why : "stopped");
+    if (d->grp_stop && d->grp_stop_rank != d->grp_rank)
+        snprintf(msg, sizeof msg, "stopped: rank %d of the group was asked to stop", d->grp_stop_rank);
+    else
+        snprintf(msg, sizeof msg, "%s", why[0] ? why : "stopped");
     dl_group_leave(d);
     set_incarnation(d, 0);
     err_set(err, errlen, "%s", msg);
@@ -783,8 +803,9 @@ static int rejoin(diloco *d, int member, int f, int64_t round, uint64_t t0, char
     if (rc == 0 && !member) (void)fetch_wait_joined(d, 0, err, errlen);
     if (rc == 0 && group_fetch(d, err, errlen) < 0) rc = -1;
     if (rc < 0) {
+        if (d->grp_stop) return stopped(d, err, err, errlen);
         log_error("the group could not recover: %s (the next sync tries again)", err);
-        return dl_stopping(d) ? stopped(d, err, err, errlen) : 0;
+        return 0;
     }
     record(d, f, round, t0, 1);
     return 1;
@@ -803,7 +824,8 @@ static int recover(diloco *d, int worst, const char *why, int f, int64_t round, 
     log_warn("round %" PRId64 " of fragment %d did not complete for the group (%s); continuing from the global "
              "parameters",
              round, f, reason);
-    if (worst == DL_CORRUPT && repair_wait(d, reason, err, errlen) < 0) return stopped(d, err, err, errlen);
+    /* (a rank that gave up waiting, stopped or told of a shutdown, says so at RECOVER: the ranks act together) */
+    if (worst == DL_CORRUPT) (void)repair_wait(d, reason, err, errlen);
     group_msg me = {0}, *all = calloc((size_t)d->o.group.size, sizeof *all);
     if (!all) {
         err_set(err, errlen, "out of memory");
@@ -820,6 +842,7 @@ static int recover(diloco *d, int worst, const char *why, int f, int64_t round, 
     if (rc == 0) dylu_adopt(d, all[0].v[1]);
     free(all);
     if (rc < 0) return -1;
+    if (d->grp_stop) return stopped(d, reason, err, errlen);
     return rejoin(d, member, f, round, t0, err, errlen);
 }
 
@@ -991,8 +1014,16 @@ static int async_settle(diloco *d, int f, frag_versions *v, group_msg *all, int 
 
 /* ---- a round ----------------------------------------------------------------------------------------- */
 
+/* A round's collective agreed on a stop (grp_stop): 1, err this rank's message if it had one. */
+static int stop_agreed(const group_msg *me, char *err, size_t errlen)
+{
+    err_set(err, errlen, "%s", me->err[0] ? me->err : "stopped");
+    return 1;
+}
+
 /* The round's network part on every rank (NET): sync.c's round of this rank's part, or the group's async
- * submission. The worst status of the ranks in *worst; -1 when a collective failed, 1 when stopping. */
+ * submission. The worst status of the ranks in *worst; -1 when a collective failed, 1 when a stop was
+ * agreed (every rank). */
 static int net(diloco *d, int f, frag_versions *v, group_msg *all, int *worst, char *err, size_t errlen)
 {
     group_msg me = {0};
@@ -1003,12 +1034,9 @@ static int net(diloco *d, int f, frag_versions *v, group_msg *all, int *worst, c
     }
     me.v[1] = part_digest(d, me.status); /* of the new part */
     me.v[2] = dylu_offer(d);
-    if (dl_stopping(d)) {
-        snprintf(err, errlen, "%s", me.err);
-        return 1;
-    }
     int placed = d->rc.async && all[0].status == DL_OK; /* (all: the PLACES gather's) */
     if (gather_versions(d, f, GRP_NET, &me, v, all, err, errlen) < 0) return -1;
+    if (d->grp_stop) return stop_agreed(&me, err, errlen);
     *worst = worst_status(all, d->o.group.size);
     first_failure(all, d->o.group.size, err, errlen);
     if (*worst != DL_OK && placed && async_settle(d, f, v, all, worst, err, errlen) < 0) return -1;
@@ -1020,18 +1048,16 @@ static int net(diloco *d, int f, frag_versions *v, group_msg *all, int *worst, c
 }
 
 /* PREPARE: each rank's Δ of its part, the group's tokens, and (async) every shard's base version. The worst
- * status of the ranks in *worst (err: the first failure's); -1 when the collective failed, 1 when stopping. */
+ * status of the ranks in *worst (err: the first failure's); -1 when the collective failed, 1 when a stop was
+ * agreed (every rank). */
 static int prepare(diloco *d, int f, frag_versions *v, group_msg *all, int *worst, char *err, size_t errlen)
 {
     group_msg me = {0};
     prep_outcome p = round_prepare_delta(d, f, me.err, sizeof me.err);
     me.status = p == PREP_SEND ? DL_OK : p == PREP_CORRUPT ? DL_CORRUPT : p == PREP_RESET ? DL_STALE : DL_FAIL;
     me.v[0] = (int64_t)d->push_tokens[f];
-    if (dl_stopping(d)) {
-        snprintf(err, errlen, "%s", me.err);
-        return 1;
-    }
     if (gather_versions(d, f, GRP_PREPARE, &me, v, all, err, errlen) < 0) return -1;
+    if (d->grp_stop) return stop_agreed(&me, err, errlen);
     *worst = worst_status(all, d->o.group.size);
     first_failure(all, d->o.group.size, err, errlen);
     if (*worst != DL_OK) return 0;
@@ -1070,6 +1096,12 @@ static int settle_taken(diloco *d, const stream_slot *s, int *recovered, char *e
     me.v[2] = dylu_offer(d);
     d->cur = s->info; /* what the round counted, for its record */
     int rc = gather_versions(d, f, GRP_NET, &me, &v, all, err, errlen);
+    if (rc == 0 && d->grp_stop) {
+        round_free(all, &v);
+        stream_drop_inflight(d); /* (their threads saw the stop flag: they end too) */
+        *recovered = 1;
+        return stopped(d, me.err, err, errlen);
+    }
     if (rc == 0) {
         worst = worst_status(all, size);
         if (worst != DL_OK) first_failure(all, size, err, errlen);
@@ -1128,7 +1160,8 @@ static int round_run(diloco *d, int f, int in_flight, char *err, size_t errlen)
     if (go && in_flight && d->rc.async) { /* async: the places, here (a collective) */
         rc = async_places(d, f, &me, &v, all, err, errlen);
         worst = me.status;
-        if (rc == 0 && worst != DL_OK) snprintf(err, errlen, "rank 0: %s", me.err);
+        if (rc == 0 && d->grp_stop) rc = stop_agreed(&me, err, errlen);
+        else if (rc == 0 && worst != DL_OK) snprintf(err, errlen, "rank 0: %s", me.err);
     } else if (go && !in_flight) {
         rc = net(d, f, &v, all, &worst, err, errlen);
     }
@@ -1205,8 +1238,8 @@ static int check(diloco *d, char *err, size_t errlen)
     if (rc < 0) return -1;
     d->grp_check_every = every >= 1 && every <= d->sync_every ? (int)every : 1;
     check_restart(d);
-    /* shut down (agree_shutdown): no registering again. (A group's stop_requested is written only by
-     * agree_shutdown, on this thread.) */
+    /* stopped or shut down (agree_stop): no registering again. (A group's stop_requested is written only by
+     * agree_stop, on this thread.) */
     if (saw < 0 || d->stop_requested) return 0;
     int stream = d->rc.nfragments > 1, interval = stream ? stream_interval(d) : d->sync_every;
     log_warn("the group was evicted (rank %d's heartbeat was told) during inner step %d of %d; registering it again "

@@ -46,15 +46,6 @@ int64_t diloco_version(const diloco *d)
     return d->frag_version ? __atomic_load_n(&d->frag_version[0], __ATOMIC_RELAXED) : -1;
 }
 
-int diloco_stop_requested(const diloco *d)
-{
-    diloco *m = (diloco *)d;
-    pthread_mutex_lock(&m->hb_mu);
-    int s = m->stop_requested;
-    pthread_mutex_unlock(&m->hb_mu);
-    return s;
-}
-
 size_t diloco_numel(const diloco *d)
 {
     return d->numel;

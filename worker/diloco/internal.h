@@ -237,7 +237,7 @@ struct diloco {
     int64_t inc;              /* our incarnation (0 = not registered) */
     int evicted;
     int shutdown_seen;  /* the run was shut down: a heartbeat or a Function said so (dl_shutdown_told_locked) */
-    int stop_requested; /* diloco_stop_requested: shutdown_seen, or a group's agreement on it (agree_shutdown) */
+    int stop_requested; /* DILOCO_STOP_* (0: none): shutdown_seen, or a group's agreement (group.c agree_stop) */
     int dylu_h;
     double loss, speed;
     uint64_t tokens, total_steps;
@@ -267,6 +267,8 @@ struct diloco {
     int grp_since_check;   /* inner steps since the ranks last agreed (open, a sync, a CHECK) */
     uint64_t grp_check_ms; /* when they did (rank 0 paces the CHECKs by it) */
     int grp_dirty;         /* the ranks' parts may disagree: the next sync fetches instead of sending */
+    int grp_stop;          /* a rank's host asked to stop, agreed at a collective: the same on every rank */
+    int grp_stop_rank;     /* the first rank that asked (grp_stop) */
     /* a sharded group's rank (part.c: group.slices): rc is this rank's view of the run, its shards only,
      * renumbered 0 .. rc.nshards-1 with bounds into its own buffers; shard_ids[k] is shard k's number in
      * the run (what goes on the wire and into Redis field names). NULL otherwise: the numbers are the run's */
@@ -279,11 +281,11 @@ struct diloco {
 };
 
 /* The run was shut down (a heartbeat's reply said so, or a Function refused with SHUTDOWN); hb_mu held. A
- * worker of one process stops on it; a group's ranks stop where they agree (group.c agree_shutdown). */
+ * worker of one process stops on it; a group's ranks stop where they agree (group.c agree_stop). */
 static inline void dl_shutdown_told_locked(diloco *d)
 {
     d->shutdown_seen = 1;
-    if (!d->grp) d->stop_requested = 1;
+    if (!d->grp && !d->stop_requested) d->stop_requested = DILOCO_STOP_SHUTDOWN;
 }
 
 /* Shard k of this session (an index into its buffers and per-shard arrays) as the run numbers it. */

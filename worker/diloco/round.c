@@ -107,8 +107,10 @@ int round_net(diloco *d, int f, int fresh, char *err, size_t errlen)
     } else {
         rc = sync_round(d, f, round, fresh, err, errlen);
         if (rc == DL_OK) dl_set_frag_version(d, f, round + 1);
-        if ((rc == DL_FAIL || rc == DL_CORRUPT) && d->grp && dl_round_info(d)->t_pushed_us == 0 && !dl_stopping(d))
-            dl_group_leave(d); /* a rank that never arrived: its group's other ranks would wait for it forever */
+        /* a rank that never arrived: its group's other ranks would wait for it forever. A stopped rank cannot
+         * tell whether it did, and its group stops at its next collective: it leaves, ending their waits. */
+        if ((rc == DL_FAIL || rc == DL_CORRUPT) && d->grp && (dl_round_info(d)->t_pushed_us == 0 || dl_stopping(d)))
+            dl_group_leave(d);
     }
     if (rc == DL_OK) return DL_OK;
     if (rc == DL_STALE) { /* stale: evicted? */

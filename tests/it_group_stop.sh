@@ -14,7 +14,10 @@
 # another thread, as a signal handler would): its wait ends, it leaves, which ends rank 0's wait, and the
 # group stops within 5 s. Checks: the group exits 0 (a round a stop ended is no error), both ranks stopped
 # after the same step (not before the one asked), rank 0 says why, the group is no member, and w2 syncs
-# twice more alone (H = 10) and exits 0 at the run's shutdown.
+# twice more alone (H = 10) and exits 0 at the run's shutdown. Last, rank 1 asked while the group joins (both
+# ranks waiting for an open round that cannot close): diloco_open returns DILOCO_STOPPED on both ranks, each
+# saying the join was stopped, the group exits 0, and nothing of it stays in the run (rank 0 waited at the
+# first FETCH for good before).
 . "$(dirname "$0")/lib.sh"
 start_redis
 stopped_together() { # RUN ASKED_RANK FIRST_STEP: both ranks stopped after one step >= FIRST_STEP, and why
@@ -71,3 +74,33 @@ stopped_together $RUN 1 $((steps * 10))
 eval "kill -CONT \$WRK_w2"
 goes_on_alone $RUN 10
 say "rank 1 asked while the group waited at round $round: both ranks stopped after step $s0 within $(( $(date +%s) - t0 )) s, the group left, w2 went on"
+
+# rank 1 asked while the group joins: both ranks wait, as joiners, for an open round that cannot close (w2
+# stopped mid-round); rank 1's wait ends, it leaves, rank 0 finds the group gone, and the join ends on both
+# ranks at the same collective (READY) as a stop (DILOCO_STOPPED), instead of rank 0 waiting at the first
+# FETCH for a rank that gave up
+RUN=gstopjoin
+init_run $RUN --trainer quadratic --numel 8000 --shards 4 --workers 1 --seed 3 --heartbeat-timeout 30
+start_server "a$RUN" --lease-ttl-ms 2000
+n=$(grep -c '"event":"sync"' "$TMP/w2.jsonl")
+start_worker w2 --sync-every 10 --steps 0 --heartbeat-interval 0.3 --step-delay-ms 20
+wait_until 30 '[ "$(grep -c "\"event\":\"sync\"" "$TMP/w2.jsonl")" -ge $((n + 2)) ]' "w2 to sync twice"
+eval "kill -STOP \$WRK_w2"
+build/tests/tools/group_worker --redis "$URL" --run $RUN --worker-id g1 --ranks 2 --steps 0 --sync-every 10 \
+  --heartbeat-ms 300 --stop-rank 1 --stop-file "$TMP/stopjoin" > "$TMP/g1-$RUN.out" 2> "$TMP/group-g1-$RUN.log" &
+G=$!; PIDS="$PIDS $!"
+wait_until 20 '[ "$($RCLI HEXISTS "dl:{$RUN}:workers" g1)" = 1 ]' "the group to register"
+sleep 0.5
+kill -0 $G 2>/dev/null || fail "the group did not wait for the open round: $(cat "$TMP/g1-$RUN.out")"
+touch "$TMP/stopjoin"
+t0=$(date +%s)
+wait_until 15 '! kill -0 $G 2>/dev/null' "the joining group to give up after rank 1 was asked to stop"
+wait "$G" || fail "the group whose join was stopped exited with status $?: $(cat "$TMP/g1-$RUN.out")"
+for r in 0 1; do
+  grep -q "^stopped rank $r while joining: stopped while the group joined the run (rank 1 was asked to stop)" \
+    "$TMP/g1-$RUN.out" || fail "rank $r did not say the group's join was stopped: $(cat "$TMP/g1-$RUN.out")"
+done
+[ "$($RCLI HEXISTS "dl:{$RUN}:workers" g1)" = 0 ] || fail "the group that gave up joining is still a member"
+eval "kill -CONT \$WRK_w2"
+goes_on_alone $RUN 10
+say "rank 1 asked while the group waited to join: both ranks stopped joining within $(( $(date +%s) - t0 )) s, nothing left in the run, w2 went on"

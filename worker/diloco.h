@@ -302,7 +302,10 @@ DILOCO_API void diloco_options_default(diloco_options *o);
 /* Connect, register and write the current global parameters into params (numel must match the run;
  * with device hooks params may be NULL and the parameters are loaded through o->device.load). Refused
  * before anything connects: sync_timeout_ms, net_timeout_ms or wait_poll_ms below 1, a negative
- * heartbeat_interval_ms, connect_timeout_ms or max_sync_retries (the message names the field). */
+ * heartbeat_interval_ms, connect_timeout_ms or max_sync_retries (the message names the field). 0; -1 with
+ * err; DILOCO_STOPPED (err saying so) when a stop ended the join: this process's (diloco_request_stop
+ * from another thread, *o.stop), or, in a process group, another rank's (every rank returns it). */
+#define DILOCO_STOPPED (-2)
 DILOCO_API int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **out, char *err,
                            size_t errlen);
 

@@ -308,6 +308,8 @@ class DiLoCo:
         d = ctypes.c_void_p()
         rc = self._lib.diloco_open(ctypes.byref(o), self._flat.host_pointer(), self._flat.numel, ctypes.byref(d),
                                    self._err, _ERRLEN)
+        if rc == _lib.STOPPED:  # this process's stop, or (a process group) another rank's: every rank gets it
+            raise Stopped(self._stop_reason or self._message())
         if rc < 0:
             raise DiLoCoError("cannot join run %r at %s: %s" % (self.run, _redact(self.url), self._message()))
         self._d = d

@@ -94,6 +94,12 @@ def rank_main(rank, args, init_file):
                          process_group=pg)
     try:
         dl.open()
+    except rediloco.Stopped:  # a stop while the group joined: every rank's join ends (DILOCO_STOPPED)
+        if out:
+            out.write("stopped 0\n")
+            out.flush()
+        dist.destroy_process_group()
+        return
     except rediloco.DiLoCoError as e:
         if out:
             out.write("error %s\n" % e)

@@ -123,6 +123,12 @@ def member_main(rank, m, init_file):
                          process_group=dist.group.WORLD if group else None, sharded=group and not m.fsdp)
     try:
         dl.open()
+    except rediloco.Stopped:  # a stop while the group joined: every rank's join ends (DILOCO_STOPPED)
+        out.write("stopped 0\n")
+        out.flush()
+        if group:
+            dist.destroy_process_group()
+        return
     except rediloco.DiLoCoError as e:
         out.write("error %s\n" % e)
         out.flush()

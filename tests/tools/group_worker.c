@@ -37,10 +37,10 @@
  *
  * With --steps 0 the ranks train until the run is shut down (coordinator control shutdown), as bin/worker
  * does; every rank stops when diloco_stop_requested says so, and prints "stopped rank <r> step <n>" (the
- * inner steps it trained). --stop-rank R asks rank R's session alone to stop (diloco_request_stop), after its
- * inner step --stop-step N, or (--stop-file PATH) from another thread once PATH exists, as a signal handler
- * would, wherever the rank is then (at a barrier, say): the group stops together, each rank prints the same
- * line, and a round a stop ended is not an error.
+ * inner steps it trained). --stop-rank R asks rank R's session alone to stop: diloco_request_stop after its
+ * inner step --stop-step N, or (--stop-file PATH) its diloco_options.stop flag set from another thread once
+ * PATH exists, as a host's signal handler would, wherever the rank is then (at a barrier, joining): the group
+ * stops together, each rank prints the same line, and a round a stop ended is not an error.
  *
  * usage: group_worker --redis URL --run RUN --worker-id ID --ranks R --steps N --sync-every H
  *                     [--no-bf16] [--error-feedback] [--heartbeat-ms MS] [--sync-timeout-ms MS (30000)]
@@ -96,8 +96,7 @@ typedef struct shared {
     float *grads[MAX_RANKS]; /* --trainer gpt: each rank's gradients at the reduction, and their mean */
     float *mean;
     pthread_mutex_t out_mu;
-    diloco *sess[MAX_RANKS]; /* each rank's open session (--stop-file's thread asks one to stop); under out_mu */
-    int done;                /* every rank ended (--stop-file's thread gives up); under out_mu */
+    int done; /* every rank ended (--stop-file's thread gives up); under out_mu */
 } shared;
 
 typedef struct rank_ctx {
@@ -117,6 +116,7 @@ typedef struct rank_ctx {
     int stop_rank; /* --stop-rank (-1: none), asked after its inner step stop_step, or once stop_file exists */
     long stop_step;
     const char *stop_file;
+    int stop_flag; /* this rank's diloco_options.stop (--stop-file sets it, atomically) */
     char **gpt_argv;
     int failed;
 } rank_ctx;
@@ -312,6 +312,7 @@ static void *rank_main(void *p)
     o.sync_timeout_ms = c->sync_timeout_ms;
     if (c->net_timeout_ms > 0) o.net_timeout_ms = c->net_timeout_ms;
     o.simulate_latency_ms = c->latency_ms;
+    o.stop = &c->stop_flag;
     o.group = (diloco_group_ops){
         .size = c->sh->ranks, .rank = c->rank, .ctx = c, .allgather = allgather, .broadcast = broadcast};
     if (c->bad && c->rank == 1) {
@@ -340,17 +341,17 @@ static void *rank_main(void *p)
         o.group.broadcast = NULL; /* a sharded group exchanges nothing */
     }
     diloco *d;
-    if (diloco_open(&o, mine, numel, &d, err, sizeof err) < 0) {
-        say(c, "error rank %d: %s\n", c->rank, err);
-        c->failed = 1;
+    int opened = diloco_open(&o, mine, numel, &d, err, sizeof err);
+    if (opened == DILOCO_STOPPED) /* (not an error: a stop, of this rank or another, ended the join) */
+        say(c, "stopped rank %d while joining: %s\n", c->rank, err);
+    if (opened < 0) {
+        if (opened != DILOCO_STOPPED) say(c, "error rank %d: %s\n", c->rank, err);
+        c->failed = opened != DILOCO_STOPPED;
         if (mine != t->params) free(mine);
         t->destroy(t);
         return NULL;
     }
     if (mine != t->params) copy_slices(t->params, mine, sl, nsl, 0);
-    pthread_mutex_lock(&c->sh->out_mu);
-    c->sh->sess[c->rank] = d;
-    pthread_mutex_unlock(&c->sh->out_mu);
     trainer_stats st;
     int64_t version = diloco_version(d);
     long step = 1;
@@ -414,30 +415,26 @@ static void *rank_main(void *p)
                 hash64(mine, numel * sizeof(float)));
         }
     }
-    pthread_mutex_lock(&c->sh->out_mu);
-    c->sh->sess[c->rank] = NULL;
-    pthread_mutex_unlock(&c->sh->out_mu);
     diloco_close(d);
     if (mine != t->params) free(mine);
     t->destroy(t);
     return NULL;
 }
 
-/* --stop-file: once the file exists, rank stop_rank's session is asked to stop from this thread, as a signal
- * handler would, wherever that rank is. */
+/* --stop-file: once the file exists, rank stop_rank's stop flag (c: that rank's context) is set from this
+ * thread, as a host's signal handler would, wherever that rank is. */
 static void *stop_watch(void *p)
 {
     rank_ctx *c = p;
     for (;;) {
         pthread_mutex_lock(&c->sh->out_mu);
         int done = c->sh->done;
-        diloco *d = c->sh->sess[c->stop_rank];
-        if (d && access(c->stop_file, F_OK) == 0) {
-            diloco_request_stop(d);
-            done = 1;
-        }
         pthread_mutex_unlock(&c->sh->out_mu);
         if (done) return NULL;
+        if (access(c->stop_file, F_OK) == 0) {
+            __atomic_store_n(&c->stop_flag, 1, __ATOMIC_RELAXED);
+            return NULL;
+        }
         sleep_ms(20);
     }
 }
@@ -550,7 +547,8 @@ int main(int argc, char **argv)
         pthread_create(&th[r], NULL, rank_main, &ctx[r]);
     }
     pthread_t watch;
-    int watching = base.stop_rank >= 0 && base.stop_file && pthread_create(&watch, NULL, stop_watch, &ctx[0]) == 0;
+    int watching = base.stop_rank >= 0 && base.stop_file &&
+                   pthread_create(&watch, NULL, stop_watch, &ctx[base.stop_rank]) == 0;
     int failed = 0;
     for (int r = 0; r < ranks; r++) {
         pthread_join(th[r], NULL);

@@ -9,8 +9,9 @@
  *
  *   open:     HELLO (each rank's options and whether it could read the run: they must agree), REGISTER
  *             (rank 0 registers the group; the others take its worker id and incarnation), JOIN (the
- *             others dl_group_join), then FETCH until every rank's part is at one version, and the
- *             exchange: rank r broadcasts params of its part, so every rank holds all of them;
+ *             others dl_group_join), READY (each rank's owners, heartbeat and joiner's wait), then FETCH
+ *             until every rank's part is at one version, and the exchange: rank r broadcasts params of its
+ *             part, so every rank holds all of them;
  *   a round:  PREPARE (each rank's Δ of its part: all fine, or the group fetches instead), the network
  *             round of its part (sync.c: push, arrive as its rank, wait, get), NET (all fine: the
  *             exchange; else RECOVER: rank 0 says whether the group is still a member, it registers
@@ -65,14 +66,15 @@ enum {
     GRP_RECOVER,
     GRP_CHECK,
     GRP_PLACES,
-    GRP_COMPLETE
+    GRP_COMPLETE,
+    GRP_READY
 };
 
 static const char *step_name(int what)
 {
-    static const char *names[] = {"?",     "open",    "register", "join",   "fetch",   "prepare",
-                                  "round", "recover", "check",    "places", "complete"};
-    return what >= GRP_HELLO && what <= GRP_COMPLETE ? names[what] : names[0];
+    static const char *names[] = {"?",       "open",  "register", "join",  "fetch",    "prepare",
+                                  "round",   "recover", "check",  "places", "complete", "ready"};
+    return what >= GRP_HELLO && what <= GRP_READY ? names[what] : names[0];
 }
 
 /* What one rank tells the others at one collective. */
@@ -734,16 +736,45 @@ static int hello(diloco *d, const diloco_options *o, float *params, size_t numel
     return rc;
 }
 
+/* Each rank's own steps of open after the registration (its shards' owners, its heartbeat, a joiner's wait
+ * for the open round to close), their outcomes gathered (READY): a rank that failed there, or was stopped,
+ * fails the open on every rank instead of leaving the others waiting at the first FETCH. A rank whose wait a
+ * stop ended leaves the run first, which ends the others' waits (they find the group gone). */
+static int ready(diloco *d, char *err, size_t errlen)
+{
+    int size = d->o.group.size;
+    group_msg me = {0}, *all = calloc((size_t)size, sizeof *all);
+    if (!all) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    if (owners_refresh(d, me.err, sizeof me.err) < 0 || heartbeat_start(d, me.err, sizeof me.err) < 0 ||
+        fetch_wait_joined(d, 0, me.err, sizeof me.err) < 0)
+        me.status = DL_FAIL;
+    if (me.status != DL_OK && dl_stopping(d)) dl_group_leave(d);
+    int rc = gather(d, GRP_READY, &me, all, err, errlen);
+    if (rc == 0 && first_failure(all, size, err, errlen) != DL_OK) rc = -1;
+    free(all);
+    return rc;
+}
+
+/* open failed on every rank, or they agreed on a stop (err then says so). -1. */
+static int open_failed(diloco *d, char *err, size_t errlen)
+{
+    if (d->grp_stop)
+        err_set(err, errlen, "stopped while the group joined the run (rank %d was asked to stop)", d->grp_stop_rank);
+    return -1;
+}
+
 int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
 {
     if (check_hooks(o, err, errlen) < 0) return -1;
     d->grp = 1;
     d->grp_rank = o->group.rank;
-    if (hello(d, o, params, numel, err, errlen) < 0) return -1;
-    if (group_register(d, err, errlen) < 0) return -1;
-    if (owners_refresh(d, err, errlen) < 0 || heartbeat_start(d, err, errlen) < 0) return -1;
-    if (fetch_wait_joined(d, 0, err, errlen) < 0) return -1;
-    if (group_fetch(d, err, errlen) < 0) return -1;
+    /* (a stop agreed at a collective: every rank gives up there, the same step on each) */
+    if (hello(d, o, params, numel, err, errlen) < 0 || d->grp_stop) return open_failed(d, err, errlen);
+    if (group_register(d, err, errlen) < 0 || d->grp_stop) return open_failed(d, err, errlen);
+    if (ready(d, err, errlen) < 0 || group_fetch(d, err, errlen) < 0) return open_failed(d, err, errlen);
     log_info("rank %d of group %s joined run %s at version %" PRId64 " (%zu parameters, %s %d of %d shards)",
              d->grp_rank, d->worker_id, d->run, d->frag_version[0], numel, d->shard_ids ? "sharded:" : "moves",
              part_count(d), d->run_nshards);
@@ -824,7 +855,9 @@ static int recover(diloco *d, int worst, const char *why, int f, int64_t round, 
     log_warn("round %" PRId64 " of fragment %d did not complete for the group (%s); continuing from the global "
              "parameters",
              round, f, reason);
-    /* (a rank that gave up waiting, stopped or told of a shutdown, says so at RECOVER: the ranks act together) */
+    /* A rank that gave up waiting (stopped, told of a shutdown) says so at RECOVER, where the ranks act
+     * together once the others' waits end too (the repair, or the shutdown: the group already left the run
+     * at the corrupt round, so nothing of it tells them of this rank's stop before). */
     if (worst == DL_CORRUPT) (void)repair_wait(d, reason, err, errlen);
     group_msg me = {0}, *all = calloc((size_t)d->o.group.size, sizeof *all);
     if (!all) {

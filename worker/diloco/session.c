@@ -59,8 +59,9 @@ int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **o
     int rc = session_open(d, o, params, numel, err, errlen);
     log_use_sink(prev);
     if (rc < 0) {
+        int stopped = dl_stopping(d); /* (a group's ranks: every one, once they agreed on a stop) */
         diloco_close(d);
-        return -1;
+        return stopped ? DILOCO_STOPPED : -1;
     }
     *out = d;
     return 0;

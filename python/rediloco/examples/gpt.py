@@ -345,8 +345,15 @@ def run_worker(a, model, data, dev, dtype, process_group=None, rank=0):
     if rank == 0:
         describe(a, dev, dtype, inner)
     log = open(a.log, "a") if a.log and rank == 0 else None
-    with rediloco.DiLoCo(a.redis, a.run, model, inner, sync_every=a.sync_every, worker_id=a.worker_id,
-                         bf16=not a.no_bf16, error_feedback=a.error_feedback, process_group=process_group) as dl:
+    try:
+        dl = rediloco.DiLoCo(a.redis, a.run, model, inner, sync_every=a.sync_every, worker_id=a.worker_id,
+                             bf16=not a.no_bf16, error_feedback=a.error_feedback, process_group=process_group)
+        dl.open()
+    except rediloco.Stopped as e:  # a stop while joining (Ctrl-C; in a node, any rank's): not an error
+        if rank == 0:
+            sys.stderr.write("stopped while joining run %s: %s\n" % (a.run, e))
+        return
+    with dl:
         train(a, model, data, dl, inner, log, dev, dtype, rank)
         if a.final_sync and not dl.stopping:
             dl.sync()

@@ -9,7 +9,8 @@
 # non-zero on every rank after the same step, a round under way ending on every rank.
 # A sync run: a group g1 of 2 ranks (tests/tools/group_worker --steps 0 --stop-rank R --stop-step N) beside a
 # bin/worker w2; H = 10 (rank 1 asked after step 23, mid-interval: the ranks agree at a CHECK); H = 1000
-# (rank 0 asked; only CHECKs); Streaming (rounds in flight on the ranks' threads); async Streaming. Then
+# (rank 0 asked; only CHECKs); Streaming (rounds in flight on the ranks' threads); async Streaming; heartbeats
+# 30 s apart (a CHECK at least once a second: the group stops within 4 s, where it took up to 15 s). Then
 # rank 1 asked while the group waits at a barrier that cannot close (w2 SIGSTOPped; --stop-file: from
 # another thread, as a signal handler would): its wait ends, it leaves, which ends rank 0's wait, and the
 # group stops within 5 s. Checks: the group exits 0 (a round a stop ended is no error), both ranks stopped
@@ -52,6 +53,24 @@ stop_run gstop 10 1 23
 stop_run gstopcheck 1000 0 50
 stop_run gstopstream 10 1 23 --fragments 2
 stop_run gstopasync 10 0 23 --async --fragments 2
+
+# with heartbeats 30 s apart (the Python package's default) and no sync for 1000 s of steps, the ranks agree
+# at a CHECK, which comes at least once a second (half a heartbeat interval, 15 s, before): rank 1 asked from
+# another thread, the group stops within 4 s
+RUN=gstopbeat
+init_run $RUN --trainer quadratic --numel 8000 --shards 4 --workers 1 --seed 3 --heartbeat-timeout 120
+start_server "a$RUN" --lease-ttl-ms 2000
+build/tests/tools/group_worker --redis "$URL" --run $RUN --worker-id g1 --ranks 2 --steps 0 --sync-every 200000 \
+  --heartbeat-ms 30000 --step-delay-ms 5 --stop-rank 1 --stop-file "$TMP/stopbeat" > "$TMP/g1-$RUN.out" 2> "$TMP/group-g1-$RUN.log" &
+G=$!; PIDS="$PIDS $!"
+wait_until 30 '[ "$(grep -c "joined run" "$TMP/group-g1-$RUN.log")" -ge 2 ]' "the group to join"
+sleep 2
+touch "$TMP/stopbeat"
+t0=$(date +%s%N)
+wait_until 4 '! kill -0 $G 2>/dev/null' "the group to stop within 4 s of rank 1's stop (heartbeats 30 s apart)"
+wait "$G" || fail "$RUN: the group exited with status $?: $(grep -v '^sync' "$TMP/g1-$RUN.out")"
+stopped_together $RUN 1 1
+say "heartbeats 30 s apart: rank 1 asked, both ranks stopped after step $s0, $(( ($(date +%s%N) - t0) / 1000000 )) ms later"
 
 # rank 1 asked while the group waits at a barrier that cannot close (w2 stopped; the reaper would take 30 s)
 RUN=gstopwait

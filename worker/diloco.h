@@ -158,9 +158,10 @@ typedef struct diloco_device_ops {
  * Both hooks are collectives: every rank calls them in the same order, from the thread inside
  * diloco_open / diloco_after_step / diloco_force_sync. They return 0, or -1 with err filled; they must
  * not block forever when a rank died (give the transport a timeout, or let the launcher kill the group).
- * allgather is also called between syncs, from diloco_after_step every few inner steps (about twice per
- * heartbeat interval, at the same step on every rank): the ranks agree there whether the group was
- * evicted, so that all stop the interval at once (docs/PROTOCOL.md "Process groups": Eviction between syncs).
+ * allgather is also called between syncs, from diloco_after_step every few inner steps (about once a second,
+ * or twice per heartbeat interval when that is shorter; at the same step on every rank): the ranks agree
+ * there whether the group was evicted, so that all stop the interval at once (docs/PROTOCOL.md "Process
+ * groups": Eviction between syncs), and whether a rank was asked to stop (diloco_request_stop).
  *
  *   static int my_allgather(void *ctx, const void *in, size_t len, void *out, char *err, size_t errlen)
  *   {   // out[r*len .. (r+1)*len) = rank r's in
@@ -330,8 +331,8 @@ DILOCO_API void diloco_report(diloco *d, double loss, uint64_t tokens);
 
 /* Give up waits and retries at once, as *o.stop becoming non-zero does: from any thread, or from a
  * signal handler (it only stores a flag). A sync waiting then returns -1, err saying it stopped. A rank of a
- * process group stops with the others: its stop is agreed at the group's next collective (within about half
- * a heartbeat interval, or the round under way), and from there diloco_stop_requested says so on every rank
+ * process group stops with the others: its stop is agreed at the group's next collective (within about a
+ * second, or the round under way), and from there diloco_stop_requested says so on every rank
  * after the same inner step (a round under way returns -1 on every rank); until then the rank trains on. */
 DILOCO_API void diloco_request_stop(diloco *d);
 

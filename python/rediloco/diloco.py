@@ -15,8 +15,8 @@ Python. Leaving the block deregisters the worker.
 
 SIGINT and SIGTERM while the block runs stop the session (diloco_request_stop: a sync waiting gives up at
 once); the next hook raises Stopped, which the block swallows, so the code after it runs. The ranks of a
-process group stop together: a rank's stop is agreed at the group's next collective (within about half a
-heartbeat interval), and from there every rank raises Stopped at the same step (a rank stopping alone would
+process group stop together: a rank's stop is agreed at the group's next collective (within about a
+second), and from there every rank raises Stopped at the same step (a rank stopping alone would
 leave the others waiting in their next DDP allreduce). A stop while
 entering (joining: waiting for Redis, a shard-server, the run's parameters) raises the same Stopped, from
 the `with` statement itself: the block never ran, so nothing swallows it. The previous handlers come back

@@ -404,7 +404,8 @@ static void *rank_main(void *p)
             break;
         }
     }
-    if ((c->steps == 0 || diloco_stop_requested(d)) && !c->failed) say(c, "stopped rank %d step %ld\n", c->rank, step - 1);
+    if ((c->steps == 0 || diloco_stop_requested(d)) && !c->failed)
+        say(c, "stopped rank %d step %ld\n", c->rank, step - 1);
     if (c->final_sync && !c->failed) { /* every fragment at once, the rounds in flight settled first */
         if (diloco_force_sync(d, err, sizeof err) < 0) {
             say(c, "error rank %d: %s\n", c->rank, err);
@@ -547,8 +548,8 @@ int main(int argc, char **argv)
         pthread_create(&th[r], NULL, rank_main, &ctx[r]);
     }
     pthread_t watch;
-    int watching = base.stop_rank >= 0 && base.stop_file &&
-                   pthread_create(&watch, NULL, stop_watch, &ctx[base.stop_rank]) == 0;
+    int watching =
+        base.stop_rank >= 0 && base.stop_file && pthread_create(&watch, NULL, stop_watch, &ctx[base.stop_rank]) == 0;
     int failed = 0;
     for (int r = 0; r < ranks; r++) {
         pthread_join(th[r], NULL);

@@ -31,7 +31,8 @@
  *             async run the submission is placed at its boundary (PLACES is a collective) and only its
  *             delivery goes on the threads;
  *   between:  CHECK every grp_check_every inner steps (a number rank 0 sets at each CHECK from its pace: about
- *             two per heartbeat interval): whether any rank's heartbeat found the group evicted; if so every
+ *             two per heartbeat interval, at least one a second): whether any rank's heartbeat found the
+ *             group evicted, or its host asked it to stop (agree_stop); if evicted, every
  *             rank stops the interval at that same step, and the group registers again and fetches as in
  *             RECOVER (a worker of one process does that at its next inner step, after_step.c; the ranks
  *             learn of an eviction each from its own heartbeat, at different steps, and can act on it only
@@ -72,8 +73,8 @@ enum {
 
 static const char *step_name(int what)
 {
-    static const char *names[] = {"?",       "open",  "register", "join",  "fetch",    "prepare",
-                                  "round",   "recover", "check",  "places", "complete", "ready"};
+    static const char *names[] = {"?",     "open",    "register", "join",   "fetch",    "prepare",
+                                  "round", "recover", "check",    "places", "complete", "ready"};
     return what >= GRP_HELLO && what <= GRP_READY ? names[what] : names[0];
 }
 
@@ -1193,8 +1194,10 @@ static int round_run(diloco *d, int f, int in_flight, char *err, size_t errlen)
     if (go && in_flight && d->rc.async) { /* async: the places, here (a collective) */
         rc = async_places(d, f, &me, &v, all, err, errlen);
         worst = me.status;
-        if (rc == 0 && d->grp_stop) rc = stop_agreed(&me, err, errlen);
-        else if (rc == 0 && worst != DL_OK) snprintf(err, errlen, "rank 0: %s", me.err);
+        if (rc == 0 && d->grp_stop)
+            rc = stop_agreed(&me, err, errlen);
+        else if (rc == 0 && worst != DL_OK)
+            snprintf(err, errlen, "rank 0: %s", me.err);
     } else if (go && !in_flight) {
         rc = net(d, f, &v, all, &worst, err, errlen);
     }
@@ -1236,17 +1239,20 @@ int group_stream_step(diloco *d, char *err, size_t errlen)
 
 /* ---- between syncs ----------------------------------------------------------------------------------- */
 
-/* Rank 0's steps from one CHECK to the next: about half a heartbeat interval at the pace of the n steps
- * since the last agreement (ms), so the group acts on an eviction within about 1.5 heartbeat intervals
- * (a worker of one process: 1) for one small allgather per half interval; at least 1; sync_every (none
- * before the sync) without heartbeats, which are what finds an eviction. */
+/* A host's stop is agreed at the next CHECK: a node's Ctrl-C stops its ranks within about this long. */
+#define CHECK_MAX_MS 1000.0
+
+/* Rank 0's steps from one CHECK to the next: about half a heartbeat interval, and at most CHECK_MAX_MS (no
+ * heartbeats: CHECK_MAX_MS), at the pace of the n steps since the last agreement (ms), so the group acts on
+ * an eviction within about 1.5 heartbeat intervals (a worker of one process: 1) and on a stop within about a
+ * second, for one small allgather per period; at least 1 step, at most the steps to the next round. */
 static int64_t next_check(const diloco *d, int n, uint64_t ms)
 {
     int sync = d->rc.nfragments > 1 ? stream_interval(d) : d->sync_every; /* steps between two rounds */
-    double half = d->o.heartbeat_interval_ms / 2.0, most = sync;
-    if (d->o.heartbeat_interval_ms <= 0) return sync;
-    double k = ms > 0 ? (double)n * half / (double)ms : most;
-    return k < 1 ? 1 : k > most ? sync : (int64_t)k;
+    double every = d->o.heartbeat_interval_ms > 0 ? d->o.heartbeat_interval_ms / 2.0 : CHECK_MAX_MS;
+    if (every > CHECK_MAX_MS) every = CHECK_MAX_MS;
+    double k = ms > 0 ? (double)n * every / (double)ms : sync;
+    return k < 1 ? 1 : k > sync ? sync : (int64_t)k;
 }
 
 /* CHECK: whether any rank's heartbeat found the group evicted. If one did, every rank (the same step on

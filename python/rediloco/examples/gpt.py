@@ -388,8 +388,8 @@ def rank_main(rank, a, init_file):
 def spawn_ranks(a):
     """--ranks: start the ranks and wait for them. SIGINT and SIGTERM to this launcher are passed on to every
     rank (rediloco.DiLoCo's handlers; the ranks agree on the stop and leave the run after the same step), so
-    `kill <launcher>` stops the node cleanly instead of leaving its ranks to find their launcher gone. A rank that fails ends
-    the others (torch.multiprocessing) and raises here with its traceback."""
+    `kill <launcher>` stops the node cleanly instead of leaving its ranks to find their launcher gone. A rank
+    that fails ends the others (torch.multiprocessing) and raises here with its traceback."""
     import signal
     import torch.multiprocessing as mp
     with tempfile.TemporaryDirectory() as tmp:

@@ -232,6 +232,14 @@ static int gather(diloco *d, int what, group_msg *msg, group_msg *all, char *err
     return gather_with(d, what, msg, NULL, 0, all, NULL, err, errlen);
 }
 
+/* One slot per rank for an allgather's messages (zeroed); NULL with err when out of memory. */
+static group_msg *msgs_alloc(const diloco *d, char *err, size_t errlen)
+{
+    group_msg *all = calloc((size_t)d->o.group.size, sizeof *all);
+    if (!all) err_set(err, errlen, "out of memory");
+    return all;
+}
+
 /* The first rank whose status is not DL_OK: its status, with "rank r: its message" in err. */
 static int first_failure(const group_msg *all, int size, char *err, size_t errlen)
 {
@@ -460,9 +468,8 @@ static int fetch_agreed(diloco *d, int f, group_msg *all, char *err, size_t errl
  * not fetch. */
 static int group_fetch(diloco *d, char *err, size_t errlen)
 {
-    group_msg *all = calloc((size_t)d->o.group.size, sizeof *all);
+    group_msg *all = msgs_alloc(d, err, errlen);
     int rc = all ? 0 : -1;
-    if (!all) err_set(err, errlen, "out of memory");
     for (int f = 0; rc == 0 && f < d->rc.nfragments; f++) rc = fetch_agreed(d, f, all, err, errlen);
     free(all);
     if (rc == 0) rc = exchange(d, -1, 0.0, err, errlen);
@@ -715,7 +722,7 @@ static int check_hello(diloco *d, const group_msg *all, char *err, size_t errlen
 static int hello(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
 {
     int size = o->group.size, rc = -1;
-    group_msg me = {0}, *all = calloc((size_t)size, sizeof *all);
+    group_msg me = {0}, *all = calloc((size_t)size, sizeof *all); /* (d->o is state_init's, below) */
     if (!all) {
         err_set(err, errlen, "out of memory");
         return -1;
@@ -744,11 +751,8 @@ static int hello(diloco *d, const diloco_options *o, float *params, size_t numel
 static int ready(diloco *d, char *err, size_t errlen)
 {
     int size = d->o.group.size;
-    group_msg me = {0}, *all = calloc((size_t)size, sizeof *all);
-    if (!all) {
-        err_set(err, errlen, "out of memory");
-        return -1;
-    }
+    group_msg me = {0}, *all = msgs_alloc(d, err, errlen);
+    if (!all) return -1;
     if (owners_refresh(d, me.err, sizeof me.err) < 0 || heartbeat_start(d, me.err, sizeof me.err) < 0 ||
         fetch_wait_joined(d, 0, me.err, sizeof me.err) < 0)
         me.status = DL_FAIL;
@@ -860,11 +864,8 @@ static int recover(diloco *d, int worst, const char *why, int f, int64_t round, 
      * together once the others' waits end too (the repair, or the shutdown: the group already left the run
      * at the corrupt round, so nothing of it tells them of this rank's stop before). */
     if (worst == DL_CORRUPT) (void)repair_wait(d, reason, err, errlen);
-    group_msg me = {0}, *all = calloc((size_t)d->o.group.size, sizeof *all);
-    if (!all) {
-        err_set(err, errlen, "out of memory");
-        return -1;
-    }
+    group_msg me = {0}, *all = msgs_alloc(d, err, errlen);
+    if (!all) return -1;
     if (d->grp_rank == 0) { /* is the group still a member, with this incarnation? */
         redisReply *r = dl_command(d, NULL, 0, "FCALL dl_member 1 %s %s", d->config_key, d->worker_id);
         me.v[0] = r && r->type == REDIS_REPLY_INTEGER && r->integer == dl_inc(d) && dl_inc(d) > 0;
@@ -1255,18 +1256,16 @@ static int64_t next_check(const diloco *d, int n, uint64_t ms)
     return k < 1 ? 1 : k > sync ? sync : (int64_t)k;
 }
 
-/* CHECK: whether any rank's heartbeat found the group evicted. If one did, every rank (the same step on
+/* CHECK: whether any rank's heartbeat found the group evicted (and, as every collective, whether a rank was
+ * asked to stop or told of a shutdown: agree_stop). If one was evicted, every rank (the same step on
  * each) drops the rest of the interval, and the group registers again and continues from the global
  * parameters as a joiner. 1 params changed, 0 not (or a failed rejoin: the next sync tries again), -1 when
  * the collective failed or we stop. */
 static int check(diloco *d, char *err, size_t errlen)
 {
     int size = d->o.group.size;
-    group_msg me = {0}, *all = calloc((size_t)size, sizeof *all);
-    if (!all) {
-        err_set(err, errlen, "out of memory");
-        return -1;
-    }
+    group_msg me = {0}, *all = msgs_alloc(d, err, errlen);
+    if (!all) return -1;
     me.v[0] = dl_evicted(d);
     if (d->grp_rank == 0) me.v[1] = next_check(d, d->grp_since_check, now_ms() - d->grp_check_ms);
     int rc = gather(d, GRP_CHECK, &me, all, err, errlen), saw = -1;

@@ -8,7 +8,9 @@
 # collective: each raises Stopped there; a rank stopping alone left the other to fail in its next DDP
 # all-reduce), the launcher exits 0, every process of the group is gone within 20 s (interpreters exit
 # slowly on a loaded machine) and the group is no member (lib.sh group_signal). (3) The same with SIGTERM to
-# rank 0 alone.
+# rank 0 alone. (4) SIGTERM to rank 1 alone while the group joins (waiting as a joiner for an open round that
+# waits for a slow worker c2): both ranks' joins end as a stop (Stopped from DiLoCo.open(): DILOCO_STOPPED),
+# the launcher exits 0.
 . "$(dirname "$0")/lib.sh"
 RUN=pgcrash; NUMEL=20000
 round() { $RCLI HGET "dl:{$RUN}:state" round:0; }
@@ -40,3 +42,27 @@ wait_until 90 '[ "$(member)" = 1 ]' "the group to register again"
 group_signal $RUN TERM 0 "$(rank_pid 3 0)" "$(rank_pid 3 1)" "$GRP" "$TMP/g1-3"
 grep -q "process 0 terminated with signal" "$TMP/py-g1-3.log" && fail "rank 0 was killed by SIGTERM instead of stopping"
 alive "$WRK_c1" || fail "the C worker died"
+
+# (4) SIGTERM to rank 1 alone while the group joins: c2 joins at a step a second, so every round waits ~10 s
+# for it, and the group, registered, waits as a joiner for the open round to close; rank 1's join gives up,
+# it leaves, and every rank's join ends as a stop (DILOCO_STOPPED: Stopped from DiLoCo.open() on both ranks,
+# "stopped 0"), the launcher exits 0 and the group is no member (rank 0 waited at the first fetch for good
+# before)
+start_worker c2 --sync-every 10 --steps 0 --heartbeat-interval 0.5 --step-delay-ms 1000
+wait_until 30 '[ "$($RCLI HEXISTS "dl:{$RUN}:workers" c2)" = 1 ]' "c2 to register"
+slow=$(($(round) + 1))
+wait_until 30 '[ "$(round)" -ge $slow ]' "c2's first round to open"
+start_group 4
+r0=$(rank_pid 4 0); r1=$(rank_pid 4 1)
+wait_until 30 '[ "$(member)" = 1 ]' "the group to register while round $(round) waits for c2"
+sleep 0.5
+grep -q "^sync" "$TMP/g1-4.rank0" && fail "the group synced although the open round waits for c2"
+kill -TERM "$r1"
+wait_until 20 '! alive "$r0" && ! alive "$r1" && ! alive "$GRP"' "the joining group to stop after SIGTERM to rank 1"
+wait "$GRP" || fail "the launcher exited $? after SIGTERM to a joining rank: $(tail -n 5 "$TMP/py-g1-4.log")"
+for r in 0 1; do
+  [ "$(sed -n 's/^stopped //p' "$TMP/g1-4.rank$r")" = 0 ] || fail "rank $r did not stop while joining: $(cat "$TMP/g1-4.rank$r")"
+done
+wait_until 10 '[ "$(member)" = 0 ]' "the group that stopped joining to be no member"
+say "SIGTERM to rank 1 while the group joined (round $(round) waiting for c2): both ranks' joins ended as a stop, the launcher exited 0"
+alive "$WRK_c1" && alive "$WRK_c2" || fail "a C worker died"

@@ -35,8 +35,7 @@ shut_run() { # RUN H [INIT FLAGS...]
   t0=$(date +%s)
   wait_until 10 '! kill -0 $G 2>/dev/null' "the group to stop after the shutdown"
   wait "$G" || fail "$RUN: the group exited with status $?: $(grep -v '^sync' "$TMP/g1-$RUN.out")"
-  s0=$(sed -n 's/^stopped rank 0 step //p' "$TMP/g1-$RUN.out"); s1=$(sed -n 's/^stopped rank 1 step //p' "$TMP/g1-$RUN.out")
-  [ -n "$s0" ] && [ "$s0" = "$s1" ] || fail "$RUN: the ranks stopped after steps '$s0' and '$s1'"
+  group_stopped_together "$TMP/g1-$RUN.out" $RUN
   grep -q "the run was shut down (rank [01]'s heartbeat was told): every rank of the group stops after this inner step" \
     "$TMP/group-g1-$RUN.log" || fail "$RUN: rank 0 did not say why the group stops: $(tail -n 5 "$TMP/group-g1-$RUN.log")"
   wait_workers w2
@@ -70,8 +69,7 @@ grep -q "the run was shut down while we waited for round $round" "$TMP/worker-w1
 kill -CONT $G
 wait_until 10 '! kill -0 $G 2>/dev/null' "the group to stop once resumed"
 wait "$G" || fail "the resumed group exited with status $?: $(grep -v '^sync' "$TMP/g1-$RUN.out")"
-s0=$(sed -n 's/^stopped rank 0 step //p' "$TMP/g1-$RUN.out"); s1=$(sed -n 's/^stopped rank 1 step //p' "$TMP/g1-$RUN.out")
-[ -n "$s0" ] && [ "$s0" = "$s1" ] || fail "$RUN: the ranks stopped after steps '$s0' and '$s1'"
+group_stopped_together "$TMP/g1-$RUN.out" $RUN
 say "w1, waiting at round $round for a stopped group, stopped within 5 s of the shutdown; the group, resumed, after step $s0 on both ranks"
 
 $PYTHON -c 'import torch, numpy' 2>/dev/null || { say "SKIP of the PyTorch part: $PYTHON cannot import torch and numpy"; exit 0; }

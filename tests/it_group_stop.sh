@@ -22,8 +22,7 @@
 . "$(dirname "$0")/lib.sh"
 start_redis
 stopped_together() { # RUN ASKED_RANK FIRST_STEP: both ranks stopped after one step >= FIRST_STEP, and why
-  s0=$(sed -n 's/^stopped rank 0 step //p' "$TMP/g1-$1.out"); s1=$(sed -n 's/^stopped rank 1 step //p' "$TMP/g1-$1.out")
-  [ -n "$s0" ] && [ "$s0" = "$s1" ] || fail "$1: the ranks stopped after steps '$s0' and '$s1': $(grep -v '^sync' "$TMP/g1-$1.out")"
+  group_stopped_together "$TMP/g1-$1.out" "$1"
   [ "$s0" -ge "$3" ] || fail "$1: the ranks stopped after step $s0, before rank $2 was asked (after step $3)"
   grep -q "rank $2 was asked to stop: every rank of the group stops after this inner step" "$TMP/group-g1-$1.log" ||
     fail "$1: rank 0 did not say why the group stops: $(tail -n 5 "$TMP/group-g1-$1.log")"

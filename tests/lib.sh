@@ -370,6 +370,13 @@ group_signal() {
   say "SIG$_sig to rank $3: both ranks stopped after inner step $_s0, the group's processes were gone after $(( $(date +%s) - _t0 )) s, it left the run"
 }
 
+# group_stopped_together OUT WHAT: the 2 ranks of a tests/tools/group_worker whose stdout is OUT both printed
+# "stopped rank <r> step <n>" with the same n (their stop agreed at one collective), which goes to $s0
+group_stopped_together() {
+  s0=$(sed -n 's/^stopped rank 0 step //p' "$1"); s1=$(sed -n 's/^stopped rank 1 step //p' "$1")
+  [ -n "$s0" ] && [ "$s0" = "$s1" ] || fail "$2: the ranks stopped after steps '$s0' and '$s1': $(grep -v '^sync' "$1" | tail -n 6)"
+}
+
 # group_crash RUN LAUNCHER_PID RANK_PID OTHER_PID RESTART: the crash of a 2-rank group g1 of RUN (its launcher
 # LAUNCHER_PID): kill -9 of RANK_PID; g1 leaves the run within 15 s and its launcher fails; the run goes on
 # (2 more rounds, with the member OTHER_PID); RESTART (a command) starts the group again, which registers and

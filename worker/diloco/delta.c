@@ -210,6 +210,7 @@ int dl_delta_compute(diloco *d, int f, char *err, size_t errlen)
     warn_token_weight(d, f, tokens > 0);
     d->tokens_before[f] = d->tokens_at_send[f];
     d->tokens_at_send[f] = tokens;
+    d->counted_round[f] = -1; /* this Δ has not passed a barrier yet */
     return 0;
 }
 

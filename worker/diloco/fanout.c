@@ -243,6 +243,17 @@ static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
     }
 }
 
+/* Whether the Δ we hold is the one an owner asks for, whatever the get: a sync round (round) whose barrier
+ * we passed with it. The owner asks only a live participant of that round: it counts our Δ, and without
+ * it the shard's round waits for us until every worker's get times out. A get that may not push (after a
+ * round we took as lost, a joiner's) still sends it then: it_cluster_sync_crash once stalled 120 s on a
+ * worker that had concluded its round closed without it and fetched the current version, while the new
+ * owner of a shard waited for that worker's Δ of the round. */
+static int holds_counted_delta(const diloco *d, int shard, int64_t round)
+{
+    return !d->rc.async && round >= 0 && d->counted_round[runconf_fragment_of_shard(&d->rc, shard)] == round;
+}
+
 static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
 {
     const fanout_get_arg *ga = arg;
@@ -260,7 +271,7 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
         /* the owner has no Δ of ours for this round (it is new, or restarted): send it again, once between
          * two pauses (each `need` sent it again and asked at once before: a loop without end) */
         int ours = got < 0 || got == want - 1;
-        if (rc == DL_NEED && ga->may_push && ours && !resent) {
+        if (rc == DL_NEED && (ga->may_push || holds_counted_delta(d, shard, got)) && ours && !resent) {
             rc = conn_push(d, shard, want - 1, err, errlen);
             if (rc == DL_OK && ga->once) return DL_RETRY; /* the next pass asks again */
             if (rc == DL_OK) {

@@ -176,6 +176,8 @@ struct diloco {
     uint64_t *tent_xxh;
     int64_t *tent_epoch;      /* lease epoch of the server that sent them: while it holds, wait */
     int64_t *tent_round;      /* per fragment: the round whose Δ delta_* holds */
+    int64_t *counted_round;   /* per fragment (sync): the round whose barrier we passed with the Δ delta_* holds
+                                 now, so that the round counts it (-1: none; a Δ computed since was not yet) */
     int *frag_incomplete;     /* per fragment: that round's get phase (async: that submission, which has its
                                  places) did not finish for us */
     int64_t *seq;             /* async: each shard's place in its order for our current submission */

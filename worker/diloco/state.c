@@ -63,6 +63,7 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen)
     d->delta_xxh = calloc((size_t)d->rc.nshards, sizeof(uint64_t));
     d->tent_epoch = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->tent_round = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
+    d->counted_round = malloc((size_t)d->rc.nfragments * sizeof(int64_t));
     d->frag_incomplete = calloc((size_t)d->rc.nfragments, sizeof(int));
     /* Streaming (streaming.c): D slots for the rounds in flight, a tail and a lane per fragment */
     d->inflight_max = d->o.fragments_in_flight; /* at least 1: check_in_flight ran before */
@@ -71,11 +72,12 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen)
     d->lane_ctl = calloc((size_t)d->rc.nfragments, sizeof(rconn *));
     if (!d->base || !d->owners || !d->shard_version || !d->frag_version || !d->frag_joined || !d->seq ||
         !d->push_tokens || !d->tokens_at_send || !d->tokens_before || !d->tent_version || !d->tent_xxh ||
-        !d->delta_xxh || !d->tent_epoch || !d->tent_round || !d->frag_incomplete || !d->inflight || !d->tails ||
-        !d->lane_ctl) {
+        !d->delta_xxh || !d->tent_epoch || !d->tent_round || !d->counted_round || !d->frag_incomplete || !d->inflight ||
+        !d->tails || !d->lane_ctl) {
         err_set(err, errlen, "out of memory for %zu parameters", n);
         return -1;
     }
+    for (int f = 0; f < d->rc.nfragments; f++) d->counted_round[f] = -1; /* (round 0 is a round) */
     uint64_t largest = 0;
     for (int k = 0; k < d->rc.nshards; k++)
         if (runconf_shard_numel(&d->rc, k) > largest) largest = runconf_shard_numel(&d->rc, k);
@@ -283,6 +285,7 @@ void state_free(diloco *d)
     free(d->delta_xxh);
     free(d->tent_epoch);
     free(d->tent_round);
+    free(d->counted_round);
     free(d->frag_incomplete);
     free(d->frag_version);
     free(d->frag_joined);

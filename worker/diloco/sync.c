@@ -351,6 +351,7 @@ int sync_run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
      * finishes it (with the Δ we keep) before fragment f computes another Δ */
     d->frag_incomplete[f] = 1;
     d->tent_round[f] = round;
+    d->counted_round[f] = round;
     dl_round_info(d)->t_get_us = wall_us();
     rc = get_round(d, first, last, &ga, early, NULL, err, errlen);
     if (rc != DL_OK) return rc;

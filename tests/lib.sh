@@ -33,9 +33,22 @@ need_torch() {
   exit 77
 }
 
+# A test that failed (any exit but 0 and 77, a timeout's TERM included) leaves its processes' logs in
+# build/test-logs/NAME.logs/ (the last failure's), beside the test's own log: fail() shows only their tails,
+# and a rare failure (a stall in a crash storm) is understood from the whole logs or not at all.
+keep_failed_logs() {
+  _keep="$ROOT/build/test-logs/$(basename "$0" .sh).logs"
+  rm -rf "$_keep" && mkdir -p "$_keep" || return
+  find "$TMP" -maxdepth 2 -type f \( -name '*.log' -o -name '*.jsonl' -o -name '*.out' -o -name '*.err' \) \
+    -size -20M -exec cp {} "$_keep/" \; 2>/dev/null
+  echo "the processes' logs are kept in $_keep"
+}
+
 cleanup() {
+  _rc=$?
   for p in $PIDS; do kill -9 "$p" 2>/dev/null; done
   for p in ${CLUSTER_PORTS:-$PORT}; do redis-cli -p "$p" shutdown nosave >/dev/null 2>&1; done
+  [ "$_rc" -ne 0 ] && [ "$_rc" -ne 77 ] && keep_failed_logs
   if [ -n "${KEEP_TMP:-}" ]; then echo "logs kept in $TMP"; else rm -rf "$TMP"; fi
 }
 trap cleanup EXIT

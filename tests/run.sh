@@ -21,24 +21,29 @@ logdir=build/test-logs; mkdir -p "$logdir"
 running="" # names of the tests in the background
 load=0     # their weight: 2 for a test, 1 for a light one, at most 2 x jobs_max
 
-# run_test PATH NAME: runs one test, then writes "EXIT SECONDS" to NAME.rc (its end, for the scheduler)
+# run_test PATH NAME: runs one test, then writes "EXIT SECONDS CPU" to NAME.rc (its end, for the scheduler).
+# CPU is the CPU seconds of the test and of every process it started, servers and workers included
+# (tests/tools/tree_cpu.py): beside the wall seconds it says how much of its time a test waits, which is
+# what "# test: light" is for.
 run_test() {
   local start rc
   start=$(date +%s)
   case "$1" in
-    *.sh) timeout -k 10 600 sh "$1" > "$logdir/$2.log" 2>&1 ;;
-    *)    timeout -k 10 300 "$1" > "$logdir/$2.log" 2>&1 ;;
+    *.sh) python3 tests/tools/tree_cpu.py "$logdir/$2.cpu" timeout -k 10 600 sh "$1" > "$logdir/$2.log" 2>&1 ;;
+    *)    python3 tests/tools/tree_cpu.py "$logdir/$2.cpu" timeout -k 10 300 "$1" > "$logdir/$2.log" 2>&1 ;;
   esac
   rc=$?
-  echo "$rc $(( $(date +%s) - start ))" > "$logdir/$2.rc.tmp" && mv "$logdir/$2.rc.tmp" "$logdir/$2.rc"
+  echo "$rc $(( $(date +%s) - start )) $(cat "$logdir/$2.cpu" 2>/dev/null)" > "$logdir/$2.rc.tmp" &&
+    mv "$logdir/$2.rc.tmp" "$logdir/$2.rc"
+  rm -f "$logdir/$2.cpu"
 }
 
 # report NAME: the line of a finished test, and the counts
 report() {
-  local rc secs
-  read -r rc secs < "$logdir/$1.rc"
+  local rc secs cpu
+  read -r rc secs cpu < "$logdir/$1.rc"
   rm -f "$logdir/$1.rc"
-  if [ "$rc" -eq 0 ]; then pass=$((pass+1)); echo "PASS $1 (${secs}s)"
+  if [ "$rc" -eq 0 ]; then pass=$((pass+1)); echo "PASS $1 (${secs}s, cpu ${cpu:-?}s)"
   elif [ "$rc" -eq 77 ]; then skip=$((skip+1)); echo "SKIP $1: $(tail -n 1 "$logdir/$1.log")"
   else fail=$((fail+1)); failed="$failed $1"; echo "FAIL $1 (exit $rc, ${secs}s); last lines of $logdir/$1.log:"
        tail -n 40 "$logdir/$1.log" | sed 's/^/    /'
@@ -80,7 +85,7 @@ for pass_kind in alone shared; do
     src=$t; case "$t" in build/tests/*) src=tests/$name.c;; esac
     if [ "$jobs_max" -le 1 ] || marked "$src" alone; then kind=alone; else kind=shared; fi
     [ "$kind" = "$pass_kind" ] || continue
-    rm -f "$logdir/$name.rc"
+    rm -rf "$logdir/$name.rc" "$logdir/$name.logs" # (NAME.logs: a failed test's processes' logs, tests/lib.sh)
     if [ "$kind" = alone ]; then
       wait_fit $((2 * jobs_max))
       run_test "$t" "$name"

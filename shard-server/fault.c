@@ -10,9 +10,14 @@
  *   socket) and a commit has reached its dl_commit, the process exits (137). Two servers each killed
  *   this way with another worker named make the crossing of docs/PROTOCOL.md "Tentative parameters"
  *   (each worker holds the shard whose new owner needs the other's Δ): it_tentative_crossing.
+ * --fault-late-need WORKER: WORKER's gets that the committed parameters would answer are answered with a
+ *   `need` naming WORKER for the round that made them, until WORKER sends that Δ again (one shard, one
+ *   round): the reply of a commit that asked for the Δ while it was on its way, delivered after the commit
+ *   that took it (commit.c answers the gets a round parks with the `need` its membership checks found, and
+ *   a Δ may arrive meanwhile). The Δ sent again is told STALE (committed already): it_stale_need.
  *
- * Called by the commit files (commit.c at dl_commit, commit_log.c when serving tentatively); calls the
- * transport only (whether replies are still going out).
+ * Called by the commit files (commit.c at dl_commit, commit_log.c when serving tentatively) and ops.c (a
+ * get answered); calls the transport only (whether replies are still going out, a reply).
  */
 #include "ss.h"
 
@@ -24,8 +29,18 @@
 
 #define EXIT_CHECK_MS 2 /* how often the armed exit looks whether the tentative reply has left */
 
+/* whether req is the worker --fault-late-need names, while the fault is not done */
+static int late_need_target(const ss_ctx *ss, const ss_req *req)
+{
+    return ss->opts.fault_late_need[0] != '\0' && ss->fault.late_need < 2 &&
+           strcmp(req->h.worker, ss->opts.fault_late_need) == 0;
+}
+
+/* (--fault-late-need: its worker's get waits for the commit, which answers it once done, through
+ * fault_late_need) */
 int fault_may_serve_tentative(const ss_ctx *ss, const ss_req *req)
 {
+    if (late_need_target(ss, req)) return 0;
     return ss->opts.fault_tentative_to[0] == '\0' || strcmp(req->h.worker, ss->opts.fault_tentative_to) == 0;
 }
 
@@ -88,6 +103,36 @@ int fault_before_commit(ss_ctx *ss, int k, int64_t round)
         _exit(137);
     }
     return 0;
+}
+
+int fault_late_need(ss_ctx *ss, ss_req *req, int k, int64_t version)
+{
+    if (!late_need_target(ss, req) || version < 1) return 0;
+    if (ss->fault.late_need == 1 && (k != ss->fault.need_shard || version - 1 != ss->fault.need_round)) return 0;
+    if (ss->fault.late_need == 0)
+        log_warn("shard %d: fault injection: %s's gets of version %lld answered with a late `need` of round %lld "
+                 "until its Δ comes again",
+                 k, req->h.worker, (long long)version, (long long)(version - 1));
+    ss->fault.late_need = 1;
+    ss->fault.need_shard = k;
+    ss->fault.need_round = version - 1;
+    blob_header h;
+    blob_header_init(&h, "need");
+    h.shard = k;
+    h.round = version - 1;
+    snprintf(h.text, sizeof h.text, "%s", req->h.worker);
+    req_reply(req, &h, NULL, 0);
+    return 1;
+}
+
+void fault_late_need_resent(ss_ctx *ss, const ss_req *req, int k)
+{
+    if (!late_need_target(ss, req) || ss->fault.late_need != 1 || k != ss->fault.need_shard ||
+        req->h.round != ss->fault.need_round)
+        return;
+    ss->fault.late_need = 2;
+    log_warn("shard %d: fault injection: %s sent its Δ of round %lld again; the late `need` is over", k, req->h.worker,
+             (long long)req->h.round);
 }
 
 void fault_free(ss_ctx *ss)

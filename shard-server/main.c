@@ -53,6 +53,8 @@ static void usage(FILE *f)
                "  --fault-tentative-to WORKER  chaos testing: serve versions tentatively to WORKER alone (other\n"
                "                            gets wait for the commit), never commit, and die (exit 137) once\n"
                "                            WORKER has one and a commit reached dl_commit\n"
+               "  --fault-late-need WORKER  chaos testing: answer WORKER's first get of a committed version\n"
+               "                            with a `need` of its Δ of that round, delivered late\n"
                "  -h, --help                this help\n");
 }
 
@@ -102,7 +104,7 @@ static int parse_args(int argc, char **argv, ss_opts *o)
 {
     static const int levels[4] = {LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR};
     const char *redis_flag = NULL, *redis_file = NULL, *run = NULL, *id = NULL;
-    const char *tentative_to = NULL;
+    const char *tentative_to = NULL, *late_need = NULL;
     int level = -1;
     double connect_s = 60;
     memset(o, 0, sizeof *o);
@@ -138,6 +140,7 @@ static int parse_args(int argc, char **argv, ss_opts *o)
          .max = 1,
          .wants = "a probability in [0, 1]"},
         {.name = "fault-tentative-to", .kind = OPT_STRING, .dest = &tentative_to},
+        {.name = "fault-late-need", .kind = OPT_STRING, .dest = &late_need},
         {0},
     };
     int rc = opts_parse_cmd("shard-server", usage, specs, argc, argv, 1, NULL, NULL);
@@ -148,6 +151,7 @@ static int parse_args(int argc, char **argv, ss_opts *o)
     snprintf(o->run, sizeof o->run, "%s", run ? run : "");
     snprintf(o->id, sizeof o->id, "%s", id ? id : "");
     snprintf(o->fault_tentative_to, sizeof o->fault_tentative_to, "%s", tentative_to ? tentative_to : "");
+    snprintf(o->fault_late_need, sizeof o->fault_late_need, "%s", late_need ? late_need : "");
     if (redis_url_pick(redis_flag, redis_file, o->redis, sizeof o->redis, err, sizeof err) != 0) {
         fprintf(stderr, "shard-server: %s (see --help)\n", err);
         return -1;

@@ -40,6 +40,7 @@ static void reply_duplicate(ss_ctx *ss, ss_req *req, const ss_shard *s)
     snprintf(round, sizeof round, "%lld", (long long)req->h.round);
     const char *args[4] = {ss->id, req->h.worker, shard, round};
     ss->m.duplicates++;
+    fault_late_need_resent(ss, req, s->k);
     log_info("duplicate push from %s: round %lld of shard %d has committed already (version %lld)",
              req->h.worker[0] ? req->h.worker : "?", (long long)req->h.round, s->k, (long long)s->version);
     if (store_fcall(ss, NULL, NULL, "dl_duplicate", 4, args) != 0)
@@ -298,6 +299,7 @@ static void op_get(ss_ctx *ss, ss_req *req)
     ss_shard *s = own_shard(ss, req);
     if (s == NULL) return;
     int64_t v = req->h.version;
+    if (s->version >= v && fault_late_need(ss, req, s->k, s->version)) return;
     if (s->version == v && reply_wants_update(ss, req, &s->upd)) {
         reply_update(ss, s, req, &s->upd, 0);
         return;

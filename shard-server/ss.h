@@ -76,6 +76,8 @@ typedef struct ss_opts {
     int log_level;
     double crash_before_commit; /* fault injection for crash tests: probability of _exit before dl_commit */
     char fault_tentative_to[64]; /* fault injection: serve tentatively to this worker alone, then _exit (fault.c) */
+    char fault_late_need[64];    /* fault injection: answer this worker's first get of a committed version with
+                                    a late `need` (fault.c) */
     char metrics_host[256];     /* --metrics HOST:PORT: Prometheus /metrics over HTTP ("" = off) */
     int metrics_port;
     int compute_ahead_off; /* --compute-ahead off: commits start computing at the barrier only */
@@ -246,6 +248,11 @@ typedef struct ss_fault {
     int served, held, shard;
     int64_t version;
     struct event *exit_ev;
+    /* --fault-late-need: 0 armed, 1 answering its worker's gets of shard need_shard with `need` of round
+     * need_round, 2 done (the Δ came again) */
+    int late_need;
+    int need_shard;
+    int64_t need_round;
 } ss_fault;
 
 /* What the server knows of the open barrier of each fragment (closes.c), for the gets of round r+1 that
@@ -481,7 +488,8 @@ void ahead_consider(ss_ctx *ss, ss_shard *s);
 void ahead_discard(ss_shard *s, const char *why);
 
 /* fault.c: fault injection for the crash tests (docs/shard-server.md, "Fault injection") */
-/* --fault-tentative-to: whether a running commit may serve req tentatively (always, without the flag). */
+/* --fault-tentative-to, --fault-late-need: whether a running commit may serve req tentatively (always,
+ * without the flags). */
 int fault_may_serve_tentative(const ss_ctx *ss, const ss_req *req);
 /* A commit served version `version` of shard k tentatively to the worker --fault-tentative-to names. */
 void fault_tentative_served(ss_ctx *ss, int k, int64_t version);
@@ -490,6 +498,12 @@ void fault_tentative_served(ss_ctx *ss, int k, int64_t version);
 int fault_before_commit(ss_ctx *ss, int k, int64_t round);
 /* Teardown: the armed exit's event. */
 void fault_free(ss_ctx *ss);
+/* --fault-late-need: answers req (a get that version `version` of shard k, committed, would answer) with a
+ * `need` of its worker for the round before, until that Δ comes again: returns 1 when it did. */
+int fault_late_need(ss_ctx *ss, ss_req *req, int k, int64_t version);
+/* --fault-late-need: a push of a committed round came (a duplicate, answered STALE): if it is the Δ the
+ * late `need` asked for, the fault is done. */
+void fault_late_need_resent(ss_ctx *ss, const ss_req *req, int k);
 
 /* store.c */
 void store_blob_key(ss_ctx *ss, char *dst, size_t cap, int k, const char *kind, int64_t v, int64_t e);

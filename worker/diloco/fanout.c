@@ -248,7 +248,8 @@ static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
  * it the shard's round waits for us until every worker's get times out. A get that may not push (after a
  * round we took as lost, a joiner's) still sends it then: it_cluster_sync_crash once stalled 120 s on a
  * worker that had concluded its round closed without it and fetched the current version, while the new
- * owner of a shard waited for that worker's Δ of the round. */
+ * owner of a shard waited for that worker's Δ of the round (it_lost_round_resend). One way to conclude
+ * so wrongly was a late `need` (it_stale_need, below). */
 static int holds_counted_delta(const diloco *d, int shard, int64_t round)
 {
     return !d->rc.async && round >= 0 && d->counted_round[runconf_fragment_of_shard(&d->rc, shard)] == round;
@@ -273,6 +274,10 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
         int ours = got < 0 || got == want - 1;
         if (rc == DL_NEED && (ga->may_push || holds_counted_delta(d, shard, got)) && ours && !resent) {
             rc = conn_push(d, shard, want - 1, err, errlen);
+            /* STALE (sync): the round committed before the Δ came again, the `need` was answered while the Δ we
+             * sent first was on its way, and the commit that took it is done: the get tells how. Returned, it
+             * ended the whole get as a round lost (it_stale_need). */
+            if (rc == DL_STALE && !d->rc.async) rc = DL_OK;
             if (rc == DL_OK && ga->once) return DL_RETRY; /* the next pass asks again */
             if (rc == DL_OK) {
                 resent = 1;

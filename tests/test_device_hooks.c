@@ -63,8 +63,9 @@ static diloco *session(float *params, const diloco_device_ops *ops, int bf16)
     d->tokens_at_send = calloc(2, sizeof(uint64_t));
     d->tokens_before = calloc(2, sizeof(uint64_t));
     d->delta_xxh = calloc(4, sizeof(uint64_t));
+    d->counted_round = calloc(2, sizeof(int64_t));
     assert_true(d->base && d->delta_bf16 && d->delta_f32 && d->push_tokens && d->tokens_at_send && d->tokens_before &&
-                d->delta_xxh);
+                d->delta_xxh && d->counted_round);
     return d;
 }
 
@@ -78,6 +79,7 @@ static void session_free(diloco *d)
     free(d->tokens_at_send);
     free(d->tokens_before);
     free(d->delta_xxh);
+    free(d->counted_round);
     pthread_mutex_destroy(&d->hb_mu);
     free(d);
 }

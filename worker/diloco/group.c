@@ -68,14 +68,15 @@ enum {
     GRP_CHECK,
     GRP_PLACES,
     GRP_COMPLETE,
-    GRP_READY
+    GRP_READY,
+    GRP_REPAIR
 };
 
 static const char *step_name(int what)
 {
-    static const char *names[] = {"?",     "open",    "register", "join",   "fetch",    "prepare",
-                                  "round", "recover", "check",    "places", "complete", "ready"};
-    return what >= GRP_HELLO && what <= GRP_READY ? names[what] : names[0];
+    static const char *names[] = {"?",       "open",  "register", "join",     "fetch", "prepare", "round",
+                                  "recover", "check", "places",   "complete", "ready", "repair"};
+    return what >= GRP_HELLO && what <= GRP_REPAIR ? names[what] : names[0];
 }
 
 /* What one rank tells the others at one collective. */
@@ -259,6 +260,19 @@ static int worst_status(const group_msg *all, int size)
         for (int r = 0; r < size; r++)
             if (all[r].status == order[i]) return order[i];
     return DL_OK;
+}
+
+/* worst_status, with "rank r: its message" of the first rank that has it in err: the reason a recover acts
+ * on (a corrupt shard's message for its repair wait, not another rank's consequence of it). */
+static int worst_failure(const group_msg *all, int size, char *err, size_t errlen)
+{
+    int worst = worst_status(all, size);
+    for (int r = 0; r < size && worst != DL_OK; r++)
+        if (all[r].status == worst) {
+            err_set(err, errlen, "rank %d: %s", r, all[r].err[0] ? all[r].err : "failed");
+            break;
+        }
+    return worst;
 }
 
 /* ---- the ranks' parts ----------------------------------------------------------------------------- */
@@ -847,6 +861,48 @@ static int rejoin(diloco *d, int member, int f, int64_t round, uint64_t t0, char
     return 1;
 }
 
+/* How long the ranks wait for a repair between two of their collectives there: a rank's stop ends every
+ * rank's wait within about this (and a look at the marks in Redis, rank 0's, comes as often). */
+#define REPAIR_TOGETHER_MS 1000
+
+/* This rank's pause between two collectives of a repair wait; it ends early when the rank is asked to
+ * stop, so that its next message carries the stop at once. */
+static void repair_pause(diloco *d)
+{
+    for (int slept = 0; slept < REPAIR_TOGETHER_MS && !dl_stopping(d); slept += 100) sleep_ms(100);
+}
+
+/* The ranks wait for `coordinator repair` together: a collective every REPAIR_TOGETHER_MS carries each
+ * rank's stop (and the run's shutdown, as every collective does) and rank 0's look at the marks, so a stop
+ * asked of any rank, the shutdown or the repair ends every rank's wait at the same collective. Waiting
+ * apart (each rank in repair_wait), a stopped rank left its wait alone, and the others, whose group had
+ * already left the run at the corrupt round, waited on for the repair and met it only after. 0: repaired;
+ * -1 + err: stopped, shut down, or the transport failed. */
+static int repair_wait_together(diloco *d, const char *why, char *err, size_t errlen)
+{
+    group_msg me, *all = msgs_alloc(d, err, errlen);
+    if (!all) return -1;
+    int rc = -1;
+    for (;;) {
+        repair_pause(d);
+        memset(&me, 0, sizeof me);
+        if (d->grp_rank == 0) me.v[0] = repair_look(d, why, REPAIR_TOGETHER_MS);
+        if (gather(d, GRP_REPAIR, &me, all, err, errlen) < 0) break;
+        if (d->grp_stop || diloco_stop_requested(d)) {
+            err_set(err, errlen, "%s while waiting for a repair of the corrupt state (%s)",
+                    d->grp_stop ? "stopped" : "the run was shut down", why);
+            break;
+        }
+        if (all[0].v[0]) {
+            repair_over(d);
+            rc = 0;
+            break;
+        }
+    }
+    free(all);
+    return rc;
+}
+
 /* The round did not complete on every rank (why: the first rank's reason): wait out a repair if that was
  * it, register the group again if it is no longer a member, and continue from the current global
  * parameters on every rank. 1; 0 when that failed too (the next sync tries again); -1 when stopping. */
@@ -860,10 +916,9 @@ static int recover(diloco *d, int worst, const char *why, int f, int64_t round, 
     log_warn("round %" PRId64 " of fragment %d did not complete for the group (%s); continuing from the global "
              "parameters",
              round, f, reason);
-    /* A rank that gave up waiting (stopped, told of a shutdown) says so at RECOVER, where the ranks act
-     * together once the others' waits end too (the repair, or the shutdown: the group already left the run
-     * at the corrupt round, so nothing of it tells them of this rank's stop before). */
-    if (worst == DL_CORRUPT) (void)repair_wait(d, reason, err, errlen);
+    /* The ranks wait for the repair together; a wait that a stop or a shutdown ended is acted on at RECOVER,
+     * where every rank sees it (grp_stop, diloco_stop_requested). */
+    if (worst == DL_CORRUPT) (void)repair_wait_together(d, reason, err, errlen);
     group_msg me = {0}, *all = msgs_alloc(d, err, errlen);
     if (!all) return -1;
     if (d->grp_rank == 0) { /* is the group still a member, with this incarnation? */
@@ -1072,8 +1127,7 @@ static int net(diloco *d, int f, frag_versions *v, group_msg *all, int *worst, c
     int placed = d->rc.async && all[0].status == DL_OK; /* (all: the PLACES gather's) */
     if (gather_versions(d, f, GRP_NET, &me, v, all, err, errlen) < 0) return -1;
     if (d->grp_stop) return stop_agreed(&me, err, errlen);
-    *worst = worst_status(all, d->o.group.size);
-    first_failure(all, d->o.group.size, err, errlen);
+    *worst = worst_failure(all, d->o.group.size, err, errlen);
     if (*worst != DL_OK && placed && async_settle(d, f, v, all, worst, err, errlen) < 0) return -1;
     if (*worst != DL_OK) return 0;
     take_versions(d, f, v);
@@ -1093,8 +1147,7 @@ static int prepare(diloco *d, int f, frag_versions *v, group_msg *all, int *wors
     me.v[0] = (int64_t)d->push_tokens[f];
     if (gather_versions(d, f, GRP_PREPARE, &me, v, all, err, errlen) < 0) return -1;
     if (d->grp_stop) return stop_agreed(&me, err, errlen);
-    *worst = worst_status(all, d->o.group.size);
-    first_failure(all, d->o.group.size, err, errlen);
+    *worst = worst_failure(all, d->o.group.size, err, errlen);
     if (*worst != DL_OK) return 0;
     uint64_t tokens = 0; /* the group's pseudo-gradient weighs all its ranks' tokens */
     for (int r = 0; r < d->o.group.size; r++) tokens += (uint64_t)all[r].v[0];
@@ -1138,8 +1191,7 @@ static int settle_taken(diloco *d, const stream_slot *s, int *recovered, char *e
         return stopped(d, me.err, err, errlen);
     }
     if (rc == 0) {
-        worst = worst_status(all, size);
-        if (worst != DL_OK) first_failure(all, size, err, errlen);
+        worst = worst_failure(all, size, err, errlen);
         if (worst != DL_OK && d->rc.async) rc = async_settle(d, f, &v, all, &worst, err, errlen);
     }
     if (rc == 0 && worst == DL_OK) {

@@ -36,17 +36,41 @@ static int count_marked(diloco *d)
     return marked;
 }
 
+/* Says that we wait (why; we look every every_ms), at most once every REPAIR_TELL_MS (a Streaming fragment's
+ * thread may wait too). */
+static void tell_waiting(diloco *d, const char *why, int every_ms)
+{
+    uint64_t now = now_ms();
+    pthread_mutex_lock(&d->hb_mu);
+    int tell = d->corrupt_told_ms == 0 || now - d->corrupt_told_ms >= REPAIR_TELL_MS;
+    if (tell) d->corrupt_told_ms = now;
+    pthread_mutex_unlock(&d->hb_mu);
+    if (tell) log_error("%s; waiting for it (checking every %g s)", why, every_ms / 1000.0);
+}
+
+int repair_look(diloco *d, const char *why, int every_ms)
+{
+    tell_waiting(d, why, every_ms);
+    return count_marked(d) == 0;
+}
+
+void repair_over(diloco *d)
+{
+    log_info("no shard of the run is marked corrupt any more (coordinator repair); fetching the global "
+             "parameters again");
+    pthread_mutex_lock(&d->hb_mu);
+    d->corrupt_told_ms = 0;
+    pthread_mutex_unlock(&d->hb_mu);
+    char ignore[128];
+    owners_refresh(d, ignore, sizeof ignore); /* the repair revoked every lease */
+}
+
 int repair_wait(diloco *d, const char *why, char *err, size_t errlen)
 {
     char said[512];
     snprintf(said, sizeof said, "%s", why); /* why may be err itself */
     for (;;) {
-        uint64_t now = now_ms();
-        pthread_mutex_lock(&d->hb_mu); /* a Streaming fragment's thread may wait too */
-        int tell = d->corrupt_told_ms == 0 || now - d->corrupt_told_ms >= REPAIR_TELL_MS;
-        if (tell) d->corrupt_told_ms = now;
-        pthread_mutex_unlock(&d->hb_mu);
-        if (tell) log_error("%s; waiting for it (checking every %d s)", said, REPAIR_POLL_MS / 1000);
+        tell_waiting(d, said, REPAIR_POLL_MS);
         /* the pause comes first: a server's mark may still be on its way to Redis, and a fetch right
          * after an unmarked look would only meet the same CORRUPT again */
         for (int slept = 0; slept < REPAIR_POLL_MS; slept += 100) {
@@ -58,13 +82,7 @@ int repair_wait(diloco *d, const char *why, char *err, size_t errlen)
             sleep_ms(100);
         }
         if (count_marked(d) == 0) {
-            log_info("no shard of the run is marked corrupt any more (coordinator repair); fetching the global "
-                     "parameters again");
-            pthread_mutex_lock(&d->hb_mu);
-            d->corrupt_told_ms = 0;
-            pthread_mutex_unlock(&d->hb_mu);
-            char ignore[128];
-            owners_refresh(d, ignore, sizeof ignore); /* the repair revoked every lease */
+            repair_over(d);
             return 0;
         }
     }

@@ -254,7 +254,7 @@ $(BUILD)/emu/%.o: tests/tools/%.cc
 	$(CXX) $(EMU_CXXFLAGS) -c $< -o $@
 $(EMU_TESTS): $(BUILD)/tests/%_emu: tests/%.c $(TESTLIB_OBJ) $(EMU_OBJ) $(BUILD)/worker/gpt/gpt_acts.o $(LIBDILOCO) $(LIBTRAINERS) $(LIBMODEL) $(LIBCOMMON)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -DDILOCO_HAVE_CUDA=1 $(DETERMINISTIC) -Itests -MF $@.d -o $@ $(filter-out %.h,$^) -lcmocka \
+	$(CC) $(CFLAGS) -DDILOCO_HAVE_CUDA=1 -DDILOCO_CUDA_EMULATED=1 $(DETERMINISTIC) -Itests -MF $@.d -o $@ $(filter-out %.h,$^) -lcmocka \
 	    $(BLASLIBS) -lstdc++ $(LDLIBS)
 # the same objects as a backend bin/worker can open (DILOCO_CUDA_BACKEND=build/emu/libdiloco_gpt_cuda.so):
 # tests/it_cuda_emu.sh runs test_cuda_options and it_cuda_sync_exactness with CUDA workers on it

@@ -7,6 +7,7 @@
 # must drop the shards from memory. Proof that no late write changed anything: every (shard, version)
 # committed exactly once, by the lease holder of the current epoch, and the final parameters are
 # bit-identical to the fault-free reference (tests/tools/ref_quadratic).
+# test: light (it waits more than it computes: 8 s of CPU in 25 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=fence; NUMEL=200000; SHARDS=4; SEED=13; ROUNDS=40; H=20; TTL=1000
 start_redis

@@ -10,6 +10,7 @@
 # about the defaults; a worker whose heartbeat interval is the run's heartbeat timeout or more is refused at
 # open (above half of it, or no heartbeat at all: warned); a worker with no shard-server up says so within
 # seconds.
+# test: light (it waits more than it computes: 4 s of CPU in 16 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 DEAD="redis://127.0.0.1:$(free_port)" # nothing listens there
 

@@ -9,6 +9,7 @@
 # connections are interrupted (rconn_interrupt: shutdown(2) of their sockets) and, once stopping, a command
 # on the control connection waits 1 s. Asserts the time from the worker's "stopped after" line to its exit
 # is under 4 s (about 1 s).
+# test: light (it waits more than it computes: 3 s of CPU in 9 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 start_redis
 REDIS_PID=$(cat "$TMP/redis.pid")

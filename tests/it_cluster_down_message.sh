@@ -4,6 +4,7 @@
 # a shard-server say that the Redis Cluster is down, which node is unreachable (with its slots) and what
 # to do (issue 25: status printed only the CLUSTERDOWN error). A worker that was training when the cluster
 # went down says it in its "still trying" line (it named only the shard-server's "moved" before).
+# test: light (it waits more than it computes: 4 s of CPU in 13 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=cd
 start_redis_cluster 1

@@ -4,6 +4,7 @@
 # commits right after the round's pseudo-gradients arrived and its log entry was written, before
 # dl_commit. The final parameters must be bit-identical to the fault-free reference: a version is a
 # pure function of the previous one and the frozen pseudo-gradients, which workers keep and resend.
+# test: light (it waits more than it computes: 5 s of CPU in 16 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=crash; NUMEL=200000; SEED=11; ROUNDS=12; H=20
 start_redis

@@ -3,7 +3,8 @@
  *
  * Driven by a `get(k, r+1)` while the shard is at version r:
  *   dl_barrier(f, r): open -> `wait`; closed -> participants (sorted id:inc) minus dropped;
- *   each participant without a stored Δ: dl_member; gone (or another incarnation) -> dl_drop; alive -> `need`;
+ *   each participant without a stored Δ: dl_member; gone (or another incarnation) -> dl_drop; alive -> `need`
+ *   (unless its Δ came while the checks were out: all_deltas_here);
  *   all present -> g = mean of the Δ in participant order (fp32, fixed order, no FMA), outer_sgd_step
  *   on copies of θ and momentum, SET dl:{R:k}:log:<r+1>:<epoch> (bulk), dl_commit (fenced by epoch and
  *   version); success -> the copies become the cache and every waiting get is answered.
@@ -119,6 +120,16 @@ static void commit_on_log_written(redisReply *r, void *priv)
         commit_fail(c, "Redis is unavailable", 0);
 }
 
+/* Whether every participant not dropped has its Δ stored: one may have come while the membership checks were
+ * out (its push's own check went to Redis before ours), and a `need` for it would only bring it again, told
+ * STALE once the next commit took the first (tests/test_ss_commit.c, test_delta_during_checks). */
+static int all_deltas_here(const ss_commit *c, ss_shard *s)
+{
+    for (int i = 0; i < c->np; i++)
+        if (!c->dropped[i] && delta_find(s, c->round, c->ids[i], c->incs[i]) == NULL) return 0;
+    return 1;
+}
+
 /* All membership checks are back: need, drop or compute. */
 static void commit_after_checks(ss_commit *c)
 {
@@ -126,6 +137,11 @@ static void commit_after_checks(ss_commit *c)
     if (s == NULL) {
         commit_free(c);
         return;
+    }
+    if (c->need[0] != '\0' && !c->failed && all_deltas_here(c, s)) {
+        log_debug("shard %d round %lld: the pseudo-gradients of %s came during the checks", c->k, (long long)c->round,
+                  c->need);
+        c->need[0] = '\0';
     }
     if (c->need[0] != '\0') {
         log_debug("shard %d round %lld: waiting for the pseudo-gradients of %s", c->k, (long long)c->round, c->need);

@@ -212,6 +212,65 @@ static void test_commit_rounds(void **state)
     freeReplyObject(r);
 }
 
+/* A push sent without waiting for its reply: its membership check goes to Redis now, its reply comes into
+ * *rep when the loop runs. */
+static void push_sent_now(const char *w, long long inc, int round, const float *d, ssh_reply *rep)
+{
+    blob_header h;
+    blob_header_init(&h, "push");
+    h.shard = 0;
+    h.round = round;
+    h.inc = inc;
+    h.dtype = BLOB_F32;
+    h.count = NUMEL;
+    snprintf(h.worker, sizeof h.worker, "%s", w);
+    assert_int_not_equal(ssh_request(g_server, &h, d, NUMEL * sizeof(float), rep, 0), 0); /* (not answered yet) */
+}
+
+/* A Δ that comes while the commit's membership checks are out is no missing Δ. The commit read the barrier
+ * and found w3's Δ missing, asked Redis whether w3 is a member, and meanwhile w3's push (its own check sent
+ * before the commit's) was stored: the commit answered its parked gets with `need w3` all the same, and w3,
+ * told so, sent its Δ again, to be told STALE once the next commit had taken the first one (a worker then
+ * took its round as lost: it_stale_need). Now the commit looks again once its checks are back and computes
+ * when every participant's Δ is there. Made exact here: the get starts the commit (dl_barrier goes out), w3's
+ * push goes out (its dl_member after it), then the loop runs: Redis answers in that order. */
+static void test_delta_during_checks(void **state)
+{
+    (void)state;
+    static float d1[NUMEL], d3[NUMEL];
+    const char *a1[1] = {"w1"};
+    redisReply *r = ssh_fcall(RUN, "dl_member", 1, a1);
+    assert_non_null(r);
+    assert_int_equal(r->type, REDIS_REPLY_INTEGER);
+    long long i1 = r->integer, i3 = ssh_register(RUN, "w3"), v = ssh_shard_int(RUN, 0, "version");
+    freeReplyObject(r);
+    fill_delta(d1, 4);
+    fill_delta(d3, 5);
+    /* w3 joined for the next round: w1 alone makes this one */
+    ssh_arrive(RUN, "w1", i1, v, "closed");
+    assert_int_equal(ssh_pump_until(g_base, subscribed, g_server, 5000), 0);
+    do_push("w1", i1, (int)v, d1);
+    static ssh_reply got, pushed;
+    assert_int_equal(ssh_get(g_server, 0, v + 1, &got), 0);
+    assert_string_equal(got.h.op, "params");
+    free(got.params);
+    v++;
+    ssh_arrive(RUN, "w1", i1, v, "open");
+    ssh_arrive(RUN, "w3", i3, v, "closed");
+    assert_int_equal(ssh_pump_until(g_base, subscribed, g_server, 5000), 0);
+    do_push("w1", i1, (int)v, d1);
+    assert_int_not_equal(get_sent_now(v + 1, &got), 0);
+    push_sent_now("w3", i3, (int)v, d3, &pushed);
+    assert_int_equal(ssh_pump_until(g_base, replied, &got, 5000), 0);
+    assert_int_equal(ssh_pump_until(g_base, replied, &pushed, 5000), 0);
+    assert_string_equal(pushed.h.op, "ack");
+    printf("get of version %lld answered %s %s\n", v + 1, got.h.op, got.h.op[0] == 'n' ? got.h.text : "");
+    assert_string_equal(got.h.op, "params");
+    assert_int_equal(got.h.version, v + 1);
+    assert_int_equal(ssh_shard_int(RUN, 0, "version"), v + 1);
+    free(got.params);
+}
+
 /* A payload starts where the sender's header ends, at any address; the commit reads it in place as
  * bf16 codes or floats, so req_take_frame moves it to an aligned one: every header length mod 8. */
 static void test_payload_aligned(void **state)
@@ -252,6 +311,7 @@ int main(void)
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_payload_aligned),
         cmocka_unit_test(test_commit_rounds),
+        cmocka_unit_test(test_delta_during_checks),
     };
     return cmocka_run_group_tests(tests, setup, teardown);
 }

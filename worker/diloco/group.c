@@ -903,9 +903,10 @@ static int repair_wait_together(diloco *d, const char *why, char *err, size_t er
     return rc;
 }
 
-/* The round did not complete on every rank (why: the first rank's reason): wait out a repair if that was
- * it, register the group again if it is no longer a member, and continue from the current global
- * parameters on every rank. 1; 0 when that failed too (the next sync tries again); -1 when stopping. */
+/* The round did not complete on every rank (why: the worst outcome's rank and message, worst_failure): wait
+ * out a repair if that was it, register the group again if it is no longer a member, and continue from the
+ * current global parameters on every rank. 1; 0 when that failed too (the next sync tries again); -1 when
+ * stopping. */
 static int recover(diloco *d, int worst, const char *why, int f, int64_t round, uint64_t t0, char *err,
                    size_t errlen)
 {

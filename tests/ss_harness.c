@@ -263,6 +263,12 @@ int ssh_get(ss_ctx *ss, int k, long long version, ssh_reply *out)
 
 int ssh_push(ss_ctx *ss, int k, long long round, const char *w, long long inc, const float *d, size_t n, ssh_reply *out)
 {
+    return ssh_push_within(ss, k, round, w, inc, d, n, out, 5000);
+}
+
+int ssh_push_within(ss_ctx *ss, int k, long long round, const char *w, long long inc, const float *d, size_t n,
+                    ssh_reply *out, int timeout_ms)
+{
     blob_header h;
     blob_header_init(&h, "push");
     h.shard = k;
@@ -271,7 +277,7 @@ int ssh_push(ss_ctx *ss, int k, long long round, const char *w, long long inc, c
     h.dtype = BLOB_F32;
     h.count = n;
     snprintf(h.worker, sizeof h.worker, "%s", w);
-    return ssh_request(ss, &h, d, n * sizeof(float), out, 5000);
+    return ssh_request(ss, &h, d, n * sizeof(float), out, timeout_ms);
 }
 
 ss_ctx *ssh_setup_one_server(const char *run, const char *init_args, struct event_base **base)

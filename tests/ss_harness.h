@@ -66,5 +66,8 @@ int ssh_request(ss_ctx *ss, blob_header *h, const void *payload, size_t len, ssh
 int ssh_get(ss_ctx *ss, int k, long long version, ssh_reply *out);
 int ssh_push(ss_ctx *ss, int k, long long round, const char *w, long long inc, const float *d, size_t n,
              ssh_reply *out);
+/* ssh_push waiting at most timeout_ms (0: sent, not waited for; its reply comes into *out when the loop runs) */
+int ssh_push_within(ss_ctx *ss, int k, long long round, const char *w, long long inc, const float *d, size_t n,
+                    ssh_reply *out, int timeout_ms);
 
 #endif

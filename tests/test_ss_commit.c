@@ -212,21 +212,6 @@ static void test_commit_rounds(void **state)
     freeReplyObject(r);
 }
 
-/* A push sent without waiting for its reply: its membership check goes to Redis now, its reply comes into
- * *rep when the loop runs. */
-static void push_sent_now(const char *w, long long inc, int round, const float *d, ssh_reply *rep)
-{
-    blob_header h;
-    blob_header_init(&h, "push");
-    h.shard = 0;
-    h.round = round;
-    h.inc = inc;
-    h.dtype = BLOB_F32;
-    h.count = NUMEL;
-    snprintf(h.worker, sizeof h.worker, "%s", w);
-    assert_int_not_equal(ssh_request(g_server, &h, d, NUMEL * sizeof(float), rep, 0), 0); /* (not answered yet) */
-}
-
 /* A Δ that comes while the commit's membership checks are out is no missing Δ. The commit read the barrier
  * and found w3's Δ missing, asked Redis whether w3 is a member, and meanwhile w3's push (its own check sent
  * before the commit's) was stored: the commit answered its parked gets with `need w3` all the same, and w3,
@@ -260,7 +245,8 @@ static void test_delta_during_checks(void **state)
     assert_int_equal(ssh_pump_until(g_base, subscribed, g_server, 5000), 0);
     do_push("w1", i1, (int)v, d1);
     assert_int_not_equal(get_sent_now(v + 1, &got), 0);
-    push_sent_now("w3", i3, (int)v, d3, &pushed);
+    /* (sent, not waited for: its dl_member goes to Redis after the commit's dl_barrier, before its dl_member) */
+    assert_int_not_equal(ssh_push_within(g_server, 0, v, "w3", i3, d3, NUMEL, &pushed, 0), 0);
     assert_int_equal(ssh_pump_until(g_base, replied, &got, 5000), 0);
     assert_int_equal(ssh_pump_until(g_base, replied, &pushed, 5000), 0);
     assert_string_equal(pushed.h.op, "ack");

@@ -76,8 +76,8 @@ typedef struct ss_opts {
     int log_level;
     double crash_before_commit; /* fault injection for crash tests: probability of _exit before dl_commit */
     char fault_tentative_to[64]; /* fault injection: serve tentatively to this worker alone, then _exit (fault.c) */
-    char fault_late_need[64];    /* fault injection: answer this worker's first get of a committed version with
-                                    a late `need` (fault.c) */
+    char fault_late_need[64];    /* fault injection: answer this worker's gets of a committed version with a
+                                    late `need` until its Δ comes again (fault.c) */
     char metrics_host[256];     /* --metrics HOST:PORT: Prometheus /metrics over HTTP ("" = off) */
     int metrics_port;
     int compute_ahead_off; /* --compute-ahead off: commits start computing at the barrier only */

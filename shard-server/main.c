@@ -53,8 +53,8 @@ static void usage(FILE *f)
                "  --fault-tentative-to WORKER  chaos testing: serve versions tentatively to WORKER alone (other\n"
                "                            gets wait for the commit), never commit, and die (exit 137) once\n"
                "                            WORKER has one and a commit reached dl_commit\n"
-               "  --fault-late-need WORKER  chaos testing: answer WORKER's first get of a committed version\n"
-               "                            with a `need` of its Δ of that round, delivered late\n"
+               "  --fault-late-need WORKER  chaos testing: answer WORKER's gets of a committed version with a\n"
+               "                            late `need` of its Δ of that round, until it sends that Δ again\n"
                "  -h, --help                this help\n");
 }
 

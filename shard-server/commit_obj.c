@@ -99,19 +99,6 @@ static void abandon_ahead(ss_commit *c, const char *why)
     commit_free(c);
 }
 
-/* `need`: the ids whose Δ of round (async: the place) the commit lacks. The round tells a worker whether
- * the Δ asked for is the one it is getting for (then it sends it again) or an earlier one, which it
- * cannot send (worker/diloco/fanout.c, get_job). */
-static void reply_need(ss_req *req, int64_t round, const char *ids)
-{
-    blob_header h;
-    blob_header_init(&h, "need");
-    h.shard = req->h.shard;
-    h.round = round;
-    snprintf(h.text, sizeof h.text, "%s", ids);
-    req_reply(req, &h, NULL, 0);
-}
-
 /* Answer the gets waiting for this round with the outcome; everything else is judged again. */
 void commit_finish(ss_commit *c, int outcome)
 {

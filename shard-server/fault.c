@@ -17,7 +17,7 @@
  *   a Δ may arrive meanwhile). The Δ sent again is told STALE (committed already): it_stale_need.
  *
  * Called by the commit files (commit.c at dl_commit, commit_log.c when serving tentatively) and ops.c (a
- * get answered); calls the transport only (whether replies are still going out, a reply).
+ * get answered); calls the transport (whether replies are still going out) and reply.c (the late `need`).
  */
 #include "ss.h"
 
@@ -116,12 +116,7 @@ int fault_late_need(ss_ctx *ss, ss_req *req, int k, int64_t version)
     ss->fault.late_need = 1;
     ss->fault.need_shard = k;
     ss->fault.need_round = version - 1;
-    blob_header h;
-    blob_header_init(&h, "need");
-    h.shard = k;
-    h.round = version - 1;
-    snprintf(h.text, sizeof h.text, "%s", req->h.worker);
-    req_reply(req, &h, NULL, 0);
+    reply_need(req, version - 1, req->h.worker);
     return 1;
 }
 

@@ -1,7 +1,8 @@
 /*
  * reply.c: the answers a get receives, in one place: the parameters (the cache's or a running commit's
- * tentative ones), the parameters with the momentum, or the update of a version. Called by the
- * dispatcher (ops.c) and by a commit serving its tentative version (commit_log.c); calls the transport only.
+ * tentative ones), the parameters with the momentum, the update of a version, or `need` (a Δ the commit
+ * lacks). Called by the dispatcher (ops.c), by a commit serving its tentative version (commit_log.c) or
+ * answering its parked gets (commit_obj.c), and by fault.c; calls the transport only.
  *
  * --download update (docs/compression.md):
  * A commit of a run with --download update quantizes the round's averaged pseudo-gradient with the
@@ -79,4 +80,14 @@ void reply_params_momentum(ss_ctx *ss, ss_shard *s, ss_req *req)
     ss->m.gets++;
     req_reply(req, &h, both, 2 * n * sizeof(float));
     free(both);
+}
+
+void reply_need(ss_req *req, int64_t round, const char *ids)
+{
+    blob_header h;
+    blob_header_init(&h, "need");
+    h.shard = req->h.shard;
+    h.round = round;
+    snprintf(h.text, sizeof h.text, "%s", ids);
+    req_reply(req, &h, NULL, 0);
 }

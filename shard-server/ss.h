@@ -382,6 +382,10 @@ int reply_wants_update(const ss_ctx *ss, const ss_req *req, const ss_update *u);
 void reply_params_momentum(ss_ctx *ss, ss_shard *s, ss_req *req);
 /* Release an update's buffer (replies may still be sending it) and empty it. */
 void reply_update_clear(ss_update *u);
+/* `need`: the ids whose Δ of round (async: the place) a commit lacks. The round tells a worker whether the Δ
+ * asked for is the one it is getting for (then it sends it again) or an earlier one, which it cannot send
+ * (worker/diloco/fanout.c, get_job). commit_obj.c's answer to a round's parked gets; fault.c's late one. */
+void reply_need(ss_req *req, int64_t round, const char *ids);
 
 /* lease.c */
 int lease_start(ss_ctx *ss, char *err, size_t errlen);

@@ -241,14 +241,18 @@ static group_msg *msgs_alloc(const diloco *d, char *err, size_t errlen)
     return all;
 }
 
+/* "rank r: its message" in err: rank r's failure as the others report it */
+static int rank_failure(const group_msg *all, int r, char *err, size_t errlen)
+{
+    err_set(err, errlen, "rank %d: %s", r, all[r].err[0] ? all[r].err : "failed");
+    return all[r].status;
+}
+
 /* The first rank whose status is not DL_OK: its status, with "rank r: its message" in err. */
 static int first_failure(const group_msg *all, int size, char *err, size_t errlen)
 {
     for (int r = 0; r < size; r++)
-        if (all[r].status != DL_OK) {
-            err_set(err, errlen, "rank %d: %s", r, all[r].err[0] ? all[r].err : "failed");
-            return all[r].status;
-        }
+        if (all[r].status != DL_OK) return rank_failure(all, r, err, errlen);
     return DL_OK;
 }
 
@@ -268,10 +272,7 @@ static int worst_failure(const group_msg *all, int size, char *err, size_t errle
 {
     int worst = worst_status(all, size);
     for (int r = 0; r < size && worst != DL_OK; r++)
-        if (all[r].status == worst) {
-            err_set(err, errlen, "rank %d: %s", r, all[r].err[0] ? all[r].err : "failed");
-            break;
-        }
+        if (all[r].status == worst) return rank_failure(all, r, err, errlen);
     return worst;
 }
 

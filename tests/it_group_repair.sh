@@ -12,8 +12,14 @@
 #     its host's signal handler would): both ranks stop after the same inner step within 5 s, the group
 #     exits 0, and it is no member. Waiting apart (each rank in repair_wait, before), rank 1 returned alone
 #     and rank 0 waited on for the repair (here: for ever; the part times out);
-#  3. repair again: w2 syncs twice more alone and exits 0 at the run's shutdown.
-# test: light (it waits more than it computes: 3 s of CPU in 16 s, tests/run.sh)
+#  3. w2 stopped (the run then has no member: a joiner's round does not wait), a new group g3 joins while
+#     shard 2 is still corrupt: its rank 1's fetch meets the corrupt shard, and both ranks wait for the repair
+#     together (group.c fetch_agreed); rank 0 alone is asked to stop: both stop while joining within 5 s,
+#     and g3 is no member. Waiting apart (rank 1 in fetch_fragment's repair_wait, before), rank 0 sat in its
+#     next collective, deaf to its stop, until the repair;
+#  4. the run set to wait for 1 worker, a group g4 joins and waits the same way; `coordinator repair`: both ranks join and sync twice, above
+#     the repaired version, and g4 exits 0 at the run's shutdown.
+# test: light (it waits more than it computes: 3 s of CPU in 21 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=grepair; H=5
 start_redis
@@ -70,10 +76,38 @@ group_stopped_together "$TMP/g1.out" "a stop during the repair wait"
 [ "$($RCLI HEXISTS "dl:{$RUN}:workers" g1)" = 0 ] || fail "the stopped group is still a member of the run"
 say "both ranks stopped after step $s0, $(( $(date +%s) - t0 )) s after rank 1 was asked; the group left"
 
-say "3. repair again: w2 goes on alone"
-m=$(w2_syncs)
-repair
-wait_until 30 '[ "$(w2_syncs)" -ge $((m + 2)) ]' "w2 to sync twice more alone"
-bin/coordinator control --redis "$URL" --run $RUN shutdown > "$TMP/shutdown.log" 2>&1 || fail "shutdown: $(cat "$TMP/shutdown.log")"
+say "3. w2 stopped; a group joins while shard 2 (its rank 1's part) is corrupt; rank 0 alone asked to stop"
+kill -TERM "$WRK_w2"
 wait_workers w2
-say "w2 synced twice more after the second repair and stopped at the shutdown"
+# start_group NAME ARGS...: a group of 2 that joins now (its round does not wait: the run has no member)
+start_group() {
+  _g=$1; shift
+  build/tests/tools/group_worker --redis "$URL" --run $RUN --worker-id "$_g" --ranks 2 --steps 0 --sync-every $H \
+    --heartbeat-ms 300 --step-delay-ms 20 "$@" > "$TMP/$_g.out" 2> "$TMP/group-$_g.log" &
+  GP=$!; PIDS="$PIDS $GP"
+  wait_until 30 'grep -q "durable state is corrupt.*waiting for it" "$TMP/group-$_g.log"' "$_g to wait for a repair at its fetch"
+  sleep 2 # the ranks keep waiting together
+  alive $GP || fail "$_g exited while waiting for the repair: $(cat "$TMP/$_g.out")"
+}
+start_group g3 --stop-rank 0 --stop-file "$TMP/stop3"
+grep -q "rank 1: .*shard 2's durable state is corrupt" "$TMP/group-g3.log" || fail "g3's wait does not name rank 1's corrupt shard 2"
+t0=$(date +%s)
+touch "$TMP/stop3"
+wait_until 5 '! kill -0 $GP 2>/dev/null' "g3 to stop (rank 0 asked while its rank 1's fetch met the corrupt shard)"
+wait "$GP" || fail "g3 exited with status $?: $(tail -n 4 "$TMP/g3.out")"
+[ "$(grep -c "^stopped rank [01] while joining" "$TMP/g3.out")" = 2 ] || fail "both ranks of g3 should say they stopped while joining: $(cat "$TMP/g3.out")"
+[ "$($RCLI HEXISTS "dl:{$RUN}:workers" g3)" = 0 ] || fail "the stopped group g3 is still a member of the run"
+say "both ranks of g3 stopped while joining, $(( $(date +%s) - t0 )) s after rank 0 was asked; g3 left"
+
+say "4. another group joins and waits at its fetch; the repair: both ranks join and sync twice"
+bin/coordinator control --redis "$URL" --run $RUN set-workers 1 > "$TMP/set.log" 2>&1 || fail "set-workers: $(cat "$TMP/set.log")"
+start_group g4
+repair
+v=$($RCLI HGET $SH 2:version)
+wait_until 30 '[ "$(grep -c "^sync rank 0 " "$TMP/g4.out")" -ge 2 ] && [ "$(grep -c "^sync rank 1 " "$TMP/g4.out")" -ge 2 ]' \
+  "both ranks of g4 to sync twice after the repair"
+got=$(grep "^sync rank 1 " "$TMP/g4.out" | head -n 1 | sed 's/.* version \([0-9]*\) .*/\1/')
+[ "$got" -gt "$v" ] || fail "g4's first sync made version $got, not above the repaired version $v"
+bin/coordinator control --redis "$URL" --run $RUN shutdown > "$TMP/shutdown.log" 2>&1 || fail "shutdown: $(cat "$TMP/shutdown.log")"
+wait "$GP" || fail "g4 exited with status $?: $(grep -v '^sync' "$TMP/g4.out" | tail -n 4)"
+say "g4 joined at the repaired version $v, synced twice (first to version $got) and stopped at the shutdown"

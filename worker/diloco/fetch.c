@@ -123,8 +123,9 @@ static int fetch_shards(diloco *d, int first, int last, int64_t min_version, con
 
 /* Fetch the shards of fragment f at version >= min_version into base (and params when adopt).
  * Shards commit one by one, so a fetch may see some shards one version ahead: fetch again at the
- * highest version seen until all of the fragment's shards agree. */
-int fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen)
+ * highest version seen until all of the fragment's shards agree. A corrupt shard ends it: DL_CORRUPT, and
+ * the caller waits for the repair (fetch_fragment alone; a process group's ranks together: group.c). */
+int fetch_fragment_once(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen)
 {
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
     uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
@@ -136,12 +137,7 @@ int fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, 
                      "not fetched",
                      f, held, last - first);
         int rc = fetch_shards(d, first, last, min_version, have, err, errlen);
-        if (rc == DL_CORRUPT) { /* the repaired version is above min_version: the same fetch gets it */
-            if (repair_wait(d, err, err, errlen) < 0) return -1;
-            deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
-            continue;
-        }
-        if (rc == DL_FAIL) return -1;
+        if (rc == DL_CORRUPT || rc == DL_FAIL) return rc;
         if (rc == DL_OK) {
             int64_t lo = d->shard_version[first], hi = lo;
             for (int k = first + 1; k < last; k++) {
@@ -152,23 +148,34 @@ int fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, 
                 dl_set_frag_version(d, f, hi);
                 d->frag_incomplete[f] = 0; /* base is one consistent version: no earlier round to finish */
                 __atomic_store_n(&d->base_taken, 1, __ATOMIC_RELAXED); /* (a Streaming round's thread too) */
-                if (!adopt) return 0;
-                return params_take(d, first, last, err, errlen);
+                if (!adopt) return DL_OK;
+                return params_take(d, first, last, err, errlen) < 0 ? DL_FAIL : DL_OK;
             }
             min_version = hi;
         }
         if (dl_stopping(d)) {
             err_set(err, errlen, "stopped while fetching the global parameters");
-            return -1;
+            return DL_FAIL;
         }
         if (now_ms() > deadline) {
             char last[256];
             snprintf(last, sizeof last, "%s", err && err[0] ? err : "no answer"); /* err is written below */
             err_set(err, errlen, "could not fetch the global parameters within %d ms (last: %s)", d->o.sync_timeout_ms,
                     last);
-            return -1;
+            return DL_FAIL;
         }
         sleep_ms(50);
+    }
+}
+
+/* fetch_fragment_once, waiting out a corrupt shard: the repair installs a version above min_version, so the
+ * same fetch then gets it. 0, or -1 + err. */
+int fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen)
+{
+    for (;;) {
+        int rc = fetch_fragment_once(d, f, min_version, adopt, err, errlen);
+        if (rc != DL_CORRUPT) return rc == DL_OK ? 0 : -1;
+        if (repair_wait(d, err, err, errlen) < 0) return -1;
     }
 }
 

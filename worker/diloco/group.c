@@ -452,19 +452,71 @@ static int take_round(diloco *d, int f, double alpha, char *err, size_t errlen)
     return lookahead_enter(d, f, err, errlen);
 }
 
+/* How long the ranks wait for a repair between two of their collectives there: a rank's stop ends every
+ * rank's wait within about this (and a look at the marks in Redis, rank 0's, comes as often). */
+#define REPAIR_TOGETHER_MS 1000
+
+/* This rank's pause between two collectives of a repair wait; it ends early when the rank is asked to
+ * stop, so that its next message carries the stop at once. */
+static void repair_pause(diloco *d)
+{
+    for (int slept = 0; slept < REPAIR_TOGETHER_MS && !dl_stopping(d); slept += 100) sleep_ms(100);
+}
+
+/* The ranks wait for `coordinator repair` together: a collective every REPAIR_TOGETHER_MS carries each
+ * rank's stop (and the run's shutdown, as every collective does) and rank 0's look at the marks, so a stop
+ * asked of any rank, the shutdown or the repair ends every rank's wait at the same collective. Waiting
+ * apart (each rank in repair_wait), a stopped rank left its wait alone, and the others, whose group had
+ * already left the run at the corrupt round, waited on for the repair and met it only after. 0: repaired;
+ * -1 + err: stopped, shut down, or the transport failed. */
+static int repair_wait_together(diloco *d, const char *why, char *err, size_t errlen)
+{
+    group_msg me, *all = msgs_alloc(d, err, errlen);
+    if (!all) return -1;
+    int rc = -1;
+    for (;;) {
+        repair_pause(d);
+        memset(&me, 0, sizeof me);
+        if (d->grp_rank == 0) me.v[0] = repair_look(d, why, REPAIR_TOGETHER_MS);
+        if (gather(d, GRP_REPAIR, &me, all, err, errlen) < 0) break;
+        if (d->grp_stop || diloco_stop_requested(d)) {
+            err_set(err, errlen, "%s while waiting for a repair of the corrupt state (%s)",
+                    d->grp_stop ? "stopped" : "the run was shut down", why);
+            break;
+        }
+        if (all[0].v[0]) {
+            repair_over(d);
+            rc = 0;
+            break;
+        }
+    }
+    free(all);
+    return rc;
+}
+
 /* Every rank fetches its part of fragment f at version >= the fragment's round, again at the highest
- * version any rank got until all agree. 0; -1 (the same on every rank) when a rank could not fetch. */
+ * version any rank got until all agree. A corrupt shard in any rank's part makes every rank wait for the
+ * repair together (repair_wait_together), then fetch again: a rank waiting alone (fetch_fragment's own wait)
+ * held the others in their next collective, deaf to their stops, until the repair. 0; -1 (the same on every
+ * rank) when a rank could not fetch, or a stop or the shutdown ended the wait. */
 static int fetch_agreed(diloco *d, int f, group_msg *all, char *err, size_t errlen)
 {
     int size = d->o.group.size;
     int64_t want = d->frag_version[f];
     for (;;) {
         group_msg me = {0};
-        me.status = fetch_fragment(d, f, want, 0, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
+        me.status = fetch_fragment_once(d, f, want, 0, me.err, sizeof me.err);
         me.v[0] = d->frag_version[f];
         me.v[1] = part_digest(d, me.status);
         if (gather(d, GRP_FETCH, &me, all, err, errlen) < 0) return -1;
-        if (first_failure(all, size, err, errlen) != DL_OK) return -1;
+        int worst = worst_failure(all, size, err, errlen);
+        if (worst == DL_CORRUPT) {
+            char why[512];
+            snprintf(why, sizeof why, "%s", err);
+            if (repair_wait_together(d, why, err, errlen) < 0) return -1;
+            continue; /* (the repaired version is above want: the same fetch gets it) */
+        }
+        if (worst != DL_OK) return -1;
         int64_t lo = all[0].v[0], hi = lo;
         for (int r = 1; r < size; r++) {
             if (all[r].v[0] < lo) lo = all[r].v[0];
@@ -860,48 +912,6 @@ static int rejoin(diloco *d, int member, int f, int64_t round, uint64_t t0, char
     }
     record(d, f, round, t0, 1);
     return 1;
-}
-
-/* How long the ranks wait for a repair between two of their collectives there: a rank's stop ends every
- * rank's wait within about this (and a look at the marks in Redis, rank 0's, comes as often). */
-#define REPAIR_TOGETHER_MS 1000
-
-/* This rank's pause between two collectives of a repair wait; it ends early when the rank is asked to
- * stop, so that its next message carries the stop at once. */
-static void repair_pause(diloco *d)
-{
-    for (int slept = 0; slept < REPAIR_TOGETHER_MS && !dl_stopping(d); slept += 100) sleep_ms(100);
-}
-
-/* The ranks wait for `coordinator repair` together: a collective every REPAIR_TOGETHER_MS carries each
- * rank's stop (and the run's shutdown, as every collective does) and rank 0's look at the marks, so a stop
- * asked of any rank, the shutdown or the repair ends every rank's wait at the same collective. Waiting
- * apart (each rank in repair_wait), a stopped rank left its wait alone, and the others, whose group had
- * already left the run at the corrupt round, waited on for the repair and met it only after. 0: repaired;
- * -1 + err: stopped, shut down, or the transport failed. */
-static int repair_wait_together(diloco *d, const char *why, char *err, size_t errlen)
-{
-    group_msg me, *all = msgs_alloc(d, err, errlen);
-    if (!all) return -1;
-    int rc = -1;
-    for (;;) {
-        repair_pause(d);
-        memset(&me, 0, sizeof me);
-        if (d->grp_rank == 0) me.v[0] = repair_look(d, why, REPAIR_TOGETHER_MS);
-        if (gather(d, GRP_REPAIR, &me, all, err, errlen) < 0) break;
-        if (d->grp_stop || diloco_stop_requested(d)) {
-            err_set(err, errlen, "%s while waiting for a repair of the corrupt state (%s)",
-                    d->grp_stop ? "stopped" : "the run was shut down", why);
-            break;
-        }
-        if (all[0].v[0]) {
-            repair_over(d);
-            rc = 0;
-            break;
-        }
-    }
-    free(all);
-    return rc;
 }
 
 /* The round did not complete on every rank (why: the worst outcome's rank and message, worst_failure): wait

@@ -572,8 +572,11 @@ int barrier_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errle
  * not waiting for a broken connection to Redis; where a lease's epoch is not our map's, the owners are read again
  * (owners_follow). 0, or -1 + err. */
 int fetch_committed(diloco *d, int first, int last, committed_shard *out, char *err, size_t errlen);
-/* Every shard of fragment f at one version >= min_version into base (and params when adopt). */
+/* Every shard of fragment f at one version >= min_version into base (and params when adopt); a corrupt
+ * shard is waited out (repair_wait). 0, or -1 + err. */
 int fetch_fragment(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
+/* The same, but a corrupt shard ends it for the caller to wait out: DL_OK, DL_CORRUPT or DL_FAIL (+ err). */
+int fetch_fragment_once(diloco *d, int f, int64_t min_version, int adopt, char *err, size_t errlen);
 /* A joiner of the round after the open one waits for it to close (sync mode, one fragment). */
 int fetch_wait_joined(diloco *d, int f, char *err, size_t errlen);
 int fetch_all(diloco *d, char *err, size_t errlen); /* every fragment, into base and params (fetched_all++) */

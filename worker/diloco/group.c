@@ -456,13 +456,6 @@ static int take_round(diloco *d, int f, double alpha, char *err, size_t errlen)
  * rank's wait within about this (and a look at the marks in Redis, rank 0's, comes as often). */
 #define REPAIR_TOGETHER_MS 1000
 
-/* This rank's pause between two collectives of a repair wait; it ends early when the rank is asked to
- * stop, so that its next message carries the stop at once. */
-static void repair_pause(diloco *d)
-{
-    for (int slept = 0; slept < REPAIR_TOGETHER_MS && !dl_stopping(d); slept += 100) sleep_ms(100);
-}
-
 /* The ranks wait for `coordinator repair` together: a collective every REPAIR_TOGETHER_MS carries each
  * rank's stop (and the run's shutdown, as every collective does) and rank 0's look at the marks, so a stop
  * asked of any rank, the shutdown or the repair ends every rank's wait at the same collective. Waiting
@@ -475,7 +468,7 @@ static int repair_wait_together(diloco *d, const char *why, char *err, size_t er
     if (!all) return -1;
     int rc = -1;
     for (;;) {
-        repair_pause(d);
+        (void)repair_pause(d, REPAIR_TOGETHER_MS); /* (ends early on a stop: the next message carries it) */
         memset(&me, 0, sizeof me);
         if (d->grp_rank == 0) me.v[0] = repair_look(d, why, REPAIR_TOGETHER_MS);
         if (gather(d, GRP_REPAIR, &me, all, err, errlen) < 0) break;

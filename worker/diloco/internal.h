@@ -524,6 +524,8 @@ int repair_wait(diloco *d, const char *why, char *err, size_t errlen);
  * 1 when no shard is marked corrupt any more; repair_over then prepares the fetch of the repaired
  * parameters (the owners again). */
 int repair_look(diloco *d, const char *why, int every_ms);
+/* The pause between two looks: ms, or less when we are asked to stop or the run was shut down (then 1). */
+int repair_pause(diloco *d, int ms);
 void repair_over(diloco *d);
 
 /* heartbeat.c: the heartbeat thread */

@@ -65,6 +65,15 @@ void repair_over(diloco *d)
     owners_refresh(d, ignore, sizeof ignore); /* the repair revoked every lease */
 }
 
+int repair_pause(diloco *d, int ms)
+{
+    for (int slept = 0; slept < ms; slept += 100) {
+        if (dl_stopping(d) || dl_shutdown_seen(d)) return 1;
+        sleep_ms(100);
+    }
+    return 0;
+}
+
 int repair_wait(diloco *d, const char *why, char *err, size_t errlen)
 {
     char said[512];
@@ -73,13 +82,10 @@ int repair_wait(diloco *d, const char *why, char *err, size_t errlen)
         tell_waiting(d, said, REPAIR_POLL_MS);
         /* the pause comes first: a server's mark may still be on its way to Redis, and a fetch right
          * after an unmarked look would only meet the same CORRUPT again */
-        for (int slept = 0; slept < REPAIR_POLL_MS; slept += 100) {
-            if (dl_stopping(d) || dl_shutdown_seen(d)) {
-                err_set(err, errlen, "%s while waiting for a repair of the corrupt state (%s)",
-                        dl_stopping(d) ? "stopped" : "the run was shut down", said);
-                return -1;
-            }
-            sleep_ms(100);
+        if (repair_pause(d, REPAIR_POLL_MS)) {
+            err_set(err, errlen, "%s while waiting for a repair of the corrupt state (%s)",
+                    dl_stopping(d) ? "stopped" : "the run was shut down", said);
+            return -1;
         }
         if (count_marked(d) == 0) {
             repair_over(d);

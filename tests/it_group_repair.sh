@@ -12,14 +12,16 @@
 #     its host's signal handler would): both ranks stop after the same inner step within 5 s, the group
 #     exits 0, and it is no member. Waiting apart (each rank in repair_wait, before), rank 1 returned alone
 #     and rank 0 waited on for the repair (here: for ever; the part times out);
-#  3. w2 stopped (the run then has no member: a joiner's round does not wait), a new group g3 joins while
+#  3. a worker w3 joins: it waits for the open round, which cannot close, and its note says why (a shard is
+#     marked corrupt: `coordinator repair`), not only that the round waits for its participants; w3 and
+#     w2 stopped (the run then has no member: a joiner's round does not wait), a new group g3 joins while
 #     shard 2 is still corrupt: its rank 1's fetch meets the corrupt shard, and both ranks wait for the repair
 #     together (group.c fetch_agreed); rank 0 alone is asked to stop: both stop while joining within 5 s,
 #     and g3 is no member. Waiting apart (rank 1 in fetch_fragment's repair_wait, before), rank 0 sat in its
 #     next collective, deaf to its stop, until the repair;
 #  4. the run set to wait for 1 worker, a group g4 joins and waits the same way; `coordinator repair`: both ranks join and sync twice, above
 #     the repaired version, and g4 exits 0 at the run's shutdown.
-# test: light (it waits more than it computes: 3 s of CPU in 21 s, tests/run.sh)
+# test: light (it waits more than it computes: 4 s of CPU in 32 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 RUN=grepair; H=5
 start_redis
@@ -76,7 +78,14 @@ group_stopped_together "$TMP/g1.out" "a stop during the repair wait"
 [ "$($RCLI HEXISTS "dl:{$RUN}:workers" g1)" = 0 ] || fail "the stopped group is still a member of the run"
 say "both ranks stopped after step $s0, $(( $(date +%s) - t0 )) s after rank 1 was asked; the group left"
 
-say "3. w2 stopped; a group joins while shard 2 (its rank 1's part) is corrupt; rank 0 alone asked to stop"
+say "3. a worker joins while shard 2 is corrupt: its wait for the open round names the corrupt shard"
+start_worker w3 --sync-every $H --steps 0 --heartbeat-interval 0.3
+wait_until 20 'grep -q "it cannot close while 1 shard(s) of run .$RUN. are marked corrupt.*coordinator repair" "$TMP/worker-w3.log"' \
+  "w3's wait to name the corrupt shard"
+say "w3: $(grep -o "round [0-9]* of fragment 0: waited .*marked corrupt" "$TMP/worker-w3.log" | head -n 1)"
+say "   w3, then w2 stopped; a group joins while shard 2 (its rank 1's part) is corrupt; rank 0 alone asked to stop"
+kill -TERM "$WRK_w3"
+wait_workers w3
 kill -TERM "$WRK_w2"
 wait_workers w2
 # start_group NAME ARGS...: a group of 2 that joins now (its round does not wait: the run has no member)

@@ -519,6 +519,8 @@ int conn_get(diloco *d, int shard, int64_t min_version, int flags, int64_t *got_
  * are stopping or the run was shut down (err says which). The repaired parameters are a version above
  * any we hold: fetching at our versions gets them. */
 int repair_wait(diloco *d, const char *why, char *err, size_t errlen);
+/* Shards marked corrupt in dl:{R}:shards (fields "k:corrupt"); -1 if Redis could not say. */
+int repair_marked(diloco *d);
 /* repair_wait's two halves, for a wait paced elsewhere (a process group's ranks wait together: group.c):
  * says that we wait for why (at most every minute; the caller looks every every_ms) and looks at the marks:
  * 1 when no shard is marked corrupt any more; repair_over then prepares the fetch of the repaired

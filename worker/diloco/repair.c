@@ -18,8 +18,7 @@
 #define REPAIR_POLL_MS 2000
 #define REPAIR_TELL_MS 60000
 
-/* Shards still marked corrupt in dl:{R}:shards (fields "k:corrupt"); -1 if Redis could not say. */
-static int count_marked(diloco *d)
+int repair_marked(diloco *d)
 {
     char key[KEY_MAX];
     redisReply *r = dl_command(d, NULL, 0, "HKEYS %s", key_run(key, sizeof key, d->o.run, "shards"));
@@ -51,7 +50,7 @@ static void tell_waiting(diloco *d, const char *why, int every_ms)
 int repair_look(diloco *d, const char *why, int every_ms)
 {
     tell_waiting(d, why, every_ms);
-    return count_marked(d) == 0;
+    return repair_marked(d) == 0;
 }
 
 void repair_over(diloco *d)
@@ -87,7 +86,7 @@ int repair_wait(diloco *d, const char *why, char *err, size_t errlen)
                     dl_stopping(d) ? "stopped" : "the run was shut down", said);
             return -1;
         }
-        if (count_marked(d) == 0) {
+        if (repair_marked(d) == 0) {
             repair_over(d);
             return 0;
         }

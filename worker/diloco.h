@@ -152,8 +152,9 @@ typedef struct diloco_device_ops {
  * partial contribution of a group is ever committed. Sync and async runs (async: rank 0 places the group's
  * submission, every rank delivers its part), plain DiLoCo or Streaming (each rank moves a part of every
  * fragment; any fragments in flight and fragment alpha), with or without DyLU (the group is assigned one H;
- * every rank takes it at the same sync); for now without device hooks. docs/PROTOCOL.md "Process groups"
- * has the protocol.
+ * every rank takes it at the same sync), with or without device hooks (each rank's own device: the
+ * broadcast below is then handed libdiloco's host copy of the global parameters, not params; not in a
+ * sharded group). docs/PROTOCOL.md "Process groups" has the protocol.
  *
  * Both hooks are collectives: every rank calls them in the same order, from the thread inside
  * diloco_open / diloco_after_step / diloco_force_sync. They return 0, or -1 with err filled; they must
@@ -168,7 +169,7 @@ typedef struct diloco_device_ops {
  *       return MPI_Allgather(in, (int)len, MPI_BYTE, out, (int)len, MPI_BYTE, MPI_COMM_WORLD) ? -1 : 0;
  *   }
  *   static int my_broadcast(void *ctx, float *params, size_t off, size_t n, int root, char *err, size_t errlen)
- *   {   // params[off, off+n) on every rank = root's
+ *   {   // params[off, off+n) on every rank = root's (params: the buffer libdiloco hands, whichever it is)
  *       return MPI_Bcast(params + off, (int)n, MPI_FLOAT, root, MPI_COMM_WORLD) ? -1 : 0;
  *   }
  *   ...

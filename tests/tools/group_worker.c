@@ -59,7 +59,10 @@
  *                     [--bad OVERLAP|UNSHARDED] (with --sharded: rank 1 passes rank 0's slices, or none)
  *                     [--bad RESTART] (after its first sync rank 1 opens a new session, as a rank restarted
  *                     alone would, while rank 0 goes on in the group)
- *                     [--stop-rank R (--stop-step N | --stop-file PATH)] (rank R alone is asked to stop) */
+ *                     [--stop-rank R (--stop-step N | --stop-file PATH)] (rank R alone is asked to stop)
+ *                     [--device-hooks] (every rank's session reaches its parameters through device hooks only:
+ *                     worker/trainers/host_device.h's host-memory stand-in, as bin/worker --device-hooks host;
+ *                     at the end "hooks rank <r> delta <n> snapshot <n> copy <n> mix <n>": the hooks' calls) */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -82,6 +85,7 @@
 #include "redis/rconn.h"
 #include "redis/runconf_load.h"
 #include "redis/url.h"
+#include "trainers/host_device.h"
 #include "trainers/quadratic.h"
 
 #define MAX_RANKS 16
@@ -93,6 +97,7 @@ typedef struct shared {
     pthread_barrier_t bar;
     unsigned char slots[MAX_RANKS][SLOT_MAX];
     float *params[MAX_RANKS];
+    float *bcast[MAX_RANKS]; /* the buffer each rank passed to the broadcast under way */
     float *grads[MAX_RANKS]; /* --trainer gpt: each rank's gradients at the reduction, and their mean */
     float *mean;
     pthread_mutex_t out_mu;
@@ -113,6 +118,7 @@ typedef struct rank_ctx {
     const runconf *rc;
     int gpt, ngpt; /* --trainer gpt, with the GPT flags gpt_argv[0..ngpt) */
     int sharded;   /* --sharded: this rank holds its dim-0 chunks only */
+    int dev_hooks; /* --device-hooks: libdiloco reaches the parameters through host_device's hooks only */
     int stop_rank; /* --stop-rank (-1: none), asked after its inner step stop_step, or once stop_file exists */
     long stop_step;
     const char *stop_file;
@@ -140,8 +146,9 @@ static int broadcast(void *ctx, float *params, size_t off, size_t n, int root, c
     (void)err;
     (void)errlen;
     rank_ctx *c = ctx;
+    c->sh->bcast[c->rank] = params; /* (libdiloco's params, or with device hooks its own host copy: base) */
     pthread_barrier_wait(&c->sh->bar);
-    if (c->rank != root) memcpy(params + off, c->sh->params[root] + off, n * sizeof(float));
+    if (c->rank != root) memcpy(params + off, c->sh->bcast[root] + off, n * sizeof(float));
     pthread_barrier_wait(&c->sh->bar);
     return 0;
 }
@@ -340,14 +347,24 @@ static void *rank_main(void *p)
         o.group.nslices = nsl;
         o.group.broadcast = NULL; /* a sharded group exchanges nothing */
     }
+    host_device *hd = NULL; /* --device-hooks: the trainer's buffer is the "device" and libdiloco gets no params */
+    if (c->dev_hooks && (hd = host_device_create(t->params, t->numel, err, sizeof err)) != NULL)
+        host_device_ops(hd, &o.device);
+    if (c->dev_hooks && !hd) {
+        say(c, "error rank %d: %s\n", c->rank, err);
+        c->failed = 1;
+        t->destroy(t);
+        return NULL;
+    }
     diloco *d;
-    int opened = diloco_open(&o, mine, numel, &d, err, sizeof err);
+    int opened = diloco_open(&o, hd ? NULL : mine, numel, &d, err, sizeof err);
     if (opened == DILOCO_STOPPED) /* (not an error: a stop, of this rank or another, ended the join) */
         say(c, "stopped rank %d while joining: %s\n", c->rank, err);
     if (opened < 0) {
         if (opened != DILOCO_STOPPED) say(c, "error rank %d: %s\n", c->rank, err);
         c->failed = opened != DILOCO_STOPPED;
         if (mine != t->params) free(mine);
+        host_device_free(hd);
         t->destroy(t);
         return NULL;
     }
@@ -417,7 +434,13 @@ static void *rank_main(void *p)
         }
     }
     diloco_close(d);
+    if (hd) { /* what went through the hooks (the test checks that the device path was the one taken) */
+        unsigned long nd, nl[3];
+        host_device_counts(hd, &nd, nl);
+        say(c, "hooks rank %d delta %lu snapshot %lu copy %lu mix %lu\n", c->rank, nd, nl[0], nl[1], nl[2]);
+    }
     if (mine != t->params) free(mine);
+    host_device_free(hd);
     t->destroy(t);
     return NULL;
 }
@@ -487,6 +510,7 @@ int main(int argc, char **argv)
                                    {"stop-rank", 1, 0, 'P'},
                                    {"stop-step", 1, 0, 'p'},
                                    {"stop-file", 1, 0, 'f'},
+                                   {"device-hooks", 0, 0, 'V'},
                                    {0, 0, 0, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (ch) {
@@ -514,6 +538,7 @@ int main(int argc, char **argv)
         case 'P': base.stop_rank = atoi(optarg); break;
         case 'p': base.stop_step = atol(optarg); break;
         case 'f': base.stop_file = optarg; break;
+        case 'V': base.dev_hooks = 1; break;
         default: fprintf(stderr, "usage: see the comment at the top of tests/tools/group_worker.c\n"); return 2;
         }
     }

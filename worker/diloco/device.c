@@ -100,14 +100,16 @@ void dl_dev_origin_written(diloco *d, int f)
 int dl_dev_delta(diloco *d, int f, const float *origin, size_t *bad, char *err, size_t errlen)
 {
     const diloco_device_ops *o = &d->o.device;
-    size_t lo = dl_frag_start(d, f), hi = dl_frag_start(d, f + 1);
+    size_t flo = dl_frag_start(d, f), fhi = dl_frag_start(d, f + 1);
     if (!d->dev_snap_ok[f])
-        if (dl_dev_load(d, origin, lo, hi - lo, DILOCO_LOAD_SNAPSHOT, 0.0, err, errlen) < 0) return -1;
+        if (dl_dev_load(d, origin, flo, fhi - flo, DILOCO_LOAD_SNAPSHOT, 0.0, err, errlen) < 0) return -1;
+    /* the shards this session sends: the fragment's, or a process group rank's part of them */
+    size_t lo = (size_t)d->rc.shard_bounds[dl_first_shard(d, f)], hi = (size_t)d->rc.shard_bounds[dl_last_shard(d, f)];
     int bf16 = d->push_dtype == BLOB_BF16;
     void *out = bf16 ? (void *)(d->delta_bf16 + lo) : (void *)(d->delta_f32 + lo);
     *bad = 0;
     int rc = o->delta(o->ctx, lo, hi - lo, bf16, out, bad, err, errlen);
     if (rc < 0) return -1;
-    if (rc > 0 && *bad >= hi - lo) *bad = 0; /* a hook that did not say where: report the fragment's start */
+    if (rc > 0 && *bad >= hi - lo) *bad = 0; /* a hook that did not say where: report the part's start */
     return rc > 0 ? 1 : 0;
 }

@@ -385,7 +385,9 @@ static void record(diloco *d, int f, int64_t round, uint64_t t0, int stale)
 
 /* Fragment f: every rank's part of it in base is the new global version: params take it, each rank
  * broadcasts its part of params to the others, and base takes the others' parts (so base holds the whole
- * fragment everywhere). A sharded rank holds only its part: params take it, nothing is exchanged. */
+ * fragment everywhere). With device hooks libdiloco holds no params: the ranks broadcast their parts of
+ * base itself, and exchange's load gives the device the whole fragment. A sharded rank holds only its
+ * part: params take it, nothing is exchanged. */
 static int exchange_fragment(diloco *d, int f, char *err, size_t errlen)
 {
     if (d->shard_ids) {
@@ -393,22 +395,37 @@ static int exchange_fragment(diloco *d, int f, char *err, size_t errlen)
         memcpy(d->params + lo, d->base + lo, (dl_frag_start(d, f + 1) - lo) * sizeof(float));
         return 0;
     }
+    float *via = d->dev ? d->base : d->params; /* the buffer the ranks' parts travel in */
     int first, last;
     rank_shards(d, d->grp_rank, f, &first, &last);
     size_t off = (size_t)d->rc.shard_bounds[first], n = (size_t)d->rc.shard_bounds[last] - off;
-    memcpy(d->params + off, d->base + off, n * sizeof(float));
+    if (via != d->base) memcpy(via + off, d->base + off, n * sizeof(float));
     for (int r = 0; r < d->o.group.size; r++) {
         rank_shards(d, r, f, &first, &last);
         off = (size_t)d->rc.shard_bounds[first];
         n = (size_t)d->rc.shard_bounds[last] - off;
         char herr[256] = "";
-        if (d->o.group.broadcast(d->o.group.ctx, d->params, off, n, r, herr, sizeof herr) < 0) {
+        if (d->o.group.broadcast(d->o.group.ctx, via, off, n, r, herr, sizeof herr) < 0) {
             err_set(err, errlen, "the group's broadcast of rank %d's parameters failed (%s)", r,
                     herr[0] ? herr : "no message");
             return -1;
         }
-        if (r != d->grp_rank) memcpy(d->base + off, d->params + off, n * sizeof(float));
+        if (r != d->grp_rank && via != d->base) memcpy(d->base + off, via + off, n * sizeof(float));
     }
+    return 0;
+}
+
+/* exchange with device hooks: the fragments' exchanges of base, then each fragment loaded into the device
+ * (a copy, or with alpha above 0 the device's mix of its own parameters and the new global values: the
+ * arithmetic of params_mix, diloco.h DILOCO_LOAD_MIX). */
+static int exchange_device(diloco *d, int first, int end, double alpha, char *err, size_t errlen)
+{
+    for (int g = first; g < end; g++) {
+        if (exchange_fragment(d, g, err, errlen) < 0) return -1;
+        if (d->la_on) d->la_on[g] = 0;
+        if (params_load_fragment(d, g, alpha, err, errlen) < 0) return -1;
+    }
+    d->grp_dirty = 0;
     return 0;
 }
 
@@ -418,6 +435,7 @@ static int exchange_fragment(diloco *d, int f, char *err, size_t errlen)
 static int exchange(diloco *d, int f, double alpha, char *err, size_t errlen)
 {
     int first = f < 0 ? 0 : f, end = f < 0 ? d->rc.nfragments : f + 1; /* the fragments exchanged */
+    if (d->dev) return exchange_device(d, first, end, alpha, err, errlen);
     size_t lo = dl_frag_start(d, first), hi = dl_frag_start(d, end);
     float *local = NULL;
     if (alpha > 0) {
@@ -763,9 +781,10 @@ static int check_hello(diloco *d, const group_msg *all, char *err, size_t errlen
             return -1;
         }
     }
-    if (d->dev) {
-        err_set(err, errlen, "process groups do not support device hooks yet: join this run with one process per "
-                             "worker, or sync the group's model through host memory");
+    if (d->dev && d->shard_ids) {
+        err_set(err, errlen,
+                "sharded process groups do not support device hooks yet: give each rank's slices "
+                "through host memory (params), or use a group whose ranks hold every parameter");
         return -1;
     }
     if (d->shard_ids) return sharded_cover(d, all, err, errlen);

@@ -394,9 +394,10 @@ void dl_host_free(diloco *d, void *p);
 /* o.device.load of src[off, off+n) (base, or la: what Δ of those fragments is measured from) with mode
  * DILOCO_LOAD_*. */
 int dl_dev_load(diloco *d, const float *src, size_t off, size_t n, int mode, double alpha, char *err, size_t errlen);
-/* o.device.delta of fragment f into delta_bf16 / delta_f32 (int8/int4: fp32, quantized by delta.c), against
- * origin[f] (base or la), reloading the snapshot from it first if it changed since it was loaded. 0; 1: not
- * finite, *bad = offset in f; -1: device error (err). */
+/* o.device.delta of fragment f (a process group rank: its part of f) into delta_bf16 / delta_f32 (int8/int4:
+ * fp32, quantized by delta.c), against origin[f] (base or la), reloading the snapshot of the whole fragment
+ * from it first if it changed since it was loaded. 0; 1: not finite, *bad = offset in the part; -1: device
+ * error (err). */
 int dl_dev_delta(diloco *d, int f, const float *origin, size_t *bad, char *err, size_t errlen);
 /* base[shard] is being written (a params reply): its fragment's device snapshot is out of date. */
 void dl_dev_base_written(diloco *d, int shard);
@@ -423,6 +424,9 @@ int params_changed(diloco *d, size_t off, size_t n, char *err, size_t errlen); /
 /* params_adopt then params_changed over shards [first_shard, last_shard): the trainer takes what base holds
  * there. 0, or -1 + err (a failed device load or trainer callback). */
 int params_take(diloco *d, int first_shard, int last_shard, char *err, size_t errlen);
+/* Device hooks: the whole of fragment f (a process group rank: every rank's part, which the group's exchange
+ * put in base) into the device, a copy of base or with alpha above 0 the mix (DILOCO_LOAD_MIX). 0, -1 + err. */
+int params_load_fragment(diloco *d, int f, double alpha, char *err, size_t errlen);
 
 /* delta.c: the pseudo-gradient in the codec of our pushes, and error feedback */
 /* The codec of our pushes (push_dtype): the run's, except fp32 in a bf16 run when o.bf16 is 0. */

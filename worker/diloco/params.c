@@ -61,3 +61,10 @@ int params_take(diloco *d, int first_shard, int last_shard, char *err, size_t er
     size_t off = (size_t)d->rc.shard_bounds[first_shard];
     return params_changed(d, off, (size_t)d->rc.shard_bounds[last_shard] - off, err, errlen);
 }
+
+/* One load of exactly the fragment, which marks its snapshot current (device.c). */
+int params_load_fragment(diloco *d, int f, double alpha, char *err, size_t errlen)
+{
+    size_t lo = dl_frag_start(d, f), n = dl_frag_start(d, f + 1) - lo;
+    return dl_dev_load(d, d->base, lo, n, alpha > 0 ? DILOCO_LOAD_MIX : DILOCO_LOAD_COPY, alpha, err, errlen);
+}

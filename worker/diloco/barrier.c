@@ -90,19 +90,22 @@ static int arrive_again(diloco *d, int f, int64_t round, char *err, size_t errle
 
 /* A long wait at a barrier is said in the log, first after BARRIER_NOTE_FIRST_MS, then every
  * BARRIER_NOTE_EVERY_MS: otherwise a worker whose run waits for workers that never come (one started
- * of a run made with --workers 2, say) just stops printing, with nothing saying why. A round that waits
- * because a shard is marked corrupt is named as such: its participants each wait for the repair (and say
- * so), but a joiner waiting for the round to close saw only "it waits for its participants". */
+ * of a run made with --workers 2, say) just stops printing, with nothing saying why. A joiner's wait for a
+ * round that cannot close because a shard is marked corrupt is named as such: it saw only "it waits for its
+ * participants". */
 #define BARRIER_NOTE_FIRST_MS 10000
 #define BARRIER_NOTE_EVERY_MS 60000
 
 static void note_wait(diloco *d, int f, int64_t round, int joiner, uint64_t waited_ms)
 {
-    int corrupt = repair_marked(d); /* (no round closes while a shard is marked: its participants wait) */
+    /* (no round closes while a shard is marked: its participants each wait for the repair and say so, but a
+     * joiner would not know; one HKEYS of the shards hash, a joiner's only: a run's members waiting at a
+     * barrier can be thousands) */
+    int corrupt = joiner ? repair_marked(d) : 0;
     if (corrupt > 0)
-        log_warn("round %lld of fragment %d: waited %.0f s for it to close%s; it cannot close while %d shard(s) of "
-                 "run '%s' are marked corrupt (`coordinator status` names them): run `coordinator repair`",
-                 (long long)round, f, (double)waited_ms / 1000.0, joiner ? " before joining" : "", corrupt, d->run);
+        log_warn("round %lld of fragment %d: waited %.0f s for it to close before joining; it cannot close while %d "
+                 "shard(s) of run '%s' are marked corrupt (`coordinator status` names them): run `coordinator repair`",
+                 (long long)round, f, (double)waited_ms / 1000.0, corrupt, d->run);
     else if (joiner)
         log_info("round %lld of fragment %d: waited %.0f s for it to close before joining; it waits for its "
                  "participants (`coordinator status` shows the run's workers)",

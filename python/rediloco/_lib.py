@@ -26,10 +26,13 @@ STOP_SHUTDOWN, STOP_ASKED, STOP_RANK = 1, 2, 3  # diloco_stop_requested's answer
 STOPPED = -2  # diloco_open: a stop ended the join (DILOCO_STOPPED)
 
 c_float_p = ctypes.POINTER(ctypes.c_float)
+# The hooks' `char *err, size_t errlen`: err is the C buffer the hook fills, so a callback type takes it as
+# c_void_p (its address, which _fill_err and memmove write through); a c_char_p would hand a Python callback
+# a bytes copy of the buffer's current text, and a message written there went nowhere, past that copy's end.
 DELTA_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int,
-                            ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_char_p, ctypes.c_size_t)
+                            ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p, ctypes.c_size_t)
 LOAD_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, c_float_p, ctypes.c_size_t, ctypes.c_size_t,
-                           ctypes.c_int, ctypes.c_double, ctypes.c_char_p, ctypes.c_size_t)
+                           ctypes.c_int, ctypes.c_double, ctypes.c_void_p, ctypes.c_size_t)
 HOST_ALLOC_FN = ctypes.CFUNCTYPE(ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t)
 HOST_FREE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 ON_PARAMS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
@@ -43,9 +46,9 @@ class DeviceOps(ctypes.Structure):
 
 
 GROUP_ALLGATHER_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p,
-                                      ctypes.c_char_p, ctypes.c_size_t)
+                                      ctypes.c_void_p, ctypes.c_size_t)
 GROUP_BROADCAST_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, c_float_p, ctypes.c_size_t, ctypes.c_size_t,
-                                      ctypes.c_int, ctypes.c_char_p, ctypes.c_size_t)
+                                      ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t)
 
 
 class GroupOps(ctypes.Structure):

@@ -63,6 +63,9 @@ def _check_backend(pg):
 
 
 def _fill_err(err, errlen, exc):
+    """The exception's text into libdiloco's buffer err (an address: _lib's callback types) of errlen bytes."""
+    if not err or errlen < 1:
+        return
     msg = ("%s: %s" % (type(exc).__name__, exc)).encode(errors="replace")[:errlen - 1]
     ctypes.memmove(err, msg + b"\0", len(msg) + 1)
 
@@ -141,6 +144,11 @@ class Group:
 
     def _broadcast(self, ctx, params, off, n, root, err, errlen):
         try:
+            # libdiloco hands the buffer to broadcast: ours, as long as this group gives it no device hooks
+            # (with them it would hand its own copy of the global parameters: worker/diloco.h)
+            if ctypes.cast(params, ctypes.c_void_p).value != self.flat.host.data_ptr():
+                raise RuntimeError("libdiloco asked the group to broadcast a buffer other than this rank's "
+                                   "parameters (device hooks?), which rediloco's groups do not use")
             dist.broadcast(self.flat.host[off:off + n], src=_global_rank(self.pg, root), group=self.pg)
             return 0
         except Exception as e:

@@ -1,8 +1,12 @@
 """package_hygiene.py SRC_DIR: the installed rediloco's public API is type-hinted (every parameter and
-return of every public function and method resolves with typing.get_type_hints), and no `raise` inside
+return of every public function and method resolves with typing.get_type_hints), no `raise` inside
 an `except` block of SRC_DIR's sources drops the exception it handles (it says `from e` or `from None`,
-or re-raises). Prints what is wrong and exits 1, else one summary line."""
+or re-raises), and every callback type of rediloco._lib takes a hook's error buffer (`char *err, size_t
+errlen`) as an address, through which a Python callback's message reaches the C buffer (a c_char_p handed
+the callback a bytes copy: the process group's collectives failed with "(no message)", their text written
+past that copy's end). Prints what is wrong and exits 1, else one summary line."""
 import ast
+import ctypes
 import inspect
 import os
 import sys
@@ -11,6 +15,8 @@ import typing
 import torch
 
 import rediloco
+from rediloco import _lib
+from rediloco.group import _fill_err
 
 SKIP_PARAMS = ("self", "cls", "exc_type", "exc", "tb")
 
@@ -55,9 +61,41 @@ def unchained(src):
     return wrong
 
 
+def callback_errs():
+    """Each of _lib's callback types whose last two arguments are (err, errlen), called as libdiloco calls
+    it, with a real buffer: a Python callback's _fill_err must land in that buffer."""
+    checked, wrong = 0, []
+    for name, fn in sorted(vars(_lib).items()):
+        argtypes = getattr(fn, "_argtypes_", None)
+        if not (isinstance(fn, type) and argtypes and len(argtypes) >= 2 and argtypes[-1] is ctypes.c_size_t):
+            continue
+        if argtypes[-2] is ctypes.c_char_p:
+            wrong.append("_lib.%s takes err as c_char_p: a Python callback's message never reaches the buffer" % name)
+            continue
+        if argtypes[-2] is not ctypes.c_void_p:
+            continue
+
+        def failing(*args):
+            _fill_err(args[-2], args[-1], RuntimeError("injected by package_hygiene"))
+            return -1
+
+        buf = ctypes.create_string_buffer(64)
+        zeros = [t() if t in (ctypes.c_int, ctypes.c_size_t, ctypes.c_double) else None for t in argtypes[:-2]]
+        fn(failing)(*zeros, ctypes.cast(buf, ctypes.c_void_p), len(buf))
+        if buf.value != b"RuntimeError: injected by package_hygiene":
+            wrong.append("_lib.%s: a callback's message did not reach the C buffer (it holds %r)" % (name, buf.value))
+        checked += 1
+    if checked < 2:
+        wrong.append("only %d callback types with an error buffer found in _lib" % checked)
+    return checked, wrong
+
+
 checked, wrong = unhinted()
 wrong += unchained(sys.argv[1])
+ncallbacks, wrong_cb = callback_errs()
+wrong += wrong_cb
 if checked < 20:
     wrong.append("only %d public functions found" % checked)
-print("\n".join(wrong) if wrong else "%d public functions type-hinted, every raise in an except chained" % checked)
+print("\n".join(wrong) if wrong else "%d public functions type-hinted, every raise in an except chained, %d "
+      "callback types hand Python's error messages to libdiloco's buffer" % (checked, ncallbacks))
 sys.exit(1 if wrong else 0)

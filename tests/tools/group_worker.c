@@ -3,8 +3,9 @@
  * Each rank is a thread with its own libdiloco session (diloco.h "Process groups") and its own copy of
  * the quadratic trainer of the group's worker id, so the ranks train identical parameters as DDP
  * ranks would. The group's two collectives are shared memory: allgather copies every rank's message
- * into one table between two barriers, broadcast copies the root's slice of its parameters into the
- * others'. Every sync of every rank is one line on stdout:
+ * into one table between two barriers, broadcast copies the root's slice of the buffer libdiloco handed it
+ * (its parameters, or with --device-hooks libdiloco's own copy of the global ones) into the others'. Every
+ * sync of every rank is one line on stdout:
  *
  *   sync rank <r> version <v> digest <16 hex> up <bytes> down <bytes> stale <0|1> seconds <s> wait <s>
  *        at <call> <first send> <pushed> <get> <last recv> <return> local <16 hex> shards <16 hex> step <n>
@@ -96,7 +97,6 @@ typedef struct shared {
     int ranks;
     pthread_barrier_t bar;
     unsigned char slots[MAX_RANKS][SLOT_MAX];
-    float *params[MAX_RANKS];
     float *bcast[MAX_RANKS]; /* the buffer each rank passed to the broadcast under way */
     float *grads[MAX_RANKS]; /* --trainer gpt: each rank's gradients at the reduction, and their mean */
     float *mean;
@@ -303,7 +303,6 @@ static void *rank_main(void *p)
         c->failed = 1;
         return NULL;
     }
-    c->sh->params[c->rank] = t->params;
     diloco_options o;
     diloco_options_default(&o);
     o.redis_url = c->redis;

@@ -27,7 +27,7 @@ STOPPED = -2  # diloco_open: a stop ended the join (DILOCO_STOPPED)
 
 c_float_p = ctypes.POINTER(ctypes.c_float)
 # The hooks' `char *err, size_t errlen`: err is the C buffer the hook fills, so a callback type takes it as
-# c_void_p (its address, which _fill_err and memmove write through); a c_char_p would hand a Python callback
+# c_void_p (its address, which fill_err writes through); a c_char_p would hand a Python callback
 # a bytes copy of the buffer's current text, and a message written there went nowhere, past that copy's end.
 DELTA_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t, ctypes.c_int,
                             ctypes.c_void_p, ctypes.POINTER(ctypes.c_size_t), ctypes.c_void_p, ctypes.c_size_t)
@@ -38,6 +38,15 @@ HOST_FREE_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p)
 ON_PARAMS_FN = ctypes.CFUNCTYPE(ctypes.c_int, ctypes.c_void_p, ctypes.c_size_t, ctypes.c_size_t,
                                 ctypes.c_void_p, ctypes.c_size_t)
 LOG_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_int, ctypes.c_char_p)
+
+
+def fill_err(err, errlen, exc):
+    """A Python callback's exception as its hook's error: "Type: message" into libdiloco's buffer err (an
+    address, as the callback types above take it) of errlen bytes, cut to fit. Nothing may unwind through C."""
+    if not err or errlen < 1:
+        return
+    msg = ("%s: %s" % (type(exc).__name__, exc)).encode(errors="replace")[:errlen - 1]
+    ctypes.memmove(err, msg + b"\0", len(msg) + 1)
 
 
 class DeviceOps(ctypes.Structure):

@@ -62,14 +62,6 @@ def _check_backend(pg):
                       "group), or init the default group with backend \"cpu:gloo,cuda:nccl\"" % backend)
 
 
-def _fill_err(err, errlen, exc):
-    """The exception's text into libdiloco's buffer err (an address: _lib's callback types) of errlen bytes."""
-    if not err or errlen < 1:
-        return
-    msg = ("%s: %s" % (type(exc).__name__, exc)).encode(errors="replace")[:errlen - 1]
-    ctypes.memmove(err, msg + b"\0", len(msg) + 1)
-
-
 class Group:
     """The process group and the two collectives libdiloco calls (GroupOps of _lib.py)."""
 
@@ -139,7 +131,7 @@ class Group:
                 ctypes.memmove(out + r * n, p.data_ptr(), n)
             return 0
         except Exception as e:  # nothing may unwind through C
-            _fill_err(err, errlen, e)
+            _lib.fill_err(err, errlen, e)
             return -1
 
     def _broadcast(self, ctx, params, off, n, root, err, errlen):
@@ -152,6 +144,6 @@ class Group:
             dist.broadcast(self.flat.host[off:off + n], src=_global_rank(self.pg, root), group=self.pg)
             return 0
         except Exception as e:
-            _fill_err(err, errlen, e)
+            _lib.fill_err(err, errlen, e)
             return -1
 

@@ -15,7 +15,7 @@ import re
 
 import torch
 
-from . import devicehooks
+from . import _lib, devicehooks
 from .checks import model_tensors
 
 
@@ -93,6 +93,6 @@ class FlatParams:
             self.flat[off:off + n].copy_(self.host[off:off + n])
             return 0
         except Exception as e:  # the library reports it; nothing may unwind through C
-            ctypes.memmove(err, str(e).encode()[:errlen - 1] + b"\0", min(len(str(e).encode()) + 1, errlen))
+            _lib.fill_err(err, errlen, e)
             return -1
 

@@ -32,6 +32,7 @@ import json
 
 import torch
 
+from . import _lib
 from .errors import DiLoCoError
 from .params import name_index
 
@@ -189,5 +190,5 @@ class ShardedParams:
             self._scatter(off, off + n)
             return 0
         except Exception as e:  # the library reports it; nothing may unwind through C
-            ctypes.memmove(err, str(e).encode()[:errlen - 1] + b"\0", min(len(str(e).encode()) + 1, errlen))
+            _lib.fill_err(err, errlen, e)
             return -1

@@ -16,7 +16,6 @@ import torch
 
 import rediloco
 from rediloco import _lib
-from rediloco.group import _fill_err
 
 SKIP_PARAMS = ("self", "cls", "exc_type", "exc", "tb")
 
@@ -63,7 +62,7 @@ def unchained(src):
 
 def callback_errs():
     """Each of _lib's callback types whose last two arguments are (err, errlen), called as libdiloco calls
-    it, with a real buffer: a Python callback's _fill_err must land in that buffer."""
+    it, with a real buffer: a Python callback's _lib.fill_err must land in that buffer."""
     checked, wrong = 0, []
     for name, fn in sorted(vars(_lib).items()):
         argtypes = getattr(fn, "_argtypes_", None)
@@ -77,7 +76,7 @@ def callback_errs():
             continue
 
         def failing(*args):
-            _fill_err(args[-2], args[-1], RuntimeError("injected by package_hygiene"))
+            _lib.fill_err(args[-2], args[-1], RuntimeError("injected by package_hygiene"))
             return -1
 
         buf = ctypes.create_string_buffer(64)

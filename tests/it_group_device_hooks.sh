@@ -63,11 +63,7 @@ plain() { # RUN INIT-FLAGS GROUP-FLAGS REF-FLAGS
     done
   done
   # the ranks trained the same parameters (DDP replicas): every rank's device took every rank's part
-  for g in g1 g2; do
-    s0=$(grep '^sync rank 0 ' "$TMP/$g-$RUN.out" | awk '{print $NF, $(NF-4)}' | tr '\n' ' ')
-    s1=$(grep '^sync rank 1 ' "$TMP/$g-$RUN.out" | awk '{print $NF, $(NF-4)}' | tr '\n' ' ')
-    [ "$s0" = "$s1" ] || fail "$RUN: $g's ranks synced from different parameters: rank 0 '$s0', rank 1 '$s1'"
-  done
+  for g in g1 g2; do group_same_syncs "$TMP/$g-$RUN.out" "$RUN: $g"; done
   # every Δ came from the device (one delta call a round) and every new version went into it by a load
   for r in 0 1; do
     set -- $(sed -n "s/^hooks rank $r delta \([0-9]*\) snapshot \([0-9]*\) copy \([0-9]*\) mix \([0-9]*\)$/\1 \2 \3 \4/p" "$TMP/g1-$RUN.out")
@@ -115,9 +111,7 @@ start_worker w1 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-del
 start_worker w2 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 15
 wait "$G1" || fail "$RUN: group g1 (device hooks) exited with status $?: $(tail -n 5 "$TMP/g1-$RUN.out")"
 wait_workers w1 w2
-s0=$(grep '^sync rank 0 ' "$TMP/g1-$RUN.out" | awk '{print $NF, $(NF-4)}' | tr '\n' ' ')
-s1=$(grep '^sync rank 1 ' "$TMP/g1-$RUN.out" | awk '{print $NF, $(NF-4)}' | tr '\n' ' ')
-[ -n "$s0" ] && [ "$s0" = "$s1" ] || fail "$RUN: g1's ranks synced at different steps or from different parameters: rank 0 '$s0', rank 1 '$s1'"
+group_same_syncs "$TMP/g1-$RUN.out" "$RUN: g1"
 ref_async_check $RUN $H "(async Streaming with starts ahead: g1 and w1 with device hooks, w2 without)" --async-lookahead 0
 
 RUN=ghsharded

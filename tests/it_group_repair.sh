@@ -32,7 +32,9 @@ start_server s1 $TTL
 start_server s2 $TTL
 last_ref() { r=$($RCLI HGET "$SH" "$1:$2"); r=${r##*,}; echo "dl:{$RUN:$1}:$2:${r%.*}:${r#*.}"; }
 n_waits() { grep -c "durable state is corrupt.*waiting for it" "$TMP/group-g1.log"; }
-syncs() { grep -c "^sync rank $1 " "$TMP/g1.out"; }
+syncs() { grep -c "^sync rank $1 " "$TMP/${2:-g1}.out"; } # RANK [GROUP]
+# sync_version GROUP head|tail: the version of GROUP's rank 1's first (head) or last (tail) sync
+sync_version() { grep "^sync rank 1 " "$TMP/$1.out" | "$2" -n 1 | sed 's/.* version \([0-9]*\) .*/\1/'; }
 w2_syncs() { grep -c '"event":"sync"' "$TMP/w2.jsonl"; }
 # corrupt SHARD OLD_SERVERS NEW_SERVERS: the servers killed, the shard's newest log entry overwritten, new
 # servers started; then the group waits for a repair (its log says so once more)
@@ -63,7 +65,7 @@ repair
 v=$($RCLI HGET $SH 1:version)
 wait_until 30 '[ "$(syncs 0)" -ge $((n0 + 2)) ] && [ "$(syncs 1)" -ge $((n1 + 2)) ] && [ "$(w2_syncs)" -ge $((m + 2)) ]' \
   "both ranks and w2 to sync twice after the repair"
-got=$(grep "^sync rank 1 " "$TMP/g1.out" | tail -n 1 | sed 's/.* version \([0-9]*\) .*/\1/')
+got=$(sync_version g1 tail)
 [ "$got" -ge "$v" ] || fail "rank 1 syncs at version $got, below the repaired version $v"
 grep -q "no shard of the run is marked corrupt any more" "$TMP/group-g1.log" || fail "the group did not say the repair ended its wait"
 say "repaired at version $v: both ranks synced twice more (rank 1 now at version $got)"
@@ -113,9 +115,8 @@ bin/coordinator control --redis "$URL" --run $RUN set-workers 1 > "$TMP/set.log"
 start_group g4
 repair
 v=$($RCLI HGET $SH 2:version)
-wait_until 30 '[ "$(grep -c "^sync rank 0 " "$TMP/g4.out")" -ge 2 ] && [ "$(grep -c "^sync rank 1 " "$TMP/g4.out")" -ge 2 ]' \
-  "both ranks of g4 to sync twice after the repair"
-got=$(grep "^sync rank 1 " "$TMP/g4.out" | head -n 1 | sed 's/.* version \([0-9]*\) .*/\1/')
+wait_until 30 '[ "$(syncs 0 g4)" -ge 2 ] && [ "$(syncs 1 g4)" -ge 2 ]' "both ranks of g4 to sync twice after the repair"
+got=$(sync_version g4 head)
 [ "$got" -gt "$v" ] || fail "g4's first sync made version $got, not above the repaired version $v"
 bin/coordinator control --redis "$URL" --run $RUN shutdown > "$TMP/shutdown.log" 2>&1 || fail "shutdown: $(cat "$TMP/shutdown.log")"
 wait "$GP" || fail "g4 exited with status $?: $(grep -v '^sync' "$TMP/g4.out" | tail -n 4)"

@@ -39,10 +39,7 @@ stream_run() { # RUN ALPHA D [--final-sync]: the two groups and w3, checked agai
   grep '^shard' "$TMP/ref-$RUN.txt" | diff - "$TMP/got-$RUN.txt" > "$TMP/diff.txt" \
     || fail "alpha $alpha, $depth in flight: shard digests differ from the fragment-schedule reference of g1, g2, w3: $(cat "$TMP/diff.txt")"
   for g in g1 g2; do
-    # (step, the digest of the rank's parameters before the sync: the ranks hold the same, as DDP replicas)
-    s0=$(grep '^sync rank 0 ' "$TMP/$g-$RUN.out" | awk '{print $NF, $(NF-4)}' | tr '\n' ' ')
-    s1=$(grep '^sync rank 1 ' "$TMP/$g-$RUN.out" | awk '{print $NF, $(NF-4)}' | tr '\n' ' ')
-    [ -n "$s0" ] && [ "$s0" = "$s1" ] || fail "$g: the ranks synced at different steps or from different parameters: rank 0 '$s0', rank 1 '$s1'"
+    group_same_syncs "$TMP/$g-$RUN.out" "$g"
     n=$(($(echo $s0 | wc -w) / 2))
     # the rounds ran while the ranks trained: line k settles the round sent at the boundary of line k - D
     # (the first D boundaries settle nothing), and that boundary's call returned (field 24) before the round

@@ -383,6 +383,16 @@ group_signal() {
   say "SIG$_sig to rank $3: both ranks stopped after inner step $_s0, the group's processes were gone after $(( $(date +%s) - _t0 )) s, it left the run"
 }
 
+# group_same_syncs OUT WHAT: the 2 ranks of a tests/tools/group_worker whose stdout is OUT synced at the same
+# steps, each time from the same parameters (the digest of its own before the sync: DDP replicas hold the
+# same); "step digest ..." of rank 0 goes to $s0
+group_same_syncs() {
+  s0=$(grep '^sync rank 0 ' "$1" | awk '{print $NF, $(NF-4)}' | tr '\n' ' ')
+  _s1=$(grep '^sync rank 1 ' "$1" | awk '{print $NF, $(NF-4)}' | tr '\n' ' ')
+  [ -n "$s0" ] && [ "$s0" = "$_s1" ] ||
+    fail "$2: the ranks synced at different steps or from different parameters: rank 0 '$s0', rank 1 '$_s1'"
+}
+
 # group_stopped_together OUT WHAT: the 2 ranks of a tests/tools/group_worker whose stdout is OUT both printed
 # "stopped rank <r> step <n>" with the same n (their stop agreed at one collective), which goes to $s0
 group_stopped_together() {

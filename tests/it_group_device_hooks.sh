@@ -19,7 +19,10 @@
 #   4. async Streaming (2 fragments, Delayed Nesterov 3) with --async-lookahead 0.5: g1 with hooks, a single
 #      worker with hooks and one without; bit-identical to the replay of the order Redis recorded
 #      (tests/tools/ref_async), not to the replay without the lookahead; g1's ranks from the same parameters;
-#   5. a sharded group with device hooks is refused on every rank, with the reason, nothing registered.
+#   5. sharded groups (each rank's device holds its dim-0 chunks of the tiny GPT, run made with --fsdp-ranks 2):
+#      g1 with hooks beside g2 without, plain bf16 and Streaming (2 fragments, alpha 0.5, one in flight),
+#      and g1 alone in async Streaming with starts ahead, bit-identical to the same runs of single processes;
+#      each rank's delta and load hooks called every round (Streaming: mixes).
 . "$(dirname "$0")/lib.sh"
 NUMEL=64000; SEED=11; H=10; ROUNDS=4
 start_redis
@@ -114,13 +117,50 @@ wait_workers w1 w2
 group_same_syncs "$TMP/g1-$RUN.out" "$RUN: g1"
 ref_async_check $RUN $H "(async Streaming with starts ahead: g1 and w1 with device hooks, w2 without)" --async-lookahead 0
 
-RUN=ghsharded
-init_run $RUN --trainer quadratic --numel $NUMEL --shards 4 --workers 1 --seed $SEED --fsdp-ranks 2
-build/tests/tools/group_worker --redis "$URL" --run $RUN --worker-id gs --ranks 2 --steps 10 --sync-every 5 --sharded \
-  --device-hooks > "$TMP/gs.out" 2>&1 && fail "a sharded group with device hooks started"
-for r in 0 1; do
-  grep -q "^error rank $r: .*sharded process groups do not support device hooks yet" "$TMP/gs.out" ||
-    fail "sharded + device hooks: rank $r did not say why: $(cat "$TMP/gs.out")"
+# sharded groups (FSDP): each rank's device holds only its dim-0 chunks, the hooks take the rank's own
+# ranges and nothing is exchanged; a run with g1 (hooks) and g2 (none), both sharded over 2 ranks, against
+# the same run of g1 and g2 as single processes: plain bf16, and Streaming (2 fragments, alpha 0.5), then
+# async Streaming with starts ahead, a sharded group with hooks alone against a process alone
+GPT="--trainer gpt --layers 1 --heads 2 --dim 16 --ctx 8 --vocab 16 --seed 5"
+sharded_member() { # RUN ID OUT RANKS [group_worker flags]
+  _run=$1; _id=$2; _out=$3; shift 3
+  build/tests/tools/group_worker --redis "$URL" --run "$_run" --worker-id "$_id" --ranks "$@" --steps $((ROUNDS * H)) \
+    --sync-every $H > "$TMP/$_out.out" 2> "$TMP/$_out.log" &
+  PIDS="$PIDS $!"; MEMBERS="$MEMBERS $!:$_out"
+}
+MEMBERS=""
+for mode in shbf16 shstream shasync; do
+  case $mode in
+    shbf16) init="--workers 2"; flags="";;
+    shstream) init="--workers 2 --fragments 2"; flags="--fragment-alpha 0.5 --fragments-in-flight 1";;
+    shasync) init="--workers 1 --fragments 2 --async --dn-buffer-size 2 --async-lookahead 0.5"; flags="";;
+  esac
+  for RUN in s$mode r$mode; do
+    init_run $RUN $GPT --shards 1 --fsdp-ranks 2 $init
+    start_server "a$RUN" --lease-ttl-ms 2000
+  done
+  sharded_member s$mode g1 s$mode-g1 2 --sharded --device-hooks $flags
+  sharded_member r$mode g1 r$mode-g1 1 $flags
+  [ $mode = shasync ] && continue # (one member: its order is fixed)
+  sharded_member s$mode g2 s$mode-g2 2 --sharded $flags
+  sharded_member r$mode g2 r$mode-g2 1 $flags
 done
-[ "$($RCLI HLEN "dl:{$RUN}:workers")" = 0 ] || fail "the refused sharded group stayed registered"
-say "a sharded group with device hooks: refused on every rank with the reason, nothing registered"
+for m in $MEMBERS; do
+  wait "${m%%:*}" || fail "${m#*:} exited with status $?: $(tail -n 5 "$TMP/${m#*:}.out")"
+done
+for mode in shbf16 shstream shasync; do
+  shard_digests s$mode > "$TMP/got-$mode.txt"
+  shard_digests r$mode > "$TMP/ref-$mode.txt"
+  diff "$TMP/ref-$mode.txt" "$TMP/got-$mode.txt" > "$TMP/diff.txt" ||
+    fail "$mode: the run with a sharded group on device hooks ends on other parameters than single processes: $(cat "$TMP/diff.txt")"
+  s0=$(grep "^sync rank 0 " "$TMP/s$mode-g1.out" | awk '{print $NF}' | tr '\n' ' ')
+  s1=$(grep "^sync rank 1 " "$TMP/s$mode-g1.out" | awk '{print $NF}' | tr '\n' ' ')
+  [ -n "$s0" ] && [ "$s0" = "$s1" ] || fail "$mode: g1's sharded ranks synced at steps '$s0' and '$s1'"
+  for r in 0 1; do # each rank's Δ came from its device, every new version of its part went into it by a load
+    set -- $(sed -n "s/^hooks rank $r delta \([0-9]*\) snapshot \([0-9]*\) copy \([0-9]*\) mix \([0-9]*\)$/\1 \2 \3 \4/p" "$TMP/s$mode-g1.out")
+    [ "${1:-0}" -ge $ROUNDS ] && [ $((${3:-0} + ${4:-0})) -ge $ROUNDS ] ||
+      fail "$mode: g1 rank $r's hooks: delta '${1:-}', load copy '${3:-}' mix '${4:-}' (want $ROUNDS or more of each)"
+    [ $mode != shstream ] || [ "${4:-0}" -gt 0 ] || fail "$mode: g1 rank $r never mixed through its device"
+  done
+  say "$mode: a sharded group of 2 on device hooks (each rank's device its own chunks) ends bit-identical to single processes, its ranks synced at steps $s0"
+done

@@ -153,8 +153,9 @@ typedef struct diloco_device_ops {
  * submission, every rank delivers its part), plain DiLoCo or Streaming (each rank moves a part of every
  * fragment; any fragments in flight and fragment alpha), with or without DyLU (the group is assigned one H;
  * every rank takes it at the same sync), with or without device hooks (each rank's own device: the
- * broadcast below is then handed libdiloco's host copy of the global parameters, not params; not in a
- * sharded group). docs/PROTOCOL.md "Process groups" has the protocol.
+ * broadcast below is then handed libdiloco's host copy of the global parameters, not params; in a
+ * sharded group the hooks' ranges are the rank's own elements). docs/PROTOCOL.md "Process groups" has the
+ * protocol.
  *
  * Both hooks are collectives: every rank calls them in the same order, from the thread inside
  * diloco_open / diloco_after_step / diloco_force_sync. They return 0, or -1 with err filled; they must

@@ -63,7 +63,8 @@
  *                     [--stop-rank R (--stop-step N | --stop-file PATH)] (rank R alone is asked to stop)
  *                     [--device-hooks] (every rank's session reaches its parameters through device hooks only:
  *                     worker/trainers/host_device.h's host-memory stand-in, as bin/worker --device-hooks host;
- *                     at the end "hooks rank <r> delta <n> snapshot <n> copy <n> mix <n>": the hooks' calls) */
+ *                     with --sharded the stand-in holds the rank's part; at the end "hooks rank <r> delta <n>
+ *                     snapshot <n> copy <n> mix <n>": the hooks' calls) */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -346,9 +347,8 @@ static void *rank_main(void *p)
         o.group.nslices = nsl;
         o.group.broadcast = NULL; /* a sharded group exchanges nothing */
     }
-    host_device *hd = NULL; /* --device-hooks: the trainer's buffer is the "device" and libdiloco gets no params */
-    if (c->dev_hooks && (hd = host_device_create(t->params, t->numel, err, sizeof err)) != NULL)
-        host_device_ops(hd, &o.device);
+    host_device *hd = NULL; /* --device-hooks: what libdiloco holds is the "device" and it gets no params */
+    if (c->dev_hooks && (hd = host_device_create(mine, numel, err, sizeof err)) != NULL) host_device_ops(hd, &o.device);
     if (c->dev_hooks && !hd) {
         say(c, "error rank %d: %s\n", c->rank, err);
         c->failed = 1;

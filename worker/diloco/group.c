@@ -387,12 +387,12 @@ static void record(diloco *d, int f, int64_t round, uint64_t t0, int stale)
  * broadcasts its part of params to the others, and base takes the others' parts (so base holds the whole
  * fragment everywhere). With device hooks libdiloco holds no params: the ranks broadcast their parts of
  * base itself, and exchange's load gives the device the whole fragment. A sharded rank holds only its
- * part: params take it, nothing is exchanged. */
+ * part: params take it (with device hooks, exchange's load), nothing is exchanged. */
 static int exchange_fragment(diloco *d, int f, char *err, size_t errlen)
 {
     if (d->shard_ids) {
         size_t lo = dl_frag_start(d, f);
-        memcpy(d->params + lo, d->base + lo, (dl_frag_start(d, f + 1) - lo) * sizeof(float));
+        if (!d->dev) memcpy(d->params + lo, d->base + lo, (dl_frag_start(d, f + 1) - lo) * sizeof(float));
         return 0;
     }
     float *via = d->dev ? d->base : d->params; /* the buffer the ranks' parts travel in */
@@ -780,12 +780,6 @@ static int check_hello(diloco *d, const group_msg *all, char *err, size_t errlen
                     all[r].worker, all[0].worker);
             return -1;
         }
-    }
-    if (d->dev && d->shard_ids) {
-        err_set(err, errlen,
-                "sharded process groups do not support device hooks yet: give each rank's slices "
-                "through host memory (params), or use a group whose ranks hold every parameter");
-        return -1;
     }
     if (d->shard_ids) return sharded_cover(d, all, err, errlen);
     if (size > d->rc.nshards) {

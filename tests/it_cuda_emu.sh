@@ -9,6 +9,8 @@
 #     flash with head size 8 is refused by the backend itself; then again with the flash kernels' launches
 #     refused (CUDA_EMU_REFUSE_KERNEL): auto's check fails the trainer with a message naming --attention
 #     fused, which trains;
+#   - it_cuda_group_hooks (under the emulator's seed 2): process groups (plain, Streaming, sharded) whose
+#     ranks' parameters are on the device, through the backend's device hooks, bit-identical to the host path;
 #   - it_cuda_sync_exactness: two --device cuda workers and a CPU worker, 4 DiLoCo rounds, every worker
 #     holds the same global parameters after each round, with the device hooks (diloco_cuda.cu's kernels)
 #     and without, the same digests; the CUDA workers' losses go down.
@@ -39,4 +41,6 @@ for seed in 2 3 4 5; do
 done
 rm -f "${TMPDIR:-/tmp}/cuda_emu_diloco.$$"
 echo "test_cuda_diloco_emu: passes under CUDA_EMU_SEED 2-5 (the streams' work in other orders)"
+# process groups whose ranks' parameters are on the (emulated) device: the hooks over each rank's part
+CUDA_EMU_SEED=2 sh tests/it_cuda_group_hooks.sh || { echo "FAIL: it_cuda_group_hooks on the emulated backend"; exit 1; }
 CUDA_SYNC_QUICK=1 sh tests/it_cuda_sync_exactness.sh # 3 rounds of 3 steps on fewer tokens: a step takes seconds here

@@ -2,7 +2,7 @@
 # it_group_device_hooks.sh: process groups whose ranks reach their parameters through device hooks only
 # (diloco_device_ops: a node of GPUs, each rank's model on its own device), bit-identical to the host path.
 #
-# Each rank of group g1 runs with --device-hooks (tests/tools/group_worker: worker/trainers/host_device.h's
+# Each rank of group g1 runs with --device-hooks host (tests/tools/group_worker: worker/trainers/host_device.h's
 # host-memory stand-in for a GPU, libdiloco given no params pointer at all, so any access the group's code
 # made to params would crash): the device computes the pseudo-gradient of the rank's part against its own
 # snapshot, the ranks broadcast their parts of libdiloco's own host copy of the global parameters (base)
@@ -30,7 +30,7 @@ start_redis
 groups() { # RUN STEPS [flags for both groups]: g1 with device hooks, g2 without
   _run=$1; _steps=$2; shift 2
   build/tests/tools/group_worker --redis "$URL" --run "$_run" --worker-id g1 --ranks 2 --steps "$_steps" \
-    --sync-every $H --heartbeat-ms 1000 --device-hooks "$@" > "$TMP/g1-$_run.out" 2> "$TMP/group-g1-$_run.log" &
+    --sync-every $H --heartbeat-ms 1000 --device-hooks host "$@" > "$TMP/g1-$_run.out" 2> "$TMP/group-g1-$_run.log" &
   G1=$!; PIDS="$PIDS $G1"
   build/tests/tools/group_worker --redis "$URL" --run "$_run" --worker-id g2 --ranks 2 --steps "$_steps" \
     --sync-every $H --heartbeat-ms 1000 "$@" > "$TMP/g2-$_run.out" 2> "$TMP/group-g2-$_run.log" &
@@ -108,7 +108,7 @@ init_run $RUN --async --trainer quadratic --numel 24000 --shards 8 --fragments 2
 start_server "a$RUN" --lease-ttl-ms 2000
 start_server "b$RUN" --lease-ttl-ms 2000
 build/tests/tools/group_worker --redis "$URL" --run $RUN --worker-id g1 --ranks 2 --steps $STEPS --sync-every $H \
-  --heartbeat-ms 1000 --step-delay-ms 5 --device-hooks > "$TMP/g1-$RUN.out" 2> "$TMP/group-g1-$RUN.log" &
+  --heartbeat-ms 1000 --step-delay-ms 5 --device-hooks host > "$TMP/g1-$RUN.out" 2> "$TMP/group-g1-$RUN.log" &
 G1=$!; PIDS="$PIDS $G1"
 start_worker w1 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 10 --device-hooks host
 start_worker w2 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 15
@@ -139,7 +139,7 @@ for mode in shbf16 shstream shasync; do
     init_run $RUN $GPT --shards 1 --fsdp-ranks 2 $init
     start_server "a$RUN" --lease-ttl-ms 2000
   done
-  sharded_member s$mode g1 s$mode-g1 2 --sharded --device-hooks $flags
+  sharded_member s$mode g1 s$mode-g1 2 --sharded --device-hooks host $flags
   sharded_member r$mode g1 r$mode-g1 1 $flags
   [ $mode = shasync ] && continue # (one member: its order is fixed)
   sharded_member s$mode g2 s$mode-g2 2 --sharded $flags

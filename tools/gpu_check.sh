@@ -9,7 +9,7 @@
 # each step under its own time limit, the output of each in $OUT (at most 8 files come back):
 #   machine.txt      nvidia-smi, torch's version and CUDA, any library still not found
 #   tests-cuda.txt   tests/run.sh cuda_: test_cuda_*, it_cuda_* and it_python_cuda_so (kernels, steps, bf16,
-#                    DiLoCo on the device, the Python package's CUDA library)
+#                    DiLoCo on the device, process groups on the device hooks, the Python package's CUDA library)
 #   tests-python.txt the Python tests that meet the GPU or torch's version: it_python_exactness (fp32 and bf16
 #                    with this torch), it_python_transfer_path, it_python_gpt_device (the example with
 #                    --device cuda), it_python_group_fsdp (FSDP needs torch >= 2.4)

@@ -61,10 +61,11 @@
  *                     [--bad RESTART] (after its first sync rank 1 opens a new session, as a rank restarted
  *                     alone would, while rank 0 goes on in the group)
  *                     [--stop-rank R (--stop-step N | --stop-file PATH)] (rank R alone is asked to stop)
- *                     [--device-hooks] (every rank's session reaches its parameters through device hooks only:
- *                     worker/trainers/host_device.h's host-memory stand-in, as bin/worker --device-hooks host;
- *                     with --sharded the stand-in holds the rank's part; at the end "hooks rank <r> delta <n>
- *                     snapshot <n> copy <n> mix <n>": the hooks' calls) */
+ *                     [--device-hooks host|cuda] (every rank's session reaches its parameters through device
+ *                     hooks only: worker/trainers/host_device.h's host-memory stand-in, as bin/worker
+ *                     --device-hooks host, or a CUDA device of its own (rank_device below); with --sharded the
+ *                     device holds the rank's part; at the end "hooks rank <r> delta <n> snapshot <n> copy <n>
+ *                     mix <n>": the hooks' calls) */
 #include <errno.h>
 #include <fcntl.h>
 #include <getopt.h>
@@ -88,6 +89,9 @@
 #include "redis/runconf_load.h"
 #include "redis/url.h"
 #include "trainers/host_device.h"
+#ifdef DILOCO_HAVE_CUDA
+#include "cuda/diloco_cuda.h"
+#endif
 #include "trainers/quadratic.h"
 
 #define MAX_RANKS 16
@@ -119,7 +123,7 @@ typedef struct rank_ctx {
     const runconf *rc;
     int gpt, ngpt; /* --trainer gpt, with the GPT flags gpt_argv[0..ngpt) */
     int sharded;   /* --sharded: this rank holds its dim-0 chunks only */
-    int dev_hooks; /* --device-hooks: libdiloco reaches the parameters through host_device's hooks only */
+    const char *dev_kind; /* --device-hooks host|cuda: libdiloco reaches the parameters through hooks only */
     int stop_rank; /* --stop-rank (-1: none), asked after its inner step stop_step, or once stop_file exists */
     long stop_step;
     const char *stop_file;
@@ -279,6 +283,106 @@ static void copy_slices(float *full, float *part, const uint64_t *sl, int n, int
     }
 }
 
+/* ---- --device-hooks: the rank's device ---------------------------------------------------------- */
+
+/* The rank's parameters behind libdiloco's device hooks, which it reaches through them only (it is given
+ * no params pointer). host: worker/trainers/host_device's stand-in, over the rank's buffer itself. cuda: a
+ * CUDA device (the backend bin/worker loads, or $DILOCO_CUDA_BACKEND's: tests/it_cuda_emu.sh names the CPU
+ * emulator's), a device buffer of the rank's numel of its own (worker/cuda/diloco_cuda.h), into which the
+ * rank's trained values are uploaded before each diloco_after_step and out of which they are downloaded
+ * after a sync, where a CUDA trainer's would already be. The hooks' calls are counted on the way (on the
+ * rank's training thread only: diloco.h) and printed at the end. */
+typedef struct rank_device {
+    diloco_device_ops inner;
+    host_device *host;
+    void *cuda; /* a dl_cuda (DILOCO_HAVE_CUDA builds) */
+    float *buf; /* the rank's buffer: the device itself (host), or what it mirrors (cuda) */
+    size_t numel;
+    unsigned long delta, load[3];
+} rank_device;
+
+static int counted_delta(void *ctx, size_t off, size_t n, int bf16, void *out, size_t *bad, char *err, size_t errlen)
+{
+    rank_device *v = ctx;
+    v->delta++;
+    return v->inner.delta(v->inner.ctx, off, n, bf16, out, bad, err, errlen);
+}
+
+static int counted_load(void *ctx, const float *base, size_t off, size_t n, int mode, double alpha, char *err,
+                        size_t errlen)
+{
+    rank_device *v = ctx;
+    if (mode >= 0 && mode < 3) v->load[mode]++;
+    return v->inner.load(v->inner.ctx, base, off, n, mode, alpha, err, errlen);
+}
+
+static void *device_host_alloc(void *ctx, size_t bytes)
+{
+    rank_device *v = ctx;
+    return v->inner.host_alloc(v->inner.ctx, bytes);
+}
+
+static void device_host_free(void *ctx, void *p)
+{
+    rank_device *v = ctx;
+    v->inner.host_free(v->inner.ctx, p);
+}
+
+/* kind "host" or "cuda" over buf[0, numel); ops takes the counted hooks. 0, or -1 with err. */
+static int device_open(rank_device *v, const char *kind, float *buf, size_t numel, diloco_device_ops *ops, char *err,
+                       size_t errlen)
+{
+    *v = (rank_device){.buf = buf, .numel = numel};
+    if (!strcmp(kind, "host")) {
+        if (!(v->host = host_device_create(buf, numel, err, errlen))) return -1;
+        host_device_ops(v->host, &v->inner);
+    } else if (!strcmp(kind, "cuda")) {
+#ifdef DILOCO_HAVE_CUDA
+        dl_cuda *c = dl_cuda_create(NULL, numel, NULL, err, errlen);
+        if (!c) return -1;
+        v->cuda = c;
+        dl_cuda_ops(c, &v->inner);
+#else
+        snprintf(err, errlen, "--device-hooks cuda: this build has no CUDA backend (nvcc was missing)");
+        return -1;
+#endif
+    } else {
+        snprintf(err, errlen, "--device-hooks %s: want host or cuda", kind);
+        return -1;
+    }
+    *ops = (diloco_device_ops){.ctx = v, .delta = counted_delta, .load = counted_load};
+    if (v->inner.host_alloc) {
+        ops->host_alloc = device_host_alloc;
+        ops->host_free = device_host_free;
+    }
+    return 0;
+}
+
+/* cuda: the rank's buffer into the device (push: after a training step) or out of it (pull: after a sync
+ * loaded new parameters); host: nothing, the buffer is the device. */
+static int device_move(rank_device *v, int push, char *err, size_t errlen)
+{
+    if (!v->cuda) return 0;
+#ifdef DILOCO_HAVE_CUDA
+    return push ? dl_cuda_params_upload(v->cuda, v->buf, 0, v->numel, err, errlen)
+                : dl_cuda_params_download(v->cuda, v->buf, 0, v->numel, err, errlen);
+#else
+    (void)push;
+    snprintf(err, errlen, "no CUDA backend");
+    return -1;
+#endif
+}
+
+static void device_close(rank_device *v)
+{
+    host_device_free(v->host);
+#ifdef DILOCO_HAVE_CUDA
+    dl_cuda_free(v->cuda);
+#endif
+    v->host = NULL;
+    v->cuda = NULL;
+}
+
 static void *rank_main(void *p)
 {
     rank_ctx *c = p;
@@ -347,40 +451,51 @@ static void *rank_main(void *p)
         o.group.nslices = nsl;
         o.group.broadcast = NULL; /* a sharded group exchanges nothing */
     }
-    host_device *hd = NULL; /* --device-hooks: what libdiloco holds is the "device" and it gets no params */
-    if (c->dev_hooks && (hd = host_device_create(mine, numel, err, sizeof err)) != NULL) host_device_ops(hd, &o.device);
-    if (c->dev_hooks && !hd) {
+    rank_device dev = {0}; /* --device-hooks: libdiloco reaches what the rank holds through them only */
+    if (c->dev_kind && device_open(&dev, c->dev_kind, mine, numel, &o.device, err, sizeof err) < 0) {
         say(c, "error rank %d: %s\n", c->rank, err);
         c->failed = 1;
+        device_close(&dev);
+        if (mine != t->params) free(mine);
         t->destroy(t);
         return NULL;
     }
     diloco *d;
-    int opened = diloco_open(&o, hd ? NULL : mine, numel, &d, err, sizeof err);
+    int opened = diloco_open(&o, c->dev_kind ? NULL : mine, numel, &d, err, sizeof err);
     if (opened == DILOCO_STOPPED) /* (not an error: a stop, of this rank or another, ended the join) */
         say(c, "stopped rank %d while joining: %s\n", c->rank, err);
     if (opened < 0) {
         if (opened != DILOCO_STOPPED) say(c, "error rank %d: %s\n", c->rank, err);
         c->failed = opened != DILOCO_STOPPED;
         if (mine != t->params) free(mine);
-        host_device_free(hd);
+        device_close(&dev);
         t->destroy(t);
         return NULL;
+    }
+    if (device_move(&dev, 0, err, sizeof err) < 0) { /* (the join loaded the global parameters into it) */
+        say(c, "error rank %d: %s\n", c->rank, err);
+        c->failed = 1;
     }
     if (mine != t->params) copy_slices(t->params, mine, sl, nsl, 0);
     trainer_stats st;
     int64_t version = diloco_version(d);
     long step = 1;
-    for (; (c->steps == 0 || step <= c->steps) && !diloco_stop_requested(d); step++) {
+    for (; !c->failed && (c->steps == 0 || step <= c->steps) && !diloco_stop_requested(d); step++) {
         if (t->step(t, &st, err, sizeof err) < 0) break;
         if (c->step_delay_ms > 0) sleep_ms((unsigned)c->step_delay_ms);
         diloco_report(d, st.loss, st.tokens);
         if (mine != t->params) copy_slices(t->params, mine, sl, nsl, 1);
+        if (device_move(&dev, 1, err, sizeof err) < 0) {
+            say(c, "error rank %d: %s\n", c->rank, err);
+            c->failed = 1;
+            break;
+        }
         uint64_t local = diloco_steps_to_sync(d) == 1 ? hash64(mine, numel * sizeof(float)) : 0; /* (a boundary) */
         if (c->rank == c->stop_rank && step == c->stop_step) diloco_request_stop(d);
         uint64_t t_call = wall_us();
         int rc = diloco_after_step(d, err, sizeof err);
         uint64_t t_ret = wall_us();
+        if (rc == 1 && device_move(&dev, 0, err, sizeof err) < 0) rc = -1;
         if (rc == 1 && mine != t->params) copy_slices(t->params, mine, sl, nsl, 0);
         if (rc < 0 && diloco_stop_requested(d)) { /* a round a stop ended: the step was trained */
             step++;
@@ -423,7 +538,7 @@ static void *rank_main(void *p)
     if ((c->steps == 0 || diloco_stop_requested(d)) && !c->failed)
         say(c, "stopped rank %d step %ld\n", c->rank, step - 1);
     if (c->final_sync && !c->failed) { /* every fragment at once, the rounds in flight settled first */
-        if (diloco_force_sync(d, err, sizeof err) < 0) {
+        if (diloco_force_sync(d, err, sizeof err) < 0 || device_move(&dev, 0, err, sizeof err) < 0) {
             say(c, "error rank %d: %s\n", c->rank, err);
             c->failed = 1;
         } else {
@@ -433,13 +548,11 @@ static void *rank_main(void *p)
         }
     }
     diloco_close(d);
-    if (hd) { /* what went through the hooks (the test checks that the device path was the one taken) */
-        unsigned long nd, nl[3];
-        host_device_counts(hd, &nd, nl);
-        say(c, "hooks rank %d delta %lu snapshot %lu copy %lu mix %lu\n", c->rank, nd, nl[0], nl[1], nl[2]);
-    }
+    if (c->dev_kind) /* what went through the hooks (the test checks that the device path was the one taken) */
+        say(c, "hooks rank %d delta %lu snapshot %lu copy %lu mix %lu\n", c->rank, dev.delta, dev.load[0], dev.load[1],
+            dev.load[2]);
     if (mine != t->params) free(mine);
-    host_device_free(hd);
+    device_close(&dev);
     t->destroy(t);
     return NULL;
 }
@@ -509,7 +622,7 @@ int main(int argc, char **argv)
                                    {"stop-rank", 1, 0, 'P'},
                                    {"stop-step", 1, 0, 'p'},
                                    {"stop-file", 1, 0, 'f'},
-                                   {"device-hooks", 0, 0, 'V'},
+                                   {"device-hooks", 1, 0, 'V'},
                                    {0, 0, 0, 0}};
     for (int ch; (ch = getopt_long(argc, argv, "", opts, NULL)) != -1;) {
         switch (ch) {
@@ -537,7 +650,7 @@ int main(int argc, char **argv)
         case 'P': base.stop_rank = atoi(optarg); break;
         case 'p': base.stop_step = atol(optarg); break;
         case 'f': base.stop_file = optarg; break;
-        case 'V': base.dev_hooks = 1; break;
+        case 'V': base.dev_kind = optarg; break;
         default: fprintf(stderr, "usage: see the comment at the top of tests/tools/group_worker.c\n"); return 2;
         }
     }

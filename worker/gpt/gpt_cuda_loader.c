@@ -5,8 +5,8 @@
  * machine) and about 200 MB of resident memory before main(), even with --device cpu: the dynamic
  * loader relocates libcublasLt at start. The backend (worker/cuda/gpt_cuda_*.cu and diloco_cuda.cu)
  * is built instead into bin/libdiloco_gpt_cuda.so, next to bin/worker, and this file defines the
- * functions of gpt_cuda.h and diloco_cuda.h that worker/gpt/gpt_trainer.c calls as thin forwards to
- * that library, opened on first use.
+ * functions of gpt_cuda.h and diloco_cuda.h that worker/gpt/gpt_trainer.c calls (and the two parameter
+ * copies tests/tools/group_worker's CUDA ranks make) as thin forwards to that library, opened on first use.
  *
  * - gpt_cuda_device_count is the entry: with --device auto (the default) on a machine without an
  *   NVIDIA device node it answers 0 without loading anything; otherwise it loads the library and asks.
@@ -32,7 +32,8 @@
 
 #define BACKEND_SONAME "libdiloco_gpt_cuda.so"
 
-/* every symbol the trainer calls: one function pointer each, named like the function */
+/* every symbol the trainer and group_worker call: one function pointer each, named like the function */
+/* clang-format off */
 #define BACKEND_SYMBOLS(X)                                                                                     \
     X(gpt_cuda_device_count)                                                                                   \
     X(gpt_cuda_create) X(gpt_cuda_free) X(gpt_cuda_set_precision) X(gpt_cuda_set_attention)                   \
@@ -41,7 +42,8 @@
     X(gpt_cuda_get_params) X(gpt_cuda_set_moments) X(gpt_cuda_get_moments) X(gpt_cuda_pin) X(gpt_cuda_unpin)  \
     X(gpt_cuda_forward) X(gpt_cuda_backward) X(gpt_cuda_clip) X(gpt_cuda_last_norm) X(gpt_cuda_adamw)         \
     X(gpt_cuda_sync) X(gpt_cuda_params_device) X(gpt_cuda_stream)                                             \
-    X(dl_cuda_create) X(dl_cuda_free) X(dl_cuda_ops)
+    X(dl_cuda_create) X(dl_cuda_free) X(dl_cuda_ops) X(dl_cuda_params_upload) X(dl_cuda_params_download)
+/* clang-format on */
 
 static struct {
 #define BACKEND_FIELD(name) __typeof__(&name) name;
@@ -218,14 +220,27 @@ void *gpt_cuda_stream(gpt_cuda *g)
     return backend.gpt_cuda_stream(g);
 }
 
+/* The device hooks' side: dl_cuda_create loads the backend itself (tests/tools/group_worker's ranks make a
+ * dl_cuda of their own, with no GPT trainer); the rest take the dl_cuda it made. */
 dl_cuda *dl_cuda_create(float *params, size_t numel, void *stream, char *err, size_t errlen)
 {
+    if (gpt_cuda_backend_load(err, errlen)) return NULL;
     return backend.dl_cuda_create(params, numel, stream, err, errlen);
 }
 
 void dl_cuda_ops(dl_cuda *c, diloco_device_ops *ops)
 {
     backend.dl_cuda_ops(c, ops);
+}
+
+int dl_cuda_params_upload(dl_cuda *c, const float *host, size_t off, size_t n, char *err, size_t errlen)
+{
+    return backend.dl_cuda_params_upload(c, host, off, n, err, errlen);
+}
+
+int dl_cuda_params_download(dl_cuda *c, float *host, size_t off, size_t n, char *err, size_t errlen)
+{
+    return backend.dl_cuda_params_download(c, host, off, n, err, errlen);
 }
 
 #else

@@ -109,19 +109,24 @@ end
 -- functions: async mode
 
 -- A resent submission (same worker incarnation, same submission number: its first try ran but the
--- reply was lost) gets the places its first try got, not new ones: a place nobody pushes to would stop
--- that shard's order until the worker is evicted. The worker record keeps its last submission's number,
--- fragment and places (sub_no, sub_frag, sub_seqs). -> the seqs, or nil when n is a new submission.
+-- reply was lost), or the same submission made by another rank of a process group (each rank's thread
+-- places the group's submission: worker/diloco/async.c, async_place_deliver), gets what the first call
+-- got, not new places: a place nobody pushes to would stop that shard's order until the worker is
+-- evicted. A refused one (STALE) is refused again, recorded once. The worker record keeps its last
+-- submission's number, fragment and places or refusal (sub_no, sub_frag, sub_seqs, sub_refused).
+-- -> the seqs, or nil when n is a new submission.
 local function repeated_submission(rec, n, f, nshards)
     local last = rec.sub_no or 0
     if n > last then return nil end
     if n < last then
         error('BADARG submission ' .. n .. ' is older than this incarnation\'s last one (' .. last .. ')')
     end
-    if rec.sub_frag ~= f or #rec.sub_seqs ~= nshards then
-        error('BADARG submission ' .. n .. ' was for fragment ' .. rec.sub_frag .. ' with ' .. #rec.sub_seqs ..
+    local had = rec.sub_refused and nshards or #rec.sub_seqs
+    if rec.sub_frag ~= f or had ~= nshards then
+        error('BADARG submission ' .. n .. ' was for fragment ' .. rec.sub_frag .. ' with ' .. had ..
               ' shards; a repeat must be the same submission')
     end
+    if rec.sub_refused then error(rec.sub_refused) end
     return rec.sub_seqs
 end
 
@@ -192,10 +197,14 @@ local function dl_submit(keys, args)
     local plan = check_plan(shards, args)
     local over = first_over(plan, limit)
     if over then
-        -- the rejection itself is recorded (the only writes before this error), nothing else changes
+        -- the rejection itself is recorded, and kept as the answer to a repeat (the only writes before this
+        -- error); nothing else changes
         reject_stale(P, w, f, plan, over)
-        error('STALE a submission for shard ' .. over[1] .. ' from version ' .. over[2] .. ' would be ' ..
-              (over[3] - over[2]) .. ' versions stale (limit ' .. limit .. '); fetch the current parameters')
+        local msg = 'STALE a submission for shard ' .. over[1] .. ' from version ' .. over[2] .. ' would be ' ..
+                    (over[3] - over[2]) .. ' versions stale (limit ' .. limit .. '); fetch the current parameters'
+        rec.sub_no, rec.sub_frag, rec.sub_seqs, rec.sub_refused = n, f, nil, msg
+        put_worker(P, w, rec)
+        error(msg)
     end
     local seqs, worst, sum = {}, 0, 0
     for i, p in ipairs(plan) do
@@ -213,7 +222,7 @@ local function dl_submit(keys, args)
     rec.stale_sum = (rec.stale_sum or 0) + mean
     rec.stale_mean = rec.stale_sum / rec.stale_n
     rec.stale_max = math.max(rec.stale_max or 0, worst)
-    rec.sub_no, rec.sub_frag, rec.sub_seqs = n, f, seqs
+    rec.sub_no, rec.sub_frag, rec.sub_seqs, rec.sub_refused = n, f, seqs, nil
     if group_size(rec) > 1 then rec.synced = true end
     put_worker(P, w, rec)
     redis.call('ZADD', P .. ':heartbeats', now, w)

@@ -123,6 +123,40 @@ grep -q ' 1 new registrations, [1-9][0-9]* no-op places' "$TMP/ref-galeave.log" 
 say "galeave: the group left and registered again; bit-identical to the $(sed 's/.*replayed //' "$TMP/ref-galeave.log")"
 finish
 
+# Async Streaming: every rank's thread places the group's submission (the same submission number and bases
+# on every rank: dl_submit answers the ranks after the first with the places the first got), so no training
+# thread waits for Redis. gasplit: g1 reaches Redis through a proxy that lets its first dl_submit through and
+# loses the next 10 (the other rank's 5 tries of 2 sends each), so one rank of the group placed the
+# submission and the other could not: at the next boundary that rank places it again, gets the same places,
+# and delivers its part (the submission applied at a second try). gastale: g1, slow, in a run with
+# --max-staleness 1, gets refusals as STALE, each recorded once however many ranks made the call.
+new_run gasplit 2 --dn-buffer-size 3
+keep_servers 2 --lease-ttl-ms 2000
+drop_proxy g1 "$PORT" --match dl_submit --skip 1 --drops 10 --lose command
+REDIS_URL=$URL; URL="redis://127.0.0.1:$PPORT_g1"; group g1 5; URL=$REDIS_URL
+start_worker w1 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 10
+start_worker w2 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 15
+wait_workers g1 w1 w2
+[ "$(grep -c lost "$TMP/proxy-gasplit-g1.log")" = 10 ] || fail "gasplit: the proxy lost $(grep -c lost "$TMP/proxy-gasplit-g1.log") dl_submit calls, not 10"
+grep -q 'the group.s submission was applied at a second try' "$TMP/worker-g1.log" ||
+  fail "gasplit: the rank whose calls were lost did not complete the submission: $(grep -E 'WARN|ERROR' "$TMP/worker-g1.log" | head -n 5)"
+same_steps g1 $((STEPS * 2 / H - 1))
+ref_async_check gasplit $H "(Streaming, a group one of whose ranks placed its submission at a second try)" --sync-every 20
+finish
+
+new_run gastale 2 --dn-buffer-size 3 --max-staleness 1
+keep_servers 2 --lease-ttl-ms 2000
+group g1 27
+start_worker w1 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 3
+start_worker w2 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 12
+wait_workers g1 w1 w2
+refused=$($RCLI XRANGE "dl:{$RUN}:events" - + | awk '/^worker$/ {getline; w = $0} /^code$/ {getline; if ($0 == "STALE" && w == "g1") n++} END {print n + 0}')
+seen=$(sed -n 's/.*WARN \(round [0-9]* of fragment [0-9]*\) did not complete for the group (rank [01]: STALE .*/\1/p' "$TMP/worker-g1.log" | sort -u | wc -l)
+[ "$seen" -ge 1 ] || fail "gastale: no submission of g1 was refused as STALE (the staleness bound proved too loose)"
+[ "$refused" = "$seen" ] || fail "gastale: the group saw $seen submissions refused as STALE and Redis recorded $refused refusals"
+say "gastale: $seen submissions of the group refused as STALE, each recorded once"
+finish
+
 # A sharded group (FSDP: group_worker --sharded, each rank holding only its half of the one tensor, the run
 # cut for 2 ranks by --fsdp-ranks 2) in an async run with --async-lookahead 0.5: rank 0 places the group's
 # submission for every shard of the run from the versions the ranks gave (each sees only its own shards),

@@ -12,9 +12,11 @@
  * fragment's next Δ, never redone (async_complete): its Δ may have been applied already; one still pending
  * when the session closes is completed by the close (async_complete_closing).
  *
- * A process group's rank moves only its part of a fragment's shards (dl_first_shard): its rank 0 places the
- * group's submission for the whole fragment (async_place_shards) and every rank delivers its part
- * (async_deliver), group.c making the collectives around them. */
+ * A process group's rank moves only its part of a fragment's shards (dl_first_shard). In a blocking round
+ * its rank 0 places the group's submission for the whole fragment (async_place_shards) and every rank
+ * delivers its part (async_deliver), group.c making the collectives around them; in Streaming every rank's
+ * thread places the same submission, the ranks after the first getting the places it got, and delivers its
+ * part (async_place_deliver), so the training threads never wait for Redis. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,37 +27,41 @@
 #include "internal.h"
 #include "redis/rconn.h"
 
-#define SUBMIT_ARGS_MAX (2 * RUNCONF_MAX_SHARDS + 8)
+#define SUBMIT_HEAD 8 /* FCALL dl_submit 1 config worker incarnation fragment submission */
+#define NUM_LEN 24    /* a number's text */
 
 /* dl_submit of submission d->submission for the n shards ids[] (the run's numbers) of fragment f from the
  * base versions bases[]; seqs[] takes their places. Sent again (here or by dl_command_argv after a
  * reconnect) when no reply came: a try that ran answers the same places again (lua/40_barriers.lua,
- * repeated_submission). */
+ * repeated_submission). The ranks of a group call it at once from their threads (async_place_deliver):
+ * the command's text is this call's own. */
 static int submit(diloco *d, int f, int n, const int *ids, const int64_t *bases, int64_t *seqs, char *err,
                   size_t errlen)
 {
-    static const char *argv[SUBMIT_ARGS_MAX];
-    static char nums[SUBMIT_ARGS_MAX][24];
     int argc = 0;
-    char inc[24], frag[16], no[24];
-    snprintf(inc, sizeof inc, "%" PRId64, dl_inc(d));
-    snprintf(frag, sizeof frag, "%d", f);
-    snprintf(no, sizeof no, "%" PRId64, d->submission);
+    const char **argv = malloc((size_t)(SUBMIT_HEAD + 2 * n) * sizeof *argv);
+    char *nums = malloc((size_t)(3 + 2 * n) * NUM_LEN); /* incarnation, fragment, submission, the pairs */
+    if (!argv || !nums) {
+        free(argv);
+        free(nums);
+        err_set(err, errlen, "out of memory");
+        return DL_FAIL;
+    }
+    snprintf(nums, NUM_LEN, "%" PRId64, dl_inc(d));
+    snprintf(nums + NUM_LEN, NUM_LEN, "%d", f);
+    snprintf(nums + 2 * NUM_LEN, NUM_LEN, "%" PRId64, d->submission);
     argv[argc++] = "FCALL";
     argv[argc++] = "dl_submit";
     argv[argc++] = "1";
     argv[argc++] = d->config_key;
     argv[argc++] = d->worker_id;
-    argv[argc++] = inc;
-    argv[argc++] = frag;
-    argv[argc++] = no;
+    for (int i = 0; i < 3; i++) argv[argc++] = nums + i * NUM_LEN;
     for (int i = 0; i < n; i++) {
-        snprintf(nums[argc], sizeof nums[argc], "%d", ids[i]);
-        argv[argc] = nums[argc];
-        argc++;
-        snprintf(nums[argc], sizeof nums[argc], "%" PRId64, bases[i]);
-        argv[argc] = nums[argc];
-        argc++;
+        char *id = nums + (size_t)(3 + 2 * i) * NUM_LEN, *base = id + NUM_LEN;
+        snprintf(id, NUM_LEN, "%d", ids[i]);
+        snprintf(base, NUM_LEN, "%" PRId64, bases[i]);
+        argv[argc++] = id;
+        argv[argc++] = base;
     }
     redisReply *r = dl_command_argv(d, argc, argv, NULL, err, errlen);
     int rc = DL_OK;
@@ -71,6 +77,8 @@ static int submit(diloco *d, int f, int n, const int *ids, const int64_t *bases,
         for (int i = 0; i < n; i++) seqs[i] = r->element[i]->integer;
     }
     if (r) freeReplyObject(r);
+    free(argv);
+    free(nums);
     return rc;
 }
 
@@ -89,17 +97,47 @@ int async_deliver(diloco *d, int f, char *err, size_t errlen)
     return DL_OK;
 }
 
-int async_place_shards(diloco *d, int f, int n, const int *ids, const int64_t *bases, int64_t *seqs, char *err,
-                       size_t errlen)
+/* dl_submit of the session's current submission, retried while Redis does not answer. */
+static int place(diloco *d, int f, int n, const int *ids, const int64_t *bases, int64_t *seqs, char *err, size_t errlen)
 {
     int rc = DL_RETRY;
-    d->submission++;
     for (unsigned attempt = 0; rc == DL_RETRY && attempt < 5; attempt++) {
         rc = submit(d, f, n, ids, bases, seqs, err, errlen);
         if (rc != DL_RETRY || dl_stopping(d)) break; /* (a stop: not sent again, as after the 5th) */
         sleep_ms(backoff_ms(attempt, 50, 1000));
     }
     return rc == DL_RETRY ? DL_FAIL : rc;
+}
+
+int async_place_shards(diloco *d, int f, int n, const int *ids, const int64_t *bases, int64_t *seqs, char *err,
+                       size_t errlen)
+{
+    d->submission++;
+    return place(d, f, n, ids, bases, seqs, err, errlen);
+}
+
+int async_place_deliver(diloco *d, int f, const async_plan *p, int again, char *err, size_t errlen)
+{
+    int *ids = malloc((size_t)p->n * sizeof *ids);
+    int64_t *seqs = malloc((size_t)p->n * sizeof *seqs);
+    int rc = DL_FAIL;
+    if (!ids || !seqs) err_set(err, errlen, "out of memory");
+    if (ids && seqs) {
+        for (int i = 0; i < p->n; i++) ids[i] = p->first + i;
+        if (!again) d->submission++;
+        rc = place(d, f, p->n, ids, p->bases, seqs, err, errlen);
+    }
+    /* the places of f's shards in this session's view: every shard of the fragment (the lookahead aims
+     * them all), or a sharded rank's own */
+    for (int k = d->rc.frag_bounds[f]; rc == DL_OK && k < d->rc.frag_bounds[f + 1]; k++)
+        d->seq[k] = seqs[dl_shard_id(d, k) - p->first];
+    free(ids);
+    free(seqs);
+    if (rc != DL_OK) return rc;
+    /* from here the submission has its places: completed or abandoned with the other ranks (group.c's
+     * async_settle), never sent again as part of another one */
+    d->frag_incomplete[f] = 1;
+    return async_deliver(d, f, err, errlen);
 }
 
 /* async_place_shards for the shards of fragment f, from shard_version into seq. */

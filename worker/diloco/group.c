@@ -28,8 +28,11 @@
  *             stream_launch, sync.c's round as a worker of one process sends a fragment) while the ranks
  *             train: the collectives stay on the training thread, at the boundaries, and a worker of one
  *             process applies a fragment in flight D intervals after it sent it, as the group does. In an
- *             async run the submission is placed at its boundary (PLACES is a collective) and only its
- *             delivery goes on the threads;
+ *             async run every rank's thread places the same submission (the ranks number them together:
+ *             PREPARE hands out rank 0's count; dl_submit answers the calls after the first with the
+ *             places, or refusal, the first got) and delivers its part (async.c async_place_deliver); at
+ *             the next boundary NET also says whether any rank's call got the places, and a rank whose call
+ *             failed then places it again (async_settle);
  *   between:  CHECK every grp_check_every inner steps (a number rank 0 sets at each CHECK from its pace: about
  *             two per heartbeat interval, at least one a second): whether any rank's heartbeat found the
  *             group evicted, or its host asked it to stop (agree_stop); if evicted, every
@@ -1052,6 +1055,20 @@ static int place_all(diloco *d, int f, frag_versions *v, char *err, size_t errle
     return rc;
 }
 
+/* Async Streaming: fragment f's submission (the versions every rank gave at PREPARE) kept for the ranks'
+ * threads, which place it (async_place_deliver), and for a second try (async_settle). */
+static int plan_keep(diloco *d, const frag_versions *v, char *err, size_t errlen)
+{
+    if (!d->grp_plan.bases && !(d->grp_plan.bases = malloc((size_t)d->run_nshards * sizeof(int64_t)))) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    d->grp_plan.first = v->first;
+    d->grp_plan.n = v->n;
+    memcpy(d->grp_plan.bases, v->whole, (size_t)v->n * sizeof(int64_t));
+    return 0;
+}
+
 /* Async, instead of a barrier round's arrival: rank 0 places the group's submission for the whole fragment
  * (place_all, from the base versions every rank gave at PREPARE) and PLACES hands the places to every rank.
  * me->status: rank 0's (STALE, EVICTED, FAIL: nothing placed) on every rank. -1 when the collective failed. */
@@ -1095,12 +1112,16 @@ static int async_net(diloco *d, int f, group_msg *me, frag_versions *v, group_ms
  * incarnation becomes a no-op: shard-server/commit.c), and recover registers it again: a group does not
  * carry a half-delivered submission into its next interval, where every rank would have to agree on its
  * completion. *worst: the worst status of the ranks (DL_OK: applied); -1 when the collective failed. */
-static int async_settle(diloco *d, int f, frag_versions *v, group_msg *all, int *worst, char *err, size_t errlen)
+static int async_settle(diloco *d, int f, int unplaced, frag_versions *v, group_msg *all, int *worst, char *err,
+                        size_t errlen)
 {
     if (d->grp_rank == 0)
         log_warn("fragment %d: the group's submission was not applied on every rank (%s); trying once more", f, err);
     group_msg me = {0};
-    me.status = d->frag_incomplete[f] ? async_deliver(d, f, me.err, sizeof me.err) : DL_OK;
+    if (unplaced) /* (the same submission: dl_submit answers with the places another rank's call got) */
+        me.status = async_place_deliver(d, f, &d->grp_plan, 1, me.err, sizeof me.err);
+    else
+        me.status = d->frag_incomplete[f] ? async_deliver(d, f, me.err, sizeof me.err) : DL_OK;
     me.v[1] = part_digest(d, me.status); /* (as NET's) */
     me.v[2] = dylu_offer(d); /* (this gather is the round's last, as NET's would have been) */
     if (gather_versions(d, f, GRP_COMPLETE, &me, v, all, err, errlen) < 0) return -1;
@@ -1146,7 +1167,7 @@ static int net(diloco *d, int f, frag_versions *v, group_msg *all, int *worst, c
     if (gather_versions(d, f, GRP_NET, &me, v, all, err, errlen) < 0) return -1;
     if (d->grp_stop) return stop_agreed(&me, err, errlen);
     *worst = worst_failure(all, d->o.group.size, err, errlen);
-    if (*worst != DL_OK && placed && async_settle(d, f, v, all, worst, err, errlen) < 0) return -1;
+    if (*worst != DL_OK && placed && async_settle(d, f, 0, v, all, worst, err, errlen) < 0) return -1;
     if (*worst != DL_OK) return 0;
     take_versions(d, f, v);
     d->grp_digest = shards_digest_sum(all, d->o.group.size);
@@ -1163,10 +1184,12 @@ static int prepare(diloco *d, int f, frag_versions *v, group_msg *all, int *wors
     prep_outcome p = round_prepare_delta(d, f, me.err, sizeof me.err);
     me.status = p == PREP_SEND ? DL_OK : p == PREP_CORRUPT ? DL_CORRUPT : p == PREP_RESET ? DL_STALE : DL_FAIL;
     me.v[0] = (int64_t)d->push_tokens[f];
+    me.v[3] = d->submission;
     if (gather_versions(d, f, GRP_PREPARE, &me, v, all, err, errlen) < 0) return -1;
     if (d->grp_stop) return stop_agreed(&me, err, errlen);
     *worst = worst_failure(all, d->o.group.size, err, errlen);
     if (*worst != DL_OK) return 0;
+    d->submission = all[0].v[3]; /* (async: the ranks number the submissions they all place as rank 0 does) */
     uint64_t tokens = 0; /* the group's pseudo-gradient weighs all its ranks' tokens */
     for (int r = 0; r < d->o.group.size; r++) tokens += (uint64_t)all[r].v[0];
     d->push_tokens[f] = tokens;
@@ -1200,6 +1223,8 @@ static int settle_taken(diloco *d, const stream_slot *s, int *recovered, char *e
     snprintf(me.err, sizeof me.err, "%s", s->err);
     me.v[1] = part_digest(d, me.status); /* (its thread is joined: base holds the round's new values) */
     me.v[2] = dylu_offer(d);
+    int placed = s->rc == DL_OK || (d->rc.async && d->frag_incomplete[f]); /* (async: got its places) */
+    me.v[3] = placed;
     d->cur = s->info; /* what the round counted, for its record */
     int rc = gather_versions(d, f, GRP_NET, &me, &v, all, err, errlen);
     if (rc == 0 && d->grp_stop) {
@@ -1210,7 +1235,9 @@ static int settle_taken(diloco *d, const stream_slot *s, int *recovered, char *e
     }
     if (rc == 0) {
         worst = worst_failure(all, size, err, errlen);
-        if (worst != DL_OK && d->rc.async) rc = async_settle(d, f, &v, all, &worst, err, errlen);
+        int any_placed = 0; /* (none: every rank's dl_submit was refused or failed, nothing to complete) */
+        for (int r = 0; r < size; r++) any_placed |= all[r].v[3] != 0;
+        if (worst != DL_OK && d->rc.async && any_placed) rc = async_settle(d, f, !placed, &v, all, &worst, err, errlen);
     }
     if (rc == 0 && worst == DL_OK) {
         take_versions(d, f, &v);
@@ -1254,7 +1281,7 @@ static int round_run(diloco *d, int f, int in_flight, char *err, size_t errlen)
     int64_t round = d->frag_version[f];
     int worst = DL_STALE, rc = 0;
     frag_versions v;
-    group_msg me = {0}, *all = round_alloc(d, f, &v, err, errlen);
+    group_msg *all = round_alloc(d, f, &v, err, errlen);
     if (!all) return -1;
     snprintf(err, errlen, "a rank's parameters were out of step with the group's");
     stream_ready(d, f); /* (sync Streaming: f's last round's thread may still look at its commit) */
@@ -1262,13 +1289,9 @@ static int round_run(diloco *d, int f, int in_flight, char *err, size_t errlen)
     if (!d->grp_dirty) rc = prepare(d, f, &v, all, &worst, err, errlen);
     d->base_busy = 0;
     int go = rc == 0 && !d->grp_dirty && worst == DL_OK;
-    if (go && in_flight && d->rc.async) { /* async: the places, here (a collective) */
-        rc = async_places(d, f, &me, &v, all, err, errlen);
-        worst = me.status;
-        if (rc == 0 && d->grp_stop)
-            rc = stop_agreed(&me, err, errlen);
-        else if (rc == 0 && worst != DL_OK)
-            snprintf(err, errlen, "rank 0: %s", me.err);
+    if (go && in_flight && d->rc.async) { /* async: the submission every rank's thread places */
+        lookahead_keep(d, f); /* (the bases and versions the next start is aimed from: every rank holds all) */
+        rc = plan_keep(d, &v, err, errlen);
     } else if (go && !in_flight) {
         rc = net(d, f, &v, all, &worst, err, errlen);
     }
@@ -1276,7 +1299,7 @@ static int round_run(diloco *d, int f, int in_flight, char *err, size_t errlen)
     if (rc < 0) return -1;
     if (rc > 0) return stopped(d, err, err, errlen);
     if (worst == DL_OK && in_flight) {
-        stream_launch(d, f, d->rc.async); /* (async: the thread delivers the placed submission) */
+        stream_launch(d, f, d->rc.async ? &d->grp_plan : NULL);
         return 0;
     }
     if (worst == DL_OK) return completed(d, f, 0.0, round, t0, err, errlen);

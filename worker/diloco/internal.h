@@ -104,6 +104,13 @@ typedef struct stream_tail {
     int done;    /* (atomic) the thread has ended: joining it does not wait */
 } stream_tail;
 
+/* A process group's async submission of a fragment: the run's shards [first, first + n) from base versions
+ * bases[0, n), the same on every rank (group.c builds it from the versions its ranks gave). */
+typedef struct async_plan {
+    int first, n;
+    int64_t *bases;
+} async_plan;
+
 /* A fragment's round in flight on a background thread (streaming.c). Its threads count what the round
  * sends and receives in info (dl_round_info), not in the session's cur: rounds in flight at once would
  * mix their counters there. */
@@ -116,7 +123,7 @@ typedef struct stream_slot {
     int net_done; /* dl_stream_overlap: the network round is over (under stream_mu) */
     int rc;       /* round_net's outcome */
     int fresh;    /* sent right after every fragment was fetched: round_net */
-    int deliver;  /* a process group's async submission, placed already: only async_deliver on the thread */
+    const async_plan *plan; /* a process group's async submission: async_place_deliver on the thread */
     char err[256];
     diloco_sync_info info;
     struct diloco *d;
@@ -280,6 +287,7 @@ struct diloco {
     uint64_t *run_bounds; /* sharded: the run's run_nshards+1 shard bounds (rc.shard_bounds otherwise) */
     int *run_frag_bounds; /* sharded: the run's fragment bounds, run shard numbers (rc.frag_bounds otherwise) */
     uint64_t grp_digest;  /* sharded: the run's shards digest, summed over the ranks at the last agreement */
+    async_plan grp_plan;  /* async Streaming: the submission of the round in flight (one at a time in async) */
 };
 
 /* The run was shut down (a heartbeat's reply said so, or a Function refused with SHUTDOWN); hb_mu held. A
@@ -601,6 +609,11 @@ int async_submit_net(diloco *d, int f, char *err, size_t errlen);
  * A process group's rank 0 places the group's submission for every shard its ranks move (group.c). */
 int async_place_shards(diloco *d, int f, int n, const int *ids, const int64_t *bases, int64_t *seqs, char *err,
                        size_t errlen);
+/* A group rank's async round of fragment f, on its thread: every rank places the same submission p (the
+ * session's next number, or with again its current one: a second try), dl_submit answering the ranks after
+ * the first with the places the first got, and delivers its part (async_deliver). The places of f's shards
+ * go into seq and, once placed, frag_incomplete[f] is set. The outcome as async_submit_net's. */
+int async_place_deliver(diloco *d, int f, const async_plan *p, int again, char *err, size_t errlen);
 /* The second half: the Δ of each shard this session moves of fragment f (dl_first_shard..) to its place,
  * then each such shard once the submission is applied (resent to an owner that lacks it); base takes the
  * versions got, frag_incomplete[f] is cleared and frag_version[f] is the lowest of them. */
@@ -686,12 +699,13 @@ void stream_finish_inflight(diloco *d);
  * may still write f's tentative state, and the ended threads of the others (their lanes free again). */
 void stream_ready(diloco *d, int f);
 /* A process group's Streaming (group.c), whose ranks settle each round together: fragment f's network round
- * (stream_ready, its Δ prepared, agreed; deliver: an async submission's places given, only its delivery)
- * goes in flight on a thread as a worker of one process's does (stream_launch); the
+ * (stream_ready, its Δ prepared, agreed; plan: an async submission, placed and delivered by
+ * async_place_deliver; NULL: round_net) goes in flight on a thread as a worker of one process's does
+ * (stream_launch); the
  * oldest is waited for and taken out of flight, its outcome, message and counters copied to *out, nothing
  * settled (stream_take_oldest); every round in flight waited for and dropped, before anything fetches every
  * fragment (stream_drop_inflight); whether a round's thread may be writing base now (stream_base_busy). */
-void stream_launch(diloco *d, int f, int deliver);
+void stream_launch(diloco *d, int f, const async_plan *plan);
 void stream_take_oldest(diloco *d, stream_slot *out);
 void stream_drop_inflight(diloco *d);
 int stream_base_busy(diloco *d);

@@ -297,4 +297,5 @@ void state_free(diloco *d)
     free(d->tails);
     free(d->grp_bounds);
     free(d->grp_parts);
+    free(d->grp_plan.bases);
 }

@@ -51,7 +51,8 @@ static void *inflight_main(void *p)
     diloco_sync_info *prev_info = dl_round_info_use(&s->info);
     /* sync: its own control connection (the rounds' arrivals and reads, and a tail's look, would take turns on ctl) */
     rconn **prev_ctl = dl_round_ctl_use(many ? &d->lane_ctl[d->tails[f].lane] : NULL);
-    s->rc = s->deliver ? async_deliver(d, f, s->err, sizeof s->err) : round_net(d, f, s->fresh, s->err, sizeof s->err);
+    s->rc = s->plan ? async_place_deliver(d, f, s->plan, 0, s->err, sizeof s->err)
+                    : round_net(d, f, s->fresh, s->err, sizeof s->err);
     int ok = s->rc == DL_OK;
     diloco_sync_info after = {0}; /* what the look counts (nothing today) must not go to s, settled meanwhile */
     if (many) {                   /* the boundary may settle it now (s is not touched after this) */
@@ -142,12 +143,12 @@ void stream_ready(diloco *d, int f)
 }
 
 /* Fragment f's network round (its Δ prepared) in flight on a thread of its own. */
-static void launch(diloco *d, int f, int fresh, int deliver)
+static void launch(diloco *d, int f, int fresh, const async_plan *plan)
 {
     stream_slot *s = slot_at(d, d->inflight_count);
     /* (info starts as cur: what preparing counted, the confirm of f's previous round) */
     *s = (stream_slot){
-        .d = d, .frag = f, .round = d->frag_version[f], .t0 = now_ms(), .info = d->cur, .fresh = fresh, .deliver = deliver};
+        .d = d, .frag = f, .round = d->frag_version[f], .t0 = now_ms(), .info = d->cur, .fresh = fresh, .plan = plan};
     d->inflight_count++;
     if (!dl_stream_overlap(d)) {
         s->threaded = pthread_create(&s->thread, NULL, inflight_main, s) == 0;
@@ -173,7 +174,7 @@ static int begin_fragment(diloco *d, int f, int fresh, char *err, size_t errlen)
     prep_outcome p = round_prepare_delta(d, f, err, errlen);
     d->base_busy = 0;
     if (p != PREP_SEND) return settle_unsent(d, f, round, p, t0, err, errlen);
-    launch(d, f, fresh, 0);
+    launch(d, f, fresh, NULL);
     return 0;
 }
 
@@ -294,9 +295,9 @@ void stream_finish_inflight(diloco *d)
 
 /* ---- a process group's rounds in flight (group.c settles them, its ranks together) ------------------- */
 
-void stream_launch(diloco *d, int f, int deliver)
+void stream_launch(diloco *d, int f, const async_plan *plan)
 {
-    launch(d, f, 0, deliver);
+    launch(d, f, 0, plan);
 }
 
 void stream_take_oldest(diloco *d, stream_slot *out)

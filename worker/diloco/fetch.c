@@ -209,18 +209,26 @@ int fetch_all(diloco *d, char *err, size_t errlen)
     return 0;
 }
 
-/* Our round of fragment f is gone: base[f] takes the current global version (params untouched). */
-int fetch_current(diloco *d, int f, char *err, size_t errlen)
+int fetch_current_once(diloco *d, int f, char *err, size_t errlen)
 {
     char key[KEY_MAX], field[32];
     snprintf(field, sizeof field, "round:%d", f);
     redisReply *r = dl_command(d, err, errlen, "HGET %s %s", key_run(key, sizeof key, d->o.run, "state"), field);
     if (dl_reply_failed(r) || r->type != REDIS_REPLY_STRING) {
         if (r) freeReplyObject(r);
-        return -1;
+        return DL_FAIL;
     }
     int64_t want = atoll(r->str);
     freeReplyObject(r);
     owners_refresh(d, err, errlen);
-    return fetch_fragment(d, f, want, 0, err, errlen);
+    return fetch_fragment_once(d, f, want, 0, err, errlen);
+}
+
+int fetch_current(diloco *d, int f, char *err, size_t errlen)
+{
+    for (;;) {
+        int rc = fetch_current_once(d, f, err, errlen);
+        if (rc != DL_CORRUPT) return rc == DL_OK ? 0 : -1;
+        if (repair_wait(d, err, err, errlen) < 0) return -1;
+    }
 }

@@ -1209,13 +1209,44 @@ static int completed(diloco *d, int f, double alpha, int64_t round, uint64_t t0,
 
 /* ---- Streaming: rounds in flight on threads while the ranks train -------------------------------------- */
 
+/* Async Streaming: every rank's call of the group's submission of fragment f was refused as STALE (the
+ * group is still a member: dl_submit looks at that first). As a worker of one process does (round.c's
+ * round_net: fetch_current), only f continues from the current global parameters: each rank fetches its
+ * part at the versions the run has now, the ranks exchange their versions and parts, and every other
+ * fragment keeps what the ranks trained. 1 (params changed), -1 (a collective failed, or a stop agreed), or
+ * 0 when a rank could not fetch (or met a corrupt shard): *worst says how, and the group recovers as after
+ * any other failure. */
+static int refused(diloco *d, int f, int64_t round, uint64_t t0, const char *why, int *worst, char *err, size_t errlen)
+{
+    if (d->grp_rank == 0)
+        log_warn("round %" PRId64 " of fragment %d lost (stale): %s; continuing from the current global parameters",
+                 round, f, why);
+    frag_versions v;
+    group_msg me = {0}, *all = round_alloc(d, f, &v, err, errlen);
+    if (!all) return -1;
+    me.status = fetch_current_once(d, f, me.err, sizeof me.err);
+    me.v[1] = part_digest(d, me.status);
+    int rc = gather_versions(d, f, GRP_FETCH, &me, &v, all, err, errlen);
+    if (rc == 0 && !d->grp_stop && (*worst = worst_failure(all, d->o.group.size, err, errlen)) == DL_OK) {
+        take_versions(d, f, &v);
+        d->grp_digest = shards_digest_sum(all, d->o.group.size);
+    }
+    round_free(all, &v);
+    if (rc < 0) return -1;
+    if (d->grp_stop) return stopped(d, me.err, err, errlen);
+    if (*worst != DL_OK) return 0;
+    if (exchange(d, f, 0.0, err, errlen) < 0) return -1;
+    record(d, f, round, t0, 1);
+    return 1;
+}
+
 /* A round taken out of flight (s) on every rank: its outcome agreed (NET; async: with the versions got, and a
  * part not applied tried once more, async_settle), then its exchange, mixed by the fragment alpha; one that
  * did not complete everywhere drops the others in flight (every rank does: the same outcome) and the group
  * recovers (*recovered). 1 params changed, 0 not (a recovery that failed: the next sync tries again), -1. */
 static int settle_taken(diloco *d, const stream_slot *s, int *recovered, char *err, size_t errlen)
 {
-    int size = d->o.group.size, f = s->frag, worst = DL_FAIL;
+    int size = d->o.group.size, f = s->frag, worst = DL_FAIL, refusal = 0;
     frag_versions v;
     group_msg me = {0}, *all = round_alloc(d, f, &v, err, errlen);
     if (!all) return -1;
@@ -1238,6 +1269,7 @@ static int settle_taken(diloco *d, const stream_slot *s, int *recovered, char *e
         int any_placed = 0; /* (none: every rank's dl_submit was refused or failed, nothing to complete) */
         for (int r = 0; r < size; r++) any_placed |= all[r].v[3] != 0;
         if (worst != DL_OK && d->rc.async && any_placed) rc = async_settle(d, f, !placed, &v, all, &worst, err, errlen);
+        refusal = d->rc.async && !any_placed && worst == DL_STALE; /* (all refused: dl_submit's one answer) */
     }
     if (rc == 0 && worst == DL_OK) {
         take_versions(d, f, &v);
@@ -1247,6 +1279,10 @@ static int settle_taken(diloco *d, const stream_slot *s, int *recovered, char *e
     round_free(all, &v);
     if (rc < 0) return -1;
     if (worst == DL_OK) return completed(d, f, d->o.fragment_alpha, s->round, s->t0, err, errlen);
+    if (worst == DL_STALE && refusal) { /* (only f: a worker of one process's way, unless its fetch failed) */
+        int taken = refused(d, f, s->round, s->t0, err, &worst, err, errlen);
+        if (taken != 0) return taken;
+    }
     stream_drop_inflight(d); /* recover fetches every fragment */
     *recovered = 1;
     return recover(d, worst, err, f, s->round, s->t0, err, errlen);

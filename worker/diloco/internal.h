@@ -598,6 +598,9 @@ int fetch_wait_joined(diloco *d, int f, char *err, size_t errlen);
 int fetch_all(diloco *d, char *err, size_t errlen); /* every fragment, into base and params (fetched_all++) */
 /* Our round of fragment f is gone: base[f] takes the current global version (params untouched). */
 int fetch_current(diloco *d, int f, char *err, size_t errlen);
+/* Its one try: DL_OK, DL_FAIL, or DL_CORRUPT (fetch_current waits for the repair alone; a process group's
+ * ranks together). */
+int fetch_current_once(diloco *d, int f, char *err, size_t errlen);
 
 /* async.c: the network part of an async-mode round */
 /* Submit, push, get for fragment f; base[f] holds the versions we got. Once dl_submit gave the places,

@@ -13,29 +13,11 @@
 #   3. sharded groups (a run made with --fsdp-ranks 2: each rank's device holds its half of the vector).
 # Runs on a GPU (bin/libdiloco_gpt_cuda.so and nvidia-smi -L), or on the backend DILOCO_CUDA_BACKEND names
 # (tests/it_cuda_emu.sh runs it on the CPU CUDA emulator's); else skipped (77). Not run on a GPU so far.
-cd "$(dirname "$0")/.." || exit 1
-if [ -n "$DILOCO_CUDA_BACKEND" ]; then
-  [ -f "$DILOCO_CUDA_BACKEND" ] || { echo "DILOCO_CUDA_BACKEND=$DILOCO_CUDA_BACKEND: no such file: skipped"; exit 77; }
-elif [ ! -f bin/libdiloco_gpt_cuda.so ]; then
-  echo "no CUDA backend (nvcc missing at build time): skipped"; exit 77
-elif ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-  echo "no CUDA device: skipped"; exit 77
-fi
-. tests/lib.sh
+. "$(dirname "$0")/lib.sh"
+need_cuda_backend
 NUMEL=32000; SEED=13; H=10; ROUNDS=4
 start_redis
 
-groups() { # RUN STEPS [flags for both groups]: g1 with CUDA device hooks, g2 without
-  _run=$1; _steps=$2; shift 2
-  build/tests/tools/group_worker --redis "$URL" --run "$_run" --worker-id g1 --ranks 2 --steps "$_steps" \
-    --sync-every $H --heartbeat-ms 1000 --device-hooks cuda "$@" > "$TMP/g1-$_run.out" 2> "$TMP/group-g1-$_run.log" &
-  G1=$!; PIDS="$PIDS $G1"
-  build/tests/tools/group_worker --redis "$URL" --run "$_run" --worker-id g2 --ranks 2 --steps "$_steps" \
-    --sync-every $H --heartbeat-ms 1000 "$@" > "$TMP/g2-$_run.out" 2> "$TMP/group-g2-$_run.log" &
-  G2=$!; PIDS="$PIDS $G2"
-  wait "$G1" || fail "$_run: group g1 (CUDA device hooks) exited with status $?: $(cat "$TMP/g1-$_run.out" "$TMP/group-g1-$_run.log" | tail -n 5)"
-  wait "$G2" || fail "$_run: group g2 exited with status $?: $(tail -n 5 "$TMP/g2-$_run.out")"
-}
 check_ref() { # RUN WHAT [ref_quadratic flags]: the shard digests against the reference of g1 and g2 alone
   _run=$1; _what=$2; shift 2
   build/tests/tools/ref_quadratic --numel $NUMEL --seed $SEED --workers g1,g2 --sync-every $H "$@" \
@@ -54,7 +36,8 @@ for mode in bf16 fp32; do
   init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED
   start_server "a$RUN" --lease-ttl-ms 2000
   start_server "b$RUN" --lease-ttl-ms 2000
-  groups $RUN $((ROUNDS * H)) $flags
+  hook_groups cuda $RUN $((ROUNDS * H)) $flags
+  wait_hook_groups $RUN
   ref=""; [ $mode = fp32 ] && ref=--no-bf16
   check_ref $RUN "$RUN (g1 on CUDA device hooks, g2 on the host path)" --rounds $ROUNDS $ref
   for g in g1 g2; do group_same_syncs "$TMP/$g-$RUN.out" "$RUN: $g"; done
@@ -70,7 +53,8 @@ RUN=cgstream; STEPS=100
 init_run $RUN --trainer quadratic --numel $NUMEL --shards 16 --fragments 4 --workers 2 --seed $SEED
 start_server "a$RUN" --lease-ttl-ms 2000
 start_server "b$RUN" --lease-ttl-ms 2000
-groups $RUN $STEPS --fragment-alpha 0.5 --fragments-in-flight 2 --final-sync
+hook_groups cuda $RUN $STEPS --fragment-alpha 0.5 --fragments-in-flight 2 --final-sync
+wait_hook_groups $RUN
 check_ref $RUN "Streaming, alpha 0.5, 2 in flight (g1 on CUDA device hooks)" --steps $STEPS --alpha 0.5 --in-flight 2 \
   --final-sync --frag-bounds "$($RCLI HGET "dl:{$RUN}:config" frag_bounds)"
 f1=$(grep '^final rank 0 ' "$TMP/g1-$RUN.out" | awk '{print $NF}'); f2=$(grep '^final rank 0 ' "$TMP/g2-$RUN.out" | awk '{print $NF}')
@@ -84,7 +68,8 @@ say "$RUN: Streaming (4 fragments, alpha 0.5, 2 in flight, final sync) with g1 o
 RUN=cgsharded
 init_run $RUN --trainer quadratic --numel $NUMEL --shards 4 --workers 2 --seed $SEED --fsdp-ranks 2
 start_server "a$RUN" --lease-ttl-ms 2000
-groups $RUN $((ROUNDS * H)) --sharded
+hook_groups cuda $RUN $((ROUNDS * H)) --sharded
+wait_hook_groups $RUN
 check_ref $RUN "$RUN (sharded groups, g1 on CUDA device hooks)" --rounds $ROUNDS
 for r in 0 1; do
   set -- $(hooks_of $RUN $r)

@@ -13,15 +13,8 @@
 # Exits 77 (skipped) unless bin/worker was built with the CUDA backend and a GPU is visible
 # (nvidia-smi -L), or DILOCO_CUDA_BACKEND names another backend (tests/it_cuda_emu.sh runs this test
 # on the CPU CUDA emulator's). Not run on a GPU so far (docs/cuda.md).
-cd "$(dirname "$0")/.." || exit 1
-if [ -n "$DILOCO_CUDA_BACKEND" ]; then
-  [ -f "$DILOCO_CUDA_BACKEND" ] || { echo "DILOCO_CUDA_BACKEND=$DILOCO_CUDA_BACKEND: no such file: skipped"; exit 77; }
-elif [ ! -f bin/libdiloco_gpt_cuda.so ]; then
-  echo "bin/worker has no CUDA backend (nvcc missing at build time): skipped"; exit 77
-elif ! nvidia-smi -L 2>/dev/null | grep -q '^GPU'; then
-  echo "no CUDA device: skipped"; exit 77
-fi
-. tests/lib.sh
+. "$(dirname "$0")/lib.sh"
+need_cuda_backend
 ROUNDS=4; H=5; BATCH="--batch 4 --seq 64"
 # CUDA_SYNC_QUICK=1 (tests/it_cuda_emu.sh, on the CPU emulator, where a step takes seconds): 3 rounds of
 # 3 steps on 2 x 32 tokens; the same checks

@@ -27,19 +27,6 @@
 NUMEL=64000; SEED=11; H=10; ROUNDS=4
 start_redis
 
-groups() { # RUN STEPS [flags for both groups]: g1 with device hooks, g2 without
-  _run=$1; _steps=$2; shift 2
-  build/tests/tools/group_worker --redis "$URL" --run "$_run" --worker-id g1 --ranks 2 --steps "$_steps" \
-    --sync-every $H --heartbeat-ms 1000 --device-hooks host "$@" > "$TMP/g1-$_run.out" 2> "$TMP/group-g1-$_run.log" &
-  G1=$!; PIDS="$PIDS $G1"
-  build/tests/tools/group_worker --redis "$URL" --run "$_run" --worker-id g2 --ranks 2 --steps "$_steps" \
-    --sync-every $H --heartbeat-ms 1000 "$@" > "$TMP/g2-$_run.out" 2> "$TMP/group-g2-$_run.log" &
-  G2=$!; PIDS="$PIDS $G2"
-}
-wait_groups() { # RUN
-  wait "$G1" || fail "$1: group g1 (device hooks) exited with status $?: $(cat "$TMP/g1-$1.out" "$TMP/group-g1-$1.log" | tail -n 5)"
-  wait "$G2" || fail "$1: group g2 exited with status $?: $(tail -n 5 "$TMP/g2-$1.out")"
-}
 check_ref() { # RUN WHAT: the shard digests against the reference in $TMP/ref-RUN.txt
   shard_digests "$1" > "$TMP/got-$1.txt"
   grep '^shard' "$TMP/ref-$1.txt" | diff - "$TMP/got-$1.txt" > "$TMP/diff.txt" ||
@@ -51,8 +38,8 @@ plain() { # RUN INIT-FLAGS GROUP-FLAGS REF-FLAGS
   init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED $2
   start_server "a$RUN" --lease-ttl-ms 2000
   start_server "b$RUN" --lease-ttl-ms 2000
-  groups $RUN $((ROUNDS * H)) $3
-  wait_groups $RUN
+  hook_groups host $RUN $((ROUNDS * H)) $3
+  wait_hook_groups $RUN
   build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers g1,g2 --rounds $ROUNDS \
     --sync-every $H $4 --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" > "$TMP/ref-$RUN.txt" || fail "reference"
   check_ref $RUN "$RUN (g1 with device hooks, g2 without)"
@@ -82,10 +69,10 @@ RUN=ghstream; STEPS=100
 init_run $RUN --trainer quadratic --numel $NUMEL --shards 16 --fragments 4 --workers 3 --seed $SEED
 start_server "a$RUN" --lease-ttl-ms 2000
 start_server "b$RUN" --lease-ttl-ms 2000
-groups $RUN $STEPS --step-delay-ms 5 --fragment-alpha 0.5 --fragments-in-flight 2 --final-sync
+hook_groups host $RUN $STEPS --step-delay-ms 5 --fragment-alpha 0.5 --fragments-in-flight 2 --final-sync
 start_worker w3 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 5 --fragment-alpha 0.5 \
   --fragments-in-flight 2 --final-sync --device-hooks host
-wait_groups $RUN
+wait_hook_groups $RUN
 wait_workers w3
 build/tests/tools/ref_quadratic --numel $NUMEL --shards 16 --seed $SEED --workers g1,g2,w3 --sync-every $H \
   --steps $STEPS --alpha 0.5 --in-flight 2 --final-sync --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" \

@@ -15,6 +15,7 @@
 #   fail MESSAGE                         prints the tails of every log, exits 1
 #   shard_digests RUN                    "shard k digest" lines from dl:{RUN}:shards
 #   drop_proxy NAME UPSTREAM_PORT ARGS   tests/tools/drop_proxy.py in front of Redis or a shard-server
+#   need_torch, need_cuda_backend        exit 77 (skipped) with the reason when what the test needs is missing
 # The Python tests run $PYTHON: Debian's /usr/bin/python3 (with python3-torch) unless the environment says
 # otherwise, e.g. PYTHON=$(command -v python3) on a GPU machine whose own python3 has a CUDA torch
 # (tools/gpu_check.sh).
@@ -381,6 +382,36 @@ group_signal() {
   [ -n "$_s0" ] && [ "$_s0" = "$_s1" ] || fail "after SIG$_sig to rank $3 the ranks stopped after steps '$_s0' and '$_s1'"
   wait_until 5 '[ "$($RCLI HEXISTS "dl:{$_run}:workers" g1)" = 0 ]' "the group to leave the run"
   say "SIG$_sig to rank $3: both ranks stopped after inner step $_s0, the group's processes were gone after $(( $(date +%s) - _t0 )) s, it left the run"
+}
+
+# hook_groups KIND RUN STEPS [group_worker flags]: in the background, group g1 of RUN (2 ranks of
+# tests/tools/group_worker, --device-hooks KIND: host or cuda) and group g2 (2 ranks, no hooks), both syncing
+# every $H steps with the flags; their pids in G1 and G2, stdout in $TMP/gN-RUN.out. wait_hook_groups RUN: both
+# ended well, or fail.
+hook_groups() {
+  _kind=$1; _run=$2; _steps=$3; shift 3
+  build/tests/tools/group_worker --redis "$URL" --run "$_run" --worker-id g1 --ranks 2 --steps "$_steps" \
+    --sync-every $H --heartbeat-ms 1000 --device-hooks "$_kind" "$@" > "$TMP/g1-$_run.out" 2> "$TMP/group-g1-$_run.log" &
+  G1=$!; PIDS="$PIDS $G1"
+  build/tests/tools/group_worker --redis "$URL" --run "$_run" --worker-id g2 --ranks 2 --steps "$_steps" \
+    --sync-every $H --heartbeat-ms 1000 "$@" > "$TMP/g2-$_run.out" 2> "$TMP/group-g2-$_run.log" &
+  G2=$!; PIDS="$PIDS $G2"
+}
+wait_hook_groups() {
+  wait "$G1" || fail "$1: group g1 (device hooks) exited with status $?: $(cat "$TMP/g1-$1.out" "$TMP/group-g1-$1.log" | tail -n 5)"
+  wait "$G2" || fail "$1: group g2 exited with status $?: $(tail -n 5 "$TMP/g2-$1.out")"
+}
+
+# need_cuda_backend: exits 77 (skipped) with the reason unless a CUDA backend can run here: the one
+# DILOCO_CUDA_BACKEND names (tests/it_cuda_emu.sh names the CPU emulator's), or bin/libdiloco_gpt_cuda.so
+# (built with nvcc) with a GPU that nvidia-smi lists
+need_cuda_backend() {
+  if [ -n "${DILOCO_CUDA_BACKEND:-}" ]; then
+    [ -f "$DILOCO_CUDA_BACKEND" ] && return 0
+    echo "DILOCO_CUDA_BACKEND=$DILOCO_CUDA_BACKEND: no such file: skipped"; exit 77
+  fi
+  [ -f bin/libdiloco_gpt_cuda.so ] || { echo "bin/worker has no CUDA backend (nvcc missing at build time): skipped"; exit 77; }
+  nvidia-smi -L 2>/dev/null | grep -q '^GPU' || { echo "no CUDA device: skipped"; exit 77; }
 }
 
 # group_same_syncs OUT WHAT: the 2 ranks of a tests/tools/group_worker whose stdout is OUT synced at the same

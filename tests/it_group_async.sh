@@ -132,7 +132,7 @@ finish
 # --max-staleness 1, gets refusals as STALE, each recorded once however many ranks made the call; as a worker
 # of one process, the group then takes the current global parameters of that fragment only (group.c,
 # refused), so the run is bit-identical to the replay with the refused windows (the group reset every
-# fragment before: not the replay).
+# fragment before: not the replay); gastale1: the same in plain async (one fragment: the group recovers).
 new_run gasplit 2 --dn-buffer-size 3
 keep_servers 2 --lease-ttl-ms 2000
 drop_proxy g1 "$PORT" --match dl_submit --skip 1 --drops 10 --lose command
@@ -147,20 +147,24 @@ same_steps g1 $((STEPS * 2 / H - 1))
 ref_async_check gasplit $H "(Streaming, a group one of whose ranks placed its submission at a second try)" --sync-every 20
 finish
 
-new_run gastale 2 --dn-buffer-size 3 --max-staleness 1
-keep_servers 2 --lease-ttl-ms 2000
-group g1 27
-start_worker w1 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 3
-start_worker w2 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 12
-wait_workers g1 w1 w2
-refused=$($RCLI XRANGE "dl:{$RUN}:events" - + | awk '/^worker$/ {getline; w = $0} /^code$/ {getline; if ($0 == "STALE" && w == "g1") n++} END {print n + 0}')
-seen=$(sed -n 's/.*WARN \(round [0-9]* of fragment [0-9]*\) [a-z ()]*[:(] *rank [01]: STALE .*/\1/p' "$TMP/worker-g1.log" | sort -u | wc -l)
-[ "$seen" -ge 1 ] || fail "gastale: no submission of g1 was refused as STALE (the staleness bound proved too loose)"
-[ "$refused" = "$seen" ] || fail "gastale: the group saw $seen submissions refused as STALE and Redis recorded $refused refusals"
-ref_async_check gastale $H "(Streaming, a slow group $refused of whose submissions were refused as STALE)" --skip-refused
-total=$($RCLI XRANGE "dl:{$RUN}:events" - + | grep -c '^STALE$')
-grep -q "and $total tries refused as STALE" "$TMP/ref-$RUN.log" || fail "gastale: the replay did not take the $total refusals: $(cat "$TMP/ref-$RUN.log")"
-finish
+stale_run() { # RUN FRAGMENTS WHAT: the slow group g1 and two fast workers, --max-staleness 1
+  new_run $1 $2 --dn-buffer-size 3 --max-staleness 1
+  keep_servers 2 --lease-ttl-ms 2000
+  group g1 27
+  start_worker w1 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 3
+  start_worker w2 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 12
+  wait_workers g1 w1 w2
+  refused=$($RCLI XRANGE "dl:{$RUN}:events" - + | awk '/^worker$/ {getline; w = $0} /^code$/ {getline; if ($0 == "STALE" && w == "g1") n++} END {print n + 0}')
+  seen=$(sed -n 's/.*WARN \(round [0-9]* of fragment [0-9]*\) [a-z ()]*[:(] *rank [01]: STALE .*/\1/p' "$TMP/worker-g1.log" | sort -u | wc -l)
+  [ "$seen" -ge 1 ] || fail "$RUN: no submission of g1 was refused as STALE (the staleness bound proved too loose)"
+  [ "$refused" = "$seen" ] || fail "$RUN: the group saw $seen submissions refused as STALE and Redis recorded $refused refusals"
+  ref_async_check $RUN $H "($3, a slow group $refused of whose submissions were refused as STALE)" --skip-refused
+  total=$($RCLI XRANGE "dl:{$RUN}:events" - + | grep -c '^STALE$')
+  grep -q "and $total tries refused as STALE" "$TMP/ref-$RUN.log" || fail "$RUN: the replay did not take the $total refusals: $(cat "$TMP/ref-$RUN.log")"
+  finish
+}
+stale_run gastale 2 Streaming
+stale_run gastale1 1 "plain async"
 
 # A sharded group (FSDP: group_worker --sharded, each rank holding only its half of the one tensor, the run
 # cut for 2 ranks by --fsdp-ranks 2) in an async run with --async-lookahead 0.5: rank 0 places the group's

@@ -9,7 +9,8 @@
 # and the shard digests equal tests/tools/ref_quadratic's of the two as single workers:
 #   1. plain DiLoCo, 4 rounds, bf16 and fp32 (--no-bf16); both ranks of each group synced at the same steps
 #      from the same parameters; each rank of g1 called the delta hook once a round and loaded every version;
-#   2. Streaming, 4 fragments, alpha 0.5, 2 in flight, final sync: the mix goes through the device's kernel;
+#   2. Streaming, 4 fragments, alpha 0.25 (not 0.5, whose mix is symmetric), 2 in flight, final sync: the
+#      mix goes through the device's kernel;
 #   3. sharded groups (a run made with --fsdp-ranks 2: each rank's device holds its half of the vector).
 # Runs on a GPU (bin/libdiloco_gpt_cuda.so and nvidia-smi -L), or on the backend DILOCO_CUDA_BACKEND names
 # (tests/it_cuda_emu.sh runs it on the CPU CUDA emulator's); else skipped (77). Not run on a GPU so far.
@@ -53,9 +54,9 @@ RUN=cgstream; STEPS=100
 init_run $RUN --trainer quadratic --numel $NUMEL --shards 16 --fragments 4 --workers 2 --seed $SEED
 start_server "a$RUN" --lease-ttl-ms 2000
 start_server "b$RUN" --lease-ttl-ms 2000
-hook_groups cuda $RUN $STEPS --fragment-alpha 0.5 --fragments-in-flight 2 --final-sync
+hook_groups cuda $RUN $STEPS --fragment-alpha 0.25 --fragments-in-flight 2 --final-sync
 wait_hook_groups $RUN
-check_ref $RUN "Streaming, alpha 0.5, 2 in flight (g1 on CUDA device hooks)" --steps $STEPS --alpha 0.5 --in-flight 2 \
+check_ref $RUN "Streaming, alpha 0.25, 2 in flight (g1 on CUDA device hooks)" --steps $STEPS --alpha 0.25 --in-flight 2 \
   --final-sync --frag-bounds "$($RCLI HGET "dl:{$RUN}:config" frag_bounds)"
 f1=$(grep '^final rank 0 ' "$TMP/g1-$RUN.out" | awk '{print $NF}'); f2=$(grep '^final rank 0 ' "$TMP/g2-$RUN.out" | awk '{print $NF}')
 [ -n "$f1" ] && [ "$f1" = "$f2" ] || fail "$RUN: after the final sync g1 (CUDA) holds '$f1', g2 '$f2'"
@@ -63,7 +64,7 @@ for r in 0 1; do
   set -- $(hooks_of $RUN $r)
   [ "${4:-0}" -gt 0 ] || fail "$RUN: g1 rank $r never mixed through its device (hooks: '$*')"
 done
-say "$RUN: Streaming (4 fragments, alpha 0.5, 2 in flight, final sync) with g1 on CUDA device hooks, bit-identical to the reference; both groups end at $f1"
+say "$RUN: Streaming (4 fragments, alpha 0.25, 2 in flight, final sync) with g1 on CUDA device hooks, bit-identical to the reference; both groups end at $f1"
 
 RUN=cgsharded
 init_run $RUN --trainer quadratic --numel $NUMEL --shards 4 --workers 2 --seed $SEED --fsdp-ranks 2

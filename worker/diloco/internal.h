@@ -619,7 +619,8 @@ int async_place_shards(diloco *d, int f, int n, const int *ids, const int64_t *b
 int async_place_deliver(diloco *d, int f, const async_plan *p, int again, char *err, size_t errlen);
 /* The second half: the Δ of each shard this session moves of fragment f (dl_first_shard..) to its place,
  * then each such shard once the submission is applied (resent to an owner that lacks it); base takes the
- * versions got, frag_incomplete[f] is cleared and frag_version[f] is the lowest of them. */
+ * versions got, frag_incomplete[f] is cleared and frag_version[f] is the lowest of them (a group's rank: left
+ * to the ranks' agreement, group.c). */
 int async_deliver(diloco *d, int f, char *err, size_t errlen);
 /* Before fragment f computes its next Δ: complete its pending submission, if any (DL_OK: none; DL_STALE:
  * completed, params[f] took the versions got and the steps trained meanwhile are dropped; DL_FAIL,

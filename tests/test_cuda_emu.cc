@@ -10,6 +10,8 @@
  *   - faults (every later call fails, as on a GPU; each in a child process): a kernel given host memory,
  *     a kernel that writes one element past its allocation, a kernel whose warp splits between __syncthreads and a shuffle, a
  *     product whose operand runs past its allocation;
+ *   - adopted memory (cuda_emu_adopt: a caller's host memory as device memory) takes kernels and device
+ *     copies, is not cudaFree's, and is host memory again once forgotten;
  *   - streams: a pinned async copy has not run before the synchronization; two non-blocking streams race
  *     (under some of 16 seeds the reader runs first) unless an event orders them (never then); an elapsed
  *     time before the events ran is not ready;
@@ -115,6 +117,28 @@ static int gemm_past_end(void)
     /* A and B 4 x 4 at a, a + 16; C 4 x 5 at a + 32 runs 4 floats past the 48 */
     cublasStatus_t s = cublasSgemm(h, CUBLAS_OP_N, CUBLAS_OP_N, 4, 5, 4, &one, a, 4, a + 16, 4, &zero, a + 32, 4);
     return s == CUBLAS_STATUS_EXECUTION_FAILED && faulted() ? 0 : 1;
+}
+
+/* cuda_emu_adopt (a CPU tensor standing in for a CUDA one: tests/python/group_quad.py --device emu): the
+ * caller's memory takes kernels and device copies, stays readable from the host, is not cudaFree's, and is
+ * given back once */
+static void adopted_memory(void)
+{
+    static float a[64];
+    float h[64];
+    CHECK(cuda_emu_adopt(a, sizeof a) == cudaSuccess && cuda_emu_adopt(a, sizeof a) == cudaSuccess,
+          "host memory adopted as device memory (twice: the same range again)");
+    CHECK(cuda_emu_adopt(a + 8, 16) == cudaErrorInvalidValue, "a range inside adopted memory refused");
+    simt_cuda_launch("fill_k", fill_k, 2, 32)(a, 64, 2.0f);
+    CHECK(cuda_emu_synchronize() == cudaSuccess && a[0] == 2.0f && a[63] == 65.0f,
+          "a kernel writes adopted memory, the host reads it after a synchronization");
+    CHECK(cudaMemcpy(h, a, sizeof h, cudaMemcpyDeviceToHost) == cudaSuccess && h[5] == 7.0f, "a device copy from it");
+    CHECK(cudaFree(a) == cudaErrorInvalidValue, "cudaFree refuses adopted memory");
+    CHECK(cuda_emu_forget(a) == cudaSuccess && cuda_emu_forget(a) == cudaErrorInvalidValue, "given back once");
+    CHECK(cudaMemcpy(h, a, sizeof h, cudaMemcpyDeviceToHost) == cudaErrorInvalidMemcpyDirection,
+          "then it is host memory again");
+    (void)cudaGetLastError(); /* (the last refusal, reported once) */
+    CHECK(cuda_emu_synchronize() == cudaSuccess, "refusals are not faults");
 }
 
 static void memory_and_launches(void)
@@ -389,6 +413,7 @@ static void lt_products(void)
 int main(void)
 {
     memory_and_launches();
+    adopted_memory();
     streams();
     products();
     lt_products();

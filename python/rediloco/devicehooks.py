@@ -7,8 +7,10 @@ Three paths, chosen per model when DiLoCo opens (transfer_path tells which witho
                         the CUDA backend's hooks (worker/cuda/diloco_cuda.cu): the pseudo-gradient is taken and
                         cast to bf16 on the device, only its bytes cross PCIe, new global values are copied in
                         on a stream of their own.
-    "pinned host copy"  any other device, CUDA without libdiloco_cuda.so, or a model of a process group (whose
-                        collectives move host memory): a page-locked host mirror of the flat buffer, copied
+                        A process group's rank too: libdiloco then hands the group's broadcast its own host
+                        copy of the global parameters and loads the rank's device buffer from it.
+    "pinned host copy"  any other device, or CUDA without libdiloco_cuda.so: a page-locked host mirror of the
+                        flat buffer, copied
                         device -> host before a sync and host -> device after it. REDILOCO_HOST_COPY=1 takes
                         this path for every model, a CPU model too (the mirror then is not page-locked): how
                         the tests run it without a GPU.
@@ -72,26 +74,27 @@ def cuda_library_status() -> str:
     return lib.path if lib is not None else _cuda_why
 
 
-def path_for_device(device, hooks=True):
-    """The transfer path of parameters on torch.device `device`; hooks=False: never the device hooks (a process
-    group's rank: libdiloco's group protocol and its collectives work on a host buffer)."""
+def path_for_device(device):
+    """The transfer path of parameters on torch.device `device`."""
     if os.environ.get("REDILOCO_HOST_COPY") == "1":
         return PINNED_HOST_COPY
     if device.type == "cpu":
         return CPU
-    if hooks and device.type == "cuda" and load_cuda() is not None:
+    if device.type == "cuda" and load_cuda() is not None:
         return DEVICE_HOOKS
     return PINNED_HOST_COPY
 
 
 def transfer_path(model: torch.nn.Module, process_group: bool = False) -> str:
-    """How DiLoCo would move this model's parameters: "cpu", "device hooks" or "pinned host copy"
-    (process_group: as a rank of a process group of 2 or more, which never uses the device hooks)."""
+    """How DiLoCo would move this model's parameters: "cpu", "device hooks" or "pinned host copy".
+    process_group is kept for callers that pass it: a rank of a process group takes the same path (the device
+    hooks too: a group gives libdiloco its ranks' device hooks as a single process does)."""
     devices = {p.device for p in model.parameters()}
     if len(devices) != 1:
         raise DiLoCoError("the model's parameters are on %s: put them on one device"
                           % ("no device (it has none)" if not devices else "several devices"))
-    return path_for_device(devices.pop(), hooks=not process_group)
+    del process_group  # (the same answer for a group's rank)
+    return path_for_device(devices.pop())
 
 
 class CudaHooks:

@@ -208,7 +208,7 @@ class DiLoCo:
                 self._flat = self._sharded_params(module)  # checked against the run, on every rank
             else:
                 self._check_run(tensors)  # before anything is written anywhere, the model's tensors included
-                self._flat = FlatParams(module, hooks=self._group is None)
+                self._flat = FlatParams(module)
             self._buffers = BufferWatch(module)
             if self._group is not None:
                 self._group.attach(self._flat)

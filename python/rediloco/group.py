@@ -14,15 +14,17 @@ On GPUs with NCCL, DDP keeps its NCCL group and DiLoCo gets a gloo group of the 
     with rediloco.DiLoCo(url, run, model, inner, process_group=host_group, worker_id="node7") as dl:
         ...
 
-A rank's model on a GPU is synced through a host mirror of its parameters (devicehooks "pinned host copy":
-copied device -> host before a sync, host -> device after it), never the device hooks.
+A rank's model on a GPU takes the path a single process's would (devicehooks.py): the device hooks when
+libdiloco_cuda.so loads (each rank's pseudo-gradient of its part taken on its GPU, the parts exchanged in
+libdiloco's host copy of the global parameters, then loaded into the rank's device buffer), otherwise a host
+mirror of its parameters ("pinned host copy": copied device -> host before a sync, host -> device after it).
 
 libdiloco does the group's protocol (worker/diloco.h "Process groups", docs/PROTOCOL.md): rank 0 registers,
 each rank pushes and fetches its part of the shards, the ranks then broadcast their parts to each other (a
 sharded group, sharded.py: each rank its own chunks, nothing exchanged).
 It needs two collectives, which this module makes from torch.distributed on the given process group:
 allgather of a small message (all_gather of uint8 tensors) and broadcast of a slice of the flat parameter
-buffer. Before the session opens, the ranks compare what they were given (run, H, worker id, the model's
+buffer (this rank's own, or with device hooks libdiloco's host copy: whichever it hands). Before the session opens, the ranks compare what they were given (run, H, worker id, the model's
 tensors): a disagreement is the same DiLoCoError on every rank, before anything is registered.
 """
 import ctypes
@@ -79,11 +81,7 @@ class Group:
         self._callbacks = []
 
     def attach(self, flat):
-        """The flat parameter buffer (params.FlatParams, or sharded.ShardedParams: its slices) libdiloco holds: the
-        model's own on the CPU, or its host mirror (a model on a GPU: devicehooks "pinned host copy")."""
-        if flat.host is None:
-            raise DiLoCoError("a process group's rank needs its parameters in host memory (on the CPU, or a host "
-                              "copy of a device's), not on %s through device hooks" % flat.device)
+        """The flat parameters (params.FlatParams, or sharded.ShardedParams: its slices) of this rank's session."""
         self.flat = flat
         self.slices = flat.slice_array() if hasattr(flat, "slice_array") else None
 
@@ -136,12 +134,13 @@ class Group:
 
     def _broadcast(self, ctx, params, off, n, root, err, errlen):
         try:
-            # libdiloco hands the buffer to broadcast: ours, as long as this group gives it no device hooks
-            # (with them it would hand its own copy of the global parameters: worker/diloco.h)
-            if ctypes.cast(params, ctypes.c_void_p).value != self.flat.host.data_ptr():
-                raise RuntimeError("libdiloco asked the group to broadcast a buffer other than this rank's "
-                                   "parameters (device hooks?), which rediloco's groups do not use")
-            dist.broadcast(self.flat.host[off:off + n], src=_global_rank(self.pg, root), group=self.pg)
+            # the buffer libdiloco hands: the rank's host parameters (the model's own, or their mirror), or with
+            # device hooks its own host copy of the global parameters, which it then loads to the device
+            # (worker/diloco.h "Process groups"); broadcast in place, as a tensor over that memory
+            where = ctypes.cast(params, ctypes.c_void_p).value + 4 * off
+            part = (torch.frombuffer((ctypes.c_float * n).from_address(where), dtype=torch.float32) if n
+                    else torch.empty(0))  # (frombuffer refuses an empty buffer)
+            dist.broadcast(part, src=_global_rank(self.pg, root), group=self.pg)
             return 0
         except Exception as e:
             _lib.fill_err(err, errlen, e)

@@ -31,8 +31,7 @@ def name_index(message, offsets, names, numel, where):
 
 
 class FlatParams:
-    def __init__(self, model, hooks=True):
-        """hooks=False: never the device hooks (a process group's rank: devicehooks.path_for_device)."""
+    def __init__(self, model):
         tensors = model_tensors(model)
         named = list(model.named_parameters())
         self.names = [n for n, _, _ in tensors]
@@ -40,7 +39,7 @@ class FlatParams:
         self.layout = tensors
         self.numel = sum(p.numel() for _, p in named)
         self.device = named[0][1].device
-        self.path = devicehooks.path_for_device(self.device, hooks)
+        self.path = devicehooks.path_for_device(self.device)
         self.device_copy = self.path == devicehooks.PINNED_HOST_COPY
         self.flat = torch.empty(self.numel, dtype=torch.float32, device=self.device)
         self.offsets = []

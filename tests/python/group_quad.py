@@ -10,20 +10,29 @@ writes PREFIX.rank<r>: "pid <pid>" first, then one line per sync: "sync <version
 (dl.stopping), then writes "stopped <inner steps trained>", as does a rank stopped (a signal: every rank of the
 group stops after the same step). --step-delay slows every step (the crash test kills a rank mid-run).
 
---device cuda: rank r's model on GPU r (modulo the GPUs there are: tests/it_cuda_python_group.sh); --nccl: the
-default group on NCCL for DDP (a GPU per rank) and DiLoCo on a gloo group of the same processes, as a node would.
+--device cuda: rank r's model on GPU r (modulo the GPUs there are: tests/it_cuda_python_group.sh), through the device
+hooks when libdiloco_cuda.so loads (--no-device-hooks: REDILOCO_CUDA_LIB="", the host mirror); --nccl: the default
+group on NCCL for DDP (a GPU per rank) and DiLoCo on a gloo group of the same processes, as a node would.
+
+--device emu: the CUDA device hooks on the CPU CUDA emulator (build/emu/libdiloco_cuda.so, unless REDILOCO_CUDA_LIB
+names another; tests/it_python_group_hooks.sh): the model stays on the CPU, its flat buffer is taken as device
+memory by the emulator (cuda_emu_adopt) and the session takes the "device hooks" path as on a GPU. The emulator
+queues its streams' work until something waits for it, where a GPU orders the trainer's kernels after it on the
+stream: each step here first runs what is queued (cuda_emu_synchronize), as the CPU's torch ops would otherwise
+not wait for it.
 
 --host-copy: every rank syncs through a host mirror of its parameters (REDILOCO_HOST_COPY=1: the path of a rank
 whose model is on a GPU, devicehooks.py) although the model is on the CPU; each rank writes "path <transfer path>"
 after it joined.
 
---also RUN:WORKER_ID[:bad|:fp32|:ef|:copy|:alpha=A|:flight=D...] (repeatable, with --start-method fork): this launcher
+--also RUN:WORKER_ID[:bad|:fp32|:ef|:copy|:emu|:alpha=A|:flight=D...] (repeatable, with --start-method fork): this launcher
 starts those groups too, with the same arguments (their --out PREFIX: PREFIX's folder, RUN-WORKER_ID; ":bad" as
---bad-model, ":fp32" as --no-bf16, ":ef" as --error-feedback, ":copy" as --host-copy, ":alpha=A" as --fragment-alpha A,
+--bad-model, ":fp32" as --no-bf16, ":ef" as --error-feedback, ":copy" as --host-copy, ":emu" as --device emu, ":alpha=A" as --fragment-alpha A,
 ":flight=D" as --fragments-in-flight D; several may follow each other), so a test
 imports torch once for all its groups. Each group's exit status goes to its PREFIX.exit; the launcher exits 0
 when every group did."""
 import argparse
+import ctypes
 import datetime
 import os
 import sys
@@ -37,6 +46,7 @@ import torch.multiprocessing as mp
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rediloco  # noqa: E402
+from rediloco import devicehooks, params  # noqa: E402
 import forked  # noqa: E402
 from quad_worker import QuadAdamW, problem  # noqa: E402
 
@@ -66,10 +76,38 @@ class Quad(torch.nn.Module):
         return QuadLoss.apply(self.x if hasattr(self, "x") else self.y, self.a, self.c)
 
 
+TREE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
+
+
+def emulated_device_hooks():
+    """--device emu: the "device hooks" path for a CPU model, on the CUDA emulator's libdiloco_cuda.so (see the
+    module's comment). Patches this rank's process only; returns the emulator's library."""
+    os.environ.setdefault("REDILOCO_CUDA_LIB", os.path.join(TREE, "build", "emu", "libdiloco_cuda.so"))
+    lib = devicehooks.load_cuda()
+    if lib is None or not hasattr(lib, "cuda_emu_adopt"):
+        raise SystemExit("--device emu needs the emulator's libdiloco_cuda.so (make tests-build): %s"
+                         % devicehooks.cuda_library_status())
+    lib.cuda_emu_adopt.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    lib.cuda_emu_forget.argtypes = [ctypes.c_void_p]
+
+    def hooks(flat):
+        rc = lib.cuda_emu_adopt(flat.flat.data_ptr(), flat.numel * 4)
+        if rc != 0:
+            raise rediloco.DiLoCoError("cuda_emu_adopt: CUDA error %d (the emulator says why on stderr)" % rc)
+        return devicehooks.CudaHooks(flat.flat, 0, 0)
+
+    devicehooks.path_for_device = lambda device: devicehooks.DEVICE_HOOKS
+    params.FlatParams.device_hooks = hooks
+    return lib
+
+
 def rank_main(rank, args, init_file):
     if args.host_copy:  # (this rank's process only: a forked launcher runs other groups' ranks too)
         os.environ["REDILOCO_HOST_COPY"] = "1"
-    device = torch.device(args.device)
+    if args.no_device_hooks:
+        os.environ["REDILOCO_CUDA_LIB"] = ""
+    emu = emulated_device_hooks() if args.device == "emu" else None
+    device = torch.device("cpu" if emu else args.device)
     if device.type == "cuda":  # rank r on GPU r (all on the one GPU of a machine that has one)
         device = torch.device("cuda", rank % torch.cuda.device_count())
         torch.cuda.set_device(device)
@@ -118,6 +156,8 @@ def rank_main(rank, args, init_file):
         last, step = None, 0
         while step < args.steps or (args.steps == 0 and not dl.stopping):  # 0: until the run is shut down
             step += 1
+            if emu and emu.cuda_emu_synchronize() != 0:  # (the module's comment)
+                raise RuntimeError("the CUDA emulator faulted (it says why on stderr)")
             loss = model()
             loss.backward()
             inner.step()  # the group's sync runs in here every H steps
@@ -135,6 +175,8 @@ def rank_main(rank, args, init_file):
     if out and (args.steps == 0 or dl.stopping):  # (a stop: Stopped raised in inner.step, the block swallowed it)
         out.write("stopped %d\n" % step)
         out.flush()
+    if emu and emu.cuda_emu_forget(dl.flat_params.data_ptr()) != 0:  # (after every queued work: its status)
+        raise RuntimeError("the CUDA emulator faulted (it says why on stderr)")
     dist.destroy_process_group()
 
 
@@ -156,7 +198,9 @@ def main():
     ap.add_argument("--step-delay", type=float, default=0.0)
     ap.add_argument("--bad-model", action="store_true", help="rank 1's parameter is named y, not x")
     ap.add_argument("--host-copy", action="store_true", help="sync through a host mirror (REDILOCO_HOST_COPY=1)")
-    ap.add_argument("--device", default="cpu", help="the ranks' models on this device (cuda: rank r on GPU r, modulo)")
+    ap.add_argument("--device", default="cpu",
+                    help="the ranks' models on this device (cuda: rank r on GPU r, modulo; emu: the CPU CUDA emulator's hooks)")
+    ap.add_argument("--no-device-hooks", action="store_true", help="a CUDA model through the host mirror (REDILOCO_CUDA_LIB=\"\")")
     ap.add_argument("--nccl", action="store_true", help="DDP on NCCL (one GPU per rank), DiLoCo on a gloo group")
     ap.add_argument("--start-method", default="spawn", choices=("spawn", "fork"),
                     help="fork: the ranks need not import torch again (the tests, on a busy machine)")
@@ -178,6 +222,7 @@ def main():
         g.run, g.worker_id, g.bad_model = run, wid, "bad" in flag
         g.no_bf16, g.error_feedback = args.no_bf16 or "fp32" in flag, args.error_feedback or "ef" in flag
         g.host_copy = args.host_copy or "copy" in flag
+        g.device = "emu" if "emu" in flag else args.device
         for f in flag:
             if f.startswith("alpha="):
                 g.fragment_alpha = float(f[len("alpha="):])

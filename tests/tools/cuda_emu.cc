@@ -49,6 +49,7 @@ struct region {
     char *raw; /* device: the pages mapped for base and its guards; pinned: the malloc */
     size_t mapped;
     unsigned long serial;
+    int adopted; /* cuda_emu_adopt's: the caller's host memory, no guards, never protected or unmapped here */
 };
 
 /* a queued operation: run it, or (when ev is set) wait until ev's record number gen has run */
@@ -176,7 +177,7 @@ static int g_window;
 static void device_protect(int open)
 {
     for (region &r : g_regions)
-        if (r.kind == MEM_DEVICE) mprotect(r.raw, r.mapped, open ? PROT_READ | PROT_WRITE : PROT_NONE);
+        if (r.kind == MEM_DEVICE && !r.adopted) mprotect(r.raw, r.mapped, open ? PROT_READ | PROT_WRITE : PROT_NONE);
 }
 
 struct device_window {
@@ -223,7 +224,7 @@ static int check_guards(void)
 {
     device_window w;
     for (region &r : g_regions) {
-        if (r.kind != MEM_DEVICE) continue;
+        if (r.kind != MEM_DEVICE || r.adopted) continue;
         for (size_t i = 0; i < GUARD; i++)
             if ((unsigned char)r.raw[i] != GUARD_BYTE || (unsigned char)r.base[r.bytes + i] != GUARD_BYTE) {
                 cuda_emu_say("%s wrote %s device allocation #%lu (%zu bytes)", g_last_op,
@@ -427,7 +428,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes)
     if (!cuda_emu_census_on()) memset(base, 0xff, bytes); /* NaN as floats: what nothing wrote must not read as zero */
     memset(base + bytes, GUARD_BYTE, GUARD);
     if (!g_window) mprotect(raw, total, PROT_NONE);
-    g_regions.push_back(region{base, bytes, MEM_DEVICE, raw, total, ++g_serial});
+    g_regions.push_back(region{base, bytes, MEM_DEVICE, raw, total, ++g_serial, 0});
     *p = base;
     return cudaSuccess;
 }
@@ -439,7 +440,7 @@ static cudaError_t release(void *p, int kind)
     if (!p) return g_sticky;
     if (kind != MEM_REGISTERED) sync_device();
     for (size_t i = 0; i < g_regions.size(); i++)
-        if (g_regions[i].base == p && g_regions[i].kind == kind) {
+        if (g_regions[i].base == p && g_regions[i].kind == kind && !g_regions[i].adopted) {
             if (kind == MEM_DEVICE)
                 munmap(g_regions[i].raw, g_regions[i].mapped);
             else if (kind == MEM_PINNED)
@@ -467,7 +468,7 @@ cudaError_t cudaMallocHost(void **p, size_t bytes)
     if (g_sticky) return g_sticky;
     char *raw = (char *)malloc(bytes ? bytes : 1);
     if (!raw) return refuse(cudaErrorMemoryAllocation);
-    g_regions.push_back(region{raw, bytes, MEM_PINNED, raw, bytes, ++g_serial});
+    g_regions.push_back(region{raw, bytes, MEM_PINNED, raw, bytes, ++g_serial, 0});
     *p = raw;
     return cudaSuccess;
 }
@@ -484,13 +485,52 @@ cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned flags)
     if (g_sticky) return g_sticky;
     if (!p || !bytes) return refuse(cudaErrorInvalidValue);
     if (find(p) || find((char *)p + bytes - 1)) return refuse(cudaErrorHostMemoryAlreadyRegistered);
-    g_regions.push_back(region{(char *)p, bytes, MEM_REGISTERED, (char *)p, bytes, ++g_serial});
+    g_regions.push_back(region{(char *)p, bytes, MEM_REGISTERED, (char *)p, bytes, ++g_serial, 0});
     return cudaSuccess;
 }
 
 cudaError_t cudaHostUnregister(void *p)
 {
     return release(p, MEM_REGISTERED);
+}
+
+/* A PyTorch CPU tensor standing in for a CUDA one (tests/python/group_quad.py --device emu): the caller's
+ * host memory becomes device memory for the checks (kernel arguments, copies' directions), without guards
+ * and never protected, since the caller's host code writes it where a trainer's kernels would. The caller
+ * orders its writes with the device's work itself (cuda_emu_synchronize before each of its steps). */
+extern "C" int cuda_emu_adopt(void *p, size_t bytes)
+{
+    LOCK;
+    if (g_sticky) return g_sticky;
+    if (!p || !bytes) return refuse(cudaErrorInvalidValue);
+    region *r = find(p);
+    if (r && r->adopted && r->base == p && r->bytes == bytes) return cudaSuccess; /* a session opened again */
+    if (r || find((char *)p + bytes - 1)) {
+        cuda_emu_say("cuda_emu_adopt(%p, %zu): overlaps memory the emulator already has", p, bytes);
+        return refuse(cudaErrorInvalidValue);
+    }
+    g_regions.push_back(region{(char *)p, bytes, MEM_DEVICE, (char *)p, 0, ++g_serial, 1});
+    return cudaSuccess;
+}
+
+/* the memory back to its caller (after the last work that uses it: the device is synchronized first) */
+extern "C" int cuda_emu_forget(void *p)
+{
+    LOCK;
+    sync_device();
+    for (size_t i = 0; i < g_regions.size(); i++)
+        if (g_regions[i].base == p && g_regions[i].adopted) {
+            g_regions.erase(g_regions.begin() + (long)i);
+            return g_sticky;
+        }
+    cuda_emu_say("cuda_emu_forget(%p): not adopted memory", p);
+    return refuse(cudaErrorInvalidValue);
+}
+
+/* runs every queued operation of every stream (cudaDeviceSynchronize, under a name ctypes can call) */
+extern "C" int cuda_emu_synchronize(void)
+{
+    return cudaDeviceSynchronize();
 }
 
 cudaError_t cudaPointerGetAttributes(cudaPointerAttributes *a, const void *p)

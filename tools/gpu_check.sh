@@ -8,8 +8,9 @@
 # libraries the machine lacks, and runs with the machine's own python3 (a CUDA torch: PYTHON, tests/lib.sh)
 # each step under its own time limit, the output of each in $OUT (at most 8 files come back):
 #   machine.txt      nvidia-smi, torch's version and CUDA, any library still not found
-#   tests-cuda.txt   tests/run.sh cuda_: test_cuda_*, it_cuda_* and it_python_cuda_so (kernels, steps, bf16,
-#                    DiLoCo on the device, process groups on the device hooks, the Python package's CUDA library)
+#   tests-cuda.txt   tests/run.sh cuda_, 4 at once (TEST_JOBS=4): test_cuda_*, it_cuda_* and it_python_cuda_so
+#                    (kernels, steps, bf16, DiLoCo on the device, C and PyTorch process groups on the device
+#                    hooks, a PyTorch sharded group's chunks on cuda, the Python package's CUDA library)
 #   tests-python.txt the Python tests that meet the GPU or torch's version: it_python_exactness (fp32 and bf16
 #                    with this torch), it_python_transfer_path, it_python_gpt_device (the example with
 #                    --device cuda), it_python_group_fsdp (FSDP needs torch >= 2.4)
@@ -56,7 +57,7 @@ step() { # NAME LIMIT COMMAND...: its output to the screen and to $O/NAME.txt
   done
 } > "$O/machine.txt" 2>&1
 cat "$O/machine.txt"
-step tests-cuda 180 sh tests/run.sh cuda_
+step tests-cuda 180 env TEST_JOBS=4 sh tests/run.sh cuda_
 step tests-python 130 sh -c 'for t in it_python_exactness it_python_transfer_path it_python_gpt_device it_python_group_fsdp; do
   sh tests/run.sh "$t"; done'
 step bench-bf16 100 bin/bench-trainer_cuda --precision bf16 --profile

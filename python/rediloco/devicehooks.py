@@ -9,8 +9,8 @@ Three paths, chosen per model when DiLoCo opens (transfer_path tells which witho
                         on a stream of their own.
                         A process group's rank too: libdiloco then hands the group's broadcast its own host
                         copy of the global parameters and loads the rank's device buffer from it.
-    "pinned host copy"  any other device, or CUDA without libdiloco_cuda.so: a page-locked host mirror of the
-                        flat buffer, copied
+    "pinned host copy"  any other device, CUDA without libdiloco_cuda.so, or a sharded group's chunks on a GPU
+                        (sharded.py): a page-locked host mirror of the flat buffer, copied
                         device -> host before a sync and host -> device after it. REDILOCO_HOST_COPY=1 takes
                         this path for every model, a CPU model too (the mirror then is not page-locked): how
                         the tests run it without a GPU.
@@ -88,13 +88,18 @@ def path_for_device(device):
 def transfer_path(model: torch.nn.Module, process_group: bool = False) -> str:
     """How DiLoCo would move this model's parameters: "cpu", "device hooks" or "pinned host copy".
     process_group is kept for callers that pass it: a rank of a process group takes the same path (the device
-    hooks too: a group gives libdiloco its ranks' device hooks as a single process does)."""
+    hooks too: a group gives libdiloco its ranks' device hooks as a single process does); a fully_shard model's
+    chunks on a GPU take the pinned host copy (sharded.py)."""
     devices = {p.device for p in model.parameters()}
     if len(devices) != 1:
         raise DiLoCoError("the model's parameters are on %s: put them on one device"
                           % ("no device (it has none)" if not devices else "several devices"))
     del process_group  # (the same answer for a group's rank)
-    return path_for_device(devices.pop())
+    from .sharded import is_dtensor  # (sharded.py imports this module)
+    device = devices.pop()
+    if device.type == "cuda" and any(is_dtensor(p) for p in model.parameters()):
+        return PINNED_HOST_COPY  # fully_shard's chunks: sharded.ShardedParams
+    return path_for_device(device)
 
 
 class CudaHooks:

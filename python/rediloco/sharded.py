@@ -32,7 +32,7 @@ import json
 
 import torch
 
-from . import _lib
+from . import _lib, devicehooks
 from .errors import DiLoCoError
 from .params import name_index
 
@@ -95,9 +95,11 @@ def _local(p):
 
 
 class ShardedParams:
-    """This rank's chunks of the run's tensors as one fp32 buffer (the interface of params.FlatParams)."""
+    """This rank's chunks of the run's tensors as one fp32 buffer (the interface of params.FlatParams). Chunks on
+    a GPU (fully_shard over a CUDA mesh, DiLoCo on a gloo group of the same processes) are copied through a
+    page-locked buffer: devicehooks' "pinned host copy" (the device hooks need one flat device buffer, which
+    FSDP's own storage is not)."""
 
-    path = "cpu"
     device_copy = True  # the chunks are copied to and from the buffer (see the module's comment)
 
     def __init__(self, module, layout_json, ranks, rank):
@@ -116,7 +118,7 @@ class ShardedParams:
         self.slices, self.offsets, self.names, self.counts = [], [], [], []
         self.layout = [(name, tuple(shape), off) for name, shape, off in layout]
         self.shapes = [s for _, s, _ in self.layout]
-        off_local = 0
+        off_local, devices = 0, set()
         for (name, p), (_, shape, off) in zip(named, layout):
             lo, rows, row = dim0_chunk(shape, ranks, rank)
             want = ((rows,) + tuple(shape[1:])) if shape else (() if rows else (0,))
@@ -128,11 +130,12 @@ class ShardedParams:
                     "parameter %r: rank %d holds %s, but its dim-0 chunk of the run's %s over %d ranks is %s "
                     "(torch.chunk: ceil(rows / ranks) rows each, as fully_shard cuts)"
                     % (name, rank, list(local.shape), list(shape), ranks, list(want)))
-            if local.dtype != torch.float32 or local.device.type != "cpu":
-                raise DiLoCoError("parameter %r is %s on %s: a sharded group holds fp32 parameters on the CPU for "
-                                  "now" % (name, local.dtype, local.device))
+            if local.dtype != torch.float32 or local.device.type not in ("cpu", "cuda"):
+                raise DiLoCoError("parameter %r is %s on %s: a sharded group holds fp32 parameters on the CPU or "
+                                  "a CUDA device" % (name, local.dtype, local.device))
             if rows == 0:
                 continue
+            devices.add(local.device)
             self.names.append(name)
             self.counts.append(rows * row)
             self.offsets.append(off_local)
@@ -141,9 +144,14 @@ class ShardedParams:
         if not self.names:
             raise DiLoCoError("rank %d holds no parameters (every tensor has fewer rows than rank %d needs): use "
                               "fewer ranks" % (rank, rank))
+        if len(devices) > 1:
+            raise DiLoCoError("rank %d's chunks are on %s: put them on one device"
+                              % (rank, ", ".join(sorted(str(d) for d in devices))))
         self.numel = off_local
-        self.device = torch.device("cpu")
-        self.flat = torch.empty(self.numel, dtype=torch.float32)
+        self.device = devices.pop()
+        on_gpu = self.device.type == "cuda"
+        self.path = devicehooks.PINNED_HOST_COPY if on_gpu else devicehooks.CPU
+        self.flat = torch.empty(self.numel, dtype=torch.float32, pin_memory=on_gpu)  # (the buffer libdiloco holds)
         self.host = self.flat
         self._gather()
 

@@ -4,20 +4,21 @@ fully_shard holds them (Debian's torch 1.13 cannot import FSDP on Python 3.11), 
 
     group_sharded.py init URL RUN [--ranks R] [--flag NAME=VALUE ...]
         makes RUN from the test model (rediloco.init_run(..., shards=1, fsdp_ranks=R), and the flags)
-    group_sharded.py run URL STEPS H --member RUN:ID:RANKS[:fp32][:ef][:fsdp][:stream] ... --out DIR [--seed S]
+    group_sharded.py run URL STEPS H --member RUN:ID:RANKS[:fp32][:ef][:fsdp][:stream][:cuda] ... --out DIR [--seed S]
         one launcher forks every member: RANKS 1 is one process holding the whole model (no group), RANKS > 1
         a sharded group (DiLoCo(..., process_group=WORLD, sharded=True)) whose rank r holds torch.chunk(p,
         RANKS)[r] of every parameter (an empty chunk where a tensor has too few rows); with :fsdp the whole
         model is given to torch's own fully_shard (torch >= 2.4, a 1-D CPU mesh over the group) instead, and
         DiLoCo(..., process_group=WORLD) finds its DTensor parameters (FSDP's reduce-scatter averages the
         ranks' equal gradients: exact for 2 ranks); :stream mixes a Streaming run's fragments with
-        fragment_update_alpha=0.5
+        fragment_update_alpha=0.5; :cuda puts a member's parameters (a rank's chunks) on a GPU (rank r on GPU r,
+        modulo the GPUs there are; DiLoCo's group stays gloo: tests/it_cuda_python_group_sharded.sh)
 
 The model has four tensors of different shapes, one with fewer rows than ranks. Each member trains the
 quadratic problem of its id (tests/python/quad_worker.py: a, c drawn for the model's parameter count, cut
 like the parameters; gradient a*(x - c); QuadAdamW's numpy fp32 step, elementwise), so a rank's chunk
 trains exactly as the same elements of a whole model do, and a sharded group must end on the same bytes
-as one process. Each member rank writes DIR/RUN-ID.rank<r>: "pid <pid>", then per sync "sync <version>
+as one process. Each member rank writes DIR/RUN-ID.rank<r>: "pid <pid>", "path <transfer path>" once it joined, then per sync "sync <version>
 <digest> <shards digest> <bytes up> <bytes down> <stale>", or "error <message>", and "stopped <inner steps>"
 when a stop (a signal) ended its training; DIR/RUN-ID.exit its status. --step-delay slows every step (a crash test kills a rank mid-run)."""
 import argparse
@@ -58,8 +59,13 @@ class Model(torch.nn.Module):
             self.register_parameter(name, torch.nn.Parameter(full[0].clone()))
             self.problems.append((name, full[1].clone(), full[2].clone()))
 
+    def to_device(self, device):
+        """The parameters and each one's a and c on device."""
+        self.problems = [(name, a.to(device), c.to(device)) for name, a, c in self.problems]
+        return self.to(device)
+
     def forward(self):
-        total = torch.zeros((), dtype=torch.float64)
+        total = torch.zeros((), dtype=torch.float64, device=self.problems[0][1].device)
         for name, a, c in self.problems:
             x = getattr(self, name)
             if x.numel():
@@ -113,6 +119,10 @@ def member_main(rank, m, init_file):
         inner = LocalQuadAdamW(model.parameters())
     else:
         model = Model(m.seed, m.worker_id, m.ranks, rank)
+        if m.cuda:
+            device = torch.device("cuda", rank % torch.cuda.device_count())
+            torch.cuda.set_device(device)
+            model = model.to_device(device)
         inner = QuadAdamW(model.parameters())
     out = open("%s.rank%d" % (m.out, rank), "w")
     out.write("pid %d\n" % os.getpid())
@@ -133,6 +143,8 @@ def member_main(rank, m, init_file):
         out.write("error %s\n" % e)
         out.flush()
         raise
+    out.write("path %s\n" % dl.transfer_path)
+    out.flush()
     step = 0
     with dl:
         last = None
@@ -170,7 +182,7 @@ def run(args):
         run_, wid, ranks, *flags = spec.split(":")
         members.append(argparse.Namespace(url=args.url, run=run_, worker_id=wid, ranks=int(ranks), steps=args.steps,
                                           h=args.h, seed=args.seed, fp32="fp32" in flags, ef="ef" in flags,
-                                          fsdp="fsdp" in flags, stream="stream" in flags,
+                                          fsdp="fsdp" in flags, stream="stream" in flags, cuda="cuda" in flags,
                                           heartbeat=args.heartbeat, step_delay=args.step_delay,
                                           out=os.path.join(args.out, "%s-%s" % (run_, wid))))
     return forked.run_groups(member_main, members, "member")
@@ -189,7 +201,7 @@ def main():
     r.add_argument("url")
     r.add_argument("steps", type=int)
     r.add_argument("h", type=int)
-    r.add_argument("--member", action="append", required=True, metavar="RUN:ID:RANKS[:fp32][:ef][:fsdp]")
+    r.add_argument("--member", action="append", required=True, metavar="RUN:ID:RANKS[:fp32][:ef][:fsdp][:stream][:cuda]")
     r.add_argument("--out", required=True)
     r.add_argument("--seed", type=int, default=3)
     r.add_argument("--heartbeat", type=float, default=1.0)

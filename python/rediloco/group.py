@@ -23,9 +23,10 @@ libdiloco does the group's protocol (worker/diloco.h "Process groups", docs/PROT
 each rank pushes and fetches its part of the shards, the ranks then broadcast their parts to each other (a
 sharded group, sharded.py: each rank its own chunks, nothing exchanged).
 It needs two collectives, which this module makes from torch.distributed on the given process group:
-allgather of a small message (all_gather of uint8 tensors) and broadcast of a slice of the flat parameter
-buffer (this rank's own, or with device hooks libdiloco's host copy: whichever it hands). Before the session opens, the ranks compare what they were given (run, H, worker id, the model's
-tensors): a disagreement is the same DiLoCoError on every rank, before anything is registered.
+allgather of a small message (all_gather of uint8 tensors) and broadcast of a slice of the buffer libdiloco
+hands (this rank's parameters in host memory, or with device hooks libdiloco's own host copy). Before the
+session opens, the ranks compare what they were given (run, H, worker id, the model's tensors): a
+disagreement is the same DiLoCoError on every rank, before anything is registered.
 """
 import ctypes
 

@@ -14,12 +14,8 @@ group stops after the same step). --step-delay slows every step (the crash test 
 hooks when libdiloco_cuda.so loads (--no-device-hooks: REDILOCO_CUDA_LIB="", the host mirror); --nccl: the default
 group on NCCL for DDP (a GPU per rank) and DiLoCo on a gloo group of the same processes, as a node would.
 
---device emu: the CUDA device hooks on the CPU CUDA emulator (build/emu/libdiloco_cuda.so, unless REDILOCO_CUDA_LIB
-names another; tests/it_python_group_hooks.sh): the model stays on the CPU, its flat buffer is taken as device
-memory by the emulator (cuda_emu_adopt) and the session takes the "device hooks" path as on a GPU. The emulator
-queues its streams' work until something waits for it, where a GPU orders the trainer's kernels after it on the
-stream: each step here first runs what is queued (cuda_emu_synchronize), as the CPU's torch ops would otherwise
-not wait for it.
+--device emu: the CUDA device hooks on the CPU CUDA emulator, the model on the CPU (emu_hooks.py;
+tests/it_python_group_hooks.sh).
 
 --host-copy: every rank syncs through a host mirror of its parameters (REDILOCO_HOST_COPY=1: the path of a rank
 whose model is on a GPU, devicehooks.py) although the model is on the CPU; each rank writes "path <transfer path>"
@@ -32,7 +28,6 @@ starts those groups too, with the same arguments (their --out PREFIX: PREFIX's f
 imports torch once for all its groups. Each group's exit status goes to its PREFIX.exit; the launcher exits 0
 when every group did."""
 import argparse
-import ctypes
 import datetime
 import os
 import sys
@@ -46,8 +41,8 @@ import torch.multiprocessing as mp
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import rediloco  # noqa: E402
-from rediloco import devicehooks, params  # noqa: E402
 import forked  # noqa: E402
+from emu_hooks import EmulatedHooks  # noqa: E402
 from quad_worker import QuadAdamW, problem  # noqa: E402
 
 
@@ -76,37 +71,12 @@ class Quad(torch.nn.Module):
         return QuadLoss.apply(self.x if hasattr(self, "x") else self.y, self.a, self.c)
 
 
-TREE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..")
-
-
-def emulated_device_hooks():
-    """--device emu: the "device hooks" path for a CPU model, on the CUDA emulator's libdiloco_cuda.so (see the
-    module's comment). Patches this rank's process only; returns the emulator's library."""
-    os.environ.setdefault("REDILOCO_CUDA_LIB", os.path.join(TREE, "build", "emu", "libdiloco_cuda.so"))
-    lib = devicehooks.load_cuda()
-    if lib is None or not hasattr(lib, "cuda_emu_adopt"):
-        raise SystemExit("--device emu needs the emulator's libdiloco_cuda.so (make tests-build): %s"
-                         % devicehooks.cuda_library_status())
-    lib.cuda_emu_adopt.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    lib.cuda_emu_forget.argtypes = [ctypes.c_void_p]
-
-    def hooks(flat):
-        rc = lib.cuda_emu_adopt(flat.flat.data_ptr(), flat.numel * 4)
-        if rc != 0:
-            raise rediloco.DiLoCoError("cuda_emu_adopt: CUDA error %d (the emulator says why on stderr)" % rc)
-        return devicehooks.CudaHooks(flat.flat, 0, 0)
-
-    devicehooks.path_for_device = lambda device: devicehooks.DEVICE_HOOKS
-    params.FlatParams.device_hooks = hooks
-    return lib
-
-
 def rank_main(rank, args, init_file):
     if args.host_copy:  # (this rank's process only: a forked launcher runs other groups' ranks too)
         os.environ["REDILOCO_HOST_COPY"] = "1"
     if args.no_device_hooks:
         os.environ["REDILOCO_CUDA_LIB"] = ""
-    emu = emulated_device_hooks() if args.device == "emu" else None
+    emu = EmulatedHooks() if args.device == "emu" else None
     device = torch.device("cpu" if emu else args.device)
     if device.type == "cuda":  # rank r on GPU r (all on the one GPU of a machine that has one)
         device = torch.device("cuda", rank % torch.cuda.device_count())
@@ -156,8 +126,8 @@ def rank_main(rank, args, init_file):
         last, step = None, 0
         while step < args.steps or (args.steps == 0 and not dl.stopping):  # 0: until the run is shut down
             step += 1
-            if emu and emu.cuda_emu_synchronize() != 0:  # (the module's comment)
-                raise RuntimeError("the CUDA emulator faulted (it says why on stderr)")
+            if emu:
+                emu.step()
             loss = model()
             loss.backward()
             inner.step()  # the group's sync runs in here every H steps
@@ -175,8 +145,8 @@ def rank_main(rank, args, init_file):
     if out and (args.steps == 0 or dl.stopping):  # (a stop: Stopped raised in inner.step, the block swallowed it)
         out.write("stopped %d\n" % step)
         out.flush()
-    if emu and emu.cuda_emu_forget(dl.flat_params.data_ptr()) != 0:  # (after every queued work: its status)
-        raise RuntimeError("the CUDA emulator faulted (it says why on stderr)")
+    if emu:
+        emu.release(dl)
     dist.destroy_process_group()
 
 

@@ -12,7 +12,8 @@ torch ops: each numpy +, -, *, / and sqrt is one IEEE-754 correctly rounded oper
 (SSE2, AVX2, AVX-512) and numpy version, and numpy never fuses two of them, so the bytes are defined by
 the formula alone. torch's CPU kernels made other bytes on one machine (torch 2.11, AVX-512: the fp32
 run's digests differed from the C reference; issue 27): which kernel a torch build picks is its own
-affair. On a GPU (--device cuda) the step stays in torch ops, as a user's would be. Every
+affair. On a GPU (--device cuda) the step stays in torch ops, as a user's would be; --device emu: the CUDA device
+hooks on the CPU CUDA emulator, the model on the CPU (emu_hooks.py). Every
 sync's digest is written to --digests (one "round digest" line each); the tests compare them, and the
 run's shard digests, with tests/tools/ref_quadratic."""
 import argparse
@@ -28,6 +29,7 @@ import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import rediloco  # noqa: E402
+from emu_hooks import EmulatedHooks  # noqa: E402
 from quad_numpy import adamw_constants, adamw_step_numpy, bias_corrections, problem_numpy  # noqa: E402
 
 def problem(seed, worker_id, numel):
@@ -100,12 +102,15 @@ def main():
     ap.add_argument("--sync-log", default=None, help="write each sync's SyncInfo as a JSON line here")
     ap.add_argument("--step-delay", type=float, default=0.0, help="seconds to sleep per step (a slower machine)")
     ap.add_argument("--heartbeat", type=float, default=1.0, help="heartbeat interval in seconds")
-    ap.add_argument("--device", default="cpu", help="torch device of the model (cuda: tests/it_cuda_python_hooks.sh)")
+    ap.add_argument("--device", default="cpu",
+                    help="torch device of the model (cuda: tests/it_cuda_python_hooks.sh; emu: emu_hooks.py)")
     args = ap.parse_args()
 
+    emu = EmulatedHooks() if args.device == "emu" else None
+    device = "cpu" if emu else args.device
     model = torch.nn.Module()
-    model.x = torch.nn.Parameter(torch.zeros(args.numel, device=args.device))
-    a, c = (t.to(args.device) for t in problem(args.seed, args.worker_id, args.numel))
+    model.x = torch.nn.Parameter(torch.zeros(args.numel, device=device))
+    a, c = (t.to(device) for t in problem(args.seed, args.worker_id, args.numel))
     inner = QuadAdamW(model.parameters())
     out = open(args.digests, "w") if args.digests else None
     synclog = open(args.sync_log, "w") if args.sync_log else None
@@ -117,6 +122,8 @@ def main():
                              dylu=args.dylu) as dl:
             step, last = 0, None
             for step in range(1, args.steps + 1):
+                if emu:
+                    emu.step()
                 with torch.no_grad():
                     loss = gradient(model.x, a, c)
                 inner.step()  # the sync runs in here every H steps
@@ -133,6 +140,8 @@ def main():
                 if args.step_delay:
                     time.sleep(args.step_delay)
             print("worker %s done at step %d over %s, %s" % (dl.worker_id, step, dl.transfer_path, dl.last_sync))
+        if emu:
+            emu.release(dl)
     except rediloco.Stopped as e:  # a stop while joining: raised by the `with` itself, the block never ran
         print("stopped while joining (%s); SIGINT handler restored: %s" % (
             e, signal.getsignal(signal.SIGINT) == before))

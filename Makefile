@@ -261,9 +261,9 @@ $(EMU_TESTS): $(BUILD)/tests/%_emu: tests/%.c $(TESTLIB_OBJ) $(EMU_OBJ) $(BUILD)
 EMU_BACKEND = $(BUILD)/emu/libdiloco_gpt_cuda.so
 $(EMU_BACKEND): $(filter-out $(BUILD)/emu/gpt_cuda_test.o,$(EMU_OBJ)) $(BUILD)/worker/gpt/gpt_acts.o $(LIBMODEL) $(LIBCOMMON) worker/cuda/backend.map
 	$(CC) -shared -o $@ -Wl,-z,defs -Wl,--version-script=worker/cuda/backend.map $(filter %.o %.a,$^) -lstdc++ -lm -pthread
-# and libdiloco_cuda.so's hooks on the emulator, for the Python package's tests (REDILOCO_CUDA_LIB=
-# build/emu/libdiloco_cuda.so: tests/it_cuda_python_group.sh under CUDA_GROUP_STAND_IN=emu): exports the
-# hooks' entry and the emulator's calls for ctypes (cuda_emu_adopt: a CPU tensor taken as device memory)
+# and libdiloco_cuda.so's hooks on the emulator, for the Python package's tests (tests/python/emu_hooks.py:
+# tests/it_python_group_hooks.sh): exports the hooks' entry and the emulator's calls for ctypes
+# (cuda_emu_adopt: a CPU tensor taken as device memory)
 EMU_CUDA_SO = $(BUILD)/emu/libdiloco_cuda.so
 $(EMU_CUDA_SO): $(BUILD)/emu/diloco_cuda.o $(BUILD)/emu/diloco_cuda_so.o $(EMU_RT_OBJ) $(LIBCOMMON) tests/tools/cuda_emu/libdiloco_cuda.map
 	$(CC) -shared -o $@ -Wl,-z,defs -Wl,--version-script=tests/tools/cuda_emu/libdiloco_cuda.map $(filter %.o %.a,$^) -lstdc++ -lm -pthread

@@ -2,10 +2,10 @@
 # it_python_group_hooks.sh: rediloco's process groups on the CUDA device hooks, without a GPU: the ranks' models
 # stay on the CPU, and the CUDA backend's hooks (worker/cuda/diloco_cuda.cu, through libdiloco_cuda.so's
 # entry) run on the CPU CUDA emulator (build/emu/libdiloco_cuda.so), which takes each rank's flat buffer as
-# device memory (tests/python/group_quad.py --device emu). libdiloco gets no host parameters then: each rank's
-# pseudo-gradient of its part is taken by the hooks' kernels, the group's broadcast moves libdiloco's own host
-# copy (python/rediloco/group.py), and the hooks load the new values into the rank's buffer; nothing else can
-# reach it, so a run bit-identical to the reference is the hooks' work. One launcher forks every group, and a
+# device memory (tests/python/emu_hooks.py; group_quad.py --device emu). libdiloco gets no host parameters
+# then: each rank's pseudo-gradient of its part is taken by the hooks' kernels, the group's broadcast moves
+# libdiloco's own host copy (python/rediloco/group.py), and the hooks load the new values into the rank's
+# buffer; nothing else can reach it, so a run bit-identical to the reference is the hooks' work. One launcher forks every group, and a
 # single PyTorch worker w3 on the same hooks (tests/python/quad_worker.py --device emu) joins two of the runs:
 #   phb  bf16: g1 on the emulated hooks, g2 on the CPU, w3 on the hooks, against three single workers
 #        (tests/tools/ref_quadratic);

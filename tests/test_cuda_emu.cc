@@ -119,16 +119,19 @@ static int gemm_past_end(void)
     return s == CUBLAS_STATUS_EXECUTION_FAILED && faulted() ? 0 : 1;
 }
 
-/* cuda_emu_adopt (a CPU tensor standing in for a CUDA one: tests/python/group_quad.py --device emu): the
+/* cuda_emu_adopt (a CPU tensor standing in for a CUDA one: tests/python/emu_hooks.py): the
  * caller's memory takes kernels and device copies, stays readable from the host, is not cudaFree's, and is
  * given back once */
 static void adopted_memory(void)
 {
-    static float a[64];
-    float h[64];
-    CHECK(cuda_emu_adopt(a, sizeof a) == cudaSuccess && cuda_emu_adopt(a, sizeof a) == cudaSuccess,
+    static float mem[80];
+    float *a = mem + 8, h[64]; /* 64 floats adopted, with host memory on each side */
+    const size_t bytes = 64 * sizeof(float);
+    CHECK(cuda_emu_adopt(a, bytes) == cudaSuccess && cuda_emu_adopt(a, bytes) == cudaSuccess,
           "host memory adopted as device memory (twice: the same range again)");
-    CHECK(cuda_emu_adopt(a + 8, 16) == cudaErrorInvalidValue, "a range inside adopted memory refused");
+    CHECK(cuda_emu_adopt(a + 8, 16) == cudaErrorInvalidValue &&
+              cuda_emu_adopt(mem, sizeof mem) == cudaErrorInvalidValue,
+          "a range inside adopted memory, or around it, refused");
     simt_cuda_launch("fill_k", fill_k, 2, 32)(a, 64, 2.0f);
     CHECK(cuda_emu_synchronize() == cudaSuccess && a[0] == 2.0f && a[63] == 65.0f,
           "a kernel writes adopted memory, the host reads it after a synchronization");

@@ -147,6 +147,15 @@ static region *find(const void *p)
     return NULL;
 }
 
+/* some region holds a byte of [p, p + bytes) */
+static int overlaps(const void *p, size_t bytes)
+{
+    const char *c = (const char *)p;
+    for (const region &r : g_regions)
+        if (c < r.base + r.bytes + (r.bytes == 0) && r.base < c + bytes) return 1;
+    return 0;
+}
+
 static int is_device(const void *p)
 {
     region *r = find(p);
@@ -484,7 +493,7 @@ cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned flags)
     (void)flags;
     if (g_sticky) return g_sticky;
     if (!p || !bytes) return refuse(cudaErrorInvalidValue);
-    if (find(p) || find((char *)p + bytes - 1)) return refuse(cudaErrorHostMemoryAlreadyRegistered);
+    if (overlaps(p, bytes)) return refuse(cudaErrorHostMemoryAlreadyRegistered);
     g_regions.push_back(region{(char *)p, bytes, MEM_REGISTERED, (char *)p, bytes, ++g_serial, 0});
     return cudaSuccess;
 }
@@ -494,7 +503,7 @@ cudaError_t cudaHostUnregister(void *p)
     return release(p, MEM_REGISTERED);
 }
 
-/* A PyTorch CPU tensor standing in for a CUDA one (tests/python/group_quad.py --device emu): the caller's
+/* A PyTorch CPU tensor standing in for a CUDA one (tests/python/emu_hooks.py): the caller's
  * host memory becomes device memory for the checks (kernel arguments, copies' directions), without guards
  * and never protected, since the caller's host code writes it where a trainer's kernels would. The caller
  * orders its writes with the device's work itself (cuda_emu_synchronize before each of its steps). */
@@ -505,7 +514,7 @@ extern "C" int cuda_emu_adopt(void *p, size_t bytes)
     if (!p || !bytes) return refuse(cudaErrorInvalidValue);
     region *r = find(p);
     if (r && r->adopted && r->base == p && r->bytes == bytes) return cudaSuccess; /* a session opened again */
-    if (r || find((char *)p + bytes - 1)) {
+    if (overlaps(p, bytes)) {
         cuda_emu_say("cuda_emu_adopt(%p, %zu): overlaps memory the emulator already has", p, bytes);
         return refuse(cudaErrorInvalidValue);
     }

@@ -192,7 +192,7 @@ void cuda_emu_launch_enqueue(const char *name, cudaStream_t st, std::function<in
 /* the emulator's own: the seed of its choices from now on (which stream's work runs next, the
  * interleavings of a launch); CUDA_EMU_SEED in the environment sets the first */
 void cuda_emu_seed(unsigned seed);
-/* for a caller through ctypes (tests/python/group_quad.py --device emu: a CPU tensor standing in for a CUDA
+/* for a caller through ctypes (tests/python/emu_hooks.py: a CPU tensor standing in for a CUDA
  * one), by C names: cuda_emu_adopt takes the caller's host memory as device memory (no guards, never
  * protected: the caller writes it from the host), cuda_emu_forget gives it back, cuda_emu_synchronize is
  * cudaDeviceSynchronize. Each returns a cudaError_t. */

@@ -19,38 +19,20 @@ fi
 . tests/lib.sh
 ROUNDS=3; H=6
 start_redis
-for mode in bf16 stream; do
-  extra=""; [ $mode = stream ] && extra="--flag fragments=2"
-  for side in A B; do
-    $PYTHON tests/python/group_sharded.py init "$URL" $side$mode $extra > "$TMP/init-$side$mode.log" 2>&1 ||
-      fail "init $side$mode: $(cat "$TMP/init-$side$mode.log")"
-    RUN=$side$mode start_server s$side$mode --lease-ttl-ms 2000
-  done
-done
+sharded_pairs bf16 stream
 members=""
 for mode in bf16 stream; do
-  f=""; [ $mode = stream ] && f=:stream
+  f=$(sharded_flag $mode)
   members="$members --member A$mode:g1:2$f:cuda --member A$mode:g2:1$f --member B$mode:g1:1$f --member B$mode:g2:1$f"
 done
 # (group_sharded.py forks its members' ranks: CUDA is not usable in a child of a process that initialised it,
 # and the launcher never does; each rank starts CUDA after the fork)
 $PYTHON tests/python/group_sharded.py run "$URL" $((ROUNDS * H)) $H --out "$TMP" $members > "$TMP/launcher.log" 2>&1
 for mode in bf16 stream; do
-  for m in A$mode-g1 A$mode-g2 B$mode-g1 B$mode-g2; do
-    [ "$(cat "$TMP/$m.exit" 2>/dev/null)" = 0 ] || fail "$m failed: $(cat "$TMP/$m".rank* | tail -n 5; tail -n 20 "$TMP/launcher.log")"
-  done
+  sharded_same $mode "a sharded group on cuda" $ROUNDS
   for r in 0 1; do
     [ "$(grep '^path' "$TMP/A$mode-g1.rank$r")" = "path pinned host copy" ] ||
       fail "$mode: g1 rank $r: '$(grep '^path' "$TMP/A$mode-g1.rank$r")', not the pinned host copy of chunks on cuda"
-  done
-  shard_digests A$mode > "$TMP/got-$mode.txt"
-  shard_digests B$mode > "$TMP/ref-$mode.txt"
-  diff "$TMP/ref-$mode.txt" "$TMP/got-$mode.txt" > "$TMP/diff.txt" ||
-    fail "$mode: the sharded group on cuda ends on other parameters than the single CPU workers': $(cat "$TMP/diff.txt")"
-  awk '/^sync/ {print $2, $4}' "$TMP/B$mode-g2.rank0" | sort -u > "$TMP/want-$mode.txt"
-  for f in A$mode-g1.rank0 A$mode-g1.rank1; do
-    awk '/^sync/ {print $2, $4}' "$TMP/$f" | sort -u | diff "$TMP/want-$mode.txt" - > "$TMP/diff.txt" ||
-      fail "$mode: $f's shards digests: $(cat "$TMP/diff.txt")"
   done
   say "$mode: a sharded group of 2 with its chunks on cuda ends bit-identical to single CPU workers ($(tail -n 1 "$TMP/want-$mode.txt"))"
 done

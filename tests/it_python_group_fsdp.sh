@@ -29,32 +29,14 @@ fi
 
 ROUNDS=3; H=5
 start_redis
+sharded_pairs bf16 fp32 int3
 members=""
 for mode in bf16 fp32 int3; do
-  extra=""; f=""
-  [ $mode = int3 ] && extra="--flag compress=int3 --flag download=update" && f=:ef
-  [ $mode = fp32 ] && f=:fp32
-  for side in A B; do
-    $PY tests/python/group_sharded.py init "$URL" $side$mode $extra > "$TMP/init-$side$mode.log" 2>&1 ||
-      fail "init $side$mode: $(cat "$TMP/init-$side$mode.log")"
-    RUN=$side$mode start_server s$side$mode --lease-ttl-ms 2000
-  done
+  f=$(sharded_flag $mode)
   members="$members --member A$mode:g1:2$f:fsdp --member A$mode:g2:1$f --member B$mode:g1:1$f --member B$mode:g2:1$f"
 done
 $PY tests/python/group_sharded.py run "$URL" $((ROUNDS * H)) $H --out "$TMP" $members > "$TMP/launcher.log" 2>&1
 for mode in bf16 fp32 int3; do
-  for m in A$mode-g1 A$mode-g2 B$mode-g1 B$mode-g2; do
-    [ "$(cat "$TMP/$m.exit" 2>/dev/null)" = 0 ] || fail "$m failed: $(cat "$TMP/$m".rank* | tail -n 5; tail -n 20 "$TMP/launcher.log")"
-  done
-  shard_digests A$mode > "$TMP/got-$mode.txt"
-  shard_digests B$mode > "$TMP/ref-$mode.txt"
-  diff "$TMP/ref-$mode.txt" "$TMP/got-$mode.txt" > "$TMP/diff.txt" ||
-    fail "$mode: the fully_shard group's run ends on other parameters than the single workers': $(cat "$TMP/diff.txt")"
-  awk '/^sync/ {print $2, $4}' "$TMP/B$mode-g2.rank0" | sort -u > "$TMP/want-$mode.txt"
-  [ "$(wc -l < "$TMP/want-$mode.txt")" -eq $ROUNDS ] || fail "$mode: the reference synced $(cat "$TMP/want-$mode.txt")"
-  for f in A$mode-g1.rank0 A$mode-g1.rank1; do
-    awk '/^sync/ {print $2, $4}' "$TMP/$f" | sort -u | diff "$TMP/want-$mode.txt" - > "$TMP/diff.txt" ||
-      fail "$mode: $f's shards digests: $(cat "$TMP/diff.txt")"
-  done
+  sharded_same $mode "a fully_shard group" $ROUNDS
   say "$mode: a fully_shard group of 2 ends bit-identical to a single PyTorch worker"
 done

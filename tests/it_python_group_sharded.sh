@@ -15,42 +15,20 @@
 . "$(dirname "$0")/lib.sh"
 ROUNDS=3; H=6; PY=$PYTHON
 start_redis
-for mode in bf16 int3 stream; do
-  extra=""; [ $mode = int3 ] && extra="--flag compress=int3 --flag download=update"
-  [ $mode = stream ] && extra="--flag fragments=2"
-  for side in A B; do
-    $PY tests/python/group_sharded.py init "$URL" $side$mode $extra > "$TMP/init-$side$mode.log" 2>&1 ||
-      fail "init $side$mode: $(cat "$TMP/init-$side$mode.log")"
-    RUN=$side$mode start_server s$side$mode --lease-ttl-ms 2000
-  done
-done
+sharded_pairs bf16 int3 stream
 $PY tests/python/group_sharded.py init "$URL" bad3 --ranks 3 --workers 1 > "$TMP/init-bad3.log" 2>&1 || fail "init bad3"
-flag_of() { case $1 in fp32) echo :fp32;; int3) echo :ef;; stream) echo :stream;; esac; }
 members=""
 for mode in bf16 int3 stream; do
-  f=$(flag_of $mode)
+  f=$(sharded_flag $mode)
   members="$members --member A$mode:g1:2$f --member A$mode:g2:1$f --member B$mode:g1:1$f --member B$mode:g2:1$f"
 done
 $PY tests/python/group_sharded.py run "$URL" $((ROUNDS * H)) $H --out "$TMP" $members \
   --member bad3:gb:2 > "$TMP/launcher.log" 2>&1
 exit_of() { cat "$TMP/$1.exit" 2>/dev/null || echo none; }
-for mode in bf16 int3 stream; do
-  for m in A$mode-g1 A$mode-g2 B$mode-g1 B$mode-g2; do
-    [ "$(exit_of $m)" = 0 ] || fail "$m failed: $(cat "$TMP/$m".rank* | tail -n 5; tail -n 20 "$TMP/launcher.log")"
-  done
-done
 
-versions() { cat "$@" | awk '/^sync/ {print $2, $4}' | sort -u; } # version, shards digest
 for mode in bf16 int3; do
-  shard_digests A$mode > "$TMP/got-$mode.txt"
-  shard_digests B$mode > "$TMP/ref-$mode.txt"
-  diff "$TMP/ref-$mode.txt" "$TMP/got-$mode.txt" > "$TMP/diff.txt" ||
-    fail "$mode: the sharded group's run ends on other parameters than the single workers': $(cat "$TMP/diff.txt")"
-  versions "$TMP/B$mode-g2.rank0" > "$TMP/want-$mode.txt"
+  sharded_same $mode "a sharded group" $ROUNDS
   [ "$(wc -l < "$TMP/want-$mode.txt")" -eq $ROUNDS ] || fail "$mode: the reference synced $(cat "$TMP/want-$mode.txt")"
-  for f in A$mode-g1.rank0 A$mode-g1.rank1 A$mode-g2.rank0 B$mode-g1.rank0; do
-    versions "$TMP/$f" | diff "$TMP/want-$mode.txt" - > "$TMP/diff.txt" || fail "$mode: $f's shards digests: $(cat "$TMP/diff.txt")"
-  done
   for v in $(seq 0 $((ROUNDS - 1))); do
     p=$($RCLI HGET "dl:{A$mode}:f0:r$v" participants)
     case "$p" in g1:*,g2:*) ;; *) fail "$mode: round $v participants '$p' (want g1 and g2)";; esac
@@ -59,15 +37,7 @@ for mode in bf16 int3; do
 done
 # Streaming: fragment 0 is w1, fragment 1 the other three tensors (s has one row: rank 1 holds none of it)
 [ "$($RCLI HGET "dl:{Astream}:config" frag_bounds)" = "0,2,7" ] || fail "stream: fragments $($RCLI HGET "dl:{Astream}:config" frag_bounds) (shards $($RCLI HGET "dl:{Astream}:config" shard_bounds))"
-shard_digests Astream > "$TMP/got-stream.txt"
-shard_digests Bstream > "$TMP/ref-stream.txt"
-diff "$TMP/ref-stream.txt" "$TMP/got-stream.txt" > "$TMP/diff.txt" ||
-  fail "stream: the sharded group's Streaming run ends on other parameters than the single workers': $(cat "$TMP/diff.txt")"
-versions "$TMP/Bstream-g2.rank0" > "$TMP/want-stream.txt"
-[ "$(wc -l < "$TMP/want-stream.txt")" -ge $((2 * ROUNDS - 1)) ] || fail "stream: the reference synced $(cat "$TMP/want-stream.txt")"
-for f in Astream-g1.rank0 Astream-g1.rank1 Astream-g2.rank0 Bstream-g1.rank0; do
-  versions "$TMP/$f" | diff "$TMP/want-stream.txt" - > "$TMP/diff.txt" || fail "stream: $f's shards digests: $(cat "$TMP/diff.txt")"
-done
+sharded_same stream "a sharded group in Streaming" $((2 * ROUNDS - 1))
 say "stream: a sharded group of 2 in a Streaming run of 2 fragments ends bit-identical to a single PyTorch worker, the same shards digests at every sync"
 # bytes (bf16): the two ranks' pushes add up to one process's each round; each rank sends only its chunks
 numel=$($RCLI HGET "dl:{Abf16}:config" numel)

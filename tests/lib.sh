@@ -326,6 +326,40 @@ shard_digests() {
     k=$((k + 1))
   done
 }
+# sharded_pairs MODE...: for each MODE (bf16, fp32, int3: --compress int3 --download update, stream: 2
+# fragments), the runs A<MODE> and B<MODE> of tests/python/group_sharded.py's model, a server each: A for a
+# sharded group g1 beside a single worker g2, B for the single workers g1 and g2. sharded_flag MODE: the
+# member flag of that mode for group_sharded.py run. sharded_same MODE WHAT [VERSIONS]: every member of the
+# pair exited 0, A ends on B's shard digests, and A's g1 ranks, A's g2 and B's g1 reported the same (version,
+# shards digest) pairs as B's g2, at least VERSIONS of them (default 1); WHAT names the group in messages.
+sharded_pairs() {
+  for _mode in "$@"; do
+    _extra=""
+    case $_mode in int3) _extra="--flag compress=int3 --flag download=update" ;; stream) _extra="--flag fragments=2" ;; esac
+    for _side in A B; do
+      $PYTHON tests/python/group_sharded.py init "$URL" $_side$_mode $_extra > "$TMP/init-$_side$_mode.log" 2>&1 ||
+        fail "init $_side$_mode: $(cat "$TMP/init-$_side$_mode.log")"
+      RUN=$_side$_mode start_server s$_side$_mode --lease-ttl-ms 2000
+    done
+  done
+}
+sharded_flag() { case $1 in fp32) echo :fp32 ;; int3) echo :ef ;; stream) echo :stream ;; esac; }
+sharded_same() {
+  for _m in A$1-g1 A$1-g2 B$1-g1 B$1-g2; do
+    [ "$(cat "$TMP/$_m.exit" 2>/dev/null)" = 0 ] || fail "$_m failed: $(cat "$TMP/$_m".rank* | tail -n 5; tail -n 20 "$TMP/launcher.log")"
+  done
+  shard_digests A$1 > "$TMP/got-$1.txt"
+  shard_digests B$1 > "$TMP/ref-$1.txt"
+  diff "$TMP/ref-$1.txt" "$TMP/got-$1.txt" > "$TMP/diff.txt" ||
+    fail "$1: the run with $2 ends on other parameters than the single workers': $(cat "$TMP/diff.txt")"
+  awk '/^sync/ {print $2, $4}' "$TMP/B$1-g2.rank0" | sort -u > "$TMP/want-$1.txt"
+  [ "$(wc -l < "$TMP/want-$1.txt")" -ge "${3:-1}" ] || fail "$1: the reference synced $(cat "$TMP/want-$1.txt")"
+  for _f in A$1-g1.rank0 A$1-g1.rank1 A$1-g2.rank0 B$1-g1.rank0; do
+    awk '/^sync/ {print $2, $4}' "$TMP/$_f" | sort -u | diff "$TMP/want-$1.txt" - > "$TMP/diff.txt" ||
+      fail "$1: $_f's shards digests: $(cat "$TMP/diff.txt")"
+  done
+}
+
 # ref_async_check RUN H WHAT ARGS...: RUN's shard digests equal the in-process replay of its submission
 # order (tests/tools/ref_async) and differ from the replay with ARGS (the setting under test turned off);
 # says so with WHAT and the staleness the submissions saw. REF_ASYNC: another build of the replay (a mutant).

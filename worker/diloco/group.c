@@ -2,10 +2,10 @@
  * that are ONE worker of the run (diloco.h "Process groups", docs/PROTOCOL.md "Process groups").
  *
  * The ranks talk to each other only through the host's two collectives (o.group.allgather, .broadcast).
- * Every step below that involves more than one rank is one allgather of a fixed-size group_msg (in an async
- * round followed by a number per shard of the fragment: gather_with), made by every rank whatever its own
- * outcome, so the ranks always decide the same thing from the same facts (and the same error reaches every
- * rank):
+ * Every step below that involves more than one rank is one allgather of a fixed-size group_msg (group_msg.c;
+ * in an async round followed by a number per shard of the fragment: gmsg_gather_with), made by every rank
+ * whatever its own outcome, so the ranks always decide the same thing from the same facts (and the same
+ * error reaches every rank):
  *
  *   open:     HELLO (each rank's options and whether it could read the run: they must agree), REGISTER
  *             (rank 0 registers the group; the others take its worker id and incarnation), JOIN (the
@@ -41,10 +41,10 @@
  *             learn of an eviction each from its own heartbeat, at different steps, and can act on it only
  *             together: at a collective made at a step they all know in advance).
  *
- * A rank moves a part of every fragment (a contiguous range of its shards, balanced by elements: grp_parts),
- * which dl_first_shard / dl_last_shard give every per-fragment loop of sync.c, delta.c and fetch.c: the
- * pseudo-gradient of a shard is computed from the same bytes as in a process of its own, so a group's
- * contribution is bit-identical to one process's. The group arrives at the barrier only when every rank
+ * A rank moves a part of every fragment (a contiguous range of its shards, balanced by elements: grp_parts,
+ * group_part.c), which dl_first_shard / dl_last_shard give every per-fragment loop of sync.c, delta.c and
+ * fetch.c: the pseudo-gradient of a shard is computed from the same bytes as in a process of its own, so a
+ * group's contribution is bit-identical to one process's. The group arrives at the barrier only when every rank
  * arrived (after its own pushes, lua/15_groups.lua), so a group whose rank died never contributes half.
  * A rank that fails before its pushes are acknowledged leaves the run (dl_deregister), so the other
  * ranks waiting at the barrier for the group's arrival see the eviction instead of waiting forever. */
@@ -57,306 +57,6 @@
 #include "base/util.h"
 #include "format/keys.h"
 #include "internal.h"
-
-#define GROUP_MAGIC 0x70756f72676c6455ull /* "Udlgroup" */
-
-enum {
-    GRP_HELLO = 1,
-    GRP_REGISTER,
-    GRP_JOIN,
-    GRP_FETCH,
-    GRP_PREPARE,
-    GRP_NET,
-    GRP_RECOVER,
-    GRP_CHECK,
-    GRP_PLACES,
-    GRP_COMPLETE,
-    GRP_READY,
-    GRP_REPAIR
-};
-
-static const char *step_name(int what)
-{
-    static const char *names[] = {"?",       "open",  "register", "join",     "fetch", "prepare", "round",
-                                  "recover", "check", "places",   "complete", "ready", "repair"};
-    return what >= GRP_HELLO && what <= GRP_REPAIR ? names[what] : names[0];
-}
-
-/* What one rank tells the others at one collective. */
-typedef struct group_msg {
-    uint64_t magic;
-    uint32_t call; /* the rank's count of collectives: the same on every rank in step */
-    int32_t what;  /* GRP_* */
-    int32_t rank, size;
-    int32_t status;   /* DL_* (or 0 / -1) */
-    int32_t shutdown; /* every message: this rank's heartbeat was told the run was shut down (agree_stop) */
-    int32_t stop;     /* every message: this rank's host asked it to stop (dl_stopping: agree_stop) */
-    int32_t reserved; /* (zero: the v[] that follow are 8-aligned, and no byte sent is left unwritten) */
-    int64_t v[8]; /* what-specific numbers */
-    char run[72];
-    char worker[64];
-    char err[384];
-    /* every message: the group this rank is in (0: none yet, e.g. a rank opening), for out-of-step errors */
-    int64_t ginc, gversion;
-    char gworker[64];
-    uint64_t held[RUNCONF_MAX_SHARDS / 64]; /* HELLO of a sharded group: the run's shards this rank holds */
-} group_msg;
-
-/* The ranks are out of step (all[r] is at another collective than all[0] or this rank): one message,
- * built from all[] only, so every rank says the same. A rank at its first collective (open) next to a
- * rank of a registered group is a rank restarted alone: say so, with the group it cannot join. */
-static void out_of_step(diloco *d, const group_msg *all, int r, char *err, size_t errlen)
-{
-    int size = d->o.group.size, fresh = -1, old = -1;
-    for (int q = 0; q < size; q++) {
-        if (all[q].what == GRP_HELLO && all[q].call == 1 && fresh < 0) fresh = q;
-        if (all[q].ginc > 0 && old < 0) old = q;
-    }
-    if (fresh >= 0 && old >= 0) {
-        err_set(err, errlen,
-                "rank %d opened the group anew (a rank restarted alone) while rank %d is in worker %s, incarnation "
-                "%" PRId64 ", at version %" PRId64 " (collective #%u, %s): that group already synced and a rank "
-                "cannot join a group of another incarnation; restart every rank of the group",
-                fresh, old, all[old].gworker, all[old].ginc, all[old].gversion, all[old].call, step_name(all[old].what));
-        return;
-    }
-    err_set(err, errlen,
-            "the ranks of the group are out of step: rank %d is at collective #%u (%s), rank %d at #%u "
-            "(%s): a rank restarted alone or joined a group that already synced; restart every rank",
-            r, all[r].call, step_name(all[r].what), d->grp_rank, all[d->grp_rank].call, step_name(all[d->grp_rank].what));
-}
-
-/* The slots of one allgather: every one holds the rank it should, at the same collective. */
-static int check_gathered(diloco *d, const group_msg *all, char *err, size_t errlen)
-{
-    int size = d->o.group.size;
-    for (int r = 0; r < size; r++) {
-        const group_msg *m = &all[r];
-        if (m->magic != GROUP_MAGIC || m->size != size || m->rank != r) {
-            err_set(err, errlen,
-                    "the ranks of the group disagree: slot %d of the allgather holds rank %d of a group of %d, this "
-                    "rank is %d of %d (every rank must be given the same group size and its own rank)",
-                    r, m->rank, m->size, d->grp_rank, size);
-            return -1;
-        }
-        if (m->call != all[0].call || m->what != all[0].what) {
-            out_of_step(d, all, r, err, errlen);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* A stop, agreed. The run was shut down (a rank's heartbeat was told) or a rank's host asked it to stop
- * (diloco_request_stop, *o.stop: a signal, Python's stop()), each rank at its own moment, and every message
- * says whether its rank was told or asked. From the first collective where one says so, every rank's
- * diloco_stop_requested says so, at the same inner step on each, so the host stops them all there: a rank
- * stopping on its own word would leave the others waiting at their next collective, and in the host's next
- * data-parallel allreduce. A host's stop, once agreed, is every rank's (grp_stop, and its stop flag: waits
- * give up everywhere), and a round under way ends on every rank with the group leaving the run (stopped). */
-static void agree_stop(diloco *d, const group_msg *all)
-{
-    int size = d->o.group.size, told = -1, asked = -1;
-    for (int r = 0; r < size; r++) {
-        if (all[r].shutdown && told < 0) told = r;
-        if (all[r].stop && asked < 0) asked = r;
-    }
-    if (told < 0 && asked < 0) return;
-    int kind = asked < 0 ? DILOCO_STOP_SHUTDOWN : all[d->grp_rank].stop ? DILOCO_STOP_ASKED : DILOCO_STOP_RANK;
-    pthread_mutex_lock(&d->hb_mu);
-    int before = d->stop_requested;
-    if (before == 0 || before == DILOCO_STOP_SHUTDOWN) d->stop_requested = kind;
-    pthread_mutex_unlock(&d->hb_mu);
-    if (asked >= 0 && !d->grp_stop) {
-        d->grp_stop = 1;
-        d->grp_stop_rank = asked;
-        diloco_request_stop(d);
-        if (d->grp_rank == 0)
-            log_info("rank %d was asked to stop: every rank of the group stops after this inner step", asked);
-    } else if (before == 0 && d->grp_rank == 0) {
-        log_info("the run was shut down (rank %d's heartbeat was told): every rank of the group stops after this "
-                 "inner step",
-                 told);
-    }
-}
-
-/* One allgather of msg, followed by n numbers (mine), from every rank: all[size] the messages, vals[r * n + i]
- * rank r's i-th number (vals may be NULL when n is 0). -1 + err when the transport failed or the ranks are out
- * of step. */
-static int gather_with(diloco *d, int what, group_msg *msg, const int64_t *mine, int n, group_msg *all, int64_t *vals,
-                       char *err, size_t errlen)
-{
-    int size = d->o.group.size;
-    msg->magic = GROUP_MAGIC;
-    msg->call = ++d->grp_calls;
-    msg->what = what;
-    msg->rank = d->grp_rank;
-    msg->size = size;
-    msg->shutdown = dl_shutdown_seen(d);
-    msg->stop = dl_stopping(d);
-    msg->ginc = dl_inc(d);
-    msg->gversion = d->frag_version ? __atomic_load_n(&d->frag_version[0], __ATOMIC_RELAXED) : 0; /* (in flight) */
-    snprintf(msg->gworker, sizeof msg->gworker, "%s", msg->ginc > 0 ? d->worker_id : "");
-    size_t slot = sizeof *msg + (size_t)n * sizeof(int64_t);
-    unsigned char *in = (unsigned char *)msg, *out = (unsigned char *)all;
-    if (n > 0) { /* one slot per rank: the message, then its numbers */
-        in = malloc(slot);
-        out = malloc(slot * (size_t)size);
-        if (!in || !out) {
-            free(in);
-            free(out);
-            err_set(err, errlen, "out of memory");
-            return -1;
-        }
-        memcpy(in, msg, sizeof *msg);
-        memcpy(in + sizeof *msg, mine, (size_t)n * sizeof(int64_t));
-    }
-    char herr[256] = "";
-    int rc = d->o.group.allgather(d->o.group.ctx, in, slot, out, herr, sizeof herr);
-    if (rc < 0)
-        err_set(err, errlen, "the group's allgather failed at its %s step (%s): a rank died or the transport broke",
-                step_name(what), herr[0] ? herr : "no message");
-    if (n > 0) {
-        for (int r = 0; rc == 0 && r < size; r++) {
-            memcpy(&all[r], out + slot * (size_t)r, sizeof *msg);
-            memcpy(vals + (size_t)r * (size_t)n, out + slot * (size_t)r + sizeof *msg, (size_t)n * sizeof(int64_t));
-        }
-        free(in);
-        free(out);
-    }
-    if (rc < 0 || check_gathered(d, all, err, errlen) < 0) return -1;
-    agree_stop(d, all);
-    return 0;
-}
-
-/* One allgather of msg from every rank into all[size], checked: every slot holds the rank it should, at
- * the same collective. -1 + err when the transport failed or the ranks are out of step. */
-static int gather(diloco *d, int what, group_msg *msg, group_msg *all, char *err, size_t errlen)
-{
-    return gather_with(d, what, msg, NULL, 0, all, NULL, err, errlen);
-}
-
-/* One slot per rank for an allgather's messages (zeroed); NULL with err when out of memory. */
-static group_msg *msgs_alloc(const diloco *d, char *err, size_t errlen)
-{
-    group_msg *all = calloc((size_t)d->o.group.size, sizeof *all);
-    if (!all) err_set(err, errlen, "out of memory");
-    return all;
-}
-
-/* "rank r: its message" in err: rank r's failure as the others report it */
-static int rank_failure(const group_msg *all, int r, char *err, size_t errlen)
-{
-    err_set(err, errlen, "rank %d: %s", r, all[r].err[0] ? all[r].err : "failed");
-    return all[r].status;
-}
-
-/* The first rank whose status is not DL_OK: its status, with "rank r: its message" in err. */
-static int first_failure(const group_msg *all, int size, char *err, size_t errlen)
-{
-    for (int r = 0; r < size; r++)
-        if (all[r].status != DL_OK) return rank_failure(all, r, err, errlen);
-    return DL_OK;
-}
-
-/* The worst status of all ranks (corrupt > fail > evicted > stale), DL_OK when none failed. */
-static int worst_status(const group_msg *all, int size)
-{
-    static const int order[] = {DL_CORRUPT, DL_FAIL, DL_EVICTED, DL_STALE, DL_RETRY, DL_NEED};
-    for (size_t i = 0; i < sizeof order / sizeof order[0]; i++)
-        for (int r = 0; r < size; r++)
-            if (all[r].status == order[i]) return order[i];
-    return DL_OK;
-}
-
-/* worst_status, with "rank r: its message" of the first rank that has it in err: the reason a recover acts
- * on (a corrupt shard's message for its repair wait, not another rank's consequence of it). */
-static int worst_failure(const group_msg *all, int size, char *err, size_t errlen)
-{
-    int worst = worst_status(all, size);
-    for (int r = 0; r < size && worst != DL_OK; r++)
-        if (all[r].status == worst) return rank_failure(all, r, err, errlen);
-    return worst;
-}
-
-/* ---- the ranks' parts ----------------------------------------------------------------------------- */
-
-/* The ranks' parts of shards [a, b) (a fragment): rank r's first shard is the shard boundary nearest to r/size
- * of the fragment's elements, leaving every rank at least one shard; b[0..size] = the size+1 bounds. A
- * function of the run and the size only: every rank computes the same. */
-static void split_shards(const diloco *d, int a, int b, int *bounds)
-{
-    int size = d->o.group.size;
-    uint64_t lo_el = d->rc.shard_bounds[a], n_el = d->rc.shard_bounds[b] - lo_el;
-    bounds[0] = a;
-    bounds[size] = b;
-    for (int r = 1; r < size; r++) {
-        uint64_t target = lo_el + n_el * (uint64_t)r / (uint64_t)size;
-        int lo = bounds[r - 1] + 1, hi = b - (size - r), best = lo;
-        for (int k = lo; k <= hi; k++) {
-            uint64_t at = d->rc.shard_bounds[k], bat = d->rc.shard_bounds[best];
-            uint64_t dist = at > target ? at - target : target - at, bdist = bat > target ? bat - target : target - bat;
-            if (dist < bdist) best = k;
-        }
-        bounds[r] = best;
-    }
-}
-
-/* Every rank moves a part of every fragment (one fragment: of the run), so each fragment's round uses every
- * rank's connections. Checked first: each fragment has at least one shard per rank. */
-static int part_bounds(diloco *d, char *err, size_t errlen)
-{
-    int size = d->o.group.size, nf = d->rc.nfragments;
-    for (int f = 0; f < nf; f++)
-        if (d->rc.frag_bounds[f + 1] - d->rc.frag_bounds[f] < size) {
-            err_set(err, errlen,
-                    "a group of %d processes needs at least %d shards in each fragment (each rank moves whole "
-                    "shards of every fragment) and fragment %d of run '%s' has %d: init it with --shards %d or "
-                    "more, or use fewer ranks",
-                    size, size, f, d->run, d->rc.frag_bounds[f + 1] - d->rc.frag_bounds[f], size * nf);
-            return -1;
-        }
-    d->grp_bounds = calloc((size_t)nf * (size_t)(size + 1), sizeof(int));
-    d->grp_parts = calloc(2 * (size_t)nf, sizeof(int));
-    if (!d->grp_bounds || !d->grp_parts) {
-        err_set(err, errlen, "out of memory");
-        return -1;
-    }
-    for (int f = 0; f < nf; f++) {
-        int *b = d->grp_bounds + (size_t)f * (size_t)(size + 1);
-        split_shards(d, d->rc.frag_bounds[f], d->rc.frag_bounds[f + 1], b);
-        d->grp_parts[2 * f] = b[d->grp_rank];
-        d->grp_parts[2 * f + 1] = b[d->grp_rank + 1];
-    }
-    return 0;
-}
-
-/* Rank r's shards of fragment f: [*first, *last). */
-static void rank_shards(const diloco *d, int r, int f, int *first, int *last)
-{
-    const int *b = d->grp_bounds + (size_t)f * (size_t)(d->o.group.size + 1);
-    *first = b[r];
-    *last = b[r + 1];
-}
-
-/* The shards this rank moves, over every fragment. */
-static int part_count(const diloco *d)
-{
-    if (!d->grp_parts) return d->rc.nshards;
-    int n = 0;
-    for (int f = 0; f < d->rc.nfragments; f++) n += d->grp_parts[2 * f + 1] - d->grp_parts[2 * f];
-    return n;
-}
-
-int diloco_group_range(const diloco *d, int rank, size_t *offset, size_t *count)
-{
-    if (!d->grp || !d->grp_bounds || d->rc.nfragments != 1 || rank < 0 || rank >= d->o.group.size) return -1;
-    int first, last;
-    rank_shards(d, rank, 0, &first, &last);
-    *offset = (size_t)d->rc.shard_bounds[first];
-    *count = (size_t)d->rc.shard_bounds[last] - *offset;
-    return 0;
-}
 
 /* ---- parameters: one version on every rank, then the exchange -------------------------------------- */
 
@@ -400,11 +100,11 @@ static int exchange_fragment(diloco *d, int f, char *err, size_t errlen)
     }
     float *via = d->dev ? d->base : d->params; /* the buffer the ranks' parts travel in */
     int first, last;
-    rank_shards(d, d->grp_rank, f, &first, &last);
+    gpart_rank_shards(d, d->grp_rank, f, &first, &last);
     size_t off = (size_t)d->rc.shard_bounds[first], n = (size_t)d->rc.shard_bounds[last] - off;
     if (via != d->base) memcpy(via + off, d->base + off, n * sizeof(float));
     for (int r = 0; r < d->o.group.size; r++) {
-        rank_shards(d, r, f, &first, &last);
+        gpart_rank_shards(d, r, f, &first, &last);
         off = (size_t)d->rc.shard_bounds[first];
         n = (size_t)d->rc.shard_bounds[last] - off;
         char herr[256] = "";
@@ -485,14 +185,14 @@ static int take_round(diloco *d, int f, double alpha, char *err, size_t errlen)
  * -1 + err: stopped, shut down, or the transport failed. */
 static int repair_wait_together(diloco *d, const char *why, char *err, size_t errlen)
 {
-    group_msg me, *all = msgs_alloc(d, err, errlen);
+    group_msg me, *all = gmsg_alloc(d, err, errlen);
     if (!all) return -1;
     int rc = -1;
     for (;;) {
         (void)repair_pause(d, REPAIR_TOGETHER_MS); /* (ends early on a stop: the next message carries it) */
         memset(&me, 0, sizeof me);
         if (d->grp_rank == 0) me.v[0] = repair_look(d, why, REPAIR_TOGETHER_MS);
-        if (gather(d, GRP_REPAIR, &me, all, err, errlen) < 0) break;
+        if (gmsg_gather(d, GRP_REPAIR, &me, all, err, errlen) < 0) break;
         if (d->grp_stop || diloco_stop_requested(d)) {
             err_set(err, errlen, "%s while waiting for a repair of the corrupt state (%s)",
                     d->grp_stop ? "stopped" : "the run was shut down", why);
@@ -522,8 +222,8 @@ static int fetch_agreed(diloco *d, int f, group_msg *all, char *err, size_t errl
         me.status = fetch_fragment_once(d, f, want, 0, me.err, sizeof me.err);
         me.v[0] = d->frag_version[f];
         me.v[1] = part_digest(d, me.status);
-        if (gather(d, GRP_FETCH, &me, all, err, errlen) < 0) return -1;
-        int worst = worst_failure(all, size, err, errlen);
+        if (gmsg_gather(d, GRP_FETCH, &me, all, err, errlen) < 0) return -1;
+        int worst = gmsg_worst_failure(all, size, err, errlen);
         if (worst == DL_CORRUPT) {
             char why[512];
             snprintf(why, sizeof why, "%s", err);
@@ -549,7 +249,7 @@ static int fetch_agreed(diloco *d, int f, group_msg *all, char *err, size_t errl
  * not fetch. */
 static int group_fetch(diloco *d, char *err, size_t errlen)
 {
-    group_msg *all = msgs_alloc(d, err, errlen);
+    group_msg *all = gmsg_alloc(d, err, errlen);
     int rc = all ? 0 : -1;
     for (int f = 0; rc == 0 && f < d->rc.nfragments; f++) rc = fetch_agreed(d, f, all, err, errlen);
     free(all);
@@ -658,7 +358,7 @@ static int group_register(diloco *d, char *err, size_t errlen)
         for (int f = 0; f < nf; f++) fv[f] = d->frag_version[f];
         snprintf(me.worker, sizeof me.worker, "%s", d->worker_id);
     }
-    if (gather_with(d, GRP_REGISTER, &me, fv, nf, all, fvs, err, errlen) < 0) goto out; /* (fvs: rank 0's first) */
+    if (gmsg_gather_with(d, GRP_REGISTER, &me, fv, nf, all, fvs, err, errlen) < 0) goto out; /* (fvs: rank 0's first) */
     if (all[0].status != DL_OK) {
         err_set(err, errlen, "rank 0 could not register the group: %s", all[0].err);
         goto out;
@@ -674,8 +374,8 @@ static int group_register(diloco *d, char *err, size_t errlen)
         me.status = dl_reply_failed(r) ? DL_FAIL : DL_OK;
         if (r) freeReplyObject(r);
     }
-    if (gather(d, GRP_JOIN, &me, all, err, errlen) < 0) goto out;
-    if (first_failure(all, size, err, errlen) != DL_OK) {
+    if (gmsg_gather(d, GRP_JOIN, &me, all, err, errlen) < 0) goto out;
+    if (gmsg_first_failure(all, size, err, errlen) != DL_OK) {
         if (d->grp_rank == 0) dl_group_leave(d); /* nothing of this group may stay behind */
         set_incarnation(d, 0);
         goto out;
@@ -686,7 +386,7 @@ static int group_register(diloco *d, char *err, size_t errlen)
     else if (d->rc.nfragments > 1)
         log_info("group of %d: rank %d of worker %s (incarnation %" PRId64 "), %d of the run's %d shards (a part "
                  "of each of its %d fragments)",
-                 size, d->grp_rank, d->worker_id, dl_inc(d), part_count(d), d->rc.nshards, d->rc.nfragments);
+                 size, d->grp_rank, d->worker_id, dl_inc(d), gpart_count(d), d->rc.nshards, d->rc.nfragments);
     else
         log_info("group of %d: rank %d of worker %s (incarnation %" PRId64 "), shards [%d, %d) of %d", size,
                  d->grp_rank, d->worker_id, dl_inc(d), dl_first_shard(d, 0), dl_last_shard(d, 0), d->rc.nshards);
@@ -792,7 +492,7 @@ static int check_hello(diloco *d, const group_msg *all, char *err, size_t errlen
                 size, size, d->run, d->rc.nshards, size);
         return -1;
     }
-    return part_bounds(d, err, errlen);
+    return gpart_bounds(d, err, errlen);
 }
 
 static int hello(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
@@ -814,7 +514,7 @@ static int hello(diloco *d, const diloco_options *o, float *params, size_t numel
     snprintf(me.run, sizeof me.run, "%s", o->run ? o->run : "");
     const char *id = d->grp_rank == 0 ? d->worker_id : o->worker_id ? o->worker_id : ""; /* "": rank 0's */
     snprintf(me.worker, sizeof me.worker, "%s", id);
-    if (gather(d, GRP_HELLO, &me, all, err, errlen) == 0 && first_failure(all, size, err, errlen) == DL_OK)
+    if (gmsg_gather(d, GRP_HELLO, &me, all, err, errlen) == 0 && gmsg_first_failure(all, size, err, errlen) == DL_OK)
         rc = check_hello(d, all, err, errlen);
     free(all);
     return rc;
@@ -827,14 +527,14 @@ static int hello(diloco *d, const diloco_options *o, float *params, size_t numel
 static int ready(diloco *d, char *err, size_t errlen)
 {
     int size = d->o.group.size;
-    group_msg me = {0}, *all = msgs_alloc(d, err, errlen);
+    group_msg me = {0}, *all = gmsg_alloc(d, err, errlen);
     if (!all) return -1;
     if (owners_refresh(d, me.err, sizeof me.err) < 0 || heartbeat_start(d, me.err, sizeof me.err) < 0 ||
         fetch_wait_joined(d, 0, me.err, sizeof me.err) < 0)
         me.status = DL_FAIL;
     if (me.status != DL_OK && dl_stopping(d)) dl_group_leave(d);
-    int rc = gather(d, GRP_READY, &me, all, err, errlen);
-    if (rc == 0 && first_failure(all, size, err, errlen) != DL_OK) rc = -1;
+    int rc = gmsg_gather(d, GRP_READY, &me, all, err, errlen);
+    if (rc == 0 && gmsg_first_failure(all, size, err, errlen) != DL_OK) rc = -1;
     free(all);
     return rc;
 }
@@ -858,7 +558,7 @@ int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, 
     if (ready(d, err, errlen) < 0 || group_fetch(d, err, errlen) < 0) return open_failed(d, err, errlen);
     log_info("rank %d of group %s joined run %s at version %" PRId64 " (%zu parameters, %s %d of %d shards)",
              d->grp_rank, d->worker_id, d->run, d->frag_version[0], numel, d->shard_ids ? "sharded:" : "moves",
-             part_count(d), d->run_nshards);
+             gpart_count(d), d->run_nshards);
     d->grp_check_every = 1; /* rank 0 sets the pace at the first CHECK */
     check_restart(d);
     return 0;
@@ -940,7 +640,7 @@ static int recover(diloco *d, int worst, const char *why, int f, int64_t round, 
     /* The ranks wait for the repair together; a wait that a stop or a shutdown ended is acted on at RECOVER,
      * where every rank sees it (grp_stop, diloco_stop_requested). */
     if (worst == DL_CORRUPT) (void)repair_wait_together(d, reason, err, errlen);
-    group_msg me = {0}, *all = msgs_alloc(d, err, errlen);
+    group_msg me = {0}, *all = gmsg_alloc(d, err, errlen);
     if (!all) return -1;
     if (d->grp_rank == 0) { /* is the group still a member, with this incarnation? */
         redisReply *r = dl_command(d, NULL, 0, "FCALL dl_member 1 %s %s", d->config_key, d->worker_id);
@@ -948,7 +648,7 @@ static int recover(diloco *d, int worst, const char *why, int f, int64_t round, 
         if (r) freeReplyObject(r);
     }
     me.v[1] = dylu_offer(d);
-    int rc = gather(d, GRP_RECOVER, &me, all, err, errlen);
+    int rc = gmsg_gather(d, GRP_RECOVER, &me, all, err, errlen);
     int member = rc == 0 && all[0].v[0];
     if (rc == 0) dylu_adopt(d, all[0].v[1]);
     free(all);
@@ -1019,7 +719,7 @@ static int gather_versions(diloco *d, int f, int what, group_msg *me, frag_versi
     for (int i = 0; i < v->n; i++) v->mine[i] = -1;
     for (int k = dl_first_shard(d, f); v->n > 0 && k < dl_last_shard(d, f); k++)
         v->mine[dl_shard_id(d, k) - v->first] = d->shard_version[k];
-    return gather_with(d, what, me, v->mine, v->n, all, v->vals, err, errlen);
+    return gmsg_gather_with(d, what, me, v->mine, v->n, all, v->vals, err, errlen);
 }
 
 /* After gather_versions: every shard's version is the one its rank gave (whole; on every rank of a group
@@ -1082,7 +782,7 @@ static int async_places(diloco *d, int f, group_msg *me, frag_versions *v, group
         if (me->status == DL_EVICTED && !me->err[0])
             snprintf(me->err, sizeof me->err, "evicted (heartbeats missed for longer than the timeout)");
     }
-    if (gather_with(d, GRP_PLACES, me, v->seqs, v->n, all, v->vals, err, errlen) < 0) return -1;
+    if (gmsg_gather_with(d, GRP_PLACES, me, v->seqs, v->n, all, v->vals, err, errlen) < 0) return -1;
     me->status = all[0].status;
     snprintf(me->err, sizeof me->err, "%s", all[0].err);
     if (me->status != DL_OK) return 0;
@@ -1125,12 +825,12 @@ static int async_settle(diloco *d, int f, int unplaced, frag_versions *v, group_
     me.v[1] = part_digest(d, me.status); /* (as NET's) */
     me.v[2] = dylu_offer(d); /* (this gather is the round's last, as NET's would have been) */
     if (gather_versions(d, f, GRP_COMPLETE, &me, v, all, err, errlen) < 0) return -1;
-    *worst = worst_status(all, d->o.group.size);
+    *worst = gmsg_worst_status(all, d->o.group.size);
     if (*worst == DL_OK) {
         if (d->grp_rank == 0) log_info("fragment %d: the group's submission was applied at a second try", f);
         return 0;
     }
-    first_failure(all, d->o.group.size, err, errlen);
+    gmsg_first_failure(all, d->o.group.size, err, errlen);
     if (d->grp_rank == 0) {
         log_warn("fragment %d: the group's submission could not be delivered (%s); the group leaves the run and "
                  "registers again (its places become no-ops)",
@@ -1166,7 +866,7 @@ static int net(diloco *d, int f, frag_versions *v, group_msg *all, int *worst, c
     int placed = d->rc.async && all[0].status == DL_OK; /* (all: the PLACES gather's) */
     if (gather_versions(d, f, GRP_NET, &me, v, all, err, errlen) < 0) return -1;
     if (d->grp_stop) return stop_agreed(&me, err, errlen);
-    *worst = worst_failure(all, d->o.group.size, err, errlen);
+    *worst = gmsg_worst_failure(all, d->o.group.size, err, errlen);
     if (*worst != DL_OK && placed && async_settle(d, f, 0, v, all, worst, err, errlen) < 0) return -1;
     if (*worst != DL_OK) return 0;
     take_versions(d, f, v);
@@ -1187,7 +887,7 @@ static int prepare(diloco *d, int f, frag_versions *v, group_msg *all, int *wors
     me.v[3] = d->submission;
     if (gather_versions(d, f, GRP_PREPARE, &me, v, all, err, errlen) < 0) return -1;
     if (d->grp_stop) return stop_agreed(&me, err, errlen);
-    *worst = worst_failure(all, d->o.group.size, err, errlen);
+    *worst = gmsg_worst_failure(all, d->o.group.size, err, errlen);
     if (*worst != DL_OK) return 0;
     d->submission = all[0].v[3]; /* (async: the ranks number the submissions they all place as rank 0 does) */
     uint64_t tokens = 0; /* the group's pseudo-gradient weighs all its ranks' tokens */
@@ -1227,7 +927,7 @@ static int refused(diloco *d, int f, int64_t round, uint64_t t0, const char *why
     me.status = fetch_current_once(d, f, me.err, sizeof me.err);
     me.v[1] = part_digest(d, me.status);
     int rc = gather_versions(d, f, GRP_FETCH, &me, &v, all, err, errlen);
-    if (rc == 0 && !d->grp_stop && (*worst = worst_failure(all, d->o.group.size, err, errlen)) == DL_OK) {
+    if (rc == 0 && !d->grp_stop && (*worst = gmsg_worst_failure(all, d->o.group.size, err, errlen)) == DL_OK) {
         take_versions(d, f, &v);
         d->grp_digest = shards_digest_sum(all, d->o.group.size);
     }
@@ -1265,7 +965,7 @@ static int settle_taken(diloco *d, const stream_slot *s, int *recovered, char *e
         return stopped(d, me.err, err, errlen);
     }
     if (rc == 0) {
-        worst = worst_failure(all, size, err, errlen);
+        worst = gmsg_worst_failure(all, size, err, errlen);
         int any_placed = 0; /* (none: every rank's dl_submit was refused or failed, nothing to complete) */
         for (int r = 0; r < size; r++) any_placed |= all[r].v[3] != 0;
         if (worst != DL_OK && d->rc.async && any_placed) rc = async_settle(d, f, !placed, &v, all, &worst, err, errlen);
@@ -1393,11 +1093,11 @@ static int64_t next_check(const diloco *d, int n, uint64_t ms)
 static int check(diloco *d, char *err, size_t errlen)
 {
     int size = d->o.group.size;
-    group_msg me = {0}, *all = msgs_alloc(d, err, errlen);
+    group_msg me = {0}, *all = gmsg_alloc(d, err, errlen);
     if (!all) return -1;
     me.v[0] = dl_evicted(d);
     if (d->grp_rank == 0) me.v[1] = next_check(d, d->grp_since_check, now_ms() - d->grp_check_ms);
-    int rc = gather(d, GRP_CHECK, &me, all, err, errlen), saw = -1;
+    int rc = gmsg_gather(d, GRP_CHECK, &me, all, err, errlen), saw = -1;
     for (int r = 0; rc == 0 && r < size && saw < 0; r++)
         if (all[r].v[0]) saw = r;
     int64_t every = all[0].v[1];

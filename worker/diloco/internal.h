@@ -714,6 +714,66 @@ void stream_take_oldest(diloco *d, stream_slot *out);
 void stream_drop_inflight(diloco *d);
 int stream_base_busy(diloco *d);
 
+/* group_part.c: a group's parts (each rank a contiguous range of every fragment's shards) */
+/* The ranks' parts of every fragment into d->grp_bounds, this rank's into d->grp_parts; -1 + err when a
+ * fragment has fewer shards than the group has ranks, or out of memory. */
+int gpart_bounds(diloco *d, char *err, size_t errlen);
+/* Rank r's shards of fragment f: [*first, *last). */
+void gpart_rank_shards(const diloco *d, int r, int f, int *first, int *last);
+/* The shards this rank moves, over every fragment (every shard of the run before the parts are set). */
+int gpart_count(const diloco *d);
+
+/* group_msg.c: the group's collectives, one group_msg from each rank */
+enum {
+    GRP_HELLO = 1,
+    GRP_REGISTER,
+    GRP_JOIN,
+    GRP_FETCH,
+    GRP_PREPARE,
+    GRP_NET,
+    GRP_RECOVER,
+    GRP_CHECK,
+    GRP_PLACES,
+    GRP_COMPLETE,
+    GRP_READY,
+    GRP_REPAIR
+};
+
+/* What one rank tells the others at one collective. */
+typedef struct group_msg {
+    uint64_t magic;
+    uint32_t call; /* the rank's count of collectives: the same on every rank in step */
+    int32_t what;  /* GRP_* */
+    int32_t rank, size;
+    int32_t status;   /* DL_* (or 0 / -1) */
+    int32_t shutdown; /* every message: this rank's heartbeat was told the run was shut down (agree_stop) */
+    int32_t stop;     /* every message: this rank's host asked it to stop (dl_stopping: agree_stop) */
+    int32_t reserved; /* (zero: the v[] that follow are 8-aligned, and no byte sent is left unwritten) */
+    int64_t v[8];     /* what-specific numbers */
+    char run[72];
+    char worker[64];
+    char err[384];
+    /* every message: the group this rank is in (0: none yet, e.g. a rank opening), for out-of-step errors */
+    int64_t ginc, gversion;
+    char gworker[64];
+    uint64_t held[RUNCONF_MAX_SHARDS / 64]; /* HELLO of a sharded group: the run's shards this rank holds */
+} group_msg;
+/* One allgather of msg (what: GRP_*), followed by n numbers (mine), from every rank: all[size] the messages,
+ * vals[r * n + i] rank r's i-th number (vals may be NULL when n is 0); every slot checked (the rank it
+ * should, at the same collective), and a stop any rank reports agreed (diloco_stop_requested). -1 + err when
+ * the transport failed or the ranks are out of step. gmsg_gather: with no numbers. */
+int gmsg_gather_with(diloco *d, int what, group_msg *msg, const int64_t *mine, int n, group_msg *all, int64_t *vals,
+                     char *err, size_t errlen);
+int gmsg_gather(diloco *d, int what, group_msg *msg, group_msg *all, char *err, size_t errlen);
+/* One slot per rank for an allgather's messages (zeroed); NULL with err when out of memory. */
+group_msg *gmsg_alloc(const diloco *d, char *err, size_t errlen);
+/* The first rank whose status is not DL_OK: its status, with "rank r: its message" in err. */
+int gmsg_first_failure(const group_msg *all, int size, char *err, size_t errlen);
+/* The worst status of all ranks (corrupt > fail > evicted > stale), DL_OK when none failed. */
+int gmsg_worst_status(const group_msg *all, int size);
+/* gmsg_worst_status, with "rank r: its message" of the first rank that has it in err. */
+int gmsg_worst_failure(const group_msg *all, int size, char *err, size_t errlen);
+
 /* group.c: process groups, several processes as one worker */
 /* diloco_open of a group's rank: what session_open does, with the group's collectives. */
 int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);

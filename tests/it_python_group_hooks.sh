@@ -12,7 +12,9 @@
 #   phf  fp32: g1 on the hooks, g2 through the host mirror (REDILOCO_HOST_COPY=1), against two;
 #   phs  Streaming, 2 fragments, alpha 0.25 (the hooks' mix kernel), 2 in flight: both groups and w3 on the
 #        hooks, against the fragment-schedule reference;
-#   pha  async (Delayed Nesterov 2): g1 on the hooks, against the replay of the order Redis recorded.
+#   pha  async (Delayed Nesterov 2): g1 on the hooks, against the replay of the order Redis recorded;
+#   phas async Streaming (2 fragments): g1 on the hooks (each rank's thread places the submission, delivers
+#        its part and loads through the hooks while the ranks train), against the replay.
 # Every rank of a hooked group must say "path device hooks". On a GPU, tests/it_cuda_python_group.sh runs
 # groups on the real hooks. Skipped (77) without the emulator's library (it is built with the CUDA backend,
 # when nvcc exists) or without torch.
@@ -27,7 +29,8 @@ init_run phb --trainer quadratic --numel $NUMEL --shards 8 --workers 3 --seed $S
 init_run phf --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED
 init_run phs --trainer quadratic --numel $NUMEL --shards 8 --fragments 2 --workers 3 --seed $SEED
 init_run pha --async --trainer quadratic --numel $NUMEL --shards 8 --workers 2 --seed $SEED --dn-buffer-size 2
-for RUN in phb phf phs pha; do start_server a$RUN --lease-ttl-ms 2000; start_server b$RUN --lease-ttl-ms 2000; done
+init_run phas --async --trainer quadratic --numel $NUMEL --shards 8 --fragments 2 --workers 2 --seed $SEED --dn-buffer-size 2
+for RUN in phb phf phs pha phas; do start_server a$RUN --lease-ttl-ms 2000; start_server b$RUN --lease-ttl-ms 2000; done
 single() { # RUN [FLAGS]: w3, a single PyTorch worker on the emulated hooks, in the background
   r=$1; shift
   $PYTHON tests/python/quad_worker.py "$URL" $r w3 $((ROUNDS * H)) $H --numel $NUMEL --seed $SEED --device emu \
@@ -38,7 +41,7 @@ single phb
 single phs --fragment-alpha 0.25 --fragments-in-flight 2
 $PYTHON tests/python/group_quad.py "$URL" phb g2 $((ROUNDS * H)) $H --ranks 2 --numel $NUMEL --seed $SEED \
   --out "$TMP/phb-g2" --start-method fork --also phb:g1:emu --also phf:g1:fp32:emu --also phf:g2:fp32:copy \
-  --also phs:g1:emu:alpha=0.25:flight=2 --also phs:g2:emu:alpha=0.25:flight=2 --also pha:g1:emu --also pha:g2 \
+  --also phs:g1:emu:alpha=0.25:flight=2 --also phs:g2:emu:alpha=0.25:flight=2 --also pha:g1:emu --also pha:g2 --also phas:g1:emu --also phas:g2 \
   > "$TMP/py-groups.log" 2>&1 || fail "the groups' launcher exited with status $?: $(tail -n 20 "$TMP/py-groups.log")"
 
 for r in phb phs; do
@@ -80,3 +83,5 @@ check_ref phs g1,g2,w3 --steps $((ROUNDS * H)) --alpha 0.25 --in-flight 2 --frag
 say "phs (Streaming, 2 fragments, alpha 0.25, 2 in flight): 2 groups and a single worker on the hooks bit-identical to the fragment schedule ($(shard_versions phs))"
 path pha g1 "device hooks"
 ref_async_check pha $H "(a group on the emulated hooks beside a group on the CPU)" --sync-every 20
+path phas g1 "device hooks"
+ref_async_check phas $H "(async Streaming: a group on the emulated hooks beside a group on the CPU)" --sync-every 20

@@ -134,6 +134,8 @@ int async_place_deliver(diloco *d, int f, const async_plan *p, int again, char *
      * them all), or a sharded rank's own */
     for (int k = d->rc.frag_bounds[f]; rc == DL_OK && k < d->rc.frag_bounds[f + 1]; k++)
         d->seq[k] = seqs[dl_shard_id(d, k) - p->first];
+    /* and of every shard of the fragment, the other ranks' parts too: what this rank's close waits for */
+    for (int i = 0; rc == DL_OK && d->grp_placed && i < p->n; i++) d->grp_placed[p->first + i] = seqs[i];
     free(ids);
     free(seqs);
     if (rc != DL_OK) return rc;

@@ -281,13 +281,16 @@ static const int *run_frag_bounds(const diloco *d)
     return d->run_frag_bounds ? d->run_frag_bounds : d->rc.frag_bounds;
 }
 
-/* The version of shard k (the run's numbering) the group's last round of its fragment made. */
+/* The version of shard k (the run's numbering) the group's last round of its fragment made; in async
+ * Streaming, the version its last placed submission makes once applied (place + 1), which another rank's
+ * thread may still be delivering. */
 static int64_t last_round_of(const diloco *d, int k)
 {
     const int *fb = run_frag_bounds(d);
     int f = 0;
     while (f + 1 < d->rc.nfragments && k >= fb[f + 1]) f++;
-    return d->frag_version[f];
+    int64_t v = d->frag_version[f];
+    return d->grp_placed && d->grp_placed[k] + 1 > v ? d->grp_placed[k] + 1 : v;
 }
 
 /* The first of the run's shards (the other ranks' too) whose committed version is below the group's last
@@ -762,6 +765,13 @@ static int plan_keep(diloco *d, const frag_versions *v, char *err, size_t errlen
     if (!d->grp_plan.bases && !(d->grp_plan.bases = malloc((size_t)d->run_nshards * sizeof(int64_t)))) {
         err_set(err, errlen, "out of memory");
         return -1;
+    }
+    if (!d->grp_placed) { /* (here, on the training thread: before any thread could place) */
+        if (!(d->grp_placed = malloc((size_t)d->run_nshards * sizeof(int64_t)))) {
+            err_set(err, errlen, "out of memory");
+            return -1;
+        }
+        for (int k = 0; k < d->run_nshards; k++) d->grp_placed[k] = -1;
     }
     d->grp_plan.first = v->first;
     d->grp_plan.n = v->n;

@@ -288,6 +288,10 @@ struct diloco {
     int *run_frag_bounds; /* sharded: the run's fragment bounds, run shard numbers (rc.frag_bounds otherwise) */
     uint64_t grp_digest;  /* sharded: the run's shards digest, summed over the ranks at the last agreement */
     async_plan grp_plan;  /* async Streaming: the submission of the round in flight (one at a time in async) */
+    /* async Streaming: the places the group's last placed submission got, per run shard (-1: none yet), set
+     * by the rank's thread that placed it; a rank's close waits until they are applied (group.c
+     * group_wait_committed), as the other ranks' parts may still be on their way */
+    int64_t *grp_placed;
 };
 
 /* The run was shut down (a heartbeat's reply said so, or a Function refused with SHUTDOWN); hb_mu held. A

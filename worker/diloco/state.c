@@ -298,4 +298,5 @@ void state_free(diloco *d)
     free(d->grp_bounds);
     free(d->grp_parts);
     free(d->grp_plan.bases);
+    free(d->grp_placed);
 }

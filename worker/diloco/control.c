@@ -247,7 +247,9 @@ int dl_register(diloco *d, char *err, size_t errlen)
 
 /* What a registration records for a replay of the run (lua/30_workers.lua, dl_register): the inner steps
  * trained so far, and the versions held ("shard:version,...": those the parameters were trained from since
- * they last took versions), whose steps registering again drops. NULL when out of memory. */
+ * they last took versions), whose steps registering again drops. A shard whose get failed holds no version
+ * (-1, sync.c get_round): it is left out, as dl_register takes versions from 0 (a worker registering again
+ * after failed syncs was refused BADARG and gave up for good). NULL when out of memory. */
 static char *held_versions(diloco *d, uint64_t *steps)
 {
     pthread_mutex_lock(&d->hb_mu);
@@ -258,8 +260,9 @@ static char *held_versions(diloco *d, uint64_t *steps)
     if (held == NULL) return NULL;
     held[0] = '\0';
     for (int k = 0; k < d->rc.nshards; k++)
-        at += (size_t)snprintf(held + at, len - at, "%s%d:%" PRId64, k ? "," : "", dl_shard_id(d, k),
-                               d->shard_version[k]);
+        if (d->shard_version[k] >= 0)
+            at += (size_t)snprintf(held + at, len - at, "%s%d:%" PRId64, at ? "," : "", dl_shard_id(d, k),
+                                   d->shard_version[k]);
     return held;
 }
 

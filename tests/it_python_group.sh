@@ -52,14 +52,7 @@ for p in pgx-g1 pgx-g2 pgmix-g1 pgf-g1 pgf-g2 pgi-g1 pgi-g2 pgs-g1 pgs-g2 pga-g1
 wait "$PW2" || fail "PyTorch worker w2 exited with status $?"
 RUN=pgmix; wait_workers w3
 
-check_ref() { # RUN WORKERS [REF FLAGS] -> REF (digest of the whole vector)
-  build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers $2 --rounds $ROUNDS \
-    --sync-every $H ${3:-} --bounds "$($RCLI HGET "dl:{$1}:config" shard_bounds)" > "$TMP/ref-$1.txt" || fail "reference"
-  shard_digests $1 > "$TMP/got-$1.txt"
-  grep '^shard' "$TMP/ref-$1.txt" | diff - "$TMP/got-$1.txt" > "$TMP/diff.txt" \
-    || fail "$1: shard digests differ from the reference of $2: $(cat "$TMP/diff.txt")"
-  REF=$(awk '/^all/ {print $2}' "$TMP/ref-$1.txt")
-}
+check_ref() { quad_ref "$1" "$2" --rounds $ROUNDS ${3:-}; } # RUN WORKERS [REF FLAGS] -> REF
 [ "$(exit_of pgx-gbad)" = 1 ] || fail "a group whose ranks have different models: exit status $(exit_of pgx-gbad), want 1"
 for r in 0 1; do
   grep -q "^error the ranks of the process group disagree on model tensors (entry 0): rank 0 has \['x', \[$NUMEL\]\], rank 1 \['y', \[$NUMEL\]\]" "$TMP/pgx-gbad.rank$r" ||

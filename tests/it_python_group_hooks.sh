@@ -54,16 +54,6 @@ path() {
     [ "$(grep '^path' "$TMP/$1-$2.rank$r")" = "path $3" ] || fail "$1 $2 rank $r: '$(grep '^path' "$TMP/$1-$2.rank$r")', not '$3'"
   done
 }
-# check_ref RUN WORKERS [REF FLAGS]: the run's shard digests equal the reference of single workers WORKERS
-check_ref() {
-  run=$1; workers=$2; shift 2
-  build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers $workers --sync-every $H "$@" \
-    --bounds "$($RCLI HGET "dl:{$run}:config" shard_bounds)" > "$TMP/ref-$run.txt" || fail "reference of $run"
-  shard_digests $run > "$TMP/got-$run.txt"
-  grep '^shard' "$TMP/ref-$run.txt" | diff - "$TMP/got-$run.txt" > "$TMP/diff.txt" \
-    || fail "$run: shard digests differ from the reference of single workers $workers: $(cat "$TMP/diff.txt")"
-  REF=$(awk '/^all/ {print $2}' "$TMP/ref-$run.txt")
-}
 ends_at() { # RUN: every rank's last sync reported $REF (plain runs: the whole vector after the last round), and w3's
   for g in g1 g2; do
     for r in 0 1; do
@@ -73,13 +63,13 @@ ends_at() { # RUN: every rank's last sync reported $REF (plain runs: the whole v
   [ ! -f "$TMP/$1-w3.digests" ] || [ "$(tail -n 1 "$TMP/$1-w3.digests" | cut -d' ' -f2)" = "$REF" ] || fail "$1: w3 does not end at $REF"
 }
 path phb g1 "device hooks"; path phb g2 cpu
-check_ref phb g1,g2,w3 --rounds $ROUNDS; ends_at phb
+quad_ref phb g1,g2,w3 --rounds $ROUNDS; ends_at phb
 say "phb (bf16): a group on the emulated CUDA hooks, a group on the CPU and a single worker on the hooks bit-identical to 3 single workers: $REF"
 path phf g1 "device hooks"; path phf g2 "pinned host copy"
-check_ref phf g1,g2 --rounds $ROUNDS --no-bf16; ends_at phf
+quad_ref phf g1,g2 --rounds $ROUNDS --no-bf16; ends_at phf
 say "phf (fp32): a group on the hooks and a group through the host mirror bit-identical to 2 single workers: $REF"
 path phs g1 "device hooks"; path phs g2 "device hooks"
-check_ref phs g1,g2,w3 --steps $((ROUNDS * H)) --alpha 0.25 --in-flight 2 --frag-bounds "$($RCLI HGET "dl:{phs}:config" frag_bounds)"
+quad_ref phs g1,g2,w3 --steps $((ROUNDS * H)) --alpha 0.25 --in-flight 2 --frag-bounds "$($RCLI HGET "dl:{phs}:config" frag_bounds)"
 say "phs (Streaming, 2 fragments, alpha 0.25, 2 in flight): 2 groups and a single worker on the hooks bit-identical to the fragment schedule ($(shard_versions phs))"
 path pha g1 "device hooks"
 ref_async_check pha $H "(a group on the emulated hooks beside a group on the CPU)" --sync-every 20

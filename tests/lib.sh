@@ -326,6 +326,19 @@ shard_digests() {
     k=$((k + 1))
   done
 }
+# quad_ref RUN WORKERS [ref_quadratic flags]: RUN's shard digests equal those of tests/tools/ref_quadratic for
+# single workers WORKERS (NUMEL, SEED, H, 8 shards, the run's shard bounds; the flags say the rounds or steps
+# and the mode); REF takes the reference's digest of the whole vector.
+quad_ref() {
+  _run=$1; _workers=$2; shift 2
+  build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers $_workers --sync-every $H "$@" \
+    --bounds "$($RCLI HGET "dl:{$_run}:config" shard_bounds)" > "$TMP/ref-$_run.txt" || fail "reference of $_run"
+  shard_digests $_run > "$TMP/got-$_run.txt"
+  grep '^shard' "$TMP/ref-$_run.txt" | diff - "$TMP/got-$_run.txt" > "$TMP/diff.txt" \
+    || fail "$_run: shard digests differ from the reference of single workers $_workers: $(cat "$TMP/diff.txt")"
+  REF=$(awk '/^all/ {print $2}' "$TMP/ref-$_run.txt")
+}
+
 # sharded_pairs MODE...: for each MODE (bf16, fp32, int3: --compress int3 --download update, stream: 2
 # fragments), the runs A<MODE> and B<MODE> of tests/python/group_sharded.py's model, a server each: A for a
 # sharded group g1 beside a single worker g2, B for the single workers g1 and g2. sharded_flag MODE: the

@@ -77,13 +77,12 @@ class Group:
         self.size = dist.get_world_size(process_group)
         if self.size > 1:  # (a group of one process is a worker like any other: no collective is made)
             _check_backend(process_group)
-        self.flat = None
         self.slices = None
         self._callbacks = []
 
     def attach(self, flat):
-        """The flat parameters (params.FlatParams, or sharded.ShardedParams: its slices) of this rank's session."""
-        self.flat = flat
+        """The flat parameters of this rank's session: a sharded.ShardedParams gives the group its slices (the
+        broadcast needs no buffer of ours: it moves the one libdiloco hands)."""
         self.slices = flat.slice_array() if hasattr(flat, "slice_array") else None
 
     def agree(self, facts):

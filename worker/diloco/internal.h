@@ -102,6 +102,7 @@ typedef struct stream_tail {
     int running; /* started, not joined */
     int lane;    /* its control connection, d->lane_ctl[lane] */
     int done;    /* (atomic) the thread has ended: joining it does not wait */
+    int stop;    /* (atomic) set before joining: its look at the commit (sync_confirm_watch) ends */
 } stream_tail;
 
 /* A process group's async submission of a fragment: the run's shards [first, first + n) from base versions
@@ -124,6 +125,7 @@ typedef struct stream_slot {
     int rc;       /* round_net's outcome */
     int fresh;    /* sent right after every fragment was fetched: round_net */
     const async_plan *plan; /* a process group's async submission: async_place_deliver on the thread */
+    const int *tail_stop;   /* on a fragment's tail thread: its stop flag (the look goes on until set) */
     char err[256];
     diloco_sync_info info;
     struct diloco *d;
@@ -641,10 +643,12 @@ int async_complete_closing(diloco *d, int f, char *err, size_t errlen);
  * f must be dropped), DL_CORRUPT (a shard's durable state is corrupt: repair_wait) or DL_FAIL (err
  * says why; Δ is still kept, a later call tries again). */
 int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen);
-/* One look, without waiting, at whether fragment f's tentative shards are durable now, clearing those
- * that are; whatever is pending or in conflict is left to sync_confirm_durable. Safe on the thread that
- * ran f's round. */
-void sync_confirm_peek(diloco *d, int f);
+/* Whether fragment f's tentative shards are durable now, clearing those that are; on the thread that ran
+ * f's round. stop NULL: one look, without waiting. Otherwise it looks again every few seconds while some
+ * are pending, sending our kept Δ to the new owner of a shard whose server died before committing it
+ * (another worker's get may wait for it), until none is pending or *stop is set. A conflict, and whatever
+ * is pending, are left to sync_confirm_durable. */
+void sync_confirm_watch(diloco *d, int f, const int *stop);
 /* Push, arrive, wait, get, for the shards of fragment f (round: its open round). */
 int sync_run_round(diloco *d, int f, int64_t round, char *err, size_t errlen);
 /* Wait, without a Δ or an arrival, for fragment f's round to close, then get its result durably: as
@@ -663,10 +667,11 @@ void round_record(diloco *d, int f, int64_t round, uint64_t t0, int stale);
 /* fresh: sent right after every fragment was fetched (registered again at this boundary's settling): our Δ is
  * zero, and a sync round that does not expect us is taken without it (round.c, sync_round). */
 int round_net(diloco *d, int f, int fresh, char *err, size_t errlen);
-/* After round_net of fragment f returned DL_OK, on the same thread: in sync mode, one look at whether
- * the parameters it took are durable yet (sync_confirm_peek), so that f's next Δ usually finds nothing
- * to confirm and costs the training thread no round trip to Redis. */
-void round_confirm_early(diloco *d, int f);
+/* After round_net of fragment f returned DL_OK, on the same thread: in sync mode, a look at whether
+ * the parameters it took are durable yet, so that f's next Δ usually finds nothing to confirm and costs
+ * the training thread no round trip to Redis; with stop, looking on until they are, or *stop is set
+ * (sync_confirm_watch). */
+void round_confirm_early(diloco *d, int f, const int *stop);
 /* Fragment f, blocking: Δ, the network round (sync.c or async.c), then round_settle. */
 int round_blocking(diloco *d, int f, double alpha, char *err, size_t errlen);
 /* Whether settling outcome rc may register again or fetch every fragment (evicted, corrupt, a failure past

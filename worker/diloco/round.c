@@ -298,9 +298,9 @@ int round_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64_t t0, c
     return 1;
 }
 
-void round_confirm_early(diloco *d, int f)
+void round_confirm_early(diloco *d, int f, const int *stop)
 {
-    if (!d->rc.async) sync_confirm_peek(d, f);
+    if (!d->rc.async) sync_confirm_watch(d, f, stop);
 }
 
 int round_blocking(diloco *d, int f, double alpha, char *err, size_t errlen)

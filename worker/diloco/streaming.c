@@ -47,6 +47,7 @@ static void *inflight_main(void *p)
     stream_slot *s = p;
     diloco *d = s->d;
     int f = s->frag, many = dl_stream_overlap(d);
+    const int *stop = s->tail_stop;         /* (read now: s may be settled, and reused, once net_done is said) */
     log_sink *prev = log_use_sink(&d->log); /* also run in line, on the caller's thread */
     diloco_sync_info *prev_info = dl_round_info_use(&s->info);
     /* sync: its own control connection (the rounds' arrivals and reads, and a tail's look, would take turns on ctl) */
@@ -66,8 +67,10 @@ static void *inflight_main(void *p)
      * one round trip of the WAN per interval (bench/wan_training, RTT 100 ms, intervals of 10 CPU GPT
      * steps: 96.7% and 82.0% of the speed kept before, 103.6% and 94.4% after, in two pairs of runs). In a
      * sync run after the boundary's wait: it touches only f's tentative state, which nothing reads before
-     * this thread is joined (streaming.c's tails), and a round trip less in the round's D intervals */
-    if (ok) round_confirm_early(d, f);
+     * this thread is joined (streaming.c's tails), and a round trip less in the round's D intervals. As f's
+     * tail it goes on looking while a shard is pending, until joined: our Δ may be needed again meanwhile
+     * (sync_confirm_watch) */
+    if (ok) round_confirm_early(d, f, stop);
     dl_round_ctl_use(prev_ctl);
     dl_round_info_use(prev_info);
     log_use_sink(prev);
@@ -79,6 +82,7 @@ static void *inflight_main(void *p)
 static void join_tail(diloco *d, int f)
 {
     stream_tail *t = &d->tails[f];
+    __atomic_store_n(&t->stop, 1, __ATOMIC_RELEASE); /* its look at the commit ends now */
     if (t->running) pthread_join(t->thread, NULL);
     t->running = 0;
 }
@@ -155,7 +159,9 @@ static void launch(diloco *d, int f, int fresh, const async_plan *plan)
     } else { /* the thread is f's tail: joined before f goes again */
         stream_tail *t = &d->tails[f];
         *t = (stream_tail){.lane = free_lane(d)};
+        s->tail_stop = &t->stop;
         t->running = s->threaded = pthread_create(&t->thread, NULL, inflight_main, s) == 0;
+        if (!s->threaded) s->tail_stop = NULL; /* in line below: one look, not a watch */
     }
     if (!s->threaded) inflight_main(s); /* no thread: sync in line, correct but not overlapped */
 }

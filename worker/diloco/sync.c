@@ -86,14 +86,6 @@ static int confirm_from_redis(diloco *d, int f, int *conflict, char *what, char 
     return pending;
 }
 
-void sync_confirm_peek(diloco *d, int f)
-{
-    int pending = 0, conflict = 0;
-    for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f); k++) pending |= d->tent_version[k] > 0;
-    char err[256], what[RUNCONF_MAX_SHARDS];
-    if (pending) (void)confirm_from_redis(d, f, &conflict, what, err, sizeof err);
-}
-
 /* Fragment f's previous round cannot be completed as we hold it (it was committed with other
  * parameters, e.g. without a participant that died with the server, or closed without us): take the
  * fragment at the run's current version and drop our local progress on it. */
@@ -276,8 +268,10 @@ int sync_confirm_durable(diloco *d, int f, char *err, size_t errlen)
  * storm). So a get that keeps waiting reads those shards' commits and leases (one HMGET): where the shard
  * is not at our version and its lease has another epoch than the one that served us (that server is
  * gone), our kept Δ of round want-1 goes to the new owner. Nothing is sent while the commit is merely slow.
- * tests/it_tentative_crossing.sh makes the crossing happen (shard-server --fault-tentative-to). */
-static void resend_tentative(diloco *d, int first, int last, int64_t want)
+ * tests/it_tentative_crossing.sh makes the crossing happen (shard-server --fault-tentative-to). sent (one per
+ * shard of [first, last), or NULL: every look resends): the epoch each shard's Δ last went to, which is not
+ * sent to again. */
+static void resend_tentative(diloco *d, int first, int last, int64_t want, int64_t *sent)
 {
     int n = last - first, held = 0;
     for (int k = first; k < last; k++) held |= d->shard_version[k] == want && d->tent_version[k] == want;
@@ -285,14 +279,16 @@ static void resend_tentative(diloco *d, int first, int last, int64_t want)
     committed_shard *c = calloc((size_t)n, sizeof *c);
     char err[256];
     if (c && fetch_committed(d, first, last, c, err, sizeof err) == 0)
-        for (int k = first; k < last; k++)
-            if (d->shard_version[k] == want && d->tent_version[k] == want && c[k - first].version < want &&
-                c[k - first].epoch != d->tent_epoch[k]) {
-                log_info("shard %d: the server that served version %" PRId64 " before committing it is gone (lease "
-                         "epoch %" PRId64 ", now %" PRId64 "): our pseudo-gradient goes to the new owner",
-                         dl_shard_id(d, k), want, d->tent_epoch[k], c[k - first].epoch);
-                (void)conn_push(d, k, want - 1, err, sizeof err);
-            }
+        for (int k = first; k < last; k++) {
+            const committed_shard *ck = &c[k - first];
+            if (d->shard_version[k] != want || d->tent_version[k] != want || ck->version >= want ||
+                ck->epoch == d->tent_epoch[k] || (sent && sent[k - first] == ck->epoch))
+                continue;
+            log_info("shard %d: the server that served version %" PRId64 " before committing it is gone (lease "
+                     "epoch %" PRId64 ", now %" PRId64 "): our pseudo-gradient goes to the new owner",
+                     dl_shard_id(d, k), want, d->tent_epoch[k], ck->epoch);
+            if (conn_push(d, k, want - 1, err, sizeof err) == DL_OK && sent) sent[k - first] = ck->epoch;
+        }
     free(c);
 }
 
@@ -319,7 +315,7 @@ static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, f
         early = NULL;
         if (rc != DL_RETRY && rc != DL_NEED) return rc;
         if (ga->may_push && now_ms() >= resend_at) {
-            resend_tentative(d, first, last, ga->want);
+            resend_tentative(d, first, last, ga->want, NULL);
             resend_at = now_ms() + RESEND_TENTATIVE_EVERY_MS;
         }
         /* an early get answered `wait` was answered before the close (an owner that does not hear closes):
@@ -327,6 +323,50 @@ static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, f
         if (was_early) continue;
         if (owners_retry_pause(d, &attempt, deadline, first, "get", err, errlen) != DL_OK) return DL_FAIL;
     }
+}
+
+/* ---- fragment f's tail: the round we hold tentatively, watched until it is durable ------------------- */
+
+/* How often the tail looks at a round still pending, and how often it looks whether it was told to stop. */
+#define WATCH_EVERY_MS RESEND_TENTATIVE_EVERY_MS
+#define WATCH_STOP_POLL_MS 20
+
+/* Sleep ms, in steps, unless *stop is set (or the session stops) first: 1 if it was. */
+static int nap_unless_stopped(diloco *d, const int *stop, unsigned ms)
+{
+    for (unsigned slept = 0; slept < ms; slept += WATCH_STOP_POLL_MS) {
+        if (__atomic_load_n(stop, __ATOMIC_ACQUIRE) || dl_stopping(d)) return 1;
+        sleep_ms(WATCH_STOP_POLL_MS);
+    }
+    return 0;
+}
+
+/* Whether a shard of fragment f still holds a version taken tentatively (its commit not seen yet). */
+static int tentative_pending(const diloco *d, int f)
+{
+    for (int k = dl_first_shard(d, f); k < dl_last_shard(d, f); k++)
+        if (d->tent_version[k] > 0) return 1;
+    return 0;
+}
+
+/* The tentative crossing (resend_tentative) across fragments: in a Streaming run a worker that took f's round
+ * tentatively goes on to the next fragment's round, and may wait at its barrier for a worker whose get of f
+ * waits for our Δ at a new owner (the server that served us died before committing): no get of f of ours
+ * would come before f's next boundary, which comes after that barrier. So f's tail, until f is sent again,
+ * keeps looking at the shards it holds tentatively and resends our kept Δ to a new owner, once per epoch
+ * (tests/it_stream_lost_tentative.sh). A conflict is left to the boundary's confirm. */
+void sync_confirm_watch(diloco *d, int f, const int *stop)
+{
+    int first = dl_first_shard(d, f), last = dl_last_shard(d, f), conflict = 0;
+    int64_t want = d->tent_round[f] + 1, *sent = calloc((size_t)(last - first), sizeof *sent);
+    char err[256], what[RUNCONF_MAX_SHARDS];
+    while (tentative_pending(d, f)) {
+        int pending = confirm_from_redis(d, f, &conflict, what, err, sizeof err);
+        if (pending == 0 || conflict || !stop) break;
+        if (pending == 2 && sent) resend_tentative(d, first, last, want, sent);
+        if (nap_unless_stopped(d, stop, WATCH_EVERY_MS)) break;
+    }
+    free(sent);
 }
 
 /* Push, arrive (the gets sent meanwhile), wait, get, for the shards of fragment f. */

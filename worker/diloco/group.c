@@ -11,7 +11,7 @@
  *             (rank 0 registers the group; the others take its worker id and incarnation), JOIN (the
  *             others dl_group_join), READY (each rank's owners, heartbeat and joiner's wait), then FETCH
  *             until every rank's part is at one version, and the exchange: rank r broadcasts params of its
- *             part, so every rank holds all of them;
+ *             part, so every rank holds all of them (group_open.c; the registration is group_member.c's);
  *   a round:  PREPARE (each rank's Δ of its part: all fine, or the group fetches instead), the network
  *             round of its part (sync.c: push, arrive as its rank, wait, get), NET (all fine: the
  *             exchange; else RECOVER: rank 0 says whether the group is still a member, it registers
@@ -247,7 +247,7 @@ static int fetch_agreed(diloco *d, int f, group_msg *all, char *err, size_t errl
 /* Every fragment at one version on every rank (fetch_agreed), then the exchange of them all: params are the
  * global ones everywhere, and no fragment waits to be applied. -1 (the same on every rank) when a rank could
  * not fetch. */
-static int group_fetch(diloco *d, char *err, size_t errlen)
+int group_fetch(diloco *d, char *err, size_t errlen)
 {
     group_msg *all = gmsg_alloc(d, err, errlen);
     int rc = all ? 0 : -1;
@@ -258,313 +258,11 @@ static int group_fetch(diloco *d, char *err, size_t errlen)
     return rc;
 }
 
-/* ---- membership ------------------------------------------------------------------------------------ */
-
-static void set_incarnation(diloco *d, int64_t inc)
-{
-    pthread_mutex_lock(&d->hb_mu);
-    d->inc = inc;
-    d->evicted = 0;
-    pthread_mutex_unlock(&d->hb_mu);
-}
-
-/* A rank closing normally waits (at most LAST_ROUND_PATIENCE_MS, or the sync timeout if shorter) until
- * every shard of the group's last round is committed, the other ranks' parts too, before it ends the
- * group: a rank that must resend its part to a shard's new owner (a lease moved before the commit) would
- * otherwise find its group gone, and the round would be committed without the group's pseudo-gradient on
- * that shard. A stopping rank leaves at once. */
-#define LAST_ROUND_PATIENCE_MS 15000
-
-/* The run's fragment bounds (shard numbers of the run; a sharded rank's rc has its own view of them). */
-static const int *run_frag_bounds(const diloco *d)
-{
-    return d->run_frag_bounds ? d->run_frag_bounds : d->rc.frag_bounds;
-}
-
-/* The version of shard k (the run's numbering) the group's last round of its fragment made; in async
- * Streaming, the version its last placed submission makes once applied (place + 1), which another rank's
- * thread may still be delivering. */
-static int64_t last_round_of(const diloco *d, int k)
-{
-    const int *fb = run_frag_bounds(d);
-    int f = 0;
-    while (f + 1 < d->rc.nfragments && k >= fb[f + 1]) f++;
-    int64_t v = d->frag_version[f];
-    return d->grp_placed && d->grp_placed[k] + 1 > v ? d->grp_placed[k] + 1 : v;
-}
-
-/* The first of the run's shards (the other ranks' too) whose committed version is below the group's last
- * round of its fragment, read in one HMGET (a sharded run may have thousands); -1 when none is, 0 when Redis
- * could not say. */
-static int first_behind(diloco *d, const char *key)
-{
-    int n = d->run_nshards, behind = 0;
-    const char **argv = calloc((size_t)n + 2, sizeof *argv);
-    char(*fields)[24] = calloc((size_t)n, sizeof *fields);
-    if (argv && fields) {
-        argv[0] = "HMGET";
-        argv[1] = key;
-        for (int k = 0; k < n; k++) {
-            snprintf(fields[k], sizeof fields[k], "%d:version", k);
-            argv[2 + k] = fields[k];
-        }
-        redisReply *r = dl_command_argv(d, n + 2, argv, NULL, NULL, 0);
-        if (!dl_reply_failed(r) && r->type == REDIS_REPLY_ARRAY && r->elements == (size_t)n) {
-            behind = -1;
-            for (int k = 0; k < n && behind < 0; k++) {
-                const redisReply *e = r->element[k];
-                if (e->type != REDIS_REPLY_STRING || strtoll(e->str, NULL, 10) < last_round_of(d, k)) behind = k;
-            }
-        }
-        if (r) freeReplyObject(r);
-    }
-    free(argv);
-    free(fields);
-    return behind;
-}
-
-void group_wait_committed(diloco *d)
-{
-    if (!d->grp || dl_stopping(d) || dl_inc(d) <= 0 || !d->frag_version) return;
-    uint64_t patience =
-        d->o.sync_timeout_ms < LAST_ROUND_PATIENCE_MS ? (uint64_t)d->o.sync_timeout_ms : LAST_ROUND_PATIENCE_MS;
-    uint64_t deadline = now_ms() + patience;
-    char key[KEY_MAX];
-    key_run(key, sizeof key, d->o.run, "shards");
-    for (unsigned attempt = 0;; attempt++) {
-        int behind = first_behind(d, key);
-        if (behind < 0) return;
-        if (now_ms() > deadline || dl_stopping(d)) {
-            log_warn("rank %d leaves before shard %d reached version %" PRId64 " (the group's last round)", d->grp_rank,
-                     behind, last_round_of(d, behind));
-            return;
-        }
-        sleep_ms(backoff_ms(attempt, 2, 100));
-    }
-}
-
-/* Rank 0 registers the group, hands its registration (with the round of each fragment) to the others, and
- * they join it. */
-static int group_register(diloco *d, char *err, size_t errlen)
-{
-    int size = d->o.group.size, nf = d->rc.nfragments, rc = -1;
-    group_msg me = {0}, *all = calloc((size_t)size, sizeof *all);
-    int64_t *fv = calloc((size_t)nf, sizeof *fv), *fvs = calloc((size_t)nf * (size_t)size, sizeof *fvs);
-    if (!all || !fv || !fvs) {
-        err_set(err, errlen, "out of memory");
-        goto out;
-    }
-    if (d->grp_rank == 0) {
-        me.status = dl_register_now(d, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
-        me.v[0] = dl_inc(d);
-        me.v[2] = d->frag_joined[0];
-        for (int f = 0; f < nf; f++) fv[f] = d->frag_version[f];
-        snprintf(me.worker, sizeof me.worker, "%s", d->worker_id);
-    }
-    if (gmsg_gather_with(d, GRP_REGISTER, &me, fv, nf, all, fvs, err, errlen) < 0) goto out; /* (fvs: rank 0's first) */
-    if (all[0].status != DL_OK) {
-        err_set(err, errlen, "rank 0 could not register the group: %s", all[0].err);
-        goto out;
-    }
-    memset(&me, 0, sizeof me);
-    if (d->grp_rank > 0) {
-        snprintf(d->worker_id, sizeof d->worker_id, "%s", all[0].worker);
-        set_incarnation(d, all[0].v[0]);
-        for (int f = 0; f < nf; f++) dl_set_frag_version(d, f, fvs[f]);
-        d->frag_joined[0] = all[0].v[2];
-        redisReply *r = dl_command(d, me.err, sizeof me.err, "FCALL dl_group_join 1 %s %s %lld %d %d", d->config_key,
-                                   d->worker_id, (long long)all[0].v[0], d->grp_rank, size);
-        me.status = dl_reply_failed(r) ? DL_FAIL : DL_OK;
-        if (r) freeReplyObject(r);
-    }
-    if (gmsg_gather(d, GRP_JOIN, &me, all, err, errlen) < 0) goto out;
-    if (gmsg_first_failure(all, size, err, errlen) != DL_OK) {
-        if (d->grp_rank == 0) dl_group_leave(d); /* nothing of this group may stay behind */
-        set_incarnation(d, 0);
-        goto out;
-    }
-    if (d->shard_ids)
-        log_info("group of %d: rank %d of worker %s (incarnation %" PRId64 "), sharded: %d of the run's %d shards",
-                 size, d->grp_rank, d->worker_id, dl_inc(d), d->rc.nshards, d->run_nshards);
-    else if (d->rc.nfragments > 1)
-        log_info("group of %d: rank %d of worker %s (incarnation %" PRId64 "), %d of the run's %d shards (a part "
-                 "of each of its %d fragments)",
-                 size, d->grp_rank, d->worker_id, dl_inc(d), gpart_count(d), d->rc.nshards, d->rc.nfragments);
-    else
-        log_info("group of %d: rank %d of worker %s (incarnation %" PRId64 "), shards [%d, %d) of %d", size,
-                 d->grp_rank, d->worker_id, dl_inc(d), dl_first_shard(d, 0), dl_last_shard(d, 0), d->rc.nshards);
-    rc = 0;
-out:
-    free(all);
-    free(fv);
-    free(fvs);
-    return rc;
-}
-
-/* ---- open ------------------------------------------------------------------------------------------- */
-
 /* The ranks agreed (open, a sync, a CHECK): the steps to the next CHECK count from here. */
-static void check_restart(diloco *d)
+void group_check_restart(diloco *d)
 {
     d->grp_since_check = 0;
     d->grp_check_ms = now_ms();
-}
-
-static int check_hooks(const diloco_options *o, char *err, size_t errlen)
-{
-    const diloco_group_ops *g = &o->group;
-    if (g->rank < 0 || g->rank >= g->size) {
-        err_set(err, errlen, "group rank %d is not in 0 .. %d (group size %d)", g->rank, g->size - 1, g->size);
-        return -1;
-    }
-    if (!g->allgather || (!g->broadcast && !g->slices && g->nslices == 0)) {
-        err_set(err, errlen, "a process group needs both collectives (group.allgather and group.broadcast; a sharded "
-                             "one, with group.slices, only allgather)");
-        return -1;
-    }
-    return 0;
-}
-
-/* A sharded group: the ranks' slices (their shards, as each told in HELLO) cover the run's shards exactly
- * once. This rank moves all of its own (its view, part.c). */
-static int sharded_cover(diloco *d, const group_msg *all, char *err, size_t errlen)
-{
-    int size = d->o.group.size;
-    for (int k = 0; k < d->run_nshards; k++) {
-        int holder = -1;
-        for (int r = 0; r < size; r++) {
-            if (!(all[r].held[k / 64] >> (k % 64) & 1)) continue;
-            if (holder >= 0) {
-                err_set(err, errlen,
-                        "ranks %d and %d both hold shard %d of run '%s': the ranks' slices must not overlap (each "
-                        "rank passes its own dim-0 chunk of every tensor)",
-                        holder, r, k, d->run);
-                return -1;
-            }
-            holder = r;
-        }
-        if (holder < 0) {
-            err_set(err, errlen,
-                    "no rank holds shard %d of run '%s': the ranks' slices must cover the run (is the group size the "
-                    "--fsdp-ranks the run was made for?)",
-                    k, d->run);
-            return -1;
-        }
-    }
-    return 0;
-}
-
-/* What every rank must agree on, then what groups support (the same verdict on every rank). */
-static int check_hello(diloco *d, const group_msg *all, char *err, size_t errlen)
-{
-    int size = d->o.group.size;
-    static const char *what[] = {"the parameter count", "sync_every",   "bf16",
-                                 "error_feedback",      "dylu",         "device hooks",
-                                 "sharded parameters (group.slices given or not)"};
-    for (int r = 1; r < size; r++) {
-        if (strcmp(all[r].run, all[0].run) != 0) {
-            err_set(err, errlen, "the ranks of the group disagree on the run: rank 0 has '%s', rank %d '%s'",
-                    all[0].run, r, all[r].run);
-            return -1;
-        }
-        for (int i = 0; i < 7; i++)
-            if (all[r].v[i] != all[0].v[i]) {
-                err_set(err, errlen, "the ranks of the group disagree on %s: rank 0 has %" PRId64 ", rank %d %" PRId64,
-                        what[i], all[0].v[i], r, all[r].v[i]);
-                return -1;
-            }
-        if (all[r].v[7] != all[0].v[7]) {
-            double a0, ar;
-            memcpy(&a0, &all[0].v[7], sizeof a0);
-            memcpy(&ar, &all[r].v[7], sizeof ar);
-            err_set(err, errlen, "the ranks of the group disagree on the fragment alpha: rank 0 has %g, rank %d %g", a0,
-                    r, ar);
-            return -1;
-        }
-        if (all[r].worker[0] && strcmp(all[r].worker, all[0].worker) != 0) {
-            err_set(err, errlen, "rank %d was given worker id '%s' but rank 0 '%s': a group has one (rank 0's)", r,
-                    all[r].worker, all[0].worker);
-            return -1;
-        }
-    }
-    if (d->shard_ids) return sharded_cover(d, all, err, errlen);
-    if (size > d->rc.nshards) {
-        err_set(err, errlen,
-                "a group of %d processes needs a run of at least %d shards (each rank moves whole shards) and run "
-                "'%s' has %d: init it with --shards %d or more, or use fewer ranks",
-                size, size, d->run, d->rc.nshards, size);
-        return -1;
-    }
-    return gpart_bounds(d, err, errlen);
-}
-
-static int hello(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
-{
-    int size = o->group.size, rc = -1;
-    group_msg me = {0}, *all = calloc((size_t)size, sizeof *all); /* (d->o is state_init's, below) */
-    if (!all) {
-        err_set(err, errlen, "out of memory");
-        return -1;
-    }
-    me.status = state_init(d, o, params, numel, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
-    int sharded = o->group.slices != NULL || o->group.nslices > 0;
-    int64_t v[7] = {sharded ? (int64_t)d->run_numel : (int64_t)numel, o->sync_every, o->bf16, o->error_feedback,
-                    o->dylu, o->device.delta != NULL, sharded};
-    memcpy(me.v, v, sizeof v);
-    memcpy(&me.v[7], &o->fragment_alpha, sizeof(double)); /* compared as its bits: check_hello */
-    for (int k = 0; me.status == DL_OK && d->shard_ids && k < d->rc.nshards; k++)
-        me.held[d->shard_ids[k] / 64] |= 1ull << (d->shard_ids[k] % 64);
-    snprintf(me.run, sizeof me.run, "%s", o->run ? o->run : "");
-    const char *id = d->grp_rank == 0 ? d->worker_id : o->worker_id ? o->worker_id : ""; /* "": rank 0's */
-    snprintf(me.worker, sizeof me.worker, "%s", id);
-    if (gmsg_gather(d, GRP_HELLO, &me, all, err, errlen) == 0 && gmsg_first_failure(all, size, err, errlen) == DL_OK)
-        rc = check_hello(d, all, err, errlen);
-    free(all);
-    return rc;
-}
-
-/* Each rank's own steps of open after the registration (its shards' owners, its heartbeat, a joiner's wait
- * for the open round to close), their outcomes gathered (READY): a rank that failed there, or was stopped,
- * fails the open on every rank instead of leaving the others waiting at the first FETCH. A rank whose wait a
- * stop ended leaves the run first, which ends the others' waits (they find the group gone). */
-static int ready(diloco *d, char *err, size_t errlen)
-{
-    int size = d->o.group.size;
-    group_msg me = {0}, *all = gmsg_alloc(d, err, errlen);
-    if (!all) return -1;
-    if (owners_refresh(d, me.err, sizeof me.err) < 0 || heartbeat_start(d, me.err, sizeof me.err) < 0 ||
-        fetch_wait_joined(d, 0, me.err, sizeof me.err) < 0)
-        me.status = DL_FAIL;
-    if (me.status != DL_OK && dl_stopping(d)) dl_group_leave(d);
-    int rc = gmsg_gather(d, GRP_READY, &me, all, err, errlen);
-    if (rc == 0 && gmsg_first_failure(all, size, err, errlen) != DL_OK) rc = -1;
-    free(all);
-    return rc;
-}
-
-/* open failed on every rank, or they agreed on a stop (err then says so). -1. */
-static int open_failed(diloco *d, char *err, size_t errlen)
-{
-    if (d->grp_stop)
-        err_set(err, errlen, "stopped while the group joined the run (rank %d was asked to stop)", d->grp_stop_rank);
-    return -1;
-}
-
-int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
-{
-    if (check_hooks(o, err, errlen) < 0) return -1;
-    d->grp = 1;
-    d->grp_rank = o->group.rank;
-    /* (a stop agreed at a collective: every rank gives up there, the same step on each) */
-    if (hello(d, o, params, numel, err, errlen) < 0 || d->grp_stop) return open_failed(d, err, errlen);
-    if (group_register(d, err, errlen) < 0 || d->grp_stop) return open_failed(d, err, errlen);
-    if (ready(d, err, errlen) < 0 || group_fetch(d, err, errlen) < 0) return open_failed(d, err, errlen);
-    log_info("rank %d of group %s joined run %s at version %" PRId64 " (%zu parameters, %s %d of %d shards)",
-             d->grp_rank, d->worker_id, d->run, d->frag_version[0], numel, d->shard_ids ? "sharded:" : "moves",
-             gpart_count(d), d->run_nshards);
-    d->grp_check_every = 1; /* rank 0 sets the pace at the first CHECK */
-    check_restart(d);
-    return 0;
 }
 
 /* ---- after a round: DyLU, a stop, recovery, the fragments that wait ------------------------------------ */
@@ -599,7 +297,7 @@ static int stopped(diloco *d, const char *why, char *err, size_t errlen)
     else
         snprintf(msg, sizeof msg, "%s", why[0] ? why : "stopped");
     dl_group_leave(d);
-    set_incarnation(d, 0);
+    gmember_set_incarnation(d, 0);
     err_set(err, errlen, "%s", msg);
     return -1;
 }
@@ -610,7 +308,7 @@ static int stopped(diloco *d, const char *why, char *err, size_t errlen)
 static int rejoin(diloco *d, int member, int f, int64_t round, uint64_t t0, char *err, size_t errlen)
 {
     int rc = 0;
-    if (!member && group_register(d, err, errlen) < 0) rc = -1;
+    if (!member && gmember_register(d, err, errlen) < 0) rc = -1;
     /* Registered again: a joiner of the next round waits for the open one to close, as at open. The open
      * round does not wait for the group, so training for it would be lost as STALE unless the group
      * happened to arrive before it closed. A failed wait (only when stopping) is not acted on by this rank
@@ -678,8 +376,8 @@ static int versions_alloc(diloco *d, int f, frag_versions *v, char *err, size_t 
 {
     memset(v, 0, sizeof *v);
     if (!d->rc.async) return 0;
-    v->first = run_frag_bounds(d)[f];
-    v->n = run_frag_bounds(d)[f + 1] - v->first;
+    v->first = gpart_run_frag_bounds(d)[f];
+    v->n = gpart_run_frag_bounds(d)[f + 1] - v->first;
     v->mine = calloc((size_t)v->n, sizeof(int64_t));
     v->vals = calloc((size_t)v->n * (size_t)d->o.group.size, sizeof(int64_t));
     v->whole = calloc((size_t)v->n, sizeof(int64_t));
@@ -1063,7 +761,7 @@ int group_round(diloco *d, int f, char *err, size_t errlen)
 {
     int changed = group_settle_all(d, err, errlen);
     int rc = changed < 0 ? -1 : round_run(d, f, 0, err, errlen);
-    check_restart(d);
+    group_check_restart(d);
     return rc < 0 ? -1 : rc | changed;
 }
 
@@ -1073,7 +771,7 @@ int group_stream_step(diloco *d, char *err, size_t errlen)
     int changed = take_inflight(d, d->inflight_max - 1, &recovered, err, errlen);
     if (changed >= 0 && !recovered) /* (after a recovery the next round goes at the next boundary) */
         rc = round_run(d, stream_next_fragment(d), 1, err, errlen);
-    check_restart(d);
+    group_check_restart(d);
     return changed < 0 || rc < 0 ? -1 : rc | changed;
 }
 
@@ -1114,7 +812,7 @@ static int check(diloco *d, char *err, size_t errlen)
     free(all);
     if (rc < 0) return -1;
     d->grp_check_every = every >= 1 && every <= d->sync_every ? (int)every : 1;
-    check_restart(d);
+    group_check_restart(d);
     /* stopped or shut down (agree_stop): no registering again. (A group's stop_requested is written only by
      * agree_stop, on this thread.) */
     if (saw < 0 || d->stop_requested) return 0;
@@ -1131,7 +829,7 @@ static int check(diloco *d, char *err, size_t errlen)
     d->refetch_all = 0;
     dl_delta_forget_tokens(d);
     rc = rejoin(d, 0, 0, round, t0, err, errlen);
-    check_restart(d);
+    group_check_restart(d);
     return rc;
 }
 

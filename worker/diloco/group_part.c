@@ -84,3 +84,9 @@ int diloco_group_range(const diloco *d, int rank, size_t *offset, size_t *count)
     *count = (size_t)d->rc.shard_bounds[last] - *offset;
     return 0;
 }
+
+/* The run's fragment bounds (shard numbers of the run; a sharded rank's rc has its own view of them). */
+const int *gpart_run_frag_bounds(const diloco *d)
+{
+    return d->run_frag_bounds ? d->run_frag_bounds : d->rc.frag_bounds;
+}

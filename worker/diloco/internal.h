@@ -292,7 +292,7 @@ struct diloco {
     async_plan grp_plan;  /* async Streaming: the submission of the round in flight (one at a time in async) */
     /* async Streaming: the places the group's last placed submission got, per run shard (-1: none yet), set
      * by the rank's thread that placed it; a rank's close waits until they are applied (group.c
-     * group_wait_committed), as the other ranks' parts may still be on their way */
+     * gmember_wait_committed), as the other ranks' parts may still be on their way */
     int64_t *grp_placed;
 };
 
@@ -731,6 +731,8 @@ int gpart_bounds(diloco *d, char *err, size_t errlen);
 void gpart_rank_shards(const diloco *d, int r, int f, int *first, int *last);
 /* The shards this rank moves, over every fragment (every shard of the run before the parts are set). */
 int gpart_count(const diloco *d);
+/* The run's fragment bounds (shard numbers of the run; a sharded rank's rc has its own view of them). */
+const int *gpart_run_frag_bounds(const diloco *d);
 
 /* group_msg.c: the group's collectives, one group_msg from each rank */
 enum {
@@ -784,8 +786,6 @@ int gmsg_worst_status(const group_msg *all, int size);
 int gmsg_worst_failure(const group_msg *all, int size, char *err, size_t errlen);
 
 /* group.c: process groups, several processes as one worker */
-/* diloco_open of a group's rank: what session_open does, with the group's collectives. */
-int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);
 /* The group's sync round of fragment f, applied at once (plain DiLoCo, diloco_force_sync): each rank its part,
  * then the exchange. As round_blocking. */
 int group_round(diloco *d, int f, char *err, size_t errlen);
@@ -799,6 +799,22 @@ int group_settle_all(diloco *d, char *err, size_t errlen);
 /* A group's inner step that is not a sync: every grp_check_every steps the ranks agree whether the group
  * was evicted, and if so all stop the interval there and register again. As group_round. */
 int group_step(diloco *d, char *err, size_t errlen);
-void group_wait_committed(diloco *d); /* before a group rank's normal close ends the group */
+/* Every fragment at one version on every rank, then the exchange of them all (open, a recovery). -1 (the same on
+ * every rank) when a rank could not fetch. */
+int group_fetch(diloco *d, char *err, size_t errlen);
+/* The ranks agreed (open, a sync, a CHECK): the steps to the next CHECK count from here. */
+void group_check_restart(diloco *d);
+
+/* group_open.c: a group's rank opens its session (HELLO, the registration, READY, the first fetch) */
+/* diloco_open of a group's rank: what session_open does, with the group's collectives. */
+int group_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen);
+
+/* group_member.c: a group's membership */
+/* Rank 0 registers the group, hands its registration (with the round of each fragment) to the others, and
+ * they join it (REGISTER, JOIN). 0, or -1 + err on every rank. */
+int gmember_register(diloco *d, char *err, size_t errlen);
+/* This rank's incarnation (0: none; the group left the run), not evicted. */
+void gmember_set_incarnation(diloco *d, int64_t inc);
+void gmember_wait_committed(diloco *d); /* before a group rank's normal close ends the group */
 
 #endif

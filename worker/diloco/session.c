@@ -110,7 +110,7 @@ static void session_close(diloco *d)
     stream_finish_inflight(d);
     settle_last_rounds(d);
     wake_hub_stop(d);
-    group_wait_committed(d); /* still beating: the other ranks' parts of the last round too */
+    gmember_wait_committed(d); /* still beating: the other ranks' parts of the last round too */
     heartbeat_stop(d);
     deregister(d);
     conn_close_all(d);

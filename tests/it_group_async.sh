@@ -132,7 +132,9 @@ finish
 # --max-staleness 1, gets refusals as STALE, each recorded once however many ranks made the call; as a worker
 # of one process, the group then takes the current global parameters of that fragment only (group.c,
 # refused), so the run is bit-identical to the replay with the refused windows (the group reset every
-# fragment before: not the replay); gastale1: the same in plain async (one fragment: the group recovers).
+# fragment before: not the replay); gastale1: the same in plain async (the group took a refusal as a failure
+# and recovered before: the same parameters, a registration check and a warning that said the round did not
+# complete). Neither may recover.
 new_run gasplit 2 --dn-buffer-size 3
 keep_servers 2 --lease-ttl-ms 2000
 drop_proxy g1 "$PORT" --match dl_submit --skip 1 --drops 10 --lose command
@@ -158,6 +160,8 @@ stale_run() { # RUN FRAGMENTS WHAT: the slow group g1 and two fast workers, --ma
   seen=$(sed -n 's/.*WARN \(round [0-9]* of fragment [0-9]*\) [a-z ()]*[:(] *rank [01]: STALE .*/\1/p' "$TMP/worker-g1.log" | sort -u | wc -l)
   [ "$seen" -ge 1 ] || fail "$RUN: no submission of g1 was refused as STALE (the staleness bound proved too loose)"
   [ "$refused" = "$seen" ] || fail "$RUN: the group saw $seen submissions refused as STALE and Redis recorded $refused refusals"
+  grep -q "did not complete for the group" "$TMP/worker-g1.log" &&
+    fail "$RUN: the group recovered: $(grep -m 1 'did not complete for the group' "$TMP/worker-g1.log")"
   ref_async_check $RUN $H "($3, a slow group $refused of whose submissions were refused as STALE)" --skip-refused
   total=$($RCLI XRANGE "dl:{$RUN}:events" - + | grep -c '^STALE$')
   grep -q "and $total tries refused as STALE" "$TMP/ref-$RUN.log" || fail "$RUN: the replay did not take the $total refusals: $(cat "$TMP/ref-$RUN.log")"

@@ -617,13 +617,13 @@ static int completed(diloco *d, int f, double alpha, int64_t round, uint64_t t0,
 
 /* ---- Streaming: rounds in flight on threads while the ranks train -------------------------------------- */
 
-/* Async Streaming: every rank's call of the group's submission of fragment f was refused as STALE (the
- * group is still a member: dl_submit looks at that first). As a worker of one process does (round.c's
- * round_net: fetch_current), only f continues from the current global parameters: each rank fetches its
- * part at the versions the run has now, the ranks exchange their versions and parts, and every other
- * fragment keeps what the ranks trained. 1 (params changed), -1 (a collective failed, or a stop agreed), or
- * 0 when a rank could not fetch (or met a corrupt shard): *worst says how, and the group recovers as after
- * any other failure. */
+/* Async: the group's submission of fragment f was refused as STALE (Streaming: every rank's call; plain: rank
+ * 0's, the one that places; the group is still a member: dl_submit looks at that first). As a worker of one
+ * process does (round.c's round_net: fetch_current), only f continues from the current global parameters:
+ * each rank fetches its part at the versions the run has now, the ranks exchange their versions and parts,
+ * and every other fragment keeps what the ranks trained. 1 (params changed), -1 (a collective failed, or a
+ * stop agreed), or 0 when a rank could not fetch (or met a corrupt shard): *worst says how, and the group
+ * recovers as after any other failure. */
 static int refused(diloco *d, int f, int64_t round, uint64_t t0, const char *why, int *worst, char *err, size_t errlen)
 {
     if (d->grp_rank == 0)
@@ -747,6 +747,12 @@ static int round_run(diloco *d, int f, int in_flight, char *err, size_t errlen)
         return 0;
     }
     if (worst == DL_OK) return completed(d, f, 0.0, round, t0, err, errlen);
+    /* plain async: rank 0's dl_submit refused as STALE (no places: nothing to complete) is f's alone, as in
+     * Streaming (settle_taken) and as a worker of one process takes it */
+    if (go && !in_flight && d->rc.async && worst == DL_STALE && !d->frag_incomplete[f]) {
+        int taken = refused(d, f, round, t0, err, &worst, err, errlen);
+        if (taken != 0) return taken;
+    }
     stream_drop_inflight(d); /* recover fetches every fragment: no thread of ours may touch one */
     return recover(d, worst, err, f, round, t0, err, errlen);
 }

@@ -1,11 +1,13 @@
 #!/bin/sh
 # it_stream_crash.sh: Streaming DiLoCo while shard-servers die (it_sync_crash's storm): 4 fragments of 2 shards,
-# 3 workers, H = 20 (a fragment every 5 steps, its round on a background thread while training goes on); the
+# a process group g1 of 2 ranks (tests/tools/group_worker: each rank's round of its part of a fragment on its
+# thread, the ranks agreeing at the boundaries) and 2 single workers, H = 20 (a fragment every 5 steps, its
+# round on a background thread while training goes on); the
 # harness kill -9s a random server every 1 to 1.5 s and starts a new one, and every server also kills itself
 # in 10% of its commits between the log write and dl_commit. Every fragment's round is a pure function of the
 # previous version and the frozen pseudo-gradients, which workers keep and resend to a new owner (also from a
 # fragment's tail while the worker is at another fragment's round: the crossing it_stream_lost_tentative makes
-# exactly, which the storm makes only by chance; tentative resends are counted, 0 to 17 in five runs). The
+# exactly, which the storm makes only by chance; tentative resends are counted: 0 to 19 in eight runs). The
 # final parameters must be bit-identical to the fault-free reference of the fragment schedule, and no sync may
 # fail. (Until now no test killed servers under Streaming but it_tsan_worker's single kill.)
 # test: light (it waits more than it computes)
@@ -13,15 +15,19 @@
 RUN=scrash; NUMEL=80000; SEED=23; H=20; STEPS=240
 start_redis
 init_run $RUN --trainer quadratic --numel $NUMEL --shards 8 --fragments 4 --workers 3 --seed $SEED --snapshot-every 3
-for w in w1 w2 w3; do start_worker $w --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 25; done
-crash_storm w1 w2 w3
+build/tests/tools/group_worker --redis "$URL" --run $RUN --worker-id g1 --ranks 2 --steps $STEPS --sync-every $H \
+  --heartbeat-ms 1000 --step-delay-ms 25 > "$TMP/g1.out" 2> "$TMP/worker-g1.log" &
+WRK_g1=$!; PIDS="$PIDS $!"
+for w in w2 w3; do start_worker $w --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 25; done
+crash_storm g1 w2 w3
 [ "$KILLS" -ge 5 ] || fail "only $KILLS kills happened: the test proved too little"
-grep -h "sync failed" "$TMP"/worker-w*.log | head -n 3 | grep . && fail "a sync failed under the storm"
-build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers w1,w2,w3 --sync-every $H \
+grep -h "sync failed\|did not complete for the group" "$TMP"/worker-*.log | head -n 3 | grep . &&
+  fail "a sync failed under the storm"
+build/tests/tools/ref_quadratic --numel $NUMEL --shards 8 --seed $SEED --workers g1,w2,w3 --sync-every $H \
   --steps $STEPS --alpha 0 --bounds "$($RCLI HGET "dl:{$RUN}:config" shard_bounds)" \
   --frag-bounds "$($RCLI HGET "dl:{$RUN}:config" frag_bounds)" > "$TMP/ref.txt" || fail "reference"
 shard_digests $RUN > "$TMP/got.txt"
 grep '^shard' "$TMP/ref.txt" | diff - "$TMP/got.txt" > "$TMP/diff.txt" ||
   fail "shard digests differ from the fragment-schedule reference: $(cat "$TMP/diff.txt")"
-resent=$(grep -c "goes to the new owner" "$TMP"/worker-w*.log | awk -F: '{n += $2} END {print n + 0}')
+resent=$(grep -c "goes to the new owner" "$TMP"/worker-*.log | awk -F: '{n += $2} END {print n + 0}')
 say "bit-identical to the fault-free reference after $STEPS steps ($(shard_versions $RUN) versions per shard; $resent tentative resends)"

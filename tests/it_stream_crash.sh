@@ -1,15 +1,15 @@
 #!/bin/sh
-# it_stream_crash.sh: Streaming DiLoCo while shard-servers die (it_sync_crash's storm): 4 fragments of 2 shards,
-# a process group g1 of 2 ranks (tests/tools/group_worker: each rank's round of its part of a fragment on its
-# thread, the ranks agreeing at the boundaries) and 2 single workers, H = 20 (a fragment every 5 steps, its
-# round on a background thread while training goes on); the
-# harness kill -9s a random server every 1 to 1.5 s and starts a new one, and every server also kills itself
-# in 10% of its commits between the log write and dl_commit. Every fragment's round is a pure function of the
-# previous version and the frozen pseudo-gradients, which workers keep and resend to a new owner (also from a
-# fragment's tail while the worker is at another fragment's round: the crossing it_stream_lost_tentative makes
-# exactly, which the storm makes only by chance; tentative resends are counted: 0 to 19 in eight runs). The
-# final parameters must be bit-identical to the fault-free reference of the fragment schedule, and no sync may
-# fail. (Until now no test killed servers under Streaming but it_tsan_worker's single kill.)
+# it_stream_crash.sh: Streaming DiLoCo while shard-servers die (it_sync_crash's storm): 4 fragments of 2
+# shards, a process group g1 of 2 ranks (tests/tools/group_worker: each rank's round of its part of a fragment
+# on its thread, the ranks agreeing at the boundaries) and 2 single workers, H = 20 (a fragment every 5 steps,
+# its round on a background thread while training goes on); the harness kill -9s a random server every 1 to
+# 1.5 s and starts a new one, and every server also kills itself in 10% of its commits between the log write
+# and dl_commit. Every fragment's round is a pure function of the previous version and the frozen
+# pseudo-gradients, which workers keep and resend to a new owner (also from a fragment's tail while the worker
+# is at another fragment's round: the crossing it_stream_lost_tentative makes exactly, which the storm makes
+# only by chance; tentative resends are counted: 0 to 19 in eight runs). The final parameters must be
+# bit-identical to the fault-free reference of the fragment schedule, and no sync may fail. (Until now no test
+# killed servers under Streaming but it_tsan_worker's single kill.)
 # test: light (it waits more than it computes)
 . "$(dirname "$0")/lib.sh"
 RUN=scrash; NUMEL=80000; SEED=23; H=20; STEPS=240

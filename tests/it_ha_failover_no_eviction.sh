@@ -1,20 +1,22 @@
 #!/bin/sh
 # it_ha_failover_no_eviction.sh: a failover of Redis evicts nobody, even with a short heartbeat timeout.
-# A sync run (quadratic, 3 workers, 2 shard-servers, min_replicas 1) on a Redis master + 2 replicas + 3
+# A Streaming run (quadratic, 2 fragments, 3 workers, 2 shard-servers, min_replicas 1) on a Redis master + 2 replicas + 3
 # Sentinels (tests/chaos/chaos.py --redis-ha, down-after 2 s as docs/deploy.md recommends), with a
 # heartbeat timeout of 0.5 s and beats every 0.1 s. The master is kill -9'd, then SIGSTOPped past the failover: each time nobody can
 # beat for 2.5 to 5 s, 5 to 10 timeouts. The reaper measures silence from the later of the last heartbeat
 # and the new master's first reap plus its grace (docs/PROTOCOL.md, "Heartbeats and failovers"), so the
 # events stream has a 'failover' per switch and no 'evicted', every worker finishes in one incarnation,
-# and the chaos audit holds (no commit with a stale participant, every acknowledged commit kept).
+# the chaos audit holds (no commit with a stale participant, every acknowledged commit kept), and the final
+# parameters are bit-identical to the fault-free reference of the fragment schedule (it_ha_sentinel_failover
+# checks a plain sync run through Sentinel failovers; it_stream_crash Streaming under shard-server kills).
 # test: light (it waits more than it computes: 5 s of CPU in 26 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
-OUT="$TMP/ha"; H=20; ROUNDS=40
-python3 tests/chaos/chaos.py --out "$OUT" --run hf --redis-ha --workers 3 --servers 2 --shards 4 --numel 20000 \
-  --seed 7 --sync-every $H --steps $((ROUNDS * H)) --step-delay-ms 15 --heartbeat-interval 0.1 \
+OUT="$TMP/ha"; H=20; ROUNDS=40; NUMEL=20000; SHARDS=4; SEED=7
+python3 tests/chaos/chaos.py --out "$OUT" --run hf --redis-ha --workers 3 --servers 2 --shards $SHARDS --numel $NUMEL \
+  --seed $SEED --sync-every $H --steps $((ROUNDS * H)) --step-delay-ms 15 --heartbeat-interval 0.1 \
   --heartbeat-timeout 0.5 --sentinel-down-after-ms 2000 --lease-ttl-ms 3000 --duration 40 --fault-every 4 \
   --redis-down 2 --stop-min 3 --stop-max 3 --settle-timeout 60 --fault-plan kill:redis-master,stop:redis-master \
-  --init-arg=--min-replicas --init-arg=1 > "$TMP/chaos.log" 2>&1
+  --init-arg=--min-replicas --init-arg=1 --init-arg=--fragments --init-arg=2 > "$TMP/chaos.log" 2>&1
 rc=$?
 tail -n 1 "$TMP/chaos.log"
 [ $rc -eq 3 ] && fail "the run did not finish after the failovers (settle timeout): a hang"
@@ -43,3 +45,5 @@ print("%d failovers (%d seen by the reaper) with a 0.5 s heartbeat timeout: no e
       "finished %d steps in one incarnation" % (switches, kinds["failover"], steps))
 PY
 cat "$TMP/check.log"
+assert_dump_matches_reference "$OUT"
+say "bit-identical to the fault-free reference of the fragment schedule ($ROUNDS rounds of each of 2 fragments)"

@@ -266,7 +266,8 @@ assert_matches_reference() {
 }
 
 # assert_dump_matches_reference OUT: the shard digests in a chaos harness dump (OUT/redis_dump.json)
-# equal those of tests/tools/ref_quadratic for workers w1,w2,w3 (NUMEL, SHARDS, SEED, ROUNDS, H).
+# equal those of tests/tools/ref_quadratic for workers w1,w2,w3 (NUMEL, SHARDS, SEED, ROUNDS, H; a Streaming
+# run's reference is its fragment schedule over ROUNDS * H steps, alpha 0).
 assert_dump_matches_reference() {
   python3 - "$1" > "$TMP/got.txt" <<'PY' || fail "reading $1/redis_dump.json"
 import json, sys
@@ -274,8 +275,12 @@ d = json.load(open(sys.argv[1] + "/redis_dump.json"))
 for k in range(int(d["config"]["shards"])):
     print("shard %d %s" % (k, d["shards"]["%d:digest" % k]))
 PY
-  bounds=$(python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"]["shard_bounds"])' "$1/redis_dump.json")
-  build/tests/tools/ref_quadratic --numel $NUMEL --shards $SHARDS --seed $SEED --workers w1,w2,w3 --rounds $ROUNDS \
+  _conf() { python3 -c 'import json,sys; print(json.load(open(sys.argv[1]))["config"].get(sys.argv[2], ""))' "$1/redis_dump.json" "$2"; }
+  bounds=$(_conf "$1" shard_bounds)
+  schedule="--rounds $ROUNDS"
+  [ "$(_conf "$1" fragments)" -gt 1 ] 2>/dev/null &&
+    schedule="--steps $((ROUNDS * H)) --alpha 0 --frag-bounds $(_conf "$1" frag_bounds)"
+  build/tests/tools/ref_quadratic --numel $NUMEL --shards $SHARDS --seed $SEED --workers w1,w2,w3 $schedule \
     --sync-every $H --bounds "$bounds" > "$TMP/ref.txt" || fail "reference"
   grep '^shard' "$TMP/ref.txt" | diff - "$TMP/got.txt" > "$TMP/diff.txt" ||
     fail "shard digests differ from the fault-free reference: $(cat "$TMP/diff.txt")"

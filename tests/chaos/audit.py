@@ -132,19 +132,22 @@ def main():
     nrounds = len(byf.get(0, []))
     check("rounds", not bad and nrounds > 0, "; ".join(bad) or "%d rounds closed once each" % nrounds)
 
-    # coverage (fragment 0 only: the harness runs one fragment)
+    # coverage: every shard at least at the rounds its fragment closed, but the last
+    fbounds = [int(x) for x in str(dump["config"].get("frag_bounds", "0,%d" % nshards)).split(",")]
+    frag_of = {k: f for f in range(len(fbounds) - 1) for k in range(fbounds[f], fbounds[f + 1])}
     vmax = {k: max(per.get(k, [0])) for k in range(nshards)}
-    low = {k: v for k, v in vmax.items() if v < nrounds - 1}
+    low = {k: v for k, v in vmax.items() if v < len(byf.get(frag_of.get(k, 0), [])) - 1}
     check("coverage", not low, "shards behind the closed rounds: %s" % low if low else
-          "every shard at version %s of %d closed rounds" % (sorted(set(vmax.values())), nrounds))
+          "every shard at version %s of %s closed rounds" % (sorted(set(vmax.values())),
+                                                             "/".join(str(len(byf.get(f, []))) for f in sorted(byf))))
 
     # digests
-    byv = {}
+    byv = {}  # (fragment, version): Streaming numbers each fragment's versions on its own
     for w, es in tele.items():
         for e in es:
             if e.get("event") == "sync":
-                byv.setdefault(e["version"], {}).setdefault(e["digest"], set()).add(w)
-    split = {v: {d: sorted(ws) for d, ws in ds.items()} for v, ds in byv.items() if len(ds) > 1}
+                byv.setdefault((e.get("fragment", 0), e["version"]), {}).setdefault(e["digest"], set()).add(w)
+    split = {"%d:%d" % v: {d: sorted(ws) for d, ws in ds.items()} for v, ds in byv.items() if len(ds) > 1}
     nlog = sum(sum(len(ws) for ws in ds.values()) for ds in byv.values())
     check("digests", not split and byv, ("versions with different digests: %s" % json.dumps(split)[:2000]) if split else
           "%d versions, %d (worker, version) digests, all workers agree at every version" % (len(byv), nlog))
@@ -152,14 +155,16 @@ def main():
     # versions never go back
     bad = []
     for w, es in tele.items():
-        last = -1
+        last = {}  # per fragment (a join: fragment 0's version)
         for e in es:
             if e.get("event") in ("sync", "join"):
-                v = e["version"]
+                v, f = e["version"], e.get("fragment", 0)
+                before = last.get(f, -1)
                 # a join or a lost (stale) round may stay at the version it had; a real sync moves on
-                if v < last if (e["event"] == "join" or e.get("stale")) else v <= last:
-                    bad.append("%s: %s at version %d after version %d (t=%.3f)" % (w, e["event"], v, last, e["t"]))
-                last = max(last, v)
+                if v < before if (e["event"] == "join" or e.get("stale")) else v <= before:
+                    bad.append("%s: %s at version %d of fragment %d after version %d (t=%.3f)" %
+                               (w, e["event"], v, f, before, e["t"]))
+                last[f] = max(before, v)
     check("versions", not bad, "; ".join(bad[:10]) or "no worker ever went back to an older version")
 
     # stale pseudo-gradients never applied

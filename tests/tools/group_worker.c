@@ -8,10 +8,12 @@
  * sync of every rank is one line on stdout:
  *
  *   sync rank <r> version <v> digest <16 hex> up <bytes> down <bytes> stale <0|1> seconds <s> wait <s>
- *        at <call> <first send> <pushed> <get> <last recv> <return> local <16 hex> shards <16 hex> step <n>
+ *        at <call> <first send> <pushed> <get> <last recv> <return> fragment <f> local <16 hex>
+ *        shards <16 hex> step <n>
  *
  * (the phase stamps in wall-clock microseconds: diloco_after_step called, diloco_sync_info's four, and
- * diloco_after_step returned; bench/group_round splits a round's time with them), and the digest of the
+ * diloco_after_step returned; bench/group_round splits a round's time with them), the fragment synced
+ * (Streaming; 0 otherwise: versions are numbered per fragment), and the digest of the
  * rank's own parameters as it trained them, before the sync (the ranks of a group hold the same: DDP).
  * With --ranks 1 it is one process of its own (no group): bench/group_round's reference. shards is
  * diloco_sync_info.shards_digest (the whole run's, on every member), step the rank's inner steps so far.
@@ -520,9 +522,10 @@ static void *rank_main(void *p)
             say(c,
                 "sync rank %d version %" PRId64 " digest %016" PRIx64 " up %" PRIu64 " down %" PRIu64
                 " stale %d seconds %.4f wait %.4f at %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64 " %" PRIu64
-                " %" PRIu64 " local %016" PRIx64 " shards %016" PRIx64 " step %ld\n",
+                " %" PRIu64 " fragment %d local %016" PRIx64 " shards %016" PRIx64 " step %ld\n",
                 c->rank, s.version, s.digest, s.bytes_up, s.bytes_down, s.stale, s.seconds, s.wait_seconds, t_call,
-                s.t_first_send_us, s.t_pushed_us, s.t_get_us, s.t_last_recv_us, t_ret, local, s.shards_digest, step);
+                s.t_first_send_us, s.t_pushed_us, s.t_get_us, s.t_last_recv_us, t_ret, s.fragment, local,
+                s.shards_digest, step);
         if (rc == 1 && c->bad && !strcmp(c->bad, "RESTART") && c->rank == 1) {
             diloco *again; /* the old session stays open: the group, with rank 0 in it, goes on */
             if (diloco_open(&o, t->params, t->numel, &again, err, sizeof err) == 0) {

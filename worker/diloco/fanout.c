@@ -124,27 +124,36 @@ static int first_try(owner_work *g, int *rcs)
     return 0;
 }
 
+/* A get's shard i of g came back corrupt: said in shard_corrupt (a pass goes on with the others). */
+static void note_corrupt(owner_work *g, int i)
+{
+    g->rc = DL_CORRUPT;
+    if (g->batch == BATCH_GET) g->d->shard_corrupt[g->shards[i]] = 1;
+}
+
 static void owner_run(owner_work *g)
 {
     g->rc = DL_OK;
     int rcs[RUNCONF_MAX_SHARDS];
     int once = g->batch == BATCH_GET && ((const fanout_get_arg *)g->arg)->once;
     if (first_try(g, rcs) != 0) return; /* an early get dropped: its outcome is not looked at */
-    /* a corrupt shard stops the group: nothing completes before coordinator repair, and its message
-     * (which the pipelined try kept) is the one to report */
+    /* a corrupt shard: nothing of it completes before coordinator repair, and its message (which the
+     * pipelined try kept) is the one to report. A blocking job stops there; a pass still asks the owner's
+     * other shards, sending our Δ where asked: another worker's round of such a shard may wait for it while
+     * we wait for the repair (it_group_repair: a group's get waited for w2's Δ until its sync timeout) */
     for (int i = 0; i < g->nshards; i++)
-        if (rcs[i] == DL_CORRUPT) {
-            g->rc = DL_CORRUPT;
-            return;
-        }
+        if (rcs[i] == DL_CORRUPT) note_corrupt(g, i);
+    if (g->rc == DL_CORRUPT && !once) return;
     /* then each shard's job (with its retries, or once: after a pass, only where our Δ is asked for);
      * a blocking job stops the group at the first failure, a pass goes over every shard */
+    char other[sizeof g->err]; /* (once a shard is corrupt, its message stays the one in g->err) */
     for (int i = 0; i < g->nshards; i++) {
         int rc = rcs[i];
         int run_job = rc == NOT_TRIED || rc == DL_NEED || (rc == DL_RETRY && !once);
-        if (run_job) rc = g->fn(g->d, g->shards[i], g->arg, g->err, sizeof g->err);
+        if (run_job) rc = g->fn(g->d, g->shards[i], g->arg, g->rc == DL_CORRUPT ? other : g->err, sizeof other);
+        if (rc == DL_CORRUPT) note_corrupt(g, i);
         if (outcome_rank(rc) > outcome_rank(g->rc)) g->rc = rc;
-        if ((!once && g->rc != DL_OK) || rc == DL_CORRUPT) break;
+        if (!once && g->rc != DL_OK) break;
     }
 }
 
@@ -321,6 +330,7 @@ int fanout_push_each(diloco *d, int first, int last, const int64_t *rounds, char
 
 int fanout_get(diloco *d, int first, int last, const fanout_get_arg *ga, char *err, size_t errlen)
 {
+    memset(d->shard_corrupt + first, 0, (size_t)(last - first)); /* (this pass's marks: note_corrupt) */
     return run_jobs(d, first, last, get_job, (void *)ga, ga->after ? BATCH_NONE : BATCH_GET, err, errlen);
 }
 
@@ -344,6 +354,7 @@ fanout_early *fanout_get_start(diloco *d, int first, int last, const fanout_get_
     }
     e->ga = *ga;
     e->work = work;
+    memset(d->shard_corrupt + first, 0, (size_t)(last - first)); /* (as fanout_get) */
     e->gate.state = GATE_SHUT;
     pthread_mutex_init(&e->gate.mu, NULL);
     pthread_cond_init(&e->gate.cv, NULL);

@@ -177,6 +177,7 @@ struct diloco {
                                written through dl_set_frag_version */
     int64_t *frag_joined;   /* per fragment: the first round the barrier expects us at (dl_register) */
     int64_t *shard_version; /* version of each shard of base, while fetching */
+    unsigned char *shard_corrupt; /* per shard: a get's pass found its durable state corrupt (sync.c get_round) */
     /* Tentative parameters (docs/PROTOCOL.md): a sync round ends when the new parameters arrive, which
      * the server sends before its log entry is durable. Until we have seen the commit in Redis, shard k
      * of base holds version tent_version[k] (0: nothing pending) with checksum tent_xxh[k], and our Δ
@@ -569,7 +570,9 @@ typedef struct fanout_get_arg {
                              already (fetch.c), not asked */
 } fanout_get_arg;
 /* Get every shard at version >= ga->want into base (pipelined per owner first, then each with its
- * retries, or once); shard_version[k] = the version got. */
+ * retries, or once); shard_version[k] = the version got. A shard whose owner says its durable state is
+ * corrupt makes the outcome DL_CORRUPT (shard_corrupt[k] = 1); in a pass (once) the owner's other shards
+ * are still asked (and sent our Δ where asked), in a blocking get its other shards are not. */
 int fanout_get(diloco *d, int first, int last, const fanout_get_arg *ga, char *err, size_t errlen);
 /* A pass of fanout_get (ga->once, no `after`) whose requests go out now, one thread per owner, and whose
  * replies are read only once fanout_get_finish says take (sync.c sends the gets of round r+1 while it

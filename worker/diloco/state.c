@@ -52,6 +52,7 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen)
         return -1;
     d->owners = calloc((size_t)d->rc.nshards, sizeof(shard_owner));
     d->shard_version = calloc((size_t)d->rc.nshards, sizeof(int64_t));
+    d->shard_corrupt = calloc((size_t)d->rc.nshards, 1);
     d->frag_version = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
     d->frag_joined = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
     d->seq = calloc((size_t)d->rc.nshards, sizeof(int64_t));
@@ -70,8 +71,8 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen)
     d->inflight = calloc((size_t)d->inflight_max, sizeof(stream_slot));
     d->tails = calloc((size_t)d->rc.nfragments, sizeof(stream_tail));
     d->lane_ctl = calloc((size_t)d->rc.nfragments, sizeof(rconn *));
-    if (!d->base || !d->owners || !d->shard_version || !d->frag_version || !d->frag_joined || !d->seq ||
-        !d->push_tokens || !d->tokens_at_send || !d->tokens_before || !d->tent_version || !d->tent_xxh ||
+    if (!d->base || !d->owners || !d->shard_version || !d->shard_corrupt || !d->frag_version || !d->frag_joined ||
+        !d->seq || !d->push_tokens || !d->tokens_at_send || !d->tokens_before || !d->tent_version || !d->tent_xxh ||
         !d->delta_xxh || !d->tent_epoch || !d->tent_round || !d->counted_round || !d->frag_incomplete || !d->inflight ||
         !d->tails || !d->lane_ctl) {
         err_set(err, errlen, "out of memory for %zu parameters", n);
@@ -280,6 +281,7 @@ void state_free(diloco *d)
     dl_dev_free(d);
     free(d->owners);
     free(d->shard_version);
+    free(d->shard_corrupt);
     free(d->tent_version);
     free(d->tent_xxh);
     free(d->delta_xxh);

@@ -125,8 +125,8 @@ static int fetch_round_result(diloco *d, int f, int64_t want, const char *what, 
         if (confirm_leaves(d, k, first, what, want)) continue;
         info->confirm_shards++;
         int rc = conn_push(d, k, want - 1, err, errlen);
-        if (rc == DL_EVICTED || rc == DL_FAIL || rc == DL_CORRUPT)
-            return rc; /* STALE: committed already; the get tells how */
+        /* STALE: committed already; CORRUPT: the others first (CORRUPT_OTHERS_MS); the get tells how */
+        if (rc == DL_EVICTED || rc == DL_FAIL) return rc;
     }
     fanout_get_arg ga = {.want = want, .may_push = 1, .once = 1};
     return get_round(d, first, last, &ga, NULL, what, err, errlen);
@@ -292,17 +292,36 @@ static void resend_tentative(diloco *d, int first, int last, int64_t want, int64
     free(c);
 }
 
+/* A shard found corrupt ends a get only once every other shard is in, or after this long: passes go on
+ * asking the others, and send our Δ to an owner that asks for it. Another worker's round of such a shard may
+ * wait for our Δ while we wait for the repair (it_group_repair: a group's get of shard 2 waited for w2's Δ
+ * until its sync timeout, w2 having met shard 1 corrupt in the same pass as shard 2's owner was loading).
+ * Bounded: a corrupt shard's outcome masks the others' in a pass (a stale or failed one would be asked
+ * until the sync timeout). */
+#define CORRUPT_OTHERS_MS 10000
+
+/* Whether every shard of [first, last) but the corrupt ones is at version want or later. */
+static int others_in(const diloco *d, int first, int last, int64_t want)
+{
+    for (int k = first; k < last; k++)
+        if (!d->shard_corrupt[k] && d->shard_version[k] < want) return 0;
+    return 1;
+}
+
 /* Every shard of [first, last) at version ga->want (but those the confirm leaves: what): passes over all
  * the shards still missing, each asked once (and sent our Δ again where an owner asks for it), until none
  * is missing or the sync timeout. Never waiting on one shard while others are missing matters after an
  * owner changed: other workers may be waiting for our Δ of a shard later in our list before they can send
- * theirs of this one. The first pass is early's when given (its requests were sent with the arrival). */
+ * theirs of this one; so a corrupt shard ends the get (DL_CORRUPT) only once the others are in, or after
+ * CORRUPT_OTHERS_MS. The first pass is early's when given (its requests were sent with the arrival). */
 static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, fanout_early *early, const char *what,
                      char *err, size_t errlen)
 {
     uint64_t start = now_ms(), deadline = start + (uint64_t)d->o.sync_timeout_ms;
     uint64_t resend_at = start + RESEND_TENTATIVE_AFTER_MS;
     unsigned attempt = 0;
+    char corrupt[256] = ""; /* a shard's corrupt state: the outcome, once the others are in (or time is up) */
+    uint64_t corrupt_until = 0;
     /* (an early pass's threads have judged their shards on the versions they found, and may still read
      * them: both those and -1 are below want, so the early pass keeps them; a shard the confirm leaves keeps
      * its version want, and the passes, which ask once, skip it) */
@@ -313,6 +332,13 @@ static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, f
         int was_early = early != NULL;
         int rc = early ? fanout_get_finish(early, 1, err, errlen) : fanout_get(d, first, last, ga, err, errlen);
         early = NULL;
+        if (rc == DL_CORRUPT && !corrupt[0]) {
+            snprintf(corrupt, sizeof corrupt, "%s", err);
+            corrupt_until = now_ms() + CORRUPT_OTHERS_MS;
+        }
+        if (rc == DL_CORRUPT && !others_in(d, first, last, ga->want) && now_ms() < corrupt_until)
+            rc = DL_RETRY; /* the others first, for a while: another worker's round of one may wait for our Δ */
+        if (rc == DL_CORRUPT) err_set(err, errlen, "%s", corrupt);
         if (rc != DL_RETRY && rc != DL_NEED) return rc;
         if (ga->may_push && now_ms() >= resend_at) {
             resend_tentative(d, first, last, ga->want, NULL);
@@ -321,7 +347,11 @@ static int get_round(diloco *d, int first, int last, const fanout_get_arg *ga, f
         /* an early get answered `wait` was answered before the close (an owner that does not hear closes):
          * the barrier is closed now, so ask again at once, as the get used to go after the close */
         if (was_early) continue;
-        if (owners_retry_pause(d, &attempt, deadline, first, "get", err, errlen) != DL_OK) return DL_FAIL;
+        if (owners_retry_pause(d, &attempt, deadline, first, "get", err, errlen) != DL_OK) {
+            if (!corrupt[0]) return DL_FAIL;
+            err_set(err, errlen, "%s", corrupt); /* (the corrupt shard is what the caller must act on) */
+            return DL_CORRUPT;
+        }
     }
 }
 

@@ -146,7 +146,7 @@ static void owner_run(owner_work *g)
     if (g->rc == DL_CORRUPT && !once) return;
     /* then each shard's job (with its retries, or once: after a pass, only where our Δ is asked for);
      * a blocking job stops the group at the first failure, a pass goes over every shard */
-    char other[sizeof g->err]; /* (once a shard is corrupt, its message stays the one in g->err) */
+    char other[sizeof g->err] = ""; /* (once a shard is corrupt, its message stays the one in g->err) */
     for (int i = 0; i < g->nshards; i++) {
         int rc = rcs[i];
         int run_job = rc == NOT_TRIED || rc == DL_NEED || (rc == DL_RETRY && !once);

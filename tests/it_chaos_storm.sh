@@ -8,21 +8,24 @@
 # every faulted process came back (restart, join, sync), the loss fell and the run kept going.
 # (Whether every faulted worker became a participant again is printed, not enforced: a fault in the
 # last seconds may leave too little time; it_chaos_partition.sh enforces it.)
+# STORM_FRAGMENTS=F makes it a Streaming run of F fragments (it_chaos_stream_storm.sh), STORM_SECONDS the
+# storm's length, STORM_SEED its seed, STORM_KEEP=DIR keeps its output there.
 # test: light (it waits more than it computes: 16 s of CPU in 95 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 OUT="$TMP/storm"
-say "storm: 6 workers, 3 shard-servers, a fault every 2 s for ${STORM_SECONDS:-90} s"
+frags=${STORM_FRAGMENTS:-1}
+say "storm: 6 workers, 3 shard-servers, $frags fragment(s), a fault every 2 s for ${STORM_SECONDS:-90} s"
 python3 tests/chaos/chaos.py --out "$OUT" --run storm --workers 6 --servers 3 --shards 6 --numel 30000 \
   --sync-every 20 --step-delay-ms 25 --heartbeat-timeout 3 --lease-ttl-ms 1500 \
   --duration "${STORM_SECONDS:-90}" --fault-every 2 --seed "${STORM_SEED:-7}" \
   --faults kill:worker=3,stop:worker=2,kill:server=2,stop:server=2,kill:coordinator=1,stop:coordinator=1 \
   --coordinators 1 --max-down-workers 2 --max-down-servers 1 \
-  --stop-min 0.5 --stop-max 5 --group-ranks 2 > "$TMP/chaos.log" 2>&1
+  --stop-min 0.5 --stop-max 5 --group-ranks 2 --init-arg=--fragments --init-arg="$frags" > "$TMP/chaos.log" 2>&1
 rc=$?
 tail -n 1 "$TMP/chaos.log"
 [ $rc -eq 3 ] && fail "the run did not make progress after the storm (settle timeout): a hang; see $OUT/chaos.jsonl"
 [ $rc -eq 0 ] || fail "chaos harness exited with $rc: $(tail -n 5 "$TMP/chaos.log")"
-python3 tests/chaos/audit.py "$OUT" --min-faults 30 --skip participate > "$TMP/audit.log" 2>&1; arc=$?
+python3 tests/chaos/audit.py "$OUT" --min-faults $(( ${STORM_SECONDS:-90} / 3 )) --skip participate > "$TMP/audit.log" 2>&1; arc=$?
 cat "$TMP/audit.log"
 if [ -n "${STORM_KEEP:-}" ]; then rm -rf "$STORM_KEEP"; cp -r "$OUT" "$STORM_KEEP"; fi
 [ $arc -eq 0 ] || fail "audit failed"

@@ -142,10 +142,14 @@ def main():
                                                              "/".join(str(len(byf.get(f, []))) for f in sorted(byf))))
 
     # digests
-    byv = {}  # (fragment, version): Streaming numbers each fragment's versions on its own
+    # (fragment, version): Streaming numbers each fragment's versions on its own. A sync's digest is of the
+    # whole vector: in Streaming a stale one (a round lost, everything fetched again) holds the other
+    # fragments at whatever versions they had then, so only the rounds every worker took in step compare
+    streaming = len(fbounds) > 2
+    byv = {}
     for w, es in tele.items():
         for e in es:
-            if e.get("event") == "sync":
+            if e.get("event") == "sync" and not (streaming and e.get("stale")):
                 byv.setdefault((e.get("fragment", 0), e["version"]), {}).setdefault(e["digest"], set()).add(w)
     split = {"%d:%d" % v: {d: sorted(ws) for d, ws in ds.items()} for v, ds in byv.items() if len(ds) > 1}
     nlog = sum(sum(len(ws) for ws in ds.values()) for ds in byv.values())

@@ -92,10 +92,13 @@ finish
 # A rank's part not applied within the sync timeout (async_settle): the owner of shard 0 is stopped (SIGSTOP,
 # its leases long enough not to move) while the group alone trains, until the group says its submission was
 # not applied on every rank. Resumed at once, the server takes the second try, which completes the
-# submission (gastop); resumed only after the second try's timeout (galeave), the group leaves the run (its
-# places become no-ops), registers again and goes on. Either way nothing is lost or applied twice: the run
-# is the replay of its order, the new registration and the no-op places included.
-stopped_once() { # RUN PAUSE-S: the group g1 alone; shard 0's owner stopped until the first failure + PAUSE-S
+# submission (gastop); resumed only once the group has left the run after the second try's timeout
+# (galeave: resumed on a timer instead, the server could apply the first try's push between that timeout and
+# the leave, and no place became a no-op), the group's places become no-ops, it registers again and goes on.
+# Either way nothing is lost or applied twice: the run is the replay of its order, the new registration and
+# the no-op places included.
+stopped_once() { # RUN now|left: the group g1 alone; shard 0's owner stopped from before the first failure
+  # until it (now) or until the group left the run (left: its record dl:{RUN}:left:g1)
   new_run $1 1 --dn-buffer-size 0 --workers 1
   keep_servers 2 --lease-ttl-ms 30000
   group g1 20 --sync-timeout-ms 1500 --net-timeout-ms 1000
@@ -103,16 +106,17 @@ stopped_once() { # RUN PAUSE-S: the group g1 alone; shard 0's owner stopped unti
   eval "pid=\$SRV_$($RCLI HGET "dl:{$RUN}:shards" 0:owner)"
   kill -STOP "$pid"
   wait_until 20 'grep -q "not applied on every rank" "$TMP/worker-g1.log"' "the group to see its part fail" 0.05
-  sleep "$2"; kill -CONT "$pid"
+  [ "$2" = left ] && wait_until 20 '[ "$($RCLI EXISTS "dl:{$RUN}:left:g1")" = 1 ]' "the group to leave the run" 0.05
+  kill -CONT "$pid"
   wait_workers g1
   same_steps g1 1
 }
-stopped_once gastop 0
+stopped_once gastop now
 grep -q 'the group.s submission was applied at a second try' "$TMP/worker-g1.log" ||
   fail "gastop: the second try did not complete the submission: $(grep -E 'WARN|ERROR' "$TMP/worker-g1.log" | head -n 5)"
 ref_async_check gastop $H "(a group of 2 ranks whose part failed once and was completed at a second try)" --sync-every 20
 finish
-stopped_once galeave 2.5
+stopped_once galeave left
 grep -q 'the group leaves the run and registers again' "$TMP/worker-g1.log" ||
   fail "galeave: the group did not leave: $(grep -E 'WARN|ERROR' "$TMP/worker-g1.log" | head -n 5)"
 build/tests/tools/ref_async --redis "$URL" --run galeave --sync-every $H > "$TMP/ref-galeave.txt" 2> "$TMP/ref-galeave.log" ||

@@ -30,12 +30,19 @@
 #define SUBMIT_HEAD 8 /* FCALL dl_submit 1 config worker incarnation fragment submission */
 #define NUM_LEN 24    /* a number's text */
 
-/* dl_submit of submission d->submission for the n shards ids[] (the run's numbers) of fragment f from the
- * base versions bases[]; seqs[] takes their places. Sent again (here or by dl_command_argv after a
+/* The i-th shard a submission names: ids[i], or without ids the run's shard first + i (a whole fragment's
+ * shards are consecutive in the run's numbering; a sharded rank's own are listed). */
+static int listed_shard(int first, const int *ids, int i)
+{
+    return ids ? ids[i] : first + i;
+}
+
+/* dl_submit of submission d->submission for the n shards first/ids (listed_shard: the run's numbers) of
+ * fragment f from the base versions bases[]; seqs[] takes their places. Sent again (here or by dl_command_argv after a
  * reconnect) when no reply came: a try that ran answers the same places again (lua/40_barriers.lua,
  * repeated_submission). The ranks of a group call it at once from their threads (async_place_deliver):
  * the command's text is this call's own. */
-static int submit(diloco *d, int f, int n, const int *ids, const int64_t *bases, int64_t *seqs, char *err,
+static int submit(diloco *d, int f, int first, const int *ids, int n, const int64_t *bases, int64_t *seqs, char *err,
                   size_t errlen)
 {
     int argc = 0;
@@ -58,7 +65,7 @@ static int submit(diloco *d, int f, int n, const int *ids, const int64_t *bases,
     for (int i = 0; i < 3; i++) argv[argc++] = nums + i * NUM_LEN;
     for (int i = 0; i < n; i++) {
         char *id = nums + (size_t)(3 + 2 * i) * NUM_LEN, *base = id + NUM_LEN;
-        snprintf(id, NUM_LEN, "%d", ids[i]);
+        snprintf(id, NUM_LEN, "%d", listed_shard(first, ids, i));
         snprintf(base, NUM_LEN, "%" PRId64, bases[i]);
         argv[argc++] = id;
         argv[argc++] = base;
@@ -101,34 +108,33 @@ int async_deliver(diloco *d, int f, char *err, size_t errlen)
 }
 
 /* dl_submit of the session's current submission, retried while Redis does not answer. */
-static int place(diloco *d, int f, int n, const int *ids, const int64_t *bases, int64_t *seqs, char *err, size_t errlen)
+static int place(diloco *d, int f, int first, const int *ids, int n, const int64_t *bases, int64_t *seqs, char *err,
+                 size_t errlen)
 {
     int rc = DL_RETRY;
     for (unsigned attempt = 0; rc == DL_RETRY && attempt < 5; attempt++) {
-        rc = submit(d, f, n, ids, bases, seqs, err, errlen);
+        rc = submit(d, f, first, ids, n, bases, seqs, err, errlen);
         if (rc != DL_RETRY || dl_stopping(d)) break; /* (a stop: not sent again, as after the 5th) */
         sleep_ms(backoff_ms(attempt, 50, 1000));
     }
     return rc == DL_RETRY ? DL_FAIL : rc;
 }
 
-int async_place_shards(diloco *d, int f, int n, const int *ids, const int64_t *bases, int64_t *seqs, char *err,
-                       size_t errlen)
+int async_place_shards(diloco *d, int f, int first, const int *ids, int n, const int64_t *bases, int64_t *seqs,
+                       char *err, size_t errlen)
 {
     d->submission++;
-    return place(d, f, n, ids, bases, seqs, err, errlen);
+    return place(d, f, first, ids, n, bases, seqs, err, errlen);
 }
 
 int async_place_deliver(diloco *d, int f, const async_plan *p, int again, char *err, size_t errlen)
 {
-    int *ids = malloc((size_t)p->n * sizeof *ids);
     int64_t *seqs = malloc((size_t)p->n * sizeof *seqs);
     int rc = DL_FAIL;
-    if (!ids || !seqs) err_set(err, errlen, "out of memory");
-    if (ids && seqs) {
-        for (int i = 0; i < p->n; i++) ids[i] = p->first + i;
+    if (!seqs) err_set(err, errlen, "out of memory");
+    if (seqs) {
         if (!again) d->submission++;
-        rc = place(d, f, p->n, ids, p->bases, seqs, err, errlen);
+        rc = place(d, f, p->first, NULL, p->n, p->bases, seqs, err, errlen);
     }
     /* the places of f's shards in this session's view: every shard of the fragment (the lookahead aims
      * them all), or a sharded rank's own */
@@ -136,7 +142,6 @@ int async_place_deliver(diloco *d, int f, const async_plan *p, int again, char *
         d->seq[k] = seqs[dl_shard_id(d, k) - p->first];
     /* and of every shard of the fragment, the other ranks' parts too: what this rank's close waits for */
     for (int i = 0; rc == DL_OK && d->grp_placed && i < p->n; i++) d->grp_placed[p->first + i] = seqs[i];
-    free(ids);
     free(seqs);
     if (rc != DL_OK) return rc;
     /* from here the submission has its places: completed or abandoned with the other ranks (group.c's
@@ -149,15 +154,9 @@ int async_place_deliver(diloco *d, int f, const async_plan *p, int again, char *
 static int async_place(diloco *d, int f, char *err, size_t errlen)
 {
     int first = d->rc.frag_bounds[f], n = d->rc.frag_bounds[f + 1] - first;
-    int *ids = malloc((size_t)n * sizeof *ids);
-    if (!ids) {
-        err_set(err, errlen, "out of memory");
-        return DL_FAIL;
-    }
-    for (int i = 0; i < n; i++) ids[i] = dl_shard_id(d, first + i);
-    int rc = async_place_shards(d, f, n, ids, d->shard_version + first, d->seq + first, err, errlen);
-    free(ids);
-    return rc;
+    /* (the session's shard k is the run's dl_shard_id(d, k)) */
+    const int *ids = d->shard_ids ? d->shard_ids + first : NULL;
+    return async_place_shards(d, f, first, ids, n, d->shard_version + first, d->seq + first, err, errlen);
 }
 
 int async_submit_net(diloco *d, int f, char *err, size_t errlen)

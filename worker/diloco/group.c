@@ -445,15 +445,7 @@ static void take_versions(diloco *d, int f, frag_versions *v)
  * rank gave at PREPARE) into v->seqs. */
 static int place_all(diloco *d, int f, frag_versions *v, char *err, size_t errlen)
 {
-    int *ids = malloc((size_t)v->n * sizeof *ids);
-    if (!ids) {
-        err_set(err, errlen, "out of memory");
-        return DL_FAIL;
-    }
-    for (int i = 0; i < v->n; i++) ids[i] = v->first + i;
-    int rc = async_place_shards(d, f, v->n, ids, v->whole, v->seqs, err, errlen);
-    free(ids);
-    return rc;
+    return async_place_shards(d, f, v->first, NULL, v->n, v->whole, v->seqs, err, errlen);
 }
 
 /* Async Streaming: fragment f's submission (the versions every rank gave at PREPARE) kept for the ranks'

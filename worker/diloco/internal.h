@@ -615,12 +615,13 @@ int fetch_current_once(diloco *d, int f, char *err, size_t errlen);
 /* Submit, push, get for fragment f; base[f] holds the versions we got. Once dl_submit gave the places,
  * a failure leaves the submission pending (frag_incomplete[f]) for async_complete. */
 int async_submit_net(diloco *d, int f, char *err, size_t errlen);
-/* The first half of it: dl_submit of a new submission (d->submission + 1) of fragment f for the n shards
- * ids[] (the run's numbers) from the base versions bases[], retried while Redis does not answer; seqs[]
- * takes the places. DL_OK; DL_STALE (older than --max-staleness), DL_EVICTED, DL_FAIL: no place was given.
- * A process group's rank 0 places the group's submission for every shard its ranks move (group.c). */
-int async_place_shards(diloco *d, int f, int n, const int *ids, const int64_t *bases, int64_t *seqs, char *err,
-                       size_t errlen);
+/* The first half of it: dl_submit of a new submission (d->submission + 1) of fragment f for n shards, the
+ * run's ids[0..n-1] or, without ids, the run's shards first .. first + n - 1, from the base versions
+ * bases[], retried while Redis does not answer; seqs[] takes the places. DL_OK; DL_STALE (older than
+ * --max-staleness), DL_EVICTED, DL_FAIL: no place was given. A process group's rank 0 places the group's
+ * submission for every shard its ranks move (group.c). */
+int async_place_shards(diloco *d, int f, int first, const int *ids, int n, const int64_t *bases, int64_t *seqs,
+                       char *err, size_t errlen);
 /* A group rank's async round of fragment f, on its thread: every rank places the same submission p (the
  * session's next number, or with again its current one: a second try), dl_submit answering the ranks after
  * the first with the places the first got, and delivers its part (async_deliver). The places of f's shards

@@ -38,10 +38,10 @@ static int listed_shard(int first, const int *ids, int i)
 }
 
 /* dl_submit of submission d->submission for the n shards first/ids (listed_shard: the run's numbers) of
- * fragment f from the base versions bases[]; seqs[] takes their places. Sent again (here or by dl_command_argv after a
- * reconnect) when no reply came: a try that ran answers the same places again (lua/40_barriers.lua,
- * repeated_submission). The ranks of a group call it at once from their threads (async_place_deliver):
- * the command's text is this call's own. */
+ * fragment f from the base versions bases[]; seqs[] takes their places. Sent again (here or by
+ * dl_command_argv after a reconnect) when no reply came: a try that ran answers the same places again
+ * (lua/40_barriers.lua, repeated_submission). The ranks of a group call it at once from their threads
+ * (async_place_deliver): the command's text is this call's own. */
 static int submit(diloco *d, int f, int first, const int *ids, int n, const int64_t *bases, int64_t *seqs, char *err,
                   size_t errlen)
 {

@@ -75,8 +75,16 @@ def main():
     start = next((e for e in chaos if e["event"] == "start"), {})
     H = start.get("sync_every")
     results = []
+    # an async run closes no rounds: each submission applied is a version of its shards, in the order Redis
+    # placed them, and a worker's sync holds its shards at versions of their own (no digest per version);
+    # tests/tools/ref_async replays that order and checks every shard's digest (it_chaos_async_storm.sh)
+    is_async = dump["config"].get("mode") == "async"
+    ASYNC_NA = ("rounds", "coverage", "digests", "stale", "participate", "round")
 
     def check(name, ok, detail):
+        if is_async and name in ASYNC_NA:
+            print("%-9s n/a   async: no rounds close; the replay of the placed order checks the versions" % name)
+            return
         ok = bool(ok)
         results.append((name, ok, detail))
         print("%-9s %s  %s" % (name, "ok  " if ok else ("FAIL" if name not in skip else "fail (not enforced)"), detail))

@@ -471,6 +471,16 @@ class Harness:
         if isinstance(r, list):
             self.log("beats", scores={r[i]: float(r[i + 1]) for i in range(0, len(r) - 1, 2)})
 
+    def version_now(self):
+        """Fragment 0's version now: its open round (sync), or shard 0's version (async: no round opens, every
+        submission applied is a version, so a worker that synced at or past version_now() + k synced after
+        now)."""
+        if self.redis.cmd("HGET", "dl:{%s}:config" % self.a.run, "mode") == "async":
+            v = self.redis.cmd("HGET", "dl:{%s}:shards" % self.a.run, "0:version")
+        else:
+            v = self.redis.cmd("HGET", "dl:{%s}:state" % self.a.run, "round:0")
+        return int(v) if v else 0
+
     def last_syncs(self):
         """worker -> (last synced version, time) from its telemetry (a group's: rank 0's sync lines)."""
         out = {}
@@ -547,8 +557,7 @@ class Harness:
             if p.heal_at:
                 p.heal_at = time.time()
         self.supervise(time.time())
-        rnd = self.redis.cmd("HGET", "dl:{%s}:state" % a.run, "round:0")
-        v_end = int(rnd) if rnd else 0
+        v_end = self.version_now()
         want = v_end + a.settle_rounds
         self.log("storm_end", faults=len(self.faults), round=v_end, settle_target_version=want)
         settled = False

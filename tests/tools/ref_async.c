@@ -65,6 +65,10 @@
  * leaves the version as it was (momentum and Delayed Nesterov state too). If its worker submitted again
  * before registering again, it never knew of the place (its dl_submit reply was lost) and its next Δ carries
  * that window, as after --failed; else the window was trained and dropped at the registration (apply_noop).
+ * A submission can be a no-op on some of its shards only: its worker was evicted while it delivered it (a
+ * stop longer than the heartbeat timeout), the owners its Δ had reached applied it and the others found its
+ * incarnation gone. Its worker knew the places, so it registered again before its next submission; the Δ is
+ * applied on the shards whose commit counted it, and those shards alone take an outer step (apply).
  * A try refused as STALE (dl_submit's reject event, with the base of each shard it trained from: `bases`)
  * trained its window from those bases and sent nothing; its worker fetched the current versions, which its
  * next submission names as base, and trained on from them, not ahead (replay_refusal). A run whose reject
@@ -92,7 +96,8 @@ typedef struct submission {
     char worker[64];
     int64_t *base; /* per shard (its fragment's) */
     int seen;      /* shards recorded */
-    int noops;     /* shards on which it was committed as a no-op (its incarnation was gone: none or all) */
+    int noops;     /* shards on which it was committed as a no-op (its incarnation was gone) */
+    char *noop;    /* per shard (its fragment's): committed as a no-op */
 } submission;
 
 /* What happened to a worker between two of its submissions of a fragment, in the events' order: after
@@ -115,7 +120,6 @@ typedef struct line {
     submission *subs; /* by seq */
     int64_t nsubs;
     float **theta; /* theta[v]: the vector at version v of this fragment (only [lo, hi) is the fragment's) */
-    int has_mom;   /* a Δ was applied (a no-op leaves the momentum as it is: its first step is still to come) */
 } line;
 
 /* A worker as replayed so far. */
@@ -146,6 +150,7 @@ typedef struct ref {
     between *betweens; /* refusals and registrations, in the events' order */
     int nbetweens, nrefusals, nrejoins, nnoops;
     float *mom, *buf, *g; /* the servers' outer state and one submission's mean (each shard its own range) */
+    char *has_mom;        /* per shard: a Δ was applied (a no-op leaves the momentum: its first step is to come) */
     const char *failed, *late, *twice; /* --failed, --late, --twice: "W:N,..." */
     int skip_refused;                  /* --skip-refused */
     int skip_rejoins, skip_noops;      /* --skip-rejoins, --skip-noops */
@@ -200,7 +205,10 @@ static void make_lines(ref *r, redisReply *x)
     for (int f = 0; f < r->rc.nfragments; f++) {
         line *l = &r->lines[f];
         l->subs = calloc((size_t)l->nsubs + 1, sizeof *l->subs);
-        for (int64_t s = 0; s < l->nsubs; s++) l->subs[s].base = calloc((size_t)r->rc.nshards, sizeof(int64_t));
+        for (int64_t s = 0; s < l->nsubs; s++) {
+            l->subs[s].base = calloc((size_t)r->rc.nshards, sizeof(int64_t));
+            l->subs[s].noop = calloc((size_t)r->rc.nshards, 1);
+        }
         l->theta = calloc((size_t)l->nsubs + 1, sizeof(float *));
     }
 }
@@ -212,10 +220,6 @@ static int check_line(const ref *r, int f)
     for (int64_t s = 0; s < l->nsubs; s++)
         if (l->subs[s].seen != l->last - l->first) {
             fprintf(stderr, "ref_async: submission %" PRId64 " of fragment %d is not recorded for each of its shards\n",
-                    s, f);
-            return -1;
-        } else if (l->subs[s].noops != 0 && l->subs[s].noops != l->last - l->first) {
-            fprintf(stderr, "ref_async: submission %" PRId64 " of fragment %d is a no-op on some of its shards only\n",
                     s, f);
             return -1;
         }
@@ -383,7 +387,10 @@ static void read_noop(ref *r, redisReply *e)
     if (shard < 0 || shard >= r->rc.nshards) return;
     line *l = &r->lines[runconf_fragment_of_shard(&r->rc, shard)];
     int64_t s = atoll(v) - 1;
-    if (s >= 0 && s < l->nsubs) l->subs[s].noops++;
+    if (s >= 0 && s < l->nsubs && !l->subs[s].noop[shard]) {
+        l->subs[s].noop[shard] = 1;
+        l->subs[s].noops++;
+    }
 }
 
 /* Every submit event, into its fragment's line, indexed by seq; every STALE refusal, in order. */
@@ -660,23 +667,36 @@ static void apply_noop(ref *r, int f, int64_t s, float *start)
 }
 
 /* Submission s of fragment f: its worker trains from the versions it started from; the shard-servers apply
- * its Δ (bf16 unless told otherwise) as version s+1 of the fragment's shards. */
+ * its Δ (bf16 unless told otherwise) as version s+1 of the fragment's shards (but those where it was a no-op:
+ * its worker, evicted while it delivered it, registered again before its next submission and dropped the
+ * window, as after a no-op of every shard). */
 static void apply(ref *r, int f, int64_t s)
 {
     line *l = &r->lines[f];
     const submission *sub = &l->subs[s];
     int w = worker_index(r, sub->worker);
     float *start = malloc(r->n * sizeof(float));
-    if (sub->noops) {
+    if (sub->noops == l->last - l->first) {
         apply_noop(r, f, s, start);
         free(start);
         return;
     }
     trainer *t = trainer_of(r, w, f);
     replay_between(r, f, w, t, start);
+    if (sub->noops && !rejoins_after(r, w, f, r->w[w].done[f] + 1)) {
+        fprintf(stderr,
+                "ref_async: submission %" PRId64 " of fragment %d (%s) is a no-op on some of its shards only, "
+                "and its worker did not register again before its next submission\n",
+                s, f, sub->worker);
+        exit(1);
+    }
     long long weighed = train(r, l, sub->base, w, f, t, start);
     r->w[w].last[f] = s;
     r->w[w].done[f]++;
+    if (sub->noops) {
+        r->w[w].after[f] = AFTER_NOOP;
+        r->nnoops++;
+    }
     float *d = malloc(r->n * sizeof(float));
     uint16_t *d16 = malloc(r->n * sizeof(uint16_t));
     /* Δ from where it started; a rebase run's worker measures it from its base (lookahead.c) */
@@ -693,13 +713,14 @@ static void apply(ref *r, int f, int64_t s)
     memcpy(next, l->theta[s], r->n * sizeof(float));
     for (int k = l->first; k < l->last; k++) {
         size_t lo = (size_t)r->rc.shard_bounds[k], len = (size_t)runconf_shard_numel(&r->rc, k);
+        if (sub->noop[k]) continue;
         if (r->rc.dn_buffer > 0)
             outer_dn_step(r->rc.dn_variant, next + lo, r->mom + lo, r->buf + lo, r->g + lo, len,
                           r->rc.dn_t0 + (uint64_t)s + 1, (uint32_t)r->rc.dn_buffer, r->lr, r->mu, r->nesterov);
         else
-            outer_sgd_step(next + lo, r->mom + lo, !l->has_mom, r->g + lo, len, r->lr, r->mu, r->nesterov);
+            outer_sgd_step(next + lo, r->mom + lo, !r->has_mom[k], r->g + lo, len, r->lr, r->mu, r->nesterov);
+        r->has_mom[k] = 1;
     }
-    l->has_mom = 1;
     l->theta[s + 1] = next;
     free(start);
 }
@@ -710,6 +731,7 @@ static void replay(ref *r)
     r->mom = calloc(r->n, sizeof(float));
     r->buf = calloc(r->n, sizeof(float));
     r->g = malloc(r->n * sizeof(float));
+    r->has_mom = calloc((size_t)r->rc.nshards, 1);
     for (int f = 0; f < r->rc.nfragments; f++) {
         line *l = &r->lines[f];
         l->theta[0] = malloc(r->n * sizeof(float));

@@ -31,7 +31,8 @@
  * next one, as recorded): plain, H steps from the boundary; Streaming, (F-1)I steps from the boundary after
  * it, the I steps trained while it was in flight being dropped when its result came (the AdamW moments keep
  * them). With --weight-by tokens its pseudo-gradient is scaled by its steps since the fragment's previous Δ
- * (H; a fragment's first: (f+1)I) / weight_ref_tokens, a quadratic step being a token; with
+ * (H; a fragment's first: (f+1)I) / weight_ref_tokens, a quadratic step being a token (a process group's
+ * tokens are its ranks' sum: R times its steps, R from its join events' `group`); with
  * --staleness-weight, per shard, by outer_stale_weight of its seq - base; with --async-rule rebase it enters
  * the outer step as g + theta_seq - theta_base; with --async-lookahead a worker's later submissions of a
  * fragment start ahead of their base (start_of), and a plain rule's Δ is measured from that start.
@@ -134,6 +135,7 @@ typedef struct replayed {
     long long *origin;    /* per fragment: the inner step its boundaries count from: 0, or its latest registration */
     int *turn; /* per fragment: the fragment its first boundary after origin sends (streaming.c, frag_next) */
     int joins; /* its registrations read (the first one, at its start, drops nothing) */
+    int ranks; /* its process group's ranks (1: a single process), from its join events */
 } replayed;
 
 typedef struct ref {
@@ -248,6 +250,7 @@ static int worker_index(ref *r, const char *id)
     rw->origin = calloc(nf, sizeof *rw->origin);
     rw->turn = calloc(nf, sizeof *rw->turn);
     for (size_t f = 0; f < nf; f++) rw->last[f] = -1;
+    rw->ranks = 1;
     return r->nworkers++;
 }
 
@@ -376,6 +379,15 @@ static int is_join(redisReply *e)
     return type && !strcmp(type, "join") && field(e, "worker");
 }
 
+/* A join event's `group`: the ranks of the worker's process group. Each rank trains the same copy on data of
+ * its own, and the group's tokens are its ranks' sum (worker/diloco/group.c, prepare), which --weight-by
+ * tokens weighs. */
+static void read_ranks(ref *r, redisReply *e)
+{
+    const char *group = field(e, "group");
+    if (group && atoi(group) > 0) r->w[worker_index(r, field(e, "worker"))].ranks = atoi(group);
+}
+
 /* A commit event of a version that applied nothing (participants 0: the submitter's incarnation was gone,
  * shard-server/commit.c, commit_on_member): marks that place of its shard's line. */
 static void read_noop(ref *r, redisReply *e)
@@ -404,6 +416,7 @@ static int read_submissions(rconn *c, const char *run, ref *r)
     for (size_t i = 0; i < x->elements && rc == 0; i++) {
         redisReply *e = x->element[i]->element[1];
         if (!r->skip_refused && is_stale_reject(e)) rc = read_refusal(r, x->element[i]->element[0]->str, e);
+        if (is_join(e)) read_ranks(r, e);
         if (!r->skip_rejoins && is_join(e) && rc == 0) rc = read_join(r, x->element[i]->element[0]->str, e);
         if (!r->skip_noops) read_noop(r, e);
         if (!is_submit(e)) continue;
@@ -690,7 +703,7 @@ static void apply(ref *r, int f, int64_t s)
                 s, f, sub->worker);
         exit(1);
     }
-    long long weighed = train(r, l, sub->base, w, f, t, start);
+    long long weighed = train(r, l, sub->base, w, f, t, start) * r->w[w].ranks;
     r->w[w].last[f] = s;
     r->w[w].done[f]++;
     if (sub->noops) {

@@ -303,12 +303,15 @@ static int stopped(diloco *d, const char *why, char *err, size_t errlen)
 }
 
 /* Every rank: register the group again unless it is still a member, and continue from the current global
- * parameters (the round's record, at round and t0, says stale). 1; 0 when that failed (the next sync tries
- * again); -1 when stopping. */
+ * parameters (the round's record, at round and t0, says stale). Registered again, the group's tokens count
+ * anew, as a single worker's (round.c, refetch_everything): the steps trained before are dropped, and no
+ * fragment's next Δ may weigh them (--weight-by tokens). 1; 0 when that failed (the next sync tries again);
+ * -1 when stopping. */
 static int rejoin(diloco *d, int member, int f, int64_t round, uint64_t t0, char *err, size_t errlen)
 {
     int rc = 0;
     if (!member && gmember_register(d, err, errlen) < 0) rc = -1;
+    if (rc == 0 && !member) dl_delta_forget_tokens(d);
     /* Registered again: a joiner of the next round waits for the open one to close, as at open. The open
      * round does not wait for the group, so training for it would be lost as STALE unless the group
      * happened to arrive before it closed. A failed wait (only when stopping) is not acted on by this rank
@@ -825,7 +828,6 @@ static int check(diloco *d, char *err, size_t errlen)
     int64_t round = d->frag_version[0];
     d->grp_dirty = 1;
     d->refetch_all = 0;
-    dl_delta_forget_tokens(d);
     rc = rejoin(d, 0, 0, round, t0, err, errlen);
     group_check_restart(d);
     return rc;

@@ -1,6 +1,7 @@
 #!/bin/sh
 # it_chaos_async_storm.sh: async DiLoCo under a fault storm, checked bit for bit. An async Streaming run (2
-# fragments of 3 shards, Delayed Nesterov with a buffer of 3, --async-lookahead 0.5) of 6 quadratic workers
+# fragments of 3 shards, Delayed Nesterov with a buffer of 3, --async-lookahead 0.5, each pseudo-gradient
+# weighed by its tokens and by its staleness: --weight-by tokens, --staleness-weight sqrt) of 6 quadratic workers
 # (w1 a process group of 2 ranks), 3 shard-servers and a coordinator; one fault every 2 s for 45 s: workers
 # stopped (a stop longer than the 3 s heartbeat timeout evicts: the worker registers again), shard-servers
 # killed and stopped, the coordinator killed and stopped; the supervisor restarts what dies (tests/chaos).
@@ -11,7 +12,9 @@
 #   - the run's Redis, kept on disk (AOF), is read by tests/tools/ref_async, which replays the order Redis
 #     placed every submission in with the same trainer and outer math, the new registrations and the no-op
 #     places included (a worker evicted while it delivered a submission: applied where its Δ had arrived,
-#     a no-op elsewhere): every shard's digest must equal the replay's.
+#     a no-op elsewhere; a group's tokens, its ranks' sum, counting anew when it registers again: a group
+#     that registered again at a failed round kept its count until 1 December, which this storm found):
+#     every shard's digest must equal the replay's.
 # Workers are not killed: a process restarted under the same id starts its trainer anew, which the events
 # do not say, and the replay refuses such a run.
 # test: light (it waits more than it computes)
@@ -25,7 +28,8 @@ python3 tests/chaos/chaos.py --out "$OUT" --run astorm --workers 6 --servers 3 -
   --faults stop:worker=3,kill:server=2,stop:server=2,kill:coordinator=1,stop:coordinator=1 \
   --coordinators 1 --max-down-workers 2 --max-down-servers 1 --stop-min 0.5 --stop-max 5 --group-ranks 2 \
   --init-arg=--async --init-arg=--dn-buffer-size --init-arg=3 --init-arg=--fragments --init-arg=2 \
-  --init-arg=--async-lookahead --init-arg=0.5 > "$TMP/chaos.log" 2>&1
+  --init-arg=--async-lookahead --init-arg=0.5 --init-arg=--weight-by --init-arg=tokens --init-arg=--weight-ref-tokens \
+  --init-arg=20 --init-arg=--staleness-weight --init-arg=sqrt > "$TMP/chaos.log" 2>&1
 rc=$?
 tail -n 1 "$TMP/chaos.log"
 [ $rc -eq 3 ] && fail "the run did not make progress after the storm (settle timeout): a hang; see $OUT/chaos.jsonl"

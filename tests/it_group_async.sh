@@ -18,7 +18,7 @@
 #              the shards to their new owners, and nothing is applied twice or lost
 # Both ranks report a sync at the same steps, from the same parameters. Then a group whose part is not
 # applied in time (gastop: completed at a second try; galeave: the group leaves and registers again;
-# galeavestream: the same in Streaming, weighed by tokens), a
+# galeavestream: the same in Streaming, weighed by tokens; galeaveshard: with a sharded group), a
 # sharded group (FSDP) in an async run (gashard), and dl_submit's refusal of a group not every rank of which
 # joined.
 . "$(dirname "$0")/lib.sh"
@@ -94,20 +94,22 @@ finish
 # its leases long enough not to move) while the group alone trains, until the group says its submission was
 # not applied on every rank. Resumed at once, the server takes the second try, which completes the
 # submission (gastop); resumed only once the group has left the run after the second try's timeout
-# (galeave: resumed on a timer instead, the server could apply the first try's push between that timeout and
-# the leave, and no place became a no-op), the group's places become no-ops, it registers again and goes on.
+# (galeave), the group's places whose Δ the server lacks become no-ops, it registers again and goes on.
 # Either way nothing is lost or applied twice: the run is the replay of its order, the new registration and
 # the no-op places included. galeavestream is galeave in Streaming (2 fragments) with each submission weighed
 # by its tokens (--weight-by tokens, the ranks' sum: ref_async reads the group's size from its join event):
 # registered again, the group's tokens count anew, and the other fragment's next submission weighs only the
 # steps trained since (until 1 December a group that registered again at a failed round, group.c rejoin,
-# kept counting from that fragment's previous Δ: digests differed from the replay).
+# kept counting from that fragment's previous Δ: digests differed from the replay). galeaveshard is galeave
+# with a sharded group: its registration records the versions every rank holds (each holds only its own
+# shards: the ranks gather them first, group_member.c), without which the replay cannot place the dropped
+# window (until 1 December it recorded rank 0's shards alone, and ref_async refused the run).
 stopped_once() { # RUN now|left FRAGMENTS [INIT-FLAGS...]: the group g1 alone; shard 0's owner stopped from
   # before the first failure until it (now) or until the group left the run (left: its record dl:{RUN}:left:g1)
   r=$1; until=$2; nf=$3; shift 3
   new_run $r $nf --dn-buffer-size 0 --workers 1 "$@"
   keep_servers 2 --lease-ttl-ms 30000
-  group g1 20 --sync-timeout-ms 1500 --net-timeout-ms 1000
+  group g1 20 $SHARDED --sync-timeout-ms 1500 --net-timeout-ms 1000
   wait_until 20 '[ "$($RCLI HGET "dl:{$RUN}:shards" 0:version)" -ge 2 ]' "two submissions of g1"
   eval "pid=\$SRV_$($RCLI HGET "dl:{$RUN}:shards" 0:owner)"
   kill -STOP "$pid"
@@ -115,21 +117,25 @@ stopped_once() { # RUN now|left FRAGMENTS [INIT-FLAGS...]: the group g1 alone; s
   [ "$until" = left ] && wait_until 20 '[ "$($RCLI EXISTS "dl:{$RUN}:left:g1")" = 1 ]' "the group to leave the run" 0.05
   kill -CONT "$pid"
   wait_workers g1
-  same_steps g1 1
+  same_steps g1 1 ${SHARDED:+steps-only} # (a sharded group's ranks hold different halves)
 }
 stopped_once gastop now 1
 grep -q 'the group.s submission was applied at a second try' "$TMP/worker-g1.log" ||
   fail "gastop: the second try did not complete the submission: $(grep -E 'WARN|ERROR' "$TMP/worker-g1.log" | head -n 5)"
 ref_async_check gastop $H "(a group of 2 ranks whose part failed once and was completed at a second try)" --sync-every 20
 finish
-left_again() { # RUN: the group left and registered again, bit-identical to the replay with a no-op place
+left_again() { # RUN: the group left and registered again, bit-identical to the replay. The failed part's
+  # place is a no-op when its Δ never reached the stopped server; when the stop came after the push was
+  # acknowledged (the get failed), the server applies the stored Δ once resumed (an owner looks a stored Δ
+  # up by worker and incarnation, not by membership: docs/async.md). Either way the replay holds; which one
+  # happened is the replay's count of no-op places (0 or 1). Until 1 December the test required a no-op
+  # place, and failed now and then.
   grep -q 'the group leaves the run and registers again' "$TMP/worker-g1.log" ||
     fail "$1: the group did not leave: $(grep -E 'WARN|ERROR' "$TMP/worker-g1.log" | head -n 5)"
   build/tests/tools/ref_async --redis "$URL" --run $1 --sync-every $H > "$TMP/ref-$1.txt" 2> "$TMP/ref-$1.log" ||
     fail "reference of $1: $(cat "$TMP/ref-$1.log")"
   shard_digests $1 | diff "$TMP/ref-$1.txt" - > "$TMP/diff.txt" || fail "$1: digests differ from the replay: $(cat "$TMP/diff.txt")"
-  grep -q ' 1 new registrations, [1-9][0-9]* no-op places' "$TMP/ref-$1.log" ||
-    fail "$1: the replay saw no new registration or no no-op place: $(cat "$TMP/ref-$1.log")"
+  grep -q ' 1 new registrations, ' "$TMP/ref-$1.log" || fail "$1: the replay saw no new registration: $(cat "$TMP/ref-$1.log")"
   say "$1: the group left and registered again; bit-identical to the $(sed 's/.*replayed //' "$TMP/ref-$1.log")"
 }
 stopped_once galeave left 1
@@ -137,6 +143,9 @@ left_again galeave
 finish
 stopped_once galeavestream left 2 --weight-by tokens --weight-ref-tokens 20
 left_again galeavestream
+finish
+SHARDED=--sharded; stopped_once galeaveshard left 1 --fsdp-ranks 2; SHARDED=""
+left_again galeaveshard
 finish
 
 # Async Streaming: every rank's thread places the group's submission (the same submission number and bases

@@ -369,7 +369,8 @@ class Harness:
         return [os.path.join(ROOT, "build", "tests", "tools", "group_worker"), "--redis", url, "--run", a.run,
                 "--worker-id", "w1", "--ranks", str(a.group_ranks), "--steps", str(a.steps),
                 "--sync-every", str(a.sync_every), "--heartbeat-ms", str(int(float(a.heartbeat_interval) * 1000)),
-                "--sync-timeout-ms", str(int(float(a.sync_timeout) * 1000)), "--step-delay-ms", str(a.step_delay_ms)]
+                "--sync-timeout-ms", str(int(float(a.sync_timeout) * 1000)), "--step-delay-ms", str(a.step_delay_ms)] + \
+            a.group_arg
 
     # -- the supervisor (systemd-like restarts, resumes, heals)
     def supervise(self, now, restarting=True):
@@ -738,6 +739,8 @@ def main():
     ap.add_argument("--worker-arg", action="append", default=[], help="extra worker argument (repeatable)")
     ap.add_argument("--group-ranks", type=int, default=0,
                     help="w1 is a process group of this many ranks (tests/tools/group_worker; quadratic only)")
+    ap.add_argument("--group-arg", action="append", default=[],
+                    help="extra tests/tools/group_worker argument for w1 (repeatable; with --group-ranks)")
     ap.add_argument("--server-arg", action="append", default=[], help="extra shard-server argument (repeatable)")
     ap.add_argument("--init-arg", action="append", default=[], help="extra coordinator init argument")
     ap.add_argument("--keep-redis-dir", action="store_true")

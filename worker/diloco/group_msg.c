@@ -20,8 +20,8 @@
 static const char *step_name(int what)
 {
     static const char *names[] = {"?",       "open",  "register", "join",     "fetch", "prepare", "round",
-                                  "recover", "check", "places",   "complete", "ready", "repair"};
-    return what >= GRP_HELLO && what <= GRP_REPAIR ? names[what] : names[0];
+                                  "recover", "check", "places",   "complete", "ready", "repair",  "held"};
+    return what >= GRP_HELLO && what <= GRP_HELD ? names[what] : names[0];
 }
 
 /* The ranks are out of step (all[r] is at another collective than all[0] or this rank): one message,

@@ -368,7 +368,9 @@ int64_t dl_inc(diloco *d);
 /* Register (again). A group's rank does not: the group registers together (group.c), so this only
  * returns 0 and the round that found us evicted reports DL_EVICTED. */
 int dl_register(diloco *d, char *err, size_t errlen);
-int dl_register_now(diloco *d, char *err, size_t errlen); /* dl_register; rank 0 registers its group */
+/* dl_register; rank 0 registers its group. held: the versions held, by the run's shard ids (run_nshards, -1:
+ * none; a sharded group's, gathered from its ranks), or NULL: this session's own. */
+int dl_register_now(diloco *d, const int64_t *held, char *err, size_t errlen);
 /* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */
 int dl_still_member(diloco *d);
 /* The heartbeat thread found us evicted (its flag, read under hb_mu; cleared when we register again). */
@@ -751,7 +753,8 @@ enum {
     GRP_PLACES,
     GRP_COMPLETE,
     GRP_READY,
-    GRP_REPAIR
+    GRP_REPAIR,
+    GRP_HELD
 };
 
 /* What one rank tells the others at one collective. */

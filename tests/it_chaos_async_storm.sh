@@ -4,7 +4,9 @@
 # weighed by its tokens and by its staleness: --weight-by tokens, --staleness-weight sqrt) of 6 quadratic workers
 # (w1 a process group of 2 ranks), 3 shard-servers and a coordinator; one fault every 2 s for 45 s: workers
 # stopped (a stop longer than the 3 s heartbeat timeout evicts: the worker registers again), shard-servers
-# killed and stopped, the coordinator killed and stopped; the supervisor restarts what dies (tests/chaos).
+# killed and stopped, the coordinator killed and stopped, Redis killed (-9; its append-only file fsyncs
+# every write, and it comes back on the same port and directory); the supervisor restarts what dies
+# (tests/chaos).
 # Afterwards:
 #   - tests/chaos/audit.py: each (shard, version) committed once with no gap, no worker went back to an older
 #     version, every faulted process came back and synced, the loss fell (the round checks are n/a: an async
@@ -25,7 +27,7 @@ say "async storm: 6 workers, 3 shard-servers, 2 fragments, a fault every 2 s for
 python3 tests/chaos/chaos.py --out "$OUT" --run astorm --workers 6 --servers 3 --shards 6 --numel 30000 \
   --sync-every 20 --step-delay-ms 25 --heartbeat-timeout 3 --lease-ttl-ms 1500 \
   --duration "$S" --fault-every 2 --seed "${STORM_SEED:-6}" --aof --keep-redis-dir \
-  --faults stop:worker=3,kill:server=2,stop:server=2,kill:coordinator=1,stop:coordinator=1 \
+  --faults stop:worker=3,kill:server=2,stop:server=2,kill:coordinator=1,stop:coordinator=1,kill:redis=1 \
   --coordinators 1 --max-down-workers 2 --max-down-servers 1 --stop-min 0.5 --stop-max 5 --group-ranks 2 \
   --init-arg=--async --init-arg=--dn-buffer-size --init-arg=3 --init-arg=--fragments --init-arg=2 \
   --init-arg=--async-lookahead --init-arg=0.5 --init-arg=--weight-by --init-arg=tokens --init-arg=--weight-ref-tokens \

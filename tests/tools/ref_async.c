@@ -60,8 +60,10 @@
  * kept; its boundaries count from there, nothing going at the registration's own step, the fragments on in
  * turn (W:N above counts from its latest registration): a fragment's next submission trains from its base,
  * the versions taken, until its boundary (replay_rejoin). A join event without `steps` and `held` (a run from
- * before those fields) is refused, unless it is the worker's first; so is a process restarted under the same
- * id.
+ * before those fields) is refused, unless it is the worker's first. A later join with `steps` 0 is a process
+ * restarted under the same id (killed, and started again by its supervisor): a new trainer (its AdamW state
+ * and its step count anew), which takes the versions its first submission names as base and trains from
+ * them, its boundaries and fragments counting from its start (replay_restart).
  * A place committed as a no-op (`participants` 0 in its commit events: its worker's incarnation was gone)
  * leaves the version as it was (momentum and Delayed Nesterov state too). If its worker submitted again
  * before registering again, it never knew of the place (its dl_submit reply was lost) and its next Δ carries
@@ -106,7 +108,7 @@ typedef struct submission {
  * worker trained from base, before fetching the current versions. A new registration (a join event, plain
  * async only): the worker had trained `steps` inner steps in all, those since it last took versions from
  * base (the versions it held), and took the versions its next submission names as base. */
-enum { BETWEEN_REFUSED, BETWEEN_REJOINED };
+enum { BETWEEN_REFUSED, BETWEEN_REJOINED, BETWEEN_RESTARTED };
 typedef struct between {
     int kind, worker, frag;
     int64_t before;
@@ -347,6 +349,12 @@ static int read_join(ref *r, const char *id, redisReply *e)
     const char *worker = field(e, "worker"), *steps = field(e, "steps"), *held = field(e, "held");
     int w = worker_index(r, worker);
     if (r->w[w].joins++ == 0 && (!steps || atoll(steps) == 0)) return 0;
+    if (steps && atoll(steps) == 0) { /* a new process under the same id: it held nothing */
+        for (int f = 0; f < r->rc.nfragments; f++)
+            add_between(r, (between){.kind = BETWEEN_RESTARTED, .worker = w, .frag = f, .before = r->w[w].read[f]});
+        r->nrejoins++;
+        return 0;
+    }
     if (!steps || !held) {
         fprintf(stderr,
                 "ref_async: event %s: worker %s registered again and the event does not record the steps "
@@ -629,26 +637,46 @@ static void replay_rejoin(ref *r, const between *x, trainer *t, float *start)
     rw->untaken[f] = 0;
 }
 
+/* A process restarted under the same id (a join with `steps` 0 after the worker's first), as fragment f's line
+ * sees it: whatever the killed one trained is gone with it; the new one starts a trainer of its own (AdamW
+ * state, step count), its boundaries counting from its start and its fragments from the first (streaming.c),
+ * and takes the versions its first submission names as base (train: a first one). */
+static void replay_restart(ref *r, const between *x)
+{
+    replayed *rw = &r->w[x->worker];
+    int f = x->frag;
+    if (rw->t[f]) rw->t[f]->destroy(rw->t[f]);
+    rw->t[f] = NULL; /* (trainer_of makes the new one) */
+    rw->origin[f] = 0;
+    rw->boundary[f] = 0;
+    rw->after[f] = AFTER_OK;
+    rw->last[f] = -1;
+    rw->untaken[f] = 0;
+    rw->turn[f] = 0;
+}
+
 /* What worker w did between its submissions of fragment f, up to its next one (the done[f]-th): its refused
- * tries and its registrations, in the events' order. */
-static void replay_between(ref *r, int f, int w, trainer *t, float *start)
+ * tries, its registrations and restarts, in the events' order. */
+static void replay_between(ref *r, int f, int w, float *start)
 {
     for (int i = 0; i < r->nbetweens; i++) {
         const between *x = &r->betweens[i];
         if (x->worker != w || x->frag != f || x->before != r->w[w].done[f]) continue;
         if (x->kind == BETWEEN_REFUSED)
-            replay_refusal(r, x, t, start);
+            replay_refusal(r, x, trainer_of(r, w, f), start);
+        else if (x->kind == BETWEEN_REJOINED)
+            replay_rejoin(r, x, trainer_of(r, w, f), start);
         else
-            replay_rejoin(r, x, t, start);
+            replay_restart(r, x);
     }
 }
 
-/* Does worker w register again after its n-th submission of fragment f and before its next one? */
+/* Does worker w register again (or restart) after its n-th submission of fragment f and before its next one? */
 static int rejoins_after(const ref *r, int w, int f, int64_t n)
 {
     for (int i = 0; i < r->nbetweens; i++) {
         const between *x = &r->betweens[i];
-        if (x->kind == BETWEEN_REJOINED && x->worker == w && x->frag == f && x->before == n) return 1;
+        if (x->kind != BETWEEN_REFUSED && x->worker == w && x->frag == f && x->before == n) return 1;
     }
     return 0;
 }
@@ -663,8 +691,8 @@ static void apply_noop(ref *r, int f, int64_t s, float *start)
     line *l = &r->lines[f];
     const submission *sub = &l->subs[s];
     int w = worker_index(r, sub->worker);
-    trainer *t = trainer_of(r, w, f);
-    replay_between(r, f, w, t, start);
+    replay_between(r, f, w, start);
+    trainer *t = trainer_of(r, w, f); /* (after: a restart makes a new one) */
     replayed *rw = &r->w[w];
     if (rejoins_after(r, w, f, rw->done[f] + 1)) {
         train(r, l, sub->base, w, f, t, start);
@@ -694,8 +722,8 @@ static void apply(ref *r, int f, int64_t s)
         free(start);
         return;
     }
-    trainer *t = trainer_of(r, w, f);
-    replay_between(r, f, w, t, start);
+    replay_between(r, f, w, start);
+    trainer *t = trainer_of(r, w, f); /* (after: a restart makes a new one) */
     if (sub->noops && !rejoins_after(r, w, f, r->w[w].done[f] + 1)) {
         fprintf(stderr,
                 "ref_async: submission %" PRId64 " of fragment %d (%s) is a no-op on some of its shards only, "

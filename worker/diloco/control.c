@@ -242,31 +242,41 @@ int64_t dl_inc(diloco *d)
 
 int dl_register(diloco *d, char *err, size_t errlen)
 {
-    return d->grp ? 0 : dl_register_now(d, NULL, err, errlen);
+    if (d->grp) return 0;
+    int64_t *held = malloc((size_t)d->run_nshards * sizeof *held);
+    if (held == NULL) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    dl_held_by_run(d, held);
+    int rc = dl_register_now(d, held, err, errlen);
+    free(held);
+    return rc;
+}
+
+void dl_held_by_run(const diloco *d, int64_t *held)
+{
+    for (int k = 0; k < d->run_nshards; k++) held[k] = -1;
+    for (int k = 0; k < d->rc.nshards; k++) held[dl_shard_id(d, k)] = d->shard_version[k];
 }
 
 /* What a registration records for a replay of the run (lua/30_workers.lua, dl_register): the inner steps
  * trained so far, and the versions held ("shard:version,...": those the parameters were trained from since
- * they last took versions), whose steps registering again drops: by_run's (run shard ids) when given, else
- * this session's. A shard whose get failed holds no version (-1, sync.c get_round): it is left out, as
- * dl_register takes versions from 0 (a worker registering again after failed syncs was refused BADARG and
- * gave up for good). NULL when out of memory. */
+ * they last took versions, by_run: dl_held_by_run's), whose steps registering again drops. A shard whose get
+ * failed holds no version (-1, sync.c get_round): it is left out, as dl_register takes versions from 0 (a
+ * worker registering again after failed syncs was refused BADARG and gave up for good). NULL when out of
+ * memory. */
 static char *held_versions(diloco *d, const int64_t *by_run, uint64_t *steps)
 {
     pthread_mutex_lock(&d->hb_mu);
     *steps = d->total_steps;
     pthread_mutex_unlock(&d->hb_mu);
-    int n = by_run ? d->run_nshards : d->rc.nshards;
-    size_t len = (size_t)n * 32 + 1, at = 0;
+    size_t len = (size_t)d->run_nshards * 32 + 1, at = 0;
     char *held = malloc(len);
     if (held == NULL) return NULL;
     held[0] = '\0';
-    for (int k = 0; k < n; k++) {
-        int64_t v = by_run ? by_run[k] : d->shard_version[k];
-        if (v >= 0)
-            at += (size_t)snprintf(held + at, len - at, "%s%d:%" PRId64, at ? "," : "", by_run ? k : dl_shard_id(d, k),
-                                   v);
-    }
+    for (int k = 0; k < d->run_nshards; k++)
+        if (by_run[k] >= 0) at += (size_t)snprintf(held + at, len - at, "%s%d:%" PRId64, at ? "," : "", k, by_run[k]);
     return held;
 }
 

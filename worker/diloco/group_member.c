@@ -93,11 +93,14 @@ void gmember_wait_committed(diloco *d)
     }
 }
 
-/* A sharded group's held versions, by the run's shard ids, into held (run_nshards): each rank holds only its
- * own shards, so the ranks gather theirs and rank 0 registers with every shard's (the registration records
- * them for a replay of the run, which needs all: tests/tools/ref_async). 0, or -1 + err. */
+/* The group's held versions, by the run's shard ids, into held (run_nshards): a sharded group's ranks each
+ * hold only their own shards, so they gather theirs and rank 0 registers with every shard's (the
+ * registration records them for a replay of the run, which needs all: tests/tools/ref_async); the ranks of
+ * an unsharded group each hold every shard. 0, or -1 + err. */
 static int gather_held(diloco *d, int64_t *held, char *err, size_t errlen)
 {
+    dl_held_by_run(d, held);
+    if (!d->shard_ids) return 0;
     int n = d->run_nshards, size = d->o.group.size, rc = -1;
     int64_t *vals = malloc((size_t)n * (size_t)size * sizeof *vals);
     group_msg me = {0}, *all = calloc((size_t)size, sizeof *all);
@@ -105,12 +108,12 @@ static int gather_held(diloco *d, int64_t *held, char *err, size_t errlen)
         err_set(err, errlen, "out of memory");
         goto out;
     }
-    for (int k = 0; k < n; k++) held[k] = -1;
-    for (int k = 0; k < d->rc.nshards; k++) held[dl_shard_id(d, k)] = d->shard_version[k];
     if (gmsg_gather_with(d, GRP_HELD, &me, held, n, all, vals, err, errlen) < 0) goto out;
-    for (int r = 0; r < size; r++)
+    for (int r = 0; r < size; r++) {
+        const int64_t *theirs = vals + (size_t)r * (size_t)n;
         for (int k = 0; k < n; k++)
-            if (vals[(size_t)r * (size_t)n + (size_t)k] >= 0) held[k] = vals[(size_t)r * (size_t)n + (size_t)k];
+            if (theirs[k] >= 0) held[k] = theirs[k];
+    }
     rc = 0;
 out:
     free(vals);
@@ -125,12 +128,12 @@ int gmember_register(diloco *d, char *err, size_t errlen)
     int size = d->o.group.size, nf = d->rc.nfragments, rc = -1;
     group_msg me = {0}, *all = calloc((size_t)size, sizeof *all);
     int64_t *fv = calloc((size_t)nf, sizeof *fv), *fvs = calloc((size_t)nf * (size_t)size, sizeof *fvs);
-    int64_t *held = d->shard_ids ? malloc((size_t)d->run_nshards * sizeof *held) : NULL;
-    if (!all || !fv || !fvs || (d->shard_ids && !held)) {
+    int64_t *held = malloc((size_t)d->run_nshards * sizeof *held);
+    if (!all || !fv || !fvs || !held) {
         err_set(err, errlen, "out of memory");
         goto out;
     }
-    if (held && gather_held(d, held, err, errlen) < 0) goto out;
+    if (gather_held(d, held, err, errlen) < 0) goto out;
     if (d->grp_rank == 0) {
         me.status = dl_register_now(d, held, me.err, sizeof me.err) < 0 ? DL_FAIL : DL_OK;
         me.v[0] = dl_inc(d);

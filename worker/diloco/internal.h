@@ -369,8 +369,10 @@ int64_t dl_inc(diloco *d);
  * returns 0 and the round that found us evicted reports DL_EVICTED. */
 int dl_register(diloco *d, char *err, size_t errlen);
 /* dl_register; rank 0 registers its group. held: the versions held, by the run's shard ids (run_nshards, -1:
- * none; a sharded group's, gathered from its ranks), or NULL: this session's own. */
+ * none): dl_held_by_run's, or a sharded group's, gathered from its ranks. */
 int dl_register_now(diloco *d, const int64_t *held, char *err, size_t errlen);
+/* This session's versions by the run's shard ids into held (run_nshards; -1 where it holds none). */
+void dl_held_by_run(const diloco *d, int64_t *held);
 /* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */
 int dl_still_member(diloco *d);
 /* The heartbeat thread found us evicted (its flag, read under hb_mu; cleared when we register again). */

@@ -349,7 +349,9 @@ static int read_join(ref *r, const char *id, redisReply *e)
     const char *worker = field(e, "worker"), *steps = field(e, "steps"), *held = field(e, "held");
     int w = worker_index(r, worker);
     if (r->w[w].joins++ == 0 && (!steps || atoll(steps) == 0)) return 0;
-    if (steps && atoll(steps) == 0) { /* a new process under the same id: it held nothing */
+    /* a new process under the same id: it held nothing (a worker evicted before its first step registers with
+     * steps 0 too: a fresh trainer is the one it has, untrained, and its boundaries count from 0 either way) */
+    if (steps && atoll(steps) == 0) {
         for (int f = 0; f < r->rc.nfragments; f++)
             add_between(r, (between){.kind = BETWEEN_RESTARTED, .worker = w, .frag = f, .before = r->w[w].read[f]});
         r->nrejoins++;

@@ -427,16 +427,17 @@ static void log_sync(FILE *f, diloco *d, long step)
 {
     diloco_sync_info s;
     if (diloco_last_sync(d, &s) < 0) return;
-    char digest[20];
+    char digest[20], shards[20];
     snprintf(digest, sizeof digest, "%016" PRIx64, s.digest);
+    snprintf(shards, sizeof shards, "%016" PRIx64, s.shards_digest);
     /* the get phase after the barrier's close: the last parameter byte against the close */
     double get_s = s.t_get_us && s.t_last_recv_us > s.t_get_us ? (double)(s.t_last_recv_us - s.t_get_us) / 1e6 : 0.0;
-    log_json(f, json_pack("{s:s, s:s, s:I, s:i, s:I, s:I, s:f, s:f, s:f, s:i, s:f, s:I, s:I, s:s, s:b}", "event",
+    log_json(f, json_pack("{s:s, s:s, s:I, s:i, s:I, s:I, s:f, s:f, s:f, s:i, s:f, s:I, s:I, s:s, s:s, s:b}", "event",
                           "sync", "worker", diloco_worker_id(d), "step", (json_int_t)step, "fragment", s.fragment,
                           "round", (json_int_t)s.round, "version", (json_int_t)s.version, "seconds", s.seconds,
                           "wait_seconds", s.wait_seconds, "confirm_seconds", s.confirm_seconds, "confirm_shards",
                           s.confirm_shards, "get_seconds", get_s, "bytes_up", (json_int_t)s.bytes_up, "bytes_down",
-                          (json_int_t)s.bytes_down, "digest", digest, "stale", s.stale));
+                          (json_int_t)s.bytes_down, "digest", digest, "shards_digest", shards, "stale", s.stale));
 }
 
 /* rate: trainer_stats.tokens per second, in unit ("tok/s", or "steps/s" for a trainer that counts steps) */

@@ -10,7 +10,8 @@ Invariants (each printed as ok/FAIL; exit 1 if any fails):
                server: no acknowledged commit was lost in a Redis failover
   rounds       every round of every fragment closed exactly once, rounds contiguous from 0
   coverage     every shard committed every closed round but at most the last
-  digests      for every version, every worker that logged a sync at it logged the same digest
+  digests      for every version, every worker that logged a sync at it logged the same digest (of the
+               run's shards: a sharded group's rank holds only its part)
   versions     no worker's synced version ever goes back (across its restarts too); a sync that was
                not stale moved to a newer version
   stale        every participant w:inc of a closed barrier was a live member with that incarnation when
@@ -152,13 +153,16 @@ def main():
     # digests
     # (fragment, version): Streaming numbers each fragment's versions on its own. A sync's digest is of the
     # whole vector: in Streaming a stale one (a round lost, everything fetched again) holds the other
-    # fragments at whatever versions they had then, so only the rounds every worker took in step compare
+    # fragments at whatever versions they had then, so only the rounds every worker took in step compare.
+    # The run's shards digest (diloco_sync_info.shards_digest) is what compares: a sharded group's rank holds
+    # only its part, so its plain digest is of that part (zero: none taken, the vector was being written)
     streaming = len(fbounds) > 2
     byv = {}
     for w, es in tele.items():
         for e in es:
-            if e.get("event") == "sync" and not (streaming and e.get("stale")):
-                byv.setdefault((e.get("fragment", 0), e["version"]), {}).setdefault(e["digest"], set()).add(w)
+            digest = e.get("shards_digest", e.get("digest"))
+            if e.get("event") == "sync" and not (streaming and e.get("stale")) and int(digest, 16) != 0:
+                byv.setdefault((e.get("fragment", 0), e["version"]), {}).setdefault(digest, set()).add(w)
     split = {"%d:%d" % v: {d: sorted(ws) for d, ws in ds.items()} for v, ds in byv.items() if len(ds) > 1}
     nlog = sum(sum(len(ws) for ws in ds.values()) for ds in byv.values())
     check("digests", not split and byv, ("versions with different digests: %s" % json.dumps(split)[:2000]) if split else

@@ -30,7 +30,8 @@ def _log_time(stamp):
 
 
 def telemetry(out, worker="w1"):
-    """Rank 0's syncs ({"event": "sync", "version", "fragment", "digest", "stale", "t": when the sync returned}) and
+    """Rank 0's syncs ({"event": "sync", "version", "fragment", "digest", "shards_digest", "stale", "t": when the
+    sync returned}: a sharded rank's digest is of its own part, its shards digest the run's) and
     joins ({"event": "join", "version", "t"}: "rank 0 of group W joined run R at version V"), by time."""
     with open("%s/worker-%s.log" % (out, worker), errors="replace") as log:
         lines = log.read().splitlines()
@@ -39,6 +40,7 @@ def telemetry(out, worker="w1"):
         f = line.split()
         if line.startswith("sync rank 0 ") and len(f) > 23:
             es.append({"event": "sync", "version": int(f[4]), "digest": f[6], "stale": f[12] != "0",
+                       "shards_digest": f[f.index("shards") + 1],
                        "fragment": int(f[f.index("fragment") + 1]) if "fragment" in f else 0,
                        "t": int(f[23]) / 1e6})
         elif " INFO rank 0 of group %s joined run " % worker in line:

@@ -475,12 +475,19 @@ class Harness:
     def version_now(self):
         """Fragment 0's version now: its open round (sync), or shard 0's version (async: no round opens, every
         submission applied is a version, so a worker that synced at or past version_now() + k synced after
-        now)."""
-        if self.redis.cmd("HGET", "dl:{%s}:config" % self.a.run, "mode") == "async":
-            v = self.redis.cmd("HGET", "dl:{%s}:shards" % self.a.run, "0:version")
-        else:
-            v = self.redis.cmd("HGET", "dl:{%s}:state" % self.a.run, "round:0")
-        return int(v) if v else 0
+        now). Both are written at init, so no answer means Redis is unreachable for now (a master killed in the
+        storm's last seconds, not failed over yet): asked again for up to 30 s, as a 0 would settle at once."""
+        deadline = time.time() + 30
+        while True:
+            mode = self.redis.cmd("HGET", "dl:{%s}:config" % self.a.run, "mode")
+            if mode == "async":
+                v = self.redis.cmd("HGET", "dl:{%s}:shards" % self.a.run, "0:version")
+            else:
+                v = self.redis.cmd("HGET", "dl:{%s}:state" % self.a.run, "round:0")
+            if (mode is not None and v is not None) or time.time() >= deadline:
+                return int(v) if v else 0
+            self.supervise(time.time())
+            time.sleep(0.2)
 
     def last_syncs(self):
         """worker -> (last synced version, time) from its telemetry (a group's: rank 0's sync lines)."""

@@ -157,16 +157,24 @@ def main():
     # The run's shards digest (diloco_sync_info.shards_digest) is what compares: a sharded group's rank holds
     # only its part, so its plain digest is of that part (zero: none taken, the vector was being written)
     streaming = len(fbounds) > 2
-    byv = {}
+    byv, syncs = {}, 0
     for w, es in tele.items():
         for e in es:
+            if e.get("event") != "sync" or (streaming and e.get("stale")):
+                continue
+            syncs += 1
             digest = e.get("shards_digest", e.get("digest"))
-            if e.get("event") == "sync" and not (streaming and e.get("stale")) and int(digest, 16) != 0:
+            if int(digest, 16) != 0:
                 byv.setdefault((e.get("fragment", 0), e["version"]), {}).setdefault(digest, set()).add(w)
     split = {"%d:%d" % v: {d: sorted(ws) for d, ws in ds.items()} for v, ds in byv.items() if len(ds) > 1}
     nlog = sum(sum(len(ws) for ws in ds.values()) for ds in byv.values())
-    check("digests", not split and byv, ("versions with different digests: %s" % json.dumps(split)[:2000]) if split else
-          "%d versions, %d (worker, version) digests, all workers agree at every version" % (len(byv), nlog))
+    if syncs and not byv and streaming:
+        # (--fragments-in-flight D > 1: another fragment's round is always receiving into the vector)
+        print("digests   n/a   %d syncs, none with a digest: other rounds in flight were writing the vector" % syncs)
+    else:
+        check("digests", not split and byv, ("versions with different digests: %s" % json.dumps(split)[:2000])
+              if split else "%d versions, %d (worker, version) digests, all workers agree at every version"
+              % (len(byv), nlog))
 
     # versions never go back
     bad = []

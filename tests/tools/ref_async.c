@@ -10,11 +10,12 @@
  *
  * usage: ref_async --redis URL --run R --sync-every H [--quad-lr 0.01] [--no-bf16] [--async-rule RULE]
  *                  [--async-lookahead G] [--failed W:N,...] [--late W:N,...] [--twice W:N,...] [--skip-refused]
- *                  [--skip-rejoins] [--skip-noops]
+ *                  [--skip-rejoins] [--skip-noops] [--trace]
  * (--async-rule, --async-lookahead: replay with this setting instead of the run's, to show that it matters;
  * --skip-refused: as if no try had been refused as STALE, --skip-rejoins: as if no worker had registered
  * again, --skip-noops: each no-op place replayed as the submission it was, the replays before such events
- * were replayed)
+ * were replayed, --trace: every version of every shard as well, "trace <k> <version> <digest> <worker>", for
+ * the shard-servers' log lines "shard K: committed version V (..., digest D)": where a run left the replay)
  *
  * Each fragment is an order of its own. A submission covers one fragment's shards (all of them, or none:
  * dl_submit), each shard counts its own seq, and a fragment's shards move together, so the replay runs one
@@ -158,6 +159,7 @@ typedef struct ref {
     const char *failed, *late, *twice; /* --failed, --late, --twice: "W:N,..." */
     int skip_refused;                  /* --skip-refused */
     int skip_rejoins, skip_noops;      /* --skip-rejoins, --skip-noops */
+    int trace;                         /* --trace */
 } ref;
 
 enum { AFTER_OK, AFTER_LATE, AFTER_TWICE, AFTER_NOOP };
@@ -783,6 +785,18 @@ static void replay(ref *r)
     }
 }
 
+/* --trace: every version of every shard, and the worker whose submission made it. */
+static void print_trace(const ref *r)
+{
+    for (int k = 0; k < r->rc.nshards; k++) {
+        const line *l = &r->lines[runconf_fragment_of_shard(&r->rc, k)];
+        for (int64_t v = 1; v <= l->nsubs; v++)
+            printf("trace %d %" PRId64 " %016" PRIx64 " %s\n", k, v,
+                   digest_f32(l->theta[v] + r->rc.shard_bounds[k], (size_t)runconf_shard_numel(&r->rc, k)),
+                   l->subs[v - 1].worker);
+    }
+}
+
 /* "replayed N submissions of W workers" (in F fragments: n0+n1+... per fragment), on stderr. */
 static void say_replayed(const ref *r)
 {
@@ -800,7 +814,7 @@ static void usage(FILE *f)
 {
     fprintf(f, "usage: ref_async --redis URL --run R --sync-every H [--quad-lr LR] [--no-bf16] [--async-rule RULE]\n"
                "                 [--async-lookahead G] [--failed W:N,...] [--late W:N,...] [--twice W:N,...]\n"
-               "                 [--skip-refused] [--skip-rejoins] [--skip-noops]\n"
+               "                 [--skip-refused] [--skip-rejoins] [--skip-noops] [--trace]\n"
                "(--twice is for runs of one fragment)\n");
 }
 
@@ -823,6 +837,7 @@ int main(int argc, char **argv)
         {.name = "skip-refused", .kind = OPT_FLAG, .dest = &r.skip_refused},
         {.name = "skip-rejoins", .kind = OPT_FLAG, .dest = &r.skip_rejoins},
         {.name = "skip-noops", .kind = OPT_FLAG, .dest = &r.skip_noops},
+        {.name = "trace", .kind = OPT_FLAG, .dest = &r.trace},
         {0},
     };
     int prc = opts_parse_cmd("ref_async", usage, specs, argc, argv, 1, NULL, NULL);
@@ -857,6 +872,7 @@ int main(int argc, char **argv)
     }
     r.n = (size_t)r.rc.numel;
     replay(&r);
+    if (r.trace) print_trace(&r);
     for (int k = 0; k < r.rc.nshards; k++) {
         const line *l = &r.lines[runconf_fragment_of_shard(&r.rc, k)];
         printf("shard %d %016" PRIx64 "\n", k,

@@ -108,8 +108,8 @@ int async_deliver(diloco *d, int f, char *err, size_t errlen)
 }
 
 /* dl_submit of the session's current submission, retried while Redis does not answer. */
-static int place(diloco *d, int f, int first, const int *ids, int n, const int64_t *bases, int64_t *seqs, char *err,
-                 size_t errlen)
+static int submit_answered(diloco *d, int f, int first, const int *ids, int n, const int64_t *bases, int64_t *seqs,
+                           char *err, size_t errlen)
 {
     int rc = DL_RETRY;
     for (unsigned attempt = 0; rc == DL_RETRY && attempt < 5; attempt++) {
@@ -118,6 +118,27 @@ static int place(diloco *d, int f, int first, const int *ids, int n, const int64
         sleep_ms(backoff_ms(attempt, 50, 1000));
     }
     return rc == DL_RETRY ? DL_FAIL : rc;
+}
+
+/* submit_answered; with min_replicas, only once our places are on that many replicas. Places lost in a
+ * failover (the old master answered dl_submit, its replicas never had it) would be handed to others on the
+ * new master, and an owner past such a place acks our push as applied already: our window lost, the worker
+ * none the wiser. If the connection breaks during the WAIT (the failover itself), the same submission is
+ * placed again on the new master: it answers the places it has (repeated_submission), or new ones if ours
+ * were lost. When it cannot be made durable, the submission failed without places (DL_FAIL): the next Δ
+ * covers its window, and a place that did survive is one nobody fills, which the owner's `need` shows
+ * (docs/async.md, "Places given, but no reply came"). */
+#define PLACE_ATTEMPTS 3
+static int place(diloco *d, int f, int first, const int *ids, int n, const int64_t *bases, int64_t *seqs, char *err,
+                 size_t errlen)
+{
+    for (int attempt = 0; attempt < PLACE_ATTEMPTS; attempt++) {
+        int rc = submit_answered(d, f, first, ids, n, bases, seqs, err, errlen);
+        if (rc != DL_OK || dl_wait_replicas(d, err, errlen) == 0) return rc;
+        if (dl_stopping(d)) return DL_FAIL;
+        log_warn("fragment %d: submission %" PRId64 ": %s; placing it again", f, d->submission, err);
+    }
+    return DL_FAIL;
 }
 
 int async_place_shards(diloco *d, int f, int first, const int *ids, int n, const int64_t *bases, int64_t *seqs,

@@ -280,7 +280,7 @@ static char *held_versions(diloco *d, const int64_t *by_run, uint64_t *steps)
     return held;
 }
 
-int dl_register_now(diloco *d, const int64_t *by_run, char *err, size_t errlen)
+static int register_once(diloco *d, const int64_t *by_run, char *err, size_t errlen)
 {
     uint64_t steps;
     char *held = held_versions(d, by_run, &steps);
@@ -323,6 +323,23 @@ int dl_register_now(diloco *d, const int64_t *by_run, char *err, size_t errlen)
              d->frag_version[0]);
     freeReplyObject(r);
     return 0;
+}
+
+/* register_once; with min_replicas, only once the registration is on that many replicas. One lost in a
+ * failover (the old master answered, its replicas never had it) leaves us training as an incarnation the
+ * run does not know until the heartbeat says so, and its record (the steps and versions a replay drops) is
+ * gone. If the connection breaks during the WAIT, we register again on the new master: a registration that
+ * survived is replaced by the new one, and the incarnation it gave is never used. */
+#define REGISTER_ATTEMPTS 3
+int dl_register_now(diloco *d, const int64_t *by_run, char *err, size_t errlen)
+{
+    for (int attempt = 0; attempt < REGISTER_ATTEMPTS; attempt++) {
+        if (register_once(d, by_run, err, errlen) < 0) return -1;
+        if (dl_wait_replicas(d, err, errlen) == 0) return 0;
+        if (dl_stopping(d)) return -1;
+        log_warn("%s; registering again", err);
+    }
+    return -1;
 }
 
 /* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */

@@ -1,10 +1,11 @@
 #!/bin/sh
 # it_ha_async_placement.sh: with --min-replicas 1 an async worker pushes its pseudo-gradient only once its
 # places (dl_submit) are on a replica, and trains only once its registration (dl_register) is. A place lost in
-# a failover is handed to another submission on the new master, and an owner already past it acks our push
-# for it as "applied already": the window is lost while its worker counts it as applied (seen in async storms
-# on Redis with Sentinel: tests/chaos/chaos.py --redis-ha, the shards no longer equal to tests/tools/ref_async's
-# replay; docs/PROTOCOL.md, "Durable means replicated").
+# a failover is handed to another submission on the new master; the owner keeps our push for it unused (or,
+# past it, acks it as "applied already") and our get returns once the shard is past it: the window is lost
+# while its worker counts it as applied (seen in async storms on Redis with Sentinel: tests/chaos/chaos.py
+# --redis-ha, the shards no longer equal to tests/tools/ref_async's replay; docs/PROTOCOL.md, "Durable means
+# replicated").
 # A Redis master with one replica; an async run of two workers (1 s intervals) and one shard-server. Right after
 # worker a's sync the replica is SIGSTOPped for 7 s: a's next submission is recorded on the master, but its push
 # never reaches the server (the server's pushes_total stays put), and a worker c started meanwhile does not

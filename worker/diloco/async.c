@@ -127,7 +127,7 @@ static int submit_answered(diloco *d, int f, int first, const int *ids, int n, c
  * placed again on the new master: it answers the places it has (repeated_submission), or new ones if ours
  * were lost. When it cannot be made durable, the submission failed without places (DL_FAIL): the next Δ
  * covers its window, and a place that did survive is one nobody fills, which the owner's `need` shows
- * (docs/async.md, "Places given, but no reply came"). */
+ * (docs/async.md, "Async mode": places given, but no reply came). */
 #define PLACE_ATTEMPTS 3
 static int place(diloco *d, int f, int first, const int *ids, int n, const int64_t *bases, int64_t *seqs, char *err,
                  size_t errlen)

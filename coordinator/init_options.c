@@ -522,6 +522,17 @@ static void warn_degenerate(const init_args *a)
                 "sync round's step (the quadratic, 4 workers: loss 0.21 at N 100, 0.065 at N 4); use --dn-buffer-size "
                 "%lld (one submission per worker, the default), or say --workers N for the workers you run\n",
                 a->dn_buffer, a->workers, a->dn_buffer, a->workers, a->dn_buffer, a->workers);
+    /* no Delayed Nesterov: each submission takes a whole outer step of one worker's drift, so W submissions
+     * move the parameters W times a sync round's step (which averages W drifts into one); a run resumed
+     * from a checkpoint keeps the lr it was given */
+    if (a->async && a->dn_buffer == 0 && a->workers > 1 && !flag_given(a, "--outer-lr") && !a->from_checkpoint)
+        fprintf(stderr,
+                "coordinator init: warning: --dn-buffer-size 0 with --workers %lld: every submission takes a whole "
+                "outer step (lr %g times one worker's drift, and the momentum), so one submission per worker moves "
+                "the parameters about %lld times a sync round's step (the quadratic, 6 workers: loss 0.33 -> 0.76 at "
+                "lr 0.7, 0.087 at lr 0.117 = 0.7 / 6, 0.088 with the default buffer); use --outer-lr %.3g, or leave "
+                "Delayed Nesterov on (the default --dn-buffer-size, one submission per worker)\n",
+                a->workers, a->outer_lr, a->workers, a->outer_lr / (double)a->workers);
     /* a member is removed by leaving, a kick, or its heartbeats timing out: with no timeout, a crashed one stays */
     if (!a->async && a->heartbeat_timeout == 0)
         fprintf(stderr,

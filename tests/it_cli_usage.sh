@@ -130,6 +130,13 @@ bin/coordinator init --redis "$URL" --run dn --trainer quadratic --numel 10 --as
   fail "init --dn-buffer-size 100"
 grep -q "warning: --dn-buffer-size 100 with --workers 4: .* moves them 4/100 of a sync round's step .*use --dn-buffer-size 4" "$TMP/dn.log" ||
   fail "--dn-buffer-size 100 with 4 workers: no warning: $(cat "$TMP/dn.log")"
+bin/coordinator init --redis "$URL" --run dn0 --trainer quadratic --numel 10 --async --workers 6 --dn-buffer-size 0 > "$TMP/dn0.log" 2>&1 ||
+  fail "init --dn-buffer-size 0"
+grep -q "warning: --dn-buffer-size 0 with --workers 6: .*about 6 times a sync round's step .*use --outer-lr 0.117" "$TMP/dn0.log" ||
+  fail "--dn-buffer-size 0 with 6 workers: no warning: $(cat "$TMP/dn0.log")"
+bin/coordinator init --redis "$URL" --run dn0lr --trainer quadratic --numel 10 --async --workers 6 --dn-buffer-size 0 \
+  --outer-lr 0.117 > "$TMP/dn0lr.log" 2>&1 || fail "init --dn-buffer-size 0 --outer-lr 0.117"
+grep -q "warning" "$TMP/dn0lr.log" && fail "--dn-buffer-size 0 with an outer lr given warned: $(cat "$TMP/dn0lr.log")"
 bin/coordinator init --redis "$URL" --run ms --trainer quadratic --numel 10 --async --workers 6 --max-staleness 1 > "$TMP/ms.log" 2>&1 ||
   fail "init --max-staleness 1"
 grep -q "warning: --max-staleness 1 with --workers 6: .*about 5 versions stale.*use --max-staleness 5 or more (0: no limit)" "$TMP/ms.log" ||

@@ -123,11 +123,12 @@ static int submit_answered(diloco *d, int f, int first, const int *ids, int n, c
 /* submit_answered; with min_replicas, only once our places are on that many replicas. Places lost in a
  * failover (the old master answered dl_submit, its replicas never had it) would be handed to others on the
  * new master; an owner stores our push for such a place unused (or, past it, acks it as applied already)
- * and our get returns once the shard is past it: our window lost, the worker none the wiser. If the connection breaks during the WAIT (the failover itself), the same submission is
- * placed again on the new master: it answers the places it has (repeated_submission), or new ones if ours
- * were lost. When it cannot be made durable, the submission failed without places (DL_FAIL): the next Δ
- * covers its window, and a place that did survive is one nobody fills, which the owner's `need` shows
- * (docs/async.md, "Async mode": places given, but no reply came). */
+ * and our get returns once the shard is past it: our window lost, the worker none the wiser. If the
+ * connection breaks during the WAIT (the failover itself), the same submission is placed again on the new
+ * master: it answers the places it has (repeated_submission), or new ones if ours were lost. When it cannot
+ * be made durable, the submission failed without places (DL_FAIL): the next Δ covers its window, and a place
+ * that did survive is one nobody fills, which the owner's `need` shows (docs/async.md, "Async mode": places
+ * given, but no reply came). */
 #define PLACE_ATTEMPTS 3
 static int place(diloco *d, int f, int first, const int *ids, int n, const int64_t *bases, int64_t *seqs, char *err,
                  size_t errlen)

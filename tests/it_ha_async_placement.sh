@@ -7,7 +7,7 @@
 # --redis-ha, the shards no longer equal to tests/tools/ref_async's replay; docs/PROTOCOL.md, "Durable means
 # replicated").
 # A Redis master with one replica; an async run of two workers (1 s intervals) and one shard-server. Right after
-# worker a's sync the replica is SIGSTOPped for 7 s: a's next submission is recorded on the master, but its push
+# worker a's sync the replica is SIGSTOPped for 8 s: a's next submission is recorded on the master, but its push
 # never reaches the server (the server's pushes_total stays put), and a worker c started meanwhile does not
 # train a step; both say what they wait for. After SIGCONT the run ends bit-identical to the replay.
 # test: light (it waits more than it computes)
@@ -45,10 +45,10 @@ p1=$(pushes); s1=$(submits)
 say "replica stopped: $((s1 - s0)) submission(s) recorded on the master, none pushed (pushes_total $p0)"
 wait_until 10 'grep -q "Redis replica(s) have our write after" "$TMP/worker-a.log" "$TMP/worker-b.log"' \
   "a worker to say it waits for the replica"
-left=$((t0 + 7 - $(date +%s))); [ $left -gt 0 ] && sleep $left
+left=$((t0 + 8 - $(date +%s))); [ $left -gt 0 ] && sleep $left
 grep -q '"event":"step"' "$TMP/c.jsonl" 2>/dev/null && fail "c trained before its registration was on the replica"
 grep -q "Redis replica(s) have our write after" "$TMP/worker-c.log" || fail "c did not say it waits for the replica"
 kill -CONT "$REPLICA"
-say "c trained nothing in 7 s with the replica stopped: $(grep -m1 'have our write' "$TMP/worker-c.log" | sed 's/.*WARN //')"
+say "c trained nothing in 8 s with the replica stopped: $(grep -m1 'have our write' "$TMP/worker-c.log" | sed 's/.*WARN //')"
 wait_workers a b c
-ref_async_check $RUN $H "(a replica stopped 7 s)" --async-lookahead 0.5
+ref_async_check $RUN $H "(a replica stopped 8 s)" --async-lookahead 0.5

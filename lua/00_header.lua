@@ -47,6 +47,10 @@ dl:{R}:tunables; the counters and the round state they must change stay in dl:{R
 --    can still be rebuilt at (coordinator repair verifies against it)
 local LIB_VERSION = '3'
 local EVENTS_MAXLEN = 100000
+-- How long (in versions of its shard) the record of an async submission, `worker:inc:base` in subs:<k>, is
+-- kept after its commit (dl_commit removes the one SUBS_KEPT versions older): long enough for the worker
+-- that made it to ask dl_places once its get returned, which comes right after the commit.
+local SUBS_KEPT = 256
 -- After a failover of Redis, how long the reaper waits for every client to find the new master before
 -- silence counts again (20_membership.lua, control_plane_back; docs/PROTOCOL.md, Heartbeats and failovers)
 local FAILOVER_GRACE_MS = 5000

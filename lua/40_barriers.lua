@@ -162,6 +162,33 @@ local function reject_stale(P, w, f, plan, over)
                       over[3] - over[2], 'frag', f, 'bases', table.concat(bases, ',')})
 end
 
+-- dl_places KEYS[1]=config ARGV: worker_id, incarnation, (shard, seq)*
+-- Async: whether each place is still this incarnation's. Redis replication is asynchronous and WAIT is not
+-- consensus, so a failover can lose a dl_submit that a replica acknowledged (docs/PROTOCOL.md, "Durable
+-- means replicated"): the new master gives the same place to another submission, or to nobody yet, and
+-- the worker's push for it is never applied. Asked by the worker once its get returned (or gave up); a
+-- place found lost is placed again (worker/diloco/async.c). -> per pair: 1 ours, 0 not ours (another
+-- submission's, or not given: the shard's next seq is not past it), -1 unknown (committed more than
+-- SUBS_KEPT versions ago).
+local function dl_places(keys, args)
+    local P = load_run(keys)
+    if #args < 4 or #args % 2 ~= 0 then error('BADARG expected worker, incarnation, (shard, seq) pairs') end
+    local me = args[1] .. ':' .. to_int(args[2], 'incarnation') .. ':'
+    local out = {}
+    for i = 3, #args, 2 do
+        local k, s = to_int(args[i], 'shard'), to_int(args[i + 1], 'seq')
+        local rec = redis.call('HGET', P .. ':subs:' .. k, s)
+        local nxt = tonumber(redis.call('HGET', P .. ':shards', k .. ':next'))
+        if not nxt then error('BADARG shard ' .. k .. ' does not exist') end
+        if rec then
+            out[#out + 1] = (string.sub(rec, 1, #me) == me) and 1 or 0
+        else
+            out[#out + 1] = (s >= nxt) and 0 or -1
+        end
+    end
+    return out
+end
+
 -- dl_submit KEYS[1]=config ARGV: worker_id, incarnation, fragment, submission, (shard, base_version)*
 -- Gives each shard's submission its place in that shard's order: seq s means the submission turns
 -- version s into s+1 (staleness = s - base). All shards are checked before any is assigned, so a

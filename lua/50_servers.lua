@@ -208,7 +208,9 @@ local function dl_commit(keys, args)
     redis.call('HSET', shards, k .. ':version', from + 1, k .. ':digest', digest, k .. ':log', log,
                k .. ':digests', digests .. (from + 1) .. ':' .. digest, k .. ':committed_ms', now)
     redis.call('HINCRBY', P .. ':state', 'commits', 1)
-    redis.call('HDEL', P .. ':subs:' .. k, from)
+    -- an async submission's record outlives its commit by SUBS_KEPT versions: its worker asks after its get
+    -- whether the place it was given is the one the shard applied (dl_places)
+    redis.call('HDEL', P .. ':subs:' .. k, from - SUBS_KEPT)
     event(P, 'commit', {'shard', k, 'version', from + 1, 'server', sid, 'epoch', epoch,
                         'participants', nparts, 'frag', args[8] or 0, 'round', args[9] or from})
     return from + 1

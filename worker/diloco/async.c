@@ -89,12 +89,116 @@ static int submit(diloco *d, int f, int first, const int *ids, int n, const int6
     return rc;
 }
 
-int async_deliver(diloco *d, int f, char *err, size_t errlen)
+/* ---- places lost in a failover --------------------------------------------------------------------- */
+
+/* deliver's outcome when Redis says our places were lost (never returned out of this file). */
+#define PLACES_LOST 100
+
+enum { HELD_OURS, HELD_LOST, HELD_UNSURE };
+
+/* One FCALL dl_places for the places d->seq of shards [first, last) (this session's numbering): dl_places's
+ * answer per shard in got[] (1 ours, 0 another's or nobody's, -1 unknown). 0, or -1 + err when Redis gave
+ * no answer; an error reply (a library without dl_places: binaries of two releases) sets every got[] to -1. */
+static int ask_places(diloco *d, int first, int last, int *got, char *err, size_t errlen)
+{
+    int n = last - first, argc = 0, rc = -1;
+    const char **argv = malloc((size_t)(6 + 2 * n) * sizeof *argv);
+    char *nums = malloc((size_t)(1 + 2 * n) * NUM_LEN); /* incarnation, the pairs */
+    if (!argv || !nums) {
+        err_set(err, errlen, "out of memory");
+        goto out;
+    }
+    snprintf(nums, NUM_LEN, "%" PRId64, dl_inc(d));
+    argv[argc++] = "FCALL";
+    argv[argc++] = "dl_places";
+    argv[argc++] = "1";
+    argv[argc++] = d->config_key;
+    argv[argc++] = d->worker_id;
+    argv[argc++] = nums;
+    for (int i = 0; i < n; i++) {
+        char *id = nums + (size_t)(1 + 2 * i) * NUM_LEN, *seq = id + NUM_LEN;
+        snprintf(id, NUM_LEN, "%d", dl_shard_id(d, first + i));
+        snprintf(seq, NUM_LEN, "%" PRId64, d->seq[first + i]);
+        argv[argc++] = id;
+        argv[argc++] = seq;
+    }
+    redisReply *r = dl_command_argv(d, argc, argv, NULL, err, errlen);
+    if (r && r->type == REDIS_REPLY_ARRAY && (int)r->elements == n) {
+        for (int i = 0; i < n; i++) got[i] = (int)r->element[i]->integer;
+        rc = 0;
+    } else if (r) {
+        log_warn("cannot ask Redis whether our places are still ours (%s): taken as ours",
+                 r->type == REDIS_REPLY_ERROR ? r->str : "unexpected reply to dl_places");
+        for (int i = 0; i < n; i++) got[i] = -1;
+        rc = 0;
+    }
+    if (r) freeReplyObject(r);
+out:
+    free(argv);
+    free(nums);
+    return rc;
+}
+
+/* Whether the places d->seq of shards [first, last) are still ours in Redis: HELD_LOST when none is and
+ * one at least is another submission's or nobody's (a failover loses a dl_submit whole, so its places go
+ * together); HELD_OURS, or HELD_UNSURE when Redis no longer knows or the answers disagree. -1 + err when
+ * Redis did not answer (asked again while it does not, as dl_submit is). */
+static int places_held(diloco *d, int f, int first, int last, char *err, size_t errlen)
+{
+    int n = last - first, ours = 0, lost = 0, rc = -1, lost_shard = -1;
+    int *got = malloc((size_t)n * sizeof *got);
+    if (!got) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    for (unsigned attempt = 0; rc < 0 && attempt < 5 && !dl_stopping(d); attempt++) {
+        if (attempt) sleep_ms(backoff_ms(attempt - 1, 50, 1000));
+        rc = ask_places(d, first, last, got, err, errlen);
+    }
+    for (int i = 0; rc == 0 && i < n; i++) {
+        ours += got[i] == 1;
+        if (got[i] == 0 && lost++ == 0) lost_shard = first + i;
+    }
+    free(got);
+    if (rc < 0) return -1;
+    if (lost && !ours) {
+        err_set(err, errlen,
+                "Redis no longer records submission %" PRId64 "'s place %" PRId64 " in shard %d's order as ours (a "
+                "failover lost it: the shard applied another submission there, or will give the place anew)",
+                d->submission, d->seq[lost_shard], dl_shard_id(d, lost_shard));
+        return HELD_LOST;
+    }
+    if (lost)
+        log_error("fragment %d: Redis records %d of submission %" PRId64 "'s places as ours and %d not: taken as "
+                  "ours (a dl_submit is kept or lost whole)",
+                  f, ours, d->submission, lost);
+    return ours == n ? HELD_OURS : HELD_UNSURE;
+}
+
+/* Push fragment f's Δ (this rank's part) to its places and get each shard once it is applied. Then ask Redis
+ * whether the places were ours: a dl_submit that a replica acknowledged can still be lost in a failover
+ * (docs/PROTOCOL.md, "Durable means replicated"), and then our get returned once the shard was past another
+ * submission's Δ, or gave up (a place lost and not given anew waits for a submission that never comes).
+ * PLACES_LOST then. Asked after a get that gave up, and, with min_replicas (a run that counts on surviving
+ * failovers; one more Redis round trip a submission, as the WAIT before the push), after every get. */
+static int deliver(diloco *d, int f, char *err, size_t errlen)
 {
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f); /* (a group's rank: its part of f) */
     int rc = fanout_push_each(d, first, last, d->seq, err, errlen);
     fanout_get_arg ga = {.may_push = 1, .after = d->seq};
     if (rc == DL_OK) rc = fanout_get(d, first, last, &ga, err, errlen);
+    if ((rc == DL_OK && d->rc.min_replicas > 0) || rc == DL_FAIL) {
+        char why[256];
+        int held = places_held(d, f, first, last, why, sizeof why);
+        if (held == HELD_LOST) {
+            err_set(err, errlen, "%s", why);
+            return PLACES_LOST;
+        }
+        if (held < 0 && rc == DL_OK) { /* (completed later: async_complete asks again) */
+            err_set(err, errlen, "%s", why);
+            return DL_FAIL;
+        }
+    }
     if (rc != DL_OK) return rc;
     d->frag_incomplete[f] = 0;
     /* a group's rank got only its part: the ranks agree on f's version (group.c take_versions), which its
@@ -149,15 +253,16 @@ int async_place_shards(diloco *d, int f, int first, const int *ids, int n, const
     return place(d, f, first, ids, n, bases, seqs, err, errlen);
 }
 
-int async_place_deliver(diloco *d, int f, const async_plan *p, int again, char *err, size_t errlen)
+/* A process group's Streaming submission p placed (each rank's thread makes the same call: dl_submit answers
+ * the later ones with the places the first got), the places noted. */
+static int place_plan(diloco *d, int f, const async_plan *p, char *err, size_t errlen)
 {
     int64_t *seqs = malloc((size_t)p->n * sizeof *seqs);
-    int rc = DL_FAIL;
-    if (!seqs) err_set(err, errlen, "out of memory");
-    if (seqs) {
-        if (!again) d->submission++;
-        rc = place(d, f, p->first, NULL, p->n, p->bases, seqs, err, errlen);
+    if (!seqs) {
+        err_set(err, errlen, "out of memory");
+        return DL_FAIL;
     }
+    int rc = place(d, f, p->first, NULL, p->n, p->bases, seqs, err, errlen);
     /* the places of f's shards in this session's view: every shard of the fragment (the lookahead aims
      * them all), or a sharded rank's own */
     for (int k = d->rc.frag_bounds[f]; rc == DL_OK && k < d->rc.frag_bounds[f + 1]; k++)
@@ -165,20 +270,59 @@ int async_place_deliver(diloco *d, int f, const async_plan *p, int again, char *
     /* and of every shard of the fragment, the other ranks' parts too: what this rank's close waits for */
     for (int i = 0; rc == DL_OK && d->grp_placed && i < p->n; i++) d->grp_placed[p->first + i] = seqs[i];
     free(seqs);
-    if (rc != DL_OK) return rc;
-    /* from here the submission has its places: completed or abandoned with the other ranks (group.c's
-     * async_settle), never sent again as part of another one */
-    d->frag_incomplete[f] = 1;
-    return async_deliver(d, f, err, errlen);
+    return rc;
 }
 
-/* async_place_shards for the shards of fragment f, from shard_version into seq. */
-static int async_place(diloco *d, int f, char *err, size_t errlen)
+/* A worker alone's submission of fragment f placed, from the bases kept in sub_base. */
+static int place_alone(diloco *d, int f, char *err, size_t errlen)
 {
     int first = d->rc.frag_bounds[f], n = d->rc.frag_bounds[f + 1] - first;
     /* (the session's shard k is the run's dl_shard_id(d, k)) */
     const int *ids = d->shard_ids ? d->shard_ids + first : NULL;
-    return async_place_shards(d, f, first, ids, n, d->shard_version + first, d->seq + first, err, errlen);
+    return place(d, f, first, ids, n, d->sub_base + first, d->seq + first, err, errlen);
+}
+
+/* deliver; when Redis says the places were lost in a failover, the same submission is placed again (its
+ * number unchanged: the new master gives new places, or answers those it has if it has the submission
+ * after all) and delivered there. The window's Δ is the same, and so are its bases: to the run, one
+ * submission that got its places late. p: a group's Streaming submission (place_plan), NULL for a worker
+ * alone (place_alone); a rank of a group's blocking round cannot place again (rank 0 placed for every rank:
+ * group.c), so its part fails, and the group leaves the run and registers again (async_settle). */
+static int deliver_placed(diloco *d, int f, const async_plan *p, char *err, size_t errlen)
+{
+    int rc = deliver(d, f, err, errlen);
+    for (int attempt = 0; rc == PLACES_LOST && attempt < PLACE_ATTEMPTS && (p || !d->grp); attempt++) {
+        log_warn("fragment %d: %s; placing submission %" PRId64 " again", f, err, d->submission);
+        rc = p ? place_plan(d, f, p, err, errlen) : place_alone(d, f, err, errlen);
+        if (rc == DL_OK) rc = deliver(d, f, err, errlen);
+    }
+    return rc == PLACES_LOST ? DL_FAIL : rc; /* (still pending: async_complete delivers it again) */
+}
+
+int async_deliver(diloco *d, int f, char *err, size_t errlen)
+{
+    return deliver_placed(d, f, NULL, err, errlen);
+}
+
+int async_place_deliver(diloco *d, int f, const async_plan *p, int again, char *err, size_t errlen)
+{
+    if (!again) d->submission++;
+    int rc = place_plan(d, f, p, err, errlen);
+    if (rc != DL_OK) return rc;
+    /* from here the submission has its places: completed or abandoned with the other ranks (group.c's
+     * async_settle), never sent again as part of another one */
+    d->frag_incomplete[f] = 1;
+    return deliver_placed(d, f, p, err, errlen);
+}
+
+/* A worker alone's next submission for the shards of fragment f, from shard_version (kept in sub_base) into
+ * seq. */
+static int async_place(diloco *d, int f, char *err, size_t errlen)
+{
+    int first = d->rc.frag_bounds[f], n = d->rc.frag_bounds[f + 1] - first;
+    memcpy(d->sub_base + first, d->shard_version + first, (size_t)n * sizeof *d->sub_base);
+    d->submission++;
+    return place_alone(d, f, err, errlen);
 }
 
 int async_submit_net(diloco *d, int f, char *err, size_t errlen)

@@ -192,6 +192,8 @@ struct diloco {
                                  places) did not finish for us */
     int64_t *seq;             /* async: each shard's place in its order for our current submission */
     int64_t submission;       /* async: number of our current submission (dl_submit knows a resend by it) */
+    int64_t *sub_base;        /* async, a worker alone: each shard's base version in that submission (placed
+                                 again from them when a failover lost its places: async.c) */
     uint64_t *push_tokens;    /* per fragment: tokens trained since its previous send (--weight-by tokens) */
     uint64_t *tokens_at_send; /* per fragment: our token count when it was last sent */
     uint64_t *tokens_before;  /* per fragment: tokens_at_send before the Δ out (back if it is not taken) */

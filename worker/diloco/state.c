@@ -56,6 +56,7 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen)
     d->frag_version = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
     d->frag_joined = calloc((size_t)d->rc.nfragments, sizeof(int64_t));
     d->seq = calloc((size_t)d->rc.nshards, sizeof(int64_t));
+    d->sub_base = calloc((size_t)d->rc.nshards, sizeof(int64_t));
     d->push_tokens = calloc((size_t)d->rc.nfragments, sizeof(uint64_t));
     d->tokens_at_send = calloc((size_t)d->rc.nfragments, sizeof(uint64_t));
     d->tokens_before = calloc((size_t)d->rc.nfragments, sizeof(uint64_t));
@@ -72,7 +73,7 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen)
     d->tails = calloc((size_t)d->rc.nfragments, sizeof(stream_tail));
     d->lane_ctl = calloc((size_t)d->rc.nfragments, sizeof(rconn *));
     if (!d->base || !d->owners || !d->shard_version || !d->shard_corrupt || !d->frag_version || !d->frag_joined ||
-        !d->seq || !d->push_tokens || !d->tokens_at_send || !d->tokens_before || !d->tent_version || !d->tent_xxh ||
+        !d->seq || !d->sub_base || !d->push_tokens || !d->tokens_at_send || !d->tokens_before || !d->tent_version || !d->tent_xxh ||
         !d->delta_xxh || !d->tent_epoch || !d->tent_round || !d->counted_round || !d->frag_incomplete || !d->inflight ||
         !d->tails || !d->lane_ctl) {
         err_set(err, errlen, "out of memory for %zu parameters", n);
@@ -292,6 +293,7 @@ void state_free(diloco *d)
     free(d->frag_version);
     free(d->frag_joined);
     free(d->seq);
+    free(d->sub_base);
     free(d->push_tokens);
     free(d->tokens_at_send);
     free(d->tokens_before);

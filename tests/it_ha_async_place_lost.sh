@@ -1,0 +1,73 @@
+#!/bin/sh
+# it_ha_async_place_lost.sh: an async place that a replica acknowledged and a failover lost anyway is placed
+# again. WAIT is not consensus: the replica that acknowledged a dl_submit can follow a new master that never
+# had it and drop it (docs/PROTOCOL.md, "Durable means replicated"). The new master then gives the place to
+# another submission, or to nobody yet; without a check the worker's get returned once the shard was past
+# another worker's Δ (its window lost while it counted it as applied), or waited for a submission that never
+# came, again at every completion. Each worker asks Redis after its get whether its places are still its
+# own (dl_places) and places the same submission again when they are not (worker/diloco/async.c).
+# A master with two replicas r1 and r2, --min-replicas 1; an async run of two workers (1 s intervals) and one
+# shard-server. With the server stopped (no commit can happen meanwhile) and r1 cut off from the master, the
+# workers make their next submissions (r2 acknowledges them); then the master dies and r1's copy becomes the
+# master on the same port (the failover a Sentinel makes to the replica it can reach), with a fresh replica
+# in place of r2 (a replica that follows the new master drops what that master lacks). A worker c starts on
+# the new master and takes the lost places' numbers with its own submissions. Every worker places its lost
+# submission again, and the run ends bit-identical to the replay of the order Redis recorded
+# (tests/tools/ref_async), in which those submissions were placed late.
+# test: light (it waits more than it computes)
+. "$(dirname "$0")/lib.sh"
+RUN=lost; H=10
+start_redis
+MPORT=$PORT
+replica() { # NAME PORT: a replica of the master, its RDB in $TMP/NAME/
+  mkdir -p "$TMP/$1"
+  redis-server --port "$2" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --replicaof 127.0.0.1 "$MPORT" \
+    --dir "$TMP/$1" --dbfilename dump.rdb --logfile "$TMP/$1.log" --pidfile "$TMP/$1.pid" > /dev/null ||
+    fail "replica $1 did not start"
+  wait_until 20 "[ -s $TMP/$1.pid ] && redis-cli -p $2 info replication | grep -q master_link_status:up" \
+    "replica $1 to follow the master"
+  PIDS="$PIDS $(cat "$TMP/$1.pid")"
+}
+R1PORT=$(free_port); replica r1 "$R1PORT"; R1=$(cat "$TMP/r1.pid")
+R2PORT=$(free_port); replica r2 "$R2PORT"; R2=$(cat "$TMP/r2.pid")
+init_run $RUN --async --trainer quadratic --numel 20000 --shards 2 --workers 3 --min-replicas 1
+start_server s1 --lease-ttl-ms 20000
+submits() { $RCLI XRANGE "dl:{$RUN}:events" - + | grep -c '^submit$'; }
+syncs() { cat "$TMP/$1.jsonl" 2>/dev/null | grep -c '"event":"sync"'; }
+WARGS="--sync-every $H --step-delay-ms 100 --heartbeat-interval 0.5"
+start_worker a $WARGS --steps 80
+start_worker b $WARGS --steps 80
+wait_until 30 '[ "$(syncs a)" -ge 2 ] && [ "$(syncs b)" -ge 2 ]' "both workers to sync twice"
+
+# no commit from here until the server runs again: what r1 has is a consistent run
+kill -STOP "$SRV_s1"
+offset() { redis-cli -p "$1" info replication | sed -n "s/^$2:\([0-9]*\).*/\1/p"; }
+wait_until 5 '[ "$(offset $R1PORT slave_repl_offset)" = "$(offset $MPORT master_repl_offset)" ]' "r1 to catch up" 0.05
+redis-cli -p "$R1PORT" replicaof no one > /dev/null # (a stopped replica would still read what was sent)
+s0=$(submits)
+wait_until 10 '[ "$(submits)" -ge $((s0 + 2)) ]' "both workers' next submissions (r2 acknowledges them)"
+sleep 0.5
+lost=$((($(submits) - s0) / 2)) # (an event per shard)
+say "server and r1 stopped: $lost submissions recorded on the master and acknowledged by r2"
+
+# the failover: r1's copy becomes the master on the master's port, with a fresh replica
+kill -9 "$(cat "$TMP/redis.pid")" "$R2"
+redis-cli -p "$R1PORT" save > /dev/null || fail "r1 did not save its copy"
+kill -9 "$R1"
+mkdir -p "$TMP/m2" && cp "$TMP/r1/dump.rdb" "$TMP/m2/dump.rdb"
+wait_until 10 '! redis-cli -p $MPORT ping > /dev/null 2>&1' "the old master's port to close"
+redis-server --port "$MPORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir "$TMP/m2" \
+  --dbfilename dump.rdb --logfile "$TMP/m2.log" --pidfile "$TMP/m2.pid" > /dev/null || fail "the new master did not start"
+wait_until 10 'redis-cli -p $MPORT ping > /dev/null 2>&1' "the new master"
+PIDS="$PIDS $(cat "$TMP/m2.pid")"
+replica r3 "$(free_port)"
+[ "$(submits)" -eq "$s0" ] || fail "the new master has the window's submissions: nothing was lost"
+say "failover: the new master lacks them"
+
+start_worker c $WARGS --steps 40
+kill -CONT "$SRV_s1"
+wait_workers a b c
+n=$(cat "$TMP/worker-a.log" "$TMP/worker-b.log" | grep -c "no longer records submission")
+[ "$n" -ge 1 ] || fail "no worker found its place lost: $(grep -h -m3 WARN "$TMP/worker-a.log" "$TMP/worker-b.log")"
+grep -h -m1 "no longer records submission" "$TMP/worker-a.log" "$TMP/worker-b.log" | sed 's/.*WARN /  /'
+ref_async_check $RUN $H "($lost submissions lost in a failover and placed again)" --async-lookahead 0.5

@@ -6,13 +6,14 @@
 # another worker's Δ (its window lost while it counted it as applied), or waited for a submission that never
 # came, again at every completion. Each worker asks Redis after its get whether its places are still its
 # own (dl_places) and places the same submission again when they are not (worker/diloco/async.c).
-# A master with two replicas r1 and r2, --min-replicas 1; an async run of two workers (1 s intervals) and one
-# shard-server. With the server stopped (no commit can happen meanwhile) and r1 cut off from the master, the
-# workers make their next submissions (r2 acknowledges them); then the master dies and r1's copy becomes the
-# master on the same port (the failover a Sentinel makes to the replica it can reach), with a fresh replica
-# in place of r2 (a replica that follows the new master drops what that master lacks). A worker c starts on
-# the new master and takes the lost places' numbers with its own submissions. Every worker places its lost
-# submission again, and the run ends bit-identical to the replay of the order Redis recorded
+# A master with two replicas r1 and r2, --min-replicas 1; an async run of two workers and a process group of
+# two ranks (1 s intervals) and one shard-server. With the server stopped (no commit can happen meanwhile) and
+# r1 cut off from the master, the workers make their next submissions (r2 acknowledges them); then the master
+# dies and r1's copy becomes the master on the same port (the failover a Sentinel makes to the replica it can
+# reach), with a fresh replica in place of r2 (a replica that follows the new master drops what that master
+# lacks). A worker c starts on the new master and takes the lost places' numbers with its own submissions.
+# Every worker places its lost submission again (the group's rank 0 for both ranks: worker/diloco/group.c,
+# async_settle), and the run ends bit-identical to the replay of the order Redis recorded
 # (tests/tools/ref_async), in which those submissions were placed late.
 # test: light (it waits more than it computes)
 . "$(dirname "$0")/lib.sh"
@@ -37,7 +38,12 @@ syncs() { cat "$TMP/$1.jsonl" 2>/dev/null | grep -c '"event":"sync"'; }
 WARGS="--sync-every $H --step-delay-ms 100 --heartbeat-interval 0.5"
 start_worker a $WARGS --steps 80
 start_worker b $WARGS --steps 80
-wait_until 30 '[ "$(syncs a)" -ge 2 ] && [ "$(syncs b)" -ge 2 ]' "both workers to sync twice"
+# g: a process group of 2 ranks (rank 0 places the group's submission, each rank delivers its shard)
+build/tests/tools/group_worker --redis "$URL" --run $RUN --worker-id g --ranks 2 --steps 80 --sync-every $H \
+  --heartbeat-ms 500 --step-delay-ms 100 > "$TMP/g.out" 2> "$TMP/worker-g.log" &
+WRK_g=$!; PIDS="$PIDS $!"
+gsyncs() { grep -c '^sync rank 0 ' "$TMP/g.out" 2>/dev/null; }
+wait_until 30 '[ "$(syncs a)" -ge 2 ] && [ "$(syncs b)" -ge 2 ] && [ "$(gsyncs)" -ge 2 ]' "the workers to sync twice"
 
 # no commit from here until the server runs again: what r1 has is a consistent run
 kill -STOP "$SRV_s1"
@@ -45,7 +51,7 @@ offset() { redis-cli -p "$1" info replication | sed -n "s/^$2:\([0-9]*\).*/\1/p"
 wait_until 5 '[ "$(offset $R1PORT slave_repl_offset)" = "$(offset $MPORT master_repl_offset)" ]' "r1 to catch up" 0.05
 redis-cli -p "$R1PORT" replicaof no one > /dev/null # (a stopped replica would still read what was sent)
 s0=$(submits)
-wait_until 10 '[ "$(submits)" -ge $((s0 + 2)) ]' "both workers' next submissions (r2 acknowledges them)"
+wait_until 10 '[ "$(submits)" -ge $((s0 + 6)) ]' "the workers' next submissions (r2 acknowledges them)"
 sleep 0.5
 lost=$((($(submits) - s0) / 2)) # (an event per shard)
 say "server and r1 stopped: $lost submissions recorded on the master and acknowledged by r2"
@@ -66,8 +72,26 @@ say "failover: the new master lacks them"
 
 start_worker c $WARGS --steps 40
 kill -CONT "$SRV_s1"
-wait_workers a b c
-n=$(cat "$TMP/worker-a.log" "$TMP/worker-b.log" | grep -c "no longer records submission")
-[ "$n" -ge 1 ] || fail "no worker found its place lost: $(grep -h -m3 WARN "$TMP/worker-a.log" "$TMP/worker-b.log")"
-grep -h -m1 "no longer records submission" "$TMP/worker-a.log" "$TMP/worker-b.log" | sed 's/.*WARN /  /'
+wait_workers a b c g
+for w in a b; do
+  grep -q "no longer records our place" "$TMP/worker-$w.log" ||
+    fail "$w did not find its place lost: $(grep -h -m3 WARN "$TMP/worker-$w.log")"
+done
+grep -h -m1 "no longer records our place" "$TMP/worker-a.log" | sed 's/.*WARN /  /'
+grep -q "no longer records our place" "$TMP/worker-g.log" || fail "the group did not find its places lost"
+grep -q "applied at a second try" "$TMP/worker-g.log" ||
+  fail "the group's submission was not placed again: $(grep -h -m3 'WARN' "$TMP/worker-g.log")"
 ref_async_check $RUN $H "($lost submissions lost in a failover and placed again)" --async-lookahead 0.5
+
+# dl_places itself, on c's last place of shard 0: its own (1); not for another incarnation, nor a place not
+# given yet (0); unknown once the record is gone, as dl_commit removes it 256 versions on (-1)
+rec=$($RCLI HGETALL "dl:{$RUN}:subs:0" | paste - - | awk -F'\t' '$2 ~ /^c:/ {print $1, $2}' | sort -n | tail -1)
+seq=${rec%% *}; inc=$(echo "$rec" | cut -d' ' -f2 | cut -d: -f2)
+[ -n "$seq" ] && [ -n "$inc" ] || fail "no record of c's places in dl:{$RUN}:subs:0"
+next=$($RCLI HGET "dl:{$RUN}:shards" 0:next)
+places() { $RCLI FCALL dl_places 1 "dl:{$RUN}:config" c "$@" | tr '\n' ' '; }
+got="$(places "$inc" 0 "$seq")/$(places $((inc + 1)) 0 "$seq")/$(places "$inc" 0 "$next")"
+$RCLI HDEL "dl:{$RUN}:subs:0" "$seq" > /dev/null
+got="$got/$(places "$inc" 0 "$seq")"
+[ "$got" = "1 /0 /0 /-1 " ] || fail "dl_places on c's place $seq (next $next): $got, expected 1 /0 /0 /-1"
+say "dl_places: c's place $seq is its own, not another incarnation's; place $next not given; a record gone unknown"

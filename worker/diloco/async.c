@@ -6,7 +6,9 @@
  *   2. the pseudo-gradient of shard k goes to its owner as a push for round s_k;
  *   3. a get for version s_k+1 returns once the owner has applied every submission up to ours (it may
  *      return a later version: others kept submitting);
- * and the versions we got become our base (they may differ per shard: each shard moves on its own).
+ * and the versions we got become our base (they may differ per shard: each shard moves on its own). Redis
+ * is then asked whether the places are still ours: a failover can lose a dl_submit, and a lost submission is
+ * placed again (deliver_placed).
  * As in sync mode, Δ is kept until every get returned, and resent to whoever says it lacks it. A
  * submission that got its places and then failed (DL_FAIL: training goes on) is completed before the
  * fragment's next Δ, never redone (async_complete): its Δ may have been applied already; one still pending
@@ -163,15 +165,15 @@ static int places_held(diloco *d, int f, int first, int last, char *err, size_t 
     if (rc < 0) return -1;
     if (lost && !ours) {
         err_set(err, errlen,
-                "Redis no longer records submission %" PRId64 "'s place %" PRId64 " in shard %d's order as ours (a "
-                "failover lost it: the shard applied another submission there, or will give the place anew)",
-                d->submission, d->seq[lost_shard], dl_shard_id(d, lost_shard));
+                "Redis no longer records our place %" PRId64 " in shard %d's order (a failover lost it: the shard "
+                "applied another submission there, or will give the place anew)",
+                d->seq[lost_shard], dl_shard_id(d, lost_shard));
         return HELD_LOST;
     }
     if (lost)
-        log_error("fragment %d: Redis records %d of submission %" PRId64 "'s places as ours and %d not: taken as "
-                  "ours (a dl_submit is kept or lost whole)",
-                  f, ours, d->submission, lost);
+        log_error("fragment %d: Redis records %d of our places as ours and %d not: taken as ours (a dl_submit is "
+                  "kept or lost whole)",
+                  f, ours, lost);
     return ours == n ? HELD_OURS : HELD_UNSURE;
 }
 
@@ -227,7 +229,8 @@ static int submit_answered(diloco *d, int f, int first, const int *ids, int n, c
 /* submit_answered; with min_replicas, only once our places are on that many replicas. Places lost in a
  * failover (the old master answered dl_submit, its replicas never had it) would be handed to others on the
  * new master; an owner stores our push for such a place unused (or, past it, acks it as applied already)
- * and our get returns once the shard is past it: our window lost, the worker none the wiser. If the
+ * and our get returns once the shard is past it: our window lost (deliver asks Redis afterwards, for what
+ * a WAIT cannot prevent: deliver_placed). If the
  * connection breaks during the WAIT (the failover itself), the same submission is placed again on the new
  * master: it answers the places it has (repeated_submission), or new ones if ours were lost. When it cannot
  * be made durable, the submission failed without places (DL_FAIL): the next Δ covers its window, and a place
@@ -246,10 +249,10 @@ static int place(diloco *d, int f, int first, const int *ids, int n, const int64
     return DL_FAIL;
 }
 
-int async_place_shards(diloco *d, int f, int first, const int *ids, int n, const int64_t *bases, int64_t *seqs,
-                       char *err, size_t errlen)
+int async_place_shards(diloco *d, int f, int again, int first, const int *ids, int n, const int64_t *bases,
+                       int64_t *seqs, char *err, size_t errlen)
 {
-    d->submission++;
+    if (!again) d->submission++;
     return place(d, f, first, ids, n, bases, seqs, err, errlen);
 }
 
@@ -286,9 +289,9 @@ static int place_alone(diloco *d, int f, char *err, size_t errlen)
  * number unchanged: the new master gives new places, or answers those it has if it has the submission
  * after all) and delivered there. The window's Δ is the same, and so are its bases: to the run, one
  * submission that got its places late. p: a group's Streaming submission (place_plan), NULL for a worker
- * alone (place_alone); a rank of a group's blocking round cannot place again (rank 0 placed for every rank:
- * group.c), so its part fails, and the group leaves the run and registers again (async_settle). */
-static int deliver_placed(diloco *d, int f, const async_plan *p, char *err, size_t errlen)
+ * alone (place_alone); a rank of a group's blocking round cannot place again (rank 0 placed for every rank):
+ * DL_FAIL with *lost set, and group.c's async_settle has rank 0 place it again for the group. */
+static int deliver_placed(diloco *d, int f, const async_plan *p, int *lost, char *err, size_t errlen)
 {
     int rc = deliver(d, f, err, errlen);
     for (int attempt = 0; rc == PLACES_LOST && attempt < PLACE_ATTEMPTS && (p || !d->grp); attempt++) {
@@ -296,12 +299,13 @@ static int deliver_placed(diloco *d, int f, const async_plan *p, char *err, size
         rc = p ? place_plan(d, f, p, err, errlen) : place_alone(d, f, err, errlen);
         if (rc == DL_OK) rc = deliver(d, f, err, errlen);
     }
+    if (lost) *lost = rc == PLACES_LOST;
     return rc == PLACES_LOST ? DL_FAIL : rc; /* (still pending: async_complete delivers it again) */
 }
 
-int async_deliver(diloco *d, int f, char *err, size_t errlen)
+int async_deliver(diloco *d, int f, int *lost, char *err, size_t errlen)
 {
-    return deliver_placed(d, f, NULL, err, errlen);
+    return deliver_placed(d, f, NULL, lost, err, errlen);
 }
 
 int async_place_deliver(diloco *d, int f, const async_plan *p, int again, char *err, size_t errlen)
@@ -312,7 +316,7 @@ int async_place_deliver(diloco *d, int f, const async_plan *p, int again, char *
     /* from here the submission has its places: completed or abandoned with the other ranks (group.c's
      * async_settle), never sent again as part of another one */
     d->frag_incomplete[f] = 1;
-    return deliver_placed(d, f, p, err, errlen);
+    return deliver_placed(d, f, p, NULL, err, errlen);
 }
 
 /* A worker alone's next submission for the shards of fragment f, from shard_version (kept in sub_base) into
@@ -333,7 +337,7 @@ int async_submit_net(diloco *d, int f, char *err, size_t errlen)
     /* From here the submission has its places: if it fails now, it is completed later (async_complete),
      * never sent again as part of another one. */
     d->frag_incomplete[f] = 1;
-    if ((rc = async_deliver(d, f, err, errlen)) != DL_OK) return rc;
+    if ((rc = async_deliver(d, f, NULL, err, errlen)) != DL_OK) return rc;
     log_debug("fragment %d: submission applied at version %" PRId64 " (got up to %" PRId64 ")", f, d->seq[first] + 1,
               d->shard_version[first]);
     return DL_OK;
@@ -354,7 +358,7 @@ int async_complete(diloco *d, int f, char *err, size_t errlen)
 {
     if (!d->frag_incomplete[f]) return DL_OK;
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f);
-    int rc = async_deliver(d, f, err, errlen);
+    int rc = async_deliver(d, f, NULL, err, errlen);
     if (rc == DL_STALE || rc == DL_EVICTED) {
         log_warn("fragment %d: the submission whose result did not come cannot be completed (%s); continuing from "
                  "the current global parameters",
@@ -382,7 +386,7 @@ int async_complete_closing(diloco *d, int f, char *err, size_t errlen)
 {
     if (!d->frag_incomplete[f]) return DL_OK;
     int first = dl_first_shard(d, f);
-    int rc = async_deliver(d, f, err, errlen);
+    int rc = async_deliver(d, f, NULL, err, errlen);
     if (rc == DL_OK)
         log_info("fragment %d: the submission whose result did not come is applied (version %" PRId64
                  " of shard %d) before closing",

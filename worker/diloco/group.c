@@ -445,10 +445,10 @@ static void take_versions(diloco *d, int f, frag_versions *v)
 }
 
 /* Rank 0's submission of the group for every shard of fragment f (the run's ids, from the versions every
- * rank gave at PREPARE) into v->seqs. */
-static int place_all(diloco *d, int f, frag_versions *v, char *err, size_t errlen)
+ * rank gave at PREPARE) into v->seqs; again: the same submission, whose places a failover lost. */
+static int place_all(diloco *d, int f, frag_versions *v, int again, char *err, size_t errlen)
 {
-    return async_place_shards(d, f, v->first, NULL, v->n, v->whole, v->seqs, err, errlen);
+    return async_place_shards(d, f, again, v->first, NULL, v->n, v->whole, v->seqs, err, errlen);
 }
 
 /* Async Streaming: fragment f's submission (the versions every rank gave at PREPARE) kept for the ranks'
@@ -473,15 +473,16 @@ static int plan_keep(diloco *d, const frag_versions *v, char *err, size_t errlen
 }
 
 /* Async, instead of a barrier round's arrival: rank 0 places the group's submission for the whole fragment
- * (place_all, from the base versions every rank gave at PREPARE) and PLACES hands the places to every rank.
- * me->status: rank 0's (STALE, EVICTED, FAIL: nothing placed) on every rank. -1 when the collective failed. */
-static int async_places(diloco *d, int f, group_msg *me, frag_versions *v, group_msg *all, char *err,
+ * (place_all, from the base versions every rank gave at PREPARE) and PLACES hands the places to every rank;
+ * again: the same submission once more, its places lost in a failover (async_settle). me->status: rank 0's
+ * (STALE, EVICTED, FAIL: nothing placed) on every rank. -1 when the collective failed. */
+static int async_places(diloco *d, int f, int again, group_msg *me, frag_versions *v, group_msg *all, char *err,
                         size_t errlen)
 {
     memset(me, 0, sizeof *me);
-    lookahead_keep(d, f); /* (the bases and versions the next start is aimed from: every rank holds all) */
+    if (!again) lookahead_keep(d, f); /* (the bases and versions the next start is aimed from: all ranks') */
     if (d->grp_rank == 0) {
-        me->status = dl_evicted(d) ? DL_EVICTED : place_all(d, f, v, me->err, sizeof me->err);
+        me->status = dl_evicted(d) ? DL_EVICTED : place_all(d, f, v, again, me->err, sizeof me->err);
         if (me->status == DL_EVICTED && !me->err[0])
             snprintf(me->err, sizeof me->err, "evicted (heartbeats missed for longer than the timeout)");
     }
@@ -500,17 +501,33 @@ static int async_places(diloco *d, int f, group_msg *me, frag_versions *v, group
     return 0;
 }
 
+/* In NET's message: this rank found the group's places lost in a failover (async_deliver's lost). */
+#define NET_PLACES_LOST 4
+
 /* The places (async_places), then each rank delivers its part (async_deliver): me->status this rank's
  * delivery, or rank 0's refusal. -1 when the collective failed. */
 static int async_net(diloco *d, int f, group_msg *me, frag_versions *v, group_msg *all, char *err, size_t errlen)
 {
-    if (async_places(d, f, me, v, all, err, errlen) < 0) return -1;
-    if (me->status == DL_OK) me->status = async_deliver(d, f, me->err, sizeof me->err);
+    if (async_places(d, f, 0, me, v, all, err, errlen) < 0) return -1;
+    int lost = 0;
+    if (me->status == DL_OK) me->status = async_deliver(d, f, &lost, me->err, sizeof me->err);
+    me->v[NET_PLACES_LOST] = lost;
+    return 0;
+}
+
+/* Whether a rank said at NET that the group's places were lost (a failover loses a dl_submit whole, but a
+ * rank whose get waits for a place nobody was given learns it only when its get gives up). */
+static int places_lost(const group_msg *all, int size)
+{
+    for (int r = 0; r < size; r++)
+        if (all[r].v[NET_PLACES_LOST]) return 1;
     return 0;
 }
 
 /* Async, after NET: the group's submission has its places but a rank's part was not applied. Each such rank
- * tries once more (its Δ kept: async_deliver); when every part is then applied, the round succeeded. When
+ * tries once more (its Δ kept: async_deliver); when a rank found the places lost in a failover, rank 0 first
+ * places the same submission again for every rank (async_places, again), and every rank delivers its part
+ * there. When every part is then applied, the round succeeded. When
  * not, the group leaves the run, so that no owner waits for a place of ours (an async place of a dead
  * incarnation becomes a no-op: shard-server/commit.c), and recover registers it again: a group does not
  * carry a half-delivered submission into its next interval, where every rank would have to agree on its
@@ -521,10 +538,14 @@ static int async_settle(diloco *d, int f, int unplaced, frag_versions *v, group_
     if (d->grp_rank == 0)
         log_warn("fragment %d: the group's submission was not applied on every rank (%s); trying once more", f, err);
     group_msg me = {0};
-    if (unplaced) /* (the same submission: dl_submit answers with the places another rank's call got) */
+    if (unplaced) { /* (the same submission: dl_submit answers with the places another rank's call got) */
         me.status = async_place_deliver(d, f, &d->grp_plan, 1, me.err, sizeof me.err);
-    else
-        me.status = d->frag_incomplete[f] ? async_deliver(d, f, me.err, sizeof me.err) : DL_OK;
+    } else if (places_lost(all, d->o.group.size)) { /* (all: NET's) */
+        if (async_places(d, f, 1, &me, v, all, err, errlen) < 0) return -1;
+        if (me.status == DL_OK) me.status = async_deliver(d, f, NULL, me.err, sizeof me.err);
+    } else {
+        me.status = d->frag_incomplete[f] ? async_deliver(d, f, NULL, me.err, sizeof me.err) : DL_OK;
+    }
     me.v[1] = part_digest(d, me.status); /* (as NET's) */
     me.v[2] = dylu_offer(d); /* (this gather is the round's last, as NET's would have been) */
     if (gather_versions(d, f, GRP_COMPLETE, &me, v, all, err, errlen) < 0) return -1;

@@ -621,13 +621,14 @@ int fetch_current_once(diloco *d, int f, char *err, size_t errlen);
 /* Submit, push, get for fragment f; base[f] holds the versions we got. Once dl_submit gave the places,
  * a failure leaves the submission pending (frag_incomplete[f]) for async_complete. */
 int async_submit_net(diloco *d, int f, char *err, size_t errlen);
-/* The first half of it: dl_submit of a new submission (d->submission + 1) of fragment f for n shards, the
- * run's ids[0..n-1] or, without ids, the run's shards first .. first + n - 1, from the base versions
- * bases[], retried while Redis does not answer; seqs[] takes the places. DL_OK; DL_STALE (older than
- * --max-staleness), DL_EVICTED, DL_FAIL: no place was given. A process group's rank 0 places the group's
- * submission for every shard its ranks move (group.c). */
-int async_place_shards(diloco *d, int f, int first, const int *ids, int n, const int64_t *bases, int64_t *seqs,
-                       char *err, size_t errlen);
+/* The first half of it: dl_submit of a new submission (d->submission + 1; with again the current one, whose
+ * places a failover lost: async_deliver's lost) of fragment f for n shards, the run's ids[0..n-1] or,
+ * without ids, the run's shards first .. first + n - 1, from the base versions bases[], retried while Redis
+ * does not answer; seqs[] takes the places. DL_OK; DL_STALE (older than --max-staleness), DL_EVICTED,
+ * DL_FAIL: no place was given. A process group's rank 0 places the group's submission for every shard its
+ * ranks move (group.c). */
+int async_place_shards(diloco *d, int f, int again, int first, const int *ids, int n, const int64_t *bases,
+                       int64_t *seqs, char *err, size_t errlen);
 /* A group rank's async round of fragment f, on its thread: every rank places the same submission p (the
  * session's next number, or with again its current one: a second try), dl_submit answering the ranks after
  * the first with the places the first got, and delivers its part (async_deliver). The places of f's shards
@@ -636,8 +637,9 @@ int async_place_deliver(diloco *d, int f, const async_plan *p, int again, char *
 /* The second half: the Δ of each shard this session moves of fragment f (dl_first_shard..) to its place,
  * then each such shard once the submission is applied (resent to an owner that lacks it); base takes the
  * versions got, frag_incomplete[f] is cleared and frag_version[f] is the lowest of them (a group's rank: left
- * to the ranks' agreement, group.c). */
-int async_deliver(diloco *d, int f, char *err, size_t errlen);
+ * to the ranks' agreement, group.c). Places a failover lost are placed again and delivered there; a rank
+ * of a group's blocking round cannot (rank 0 places for the group): DL_FAIL, and *lost (may be NULL) 1. */
+int async_deliver(diloco *d, int f, int *lost, char *err, size_t errlen);
 /* Before fragment f computes its next Δ: complete its pending submission, if any (DL_OK: none; DL_STALE:
  * completed, params[f] took the versions got and the steps trained meanwhile are dropped; DL_FAIL,
  * DL_CORRUPT: still pending). */

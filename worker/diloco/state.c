@@ -73,9 +73,9 @@ static int alloc_buffers(diloco *d, char *err, size_t errlen)
     d->tails = calloc((size_t)d->rc.nfragments, sizeof(stream_tail));
     d->lane_ctl = calloc((size_t)d->rc.nfragments, sizeof(rconn *));
     if (!d->base || !d->owners || !d->shard_version || !d->shard_corrupt || !d->frag_version || !d->frag_joined ||
-        !d->seq || !d->sub_base || !d->push_tokens || !d->tokens_at_send || !d->tokens_before || !d->tent_version || !d->tent_xxh ||
-        !d->delta_xxh || !d->tent_epoch || !d->tent_round || !d->counted_round || !d->frag_incomplete || !d->inflight ||
-        !d->tails || !d->lane_ctl) {
+        !d->seq || !d->sub_base || !d->push_tokens || !d->tokens_at_send || !d->tokens_before || !d->tent_version ||
+        !d->tent_xxh || !d->delta_xxh || !d->tent_epoch || !d->tent_round || !d->counted_round || !d->frag_incomplete ||
+        !d->inflight || !d->tails || !d->lane_ctl) {
         err_set(err, errlen, "out of memory for %zu parameters", n);
         return -1;
     }

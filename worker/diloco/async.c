@@ -95,6 +95,10 @@ static int submit(diloco *d, int f, int first, const int *ids, int n, const int6
 
 /* deliver's outcome when Redis says our places were lost (never returned out of this file). */
 #define PLACES_LOST 100
+/* How long a get waits for earlier submissions before it asks whether our place is still ours: when every
+ * worker's place was lost together, each get waits for a submission that nobody will make, and would
+ * wait the whole sync timeout (120 s by default) before it asks. */
+#define PLACE_ASK_MS 3000
 
 enum { HELD_OURS, HELD_LOST, HELD_UNSURE };
 
@@ -180,15 +184,27 @@ static int places_held(diloco *d, int f, int first, int last, char *err, size_t 
 /* Push fragment f's Δ (this rank's part) to its places and get each shard once it is applied. Then ask Redis
  * whether the places were ours: a dl_submit that a replica acknowledged can still be lost in a failover
  * (docs/PROTOCOL.md, "Durable means replicated"), and then our get returned once the shard was past another
- * submission's Δ, or gave up (a place lost and not given anew waits for a submission that never comes).
- * PLACES_LOST then. Asked after a get that gave up, and, with min_replicas (a run that counts on surviving
- * failovers; one more Redis round trip a submission, as the WAIT before the push), after every get. */
+ * submission's Δ, or waits for a submission that never comes (a place lost and not given anew).
+ * PLACES_LOST then. Asked once a get has waited PLACE_ASK_MS, after a get that gave up, and, with
+ * min_replicas (a run that counts on surviving failovers; one more Redis round trip a submission, as the
+ * WAIT before the push), after every get. */
 static int deliver(diloco *d, int f, char *err, size_t errlen)
 {
     int first = dl_first_shard(d, f), last = dl_last_shard(d, f); /* (a group's rank: its part of f) */
     int rc = fanout_push_each(d, first, last, d->seq, err, errlen);
-    fanout_get_arg ga = {.may_push = 1, .after = d->seq};
+    /* a get told to wait PLACE_ASK_MS for earlier places asks whether ours is still ours, then waits on */
+    fanout_get_arg ga = {.may_push = 1, .after = d->seq, .ask_ms = PLACE_ASK_MS};
     if (rc == DL_OK) rc = fanout_get(d, first, last, &ga, err, errlen);
+    if (rc == DL_RETRY) {
+        char why[256];
+        int held = places_held(d, f, first, last, why, sizeof why);
+        if (held == HELD_LOST) {
+            err_set(err, errlen, "%s", why);
+            return PLACES_LOST;
+        }
+        ga.ask_ms = 0;
+        rc = fanout_get(d, first, last, &ga, err, errlen);
+    }
     if ((rc == DL_OK && d->rc.min_replicas > 0) || rc == DL_FAIL) {
         char why[256];
         int held = places_held(d, f, first, last, why, sizeof why);

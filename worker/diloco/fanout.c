@@ -268,7 +268,7 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
 {
     const fanout_get_arg *ga = arg;
     int64_t want = ga->after ? ga->after[shard] + 1 : ga->want;
-    uint64_t deadline = now_ms() + (uint64_t)d->o.sync_timeout_ms;
+    uint64_t t0 = now_ms(), deadline = t0 + (uint64_t)d->o.sync_timeout_ms;
     unsigned attempt = 0;
     int resent = 0; /* our Δ went again since the last pause */
     for (;;) {
@@ -311,6 +311,7 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
         }
         resent = 0;
         if (ga->once && (rc == DL_RETRY || rc == DL_NEED)) return DL_RETRY;
+        if (ga->ask_ms && rc == DL_RETRY && now_ms() - t0 >= ga->ask_ms) return DL_RETRY; /* (ask_ms) */
         if (rc != DL_RETRY && rc != DL_NEED) return rc;
         if (owners_retry_pause(d, &attempt, deadline, shard, "get", err, errlen) != DL_OK) return DL_FAIL;
     }

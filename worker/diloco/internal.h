@@ -572,6 +572,8 @@ typedef struct fanout_get_arg {
                      caller loops over the whole fragment (sync.c's get_round) */
     const int64_t *after; /* when set (async), shard k's minimum version is after[k] + 1 (our
                              submission's place, resent there on `need`) and want is unused */
+    unsigned ask_ms;      /* with after: a shard told to wait this long for earlier places ends DL_RETRY, so
+                             the caller can ask whether our place was lost in a failover (async.c) */
     const char *have;     /* when set, per shard k of the session: nonzero = base holds it at a version >= want
                              already (fetch.c), not asked */
 } fanout_get_arg;

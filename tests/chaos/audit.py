@@ -56,6 +56,16 @@ def pct(xs, q):
     return round(xs[i], 3)
 
 
+
+def places_lost(out):
+    """Async submissions whose places a Redis failover lost, found by their workers and placed again
+    (worker/diloco/async.c logs one line for each)."""
+    n = 0
+    for path in glob.glob(os.path.join(out, "worker-*.log")):
+        with open(path, errors="replace") as f:
+            n += sum("no longer records our place" in line for line in f)
+    return n
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("out")
@@ -299,6 +309,7 @@ def main():
                                          for k, v in t_part_kind.items()}
     fig["t_resume_next_close"] = {"n": len(t_resume), "median": pct(t_resume, 0.5), "p90": pct(t_resume, 0.9), "max": pct(t_resume, 1)}
     fig["t_next_commit"] = {"n": len(t_commit), "median": pct(t_commit, 0.5), "p90": pct(t_commit, 0.9), "max": pct(t_commit, 1)}
+    fig["places_lost"] = places_lost(a.out)
     print("figures: " + json.dumps(fig))
     if a.json:
         with open(a.json, "w") as f:

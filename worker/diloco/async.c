@@ -100,7 +100,7 @@ static int submit(diloco *d, int f, int first, const int *ids, int n, const int6
  * wait the whole sync timeout (120 s by default) before it asks. */
 #define PLACE_ASK_MS 3000
 
-enum { HELD_OURS, HELD_LOST, HELD_UNSURE };
+enum { HELD_OURS, HELD_LOST, HELD_UNSURE, HELD_NOT_ASKED };
 
 /* One FCALL dl_places for the places d->seq of shards [first, last) (this session's numbering): dl_places's
  * answer per shard in got[] (1 ours, 0 another's or nobody's, -1 unknown). 0, or -1 + err when Redis gave
@@ -195,27 +195,18 @@ static int deliver(diloco *d, int f, char *err, size_t errlen)
     /* a get told to wait PLACE_ASK_MS for earlier places asks whether ours is still ours, then waits on */
     fanout_get_arg ga = {.may_push = 1, .after = d->seq, .ask_ms = PLACE_ASK_MS};
     if (rc == DL_OK) rc = fanout_get(d, first, last, &ga, err, errlen);
-    if (rc == DL_RETRY) {
-        char why[256];
-        int held = places_held(d, f, first, last, why, sizeof why);
-        if (held == HELD_LOST) {
-            err_set(err, errlen, "%s", why);
-            return PLACES_LOST;
-        }
+    char why[256];
+    int held = HELD_NOT_ASKED;
+    if (rc == DL_RETRY && (held = places_held(d, f, first, last, why, sizeof why)) != HELD_LOST) {
         ga.ask_ms = 0;
         rc = fanout_get(d, first, last, &ga, err, errlen);
+        held = HELD_NOT_ASKED;
     }
-    if ((rc == DL_OK && d->rc.min_replicas > 0) || rc == DL_FAIL) {
-        char why[256];
-        int held = places_held(d, f, first, last, why, sizeof why);
-        if (held == HELD_LOST) {
-            err_set(err, errlen, "%s", why);
-            return PLACES_LOST;
-        }
-        if (held < 0 && rc == DL_OK) { /* (completed later: async_complete asks again) */
-            err_set(err, errlen, "%s", why);
-            return DL_FAIL;
-        }
+    if (held == HELD_NOT_ASKED && ((rc == DL_OK && d->rc.min_replicas > 0) || rc == DL_FAIL))
+        held = places_held(d, f, first, last, why, sizeof why);
+    if (held == HELD_LOST || (held < 0 && rc == DL_OK)) { /* (no answer: async_complete asks again) */
+        err_set(err, errlen, "%s", why);
+        return held == HELD_LOST ? PLACES_LOST : DL_FAIL;
     }
     if (rc != DL_OK) return rc;
     d->frag_incomplete[f] = 0;

@@ -280,6 +280,8 @@ static char *held_versions(diloco *d, const int64_t *by_run, uint64_t *steps)
     return held;
 }
 
+#define NO_ANSWER (-2) /* register_once: Redis gave no reply (unreachable, or the connection broke) */
+
 static int register_once(diloco *d, const int64_t *by_run, char *err, size_t errlen)
 {
     uint64_t steps;
@@ -291,8 +293,9 @@ static int register_once(diloco *d, const int64_t *by_run, char *err, size_t err
     redisReply *r = dl_command(d, err, errlen, "FCALL dl_register 1 %s %s %s %d %d %" PRIu64 " %s", d->config_key,
                                d->worker_id, d->host, d->sync_every, d->grp ? d->o.group.size : 1, steps, held);
     free(held);
+    if (r == NULL) return NO_ANSWER;
     if (dl_reply_failed(r)) {
-        if (r) freeReplyObject(r);
+        freeReplyObject(r);
         return -1;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 4 || r->element[0]->type != REDIS_REPLY_INTEGER ||
@@ -325,16 +328,32 @@ static int register_once(diloco *d, const int64_t *by_run, char *err, size_t err
     return 0;
 }
 
+/* register_once after our WAIT broke: a failover is under way, and until a replica is master Redis does not
+ * answer at all; asked again with backoff while it does not, for up to the connect timeout (as long as
+ * diloco_open waits for Redis). Before, the first such try failed and a worker starting during a failover
+ * exited (a Cluster's master killed while the registration waited for its replica). */
+static int register_again(diloco *d, const int64_t *by_run, char *err, size_t errlen)
+{
+    uint64_t deadline = now_ms() + (uint64_t)d->o.connect_timeout_ms;
+    for (unsigned attempt = 0;; attempt++) {
+        int rc = register_once(d, by_run, err, errlen);
+        if (rc != NO_ANSWER) return rc;
+        if (dl_stopping(d) || now_ms() >= deadline) return -1;
+        sleep_ms(backoff_ms(attempt, 50, 1000));
+    }
+}
+
 /* register_once; with min_replicas, only once the registration is on that many replicas. One lost in a
  * failover (the old master answered, its replicas never had it) leaves us training as an incarnation the
  * run does not know until the heartbeat says so, and its record (the steps and versions a replay drops) is
- * gone. If the connection breaks during the WAIT, we register again on the new master: a registration that
- * survived is replaced by the new one, and the incarnation it gave is never used. */
+ * gone. If the connection breaks during the WAIT, we register again on the new master (register_again): a
+ * registration that survived is replaced by the new one, and the incarnation it gave is never used. */
 #define REGISTER_ATTEMPTS 3
 int dl_register_now(diloco *d, const int64_t *by_run, char *err, size_t errlen)
 {
     for (int attempt = 0; attempt < REGISTER_ATTEMPTS; attempt++) {
-        if (register_once(d, by_run, err, errlen) < 0) return -1;
+        int rc = attempt == 0 ? register_once(d, by_run, err, errlen) : register_again(d, by_run, err, errlen);
+        if (rc < 0) return -1;
         if (dl_wait_replicas(d, err, errlen) == 0) return 0;
         if (dl_stopping(d)) return -1;
         log_warn("%s; registering again", err);

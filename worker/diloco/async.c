@@ -27,6 +27,7 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "internal.h"
+#include "redis/fcall.h"
 #include "redis/rconn.h"
 
 #define SUBMIT_HEAD 8 /* FCALL dl_submit 1 config worker incarnation fragment submission */
@@ -107,27 +108,24 @@ enum { HELD_OURS, HELD_LOST, HELD_UNSURE, HELD_NOT_ASKED };
  * no answer; an error reply (a library without dl_places: binaries of two releases) sets every got[] to -1. */
 static int ask_places(diloco *d, int first, int last, int *got, char *err, size_t errlen)
 {
-    int n = last - first, argc = 0, rc = -1;
-    const char **argv = malloc((size_t)(6 + 2 * n) * sizeof *argv);
+    int n = last - first, nargs = 2 + 2 * n, rc = -1;
+    const char **args = malloc((size_t)nargs * sizeof *args), **argv = malloc((size_t)(4 + nargs) * sizeof *argv);
     char *nums = malloc((size_t)(1 + 2 * n) * NUM_LEN); /* incarnation, the pairs */
-    if (!argv || !nums) {
+    if (!args || !argv || !nums) {
         err_set(err, errlen, "out of memory");
         goto out;
     }
     snprintf(nums, NUM_LEN, "%" PRId64, dl_inc(d));
-    argv[argc++] = "FCALL";
-    argv[argc++] = "dl_places";
-    argv[argc++] = "1";
-    argv[argc++] = d->config_key;
-    argv[argc++] = d->worker_id;
-    argv[argc++] = nums;
+    args[0] = d->worker_id;
+    args[1] = nums;
     for (int i = 0; i < n; i++) {
         char *id = nums + (size_t)(1 + 2 * i) * NUM_LEN, *seq = id + NUM_LEN;
         snprintf(id, NUM_LEN, "%d", dl_shard_id(d, first + i));
         snprintf(seq, NUM_LEN, "%" PRId64, d->seq[first + i]);
-        argv[argc++] = id;
-        argv[argc++] = seq;
+        args[2 + 2 * i] = id;
+        args[3 + 2 * i] = seq;
     }
+    int argc = fcall_argv(argv, 4 + nargs, "dl_places", d->config_key, nargs, args);
     redisReply *r = dl_command_argv(d, argc, argv, NULL, err, errlen);
     if (r && r->type == REDIS_REPLY_ARRAY && (int)r->elements == n) {
         for (int i = 0; i < n; i++) got[i] = (int)r->element[i]->integer;
@@ -140,6 +138,7 @@ static int ask_places(diloco *d, int first, int last, int *got, char *err, size_
     }
     if (r) freeReplyObject(r);
 out:
+    free(args);
     free(argv);
     free(nums);
     return rc;
@@ -152,6 +151,7 @@ out:
 static int places_held(diloco *d, int f, int first, int last, char *err, size_t errlen)
 {
     int n = last - first, ours = 0, lost = 0, rc = -1, lost_shard = -1;
+    if (n <= 0) return HELD_OURS; /* (a sharded rank with no shard of f: nothing to ask) */
     int *got = malloc((size_t)n * sizeof *got);
     if (!got) {
         err_set(err, errlen, "out of memory");

@@ -8,12 +8,8 @@
 # run's control keys is SIGSTOPped before the worker starts, so the worker's registration waits for it; the
 # master is killed -9, the replica resumes 1 s later and takes over (the killed node comes back as its
 # replica). The worker registers again on the new master, trains its 4 rounds and ends.
-# Opt-in (DILOCO_OPT_IN=1): run beside other tests in `make test` (1 Dec), twice another test's fresh Redis
-# was found holding this run's keys (it_readme_scan) or the Functions library (it_cli_usage), even with the
-# dead node's port held below; how they get there is not understood yet. Alone it passed every time (6 runs).
 # test: light (it waits more than it computes)
 . "$(dirname "$0")/lib.sh"
-[ "${DILOCO_OPT_IN:-0}" = 1 ] || { echo "SKIP: opt-in (DILOCO_OPT_IN=1): beside other tests their Redis got this run's keys, see the test's header"; exit 77; }
 RUN=regfo
 start_redis_cluster 1
 URL="redis://$(echo $CLUSTER_PORTS | sed 's/\([0-9][0-9]*\)/127.0.0.1:\1/g; s/ /,/g')"

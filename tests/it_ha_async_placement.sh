@@ -15,7 +15,7 @@
 RUN=place; H=10
 start_redis
 RPORT=$(free_port)
-redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --replicaof 127.0.0.1 "$PORT" \
+redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir "$TMP" --replicaof 127.0.0.1 "$PORT" \
   --logfile "$TMP/replica.log" --pidfile "$TMP/replica.pid" > /dev/null || fail "the replica did not start"
 wait_until 20 '[ -s "$TMP/replica.pid" ] && redis-cli -p $RPORT info replication | grep -q "master_link_status:up"' \
   "the replica to follow the master"

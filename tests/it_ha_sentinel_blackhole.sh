@@ -17,7 +17,7 @@
 RUN=bh
 start_redis
 pick_ports RPORT SPORT BPORT MPORT
-redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --replicaof 127.0.0.1 "$PORT" \
+redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir "$TMP" --replicaof 127.0.0.1 "$PORT" \
   --logfile "$TMP/replica.log" --pidfile "$TMP/replica.pid" > /dev/null || fail "the replica did not start"
 CLUSTER_PORTS="$PORT $RPORT $SPORT" # cleanup shuts these down
 cat > "$TMP/sentinel.conf" <<EOF

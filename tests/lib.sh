@@ -90,7 +90,7 @@ start_redis() {
     URL="redis://127.0.0.1:$PORT"
     RCLI="redis-cli -p $PORT"
     rm -f "$TMP/redis.pid"
-    redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes \
+    redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir "$TMP" \
       --logfile "$TMP/redis.log" --pidfile "$TMP/redis.pid" "$@" >/dev/null || fail "redis-server did not start"
     for _ in $(seq 50); do
       [ -s "$TMP/redis.pid" ] &&

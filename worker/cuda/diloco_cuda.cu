@@ -326,7 +326,10 @@ static int settle(dl_cuda *c, char *err, size_t errlen)
 extern "C" int dl_cuda_params_upload(dl_cuda *c, const float *host, size_t off, size_t n, char *err, size_t errlen)
 {
     if (check_range(c, off, n, err, errlen) || settle(c, err, errlen)) return -1;
-    CK(cudaMemcpy(c->params + off, host, n * sizeof(float), cudaMemcpyHostToDevice));
+    /* on our stream, waited for: cudaMemcpy from pageable memory may return before the DMA lands, and the
+     * legacy stream it would run on orders nothing for our non-blocking streams' kernels */
+    CK(cudaMemcpyAsync(c->params + off, host, n * sizeof(float), cudaMemcpyHostToDevice, c->st));
+    CK(cudaStreamSynchronize(c->st));
     return 0;
 }
 

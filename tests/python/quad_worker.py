@@ -69,6 +69,9 @@ class QuadAdamW(torch.optim.Optimizer):
         k = self.k
         m.mul_(float(k["b1"])).add_(g * float(k["one_b1"]))
         v.mul_(float(k["b2"])).add_((g * float(k["one_b2"])) * g)
+        # the divisors as tensors on the device: a tensor divided by a Python number is computed on CUDA as
+        # a * (1/b) (torch's div_true_kernel_cuda), a bit off the true quotient the C trainer takes
+        bc1, bc2 = (torch.tensor(b, dtype=torch.float32, device=m.device) for b in (bc1, bc2))
         upd = (m / bc1) * float(k["lr"])
         x.sub_(upd / ((v / bc2).sqrt_() + float(k["eps"])))
 

@@ -146,6 +146,7 @@ static int run(const char *label, gpt_config c, int batch, int seq, int tf32, in
         printf("(%s) attention: %s%s%s%s\n", label, attention_name[gpt_cuda_attention(g)], note[0] ? " (" : "", note,
                note[0] ? ")" : "");
         printf("(%s) linear layers: %s\n", label, gpt_cuda_precision_note(g));
+        printf("(%s) logits rows: %zu floats apart (vocabulary %d)\n", label, gpt_cuda_logits_stride(g), c.vocab);
     }
     if (g) {
         int N = batch * seq;

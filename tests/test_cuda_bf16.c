@@ -654,6 +654,49 @@ static void test_model_epilogue(void **state)
     free(p);
 }
 
+/* The logits' rows padded to a multiple of 64 (bf16's default: vocab 97 -> 128) against rows of V
+ * (DILOCO_CUDA_VOCAB_PAD=0): a whole bf16 step on the same weights and batch, and the probabilities
+ * gpt_cuda_get_logits gives. The padding moves only where rows start, so under the emulator every byte is
+ * the same; on a GPU cuBLAS may take other kernels for the aligned rows (another fp32 accumulation order),
+ * so there the loss agrees to 1e-4, each gradient to 1e-2 (test_model_epilogue's limits), the
+ * probabilities to 1e-4. fp32 keeps rows of V. */
+static void test_model_vocab_pad(void **state)
+{
+    model_fixture *f = *state;
+    char err[512];
+    size_t n = f->n, NV = (size_t)f->B * f->T * f->c.vocab;
+    float *gpad = malloc(n * 4), *gflat = malloc(n * 4), *ppad = malloc(NV * 4), *pflat = malloc(NV * 4);
+    float lpad = model_step(f->g, 1, f->p, n, f->inp, f->tgt, gpad);
+    assert_int_equal(gpt_cuda_logits_stride(f->g), 128);
+    assert_int_equal(gpt_cuda_get_logits(f->g, ppad, err, sizeof err), 0);
+    setenv("DILOCO_CUDA_VOCAB_PAD", "0", 1);
+    gpt_cuda *flat = gpt_cuda_create(&f->c, f->B, f->T, 0, err, sizeof err);
+    assert_non_null(flat);
+    float lflat = model_step(flat, 1, f->p, n, f->inp, f->tgt, gflat);
+    unsetenv("DILOCO_CUDA_VOCAB_PAD");
+    assert_int_equal(gpt_cuda_logits_stride(flat), 97);
+    assert_int_equal(gpt_cuda_get_logits(flat, pflat, err, sizeof err), 0);
+    const char *wname = "";
+    double le = fabs((double)lpad - lflat) / lflat, worst = worst_grad(f->t, f->nt, gpad, gflat, &wname),
+           pe = tc_relerr(ppad, pflat, NV);
+    printf("model step, logits rows of 128 vs 97: loss %.7f vs %.7f rel %.3g; gradients: worst %s rel %.3g; "
+           "probabilities rel %.3g\n",
+           lpad, lflat, le, wname, worst, pe);
+#ifdef DILOCO_CUDA_EMULATED
+    assert_true(lpad == lflat);
+    assert_memory_equal(gpad, gflat, n * 4);
+    assert_memory_equal(ppad, pflat, NV * 4);
+#else
+    assert_true(le <= 1e-4);
+    assert_true(worst <= 1e-2);
+    assert_true(pe <= 1e-4);
+#endif
+    assert_int_equal(gpt_cuda_set_precision(f->g, 0, err, sizeof err), 0);
+    assert_int_equal(gpt_cuda_logits_stride(f->g), 97);
+    gpt_cuda_free(flat);
+    free(gpad), free(gflat), free(ppad), free(pflat);
+}
+
 /* --attention auto's device check: flash agrees with the fused kernels at every head size it takes (the
  * differences are bf16 rounding, far under the limit and above 0), and a limit of 0 refuses it */
 static void test_flash_verify(void **state)
@@ -692,6 +735,7 @@ int main(void)
         cmocka_unit_test(test_bf16_linear_gelu),
         cmocka_unit_test_setup_teardown(test_model, model_open, model_close),
         cmocka_unit_test_setup_teardown(test_model_epilogue, model_open, model_close),
+        cmocka_unit_test_setup_teardown(test_model_vocab_pad, model_open, model_close),
         cmocka_unit_test(test_gemm_attention),
         cmocka_unit_test_setup_teardown(test_model_gemm, model_open, model_close),
         cmocka_unit_test(test_flash_attention),

@@ -1,7 +1,8 @@
 /* test_gpt_acts: the activation layout of worker/gpt/gpt_acts.h, with the full (B,NH,T,T) attention
  * matrices and with one value per row in their place, with and without the fp32 inputs of the products
- * (gpt_acts_bind_shaped: what the CUDA bf16 path keeps, gpt_cuda_model.cu's alloc_arena). The layouts
- * differ exactly by the sizes left out; every buffer starts on the alignment, inside the arena, after the
+ * (gpt_acts_bind_shaped: what the CUDA bf16 path keeps, gpt_cuda_model.cu's alloc_arena), and with the
+ * logits' rows padded (logits_ld: bf16's stride, a multiple of 64). The layouts differ exactly by the
+ * sizes left out or added; every buffer starts on the alignment, inside the arena, after the
  * previous one's end, so none overlaps; a buffer left out is NULL; and gpt_acts_size/_bind are the shaped
  * forms with the CPU's shape. */
 #include <setjmp.h>
@@ -22,7 +23,8 @@ typedef struct {
 
 static int spans(const gpt_config *c, int B, int T, const gpt_acts_shape *shape, const gpt_acts *a, span *s)
 {
-    size_t N = (size_t)B * T, C = (size_t)c->dim, V = (size_t)c->vocab, att = shape->att;
+    size_t N = (size_t)B * T, C = (size_t)c->dim, att = shape->att;
+    size_t V = shape->logits_ld ? shape->logits_ld : (size_t)c->vocab;
     int k = 0;
     for (int l = 0; l < c->layers; l++) {
         const gpt_layer_acts *h = &a->h[l];
@@ -70,7 +72,7 @@ static void test_layouts(void **state)
     int B = 2, T = 50;
     size_t rows = (size_t)B * 4 * T, full = rows * T, N = (size_t)B * T;
     for (size_t align = 1; align <= 64; align *= 4) {
-        gpt_acts_shape cpu = {full, 0}, lse = {rows, 0}, lean = {rows, 1};
+        gpt_acts_shape cpu = {full, 0, 0}, lse = {rows, 0, 0}, lean = {rows, 1, 0}, padded = {rows, 1, 128};
         assert_int_equal(gpt_acts_size(&c, B, T, align), gpt_acts_size_shaped(&c, B, T, align, &cpu));
         assert_int_equal(gpt_acts_size_shaped(&c, B, T, align, &cpu) - gpt_acts_size_shaped(&c, B, T, align, &lse),
                          3 * (gpt_arena_round(full, align) - gpt_arena_round(rows, align)));
@@ -80,13 +82,17 @@ static void test_layouts(void **state)
         check_layout(&c, B, T, &cpu, align);
         check_layout(&c, B, T, &lse, align);
         check_layout(&c, B, T, &lean, align);
+        /* the logits' rows 128 floats apart instead of 97: N * 31 floats more, nothing else moved in size */
+        assert_int_equal(gpt_acts_size_shaped(&c, B, T, align, &padded) - gpt_acts_size_shaped(&c, B, T, align, &lean),
+                         gpt_arena_round(N * 128, align) - gpt_arena_round(N * 97, align));
+        check_layout(&c, B, T, &padded, align);
     }
     /* gpt_acts_bind is bind_shaped with the CPU's shape: the same pointers */
     size_t total = gpt_acts_size(&c, B, T, 16);
     float *arena = calloc(total, sizeof(float));
     gpt_layer_acts h1[3], h2[3];
     gpt_acts a1 = {.h = h1}, a2 = {.h = h2};
-    gpt_acts_shape cpu = {full, 0};
+    gpt_acts_shape cpu = {full, 0, 0};
     assert_int_equal(gpt_acts_bind(&c, B, T, 16, arena, &a1), gpt_acts_bind_shaped(&c, B, T, 16, &cpu, arena, &a2));
     assert_ptr_equal(a1.h[2].att, a2.h[2].att);
     assert_ptr_equal(a1.dfch, a2.dfch);

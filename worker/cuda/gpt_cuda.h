@@ -59,6 +59,9 @@ int gpt_cuda_precision_bf16(const gpt_cuda *g);
 /* In bf16: how the linear layers add their bias ("bias in the products' epilogue (cuBLASLt)", or added
  * by a kernel before each product where cuBLASLt has no algorithm for the shapes); "" in fp32 */
 const char *gpt_cuda_precision_note(const gpt_cuda *g);
+/* The floats from one row of the logits to the next on the device: the vocabulary, or in bf16 the
+ * vocabulary rounded up to a multiple of 64 for the head's products (DILOCO_CUDA_VOCAB_PAD=0: not) */
+size_t gpt_cuda_logits_stride(const gpt_cuda *g);
 /* The attention of bf16 precision, from the next forward on (fp32 always uses its sgemm attention):
  * GPT_ATTENTION_FUSED (gpt.h; a new model's): the fused kernels above. GPT_ATTENTION_AUTO (the trainer's
  * default): FLASH where its kernels take the shapes and agree with the fused ones on this device (one

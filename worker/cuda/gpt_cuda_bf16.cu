@@ -105,45 +105,45 @@ int l_matmul_backward_gelu_bf16(ctx *x, float *dinp, float *dw, float *dbias, co
 }
 
 /* the lm head: logits (N,V) = lnf16 (N,C) wte^T, and its backward dlnf = dlogits wte, dwte = dlogits^T lnf
- * (lnf16: the final LayerNorm's bf16 output) */
+ * (lnf16: the final LayerNorm's bf16 output; the logits' and their gradient's rows ld apart) */
 int l_head_forward_bf16(ctx *x, float *logits, const __nv_bfloat16 *lnf16, const __nv_bfloat16 *wte16, int N, int C,
-                        int V)
+                        int V, int ld)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    CKB(mm16(x->h, 0, 1, N, V, C, 1.0f, lnf16, C, wte16, C, 0.0f, logits, V));
+    CKB(mm16(x->h, 0, 1, N, V, C, 1.0f, lnf16, C, wte16, C, 0.0f, logits, ld));
     return 0;
 }
 
 int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const __nv_bfloat16 *dlogits16, const __nv_bfloat16 *lnf16,
-                         const __nv_bfloat16 *wte16, int N, int C, int V)
+                         const __nv_bfloat16 *wte16, int N, int C, int V, int ld)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    CKB(mm16(x->h, 0, 0, N, C, V, 1.0f, dlogits16, V, wte16, C, 0.0f, dlnf, C));
-    CKB(mm16(x->h, 1, 0, V, C, N, 1.0f, dlogits16, V, lnf16, C, 0.0f, dwte, C));
+    CKB(mm16(x->h, 0, 0, N, C, V, 1.0f, dlogits16, ld, wte16, C, 0.0f, dlnf, C));
+    CKB(mm16(x->h, 1, 0, V, C, N, 1.0f, dlogits16, ld, lnf16, C, 0.0f, dwte, C));
     return 0;
 }
 
 /* ---- the cross-entropy in two passes (loss_rows.cuh) ------------------------------------------ */
 
 int l_loss_forward_rows(ctx *x, float *losses, float *stats, const float *logits, const int *targets, int N, int V,
-                        double *red)
+                        int ld, double *red)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    loss_rows_k<<<N, LOSS_ROW_THREADS, 0, x->st>>>(losses, stats, logits, targets, V);
+    loss_rows_k<<<N, LOSS_ROW_THREADS, 0, x->st>>>(losses, stats, logits, targets, V, ld);
     CKL();
     return l_mean(x, losses, N, red);
 }
 
 int l_loss_backward_bf16(ctx *x, __nv_bfloat16 *dlogits16, const float *logits, const float *stats, const int *targets,
-                         int N, int V)
+                         int N, int V, int ld)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
     dim3 grid(nblocks((size_t)V, BS), N < 65535 ? N : 65535); /* the kernel loops over rows past 65535 */
-    loss_grad_bf16_k<<<grid, BS, 0, x->st>>>((uint16_t *)dlogits16, logits, stats, targets, N, V);
+    loss_grad_bf16_k<<<grid, BS, 0, x->st>>>((uint16_t *)dlogits16, logits, stats, targets, N, V, ld);
     CKL();
     return 0;
 }

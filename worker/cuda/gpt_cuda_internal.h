@@ -184,18 +184,19 @@ int l_matmul_backward_bf16(ctx *x, float *dinp, float *dw, float *dbias, const f
 int l_matmul_backward_gelu_bf16(ctx *x, float *dinp, float *dw, float *dbias, const float *dout, const float *gelu_in,
                                 const __nv_bfloat16 *inp16, const __nv_bfloat16 *w16, __nv_bfloat16 *dout16, int N,
                                 int C, int OC);
-/* the tied lm head: logits = lnf16 wte^T; backward dlnf (written), dwte (written) */
+/* the tied lm head: logits = lnf16 wte^T; backward dlnf (written), dwte (written); the logits' and their
+ * gradient's rows ld >= V apart (gpt_cuda_model.cu's logits_stride) */
 int l_head_forward_bf16(ctx *x, float *logits, const __nv_bfloat16 *lnf16, const __nv_bfloat16 *wte16, int N, int C,
-                        int V);
+                        int V, int ld);
 int l_head_backward_bf16(ctx *x, float *dlnf, float *dwte, const __nv_bfloat16 *dlogits16, const __nv_bfloat16 *lnf16,
-                         const __nv_bfloat16 *wte16, int N, int C, int V);
+                         const __nv_bfloat16 *wte16, int N, int C, int V, int ld);
 /* the bf16 path's cross-entropy (loss_rows.cuh): the forward leaves the logits and keeps each row's
  * (max, 1 / sum) in stats (2N floats), the mean loss in red[RED_BLOCKS]; the backward writes the bf16
- * gradient of the logits for l_head_backward_bf16 */
+ * gradient of the logits for l_head_backward_bf16; rows ld apart, as the head's */
 int l_loss_forward_rows(ctx *x, float *losses, float *stats, const float *logits, const int *targets, int N, int V,
-                        double *red);
+                        int ld, double *red);
 int l_loss_backward_bf16(ctx *x, __nv_bfloat16 *dlogits16, const float *logits, const float *stats, const int *targets,
-                         int N, int V);
+                         int N, int V, int ld);
 /* fused causal attention on qkv (B,T,3C): out (B,T,C), lse (B*NH*T) kept for the backward; the backward
  * writes all of dqkv; dsum: B*NH*T scratch. Head size <= 256. */
 int l_flash_forward(ctx *x, float *out, float *lse, const float *qkv, int B, int T, int C, int NH);

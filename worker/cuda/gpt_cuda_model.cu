@@ -41,9 +41,10 @@ struct gpt_cuda {
     float *part;        /* the column sums' chunks (ctx.part): COLSUM_PART(4C) floats */
     float *arena;
     int arena_square, arena_lean; /* alloc_arena: it holds the (B, NH, T, T) buffers; it lacks bf16's inputs */
+    size_t vld;                   /* alloc_arena: the logits' row stride, V or bf16's padded one (logits_stride) */
     int bf16;                     /* gpt_cuda_set_precision */
     gpt_lt *lt;                   /* bf16: cuBLASLt for the forward products (gpt_cuda_lt.cu) */
-    __nv_bfloat16 *w16, *s16a;    /* bf16: the weights' copy (numel), scratch N*max(V,4C) */
+    __nv_bfloat16 *w16, *s16a;    /* bf16: the weights' copy (numel), scratch N*max(padded V,4C) */
     layer_bf16 *l16;              /* bf16: each layer's bf16 product inputs, kept for the backward */
     __nv_bfloat16 *lnf16;         /* bf16: the final LayerNorm's output, the head's input (N*C) */
     int attention;                /* gpt_cuda_set_attention: GPT_ATTENTION_* (bf16 only) */
@@ -90,6 +91,17 @@ extern "C" void gpt_cuda_free(gpt_cuda *g)
     cudaGetLastError();
 }
 
+/* The logits' row stride: bf16 rounds V up to a multiple of 64 (GPT-2's 50257 -> 50304; 0.1% more), so that
+ * every row of the logits and of their bf16 gradient starts 16-byte aligned, as cuBLAS's fastest kernels
+ * for the head's three products want their operands (an odd stride leaves it slower ones; llm.c pads its
+ * vocabulary for the same reason). The padding columns are never read or written. DILOCO_CUDA_VOCAB_PAD=0:
+ * V (the benchmark's comparison, tools/gpu_check.sh). fp32 keeps V: its path is the exact one. */
+static size_t logits_stride(size_t V, int bf16)
+{
+    const char *v = getenv("DILOCO_CUDA_VOCAB_PAD");
+    return bf16 && !(v && !strcmp(v, "0")) ? gpt_arena_round(V, 64) : V;
+}
+
 /* The activations (gpt_acts.h), then the attention's scratch, in one allocation; every sub-buffer starts
  * on 64 floats (256 bytes). square: the (B, NH, T, T) buffers the fp32 and gemm attentions need (each
  * layer's probabilities in att, dP); without, the fused and flash attentions' one value per row (the
@@ -102,7 +114,7 @@ static int alloc_arena(gpt_cuda *g, int square, int lean, char *err, size_t errl
     const gpt_config *c = &g->c;
     int B = g->B, T = g->T;
     size_t N = (size_t)B * T, C = (size_t)c->dim, rows = (size_t)B * c->heads * T, tt = square ? rows * T : rows;
-    gpt_acts_shape shape = {tt, lean};
+    gpt_acts_shape shape = {tt, lean, logits_stride((size_t)c->vocab, lean)};
     if (g->arena) {
         CK(cudaStreamSynchronize(g->st));
         cudaFree(g->arena);
@@ -123,6 +135,7 @@ static int alloc_arena(gpt_cuda *g, int square, int lean, char *err, size_t errl
     g->dp = gpt_arena_take(&cur, tt, 64);
     g->arena_square = square;
     g->arena_lean = lean;
+    g->vld = shape.logits_ld;
     return 0;
 }
 
@@ -207,12 +220,13 @@ extern "C" gpt_cuda *gpt_cuda_create(const gpt_config *c, int B, int T, int tf32
     return g;
 }
 
-/* The bf16 buffers in one allocation: the weights' copy (numel), the scratch s16a (N*max(V,4C): an
- * incoming gradient before its product, or the logits' gradient), each layer's product inputs (7N*C)
- * and the head's (N*C). GPT-2 small at 8 x 1024: 0.25 + 0.82 + 1.06 + 0.01 GB. */
+/* The bf16 buffers in one allocation: the weights' copy (numel), the scratch s16a (N*max(V,4C), V padded
+ * to 64: an incoming gradient before its product, or the logits' gradient, rows as the logits'), each
+ * layer's product inputs (7N*C) and the head's (N*C). GPT-2 small at 8 x 1024: 0.25 + 0.82 + 1.06 + 0.01 GB. */
 static int alloc_bf16(gpt_cuda *g, char *err, size_t errlen)
 {
-    size_t N = (size_t)g->B * g->T, C = (size_t)g->c.dim, V = (size_t)g->c.vocab, wide = V > 4 * C ? V : 4 * C;
+    size_t N = (size_t)g->B * g->T, C = (size_t)g->c.dim, V = gpt_arena_round((size_t)g->c.vocab, 64);
+    size_t wide = V > 4 * C ? V : 4 * C;
     size_t NC = gpt_arena_round(N * C, 128), L = (size_t)g->c.layers;
     size_t total = gpt_arena_round(g->numel, 128) + gpt_arena_round(N * wide, 128) + L * 7 * NC + NC;
     if (!g->l16 && !(g->l16 = (layer_bf16 *)calloc(L ? L : 1, sizeof(layer_bf16)))) {
@@ -283,6 +297,11 @@ extern "C" int gpt_cuda_set_precision(gpt_cuda *g, int bf16, char *err, size_t e
     if (!g->lt && lt_wanted() && !(g->lt = gpt_lt_create(err, errlen))) return -1;
     g->bf16 = 1;
     return fit_arena(g, err, errlen) || plan_products(g, err, errlen) ? -1 : 0;
+}
+
+extern "C" size_t gpt_cuda_logits_stride(const gpt_cuda *g)
+{
+    return g->vld;
 }
 
 extern "C" int gpt_cuda_precision_bf16(const gpt_cuda *g)
@@ -382,23 +401,24 @@ static int attention_backward(gpt_cuda *g, ctx *x, gpt_layer_acts *a, int B, int
  * into s16a, the head backward's operand (loss_rows.cuh: 2 passes over the logits instead of 7) */
 static int loss_forward(gpt_cuda *g, ctx *x, const int *targets, int N, int V)
 {
-    if (g->bf16) return l_loss_forward_rows(x, g->a.losses, g->loss_stats, g->a.logits, targets, N, V, g->red);
+    if (g->bf16)
+        return l_loss_forward_rows(x, g->a.losses, g->loss_stats, g->a.logits, targets, N, V, (int)g->vld, g->red);
     return l_crossentropy_forward(x, g->a.logits, g->a.losses, targets, N, V, g->red);
 }
 
 static int loss_backward(gpt_cuda *g, ctx *x, const int *targets, int N, int V)
 {
-    if (g->bf16) return l_loss_backward_bf16(x, g->s16a, g->a.logits, g->loss_stats, targets, N, V);
+    if (g->bf16) return l_loss_backward_bf16(x, g->s16a, g->a.logits, g->loss_stats, targets, N, V, (int)g->vld);
     return l_crossentropy_backward(x, g->a.logits, targets, N, V);
 }
 
 /* the lm head: logits (N,V) = lnf wte^T, and its backward dlnf = dlogits wte, dwte = dlogits^T lnf (dlogits
- * in the logits buffer) */
+ * in the logits buffer; bf16: in s16a, both with rows vld apart) */
 static int head_forward(gpt_cuda *g, ctx *x, int N, int C, int V)
 {
     char *err = x->err;
     size_t errlen = x->errlen;
-    if (g->bf16) return l_head_forward_bf16(x, g->a.logits, g->lnf16, w16_of(g, g->p.wte), N, C, V);
+    if (g->bf16) return l_head_forward_bf16(x, g->a.logits, g->lnf16, w16_of(g, g->p.wte), N, C, V, (int)g->vld);
     CKB(mm(g->h, 0, 1, N, V, C, 1.0f, g->a.lnf, C, g->p.wte, C, 0.0f, g->a.logits, V));
     return 0;
 }
@@ -409,7 +429,8 @@ static int head_backward(gpt_cuda *g, ctx *x, int N, int C, int V)
     size_t errlen = x->errlen;
     const float *dlogits = g->a.logits;
     if (g->bf16) /* the bf16 gradient of the logits is in s16a (l_loss_backward_bf16) */
-        return l_head_backward_bf16(x, g->a.dln, g->g.wte, g->s16a, g->lnf16, w16_of(g, g->p.wte), N, C, V);
+        return l_head_backward_bf16(x, g->a.dln, g->g.wte, g->s16a, g->lnf16, w16_of(g, g->p.wte), N, C, V,
+                                    (int)g->vld);
     CKB(mm(g->h, 0, 0, N, C, V, 1.0f, dlogits, V, g->p.wte, C, 0.0f, g->a.dln, C));
     CKB(mm(g->h, 1, 0, V, C, N, 1.0f, dlogits, V, g->a.lnf, C, 0.0f, g->g.wte, C));
     return 0;
@@ -445,7 +466,14 @@ extern "C" int gpt_cuda_get_grads(gpt_cuda *g, float *host, char *err, size_t er
 extern "C" int gpt_cuda_get_logits(gpt_cuda *g, float *host, char *err, size_t errlen)
 {
     size_t N = (size_t)g->B * g->T, V = (size_t)g->c.vocab;
-    if (copy(host, g->a.logits, N * V * sizeof(float), cudaMemcpyDeviceToHost, g->st, 1, err, errlen)) return -1;
+    if (g->vld == V) {
+        if (copy(host, g->a.logits, N * V * sizeof(float), cudaMemcpyDeviceToHost, g->st, 1, err, errlen)) return -1;
+    } else { /* padded rows (bf16): one copy a row (an inspection, not a step's work) */
+        for (size_t n = 0; n < N; n++)
+            if (copy(host + n * V, g->a.logits + n * g->vld, V * sizeof(float), cudaMemcpyDeviceToHost, g->st, 1, err,
+                     errlen))
+                return -1;
+    }
     if (!g->bf16 || !g->have_targets) return 0;
     /* bf16 kept the logits and each row's (max, 1 / sum): the probabilities, as fp32 gives them */
     float *stats = (float *)malloc(2 * N * sizeof(float));

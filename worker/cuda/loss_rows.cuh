@@ -36,13 +36,13 @@ __device__ __forceinline__ void softmax_merge(float *m, float *s, float m2, floa
     *m = mx;
 }
 
-/* one block of LOSS_ROW_THREADS per row n: losses[n] = log(sum exp) + max - x[target], stats[2n] = max,
- * stats[2n + 1] = 1 / sum exp(x - max) */
-__global__ void loss_rows_k(float *losses, float *stats, const float *logits, const int *targets, int V)
+/* one block of LOSS_ROW_THREADS per row n (its V logits, rows ld >= V apart): losses[n] = log(sum exp) + max -
+ * x[target], stats[2n] = max, stats[2n + 1] = 1 / sum exp(x - max) */
+__global__ void loss_rows_k(float *losses, float *stats, const float *logits, const int *targets, int V, int ld)
 {
     __shared__ float row_max[LOSS_ROW_THREADS], row_sum[LOSS_ROW_THREADS];
     int n = blockIdx.x, tid = threadIdx.x;
-    const float *x = logits + (size_t)n * V;
+    const float *x = logits + (size_t)n * ld;
     float m = -INFINITY, s = 0.0f;
     for (int i = tid; i < V; i += LOSS_ROW_THREADS) {
         float v = x[i];
@@ -69,15 +69,15 @@ __global__ void loss_rows_k(float *losses, float *stats, const float *logits, co
 }
 
 /* dlogits16 (N, V) = bf16 of (softmax - onehot(target)) / N, rows n = blockIdx.y, blockIdx.y + gridDim.y,
- * ...; columns blockIdx.x * blockDim.x + threadIdx.x */
+ * ...; columns blockIdx.x * blockDim.x + threadIdx.x; the logits' rows and the gradient's ld apart */
 __global__ void loss_grad_bf16_k(uint16_t *dlogits16, const float *logits, const float *stats, const int *targets,
-                                 int N, int V)
+                                 int N, int V, int ld)
 {
     int c = blockIdx.x * blockDim.x + threadIdx.x;
     if (c >= V) return;
     float inv_n = 1.0f / (float)N;
     for (int n = blockIdx.y; n < N; n += gridDim.y) {
-        size_t i = (size_t)n * V + c;
+        size_t i = (size_t)n * ld + c;
         float p = expf(logits[i] - stats[2 * (size_t)n]) * stats[2 * (size_t)n + 1];
         dlogits16[i] = bf16_bits((p - (c == targets[n] ? 1.0f : 0.0f)) * inv_n);
     }

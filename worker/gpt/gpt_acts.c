@@ -6,7 +6,8 @@
 static size_t walk(const gpt_config *c, int B, int T, size_t align, const gpt_acts_shape *shape, float *arena,
                    gpt_acts *a)
 {
-    size_t N = (size_t)B * T, C = (size_t)c->dim, V = (size_t)c->vocab, att = shape->att;
+    size_t N = (size_t)B * T, C = (size_t)c->dim, att = shape->att;
+    size_t V = shape->logits_ld ? shape->logits_ld : (size_t)c->vocab; /* (the logits' row stride) */
     int inputs = !shape->no_fp32_inputs; /* the fp32 outputs of the LayerNorms and the GELU */
     size_t off = 0;
 #define TAKE(field, n)                              \
@@ -56,7 +57,7 @@ static size_t walk(const gpt_config *c, int B, int T, size_t align, const gpt_ac
 
 static gpt_acts_shape cpu_shape(const gpt_config *c, int B, int T)
 {
-    gpt_acts_shape s = {(size_t)B * (size_t)c->heads * (size_t)T * (size_t)T, 0};
+    gpt_acts_shape s = {(size_t)B * (size_t)c->heads * (size_t)T * (size_t)T, 0, 0};
     return s;
 }
 

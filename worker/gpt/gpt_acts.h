@@ -33,7 +33,7 @@ typedef struct gpt_acts {
     gpt_layer_acts *h;                       /* one entry per layer, allocated by the caller */
     float *encoded;                          /* (N,C) */
     float *lnf, *lnf_mean, *lnf_rstd;        /* (N,C) (N) (N) */
-    float *logits;                           /* (N,V); probabilities after the loss */
+    float *logits;                           /* (N,V), rows logits_ld apart; probabilities after the loss */
     float *losses;                           /* (N) */
     float *dres, *dln, *datty, *dqkv, *dfch; /* backward: (N,C) (N,C) (N,C) (N,3C) (N,4C) */
 } gpt_acts;
@@ -45,11 +45,13 @@ size_t gpt_acts_size(const gpt_config *c, int B, int T, size_t align);
 size_t gpt_acts_bind(const gpt_config *c, int B, int T, size_t align, float *arena, gpt_acts *a);
 /* What a backend's layout may change from the CPU's: each layer's att of att floats instead of
  * (B,NH,T,T) (an attention that keeps one value per row there: the CUDA bf16 fused and flash attentions
- * keep the log-sum-exp, B*NH*T), and with no_fp32_inputs no fp32 ln1, ln2, fch_gelu and lnf (left NULL:
- * the CUDA bf16 path keeps those in bf16 only). */
+ * keep the log-sum-exp, B*NH*T), with no_fp32_inputs no fp32 ln1, ln2, fch_gelu and lnf (left NULL:
+ * the CUDA bf16 path keeps those in bf16 only), and logits rows logits_ld floats apart instead of V (0:
+ * V; the CUDA bf16 path pads them to a multiple of 64, so that the head's products get aligned rows). */
 typedef struct gpt_acts_shape {
     size_t att;
     int no_fp32_inputs;
+    size_t logits_ld;
 } gpt_acts_shape;
 size_t gpt_acts_size_shaped(const gpt_config *c, int B, int T, size_t align, const gpt_acts_shape *shape);
 size_t gpt_acts_bind_shaped(const gpt_config *c, int B, int T, size_t align, const gpt_acts_shape *shape, float *arena,

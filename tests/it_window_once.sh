@@ -14,6 +14,9 @@
 #   places, acknowledged as applied; the gets) and continues from the versions it got: the steps trained
 #   meanwhile are dropped, with their tokens. Before, the next Δ covered both windows from the same start,
 #   so the first window was applied twice (ref_async --twice replays exactly that).
+# late_retry (async, --async-lookahead 0.5): the same, and the completion's get is refused too: the
+#   completion comes one boundary later (ref_async --late at the try, --failed at the completion that
+#   failed), and not as if the first of the two tries had failed and the second been late.
 # stream_refused, stream_late (Streaming async, 2 fragments): the same two failures of one fragment's
 #   submission; the other fragment goes on as usual, and ref_async replays each fragment's order with them
 #   (the first with --async-lookahead 0.5: the fragment's start ahead is kept across the refused try).
@@ -35,11 +38,13 @@ workers_ran() {
   [ "$joins" = 2 ] || fail "$RUN: $joins registrations, want 2"
   device_hooks_used w2
 }
-# failed_once RUN: each proxy refused one request and each worker reported one failed sync
+# failed_once RUN: each proxy refused DROPS requests (default 1) and each worker reported that many failed
+# syncs in a row
 failed_once() {
   for w in w1 w2; do
-    [ "$(grep -c "lost the error" "$TMP/proxy-$1-$w.log")" = 1 ] || fail "$w's proxy did not refuse one request: $(cat "$TMP/proxy-$1-$w.log")"
-    grep -q "sync failed (1 in a row" "$TMP/worker-$w.log" || fail "$w did not report its failed sync"
+    [ "$(grep -c "lost the error" "$TMP/proxy-$1-$w.log")" = "${DROPS:-1}" ] ||
+      fail "$w's proxy did not refuse ${DROPS:-1} request(s): $(cat "$TMP/proxy-$1-$w.log")"
+    grep -q "sync failed (${DROPS:-1} in a row" "$TMP/worker-$w.log" || fail "$w did not report its failed sync(s)"
     eval "kill \$PROXY_$w"
   done
 }
@@ -81,12 +86,13 @@ grep -q "OOM" "$TMP/worker-w1.log" || fail "w1's failed sync was not Redis's ref
 check_run $((STEPS / H - 1)) --failed w1:3,w2:4 --
 for p in $(live_servers); do eval "kill \$SRV_s$p"; done
 
-# behind_dataplane: the run's shard-server behind two proxies in a chain (w2's in front of w1's); each refuses
-# its worker's get of shard 0 after its push of shard 0 of its 3rd (w1) or 4th (w2) submission or round
+# behind_dataplane [DROPS]: the run's shard-server behind two proxies in a chain (w2's in front of w1's); each
+# refuses its worker's get of shard 0 after its push of shard 0 of its 3rd (w1) or 4th (w2) submission or
+# round, and the next DROPS - 1 gets (default 1: that one only)
 behind_dataplane() {
   SPORT=$(free_port)
-  drop_proxy w1 "$SPORT" --dataplane w1 --match get --after-pushes 3 --drops 1 --lose error
-  drop_proxy w2 "$PPORT_w1" --dataplane w2 --match get --after-pushes 4 --drops 1 --lose error
+  drop_proxy w1 "$SPORT" --dataplane w1 --match get --after-pushes 3 --drops "${1:-1}" --lose error
+  drop_proxy w2 "$PPORT_w1" --dataplane w2 --match get --after-pushes 4 --drops "${1:-1}" --lose error
   start_server s0 --listen 127.0.0.1:$SPORT --advertise 127.0.0.1:$PPORT_w2
   URL_w1=$URL; URL_w2=$URL
 }
@@ -112,6 +118,25 @@ init_run $RUN --async --trainer quadratic --numel 20000 --shards 4 --workers 2 -
 behind_dataplane
 workers_ran $STEPS
 check_run $((STEPS / H - 1)) --late w1:3,w2:4 -- --late w1:3,w2:4 --async-lookahead 0
+kill $SRV_s0
+
+# late_retry: the same, and the completion's get at the next boundary is refused as well (2 drops): that
+# boundary fails too (sync failed, 2 in a row), the one after completes the submission. Each worker makes two
+# submissions fewer than its tries (the completions send nothing); the replay that knows it (--failed at the
+# failed completion) holds, the other reading of the same records (the first try failed, the second late)
+# does not: a test that reads such records (it_ha_cluster_async_failover) can tell the two apart.
+RUN=late_retry
+init_run $RUN --async --trainer quadratic --numel 20000 --shards 4 --workers 2 --dn-buffer-size 2 \
+  --async-lookahead 0.5
+behind_dataplane 2
+workers_ran $STEPS
+for w in w1 w2; do
+  grep -q "the submission whose result did not come is applied" "$TMP/worker-$w.log" ||
+    fail "$RUN: $w did not complete its submission at last"
+  n=$(submissions $RUN $w)
+  [ "$n" = $((STEPS / H - 2)) ] || fail "$RUN: $w made $n submissions, want $((STEPS / H - 2))"
+done
+DROPS=2 check_run - --late w1:3,w2:4 --failed w1:4,w2:5 -- --failed w1:3,w2:4 --late w1:4,w2:5
 kill $SRV_s0
 
 # stream_subs RUN: each worker's submissions of shards 0-3 ("w1 N N N N w2 N N N N")

@@ -45,7 +45,9 @@
  * (--late W:N: the try got its places, and so is recorded, but not its result (its get failed): the worker
  * completed it at the fragment's next boundary, which sent nothing, dropped the steps trained since it went
  * out and took the versions it got, from which the fragment's next submission trains H steps (not ahead:
- * --async-lookahead starts only an interval that follows a submission's own get). --twice W:N (plain async
+ * --async-lookahead starts only an interval that follows a submission's own get). A completion that failed
+ * too (Redis or an owner still out of reach: round.c, round_prepare_delta) is named by --failed at its
+ * boundary, and the completion comes at the next one: --late w1:6 --failed w1:7, completed at 8.) --twice W:N (plain async
  * only): the same failure as the worker handled it before 29 November (without --async-lookahead): its next
  * submission continued from where that window ended and measured Δ from the same start, so the window was
  * applied twice, and its weight was H)
@@ -524,8 +526,10 @@ static long long train(ref *r, const line *l, const int64_t *base, int w, int f,
     int before = rw->after[f]; /* what the fragment's previous submission left */
     if (prev == 0) {           /* its first since origin: the fragments go in turn from rw->turn[f] */
         b = ((f - rw->turn[f]) % F + F) % F + 1, reset = 0;
-    } else if (before == AFTER_LATE) {
-        b = prev + 2 * F, reset = (prev + F) * I;
+    } else if (before == AFTER_LATE) { /* completed at the first of its boundaries whose try did not fail */
+        long long done = prev + F;
+        while (listed(r->failed, rw->id, (int)done)) done += F;
+        b = done + F, reset = done * I;
     } else if (before == AFTER_TWICE) { /* the worker went on from where the late window ended */
         b = prev + F, reset = -1;
     } else {

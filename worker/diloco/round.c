@@ -149,8 +149,9 @@ static void adopt_dylu(diloco *d)
     pthread_mutex_unlock(&d->hb_mu);
 }
 
-/* A sync failed for good: count it; too many in a row and we register again from scratch. */
-static int on_failure(diloco *d, const char *why, char *err, size_t errlen)
+/* A sync of fragment f (at round, started at t0) failed for good: count it; too many in a row and we register
+ * again from scratch, which the sync's record then says (stale: every fragment taken from the run). */
+static int on_failure(diloco *d, int f, int64_t round, uint64_t t0, const char *why, char *err, size_t errlen)
 {
     if (dl_stopping(d)) {
         if (why != err) err_set(err, errlen, "%s", why); /* callers often pass err itself as why */
@@ -172,6 +173,7 @@ static int on_failure(diloco *d, const char *why, char *err, size_t errlen)
         log_warn("registering again after %d failed syncs", d->o.max_sync_retries + 1);
     if (dl_register(d, err, errlen) < 0 || fetch_all(d, err, errlen) < 0) return -1;
     dl_delta_forget_tokens(d);
+    round_record(d, f, round, t0, 1); /* (else diloco_last_sync would still give the previous sync's) */
     return 1;
 }
 
@@ -183,7 +185,7 @@ static int round_after_repair(diloco *d, int f, int64_t round, const char *why, 
         return dl_stopping(d) ? -1 : 0; /* shut down meanwhile: the trainer sees diloco_stop_requested */
     d->fail_streak = 0;
     d->refetch_all = 0;
-    if (fetch_all(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
+    if (fetch_all(d, err, errlen) < 0) return on_failure(d, f, round, t0, err, err, errlen);
     round_record(d, f, round, t0, 1);
     return 1;
 }
@@ -192,7 +194,7 @@ static int round_after_repair(diloco *d, int f, int64_t round, const char *why, 
 static int refetch_everything(diloco *d, int f, int64_t round, uint64_t t0, char *err, size_t errlen)
 {
     d->refetch_all = 0;
-    if (fetch_all(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
+    if (fetch_all(d, err, errlen) < 0) return on_failure(d, f, round, t0, err, err, errlen);
     dl_delta_forget_tokens(d); /* the steps trained before are dropped */
     round_record(d, f, round, t0, 1);
     return 1;
@@ -206,10 +208,10 @@ int round_settle(diloco *d, int f, int64_t round, int rc, const char *why, uint6
         /* no server has our Δ (a round or submission under way has: frag_incomplete, completed later):
          * the next Δ covers its steps too, and weighs their tokens */
         if (!d->frag_incomplete[f]) dl_delta_untaken(d, f);
-        return on_failure(d, why, err, errlen);
+        return on_failure(d, f, round, t0, why, err, errlen);
     }
     if (rc == DL_EVICTED && !d->refetch_all) { /* a round in flight found us evicted and left registering to us */
-        if (dl_register(d, err, errlen) < 0) return on_failure(d, err, err, errlen);
+        if (dl_register(d, err, errlen) < 0) return on_failure(d, f, round, t0, err, err, errlen);
         d->refetch_all = 1;
     }
     d->fail_streak = 0;
@@ -264,7 +266,7 @@ static int rejoin_if_dropped(diloco *d, int f, int64_t round, uint64_t t0, char 
 {
     int rc = register_if_evicted(d, REGISTERING, err, errlen);
     if (rc == DL_OK) return 1;
-    if (rc == DL_FAIL) return on_failure(d, err, err, errlen);
+    if (rc == DL_FAIL) return on_failure(d, f, round, t0, err, err, errlen);
     return refetch_everything(d, f, round, t0, err, errlen);
 }
 
@@ -286,14 +288,14 @@ int round_rejoin(diloco *d, int step, int interval, char *err, size_t errlen)
              step, interval);
     int rc = register_if_evicted(d, then, err, errlen);
     if (rc == DL_OK) return 0; /* (not reached: the flag stays set until we register) */
-    if (rc == DL_FAIL) return on_failure(d, err, err, errlen);
+    if (rc == DL_FAIL) return on_failure(d, 0, round, t0, err, err, errlen);
     return refetch_everything(d, 0, round, t0, err, errlen); /* (its tokens too: dl_delta_forget_tokens) */
 }
 
 int round_unsent(diloco *d, int f, int64_t round, prep_outcome p, uint64_t t0, char *err, size_t errlen)
 {
     if (p == PREP_CORRUPT) return round_after_repair(d, f, round, err, t0, err, errlen);
-    if (p == PREP_FAILED) return on_failure(d, err, err, errlen);
+    if (p == PREP_FAILED) return on_failure(d, f, round, t0, err, err, errlen);
     if (p == PREP_RESET) return rejoin_if_dropped(d, f, round, t0, err, errlen);
     return 1;
 }

@@ -5,16 +5,21 @@
 # comes back as a replica (the new master's WAITs need one). No worker or server is restarted. Every worker
 # finishes, and the shards are bit-identical to tests/tools/ref_async's replay of the order Redis recorded,
 # told which of the workers' tries failed without a trace in Redis (--failed: a dl_submit that never ran
-# while the slot had no master; the next submission covers that window): the workers' sync records say
-# which (a try's steps with no sync). Not equal to the replay without the lookahead.
-# Opt-in (DILOCO_OPT_IN=1): in 42 runs (1 Dec) it passed 41 times; one run under tests/run.sh reported the
-# digests different from the replay, and was not caught again with its logs in 39 more. A likely cause, not
-# shown: a try that got its places but not its result (ref_async --late) taken for one that failed without a
-# trace (--failed): both leave no sync record, and this test tells them apart only by that. Until that
-# failure is understood it stays out of `make test`.
+# while the slot had no master; the next submission covers that window) and which got their places but not
+# their result (--late): the workers' sync records and join events say which, up to a few readings, each
+# replayed (below). Not equal to the replay without the lookahead.
+# Opt-in (DILOCO_OPT_IN=1): the corners a kill reaches keep showing rare readings of the sync records. Loops
+# of 45 runs (1 Dec): the first failed once, a late try whose completion failed too (fixed: ref_async
+# completes it at the next boundary; it_window_once late_retry); the second once, a worker that registered
+# again and whose telemetry repeated its previous sync record (fixed: round.c on_failure records the
+# registration; it_reregister_failed_get), now told apart by the join events. Since: 13 of 13, then 40 of 40
+# (2 Dec, alone on a 2-core machine; one with a late try, none with a registration). Each corner was a
+# test's misreading or a record's, never shards that lost a Δ, but a default test that fails one run in 40
+# would make CI red for nothing, and the registration corner has not been seen again since its fix: it
+# stays out of `make test` until loops under tests/run.sh's load (two tests at once) have met it too.
 # test: light (it waits more than it computes)
 . "$(dirname "$0")/lib.sh"
-[ "${DILOCO_OPT_IN:-0}" = 1 ] || { echo "SKIP: opt-in (DILOCO_OPT_IN=1): one unexplained replay difference in 42 runs, see the test's header"; exit 77; }
+[ "${DILOCO_OPT_IN:-0}" = 1 ] || { echo "SKIP: opt-in (DILOCO_OPT_IN=1): rare readings of the sync records still appear, see the test's header"; exit 77; }
 RUN=hcaf; H=10; STEPS=300
 start_redis_cluster 1
 URL="redis://$(echo $CLUSTER_PORTS | sed 's/\([0-9][0-9]*\)/127.0.0.1:\1/g; s/ /,/g')"
@@ -42,22 +47,74 @@ say "a replica took over after $(($(date +%s) - t0)) s; 127.0.0.1:$victim restar
 wait_workers w1 w2 w3
 for s in s1 s2; do eval "pid=\$SRV_$s"; alive "$pid" || fail "shard-server $s died"; done
 
-# the tries that failed without a trace: try k of a worker ends at step k*H; no sync record there
-failed=$(python3 - "$TMP" $H <<'PY'
-import json, sys
+# The tries that left no sync record: try k of a worker ends at step k*H. A try that got its places but not
+# its result (late: ref_async --late) is completed at a later boundary, whose sync record says stale (the
+# versions taken, nothing sent: round_prepare_delta); a try that failed without a trace in Redis (--failed)
+# leaves nothing, and neither does a completion that failed (also --failed). So a run of boundaries
+# without a sync record that ends in a stale one holds one late try, anywhere in it, the others failed; a
+# run that ends in a plain sync holds failed tries only. A stale record can also be a new registration
+# (a place of ours no Δ will fill, or too many failures: round.c, on_failure; a join event in Redis at
+# that step): the run before it holds failed tries only (ref_async finds the places it never knew of by
+# their no-op commits), and the tries after it count from there. Each reading the records allow (a few) is
+# replayed; the run must equal one of them. Each late try is a submission Redis recorded with no sync of
+# its own, so a worker that did not register again must have recorded its plain syncs plus its late tries
+# as submissions: checked first.
+$RCLI XRANGE "dl:{$RUN}:events" - + | awk '/^join$/ {j = 1; next} j && /^worker$/ {getline; w = $0; next}
+  j && /^steps$/ {getline; print w, $0; j = 0}' > "$TMP/joins.txt"
+python3 - "$TMP" $H > "$TMP/readings.txt" <<'PY' || fail "reading the workers' sync records"
+import itertools, json, sys
 tmp, h = sys.argv[1], int(sys.argv[2])
-out = []
+joins = {}  # worker -> the steps of its registrations after its first
+for line in open("%s/joins.txt" % tmp):
+    w, steps = line.split()
+    if int(steps) > 0:
+        joins.setdefault(w, set()).add(int(steps))
+choices, plain = [], []  # per run of missing boundaries: its possible (failed, late) lists
 for w in ("w1", "w2", "w3"):
-    steps = {json.loads(l)["step"] for l in open("%s/%s.jsonl" % (tmp, w)) if '"event":"sync"' in l}
-    out += ["%s:%d" % (w, k) for k in range(1, max(steps) // h + 1) if k * h not in steps]
-print(",".join(out))
+    syncs = {}
+    for l in open("%s/%s.jsonl" % (tmp, w)):
+        if '"event":"sync"' in l:
+            e = json.loads(l)
+            syncs[e["step"]] = e["stale"]
+    end, origin, miss = max(syncs), 0, []
+    for s in range(h, end + 1, h):  # (the registrations here are at boundaries: a failed sync's)
+        if s not in syncs:
+            miss.append("%s:%d" % (w, (s - origin) // h))
+            continue
+        if miss and syncs[s] is True and s not in joins.get(w, ()):  # a completion: one of them was late
+            choices.append([(miss[:i] + miss[i + 1:], [miss[i]]) for i in range(len(miss))])
+        elif miss:
+            choices.append([(miss, [])])
+        miss = []
+        if s in joins.get(w, ()):
+            origin = s
+    if miss:
+        choices.append([(miss, [])])
+    if w not in joins:
+        plain.append("%s=%d" % (w, sum(1 for s in syncs.values() if s is False)))
+print(" ".join(plain) or "-")
+for pick in itertools.islice(itertools.product(*choices), 64):
+    failed = sum((f for f, _ in pick), [])
+    late = sum((l for _, l in pick), [])
+    print(",".join(failed) or "-", ",".join(late) or "-")
 PY
-)
-ref() { build/tests/tools/ref_async --redis "$URL" --run $RUN --sync-every $H ${failed:+--failed "$failed"} "$@"; }
-ref > "$TMP/ref.txt" 2> "$TMP/ref.log" || fail "reference: $(cat "$TMP/ref.log")"
+for wp in $(head -n 1 "$TMP/readings.txt" | sed 's/^-$//'); do
+  w=${wp%=*}; n=$(submissions $RUN "$w")
+  nl=$(sed -n '2p' "$TMP/readings.txt" | awk '{print $2}' | tr ',' '\n' | grep -c "^$w:")
+  [ "$n" = $((${wp#*=} + nl)) ] || fail "$w: $n submissions recorded, but ${wp#*=} plain syncs and $nl late tries ($(sed -n '2p' "$TMP/readings.txt"))"
+done
+ref() { build/tests/tools/ref_async --redis "$URL" --run $RUN --sync-every $H ${failed:+--failed "$failed"} ${late:+--late "$late"} "$@"; }
 shard_digests $RUN > "$TMP/got.txt"
-diff "$TMP/ref.txt" "$TMP/got.txt" > "$TMP/diff.txt" ||
-  fail "digests differ from the replayed order (failed tries: ${failed:-none}; syncs $(syncs w1) $(syncs w2) $(syncs w3); $(cat "$TMP/ref.log")): $(cat "$TMP/diff.txt")"
+match=""; tried=0
+while read -r f l; do
+  failed=${f#-}; late=${l#-}; tried=$((tried + 1))
+  ref > "$TMP/ref.txt" 2> "$TMP/ref.log" || fail "reference (failed ${failed:-none}, late ${late:-none}): $(cat "$TMP/ref.log")"
+  cmp -s "$TMP/ref.txt" "$TMP/got.txt" && match=1 && break
+done <<EOF2
+$(sed -n '2,$p' "$TMP/readings.txt")
+EOF2
+[ -n "$match" ] ||
+  fail "digests differ from the replayed order under each of the $tried readings of the sync records ($(sed -n '2,$p' "$TMP/readings.txt" | tr '\n' ';'); syncs $(syncs w1) $(syncs w2) $(syncs w3); $(cat "$TMP/ref.log")): $(diff "$TMP/ref.txt" "$TMP/got.txt")"
 ref --async-lookahead 0 > "$TMP/off.txt" 2> /dev/null || fail "reference without the lookahead"
 cmp -s "$TMP/off.txt" "$TMP/got.txt" && fail "the run equals the replay without the lookahead"
-say "bit-identical to the replay of $(sed 's/.*replayed //' "$TMP/ref.log"), failed tries ${failed:-none}; not to the one without the lookahead"
+say "bit-identical to the replay of $(sed 's/.*replayed //' "$TMP/ref.log"), failed tries ${failed:-none}, late ${late:-none} (reading $tried of $(($(wc -l < "$TMP/readings.txt") - 1))); not to the one without the lookahead"

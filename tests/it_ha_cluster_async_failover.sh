@@ -59,8 +59,10 @@ for s in s1 s2; do eval "pid=\$SRV_$s"; alive "$pid" || fail "shard-server $s di
 # replayed; the run must equal one of them. Each late try is a submission Redis recorded with no sync of
 # its own, so a worker that did not register again must have recorded its plain syncs plus its late tries
 # as submissions: checked first.
-$RCLI XRANGE "dl:{$RUN}:events" - + | awk '/^join$/ {j = 1; next} j && /^worker$/ {getline; w = $0; next}
-  j && /^steps$/ {getline; print w, $0; j = 0}' > "$TMP/joins.txt"
+join_steps $RUN > "$TMP/joins.txt"
+for w in w1 w2 w3; do # (a reading that finds no registrations would take every re-registration for a completion)
+  grep -q "^$w 0\$" "$TMP/joins.txt" || fail "no first registration of $w among the join events: $(cat "$TMP/joins.txt")"
+done
 python3 - "$TMP" $H > "$TMP/readings.txt" <<'PY' || fail "reading the workers' sync records"
 import itertools, json, sys
 tmp, h = sys.argv[1], int(sys.argv[2])

@@ -406,6 +406,11 @@ drop_proxy() {
   wait_until 10 '[ -s "$_pfile" ]' "the proxy $_pname"
   eval "PPORT_$_pname=$(cat "$_pfile")"
 }
+# join_steps RUN: a line "W STEPS" per registration recorded (the steps W had trained when it registered)
+join_steps() {
+  $RCLI XRANGE "dl:{$1}:events" - + | awk '/^join$/ {j = 1; next} j && /^worker$/ {getline; w = $0; next}
+    j && /^steps$/ {getline; print w, $0; j = 0}'
+}
 # submissions RUN W: W's async submissions recorded (its submit events of shard 0)
 submissions() {
   $RCLI XRANGE "dl:{$1}:events" - + | awk -v who="$2" '/^worker$/ {getline; w = $0} /^type$/ {getline; t = $0}

@@ -282,7 +282,7 @@ typedef struct diloco_sync_info {
     uint64_t digest; /* XXH3 of the whole new global parameter vector (a sharded group's rank: of its slices);
                         0 while other fragments' rounds were in flight (fragments_in_flight > 1: they write it) */
     int stale;       /* 1 when the round was lost and we re-fetched instead: STALE, evicted, registered again
-                        after failed syncs, or (async) a submission whose result had not come completed */
+                        after failed syncs, or (async) the completion of a submission whose result came late */
     /* Phase timestamps of the round, CLOCK_REALTIME in microseconds (comparable across processes on
      * one machine; 0 when the phase did not happen): first pseudo-gradient byte sent, every push
      * acknowledged, barrier closed (the gets' replies read from then on: they were sent with the arrival,

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
-"""tree_cpu.py OUT CMD [ARGS...]: runs CMD, exits with its status, and writes to OUT the CPU seconds (user +
-system) of CMD and of every process it started, for tests/run.sh's report.
+"""tree_cpu.py OUT CMD [ARGS...]: runs CMD, exits with its status, and writes to OUT the CPU seconds of CMD and
+of every process it started, user + system and system alone ("CPU SYS"), for tests/run.sh's report.
 
 A test starts servers and workers in the background and kills them at its end without waiting for them,
 and a daemonized redis-server leaves its parent at once: their CPU time would be nobody's (orphans go to
@@ -53,7 +53,7 @@ def main():
     reap_until(time.monotonic() + 1.0)
     ru = resource.getrusage(resource.RUSAGE_CHILDREN)
     with open(out, "w") as f:
-        f.write("%.0f\n" % (ru.ru_utime + ru.ru_stime))
+        f.write("%.0f %.0f\n" % (ru.ru_utime + ru.ru_stime, ru.ru_stime))
     if status is None:
         return 1
     return status if status >= 0 else 128 - status

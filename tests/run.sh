@@ -18,11 +18,16 @@ filter=${1:-}
 
 # python3 through pyenv's shim, a bash script that runs `pyenv exec`, costs 0.35 s of CPU a call against
 # 0.02 s for the interpreter itself (measured here), and the suite calls python3 about 600 times: its
-# harnesses, helpers and each test's tree_cpu.py. The tests run the interpreter the shim picks (the one a
-# user's python3 is), through a link in build/test-bin; a python3 that is no shim is run as it is.
+# harnesses, helpers and each test's tree_cpu.py. Where python3 is a script, the tests run the interpreter
+# it picks (sys.executable) through build/test-bin/python3, a sh script that execs it by its own path (a
+# link would hide a virtual environment's pyvenv.cfg, which Python looks for beside the path it was run by).
 py=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null)
-if [ -n "$py" ] && [ "$py" != "$(command -v python3)" ]; then
-  mkdir -p build/test-bin && ln -sf "$py" build/test-bin/python3 && PATH="$PWD/build/test-bin:$PATH" && export PATH
+if [ -n "$py" ] && [ "$(head -c 2 "$(command -v python3)")" = "#!" ]; then
+  # (written beside and renamed over it: an earlier build/test-bin/python3 was a link to the interpreter,
+  # which writing through it would destroy)
+  mkdir -p build/test-bin && rm -f build/test-bin/python3.new &&
+    printf '#!/bin/sh\nexec "%s" "$@"\n' "$py" > build/test-bin/python3.new && chmod +x build/test-bin/python3.new &&
+    mv -f build/test-bin/python3.new build/test-bin/python3 && PATH="$PWD/build/test-bin:$PATH" && export PATH
 fi
 jobs_max=${TEST_JOBS:-2}
 pass=0; fail=0; skip=0; failed=""

@@ -6,8 +6,8 @@
 # heartbeat timeout, then healed. Checks: w1 is evicted while cut off; the three others keep closing
 # rounds without it; after the heal w1 registers again (new incarnation), gets the current parameters
 # (its first sync begun after the cut and ended after the heal is at the current version, same digest as
-# everyone) and is a participant again; no closed round ever counts the incarnation that was cut off after its eviction
-# (its stale pseudo-gradient is never applied; the servers reject its late pushes). It guards against
+# everyone) and is a participant again; no closed round ever counts the incarnation that was cut off after
+# its eviction (its stale pseudo-gradient is never applied; the servers reject its late pushes). It guards against
 # bug 1 of docs/chaos.md (the evicted worker never registering again). Skips (77) where network
 # namespaces or tc are not available (needs root). "After the heal" means after the heal began (the heal
 # event's `begun`, before its tc commands): w1 can register again before the harness has logged the heal,

@@ -2,10 +2,11 @@
 # it_ha_failover_no_eviction.sh: a failover of Redis evicts nobody, even with a short heartbeat timeout.
 # A Streaming run (quadratic, 2 fragments, 3 workers, 2 shard-servers, min_replicas 1) on a Redis master + 2 replicas + 3
 # Sentinels (tests/chaos/chaos.py --redis-ha, down-after 2 s as docs/deploy.md recommends), with a
-# heartbeat timeout of 1 s and beats every 0.1 s. The master is kill -9'd, then SIGSTOPped past the failover: each time nobody can
-# beat for 2.5 to 5 s, 2.5 to 5 timeouts. (0.5 s was too short for a loaded machine's start: in a full suite on
-# 2 cores, the three workers' first fetch took 0.58 s and their heartbeats, on their own connections through
-# the Sentinels, found them evicted 0.56 s after they registered, before the storm began.) The reaper measures silence from the later of the last heartbeat
+# heartbeat timeout of 1 s and beats every 0.1 s. The master is kill -9'd, then SIGSTOPped past the
+# failover: each time nobody can beat for 2.5 to 5 s, 2.5 to 5 timeouts. (0.5 s was too short for a loaded
+# machine's start: in a full suite on 2 cores, the three workers' first fetch took 0.58 s and their
+# heartbeats, on their own connections through the Sentinels, found them evicted 0.56 s after they
+# registered, before the storm began.) The reaper measures silence from the later of the last heartbeat
 # and the new master's first reap plus its grace (docs/PROTOCOL.md, "Heartbeats and failovers"), so the
 # events stream has a 'failover' per switch and no 'evicted', every worker finishes in one incarnation,
 # the chaos audit holds (no commit with a stale participant, every acknowledged commit kept), and the final

@@ -25,7 +25,7 @@ py=$(python3 -c 'import sys; print(sys.executable)' 2>/dev/null)
 if [ -n "$py" ] && [ "$(head -c 2 "$(command -v python3)")" = "#!" ]; then
   # (written beside and renamed over it: an earlier build/test-bin/python3 was a link to the interpreter,
   # which writing through it would destroy)
-  mkdir -p build/test-bin && rm -f build/test-bin/python3.new &&
+  mkdir -p build/test-bin &&
     printf '#!/bin/sh\nexec "%s" "$@"\n' "$py" > build/test-bin/python3.new && chmod +x build/test-bin/python3.new &&
     mv -f build/test-bin/python3.new build/test-bin/python3 && PATH="$PWD/build/test-bin:$PATH" && export PATH
 fi

@@ -228,10 +228,10 @@ static void install_segv_handler(void)
     sigaction(SIGSEGV, &sa, NULL);
 }
 
-/* every device allocation's guards intact, else a fault naming the operation that just ran */
+/* every device allocation's guards intact, else a fault naming the operation that just ran (called in
+ * run_until's device window) */
 static int check_guards(void)
 {
-    device_window w;
     for (region &r : g_regions) {
         if (r.kind != MEM_DEVICE || r.adopted) continue;
         for (size_t i = 0; i < GUARD; i++)
@@ -266,7 +266,7 @@ static int may_run(const cuda_emu_stream *s)
     return !s->q.empty() && (!s->q.front().ev || s->q.front().ev->done >= s->q.front().gen);
 }
 
-/* the next operation of s, with device memory mapped; a faulted device drops it */
+/* the next operation of s (in run_until's device window); a faulted device drops it */
 static void run_next(cuda_emu_stream *s)
 {
     pending p = std::move(s->q.front());
@@ -274,7 +274,6 @@ static void run_next(cuda_emu_stream *s)
     if (p.ev || g_sticky) return;
     if (cuda_emu_census_on() && p.what != "cudaEventRecord") return; /* census: counted when queued, not run */
     snprintf(g_last_op, sizeof g_last_op, "%s", p.what.c_str());
-    device_window w;
     p.run();
     if (!g_sticky) check_guards();
 }

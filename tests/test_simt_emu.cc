@@ -80,6 +80,15 @@ __global__ void exit_before_shuffle_k(float *out)
     out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
 }
 
+/* half a warp at a shuffle, the other half at __syncwarp */
+__global__ void mixed_collectives_k(float *out)
+{
+    if ((threadIdx.x & 31) < 16)
+        out[threadIdx.x] = __shfl_xor_sync(0xffffffffu, 1.0f, 1);
+    else
+        __syncwarp();
+}
+
 static void test_failures_reported(void)
 {
     char err[256] = "";
@@ -91,6 +100,10 @@ static void test_failures_reported(void)
     err[0] = 0;
     CHECK(simt_run(simt_dim3{1, 1, 1}, 32, 1, err, sizeof err, exit_before_shuffle_k, f) == -1 && strstr(err, "exited"),
           "exit before a shuffle: expected a report, got \"%s\"", err);
+    err[0] = 0;
+    CHECK(simt_run(simt_dim3{1, 1, 1}, 32, 1, err, sizeof err, mixed_collectives_k, f) == -1 &&
+              strstr(err, "different warp collectives"),
+          "a shuffle and __syncwarp in one warp: expected a report, got \"%s\"", err);
     err[0] = 0;
     CHECK(simt_run(simt_dim3{1, 1, 1}, 48, 1, err, sizeof err, exit_before_shuffle_k, f) == -1 && strstr(err, "32"),
           "a block of 48 threads: expected a refusal, got \"%s\"", err);

@@ -1,11 +1,14 @@
 /* simt_emu.cc: the CPU lane emulator of simt_emu.h: the fiber scheduler, the barriers, the warp
  * collectives and the bf16 conversions.
  *
- * Each collective is two waits at the warp's barrier: every lane deposits its operands in the warp's
- * slots, and once all 32 have, each computes its own result from all the slots; the second wait keeps
- * a lane from depositing its next operands before every lane has read. The scheduler releases a
- * barrier as soon as its last thread arrives, and otherwise runs a runnable fiber chosen by a
- * splitmix64 sequence (base/util.h) seeded per launch.
+ * Each collective is one wait at the warp's barrier: every lane deposits its operands in the warp's
+ * slots and waits, but the last lane to arrive does not: it computes every lane's result from all the
+ * slots, while every lane is still at the collective (as on a GPU: no lane that goes on can change what
+ * another reads, its slots or the shared memory under an ldmatrix), releases the others and goes on.
+ * (Each lane computing its own result after the wait needed a second wait, to keep a lane from
+ * depositing its next operands before every lane had read: twice the fiber switches, which are most of
+ * an emulated test's time.) The scheduler releases a __syncthreads as soon as its last thread arrives,
+ * and otherwise runs a runnable fiber chosen by a splitmix64 sequence (base/util.h) seeded per launch.
  *
  * The fibers, their stacks and the scheduler's arrays live from launch to launch (a suite launches
  * thousands of kernels): a fiber that finished its block parks in fiber_entry and the next block, of
@@ -23,7 +26,7 @@
 #include <ucontext.h>
 
 enum { F_RUN, F_WAIT_WARP, F_WAIT_BLOCK, F_DONE };
-enum { C_SYNCWARP = 1, C_SHFL, C_SHFL_READ, C_MMA, C_MMA_READ, C_LDMATRIX, C_LDMATRIX_READ };
+enum { C_SYNCWARP = 1, C_SHFL, C_MMA, C_LDMATRIX };
 
 #define STACK_BYTES (256 * 1024)
 #define SLOTS 10 /* per lane: mma's a[4], b[2], c[4] */
@@ -44,7 +47,8 @@ union slot {
 };
 
 struct warp_slots {
-    slot s[32][SLOTS];
+    slot s[32][SLOTS]; /* each lane's operands, deposited before it arrives */
+    slot out[32][4];   /* each lane's result, written by the lane that completes the collective */
 };
 
 static struct {
@@ -52,7 +56,7 @@ static struct {
     unsigned n, cap; /* the launch's threads per block; the threads the arrays below hold */
     warp_slots *w;
     unsigned *runq, nrun; /* the runnable fibers, in no order */
-    unsigned *warp_waiting, *warp_done, block_waiting, done;
+    unsigned *warp_waiting, *warp_done, block_waiting, done; /* (warp_waiting: counted by the lanes as they arrive) */
     jmp_buf sched;
     ucontext_t ctx0; /* what a fiber starting in this launch is made from (one getcontext per launch) */
     fiber *cur;
@@ -136,7 +140,8 @@ static void make_runnable(fiber *f)
     E.runq[E.nrun++] = (unsigned)(f - E.f);
 }
 
-/* warp w's lanes have all arrived (waiting, or exited): releases them if they wait at one collective */
+/* warp w's lanes have all arrived (waiting, or exited; the running fiber, the last to arrive, is not waiting):
+ * releases the waiting ones if every lane is at one collective */
 static int release_warp(unsigned w)
 {
     fiber *l = E.f + 32 * w;
@@ -152,7 +157,8 @@ static int release_warp(unsigned w)
             return -1;
         }
     E.warp_waiting[w] = 0;
-    for (int i = 0; i < 32; i++) make_runnable(&l[i]);
+    for (int i = 0; i < 32; i++)
+        if (&l[i] != E.cur) make_runnable(&l[i]);
     return 0;
 }
 
@@ -164,11 +170,11 @@ static void release_block(void)
         if (E.f[i].state == F_WAIT_BLOCK) make_runnable(&E.f[i]);
 }
 
-/* counts where f stopped, and releases the barrier it completes */
+/* counts where f stopped (a lane counted its arrival at a warp collective itself: warp_arrive), and
+ * releases the barrier it completes */
 static int account(fiber *f)
 {
     unsigned w = (unsigned)(f - E.f) >> 5;
-    if (f->state == F_WAIT_WARP) E.warp_waiting[w]++;
     if (f->state == F_WAIT_BLOCK) E.block_waiting++;
     if (f->state == F_DONE) {
         E.done++;
@@ -323,22 +329,45 @@ static void check_full_mask(unsigned mask)
     if (mask != 0xffffffffu) fail_here("a warp primitive with a partial mask (not emulated)");
 }
 
+/* The running lane arrives at warp collective `coll`, its operands in its slots. A lane before the last
+ * waits; the last one releases them all (release_warp checks they are at the same collective) and
+ * computes every lane's result into the warp's out slots (finish, if any) before any of them runs again. */
+static void warp_arrive(int coll, void (*finish)(warp_slots *w))
+{
+    unsigned w = (unsigned)(E.cur - E.f) >> 5;
+    E.cur->coll = coll;
+    if (++E.warp_waiting[w] + E.warp_done[w] < 32) {
+        wait_at(F_WAIT_WARP, coll);
+        return;
+    }
+    if (release_warp(w)) _longjmp(E.sched, 1); /* (failed: never resumed, the launch ends) */
+    if (finish) finish(&E.w[w]);
+}
+
 void __syncwarp(unsigned mask)
 {
     check_full_mask(mask);
-    wait_at(F_WAIT_WARP, C_SYNCWARP);
+    warp_arrive(C_SYNCWARP, NULL);
 }
 
-/* every lane gives v and reads the value of lane src (its own where src is outside the warp) */
+/* every lane gave v (slot 0) and reads the value of lane src (slot 1; its own where src is outside the warp) */
+static void shfl_finish(warp_slots *w)
+{
+    for (int l = 0; l < 32; l++) {
+        int src = (int)w->s[l][1].u;
+        w->out[l][0].u = src >= 0 && src < 32 ? w->s[src][0].u : w->s[l][0].u;
+    }
+}
+
 static uint32_t shfl_bits(unsigned mask, uint32_t v, int src)
 {
     check_full_mask(mask);
+    warp_slots *w = warp();
     int l = lane();
-    warp()->s[l][0].u = v;
-    wait_at(F_WAIT_WARP, C_SHFL);
-    uint32_t r = src >= 0 && src < 32 ? warp()->s[src][0].u : v;
-    wait_at(F_WAIT_WARP, C_SHFL_READ);
-    return r;
+    w->s[l][0].u = v;
+    w->s[l][1].u = (uint32_t)src;
+    warp_arrive(C_SHFL, shfl_finish);
+    return w->out[l][0].u;
 }
 
 static uint32_t shfl_xor_bits(unsigned mask, uint32_t v, int lane_mask)
@@ -446,50 +475,63 @@ static float b_at(const warp_slots *w, int k, int n)
     return half_of(w->s[4 * n + (k % 8) / 2][4 + k / 8].u, k);
 }
 
+/* lane l's d: its rows g and g + 8 (g = l / 4), columns 2 t and 2 t + 1 (t = l % 4) of A B + C */
+static void mma_finish(warp_slots *w)
+{
+    for (int l = 0; l < 32; l++) {
+        int g = l >> 2, t = l & 3;
+        for (int i = 0; i < 4; i++) {
+            int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
+            double sum = 0.0; /* bf16 products are exact in double, and 16 of them sum exactly enough */
+            for (int k = 0; k < 16; k++) sum += (double)a_at(w, row, k) * (double)b_at(w, k, col);
+            w->out[l][i].f = (float)(sum + (double)w->s[l][6 + i].f);
+        }
+    }
+}
+
 void mma_bf16_16816(float d[4], const uint32_t a[4], const uint32_t b[2], const float c[4])
 {
     warp_slots *w = warp();
-    int l = lane(), g = l >> 2, t = l & 3;
+    int l = lane();
     for (int i = 0; i < 4; i++) w->s[l][i].u = a[i];
     w->s[l][4].u = b[0];
     w->s[l][5].u = b[1];
     for (int i = 0; i < 4; i++) w->s[l][6 + i].f = c[i];
-    wait_at(F_WAIT_WARP, C_MMA);
-    float out[4];
-    for (int i = 0; i < 4; i++) {
-        int row = g + (i >= 2 ? 8 : 0), col = 2 * t + (i & 1);
-        double sum = 0.0; /* bf16 products are exact in double, and 16 of them sum exactly enough */
-        for (int k = 0; k < 16; k++) sum += (double)a_at(w, row, k) * (double)b_at(w, k, col);
-        out[i] = (float)(sum + (double)w->s[l][6 + i].f);
-    }
-    wait_at(F_WAIT_WARP, C_MMA_READ);
-    memcpy(d, out, sizeof out);
+    warp_arrive(C_MMA, mma_finish);
+    for (int i = 0; i < 4; i++) d[i] = w->out[l][i].f;
 }
 
 /* ldmatrix of `count` 8x8 matrices: lane l's register i is matrix i's row l / 4, columns 2 (l % 4) and
  * 2 (l % 4) + 1; transposed, column l / 4 of rows 2 (l % 4) and 2 (l % 4) + 1 */
+static void ldmatrix_finish(warp_slots *w)
+{
+    for (int l = 0; l < 32; l++) {
+        int count = (int)w->s[l][1].u, trans = (int)w->s[l][2].u;
+        for (int i = 0; i < count; i++) {
+            uint16_t lo, hi;
+            if (!trans) {
+                const uint16_t *p = (const uint16_t *)w->s[8 * i + l / 4][0].p;
+                lo = p[2 * (l % 4)];
+                hi = p[2 * (l % 4) + 1];
+            } else {
+                lo = ((const uint16_t *)w->s[8 * i + 2 * (l % 4)][0].p)[l / 4];
+                hi = ((const uint16_t *)w->s[8 * i + 2 * (l % 4) + 1][0].p)[l / 4];
+            }
+            w->out[l][i].u = (uint32_t)lo | ((uint32_t)hi << 16);
+        }
+    }
+}
+
 static void ldmatrix(uint32_t *r, int count, int trans, const void *row)
 {
     warp_slots *w = warp();
     int l = lane();
     if (l < 8 * count && (uintptr_t)row % 16) fail_here("ldmatrix row address not 16-byte aligned");
     w->s[l][0].p = row;
-    wait_at(F_WAIT_WARP, C_LDMATRIX);
-    uint32_t out[4];
-    for (int i = 0; i < count; i++) {
-        uint16_t lo, hi;
-        if (!trans) {
-            const uint16_t *p = (const uint16_t *)w->s[8 * i + l / 4][0].p;
-            lo = p[2 * (l % 4)];
-            hi = p[2 * (l % 4) + 1];
-        } else {
-            lo = ((const uint16_t *)w->s[8 * i + 2 * (l % 4)][0].p)[l / 4];
-            hi = ((const uint16_t *)w->s[8 * i + 2 * (l % 4) + 1][0].p)[l / 4];
-        }
-        out[i] = (uint32_t)lo | ((uint32_t)hi << 16);
-    }
-    wait_at(F_WAIT_WARP, C_LDMATRIX_READ);
-    memcpy(r, out, (size_t)count * sizeof(uint32_t));
+    w->s[l][1].u = (uint32_t)count;
+    w->s[l][2].u = (uint32_t)trans;
+    warp_arrive(C_LDMATRIX, ldmatrix_finish);
+    for (int i = 0; i < count; i++) r[i] = w->out[l][i].u;
 }
 
 void ldmatrix_x4(uint32_t r[4], const void *row)

@@ -3,7 +3,8 @@
  *
  * A launch runs the grid's blocks one after another, in a seeded random order. A block's threads are
  * fibers (ucontext) on the calling thread: one runs until it reaches __syncthreads, __syncwarp or a
- * warp collective (a shuffle, mma_bf16_16816, ldmatrix), then a fiber picked at random runs. So every
+ * warp collective (a shuffle, mma_bf16_16816, ldmatrix), then a fiber picked at random runs (the last
+ * lane of a warp to arrive at a collective goes on: it computes every lane's result). So every
  * interleaving the barriers allow can happen, and a kernel that reads shared memory before the
  * barrier that orders its writes gets the wrong values, as on a GPU. The collectives implement the
  * layouts warp_mma.h documents (the PTX ISA's). A lane that exits counts as arrived at __syncthreads

@@ -104,11 +104,13 @@ static void fail_here(const char *what)
     jump_to(E.sched); /* never resumed: the launch ends */
 }
 
+static void switch_away(void);
+
 static void wait_at(int state, int coll)
 {
     E.cur->state = state;
     E.cur->coll = coll;
-    if (!__builtin_setjmp(E.cur->at)) jump_to(E.sched);
+    switch_away();
 }
 
 static int lane(void)
@@ -128,16 +130,15 @@ static void fiber_entry(void)
     for (;;) {
         E.body(E.arg);
         E.cur->state = F_DONE;
-        if (!__builtin_setjmp(E.cur->at)) jump_to(E.sched);
+        switch_away();
     }
 }
 
-/* runs f until it waits or ends: its first start through its ucontext, then by jump_to (a switch
- * without the signal-mask system calls of swapcontext) */
-static void run_fiber(fiber *f)
+/* runs f: its first start through its ucontext, then by jump_to to where it waits (a switch without
+ * the signal-mask system calls of swapcontext) */
+static void enter(fiber *f)
 {
     E.cur = f;
-    if (__builtin_setjmp(E.sched)) return;
     if (f->started) jump_to(f->at);
     f->started = 1;
     setcontext(&f->ctx);
@@ -219,6 +220,26 @@ static fiber *pick_runnable(void)
     return &E.f[i];
 }
 
+/* The running fiber stopped (its state says where): it is counted, and the next fiber the scheduler picks
+ * runs in its place, straight from this one (one switch, not two through the scheduler's context); the
+ * scheduler's context (run_fibers) runs again once none is runnable or a barrier's release failed. */
+static void switch_away(void)
+{
+    if (__builtin_setjmp(E.cur->at)) return; /* resumed */
+    if (account(E.cur)) jump_to(E.sched);
+    fiber *next = pick_runnable();
+    if (!next) jump_to(E.sched);
+    enter(next);
+}
+
+/* runs the block's fibers until none is runnable (the block ended, or a deadlock) or the launch failed */
+static void run_fibers(void)
+{
+    fiber *first = pick_runnable();
+    if (!first || __builtin_setjmp(E.sched)) return;
+    enter(first);
+}
+
 static int run_block(void)
 {
     E.nrun = E.block_waiting = E.done = 0;
@@ -235,16 +256,10 @@ static int run_block(void)
         make_runnable(f);
     }
     for (unsigned w = 0; w < E.n / 32; w++) E.warp_waiting[w] = E.warp_done[w] = 0;
-    while (!E.failed) {
-        fiber *f = pick_runnable();
-        if (!f) {
-            if (E.done == E.n) return 0;
-            describe_deadlock();
-            return -1;
-        }
-        run_fiber(f);
-        if (!E.failed && account(f)) return -1;
-    }
+    run_fibers();
+    if (E.failed) return -1;
+    if (E.done == E.n) return 0;
+    describe_deadlock();
     return -1;
 }
 

@@ -43,9 +43,10 @@ __attribute__((noinline, noreturn)) static void jump_to(switch_buf to)
 #define STACK_BYTES (256 * 1024)
 #define SLOTS 10 /* per lane: mma's a[4], b[2], c[4] */
 
+/* What a switch touches, 80 bytes a fiber (its first start's ucontext, 968 bytes, is apart: E.ctx), so that
+ * a block's 1024 fibers are not 1024 scattered cache lines and pages. */
 struct fiber {
-    ucontext_t ctx; /* its first start */
-    switch_buf at;  /* where it waits, once started */
+    switch_buf at; /* where it waits, once started */
     int started;
     char *stack;
     simt_dim3 tid;
@@ -65,6 +66,7 @@ struct warp_slots {
 
 static struct {
     fiber *f;
+    ucontext_t *ctx; /* fiber i's first start */
     unsigned n, cap; /* the launch's threads per block; the threads the arrays below hold */
     warp_slots *w;
     unsigned *runq, nrun; /* the runnable fibers, in no order */
@@ -142,7 +144,7 @@ static void enter(fiber *f)
     E.cur = f;
     if (f->started) jump_to(f->at);
     f->started = 1;
-    setcontext(&f->ctx);
+    setcontext(&E.ctx[f - E.f]);
 }
 
 /* ---- the scheduler ---------------------------------------------------------------------------- */
@@ -248,11 +250,12 @@ static int run_block(void)
         fiber *f = &E.f[i];
         f->tid = simt_dim3{i % blockDim.x, i / blockDim.x % blockDim.y, i / (blockDim.x * blockDim.y)};
         if (!f->started) { /* a copy of ctx0 (its FP state points into ctx0, which this launch made) */
-            f->ctx = E.ctx0;
-            f->ctx.uc_stack.ss_sp = f->stack;
-            f->ctx.uc_stack.ss_size = STACK_BYTES;
-            f->ctx.uc_link = NULL; /* fiber_entry never returns */
-            makecontext(&f->ctx, fiber_entry, 0);
+            ucontext_t *c = &E.ctx[i];
+            *c = E.ctx0;
+            c->uc_stack.ss_sp = f->stack;
+            c->uc_stack.ss_size = STACK_BYTES;
+            c->uc_link = NULL; /* fiber_entry never returns */
+            makecontext(c, fiber_entry, 0);
         }
         make_runnable(f);
     }
@@ -297,7 +300,9 @@ static int reserve_fibers(unsigned block)
     if (block <= E.cap) return 0;
     fiber *f = (fiber *)realloc(E.f, block * sizeof *f);
     if (f) E.f = f;
-    warp_slots *w = f ? (warp_slots *)realloc(E.w, block / 32 * sizeof *w) : NULL;
+    ucontext_t *ctx = f ? (ucontext_t *)realloc(E.ctx, block * sizeof *ctx) : NULL;
+    if (ctx) E.ctx = ctx;
+    warp_slots *w = ctx ? (warp_slots *)realloc(E.w, block / 32 * sizeof *w) : NULL;
     if (w) E.w = w;
     unsigned *runq = w ? (unsigned *)realloc(E.runq, block * sizeof *runq) : NULL;
     if (runq) E.runq = runq;

@@ -5,13 +5,14 @@
 # version-0 snapshot plus a log entry per round).
 #  1. healthy run: `coordinator repair` changes nothing (dl:{R}:shards and the events identical) and says
 #     so; a checkpoint is saved for later;
-#  2. while the workers train, both servers are killed, a few payload bytes of shard 1's latest log entry
-#     are overwritten (SETRANGE) and two new servers start: exactly one 'corrupt' event with the key and
-#     the reason (also after several more seconds: no retry storm), the mark in dl:{R}:shards, `status`
-#     (table and --json) and /metrics show it, the workers say "shard 1's durable state is corrupt (key
-#     ...); see coordinator repair" and wait; `repair --dry-run` changes nothing; `repair` rolls every
-#     shard back to the newest common version that verifies, installed as a new version above every
-#     round; the workers resume and both end on one digest;
+#  2. while the workers train (w1 waiting at the open round's barrier, w2 stopped before it), both servers
+#     are killed, a few payload bytes of shard 1's latest log entry are overwritten (SETRANGE) and two new
+#     servers start: exactly one 'corrupt' event with the key and the reason (also after several more
+#     seconds: no retry storm), the mark in dl:{R}:shards, `status` (table and --json) and /metrics show it,
+#     w2 says "shard 1's durable state is corrupt (key ...); see coordinator repair" and waits, w1 waits at
+#     the barrier; `repair --dry-run` changes nothing; `repair` rolls every shard back to the newest common
+#     version that verifies, installed as a new version above every round; w1 says its round was lost
+#     because its barrier expired, the workers resume and both end on one digest;
 #  3. with the workers stopped: shard 0's latest log entry corrupted, nobody has noticed yet: repair finds
 #     it itself, and a checkpoint of the result holds exactly the parameters the workers had at the
 #     rollback version (their sync log);
@@ -71,16 +72,27 @@ say "2. a corrupt log entry while the workers train"
 for w in w1 w2; do mv "$TMP/$w.jsonl" "$TMP/$w-1.jsonl"; mv "$TMP/worker-$w.log" "$TMP/worker-$w-1.log"; done
 run_workers $((14 * H)) --step-delay-ms 20
 wait_until 30 "[ \"\$($RCLI HGET $SH 1:version)\" -ge 6 ]" "version 6"
+# w2 stopped, w1 arrives at the open round's barrier and waits there for w2 (its Δ went to the servers
+# about to die); the servers die and shard 1's latest log entry, the open round's version, is corrupted; w2
+# goes on and meets the mark (its push or its get). Without the stop the two orders raced: under
+# AddressSanitizer w1 had arrived first, and waited at the barrier without a word about shard 1.
+kill -STOP "$WRK_w2"
+open_round() { $RCLI HGET "dl:{$RUN}:state" round:0; }
+wait_until 10 "[ \"\$($RCLI HEXISTS dl:{$RUN}:f0:r\$(open_round) a:w1)\" = 1 ]" "w1 at the open round's barrier"
+R=$(open_round)
 kill -9 "$SRV_s1" "$SRV_s2"
+kill -CONT "$WRK_w2"
 BAD=$(last_ref 1 log)
+case "$BAD" in "dl:{$RUN:1}:log:$R:"*) ;; *) fail "shard 1's latest log entry is $BAD, not of round $R's version" ;; esac
 corrupt_blob "$BAD"
-say "corrupted $BAD"
+say "w1 waits at round $R's barrier; corrupted $BAD"
 start_server s3 $TTL
 start_server s4 $TTL
 wait_until 20 "[ \"\$(n_events corrupt)\" -ge 1 ]" "a corrupt event"
-wait_until 20 "grep -q \"shard 1's durable state is corrupt (key $BAD: .*); see coordinator repair\" $TMP/worker-w1.log" \
-  "w1 says shard 1 is corrupt"
-wait_until 10 "grep -q 'waiting for it' $TMP/worker-w2.log" "w2 waits too"
+wait_until 20 "grep -q \"shard 1's durable state is corrupt (key $BAD: .*); see coordinator repair; waiting for it\" \
+  $TMP/worker-w2.log" "w2 says shard 1 is corrupt and waits"
+[ "$($RCLI HEXISTS "dl:{$RUN}:f0:r$R" a:w1)" = 1 ] && [ "$($RCLI HGET "dl:{$RUN}:f0:r$R" state)" = open ] ||
+  fail "w1 is not waiting at round $R's barrier"
 grep -h 'waiting for it' "$TMP"/worker-w[12].log | grep -v "shard 1's durable state is corrupt (key $BAD: " &&
   fail "a worker waits for something else"
 [ "$($RCLI HGET "$SH" 1:corrupt)" = "$BAD" ] || fail "shard 1 is not marked with its key: $($RCLI HGET "$SH" 1:corrupt)"
@@ -132,6 +144,10 @@ for v in $(shard_versions $RUN); do [ "$v" -ge "$V" ] || fail "versions $V0 -> $
 [ "$($RCLI EXISTS "$BAD")" = 0 ] || fail "the corrupt blob was not deleted"
 $RCLI XRANGE "dl:{$RUN}:events" - + | grep -A 12 '^repair$' | grep -qx rollback || fail "no repair event"
 join_workers
+# the repair deleted the barrier w1 waited at: it says why its round was lost (before, an error string left
+# from an earlier call: "lost (stale):  N;")
+grep -q "round $R of fragment 0 lost (stale): its barrier is expired (the fragment's open round is now $V: " \
+  "$TMP/worker-w1.log" || fail "w1 does not say why round $R was lost: $(grep -h 'lost' "$TMP/worker-w1.log")"
 [ "$(n_events corrupt)" = 1 ] || fail "corrupt events after the repair"
 
 say "3. a corrupt log entry nobody has read yet: repair finds it"

@@ -117,6 +117,20 @@ static void note_wait(diloco *d, int f, int64_t round, int joiner, uint64_t wait
                  (long long)round, f, (double)waited_ms / 1000.0, d->run);
 }
 
+/* The barrier (f, round) is neither open nor closed (dl_barrier's state): "expired", the fragment's open round
+ * moved past it while we waited (`coordinator repair` installs a new version above every round and deletes
+ * the open barrier), or "none". Said in err, which the round's loss is logged with (round.c). */
+static void barrier_gone(const redisReply *b, char *err, size_t errlen)
+{
+    if (b->elements >= 4 && b->element[3]->type == REDIS_REPLY_INTEGER)
+        err_set(err, errlen,
+                "its barrier is %s (the fragment's open round is now %lld: the run moved past it, as `coordinator "
+                "repair` does)",
+                b->element[0]->str, (long long)b->element[3]->integer);
+    else
+        err_set(err, errlen, "its barrier is %s", b->element[0]->str);
+}
+
 /* Block until barrier (f, round) closes: BLPOP our wake list with a timeout, then look. A joiner (not
  * expected at round, not arrived) stops waiting with DL_NEED when the barrier waits for nobody else:
  * it needs an arrival to close (at least target_workers), and only we can bring one. A participant whose
@@ -158,6 +172,7 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
         if (!dl_reply_failed(b) && b->type == REDIS_REPLY_ARRAY && b->elements >= 1) {
             const char *state = b->element[0]->str;
             int rc = strcmp(state, "closed") == 0 ? DL_OK : strcmp(state, "open") == 0 ? DL_RETRY : DL_STALE;
+            if (rc == DL_STALE) barrier_gone(b, err, errlen);
             /* closed without our arrival: we were dropped from it (evicted after a long stop or a network cut,
              * which took our arrival out of the barrier). STALE, so that we register again now instead of
              * taking the round's result and training the next round as a dead incarnation */

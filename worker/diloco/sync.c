@@ -182,6 +182,21 @@ static int all_at(const diloco *d, int first, int last, int64_t want)
     return 1;
 }
 
+/* After a round's get: DL_OK when every shard of [first, last) came at the round's result, version want;
+ * else DL_STALE, the run moved on past the round meanwhile, with the first shard that did not in err (what
+ * the round's loss is logged with: round.c) */
+static int got_round(const diloco *d, int first, int last, int64_t want, char *err, size_t errlen)
+{
+    for (int k = first; k < last; k++)
+        if (d->shard_version[k] != want) {
+            err_set(err, errlen, "shard %d came at version %lld, not at the round's result, version %lld: the run "
+                    "moved on past the round meanwhile",
+                    dl_shard_id(d, k), (long long)d->shard_version[k], (long long)want);
+            return DL_STALE;
+        }
+    return DL_OK;
+}
+
 /* The round that broke off completed after all: take its result, as the sync would have had it not
  * failed. */
 static int take_late_round(diloco *d, int f, int64_t want, char *err, size_t errlen)
@@ -426,7 +441,7 @@ int sync_run_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
     rc = get_round(d, first, last, &ga, early, NULL, err, errlen);
     if (rc != DL_OK) return rc;
     d->frag_incomplete[f] = 0;
-    return all_at(d, first, last, ga.want) ? DL_OK : DL_STALE; /* STALE: the run moved on past us meanwhile */
+    return got_round(d, first, last, ga.want, err, errlen);
 }
 
 /* Take part in fragment f's round with nothing: wait as a joiner (no push, no arrival) for it to close,
@@ -440,5 +455,5 @@ int sync_join_round(diloco *d, int f, int64_t round, char *err, size_t errlen)
     fanout_get_arg ga = {.want = round + 1, .once = 1};
     rc = get_round(d, first, last, &ga, NULL, NULL, err, errlen);
     if (rc != DL_OK) return rc;
-    return all_at(d, first, last, ga.want) ? DL_OK : DL_STALE;
+    return got_round(d, first, last, ga.want, err, errlen);
 }

@@ -195,7 +195,10 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
         } else if (b) {
             freeReplyObject(b);
         }
-        if (polls % 5 == 0 && !dl_still_member(d)) return DL_EVICTED;
+        if (polls % 5 == 0 && !dl_still_member(d)) { /* (round.c logs the round lost with err) */
+            err_set(err, errlen, "no longer a member of the run while we waited at the barrier");
+            return DL_EVICTED;
+        }
     }
 }
 

@@ -528,7 +528,11 @@ demo-torch: deps
 # Not part of `make test`: it builds the product a second time. A finding stops the process (abort).
 # Tests of the build itself fail there by design: it_layers (ASan's __odr_asan symbols), it_lib_installed
 # (links libdiloco.a without the sanitizers), it_portable_* (qemu-user cannot run ASan's shadow memory),
-# it_python_pip (a venv's python3 without libasan preloaded), it_fuzz and it_tsan_worker (other builds).
+# it_python_pip (a venv's python3 without libasan preloaded), it_fuzz, it_tsan_worker and the second half of
+# it_stream_lost_tentative (other builds: the fuzz targets, build/tsan/bin/worker). Tests that bound a speed
+# fail there too, the sanitized processes being 2-4x slower: it_python_dylu, it_stream_slow_round (2 Dec:
+# the whole suite, 28 min 52 s, 181 passed, those and it_ha_async_place_lost, whose workers drift apart
+# under the load, failed; no sanitizer report).
 ASAN_DIR   = build-asan
 ASAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -fPIC
 .PHONY: asan asan-build asan-test

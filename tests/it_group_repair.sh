@@ -3,8 +3,9 @@
 # resume after it together, and a stop asked of one rank during the wait stops them all.
 #
 # A sync run of 4 shards: a group g1 of 2 ranks (tests/tools/group_worker, each rank moving 2 shards) beside a
-# bin/worker w2. While they train, the servers are killed, a payload byte range of the newest log entry of a
-# shard is overwritten and two servers start: the shard is marked corrupt, the group's round fails CORRUPT,
+# bin/worker w2. While they train (the group stopped until w2 waits at the open round's barrier: corrupt, below),
+# the servers are killed, a payload byte range of the newest log entry of a shard is overwritten and two
+# servers start: the shard is marked corrupt, the group's round fails CORRUPT,
 # and its ranks wait (group.c recover: a collective a second carries each rank's stop and rank 0's look at
 # the marks).
 #  1. `coordinator repair`: both ranks sync again at the repaired version or later, and w2 too;
@@ -36,14 +37,22 @@ syncs() { grep -c "^sync rank $1 " "$TMP/${2:-g1}.out"; } # RANK [GROUP]
 # sync_version GROUP head|tail: the version of GROUP's rank 1's first (head) or last (tail) sync
 sync_version() { grep "^sync rank 1 " "$TMP/$1.out" | "$2" -n 1 | sed 's/.* version \([0-9]*\) .*/\1/'; }
 w2_syncs() { grep -c '"event":"sync"' "$TMP/w2.jsonl"; }
-# corrupt SHARD OLD_SERVERS NEW_SERVERS: the servers killed, the shard's newest log entry overwritten, new
-# servers started; then the group waits for a repair (its log says so once more)
+# corrupt SHARD OLD_SERVERS NEW_SERVERS: the group stopped (SIGSTOP) until w2 waits at the open round's
+# barrier, the servers killed, the shard's newest log entry overwritten, the group resumed, new servers
+# started; then the group waits for a repair (its log says so once more). The stop fixes the order: a group
+# that had arrived at the barrier before the servers died would wait there, for w2, and never say it waits for
+# a repair (seen once in a suite run with the ThreadSanitizer worker, whose w2 is slower; it_corrupt_repair
+# had the same race)
+open_round() { $RCLI HGET "dl:{$RUN}:state" round:0; }
 corrupt() {
   waits=$(n_waits)
+  kill -STOP $G
+  wait_until 10 "[ \"\$($RCLI HEXISTS dl:{$RUN}:f0:r\$(open_round) a:w2)\" = 1 ]" "w2 at the open round's barrier"
   for s in $2; do eval "kill -9 \$SRV_$s"; done
   bad=$(last_ref "$1" log)
   [ "$($RCLI EXISTS "$bad")" = 1 ] || fail "no blob $bad"
   $RCLI SETRANGE "$bad" 400 XXXXXXXX > /dev/null
+  kill -CONT $G
   for s in $3; do start_server "$s" $TTL; done
   wait_until 30 '[ "$(n_waits)" -gt "$waits" ]' "the group to wait for a repair of shard $1"
   say "shard $1's entry $bad corrupted; the group waits for a repair"

@@ -7,7 +7,8 @@
 # both pseudo-gradients of round 0 again: w2's get, still waiting, sends its own; w1 holds all 8 shards
 # of version 1 and learns at its confirm before round 1 (worker/diloco/sync.c, sync_confirm_durable) that
 # 0-3 are committed with the digests it holds and 4-7 are not and moved. Checks: sb died as arranged; w1's
-# confirm resent to and fetched 4 shards (its sync event's confirm_shards), and no pseudo-gradient went to
+# confirm resent to and fetched the shards of 4-7 it held tentatively (its sync event's confirm_shards; 4, or
+# fewer when sb exits before every commit served w1), and no pseudo-gradient went to
 # a shard already committed at its version (the run's `duplicates` count stays 0; before the fix w1 resent
 # to all 8 and fetched all 8: duplicates 4); shard digests, commits (each round once per shard) and the
 # workers' final digests equal the fault-free reference (tests/tools/ref_quadratic).
@@ -31,10 +32,18 @@ wait_workers w1 w2
 dup=$($RCLI HGET "dl:{$RUN}:state" duplicates)
 [ "${dup:-0}" -eq 0 ] ||
   fail "$dup pushes went again to shards already committed at their version: $(grep -h 'duplicate push' "$TMP"/server-*.log | head -n 4)"
+# the shards of 4-7 whose version 1 sb served w1 tentatively before it died: all 4 as a rule, but sb exits once
+# the first reply has left, and on a loaded machine the other commits may not have served theirs yet (seen
+# once: 1); w1 got the others from the new sb, durably
+held=$(sed -n 's/.*fault injection: version 1 of shard \([4-7]\) served tentatively to w1$/\1/p' \
+  "$TMP/server-sb-faulty.log" | sort -u | wc -l)
+[ "$held" -ge 1 ] || fail "sb served w1 no version tentatively: $(grep -h 'fault injection' "$TMP/server-sb-faulty.log")"
 c=$(grep '"event":"sync"' "$TMP/w1.jsonl" | grep '"round":1,' | sed 's/.*"confirm_shards":\([0-9]*\).*/\1/')
-[ "$c" = 4 ] || fail "w1's confirm before round 1 resent to and fetched ${c:-no} shards, expected the 4 that moved"
+[ "$c" = "$held" ] ||
+  fail "w1's confirm before round 1 resent to and fetched ${c:-no} shards, expected the $held that moved and it held tentatively"
 [ "$(shard_versions $RUN)" = "$ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS $ROUNDS" ] || fail "versions: $(shard_versions $RUN)"
 REF_WORKERS=w1,w2
 assert_matches_reference
 assert_workers_end_at "$REF_DIGEST"
-say "w1's confirm resent to the 4 shards that moved, none to a committed one; bit-identical to the reference"
+say "w1's confirm resent to the $held shard(s) that moved and it held tentatively, none to a committed one;" \
+  "bit-identical to the reference"

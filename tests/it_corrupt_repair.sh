@@ -77,9 +77,8 @@ wait_until 30 "[ \"\$($RCLI HGET $SH 1:version)\" -ge 6 ]" "version 6"
 # goes on and meets the mark (its push or its get). Without the stop the two orders raced: under
 # AddressSanitizer w1 had arrived first, and waited at the barrier without a word about shard 1.
 kill -STOP "$WRK_w2"
-open_round() { $RCLI HGET "dl:{$RUN}:state" round:0; }
-wait_until 10 "[ \"\$($RCLI HEXISTS dl:{$RUN}:f0:r\$(open_round) a:w1)\" = 1 ]" "w1 at the open round's barrier"
-R=$(open_round)
+wait_until 10 "at_barrier w1" "w1 at the open round's barrier"
+R=$(round 0)
 kill -9 "$SRV_s1" "$SRV_s2"
 kill -CONT "$WRK_w2"
 BAD=$(last_ref 1 log)

@@ -313,6 +313,8 @@ stream_evict_run() {
   start_server s1 --lease-ttl-ms 2000
 }
 round() { $RCLI HGET "dl:{$RUN}:state" round:$1; }
+# at_barrier W: W's arrival is in the open barrier of $RUN's fragment 0 (it waits there for the others)
+at_barrier() { [ "$($RCLI HEXISTS "dl:{$RUN}:f0:r$(round 0)" "a:$1")" = 1 ]; }
 # assert_back_in_both RUN W: W's latest incarnation took part in a round of fragment 0 and of fragment 1.
 assert_back_in_both() {
   _inc=$($RCLI XRANGE "dl:{$1}:events" - + | awk -v who="$2" '/^join$/ {j = 1; next} j && /^worker$/ {getline; w = $0; next}

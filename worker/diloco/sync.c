@@ -174,12 +174,17 @@ static int get_and_compare(diloco *d, int f, int64_t want, int incomplete, const
     return rc;
 }
 
-/* Whether every shard of [first, last) is at version want (a get for at least want may bring a later one). */
-static int all_at(const diloco *d, int first, int last, int64_t want)
+/* The first shard of [first, last) not at version want (a get for at least want may bring a later one), or -1. */
+static int first_not_at(const diloco *d, int first, int last, int64_t want)
 {
     for (int k = first; k < last; k++)
-        if (d->shard_version[k] != want) return 0;
-    return 1;
+        if (d->shard_version[k] != want) return k;
+    return -1;
+}
+
+static int all_at(const diloco *d, int first, int last, int64_t want)
+{
+    return first_not_at(d, first, last, want) < 0;
 }
 
 /* After a round's get: DL_OK when every shard of [first, last) came at the round's result, version want;
@@ -187,14 +192,12 @@ static int all_at(const diloco *d, int first, int last, int64_t want)
  * the round's loss is logged with: round.c) */
 static int got_round(const diloco *d, int first, int last, int64_t want, char *err, size_t errlen)
 {
-    for (int k = first; k < last; k++)
-        if (d->shard_version[k] != want) {
-            err_set(err, errlen, "shard %d came at version %lld, not at the round's result, version %lld: the run "
-                    "moved on past the round meanwhile",
-                    dl_shard_id(d, k), (long long)d->shard_version[k], (long long)want);
-            return DL_STALE;
-        }
-    return DL_OK;
+    int k = first_not_at(d, first, last, want);
+    if (k < 0) return DL_OK;
+    err_set(err, errlen, "shard %d came at version %lld, not at the round's result, version %lld: the run moved on "
+            "past the round meanwhile",
+            dl_shard_id(d, k), (long long)d->shard_version[k], (long long)want);
+    return DL_STALE;
 }
 
 /* The round that broke off completed after all: take its result, as the sync would have had it not

@@ -3,7 +3,7 @@
 # Starts a real redis-server on a free loopback port, shard-servers and workers as background
 # processes with their logs in one temporary folder, and cleans everything up on exit (even on
 # failure or interrupt). Helpers:
-#   start_redis                          sets PORT, URL, RCLI ("redis-cli -p PORT")
+#   start_redis                          sets PORT, URL, RCLI ("$REDIS_CLI -p PORT")
 #   start_redis_cluster [REPLICAS]       a 3-master Redis Cluster instead (REPLICAS per master, default 0;
 #                                        with replicas, node timeout 2 s): CLUSTER_PORTS (every node), PORT
 #                                        (the first), URL (its node), RCLI ("redis-cli -c -p PORT")
@@ -24,6 +24,10 @@ ROOT=$(pwd)
 PYTHON=${PYTHON:-/usr/bin/python3}
 TMP=$(mktemp -d /tmp/dltest.XXXXXX)
 PIDS=""
+# REDIS_CLI: redis-cli's output and exit status for one command at a third of its start-up cost (the tests
+# make some 5,400 calls a suite; tests/tools/rcli.c, checked against redis-cli by it_rcli.sh). Anything else
+# it hands to redis-cli. $RCLI of a Cluster stays redis-cli -c (rcli would hand each call on).
+REDIS_CLI=$ROOT/build/tests/tools/rcli
 PORT=""
 CLUSTER_PORTS=""
 
@@ -88,7 +92,7 @@ start_redis() {
   for _try in 1 2 3 4 5; do
     PORT=$(free_port)
     URL="redis://127.0.0.1:$PORT"
-    RCLI="redis-cli -p $PORT"
+    RCLI="$REDIS_CLI -p $PORT"
     rm -f "$TMP/redis.pid"
     redis-server --port "$PORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir "$TMP" \
       --logfile "$TMP/redis.log" --pidfile "$TMP/redis.pid" "$@" >/dev/null || fail "redis-server did not start"
@@ -124,12 +128,12 @@ start_redis_cluster() {
     addrs="$addrs 127.0.0.1:$p"
   done
   for p in $CLUSTER_PORTS; do
-    for _ in $(seq 50); do redis-cli -p "$p" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
+    for _ in $(seq 50); do $REDIS_CLI -p "$p" ping 2>/dev/null | grep -q PONG && break; sleep 0.1; done
   done
   redis-cli --cluster create $addrs --cluster-replicas "$replicas" --cluster-yes > "$TMP/cluster-create.txt" 2>&1 \
     || fail "redis-cli --cluster create: $(tail -n 5 "$TMP/cluster-create.txt")"
   for p in $CLUSTER_PORTS; do
-    wait_until 30 "redis-cli -p $p cluster info | grep -q '^cluster_state:ok'" "cluster_state:ok on node $p"
+    wait_until 30 "$REDIS_CLI -p $p cluster info | grep -q '^cluster_state:ok'" "cluster_state:ok on node $p"
   done
 }
 
@@ -147,32 +151,32 @@ cluster_nodes_with() {
 #   cluster_migrate_finish      move the rest, assign the slot to the destination (MOVED from then on)
 cluster_slot_port() { # SLOT -> port of the master that serves it
   for p in $CLUSTER_PORTS; do
-    redis-cli -p "$p" cluster nodes | awk -v s="$1" '/myself/ {for (i = 9; i <= NF; i++) if ($i !~ /^\[/) {
+    $REDIS_CLI -p "$p" cluster nodes | awk -v s="$1" '/myself/ {for (i = 9; i <= NF; i++) if ($i !~ /^\[/) {
       if (split($i, r, "-") == 1) r[2] = r[1]; if (s + 0 >= r[1] + 0 && s + 0 <= r[2] + 0) f = 1 }} END {exit !f}' \
       && { echo "$p"; return 0; }
   done
   fail "no master serves slot $1"
 }
 cluster_migrate_start() {
-  MIG_SLOT=$(redis-cli -p "$PORT" cluster keyslot "$1")
+  MIG_SLOT=$($REDIS_CLI -p "$PORT" cluster keyslot "$1")
   MIG_SRC=$(cluster_slot_port "$MIG_SLOT") || fail "no master serves slot $MIG_SLOT"
   set -- $CLUSTER_PORTS $CLUSTER_PORTS
   while [ "$1" != "$MIG_SRC" ]; do shift; done
   MIG_DST=$2
-  redis-cli -p "$MIG_DST" cluster setslot "$MIG_SLOT" importing "$(redis-cli -p "$MIG_SRC" cluster myid)" | grep -q OK \
+  $REDIS_CLI -p "$MIG_DST" cluster setslot "$MIG_SLOT" importing "$($REDIS_CLI -p "$MIG_SRC" cluster myid)" | grep -q OK \
     || fail "setslot importing"
-  redis-cli -p "$MIG_SRC" cluster setslot "$MIG_SLOT" migrating "$(redis-cli -p "$MIG_DST" cluster myid)" | grep -q OK \
+  $REDIS_CLI -p "$MIG_SRC" cluster setslot "$MIG_SLOT" migrating "$($REDIS_CLI -p "$MIG_DST" cluster myid)" | grep -q OK \
     || fail "setslot migrating"
 }
 cluster_migrate_keys() {
-  for k in $(redis-cli -p "$MIG_SRC" cluster getkeysinslot "$MIG_SLOT" "${1:-100000}"); do
-    redis-cli -p "$MIG_SRC" migrate 127.0.0.1 "$MIG_DST" "$k" 0 10000 | grep -q 'OK\|NOKEY' || fail "migrate $k"
+  for k in $($REDIS_CLI -p "$MIG_SRC" cluster getkeysinslot "$MIG_SLOT" "${1:-100000}"); do
+    $REDIS_CLI -p "$MIG_SRC" migrate 127.0.0.1 "$MIG_DST" "$k" 0 10000 | grep -q 'OK\|NOKEY' || fail "migrate $k"
   done
 }
 cluster_migrate_finish() {
   cluster_migrate_keys
-  id=$(redis-cli -p "$MIG_DST" cluster myid)
-  for p in $MIG_DST $MIG_SRC $CLUSTER_PORTS; do redis-cli -p "$p" cluster setslot "$MIG_SLOT" node "$id" > /dev/null; done
+  id=$($REDIS_CLI -p "$MIG_DST" cluster myid)
+  for p in $MIG_DST $MIG_SRC $CLUSTER_PORTS; do $REDIS_CLI -p "$p" cluster setslot "$MIG_SLOT" node "$id" > /dev/null; done
 }
 
 init_run() {
@@ -205,13 +209,22 @@ wait_workers() {
   done
 }
 
-# (the deadline in ns: in whole seconds, a wait of N s started late in a second ended after N - 1 s and a bit)
+# now_cs: NOW_CS = the time since boot in hundredths of a second, read by the shell itself (/proc/uptime:
+# "12345.67 ..."; `date` would cost a process at each of wait_until's polls, some 2,000 a suite). The "1"
+# before the hundredths keeps "09" from reading as octal.
+now_cs() {
+  read -r _up _ < /proc/uptime
+  NOW_CS=$(( ${_up%.*} * 100 + 1${_up#*.} - 100 ))
+}
+
+# (the deadline in hundredths: in whole seconds, a wait of N s started late in a second ended after N - 1 s
+# and a bit)
 # POLL (default 0.2 s): for a test that must act within a fraction of a second of the condition
 wait_until() {
   limit=$1; cond=$2; what=${3:-$2}; poll=${4:-0.2}
-  end=$(( $(date +%s%N) + limit * 1000000000 ))
+  now_cs; end=$(( NOW_CS + limit * 100 ))
   while ! eval "$cond"; do
-    [ "$(date +%s%N)" -ge "$end" ] && fail "timed out after ${limit}s waiting for: $what"
+    now_cs; [ "$NOW_CS" -ge "$end" ] && fail "timed out after ${limit}s waiting for: $what"
     sleep "$poll"
   done
 }
@@ -227,8 +240,15 @@ print({w['id']: w.get('h', 0) for w in d['workers']}.get('$1', 0))"
 # near X WANT: whether X is within 20% of WANT
 near() { awk -v x="$1" -v want="$2" 'BEGIN { exit !(x >= want * 0.8 && x <= want * 1.2) }'; }
 
-# Is the process alive (and not a zombie)?
-alive() { kill -0 "$1" 2>/dev/null && ! grep -q '^State:.*Z' "/proc/$1/status" 2>/dev/null; }
+# Is the process alive (and not a zombie)? (its State line read by the shell: the storms and waits ask this
+# some 800 times a suite, and a grep is a process)
+alive() {
+  kill -0 "$1" 2>/dev/null || return 1
+  { while IFS= read -r _st; do
+      case $_st in State:*Z*) return 1 ;; State:*) return 0 ;; esac
+    done < "/proc/$1/status"; } 2>/dev/null
+  return 0
+}
 
 # term_and_time PID WHAT: SIGTERM to PID, then wait (up to 90 s) until it exited; TERM_SECS = the seconds
 # that took, two decimals (a variable, not output: a failed wait must end the test, not a subshell)
@@ -539,7 +559,8 @@ shard_versions() { # RUN -> "v v v ..."
   echo $out
 }
 
-[ -x bin/worker ] && [ -x bin/shard-server ] && [ -x bin/coordinator ] || fail "build first: make all tests-build"
+[ -x bin/worker ] && [ -x bin/shard-server ] && [ -x bin/coordinator ] && [ -x "$REDIS_CLI" ] ||
+  fail "build first: make all tests-build"
 
 # ---- shard-server storms (crash tests): servers are named s0, s1, ... in start order
 NSRV=0
@@ -573,10 +594,10 @@ storm() {
   limit=$1; shift
   flags=""; while [ "$1" != "--" ]; do flags="$flags $1"; shift; done; shift
   KILLS=0; seed=42
-  end=$(( $(date +%s) + limit ))
+  now_cs; end=$(( NOW_CS + limit * 100 ))
   keep_servers 2 $flags
   while workers_running "$@"; do
-    [ "$(date +%s)" -ge "$end" ] && fail "run did not finish within $limit s under kills ($KILLS kills)"
+    now_cs; [ "$NOW_CS" -ge "$end" ] && fail "run did not finish within $limit s under kills ($KILLS kills)"
     seed=$(( (seed * 1103515245 + 12345) % 2147483648 ))
     sleep "1.$(( seed % 6 ))"
     keep_servers 2 $flags

@@ -94,7 +94,7 @@ for pass_kind in alone shared; do
   for t in build/tests/test_* tests/it_*.sh; do
     [ -e "$t" ] || continue
     case "$t" in *.d) continue;; esac
-    name=$(basename "$t" .sh)
+    name=${t##*/}; name=${name%.sh} # (not basename: a process per test and pass)
     case "$name" in *"$filter"*) ;; *) continue;; esac
     src=$t; case "$t" in build/tests/*) src=tests/$name.c;; esac
     if [ "$jobs_max" -le 1 ] || marked "$src" alone; then kind=alone; else kind=shared; fi

@@ -184,7 +184,12 @@ stale_run() { # RUN FRAGMENTS WHAT: the slow group g1 and two fast workers, --ma
   refused=$($RCLI XRANGE "dl:{$RUN}:events" - + | awk '/^worker$/ {getline; w = $0} /^code$/ {getline; if ($0 == "STALE" && w == "g1") n++} END {print n + 0}')
   seen=$(sed -n 's/.*WARN \(round [0-9]* of fragment [0-9]*\) [a-z ()]*[:(] *rank [01]: STALE .*/\1/p' "$TMP/worker-g1.log" | sort -u | wc -l)
   [ "$seen" -ge 1 ] || fail "$RUN: no submission of g1 was refused as STALE (the staleness bound proved too loose)"
-  [ "$refused" = "$seen" ] || fail "$RUN: the group saw $seen submissions refused as STALE and Redis recorded $refused refusals"
+  if [ "$refused" != "$seen" ]; then
+    # (seen once, not reproduced in 17 runs: keep the events, which keep_failed_logs copies, to tell a
+    # shard-server's dl_reject from a refusal recorded twice)
+    $RCLI XRANGE "dl:{$RUN}:events" - + > "$TMP/events-$RUN.log"
+    fail "$RUN: the group saw $seen submissions refused as STALE and Redis recorded $refused refusals (events in events-$RUN.log)"
+  fi
   grep -q "did not complete for the group" "$TMP/worker-g1.log" &&
     fail "$RUN: the group recovered: $(grep -m 1 'did not complete for the group' "$TMP/worker-g1.log")"
   ref_async_check $RUN $H "($3, a slow group $refused of whose submissions were refused as STALE)" --skip-refused

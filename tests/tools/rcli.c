@@ -15,7 +15,7 @@
  * status 1; the connection lost before the reply: "Error: ..." on stderr, status 1.
  *
  * Everything else it hands to redis-cli itself (exec, same arguments): other options (-c, --cluster, -a,
- * -x, -r, --scan...), no command (commands on stdin), and the commands redis-cli treats apart (SHUTDOWN,
+ * -x, -r, --scan...), REDISCLI_AUTH in the environment, no command (commands on stdin), and the commands redis-cli treats apart (SHUTDOWN,
  * which closes the connection; SUBSCRIBE and MONITOR, which stream; HELLO, which changes the protocol;
  * redis-cli's own HELP, CONNECT, QUIT...). So a test may use $RCLI for anything redis-cli does. */
 #include <errno.h>
@@ -42,6 +42,7 @@ typedef struct rcli_args {
 static int parse_args(int argc, char **argv, rcli_args *a)
 {
     *a = (rcli_args){.host = "127.0.0.1", .port = 6379, .db = 0, .cmd = argc};
+    if (getenv("REDISCLI_AUTH") != NULL) return 0; /* (redis-cli authenticates with it) */
     int i = 1;
     for (; i < argc && argv[i][0] == '-'; i += 2) {
         if (i + 1 >= argc) return 0;

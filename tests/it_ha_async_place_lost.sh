@@ -34,9 +34,29 @@ replica() { # NAME PORT: a replica of the master, its RDB in $TMP/NAME/
   PIDS="$PIDS $(cat "$TMP/$1.pid")"
 }
 submits() { $RCLI XRANGE "dl:{$RUN}:events" - + | grep -c '^submit$'; }
+# submits_of W: W's submissions Redis recorded (an event per shard: 2)
+submits_of() {
+  $RCLI XRANGE "dl:{$RUN}:events" - + |
+    awk -v w="$1" '/^type$/ {getline; t = $0} /^worker$/ {getline; if (t == "submit" && $0 == w) n++} END {print n / 2}'
+}
 syncs() { cat "$TMP/$1.jsonl" 2>/dev/null | grep -c '"event":"sync"'; }
 gsyncs() { grep -c '^sync rank 0 ' "$TMP/$1.out" 2>/dev/null; }
 offset() { redis-cli -p "$1" info replication | sed -n "s/^$2:\([0-9]*\).*/\1/p"; }
+# quiet: stops the workers (SIGSTOP) at a moment when none has a submission in flight (as many submissions
+# recorded as syncs completed: the server's stop below blocks no round), so that r1 is cut off before any
+# next submission. Without it, on a loaded machine r1 caught up slower than a worker reached its next
+# boundary (3 s, seen with TEST_JOBS=3): r1 had that submission, and the worker, blocked on the stopped
+# server, made no other.
+quiet() {
+  for _ in $(seq 100); do
+    eval "kill -STOP \$WRK_$a \$WRK_$b \$WRK_$g"
+    [ "$(submits_of $a)" = "$(syncs $a)" ] && [ "$(submits_of $b)" = "$(syncs $b)" ] &&
+      [ "$(submits_of $g)" = "$(gsyncs $g)" ] && return
+    eval "kill -CONT \$WRK_$a \$WRK_$b \$WRK_$g"
+    sleep 0.05
+  done
+  fail "$RUN: the workers always had a submission in flight (submissions $(submits_of $a) $(submits_of $b) $(submits_of $g), syncs $(syncs $a) $(syncs $b) $(gsyncs $g))"
+}
 WARGS="--sync-every $H --step-delay-ms 100 --heartbeat-interval 0.5"
 
 # The master dies; r1's copy becomes the master on the master's port, with a fresh replica (r2, which
@@ -71,11 +91,14 @@ scenario() {
   wait_until 30 '[ "$(syncs $a)" -ge 2 ] && [ "$(syncs $b)" -ge 2 ] && [ "$(gsyncs $g)" -ge 2 ]' \
     "the workers to sync twice"
 
-  # no commit from here until the server runs again: what r1 has is a consistent run
+  # no commit from here until the server runs again: what r1 has is a consistent run; and no submission
+  # until r1 is cut off
+  quiet
   eval "SRV=\$SRV_$srv"; kill -STOP "$SRV"
   wait_until 5 '[ "$(offset $R1PORT slave_repl_offset)" = "$(offset $MPORT master_repl_offset)" ]' "r1 to catch up" 0.05
   redis-cli -p "$R1PORT" replicaof no one > /dev/null # (a stopped replica would still read what was sent)
   s0=$(submits)
+  eval "kill -CONT \$WRK_$a \$WRK_$b \$WRK_$g"
   wait_until 10 '[ "$(submits)" -ge $((s0 + 6)) ]' "the workers' next submissions (r2 acknowledges them)"
   sleep 0.5
   lost=$((($(submits) - s0) / 2)) # (an event per shard)

@@ -537,8 +537,9 @@ demo-torch: deps
 # it_python_pip (a venv's python3 without libasan preloaded), it_fuzz, it_tsan_worker and the second half of
 # it_stream_lost_tentative (other builds: the fuzz targets, build/tsan/bin/worker). Tests that bound a speed
 # fail there too, the sanitized processes being 2-4x slower: it_python_dylu, it_stream_slow_round (2 Dec:
-# the whole suite, 28 min 52 s, 181 passed, those and it_ha_async_place_lost, whose workers drift apart
-# under the load, failed; no sanitizer report).
+# the whole suite, 28 min 52 s, 181 passed, those and it_ha_async_place_lost failed; no sanitizer report.
+# it_ha_async_place_lost's race, a replica slower to catch up than a worker's interval, is fixed since, not
+# yet run again under ASan).
 ASAN_DIR   = build-asan
 ASAN_FLAGS = -fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer -fPIC
 .PHONY: asan asan-build asan-test

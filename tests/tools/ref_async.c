@@ -10,11 +10,12 @@
  *
  * usage: ref_async --redis URL --run R --sync-every H [--quad-lr 0.01] [--no-bf16] [--async-rule RULE]
  *                  [--async-lookahead G] [--failed W:N,...] [--late W:N,...] [--twice W:N,...] [--skip-refused]
- *                  [--skip-rejoins] [--skip-noops] [--trace]
+ *                  [--skip-rejoins] [--skip-noops] [--apply-uncommitted] [--trace]
  * (--async-rule, --async-lookahead: replay with this setting instead of the run's, to show that it matters;
  * --skip-refused: as if no try had been refused as STALE, --skip-rejoins: as if no worker had registered
  * again, --skip-noops: each no-op place replayed as the submission it was, the replays before such events
- * were replayed, --trace: every version of every shard as well, "trace <k> <version> <digest> <worker>", for
+ * were replayed, --apply-uncommitted: the places a shut-down run left uncommitted replayed as if committed on
+ * every shard, --trace: every version of every shard as well, "trace <k> <version> <digest> <worker>", for
  * the shard-servers' log lines "shard K: committed version V (..., digest D)": where a run left the replay)
  *
  * Each fragment is an order of its own. A submission covers one fragment's shards (all of them, or none:
@@ -75,6 +76,10 @@
  * stop longer than the heartbeat timeout), the owners its Δ had reached applied it and the others found its
  * incarnation gone. Its worker knew the places, so it registered again before its next submission; the Δ is
  * applied on the shards whose commit counted it, and those shards alone take an outer step (apply).
+ * A run shut down can end with places no owner committed (its shard's version, dl:{R}:shards, is below them):
+ * the shutdown came while a submission was being delivered, so that some owners applied it and another's
+ * push was refused. Those shards stay at their committed versions (read_committed); a run not shut down
+ * must have committed every place.
  * A try refused as STALE (dl_submit's reject event, with the base of each shard it trained from: `bases`)
  * trained its window from those bases and sent nothing; its worker fetched the current versions, which its
  * next submission names as base, and trained on from them, not ahead (replay_refusal). A run whose reject
@@ -104,6 +109,8 @@ typedef struct submission {
     int seen;      /* shards recorded */
     int noops;     /* shards on which it was committed as a no-op (its incarnation was gone) */
     char *noop;    /* per shard (its fragment's): committed as a no-op */
+    int nended;    /* shards on which the run ended before its commit (shut down with the place pending) */
+    char *ended;   /* per shard (its fragment's): never committed */
 } submission;
 
 /* What happened to a worker between two of its submissions of a fragment, in the events' order: after
@@ -155,12 +162,14 @@ typedef struct ref {
     replayed w[MAX_WORKERS];
     int nworkers;
     between *betweens; /* refusals and registrations, in the events' order */
-    int nbetweens, nrefusals, nrejoins, nnoops;
+    int nbetweens, nrefusals, nrejoins, nnoops, nended;
+    int shut_down;        /* the run's status is shutdown (the operator's dl_shutdown) */
     float *mom, *buf, *g; /* the servers' outer state and one submission's mean (each shard its own range) */
     char *has_mom;        /* per shard: a Δ was applied (a no-op leaves the momentum: its first step is to come) */
     const char *failed, *late, *twice; /* --failed, --late, --twice: "W:N,..." */
     int skip_refused;                  /* --skip-refused */
     int skip_rejoins, skip_noops;      /* --skip-rejoins, --skip-noops */
+    int apply_uncommitted;             /* --apply-uncommitted */
     int trace;                         /* --trace */
 } ref;
 
@@ -177,11 +186,12 @@ static int read_tunables(rconn *c, const char *run, ref *r)
 {
     char key[KEY_MAX];
     redisReply *s =
-        rconn_command(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "tunables"));
-    if (!s || s->type != REDIS_REPLY_ARRAY || s->elements != 3 || !s->element[0]->str) return -1;
+        rconn_command(c, "HMGET %s outer_lr outer_momentum nesterov status", key_run(key, sizeof key, run, "tunables"));
+    if (!s || s->type != REDIS_REPLY_ARRAY || s->elements != 4 || !s->element[0]->str) return -1;
     r->lr = (float)atof(s->element[0]->str);
     r->mu = (float)atof(s->element[1]->str);
     r->nesterov = atoi(s->element[2]->str);
+    r->shut_down = s->element[3]->str && !strcmp(s->element[3]->str, "shutdown");
     freeReplyObject(s);
     return 0;
 }
@@ -216,6 +226,7 @@ static void make_lines(ref *r, redisReply *x)
         for (int64_t s = 0; s < l->nsubs; s++) {
             l->subs[s].base = calloc((size_t)r->rc.nshards, sizeof(int64_t));
             l->subs[s].noop = calloc((size_t)r->rc.nshards, 1);
+            l->subs[s].ended = calloc((size_t)r->rc.nshards, 1);
         }
         l->theta = calloc((size_t)l->nsubs + 1, sizeof(float *));
     }
@@ -449,6 +460,41 @@ static int read_submissions(rconn *c, const char *run, ref *r)
     freeReplyObject(x);
     for (int f = 0; f < r->rc.nfragments && rc == 0; f++) rc = check_line(r, f);
     return rc;
+}
+
+/* Each shard's committed version (`k:version` of dl:{R}:shards): its places from that seq on were never
+ * committed there. A run at rest has committed every place, a no-op included; a run shut down can end with
+ * places pending: the shutdown came between the deliveries of a submission to its owners (one applied it,
+ * another's push or its retry was refused SHUTDOWN: a process group's ranks deliver their parts each,
+ * worker/diloco/group.c, async_settle; seen in it_chaos_async_storm), or before any, and the places after
+ * it wait on it. Such a place is marked `ended` on that shard, which keeps its committed version: nothing
+ * follows it there, as a shard commits its places in order. A run not shut down with a place pending is
+ * refused: replay it at rest. --apply-uncommitted: replayed as if committed everywhere. */
+static int read_committed(rconn *c, const char *run, ref *r)
+{
+    char key[KEY_MAX];
+    key_run(key, sizeof key, run, "shards");
+    for (int k = 0; k < r->rc.nshards; k++) {
+        redisReply *v = rconn_command(c, "HGET %s %d:version", key, k);
+        int64_t committed = v && v->type == REDIS_REPLY_STRING ? atoll(v->str) : -1;
+        freeReplyObject(v);
+        line *l = &r->lines[runconf_fragment_of_shard(&r->rc, k)];
+        if (committed < 0 || committed > l->nsubs) {
+            fprintf(stderr, "ref_async: shard %d's committed version (%" PRId64 ") is not one of the %" PRId64
+                    " its fragment's places made\n", k, committed, l->nsubs);
+            return -1;
+        }
+        if (committed < l->nsubs && !r->shut_down) {
+            fprintf(stderr, "ref_async: shard %d committed version %" PRId64 " of %" PRId64 " places, and run '%s' "
+                    "is not shut down: replay a run at rest, every place committed\n", k, committed, l->nsubs, run);
+            return -1;
+        }
+        for (int64_t s = committed; !r->apply_uncommitted && s < l->nsubs; s++) {
+            if (l->subs[s].nended++ == 0) r->nended++;
+            l->subs[s].ended[k] = 1;
+        }
+    }
+    return 0;
 }
 
 /* Worker w's trainer of fragment f, made at its first use (its problem from the run's seed and its id). */
@@ -689,8 +735,18 @@ static int rejoins_after(const ref *r, int w, int f, int64_t n)
     return 0;
 }
 
+/* Does the worker of place s of line l have a later place there? (Without one, what it did after s changes
+ * no version of the line.) */
+static int submits_after(const line *l, int64_t s)
+{
+    for (int64_t n = s + 1; n < l->nsubs; n++)
+        if (!strcmp(l->subs[n].worker, l->subs[s].worker)) return 1;
+    return 0;
+}
+
 /* Place s of fragment f, committed as a no-op: its worker's incarnation was gone when the owner came to it,
- * so version s+1 is version s (momentum and Delayed Nesterov state as they were). Its worker either never
+ * so version s+1 is version s (momentum and Delayed Nesterov state as they were). (Or never committed: the
+ * run was shut down first, and the line ends here, read_committed.) Its worker either never
  * knew of the place (dl_submit's reply was lost: the try failed as far as it knew, and its next submission
  * of this incarnation carries the window, async.c, round.c), or registered again before its next submission
  * (evicted with the place in hand: the window was trained and is dropped, replay_rejoin). */
@@ -712,7 +768,7 @@ static void apply_noop(ref *r, int f, int64_t s, float *start)
     rw->done[f]++;
     l->theta[s + 1] = malloc(r->n * sizeof(float));
     memcpy(l->theta[s + 1], l->theta[s], r->n * sizeof(float));
-    r->nnoops++;
+    if (sub->noops) r->nnoops++; /* (else the run ended before any of its shards committed it) */
 }
 
 /* Submission s of fragment f: its worker trains from the versions it started from; the shard-servers apply
@@ -725,14 +781,14 @@ static void apply(ref *r, int f, int64_t s)
     const submission *sub = &l->subs[s];
     int w = worker_index(r, sub->worker);
     float *start = malloc(r->n * sizeof(float));
-    if (sub->noops == l->last - l->first) {
+    if (sub->noops + sub->nended == l->last - l->first) {
         apply_noop(r, f, s, start);
         free(start);
         return;
     }
     replay_between(r, f, w, start);
     trainer *t = trainer_of(r, w, f); /* (after: a restart makes a new one) */
-    if (sub->noops && !rejoins_after(r, w, f, r->w[w].done[f] + 1)) {
+    if (sub->noops && !rejoins_after(r, w, f, r->w[w].done[f] + 1) && submits_after(l, s)) {
         fprintf(stderr,
                 "ref_async: submission %" PRId64 " of fragment %d (%s) is a no-op on some of its shards only, "
                 "and its worker did not register again before its next submission\n",
@@ -762,7 +818,7 @@ static void apply(ref *r, int f, int64_t s)
     memcpy(next, l->theta[s], r->n * sizeof(float));
     for (int k = l->first; k < l->last; k++) {
         size_t lo = (size_t)r->rc.shard_bounds[k], len = (size_t)runconf_shard_numel(&r->rc, k);
-        if (sub->noop[k]) continue;
+        if (sub->noop[k] || sub->ended[k]) continue;
         if (r->rc.dn_buffer > 0)
             outer_dn_step(r->rc.dn_variant, next + lo, r->mom + lo, r->buf + lo, r->g + lo, len,
                           r->rc.dn_t0 + (uint64_t)s + 1, (uint32_t)r->rc.dn_buffer, r->lr, r->mu, r->nesterov);
@@ -810,15 +866,17 @@ static void say_replayed(const ref *r)
     for (int f = 0; r->rc.nfragments > 1 && f < r->rc.nfragments; f++)
         fprintf(stderr, "%s%" PRId64, f == 0 ? " (fragments: " : "+", r->lines[f].nsubs);
     fprintf(stderr, "%s", r->rc.nfragments > 1 ? ")" : "");
-    fprintf(stderr, " and %d tries refused as STALE, %d new registrations, %d no-op places\n", r->nrefusals,
+    fprintf(stderr, " and %d tries refused as STALE, %d new registrations, %d no-op places", r->nrefusals,
             r->nrejoins, r->nnoops);
+    if (r->nended) fprintf(stderr, ", %d places the shutdown left uncommitted on some shards", r->nended);
+    fprintf(stderr, "\n");
 }
 
 static void usage(FILE *f)
 {
     fprintf(f, "usage: ref_async --redis URL --run R --sync-every H [--quad-lr LR] [--no-bf16] [--async-rule RULE]\n"
                "                 [--async-lookahead G] [--failed W:N,...] [--late W:N,...] [--twice W:N,...]\n"
-               "                 [--skip-refused] [--skip-rejoins] [--skip-noops] [--trace]\n"
+               "                 [--skip-refused] [--skip-rejoins] [--skip-noops] [--apply-uncommitted] [--trace]\n"
                "(--twice is for runs of one fragment)\n");
 }
 
@@ -841,6 +899,7 @@ int main(int argc, char **argv)
         {.name = "skip-refused", .kind = OPT_FLAG, .dest = &r.skip_refused},
         {.name = "skip-rejoins", .kind = OPT_FLAG, .dest = &r.skip_rejoins},
         {.name = "skip-noops", .kind = OPT_FLAG, .dest = &r.skip_noops},
+        {.name = "apply-uncommitted", .kind = OPT_FLAG, .dest = &r.apply_uncommitted},
         {.name = "trace", .kind = OPT_FLAG, .dest = &r.trace},
         {0},
     };
@@ -874,6 +933,7 @@ int main(int argc, char **argv)
         fprintf(stderr, "ref_async: cannot read the run's state or events\n");
         return 1;
     }
+    if (read_committed(c, run, &r) < 0) return 1;
     r.n = (size_t)r.rc.numel;
     replay(&r);
     if (r.trace) print_trace(&r);

@@ -320,7 +320,10 @@ static int rejoin(diloco *d, int member, int f, int64_t round, uint64_t t0, char
     if (rc == 0 && group_fetch(d, err, errlen) < 0) rc = -1;
     if (rc < 0) {
         if (d->grp_stop) return stopped(d, err, err, errlen);
-        log_error("the group could not recover: %s (the next sync tries again)", err);
+        if (dl_shutdown_seen(d)) /* not a failure: the run is over (the next collective agrees on the stop) */
+            log_info("the run was shut down; the group does not register again (%s)", err);
+        else
+            log_error("the group could not recover: %s (the next sync tries again)", err);
         return 0;
     }
     record(d, f, round, t0, 1);

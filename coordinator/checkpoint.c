@@ -1,6 +1,6 @@
 /* checkpoint.c: safetensors export of a run's global state (see checkpoint.h and docs/checkpoints.md):
- * gather every shard at one version from Redis, write the file and its JSON side file atomically, and
- * keep a folder of them. Reading is checkpoint_read.c, the command line checkpoint_cmd.c. */
+ * gather each fragment's shards at one version from Redis, write the file and its JSON side file
+ * atomically, and keep a folder of them. Reading is checkpoint_read.c, the command line checkpoint_cmd.c. */
 #include "checkpoint.h"
 
 #include <dirent.h>
@@ -61,9 +61,11 @@ typedef struct export_data {
     float *params, *mom;
     float *dnbuf; /* the Delayed Nesterov buffer of a run with rc.dn_buffer > 0, else NULL */
     int has_mom;
-    int64_t version;
+    int64_t version;   /* the lowest shard version */
+    int64_t *versions; /* per shard */
     char (*digests)[17];
     char lr[32], mu[32], nesterov[8];
+    int shut_down; /* the run's status is shutdown: its shards may stay at any versions */
 } export_data;
 
 static void export_free(export_data *d)
@@ -72,6 +74,7 @@ static void export_free(export_data *d)
     free(d->mom);
     free(d->dnbuf);
     free(d->digests);
+    free(d->versions);
     runconf_free(&d->rc);
 }
 
@@ -79,7 +82,7 @@ static int read_state(rconn *c, const char *run, export_data *d, char *err, size
 {
     char key[KEY_MAX];
     redisReply *r =
-        rconn_command(c, "HMGET %s outer_lr outer_momentum nesterov", key_run(key, sizeof key, run, "tunables"));
+        rconn_command(c, "HMGET %s outer_lr outer_momentum nesterov status", key_run(key, sizeof key, run, "tunables"));
     if (rconn_reply_error(c, r, err, errlen) < 0) {
         if (r) freeReplyObject(r);
         return -1;
@@ -89,10 +92,16 @@ static int read_state(rconn *c, const char *run, export_data *d, char *err, size
     for (size_t i = 0; i < 3; i++)
         snprintf(dst[i], cap[i], "%s",
                  i < r->elements && r->element[i]->type == REDIS_REPLY_STRING ? r->element[i]->str : "");
+    d->shut_down =
+        r->elements > 3 && r->element[3]->type == REDIS_REPLY_STRING && !strcmp(r->element[3]->str, "shutdown");
     freeReplyObject(r);
     return 0;
 }
 
+/* The run's state from Redis: each fragment's shards at one version (they move together; a Streaming
+ * run's fragments never line up while it trains, an async run's count their submissions each), or, once
+ * the run is shut down, at whatever versions they stay (a submission delivered to some owners only:
+ * docs/checkpoints.md, "Shards at different versions"). */
 static int gather(rconn *c, const char *run, int timeout_ms, export_data *d, char *err, size_t errlen)
 {
     memset(d, 0, sizeof *d);
@@ -104,7 +113,9 @@ static int gather(rconn *c, const char *run, int timeout_ms, export_data *d, cha
     d->mom = st.mom;
     d->dnbuf = st.dnbuf;
     d->digests = st.digests;
-    if (run_state_read(c, &d->rc, 0, timeout_ms, &st, err, errlen) < 0) return -1;
+    d->versions = st.versions;
+    int versions = d->shut_down ? RUN_STATE_ANY : RUN_STATE_FRAGMENTS;
+    if (run_state_read(c, &d->rc, versions, timeout_ms, &st, err, errlen) < 0) return -1;
     d->has_mom = st.has_mom;
     d->version = st.version;
     return 0;
@@ -132,6 +143,46 @@ static void meta_set(json_t *m, const char *k, const char *fmt, ...)
     json_object_set_new(m, k, json_string(buf));
 }
 
+/* A per-shard value of the export (meta_list). */
+typedef uint64_t (*shard_value_fn)(const export_data *d, int k);
+
+static uint64_t shard_version(const export_data *d, int k)
+{
+    return (uint64_t)d->versions[k];
+}
+
+/* The DN submissions applied to shard k (the run's count before its version 0, plus its version). */
+static uint64_t shard_dn_t(const export_data *d, int k)
+{
+    return runconf_dn_t0(&d->rc, k) + (uint64_t)d->versions[k];
+}
+
+/* Metadata name = "v0,v1,..." of value(d, k) for every shard, unless every shard has the same (then nothing:
+ * a checkpoint of shards at one version reads as before). -1 when out of memory. */
+static int meta_list(json_t *m, const char *name, const export_data *d, shard_value_fn value)
+{
+    int S = d->rc.nshards, same = 1;
+    for (int k = 1; k < S; k++) same &= value(d, k) == value(d, 0);
+    if (same) return 0;
+    uint64_t *v = malloc((size_t)S * sizeof *v);
+    for (int k = 0; v && k < S; k++) v[k] = value(d, k);
+    char *list = v ? runconf_format_counts(v, S) : NULL;
+    free(v);
+    if (list == NULL) return -1;
+    json_object_set_new(m, name, json_string(list));
+    free(list);
+    return 0;
+}
+
+/* The lowest of value(d, k) over the shards. */
+static uint64_t lowest(const export_data *d, shard_value_fn value)
+{
+    uint64_t lo = value(d, 0);
+    for (int k = 1; k < d->rc.nshards; k++)
+        if (value(d, k) < lo) lo = value(d, k);
+    return lo;
+}
+
 /* The run's identity and shape: format, run, version, model, shards and fragments with their bounds,
  * seed, snapshots. -1 when out of memory. */
 static int meta_run(json_t *m, const char *run, const export_data *d)
@@ -145,6 +196,10 @@ static int meta_run(json_t *m, const char *run, const export_data *d)
     meta_set(m, "format_version", "%s", CKPT_FORMAT_VERSION);
     meta_set(m, "run", "%s", run);
     meta_set(m, "version", "%" PRId64, d->version);
+    if (meta_list(m, "shard_versions", d, shard_version) < 0) {
+        free(buf);
+        return -1;
+    }
     meta_set(m, "numel", "%" PRIu64, rc->numel);
     meta_set(m, "trainer", "%s", rc->trainer);
     meta_set(m, "model", "%s", rc->model);
@@ -182,7 +237,8 @@ static int meta_digests(json_t *m, const export_data *d)
     if (d->dnbuf) {
         meta_set(m, "dn_buffer", "%d", rc->dn_buffer);
         meta_set(m, "dn_variant", "%s", rc->dn_variant == DN_FORGATHER ? "forgather" : "paper");
-        meta_set(m, "dn_t", "%" PRIu64, rc->dn_t0 + (uint64_t)d->version);
+        meta_set(m, "dn_t", "%" PRIu64, lowest(d, shard_dn_t));
+        if (meta_list(m, "dn_t_shards", d, shard_dn_t) < 0) return -1;
         meta_set(m, "dn_buffer_xxh3", "%016" PRIx64, digest_f32(d->dnbuf, rc->numel));
     }
     return 0;

@@ -12,8 +12,10 @@
  *
  * Export reads Redis only (dl:{R}:config, dl:{R}:state, dl:{R}:shards and the shard blobs): it
  * rebuilds each shard with common/format/replay.c (snapshot + log replay + digest check) from refs read in
- * one HMGET, so all shards come from the same instant and must all be at the same version; while
- * they are not (a round is being committed) it waits and retries, up to a timeout.
+ * one HMGET, so all shards come from the same instant. Each fragment's shards must be at one version (its
+ * fragments may differ: Streaming, async); while they are not (a round is being committed) it waits and
+ * retries, up to a timeout. A run shut down is taken at whatever versions its shards stay (metadata
+ * shard_versions, and dn_t_shards for the Delayed Nesterov schedule: docs/checkpoints.md).
  *
  * `coordinator init --from-checkpoint FILE` reads it back with checkpoint_read (coordinator/init.c).
  * Files: checkpoint.c (export), checkpoint_read.c (reading, on common/format/safetensors.c, which checks
@@ -35,7 +37,8 @@ typedef struct checkpoint {
     float *params; /* numel fp32 (NULL when read without data) */
     float *mom;    /* numel fp32, zeros when !has_mom (NULL when read without data) */
     int has_mom;
-    int64_t version;  /* the common shard version the parameters are at */
+    int64_t version;  /* the common shard version the parameters are at (the lowest, when they differ) */
+    uint64_t *shard_versions; /* per shard when they differ (metadata shard_versions), else NULL */
     char run[80];     /* the run it was exported from */
     char trainer[32]; /* "quadratic", "gpt" */
     char model[256];  /* as in dl:{R}:config "model", e.g. "--numel 200000" */
@@ -49,12 +52,13 @@ typedef struct checkpoint {
     /* Delayed Nesterov (async runs with --dn-buffer-size): dn_buffer 0 = none */
     int dn_buffer;       /* N */
     char dn_variant[16]; /* "paper" or "forgather" */
-    uint64_t dn_t;       /* DN submissions applied up to `version` (the run's dn_t0 + version) */
+    uint64_t dn_t;       /* DN submissions applied up to `version` (the run's dn_t0 + version; the lowest) */
+    uint64_t *dn_t_shards; /* per shard when they differ (metadata dn_t_shards), else NULL */
     float *dnbuf;        /* numel fp32 when dn_buffer > 0 (NULL when read without data) */
 } checkpoint;
 
 /* Export run `run` to `path` (atomically, plus the JSON side file). Waits up to
- * CKPT_DEFAULT_TIMEOUT_MS for every shard to be at the same version. */
+ * CKPT_DEFAULT_TIMEOUT_MS for each fragment's shards to be at one version (a run shut down: none). */
 int checkpoint_export(rconn *c, const char *run, const char *path, char *err, size_t errlen);
 /* The same with a timeout (ms) and the exported version in *version (may be NULL). */
 int checkpoint_export_ex(rconn *c, const char *run, const char *path, int timeout_ms, int64_t *version, char *err,

@@ -12,6 +12,7 @@
 #include "base/opts.h"
 #include "base/util.h"
 #include "coordinator.h"
+#include "format/runconf.h"
 #include "math/outer.h"
 
 static void ck_usage(FILE *f)
@@ -22,13 +23,14 @@ static void ck_usage(FILE *f)
             "       bin/coordinator checkpoint show FILE\n"
             "\n"
             "save: export the run's global parameters, outer momentum (and an async run's Delayed Nesterov\n"
-            "      buffer) and run config, all shards at one committed version, as one safetensors file\n"
-            "      (+ a .json side file), written atomically.\n"
+            "      buffer) and run config, each fragment's shards at one committed version (a run shut\n"
+            "      down: as its shards stay), as one safetensors file (+ a .json side file), written\n"
+            "      atomically.\n"
             "  --out FILE                write FILE (e.g. run.safetensors)\n"
             "  --dir DIR                 write DIR/checkpoint-<version>.safetensors ...\n"
             "  --keep K                  ... and delete all but the newest K there (default 0: keep all)\n"
-            "  --timeout S               wait up to S seconds for every shard to be at the same version\n"
-            "                            (default 60)\n" COORD_HELP
+            "  --timeout S               wait up to S seconds for each fragment's shards to be at one\n"
+            "                            version (default 60)\n" COORD_HELP
             "show: validate FILE (format, sizes, checksums) and print its metadata.\n"
             "\n"
             "Resume with: bin/coordinator init --redis URL --run NEW --from-checkpoint FILE\n"
@@ -77,6 +79,15 @@ static int ck_save(int argc, char **argv)
     return 0;
 }
 
+/* "name            a,b,..." of a checkpoint's per-shard counts, when it has them (its shards at different
+ * versions). */
+static void print_counts(const char *name, const uint64_t *v, int n)
+{
+    char *list = v ? runconf_format_counts(v, n) : NULL;
+    if (list) printf("%-15s %s\n", name, list);
+    free(list);
+}
+
 static int ck_show(int argc, char **argv)
 {
     if (argc != 1 || argv[0][0] == '-') {
@@ -109,6 +120,8 @@ static int ck_show(int argc, char **argv)
         printf("delayed nesterov N %d (%s), %" PRIu64 " submissions applied, %" PRIu64 " in the buffer\n"
                "dn_buffer_xxh3  %016" PRIx64 "\n",
                ck.dn_buffer, ck.dn_variant, ck.dn_t, ck.dn_t % (uint64_t)ck.dn_buffer, digest_f32(ck.dnbuf, ck.numel));
+    print_counts("shard_versions", ck.shard_versions, ck.nshards); /* (version and dn_t above: the lowest) */
+    print_counts("dn_t_shards", ck.dn_t_shards, ck.nshards);
     for (int k = 0; k < ck.nshards; k++) {
         uint64_t b = ck.shard_bounds[k];
         printf("shard %d %016" PRIx64 "\n", k, digest_f32(ck.params + b, ck.shard_bounds[k + 1] - b));

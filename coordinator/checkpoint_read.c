@@ -23,6 +23,8 @@ void checkpoint_free(checkpoint *ck)
     free(ck->mom);
     free(ck->dnbuf);
     free(ck->shard_bounds);
+    free(ck->shard_versions);
+    free(ck->dn_t_shards);
     free(ck->layout);
     memset(ck, 0, sizeof *ck);
 }
@@ -34,6 +36,19 @@ static int parse_u64(const char *s, uint64_t max, uint64_t *out)
     if (!s || parse_int(s, 0, (long long)max, &v) < 0) return -1;
     *out = (uint64_t)v;
     return 0;
+}
+
+/* Metadata `name`: one count per shard, the lowest of which is `lowest` (the value the metadata gives for
+ * them all: version, dn_t); absent (the shards at one value), *out stays NULL. -1 when malformed. */
+static int read_shard_counts(const safetensors *st, const char *name, int nshards, uint64_t lowest, uint64_t **out)
+{
+    const char *s = safetensors_meta(st, name);
+    if (!s) return 0;
+    if (runconf_parse_counts(s, nshards, out) < 0) return -1;
+    uint64_t lo = (*out)[0];
+    for (int k = 1; k < nshards; k++)
+        if ((*out)[k] < lo) lo = (*out)[k];
+    return lo == lowest ? 0 : -1;
 }
 
 static int check_format(const safetensors *st, char *err, size_t errlen)
@@ -79,6 +94,10 @@ static int read_config(const safetensors *st, checkpoint *ck, char *err, size_t 
     }
     ck->version = (int64_t)version;
     ck->nshards = (int)shards;
+    if (read_shard_counts(st, "shard_versions", ck->nshards, version, &ck->shard_versions) < 0) {
+        err_set(err, errlen, "shard_versions is not one version per shard, the lowest %" PRIu64, version);
+        return -1;
+    }
     ck->nfragments = (int)frags;
     ck->snapshot_every = (int)snap;
     ck->nesterov = !strcmp(nest, "1") || !strcmp(nest, "true");
@@ -110,6 +129,10 @@ static int read_dn_config(const safetensors *st, checkpoint *ck, char *err, size
     }
     ck->dn_buffer = (int)dnb;
     snprintf(ck->dn_variant, sizeof ck->dn_variant, "%s", dnb > 0 ? dnv : "");
+    if (dnb > 0 && read_shard_counts(st, "dn_t_shards", ck->nshards, ck->dn_t, &ck->dn_t_shards) < 0) {
+        err_set(err, errlen, "dn_t_shards is not one count per shard, the lowest %" PRIu64, ck->dn_t);
+        return -1;
+    }
     return 0;
 }
 

@@ -44,7 +44,12 @@ typedef struct initial_params {
     float *mom;         /* outer momentum to start from (--from-checkpoint), or NULL */
     float *dnbuf;       /* Delayed Nesterov buffer to start from (--from-checkpoint of a DN run), or NULL */
     uint64_t dn_t0;     /* ... and the DN submissions applied before it (config dn_t0) */
+    uint64_t *dn_t0_shards; /* ... per shard, when the checkpoint's shards stood at different points of
+                               that schedule (config dn_t0_shards), else NULL */
+    uint64_t *ck_bounds;    /* ... and the checkpoint's shard bounds, which the run's must then be */
+    int ck_nshards;
     int64_t ck_version; /* the checkpoint's version, -1 without one */
+    char *ck_versions;  /* its shards' versions "a,b,..." when they differ, or NULL */
     char ck_run[80];
 } initial_params;
 
@@ -98,7 +103,31 @@ static int take_dn_buffer(const init_args *a, checkpoint *ck, initial_params *ip
     ip->dnbuf = ck->dnbuf;
     ck->dnbuf = NULL;
     ip->dn_t0 = ck->dn_t;
+    if (ck->dn_t_shards) { /* (checked against the run's shards once they are cut: same_dn_shards) */
+        ip->dn_t0_shards = ck->dn_t_shards;
+        ip->ck_bounds = ck->shard_bounds;
+        ip->ck_nshards = ck->nshards;
+        ck->dn_t_shards = NULL;
+        ck->shard_bounds = NULL;
+    }
     return 0;
+}
+
+/* A checkpoint whose shards stood at different points of the Delayed Nesterov schedule (dn_t_shards: it was
+ * taken with its fragments, or a shut-down run's shards, at different versions) continues shard by shard:
+ * the run must cut its shards as the checkpoint did (sb, a->shards). 0, or -1 + err. */
+static int same_dn_shards(const init_args *a, const initial_params *ip, const uint64_t *sb, char *err, size_t errlen)
+{
+    if (!ip->dn_t0_shards) return 0;
+    int same = a->shards == ip->ck_nshards;
+    for (int k = 0; same && k <= ip->ck_nshards; k++) same = sb[k] == ip->ck_bounds[k];
+    if (same) return 0;
+    err_set(err, errlen,
+            "--from-checkpoint %s: its shards stood at different points of the Delayed Nesterov schedule "
+            "(dn_t_shards), which carries on shard by shard: cut the run into the checkpoint's %d shards (drop "
+            "--shards and --fsdp-ranks), or start the outer optimizer afresh with --reset-momentum",
+            a->from_checkpoint, ip->ck_nshards);
+    return -1;
 }
 
 /* The run's layout as requested, then the checkpoint's values in place of the seeded ones. */
@@ -130,6 +159,7 @@ static int make_initial_checkpoint(const init_args *a, initial_params *ip, char 
         return -1;
     }
     ip->ck_version = ck.version;
+    if (ck.shard_versions) ip->ck_versions = runconf_format_counts(ck.shard_versions, ck.nshards); /* (NULL: untold) */
     snprintf(ip->ck_run, sizeof ip->ck_run, "%s", ck.run);
     checkpoint_free(&ck);
     return 0;
@@ -193,6 +223,9 @@ static void free_initial(initial_params *ip)
     free(ip->params);
     free(ip->mom);
     free(ip->dnbuf);
+    free(ip->dn_t0_shards);
+    free(ip->ck_bounds);
+    free(ip->ck_versions);
     free(ip->tensors);
 }
 
@@ -304,6 +337,7 @@ static void format_exact(double x, char *buf, size_t cap)
 /* dl_init's field values, formatted as the strings it takes. */
 typedef struct init_values {
     char *layout;                           /* layout_json (call_dl_init frees it) */
+    char *dnt0s;                            /* dn_t0_shards, or NULL (call_dl_init frees it) */
     const char *shard_bounds, *frag_bounds; /* format_config's static buffers */
     char numel[32], shards[16], frags[16], seed[32], snap[16], secret[40];
     char dnb[24], dnt0[24], wref[24], sref[24], minrep[16], window[24], frac[32];
@@ -394,9 +428,15 @@ static size_t config_fields(const init_args *a, const initial_params *ip, const 
         {"topk_bits", v->tkw},
         {"async_lookahead", v->ahead},
     };
-    _Static_assert(sizeof f / sizeof *f <= DL_INIT_CONFIG_MAX, "init: raise DL_INIT_CONFIG_MAX");
+    _Static_assert(sizeof f / sizeof *f + 1 <= DL_INIT_CONFIG_MAX, "init: raise DL_INIT_CONFIG_MAX");
     memcpy(out, f, sizeof f);
-    return sizeof f / sizeof *f;
+    size_t n = sizeof f / sizeof *f;
+    if (v->dnt0s) { /* (only a run from a checkpoint whose shards stood at different points of the schedule) */
+        out[2 * n] = "dn_t0_shards";
+        out[2 * n + 1] = v->dnt0s;
+        n++;
+    }
+    return n;
 }
 
 /* dl_init's state fields, name and value, into out; returns how many. */
@@ -433,11 +473,18 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
         err_set(err, errlen, "out of memory for the layout");
         return -1;
     }
+    v.dnt0s = ip->dn_t0_shards ? runconf_format_counts(ip->dn_t0_shards, ip->ck_nshards) : NULL;
+    if (ip->dn_t0_shards && !v.dnt0s) {
+        free(v.layout);
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
     format_config(a, ip, sb, fb, &v);
     format_state(a, &v);
     const char **argv = calloc(7 + 2 * (DL_INIT_CONFIG_MAX + DL_INIT_STATE_MAX) + (size_t)a->shards, sizeof *argv);
     if (!argv) {
         free(v.layout);
+        free(v.dnt0s);
         err_set(err, errlen, "out of memory");
         return -1;
     }
@@ -454,6 +501,7 @@ static int call_dl_init(rconn *rc, const init_args *a, const initial_params *ip,
     redisReply *r = rconn_command_argv(rc, (int)n, argv, NULL);
     free(argv);
     free(v.layout);
+    free(v.dnt0s);
     int ok = rconn_reply_error(rc, r, err, errlen);
     if (r) freeReplyObject(r);
     return ok;
@@ -532,9 +580,12 @@ static void print_created(const init_args *a, const initial_params *ip, const ui
            a->download ? a->download : "params");
     if (a->compress && !strcmp(a->compress, "topk")) print_topk_summary(a, sb, ip->numel);
     if (a->from_checkpoint)
-        printf("version 0 = checkpoint %s (run '%s' at version %" PRId64 "), %s%s\n", a->from_checkpoint, ip->ck_run,
-               ip->ck_version, ip->mom ? "with its outer momentum" : "outer momentum starts afresh",
-               ip->dnbuf ? ", with its Delayed Nesterov buffer" : "");
+        printf("version 0 = checkpoint %s (run '%s' at version %" PRId64 "%s%s), %s%s%s\n", a->from_checkpoint,
+               ip->ck_run, ip->ck_version, ip->ck_versions ? "; its shards at " : "",
+               ip->ck_versions ? ip->ck_versions : "",
+               ip->mom ? "with its outer momentum" : "outer momentum starts afresh",
+               ip->dnbuf ? ", with its Delayed Nesterov buffer" : "",
+               ip->dn_t0_shards ? " (its every-N schedule carried on shard by shard)" : "");
     if (a->from_state)
         printf("version 0 = the %d tensors of %s (layout stored in the run's config)\n", ip->ntensors, a->from_state);
 }
@@ -551,7 +602,7 @@ static int create_run(rconn *rc, const init_args *given, char *err, size_t errle
         goto done;
     }
     if (make_initial(a, &ip, err, errlen) < 0 || cut_run(a, &ip, sb, fb, err, errlen) < 0 ||
-        write_version0(rc, a, &ip, sb, digests, err, errlen) < 0 ||
+        same_dn_shards(a, &ip, sb, err, errlen) < 0 || write_version0(rc, a, &ip, sb, digests, err, errlen) < 0 ||
         call_dl_init(rc, a, &ip, sb, fb, digests, err, errlen) < 0)
         goto done_ip;
     print_created(a, &ip, sb);

@@ -251,7 +251,7 @@ static int replay_upto(rconn *c, repair *rp, int k, int64_t upto, replay_state *
                          .dnbuf = rp->dnbuf,
                          .dn_buffer = (uint32_t)rp->rc.dn_buffer,
                          .dn_variant = rp->rc.dn_variant,
-                         .dn_t0 = rp->rc.dn_t0,
+                         .dn_t0 = runconf_dn_t0(&rp->rc, k),
                          .digests = rp->sh[k].digests,
                          .verified = -1};
     char *logs = log_upto(rp->sh[k].log, upto);

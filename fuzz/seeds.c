@@ -353,6 +353,8 @@ static void configs(void)
                                            "forgather",
                                            "dn_t0",
                                            "8",
+                                           "dn_t0_shards",
+                                           "8,8,9,9",
                                            "weight_by",
                                            "tokens",
                                            "weight_ref_tokens",

@@ -31,6 +31,8 @@ def checkpoint_meta(numel, bounds, dn=None):
         # dn_buffer_xxh3: XXH3-64 of the 16 bytes of the dn_buffer below (as `checkpoint show` prints it)
         m.update({"mode": "async", "dn_buffer": "3", "dn_variant": "paper", "dn_t": "8",
                   "dn_buffer_xxh3": "dbdd047ef284ab97"})
+    if dn == "shards":  # shards at different versions (a shut-down run's, or an async run's fragments)
+        m.update({"shard_versions": "3,4", "dn_t_shards": "8,9"})
     return m
 
 
@@ -59,6 +61,8 @@ def main():
         (ck, "valid-layout.safetensors"):
             checkpoint(4, 4, [(0, 16), (16, 32)], p + m, [0, 2, 4], layout='[["w",[2,2],0]]'),
         (ck, "valid-dn.safetensors"): checkpoint(4, 4, [(0, 16), (16, 32), (32, 48)], p + m + d, [0, 2, 4], dn=True),
+        (ck, "valid-dn-shards.safetensors"):
+            checkpoint(4, 4, [(0, 16), (16, 32), (32, 48)], p + m + d, [0, 2, 4], dn="shards"),
         # issue 17: 2^62 * 4 wraps to 0 bytes, (2^62 + 1) * 4 to 4
         (ck, "crafted-numel-2p62.safetensors"): checkpoint(1 << 62, 1 << 62, [(0, 0), (0, 0)], b""),
         (ck, "crafted-numel-2p62-plus-1.safetensors"):

@@ -176,8 +176,8 @@ static void commit_block_general(ss_commit *c, ss_shard *s, ss_delta **ds, int u
     if (c->dnbuf != NULL) memcpy(c->dnbuf + lo, s->dnbuf + lo, len * sizeof(float));
     if (used > 0 && c->dnbuf != NULL) /* async Delayed Nesterov: submission number t = dn_t0 + version + 1 */
         outer_dn_step(c->ss->rc.dn_variant, c->theta + lo, c->mom + lo, c->dnbuf + lo, g, len,
-                      c->ss->rc.dn_t0 + (uint64_t)c->round + 1, (uint32_t)c->ss->rc.dn_buffer, c->t.lr, c->t.mu,
-                      c->t.nesterov);
+                      runconf_dn_t0(&c->ss->rc, c->k) + (uint64_t)c->round + 1, (uint32_t)c->ss->rc.dn_buffer,
+                      c->t.lr, c->t.mu, c->t.nesterov);
     else if (used > 0)
         outer_sgd_step(c->theta + lo, c->mom + lo, c->first, g, len, c->t.lr, c->t.mu, c->t.nesterov);
 }

@@ -297,7 +297,7 @@ static replay_state load_state(ss_load *ld, int64_t version)
                        .version = version,
                        .dn_buffer = (uint32_t)rc->dn_buffer,
                        .dn_variant = rc->dn_variant,
-                       .dn_t0 = rc->dn_t0,
+                       .dn_t0 = runconf_dn_t0(rc, ld->k),
                        .digests = ld->digests};
     return st;
 }

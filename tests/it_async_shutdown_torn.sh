@@ -16,7 +16,8 @@
 # error logged (it used to log "the group could not recover" when dl_register refused it SHUTDOWN). Shard 0
 # is then one version ahead of shard 1; the digests equal the replay's and differ from the replay that
 # applies the pending place everywhere (--apply-uncommitted). A replay of a run not shut down with a place
-# pending is refused.
+# pending is refused. The shut-down run exports as its shards stay (shard_versions) and resumes from there;
+# running, it would wait for the fragment's shards to line up.
 # test: light (it waits more than it computes)
 . "$(dirname "$0")/lib.sh"
 H=10
@@ -51,8 +52,23 @@ say "torn: shut down with shard 0 at version $v0 and shard 1 at $v1 (g1's last p
 ref_async_check $RUN $H "(shut down with g1's last submission applied on shard 0 only)" --apply-uncommitted
 grep -q ", 1 places the shutdown left uncommitted on some shards" "$TMP/ref-$RUN.log" ||
   fail "the replay did not leave one place uncommitted: $(cat "$TMP/ref-$RUN.log")"
-# a run not shut down with a place pending is no run at rest: the replay refuses it
+# the run as it stays: `coordinator checkpoint save` (what the SHUTDOWN refusal tells a worker to do) takes
+# each shard at its version, and a run resumed from it carries the Delayed Nesterov schedule on per shard
+bin/coordinator checkpoint save --redis "$URL" --run $RUN --out "$TMP/torn.safetensors" --timeout 5 > "$TMP/save.log" 2>&1 ||
+  fail "checkpoint save of the shut-down run: $(cat "$TMP/save.log")"
+bin/coordinator checkpoint show "$TMP/torn.safetensors" > "$TMP/show.txt" 2>&1 &&
+  grep -qx "shard_versions  $v0,$v1" "$TMP/show.txt" || fail "checkpoint show: $(cat "$TMP/show.txt")"
+init_run torn2 --async --from-checkpoint "$TMP/torn.safetensors" --workers 1
+[ "$($RCLI HGET 'dl:{torn2}:config' dn_t0_shards)" = "$v0,$v1" ] ||
+  fail "the resumed run's dn_t0_shards: '$($RCLI HGET 'dl:{torn2}:config' dn_t0_shards)' (want $v0,$v1)"
+say "torn: saved at shard versions $v0,$v1 and resumed from there ($(tail -n 1 "$TMP/init-torn2.log"))"
+# a run not shut down with a place pending is no run at rest: the replay refuses it, and the export waits for
+# that fragment's shards to line up
 $RCLI HSET "dl:{$RUN}:tunables" status running > /dev/null
+bin/coordinator checkpoint save --redis "$URL" --run $RUN --out "$TMP/no.safetensors" --timeout 1 > "$TMP/save2.log" 2>&1 &&
+  fail "checkpoint save took a running run whose fragment's shards are at versions $v0 and $v1"
+grep -q "shards 0 and 1 of fragment 0 are at versions $v0 and $v1" "$TMP/save2.log" ||
+  fail "checkpoint save's refusal: $(cat "$TMP/save2.log")"
 build/tests/tools/ref_async --redis "$URL" --run $RUN --sync-every $H > /dev/null 2> "$TMP/refused.log" &&
   fail "the replay took a running run with a place pending"
 grep -q "shard 1 committed version $v1 of $v0 places, and run '$RUN' is not shut down" "$TMP/refused.log" ||

@@ -18,7 +18,13 @@
 #    (config dn_t0 = 8); two more submissions of one fresh worker (t = 9: a momentum step, and 10) on
 #    the original and on the resumed run end bit-identical, while a resume without the buffer
 #    (--reset-momentum) and one with the buffer but the schedule restarted (dn_t0 forced to 0) end
-#    different; the resumed run exports the same buffer again; a sync resume of it is refused.
+#    different; the resumed run exports the same buffer again; a sync resume of it is refused;
+#  - fragments at different versions (async Streaming, 2 fragments of 2 shards, N=3: one worker's 9
+#    submissions leave them at 5 and 4, where they stay: an async run's fragments count their own, and
+#    before 2 December the export waited for them to line up and gave up): the export takes each fragment at
+#    its version (shard_versions 5,5,4,4, dn_t_shards 5,5,4,4); the resumed run (config dn_t0_shards) and the
+#    original end bit-identical after one fresh worker's 4 submissions, while the resume told one dn_t0 for
+#    every shard (dn_t0_shards deleted) differs on fragment 0; a resume cut into other shards is refused.
 . "$(dirname "$0")/lib.sh"
 $PYTHON -c 'import numpy' 2>/dev/null || { echo "SKIP: $PYTHON has no numpy (apt-get install python3-numpy)"; exit 77; }
 RUN=ck; NUMEL=200000; SEED=7; H=20; ROUNDS=3
@@ -195,5 +201,46 @@ shard_digests ckdn2 | diff - "$TMP/dn10.txt" > "$TMP/diff.txt" || fail "the resu
 shard_digests ckdn3 | diff - "$TMP/dn10.txt" > /dev/null && fail "ckdn3 (no DN buffer) equals the continued run: the check is blind"
 shard_digests ckdn4 | diff - "$TMP/dn10.txt" > /dev/null && fail "ckdn4 (schedule restarted) equals the continued run: the check is blind"
 say "resumed DN run = continued run after a momentum step (buffer and schedule carried over); without either it differs"
+
+say "Delayed Nesterov, fragments at different versions: export, resume, continue"
+RUN=ckfr
+init_run $RUN --async --trainer quadratic --numel $DNUM --shards 4 --fragments 2 --workers 1 --seed 5 \
+  --snapshot-every 3 --dn-buffer-size 3
+start_server "d_$RUN" --lease-ttl-ms 2000
+start_worker u0 --sync-every 10 --steps 45 --heartbeat-interval 1
+wait_workers u0
+[ "$(shard_versions $RUN)" = "5 5 4 4" ] || fail "$RUN versions: $(shard_versions $RUN)"
+CKF="$TMP/ckfr.safetensors"
+bin/coordinator checkpoint save --redis "$URL" --run $RUN --out "$CKF" --timeout 5 > "$TMP/save-fr.log" 2>&1 ||
+  fail "save of fragments at versions 5 and 4: $(cat "$TMP/save-fr.log")"
+bin/coordinator checkpoint show "$CKF" > "$TMP/show-fr.txt" 2>&1 || fail "checkpoint show: $(cat "$TMP/show-fr.txt")"
+grep -qx "shard_versions  5,5,4,4" "$TMP/show-fr.txt" && grep -qx "dn_t_shards     5,5,4,4" "$TMP/show-fr.txt" &&
+  grep -qx "version         4" "$TMP/show-fr.txt" || fail "checkpoint show: $(grep 'version\|dn_t' "$TMP/show-fr.txt")"
+$PYTHON tests/checkpoint_read.py "$CKF" > "$TMP/py-fr.txt" 2>&1 || fail "checkpoint_read.py (fragments): $(cat "$TMP/py-fr.txt")"
+shard_digests $RUN > "$TMP/fr-digests.txt"
+grep '^shard' "$TMP/py-fr.txt" | diff - "$TMP/fr-digests.txt" > /dev/null || fail "the fragments' checkpoint params differ from Redis"
+init_run ckfr2 --async --from-checkpoint "$CKF" --workers 1
+[ "$($RCLI HGET 'dl:{ckfr2}:config' dn_t0_shards)" = "5,5,4,4" ] ||
+  fail "ckfr2 config dn_t0_shards: $($RCLI HGET 'dl:{ckfr2}:config' dn_t0_shards)"
+grep -q "its shards at 5,5,4,4" "$TMP/init-ckfr2.log" || fail "init did not say the shards' versions: $(cat "$TMP/init-ckfr2.log")"
+init_run ckfr3 --async --from-checkpoint "$CKF" --workers 1
+$RCLI HDEL 'dl:{ckfr3}:config' dn_t0_shards > /dev/null   # one schedule for every shard: dn_t0 4
+refuse ckfrbad "cut the run into the checkpoint's 4 shards" --async --from-checkpoint "$CKF" --shards 2
+for r in $RUN ckfr2 ckfr3; do
+  RUN0=$RUN; RUN=$r
+  start_server "e_$r" --lease-ttl-ms 2000
+  start_worker u1 --sync-every 10 --steps 20 --heartbeat-interval 1
+  wait "$WRK_u1" || fail "worker u1 of $r exited with status $?"
+  mv "$TMP/worker-u1.log" "$TMP/worker-u1-$r.log"
+  RUN=$RUN0
+done
+[ "$(shard_versions $RUN)" = "7 7 6 6" ] && [ "$(shard_versions ckfr2)" = "2 2 2 2" ] ||
+  fail "versions: $RUN $(shard_versions $RUN), ckfr2 $(shard_versions ckfr2)"
+shard_digests $RUN > "$TMP/fr7.txt"
+shard_digests ckfr2 | diff - "$TMP/fr7.txt" > "$TMP/diff.txt" || fail "the resumed run differs from the continued one: $(cat "$TMP/diff.txt")"
+shard_digests ckfr3 | diff - "$TMP/fr7.txt" > "$TMP/diff.txt" && fail "ckfr3 (one schedule for every shard) equals the continued run"
+grep -q '^< shard 0 ' "$TMP/diff.txt" && ! grep -q '^< shard 2 ' "$TMP/diff.txt" ||
+  fail "ckfr3 should differ on fragment 0 (shards 0-1, at 5) alone: $(cat "$TMP/diff.txt")"
+say "fragments at versions 5 and 4: exported, resumed shard by shard = continued run; one schedule for all differs"
 
 say "checkpoints: export, python read, resume with momentum and DN buffer, rotation, refusals: all good"

@@ -2,7 +2,8 @@
  * test_runconf.c: the parsing half of a run's configuration (common/format/runconf.c): the bounds lists
  * of dl:{R}:config (digits only, in order, no overflow) and runconf_from_reply on HGETALL replies as a
  * Redis sends them (RESP read with hiredis' own reader), including fields that are not strings, and the
- * codec settings (compress, download) and an async run's rules (staleness weight, rebase and its fraction).
+ * codec settings (compress, download) and an async run's rules (staleness weight, rebase and its fraction),
+ * and a resumed run's Delayed Nesterov schedule per shard (dn_t0_shards: one count per shard, digits only).
  */
 #include <stdarg.h>
 #include <stddef.h>
@@ -232,6 +233,41 @@ static void async_rules(void **state)
 #undef BASE
 }
 
+/* dn_t0_shards: each shard's DN count before version 0 (runconf_dn_t0), else dn_t0 for all; a list that is
+ * not one count per shard is refused. runconf_format_counts writes what runconf_parse_counts reads. */
+static void dn_schedule_per_shard(void **state)
+{
+    (void)state;
+    runconf rc;
+    char err[256];
+#define BASE "$5\r\nnumel\r\n$2\r\n10\r\n$12\r\nshard_bounds\r\n$6\r\n0,4,10\r\n$11\r\nfrag_bounds\r\n$5\r\n0,1,2\r\n"
+#define DN "$4\r\nmode\r\n$5\r\nasync\r\n$5\r\ndn_t0\r\n$1\r\n4\r\n"
+    assert_int_equal(from("*10\r\n" BASE DN, &rc, err, sizeof err), 0);
+    assert_null(rc.dn_t0_shard);
+    assert_true(runconf_dn_t0(&rc, 0) == 4 && runconf_dn_t0(&rc, 1) == 4);
+    runconf_free(&rc);
+    assert_int_equal(from("*12\r\n" BASE DN "$12\r\ndn_t0_shards\r\n$3\r\n5,4\r\n", &rc, err, sizeof err), 0);
+    assert_true(runconf_dn_t0(&rc, 0) == 5 && runconf_dn_t0(&rc, 1) == 4);
+    runconf_free(&rc);
+    static const char *const bad[] = {"5", "5,4,3", "5,", ",4", "5,-4", "5, 4", "5,4x", "", "5,9223372036854775808"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char reply[512];
+        snprintf(reply, sizeof reply, "*12\r\n" BASE DN "$12\r\ndn_t0_shards\r\n$%zu\r\n%s\r\n", strlen(bad[i]),
+                 bad[i]);
+        refused(reply, "is not one count per shard (2 shards)");
+    }
+#undef DN
+#undef BASE
+    const uint64_t v[3] = {0, 9223372036854775807ull, 12};
+    char *s = runconf_format_counts(v, 3);
+    assert_string_equal(s, "0,9223372036854775807,12");
+    uint64_t *back;
+    assert_int_equal(runconf_parse_counts(s, 3, &back), 0);
+    assert_memory_equal(back, v, sizeof v);
+    free(back);
+    free(s);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -239,6 +275,7 @@ int main(void)
         cmocka_unit_test(config_from_hgetall),
         cmocka_unit_test(codec_settings),
         cmocka_unit_test(async_rules),
+        cmocka_unit_test(dn_schedule_per_shard),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -83,7 +83,8 @@ static int evaluate_now(rconn *c, const runconf *rc, run_state *st, trainer *t, 
                         char *err, size_t errlen)
 {
     char why[512];
-    int r = run_state_read_once(c, rc, rc->nfragments > 1, st, why, sizeof why, err, errlen);
+    int versions = rc->nfragments > 1 ? RUN_STATE_ANY : RUN_STATE_ONE_VERSION; /* (fragments never line up) */
+    int r = run_state_read_once(c, rc, versions, st, why, sizeof why, err, errlen);
     if (r != 0) return r < 0 ? -1 : 0;
     memcpy(t->params, st->params, rc->numel * sizeof(float));
     if (t->params_changed && t->params_changed(t, 0, rc->numel, err, errlen) < 0) return -2;

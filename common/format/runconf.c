@@ -147,6 +147,34 @@ static int fragment_fields(const runconf_fields *r, runconf *rc, char *err, size
     return 0;
 }
 
+int runconf_parse_counts(const char *s, int n, uint64_t **out)
+{
+    uint64_t *v = calloc((size_t)n, sizeof *v);
+    const char *p = s;
+    for (int i = 0; v && i < n; i++) {
+        char *end = (char *)p;
+        errno = 0;
+        if (*p >= '0' && *p <= '9') v[i] = strtoull(p, &end, 10);
+        if (end == p || errno == ERANGE || v[i] > INT64_MAX || *end != (i + 1 < n ? ',' : '\0')) {
+            free(v);
+            return -1;
+        }
+        p = end + 1;
+    }
+    *out = v;
+    return v ? 0 : -1;
+}
+
+char *runconf_format_counts(const uint64_t *v, int n)
+{
+    size_t cap = (size_t)n * 21 + 1, used = 0;
+    char *s = malloc(cap);
+    if (s == NULL) return NULL;
+    s[0] = '\0';
+    for (int i = 0; i < n; i++) used += (size_t)snprintf(s + used, cap - used, "%s%" PRIu64, i ? "," : "", v[i]);
+    return s;
+}
+
 /* The mode and how the outer step weighs what it averages: Delayed Nesterov, tokens, staleness. */
 static int outer_fields(const runconf_fields *r, runconf *rc, char *err, size_t errlen)
 {
@@ -158,6 +186,12 @@ static int outer_fields(const runconf_fields *r, runconf *rc, char *err, size_t 
     rc->dn_variant = dnv && strcmp(dnv, "forgather") == 0 ? DN_FORGATHER : DN_PAPER;
     const char *dt0 = field(r, "dn_t0");
     if (dt0 && parse_int(dt0, 0, INT64_MAX, &v) == 0) rc->dn_t0 = (uint64_t)v;
+    const char *dts = field(r, "dn_t0_shards");
+    if (dts && runconf_parse_counts(dts, rc->nshards, &rc->dn_t0_shard) < 0) {
+        err_set(err, errlen, "the run's dn_t0_shards '%.80s' is not one count per shard (%d shards)", dts,
+                rc->nshards);
+        return -1;
+    }
     const char *wb = field(r, "weight_by"), *wr = field(r, "weight_ref_tokens");
     rc->weight_tokens = wb && strcmp(wb, "tokens") == 0;
     if (wr && parse_int(wr, 1, INT64_MAX, &v) == 0) rc->weight_ref_tokens = (uint64_t)v;
@@ -271,6 +305,8 @@ void runconf_free(runconf *rc)
     free(rc->shard_bounds);
     free(rc->frag_bounds);
     free(rc->layout);
+    free(rc->dn_t0_shard);
+    rc->dn_t0_shard = NULL;
     rc->shard_bounds = NULL;
     rc->frag_bounds = NULL;
     rc->layout = NULL;
@@ -279,6 +315,11 @@ void runconf_free(runconf *rc)
 uint64_t runconf_shard_numel(const runconf *rc, int shard)
 {
     return rc->shard_bounds[shard + 1] - rc->shard_bounds[shard];
+}
+
+uint64_t runconf_dn_t0(const runconf *rc, int shard)
+{
+    return rc->dn_t0_shard ? rc->dn_t0_shard[shard] : rc->dn_t0;
 }
 
 int runconf_fragment_of_shard(const runconf *rc, int shard)

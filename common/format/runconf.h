@@ -28,6 +28,9 @@ typedef struct runconf {
     uint64_t dn_t0;             /* DN submissions before version 0 (a run resumed from a checkpoint: its
                                  count there), so the submission turning version v into v+1 is number
                                  dn_t0 + v + 1 and the every-N schedule carries on across the resume */
+    uint64_t *dn_t0_shard;      /* per shard, when a resumed run's shards stood at different points of
+                                 that schedule (a checkpoint of shards at different versions: config
+                                 dn_t0_shards); NULL: dn_t0 for every shard. Read it with runconf_dn_t0 */
     int weight_tokens;          /* --weight-by tokens: pseudo-gradients weighted by the tokens behind them */
     uint64_t weight_ref_tokens; /* async: a submission of this many tokens gets weight 1 */
     int stale_weight;           /* async: STALE_W_* (outer_dn.h), --staleness-weight (none for older runs) */
@@ -68,10 +71,16 @@ int runconf_weighted(const runconf *rc);
 int runconf_rebase(const runconf *rc);
 /* Whether a push in this dtype is the run's codec: a bf16 run also takes fp32 (worker --no-bf16). */
 int runconf_accepts_dtype(const runconf *rc, int dtype);
+/* The DN submissions before version 0 of shard k: dn_t0_shard[k], or dn_t0. */
+uint64_t runconf_dn_t0(const runconf *rc, int shard);
 /* Numbers of one shard / fragment. */
 uint64_t runconf_shard_numel(const runconf *rc, int shard);
 int runconf_fragment_of_shard(const runconf *rc, int shard);
 /* Comma list "a,b,c" of n+1 integers, as stored in the config hash. */
 int runconf_format_bounds_u64(const uint64_t *b, int n, char *buf, size_t cap);
 int runconf_parse_bounds_u64(const char *s, uint64_t **out, int *n, char *err, size_t errlen);
+/* "a,b,...": exactly n counts (digits only, each at most INT64_MAX) into a new array; -1 if not. */
+int runconf_parse_counts(const char *s, int n, uint64_t **out);
+/* The n counts of v as "a,b,...", a new string (NULL when out of memory). */
+char *runconf_format_counts(const uint64_t *v, int n);
 #endif

@@ -21,8 +21,9 @@ int run_state_alloc(run_state *st, const runconf *rc, char *err, size_t errlen)
     st->params = malloc(rc->numel * sizeof(float) + 1);
     st->mom = calloc(rc->numel + 1, sizeof(float));
     st->digests = calloc((size_t)rc->nshards, sizeof *st->digests);
+    st->versions = calloc((size_t)rc->nshards, sizeof *st->versions);
     if (rc->dn_buffer > 0) st->dnbuf = calloc(rc->numel + 1, sizeof(float));
-    if (!st->params || !st->mom || !st->digests || (rc->dn_buffer > 0 && !st->dnbuf)) {
+    if (!st->params || !st->mom || !st->digests || !st->versions || (rc->dn_buffer > 0 && !st->dnbuf)) {
         run_state_free(st);
         err_set(err, errlen, "out of memory for %" PRIu64 " parameters", rc->numel);
         return -1;
@@ -36,6 +37,7 @@ void run_state_free(run_state *st)
     free(st->mom);
     free(st->dnbuf);
     free(st->digests);
+    free(st->versions);
     memset(st, 0, sizeof *st);
 }
 
@@ -110,7 +112,25 @@ int run_state_versions(rconn *c, const runconf *rc, int64_t *min_version, int64_
     return 0;
 }
 
-int run_state_read_once(rconn *c, const runconf *rc, int allow_mixed, run_state *st, char *why, size_t whylen,
+/* Whether the shard versions v are what `versions` (RUN_STATE_*) takes; why says what is not. */
+static int versions_taken(const runconf *rc, int versions, const int64_t *v, int64_t lo, int64_t hi, char *why,
+                          size_t whylen)
+{
+    if (versions == RUN_STATE_ANY || lo == hi) return 1;
+    if (versions == RUN_STATE_ONE_VERSION) {
+        err_set(why, whylen, "the shards are at versions %" PRId64 " to %" PRId64, lo, hi);
+        return 0;
+    }
+    for (int k = 1; k < rc->nshards; k++)
+        if (runconf_fragment_of_shard(rc, k) == runconf_fragment_of_shard(rc, k - 1) && v[k] != v[k - 1]) {
+            err_set(why, whylen, "shards %d and %d of fragment %d are at versions %" PRId64 " and %" PRId64, k - 1, k,
+                    runconf_fragment_of_shard(rc, k), v[k - 1], v[k]);
+            return 0;
+        }
+    return 1;
+}
+
+int run_state_read_once(rconn *c, const runconf *rc, int versions, run_state *st, char *why, size_t whylen,
                         char *err, size_t errlen)
 {
     redisReply *r = shard_refs(c, rc, 4, err, errlen);
@@ -120,11 +140,11 @@ int run_state_read_once(rconn *c, const runconf *rc, int allow_mixed, run_state 
     for (int k = 0; k < rc->nshards; k++) {
         long long v = ref_version(rc, r->element + 4 * k, 4, k, err, errlen);
         if (v < 0) goto done;
+        st->versions[k] = v;
         if (v < lo) lo = v;
         if (v > hi) hi = v;
     }
-    if (lo != hi && !allow_mixed) {
-        err_set(why, whylen, "the shards are at versions %" PRId64 " to %" PRId64, lo, hi);
+    if (!versions_taken(rc, versions, st->versions, lo, hi, why, whylen)) {
         ret = 1;
         goto done;
     }
@@ -139,7 +159,7 @@ int run_state_read_once(rconn *c, const runconf *rc, int allow_mixed, run_state 
                            .dnbuf = st->dnbuf ? st->dnbuf + off : NULL,
                            .dn_buffer = (uint32_t)rc->dn_buffer,
                            .dn_variant = rc->dn_variant,
-                           .dn_t0 = rc->dn_t0};
+                           .dn_t0 = runconf_dn_t0(rc, k)};
         long long v = atoll(e[0]->str);
         int lrc =
             replay_load_refs_state(c, rc->run, k, n, v, e[1]->str, e[2]->type == REDIS_REPLY_STRING ? e[2]->str : "",
@@ -161,13 +181,13 @@ done:
     return ret;
 }
 
-int run_state_read(rconn *c, const runconf *conf, int allow_mixed, int timeout_ms, run_state *st, char *err,
+int run_state_read(rconn *c, const runconf *conf, int versions, int timeout_ms, run_state *st, char *err,
                    size_t errlen)
 {
     uint64_t deadline = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
     char why[512] = "";
     for (unsigned attempt = 0;; attempt++) {
-        int rc = run_state_read_once(c, conf, allow_mixed, st, why, sizeof why, err, errlen);
+        int rc = run_state_read_once(c, conf, versions, st, why, sizeof why, err, errlen);
         if (rc <= 0) return rc;
         if (now_ms() >= deadline) {
             err_set(err, errlen,

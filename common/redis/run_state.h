@@ -3,9 +3,10 @@
  *
  * One HMGET of every shard's refs (version, snapshot, log, digest) in dl:{R}:shards, so all shards come
  * from the same instant, then common/format/replay.c rebuilds each shard (snapshot + log replay + digest
- * check). The checkpoint export needs every shard at one common version; the evaluator
- * (worker/evaluator.c) also accepts a Streaming run's fragments at different versions, since they
- * never line up while it trains. */
+ * check). What may differ between shards is the caller's (RUN_STATE_*): the checkpoint export wants each
+ * fragment's shards at one version (a Streaming run's fragments never line up while it trains, and an
+ * async run's never at all), or any versions once the run is shut down (a submission delivered to some
+ * owners only stays so); the evaluator takes any. */
 #ifndef DILOCO_RUN_STATE_H
 #define DILOCO_RUN_STATE_H
 #include <stddef.h>
@@ -14,12 +15,20 @@
 #include "format/runconf.h"
 #include "redis/rconn.h"
 
+/* Which shard versions a read takes (else it tries again): */
+enum {
+    RUN_STATE_ONE_VERSION = 0, /* every shard at one version */
+    RUN_STATE_ANY = 1,         /* any */
+    RUN_STATE_FRAGMENTS = 2,   /* each fragment's shards at one version */
+};
+
 typedef struct run_state {
     float *params, *mom; /* numel fp32 each */
     float *dnbuf;        /* numel fp32 when the run has a Delayed Nesterov buffer, else NULL */
     int has_mom;
-    int64_t version;     /* the common version (the lowest shard version with allow_mixed) */
+    int64_t version;     /* the common version (the lowest shard version when they differ) */
     int64_t max_version; /* the highest shard version */
+    int64_t *versions;   /* per shard */
     char (*digests)[17]; /* per shard */
 } run_state;
 
@@ -31,13 +40,13 @@ void run_state_free(run_state *st);
 int run_state_versions(rconn *c, const runconf *rc, int64_t *min_version, int64_t *max_version, char *err,
                        size_t errlen);
 
-/* One attempt at reading the state: 0 done, 1 try again (the shards are at different versions and
- * !allow_mixed, or a blob was trimmed while we read; *why says which), -1 error. */
-int run_state_read_once(rconn *c, const runconf *rc, int allow_mixed, run_state *st, char *why, size_t whylen,
+/* One attempt at reading the state: 0 done, 1 try again (the shard versions are not what `versions`
+ * (RUN_STATE_*) takes, or a blob was trimmed while we read; *why says which), -1 error. */
+int run_state_read_once(rconn *c, const runconf *rc, int versions, run_state *st, char *why, size_t whylen,
                         char *err, size_t errlen);
 
 /* run_state_read_once until it succeeds or timeout_ms passes (then -1, with a message that says what to
  * do). */
-int run_state_read(rconn *c, const runconf *rc, int allow_mixed, int timeout_ms, run_state *st, char *err,
+int run_state_read(rconn *c, const runconf *rc, int versions, int timeout_ms, run_state *st, char *err,
                    size_t errlen);
 #endif

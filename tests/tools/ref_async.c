@@ -821,7 +821,8 @@ static void apply(ref *r, int f, int64_t s)
         if (sub->noop[k] || sub->ended[k]) continue;
         if (r->rc.dn_buffer > 0)
             outer_dn_step(r->rc.dn_variant, next + lo, r->mom + lo, r->buf + lo, r->g + lo, len,
-                          r->rc.dn_t0 + (uint64_t)s + 1, (uint32_t)r->rc.dn_buffer, r->lr, r->mu, r->nesterov);
+                          runconf_dn_t0(&r->rc, k) + (uint64_t)s + 1, (uint32_t)r->rc.dn_buffer, r->lr, r->mu,
+                          r->nesterov);
         else
             outer_sgd_step(next + lo, r->mom + lo, !r->has_mom[k], r->g + lo, len, r->lr, r->mu, r->nesterov);
         r->has_mom[k] = 1;

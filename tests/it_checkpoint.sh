@@ -149,6 +149,18 @@ head -c 1000 "$CK" > "$TMP/short.safetensors"
 refuse bad5 "do not fit" --from-checkpoint "$TMP/short.safetensors"
 refuse bad6 "cannot open" --from-checkpoint "$TMP/nonexistent.safetensors"
 
+# fresh_worker RUNS...: on each run, a shard-server and one fresh worker u1 of 20 steps (H 10)
+fresh_worker() {
+  RUN0=$RUN
+  for r in "$@"; do
+    RUN=$r
+    start_server "e_$r" --lease-ttl-ms 2000
+    start_worker u1 --sync-every 10 --steps 20 --heartbeat-interval 1
+    wait "$WRK_u1" || fail "worker u1 of $r exited with status $?"
+    mv "$TMP/worker-u1.log" "$TMP/worker-u1-$r.log"
+  done
+  RUN=$RUN0
+}
 say "Delayed Nesterov: export, resume, continue"
 RUN=ckdn; DNUM=40000
 init_run $RUN --async --trainer quadratic --numel $DNUM --shards 4 --workers 2 --seed 5 --snapshot-every 3 \
@@ -186,14 +198,7 @@ init_run ckdn4 --async --from-checkpoint "$CKD" --workers 1
 $RCLI HSET 'dl:{ckdn4}:config' dn_t0 0 > /dev/null   # the buffer, but the every-3 schedule restarted
 refuse ckdnbad "cannot continue" --from-checkpoint "$CKD"
 say "two more submissions of one fresh worker on $RUN, ckdn2, ckdn3 (no buffer), ckdn4 (schedule restarted)"
-for r in $RUN ckdn2 ckdn3 ckdn4; do
-  RUN0=$RUN; RUN=$r
-  start_server "e_$r" --lease-ttl-ms 2000
-  start_worker u1 --sync-every 10 --steps 20 --heartbeat-interval 1
-  wait "$WRK_u1" || fail "worker u1 of $r exited with status $?"
-  mv "$TMP/worker-u1.log" "$TMP/worker-u1-$r.log"
-  RUN=$RUN0
-done
+fresh_worker $RUN ckdn2 ckdn3 ckdn4
 [ "$(shard_versions $RUN)" = "10 10 10 10" ] && [ "$(shard_versions ckdn2)" = "2 2 2 2" ] ||
   fail "versions: $RUN $(shard_versions $RUN), ckdn2 $(shard_versions ckdn2)"
 shard_digests $RUN > "$TMP/dn10.txt"
@@ -226,14 +231,7 @@ grep -q "its shards at 5,5,4,4" "$TMP/init-ckfr2.log" || fail "init did not say 
 init_run ckfr3 --async --from-checkpoint "$CKF" --workers 1
 $RCLI HDEL 'dl:{ckfr3}:config' dn_t0_shards > /dev/null   # one schedule for every shard: dn_t0 4
 refuse ckfrbad "cut the run into the checkpoint's 4 shards" --async --from-checkpoint "$CKF" --shards 2
-for r in $RUN ckfr2 ckfr3; do
-  RUN0=$RUN; RUN=$r
-  start_server "e_$r" --lease-ttl-ms 2000
-  start_worker u1 --sync-every 10 --steps 20 --heartbeat-interval 1
-  wait "$WRK_u1" || fail "worker u1 of $r exited with status $?"
-  mv "$TMP/worker-u1.log" "$TMP/worker-u1-$r.log"
-  RUN=$RUN0
-done
+fresh_worker $RUN ckfr2 ckfr3
 [ "$(shard_versions $RUN)" = "7 7 6 6" ] && [ "$(shard_versions ckfr2)" = "2 2 2 2" ] ||
   fail "versions: $RUN $(shard_versions $RUN), ckfr2 $(shard_versions ckfr2)"
 shard_digests $RUN > "$TMP/fr7.txt"

@@ -17,14 +17,24 @@ start_worker w --sync-every 10 --steps 0 --step-delay-ms 20 --max-sync-retries 1
 version() { $RCLI HGET "dl:{$RUN}:shards" 0:version; }
 wait_until 20 '[ "$(version)" -ge 2 ] 2>/dev/null' "the worker's first two rounds"
 # killed while no round is in flight (the run did not move since the worker's last sync): with the worker
-# stopped, its open round is the committed version. Killed after a round's barrier closed and before its
-# commit (a few ms of each 200 ms round; seen in 2 of 10 runs), the run had moved past what the worker holds,
-# and its registration's fetch needs a server: a different test.
+# stopped inside its local steps, its open round is the committed version of both shards. Killed after a
+# round's barrier closed and before its commit (a few ms of each 200 ms round; seen in 2 of 10 runs), or
+# after the worker pushed its pseudo-gradient and before it arrived at the barrier (its arrival then closes
+# the round with nobody to commit it; seen in CI and in 1 of 10 runs beside three busy loops), the run moved
+# past what the worker holds, and its registration's fetch needs a server: a different test. So the worker is
+# stopped less than 150 ms after its last sync ended (its log's line; the next push is 10 steps of at least
+# 20 ms later) and the shards are at its open round.
+last_sync_t() { grep '"event":"sync"' "$TMP/w.jsonl" | tail -n 1 | sed 's/.*"t":\([0-9.]*\).*/\1/'; }
+quiet=0
 for _ in $(seq 40); do
   kill -STOP "$WRK_w"
-  [ "$($RCLI HGET "dl:{$RUN}:state" round:0)" = "$(version)" ] && break
+  now=$(date +%s.%N); open=$($RCLI HGET "dl:{$RUN}:state" round:0)
+  if [ "$(shard_versions $RUN)" = "$open $open" ] && awk "BEGIN { exit !($now - $(last_sync_t) < 0.15) }"; then
+    quiet=1; break
+  fi
   kill -CONT "$WRK_w"; sleep 0.05
 done
+[ $quiet = 1 ] || fail "could not stop the worker inside its local steps in 40 tries (versions $(shard_versions $RUN))"
 kill -9 "$SRV_s1"
 kill -CONT "$WRK_w"
 at=$(version)

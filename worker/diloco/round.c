@@ -171,7 +171,13 @@ static int on_failure(diloco *d, int f, int64_t round, uint64_t t0, const char *
                  "a new incarnation makes it a no-op");
     else
         log_warn("registering again after %d failed syncs", d->o.max_sync_retries + 1);
-    if (dl_register(d, err, errlen) < 0 || fetch_all(d, err, errlen) < 0) return -1;
+    if (dl_register(d, err, errlen) < 0 || fetch_all(d, err, errlen) < 0) {
+        if (!dl_shutdown_seen(d)) return -1;
+        /* refused SHUTDOWN: the operator ended the run while our syncs failed (its servers stopped first, say),
+         * and the heartbeat that would have told us was not due yet. An end, not an error. */
+        log_info("the run was shut down; the worker does not register again (%s)", err);
+        return 0;
+    }
     dl_delta_forget_tokens(d);
     round_record(d, f, round, t0, 1); /* (else diloco_last_sync would still give the previous sync's) */
     return 1;

@@ -389,6 +389,14 @@ int dl_shutdown_seen(diloco *d)
     return heartbeat_flag(d, &d->shutdown_seen);
 }
 
+uint64_t dl_shutdown_seen_ms(diloco *d)
+{
+    pthread_mutex_lock(&d->hb_mu);
+    uint64_t ms = d->shutdown_seen ? d->shutdown_seen_ms : 0;
+    pthread_mutex_unlock(&d->hb_mu);
+    return ms;
+}
+
 /* ---- the counters of the round a thread works for ------------------------------------------------------ */
 
 /* (one pointer per thread: a Streaming round's thread and its owner threads point at the round's slot) */

@@ -43,6 +43,7 @@
 #include <stdint.h>
 
 #include "base/log.h"
+#include "base/util.h"
 #include "diloco.h"
 #include "format/blob.h"
 #include "format/runconf.h"
@@ -251,6 +252,7 @@ struct diloco {
     int64_t inc;              /* our incarnation (0 = not registered) */
     int evicted;
     int shutdown_seen;  /* the run was shut down: a heartbeat or a Function said so (dl_shutdown_told_locked) */
+    uint64_t shutdown_seen_ms; /* when (now_ms), for owners_retry_pause's grace */
     int stop_requested; /* DILOCO_STOP_* (0: none): shutdown_seen, or a group's agreement (group.c agree_stop) */
     int dylu_h;
     double loss, speed;
@@ -303,6 +305,7 @@ struct diloco {
  * worker of one process stops on it; a group's ranks stop where they agree (group.c agree_stop). */
 static inline void dl_shutdown_told_locked(diloco *d)
 {
+    if (!d->shutdown_seen) d->shutdown_seen_ms = now_ms();
     d->shutdown_seen = 1;
     if (!d->grp && !d->stop_requested) d->stop_requested = DILOCO_STOP_SHUTDOWN;
 }
@@ -366,6 +369,7 @@ int dl_wait_replicas(diloco *d, char *err, size_t errlen);
 int dl_stopping(const diloco *d); /* the embedding program asked us to stop (o.stop, diloco_request_stop) */
 int dl_stop_seen(void *d);        /* dl_stopping as the watch of a connection or of frame I/O takes it */
 int dl_shutdown_seen(diloco *d); /* this session was told the run was shut down (a group: maybe not agreed) */
+uint64_t dl_shutdown_seen_ms(diloco *d); /* when it was told (now_ms), 0 if not */
 int64_t dl_inc(diloco *d);
 /* Register (again). A group's rank does not: the group registers together (group.c), so this only
  * returns 0 and the round that found us evicted reports DL_EVICTED. */
@@ -505,7 +509,8 @@ void owners_get(diloco *d, int shard, shard_owner *out);
  * map holds (it moved since we read the owners), read the owners again now: a request about to go to that shard
  * would go to its old owner. 1 when they were read again, 0 when nothing moved, -1 + err when the read failed. */
 int owners_follow(diloco *d, int first, int last, const committed_shard *c, char *err, size_t errlen);
-/* After a transient failure of shard's `what`: re-read the owners, back off; DL_FAIL past deadline. */
+/* After a transient failure of shard's `what`: re-read the owners, back off; DL_FAIL past deadline, or
+ * SHUTDOWN_GRACE_MS after this session was told the run was shut down. */
 int owners_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
                        size_t errlen);
 

@@ -15,6 +15,11 @@
 #include "internal.h"
 #include "redis/rconn.h"
 
+/* How long a push or get still tries once the run was shut down: long enough for a commit on its way to
+ * land (milliseconds, or a beat or two where an owner moves), where --sync-timeout (120 s by default) kept a
+ * worker whose owner was gone with the run's servers waiting that long before it stopped. */
+#define SHUTDOWN_GRACE_MS 5000
+
 static const char *hash_field(redisReply *r, const char *name)
 {
     for (size_t i = 0; i + 1 < r->elements; i += 2)
@@ -128,6 +133,12 @@ int owners_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shar
     if (now_ms() > deadline) {
         err_set(err, errlen, "%s of shard %d did not succeed within %d ms (last: %s)", what, shard,
                 d->o.sync_timeout_ms, why);
+        return DL_FAIL;
+    }
+    uint64_t shut = dl_shutdown_seen_ms(d);
+    if (shut && now_ms() > shut + SHUTDOWN_GRACE_MS) {
+        err_set(err, errlen, "the run was shut down and %s of shard %d had not succeeded %d ms later (last: %s)",
+                what, shard, SHUTDOWN_GRACE_MS, why);
         return DL_FAIL;
     }
     char control[512] = "";

@@ -17,6 +17,18 @@
 #include "math/outer_dn.h"
 
 
+/* One number of a comma list at p, into *v, and the character after it at *end: digits only (strtoull would
+ * also take blanks, '+' and a '-' that wraps around). -1 when p holds no number or it overflows. */
+static int list_item(const char *p, uint64_t *v, const char **end)
+{
+    char *e = (char *)p;
+    *v = 0;
+    errno = 0;
+    if (*p >= '0' && *p <= '9') *v = strtoull(p, &e, 10);
+    *end = e;
+    return e == p || errno == ERANGE ? -1 : 0;
+}
+
 int runconf_parse_bounds_u64(const char *s, uint64_t **out, int *n, char *err, size_t errlen)
 {
     int count = 1;
@@ -28,12 +40,9 @@ int runconf_parse_bounds_u64(const char *s, uint64_t **out, int *n, char *err, s
     }
     const char *p = s;
     for (int i = 0; i < count; i++) {
-        char *end = (char *)p;
-        unsigned long long v = 0;
-        errno = 0;
-        /* digits only: strtoull would also take blanks, '+' and a '-' that wraps around */
-        if (*p >= '0' && *p <= '9') v = strtoull(p, &end, 10);
-        if (end == p || errno == ERANGE || (*end != ',' && *end != '\0') || (i > 0 && v < b[i - 1])) {
+        const char *end;
+        uint64_t v;
+        if (list_item(p, &v, &end) < 0 || (*end != ',' && *end != '\0') || (i > 0 && v < b[i - 1])) {
             err_set(err, errlen, "malformed bounds list '%s'", s);
             free(b);
             return -1;
@@ -152,10 +161,8 @@ int runconf_parse_counts(const char *s, int n, uint64_t **out)
     uint64_t *v = calloc((size_t)n, sizeof *v);
     const char *p = s;
     for (int i = 0; v && i < n; i++) {
-        char *end = (char *)p;
-        errno = 0;
-        if (*p >= '0' && *p <= '9') v[i] = strtoull(p, &end, 10);
-        if (end == p || errno == ERANGE || v[i] > INT64_MAX || *end != (i + 1 < n ? ',' : '\0')) {
+        const char *end;
+        if (list_item(p, &v[i], &end) < 0 || v[i] > INT64_MAX || *end != (i + 1 < n ? ',' : '\0')) {
             free(v);
             return -1;
         }

@@ -24,7 +24,9 @@
 #    before 2 December the export waited for them to line up and gave up): the export takes each fragment at
 #    its version (shard_versions 5,5,4,4, dn_t_shards 5,5,4,4); the resumed run (config dn_t0_shards) and the
 #    original end bit-identical after one fresh worker's 4 submissions, while the resume told one dn_t0 for
-#    every shard (dn_t0_shards deleted) differs on fragment 0; a resume cut into other shards is refused.
+#    every shard (dn_t0_shards deleted) differs on fragment 0; a resume cut into other shards is refused;
+#    `serve --save-every 1` beside its worker saves at least twice, the last at version 4 (the lowest), each
+#    file valid, no save failed.
 . "$(dirname "$0")/lib.sh"
 $PYTHON -c 'import numpy' 2>/dev/null || { echo "SKIP: $PYTHON has no numpy (apt-get install python3-numpy)"; exit 77; }
 RUN=ck; NUMEL=200000; SEED=7; H=20; ROUNDS=3
@@ -212,9 +214,24 @@ RUN=ckfr
 init_run $RUN --async --trainer quadratic --numel $DNUM --shards 4 --fragments 2 --workers 1 --seed 5 \
   --snapshot-every 3 --dn-buffer-size 3
 start_server "d_$RUN" --lease-ttl-ms 2000
-start_worker u0 --sync-every 10 --steps 45 --heartbeat-interval 1
+# serve --save-every 1 on it (it looks every second; the worker's 45 steps of 60 ms take 2.7 s): its periodic
+# exports take the fragments as they stand, whichever is ahead at that moment, the last at version 4
+bin/coordinator serve --redis "$URL" --run $RUN --save-every 1 --save-dir "$TMP/frper" --print-every 0 \
+  > "$TMP/coord-frper.log" 2>&1 &
+COORD_frper=$!; PIDS="$PIDS $!"
+start_worker u0 --sync-every 10 --steps 45 --heartbeat-interval 1 --step-delay-ms 60
 wait_workers u0
 [ "$(shard_versions $RUN)" = "5 5 4 4" ] || fail "$RUN versions: $(shard_versions $RUN)"
+wait_until 15 "[ -s '$TMP/frper/checkpoint-4.safetensors' ]" "serve --save-every 1 to write checkpoint-4"
+kill -TERM "$COORD_frper"; wait "$COORD_frper" || fail "serve --save-every exited with an error: $(tail -n 3 "$TMP/coord-frper.log")"
+grep -q "save failed" "$TMP/coord-frper.log" && fail "a periodic save failed: $(grep 'save failed' "$TMP/coord-frper.log")"
+[ "$(ls "$TMP"/frper/checkpoint-*.safetensors | wc -l)" -ge 2 ] || fail "serve --save-every 1 saved once: $(ls "$TMP/frper")"
+for f in "$TMP"/frper/checkpoint-*.safetensors; do
+  v=${f##*/checkpoint-}; v=${v%.safetensors}
+  bin/coordinator checkpoint show "$f" > "$TMP/show-per$v.txt" 2>&1 && grep -qx "version         $v" "$TMP/show-per$v.txt" ||
+    fail "periodic checkpoint-$v: $(head -n 5 "$TMP/show-per$v.txt")"
+done
+say "serve --save-every 1: $(cd "$TMP/frper" && ls ./*.safetensors | tr '\n' ' '), each one valid"
 CKF="$TMP/ckfr.safetensors"
 bin/coordinator checkpoint save --redis "$URL" --run $RUN --out "$CKF" --timeout 5 > "$TMP/save-fr.log" 2>&1 ||
   fail "save of fragments at versions 5 and 4: $(cat "$TMP/save-fr.log")"

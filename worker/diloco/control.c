@@ -384,17 +384,17 @@ int dl_evicted(diloco *d)
     return heartbeat_flag(d, &d->evicted);
 }
 
-int dl_shutdown_seen(diloco *d)
-{
-    return heartbeat_flag(d, &d->shutdown_seen);
-}
-
 uint64_t dl_shutdown_seen_ms(diloco *d)
 {
     pthread_mutex_lock(&d->hb_mu);
-    uint64_t ms = d->shutdown_seen ? d->shutdown_seen_ms : 0;
+    uint64_t ms = d->shutdown_seen_ms;
     pthread_mutex_unlock(&d->hb_mu);
     return ms;
+}
+
+int dl_shutdown_seen(diloco *d)
+{
+    return dl_shutdown_seen_ms(d) != 0;
 }
 
 /* ---- the counters of the round a thread works for ------------------------------------------------------ */

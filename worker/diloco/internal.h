@@ -251,9 +251,10 @@ struct diloco {
     uint64_t hb_gone_told_ms; /* heartbeat thread only: when it last said the run is gone from Redis */
     int64_t inc;              /* our incarnation (0 = not registered) */
     int evicted;
-    int shutdown_seen;  /* the run was shut down: a heartbeat or a Function said so (dl_shutdown_told_locked) */
-    uint64_t shutdown_seen_ms; /* when (now_ms), for owners_retry_pause's grace */
-    int stop_requested; /* DILOCO_STOP_* (0: none): shutdown_seen, or a group's agreement (group.c agree_stop) */
+    /* when (now_ms, 0: not) a heartbeat or a Function said the run was shut down (dl_shutdown_told_locked);
+     * the time is for owners_retry_pause's grace */
+    uint64_t shutdown_seen_ms;
+    int stop_requested; /* DILOCO_STOP_* (0: none): shutdown_seen_ms, or a group's agreement (group.c agree_stop) */
     int dylu_h;
     double loss, speed;
     uint64_t tokens, total_steps;
@@ -305,8 +306,7 @@ struct diloco {
  * worker of one process stops on it; a group's ranks stop where they agree (group.c agree_stop). */
 static inline void dl_shutdown_told_locked(diloco *d)
 {
-    if (!d->shutdown_seen) d->shutdown_seen_ms = now_ms();
-    d->shutdown_seen = 1;
+    if (!d->shutdown_seen_ms) d->shutdown_seen_ms = now_ms() | 1; /* (never 0, which means "not told") */
     if (!d->grp && !d->stop_requested) d->stop_requested = DILOCO_STOP_SHUTDOWN;
 }
 

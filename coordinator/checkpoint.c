@@ -100,7 +100,8 @@ static int read_state(rconn *c, const char *run, export_data *d, char *err, size
 
 /* The run's state from Redis: each fragment's shards at one version (they move together; a Streaming
  * run's fragments never line up while it trains, an async run's count their submissions each), or, once
- * the run is shut down, at whatever versions they stay (a submission delivered to some owners only:
+ * the run is shut down, as they stay: an async run's at whatever versions (a submission delivered to some
+ * owners only), a sync run's at each fragment's lowest (a round committed by some owners only is left out:
  * docs/checkpoints.md, "Shards at different versions"). */
 static int gather(rconn *c, const char *run, int timeout_ms, export_data *d, char *err, size_t errlen)
 {
@@ -114,7 +115,7 @@ static int gather(rconn *c, const char *run, int timeout_ms, export_data *d, cha
     d->dnbuf = st.dnbuf;
     d->digests = st.digests;
     d->versions = st.versions;
-    int versions = d->shut_down ? RUN_STATE_ANY : RUN_STATE_FRAGMENTS;
+    int versions = !d->shut_down ? RUN_STATE_FRAGMENTS : d->rc.async ? RUN_STATE_ANY : RUN_STATE_FRAGMENTS_LOWEST;
     if (run_state_read(c, &d->rc, versions, timeout_ms, &st, err, errlen) < 0) return -1;
     d->has_mom = st.has_mom;
     d->version = st.version;

@@ -132,15 +132,6 @@ static const char *reply_str(redisReply *e)
     return e->type == REDIS_REPLY_STRING ? e->str : "";
 }
 
-static int ref_version(const char *ref, int64_t *v)
-{
-    char *end;
-    long long x = strtoll(ref, &end, 10);
-    if (end == ref || *end != '.' || x < 0) return -1;
-    *v = x;
-    return 0;
-}
-
 /* One field "k:name" of dl:{R}:shards into shard k's state; 1 if it is one of ours. */
 static int take_field(repair *rp, const char *field, const char *value)
 {
@@ -201,7 +192,7 @@ static int read_shards(rconn *c, repair *rp, char *err, size_t errlen)
             err_set(err, errlen, "out of memory");
             return -1;
         }
-        if (ref_version(s->snap, &s->snapv) < 0) s->snapv = -1; /* verification reports it */
+        if (replay_ref_version(s->snap, &s->snapv) < 0) s->snapv = -1; /* verification reports it */
         if (s->version > rp->max_version) rp->max_version = s->version;
     }
     r = rconn_command(c, "HGETALL %s", key_run(key, sizeof key, rp->run, "state"));
@@ -219,26 +210,6 @@ static int read_shards(rconn *c, repair *rp, char *err, size_t errlen)
     return 0;
 }
 
-/* The refs of s->log whose version is <= upto (a comma list; "" when none). */
-static char *log_upto(const char *log, int64_t upto)
-{
-    char *out = calloc(strlen(log) + 1, 1), *copy = strdup(log), *save = NULL;
-    if (!out || !copy) {
-        free(out);
-        free(copy);
-        return NULL;
-    }
-    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
-        int64_t v;
-        if (ref_version(tok, &v) == 0 && v <= upto) {
-            if (out[0]) strcat(out, ",");
-            strcat(out, tok);
-        }
-    }
-    free(copy);
-    return out;
-}
-
 /* ---- verification --------------------------------------------------------------------------------- */
 
 /* Replay shard k from its snapshot through the log entries up to version `upto` (INT64_MAX: all) into
@@ -254,7 +225,7 @@ static int replay_upto(rconn *c, repair *rp, int k, int64_t upto, replay_state *
                          .dn_t0 = runconf_dn_t0(&rp->rc, k),
                          .digests = rp->sh[k].digests,
                          .verified = -1};
-    char *logs = log_upto(rp->sh[k].log, upto);
+    char *logs = replay_log_upto(rp->sh[k].log, upto);
     if (!logs) {
         err_set(err, errlen, "out of memory");
         return -1;

@@ -16,6 +16,7 @@
 #include "base/util.h"
 #include "format/blob.h"
 #include "format/replay.h"
+#include "redis/replay_load.h"
 #include "math/outer.h"
 #include "math/outer_dn.h"
 
@@ -307,6 +308,41 @@ static void delayed_nesterov_counts_from_dn_t0(void **state)
     free(zb);
 }
 
+/* What rebuilds a shard below its version (a shut-down sync run's torn fragment, a repair's rollback): the
+ * log up to that version, and the digest its commit recorded. */
+static void log_upto_and_recorded_digest(void **state)
+{
+    (void)state;
+    const char *log = "5.1,6.1,7.2,8.2";
+    const struct {
+        int64_t upto;
+        const char *want;
+    } cases[] = {{4, ""}, {5, "5.1"}, {7, "5.1,6.1,7.2"}, {8, log}, {INT64_MAX, log}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *got = replay_log_upto(log, cases[i].upto);
+        assert_non_null(got);
+        assert_string_equal(got, cases[i].want);
+        free(got);
+    }
+    char *none = replay_log_upto(NULL, 3);
+    assert_string_equal(none, "");
+    free(none);
+    int64_t v;
+    assert_int_equal(replay_ref_version("12.3", &v), 0);
+    assert_int_equal(v, 12);
+    assert_int_equal(replay_ref_version("x.3", &v), -1);
+    assert_int_equal(replay_ref_version("12", &v), -1);
+
+    const char *digests = "7:00000000000000aa,8:00000000000000bb,9:short";
+    char d[17] = "untouched";
+    assert_int_equal(replay_recorded_digest(digests, 8, d), 1);
+    assert_string_equal(d, "00000000000000bb");
+    assert_int_equal(replay_recorded_digest(digests, 9, d), 0); /* not 16 hex digits */
+    assert_int_equal(replay_recorded_digest(digests, 6, d), 0);
+    assert_int_equal(replay_recorded_digest(NULL, 8, d), 0);
+    assert_string_equal(d, "00000000000000bb"); /* (left alone when none is recorded) */
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
@@ -318,6 +354,7 @@ int main(void)
         cmocka_unit_test(wrong_blobs_are_rejected),
         cmocka_unit_test(version_overflow_is_refused),
         cmocka_unit_test(delayed_nesterov_counts_from_dn_t0),
+        cmocka_unit_test(log_upto_and_recorded_digest),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,8 +14,7 @@
 #include "math/outer.h"
 #include "math/outer_dn.h"
 
-/* The digest k:digests recorded for `version` into out (17 bytes); 0 when it records none. */
-static int recorded_digest(const char *digests, int64_t version, char *out)
+int replay_recorded_digest(const char *digests, int64_t version, char *out)
 {
     for (const char *p = digests; p && *p;) {
         char *end;
@@ -36,7 +35,7 @@ static int recorded_digest(const char *digests, int64_t version, char *out)
 static int check_recorded(replay_state *st, size_t n, char *err, size_t errlen)
 {
     char want[17], got[17];
-    if (!st->digests || !recorded_digest(st->digests, st->version, want)) return 0;
+    if (!st->digests || !replay_recorded_digest(st->digests, st->version, want)) return 0;
     snprintf(got, sizeof got, "%016" PRIx64, digest_f32(st->theta, n));
     if (strcmp(got, want) != 0) {
         err_set(err, errlen, "version %" PRId64 " replays to digest %s, but its commit recorded %s", st->version, got,

@@ -41,6 +41,9 @@ typedef struct replay_state {
     const char *digests;
     int64_t verified;
 } replay_state;
+/* The digest that k:digests ("v:digest,...", may be NULL) recorded for `version`, into out (17 bytes): 1, or
+ * 0 when it records none. */
+int replay_recorded_digest(const char *digests, int64_t version, char *out);
 /* Snapshot: θ, then momentum (flags bit 0), then the DN buffer (flags bit 1; needs dnbuf). It starts the
  * replay: st->verified becomes -1, or the snapshot's version when its digest is recorded and matches. */
 int replay_state_snapshot(replay_state *st, const blob_header *h, const uint8_t *payload, size_t len, size_t n,

@@ -35,8 +35,8 @@ static int get_blob(rconn *c, const char *key, redisReply **r, replay_blob *b, c
     return blob_check_key(&b->h, key, err, errlen);
 }
 
-/* the version v of a ref "v.e"; below INT64_MAX, so that v + 1 (the next entry) exists */
-static int ref_version(const char *ref, int64_t *v)
+/* (below INT64_MAX, so that v + 1, the next entry, exists) */
+int replay_ref_version(const char *ref, int64_t *v)
 {
     char *end;
     if (*ref < '0' || *ref > '9') return -1;
@@ -45,6 +45,25 @@ static int ref_version(const char *ref, int64_t *v)
     if (*end != '.' || errno == ERANGE || x == INT64_MAX) return -1;
     *v = x;
     return 0;
+}
+
+char *replay_log_upto(const char *log_refs, int64_t upto)
+{
+    const char *log = log_refs ? log_refs : "";
+    char *out = calloc(strlen(log) + 1, 1), *copy = strdup(log), *save = NULL;
+    if (!out || !copy) {
+        free(out);
+        free(copy);
+        return NULL;
+    }
+    size_t used = 0;
+    for (char *tok = strtok_r(copy, ",", &save); tok; tok = strtok_r(NULL, ",", &save)) {
+        int64_t v;
+        if (replay_ref_version(tok, &v) == 0 && v <= upto)
+            used += (size_t)sprintf(out + used, "%s%s", used ? "," : "", tok); /* (never longer than log) */
+    }
+    free(copy);
+    return out;
 }
 
 /* Apply blob b (a snapshot or log entry, as its op says: blob_check_key matched it to key); a failure names key. */
@@ -63,7 +82,7 @@ int replay_refs_state(rconn *c, const char *run, int shard, size_t n, const char
     char key[KEY_MAX];
     int64_t snapv, version = -1;
     st->version = -1;
-    if (key_shard_ref(key, sizeof key, run, shard, "snap", snap_ref) != 0 || ref_version(snap_ref, &snapv) < 0) {
+    if (key_shard_ref(key, sizeof key, run, shard, "snap", snap_ref) != 0 || replay_ref_version(snap_ref, &snapv) < 0) {
         err_set(err, errlen, "shard %d: malformed snapshot ref '%s'", shard, snap_ref);
         return -1;
     }
@@ -90,7 +109,7 @@ int replay_refs_state(rconn *c, const char *run, int shard, size_t n, const char
     char *save = NULL;
     for (char *tok = strtok_r(logs, ",", &save); tok && rc == 0; tok = strtok_r(NULL, ",", &save)) {
         int64_t lv;
-        if (key_shard_ref(key, sizeof key, run, shard, "log", tok) != 0 || ref_version(tok, &lv) < 0) {
+        if (key_shard_ref(key, sizeof key, run, shard, "log", tok) != 0 || replay_ref_version(tok, &lv) < 0) {
             err_set(err, errlen, "shard %d: malformed log ref '%s'", shard, tok);
             rc = -1;
             break;

@@ -14,6 +14,13 @@
  * (new snapshot) after the refs were read: read the refs again and retry. */
 #define REPLAY_GONE (-2)
 
+/* The version v of a ref "v.e" (a snapshot's or a log entry's, as dl:{R}:shards names them): 0, or -1 when
+ * it is malformed. */
+int replay_ref_version(const char *ref, int64_t *v);
+/* The refs of log_refs ("v.e,v.e,...") whose version is <= upto, as a new comma list ("" when none; NULL:
+ * out of memory): the log that rebuilds a shard at version upto from its snapshot. */
+char *replay_log_upto(const char *log_refs, int64_t upto);
+
 /* Replay shard `shard` (n elements) from refs as kept in dl:{R}:shards (snap "v.e", log "v.e,v.e,..."
  * possibly empty), each blob checked by blob_decode (its checksum) and blob_check_key (it is the blob its
  * key names) and applied in order; each version's digest checked when st->digests records it. On failure st->version is the last version replayed (-1: the snapshot failed) and st's buffers

@@ -13,7 +13,9 @@
 #include "redis/replay_load.h"
 #include "redis/runconf_load.h"
 
-static const char *const REF_FIELDS[4] = {"version", "snap", "log", "digest"};
+/* The refs of a shard in dl:{R}:shards; k:digests only for a read that may take a shard below its version. */
+static const char *const REF_FIELDS[5] = {"version", "snap", "log", "digest", "digests"};
+enum { REF_VERSION, REF_SNAP, REF_LOG, REF_DIGEST, REF_DIGESTS };
 
 int run_state_alloc(run_state *st, const runconf *rc, char *err, size_t errlen)
 {
@@ -81,8 +83,8 @@ static long long ref_version(const runconf *rc, redisReply **e, int nf, int k, c
 {
     long long v;
     int ok = e[0]->type == REDIS_REPLY_STRING && parse_int(e[0]->str, 0, INT64_MAX, &v) == 0;
-    for (int j = 1; j < nf; j++)
-        if (j != 2 && e[j]->type != REDIS_REPLY_STRING) ok = 0; /* the log may be empty */
+    for (int j = 1; j < nf && j <= REF_DIGEST; j++)
+        if (j != REF_LOG && e[j]->type != REDIS_REPLY_STRING) ok = 0; /* the log may be empty */
     if (!ok) {
         err_set(err, errlen, "shard %d: its entry in dl:{%s}:shards is incomplete (was the run initialised?)", k,
                 rc->run);
@@ -116,7 +118,7 @@ int run_state_versions(rconn *c, const runconf *rc, int64_t *min_version, int64_
 static int versions_taken(const runconf *rc, int versions, const int64_t *v, int64_t lo, int64_t hi, char *why,
                           size_t whylen)
 {
-    if (versions == RUN_STATE_ANY || lo == hi) return 1;
+    if (versions == RUN_STATE_ANY || versions == RUN_STATE_FRAGMENTS_LOWEST || lo == hi) return 1;
     if (versions == RUN_STATE_ONE_VERSION) {
         err_set(why, whylen, "the shards are at versions %" PRId64 " to %" PRId64, lo, hi);
         return 0;
@@ -130,15 +132,84 @@ static int versions_taken(const runconf *rc, int versions, const int64_t *v, int
     return 1;
 }
 
-int run_state_read_once(rconn *c, const runconf *rc, int versions, run_state *st, char *why, size_t whylen,
-                        char *err, size_t errlen)
+static const char *ref_str(const redisReply *e)
 {
-    redisReply *r = shard_refs(c, rc, 4, err, errlen);
+    return e->type == REDIS_REPLY_STRING ? e->str : "";
+}
+
+/* The lowest version of shard k's fragment among versions v. */
+static int64_t fragment_lowest(const runconf *rc, const int64_t *v, int k)
+{
+    int f = runconf_fragment_of_shard(rc, k);
+    int64_t lo = v[k];
+    for (int j = 0; j < rc->nshards; j++)
+        if (runconf_fragment_of_shard(rc, j) == f && v[j] < lo) lo = v[j];
+    return lo;
+}
+
+/* The version at which shard k (at version v, refs e) is taken under `versions`, and the digest it must give
+ * there (17 bytes). Below v only for RUN_STATE_FRAGMENTS_LOWEST, and only where the durable state still
+ * reaches back (a snapshot at or before it) and the commit recorded its digest; else v, with a warning. */
+static int64_t shard_target(const runconf *rc, int versions, const int64_t *v, int k, redisReply **e, char *digest)
+{
+    snprintf(digest, 17, "%s", ref_str(e[REF_DIGEST])); /* (replay_recorded_digest overwrites it) */
+    if (versions != RUN_STATE_FRAGMENTS_LOWEST) return v[k];
+    int64_t want = fragment_lowest(rc, v, k), snapv;
+    if (want == v[k]) return v[k];
+    int f = runconf_fragment_of_shard(rc, k);
+    int reaches = replay_ref_version(ref_str(e[REF_SNAP]), &snapv) == 0 && snapv <= want;
+    if (reaches && replay_recorded_digest(ref_str(e[REF_DIGESTS]), want, digest)) {
+        log_info("shard %d of fragment %d: taken at version %" PRId64 ", the fragment's lowest, not at its %" PRId64
+                 " (the run stopped between the commits of that round's shards)",
+                 k, f, want, v[k]);
+        return want;
+    }
+    char why[96];
+    if (!reaches)
+        snprintf(why, sizeof why, "its snapshot %s is newer", ref_str(e[REF_SNAP]));
+    else
+        snprintf(why, sizeof why, "no digest of version %" PRId64 " is recorded to check it against", want);
+    log_warn("shard %d of fragment %d: taken at its version %" PRId64 ", not at the fragment's lowest %" PRId64
+             " (%s): the state read mixes the two versions",
+             k, f, v[k], want, why);
+    return v[k];
+}
+
+/* Rebuild shard k (refs e) into st's buffers at version `want` from its snapshot and the log entries up to
+ * it, which must give `digest`: 0, REPLAY_GONE (a blob was trimmed meanwhile) or -1. */
+static int load_shard(rconn *c, const runconf *rc, int k, redisReply **e, int64_t want, const char *digest,
+                      run_state *st, char *err, size_t errlen)
+{
+    uint64_t off = rc->shard_bounds[k];
+    char *log = replay_log_upto(ref_str(e[REF_LOG]), want);
+    if (!log) {
+        err_set(err, errlen, "out of memory");
+        return -1;
+    }
+    /* the same replay as a shard-server's load, with the DN buffer and the run's DN schedule */
+    replay_state rs = {.theta = st->params + off,
+                       .mom = st->mom + off,
+                       .dnbuf = st->dnbuf ? st->dnbuf + off : NULL,
+                       .dn_buffer = (uint32_t)rc->dn_buffer,
+                       .dn_variant = rc->dn_variant,
+                       .dn_t0 = runconf_dn_t0(rc, k)};
+    int lrc = replay_load_refs_state(c, rc->run, k, (size_t)runconf_shard_numel(rc, k), want, ref_str(e[REF_SNAP]), log,
+                                     digest, &rs, err, errlen);
+    free(log);
+    st->has_mom |= lrc == 0 && rs.has_mom;
+    return lrc;
+}
+
+int run_state_read_once(rconn *c, const runconf *rc, int versions, run_state *st, char *why, size_t whylen, char *err,
+                        size_t errlen)
+{
+    int nf = versions == RUN_STATE_FRAGMENTS_LOWEST ? 5 : 4;
+    redisReply *r = shard_refs(c, rc, nf, err, errlen);
     if (!r) return -1;
     int ret = -1;
-    int64_t lo = INT64_MAX, hi = -1;
+    int64_t lo = INT64_MAX, hi = -1, *want = NULL;
     for (int k = 0; k < rc->nshards; k++) {
-        long long v = ref_version(rc, r->element + 4 * k, 4, k, err, errlen);
+        long long v = ref_version(rc, r->element + nf * k, nf, k, err, errlen);
         if (v < 0) goto done;
         st->versions[k] = v;
         if (v < lo) lo = v;
@@ -148,41 +219,37 @@ int run_state_read_once(rconn *c, const runconf *rc, int versions, run_state *st
         ret = 1;
         goto done;
     }
+    if (!(want = malloc((size_t)rc->nshards * sizeof *want))) {
+        err_set(err, errlen, "out of memory");
+        goto done;
+    }
+    for (int k = 0; k < rc->nshards; k++)
+        want[k] = shard_target(rc, versions, st->versions, k, r->element + nf * k, st->digests[k]);
     st->has_mom = 0;
     for (int k = 0; k < rc->nshards; k++) {
-        redisReply **e = r->element + 4 * k;
-        uint64_t off = rc->shard_bounds[k];
-        size_t n = (size_t)runconf_shard_numel(rc, k);
-        /* the same replay as a shard-server's load, with the DN buffer and the run's DN schedule */
-        replay_state rs = {.theta = st->params + off,
-                           .mom = st->mom + off,
-                           .dnbuf = st->dnbuf ? st->dnbuf + off : NULL,
-                           .dn_buffer = (uint32_t)rc->dn_buffer,
-                           .dn_variant = rc->dn_variant,
-                           .dn_t0 = runconf_dn_t0(rc, k)};
-        long long v = atoll(e[0]->str);
-        int lrc =
-            replay_load_refs_state(c, rc->run, k, n, v, e[1]->str, e[2]->type == REDIS_REPLY_STRING ? e[2]->str : "",
-                                   e[3]->str, &rs, err, errlen);
+        int lrc = load_shard(c, rc, k, r->element + nf * k, want[k], st->digests[k], st, err, errlen);
         if (lrc == REPLAY_GONE) {
             err_set(why, whylen, "%s", err);
             ret = 1;
-            goto done;
         }
         if (lrc < 0) goto done;
-        st->has_mom |= rs.has_mom;
-        snprintf(st->digests[k], sizeof st->digests[k], "%s", e[3]->str);
     }
-    st->version = lo;
+    st->rolled_back = 0;
+    st->version = INT64_MAX;
+    for (int k = 0; k < rc->nshards; k++) {
+        st->rolled_back += want[k] < st->versions[k];
+        st->versions[k] = want[k];
+        if (want[k] < st->version) st->version = want[k];
+    }
     st->max_version = hi;
     ret = 0;
 done:
+    free(want);
     freeReplyObject(r);
     return ret;
 }
 
-int run_state_read(rconn *c, const runconf *conf, int versions, int timeout_ms, run_state *st, char *err,
-                   size_t errlen)
+int run_state_read(rconn *c, const runconf *conf, int versions, int timeout_ms, run_state *st, char *err, size_t errlen)
 {
     uint64_t deadline = now_ms() + (uint64_t)(timeout_ms > 0 ? timeout_ms : 0);
     char why[512] = "";

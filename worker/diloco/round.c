@@ -149,6 +149,40 @@ static void adopt_dylu(diloco *d)
     pthread_mutex_unlock(&d->hb_mu);
 }
 
+/* How often the fetch after a registration is told to be still waiting for a shard-server (and the least time
+ * between two tries, when a try fails at once). */
+#define REFETCH_TELL_MS 60000
+#define REFETCH_MIN_MS 1000
+
+/* Every fragment from the run, after we registered again. Where the run moved past what we hold (a round closed
+ * whose commit no shard-server made: its owner died, or we pushed to the only one before it died) the fetch
+ * needs a shard-server, and while none answers it fails. That is an outage, not the worker's end: it tries
+ * again (each try waits up to the sync timeout) until a server answers, the run is shut down or we are
+ * stopped; heartbeats go on meanwhile, so we stay a member. Training on would be wasted: the fetch replaces
+ * the parameters trained since. 0 fetched, -1 (err) stopped, shut down or another error while none waits. */
+static int fetch_after_register(diloco *d, char *err, size_t errlen)
+{
+    uint64_t since = now_ms(), told = 0;
+    for (int tries = 1;; tries++) {
+        uint64_t t0 = now_ms();
+        if (fetch_all(d, err, errlen) == 0) {
+            if (tries > 1)
+                log_info("registered again: the run's parameters came after %.0f s and %d tries; continuing from them",
+                         (double)(now_ms() - since) / 1000.0, tries);
+            return 0;
+        }
+        if (dl_stopping(d) || dl_shutdown_seen(d)) return -1;
+        if (told == 0 || now_ms() - told >= REFETCH_TELL_MS) {
+            log_warn("registered again, but no shard-server gave us the run's parameters for %.0f s (%s): trying "
+                     "again until one does (a stop or the run's shutdown ends the wait)",
+                     (double)(now_ms() - since) / 1000.0, err);
+            told = now_ms();
+        }
+        uint64_t took = now_ms() - t0;
+        if (took < REFETCH_MIN_MS) sleep_ms((unsigned)(REFETCH_MIN_MS - took));
+    }
+}
+
 /* A sync of fragment f (at round, started at t0) failed for good: count it; too many in a row and we register
  * again from scratch, which the sync's record then says (stale: every fragment taken from the run). */
 static int on_failure(diloco *d, int f, int64_t round, uint64_t t0, const char *why, char *err, size_t errlen)
@@ -171,7 +205,7 @@ static int on_failure(diloco *d, int f, int64_t round, uint64_t t0, const char *
                  "a new incarnation makes it a no-op");
     else
         log_warn("registering again after %d failed syncs", d->o.max_sync_retries + 1);
-    if (dl_register(d, err, errlen) < 0 || fetch_all(d, err, errlen) < 0) {
+    if (dl_register(d, err, errlen) < 0 || fetch_after_register(d, err, errlen) < 0) {
         if (!dl_shutdown_seen(d)) return -1;
         /* refused SHUTDOWN: the operator ended the run while our syncs failed (its servers stopped first, say),
          * and the heartbeat that would have told us was not due yet. An end, not an error. */

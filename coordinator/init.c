@@ -300,16 +300,17 @@ static long long run_hash_len(rconn *rc, const char *run, const char *name)
     return n;
 }
 
-/* --force over a run that still has registered workers or shard-servers: they are not told, and carry on
- * in the new run under the same name (registering again, loading its shards). Said before it happens. */
+/* --force over a run that still has registered workers or shard-servers. Each finds out at its next beat,
+ * which names the making of the run it loaded and is refused RECREATED: a shard-server starts again and
+ * serves the new run, a worker stops (exit 1; started again, it joins the new run). Said before it happens. */
 static void warn_if_live(rconn *rc, const char *run)
 {
     long long workers = run_hash_len(rc, run, "workers"), servers = run_hash_len(rc, run, "servers");
     if (workers == 0 && servers == 0) return;
     fprintf(stderr,
             "coordinator init: warning: run '%s' still has %lld registered worker(s) and %lld shard-server(s); "
-            "--force replaces it under them and they carry on in the new run (stop them first for a clean "
-            "start: `coordinator status --run %s` lists them)\n",
+            "--force replaces it under them: the shard-servers start again to serve the new run, the workers "
+            "stop (exit 1) and join it once started again (`coordinator status --run %s` lists them)\n",
             run, workers, servers, run);
 }
 

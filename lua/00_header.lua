@@ -25,6 +25,8 @@ and fails with a fixed error code (first word of the error):
   ALIVE           the worker is still a live member (it cannot be dropped from a round)
   SHUTDOWN        the run has been shut down
   OLDRUN          the run was created by another version of this library (its keys are laid out differently)
+  RECREATED       the run was made again (coordinator init --force) since the caller loaded it: its shards,
+                  secret and members are another run's
   GROUP           a process group's ranks are not in step (a rank joining a group that already synced,
                   a rank arriving, or its rank 0 submitting, before every rank joined)
 

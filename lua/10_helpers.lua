@@ -70,6 +70,18 @@ local function load_run(keys)
     return P
 end
 
+-- The caller loaded the run made at `made` (its config's created_ms; nil or '': not checked). A run made
+-- again under the same name since (coordinator init --force) is another run: RECREATED.
+local function check_made_at(P, config, made)
+    if made == nil or made == '' then return end
+    local now_made = redis.call('HGET', config, 'created_ms')
+    if now_made and now_made ~= made then
+        local name = string.match(P, '^dl:{(.*)}$') or P
+        error('RECREATED run \'' .. name .. '\' was made again (coordinator init --force) at ' .. now_made ..
+              ' ms; the caller loaded the one made at ' .. made .. ' ms')
+    end
+end
+
 -- The operator's settings of the run (see the header): read by everyone, written only by operator
 -- functions, each of which goes through operator_gate first.
 local function tunables_key(P) return P .. ':tunables' end

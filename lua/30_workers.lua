@@ -67,15 +67,18 @@ local function check_held(held, shards)
     return held
 end
 
--- dl_register KEYS[1]=config ARGV: worker_id, host, sync_every [, group size [, steps [, held]]]
+-- dl_register KEYS[1]=config ARGV: worker_id, host, sync_every [, group size [, steps [, held [, created_ms]]]]
 -- -> {incarnation, lib_version, {round per fragment}, {joined round per fragment}}
 -- A group size R > 1 registers a process group (lua/15_groups.lua) as rank 0; its other ranks join with
 -- dl_group_join. R may not exceed the run's shards (each rank moves at least one).
 -- steps (the inner steps the process trained before this registration) and held (check_held) are only
 -- recorded, in the join event: a worker that registers again drops the steps trained since it last took
 -- versions, from the versions it held, and a replay of the run needs both (tests/tools/ref_async.c).
+-- created_ms (absent or '': not checked): the config's, when the worker loaded the run; a run made again
+-- under its name since refuses it RECREATED (check_made_at).
 local function dl_register(keys, args)
     local P = load_run(keys)
+    check_made_at(P, keys[1], args[7])
     local w, host, h = args[1], args[2] or '', tonumber(args[3] or '0') or 0
     if w == nil or w == '' or string.find(w, '[,:%s]') then
         error('BADARG worker id must be non-empty without commas, colons or spaces')
@@ -194,7 +197,7 @@ local function fragment_rounds(P)
     return rounds
 end
 
--- dl_heartbeat KEYS[1]=config ARGV: worker_id, incarnation, steps_per_s, loss, step, tokens [, rank]
+-- dl_heartbeat KEYS[1]=config ARGV: worker_id, incarnation, steps_per_s, loss, step, tokens [, rank [, created_ms]]
 -- -> {status, H for this worker (0 = keep yours), {round per fragment}}
 -- A rank of a group that one of its ranks ended (dl_deregister) gets GONE, not counted as a rejection.
 -- Checks the arguments, then applies the membership rule (reap, then is the caller a member), then
@@ -202,6 +205,7 @@ end
 -- the sum of its ranks', its speed, loss and step rank 0's.
 local function dl_heartbeat(keys, args)
     local P = load_run(keys)
+    check_made_at(P, keys[1], args[8])
     local w, inc = args[1], args[2]
     local beat = parse_beat(args)
     local rank = to_int(args[7] or '0', 'rank')

@@ -80,7 +80,7 @@ local function announce_release(P, sid)
     redis.pcall('PUBLISH', P .. ':closes', 'lease:' .. sid)
 end
 
--- dl_server_beat KEYS[1]=config ARGV: server_id, address, ttl_ms, pid[, loaded[, busy]]
+-- dl_server_beat KEYS[1]=config ARGV: server_id, address, ttl_ms, pid[, loaded[, busy[, created_ms]]]
 -- Renews the caller's valid leases (after forgive_outage), takes free or expired shards up to its fair share
 -- ceil(shards/servers), and gives back shards above it so a new server gets work.
 -- loaded (comma-separated shard numbers, possibly empty) are the shards the caller has in memory: a
@@ -91,6 +91,9 @@ end
 -- (its workers may hold the version it serves before dl_commit; given back now, that commit is fenced
 -- and the new owner needs every pseudo-gradient of the round again). The caller names a shard busy at a
 -- few beats in a row at most (shard-server/lease.c), so a give-back waits a few beats at most.
+-- created_ms ('' or absent: not checked) is the config's created_ms when the caller loaded the run: a run
+-- made again under the same name since (coordinator init --force) is refused RECREATED, before the caller
+-- takes a lease it would load with the old run's layout and serve under the old secret.
 -- -> flat {shard, epoch, shard, epoch, ...} of the leases the caller now holds.
 local function dl_server_beat(keys, args)
     local P = load_run(keys)
@@ -103,6 +106,7 @@ local function dl_server_beat(keys, args)
         for k in string.gmatch(args[5], '%d+') do loaded[tonumber(k)] = true end
     end
     for k in string.gmatch(args[6] or '', '%d+') do busy[tonumber(k)] = true end
+    check_made_at(P, keys[1], args[7])
     local now = now_ms()
     local S = tonumber(redis.call('HGET', keys[1], 'shards'))
     local shards = P .. ':shards'

@@ -13,6 +13,9 @@
  * Redis set the expiry from a later instant, so this bound is conservative. If that bound passes (the
  * process was SIGSTOPped, Redis is unreachable) or a beat reply arrives more than a ttl after it was
  * sent, every lease is treated as lost before anything else happens; the next beat takes them again.
+ * A beat also names the making of the run we loaded (its config's created_ms): once the run is made again
+ * under its name (`coordinator init --force`), the beat is refused RECREATED and the process starts again
+ * (run_recreated), instead of taking leases of the new run with the old layout and secret.
  * After each beat the server also refreshes the outer tunables (outer_lr, outer_momentum, nesterov)
  * and the shard -> owner address map it uses for `moved` replies.
  */
@@ -156,9 +159,24 @@ static void refresh_views(ss_ctx *ss)
 /* ---------------------------------------------------------------------------------------------- */
 /* the beat */
 
+/* The run was made again under its name (`coordinator init --force`; dl_server_beat refused RECREATED before
+ * we took a lease of it): its layout, secret and shards are not the ones we loaded. Nothing of the old run
+ * is left to serve, so the loop ends and main.c starts the process again, which loads the new run. */
+static void run_recreated(ss_ctx *ss, const char *why)
+{
+    log_warn("%s: starting again to serve the new run", why + strlen("RECREATED "));
+    ss->recreated = 1;
+    ss->stopping = 1;
+    event_base_loopbreak(ss->base);
+}
+
 static void beat_answered(ss_ctx *ss, redisReply *r)
 {
     if (ss->stopping) return;
+    if (r != NULL && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "RECREATED ", 10) == 0) {
+        run_recreated(ss, r->str);
+        return;
+    }
     uint64_t now = now_ms();
     uint64_t took = now - ss->beat_sent_ms;
     const char *gone = r != NULL && r->type == REDIS_REPLY_ERROR ? runconf_error_gone(r->str) : NULL;
@@ -275,9 +293,11 @@ void lease_beat_now(ss_ctx *ss)
         free(busy);
         return;
     }
-    const char *args[6] = {ss->id, ss->addr, ttl, pid, loaded, busy};
+    char made[24] = ""; /* (a run made before created_ms was recorded: not checked) */
+    if (ss->rc.created_ms > 0) snprintf(made, sizeof made, "%llu", (unsigned long long)ss->rc.created_ms);
+    const char *args[7] = {ss->id, ss->addr, ttl, pid, loaded, busy, made};
     ss->beat_sent_ms = now_ms();
-    if (store_fcall(ss, on_beat, ss, "dl_server_beat", 6, args) == 0) ss->beat_in_flight = 1;
+    if (store_fcall(ss, on_beat, ss, "dl_server_beat", 7, args) == 0) ss->beat_in_flight = 1;
     free(loaded);
     free(busy);
 }

@@ -7,9 +7,12 @@
  * outer tunables (dl:{R}:tunables), then hand over to the event loop: the data-plane listener, two
  * asynchronous Redis connections (control and bulk), the lease loop.
  * SIGINT/SIGTERM: stop accepting, give the leases back (dl_server_leave), exit 0 within 2 s.
+ * A run made again under its name (`coordinator init --force`) ends the loop too, and the process starts
+ * again from its own binary (start_again) to load the new run.
  */
 #include "ss.h"
 
+#include <errno.h>
 #include <malloc.h>
 #include <signal.h>
 #include <stdio.h>
@@ -243,6 +246,17 @@ static int run_loop(ss_ctx *ss)
     return rc;
 }
 
+/* The run was made again under its name (lease.c, run_recreated): start this process again, from its own
+ * binary and arguments, once run_loop has closed every connection and listener of the old run and freed its
+ * shards, so that it loads the new run as a fresh start does. The pid, and so a default --id, stay. */
+static int start_again(char **argv)
+{
+    fflush(NULL);
+    execv("/proc/self/exe", argv);
+    log_error("cannot start again to serve the new run (%s): exiting; start the shard-server again", strerror(errno));
+    return 1;
+}
+
 int main(int argc, char **argv)
 {
     static ss_ctx ctx;
@@ -269,5 +283,7 @@ int main(int argc, char **argv)
     }
     if (ss_ctx_load_run(ss, &g_startup_stop) != 0) return g_startup_stop ? 0 : 1;
     if (g_startup_stop) return 0;
-    return run_loop(ss) == 0 ? 0 : 1;
+    rc = run_loop(ss);
+    if (ss->recreated) return start_again(argv);
+    return rc == 0 ? 0 : 1;
 }

@@ -299,7 +299,8 @@ typedef struct ss_ctx {
     char **owner_addr; /* per shard: address of its owner as last read (for `moved`) */
     /* shutdown */
     int stopping;
-    int refused; /* Redis refused one of our logins for good (ctx.c): exit status 1 */
+    int refused;   /* Redis refused one of our logins for good (ctx.c): exit status 1 */
+    int recreated; /* the run was made again under its name (lease.c): main.c starts this process again */
     struct event *exit_timer;
     ss_metrics m;
     struct ss_commit *cq_head, *cq_tail; /* commits being computed, in order (commit_compute.c) */

@@ -350,9 +350,11 @@ DILOCO_API int diloco_steps_to_sync(const diloco *d);
  * ranks together, as their data-parallel training needs (a rank that stopped alone would leave the others
  * waiting in their next allreduce). */
 enum {
-    DILOCO_STOP_SHUTDOWN = 1, /* the operator shut the run down (coordinator control shutdown) */
-    DILOCO_STOP_ASKED = 2,    /* this process asked (diloco_request_stop, *o.stop) */
-    DILOCO_STOP_RANK = 3,     /* another rank of this process group asked: the group stops together */
+    DILOCO_STOP_SHUTDOWN = 1,  /* the operator shut the run down (coordinator control shutdown) */
+    DILOCO_STOP_ASKED = 2,     /* this process asked (diloco_request_stop, *o.stop) */
+    DILOCO_STOP_RANK = 3,      /* another rank of this process group asked: the group stops together */
+    DILOCO_STOP_RECREATED = 4, /* the run was made again under its name (coordinator init --force): this
+                                  session's run is gone; a new session (a restarted worker) joins the new one */
 };
 DILOCO_API int diloco_stop_requested(const diloco *d);
 DILOCO_API const char *diloco_worker_id(const diloco *d);

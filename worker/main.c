@@ -513,6 +513,12 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf)
         }
         log_sync(logf, d, step);
     }
+    if (!g_stop && diloco_stop_requested(d) == DILOCO_STOP_RECREATED) { /* a restart joins the new run */
+        log_error("stopped after %ld steps: run '%s' was made again under its name (coordinator init --force); "
+                  "start the worker again to join the new run",
+                  step, a->dl.run);
+        return -1;
+    }
     log_info("stopped after %ld steps (%s)", step,
              g_stop                     ? "signal"
              : diloco_stop_requested(d) ? "run shut down"

@@ -286,6 +286,8 @@ static int run_fields(const runconf_fields *r, runconf *rc, char *err, size_t er
     rc->snapshot_every = 8;
     if (se && parse_int(se, 1, 1000000, &v) == 0) rc->snapshot_every = (int)v;
     if (seed && parse_int(seed, 0, INT64_MAX, &v) == 0) rc->seed = (uint64_t)v;
+    const char *made = field(r, "created_ms");
+    if (made && parse_int(made, 0, INT64_MAX, &v) == 0) rc->created_ms = (uint64_t)v;
     const char *secret = field(r, "secret");
     snprintf(rc->secret, sizeof rc->secret, "%s", secret ? secret : "");
     const char *tr = field(r, "trainer"), *model = field(r, "model");

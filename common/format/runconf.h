@@ -48,9 +48,11 @@ typedef struct runconf {
                                  pseudo-gradient in the codec, workers apply the outer step themselves */
     int min_replicas;           /* a commit is durable once WAIT says this many replicas have it (0 = at once) */
     uint64_t seed;
-    char trainer[32]; /* what the layout came from: "quadratic", "gpt" */
-    char secret[80];  /* the run's data-plane secret ("" for runs made without one) */
-    char *layout;     /* the run's tensors, JSON [[name, [shape], offset], ...] (malloc'ed; NULL for a
+    uint64_t created_ms; /* when dl_init made the run (Redis time; 0: not recorded): which making of a run
+                            under this name a process loaded, since `init --force` makes it again */
+    char trainer[32];    /* what the layout came from: "quadratic", "gpt" */
+    char secret[80];     /* the run's data-plane secret ("" for runs made without one) */
+    char *layout;        /* the run's tensors, JSON [[name, [shape], offset], ...] (malloc'ed; NULL for a
                                  run made before layouts were recorded) */
     char model[256];  /* trainer-specific model description, e.g. "layers=2 heads=4 dim=128 ctx=128 vocab=256" */
 } runconf;

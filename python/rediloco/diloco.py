@@ -399,6 +399,9 @@ class DiLoCo:
         kind = self._lib.diloco_stop_requested(self._d)
         if kind:
             self._why = self._stop_reason or {_lib.STOP_SHUTDOWN: "the operator shut run %r down" % self.run,
+                                              _lib.STOP_RECREATED: "run %r was made again under its name (coordinator "
+                                                                   "init --force): start this process again to join "
+                                                                   "the new run" % self.run,
                                               _lib.STOP_RANK: "another rank of the process group was asked to "
                                                               "stop"}.get(kind, "stop requested")
         return self._why

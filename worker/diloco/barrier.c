@@ -151,7 +151,7 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
         }
         if (dl_shutdown_seen(d)) { /* the round may never close: its other members stop (a group's other
                                     * ranks, refused, never arrive) */
-            err_set(err, errlen, "the run was shut down while we waited for round %lld", (long long)round);
+            err_set(err, errlen, "%s while we waited for round %lld", dl_run_end(d), (long long)round);
             return DL_FAIL;
         }
         if (d->hub) {

@@ -124,6 +124,10 @@ static void ctl_error(diloco *d, int stopping, const rconn *c, redisReply *r, co
         pthread_mutex_lock(&d->hb_mu);
         dl_shutdown_told_locked(d);
         pthread_mutex_unlock(&d->hb_mu);
+    } else if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "RECREATED ", 10) == 0) {
+        pthread_mutex_lock(&d->hb_mu); /* (the same end: a registration into the run made again, say) */
+        dl_recreated_told_locked(d);
+        pthread_mutex_unlock(&d->hb_mu);
     }
     if (c == NULL)
         err_set(err, errlen, "no connection to Redis: %s", why);
@@ -227,6 +231,7 @@ int diloco_stop_requested(const diloco *d)
     diloco *m = (diloco *)d;
     pthread_mutex_lock(&m->hb_mu);
     int s = m->stop_requested;
+    if (s == DILOCO_STOP_SHUTDOWN && m->run_recreated) s = DILOCO_STOP_RECREATED;
     pthread_mutex_unlock(&m->hb_mu);
     if (s == 0 && !d->grp && dl_stopping(d)) s = DILOCO_STOP_ASKED;
     return s;
@@ -290,8 +295,9 @@ static int register_once(diloco *d, const int64_t *by_run, char *err, size_t err
         err_set(err, errlen, "out of memory");
         return -1;
     }
-    redisReply *r = dl_command(d, err, errlen, "FCALL dl_register 1 %s %s %s %d %d %" PRIu64 " %s", d->config_key,
-                               d->worker_id, d->host, d->sync_every, d->grp ? d->o.group.size : 1, steps, held);
+    redisReply *r =
+        dl_command(d, err, errlen, "FCALL dl_register 1 %s %s %s %d %d %" PRIu64 " %s %s", d->config_key, d->worker_id,
+                   d->host, d->sync_every, d->grp ? d->o.group.size : 1, steps, held, d->made_at);
     free(held);
     if (r == NULL) return NO_ANSWER;
     if (dl_reply_failed(r)) {
@@ -395,6 +401,12 @@ uint64_t dl_shutdown_seen_ms(diloco *d)
 int dl_shutdown_seen(diloco *d)
 {
     return dl_shutdown_seen_ms(d) != 0;
+}
+
+const char *dl_run_end(diloco *d)
+{
+    return heartbeat_flag(d, &d->run_recreated) ? "the run was made again under its name (coordinator init --force)"
+                                                : "the run was shut down";
 }
 
 /* ---- the counters of the round a thread works for ------------------------------------------------------ */

@@ -195,7 +195,7 @@ static int repair_wait_together(diloco *d, const char *why, char *err, size_t er
         if (gmsg_gather(d, GRP_REPAIR, &me, all, err, errlen) < 0) break;
         if (d->grp_stop || diloco_stop_requested(d)) {
             err_set(err, errlen, "%s while waiting for a repair of the corrupt state (%s)",
-                    d->grp_stop ? "stopped" : "the run was shut down", why);
+                    d->grp_stop ? "stopped" : dl_run_end(d), why);
             break;
         }
         if (all[0].v[0]) {
@@ -321,7 +321,7 @@ static int rejoin(diloco *d, int member, int f, int64_t round, uint64_t t0, char
     if (rc < 0) {
         if (d->grp_stop) return stopped(d, err, err, errlen);
         if (dl_shutdown_seen(d)) /* not a failure: the run is over (the next collective agrees on the stop) */
-            log_info("the run was shut down; the group does not register again (%s)", err);
+            log_info("%s; the group does not register again (%s)", dl_run_end(d), err);
         else
             log_error("the group could not recover: %s (the next sync tries again)", err);
         return 0;

@@ -3,7 +3,8 @@
  * Every heartbeat_interval_ms it calls dl_heartbeat with our speed (inner steps per second of
  * training time, over the last beats with decaying weights: time spent syncing or waiting at a barrier is not counted, so
  * DyLU sees how fast this machine trains, not how long it waited for others), loss and tokens, on its own Redis connection so a blocked training thread never delays
- * it. The reply tells us if we were evicted (the training thread registers again at its next inner
+ * it, naming the making of the run we joined (its created_ms: a run made again under its name since is refused
+ * RECREATED, and the session stops as at a shutdown). The reply tells us if we were evicted (the training thread registers again at its next inner
  * step, after_step.c, or for a process group or a Streaming worker at its next sync; no beats until
  * then), whether the run was shut down, and the H that DyLU computed for us.
  *
@@ -54,12 +55,16 @@ static void beat_once(diloco *d, rconn *c)
     unsigned long long tokens = d->tokens;
     pthread_mutex_unlock(&d->hb_mu);
 
-    redisReply *r = rconn_command(c, "FCALL dl_heartbeat 1 %s %s %lld %.6f %.6f %llu %llu %d", d->config_key,
-                                  d->worker_id, inc, speed, loss, (unsigned long long)steps, tokens, d->grp_rank);
+    redisReply *r =
+        rconn_command(c, "FCALL dl_heartbeat 1 %s %s %lld %.6f %.6f %llu %llu %d %s", d->config_key, d->worker_id, inc,
+                      speed, loss, (unsigned long long)steps, tokens, d->grp_rank, d->made_at);
     if (!r) return;
-    int newly_evicted = 0, group_gone = 0;
+    int newly_evicted = 0, group_gone = 0, recreated = 0;
     pthread_mutex_lock(&d->hb_mu);
-    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "UNKNOWN_WORKER", 14) == 0 && d->inc == inc) {
+    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "RECREATED ", 10) == 0) {
+        recreated = !d->run_recreated;
+        dl_recreated_told_locked(d);
+    } else if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "UNKNOWN_WORKER", 14) == 0 && d->inc == inc) {
         newly_evicted = !d->evicted;
         d->evicted = 1;
     } else if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "GONE", 4) == 0 && d->inc == inc) {
@@ -84,6 +89,9 @@ static void beat_once(diloco *d, rconn *c)
         d->hb_gone_told_ms = 0;
     }
     if (newly_evicted) log_warn("heartbeat: %s", r->str);
+    if (recreated)
+        log_error("heartbeat: %s: the run this worker joined is gone; it stops (start it again to join the new run)",
+                  r->str + 10);
     if (group_gone) log_info("heartbeat: %s; heartbeats stop", r->str + 5);
     freeReplyObject(r);
 }

@@ -144,6 +144,8 @@ struct diloco {
     redis_url url;
     runconf rc;
     char config_key[160];
+    char made_at[24]; /* the run's created_ms as loaded: registrations and heartbeats name the run we joined,
+                         and a run made again under its name since refuses them RECREATED */
 
     rconn *ctl; /* commands from the training thread (and owner refreshes) */
     pthread_mutex_t ctl_mu;
@@ -254,6 +256,7 @@ struct diloco {
     /* when (now_ms, 0: not) a heartbeat or a Function said the run was shut down (dl_shutdown_told_locked);
      * the time is for owners_retry_pause's grace */
     uint64_t shutdown_seen_ms;
+    int run_recreated;  /* the run was made again under its name (RECREATED): the shutdown seen is that */
     int stop_requested; /* DILOCO_STOP_* (0: none): shutdown_seen_ms, or a group's agreement (group.c agree_stop) */
     int dylu_h;
     double loss, speed;
@@ -308,6 +311,16 @@ static inline void dl_shutdown_told_locked(diloco *d)
 {
     if (!d->shutdown_seen_ms) d->shutdown_seen_ms = now_ms() | 1; /* (never 0, which means "not told") */
     if (!d->grp && !d->stop_requested) d->stop_requested = DILOCO_STOP_SHUTDOWN;
+}
+
+/* The run was made again under its name (coordinator init --force; a Function refused RECREATED): the run
+ * this session joined is gone, and its parameters, secret and layout may not be the new run's. For the
+ * session it ends as a shutdown does (its machinery stops a worker, or a group's ranks together);
+ * diloco_stop_requested says DILOCO_STOP_RECREATED. hb_mu held. */
+static inline void dl_recreated_told_locked(diloco *d)
+{
+    d->run_recreated = 1;
+    dl_shutdown_told_locked(d);
 }
 
 /* Shard k of this session (an index into its buffers and per-shard arrays) as the run numbers it. */
@@ -368,7 +381,9 @@ int dl_reply_failed(const redisReply *r); /* NULL or an error reply */
 int dl_wait_replicas(diloco *d, char *err, size_t errlen);
 int dl_stopping(const diloco *d); /* the embedding program asked us to stop (o.stop, diloco_request_stop) */
 int dl_stop_seen(void *d);        /* dl_stopping as the watch of a connection or of frame I/O takes it */
-int dl_shutdown_seen(diloco *d); /* this session was told the run was shut down (a group: maybe not agreed) */
+int dl_shutdown_seen(diloco *d);  /* this session was told the run was shut down (a group: maybe not agreed) */
+/* What ended the run for this session, for messages: "the run was shut down", or that it was made again. */
+const char *dl_run_end(diloco *d);
 uint64_t dl_shutdown_seen_ms(diloco *d); /* when it was told (now_ms), 0 if not */
 int64_t dl_inc(diloco *d);
 /* Register (again). A group's rank does not: the group registers together (group.c), so this only

@@ -137,8 +137,8 @@ int owners_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shar
     }
     uint64_t shut = dl_shutdown_seen_ms(d);
     if (shut && now_ms() > shut + SHUTDOWN_GRACE_MS) {
-        err_set(err, errlen, "the run was shut down and %s of shard %d had not succeeded %d ms later (last: %s)",
-                what, shard, SHUTDOWN_GRACE_MS, why);
+        err_set(err, errlen, "%s and %s of shard %d had not succeeded %d ms later (last: %s)", dl_run_end(d), what,
+                shard, SHUTDOWN_GRACE_MS, why);
         return DL_FAIL;
     }
     char control[512] = "";

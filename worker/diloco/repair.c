@@ -83,7 +83,7 @@ int repair_wait(diloco *d, const char *why, char *err, size_t errlen)
          * after an unmarked look would only meet the same CORRUPT again */
         if (repair_pause(d, REPAIR_POLL_MS)) {
             err_set(err, errlen, "%s while waiting for a repair of the corrupt state (%s)",
-                    dl_stopping(d) ? "stopped" : "the run was shut down", said);
+                    dl_stopping(d) ? "stopped" : dl_run_end(d), said);
             return -1;
         }
         if (repair_marked(d) == 0) {

@@ -192,7 +192,7 @@ static int on_failure(diloco *d, int f, int64_t round, uint64_t t0, const char *
         return -1;
     }
     if (dl_shutdown_seen(d)) { /* not a failure: the run is over (the host sees diloco_stop_requested) */
-        log_info("the run was shut down; this sync was not made (%s)", why);
+        log_info("%s; this sync was not made (%s)", dl_run_end(d), why);
         return 0;
     }
     d->fail_streak++;
@@ -209,7 +209,7 @@ static int on_failure(diloco *d, int f, int64_t round, uint64_t t0, const char *
         if (!dl_shutdown_seen(d)) return -1;
         /* refused SHUTDOWN: the operator ended the run while our syncs failed (its servers stopped first, say),
          * and the heartbeat that would have told us was not due yet. An end, not an error. */
-        log_info("the run was shut down; the worker does not register again (%s)", err);
+        log_info("%s; the worker does not register again (%s)", dl_run_end(d), err);
         return 0;
     }
     dl_delta_forget_tokens(d);

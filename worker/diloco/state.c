@@ -238,6 +238,8 @@ int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, 
     if (!d->ctl) return -1;
     dl_watch_stop(d, d->ctl);
     if (runconf_load(d->ctl, o->run, &d->rc, err, errlen) < 0) return -1;
+    if (d->rc.created_ms > 0) /* (a run made before created_ms was recorded: "", not checked) */
+        snprintf(d->made_at, sizeof d->made_at, "%llu", (unsigned long long)d->rc.created_ms);
     if (o->num_fragments > 0 && o->num_fragments != d->rc.nfragments) {
         err_set(err, errlen,
                 "run '%s' is cut into %d fragment(s) but this worker was started with %d: drop "

@@ -135,12 +135,17 @@ end
 -- ---------------------------------------------------------------------------------------------------
 -- membership
 
+-- An evicted or kicked incarnation keeps gone:<w> = "why:inc" in dl:{R}:state until w registers again, so
+-- that its next call is told why it is no member (check_member) instead of a bare "not a live member".
 local function remove_member(P, w, why)
     local rec = get_worker(P, w)
     if not rec then return false end
     redis.call('HDEL', P .. ':workers', w)
     redis.call('ZREM', P .. ':heartbeats', w)
-    if why == 'evicted' or why == 'kicked' then redis.call('HINCRBY', P .. ':state', 'deaths', 1) end
+    if why == 'evicted' or why == 'kicked' then
+        redis.call('HINCRBY', P .. ':state', 'deaths', 1)
+        redis.call('HSET', P .. ':state', 'gone:' .. w, why .. ':' .. rec.inc)
+    end
     fit_target_to_departure(P, why)
     event(P, why, {'worker', w, 'inc', rec.inc})
     barrier_forget(P, w, group_size(rec))
@@ -217,10 +222,28 @@ end
 -- so an operator sees a stale or misconfigured worker. Redis keeps a function's writes when it then
 -- returns an error: the record is this function's deliberate last write before the error, and callers
 -- check the caller's membership after every other precondition whose failure must leave no trace.
+-- Why incarnation inc of w (record rec, nil: none) is no member, for check_member's message. "was replaced:
+-- incarnation N registered since" is how a worker tells that another process took its id (worker/diloco).
+local function not_member_why(P, w, inc, rec)
+    local who = 'worker ' .. clip(w) .. ' (incarnation ' .. clip(inc) .. ')'
+    if rec then
+        return who .. ' was replaced: incarnation ' .. rec.inc .. ' registered since from host ' .. clip(rec.host or '') ..
+               '; two processes share this worker id, or it was started again'
+    end
+    local gone = redis.call('HGET', P .. ':state', 'gone:' .. w)
+    local why, ginc = string.match(gone or '', '^(%a+):(%d+)$')
+    if why == 'kicked' and ginc == tostring(inc) then
+        return who .. ' was kicked by the operator (coordinator control kick); register again'
+    elseif why == 'evicted' and ginc == tostring(inc) then
+        return who .. ' was evicted: no heartbeat for longer than the run\'s heartbeat timeout; register again'
+    end
+    return who .. ' is not a live member of the run; register again'
+end
+
 local function check_member(P, w, inc, by, extra)
     local rec = get_worker(P, w)
     if rec and tostring(rec.inc) == tostring(inc) then return rec end
-    local msg = 'worker ' .. clip(w) .. ' (incarnation ' .. clip(inc) .. ') is not a live member of the run; register again'
+    local msg = not_member_why(P, w, inc, rec)
     local fields = {'by', by, 'worker', clip(w), 'inc', clip(inc), 'code', 'UNKNOWN_WORKER', 'message', msg}
     for _, v in ipairs(extra or {}) do fields[#fields + 1] = clip(v) end
     record_reject(P, fields)

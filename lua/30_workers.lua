@@ -96,6 +96,7 @@ local function dl_register(keys, args)
     local now = now_ms()
     reap(P, now)
     if get_worker(P, w) then remove_member(P, w, 'replaced') end
+    redis.call('HDEL', P .. ':state', 'gone:' .. w)
 
     local state = P .. ':state'
     local target = tonumber(redis.call('HGET', state, 'target_workers')) or 1
@@ -234,12 +235,15 @@ local function dl_heartbeat(keys, args)
     return {tunable(P, 'status'), h or 0, fragment_rounds(P)}
 end
 
--- dl_member KEYS[1]=config ARGV: worker_id -> incarnation or nil (read-only; used by shard-servers)
+-- dl_member KEYS[1]=config ARGV: worker_id -> incarnation, or why it is gone ("kicked:<inc>", "evicted:<inc>"),
+-- or nil (read-only; used by shard-servers)
 local function dl_member(keys, args)
     local P = load_run(keys)
     local rec = get_worker(P, args[1])
-    if not rec then return false end
-    return rec.inc
+    if rec then return rec.inc end
+    -- why the id's last incarnation is gone, "kicked:<inc>" or "evicted:<inc>" (remove_member), so that a
+    -- shard-server's refusal can say it; nil (no member) otherwise
+    return redis.call('HGET', P .. ':state', 'gone:' .. args[1]) or false
 end
 
 -- dl_reap KEYS[1]=config -> number of members evicted

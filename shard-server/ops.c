@@ -202,6 +202,18 @@ static int push_validate(ss_ctx *ss, ss_shard *s, ss_req *req)
     return 0;
 }
 
+/* Why incarnation inc is no member, from dl_member's reply "kicked:<inc>" / "evicted:<inc>" (the words of
+ * lua/20_membership.lua's not_member_why); "" when it does not say. */
+static const char *gone_why(const redisReply *r, long long inc)
+{
+    char why[16];
+    long long ginc;
+    if (r->type != REDIS_REPLY_STRING || sscanf(r->str, "%15[a-z]:%lld", why, &ginc) != 2 || ginc != inc) return "";
+    if (strcmp(why, "kicked") == 0) return " was kicked by the operator (coordinator control kick)";
+    if (strcmp(why, "evicted") == 0) return " was evicted: no heartbeat for longer than the run's heartbeat timeout";
+    return "";
+}
+
 static void push_on_member(redisReply *r, void *priv)
 {
     member_check *mc = priv;
@@ -213,9 +225,19 @@ static void push_on_member(redisReply *r, void *priv)
         req_reply_err(req, DP_REDIS, "cannot check membership in Redis: %s", r ? r->str : "connection lost");
         return;
     }
+    if (r->type == REDIS_REPLY_INTEGER && r->integer > 0 && r->integer != req->h.inc) {
+        /* (the words of lua/20_membership.lua's not_member_why: the worker tells from them that another
+         * process took its id, and leaves it instead of taking it back) */
+        req_reject(ss, req, DP_UNKNOWN_WORKER,
+                   "worker %s (incarnation %lld) was replaced: incarnation %lld registered since; two processes "
+                   "share this worker id, or it was started again",
+                   req->h.worker, (long long)req->h.inc, (long long)r->integer);
+        return;
+    }
     if (r->type != REDIS_REPLY_INTEGER || r->integer != req->h.inc) {
-        req_reject(ss, req, DP_UNKNOWN_WORKER, "worker %s (incarnation %lld) is not a live member of the run",
-                   req->h.worker, (long long)req->h.inc);
+        const char *why = gone_why(r, (long long)req->h.inc);
+        req_reject(ss, req, DP_UNKNOWN_WORKER, "worker %s (incarnation %lld)%s; register again", req->h.worker,
+                   (long long)req->h.inc, why[0] ? why : " is not a live member of the run");
         return;
     }
     ss_shard *s = &ss->shards[req->h.shard];

@@ -355,6 +355,8 @@ enum {
     DILOCO_STOP_RANK = 3,      /* another rank of this process group asked: the group stops together */
     DILOCO_STOP_RECREATED = 4, /* the run was made again under its name (coordinator init --force): this
                                   session's run is gone; a new session (a restarted worker) joins the new one */
+    DILOCO_STOP_REPLACED = 5,  /* another process registered under this worker id (two workers share it, or
+                                  this one was started again elsewhere): this session leaves the id to it */
 };
 DILOCO_API int diloco_stop_requested(const diloco *d);
 DILOCO_API const char *diloco_worker_id(const diloco *d);

@@ -519,6 +519,12 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf)
                   step, a->dl.run);
         return -1;
     }
+    if (!g_stop && diloco_stop_requested(d) == DILOCO_STOP_REPLACED) {
+        log_error("stopped after %ld steps: another process registered as worker '%s' in run '%s'; give each worker "
+                  "its own --worker-id (the default is <hostname>-<pid>)",
+                  step, diloco_worker_id(d), a->dl.run);
+        return -1;
+    }
     log_info("stopped after %ld steps (%s)", step,
              g_stop                     ? "signal"
              : diloco_stop_requested(d) ? "run shut down"

@@ -22,7 +22,7 @@ ABI_VERSION = 0  # the DILOCO_ABI_VERSION these mirrors were written for
 
 LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR = 0, 1, 2, 3
 LOG_DEFAULT = -1
-STOP_SHUTDOWN, STOP_ASKED, STOP_RANK, STOP_RECREATED = 1, 2, 3, 4  # diloco_stop_requested's answers (DILOCO_STOP_*)
+STOP_SHUTDOWN, STOP_ASKED, STOP_RANK, STOP_RECREATED, STOP_REPLACED = 1, 2, 3, 4, 5  # diloco_stop_requested's answers (DILOCO_STOP_*)
 STOPPED = -2  # diloco_open: a stop ended the join (DILOCO_STOPPED)
 
 c_float_p = ctypes.POINTER(ctypes.c_float)

@@ -402,6 +402,9 @@ class DiLoCo:
                                               _lib.STOP_RECREATED: "run %r was made again under its name (coordinator "
                                                                    "init --force): start this process again to join "
                                                                    "the new run" % self.run,
+                                              _lib.STOP_REPLACED: "another process registered as worker %r in run %r "
+                                                                  "(give each worker its own worker id)"
+                                                                  % (self.worker_id, self.run),
                                               _lib.STOP_RANK: "another rank of the process group was asked to "
                                                               "stop"}.get(kind, "stop requested")
         return self._why

@@ -171,11 +171,19 @@ void conn_close_all(diloco *d)
 }
 
 /* An `err` reply: what the worker does follows the data-plane error table (common/format/dp_error.h). A code
- * the table does not know (a newer server) fails the sync with the server's message. */
-static int reply_err_status(const blob_header *h, char *err, size_t errlen)
+ * the table does not know (a newer server) fails the sync with the server's message. A refusal that says
+ * another process took our id (our current incarnation was replaced) ends the session instead of registering
+ * again, which would take the id back from it (dl_replaced). */
+static int reply_err_status(diloco *d, const blob_header *h, char *err, size_t errlen)
 {
     err_set(err, errlen, "shard-server: %s %s", h->code, h->text);
     const dp_err_info *row = dp_err_lookup(h->code);
+    if (row && row->action == DP_ACT_REREGISTER && dl_replaced(d, h->text)) {
+        pthread_mutex_lock(&d->hb_mu);
+        dl_end_told_locked(d, DILOCO_STOP_REPLACED);
+        pthread_mutex_unlock(&d->hb_mu);
+        return DL_FAIL;
+    }
     switch (row ? row->action : DP_ACT_FAIL) {
     case DP_ACT_RETRY: return DL_RETRY;
     case DP_ACT_REFETCH: return DL_STALE;
@@ -217,7 +225,7 @@ static int reply_outcome(diloco *d, const blob_header *h, char *err, size_t errl
         return DL_RETRY;
     }
     if (strcmp(h->op, "err") == 0) {
-        return reply_err_status(h, err, errlen);
+        return reply_err_status(d, h, err, errlen);
     }
     err_set(err, errlen, "unexpected reply '%s' from shard-server", h->op);
     return DL_FAIL;

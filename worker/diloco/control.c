@@ -124,9 +124,10 @@ static void ctl_error(diloco *d, int stopping, const rconn *c, redisReply *r, co
         pthread_mutex_lock(&d->hb_mu);
         dl_shutdown_told_locked(d);
         pthread_mutex_unlock(&d->hb_mu);
-    } else if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "RECREATED ", 10) == 0) {
-        pthread_mutex_lock(&d->hb_mu); /* (the same end: a registration into the run made again, say) */
-        dl_recreated_told_locked(d);
+    } else if (r && r->type == REDIS_REPLY_ERROR) {
+        int end = dl_reply_end(d, r->str); /* (the same ends: a registration into the run made again, say) */
+        pthread_mutex_lock(&d->hb_mu);
+        if (end) dl_end_told_locked(d, end);
         pthread_mutex_unlock(&d->hb_mu);
     }
     if (c == NULL)
@@ -231,7 +232,7 @@ int diloco_stop_requested(const diloco *d)
     diloco *m = (diloco *)d;
     pthread_mutex_lock(&m->hb_mu);
     int s = m->stop_requested;
-    if (s == DILOCO_STOP_SHUTDOWN && m->run_recreated) s = DILOCO_STOP_RECREATED;
+    if (s == DILOCO_STOP_SHUTDOWN && m->run_end) s = m->run_end;
     pthread_mutex_unlock(&m->hb_mu);
     if (s == 0 && !d->grp && dl_stopping(d)) s = DILOCO_STOP_ASKED;
     return s;
@@ -243,6 +244,15 @@ int64_t dl_inc(diloco *d)
     int64_t inc = d->inc;
     pthread_mutex_unlock(&d->hb_mu);
     return inc;
+}
+
+/* A flag the heartbeat thread writes, read under its lock. */
+static int heartbeat_flag(diloco *d, const int *flag)
+{
+    pthread_mutex_lock(&d->hb_mu);
+    int v = *flag;
+    pthread_mutex_unlock(&d->hb_mu);
+    return v;
 }
 
 int dl_register(diloco *d, char *err, size_t errlen)
@@ -357,6 +367,10 @@ static int register_again(diloco *d, const int64_t *by_run, char *err, size_t er
 #define REGISTER_ATTEMPTS 3
 int dl_register_now(diloco *d, const int64_t *by_run, char *err, size_t errlen)
 {
+    if (heartbeat_flag(d, &d->run_end) == DILOCO_STOP_REPLACED) { /* (taking the id back would start a fight) */
+        err_set(err, errlen, "%s: this process does not register again", dl_run_end(d));
+        return -1;
+    }
     for (int attempt = 0; attempt < REGISTER_ATTEMPTS; attempt++) {
         int rc = attempt == 0 ? register_once(d, by_run, err, errlen) : register_again(d, by_run, err, errlen);
         if (rc < 0) return -1;
@@ -376,18 +390,16 @@ int dl_still_member(diloco *d)
     return ok && !dl_evicted(d);
 }
 
-/* A flag the heartbeat thread writes, read under its lock. */
-static int heartbeat_flag(diloco *d, const int *flag)
-{
-    pthread_mutex_lock(&d->hb_mu);
-    int v = *flag;
-    pthread_mutex_unlock(&d->hb_mu);
-    return v;
-}
-
 int dl_evicted(diloco *d)
 {
     return heartbeat_flag(d, &d->evicted);
+}
+
+void dl_evicted_why(diloco *d, char *out, size_t cap)
+{
+    pthread_mutex_lock(&d->hb_mu);
+    snprintf(out, cap, "%s", d->evicted_why[0] ? d->evicted_why : "heartbeats missed for longer than the timeout");
+    pthread_mutex_unlock(&d->hb_mu);
 }
 
 uint64_t dl_shutdown_seen_ms(diloco *d)
@@ -405,8 +417,29 @@ int dl_shutdown_seen(diloco *d)
 
 const char *dl_run_end(diloco *d)
 {
-    return heartbeat_flag(d, &d->run_recreated) ? "the run was made again under its name (coordinator init --force)"
-                                                : "the run was shut down";
+    int end = heartbeat_flag(d, &d->run_end);
+    return end == DILOCO_STOP_RECREATED  ? "the run was made again under its name (coordinator init --force)"
+           : end == DILOCO_STOP_REPLACED ? "another process registered under this worker id"
+                                         : "the run was shut down";
+}
+
+int dl_replaced(diloco *d, const char *why)
+{
+    /* "worker <id> (incarnation <inc>) was replaced: incarnation ..." (lua/20_membership.lua not_member_why,
+     * shard-server/ops.c) */
+    const char *p = strstr(why, " (incarnation ");
+    long long inc;
+    if (strncmp(why, "worker ", 7) != 0 || strstr(why, ") was replaced: incarnation ") == NULL || p == NULL ||
+        sscanf(p, " (incarnation %lld)", &inc) != 1)
+        return 0;
+    return inc > 0 && inc == dl_inc(d);
+}
+
+int dl_reply_end(diloco *d, const char *error)
+{
+    if (strncmp(error, "RECREATED ", 10) == 0) return DILOCO_STOP_RECREATED;
+    if (strncmp(error, "UNKNOWN_WORKER ", 15) == 0 && dl_replaced(d, error + 15)) return DILOCO_STOP_REPLACED;
+    return 0;
 }
 
 /* ---- the counters of the round a thread works for ------------------------------------------------------ */

@@ -59,14 +59,18 @@ static void beat_once(diloco *d, rconn *c)
         rconn_command(c, "FCALL dl_heartbeat 1 %s %s %lld %.6f %.6f %llu %llu %d %s", d->config_key, d->worker_id, inc,
                       speed, loss, (unsigned long long)steps, tokens, d->grp_rank, d->made_at);
     if (!r) return;
-    int newly_evicted = 0, group_gone = 0, recreated = 0;
+    int newly_evicted = 0, group_gone = 0, ended = 0;
+    int end = r->type == REDIS_REPLY_ERROR ? dl_reply_end(d, r->str) : 0;
     pthread_mutex_lock(&d->hb_mu);
-    if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "RECREATED ", 10) == 0) {
-        recreated = !d->run_recreated;
-        dl_recreated_told_locked(d);
+    if (end && d->inc == inc) {
+        ended = !d->run_end;
+        dl_end_told_locked(d, end);
     } else if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "UNKNOWN_WORKER", 14) == 0 && d->inc == inc) {
         newly_evicted = !d->evicted;
         d->evicted = 1;
+        snprintf(d->evicted_why, sizeof d->evicted_why, "%s",
+                 strstr(r->str, " was kicked by the operator") ? "kicked by the operator"
+                                                               : "heartbeats missed for longer than the timeout");
     } else if (r->type == REDIS_REPLY_ERROR && strncmp(r->str, "GONE", 4) == 0 && d->inc == inc) {
         /* our group was ended by another of its ranks (not counted as a rejection): no more beats; the
          * training thread finds the group gone at its next sync, as after an eviction */
@@ -89,9 +93,13 @@ static void beat_once(diloco *d, rconn *c)
         d->hb_gone_told_ms = 0;
     }
     if (newly_evicted) log_warn("heartbeat: %s", r->str);
-    if (recreated)
+    if (ended && end == DILOCO_STOP_RECREATED)
         log_error("heartbeat: %s: the run this worker joined is gone; it stops (start it again to join the new run)",
                   r->str + 10);
+    if (ended && end == DILOCO_STOP_REPLACED)
+        log_error("heartbeat: %s: this process stops and leaves the id to the other (give each worker its own "
+                  "--worker-id)",
+                  r->str + 15);
     if (group_gone) log_info("heartbeat: %s; heartbeats stop", r->str + 5);
     freeReplyObject(r);
 }

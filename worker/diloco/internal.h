@@ -256,7 +256,8 @@ struct diloco {
     /* when (now_ms, 0: not) a heartbeat or a Function said the run was shut down (dl_shutdown_told_locked);
      * the time is for owners_retry_pause's grace */
     uint64_t shutdown_seen_ms;
-    int run_recreated;  /* the run was made again under its name (RECREATED): the shutdown seen is that */
+    int run_end;          /* 0, or DILOCO_STOP_RECREATED / _REPLACED: what the shutdown seen is (dl_end_told_locked) */
+    char evicted_why[96]; /* why the heartbeat found us no member: the eviction's or the operator's kick */
     int stop_requested; /* DILOCO_STOP_* (0: none): shutdown_seen_ms, or a group's agreement (group.c agree_stop) */
     int dylu_h;
     double loss, speed;
@@ -313,13 +314,15 @@ static inline void dl_shutdown_told_locked(diloco *d)
     if (!d->grp && !d->stop_requested) d->stop_requested = DILOCO_STOP_SHUTDOWN;
 }
 
-/* The run was made again under its name (coordinator init --force; a Function refused RECREATED): the run
- * this session joined is gone, and its parameters, secret and layout may not be the new run's. For the
- * session it ends as a shutdown does (its machinery stops a worker, or a group's ranks together);
- * diloco_stop_requested says DILOCO_STOP_RECREATED. hb_mu held. */
-static inline void dl_recreated_told_locked(diloco *d)
+/* The run ended for this session otherwise than by a shutdown (kind: DILOCO_STOP_*). RECREATED: it was made
+ * again under its name (coordinator init --force), and the parameters, secret and layout this session holds
+ * may not be the new run's. REPLACED: another process registered under our worker id; registering again
+ * would take the id back from it, and the two would fight over it for ever. Either ends the session as a
+ * shutdown does (its machinery stops a worker, or a group's ranks together, and registers no more);
+ * diloco_stop_requested says which. hb_mu held. */
+static inline void dl_end_told_locked(diloco *d, int kind)
 {
-    d->run_recreated = 1;
+    if (!d->run_end) d->run_end = kind;
     dl_shutdown_told_locked(d);
 }
 
@@ -384,6 +387,13 @@ int dl_stop_seen(void *d);        /* dl_stopping as the watch of a connection or
 int dl_shutdown_seen(diloco *d);  /* this session was told the run was shut down (a group: maybe not agreed) */
 /* What ended the run for this session, for messages: "the run was shut down", or that it was made again. */
 const char *dl_run_end(diloco *d);
+/* Whether a Function's error (r->str) ends the run for this session: DILOCO_STOP_RECREATED (the run was made
+ * again), DILOCO_STOP_REPLACED (our current incarnation was replaced by another process's registration), or
+ * 0. Not under hb_mu. */
+int dl_reply_end(diloco *d, const char *error);
+/* Whether a refusal's text ("worker <id> (incarnation <inc>) was replaced: ...") says our current
+ * incarnation was replaced by another registration of our id. Not under hb_mu. */
+int dl_replaced(diloco *d, const char *why);
 uint64_t dl_shutdown_seen_ms(diloco *d); /* when it was told (now_ms), 0 if not */
 int64_t dl_inc(diloco *d);
 /* Register (again). A group's rank does not: the group registers together (group.c), so this only
@@ -398,6 +408,8 @@ void dl_held_by_run(const diloco *d, int64_t *held);
 int dl_still_member(diloco *d);
 /* The heartbeat thread found us evicted (its flag, read under hb_mu; cleared when we register again). */
 int dl_evicted(diloco *d);
+/* Why the heartbeat found us no member, into out: the operator's kick or missed heartbeats. */
+void dl_evicted_why(diloco *d, char *out, size_t cap);
 /* Where the round this thread works for counts its bytes and phase stamps: the info the thread was
  * pointed at (dl_round_info_use: a Streaming round's thread, and the owner threads fanout.c starts for it),
  * else the session's cur (the training thread). */

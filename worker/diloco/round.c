@@ -50,9 +50,11 @@ void round_record(diloco *d, int f, int64_t round, uint64_t t0, int stale)
 static int register_if_evicted_as(diloco *d, const char *then, int defer, char *err, size_t errlen)
 {
     if (!dl_evicted(d) && dl_still_member(d)) return DL_OK;
-    log_warn("we were evicted (heartbeats missed for longer than the timeout)%s", then);
+    char why[sizeof d->evicted_why];
+    dl_evicted_why(d, why, sizeof why);
+    log_warn("we were evicted (%s)%s", why, then);
     if (!defer && dl_register(d, err, errlen) < 0) return DL_FAIL;
-    err_set(err, errlen, "evicted (heartbeats missed for longer than the timeout)"); /* a group's recover says it */
+    err_set(err, errlen, "evicted (%s)", why); /* a group's recover says it */
     if (!defer) d->refetch_all = 1;
     return DL_EVICTED;
 }

@@ -677,8 +677,8 @@ static int load_checkpoint_arg(const repair_args *a, checkpoint *ck, int *status
 {
     char err[1024];
     memset(ck, 0, sizeof *ck);
-    if (a->checkpoint && access(a->checkpoint, R_OK) != 0) {
-        fprintf(stderr, "coordinator repair: --from-checkpoint %s: %s\n", a->checkpoint, strerror(errno));
+    if (a->checkpoint && checkpoint_file_readable(a->checkpoint, err, sizeof err) < 0) {
+        fprintf(stderr, "coordinator repair: --from-checkpoint %s: %s\n", a->checkpoint, err);
         *status = OPTS_EXIT_USAGE;
         return -1;
     }

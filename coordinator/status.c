@@ -16,7 +16,8 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bin/coordinator status --redis URL --run NAME [--json]\n\n" COORD_HELP
-               "  --json                    print the status as one JSON document\n");
+               "  --json                    print the status as one JSON document: dl_status's, not GET\n"
+               "                            /status's (docs/http.md, \"`coordinator status --json`\")\n");
 }
 
 static const char *str(json_t *o, const char *k)

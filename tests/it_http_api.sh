@@ -14,6 +14,7 @@
 #                             fields/actions, oversize body, wrong method, foreign Host/Origin) -> 4xx
 #                             and the state unchanged; shutdown -> status shutdown, workers leave
 #   coordinator control       set-lr, set-momentum, set-workers, kick, errors
+#   coordinator status --json dl_status's document: each of its fields named in docs/http.md's section
 #   --token-file              control needs the bearer token; status/metrics stay readable;
 #   --no-dashboard            / and /dashboard answer 404
 #   --save-every N            a checkpoint every N versions, --keep K newest kept
@@ -241,6 +242,21 @@ $RCLI XRANGE "dl:{$RUN}:events" - + | tr '\n' ' ' | grep -q "kicked worker w1 in
 say "w1 kicked: incarnation $inc -> $now (it registers again by itself)"
 wait_until 10 "[ \"\$(inc_of w1)\" != none ]" "w1 to register again"
 
+say "coordinator status --json: dl_status's document (not /status's), every field named in docs/http.md"
+$COORD_BIN status --redis "$URL" --run $RUN --json > "$TMP/status.json" 2>&1 || fail "status --json: $(cat "$TMP/status.json")"
+python3 - "$TMP/status.json" <<'EOF' || fail "coordinator status --json and docs/http.md disagree"
+import json, sys
+d = json.load(open(sys.argv[1]))
+q = chr(96)
+doc = open('docs/http.md').read().split('### ' + q + 'coordinator status --json' + q)[1].split('## ' + q + 'GET /status' + q)[0]
+missing = [k for k in d if q + k + q not in doc]
+for part in ('workers', 'servers', 'shards', 'barriers'):
+    missing += [part + '.' + k for k in d[part][0] if q + k + q not in doc]
+assert not missing, 'not in docs/http.md: %s' % missing
+w = d['workers'][0]
+assert 'worker_id' not in w and 'steps_per_second' not in w and w['id'] and w['inc'] >= 1, w
+assert d['run'] == 'dl:{httpapi}' and 'num_workers' not in d and d['state']['expected_workers'], d['run']
+EOF
 say "coordinator control (CLI)"
 CTL="$COORD_BIN control --redis $URL --run $RUN"
 $CTL set-lr 0.6 > "$TMP/ctl.out" 2>&1 || fail "control set-lr: $(cat "$TMP/ctl.out")"

@@ -82,6 +82,11 @@ void checkpoint_side_path(const char *path, char *out, size_t cap);
 int checkpoint_read(const char *path, int with_data, checkpoint *ck, char *err, size_t errlen);
 void checkpoint_free(checkpoint *ck);
 
+/* Whether path names a file this process can read: 0, or -1 with why in err (strerror's text, or "is a
+ * directory"). A FILE that is not one is a usage error (exit 2: a typo in the path), unlike a file that
+ * opens and is not a valid checkpoint (1; docs/checkpoints.md, "Exit status"). */
+int checkpoint_file_readable(const char *path, char *err, size_t errlen);
+
 /* `coordinator checkpoint save|show ...` */
 int cmd_checkpoint(int argc, char **argv);
 #endif

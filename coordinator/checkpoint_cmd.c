@@ -100,8 +100,8 @@ static int ck_show(int argc, char **argv)
     }
     checkpoint ck;
     char err[1024];
-    if (access(argv[0], R_OK) != 0) { /* docs/checkpoints.md, "Exit status": 2 usage, 1 bad data */
-        fprintf(stderr, "coordinator checkpoint show: %s: %s\n", argv[0], strerror(errno));
+    if (checkpoint_file_readable(argv[0], err, sizeof err) < 0) { /* docs/checkpoints.md, "Exit status" */
+        fprintf(stderr, "coordinator checkpoint show: %s: %s\n", argv[0], err);
         return OPTS_EXIT_USAGE;
     }
     if (checkpoint_read(argv[0], 1, &ck, err, sizeof err) < 0) {

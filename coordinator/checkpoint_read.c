@@ -1,16 +1,20 @@
 /* checkpoint_read.c: reading a checkpoint back (checkpoint_read of checkpoint.h), for
- * `coordinator checkpoint show`, `init --from-checkpoint` and `repair --from-checkpoint`.
+ * `coordinator checkpoint show`, `init --from-checkpoint` and `repair --from-checkpoint`, which first
+ * check with checkpoint_file_readable that their FILE is one.
  *
  * common/format/safetensors.c parses the file and checks every size in it (no overflow, tensors inside the
  * data section, no overlap or gap), so this file only checks that the tensors and the metadata are
  * the ones a ReDiLoCo checkpoint has, then reads the values and verifies their digests. */
 #include "checkpoint.h"
 
+#include <errno.h>
 #include <inttypes.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include "base/util.h"
 #include "format/runconf.h"
@@ -216,6 +220,20 @@ static int read_values(const safetensors *st, checkpoint *ck, char *err, size_t 
     }
     if (verify_digests(ck, st, err, errlen) < 0) return -1;
     if (!ck->has_mom) memset(ck->mom, 0, ck->numel * sizeof(float));
+    return 0;
+}
+
+int checkpoint_file_readable(const char *path, char *err, size_t errlen)
+{
+    struct stat sb;
+    if (access(path, R_OK) != 0 || stat(path, &sb) != 0) {
+        err_set(err, errlen, "%s", strerror(errno));
+        return -1;
+    }
+    if (S_ISDIR(sb.st_mode)) { /* open() succeeds on one, and the reader would call it too short */
+        err_set(err, errlen, "is a directory, not a checkpoint file");
+        return -1;
+    }
     return 0;
 }
 

@@ -30,7 +30,7 @@ static void usage(FILE *f)
                "  set-momentum MU     outer momentum, in [0, 1)                [update_optimizer]\n"
                "  set-nesterov 0|1    Nesterov momentum off/on                 [update_optimizer]\n"
                "  set-workers N       expected workers per round, >= 1         [update_num_workers]\n"
-               "  set-min-workers N   floor of the expected workers            [update_num_workers]\n"
+               "  set-min-workers N   floor of the expected workers, <= them   [update_num_workers]\n"
                "  set-max-staleness K async: refuse submissions more than K versions old, 0: no\n"
                "                      limit (a rebase run: 1 to its --max-staleness) [update_staleness]\n"
                "  shutdown            stop the run: workers leave at their next heartbeat [shutdown]\n"

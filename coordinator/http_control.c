@@ -12,7 +12,8 @@
  *   shutdown            {}                                  -> dl_shutdown
  *
  * Everything is validated before the one FCALL that makes the change, and the Redis Function checks
- * again (ranges) before its first write, so a rejected request changes nothing. */
+ * again (ranges), and alone what depends on the run's stored settings (min_workers <= the expected
+ * workers), before its first write, so a rejected request changes nothing. */
 #include <jansson.h>
 #include <math.h>
 #include <stdarg.h>
@@ -193,7 +194,7 @@ static int do_num_workers(rconn *rc, const char *run, json_t *body, json_t **rep
         return error_reply(reply, 400, "update_num_workers: num_workers must be an integer >= 1");
     if (mw && int_field(mw, 1, 1000000, &m) < 0)
         return error_reply(reply, 400, "update_num_workers: min_workers must be an integer >= 1");
-    if (nw && mw && m > n) return error_reply(reply, 400, "update_num_workers: min_workers must be <= num_workers");
+    /* min_workers <= num_workers is dl_set's check: it knows the stored value of the one not in the body */
     const char *args[4];
     char ns[32], ms[32], what[128] = "set";
     int k = 0;

@@ -126,9 +126,9 @@ static json_t *worker_doc(json_t *w, json_t *arrived0)
     const char *id = str(w, "id", "");
     json_object_set_new(o, "worker_id", json_string(id));
     json_object_set_new(o, "hostname", json_string(str(w, "host", "")));
-    double speed = num(w, "speed", 0);
-    json_object_set_new(o, "steps_per_second", json_real(speed));
-    json_object_set_new(o, "speed", json_real(speed));
+    double speed = num(w, "speed", -1); /* -1: no report yet (lua/30_workers.lua): null */
+    json_object_set_new(o, "steps_per_second", speed >= 0 ? json_real(speed) : json_null());
+    json_object_set_new(o, "speed", speed >= 0 ? json_real(speed) : json_null());
     double loss = num(w, "loss", -1);
     json_object_set_new(o, "loss", loss >= 0 ? json_real(loss) : json_null());
     double h = num(w, "h", 0), se = num(w, "sync_every", 0);
@@ -526,9 +526,15 @@ static void prom_workers(sbuf *b, const char *r, json_t *workers)
     json_array_foreach(workers, i, w)
         sb_printf(b, "diloco_worker_heartbeat_age_seconds{run=\"%s\",worker=\"%s\"} %.3f\n", r,
                   esc(str(w, "id", ""), l1, sizeof l1), num(w, "heartbeat_age_ms", 0) / 1000.0);
-    family(b, "diloco_worker_steps_per_second", "gauge", "Training speed each worker reports.");
-    json_array_foreach(workers, i, w) sb_printf(b, "diloco_worker_steps_per_second{run=\"%s\",worker=\"%s\"} %.6g\n", r,
-                                                esc(str(w, "id", ""), l1, sizeof l1), num(w, "speed", 0));
+    family(b, "diloco_worker_steps_per_second", "gauge",
+           "Training speed each worker reports (absent before its first report).");
+    json_array_foreach(workers, i, w)
+    {
+        double speed = num(w, "speed", -1);
+        if (speed >= 0)
+            sb_printf(b, "diloco_worker_steps_per_second{run=\"%s\",worker=\"%s\"} %.6g\n", r,
+                      esc(str(w, "id", ""), l1, sizeof l1), speed);
+    }
     family(b, "diloco_worker_loss", "gauge", "Training loss each worker reports (absent before its first report).");
     json_array_foreach(workers, i, w)
     {

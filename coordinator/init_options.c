@@ -115,8 +115,8 @@ static int adopt_checkpoint(init_args *a)
 {
     checkpoint ck;
     char err[1024];
-    if (access(a->from_checkpoint, R_OK) != 0) { /* a typo in the path: usage */
-        fprintf(stderr, "coordinator init: --from-checkpoint %s: cannot open it: %s\n", a->from_checkpoint, strerror(errno));
+    if (checkpoint_file_readable(a->from_checkpoint, err, sizeof err) < 0) { /* a typo in the path: usage */
+        fprintf(stderr, "coordinator init: --from-checkpoint %s: cannot open it: %s\n", a->from_checkpoint, err);
         return -1;
     }
     if (checkpoint_read(a->from_checkpoint, 0, &ck, err, sizeof err) < 0) { /* bad data */

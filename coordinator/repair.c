@@ -19,7 +19,8 @@
  * that already exist move them to it (a push or arrival for an old round is STALE and the worker
  * fetches the current version; a worker waiting on CORRUPT fetches again once the marks are gone; a
  * server whose lease was revoked drops its cache). A healthy run is left alone: when every shard
- * verifies, repair only clears marks that are no longer true (dl_unmark_corrupt) and says so.
+ * verifies, repair only clears marks that are no longer true (dl_unmark_corrupt), says so, and waits as
+ * after a repair for those shards to be leased again.
  * Async runs are refused: their submissions in flight are numbered by version. */
 #include <errno.h>
 #include <inttypes.h>
@@ -102,8 +103,9 @@ static void usage(FILE *f)
             "  --from-checkpoint FILE    restore FILE instead of rolling back (needed when a snapshot is corrupt:\n"
             "                            older state has been trimmed; `coordinator serve --save-every N` keeps some)\n"
             "  --dry-run                 verify and print the plan; change nothing\n"
-            "  --wait S                  after the repair, wait up to S seconds for the shard-servers to take\n"
-            "                            every shard again (default %d; 0: do not wait)\n"
+            "  --wait S                  after the repair (or after clearing stale marks), wait up to S seconds\n"
+            "                            for the shard-servers to take every shard again (default %d; 0: do not\n"
+            "                            wait)\n"
             "\n"
             "Sync runs only (Streaming included: every fragment goes to the new version); an async run is\n"
             "verified, but to bring a corrupt one back start a new run from a checkpoint (`coordinator init\n"
@@ -542,6 +544,18 @@ static int wait_leased(rconn *c, repair *rp, int seconds)
     }
 }
 
+/* After leases were revoked: wait up to wait_s (0: not at all) for the shard-servers to take every shard
+ * again and say how it went; `then` ends the good news. None up in time is not a failure. */
+static void report_leased(rconn *c, repair *rp, int wait_s, const char *then)
+{
+    if (wait_s <= 0) return;
+    int missing = wait_leased(c, rp, wait_s);
+    if (missing)
+        printf("%d shard(s) have no shard-server yet after %d s: are shard-servers running?\n", missing, wait_s);
+    else
+        printf("every shard is leased again; %s\n", then);
+}
+
 /* Shards marked corrupt that verify now: clear the marks, revoke their leases so they load again. */
 static int unmark(rconn *c, repair *rp, char *err, size_t errlen)
 {
@@ -609,8 +623,10 @@ static int open_run(rconn *c, repair *rp, char *err, size_t errlen)
     return 0;
 }
 
-/* Nothing is corrupt: say so, and clear marks that are no longer true. */
-static int settle_healthy(rconn *c, repair *rp, int dry_run)
+/* Nothing is corrupt: say so, and clear marks that are no longer true. Clearing revokes those leases, so
+ * --wait waits for the shards to be taken again as after a repair; with no mark nothing changed, and
+ * there is nothing to wait for. */
+static int settle_healthy(rconn *c, repair *rp, int dry_run, int wait_s)
 {
     char err[1024];
     if (rp->marked == 0) {
@@ -628,6 +644,7 @@ static int settle_healthy(rconn *c, repair *rp, int dry_run)
     }
     printf("every shard verifies: cleared %d corrupt mark(s) and revoked those leases, so the shards load again\n",
            rp->marked);
+    report_leased(c, rp, wait_s, "workers continue");
     return 0;
 }
 
@@ -648,13 +665,9 @@ static int restore(rconn *c, repair *rp, const checkpoint *ck, const char *sourc
     printf("repaired run '%s': every shard now holds the parameters of %s as version %" PRId64 " (the open round of "
            "every fragment); leases revoked; 'repair' event in dl:{%s}:events\n",
            rp->run, source, rp->version, rp->run);
-    if (wait_s > 0) {
-        int missing = wait_leased(c, rp, wait_s);
-        if (missing)
-            printf("%d shard(s) have no shard-server yet after %d s: are shard-servers running?\n", missing, wait_s);
-        else
-            printf("every shard is leased again; workers continue from version %" PRId64 "\n", rp->version);
-    }
+    char then[64];
+    snprintf(then, sizeof then, "workers continue from version %" PRId64, rp->version);
+    report_leased(c, rp, wait_s, then);
     return 0;
 }
 
@@ -664,8 +677,8 @@ static int load_checkpoint_arg(const repair_args *a, checkpoint *ck, int *status
 {
     char err[1024];
     memset(ck, 0, sizeof *ck);
-    if (a->checkpoint && access(a->checkpoint, R_OK) != 0) {
-        fprintf(stderr, "coordinator repair: --from-checkpoint %s: %s\n", a->checkpoint, strerror(errno));
+    if (a->checkpoint && checkpoint_file_readable(a->checkpoint, err, sizeof err) < 0) {
+        fprintf(stderr, "coordinator repair: --from-checkpoint %s: %s\n", a->checkpoint, err);
         *status = OPTS_EXIT_USAGE;
         return -1;
     }
@@ -708,7 +721,7 @@ static int repair_run(rconn *c, repair *rp, const repair_args *a, const checkpoi
     char err[1024], source[4200];
     if (open_run(c, rp, err, sizeof err) < 0 || verify_all(c, rp, err, sizeof err) < 0) goto fail;
     print_verification(rp);
-    if (rp->bad == 0 && !a->checkpoint) return settle_healthy(c, rp, a->dry_run);
+    if (rp->bad == 0 && !a->checkpoint) return settle_healthy(c, rp, a->dry_run, (int)a->wait_s);
     if (make_plan(rp, a, ck, err, sizeof err) < 0) goto fail;
     if (a->dry_run) {
         printf("dry run: nothing changed\n");

@@ -16,7 +16,8 @@
 static void usage(FILE *f)
 {
     fprintf(f, "usage: bin/coordinator status --redis URL --run NAME [--json]\n\n" COORD_HELP
-               "  --json                    print the status as one JSON document\n");
+               "  --json                    print the status as one JSON document: dl_status's, not GET\n"
+               "                            /status's (docs/http.md, \"`coordinator status --json`\")\n");
 }
 
 static const char *str(json_t *o, const char *k)
@@ -141,8 +142,11 @@ static void print_workers(json_t *doc)
         int n = snprintf(id, sizeof id, "%s", str(w, "id"));
         if (num(w, "group") > 1 && n > 0 && (size_t)n < sizeof id)
             snprintf(id + n, sizeof id - (size_t)n, " (%.0f ranks)", num(w, "group"));
-        printf("  %-28s %5.0f %-16s %8.1fs %9.2f %9.4f %8.0f %6.0f %13s\n", id, num(w, "inc"), str(w, "host"),
-               num(w, "heartbeat_age_ms") / 1000.0, num(w, "speed"), num(w, "loss"),
+        char speed[32] = "-", loss[32] = "-"; /* -1: nothing reported since it registered */
+        if (num(w, "speed") >= 0) snprintf(speed, sizeof speed, "%.2f", num(w, "speed"));
+        if (num(w, "loss") >= 0) snprintf(loss, sizeof loss, "%.4f", num(w, "loss"));
+        printf("  %-28s %5.0f %-16s %8.1fs %9s %9s %8.0f %6.0f %13s\n", id, num(w, "inc"), str(w, "host"),
+               num(w, "heartbeat_age_ms") / 1000.0, speed, loss,
                json_is_array(joined) ? json_number_value(json_array_get(joined, 0)) : -1, num(w, "h"), stale);
     }
 }

@@ -106,7 +106,8 @@ local function num_fragments(P)
     return tonumber(redis.call('HGET', P .. ':config', 'fragments')) or 1
 end
 
--- worker records are msgpack maps: {inc, host, joined = {f -> round}, registered, speed, loss, step, tokens, h}
+-- worker records are msgpack maps: {inc, host, joined = {f -> round}, registered, speed, loss, step, tokens, h};
+-- speed and loss are -1 until the worker reports one (from registering to its first heartbeat that has it)
 local function get_worker(P, w)
     local raw = redis.call('HGET', P .. ':workers', w)
     if not raw then return nil end

@@ -109,7 +109,7 @@ local function dl_register(keys, args)
         if #expected_members(P, f, r) < target then joined[f + 1] = r else joined[f + 1] = r + 1 end
     end
     local inc = redis.call('HINCRBY', state, 'incarnations', 1)
-    local rec = {inc = inc, host = host, joined = joined, registered = now, speed = 0, loss = -1,
+    local rec = {inc = inc, host = host, joined = joined, registered = now, speed = -1, loss = -1,
                  step = 0, tokens = 0, h = h, sync_every = h}
     group_fields(rec, size, now)
     put_worker(P, w, rec)
@@ -167,9 +167,10 @@ local function dl_deregister(keys, args)
     return 'OK'
 end
 
--- The progress a worker reports with its heartbeat, checked before the heartbeat writes anything.
+-- The progress a worker reports with its heartbeat, checked before the heartbeat writes anything. A
+-- speed or loss of -1 is none yet (the worker has timed no step, or its host reported no loss).
 local function parse_beat(args)
-    return {speed = to_num(args[3] or 0, 'speed'), loss = to_num(args[4] or -1, 'loss'),
+    return {speed = to_num(args[3] or -1, 'speed'), loss = to_num(args[4] or -1, 'loss'),
             step = to_int(args[5] or 0, 'step'), tokens = to_int(args[6] or 0, 'tokens')}
 end
 

@@ -34,9 +34,36 @@ end
 
 -- dl_set KEYS[1]=config ARGV: (field, value)* among the tunables below. Each goes to dl:{R}:tunables;
 -- target_workers (the workers a barrier waits for) is the operator's expected_workers there and also
--- resets the live target in dl:{R}:state, which then follows the membership again.
+-- resets the live target in dl:{R}:state, which then follows the membership again. min_workers may not
+-- end above expected_workers (check_worker_bounds).
 local TUNABLES = {outer_lr = 'num', outer_momentum = 'num', nesterov = 'bool', min_workers = 'int',
                   target_workers = 'int', heartbeat_timeout_ms = 'int', max_staleness = 'int'}
+
+-- min_workers is the floor of the expected workers (bounded_target): above them, every barrier would
+-- wait for workers the run never expects, for ever. The check is of the values this call leaves, a
+-- field it does not set standing at its stored value, so no two calls can get there either.
+local function check_worker_bounds(P, args)
+    local minw, expected = tunable(P, 'min_workers'), tunable(P, 'expected_workers')
+    local set_min, set_exp = false, false
+    for i = 1, #args, 2 do
+        if args[i] == 'min_workers' then minw, set_min = args[i + 1], true end
+        if args[i] == 'target_workers' then expected, set_exp = args[i + 1], true end
+    end
+    minw, expected = tonumber(minw) or 1, tonumber(expected)
+    if not expected or minw <= expected then return end
+    if set_min and set_exp then
+        error('BADARG min_workers ' .. minw .. ' is above the expected workers (target_workers, num_workers) ' ..
+              expected .. ' set with it: min_workers must be <= num_workers')
+    elseif set_exp then
+        error('BADARG expected workers (target_workers, num_workers) ' .. expected .. ' is below the run\'s ' ..
+              'min_workers ' .. minw .. ': lower min_workers first (coordinator control set-min-workers N, or ' ..
+              'min_workers in the same update_num_workers request)')
+    end
+    error('BADARG min_workers ' .. minw .. ' is above the run\'s expected workers (target_workers, num_workers) ' ..
+          expected .. ': raise those first (coordinator control set-workers N, or num_workers in the same ' ..
+          'update_num_workers request), or set min_workers <= ' .. expected)
+end
+
 local function dl_set(keys, args)
     local P = load_run(keys)
     if #args == 0 or #args % 2 ~= 0 then error('BADARG expected field value pairs') end
@@ -54,6 +81,7 @@ local function dl_set(keys, args)
                   ']: its shard-servers hold only the last ' .. window .. ' versions')
         end
     end
+    check_worker_bounds(P, args)
     local fields, tun = {}, {}
     for i = 1, #args, 2 do
         fields[#fields + 1] = args[i]; fields[#fields + 1] = args[i + 1]

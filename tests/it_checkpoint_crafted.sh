@@ -7,7 +7,7 @@
 # tensors that overlap, and a valid seed with one data byte changed (its digest no longer holds). For
 # each: `coordinator checkpoint show`, `init --from-checkpoint` and `repair --from-checkpoint` exit 1 (bad
 # data; not 2, not a signal) with a message naming the problem, and init creates no run; a file that does
-# not exist is a usage error (2) for all three (docs/checkpoints.md, "Exit status"). The valid seeds of
+# not exist, or is a directory, is a usage error (2) for all three (docs/checkpoints.md, "Exit status"). The valid seeds of
 # the same folder are accepted, so the refusals are about the crafted bytes.
 . "$(dirname "$0")/lib.sh"
 C=fuzz/corpus/checkpoint
@@ -35,6 +35,8 @@ refused crafted-numel-2p62.safetensors "4611686018427387904 elements of F32 do n
 refused crafted-numel-2p62-plus-1.safetensors "4611686018427387905 elements of F32 do not fill data_offsets \[0, 4\]"
 refused crafted-overlap.safetensors "overlap"
 refused "$TMP/none.safetensors" "No such file" 2
+mkdir "$TMP/dir.safetensors"
+refused "$TMP/dir.safetensors" "is a directory" 2 # open() takes it: it was "shorter than 8 bytes", exit 1
 
 for f in valid.safetensors valid-dn.safetensors; do
   bin/coordinator checkpoint show "$C/$f" > "$TMP/show.log" 2>&1 || fail "checkpoint show $f: $(cat "$TMP/show.log")"

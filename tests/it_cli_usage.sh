@@ -1,7 +1,8 @@
 #!/bin/sh
 # it_cli_usage.sh: what a user meets on a wrong command line, for bin/coordinator, bin/shard-server and
 # bin/worker, with nothing listening at the Redis URL: a usage error (unknown flag, missing --run or
-# Redis URL, a bad URL, a bad value, an unknown trainer flag) is one line naming what is wrong, exit 2,
+# Redis URL, a bad URL, a bad value, an unknown trainer flag; an unknown flag is named first, before a
+# missing --run or URL) is one line naming what is wrong, exit 2,
 # at once (never a wait for Redis); a Redis that is down, tried once, is one line saying what to check,
 # exit 1; --help exits 0 (bin/worker's names each of its flags); SIGTERM ends a wait for a down Redis;
 # `serve` started before its run waits, saying so once; init warns about settings that make a run learn
@@ -31,6 +32,7 @@ for cmd in "coordinator init" "coordinator status" "coordinator serve" "shard-se
   set -- $cmd
   bin=bin/$1; shift
   expect 2 "unknown option --bogus" $bin "$@" --redis "$DEAD" --run r --bogus
+  expect 2 "unknown option --bogus" env -u DL_REDIS_URL $bin "$@" --bogus # said before what is missing
   expect 2 "NAME is required" $bin "$@" --redis "$DEAD"
   expect 2 "no Redis URL: give --redis URL" env -u DL_REDIS_URL $bin "$@" --run r
   expect 2 "\-\-redis: unsupported Redis URL 'foo://bar'" $bin "$@" --redis foo://bar --run r

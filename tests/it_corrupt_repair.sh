@@ -20,7 +20,8 @@
 #     so and does not load it); repair without a checkpoint refuses with a message that says to use one;
 #     `repair --from-checkpoint` restores the checkpoint of step 1 (shard digests equal), deletes the old
 #     blobs, and two workers train from it to one digest;
-#  5. a mark that no longer holds (the state verifies) is cleared and its lease revoked;
+#  5. a mark that no longer holds (the state verifies) is cleared and its lease revoked; repair waits (--wait)
+#     until a server holds the shard again;
 #  6. Streaming DiLoCo: the repair moves every fragment's open round to the one new version and workers
 #     train on from it to one digest;
 #  7. an async run with Delayed Nesterov verifies (its log replayed with the DN buffer: before, every
@@ -200,6 +201,9 @@ e0=$($RCLI HGET "$SH" 0:epoch)
 $RCLI HSET "$SH" 0:corrupt "dl:{$RUN:0}:log:1:1" 0:corrupt_reason "restored by hand" > /dev/null
 repair > "$TMP/repair5.txt" 2>&1 || fail "repair: $(cat "$TMP/repair5.txt")"
 grep -q "cleared 1 corrupt mark" "$TMP/repair5.txt" || fail "repair says: $(cat "$TMP/repair5.txt")"
+# --wait (default 30 s) holds for the revoked lease as after a rollback: the shard is taken again first
+grep -q "every shard is leased again; workers continue$" "$TMP/repair5.txt" && [ -n "$($RCLI HGET "$SH" 0:owner)" ] ||
+  fail "repair returned before shard 0 was leased again: $(cat "$TMP/repair5.txt"), owner '$($RCLI HGET "$SH" 0:owner)'"
 [ -z "$($RCLI HGET "$SH" 0:corrupt)" ] && [ "$($RCLI HGET "$SH" 0:epoch)" -gt "$e0" ] || fail "mark kept or lease not revoked"
 $RCLI XRANGE "dl:{$RUN}:events" - + | grep -A 4 '^repair$' | grep -qx verified || fail "no repair event"
 

@@ -6,12 +6,15 @@
 #                             advancing, Prometheus text well-formed; every /status field and metric
 #                             family named in docs/http.md
 #   GET /, /dashboard         the embedded page, nothing referenced outside the server
-#   POST /control/*           update_optimizer -> dl:{R}:tunables outer_lr/outer_momentum; update_num_workers;
+#   POST /control/*           update_optimizer -> dl:{R}:tunables outer_lr/outer_momentum; update_num_workers
+#                             (min_workers above num_workers refused in one body, in two requests and from
+#                             the CLI in either order, nothing written);
 #                             kick_worker -> the worker's incarnation is evicted ("kicked" event, deaths+1);
 #                             save_state -> checkpoint file with --save-dir (written on a thread), 409 without; bad requests (malformed JSON, wrong types, unknown
 #                             fields/actions, oversize body, wrong method, foreign Host/Origin) -> 4xx
 #                             and the state unchanged; shutdown -> status shutdown, workers leave
 #   coordinator control       set-lr, set-momentum, set-workers, kick, errors
+#   coordinator status --json dl_status's document: each of its fields named in docs/http.md's section
 #   --token-file              control needs the bearer token; status/metrics stay readable;
 #   --no-dashboard            / and /dashboard answer 404
 #   --save-every N            a checkpoint every N versions, --keep K newest kept
@@ -168,6 +171,29 @@ expect 200 "$(post /control/update_num_workers '{"num_workers": 3}')" "update_nu
 expect 200 "$(post /control/update_num_workers '{"num_workers": 2}')" "update_num_workers 2"
 [ "$(state target_workers)" = 2 ] || fail "target_workers 2"
 
+say "min_workers above the expected workers: refused by dl_set, whichever request or CLI order gets there"
+expect 200 "$(post /control/update_num_workers '{"num_workers": 2, "min_workers": 2}')" "num_workers 2, min_workers 2"
+[ "$(tun min_workers)" = 2 ] && [ "$(tun expected_workers)" = 2 ] || fail "min_workers/expected_workers 2"
+bounds() { echo "$($RCLI HGETALL "dl:{$RUN}:tunables" | tr '\n' ' ') set events $(n_events set)"; }
+before=$(bounds)
+expect 400 "$(post /control/update_num_workers '{"num_workers": 1}')" "num_workers 1 below min_workers 2"
+jq_ "assert 'expected workers (target_workers, num_workers) 1 is below the run\\'s min_workers 2' in d['error'] and 'set-min-workers' in d['error'], d" ||
+  fail "num_workers below min_workers: $(cat "$TMP/body")"
+expect 400 "$(post /control/update_num_workers '{"min_workers": 3}')" "min_workers 3 above num_workers 2"
+jq_ "assert 'min_workers 3 is above the run\\'s expected workers (target_workers, num_workers) 2' in d['error'], d" ||
+  fail "min_workers above num_workers: $(cat "$TMP/body")"
+expect 400 "$(post /control/update_num_workers '{"num_workers": 2, "min_workers": 5}')" "min_workers 5 > num_workers 2"
+jq_ "assert 'min_workers must be <= num_workers' in d['error'], d" || fail "one body: $(cat "$TMP/body")"
+CTL="$COORD_BIN control --redis $URL --run $RUN"
+$CTL set-min-workers 5 > "$TMP/ctl.out" 2>&1; rc=$?
+[ $rc -eq 1 ] && grep -q "min_workers 5 is above the run's expected workers .* 2: raise those first" "$TMP/ctl.out" ||
+  fail "control set-min-workers 5 with 2 expected workers: exit $rc, $(cat "$TMP/ctl.out")"
+$CTL set-workers 1 > "$TMP/ctl.out" 2>&1; rc=$?
+[ $rc -eq 1 ] && grep -q "expected workers .* 1 is below the run's min_workers 2: lower min_workers first" "$TMP/ctl.out" ||
+  fail "control set-workers 1 with min_workers 2: exit $rc, $(cat "$TMP/ctl.out")"
+[ "$(bounds)" = "$before" ] || fail "a refused worker count wrote something: '$before' -> '$(bounds)'"
+expect 200 "$(post /control/update_num_workers '{"min_workers": 1}')" "min_workers back to 1"
+
 say "bad requests: 4xx and nothing changes"
 snap() { echo "$(tun outer_lr) $(tun outer_momentum) $(state target_workers) $(tun min_workers) $(tun status) $(tun nesterov) $(n_events set) $(n_events shutdown) $(state deaths)"; }
 before=$(snap)
@@ -216,6 +242,21 @@ $RCLI XRANGE "dl:{$RUN}:events" - + | tr '\n' ' ' | grep -q "kicked worker w1 in
 say "w1 kicked: incarnation $inc -> $now (it registers again by itself)"
 wait_until 10 "[ \"\$(inc_of w1)\" != none ]" "w1 to register again"
 
+say "coordinator status --json: dl_status's document (not /status's), every field named in docs/http.md"
+$COORD_BIN status --redis "$URL" --run $RUN --json > "$TMP/status.json" 2>&1 || fail "status --json: $(cat "$TMP/status.json")"
+python3 - "$TMP/status.json" <<'EOF' || fail "coordinator status --json and docs/http.md disagree"
+import json, sys
+d = json.load(open(sys.argv[1]))
+q = chr(96)
+doc = open('docs/http.md').read().split('### ' + q + 'coordinator status --json' + q)[1].split('## ' + q + 'GET /status' + q)[0]
+missing = [k for k in d if q + k + q not in doc]
+for part in ('workers', 'servers', 'shards', 'barriers'):
+    missing += [part + '.' + k for k in d[part][0] if q + k + q not in doc]
+assert not missing, 'not in docs/http.md: %s' % missing
+w = d['workers'][0]
+assert 'worker_id' not in w and 'steps_per_second' not in w and w['id'] and w['inc'] >= 1, w
+assert d['run'] == 'dl:{httpapi}' and 'num_workers' not in d and d['state']['expected_workers'], d['run']
+EOF
 say "coordinator control (CLI)"
 CTL="$COORD_BIN control --redis $URL --run $RUN"
 $CTL set-lr 0.6 > "$TMP/ctl.out" 2>&1 || fail "control set-lr: $(cat "$TMP/ctl.out")"

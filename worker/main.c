@@ -292,7 +292,8 @@ static int check_redis_and_run(worker_args *a)
 }
 
 /* Parse our own flags; leave the rest (trainer flags) in rest[]. 0 ready, 1 after --help printed the usage,
- * -1 after a message on stderr. */
+ * -1 after a message on stderr. The Redis URL and --run are checked later (check_redis_and_run), after
+ * the trainer flags: an unknown option is said first, as the other binaries say it. */
 static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *nrest)
 {
     memset(a, 0, sizeof *a);
@@ -307,7 +308,7 @@ static int parse_args(int argc, char **argv, worker_args *a, char **rest, int *n
     int prc = opts_parse_cmd("worker", usage, specs, argc, argv, 0, rest, nrest);
     if (prc != 0) return prc;
     convert_flags(a, &t);
-    return check_redis_and_run(a);
+    return 0;
 }
 
 /* --trainer and the trainer flags left by parse_args, checked before Redis is asked anything (a typo
@@ -668,6 +669,7 @@ static int run_worker(int argc, char **argv)
     int nrest;
     int prc = rest ? parse_args(argc, argv, &a, rest, &nrest) : -1;
     if (prc == 0 && precheck_trainer_flags(&a, rest, nrest) < 0) prc = -1;
+    if (prc == 0 && check_redis_and_run(&a) < 0) prc = -1;
     if (prc != 0) {
         free(rest);
         return opts_exit_status(prc);

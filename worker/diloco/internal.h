@@ -260,7 +260,7 @@ struct diloco {
     char evicted_why[96]; /* why the heartbeat found us no member: the eviction's or the operator's kick */
     int stop_requested; /* DILOCO_STOP_* (0: none): shutdown_seen_ms, or a group's agreement (group.c agree_stop) */
     int dylu_h;
-    double loss, speed;
+    double loss, speed; /* -1 until diloco_report gives a loss / a heartbeat times a step */
     uint64_t tokens, total_steps;
     uint64_t compute_us, compute_steps; /* inner-step time and steps since the last heartbeat */
     double speed_us, speed_steps;       /* the same, decayed over past heartbeats (heartbeat.c) */

@@ -54,6 +54,9 @@ int diloco_open(const diloco_options *o, float *params, size_t numel, diloco **o
         return -1;
     }
     for (int i = 0; i < MAX_CONNS; i++) d->conns[i].fd = -1; /* and no connection (not fd 0) */
+    /* -1: none yet. The first heartbeat comes before any step (heartbeat.c), and a 0 there would show as
+     * a speed and a loss the run reported (dl_heartbeat keeps -1 as "no report": status shows "-") */
+    d->loss = d->speed = -1;
     log_sink_init(&d->log, o->log_callback, o->log_ctx, o->log_level);
     log_sink *prev = log_use_sink(&d->log);
     int rc = session_open(d, o, params, numel, err, errlen);

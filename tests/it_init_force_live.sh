@@ -53,10 +53,8 @@ train_new() { # NAME N: a new worker ends 30 steps (3 rounds) on the new run of 
   done
 }
 forced_again same 2 --numel 8000
-wait_until 30 '! alive $WRK_w0' "w0 to stop: its run was made again"
-wait "$WRK_w0" && fail "w0 exited 0: a worker whose run was replaced should exit 1 so that a restart joins the new one"
-grep -q "ERROR stopped after [0-9]* steps: run '$RUN' was made again under its name (coordinator init --force); start the worker again" \
-  "$TMP/worker-w0.log" || fail "w0 did not say why it stopped: $(tail -n 3 "$TMP/worker-w0.log")"
+worker_exits_1 w0 "ERROR stopped after [0-9]* steps: run '$RUN' was made again under its name (coordinator init --force); start the worker again" \
+  "its run was made again"
 grep -q "RECREATED\|was made again (coordinator init --force)" "$TMP/server-s0.log" ||
   fail "s0 did not say why it started again: $(tail -n 3 "$TMP/server-s0.log")"
 train_new w1 2

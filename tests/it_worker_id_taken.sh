@@ -27,10 +27,8 @@ wait_until 20 '[ "$(version)" -ge 2 ] 2>/dev/null' "a's first two rounds"
 ${WORKER:-bin/worker} --redis "$URL" --run $RUN --worker-id dup --quiet --sync-every 10 --steps 0 --step-delay-ms 5 \
   --heartbeat-interval 0.5 > "$TMP/worker-b.log" 2>&1 &
 WRK_b=$!; PIDS="$PIDS $WRK_b"
-wait_until 20 '! alive $WRK_a' "a to stop: b registered under its id"
-wait "$WRK_a" && fail "a exited 0: a worker whose id another process took should exit 1"
-grep -q "ERROR stopped after [0-9]* steps: another process registered as worker 'dup' in run '$RUN'; give each worker its own --worker-id" \
-  "$TMP/worker-a.log" || fail "a did not say why it stopped: $(grep -E 'WARN|ERROR' "$TMP/worker-a.log" | tail -n 4)"
+worker_exits_1 a "ERROR stopped after [0-9]* steps: another process registered as worker 'dup' in run '$RUN'; give each worker its own --worker-id" \
+  "b registered under its id"
 grep -q "was replaced: incarnation [0-9]* registered since from host" "$TMP/worker-a.log" ||
   fail "a was not told it was replaced: $(grep -E 'WARN|ERROR' "$TMP/worker-a.log" | tail -n 4)"
 v=$(version)

@@ -209,6 +209,16 @@ wait_workers() {
   done
 }
 
+# worker_exits_1 NAME PATTERN WHY: wait (30 s) for worker NAME (start_worker) to exit on its own; fail unless it
+# exited non-zero (a supervisor's restart must see the end as an error) with PATTERN (grep) in its log. WHY says
+# why it should stop.
+worker_exits_1() {
+  eval "_pid=\$WRK_$1"
+  wait_until 30 "! alive $_pid" "$1 to stop: $3"
+  wait "$_pid" && fail "$1 exited 0 ($3): it should exit 1"
+  grep -q "$2" "$TMP/worker-$1.log" || fail "$1 did not say why it stopped: $(grep -E 'WARN|ERROR' "$TMP/worker-$1.log" | tail -n 4)"
+}
+
 # now_cs: NOW_CS = the time since boot in hundredths of a second, read by the shell itself (/proc/uptime:
 # "12345.67 ..."; `date` would cost a process at each of wait_until's polls, some 2,000 a suite). The "1"
 # before the hundredths keeps "09" from reading as octal.

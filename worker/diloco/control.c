@@ -257,7 +257,7 @@ static int heartbeat_flag(diloco *d, const int *flag)
 
 int dl_register(diloco *d, char *err, size_t errlen)
 {
-    if (d->grp) return 0;
+    if (d->grp || heartbeat_flag(d, &d->registering)) return 0;
     int64_t *held = malloc((size_t)d->run_nshards * sizeof *held);
     if (held == NULL) {
         err_set(err, errlen, "out of memory");
@@ -365,20 +365,32 @@ static int register_again(diloco *d, const int64_t *by_run, char *err, size_t er
  * gone. If the connection breaks during the WAIT, we register again on the new master (register_again): a
  * registration that survived is replaced by the new one, and the incarnation it gave is never used. */
 #define REGISTER_ATTEMPTS 3
+static void set_registering(diloco *d, int on)
+{
+    pthread_mutex_lock(&d->hb_mu);
+    d->registering = on;
+    pthread_mutex_unlock(&d->hb_mu);
+}
+
 int dl_register_now(diloco *d, const int64_t *by_run, char *err, size_t errlen)
 {
     if (heartbeat_flag(d, &d->run_end) == DILOCO_STOP_REPLACED) { /* (taking the id back would start a fight) */
         err_set(err, errlen, "%s: this process does not register again", dl_run_end(d));
         return -1;
     }
-    for (int attempt = 0; attempt < REGISTER_ATTEMPTS; attempt++) {
-        int rc = attempt == 0 ? register_once(d, by_run, err, errlen) : register_again(d, by_run, err, errlen);
-        if (rc < 0) return -1;
-        if (dl_wait_replicas(d, err, errlen) == 0) return 0;
-        if (dl_stopping(d)) return -1;
-        log_warn("%s; registering again", err);
+    set_registering(d, 1);
+    int rc = -1;
+    for (int attempt = 0; attempt < REGISTER_ATTEMPTS && rc < 0; attempt++) {
+        if ((attempt == 0 ? register_once(d, by_run, err, errlen) : register_again(d, by_run, err, errlen)) < 0) break;
+        if (dl_wait_replicas(d, err, errlen) == 0)
+            rc = 0;
+        else if (dl_stopping(d))
+            break;
+        else
+            log_warn("%s; registering again", err);
     }
-    return -1;
+    set_registering(d, 0);
+    return rc;
 }
 
 /* Is our incarnation still a live member? (The heartbeat thread also notices, but maybe later.) */
@@ -425,6 +437,9 @@ const char *dl_run_end(diloco *d)
 
 int dl_replaced(diloco *d, const char *why)
 {
+    /* A process group's ranks learn the group's new incarnation at its next collective after rank 0 registered
+     * it again, so a rank's own refusals name a replaced incarnation for a while: not another process. */
+    if (d->grp) return 0;
     /* "worker <id> (incarnation <inc>) was replaced: incarnation ..." (lua/20_membership.lua not_member_why,
      * shard-server/ops.c) */
     const char *p = strstr(why, " (incarnation ");

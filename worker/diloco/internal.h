@@ -258,6 +258,8 @@ struct diloco {
     uint64_t shutdown_seen_ms;
     int run_end;          /* 0, or DILOCO_STOP_RECREATED / _REPLACED: what the shutdown seen is (dl_end_told_locked) */
     char evicted_why[96]; /* why the heartbeat found us no member: the eviction's or the operator's kick */
+    int registering;      /* dl_register_now is under way: a refusal naming our incarnation as replaced may be
+                             of our own new registration, whose reply has not set inc yet (dl_replaced) */
     int stop_requested; /* DILOCO_STOP_* (0: none): shutdown_seen_ms, or a group's agreement (group.c agree_stop) */
     int dylu_h;
     double loss, speed; /* -1 until diloco_report gives a loss / a heartbeat times a step */
@@ -392,7 +394,7 @@ const char *dl_run_end(diloco *d);
  * 0. Not under hb_mu. */
 int dl_reply_end(diloco *d, const char *error);
 /* Whether a refusal's text ("worker <id> (incarnation <inc>) was replaced: ...") says our current
- * incarnation was replaced by another registration of our id. Not under hb_mu. */
+ * incarnation was replaced by another registration of our id (a worker of one process only). Not under hb_mu. */
 int dl_replaced(diloco *d, const char *why);
 uint64_t dl_shutdown_seen_ms(diloco *d); /* when it was told (now_ms), 0 if not */
 int64_t dl_inc(diloco *d);

@@ -15,14 +15,16 @@
 # Here: s0 and s1 serve a run of 2 shards while w0 trains. Part 1: init --force with the same layout; w0
 # exits 1 with that message; both servers say they start again, keep their pids and lease the new run, and a
 # new worker (new secret) ends its 30 steps with 3 rounds committed, no rejection recorded. Part 2: init
-# --force with 3 shards of another size; the same, and no shard is marked corrupt.
+# --force with 3 shards of another size; the same, and no shard is marked corrupt. s1 has a fixed --listen and
+# --metrics address, bound again each time it starts again.
 # test: light (it waits more than it computes)
 . "$(dirname "$0")/lib.sh"
 RUN=forced
 start_redis
 init_run $RUN --trainer quadratic --numel 8000 --shards 2 --workers 1
 start_server s0 --lease-ttl-ms 1500
-start_server s1 --lease-ttl-ms 1500
+PORTS=$(free_ports 2); LPORT=${PORTS% *}; MPORT=${PORTS#* }
+start_server s1 --lease-ttl-ms 1500 --listen 127.0.0.1:$LPORT --metrics 127.0.0.1:$MPORT # (bound again after the exec)
 start_worker w0 --sync-every 10 --steps 0 --step-delay-ms 5 --heartbeat-interval 0.5
 wait_until 20 '[ "$($RCLI HGET "dl:{$RUN}:shards" 1:version)" -ge 2 ] 2>/dev/null' "w0's first two rounds"
 owned() { # N: every one of the run's N shards has an owner
@@ -38,6 +40,9 @@ forced_again() { # PART ARGS...: init --force, then both servers start again and
   alive "$SRV_s0" && alive "$SRV_s1" || fail "a server exited instead of starting again ($part)"
   wait_until 20 "owned $n" "the new run's $n shards to be leased ($part)"
   [ "$($RCLI HLEN "dl:{$RUN}:servers")" = 2 ] || fail "servers of the new run: $($RCLI HKEYS "dl:{$RUN}:servers" | tr '\n' ' ')"
+  $RCLI HGET "dl:{$RUN}:servers" s1 | grep -q "127.0.0.1:$LPORT" ||
+    fail "s1 is not at its --listen address again: $($RCLI HGET "dl:{$RUN}:servers" s1)"
+  curl -sf "http://127.0.0.1:$MPORT/metrics" > /dev/null || fail "s1's --metrics does not answer after it started again"
 }
 rejections() { n=$($RCLI HGET "dl:{$RUN}:state" rejections); echo "${n:-0}"; }
 train_new() { # NAME N: a new worker ends 30 steps (3 rounds) on the new run of N shards, none of its requests

@@ -2,7 +2,8 @@
  *
  * Workers and shard-servers evict dead members themselves whenever they call the control plane,
  * but a run whose every worker is blocked still needs someone to notice a death on time: serve
- * calls dl_reap every second and prints a one-line summary every --print-every seconds. With
+ * calls dl_reap every second and prints a one-line summary every --print-every seconds (started before
+ * its run is made, it says once a minute that it waits for `coordinator init`, and serves meanwhile). With
  * --http it also serves the dashboard, /status, /metrics and /control (http_server.c) on the same
  * loop, and with --save-dir it exports checkpoints (POST /control/save_state, and every --save-every N
  * versions) on a thread of its own (http_save.c). It holds no state, so several may run and any may
@@ -157,8 +158,13 @@ static rconn *ctx_redis(void *arg, char *err, size_t errlen)
 
 static void summary(rconn *rc, const char *run)
 {
-    json_t *doc = coord_fetch_status(rc, run);
-    if (!doc) return;
+    json_t *doc = NULL;
+    char err[512];
+    if (status_fetch(rc, run, 0, &doc, NULL, err, sizeof err) < 0) {
+        log_warn("summary of run %s: %s", run, err);
+        json_decref(doc);
+        return;
+    }
     json_t *st = json_object_get(doc, "state");
     json_t *ws = json_object_get(doc, "workers"), *ss = json_object_get(doc, "servers");
     log_info("run %s: status %s, round %s, %zu workers, %zu servers, commits %s, deaths %s, rejections %s", run,
@@ -179,6 +185,28 @@ static void summary(rconn *rc, const char *run)
     json_decref(doc);
 }
 
+/* A failed reap, logged when it is news (another error than the last) and then once a minute: a lasting
+ * one (no run yet) is not said every second. A run not made yet is one piece of news whichever way Redis
+ * says it (no function library, or the library and no config of the run): serve waits for `coordinator
+ * init` as a shard-server does, and keeps serving (GET /status answers 404 meanwhile). */
+static void reap_failed(serve_ctx *x, const char *e)
+{
+    const char *gone = runconf_error_gone(e);
+    const char *news = gone && !x->saw_run ? "(no run yet)" : e;
+    uint64_t every = gone ? RUN_GONE_LOG_EVERY_MS : REAP_ERROR_LOG_EVERY_MS;
+    if (!strncmp(x->reap_err, news, sizeof x->reap_err - 1) && now_ms() - x->reap_logged < every) return;
+    if (gone && x->saw_run)
+        log_error("reap: run '%s' is gone from this Redis (%s): " RUN_GONE_HINT, x->c.run, gone);
+    else if (gone)
+        log_warn("run '%s' does not exist in this Redis yet (%s): waiting for it to be made (`coordinator init "
+                 "--run %s`), serving meanwhile",
+                 x->c.run, gone, x->c.run);
+    else
+        log_warn("reap: %s", e);
+    snprintf(x->reap_err, sizeof x->reap_err, "%s", news);
+    x->reap_logged = now_ms();
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -188,24 +216,13 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     rconn *rc = ctx_redis(x, err, sizeof err); /* (NULL once stopping) */
     if (!rc) return;
     redisReply *r = rconn_command(rc, "FCALL dl_reap 1 %s", x->key);
+    int absent = r && r->type == REDIS_REPLY_ERROR && runconf_error_gone(r->str); /* no run (yet, or any more) */
     if (r && r->type == REDIS_REPLY_INTEGER && r->integer > 0)
         log_warn("evicted %lld dead worker(s)", r->integer);
     else if (r && r->type == REDIS_REPLY_ERROR && rconn_error_final(r->str))
         refused(x, r->str);
-    else if (r && r->type == REDIS_REPLY_ERROR &&
-             (strncmp(x->reap_err, r->str, sizeof x->reap_err - 1) != 0 ||
-              now_ms() - x->reap_logged >= REAP_ERROR_LOG_EVERY_MS)) {
-        if (x->saw_run && runconf_error_gone(r->str))
-            log_error("reap: run '%s' is gone from this Redis (%s): " RUN_GONE_HINT, x->c.run,
-                      runconf_error_gone(r->str));
-        else
-            log_warn("reap: %s%s", r->str,
-                     strstr(r->str, "Function not found") ? " (no run in this Redis yet: `coordinator init` loads "
-                                                            "the functions and creates it)"
-                                                          : "");
-        snprintf(x->reap_err, sizeof x->reap_err, "%s", r->str);
-        x->reap_logged = now_ms();
-    }
+    else if (r && r->type == REDIS_REPLY_ERROR)
+        reap_failed(x, r->str);
     if (r && r->type != REDIS_REPLY_ERROR) {
         x->reap_err[0] = '\0'; /* the next error is news */
         x->saw_run = 1;
@@ -214,7 +231,9 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     if (!rconn_broken(rc)) maybe_save(x, rc);
     char master[300];
     if (!rconn_broken(rc)) topology_watch_master(&x->topo, rconn_server(rc, master, sizeof master));
-    if (x->print_every > 0 && now_ms() - x->last_print >= (uint64_t)x->print_every * 1000 && !rconn_broken(rc)) {
+    /* (no summary of a run that is not there: reap_failed said so, and says it again once a minute) */
+    if (x->print_every > 0 && now_ms() - x->last_print >= (uint64_t)x->print_every * 1000 && !rconn_broken(rc) &&
+        !absent) {
         summary(rc, x->c.run);
         x->last_print = now_ms();
     }

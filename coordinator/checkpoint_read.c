@@ -231,7 +231,7 @@ int checkpoint_file_readable(const char *path, char *err, size_t errlen)
         return -1;
     }
     if (S_ISDIR(sb.st_mode)) { /* open() succeeds on one, and the reader would call it too short */
-        err_set(err, errlen, "is a directory, not a checkpoint file");
+        err_set(err, errlen, "is a directory, not a file");
         return -1;
     }
     return 0;

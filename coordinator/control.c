@@ -30,7 +30,7 @@ static void usage(FILE *f)
                "  set-momentum MU     outer momentum, in [0, 1)                [update_optimizer]\n"
                "  set-nesterov 0|1    Nesterov momentum off/on                 [update_optimizer]\n"
                "  set-workers N       expected workers per round, >= 1         [update_num_workers]\n"
-               "  set-min-workers N   floor of the expected workers, <= them   [update_num_workers]\n"
+               "  set-min-workers N   floor of the expected workers, 1 to them  [update_num_workers]\n"
                "  set-max-staleness K async: refuse submissions more than K versions old, 0: no\n"
                "                      limit (a rebase run: 1 to its --max-staleness) [update_staleness]\n"
                "  shutdown            stop the run: workers leave at their next heartbeat [shutdown]\n"
@@ -48,11 +48,12 @@ static json_t *number_arg(const char *s, const char *what)
     return json_real(d);
 }
 
-static json_t *int_arg(const char *s, const char *what)
+/* An integer in [lo, 1000000] (a worker count's lo is 1, as update_num_workers and dl_set have it). */
+static json_t *int_arg(const char *s, const char *what, long long lo)
 {
     long long v;
-    if (parse_int(s, 0, 1000000, &v) < 0) {
-        fprintf(stderr, "coordinator control: %s wants an integer, got '%s'\n", what, s);
+    if (parse_int(s, lo, 1000000, &v) < 0) {
+        fprintf(stderr, "coordinator control: %s wants an integer >= %lld, got '%s'\n", what, lo, s);
         return NULL;
     }
     return json_integer(v);
@@ -111,11 +112,11 @@ static int verb_body(char **pos, int npos, const char **action, int *want, json_
         if (npos == 2) json_object_set_new(body, "nesterov", json_boolean(pos[1][0] == '1'));
     } else if (!strcmp(verb, "set-workers") || !strcmp(verb, "set-min-workers")) {
         *action = "update_num_workers";
-        if (npos == 2 && !(v = int_arg(pos[1], verb))) return -1;
+        if (npos == 2 && !(v = int_arg(pos[1], verb, 1))) return -1;
         if (v) json_object_set_new(body, verb[4] == 'w' ? "num_workers" : "min_workers", v);
     } else if (!strcmp(verb, "set-max-staleness")) {
         *action = "update_staleness";
-        if (npos == 2 && !(v = int_arg(pos[1], verb))) return -1;
+        if (npos == 2 && !(v = int_arg(pos[1], verb, 0))) return -1;
         if (v) json_object_set_new(body, "max_staleness", v);
     } else if (!strcmp(verb, "shutdown")) {
         *action = "shutdown";

@@ -434,7 +434,7 @@ static void init_defaults(init_args *a)
 }
 
 /* What version 0 is made from: --from-checkpoint or --from-state (not both), a known trainer, a
- * --from-state file that exists and is a model's state. 0, or -1 after a message. */
+ * --from-state file that exists, is no directory and is a model's state. 0, or -1 after a message. */
 static int check_sources(init_args *a)
 {
     if (a->reset_momentum && !a->from_checkpoint) {
@@ -449,9 +449,11 @@ static int check_sources(init_args *a)
         fprintf(stderr, "coordinator init: --trainer wants gpt or quadratic, got '%s' (see --help)\n", a->trainer);
         return -1;
     }
-    /* a typo in the path is a usage error at once, as for --from-checkpoint (the file is read later) */
-    if (a->from_state && access(a->from_state, R_OK) != 0) {
-        fprintf(stderr, "coordinator init: --from-state %s: %s\n", a->from_state, strerror(errno));
+    /* a typo in the path, or a directory, is a usage error at once, as for --from-checkpoint (the file is
+     * read later; a directory would read as a file shorter than 8 bytes, bad data) */
+    char err[512];
+    if (a->from_state && checkpoint_file_readable(a->from_state, err, sizeof err) < 0) {
+        fprintf(stderr, "coordinator init: --from-state %s: %s\n", a->from_state, err);
         return -1;
     }
     char whose[160];

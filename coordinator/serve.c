@@ -2,17 +2,22 @@
  *
  * Workers and shard-servers evict dead members themselves whenever they call the control plane,
  * but a run whose every worker is blocked still needs someone to notice a death on time: serve
- * calls dl_reap every second and prints a one-line summary every --print-every seconds. With
+ * calls dl_reap every second and prints a one-line summary every --print-every seconds (started before
+ * its run is made, it says once a minute that it waits for `coordinator init`, and serves meanwhile). With
  * --http it also serves the dashboard, /status, /metrics and /control (http_server.c) on the same
  * loop, and with --save-dir it exports checkpoints (POST /control/save_state, and every --save-every N
  * versions) on a thread of its own (http_save.c). It holds no state, so several may run and any may
- * be killed; SIGINT/SIGTERM end it cleanly. */
+ * be killed; SIGINT/SIGTERM end it cleanly, also while a command waits for a Redis that does not answer
+ * (frozen, its packets dropped): the signal's handler sets a flag that the connection watches
+ * (rconn_watch_stop) and wakes the loop through a pipe. */
+#include <errno.h>
 #include <event2/event.h>
 #include <jansson.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "base/log.h"
 #include "base/opts.h"
@@ -39,11 +44,37 @@ typedef struct serve_ctx {
     char reap_err[256];   /* the last error dl_reap gave, and when it was logged: a lasting one */
     uint64_t reap_logged; /* (no run yet, say) is logged once a minute, not every second */
     int saw_run;          /* a reap succeeded once: a missing run since then is a run gone, not one to come */
-    struct event *sigint, *sigterm, *tick; /* the loop's events (serve_loop_setup) */
+    struct event *stop_ev, *tick;          /* the loop's events: the stop pipe's, the tick (serve_loop_setup) */
     http_server *http;                     /* --http's server, or NULL */
 } serve_ctx;
 
 #define REAP_ERROR_LOG_EVERY_MS 60000
+/* After a stop, a command on the connection (none is sent on purpose) waits at most this long. */
+#define STOP_CLOSING_MS 1000
+
+/* SIGINT/SIGTERM, for the whole life of serve. The flag is what the Redis connection watches (a command
+ * that waits for a frozen Redis ends within 100 ms); the pipe wakes the event loop, which libevent's own
+ * signal events could not do while the loop's thread sits in such a command. */
+static volatile int g_stop;
+static volatile int g_signal;
+static int g_stop_pipe[2] = {-1, -1};
+
+static void on_stop_signal(int sig)
+{
+    int saved = errno;
+    g_signal = sig;
+    g_stop = 1;
+    if (g_stop_pipe[1] >= 0 && write(g_stop_pipe[1], "s", 1) < 0) {
+        /* full: a wake-up is already pending */
+    }
+    errno = saved;
+}
+
+static int serve_stopped(void *arg)
+{
+    (void)arg;
+    return g_stop;
+}
 
 /* The lowest committed shard version (all shards share it between rounds); -1 on error. */
 static long long min_version(rconn *rc, const char *run)
@@ -100,6 +131,10 @@ static void refused(serve_ctx *x, const char *why)
 static rconn *ctx_redis(void *arg, char *err, size_t errlen)
 {
     serve_ctx *x = arg;
+    if (g_stop) {
+        err_set(err, errlen, "serve is stopping");
+        return NULL;
+    }
     if (x->rc && !rconn_broken(x->rc)) return x->rc;
     if (x->rc) {
         log_warn("lost Redis: %s; reconnecting", rconn_errstr(x->rc));
@@ -107,7 +142,7 @@ static rconn *ctx_redis(void *arg, char *err, size_t errlen)
         x->rc = NULL;
     }
     int final = 0;
-    x->rc = rconn_connect_retry(&x->c.url, 1000, 0, NULL, &final, err, errlen);
+    x->rc = rconn_connect_retry(&x->c.url, 1000, 0, &g_stop, &final, err, errlen);
     if (!x->rc && final) refused(x, err);
     if (!x->rc) {
         if (now_ms() - x->last_connect_fail > 10000) log_warn("cannot reach Redis: %s", err);
@@ -116,14 +151,20 @@ static rconn *ctx_redis(void *arg, char *err, size_t errlen)
     }
     /* commands get a longer bound than the connect */
     rconn_set_timeout(x->rc, 5000);
+    rconn_watch_stop(x->rc, serve_stopped, NULL, STOP_CLOSING_MS);
     log_info("connected to Redis");
     return x->rc;
 }
 
 static void summary(rconn *rc, const char *run)
 {
-    json_t *doc = coord_fetch_status(rc, run);
-    if (!doc) return;
+    json_t *doc = NULL;
+    char err[512];
+    if (status_fetch(rc, run, 0, &doc, NULL, err, sizeof err) < 0) {
+        log_warn("summary of run %s: %s", run, err);
+        json_decref(doc);
+        return;
+    }
     json_t *st = json_object_get(doc, "state");
     json_t *ws = json_object_get(doc, "workers"), *ss = json_object_get(doc, "servers");
     log_info("run %s: status %s, round %s, %zu workers, %zu servers, commits %s, deaths %s, rejections %s", run,
@@ -144,33 +185,44 @@ static void summary(rconn *rc, const char *run)
     json_decref(doc);
 }
 
+/* A failed reap, logged when it is news (another error than the last) and then once a minute: a lasting
+ * one (no run yet) is not said every second. A run not made yet is one piece of news whichever way Redis
+ * says it (no function library, or the library and no config of the run): serve waits for `coordinator
+ * init` as a shard-server does, and keeps serving (GET /status answers 404 meanwhile). */
+static void reap_failed(serve_ctx *x, const char *e)
+{
+    const char *gone = runconf_error_gone(e);
+    const char *news = gone && !x->saw_run ? "(no run yet)" : e;
+    uint64_t every = gone ? RUN_GONE_LOG_EVERY_MS : REAP_ERROR_LOG_EVERY_MS;
+    if (!strncmp(x->reap_err, news, sizeof x->reap_err - 1) && now_ms() - x->reap_logged < every) return;
+    if (gone && x->saw_run)
+        log_error("reap: run '%s' is gone from this Redis (%s): " RUN_GONE_HINT, x->c.run, gone);
+    else if (gone)
+        log_warn("run '%s' does not exist in this Redis yet (%s): waiting for it to be made (`coordinator init "
+                 "--run %s`), serving meanwhile",
+                 x->c.run, gone, x->c.run);
+    else
+        log_warn("reap: %s", e);
+    snprintf(x->reap_err, sizeof x->reap_err, "%s", news);
+    x->reap_logged = now_ms();
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     serve_ctx *x = arg;
     char err[512];
-    rconn *rc = ctx_redis(x, err, sizeof err);
+    rconn *rc = ctx_redis(x, err, sizeof err); /* (NULL once stopping) */
     if (!rc) return;
     redisReply *r = rconn_command(rc, "FCALL dl_reap 1 %s", x->key);
+    int absent = r && r->type == REDIS_REPLY_ERROR && runconf_error_gone(r->str); /* no run (yet, or any more) */
     if (r && r->type == REDIS_REPLY_INTEGER && r->integer > 0)
         log_warn("evicted %lld dead worker(s)", r->integer);
     else if (r && r->type == REDIS_REPLY_ERROR && rconn_error_final(r->str))
         refused(x, r->str);
-    else if (r && r->type == REDIS_REPLY_ERROR &&
-             (strncmp(x->reap_err, r->str, sizeof x->reap_err - 1) != 0 ||
-              now_ms() - x->reap_logged >= REAP_ERROR_LOG_EVERY_MS)) {
-        if (x->saw_run && runconf_error_gone(r->str))
-            log_error("reap: run '%s' is gone from this Redis (%s): " RUN_GONE_HINT, x->c.run,
-                      runconf_error_gone(r->str));
-        else
-            log_warn("reap: %s%s", r->str,
-                     strstr(r->str, "Function not found") ? " (no run in this Redis yet: `coordinator init` loads "
-                                                            "the functions and creates it)"
-                                                          : "");
-        snprintf(x->reap_err, sizeof x->reap_err, "%s", r->str);
-        x->reap_logged = now_ms();
-    }
+    else if (r && r->type == REDIS_REPLY_ERROR)
+        reap_failed(x, r->str);
     if (r && r->type != REDIS_REPLY_ERROR) {
         x->reap_err[0] = '\0'; /* the next error is news */
         x->saw_run = 1;
@@ -179,26 +231,24 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     if (!rconn_broken(rc)) maybe_save(x, rc);
     char master[300];
     if (!rconn_broken(rc)) topology_watch_master(&x->topo, rconn_server(rc, master, sizeof master));
-    if (x->print_every > 0 && now_ms() - x->last_print >= (uint64_t)x->print_every * 1000 && !rconn_broken(rc)) {
+    /* (no summary of a run that is not there: reap_failed said so, and says it again once a minute) */
+    if (x->print_every > 0 && now_ms() - x->last_print >= (uint64_t)x->print_every * 1000 && !rconn_broken(rc) &&
+        !absent) {
         summary(rc, x->c.run);
         x->last_print = now_ms();
     }
 }
 
-static void on_signal(evutil_socket_t sig, short what, void *arg)
+/* The stop pipe is readable: a signal came (on_stop_signal). */
+static void on_signal(evutil_socket_t fd, short what, void *arg)
 {
     (void)what;
     serve_ctx *x = arg;
+    char buf[16];
+    while (read(fd, buf, sizeof buf) > 0) {}
+    int sig = g_signal;
     log_info("%s: stopping", sig == SIGINT ? "SIGINT (Ctrl-C)" : sig == SIGTERM ? "SIGTERM" : "signal");
     event_base_loopbreak(x->base);
-}
-
-static volatile int g_startup_stop; /* a signal before the event loop runs */
-
-static void on_startup_signal(int sig)
-{
-    (void)sig;
-    g_startup_stop = 1;
 }
 
 static void usage(FILE *f)
@@ -346,34 +396,40 @@ static int serve_check_flags(const serve_ctx *x, serve_opts *o)
  * SIGINT/SIGTERM while it waits end it cleanly (0), as later (the event loop's handlers). */
 static int serve_connect(serve_ctx *x, int *status)
 {
-    struct sigaction sa = {.sa_handler = on_startup_signal};
+    struct sigaction sa = {.sa_handler = on_stop_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
-    x->c.stop = &g_startup_stop;
+    x->c.stop = &g_stop;
     rconn *rc;
     int st = coord_connect(&x->c, &rc);
     if (st != 0) {
-        *status = g_startup_stop ? 0 : st;
+        *status = g_stop ? 0 : st;
         return -1;
     }
+    rconn_watch_stop(rc, serve_stopped, NULL, STOP_CLOSING_MS);
     x->rc = rc;
     key_run(x->key, sizeof x->key, x->c.run, "config");
     signal(SIGPIPE, SIG_IGN);
     return 0;
 }
 
-/* The event loop: SIGINT/SIGTERM end it, and on_tick runs every second. 0, or -1 after a message. */
+/* The event loop: SIGINT/SIGTERM end it (through the stop pipe), and on_tick runs every second. 0, or -1
+ * after a message. */
 static int serve_loop_setup(serve_ctx *x)
 {
     x->base = event_base_new();
-    if (!x->base) {
-        fprintf(stderr, "coordinator serve: event_base_new failed\n");
+    if (!x->base || pipe(g_stop_pipe) < 0) {
+        fprintf(stderr, "coordinator serve: cannot set up the event loop (%s)\n",
+                x->base ? strerror(errno) : "event_base_new failed");
         return -1;
     }
-    x->sigint = evsignal_new(x->base, SIGINT, on_signal, x);
-    x->sigterm = evsignal_new(x->base, SIGTERM, on_signal, x);
-    event_add(x->sigint, NULL);
-    event_add(x->sigterm, NULL);
+    for (int i = 0; i < 2; i++) {
+        evutil_make_socket_nonblocking(g_stop_pipe[i]);
+        evutil_make_socket_closeonexec(g_stop_pipe[i]);
+    }
+    x->stop_ev = event_new(x->base, g_stop_pipe[0], EV_READ | EV_PERSIST, on_signal, x);
+    event_add(x->stop_ev, NULL);
+    if (g_stop) on_stop_signal(g_signal); /* a signal before the pipe: wake the loop for it too */
     x->tick = event_new(x->base, -1, EV_PERSIST, on_tick, x);
     struct timeval one = {1, 0};
     event_add(x->tick, &one);
@@ -434,8 +490,12 @@ static void serve_free(serve_ctx *x, serve_opts *o)
     if (x->saver && saver_busy(x->saver)) log_info("waiting for the checkpoint in progress");
     saver_free(x->saver);
     if (x->tick) event_free(x->tick);
-    if (x->sigint) event_free(x->sigint);
-    if (x->sigterm) event_free(x->sigterm);
+    if (x->stop_ev) event_free(x->stop_ev);
+    for (int i = 1; i >= 0; i--) { /* (the write end first: no handler writes to a closed one) */
+        int fd = g_stop_pipe[i];
+        g_stop_pipe[i] = -1;
+        if (fd >= 0) close(fd);
+    }
     if (x->base) event_base_free(x->base);
     if (x->rc) rconn_free(x->rc);
     free(o->token);

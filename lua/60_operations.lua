@@ -34,10 +34,14 @@ end
 
 -- dl_set KEYS[1]=config ARGV: (field, value)* among the tunables below. Each goes to dl:{R}:tunables;
 -- target_workers (the workers a barrier waits for) is the operator's expected_workers there and also
--- resets the live target in dl:{R}:state, which then follows the membership again. min_workers may not
--- end above expected_workers (check_worker_bounds).
+-- resets the live target in dl:{R}:state, which then follows the membership again. Both worker counts
+-- are 1 or more (WORKER_COUNTS), and min_workers may not end above expected_workers (check_worker_bounds).
 local TUNABLES = {outer_lr = 'num', outer_momentum = 'num', nesterov = 'bool', min_workers = 'int',
                   target_workers = 'int', heartbeat_timeout_ms = 'int', max_staleness = 'int'}
+
+-- The worker counts are 1 or more, as init's --workers and --min-workers and /control's
+-- update_num_workers have them (docs/http.md): one rule, whichever client calls.
+local WORKER_COUNTS = {min_workers = true, target_workers = true}
 
 -- min_workers is the floor of the expected workers (bounded_target): above them, every barrier would
 -- wait for workers the run never expects, for ever. The check is of the values this call leaves, a
@@ -72,6 +76,9 @@ local function dl_set(keys, args)
         if not kind then error('BADARG ' .. tostring(args[i]) .. ' is not a tunable') end
         local v = to_num(args[i + 1], args[i])
         if kind == 'int' and (v ~= math.floor(v) or v < 0) then error('BADARG ' .. args[i] .. ' must be a non-negative integer') end
+        if WORKER_COUNTS[args[i]] and v < 1 then
+            error('BADARG ' .. args[i] .. ' must be an integer >= 1 (a round without workers never closes)')
+        end
         if kind == 'bool' and v ~= 0 and v ~= 1 then error('BADARG ' .. args[i] .. ' must be 0 or 1') end
         if args[i] == 'outer_lr' and v <= 0 then error('BADARG outer_lr must be positive') end
         if args[i] == 'outer_momentum' and (v < 0 or v >= 1) then error('BADARG outer_momentum must be in [0, 1)') end

@@ -5,12 +5,13 @@
 # missing --run or URL) is one line naming what is wrong, exit 2,
 # at once (never a wait for Redis); a Redis that is down, tried once, is one line saying what to check,
 # exit 1; --help exits 0 (bin/worker's names each of its flags); SIGTERM ends a wait for a down Redis;
-# `serve` started before its run waits, saying so once; init warns about settings that make a run learn
-# almost nothing (an outer lr above 10, a Delayed Nesterov buffer larger than the workers, a staleness
-# limit below workers - 1, a top-k density below one entry a chunk, a sync run that never evicts) and not
-# about the defaults; a worker whose heartbeat interval is the run's heartbeat timeout or more is refused at
-# open (above half of it, or no heartbeat at all: warned); a worker with no shard-server up says so within
-# seconds.
+# `serve` started before its run waits, saying so once (in its log, whether Redis has no function library
+# yet or the library without this run; no summary of the missing run), then serves it; init warns about
+# settings that make a run learn almost nothing (an outer lr above 10, a Delayed Nesterov buffer larger
+# than the workers, a staleness limit below workers - 1, a top-k density below one entry a chunk, a sync
+# run that never evicts) and not about the defaults; a worker whose heartbeat interval is the run's
+# heartbeat timeout or more is refused at open (above half of it, or no heartbeat at all: warned); a worker
+# with no shard-server up says so within seconds.
 # test: light (it waits more than it computes: 4 s of CPU in 16 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 DEAD="redis://127.0.0.1:$(free_port)" # nothing listens there
@@ -112,16 +113,21 @@ for cmd in "coordinator serve" shard-server worker; do
 done
 say "SIGTERM while waiting for a down Redis: each binary stops itself at once, without an ERROR line"
 
-# serve started before its run exists waits for it, saying so once, not every second
+# serve started before its run exists waits for it, saying so once, not every second (nor a summary of the
+# missing run every --print-every, which it printed without the log's timestamp): first with no function
+# library in Redis, then with the library of another run
 start_redis
-bin/coordinator serve --redis "$URL" --run later --print-every 0 > "$TMP/serve.log" 2>&1 &
+bin/coordinator serve --redis "$URL" --run later --print-every 1 > "$TMP/serve.log" 2>&1 &
 p=$!; PIDS="$PIDS $p"
-sleep 3.5
+sleep 2.5
+bin/coordinator init --redis "$URL" --run other --trainer quadratic --numel 10 > /dev/null || fail "init other"
+sleep 2.5
 alive $p || fail "serve without its run exited: $(cat "$TMP/serve.log")"
-n=$(grep -c "reap: ERR Function not found (no run in this Redis yet: \`coordinator init\`" "$TMP/serve.log")
-[ "$n" = 1 ] || fail "serve logged the missing run $n times in 3.5 s: $(head -n 5 "$TMP/serve.log")"
+n=$(grep -c "WARN run 'later' does not exist in this Redis yet (.*): waiting for it to be made (\`coordinator init --run later\`), serving meanwhile" "$TMP/serve.log")
+[ "$n" = 1 ] || fail "serve said it waits for the run $n times in 5 s: $(head -n 8 "$TMP/serve.log")"
+grep -v '^[0-9-]*T[0-9:.]*Z coordinator\[[0-9]*\] ' "$TMP/serve.log" && fail "serve printed lines without its log's prefix (above)"
 bin/coordinator init --redis "$URL" --run later --trainer quadratic --numel 10 > /dev/null || fail "init"
-sleep 1.5
+wait_until 10 "grep -q 'INFO run later: status ' '$TMP/serve.log'" "serve's summary of the run once made"
 kill -TERM $p; wait $p || fail "serve exit status $?"
 say "serve before its run: one line saying coordinator init creates it, then serves it"
 

@@ -8,7 +8,8 @@
 #   GET /, /dashboard         the embedded page, nothing referenced outside the server
 #   POST /control/*           update_optimizer -> dl:{R}:tunables outer_lr/outer_momentum; update_num_workers
 #                             (min_workers above num_workers refused in one body, in two requests and from
-#                             the CLI in either order, nothing written);
+#                             the CLI in either order, nothing written; a count of 0 refused alike by
+#                             HTTP, the CLI (usage error) and FCALL dl_set, which took min_workers 0);
 #                             kick_worker -> the worker's incarnation is evicted ("kicked" event, deaths+1);
 #                             save_state -> checkpoint file with --save-dir (written on a thread), 409 without; bad requests (malformed JSON, wrong types, unknown
 #                             fields/actions, oversize body, wrong method, foreign Host/Origin) -> 4xx
@@ -191,6 +192,17 @@ $CTL set-min-workers 5 > "$TMP/ctl.out" 2>&1; rc=$?
 $CTL set-workers 1 > "$TMP/ctl.out" 2>&1; rc=$?
 [ $rc -eq 1 ] && grep -q "expected workers .* 1 is below the run's min_workers 2: lower min_workers first" "$TMP/ctl.out" ||
   fail "control set-workers 1 with min_workers 2: exit $rc, $(cat "$TMP/ctl.out")"
+# a worker count of 0: one rule (>= 1) for HTTP, the CLI and dl_set itself
+expect 400 "$(post /control/update_num_workers '{"min_workers": 0}')" "min_workers 0"
+for verb in set-min-workers set-workers; do
+  $CTL $verb 0 > "$TMP/ctl.out" 2>&1; rc=$?
+  [ $rc -eq 2 ] && grep -q "$verb wants an integer >= 1, got '0'" "$TMP/ctl.out" ||
+    fail "control $verb 0: exit $rc, $(cat "$TMP/ctl.out")"
+done
+for field in min_workers target_workers; do
+  out=$($RCLI FCALL dl_set 1 "dl:{$RUN}:config" $field 0 2>&1)
+  case "$out" in *"BADARG $field must be an integer >= 1"*) ;; *) fail "FCALL dl_set $field 0: $out" ;; esac
+done
 [ "$(bounds)" = "$before" ] || fail "a refused worker count wrote something: '$before' -> '$(bounds)'"
 expect 200 "$(post /control/update_num_workers '{"min_workers": 1}')" "min_workers back to 1"
 

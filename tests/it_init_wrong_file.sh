@@ -1,7 +1,9 @@
 #!/bin/sh
 # it_init_wrong_file.sh: `coordinator init --from-state` given a ReDiLoCo checkpoint (a run's saved state,
 # not a model's) is a usage error at once: exit 2, one line that points to --from-checkpoint, nothing
-# written to Redis. The same file with --from-checkpoint then resumes the run.
+# written to Redis. The same file with --from-checkpoint then resumes the run. A directory given to
+# --from-state is a usage error too (exit 2, "is a directory", as for --from-checkpoint and checkpoint show;
+# it was exit 1, "not a safetensors file (shorter than 8 bytes)").
 . "$(dirname "$0")/lib.sh"
 start_redis
 RUN=src
@@ -22,3 +24,12 @@ bin/coordinator init --redis "$URL" --run dst --from-checkpoint "$TMP/ck.safeten
   || fail "init --from-checkpoint: $(cat "$TMP/resume.txt")"
 [ "$(shard_digests dst | sort)" = "$(shard_digests $RUN | sort)" ] || fail "the resumed run's values differ"
 say "the same file with --from-checkpoint resumes the run"
+
+mkdir "$TMP/state.dir"
+bin/coordinator init --redis "$URL" --run fromdir --from-state "$TMP/state.dir" > "$TMP/dir.txt" 2>&1
+rc=$?
+[ $rc -eq 2 ] || fail "init --from-state of a directory: exit $rc (want 2): $(cat "$TMP/dir.txt")"
+[ "$(cat "$TMP/dir.txt")" = "coordinator init: --from-state $TMP/state.dir: is a directory, not a file" ] \
+  || fail "init --from-state of a directory: $(cat "$TMP/dir.txt")"
+[ "$($RCLI EXISTS "dl:{fromdir}:config")" -eq 0 ] || fail "init --from-state of a directory made a run"
+say "$(cat "$TMP/dir.txt") (exit 2)"

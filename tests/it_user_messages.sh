@@ -8,6 +8,8 @@
 #     FLUSH and FLUSHALL, which leave it as such a restart does): the worker, the shard-server and
 #     `coordinator serve` each say once that the run is gone and what to do, and stay up; SIGTERM then
 #     stops the shard-server with "stopped" as its last line, and it and serve (SIGINT) name the signal;
+#     serve gets its SIGINT with Redis frozen (SIGSTOP) while its reap waits for a reply, and must exit
+#     within 5 s (it waited out the command's 5 s timeout and a reconnect first: about 11 s);
 #   - `coordinator --redis URL status` (flags before the command) says that the command comes first;
 #   - a GPT worker with a token file too short for its --seq, --shard-index out of range, or a
 #     --min-lr-ratio or --weight-decay that would make its lr negative or its weights grow, or an inner lr of 0
@@ -20,6 +22,8 @@
 # test: light (it waits more than it computes: 3 s of CPU in 19 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 start_redis
+REDIS_PID=$(cat "$TMP/redis.pid")
+trap 'kill -CONT $REDIS_PID 2>/dev/null; cleanup' EXIT
 RUN=walk
 init_run $RUN --trainer quadratic --numel 100 --workers 2 --shards 2
 start_server s1
@@ -58,9 +62,19 @@ kill -TERM $SRV_s1
 wait $SRV_s1 || fail "s1: exit status $? on SIGTERM"
 tail -n 1 "$TMP/server-s1.log" | grep -q "shard-server s1 stopped$" || fail "s1's last line: $(tail -n 2 "$TMP/server-s1.log")"
 grep -q "INFO SIGTERM: stopping (giving leases back)" "$TMP/server-s1.log" || fail "s1 did not name the signal"
+# serve reaps every second: with Redis frozen for 1.5 s, its reap waits for a reply when the signal comes
+kill -STOP "$REDIS_PID"
+sleep 1.5
+t0=$(date +%s.%N)
 kill -INT $SERVE
+wait_until 30 "! alive $SERVE" "serve to exit on SIGINT, Redis frozen"
+secs=$(awk -v a="$(date +%s.%N)" -v b="$t0" 'BEGIN { printf "%.2f", a - b }')
+kill -CONT "$REDIS_PID"
 wait $SERVE || fail "serve: exit status $? on SIGINT"
 grep -q "INFO SIGINT (Ctrl-C): stopping" "$TMP/serve.log" || fail "serve did not name the signal: $(tail -n 2 "$TMP/serve.log")"
+tail -n 1 "$TMP/serve.log" | grep -q "INFO stopped$" || fail "serve's last line: $(tail -n 2 "$TMP/serve.log")"
+say "serve stopped $secs s after SIGINT, Redis frozen"
+awk -v s="$secs" 'BEGIN { exit !(s < 5) }' || fail "serve took $secs s to stop on SIGINT while Redis was frozen, want < 5"
 say "SIGTERM, SIGINT: the shard-server and serve name the signal; the server's last line says it stopped"
 
 bin/coordinator --redis "$URL" --run $RUN status > "$TMP/out" 2>&1

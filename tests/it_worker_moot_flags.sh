@@ -4,7 +4,11 @@
 #   - --no-bf16 on an int4 run (which sends int4 whatever the flag), as --error-feedback on a bf16 run;
 #   - --sync-every larger than --steps (the worker would leave before its first sync), pointing to
 #     --final-sync; with --final-sync no warning, and its one sync is committed;
-# and the workers then train as usual.
+#   - --seed on a GPT worker (the parameters' init seed: a worker takes the run's parameters), unless it is
+#     the run's;
+# and the workers then train as usual. And model flags that make another model than a gpt run's are
+# refused leading with what differs in the flags' terms (the run's layers=.. heads=.., the worker's flags),
+# then the first tensor that differs where one does (--heads changes none: it trained another model).
 . "$(dirname "$0")/lib.sh"
 start_redis
 RUN=q4
@@ -35,3 +39,23 @@ wait_workers last
 grep -q "WARN --sync-every" "$TMP/worker-last.log" && fail "warned with --final-sync: $(grep WARN "$TMP/worker-last.log")"
 [ "$(shard_versions $RUN)" = "$((v0 + 1))" ] || fail "--final-sync: version $v0 -> $(shard_versions $RUN), want $((v0 + 1))"
 say "--sync-every 5 > --steps 3: warned (run stayed at version $v0); with --final-sync: no warning, version $((v0 + 1))"
+
+RUN=g1
+init_run $RUN --trainer gpt --layers 1 --heads 2 --dim 32 --ctx 32 --workers 1 --shards 1 --seed 7
+lead="run 'g1' has a gpt of layers=1 heads=2 dim=32 ctx=32 vocab=256; this worker was started with"
+way="drop the model flags (workers take the model from the run) or start a new run"
+bin/worker --redis "$URL" --run $RUN --layers 2 --connect-timeout 0 > "$TMP/layers.log" 2>&1 && fail "--layers 2 on a 1-layer run: exit 0"
+grep -q "ERROR $lead --layers 2: $way; tensor 14 of the run is 'lnf.weight' \[32\] at offset 21920, the gpt trainer's is 'h.1.ln1.weight'" \
+  "$TMP/layers.log" || fail "--layers 2 on a 1-layer run: $(cat "$TMP/layers.log")"
+bin/worker --redis "$URL" --run $RUN --heads 4 --dim 32 --connect-timeout 0 > "$TMP/heads.log" 2>&1 && fail "--heads 4 on a 2-head run: exit 0"
+grep -q "ERROR $lead --heads 4: $way$" "$TMP/heads.log" || fail "--heads 4 on a 2-head run: $(cat "$TMP/heads.log")"
+say "model flags other than the run's: refused, saying the run's model and the flags, then the first tensor that differs"
+
+start_server s3
+start_worker seed --steps 2 --sync-every 2 --seq 16 --batch 1 --seed 5
+start_worker same --steps 2 --sync-every 2 --seq 16 --batch 1 --seed 7 --layers 1
+wait_workers seed same
+grep -q "WARN --seed 5 is ignored: a worker takes its parameters from the run (run 'g1' was initialised with seed 7" \
+  "$TMP/worker-seed.log" || fail "no warning that --seed 5 is ignored: $(grep -i warn "$TMP/worker-seed.log")"
+grep -q "WARN --seed" "$TMP/worker-same.log" && fail "warned about the run's own seed and model: $(grep WARN "$TMP/worker-same.log")"
+say "--seed 5 on a worker of a seed-7 run: said to be ignored, and it trained; --seed 7 --layers 1 (the run's): nothing said"

@@ -353,31 +353,85 @@ static int read_run(const worker_args *a, runconf *rc, char *err, size_t errlen)
     return r;
 }
 
-/* The GPT's flags: the run's model first, then the user's (which may set data, batch, ...). */
-static trainer *make_gpt(const worker_args *a, const runconf *rc, char **rest, int nrest, char *err, size_t errlen)
+/* The run's GPT options: the defaults, the run's seed and its model (the flags in its config's model
+ * string; none for a state run, whose model string is no flags). -1 + err when they do not parse. */
+static int run_gpt_options(const runconf *rc, gpt_options *o, char *err, size_t errlen)
 {
     char model[256];
-    snprintf(model, sizeof model, "%s",
-             strcmp(rc->trainer, "gpt") == 0 ? rc->model : ""); /* a state run's is not flags */
-    char *argv[160];
+    snprintf(model, sizeof model, "%s", strcmp(rc->trainer, "gpt") == 0 ? rc->model : "");
+    char *argv[65];
     int argc = 0;
     for (char *tok = strtok(model, " "); tok && argc < 64; tok = strtok(NULL, " ")) argv[argc++] = tok;
-    for (int i = 0; i < nrest && argc < 158; i++) argv[argc++] = rest[i];
     argv[argc] = NULL;
-    gpt_options o;
-    gpt_options_default(&o);
-    o.seed = rc->seed;
-    o.total_steps = a->steps; /* --steps is ours; it is also the trainer's cosine horizon */
-    int seq_given = 0;
-    for (int i = 0; i < nrest; i++) seq_given |= !strcmp(rest[i], "--seq") || !strncmp(rest[i], "--seq=", 6);
-    int consumed = gpt_options_parse(&o, argc, argv, err, errlen);
-    if (consumed < 0) return NULL;
-    if (!seq_given && o.seq > o.model.ctx) o.seq = o.model.ctx; /* the default, 256, fits no shorter context */
+    gpt_options_default(o);
+    o->seed = rc->seed;
+    int consumed = gpt_options_parse(o, argc, argv, err, errlen);
+    if (consumed >= 0 && consumed < argc)
+        err_set(err, errlen, "run '%s' has a model this worker does not know: '%s'", rc->run, rc->model);
+    return consumed == argc ? 0 : -1;
+}
+
+/* The worker's own GPT flags on top of the run's options. -1 + err for a bad or unknown one. */
+static int user_gpt_options(gpt_options *o, char **rest, int nrest, char *err, size_t errlen)
+{
+    char *argv[160];
+    int argc = 0;
+    for (int i = 0; i < nrest && argc < 159; i++) argv[argc++] = rest[i];
+    argv[argc] = NULL;
+    int consumed = gpt_options_parse(o, argc, argv, err, errlen);
+    if (consumed < 0) return -1;
     if (argc - consumed > 0) {
         err_set(err, errlen, "unknown option %s (see --help)", argv[0]);
+        return -1;
+    }
+    return 0;
+}
+
+/* Model flags that change a gpt run's model make another model than the run's (t, built from them): refused,
+ * saying what differs in the flags' terms, then (where the tensors differ too) the first tensor that does.
+ * 1 + err when refused, else 0. */
+static int model_flags_refused(const runconf *rc, const gpt_config *run, const gpt_config *mine, const trainer *t,
+                               char *err, size_t errlen)
+{
+    char flags[160], detail[400] = "";
+    if (strcmp(rc->trainer, "gpt") != 0 || gpt_config_diff_flags(run, mine, flags, sizeof flags) == 0) return 0;
+    int tensors_differ = layout_check(rc->layout, t->tensors, t->ntensors, t->name, detail, sizeof detail) < 0;
+    err_set(err, errlen,
+            "run '%s' has a gpt of layers=%d heads=%d dim=%d ctx=%d vocab=%d; this worker was started with %s: drop "
+            "the model flags (workers take the model from the run) or start a new run%s%s",
+            rc->run, run->layers, run->heads, run->dim, run->ctx, run->vocab, flags, tensors_differ ? "; " : "",
+            tensors_differ ? detail : "");
+    return 1;
+}
+
+/* --seed seeds the parameters' initialisation, which a worker replaces with the run's at once (it fetches them
+ * when it joins): another seed than the run's would do nothing, so it is said. */
+static void warn_ignored_seed(const runconf *rc, const gpt_options *o)
+{
+    if (o->seed != rc->seed)
+        log_warn("--seed %llu is ignored: a worker takes its parameters from the run (run '%s' was initialised "
+                 "with seed %llu by coordinator init)",
+                 (unsigned long long)o->seed, rc->run, (unsigned long long)rc->seed);
+}
+
+/* The GPT: the run's model and seed, then the worker's flags (data, batch, ...). */
+static trainer *make_gpt(const worker_args *a, const runconf *rc, char **rest, int nrest, char *err, size_t errlen)
+{
+    gpt_options run, o;
+    if (run_gpt_options(rc, &run, err, errlen) < 0) return NULL;
+    o = run;
+    o.total_steps = a->steps; /* --steps is ours; it is also the trainer's cosine horizon */
+    if (user_gpt_options(&o, rest, nrest, err, errlen) < 0) return NULL;
+    int seq_given = 0;
+    for (int i = 0; i < nrest; i++) seq_given |= !strcmp(rest[i], "--seq") || !strncmp(rest[i], "--seq=", 6);
+    if (!seq_given && o.seq > o.model.ctx) o.seq = o.model.ctx; /* the default, 256, fits no shorter context */
+    warn_ignored_seed(rc, &o);
+    trainer *t = gpt_trainer_create(&o, err, errlen);
+    if (t && model_flags_refused(rc, &run.model, &o.model, t, err, errlen)) {
+        t->destroy(t);
         return NULL;
     }
-    return gpt_trainer_create(&o, err, errlen);
+    return t;
 }
 
 static trainer *make_trainer(const worker_args *a, const runconf *rc, char **rest, int nrest, char *err, size_t errlen)

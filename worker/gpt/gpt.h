@@ -108,6 +108,9 @@ void gpt_options_default(gpt_options *o);
  * Pass argv + 1 / argc - 1 to skip the program name. Strings point into argv. */
 int gpt_options_parse(gpt_options *o, int argc, char **argv, char *err, size_t errlen);
 void gpt_usage(FILE *f);
+/* The model flags by which mine differs from run, as flags ("--layers 4 --dim 64") into out; returns how
+ * many differ (0: "", the same model). For a worker whose flags would change the run's model. */
+int gpt_config_diff_flags(const gpt_config *run, const gpt_config *mine, char *out, size_t cap);
 /* Learning rate of step s (0-based): linear warmup over warmup_steps, then cosine decay to
  * lr*min_lr_ratio at total_steps (constant lr if total_steps <= 0). */
 double gpt_lr_at(const gpt_options *o, long s);

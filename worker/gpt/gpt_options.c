@@ -1,5 +1,6 @@
 /* gpt_options.c: the gpt trainer's options (gpt.h): defaults, the flag table behind gpt_usage and
- * gpt_options_parse, and the learning-rate schedule gpt_lr_at. */
+ * gpt_options_parse, the model flags that differ from a run's (gpt_config_diff_flags), and the
+ * learning-rate schedule gpt_lr_at. */
 #include "base/opts.h"
 #include "base/util.h"
 #include "gpt.h"
@@ -202,6 +203,22 @@ int gpt_options_parse(gpt_options *o, int argc, char **argv, char *err, size_t e
     }
     free(rest);
     return rc == 0 ? argc - nrest : -1;
+}
+
+int gpt_config_diff_flags(const gpt_config *run, const gpt_config *mine, char *out, size_t cap)
+{
+    const char *names[] = {"layers", "heads", "dim", "ctx", "vocab"};
+    const int theirs[] = {run->layers, run->heads, run->dim, run->ctx, run->vocab};
+    const int ours[] = {mine->layers, mine->heads, mine->dim, mine->ctx, mine->vocab};
+    int n = 0;
+    size_t len = 0;
+    if (cap > 0) out[0] = '\0';
+    for (int i = 0; i < 5; i++) {
+        if (theirs[i] == ours[i]) continue;
+        if (len < cap) len += (size_t)snprintf(out + len, cap - len, "%s--%s %d", n ? " " : "", names[i], ours[i]);
+        n++;
+    }
+    return n;
 }
 
 double gpt_lr_at(const gpt_options *o, long s)

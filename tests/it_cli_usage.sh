@@ -74,7 +74,7 @@ expect 2 "\-\-connect-timeout wants seconds in \[0, 2000000\], got '3e7'" bin/sh
 expect 2 "\-\-heartbeat-timeout wants seconds in \[0, 2000000\] (0 = never), got 'inf'" bin/coordinator init --redis "$DEAD" --run r --heartbeat-timeout inf
 expect 2 "\-\-outer-lr wants a non-negative number, got 'inf'" bin/coordinator init --redis "$DEAD" --run r --outer-lr inf
 expect 2 "set-lr wants a number, got 'inf'" bin/coordinator control --redis "$DEAD" --run r set-lr inf
-expect 2 "set-max-staleness wants an integer, got '-1'" bin/coordinator control --redis "$DEAD" --run r set-max-staleness -1
+expect 2 "set-max-staleness wants an integer >= 0, got '-1'" bin/coordinator control --redis "$DEAD" --run r set-max-staleness -1
 # serve's flags that need another or contradict one, and control's argument counts (serve.c, control.c)
 expect 2 "\-\-http wants \[HOST:\]PORT, got 'foo'" bin/coordinator serve --redis "$DEAD" --run r --http foo
 expect 2 "\-\-host 5.6.7.8 contradicts \-\-http 1.2.3.4:80" bin/coordinator serve --redis "$DEAD" --run r --http 1.2.3.4:80 --host 5.6.7.8

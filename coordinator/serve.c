@@ -48,7 +48,6 @@ typedef struct serve_ctx {
     http_server *http;                     /* --http's server, or NULL */
 } serve_ctx;
 
-#define REAP_ERROR_LOG_EVERY_MS 60000
 /* After a stop, a command on the connection (none is sent on purpose) waits at most this long. */
 #define STOP_CLOSING_MS 1000
 
@@ -193,8 +192,8 @@ static void reap_failed(serve_ctx *x, const char *e)
 {
     const char *gone = runconf_error_gone(e);
     const char *news = gone && !x->saw_run ? "(no run yet)" : e;
-    uint64_t every = gone ? RUN_GONE_LOG_EVERY_MS : REAP_ERROR_LOG_EVERY_MS;
-    if (!strncmp(x->reap_err, news, sizeof x->reap_err - 1) && now_ms() - x->reap_logged < every) return;
+    if (!strncmp(x->reap_err, news, sizeof x->reap_err - 1) && now_ms() - x->reap_logged < RUN_GONE_LOG_EVERY_MS)
+        return;
     if (gone && x->saw_run)
         log_error("reap: run '%s' is gone from this Redis (%s): " RUN_GONE_HINT, x->c.run, gone);
     else if (gone)

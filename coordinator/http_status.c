@@ -115,9 +115,13 @@ int status_fetch(rconn *rc, const char *run, int n_events, json_t **raw, json_t 
         err_set(err, errlen, "malformed dl_status document: %s", jerr.text);
         return -1;
     }
-    if (evals_attach(rc, run, *raw, err, errlen) < 0) return -1;
-    if (!events || n_events <= 0) return 0;
-    return fetch_events(rc, run, n_events, events, err, errlen);
+    if (evals_attach(rc, run, *raw, err, errlen) < 0 ||
+        (events && n_events > 0 && fetch_events(rc, run, n_events, events, err, errlen) < 0)) {
+        json_decref(*raw); /* (a failure leaves the caller nothing to free) */
+        *raw = NULL;
+        return -1;
+    }
+    return 0;
 }
 
 static json_t *worker_doc(json_t *w, json_t *arrived0)

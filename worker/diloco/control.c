@@ -427,6 +427,11 @@ int dl_shutdown_seen(diloco *d)
     return dl_shutdown_seen_ms(d) != 0;
 }
 
+int dl_run_ended(diloco *d)
+{
+    return heartbeat_flag(d, &d->run_end) != 0;
+}
+
 const char *dl_run_end(diloco *d)
 {
     int end = heartbeat_flag(d, &d->run_end);

@@ -389,6 +389,8 @@ int dl_stop_seen(void *d);        /* dl_stopping as the watch of a connection or
 int dl_shutdown_seen(diloco *d);  /* this session was told the run was shut down (a group: maybe not agreed) */
 /* What ended the run for this session, for messages: "the run was shut down", or that it was made again. */
 const char *dl_run_end(diloco *d);
+/* Whether the run ended for this session otherwise than by a shutdown (run_end: RECREATED, REPLACED). */
+int dl_run_ended(diloco *d);
 /* Whether a Function's error (r->str) ends the run for this session: DILOCO_STOP_RECREATED (the run was made
  * again), DILOCO_STOP_REPLACED (our current incarnation was replaced by another process's registration), or
  * 0. Not under hb_mu. */

@@ -136,6 +136,10 @@ int owners_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shar
         return DL_FAIL;
     }
     uint64_t shut = dl_shutdown_seen_ms(d);
+    if (shut && dl_run_ended(d)) { /* (a run made again, or our id taken: nothing of ours can land, no grace) */
+        err_set(err, errlen, "%s: %s of shard %d given up (last: %s)", dl_run_end(d), what, shard, why);
+        return DL_FAIL;
+    }
     if (shut && now_ms() > shut + SHUTDOWN_GRACE_MS) {
         err_set(err, errlen, "%s and %s of shard %d had not succeeded %d ms later (last: %s)", dl_run_end(d), what,
                 shard, SHUTDOWN_GRACE_MS, why);

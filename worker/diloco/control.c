@@ -117,6 +117,7 @@ static int try_again(diloco *d, int attempt)
  * command begun while stopping that broke its connection was not answered in time: no reopen after it. */
 static void ctl_error(diloco *d, int stopping, const rconn *c, redisReply *r, const char *why, char *err, size_t errlen)
 {
+    int end;
     if (stopping && r == NULL && c != NULL) __atomic_store_n(&d->redis_unanswered, 1, __ATOMIC_RELAXED);
     if (r && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "SHUTDOWN ", 9) == 0) {
         /* a Function says the run was shut down: the same news as a heartbeat's, maybe sooner (a round's
@@ -124,10 +125,9 @@ static void ctl_error(diloco *d, int stopping, const rconn *c, redisReply *r, co
         pthread_mutex_lock(&d->hb_mu);
         dl_shutdown_told_locked(d);
         pthread_mutex_unlock(&d->hb_mu);
-    } else if (r && r->type == REDIS_REPLY_ERROR) {
-        int end = dl_reply_end(d, r->str); /* (the same ends: a registration into the run made again, say) */
-        pthread_mutex_lock(&d->hb_mu);
-        if (end) dl_end_told_locked(d, end);
+    } else if (r && r->type == REDIS_REPLY_ERROR && (end = dl_reply_end(d, r->str)) != 0) {
+        pthread_mutex_lock(&d->hb_mu); /* (the same ends: a registration into the run made again, say) */
+        dl_end_told_locked(d, end);
         pthread_mutex_unlock(&d->hb_mu);
     }
     if (c == NULL)
@@ -257,7 +257,7 @@ static int heartbeat_flag(diloco *d, const int *flag)
 
 int dl_register(diloco *d, char *err, size_t errlen)
 {
-    if (d->grp || heartbeat_flag(d, &d->registering)) return 0;
+    if (d->grp) return 0;
     int64_t *held = malloc((size_t)d->run_nshards * sizeof *held);
     if (held == NULL) {
         err_set(err, errlen, "out of memory");
@@ -443,8 +443,9 @@ const char *dl_run_end(diloco *d)
 int dl_replaced(diloco *d, const char *why)
 {
     /* A process group's ranks learn the group's new incarnation at its next collective after rank 0 registered
-     * it again, so a rank's own refusals name a replaced incarnation for a while: not another process. */
-    if (d->grp) return 0;
+     * it again, so a rank's own refusals name a replaced incarnation for a while: not another process. Nor while
+     * we register: the registration that replaced the incarnation may be our own, its reply not read yet. */
+    if (d->grp || heartbeat_flag(d, &d->registering)) return 0;
     /* "worker <id> (incarnation <inc>) was replaced: incarnation ..." (lua/20_membership.lua not_member_why,
      * shard-server/ops.c) */
     const char *p = strstr(why, " (incarnation ");

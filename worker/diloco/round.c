@@ -161,7 +161,8 @@ static void adopt_dylu(diloco *d)
  * needs a shard-server, and while none answers it fails. That is an outage, not the worker's end: it tries
  * again (each try waits up to the sync timeout) until a server answers, the run is shut down or we are
  * stopped; heartbeats go on meanwhile, so we stay a member. Training on would be wasted: the fetch replaces
- * the parameters trained since. 0 fetched, -1 (err) stopped, shut down or another error while none waits. */
+ * the parameters trained since. Every failure is tried again, a lasting one too (said once a minute). 0
+ * fetched, -1 (err) once stopped or told the run ended. */
 static int fetch_after_register(diloco *d, char *err, size_t errlen)
 {
     uint64_t since = now_ms(), told = 0;

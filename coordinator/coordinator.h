@@ -58,8 +58,6 @@ int coord_connect(coord_common *c, rconn **out);
 /* FUNCTION LOAD REPLACE of the Functions library (lua/, joined into build/diloco.lua) on every master (init.c). */
 int coord_load_library(rconn *rc, char *err, size_t errlen);
 int cmd_repair(int argc, char **argv); /* repair.c */
-/* The status document (dl_status) parsed; NULL + message on stderr. */
-struct json_t *coord_fetch_status(rconn *rc, const char *run);
 
 /* topology.c: Redis itself (master, replicas, lag; failovers behind Sentinel). A watch (serve) also
  * remembers the master it last saw, so a change is logged and reported as the last failover. */

@@ -12,6 +12,7 @@
 
 #include "base/opts.h"
 #include "coordinator.h"
+#include "http.h"
 
 static void usage(FILE *f)
 {
@@ -198,10 +199,15 @@ int cmd_status(int argc, char **argv)
     rconn *rc;
     int st = coord_connect(&c, &rc);
     if (st != 0) return st;
-    json_t *doc = coord_fetch_status(rc, c.run);
-    if (doc) json_object_set_new(doc, "redis", topology_read(rc, &c.url, NULL));
+    json_t *doc;
+    char err[512];
+    if (status_fetch(rc, c.run, 0, &doc, NULL, err, sizeof err) < 0) {
+        fprintf(stderr, "coordinator: status of run '%s': %s\n", c.run, err);
+        rconn_free(rc);
+        return 1;
+    }
+    json_object_set_new(doc, "redis", topology_read(rc, &c.url, NULL));
     rconn_free(rc);
-    if (!doc) return 1;
     if (as_json) {
         json_dumpf(doc, stdout, JSON_INDENT(2) | JSON_SORT_KEYS);
         putchar('\n');

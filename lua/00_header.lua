@@ -27,6 +27,8 @@ and fails with a fixed error code (first word of the error):
   OLDRUN          the run was created by another version of this library (its keys are laid out differently)
   RECREATED       the run was made again (coordinator init --force) since the caller loaded it: its shards,
                   secret and members are another run's
+  REPLACED        the caller's shard-server id was taken over by another process since (a second process
+                  started with the same --id): the caller stops
   GROUP           a process group's ranks are not in step (a rank joining a group that already synced,
                   a rank arriving, or its rank 0 submitting, before every rank joined)
 

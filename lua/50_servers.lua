@@ -80,7 +80,36 @@ local function announce_release(P, sid)
     redis.pcall('PUBLISH', P .. ':closes', 'lease:' .. sid)
 end
 
--- dl_server_beat KEYS[1]=config ARGV: server_id, address, ttl_ms, pid[, loaded[, busy[, created_ms]]]
+-- Two live processes must not share a server id: each would take the other's leases at every beat (the one
+-- that has not loaded a shard takes it anew with a new epoch, the other then renews it under that epoch) and
+-- both would serve and commit the same shards, each with part of a round's pseudo-gradients. Every process
+-- names itself with a random token, kept in its record. A process's first beat (first = '1': none of its
+-- beats was answered yet) takes the id over whoever held it: a restart after a crash, or a second process by
+-- mistake. A later beat whose token is not the record's, while that record is alive (its last beat within
+-- its ttl), is refused REPLACED, before any write: the other process took the id since. The caller then
+-- serves nothing and beats on; it stops when the other goes on beating (shard-server/lease.c). A record
+-- that is not alive does not refuse: its process is dead, or it is our own record lost in a Redis failover
+-- or restart and an older one came back. A caller without a token (an older build) is not checked.
+-- server_taken_by: the record of the live other process that holds the id now, or nil.
+local function server_taken_by(P, sid, token)
+    if token == nil or token == '' then return nil end
+    local rec = redis.call('HGET', P .. ':servers', sid)
+    if not rec then return nil end
+    local r = cmsgpack.unpack(rec)
+    if r.token == nil or r.token == token then return nil end
+    if (tonumber(r.last) or 0) + (tonumber(r.ttl) or 0) < now_ms() then return nil end
+    return r
+end
+
+local function check_server_process(P, sid, token, first)
+    local other = first ~= '1' and server_taken_by(P, sid, token)
+    if not other then return end
+    error('REPLACED server id ' .. sid .. ' was taken over by another process (pid ' .. tostring(other.pid) ..
+          ', data plane ' .. tostring(other.addr) .. ') since this one last renewed its leases')
+end
+
+-- dl_server_beat KEYS[1]=config ARGV: server_id, address, ttl_ms, pid[, loaded[, busy[, created_ms[, token,
+-- first]]]]
 -- Renews the caller's valid leases (after forgive_outage), takes free or expired shards up to its fair share
 -- ceil(shards/servers), and gives back shards above it so a new server gets work.
 -- loaded (comma-separated shard numbers, possibly empty) are the shards the caller has in memory: a
@@ -94,6 +123,7 @@ end
 -- created_ms ('' or absent: not checked) is the config's created_ms when the caller loaded the run: a run
 -- made again under the same name since (coordinator init --force) is refused RECREATED, before the caller
 -- takes a lease it would load with the old run's layout and serve under the old secret.
+-- token, first: the calling process and whether this is its first answered beat (check_server_process).
 -- -> flat {shard, epoch, shard, epoch, ...} of the leases the caller now holds.
 local function dl_server_beat(keys, args)
     local P = load_run(keys)
@@ -107,6 +137,7 @@ local function dl_server_beat(keys, args)
     end
     for k in string.gmatch(args[6] or '', '%d+') do busy[tonumber(k)] = true end
     check_made_at(P, keys[1], args[7])
+    check_server_process(P, sid, args[8], args[9])
     local now = now_ms()
     local S = tonumber(redis.call('HGET', keys[1], 'shards'))
     local shards = P .. ':shards'
@@ -158,14 +189,17 @@ local function dl_server_beat(keys, args)
         out[#out + 1] = tonumber(redis.call('HGET', shards, k .. ':epoch'))
     end
     redis.call('HSET', P .. ':servers', sid, cmsgpack.pack({addr = addr, pid = args[4] or '', last = now,
-                                                           held = #held, ttl = ttl}))
+                                                           held = #held, ttl = ttl, token = args[8]}))
     return out
 end
 
--- dl_server_leave KEYS[1]=config ARGV: server_id  (clean shutdown: give every lease back)
+-- dl_server_leave KEYS[1]=config ARGV: server_id[, token]  (clean shutdown: give every lease back)
+-- A process whose id another process took over since (token not the record's, check_server_process) gives
+-- back nothing: the leases under its id are the other's. -> 'OK', or 'REPLACED' when nothing was done.
 local function dl_server_leave(keys, args)
     local P = load_run(keys)
     local sid = args[1]
+    if server_taken_by(P, sid, args[2]) then return 'REPLACED' end
     local S = tonumber(redis.call('HGET', keys[1], 'shards'))
     local released = 0
     for k = 0, S - 1 do

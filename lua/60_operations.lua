@@ -244,6 +244,7 @@ local function dl_status(keys, args)
     for i = 1, #all, 2 do
         local rec = cmsgpack.unpack(all[i + 1])
         rec.id = all[i]
+        rec.token = nil -- (which process holds the id: check_server_process's, nothing to show)
         rec.age_ms = now - (rec.last or 0)
         servers[#servers + 1] = rec
     end

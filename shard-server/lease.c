@@ -16,6 +16,12 @@
  * A beat also names the making of the run we loaded (its config's created_ms): once the run is made again
  * under its name (`coordinator init --force`), the beat is refused RECREATED and the process starts again
  * (run_recreated), instead of taking leases of the new run with the old layout and secret.
+ * Two processes must not hold one server id (lua/50_servers.lua, check_server_process): each beat carries
+ * this process's random token, and whether a beat of ours was answered yet. Our first beat takes the id over
+ * (a restart after a crash); a later one finds the id taken by another process while that one beats, and is
+ * refused REPLACED. We then serve nothing (every lease dropped) and keep beating: a process that stops
+ * beating (a dead one, or a record of ours lost in a Redis failover) leaves the id to us again after its ttl;
+ * one that goes on beating for ID_TAKEN_TTLS of our ttls has the id for good, and we stop (id_taken).
  * After each beat the server also refreshes the outer tunables (outer_lr, outer_momentum, nesterov)
  * and the shard -> owner address map it uses for `moved` replies.
  */
@@ -170,11 +176,50 @@ static void run_recreated(ss_ctx *ss, const char *why)
     event_base_loopbreak(ss->base);
 }
 
+/* How many of our lease ttls another process must go on beating under our id before we leave it the id. A
+ * dead process's record stops looking alive one of its ttls after its last beat; two are a margin. */
+#define ID_TAKEN_TTLS 3
+
+/* dl_server_beat refused REPLACED: another process beats under our id. Serve nothing meanwhile (its beats
+ * renew the leases of our id, and its epochs fence our commits); stop once it has beaten for ID_TAKEN_TTLS
+ * ttls, for then it is alive, not a record of a dead process that a later beat of ours replaces. */
+static void id_taken(ss_ctx *ss, const char *why)
+{
+    uint64_t now = now_ms();
+    why += strlen("REPLACED ");
+    if (ss->taken_since_ms == 0) {
+        ss->taken_since_ms = now;
+        log_warn("%s: serving nothing while it beats (two shard-servers must not share an --id)", why);
+    }
+    ss->lease_valid_until = 0;
+    release_all(ss, "server id taken over by another process");
+    if (now - ss->taken_since_ms < (uint64_t)ID_TAKEN_TTLS * (uint64_t)ss->opts.lease_ttl_ms) return;
+    log_error("%s, and it has gone on beating for %.1f s: stopping (exit status %d); give each shard-server "
+              "its own --id",
+              why, (double)(now - ss->taken_since_ms) / 1000.0, SS_EXIT_ID_TAKEN);
+    ss->replaced = 1;
+    ss->stopping = 1;
+    event_base_loopbreak(ss->base);
+}
+
+/* A beat was answered with our leases: the id is ours. */
+static void id_held(ss_ctx *ss)
+{
+    if (ss->taken_since_ms != 0)
+        log_info("server id %s is ours again (the other process stopped beating under it)", ss->id);
+    ss->taken_since_ms = 0;
+    ss->beat_accepted = 1;
+}
+
 static void beat_answered(ss_ctx *ss, redisReply *r)
 {
     if (ss->stopping) return;
     if (r != NULL && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "RECREATED ", 10) == 0) {
         run_recreated(ss, r->str);
+        return;
+    }
+    if (r != NULL && r->type == REDIS_REPLY_ERROR && strncmp(r->str, "REPLACED ", 9) == 0) {
+        id_taken(ss, r->str);
         return;
     }
     uint64_t now = now_ms();
@@ -205,6 +250,7 @@ static void beat_answered(ss_ctx *ss, redisReply *r)
         lease_beat_now(ss);
         return;
     }
+    id_held(ss);
     ss->lease_valid_until = ss->beat_sent_ms + (uint64_t)ss->opts.lease_ttl_ms;
     char *held = calloc((size_t)ss->nshards, 1);
     int64_t *epochs = calloc((size_t)ss->nshards, sizeof *epochs);
@@ -295,9 +341,9 @@ void lease_beat_now(ss_ctx *ss)
     }
     char made[24] = ""; /* (a run made before created_ms was recorded: not checked) */
     if (ss->rc.created_ms > 0) snprintf(made, sizeof made, "%llu", (unsigned long long)ss->rc.created_ms);
-    const char *args[7] = {ss->id, ss->addr, ttl, pid, loaded, busy, made};
+    const char *args[9] = {ss->id, ss->addr, ttl, pid, loaded, busy, made, ss->token, ss->beat_accepted ? "0" : "1"};
     ss->beat_sent_ms = now_ms();
-    if (store_fcall(ss, on_beat, ss, "dl_server_beat", 7, args) == 0) ss->beat_in_flight = 1;
+    if (store_fcall(ss, on_beat, ss, "dl_server_beat", 9, args) == 0) ss->beat_in_flight = 1;
     free(loaded);
     free(busy);
 }
@@ -343,6 +389,8 @@ static void on_leave(redisReply *r, void *priv)
     leave_q *q = priv;
     if (r == NULL || r->type == REDIS_REPLY_ERROR)
         log_warn("dl_server_leave failed: %s (leases will expire after the ttl)", r ? r->str : "connection lost");
+    else if (r->type == REDIS_REPLY_STRING && strcmp(r->str, "REPLACED") == 0)
+        log_info("leases not given back: another process holds this server id now");
     else
         log_info("leases given back");
     q->done(q->arg);
@@ -354,14 +402,14 @@ void lease_leave(ss_ctx *ss, void (*done)(void *), void *arg)
     release_all(ss, "shutting down");
     ss->lease_valid_until = 0;
     leave_q *q = malloc(sizeof *q);
-    const char *args[1] = {ss->id};
+    const char *args[2] = {ss->id, ss->token};
     if (q == NULL) {
         done(arg);
         return;
     }
     q->done = done;
     q->arg = arg;
-    if (store_fcall(ss, on_leave, q, "dl_server_leave", 1, args) != 0) {
+    if (store_fcall(ss, on_leave, q, "dl_server_leave", 2, args) != 0) {
         log_warn("cannot give leases back (Redis not connected); they expire after the ttl");
         free(q);
         done(arg);

@@ -35,11 +35,13 @@ static void usage(FILE *f)
                "A stateless outer-optimizer process of ReDiLoCo: it leases shards of the run's parameters in\n"
                "Redis, receives pseudo-gradients from workers over TCP, commits each round's outer step to Redis\n"
                "and serves the new parameters. Start as many as you like, any time; kill them any time.\n"
-               "\n" REDIS_URL_HELP "  --run NAME                run name (as given to `coordinator init`; started before the run is\n"
+               "\n" REDIS_URL_HELP
+               "  --run NAME                run name (as given to `coordinator init`; started before the run is\n"
                "                            made, the server waits for it)\n"
                "  --listen HOST:PORT        data-plane address to bind (default 127.0.0.1:0, an ephemeral port)\n"
                "  --advertise HOST:PORT     address workers should use (default: the bound address)\n"
-               "  --id ID                   server id in Redis (default ss-<hostname>-<pid>)\n"
+               "  --id ID                   server id in Redis, one process each (default ss-<hostname>-<pid>);\n"
+               "                            a restart with the same id takes over at once\n"
                "  --lease-ttl-ms MS         lease time-to-live; renewed every ttl/3 (default 5000)\n"
                "  --connect-timeout S       at start, wait up to S seconds for an unreachable Redis (default 60;\n"
                "                            0: try once); a refused password or user fails at once\n"
@@ -281,9 +283,14 @@ int main(int argc, char **argv)
         host[sizeof host - 1] = '\0';
         snprintf(ss->id, sizeof ss->id, "ss-%s-%d", host, (int)getpid());
     }
+    if (auth_nonce(ss->token) != 0) {
+        log_error("cannot read /dev/urandom for this process's token (lease.c): exiting");
+        return 1;
+    }
     if (ss_ctx_load_run(ss, &g_startup_stop) != 0) return g_startup_stop ? 0 : 1;
     if (g_startup_stop) return 0;
     rc = run_loop(ss);
     if (ss->recreated) return start_again(argv);
+    if (ss->replaced) return SS_EXIT_ID_TAKEN;
     return rc == 0 ? 0 : 1;
 }

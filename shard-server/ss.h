@@ -57,8 +57,13 @@
 #include "format/dp_error.h"
 #include "format/runconf.h"
 #include "link/rlink.h"
+#include "net/auth.h"
 #include "redis/cluster.h"
 #include "redis/url.h"
+
+/* The exit status of a shard-server whose id another process took over for good (lease.c, id_taken): a
+ * supervisor should not start it again with the same id (deploy/systemd: RestartPreventExitStatus). */
+#define SS_EXIT_ID_TAKEN 3
 
 /* ---------------------------------------------------------------------------------------------- */
 /* options (main.c) */
@@ -301,6 +306,13 @@ typedef struct ss_ctx {
     int stopping;
     int refused;   /* Redis refused one of our logins for good (ctx.c): exit status 1 */
     int recreated; /* the run was made again under its name (lease.c): main.c starts this process again */
+    int replaced;  /* another process holds our id for good (lease.c): exit status SS_EXIT_ID_TAKEN */
+    /* who holds our id (lua/50_servers.lua, check_server_process): this process's random token; whether a
+     * beat of ours was answered (until then each beat may take the id over); since when our beats have been
+     * refused REPLACED (0: they are not) */
+    char token[AUTH_NONCE_LEN + 1];
+    int beat_accepted;
+    uint64_t taken_since_ms;
     struct event *exit_timer;
     ss_metrics m;
     struct ss_commit *cq_head, *cq_tail; /* commits being computed, in order (commit_compute.c) */

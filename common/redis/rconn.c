@@ -257,6 +257,25 @@ error:
     return NULL;
 }
 
+/* Several nodes in a redis:// URL are the seeds of one Redis Cluster. Servers that are not Cluster nodes
+ * would each be a Redis of its own, and every connection would use the one that answered first: init, the
+ * workers and the shard-servers could each land on another. So the node we reached must be a Cluster node.
+ * Only "cluster support disabled" refuses: a user whose ACL lacks CLUSTER MYID is not judged. -1 + err. */
+static int check_seeds_cluster(rconn *c, const stop_src *stop, char *err, size_t errlen)
+{
+    if (c->given.nhosts < 2 || c->given.sentinel_master[0] != '\0') return 0;
+    redisReply *r = handshake(c->seed, stop, c->timeout_ms, "CLUSTER MYID");
+    int alone = r != NULL && r->type == REDIS_REPLY_ERROR && strstr(r->str, "cluster support disabled") != NULL;
+    if (r != NULL) freeReplyObject(r);
+    if (!alone) return 0;
+    err_set(err, errlen,
+            "the Redis URL names %d nodes, the form of a Redis Cluster's seeds, but %s:%d is not a Cluster node "
+            "(cluster support disabled): name one Redis server alone (redis://HOST:PORT), or its Sentinels "
+            "(redis+sentinel://HOST:PORT,HOST:PORT/MASTER)",
+            c->given.nhosts, c->url.host, c->url.port);
+    return -1;
+}
+
 /* One attempt; stop and *final as open_node. */
 static rconn *connect_once(const redis_url *u, int timeout_ms, const stop_src *stop, int *final, char *err,
                            size_t errlen)
@@ -277,7 +296,13 @@ static rconn *connect_once(const redis_url *u, int timeout_ms, const stop_src *s
     sigpipe_guard g;
     sigpipe_hold(&g);
     c->seed = open_node(&c->url, NULL, 0, timeout_ms, socket_timeout(c), stop, final, err, errlen);
+    int seeds_ok = c->seed != NULL && check_seeds_cluster(c, stop, err, errlen) == 0;
     sigpipe_release(&g);
+    if (c->seed != NULL && !seeds_ok) {
+        *final = 1; /* (the URL is wrong: trying again cannot help) */
+        redisFree(c->seed);
+        c->seed = NULL;
+    }
     if (c->seed == NULL) {
         free(c);
         return NULL;

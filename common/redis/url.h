@@ -8,7 +8,8 @@
  *   unix://path[?db=N]                          (unix socket, e.g. unix:///run/redis.sock?db=2)
  *   unix://[user]:pass@/abs/path[?db=N]         (unix socket with credentials)
  *   redis://[user[:pass]@]h1[:p1],h2[:p2],...    (several nodes of one Redis Cluster: the seeds; the
- *                                                first that answers is used, so one dead node is fine)
+ *                                                first that answers is used, so one dead node is fine;
+ *                                                rconn refuses seeds that are not Cluster nodes)
  *   redis+sentinel://[user[:pass]@]s1[:p1],s2[:p2],.../master[/db][?sentinel_username=U&sentinel_password=P]
  *                                               (also redis-sentinel://: the Sentinels, default port
  *                                                26379, and the name of the master they watch; user and

@@ -78,6 +78,33 @@ local function dl_barrier(keys, args)
     return {state, st[2] or '', st[3] or '', cur, missing, redis.call('HEXISTS', B, field)}
 end
 
+-- dl_waiting KEYS[1]=config ARGV: fragment, round, max
+-- -> {missing, heartbeat_timeout_ms, id, heartbeat age ms, id, age, ...}: the live members the open barrier
+-- (fragment, round) still waits for (joined <= round, not arrived), the first `max` of them named with the
+-- time since their last heartbeat. A worker that has waited long at a barrier says whom it waits for
+-- (worker/diloco/barrier.c): a member that died is waited for until the reaper evicts it, one heartbeat
+-- timeout after its last beat, and a worker restarted under a new id (the default <host>-<pid>) waits for
+-- its own old incarnation all that time. Read-only; {0, timeout} when the barrier is not open.
+local function dl_waiting(keys, args)
+    local P = load_run(keys)
+    local f, r, max = to_int(args[1], 'fragment'), to_int(args[2], 'round'), to_int(args[3], 'max')
+    local B = barrier_key(P, f, r)
+    local out = {0, tonumber(tunable(P, 'heartbeat_timeout_ms')) or 0}
+    if redis.call('HGET', B, 'state') ~= 'open' then return out end
+    local now = now_ms()
+    for _, w in ipairs(expected_members(P, f, r)) do
+        if redis.call('HEXISTS', B, 'a:' .. w) == 0 then
+            out[1] = out[1] + 1
+            if out[1] <= max then
+                local beat = tonumber(redis.call('ZSCORE', P .. ':heartbeats', w)) or now
+                out[#out + 1] = w
+                out[#out + 1] = now - beat
+            end
+        end
+    end
+    return out
+end
+
 -- dl_drop KEYS[1]=config ARGV: fragment, round, worker_id
 -- A closed round whose participant w died before a shard received its pseudo-gradient again can never
 -- commit that shard with w; drop w from the round for every shard not yet committed.

@@ -96,20 +96,61 @@ static int arrive_again(diloco *d, int f, int64_t round, char *err, size_t errle
 #define BARRIER_NOTE_FIRST_MS 10000
 #define BARRIER_NOTE_EVERY_MS 60000
 
+/* Whom the open barrier (f, round) waits for, as "for 2 member(s): a (last heartbeat 45 s ago), b (0.3 s ago);
+ * ..." (dl_waiting), into out; "" when it cannot say (an older function library, Redis away). A member that
+ * died is waited for until the reaper evicts it, a heartbeat timeout after its last beat; a worker restarted
+ * under a new id (the default <host>-<pid>) waits for its own old incarnation all that time, which the
+ * generic "it waits for its participants" did not tell (a PyTorch user's restart waited 2 minutes). */
+#define WAITING_NAMED 3
+static void waiting_for(diloco *d, int f, int64_t round, char *out, size_t cap)
+{
+    out[0] = '\0';
+    redisReply *r =
+        dl_command(d, NULL, 0, "FCALL dl_waiting 1 %s %d %lld %d", d->config_key, f, (long long)round, WAITING_NAMED);
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements < 2 || r->element[0]->type != REDIS_REPLY_INTEGER ||
+        r->element[0]->integer == 0) {
+        if (r) freeReplyObject(r);
+        return;
+    }
+    long long missing = r->element[0]->integer, timeout_ms = r->element[1]->integer, oldest_ms = 0;
+    size_t len = (size_t)snprintf(out, cap, "it waits for %lld member(s): ", missing);
+    for (size_t i = 2; i + 1 < r->elements && len < cap; i += 2) {
+        long long age = r->element[i + 1]->integer;
+        if (age > oldest_ms) oldest_ms = age;
+        len += (size_t)snprintf(out + len, cap - len, "%s%s (last heartbeat %.1f s ago)", i > 2 ? ", " : "",
+                                r->element[i]->type == REDIS_REPLY_STRING ? r->element[i]->str : "?", age / 1000.0);
+    }
+    if (len < cap && missing > WAITING_NAMED) len += (size_t)snprintf(out + len, cap - len, ", ...");
+    if (len < cap && timeout_ms > 0 && oldest_ms > timeout_ms / 4) /* (beats come a quarter timeout apart at most) */
+        snprintf(out + len, cap - len,
+                 "; a member silent for %.0f s (the run's heartbeat timeout) is evicted and no longer waited for, "
+                 "and a worker started again under its worker id takes its place at once",
+                 timeout_ms / 1000.0);
+    freeReplyObject(r);
+}
+
 static void note_wait(diloco *d, int f, int64_t round, int joiner, uint64_t waited_ms)
 {
     /* (no round closes while a shard is marked: its participants each wait for the repair and say so, but a
      * joiner would not know; one HKEYS of the shards hash, a joiner's only: a run's members waiting at a
      * barrier can be thousands) */
     int corrupt = joiner ? repair_marked(d) : 0;
+    char who[600];
+    if (corrupt <= 0) waiting_for(d, f, round, who, sizeof who);
     if (corrupt > 0)
         log_warn("round %lld of fragment %d: waited %.0f s for it to close before joining; it cannot close while %d "
                  "shard(s) of run '%s' are marked corrupt (`coordinator status` names them): run `coordinator repair`",
                  (long long)round, f, (double)waited_ms / 1000.0, corrupt, d->run);
+    else if (joiner && who[0] != '\0')
+        log_info("round %lld of fragment %d: waited %.0f s for it to close before joining; %s", (long long)round, f,
+                 (double)waited_ms / 1000.0, who);
     else if (joiner)
         log_info("round %lld of fragment %d: waited %.0f s for it to close before joining; it waits for its "
                  "participants (`coordinator status` shows the run's workers)",
                  (long long)round, f, (double)waited_ms / 1000.0);
+    else if (who[0] != '\0')
+        log_info("round %lld of fragment %d: waited %.0f s at the barrier for the other workers of run '%s'; %s",
+                 (long long)round, f, (double)waited_ms / 1000.0, d->run, who);
     else
         log_info("round %lld of fragment %d: waited %.0f s at the barrier for the other workers of run '%s' "
                  "(`coordinator status` shows how many it waits for; start more workers, or lower the number: "

@@ -144,6 +144,22 @@ static int keep_options(diloco *d, const diloco_options *o, char *err, size_t er
     return redis_url_parse(o->redis_url, &d->url, err, errlen);
 }
 
+/* --dylu on a run made without DyLU (its tunables' dylu is not 1): no heartbeat reply ever assigns an H, so the
+ * worker keeps its own; said once, as the flag would otherwise be silently moot. */
+static void check_dylu(diloco *d, const diloco_options *o)
+{
+    if (!o->dylu) return;
+    char key[KEY_MAX];
+    redisReply *r = rconn_command(d->ctl, "HGET %s dylu", key_run(key, sizeof key, o->run, "tunables"));
+    int on = r && r->type == REDIS_REPLY_STRING && strcmp(r->str, "1") == 0;
+    int known = r && (r->type == REDIS_REPLY_STRING || r->type == REDIS_REPLY_NIL);
+    if (r) freeReplyObject(r);
+    if (known && !on)
+        log_warn("--dylu (diloco_options.dylu): run '%s' was made without DyLU (coordinator init --dylu), so nothing "
+                 "assigns this worker an H: it syncs every %d steps, its own",
+                 o->run, o->sync_every > 0 ? o->sync_every : 500);
+}
+
 /* --fragments-in-flight D: 1 <= D <= the run's fragments, and 1 in an async run (its submissions share the
  * session's submission number and order places: one at a time). 0 is the default, 1. */
 static int check_in_flight(diloco *d, const diloco_options *o, char *err, size_t errlen)
@@ -248,6 +264,7 @@ int state_init(diloco *d, const diloco_options *o, float *params, size_t numel, 
         return -1;
     }
     if (check_in_flight(d, o, err, errlen) < 0 || check_heartbeat(d, o, err, errlen) < 0) return -1;
+    check_dylu(d, o);
     if (o->fragment_alpha < 0 || o->fragment_alpha >= 1) {
         err_set(err, errlen, "fragment alpha must be in [0, 1), got %g", o->fragment_alpha);
         return -1;

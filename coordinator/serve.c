@@ -447,8 +447,8 @@ static int serve_start_saver(serve_ctx *x, const serve_opts *o)
     return 0;
 }
 
-/* With --http, the HTTP server on the loop (http_server.c), and its dashboard's URL on stdout. 0, or -1
- * after a message. */
+/* With --http, the HTTP server on the loop (http_server.c), and its dashboard's URL on stdout (with
+ * --no-dashboard, /status's: a URL that answers). 0, or -1 after a message. */
 static int serve_start_http(serve_ctx *x, const serve_opts *o)
 {
     if (!o->http_arg) return 0;
@@ -475,7 +475,7 @@ static int serve_start_http(serve_ctx *x, const serve_opts *o)
     log_info("HTTP on %s%s%s:%d: /status, /metrics, /control/<action>, %s%s", v6 ? "[" : "", host, v6 ? "]" : "", port,
              dashboard ? "dashboard at /dashboard" : "no dashboard",
              o->token ? " (control needs the bearer token)" : "");
-    printf("http://%s%s%s:%d/dashboard\n", v6 ? "[" : "", host, v6 ? "]" : "", port);
+    printf("http://%s%s%s:%d/%s\n", v6 ? "[" : "", host, v6 ? "]" : "", port, dashboard ? "dashboard" : "status");
     fflush(stdout);
     if (!addr_loopback_hint(host) && !o->token)
         log_warn("listening on %s without --token-file: anyone who can reach it can control the run", host);

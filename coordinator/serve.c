@@ -252,20 +252,20 @@ static void on_signal(evutil_socket_t fd, short what, void *arg)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: bin/coordinator serve --redis URL --run NAME [options]\n"
-            "\n" COORD_HELP "  --print-every S           one-line summary every S seconds (default 10, 0 = never)\n"
-            "  --connect-timeout S       at start, wait up to S seconds for an unreachable Redis (default 60;\n"
-            "                            0: try once); a refused password or user fails at once\n"
-            "  --http [HOST:]PORT        serve the dashboard, /status, /metrics and /control on PORT\n"
-            "                            (default host 127.0.0.1; PORT 0 = any free port)\n"
-            "  --host HOST               bind address of --http (e.g. 0.0.0.0: must be explicit)\n"
-            "  --token-file FILE         POST /control/* needs 'Authorization: Bearer <first line of FILE>'\n"
-            "  --no-dashboard            GET / and /dashboard answer 404 (status, metrics, control stay)\n"
-            "  --save-dir DIR            POST /control/save_state exports a checkpoint to\n"
-            "                            DIR/checkpoint-<v>.safetensors\n"
-            "  --save-every N            export a checkpoint to --save-dir every N committed versions\n"
-            "  --keep K                  keep the newest K checkpoints in --save-dir (default 0 = all)\n");
+    fprintf(f, "usage: bin/coordinator serve --redis URL --run NAME [options]\n"
+               "\n" COORD_HELP "  --print-every S           one-line summary every S seconds (default 10, 0 = never)\n"
+               "  --connect-timeout S       at start, wait up to S seconds for an unreachable Redis (default 60;\n"
+               "                            0: try once); a refused password or user fails at once\n"
+               "  --http [HOST:]PORT        serve the dashboard, /status, /metrics and /control on PORT\n"
+               "                            (default host 127.0.0.1; PORT 0 = any free port)\n"
+               "  --host HOST               bind address of --http (e.g. 0.0.0.0: must be explicit)\n"
+               "  --token-file FILE         POST /control/* needs 'Authorization: Bearer <first line of FILE>'\n"
+               "  --no-dashboard            GET / and /dashboard answer 404 (status, metrics, control stay)\n"
+               "  --save-dir DIR            POST /control/save_state exports a checkpoint to\n"
+               "                            DIR/checkpoint-<v>.safetensors\n"
+               "  --save-every N            export a checkpoint to --save-dir every N committed versions\n"
+               "  --keep K                  keep the newest K checkpoints in --save-dir (default 0 = all; needs\n"
+               "                            --save-dir)\n");
 }
 
 /* "[HOST:]PORT", "[v6]:PORT" -> host (into buf, or untouched) and port. */
@@ -296,19 +296,30 @@ static int addr_loopback_hint(const char *h)
     return !strncmp(h, "127.", 4) || !strcmp(h, "localhost") || !strcmp(h, "::1");
 }
 
-static char *read_token(const char *path)
+/* The token: the first line of path, trimmed (malloc'd), or NULL with why in err. */
+static char *read_token(const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "r");
-    if (!f) return NULL;
+    if (!f) {
+        err_set(err, errlen, "%s", strerror(errno));
+        return NULL;
+    }
     char buf[1024];
     char *line = fgets(buf, sizeof buf, f);
+    int rerr = ferror(f) ? errno : 0;
     fclose(f);
-    if (!line) return NULL;
+    if (!line) {
+        err_set(err, errlen, "%s", rerr ? strerror(rerr) : "the file is empty");
+        return NULL;
+    }
     size_t n = strlen(buf);
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t')) buf[--n] = 0;
     char *s = buf;
     while (*s == ' ' || *s == '\t') s++;
-    if (!*s) return NULL;
+    if (!*s) {
+        err_set(err, errlen, "its first line is empty");
+        return NULL;
+    }
     return strdup(s);
 }
 
@@ -316,6 +327,7 @@ static char *read_token(const char *path)
 typedef struct serve_opts {
     const char *http_arg, *host_arg, *token_file, *save_dir;
     long long keep;
+    int keep_given; /* --keep appeared (it needs --save-dir) */
     int no_dashboard;
     double connect_s;
     char host[256]; /* where --http listens: its HOST, --host, or 127.0.0.1 */
@@ -350,7 +362,13 @@ static int serve_parse_flags(int argc, char **argv, serve_ctx *x, serve_opts *o)
          .lo = 0,
          .hi = 1000000000,
          .wants = "a number of rounds >= 0"},
-        {.name = "keep", .kind = OPT_LLONG, .dest = &o->keep, .lo = 0, .hi = 1000000, .wants = "an integer >= 0"},
+        {.name = "keep",
+         .kind = OPT_LLONG,
+         .dest = &o->keep,
+         .lo = 0,
+         .hi = 1000000,
+         .wants = "an integer >= 0",
+         .given = &o->keep_given},
         {.name = "no-dashboard", .kind = OPT_FLAG, .dest = &o->no_dashboard},
         {0},
     };
@@ -380,12 +398,18 @@ static int serve_check_flags(const serve_ctx *x, serve_opts *o)
         fprintf(stderr, "coordinator serve: --save-every needs --save-dir DIR\n");
         return -1;
     }
+    if (o->keep_given && !o->save_dir) {
+        fprintf(stderr, "coordinator serve: --keep needs --save-dir DIR (it prunes the checkpoints there)\n");
+        return -1;
+    }
     if ((o->host_arg || o->token_file || o->no_dashboard) && !o->http_arg) {
         fprintf(stderr, "coordinator serve: --host, --token-file and --no-dashboard need --http\n");
         return -1;
     }
-    if (o->token_file && !(o->token = read_token(o->token_file))) {
-        fprintf(stderr, "coordinator serve: cannot read a token from %s (first line, non-empty)\n", o->token_file);
+    char err[300];
+    if (o->token_file && !(o->token = read_token(o->token_file, err, sizeof err))) {
+        fprintf(stderr, "coordinator serve: cannot read a token from %s: %s (the token is its first line, non-empty)\n",
+                o->token_file, err);
         return -1;
     }
     return 0;

@@ -80,7 +80,12 @@ expect 2 "\-\-http wants \[HOST:\]PORT, got 'foo'" bin/coordinator serve --redis
 expect 2 "\-\-host 5.6.7.8 contradicts \-\-http 1.2.3.4:80" bin/coordinator serve --redis "$DEAD" --run r --http 1.2.3.4:80 --host 5.6.7.8
 expect 2 "\-\-save-every needs \-\-save-dir DIR" bin/coordinator serve --redis "$DEAD" --run r --save-every 3
 expect 2 "\-\-host, \-\-token-file and \-\-no-dashboard need \-\-http" bin/coordinator serve --redis "$DEAD" --run r --no-dashboard
-expect 2 "cannot read a token from $TMP/none" bin/coordinator serve --redis "$DEAD" --run r --http 0 --token-file "$TMP/none"
+expect 2 "cannot read a token from $TMP/none: No such file or directory" bin/coordinator serve --redis "$DEAD" --run r --http 0 --token-file "$TMP/none"
+: > "$TMP/empty"
+expect 2 "cannot read a token from $TMP/empty: the file is empty" bin/coordinator serve --redis "$DEAD" --run r --http 0 --token-file "$TMP/empty"
+# --keep without the folder it prunes was ignored without a word (serve refused --save-every alike)
+expect 2 "\-\-keep needs \-\-save-dir DIR" bin/coordinator serve --redis "$DEAD" --run r --keep 3
+expect 2 "\-\-keep needs \-\-dir DIR" bin/coordinator checkpoint save --redis "$DEAD" --run r --out "$TMP/x.safetensors" --keep 2
 expect 2 "kick takes one argument" bin/coordinator control --redis "$DEAD" --run r kick a b
 expect 2 "shutdown takes no argument" bin/coordinator control --redis "$DEAD" --run r shutdown now
 expect 2 "set-nesterov wants 0 or 1" bin/coordinator control --redis "$DEAD" --run r set-nesterov 2

@@ -268,29 +268,6 @@ static void usage(FILE *f)
                "                            --save-dir)\n");
 }
 
-/* "[HOST:]PORT", "[v6]:PORT" -> host (into buf, or untouched) and port. */
-static int parse_listen(const char *s, char *host, size_t cap, int *port)
-{
-    const char *p = s;
-    if (s[0] == '[') {
-        const char *e = strchr(s, ']');
-        if (!e || e[1] != ':' || (size_t)(e - s - 1) >= cap) return -1;
-        memcpy(host, s + 1, (size_t)(e - s - 1));
-        host[e - s - 1] = 0;
-        p = e + 2;
-    } else if (strrchr(s, ':')) {
-        const char *c = strrchr(s, ':');
-        if ((size_t)(c - s) >= cap || c == s) return -1;
-        memcpy(host, s, (size_t)(c - s));
-        host[c - s] = 0;
-        p = c + 1;
-    }
-    long long v;
-    if (parse_int(p, 0, 65535, &v) < 0) return -1;
-    *port = (int)v;
-    return 0;
-}
-
 static int addr_loopback_hint(const char *h)
 {
     return !strncmp(h, "127.", 4) || !strcmp(h, "localhost") || !strcmp(h, "::1");
@@ -383,7 +360,7 @@ static int serve_parse_flags(int argc, char **argv, serve_ctx *x, serve_opts *o)
 static int serve_check_flags(const serve_ctx *x, serve_opts *o)
 {
     snprintf(o->host, sizeof o->host, "127.0.0.1");
-    if (o->http_arg && parse_listen(o->http_arg, o->host, sizeof o->host, &o->port) < 0) {
+    if (o->http_arg && parse_listen_addr(o->http_arg, o->host, sizeof o->host, &o->port) < 0) {
         fprintf(stderr, "coordinator serve: --http wants [HOST:]PORT, got '%s'\n", o->http_arg);
         return -1;
     }

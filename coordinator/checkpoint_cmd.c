@@ -43,12 +43,19 @@ static int ck_save(int argc, char **argv)
     memset(&cc, 0, sizeof cc);
     const char *out = NULL, *dir = NULL;
     long long keep = 0;
+    int keep_given = 0;
     double timeout = CKPT_DEFAULT_TIMEOUT_MS / 1000.0;
     const opt_spec specs[] = {
         COORD_COMMON_OPTS(&cc),
         {.name = "out", .kind = OPT_STRING, .dest = &out},
         {.name = "dir", .kind = OPT_STRING, .dest = &dir},
-        {.name = "keep", .kind = OPT_LLONG, .dest = &keep, .lo = 0, .hi = 1000000, .wants = "an integer >= 0"},
+        {.name = "keep",
+         .kind = OPT_LLONG,
+         .dest = &keep,
+         .lo = 0,
+         .hi = 1000000,
+         .wants = "an integer >= 0",
+         .given = &keep_given},
         {.name = "timeout", .kind = OPT_DOUBLE, .dest = &timeout, .min = 0, .max = 86400, .wants = "seconds"},
         {0},
     };
@@ -56,6 +63,11 @@ static int ck_save(int argc, char **argv)
     if (prc != 0) return opts_exit_status(prc);
     if (!out == !dir) {
         fprintf(stderr, "coordinator checkpoint save: give exactly one of --out FILE or --dir DIR (see --help)\n");
+        return 2;
+    }
+    if (keep_given && !dir) {
+        fprintf(stderr, "coordinator checkpoint save: --keep needs --dir DIR (it prunes the checkpoints there; --out "
+                        "writes one file)\n");
         return 2;
     }
     rconn *rc;

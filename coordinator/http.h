@@ -70,8 +70,9 @@ int control_run(rconn *rc, const control_env *env, const char *action, json_t *b
 /* The /status document from the raw dl_status document and the recent events (may be NULL).
  * New reference. */
 json_t *status_document(json_t *raw, json_t *events, int auth_required, int dashboard, int can_save, double uptime_s);
-/* Read dl_status + the last n_events events: the raw pieces status_document() wants. -1 + err, with nothing
- * left for the caller to free. */
+/* Read dl_status + the last n_events events: the raw pieces status_document() wants. -1 + err, or
+ * RUNCONF_ABSENT + err when the run is not in this Redis (no function library, or no config of the run),
+ * with nothing left for the caller to free. */
 int status_fetch(rconn *rc, const char *run, int n_events, json_t **raw, json_t **events, char *err, size_t errlen);
 /* Prometheus text exposition of the run (malloc'd, NUL-terminated). */
 char *metrics_text(json_t *raw, const char *run);

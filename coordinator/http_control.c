@@ -70,14 +70,42 @@ static int check_fields(json_t *body, const char *const *allowed, const char *ac
     return 0;
 }
 
-/* HTTP status for an error reply of a Redis Function ("-CODE message"). */
+/* Whether Redis refused the command to this coordinator's user (its ACL): NOPERM, or the error a function
+ * gets when its user may not run a command it calls ("ERR The user executing the script can't run this
+ * command or subcommand"). */
+static int redis_error_acl(const char *msg)
+{
+    return !strncmp(msg, "NOPERM", 6) || strstr(msg, "can't run this command") || strstr(msg, "no permissions") ||
+           strstr(msg, "can't access");
+}
+
+/* HTTP status for an error reply of a Redis Function ("-CODE message"): 404 for a run that is not there
+ * (NORUN, or no function library at all), 403 when the ACL of serve's Redis user forbids the change (it is
+ * not the client's to fix, and no retry helps), 502 for another error of Redis. */
 static int code_of_redis_error(const char *msg)
 {
     if (!strncmp(msg, "BADARG", 6)) return 400;
     if (!strncmp(msg, "UNKNOWN_WORKER", 14)) return 404;
-    if (!strncmp(msg, "NORUN", 5)) return 404;
+    if (runconf_error_gone(msg)) return 404;
     if (!strncmp(msg, "SHUTDOWN", 8)) return 409;
+    if (redis_error_acl(msg)) return 403;
     return 502;
+}
+
+/* The error reply of a failed control call: what Redis said, and what to do where it is not plain. */
+static int fcall_error_reply(const char *run, const char *err, int code, json_t **reply)
+{
+    if (code == 404 && !strncmp(err, "ERR Function not found", 22))
+        return error_reply(reply, code,
+                           "run '%s' does not exist in this Redis (no ReDiLoCo function library: %s); run "
+                           "`coordinator init --run %s` first",
+                           run, err, run);
+    if (code == 403)
+        return error_reply(reply, code,
+                           "Redis refuses this coordinator's user the change (%s): serve with a Redis user whose ACL "
+                           "allows control, e.g. operator (deploy/redis/users.acl)",
+                           err);
+    return error_reply(reply, code, "%s", err);
 }
 
 /* One call of the run's function fn with args[0..n); 200 + reply OK, or the error mapped. */
@@ -90,7 +118,7 @@ static int control_fcall(rconn *rc, const char *run, const char *fn, int n, cons
         int code = r && r->type == REDIS_REPLY_ERROR ? code_of_redis_error(r->str) : 503;
         if (r) freeReplyObject(r);
         log_warn("control %s: %s", what, err);
-        return error_reply(reply, code, "%s", err);
+        return fcall_error_reply(run, err, code, reply);
     }
     freeReplyObject(r);
     log_info("control: %s", what);
@@ -133,7 +161,9 @@ static int do_optimizer(rconn *rc, const char *run, json_t *body, json_t **reply
     json_t *lr = json_object_get(body, "lr"), *mu = json_object_get(body, "momentum");
     json_t *nest = json_object_get(body, "nesterov");
     if (!lr && !mu && !nest)
-        return error_reply(reply, 400, "update_optimizer: body must set \"lr\" and/or \"momentum\" (numbers)");
+        return error_reply(reply, 400,
+                           "update_optimizer: body must set at least one of \"lr\" (number > 0), \"momentum\" "
+                           "(number in [0, 1)) and \"nesterov\" (true or false)");
     if ((lr && !json_is_number(lr)) || (mu && !json_is_number(mu)))
         return error_reply(reply, 400, "update_optimizer: \"lr\" and \"momentum\" must be numbers");
     if (nest && !json_is_boolean(nest))

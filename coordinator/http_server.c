@@ -27,6 +27,7 @@
 #include "base/util.h"
 #include "coordinator.h"
 #include "http.h"
+#include "redis/runconf_load.h"
 
 struct http_server {
     struct evhttp *http;
@@ -54,6 +55,7 @@ static void reply_raw(struct evhttp_request *req, int code, const char *ctype, c
                          : code == 413 ? "Payload Too Large"
                          : code == 500 ? "Internal Server Error"
                          : code == 501 ? "Not Implemented"
+                         : code == 502 ? "Bad Gateway"
                          : code == 503 ? "Service Unavailable"
                                        : "Error";
     evhttp_send_reply(req, code, reason, b);
@@ -85,26 +87,37 @@ static void reply_error(struct evhttp_request *req, int code, const char *msg)
     reply_json(req, code, json_pack("{s:s}", "error", msg));
 }
 
-static rconn *redis_or_503(http_server *s, struct evhttp_request *req)
+/* The connection to Redis, or NULL after a 503 (JSON, or plain text for /metrics). */
+static rconn *redis_or_503(http_server *s, struct evhttp_request *req, int text)
 {
     char err[512] = "";
     rconn *rc = s->o.redis(s->o.redis_arg, err, sizeof err);
     if (!rc) {
         char msg[700];
         snprintf(msg, sizeof msg, "redis unavailable: %s", err);
-        reply_error(req, 503, msg);
+        if (text)
+            reply_raw(req, 503, "text/plain; charset=utf-8", msg, strlen(msg));
+        else
+            reply_error(req, 503, msg);
     }
     return rc;
 }
 
+/* The HTTP status of a failed status_fetch: 404 for a run that is not in this Redis, as control answers. */
+static int fetch_failure_code(int rc)
+{
+    return rc == RUNCONF_ABSENT ? 404 : 503;
+}
+
 static void serve_status(http_server *s, struct evhttp_request *req)
 {
-    rconn *rc = redis_or_503(s, req);
+    rconn *rc = redis_or_503(s, req, 0);
     if (!rc) return;
     json_t *raw = NULL, *events = NULL;
     char err[512];
-    if (status_fetch(rc, s->o.run, 500, &raw, &events, err, sizeof err) < 0) {
-        reply_error(req, strstr(err, "NORUN") ? 404 : 503, err);
+    int st = status_fetch(rc, s->o.run, 500, &raw, &events, err, sizeof err);
+    if (st < 0) {
+        reply_error(req, fetch_failure_code(st), err);
         return;
     }
     json_t *doc = status_document(raw, events, s->o.token != NULL, s->o.dashboard, s->o.save_dir != NULL,
@@ -117,12 +130,13 @@ static void serve_status(http_server *s, struct evhttp_request *req)
 
 static void serve_metrics(http_server *s, struct evhttp_request *req)
 {
-    rconn *rc = redis_or_503(s, req);
+    rconn *rc = redis_or_503(s, req, 1);
     if (!rc) return;
     json_t *raw = NULL;
     char err[512];
-    if (status_fetch(rc, s->o.run, 0, &raw, NULL, err, sizeof err) < 0) {
-        reply_raw(req, 503, "text/plain; charset=utf-8", err, strlen(err));
+    int st = status_fetch(rc, s->o.run, 0, &raw, NULL, err, sizeof err);
+    if (st < 0) { /* (Prometheus text, not JSON: a scraper shows the body as it is) */
+        reply_raw(req, fetch_failure_code(st), "text/plain; charset=utf-8", err, strlen(err));
         return;
     }
     char *txt = metrics_text(raw, s->o.run);
@@ -291,7 +305,7 @@ static void serve_control(http_server *s, struct evhttp_request *req, const char
     int known = 0;
     for (const char *const *a = control_actions; *a; a++) known |= !strcmp(*a, action);
     rconn *rc = NULL; /* an unknown action, or a body that is no object, is answered without Redis */
-    if (known && json_is_object(doc) && !(rc = redis_or_503(s, req))) {
+    if (known && json_is_object(doc) && !(rc = redis_or_503(s, req, 0))) {
         json_decref(doc);
         return;
     }
@@ -374,8 +388,11 @@ http_server *http_start(struct event_base *base, const http_options *o, char *er
     evhttp_set_max_body_size(s->http, HTTP_MAX_BODY);
     evhttp_set_max_headers_size(s->http, 16 * 1024);
     evhttp_set_timeout(s->http, 30);
+    /* every method evhttp knows reaches on_request, which answers a wrong one 405 in JSON with Allow (left
+     * out, TRACE and CONNECT got evhttp's HTML 501) */
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
-                                            EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH);
+                                            EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH |
+                                            EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT);
     evhttp_set_gencb(s->http, on_request, s);
     struct evhttp_bound_socket *h = evhttp_bind_socket_with_handle(s->http, s->o.host, (ev_uint16_t)s->o.port);
     if (!h) {

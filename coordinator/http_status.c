@@ -101,12 +101,14 @@ int status_fetch(rconn *rc, const char *run, int n_events, json_t **raw, json_t 
     char key[KEY_MAX];
     *raw = NULL;
     if (events) *events = NULL;
-    if (runconf_check_library(rc, run, err, errlen) < 0) return -1;
+    int lib = runconf_check_library(rc, run, err, errlen);
+    if (lib < 0) return lib;
     redisReply *r = rconn_command(rc, "FCALL dl_status 1 %s", key_run(key, sizeof key, run, "config"));
     if (rconn_reply_error(rc, r, err, errlen) < 0 || r->type != REDIS_REPLY_STRING) {
+        int absent = r && r->type == REDIS_REPLY_ERROR && runconf_error_gone(r->str);
         if (r && r->type != REDIS_REPLY_ERROR) err_set(err, errlen, "dl_status: unexpected reply type %d", r->type);
         if (r) freeReplyObject(r);
-        return -1;
+        return absent ? RUNCONF_ABSENT : -1;
     }
     json_error_t jerr;
     *raw = json_loadb(r->str, r->len, 0, &jerr);

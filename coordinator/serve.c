@@ -252,43 +252,20 @@ static void on_signal(evutil_socket_t fd, short what, void *arg)
 
 static void usage(FILE *f)
 {
-    fprintf(f,
-            "usage: bin/coordinator serve --redis URL --run NAME [options]\n"
-            "\n" COORD_HELP "  --print-every S           one-line summary every S seconds (default 10, 0 = never)\n"
-            "  --connect-timeout S       at start, wait up to S seconds for an unreachable Redis (default 60;\n"
-            "                            0: try once); a refused password or user fails at once\n"
-            "  --http [HOST:]PORT        serve the dashboard, /status, /metrics and /control on PORT\n"
-            "                            (default host 127.0.0.1; PORT 0 = any free port)\n"
-            "  --host HOST               bind address of --http (e.g. 0.0.0.0: must be explicit)\n"
-            "  --token-file FILE         POST /control/* needs 'Authorization: Bearer <first line of FILE>'\n"
-            "  --no-dashboard            GET / and /dashboard answer 404 (status, metrics, control stay)\n"
-            "  --save-dir DIR            POST /control/save_state exports a checkpoint to\n"
-            "                            DIR/checkpoint-<v>.safetensors\n"
-            "  --save-every N            export a checkpoint to --save-dir every N committed versions\n"
-            "  --keep K                  keep the newest K checkpoints in --save-dir (default 0 = all)\n");
-}
-
-/* "[HOST:]PORT", "[v6]:PORT" -> host (into buf, or untouched) and port. */
-static int parse_listen(const char *s, char *host, size_t cap, int *port)
-{
-    const char *p = s;
-    if (s[0] == '[') {
-        const char *e = strchr(s, ']');
-        if (!e || e[1] != ':' || (size_t)(e - s - 1) >= cap) return -1;
-        memcpy(host, s + 1, (size_t)(e - s - 1));
-        host[e - s - 1] = 0;
-        p = e + 2;
-    } else if (strrchr(s, ':')) {
-        const char *c = strrchr(s, ':');
-        if ((size_t)(c - s) >= cap || c == s) return -1;
-        memcpy(host, s, (size_t)(c - s));
-        host[c - s] = 0;
-        p = c + 1;
-    }
-    long long v;
-    if (parse_int(p, 0, 65535, &v) < 0) return -1;
-    *port = (int)v;
-    return 0;
+    fprintf(f, "usage: bin/coordinator serve --redis URL --run NAME [options]\n"
+               "\n" COORD_HELP "  --print-every S           one-line summary every S seconds (default 10, 0 = never)\n"
+               "  --connect-timeout S       at start, wait up to S seconds for an unreachable Redis (default 60;\n"
+               "                            0: try once); a refused password or user fails at once\n"
+               "  --http [HOST:]PORT        serve the dashboard, /status, /metrics and /control on PORT\n"
+               "                            (default host 127.0.0.1; PORT 0 = any free port)\n"
+               "  --host HOST               bind address of --http (e.g. 0.0.0.0: must be explicit)\n"
+               "  --token-file FILE         POST /control/* needs 'Authorization: Bearer <first line of FILE>'\n"
+               "  --no-dashboard            GET / and /dashboard answer 404 (status, metrics, control stay)\n"
+               "  --save-dir DIR            POST /control/save_state exports a checkpoint to\n"
+               "                            DIR/checkpoint-<v>.safetensors\n"
+               "  --save-every N            export a checkpoint to --save-dir every N committed versions\n"
+               "  --keep K                  keep the newest K checkpoints in --save-dir (default 0 = all; needs\n"
+               "                            --save-dir)\n");
 }
 
 static int addr_loopback_hint(const char *h)
@@ -296,19 +273,30 @@ static int addr_loopback_hint(const char *h)
     return !strncmp(h, "127.", 4) || !strcmp(h, "localhost") || !strcmp(h, "::1");
 }
 
-static char *read_token(const char *path)
+/* The token: the first line of path, trimmed (malloc'd), or NULL with why in err. */
+static char *read_token(const char *path, char *err, size_t errlen)
 {
     FILE *f = fopen(path, "r");
-    if (!f) return NULL;
+    if (!f) {
+        err_set(err, errlen, "%s", strerror(errno));
+        return NULL;
+    }
     char buf[1024];
     char *line = fgets(buf, sizeof buf, f);
+    int rerr = ferror(f) ? errno : 0;
     fclose(f);
-    if (!line) return NULL;
+    if (!line) {
+        err_set(err, errlen, "%s", rerr ? strerror(rerr) : "the file is empty");
+        return NULL;
+    }
     size_t n = strlen(buf);
     while (n && (buf[n - 1] == '\n' || buf[n - 1] == '\r' || buf[n - 1] == ' ' || buf[n - 1] == '\t')) buf[--n] = 0;
     char *s = buf;
     while (*s == ' ' || *s == '\t') s++;
-    if (!*s) return NULL;
+    if (!*s) {
+        err_set(err, errlen, "its first line is empty");
+        return NULL;
+    }
     return strdup(s);
 }
 
@@ -316,6 +304,7 @@ static char *read_token(const char *path)
 typedef struct serve_opts {
     const char *http_arg, *host_arg, *token_file, *save_dir;
     long long keep;
+    int keep_given; /* --keep appeared (it needs --save-dir) */
     int no_dashboard;
     double connect_s;
     char host[256]; /* where --http listens: its HOST, --host, or 127.0.0.1 */
@@ -350,7 +339,13 @@ static int serve_parse_flags(int argc, char **argv, serve_ctx *x, serve_opts *o)
          .lo = 0,
          .hi = 1000000000,
          .wants = "a number of rounds >= 0"},
-        {.name = "keep", .kind = OPT_LLONG, .dest = &o->keep, .lo = 0, .hi = 1000000, .wants = "an integer >= 0"},
+        {.name = "keep",
+         .kind = OPT_LLONG,
+         .dest = &o->keep,
+         .lo = 0,
+         .hi = 1000000,
+         .wants = "an integer >= 0",
+         .given = &o->keep_given},
         {.name = "no-dashboard", .kind = OPT_FLAG, .dest = &o->no_dashboard},
         {0},
     };
@@ -365,7 +360,7 @@ static int serve_parse_flags(int argc, char **argv, serve_ctx *x, serve_opts *o)
 static int serve_check_flags(const serve_ctx *x, serve_opts *o)
 {
     snprintf(o->host, sizeof o->host, "127.0.0.1");
-    if (o->http_arg && parse_listen(o->http_arg, o->host, sizeof o->host, &o->port) < 0) {
+    if (o->http_arg && parse_listen_addr(o->http_arg, o->host, sizeof o->host, &o->port) < 0) {
         fprintf(stderr, "coordinator serve: --http wants [HOST:]PORT, got '%s'\n", o->http_arg);
         return -1;
     }
@@ -380,12 +375,18 @@ static int serve_check_flags(const serve_ctx *x, serve_opts *o)
         fprintf(stderr, "coordinator serve: --save-every needs --save-dir DIR\n");
         return -1;
     }
+    if (o->keep_given && !o->save_dir) {
+        fprintf(stderr, "coordinator serve: --keep needs --save-dir DIR (it prunes the checkpoints there)\n");
+        return -1;
+    }
     if ((o->host_arg || o->token_file || o->no_dashboard) && !o->http_arg) {
         fprintf(stderr, "coordinator serve: --host, --token-file and --no-dashboard need --http\n");
         return -1;
     }
-    if (o->token_file && !(o->token = read_token(o->token_file))) {
-        fprintf(stderr, "coordinator serve: cannot read a token from %s (first line, non-empty)\n", o->token_file);
+    char err[300];
+    if (o->token_file && !(o->token = read_token(o->token_file, err, sizeof err))) {
+        fprintf(stderr, "coordinator serve: cannot read a token from %s: %s (the token is its first line, non-empty)\n",
+                o->token_file, err);
         return -1;
     }
     return 0;
@@ -447,8 +448,8 @@ static int serve_start_saver(serve_ctx *x, const serve_opts *o)
     return 0;
 }
 
-/* With --http, the HTTP server on the loop (http_server.c), and its dashboard's URL on stdout. 0, or -1
- * after a message. */
+/* With --http, the HTTP server on the loop (http_server.c), and its dashboard's URL on stdout (with
+ * --no-dashboard, /status's: a URL that answers). 0, or -1 after a message. */
 static int serve_start_http(serve_ctx *x, const serve_opts *o)
 {
     if (!o->http_arg) return 0;
@@ -475,7 +476,7 @@ static int serve_start_http(serve_ctx *x, const serve_opts *o)
     log_info("HTTP on %s%s%s:%d: /status, /metrics, /control/<action>, %s%s", v6 ? "[" : "", host, v6 ? "]" : "", port,
              dashboard ? "dashboard at /dashboard" : "no dashboard",
              o->token ? " (control needs the bearer token)" : "");
-    printf("http://%s%s%s:%d/dashboard\n", v6 ? "[" : "", host, v6 ? "]" : "", port);
+    printf("http://%s%s%s:%d/%s\n", v6 ? "[" : "", host, v6 ? "]" : "", port, dashboard ? "dashboard" : "status");
     fflush(stdout);
     if (!addr_loopback_hint(host) && !o->token)
         log_warn("listening on %s without --token-file: anyone who can reach it can control the run", host);

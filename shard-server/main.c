@@ -47,8 +47,9 @@ static void usage(FILE *f)
                "                            0: try once); a refused password or user fails at once\n"
                "  --max-pending-rounds N    bounds pushes parked per shard while it loads: 64*N (default 4; parked\n"
                "                            gets: 16384)\n"
-               "  --metrics HOST:PORT       serve Prometheus metrics at http://HOST:PORT/metrics (default off;\n"
-               "                            bind 127.0.0.1 unless scrapers elsewhere need it)\n"
+               "  --metrics [HOST:]PORT     serve Prometheus metrics at http://HOST:PORT/metrics (default off;\n"
+               "                            HOST defaults to 127.0.0.1: bind another only if scrapers elsewhere\n"
+               "                            need it)\n"
                "  --compute-ahead on|off    compute a sync round's outer step as soon as the pseudo-gradients of\n"
                "                            the last round's participants are all here, before the barrier\n"
                "                            closes; used only if the round has those participants (default on)\n"
@@ -86,10 +87,12 @@ static int parse_listen(const char *v, void *dest)
     return parse_hostport(v, o->listen_host, sizeof o->listen_host, &o->listen_port);
 }
 
+/* --metrics [HOST:]PORT: a bare PORT is 127.0.0.1's, as serve's --http */
 static int parse_metrics(const char *v, void *dest)
 {
     ss_opts *o = dest;
-    return parse_hostport(v, o->metrics_host, sizeof o->metrics_host, &o->metrics_port);
+    snprintf(o->metrics_host, sizeof o->metrics_host, "127.0.0.1");
+    return parse_listen_addr(v, o->metrics_host, sizeof o->metrics_host, &o->metrics_port);
 }
 
 /* --advertise: what workers are told, kept as given, once it is HOST:PORT with a port workers can connect
@@ -121,7 +124,7 @@ static int parse_args(int argc, char **argv, ss_opts *o)
         {.name = "redis-file", .kind = OPT_STRING, .dest = &redis_file},
         {.name = "run", .kind = OPT_STRING, .dest = &run},
         {.name = "listen", .kind = OPT_CUSTOM, .dest = o, .parse = parse_listen, .wants = "HOST:PORT"},
-        {.name = "metrics", .kind = OPT_CUSTOM, .dest = o, .parse = parse_metrics, .wants = "HOST:PORT"},
+        {.name = "metrics", .kind = OPT_CUSTOM, .dest = o, .parse = parse_metrics, .wants = "[HOST:]PORT"},
         {.name = "advertise",
          .kind = OPT_CUSTOM,
          .dest = o,

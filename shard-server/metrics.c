@@ -1,6 +1,6 @@
 /*
  * metrics.c: the shard-server's counters (ss_metrics in ss.h), kept in memory, logged every
- * METRICS_PERIOD_S at INFO, and, with --metrics HOST:PORT, served as Prometheus text (format 0.0.4) at
+ * METRICS_PERIOD_S at INFO, and, with --metrics [HOST:]PORT, served as Prometheus text (format 0.0.4) at
  * GET /metrics by a libevent evhttp on the server's own event loop (a scrape is a few hundred bytes
  * formatted in place: it never waits on anything). Every sample carries run="R" and server="<id>"; the coordinator's
  * /metrics has the run-wide view (docs/http.md), these are the data-plane numbers of one process.
@@ -131,11 +131,26 @@ static void metrics_format(struct evbuffer *out, const ss_ctx *ss)
                  m->closes_missed);
 }
 
+/* 405 with "Allow: GET, HEAD" (evhttp_send_error would drop the header: it clears them for its page). */
+static void reply_method_not_allowed(struct evhttp_request *req)
+{
+    static const char msg[] = "this server only has GET /metrics (and HEAD)\n";
+    struct evkeyvalq *h = evhttp_request_get_output_headers(req);
+    evhttp_add_header(h, "Allow", "GET, HEAD");
+    evhttp_add_header(h, "Content-Type", "text/plain; charset=utf-8");
+    struct evbuffer *out = evbuffer_new();
+    if (out != NULL) evbuffer_add(out, msg, sizeof msg - 1);
+    evhttp_send_reply(req, 405, "Method Not Allowed", out);
+    if (out != NULL) evbuffer_free(out);
+}
+
+/* GET /metrics, and HEAD as GET without the body (evhttp leaves it out), as the coordinator's. */
 static void on_metrics_request(struct evhttp_request *req, void *arg)
 {
     ss_ctx *ss = arg;
-    if (evhttp_request_get_command(req) != EVHTTP_REQ_GET) {
-        evhttp_send_error(req, 405, "only GET /metrics");
+    enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
+    if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
+        reply_method_not_allowed(req);
         return;
     }
     struct evbuffer *out = evbuffer_new();
@@ -162,7 +177,11 @@ static int metrics_listen(ss_ctx *ss, char *err, size_t errlen)
         snprintf(err, errlen, "cannot create the metrics HTTP server");
         return -1;
     }
-    evhttp_set_allowed_methods(ss->metrics_http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST);
+    /* every method reaches the callbacks, which answer another than GET and HEAD 405 with Allow (evhttp's
+     * own answer to a method left out here is a 501 without it) */
+    evhttp_set_allowed_methods(ss->metrics_http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
+                                                     EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH |
+                                                     EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT);
     evhttp_set_cb(ss->metrics_http, "/metrics", on_metrics_request, ss);
     evhttp_set_gencb(ss->metrics_http, on_other_request, ss);
     if (evhttp_bind_socket(ss->metrics_http, ss->opts.metrics_host, (ev_uint16_t)ss->opts.metrics_port) != 0) {

@@ -80,7 +80,12 @@ expect 2 "\-\-http wants \[HOST:\]PORT, got 'foo'" bin/coordinator serve --redis
 expect 2 "\-\-host 5.6.7.8 contradicts \-\-http 1.2.3.4:80" bin/coordinator serve --redis "$DEAD" --run r --http 1.2.3.4:80 --host 5.6.7.8
 expect 2 "\-\-save-every needs \-\-save-dir DIR" bin/coordinator serve --redis "$DEAD" --run r --save-every 3
 expect 2 "\-\-host, \-\-token-file and \-\-no-dashboard need \-\-http" bin/coordinator serve --redis "$DEAD" --run r --no-dashboard
-expect 2 "cannot read a token from $TMP/none" bin/coordinator serve --redis "$DEAD" --run r --http 0 --token-file "$TMP/none"
+expect 2 "cannot read a token from $TMP/none: No such file or directory" bin/coordinator serve --redis "$DEAD" --run r --http 0 --token-file "$TMP/none"
+: > "$TMP/empty"
+expect 2 "cannot read a token from $TMP/empty: the file is empty" bin/coordinator serve --redis "$DEAD" --run r --http 0 --token-file "$TMP/empty"
+# --keep without the folder it prunes was ignored without a word (serve refused --save-every alike)
+expect 2 "\-\-keep needs \-\-save-dir DIR" bin/coordinator serve --redis "$DEAD" --run r --keep 3
+expect 2 "\-\-keep needs \-\-dir DIR" bin/coordinator checkpoint save --redis "$DEAD" --run r --out "$TMP/x.safetensors" --keep 2
 expect 2 "kick takes one argument" bin/coordinator control --redis "$DEAD" --run r kick a b
 expect 2 "shutdown takes no argument" bin/coordinator control --redis "$DEAD" --run r shutdown now
 expect 2 "set-nesterov wants 0 or 1" bin/coordinator control --redis "$DEAD" --run r set-nesterov 2
@@ -115,17 +120,33 @@ say "SIGTERM while waiting for a down Redis: each binary stops itself at once, w
 
 # serve started before its run exists waits for it, saying so once, not every second (nor a summary of the
 # missing run every --print-every, which it printed without the log's timestamp): first with no function
-# library in Redis, then with the library of another run
+# library in Redis, then with the library of another run. Its HTTP API answers 404 for the missing run
+# either way, on every endpoint that reads or changes it: JSON on /status and /control, text on /metrics
+# (/metrics answered 503, and /control 502 "ERR Function not found" before the library was there).
 start_redis
-bin/coordinator serve --redis "$URL" --run later --print-every 1 > "$TMP/serve.log" 2>&1 &
+HP=$(free_port)
+bin/coordinator serve --redis "$URL" --run later --print-every 1 --http "127.0.0.1:$HP" > "$TMP/serve.log" 2>&1 &
 p=$!; PIDS="$PIDS $p"
+http_404s() { # WHEN
+  c=$(curl -s -o "$TMP/b" -w '%{http_code} %{content_type}' "http://127.0.0.1:$HP/status")
+  [ "$c" = "404 application/json" ] || fail "$1: GET /status answered $c: $(cat "$TMP/b")"
+  c=$(curl -s -o "$TMP/b" -w '%{http_code} %{content_type}' "http://127.0.0.1:$HP/metrics")
+  [ "$c" = "404 text/plain; charset=utf-8" ] || fail "$1: GET /metrics answered $c: $(cat "$TMP/b")"
+  c=$(curl -s -o "$TMP/b" -w '%{http_code} %{content_type}' -X POST "http://127.0.0.1:$HP/control/shutdown")
+  [ "$c" = "404 application/json" ] || fail "$1: POST /control/shutdown answered $c: $(cat "$TMP/b")"
+  grep -q "coordinator init --run later" "$TMP/b" || fail "$1: the 404 of /control/shutdown does not say what to do: $(cat "$TMP/b")"
+}
+wait_until 10 "curl -s -o /dev/null http://127.0.0.1:$HP/status" "serve's HTTP"
+http_404s "no function library"
 sleep 2.5
 bin/coordinator init --redis "$URL" --run other --trainer quadratic --numel 10 > /dev/null || fail "init other"
+http_404s "the library of another run"
 sleep 2.5
 alive $p || fail "serve without its run exited: $(cat "$TMP/serve.log")"
 n=$(grep -c "WARN run 'later' does not exist in this Redis yet (.*): waiting for it to be made (\`coordinator init --run later\`), serving meanwhile" "$TMP/serve.log")
 [ "$n" = 1 ] || fail "serve said it waits for the run $n times in 5 s: $(head -n 8 "$TMP/serve.log")"
-grep -v '^[0-9-]*T[0-9:.]*Z coordinator\[[0-9]*\] ' "$TMP/serve.log" && fail "serve printed lines without its log's prefix (above)"
+grep -v '^[0-9-]*T[0-9:.]*Z coordinator\[[0-9]*\] ' "$TMP/serve.log" | grep -vx "http://127.0.0.1:$HP/dashboard" &&
+  fail "serve printed lines without its log's prefix (above; the one line of its URL aside)"
 bin/coordinator init --redis "$URL" --run later --trainer quadratic --numel 10 > /dev/null || fail "init"
 wait_until 10 "grep -q 'INFO run later: status ' '$TMP/serve.log'" "serve's summary of the run once made"
 kill -TERM $p; wait $p || fail "serve exit status $?"

@@ -168,6 +168,20 @@ refused "evaluator SET snapshot"        evaluator SET "dl:{$RUN:0}:snap:0:1" x
 refused "evaluator dl_set via FCALL"    evaluator FCALL dl_set 1 "dl:{$RUN}:config" outer_lr 9
 refused "viewer dl_set via FCALL"      viewer FCALL dl_set 1 "dl:{$RUN}:config" outer_lr 9
 refused "viewer dl_shutdown via FCALL" viewer FCALL dl_shutdown 1 "dl:{$RUN}:config"
+# serve logged in as viewer: its HTTP control is refused 403 (the ACL of serve's user, not the client, is
+# what forbids it; it answered 502 "ERR The user executing the script can't run this command"), saying
+# which user to serve with; /status reads as ever
+HP=$(free_port)
+bin/coordinator serve --redis "$(url viewer)" --run $RUN --print-every 0 --http 127.0.0.1:$HP > "$TMP/serve-viewer.log" 2>&1 &
+PIDS="$PIDS $!"
+wait_until 10 "curl -s -o /dev/null http://127.0.0.1:$HP/status" "serve as viewer to listen"
+c=$(curl -s -o "$TMP/b" -w '%{http_code}' "http://127.0.0.1:$HP/status")
+[ "$c" = 200 ] || fail "GET /status of serve as viewer: $c $(cat "$TMP/b")"
+for req in "shutdown {}" 'update_optimizer {"lr":9}'; do
+  c=$(curl -s -o "$TMP/b" -w '%{http_code}' -X POST -d "${req#* }" "http://127.0.0.1:$HP/control/${req%% *}")
+  [ "$c" = 403 ] && grep -q "serve with a Redis user whose ACL allows control" "$TMP/b" ||
+    fail "POST /control/${req%% *} of serve as viewer: $c $(cat "$TMP/b")"
+done
 # the operator's functions and settings, as worker and as shard-server
 for u in worker shard-server; do
   refused "$u dl_set outer_lr"         $u FCALL dl_set 1 "$CONF" outer_lr 9

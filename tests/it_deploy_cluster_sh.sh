@@ -4,7 +4,9 @@
 #  a worker trains 3 rounds -> status shows processes and the run -> a kill -9'd shard-server is
 #  restarted by `up` -> down stops every process it started -> up again: the run survived in the
 #  AOF (same round, same digests) -> a worker of `up --workers 1` that finished its steps shows as exited
-#  (not dead) -> down: nothing left running, the port is free. No process it
+#  (not dead) -> down: nothing left running, the port is free. A second cluster asked for the first one's
+#  Redis port refuses (it ran in the foreign Redis); `up` whose coordinator cannot listen fails with the
+#  reason; `up --servers 2` after `up --servers 3` stops server3. No process it
 #  starts has the Redis URL on its command line (it passes DL_REDIS_URL), and a worker started the
 #  way the docs say (DL_REDIS_URL=$(cluster.sh url) bin/worker ...) trains.
 . "$(dirname "$0")/lib.sh"
@@ -25,6 +27,14 @@ URL=$($CL url --dir "$D"); PORT_=${URL##*:}
 RCLI="redis-cli -p $PORT_"
 $RCLI ping | grep -q PONG || fail "Redis of cluster.sh does not answer"
 [ "$($RCLI config get appendfsync | tail -n 1)" = always ] || fail "cluster.sh Redis does not use deploy/redis/redis.conf"
+# another cluster folder on this port: a Redis of someone else answers there. It said "Redis on
+# 127.0.0.1:P" and exit 0, and used that Redis (its redis-server --daemonize returned before it failed to bind)
+if $CL up --dir "$TMP/cluster2" --port "$PORT_" > "$TMP/up-foreign.log" 2>&1; then
+  fail "up on a port another Redis has: exit 0: $(cat "$TMP/up-foreign.log")"
+fi
+grep -q "port $PORT_ is in use (another Redis?): choose --port" "$TMP/up-foreign.log" ||
+  fail "up on a port another Redis has: $(cat "$TMP/up-foreign.log")"
+$RCLI ping | grep -q PONG || fail "the first cluster's Redis does not answer after the second's up"
 
 $CL init --dir "$D" -- --trainer quadratic --numel 20000 --shards 4 --workers 1 > "$TMP/init.log" 2>&1 || { logs; fail "cluster.sh init"; }
 grep -q "2 shard-server(s)" "$TMP/init.log" || { logs; fail "init did not bring up 2 shard-servers: $(cat "$TMP/init.log")"; }
@@ -56,6 +66,26 @@ $CL status --dir "$D" | grep -q "server1 .*dead" || fail "status does not show t
 $CL up --dir "$D" > "$TMP/up2.log" 2>&1 || fail "cluster.sh up (repair)"
 new=$(cat "$D/pids/server1.pid")
 [ "$new" != "$old" ] && alive "$new" || fail "up did not restart server1"
+
+# fewer servers: up --servers 2 after up --servers 3 stops server3 (TERM: it hands its leases over) and
+# says so (it printed "2 shard-server(s)" and left server3 running)
+$CL up --dir "$D" --servers 3 > "$TMP/up-s3.log" 2>&1 && grep -q "3 shard-server(s)" "$TMP/up-s3.log" ||
+  fail "up --servers 3: $(cat "$TMP/up-s3.log")"
+s3=$(cat "$D/pids/server3.pid")
+$CL up --dir "$D" --servers 2 > "$TMP/up-s2.log" 2>&1 || fail "up --servers 2: $(cat "$TMP/up-s2.log")"
+alive "$s3" && fail "server3 still runs after up --servers 2: $(cat "$TMP/up-s2.log")"
+grep -q "stopped server3" "$TMP/up-s2.log" || fail "up --servers 2 does not say it stopped server3: $(cat "$TMP/up-s2.log")"
+[ -f "$D/pids/server3.pid" ] && fail "server3's pid file is left after up --servers 2"
+# a coordinator that cannot start (its --http port taken, here by Redis) fails up with its reason (it said
+# "run 'clt': 2 shard-server(s), coordinator" and exit 0 while the coordinator had exited)
+cp=$(cat "$D/pids/coordinator.pid"); kill -TERM "$cp"
+wait_until 5 '! alive $cp' "the coordinator to stop"
+if $CL up --dir "$D" --http "127.0.0.1:$PORT_" > "$TMP/up-busy.log" 2>&1; then
+  fail "up whose coordinator cannot listen: exit 0: $(cat "$TMP/up-busy.log")"
+fi
+grep -q "coordinator.*cannot listen on 127.0.0.1:$PORT_" "$TMP/up-busy.log" ||
+  fail "up whose coordinator cannot listen does not say why: $(cat "$TMP/up-busy.log")"
+$CL up --dir "$D" --http 127.0.0.1:0 > "$TMP/up-http.log" 2>&1 || fail "up --http 127.0.0.1:0: $(cat "$TMP/up-http.log")"
 
 all=$(pids_of_cluster)
 [ "$(echo $all | wc -w)" -eq 4 ] || fail "expected 4 pid files (redis, 2 servers, coordinator), got: $all"

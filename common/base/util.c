@@ -90,6 +90,28 @@ int csv_has(const char *csv, const char *item)
     return 0;
 }
 
+int parse_listen_addr(const char *s, char *host, size_t cap, int *port)
+{
+    const char *p = s;
+    if (s[0] == '[') {
+        const char *e = strchr(s, ']');
+        if (!e || e[1] != ':' || (size_t)(e - s - 1) >= cap) return -1;
+        memcpy(host, s + 1, (size_t)(e - s - 1));
+        host[e - s - 1] = 0;
+        p = e + 2;
+    } else if (strrchr(s, ':')) {
+        const char *c = strrchr(s, ':');
+        if ((size_t)(c - s) >= cap || c == s) return -1;
+        memcpy(host, s, (size_t)(c - s));
+        host[c - s] = 0;
+        p = c + 1;
+    }
+    long long v;
+    if (parse_int(p, 0, 65535, &v) < 0) return -1;
+    *port = (int)v;
+    return 0;
+}
+
 int parse_int(const char *s, long long min, long long max, long long *out)
 {
     if (s == NULL || *s == '\0') return -1;

@@ -33,6 +33,10 @@ int csv_has(const char *csv, const char *item);
  * finite one, neither inf nor nan). */
 int parse_int(const char *s, long long min, long long max, long long *out);
 int parse_double(const char *s, double *out);
+/* A listening address "[HOST:]PORT" or "[v6]:PORT" (PORT in [0, 65535]): the host into host (cap bytes;
+ * left as it is when s is a bare PORT, so the caller's default, e.g. 127.0.0.1, stands) and the port.
+ * 0, or -1 for anything else (no port, an empty host, a host too long). */
+int parse_listen_addr(const char *s, char *host, size_t cap, int *port);
 
 /* Whether the CPU runs AVX2 code (the AVX2 build of hash.c is used only then), and AVX2 with FMA
  * (the AVX2 build of outer.c's commit kernel, common/math/outer_fma.h). */

@@ -5,7 +5,9 @@
 # logs in DIR/logs/, pid files in DIR/pids/, Redis data (the AOF) in DIR/redis/.
 #
 #   cluster.sh up     [options]         start Redis; start the servers and coordinator if the run exists.
-#                                       Idempotent: starts only what is not running (so it also repairs)
+#                                       Idempotent: starts only what is not running (so it also repairs);
+#                                       stops servers and workers beyond --servers and --workers. Fails
+#                                       when the port is not free or a process it started exits at once
 #   cluster.sh init   [options] -- [coordinator init flags]   create the run, then `up`
 #   cluster.sh status [--dir DIR]       processes, then `bin/coordinator status`
 #   cluster.sh down   [--dir DIR]       stop everything (TERM, then KILL after 10 s); data stays in DIR
@@ -58,6 +60,11 @@ usage() { awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' 
 say() { echo "cluster: $*"; }
 die() { echo "cluster: $*" >&2; exit 1; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Whether something listens on 127.0.0.1:P (or on every address): a bind as Redis makes it (SO_REUSEADDR) fails.
+port_taken() {
+  ! python3 -c 'import socket, sys
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(("127.0.0.1", int(sys.argv[1])))' "$1" 2>/dev/null
+}
 
 # Settings: command line > DIR/cluster.env > defaults.
 PORT=""; SERVERS=""; RUN=""; HTTP=""; FSYNC=""; WORKERS=""; WARGS=""
@@ -89,6 +96,7 @@ pid_of() { # NAME PROG
   tr '\0' ' ' < "/proc/$p/cmdline" | grep -q "$2" || return 1
   echo "$p"
 }
+log_lines() { if [ -f "$LOGS/$1.log" ]; then wc -l < "$LOGS/$1.log"; else echo 0; fi; } # NAME
 redis_alive() { pid_of redis redis-server >/dev/null; }
 run_exists() { [ "$($RCLI EXISTS "dl:{$RUN}:config" 2>/dev/null)" = 1 ]; }
 
@@ -101,10 +109,16 @@ spawn() { # NAME PROG ARGS...
   echo $! > "$PIDS/$name.pid"
 }
 
+# The Redis that answers on PORT must be the one we started: its process_id (INFO server) the pid in our pid
+# file. `redis-server --daemonize yes` returns before it binds, so a port another Redis has answered PING
+# and this script ran in that Redis (and `down` would have shut it down).
 start_redis() {
   if redis_alive; then return 0; fi
   [ "$PORT" = 0 ] && PORT=$(free_port) && URL=redis://127.0.0.1:$PORT && RCLI="redis-cli -p $PORT"
+  port_taken "$PORT" && die "port $PORT is in use (another Redis?): choose --port (0: a free one)"
   mkdir -p "$DIR/redis"
+  rm -f "$PIDS/redis.pid"
+  logged=$(log_lines redis)
   # deploy/redis/redis.conf with this machine's port, folders and no ACL file (loopback, one user;
   # for ACL users see docs/deploy.md). The AOF in DIR/redis keeps the run across down/up.
   MALLOC_CONF=dirty_decay_ms:-1,muzzy_decay_ms:-1 \
@@ -112,13 +126,38 @@ start_redis() {
     --appendfsync "$FSYNC" --daemonize yes --pidfile "$PIDS/redis.pid" --logfile "$LOGS/redis.log" \
     >/dev/null || die "redis-server did not start (see $LOGS/redis.log)"
   for _ in $(seq 100); do
-    $RCLI ping 2>/dev/null | grep -q PONG && { say "Redis on 127.0.0.1:$PORT (data in $DIR/redis)"; return 0; }
+    p=$(cat "$PIDS/redis.pid" 2>/dev/null)
+    [ -n "$p" ] && [ "$($RCLI info server 2>/dev/null | sed -n 's/^process_id:\([0-9]*\).*/\1/p')" = "$p" ] &&
+      { say "Redis on 127.0.0.1:$PORT (data in $DIR/redis)"; return 0; }
+    tail -n "+$((logged + 1))" "$LOGS/redis.log" 2>/dev/null | grep -q 'Address already in use' &&
+      die "port $PORT is in use (another Redis?): choose --port (0: a free one)"
     sleep 0.1
   done
   die "Redis did not answer on port $PORT (see $LOGS/redis.log)"
 }
 
+# Stop the processes of NAME<i> beyond the N asked for (pid files NAME<i>.pid with i > N): `up --servers 1`
+# with 3 servers running said "1 shard-server(s)" and left all 3 running. TERM: a shard-server hands its
+# leases over, a worker leaves its run; then their pid files go.
+stop_extra() { # PREFIX PROG N
+  pids=""; names=""
+  for f in "$PIDS/$1"*.pid; do
+    [ -f "$f" ] || continue
+    n=$(basename "$f" .pid); i=${n#"$1"}
+    case "$i" in ''|*[!0-9]*) continue;; esac
+    [ "$i" -gt "$3" ] || continue
+    p=$(stop_one "$n" "$2") && [ -n "$p" ] && { pids="$pids $p"; names="$names $n"; }
+    rm -f "$f"
+  done
+  [ -z "$pids" ] && return 0
+  # shellcheck disable=SC2086
+  reap 10 $pids
+  say "stopped$names (beyond the $3 asked for)"
+}
+
 start_rest() {
+  stop_extra server shard-server "$SERVERS"
+  stop_extra worker-w worker "$WORKERS"
   if ! run_exists; then
     say "run '$RUN' does not exist yet: shard-servers and coordinator start after \`cluster.sh init -- FLAGS\`"
     return 0
@@ -130,7 +169,9 @@ start_rest() {
     fi
     i=$((i + 1))
   done
+  coord_from=""   # the coordinator's log line where the one started now begins (empty: it was running)
   if ! pid_of coordinator coordinator >/dev/null; then
+    coord_from=$(( $(log_lines coordinator) + 1 ))
     if [ "$HTTP" = off ]; then
       spawn coordinator "$BIN/coordinator" serve --run "$RUN" --print-every 30
     else
@@ -156,14 +197,38 @@ start_rest() {
     [ "$n" -ge "$SERVERS" ] && break
     sleep 0.1
   done
+  check_started "$coord_from"
   [ "$n" -ge "$SERVERS" ] || say "warning: only $n of $SERVERS shard-servers registered (see $LOGS/server*.log)"
-  say "run '$RUN': $n shard-server(s), coordinator$(dashboard_line)"
+  say "run '$RUN': $n shard-server(s), coordinator$(dashboard_line "${coord_from:-1}")"
 }
 
-dashboard_line() {
+# The last line of NAME's log from line FROM on: what a process that exited at start said last.
+last_words() { tail -n "+${2:-1}" "$LOGS/$1.log" 2>/dev/null | grep -v '^[[:space:]]*$' | tail -n 1; }
+
+# Every shard-server asked for, and the coordinator, still run; a coordinator started now (its log from line
+# COORD_FROM) is serving (its HTTP listens). It said "run 'R': 2 shard-server(s), coordinator" and exit 0
+# while the coordinator had exited (its --http port in use). Fails with the reason from the log.
+check_started() { # [COORD_FROM]
+  i=1
+  while [ "$i" -le "$SERVERS" ]; do
+    pid_of "server$i" shard-server >/dev/null ||
+      die "shard-server server$i exited: $(last_words "server$i") (log: $LOGS/server$i.log)"
+    i=$((i + 1))
+  done
+  for _ in $(seq 100); do
+    pid_of coordinator coordinator >/dev/null ||
+      die "the coordinator exited: $(last_words coordinator "${1:-1}") (log: $LOGS/coordinator.log)"
+    [ -z "${1:-}" ] && return 0
+    tail -n "+$1" "$LOGS/coordinator.log" 2>/dev/null | grep -q 'INFO serving run' && return 0
+    sleep 0.1
+  done
+  say "warning: the coordinator has not said it serves the run after 10 s (see $LOGS/coordinator.log)"
+}
+
+dashboard_line() { # [FROM]: the URL the coordinator printed, from line FROM of its log on
   [ "$HTTP" = off ] && return 0
   for _ in $(seq 30); do
-    u=$(grep -o 'http://[^ ]*/dashboard' "$LOGS/coordinator.log" 2>/dev/null | tail -n 1)
+    u=$(tail -n "+${1:-1}" "$LOGS/coordinator.log" 2>/dev/null | grep -o 'http://[^ ]*/dashboard' | tail -n 1)
     [ -n "$u" ] && { echo " (dashboard $u)"; return 0; }
     sleep 0.1
   done

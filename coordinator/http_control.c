@@ -87,6 +87,7 @@ static int control_fcall(rconn *rc, const char *run, const char *fn, int n, cons
     char key[KEY_MAX], err[512];
     redisReply *r = fcall_run(rc, key_run(key, sizeof key, run, "config"), fn, n, args);
     if (rconn_reply_error(rc, r, err, sizeof err) < 0) {
+        if (r && r->type == REDIS_REPLY_ERROR) rconn_sentinel_error(rc, r->str, err, sizeof err);
         int code = r && r->type == REDIS_REPLY_ERROR ? code_of_redis_error(r->str) : 503;
         if (r) freeReplyObject(r);
         log_warn("control %s: %s", what, err);

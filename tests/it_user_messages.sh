@@ -18,7 +18,10 @@
 #   - a worker started on a run an operator shut down says how to train on; one Ctrl-C'd while it waits
 #     to start (no shard-server up) says it stopped, exit 0 (it said "ERROR stopped", exit 1);
 #   - `coordinator init --force` over a run whose shard-server is still registered warns first (they carry on
-#     in the new run); over an idle run it says nothing more.
+#     in the new run); over an idle run it says nothing more;
+#   - a redis:// URL that names a Redis Sentinel: init, status, control, the shard-server and the worker each
+#     say that it is a Sentinel and which redis+sentinel:// URL to give (they said the function library was
+#     not loaded, or "ERR unknown command 'FUNCTION'").
 # test: light (it waits more than it computes: 3 s of CPU in 19 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 start_redis
@@ -137,3 +140,26 @@ bin/coordinator init --redis "$URL" --run nosrv --trainer quadratic --numel 10 -
   || fail "init --force: $(cat "$TMP/force2.log")"
 grep -q "warning" "$TMP/force2.log" && fail "init --force of an idle run warned: $(cat "$TMP/force2.log")"
 say "init --force over a run with a live shard-server warns first; over an idle run it does not"
+
+# a redis:// URL that names a Sentinel (of our Redis, master name m): every process kind says so, and the URL to use
+pick_ports SP
+cat > "$TMP/sentinel.conf" <<EOF
+port $SP
+bind 127.0.0.1
+daemonize yes
+logfile $TMP/sentinel.log
+pidfile $TMP/sentinel.pid
+dir $TMP
+sentinel monitor m 127.0.0.1 $PORT 1
+EOF
+redis-server "$TMP/sentinel.conf" --sentinel > /dev/null || fail "redis-sentinel did not start"
+wait_until 10 "[ -s '$TMP/sentinel.pid' ]" "the Sentinel to write its pid file"
+PIDS="$PIDS $(cat "$TMP/sentinel.pid")"
+SURL="redis://127.0.0.1:$SP"
+want="127.0.0.1:$SP is a Redis Sentinel, not a Redis server: use redis+sentinel://127.0.0.1:$SP/m "
+for cmd in "coordinator init --run sx --trainer quadratic --numel 10" "coordinator status --run sx" \
+  "coordinator control --run sx shutdown" "shard-server --run sx" "worker --run sx --steps 1"; do
+  timeout 20 bin/$cmd --redis "$SURL" > "$TMP/sentinel.txt" 2>&1 && fail "bin/$cmd on a Sentinel: exit 0"
+  grep -q "$want" "$TMP/sentinel.txt" || fail "bin/$cmd on a Sentinel: $(cat "$TMP/sentinel.txt")"
+done
+say "a redis:// URL of a Sentinel: init, status, control, shard-server and worker say so, with the redis+sentinel:// URL"

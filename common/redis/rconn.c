@@ -113,6 +113,37 @@ int rconn_error_final(const char *e)
     return 0;
 }
 
+/* Whether r, a reply to ROLE, is a Sentinel's: ["sentinel", [master names]]. */
+static int role_is_sentinel(const redisReply *r)
+{
+    return r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_STRING &&
+           strcmp(r->element[0]->str, "sentinel") == 0;
+}
+
+int rconn_sentinel_error(rconn *c, const char *redis_error, char *err, size_t errlen)
+{
+    if (redis_error == NULL || strncmp(redis_error, "ERR unknown command", 19) != 0) return 0;
+    redisReply *r = rconn_command(c, "ROLE");
+    if (!role_is_sentinel(r)) {
+        if (r != NULL) freeReplyObject(r);
+        return 0;
+    }
+    /* (ROLE names the masters it watches: the one, when there is one, is the name to put in the URL) */
+    const redisReply *names = r->elements >= 2 ? r->element[1] : NULL;
+    const char *name = names && names->type == REDIS_REPLY_ARRAY && names->elements == 1 &&
+                               names->element[0]->type == REDIS_REPLY_STRING
+                           ? names->element[0]->str
+                           : "MASTER_NAME";
+    char where[300];
+    rconn_server(c, where, sizeof where);
+    err_set(err, errlen,
+            "%s is a Redis Sentinel, not a Redis server: use redis+sentinel://%s/%s (the Sentinels and the name of "
+            "the master they watch; docs/deploy.md, \"Redis with replicas and automatic failover\")",
+            where, where, name);
+    freeReplyObject(r);
+    return 1;
+}
+
 int rconn_error_failover(const char *e)
 {
     static const char *const failover[] = {

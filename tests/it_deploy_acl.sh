@@ -22,7 +22,9 @@
 #  C. The operator can: dl_set outer_lr, dl_kick, dl_shutdown take effect, and a worker then sees the
 #     shutdown; `coordinator repair` (function library load, verification, dl_unmark_corrupt) runs.
 #  Without a password in the URL, every command (coordinator init, repair, status, checkpoint save,
-#  shard-server, worker) exits 1 saying NOAUTH.
+#  shard-server, worker) exits 1 saying NOAUTH, and how to log in, in the URL's own scheme (unix:// for the
+#  socket), naming the USER:PASSWORD@ form (this ACL has no default user); a password without its user
+#  (WRONGPASS) names it too.
 . "$(dirname "$0")/lib.sh"
 RUN=acl
 ACL="$ROOT/deploy/redis/users.acl"
@@ -42,7 +44,7 @@ refused() { # WHAT USER CMD...: the command must fail with an ACL error
   echo "$out" | grep -q "NOPERM\|can't run this command\|can't access\|no permissions" || fail "$what: expected an ACL refusal, got: $out"
 }
 
-redis-server "$ROOT/deploy/redis/redis.conf" --port "$P" --dir "$TMP" --aclfile "$ACL" --daemonize yes \
+redis-server "$ROOT/deploy/redis/redis.conf" --port "$P" --unixsocket "$TMP/redis.sock" --dir "$TMP" --aclfile "$ACL" --daemonize yes \
   --logfile "$TMP/redis.log" --pidfile "$TMP/redis.pid" >/dev/null || fail "redis-server did not start with deploy/redis/redis.conf"
 wait_until 5 'as admin ping | grep -q PONG' "redis-server to answer PING as admin"
 [ "$(as admin config get appendfsync | tail -n 1)" = always ] || fail "redis.conf: appendfsync is not always"
@@ -55,9 +57,19 @@ for cmd in "coordinator init --run x --trainer quadratic --numel 100" "coordinat
   "coordinator status --run x" "coordinator checkpoint save --run x --out $TMP/x.st" \
   "shard-server --run x" "worker --run x --steps 1"; do
   timeout 20 bin/$cmd --redis "$NOPASS" > "$TMP/noauth.txt" 2>&1; rc=$?
-  [ $rc = 1 ] && grep -q "NOAUTH" "$TMP/noauth.txt" && ! grep -q "Protocol error" "$TMP/noauth.txt" ||
+  [ $rc = 1 ] && grep -q "NOAUTH" "$TMP/noauth.txt" && ! grep -q "Protocol error" "$TMP/noauth.txt" &&
+    grep -q "redis://USER:PASSWORD@127.0.0.1:$P/0 for an ACL user" "$TMP/noauth.txt" ||
     fail "bin/$cmd without a password: exit $rc, $(cat "$TMP/noauth.txt")"
 done
+# the hint is in the URL's own scheme (it said redis://:PASSWORD@HOST:PORT, the default user's form, which this
+# ACL turns off): a unix socket's, and a password without a user
+bin/coordinator status --redis "unix://$TMP/redis.sock" --run x > "$TMP/noauth.txt" 2>&1
+grep -q "NOAUTH" "$TMP/noauth.txt" && grep -q "unix://USER:PASSWORD@$TMP/redis.sock?db=0 for an ACL user" "$TMP/noauth.txt" ||
+  fail "unix socket without a password: $(cat "$TMP/noauth.txt")"
+bin/coordinator status --redis "redis://:operator-test-password@127.0.0.1:$P" --run x > "$TMP/noauth.txt" 2>&1
+grep -q "WRONGPASS" "$TMP/noauth.txt" && grep -q "redis://USER:PASSWORD@127.0.0.1:$P/0 for an ACL user" "$TMP/noauth.txt" ||
+  fail "a password without its user: $(cat "$TMP/noauth.txt")"
+as admin ACL LOG RESET > /dev/null # (that refused login is in it: A counts the denials of the processes)
 say "without a password every command says NOAUTH"
 
 # ---- A: a run with every process under its own user

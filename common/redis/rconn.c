@@ -223,20 +223,38 @@ static int run_simple(redisContext *c, const char *what, const char *check, int 
     return rc;
 }
 
+/* What to put in u, in its own scheme (redis://, unix://, redis+sentinel://) and with its own servers, for a
+ * server that wants a login: an ACL user's (USER:PASSWORD@, as deploy/redis/users.acl, whose default user
+ * is off, wants) or the default user's password (:PASSWORD@). */
+static void login_hint(const redis_url *u, const char *start, char *buf, size_t cap)
+{
+    redis_url bare = *u;
+    bare.user[0] = '\0';
+    char url[REDIS_URL_MAX];
+    if (redis_url_format(&bare, url, sizeof url) != 0) snprintf(url, sizeof url, "redis://HOST:PORT");
+    const char *sep = strstr(url, "://");
+    int scheme = sep ? (int)(sep - url) + 3 : 0;
+    snprintf(buf, cap,
+             "%s: %.*sUSER:PASSWORD@%s for an ACL user (e.g. deploy/redis/users.acl's), or %.*s:PASSWORD@%s "
+             "for the default user's password",
+             start, scheme, url, url + scheme, scheme, url, url + scheme);
+}
+
 static int authenticate(redisContext *c, const redis_url *u, const stop_src *stop, int timeout_ms, int *final,
                         char *err, size_t errlen)
 {
+    char hint[3 * REDIS_URL_MAX];
+    login_hint(u, u->user[0] || u->pass[0] ? "check the login in the Redis URL" : "the server wants a login in the URL",
+               hint, sizeof hint);
     if (u->user[0] != '\0')
-        return run_simple(c, "AUTH", "check the user and password in the Redis URL", final, err, errlen,
+        return run_simple(c, "AUTH", hint, final, err, errlen,
                           handshake(c, stop, timeout_ms, "AUTH %s %s", u->user, u->pass));
     if (u->pass[0] != '\0')
-        return run_simple(c, "AUTH", "check the password in the Redis URL", final, err, errlen,
-                          handshake(c, stop, timeout_ms, "AUTH %s", u->pass));
+        return run_simple(c, "AUTH", hint, final, err, errlen, handshake(c, stop, timeout_ms, "AUTH %s", u->pass));
     /* No credentials: a PING finds out at once whether the server wants some (NOAUTH, final), so that no
      * caller's first command is refused in its own way (a large FUNCTION LOAD before AUTH is answered
      * "Protocol error: unauthenticated bulk length"). */
-    return run_simple(c, "PING", "a server that requires a password needs it in the URL: redis://:PASSWORD@HOST:PORT",
-                      final, err, errlen, handshake(c, stop, timeout_ms, "PING"));
+    return run_simple(c, "PING", hint, final, err, errlen, handshake(c, stop, timeout_ms, "PING"));
 }
 
 /* Open, authenticate and configure one connection: to the URL's server (host NULL) or to host:port

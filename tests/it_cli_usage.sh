@@ -1,8 +1,9 @@
 #!/bin/sh
 # it_cli_usage.sh: what a user meets on a wrong command line, for bin/coordinator, bin/shard-server and
 # bin/worker, with nothing listening at the Redis URL: a usage error (unknown flag, missing --run or
-# Redis URL, a bad URL, a bad value, an unknown trainer flag; an unknown flag is named first, before a
-# missing --run or URL) is one line naming what is wrong, exit 2,
+# Redis URL, a bad URL (rediss://: TLS goes through stunnel, said with where the docs tell how), a bad
+# value, an unknown trainer flag; an unknown flag is named first, before a missing --run or URL) is one
+# line naming what is wrong, exit 2,
 # at once (never a wait for Redis); a Redis that is down, tried once, is one line saying what to check,
 # exit 1; --help exits 0 (bin/worker's names each of its flags); SIGTERM ends a wait for a down Redis;
 # `serve` started before its run waits, saying so once (in its log, whether Redis has no function library
@@ -37,6 +38,7 @@ for cmd in "coordinator init" "coordinator status" "coordinator serve" "shard-se
   expect 2 "NAME is required" $bin "$@" --redis "$DEAD"
   expect 2 "no Redis URL: give --redis URL" env -u DL_REDIS_URL $bin "$@" --run r
   expect 2 "\-\-redis: unsupported Redis URL 'foo://bar'" $bin "$@" --redis foo://bar --run r
+  expect 2 "do not speak TLS themselves; put stunnel in front (docs/deploy.md" $bin "$@" --redis rediss://h:6380 --run r
   expect 2 "DL_REDIS_URL: bad port 'x'" env DL_REDIS_URL=redis://h:x $bin "$@" --run r
   timeout $QUICK $bin "$@" --help > "$TMP/help" 2>&1 || fail "$cmd --help: exit $?"
   grep -q -- "--redis-file FILE" "$TMP/help" || fail "$cmd --help does not show --redis-file"

@@ -20,7 +20,9 @@
 #     unchanged (DUMP of every control key before and after, the event count); ACL LOG shows the
 #     refusals happened in Lua, on dl:{R}:tunables and dl:{R}:config.
 #  C. The operator can: dl_set outer_lr, dl_kick, dl_shutdown take effect, and a worker then sees the
-#     shutdown; `coordinator repair` (function library load, verification, dl_unmark_corrupt) runs.
+#     shutdown; `coordinator repair` (function library load, verification, dl_unmark_corrupt) runs; the
+#     viewer's `repair --dry-run` verifies (no library load: this release's is there), its repair is refused
+#     saying which user may.
 #  Without a password in the URL, every command (coordinator init, repair, status, checkpoint save,
 #  shard-server, worker) exits 1 saying NOAUTH, and how to log in, in the URL's own scheme (unix:// for the
 #  socket), naming the USER:PASSWORD@ form (this ACL has no default user); a password without its user
@@ -220,6 +222,14 @@ as operator FCALL dl_status 1 "$CONF" | python3 -c 'import json,sys; d=json.load
 [ "$(as operator FCALL dl_shutdown 1 "$CONF")" = OK ] || fail "operator dl_shutdown"
 [ "$(as viewer HGET "dl:{$RUN}:tunables" status)" = shutdown ] || fail "operator's shutdown did not take"
 as worker FCALL dl_register 1 "$CONF" late host 20 | grep -q SHUTDOWN || fail "a worker could join a shut-down run"
+# the viewer verifies (--dry-run: the library of this release is loaded, so none is loaded; it was refused
+# NOPERM on FUNCTION LOAD), and a repair that would change something says which user it needs
+bin/coordinator repair --redis "$(url viewer)" --run $RUN --dry-run --wait 0 > "$TMP/repair.log" 2>&1 ||
+  fail "viewer coordinator repair --dry-run: $(cat "$TMP/repair.log")"
+grep -q "dry run: would clear 1 corrupt mark" "$TMP/repair.log" || fail "viewer repair --dry-run: $(cat "$TMP/repair.log")"
+bin/coordinator repair --redis "$(url viewer)" --run $RUN --wait 0 > "$TMP/repair.log" 2>&1 && fail "viewer repair: exit 0"
+grep -q "run it as a user that may FUNCTION LOAD (deploy/redis/users.acl: operator)" "$TMP/repair.log" ||
+  fail "viewer repair: $(cat "$TMP/repair.log")"
 bin/coordinator repair --redis "$(url operator)" --run $RUN --wait 0 > "$TMP/repair.log" 2>&1 ||
   fail "operator coordinator repair: $(cat "$TMP/repair.log")"
 grep -q "cleared 1 corrupt mark" "$TMP/repair.log" && [ -z "$(as viewer HGET "dl:{$RUN}:shards" 0:corrupt)" ] ||

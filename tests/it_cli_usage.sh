@@ -178,6 +178,9 @@ bin/worker --redis "$URL" --run hb --heartbeat-interval 0 --steps 0 --sync-every
 p=$!; PIDS="$PIDS $p"
 wait_until 10 "grep -q 'heartbeat-interval 0 (diloco_options.heartbeat_interval_ms): this worker sends no heartbeats, and run .hb. evicts a worker silent for 1 s' \"\$TMP/hb0w.log\"" \
   "the warning of no heartbeats in a run that evicts"
+# the warning is advice, no test anecdote (it ended with "(the quadratic, syncs 1.2 s apart, ...)")
+grep "this worker sends no heartbeats" "$TMP/hb0w.log" | grep -q "its round lost; beat every 0.25 s or less$" ||
+  fail "the warning of no heartbeats: $(grep 'sends no heartbeats' "$TMP/hb0w.log")"
 kill -TERM $p; wait $p
 say "a heartbeat interval of 3 s in a run of timeout 1 s: refused, nothing registered; 0.7 s and 0 (none): warned"
 

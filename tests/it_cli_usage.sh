@@ -12,7 +12,8 @@
 # than the workers, a staleness limit below workers - 1, a top-k density below one entry a chunk, a sync
 # run that never evicts) and not about the defaults; a worker whose heartbeat interval is the run's
 # heartbeat timeout or more is refused at open (above half of it, or no heartbeat at all: warned); a worker
-# with no shard-server up says so within seconds.
+# with no shard-server up says so within seconds, and once one is up, that its wait is over; the warning of no
+# heartbeat is advice without a test anecdote.
 # test: light (it waits more than it computes: 4 s of CPU in 16 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 DEAD="redis://127.0.0.1:$(free_port)" # nothing listens there
@@ -193,4 +194,7 @@ wait_until 10 'grep -q "still trying after 5 s (shard [01] has no live owner yet
   "the worker to say that no shard-server is up"
 start_server s1
 wait_workers w1
-say "no shard-server: the worker said so after 5 s, and trained once one started"
+# and says once that the wait is over (its last WARN stayed the last word about it while rounds went on)
+[ "$(grep -c "of shard [01]: went through after [0-9]* s (the wait logged above is over)" "$TMP/worker-w1.log")" = 1 ] ||
+  fail "the worker did not say once that its wait was over: $(grep -E 'still trying|went through' "$TMP/worker-w1.log")"
+say "no shard-server: the worker said so after 5 s, and trained once one started, saying its wait was over"

@@ -21,7 +21,10 @@
 #     in the new run); over an idle run it says nothing more;
 #   - a redis:// URL that names a Redis Sentinel: init, status, control, the shard-server and the worker each
 #     say that it is a Sentinel and which redis+sentinel:// URL to give (they said the function library was
-#     not loaded, or "ERR unknown command 'FUNCTION'").
+#     not loaded, or "ERR unknown command 'FUNCTION'");
+#   - a GPT worker's --checkpoint FILE says it starts fresh (no FILE yet), then that it resumes from FILE at
+#     its step (it resumed silently), and warns when the checkpoint's step is at or past the cosine's horizon
+#     (--steps, this process's steps): every step would train at the floor lr.
 # test: light (it waits more than it computes: 3 s of CPU in 19 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 start_redis
@@ -163,3 +166,18 @@ for cmd in "coordinator init --run sx --trainer quadratic --numel 10" "coordinat
   grep -q "$want" "$TMP/sentinel.txt" || fail "bin/$cmd on a Sentinel: $(cat "$TMP/sentinel.txt")"
 done
 say "a redis:// URL of a Sentinel: init, status, control, shard-server and worker say so, with the redis+sentinel:// URL"
+
+# a GPT worker's --checkpoint: says that it starts fresh (no file yet), then that it resumes, from which step;
+# a resume at or past the cosine's horizon (--steps counts this process's steps) is said to train at the floor lr
+init_run tiny --trainer gpt --layers 1 --heads 2 --dim 32 --ctx 64 --workers 1 --force
+RUN=tiny; start_server tiny1
+gflags="--redis $URL --run tiny --worker-id g1 --steps 2 --sync-every 2 --seq 16 --batch 1 --warmup 0 --checkpoint $TMP/g.ck"
+timeout 60 bin/worker $gflags > "$TMP/g1.log" 2>&1 || fail "GPT worker with --checkpoint: $(tail -n 3 "$TMP/g1.log")"
+grep -q "^gpt: checkpoint $TMP/g.ck does not exist: starting fresh" "$TMP/g1.log" || fail "no 'starting fresh': $(head -n 3 "$TMP/g1.log")"
+timeout 60 bin/worker $gflags > "$TMP/g2.log" 2>&1 || fail "GPT worker resumed: $(tail -n 3 "$TMP/g2.log")"
+grep -q "^gpt: resuming from $TMP/g.ck: step 2, 32 tokens trained, lr 4e-05 at this step" "$TMP/g2.log" ||
+  fail "no 'resuming from': $(head -n 3 "$TMP/g2.log")"
+grep -q "^gpt: warning: the cosine schedule ends at step 2 (--steps), at or before the checkpoint's step 2: every step of this run trains at the floor lr 4e-05" "$TMP/g2.log" ||
+  fail "no warning of a schedule already over: $(head -n 3 "$TMP/g2.log")"
+grep -q "starting fresh" "$TMP/g2.log" && fail "the resumed worker also said it starts fresh"
+say "GPT --checkpoint: 'starting fresh', then 'resuming from FILE: step 2', with the warning of a schedule already over"

@@ -15,6 +15,8 @@
 #     --min-lr-ratio or --weight-decay that would make its lr negative or its weights grow, or an inner lr of 0
 #     (--lr, --quad-lr: every pseudo-gradient zero), says the
 #     values and what to change (it trained with them before);
+#   - a shutdown: the shard-server says once that the run was shut down and serves on; a second shutdown
+#     says the run was shut down already (ok, exit 0; no second event); set-momentum -0 stores and shows 0;
 #   - a worker started on a run an operator shut down says how to train on; one Ctrl-C'd while it waits
 #     to start (no shard-server up) says it stopped, exit 0 (it said "ERROR stopped", exit 1);
 #   - `coordinator init --force` over a run whose shard-server is still registered warns first (they carry on
@@ -114,7 +116,24 @@ say "a token file too short for --seq, --shard-index out of range, a negative fi
 
 # a worker started on a run an operator shut down: refused, with the way to train on
 init_run over --trainer quadratic --numel 10 --workers 1
-bin/coordinator control --redis "$URL" --run over shutdown > /dev/null 2>&1 || fail "control shutdown"
+RUN=over; start_server over1 --lease-ttl-ms 1000
+bin/coordinator control --redis "$URL" --run over shutdown > "$TMP/out" 2>&1 || fail "control shutdown"
+grep -q '"message":"run shut down: workers stop at their next heartbeat"' "$TMP/out" || fail "control shutdown: $(cat "$TMP/out")"
+# the shard-server says once that the run was shut down (it said nothing, and serves on)
+wait_until 10 'grep -q "INFO run .over. was shut down by an operator: no round closes any more; this server keeps serving" "$TMP/server-over1.log"' \
+  "the shard-server to say that the run was shut down"
+# a second shutdown: ok (idempotent), saying that it was shut down already (it said "run shut down" again)
+bin/coordinator control --redis "$URL" --run over shutdown > "$TMP/out" 2>&1 || fail "a second control shutdown: exit $?"
+grep -q '"status":"ok","message":"run already shut down: nothing changed"' "$TMP/out" || fail "a second shutdown: $(cat "$TMP/out")"
+[ "$($RCLI XRANGE "dl:{over}:events" - + | grep -c '^shutdown$')" = 1 ] || fail "a second shutdown event"
+# set-momentum -0 is 0 (it stored "-0" and printed "momentum":-0.0)
+bin/coordinator control --redis "$URL" --run over set-momentum -0 > "$TMP/out" 2>&1 || fail "set-momentum -0: $(cat "$TMP/out")"
+grep -q '"momentum":0.0[,}]' "$TMP/out" && [ "$($RCLI HGET "dl:{over}:tunables" outer_momentum)" = 0 ] ||
+  fail "set-momentum -0: $(cat "$TMP/out"), stored $($RCLI HGET "dl:{over}:tunables" outer_momentum)"
+sleep 1 # beats more
+[ "$(grep -c "was shut down by an operator" "$TMP/server-over1.log")" = 1 ] || fail "the shard-server said the shutdown more than once"
+alive $SRV_over1 || fail "the shard-server exited at the shutdown"
+say "shutdown: the shard-server said so once and serves on; a second one says already (ok); set-momentum -0 is 0"
 bin/worker --redis "$URL" --run over --sync-every 5 > "$TMP/out" 2>&1 && fail "a worker joined a shut-down run"
 grep -q "SHUTDOWN the run has been shut down by an operator and takes no more workers; to train on, start a new run from it: .coordinator checkpoint save., then .coordinator init --from-checkpoint." "$TMP/out" \
   || fail "a shut-down run: $(cat "$TMP/out")"

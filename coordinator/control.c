@@ -33,7 +33,8 @@ static void usage(FILE *f)
                "  set-min-workers N   floor of the expected workers, 1 to them  [update_num_workers]\n"
                "  set-max-staleness K async: refuse submissions more than K versions old, 0: no\n"
                "                      limit (a rebase run: 1 to its --max-staleness) [update_staleness]\n"
-               "  shutdown            stop the run: workers leave at their next heartbeat [shutdown]\n"
+               "  shutdown            stop the run: workers leave at their next heartbeat (a run shut\n"
+               "                      down already: says so, exit 0)            [shutdown]\n"
                "\n"
                "Prints the JSON reply; exit status 0 on success, 1 if the action failed, 2 on usage errors.\n");
 }

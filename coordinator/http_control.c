@@ -108,21 +108,32 @@ static int fcall_error_reply(const char *run, const char *err, int code, json_t 
     return error_reply(reply, code, "%s", err);
 }
 
-/* One call of the run's function fn with args[0..n); 200 + reply OK, or the error mapped. */
-static int control_fcall(rconn *rc, const char *run, const char *fn, int n, const char **args, json_t **reply,
-                         const char *what)
+/* One call of the run's function fn with args[0..n); 200 + reply OK (the function's answer, a status or a
+ * string, into said when said is not NULL), or the error mapped. */
+static int control_fcall_said(rconn *rc, const char *run, const char *fn, int n, const char **args, json_t **reply,
+                              const char *what, char *said, size_t said_cap)
 {
     char key[KEY_MAX], err[512];
     redisReply *r = fcall_run(rc, key_run(key, sizeof key, run, "config"), fn, n, args);
     if (rconn_reply_error(rc, r, err, sizeof err) < 0) {
+        if (r && r->type == REDIS_REPLY_ERROR) rconn_sentinel_error(rc, r->str, err, sizeof err);
         int code = r && r->type == REDIS_REPLY_ERROR ? code_of_redis_error(r->str) : 503;
         if (r) freeReplyObject(r);
         log_warn("control %s: %s", what, err);
         return fcall_error_reply(run, err, code, reply);
     }
+    if (said != NULL)
+        snprintf(said, said_cap, "%s",
+                 (r->type == REDIS_REPLY_STATUS || r->type == REDIS_REPLY_STRING) && r->str ? r->str : "");
     freeReplyObject(r);
     log_info("control: %s", what);
     return 200;
+}
+
+static int control_fcall(rconn *rc, const char *run, const char *fn, int n, const char **args, json_t **reply,
+                         const char *what)
+{
+    return control_fcall_said(rc, run, fn, n, args, reply, what, NULL, 0);
 }
 
 static int do_kick(rconn *rc, const char *run, json_t *body, json_t **reply)
@@ -182,7 +193,8 @@ static int do_optimizer(rconn *rc, const char *run, json_t *body, json_t **reply
         snprintf(what + strlen(what), sizeof what - strlen(what), " outer_lr=%s", lrs);
     }
     if (mu) {
-        fmt_double(json_number_value(mu), mus, sizeof mus);
+        double m = json_number_value(mu);
+        fmt_double(m == 0 ? 0.0 : m, mus, sizeof mus); /* (-0 is 0: stored and shown as 0, not -0) */
         args[n++] = "outer_momentum";
         args[n++] = mus;
         snprintf(what + strlen(what), sizeof what - strlen(what), " outer_momentum=%s", mus);
@@ -305,10 +317,13 @@ static int do_shutdown(rconn *rc, const char *run, json_t *body, json_t **reply)
 {
     static const char *const allowed[] = {NULL};
     if (check_fields(body, allowed, "shutdown", reply)) return 400;
-    int code = control_fcall(rc, run, "dl_shutdown", 0, NULL, reply, "shutdown of the run");
-    if (code == 200)
-        *reply =
-            json_pack("{s:s,s:s}", "status", "ok", "message", "run shut down: workers stop at their next heartbeat");
+    char said[32];
+    int code = control_fcall_said(rc, run, "dl_shutdown", 0, NULL, reply, "shutdown of the run", said, sizeof said);
+    if (code != 200) return code;
+    /* (a second shutdown is no error: the run is as asked) */
+    const char *msg = strcmp(said, "ALREADY") == 0 ? "run already shut down: nothing changed"
+                                                   : "run shut down: workers stop at their next heartbeat";
+    *reply = json_pack("{s:s,s:s}", "status", "ok", "message", msg);
     return code;
 }
 

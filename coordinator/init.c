@@ -244,7 +244,10 @@ static int load_on_node(redisContext *node, const char *addr, void *arg, char *e
 
 int coord_load_library(rconn *rc, char *err, size_t errlen)
 {
-    return rconn_each_master(rc, load_on_node, NULL, err, errlen);
+    if (rconn_each_master(rc, load_on_node, NULL, err, errlen) == 0) return 0;
+    const char *refusal = strstr(err, "ERR unknown command");
+    if (refusal != NULL) rconn_sentinel_error(rc, refusal, err, errlen); /* (a Sentinel: said which URL to give) */
+    return -1;
 }
 
 static int delete_key(redisContext *node, const char *key, void *arg)

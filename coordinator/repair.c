@@ -31,6 +31,7 @@
 
 #include "base/opts.h"
 #include "base/util.h"
+#include "base/version.h"
 #include "checkpoint.h"
 #include "coordinator.h"
 #include "format/keys.h"
@@ -102,7 +103,8 @@ static void usage(FILE *f)
             "\n" COORD_HELP
             "  --from-checkpoint FILE    restore FILE instead of rolling back (needed when a snapshot is corrupt:\n"
             "                            older state has been trimmed; `coordinator serve --save-every N` keeps some)\n"
-            "  --dry-run                 verify and print the plan; change nothing\n"
+            "  --dry-run                 verify and print the plan; change nothing (the viewer user of\n"
+            "                            deploy/redis/users.acl suffices; a repair needs operator)\n"
             "  --wait S                  after the repair (or after clearing stale marks), wait up to S seconds\n"
             "                            for the shard-servers to take every shard again (default %d; 0: do not\n"
             "                            wait)\n"
@@ -605,9 +607,27 @@ static int parse_args(int argc, char **argv, repair_args *a)
     return opts_parse_cmd("coordinator repair", usage, specs, argc, argv, 0, NULL, NULL);
 }
 
-static int open_run(rconn *c, repair *rp, char *err, size_t errlen)
+/* This release's functions (dl_repair, dl_unmark_corrupt): loaded (FUNCTION LOAD REPLACE), except by a dry run
+ * that finds them loaded already: a verification changes nothing, and its user (the shipped viewer) may not load
+ * a library. A user that may not load one is told which may. */
+static int ensure_library(rconn *c, const repair *rp, int dry_run, char *err, size_t errlen)
 {
-    if (coord_load_library(c, err, errlen) < 0) return -1; /* this release's functions (dl_repair) */
+    if (dry_run && runconf_check_library(c, rp->run, err, errlen) == 0) return 0;
+    if (coord_load_library(c, err, errlen) == 0) return 0;
+    if (strstr(err, "NOPERM") == NULL) return -1;
+    char why[1024];
+    snprintf(why, sizeof why, "%.600s", err);
+    err_set(err, errlen,
+            "%s needs this release's function library (version %s) loaded, and this Redis user may not load it (%s): "
+            "run it as a user that may FUNCTION LOAD (deploy/redis/users.acl: operator)%s",
+            dry_run ? "repair --dry-run (Redis has another library or none)" : "repair", DL_LIB_VERSION, why,
+            dry_run ? "" : "; to only verify, `coordinator repair --dry-run` needs no more than the viewer user");
+    return -1;
+}
+
+static int open_run(rconn *c, repair *rp, int dry_run, char *err, size_t errlen)
+{
+    if (ensure_library(c, rp, dry_run, err, errlen) < 0) return -1;
     if (runconf_load(c, rp->run, &rp->rc, err, errlen) < 0) return -1;
     size_t largest = 0;
     for (int k = 0; k < rp->rc.nshards; k++)
@@ -719,7 +739,7 @@ static int make_plan(repair *rp, const repair_args *a, const checkpoint *ck, cha
 static int repair_run(rconn *c, repair *rp, const repair_args *a, const checkpoint *ck)
 {
     char err[1024], source[4200];
-    if (open_run(c, rp, err, sizeof err) < 0 || verify_all(c, rp, err, sizeof err) < 0) goto fail;
+    if (open_run(c, rp, a->dry_run, err, sizeof err) < 0 || verify_all(c, rp, err, sizeof err) < 0) goto fail;
     print_verification(rp);
     if (rp->bad == 0 && !a->checkpoint) return settle_healthy(c, rp, a->dry_run, (int)a->wait_s);
     if (make_plan(rp, a, ck, err, sizeof err) < 0) goto fail;

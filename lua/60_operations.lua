@@ -106,8 +106,10 @@ local function dl_set(keys, args)
 end
 
 -- dl_shutdown KEYS[1]=config: workers see status 'shutdown' in their next heartbeat and stop
+-- -> OK, or ALREADY when the run was shut down before (nothing written: no gate, no second event)
 local function dl_shutdown(keys, args)
     local P = load_run(keys)
+    if tunable(P, 'status') == 'shutdown' then return 'ALREADY' end
     operator_gate(P)
     redis.call('HSET', tunables_key(P), 'status', 'shutdown')
     event(P, 'shutdown', {})

@@ -22,8 +22,9 @@
  * refused REPLACED. We then serve nothing (every lease dropped) and keep beating: a process that stops
  * beating (a dead one, or a record of ours lost in a Redis failover) leaves the id to us again after its ttl;
  * one that goes on beating for ID_TAKEN_TTLS of our ttls has the id for good, and we stop (id_taken).
- * After each beat the server also refreshes the outer tunables (outer_lr, outer_momentum, nesterov)
- * and the shard -> owner address map it uses for `moved` replies.
+ * After each beat the server also refreshes the outer tunables (outer_lr, outer_momentum, nesterov), reads
+ * the run's status (a shutdown is said once: see_status) and the shard -> owner address map it uses for
+ * `moved` replies.
  */
 #include "ss.h"
 
@@ -62,10 +63,23 @@ const char *lease_owner_addr(ss_ctx *ss, int k)
 /* ---------------------------------------------------------------------------------------------- */
 /* tunables and owner map */
 
+/* The run's status (tunables): the first time it reads "shutdown", one line says so and what this server does
+ * then, which is what it did before: hold its leases, answer gets at the last committed version (the workers'
+ * last fetches) and finish the commits under way; no round closes any more (arrivals are refused). */
+static void see_status(ss_ctx *ss, const redisReply *status)
+{
+    if (ss->shutdown_told || status->type != REDIS_REPLY_STRING || strcmp(status->str, "shutdown") != 0) return;
+    ss->shutdown_told = 1;
+    log_info("run '%s' was shut down by an operator: no round closes any more; this server keeps serving the "
+             "shards' last versions to the workers' final fetches; stop it (SIGTERM) once they are gone",
+             ss->opts.run);
+}
+
 static void on_tunables(redisReply *r, void *priv)
 {
     ss_ctx *ss = priv;
-    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 3) return;
+    if (r == NULL || r->type != REDIS_REPLY_ARRAY || r->elements != 4) return;
+    see_status(ss, r->element[3]);
     ss_tunables t = ss->tun;
     if (r->element[0]->type == REDIS_REPLY_STRING) t.lr = strtof(r->element[0]->str, NULL);
     if (r->element[1]->type == REDIS_REPLY_STRING) t.mu = strtof(r->element[1]->str, NULL);
@@ -154,9 +168,10 @@ static void on_servers(redisReply *r, void *priv)
 static void refresh_views(ss_ctx *ss)
 {
     char key[KEY_MAX];
-    const char *tv[5] = {"HMGET", key_run(key, sizeof key, ss->opts.run, "tunables"), "outer_lr", "outer_momentum",
-                         "nesterov"};
-    rlink_cmds(&ss->ctl, on_tunables, ss, 5, tv);
+    const char *tv[6] = {"HMGET",    key_run(key, sizeof key, ss->opts.run, "tunables"),
+                         "outer_lr", "outer_momentum",
+                         "nesterov", "status"};
+    rlink_cmds(&ss->ctl, on_tunables, ss, 6, tv);
     char skey[KEY_MAX];
     const char *sv[2] = {"HGETALL", key_run(skey, sizeof skey, ss->opts.run, "servers")};
     rlink_cmds(&ss->ctl, on_servers, ss, 2, sv);

@@ -1,8 +1,9 @@
 #!/bin/sh
 # it_cli_usage.sh: what a user meets on a wrong command line, for bin/coordinator, bin/shard-server and
 # bin/worker, with nothing listening at the Redis URL: a usage error (unknown flag, missing --run or
-# Redis URL, a bad URL, a bad value, an unknown trainer flag; an unknown flag is named first, before a
-# missing --run or URL) is one line naming what is wrong, exit 2,
+# Redis URL, a bad URL (rediss://: TLS goes through stunnel, said with where the docs tell how), a bad
+# value, an unknown trainer flag; an unknown flag is named first, before a missing --run or URL) is one
+# line naming what is wrong, exit 2,
 # at once (never a wait for Redis); a Redis that is down, tried once, is one line saying what to check,
 # exit 1; --help exits 0 (bin/worker's names each of its flags); SIGTERM ends a wait for a down Redis;
 # `serve` started before its run waits, saying so once (in its log, whether Redis has no function library
@@ -11,7 +12,8 @@
 # than the workers, a staleness limit below workers - 1, a top-k density below one entry a chunk, a sync
 # run that never evicts) and not about the defaults; a worker whose heartbeat interval is the run's
 # heartbeat timeout or more is refused at open (above half of it, or no heartbeat at all: warned); a worker
-# with no shard-server up says so within seconds.
+# with no shard-server up says so within seconds, and once one is up, that its wait is over; the warning of no
+# heartbeat is advice without a test anecdote.
 # test: light (it waits more than it computes: 4 s of CPU in 16 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 DEAD="redis://127.0.0.1:$(free_port)" # nothing listens there
@@ -37,6 +39,7 @@ for cmd in "coordinator init" "coordinator status" "coordinator serve" "shard-se
   expect 2 "NAME is required" $bin "$@" --redis "$DEAD"
   expect 2 "no Redis URL: give --redis URL" env -u DL_REDIS_URL $bin "$@" --run r
   expect 2 "\-\-redis: unsupported Redis URL 'foo://bar'" $bin "$@" --redis foo://bar --run r
+  expect 2 "do not speak TLS themselves; put stunnel in front (docs/deploy.md" $bin "$@" --redis rediss://h:6380 --run r
   expect 2 "DL_REDIS_URL: bad port 'x'" env DL_REDIS_URL=redis://h:x $bin "$@" --run r
   timeout $QUICK $bin "$@" --help > "$TMP/help" 2>&1 || fail "$cmd --help: exit $?"
   grep -q -- "--redis-file FILE" "$TMP/help" || fail "$cmd --help does not show --redis-file"
@@ -197,6 +200,9 @@ bin/worker --redis "$URL" --run hb --heartbeat-interval 0 --steps 0 --sync-every
 p=$!; PIDS="$PIDS $p"
 wait_until 10 "grep -q 'heartbeat-interval 0 (diloco_options.heartbeat_interval_ms): this worker sends no heartbeats, and run .hb. evicts a worker silent for 1 s' \"\$TMP/hb0w.log\"" \
   "the warning of no heartbeats in a run that evicts"
+# the warning is advice, no test anecdote (it ended with "(the quadratic, syncs 1.2 s apart, ...)")
+grep "this worker sends no heartbeats" "$TMP/hb0w.log" | grep -q "its round lost; beat every 0.25 s or less$" ||
+  fail "the warning of no heartbeats: $(grep 'sends no heartbeats' "$TMP/hb0w.log")"
 kill -TERM $p; wait $p
 say "a heartbeat interval of 3 s in a run of timeout 1 s: refused, nothing registered; 0.7 s and 0 (none): warned"
 
@@ -209,4 +215,7 @@ wait_until 10 'grep -q "still trying after 5 s (shard [01] has no live owner yet
   "the worker to say that no shard-server is up"
 start_server s1
 wait_workers w1
-say "no shard-server: the worker said so after 5 s, and trained once one started"
+# and says once that the wait is over (its last WARN stayed the last word about it while rounds went on)
+[ "$(grep -c "of shard [01]: went through after [0-9]* s (the wait logged above is over)" "$TMP/worker-w1.log")" = 1 ] ||
+  fail "the worker did not say once that its wait was over: $(grep -E 'still trying|went through' "$TMP/worker-w1.log")"
+say "no shard-server: the worker said so after 5 s, and trained once one started, saying its wait was over"

@@ -20,9 +20,13 @@
 #     unchanged (DUMP of every control key before and after, the event count); ACL LOG shows the
 #     refusals happened in Lua, on dl:{R}:tunables and dl:{R}:config.
 #  C. The operator can: dl_set outer_lr, dl_kick, dl_shutdown take effect, and a worker then sees the
-#     shutdown; `coordinator repair` (function library load, verification, dl_unmark_corrupt) runs.
+#     shutdown; `coordinator repair` (function library load, verification, dl_unmark_corrupt) runs; the
+#     viewer's `repair --dry-run` verifies (no library load: this release's is there), its repair is refused
+#     saying which user may.
 #  Without a password in the URL, every command (coordinator init, repair, status, checkpoint save,
-#  shard-server, worker) exits 1 saying NOAUTH.
+#  shard-server, worker) exits 1 saying NOAUTH, and how to log in, in the URL's own scheme (unix:// for the
+#  socket), naming the USER:PASSWORD@ form (this ACL has no default user); a password without its user
+#  (WRONGPASS) names it too.
 . "$(dirname "$0")/lib.sh"
 RUN=acl
 ACL="$ROOT/deploy/redis/users.acl"
@@ -42,7 +46,7 @@ refused() { # WHAT USER CMD...: the command must fail with an ACL error
   echo "$out" | grep -q "NOPERM\|can't run this command\|can't access\|no permissions" || fail "$what: expected an ACL refusal, got: $out"
 }
 
-redis-server "$ROOT/deploy/redis/redis.conf" --port "$P" --dir "$TMP" --aclfile "$ACL" --daemonize yes \
+redis-server "$ROOT/deploy/redis/redis.conf" --port "$P" --unixsocket "$TMP/redis.sock" --dir "$TMP" --aclfile "$ACL" --daemonize yes \
   --logfile "$TMP/redis.log" --pidfile "$TMP/redis.pid" >/dev/null || fail "redis-server did not start with deploy/redis/redis.conf"
 wait_until 5 'as admin ping | grep -q PONG' "redis-server to answer PING as admin"
 [ "$(as admin config get appendfsync | tail -n 1)" = always ] || fail "redis.conf: appendfsync is not always"
@@ -55,9 +59,19 @@ for cmd in "coordinator init --run x --trainer quadratic --numel 100" "coordinat
   "coordinator status --run x" "coordinator checkpoint save --run x --out $TMP/x.st" \
   "shard-server --run x" "worker --run x --steps 1"; do
   timeout 20 bin/$cmd --redis "$NOPASS" > "$TMP/noauth.txt" 2>&1; rc=$?
-  [ $rc = 1 ] && grep -q "NOAUTH" "$TMP/noauth.txt" && ! grep -q "Protocol error" "$TMP/noauth.txt" ||
+  [ $rc = 1 ] && grep -q "NOAUTH" "$TMP/noauth.txt" && ! grep -q "Protocol error" "$TMP/noauth.txt" &&
+    grep -q "redis://USER:PASSWORD@127.0.0.1:$P/0 for an ACL user" "$TMP/noauth.txt" ||
     fail "bin/$cmd without a password: exit $rc, $(cat "$TMP/noauth.txt")"
 done
+# the hint is in the URL's own scheme (it said redis://:PASSWORD@HOST:PORT, the default user's form, which this
+# ACL turns off): a unix socket's, and a password without a user
+bin/coordinator status --redis "unix://$TMP/redis.sock" --run x > "$TMP/noauth.txt" 2>&1
+grep -q "NOAUTH" "$TMP/noauth.txt" && grep -q "unix://USER:PASSWORD@$TMP/redis.sock?db=0 for an ACL user" "$TMP/noauth.txt" ||
+  fail "unix socket without a password: $(cat "$TMP/noauth.txt")"
+bin/coordinator status --redis "redis://:operator-test-password@127.0.0.1:$P" --run x > "$TMP/noauth.txt" 2>&1
+grep -q "WRONGPASS" "$TMP/noauth.txt" && grep -q "redis://USER:PASSWORD@127.0.0.1:$P/0 for an ACL user" "$TMP/noauth.txt" ||
+  fail "a password without its user: $(cat "$TMP/noauth.txt")"
+as admin ACL LOG RESET > /dev/null # (that refused login is in it: A counts the denials of the processes)
 say "without a password every command says NOAUTH"
 
 # ---- A: a run with every process under its own user
@@ -222,6 +236,14 @@ as operator FCALL dl_status 1 "$CONF" | python3 -c 'import json,sys; d=json.load
 [ "$(as operator FCALL dl_shutdown 1 "$CONF")" = OK ] || fail "operator dl_shutdown"
 [ "$(as viewer HGET "dl:{$RUN}:tunables" status)" = shutdown ] || fail "operator's shutdown did not take"
 as worker FCALL dl_register 1 "$CONF" late host 20 | grep -q SHUTDOWN || fail "a worker could join a shut-down run"
+# the viewer verifies (--dry-run: the library of this release is loaded, so none is loaded; it was refused
+# NOPERM on FUNCTION LOAD), and a repair that would change something says which user it needs
+bin/coordinator repair --redis "$(url viewer)" --run $RUN --dry-run --wait 0 > "$TMP/repair.log" 2>&1 ||
+  fail "viewer coordinator repair --dry-run: $(cat "$TMP/repair.log")"
+grep -q "dry run: would clear 1 corrupt mark" "$TMP/repair.log" || fail "viewer repair --dry-run: $(cat "$TMP/repair.log")"
+bin/coordinator repair --redis "$(url viewer)" --run $RUN --wait 0 > "$TMP/repair.log" 2>&1 && fail "viewer repair: exit 0"
+grep -q "run it as a user that may FUNCTION LOAD (deploy/redis/users.acl: operator)" "$TMP/repair.log" ||
+  fail "viewer repair: $(cat "$TMP/repair.log")"
 bin/coordinator repair --redis "$(url operator)" --run $RUN --wait 0 > "$TMP/repair.log" 2>&1 ||
   fail "operator coordinator repair: $(cat "$TMP/repair.log")"
 grep -q "cleared 1 corrupt mark" "$TMP/repair.log" && [ -z "$(as viewer HGET "dl:{$RUN}:shards" 0:corrupt)" ] ||

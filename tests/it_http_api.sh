@@ -13,7 +13,8 @@
 #                             kick_worker -> the worker's incarnation is evicted ("kicked" event, deaths+1);
 #                             save_state -> checkpoint file with --save-dir (written on a thread), 409 without; bad requests (malformed JSON, wrong types, unknown
 #                             fields/actions, oversize body, wrong method, foreign Host/Origin) -> 4xx
-#                             and the state unchanged; shutdown -> status shutdown, workers leave
+#                             and the state unchanged; shutdown -> status shutdown, workers leave (a second
+#                             shutdown: 200, "run already shut down", no second event)
 #   coordinator control       set-lr, set-momentum, set-workers, kick, errors
 #   coordinator status --json dl_status's document: each of its fields named in docs/http.md's section
 #   --token-file              control needs the bearer token; status/metrics stay readable;
@@ -354,6 +355,11 @@ say "POST /control/shutdown"
 H="http://127.0.0.1:$HP"
 expect 200 "$(post /control/shutdown '')" "shutdown (empty body)"
 [ "$(tun status)" = shutdown ] || fail "status not shutdown"
+jq_ "assert d['message'].startswith('run shut down'), d" || fail "shutdown message"
+# again: ok (idempotent), saying the run was shut down already, no second event
+expect 200 "$(post /control/shutdown '{}')" "a second shutdown"
+jq_ "assert d == {'status': 'ok', 'message': 'run already shut down: nothing changed'}, d" || fail "a second shutdown's reply"
+[ "$(n_events shutdown)" = 1 ] || fail "a second shutdown event"
 wait_until 15 "! alive $WRK_w1 && ! alive $WRK_w2" "workers to stop after shutdown"
 expect 200 "$(code GET /status)" "status after shutdown"
 jq_ "assert d['status']=='shutdown'" || fail "/status shows shutdown"

@@ -15,10 +15,18 @@
 #     --min-lr-ratio or --weight-decay that would make its lr negative or its weights grow, or an inner lr of 0
 #     (--lr, --quad-lr: every pseudo-gradient zero), says the
 #     values and what to change (it trained with them before);
+#   - a shutdown: the shard-server says once that the run was shut down and serves on; a second shutdown
+#     says the run was shut down already (ok, exit 0; no second event); set-momentum -0 stores and shows 0;
 #   - a worker started on a run an operator shut down says how to train on; one Ctrl-C'd while it waits
 #     to start (no shard-server up) says it stopped, exit 0 (it said "ERROR stopped", exit 1);
 #   - `coordinator init --force` over a run whose shard-server is still registered warns first (they carry on
-#     in the new run); over an idle run it says nothing more.
+#     in the new run); over an idle run it says nothing more;
+#   - a redis:// URL that names a Redis Sentinel: init, status, control, the shard-server and the worker each
+#     say that it is a Sentinel and which redis+sentinel:// URL to give (they said the function library was
+#     not loaded, or "ERR unknown command 'FUNCTION'");
+#   - a GPT worker's --checkpoint FILE says it starts fresh (no FILE yet), then that it resumes from FILE at
+#     its step (it resumed silently), and warns when the checkpoint's step is at or past the cosine's horizon
+#     (--steps, this process's steps): every step would train at the floor lr.
 # test: light (it waits more than it computes: 3 s of CPU in 19 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 start_redis
@@ -108,7 +116,24 @@ say "a token file too short for --seq, --shard-index out of range, a negative fi
 
 # a worker started on a run an operator shut down: refused, with the way to train on
 init_run over --trainer quadratic --numel 10 --workers 1
-bin/coordinator control --redis "$URL" --run over shutdown > /dev/null 2>&1 || fail "control shutdown"
+RUN=over; start_server over1 --lease-ttl-ms 1000
+bin/coordinator control --redis "$URL" --run over shutdown > "$TMP/out" 2>&1 || fail "control shutdown"
+grep -q '"message":"run shut down: workers stop at their next heartbeat"' "$TMP/out" || fail "control shutdown: $(cat "$TMP/out")"
+# the shard-server says once that the run was shut down (it said nothing, and serves on)
+wait_until 10 'grep -q "INFO run .over. was shut down by an operator: no round closes any more; this server keeps serving" "$TMP/server-over1.log"' \
+  "the shard-server to say that the run was shut down"
+# a second shutdown: ok (idempotent), saying that it was shut down already (it said "run shut down" again)
+bin/coordinator control --redis "$URL" --run over shutdown > "$TMP/out" 2>&1 || fail "a second control shutdown: exit $?"
+grep -q '"status":"ok","message":"run already shut down: nothing changed"' "$TMP/out" || fail "a second shutdown: $(cat "$TMP/out")"
+[ "$($RCLI XRANGE "dl:{over}:events" - + | grep -c '^shutdown$')" = 1 ] || fail "a second shutdown event"
+# set-momentum -0 is 0 (it stored "-0" and printed "momentum":-0.0)
+bin/coordinator control --redis "$URL" --run over set-momentum -0 > "$TMP/out" 2>&1 || fail "set-momentum -0: $(cat "$TMP/out")"
+grep -q '"momentum":0.0[,}]' "$TMP/out" && [ "$($RCLI HGET "dl:{over}:tunables" outer_momentum)" = 0 ] ||
+  fail "set-momentum -0: $(cat "$TMP/out"), stored $($RCLI HGET "dl:{over}:tunables" outer_momentum)"
+sleep 1 # beats more
+[ "$(grep -c "was shut down by an operator" "$TMP/server-over1.log")" = 1 ] || fail "the shard-server said the shutdown more than once"
+alive $SRV_over1 || fail "the shard-server exited at the shutdown"
+say "shutdown: the shard-server said so once and serves on; a second one says already (ok); set-momentum -0 is 0"
 bin/worker --redis "$URL" --run over --sync-every 5 > "$TMP/out" 2>&1 && fail "a worker joined a shut-down run"
 grep -q "SHUTDOWN the run has been shut down by an operator and takes no more workers; to train on, start a new run from it: .coordinator checkpoint save., then .coordinator init --from-checkpoint." "$TMP/out" \
   || fail "a shut-down run: $(cat "$TMP/out")"
@@ -137,3 +162,41 @@ bin/coordinator init --redis "$URL" --run nosrv --trainer quadratic --numel 10 -
   || fail "init --force: $(cat "$TMP/force2.log")"
 grep -q "warning" "$TMP/force2.log" && fail "init --force of an idle run warned: $(cat "$TMP/force2.log")"
 say "init --force over a run with a live shard-server warns first; over an idle run it does not"
+
+# a redis:// URL that names a Sentinel (of our Redis, master name m): every process kind says so, and the URL to use
+pick_ports SP
+cat > "$TMP/sentinel.conf" <<EOF
+port $SP
+bind 127.0.0.1
+daemonize yes
+logfile $TMP/sentinel.log
+pidfile $TMP/sentinel.pid
+dir $TMP
+sentinel monitor m 127.0.0.1 $PORT 1
+EOF
+redis-server "$TMP/sentinel.conf" --sentinel > /dev/null || fail "redis-sentinel did not start"
+wait_until 10 "[ -s '$TMP/sentinel.pid' ]" "the Sentinel to write its pid file"
+PIDS="$PIDS $(cat "$TMP/sentinel.pid")"
+SURL="redis://127.0.0.1:$SP"
+want="127.0.0.1:$SP is a Redis Sentinel, not a Redis server: use redis+sentinel://127.0.0.1:$SP/m "
+for cmd in "coordinator init --run sx --trainer quadratic --numel 10" "coordinator status --run sx" \
+  "coordinator control --run sx shutdown" "shard-server --run sx" "worker --run sx --steps 1"; do
+  timeout 20 bin/$cmd --redis "$SURL" > "$TMP/sentinel.txt" 2>&1 && fail "bin/$cmd on a Sentinel: exit 0"
+  grep -q "$want" "$TMP/sentinel.txt" || fail "bin/$cmd on a Sentinel: $(cat "$TMP/sentinel.txt")"
+done
+say "a redis:// URL of a Sentinel: init, status, control, shard-server and worker say so, with the redis+sentinel:// URL"
+
+# a GPT worker's --checkpoint: says that it starts fresh (no file yet), then that it resumes, from which step;
+# a resume at or past the cosine's horizon (--steps counts this process's steps) is said to train at the floor lr
+init_run tiny --trainer gpt --layers 1 --heads 2 --dim 32 --ctx 64 --workers 1 --force
+RUN=tiny; start_server tiny1
+gflags="--redis $URL --run tiny --worker-id g1 --steps 2 --sync-every 2 --seq 16 --batch 1 --warmup 0 --checkpoint $TMP/g.ck"
+timeout 60 bin/worker $gflags > "$TMP/g1.log" 2>&1 || fail "GPT worker with --checkpoint: $(tail -n 3 "$TMP/g1.log")"
+grep -q "^gpt: checkpoint $TMP/g.ck does not exist: starting fresh" "$TMP/g1.log" || fail "no 'starting fresh': $(head -n 3 "$TMP/g1.log")"
+timeout 60 bin/worker $gflags > "$TMP/g2.log" 2>&1 || fail "GPT worker resumed: $(tail -n 3 "$TMP/g2.log")"
+grep -q "^gpt: resuming from $TMP/g.ck: step 2, 32 tokens trained, lr 4e-05 at this step" "$TMP/g2.log" ||
+  fail "no 'resuming from': $(head -n 3 "$TMP/g2.log")"
+grep -q "^gpt: warning: the cosine schedule ends at step 2 (--steps), at or before the checkpoint's step 2: every step of this run trains at the floor lr 4e-05" "$TMP/g2.log" ||
+  fail "no warning of a schedule already over: $(head -n 3 "$TMP/g2.log")"
+grep -q "starting fresh" "$TMP/g2.log" && fail "the resumed worker also said it starts fresh"
+say "GPT --checkpoint: 'starting fresh', then 'resuming from FILE: step 2', with the warning of a schedule already over"

@@ -360,6 +360,20 @@ static void pick_refuses_a_bad_url_naming_its_source(void **state)
     unsetenv(REDIS_URL_ENV);
 }
 
+/* rediss:// (TLS) is refused saying that TLS goes through stunnel, and where the docs say how (it was "unsupported"
+ * with the list of the accepted schemes only). */
+static void tls_url_points_to_stunnel(void **state)
+{
+    (void)state;
+    redis_url u;
+    char err[512];
+    assert_int_equal(redis_url_parse("rediss://user:pw@redis.example.org:6380/0", &u, err, sizeof err), -1);
+    assert_non_null(strstr(err, "the processes do not speak TLS themselves; put stunnel in front"));
+    assert_non_null(strstr(err, "docs/deploy.md, \"Across machines\", 3. TLS with stunnel"));
+    assert_int_equal(redis_url_parse("rediss+sentinel://s1/m", &u, err, sizeof err), -1);
+    assert_non_null(strstr(err, "put stunnel in front"));
+}
+
 /* A pub/sub message as hiredis gives it: ["message", channel, text]. */
 typedef struct fake_message {
     redisReply r, part[3], *parts[3];
@@ -450,6 +464,7 @@ int main(void)
         cmocka_unit_test(pick_prefers_the_flag_then_the_file_then_the_environment),
         cmocka_unit_test(pick_refuses_ambiguity_absence_and_bad_files),
         cmocka_unit_test(pick_refuses_a_bad_url_naming_its_source),
+        cmocka_unit_test(tls_url_points_to_stunnel),
         cmocka_unit_test(announcements_name_the_new_master),
         cmocka_unit_test(votes_put_the_most_named_master_first),
     };

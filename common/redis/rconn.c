@@ -113,6 +113,37 @@ int rconn_error_final(const char *e)
     return 0;
 }
 
+/* Whether r, a reply to ROLE, is a Sentinel's: ["sentinel", [master names]]. */
+static int role_is_sentinel(const redisReply *r)
+{
+    return r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements >= 1 && r->element[0]->type == REDIS_REPLY_STRING &&
+           strcmp(r->element[0]->str, "sentinel") == 0;
+}
+
+int rconn_sentinel_error(rconn *c, const char *redis_error, char *err, size_t errlen)
+{
+    if (redis_error == NULL || strncmp(redis_error, "ERR unknown command", 19) != 0) return 0;
+    redisReply *r = rconn_command(c, "ROLE");
+    if (!role_is_sentinel(r)) {
+        if (r != NULL) freeReplyObject(r);
+        return 0;
+    }
+    /* (ROLE names the masters it watches: the one, when there is one, is the name to put in the URL) */
+    const redisReply *names = r->elements >= 2 ? r->element[1] : NULL;
+    const char *name = names && names->type == REDIS_REPLY_ARRAY && names->elements == 1 &&
+                               names->element[0]->type == REDIS_REPLY_STRING
+                           ? names->element[0]->str
+                           : "MASTER_NAME";
+    char where[300];
+    rconn_server(c, where, sizeof where);
+    err_set(err, errlen,
+            "%s is a Redis Sentinel, not a Redis server: use redis+sentinel://%s/%s (the Sentinels and the name of "
+            "the master they watch; docs/deploy.md, \"Redis with replicas and automatic failover\")",
+            where, where, name);
+    freeReplyObject(r);
+    return 1;
+}
+
 int rconn_error_failover(const char *e)
 {
     static const char *const failover[] = {
@@ -192,20 +223,38 @@ static int run_simple(redisContext *c, const char *what, const char *check, int 
     return rc;
 }
 
+/* What to put in u, in its own scheme (redis://, unix://, redis+sentinel://) and with its own servers, for a
+ * server that wants a login: an ACL user's (USER:PASSWORD@, as deploy/redis/users.acl, whose default user
+ * is off, wants) or the default user's password (:PASSWORD@). */
+static void login_hint(const redis_url *u, const char *start, char *buf, size_t cap)
+{
+    redis_url bare = *u;
+    bare.user[0] = '\0';
+    char url[REDIS_URL_MAX];
+    if (redis_url_format(&bare, url, sizeof url) != 0) snprintf(url, sizeof url, "redis://HOST:PORT");
+    const char *sep = strstr(url, "://");
+    int scheme = sep ? (int)(sep - url) + 3 : 0;
+    snprintf(buf, cap,
+             "%s: %.*sUSER:PASSWORD@%s for an ACL user (e.g. deploy/redis/users.acl's), or %.*s:PASSWORD@%s "
+             "for the default user's password",
+             start, scheme, url, url + scheme, scheme, url, url + scheme);
+}
+
 static int authenticate(redisContext *c, const redis_url *u, const stop_src *stop, int timeout_ms, int *final,
                         char *err, size_t errlen)
 {
+    char hint[3 * REDIS_URL_MAX];
+    login_hint(u, u->user[0] || u->pass[0] ? "check the login in the Redis URL" : "the server wants a login in the URL",
+               hint, sizeof hint);
     if (u->user[0] != '\0')
-        return run_simple(c, "AUTH", "check the user and password in the Redis URL", final, err, errlen,
+        return run_simple(c, "AUTH", hint, final, err, errlen,
                           handshake(c, stop, timeout_ms, "AUTH %s %s", u->user, u->pass));
     if (u->pass[0] != '\0')
-        return run_simple(c, "AUTH", "check the password in the Redis URL", final, err, errlen,
-                          handshake(c, stop, timeout_ms, "AUTH %s", u->pass));
+        return run_simple(c, "AUTH", hint, final, err, errlen, handshake(c, stop, timeout_ms, "AUTH %s", u->pass));
     /* No credentials: a PING finds out at once whether the server wants some (NOAUTH, final), so that no
      * caller's first command is refused in its own way (a large FUNCTION LOAD before AUTH is answered
      * "Protocol error: unauthenticated bulk length"). */
-    return run_simple(c, "PING", "a server that requires a password needs it in the URL: redis://:PASSWORD@HOST:PORT",
-                      final, err, errlen, handshake(c, stop, timeout_ms, "PING"));
+    return run_simple(c, "PING", hint, final, err, errlen, handshake(c, stop, timeout_ms, "PING"));
 }
 
 /* Open, authenticate and configure one connection: to the URL's server (host NULL) or to host:port

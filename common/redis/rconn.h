@@ -48,6 +48,12 @@ rconn *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_t errle
  * trying again cannot help. The one place that decides it, for every binary. */
 int rconn_error_final(const char *redis_error);
 
+/* A Redis server refused a command as unknown (redis_error "ERR unknown command ..."): when the URL's
+ * server is a Redis Sentinel (ROLE says "sentinel"), which knows none of the data commands, err says so and
+ * which redis+sentinel:// URL to give instead, and 1 is returned; else 0 (err untouched). The one place
+ * every process kind asks it (the library check, runconf_load.h; init's library load; control actions). */
+int rconn_sentinel_error(rconn *c, const char *redis_error, char *err, size_t errlen);
+
 /* Whether a Redis error reply means the node is no longer the master we want (a failover happened or
  * is under way: READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN). Such a reply breaks the connection
  * (NULL reply, rconn_broken) like an I/O error: the caller reconnects, and the reconnect finds the

@@ -25,6 +25,8 @@ int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen)
                 "Redis refuses this user: %s (check the user and password in the Redis URL and the "
                 "user's ACL, e.g. deploy/redis/users.acl)",
                 r->str);
+    } else if (r->type == REDIS_REPLY_ERROR && rconn_sentinel_error(c, r->str, err, errlen)) {
+        /* (a Sentinel: err says which URL to give) */
     } else if (r->type == REDIS_REPLY_ERROR) {
         err_set(err, errlen,
                 "the ReDiLoCo function library is not loaded in this Redis (%s); "

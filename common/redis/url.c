@@ -313,6 +313,14 @@ int redis_url_parse(const char *s, redis_url *out, char *err, size_t errlen)
         out->is_unix = 1;
         return parse_unix(s + 7, out, err, errlen);
     }
+    if (strncmp(s, "rediss://", 9) == 0 || strncmp(s, "rediss+sentinel://", 18) == 0) {
+        err_set(err, errlen,
+                "unsupported Redis URL '%.60s': the processes do not speak TLS themselves; put stunnel in front "
+                "(docs/deploy.md, \"Across machines\", 3. TLS with stunnel: deploy/stunnel/) and give the plain "
+                "redis:// URL of its local end",
+                s);
+        return -1;
+    }
     err_set(err, errlen,
             "unsupported Redis URL '%.60s' (want redis://host:port/db, redis+sentinel://host:port/master or "
             "unix://path)",

@@ -247,6 +247,7 @@ static int push_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
     unsigned attempt = 0;
     for (;;) {
         int rc = conn_push(d, shard, round, err, errlen);
+        if (rc == DL_OK) owners_wait_over(d, shard, "push");
         if (rc != DL_RETRY) return rc;
         if (owners_retry_pause(d, &attempt, deadline, shard, "push", err, errlen) != DL_OK) return DL_FAIL;
     }
@@ -276,6 +277,7 @@ static int get_job(diloco *d, int shard, void *arg, char *err, size_t errlen)
         int rc = conn_get(d, shard, want, ga->flags, &got, err, errlen);
         if (rc == DL_OK) {
             d->shard_version[shard] = got;
+            owners_wait_over(d, shard, "get");
             return DL_OK;
         }
         /* the owner has no Δ of ours for this round (it is new, or restarted): send it again, once between

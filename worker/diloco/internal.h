@@ -222,6 +222,8 @@ struct diloco {
     shard_owner *owners;
     pthread_mutex_t owners_mu;
     uint64_t wait_logged_ms; /* when a long wait for a shard was last logged (owners_retry_pause) */
+    uint64_t wait_warned_since_ms; /* (atomic) when the wait that a logged line named began; 0: none since the
+                                      next push or get went through (owners_wait_over) */
     dp_conn conns[MAX_CONNS];
     pthread_mutex_t conns_mu;
     size_t recv_cap; /* largest frame we accept */
@@ -544,6 +546,9 @@ int owners_follow(diloco *d, int first, int last, const committed_shard *c, char
  * SHUTDOWN_GRACE_MS after this session was told the run was shut down. */
 int owners_retry_pause(diloco *d, unsigned *attempt, uint64_t deadline, int shard, const char *what, char *err,
                        size_t errlen);
+/* A push or get of shard (what) went through: when a "still trying" line was logged since the last one did, one
+ * INFO line says the waiting is over (else the log ends on that WARN while the rounds go on). */
+void owners_wait_over(diloco *d, int shard, const char *what);
 
 /* conn.c: the data plane: connections to shard-servers, push and get */
 /* A connection to addr, the owner of shard (-1: none), for this thread: its connect and handshake end when d

@@ -112,9 +112,20 @@ static void log_long_wait(diloco *d, uint64_t deadline, int shard, const char *w
     uint64_t last = __atomic_load_n(&d->wait_logged_ms, __ATOMIC_RELAXED);
     if (now - started < WAIT_LOG_EVERY_MS / 2 || (last != 0 && now - last < WAIT_LOG_EVERY_MS)) return;
     if (!__atomic_compare_exchange_n(&d->wait_logged_ms, &last, now, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED)) return;
+    uint64_t none = 0; /* (the first line's wait: the one owners_wait_over says is over) */
+    __atomic_compare_exchange_n(&d->wait_warned_since_ms, &none, started, 0, __ATOMIC_RELAXED, __ATOMIC_RELAXED);
     log_warn("%s of shard %d: still trying after %.0f s (%s%s%s); gives up after %.0f s (--sync-timeout)", what, shard,
              (double)(now - started) / 1000.0, why, control[0] ? "; the owners cannot be read from Redis: " : "",
              control, (double)d->o.sync_timeout_ms / 1000.0);
+}
+
+void owners_wait_over(diloco *d, int shard, const char *what)
+{
+    if (__atomic_load_n(&d->wait_warned_since_ms, __ATOMIC_RELAXED) == 0) return;
+    uint64_t since = __atomic_exchange_n(&d->wait_warned_since_ms, 0, __ATOMIC_RELAXED);
+    if (since == 0) return; /* (another job said it) */
+    log_info("%s of shard %d: went through after %.0f s (the wait logged above is over)", what, shard,
+             (double)(now_ms() - since) / 1000.0);
 }
 
 /* After a transient failure: look at the owners again and back off a little. The cap is short: what we

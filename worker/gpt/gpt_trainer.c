@@ -684,6 +684,27 @@ static int open_data(gpt_trainer *g, const gpt_options *o, char *err, size_t err
     return 0;
 }
 
+/* One line on stderr about --checkpoint at start: resumed (its step, and the lr there), or started fresh. The
+ * cosine's position is the checkpoint's step while its horizon is --steps, which counts this process's steps:
+ * a resume past the warmup at or past it trains at the floor lr throughout, which is said. */
+static void say_resume(const gpt_trainer *g, int loaded)
+{
+    if (!loaded) {
+        fprintf(stderr,
+                "gpt: checkpoint %s does not exist: starting fresh (it is written every --checkpoint-every "
+                "steps and at the end)\n",
+                g->ckpt_path);
+        return;
+    }
+    fprintf(stderr, "gpt: resuming from %s: step %ld, %llu tokens trained, lr %g at this step\n", g->ckpt_path, g->step,
+            (unsigned long long)g->tokens, gpt_lr_at(&g->o, g->step));
+    if (g->o.total_steps > 0 && g->step >= g->o.total_steps && g->step >= g->o.warmup_steps)
+        fprintf(stderr,
+                "gpt: warning: the cosine schedule ends at step %ld (--steps), at or before the checkpoint's step "
+                "%ld: every step of this run trains at the floor lr %g (--min-lr-ratio)\n",
+                g->o.total_steps, g->step, gpt_lr_at(&g->o, g->step));
+}
+
 /* The data order's seed, then --checkpoint's state where its file exists (the parameters, moments, step
  * and data position), handed to the device on CUDA. */
 static int resume(gpt_trainer *g, const gpt_options *o, char *err, size_t errlen)
@@ -691,6 +712,7 @@ static int resume(gpt_trainer *g, const gpt_options *o, char *err, size_t errlen
     g->rng = o->data_seed * 0x9e3779b97f4a7c15ULL ^ ((uint64_t)o->shard_index + 1) * 0xd1b54a32d192ed03ULL;
     int loaded = g->ckpt_path ? ckpt_load(g, err, errlen) : 0;
     if (loaded < 0) return -1;
+    if (g->ckpt_path) say_resume(g, loaded);
 #ifdef DILOCO_HAVE_CUDA
     trainer *t = &g->t;
     if (g->cu &&

@@ -25,8 +25,8 @@
 #     say that it is a Sentinel and which redis+sentinel:// URL to give (they said the function library was
 #     not loaded, or "ERR unknown command 'FUNCTION'");
 #   - a GPT worker's --checkpoint FILE says it starts fresh (no FILE yet), then that it resumes from FILE at
-#     its step (it resumed silently), and warns when the checkpoint's step is at or past the cosine's horizon
-#     (--steps, this process's steps): every step would train at the floor lr.
+#     its step (it resumed silently) and trains on to --steps (counted from there), and says when the
+#     checkpoint's step is at or past --steps already
 # test: light (it waits more than it computes: 3 s of CPU in 19 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 start_redis
@@ -186,17 +186,24 @@ for cmd in "coordinator init --run sx --trainer quadratic --numel 10" "coordinat
 done
 say "a redis:// URL of a Sentinel: init, status, control, shard-server and worker say so, with the redis+sentinel:// URL"
 
-# a GPT worker's --checkpoint: says that it starts fresh (no file yet), then that it resumes, from which step;
-# a resume at or past the cosine's horizon (--steps counts this process's steps) is said to train at the floor lr
+# a GPT worker's --checkpoint: says that it starts fresh (no file yet), then that it resumes, from which step.
+# --steps counts from the checkpoint's step (trainer.resumed_step): the same command started again finishes the
+# steps (it trained --steps more, the cosine over --steps at its floor lr throughout: a warning said so); a
+# checkpoint at --steps already has nothing left to train, and says so.
 init_run tiny --trainer gpt --layers 1 --heads 2 --dim 32 --ctx 64 --workers 1 --force
 RUN=tiny; start_server tiny1
-gflags="--redis $URL --run tiny --worker-id g1 --steps 2 --sync-every 2 --seq 16 --batch 1 --warmup 0 --checkpoint $TMP/g.ck"
-timeout 60 bin/worker $gflags > "$TMP/g1.log" 2>&1 || fail "GPT worker with --checkpoint: $(tail -n 3 "$TMP/g1.log")"
+gflags="--redis $URL --run tiny --worker-id g1 --sync-every 2 --seq 16 --batch 1 --warmup 0 --checkpoint $TMP/g.ck"
+timeout 60 bin/worker $gflags --steps 2 > "$TMP/g1.log" 2>&1 || fail "GPT worker with --checkpoint: $(tail -n 3 "$TMP/g1.log")"
 grep -q "^gpt: checkpoint $TMP/g.ck does not exist: starting fresh" "$TMP/g1.log" || fail "no 'starting fresh': $(head -n 3 "$TMP/g1.log")"
-timeout 60 bin/worker $gflags > "$TMP/g2.log" 2>&1 || fail "GPT worker resumed: $(tail -n 3 "$TMP/g2.log")"
-grep -q "^gpt: resuming from $TMP/g.ck: step 2, 32 tokens trained, lr 4e-05 at this step" "$TMP/g2.log" ||
+timeout 60 bin/worker $gflags --steps 4 > "$TMP/g2.log" 2>&1 || fail "GPT worker resumed: $(tail -n 3 "$TMP/g2.log")"
+grep -q "^gpt: resuming from $TMP/g.ck: step 2, 32 tokens trained, lr 0.000[0-9]* at this step" "$TMP/g2.log" ||
   fail "no 'resuming from': $(head -n 3 "$TMP/g2.log")"
-grep -q "^gpt: warning: the cosine schedule ends at step 2 (--steps), at or before the checkpoint's step 2: every step of this run trains at the floor lr 4e-05" "$TMP/g2.log" ||
-  fail "no warning of a schedule already over: $(head -n 3 "$TMP/g2.log")"
+grep -q "warning: the cosine schedule ends" "$TMP/g2.log" && fail "a resume before --steps was warned about: $(head -n 3 "$TMP/g2.log")"
+grep -q "stopped after 4 steps" "$TMP/g2.log" || fail "the resumed worker did not end at step 4: $(tail -n 2 "$TMP/g2.log")"
 grep -q "starting fresh" "$TMP/g2.log" && fail "the resumed worker also said it starts fresh"
-say "GPT --checkpoint: 'starting fresh', then 'resuming from FILE: step 2', with the warning of a schedule already over"
+timeout 60 bin/worker $gflags --steps 4 > "$TMP/g3.log" 2>&1 || fail "GPT worker at its --steps: $(tail -n 3 "$TMP/g3.log")"
+grep -q "the trainer's checkpoint is at step 4 already, --steps 4: nothing left to train (raise --steps to train on)" \
+  "$TMP/g3.log" || fail "a checkpoint at --steps did not say so: $(grep -E 'WARN|gpt:' "$TMP/g3.log")"
+grep -q "^gpt: warning: the cosine schedule ends at step 4 (--steps), at or before the checkpoint's step 4" "$TMP/g3.log" ||
+  fail "no warning of a schedule already over: $(head -n 3 "$TMP/g3.log")"
+say "GPT --checkpoint: 'starting fresh', then 'resuming from FILE: step 2' and on to --steps 4, then 'nothing left to train'"

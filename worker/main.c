@@ -60,52 +60,54 @@ static void on_signal(int sig)
 
 static void usage(FILE *f)
 {
-    fprintf(f, "usage: bin/worker [train] --redis URL --run NAME [options] [trainer options]\n"
-               "       bin/worker prepare-data --input FILE --output FILE.tok [--val-fraction 0.05]\n"
-               "\n"
-               "Joins a ReDiLoCo run and trains. Everything about the run (model, shards, servers) comes from\n"
-               "Redis; start the run with `bin/coordinator init` first.\n"
-               "\n"
-               "worker options:\n" REDIS_URL_HELP "  --run NAME                run name (required)\n"
-               "  --worker-id ID            unique id (default: <hostname>-<pid>)\n"
-               "  --sync-every H            inner steps between syncs (default 500; Streaming: a multiple of\n"
-               "                            the run's fragments, one sent every H/F steps)\n"
-               "  --steps N                 inner steps to train, then leave (default: until stopped)\n"
-               "  --no-bf16                 send fp32 pseudo-gradients instead of bf16 (in a bf16 run; ignored, with a\n"
-               "                            warning, in an int8/int4/int3/int2 run)\n"
-               "  --error-feedback          (int8/int4/int3/int2 runs) add what quantization dropped to the next round's\n"
-               "                            pseudo-gradient (kept in this process only)\n"
-               "  --heartbeat-interval S    seconds between heartbeats (default 30; 0 disables)\n"
-               "  --max-sync-retries N      failed syncs in a row before registering again (default 3)\n"
-               "  --sync-timeout S          give up one sync attempt after S seconds without progress (default 120)\n"
-               "  --connect-timeout S       at start, wait up to S seconds for an unreachable Redis (default 60;\n"
-               "                            0: try once); a refused password or user fails at once\n"
-               "  --dylu                    follow the sync interval the run's DyLU assigns\n"
-               "  --num-fragments F         Streaming DiLoCo fragments: optional, must equal the run's\n"
-               "  --fragment-alpha A        Streaming mixing: params = A*local + (1-A)*global (default 0)\n"
-               "  --fragments-in-flight D   Streaming: rounds in flight at once (default 1, at most the run's\n"
-               "                            fragments - 1 with --fragment-alpha 0, sync runs only): a fragment\n"
-               "                            sent at a boundary is applied D boundaries later, so a round may last\n"
-               "                            D intervals before training waits for it (2 over a distant link:\n"
-               "                            docs/compression.md)\n"
-               "  --simulate-latency-ms MS  testing: delay each background fragment sync by MS\n"
-               "  --trainer NAME            gpt or quadratic (default: what the run was initialised for)\n"
-               "  --log FILE                JSON-lines telemetry (steps, syncs)\n"
-               "  --quiet                   no progress line\n"
-               "  --eval-only               print the validation loss of the current global parameters (read from\n"
-               "                            Redis, as the evaluator does: without joining the run) and leave\n"
-               "  --evaluate-every N        evaluator: do not train; publish the validation loss of every N-th\n"
-               "                            committed version to the stream dl:{R}:evals (see docs/quality.md)\n"
-               "  --final-sync              after the last step, sync every fragment at once (diloco_force_sync)\n"
-               "  --step-delay-ms MS        sleep after each step, to simulate a slower machine (tests)\n"
-               "  --slowdown F              after each step, sleep F - 1 times as long as the step took: a machine F\n"
-               "                            times slower, whatever the load (benchmarks; default 1)\n"
-               "  --quad-lr LR              (quadratic) inner AdamW learning rate, above 0 (default 0.01)\n"
-               "  --device-hooks MODE       auto: DiLoCo on the device when the trainer runs on a GPU (default);\n"
-               "                            off: through the host buffer; host: testing, a host-memory stand-in\n"
-               "                            for a device (tests/it_device_hooks.sh)\n"
-               "  -h, --help                this help\n"
-               "\n");
+    fprintf(f,
+            "usage: bin/worker [train] --redis URL --run NAME [options] [trainer options]\n"
+            "       bin/worker prepare-data --input FILE --output FILE.tok [--val-fraction 0.05]\n"
+            "\n"
+            "Joins a ReDiLoCo run and trains. Everything about the run (model, shards, servers) comes from\n"
+            "Redis; start the run with `bin/coordinator init` first.\n"
+            "\n"
+            "worker options:\n" REDIS_URL_HELP "  --run NAME                run name (required)\n"
+            "  --worker-id ID            unique id (default: <hostname>-<pid>)\n"
+            "  --sync-every H            inner steps between syncs (default 500; Streaming: a multiple of\n"
+            "                            the run's fragments, one sent every H/F steps)\n"
+            "  --steps N                 inner steps to train, then leave (default: until stopped); a trainer\n"
+            "                            resumed from its --checkpoint counts them from its step\n"
+            "  --no-bf16                 send fp32 pseudo-gradients instead of bf16 (in a bf16 run; ignored, with a\n"
+            "                            warning, in an int8/int4/int3/int2 run)\n"
+            "  --error-feedback          (int8/int4/int3/int2 runs) add what quantization dropped to the next round's\n"
+            "                            pseudo-gradient (kept in this process only)\n"
+            "  --heartbeat-interval S    seconds between heartbeats (default 30; 0 disables)\n"
+            "  --max-sync-retries N      failed syncs in a row before registering again (default 3)\n"
+            "  --sync-timeout S          give up one sync attempt after S seconds without progress (default 120)\n"
+            "  --connect-timeout S       at start, wait up to S seconds for an unreachable Redis (default 60;\n"
+            "                            0: try once); a refused password or user fails at once\n"
+            "  --dylu                    follow the sync interval the run's DyLU assigns\n"
+            "  --num-fragments F         Streaming DiLoCo fragments: optional, must equal the run's\n"
+            "  --fragment-alpha A        Streaming mixing: params = A*local + (1-A)*global (default 0)\n"
+            "  --fragments-in-flight D   Streaming: rounds in flight at once (default 1, at most the run's\n"
+            "                            fragments - 1 with --fragment-alpha 0, sync runs only): a fragment\n"
+            "                            sent at a boundary is applied D boundaries later, so a round may last\n"
+            "                            D intervals before training waits for it (2 over a distant link:\n"
+            "                            docs/compression.md)\n"
+            "  --simulate-latency-ms MS  testing: delay each background fragment sync by MS\n"
+            "  --trainer NAME            gpt or quadratic (default: what the run was initialised for)\n"
+            "  --log FILE                JSON-lines telemetry (steps, syncs)\n"
+            "  --quiet                   no progress line\n"
+            "  --eval-only               print the validation loss of the current global parameters (read from\n"
+            "                            Redis, as the evaluator does: without joining the run) and leave\n"
+            "  --evaluate-every N        evaluator: do not train; publish the validation loss of every N-th\n"
+            "                            committed version to the stream dl:{R}:evals (see docs/quality.md)\n"
+            "  --final-sync              after the last step, sync every fragment at once (diloco_force_sync)\n"
+            "  --step-delay-ms MS        sleep after each step, to simulate a slower machine (tests)\n"
+            "  --slowdown F              after each step, sleep F - 1 times as long as the step took: a machine F\n"
+            "                            times slower, whatever the load (benchmarks; default 1)\n"
+            "  --quad-lr LR              (quadratic) inner AdamW learning rate, above 0 (default 0.01)\n"
+            "  --device-hooks MODE       auto: DiLoCo on the device when the trainer runs on a GPU (default);\n"
+            "                            off: through the host buffer; host: testing, a host-memory stand-in\n"
+            "                            for a device (tests/it_device_hooks.sh)\n"
+            "  -h, --help                this help\n"
+            "\n");
     gpt_usage(f);
 }
 
@@ -528,7 +530,11 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf)
     uint64_t t0 = now_ms(), last_print = 0, tokens0 = 0;
     trainer_stats st = {0, -1, 0};
     const char *unit = strcmp(t->name, "quadratic") == 0 ? "steps/s" : "tok/s"; /* (its "tokens" are its steps) */
-    long step = 0;
+    long step = t->resumed_step; /* (--steps counts from a resumed checkpoint's step: trainer.h) */
+    if (a->steps && step >= a->steps)
+        log_warn("the trainer's checkpoint is at step %ld already, --steps %ld: nothing left to train (raise --steps "
+                 "to train on)",
+                 step, a->steps);
     while (!g_stop && (a->steps == 0 || step < a->steps) && !diloco_stop_requested(d)) {
         uint64_t step_t0 = now_ms();
         if (t->step(t, &st, err, sizeof err) < 0) {

@@ -27,6 +27,10 @@ struct trainer {
     float *params;               /* the flat buffer (owned by the trainer; host memory) */
     const model_tensor *tensors; /* layout, ntensors entries, in offset order, covering [0, numel) */
     int ntensors;
+    /* Steps trained before this process: a trainer resumed from a checkpoint of its own sets it (0: fresh).
+     * bin/worker counts --steps from there, so that the same command started again finishes the same steps
+     * (and a cosine over --steps ends where it was meant to). */
+    long resumed_step;
     /* One inner optimisation step (forward, backward, inner optimizer) on params, in place. */
     int (*step)(trainer *t, trainer_stats *out, char *err, size_t errlen);
     /* Called after DiLoCo replaced (part of) params with new global values: [off, off+n). A trainer

@@ -685,8 +685,9 @@ static int open_data(gpt_trainer *g, const gpt_options *o, char *err, size_t err
 }
 
 /* One line on stderr about --checkpoint at start: resumed (its step, and the lr there), or started fresh. The
- * cosine's position is the checkpoint's step while its horizon is --steps, which counts this process's steps:
- * a resume past the warmup at or past it trains at the floor lr throughout, which is said. */
+ * cosine's position is the checkpoint's step and its horizon --steps, which bin/worker counts from that step
+ * too (trainer.resumed_step), so a resume finishes the schedule the first start began. A horizon at or before
+ * the checkpoint's step (a longer run wanted: raise --steps) trains at the floor lr, which is said. */
 static void say_resume(const gpt_trainer *g, int loaded)
 {
     if (!loaded) {
@@ -701,7 +702,7 @@ static void say_resume(const gpt_trainer *g, int loaded)
     if (g->o.total_steps > 0 && g->step >= g->o.total_steps && g->step >= g->o.warmup_steps)
         fprintf(stderr,
                 "gpt: warning: the cosine schedule ends at step %ld (--steps), at or before the checkpoint's step "
-                "%ld: every step of this run trains at the floor lr %g (--min-lr-ratio)\n",
+                "%ld: every step trains at the floor lr %g (--min-lr-ratio)\n",
                 g->o.total_steps, g->step, gpt_lr_at(&g->o, g->step));
 }
 
@@ -713,6 +714,7 @@ static int resume(gpt_trainer *g, const gpt_options *o, char *err, size_t errlen
     int loaded = g->ckpt_path ? ckpt_load(g, err, errlen) : 0;
     if (loaded < 0) return -1;
     if (g->ckpt_path) say_resume(g, loaded);
+    if (loaded) g->t.resumed_step = g->step;
 #ifdef DILOCO_HAVE_CUDA
     trainer *t = &g->t;
     if (g->cu &&

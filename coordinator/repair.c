@@ -359,7 +359,7 @@ static int check_checkpoint(const repair *rp, const checkpoint *ck, const char *
 {
     const runconf *rc = &rp->rc;
     int same = ck->numel == rc->numel && ck->nshards == rc->nshards && !strcmp(ck->trainer, rc->trainer) &&
-               !strcmp(ck->model, rc->model);
+               !strcmp(ck->model, rc->model) && ck->shard_bounds != NULL && rc->shard_bounds != NULL;
     for (int k = 0; same && k <= rc->nshards; k++) same = ck->shard_bounds[k] == rc->shard_bounds[k];
     if (!same) {
         err_set(err, errlen,

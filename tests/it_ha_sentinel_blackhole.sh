@@ -20,18 +20,7 @@ pick_ports RPORT SPORT BPORT MPORT
 redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir "$TMP" --replicaof 127.0.0.1 "$PORT" \
   --logfile "$TMP/replica.log" --pidfile "$TMP/replica.pid" > /dev/null || fail "the replica did not start"
 CLUSTER_PORTS="$PORT $RPORT $SPORT" # cleanup shuts these down
-cat > "$TMP/sentinel.conf" <<EOF
-port $SPORT
-bind 127.0.0.1
-daemonize yes
-logfile $TMP/sentinel.log
-pidfile $TMP/sentinel.pid
-dir $TMP
-sentinel monitor m 127.0.0.1 $PORT 1
-sentinel down-after-milliseconds m 2000
-sentinel failover-timeout m 10000
-EOF
-redis-server "$TMP/sentinel.conf" --sentinel > /dev/null || fail "redis-sentinel did not start"
+start_sentinel "$SPORT" "sentinel down-after-milliseconds m 2000" "sentinel failover-timeout m 10000"
 python3 - "$BPORT" > "$TMP/blackhole.log" 2>&1 <<'PY' &
 import socket, sys
 s = socket.socket()

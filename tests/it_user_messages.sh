@@ -165,18 +165,7 @@ say "init --force over a run with a live shard-server warns first; over an idle 
 
 # a redis:// URL that names a Sentinel (of our Redis, master name m): every process kind says so, and the URL to use
 pick_ports SP
-cat > "$TMP/sentinel.conf" <<EOF
-port $SP
-bind 127.0.0.1
-daemonize yes
-logfile $TMP/sentinel.log
-pidfile $TMP/sentinel.pid
-dir $TMP
-sentinel monitor m 127.0.0.1 $PORT 1
-EOF
-redis-server "$TMP/sentinel.conf" --sentinel > /dev/null || fail "redis-sentinel did not start"
-wait_until 10 "[ -s '$TMP/sentinel.pid' ]" "the Sentinel to write its pid file"
-PIDS="$PIDS $(cat "$TMP/sentinel.pid")"
+start_sentinel "$SP"
 SURL="redis://127.0.0.1:$SP"
 want="127.0.0.1:$SP is a Redis Sentinel, not a Redis server: use redis+sentinel://127.0.0.1:$SP/m "
 for cmd in "coordinator init --run sx --trainer quadratic --numel 10" "coordinator status --run sx" \

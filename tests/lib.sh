@@ -8,6 +8,7 @@
 #                                        with replicas, node timeout 2 s): CLUSTER_PORTS (every node), PORT
 #                                        (the first), URL (its node), RCLI ("redis-cli -c -p PORT")
 #   init_run RUN [coordinator init flags]
+#   start_sentinel SPORT [LINE...]       a Redis Sentinel on SPORT watching $PORT as master m (quorum 1)
 #   start_server NAME [flags]            bin/shard-server; its pid in SRV_<NAME>
 #   start_worker NAME [flags]            $WORKER (bin/worker) --worker-id NAME; pid in WRK_<NAME>, log NAME.jsonl
 #   wait_until SECONDS 'shell condition' [message [POLL]]
@@ -177,6 +178,19 @@ cluster_migrate_finish() {
   cluster_migrate_keys
   id=$($REDIS_CLI -p "$MIG_DST" cluster myid)
   for p in $MIG_DST $MIG_SRC $CLUSTER_PORTS; do $REDIS_CLI -p "$p" cluster setslot "$MIG_SLOT" node "$id" > /dev/null; done
+}
+
+# start_sentinel SPORT [CONFIG LINE...]: a Redis Sentinel on loopback port SPORT watching this test's Redis
+# ($PORT) as master `m` with quorum 1, plus the config lines given; its log sentinel.log, killed on exit.
+start_sentinel() {
+  _sp=$1; shift
+  { printf 'port %s\nbind 127.0.0.1\ndaemonize yes\nlogfile %s\npidfile %s\ndir %s\n' "$_sp" "$TMP/sentinel.log" \
+      "$TMP/sentinel.pid" "$TMP"
+    echo "sentinel monitor m 127.0.0.1 $PORT 1"
+    for _l in "$@"; do echo "$_l"; done; } > "$TMP/sentinel.conf"
+  redis-server "$TMP/sentinel.conf" --sentinel > /dev/null || fail "redis-sentinel did not start"
+  wait_until 10 "[ -s '$TMP/sentinel.pid' ]" "the Sentinel to write its pid file"
+  PIDS="$PIDS $(cat "$TMP/sentinel.pid")"
 }
 
 init_run() {

@@ -52,3 +52,14 @@ grep -q "weighs pseudo-gradients by tokens (--weight-by tokens), but this worker
   fail "no warning of a worker that reports no tokens: $(cat "$TMP/tok.log")"
 [ "$(grep -c 'has reported none' "$TMP/tok.log")" = 1 ] || fail "the missing tokens were said more than once: $(cat "$TMP/tok.log")"
 say "a worker reporting no tokens to a --weight-by tokens run: told once, and it syncs"
+
+# what a new user does (tests/python/misuse.py): an LR scheduler made before or inside the session, the model
+# moved (model.double()) inside it, a second session on the same model, NaN with AdamW (its state is reset
+# with the parameters), flat_params before open, where BuffersNotSynced points, load_checkpoint of tied weights
+# and of a DDP model
+RUN=pymisuse
+init_run $RUN --trainer quadratic --numel $NUMEL --shards 1 --workers 1
+start_server m1
+$PYTHON tests/python/misuse.py "$URL" $RUN $NUMEL > "$TMP/misuse.log" 2>&1 || fail "misuse.py: $(cat "$TMP/misuse.log")"
+cut -c1-200 "$TMP/misuse.log"
+say "a scheduler either side of the session, a moved model, a second session, NaN with AdamW, tied and DDP checkpoints"

@@ -29,11 +29,14 @@ import ctypes
 import os
 import signal
 import threading
+import types
+import warnings
+import weakref
 from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 from . import _lib, checks, devicehooks, group, sharded
 from .buffers import BufferWatch
-from .errors import DiLoCoError, Stopped
+from .errors import DiLoCoError, Stopped, user_stacklevel
 from .params import FlatParams
 from .syncinfo import SyncInfo
 
@@ -501,20 +504,38 @@ def _redact(url):
 
 
 class _WrappedStep:
-    """The hook on an optimizer without register_step_post_hook (torch < 2.0): step wrapped in place."""
+    """The hook on an optimizer without register_step_post_hook (torch < 2.0): optimizer.step replaced, on the
+    instance, by a bound method that calls the step it replaced and then the hook.
+
+    torch 1.13's LR schedulers wrap optimizer.step in place too (lr_scheduler.py, with_counter): a scheduler
+    made during the session takes __self__ and __func__ of what it finds there, so that must be a bound
+    method (a plain function made it raise AttributeError), and its first step() warns that optimizer.step
+    "has been overridden after learning rate scheduler initialization" unless optimizer.step carries
+    _with_counter, which ours does when the step it wraps did (a scheduler made before the session: its
+    counting wrapper is inside ours). remove() puts the step back where ours is still there; under a
+    scheduler's wrapper made since, ours stays and only stops calling the hook."""
 
     def __init__(self, optimizer, hook):
         self.optimizer = optimizer
         self.had_own = "step" in optimizer.__dict__
         self.original = optimizer.step
+        self.hook = hook
 
-        def step(*args, **kwargs):
-            out = self.original(*args, **kwargs)
-            hook()
+        def step(opt, *args, **kwargs):
+            out = wrapper.original(*args, **kwargs)
+            if wrapper.hook is not None:
+                wrapper.hook()
             return out
-        optimizer.step = step
+        wrapper = self
+        if getattr(self.original, "_with_counter", False):
+            step._with_counter = True  # (a bound method's attributes are its function's)
+        self.step = types.MethodType(step, optimizer)
+        optimizer.step = self.step
 
     def remove(self):
+        self.hook = None
+        if self.optimizer.__dict__.get("step") is not self.step:
+            return  # a scheduler wrapped ours since: it stays under that wrapper, calling the step only
         if self.had_own:
             self.optimizer.step = self.original
         else:
@@ -522,6 +543,6 @@ class _WrappedStep:
 
 
 def _install_step_hook(optimizer, hook):
-    if hasattr(optimizer, "register_step_post_hook"):
+    if hasattr(optimizer, "register_step_post_hook"):  # torch >= 2.0: optimizer.step itself is left alone
         return optimizer.register_step_post_hook(lambda opt, args, kwargs: hook())
     return _WrappedStep(optimizer, hook)

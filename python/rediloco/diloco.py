@@ -46,6 +46,11 @@ if TYPE_CHECKING:
 _LEVELS = {"debug": _lib.LOG_DEBUG, "info": _lib.LOG_INFO, "warn": _lib.LOG_WARN, "error": _lib.LOG_ERROR}
 _ERRLEN = 1024
 
+# The open sessions by model and by inner optimizer: a second session on either (a notebook cell run again
+# before the first session was closed) is refused at open. Both would hook the optimizer's step, join as the
+# same default worker id and end each other at the first sync.
+_IN_SESSION = weakref.WeakKeyDictionary()
+
 
 def _ms(seconds, what, positive=False):
     """seconds as libdiloco's milliseconds; positive: a limit that 0 would make fail at once (a timeout of
@@ -173,6 +178,8 @@ class DiLoCo:
         self._callbacks = []  # ctypes callbacks the library holds: alive until close
         self.process_group = process_group
         self._group = None
+        self._claimed = []  # the model and inner optimizer, marked as this session's (_IN_SESSION)
+        self._module = None
         self.sharded_requested = bool(sharded)
         self.sharded = False  # set at open: sharded=True, or a fully_shard model
 
@@ -200,6 +207,7 @@ class DiLoCo:
         self._lib = _lib.load()
         module = group.unwrap(self.model)  # a DDP model is synced through its module
         tensors = checks.model_tensors(module)
+        self._claim(module)
         try:
             if self.handle_signals and threading.current_thread() is threading.main_thread():
                 self._signals = _SignalWatch(self._on_signal)
@@ -212,6 +220,7 @@ class DiLoCo:
             else:
                 self._check_run(tensors)  # before anything is written anywhere, the model's tensors included
                 self._flat = FlatParams(module)
+            self._module = module
             self._buffers = BufferWatch(module)
             if self._group is not None:
                 self._group.attach(self._flat)
@@ -227,6 +236,17 @@ class DiLoCo:
                 raise Stopped(self._stop_reason) from e
             raise
         return self
+
+    def _claim(self, module):
+        """Mark module and the inner optimizer as this session's; DiLoCoError when another open one has either."""
+        for what, obj in (("model", module), ("optimizer", self.inner_optimizer)):
+            other = _IN_SESSION.get(obj)
+            if other is not None and other is not self:
+                raise DiLoCoError("this %s is already in an open session (of run %r): close it first: dl.close()"
+                                  % (what, other.run))
+        self._claimed = [module, self.inner_optimizer]
+        for obj in self._claimed:
+            _IN_SESSION[obj] = self
 
     def _check_run(self, tensors):
         """The model against the run as Redis holds it, read without joining (diloco_peek_run)."""
@@ -344,6 +364,10 @@ class DiLoCo:
         if self._signals is not None:
             self._signals.close()
             self._signals = None
+        for obj in self._claimed:  # the model and the optimizer may join another session now
+            if _IN_SESSION.get(obj) is self:
+                del _IN_SESSION[obj]
+        self._claimed = []
 
     # ---- the training loop's calls ------------------------------------------------------------------
 

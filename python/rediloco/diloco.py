@@ -377,9 +377,22 @@ class DiLoCo:
         why = self._stopped_why()
         if why is not None:
             raise Stopped(why)
+        self._check_in_place(every=self._lib.diloco_steps_to_sync(self._d) <= 1)
         self._flat.before_step(self)
         rc = self._lib.diloco_after_step(self._d, self._err, _ERRLEN)
         self._finish_call(rc)
+
+    def _check_in_place(self, every=True):
+        """DiLoCoError when the model's parameters are no longer views of the flat buffer: model.to(...),
+        .double(), .cuda() inside the session move them, after which syncs would send a zero pseudo-gradient
+        and the model would never get the global parameters. The first parameter at every step (those calls
+        replace all of them), every parameter before a sync."""
+        replaced = getattr(self._flat, "replaced", None)  # (a sharded group copies its chunks instead: no views)
+        name = replaced(self._module, first_only=not every) if replaced else None
+        if name is not None:
+            raise DiLoCoError("the model's parameters were replaced after joining (parameter %s is no longer the "
+                              "session's fp32 buffer: model.to(...), .double() or .cuda() inside the session does "
+                              "that): move the model before opening the session" % name)
 
     def _finish_call(self, rc):
         if rc < 0:
@@ -394,6 +407,7 @@ class DiLoCo:
     def sync(self) -> bool:
         """Sync now, whatever the step count (e.g. once more before leaving). True when a sync ran."""
         self._require_open()
+        self._check_in_place()
         self._flat.before_sync()
         return self._finish_call(self._lib.diloco_force_sync(self._d, self._err, _ERRLEN))
 

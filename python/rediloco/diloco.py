@@ -321,7 +321,7 @@ class DiLoCo:
         if self.log_level is not None:
             o.log_level = _LEVELS[self.log_level]
         if self.log is not None:
-            cb = _lib.LOG_FN(lambda ctx, level, msg: self.log(level, msg.decode(errors="replace")))
+            cb = _lib.LOG_FN(lambda ctx, level, msg: self.log(level, self._named(msg.decode(errors="replace"))))
             self._callbacks.append(cb)
             o.log_callback = cb
         return o
@@ -402,7 +402,33 @@ class DiLoCo:
             raise DiLoCoError("sync failed: %s" % self._flat.name_index(self._message()))
         if rc == 1:
             self._buffers.after_sync(self.run)
+            self._reset_optimizer_if_diverged()
         return rc == 1
+
+    def _reset_optimizer_if_diverged(self):
+        """After a sync that reset the worker to the global parameters (last_sync.stale: our pseudo-gradient
+        was not finite, or our round was lost), the inner optimizer's state of each parameter where it is not
+        finite is dropped too: AdamW's moments would otherwise make the next step NaN again, and every round
+        after it. The optimizer starts that state afresh at its next step, as for a new parameter."""
+        info = _lib.SyncInfoC()
+        if self._lib.diloco_last_sync(self._d, ctypes.byref(info)) < 0 or not info.stale:
+            return
+        import torch
+        names = {p: n for n, p in self._module.named_parameters()} if self._module is not None else {}
+        reset = []
+        for p, state in list(self.inner_optimizer.state.items()):
+            if any(torch.is_tensor(v) and v.is_floating_point() and not bool(torch.isfinite(v).all())
+                   for v in state.values()):
+                del self.inner_optimizer.state[p]
+                reset.append(names.get(p, "?"))
+        if reset:
+            message = ("run %r: the worker was reset to the global parameters (its pseudo-gradient was not finite), "
+                       "and the inner optimizer's state of %s, not finite either, with them"
+                       % (self.run, checks.quoted(reset)))
+            if self.log is not None:
+                self.log(_lib.LOG_WARN, message)
+            else:
+                warnings.warn(message, RuntimeWarning, stacklevel=user_stacklevel())
 
     def sync(self) -> bool:
         """Sync now, whatever the step count (e.g. once more before leaving). True when a sync ran."""
@@ -529,6 +555,10 @@ class DiLoCo:
     def _require_open(self):
         if self._d is None:
             raise DiLoCoError("the session is not open: use `with rediloco.DiLoCo(...) as dl:` or dl.open()")
+
+    def _named(self, message):
+        """message with an index of the flat vector ("not finite at index N") followed by the tensor it is in."""
+        return self._flat.name_index(message) if self._flat is not None else message
 
     def _message(self):
         return self._err.value.decode(errors="replace") or "(no message)"

@@ -28,6 +28,7 @@ from __future__ import annotations
 import ctypes
 import os
 import signal
+import sys
 import threading
 import types
 import warnings
@@ -174,6 +175,7 @@ class DiLoCo:
         self._stop_reason = None  # this process's own stop (stop(), a signal)
         self._why = None  # the session's stop once libdiloco said so (_stopped_why)
         self._tokens = 0
+        self._steps = 0  # inner steps in this session (the stop line says them)
         self._err = ctypes.create_string_buffer(_ERRLEN)
         self._callbacks = []  # ctypes callbacks the library holds: alive until close
         self.process_group = process_group
@@ -351,7 +353,9 @@ class DiLoCo:
     def close(self) -> None:
         """Deregister from the run and give the inner optimizer its own step back. Safe to call twice."""
         if self._d is not None:
-            self._stopped_why()  # (kept: stopping still says so once the session is gone)
+            why = self._stopped_why()  # (kept: stopping still says so once the session is gone)
+            if why is not None and (self._group is None or self._group.rank == 0):
+                self._say_stopped(why)
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
@@ -369,6 +373,18 @@ class DiLoCo:
                 del _IN_SESSION[obj]
         self._claimed = []
 
+    def _say_stopped(self, why):
+        """The one line a stopped session leaves, as bin/worker's "stopped after 200 steps (done)": to the log
+        callback (info) when there is one, else stderr."""
+        if why.startswith("stopped by SIG"):
+            why = why[len("stopped by "):]
+        line = "stopped after %d steps (%s): left run %s" % (self._steps, why, self.run)
+        if self.log is not None:
+            self.log(_lib.LOG_INFO, line)
+        else:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
+
     # ---- the training loop's calls ------------------------------------------------------------------
 
     def _after_step(self):
@@ -377,6 +393,7 @@ class DiLoCo:
         why = self._stopped_why()
         if why is not None:
             raise Stopped(why)
+        self._steps += 1
         self._check_in_place(every=self._lib.diloco_steps_to_sync(self._d) <= 1)
         self._flat.before_step(self)
         rc = self._lib.diloco_after_step(self._d, self._err, _ERRLEN)

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
 import sys
 import threading
@@ -53,12 +54,45 @@ _ERRLEN = 1024
 _IN_SESSION = weakref.WeakKeyDictionary()
 
 
+_MS_MAX = 2 ** 31 - 1  # libdiloco's fields are C ints of milliseconds
+
+
 def _ms(seconds, what, positive=False):
     """seconds as libdiloco's milliseconds; positive: a limit that 0 would make fail at once (a timeout of
     a request or a sync), where 0 elsewhere means one attempt (connect_timeout) or none (heartbeats)."""
-    if seconds is None or seconds < 0 or (positive and int(round(seconds * 1000)) < 1):
-        raise ValueError("%s must be a number of seconds %s, got %r" % (what, "> 0" if positive else ">= 0", seconds))
-    return int(round(seconds * 1000))
+    if not _is_number(seconds):
+        raise TypeError("%s must be a number of seconds, got %s" % (what, checks._kind(seconds)))
+    least = 0.001 if positive else 0  # (milliseconds: a positive limit rounded to 0 ms would be none)
+    if not least <= seconds <= _MS_MAX / 1000:
+        raise ValueError("%s must be a number of seconds %s, got %r" % (
+            what, "of at least 0.001" if positive else ">= 0", seconds) if seconds < least else
+            "%s must be at most %d seconds, got %r" % (what, _MS_MAX // 1000, seconds))
+    return max(int(round(seconds * 1000)), 1 if positive else 0)
+
+
+def _is_number(x):
+    """An int or float, not a bool (True would pass for 1) nor a string."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+# libdiloco's messages name its options as the C worker's flags and diloco_options' fields; to a Python
+# user they are DiLoCo's arguments. Lua's error codes (BADARG, SHUTDOWN, ...: lua/00_header.lua) lead some.
+_PY_NAMES = {"--heartbeat-interval": "heartbeat_interval", "--fragments-in-flight": "fragments_in_flight",
+             "--fragment-alpha": "fragment_update_alpha", "--sync-every": "sync_every", "--worker-id": "worker_id",
+             "--error-feedback": "error_feedback", "--max-sync-retries": "max_sync_retries"}
+_C_FIELD = re.compile(r" \(diloco_options\.\w+[^)]*\)")
+_LUA_CODE = re.compile(r"(^|: )[A-Z][A-Z_]+ (?=[a-z])")
+
+
+def _python_words(message):
+    """message from libdiloco as a Python user reads it: DiLoCo's argument names for the C flags, without
+    "(diloco_options.field ...)" asides or a leading Lua error code."""
+    message = _C_FIELD.sub("", _LUA_CODE.sub(r"\1", message))
+    return re.sub(r"--[a-z-]+\b", lambda m: _PY_NAMES.get(m.group(0), m.group(0)), message)
 
 
 class _SignalWatch:
@@ -140,12 +174,23 @@ class DiLoCo:
         if outer_optimizer is not None:
             raise TypeError("outer_optimizer must be None: the outer optimizer runs on the shard-servers; set it "
                             "when the run is created (init_run(..., outer_lr=, outer_momentum=, nesterov=))")
-        if not isinstance(sync_every, int) or sync_every < 1:
+        if not _is_int(sync_every) or sync_every < 1:
             raise ValueError("sync_every must be a positive integer, got %r" % (sync_every,))
+        if not _is_number(fragment_update_alpha):
+            raise TypeError("fragment_update_alpha must be a number in [0, 1), got %s" % checks._kind(fragment_update_alpha))
         if not 0 <= fragment_update_alpha < 1:
             raise ValueError("fragment_update_alpha must be in [0, 1), got %r" % (fragment_update_alpha,))
-        if not isinstance(fragments_in_flight, int) or fragments_in_flight < 1:
+        if not _is_int(fragments_in_flight) or fragments_in_flight < 1:
             raise ValueError("fragments_in_flight must be a positive integer, got %r" % (fragments_in_flight,))
+        if fragment_sync_delay is not None and (not _is_int(fragment_sync_delay) or fragment_sync_delay < 0):
+            raise ValueError("fragment_sync_delay must be None (best) or an integer >= 0, got %r" % (fragment_sync_delay,))
+        if not _is_int(max_sync_retries) or max_sync_retries < 0:
+            raise ValueError("max_sync_retries must be an integer >= 0 (failed syncs in a row before registering "
+                             "again), got %r" % (max_sync_retries,))
+        if worker_id is not None and (not isinstance(worker_id, str) or not 0 < len(worker_id) <= 63 or
+                                      any(c in worker_id for c in ", :\t\n")):
+            raise ValueError("worker_id must be a string of 1 to 63 characters without commas, colons or spaces "
+                             "(None: <hostname>-<pid>), got %r" % (worker_id,))
         if log_level is not None and log_level not in _LEVELS:
             raise ValueError("log_level is one of %s, got %r" % (", ".join(_LEVELS), log_level))
         if log is not None and not callable(log):
@@ -161,7 +206,7 @@ class DiLoCo:
                          "connect_timeout_ms": _ms(connect_timeout, "connect_timeout"),
                          "net_timeout_ms": _ms(net_timeout, "net_timeout", positive=True),
                          "sync_timeout_ms": _ms(sync_timeout, "sync_timeout", positive=True)}
-        self.max_sync_retries = int(max_sync_retries)
+        self.max_sync_retries = max_sync_retries
         self.handle_signals = handle_signals
         self.log, self.log_level = log, log_level
         self._d = None
@@ -221,6 +266,8 @@ class DiLoCo:
                 self._flat = self._sharded_params(module)  # checked against the run, on every rank
             else:
                 self._check_run(tensors)  # before anything is written anywhere, the model's tensors included
+            self._check_fragment_delay_early()
+            if not self.sharded:
                 self._flat = FlatParams(module)
             self._module = module
             self._buffers = BufferWatch(module)
@@ -340,10 +387,22 @@ class DiLoCo:
         self._d = d
         self._flat.loaded_all()
 
-    def _check_fragments(self):
-        nf = self.num_fragments
+    def _check_fragment_delay_early(self):
+        """fragment_sync_delay against the run's fragments, read without registering (diloco_peek_fragments):
+        a wrong one is refused before the worker joins. (With dylu the run may give another H: checked again
+        once open.)"""
+        if self.fragment_sync_delay is None or self.dylu:
+            return
+        nf = self._lib.diloco_peek_fragments(ctypes.byref(self._base_options()), self._err, _ERRLEN)
+        if nf < 0:
+            raise DiLoCoError("cannot join run %r at %s: %s" % (self.run, _redact(self.url), self._message()))
+        self._check_fragments(nf, self.sync_every_requested)
+
+    def _check_fragments(self, nf=None, sync_every=None):
+        nf = self.num_fragments if nf is None else nf
+        sync_every = self.sync_every if sync_every is None else sync_every
         if self.fragment_sync_delay is not None:
-            want = max(1, self.sync_every // nf) * self.fragments_in_flight if nf > 1 else 0
+            want = max(1, sync_every // nf) * self.fragments_in_flight if nf > 1 else 0
             if self.fragment_sync_delay != want:
                 raise ValueError("fragment_sync_delay=%r: in ReDiLoCo a fragment's new values are applied "
                                  "fragments_in_flight fragment intervals after it was sent (fragments_in_flight * "
@@ -575,10 +634,11 @@ class DiLoCo:
 
     def _named(self, message):
         """message with an index of the flat vector ("not finite at index N") followed by the tensor it is in."""
+        message = _python_words(message)
         return self._flat.name_index(message) if self._flat is not None else message
 
     def _message(self):
-        return self._err.value.decode(errors="replace") or "(no message)"
+        return _python_words(self._err.value.decode(errors="replace")) or "(no message)"
 
 
 def _redact(url):

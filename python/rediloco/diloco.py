@@ -85,7 +85,8 @@ _PY_NAMES = {"--heartbeat-interval": "heartbeat_interval", "--fragments-in-fligh
              "--fragment-alpha": "fragment_update_alpha", "--sync-every": "sync_every", "--worker-id": "worker_id",
              "--error-feedback": "error_feedback", "--max-sync-retries": "max_sync_retries"}
 _C_FIELD = re.compile(r" \(diloco_options\.\w+[^)]*\)")
-_LUA_CODE = re.compile(r"(^|: )[A-Z][A-Z_]+ (?=[a-z])")
+_LUA_CODE = re.compile(r"(^|: )(?:NORUN|EXISTS|BADARG|UNKNOWN_WORKER|STALE|NOTCLOSED|FENCED|VERSION|ALIVE|SHUTDOWN|"
+                       r"OLDRUN|RECREATED|GROUP) (?=[a-z])")  # the codes of lua/00_header.lua
 
 
 def _python_words(message):

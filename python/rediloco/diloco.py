@@ -621,8 +621,9 @@ class DiLoCo:
 
     @property
     def flat_params(self) -> torch.Tensor:
-        """The one fp32 tensor every parameter is a view of (in the run's order)."""
-        self._require_open()
+        """The one fp32 tensor every parameter is a view of (in the run's order); still there after close()."""
+        if self._flat is None:  # never opened: no buffer yet
+            self._require_open()
         return self._flat.flat
 
     def _layout_json(self):

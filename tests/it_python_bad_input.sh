@@ -2,7 +2,10 @@
 # it_python_bad_input.sh: a PyTorch worker with bad input gets one clear Python exception each, never a
 # crash of the interpreter, and the run is untouched (tests/python/bad_input.py): a model of the wrong
 # size, an fp64 parameter, an unknown run, a dead Redis, a URL that is not Redis's, an outer optimizer,
-# sync_every 0, a sync or request timeout of 0 or less, fragments_in_flight 0 or more than the run's fragments;
+# sync_every 0, a sync or request timeout of 0 or less, fragments_in_flight 0 or more than the run's fragments,
+# a net_timeout under a millisecond, sync_every=True, a string for a number, max_sync_retries -1, a worker id
+# with a space, a heartbeat longer than the run's timeout allows (in DiLoCo's argument names, not the C flags),
+# a wrong fragment_sync_delay (refused before registering), a run shut down (no Lua error code in the message);
 # arguments of the wrong kind (model "x" or a list, inner_optimizer None or a class, url
 # None, run 7) get a TypeError before Redis is touched. NaN in the parameters at a sync is not sent:
 # libdiloco logs it (through the package's log callback) and resets the worker to the global
@@ -15,15 +18,17 @@ RUN=pybad; NUMEL=5000
 start_redis
 init_run $RUN --trainer quadratic --numel $NUMEL --shards 2 --workers 1
 start_server s1
+init_run pyshut --trainer quadratic --numel $NUMEL --shards 1 --workers 1
+bin/coordinator control --redis "$URL" --run pyshut shutdown > /dev/null || fail "coordinator control shutdown"
 dead="redis://127.0.0.1:$(free_port)"
-$PYTHON tests/python/bad_input.py "$URL" $RUN $NUMEL "$dead" > "$TMP/bad.log" 2>&1 \
+$PYTHON tests/python/bad_input.py "$URL" $RUN $NUMEL "$dead" pyshut > "$TMP/bad.log" 2>&1 \
   || fail "bad_input.py: $(grep -v '^ok' "$TMP/bad.log" | tail -n 20)"
 cat "$TMP/bad.log" | grep '^ok' | cut -c1-200
 n=$(grep -c '^ok' "$TMP/bad.log")
-[ "$n" -eq 19 ] || fail "expected 19 ok lines, got $n"
+[ "$n" -eq 28 ] || fail "expected 28 ok lines, got $n"
 [ "$(shard_versions $RUN)" = "1 1" ] || fail "shard versions $(shard_versions $RUN), want 1 1 (only the good worker's round)"
 [ "$($RCLI HLEN "dl:{$RUN}:workers")" -eq 0 ] || fail "workers left registered: $($RCLI HKEYS "dl:{$RUN}:workers")"
-$RCLI XRANGE "dl:{$RUN}:events" - + | grep -q '^bad$' && fail "worker 'bad' reached the run's events"
+$RCLI XRANGE "dl:{$RUN}:events" - + | grep -q '^bad$' && fail "worker 'bad' reached the run's events: $($RCLI XRANGE "dl:{$RUN}:events" - + | tr '\n' ' ' | grep -o '.\{0,80\}bad.\{0,80\}' | head -n 3)"
 say "every bad input refused with a clear exception; the run took only the good worker's round"
 
 RUN=pytok
@@ -52,3 +57,14 @@ grep -q "weighs pseudo-gradients by tokens (--weight-by tokens), but this worker
   fail "no warning of a worker that reports no tokens: $(cat "$TMP/tok.log")"
 [ "$(grep -c 'has reported none' "$TMP/tok.log")" = 1 ] || fail "the missing tokens were said more than once: $(cat "$TMP/tok.log")"
 say "a worker reporting no tokens to a --weight-by tokens run: told once, and it syncs"
+
+# what a new user does (tests/python/misuse.py): an LR scheduler made before or inside the session, the model
+# moved (model.double()) inside it, a second session on the same model, NaN with AdamW (its state is reset
+# with the parameters), flat_params before open, where BuffersNotSynced points, load_checkpoint of tied weights
+# and of a DDP model
+RUN=pymisuse
+init_run $RUN --trainer quadratic --numel $NUMEL --shards 1 --workers 1
+start_server m1
+$PYTHON tests/python/misuse.py "$URL" $RUN $NUMEL > "$TMP/misuse.log" 2>&1 || fail "misuse.py: $(cat "$TMP/misuse.log")"
+grep "^ok" "$TMP/misuse.log" | cut -c1-200
+say "a scheduler either side of the session, a moved model, a second session, NaN with AdamW, tied and DDP checkpoints"

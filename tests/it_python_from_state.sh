@@ -10,6 +10,7 @@
 #     the model's names; loading into another model is refused; bin/worker refuses a model of the same
 #     size whose tensors differ, naming them;
 #   - `python3 -m rediloco init --from-state`: a truncated file and an integer tensor get one clear error
+#     (named python3 -m rediloco init, as its --help's usage line is)
 #     each and create nothing; a BF16 file becomes its values widened to fp32;
 #   - `coordinator init --from-checkpoint` of the state run's checkpoint: same trainer, layout and values.
 . "$(dirname "$0")/lib.sh"
@@ -42,6 +43,10 @@ for bad in truncated int; do
   say "$bad: $(cat "$TMP/bad$bad.txt")"
 done
 grep -q "tensor 'steps' is I64" "$TMP/badint.txt" || fail "int: $(cat "$TMP/badint.txt")"
+# the command is python3 -m rediloco init, in its usage and its messages (they said bin/coordinator init)
+grep -q "^python3 -m rediloco init: " "$TMP/badint.txt" || fail "int: not named python3 -m rediloco init: $(cat "$TMP/badint.txt")"
+PYTHONPATH=python $PYTHON -m rediloco init --help > "$TMP/help.txt" 2>&1 || fail "init --help: exit $?"
+head -n 1 "$TMP/help.txt" | grep -q "^usage: python3 -m rediloco init --redis URL" || fail "init --help: $(head -n 1 "$TMP/help.txt")"
 (cd python && $PYTHON -m rediloco init --redis "$URL" --run bf --workers 1 --shards 2 \
   --from-state "$TMP/odd/bf16.safetensors") > "$TMP/bf.txt" 2>&1 || fail "bf16 init: $(cat "$TMP/bf.txt")"
 RUN=bf start_server sbf

@@ -4,6 +4,12 @@
 #   - --steps 3 --sync-every 5: the warning, and the run stays at version 0 (the worker sent nothing);
 #   - the same with --final-sync: no warning, and the worker syncs once after its last step (version 1);
 #   - --steps 3 --sync-every 3: no warning (the last step syncs).
+# And what a user meets restarting it (the run exists by then):
+#   - the documented command again, --init-run included, joins the run as it is (it replaced it, progress lost);
+#     --force-init replaces it (version 0 again);
+#   - other model flags than the run's, an unknown run, a missing --data file, --sync-every 0: one line each
+#     (no traceback), status 1 (2 for the flags);
+#   - SIGINT mid-training: "stopped after N steps (SIGINT): left run R", status 0.
 . "$(dirname "$0")/lib.sh"
 prepare_bible
 MODEL="--layers 1 --heads 2 --dim 32 --ctx 32"
@@ -32,3 +38,39 @@ parse(["--redis", "redis://x", "--run", "r", "--data", "d", "--steps", "3", "--s
   || fail "parse: $(cat "$TMP/w3.log")"
 [ ! -s "$TMP/w3.log" ] || fail "--sync-every 3 --steps 3 warned: $(cat "$TMP/w3.log")"
 say "gpt example: --sync-every 5 > --steps 3 warns and the run stays at v0; --final-sync: no warning, v1; H=3: no warning"
+
+# the same command again (--init-run) joins the run at its version 1 and syncs it to 2
+$EX --redis "$URL" --run $RUN $MODEL $COMMON --sync-every 3 --init-run --workers 1 --shards 1 --worker-id w4 \
+  > "$TMP/w4.log" 2>&1 || fail "--init-run on an existing run: exit $?: $(tail -n 5 "$TMP/w4.log")"
+grep -q "^run $RUN exists: joining it as it is (--force-init replaces it)$" "$TMP/w4.log" \
+  || fail "--init-run did not say it joins the existing run: $(head -n 5 "$TMP/w4.log")"
+grep -q "^worker w4: 3 steps, version 2," "$TMP/w4.log" || fail "--init-run replaced the run: $(tail -n 2 "$TMP/w4.log")"
+$EX --redis "$URL" --run $RUN $MODEL $COMMON --sync-every 5 --force-init --workers 1 --shards 1 --worker-id w5 \
+  > "$TMP/w5.log" 2>&1 || fail "--force-init: exit $?: $(tail -n 5 "$TMP/w5.log")"
+grep -q "^worker w5: 3 steps, version 0," "$TMP/w5.log" || fail "--force-init did not replace the run: $(tail -n 2 "$TMP/w5.log")"
+say "gpt example: --init-run on an existing run joins it (v1 -> v2); --force-init replaces it (v0)"
+
+one_line() { # STATUS LOG WORDS...: the example exited with STATUS, saying WORDS in one line, no traceback
+  want=$1; log=$2; shift 2
+  grep -q Traceback "$log" && fail "a traceback: $(cat "$log")"
+  for w in "$@"; do grep -qF -- "$w" "$log" || fail "no '$w' in: $(cat "$log")"; done
+  [ "$got" = "$want" ] || fail "exit status $got, want $want: $(cat "$log")"
+}
+$EX --redis "$URL" --run $RUN --layers 1 --heads 2 --dim 16 --ctx 32 $COMMON --sync-every 3 > "$TMP/e1.log" 2>&1; got=$?
+one_line 1 "$TMP/e1.log" "run '$RUN' holds another model: its tensors say --layers 1 --dim 32 --ctx 32 --vocab 256, this worker has --layers 1 --dim 16"
+$EX --redis "$URL" --run nosuch $MODEL $COMMON --sync-every 3 > "$TMP/e2.log" 2>&1; got=$?
+one_line 1 "$TMP/e2.log" "python3 -m rediloco.examples.gpt: cannot join run 'nosuch'"
+$EX --redis "$URL" --run $RUN $MODEL $COMMON --sync-every 3 --data "$TMP/none.tok" > "$TMP/e3.log" 2>&1; got=$?
+one_line 2 "$TMP/e3.log" "--data $TMP/none.tok: No such file or directory"
+$EX --redis "$URL" --run $RUN $MODEL $COMMON --sync-every 0 > "$TMP/e4.log" 2>&1; got=$?
+one_line 2 "$TMP/e4.log" "--sync-every must be 1 or more, got 0"
+say "gpt example: other model flags, an unknown run, a missing --data, --sync-every 0: one line each"
+
+$EX --redis "$URL" --run $RUN $MODEL $COMMON --steps 100000 --sync-every 1000 --worker-id w6 > "$TMP/w6.log" 2>&1 &
+P=$!; PIDS="$PIDS $P"
+wait_until 60 '$RCLI HEXISTS "dl:{$RUN}:workers" w6 | grep -q 1' "w6 to register"
+sleep 1
+kill -INT $P
+wait $P || fail "SIGINT: exit status $?: $(tail -n 5 "$TMP/w6.log")"
+grep -Eq "^stopped after [0-9]+ steps \(SIGINT\): left run $RUN$" "$TMP/w6.log" || fail "no stop line: $(tail -n 3 "$TMP/w6.log")"
+say "gpt example: SIGINT: $(grep '^stopped after' "$TMP/w6.log")"

@@ -322,6 +322,11 @@ DILOCO_API int diloco_open(const diloco_options *o, float *params, size_t numel,
 DILOCO_API int64_t diloco_peek_run(const diloco_options *o, uint64_t *numel, char *layout, size_t cap, char *err,
                                    size_t errlen);
 
+/* The run's number of Streaming fragments (1: plain DiLoCo), read as diloco_peek_run reads the run (no
+ * registration, nothing written); -1 + err on an error. A host checks an option that depends on it before
+ * diloco_open. */
+DILOCO_API int diloco_peek_fragments(const diloco_options *o, char *err, size_t errlen);
+
 /* Call after each inner step. Returns 1 when a sync happened (params now hold new global values),
  * 0 when not, -1 on an error that could not be recovered by retries. */
 DILOCO_API int diloco_after_step(diloco *d, char *err, size_t errlen);

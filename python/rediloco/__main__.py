@@ -3,7 +3,8 @@
     python3 -m rediloco init --redis URL --run R --from-state FILE.safetensors [coordinator init flags]
     python3 -m rediloco version
 """
-import os
+import re
+import subprocess
 import sys
 
 from .errors import DiLoCoError
@@ -18,6 +19,11 @@ USAGE = """usage: python3 -m rediloco COMMAND ...
 """
 
 
+def _as_python(text):
+    """coordinator init's output as `python3 -m rediloco init`'s."""
+    return re.sub(r"(?<![\w/-])(?:bin/)?coordinator init\b", "python3 -m rediloco init", text)
+
+
 def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, end="")
@@ -29,11 +35,15 @@ def main(argv):
             print("python3 -m rediloco init: %s" % e, file=sys.stderr)
             return 1
         try:
-            os.execv(path, [path, "init"] + argv[1:])
+            p = subprocess.run([path, "init"] + argv[1:], capture_output=True, text=True)
         except OSError as e:
             print("python3 -m rediloco init: cannot run %s (%s): build ReDiLoCo (make) or set REDILOCO_COORDINATOR"
                   % (path, e.strerror), file=sys.stderr)
             return 1
+        # its usage line and messages name the command the user typed, not bin/coordinator init
+        print(_as_python(p.stdout), end="")
+        print(_as_python(p.stderr), end="", file=sys.stderr)
+        return p.returncode
     if argv[0] == "version":
         from . import __version__, library_version
         print("rediloco %s, libdiloco %s" % (__version__, library_version()))

@@ -103,6 +103,7 @@ _SIGNATURES = {
                                    ctypes.POINTER(ctypes.c_void_p), ctypes.c_char_p, ctypes.c_size_t]),
     "diloco_peek_run": (ctypes.c_int64, [ctypes.POINTER(Options), ctypes.POINTER(ctypes.c_uint64), ctypes.c_char_p,
                                          ctypes.c_size_t, ctypes.c_char_p, ctypes.c_size_t]),
+    "diloco_peek_fragments": (ctypes.c_int, [ctypes.POINTER(Options), ctypes.c_char_p, ctypes.c_size_t]),
     "diloco_after_step": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]),
     "diloco_force_sync": (ctypes.c_int, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_size_t]),
     "diloco_report": (None, [ctypes.c_void_p, ctypes.c_double, ctypes.c_uint64]),

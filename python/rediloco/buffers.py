@@ -13,6 +13,7 @@ import warnings
 import torch
 
 from .checks import quoted
+from .errors import user_stacklevel
 
 
 class BuffersNotSynced(UserWarning):
@@ -39,5 +40,5 @@ class BufferWatch:
                 "keeps its own (they are not averaged, not in checkpoints). For BatchNorm, recompute the "
                 "statistics on the final weights before evaluating, or use a normalisation without running "
                 "statistics (LayerNorm, GroupNorm); docs/python.md, Buffers" % (quoted(changed), run)),
-                stacklevel=4)
+                stacklevel=user_stacklevel())  # the user's inner.step() or dl.sync()
 

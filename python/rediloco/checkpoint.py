@@ -40,11 +40,18 @@ def load_checkpoint(model: torch.nn.Module, path: str, strict: bool = True) -> D
     state_dict() (parameters and buffers) and every tensor of the checkpoint must meet, with the same
     shape; else DiLoCoError naming those that do not (a checkpoint holds parameters only: a model with
     buffers, e.g. BatchNorm's running statistics, loads with strict=False and keeps its own). Returns the
-    checkpoint's metadata (version, run, ...)."""
+    checkpoint's metadata (version, run, ...). Tied parameters (fc.weight = emb.weight) are one tensor, loaded
+    once under any of their names; a DDP model loads into its module (the names DiLoCo syncs)."""
     meta, tensors = read_checkpoint(path)
+    from .group import unwrap
+    model = unwrap(model)  # a DDP model's names are its module's, as DiLoCo syncs it
     params = dict(model.named_parameters())
+    aliases = _aliases(model, params)
+    for alias, name in aliases.items():  # a checkpoint may name a tied tensor by another of its names
+        if name not in tensors and alias in tensors:
+            tensors[name] = tensors.pop(alias)
     if strict:
-        _check_all_meet(path, model, params, tensors)
+        _check_all_meet(path, model, params, tensors, aliases)
     for name, p in params.items():  # every shape first: a refused checkpoint changes nothing
         if name in tensors and tuple(tensors[name].shape) != tuple(p.shape):
             raise DiLoCoError("%s: tensor %r has shape %s in the checkpoint, %s in the model"
@@ -56,8 +63,17 @@ def load_checkpoint(model: torch.nn.Module, path: str, strict: bool = True) -> D
     return meta
 
 
-def _check_all_meet(path, model, params, tensors):
-    buffers = [n for n in model.state_dict() if n not in params]  # persistent buffers, as torch saves them
+def _aliases(model, params):
+    """{other name: its name in params} of tied parameters (fc.weight = emb.weight): state_dict() names the
+    tensor under each of its names, named_parameters() only under the first."""
+    first = {id(p): n for n, p in params.items()}
+    return {n: first[id(v)] for n, v in model.state_dict(keep_vars=True).items()
+            if n not in params and id(v) in first}
+
+
+def _check_all_meet(path, model, params, tensors, aliases):
+    # persistent buffers, as torch saves them: what state_dict() names that is neither a parameter nor a tied alias
+    buffers = [n for n in model.state_dict() if n not in params and n not in aliases]
     missing = [n for n in params if n not in tensors]
     extra = [n for n in tensors if n not in params]
     lacks = []

@@ -27,13 +27,18 @@ from __future__ import annotations
 
 import ctypes
 import os
+import re
 import signal
+import sys
 import threading
+import types
+import warnings
+import weakref
 from typing import TYPE_CHECKING, Callable, Optional, Tuple
 
 from . import _lib, checks, devicehooks, group, sharded
 from .buffers import BufferWatch
-from .errors import DiLoCoError, Stopped
+from .errors import DiLoCoError, Stopped, user_stacklevel
 from .params import FlatParams
 from .syncinfo import SyncInfo
 
@@ -43,13 +48,52 @@ if TYPE_CHECKING:
 _LEVELS = {"debug": _lib.LOG_DEBUG, "info": _lib.LOG_INFO, "warn": _lib.LOG_WARN, "error": _lib.LOG_ERROR}
 _ERRLEN = 1024
 
+# The open sessions by model and by inner optimizer: a second session on either (a notebook cell run again
+# before the first session was closed) is refused at open. Both would hook the optimizer's step, join as the
+# same default worker id and end each other at the first sync.
+_IN_SESSION = weakref.WeakKeyDictionary()
+
+
+_MS_MAX = 2 ** 31 - 1  # libdiloco's fields are C ints of milliseconds
+
 
 def _ms(seconds, what, positive=False):
     """seconds as libdiloco's milliseconds; positive: a limit that 0 would make fail at once (a timeout of
     a request or a sync), where 0 elsewhere means one attempt (connect_timeout) or none (heartbeats)."""
-    if seconds is None or seconds < 0 or (positive and int(round(seconds * 1000)) < 1):
-        raise ValueError("%s must be a number of seconds %s, got %r" % (what, "> 0" if positive else ">= 0", seconds))
-    return int(round(seconds * 1000))
+    if not _is_number(seconds):
+        raise TypeError("%s must be a number of seconds, got %s" % (what, checks._kind(seconds)))
+    least = 0.001 if positive else 0  # (milliseconds: a positive limit rounded to 0 ms would be none)
+    if not least <= seconds <= _MS_MAX / 1000:
+        raise ValueError("%s must be a number of seconds %s, got %r" % (
+            what, "of at least 0.001" if positive else ">= 0", seconds) if seconds < least else
+            "%s must be at most %d seconds, got %r" % (what, _MS_MAX // 1000, seconds))
+    return max(int(round(seconds * 1000)), 1 if positive else 0)
+
+
+def _is_number(x):
+    """An int or float, not a bool (True would pass for 1) nor a string."""
+    return isinstance(x, (int, float)) and not isinstance(x, bool)
+
+
+def _is_int(x):
+    return isinstance(x, int) and not isinstance(x, bool)
+
+
+# libdiloco's messages name its options as the C worker's flags and diloco_options' fields; to a Python
+# user they are DiLoCo's arguments. Lua's error codes (BADARG, SHUTDOWN, ...: lua/00_header.lua) lead some.
+_PY_NAMES = {"--heartbeat-interval": "heartbeat_interval", "--fragments-in-flight": "fragments_in_flight",
+             "--fragment-alpha": "fragment_update_alpha", "--sync-every": "sync_every", "--worker-id": "worker_id",
+             "--error-feedback": "error_feedback", "--max-sync-retries": "max_sync_retries"}
+_C_FIELD = re.compile(r" \(diloco_options\.\w+[^)]*\)")
+_LUA_CODE = re.compile(r"(^|: )(?:NORUN|EXISTS|BADARG|UNKNOWN_WORKER|STALE|NOTCLOSED|FENCED|VERSION|ALIVE|SHUTDOWN|"
+                       r"OLDRUN|RECREATED|GROUP) (?=[a-z])")  # the codes of lua/00_header.lua
+
+
+def _python_words(message):
+    """message from libdiloco as a Python user reads it: DiLoCo's argument names for the C flags, without
+    "(diloco_options.field ...)" asides or a leading Lua error code."""
+    message = _C_FIELD.sub("", _LUA_CODE.sub(r"\1", message))
+    return re.sub(r"--[a-z-]+\b", lambda m: _PY_NAMES.get(m.group(0), m.group(0)), message)
 
 
 class _SignalWatch:
@@ -131,12 +175,23 @@ class DiLoCo:
         if outer_optimizer is not None:
             raise TypeError("outer_optimizer must be None: the outer optimizer runs on the shard-servers; set it "
                             "when the run is created (init_run(..., outer_lr=, outer_momentum=, nesterov=))")
-        if not isinstance(sync_every, int) or sync_every < 1:
+        if not _is_int(sync_every) or sync_every < 1:
             raise ValueError("sync_every must be a positive integer, got %r" % (sync_every,))
+        if not _is_number(fragment_update_alpha):
+            raise TypeError("fragment_update_alpha must be a number in [0, 1), got %s" % checks._kind(fragment_update_alpha))
         if not 0 <= fragment_update_alpha < 1:
             raise ValueError("fragment_update_alpha must be in [0, 1), got %r" % (fragment_update_alpha,))
-        if not isinstance(fragments_in_flight, int) or fragments_in_flight < 1:
+        if not _is_int(fragments_in_flight) or fragments_in_flight < 1:
             raise ValueError("fragments_in_flight must be a positive integer, got %r" % (fragments_in_flight,))
+        if fragment_sync_delay is not None and (not _is_int(fragment_sync_delay) or fragment_sync_delay < 0):
+            raise ValueError("fragment_sync_delay must be None (best) or an integer >= 0, got %r" % (fragment_sync_delay,))
+        if not _is_int(max_sync_retries) or max_sync_retries < 0:
+            raise ValueError("max_sync_retries must be an integer >= 0 (failed syncs in a row before registering "
+                             "again), got %r" % (max_sync_retries,))
+        if worker_id is not None and (not isinstance(worker_id, str) or not 0 < len(worker_id) <= 63 or
+                                      any(c in worker_id for c in ", :\t\n")):
+            raise ValueError("worker_id must be a string of 1 to 63 characters without commas, colons or spaces "
+                             "(None: <hostname>-<pid>), got %r" % (worker_id,))
         if log_level is not None and log_level not in _LEVELS:
             raise ValueError("log_level is one of %s, got %r" % (", ".join(_LEVELS), log_level))
         if log is not None and not callable(log):
@@ -152,7 +207,7 @@ class DiLoCo:
                          "connect_timeout_ms": _ms(connect_timeout, "connect_timeout"),
                          "net_timeout_ms": _ms(net_timeout, "net_timeout", positive=True),
                          "sync_timeout_ms": _ms(sync_timeout, "sync_timeout", positive=True)}
-        self.max_sync_retries = int(max_sync_retries)
+        self.max_sync_retries = max_sync_retries
         self.handle_signals = handle_signals
         self.log, self.log_level = log, log_level
         self._d = None
@@ -166,10 +221,13 @@ class DiLoCo:
         self._stop_reason = None  # this process's own stop (stop(), a signal)
         self._why = None  # the session's stop once libdiloco said so (_stopped_why)
         self._tokens = 0
+        self._steps = 0  # inner steps in this session (the stop line says them)
         self._err = ctypes.create_string_buffer(_ERRLEN)
         self._callbacks = []  # ctypes callbacks the library holds: alive until close
         self.process_group = process_group
         self._group = None
+        self._claimed = []  # the model and inner optimizer, marked as this session's (_IN_SESSION)
+        self._module = None
         self.sharded_requested = bool(sharded)
         self.sharded = False  # set at open: sharded=True, or a fully_shard model
 
@@ -197,6 +255,7 @@ class DiLoCo:
         self._lib = _lib.load()
         module = group.unwrap(self.model)  # a DDP model is synced through its module
         tensors = checks.model_tensors(module)
+        self._claim(module)
         try:
             if self.handle_signals and threading.current_thread() is threading.main_thread():
                 self._signals = _SignalWatch(self._on_signal)
@@ -208,7 +267,10 @@ class DiLoCo:
                 self._flat = self._sharded_params(module)  # checked against the run, on every rank
             else:
                 self._check_run(tensors)  # before anything is written anywhere, the model's tensors included
+            self._check_fragment_delay_early()
+            if not self.sharded:
                 self._flat = FlatParams(module)
+            self._module = module
             self._buffers = BufferWatch(module)
             if self._group is not None:
                 self._group.attach(self._flat)
@@ -224,6 +286,17 @@ class DiLoCo:
                 raise Stopped(self._stop_reason) from e
             raise
         return self
+
+    def _claim(self, module):
+        """Mark module and the inner optimizer as this session's; DiLoCoError when another open one has either."""
+        for what, obj in (("model", module), ("optimizer", self.inner_optimizer)):
+            other = _IN_SESSION.get(obj)
+            if other is not None and other is not self:
+                raise DiLoCoError("this %s is already in an open session (of run %r): close it first: dl.close()"
+                                  % (what, other.run))
+        self._claimed = [module, self.inner_optimizer]
+        for obj in self._claimed:
+            _IN_SESSION[obj] = self
 
     def _check_run(self, tensors):
         """The model against the run as Redis holds it, read without joining (diloco_peek_run)."""
@@ -298,7 +371,7 @@ class DiLoCo:
         if self.log_level is not None:
             o.log_level = _LEVELS[self.log_level]
         if self.log is not None:
-            cb = _lib.LOG_FN(lambda ctx, level, msg: self.log(level, msg.decode(errors="replace")))
+            cb = _lib.LOG_FN(lambda ctx, level, msg: self.log(level, self._named(msg.decode(errors="replace"))))
             self._callbacks.append(cb)
             o.log_callback = cb
         return o
@@ -315,10 +388,22 @@ class DiLoCo:
         self._d = d
         self._flat.loaded_all()
 
-    def _check_fragments(self):
-        nf = self.num_fragments
+    def _check_fragment_delay_early(self):
+        """fragment_sync_delay against the run's fragments, read without registering (diloco_peek_fragments):
+        a wrong one is refused before the worker joins. (With dylu the run may give another H: checked again
+        once open.)"""
+        if self.fragment_sync_delay is None or self.dylu:
+            return
+        nf = self._lib.diloco_peek_fragments(ctypes.byref(self._base_options()), self._err, _ERRLEN)
+        if nf < 0:
+            raise DiLoCoError("cannot join run %r at %s: %s" % (self.run, _redact(self.url), self._message()))
+        self._check_fragments(nf, self.sync_every_requested)
+
+    def _check_fragments(self, nf=None, sync_every=None):
+        nf = self.num_fragments if nf is None else nf
+        sync_every = self.sync_every if sync_every is None else sync_every
         if self.fragment_sync_delay is not None:
-            want = max(1, self.sync_every // nf) * self.fragments_in_flight if nf > 1 else 0
+            want = max(1, sync_every // nf) * self.fragments_in_flight if nf > 1 else 0
             if self.fragment_sync_delay != want:
                 raise ValueError("fragment_sync_delay=%r: in ReDiLoCo a fragment's new values are applied "
                                  "fragments_in_flight fragment intervals after it was sent (fragments_in_flight * "
@@ -328,7 +413,9 @@ class DiLoCo:
     def close(self) -> None:
         """Deregister from the run and give the inner optimizer its own step back. Safe to call twice."""
         if self._d is not None:
-            self._stopped_why()  # (kept: stopping still says so once the session is gone)
+            why = self._stopped_why()  # (kept: stopping still says so once the session is gone)
+            if why is not None and (self._group is None or self._group.rank == 0):
+                self._say_stopped(why)
         if self._hook is not None:
             self._hook.remove()
             self._hook = None
@@ -341,6 +428,22 @@ class DiLoCo:
         if self._signals is not None:
             self._signals.close()
             self._signals = None
+        for obj in self._claimed:  # the model and the optimizer may join another session now
+            if _IN_SESSION.get(obj) is self:
+                del _IN_SESSION[obj]
+        self._claimed = []
+
+    def _say_stopped(self, why):
+        """The one line a stopped session leaves, as bin/worker's "stopped after 200 steps (done)": to the log
+        callback (info) when there is one, else stderr."""
+        if why.startswith("stopped by SIG"):
+            why = why[len("stopped by "):]
+        line = "stopped after %d steps (%s): left run %s" % (self._steps, why, self.run)
+        if self.log is not None:
+            self.log(_lib.LOG_INFO, line)
+        else:
+            sys.stderr.write(line + "\n")
+            sys.stderr.flush()
 
     # ---- the training loop's calls ------------------------------------------------------------------
 
@@ -350,9 +453,23 @@ class DiLoCo:
         why = self._stopped_why()
         if why is not None:
             raise Stopped(why)
+        self._steps += 1
+        self._check_in_place(every=self._lib.diloco_steps_to_sync(self._d) <= 1)
         self._flat.before_step(self)
         rc = self._lib.diloco_after_step(self._d, self._err, _ERRLEN)
         self._finish_call(rc)
+
+    def _check_in_place(self, every=True):
+        """DiLoCoError when the model's parameters are no longer views of the flat buffer: model.to(...),
+        .double(), .cuda() inside the session move them, after which syncs would send a zero pseudo-gradient
+        and the model would never get the global parameters. The first parameter at every step (those calls
+        replace all of them), every parameter before a sync."""
+        replaced = getattr(self._flat, "replaced", None)  # (a sharded group copies its chunks instead: no views)
+        name = replaced(self._module, first_only=not every) if replaced else None
+        if name is not None:
+            raise DiLoCoError("the model's parameters were replaced after joining (parameter %s is no longer the "
+                              "session's fp32 buffer: model.to(...), .double() or .cuda() inside the session does "
+                              "that): move the model before opening the session" % name)
 
     def _finish_call(self, rc):
         if rc < 0:
@@ -362,11 +479,38 @@ class DiLoCo:
             raise DiLoCoError("sync failed: %s" % self._flat.name_index(self._message()))
         if rc == 1:
             self._buffers.after_sync(self.run)
+            self._reset_optimizer_if_diverged()
         return rc == 1
+
+    def _reset_optimizer_if_diverged(self):
+        """After a sync that reset the worker to the global parameters (last_sync.stale: our pseudo-gradient
+        was not finite, or our round was lost), the inner optimizer's state of each parameter where it is not
+        finite is dropped too: AdamW's moments would otherwise make the next step NaN again, and every round
+        after it. The optimizer starts that state afresh at its next step, as for a new parameter."""
+        info = _lib.SyncInfoC()
+        if self._lib.diloco_last_sync(self._d, ctypes.byref(info)) < 0 or not info.stale:
+            return
+        import torch
+        names = {p: n for n, p in self._module.named_parameters()} if self._module is not None else {}
+        reset = []
+        for p, state in list(self.inner_optimizer.state.items()):
+            if any(torch.is_tensor(v) and v.is_floating_point() and not bool(torch.isfinite(v).all())
+                   for v in state.values()):
+                del self.inner_optimizer.state[p]
+                reset.append(names.get(p, "?"))
+        if reset:
+            message = ("run %r: the worker was reset to the global parameters (its pseudo-gradient was not finite), "
+                       "and the inner optimizer's state of %s, not finite either, with them"
+                       % (self.run, checks.quoted(reset)))
+            if self.log is not None:
+                self.log(_lib.LOG_WARN, message)
+            else:
+                warnings.warn(message, RuntimeWarning, stacklevel=user_stacklevel())
 
     def sync(self) -> bool:
         """Sync now, whatever the step count (e.g. once more before leaving). True when a sync ran."""
         self._require_open()
+        self._check_in_place()
         self._flat.before_sync()
         return self._finish_call(self._lib.diloco_force_sync(self._d, self._err, _ERRLEN))
 
@@ -477,7 +621,9 @@ class DiLoCo:
 
     @property
     def flat_params(self) -> torch.Tensor:
-        """The one fp32 tensor every parameter is a view of (in the run's order)."""
+        """The one fp32 tensor every parameter is a view of (in the run's order); still there after close()."""
+        if self._flat is None:  # never opened: no buffer yet
+            self._require_open()
         return self._flat.flat
 
     def _layout_json(self):
@@ -488,8 +634,13 @@ class DiLoCo:
         if self._d is None:
             raise DiLoCoError("the session is not open: use `with rediloco.DiLoCo(...) as dl:` or dl.open()")
 
+    def _named(self, message):
+        """message with an index of the flat vector ("not finite at index N") followed by the tensor it is in."""
+        message = _python_words(message)
+        return self._flat.name_index(message) if self._flat is not None else message
+
     def _message(self):
-        return self._err.value.decode(errors="replace") or "(no message)"
+        return _python_words(self._err.value.decode(errors="replace")) or "(no message)"
 
 
 def _redact(url):
@@ -501,20 +652,38 @@ def _redact(url):
 
 
 class _WrappedStep:
-    """The hook on an optimizer without register_step_post_hook (torch < 2.0): step wrapped in place."""
+    """The hook on an optimizer without register_step_post_hook (torch < 2.0): optimizer.step replaced, on the
+    instance, by a bound method that calls the step it replaced and then the hook.
+
+    torch 1.13's LR schedulers wrap optimizer.step in place too (lr_scheduler.py, with_counter): a scheduler
+    made during the session takes __self__ and __func__ of what it finds there, so that must be a bound
+    method (a plain function made it raise AttributeError), and its first step() warns that optimizer.step
+    "has been overridden after learning rate scheduler initialization" unless optimizer.step carries
+    _with_counter, which ours does when the step it wraps did (a scheduler made before the session: its
+    counting wrapper is inside ours). remove() puts the step back where ours is still there; under a
+    scheduler's wrapper made since, ours stays and only stops calling the hook."""
 
     def __init__(self, optimizer, hook):
         self.optimizer = optimizer
         self.had_own = "step" in optimizer.__dict__
         self.original = optimizer.step
+        self.hook = hook
 
-        def step(*args, **kwargs):
-            out = self.original(*args, **kwargs)
-            hook()
+        def step(opt, *args, **kwargs):
+            out = wrapper.original(*args, **kwargs)
+            if wrapper.hook is not None:
+                wrapper.hook()
             return out
-        optimizer.step = step
+        wrapper = self
+        if getattr(self.original, "_with_counter", False):
+            step._with_counter = True  # (a bound method's attributes are its function's)
+        self.step = types.MethodType(step, optimizer)
+        optimizer.step = self.step
 
     def remove(self):
+        self.hook = None
+        if self.optimizer.__dict__.get("step") is not self.step:
+            return  # a scheduler wrapped ours since: it stays under that wrapper, calling the step only
         if self.had_own:
             self.optimizer.step = self.original
         else:
@@ -522,6 +691,6 @@ class _WrappedStep:
 
 
 def _install_step_hook(optimizer, hook):
-    if hasattr(optimizer, "register_step_post_hook"):
+    if hasattr(optimizer, "register_step_post_hook"):  # torch >= 2.0: optimizer.step itself is left alone
         return optimizer.register_step_post_hook(lambda opt, args, kwargs: hook())
     return _WrappedStep(optimizer, hook)

@@ -59,6 +59,19 @@ class FlatParams:
         else:
             self.host = self.flat
 
+    def replaced(self, module, first_only=False):
+        """None, or the name of the first of module's parameters that is no longer a view of its slice of the
+        flat buffer: model.to(...), .double(), .cuda() inside a session give every parameter new memory
+        (another dtype or device), which the syncs would neither read nor write. first_only: only the first
+        parameter (what those calls replace with the rest: a check cheap enough for every step)."""
+        base, size = self.flat.data_ptr(), self.flat.element_size()
+        for (name, p), off in zip(module.named_parameters(), self.offsets):
+            if p.dtype != self.flat.dtype or p.device != self.flat.device or p.data_ptr() != base + off * size:
+                return "%r (now %s on %s)" % (name, str(p.dtype).replace("torch.", ""), p.device)
+            if first_only:
+                break
+        return None
+
     def name_index(self, message):
         """message with "at index N" of the flat vector followed by the tensor and element it is."""
         return name_index(message, self.offsets, self.names, self.numel, "[parameter %r, element %d]")

@@ -94,4 +94,5 @@ def init_run(url: str, run: str, model: torch.nn.Module, workers: int = 2, shard
     for line in p.stderr.splitlines():  # settings it accepted but warns about (an outer lr above 10, ...)
         if "warning: " in line:
             warnings.warn(line.split("warning: ", 1)[1], UserWarning, stacklevel=2)
-    return p.stdout.strip()
+    # the summary names the --from-state file, a temporary one deleted by now: say what it held instead
+    return p.stdout.strip().replace("tensors of " + path, "tensors of the model's state")

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""bad_input.py URL RUN NUMEL DEAD_URL: every bad input a PyTorch worker can bring raises one clear
+"""bad_input.py URL RUN NUMEL DEAD_URL SHUT_RUN: every bad input a PyTorch worker can bring raises one clear
 exception with the library's message, the interpreter carries on, and nothing reaches the run; then a
 good worker still syncs one round. Arguments of the wrong kind (model "x" or a list, inner_optimizer None,
 url None) raise TypeError with a sentence before Redis is asked anything. Prints one "ok <case>: <message>" line per case; exits 1 on the first
@@ -12,7 +12,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "python"))
 import rediloco  # noqa: E402
 
-URL, RUN, NUMEL, DEAD = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+URL, RUN, NUMEL, DEAD, SHUT = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5]
 
 
 def model_of(n, dtype=torch.float32):
@@ -21,7 +21,8 @@ def model_of(n, dtype=torch.float32):
     return m
 
 
-def expect(case, exc_type, words, fn):
+def expect(case, exc_type, words, fn, absent=()):
+    """fn() raises exc_type, whose message says every one of words and none of absent."""
     try:
         fn()
     except exc_type as e:
@@ -29,6 +30,10 @@ def expect(case, exc_type, words, fn):
         missing = [w for w in words if w not in msg]
         if missing:
             print("FAIL %s: message lacks %s: %s" % (case, missing, msg))
+            sys.exit(1)
+        there = [w for w in absent if w in msg]
+        if there:
+            print("FAIL %s: message says %s: %s" % (case, there, msg))
             sys.exit(1)
         print("ok %s: %s" % (case, msg))
         return
@@ -56,7 +61,29 @@ expect("fp64 parameter", rediloco.DiLoCoError, ["'x'", "float64", "fp32"], lambd
 expect("unknown run", rediloco.DiLoCoError, ["no-such-run"], lambda: join(model_of(NUMEL), run="no-such-run"))
 expect("dead Redis", rediloco.DiLoCoError, [DEAD.split("//")[1]], lambda: join(model_of(NUMEL), url=DEAD))
 expect("bad URL", rediloco.DiLoCoError, ["http://"], lambda: join(model_of(NUMEL), url="http://127.0.0.1:1"))
-expect("zero sync timeout", ValueError, ["sync_timeout", "> 0"], lambda: join(model_of(NUMEL), sync_timeout=0))
+expect("zero sync timeout", ValueError, ["sync_timeout", "at least 0.001"], lambda: join(model_of(NUMEL), sync_timeout=0))
+# a Python user's names and bounds, checked before Redis is asked anything (rounded to 0 ms, 0.0001 was "> 0, got
+# 0.0001"; True passed for H=1; a string gave a raw TypeError; -1 retries named diloco_options' field)
+expect("net timeout under a millisecond", ValueError, ["net_timeout", "at least 0.001", "0.0001"],
+       lambda: join(model_of(NUMEL), net_timeout=0.0001))
+expect("sync_every a bool", ValueError, ["sync_every", "True"], lambda: rediloco.DiLoCo(URL, RUN, model_of(NUMEL), sgd(), sync_every=True))
+expect("heartbeat_interval a string", TypeError, ["heartbeat_interval", "str '30'"],
+       lambda: join(model_of(NUMEL), heartbeat_interval="30"))
+expect("fragment_update_alpha a string", TypeError, ["fragment_update_alpha", "str '0.5'"],
+       lambda: join(model_of(NUMEL), fragment_update_alpha="0.5"))
+expect("negative max_sync_retries", ValueError, ["max_sync_retries", ">= 0"],
+       lambda: join(model_of(NUMEL), max_sync_retries=-1), absent=["diloco_options"])
+expect("worker id with a space", ValueError, ["worker_id", "'a b'"],
+       lambda: rediloco.DiLoCo(URL, RUN, model_of(NUMEL), sgd(), worker_id="a b"), absent=["BADARG"])
+# the run's heartbeat timeout is 120 s: libdiloco refuses a beat every 200 s, in DiLoCo's words
+expect("heartbeat_interval above the run's timeout", rediloco.DiLoCoError, ["heartbeat_interval 200 s"],
+       lambda: join(model_of(NUMEL), heartbeat_interval=200), absent=["--heartbeat-interval", "diloco_options"])
+# a fragment_sync_delay that is not the run's is refused before the worker registers (the run has 1 fragment: 0)
+expect("wrong fragment_sync_delay", ValueError, ["fragment_sync_delay=5", "leave it None"],
+       lambda: join(model_of(NUMEL), fragment_sync_delay=5))
+# a run shut down by its operator: Lua's SHUTDOWN code is not part of the message
+expect("a run shut down", rediloco.DiLoCoError, ["the run has been shut down"],
+       lambda: join(model_of(NUMEL), run=SHUT), absent=["SHUTDOWN"])
 expect("negative net timeout", ValueError, ["net_timeout"], lambda: join(model_of(NUMEL), net_timeout=-1))
 expect("outer optimizer", TypeError, ["shard-servers"],
        lambda: rediloco.DiLoCo(URL, RUN, model_of(NUMEL), sgd(), outer_optimizer=torch.optim.SGD([torch.zeros(1)], lr=1)))

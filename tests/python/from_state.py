@@ -135,7 +135,11 @@ def init_run_takes_every_init_flag():
 def main(cmd, args):
     if cmd == "init":
         init_run_takes_every_init_flag()
-        print(rediloco.init_run(args[0], args[1], net(1), workers=1, shards=4, outer_lr=0.5))
+        summary = rediloco.init_run(args[0], args[1], net(1), workers=1, shards=4, outer_lr=0.5)
+        print(summary)
+        # the summary names the model's state, not the temporary file it went through (deleted by now)
+        if "version 0 = the 6 tensors of the model's state" not in summary or "safetensors" in summary:
+            fail("init_run's summary: %s" % summary)
         with warnings.catch_warnings(record=True) as w:  # a setting init accepts but warns about reaches Python
             warnings.simplefilter("always")
             rediloco.init_run(args[0], args[1] + "-lr", net(1), workers=1, shards=4, outer_lr=1e6)

@@ -17,7 +17,8 @@
 #include "redis/runconf_load.h"
 #include "redis/url.h"
 
-static int64_t peek(const diloco_options *o, uint64_t *numel, char *layout, size_t cap, char *err, size_t errlen)
+static int64_t peek(const diloco_options *o, uint64_t *numel, char *layout, size_t cap, int *nfragments, char *err,
+                    size_t errlen)
 {
     if (!o->redis_url || !o->run) {
         err_set(err, errlen, "a Redis URL and a run name are required");
@@ -32,6 +33,7 @@ static int64_t peek(const diloco_options *o, uint64_t *numel, char *layout, size
     rconn_free(c);
     if (r < 0) return -1;
     *numel = rc.numel;
+    *nfragments = rc.nfragments;
     size_t n = rc.layout ? strlen(rc.layout) : 0;
     if (n < cap) snprintf(layout, cap, "%s", rc.layout ? rc.layout : "");
     runconf_free(&rc);
@@ -43,8 +45,23 @@ int64_t diloco_peek_run(const diloco_options *o, uint64_t *numel, char *layout, 
     log_sink sink;
     log_sink_init(&sink, o->log_callback, o->log_ctx, o->log_level);
     log_sink *prev = log_use_sink(&sink);
-    int64_t n = peek(o, numel, layout, cap, err, errlen);
+    int nfragments;
+    int64_t n = peek(o, numel, layout, cap, &nfragments, err, errlen);
     log_use_sink(prev);
     log_sink_destroy(&sink);
     return n;
+}
+
+int diloco_peek_fragments(const diloco_options *o, char *err, size_t errlen)
+{
+    log_sink sink;
+    log_sink_init(&sink, o->log_callback, o->log_ctx, o->log_level);
+    log_sink *prev = log_use_sink(&sink);
+    uint64_t numel;
+    char layout[1];
+    int nfragments = -1;
+    if (peek(o, &numel, layout, sizeof layout, &nfragments, err, errlen) < 0) nfragments = -1;
+    log_use_sink(prev);
+    log_sink_destroy(&sink);
+    return nfragments;
 }

@@ -27,8 +27,14 @@ progress, evaluates and writes the log.
 --init-run creates the run from this model's own initial weights first (rediloco.init_run with
 --trainer gpt and the model flags, so C GPT workers can join it too; --compress int3 --download update
 with --error-feedback on every worker moves 0.77 bytes per parameter per round instead of 6,
-docs/compression.md). The model flags must be the run's:
-the package checks the model against the run's layout and refuses another one, naming the tensor.
+docs/compression.md) when there is no run of that name yet; a run that exists is joined as it is (so the
+same command starts a worker again), and --force-init replaces it. The model flags must be the run's:
+the package checks the model against the run's layout, and a worker started with other flags is refused
+with the flags the run's tensors say (the run's --heads is not in its tensors: pass the one it was made with).
+
+Errors (an unknown run, Redis out of reach, a missing --data file) are one line, exit status 1 (2 for a
+bad flag). A stop (Ctrl-C, SIGTERM) ends the worker after its current step with one line, "stopped after N
+steps (SIGINT): left run R", exit status 0.
 """
 import argparse
 import inspect
@@ -48,6 +54,8 @@ except ImportError as e:  # a python3 without torch: say which one, and where to
                                                   " and run /usr/bin/python3 -m rediloco.examples.gpt"))
 
 import rediloco
+
+PROG = "python3 -m rediloco.examples.gpt"
 
 HAVE_SDPA = hasattr(F, "scaled_dot_product_attention")  # torch >= 2.0
 TOKEN_MAGIC = b"RDLTOKEN"
@@ -131,7 +139,13 @@ class Tokens:
     """A prepare-data token file: uint16 little-endian tokens, the first ntrain of them for training."""
 
     def __init__(self, path):
-        with open(path, "rb") as f:
+        try:
+            f = open(path, "rb")
+        except OSError as e:  # a flag's value that is wrong: a usage error, status 2
+            sys.stderr.write("%s: error: --data %s: %s (make a token file with `bin/worker prepare-data`)\n"
+                             % (PROG, path, e.strerror))
+            raise SystemExit(2) from None
+        with f:
             head = f.read(TOKEN_HEADER)
             if len(head) != TOKEN_HEADER or head[:8] != TOKEN_MAGIC:
                 raise SystemExit("%s: not a token file (make one with `bin/worker prepare-data`)" % path)
@@ -174,7 +188,7 @@ def lr_at(a, step):
 
 
 def parse(argv):
-    ap = argparse.ArgumentParser(prog="python3 -m rediloco.examples.gpt", description=__doc__.split("\n")[0],
+    ap = argparse.ArgumentParser(prog=PROG, description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter,
                                  epilog="The Redis URL may also come from DL_REDIS_URL (keeps a password out of ps).")
     ap.add_argument("--redis", default=os.environ.get("DL_REDIS_URL"), help="Redis URL of the run")
@@ -184,7 +198,8 @@ def parse(argv):
     ap.add_argument("--num-shards", type=int, default=1, help="workers splitting the training text (1)")
     ap.add_argument("--shard-index", type=int, default=0, help="this worker's part, 0-based (0)")
     for flag, default in (("layers", 2), ("heads", 4), ("dim", 128), ("ctx", 128), ("vocab", 256)):
-        ap.add_argument("--" + flag, type=int, default=default, help="model shape: the run's (%d)" % default)
+        ap.add_argument("--" + flag, type=int, default=default,
+                        help="model shape: must be the run's, as at --init-run (%d)" % default)
     ap.add_argument("--batch", type=int, default=8, help="sequences per step (8)")
     ap.add_argument("--seq", type=int, default=128, help="tokens per sequence, <= --ctx (128)")
     ap.add_argument("--lr", type=float, default=4e-4, help="peak AdamW learning rate (4e-4)")
@@ -209,7 +224,10 @@ def parse(argv):
     ap.add_argument("--threads", type=int, default=0, help="torch threads, 0 = torch's default (0)")
     ap.add_argument("--seed", type=int, default=1234, help="seed of the initial weights, used by --init-run (1234)")
     ap.add_argument("--data-seed", type=int, default=1, help="data order seed, mixed with the shard index (1)")
-    ap.add_argument("--init-run", action="store_true", help="create the run from this model's weights first")
+    ap.add_argument("--init-run", action="store_true",
+                    help="create the run from this model's weights first, unless it exists (then join it)")
+    ap.add_argument("--force-init", action="store_true",
+                    help="--init-run that replaces a run of that name (its progress is lost)")
     ap.add_argument("--workers", type=int, default=2, help="(--init-run) workers the run waits for (2)")
     ap.add_argument("--shards", type=int, default=8, help="(--init-run) shards (8)")
     ap.add_argument("--compress", default="bf16", choices=("bf16", "fp32", "int8", "int4", "int3", "int2", "topk"),
@@ -226,6 +244,12 @@ def parse(argv):
         ap.error("--seq %d is longer than the model's --ctx %d" % (a.seq, a.ctx))
     if a.ranks < 1:
         ap.error("--ranks must be 1 or more")
+    for flag in ("sync_every", "batch", "seq", "layers", "heads", "dim", "ctx", "vocab"):
+        if getattr(a, flag) < 1:
+            ap.error("--%s must be 1 or more, got %d" % (flag.replace("_", "-"), getattr(a, flag)))
+    if a.steps < 0:
+        ap.error("--steps must be 0 (no end) or more, got %d" % a.steps)
+    a.init_run = a.init_run or a.force_init
     warn_if_never_syncs(a)
     return a
 
@@ -345,14 +369,16 @@ def run_worker(a, model, data, dev, dtype, process_group=None, rank=0):
     if rank == 0:
         describe(a, dev, dtype, inner)
     log = open(a.log, "a") if a.log and rank == 0 else None
+    dl = rediloco.DiLoCo(a.redis, a.run, model, inner, sync_every=a.sync_every, worker_id=a.worker_id,
+                         bf16=not a.no_bf16, error_feedback=a.error_feedback, process_group=process_group)
     try:
-        dl = rediloco.DiLoCo(a.redis, a.run, model, inner, sync_every=a.sync_every, worker_id=a.worker_id,
-                             bf16=not a.no_bf16, error_feedback=a.error_feedback, process_group=process_group)
         dl.open()
     except rediloco.Stopped as e:  # a stop while joining (Ctrl-C; in a node, any rank's): not an error
         if rank == 0:
             sys.stderr.write("stopped while joining run %s: %s\n" % (a.run, e))
         return
+    except rediloco.DiLoCoError as e:
+        raise rediloco.DiLoCoError(other_model(a, dl) or str(e)) from e
     with dl:
         train(a, model, data, dl, inner, log, dev, dtype, rank)
         if a.final_sync and not dl.stopping:
@@ -362,6 +388,27 @@ def run_worker(a, model, data, dev, dtype, process_group=None, rank=0):
             print("worker %s: %d steps%s, version %s, validation loss %.4f" % (
                 dl.worker_id, a.steps, " on %d ranks" % a.ranks if a.ranks > 1 else "", version,
                 evaluate(getattr(model, "module", model), data, a, dev, dtype)))
+
+
+def other_model(a, dl):
+    """When run a.run holds another GPT than the model flags make: a sentence with the flags its tensors say
+    (all but --heads, which no tensor's shape shows); else None."""
+    try:
+        from rediloco import checks
+        _, layout = checks.peek_run(dl._lib, dl._base_options())
+        shapes = {name: shape for name, shape, _ in json.loads(layout or "[]")}
+    except (rediloco.DiLoCoError, ValueError):
+        return None
+    if "wte.weight" not in shapes or "wpe.weight" not in shapes:
+        return None
+    flags = {"layers": len({n.split(".")[1] for n in shapes if n.startswith("h.")}), "dim": shapes["wte.weight"][1],
+             "ctx": shapes["wpe.weight"][0], "vocab": shapes["wte.weight"][0]}
+    mine = {k: getattr(a, k) for k in flags}
+    if flags == mine:
+        return None
+    say = lambda f: " ".join("--%s %d" % kv for kv in f.items())  # noqa: E731
+    return ("run %r holds another model: its tensors say %s, this worker has %s; start it with the run's model "
+            "flags (and its --heads)" % (a.run, say(flags), say(mine)))
 
 
 def rank_main(rank, a, init_file):
@@ -411,6 +458,28 @@ def spawn_ranks(a):
 
 def main(argv=None):
     a = parse(sys.argv[1:] if argv is None else argv)
+    try:
+        return start(a)
+    except rediloco.DiLoCoError as e:  # an unknown run, Redis out of reach, another model: one line
+        sys.stderr.write("%s: %s\n" % (PROG, e))
+        return 1
+
+
+def init_run(a, model):
+    """--init-run: the run from model's weights, unless one of that name exists (then it is joined as it is:
+    the same command starts a worker again); --force-init replaces it."""
+    try:
+        print(rediloco.init_run(a.redis, a.run, model, workers=a.workers, shards=a.shards, trainer="gpt",
+                                layers=a.layers, heads=a.heads, dim=a.dim, ctx=a.ctx, vocab=a.vocab,
+                                compress=a.compress, download=a.download, force=a.force_init))
+    except rediloco.DiLoCoError as e:
+        if a.force_init or "already exists" not in str(e):
+            raise
+        sys.stderr.write("run %s exists: joining it as it is (--force-init replaces it)\n" % a.run)
+    sys.stdout.flush()
+
+
+def start(a):
     if a.threads > 0:
         torch.set_num_threads(a.threads)
     data = Tokens(a.data)
@@ -420,10 +489,7 @@ def main(argv=None):
     torch.manual_seed(a.seed)
     model = GPT(a.layers, a.heads, a.dim, a.ctx, a.vocab)  # initialised on the CPU: the same weights anywhere
     if a.init_run:
-        print(rediloco.init_run(a.redis, a.run, model, workers=a.workers, shards=a.shards, trainer="gpt",
-                                layers=a.layers, heads=a.heads, dim=a.dim, ctx=a.ctx, vocab=a.vocab,
-                                compress=a.compress, download=a.download, force=True))
-        sys.stdout.flush()
+        init_run(a, model)
     if a.ranks > 1:
         return spawn_ranks(a)
     model.to(dev)

@@ -6,6 +6,7 @@
 import re
 import subprocess
 import sys
+import threading
 
 from .errors import DiLoCoError
 from .run import coordinator_path
@@ -24,6 +25,13 @@ def _as_python(text):
     return re.sub(r"(?<![\w/-])(?:bin/)?coordinator init\b", "python3 -m rediloco init", text)
 
 
+def _relay(src, dst):
+    """Copy src's lines to dst as they come, in the words of _as_python."""
+    for line in src:
+        dst.write(_as_python(line))
+        dst.flush()
+
+
 def main(argv):
     if not argv or argv[0] in ("-h", "--help"):
         print(USAGE, end="")
@@ -35,15 +43,22 @@ def main(argv):
             print("python3 -m rediloco init: %s" % e, file=sys.stderr)
             return 1
         try:
-            p = subprocess.run([path, "init"] + argv[1:], capture_output=True, text=True)
+            p = subprocess.Popen([path, "init"] + argv[1:], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                 text=True, bufsize=1)
         except OSError as e:
             print("python3 -m rediloco init: cannot run %s (%s): build ReDiLoCo (make) or set REDILOCO_COORDINATOR"
                   % (path, e.strerror), file=sys.stderr)
             return 1
-        # its usage line and messages name the command the user typed, not bin/coordinator init
-        print(_as_python(p.stdout), end="")
-        print(_as_python(p.stderr), end="", file=sys.stderr)
-        return p.returncode
+        # its usage line and messages name the command the user typed, not bin/coordinator init; relayed line by
+        # line as they come (a large model's init takes a while), stderr on a thread of its own
+        err = threading.Thread(target=_relay, args=(p.stderr, sys.stderr))
+        err.start()
+        try:
+            _relay(p.stdout, sys.stdout)
+            err.join()
+            return p.wait()
+        except KeyboardInterrupt:  # (Ctrl-C reached the coordinator too: it stops, and says so)
+            return p.wait()
     if argv[0] == "version":
         from . import __version__, library_version
         print("rediloco %s, libdiloco %s" % (__version__, library_version()))

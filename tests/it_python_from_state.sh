@@ -21,6 +21,7 @@ mkdir "$TMP/odd"
 $PY init "$URL" $RUN "$TMP/odd" > "$TMP/init.txt" 2>&1 || fail "init_run: $(cat "$TMP/init.txt")"
 grep -q "version 0 = the 6 tensors of" "$TMP/init.txt" || fail "init_run said: $(cat "$TMP/init.txt")"
 grep -q "ok init_run(outer_lr=1e6) warns: --outer-lr 1e+06 is far above" "$TMP/init.txt" || fail "init_run(outer_lr=1e6): $(cat "$TMP/init.txt")"
+grep -q "ok coordinator not found: .*on PATH" "$TMP/init.txt" || fail "the coordinator's absence: $(cat "$TMP/init.txt")"
 [ "$($RCLI HGET "dl:{$RUN}:config" trainer)" = state ] || fail "trainer $($RCLI HGET "dl:{$RUN}:config" trainer)"
 layout=$($RCLI HGET "dl:{$RUN}:config" layout)
 [ "$layout" = '[["0.weight",[32,16],0],["0.bias",[32],512],["1.weight",[32],544],["1.bias",[32],576],["3.weight",[4,32],608],["3.bias",[4],736]]' ] \

@@ -211,6 +211,7 @@ class DiLoCo:
         self.handle_signals = handle_signals
         self.log, self.log_level = log, log_level
         self._d = None
+        self._withs = 0  # `with` blocks of this session open now: only the outermost one closes it
         self._lib = None
         self._flat = None
         self._buffers = None  # BufferWatch: warns at the first sync of buffers that training changed
@@ -235,10 +236,15 @@ class DiLoCo:
 
     def __enter__(self) -> DiLoCo:
         self.open()
+        self._withs += 1
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        self.close()
+        # a `with dl:` inside another (a helper that takes the session and enters it again) leaves it open for
+        # the outer block: closing there detached the model for the rest of the outer block, silently
+        self._withs -= 1
+        if self._withs == 0:
+            self.close()
         return exc_type is not None and issubclass(exc_type, Stopped)
 
     def open(self) -> DiLoCo:

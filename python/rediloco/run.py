@@ -41,7 +41,9 @@ def coordinator_path():
     found = shutil.which("coordinator")
     if found:
         return found
-    raise DiLoCoError("bin/coordinator not found: build ReDiLoCo (make) and set REDILOCO_COORDINATOR to it")
+    raise DiLoCoError("the coordinator program was found neither beside this package (%s) nor as `coordinator` on "
+                      "PATH: build ReDiLoCo (make), then put its bin/ on PATH or set REDILOCO_COORDINATOR to "
+                      "bin/coordinator" % tree)
 
 
 def save_state(model: torch.nn.Module, path: str) -> None:

@@ -132,9 +132,28 @@ def init_run_takes_every_init_flag():
     print("ok init_run takes all %d flags of coordinator init --help" % len(flags))
 
 
+def coordinator_not_found():
+    """A copy of the package away from the source tree, with no `coordinator` on PATH and no
+    REDILOCO_COORDINATOR: the error says all three ways to point it at the program (it said only
+    REDILOCO_COORDINATOR, not PATH)."""
+    import shutil
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        shutil.copytree(os.path.dirname(rrun.__file__), os.path.join(tmp, "rediloco"))
+        env = {k: v for k, v in os.environ.items() if k != "REDILOCO_COORDINATOR"}
+        env["PATH"], env["PYTHONPATH"] = tmp, tmp  # (no coordinator there)
+        code = "from rediloco import run\ntry:\n    run.coordinator_path()\nexcept Exception as e:\n    print(e)"
+        out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, cwd=tmp)
+    said = out.stdout.strip()
+    if "on PATH" not in said or "REDILOCO_COORDINATOR" not in said or "make" not in said:
+        fail("coordinator not found: %s %s" % (said, out.stderr[-300:]))
+    print("ok coordinator not found: %s" % said)
+
+
 def main(cmd, args):
     if cmd == "init":
         init_run_takes_every_init_flag()
+        coordinator_not_found()
         summary = rediloco.init_run(args[0], args[1], net(1), workers=1, shards=4, outer_lr=0.5)
         print(summary)
         # the summary names the model's state, not the temporary file it went through (deleted by now)

@@ -8,6 +8,7 @@ run of NUMEL parameters, 1 worker, a shard-server serving it). Each case prints 
   - model.double() inside the session (the parameters no longer views of the flat buffer): DiLoCoError at
     the next step, not syncs that send nothing;
   - a second session on the same model or optimizer while the first is open: refused, the first still syncs;
+  - `with dl:` inside `with dl:`: only the outer block closes the session (the inner one closed it);
   - a non-finite pseudo-gradient with AdamW: the worker is reset to the global parameters AND its AdamW
     state, so the next round is finite; the log names the tensor;
   - dl.flat_params before open: "the session is not open";
@@ -93,6 +94,25 @@ def scheduler_before_open():
         inner.step()
         sched.step()
     return "2 syncs, no warning"
+
+
+@case
+def nested_with():
+    m = model()
+    inner = torch.optim.SGD(m.parameters(), lr=0.1)
+    with session(m, inner, "nested") as dl:
+        v0 = dl.version
+        with dl:  # (a helper that takes the session and enters it again)
+            train(m, inner, dl, 2)
+        assert dl.last_sync is not None and dl.last_sync.version == v0 + 1, dl.last_sync
+        train(m, inner, dl, 2)  # the outer block goes on: the session must still be open
+        assert dl.last_sync.version == v0 + 2, "the inner with closed the session: %s" % (dl.last_sync,)
+    try:
+        dl.report(0.0)
+        raise AssertionError("the session is still open after the outer with")
+    except rediloco.DiLoCoError as e:
+        assert "not open" in str(e), str(e)
+    return "an inner `with dl:` left the session open; the outer one closed it"
 
 
 @case

@@ -113,9 +113,13 @@ deps:
 # The Functions library is one file for Redis (FUNCTION LOAD takes one script) but several in lua/,
 # one concern each, joined in name order.
 LUA_SRC = $(sort $(wildcard lua/[0-9]*.lua))
+# LIB_BUILD (lua/00_header.lua) becomes the first 16 hex digits of the joined text's SHA-256: which build of the
+# library a Redis holds (dl_build), beside the version of its key layout (dl_version). Every binary embeds the
+# text, so it knows its own (common/redis/runconf_load.c, runconf_check_build).
 $(BUILD)/diloco.lua: $(LUA_SRC)
 	@mkdir -p $(dir $@)
-	cat $(LUA_SRC) > $@
+	cat $(LUA_SRC) > $@.tmp
+	sed "s/@LIB_BUILD@/$$(sha256sum < $@.tmp | cut -c1-16)/" $@.tmp > $@ && rm -f $@.tmp
 
 $(BUILD)/gen/lua_library.c: $(BUILD)/diloco.lua tools/embed.sh
 	@mkdir -p $(dir $@)

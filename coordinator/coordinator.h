@@ -58,6 +58,7 @@ int coord_connect(coord_common *c, rconn **out);
 /* FUNCTION LOAD REPLACE of the Functions library (lua/, joined into build/diloco.lua) on every master (init.c). */
 int coord_load_library(rconn *rc, char *err, size_t errlen);
 int cmd_repair(int argc, char **argv); /* repair.c */
+int cmd_load_library(int argc, char **argv); /* library.c */
 
 /* topology.c: Redis itself (master, replicas, lag; failovers behind Sentinel). A watch (serve) also
  * remembers the master it last saw, so a change is logged and reported as the last failover. */

@@ -20,6 +20,8 @@ static void usage(FILE *f)
                "  checkpoint save|show   export the run to a safetensors file; see `checkpoint --help`\n"
                "  repair    bring back a run whose durable state is corrupt (roll back, or restore a checkpoint);\n"
                "            see `repair --help`\n"
+               "  load-library  load this build's function library into a Redis that holds an older build\n"
+               "            (after an upgrade of the binaries; no process stops)\n"
                "\n"
                "Every command takes the run's Redis from one of:\n" REDIS_URL_HELP);
 }
@@ -38,6 +40,7 @@ int main(int argc, char **argv)
     if (!strcmp(argv[1], "checkpoint")) return cmd_checkpoint(argc - 2, argv + 2);
     if (!strcmp(argv[1], "control")) return cmd_control(argc - 2, argv + 2);
     if (!strcmp(argv[1], "repair")) return cmd_repair(argc - 2, argv + 2);
+    if (!strcmp(argv[1], "load-library")) return cmd_load_library(argc - 2, argv + 2);
     if (argv[1][0] == '-') /* `coordinator --redis URL --run R status`: the command goes first */
         fprintf(stderr,
                 "coordinator: the COMMAND comes first, then its flags (e.g. `bin/coordinator status --redis URL "

@@ -50,6 +50,10 @@ dl:{R}:tunables; the counters and the round state they must change stay in dl:{R
 -- 3: dl_commit, dl_snapshot, dl_init and dl_repair keep k:digests, the digest of every version a shard
 --    can still be rebuilt at (coordinator repair verifies against it)
 local LIB_VERSION = '3'
+-- Which build of this library it is (the Makefile puts the hash of the joined text here): a Redis can hold an
+-- older build of the same version, which the binaries work with but without the newer fixes; they say so
+-- (dl_build), and `coordinator load-library` loads theirs.
+local LIB_BUILD = '@LIB_BUILD@'
 local EVENTS_MAXLEN = 100000
 -- How long (in versions of its shard) the record of an async submission, `worker:inc:base` in subs:<k>, is
 -- kept after its commit (dl_commit removes the one SUBS_KEPT versions older): long enough for the worker

@@ -46,6 +46,8 @@ local function dl_init(keys, args)
 end
 
 local function dl_version(keys, args) return LIB_VERSION end
+-- dl_build KEYS[1]=config -> LIB_BUILD (read-only; any run name: the library is the server's)
+local function dl_build(keys, args) return LIB_BUILD end
 
 -- ---------------------------------------------------------------------------------------------------
 -- functions: workers

@@ -24,6 +24,7 @@ local function reg(name, fn, readonly)
 end
 
 reg('dl_version', dl_version, true)
+reg('dl_build', dl_build, true)
 reg('dl_init', dl_init)
 reg('dl_register', dl_register)
 reg('dl_deregister', dl_deregister)

@@ -27,6 +27,7 @@ COMMANDS = {
     "coordinator control": ("coordinator", "control"),
     "coordinator checkpoint": ("coordinator", "checkpoint"),
     "coordinator repair": ("coordinator", "repair"),
+    "coordinator load-library": ("coordinator", "load-library"),
     "shard-server": ("shard-server",),
     "worker prepare-data": ("worker", "prepare-data"),
     "worker": ("worker",),

@@ -6,9 +6,57 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/log.h"
 #include "base/util.h"
 #include "base/version.h"
 #include "format/keys.h"
+
+extern const char lua_library[]; /* build/gen/lua_library.c: the library this binary loads and speaks */
+
+const char *runconf_own_build(void)
+{
+    static char build[17];
+    if (build[0] == '\0') {
+        const char *p = strstr(lua_library, "local LIB_BUILD = '");
+        if (p != NULL) snprintf(build, sizeof build, "%.16s", p + strlen("local LIB_BUILD = '"));
+    }
+    return build;
+}
+
+char *runconf_redis_build(rconn *c, const char *run)
+{
+    char key[KEY_MAX];
+    redisReply *r = rconn_command(c, "FCALL dl_build 1 %s", key_run(key, sizeof key, run, "config"));
+    char *out = NULL;
+    if (r != NULL && r->type == REDIS_REPLY_STRING)
+        out = strdup(r->str);
+    else if (r != NULL && r->type == REDIS_REPLY_ERROR && runconf_error_gone(r->str) != NULL)
+        out = strdup(""); /* (a library of this version from before dl_build) */
+    if (r) freeReplyObject(r);
+    return out;
+}
+
+/* Once a process, after the version matched: the build Redis holds against ours. Another build of the same
+ * version works (its callers' newer arguments are optional), without this build's fixes and checks, until
+ * `coordinator load-library` loads ours: said as a warning, never an error. */
+static int build_checked;
+
+void runconf_skip_build_check(void)
+{
+    __atomic_store_n(&build_checked, 1, __ATOMIC_RELAXED);
+}
+
+static void check_build(rconn *c, const char *run)
+{
+    if (__atomic_exchange_n(&build_checked, 1, __ATOMIC_RELAXED)) return;
+    char *theirs = runconf_redis_build(c, run);
+    if (theirs != NULL && strcmp(theirs, runconf_own_build()) != 0)
+        log_warn("Redis holds another build of the ReDiLoCo function library (%s; this binary's is %s), of the same "
+                 "version %s: it works, without this build's fixes, until an operator loads this build's: "
+                 "`coordinator load-library --redis URL --run %s` (no process needs to stop)",
+                 theirs[0] ? theirs : "one from before builds were named", runconf_own_build(), DL_LIB_VERSION, run);
+    free(theirs);
+}
 
 int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen)
 {
@@ -42,6 +90,7 @@ int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen)
         rc = 0;
     }
     freeReplyObject(r);
+    if (rc == 0) check_build(c, run);
     return rc;
 }
 

@@ -16,6 +16,14 @@
 /* Check `FCALL dl_version` against DL_LIB_VERSION: RUNCONF_ABSENT (no library) or -1 with a message that
  * says what to do otherwise. */
 int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen);
+/* This binary's build of the function library (LIB_BUILD of the text it embeds: 16 hex digits), and the one
+ * Redis holds (`FCALL dl_build`; "" from a build before dl_build, NULL on another error). A Redis can hold
+ * another build of the same version: it works, without the other build's fixes. runconf_check_library says
+ * so once a process, with what to do (`coordinator load-library`). */
+const char *runconf_own_build(void);
+char *runconf_redis_build(rconn *c, const char *run);
+/* No build warning from runconf_check_library in this process (`coordinator load-library`, which loads ours). */
+void runconf_skip_build_check(void);
 /* Read and validate dl:{run}:config (after checking the library): 0, RUNCONF_ABSENT or -1 with a message.
  * Free with runconf_free. */
 int runconf_load(rconn *c, const char *run, runconf *out, char *err, size_t errlen);

@@ -594,7 +594,12 @@ static void print_created(const init_args *a, const initial_params *ip, const ui
         printf("version 0 = the %d tensors of %s (layout stored in the run's config)\n", ip->ntensors, a->from_state);
 }
 
-static int create_run(rconn *rc, const init_args *given, char *err, size_t errlen)
+/* The run made from the flags. With replace (--force over a run that exists), the old run's keys are deleted
+ * only once the new run's parameters are made and cut (where a wrong setting is found: fragments above the
+ * shards, a model shape that does not divide, a checkpoint that does not fit), and before version 0 is
+ * written under the same key names. Before (3 December), a --force whose settings were refused deleted the
+ * old run first and created nothing. */
+static int create_run(rconn *rc, const init_args *given, int replace, char *err, size_t errlen)
 {
     initial_params ip;
     init_args cut = *given, *a = &cut; /* a->shards: --fsdp-ranks may add shards to the --shards cut */
@@ -606,7 +611,11 @@ static int create_run(rconn *rc, const init_args *given, char *err, size_t errle
         goto done;
     }
     if (make_initial(a, &ip, err, errlen) < 0 || cut_run(a, &ip, sb, fb, err, errlen) < 0 ||
-        same_dn_shards(a, &ip, sb, err, errlen) < 0 || write_version0(rc, a, &ip, sb, digests, err, errlen) < 0 ||
+        same_dn_shards(a, &ip, sb, err, errlen) < 0)
+        goto done_ip;
+    if (replace) warn_if_live(rc, a->c.run);
+    if ((replace && delete_run(rc, a->c.run, err, errlen) < 0) ||
+        write_version0(rc, a, &ip, sb, digests, err, errlen) < 0 ||
         call_dl_init(rc, a, &ip, sb, fb, digests, err, errlen) < 0)
         goto done_ip;
     print_created(a, &ip, sb);
@@ -642,9 +651,7 @@ int cmd_init(int argc, char **argv)
                 a.c.run);
         goto done;
     }
-    if (exists) warn_if_live(rc, a.c.run);
-    if (exists && delete_run(rc, a.c.run, err, sizeof err) < 0) goto fail;
-    if (create_run(rc, &a, err, sizeof err) < 0) goto fail;
+    if (create_run(rc, &a, exists, err, sizeof err) < 0) goto fail;
     status = 0;
     goto done;
 fail:

@@ -3,7 +3,8 @@
 # not a model's) is a usage error at once: exit 2, one line that points to --from-checkpoint, nothing
 # written to Redis. The same file with --from-checkpoint then resumes the run. A directory given to
 # --from-state is a usage error too (exit 2, "is a directory", as for --from-checkpoint and checkpoint show;
-# it was exit 1, "not a safetensors file (shorter than 8 bytes)").
+# it was exit 1, "not a safetensors file (shorter than 8 bytes)"). And init --force whose new settings are
+# refused leaves the old run as it was (it deleted it first).
 . "$(dirname "$0")/lib.sh"
 start_redis
 RUN=src
@@ -33,3 +34,22 @@ rc=$?
   || fail "init --from-state of a directory: $(cat "$TMP/dir.txt")"
 [ "$($RCLI EXISTS "dl:{fromdir}:config")" -eq 0 ] || fail "init --from-state of a directory made a run"
 say "$(cat "$TMP/dir.txt") (exit 2)"
+
+# init --force whose new settings are refused keeps the old run: it deleted the run's keys first, then refused
+# the settings, and the run was gone (a walkthrough, 3 December). Refused here: 5 fragments over 4 shards
+# (cut_run), a GPT width that does not divide by its heads (the model), a checkpoint that is not there.
+init_run keep --trainer quadratic --numel 2000 --workers 2 --shards 4
+made=$($RCLI HGET "dl:{keep}:config" created_ms)
+keys=$($RCLI DBSIZE)
+for bad in "--trainer quadratic --numel 2000 --shards 4 --fragments 5" "--trainer gpt --heads 3 --dim 128" \
+  "--trainer quadratic --numel 2000 --shards 4 --from-checkpoint $TMP/none.safetensors"; do
+  bin/coordinator init --redis "$URL" --run keep --force --workers 2 $bad > "$TMP/force.txt" 2>&1 &&
+    fail "init --force $bad succeeded"
+  grep -q "deleted" "$TMP/force.txt" && fail "init --force $bad deleted the run before refusing: $(cat "$TMP/force.txt")"
+  [ "$($RCLI HGET "dl:{keep}:config" created_ms)" = "$made" ] && [ "$($RCLI DBSIZE)" -eq "$keys" ] ||
+    fail "init --force $bad changed the run (keys $keys -> $($RCLI DBSIZE)): $(cat "$TMP/force.txt")"
+done
+bin/coordinator init --redis "$URL" --run keep --force --workers 2 --trainer quadratic --numel 2000 --shards 4 \
+  --fragments 2 > "$TMP/force.txt" 2>&1 || fail "a valid init --force: $(cat "$TMP/force.txt")"
+[ "$($RCLI HGET "dl:{keep}:config" fragments)" = 2 ] || fail "the valid --force did not replace the run"
+say "init --force with refused settings left the run as it was (3 tries); a valid one replaced it"

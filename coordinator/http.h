@@ -67,6 +67,9 @@ int control_run(rconn *rc, const control_env *env, const char *action, json_t *b
 
 /* ---- documents built from dl_status (http_status.c) ---- */
 
+/* An async run's progress for a line of text ("submissions applied N", with each fragment's version when it
+ * has several) from dl_status's document raw into buf: 0, or -1 (buf untouched) for a sync run. */
+int status_async_text(json_t *raw, char *buf, size_t cap);
 /* The /status document from the raw dl_status document and the recent events (may be NULL).
  * New reference. */
 json_t *status_document(json_t *raw, json_t *events, int auth_required, int dashboard, int can_save, double uptime_s);

@@ -6,6 +6,7 @@
  * (sync_round, num_workers, total_worker_deaths, hostname, steps_per_second, ...), with every raw
  * field still available (config, state, and unknown worker fields such as staleness are copied). */
 #include <jansson.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -207,8 +208,84 @@ static void doc_settings(json_t *d, json_t *st)
     json_object_set_new(d, "dylu_enabled", json_boolean(num(st, "dylu", 0) != 0));
     if (json_object_get(st, "dylu_base_sync_every"))
         setn(d, "dylu_base_sync_every", num(st, "dylu_base_sync_every", 0));
-    if (json_object_get(st, "dn_buffer_size")) setn(d, "dn_buffer_size", num(st, "dn_buffer_size", 0));
-    if (json_object_get(st, "dn_buffered")) setn(d, "dn_buffered", num(st, "dn_buffered", 0));
+}
+
+/* cfg (dl:{R}:config as dl_status returns it, every value a string) into rc: 0, or -1 (rc: runconf_free). */
+static int runconf_of_json(json_t *cfg, runconf *rc)
+{
+    size_t n = json_object_size(cfg), i = 0;
+    const char **names = calloc(n + 1, sizeof *names), **values = calloc(n + 1, sizeof *values);
+    const char *k;
+    json_t *v;
+    json_object_foreach(cfg, k, v) if (json_is_string(v))
+    {
+        names[i] = k;
+        values[i++] = json_string_value(v);
+    }
+    char err[256];
+    runconf_fields f = {names, values, i};
+    int rcode = names && values ? runconf_parse(&f, rc, err, sizeof err) : -1;
+    free(names);
+    free(values);
+    return rcode;
+}
+
+/* raw's run config when the run is async: 0, else -1; either way runconf_free(rc) after. */
+static int async_conf(json_t *raw, runconf *rc)
+{
+    return runconf_of_json(json_object_get(raw, "config"), rc) == 0 && rc->async ? 0 : -1;
+}
+
+/* Fragment f's version: its first shard's (a submission to f advances each of its shards by one). */
+static uint64_t frag_version(const runconf *rc, json_t *raw, int f)
+{
+    json_t *shards = arr(json_object_get(raw, "shards"));
+    return (uint64_t)num(json_array_get(shards, (size_t)rc->frag_bounds[f]), "version", 0);
+}
+
+int status_async_text(json_t *raw, char *buf, size_t cap)
+{
+    runconf rc = {0};
+    int ok = async_conf(raw, &rc) == 0;
+    if (ok) {
+        uint64_t sum = 0;
+        size_t used = 0;
+        for (int f = 0; f < rc.nfragments; f++) sum += frag_version(&rc, raw, f);
+        used += (size_t)snprintf(buf, cap, "submissions applied %" PRIu64, sum);
+        for (int f = 0; rc.nfragments > 1 && f < rc.nfragments && used < cap; f++)
+            used += (size_t)snprintf(buf + used, cap - used, "%s%" PRIu64 "%s", f ? "/" : " (fragment versions ",
+                                     frag_version(&rc, raw, f), f + 1 == rc.nfragments ? ")" : "");
+    }
+    runconf_free(&rc);
+    return ok ? 0 : -1;
+}
+
+/* An async run's progress: each fragment's version and their sum, the submissions applied; with Delayed
+ * Nesterov its buffer size N and, per fragment, the submissions its buffer holds now ((dn_t0 + version)
+ * mod N: the shard-servers step the momentum at every N-th submission, checkpoint.c's dn_t). Absent for
+ * sync runs. */
+static void doc_async(json_t *d, json_t *raw)
+{
+    runconf rc = {0};
+    if (async_conf(raw, &rc) == 0) {
+        json_t *versions = json_array(), *buffered = json_array();
+        uint64_t sum = 0;
+        for (int f = 0; f < rc.nfragments; f++) {
+            uint64_t v = frag_version(&rc, raw, f), t = runconf_dn_t0(&rc, rc.frag_bounds[f]) + v;
+            sum += v;
+            json_array_append_new(versions, json_integer((json_int_t)v));
+            if (rc.dn_buffer > 0)
+                json_array_append_new(buffered, json_integer((json_int_t)(t % (uint64_t)rc.dn_buffer)));
+        }
+        json_object_set_new(d, "fragment_versions", versions);
+        setn(d, "submissions_applied", (double)sum);
+        if (rc.dn_buffer > 0) {
+            setn(d, "dn_buffer_size", rc.dn_buffer);
+            json_object_set(d, "dn_buffered", buffered);
+        }
+        json_decref(buffered);
+    }
+    runconf_free(&rc);
 }
 
 /* Open barriers: who has submitted (arrived) for the open round of each fragment. Returns fragment
@@ -361,6 +438,7 @@ json_t *status_document(json_t *raw, json_t *events, int auth_required, int dash
     doc_identity(d, raw, auth_required, dashboard, can_save, uptime_s);
     doc_rounds_and_counters(d, cfg, st);
     doc_settings(d, st);
+    doc_async(d, raw);
     json_t *arrived0 = doc_pending(d, raw);
     doc_workers(d, raw, arrived0);
     doc_servers(d, raw);

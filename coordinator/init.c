@@ -25,6 +25,7 @@
 #include "layout.h"
 #include "math/codec.h"
 #include "math/codec_sparse.h"
+#include "math/codec_topk.h"
 #include "math/outer.h"
 #include "model.h"
 #include "redis/rconn.h"
@@ -522,10 +523,11 @@ static void print_topk_summary(const init_args *a, const uint64_t *sb, uint64_t 
     int update = a->download && !strcmp(a->download, "update");
     /* an update: per shard u32 W, u32 P, W weights and the W payloads (sparse_update_bytes) */
     double down = update ? w * upp + (double)a->shards * (8 + 4 * w) / (double)numel : 4.0;
-    printf("top-k (SparseLoCo): each worker sends %g of every %d entries of its accumulator e = %g*e + "
-           "pseudo-gradient at %lld bits and keeps the rest: %.4f bytes per parameter per round up, %.4f down "
-           "(%s); outer momentum %g%s; outer lr %g%s\n",
-           a->topk_density, TOPK_CHUNK, a->topk_beta, a->topk_bits, upp, down,
+    uint32_t k = topk_count(a->topk_density, TOPK_CHUNK); /* what a chunk sends: rounded, at least 1 */
+    printf("top-k (SparseLoCo): each worker sends %u of every %d entries (density %.3g) of its accumulator e = "
+           "%g*e + pseudo-gradient at %lld bits and keeps the rest: %.4f bytes per parameter per round up, %.4f "
+           "down (%s); outer momentum %g%s; outer lr %g%s\n",
+           k, TOPK_CHUNK, (double)k / TOPK_CHUNK, a->topk_beta, a->topk_bits, upp, down,
            update ? "--download update: the sets of the workers in the round, here of the expected ones"
                   : "--download params: fp32 parameters",
            a->outer_momentum, a->outer_momentum == 0 ? " (the default for topk: the accumulator is the momentum)" : "",

@@ -166,11 +166,13 @@ static void summary(rconn *rc, const char *run)
     }
     json_t *st = json_object_get(doc, "state");
     json_t *ws = json_object_get(doc, "workers"), *ss = json_object_get(doc, "servers");
-    log_info("run %s: status %s, round %s, %zu workers, %zu servers, commits %s, deaths %s, rejections %s", run,
-             json_string_value(json_object_get(st, "status")), json_string_value(json_object_get(st, "round:0")),
-             json_is_array(ws) ? json_array_size(ws) : 0, json_is_array(ss) ? json_array_size(ss) : 0,
-             json_string_value(json_object_get(st, "commits")), json_string_value(json_object_get(st, "deaths")),
-             json_string_value(json_object_get(st, "rejections")));
+    char progress[256]; /* an async run has no rounds */
+    if (status_async_text(doc, progress, sizeof progress) < 0)
+        snprintf(progress, sizeof progress, "round %s", json_string_value(json_object_get(st, "round:0")));
+    log_info("run %s: status %s, %s, %zu workers, %zu servers, commits %s, deaths %s, rejections %s", run,
+             json_string_value(json_object_get(st, "status")), progress, json_is_array(ws) ? json_array_size(ws) : 0,
+             json_is_array(ss) ? json_array_size(ss) : 0, json_string_value(json_object_get(st, "commits")),
+             json_string_value(json_object_get(st, "deaths")), json_string_value(json_object_get(st, "rejections")));
     json_t *shards = json_object_get(doc, "shards"), *sh;
     size_t i;
     json_array_foreach(shards, i, sh)

@@ -59,21 +59,19 @@ static void print_corrupt(json_t *doc)
     }
 }
 
-/* An async run's progress: the lowest and highest shard version (each shard applies submissions on its own). */
-static void print_async_versions(json_t *doc)
+/* A sync run's open round (each fragment's when it has several), rounds closed, commits, workers needed. */
+static void print_sync_rounds(json_t *doc)
 {
-    json_t *ss = json_object_get(doc, "shards"), *s;
-    double lo = 0, hi = 0;
-    size_t i;
-    json_array_foreach(ss, i, s)
-    {
-        double v = num(s, "version");
-        if (i == 0 || v < lo) lo = v;
-        if (i == 0 || v > hi) hi = v;
+    json_t *cfg = json_object_get(doc, "config"), *st = json_object_get(doc, "state");
+    int nf = atoi(str(cfg, "fragments"));
+    printf("open round%s", nf > 1 ? "s (by fragment) " : " ");
+    for (int f = 0; f < (nf > 1 ? nf : 1); f++) {
+        char k[32];
+        snprintf(k, sizeof k, "round:%d", f);
+        printf("%s%s", f ? "/" : "", str(st, k));
     }
-    printf("submissions applied %.0f", lo);
-    if (hi > lo) printf(" to %.0f (by shard)", hi);
-    printf("  ");
+    printf("  rounds closed %s  commits %s  workers needed %s (min %s)  ", str(st, "rounds_closed"), str(st, "commits"),
+           str(st, "target_workers"), str(st, "min_workers"));
 }
 
 static void print_run(json_t *doc)
@@ -83,15 +81,16 @@ static void print_run(json_t *doc)
     char name[128];
     const char *run = str(doc, "run");
     if (sscanf(run, "dl:{%127[^}]}", name) != 1) snprintf(name, sizeof name, "%s", run);
-    printf("run %s  mode %s  status %s  trainer %s  %s parameters in %s shards, %s fragment(s)\n", name,
-           str(cfg, "mode"), str(st, "status"), str(cfg, "trainer"), str(cfg, "numel"), str(cfg, "shards"),
-           str(cfg, "fragments"));
-    if (!strcmp(str(cfg, "mode"), "async")) /* no rounds: each shard's version counts the submissions applied */
-        print_async_versions(doc);
+    printf("run %s  mode %s  status %s  trainer %s  %s parameters in %s shards, %s fragment(s)", name, str(cfg, "mode"),
+           str(st, "status"), str(cfg, "trainer"), str(cfg, "numel"), str(cfg, "shards"), str(cfg, "fragments"));
+    if (num(st, "dylu") != 0) printf("  DyLU (base H %s)", str(st, "dylu_base_sync_every"));
+    printf("\n");
+    char progress[256];
+    if (status_async_text(doc, progress, sizeof progress) == 0) /* no rounds, no barrier to fill */
+        printf("%s  shard commits %s  ", progress, str(st, "commits"));
     else
-        printf("open round %s  rounds closed %s  ", str(st, "round:0"), str(st, "rounds_closed"));
-    printf("commits %s  workers needed %s (min %s)  deaths %s  rejections %s  duplicates %.0f\n", str(st, "commits"),
-           str(st, "target_workers"), str(st, "min_workers"), str(st, "deaths"), str(st, "rejections"),
+        print_sync_rounds(doc);
+    printf("deaths %s  rejections %s  duplicates %.0f\n", str(st, "deaths"), str(st, "rejections"),
            num(st, "duplicates"));
     printf("outer lr %s  momentum %s  nesterov %s  heartbeat timeout %.0f s\n", str(st, "outer_lr"),
            str(st, "outer_momentum"), str(st, "nesterov"), num(st, "heartbeat_timeout_ms") / 1000.0);
@@ -106,7 +105,8 @@ static void print_run(json_t *doc)
         printf("async: Delayed Nesterov %s (%s), rule %s, workers start %s ahead, max staleness %s\n",
                str(cfg, "dn_buffer"), str(cfg, "dn_variant"),
                strcmp(str(cfg, "async_rule"), "-") ? str(cfg, "async_rule") : "plain",
-               strcmp(str(cfg, "async_lookahead"), "-") ? str(cfg, "async_lookahead") : "0", str(st, "max_staleness"));
+               strcmp(str(cfg, "async_lookahead"), "-") ? str(cfg, "async_lookahead") : "0",
+               num(st, "max_staleness") > 0 ? str(st, "max_staleness") : "no limit"); /* (0: none, lua) */
 }
 
 /* The evaluator's newest validation losses (worker --evaluate-every), or how to get them. */

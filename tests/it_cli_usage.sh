@@ -177,6 +177,9 @@ bin/coordinator init --redis "$URL" --run tk --trainer quadratic --numel 10 --co
   fail "init --topk-density 0.0001"
 grep -q "warning: --topk-density 0.0001 keeps 0.4096 of each chunk of 4096 entries, which rounds to none: .*use --topk-density 0.000244 or more" "$TMP/tk.log" ||
   fail "--topk-density 0.0001: no warning: $(cat "$TMP/tk.log")"
+# the summary states what is sent (1 entry of each chunk), not the density asked for
+grep -q "each worker sends 1 of every 4096 entries (density 0.000244)" "$TMP/tk.log" ||
+  fail "--topk-density 0.0001: the summary does not say the effective density: $(grep 'top-k' "$TMP/tk.log")"
 bin/coordinator init --redis "$URL" --run hb0 --trainer quadratic --numel 10 --heartbeat-timeout 0 > "$TMP/hb0.log" 2>&1 || fail "init --heartbeat-timeout 0"
 grep -q "warning: --heartbeat-timeout 0 never evicts a worker: .*every sync round waits for it for ever" "$TMP/hb0.log" ||
   fail "--heartbeat-timeout 0: no warning: $(cat "$TMP/hb0.log")"

@@ -360,8 +360,6 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
     return 0;
 }
 
-#define REBASE_LOOKAHEAD_DEFAULT 0.5
-
 /* --async-rule rebase: an async run whose staleness is bounded (the shard-servers hold every version a
  * submission may be based on: the last --max-staleness, by default 4 x the workers: a worker at half the
  * speed of the others submits about 2 x workers versions stale). */
@@ -382,7 +380,7 @@ static int check_async_rule(init_args *a)
     }
     if (!flag_given(a, "--max-staleness")) a->max_staleness = 4 * a->workers;
     /* a rebased submission trains best from a start ahead (docs/quality.md, "Starting ahead") */
-    if (!flag_given(a, "--async-lookahead")) a->async_lookahead = REBASE_LOOKAHEAD_DEFAULT;
+    if (!flag_given(a, "--async-lookahead")) a->async_lookahead = ASYNC_REBASE_LOOKAHEAD;
     if (a->max_staleness < 1) {
         fprintf(stderr, "coordinator init: --async-rule rebase needs --max-staleness K of 1 or more (the "
                         "shard-servers keep the last K versions, each as large as the shard)\n");

@@ -487,6 +487,31 @@ static int check_run_settings(init_args *a)
     return 0;
 }
 
+/* Flags given where they do nothing (a mode's setting outside it): refused as --staleness-weight on a sync
+ * run is, naming what they need, not taken silently. 0, or -1 after a message. */
+static int check_idle_flags(const init_args *a)
+{
+    static const char *async_only[] = {"--max-staleness", "--dn-buffer-size", "--dn-variant"};
+    for (size_t i = 0; i < sizeof async_only / sizeof *async_only; i++)
+        if (!a->async && flag_given(a, async_only[i])) {
+            fprintf(stderr, "coordinator init: %s is an async setting: add --async\n", async_only[i]);
+            return -1;
+        }
+    if (flag_given(a, "--weight-ref-tokens") && !(a->weight_by && !strcmp(a->weight_by, "tokens"))) {
+        fprintf(stderr, "coordinator init: --weight-ref-tokens goes with --weight-by tokens\n");
+        return -1;
+    }
+    if (flag_given(a, "--dylu-base-sync-every") && !a->dylu) {
+        fprintf(stderr, "coordinator init: --dylu-base-sync-every goes with --dylu\n");
+        return -1;
+    }
+    if (flag_given(a, "--staleness-ref") && (!a->stale_weight || !strcmp(a->stale_weight, "none"))) {
+        fprintf(stderr, "coordinator init: --staleness-ref goes with --staleness-weight inverse or sqrt\n");
+        return -1;
+    }
+    return 0;
+}
+
 /* The defaults that follow from the workers: the staleness of equal workers, and the DN buffer. 0, or
  * -1 after a message (async --weight-by tokens without its reference). */
 static int worker_defaults(init_args *a)
@@ -565,7 +590,8 @@ int parse_init(int argc, char **argv, init_args *a)
     if (rc != 0) return rc;
     if (check_sources(a) < 0) return -1;
     if (a->from_checkpoint && (rc = adopt_checkpoint(a)) < 0) return rc;
-    if (topk_settings(a) < 0 || check_run_settings(a) < 0 || check_async_rule(a) != 0) return -1;
+    if (topk_settings(a) < 0 || check_run_settings(a) < 0 || check_idle_flags(a) < 0 || check_async_rule(a) != 0)
+        return -1;
     if (a->fsdp_ranks_arg && parse_fsdp_ranks(a) < 0) return -1;
     if (worker_defaults(a) < 0) return -1;
     warn_degenerate(a);

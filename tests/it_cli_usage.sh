@@ -76,6 +76,14 @@ done
 expect 2 "\-\-connect-timeout wants seconds in \[0, 2000000\], got '3e7'" bin/shard-server --redis "$DEAD" --run r --connect-timeout 3e7
 expect 2 "\-\-heartbeat-timeout wants seconds in \[0, 2000000\] (0 = never), got 'inf'" bin/coordinator init --redis "$DEAD" --run r --heartbeat-timeout inf
 expect 2 "\-\-outer-lr wants a non-negative number, got 'inf'" bin/coordinator init --redis "$DEAD" --run r --outer-lr inf
+# a mode's settings given outside it did nothing, silently, as the others were refused: refused alike
+INIT="bin/coordinator init --redis $DEAD --run r --trainer quadratic --numel 10"
+expect 2 "\-\-max-staleness is an async setting: add \-\-async" $INIT --max-staleness 3
+expect 2 "\-\-dn-buffer-size is an async setting: add \-\-async" $INIT --dn-buffer-size 2
+expect 2 "\-\-dn-variant is an async setting: add \-\-async" $INIT --dn-variant forgather
+expect 2 "\-\-weight-ref-tokens goes with \-\-weight-by tokens" $INIT --async --weight-ref-tokens 10
+expect 2 "\-\-dylu-base-sync-every goes with \-\-dylu" $INIT --dylu-base-sync-every 40
+expect 2 "\-\-staleness-ref goes with \-\-staleness-weight" $INIT --async --staleness-ref 1
 expect 2 "set-lr wants a number, got 'inf'" bin/coordinator control --redis "$DEAD" --run r set-lr inf
 expect 2 "set-max-staleness wants an integer >= 0, got '-1'" bin/coordinator control --redis "$DEAD" --run r set-max-staleness -1
 # serve's flags that need another or contradict one, and control's argument counts (serve.c, control.c)

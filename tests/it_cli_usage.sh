@@ -85,6 +85,10 @@ expect 2 "\-\-weight-ref-tokens goes with \-\-weight-by tokens" $INIT --async --
 expect 2 "\-\-dylu-base-sync-every goes with \-\-dylu" $INIT --dylu-base-sync-every 40
 expect 2 "\-\-staleness-ref goes with \-\-staleness-weight" $INIT --async --staleness-ref 1
 expect 2 "set-lr wants a number, got 'inf'" bin/coordinator control --redis "$DEAD" --run r set-lr inf
+# the optimizer's bounds are usage errors too, as a worker count's (they were the server's refusal, exit 1)
+expect 2 "set-lr wants a number > 0, got '0'" bin/coordinator control --redis "$DEAD" --run r set-lr 0
+expect 2 "set-momentum wants a number in \[0, 1), got '1'" bin/coordinator control --redis "$DEAD" --run r set-momentum 1
+expect 2 "set-momentum wants a number in \[0, 1), got '-0.1'" bin/coordinator control --redis "$DEAD" --run r set-momentum -0.1
 expect 2 "set-max-staleness wants an integer >= 0, got '-1'" bin/coordinator control --redis "$DEAD" --run r set-max-staleness -1
 # serve's flags that need another or contradict one, and control's argument counts (serve.c, control.c)
 expect 2 "\-\-http wants \[HOST:\]PORT, got 'foo'" bin/coordinator serve --redis "$DEAD" --run r --http foo

@@ -309,7 +309,7 @@ $CTL kick w2 >/dev/null 2>&1 || fail "control kick w2"
 $CTL kick nobody >/dev/null 2>&1; [ $? -eq 1 ] || fail "control kick of an unknown worker must exit 1"
 $CTL set-lr fast >/dev/null 2>&1; [ $? -eq 2 ] || fail "control set-lr fast must exit 2"
 $CTL set-lr -- >/dev/null 2>&1; [ $? -eq 2 ] || fail "control with a bad argument must exit 2"
-$CTL set-lr 0 >/dev/null 2>&1; [ $? -eq 1 ] || fail "control set-lr 0 must be refused"
+$CTL set-lr 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "control set-lr 0 must be refused as a usage error (exit 2)"
 [ "$(tun outer_lr)" = 0.6 ] || fail "refused CLI call changed outer_lr"
 
 say "--token-file and --no-dashboard"

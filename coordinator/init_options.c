@@ -528,6 +528,22 @@ static int worker_defaults(init_args *a)
     return 0;
 }
 
+/* A member is removed by leaving, a kick, or its heartbeats timing out: with no timeout, a crashed one stays.
+ * Sync: every round waits for it. Async: a place it was given and never filled holds up its shard's order
+ * (it becomes a no-op only once its worker is evicted, docs/async.md). */
+static void warn_no_eviction(const init_args *a)
+{
+    if (a->heartbeat_timeout != 0) return;
+    fprintf(stderr,
+            "coordinator init: warning: --heartbeat-timeout 0 never evicts a worker: one that dies without leaving "
+            "(kill -9, a lost machine) stays a member, and %s; use a timeout in seconds (default 120), or remove a "
+            "dead worker with `coordinator control kick WORKER`\n",
+            a->async ? "a submission it was given places for but never delivered holds up the order of its shards "
+                       "for ever (a dead submitter's place becomes a no-op only once it is evicted: docs/async.md)"
+                     : "every sync round waits for it for ever (measured: 2 workers, one killed: no round closed "
+                       "in the 12 s after)");
+}
+
 /* Settings that are legal but make the run learn almost nothing: said once, with what to use. */
 static void warn_degenerate(const init_args *a)
 {
@@ -558,13 +574,7 @@ static void warn_degenerate(const init_args *a)
                 "lr 0.7, 0.087 at lr 0.117 = 0.7 / 6, 0.088 with the default buffer); use --outer-lr %.3g, or leave "
                 "Delayed Nesterov on (the default --dn-buffer-size, one submission per worker)\n",
                 a->workers, a->outer_lr, a->workers, a->outer_lr / (double)a->workers);
-    /* a member is removed by leaving, a kick, or its heartbeats timing out: with no timeout, a crashed one stays */
-    if (!a->async && a->heartbeat_timeout == 0)
-        fprintf(stderr,
-                "coordinator init: warning: --heartbeat-timeout 0 never evicts a worker: one that dies without leaving "
-                "(kill -9, a lost machine) stays a member, and every sync round waits for it for ever (measured: 2 "
-                "workers, one killed: no round closed in the 12 s after); use a timeout in seconds (default 120), or "
-                "remove a dead worker with `coordinator control kick WORKER`\n");
+    warn_no_eviction(a);
     /* a chunk keeps round(density x 4096) entries, at least 1: below half an entry the density is not the one sent */
     if (a->compress && !strcmp(a->compress, "topk") && topk_count(a->topk_density, TOPK_CHUNK) > a->topk_density * TOPK_CHUNK + 0.5)
         fprintf(stderr,

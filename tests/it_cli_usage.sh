@@ -192,6 +192,11 @@ grep -q "warning: --topk-density 0.0001 keeps 0.4096 of each chunk of 4096 entri
 bin/coordinator init --redis "$URL" --run hb0 --trainer quadratic --numel 10 --heartbeat-timeout 0 > "$TMP/hb0.log" 2>&1 || fail "init --heartbeat-timeout 0"
 grep -q "warning: --heartbeat-timeout 0 never evicts a worker: .*every sync round waits for it for ever" "$TMP/hb0.log" ||
   fail "--heartbeat-timeout 0: no warning: $(cat "$TMP/hb0.log")"
+# an async run too: a dead submitter's places hold up its shards until it is evicted, never with no timeout
+bin/coordinator init --redis "$URL" --run hb0a --trainer quadratic --numel 10 --async --heartbeat-timeout 0 > "$TMP/hb0a.log" 2>&1 ||
+  fail "init --async --heartbeat-timeout 0"
+grep -q "warning: --heartbeat-timeout 0 never evicts a worker: .*holds up the order of its shards for ever" "$TMP/hb0a.log" ||
+  fail "--async --heartbeat-timeout 0: no warning: $(cat "$TMP/hb0a.log")"
 bin/coordinator init --redis "$URL" --run dnok --trainer quadratic --numel 10 --async --workers 4 --outer-lr 2 > "$TMP/dnok.log" 2>&1 || fail "init"
 grep -q "warning" "$TMP/dnok.log" && fail "the defaults warned: $(cat "$TMP/dnok.log")"
 say "init warns about --outer-lr 1e6, a Delayed Nesterov buffer of 100 for 4 workers and a staleness limit of 1 for 6, a top-k density of less than one entry a chunk, a sync run that never evicts, not about the defaults"

@@ -49,6 +49,20 @@ static json_t *number_arg(const char *s, const char *what)
     return json_real(d);
 }
 
+/* set-lr's number > 0, set-momentum's in [0, 1) (dl_set's bounds, lua/60_operations.lua): a usage error
+ * here, as a worker count's, not the server's refusal. */
+static json_t *optimizer_arg(const char *s, const char *verb)
+{
+    json_t *v = number_arg(s, verb);
+    if (!v) return NULL;
+    double d = json_real_value(v);
+    int lr = verb[4] == 'l';
+    if (lr ? d > 0 : d >= 0 && d < 1) return v;
+    fprintf(stderr, "coordinator control: %s wants a number %s, got '%s'\n", verb, lr ? "> 0" : "in [0, 1)", s);
+    json_decref(v);
+    return NULL;
+}
+
 /* An integer in [lo, 1000000] (a worker count's lo is 1, as update_num_workers and dl_set have it). */
 static json_t *int_arg(const char *s, const char *what, long long lo)
 {
@@ -102,7 +116,7 @@ static int verb_body(char **pos, int npos, const char **action, int *want, json_
         if (npos == 2) json_object_set_new(body, "worker_id", json_string(pos[1]));
     } else if (!strcmp(verb, "set-lr") || !strcmp(verb, "set-momentum")) {
         *action = "update_optimizer";
-        if (npos == 2 && !(v = number_arg(pos[1], verb))) return -1;
+        if (npos == 2 && !(v = optimizer_arg(pos[1], verb))) return -1;
         if (v) json_object_set_new(body, verb[4] == 'l' ? "lr" : "momentum", v);
     } else if (!strcmp(verb, "set-nesterov")) {
         *action = "update_optimizer";

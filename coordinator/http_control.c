@@ -225,6 +225,24 @@ static int int_field(json_t *v, long long lo, long long hi, long long *out)
     return *out >= lo && *out <= hi ? 0 : -1;
 }
 
+/* An async run has no barrier: the worker counts wait for nobody. Set, but said in the reply's "warning" and
+ * the log, with what they still do (lua/20_membership.lua: only a barrier reads target_workers). */
+static void warn_workers_async(rconn *rc, const char *run, json_t *reply)
+{
+    runconf conf = {0};
+    char why[256], msg[400];
+    int async = runconf_load(rc, run, &conf, why, sizeof why) == 0 && conf.async;
+    runconf_free(&conf);
+    if (!async) return;
+    snprintf(msg, sizeof msg,
+             "run %s is async: no barrier waits for workers, so the worker counts change only what status shows "
+             "(and the workers set-max-staleness compares with); the Delayed Nesterov buffer and the staleness "
+             "reference keep what coordinator init set from --workers",
+             run);
+    json_object_set_new(reply, "warning", json_string(msg));
+    log_warn("control update_num_workers on run %s: %s", run, msg);
+}
+
 static int do_num_workers(rconn *rc, const char *run, json_t *body, json_t **reply)
 {
     static const char *const allowed[] = {"num_workers", "min_workers", NULL};
@@ -257,6 +275,7 @@ static int do_num_workers(rconn *rc, const char *run, json_t *body, json_t **rep
     *reply = json_pack("{s:s}", "status", "ok");
     if (nw) json_object_set_new(*reply, "num_workers", json_integer(n));
     if (mw) json_object_set_new(*reply, "min_workers", json_integer(m));
+    warn_workers_async(rc, run, *reply);
     return 200;
 }
 

@@ -360,8 +360,6 @@ static int parse_init_flags(int argc, char **argv, init_args *a)
     return 0;
 }
 
-#define REBASE_LOOKAHEAD_DEFAULT 0.5
-
 /* --async-rule rebase: an async run whose staleness is bounded (the shard-servers hold every version a
  * submission may be based on: the last --max-staleness, by default 4 x the workers: a worker at half the
  * speed of the others submits about 2 x workers versions stale). */
@@ -382,7 +380,7 @@ static int check_async_rule(init_args *a)
     }
     if (!flag_given(a, "--max-staleness")) a->max_staleness = 4 * a->workers;
     /* a rebased submission trains best from a start ahead (docs/quality.md, "Starting ahead") */
-    if (!flag_given(a, "--async-lookahead")) a->async_lookahead = REBASE_LOOKAHEAD_DEFAULT;
+    if (!flag_given(a, "--async-lookahead")) a->async_lookahead = ASYNC_REBASE_LOOKAHEAD;
     if (a->max_staleness < 1) {
         fprintf(stderr, "coordinator init: --async-rule rebase needs --max-staleness K of 1 or more (the "
                         "shard-servers keep the last K versions, each as large as the shard)\n");
@@ -489,6 +487,31 @@ static int check_run_settings(init_args *a)
     return 0;
 }
 
+/* Flags given where they do nothing (a mode's setting outside it): refused as --staleness-weight on a sync
+ * run is, naming what they need, not taken silently. 0, or -1 after a message. */
+static int check_idle_flags(const init_args *a)
+{
+    static const char *async_only[] = {"--max-staleness", "--dn-buffer-size", "--dn-variant"};
+    for (size_t i = 0; i < sizeof async_only / sizeof *async_only; i++)
+        if (!a->async && flag_given(a, async_only[i])) {
+            fprintf(stderr, "coordinator init: %s is an async setting: add --async\n", async_only[i]);
+            return -1;
+        }
+    if (flag_given(a, "--weight-ref-tokens") && !(a->weight_by && !strcmp(a->weight_by, "tokens"))) {
+        fprintf(stderr, "coordinator init: --weight-ref-tokens goes with --weight-by tokens\n");
+        return -1;
+    }
+    if (flag_given(a, "--dylu-base-sync-every") && !a->dylu) {
+        fprintf(stderr, "coordinator init: --dylu-base-sync-every goes with --dylu\n");
+        return -1;
+    }
+    if (flag_given(a, "--staleness-ref") && (!a->stale_weight || !strcmp(a->stale_weight, "none"))) {
+        fprintf(stderr, "coordinator init: --staleness-ref goes with --staleness-weight inverse or sqrt\n");
+        return -1;
+    }
+    return 0;
+}
+
 /* The defaults that follow from the workers: the staleness of equal workers, and the DN buffer. 0, or
  * -1 after a message (async --weight-by tokens without its reference). */
 static int worker_defaults(init_args *a)
@@ -503,6 +526,22 @@ static int worker_defaults(init_args *a)
         return -1;
     }
     return 0;
+}
+
+/* A member is removed by leaving, a kick, or its heartbeats timing out: with no timeout, a crashed one stays.
+ * Sync: every round waits for it. Async: a place it was given and never filled holds up its shard's order
+ * (it becomes a no-op only once its worker is evicted, docs/async.md). */
+static void warn_no_eviction(const init_args *a)
+{
+    if (a->heartbeat_timeout != 0) return;
+    fprintf(stderr,
+            "coordinator init: warning: --heartbeat-timeout 0 never evicts a worker: one that dies without leaving "
+            "(kill -9, a lost machine) stays a member, and %s; use a timeout in seconds (default 120), or remove a "
+            "dead worker with `coordinator control kick WORKER`\n",
+            a->async ? "a submission it was given places for but never delivered holds up the order of its shards "
+                       "for ever (a dead submitter's place becomes a no-op only once it is evicted: docs/async.md)"
+                     : "every sync round waits for it for ever (measured: 2 workers, one killed: no round closed "
+                       "in the 12 s after)");
 }
 
 /* Settings that are legal but make the run learn almost nothing: said once, with what to use. */
@@ -535,13 +574,7 @@ static void warn_degenerate(const init_args *a)
                 "lr 0.7, 0.087 at lr 0.117 = 0.7 / 6, 0.088 with the default buffer); use --outer-lr %.3g, or leave "
                 "Delayed Nesterov on (the default --dn-buffer-size, one submission per worker)\n",
                 a->workers, a->outer_lr, a->workers, a->outer_lr / (double)a->workers);
-    /* a member is removed by leaving, a kick, or its heartbeats timing out: with no timeout, a crashed one stays */
-    if (!a->async && a->heartbeat_timeout == 0)
-        fprintf(stderr,
-                "coordinator init: warning: --heartbeat-timeout 0 never evicts a worker: one that dies without leaving "
-                "(kill -9, a lost machine) stays a member, and every sync round waits for it for ever (measured: 2 "
-                "workers, one killed: no round closed in the 12 s after); use a timeout in seconds (default 120), or "
-                "remove a dead worker with `coordinator control kick WORKER`\n");
+    warn_no_eviction(a);
     /* a chunk keeps round(density x 4096) entries, at least 1: below half an entry the density is not the one sent */
     if (a->compress && !strcmp(a->compress, "topk") && topk_count(a->topk_density, TOPK_CHUNK) > a->topk_density * TOPK_CHUNK + 0.5)
         fprintf(stderr,
@@ -567,7 +600,8 @@ int parse_init(int argc, char **argv, init_args *a)
     if (rc != 0) return rc;
     if (check_sources(a) < 0) return -1;
     if (a->from_checkpoint && (rc = adopt_checkpoint(a)) < 0) return rc;
-    if (topk_settings(a) < 0 || check_run_settings(a) < 0 || check_async_rule(a) != 0) return -1;
+    if (topk_settings(a) < 0 || check_run_settings(a) < 0 || check_idle_flags(a) < 0 || check_async_rule(a) != 0)
+        return -1;
     if (a->fsdp_ranks_arg && parse_fsdp_ranks(a) < 0) return -1;
     if (worker_defaults(a) < 0) return -1;
     warn_degenerate(a);

@@ -43,6 +43,13 @@ timeout 30 bin/worker --redis "$URL" --run $RUN --worker-id refused --steps 10 -
   > "$TMP/refused.log" 2>&1 && fail "a worker with --fragment-alpha 0.5 joined a lookahead run"
 grep -q "async-lookahead" "$TMP/refused.log" || fail "worker with a fragment alpha: $(tail -3 "$TMP/refused.log")"
 say "a worker with a fragment alpha is refused with the reason"
+# a rebase run has --async-lookahead 0.5 unless told otherwise: the refusal says so, and how to allow an alpha
+bin/coordinator init --redis "$URL" --run rb2 --trainer quadratic --numel 4000 --shards 4 --fragments 2 --async \
+  --async-rule rebase > "$TMP/init-rb2.log" 2>&1 || fail "init rb2: $(cat "$TMP/init-rb2.log")"
+timeout 30 bin/worker --redis "$URL" --run rb2 --worker-id refused2 --steps 10 --sync-every $H --fragment-alpha 0.5 \
+  > "$TMP/refused2.log" 2>&1 && fail "a worker with --fragment-alpha 0.5 joined a rebase run"
+grep "fragment alpha" "$TMP/refused2.log" | grep "default" | grep -q -- "--async-lookahead 0" ||
+  fail "rb2: the refusal does not say the lookahead is rebase's default: $(grep ERROR "$TMP/refused2.log")"
 workers 60 5 10 20 mid
 wait_workers fast mid slow
 check $RUN

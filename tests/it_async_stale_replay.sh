@@ -31,6 +31,10 @@ one_run() { # RUN H FRAGMENTS WHAT -- INIT-FLAGS...: fast, mid and slow workers,
   [ "$(grep -c . "$TMP/bases-$RUN.txt")" = "$refused" ] &&
     awk '$0 !~ /^[0-9]+:[0-9]+,[0-9]+:[0-9]+$/ {bad = 1} END {exit bad}' "$TMP/bases-$RUN.txt" ||
     fail "$RUN: $refused STALE refusals, bases recorded: $(tr '\n' ' ' < "$TMP/bases-$RUN.txt")"
+  # async has no rounds: the worker says which version its refused submission was based on
+  grep -q "WARN submission of fragment [0-9]* based on version [0-9]* refused as stale: " "$TMP/worker-slow.log" ||
+    fail "$RUN: slow did not say its submission was refused: $(grep -h WARN "$TMP"/worker-*.log | head -n 3)"
+  ! grep -h "lost (stale)" "$TMP"/worker-*.log || fail "$RUN: an async worker spoke of a round lost"
   ref_async_check $RUN $h "with the refused tries ($said)" --skip-refused
   grep -q "and $refused tries refused as STALE" "$TMP/ref-$RUN.log" || fail "$RUN: the replay did not take the $refused refusals: $(cat "$TMP/ref-$RUN.log")"
   for p in $(live_servers); do eval "kill \$SRV_s$p"; done

@@ -76,7 +76,19 @@ done
 expect 2 "\-\-connect-timeout wants seconds in \[0, 2000000\], got '3e7'" bin/shard-server --redis "$DEAD" --run r --connect-timeout 3e7
 expect 2 "\-\-heartbeat-timeout wants seconds in \[0, 2000000\] (0 = never), got 'inf'" bin/coordinator init --redis "$DEAD" --run r --heartbeat-timeout inf
 expect 2 "\-\-outer-lr wants a non-negative number, got 'inf'" bin/coordinator init --redis "$DEAD" --run r --outer-lr inf
+# a mode's settings given outside it did nothing, silently, as the others were refused: refused alike
+INIT="bin/coordinator init --redis $DEAD --run r --trainer quadratic --numel 10"
+expect 2 "\-\-max-staleness is an async setting: add \-\-async" $INIT --max-staleness 3
+expect 2 "\-\-dn-buffer-size is an async setting: add \-\-async" $INIT --dn-buffer-size 2
+expect 2 "\-\-dn-variant is an async setting: add \-\-async" $INIT --dn-variant forgather
+expect 2 "\-\-weight-ref-tokens goes with \-\-weight-by tokens" $INIT --async --weight-ref-tokens 10
+expect 2 "\-\-dylu-base-sync-every goes with \-\-dylu" $INIT --dylu-base-sync-every 40
+expect 2 "\-\-staleness-ref goes with \-\-staleness-weight" $INIT --async --staleness-ref 1
 expect 2 "set-lr wants a number, got 'inf'" bin/coordinator control --redis "$DEAD" --run r set-lr inf
+# the optimizer's bounds are usage errors too, as a worker count's (they were the server's refusal, exit 1)
+expect 2 "set-lr wants a number > 0, got '0'" bin/coordinator control --redis "$DEAD" --run r set-lr 0
+expect 2 "set-momentum wants a number in \[0, 1), got '1'" bin/coordinator control --redis "$DEAD" --run r set-momentum 1
+expect 2 "set-momentum wants a number in \[0, 1), got '-0.1'" bin/coordinator control --redis "$DEAD" --run r set-momentum -0.1
 expect 2 "set-max-staleness wants an integer >= 0, got '-1'" bin/coordinator control --redis "$DEAD" --run r set-max-staleness -1
 # serve's flags that need another or contradict one, and control's argument counts (serve.c, control.c)
 expect 2 "\-\-http wants \[HOST:\]PORT, got 'foo'" bin/coordinator serve --redis "$DEAD" --run r --http foo
@@ -183,6 +195,11 @@ grep -q "each worker sends 1 of every 4096 entries (density 0.000244)" "$TMP/tk.
 bin/coordinator init --redis "$URL" --run hb0 --trainer quadratic --numel 10 --heartbeat-timeout 0 > "$TMP/hb0.log" 2>&1 || fail "init --heartbeat-timeout 0"
 grep -q "warning: --heartbeat-timeout 0 never evicts a worker: .*every sync round waits for it for ever" "$TMP/hb0.log" ||
   fail "--heartbeat-timeout 0: no warning: $(cat "$TMP/hb0.log")"
+# an async run too: a dead submitter's places hold up its shards until it is evicted, never with no timeout
+bin/coordinator init --redis "$URL" --run hb0a --trainer quadratic --numel 10 --async --heartbeat-timeout 0 > "$TMP/hb0a.log" 2>&1 ||
+  fail "init --async --heartbeat-timeout 0"
+grep -q "warning: --heartbeat-timeout 0 never evicts a worker: .*holds up the order of its shards for ever" "$TMP/hb0a.log" ||
+  fail "--async --heartbeat-timeout 0: no warning: $(cat "$TMP/hb0a.log")"
 bin/coordinator init --redis "$URL" --run dnok --trainer quadratic --numel 10 --async --workers 4 --outer-lr 2 > "$TMP/dnok.log" 2>&1 || fail "init"
 grep -q "warning" "$TMP/dnok.log" && fail "the defaults warned: $(cat "$TMP/dnok.log")"
 say "init warns about --outer-lr 1e6, a Delayed Nesterov buffer of 100 for 4 workers and a staleness limit of 1 for 6, a top-k density of less than one entry a chunk, a sync run that never evicts, not about the defaults"

@@ -296,14 +296,20 @@ $CTL set-max-staleness 0 > "$TMP/ctl.out" 2>&1 && ! grep -q '"warning"' "$TMP/ct
   fail "set-max-staleness 0 (no limit) on a sync run: $(cat "$TMP/ctl.out")"
 $CTL set-momentum 0.9 >/dev/null 2>&1 || fail "control set-momentum"
 [ "$(tun outer_lr)" = 0.6 ] && [ "$(tun outer_momentum)" = 0.9 ] || fail "CLI lr/momentum in Redis"
-$CTL set-workers 2 >/dev/null 2>&1 && [ "$(state target_workers)" = 2 ] || fail "control set-workers"
+$CTL set-workers 2 > "$TMP/ctl.out" 2>&1 && [ "$(state target_workers)" = 2 ] || fail "control set-workers"
+grep -q '"warning"' "$TMP/ctl.out" && fail "control set-workers on a sync run warned: $(cat "$TMP/ctl.out")"
+# an async run has no barrier: the worker counts are set, but said to wait for nobody
+bin/coordinator init --redis "$URL" --run ctlasync --trainer quadratic --numel 100 --async > /dev/null 2>&1 || fail "init ctlasync"
+$COORD_BIN control --redis "$URL" --run ctlasync set-workers 3 > "$TMP/ctl.out" 2>&1 || fail "set-workers on async: $(cat "$TMP/ctl.out")"
+grep -q '"warning":"run ctlasync is async: no barrier waits for workers' "$TMP/ctl.out" ||
+  fail "set-workers on an async run said nothing of what it changes: $(cat "$TMP/ctl.out")"
 inc=$(inc_of w2)
 $CTL kick w2 >/dev/null 2>&1 || fail "control kick w2"
 [ "$(inc_of w2)" != "$inc" ] || fail "CLI kick did not evict w2"
 $CTL kick nobody >/dev/null 2>&1; [ $? -eq 1 ] || fail "control kick of an unknown worker must exit 1"
 $CTL set-lr fast >/dev/null 2>&1; [ $? -eq 2 ] || fail "control set-lr fast must exit 2"
 $CTL set-lr -- >/dev/null 2>&1; [ $? -eq 2 ] || fail "control with a bad argument must exit 2"
-$CTL set-lr 0 >/dev/null 2>&1; [ $? -eq 1 ] || fail "control set-lr 0 must be refused"
+$CTL set-lr 0 >/dev/null 2>&1; [ $? -eq 2 ] || fail "control set-lr 0 must be refused as a usage error (exit 2)"
 [ "$(tun outer_lr)" = 0.6 ] || fail "refused CLI call changed outer_lr"
 
 say "--token-file and --no-dashboard"

@@ -76,6 +76,9 @@ wait_until 10 "grep -q 'sync-every 6 (diloco_options.sync_every) is not a multip
   "the warning of an H the fragments do not divide"
 grep -q "each fragment syncs every 4 steps, not 6; use a multiple of 4 (e.g. 8)" "$TMP/worker-hodd.log" ||
   fail "H 6, F 4: the warning does not say the H it gets and one to use: $(cat "$TMP/worker-hodd.log")"
+wait_until 10 "grep -q 'joined run flight2' \"\$TMP/worker-hodd.log\"" "hodd's join line"
+grep "joined run flight2" "$TMP/worker-hodd.log" | grep -q "H=4, not the 6 asked for" ||
+  fail "H 6, F 4: the join line does not show the H in effect: $(grep 'joined run' "$TMP/worker-hodd.log")"
 kill -TERM "$WRK_hodd"
 RUN=flightasync
 init_run $RUN --trainer quadratic --numel 4000 --shards 4 --fragments 2 --async

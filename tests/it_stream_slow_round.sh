@@ -7,6 +7,9 @@
 # Run slow: 4 fragments, H = 20 (intervals of 5 steps of 20 ms), each round delayed 400 ms
 # (--simulate-latency-ms): both workers warn, once each, naming the fragments option. Run quick: the same
 # without the delay and with longer steps: no warning.
+# Runs waits and lone: rounds long only for the wait at their barrier (coordinator control set-workers 3 on a
+# run of 2 workers for 4 s; a lone worker of a run of 2, stopped with SIGTERM while it waits) are no slow
+# link: no warning (it used to blame the link and suggest --fragments-in-flight, at most 1 there).
 # test: light (it waits more than it computes: 2 s of CPU in 9 s, tests/run.sh)
 . "$(dirname "$0")/lib.sh"
 start_redis
@@ -30,3 +33,22 @@ for RUN in slow quick; do
   say "$RUN: $(grep -h 'longer than the interval' "$TMP"/worker-w1.log | sed 's/.*WARN //' | cut -c1-150)"
   rm -f "$TMP"/w*.jsonl
 done
+
+init_run waits --trainer quadratic --numel 2000 --shards 2 --fragments 2 --workers 2 --seed 3
+init_run lone --trainer quadratic --numel 2000 --shards 2 --fragments 2 --workers 2 --seed 3
+RUN=waits start_server swaits --lease-ttl-ms 2000
+RUN=lone start_server slone --lease-ttl-ms 2000
+flags="--sync-every 20 --steps 400 --step-delay-ms 5 --heartbeat-interval 1"
+RUN=lone; start_worker lone $flags
+RUN=waits; for w in w1 w2; do start_worker $w $flags; done
+wait_until 20 "[ \"\$(round 0)\" -ge 2 ]" "the first rounds of run waits"
+bin/coordinator control --redis "$URL" --run waits set-workers 3 > /dev/null || fail "set-workers 3"
+sleep 4
+bin/coordinator control --redis "$URL" --run waits set-workers 2 > /dev/null || fail "set-workers 2"
+wait_workers w1 w2
+term_and_time "$WRK_lone" "the lone worker to stop"
+for w in w1 w2 lone; do
+  ! grep -q "longer than the interval" "$TMP/worker-$w.log" ||
+    fail "$w blamed the link for a wait at its barrier: $(grep 'longer than the interval' "$TMP/worker-$w.log")"
+done
+say "waits, lone: no warning for a wait at the barrier"

@@ -26,6 +26,20 @@ grep -q "WARN --no-bf16 applies to bf16 runs .*this run's pseudo-gradients are i
 grep -q "WARN --error-feedback applies to block-quantized runs" "$TMP/worker-ef.log" \
   || fail "no warning that --error-feedback is ignored on a bf16 run"
 say "--no-bf16 on an int4 run and --error-feedback on a bf16 run: each said to be ignored; both trained"
+# --no-bf16 on a top-k run (only block codecs were said) and --fragment-alpha on a run of one fragment
+RUN=tk
+init_run $RUN --trainer quadratic --numel 10 --workers 1 --shards 1 --compress topk
+start_server s3
+start_worker tknobf --steps 2 --sync-every 2 --no-bf16
+wait_workers tknobf
+grep -q "WARN --no-bf16 applies to bf16 runs .*this run's pseudo-gradients are topk: ignored" "$TMP/worker-tknobf.log" \
+  || fail "no warning that --no-bf16 is ignored on a topk run: $(grep -i warn "$TMP/worker-tknobf.log")"
+RUN=plain
+start_worker alpha --steps 2 --sync-every 2 --fragment-alpha 0.5
+wait_workers alpha
+grep -q "WARN --fragment-alpha applies to Streaming runs .*this run has one fragment: ignored" "$TMP/worker-alpha.log" \
+  || fail "no warning that --fragment-alpha is ignored on a run of one fragment: $(grep -i warn "$TMP/worker-alpha.log")"
+say "--no-bf16 on a topk run and --fragment-alpha on one fragment: each said to be ignored"
 
 RUN=plain
 v0=$(shard_versions $RUN)

@@ -13,6 +13,7 @@
 #define RUNCONF_MAX_FRAGMENTS 256
 #define RUNCONF_MAX_REPLICAS 64
 #define ASYNC_LOOKAHEAD_MAX 2 /* --async-lookahead: at most twice the expected progress ahead */
+#define ASYNC_REBASE_LOOKAHEAD 0.5 /* --async-lookahead of an --async-rule rebase run unless told otherwise */
 
 typedef struct runconf {
     char run[80];

@@ -253,28 +253,29 @@ int barrier_wait_closed(diloco *d, int f, int64_t round, char *err, size_t errle
     return wait_barrier_as(d, f, round, 1, err, errlen);
 }
 
-/* Arrive, listening for the close meanwhile: 1 when its token came within a poll of the arrival. */
-static int arrive_listening(diloco *d, int f, int64_t round, int *rc, char *err, size_t errlen)
+/* Arrive, listening for the close meanwhile: 1 when its token came within a poll of the arrival.
+ * *arrived: when our arrival was answered (the wait for the others starts there). */
+static int arrive_listening(diloco *d, int f, int64_t round, int *rc, uint64_t *arrived, char *err, size_t errlen)
 {
     if (d->hub) { /* the session's listener pops the tokens (rounds in flight at once) */
         *rc = arrive(d, f, round, err, errlen);
+        *arrived = now_ms();
         return *rc == DL_RETRY ? wake_hub_wait(d, f, round, d->o.wait_poll_ms) : 0; /* (DL_OK: closed by us) */
     }
     wake_wait w; /* listen for the close while we arrive (wake.c): no round trip after the arrive's */
     wake_start(d, f, round, &w);
     *rc = arrive(d, f, round, err, errlen);
+    *arrived = now_ms();
     return *rc == DL_OK || *rc == DL_RETRY ? wake_finish(&w) : (wake_cancel(&w), 0);
 }
 
 int barrier_pass(diloco *d, int f, int64_t round, char *err, size_t errlen)
 {
-    int rc, closed = arrive_listening(d, f, round, &rc, err, errlen);
-    if (rc == DL_RETRY && !closed) { /* open: wait for the others */
-        uint64_t tw = now_ms();
-        rc = wait_barrier(d, f, round, err, errlen);
-        dl_round_info(d)->wait_seconds = (double)(now_ms() - tw) / 1000.0;
-    } else if (rc == DL_RETRY) {
-        rc = DL_OK;
-    }
+    uint64_t arrived = 0;
+    int rc, closed = arrive_listening(d, f, round, &rc, &arrived, err, errlen);
+    if (rc != DL_RETRY) return rc;
+    /* open at our arrival: from then on we wait for the others (the listening poll's part too) */
+    rc = closed ? DL_OK : wait_barrier(d, f, round, err, errlen);
+    dl_round_info(d)->wait_seconds = (double)(now_ms() - arrived) / 1000.0;
     return rc;
 }

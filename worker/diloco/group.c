@@ -645,9 +645,7 @@ static int completed(diloco *d, int f, double alpha, int64_t round, uint64_t t0,
  * recovers as after any other failure. */
 static int refused(diloco *d, int f, int64_t round, uint64_t t0, const char *why, int *worst, char *err, size_t errlen)
 {
-    if (d->grp_rank == 0)
-        log_warn("round %" PRId64 " of fragment %d lost (stale): %s; continuing from the current global parameters",
-                 round, f, why);
+    if (d->grp_rank == 0) round_warn_stale(d, f, round, why);
     frag_versions v;
     group_msg me = {0}, *all = round_alloc(d, f, &v, err, errlen);
     if (!all) return -1;

@@ -716,6 +716,8 @@ int sync_join_round(diloco *d, int f, int64_t round, char *err, size_t errlen);
 void round_begin(diloco *d);
 /* What the sync of fragment f (round, started at t0) sent and received, for diloco_last_sync. */
 void round_record(diloco *d, int f, int64_t round, uint64_t t0, int stale);
+/* Fragment f's round (async: its submission, based on version `round`) lost as stale, why: said once. */
+void round_warn_stale(const diloco *d, int f, int64_t round, const char *why);
 /* The network part of fragment f's round, safe on a background thread (touches base[f] only):
  * DL_OK: base[f] is version round+1; DL_STALE: base[f] is the current global version; DL_EVICTED:
  * registered again, everything must be fetched (refetch_all); DL_CORRUPT (repair_wait); DL_FAIL. */

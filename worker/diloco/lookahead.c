@@ -65,10 +65,14 @@ int lookahead_alloc(diloco *d, char *err, size_t errlen)
 {
     if (d->rc.async_lookahead <= 0) return 0;
     if (d->o.fragment_alpha > 0) {
+        /* (a rebase run has it unless its init said otherwise: the user may never have asked for it) */
+        int dflt = runconf_rebase(&d->rc) && d->rc.async_lookahead == (float)ASYNC_REBASE_LOOKAHEAD;
         err_set(err, errlen,
-                "run '%s' has --async-lookahead %g, which does not combine with a fragment alpha (%g): leave "
-                "--fragment-alpha at 0",
-                d->run, (double)d->rc.async_lookahead, d->o.fragment_alpha);
+                "run '%s' has --async-lookahead %g%s, which does not combine with a fragment alpha (%g): leave "
+                "--fragment-alpha at 0, or make the run with `coordinator init ... --async-lookahead 0` to "
+                "allow an alpha",
+                d->run, (double)d->rc.async_lookahead, dflt ? " (the default that comes with --async-rule rebase)" : "",
+                d->o.fragment_alpha);
         return -1;
     }
     d->la = dl_host_alloc(d, d->numel * sizeof(float)); /* (loaded through the hooks: the host's kind of memory) */

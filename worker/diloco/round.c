@@ -73,6 +73,17 @@ static int round_in_background(const diloco *d)
     return dl_stream_overlap(d) || (d->rc.async && d->rc.nfragments > 1);
 }
 
+void round_warn_stale(const diloco *d, int f, int64_t round, const char *why)
+{
+    if (d->rc.async) /* no rounds: round is the version the submission was based on */
+        log_warn("submission of fragment %d based on version %" PRId64 " refused as stale: %s; continuing from the "
+                 "current global parameters",
+                 f, round, why);
+    else
+        log_warn("round %" PRId64 " of fragment %d lost (stale): %s; continuing from the current global parameters",
+                 round, f, why);
+}
+
 /* A sync round of fragment f. fresh: every fragment was just fetched (we registered again at this boundary's
  * settling: streaming.c, stream_step), so our Δ is zero, trained over no step. Arriving with it in a round
  * that does not expect us (dl_register joined us to the next one) would still count it among the
@@ -126,9 +137,7 @@ int round_net(diloco *d, int f, int fresh, char *err, size_t errlen)
                      " of it); continuing from its result",
                      round, f, d->frag_joined[f]);
         else
-            log_warn("round %" PRId64 " of fragment %d lost (stale): %s; continuing from the current global "
-                     "parameters",
-                     round, f, err);
+            round_warn_stale(d, f, round, err);
         return fetch_current(d, f, err, errlen) < 0 ? DL_FAIL : DL_STALE;
     }
     if (rc == DL_EVICTED) {

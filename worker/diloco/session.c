@@ -24,6 +24,18 @@ static void warn_stream_interval(const diloco *d)
              h, h < f ? "below" : "not a multiple of", f, d->run, stream_interval(d), every, h, f, near < f ? f : near);
 }
 
+/* The H in effect, for the join line: a Streaming run's F x floor(H/F) (warn_stream_interval), with the one
+ * asked for beside it where they differ. */
+static void effective_h(const diloco *d, char *out, size_t cap)
+{
+    int f = d->rc.nfragments, h = d->sync_every;
+    if (f < 2 || h % f == 0 || d->o.dylu) {
+        snprintf(out, cap, "H=%d", h);
+        return;
+    }
+    snprintf(out, cap, "H=%d, not the %d asked for", stream_interval(d) * f, h);
+}
+
 static int session_open(diloco *d, const diloco_options *o, float *params, size_t numel, char *err, size_t errlen)
 {
     if (o->group.size > 1) { /* (a group's sync Streaming rounds are in flight on threads too: the listener) */
@@ -40,8 +52,10 @@ static int session_open(diloco *d, const diloco_options *o, float *params, size_
      * close or for a shard-server to come back would otherwise get us evicted before we trained */
     if (heartbeat_start(d, err, errlen) < 0) return -1;
     if (fetch_all(d, err, errlen) < 0) return -1;
-    log_info("worker %s joined run %s at version %" PRId64 " (%zu parameters, %d shards, %d fragment(s), H=%d, %s%s)",
-             d->worker_id, d->run, d->frag_version[0], numel, d->rc.nshards, d->rc.nfragments, d->sync_every,
+    char h[64];
+    effective_h(d, h, sizeof h);
+    log_info("worker %s joined run %s at version %" PRId64 " (%zu parameters, %d shards, %d fragment(s), %s, %s%s)",
+             d->worker_id, d->run, d->frag_version[0], numel, d->rc.nshards, d->rc.nfragments, h,
              codec_name(d->push_dtype), d->ef ? " with error feedback" : "");
     return 0;
 }

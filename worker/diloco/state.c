@@ -34,19 +34,29 @@ void diloco_options_default(diloco_options *o)
  * had room for 256 rounds in flight, tails and lanes whatever D and F were, 134 KB a session (15 KB now). */
 _Static_assert(sizeof(struct diloco) < 32 * 1024, "struct diloco holds per-fragment arrays: allocate them at open");
 
+/* Options the run makes moot: said once, at open, never dropped silently. */
+static void warn_moot_options(const diloco *d)
+{
+    if (d->o.error_feedback && !codec_is_block(d->push_dtype) && d->push_dtype != BLOB_TOPK)
+        log_warn("--error-feedback applies to block-quantized runs (int8, int4, int3, int2); this run's "
+                 "pseudo-gradients are %s: ignored",
+                 codec_name(d->push_dtype));
+    if (!d->o.bf16 && d->rc.compress != BLOB_BF16) /* the run's codec is the one sent (top-k's too) */
+        log_warn("--no-bf16 applies to bf16 runs (it sends fp32 pseudo-gradients instead of bf16); this run's "
+                 "pseudo-gradients are %s: ignored",
+                 codec_name(d->rc.compress));
+    /* (one fragment syncs whole, with alpha 0: after_step.c; a lookahead run refuses an alpha instead) */
+    if (d->o.fragment_alpha > 0 && d->rc.nfragments == 1 && d->rc.async_lookahead <= 0)
+        log_warn("--fragment-alpha applies to Streaming runs (coordinator init --fragments 2 or more); this run "
+                 "has one fragment: ignored");
+}
+
 static int alloc_buffers(diloco *d, char *err, size_t errlen)
 {
     size_t n = d->numel;
     d->base = dl_host_alloc(d, n * sizeof(float));
     d->push_dtype = dl_delta_dtype(d);
-    if (d->o.error_feedback && !codec_is_block(d->push_dtype) && d->push_dtype != BLOB_TOPK)
-        log_warn("--error-feedback applies to block-quantized runs (int8, int4, int3, int2); this run's "
-                 "pseudo-gradients are %s: ignored",
-                 codec_name(d->push_dtype));
-    if (!d->o.bf16 && codec_is_block(d->rc.compress)) /* the run's codec is the one sent */
-        log_warn("--no-bf16 applies to bf16 runs (it sends fp32 pseudo-gradients instead of bf16); this run's "
-                 "pseudo-gradients are %s: ignored",
-                 codec_name(d->rc.compress));
+    warn_moot_options(d);
     if (dl_delta_alloc(d, err, errlen) < 0 || dl_update_alloc(d, err, errlen) < 0 ||
         lookahead_alloc(d, err, errlen) < 0)
         return -1;

@@ -184,26 +184,36 @@ static int begin_fragment(diloco *d, int f, int fresh, char *err, size_t errlen)
     return 0;
 }
 
-/* Training waited `waited` ms at a boundary for fragment f's round, sent `trained` ms earlier: the round is
- * longer than the D intervals it had, and compute stalls at every boundary. Say so, with what hides it, at
- * most once a minute (a short wait is noise: a tenth of the intervals and 50 ms). */
-static void tell_round_longer(diloco *d, int f, uint64_t trained, uint64_t waited)
+/* What hides a round that outlasts its intervals: more of them in flight only where more are allowed. */
+static void round_hiders(const diloco *d, char *out, size_t cap)
 {
-    uint64_t now = now_ms();
-    if (waited < 50 || waited * 10 < trained) return;
+    int most = d->o.fragment_alpha == 0 ? d->rc.nfragments - 1 : d->rc.nfragments;
+    char more[112] = "";
+    if (most > d->inflight_max)
+        snprintf(more, sizeof more, "more fragments in flight (--fragments-in-flight, at most %d here), ", most);
+    snprintf(out, cap, "%sfewer fragments (coordinator init --fragments) or a larger --sync-every", more);
+}
+
+/* Training waited `waited` ms at a boundary for fragment f's round, sent `trained` ms earlier, `barrier` ms
+ * of the round spent waiting at its barrier for the other workers: the rest of the round is longer than
+ * the D intervals it had, and compute stalls at every boundary. Say so, with what hides it, at most once a
+ * minute (a short wait is noise: a tenth of the intervals and 50 ms). A wait for the others (late or
+ * missing workers, a worker stopped while it waited) is no slow link: not counted. */
+static void tell_round_longer(diloco *d, int f, uint64_t trained, uint64_t waited, uint64_t barrier)
+{
+    uint64_t now = now_ms(), link = waited > barrier ? waited - barrier : 0;
+    if (link < 50 || link * 10 < trained) return;
     if (d->stream_wait_told_ms != 0 && now - d->stream_wait_told_ms < STREAM_WAIT_TELL_MS) return;
     d->stream_wait_told_ms = now;
-    char had[96];
+    char had[96], hiders[200];
     if (d->inflight_max == 1)
         snprintf(had, sizeof had, "the interval of %d steps", stream_interval(d));
     else
         snprintf(had, sizeof had, "the %d intervals of %d steps it had in flight", d->inflight_max, stream_interval(d));
+    round_hiders(d, hiders, sizeof hiders);
     log_warn("fragment %d's round took %.2f s, longer than %s (%.2f s): training waited %.2f s for it. Over a slow "
-             "or distant link, more fragments in flight (--fragments-in-flight, at most %d here), fewer "
-             "fragments (coordinator init --fragments) or a larger --sync-every hide a round (docs/compression.md, "
-             "\"What a user feels\")",
-             f, (double)(trained + waited) / 1000.0, had, (double)trained / 1000.0, (double)waited / 1000.0,
-             d->o.fragment_alpha == 0 ? d->rc.nfragments - 1 : d->rc.nfragments);
+             "or distant link, %s hide a round (docs/compression.md, \"What a user feels\")",
+             f, (double)(trained + link) / 1000.0, had, (double)trained / 1000.0, (double)link / 1000.0, hiders);
 }
 
 /* Wait until s's round is over: its thread ended (async), or said so (sync: it goes on as f's tail). */
@@ -255,7 +265,8 @@ static stream_slot *take_oldest(diloco *d, int at_boundary)
     uint64_t t_join = now_ms();
     int threaded = s->threaded;
     join_slot(d, s);
-    if (threaded && at_boundary) tell_round_longer(d, s->frag, t_join - s->t0, now_ms() - t_join);
+    if (threaded && at_boundary)
+        tell_round_longer(d, s->frag, t_join - s->t0, now_ms() - t_join, (uint64_t)(s->info.wait_seconds * 1000.0));
     d->inflight_head = (d->inflight_head + 1) % d->inflight_max;
     d->inflight_count--;
     return s; /* (its slot is free: valid until the next launch) */

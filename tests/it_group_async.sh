@@ -182,7 +182,8 @@ stale_run() { # RUN FRAGMENTS WHAT: the slow group g1 and two fast workers, --ma
   start_worker w2 --sync-every $H --steps $STEPS --heartbeat-interval 1 --step-delay-ms 12
   wait_workers g1 w1 w2
   refused=$($RCLI XRANGE "dl:{$RUN}:events" - + | awk '/^worker$/ {getline; w = $0} /^code$/ {getline; if ($0 == "STALE" && w == "g1") n++} END {print n + 0}')
-  seen=$(sed -n 's/.*WARN \(round [0-9]* of fragment [0-9]*\) [a-z ()]*[:(] *rank [01]: STALE .*/\1/p' "$TMP/worker-g1.log" | sort -u | wc -l)
+  seen=$(sed -n 's/.*WARN \(submission of fragment [0-9]* based on version [0-9]*\) refused as stale: rank [01]: STALE .*/\1/p' \
+    "$TMP/worker-g1.log" | sort -u | wc -l)
   [ "$seen" -ge 1 ] || fail "$RUN: no submission of g1 was refused as STALE (the staleness bound proved too loose)"
   if [ "$refused" != "$seen" ]; then
     # (seen once, not reproduced in 17 runs: keep the events, which keep_failed_logs copies, to tell a

@@ -7,7 +7,8 @@
 # And what a user meets restarting it (the run exists by then):
 #   - the documented command again, --init-run included, joins the run as it is (it replaced it, progress lost);
 #     --force-init replaces it (version 0 again);
-#   - other model flags than the run's, an unknown run, a missing --data file, --sync-every 0: one line each
+#   - other model flags than the run's, an unknown run (also from a node of --ranks 2: its ranks printed
+#     tracebacks), a missing --data file, --sync-every 0: one line each
 #     (no traceback), status 1 (2 for the flags);
 #   - SIGINT mid-training: "stopped after N steps (SIGINT): left run R", status 0.
 . "$(dirname "$0")/lib.sh"
@@ -60,11 +61,14 @@ $EX --redis "$URL" --run $RUN --layers 1 --heads 2 --dim 16 --ctx 32 $COMMON --s
 one_line 1 "$TMP/e1.log" "run '$RUN' holds another model: its tensors say --layers 1 --dim 32 --ctx 32 --vocab 256, this worker has --layers 1 --dim 16"
 $EX --redis "$URL" --run nosuch $MODEL $COMMON --sync-every 3 > "$TMP/e2.log" 2>&1; got=$?
 one_line 1 "$TMP/e2.log" "python3 -m rediloco.examples.gpt: cannot join run 'nosuch'"
+$EX --redis "$URL" --run nosuch $MODEL $COMMON --sync-every 3 --ranks 2 > "$TMP/e2r.log" 2>&1; got=$?
+one_line 1 "$TMP/e2r.log" "python3 -m rediloco.examples.gpt: cannot join run 'nosuch'"
+[ "$(grep -c "cannot join run 'nosuch'" "$TMP/e2r.log")" = 1 ] || fail "--ranks 2: not one line: $(cat "$TMP/e2r.log")"
 $EX --redis "$URL" --run $RUN $MODEL $COMMON --sync-every 3 --data "$TMP/none.tok" > "$TMP/e3.log" 2>&1; got=$?
 one_line 2 "$TMP/e3.log" "--data $TMP/none.tok: No such file or directory"
 $EX --redis "$URL" --run $RUN $MODEL $COMMON --sync-every 0 > "$TMP/e4.log" 2>&1; got=$?
 one_line 2 "$TMP/e4.log" "--sync-every must be 1 or more, got 0"
-say "gpt example: other model flags, an unknown run, a missing --data, --sync-every 0: one line each"
+say "gpt example: other model flags, an unknown run (also with --ranks 2), a missing --data, --sync-every 0: one line each"
 
 $EX --redis "$URL" --run $RUN $MODEL $COMMON --steps 100000 --sync-every 1000 --worker-id w6 > "$TMP/w6.log" 2>&1 &
 P=$!; PIDS="$PIDS $P"

@@ -428,6 +428,10 @@ def rank_main(rank, a, init_file):
     ddp = torch.nn.parallel.DistributedDataParallel(model, device_ids=[dev.index] if dev.type == "cuda" else None)
     try:
         run_worker(a, ddp, Tokens(a.data), dev, dtype, process_group=group, rank=rank)
+    except rediloco.DiLoCoError as e:  # (every rank gets the same one: rank 0 says it, in one line)
+        if rank == 0:
+            sys.stderr.write("%s: %s\n" % (PROG, e))
+        sys.exit(1)  # spawn_ranks: a rank that exits 1 has said why
     finally:
         dist.destroy_process_group()
 
@@ -436,7 +440,8 @@ def spawn_ranks(a):
     """--ranks: start the ranks and wait for them. SIGINT and SIGTERM to this launcher are passed on to every
     rank (rediloco.DiLoCo's handlers; the ranks agree on the stop and leave the run after the same step), so
     `kill <launcher>` stops the node cleanly instead of leaving its ranks to find their launcher gone. A rank
-    that fails ends the others (torch.multiprocessing) and raises here with its traceback."""
+    that fails ends the others (torch.multiprocessing): a DiLoCoError (an unknown run, another model) in one
+    line and exit 1, anything else raised here with its traceback."""
     import signal
     import torch.multiprocessing as mp
     with tempfile.TemporaryDirectory() as tmp:
@@ -450,6 +455,8 @@ def spawn_ranks(a):
         try:
             while not ctx.join():
                 pass
+        except mp.ProcessExitedException:  # a rank that exited 1 said why (rank_main); others raise with a traceback
+            return 1
         finally:
             for s, h in old.items():
                 signal.signal(s, h)

@@ -491,24 +491,25 @@ static int check_run_settings(init_args *a)
  * run is, naming what they need, not taken silently. 0, or -1 after a message. */
 static int check_idle_flags(const init_args *a)
 {
-    static const char *async_only[] = {"--max-staleness", "--dn-buffer-size", "--dn-variant"};
-    for (size_t i = 0; i < sizeof async_only / sizeof *async_only; i++)
-        if (!a->async && flag_given(a, async_only[i])) {
-            fprintf(stderr, "coordinator init: %s is an async setting: add --async\n", async_only[i]);
+    int tokens = a->weight_by && !strcmp(a->weight_by, "tokens");
+    int stale_weight = a->stale_weight && strcmp(a->stale_weight, "none") != 0;
+    const struct {
+        const char *flag;
+        int applies;
+        const char *needs;
+    } rules[] = {
+        {"--max-staleness", a->async, "is an async setting: add --async"},
+        {"--dn-buffer-size", a->async, "is an async setting: add --async"},
+        {"--dn-variant", a->async, "is an async setting: add --async"},
+        {"--weight-ref-tokens", tokens, "goes with --weight-by tokens"},
+        {"--dylu-base-sync-every", a->dylu, "goes with --dylu"},
+        {"--staleness-ref", stale_weight, "goes with --staleness-weight inverse or sqrt"},
+    };
+    for (size_t i = 0; i < sizeof rules / sizeof *rules; i++)
+        if (!rules[i].applies && flag_given(a, rules[i].flag)) {
+            fprintf(stderr, "coordinator init: %s %s\n", rules[i].flag, rules[i].needs);
             return -1;
         }
-    if (flag_given(a, "--weight-ref-tokens") && !(a->weight_by && !strcmp(a->weight_by, "tokens"))) {
-        fprintf(stderr, "coordinator init: --weight-ref-tokens goes with --weight-by tokens\n");
-        return -1;
-    }
-    if (flag_given(a, "--dylu-base-sync-every") && !a->dylu) {
-        fprintf(stderr, "coordinator init: --dylu-base-sync-every goes with --dylu\n");
-        return -1;
-    }
-    if (flag_given(a, "--staleness-ref") && (!a->stale_weight || !strcmp(a->stale_weight, "none"))) {
-        fprintf(stderr, "coordinator init: --staleness-ref goes with --staleness-weight inverse or sqrt\n");
-        return -1;
-    }
     return 0;
 }
 

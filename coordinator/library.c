@@ -44,6 +44,26 @@ static int held_build(rconn *rc, const char *run, char **held)
     return 0;
 }
 
+/* FUNCTION LOAD REPLACE of ours, then Redis asked which build it holds now: 0, or 1 after a message. */
+static int load_own(rconn *rc, const char *run, const char *held)
+{
+    char err[1024];
+    if (coord_load_library(rc, err, sizeof err) < 0) {
+        fprintf(stderr, "coordinator load-library: %s\n", err);
+        return 1;
+    }
+    const char *own = runconf_own_build();
+    char *now = runconf_redis_build(rc, run);
+    int ok = now != NULL && strcmp(now, own) == 0;
+    if (ok)
+        printf("loaded build %s of function library version %s (Redis held %s)\n", own, DL_LIB_VERSION,
+               held[0] ? held : "a build from before builds were named");
+    else
+        fprintf(stderr, "coordinator load-library: loaded, but Redis answers build %s, not %s\n", now ? now : "?", own);
+    free(now);
+    return ok ? 0 : 1;
+}
+
 int cmd_load_library(int argc, char **argv)
 {
     coord_common c = {0};
@@ -53,33 +73,20 @@ int cmd_load_library(int argc, char **argv)
     rconn *rc;
     int st = coord_connect(&c, &rc);
     if (st != 0) return st;
-    char *held = NULL, err[1024];
+    char *held = NULL;
     const char *own = runconf_own_build();
     runconf_skip_build_check(); /* (what it would warn about is what this command mends) */
     int h = held_build(rc, c.run, &held);
-    if (h == 0 && strcmp(held, own) == 0) {
-        printf("Redis holds this build of the function library already (version %s, build %s): nothing to do\n",
-               DL_LIB_VERSION, own);
-    } else if (h == 1) {
+    if (h == 1)
         fprintf(stderr, "coordinator load-library: no function library in this Redis: `coordinator init` a run (it "
                         "loads this build's)\n");
+    if (h != 0)
         st = 1;
-    } else if (h == 0 && coord_load_library(rc, err, sizeof err) < 0) {
-        fprintf(stderr, "coordinator load-library: %s\n", err);
-        st = 1;
-    } else if (h == 0) {
-        char *now = runconf_redis_build(rc, c.run);
-        st = now != NULL && strcmp(now, own) == 0 ? 0 : 1;
-        if (st == 0)
-            printf("loaded build %s of function library version %s (Redis held %s)\n", own, DL_LIB_VERSION,
-                   held[0] ? held : "a build from before builds were named");
-        else
-            fprintf(stderr, "coordinator load-library: loaded, but Redis answers build %s, not %s\n", now ? now : "?",
-                    own);
-        free(now);
-    } else {
-        st = 1;
-    }
+    else if (strcmp(held, own) == 0)
+        printf("Redis holds this build of the function library already (version %s, build %s): nothing to do\n",
+               DL_LIB_VERSION, own);
+    else
+        st = load_own(rc, c.run, held);
     free(held);
     rconn_free(rc);
     return st;

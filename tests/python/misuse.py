@@ -51,6 +51,11 @@ def model():
     return m
 
 
+def model_and_sgd():
+    m = model()
+    return m, torch.optim.SGD(m.parameters(), lr=0.1)
+
+
 def session(m, inner, wid, **kw):
     return rediloco.DiLoCo(URL, RUN, m, inner, sync_every=2, worker_id=wid, heartbeat_interval=1, **kw)
 
@@ -65,8 +70,7 @@ def train(m, inner, dl, steps, sched=None):
 
 @case
 def scheduler_after_open():
-    m = model()
-    inner = torch.optim.SGD(m.parameters(), lr=0.1)
+    m, inner = model_and_sgd()
     with warnings.catch_warnings():
         warnings.simplefilter("error")  # torch's "optimizer.step() has been overridden" fails the case
         with session(m, inner, "sched-after") as dl:
@@ -82,8 +86,7 @@ def scheduler_after_open():
 
 @case
 def scheduler_before_open():
-    m = model()
-    inner = torch.optim.SGD(m.parameters(), lr=0.1)
+    m, inner = model_and_sgd()
     sched = torch.optim.lr_scheduler.StepLR(inner, step_size=1, gamma=0.5)
     with warnings.catch_warnings():
         warnings.simplefilter("error")
@@ -98,8 +101,7 @@ def scheduler_before_open():
 
 @case
 def nested_with():
-    m = model()
-    inner = torch.optim.SGD(m.parameters(), lr=0.1)
+    m, inner = model_and_sgd()
     with session(m, inner, "nested") as dl:
         v0 = dl.version
         with dl:  # (a helper that takes the session and enters it again)
@@ -117,8 +119,7 @@ def nested_with():
 
 @case
 def model_moved_inside():
-    m = model()
-    inner = torch.optim.SGD(m.parameters(), lr=0.1)
+    m, inner = model_and_sgd()
     with session(m, inner, "moved") as dl:
         train(m, inner, dl, 1)
         m.double()
@@ -134,8 +135,7 @@ def model_moved_inside():
 
 @case
 def second_session():
-    m = model()
-    inner = torch.optim.SGD(m.parameters(), lr=0.1)
+    m, inner = model_and_sgd()
     msgs = []
     with session(m, inner, "twice") as dl:
         v0 = dl.version

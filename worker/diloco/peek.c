@@ -40,28 +40,29 @@ static int64_t peek(const diloco_options *o, uint64_t *numel, char *layout, size
     return (int64_t)n;
 }
 
-int64_t diloco_peek_run(const diloco_options *o, uint64_t *numel, char *layout, size_t cap, char *err, size_t errlen)
+/* peek with the caller's log sink (diloco_options.log_callback) for what the connection logs. */
+static int64_t peek_logged(const diloco_options *o, uint64_t *numel, char *layout, size_t cap, int *nfragments,
+                           char *err, size_t errlen)
 {
     log_sink sink;
     log_sink_init(&sink, o->log_callback, o->log_ctx, o->log_level);
     log_sink *prev = log_use_sink(&sink);
-    int nfragments;
-    int64_t n = peek(o, numel, layout, cap, &nfragments, err, errlen);
+    int64_t n = peek(o, numel, layout, cap, nfragments, err, errlen);
     log_use_sink(prev);
     log_sink_destroy(&sink);
     return n;
 }
 
+int64_t diloco_peek_run(const diloco_options *o, uint64_t *numel, char *layout, size_t cap, char *err, size_t errlen)
+{
+    int nfragments;
+    return peek_logged(o, numel, layout, cap, &nfragments, err, errlen);
+}
+
 int diloco_peek_fragments(const diloco_options *o, char *err, size_t errlen)
 {
-    log_sink sink;
-    log_sink_init(&sink, o->log_callback, o->log_ctx, o->log_level);
-    log_sink *prev = log_use_sink(&sink);
     uint64_t numel;
     char layout[1];
-    int nfragments = -1;
-    if (peek(o, &numel, layout, sizeof layout, &nfragments, err, errlen) < 0) nfragments = -1;
-    log_use_sink(prev);
-    log_sink_destroy(&sink);
-    return nfragments;
+    int nfragments;
+    return peek_logged(o, &numel, layout, sizeof layout, &nfragments, err, errlen) < 0 ? -1 : nfragments;
 }

@@ -103,7 +103,7 @@ static void usage(FILE *f)
             "  --slowdown F              after each step, sleep F - 1 times as long as the step took: a machine F\n"
             "                            times slower, whatever the load (benchmarks; default 1)\n"
             "  --quad-lr LR              (quadratic) inner AdamW learning rate, above 0 (default 0.01)\n"
-            "  --device-hooks MODE       auto: DiLoCo on the device when the trainer runs on a GPU (default);\n"
+            "  --device-hooks MODE       auto (default): DiLoCo on the device when the trainer runs on a GPU;\n"
             "                            off: through the host buffer; host: testing, a host-memory stand-in\n"
             "                            for a device (tests/it_device_hooks.sh)\n"
             "  -h, --help                this help\n"

@@ -12,6 +12,8 @@
 #   - `python3 -m rediloco init --from-state`: a truncated file and an integer tensor get one clear error
 #     (named python3 -m rediloco init, as its --help's usage line is)
 #     each and create nothing; a BF16 file becomes its values widened to fp32;
+#   - `python3 -m rediloco [init] --help`, `version` and an init whose stdout reader is gone (`| head`):
+#     exit 0 without a BrokenPipeError traceback, and the init still makes its run;
 #   - `coordinator init --from-checkpoint` of the state run's checkpoint: same trainer, layout and values.
 . "$(dirname "$0")/lib.sh"
 PY="$PYTHON tests/python/from_state.py"
@@ -48,6 +50,20 @@ grep -q "tensor 'steps' is I64" "$TMP/badint.txt" || fail "int: $(cat "$TMP/badi
 grep -q "^python3 -m rediloco init: " "$TMP/badint.txt" || fail "int: not named python3 -m rediloco init: $(cat "$TMP/badint.txt")"
 PYTHONPATH=python $PYTHON -m rediloco init --help > "$TMP/help.txt" 2>&1 || fail "init --help: exit $?"
 head -n 1 "$TMP/help.txt" | grep -q "^usage: python3 -m rediloco init --redis URL" || fail "init --help: $(head -n 1 "$TMP/help.txt")"
+# its output into a pipe whose reader is gone (`... --help | head -n 1`): no BrokenPipeError traceback,
+# exit 0, and an init so piped still creates its run (the reader's going ends the copy, not the command)
+cat > "$TMP/closed_pipe.py" <<'PY'
+import os, subprocess, sys
+r, w = os.pipe()
+os.close(r)  # the reader is gone before the first write: EPIPE at once, as `| head` gives it sooner or later
+p = subprocess.run([sys.executable, "-m", "rediloco"] + sys.argv[1:], stdout=w, stderr=subprocess.PIPE, text=True)
+print("exit %d, stderr %r" % (p.returncode, p.stderr))
+PY
+for args in "--help" "init --help" "version" "init --redis $URL --run piped --trainer quadratic --numel 1000 --workers 1"; do
+  PYTHONPATH=python $PYTHON "$TMP/closed_pipe.py" $args > "$TMP/pipe.txt" 2>&1
+  grep -q "^exit 0, stderr ''$" "$TMP/pipe.txt" || fail "python3 -m rediloco $args into a closed pipe: $(cat "$TMP/pipe.txt")"
+done
+[ "$($RCLI HGET "dl:{piped}:config" trainer)" = quadratic ] || fail "init into a closed pipe made no run"
 (cd python && $PYTHON -m rediloco init --redis "$URL" --run bf --workers 1 --shards 2 \
   --from-state "$TMP/odd/bf16.safetensors") > "$TMP/bf.txt" 2>&1 || fail "bf16 init: $(cat "$TMP/bf.txt")"
 RUN=bf start_server sbf

@@ -3,6 +3,7 @@
     python3 -m rediloco init --redis URL --run R --from-state FILE.safetensors [coordinator init flags]
     python3 -m rediloco version
 """
+import os
 import re
 import subprocess
 import sys
@@ -26,10 +27,26 @@ def _as_python(text):
 
 
 def _relay(src, dst):
-    """Copy src's lines to dst as they come, in the words of _as_python."""
+    """Copy src's lines to dst as they come, in the words of _as_python. A reader that went away (`| head`)
+    ends the copy, not the command: the rest of src is read and dropped, so coordinator init finishes as
+    it would with its output discarded."""
     for line in src:
-        dst.write(_as_python(line))
-        dst.flush()
+        try:
+            dst.write(_as_python(line))
+            dst.flush()
+        except BrokenPipeError:
+            _drop(dst)
+            for _ in src:
+                pass
+            return
+
+
+def _drop(stream):
+    """Point stream's file descriptor at /dev/null: a reader of it went away, and Python's own flush at exit
+    would otherwise print a BrokenPipeError for it."""
+    null = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(null, stream.fileno())
+    os.close(null)
 
 
 def main(argv):
@@ -68,4 +85,10 @@ def main(argv):
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
+    try:
+        status = main(sys.argv[1:])
+        sys.stdout.flush()
+    except BrokenPipeError:  # `python3 -m rediloco --help | head -n 1`: what was asked for was read
+        _drop(sys.stdout)
+        status = 0
+    sys.exit(status)

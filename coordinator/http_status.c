@@ -206,7 +206,8 @@ static void doc_settings(json_t *d, json_t *st)
     setn(d, "heartbeat_timeout_ms", num(st, "heartbeat_timeout_ms", 0));
     json_object_set_new(d, "heartbeat_timeout", json_real(num(st, "heartbeat_timeout_ms", 0) / 1000.0));
     json_object_set_new(d, "dylu_enabled", json_boolean(num(st, "dylu", 0) != 0));
-    if (json_object_get(st, "dylu_base_sync_every"))
+    /* init records a base H in every run's state; it means something only when the run has DyLU */
+    if (num(st, "dylu", 0) != 0 && json_object_get(st, "dylu_base_sync_every"))
         setn(d, "dylu_base_sync_every", num(st, "dylu_base_sync_every", 0));
 }
 

@@ -89,6 +89,7 @@ keys = ['run', 'mode', 'status', 'now_ms', 'coordinator_uptime_s', 'auth_require
         'workers_live', 'servers', 'servers_live', 'shards', 'corrupt_shards', 'events', 'recent_rounds', 'evals',
         'eval_loss', 'eval_version', 'config', 'state', 'redis']
 assert [k for k in d if k not in ('dylu_base_sync_every', 'dn_buffer_size', 'dn_buffered')] == keys, list(d)
+assert 'dylu_base_sync_every' not in d, 'a run without DyLU shows a DyLU base H: %s' % d['dylu_base_sync_every']
 assert list(d['shards'][0]) == ['corrupt', 'corrupt_reason', 'shard', 'version', 'owner', 'epoch', 'lease_left_ms',
                                 'lease_age_ms', 'lease_valid', 'digest', 'snapshot'], list(d['shards'][0])
 assert list(d['servers'][0]) == ['id', 'addr', 'pid', 'last_beat_age_ms', 'shards_held'], list(d['servers'][0])

@@ -76,6 +76,7 @@ assert d["dn_buffer_size"] == 3, d.get("dn_buffer_size")
 b, v = d["dn_buffered"], d["fragment_versions"]
 assert len(b) == 2 and all(0 <= x < 3 for x in b) and b == [x % 3 for x in v], (b, v)
 assert d["submissions_applied"] == sum(v), (d["submissions_applied"], v)
+assert d["dylu_enabled"] and d["dylu_base_sync_every"] == 500, (d["dylu_enabled"], d.get("dylu_base_sync_every"))
 print("async /status: dn_buffered", b, "of", d["dn_buffer_size"], "fragment versions", v)
 ' || fail "async /status: DN buffer and submissions applied"
 DASH_URL="http://127.0.0.1:$AP/dashboard" DN=3 CHROMIUM=$CHROMIUM timeout 60 node tests/browser/dashboard_async.mjs \

@@ -4,7 +4,8 @@
 #  a worker trains 3 rounds -> status shows processes and the run -> a kill -9'd shard-server is
 #  restarted by `up` -> down stops every process it started -> up again: the run survived in the
 #  AOF (same round, same digests) -> a worker of `up --workers 1` that finished its steps shows as exited
-#  (not dead) -> down: nothing left running, the port is free. A second cluster asked for the first one's
+#  (not dead), and a later `up` leaves it alone -> down: nothing left running, the port is free -> up starts
+#  it again. A second cluster asked for the first one's
 #  Redis port refuses (it ran in the foreign Redis); `up` whose coordinator cannot listen fails with the
 #  reason; `up --servers 2` after `up --servers 3` stops server3. No process it
 #  starts has the Redis URL on its command line (it passes DL_REDIS_URL), and a worker started the
@@ -109,9 +110,21 @@ wait_until 20 '! alive $wp' "worker w1 of up --workers to finish its 20 steps"
 $CL status --dir "$D" > "$TMP/status2.log" 2>&1
 grep -q "worker-w1 .*exited: stopped after 20 steps (done)" "$TMP/status2.log" ||
   fail "status of a worker that finished: $(cat "$TMP/status2.log")"
+# ... and a later `up` (to change the servers; --workers 1 is remembered) does not start it again to train
+# its 20 steps once more (it did); `down` then `up` does
+$CL up --dir "$D" > "$TMP/up5.log" 2>&1 || fail "cluster.sh up after w1 finished: $(cat "$TMP/up5.log")"
+grep -q "worker-w1 stopped after 20 steps (done): not started again" "$TMP/up5.log" ||
+  fail "up after w1 finished does not say it leaves w1 alone: $(cat "$TMP/up5.log")"
+[ "$(cat "$D/pids/worker-w1.pid")" = "$wp" ] || fail "up started the finished worker w1 again"
 all=$(pids_of_cluster)
 $CL down --dir "$D" > "$TMP/down2.log" 2>&1 || fail "cluster.sh down (2)"
 wait_until 3 'none_alive "$all"' "every process of the cluster to exit"
 ls "$D"/pids/*.pid >/dev/null 2>&1 && fail "pid files left after down"
+$CL up --dir "$D" > "$TMP/up6.log" 2>&1 || fail "cluster.sh up after down (2)"
+wp2=$(cat "$D/pids/worker-w1.pid" 2>/dev/null)
+[ -n "$wp2" ] && [ "$wp2" != "$wp" ] || fail "up after down did not start w1 again: $(cat "$TMP/up6.log")"
+all=$(pids_of_cluster)
+$CL down --dir "$D" > "$TMP/down3.log" 2>&1 || fail "cluster.sh down (3)"
+wait_until 12 'none_alive "$all"' "every process of the cluster to exit (3)"
 say "the run survived down/up; down again: nothing left"
 echo "PASS it_deploy_cluster_sh"

@@ -5,7 +5,8 @@
 # logs in DIR/logs/, pid files in DIR/pids/, Redis data (the AOF) in DIR/redis/.
 #
 #   cluster.sh up     [options]         start Redis; start the servers and coordinator if the run exists.
-#                                       Idempotent: starts only what is not running (so it also repairs);
+#                                       Idempotent: starts only what is not running (so it also repairs;
+#                                       not a worker that ended by itself: `down` then `up` starts those);
 #                                       stops servers and workers beyond --servers and --workers. Fails
 #                                       when the port is not free or a process it started exits at once
 #   cluster.sh init   [options] -- [coordinator init flags]   create the run, then `up`
@@ -155,6 +156,15 @@ stop_extra() { # PREFIX PROG N
   say "stopped$names (beyond the $3 asked for)"
 }
 
+# finished NAME: the worker NAME ended by itself since it was started (it trained its --steps, or the run was
+# shut down): its pid file is still there (`down` removes it) and its log's last line says so. Prints how it
+# ended. `up` used to start such a worker again, to train its --steps once more, when it was run only to
+# change the number of servers (the --workers it was first given are remembered).
+finished() {
+  [ -f "$PIDS/$1.pid" ] || return 1
+  tail -n 1 "$LOGS/$1.log" 2>/dev/null | grep -o 'stopped after [0-9]* steps (\(done\|run shut down\))'
+}
+
 start_rest() {
   stop_extra server shard-server "$SERVERS"
   stop_extra worker-w worker "$WORKERS"
@@ -180,7 +190,10 @@ start_rest() {
   fi
   i=1
   while [ "$i" -le "$WORKERS" ]; do
-    if ! pid_of "worker-w$i" worker >/dev/null; then
+    if pid_of "worker-w$i" worker >/dev/null; then :
+    elif done=$(finished "worker-w$i"); then
+      say "worker-w$i $done: not started again (\`cluster.sh down\`, then \`up\`, starts every worker again)"
+    else
       # shellcheck disable=SC2086
       spawn "worker-w$i" "$BIN/worker" --run "$RUN" --worker-id "w$i" --quiet $WARGS
     fi

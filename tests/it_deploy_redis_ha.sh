@@ -25,6 +25,11 @@ for _ in range(200):
     except OSError:
         pass' "$@"; }
 B=$(free_run 3 0); SB=$(free_run 3 0)
+# --help prints the usage and makes no folder (it made an empty --dir, run/<tag>/ by default)
+for sc in $S deploy/redis-cluster/cluster.sh; do
+  sh $sc --help --dir "$TMP/help" | grep -q "cluster.sh up\|sentinel.sh up" || fail "$sc --help: $(sh $sc --help 2>&1 | head -n 3)"
+  [ -e "$TMP/help" ] && fail "$sc --help made its --dir"
+done
 cleanup() {
   sh $S down --dir "$D" >/dev/null 2>&1
   sh deploy/redis-cluster/cluster.sh down --dir "$TMP/rc" >/dev/null 2>&1

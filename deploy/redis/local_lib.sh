@@ -34,6 +34,7 @@ launcher_args() {
     shift 2
   done
   [ -z "$DIR" ] && DIR=$ROOT/run/$TAG
+  case "$cmd" in help|"") usage; exit 0;; esac # (before the folder is made: --help left an empty run/TAG/)
   mkdir -p "$DIR" && DIR=$(cd "$DIR" && pwd) || exit 1
   ENVF=$DIR/$ENVF_NAME
   for o in $OPTS; do eval "${o#*:}=''"; done

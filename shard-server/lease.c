@@ -250,9 +250,12 @@ static void beat_answered(ss_ctx *ss, redisReply *r)
         return;
     }
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-        log_warn("lease renewal failed: %s", r == NULL                      ? "Redis connection lost"
-                                             : r->type == REDIS_REPLY_ERROR ? r->str
-                                                                            : "unexpected reply");
+        char why[768];
+        rconn_explain_error(r == NULL                      ? "Redis connection lost"
+                            : r->type == REDIS_REPLY_ERROR ? r->str
+                                                           : "unexpected reply",
+                            why, sizeof why);
+        log_warn("lease renewal failed: %s", why);
         lease_check_expiry(ss);
         return;
     }

@@ -83,6 +83,56 @@ static struct timeval socket_timeout(const rconn *c)
     return timeval_from_ms(ms);
 }
 
+/* What an operator does about each refusal of a misbehaving Redis (the command did not run): Redis's own
+ * words name the symptom, not always the cause or the cure. Matched on the start of the error text. */
+static const struct {
+    const char *start;
+    const char *hint;
+} refusal_hints[] = {
+    {"OOM", "Redis is out of memory, its used_memory above maxmemory, and refuses writes: raise maxmemory (CONFIG "
+            "SET maxmemory) or give Redis more memory; keep maxmemory-policy noeviction (docs/deploy.md). Nothing "
+            "was written; the run's processes retry"},
+    {"MISCONF", "Redis refuses writes because its last RDB save failed (stop-writes-on-bgsave-error): fix what its "
+                "log names (disk full, its dir not writable), then BGSAVE; nothing was written; the run's processes "
+                "retry"},
+    {"BUSY", "Redis is busy running a script or function for longer than busy-reply-threshold: wait, or stop it "
+             "(SCRIPT KILL / FUNCTION KILL); the run's processes retry"},
+    {"ERR max number of clients reached",
+     "Redis refuses new connections: maxclients is reached; raise it (CONFIG SET maxclients N) or close idle clients "
+     "(CLIENT LIST); the run's processes retry"},
+    {"READONLY", "this Redis is a read-only replica: point the URL at the master, or at its Sentinels "
+                 "(redis+sentinel://) to follow failovers"},
+    {"MASTERDOWN", "this Redis is a replica that lost its master: point the URL at the master, or at its Sentinels "
+                   "(redis+sentinel://) to follow failovers"},
+    {"LOADING", "Redis is loading its data set after a restart; the run's processes wait for it"},
+    {"NOREPLICAS", "the master has fewer replicas than its min-replicas-to-write: are its replicas up and linked?"},
+};
+
+const char *rconn_error_hint(const char *e)
+{
+    if (e == NULL) return NULL;
+    for (size_t i = 0; i < sizeof refusal_hints / sizeof refusal_hints[0]; i++)
+        if (strncmp(e, refusal_hints[i].start, strlen(refusal_hints[i].start)) == 0) return refusal_hints[i].hint;
+    return NULL;
+}
+
+int rconn_error_transient(const char *e)
+{
+    return rconn_error_hint(e) != NULL || rconn_error_failover(e);
+}
+
+void rconn_explain_error(const char *redis_error, char *out, size_t cap)
+{
+    const char *hint = rconn_error_hint(redis_error);
+    size_t n = redis_error ? strlen(redis_error) : 0;
+    /* (Redis ends some of its texts with a period: "...> 'maxmemory'." then "; Redis is out of...") */
+    if (n > 0 && redis_error[n - 1] == '.') n--;
+    if (hint)
+        snprintf(out, cap, "%.*s (%s)", (int)n, redis_error, hint);
+    else
+        snprintf(out, cap, "%s", redis_error ? redis_error : "Redis error");
+}
+
 int rconn_reply_error(const rconn *c, redisReply *r, char *err, size_t errlen)
 {
     if (r == NULL) {
@@ -90,7 +140,7 @@ int rconn_reply_error(const rconn *c, redisReply *r, char *err, size_t errlen)
         return -1;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        err_set(err, errlen, "%s", r->str ? r->str : "Redis error");
+        if (err != NULL && errlen > 0) rconn_explain_error(r->str, err, errlen);
         return -1;
     }
     return 0;
@@ -206,7 +256,7 @@ static redisReply *handshake(redisContext *c, const stop_src *stop, int timeout_
 
 /* Run one command whose only interesting outcome is error or not; *final when Redis refused it for good.
  * check: what to look at when Redis refuses it, said only then (no reply is not a matter of credentials:
- * a frozen or overloaded Redis, or a cut connection). */
+ * a frozen or overloaded Redis, or a cut connection; nor is a refusal rconn_error_hint explains). */
 static int run_simple(redisContext *c, const char *what, const char *check, int *final, char *err, size_t errlen,
                       redisReply *r)
 {
@@ -215,8 +265,14 @@ static int run_simple(redisContext *c, const char *what, const char *check, int 
         err_set(err, errlen, "%s failed: %s", what, c->errstr[0] ? c->errstr : "no reply");
         rc = -1;
     } else if (r->type == REDIS_REPLY_ERROR) {
-        err_set(err, errlen, "%s (%s) failed: %s", what, check, r->str);
         *final = rconn_error_final(r->str);
+        /* (a refusal that is not about the URL, maxclients reached say, is not blamed on the login) */
+        char why[512];
+        rconn_explain_error(r->str, why, sizeof why);
+        if (*final || rconn_error_hint(r->str) == NULL)
+            err_set(err, errlen, "%s (%s) failed: %s", what, check, r->str);
+        else
+            err_set(err, errlen, "%s failed: %s", what, why);
         rc = -1;
     }
     if (r != NULL) freeReplyObject(r);

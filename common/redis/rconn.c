@@ -785,7 +785,17 @@ static int refresh(rconn *c, int i)
 static void explain_failover(rconn *c, redisContext *ctx, const char *why)
 {
     if (strncmp(why, "CLUSTERDOWN", 11) != 0) {
-        set_broken(c, why);
+        char text[sizeof c->errstr];
+        rconn_explain_error(why, text, sizeof text); /* (a replica: what to give as the URL) */
+        redisReply *role = strncmp(why, "READONLY", 8) == 0 ? own_command(c, ctx, "ROLE") : NULL;
+        if (role && role->type == REDIS_REPLY_ARRAY && role->elements >= 3 &&
+            role->element[1]->type == REDIS_REPLY_STRING && role->element[2]->type == REDIS_REPLY_INTEGER) {
+            size_t n = strlen(text);
+            snprintf(text + n, sizeof text - n, "; its master is %s:%lld", role->element[1]->str,
+                     (long long)role->element[2]->integer);
+        }
+        if (role) freeReplyObject(role);
+        set_broken(c, text);
         return;
     }
     redisReply *n = own_command(c, ctx, "CLUSTER NODES");

@@ -46,7 +46,7 @@ static json_t *parse_replica(const char *v)
 }
 
 /* INFO replication of the node rc talks to: role, master_repl_offset, replicas. */
-static void read_replication(rconn *rc, json_t *t)
+static void read_replication(rconn *rc, json_t *t, int url_sentinel)
 {
     redisReply *r = rconn_command(rc, "INFO replication");
     if (!r || r->type != REDIS_REPLY_STRING) {
@@ -62,6 +62,10 @@ static void read_replication(rconn *rc, json_t *t)
         const char *v = colon + 1;
         if (!strcmp(line, "role"))
             json_object_set_new(t, "role", json_string(v));
+        else if (!strcmp(line, "master_host"))
+            json_object_set_new(t, "replica_of_host", json_string(v));
+        else if (!strcmp(line, "master_port"))
+            json_object_set_new(t, "replica_of_port", json_integer(atoll(v)));
         else if (!strcmp(line, "master_repl_offset"))
             json_object_set_new(t, "master_repl_offset", json_integer(atoll(v)));
         else if (!strncmp(line, "slave", 5) && line[5] >= '0' && line[5] <= '9')
@@ -69,6 +73,20 @@ static void read_replication(rconn *rc, json_t *t)
     }
     json_object_set_new(t, "replicas", reps);
     freeReplyObject(r);
+    /* A plain URL that names a replica: what status shows is a copy (it may lag), and the run's processes given
+     * that URL are refused (READONLY). Said as a warning, with the master to name instead. */
+    const char *role = json_string_value(json_object_get(t, "role"));
+    if (role && !strcmp(role, "slave") && !url_sentinel) {
+        char w[400];
+        snprintf(w, sizeof w,
+                 "this Redis is a read-only replica of %s:%lld: what is shown may lag, and processes given this URL "
+                 "cannot write; give the master's URL",
+                 json_string_value(json_object_get(t, "replica_of_host"))
+                     ? json_string_value(json_object_get(t, "replica_of_host"))
+                     : "?",
+                 (long long)json_integer_value(json_object_get(t, "replica_of_port")));
+        json_object_set_new(t, "warning", json_string(w));
+    }
 }
 
 /* INFO memory of the node rc talks to: used_memory, maxmemory and maxmemory_policy as "memory", and a
@@ -103,7 +121,10 @@ static void read_memory(rconn *rc, json_t *t)
                  "maxmemory-policy %s lets Redis evict the run's keys when it is full, and the run is lost: CONFIG SET "
                  "maxmemory-policy noeviction (docs/deploy.md)",
                  policy);
-        json_object_set_new(t, "warning", json_string(w));
+        const char *before = json_string_value(json_object_get(t, "warning"));
+        char both[800];
+        snprintf(both, sizeof both, "%s%s%s", before ? before : "", before ? "; " : "", w);
+        json_object_set_new(t, "warning", json_string(both));
     }
     json_object_set_new(t, "memory", m);
     freeReplyObject(r);
@@ -155,7 +176,7 @@ json_t *topology_read(rconn *rc, const redis_url *url, topology_watch *w)
     char master[300];
     rconn_server(rc, master, sizeof master);
     json_object_set_new(t, "master", json_string(master));
-    read_replication(rc, t);
+    read_replication(rc, t, url->sentinel_master[0] != '\0');
     read_memory(rc, t);
     if (url->sentinel_master[0]) read_sentinel(url, t);
     if (w) {

@@ -2,10 +2,12 @@
 # it_redis_replica_url.sh: processes pointed at a read-only replica of the run's Redis instead of its master (a
 # plain redis:// URL: no Sentinels to ask for the master). A worker exits at start saying the server is a
 # read-only replica, which its master is, and what to give instead. A shard-server stays up, says the same, and
-# tries again every 5 s; when the replica is made a master (REPLICAOF NO ONE) it serves from it by itself.
+# tries again every 5 s; `coordinator status` (read-only: it works on a replica) warns that it shows a replica
+# and names the master; when the replica is made a master (REPLICAOF NO ONE) it serves from it by itself.
 # Before, the shard-server's four links reconnected at once after every READONLY (the connect reset their
 # backoff), about ten times a second each, each time saying "finding the master again", which a plain URL
-# never finds (some 450 lines in 15 s), and the worker's message named no master and nothing to do.
+# never finds (some 450 lines in 15 s), the worker's message named no master and nothing to do, and status
+# showed the replica as "master" without a word.
 # test: light (it waits for processes more than it computes)
 . "$(dirname "$0")/lib.sh"
 start_redis
@@ -34,7 +36,10 @@ n=$(grep -c READONLY "$TMP/server-s1.log")
 grep READONLY "$TMP/server-s1.log" | head -n 1 | grep -q "point the URL at the master" ||
   fail "the shard-server did not say what to do: $(grep READONLY "$TMP/server-s1.log" | head -n 1)"
 alive "$SRV_s1" || fail "the shard-server exited"
-say "$n READONLY lines in 6 s, each saying what to do; promoting the replica"
+bin/coordinator status --redis "$URL" --run $RUN > "$TMP/status.txt" 2>&1 || fail "status from the replica: $(cat "$TMP/status.txt")"
+grep -q "WARNING: this Redis is a read-only replica of 127.0.0.1:$MASTER" "$TMP/status.txt" ||
+  fail "status from the replica did not warn that it is one: $(tail -n 2 "$TMP/status.txt")"
+say "$n READONLY lines in 6 s, each saying what to do; status warns; promoting the replica"
 
 $REDIS_CLI -p "$RPORT" REPLICAOF NO ONE > /dev/null
 wait_until 30 "[ \"\$($REDIS_CLI -p $RPORT HGET 'dl:{$RUN}:shards' 0:owner)\" = s1 ]" \

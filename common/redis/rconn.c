@@ -433,6 +433,14 @@ static void sleep_unless_stopped(unsigned ms, const stop_src *stop, sentinel_wat
     }
 }
 
+/* Whether a connect's error text carries a refusal's hint (rconn_explain_error): Redis answered. */
+static int explained_refusal(const char *why)
+{
+    for (size_t i = 0; i < sizeof refusal_hints / sizeof refusal_hints[0]; i++)
+        if (strstr(why, refusal_hints[i].hint) != NULL) return 1;
+    return 0;
+}
+
 /* rconn_connect_retry; *watch: the Sentinel subscriptions it opened, for the caller to close. */
 static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, const stop_src *stop, int *refused,
                             sentinel_watch **watch, char *err, size_t errlen)
@@ -475,21 +483,24 @@ static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, con
         if (wait_ms >= 0 && elapsed + pause > (uint64_t)wait_ms)
             pause = (unsigned)((uint64_t)wait_ms - elapsed); /* the last attempt at the deadline */
         if (logged == 0 || now_ms() - logged >= RETRY_LOG_EVERY_MS) {
-            /* why already names the URL (without password) */
+            /* why already names the URL (without password); a Redis that answered with a refusal rconn_error_hint
+             * explains (maxclients reached, say) is running, and the URL is right: its hint is in why already */
+            const char *check = explained_refusal(why) ? "" : " (" UNREACHABLE_HINT ")";
             if (wait_ms < 0)
-                log_warn("%s; retrying until it answers (%s)", why, UNREACHABLE_HINT);
+                log_warn("%s; retrying until it answers%s", why, check);
             else
-                log_warn("%s; retrying for up to %.1f s more (%s)", why, (double)((uint64_t)wait_ms - elapsed) / 1000.0,
-                         UNREACHABLE_HINT);
+                log_warn("%s; retrying for up to %.1f s more%s", why, (double)((uint64_t)wait_ms - elapsed) / 1000.0,
+                         check);
             logged = now_ms();
         }
         sleep_unless_stopped(pause, stop, *watch);
     }
+    const char *check = explained_refusal(why) ? "" : UNREACHABLE_HINT;
     if (attempt == 0)
-        err_set(err, errlen, "%s (%s)", why, UNREACHABLE_HINT);
+        err_set(err, errlen, "%s%s%s%s", why, *check ? " (" : "", check, *check ? ")" : "");
     else
-        err_set(err, errlen, "%s (gave up after %.1f s and %u attempts; %s)", why, (double)(now_ms() - t0) / 1000.0,
-                attempt + 1, UNREACHABLE_HINT);
+        err_set(err, errlen, "%s (gave up after %.1f s and %u attempts%s%s)", why, (double)(now_ms() - t0) / 1000.0,
+                attempt + 1, *check ? "; " : "", check);
     return NULL;
 }
 

@@ -90,8 +90,15 @@ local function load_run(keys)
     local v = redis.call('HGET', keys[1], 'lib_version')
     if not v then
         local name = string.match(P, '^dl:{(.*)}$') or P
-        error('NORUN run \'' .. name .. '\' does not exist in this Redis; run `coordinator init --run ' .. name ..
-              '` first')
+        -- (a run whose config an evicting Redis dropped is not there either: say the likely cause)
+        local policy = eviction_policy()
+        local evicts = ''
+        if policy and policy ~= 'noeviction' then
+            evicts = ' (if it existed, it may have been evicted: this Redis\'s maxmemory-policy is ' .. policy ..
+                     ', which drops keys when it is full; set noeviction, docs/deploy.md)'
+        end
+        error('NORUN run \'' .. name .. '\' does not exist in this Redis' .. evicts .. '; run `coordinator init ' ..
+              '--run ' .. name .. '` first')
     end
     -- a run made by another library version keeps its keys differently (version 1: the operator's
     -- settings in dl:{R}:state): reading it with these functions would silently use defaults

@@ -45,6 +45,11 @@ sleep 2 # (the processes go on renewing and beating: still nothing made anew)
 for p in $SRV_s1 $WRK_w1 $WRK_w2; do alive "$p" || fail "process $p exited after the loss"; done
 say "every process up, saying what is missing and why; nothing made anew"
 
+# the config evicted too: the run is not there, and the refusal says the likely cause
+$RCLI DEL "dl:{$RUN}:config" > /dev/null
+bin/coordinator status --redis "$URL" --run $RUN > "$TMP/status-norun.txt" 2>&1 && fail "status of a run without config exited 0"
+grep -q "NORUN.*may have been evicted: this Redis's maxmemory-policy is allkeys-random" "$TMP/status-norun.txt" ||
+  fail "status did not name the evicting policy: $(cat "$TMP/status-norun.txt")"
 $RCLI CONFIG SET maxmemory-policy noeviction > /dev/null
 bin/coordinator init --redis "$URL" --run $RUN --force --from-checkpoint "$TMP/ckpt.safetensors" > "$TMP/reinit.log" 2>&1 ||
   fail "init --force --from-checkpoint: $(cat "$TMP/reinit.log")"

@@ -202,8 +202,11 @@ static void reap_failed(serve_ctx *x, const char *e)
         log_warn("run '%s' does not exist in this Redis yet (%s): waiting for it to be made (`coordinator init "
                  "--run %s`), serving meanwhile",
                  x->c.run, gone, x->c.run);
-    else
-        log_warn("reap: %s", e);
+    else {
+        char why[768];
+        rconn_explain_error(e, why, sizeof why);
+        log_warn("reap: %s", why);
+    }
     snprintf(x->reap_err, sizeof x->reap_err, "%s", news);
     x->reap_logged = now_ms();
 }

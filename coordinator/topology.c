@@ -1,8 +1,9 @@
 /* topology.c: what `coordinator status` and the dashboard show of Redis itself: the master the URL
  * leads to, its replicas with their replication offset and lag, and, behind Sentinel, the number of
  * failovers so far (the Sentinels' config epoch); `serve` also remembers the last failover it saw.
- * Read with INFO replication on the master (and SENTINEL MASTER on a Sentinel); a Redis that refuses
- * them (an ACL without INFO) leaves the fields out. */
+ * Read with INFO replication on the master (and SENTINEL MASTER on a Sentinel); its memory and a warning
+ * when its maxmemory-policy evicts, with INFO memory; a Redis that refuses them (an ACL without INFO) leaves
+ * the fields out. */
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,7 +46,7 @@ static json_t *parse_replica(const char *v)
 }
 
 /* INFO replication of the node rc talks to: role, master_repl_offset, replicas. */
-static void read_replication(rconn *rc, json_t *t)
+static void read_replication(rconn *rc, json_t *t, int url_sentinel)
 {
     redisReply *r = rconn_command(rc, "INFO replication");
     if (!r || r->type != REDIS_REPLY_STRING) {
@@ -61,12 +62,71 @@ static void read_replication(rconn *rc, json_t *t)
         const char *v = colon + 1;
         if (!strcmp(line, "role"))
             json_object_set_new(t, "role", json_string(v));
+        else if (!strcmp(line, "master_host"))
+            json_object_set_new(t, "replica_of_host", json_string(v));
+        else if (!strcmp(line, "master_port"))
+            json_object_set_new(t, "replica_of_port", json_integer(atoll(v)));
         else if (!strcmp(line, "master_repl_offset"))
             json_object_set_new(t, "master_repl_offset", json_integer(atoll(v)));
         else if (!strncmp(line, "slave", 5) && line[5] >= '0' && line[5] <= '9')
             json_array_append_new(reps, parse_replica(v));
     }
     json_object_set_new(t, "replicas", reps);
+    freeReplyObject(r);
+    /* A plain URL that names a replica: what status shows is a copy (it may lag), and the run's processes given
+     * that URL are refused (READONLY). Said as a warning, with the master to name instead. */
+    const char *role = json_string_value(json_object_get(t, "role"));
+    if (role && !strcmp(role, "slave") && !url_sentinel) {
+        char w[400];
+        snprintf(w, sizeof w,
+                 "this Redis is a read-only replica of %s:%lld: what is shown may lag, and processes given this URL "
+                 "cannot write; give the master's URL",
+                 json_string_value(json_object_get(t, "replica_of_host"))
+                     ? json_string_value(json_object_get(t, "replica_of_host"))
+                     : "?",
+                 (long long)json_integer_value(json_object_get(t, "replica_of_port")));
+        json_object_set_new(t, "warning", json_string(w));
+    }
+}
+
+/* INFO memory of the node rc talks to: used_memory, maxmemory and maxmemory_policy as "memory", and a
+ * "warning" when the policy evicts keys: the run's keys are its committed state, not a cache, and an evicting
+ * Redis that is full drops them at random (the functions then refuse the run, LOST: lua/10_helpers.lua).
+ * Said before it happens, while maxmemory is still far. */
+static void read_memory(rconn *rc, json_t *t)
+{
+    redisReply *r = rconn_command(rc, "INFO memory");
+    if (!r || r->type != REDIS_REPLY_STRING) {
+        if (r) freeReplyObject(r);
+        return;
+    }
+    json_t *m = json_object();
+    char *save = NULL;
+    for (char *line = strtok_r(r->str, "\r\n", &save); line; line = strtok_r(NULL, "\r\n", &save)) {
+        char *colon = strchr(line, ':');
+        if (!colon) continue;
+        *colon = '\0';
+        const char *v = colon + 1;
+        if (!strcmp(line, "used_memory"))
+            json_object_set_new(m, "used", json_integer(atoll(v)));
+        else if (!strcmp(line, "maxmemory"))
+            json_object_set_new(m, "max", json_integer(atoll(v)));
+        else if (!strcmp(line, "maxmemory_policy"))
+            json_object_set_new(m, "policy", json_string(v));
+    }
+    const char *policy = json_string_value(json_object_get(m, "policy"));
+    if (policy && strcmp(policy, "noeviction") != 0) {
+        char w[400];
+        snprintf(w, sizeof w,
+                 "maxmemory-policy %s lets Redis evict the run's keys when it is full, and the run is lost: CONFIG SET "
+                 "maxmemory-policy noeviction (docs/deploy.md)",
+                 policy);
+        const char *before = json_string_value(json_object_get(t, "warning"));
+        char both[800];
+        snprintf(both, sizeof both, "%s%s%s", before ? before : "", before ? "; " : "", w);
+        json_object_set_new(t, "warning", json_string(both));
+    }
+    json_object_set_new(t, "memory", m);
     freeReplyObject(r);
 }
 
@@ -116,7 +176,8 @@ json_t *topology_read(rconn *rc, const redis_url *url, topology_watch *w)
     char master[300];
     rconn_server(rc, master, sizeof master);
     json_object_set_new(t, "master", json_string(master));
-    read_replication(rc, t);
+    read_replication(rc, t, url->sentinel_master[0] != '\0');
+    read_memory(rc, t);
     if (url->sentinel_master[0]) read_sentinel(url, t);
     if (w) {
         topology_watch_master(w, master);
@@ -137,7 +198,15 @@ void topology_print(json_t *t)
     if (s && json_object_get(s, "failovers"))
         printf(", %lld failover(s) (Sentinel config epoch)",
                (long long)json_integer_value(json_object_get(s, "failovers")));
+    json_t *m = json_object_get(t, "memory");
+    if (m && json_object_get(m, "used")) {
+        long long used = (long long)json_integer_value(json_object_get(m, "used"));
+        long long max = (long long)json_integer_value(json_object_get(m, "max"));
+        printf(", memory %.1f MB", (double)used / 1e6);
+        if (max > 0) printf(" of maxmemory %.1f MB", (double)max / 1e6);
+    }
     putchar('\n');
+    if (json_object_get(t, "warning")) printf("  WARNING: %s\n", json_string_value(json_object_get(t, "warning")));
     size_t i;
     json_array_foreach(reps, i, r)
     {

@@ -15,6 +15,8 @@ a function that fails half-way, so every function checks ALL its preconditions b
 and fails with a fixed error code (first word of the error):
 
   NORUN           the run does not exist (run `coordinator init`)
+  LOST            the run's config is there but a key every run has is not (evicted by a Redis whose
+                  maxmemory-policy is not noeviction, or deleted): nothing is made anew in its place
   EXISTS          the run already exists
   BADARG          an argument is malformed
   UNKNOWN_WORKER  the worker is not a live member (evicted, never registered, or an old incarnation)

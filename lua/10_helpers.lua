@@ -52,13 +52,53 @@ local function event(P, kind, fields)
     redis.call('XADD', unpack(args))
 end
 
+-- The keys every run has from dl_init on (dl:{R}:config is load_run's own check): without one of them the
+-- functions would make it anew, empty, and go on with a run that lost its state: a shard's version, digest
+-- and log gone and its lease epochs starting again at 1 (a fencing token reused), the round counters at 0.
+-- A Redis whose maxmemory-policy evicts (allkeys-lru, ...) drops keys at random when it is full, and an
+-- operator's DEL drops one: LOST, before any write, names what is missing and the eviction policy if it
+-- evicts. One EXISTS per call (the worker, shard-server and viewer ACL users may run it).
+local RUN_KEYS = {'state', 'tunables', 'shards'}
+local function eviction_policy()
+    local info = redis.pcall('INFO', 'memory')
+    if type(info) ~= 'string' then return nil end
+    return string.match(info, 'maxmemory_policy:([%w-]+)')
+end
+
+local function check_run_whole(P)
+    local names = {}
+    for i, k in ipairs(RUN_KEYS) do names[i] = P .. ':' .. k end
+    if redis.call('EXISTS', unpack(names)) == #names then return end
+    local missing = {}
+    for _, key in ipairs(names) do
+        if redis.call('EXISTS', key) == 0 then missing[#missing + 1] = key end
+    end
+    local policy = eviction_policy()
+    local why = 'deleted: an operator\'s DEL or UNLINK?'
+    if policy and policy ~= 'noeviction' then
+        why = 'evicted: this Redis\'s maxmemory-policy is ' .. policy .. ', which drops keys when it is full; ' ..
+              'set noeviction (CONFIG SET maxmemory-policy noeviction, docs/deploy.md)'
+    end
+    local name = string.match(P, '^dl:{(.*)}$') or P
+    error('LOST ' .. table.concat(missing, ', ') .. ' missing (' .. why .. '): run \'' .. name .. '\' cannot go ' ..
+          'on; start it again from its newest checkpoint (`coordinator init --force --run ' .. name ..
+          ' --from-checkpoint FILE`, docs/checkpoints.md)')
+end
+
 local function load_run(keys)
     local P = prefix_of(keys[1])
     local v = redis.call('HGET', keys[1], 'lib_version')
     if not v then
         local name = string.match(P, '^dl:{(.*)}$') or P
-        error('NORUN run \'' .. name .. '\' does not exist in this Redis; run `coordinator init --run ' .. name ..
-              '` first')
+        -- (a run whose config an evicting Redis dropped is not there either: say the likely cause)
+        local policy = eviction_policy()
+        local evicts = ''
+        if policy and policy ~= 'noeviction' then
+            evicts = ' (if it existed, it may have been evicted: this Redis\'s maxmemory-policy is ' .. policy ..
+                     ', which drops keys when it is full; set noeviction, docs/deploy.md)'
+        end
+        error('NORUN run \'' .. name .. '\' does not exist in this Redis' .. evicts .. '; run `coordinator init ' ..
+              '--run ' .. name .. '` first')
     end
     -- a run made by another library version keeps its keys differently (version 1: the operator's
     -- settings in dl:{R}:state): reading it with these functions would silently use defaults
@@ -67,6 +107,7 @@ local function load_run(keys)
               LIB_VERSION .. '; finish it with the binaries of that release (or export a checkpoint with them ' ..
               'and init a new run from it)')
     end
+    check_run_whole(P)
     return P
 end
 

@@ -17,9 +17,15 @@ local function wrap(fn)
     end
 end
 
-local function reg(name, fn, readonly)
+-- flags: 'no-writes' (read-only: runs on a replica, and while Redis refuses writes), or 'allow-oom' for the
+-- liveness functions: a Redis at its maxmemory (noeviction) refuses every other write, and these keep
+-- workers members and shard-servers' leases held meanwhile, so that the run is where it was once memory is
+-- raised (before, a worker silent for the heartbeat timeout was evicted and lost its round, and every
+-- shard-server dropped its shards and loaded them again; it_redis_refuses_writes). What they write is a few
+-- fields over the ones they replace, and an event now and then.
+local function reg(name, fn, flag)
     local spec = {function_name = name, callback = wrap(fn)}
-    if readonly then spec.flags = {'no-writes'} end
+    if flag == true then spec.flags = {'no-writes'} elseif flag then spec.flags = {flag} end
     redis.register_function(spec)
 end
 
@@ -29,16 +35,16 @@ reg('dl_init', dl_init)
 reg('dl_register', dl_register)
 reg('dl_deregister', dl_deregister)
 reg('dl_group_join', dl_group_join)
-reg('dl_heartbeat', dl_heartbeat)
+reg('dl_heartbeat', dl_heartbeat, 'allow-oom')
 reg('dl_member', dl_member, true)
-reg('dl_reap', dl_reap)
+reg('dl_reap', dl_reap, 'allow-oom')
 reg('dl_arrive', dl_arrive)
 reg('dl_barrier', dl_barrier)
 reg('dl_waiting', dl_waiting, true)
 reg('dl_drop', dl_drop)
 reg('dl_submit', dl_submit)
 reg('dl_places', dl_places, true)
-reg('dl_server_beat', dl_server_beat)
+reg('dl_server_beat', dl_server_beat, 'allow-oom')
 reg('dl_server_leave', dl_server_leave)
 reg('dl_commit', dl_commit)
 reg('dl_replicated', dl_replicated)

@@ -226,6 +226,22 @@ static void id_held(ss_ctx *ss)
     ss->beat_accepted = 1;
 }
 
+/* A renewal failed for a reason other than the run being gone: said when it is news (the first failure, or
+ * another reason than the last one said) and then once every RENEW_WARN_EVERY_MS while it lasts. A Redis that
+ * refuses writes (MISCONF after a failed RDB save, say) refuses every beat, and each beat (ttl/3) said so. */
+#define RENEW_WARN_EVERY_MS 30000
+static void renewal_failed(ss_ctx *ss, const char *what)
+{
+    uint64_t now = now_ms();
+    int news = ss->renew_warned_ms == 0 || strncmp(ss->renew_warned, what, sizeof ss->renew_warned - 1) != 0;
+    if (!news && now - ss->renew_warned_ms < RENEW_WARN_EVERY_MS) return;
+    char why[768];
+    rconn_explain_error(what, why, sizeof why);
+    log_warn("lease renewal failed: %s%s", why, news ? "" : " (still; said every 30 s while it lasts)");
+    ss->renew_warned_ms = now;
+    snprintf(ss->renew_warned, sizeof ss->renew_warned, "%s", what);
+}
+
 static void beat_answered(ss_ctx *ss, redisReply *r)
 {
     if (ss->stopping) return;
@@ -250,13 +266,14 @@ static void beat_answered(ss_ctx *ss, redisReply *r)
         return;
     }
     if (r == NULL || r->type != REDIS_REPLY_ARRAY) {
-        log_warn("lease renewal failed: %s", r == NULL                      ? "Redis connection lost"
-                                             : r->type == REDIS_REPLY_ERROR ? r->str
-                                                                            : "unexpected reply");
+        renewal_failed(ss, r == NULL                      ? "Redis connection lost"
+                           : r->type == REDIS_REPLY_ERROR ? r->str
+                                                          : "unexpected reply");
         lease_check_expiry(ss);
         return;
     }
     ss->gone_logged_ms = 0;
+    ss->renew_warned_ms = 0;
     if (took > (uint64_t)ss->opts.lease_ttl_ms) {
         log_warn("lease renewal answered after %llu ms (> ttl %d ms): treating every lease as lost",
                  (unsigned long long)took, ss->opts.lease_ttl_ms);

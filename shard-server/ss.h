@@ -300,6 +300,8 @@ typedef struct ss_ctx {
     int beat_again; /* a beat was asked for while one was on its way (lease.c): sent once it is answered */
     uint64_t beat_sent_ms;
     uint64_t gone_logged_ms; /* when lease.c last said the run is gone from Redis (0: not since it was back) */
+    uint64_t renew_warned_ms; /* when lease.c last said a renewal failed (0: one succeeded since) ... */
+    char renew_warned[64];    /* ... and the start of what it said: another failure is news at once */
     int shutdown_told;       /* lease.c said that the run was shut down (dl:{R}:tunables status) */
     struct event *beat_timer;
     char **owner_addr; /* per shard: address of its owner as last read (for `moved`) */

@@ -258,6 +258,30 @@ static void final_errors(void **state)
     assert_false(rconn_error_loading(NULL));
 }
 
+/* A misbehaving Redis's refusals are explained (what is wrong, what to do) and tried again; our own error
+ * codes and final refusals are neither. */
+static void refusals_explained(void **state)
+{
+    (void)state;
+    char out[1024];
+    rconn_explain_error("OOM command not allowed when used memory > 'maxmemory'.", out, sizeof out);
+    assert_non_null(strstr(out, "'maxmemory' (Redis is out of memory"));
+    assert_non_null(strstr(out, "raise maxmemory"));
+    assert_true(rconn_error_transient("OOM command not allowed when used memory > 'maxmemory'."));
+    assert_true(rconn_error_transient("MISCONF Redis is configured to save RDB snapshots, but ..."));
+    assert_true(rconn_error_transient("BUSY Redis is busy running a script."));
+    assert_true(rconn_error_transient("ERR max number of clients reached"));
+    assert_true(rconn_error_transient("READONLY You can't write against a read only replica."));
+    assert_true(rconn_error_transient("CLUSTERDOWN The cluster is down"));
+    assert_false(rconn_error_transient("ERR Function not found"));
+    assert_false(rconn_error_transient("NORUN run 'r' does not exist in this Redis"));
+    assert_false(rconn_error_transient("WRONGPASS invalid username-password pair or user is disabled."));
+    assert_false(rconn_error_transient(NULL));
+    assert_null(rconn_error_hint("UNKNOWN_WORKER worker w1 (incarnation 1) is not a live member"));
+    rconn_explain_error("STALE round 3 is closed", out, sizeof out);
+    assert_string_equal(out, "STALE round 3 is closed");
+}
+
 int main(void)
 {
     if (system("command -v redis-server >/dev/null 2>&1") != 0) {
@@ -275,6 +299,7 @@ int main(void)
         cmocka_unit_test(refusal_ends_retries_at_once),
         cmocka_unit_test(watched_stop_ends_retries_and_a_frozen_handshake),
         cmocka_unit_test(final_errors),
+        cmocka_unit_test(refusals_explained),
     };
     return cmocka_run_group_tests(tests, start_redis, stop_redis);
 }

@@ -83,6 +83,56 @@ static struct timeval socket_timeout(const rconn *c)
     return timeval_from_ms(ms);
 }
 
+/* What an operator does about each refusal of a misbehaving Redis (the command did not run): Redis's own
+ * words name the symptom, not always the cause or the cure. Matched on the start of the error text. */
+static const struct {
+    const char *start;
+    const char *hint;
+} refusal_hints[] = {
+    {"OOM", "Redis is out of memory, its used_memory above maxmemory, and refuses writes: raise maxmemory (CONFIG "
+            "SET maxmemory) or give Redis more memory; keep maxmemory-policy noeviction (docs/deploy.md). Nothing "
+            "was written; the run's processes retry"},
+    {"MISCONF", "Redis refuses writes because its last RDB save failed (stop-writes-on-bgsave-error): fix what its "
+                "log names (disk full, its dir not writable), then BGSAVE; nothing was written; the run's processes "
+                "retry"},
+    {"BUSY", "Redis is busy running a script or function for longer than busy-reply-threshold: wait, or stop it "
+             "(SCRIPT KILL / FUNCTION KILL); the run's processes retry"},
+    {"ERR max number of clients reached",
+     "Redis refuses new connections: maxclients is reached; raise it (CONFIG SET maxclients N) or close idle clients "
+     "(CLIENT LIST); the run's processes retry"},
+    {"READONLY", "this Redis is a read-only replica: point the URL at the master, or at its Sentinels "
+                 "(redis+sentinel://) to follow failovers"},
+    {"MASTERDOWN", "this Redis is a replica that lost its master: point the URL at the master, or at its Sentinels "
+                   "(redis+sentinel://) to follow failovers"},
+    {"LOADING", "Redis is loading its data set after a restart; the run's processes wait for it"},
+    {"NOREPLICAS", "the master has fewer replicas than its min-replicas-to-write: are its replicas up and linked?"},
+};
+
+const char *rconn_error_hint(const char *e)
+{
+    if (e == NULL) return NULL;
+    for (size_t i = 0; i < sizeof refusal_hints / sizeof refusal_hints[0]; i++)
+        if (strncmp(e, refusal_hints[i].start, strlen(refusal_hints[i].start)) == 0) return refusal_hints[i].hint;
+    return NULL;
+}
+
+int rconn_error_transient(const char *e)
+{
+    return rconn_error_hint(e) != NULL || rconn_error_failover(e);
+}
+
+void rconn_explain_error(const char *redis_error, char *out, size_t cap)
+{
+    const char *hint = rconn_error_hint(redis_error);
+    size_t n = redis_error ? strlen(redis_error) : 0;
+    /* (Redis ends some of its texts with a period: "...> 'maxmemory'." then "; Redis is out of...") */
+    if (n > 0 && redis_error[n - 1] == '.') n--;
+    if (hint)
+        snprintf(out, cap, "%.*s (%s)", (int)n, redis_error, hint);
+    else
+        snprintf(out, cap, "%s", redis_error ? redis_error : "Redis error");
+}
+
 int rconn_reply_error(const rconn *c, redisReply *r, char *err, size_t errlen)
 {
     if (r == NULL) {
@@ -90,7 +140,7 @@ int rconn_reply_error(const rconn *c, redisReply *r, char *err, size_t errlen)
         return -1;
     }
     if (r->type == REDIS_REPLY_ERROR) {
-        err_set(err, errlen, "%s", r->str ? r->str : "Redis error");
+        if (err != NULL && errlen > 0) rconn_explain_error(r->str, err, errlen);
         return -1;
     }
     return 0;
@@ -206,7 +256,7 @@ static redisReply *handshake(redisContext *c, const stop_src *stop, int timeout_
 
 /* Run one command whose only interesting outcome is error or not; *final when Redis refused it for good.
  * check: what to look at when Redis refuses it, said only then (no reply is not a matter of credentials:
- * a frozen or overloaded Redis, or a cut connection). */
+ * a frozen or overloaded Redis, or a cut connection; nor is a refusal rconn_error_hint explains). */
 static int run_simple(redisContext *c, const char *what, const char *check, int *final, char *err, size_t errlen,
                       redisReply *r)
 {
@@ -215,8 +265,14 @@ static int run_simple(redisContext *c, const char *what, const char *check, int 
         err_set(err, errlen, "%s failed: %s", what, c->errstr[0] ? c->errstr : "no reply");
         rc = -1;
     } else if (r->type == REDIS_REPLY_ERROR) {
-        err_set(err, errlen, "%s (%s) failed: %s", what, check, r->str);
         *final = rconn_error_final(r->str);
+        /* (a refusal that is not about the URL, maxclients reached say, is not blamed on the login) */
+        char why[512];
+        rconn_explain_error(r->str, why, sizeof why);
+        if (*final || rconn_error_hint(r->str) == NULL)
+            err_set(err, errlen, "%s (%s) failed: %s", what, check, r->str);
+        else
+            err_set(err, errlen, "%s failed: %s", what, why);
         rc = -1;
     }
     if (r != NULL) freeReplyObject(r);
@@ -377,6 +433,14 @@ static void sleep_unless_stopped(unsigned ms, const stop_src *stop, sentinel_wat
     }
 }
 
+/* Whether a connect's error text carries a refusal's hint (rconn_explain_error): Redis answered. */
+static int explained_refusal(const char *why)
+{
+    for (size_t i = 0; i < sizeof refusal_hints / sizeof refusal_hints[0]; i++)
+        if (strstr(why, refusal_hints[i].hint) != NULL) return 1;
+    return 0;
+}
+
 /* rconn_connect_retry; *watch: the Sentinel subscriptions it opened, for the caller to close. */
 static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, const stop_src *stop, int *refused,
                             sentinel_watch **watch, char *err, size_t errlen)
@@ -419,21 +483,24 @@ static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, con
         if (wait_ms >= 0 && elapsed + pause > (uint64_t)wait_ms)
             pause = (unsigned)((uint64_t)wait_ms - elapsed); /* the last attempt at the deadline */
         if (logged == 0 || now_ms() - logged >= RETRY_LOG_EVERY_MS) {
-            /* why already names the URL (without password) */
+            /* why already names the URL (without password); a Redis that answered with a refusal rconn_error_hint
+             * explains (maxclients reached, say) is running, and the URL is right: its hint is in why already */
+            const char *check = explained_refusal(why) ? "" : " (" UNREACHABLE_HINT ")";
             if (wait_ms < 0)
-                log_warn("%s; retrying until it answers (%s)", why, UNREACHABLE_HINT);
+                log_warn("%s; retrying until it answers%s", why, check);
             else
-                log_warn("%s; retrying for up to %.1f s more (%s)", why, (double)((uint64_t)wait_ms - elapsed) / 1000.0,
-                         UNREACHABLE_HINT);
+                log_warn("%s; retrying for up to %.1f s more%s", why, (double)((uint64_t)wait_ms - elapsed) / 1000.0,
+                         check);
             logged = now_ms();
         }
         sleep_unless_stopped(pause, stop, *watch);
     }
+    const char *check = explained_refusal(why) ? "" : UNREACHABLE_HINT;
     if (attempt == 0)
-        err_set(err, errlen, "%s (%s)", why, UNREACHABLE_HINT);
+        err_set(err, errlen, "%s%s%s%s", why, *check ? " (" : "", check, *check ? ")" : "");
     else
-        err_set(err, errlen, "%s (gave up after %.1f s and %u attempts; %s)", why, (double)(now_ms() - t0) / 1000.0,
-                attempt + 1, UNREACHABLE_HINT);
+        err_set(err, errlen, "%s (gave up after %.1f s and %u attempts%s%s)", why, (double)(now_ms() - t0) / 1000.0,
+                attempt + 1, *check ? "; " : "", check);
     return NULL;
 }
 
@@ -729,7 +796,17 @@ static int refresh(rconn *c, int i)
 static void explain_failover(rconn *c, redisContext *ctx, const char *why)
 {
     if (strncmp(why, "CLUSTERDOWN", 11) != 0) {
-        set_broken(c, why);
+        char text[sizeof c->errstr];
+        rconn_explain_error(why, text, sizeof text); /* (a replica: what to give as the URL) */
+        redisReply *role = strncmp(why, "READONLY", 8) == 0 ? own_command(c, ctx, "ROLE") : NULL;
+        if (role && role->type == REDIS_REPLY_ARRAY && role->elements >= 3 &&
+            role->element[1]->type == REDIS_REPLY_STRING && role->element[2]->type == REDIS_REPLY_INTEGER) {
+            size_t n = strlen(text);
+            snprintf(text + n, sizeof text - n, "; its master is %s:%lld", role->element[1]->str,
+                     (long long)role->element[2]->integer);
+        }
+        if (role) freeReplyObject(role);
+        set_broken(c, text);
         return;
     }
     redisReply *n = own_command(c, ctx, "CLUSTER NODES");

@@ -128,7 +128,21 @@ int rconn_is_cluster(const rconn *c);
 /* "host:port" (or the socket path) of the server the URL led to (the master, behind Sentinel). */
 const char *rconn_server(const rconn *c, char *buf, size_t cap);
 
-/* -1 + err if r is NULL (connection error, explained from c) or a Redis error reply; else 0. */
+/* A Redis that misbehaves refuses commands it did not run, for as long as the operator leaves it so: out of
+ * memory (OOM), writes stopped after a failed RDB save (MISCONF), a script running too long (BUSY), maxclients
+ * reached, a replica (READONLY, MASTERDOWN), loading (LOADING), too few replicas (NOREPLICAS). The hint of
+ * such a refusal (what is wrong and what to do, for a message), or NULL for any other reply. */
+const char *rconn_error_hint(const char *redis_error);
+/* Whether the refusal is one of those, or a failover's (rconn_error_failover): the command did not run, and
+ * the same command may succeed once Redis is put right, so a long-running process tries again rather than
+ * giving up (a worker's registration, say). */
+int rconn_error_transient(const char *redis_error);
+/* redis_error with its hint (rconn_error_hint) after it, into out: what every message about a refused
+ * command says. */
+void rconn_explain_error(const char *redis_error, char *out, size_t cap);
+
+/* -1 + err if r is NULL (connection error, explained from c) or a Redis error reply (explained:
+ * rconn_explain_error); else 0. */
 int rconn_reply_error(const rconn *c, redisReply *r, char *err, size_t errlen);
 
 /* Call fn with the raw connection of the one server, or of every master of a cluster (the slot map

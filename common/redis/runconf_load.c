@@ -149,5 +149,6 @@ const char *runconf_error_gone(const char *e)
 {
     if (e != NULL && strncmp(e, "ERR Function not found", 22) == 0) return "no ReDiLoCo function library";
     if (e != NULL && strncmp(e, "NORUN", 5) == 0) return "no config of the run";
+    if (e != NULL && strncmp(e, "LOST ", 5) == 0) return e + 5; /* (which keys, and why: lua/10_helpers.lua) */
     return NULL;
 }

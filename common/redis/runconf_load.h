@@ -34,12 +34,13 @@ int runconf_from_reply(const redisReply *r, runconf *rc, char *err, size_t errle
 
 /* Whether a Redis error reply to a call on a run that existed says the run is gone from this Redis: NULL
  * if not, else what is missing: the function library ("ERR Function not found": a Redis restarted
- * without its data, or flushed) or the run's config (NORUN). Processes that were running the run say
+ * without its data, or flushed), the run's config (NORUN), or another key every run has (LOST: the text of
+ * the reply after its code, which names the keys and why: evicted, or deleted). Processes that were running the run say
  * "run 'R' is gone from this Redis (<what>): " RUN_GONE_HINT instead of repeating the raw error. */
 const char *runconf_error_gone(const char *redis_error);
-#define RUN_GONE_HINT                                                                                         \
-    "Redis restarted without its data (a Redis without AOF keeps nothing; docs/deploy.md has the durable "    \
-    "config) or was flushed; this process cannot continue the run: stop it, then `coordinator init` the run " \
-    "again (--from-checkpoint FILE resumes a checkpoint)"
+#define RUN_GONE_HINT                                                                                           \
+    "Redis restarted without its data (a Redis without AOF keeps nothing; docs/deploy.md has the durable "      \
+    "config) or was flushed, or the run's keys were evicted or deleted; this process cannot continue the run: " \
+    "stop it, then `coordinator init` the run again (--from-checkpoint FILE resumes a checkpoint)"
 #define RUN_GONE_LOG_EVERY_MS 60000 /* a process that keeps trying says it once a minute, not every try */
 #endif

@@ -192,10 +192,23 @@ void rl_state_check_master(rlink *l)
     l->query = rl_resolve_start(l->base, l->url, &l->target, on_query_done, l);
 }
 
+/* The attempt count that makes schedule_retry wait its cap (100 ms doubled 6 times passes 5 s). */
+#define RL_STUCK_ATTEMPT 6
+
 int rl_state_failover_reply(rlink *l, const redisReply *r)
 {
     if (r == NULL || r->type != REDIS_REPLY_ERROR || !rconn_error_failover(r->str)) return 0;
-    log_warn("redis %s connection: %s; finding the master again", l->name, r->str);
+    if (redis_url_needs_resolve(l->url)) {
+        log_warn("redis %s connection: %s; finding the master again", l->name, r->str);
+        return 1;
+    }
+    /* One server named, no Sentinels nor Cluster seeds to ask: the reconnect lands on the same replica. It
+     * reconnected at once (the connect resets the backoff), and said so, ten times a second per link, for as
+     * long as the URL named a replica; now it waits the backoff's cap, and says what to do. */
+    char why[768];
+    rconn_explain_error(r->str, why, sizeof why);
+    log_warn("redis %s connection: %s; trying again in %d s", l->name, why, RL_BACKOFF_CAP_MS / 1000);
+    l->attempt = RL_STUCK_ATTEMPT;
     return 1;
 }
 

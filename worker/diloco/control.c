@@ -295,7 +295,8 @@ static char *held_versions(diloco *d, const int64_t *by_run, uint64_t *steps)
     return held;
 }
 
-#define NO_ANSWER (-2) /* register_once: Redis gave no reply (unreachable, or the connection broke) */
+#define NO_ANSWER (-2)       /* register_once: Redis gave no reply (unreachable, or the connection broke) */
+#define REFUSED_FOR_NOW (-3) /* register_once: Redis refused it for now (rconn_error_transient: out of memory, ...) */
 
 static int register_once(diloco *d, const int64_t *by_run, char *err, size_t errlen)
 {
@@ -311,8 +312,9 @@ static int register_once(diloco *d, const int64_t *by_run, char *err, size_t err
     free(held);
     if (r == NULL) return NO_ANSWER;
     if (dl_reply_failed(r)) {
+        int for_now = rconn_error_transient(r->str);
         freeReplyObject(r);
-        return -1;
+        return for_now ? REFUSED_FOR_NOW : -1;
     }
     if (r->type != REDIS_REPLY_ARRAY || r->elements < 4 || r->element[0]->type != REDIS_REPLY_INTEGER ||
         r->element[2]->type != REDIS_REPLY_ARRAY || r->element[2]->elements < 1) {
@@ -344,6 +346,43 @@ static int register_once(diloco *d, const int64_t *by_run, char *err, size_t err
     return 0;
 }
 
+/* How often a registration that Redis refuses for now says so (its first refusal is said at once). */
+#define REFUSED_TELL_MS 60000
+
+/* Sleep ms, in slices that look at the stop: a stopped worker exits within a slice. */
+static void sleep_unless_stopped(diloco *d, unsigned ms)
+{
+    for (unsigned slept = 0; slept < ms && !dl_stopping(d); slept += 100) sleep_ms(ms - slept < 100 ? ms - slept : 100);
+}
+
+/* register_once, sent again while Redis refuses it for now (rconn_error_transient: out of memory, writes stopped
+ * after a failed RDB save, a replica, ...). Such a refusal lasts as long as the operator leaves Redis so, and the
+ * worker that gave up at the first one exited ("sync failed for good") a second after Redis stopped taking
+ * writes, its syncs having failed meanwhile (it_redis_refuses_writes). Said at the first refusal, then once a
+ * minute. At open (never registered yet) for up to the connect timeout, as diloco_open waits for an unreachable
+ * Redis; afterwards until Redis takes it or we are stopped, as a fetch after registering waits for a server. */
+static int register_patient(diloco *d, const int64_t *by_run, char *err, size_t errlen)
+{
+    uint64_t t0 = now_ms(), told = 0;
+    int opening = dl_inc(d) == 0;
+    for (unsigned attempt = 0;; attempt++) {
+        int rc = register_once(d, by_run, err, errlen);
+        if (rc != REFUSED_FOR_NOW) {
+            if (rc == 0 && told != 0)
+                log_info("Redis took our registration after %.0f s of refusals", (double)(now_ms() - t0) / 1000.0);
+            return rc;
+        }
+        if (dl_stopping(d) || (opening && now_ms() - t0 >= (uint64_t)d->o.connect_timeout_ms)) return -1;
+        if (told == 0 || now_ms() - told >= REFUSED_TELL_MS) {
+            log_warn("Redis refuses our registration for now: %s; trying again until it takes it (a stop ends the "
+                     "wait)",
+                     err);
+            told = now_ms();
+        }
+        sleep_unless_stopped(d, backoff_ms(attempt, 100, 2000));
+    }
+}
+
 /* register_once after our WAIT broke: a failover is under way, and until a replica is master Redis does not
  * answer at all; asked again with backoff while it does not, for up to the connect timeout (as long as
  * diloco_open waits for Redis). Before, the first such try failed and a worker starting during a failover
@@ -352,7 +391,7 @@ static int register_again(diloco *d, const int64_t *by_run, char *err, size_t er
 {
     uint64_t deadline = now_ms() + (uint64_t)d->o.connect_timeout_ms;
     for (unsigned attempt = 0;; attempt++) {
-        int rc = register_once(d, by_run, err, errlen);
+        int rc = register_patient(d, by_run, err, errlen);
         if (rc != NO_ANSWER) return rc;
         if (dl_stopping(d) || now_ms() >= deadline) return -1;
         sleep_ms(backoff_ms(attempt, 50, 1000));
@@ -381,7 +420,8 @@ int dl_register_now(diloco *d, const int64_t *by_run, char *err, size_t errlen)
     set_registering(d, 1);
     int rc = -1;
     for (int attempt = 0; attempt < REGISTER_ATTEMPTS && rc < 0; attempt++) {
-        if ((attempt == 0 ? register_once(d, by_run, err, errlen) : register_again(d, by_run, err, errlen)) < 0) break;
+        if ((attempt == 0 ? register_patient(d, by_run, err, errlen) : register_again(d, by_run, err, errlen)) < 0)
+            break;
         if (dl_wait_replicas(d, err, errlen) == 0)
             rc = 0;
         else if (dl_stopping(d))

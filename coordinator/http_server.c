@@ -26,11 +26,13 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "coordinator.h"
+#include "net/accept_guard.h"
 #include "http.h"
 #include "redis/runconf_load.h"
 
 struct http_server {
     struct evhttp *http;
+    accept_guard *guard; /* pauses accepting when accept() fails (EMFILE): libevent's listener spun */
     http_options o;
     int port;
     int loopback;
@@ -401,6 +403,7 @@ http_server *http_start(struct event_base *base, const http_options *o, char *er
         free(s);
         return NULL;
     }
+    s->guard = accept_guard_new(evhttp_bound_socket_get_listener(h), "HTTP");
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     s->port = s->o.port;
@@ -421,6 +424,7 @@ int http_port(const http_server *s)
 void http_stop(http_server *s)
 {
     if (!s) return;
+    accept_guard_free(s->guard);
     evhttp_free(s->http);
     free(s);
 }

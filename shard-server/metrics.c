@@ -14,6 +14,7 @@
 #include <event2/http.h>
 
 #include "base/log.h"
+#include "net/accept_guard.h"
 
 #define METRICS_PERIOD_S 30
 
@@ -184,11 +185,14 @@ static int metrics_listen(ss_ctx *ss, char *err, size_t errlen)
                                                      EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT);
     evhttp_set_cb(ss->metrics_http, "/metrics", on_metrics_request, ss);
     evhttp_set_gencb(ss->metrics_http, on_other_request, ss);
-    if (evhttp_bind_socket(ss->metrics_http, ss->opts.metrics_host, (ev_uint16_t)ss->opts.metrics_port) != 0) {
+    struct evhttp_bound_socket *bound =
+        evhttp_bind_socket_with_handle(ss->metrics_http, ss->opts.metrics_host, (ev_uint16_t)ss->opts.metrics_port);
+    if (bound == NULL) {
         snprintf(err, errlen, "cannot listen for metrics on %s:%d (in use? try another --metrics port)",
                  ss->opts.metrics_host, ss->opts.metrics_port);
         return -1;
     }
+    ss->metrics_guard = accept_guard_new(evhttp_bound_socket_get_listener(bound), "metrics HTTP");
     log_info("metrics at http://%s:%d/metrics", ss->opts.metrics_host, ss->opts.metrics_port);
     return 0;
 }
@@ -211,7 +215,9 @@ int metrics_start(ss_ctx *ss, char *err, size_t errlen)
 void metrics_stop(ss_ctx *ss)
 {
     if (ss->metrics_timer != NULL) event_free(ss->metrics_timer);
+    accept_guard_free(ss->metrics_guard);
     if (ss->metrics_http != NULL) evhttp_free(ss->metrics_http);
     ss->metrics_timer = NULL;
     ss->metrics_http = NULL;
+    ss->metrics_guard = NULL;
 }

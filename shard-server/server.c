@@ -12,6 +12,7 @@
  */
 #include "ss.h"
 
+#include "net/accept_guard.h"
 #include "net/auth.h"
 
 #include <errno.h>
@@ -556,14 +557,6 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     log_debug("connection from %s", c->peer);
 }
 
-static void on_listen_error(struct evconnlistener *l, void *arg)
-{
-    (void)l;
-    (void)arg;
-    int e = EVUTIL_SOCKET_ERROR();
-    log_error("accept failed: %s (continuing)", evutil_socket_error_to_string(e));
-}
-
 static int bound_port(evutil_socket_t fd)
 {
     struct sockaddr_storage ss;
@@ -611,7 +604,7 @@ int server_listen(ss_ctx *ss, char *err, size_t errlen)
         err_set(err, errlen, "cannot listen on %s: %s", spec, strerror(errno));
         return -1;
     }
-    evconnlistener_set_error_cb(ss->listener, on_listen_error);
+    ss->listen_guard = accept_guard_new(ss->listener, "data plane");
     int port = bound_port(evconnlistener_get_fd(ss->listener));
     if (ss->opts.advertise[0] != '\0')
         snprintf(ss->addr, sizeof ss->addr, "%s", ss->opts.advertise);
@@ -630,6 +623,8 @@ int server_listen(ss_ctx *ss, char *err, size_t errlen)
 
 void server_stop_accepting(ss_ctx *ss)
 {
+    accept_guard_free(ss->listen_guard);
+    ss->listen_guard = NULL;
     if (ss->listener != NULL) {
         evconnlistener_free(ss->listener);
         ss->listener = NULL;

@@ -290,6 +290,7 @@ typedef struct ss_ctx {
     rlink_route route; /* Redis Cluster slot map of those three (and of closes.link) */
     ss_closes closes;  /* sync runs: the barrier closes heard (closes.c, subscribe.c) */
     struct evconnlistener *listener;
+    struct accept_guard *listen_guard; /* pauses the listener when accept() fails (EMFILE) */
     struct ss_conn *conns; /* every data-plane connection (server.c) */
     size_t max_frame;      /* largest acceptable frame */
     ss_shard *shards;
@@ -322,6 +323,7 @@ typedef struct ss_ctx {
     struct event *lq_ev;
     struct event *metrics_timer;
     struct evhttp *metrics_http;
+    struct accept_guard *metrics_guard;
     struct event *park_timer;
     ss_fault fault;
     /* The calls that go up, set by ctx.c (as libevent calls its backends through a table): the files

@@ -46,7 +46,8 @@ void metrics_log(ss_ctx *ss)
              "max %.3f s; "
              "pushes %llu, gets %llu (tentative %llu); bytes in %llu out %llu; conflicts %llu; lease changes %llu; "
              "rejections %llu, duplicates %llu; computed ahead %llu (dropped %llu); "
-             "loads %llu (failed %llu); snapshots %llu; connections %llu; redis reconnects %llu; barrier closes heard "
+             "loads %llu (failed %llu); snapshots %llu; connections %llu (closed silent %llu); redis reconnects %llu; "
+             "barrier closes heard "
              "%llu (missed %llu)",
              held, ready, corrupt, (unsigned long long)m->rounds_committed, (unsigned long long)m->noop_commits, mean,
              m->commit_seconds_max, (unsigned long long)m->pushes, (unsigned long long)m->gets,
@@ -55,8 +56,8 @@ void metrics_log(ss_ctx *ss)
              (unsigned long long)m->duplicates, (unsigned long long)m->ahead_used,
              (unsigned long long)m->ahead_discarded, (unsigned long long)m->loads, (unsigned long long)m->load_failures,
              (unsigned long long)m->snapshots, (unsigned long long)m->connections,
-             (unsigned long long)metrics_redis_reconnects(ss), (unsigned long long)m->closes_heard,
-             (unsigned long long)m->closes_missed);
+             (unsigned long long)m->peers_timed_out, (unsigned long long)metrics_redis_reconnects(ss),
+             (unsigned long long)m->closes_heard, (unsigned long long)m->closes_missed);
 }
 
 static void on_metrics_timer(evutil_socket_t fd, short what, void *arg)
@@ -121,6 +122,9 @@ static void metrics_format(struct evbuffer *out, const ss_ctx *ss)
     prom_counter(out, ss, "corrupt_loads_total", "Shard loads that found the durable state corrupt.", m->corrupt_loads);
     prom_counter(out, ss, "snapshots_total", "Snapshots written and recorded.", m->snapshots);
     prom_counter(out, ss, "connections_total", "Data-plane connections accepted.", m->connections);
+    prom_counter(out, ss, "connections_timed_out_total",
+                 "Data-plane connections closed for their silence (no hello, a frame not finished, replies not read).",
+                 m->peers_timed_out);
     prom_counter(out, ss, "redis_reconnects_total",
                  "Connections to Redis re-established after a loss (control, bulk and bulk-write each count).",
                  metrics_redis_reconnects(ss));

@@ -86,6 +86,7 @@ typedef struct ss_opts {
     char metrics_host[256];     /* --metrics HOST:PORT: Prometheus /metrics over HTTP ("" = off) */
     int metrics_port;
     int compute_ahead_off; /* --compute-ahead off: commits start computing at the barrier only */
+    int peer_timeout_ms;   /* --peer-timeout: a connection silent mid-frame, or not reading, is closed (server.c) */
 } ss_opts;
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -110,6 +111,7 @@ typedef struct ss_metrics {
     uint64_t corrupt_loads; /* loads that found the durable state corrupt (counted in load_failures too) */
     uint64_t snapshots;
     uint64_t connections;
+    uint64_t peers_timed_out; /* connections closed for their silence (server.c) */
     uint64_t ahead_used;      /* commits that took over the compute made ahead of their barrier */
     uint64_t ahead_discarded; /* computes ahead that were dropped (another set of Δ, a resend, a reload) */
     uint64_t closes_heard;    /* barrier closes announced on dl:{R}:closes (subscribe.c) */

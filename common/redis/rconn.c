@@ -22,6 +22,14 @@
 #define RETRY_LOG_EVERY_MS 5000
 /* what to check when Redis does not answer: said with every retry line and the final error */
 #define UNREACHABLE_HINT "is redis-server running, and is the URL right?"
+#define NO_FD_HINT "this process is out of descriptors: raise its limit (ulimit -n, systemd LimitNOFILE=)"
+
+/* What to check, for why a connect failed: Redis and the URL, unless this very process could not make a socket
+ * (it said "is redis-server running" to a worker at its `ulimit -n`). */
+static const char *unreachable_hint(const char *why)
+{
+    return strstr(why, "Too many open files") ? NO_FD_HINT : UNREACHABLE_HINT;
+}
 #define RESOLVE_RETRY_CAP_MS 500
 /* Asking a Sentinel or ROLE is one small command: a server that takes longer is dead or stopped. */
 #define RESOLVE_TIMEOUT_MS 1000
@@ -421,19 +429,19 @@ static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, con
         if (logged == 0 || now_ms() - logged >= RETRY_LOG_EVERY_MS) {
             /* why already names the URL (without password) */
             if (wait_ms < 0)
-                log_warn("%s; retrying until it answers (%s)", why, UNREACHABLE_HINT);
+                log_warn("%s; retrying until it answers (%s)", why, unreachable_hint(why));
             else
                 log_warn("%s; retrying for up to %.1f s more (%s)", why, (double)((uint64_t)wait_ms - elapsed) / 1000.0,
-                         UNREACHABLE_HINT);
+                         unreachable_hint(why));
             logged = now_ms();
         }
         sleep_unless_stopped(pause, stop, *watch);
     }
     if (attempt == 0)
-        err_set(err, errlen, "%s (%s)", why, UNREACHABLE_HINT);
+        err_set(err, errlen, "%s (%s)", why, unreachable_hint(why));
     else
         err_set(err, errlen, "%s (gave up after %.1f s and %u attempts; %s)", why, (double)(now_ms() - t0) / 1000.0,
-                attempt + 1, UNREACHABLE_HINT);
+                attempt + 1, unreachable_hint(why));
     return NULL;
 }
 

@@ -187,6 +187,16 @@ static int metrics_listen(ss_ctx *ss, char *err, size_t errlen)
     evhttp_set_allowed_methods(ss->metrics_http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
                                                      EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH |
                                                      EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT);
+    /* A scraper's connection that says nothing is closed after --peer-timeout, as a data-plane one: without a
+     * timeout evhttp kept it for ever, and enough of them took every descriptor of the process, the data plane's
+     * too (it_hostile_peers). Requests are a GET line and a few headers. */
+    if (ss->opts.peer_timeout_ms > 0) {
+        struct timeval tv = {.tv_sec = ss->opts.peer_timeout_ms / 1000,
+                             .tv_usec = ss->opts.peer_timeout_ms % 1000 * 1000};
+        evhttp_set_timeout_tv(ss->metrics_http, &tv);
+    }
+    evhttp_set_max_headers_size(ss->metrics_http, 16 * 1024);
+    evhttp_set_max_body_size(ss->metrics_http, 4 * 1024);
     evhttp_set_cb(ss->metrics_http, "/metrics", on_metrics_request, ss);
     evhttp_set_gencb(ss->metrics_http, on_other_request, ss);
     struct evhttp_bound_socket *bound =

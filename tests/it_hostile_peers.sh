@@ -6,7 +6,9 @@
 #   - after the handshake: a frame header sent a byte every 0.5 s (slowloris: a frame must be whole 4 s after
 #     its first byte), a big frame's length (300000 bytes, read straight into its buffer) and then nothing,
 #     and 200 gets whose replies are never read (libevent's write timeout);
-#   - 500 idle connections to the other server, closed in one log line.
+#   - 500 idle connections to the other server, closed in one log line;
+#   - 3 idle connections to s1's --metrics port (evhttp had no timeout there: kept for ever, and enough of them
+#     take every descriptor of the process, the data plane's too).
 # connections_timed_out_total counts exactly the hostile connections. Before, every one of them stayed open
 # for ever (12 s here without a sign of closing; each an fd, the big frame its 300 KB buffer), and the flag
 # did not exist.
@@ -35,8 +37,10 @@ $HP stall --auth $RUN "$SECRET" 127.0.0.1 "$P1" 300000 > "$TMP/stall.out" 2>&1 &
 $HP noread --auth $RUN "$SECRET" 127.0.0.1 "$P1" 0,1 20 > "$TMP/noread.out" 2>&1 &
 NR=$!; PIDS="$PIDS $NR"
 $HP idle 127.0.0.1 "$P2" 500 20 > "$TMP/idle500.out" 2>&1 &
+$HP idle 127.0.0.1 "$MP" 3 20 > "$TMP/idlem.out" 2>&1 &
 wait_until 25 "grep -q '^closed' $TMP/idle.out && grep -q '^closed' $TMP/trickle.out && grep -q '^closed' $TMP/stall.out &&
-  grep -q '^closed' $TMP/idle500.out" "the hostile connections to end"
+  grep -q '^closed' $TMP/idle500.out && grep -q '^closed' $TMP/idlem.out" "the hostile connections to end"
+grep -q '^closed 3 of 3 after' "$TMP/idlem.out" || fail "idle connections to the metrics port: $(cat "$TMP/idlem.out")"
 grep -q '^closed 5 of 5 after' "$TMP/idle.out" || fail "idle connections: $(cat "$TMP/idle.out")"
 grep -q '^closed 500 of 500 after' "$TMP/idle500.out" || fail "500 idle connections: $(cat "$TMP/idle500.out")"
 for f in trickle stall; do

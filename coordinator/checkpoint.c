@@ -313,6 +313,20 @@ static int write_side_file(const char *path, char *text, char *err, size_t errle
     return file_write_atomic(sp, sc, 1, err, errlen);
 }
 
+/* After a failed write: on a full disk, what it needs and what to do. A folder pruned with --keep still holds
+ * the older checkpoints then: they are deleted only once a new one is written, so that a failed save leaves
+ * them all (a disk that holds one checkpoint and no more never takes the next). */
+static void say_if_full(const export_data *d, char *err, size_t errlen)
+{
+    if (!strstr(err, "No space left on device")) return;
+    size_t n = strlen(err);
+    double kb = (double)d->rc.numel * sizeof(float) * (d->dnbuf ? 3 : 2) / 1e3;
+    snprintf(err + n, errlen > n ? errlen - n : 0,
+             " (the disk is full: a checkpoint of this run needs %.*f %s there besides the ones kept; --keep deletes "
+             "older ones only after a save succeeds: free space or save elsewhere)",
+             kb < 1e3 ? 0 : 1, kb < 1e3 ? kb : kb / 1e3, kb < 1e3 ? "KB" : "MB");
+}
+
 static int write_checkpoint(const char *path, const char *run, const export_data *d, char *err, size_t errlen)
 {
     uint64_t n = d->rc.numel;
@@ -342,6 +356,7 @@ static int write_checkpoint(const char *path, const char *run, const export_data
     free(h);
     if (rc == 0) rc = write_side_file(path, side, err, errlen);
     free(side);
+    if (rc != 0) say_if_full(d, err, errlen);
     return rc;
 }
 

@@ -9,7 +9,9 @@
  * Safety: bodies over 64 KiB are refused by evhttp (413) before they are buffered; with a token,
  * POST /control needs "Authorization: Bearer <token>"; a browser POST whose Origin is not this
  * server is refused (CSRF); and when bound to loopback, a request whose Host is not a loopback name
- * is refused (DNS rebinding), so a web page cannot drive a run on the operator's machine. */
+ * is refused (DNS rebinding), so a web page cannot drive a run on the operator's machine. A connection has
+ * HTTP_REQUEST_DEADLINE_S to send its request (http_deadline.c: one sent a byte at a time held it for ever)
+ * and serves one request (`Connection: close`). */
 #include <arpa/inet.h>
 #include <event2/buffer.h>
 #include <event2/event.h>
@@ -26,11 +28,15 @@
 #include "base/log.h"
 #include "base/util.h"
 #include "coordinator.h"
+#include "net/accept_guard.h"
 #include "http.h"
+#include "http_deadline.h"
 #include "redis/runconf_load.h"
 
 struct http_server {
     struct evhttp *http;
+    accept_guard *guard; /* pauses accepting when accept() fails (EMFILE): libevent's listener spun */
+    http_deadlines *deadlines;
     http_options o;
     int port;
     int loopback;
@@ -43,6 +49,7 @@ static void reply_raw(struct evhttp_request *req, int code, const char *ctype, c
     evhttp_add_header(h, "Content-Type", ctype);
     evhttp_add_header(h, "Cache-Control", "no-store");
     evhttp_add_header(h, "X-Content-Type-Options", "nosniff");
+    evhttp_add_header(h, "Connection", "close"); /* one request per connection: its deadline covers it all */
     struct evbuffer *b = evbuffer_new();
     if (body) evbuffer_add(b, body, len);
     const char *reason = code == 200   ? "OK"
@@ -318,6 +325,7 @@ static void serve_control(http_server *s, struct evhttp_request *req, const char
 static void on_request(struct evhttp_request *req, void *arg)
 {
     http_server *s = arg;
+    http_deadlines_met(s->deadlines, req);
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     const struct evhttp_uri *uri = evhttp_request_get_evhttp_uri(req);
     const char *path = uri ? evhttp_uri_get_path(uri) : NULL;
@@ -388,6 +396,7 @@ http_server *http_start(struct event_base *base, const http_options *o, char *er
     evhttp_set_max_body_size(s->http, HTTP_MAX_BODY);
     evhttp_set_max_headers_size(s->http, 16 * 1024);
     evhttp_set_timeout(s->http, 30);
+    s->deadlines = http_deadlines_new(s->http, base);
     /* every method evhttp knows reaches on_request, which answers a wrong one 405 in JSON with Allow (left
      * out, TRACE and CONNECT got evhttp's HTML 501) */
     evhttp_set_allowed_methods(s->http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
@@ -397,10 +406,12 @@ http_server *http_start(struct event_base *base, const http_options *o, char *er
     struct evhttp_bound_socket *h = evhttp_bind_socket_with_handle(s->http, s->o.host, (ev_uint16_t)s->o.port);
     if (!h) {
         err_set(err, errlen, "cannot listen on %s:%d (in use? not a local address?)", s->o.host, s->o.port);
+        http_deadlines_free(s->deadlines);
         evhttp_free(s->http);
         free(s);
         return NULL;
     }
+    s->guard = accept_guard_new(evhttp_bound_socket_get_listener(h), "HTTP");
     struct sockaddr_storage ss;
     socklen_t sl = sizeof ss;
     s->port = s->o.port;
@@ -421,6 +432,8 @@ int http_port(const http_server *s)
 void http_stop(http_server *s)
 {
     if (!s) return;
+    accept_guard_free(s->guard);
+    http_deadlines_free(s->deadlines);
     evhttp_free(s->http);
     free(s);
 }

@@ -53,6 +53,9 @@ static void usage(FILE *f)
                "  --compute-ahead on|off    compute a sync round's outer step as soon as the pseudo-gradients of\n"
                "                            the last round's participants are all here, before the barrier\n"
                "                            closes; used only if the round has those participants (default on)\n"
+               "  --peer-timeout S          close a data-plane connection that sends part of a frame and not the\n"
+               "                            rest within S seconds, or does not read its replies for S seconds, or\n"
+               "                            (within min(S, 10)) says no hello (default 60; 0: never)\n"
                "  --log-level LEVEL         debug, info, warn or error (default info, or $LOG_LEVEL)\n"
                "  --fault-crash-before-commit P  chaos testing: with probability P, die (exit 137) after a\n"
                "                            round's log entry is written and before it is committed\n"
@@ -114,7 +117,7 @@ static int parse_args(int argc, char **argv, ss_opts *o)
     const char *redis_flag = NULL, *redis_file = NULL, *run = NULL, *id = NULL;
     const char *tentative_to = NULL, *late_need = NULL;
     int level = -1;
-    double connect_s = 60;
+    double connect_s = 60, peer_s = 60;
     memset(o, 0, sizeof *o);
     snprintf(o->listen_host, sizeof o->listen_host, "127.0.0.1");
     o->lease_ttl_ms = 5000;
@@ -141,6 +144,12 @@ static int parse_args(int argc, char **argv, ss_opts *o)
          .min = 0,
          .max = OPTS_SECONDS_MAX,
          .wants = "seconds in [0, 2000000]"},
+        {.name = "peer-timeout",
+         .kind = OPT_DOUBLE,
+         .dest = &peer_s,
+         .min = 0,
+         .max = 86400,
+         .wants = "seconds in [0, 86400]"},
         {.name = "fault-crash-before-commit",
          .kind = OPT_DOUBLE,
          .dest = &o->crash_before_commit,
@@ -156,6 +165,7 @@ static int parse_args(int argc, char **argv, ss_opts *o)
     char err[256];
     o->log_level = level < 0 ? -1 : levels[level];
     o->connect_timeout_ms = (int)(connect_s * 1000);
+    o->peer_timeout_ms = (int)(peer_s * 1000);
     snprintf(o->run, sizeof o->run, "%s", run ? run : "");
     snprintf(o->id, sizeof o->id, "%s", id ? id : "");
     snprintf(o->fault_tentative_to, sizeof o->fault_tentative_to, "%s", tentative_to ? tentative_to : "");

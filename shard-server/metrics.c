@@ -14,6 +14,7 @@
 #include <event2/http.h>
 
 #include "base/log.h"
+#include "net/accept_guard.h"
 
 #define METRICS_PERIOD_S 30
 
@@ -45,7 +46,8 @@ void metrics_log(ss_ctx *ss)
              "max %.3f s; "
              "pushes %llu, gets %llu (tentative %llu); bytes in %llu out %llu; conflicts %llu; lease changes %llu; "
              "rejections %llu, duplicates %llu; computed ahead %llu (dropped %llu); "
-             "loads %llu (failed %llu); snapshots %llu; connections %llu; redis reconnects %llu; barrier closes heard "
+             "loads %llu (failed %llu); snapshots %llu; connections %llu (closed silent %llu); redis reconnects %llu; "
+             "barrier closes heard "
              "%llu (missed %llu)",
              held, ready, corrupt, (unsigned long long)m->rounds_committed, (unsigned long long)m->noop_commits, mean,
              m->commit_seconds_max, (unsigned long long)m->pushes, (unsigned long long)m->gets,
@@ -54,8 +56,8 @@ void metrics_log(ss_ctx *ss)
              (unsigned long long)m->duplicates, (unsigned long long)m->ahead_used,
              (unsigned long long)m->ahead_discarded, (unsigned long long)m->loads, (unsigned long long)m->load_failures,
              (unsigned long long)m->snapshots, (unsigned long long)m->connections,
-             (unsigned long long)metrics_redis_reconnects(ss), (unsigned long long)m->closes_heard,
-             (unsigned long long)m->closes_missed);
+             (unsigned long long)m->peers_timed_out, (unsigned long long)metrics_redis_reconnects(ss),
+             (unsigned long long)m->closes_heard, (unsigned long long)m->closes_missed);
 }
 
 static void on_metrics_timer(evutil_socket_t fd, short what, void *arg)
@@ -120,6 +122,9 @@ static void metrics_format(struct evbuffer *out, const ss_ctx *ss)
     prom_counter(out, ss, "corrupt_loads_total", "Shard loads that found the durable state corrupt.", m->corrupt_loads);
     prom_counter(out, ss, "snapshots_total", "Snapshots written and recorded.", m->snapshots);
     prom_counter(out, ss, "connections_total", "Data-plane connections accepted.", m->connections);
+    prom_counter(out, ss, "connections_timed_out_total",
+                 "Data-plane connections closed for their silence (no hello, a frame not finished, replies not read).",
+                 m->peers_timed_out);
     prom_counter(out, ss, "redis_reconnects_total",
                  "Connections to Redis re-established after a loss (control, bulk and bulk-write each count).",
                  metrics_redis_reconnects(ss));
@@ -182,13 +187,26 @@ static int metrics_listen(ss_ctx *ss, char *err, size_t errlen)
     evhttp_set_allowed_methods(ss->metrics_http, EVHTTP_REQ_GET | EVHTTP_REQ_HEAD | EVHTTP_REQ_POST | EVHTTP_REQ_PUT |
                                                      EVHTTP_REQ_DELETE | EVHTTP_REQ_OPTIONS | EVHTTP_REQ_PATCH |
                                                      EVHTTP_REQ_TRACE | EVHTTP_REQ_CONNECT);
+    /* A scraper's connection that says nothing is closed after --peer-timeout, as a data-plane one: without a
+     * timeout evhttp kept it for ever, and enough of them took every descriptor of the process, the data plane's
+     * too (it_hostile_peers). Requests are a GET line and a few headers. */
+    if (ss->opts.peer_timeout_ms > 0) {
+        struct timeval tv = {.tv_sec = ss->opts.peer_timeout_ms / 1000,
+                             .tv_usec = ss->opts.peer_timeout_ms % 1000 * 1000};
+        evhttp_set_timeout_tv(ss->metrics_http, &tv);
+    }
+    evhttp_set_max_headers_size(ss->metrics_http, 16 * 1024);
+    evhttp_set_max_body_size(ss->metrics_http, 4 * 1024);
     evhttp_set_cb(ss->metrics_http, "/metrics", on_metrics_request, ss);
     evhttp_set_gencb(ss->metrics_http, on_other_request, ss);
-    if (evhttp_bind_socket(ss->metrics_http, ss->opts.metrics_host, (ev_uint16_t)ss->opts.metrics_port) != 0) {
+    struct evhttp_bound_socket *bound =
+        evhttp_bind_socket_with_handle(ss->metrics_http, ss->opts.metrics_host, (ev_uint16_t)ss->opts.metrics_port);
+    if (bound == NULL) {
         snprintf(err, errlen, "cannot listen for metrics on %s:%d (in use? try another --metrics port)",
                  ss->opts.metrics_host, ss->opts.metrics_port);
         return -1;
     }
+    ss->metrics_guard = accept_guard_new(evhttp_bound_socket_get_listener(bound), "metrics HTTP");
     log_info("metrics at http://%s:%d/metrics", ss->opts.metrics_host, ss->opts.metrics_port);
     return 0;
 }
@@ -211,7 +229,9 @@ int metrics_start(ss_ctx *ss, char *err, size_t errlen)
 void metrics_stop(ss_ctx *ss)
 {
     if (ss->metrics_timer != NULL) event_free(ss->metrics_timer);
+    accept_guard_free(ss->metrics_guard);
     if (ss->metrics_http != NULL) evhttp_free(ss->metrics_http);
     ss->metrics_timer = NULL;
     ss->metrics_http = NULL;
+    ss->metrics_guard = NULL;
 }

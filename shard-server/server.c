@@ -7,11 +7,18 @@
  * connection reads no further frame. A frame longer than the largest legal blob is refused from its
  * length prefix alone (the payload is never buffered) and the connection is closed after the reply.
  * A connection that closes while its request is parked is freed when that request is.
+ * Peers that hold a connection without using it are closed (peer_timeout_ms, --peer-timeout): one that has
+ * not said hello (and proved the secret) within HELLO_TIMEOUT_MS of connecting, one that sends part of a
+ * frame and not the rest (a small frame: all of it within the timeout of its first byte, so a header sent a
+ * byte at a time ends too; a big one, read straight into its buffer: no byte for the timeout), and one that
+ * does not read its replies (libevent's write timeout). A connection between requests is never closed: a
+ * worker keeps its connections open between rounds. One log line says so, then at most one a minute.
  * Requests go up to the dispatcher (ops.c) through ss->dispatch, which ctx.c sets; refusals (req_reject:
  * counted, logged, recorded with dl_reject) are made here, so the transport calls nothing above it.
  */
 #include "ss.h"
 
+#include "net/accept_guard.h"
 #include "net/auth.h"
 
 #include <errno.h>
@@ -35,6 +42,10 @@
 /* A frame at least this long is received straight from the socket into its own buffer (the bufferevent
  * stops reading meanwhile), instead of through the bufferevent's input and a copy out of it. */
 #define DIRECT_MIN_FRAME (256u << 10)
+/* A new connection says hello (and answers the challenge) within this long, or the timeout if shorter: twice
+ * the worker's own wait for the handshake (worker/diloco/conn.c HANDSHAKE_MS). */
+#define HELLO_TIMEOUT_MS 10000
+#define PEER_LOG_MS 60000 /* one line about peers closed for their silence, then at most one per this */
 
 typedef struct ss_conn {
     ss_ctx *ss;
@@ -48,10 +59,15 @@ typedef struct ss_conn {
     int busy;                       /* a request is in progress */
     int closed;                     /* bev gone; freed when not busy */
     int close_after_flush;
-    struct event *direct; /* read event of a frame being received directly */
+    unsigned long frames;   /* frames received */
+    struct event *deadline; /* the hello, or the frame being received, is late (conn_on_deadline) */
+    int deadline_for;       /* what deadline waits for: DEADLINE_* */
+    struct event *direct;   /* read event of a frame being received directly */
     uint8_t *dbuf;        /* that frame */
     size_t dlen, dgot;
 } ss_conn;
+
+enum { DEADLINE_NONE, DEADLINE_HELLO, DEADLINE_FRAME };
 
 static void conn_process(ss_conn *c);
 
@@ -63,6 +79,7 @@ static void conn_free(ss_conn *c)
         c->ss->conns = c->next;
     if (c->next != NULL) c->next->prev = c->prev;
     if (c->direct != NULL) event_free(c->direct);
+    if (c->deadline != NULL) event_free(c->deadline);
     free(c->dbuf);
     if (c->bev != NULL) bufferevent_free(c->bev);
     if (c->resume != NULL) event_free(c->resume);
@@ -76,6 +93,7 @@ static void conn_close(ss_conn *c, const char *why)
     log_debug("connection %s (%s) closed: %s", c->peer, c->worker[0] ? c->worker : "-", why);
     c->closed = 1;
     if (c->direct != NULL) event_del(c->direct); /* before its fd goes away with the bufferevent */
+    if (c->deadline != NULL) event_del(c->deadline);
     if (c->bev != NULL) {
         bufferevent_free(c->bev);
         c->bev = NULL;
@@ -355,6 +373,7 @@ static void conn_dispatch(ss_conn *c, uint8_t *frame, size_t len)
     }
     req->conn = c;
     c->busy = 1;
+    c->frames++;
     char err[256];
     if (req_take_frame(req, frame, len, err, sizeof err) != 0) {
         blob_header_init(&req->h, "?");
@@ -389,6 +408,74 @@ static void conn_refuse_oversize(ss_conn *c, uint32_t flen)
     bufferevent_disable(c->bev, EV_READ);
     req_reject(ss, req, DP_BADSIZE, "frame of %u bytes from %s exceeds the largest legal blob (%zu bytes); closing",
                flen, c->peer, ss->max_frame);
+}
+
+/* ---------------------------------------------------------------------------------------------- */
+/* peers that hold a connection without using it */
+
+static uint64_t g_peer_logged_ms; /* when the last line about them was written (0: never) */
+static unsigned long g_peer_unlogged;
+
+/* Close c for its silence: counted, and said in one line a minute at most. */
+static void conn_drop_silent(ss_conn *c, const char *why)
+{
+    ss_ctx *ss = c->ss;
+    ss->m.peers_timed_out++;
+    g_peer_unlogged++;
+    if (g_peer_logged_ms == 0 || now_ms() - g_peer_logged_ms >= PEER_LOG_MS) {
+        char more[96] = "";
+        if (g_peer_unlogged > 1)
+            snprintf(more, sizeof more, " (%lu connections closed so in the last %llu s)", g_peer_unlogged,
+                     (unsigned long long)(now_ms() - g_peer_logged_ms) / 1000);
+        log_warn("closed connection %s (%s): %s%s; a worker connects again by itself, so this is a peer that is "
+                 "not one, or one frozen or cut off (at most one line a minute about these)",
+                 c->peer, c->worker[0] ? c->worker : "no hello", why, g_peer_logged_ms ? more : "");
+        g_peer_logged_ms = now_ms();
+        g_peer_unlogged = 0;
+    }
+    conn_close(c, why);
+}
+
+static void conn_on_deadline(evutil_socket_t fd, short what, void *arg)
+{
+    (void)fd;
+    (void)what;
+    ss_conn *c = arg;
+    if (c->closed) return;
+    char why[160];
+    int ms = c->ss->opts.peer_timeout_ms;
+    if (c->deadline_for == DEADLINE_HELLO)
+        snprintf(why, sizeof why, "no hello within %d ms of connecting", ms < HELLO_TIMEOUT_MS ? ms : HELLO_TIMEOUT_MS);
+    else if (c->dbuf != NULL)
+        snprintf(why, sizeof why, "no byte of a %zu-byte frame for %d ms (%zu received)", c->dlen, ms, c->dgot);
+    else
+        snprintf(why, sizeof why, "a frame begun but not complete %d ms later", ms);
+    c->deadline_for = DEADLINE_NONE;
+    conn_drop_silent(c, why);
+}
+
+static void deadline_arm(ss_conn *c, int what, int ms)
+{
+    struct timeval tv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+    c->deadline_for = what;
+    evtimer_add(c->deadline, &tv);
+}
+
+/* After the connection did something: the deadline that applies now. The hello's runs from the connect until
+ * the handshake is done; a frame's from when its first byte is waited for (not while a request is under
+ * way: the peer then waits for us) until it is whole; a big frame's is moved at each byte (conn_on_direct). */
+static void deadline_update(ss_conn *c)
+{
+    if (c->closed || c->ss->opts.peer_timeout_ms <= 0) return;
+    if (c->deadline_for == DEADLINE_HELLO && !(c->authed && c->frames > 0)) return;
+    int waiting =
+        !c->busy && !c->close_after_flush && c->dbuf == NULL && evbuffer_get_length(bufferevent_get_input(c->bev)) > 0;
+    if (waiting && c->deadline_for != DEADLINE_FRAME)
+        deadline_arm(c, DEADLINE_FRAME, c->ss->opts.peer_timeout_ms);
+    else if (!waiting && c->dbuf == NULL && c->deadline_for != DEADLINE_NONE) {
+        evtimer_del(c->deadline);
+        c->deadline_for = DEADLINE_NONE;
+    }
 }
 
 static void conn_on_direct(evutil_socket_t fd, short what, void *arg);
@@ -431,11 +518,19 @@ static void conn_on_direct(evutil_socket_t fd, short what, void *arg)
             continue;
         }
         if (n < 0 && (errno == EINTR)) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            if (c->ss->opts.peer_timeout_ms > 0 && c->deadline_for != DEADLINE_HELLO)
+                deadline_arm(c, DEADLINE_FRAME, c->ss->opts.peer_timeout_ms); /* from this byte on */
+            return;
+        }
         conn_close(c, n == 0 ? "peer closed" : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
         return;
     }
     event_del(c->direct);
+    if (c->deadline_for == DEADLINE_FRAME) {
+        evtimer_del(c->deadline);
+        c->deadline_for = DEADLINE_NONE;
+    }
     uint8_t *frame = c->dbuf;
     size_t len = c->dlen;
     c->dbuf = NULL;
@@ -446,7 +541,7 @@ static void conn_on_direct(evutil_socket_t fd, short what, void *arg)
     conn_dispatch(c, frame, len);
 }
 
-static void conn_process(ss_conn *c)
+static void conn_read_frames(ss_conn *c)
 {
     while (!c->busy && !c->closed && !c->close_after_flush && c->dbuf == NULL) {
         struct evbuffer *in = bufferevent_get_input(c->bev);
@@ -474,6 +569,12 @@ static void conn_process(ss_conn *c)
         c->ss->m.bytes_in += 4 + (size_t)flen;
         conn_dispatch(c, frame, flen);
     }
+}
+
+static void conn_process(ss_conn *c)
+{
+    conn_read_frames(c);
+    deadline_update(c);
 }
 
 static void conn_on_resume(evutil_socket_t fd, short what, void *arg)
@@ -506,7 +607,11 @@ static void conn_on_event(struct bufferevent *bev, short what, void *arg)
 {
     (void)bev;
     ss_conn *c = arg;
-    if (what & BEV_EVENT_EOF)
+    if (what & BEV_EVENT_TIMEOUT) {
+        char why[96];
+        snprintf(why, sizeof why, "replies not read for %d ms", c->ss->opts.peer_timeout_ms);
+        conn_drop_silent(c, why);
+    } else if (what & BEV_EVENT_EOF)
         conn_close(c, "peer closed");
     else if (what & BEV_EVENT_ERROR)
         conn_close(c, evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
@@ -540,7 +645,8 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     c->bev = bufferevent_socket_new(ss->base, fd, BEV_OPT_CLOSE_ON_FREE);
     c->resume = event_new(ss->base, -1, 0, conn_on_resume, c);
-    if (c->bev == NULL || c->resume == NULL) {
+    c->deadline = evtimer_new(ss->base, conn_on_deadline, c);
+    if (c->bev == NULL || c->resume == NULL || c->deadline == NULL) {
         if (c->bev == NULL) evutil_closesocket(fd);
         conn_free(c);
         return;
@@ -549,19 +655,17 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     bufferevent_set_max_single_write(c->bev, SOCKET_IO_CHUNK);
     bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
+    int ms = ss->opts.peer_timeout_ms;
+    if (ms > 0) {
+        struct timeval wtv = {.tv_sec = ms / 1000, .tv_usec = (ms % 1000) * 1000};
+        bufferevent_set_timeouts(c->bev, NULL, &wtv); /* (libevent runs it only while a reply waits to go) */
+        deadline_arm(c, DEADLINE_HELLO, ms < HELLO_TIMEOUT_MS ? ms : HELLO_TIMEOUT_MS);
+    }
     c->next = ss->conns;
     if (ss->conns != NULL) ss->conns->prev = c;
     ss->conns = c;
     ss->m.connections++;
     log_debug("connection from %s", c->peer);
-}
-
-static void on_listen_error(struct evconnlistener *l, void *arg)
-{
-    (void)l;
-    (void)arg;
-    int e = EVUTIL_SOCKET_ERROR();
-    log_error("accept failed: %s (continuing)", evutil_socket_error_to_string(e));
 }
 
 static int bound_port(evutil_socket_t fd)
@@ -611,7 +715,7 @@ int server_listen(ss_ctx *ss, char *err, size_t errlen)
         err_set(err, errlen, "cannot listen on %s: %s", spec, strerror(errno));
         return -1;
     }
-    evconnlistener_set_error_cb(ss->listener, on_listen_error);
+    ss->listen_guard = accept_guard_new(ss->listener, "data plane");
     int port = bound_port(evconnlistener_get_fd(ss->listener));
     if (ss->opts.advertise[0] != '\0')
         snprintf(ss->addr, sizeof ss->addr, "%s", ss->opts.advertise);
@@ -630,6 +734,8 @@ int server_listen(ss_ctx *ss, char *err, size_t errlen)
 
 void server_stop_accepting(ss_ctx *ss)
 {
+    accept_guard_free(ss->listen_guard);
+    ss->listen_guard = NULL;
     if (ss->listener != NULL) {
         evconnlistener_free(ss->listener);
         ss->listener = NULL;

@@ -86,6 +86,7 @@ typedef struct ss_opts {
     char metrics_host[256];     /* --metrics HOST:PORT: Prometheus /metrics over HTTP ("" = off) */
     int metrics_port;
     int compute_ahead_off; /* --compute-ahead off: commits start computing at the barrier only */
+    int peer_timeout_ms;   /* --peer-timeout: a connection silent mid-frame, or not reading, is closed (server.c) */
 } ss_opts;
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -110,6 +111,7 @@ typedef struct ss_metrics {
     uint64_t corrupt_loads; /* loads that found the durable state corrupt (counted in load_failures too) */
     uint64_t snapshots;
     uint64_t connections;
+    uint64_t peers_timed_out; /* connections closed for their silence (server.c) */
     uint64_t ahead_used;      /* commits that took over the compute made ahead of their barrier */
     uint64_t ahead_discarded; /* computes ahead that were dropped (another set of Δ, a resend, a reload) */
     uint64_t closes_heard;    /* barrier closes announced on dl:{R}:closes (subscribe.c) */
@@ -290,6 +292,7 @@ typedef struct ss_ctx {
     rlink_route route; /* Redis Cluster slot map of those three (and of closes.link) */
     ss_closes closes;  /* sync runs: the barrier closes heard (closes.c, subscribe.c) */
     struct evconnlistener *listener;
+    struct accept_guard *listen_guard; /* pauses the listener when accept() fails (EMFILE) */
     struct ss_conn *conns; /* every data-plane connection (server.c) */
     size_t max_frame;      /* largest acceptable frame */
     ss_shard *shards;
@@ -324,6 +327,7 @@ typedef struct ss_ctx {
     struct event *lq_ev;
     struct event *metrics_timer;
     struct evhttp *metrics_http;
+    struct accept_guard *metrics_guard;
     struct event *park_timer;
     ss_fault fault;
     /* The calls that go up, set by ctx.c (as libevent calls its backends through a table): the files

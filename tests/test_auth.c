@@ -1,12 +1,17 @@
 /* test_auth.c: the run-secret challenge (common/net/auth.h): the answer is HMAC-SHA256 of the documented
  * message (checked against a value computed independently with `openssl dgst -sha256 -hmac`), a wrong
- * secret, nonce, worker or run is refused, and nonces are fresh hex strings. */
+ * secret, nonce, worker or run is refused, and nonces are fresh hex strings, made also when the process has
+ * no descriptor left. */
+#include <errno.h>
+#include <fcntl.h>
 #include <setjmp.h>
 #include <stdarg.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <string.h>
 #include <cmocka.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include "net/auth.h"
 
@@ -43,12 +48,35 @@ static void test_nonces(void **state)
     assert_string_not_equal(a, b);
 }
 
+/* A shard-server at its descriptor limit (`ulimit -n`) still has the connection it accepted: its challenge must
+ * not need another descriptor. auth_nonce read /dev/urandom, and every hello then got `BUSY cannot make a
+ * challenge (no randomness)`, a message about the wrong thing, while the run stalled (failed before: -1). */
+static void test_nonce_without_descriptors(void **state)
+{
+    (void)state;
+    struct rlimit old, low;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    low = old;
+    low.rlim_cur = 64;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int fds[64], n = 0;
+    while (n < 64 && (fds[n] = open("/dev/null", O_RDONLY)) >= 0) n++;
+    assert_int_equal(errno, EMFILE);
+    char a[AUTH_NONCE_LEN + 1] = "";
+    int rc = auth_nonce(a);
+    while (n > 0) close(fds[--n]);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    assert_int_equal(rc, 0);
+    assert_int_equal(strlen(a), AUTH_NONCE_LEN);
+}
+
 int main(void)
 {
     const struct CMUnitTest tests[] = {
         cmocka_unit_test(test_known_answer),
         cmocka_unit_test(test_refusals),
         cmocka_unit_test(test_nonces),
+        cmocka_unit_test(test_nonce_without_descriptors),
     };
     return cmocka_run_group_tests(tests, NULL, NULL);
 }

@@ -14,7 +14,9 @@
 #include <string.h>
 #include <signal.h>
 #include <unistd.h>
+#include <fcntl.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <cmocka.h>
 
@@ -145,6 +147,31 @@ static void reply_error_reports_connection_loss(void **state)
     assert_int_equal(rconn_reply_error(c, r, err, sizeof err), -1);
     assert_non_null(strstr(err, "connection"));
     rconn_free(c);
+}
+
+/* A process at its descriptor limit cannot make a socket: the error says so and what to raise, not "is
+ * redis-server running, and is the URL right?" (a worker at `ulimit -n 4` was told that; failed before). */
+static void out_of_descriptors_says_so(void **state)
+{
+    (void)state;
+    char err[512] = "";
+    redis_url u;
+    char url[400];
+    snprintf(url, sizeof url, "unix://%s/nobody-here.sock", tmpdir);
+    assert_int_equal(redis_url_parse(url, &u, err, sizeof err), 0);
+    struct rlimit old, low;
+    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
+    low = old;
+    low.rlim_cur = 64;
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
+    int fds[64], n = 0;
+    while (n < 64 && (fds[n] = open("/dev/null", O_RDONLY)) >= 0) n++;
+    rconn *c = rconn_connect_retry(&u, 200, 0, NULL, NULL, err, sizeof err);
+    while (n > 0) close(fds[--n]);
+    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    assert_null(c);
+    assert_non_null(strstr(err, "out of descriptors"));
+    assert_null(strstr(err, "is redis-server running"));
 }
 
 static void retry_gives_up_after_its_wait(void **state)
@@ -296,6 +323,7 @@ int main(void)
         cmocka_unit_test(wrong_credentials_and_bad_db_fail_clearly),
         cmocka_unit_test(reply_error_reports_connection_loss),
         cmocka_unit_test(retry_gives_up_after_its_wait),
+        cmocka_unit_test(out_of_descriptors_says_so),
         cmocka_unit_test(refusal_ends_retries_at_once),
         cmocka_unit_test(watched_stop_ends_retries_and_a_frozen_handshake),
         cmocka_unit_test(final_errors),

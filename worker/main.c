@@ -11,6 +11,7 @@
  * (--device-hooks auto): the pseudo-gradient and the new global parameters then go through the device
  * and the parameters never come back to the host (docs/cuda.md). */
 #include <float.h>
+#include <errno.h>
 #include <inttypes.h>
 #include <jansson.h>
 #include <math.h>
@@ -467,8 +468,11 @@ static trainer *make_trainer(const worker_args *a, const runconf *rc, char **res
 
 /* ---- telemetry and progress ------------------------------------------------------------------- */
 
+/* One line of --log. A line that cannot be written (the disk full) costs the line, not the training: said once,
+ * where it was lost without a word (the file stayed empty on a full disk). */
 static void log_json(FILE *f, json_t *obj)
 {
+    static int told;
     if (!f) {
         json_decref(obj);
         return;
@@ -476,7 +480,12 @@ static void log_json(FILE *f, json_t *obj)
     json_object_set_new(obj, "t", json_real((double)wall_ms() / 1000.0));
     json_dumpf(obj, f, JSON_COMPACT);
     fputc('\n', f);
-    fflush(f);
+    if ((fflush(f) != 0 || ferror(f)) && !told) {
+        log_warn("cannot write the --log file: %s; its lines are lost from here on (training goes on: free space "
+                 "there, or give --log another file)",
+                 strerror(errno));
+        told = 1;
+    }
     json_decref(obj);
 }
 

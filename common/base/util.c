@@ -39,11 +39,21 @@ uint64_t wall_ms(void)
     return clock_ms(CLOCK_REALTIME);
 }
 
-uint64_t wall_us(void)
+static uint64_t clock_us(clockid_t id)
 {
     struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
+    clock_gettime(id, &ts);
     return (uint64_t)ts.tv_sec * 1000000u + (uint64_t)ts.tv_nsec / 1000u;
+}
+
+uint64_t now_us(void)
+{
+    return clock_us(CLOCK_MONOTONIC);
+}
+
+uint64_t wall_us(void)
+{
+    return clock_us(CLOCK_REALTIME);
 }
 
 void sleep_ms(unsigned ms)

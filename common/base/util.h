@@ -19,6 +19,7 @@ extern "C" {
 void err_set(char *err, size_t errlen, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 uint64_t now_ms(void);  /* CLOCK_MONOTONIC: for timeouts and durations */
+uint64_t now_us(void);  /* the same in microseconds (a step's compute time) */
 uint64_t wall_ms(void); /* CLOCK_REALTIME: for timestamps shown to humans */
 uint64_t wall_us(void); /* the same in microseconds (e.g. the phase stamps of diloco_sync_info) */
 void sleep_ms(unsigned ms);

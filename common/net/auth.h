@@ -12,7 +12,8 @@
 #define AUTH_NONCE_LEN 32 /* hex characters */
 #define AUTH_MAC_LEN 64   /* hex characters of an HMAC-SHA256 */
 
-/* A fresh random nonce (hex, NUL-terminated) from /dev/urandom. -1 if none could be read. */
+/* A fresh random nonce (hex, NUL-terminated) from the kernel (getrandom: no descriptor needed). -1 if none
+ * could be had. */
 int auth_nonce(char out[AUTH_NONCE_LEN + 1]);
 /* The answer to a challenge. */
 void auth_answer(const char *secret, const char *nonce, const char *worker, const char *run,

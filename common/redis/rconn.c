@@ -22,6 +22,14 @@
 #define RETRY_LOG_EVERY_MS 5000
 /* what to check when Redis does not answer: said with every retry line and the final error */
 #define UNREACHABLE_HINT "is redis-server running, and is the URL right?"
+#define NO_FD_HINT "this process is out of descriptors: raise its limit (ulimit -n, systemd LimitNOFILE=)"
+
+/* What to check, for why a connect failed: Redis and the URL, unless this very process could not make a socket
+ * (it said "is redis-server running" to a worker at its `ulimit -n`). */
+static const char *unreachable_hint(const char *why)
+{
+    return strstr(why, "Too many open files") ? NO_FD_HINT : UNREACHABLE_HINT;
+}
 #define RESOLVE_RETRY_CAP_MS 500
 /* Asking a Sentinel or ROLE is one small command: a server that takes longer is dead or stopped. */
 #define RESOLVE_TIMEOUT_MS 1000
@@ -485,7 +493,8 @@ static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, con
         if (logged == 0 || now_ms() - logged >= RETRY_LOG_EVERY_MS) {
             /* why already names the URL (without password); a Redis that answered with a refusal rconn_error_hint
              * explains (maxclients reached, say) is running, and the URL is right: its hint is in why already */
-            const char *check = explained_refusal(why) ? "" : " (" UNREACHABLE_HINT ")";
+            char check[320] = "";
+            if (!explained_refusal(why)) snprintf(check, sizeof check, " (%s)", unreachable_hint(why));
             if (wait_ms < 0)
                 log_warn("%s; retrying until it answers%s", why, check);
             else
@@ -495,7 +504,7 @@ static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, con
         }
         sleep_unless_stopped(pause, stop, *watch);
     }
-    const char *check = explained_refusal(why) ? "" : UNREACHABLE_HINT;
+    const char *check = explained_refusal(why) ? "" : unreachable_hint(why);
     if (attempt == 0)
         err_set(err, errlen, "%s%s%s%s", why, *check ? " (" : "", check, *check ? ")" : "");
     else

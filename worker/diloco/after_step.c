@@ -12,12 +12,14 @@
 #include "base/util.h"
 #include "internal.h"
 
-/* Count the step and the time it took (since the previous call returned): DyLU's speed. Returns whether the
+/* Count the step and the time it took (since the previous call returned): DyLU's speed, on the monotonic clock
+ * (on the wall clock, one that jumped an hour forward counted an hour of compute for a step: the speed reported
+ * fell to ~0 for some 40 beats, tests/it_wall_clock_jump.sh). Returns whether the
  * heartbeat thread found us evicted: read under the lock taken here anyway, so checking it at every step
  * costs nothing. */
 static int count_step(diloco *d)
 {
-    uint64_t now = wall_us();
+    uint64_t now = now_us();
     pthread_mutex_lock(&d->hb_mu);
     d->total_steps++;
     if (d->step_end_us && now > d->step_end_us) {
@@ -38,7 +40,7 @@ int diloco_after_step(diloco *d, char *err, size_t errlen)
     int rc = after_step(d, evicted, err, errlen);
     log_use_sink(prev);
     pthread_mutex_lock(&d->hb_mu);
-    d->step_end_us = wall_us();
+    d->step_end_us = now_us();
     pthread_mutex_unlock(&d->hb_mu);
     return rc;
 }

@@ -110,11 +110,19 @@ static void say_if_moved(char *err, size_t errlen)
     if (t_watch.why[0]) err_set(err, errlen, "%s", t_watch.why);
 }
 
-/* Say who we are and prove we know the run's secret (auth.h). */
-static int hello(diloco *d, int fd, char *err, size_t errlen)
+/* Say who we are and prove we know the run's secret (auth.h). A failure names the server and the step: "timeout
+ * while receiving a frame" alone did not say that a server out of descriptors (its kernel completes the connect,
+ * it cannot accept) had never answered a hello. */
+static int hello(diloco *d, int fd, const char *addr, char *err, size_t errlen)
 {
     int timeout = d->o.net_timeout_ms < HANDSHAKE_MS ? d->o.net_timeout_ms : HANDSHAKE_MS;
-    return auth_client_hello(fd, d->rc.secret, d->worker_id, d->o.run, timeout, NULL, 0, err, errlen);
+    char why[400];
+    if (auth_client_hello(fd, d->rc.secret, d->worker_id, d->o.run, timeout, NULL, 0, why, sizeof why) == 0) return 0;
+    err_set(err, errlen, "handshake with shard-server %s: %s%s", addr, why,
+            strncmp(why, "timeout", 7) == 0 ? " (no answer to our hello: the server overloaded, frozen or out of "
+                                              "descriptors? its log says)"
+                                            : "");
+    return -1;
 }
 
 dp_conn *conn_acquire(diloco *d, const char *addr, int shard, char *err, size_t errlen)
@@ -135,7 +143,7 @@ dp_conn *conn_acquire(diloco *d, const char *addr, int shard, char *err, size_t 
     if (c->fd >= 0) return c;
     watch_lease(d, shard); /* (a frozen owner: ends once the shard moved) */
     int fd = tcp_connect(addr, d->o.net_timeout_ms < HANDSHAKE_MS ? d->o.net_timeout_ms : HANDSHAKE_MS, err, errlen);
-    if (fd >= 0 && hello(d, fd, err, errlen) < 0) {
+    if (fd >= 0 && hello(d, fd, addr, err, errlen) < 0) {
         close(fd);
         fd = -1;
     }

@@ -268,7 +268,7 @@ struct diloco {
     uint64_t tokens, total_steps;
     uint64_t compute_us, compute_steps; /* inner-step time and steps since the last heartbeat */
     double speed_us, speed_steps;       /* the same, decayed over past heartbeats (heartbeat.c) */
-    uint64_t step_end_us;               /* when diloco_after_step last returned (0: never) */
+    uint64_t step_end_us;               /* when diloco_after_step last returned (now_us; 0: never) */
 
     /* device hooks (device.c); used on the training thread, except dev_snap_ok[f], which the threads
      * receiving fragment f's parameters clear (atomically: one per owner) */

@@ -44,6 +44,8 @@ typedef struct gpt_trainer {
     struct gpt_cuda *cu; /* the CUDA backend, NULL on the CPU (then m is used) */
     int pinned;          /* t->params is page-locked for the CUDA copies */
     struct dl_cuda *dl;  /* DiLoCo on the device (gpt_trainer_device_ops): params stay on the device */
+    long ckpt_failed;    /* periodic checkpoints not written in a row (ckpt_periodic) */
+    double ckpt_said;    /* when one of them was last said (now_s) */
 } gpt_trainer;
 
 /* forward on the trainer's backend (the device parameters mirror t->params) */
@@ -126,6 +128,11 @@ static int gpt_evaluate(trainer *t, double *loss, char *err, size_t errlen)
 
 /* ---- checkpoint (safetensors) ---- */
 
+#define CKPT_WRITE_FAILED (-2) /* ckpt_save: the file could not be written (the disk full, say) */
+#define CKPT_SAY_S 60.0        /* a periodic checkpoint that cannot be written is said once a minute at most */
+
+/* -1 when the state cannot be gathered, CKPT_WRITE_FAILED when the file cannot be written: the file there
+ * before is then as it was (file_write_atomic). */
 static int ckpt_save(gpt_trainer *g, char *err, size_t errlen)
 {
     const char *path = g->ckpt_path;
@@ -179,7 +186,30 @@ static int ckpt_save(gpt_trainer *g, char *err, size_t errlen)
     int rc = file_write_atomic(path, chunks, 5, why, sizeof why);
     free(h);
     if (rc != 0) err_set(err, errlen, "checkpoint %s: %s", path, why);
-    return rc;
+    return rc != 0 ? CKPT_WRITE_FAILED : 0;
+}
+
+/* The checkpoint of every --checkpoint-every steps. One that cannot be written (a full disk) does not stop
+ * training: the run's state is in Redis, the checkpoint only resumes this trainer's own, and the one written
+ * last is still whole. Before, the worker left the run at the first full disk. Said at once, then once a
+ * minute at most, and when one is written again. */
+static int ckpt_periodic(gpt_trainer *g, char *err, size_t errlen)
+{
+    int rc = ckpt_save(g, err, errlen);
+    if (rc == 0 && g->ckpt_failed > 0) {
+        fprintf(stderr, "gpt: checkpoint %s written again at step %ld, after %ld that could not be\n", g->ckpt_path,
+                g->step, g->ckpt_failed);
+        g->ckpt_failed = 0;
+    }
+    if (rc != CKPT_WRITE_FAILED) return rc;
+    if (g->ckpt_failed++ == 0 || now_s() - g->ckpt_said >= CKPT_SAY_S) {
+        fprintf(stderr,
+                "gpt: step %ld: %s (%ld in a row); training goes on, and the checkpoint written before is "
+                "unchanged: free space there or point --checkpoint elsewhere\n",
+                g->step, err, g->ckpt_failed);
+        g->ckpt_said = now_s();
+    }
+    return 0;
 }
 
 static int meta_u64(const char *h, const char *key, unsigned long long *out)
@@ -370,7 +400,7 @@ static int gpt_step(trainer *t, trainer_stats *out, char *err, size_t errlen)
         log_line(g, f);
     }
     if (g->ckpt_path && g->o.checkpoint_every > 0 && g->step % g->o.checkpoint_every == 0)
-        if (ckpt_save(g, err, errlen)) return -1;
+        if (ckpt_periodic(g, err, errlen)) return -1;
     if (out) {
         out->loss = loss;
         out->eval_loss = g->eval_loss;
@@ -391,7 +421,7 @@ static int gpt_eval_public(trainer *t, double *loss, char *err, size_t errlen)
 
 int gpt_trainer_save(trainer *t, char *err, size_t errlen)
 {
-    return ckpt_save(t->impl, err, errlen);
+    return ckpt_save(t->impl, err, errlen) != 0 ? -1 : 0;
 }
 
 long gpt_trainer_steps(const trainer *t)

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "net/auth.h"
+#include "fd_limit.h"
 
 static void test_known_answer(void **state)
 {
@@ -54,18 +55,12 @@ static void test_nonces(void **state)
 static void test_nonce_without_descriptors(void **state)
 {
     (void)state;
-    struct rlimit old, low;
-    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
-    low = old;
-    low.rlim_cur = 64;
-    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
-    int fds[64], n = 0;
-    while (n < 64 && (fds[n] = open("/dev/null", O_RDONLY)) >= 0) n++;
+    fd_limit lim;
+    assert_int_equal(fd_limit_exhaust(&lim), 0);
     assert_int_equal(errno, EMFILE);
     char a[AUTH_NONCE_LEN + 1] = "";
     int rc = auth_nonce(a);
-    while (n > 0) close(fds[--n]);
-    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    assert_int_equal(fd_limit_restore(&lim), 0);
     assert_int_equal(rc, 0);
     assert_int_equal(strlen(a), AUTH_NONCE_LEN);
 }

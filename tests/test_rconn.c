@@ -22,6 +22,7 @@
 
 #include "base/util.h"
 #include "redis/rconn.h"
+#include "fd_limit.h"
 
 static pid_t redis_pid = -1;
 static char tmpdir[] = "/tmp/test_rconn_XXXXXX";
@@ -54,6 +55,14 @@ static int start_redis(void **state)
     }
     fprintf(stderr, "redis-server did not start: %s\n", err);
     return -1;
+}
+
+/* A URL of a socket nobody listens on (in our temporary folder): every connect to it fails at once. */
+static void nobody_url(redis_url *u)
+{
+    char url[400], err[256];
+    snprintf(url, sizeof url, "unix://%s/nobody-here.sock", tmpdir);
+    assert_int_equal(redis_url_parse(url, u, err, sizeof err), 0);
 }
 
 static int stop_redis(void **state)
@@ -156,19 +165,11 @@ static void out_of_descriptors_says_so(void **state)
     (void)state;
     char err[512] = "";
     redis_url u;
-    char url[400];
-    snprintf(url, sizeof url, "unix://%s/nobody-here.sock", tmpdir);
-    assert_int_equal(redis_url_parse(url, &u, err, sizeof err), 0);
-    struct rlimit old, low;
-    assert_int_equal(getrlimit(RLIMIT_NOFILE, &old), 0);
-    low = old;
-    low.rlim_cur = 64;
-    assert_int_equal(setrlimit(RLIMIT_NOFILE, &low), 0);
-    int fds[64], n = 0;
-    while (n < 64 && (fds[n] = open("/dev/null", O_RDONLY)) >= 0) n++;
+    nobody_url(&u);
+    fd_limit lim;
+    assert_int_equal(fd_limit_exhaust(&lim), 0);
     rconn *c = rconn_connect_retry(&u, 200, 0, NULL, NULL, err, sizeof err);
-    while (n > 0) close(fds[--n]);
-    assert_int_equal(setrlimit(RLIMIT_NOFILE, &old), 0);
+    assert_int_equal(fd_limit_restore(&lim), 0);
     assert_null(c);
     assert_non_null(strstr(err, "out of descriptors"));
     assert_null(strstr(err, "is redis-server running"));
@@ -179,9 +180,7 @@ static void retry_gives_up_after_its_wait(void **state)
     (void)state;
     char err[512] = "";
     redis_url u;
-    char url[400];
-    snprintf(url, sizeof url, "unix://%s/nobody-here.sock", tmpdir);
-    assert_int_equal(redis_url_parse(url, &u, err, sizeof err), 0);
+    nobody_url(&u);
     int refused = -1;
     uint64_t t0 = now_ms();
     assert_null(rconn_connect_retry(&u, 200, 1500, NULL, &refused, err, sizeof err));
@@ -218,8 +217,7 @@ static void watched_stop_ends_retries_and_a_frozen_handshake(void **state)
     (void)state;
     char url[400], err[512] = "";
     redis_url u;
-    snprintf(url, sizeof url, "unix://%s/nobody-here.sock", tmpdir);
-    assert_int_equal(redis_url_parse(url, &u, err, sizeof err), 0);
+    nobody_url(&u);
     int calls = 0;
     uint64_t t0 = now_ms();
     stop_at_ms = t0 + 300;

@@ -140,6 +140,10 @@ unsigned long http_deadlines_cut(const http_deadlines *d)
 void http_deadlines_free(http_deadlines *d)
 {
     if (!d) return;
-    while (d->all) watch_free(d->all);
+    for (watch *w = d->all, *next; w; w = next) { /* all of them: no unlinking one by one */
+        next = w->next;
+        event_free(w->timer);
+        free(w);
+    }
     free(d);
 }

@@ -5,12 +5,13 @@
 # do ("fix what its log names"); the shard-server says it once, not at every beat; after the fix the workers
 # finish their steps, every shard at one version, none corrupt. Before, the workers exited within a second of the
 # refusal ("sync failed for good: MISCONF ..."), and the shard-server logged the 330-character refusal at every
-# beat (every ttl/3).
+# beat (every ttl/3). The refusal outlasts the run's heartbeat timeout (3 s): once it is over, nobody is evicted
+# (the first call after it evicted every worker, each losing its round: the reaper saw them all silent).
 # test: light (it waits for Redis more than it computes)
 . "$(dirname "$0")/lib.sh"
 start_redis --enable-protected-configs yes
 RUN=misconf
-init_run $RUN --trainer quadratic --numel 20000 --shards 2 --workers 2 --seed 3
+init_run $RUN --trainer quadratic --numel 20000 --shards 2 --workers 2 --seed 3 --heartbeat-timeout 3
 start_server s1 --lease-ttl-ms 1500
 for w in w1 w2; do
   start_worker $w --sync-every 5 --steps 300 --heartbeat-interval 1 --max-sync-retries 1 --sync-timeout 2 --step-delay-ms 5
@@ -40,6 +41,11 @@ $RCLI CONFIG SET dir "$TMP/rdb" > /dev/null # (Redis's working directory was the
 $RCLI BGSAVE > /dev/null
 wait_until 10 "$RCLI SET probe 1 | grep -q OK" "Redis to take writes again"
 wait_workers w1 w2
+# the refusal outlasted the heartbeat timeout (3 s): the first call after it, a heartbeat that reaps before it
+# beats, evicted every worker (their rounds lost); the reaper now counts a silence of every member as an outage
+[ "$($RCLI HGET "dl:{$RUN}:state" deaths)" = 0 ] ||
+  fail "$($RCLI HGET "dl:{$RUN}:state" deaths) worker(s) evicted once Redis took writes again"
+$RCLI XRANGE "dl:{$RUN}:events" - + | grep -qx outage || fail "no outage event"
 v0=$($RCLI HGET "dl:{$RUN}:shards" 0:version); v1=$($RCLI HGET "dl:{$RUN}:shards" 1:version)
 [ "$v0" = "$v1" ] && [ "$v0" -gt 3 ] || fail "shards at versions $v0 and $v1 after the workers finished"
 [ -z "$($RCLI HGET "dl:{$RUN}:shards" 0:corrupt)$($RCLI HGET "dl:{$RUN}:shards" 1:corrupt)" ] || fail "a shard was marked corrupt"

@@ -24,10 +24,15 @@ $RCLI CONFIG SET save "3600 1" > /dev/null
 $RCLI BGSAVE > /dev/null
 wait_until 10 "$RCLI SET probe 1 | grep -q MISCONF" "Redis to refuse writes (MISCONF)"
 say "BGSAVE failed: Redis refuses writes (MISCONF)"
+# (a worker that had arrived at the barrier before the refusal waits there for the other, a wait that needs no
+# write, and has nothing to say: at least one worker is refused)
+refused() { grep -q 'registering again after' "$TMP/worker-$1.log"; }
+wait_until 30 "refused w1 || refused w2" "a worker to register again after its failed syncs"
 for w in w1 w2; do
   eval "pid=\$WRK_$w"
-  wait_until 30 "grep -q 'Redis refuses our registration for now: MISCONF.*fix what its log names' $TMP/worker-$w.log || ! alive $pid" \
-    "$w to say Redis refuses its registration, and what to do"
+  refused $w &&
+    wait_until 30 "grep -q 'Redis refuses our registration for now: MISCONF.*fix what its log names' $TMP/worker-$w.log || ! alive $pid" \
+      "$w to say Redis refuses its registration, and what to do"
   alive "$pid" || fail "$w exited while Redis refused writes: $(grep -E 'ERROR|WARN' "$TMP/worker-$w.log" | tail -n 2 | cut -c1-200)"
 done
 wait_until 10 "grep -q 'lease renewal failed: MISCONF.*fix what its log names' $TMP/server-s1.log" "s1 to say why its leases lapse"

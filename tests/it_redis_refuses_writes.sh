@@ -23,14 +23,20 @@ done
 wait_until 30 "[ \"\$($RCLI HGET 'dl:{$RUN}:shards' 1:version)\" -ge 3 ] 2>/dev/null" "three rounds committed"
 $RCLI CONFIG SET maxmemory 1 > /dev/null || fail "CONFIG SET maxmemory"
 say "maxmemory 1 (noeviction): Redis refuses every write"
+# A worker whose sync Redis refuses registers again, is refused, and says so. One that had arrived at the barrier
+# before the refusal waits there for the other, a wait that needs no write, and has nothing to say (seen once
+# on a loaded machine: the test waited for its "registering again" in vain).
+refused() { grep -q 'registering again after' "$TMP/worker-$1.log"; }
+wait_until 40 "refused w1 || refused w2" "a worker to register again after its failed syncs"
 for w in w1 w2; do
   eval "pid=\$WRK_$w"
-  wait_until 40 "grep -q 'registering again after' $TMP/worker-$w.log" "$w to register again after its failed syncs"
-  wait_until 20 "grep -q 'Redis refuses our registration for now' $TMP/worker-$w.log || ! alive $pid" \
-    "$w to say Redis refuses its registration"
+  if refused $w; then
+    wait_until 20 "grep -q 'Redis refuses our registration for now' $TMP/worker-$w.log || ! alive $pid" \
+      "$w to say Redis refuses its registration"
+    grep 'Redis refuses our registration for now' "$TMP/worker-$w.log" | grep -q 'raise maxmemory' ||
+      fail "$w did not say what to do about the refusal: $(grep 'refuses' "$TMP/worker-$w.log" | head -n 1)"
+  fi
   alive "$pid" || fail "$w exited while Redis refused writes: $(grep -E 'ERROR|WARN' "$TMP/worker-$w.log" | tail -n 3)"
-  grep 'Redis refuses our registration for now' "$TMP/worker-$w.log" | grep -q 'raise maxmemory' ||
-    fail "$w did not say what to do about the refusal: $(grep 'refuses' "$TMP/worker-$w.log" | head -n 1)"
 done
 bin/coordinator status --redis "$URL" --run $RUN > "$TMP/status-oom.txt" 2>&1 ||
   fail "coordinator status while Redis refuses writes: $(cat "$TMP/status-oom.txt")"
@@ -52,7 +58,10 @@ wait_workers w1 w2
 # more than the timeout old)
 [ "$($RCLI HGET "dl:{$RUN}:state" deaths)" = 0 ] ||
   fail "$($RCLI HGET "dl:{$RUN}:state" deaths) worker(s) evicted over the refusals: their heartbeats were refused"
-for w in w1 w2; do grep -q 'Redis took our registration after' "$TMP/worker-$w.log" || fail "$w did not say it registered"; done
+for w in w1 w2; do
+  grep -q 'Redis refuses our registration for now' "$TMP/worker-$w.log" || continue
+  grep -q 'Redis took our registration after' "$TMP/worker-$w.log" || fail "$w did not say it registered"
+done
 v0=$($RCLI HGET "dl:{$RUN}:shards" 0:version); v1=$($RCLI HGET "dl:{$RUN}:shards" 1:version)
 [ "$v0" = "$v1" ] && [ "$v0" -gt 3 ] || fail "shards at versions $v0 and $v1 after the workers finished"
 [ -z "$($RCLI HGET "dl:{$RUN}:shards" 0:corrupt)$($RCLI HGET "dl:{$RUN}:shards" 1:corrupt)" ] || fail "a shard was marked corrupt"

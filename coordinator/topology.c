@@ -45,48 +45,81 @@ static json_t *parse_replica(const char *v)
                      (json_int_t)lag);
 }
 
-/* INFO replication of the node rc talks to: role, master_repl_offset, replicas. */
-static void read_replication(rconn *rc, json_t *t, int url_sentinel)
+/* INFO SECTION of the node rc talks to, field by field: fn(name, value, arg) for each "name:value" line.
+ * -1 when Redis gave no such reply (nothing called). */
+static int info_each(rconn *rc, const char *section, void (*fn)(const char *, const char *, void *), void *arg)
 {
-    redisReply *r = rconn_command(rc, "INFO replication");
+    redisReply *r = rconn_command(rc, "INFO %s", section);
     if (!r || r->type != REDIS_REPLY_STRING) {
         if (r) freeReplyObject(r);
-        return;
+        return -1;
     }
-    json_t *reps = json_array();
     char *save = NULL;
     for (char *line = strtok_r(r->str, "\r\n", &save); line; line = strtok_r(NULL, "\r\n", &save)) {
         char *colon = strchr(line, ':');
         if (!colon) continue;
         *colon = '\0';
-        const char *v = colon + 1;
-        if (!strcmp(line, "role"))
-            json_object_set_new(t, "role", json_string(v));
-        else if (!strcmp(line, "master_host"))
-            json_object_set_new(t, "replica_of_host", json_string(v));
-        else if (!strcmp(line, "master_port"))
-            json_object_set_new(t, "replica_of_port", json_integer(atoll(v)));
-        else if (!strcmp(line, "master_repl_offset"))
-            json_object_set_new(t, "master_repl_offset", json_integer(atoll(v)));
-        else if (!strncmp(line, "slave", 5) && line[5] >= '0' && line[5] <= '9')
-            json_array_append_new(reps, parse_replica(v));
+        fn(line, colon + 1, arg);
     }
-    json_object_set_new(t, "replicas", reps);
     freeReplyObject(r);
+    return 0;
+}
+
+/* t's "warning", with w added to what it says already. */
+static void add_warning(json_t *t, const char *w)
+{
+    const char *before = json_string_value(json_object_get(t, "warning"));
+    char both[800];
+    snprintf(both, sizeof both, "%s%s%s", before ? before : "", before ? "; " : "", w);
+    json_object_set_new(t, "warning", json_string(both));
+}
+
+static void replication_field(const char *name, const char *v, void *arg)
+{
+    json_t *t = arg;
+    if (!strcmp(name, "role"))
+        json_object_set_new(t, "role", json_string(v));
+    else if (!strcmp(name, "master_host"))
+        json_object_set_new(t, "replica_of_host", json_string(v));
+    else if (!strcmp(name, "master_port"))
+        json_object_set_new(t, "replica_of_port", json_integer(atoll(v)));
+    else if (!strcmp(name, "master_repl_offset"))
+        json_object_set_new(t, "master_repl_offset", json_integer(atoll(v)));
+    else if (!strncmp(name, "slave", 5) && name[5] >= '0' && name[5] <= '9')
+        json_array_append_new(json_object_get(t, "replicas"), parse_replica(v));
+}
+
+/* INFO replication of the node rc talks to: role, master_repl_offset, replicas. */
+static void read_replication(rconn *rc, json_t *t, int url_sentinel)
+{
+    json_object_set_new(t, "replicas", json_array());
+    if (info_each(rc, "replication", replication_field, t) != 0) {
+        json_object_del(t, "replicas");
+        return;
+    }
     /* A plain URL that names a replica: what status shows is a copy (it may lag), and the run's processes given
      * that URL are refused (READONLY). Said as a warning, with the master to name instead. */
     const char *role = json_string_value(json_object_get(t, "role"));
     if (role && !strcmp(role, "slave") && !url_sentinel) {
+        const char *host = json_string_value(json_object_get(t, "replica_of_host"));
         char w[400];
         snprintf(w, sizeof w,
                  "this Redis is a read-only replica of %s:%lld: what is shown may lag, and processes given this URL "
                  "cannot write; give the master's URL",
-                 json_string_value(json_object_get(t, "replica_of_host"))
-                     ? json_string_value(json_object_get(t, "replica_of_host"))
-                     : "?",
-                 (long long)json_integer_value(json_object_get(t, "replica_of_port")));
-        json_object_set_new(t, "warning", json_string(w));
+                 host ? host : "?", (long long)json_integer_value(json_object_get(t, "replica_of_port")));
+        add_warning(t, w);
     }
+}
+
+static void memory_field(const char *name, const char *v, void *arg)
+{
+    json_t *m = arg;
+    if (!strcmp(name, "used_memory"))
+        json_object_set_new(m, "used", json_integer(atoll(v)));
+    else if (!strcmp(name, "maxmemory"))
+        json_object_set_new(m, "max", json_integer(atoll(v)));
+    else if (!strcmp(name, "maxmemory_policy"))
+        json_object_set_new(m, "policy", json_string(v));
 }
 
 /* INFO memory of the node rc talks to: used_memory, maxmemory and maxmemory_policy as "memory", and a
@@ -95,24 +128,10 @@ static void read_replication(rconn *rc, json_t *t, int url_sentinel)
  * Said before it happens, while maxmemory is still far. */
 static void read_memory(rconn *rc, json_t *t)
 {
-    redisReply *r = rconn_command(rc, "INFO memory");
-    if (!r || r->type != REDIS_REPLY_STRING) {
-        if (r) freeReplyObject(r);
-        return;
-    }
     json_t *m = json_object();
-    char *save = NULL;
-    for (char *line = strtok_r(r->str, "\r\n", &save); line; line = strtok_r(NULL, "\r\n", &save)) {
-        char *colon = strchr(line, ':');
-        if (!colon) continue;
-        *colon = '\0';
-        const char *v = colon + 1;
-        if (!strcmp(line, "used_memory"))
-            json_object_set_new(m, "used", json_integer(atoll(v)));
-        else if (!strcmp(line, "maxmemory"))
-            json_object_set_new(m, "max", json_integer(atoll(v)));
-        else if (!strcmp(line, "maxmemory_policy"))
-            json_object_set_new(m, "policy", json_string(v));
+    if (info_each(rc, "memory", memory_field, m) != 0) {
+        json_decref(m);
+        return;
     }
     const char *policy = json_string_value(json_object_get(m, "policy"));
     if (policy && strcmp(policy, "noeviction") != 0) {
@@ -121,13 +140,9 @@ static void read_memory(rconn *rc, json_t *t)
                  "maxmemory-policy %s lets Redis evict the run's keys when it is full, and the run is lost: CONFIG SET "
                  "maxmemory-policy noeviction (docs/deploy.md)",
                  policy);
-        const char *before = json_string_value(json_object_get(t, "warning"));
-        char both[800];
-        snprintf(both, sizeof both, "%s%s%s", before ? before : "", before ? "; " : "", w);
-        json_object_set_new(t, "warning", json_string(both));
+        add_warning(t, w);
     }
     json_object_set_new(t, "memory", m);
-    freeReplyObject(r);
 }
 
 /* SENTINEL MASTER name on the first Sentinel that answers: the config epoch counts the failovers. */

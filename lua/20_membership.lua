@@ -184,19 +184,20 @@ local function control_plane_back(P, now)
     return tonumber(st[2]) or 0
 end
 
--- Every member silent past the timeout at once, and one of them has beaten since the last such silence was
--- forgiven: an outage of the control plane that no failover shows (Redis refusing the members' calls, as after
--- a failed RDB save, MISCONF, or at maxclients; Redis stalled; CLIENT PAUSE), or every member stopped at once.
--- Counted as a failover is: silence counts from now (failover_back_ms), with an `outage` event. Before, the
--- first call after such an outage (a heartbeat reaps before it beats) evicted every member, the caller too,
--- and each lost its round. What it costs: members that all died at once are evicted one timeout later. A
--- silence is forgiven once: a member must beat after it for the next one to be.
-local function silence_forgiven(P, now, timeout)
+-- Every member silent past the timeout at once (the `dead` of the reap below are all the members), and one of
+-- them has beaten since the last such silence was forgiven: an outage of the control plane that no failover
+-- shows (Redis refusing the members' calls, as after a failed RDB save, MISCONF, or at maxclients; Redis
+-- stalled; CLIENT PAUSE; Redis's clock stepped forward), or every member stopped at once. Counted as a
+-- failover is: silence counts from now (failover_back_ms), with an `outage` event. Before, the first call
+-- after such an outage (a heartbeat reaps before it beats) evicted every member, the caller too, and each
+-- lost its round. What it costs: members that all died at once are evicted one timeout later. A silence is
+-- forgiven once: a member must beat after it for the next one to be.
+local function silence_forgiven(P, now, dead)
     local hb = P .. ':heartbeats'
-    if #redis.call('ZRANGEBYSCORE', hb, now - timeout, '+inf', 'LIMIT', 0, 1) > 0 then return false end
-    local all = redis.call('ZRANGEBYSCORE', hb, '-inf', '+inf', 'WITHSCORES')
-    if #all == 0 then return false end
-    local newest, state = tonumber(all[#all]), P .. ':state'
+    if dead < redis.call('ZCARD', hb) then return false end
+    -- The newest beat; by rank through ZRANGEBYSCORE, which every ACL user may run (deploy/redis/users.acl)
+    local last = redis.call('ZRANGEBYSCORE', hb, '-inf', '+inf', 'WITHSCORES', 'LIMIT', dead - 1, 1)
+    local newest, state = tonumber(last[2]), P .. ':state'
     if newest <= (tonumber(redis.call('HGET', state, 'silence_forgiven_ms')) or 0) then return false end
     redis.call('HSET', state, 'silence_forgiven_ms', now, 'failover_back_ms', now)
     event(P, 'outage', {'silent_ms', now - newest})
@@ -205,13 +206,13 @@ end
 
 -- Evict every member silent for longer than the timeout (0 disables eviction): whose last heartbeat is
 -- older than the timeout, once the control plane has been back from its last failover or outage for that
--- long.
+-- long. The usual reap finds nobody and costs one ZRANGEBYSCORE (a heartbeat and an arrival reap each time).
 local function reap(P, now)
     local timeout = tonumber(tunable(P, 'heartbeat_timeout_ms')) or 0
     if timeout <= 0 then return 0 end
     if control_plane_back(P, now) > now - timeout then return 0 end
-    if silence_forgiven(P, now, timeout) then return 0 end
     local dead = redis.call('ZRANGEBYSCORE', P .. ':heartbeats', '-inf', '(' .. (now - timeout))
+    if #dead == 0 or silence_forgiven(P, now, #dead) then return 0 end
     for _, w in ipairs(dead) do remove_member(P, w, 'evicted') end
     return #dead
 end

@@ -36,7 +36,8 @@ and fails with a fixed error code (first word of the error):
 
 All keys of run R carry the hash tag {R} so a Redis Cluster keeps them on one node; KEYS[1] is always
 dl:{R}:config and the other names are derived from it. The format of every key is documented in
-docs/PROTOCOL.md. Times are Redis TIME in milliseconds, never a client's clock.
+docs/PROTOCOL.md. Times are Redis TIME in milliseconds, never a client's clock, kept from stepping back by
+the run's skew (10_helpers.lua, run_now).
 
 Who may write what. Redis checks the ACL of the CALLING user on every redis.call a function makes, so
 what a function may change is what its caller may change. The operator's settings (outer lr/momentum,

@@ -52,6 +52,36 @@ local function event(P, kind, fields)
     redis.call('XADD', unpack(args))
 end
 
+-- The run's clock, in ms: Redis's TIME plus the run's clock_skew_ms, never before the newest time a beat
+-- recorded (clock_ms; both in dl:{R}:state). Heartbeats, leases, barriers and the reaper are timed on it.
+-- Why not TIME alone: the clock of Redis's host can step back (NTP, an operator's `date -s`, a VM resumed
+-- from a snapshot, a failover to a replica whose host's clock is behind). Every time recorded before such a
+-- step (the heartbeats, the lease expiries) then lay in the future, and a worker or shard-server that died
+-- after it was found dead that much later: an hour later for a step of an hour. Now a step back stops the
+-- run's clock at the newest time recorded until the next beat adds the step to the skew (clock_record); the
+-- clock goes on from there. A step forward needs nothing here: every member and server looks silent at
+-- once, an outage that the reaper and the lease beats forgive (silence_forgiven, forgive_outage).
+-- Read-only: any function may call it. Returns the time and the step back it found (0: none).
+local function run_now(P)
+    local st = redis.call('HMGET', P .. ':state', 'clock_skew_ms', 'clock_ms')
+    local now, last = now_ms() + (tonumber(st[1]) or 0), tonumber(st[2]) or 0
+    if now < last then return last, last - now end
+    return now, 0
+end
+
+-- Records run_now's time and the step back it found (added to the skew; a step of a second or more is a
+-- `clock_back` event). The beats (dl_heartbeat, dl_server_beat) call it, every live member and server every
+-- few seconds, as their last write: after every check, the ACL's included (a worker user calling
+-- dl_server_beat is refused before it); a field or two over the ones they replace (they are allow-oom).
+local function clock_record(P, now, step)
+    local state = P .. ':state'
+    if step > 0 then
+        redis.call('HINCRBY', state, 'clock_skew_ms', step)
+        if step >= 1000 then event(P, 'clock_back', {'stepped_back_ms', step}) end
+    end
+    redis.call('HSET', state, 'clock_ms', now)
+end
+
 -- The keys every run has from dl_init on (dl:{R}:config is load_run's own check): without one of them the
 -- functions would make it anew, empty, and go on with a run that lost its state: a shard's version, digest
 -- and log gone and its lease epochs starting again at 1 (a fencing token reused), the round counters at 0.

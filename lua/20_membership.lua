@@ -89,7 +89,7 @@ local function barrier_try_close(P, f)
     table.sort(ids, bytes_less)
     local parts = {}
     for i, w in ipairs(ids) do parts[i] = w .. ':' .. arrived[w] end
-    local t = now_ms()
+    local t = run_now(P)
     redis.call('HSET', B, 'state', 'closed', 'participants', table.concat(parts, ','), 'closed_ms', t)
     redis.call('EXPIRE', B, 86400)
     redis.call('HSET', state, 'round:' .. f, r + 1)

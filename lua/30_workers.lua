@@ -95,7 +95,7 @@ local function dl_register(keys, args)
     if steps and steps < 0 then error('BADARG steps must be 0 or more, got ' .. steps) end
     local held = args[6] and check_held(args[6], shards)
     check_running(P)
-    local now = now_ms()
+    local now = run_now(P)
     reap(P, now)
     if get_worker(P, w) then remove_member(P, w, 'replaced') end
     redis.call('HDEL', P .. ':state', 'gone:' .. w)
@@ -132,7 +132,7 @@ local function dl_group_join(keys, args)
     local P = load_run(keys)
     local w, inc = args[1], args[2]
     local rank, size = to_int(args[3], 'rank'), to_int(args[4], 'group size')
-    local now = now_ms()
+    local now = run_now(P)
     reap(P, now)
     check_running(P)
     local rec = check_member(P, w, inc, 'dl_group_join', {'rank', rank})
@@ -213,7 +213,7 @@ local function dl_heartbeat(keys, args)
     local w, inc = args[1], args[2]
     local beat = parse_beat(args)
     local rank = to_int(args[7] or '0', 'rank')
-    local now = now_ms()
+    local now, step = run_now(P)
     reap(P, now)
     if left_group(P, w, inc) then
         error('GONE worker ' .. w .. ' (incarnation ' .. inc .. ') left the run: its group was ended by one of its ranks')
@@ -235,6 +235,7 @@ local function dl_heartbeat(keys, args)
     end
     beat_rank(P, w, rec, rank, now)
     put_worker(P, w, rec)
+    clock_record(P, now, step)
     return {tunable(P, 'status'), h or 0, fragment_rounds(P)}
 end
 
@@ -252,6 +253,6 @@ end
 -- dl_reap KEYS[1]=config -> number of members evicted
 local function dl_reap(keys, args)
     local P = load_run(keys)
-    return reap(P, now_ms())
+    return reap(P, run_now(P))
 end
 

@@ -15,7 +15,7 @@ local function dl_arrive(keys, args)
     local f, r = to_int(args[3], 'fragment'), to_int(args[4], 'round')
     local rank = to_int(args[5] or '0', 'rank')
     if f < 0 or f >= num_fragments(P) then error('BADARG fragment ' .. f .. ' does not exist') end
-    local now = now_ms()
+    local now = run_now(P)
     reap(P, now)
     check_running(P)
     local rec = check_member(P, w, inc, 'dl_arrive', {'frag', f, 'round', r})
@@ -56,7 +56,7 @@ end
 local function dl_barrier(keys, args)
     local P = load_run(keys)
     local f, r = to_int(args[1], 'fragment'), to_int(args[2], 'round')
-    reap(P, now_ms())
+    reap(P, run_now(P))
     local B = barrier_key(P, f, r)
     local st = redis.call('HMGET', B, 'state', 'participants', 'dropped')
     local cur = tonumber(redis.call('HGET', P .. ':state', 'round:' .. f))
@@ -91,7 +91,7 @@ local function dl_waiting(keys, args)
     local B = barrier_key(P, f, r)
     local out = {0, tonumber(tunable(P, 'heartbeat_timeout_ms')) or 0}
     if redis.call('HGET', B, 'state') ~= 'open' then return out end
-    local now = now_ms()
+    local now = run_now(P)
     for _, w in ipairs(expected_members(P, f, r)) do
         if redis.call('HEXISTS', B, 'a:' .. w) == 0 then
             out[1] = out[1] + 1
@@ -111,7 +111,7 @@ end
 local function dl_drop(keys, args)
     local P = load_run(keys)
     local f, r, w = to_int(args[1], 'fragment'), to_int(args[2], 'round'), args[3]
-    reap(P, now_ms())
+    reap(P, run_now(P))
     local B = barrier_key(P, f, r)
     local st = redis.call('HMGET', B, 'state', 'participants', 'dropped')
     if st[1] ~= 'closed' then error('NOTCLOSED round ' .. r .. ' of fragment ' .. f .. ' is not closed') end
@@ -233,7 +233,7 @@ local function dl_submit(keys, args)
     end
     local n = to_int(args[4], 'submission')
     if n < 1 then error('BADARG submission must be 1 or more, got ' .. n) end
-    local now = now_ms()
+    local now = run_now(P)
     reap(P, now)
     check_running(P)
     local rec = check_member(P, w, inc, 'dl_submit', {'frag', f})

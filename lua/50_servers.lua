@@ -97,7 +97,7 @@ local function server_taken_by(P, sid, token)
     if not rec then return nil end
     local r = cmsgpack.unpack(rec)
     if r.token == nil or r.token == token then return nil end
-    if (tonumber(r.last) or 0) + (tonumber(r.ttl) or 0) < now_ms() then return nil end
+    if (tonumber(r.last) or 0) + (tonumber(r.ttl) or 0) < run_now(P) then return nil end
     return r
 end
 
@@ -138,7 +138,7 @@ local function dl_server_beat(keys, args)
     for k in string.gmatch(args[6] or '', '%d+') do busy[tonumber(k)] = true end
     check_made_at(P, keys[1], args[7])
     check_server_process(P, sid, args[8], args[9])
-    local now = now_ms()
+    local now, step = run_now(P)
     local S = tonumber(redis.call('HGET', keys[1], 'shards'))
     local shards = P .. ':shards'
     forgive_outage(P, S, now, ttl)
@@ -190,6 +190,7 @@ local function dl_server_beat(keys, args)
     end
     redis.call('HSET', P .. ':servers', sid, cmsgpack.pack({addr = addr, pid = args[4] or '', last = now,
                                                            held = #held, ttl = ttl, token = args[8]}))
+    clock_record(P, now, step)
     return out
 end
 
@@ -233,7 +234,7 @@ local function dl_commit(keys, args)
     local sid, epoch, k = args[1], args[2], to_int(args[3], 'shard')
     local from = to_int(args[4], 'from_version')
     local digest, logref, nparts = args[5], args[6], args[7]
-    local now = now_ms()
+    local now = run_now(P)
     local cur = check_lease(P, sid, k, epoch, now)
     if cur ~= from then
         error('VERSION shard ' .. k .. ' is at version ' .. cur .. ', not ' .. from)
@@ -263,7 +264,7 @@ local function dl_replicated(keys, args)
     local P = load_run(keys)
     local sid, epoch, k = args[1], args[2], to_int(args[3], 'shard')
     local v = to_int(args[4], 'version')
-    local cur = check_lease(P, sid, k, epoch, now_ms())
+    local cur = check_lease(P, sid, k, epoch, run_now(P))
     if v > cur then error('VERSION shard ' .. k .. ' is at version ' .. cur .. ', not ' .. v) end
     local shards = P .. ':shards'
     local was = tonumber(redis.call('HGET', shards, k .. ':replicated')) or 0
@@ -296,7 +297,7 @@ local function dl_snapshot(keys, args)
     local P = load_run(keys)
     local sid, epoch, k = args[1], args[2], to_int(args[3], 'shard')
     local v, ref = to_int(args[4], 'version'), args[5]
-    local cur = check_lease(P, sid, k, epoch, now_ms())
+    local cur = check_lease(P, sid, k, epoch, run_now(P))
     local shards = P .. ':shards'
     local old = redis.call('HGET', shards, k .. ':snap')
     local oldv = tonumber(string.match(old, '^(%d+)%.'))
@@ -330,13 +331,13 @@ local function dl_mark_corrupt(keys, args)
     local sid, epoch, k = args[1], args[2], to_int(args[3], 'shard')
     local v, key, reason = to_int(args[4], 'version'), args[5] or '', args[6] or ''
     if key == '' then error('BADARG the corrupt key is required') end
-    local cur = check_lease(P, sid, k, epoch, now_ms())
+    local cur = check_lease(P, sid, k, epoch, run_now(P))
     if cur ~= v then
         error('VERSION shard ' .. k .. ' is at version ' .. cur .. ', not ' .. v .. ': load it again')
     end
     local shards = P .. ':shards'
     if redis.call('HGET', shards, k .. ':corrupt') == key then return 0 end
-    redis.call('HSET', shards, k .. ':corrupt', key, k .. ':corrupt_reason', reason, k .. ':corrupt_ms', now_ms())
+    redis.call('HSET', shards, k .. ':corrupt', key, k .. ':corrupt_reason', reason, k .. ':corrupt_ms', run_now(P))
     redis.call('HINCRBY', P .. ':state', 'corruptions', 1)
     event(P, 'corrupt', {'shard', k, 'version', v, 'key', key, 'reason', reason, 'server', sid})
     return 1

@@ -173,7 +173,7 @@ local function dl_repair(keys, args)
         if r > from then from = r end
     end
     operator_gate(P)
-    local now = now_ms()
+    local now = run_now(P)
     for k = 0, S - 1 do
         local a = 4 + 5 * k
         redis.call('HSET', shards, k .. ':version', V, k .. ':snap', args[a + 4], k .. ':log', '',
@@ -221,7 +221,7 @@ end
 -- dl_status KEYS[1]=config -> JSON document of the whole run (read-only)
 local function dl_status(keys, args)
     local P = load_run(keys)
-    local now = now_ms()
+    local now = run_now(P)
     local function hash(key)
         local t, all = {}, redis.call('HGETALL', key)
         for i = 1, #all, 2 do t[all[i]] = all[i + 1] end

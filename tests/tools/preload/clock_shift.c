@@ -1,11 +1,13 @@
 /* clock_shift.c: an LD_PRELOAD library that moves the wall clock (CLOCK_REALTIME) of the process it is loaded
  * into by the seconds written in the file $CLOCK_SHIFT_FILE (absent or empty: 0; read again at most every
  * 100 ms), and leaves CLOCK_MONOTONIC alone: a host clock stepped by NTP or by hand, without changing the
- * host's. tests/it_wall_clock_jump.sh builds it (cc -shared) and loads it into a worker. */
+ * host's. clock_gettime, gettimeofday and time are shifted alike. tests/it_wall_clock_jump.sh loads it into a worker,
+ * tests/it_redis_clock_jump.sh into redis-server (cc -shared). */
 #define _GNU_SOURCE
 #include <dlfcn.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <sys/time.h>
 #include <time.h>
 
 typedef int clock_fn(clockid_t, struct timespec *);
@@ -43,4 +45,26 @@ int clock_gettime(clockid_t id, struct timespec *ts)
     int rc = real_clock()(id, ts);
     if (rc == 0 && (id == CLOCK_REALTIME || id == CLOCK_REALTIME_COARSE)) ts->tv_sec += shift_s();
     return rc;
+}
+
+/* Redis reads the wall clock with gettimeofday (ustime(), the TIME command), which glibc serves from the vDSO
+ * without going through clock_gettime: shifted here too. */
+int gettimeofday(struct timeval *restrict tv, void *restrict tz)
+{
+    (void)tz;
+    struct timespec ts;
+    int rc = clock_gettime(CLOCK_REALTIME, &ts);
+    if (rc == 0) {
+        tv->tv_sec = ts.tv_sec;
+        tv->tv_usec = ts.tv_nsec / 1000;
+    }
+    return rc;
+}
+
+time_t time(time_t *out)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    if (out) *out = ts.tv_sec;
+    return ts.tv_sec;
 }

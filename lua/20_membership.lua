@@ -145,6 +145,7 @@ local function remove_member(P, w, why)
     if why == 'evicted' or why == 'kicked' then
         redis.call('HINCRBY', P .. ':state', 'deaths', 1)
         redis.call('HSET', P .. ':state', 'gone:' .. w, why .. ':' .. rec.inc)
+        trim_gone(P)
     end
     fit_target_to_departure(P, why)
     event(P, why, {'worker', w, 'inc', rec.inc})

@@ -404,6 +404,7 @@ static int serve_connect(serve_ctx *x, int *status)
     struct sigaction sa = {.sa_handler = on_stop_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    signal(SIGHUP, SIG_IGN); /* (a rotation's `kill -HUP`, a closed terminal): it logs to stderr, nothing to reopen */
     x->c.stop = &g_stop;
     rconn *rc;
     int st = coord_connect(&x->c, &rc);

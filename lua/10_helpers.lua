@@ -187,6 +187,14 @@ end
 
 local function barrier_key(P, f, r) return P .. ':f' .. f .. ':r' .. r end
 
+-- Round r of fragment f closed: the barrier BARRIERS_KEPT rounds before it goes (lua/00_header.lua). EXPIRE
+-- with 0 deletes a key: the worker and shard-server ACL users, whose calls close barriers, have EXPIRE and
+-- not DEL.
+local function drop_old_barrier(P, f, r)
+    local kept = tonumber(redis.call('HGET', P .. ':config', 'barriers_kept')) or BARRIERS_KEPT
+    if kept >= 1 and r - kept >= 0 then redis.call('EXPIRE', barrier_key(P, f, r - kept), 0) end
+end
+
 -- Byte-wise string order (Lua's < follows the C library's collation, which depends on the locale):
 -- participants are summed in this order, so it must be the same as C's strcmp everywhere.
 local function bytes_less(a, b)

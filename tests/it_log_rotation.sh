@@ -5,7 +5,8 @@
 # the barrier until the heartbeat timeout evicted it. Now a worker, a shard-server and `coordinator serve`
 # take no notice of it. A worker follows its --log by name: moved away (logrotate's `create`), the file
 # goes on being written until a new one appears under the name, then the lines go there; cut to nothing in
-# place (`copytruncate`) it goes on from the start (it appends, O_APPEND), with no hole of zeros.
+# place (`copytruncate`) it goes on from the start (it appends, O_APPEND), with no hole of zeros; deleted
+# (`rm`), it is made anew, where the lines went to the deleted file until the worker's exit.
 # test: light (it waits more than it computes)
 . "$(dirname "$0")/lib.sh"
 RUN=rot
@@ -38,4 +39,6 @@ grep -q '"event":"sync"' "$L" || wait_until 10 'grep -q "\"event\":\"sync\"" "$L
 : > "$L"
 wait_until 10 '[ -s "$L" ]' "lines after the truncation"
 head -c 1 "$L" | od -An -c | grep -q '{' || fail "the truncated --log starts with $(head -c 16 "$L" | od -An -c): a hole"
-say "--log followed through a move and a truncation"
+rm "$L"
+wait_until 10 '[ -s "$L" ]' "the worker to make its deleted --log anew"
+say "--log followed through a move, a truncation and a deletion"

@@ -4,7 +4,9 @@
  * Before each line, stat() of the name against fstat() of the file open: a different file (a rotation's new
  * one) is opened and the old one closed. A name that names nothing (moved away, the new one not made yet)
  * keeps the old file: the lines until the new one appears belong with the rotated ones, and making the file
- * ourselves could race logrotate's own `create`. A stat is a microsecond; lines come at most once a step.
+ * ourselves could race logrotate's own `create`; unless the old file was deleted (no link left: `rm`), whose
+ * lines nobody could read and whose space would be freed only at our exit: then the name is made anew. A
+ * stat is a microsecond; lines come at most once a step.
  */
 #include "telemetry.h"
 
@@ -35,12 +37,16 @@ telemetry *telemetry_open(const char *path, char *err, size_t errlen)
     return tm;
 }
 
-/* The name names another file than ours: move to it (telemetry.c's comment). */
+/* The name names another file than ours, or ours was deleted: move to it (telemetry.c's comment). */
 static void follow_name(telemetry *tm)
 {
     struct stat named, open;
-    if (stat(tm->path, &named) != 0 || fstat(fileno(tm->f), &open) != 0) return;
-    if (named.st_dev == open.st_dev && named.st_ino == open.st_ino) return;
+    if (fstat(fileno(tm->f), &open) != 0) return;
+    if (stat(tm->path, &named) != 0) {
+        if (open.st_nlink > 0) return; /* moved away: the new file is not there yet */
+    } else if (named.st_dev == open.st_dev && named.st_ino == open.st_ino) {
+        return;
+    }
     FILE *f = fopen(tm->path, "a");
     if (!f) {
         if (!tm->told_open)

@@ -4,7 +4,8 @@
  * A run lasts weeks and its logs are rotated under it (logrotate): moved away and made anew (`create`),
  * or cut to nothing in place (`copytruncate`). The file is opened for appending, so a truncated one goes
  * on from its start; and before each line the name is looked at again: once it names another file than
- * the one open, the lines go there. No signal is needed for either (SIGHUP stops no process: worker/main.c).
+ * the one open, the lines go there (and a file deleted under us is made anew). No signal is needed for
+ * either (SIGHUP stops no process: worker/main.c).
  */
 #ifndef DILOCO_WORKER_TELEMETRY_H
 #define DILOCO_WORKER_TELEMETRY_H

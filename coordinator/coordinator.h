@@ -5,8 +5,9 @@
  *               from_state.c                   (--from-state: a safetensors file's tensors)
  *   status      status.c, topology.c, evals.c  the run (rounds, workers, shards, leases, Redis itself,
  *                                              the evaluator's losses) as a table or JSON
- *   serve       serve.c, http_*.c              the operator's long-running process: reaps dead members on
- *                                              time; --http adds the dashboard, /status, /metrics, /control
+ *   serve       serve.c, http_*.c, orphans.c   the operator's long-running process: reaps dead members on
+ *                                              time, deletes blobs no shard names; --http adds the
+ *                                              dashboard, /status, /metrics, /control
  *   control     control.c, http_control.c      kick a worker, set outer lr/momentum/workers, shut down
  *   checkpoint  checkpoint*.c                  export the run to a safetensors file, show one
  *   repair      repair.c                       bring back a run whose durable state is corrupt
@@ -58,6 +59,9 @@ int coord_connect(coord_common *c, rconn **out);
 /* FUNCTION LOAD REPLACE of the Functions library (lua/, joined into build/diloco.lua) on every master (init.c). */
 int coord_load_library(rconn *rc, char *err, size_t errlen);
 int cmd_repair(int argc, char **argv); /* repair.c */
+/* orphans.c: delete the blobs of run that no shard names and none ever can (written by a shard-server that was
+ * killed, or fenced out, before it recorded them): *deleted of them. 0, or -1 with err (some may be gone). */
+int orphans_collect(rconn *c, const char *run, long *deleted, char *err, size_t errlen);
 int cmd_load_library(int argc, char **argv); /* library.c */
 
 /* topology.c: Redis itself (master, replicas, lag; failovers behind Sentinel). A watch (serve) also

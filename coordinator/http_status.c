@@ -405,8 +405,9 @@ static json_t *close_doc(json_t *e)
 }
 
 /* events (newest first): the last 30 that are not routine (joins, leaves, evictions, kicks,
- * rejections, leases, settings, ...; commits and closes are in the counters), and the closed
- * rounds (oldest first) for the participation chart */
+ * rejections, leases, settings, ...; commits, closes and async submissions are in the counters: an async
+ * run's submissions, one event a shard, filled the 30 within a second), and the closed rounds (oldest
+ * first) for the participation chart */
 static void doc_events(json_t *d, json_t *events)
 {
     json_t *recent = json_array(), *closes = json_array(), *e;
@@ -414,7 +415,7 @@ static void doc_events(json_t *d, json_t *events)
     json_array_foreach(arr(events), i, e)
     {
         const char *type = str(e, "type", "");
-        if (json_array_size(recent) < 30 && strcmp(type, "commit") && strcmp(type, "close"))
+        if (json_array_size(recent) < 30 && strcmp(type, "commit") && strcmp(type, "close") && strcmp(type, "submit"))
             json_array_append(recent, e);
         if (!strcmp(type, "close")) json_array_insert_new(closes, 0, close_doc(e));
     }

@@ -46,7 +46,12 @@ typedef struct serve_ctx {
     int saw_run;          /* a reap succeeded once: a missing run since then is a run gone, not one to come */
     struct event *stop_ev, *tick;          /* the loop's events: the stop pipe's, the tick (serve_loop_setup) */
     http_server *http;                     /* --http's server, or NULL */
+    uint64_t last_orphans;                 /* when orphans_collect last ran (0: not yet) */
 } serve_ctx;
+
+/* How often serve deletes the blobs no shard names (orphans.c): at start, then every 10 minutes. A pass
+ * lists the run's blobs (SCAN) and reads the shards hash once per blob: milliseconds. */
+#define ORPHANS_EVERY_MS (10 * 60 * 1000)
 
 /* After a stop, a command on the connection (none is sent on purpose) waits at most this long. */
 #define STOP_CLOSING_MS 1000
@@ -211,6 +216,21 @@ static void reap_failed(serve_ctx *x, const char *e)
     x->reap_logged = now_ms();
 }
 
+static void collect_orphans(serve_ctx *x, rconn *rc)
+{
+    char err[512];
+    long deleted = 0;
+    x->last_orphans = now_ms();
+    if (orphans_collect(rc, x->c.run, &deleted, err, sizeof err) < 0)
+        log_warn("could not look for blobs that no shard names (left by shard-servers killed between writing "
+                 "and recording them): %s; trying again in 10 minutes",
+                 err);
+    if (deleted > 0)
+        log_info("deleted %ld blob(s) that no shard names (left by shard-servers killed between writing and "
+                 "recording them)",
+                 deleted);
+}
+
 static void on_tick(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
@@ -233,6 +253,9 @@ static void on_tick(evutil_socket_t fd, short what, void *arg)
     }
     if (r) freeReplyObject(r);
     if (!rconn_broken(rc)) maybe_save(x, rc);
+    if (!rconn_broken(rc) && !absent && x->saw_run &&
+        (!x->last_orphans || now_ms() - x->last_orphans >= ORPHANS_EVERY_MS))
+        collect_orphans(x, rc);
     char master[300];
     if (!rconn_broken(rc)) topology_watch_master(&x->topo, rconn_server(rc, master, sizeof master));
     /* (no summary of a run that is not there: reap_failed said so, and says it again once a minute) */
@@ -404,6 +427,7 @@ static int serve_connect(serve_ctx *x, int *status)
     struct sigaction sa = {.sa_handler = on_stop_signal};
     sigaction(SIGINT, &sa, NULL);
     sigaction(SIGTERM, &sa, NULL);
+    signal(SIGHUP, SIG_IGN); /* (a rotation's `kill -HUP`, a closed terminal): it logs to stderr, nothing to reopen */
     x->c.stop = &g_stop;
     rconn *rc;
     int st = coord_connect(&x->c, &rc);

@@ -58,6 +58,11 @@ local LIB_VERSION = '3'
 -- (dl_build), and `coordinator load-library` loads theirs.
 local LIB_BUILD = '@LIB_BUILD@'
 local EVENTS_MAXLEN = 100000
+-- How many closed barriers of each fragment a run keeps (the config's barriers_kept, when present, for tests):
+-- closing round r drops the barrier of round r - BARRIERS_KEPT, besides the day each one expires after, so a
+-- run of fast rounds does not keep a day of them (25 rounds a second: 2.16 million keys, 430 MB). A shard
+-- commits the round at its version, never more than a few rounds behind the open one: none reads one so old.
+local BARRIERS_KEPT = 10000
 -- How long (in versions of its shard) the record of an async submission, `worker:inc:base` in subs:<k>, is
 -- kept after its commit (dl_commit removes the one SUBS_KEPT versions older): long enough for the worker
 -- that made it to ask dl_places once its get returned, which comes right after the commit.

@@ -189,7 +189,41 @@ local function put_worker(P, w, rec)
     redis.call('HSET', P .. ':workers', w, cmsgpack.pack(rec))
 end
 
+-- How many departed incarnations dl:{R}:state remembers (gone:<w> = "why:inc", written by remove_member for an
+-- evicted or kicked one, so that its next call is told why it is no member): a worker id never seen again (the
+-- default <hostname>-<pid> of a machine that was preempted) kept its field for ever, one per departure over a
+-- run of weeks. An incarnation's next call comes within a heartbeat or two of its departure; one older than the
+-- newest GONE_KEPT is told only that it is no member. Trimmed in batches: down to the newest GONE_KEPT
+-- whenever the hash holds GONE_KEPT + GONE_SLACK fields or more (its other fields are some twenty counters and
+-- one round per fragment), so a departure costs one HLEN, and about one in a hundred a read of the hash.
+local GONE_KEPT, GONE_SLACK = 1000, 128
+local function trim_gone(P)
+    local state = P .. ':state'
+    if redis.call('HLEN', state) < GONE_KEPT + GONE_SLACK then return end
+    local all, gone = redis.call('HGETALL', state), {}
+    for i = 1, #all, 2 do
+        if string.sub(all[i], 1, 5) == 'gone:' then
+            -- the incarnation numbers registrations in order: the smallest departed first, near enough
+            gone[#gone + 1] = {all[i], tonumber(string.match(all[i + 1], ':(%d+)$')) or 0}
+        end
+    end
+    local keep = GONE_KEPT
+    if #gone <= keep then return end
+    table.sort(gone, function(a, b) return a[2] < b[2] end)
+    local drop = {}
+    for i = 1, #gone - keep do drop[#drop + 1] = gone[i][1] end
+    for i = 1, #drop, 500 do redis.call('HDEL', state, unpack(drop, i, math.min(i + 499, #drop))) end
+end
+
 local function barrier_key(P, f, r) return P .. ':f' .. f .. ':r' .. r end
+
+-- Round r of fragment f closed: the barrier BARRIERS_KEPT rounds before it goes (lua/00_header.lua). EXPIRE
+-- with 0 deletes a key: the worker and shard-server ACL users, whose calls close barriers, have EXPIRE and
+-- not DEL.
+local function drop_old_barrier(P, f, r)
+    local kept = tonumber(redis.call('HGET', P .. ':config', 'barriers_kept')) or BARRIERS_KEPT
+    if kept >= 1 and r - kept >= 0 then redis.call('EXPIRE', barrier_key(P, f, r - kept), 0) end
+end
 
 -- Byte-wise string order (Lua's < follows the C library's collation, which depends on the locale):
 -- participants are summed in this order, so it must be the same as C's strcmp everywhere.

@@ -231,6 +231,11 @@ local function dl_status(keys, args)
     config.secret = nil
     -- 'state' shows both hashes, as it did when one held everything (the dashboard and tools read it)
     local state = hash(P .. ':state')
+    -- not the departed workers' gone:<w> (up to GONE_KEPT of them, lua/10_helpers.lua): what a status reader
+    -- wants is in the counters (deaths) and the events; every poll of the dashboard would carry them all
+    for k, _ in pairs(state) do
+        if string.sub(k, 1, 5) == 'gone:' then state[k] = nil end
+    end
     for k, v in pairs(hash(tunables_key(P))) do state[k] = v end
     local workers = {}
     local all = redis.call('HGETALL', P .. ':workers')

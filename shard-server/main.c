@@ -281,6 +281,7 @@ int main(int argc, char **argv)
     log_init("shard-server");
     if (ss->opts.log_level >= 0) log_set_level(ss->opts.log_level);
     signal(SIGPIPE, SIG_IGN);
+    signal(SIGHUP, SIG_IGN); /* (a rotation's `kill -HUP`, a closed terminal): it logs to stderr, nothing to reopen */
     keep_freed_memory();
     struct sigaction sa;
     memset(&sa, 0, sizeof sa);

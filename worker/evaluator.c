@@ -13,6 +13,9 @@
 #include "redis/run_state.h"
 #include "redis/url.h"
 
+/* The evaluations dl:{R}:evals keeps (XADD MAXLEN ~): some 6 MB; its readers take the newest 500 */
+#define EVALS_MAXLEN 100000
+
 /* The last version in dl:{R}:evals (its entry ID "<version>-1"), or -1 when the stream is empty. */
 static int last_evaluated(rconn *c, const char *run, long long *version, char *err, size_t errlen)
 {
@@ -57,7 +60,9 @@ static unsigned long long worker_tokens(rconn *c, const char *run)
     return sum;
 }
 
-/* Append one evaluation. 0 written, 1 the version was already there (another evaluator), -1 error. */
+/* Append one evaluation, the stream cut to about its newest EVALS_MAXLEN (as the events stream is: a run of weeks
+ * evaluated at every version would keep them all). 0 written, 1 the version was already there (another
+ * evaluator), -1 error. */
 static int publish(rconn *c, const char *run, int64_t version, double loss, unsigned long long tokens, char *err,
                    size_t errlen)
 {
@@ -65,9 +70,9 @@ static int publish(rconn *c, const char *run, int64_t version, double loss, unsi
     snprintf(id, sizeof id, "%" PRId64 "-1", version);
     snprintf(lossbuf, sizeof lossbuf, "%.6f", loss);
     snprintf(when, sizeof when, "%.3f", (double)wall_ms() / 1000.0);
-    redisReply *r =
-        rconn_command(c, "XADD %s %s loss %s version %lld tokens %llu time %s", key_run(key, sizeof key, run, "evals"),
-                      id, lossbuf, (long long)version, tokens, when);
+    redisReply *r = rconn_command(c, "XADD %s MAXLEN ~ %d %s loss %s version %lld tokens %llu time %s",
+                                  key_run(key, sizeof key, run, "evals"), EVALS_MAXLEN, id, lossbuf, (long long)version,
+                                  tokens, when);
     if (r && r->type == REDIS_REPLY_ERROR && strstr(r->str, "equal or smaller")) {
         freeReplyObject(r);
         return 1;

@@ -31,6 +31,7 @@
 #include "layout_check.h"
 #include "redis/rconn.h"
 #include "redis/runconf_load.h"
+#include "telemetry.h"
 #include "trainers/host_device.h"
 #include "trainers/quadratic.h"
 
@@ -468,28 +469,7 @@ static trainer *make_trainer(const worker_args *a, const runconf *rc, char **res
 
 /* ---- telemetry and progress ------------------------------------------------------------------- */
 
-/* One line of --log. A line that cannot be written (the disk full) costs the line, not the training: said once,
- * where it was lost without a word (the file stayed empty on a full disk). */
-static void log_json(FILE *f, json_t *obj)
-{
-    static int told;
-    if (!f) {
-        json_decref(obj);
-        return;
-    }
-    json_object_set_new(obj, "t", json_real((double)wall_ms() / 1000.0));
-    json_dumpf(obj, f, JSON_COMPACT);
-    fputc('\n', f);
-    if ((fflush(f) != 0 || ferror(f)) && !told) {
-        log_warn("cannot write the --log file: %s; its lines are lost from here on (training goes on: free space "
-                 "there, or give --log another file)",
-                 strerror(errno));
-        told = 1;
-    }
-    json_decref(obj);
-}
-
-static void log_sync(FILE *f, diloco *d, long step)
+static void log_sync(telemetry *tm, diloco *d, long step)
 {
     diloco_sync_info s;
     if (diloco_last_sync(d, &s) < 0) return;
@@ -498,12 +478,13 @@ static void log_sync(FILE *f, diloco *d, long step)
     snprintf(shards, sizeof shards, "%016" PRIx64, s.shards_digest);
     /* the get phase after the barrier's close: the last parameter byte against the close */
     double get_s = s.t_get_us && s.t_last_recv_us > s.t_get_us ? (double)(s.t_last_recv_us - s.t_get_us) / 1e6 : 0.0;
-    log_json(f, json_pack("{s:s, s:s, s:I, s:i, s:I, s:I, s:f, s:f, s:f, s:i, s:f, s:I, s:I, s:s, s:s, s:b}", "event",
-                          "sync", "worker", diloco_worker_id(d), "step", (json_int_t)step, "fragment", s.fragment,
-                          "round", (json_int_t)s.round, "version", (json_int_t)s.version, "seconds", s.seconds,
-                          "wait_seconds", s.wait_seconds, "confirm_seconds", s.confirm_seconds, "confirm_shards",
-                          s.confirm_shards, "get_seconds", get_s, "bytes_up", (json_int_t)s.bytes_up, "bytes_down",
-                          (json_int_t)s.bytes_down, "digest", digest, "shards_digest", shards, "stale", s.stale));
+    telemetry_write(tm, json_pack("{s:s, s:s, s:I, s:i, s:I, s:I, s:f, s:f, s:f, s:i, s:f, s:I, s:I, s:s, s:s, s:b}",
+                                  "event", "sync", "worker", diloco_worker_id(d), "step", (json_int_t)step, "fragment",
+                                  s.fragment, "round", (json_int_t)s.round, "version", (json_int_t)s.version, "seconds",
+                                  s.seconds, "wait_seconds", s.wait_seconds, "confirm_seconds", s.confirm_seconds,
+                                  "confirm_shards", s.confirm_shards, "get_seconds", get_s, "bytes_up",
+                                  (json_int_t)s.bytes_up, "bytes_down", (json_int_t)s.bytes_down, "digest", digest,
+                                  "shards_digest", shards, "stale", s.stale));
 }
 
 /* rate: trainer_stats.tokens per second, in unit ("tok/s", or "steps/s" for a trainer that counts steps) */
@@ -532,7 +513,7 @@ static int on_params(void *ctx, size_t off, size_t n, char *err, size_t errlen)
     return t->params_changed ? t->params_changed(t, off, n, err, errlen) : 0;
 }
 
-static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf)
+static int train(const worker_args *a, trainer *t, diloco *d, telemetry *tm)
 {
     char err[512];
     int tty = isatty(2);
@@ -563,14 +544,14 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf)
             log_error("sync failed for good: %s", err);
             return -1;
         }
-        if (synced) log_sync(logf, d, step);
+        if (synced) log_sync(tm, d, step);
         uint64_t now = now_ms();
         if (synced || now - last_print >= 1000 || (a->steps && step == a->steps)) {
             double secs = (double)(now - (last_print ? last_print : t0)) / 1000.0;
             double rate = secs > 0 ? (double)(st.tokens - tokens0) / secs : 0;
             progress(a, d, step, &st, rate, unit, tty);
-            log_json(logf, json_pack("{s:s, s:I, s:f, s:f, s:I}", "event", "step", "step", (json_int_t)step, "loss",
-                                     st.loss, "eval_loss", st.eval_loss, "tokens", (json_int_t)st.tokens));
+            telemetry_write(tm, json_pack("{s:s, s:I, s:f, s:f, s:I}", "event", "step", "step", (json_int_t)step,
+                                          "loss", st.loss, "eval_loss", st.eval_loss, "tokens", (json_int_t)st.tokens));
             last_print = now;
             tokens0 = st.tokens;
         }
@@ -581,7 +562,7 @@ static int train(const worker_args *a, trainer *t, diloco *d, FILE *logf)
             log_error("final sync failed: %s", err);
             return -1;
         }
-        log_sync(logf, d, step);
+        log_sync(tm, d, step);
     }
     if (!g_stop && diloco_stop_requested(d) == DILOCO_STOP_RECREATED) { /* a restart joins the new run */
         log_error("stopped after %ld steps: run '%s' was made again under its name (coordinator init --force); "
@@ -653,7 +634,7 @@ typedef struct worker_parts {
     trainer *t;
     diloco *d;
     host_device *hd; /* --device-hooks host */
-    FILE *logf;      /* --log */
+    telemetry *log;  /* --log */
 } worker_parts;
 
 /* The trainer (the run's, or --trainer's, with the trainer flags), checked against the run's layout. */
@@ -693,10 +674,7 @@ static int evaluate(const worker_args *a, const runconf *rc, trainer *t, char *e
 static int join_and_train(worker_args *a, worker_parts *w, char *err, size_t errlen)
 {
     warn_if_never_syncs(a);
-    if (a->log_path && !(w->logf = fopen(a->log_path, "a"))) {
-        err_set(err, errlen, "cannot open log file %s", a->log_path);
-        return -1;
-    }
+    if (a->log_path && !(w->log = telemetry_open(a->log_path, err, errlen))) return -1;
     a->dl.stop = (const volatile int *)&g_stop;
     a->dl.on_params = on_params;
     a->dl.on_params_ctx = w->t;
@@ -704,9 +682,9 @@ static int join_and_train(worker_args *a, worker_parts *w, char *err, size_t err
     if (hooks < 0) return -1;
     /* with hooks libdiloco gets no host buffer: it must go through them */
     if (diloco_open(&a->dl, hooks ? NULL : w->t->params, w->t->numel, &w->d, err, errlen) < 0) return -1;
-    log_json(w->logf, json_pack("{s:s, s:s, s:I}", "event", "join", "worker", diloco_worker_id(w->d), "version",
-                                (json_int_t)diloco_version(w->d)));
-    return train(a, w->t, w->d, w->logf) < 0 ? 1 : 0;
+    telemetry_write(w->log, json_pack("{s:s, s:s, s:I}", "event", "join", "worker", diloco_worker_id(w->d), "version",
+                                      (json_int_t)diloco_version(w->d)));
+    return train(a, w->t, w->d, w->log) < 0 ? 1 : 0;
 }
 
 /* libdiloco first: it may free host buffers through the device hooks, so before the trainer. */
@@ -720,7 +698,7 @@ static void release_worker(worker_parts *w)
         host_device_free(w->hd);
     }
     if (w->t) w->t->destroy(w->t);
-    if (w->logf) fclose(w->logf);
+    telemetry_close(w->log);
 }
 
 /* With the run's config read: the trainer, then evaluating or training. The exit status, or -1 with err. */
@@ -763,6 +741,9 @@ int main(int argc, char **argv)
     gpt_openblas_autotune(argv); /* may re-execute us with faster BLAS kernels: must come first */
     log_init("worker");
     signal(SIGPIPE, SIG_IGN);
+    /* SIGHUP (a rotation's `kill -HUP`, a closed terminal) must not end weeks of training without a word to the
+     * run: --log follows its file by name instead (telemetry.c) */
+    signal(SIGHUP, SIG_IGN);
     struct sigaction sa = {0};
     sa.sa_handler = on_signal;
     sigaction(SIGINT, &sa, NULL);

@@ -13,6 +13,8 @@
  * byte at a time ends too; a big one, read straight into its buffer: no byte for the timeout), and one that
  * does not read its replies (libevent's write timeout). A connection between requests is never closed: a
  * worker keeps its connections open between rounds. One log line says so, then at most one a minute.
+ * What a connection makes the server hold is bounded: its input by READ_HIGH_WATER (libevent stops reading the
+ * socket there; the peer's own sends then wait), a frame by the largest legal blob.
  * Requests go up to the dispatcher (ops.c) through ss->dispatch, which ctx.c sets; refusals (req_reject:
  * counted, logged, recorded with dl_reject) are made here, so the transport calls nothing above it.
  */
@@ -42,6 +44,12 @@
 /* A frame at least this long is received straight from the socket into its own buffer (the bufferevent
  * stops reading meanwhile), instead of through the bufferevent's input and a copy out of it. */
 #define DIRECT_MIN_FRAME (256u << 10)
+/* A connection's input holds at most this many bytes: libevent stops reading it there, until a frame is taken out.
+ * While a request is under way the connection reads no frame, so without it a peer that goes on sending (frames
+ * pipelined behind a request that waits, or just bytes) grew the input for as long as it sent. A frame shorter
+ * than DIRECT_MIN_FRAME must fit in it whole (a longer one is read into its own buffer). */
+#define READ_HIGH_WATER (1u << 20)
+_Static_assert(READ_HIGH_WATER >= 4 + DIRECT_MIN_FRAME, "a buffered frame must fit under the read high-watermark");
 /* A new connection says hello (and answers the challenge) within this long, or the timeout if shorter: twice
  * the worker's own wait for the handshake (worker/diloco/conn.c HANDSHAKE_MS). */
 #define HELLO_TIMEOUT_MS 10000
@@ -653,6 +661,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     }
     bufferevent_set_max_single_read(c->bev, SOCKET_IO_CHUNK);
     bufferevent_set_max_single_write(c->bev, SOCKET_IO_CHUNK);
+    bufferevent_setwatermark(c->bev, EV_READ, 0, READ_HIGH_WATER);
     bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     int ms = ss->opts.peer_timeout_ms;

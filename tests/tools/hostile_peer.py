@@ -11,8 +11,14 @@
     hostile_peer.py noread HOST PORT S,S.. SECS  ask for the shards' parameters (gets of version 0, the shards in
                                                  turn) 200 times, read no reply for SECS seconds (the server's side
                                                  shows what it did)
+    hostile_peer.py flood HOST PORT SHARD MIB    ask for version 1 of SHARD (a get that waits for a round to
+                                                 close) and send MIB MiB more at once, for at most 5 s, reading
+                                                 nothing; prints "sent M MiB" (the server may stop reading),
+                                                 then holds the connection until the server closes it
+    hostile_peer.py slowframe HOST PORT LEN GAP  send a frame's length prefix of LEN bytes and 10 bytes of it,
+                                                 then one more byte every GAP seconds; prints "closed after S s"
 
-trickle, stall and noread take --auth RUN SECRET first (after the mode): the shard-server's handshake is
+trickle, stall, noread, flood and slowframe take --auth RUN SECRET first (after the mode): the shard-server's handshake is
 made before misbehaving (hello, then the answer to its challenge: common/net/auth.h), so that what is
 timed is the frame, not the hello.
 
@@ -185,6 +191,37 @@ def noread(host, port, shard, seconds):
     return 0
 
 
+def flood(host, port, shard, mib):
+    s = connect(host, port)
+    send_frame(s, {"op": "get", "s": shard, "v": 1, "w": "hostile", "i": 1})
+    s.setblocking(False)
+    chunk, sent, t0 = b"\xff" * 65536, 0, time.time()
+    while sent < mib << 20 and time.time() - t0 < 5:
+        try:
+            sent += s.send(chunk[:(mib << 20) - sent])
+        except BlockingIOError:
+            select.select([], [s], [], 0.1)
+        except OSError:
+            break
+    print("sent %d MiB" % (sent >> 20), flush=True)
+    return wait_closed(s, t0)
+
+
+def slowframe(host, port, length, gap):
+    s = connect(host, port)
+    t0 = time.time()
+    s.sendall(struct.pack("<I", length) + b"\x00" * 10)
+    while time.time() - t0 < 120:
+        select.select([s], [], [], gap)
+        if closed(s):
+            break
+        try:
+            s.send(b"\x00")
+        except OSError:
+            break
+    return wait_closed(s, t0)
+
+
 def main(a):
     global AUTH
     if len(a) > 3 and a[1] == "--auth":
@@ -198,6 +235,10 @@ def main(a):
         return stall(a[1], int(a[2]), int(a[3]))
     if a[0] == "noread":
         return noread(a[1], int(a[2]), a[3], float(a[4]))
+    if a[0] == "flood":
+        return flood(a[1], int(a[2]), int(a[3]), int(a[4]))
+    if a[0] == "slowframe":
+        return slowframe(a[1], int(a[2]), int(a[3]), float(a[4]))
     print(__doc__)
     return 2
 

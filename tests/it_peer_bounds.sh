@@ -1,0 +1,45 @@
+#!/bin/sh
+# it_peer_bounds.sh: what a peer that has proved the run's secret can make a shard-server hold is bounded,
+# while two workers train through it (--peer-timeout 4):
+#   - flood: a get that waits (for a round of a run nobody trains) and then 96 MiB more sent at once. The server
+#     stops reading the connection about 1 MiB in (a read high-watermark) until its request is handled: its
+#     RSS grows by a few MiB at most. Before, it read everything into the connection's input: +96 MiB, and as
+#     much as the peer sent;
+# test: light
+. "$(dirname "$0")/lib.sh"
+RUN=bounds
+start_redis
+init_run $RUN --trainer quadratic --numel 200000 --shards 2 --workers 2
+init_run idle --trainer quadratic --numel 1000 --shards 1 --workers 1
+pick_ports MP
+start_server s1 --peer-timeout 4 --metrics $MP
+start_server s2 --peer-timeout 4
+bin/shard-server --redis "$URL" --run idle --id s3 --peer-timeout 4 > "$TMP/server-s3.log" 2>&1 &
+S3=$!; PIDS="$PIDS $S3"
+for s in s1 s2 s3; do wait_until 20 "grep -q 'advertised as' $TMP/server-$s.log" "$s to listen"; done
+wait_until 20 "grep -q 'shard 0: loaded' $TMP/server-s3.log" "s3 to load the idle run's shard"
+port_of() { sed -n 's/.*advertised as 127\.0\.0\.1:\([0-9]*\)).*/\1/p' "$TMP/server-$1.log"; }
+P1=$(port_of s1); P3=$(port_of s3)
+SECRET=$($RCLI HGET "dl:{$RUN}:config" secret)
+SECRET3=$($RCLI HGET "dl:{idle}:config" secret)
+[ -n "$SECRET" ] && [ -n "$SECRET3" ] || fail "a run has no secret"
+start_worker w1 --sync-every 20 --steps 60 --step-delay-ms 250 --heartbeat-interval 1
+start_worker w2 --sync-every 20 --steps 60 --step-delay-ms 250 --heartbeat-interval 1
+
+HP="python3 tests/tools/hostile_peer.py"
+rss() { awk '/^VmRSS/ { print int($2 / 1024) }' /proc/$S3/status; }
+rss0=$(rss)
+$HP flood --auth idle "$SECRET3" 127.0.0.1 "$P3" 0 96 > "$TMP/flood.out" 2>&1 &
+FL=$!; PIDS="$PIDS $FL"
+
+wait_until 20 "grep -q '^sent' $TMP/flood.out" "the flood to end"
+grep -q '^handshake done' "$TMP/flood.out" || fail "flood: no handshake: $(cat "$TMP/flood.out")"
+grow=$(($(rss) - rss0))
+[ "$grow" -le 24 ] || fail "s3 grew by $grow MiB while a peer sent $(sed -n 's/^sent //p' "$TMP/flood.out") behind a waiting request, want a few"
+alive "$S3" || fail "s3 died"
+kill "$FL" 2>/dev/null
+
+wait_workers w1 w2
+v=$($RCLI HGET "dl:{$RUN}:shards" 0:version)
+[ "$v" = 3 ] || fail "shard 0 at version $v after 60 steps at H 20, want 3"
+say "OK: s3 grew $grow MiB under a flood of $(sed -n 's/^sent //p' "$TMP/flood.out"); shard 0 at version $v"

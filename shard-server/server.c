@@ -9,9 +9,9 @@
  * A connection that closes while its request is parked is freed when that request is.
  * Peers that hold a connection without using it are closed (peer_timeout_ms, --peer-timeout): one that has
  * not said hello (and proved the secret) within HELLO_TIMEOUT_MS of connecting, one that sends part of a
- * frame and not the rest (a small frame: all of it within the timeout of its first byte, so a header sent a
- * byte at a time ends too; a big one, read straight into its buffer: no byte for the timeout), and one that
- * does not read its replies (libevent's write timeout). A connection between requests is never closed: a
+ * frame and not the rest (every frame, small or read straight into its buffer, is whole within the timeout of
+ * its first byte, so a frame sent a byte at a time ends too: a worker gives up on a frame after its own net
+ * timeout, 60 s as this one), and one that does not read its replies (libevent's write timeout). A connection between requests is never closed: a
  * worker keeps its connections open between rounds. One log line says so, then at most one a minute.
  * What a connection makes the server hold is bounded: its input by READ_HIGH_WATER (libevent stops reading the
  * socket there; the peer's own sends then wait), a frame by the largest legal blob.
@@ -455,7 +455,8 @@ static void conn_on_deadline(evutil_socket_t fd, short what, void *arg)
     if (c->deadline_for == DEADLINE_HELLO)
         snprintf(why, sizeof why, "no hello within %d ms of connecting", ms < HELLO_TIMEOUT_MS ? ms : HELLO_TIMEOUT_MS);
     else if (c->dbuf != NULL)
-        snprintf(why, sizeof why, "no byte of a %zu-byte frame for %d ms (%zu received)", c->dlen, ms, c->dgot);
+        snprintf(why, sizeof why, "a %zu-byte frame not whole %d ms after its first byte (%zu received)", c->dlen, ms,
+                 c->dgot);
     else
         snprintf(why, sizeof why, "a frame begun but not complete %d ms later", ms);
     c->deadline_for = DEADLINE_NONE;
@@ -471,16 +472,18 @@ static void deadline_arm(ss_conn *c, int what, int ms)
 
 /* After the connection did something: the deadline that applies now. The hello's runs from the connect until
  * the handshake is done; a frame's from when its first byte is waited for (not while a request is under
- * way: the peer then waits for us) until it is whole; a big frame's is moved at each byte (conn_on_direct). */
+ * way: the peer then waits for us) until it is whole, a big frame read straight into its buffer too (it is
+ * not moved while conn_on_direct reads). Moving it at each byte, as a big frame's once was, let a peer hold
+ * the frame's buffer for ever with a byte every timeout less a second. */
 static void deadline_update(ss_conn *c)
 {
     if (c->closed || c->ss->opts.peer_timeout_ms <= 0) return;
     if (c->deadline_for == DEADLINE_HELLO && !(c->authed && c->frames > 0)) return;
-    int waiting =
-        !c->busy && !c->close_after_flush && c->dbuf == NULL && evbuffer_get_length(bufferevent_get_input(c->bev)) > 0;
+    int waiting = !c->busy && !c->close_after_flush &&
+                  (c->dbuf != NULL || evbuffer_get_length(bufferevent_get_input(c->bev)) > 0);
     if (waiting && c->deadline_for != DEADLINE_FRAME)
         deadline_arm(c, DEADLINE_FRAME, c->ss->opts.peer_timeout_ms);
-    else if (!waiting && c->dbuf == NULL && c->deadline_for != DEADLINE_NONE) {
+    else if (!waiting && c->deadline_for != DEADLINE_NONE) {
         evtimer_del(c->deadline);
         c->deadline_for = DEADLINE_NONE;
     }
@@ -526,11 +529,7 @@ static void conn_on_direct(evutil_socket_t fd, short what, void *arg)
             continue;
         }
         if (n < 0 && (errno == EINTR)) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (c->ss->opts.peer_timeout_ms > 0 && c->deadline_for != DEADLINE_HELLO)
-                deadline_arm(c, DEADLINE_FRAME, c->ss->opts.peer_timeout_ms); /* from this byte on */
-            return;
-        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return; /* the deadline stays where it is */
         conn_close(c, n == 0 ? "peer closed" : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
         return;
     }

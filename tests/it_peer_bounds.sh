@@ -5,6 +5,9 @@
 #     stops reading the connection about 1 MiB in (a read high-watermark) until its request is handled: its
 #     RSS grows by a few MiB at most. Before, it read everything into the connection's input: +96 MiB, and as
 #     much as the peer sent;
+#   - slowframe: a big frame (300000 bytes, read straight into its buffer) whose bytes come one a second. It is
+#     closed 4 s after its first byte (a frame's whole-arrival deadline). Before, each byte started the timeout
+#     again: still open (its buffer held) for as long as the peer went on;
 # test: light
 . "$(dirname "$0")/lib.sh"
 RUN=bounds
@@ -31,6 +34,7 @@ rss() { awk '/^VmRSS/ { print int($2 / 1024) }' /proc/$S3/status; }
 rss0=$(rss)
 $HP flood --auth idle "$SECRET3" 127.0.0.1 "$P3" 0 96 > "$TMP/flood.out" 2>&1 &
 FL=$!; PIDS="$PIDS $FL"
+$HP slowframe --auth $RUN "$SECRET" 127.0.0.1 "$P1" 300000 1 > "$TMP/slowframe.out" 2>&1 &
 
 wait_until 20 "grep -q '^sent' $TMP/flood.out" "the flood to end"
 grep -q '^handshake done' "$TMP/flood.out" || fail "flood: no handshake: $(cat "$TMP/flood.out")"
@@ -39,7 +43,15 @@ grow=$(($(rss) - rss0))
 alive "$S3" || fail "s3 died"
 kill "$FL" 2>/dev/null
 
+wait_until 25 "grep -q '^closed' $TMP/slowframe.out" "the slow frame to end"
+grep -q '^handshake done' "$TMP/slowframe.out" || fail "slowframe: no handshake: $(cat "$TMP/slowframe.out")"
+s=$(sed -n 's/^closed after \([0-9.]*\) s/\1/p' "$TMP/slowframe.out")
+awk -v s="$s" 'BEGIN { exit !(s >= 3.5 && s < 15) }' || fail "the slow frame was closed after $s s, want about 4"
+grep -q 'closed connection .*(hostile): a 300000-byte frame not whole 4000 ms after its first byte' "$TMP/server-s1.log" ||
+  fail "s1 did not say why: $(grep 'closed connection' "$TMP/server-s1.log")"
+
 wait_workers w1 w2
 v=$($RCLI HGET "dl:{$RUN}:shards" 0:version)
 [ "$v" = 3 ] || fail "shard 0 at version $v after 60 steps at H 20, want 3"
-say "OK: s3 grew $grow MiB under a flood of $(sed -n 's/^sent //p' "$TMP/flood.out"); shard 0 at version $v"
+say "OK: s3 grew $grow MiB under a flood of $(sed -n 's/^sent //p' "$TMP/flood.out"); the slow frame closed after \
+$(sed -n 's/^closed after //p' "$TMP/slowframe.out"); shard 0 at version $v"

@@ -328,6 +328,7 @@ typedef struct ss_ctx {
     struct event *metrics_timer;
     struct evhttp *metrics_http;
     struct accept_guard *metrics_guard;
+    struct http_deadlines *metrics_deadlines; /* each --metrics connection's deadline for its request */
     struct event *park_timer;
     ss_fault fault;
     /* The calls that go up, set by ctx.c (as libevent calls its backends through a table): the files

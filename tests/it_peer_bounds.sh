@@ -8,6 +8,9 @@
 #   - slowframe: a big frame (300000 bytes, read straight into its buffer) whose bytes come one a second. It is
 #     closed 4 s after its first byte (a frame's whole-arrival deadline). Before, each byte started the timeout
 #     again: still open (its buffer held) for as long as the peer went on;
+#   - a request to s1's --metrics port sent a byte every 0.5 s: cut 10 s after it connected
+#     (common/net/http_deadline.c, as `coordinator serve`'s port). Before, evhttp's timeout started again at
+#     every byte: held for ever.
 # test: light
 . "$(dirname "$0")/lib.sh"
 RUN=bounds
@@ -35,6 +38,8 @@ rss0=$(rss)
 $HP flood --auth idle "$SECRET3" 127.0.0.1 "$P3" 0 96 > "$TMP/flood.out" 2>&1 &
 FL=$!; PIDS="$PIDS $FL"
 $HP slowframe --auth $RUN "$SECRET" 127.0.0.1 "$P1" 300000 1 > "$TMP/slowframe.out" 2>&1 &
+req=$(printf 'GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n' | od -An -v -tx1 | tr -d ' \n')
+$HP trickle 127.0.0.1 "$MP" "$req" 0.5 > "$TMP/trickle.out" 2>&1 &
 
 wait_until 20 "grep -q '^sent' $TMP/flood.out" "the flood to end"
 grep -q '^handshake done' "$TMP/flood.out" || fail "flood: no handshake: $(cat "$TMP/flood.out")"
@@ -49,9 +54,15 @@ s=$(sed -n 's/^closed after \([0-9.]*\) s/\1/p' "$TMP/slowframe.out")
 awk -v s="$s" 'BEGIN { exit !(s >= 3.5 && s < 15) }' || fail "the slow frame was closed after $s s, want about 4"
 grep -q 'closed connection .*(hostile): a 300000-byte frame not whole 4000 ms after its first byte' "$TMP/server-s1.log" ||
   fail "s1 did not say why: $(grep 'closed connection' "$TMP/server-s1.log")"
+wait_until 25 "grep -q '^closed' $TMP/trickle.out" "the slow metrics request to end"
+s=$(sed -n 's/^closed after \([0-9.]*\) s/\1/p' "$TMP/trickle.out")
+awk -v s="$s" 'BEGIN { exit !(s >= 9.5 && s < 20) }' || fail "the slow metrics request was cut after $s s, want about 10"
+grep -q 'HTTP: closed 1 connection(s) that had not sent a whole request 10 s after connecting' "$TMP/server-s1.log" ||
+  fail "s1 did not say it cut the metrics request: $(grep WARN "$TMP/server-s1.log")"
 
 wait_workers w1 w2
 v=$($RCLI HGET "dl:{$RUN}:shards" 0:version)
 [ "$v" = 3 ] || fail "shard 0 at version $v after 60 steps at H 20, want 3"
 say "OK: s3 grew $grow MiB under a flood of $(sed -n 's/^sent //p' "$TMP/flood.out"); the slow frame closed after \
-$(sed -n 's/^closed after //p' "$TMP/slowframe.out"); shard 0 at version $v"
+$(sed -n 's/^closed after //p' "$TMP/slowframe.out"), the slow metrics request after \
+$(sed -n 's/^closed after //p' "$TMP/trickle.out"); shard 0 at version $v"

@@ -14,7 +14,9 @@
  * timeout, 60 s as this one), and one that does not read its replies (libevent's write timeout). A connection between requests is never closed: a
  * worker keeps its connections open between rounds. One log line says so, then at most one a minute.
  * What a connection makes the server hold is bounded: its input by READ_HIGH_WATER (libevent stops reading the
- * socket there; the peer's own sends then wait), a frame by the largest legal blob.
+ * socket there; the peer's own sends then wait), a frame by the largest legal blob, and before the handshake
+ * by BLOB_HEADER_MAX (a peer without the secret made the server read a frame of the largest shard's size per
+ * connection before it was refused).
  * Requests go up to the dispatcher (ops.c) through ss->dispatch, which ctx.c sets; refusals (req_reject:
  * counted, logged, recorded with dl_reject) are made here, so the transport calls nothing above it.
  */
@@ -293,6 +295,10 @@ static void record_reject(ss_ctx *ss, const ss_req *req, const char *code, const
 
 void req_reject(ss_ctx *ss, ss_req *req, dp_err code, const char *fmt, ...)
 {
+    /* A peer that has not proved the secret gets one refusal per connection: each is logged and recorded in
+     * Redis, and such a peer pipelining malformed frames had every one of them recorded (dl:{R}:events is
+     * capped: the run's history pushed out). */
+    if (req->conn != NULL && !req->conn->authed) req->conn->close_after_flush = 1;
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
@@ -399,6 +405,12 @@ static void conn_dispatch(ss_conn *c, uint8_t *frame, size_t len)
         ss->dispatch(ss, req);
 }
 
+/* The longest frame c may send now: before the handshake, a hello or an auth (a header, no payload). */
+static size_t conn_max_frame(const ss_conn *c)
+{
+    return c->authed ? c->ss->max_frame : BLOB_HEADER_MAX;
+}
+
 /* Refuse a frame whose length prefix is impossible: reply, record, close without reading it. */
 static void conn_refuse_oversize(ss_conn *c, uint32_t flen)
 {
@@ -414,8 +426,14 @@ static void conn_refuse_oversize(ss_conn *c, uint32_t flen)
     snprintf(req->h.worker, sizeof req->h.worker, "%s", c->worker);
     c->close_after_flush = 1;
     bufferevent_disable(c->bev, EV_READ);
-    req_reject(ss, req, DP_BADSIZE, "frame of %u bytes from %s exceeds the largest legal blob (%zu bytes); closing",
-               flen, c->peer, ss->max_frame);
+    if (c->authed)
+        req_reject(ss, req, DP_BADSIZE, "frame of %u bytes from %s exceeds the largest legal blob (%zu bytes); closing",
+                   flen, c->peer, ss->max_frame);
+    else
+        req_reject(ss, req, DP_AUTH,
+                   "frame of %u bytes from %s before the handshake (a hello or auth frame is at most %d bytes): say "
+                   "hello and prove the run's secret first; closing",
+                   flen, c->peer, BLOB_HEADER_MAX);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -557,7 +575,7 @@ static void conn_read_frames(ss_conn *c)
         uint8_t p[4];
         evbuffer_copyout(in, p, 4);
         uint32_t flen = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-        if (flen == 0 || flen > c->ss->max_frame) {
+        if (flen == 0 || flen > conn_max_frame(c)) {
             conn_refuse_oversize(c, flen);
             return;
         }

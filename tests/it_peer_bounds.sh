@@ -11,6 +11,12 @@
 #   - a request to s1's --metrics port sent a byte every 0.5 s: cut 10 s after it connected
 #     (common/net/http_deadline.c, as `coordinator serve`'s port). Before, evhttp's timeout started again at
 #     every byte: held for ever.
+# And a peer that has not proved the secret gets one refusal per connection, for a frame no longer than a hello:
+#   - a frame of 300000 bytes first is refused from its length (AUTH) and the connection closed. Before, the
+#     server read it whole (and as many as there were connections: 8 of the largest frame of a run of 20M
+#     parameters made it grow by 550 MB), then refused it;
+#   - 200 malformed frames at once: one BADFRAME, recorded once, and the connection closed. Before, each was
+#     refused, logged and recorded in dl:{R}:events (capped at 100000: the run's history pushed out).
 # test: light
 . "$(dirname "$0")/lib.sh"
 RUN=bounds
@@ -38,6 +44,8 @@ rss0=$(rss)
 $HP flood --auth idle "$SECRET3" 127.0.0.1 "$P3" 0 96 > "$TMP/flood.out" 2>&1 &
 FL=$!; PIDS="$PIDS $FL"
 $HP slowframe --auth $RUN "$SECRET" 127.0.0.1 "$P1" 300000 1 > "$TMP/slowframe.out" 2>&1 &
+$HP stall 127.0.0.1 "$P1" 300000 > "$TMP/bigfirst.out" 2>&1 &
+$HP garbage 127.0.0.1 "$P1" 200 > "$TMP/garbage.out" 2>&1 &
 req=$(printf 'GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n' | od -An -v -tx1 | tr -d ' \n')
 $HP trickle 127.0.0.1 "$MP" "$req" 0.5 > "$TMP/trickle.out" 2>&1 &
 
@@ -54,6 +62,12 @@ s=$(sed -n 's/^closed after \([0-9.]*\) s/\1/p' "$TMP/slowframe.out")
 awk -v s="$s" 'BEGIN { exit !(s >= 3.5 && s < 15) }' || fail "the slow frame was closed after $s s, want about 4"
 grep -q 'closed connection .*(hostile): a 300000-byte frame not whole 4000 ms after its first byte' "$TMP/server-s1.log" ||
   fail "s1 did not say why: $(grep 'closed connection' "$TMP/server-s1.log")"
+wait_until 20 "grep -q '^closed' $TMP/bigfirst.out && grep -q '^replies' $TMP/garbage.out" "the unauthenticated peers to end"
+grep -q "rejected ? from ? .*AUTH frame of 300000 bytes from .* before the handshake" "$TMP/server-s1.log" ||
+  fail "s1 did not refuse the big frame before the handshake: $(grep WARN "$TMP/server-s1.log")"
+grep -q '^replies 1, closed' "$TMP/garbage.out" || fail "malformed frames before the handshake: $(cat "$TMP/garbage.out"), want 1 refusal"
+n=$(grep -c 'rejected .* BADFRAME' "$TMP/server-s1.log")
+[ "$n" = 1 ] || fail "s1 logged $n refusals of malformed frames, want 1"
 wait_until 25 "grep -q '^closed' $TMP/trickle.out" "the slow metrics request to end"
 s=$(sed -n 's/^closed after \([0-9.]*\) s/\1/p' "$TMP/trickle.out")
 awk -v s="$s" 'BEGIN { exit !(s >= 9.5 && s < 20) }' || fail "the slow metrics request was cut after $s s, want about 10"
@@ -63,6 +77,8 @@ grep -q 'HTTP: closed 1 connection(s) that had not sent a whole request 10 s aft
 wait_workers w1 w2
 v=$($RCLI HGET "dl:{$RUN}:shards" 0:version)
 [ "$v" = 3 ] || fail "shard 0 at version $v after 60 steps at H 20, want 3"
+r=$($RCLI HGET "dl:{$RUN}:state" rejections)
+[ "$r" = 2 ] || fail "$r rejections recorded, want the 2 of the unauthenticated peers"
 say "OK: s3 grew $grow MiB under a flood of $(sed -n 's/^sent //p' "$TMP/flood.out"); the slow frame closed after \
 $(sed -n 's/^closed after //p' "$TMP/slowframe.out"), the slow metrics request after \
 $(sed -n 's/^closed after //p' "$TMP/trickle.out"); shard 0 at version $v"

@@ -17,6 +17,8 @@
                                                  then holds the connection until the server closes it
     hostile_peer.py slowframe HOST PORT LEN GAP  send a frame's length prefix of LEN bytes and 10 bytes of it,
                                                  then one more byte every GAP seconds; prints "closed after S s"
+    hostile_peer.py garbage HOST PORT N          send N frames of 8 bytes that are no blob, at once; prints
+                                                 "replies R, closed after S s" once the server closes
 
 trickle, stall, noread, flood and slowframe take --auth RUN SECRET first (after the mode): the shard-server's handshake is
 made before misbehaving (hello, then the answer to its challenge: common/net/auth.h), so that what is
@@ -222,6 +224,25 @@ def slowframe(host, port, length, gap):
     return wait_closed(s, t0)
 
 
+def garbage(host, port, n):
+    s = connect(host, port)
+    t0 = time.time()
+    try:
+        s.sendall((struct.pack("<I", 8) + b"\x01" * 8) * n)
+    except OSError:
+        pass  # closed while we sent: the replies read below say how far it got
+    replies = 0
+    s.settimeout(30)
+    try:
+        while True:
+            recv_frame(s)
+            replies += 1
+    except OSError:
+        pass
+    print("replies %d, closed after %.1f s" % (replies, time.time() - t0), flush=True)
+    return 0
+
+
 def main(a):
     global AUTH
     if len(a) > 3 and a[1] == "--auth":
@@ -237,6 +258,8 @@ def main(a):
         return noread(a[1], int(a[2]), a[3], float(a[4]))
     if a[0] == "flood":
         return flood(a[1], int(a[2]), int(a[3]), int(a[4]))
+    if a[0] == "garbage":
+        return garbage(a[1], int(a[2]), int(a[3]))
     if a[0] == "slowframe":
         return slowframe(a[1], int(a[2]), int(a[3]), float(a[4]))
     print(__doc__)

@@ -14,7 +14,8 @@
  * timeout, 60 s as this one), and one that does not read its replies (libevent's write timeout). A connection between requests is never closed: a
  * worker keeps its connections open between rounds. One log line says so, then at most one a minute.
  * What a connection makes the server hold is bounded: its input by READ_HIGH_WATER (libevent stops reading the
- * socket there; the peer's own sends then wait), a frame by the largest legal blob, and before the handshake
+ * socket there; the peer's own sends then wait), its replies by WRITE_HIGH_WATER and one more (no frame is
+ * taken beyond it), a frame by the largest legal blob, and before the handshake
  * by BLOB_HEADER_MAX (a peer without the secret made the server read a frame of the largest shard's size per
  * connection before it was refused).
  * Requests go up to the dispatcher (ops.c) through ss->dispatch, which ctx.c sets; refusals (req_reject:
@@ -52,6 +53,12 @@
  * than DIRECT_MIN_FRAME must fit in it whole (a longer one is read into its own buffer). */
 #define READ_HIGH_WATER (1u << 20)
 _Static_assert(READ_HIGH_WATER >= 4 + DIRECT_MIN_FRAME, "a buffered frame must fit under the read high-watermark");
+/* A connection whose replies wait to be sent beyond this takes no further frame until they go (the write callback
+ * runs again below it, bufferevent_setwatermark). A peer that sent gets and read their replies a byte at a time
+ * (the write timeout never ended it) had each answered and queued: the server grew ~100 MB a second. Enough
+ * for a worker's pipelined gets to keep the connection busy: its next get is taken while this much of the
+ * replies before it is still to go. */
+#define WRITE_HIGH_WATER (16u << 20)
 /* A new connection says hello (and answers the challenge) within this long, or the timeout if shorter: twice
  * the worker's own wait for the handshake (worker/diloco/conn.c HANDSHAKE_MS). */
 #define HELLO_TIMEOUT_MS 10000
@@ -497,8 +504,10 @@ static void deadline_update(ss_conn *c)
 {
     if (c->closed || c->ss->opts.peer_timeout_ms <= 0) return;
     if (c->deadline_for == DEADLINE_HELLO && !(c->authed && c->frames > 0)) return;
+    /* (a frame left in the input while the replies before it wait to go is not late: the peer is to read) */
     int waiting = !c->busy && !c->close_after_flush &&
-                  (c->dbuf != NULL || evbuffer_get_length(bufferevent_get_input(c->bev)) > 0);
+                  (c->dbuf != NULL || (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0 &&
+                                       evbuffer_get_length(bufferevent_get_output(c->bev)) <= WRITE_HIGH_WATER));
     if (waiting && c->deadline_for != DEADLINE_FRAME)
         deadline_arm(c, DEADLINE_FRAME, c->ss->opts.peer_timeout_ms);
     else if (!waiting && c->deadline_for != DEADLINE_NONE) {
@@ -566,9 +575,17 @@ static void conn_on_direct(evutil_socket_t fd, short what, void *arg)
     conn_dispatch(c, frame, len);
 }
 
+/* Whether c may take its next frame: no request under way, no frame being received, its replies sent but
+ * WRITE_HIGH_WATER at most. */
+static int conn_takes_frames(ss_conn *c)
+{
+    return !c->busy && !c->closed && !c->close_after_flush && c->dbuf == NULL &&
+           evbuffer_get_length(bufferevent_get_output(c->bev)) <= WRITE_HIGH_WATER;
+}
+
 static void conn_read_frames(ss_conn *c)
 {
-    while (!c->busy && !c->closed && !c->close_after_flush && c->dbuf == NULL) {
+    while (conn_takes_frames(c)) {
         struct evbuffer *in = bufferevent_get_input(c->bev);
         size_t have = evbuffer_get_length(in);
         if (have < 4) return;
@@ -621,11 +638,18 @@ static void conn_on_read(struct bufferevent *bev, void *arg)
     conn_process(arg);
 }
 
+/* Replies went out, and WRITE_HIGH_WATER at most wait: close a connection to close once they all went; take the
+ * next frame of one that waited for them (conn_takes_frames). */
 static void conn_on_write(struct bufferevent *bev, void *arg)
 {
-    (void)bev;
     ss_conn *c = arg;
-    if (c->close_after_flush && !c->busy) conn_close(c, "closed after an unrecoverable request");
+    if (c->busy) return;
+    if (c->close_after_flush) {
+        if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
+            conn_close(c, "closed after an unrecoverable request");
+        return;
+    }
+    conn_process(c);
 }
 
 static void conn_on_event(struct bufferevent *bev, short what, void *arg)
@@ -679,6 +703,7 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     bufferevent_set_max_single_read(c->bev, SOCKET_IO_CHUNK);
     bufferevent_set_max_single_write(c->bev, SOCKET_IO_CHUNK);
     bufferevent_setwatermark(c->bev, EV_READ, 0, READ_HIGH_WATER);
+    bufferevent_setwatermark(c->bev, EV_WRITE, WRITE_HIGH_WATER, 0);
     bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     int ms = ss->opts.peer_timeout_ms;

@@ -11,6 +11,9 @@
 #   - a request to s1's --metrics port sent a byte every 0.5 s: cut 10 s after it connected
 #     (common/net/http_deadline.c, as `coordinator serve`'s port). Before, evhttp's timeout started again at
 #     every byte: held for ever.
+#   - slowread: gets sent as fast as the server takes them, their replies read a byte every 1.5 s (so the write
+#     timeout never ends it). The server takes no further frame while the connection's output holds more than
+#     16 MiB: it grows by a few MiB. Before, it answered every get and queued the reply: +1 GB in 5 s.
 # And a peer that has not proved the secret gets one refusal per connection, for a frame no longer than a hello:
 #   - a frame of 300000 bytes first is refused from its length (AUTH) and the connection closed. Before, the
 #     server read it whole (and as many as there were connections: 8 of the largest frame of a run of 20M
@@ -55,6 +58,8 @@ grow=$(($(rss) - rss0))
 [ "$grow" -le 24 ] || fail "s3 grew by $grow MiB while a peer sent $(sed -n 's/^sent //p' "$TMP/flood.out") behind a waiting request, want a few"
 alive "$S3" || fail "s3 died"
 kill "$FL" 2>/dev/null
+rss0=$(rss)
+$HP slowread --auth idle "$SECRET3" 127.0.0.1 "$P3" 0 5 1.5 > "$TMP/slowread.out" 2>&1 &
 
 wait_until 25 "grep -q '^closed' $TMP/slowframe.out" "the slow frame to end"
 grep -q '^handshake done' "$TMP/slowframe.out" || fail "slowframe: no handshake: $(cat "$TMP/slowframe.out")"
@@ -68,6 +73,11 @@ grep -q "rejected ? from ? .*AUTH frame of 300000 bytes from .* before the hands
 grep -q '^replies 1, closed' "$TMP/garbage.out" || fail "malformed frames before the handshake: $(cat "$TMP/garbage.out"), want 1 refusal"
 n=$(grep -c 'rejected .* BADFRAME' "$TMP/server-s1.log")
 [ "$n" = 1 ] || fail "s1 logged $n refusals of malformed frames, want 1"
+wait_until 20 "grep -q '^sent' $TMP/slowread.out" "the slow reader to end"
+grep -q '^handshake done' "$TMP/slowread.out" || fail "slowread: no handshake: $(cat "$TMP/slowread.out")"
+grow2=$(($(rss) - rss0))
+[ "$grow2" -le 48 ] || fail "s3 grew by $grow2 MiB for a peer that read its replies a byte at a time ($(cat "$TMP/slowread.out")), want a few"
+alive "$S3" || fail "s3 died"
 wait_until 25 "grep -q '^closed' $TMP/trickle.out" "the slow metrics request to end"
 s=$(sed -n 's/^closed after \([0-9.]*\) s/\1/p' "$TMP/trickle.out")
 awk -v s="$s" 'BEGIN { exit !(s >= 9.5 && s < 20) }' || fail "the slow metrics request was cut after $s s, want about 10"
@@ -79,6 +89,6 @@ v=$($RCLI HGET "dl:{$RUN}:shards" 0:version)
 [ "$v" = 3 ] || fail "shard 0 at version $v after 60 steps at H 20, want 3"
 r=$($RCLI HGET "dl:{$RUN}:state" rejections)
 [ "$r" = 2 ] || fail "$r rejections recorded, want the 2 of the unauthenticated peers"
-say "OK: s3 grew $grow MiB under a flood of $(sed -n 's/^sent //p' "$TMP/flood.out"); the slow frame closed after \
+say "OK: s3 grew $grow MiB under a flood of $(sed -n 's/^sent //p' "$TMP/flood.out"), $grow2 MiB for a slow reader; the slow frame closed after \
 $(sed -n 's/^closed after //p' "$TMP/slowframe.out"), the slow metrics request after \
 $(sed -n 's/^closed after //p' "$TMP/trickle.out"); shard 0 at version $v"

@@ -17,6 +17,9 @@
                                                  then holds the connection until the server closes it
     hostile_peer.py slowframe HOST PORT LEN GAP  send a frame's length prefix of LEN bytes and 10 bytes of it,
                                                  then one more byte every GAP seconds; prints "closed after S s"
+    hostile_peer.py slowread HOST PORT SHARD SECS GAP  send gets of SHARD's version 0 as fast as the server
+                                                 takes them, for SECS seconds, reading one byte of the replies
+                                                 every GAP seconds; prints "sent N gets"
     hostile_peer.py garbage HOST PORT N          send N frames of 8 bytes that are no blob, at once; prints
                                                  "replies R, closed after S s" once the server closes
 
@@ -224,6 +227,35 @@ def slowframe(host, port, length, gap):
     return wait_closed(s, t0)
 
 
+def slowread(host, port, shard, seconds, gap):
+    s = connect(host, port)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    blob = mp_map({"m": "DLB", "f": 1, "op": "get", "s": shard, "v": 0, "w": "hostile", "i": 1})
+    batch = (struct.pack("<I", len(blob)) + blob) * 1000
+    s.setblocking(False)
+    t0 = last = time.time()
+    sent, pend = 0, b""
+    while time.time() - t0 < seconds:
+        try:
+            pend = pend or batch
+            k = s.send(pend)
+            pend, sent = pend[k:], sent + k
+        except BlockingIOError:
+            select.select([], [s], [], 0.05)
+        except OSError:
+            break
+        if time.time() - last >= gap:  # a byte: the server's writes go on, so its write timeout never ends this
+            try:
+                s.recv(1)
+            except BlockingIOError:
+                pass
+            except OSError:
+                break
+            last = time.time()
+    print("sent %d gets" % (sent // (4 + len(blob))), flush=True)
+    return 0
+
+
 def garbage(host, port, n):
     s = connect(host, port)
     t0 = time.time()
@@ -258,6 +290,8 @@ def main(a):
         return noread(a[1], int(a[2]), a[3], float(a[4]))
     if a[0] == "flood":
         return flood(a[1], int(a[2]), int(a[3]), int(a[4]))
+    if a[0] == "slowread":
+        return slowread(a[1], int(a[2]), int(a[3]), float(a[4]), float(a[5]))
     if a[0] == "garbage":
         return garbage(a[1], int(a[2]), int(a[3]))
     if a[0] == "slowframe":

@@ -63,6 +63,7 @@ _Static_assert(READ_HIGH_WATER >= 4 + DIRECT_MIN_FRAME, "a buffered frame must f
  * the worker's own wait for the handshake (worker/diloco/conn.c HANDSHAKE_MS). */
 #define HELLO_TIMEOUT_MS 10000
 #define PEER_LOG_MS 60000 /* one line about peers closed for their silence, then at most one per this */
+#define LINGER_MS 2000    /* a connection closed after a refusal reads and drops what still comes this long */
 
 typedef struct ss_conn {
     ss_ctx *ss;
@@ -76,6 +77,7 @@ typedef struct ss_conn {
     int busy;                       /* a request is in progress */
     int closed;                     /* bev gone; freed when not busy */
     int close_after_flush;
+    int lingering;          /* its last reply sent: dropping what the peer still sends (conn_linger) */
     unsigned long frames;   /* frames received */
     struct event *deadline; /* the hello, or the frame being received, is late (conn_on_deadline) */
     int deadline_for;       /* what deadline waits for: DEADLINE_* */
@@ -84,7 +86,7 @@ typedef struct ss_conn {
     size_t dlen, dgot;
 } ss_conn;
 
-enum { DEADLINE_NONE, DEADLINE_HELLO, DEADLINE_FRAME };
+enum { DEADLINE_NONE, DEADLINE_HELLO, DEADLINE_FRAME, DEADLINE_LINGER };
 
 static void conn_process(ss_conn *c);
 
@@ -475,6 +477,10 @@ static void conn_on_deadline(evutil_socket_t fd, short what, void *arg)
     (void)what;
     ss_conn *c = arg;
     if (c->closed) return;
+    if (c->deadline_for == DEADLINE_LINGER) {
+        conn_close(c, "closed after an unrecoverable request");
+        return;
+    }
     char why[160];
     int ms = c->ss->opts.peer_timeout_ms;
     if (c->deadline_for == DEADLINE_HELLO)
@@ -502,7 +508,7 @@ static void deadline_arm(ss_conn *c, int what, int ms)
  * the frame's buffer for ever with a byte every timeout less a second. */
 static void deadline_update(ss_conn *c)
 {
-    if (c->closed || c->ss->opts.peer_timeout_ms <= 0) return;
+    if (c->closed || c->lingering || c->ss->opts.peer_timeout_ms <= 0) return;
     if (c->deadline_for == DEADLINE_HELLO && !(c->authed && c->frames > 0)) return;
     /* (a frame left in the input while the replies before it wait to go is not late: the peer is to read) */
     int waiting = !c->busy && !c->close_after_flush &&
@@ -619,36 +625,56 @@ static void conn_process(ss_conn *c)
     deadline_update(c);
 }
 
+/* A connection to close after a refusal, its last reply sent: end our side (the peer reads the reply, then the end
+ * of the stream) and read and drop what the peer still sends, until it closes or for LINGER_MS. Closed at once,
+ * with bytes unread (the rest of a frame refused from its length), the socket was reset, and a worker still
+ * sending the frame failed with "connection reset" and never read the reason. */
+static void conn_linger(ss_conn *c)
+{
+    c->lingering = 1;
+    shutdown(bufferevent_getfd(c->bev), SHUT_WR);
+    if (c->deadline_for != DEADLINE_NONE) evtimer_del(c->deadline);
+    deadline_arm(c, DEADLINE_LINGER, LINGER_MS);
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    evbuffer_drain(in, evbuffer_get_length(in));
+    bufferevent_enable(c->bev, EV_READ);
+}
+
+/* After a reply went out: whether c was to close after it, and now lingers (conn_linger). */
+static int conn_flushed_close(ss_conn *c)
+{
+    if (!c->close_after_flush || c->busy) return 0;
+    if (!c->lingering && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) conn_linger(c);
+    return 1;
+}
+
 static void conn_on_resume(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     ss_conn *c = arg;
-    if (c->closed) return;
-    if (c->close_after_flush && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
-        conn_close(c, "closed after an unrecoverable request");
-        return;
-    }
+    if (c->closed || conn_flushed_close(c)) return;
     conn_process(c);
 }
 
 static void conn_on_read(struct bufferevent *bev, void *arg)
 {
-    (void)bev;
-    conn_process(arg);
+    ss_conn *c = arg;
+    if (c->lingering) {
+        struct evbuffer *in = bufferevent_get_input(bev);
+        evbuffer_drain(in, evbuffer_get_length(in));
+        return;
+    }
+    conn_process(c);
 }
 
 /* Replies went out, and WRITE_HIGH_WATER at most wait: close a connection to close once they all went; take the
  * next frame of one that waited for them (conn_takes_frames). */
 static void conn_on_write(struct bufferevent *bev, void *arg)
 {
+    (void)bev;
     ss_conn *c = arg;
-    if (c->busy) return;
-    if (c->close_after_flush) {
-        if (evbuffer_get_length(bufferevent_get_output(bev)) == 0)
-            conn_close(c, "closed after an unrecoverable request");
-        return;
-    }
+    if (c->busy || conn_flushed_close(c)) return;
     conn_process(c);
 }
 

@@ -14,6 +14,9 @@
 #   - slowread: gets sent as fast as the server takes them, their replies read a byte every 1.5 s (so the write
 #     timeout never ends it). The server takes no further frame while the connection's output holds more than
 #     16 MiB: it grows by a few MiB. Before, it answered every get and queued the reply: +1 GB in 5 s.
+#   - bigsend: a frame of 8 MB, over the largest legal blob, sent whole: refused from its length (BADSIZE), and
+#     the peer's send completes and it reads why (the server reads and drops the rest, for 2 s at most, before
+#     it closes). Before, the socket was closed with the frame unread, so reset: "send failed: connection reset".
 # And a peer that has not proved the secret gets one refusal per connection, for a frame no longer than a hello:
 #   - a frame of 300000 bytes first is refused from its length (AUTH) and the connection closed. Before, the
 #     server read it whole (and as many as there were connections: 8 of the largest frame of a run of 20M
@@ -47,6 +50,7 @@ rss0=$(rss)
 $HP flood --auth idle "$SECRET3" 127.0.0.1 "$P3" 0 96 > "$TMP/flood.out" 2>&1 &
 FL=$!; PIDS="$PIDS $FL"
 $HP slowframe --auth $RUN "$SECRET" 127.0.0.1 "$P1" 300000 1 > "$TMP/slowframe.out" 2>&1 &
+$HP bigsend --auth $RUN "$SECRET" 127.0.0.1 "$P1" 8000000 > "$TMP/bigsend.out" 2>&1 &
 $HP stall 127.0.0.1 "$P1" 300000 > "$TMP/bigfirst.out" 2>&1 &
 $HP garbage 127.0.0.1 "$P1" 200 > "$TMP/garbage.out" 2>&1 &
 req=$(printf 'GET /metrics HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow: aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\r\n' | od -An -v -tx1 | tr -d ' \n')
@@ -67,6 +71,9 @@ s=$(sed -n 's/^closed after \([0-9.]*\) s/\1/p' "$TMP/slowframe.out")
 awk -v s="$s" 'BEGIN { exit !(s >= 3.5 && s < 15) }' || fail "the slow frame was closed after $s s, want about 4"
 grep -q 'closed connection .*(hostile): a 300000-byte frame not whole 4000 ms after its first byte' "$TMP/server-s1.log" ||
   fail "s1 did not say why: $(grep 'closed connection' "$TMP/server-s1.log")"
+wait_until 20 "grep -q '^reply\|^no reply' $TMP/bigsend.out" "the big frame's reply"
+grep -q '^sent whole' "$TMP/bigsend.out" && grep -q '^reply BADSIZE: frame of 8000000 bytes' "$TMP/bigsend.out" ||
+  fail "a frame over the largest legal blob: $(cat "$TMP/bigsend.out")"
 wait_until 20 "grep -q '^closed' $TMP/bigfirst.out && grep -q '^replies' $TMP/garbage.out" "the unauthenticated peers to end"
 grep -q "rejected ? from ? .*AUTH frame of 300000 bytes from .* before the handshake" "$TMP/server-s1.log" ||
   fail "s1 did not refuse the big frame before the handshake: $(grep WARN "$TMP/server-s1.log")"
@@ -88,7 +95,7 @@ wait_workers w1 w2
 v=$($RCLI HGET "dl:{$RUN}:shards" 0:version)
 [ "$v" = 3 ] || fail "shard 0 at version $v after 60 steps at H 20, want 3"
 r=$($RCLI HGET "dl:{$RUN}:state" rejections)
-[ "$r" = 2 ] || fail "$r rejections recorded, want the 2 of the unauthenticated peers"
+[ "$r" = 3 ] || fail "$r rejections recorded, want 3: the big frame's and the 2 of the unauthenticated peers"
 say "OK: s3 grew $grow MiB under a flood of $(sed -n 's/^sent //p' "$TMP/flood.out"), $grow2 MiB for a slow reader; the slow frame closed after \
 $(sed -n 's/^closed after //p' "$TMP/slowframe.out"), the slow metrics request after \
 $(sed -n 's/^closed after //p' "$TMP/trickle.out"); shard 0 at version $v"

@@ -20,6 +20,9 @@
     hostile_peer.py slowread HOST PORT SHARD SECS GAP  send gets of SHARD's version 0 as fast as the server
                                                  takes them, for SECS seconds, reading one byte of the replies
                                                  every GAP seconds; prints "sent N gets"
+    hostile_peer.py bigsend HOST PORT LEN        send a whole frame of LEN bytes (zeros: no blob), then read the
+                                                 reply; prints "sent whole" (or "send failed: WHY"), then
+                                                 "reply CODE: TEXT" (or "no reply: WHY")
     hostile_peer.py garbage HOST PORT N          send N frames of 8 bytes that are no blob, at once; prints
                                                  "replies R, closed after S s" once the server closes
 
@@ -256,6 +259,22 @@ def slowread(host, port, shard, seconds, gap):
     return 0
 
 
+def bigsend(host, port, length):
+    s = connect(host, port)
+    s.settimeout(10)
+    try:
+        s.sendall(struct.pack("<I", length) + b"\x00" * length)
+        print("sent whole", flush=True)
+    except OSError as e:  # a worker's send fails so, and it never reads the reason
+        print("send failed: %s" % e, flush=True)
+    try:
+        h = recv_frame(s)
+        print("reply %s: %s" % (h.get("c"), h.get("t")), flush=True)
+    except OSError as e:
+        print("no reply: %s" % e, flush=True)
+    return 0
+
+
 def garbage(host, port, n):
     s = connect(host, port)
     t0 = time.time()
@@ -292,6 +311,8 @@ def main(a):
         return flood(a[1], int(a[2]), int(a[3]), int(a[4]))
     if a[0] == "slowread":
         return slowread(a[1], int(a[2]), int(a[3]), float(a[4]), float(a[5]))
+    if a[0] == "bigsend":
+        return bigsend(a[1], int(a[2]), int(a[3]))
     if a[0] == "garbage":
         return garbage(a[1], int(a[2]), int(a[3]))
     if a[0] == "slowframe":

@@ -11,13 +11,14 @@
  * not said hello (and proved the secret) within HELLO_TIMEOUT_MS of connecting, one that sends part of a
  * frame and not the rest (every frame, small or read straight into its buffer, is whole within the timeout of
  * its first byte, so a frame sent a byte at a time ends too: a worker gives up on a frame after its own net
- * timeout, 60 s as this one), and one that does not read its replies (libevent's write timeout). A connection between requests is never closed: a
- * worker keeps its connections open between rounds. One log line says so, then at most one a minute.
+ * timeout, 60 s as this one), and one that does not read its replies (libevent's write timeout). A connection
+ * between requests is never closed: a worker keeps its connections open between rounds. One log line says so,
+ * then at most one a minute. One closed after a refusal first drops what the peer still sends (conn_linger).
  * What a connection makes the server hold is bounded: its input by READ_HIGH_WATER (libevent stops reading the
  * socket there; the peer's own sends then wait), its replies by WRITE_HIGH_WATER and one more (no frame is
- * taken beyond it), a frame by the largest legal blob, and before the handshake
- * by BLOB_HEADER_MAX (a peer without the secret made the server read a frame of the largest shard's size per
- * connection before it was refused).
+ * taken beyond it), a frame by the largest legal blob, and before the handshake by BLOB_HEADER_MAX (a peer
+ * without the secret made the server read a frame of the largest shard's size per connection before it was
+ * refused), and a peer without the secret gets one refusal per connection.
  * Requests go up to the dispatcher (ops.c) through ss->dispatch, which ctx.c sets; refusals (req_reject:
  * counted, logged, recorded with dl_reject) are made here, so the transport calls nothing above it.
  */

@@ -23,6 +23,9 @@
     hostile_peer.py bigsend HOST PORT LEN        send a whole frame of LEN bytes (zeros: no blob), then read the
                                                  reply; prints "sent whole" (or "send failed: WHY"), then
                                                  "reply CODE: TEXT" (or "no reply: WHY")
+    hostile_peer.py ahead HOST PORT SHARD SECS   ask for a version of SHARD far ahead of any, and push for such a
+                                                 round, again at each answer, for SECS seconds; prints "asked N
+                                                 times" (each answered `wait`, or STALE: no such version)
     hostile_peer.py garbage HOST PORT N          send N frames of 8 bytes that are no blob, at once; prints
                                                  "replies R, closed after S s" once the server closes
 
@@ -49,11 +52,14 @@ def mp_str(b):
 
 
 def mp_map(d):
-    """A blob header (schemas/blob.md): a msgpack map of strings and small non-negative ints."""
+    """A blob header (schemas/blob.md): a msgpack map of strings and non-negative ints below 2^32."""
     out = bytes([0x80 | len(d)])
     for k, v in d.items():
         out += mp_str(k.encode())
-        out += bytes([v]) if isinstance(v, int) else mp_str(v.encode())
+        if isinstance(v, int):
+            out += bytes([v]) if v < 0x80 else b"\xce" + struct.pack(">I", v)
+        else:
+            out += mp_str(v.encode())
     return out
 
 
@@ -275,6 +281,21 @@ def bigsend(host, port, length):
     return 0
 
 
+def ahead(host, port, shard, seconds):
+    s = connect(host, port)
+    s.settimeout(10)
+    t0, n = time.time(), 0
+    while time.time() - t0 < seconds:
+        if n % 2:
+            send_frame(s, {"op": "push", "s": shard, "r": 100000, "w": "hostile", "i": 1, "dt": 1, "n": 0, "x": 0})
+        else:
+            send_frame(s, {"op": "get", "s": shard, "v": 100000, "w": "hostile", "i": 1})
+        recv_frame(s)
+        n += 1
+    print("asked %d times" % n, flush=True)
+    return 0
+
+
 def garbage(host, port, n):
     s = connect(host, port)
     t0 = time.time()
@@ -313,6 +334,8 @@ def main(a):
         return slowread(a[1], int(a[2]), int(a[3]), float(a[4]), float(a[5]))
     if a[0] == "bigsend":
         return bigsend(a[1], int(a[2]), int(a[3]))
+    if a[0] == "ahead":
+        return ahead(a[1], int(a[2]), int(a[3]), float(a[4]))
     if a[0] == "garbage":
         return garbage(a[1], int(a[2]), int(a[3]))
     if a[0] == "slowframe":

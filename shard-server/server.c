@@ -64,6 +64,11 @@ _Static_assert(READ_HIGH_WATER >= 4 + DIRECT_MIN_FRAME, "a buffered frame must f
  * the worker's own wait for the handshake (worker/diloco/conn.c HANDSHAKE_MS). */
 #define HELLO_TIMEOUT_MS 10000
 #define PEER_LOG_MS 60000 /* one line about peers closed for their silence, then at most one per this */
+/* Refusals logged and recorded one by one (req_reject): this many at once, then REJECT_PER_S a second; the rest are
+ * counted (rejections_total) and said in one line a minute. A peer that knew the secret and pipelined refused
+ * requests had each logged and recorded: 20000 in 0.3 s from one connection, dl:{R}:events (capped) wiped. */
+#define REJECT_BURST 100
+#define REJECT_PER_S 10
 #define LINGER_MS 2000    /* a connection closed after a refusal reads and drops what still comes this long */
 
 typedef struct ss_conn {
@@ -303,6 +308,39 @@ static void record_reject(ss_ctx *ss, const ss_req *req, const char *code, const
         log_warn("cannot record rejection %s in Redis (not connected)", code);
 }
 
+static double g_reject_tokens = REJECT_BURST;
+static uint64_t g_reject_ms;       /* when the tokens were last counted (0: never) */
+static uint64_t g_quiet_logged_ms; /* when the last line about refusals left out was written */
+static unsigned long g_quiet;      /* refusals left out since */
+
+/* Whether this refusal is logged and recorded (REJECT_BURST, REJECT_PER_S). The first one left out says so in a
+ * line, then at most one a minute, with how many were left out since the line before (g_quiet). */
+static int reject_recorded(void)
+{
+    uint64_t now = now_ms();
+    if (g_reject_ms != 0) g_reject_tokens += (double)(now - g_reject_ms) * REJECT_PER_S / 1000.0;
+    if (g_reject_tokens > REJECT_BURST) g_reject_tokens = REJECT_BURST;
+    g_reject_ms = now;
+    if (g_reject_tokens >= 1) {
+        g_reject_tokens -= 1;
+        return 1;
+    }
+    if (g_quiet_logged_ms != 0 && now - g_quiet_logged_ms < PEER_LOG_MS) {
+        g_quiet++;
+        return 0;
+    }
+    char more[96] = "";
+    if (g_quiet > 0)
+        snprintf(more, sizeof more, " (%lu left out since the last line, %llu s ago)", g_quiet,
+                 (unsigned long long)(now - g_quiet_logged_ms) / 1000);
+    log_warn("refusals beyond %d at once or %d a second are counted (rejections_total) but not logged or recorded in "
+             "dl:{R}:events one by one%s: a client in a loop? At most one line a minute about these",
+             REJECT_BURST, REJECT_PER_S, more);
+    g_quiet_logged_ms = now;
+    g_quiet = 0;
+    return 0;
+}
+
 void req_reject(ss_ctx *ss, ss_req *req, dp_err code, const char *fmt, ...)
 {
     /* A peer that has not proved the secret gets one refusal per connection: each is logged and recorded in
@@ -315,9 +353,12 @@ void req_reject(ss_ctx *ss, ss_req *req, dp_err code, const char *fmt, ...)
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     ss->m.rejections++;
-    log_warn("rejected %s from %s (shard %lld round %lld): %s %s", req->h.op, req->h.worker[0] ? req->h.worker : "?",
-             (long long)req->h.shard, (long long)req->h.round, dp_err_code(code), msg);
-    record_reject(ss, req, dp_err_code(code), msg);
+    if (reject_recorded()) {
+        log_warn("rejected %s from %s (shard %lld round %lld): %s %s", req->h.op,
+                 req->h.worker[0] ? req->h.worker : "?", (long long)req->h.shard, (long long)req->h.round,
+                 dp_err_code(code), msg);
+        record_reject(ss, req, dp_err_code(code), msg);
+    }
     req_reply_err(req, code, "%s", msg);
 }
 

@@ -26,6 +26,8 @@
     hostile_peer.py ahead HOST PORT SHARD SECS   ask for a version of SHARD far ahead of any, and push for such a
                                                  round, again at each answer, for SECS seconds; prints "asked N
                                                  times" (each answered `wait`, or STALE: no such version)
+    hostile_peer.py refused HOST PORT N          send N requests of an unknown operation at once, then read their
+                                                 N replies; prints "replies R: CODE" (the first reply's code)
     hostile_peer.py garbage HOST PORT N          send N frames of 8 bytes that are no blob, at once; prints
                                                  "replies R, closed after S s" once the server closes
 
@@ -296,6 +298,16 @@ def ahead(host, port, shard, seconds):
     return 0
 
 
+def refused(host, port, n):
+    s = connect(host, port)
+    blob = mp_map({"m": "DLB", "f": 1, "op": "frob", "w": "hostile"})
+    s.sendall((struct.pack("<I", len(blob)) + blob) * n)
+    s.settimeout(30)
+    codes = [recv_frame(s).get("c") for _ in range(n)]
+    print("replies %d: %s" % (len(codes), codes[0] if len(set(codes)) == 1 else sorted(set(codes))), flush=True)
+    return 0
+
+
 def garbage(host, port, n):
     s = connect(host, port)
     t0 = time.time()
@@ -336,6 +348,8 @@ def main(a):
         return bigsend(a[1], int(a[2]), int(a[3]))
     if a[0] == "ahead":
         return ahead(a[1], int(a[2]), int(a[3]), float(a[4]))
+    if a[0] == "refused":
+        return refused(a[1], int(a[2]), int(a[3]))
     if a[0] == "garbage":
         return garbage(a[1], int(a[2]), int(a[3]))
     if a[0] == "slowframe":

@@ -31,12 +31,12 @@
     hostile_peer.py garbage HOST PORT N          send N frames of 8 bytes that are no blob, at once; prints
                                                  "replies R, closed after S s" once the server closes
 
-trickle, stall, noread, flood and slowframe take --auth RUN SECRET first (after the mode): the shard-server's handshake is
-made before misbehaving (hello, then the answer to its challenge: common/net/auth.h), so that what is
-timed is the frame, not the hello.
+Every mode but idle takes --auth RUN SECRET first (after the mode): the shard-server's handshake is made
+before misbehaving (hello, then the answer to its challenge: common/net/auth.h), so that what is timed is
+the frame, not the hello; without it the peer has not proved the secret.
 
 Exit 0 when the server closed what it should have (idle: all N, before SECONDS), 1 otherwise. The tests
-(it_fd_exhaustion, it_hostile_peers) read the lines. Standard library only.
+(it_fd_exhaustion, it_hostile_peers, it_peer_bounds, it_reject_flood) read the lines. Standard library only.
 """
 import hashlib
 import hmac

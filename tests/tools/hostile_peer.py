@@ -23,8 +23,8 @@
     hostile_peer.py bigsend HOST PORT LEN        send a whole frame of LEN bytes (zeros: no blob), then read the
                                                  reply; prints "sent whole" (or "send failed: WHY"), then
                                                  "reply CODE: TEXT" (or "no reply: WHY")
-    hostile_peer.py ahead HOST PORT SHARD SECS   ask for a version of SHARD far ahead of any, and push for such a
-                                                 round, again at each answer, for SECS seconds; prints "asked N
+    hostile_peer.py ahead HOST PORT SHARD N      ask for a version of SHARD far ahead of any, and push for such a
+                                                 round, again at each answer, N times in all; prints "asked N
                                                  times" (each answered `wait`, or STALE: no such version)
     hostile_peer.py refused HOST PORT N          send N requests of an unknown operation at once, then read their
                                                  N replies; prints "replies R: CODE" (the first reply's code)
@@ -283,11 +283,11 @@ def bigsend(host, port, length):
     return 0
 
 
-def ahead(host, port, shard, seconds):
+def ahead(host, port, shard, count):
     s = connect(host, port)
     s.settimeout(10)
-    t0, n = time.time(), 0
-    while time.time() - t0 < seconds:
+    n = 0
+    while n < count:
         if n % 2:
             send_frame(s, {"op": "push", "s": shard, "r": 100000, "w": "hostile", "i": 1, "dt": 1, "n": 0, "x": 0})
         else:
@@ -347,7 +347,7 @@ def main(a):
     if a[0] == "bigsend":
         return bigsend(a[1], int(a[2]), int(a[3]))
     if a[0] == "ahead":
-        return ahead(a[1], int(a[2]), int(a[3]), float(a[4]))
+        return ahead(a[1], int(a[2]), int(a[3]), int(a[4]))
     if a[0] == "refused":
         return refused(a[1], int(a[2]), int(a[3]))
     if a[0] == "garbage":

@@ -29,8 +29,8 @@
 #include "base/util.h"
 #include "coordinator.h"
 #include "net/accept_guard.h"
+#include "net/http_deadline.h"
 #include "http.h"
-#include "http_deadline.h"
 #include "redis/runconf_load.h"
 
 struct http_server {

@@ -3,7 +3,8 @@
  * METRICS_PERIOD_S at INFO, and, with --metrics [HOST:]PORT, served as Prometheus text (format 0.0.4) at
  * GET /metrics by a libevent evhttp on the server's own event loop (a scrape is a few hundred bytes
  * formatted in place: it never waits on anything). Every sample carries run="R" and server="<id>"; the coordinator's
- * /metrics has the run-wide view (docs/http.md), these are the data-plane numbers of one process.
+ * /metrics has the run-wide view (docs/http.md), these are the data-plane numbers of one process. A connection
+ * delivers its request within HTTP_REQUEST_DEADLINE_S of its accept and serves that one (net/http_deadline.h).
  */
 #include "ss.h"
 
@@ -15,6 +16,7 @@
 
 #include "base/log.h"
 #include "net/accept_guard.h"
+#include "net/http_deadline.h"
 
 #define METRICS_PERIOD_S 30
 
@@ -136,6 +138,14 @@ static void metrics_format(struct evbuffer *out, const ss_ctx *ss)
                  m->closes_missed);
 }
 
+/* req arrived whole: its connection's deadline is over, and the connection serves no other request (a second
+ * one, on a connection kept alive, would have no deadline: sent a byte at a time, it held the connection). */
+static void request_arrived(ss_ctx *ss, struct evhttp_request *req)
+{
+    http_deadlines_met(ss->metrics_deadlines, req);
+    evhttp_add_header(evhttp_request_get_output_headers(req), "Connection", "close");
+}
+
 /* 405 with "Allow: GET, HEAD" (evhttp_send_error would drop the header: it clears them for its page). */
 static void reply_method_not_allowed(struct evhttp_request *req)
 {
@@ -153,6 +163,7 @@ static void reply_method_not_allowed(struct evhttp_request *req)
 static void on_metrics_request(struct evhttp_request *req, void *arg)
 {
     ss_ctx *ss = arg;
+    request_arrived(ss, req);
     enum evhttp_cmd_type cmd = evhttp_request_get_command(req);
     if (cmd != EVHTTP_REQ_GET && cmd != EVHTTP_REQ_HEAD) {
         reply_method_not_allowed(req);
@@ -171,7 +182,7 @@ static void on_metrics_request(struct evhttp_request *req, void *arg)
 
 static void on_other_request(struct evhttp_request *req, void *arg)
 {
-    (void)arg;
+    request_arrived(arg, req);
     evhttp_send_error(req, 404, "this server only has /metrics");
 }
 
@@ -194,6 +205,13 @@ static int metrics_listen(ss_ctx *ss, char *err, size_t errlen)
         struct timeval tv = {.tv_sec = ss->opts.peer_timeout_ms / 1000,
                              .tv_usec = ss->opts.peer_timeout_ms % 1000 * 1000};
         evhttp_set_timeout_tv(ss->metrics_http, &tv);
+    }
+    /* ... and one that says a byte at a time is cut HTTP_REQUEST_DEADLINE_S after it connected: evhttp's timeout
+     * starts again at every byte, so it was never cut */
+    ss->metrics_deadlines = http_deadlines_new(ss->metrics_http, ss->base);
+    if (ss->metrics_deadlines == NULL) {
+        snprintf(err, errlen, "out of memory for the metrics HTTP server");
+        return -1;
     }
     evhttp_set_max_headers_size(ss->metrics_http, 16 * 1024);
     evhttp_set_max_body_size(ss->metrics_http, 4 * 1024);
@@ -230,7 +248,9 @@ void metrics_stop(ss_ctx *ss)
 {
     if (ss->metrics_timer != NULL) event_free(ss->metrics_timer);
     accept_guard_free(ss->metrics_guard);
+    http_deadlines_free(ss->metrics_deadlines);
     if (ss->metrics_http != NULL) evhttp_free(ss->metrics_http);
+    ss->metrics_deadlines = NULL;
     ss->metrics_timer = NULL;
     ss->metrics_http = NULL;
     ss->metrics_guard = NULL;

@@ -7,7 +7,9 @@
  * checksum must match (BADSIZE, CHECKSUM), every element (of int8/int4, every block scale) finite (NAN), and the worker a live member with that incarnation
  * (`dl_member`; UNKNOWN_WORKER). Accepted pseudo-gradients are kept in memory as received.
  * get: answered with `params` when the shard is at the wanted version; one version behind drives the
- * commit of that round (commit.c); further behind means our cache is stale: reload, then retry.
+ * commit of that round (commit.c); further behind means our cache is stale: reload, then retry. A request
+ * that says so (this get, a push for a round ahead) makes the shard reload only if Redis holds a newer version
+ * than the cache (reload_if_stale).
  * Every rejection is answered with `err` and recorded with `dl_reject` (the process and the run go on).
  */
 #include "math/hash.h"
@@ -260,6 +262,54 @@ static void push_on_member(redisReply *r, void *priv)
     ahead_consider(ss, s);
 }
 
+/* A request that says the shard is further on than our cache: reload_if_stale's question to Redis. */
+typedef struct stale_check {
+    ss_ctx *ss;
+    ss_req *req;
+    uint64_t gen;
+    const char *why;
+} stale_check;
+
+static void reload_for(ss_ctx *ss, ss_shard *s, ss_req *req, const char *why)
+{
+    req->reloads++;
+    shard_reload(ss, s, why);
+    park_add(ss, s, req);
+}
+
+static void on_durable_version(redisReply *r, void *priv)
+{
+    stale_check *sc = priv;
+    ss_ctx *ss = sc->ss;
+    ss_req *req = sc->req;
+    ss_shard *s = &ss->shards[req->h.shard];
+    int same = s->gen == sc->gen && s->state == SH_READY;
+    /* (no answer, or none we can read: reload, as before this question was asked) */
+    int newer = r == NULL || r->type != REDIS_REPLY_STRING || strtoll(r->str, NULL, 10) > s->version;
+    const char *why = sc->why;
+    free(sc);
+    if (same && newer) {
+        reload_for(ss, s, req, why);
+        return;
+    }
+    req->reloads++; /* judged again as after a reload: a get is answered `wait`, a push STALE */
+    ss->dispatch(ss, req);
+}
+
+/* The request says the shard is further on than our cache (a worker saw a newer version in Redis): reload, but
+ * only once Redis says it holds a newer version. A peer that asked for versions that never were (a bug, or one
+ * that knows the run's secret) made the shard reload at every request, parking every other request of the shard
+ * meanwhile: two workers trained 3 times slower against such a peer, and a big shard's reload takes seconds. */
+static void reload_if_stale(ss_ctx *ss, ss_shard *s, ss_req *req, const char *why)
+{
+    stale_check *sc = malloc(sizeof *sc);
+    if (sc != NULL) *sc = (stale_check){.ss = ss, .req = req, .gen = s->gen, .why = why};
+    if (sc == NULL || store_shard_version(ss, s->k, on_durable_version, sc) != 0) {
+        free(sc);
+        reload_for(ss, s, req, why);
+    }
+}
+
 static void op_push(ss_ctx *ss, ss_req *req)
 {
     ss_shard *s = own_shard(ss, req);
@@ -276,9 +326,7 @@ static void op_push(ss_ctx *ss, ss_req *req)
     }
     if (!ss->rc.async && req->h.round > s->version && !s->committing && req->reloads == 0) {
         /* the worker saw a newer version than our cache: it must be stale */
-        req->reloads++;
-        shard_reload(ss, s, "a push for a round ahead of the cached version");
-        park_add(ss, s, req);
+        reload_if_stale(ss, s, req, "a push for a round ahead of the cached version");
         return;
     }
     if (push_validate(ss, s, req) != 0) return;
@@ -360,9 +408,7 @@ static void op_get(ss_ctx *ss, ss_req *req)
         req_reply_simple(req, "wait", "the shard is behind the version asked for");
         return;
     }
-    req->reloads++;
-    shard_reload(ss, s, "a get for a version more than one ahead of the cached version");
-    park_add(ss, s, req);
+    reload_if_stale(ss, s, req, "a get for a version more than one ahead of the cached version");
 }
 
 void ops_dispatch(ss_ctx *ss, ss_req *req)

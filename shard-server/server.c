@@ -9,10 +9,16 @@
  * A connection that closes while its request is parked is freed when that request is.
  * Peers that hold a connection without using it are closed (peer_timeout_ms, --peer-timeout): one that has
  * not said hello (and proved the secret) within HELLO_TIMEOUT_MS of connecting, one that sends part of a
- * frame and not the rest (a small frame: all of it within the timeout of its first byte, so a header sent a
- * byte at a time ends too; a big one, read straight into its buffer: no byte for the timeout), and one that
- * does not read its replies (libevent's write timeout). A connection between requests is never closed: a
- * worker keeps its connections open between rounds. One log line says so, then at most one a minute.
+ * frame and not the rest (every frame, small or read straight into its buffer, is whole within the timeout of
+ * its first byte, so a frame sent a byte at a time ends too: a worker gives up on a frame after its own net
+ * timeout, 60 s as this one), and one that does not read its replies (libevent's write timeout). A connection
+ * between requests is never closed: a worker keeps its connections open between rounds. One log line says so,
+ * then at most one a minute. One closed after a refusal first drops what the peer still sends (conn_linger).
+ * What a connection makes the server hold is bounded: its input by READ_HIGH_WATER (libevent stops reading the
+ * socket there; the peer's own sends then wait), its replies by WRITE_HIGH_WATER and one more (no frame is
+ * taken beyond it), a frame by the largest legal blob, and before the handshake by BLOB_HEADER_MAX (a peer
+ * without the secret made the server read a frame of the largest shard's size per connection before it was
+ * refused), and a peer without the secret gets one refusal per connection.
  * Requests go up to the dispatcher (ops.c) through ss->dispatch, which ctx.c sets; refusals (req_reject:
  * counted, logged, recorded with dl_reject) are made here, so the transport calls nothing above it.
  */
@@ -42,10 +48,28 @@
 /* A frame at least this long is received straight from the socket into its own buffer (the bufferevent
  * stops reading meanwhile), instead of through the bufferevent's input and a copy out of it. */
 #define DIRECT_MIN_FRAME (256u << 10)
+/* A connection's input holds at most this many bytes: libevent stops reading it there, until a frame is taken out.
+ * While a request is under way the connection reads no frame, so without it a peer that goes on sending (frames
+ * pipelined behind a request that waits, or just bytes) grew the input for as long as it sent. A frame shorter
+ * than DIRECT_MIN_FRAME must fit in it whole (a longer one is read into its own buffer). */
+#define READ_HIGH_WATER (1u << 20)
+_Static_assert(READ_HIGH_WATER >= 4 + DIRECT_MIN_FRAME, "a buffered frame must fit under the read high-watermark");
+/* A connection whose replies wait to be sent beyond this takes no further frame until they go (the write callback
+ * runs again below it, bufferevent_setwatermark). A peer that sent gets and read their replies a byte at a time
+ * (the write timeout never ended it) had each answered and queued: the server grew ~100 MB a second. Enough
+ * for a worker's pipelined gets to keep the connection busy: its next get is taken while this much of the
+ * replies before it is still to go. */
+#define WRITE_HIGH_WATER (16u << 20)
 /* A new connection says hello (and answers the challenge) within this long, or the timeout if shorter: twice
  * the worker's own wait for the handshake (worker/diloco/conn.c HANDSHAKE_MS). */
 #define HELLO_TIMEOUT_MS 10000
 #define PEER_LOG_MS 60000 /* one line about peers closed for their silence, then at most one per this */
+/* Refusals logged and recorded one by one (req_reject): this many at once, then REJECT_PER_S a second; the rest are
+ * counted (rejections_total) and said in one line a minute. A peer that knew the secret and pipelined refused
+ * requests had each logged and recorded: 20000 in 0.3 s from one connection, dl:{R}:events (capped) wiped. */
+#define REJECT_BURST 100
+#define REJECT_PER_S 10
+#define LINGER_MS 2000    /* a connection closed after a refusal reads and drops what still comes this long */
 
 typedef struct ss_conn {
     ss_ctx *ss;
@@ -59,6 +83,7 @@ typedef struct ss_conn {
     int busy;                       /* a request is in progress */
     int closed;                     /* bev gone; freed when not busy */
     int close_after_flush;
+    int lingering;          /* its last reply sent: dropping what the peer still sends (conn_linger) */
     unsigned long frames;   /* frames received */
     struct event *deadline; /* the hello, or the frame being received, is late (conn_on_deadline) */
     int deadline_for;       /* what deadline waits for: DEADLINE_* */
@@ -67,7 +92,7 @@ typedef struct ss_conn {
     size_t dlen, dgot;
 } ss_conn;
 
-enum { DEADLINE_NONE, DEADLINE_HELLO, DEADLINE_FRAME };
+enum { DEADLINE_NONE, DEADLINE_HELLO, DEADLINE_FRAME, DEADLINE_LINGER };
 
 static void conn_process(ss_conn *c);
 
@@ -283,17 +308,57 @@ static void record_reject(ss_ctx *ss, const ss_req *req, const char *code, const
         log_warn("cannot record rejection %s in Redis (not connected)", code);
 }
 
+static double g_reject_tokens = REJECT_BURST;
+static uint64_t g_reject_ms;       /* when the tokens were last counted (0: never) */
+static uint64_t g_quiet_logged_ms; /* when the last line about refusals left out was written */
+static unsigned long g_quiet;      /* refusals left out since */
+
+/* Whether this refusal is logged and recorded (REJECT_BURST, REJECT_PER_S). The first one left out says so in a
+ * line, then at most one a minute, with how many were left out since the line before (g_quiet). */
+static int reject_recorded(void)
+{
+    uint64_t now = now_ms();
+    if (g_reject_ms != 0) g_reject_tokens += (double)(now - g_reject_ms) * REJECT_PER_S / 1000.0;
+    if (g_reject_tokens > REJECT_BURST) g_reject_tokens = REJECT_BURST;
+    g_reject_ms = now;
+    if (g_reject_tokens >= 1) {
+        g_reject_tokens -= 1;
+        return 1;
+    }
+    if (g_quiet_logged_ms != 0 && now - g_quiet_logged_ms < PEER_LOG_MS) {
+        g_quiet++;
+        return 0;
+    }
+    char more[96] = "";
+    if (g_quiet > 0)
+        snprintf(more, sizeof more, " (%lu left out since the last line, %llu s ago)", g_quiet,
+                 (unsigned long long)(now - g_quiet_logged_ms) / 1000);
+    log_warn("refusals beyond %d at once or %d a second are counted (rejections_total) but not logged or recorded in "
+             "dl:{R}:events one by one%s: a client in a loop? At most one line a minute about these",
+             REJECT_BURST, REJECT_PER_S, more);
+    g_quiet_logged_ms = now;
+    g_quiet = 0;
+    return 0;
+}
+
 void req_reject(ss_ctx *ss, ss_req *req, dp_err code, const char *fmt, ...)
 {
+    /* A peer that has not proved the secret gets one refusal per connection: each is logged and recorded in
+     * Redis, and such a peer pipelining malformed frames had every one of them recorded (dl:{R}:events is
+     * capped: the run's history pushed out). */
+    if (req->conn != NULL && !req->conn->authed) req->conn->close_after_flush = 1;
     char msg[512];
     va_list ap;
     va_start(ap, fmt);
     vsnprintf(msg, sizeof msg, fmt, ap);
     va_end(ap);
     ss->m.rejections++;
-    log_warn("rejected %s from %s (shard %lld round %lld): %s %s", req->h.op, req->h.worker[0] ? req->h.worker : "?",
-             (long long)req->h.shard, (long long)req->h.round, dp_err_code(code), msg);
-    record_reject(ss, req, dp_err_code(code), msg);
+    if (reject_recorded()) {
+        log_warn("rejected %s from %s (shard %lld round %lld): %s %s", req->h.op,
+                 req->h.worker[0] ? req->h.worker : "?", (long long)req->h.shard, (long long)req->h.round,
+                 dp_err_code(code), msg);
+        record_reject(ss, req, dp_err_code(code), msg);
+    }
     req_reply_err(req, code, "%s", msg);
 }
 
@@ -391,6 +456,12 @@ static void conn_dispatch(ss_conn *c, uint8_t *frame, size_t len)
         ss->dispatch(ss, req);
 }
 
+/* The longest frame c may send now: before the handshake, a hello or an auth (a header, no payload). */
+static size_t conn_max_frame(const ss_conn *c)
+{
+    return c->authed ? c->ss->max_frame : BLOB_HEADER_MAX;
+}
+
 /* Refuse a frame whose length prefix is impossible: reply, record, close without reading it. */
 static void conn_refuse_oversize(ss_conn *c, uint32_t flen)
 {
@@ -406,8 +477,14 @@ static void conn_refuse_oversize(ss_conn *c, uint32_t flen)
     snprintf(req->h.worker, sizeof req->h.worker, "%s", c->worker);
     c->close_after_flush = 1;
     bufferevent_disable(c->bev, EV_READ);
-    req_reject(ss, req, DP_BADSIZE, "frame of %u bytes from %s exceeds the largest legal blob (%zu bytes); closing",
-               flen, c->peer, ss->max_frame);
+    if (c->authed)
+        req_reject(ss, req, DP_BADSIZE, "frame of %u bytes from %s exceeds the largest legal blob (%zu bytes); closing",
+                   flen, c->peer, ss->max_frame);
+    else
+        req_reject(ss, req, DP_AUTH,
+                   "frame of %u bytes from %s before the handshake (a hello or auth frame is at most %d bytes): say "
+                   "hello and prove the run's secret first; closing",
+                   flen, c->peer, BLOB_HEADER_MAX);
 }
 
 /* ---------------------------------------------------------------------------------------------- */
@@ -442,12 +519,17 @@ static void conn_on_deadline(evutil_socket_t fd, short what, void *arg)
     (void)what;
     ss_conn *c = arg;
     if (c->closed) return;
+    if (c->deadline_for == DEADLINE_LINGER) {
+        conn_close(c, "closed after an unrecoverable request");
+        return;
+    }
     char why[160];
     int ms = c->ss->opts.peer_timeout_ms;
     if (c->deadline_for == DEADLINE_HELLO)
         snprintf(why, sizeof why, "no hello within %d ms of connecting", ms < HELLO_TIMEOUT_MS ? ms : HELLO_TIMEOUT_MS);
     else if (c->dbuf != NULL)
-        snprintf(why, sizeof why, "no byte of a %zu-byte frame for %d ms (%zu received)", c->dlen, ms, c->dgot);
+        snprintf(why, sizeof why, "a %zu-byte frame not whole %d ms after its first byte (%zu received)", c->dlen, ms,
+                 c->dgot);
     else
         snprintf(why, sizeof why, "a frame begun but not complete %d ms later", ms);
     c->deadline_for = DEADLINE_NONE;
@@ -463,16 +545,20 @@ static void deadline_arm(ss_conn *c, int what, int ms)
 
 /* After the connection did something: the deadline that applies now. The hello's runs from the connect until
  * the handshake is done; a frame's from when its first byte is waited for (not while a request is under
- * way: the peer then waits for us) until it is whole; a big frame's is moved at each byte (conn_on_direct). */
+ * way: the peer then waits for us) until it is whole, a big frame read straight into its buffer too (it is
+ * not moved while conn_on_direct reads). Moving it at each byte, as a big frame's once was, let a peer hold
+ * the frame's buffer for ever with a byte every timeout less a second. */
 static void deadline_update(ss_conn *c)
 {
-    if (c->closed || c->ss->opts.peer_timeout_ms <= 0) return;
+    if (c->closed || c->lingering || c->ss->opts.peer_timeout_ms <= 0) return;
     if (c->deadline_for == DEADLINE_HELLO && !(c->authed && c->frames > 0)) return;
-    int waiting =
-        !c->busy && !c->close_after_flush && c->dbuf == NULL && evbuffer_get_length(bufferevent_get_input(c->bev)) > 0;
+    /* (a frame left in the input while the replies before it wait to go is not late: the peer is to read) */
+    int waiting = !c->busy && !c->close_after_flush &&
+                  (c->dbuf != NULL || (evbuffer_get_length(bufferevent_get_input(c->bev)) > 0 &&
+                                       evbuffer_get_length(bufferevent_get_output(c->bev)) <= WRITE_HIGH_WATER));
     if (waiting && c->deadline_for != DEADLINE_FRAME)
         deadline_arm(c, DEADLINE_FRAME, c->ss->opts.peer_timeout_ms);
-    else if (!waiting && c->dbuf == NULL && c->deadline_for != DEADLINE_NONE) {
+    else if (!waiting && c->deadline_for != DEADLINE_NONE) {
         evtimer_del(c->deadline);
         c->deadline_for = DEADLINE_NONE;
     }
@@ -518,11 +604,7 @@ static void conn_on_direct(evutil_socket_t fd, short what, void *arg)
             continue;
         }
         if (n < 0 && (errno == EINTR)) continue;
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-            if (c->ss->opts.peer_timeout_ms > 0 && c->deadline_for != DEADLINE_HELLO)
-                deadline_arm(c, DEADLINE_FRAME, c->ss->opts.peer_timeout_ms); /* from this byte on */
-            return;
-        }
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return; /* the deadline stays where it is */
         conn_close(c, n == 0 ? "peer closed" : evutil_socket_error_to_string(EVUTIL_SOCKET_ERROR()));
         return;
     }
@@ -541,16 +623,24 @@ static void conn_on_direct(evutil_socket_t fd, short what, void *arg)
     conn_dispatch(c, frame, len);
 }
 
+/* Whether c may take its next frame: no request under way, no frame being received, its replies sent but
+ * WRITE_HIGH_WATER at most. */
+static int conn_takes_frames(ss_conn *c)
+{
+    return !c->busy && !c->closed && !c->close_after_flush && c->dbuf == NULL &&
+           evbuffer_get_length(bufferevent_get_output(c->bev)) <= WRITE_HIGH_WATER;
+}
+
 static void conn_read_frames(ss_conn *c)
 {
-    while (!c->busy && !c->closed && !c->close_after_flush && c->dbuf == NULL) {
+    while (conn_takes_frames(c)) {
         struct evbuffer *in = bufferevent_get_input(c->bev);
         size_t have = evbuffer_get_length(in);
         if (have < 4) return;
         uint8_t p[4];
         evbuffer_copyout(in, p, 4);
         uint32_t flen = (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
-        if (flen == 0 || flen > c->ss->max_frame) {
+        if (flen == 0 || flen > conn_max_frame(c)) {
             conn_refuse_oversize(c, flen);
             return;
         }
@@ -577,30 +667,57 @@ static void conn_process(ss_conn *c)
     deadline_update(c);
 }
 
+/* A connection to close after a refusal, its last reply sent: end our side (the peer reads the reply, then the end
+ * of the stream) and read and drop what the peer still sends, until it closes or for LINGER_MS. Closed at once,
+ * with bytes unread (the rest of a frame refused from its length), the socket was reset, and a worker still
+ * sending the frame failed with "connection reset" and never read the reason. */
+static void conn_linger(ss_conn *c)
+{
+    c->lingering = 1;
+    shutdown(bufferevent_getfd(c->bev), SHUT_WR);
+    if (c->deadline_for != DEADLINE_NONE) evtimer_del(c->deadline);
+    deadline_arm(c, DEADLINE_LINGER, LINGER_MS);
+    struct evbuffer *in = bufferevent_get_input(c->bev);
+    evbuffer_drain(in, evbuffer_get_length(in));
+    bufferevent_enable(c->bev, EV_READ);
+}
+
+/* After a reply went out: whether c was to close after it, and now lingers (conn_linger). */
+static int conn_flushed_close(ss_conn *c)
+{
+    if (!c->close_after_flush || c->busy) return 0;
+    if (!c->lingering && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) conn_linger(c);
+    return 1;
+}
+
 static void conn_on_resume(evutil_socket_t fd, short what, void *arg)
 {
     (void)fd;
     (void)what;
     ss_conn *c = arg;
-    if (c->closed) return;
-    if (c->close_after_flush && evbuffer_get_length(bufferevent_get_output(c->bev)) == 0) {
-        conn_close(c, "closed after an unrecoverable request");
-        return;
-    }
+    if (c->closed || conn_flushed_close(c)) return;
     conn_process(c);
 }
 
 static void conn_on_read(struct bufferevent *bev, void *arg)
 {
-    (void)bev;
-    conn_process(arg);
+    ss_conn *c = arg;
+    if (c->lingering) {
+        struct evbuffer *in = bufferevent_get_input(bev);
+        evbuffer_drain(in, evbuffer_get_length(in));
+        return;
+    }
+    conn_process(c);
 }
 
+/* Replies went out, and WRITE_HIGH_WATER at most wait: close a connection to close once they all went; take the
+ * next frame of one that waited for them (conn_takes_frames). */
 static void conn_on_write(struct bufferevent *bev, void *arg)
 {
     (void)bev;
     ss_conn *c = arg;
-    if (c->close_after_flush && !c->busy) conn_close(c, "closed after an unrecoverable request");
+    if (c->busy || conn_flushed_close(c)) return;
+    conn_process(c);
 }
 
 static void conn_on_event(struct bufferevent *bev, short what, void *arg)
@@ -653,6 +770,8 @@ static void on_accept(struct evconnlistener *l, evutil_socket_t fd, struct socka
     }
     bufferevent_set_max_single_read(c->bev, SOCKET_IO_CHUNK);
     bufferevent_set_max_single_write(c->bev, SOCKET_IO_CHUNK);
+    bufferevent_setwatermark(c->bev, EV_READ, 0, READ_HIGH_WATER);
+    bufferevent_setwatermark(c->bev, EV_WRITE, WRITE_HIGH_WATER, 0);
     bufferevent_setcb(c->bev, conn_on_read, conn_on_write, conn_on_event, c);
     bufferevent_enable(c->bev, EV_READ | EV_WRITE);
     int ms = ss->opts.peer_timeout_ms;

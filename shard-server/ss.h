@@ -328,6 +328,7 @@ typedef struct ss_ctx {
     struct event *metrics_timer;
     struct evhttp *metrics_http;
     struct accept_guard *metrics_guard;
+    struct http_deadlines *metrics_deadlines; /* each --metrics connection's deadline for its request */
     struct event *park_timer;
     ss_fault fault;
     /* The calls that go up, set by ctx.c (as libevent calls its backends through a table): the files
@@ -538,6 +539,8 @@ int store_set(ss_ctx *ss, const char *key, const uint8_t *head, size_t hlen, con
 int store_del_ref(ss_ctx *ss, int k, const char *kind, const char *ref);
 int store_del_refs(ss_ctx *ss, int k, const char *kind, redisReply **refs, size_t nrefs);
 int store_fcall(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args);
+/* HGET dl:{R}:shards k:version on the control connection: the version of shard k that Redis holds. */
+int store_shard_version(ss_ctx *ss, int k, rlink_cb *cb, void *priv);
 /* store_fcall whose reply comes only once the run's min_replicas replicas have the call (a commit: see
  * docs/PROTOCOL.md, "Durable means replicated"); the same as store_fcall when min_replicas is 0. */
 int store_fcall_durable(ss_ctx *ss, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args);

@@ -59,6 +59,14 @@ int store_del_refs(ss_ctx *ss, int k, const char *kind, redisReply **refs, size_
     return 0;
 }
 
+int store_shard_version(ss_ctx *ss, int k, rlink_cb *cb, void *priv)
+{
+    char key[KEY_MAX], field[32];
+    snprintf(field, sizeof field, "%d:version", k);
+    const char *argv[3] = {"HGET", key_run(key, sizeof key, ss->opts.run, "shards"), field};
+    return rlink_cmds(&ss->ctl, cb, priv, 3, argv);
+}
+
 /* FCALL fn 1 dl:{R}:config args... on the control connection; with replicas > 0 the reply comes once
  * WAIT says that many replicas have the call. */
 static int fcall_send(ss_ctx *ss, int replicas, rlink_cb *cb, void *priv, const char *fn, int nargs, const char **args)

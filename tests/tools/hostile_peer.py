@@ -11,13 +11,32 @@
     hostile_peer.py noread HOST PORT S,S.. SECS  ask for the shards' parameters (gets of version 0, the shards in
                                                  turn) 200 times, read no reply for SECS seconds (the server's side
                                                  shows what it did)
+    hostile_peer.py flood HOST PORT SHARD MIB    ask for version 1 of SHARD (a get that waits for a round to
+                                                 close) and send MIB MiB more at once, for at most 5 s, reading
+                                                 nothing; prints "sent M MiB" (the server may stop reading),
+                                                 then holds the connection until the server closes it
+    hostile_peer.py slowframe HOST PORT LEN GAP  send a frame's length prefix of LEN bytes and 10 bytes of it,
+                                                 then one more byte every GAP seconds; prints "closed after S s"
+    hostile_peer.py slowread HOST PORT SHARD SECS GAP  send gets of SHARD's version 0 as fast as the server
+                                                 takes them, for SECS seconds, reading one byte of the replies
+                                                 every GAP seconds; prints "sent N gets"
+    hostile_peer.py bigsend HOST PORT LEN        send a whole frame of LEN bytes (zeros: no blob), then read the
+                                                 reply; prints "sent whole" (or "send failed: WHY"), then
+                                                 "reply CODE: TEXT" (or "no reply: WHY")
+    hostile_peer.py ahead HOST PORT SHARD N      ask for a version of SHARD far ahead of any, and push for such a
+                                                 round, again at each answer, N times in all; prints "asked N
+                                                 times" (each answered `wait`, or STALE: no such version)
+    hostile_peer.py refused HOST PORT N          send N requests of an unknown operation at once, then read their
+                                                 N replies; prints "replies R: CODE" (the first reply's code)
+    hostile_peer.py garbage HOST PORT N          send N frames of 8 bytes that are no blob, at once; prints
+                                                 "replies R, closed after S s" once the server closes
 
-trickle, stall and noread take --auth RUN SECRET first (after the mode): the shard-server's handshake is
-made before misbehaving (hello, then the answer to its challenge: common/net/auth.h), so that what is
-timed is the frame, not the hello.
+Every mode but idle takes --auth RUN SECRET first (after the mode): the shard-server's handshake is made
+before misbehaving (hello, then the answer to its challenge: common/net/auth.h), so that what is timed is
+the frame, not the hello; without it the peer has not proved the secret.
 
 Exit 0 when the server closed what it should have (idle: all N, before SECONDS), 1 otherwise. The tests
-(it_fd_exhaustion, it_hostile_peers) read the lines. Standard library only.
+(it_fd_exhaustion, it_hostile_peers, it_peer_bounds, it_reject_flood) read the lines. Standard library only.
 """
 import hashlib
 import hmac
@@ -35,11 +54,14 @@ def mp_str(b):
 
 
 def mp_map(d):
-    """A blob header (schemas/blob.md): a msgpack map of strings and small non-negative ints."""
+    """A blob header (schemas/blob.md): a msgpack map of strings and non-negative ints below 2^32."""
     out = bytes([0x80 | len(d)])
     for k, v in d.items():
         out += mp_str(k.encode())
-        out += bytes([v]) if isinstance(v, int) else mp_str(v.encode())
+        if isinstance(v, int):
+            out += bytes([v]) if v < 0x80 else b"\xce" + struct.pack(">I", v)
+        else:
+            out += mp_str(v.encode())
     return out
 
 
@@ -185,6 +207,126 @@ def noread(host, port, shard, seconds):
     return 0
 
 
+def flood(host, port, shard, mib):
+    s = connect(host, port)
+    send_frame(s, {"op": "get", "s": shard, "v": 1, "w": "hostile", "i": 1})
+    s.setblocking(False)
+    chunk, sent, t0 = b"\xff" * 65536, 0, time.time()
+    while sent < mib << 20 and time.time() - t0 < 5:
+        try:
+            sent += s.send(chunk[:(mib << 20) - sent])
+        except BlockingIOError:
+            select.select([], [s], [], 0.1)
+        except OSError:
+            break
+    print("sent %d MiB" % (sent >> 20), flush=True)
+    return wait_closed(s, t0)
+
+
+def slowframe(host, port, length, gap):
+    s = connect(host, port)
+    t0 = time.time()
+    s.sendall(struct.pack("<I", length) + b"\x00" * 10)
+    while time.time() - t0 < 120:
+        select.select([s], [], [], gap)
+        if closed(s):
+            break
+        try:
+            s.send(b"\x00")
+        except OSError:
+            break
+    return wait_closed(s, t0)
+
+
+def slowread(host, port, shard, seconds, gap):
+    s = connect(host, port)
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    blob = mp_map({"m": "DLB", "f": 1, "op": "get", "s": shard, "v": 0, "w": "hostile", "i": 1})
+    batch = (struct.pack("<I", len(blob)) + blob) * 1000
+    s.setblocking(False)
+    t0 = last = time.time()
+    sent, pend = 0, b""
+    while time.time() - t0 < seconds:
+        try:
+            pend = pend or batch
+            k = s.send(pend)
+            pend, sent = pend[k:], sent + k
+        except BlockingIOError:
+            select.select([], [s], [], 0.05)
+        except OSError:
+            break
+        if time.time() - last >= gap:  # a byte: the server's writes go on, so its write timeout never ends this
+            try:
+                s.recv(1)
+            except BlockingIOError:
+                pass
+            except OSError:
+                break
+            last = time.time()
+    print("sent %d gets" % (sent // (4 + len(blob))), flush=True)
+    return 0
+
+
+def bigsend(host, port, length):
+    s = connect(host, port)
+    s.settimeout(10)
+    try:
+        s.sendall(struct.pack("<I", length) + b"\x00" * length)
+        print("sent whole", flush=True)
+    except OSError as e:  # a worker's send fails so, and it never reads the reason
+        print("send failed: %s" % e, flush=True)
+    try:
+        h = recv_frame(s)
+        print("reply %s: %s" % (h.get("c"), h.get("t")), flush=True)
+    except OSError as e:
+        print("no reply: %s" % e, flush=True)
+    return 0
+
+
+def ahead(host, port, shard, count):
+    s = connect(host, port)
+    s.settimeout(10)
+    n = 0
+    while n < count:
+        if n % 2:
+            send_frame(s, {"op": "push", "s": shard, "r": 100000, "w": "hostile", "i": 1, "dt": 1, "n": 0, "x": 0})
+        else:
+            send_frame(s, {"op": "get", "s": shard, "v": 100000, "w": "hostile", "i": 1})
+        recv_frame(s)
+        n += 1
+    print("asked %d times" % n, flush=True)
+    return 0
+
+
+def refused(host, port, n):
+    s = connect(host, port)
+    blob = mp_map({"m": "DLB", "f": 1, "op": "frob", "w": "hostile"})
+    s.sendall((struct.pack("<I", len(blob)) + blob) * n)
+    s.settimeout(30)
+    codes = [recv_frame(s).get("c") for _ in range(n)]
+    print("replies %d: %s" % (len(codes), codes[0] if len(set(codes)) == 1 else sorted(set(codes))), flush=True)
+    return 0
+
+
+def garbage(host, port, n):
+    s = connect(host, port)
+    t0 = time.time()
+    try:
+        s.sendall((struct.pack("<I", 8) + b"\x01" * 8) * n)
+    except OSError:
+        pass  # closed while we sent: the replies read below say how far it got
+    replies = 0
+    s.settimeout(30)
+    try:
+        while True:
+            recv_frame(s)
+            replies += 1
+    except OSError:
+        pass
+    print("replies %d, closed after %.1f s" % (replies, time.time() - t0), flush=True)
+    return 0
+
+
 def main(a):
     global AUTH
     if len(a) > 3 and a[1] == "--auth":
@@ -198,6 +340,20 @@ def main(a):
         return stall(a[1], int(a[2]), int(a[3]))
     if a[0] == "noread":
         return noread(a[1], int(a[2]), a[3], float(a[4]))
+    if a[0] == "flood":
+        return flood(a[1], int(a[2]), int(a[3]), int(a[4]))
+    if a[0] == "slowread":
+        return slowread(a[1], int(a[2]), int(a[3]), float(a[4]), float(a[5]))
+    if a[0] == "bigsend":
+        return bigsend(a[1], int(a[2]), int(a[3]))
+    if a[0] == "ahead":
+        return ahead(a[1], int(a[2]), int(a[3]), int(a[4]))
+    if a[0] == "refused":
+        return refused(a[1], int(a[2]), int(a[3]))
+    if a[0] == "garbage":
+        return garbage(a[1], int(a[2]), int(a[3]))
+    if a[0] == "slowframe":
+        return slowframe(a[1], int(a[2]), int(a[3]), float(a[4]))
     print(__doc__)
     return 2
 

@@ -1,12 +1,14 @@
-/* http_deadline.h: a deadline for each HTTP connection of `coordinator serve` to deliver its request.
+/* http_deadline.h: a deadline for each connection of an evhttp server (`coordinator serve --http`, a
+ * shard-server's --metrics) to deliver its request.
  *
- * evhttp's timeout (30 s) starts again at every byte, so a client that sends its request a byte at a time
- * (slowloris) held a connection, and a descriptor, for ever; enough of them and serve accepts nothing more.
+ * evhttp's timeout starts again at every byte, so a client that sends its request a byte at a time
+ * (slowloris) held a connection, and a descriptor, for ever; enough of them and the server accepts nothing more.
  * Each connection now has HTTP_REQUEST_DEADLINE_S from its accept to deliver a whole request (headers and body),
  * after which its socket is shut down (evhttp then sees the end of the stream and frees the connection itself).
- * A connection serves one request (serve answers `Connection: close`), so the deadline covers all it does. */
-#ifndef DILOCO_COORD_HTTP_DEADLINE_H
-#define DILOCO_COORD_HTTP_DEADLINE_H
+ * The deadline covers a connection's first request only: a server that uses it answers `Connection: close`,
+ * so that a connection serves one request. Here in common/net/ (libevent, as accept_guard) for both. */
+#ifndef DILOCO_NET_HTTP_DEADLINE_H
+#define DILOCO_NET_HTTP_DEADLINE_H
 
 #include <event2/http.h>
 

@@ -91,6 +91,8 @@ static struct timeval socket_timeout(const rconn *c)
     return timeval_from_ms(ms);
 }
 
+#define MAXCLIENTS_ERROR "ERR max number of clients reached"
+
 /* What an operator does about each refusal of a misbehaving Redis (the command did not run): Redis's own
  * words name the symptom, not always the cause or the cure. Matched on the start of the error text. */
 static const struct {
@@ -105,7 +107,7 @@ static const struct {
                 "retry"},
     {"BUSY", "Redis is busy running a script or function for longer than busy-reply-threshold: wait, or stop it "
              "(SCRIPT KILL / FUNCTION KILL); the run's processes retry"},
-    {"ERR max number of clients reached",
+    {MAXCLIENTS_ERROR,
      "Redis refuses new connections: maxclients is reached; raise it (CONFIG SET maxclients N) or close idle clients "
      "(CLIENT LIST); the run's processes retry"},
     {"READONLY", "this Redis is a read-only replica: point the URL at the master, or at its Sentinels "
@@ -657,6 +659,11 @@ static const char *node_host(const rconn *c, int i)
 int rconn_error_noreplicas(const char *e)
 {
     return e != NULL && strncmp(e, "NOREPLICAS", 10) == 0;
+}
+
+int rconn_error_maxclients(const char *e)
+{
+    return e != NULL && strncmp(e, MAXCLIENTS_ERROR, strlen(MAXCLIENTS_ERROR)) == 0;
 }
 
 int rconn_error_loading(const char *e)

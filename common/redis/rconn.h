@@ -65,6 +65,9 @@ int rconn_sentinel_error(rconn *c, const char *redis_error, char *err, size_t er
  * every process would load the Sentinels during a failover). */
 int rconn_error_failover(const char *redis_error);
 int rconn_error_noreplicas(const char *redis_error);
+/* "ERR max number of clients reached": a Redis at its maxclients refuses the connection itself (its first reply,
+ * whatever was asked, then it closes), unlike the other refusals rconn_error_hint explains, each of one command. */
+int rconn_error_maxclients(const char *redis_error);
 /* LOADING: a restarted Redis still reading its AOF or RDB; the command did not run. rconn sends it
  * again on the same connection, with backoff, until the data set is loaded (up to 2 minutes). */
 int rconn_error_loading(const char *redis_error);

@@ -55,6 +55,7 @@ struct rconn {
     cluster_map *map;                      /* NULL: a single server */
     redisContext *node[CLUSTER_MAX_NODES]; /* per map node, opened on first use; may be seed */
     int broken;
+    int not_master; /* broken by a failover reply (explain_failover): Redis answered, as a node that does not lead */
     char errstr[768];
     /* rconn_watch_stop: the stop, read by the thread that runs c's command (never another) */
     rconn_stop_fn *stopped; /* NULL: none watched */
@@ -598,6 +599,10 @@ int rconn_broken(const rconn *c)
 {
     return c->broken;
 }
+int rconn_broken_not_master(const rconn *c)
+{
+    return c->broken && c->not_master;
+}
 const char *rconn_errstr(const rconn *c)
 {
     return c->errstr;
@@ -811,6 +816,7 @@ static int refresh(rconn *c, int i)
  * (which node is unreachable, what to do), the others are kept as Redis said them. */
 static void explain_failover(rconn *c, redisContext *ctx, const char *why)
 {
+    c->not_master = 1;
     if (strncmp(why, "CLUSTERDOWN", 11) != 0) {
         char text[sizeof c->errstr];
         rconn_explain_error(why, text, sizeof text); /* (a replica: what to give as the URL) */

@@ -121,6 +121,11 @@ redisReply *rconn_command_argv(rconn *c, int argc, const char **argv, const size
 int rconn_wait_replicas(rconn *c, const char *key, int replicas, int timeout_ms);
 
 int rconn_broken(const rconn *c);
+/* Whether c broke on a failover reply (rconn_error_failover: READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN): Redis
+ * answered, as a node that does not lead (a replica: the URL names one, or a failover is under way), rather than
+ * not at all. A reconnect to a plain redis:// URL lands on the same node: the caller waits, as for a Redis that
+ * does not answer, rather than giving up (a worker's registration at start, say). */
+int rconn_broken_not_master(const rconn *c);
 /* For an idle connection (no command in flight): wait up to ms for the URL's server to close it (it
  * died or restarted); 1 then, and rconn_broken(c) is true; 0 when ms passed quietly. Lets a thread
  * that talks to Redis now and then reconnect (and follow a failover) at once rather than at its next

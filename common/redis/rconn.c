@@ -103,9 +103,8 @@ static const struct {
     {"OOM", "Redis is out of memory, its used_memory above maxmemory, and refuses writes: raise maxmemory (CONFIG "
             "SET maxmemory) or give Redis more memory; keep maxmemory-policy noeviction (docs/deploy.md). Nothing "
             "was written; the run's processes retry"},
-    {"MISCONF", "Redis refuses writes because its last RDB save failed (stop-writes-on-bgsave-error): fix what its "
-                "log names (disk full, its dir not writable), then BGSAVE; nothing was written; the run's processes "
-                "retry"},
+    {"MISCONF", "its last RDB save failed and stop-writes-on-bgsave-error is on: fix what its log names (disk full, "
+                "dir not writable), then BGSAVE; nothing was written; the run's processes retry"},
     {"BUSY", "Redis is busy running a script or function for longer than busy-reply-threshold: wait, or stop it "
              "(SCRIPT KILL / FUNCTION KILL); the run's processes retry"},
     {MAXCLIENTS_ERROR,
@@ -132,16 +131,26 @@ int rconn_error_transient(const char *e)
     return rconn_error_hint(e) != NULL || rconn_error_failover(e);
 }
 
+/* How much of Redis's own text a hint goes with: its first sentence, at most this long. MISCONF's is 330 characters,
+ * four sentences, and with the hint after it a line said the same thing twice; its code and first sentence keep it
+ * findable (in Redis's source, on the web). */
+#define REDIS_TEXT_KEPT 120
+
 void rconn_explain_error(const char *redis_error, char *out, size_t cap)
 {
     const char *hint = rconn_error_hint(redis_error);
-    size_t n = redis_error ? strlen(redis_error) : 0;
-    /* (Redis ends some of its texts with a period: "...> 'maxmemory'." then "; Redis is out of...") */
-    if (n > 0 && redis_error[n - 1] == '.') n--;
-    if (hint)
-        snprintf(out, cap, "%.*s (%s)", (int)n, redis_error, hint);
-    else
+    if (hint == NULL) {
         snprintf(out, cap, "%s", redis_error ? redis_error : "Redis error");
+        return;
+    }
+    size_t n = strlen(redis_error);
+    const char *stop = strstr(redis_error, ". ");
+    if (stop != NULL) n = (size_t)(stop - redis_error);
+    /* (Redis ends some of its texts with a period: "...> 'maxmemory'." then " (Redis is out of...") */
+    if (n > 0 && redis_error[n - 1] == '.') n--;
+    const char *cut = n > REDIS_TEXT_KEPT ? "..." : "";
+    if (n > REDIS_TEXT_KEPT) n = REDIS_TEXT_KEPT;
+    snprintf(out, cap, "%.*s%s (%s)", (int)n, redis_error, cut, hint);
 }
 
 int rconn_reply_error(const rconn *c, redisReply *r, char *err, size_t errlen)

@@ -146,7 +146,8 @@ const char *rconn_error_hint(const char *redis_error);
  * giving up (a worker's registration, say). */
 int rconn_error_transient(const char *redis_error);
 /* redis_error with its hint (rconn_error_hint) after it, into out: what every message about a refused
- * command says. */
+ * command says. With a hint, only Redis's first sentence is kept (its code first, findable), at most 120
+ * characters: one line says what is wrong and what to do. */
 void rconn_explain_error(const char *redis_error, char *out, size_t cap);
 
 /* -1 + err if r is NULL (connection error, explained from c) or a Redis error reply (explained:

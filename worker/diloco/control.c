@@ -371,7 +371,10 @@ static int register_once(diloco *d, const int64_t *by_run, char *err, size_t err
     /* (incarnations number the run's registrations, every worker's: a first one said "incarnation 2" alone, which
      * read as a registration of ours before it) */
     log_info("registered as %s (incarnation %" PRId64 "%s), open round %" PRId64, d->worker_id, d->inc,
-             again ? ", again" : ": the run's registrations are numbered across its workers", d->frag_version[0]);
+             again        ? ", again"
+             : d->inc > 1 ? ": the run numbers every worker's registrations"
+                          : "",
+             d->frag_version[0]);
     freeReplyObject(r);
     return 0;
 }

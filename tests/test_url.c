@@ -318,6 +318,11 @@ static void pick_refuses_ambiguity_absence_and_bad_files(void **state)
     setenv(REDIS_URL_ENV, "", 1);
     assert_int_equal(redis_url_pick(NULL, NULL, out, sizeof out, err, sizeof err), -1);
     unsetenv(REDIS_URL_ENV);
+    /* REDIS_URL, other tools' variable, is not read, and the refusal says so */
+    setenv("REDIS_URL", "redis://h", 1);
+    assert_int_equal(redis_url_pick(NULL, NULL, out, sizeof out, err, sizeof err), -1);
+    assert_non_null(strstr(err, "$REDIS_URL is set, but not read: the variable is " REDIS_URL_ENV));
+    unsetenv("REDIS_URL");
     temp_file(path, sizeof path, "redis://h\n");
     assert_int_equal(redis_url_pick("redis://h", path, out, sizeof out, err, sizeof err), -1);
     assert_non_null(strstr(err, "not both"));

@@ -462,7 +462,12 @@ static int pick_text(const char *flag, const char *file, char *out, size_t cap, 
     if (file != NULL) return read_url_file(file, out, cap, err, errlen);
     const char *src = flag != NULL ? flag : getenv(REDIS_URL_ENV);
     if (src == NULL || *src == '\0') {
-        err_set(err, errlen, "no Redis URL: give --redis URL, --redis-file FILE or set %s", REDIS_URL_ENV);
+        /* (REDIS_URL is the name other tools read: a user who set it wonders why it is not seen) */
+        const char *other = getenv("REDIS_URL");
+        err_set(err, errlen, "no Redis URL: give --redis URL, --redis-file FILE or set %s%s", REDIS_URL_ENV,
+                other != NULL && *other != '\0' ? " ($REDIS_URL is set, but not read: the variable is " REDIS_URL_ENV
+                                                  ")"
+                                                : "");
         return -1;
     }
     if (strlen(src) >= cap) {

@@ -387,6 +387,8 @@ static void refusals_hide_the_password(void **state)
         "redis+sentinel://u:pa/s3cret@s1/m",
         "redis://alice:s3c@ret@h:x/s3cret@",
         "unix2://alice:s3cret@/tmp/s",
+        "redis+sentinel://s1/m?sentinel_pasword=s3cret",
+        "unix:///tmp/s?password=s3cret",
     };
     for (size_t i = 0; i < sizeof urls / sizeof urls[0]; i++) {
         redis_url u;

@@ -254,10 +254,11 @@ static int parse_sentinel_query(const char *q, redis_url *out, char *err, size_t
                                errlen) != 0)
                 return -1;
         } else {
+            /* (its name alone: a misspelt sentinel_password's value is a password) */
             err_set(err, errlen,
                     "unknown query '%.*s' in the Redis URL (accepted: sentinel_username, "
                     "sentinel_password)",
-                    (int)(len > 40 ? 40 : len), q);
+                    (int)(klen > 40 ? 40 : klen), q);
             return -1;
         }
         q += len + (q[len] == '&');
@@ -310,8 +311,10 @@ static int parse_unix(const char *s, redis_url *out, char *err, size_t errlen)
     }
     if (copy_part(s, plen, out->path, sizeof out->path, "socket path", err, errlen) != 0) return -1;
     if (q == NULL) return 0;
-    if (strncmp(q + 1, "db=", 3) != 0) {
-        err_set(err, errlen, "unknown query '%.40s' in the Redis URL (only ?db=N is accepted)", q + 1);
+    if (strncmp(q + 1, "db=", 3) != 0) { /* (its name alone: a value may be a password) */
+        size_t klen = strcspn(q + 1, "=&");
+        err_set(err, errlen, "unknown query '%.*s' in the Redis URL (only ?db=N is accepted)",
+                (int)(klen > 40 ? 40 : klen), q + 1);
         return -1;
     }
     return parse_db(q + 4, strlen(q + 4), out, err, errlen);

@@ -72,3 +72,16 @@ if [ $HAVE_TORCH = 1 ]; then
   grep -q "^done" "$TMP/py-p1.log" || fail "the waiting Python worker did not finish: $(cat "$TMP/py-p1.log")"
 fi
 say "OK: the shard-server serves from the promoted replica, and the workers that waited for it trained"
+
+# A replica that has not copied its master yet (here: a master nobody runs) has no function library: said as such,
+# not "run `coordinator init` first", which sent an operator to make a run that existed
+LPORT=$(free_port)
+mkdir -p "$TMP/lone"
+redis-server --port "$LPORT" --bind 127.0.0.1 --save '' --appendonly no --daemonize yes --dir "$TMP/lone" \
+  --logfile "$TMP/lone.log" --pidfile "$TMP/lone.pid" --replicaof 127.0.0.1 "$(free_port)" > /dev/null || fail "lone replica"
+wait_until 10 "[ -s $TMP/lone.pid ]" "the lone replica's pid file"
+PIDS="$PIDS $(cat "$TMP/lone.pid")"
+bin/coordinator status --redis "redis://127.0.0.1:$LPORT" --run $RUN > "$TMP/lone-status.txt" 2>&1 && fail "status of an empty replica succeeded"
+grep -q "not loaded in this Redis (ERR Function not found): this Redis is a replica of 127.0.0.1:[0-9]*, its link to it 'connect'.*point the URL at the master" \
+  "$TMP/lone-status.txt" || fail "status of a replica not in sync did not say so: $(cat "$TMP/lone-status.txt")"
+say "OK: a replica not in sync yet is said to be one"

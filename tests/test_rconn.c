@@ -292,6 +292,17 @@ static void refusals_explained(void **state)
     rconn_explain_error("OOM command not allowed when used memory > 'maxmemory'.", out, sizeof out);
     assert_non_null(strstr(out, "'maxmemory' (Redis is out of memory"));
     assert_non_null(strstr(out, "raise maxmemory"));
+    /* MISCONF's 330 characters: its first sentence is kept, then what to do, on one short line */
+    rconn_explain_error("MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist to "
+                        "disk. Commands that may modify the data set are disabled, because this instance is configured "
+                        "to report errors during writes if RDB snapshotting fails (stop-writes-on-bgsave-error "
+                        "option). Please check the Redis logs for details about the RDB error.",
+                        out, sizeof out);
+    assert_string_equal(out, "MISCONF Redis is configured to save RDB snapshots, but it's currently unable to persist "
+                             "to disk (its last RDB save failed and stop-writes-on-bgsave-error is on: fix what its "
+                             "log names (disk full, dir not writable), then BGSAVE; nothing was written; the run's "
+                             "processes retry)");
+    assert_true(strlen(out) < 300); /* (Redis's text and the hint were 510) */
     assert_true(rconn_error_transient("OOM command not allowed when used memory > 'maxmemory'."));
     assert_true(rconn_error_transient("MISCONF Redis is configured to save RDB snapshots, but ..."));
     assert_true(rconn_error_transient("BUSY Redis is busy running a script."));

@@ -204,7 +204,8 @@ static void rejects_bad_sentinel_and_seed_urls(void **state)
     expect_reject("redis+sentinel://127.0.0.1/m?foo=1", "unknown query");
     expect_reject("redis+sentinel://127.0.0.1/m/x", "bad database");
     expect_reject("redis://h1,,h3", "missing host");
-    expect_reject("redis://h1?db=2", "bad character '?'");
+    expect_reject("redis://h1?db=2", "a redis:// URL takes no query ('?db=2'): give the database as its path");
+    expect_reject("redis://h1:6379?db=2", "takes no query");
     expect_reject("redis://a,b,c,d,e,f,g,h,i", "too many hosts");
 }
 
@@ -317,6 +318,11 @@ static void pick_refuses_ambiguity_absence_and_bad_files(void **state)
     setenv(REDIS_URL_ENV, "", 1);
     assert_int_equal(redis_url_pick(NULL, NULL, out, sizeof out, err, sizeof err), -1);
     unsetenv(REDIS_URL_ENV);
+    /* REDIS_URL, other tools' variable, is not read, and the refusal says so */
+    setenv("REDIS_URL", "redis://h", 1);
+    assert_int_equal(redis_url_pick(NULL, NULL, out, sizeof out, err, sizeof err), -1);
+    assert_non_null(strstr(err, "$REDIS_URL is set, but not read: the variable is " REDIS_URL_ENV));
+    unsetenv("REDIS_URL");
     temp_file(path, sizeof path, "redis://h\n");
     assert_int_equal(redis_url_pick("redis://h", path, out, sizeof out, err, sizeof err), -1);
     assert_non_null(strstr(err, "not both"));
@@ -362,6 +368,51 @@ static void pick_refuses_a_bad_url_naming_its_source(void **state)
 
 /* rediss:// (TLS) is refused saying that TLS goes through stunnel, and where the docs say how (it was "unsupported"
  * with the list of the accepted schemes only). */
+/* A refused URL's message never quotes its password: not when its scheme is mistyped or unsupported (it was
+ * quoted whole), nor when a '/' in the password, not percent-encoded, cut the URL short (its first characters
+ * were quoted as a "bad port"). */
+static void refusals_hide_the_password(void **state)
+{
+    (void)state;
+    static const char *const urls[] = {
+        "redis:/alice:s3cret@127.0.0.1:6379",
+        "redis//alice:s3cret@127.0.0.1:6379",
+        "http://alice:s3cret@h:6379",
+        "rediss://alice:s3cret@h:6380",
+        "redis:alice:s3cret@h",
+        "alice:s3cret@h:6379",
+        "redis://alice:pa/s3cret@h:6379",
+        "redis://:pa/s3cret@h",
+        "redis://alice:s3cret@h?x=1",
+        "redis+sentinel://u:pa/s3cret@s1/m",
+        "redis://alice:s3c@ret@h:x/s3cret@",
+        "unix2://alice:s3cret@/tmp/s",
+        "redis+sentinel://s1/m?sentinel_pasword=s3cret",
+        "unix:///tmp/s?password=s3cret",
+    };
+    for (size_t i = 0; i < sizeof urls / sizeof urls[0]; i++) {
+        redis_url u;
+        char err[512] = "";
+        if (redis_url_parse(urls[i], &u, err, sizeof err) != -1) fail_msg("url '%s' was accepted", urls[i]);
+        if (strstr(err, "s3c") != NULL || strstr(err, "pa/") != NULL || strstr(err, "'pa'") != NULL)
+            fail_msg("url '%s': the message quotes the password: %s", urls[i], err);
+    }
+    expect_reject("redis://alice:pa/s3cret@h:6379", "percent-encode a '/'");
+    expect_reject("redis:/alice:s3cret@127.0.0.1:6379", "'redis:/alice:***@127.0.0.1:6379'");
+    expect_reject("http://alice:s3cret@h:6379", "'http://alice:***@h:6379'");
+    expect_reject("127.0.0.1:6379", "a host and port alone want redis:// before them");
+    /* what still parses: a '?' or '@' in a password, an '@' in a Sentinel's password, a scheme in capitals */
+    redis_url u;
+    char err[256];
+    assert_int_equal(redis_url_parse("redis://u:p?w@h:7", &u, err, sizeof err), 0);
+    assert_string_equal(u.pass, "p?w");
+    assert_int_equal(redis_url_parse("redis+sentinel://s1/m?sentinel_password=a@b", &u, err, sizeof err), 0);
+    assert_string_equal(u.sentinel_pass, "a@b");
+    assert_int_equal(redis_url_parse("REDIS://H:7/2", &u, err, sizeof err), 0);
+    assert_int_equal(u.port, 7);
+    assert_int_equal(u.db, 2);
+}
+
 static void tls_url_points_to_stunnel(void **state)
 {
     (void)state;
@@ -458,6 +509,7 @@ int main(void)
         cmocka_unit_test(format_hides_the_password),
         cmocka_unit_test(rejects_empty_and_other_schemes),
         cmocka_unit_test(rejects_bad_ports),
+        cmocka_unit_test(refusals_hide_the_password),
         cmocka_unit_test(rejects_bad_db),
         cmocka_unit_test(rejects_missing_host_or_path),
         cmocka_unit_test(rejects_overlong_parts_and_bad_escapes),

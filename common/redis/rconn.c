@@ -55,6 +55,7 @@ struct rconn {
     cluster_map *map;                      /* NULL: a single server */
     redisContext *node[CLUSTER_MAX_NODES]; /* per map node, opened on first use; may be seed */
     int broken;
+    int not_master; /* broken by a failover reply (explain_failover): Redis answered, as a node that does not lead */
     char errstr[768];
     /* rconn_watch_stop: the stop, read by the thread that runs c's command (never another) */
     rconn_stop_fn *stopped; /* NULL: none watched */
@@ -91,6 +92,8 @@ static struct timeval socket_timeout(const rconn *c)
     return timeval_from_ms(ms);
 }
 
+#define MAXCLIENTS_ERROR "ERR max number of clients reached"
+
 /* What an operator does about each refusal of a misbehaving Redis (the command did not run): Redis's own
  * words name the symptom, not always the cause or the cure. Matched on the start of the error text. */
 static const struct {
@@ -100,12 +103,11 @@ static const struct {
     {"OOM", "Redis is out of memory, its used_memory above maxmemory, and refuses writes: raise maxmemory (CONFIG "
             "SET maxmemory) or give Redis more memory; keep maxmemory-policy noeviction (docs/deploy.md). Nothing "
             "was written; the run's processes retry"},
-    {"MISCONF", "Redis refuses writes because its last RDB save failed (stop-writes-on-bgsave-error): fix what its "
-                "log names (disk full, its dir not writable), then BGSAVE; nothing was written; the run's processes "
-                "retry"},
+    {"MISCONF", "its last RDB save failed and stop-writes-on-bgsave-error is on: fix what its log names (disk full, "
+                "dir not writable), then BGSAVE; nothing was written; the run's processes retry"},
     {"BUSY", "Redis is busy running a script or function for longer than busy-reply-threshold: wait, or stop it "
              "(SCRIPT KILL / FUNCTION KILL); the run's processes retry"},
-    {"ERR max number of clients reached",
+    {MAXCLIENTS_ERROR,
      "Redis refuses new connections: maxclients is reached; raise it (CONFIG SET maxclients N) or close idle clients "
      "(CLIENT LIST); the run's processes retry"},
     {"READONLY", "this Redis is a read-only replica: point the URL at the master, or at its Sentinels "
@@ -129,16 +131,26 @@ int rconn_error_transient(const char *e)
     return rconn_error_hint(e) != NULL || rconn_error_failover(e);
 }
 
+/* How much of Redis's own text a hint goes with: its first sentence, at most this long. MISCONF's is 330 characters,
+ * four sentences, and with the hint after it a line said the same thing twice; its code and first sentence keep it
+ * findable (in Redis's source, on the web). */
+#define REDIS_TEXT_KEPT 120
+
 void rconn_explain_error(const char *redis_error, char *out, size_t cap)
 {
     const char *hint = rconn_error_hint(redis_error);
-    size_t n = redis_error ? strlen(redis_error) : 0;
-    /* (Redis ends some of its texts with a period: "...> 'maxmemory'." then "; Redis is out of...") */
-    if (n > 0 && redis_error[n - 1] == '.') n--;
-    if (hint)
-        snprintf(out, cap, "%.*s (%s)", (int)n, redis_error, hint);
-    else
+    if (hint == NULL) {
         snprintf(out, cap, "%s", redis_error ? redis_error : "Redis error");
+        return;
+    }
+    size_t n = strlen(redis_error);
+    const char *stop = strstr(redis_error, ". ");
+    if (stop != NULL) n = (size_t)(stop - redis_error);
+    /* (Redis ends some of its texts with a period: "...> 'maxmemory'." then " (Redis is out of...") */
+    if (n > 0 && redis_error[n - 1] == '.') n--;
+    const char *cut = n > REDIS_TEXT_KEPT ? "..." : "";
+    if (n > REDIS_TEXT_KEPT) n = REDIS_TEXT_KEPT;
+    snprintf(out, cap, "%.*s%s (%s)", (int)n, redis_error, cut, hint);
 }
 
 int rconn_reply_error(const rconn *c, redisReply *r, char *err, size_t errlen)
@@ -262,10 +274,16 @@ static redisReply *handshake(redisContext *c, const stop_src *stop, int timeout_
     return reply;
 }
 
-/* Run one command whose only interesting outcome is error or not; *final when Redis refused it for good.
+/* How a connect attempt failed, for what its caller does and says next: not refused (no reply, an I/O error, or a
+ * refusal not known: "is Redis running, is the URL right?" still applies), refused for good (rconn_error_final, or
+ * a URL that cannot be right: retrying cannot help), or refused for now with a refusal rconn_error_hint explains
+ * (maxclients reached, say: Redis is running and the URL is right, and the error already says what to do). */
+typedef enum refusal { NOT_REFUSED = 0, REFUSED_FINAL, REFUSED_EXPLAINED } refusal;
+
+/* Run one command whose only interesting outcome is error or not; *refused says how Redis refused it (refusal).
  * check: what to look at when Redis refuses it, said only then (no reply is not a matter of credentials:
  * a frozen or overloaded Redis, or a cut connection; nor is a refusal rconn_error_hint explains). */
-static int run_simple(redisContext *c, const char *what, const char *check, int *final, char *err, size_t errlen,
+static int run_simple(redisContext *c, const char *what, const char *check, refusal *refused, char *err, size_t errlen,
                       redisReply *r)
 {
     int rc = 0;
@@ -273,11 +291,13 @@ static int run_simple(redisContext *c, const char *what, const char *check, int 
         err_set(err, errlen, "%s failed: %s", what, c->errstr[0] ? c->errstr : "no reply");
         rc = -1;
     } else if (r->type == REDIS_REPLY_ERROR) {
-        *final = rconn_error_final(r->str);
+        int final = rconn_error_final(r->str);
+        int explained = !final && rconn_error_hint(r->str) != NULL;
+        *refused = final ? REFUSED_FINAL : explained ? REFUSED_EXPLAINED : NOT_REFUSED;
         /* (a refusal that is not about the URL, maxclients reached say, is not blamed on the login) */
         char why[512];
         rconn_explain_error(r->str, why, sizeof why);
-        if (*final || rconn_error_hint(r->str) == NULL)
+        if (!explained)
             err_set(err, errlen, "%s (%s) failed: %s", what, check, r->str);
         else
             err_set(err, errlen, "%s failed: %s", what, why);
@@ -304,7 +324,7 @@ static void login_hint(const redis_url *u, const char *start, char *buf, size_t 
              start, scheme, url, url + scheme, scheme, url, url + scheme);
 }
 
-static int authenticate(redisContext *c, const redis_url *u, const stop_src *stop, int timeout_ms, int *final,
+static int authenticate(redisContext *c, const redis_url *u, const stop_src *stop, int timeout_ms, refusal *final,
                         char *err, size_t errlen)
 {
     char hint[3 * REDIS_URL_MAX];
@@ -323,9 +343,9 @@ static int authenticate(redisContext *c, const redis_url *u, const stop_src *sto
 
 /* Open, authenticate and configure one connection: to the URL's server (host NULL) or to host:port
  * with the URL's credentials (a cluster node); io_tv is its socket timeout (socket_timeout); stop (may
- * be NULL) ends its handshake (handshake). *final: Redis refused the credentials or the database. */
+ * be NULL) ends its handshake (handshake). *final: whether and how Redis refused the login or the database. */
 static redisContext *open_node(const redis_url *u, const char *host, int port, int timeout_ms, struct timeval io_tv,
-                               const stop_src *stop, int *final, char *err, size_t errlen)
+                               const stop_src *stop, refusal *final, char *err, size_t errlen)
 {
     struct timeval tv = timeval_from_ms(timeout_ms);
     char where[600];
@@ -390,10 +410,10 @@ static int check_seeds_cluster(rconn *c, const stop_src *stop, char *err, size_t
 }
 
 /* One attempt; stop and *final as open_node. */
-static rconn *connect_once(const redis_url *u, int timeout_ms, const stop_src *stop, int *final, char *err,
+static rconn *connect_once(const redis_url *u, int timeout_ms, const stop_src *stop, refusal *final, char *err,
                            size_t errlen)
 {
-    *final = 0;
+    *final = NOT_REFUSED;
     rconn *c = calloc(1, sizeof *c);
     if (c == NULL) {
         err_set(err, errlen, "out of memory");
@@ -412,7 +432,7 @@ static rconn *connect_once(const redis_url *u, int timeout_ms, const stop_src *s
     int seeds_ok = c->seed != NULL && check_seeds_cluster(c, stop, err, errlen) == 0;
     sigpipe_release(&g);
     if (c->seed != NULL && !seeds_ok) {
-        *final = 1; /* (the URL is wrong: trying again cannot help) */
+        *final = REFUSED_FINAL; /* (the URL is wrong: trying again cannot help) */
         redisFree(c->seed);
         c->seed = NULL;
     }
@@ -425,7 +445,7 @@ static rconn *connect_once(const redis_url *u, int timeout_ms, const stop_src *s
 
 rconn *rconn_connect(const redis_url *u, int timeout_ms, char *err, size_t errlen)
 {
-    int final;
+    refusal final;
     return connect_once(u, timeout_ms, NULL, &final, err, errlen);
 }
 
@@ -441,20 +461,13 @@ static void sleep_unless_stopped(unsigned ms, const stop_src *stop, sentinel_wat
     }
 }
 
-/* Whether a connect's error text carries a refusal's hint (rconn_explain_error): Redis answered. */
-static int explained_refusal(const char *why)
-{
-    for (size_t i = 0; i < sizeof refusal_hints / sizeof refusal_hints[0]; i++)
-        if (strstr(why, refusal_hints[i].hint) != NULL) return 1;
-    return 0;
-}
-
 /* rconn_connect_retry; *watch: the Sentinel subscriptions it opened, for the caller to close. */
 static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, const stop_src *stop, int *refused,
                             sentinel_watch **watch, char *err, size_t errlen)
 {
     char where[600];
     char why[512] = "";
+    refusal final = NOT_REFUSED;
     if (redis_url_format(u, where, sizeof where) != 0) where[0] = '\0';
     if (refused != NULL) *refused = 0;
     uint64_t t0 = now_ms(), logged = 0;
@@ -464,7 +477,6 @@ static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, con
             err_set(err, errlen, "stopped while connecting to %s (last error: %s)", where, why);
             return NULL;
         }
-        int final;
         rconn *c = connect_once(u, timeout_ms, stop, &final, why, sizeof why);
         if (c != NULL) {
             if (attempt > 0)
@@ -472,7 +484,7 @@ static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, con
                          (double)(now_ms() - t0) / 1000.0);
             return c;
         }
-        if (final) { /* why names the refusal (AUTH or SELECT and Redis's reply) */
+        if (final == REFUSED_FINAL) { /* why names the refusal (AUTH or SELECT and Redis's reply) */
             if (refused != NULL) *refused = 1;
             err_set(err, errlen, "%s", why);
             return NULL;
@@ -494,7 +506,7 @@ static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, con
             /* why already names the URL (without password); a Redis that answered with a refusal rconn_error_hint
              * explains (maxclients reached, say) is running, and the URL is right: its hint is in why already */
             char check[320] = "";
-            if (!explained_refusal(why)) snprintf(check, sizeof check, " (%s)", unreachable_hint(why));
+            if (final != REFUSED_EXPLAINED) snprintf(check, sizeof check, " (%s)", unreachable_hint(why));
             if (wait_ms < 0)
                 log_warn("%s; retrying until it answers%s", why, check);
             else
@@ -504,7 +516,7 @@ static rconn *connect_retry(const redis_url *u, int timeout_ms, int wait_ms, con
         }
         sleep_unless_stopped(pause, stop, *watch);
     }
-    const char *check = explained_refusal(why) ? "" : unreachable_hint(why);
+    const char *check = final == REFUSED_EXPLAINED ? "" : unreachable_hint(why);
     if (attempt == 0)
         err_set(err, errlen, "%s%s%s%s", why, *check ? " (" : "", check, *check ? ")" : "");
     else
@@ -596,6 +608,10 @@ int rconn_broken(const rconn *c)
 {
     return c->broken;
 }
+int rconn_broken_not_master(const rconn *c)
+{
+    return c->broken && c->not_master;
+}
 const char *rconn_errstr(const rconn *c)
 {
     return c->errstr;
@@ -641,7 +657,7 @@ static redisContext *node_ctx(rconn *c, int i)
         return c->seed;
     }
     char err[300];
-    int final;
+    refusal final;
     redisContext *opened =
         open_node(&c->url, n->host, n->port, c->timeout_ms, socket_timeout(c), NULL, &final, err, sizeof err);
     __atomic_store_n(&c->node[i], opened, __ATOMIC_RELEASE);
@@ -657,6 +673,11 @@ static const char *node_host(const rconn *c, int i)
 int rconn_error_noreplicas(const char *e)
 {
     return e != NULL && strncmp(e, "NOREPLICAS", 10) == 0;
+}
+
+int rconn_error_maxclients(const char *e)
+{
+    return e != NULL && strncmp(e, MAXCLIENTS_ERROR, strlen(MAXCLIENTS_ERROR)) == 0;
 }
 
 int rconn_error_loading(const char *e)
@@ -804,6 +825,7 @@ static int refresh(rconn *c, int i)
  * (which node is unreachable, what to do), the others are kept as Redis said them. */
 static void explain_failover(rconn *c, redisContext *ctx, const char *why)
 {
+    c->not_master = 1;
     if (strncmp(why, "CLUSTERDOWN", 11) != 0) {
         char text[sizeof c->errstr];
         rconn_explain_error(why, text, sizeof text); /* (a replica: what to give as the URL) */

@@ -65,6 +65,9 @@ int rconn_sentinel_error(rconn *c, const char *redis_error, char *err, size_t er
  * every process would load the Sentinels during a failover). */
 int rconn_error_failover(const char *redis_error);
 int rconn_error_noreplicas(const char *redis_error);
+/* "ERR max number of clients reached": a Redis at its maxclients refuses the connection itself (its first reply,
+ * whatever was asked, then it closes), unlike the other refusals rconn_error_hint explains, each of one command. */
+int rconn_error_maxclients(const char *redis_error);
 /* LOADING: a restarted Redis still reading its AOF or RDB; the command did not run. rconn sends it
  * again on the same connection, with backoff, until the data set is loaded (up to 2 minutes). */
 int rconn_error_loading(const char *redis_error);
@@ -118,6 +121,11 @@ redisReply *rconn_command_argv(rconn *c, int argc, const char **argv, const size
 int rconn_wait_replicas(rconn *c, const char *key, int replicas, int timeout_ms);
 
 int rconn_broken(const rconn *c);
+/* Whether c broke on a failover reply (rconn_error_failover: READONLY, MASTERDOWN, CLUSTERDOWN, TRYAGAIN): Redis
+ * answered, as a node that does not lead (a replica: the URL names one, or a failover is under way), rather than
+ * not at all. A reconnect to a plain redis:// URL lands on the same node: the caller waits, as for a Redis that
+ * does not answer, rather than giving up (a worker's registration at start, say). */
+int rconn_broken_not_master(const rconn *c);
 /* For an idle connection (no command in flight): wait up to ms for the URL's server to close it (it
  * died or restarted); 1 then, and rconn_broken(c) is true; 0 when ms passed quietly. Lets a thread
  * that talks to Redis now and then reconnect (and follow a failover) at once rather than at its next
@@ -138,7 +146,8 @@ const char *rconn_error_hint(const char *redis_error);
  * giving up (a worker's registration, say). */
 int rconn_error_transient(const char *redis_error);
 /* redis_error with its hint (rconn_error_hint) after it, into out: what every message about a refused
- * command says. */
+ * command says. With a hint, only Redis's first sentence is kept (its code first, findable), at most 120
+ * characters: one line says what is wrong and what to do. */
 void rconn_explain_error(const char *redis_error, char *out, size_t cap);
 
 /* -1 + err if r is NULL (connection error, explained from c) or a Redis error reply (explained:

@@ -58,6 +58,23 @@ static void check_build(rconn *c, const char *run)
     free(theirs);
 }
 
+/* When the server is a replica (ROLE: "slave", master host, port, link state), what to say about a library it
+ * lacks: its master may have one it has not copied yet (the link down, or the first sync under way), into out;
+ * "" otherwise. "Run `coordinator init` first" alone sent an operator to init a run that existed. */
+static void replica_note(rconn *c, char *out, size_t cap)
+{
+    out[0] = '\0';
+    redisReply *r = rconn_command(c, "ROLE");
+    if (r != NULL && r->type == REDIS_REPLY_ARRAY && r->elements >= 4 && r->element[0]->type == REDIS_REPLY_STRING &&
+        strcmp(r->element[0]->str, "slave") == 0 && r->element[1]->type == REDIS_REPLY_STRING &&
+        r->element[2]->type == REDIS_REPLY_INTEGER && r->element[3]->type == REDIS_REPLY_STRING)
+        snprintf(out, cap,
+                 ": this Redis is a replica of %s:%lld, its link to it '%s' (not in sync yet?); point the URL at the "
+                 "master, or wait for the replica to sync",
+                 r->element[1]->str, (long long)r->element[2]->integer, r->element[3]->str);
+    if (r != NULL) freeReplyObject(r);
+}
+
 int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen)
 {
     char key[KEY_MAX];
@@ -76,10 +93,10 @@ int runconf_check_library(rconn *c, const char *run, char *err, size_t errlen)
     } else if (r->type == REDIS_REPLY_ERROR && rconn_sentinel_error(c, r->str, err, errlen)) {
         /* (a Sentinel: err says which URL to give) */
     } else if (r->type == REDIS_REPLY_ERROR) {
-        err_set(err, errlen,
-                "the ReDiLoCo function library is not loaded in this Redis (%s); "
-                "run `coordinator init` first",
-                r->str);
+        char replica[400];
+        replica_note(c, replica, sizeof replica);
+        err_set(err, errlen, "the ReDiLoCo function library is not loaded in this Redis (%s)%s", r->str,
+                replica[0] ? replica : "; run `coordinator init` first");
         if (runconf_error_gone(r->str) != NULL) rc = RUNCONF_ABSENT;
     } else if (r->type != REDIS_REPLY_STRING || strcmp(r->str, DL_LIB_VERSION) != 0) {
         err_set(err, errlen,

@@ -10,6 +10,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 
 #define DEFAULT_PORT 6379
 #define DEFAULT_SENTINEL_PORT 26379
@@ -191,12 +192,23 @@ static int parse_hostlist(const char *s, size_t len, int default_port, redis_url
     return 0;
 }
 
-/* [user[:pass]@]hosts, up to the first of the `stop` characters (the password may contain '@' when not percent-encoded:
- * the last '@' ends the userinfo); *rest = what follows the hosts. */
-static int parse_authority(const char *s, int default_port, const char *stop, redis_url *out, const char **rest,
-                           char *err, size_t errlen)
+/* [user[:pass]@]hosts, up to the first '/' (and, with query, '?': a Sentinel URL's) (the password may contain '@'
+ * and, in a redis:// URL, '?' when not percent-encoded: the last '@' ends the userinfo); *rest = what follows the
+ * hosts. An '@' after the hosts (outside a Sentinel URL's query, whose sentinel_password may hold one) is a login
+ * whose password or user has a '/' not percent-encoded: said as such, without a word of it (the rest of the parse
+ * took the login's first part for a host and port, and quoted the password's first characters as a "bad port"). */
+static int parse_authority(const char *s, int default_port, int query, redis_url *out, const char **rest, char *err,
+                           size_t errlen)
 {
-    size_t alen = strcspn(s, stop);
+    size_t alen = strcspn(s, query ? "/?" : "/");
+    const char *after = s + alen;
+    size_t span = !query ? strlen(after) : *after == '/' ? strcspn(after, "?") : 0;
+    if (memchr(after, '@', span) != NULL) {
+        err_set(err, errlen,
+                "the Redis URL has an '@' after a '/': percent-encode a '/', '?' or '#' in its user name or password "
+                "(%%2F, %%3F, %%23)");
+        return -1;
+    }
     const char *at = NULL;
     for (const char *p = s; p < s + alen; p++)
         if (*p == '@') at = p;
@@ -205,14 +217,21 @@ static int parse_authority(const char *s, int default_port, const char *stop, re
         if (parse_userinfo(s, (size_t)(at - s), out, err, errlen) != 0) return -1;
         hp = at + 1;
     }
-    *rest = s + alen;
-    return parse_hostlist(hp, (size_t)(s + alen - hp), default_port, out, err, errlen);
+    const char *q = memchr(hp, '?', (size_t)(after - hp));
+    if (q != NULL) { /* (a redis:// URL's: redis-py's ?db=N, say) */
+        err_set(err, errlen,
+                "a redis:// URL takes no query ('%.*s'): give the database as its path (redis://HOST:PORT/DB)",
+                (int)(after - q > 40 ? 40 : after - q), q);
+        return -1;
+    }
+    *rest = after;
+    return parse_hostlist(hp, (size_t)(after - hp), default_port, out, err, errlen);
 }
 
 static int parse_tcp(const char *s, redis_url *out, char *err, size_t errlen)
 {
     const char *slash;
-    if (parse_authority(s, DEFAULT_PORT, "/", out, &slash, err, errlen) != 0) return -1;
+    if (parse_authority(s, DEFAULT_PORT, 0, out, &slash, err, errlen) != 0) return -1;
     if (*slash != '/' || slash[1] == '\0') return 0;
     return parse_db(slash + 1, strlen(slash + 1), out, err, errlen);
 }
@@ -235,10 +254,11 @@ static int parse_sentinel_query(const char *q, redis_url *out, char *err, size_t
                                errlen) != 0)
                 return -1;
         } else {
+            /* (its name alone: a misspelt sentinel_password's value is a password) */
             err_set(err, errlen,
                     "unknown query '%.*s' in the Redis URL (accepted: sentinel_username, "
                     "sentinel_password)",
-                    (int)(len > 40 ? 40 : len), q);
+                    (int)(klen > 40 ? 40 : klen), q);
             return -1;
         }
         q += len + (q[len] == '&');
@@ -250,7 +270,7 @@ static int parse_sentinel_query(const char *q, redis_url *out, char *err, size_t
 static int parse_sentinel(const char *s, redis_url *out, char *err, size_t errlen)
 {
     const char *rest;
-    if (parse_authority(s, DEFAULT_SENTINEL_PORT, "/?", out, &rest, err, errlen) != 0) return -1;
+    if (parse_authority(s, DEFAULT_SENTINEL_PORT, 1, out, &rest, err, errlen) != 0) return -1;
     const char *q = strchr(rest, '?');
     size_t plen = q ? (size_t)(q - rest) : strlen(rest);
     if (plen < 2 || rest[0] != '/') {
@@ -291,11 +311,41 @@ static int parse_unix(const char *s, redis_url *out, char *err, size_t errlen)
     }
     if (copy_part(s, plen, out->path, sizeof out->path, "socket path", err, errlen) != 0) return -1;
     if (q == NULL) return 0;
-    if (strncmp(q + 1, "db=", 3) != 0) {
-        err_set(err, errlen, "unknown query '%.40s' in the Redis URL (only ?db=N is accepted)", q + 1);
+    if (strncmp(q + 1, "db=", 3) != 0) { /* (its name alone: a value may be a password) */
+        size_t klen = strcspn(q + 1, "=&");
+        err_set(err, errlen, "unknown query '%.*s' in the Redis URL (only ?db=N is accepted)",
+                (int)(klen > 40 ? 40 : klen), q + 1);
         return -1;
     }
     return parse_db(q + 4, strlen(q + 4), out, err, errlen);
+}
+
+/* s, at most 60 characters of it, into out with the password of its login (what lies between its scheme, or its
+ * start, and its last '@', after the user name's ':') hidden: a URL refused for its scheme ("redis:/", "http://",
+ * "rediss://") was quoted whole, password included, to the terminal and the logs. */
+static void quote_masked(const char *s, char *out, size_t cap)
+{
+    const char *at = strrchr(s, '@');
+    if (at == NULL) {
+        snprintf(out, cap, "%.60s%s", s, strlen(s) > 60 ? "..." : "");
+        return;
+    }
+    const char *login = strstr(s, "://");
+    login = login != NULL && login < at ? login + 3 : s;
+    if (login == s && memchr(s, ':', (size_t)(at - s)) != NULL) { /* ("redis:/user:pass@", "redis:user:pass@") */
+        login = strchr(s, ':') + 1;
+        login += strspn(login, "/");
+    }
+    const char *colon = memchr(login, ':', (size_t)(at - login));
+    size_t keep = (size_t)((colon ? colon : login) - s); /* the scheme and the user name */
+    snprintf(out, cap, "%.*s%s***%.40s%s", (int)(keep > 40 ? 40 : keep), s, colon ? ":" : "", at,
+             strlen(at) > 40 ? "..." : "");
+}
+
+/* Whether s starts with scheme, in any case (RFC 3986: "Redis://" is "redis://"). */
+static int scheme_is(const char *s, const char *scheme)
+{
+    return strncasecmp(s, scheme, strlen(scheme)) == 0;
 }
 
 int redis_url_parse(const char *s, redis_url *out, char *err, size_t errlen)
@@ -306,25 +356,29 @@ int redis_url_parse(const char *s, redis_url *out, char *err, size_t errlen)
         err_set(err, errlen, "empty Redis URL (e.g. redis://127.0.0.1:6379/0)");
         return -1;
     }
-    if (strncmp(s, "redis://", 8) == 0) return parse_tcp(s + 8, out, err, errlen);
-    if (strncmp(s, "redis+sentinel://", 17) == 0) return parse_sentinel(s + 17, out, err, errlen);
-    if (strncmp(s, "redis-sentinel://", 17) == 0) return parse_sentinel(s + 17, out, err, errlen);
-    if (strncmp(s, "unix://", 7) == 0) {
+    if (scheme_is(s, "redis://")) return parse_tcp(s + 8, out, err, errlen);
+    if (scheme_is(s, "redis+sentinel://")) return parse_sentinel(s + 17, out, err, errlen);
+    if (scheme_is(s, "redis-sentinel://")) return parse_sentinel(s + 17, out, err, errlen);
+    if (scheme_is(s, "unix://")) {
         out->is_unix = 1;
         return parse_unix(s + 7, out, err, errlen);
     }
-    if (strncmp(s, "rediss://", 9) == 0 || strncmp(s, "rediss+sentinel://", 18) == 0) {
+    char quoted[160];
+    quote_masked(s, quoted, sizeof quoted);
+    if (scheme_is(s, "rediss://") || scheme_is(s, "rediss+sentinel://")) {
         err_set(err, errlen,
-                "unsupported Redis URL '%.60s': the processes do not speak TLS themselves; put stunnel in front "
+                "unsupported Redis URL '%s': the processes do not speak TLS themselves; put stunnel in front "
                 "(docs/deploy.md, \"Across machines\", 3. TLS with stunnel: deploy/stunnel/) and give the plain "
                 "redis:// URL of its local end",
-                s);
+                quoted);
         return -1;
     }
     err_set(err, errlen,
-            "unsupported Redis URL '%.60s' (want redis://host:port/db, redis+sentinel://host:port/master or "
-            "unix://path)",
-            s);
+            "unsupported Redis URL '%s' (want redis://host:port/db, redis+sentinel://host:port/master or "
+            "unix://path%s)",
+            quoted,
+            strstr(s, "://") == NULL && strstr(s, ":/") == NULL ? "; a host and port alone want redis:// before them"
+                                                                : "");
     return -1;
 }
 
@@ -411,7 +465,12 @@ static int pick_text(const char *flag, const char *file, char *out, size_t cap, 
     if (file != NULL) return read_url_file(file, out, cap, err, errlen);
     const char *src = flag != NULL ? flag : getenv(REDIS_URL_ENV);
     if (src == NULL || *src == '\0') {
-        err_set(err, errlen, "no Redis URL: give --redis URL, --redis-file FILE or set %s", REDIS_URL_ENV);
+        /* (REDIS_URL is the name other tools read: a user who set it wonders why it is not seen) */
+        const char *other = getenv("REDIS_URL");
+        err_set(err, errlen, "no Redis URL: give --redis URL, --redis-file FILE or set %s%s", REDIS_URL_ENV,
+                other != NULL && *other != '\0' ? " ($REDIS_URL is set, but not read: the variable is " REDIS_URL_ENV
+                                                  ")"
+                                                : "");
         return -1;
     }
     if (strlen(src) >= cap) {

@@ -15,6 +15,8 @@
  *                                                26379, and the name of the master they watch; user and
  *                                                pass log in to the master and its replicas, the query
  *                                                gives the Sentinels' own login when they have one)
+ * Schemes in any case (REDIS:// is redis://). A '/' in a user name or password must be percent-encoded (%2F): an
+ * '@' after a '/' is refused as such. A refusal never quotes the password of the URL it refuses.
  * Defaults: port 6379, db 0. The parsed form is what rconn_connect() needs; a URL with several hosts
  * or Sentinels is turned into the address of one server by redis_url_resolve() (common/redis/sentinel.h).
  */

@@ -650,11 +650,14 @@ class DiLoCo:
 
 
 def _redact(url):
-    """The URL without a password, for messages."""
-    if "@" in url and "://" in url:
-        scheme, rest = url.split("://", 1)
-        return scheme + "://***@" + rest.split("@", 1)[1]
-    return url
+    """The URL without its login, for messages: what lies between its scheme and its last '@' (a password may hold
+    an '@' of its own: split at the first one, the rest of it was printed; a mistyped scheme, "redis:/", was
+    printed whole)."""
+    at = url.rfind("@")
+    if at < 0:
+        return url
+    sep = url.find("://", 0, at)
+    return (url[:sep + 3] if sep >= 0 else "") + "***" + url[at:]
 
 
 class _WrappedStep:

@@ -53,7 +53,9 @@ static void cmd_on_disconnect(const redisAsyncContext *ac, int status)
 {
     rlink *l = ac->data;
     if (l == NULL || l->ac != ac) return;
-    if (!l->stopping)
+    /* (hiredis ends a connection on an error reply nobody asked for: maxclients reached, said at accept) */
+    int refused = !l->stopping && status != REDIS_OK && rl_state_refused(l, ac->errstr);
+    if (!l->stopping && !refused)
         log_warn("redis %s connection lost (%s); reconnecting", l->name, status == REDIS_OK ? "closed" : ac->errstr);
     l->ac = NULL;
     rl_state_lost(l);
@@ -172,7 +174,10 @@ static void cmd_on_reply(redisAsyncContext *ac, void *reply, void *privdata)
     rlink *conn = call->conn;
     if (conn->ac == ac && reply != NULL) rl_state_replied(conn);
     if (cmd_retry_refused(call, reply)) return;
-    if (rl_state_failover_reply(conn, reply)) {
+    const redisReply *r = reply;
+    /* (a Redis at its maxclients answers the first command so, then closes: it did not run) */
+    int refused = r != NULL && r->type == REDIS_REPLY_ERROR && rl_state_refused(conn, r->str);
+    if (refused || rl_state_failover_reply(conn, reply)) {
         if (conn->ac == ac) redisAsyncDisconnect(ac); /* the reconnect finds the master again */
         reply = NULL;                                 /* not executed; the caller retries as after a lost connection */
     }

@@ -52,7 +52,13 @@ void rl_state_connected(rlink *l); /* the connection is up (login queued first) 
 void rl_state_lost(rlink *l);      /* it is gone: reset, retry after backoff */
 void rl_state_sent(rlink *l);      /* one more command awaits its reply */
 void rl_state_replied(rlink *l);   /* one reply came back */
-/* A login command (AUTH, SELECT) failed: a final refusal goes to on_refused, else logged. */
+/* Redis refused the connection itself for now (maxclients reached, rconn_error_maxclients: its first line, before
+ * or in place of any reply): says what is wrong and what to do (rconn_explain_error), and has the next try wait the
+ * backoff's cap (the TCP connect had reset the backoff: each link reconnected ten times a second, saying
+ * "connection lost (unexpected reply)" and the like each time). 1 if it was such a refusal, else 0. */
+int rl_state_refused(rlink *l, const char *reply);
+/* A login command (AUTH, SELECT) failed: a refusal rl_state_refused explains is said so, a final refusal goes
+ * to on_refused, else logged. */
 void rl_state_login_failed(rlink *l, const char *what, const char *reply);
 /* Another link of the group found a new master and l, open, is still on the old one: l leaves it for
  * the new one (1), without asking the Sentinels again; else 0 (the watchdog's first question). */

@@ -77,6 +77,9 @@ typedef struct rlink {
     uint64_t reconnects; /* connections established after the first (the shard-server's metrics) */
     int stopping;
     unsigned attempt;       /* reconnect attempts since the last success */
+    unsigned up_attempt;    /* attempt when the connection came up (state.c: a short-lived one is no success) */
+    uint64_t up_ms;         /* now_ms() when it came up */
+    int answered;           /* a reply came on it since */
     int pending;            /* commands sent, reply not yet received */
     uint64_t last_activity; /* now_ms() of the last reply, or of the first send after idle */
     struct event *retry_timer, *watch_timer;

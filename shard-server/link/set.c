@@ -62,11 +62,12 @@ static void rs_set_events(rlink *rs)
         event_del(rs->ev_write);
 }
 
-/* Close the socket, fail every pending command (callbacks after the state is clean: they may send). */
+/* Close the socket, fail every pending command (callbacks after the state is clean: they may send). why: for the
+ * log line (NULL: said already). */
 static void rs_drop(rlink *rs, const char *why)
 {
     if (rs->fd >= 0) {
-        if (!rs->stopping) log_warn("redis %s connection lost (%s); reconnecting", rs->name, why);
+        if (!rs->stopping && why != NULL) log_warn("redis %s connection lost (%s); reconnecting", rs->name, why);
         event_del(rs->ev_read);
         event_del(rs->ev_write);
         close(rs->fd);
@@ -189,8 +190,11 @@ static void rs_on_write(evutil_socket_t fd, short what, void *arg)
 static int rs_reply(rlink *rs, char *line, size_t len)
 {
     rl_item *it = rs->head;
-    if (it == NULL || it == rs->send) /* a reply to something not (fully) sent */
+    if (it == NULL || it == rs->send) { /* a reply to something not (fully) sent */
+        /* (Redis at its maxclients says so at accept, and closes: said as such, not as "unexpected reply") */
+        if (line[0] == '-' && rl_state_refused(rs, line + 1)) rs_drop(rs, NULL);
         return -1;
+    }
     if (line[0] != '+' && line[0] != '-') return -1;
     rs->head = it->next;
     if (rs->head == NULL) rs->tail = NULL;
@@ -226,6 +230,7 @@ static int rs_reply(rlink *rs, char *line, size_t len)
     }
     if (it->cb != NULL) it->cb(&r, it->priv);
     free(it);
+    if (drop) rs_drop(rs, NULL); /* (rl_state_login_failed said why) */
     return drop ? -1 : 0;
 }
 

@@ -36,6 +36,9 @@ void rl_state_connected(rlink *l)
 {
     log_info("redis %s connection established", l->name);
     l->ready = 1;
+    l->up_attempt = l->attempt;
+    l->up_ms = now_ms();
+    l->answered = 0;
     l->attempt = 0;
     if (l->was_up) l->reconnects++;
     l->was_up = 1;
@@ -212,8 +215,25 @@ int rl_state_failover_reply(rlink *l, const redisReply *r)
     return 1;
 }
 
+int rl_state_refused(rlink *l, const char *reply)
+{
+    if (!rconn_error_maxclients(reply)) return 0;
+    char why[768];
+    rconn_explain_error(reply, why, sizeof why);
+    log_warn("redis %s connection refused: %s; trying again in %d s", l->name, why, RL_BACKOFF_CAP_MS / 1000);
+    l->attempt = RL_STUCK_ATTEMPT;
+    return 1;
+}
+
+/* A connection closed this soon after it came up, before any reply, was no success: its backoff goes on. */
+#define RL_SHORT_LIVED_MS 1000
+
 void rl_state_lost(rlink *l)
 {
+    /* (Redis at its maxclients accepts, says so or not, a reset can come first, and closes: the links that took
+     * the connect for a success reconnected ten times a second each, two lines each time) */
+    if (l->ready && !l->answered && now_ms() - l->up_ms < RL_SHORT_LIVED_MS && l->attempt < l->up_attempt)
+        l->attempt = l->up_attempt;
     if (l->ready && l->route != NULL) rl_route_forget(l->route);
     l->ready = 0;
     l->pending = 0;
@@ -228,12 +248,15 @@ void rl_state_sent(rlink *l)
 
 void rl_state_replied(rlink *l)
 {
+    l->answered = 1;
     l->pending--;
     l->last_activity = now_ms();
 }
 
 void rl_state_login_failed(rlink *l, const char *what, const char *reply)
 {
+    if (rl_state_refused(l, reply))
+        return; /* (maxclients reached answers whatever came first: not the login's fault) */
     if (rconn_error_final(reply)) {
         if (l->on_refused != NULL) l->on_refused(l->name, reply);
     } else {

@@ -61,6 +61,14 @@ expect("fp64 parameter", rediloco.DiLoCoError, ["'x'", "float64", "fp32"], lambd
 expect("unknown run", rediloco.DiLoCoError, ["no-such-run"], lambda: join(model_of(NUMEL), run="no-such-run"))
 expect("dead Redis", rediloco.DiLoCoError, [DEAD.split("//")[1]], lambda: join(model_of(NUMEL), url=DEAD))
 expect("bad URL", rediloco.DiLoCoError, ["http://"], lambda: join(model_of(NUMEL), url="http://127.0.0.1:1"))
+# a URL with a password is never quoted with it: a mistyped scheme (was quoted whole, twice), a password with an '@'
+# (the message's own redaction split at its first '@') or an unencoded '/' (its first characters quoted as a port)
+_dead_host = DEAD.split("//")[1]
+for _case, _url in (("mistyped scheme", "redis:/alice:s3cretPW@" + _dead_host),
+                    ("'@' in the password", "redis://alice:p@s3cretPW@" + _dead_host),
+                    ("'/' in the password", "redis://alice:pa/s3cretPW@" + _dead_host)):
+    expect("password hidden, " + _case, rediloco.DiLoCoError, ["cannot join run"],
+           lambda: join(model_of(NUMEL), url=_url, connect_timeout=0), absent=["s3cret", "pa/", "'pa'"])
 expect("zero sync timeout", ValueError, ["sync_timeout", "at least 0.001"], lambda: join(model_of(NUMEL), sync_timeout=0))
 # a Python user's names and bounds, checked before Redis is asked anything (rounded to 0 ms, 0.0001 was "> 0, got
 # 0.0001"; True passed for H=1; a string gave a raw TypeError; -1 retries named diloco_options' field)

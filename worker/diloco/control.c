@@ -132,6 +132,8 @@ static void ctl_error(diloco *d, int stopping, const rconn *c, redisReply *r, co
     }
     if (c == NULL)
         err_set(err, errlen, "no connection to Redis: %s", why);
+    else if (r == NULL && rconn_broken_not_master(c)) /* (Redis answered: READONLY, ... with what to do) */
+        err_set(err, errlen, "%s", rconn_errstr(c));
     else
         rconn_reply_error(c, r, err, errlen);
 }
@@ -141,20 +143,41 @@ static void ctl_error(diloco *d, int stopping, const rconn *c, redisReply *r, co
  * ones whose caller finds out (dl_arrive: STALE, closed with us; dl_submit: its submission number).
  * NULL or an error reply: err says why. It is written before ctl_mu is released: a NULL reply's reason
  * is the connection's error string, and the next reconnect of any thread frees that connection. */
-redisReply *dl_command(diloco *d, char *err, size_t errlen, const char *fmt, ...)
+static redisReply *ctl_vcommand(diloco *d, int *not_master, char *err, size_t errlen, const char *fmt, va_list ap)
 {
     redisReply *r = NULL;
     rconn **c = ctl_take(d);
     char why[256] = "";
     int stopping = dl_stopping(d);
     for (int attempt = 0; try_again(d, attempt) && r == NULL && ctl_ready(d, c, why, sizeof why) == 0; attempt++) {
-        va_list ap;
-        va_start(ap, fmt);
-        r = rconn_vcommand(*c, fmt, ap);
-        va_end(ap);
+        va_list again;
+        va_copy(again, ap);
+        r = rconn_vcommand(*c, fmt, again);
+        va_end(again);
     }
     ctl_error(d, stopping, *c, r, why, err, errlen);
+    if (not_master != NULL) *not_master = r == NULL && *c != NULL && rconn_broken_not_master(*c);
     ctl_give(d, c);
+    return r;
+}
+
+redisReply *dl_command(diloco *d, char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = ctl_vcommand(d, NULL, err, errlen, fmt, ap);
+    va_end(ap);
+    return r;
+}
+
+/* dl_command; *not_master: no reply because Redis answered as a node that does not lead (rconn_broken_not_master:
+ * a replica), not because it did not answer. */
+static redisReply *ctl_command_led(diloco *d, int *not_master, char *err, size_t errlen, const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    redisReply *r = ctl_vcommand(d, not_master, err, errlen, fmt, ap);
+    va_end(ap);
     return r;
 }
 
@@ -296,7 +319,8 @@ static char *held_versions(diloco *d, const int64_t *by_run, uint64_t *steps)
 }
 
 #define NO_ANSWER (-2)       /* register_once: Redis gave no reply (unreachable, or the connection broke) */
-#define REFUSED_FOR_NOW (-3) /* register_once: Redis refused it for now (rconn_error_transient: out of memory, ...) */
+/* register_once: Redis refused it for now (rconn_error_transient: out of memory, a replica, ...) */
+#define REFUSED_FOR_NOW (-3)
 
 static int register_once(diloco *d, const int64_t *by_run, char *err, size_t errlen)
 {
@@ -306,11 +330,14 @@ static int register_once(diloco *d, const int64_t *by_run, char *err, size_t err
         err_set(err, errlen, "out of memory");
         return -1;
     }
-    redisReply *r =
-        dl_command(d, err, errlen, "FCALL dl_register 1 %s %s %s %d %d %" PRIu64 " %s %s", d->config_key, d->worker_id,
-                   d->host, d->sync_every, d->grp ? d->o.group.size : 1, steps, held, d->made_at);
+    int not_master;
+    redisReply *r = ctl_command_led(d, &not_master, err, errlen, "FCALL dl_register 1 %s %s %s %d %d %" PRIu64 " %s %s",
+                                    d->config_key, d->worker_id, d->host, d->sync_every, d->grp ? d->o.group.size : 1,
+                                    steps, held, d->made_at);
     free(held);
-    if (r == NULL) return NO_ANSWER;
+    /* (a replica, READONLY: refused for now, as OOM is; a reconnect to a plain URL finds the same node, and the
+     * operator may be promoting it) */
+    if (r == NULL) return not_master ? REFUSED_FOR_NOW : NO_ANSWER;
     if (dl_reply_failed(r)) {
         int for_now = rconn_error_transient(r->str);
         freeReplyObject(r);
@@ -323,6 +350,7 @@ static int register_once(diloco *d, const int64_t *by_run, char *err, size_t err
         return -1;
     }
     pthread_mutex_lock(&d->hb_mu);
+    int again = d->inc != 0;
     d->inc = r->element[0]->integer;
     d->evicted = 0;
     pthread_mutex_unlock(&d->hb_mu);
@@ -340,7 +368,12 @@ static int register_once(diloco *d, const int64_t *by_run, char *err, size_t err
                                 ? joined->element[f]->integer
                                 : d->frag_version[f];
     }
-    log_info("registered as %s (incarnation %" PRId64 "), open round %" PRId64, d->worker_id, d->inc,
+    /* (incarnations number the run's registrations, every worker's: a first one said "incarnation 2" alone, which
+     * read as a registration of ours before it) */
+    log_info("registered as %s (incarnation %" PRId64 "%s), open round %" PRId64, d->worker_id, d->inc,
+             again        ? ", again"
+             : d->inc > 1 ? ": the run numbers every worker's registrations"
+                          : "",
              d->frag_version[0]);
     freeReplyObject(r);
     return 0;
@@ -353,6 +386,14 @@ static int register_once(diloco *d, const int64_t *by_run, char *err, size_t err
 static void sleep_unless_stopped(diloco *d, unsigned ms)
 {
     for (unsigned slept = 0; slept < ms && !dl_stopping(d); slept += 100) sleep_ms(ms - slept < 100 ? ms - slept : 100);
+}
+
+/* " (still refused after S s, the connect timeout)" after err, when it fits */
+static void append_waited(char *err, size_t errlen, uint64_t waited_ms)
+{
+    size_t n = strlen(err);
+    if (n < errlen)
+        snprintf(err + n, errlen - n, " (still refused after %.0f s, the connect timeout)", waited_ms / 1000.0);
 }
 
 /* register_once, sent again while Redis refuses it for now (rconn_error_transient: out of memory, writes stopped
@@ -372,14 +413,27 @@ static int register_patient(diloco *d, const int64_t *by_run, char *err, size_t 
                 log_info("Redis took our registration after %.0f s of refusals", (double)(now_ms() - t0) / 1000.0);
             return rc;
         }
-        if (dl_stopping(d) || (opening && now_ms() - t0 >= (uint64_t)d->o.connect_timeout_ms)) return -1;
+        uint64_t waited = now_ms() - t0;
+        if (dl_stopping(d)) return -1;
+        if (opening && waited >= (uint64_t)d->o.connect_timeout_ms) {
+            if (attempt > 0) append_waited(err, errlen, waited);
+            return -1;
+        }
         if (told == 0 || now_ms() - told >= REFUSED_TELL_MS) {
-            log_warn("Redis refuses our registration for now: %s; trying again until it takes it (a stop ends the "
-                     "wait)",
-                     err);
+            if (opening)
+                log_warn("Redis refuses our registration for now: %s; trying again for up to %.0f s more "
+                         "(--connect-timeout; a stop ends the wait)",
+                         err, (double)((uint64_t)d->o.connect_timeout_ms - waited) / 1000.0);
+            else
+                log_warn("Redis refuses our registration for now: %s; trying again until it takes it (a stop ends "
+                         "the wait)",
+                         err);
             told = now_ms();
         }
-        sleep_unless_stopped(d, backoff_ms(attempt, 100, 2000));
+        unsigned pause = backoff_ms(attempt, 100, 2000);
+        if (opening && waited + pause > (uint64_t)d->o.connect_timeout_ms) /* (the last try at the deadline) */
+            pause = (unsigned)((uint64_t)d->o.connect_timeout_ms - waited);
+        sleep_unless_stopped(d, pause);
     }
 }
 

@@ -188,6 +188,16 @@ static int wait_reconnect(diloco *d, sentinel_watch **watch)
     return stopping(d);
 }
 
+/* A beat refused by a Redis that does not lead (READONLY: the URL names a replica, a demoted master) broke c, and
+ * so will every beat until it leads again: said once per WARN_EVERY_MS, with what to do (the barrier's note named
+ * this very worker as the one whose heartbeat was late, and nothing else said why). */
+static void tell_refused(const rconn *c, uint64_t *told)
+{
+    if (*told != 0 && now_ms() - *told < WARN_EVERY_MS) return;
+    log_warn("heartbeat refused: %s; trying again", rconn_errstr(c));
+    *told = now_ms();
+}
+
 static void *heartbeat_main(void *p)
 {
     diloco *d = p;
@@ -195,6 +205,7 @@ static void *heartbeat_main(void *p)
     rconn *c = NULL;
     sentinel_watch *watch = NULL;
     uint64_t warned = 0; /* when we last warned that Redis is away (0: not since it last answered) */
+    uint64_t refused_told = 0; /* when we last said that Redis refused a beat as a replica (tell_refused) */
     int again = 0;       /* the last beat broke a working connection and is being sent again */
     for (int stop = 0; !stop;) {
         c = beat_conn(d, c, &warned);
@@ -209,7 +220,10 @@ static void *heartbeat_main(void *p)
             continue;
         }
         again = 0;
-        stop = c ? wait_interval(d, c, d->o.heartbeat_interval_ms) : wait_reconnect(d, &watch);
+        if (c && rconn_broken_not_master(c)) tell_refused(c, &refused_told);
+        /* (a broken c, beaten twice: wait_interval would return at once, and a Redis that answers every beat
+         * READONLY, a master demoted under a plain URL, had the thread reconnect 4,600 times a second) */
+        stop = c && !rconn_broken(c) ? wait_interval(d, c, d->o.heartbeat_interval_ms) : wait_reconnect(d, &watch);
     }
     sentinel_watch_close(watch);
     hb_publish(d, NULL);

@@ -171,6 +171,14 @@ static int hub_stopped(void *arg)
  * while the session stops (dl_stopping: the stop ended its BLPOP, and the barrier waits end too): a Redis
  * that does not answer would hold wake_hub_stop for the connect's limit; and a connect under way when
  * wake_hub_stop or the session's stop comes ends with it (the handshake watches both: hub_stopped). */
+/* With mu held: wait a poll interval before the next try, or until wake_hub_stop. */
+static void hub_pause_locked(struct wake_hub *h)
+{
+    struct timespec ts;
+    deadline_in(&ts, h->d->o.wait_poll_ms);
+    pthread_cond_timedwait(&h->cv, &h->mu, &ts);
+}
+
 static int hub_connect(struct wake_hub *h)
 {
     diloco *d = h->d;
@@ -183,13 +191,19 @@ static int hub_connect(struct wake_hub *h)
     pthread_mutex_lock(&h->mu);
     d->blk = c;
     int stop = h->stop;
-    if (c == NULL && !stop) { /* wait before the next try */
-        struct timespec ts;
-        deadline_in(&ts, d->o.wait_poll_ms);
-        pthread_cond_timedwait(&h->cv, &h->mu, &ts);
-    }
+    if (c == NULL && !stop) hub_pause_locked(h); /* wait before the next try */
     pthread_mutex_unlock(&h->mu);
     return c != NULL && !stop;
+}
+
+/* After a BLPOP that a Redis not leading refused (READONLY: the URL names a replica, or a master demoted under it):
+ * the reconnect succeeds and the next BLPOP is refused again, so wait a poll interval first (the thread reconnected
+ * some 4,600 times a second; the barrier waits poll dl_barrier meanwhile). */
+static void hub_refused(struct wake_hub *h)
+{
+    pthread_mutex_lock(&h->mu);
+    if (!h->stop) hub_pause_locked(h);
+    pthread_mutex_unlock(&h->mu);
 }
 
 static void *hub_main(void *p)
@@ -204,6 +218,7 @@ static void *hub_main(void *p)
         redisReply *r = rconn_command(d->blk, "BLPOP %s %.3f", key, d->o.wait_poll_ms / 1000.0);
         hub_record(h, r);
         if (r) freeReplyObject(r);
+        if (r == NULL && rconn_broken_not_master(d->blk)) hub_refused(h);
     }
     log_use_sink(prev);
     return NULL;

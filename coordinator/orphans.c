@@ -41,8 +41,9 @@ static int list_blob(redisContext *node, const char *key, void *arg)
         l->keys = keys;
         l->cap = cap;
     }
-    if (!(l->keys[l->n] = strdup(key))) return -1;
-    l->n++;
+    char *copy = strdup(key);
+    if (!copy) return -1;
+    l->keys[l->n++] = copy; /* (freed by orphans_collect) */
     return 0;
 }
 

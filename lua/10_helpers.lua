@@ -61,15 +61,22 @@ end
 -- run's clock at the newest time recorded until the next beat adds the step to the skew (clock_record); the
 -- clock goes on from there. A step forward needs nothing here: every member and server looks silent at
 -- once, an outage that the reaper and the lease beats forgive (silence_forgiven, forgive_outage).
--- Read-only: any function may call it. Returns the time and the step back it found (0: none).
-local function run_now(P)
+-- Read-only: any function may call it. run_clock returns the time and the step back it found (0: none), for
+-- the beats to record; run_now the time alone (one value: a second one would become an extra argument of the
+-- call it is the last argument of, as of an HSET).
+local function run_clock(P)
     local st = redis.call('HMGET', P .. ':state', 'clock_skew_ms', 'clock_ms')
     local now, last = now_ms() + (tonumber(st[1]) or 0), tonumber(st[2]) or 0
     if now < last then return last, last - now end
     return now, 0
 end
 
--- Records run_now's time and the step back it found (added to the skew; a step of a second or more is a
+local function run_now(P)
+    local now = run_clock(P)
+    return now
+end
+
+-- Records run_clock's time and the step back it found (added to the skew; a step of a second or more is a
 -- `clock_back` event). The beats (dl_heartbeat, dl_server_beat) call it, every live member and server every
 -- few seconds, as their last write: after every check, the ACL's included (a worker user calling
 -- dl_server_beat is refused before it); a field or two over the ones they replace (they are allow-oom).

@@ -213,7 +213,7 @@ local function dl_heartbeat(keys, args)
     local w, inc = args[1], args[2]
     local beat = parse_beat(args)
     local rank = to_int(args[7] or '0', 'rank')
-    local now, step = run_now(P)
+    local now, step = run_clock(P)
     reap(P, now)
     if left_group(P, w, inc) then
         error('GONE worker ' .. w .. ' (incarnation ' .. inc .. ') left the run: its group was ended by one of its ranks')

@@ -138,7 +138,7 @@ local function dl_server_beat(keys, args)
     for k in string.gmatch(args[6] or '', '%d+') do busy[tonumber(k)] = true end
     check_made_at(P, keys[1], args[7])
     check_server_process(P, sid, args[8], args[9])
-    local now, step = run_now(P)
+    local now, step = run_clock(P)
     local S = tonumber(redis.call('HGET', keys[1], 'shards'))
     local shards = P .. ':shards'
     forgive_outage(P, S, now, ttl)

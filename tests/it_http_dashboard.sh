@@ -14,20 +14,8 @@
 #
 # Skips (exit 77) when node, /usr/bin/chromium or playwright-core is missing and cannot be installed
 # (`npm ci` in tests/browser, from its package-lock.json).
-cd "$(dirname "$0")/.." || exit 1
-skip() { echo "SKIP: $*"; exit 77; }
-command -v node >/dev/null 2>&1 || skip "node is not installed (Debian: nodejs npm)"
-CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
-[ -x "$CHROMIUM" ] || skip "$CHROMIUM is not installed (Debian: chromium)"
-if [ ! -f tests/browser/node_modules/playwright-core/package.json ]; then
-  command -v npm >/dev/null 2>&1 || skip "npm is not installed (Debian: npm)"
-  echo "installing playwright-core (npm ci in tests/browser)"
-  (cd tests/browser && timeout 180 npm ci --no-audit --no-fund --loglevel=error) >/dev/null 2>&1 ||
-    skip "cannot install playwright-core with npm (offline?)"
-  [ -f tests/browser/node_modules/playwright-core/package.json ] || skip "playwright-core did not install"
-fi
-
-. tests/lib.sh
+. "$(dirname "$0")/lib.sh"
+need_browser
 command -v curl >/dev/null 2>&1 || { echo "SKIP: curl is not installed"; exit 77; }
 COORD_BIN=${COORD_BIN:-bin/coordinator}
 RUN=httpdash

@@ -5,19 +5,8 @@
 # the page's memory of an hour of churn is seeded in the browser.
 # Skips (exit 77) when node, /usr/bin/chromium or playwright-core is missing and cannot be installed.
 # test: light (it waits more than it computes)
-cd "$(dirname "$0")/.." || exit 1
-skip() { echo "SKIP: $*"; exit 77; }
-command -v node >/dev/null 2>&1 || skip "node is not installed (Debian: nodejs npm)"
-CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
-[ -x "$CHROMIUM" ] || skip "$CHROMIUM is not installed (Debian: chromium)"
-if [ ! -f tests/browser/node_modules/playwright-core/package.json ]; then
-  command -v npm >/dev/null 2>&1 || skip "npm is not installed (Debian: npm)"
-  echo "installing playwright-core (npm ci in tests/browser)"
-  (cd tests/browser && timeout 180 npm ci --no-audit --no-fund --loglevel=error) >/dev/null 2>&1 ||
-    skip "cannot install playwright-core with npm (offline?)"
-  [ -f tests/browser/node_modules/playwright-core/package.json ] || skip "playwright-core did not install"
-fi
-. tests/lib.sh
+. "$(dirname "$0")/lib.sh"
+need_browser
 RUN=dashlong
 start_redis
 init_run $RUN --trainer quadratic --numel 2000 --shards 2 --workers 1

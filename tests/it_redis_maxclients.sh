@@ -11,17 +11,7 @@ start_redis
 RUN=mc
 init_run $RUN --trainer quadratic --numel 2000 --shards 2 --workers 1
 # One connection holds the only slot (maxclients 1) until $TMP/release appears, then raises maxclients again.
-python3 - "$PORT" "$TMP" > "$TMP/holder.log" 2>&1 <<'PY' &
-import os, socket, sys, time
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-def cmd(*a):
-    s.sendall(("*%d\r\n" % len(a) + "".join("$%d\r\n%s\r\n" % (len(x), x) for x in a)).encode())
-    print(s.recv(1000), flush=True)
-cmd("CONFIG", "SET", "maxclients", "1")
-open(sys.argv[2] + "/held", "w").close()
-while not os.path.exists(sys.argv[2] + "/release"): time.sleep(0.05)
-cmd("CONFIG", "SET", "maxclients", "10000")
-PY
+python3 tests/tools/maxclients_holder.py "$PORT" "$TMP" > "$TMP/holder.log" 2>&1 &
 PIDS="$PIDS $!"
 wait_until 10 "[ -e $TMP/held ]" "the holder to set maxclients 1"
 bin/coordinator status --redis "$URL" --run $RUN > "$TMP/status.txt" 2>&1 && fail "status connected past maxclients"

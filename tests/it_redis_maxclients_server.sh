@@ -13,18 +13,7 @@ init_run $RUN --trainer quadratic --numel 2000 --shards 2 --workers 1
 start_server s1
 wait_until 20 "grep -q 'shard 1: loaded version 0' $TMP/server-s1.log" "the shard-server to serve"
 # One connection takes the only slot (maxclients 1), cuts every other client, and holds until $TMP/release.
-python3 - "$PORT" "$TMP" > "$TMP/holder.log" 2>&1 <<'PY' &
-import os, socket, sys, time
-s = socket.create_connection(("127.0.0.1", int(sys.argv[1])))
-def cmd(*a):
-    s.sendall(("*%d\r\n" % len(a) + "".join("$%d\r\n%s\r\n" % (len(x), x) for x in a)).encode())
-    print(s.recv(1000), flush=True)
-cmd("CONFIG", "SET", "maxclients", "1")
-cmd("CLIENT", "KILL", "SKIPME", "yes")
-open(sys.argv[2] + "/held", "w").close()
-while not os.path.exists(sys.argv[2] + "/release"): time.sleep(0.05)
-cmd("CONFIG", "SET", "maxclients", "10000")
-PY
+python3 tests/tools/maxclients_holder.py "$PORT" "$TMP" --kill-others > "$TMP/holder.log" 2>&1 &
 PIDS="$PIDS $!"
 wait_until 10 "[ -e $TMP/held ]" "the holder to take the only slot"
 before=$(wc -l < "$TMP/server-s1.log")

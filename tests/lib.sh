@@ -16,7 +16,8 @@
 #   fail MESSAGE                         prints the tails of every log, exits 1
 #   shard_digests RUN                    "shard k digest" lines from dl:{RUN}:shards
 #   drop_proxy NAME UPSTREAM_PORT ARGS   tests/tools/drop_proxy.py in front of Redis or a shard-server
-#   need_torch, need_cuda_backend        exit 77 (skipped) with the reason when what the test needs is missing
+#   need_torch, need_cuda_backend,       exit 77 (skipped) with the reason when what the test needs is missing
+#   need_browser
 # The Python tests run $PYTHON: Debian's /usr/bin/python3 (with python3-torch) unless the environment says
 # otherwise, e.g. PYTHON=$(command -v python3) on a GPU machine whose own python3 has a CUDA torch
 # (tools/gpu_check.sh).
@@ -37,6 +38,22 @@ need_torch() {
   $PYTHON -c 'import torch, numpy' 2>/dev/null && return 0
   echo "SKIP: $PYTHON cannot import torch and numpy (Debian: apt-get install python3-torch python3-numpy; or set PYTHON to a python3 that has them)"
   exit 77
+}
+
+# need_browser: exits 77 (skipped) with the reason unless node, Debian's chromium ($CHROMIUM, /usr/bin/chromium)
+# and playwright-core (tests/browser/node_modules, installed here by `npm ci` from its package-lock.json when
+# npm can) are there; sets CHROMIUM. For the tests that drive the dashboard in a real browser.
+need_browser() {
+  command -v node >/dev/null 2>&1 || { echo "SKIP: node is not installed (Debian: nodejs npm)"; exit 77; }
+  CHROMIUM=${CHROMIUM:-/usr/bin/chromium}
+  [ -x "$CHROMIUM" ] || { echo "SKIP: $CHROMIUM is not installed (Debian: chromium)"; exit 77; }
+  [ -f tests/browser/node_modules/playwright-core/package.json ] && return 0
+  command -v npm >/dev/null 2>&1 || { echo "SKIP: npm is not installed (Debian: npm)"; exit 77; }
+  echo "installing playwright-core (npm ci in tests/browser)"
+  (cd tests/browser && timeout 180 npm ci --no-audit --no-fund --loglevel=error) >/dev/null 2>&1 ||
+    { echo "SKIP: cannot install playwright-core with npm (offline?)"; exit 77; }
+  [ -f tests/browser/node_modules/playwright-core/package.json ] ||
+    { echo "SKIP: playwright-core did not install"; exit 77; }
 }
 
 # A test that failed (any exit but 0 and 77, a timeout's TERM included) leaves its processes' logs in

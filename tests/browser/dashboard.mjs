@@ -13,7 +13,7 @@
 // recorded); Save state writes a checkpoint when the server has --save-dir; the charts have data (the
 // validation-loss chart draws at least 2 evaluations of the run's evaluator); then a screenshot of the page.
 import { execFileSync } from "node:child_process";
-import { chromium } from "playwright-core";
+import { launchChromium, sleep, until } from "./common.mjs";
 
 const url = process.env.DASH_URL;
 const redisPort = process.env.REDIS_PORT;
@@ -27,16 +27,6 @@ if (!url || !redisPort || !run) {
 }
 
 const rcli = (...args) => execFileSync("redis-cli", ["-p", redisPort, ...args], { encoding: "utf8" }).trim();
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-async function until(what, fn, ms = 10000) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error("timed out waiting for: " + what);
-    await sleep(100);
-  }
-}
 function workerInc(id) {
   // the record is msgpack; its incarnation is visible through dl_status (JSON)
   const doc = JSON.parse(rcli("FCALL", "dl_status", "1", `dl:{${run}}:config`));
@@ -46,11 +36,7 @@ function workerInc(id) {
 }
 
 const origin = new URL(url).origin;
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"],
-});
+const browser = await launchChromium();
 let failed = false;
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 1100 } });

@@ -6,13 +6,10 @@
 // Checks: the "DN buffer" tile shows what each fragment's buffer holds of N; "submissions applied" is shown
 // and the sync barrier's "pending submissions" is not; the worker table has the staleness column with each
 // worker's last / mean / max.
-import { chromium } from "playwright-core";
+import { launchChromium } from "./common.mjs";
 
 const url = process.env.DASH_URL, dn = process.env.DN;
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--no-first-run"],
-});
+const browser = await launchChromium();
 let failed = false;
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 1100 } });

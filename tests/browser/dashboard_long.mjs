@@ -11,29 +11,15 @@
 // kept for ever). The page's memory is seeded here as an hour of churn leaves it: 1000 departed workers of
 // 150 points each. Checks: the next polls render ("updated ..."), the departed workers' series are gone,
 // and no series holds a point older than the chart's 30-minute window.
-import { chromium } from "playwright-core";
+import { launchChromium, sleep, until } from "./common.mjs";
 
 const url = process.env.DASH_URL;
 if (!url) {
   console.error("set DASH_URL");
   process.exit(2);
 }
-const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-async function until(what, fn, ms = 15000) {
-  const end = Date.now() + ms;
-  for (;;) {
-    const v = await fn();
-    if (v) return v;
-    if (Date.now() > end) throw new Error("timed out waiting for: " + what);
-    await sleep(100);
-  }
-}
 
-const browser = await chromium.launch({
-  executablePath: process.env.CHROMIUM || "/usr/bin/chromium",
-  args: ["--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--no-first-run"],
-});
+const browser = await launchChromium();
 let failed = false;
 try {
   const page = await browser.newPage({ viewport: { width: 1400, height: 1100 } });
@@ -41,8 +27,8 @@ try {
   page.on("pageerror", (e) => errors.push(String(e)));
   await page.goto(url);
   const conn = () => page.evaluate(() => document.getElementById("conn").textContent);
-  await until("the first poll", async () => (await conn()).startsWith("updated"));
-  await until("a loss point of the live worker", () => page.evaluate(() => S.loss.size > 0));
+  await until("the first poll", async () => (await conn()).startsWith("updated"), 15000);
+  await until("a loss point of the live worker", () => page.evaluate(() => S.loss.size > 0), 15000);
   const live = await page.evaluate(() => [...S.loss.keys()]);
   // an hour of churn: 1000 workers gone, 150 points each over the last hour (half of them older than the window)
   await page.evaluate(() => {
@@ -56,7 +42,7 @@ try {
     document.getElementById("conn").textContent = "seeded";
   });
   console.log("seeded 150,000 loss points of 1000 departed workers");
-  const c = await until("a poll after the seeding", async () => { const t = await conn(); return t !== "seeded" && t; });
+  const c = await until("a poll after the seeding", async () => { const t = await conn(); return t !== "seeded" && t; }, 15000);
   if (!c.startsWith("updated")) throw new Error(`the page stopped rendering: "${c}"`);
   const left = await page.evaluate(() => ({
     ids: [...S.loss.keys()],

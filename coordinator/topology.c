@@ -169,6 +169,19 @@ static void read_sentinel(const redis_url *u, json_t *t)
     json_object_set_new(t, "sentinel", s);
 }
 
+/* The node rc talks to is a replica (a plain URL that names one): "master" is the one it replicates, "node" the
+ * replica. Before, status said "master <the replica>" just above the warning that it is a replica. */
+static void name_replica(json_t *t, const char *node)
+{
+    const char *role = json_string_value(json_object_get(t, "role"));
+    const char *host = json_string_value(json_object_get(t, "replica_of_host"));
+    if (!role || strcmp(role, "slave") != 0 || !host) return;
+    char of[300];
+    snprintf(of, sizeof of, "%s:%lld", host, (long long)json_integer_value(json_object_get(t, "replica_of_port")));
+    json_object_set_new(t, "node", json_string(node));
+    json_object_set_new(t, "master", json_string(of));
+}
+
 void topology_watch_master(topology_watch *w, const char *master)
 {
     if (w->master[0] && strcmp(w->master, master)) {
@@ -192,6 +205,7 @@ json_t *topology_read(rconn *rc, const redis_url *url, topology_watch *w)
     rconn_server(rc, master, sizeof master);
     json_object_set_new(t, "master", json_string(master));
     read_replication(rc, t, url->sentinel_master[0] != '\0');
+    name_replica(t, master);
     read_memory(rc, t);
     if (url->sentinel_master[0]) read_sentinel(url, t);
     if (w) {
@@ -207,8 +221,9 @@ json_t *topology_read(rconn *rc, const redis_url *url, topology_watch *w)
 void topology_print(json_t *t)
 {
     json_t *reps = json_object_get(t, "replicas"), *r, *s = json_object_get(t, "sentinel");
-    printf("redis: %s, master %s", json_string_value(json_object_get(t, "mode")),
-           json_string_value(json_object_get(t, "master")));
+    printf("redis: %s, ", json_string_value(json_object_get(t, "mode")));
+    if (json_object_get(t, "node")) printf("replica %s of ", json_string_value(json_object_get(t, "node")));
+    printf("master %s", json_string_value(json_object_get(t, "master")));
     if (json_is_array(reps)) printf(", %zu replica(s)", json_array_size(reps));
     if (s && json_object_get(s, "failovers"))
         printf(", %lld failover(s) (Sentinel config epoch)",

@@ -57,6 +57,8 @@ alive "$SRV_s1" || fail "the shard-server exited"
 bin/coordinator status --redis "$URL" --run $RUN > "$TMP/status.txt" 2>&1 || fail "status from the replica: $(cat "$TMP/status.txt")"
 grep -q "WARNING: this Redis is a read-only replica of 127.0.0.1:$MASTER" "$TMP/status.txt" ||
   fail "status from the replica did not warn that it is one: $(tail -n 2 "$TMP/status.txt")"
+grep -q "redis: single, replica 127.0.0.1:$RPORT of master 127.0.0.1:$MASTER" "$TMP/status.txt" ||
+  fail "status from the replica did not name it and its master: $(grep '^redis:' "$TMP/status.txt")"
 say "$n READONLY lines in 6 s, each saying what to do; status warns; promoting the replica"
 
 alive "$WRK_w2" || fail "the worker given --connect-timeout 60 exited before the replica was promoted"

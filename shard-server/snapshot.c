@@ -85,6 +85,20 @@ static void snap_on_recorded(redisReply *r, void *priv)
     free(sn);
 }
 
+/* The snapshot's blob was not written (r NULL: the link closed; or Redis's error): the shard goes on without it
+ * (the log entries since the last snapshot still make its version) and snapshots again later. */
+static void snap_write_failed(ss_ctx *ss, ss_snap *sn, redisReply *r)
+{
+    if (r == NULL && ss->stopping) /* (a stop closes the links under a write: nothing failed) */
+        log_info("shard %d: the snapshot of version %lld was left unwritten: this server is stopping", sn->k,
+                 (long long)sn->version);
+    else
+        log_warn("shard %d: writing the snapshot of version %lld failed: %s", sn->k, (long long)sn->version,
+                 r ? r->str : "connection lost");
+    ss->shards[sn->k].snapshotting = 0;
+    free(sn);
+}
+
 static void snap_on_written(redisReply *r, void *priv)
 {
     ss_snap *sn = priv;
@@ -92,10 +106,7 @@ static void snap_on_written(redisReply *r, void *priv)
     free(sn->both);
     sn->both = NULL;
     if (r == NULL || r->type == REDIS_REPLY_ERROR) {
-        log_warn("shard %d: writing the snapshot of version %lld failed: %s", sn->k, (long long)sn->version,
-                 r ? r->str : "connection lost");
-        ss->shards[sn->k].snapshotting = 0;
-        free(sn);
+        snap_write_failed(ss, sn, r);
         return;
     }
     char ver[24], ep[24], shard[16];

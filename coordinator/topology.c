@@ -89,26 +89,32 @@ static void replication_field(const char *name, const char *v, void *arg)
         json_array_append_new(json_object_get(t, "replicas"), parse_replica(v));
 }
 
-/* INFO replication of the node rc talks to: role, master_repl_offset, replicas. */
-static void read_replication(rconn *rc, json_t *t, int url_sentinel)
+/* INFO replication of the node rc talks to (node: its address): role, master_repl_offset, replicas. A node that
+ * is a replica (a plain URL that names one): "master" becomes the one it replicates and "node" the replica
+ * (before, status said "master <the replica>" just above the warning that it is a replica), and a warning says
+ * that what status shows is a copy (it may lag) and that the run's processes given that URL are refused
+ * (READONLY), with the master to name instead. */
+static void read_replication(rconn *rc, json_t *t, int url_sentinel, const char *node)
 {
     json_object_set_new(t, "replicas", json_array());
     if (info_each(rc, "replication", replication_field, t) != 0) {
         json_object_del(t, "replicas");
         return;
     }
-    /* A plain URL that names a replica: what status shows is a copy (it may lag), and the run's processes given
-     * that URL are refused (READONLY). Said as a warning, with the master to name instead. */
     const char *role = json_string_value(json_object_get(t, "role"));
-    if (role && !strcmp(role, "slave") && !url_sentinel) {
-        const char *host = json_string_value(json_object_get(t, "replica_of_host"));
-        char w[400];
-        snprintf(w, sizeof w,
-                 "this Redis is a read-only replica of %s:%lld: what is shown may lag, and processes given this URL "
-                 "cannot write; give the master's URL",
-                 host ? host : "?", (long long)json_integer_value(json_object_get(t, "replica_of_port")));
-        add_warning(t, w);
-    }
+    const char *host = json_string_value(json_object_get(t, "replica_of_host"));
+    if (!role || strcmp(role, "slave") != 0 || !host) return;
+    char of[300];
+    snprintf(of, sizeof of, "%s:%lld", host, (long long)json_integer_value(json_object_get(t, "replica_of_port")));
+    json_object_set_new(t, "node", json_string(node));
+    json_object_set_new(t, "master", json_string(of));
+    if (url_sentinel) return;
+    char w[500];
+    snprintf(w, sizeof w,
+             "this Redis is a read-only replica of %s: what is shown may lag, and processes given this URL cannot "
+             "write; give the master's URL",
+             of);
+    add_warning(t, w);
 }
 
 static void memory_field(const char *name, const char *v, void *arg)
@@ -169,19 +175,6 @@ static void read_sentinel(const redis_url *u, json_t *t)
     json_object_set_new(t, "sentinel", s);
 }
 
-/* The node rc talks to is a replica (a plain URL that names one): "master" is the one it replicates, "node" the
- * replica. Before, status said "master <the replica>" just above the warning that it is a replica. */
-static void name_replica(json_t *t, const char *node)
-{
-    const char *role = json_string_value(json_object_get(t, "role"));
-    const char *host = json_string_value(json_object_get(t, "replica_of_host"));
-    if (!role || strcmp(role, "slave") != 0 || !host) return;
-    char of[300];
-    snprintf(of, sizeof of, "%s:%lld", host, (long long)json_integer_value(json_object_get(t, "replica_of_port")));
-    json_object_set_new(t, "node", json_string(node));
-    json_object_set_new(t, "master", json_string(of));
-}
-
 void topology_watch_master(topology_watch *w, const char *master)
 {
     if (w->master[0] && strcmp(w->master, master)) {
@@ -204,8 +197,7 @@ json_t *topology_read(rconn *rc, const redis_url *url, topology_watch *w)
     char master[300];
     rconn_server(rc, master, sizeof master);
     json_object_set_new(t, "master", json_string(master));
-    read_replication(rc, t, url->sentinel_master[0] != '\0');
-    name_replica(t, master);
+    read_replication(rc, t, url->sentinel_master[0] != '\0', master);
     read_memory(rc, t);
     if (url->sentinel_master[0]) read_sentinel(url, t);
     if (w) {

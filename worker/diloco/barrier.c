@@ -239,8 +239,8 @@ static int wait_barrier_as(diloco *d, int f, int64_t round, int joiner, char *er
             /* no reply at once: Redis refused it as a node that does not lead (READONLY: a master demoted under a
              * plain URL), which the heartbeat says; the hub may hold this round's close already, and then nothing
              * else waited here: 4,600 connections a second to the replica */
-            for (int slept = 0; slept < d->o.wait_poll_ms && slept < 1000 && !dl_stopping(d); slept += 100)
-                sleep_ms(100);
+            int poll = d->o.wait_poll_ms < 1000 ? d->o.wait_poll_ms : 1000;
+            dl_sleep_unless_stopped(d, poll > 0 ? (unsigned)poll : 0);
         }
         if (polls % 5 == 0 && !dl_still_member(d)) { /* (round.c logs the round lost with err) */
             err_set(err, errlen, "no longer a member of the run while we waited at the barrier");

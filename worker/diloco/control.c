@@ -382,8 +382,7 @@ static int register_once(diloco *d, const int64_t *by_run, char *err, size_t err
 /* How often a registration that Redis refuses for now says so (its first refusal is said at once). */
 #define REFUSED_TELL_MS 60000
 
-/* Sleep ms, in slices that look at the stop: a stopped worker exits within a slice. */
-static void sleep_unless_stopped(diloco *d, unsigned ms)
+void dl_sleep_unless_stopped(const diloco *d, unsigned ms)
 {
     for (unsigned slept = 0; slept < ms && !dl_stopping(d); slept += 100) sleep_ms(ms - slept < 100 ? ms - slept : 100);
 }
@@ -433,7 +432,7 @@ static int register_patient(diloco *d, const int64_t *by_run, char *err, size_t 
         unsigned pause = backoff_ms(attempt, 100, 2000);
         if (opening && waited + pause > (uint64_t)d->o.connect_timeout_ms) /* (the last try at the deadline) */
             pause = (unsigned)((uint64_t)d->o.connect_timeout_ms - waited);
-        sleep_unless_stopped(d, pause);
+        dl_sleep_unless_stopped(d, pause);
     }
 }
 

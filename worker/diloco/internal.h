@@ -388,6 +388,8 @@ int dl_reply_failed(const redisReply *r); /* NULL or an error reply */
 int dl_wait_replicas(diloco *d, char *err, size_t errlen);
 int dl_stopping(const diloco *d); /* the embedding program asked us to stop (o.stop, diloco_request_stop) */
 int dl_stop_seen(void *d);        /* dl_stopping as the watch of a connection or of frame I/O takes it */
+/* Sleep ms, in 100 ms slices that look at the stop: a stopped worker goes on within a slice. */
+void dl_sleep_unless_stopped(const diloco *d, unsigned ms);
 int dl_shutdown_seen(diloco *d);  /* this session was told the run was shut down (a group: maybe not agreed) */
 /* What ended the run for this session, for messages: "the run was shut down", or that it was made again. */
 const char *dl_run_end(diloco *d);
